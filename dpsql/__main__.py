@@ -1,0 +1,3 @@
+from dpsql.cli import main
+
+raise SystemExit(main())

