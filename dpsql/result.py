@@ -1,0 +1,33 @@
+"""What the engine returns: typed columns and rows, ready for the wire encoder or the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ResultColumn:
+    """One output column. ``type_oid``/``typmod`` are PostgreSQL's (as in RowDescription)."""
+
+    name: str
+    type_oid: int
+    typmod: int = -1
+    # For noisy columns: the mechanism and the half-width of the confidence interval (None when
+    # the column is not noisy, e.g. a group key).
+    mechanism: str | None = None
+    half_width: float | None = None
+
+
+@dataclass(frozen=True)
+class Result:
+    """A statement's outcome. ``rows`` hold Python values (psycopg's loaders decoded them)."""
+
+    columns: tuple[ResultColumn, ...]
+    rows: list[tuple[Any, ...]]
+    command_tag: str
+    notices: tuple[str, ...] = ()
+    epsilon_spent: float = 0.0
+    delta_spent: float = 0.0
+    cached: bool = False
+    intervals: list[tuple[tuple[float, float] | None, ...]] | None = field(default=None)
