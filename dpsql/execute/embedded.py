@@ -97,7 +97,9 @@ class Cluster:
         return subprocess.run(args, check=False, capture_output=True, text=True, **kw)  # type: ignore[call-overload, no-any-return]
 
     def stop(self) -> None:
-        self._run([str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"])
+        self._run(
+            [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]
+        )
         if self._owns_dir:
             shutil.rmtree(self.datadir, ignore_errors=True)
 
@@ -166,6 +168,10 @@ def start_cluster(datadir: Path | None = None, port: int | None = None) -> Clust
         ]
     )
     if res.returncode != 0:
-        log = (datadir / "server.log").read_text()[-2000:] if (datadir / "server.log").exists() else ""
+        log = (
+            (datadir / "server.log").read_text()[-2000:]
+            if (datadir / "server.log").exists()
+            else ""
+        )
         raise InternalError("PostgreSQL did not start", detail=(res.stderr + log)[-3000:])
     return cluster

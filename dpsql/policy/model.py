@@ -63,9 +63,14 @@ class Column(_Strict):
     def _ordered(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
         if v is not None:
             lo, hi = v
-            if not (lo == lo and hi == hi) or lo in (float("inf"), float("-inf")) or hi in (
-                float("inf"),
-                float("-inf"),
+            if (
+                not (lo == lo and hi == hi)
+                or lo in (float("inf"), float("-inf"))
+                or hi
+                in (
+                    float("inf"),
+                    float("-inf"),
+                )
             ):
                 raise ValueError("bounds must be finite numbers")
             if lo > hi:
