@@ -1,0 +1,95 @@
+"""Splitting a byte stream into protocol messages, with a maximum size, without doing I/O.
+
+Two framings exist: during startup a packet is ``Int32 length`` + body (the body starts with a request
+code); afterwards a message is ``Byte1 type`` + ``Int32 length`` + body. The length counts itself, so
+it is at least 4. A length above the limit is refused as soon as the length word arrives, before any
+of the body is buffered, so a client cannot make the server hold more than one maximum-size message.
+
+A framing error cannot be recovered from (the stream has lost sync): the session answers FATAL and
+closes. A well-framed message whose body is malformed is a per-statement error instead.
+
+>>> d = FrameDecoder(max_message_size=1024)
+>>> d.feed(b"\\x00\\x00\\x00\\x08\\x04\\xd2\\x16\\x2f")   # SSLRequest
+>>> d.next()
+Frame(code=None, body=b'\\x04\\xd2\\x16/')
+>>> d.startup = False
+>>> d.feed(b"Q\\x00\\x00\\x00\\x05")
+>>> d.next() is None        # body not here yet
+True
+>>> d.feed(b"\\x00")
+>>> d.next()
+Frame(code=b'Q', body=b'\\x00')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpsql.errors import ProtocolViolation
+from dpsql.wire.messages._buffer import UINT32
+
+DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
+# PostgreSQL's MAX_STARTUP_PACKET_LENGTH.
+MAX_STARTUP_PACKET = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One message: ``code`` is the type byte (None for startup packets), ``body`` the payload."""
+
+    code: bytes | None
+    body: bytes
+
+
+class FrameDecoder:
+    """Incremental decoder: ``feed`` bytes, take complete frames with ``next``.
+
+    Args:
+        max_message_size: the largest length word accepted (body + 4) after startup.
+    """
+
+    __slots__ = ("_buf", "_pos", "max_message_size", "startup")
+
+    def __init__(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+        self._buf = bytearray()
+        self._pos = 0
+        self.max_message_size = max_message_size
+        self.startup = True
+
+    def feed(self, data: bytes) -> None:
+        if self._pos:
+            del self._buf[: self._pos]
+            self._pos = 0
+        self._buf += data
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        return len(self._buf) - self._pos
+
+    def next(self) -> Frame | None:
+        """The next complete frame, or None until more bytes arrive.
+
+        Raises:
+            ProtocolViolation: an invalid or oversized length word (the stream is lost).
+        """
+        head = 4 if self.startup else 5
+        buf, pos = self._buf, self._pos
+        if len(buf) - pos < head:
+            return None
+        (length,) = UINT32.unpack_from(buf, pos + head - 4)
+        limit = MAX_STARTUP_PACKET if self.startup else self.max_message_size
+        if self.startup and length < 8:
+            raise ProtocolViolation(f"invalid length of startup packet: {length}")
+        if length < 4 or length > limit:
+            raise ProtocolViolation(
+                f"invalid message length {length} (the limit is {limit} bytes)",
+                hint="send smaller statements or raise the server's max_message_size",
+            )
+        total = head - 4 + length
+        if len(buf) - pos < total:
+            return None
+        code = None if self.startup else bytes(buf[pos : pos + 1])
+        body = bytes(buf[pos + head : pos + total])
+        self._pos = pos + total
+        return Frame(code, body)
