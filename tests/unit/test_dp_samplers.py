@@ -1,0 +1,191 @@
+"""Distribution tests for the exact samplers of dpsql.dp.rng.
+
+Property: each sampler's output follows its stated probability mass function. Each test is a
+chi-square goodness-of-fit test at alpha = 1e-6 (so a correct sampler fails one test with
+probability 1e-6), on bins of at least ~50 expected draws. The same check on a deliberately broken
+sampler (scale or sigma halved) must reject; with 2e5 draws its p-value is astronomically small,
+so that test fails to catch the broken sampler with probability far below 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpsql.dp import rng
+
+ALPHA = 1e-6
+N = 200_000
+
+
+def _chi_square_p(draws: np.ndarray, support: np.ndarray, pmf: np.ndarray) -> float:
+    """p-value of the draws against ``pmf`` on integer ``support`` (mass outside is one tail bin
+    each side), with bins merged until each expects >= 50 draws."""
+    lo_tail = hi_tail = max(0.0, 1.0 - float(pmf.sum())) / 2  # mass outside the window
+    n = draws.size
+    edges: list[int] = []  # bin i covers support values in [edges[i], edges[i+1])
+    probs: list[float] = []
+    acc = lo_tail
+    start = int(support[0])
+    for k, p in zip(support, pmf, strict=True):
+        acc += p
+        if acc * n >= 50:
+            edges.append(start)
+            probs.append(acc)
+            start, acc = int(k) + 1, 0.0
+    probs[-1] += acc + hi_tail
+    edges.append(start)
+    idx = np.searchsorted(np.array(edges[1:-1]), draws, side="right")
+    observed = np.bincount(idx, minlength=len(probs))
+    expected = np.array(probs) * n
+    stat = float(((observed - expected) ** 2 / expected).sum())
+    return float(stats.chi2.sf(stat, len(probs) - 1))
+
+
+def laplace_pmf(scale: Fraction, support: np.ndarray) -> np.ndarray:
+    r = math.exp(-1 / float(scale))
+    return (1 - r) / (1 + r) * np.power(r, np.abs(support).astype(np.float64))
+
+
+def gaussian_pmf(sigma2: Fraction, support: np.ndarray) -> np.ndarray:
+    s2 = float(sigma2)
+    width = int(40 * math.sqrt(s2)) + 10
+    full = np.arange(-width, width + 1)
+    z = np.exp(-(full.astype(np.float64) ** 2) / (2 * s2)).sum()
+    return np.exp(-(support.astype(np.float64) ** 2) / (2 * s2)) / z
+
+
+def _window(spread: float) -> np.ndarray:
+    w = int(30 * spread) + 5
+    return np.arange(-w, w + 1)
+
+
+def laplace_p(draws: np.ndarray, scale: Fraction) -> float:
+    support = _window(float(scale))
+    return _chi_square_p(draws, support, laplace_pmf(scale, support))
+
+
+def gaussian_p(draws: np.ndarray, sigma2: Fraction) -> float:
+    support = _window(math.sqrt(float(sigma2)))
+    return _chi_square_p(draws, support, gaussian_pmf(sigma2, support))
+
+
+LAPLACE_SCALES = [Fraction(1, 2), Fraction(1, 3), Fraction(1), Fraction(7, 2), Fraction(1000)]
+GAUSS_SIGMA2 = [Fraction(1, 4), Fraction(3, 7), Fraction(1), Fraction(25, 2), Fraction(10_000)]
+
+
+@pytest.mark.parametrize("scale", LAPLACE_SCALES, ids=str)
+def test_discrete_laplace_distribution(scale: Fraction) -> None:
+    assert laplace_p(rng.discrete_laplace(scale, N), scale) > ALPHA
+
+
+@pytest.mark.parametrize("sigma2", GAUSS_SIGMA2, ids=str)
+def test_discrete_gaussian_distribution(sigma2: Fraction) -> None:
+    assert gaussian_p(rng.discrete_gaussian(sigma2, N), sigma2) > ALPHA
+
+
+@pytest.mark.parametrize("scale", [Fraction(1), Fraction(7, 2), Fraction(1000)], ids=str)
+def test_chi_square_catches_halved_laplace(scale: Fraction) -> None:
+    assert laplace_p(rng.discrete_laplace(scale / 2, N), scale) < ALPHA
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1), Fraction(25, 2), Fraction(10_000)], ids=str)
+def test_chi_square_catches_halved_gaussian(sigma2: Fraction) -> None:
+    assert gaussian_p(rng.discrete_gaussian(sigma2 / 4, N), sigma2) < ALPHA
+
+
+def test_slow_path_for_huge_parameters_is_the_same_law() -> None:
+    """Parameters beyond the int64 fast path use the scalar algorithm (same distribution)."""
+    scale = Fraction(2**50 + 1, 2**48)  # about 4, numerator too large for the fast path
+    draws = rng.discrete_laplace(scale, 20_000)
+    assert laplace_p(draws, scale) > ALPHA
+
+
+def test_geometric_exp1_distribution() -> None:
+    """P(V = v) = (1 - e^-1) e^-v."""
+    support = np.arange(0, 60)
+    pmf = (1 - math.exp(-1)) * np.exp(-support.astype(np.float64))
+    assert _chi_square_p(rng._geometric_exp1(N), support, pmf) > ALPHA
+
+
+def test_geometric_tie_continuation() -> None:
+    """Words equal to a table threshold are finished with more bits: V | (w = T_1) is 0 or 1+.
+
+    Given w = floor(e^-1 2^64), U < e^-1 has probability frac(e^-1 2^64), so both outcomes occur.
+    """
+    table = rng._exp_neg_table()
+    assert table[0] == rng._exp_neg_floor(1, 128) >> 64
+    assert abs(int(table[0]) / 2**64 - math.exp(-1)) < 1e-15
+    assert table[-1] == 0 and table[-2] == 1
+    outs = {min(rng._geometric_exp1_continue(int(table[0])), 1) for _ in range(200)}
+    assert outs == {0, 1}
+    assert rng._geometric_exp1_continue(0) >= 44
+
+
+@pytest.mark.parametrize(
+    "num,den", [(0, 1), (1, 3), (1, 1), (5, 2), (7, 1), (123456789, 98765432)], ids=str
+)
+def test_bernoulli_exp_frequency(num: int, den: int) -> None:
+    """Exact two-sided binomial test of P(heads) = exp(-num/den)."""
+    heads = int(rng.bernoulli_exp(np.full(N, num), den).sum())
+    p = math.exp(-num / den)
+    if p == 1.0:
+        assert heads == N
+        return
+    assert stats.binomtest(heads, N, p).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("a,b", [(1, 3), (2, 255), (255, 256), (10**15, 3 * 10**15 + 1)])
+def test_bernoulli_ratio_frequency(a: int, b: int) -> None:
+    heads = int(rng.bernoulli_ratio(np.full(N, a), b).sum())
+    assert stats.binomtest(heads, N, a / b).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 1000, 2**40 + 3])
+def test_uniform_below(n: int) -> None:
+    draws = rng.uniform_below(n, N)
+    assert draws.min() >= 0 and draws.max() < n
+    if n <= 1000:
+        observed = np.bincount(draws, minlength=n)
+        if n > 1:
+            assert stats.chisquare(observed).pvalue > ALPHA
+    else:
+        assert stats.kstest(draws / n, "uniform").pvalue > ALPHA
+
+
+def test_uniform_below_elementwise() -> None:
+    bounds = np.tile(np.array([1, 2, 5, 9]), N // 4)
+    draws = rng.uniform_below(bounds)
+    assert (draws < bounds).all() and (draws >= 0).all()
+    fives = draws[bounds == 5]
+    assert stats.chisquare(np.bincount(fives, minlength=5)).pvalue > ALPHA
+
+
+def test_random_bits_fair() -> None:
+    assert stats.binomtest(int(rng.random_bits(N).sum()), N, 0.5).pvalue > ALPHA
+
+
+def test_vectorized_speed() -> None:
+    """A million draws of each sampler in well under a second (generous bound for slow CI)."""
+    rng.discrete_laplace(Fraction(3), 10)
+    for fn, arg in (
+        (rng.discrete_laplace, Fraction(1000)),
+        (rng.discrete_gaussian, Fraction(10**6)),
+    ):
+        t0 = time.perf_counter()
+        fn(arg, 1_000_000)
+        assert time.perf_counter() - t0 < 3.0
+
+
+def test_rejects_bad_parameters() -> None:
+    with pytest.raises(ValueError):
+        rng.discrete_laplace(Fraction(0), 3)
+    with pytest.raises(ValueError):
+        rng.discrete_gaussian(Fraction(-1), 3)
+    with pytest.raises(ValueError):
+        rng.bernoulli_ratio(np.array([3]), 2)
