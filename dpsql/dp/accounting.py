@@ -1,42 +1,137 @@
-"""Privacy costs and their conversions, in exact arithmetic rounded against the analyst.
+"""Privacy costs, their composition and conversions, in exact arithmetic rounded against the analyst.
 
 A release costs pure epsilon (Laplace, partition-selection counts), delta (partition selection's
-chance of releasing a key owned by one unit) and/or rho (zero-concentrated DP for Gaussian noise,
-Bun & Steinke 2016). rho converts to (epsilon, delta) by
-``epsilon = rho + 2 sqrt(rho ln(1/delta))`` (their Proposition 1.3).
+chance of releasing a key owned by one unit) and/or rho (zero-concentrated DP for Gaussian noise).
+
+Composition (Bun & Steinke 2016, "Concentrated Differential Privacy: Simplifications, Extensions,
+and Lower Bounds"): an epsilon-DP mechanism is (xi = epsilon, rho = 0)-zCDP (Definition 1.1 with
+xi; Renyi divergences never exceed the max divergence, Lemma 8.3); a rho-zCDP one is (0, rho)-zCDP;
+an (epsilon, delta)-DP one is delta-approximately (epsilon, 0)-zCDP (Section 8, cf. Proposition
+1.13). Adaptive composition adds xi, rho and delta (Lemma 2.3, Lemma 8.2), so a sequence of releases costs the componentwise sum
+``Cost(sum epsilon, sum delta, sum rho)``. For any delta' in (0, 1) such a total is
+(epsilon + rho + 2 sqrt(rho ln(1/delta')), delta + delta')-DP (Lemma 3.5 / Proposition 1.3):
+many Gaussian releases cost about sqrt(k) rather than k times one release.
+
+Exactness: costs are :class:`fractions.Fraction`. The conversions involve logarithms and square roots;
+they are evaluated with 50 significant digits (:mod:`decimal` ``ln`` and ``sqrt`` are correctly
+rounded) and rounded to a grid of 1e-12 in the conservative direction: epsilons up, rhos down.
+
+>>> total = Cost(rho=Fraction(1, 100)) + Cost(rho=Fraction(1, 100))
+>>> total.rho
+Fraction(1, 50)
+>>> float(rho_to_epsilon(Fraction(1, 2), Fraction(1, 10**6)))  # doctest: +ELLIPSIS
+5.756...
 """
 
 from __future__ import annotations
 
-import math
+import decimal
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
-# Rational approximations of irrational values are rounded in the conservative direction.
+# Irrational values are rounded to this grid, in the conservative direction.
 _DENOM = 10**12
+# Running totals whose denominators grow beyond this are rounded up to it (spent never shrinks).
+_MAX_DENOM = 10**30
+_CTX = decimal.Context(prec=50, rounding=decimal.ROUND_HALF_EVEN)
+# Covers the rounding error of a few correctly rounded 50-digit operations, with a wide margin.
+_MARGIN = decimal.Decimal("1e-30")
 
 
-def _ceil_frac(x: float) -> Fraction:
-    return Fraction(math.ceil(x * _DENOM), _DENOM)
+def _ceil_grid(x: decimal.Decimal) -> Fraction:
+    """The smallest multiple of 1/_DENOM that is >= x + _MARGIN."""
+    n, d = _CTX.add(x, _MARGIN).as_integer_ratio()
+    return Fraction(-((-n * _DENOM) // d), _DENOM)
 
 
-def _floor_frac(x: float) -> Fraction:
-    return Fraction(math.floor(x * _DENOM), _DENOM)
+def _floor_grid(x: decimal.Decimal) -> Fraction:
+    """The largest multiple of 1/_DENOM that is <= x - _MARGIN (never below 0)."""
+    n, d = _CTX.subtract(x, _MARGIN).as_integer_ratio()
+    return max(Fraction(0), Fraction((n * _DENOM) // d, _DENOM))
+
+
+def _dec(x: Fraction) -> decimal.Decimal:
+    return _CTX.divide(decimal.Decimal(x.numerator), decimal.Decimal(x.denominator))
+
+
+def _ln_inverse(delta: Fraction) -> decimal.Decimal:
+    """ln(1/delta) = ln(q) - ln(p) for delta = p/q, from exact integers."""
+    return _CTX.subtract(
+        _CTX.ln(decimal.Decimal(delta.denominator)), _CTX.ln(decimal.Decimal(delta.numerator))
+    )
+
+
+def exact(value: Fraction | int | float | str) -> Fraction:
+    """A value as a Fraction; a float is read as the shortest decimal that it round-trips to.
+
+    A policy's ``epsilon: 0.1`` is parsed as the float 0.1000000000000000055...; the limit taken is
+    what the administrator wrote, 1/10 (``delta: 1e-6`` likewise gives exactly 1/10**6).
+
+    >>> exact(0.1)
+    Fraction(1, 10)
+    >>> exact("1/3")
+    Fraction(1, 3)
+    """
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"not a finite number: {value}")
+        return Fraction(repr(value))
+    return Fraction(value)
+
+
+def round_up(x: Fraction) -> Fraction:
+    """x itself, or when its denominator exceeds 1e30 the next multiple of 1e-30 above it."""
+    if x.denominator <= _MAX_DENOM:
+        return x
+    return Fraction(-((-x.numerator * _MAX_DENOM) // x.denominator), _MAX_DENOM)
 
 
 @dataclass(frozen=True)
 class Cost:
-    """What one release spends: pure epsilon, delta, and zCDP rho (added, not converted)."""
+    """What one release spends: pure epsilon, delta, and zCDP rho (added, never mixed).
+
+    >>> Cost(epsilon=Fraction(1, 2)) + Cost(delta=Fraction(1, 10**6), rho=Fraction(1, 8))
+    Cost(epsilon=Fraction(1, 2), delta=Fraction(1, 1000000), rho=Fraction(1, 8))
+    """
 
     epsilon: Fraction = Fraction(0)
     delta: Fraction = Fraction(0)
     rho: Fraction = Fraction(0)
 
+    def __post_init__(self) -> None:
+        for name in ("epsilon", "delta", "rho"):
+            v = getattr(self, name)
+            if not isinstance(v, Fraction):
+                object.__setattr__(self, name, exact(v))
+        if self.epsilon < 0 or self.rho < 0 or not 0 <= self.delta < 1:
+            raise ValueError(f"invalid privacy cost {self}: need epsilon, rho >= 0, 0 <= delta < 1")
+
     def __add__(self, other: Cost) -> Cost:
         return Cost(self.epsilon + other.epsilon, self.delta + other.delta, self.rho + other.rho)
 
+    def __sub__(self, other: Cost) -> Cost:
+        """Undo an earlier ``+`` (a refund). Never below zero."""
+        return Cost(
+            max(Fraction(0), self.epsilon - other.epsilon),
+            max(Fraction(0), self.delta - other.delta),
+            max(Fraction(0), self.rho - other.rho),
+        )
+
+    @property
+    def is_free(self) -> bool:
+        return self.epsilon == 0 and self.delta == 0 and self.rho == 0
+
+    def rounded_up(self) -> Cost:
+        """Bound the denominators of a running total (see :func:`round_up`)."""
+        return Cost(round_up(self.epsilon), round_up(self.delta), round_up(self.rho))
+
     def as_approx_dp(self, delta_for_rho: Fraction) -> tuple[Fraction, Fraction]:
-        """(epsilon, delta) of this cost, spending ``delta_for_rho`` to convert the rho part."""
+        """(epsilon, delta) of this cost, spending ``delta_for_rho`` to convert the rho part.
+
+        >>> Cost(epsilon=Fraction(1), rho=Fraction(0)).as_approx_dp(Fraction(1, 10**6))
+        (Fraction(1, 1), Fraction(0, 1))
+        """
         eps = self.epsilon
         delta = self.delta
         if self.rho > 0:
@@ -44,30 +139,115 @@ class Cost:
             delta += delta_for_rho
         return eps, delta
 
+    def epsilon_within(self, delta_budget: Fraction) -> Fraction | None:
+        """The epsilon of this total as an (epsilon, delta_budget)-DP guarantee; None if impossible.
+
+        The rho part is converted at all the delta left after the explicit delta, which gives the
+        smallest epsilon (the conversion holds for every delta' at once, so choosing it afterwards
+        is sound). None when the explicit delta alone exceeds ``delta_budget``, or when rho > 0 and
+        no delta is left to convert it.
+
+        >>> Cost(epsilon=Fraction(1)).epsilon_within(Fraction(0))
+        Fraction(1, 1)
+        >>> Cost(rho=Fraction(1, 2)).epsilon_within(Fraction(0)) is None
+        True
+        """
+        if self.delta > delta_budget:
+            return None
+        if self.rho == 0:
+            return self.epsilon
+        left = delta_budget - self.delta
+        if left <= 0:
+            return None
+        return self.epsilon + rho_to_epsilon(self.rho, left)
+
+    def fits(self, epsilon_budget: Fraction, delta_budget: Fraction) -> bool:
+        """Whether this total is (epsilon_budget, delta_budget)-DP by the conversion above."""
+        eps = self.epsilon_within(delta_budget)
+        return eps is not None and eps <= epsilon_budget
+
+
+ZERO = Cost()
+
+
+def sequential(costs: Iterable[Cost]) -> Cost:
+    """Adaptive sequential composition: the componentwise sum."""
+    total = ZERO
+    for c in costs:
+        total = total + c
+    return total
+
+
+def parallel(costs: Iterable[Cost]) -> Cost:
+    """Parallel composition over disjoint parts (each unit touches at most one): componentwise max.
+
+    Each component bounds the same divergence of the one part a unit can change, so the maximum of
+    each is a valid cost for the whole.
+
+    >>> parallel([Cost(epsilon=Fraction(1)), Cost(epsilon=Fraction(1, 2), rho=Fraction(1, 4))])
+    Cost(epsilon=Fraction(1, 1), delta=Fraction(0, 1), rho=Fraction(1, 4))
+    """
+    out = ZERO
+    for c in costs:
+        out = Cost(max(out.epsilon, c.epsilon), max(out.delta, c.delta), max(out.rho, c.rho))
+    return out
+
 
 def rho_to_epsilon(rho: Fraction, delta: Fraction) -> Fraction:
-    """epsilon with rho-zCDP => (epsilon, delta)-DP, rounded up.
+    """epsilon with rho-zCDP => (epsilon, delta)-DP: rho + 2 sqrt(rho ln(1/delta)), rounded up.
 
     >>> float(rho_to_epsilon(Fraction(1, 2), Fraction(1, 10**6)))  # doctest: +ELLIPSIS
     5.756...
     """
+    rho, delta = Fraction(rho), Fraction(delta)
     if rho <= 0:
         return Fraction(0)
     if not 0 < delta < 1:
         raise ValueError("delta must be in (0, 1) to convert zCDP")
-    return _ceil_frac(float(rho) + 2 * math.sqrt(float(rho) * math.log(1 / float(delta))) + 1e-12)
+    r = _dec(rho)
+    root = _CTX.sqrt(_CTX.multiply(r, _ln_inverse(delta)))
+    return _ceil_grid(_CTX.add(r, _CTX.multiply(2, root)))
 
 
 def epsilon_to_rho(epsilon: Fraction, delta: Fraction) -> Fraction:
     """The largest rho whose conversion at ``delta`` stays within ``epsilon``, rounded down.
 
     Solves rho + 2 sqrt(rho L) = epsilon with L = ln(1/delta): sqrt(rho) = sqrt(L + eps) - sqrt(L).
+
+    >>> rho = epsilon_to_rho(Fraction(1), Fraction(1, 10**6))
+    >>> rho_to_epsilon(rho, Fraction(1, 10**6)) <= 1
+    True
     """
+    epsilon, delta = Fraction(epsilon), Fraction(delta)
     if not 0 < delta < 1:
         raise ValueError("delta must be in (0, 1)")
-    L = math.log(1 / float(delta))
-    r = (math.sqrt(L + float(epsilon)) - math.sqrt(L)) ** 2
-    out = _floor_frac(r * (1 - 1e-9))
+    if epsilon <= 0:
+        return Fraction(0)
+    L = _ln_inverse(delta)
+    s = _CTX.subtract(_CTX.sqrt(_CTX.add(L, _dec(epsilon))), _CTX.sqrt(L))
+    out = _floor_grid(_CTX.multiply(s, s))
+    step = Fraction(1, _DENOM)
     while out > 0 and rho_to_epsilon(out, delta) > epsilon:
-        out = out * Fraction(999_999, 1_000_000)
+        out = max(Fraction(0), out - step)
+        step *= 2
     return out
+
+
+def pure_to_rho(epsilon: Fraction) -> Fraction:
+    """epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016, Proposition 1.4).
+
+    >>> pure_to_rho(Fraction(1))
+    Fraction(1, 2)
+    """
+    return Fraction(epsilon) ** 2 / 2
+
+
+def gaussian_rho(sensitivity: Fraction, sigma: Fraction) -> Fraction:
+    """rho of Gaussian noise of standard deviation ``sigma`` on L2 sensitivity: Δ² / (2 σ²).
+
+    >>> gaussian_rho(Fraction(1), Fraction(1))
+    Fraction(1, 2)
+    """
+    if sigma <= 0:
+        raise ValueError("sigma must be > 0")
+    return Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2)

@@ -176,6 +176,11 @@ class Policy(_Strict):
     public_tables: tuple[str, ...] = ()
     analysts: dict[str, Analyst] = Field(default_factory=dict)
     budget: Budget | None = Field(default=None, description="the dataset's global budget")
+    repeats: Literal["analyst", "global", "off"] = Field(
+        default="analyst",
+        description="free repeats of a stored noisy answer: to the analyst who paid for it, to "
+        "every analyst of the dataset (global), or never (off: every query is charged)",
+    )
 
     @field_validator("tables")
     @classmethod

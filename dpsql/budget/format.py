@@ -1,0 +1,55 @@
+"""Showing exact budget amounts: what is spent or needed rounded up, what remains rounded down.
+
+>>> fmt_up(Fraction(1, 3)), fmt_down(Fraction(1, 3)), fmt_up(Fraction(1, 10**6)), fmt_up(0)
+('0.333334', '0.333333', '0.000001', '0')
+>>> fmt_down(Fraction(1, 10**12))
+'1e-12'
+>>> dec_up(Fraction(2, 3))
+Decimal('0.666666666667')
+"""
+
+from __future__ import annotations
+
+import decimal
+from decimal import Decimal
+from fractions import Fraction
+
+_PLACES = Decimal(1).scaleb(-12)
+
+
+def _fmt(x: Fraction | int, rounding: str) -> str:
+    x = Fraction(x)
+    if x == 0:
+        return "0"
+    ctx = decimal.Context(prec=6, rounding=rounding)
+    d = ctx.divide(Decimal(x.numerator), Decimal(x.denominator)).normalize(ctx)
+    if -7 < d.adjusted() < 7:
+        return f"{d:f}"
+    return f"{d:e}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def fmt_up(x: Fraction | int) -> str:
+    """Six significant digits, rounded up (spent, needed)."""
+    return _fmt(x, decimal.ROUND_CEILING)
+
+
+def fmt_down(x: Fraction | int) -> str:
+    """Six significant digits, rounded down (remaining, limits)."""
+    return _fmt(x, decimal.ROUND_FLOOR)
+
+
+def _dec(x: Fraction | int, rounding: str) -> Decimal:
+    x = Fraction(x)
+    ctx = decimal.Context(prec=60, rounding=rounding)
+    d = ctx.divide(Decimal(x.numerator), Decimal(x.denominator))
+    return d.quantize(_PLACES, rounding=rounding, context=ctx).normalize(ctx)
+
+
+def dec_up(x: Fraction | int) -> Decimal:
+    """A numeric value with 12 decimal places, rounded up."""
+    return _dec(x, decimal.ROUND_CEILING)
+
+
+def dec_down(x: Fraction | int) -> Decimal:
+    """A numeric value with 12 decimal places, rounded down."""
+    return _dec(x, decimal.ROUND_FLOOR)

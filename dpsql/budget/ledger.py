@@ -1,0 +1,532 @@
+"""The privacy budget ledger: durable, transactional reservations, confirmations and free repeats.
+
+Protocol for one private query (the engine drives it)::
+
+    res = ledger.reserve(analyst, cost, fingerprint)   # before the query runs; may refuse (53400)
+    ...run the query, add noise...
+    ledger.commit(res, cache_key, payload)             # BEFORE any noisy row leaves dpsql
+    # or, only if it failed before any result was computed:
+    ledger.refund(res)
+
+``reserve`` locks the budget rows it charges (the analyst's and the dataset's, for the current
+period) with ``INSERT ... ON CONFLICT DO UPDATE`` (a row lock), always in the same order, checks
+that the new totals still fit, adds the cost and appends a ``reserved`` release, all in one
+transaction. Sessions and processes sharing the ledger therefore serialize on these rows and can
+never overspend. A reservation is spent from the moment it exists: if dpsql dies before ``commit``
+it stays counted; only an explicit ``refund`` gives it back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from fractions import Fraction
+from typing import Any, TypeVar
+
+import psycopg
+import psycopg_pool
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from dpsql.budget import schema as ledger_schema
+from dpsql.budget.format import fmt_down, fmt_up
+from dpsql.budget.periods import period_end, period_start
+from dpsql.dp.accounting import Cost, exact, rho_to_epsilon
+from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
+from dpsql.policy.model import Policy
+
+T = TypeVar("T")
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One budget that a release is charged to: an analyst's or the whole dataset's."""
+
+    kind: str  # "analyst" | "dataset"
+    name: str
+    epsilon: Fraction
+    delta: Fraction
+    period: str
+
+    @property
+    def label(self) -> str:
+        return f"analyst {self.name}" if self.kind == "analyst" else f"dataset {self.name}"
+
+
+@dataclass(frozen=True)
+class Charged:
+    """The budget row (and its reset generation) a reservation was charged to."""
+
+    kind: str
+    name: str
+    period_start: datetime
+    generation: int
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reserved release: spent until refunded."""
+
+    id: int
+    analyst: str
+    cost: Cost
+    fingerprint: str
+    charged: tuple[Charged, ...]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class BudgetRow:
+    """A budget row as stored: totals for one budget and period."""
+
+    spent: Cost
+    epsilon_granted: Fraction
+    delta_granted: Fraction
+    generation: int
+    releases: int
+
+    @classmethod
+    def parse(cls, row: tuple[Any, ...]) -> BudgetRow:
+        eps, delta, rho, geps, gdelta, generation, releases = row
+        return cls(
+            Cost(Fraction(eps), Fraction(delta), Fraction(rho)),
+            Fraction(geps),
+            Fraction(gdelta),
+            int(generation),
+            int(releases),
+        )
+
+
+def _unavailable(e: Exception) -> InternalError:
+    return InternalError(
+        "the privacy ledger is unavailable",
+        detail=type(e).__name__,
+        hint="the query was not answered; retry when the ledger database is reachable",
+        sqlstate="58000",
+    )
+
+
+class Ledger:
+    """The durable privacy budget of one dataset (``policy.dataset``), shared by processes."""
+
+    def __init__(self, pool: psycopg_pool.ConnectionPool, policy: Policy, schema: str) -> None:
+        self._pool = pool
+        self.policy = policy
+        self.schema = schema
+
+    @classmethod
+    def open(cls, dsn: str, policy: Policy, schema: str = "dpsql", *, pool_size: int = 8) -> Ledger:
+        """Connect, create or migrate the ledger schema, and return a ready ledger."""
+        if not _SCHEMA_NAME.match(schema):
+            raise InternalError(
+                f"invalid ledger schema name {schema!r}",
+                hint="use lower-case letters, digits and underscores",
+            )
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                ledger_schema.migrate(conn, schema)
+            pool = psycopg_pool.ConnectionPool(
+                dsn,
+                min_size=1,
+                max_size=pool_size,
+                kwargs={"autocommit": True},
+                configure=_configure,
+                open=True,
+            )
+        except psycopg.OperationalError as e:
+            raise _unavailable(e) from e
+        return cls(pool, policy, schema)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def dataset(self) -> str:
+        return self.policy.dataset
+
+    def q(self, text: str) -> sql.Composed:
+        """An internal statement with ``{s}`` bound to the ledger schema."""
+        return sql.SQL(text).format(s=sql.Identifier(self.schema))  # type: ignore[arg-type]
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled autocommit connection (reads, or explicit ``conn.transaction()``)."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except _RETRY:
+            raise
+        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
+            raise _unavailable(e) from e
+
+    def transact(self, fn: Callable[[psycopg.Connection], T], attempts: int = 5) -> T:
+        """Run ``fn(conn)`` in one transaction, retrying deadlocks and serialization failures."""
+        for attempt in range(attempts):
+            try:
+                with self.connection() as conn, conn.transaction():
+                    return fn(conn)
+            except _RETRY as e:
+                if attempt == attempts - 1:
+                    raise _unavailable(e) from e
+            except DpsqlError:
+                raise
+            except psycopg.Error as e:
+                raise InternalError(
+                    "the privacy ledger failed", detail=f"{type(e).__name__}: {e}"
+                ) from e
+        raise AssertionError("unreachable")
+
+    # --- policy ------------------------------------------------------------------------------
+
+    def limits(self, analyst: str) -> tuple[Limit, ...]:
+        """The budgets a release by ``analyst`` is charged to, in locking order."""
+        who = self.policy.analysts.get(analyst)
+        if who is None:
+            raise BudgetExhausted(
+                f"analyst {analyst!r} has no privacy budget in the policy",
+                hint=f"add analysts.{analyst}.budget to the policy",
+            )
+        out = [
+            Limit(
+                "analyst",
+                analyst,
+                exact(who.budget.epsilon),
+                exact(who.budget.delta),
+                who.budget.period,
+            )
+        ]
+        g = self.dataset_limit()
+        if g is not None:
+            out.append(g)
+        return tuple(sorted(out, key=lambda lim: (lim.kind, lim.name)))
+
+    def dataset_limit(self) -> Limit | None:
+        """The dataset's global budget (the sum over all analysts), if the policy sets one."""
+        g = self.policy.budget
+        if g is None:
+            return None
+        return Limit("dataset", self.dataset, exact(g.epsilon), exact(g.delta), g.period)
+
+    def max_epsilon(self, analyst: str) -> Fraction:
+        who = self.policy.analysts.get(analyst)
+        m = who.max_epsilon if who is not None and who.max_epsilon is not None else None
+        return exact(m if m is not None else self.policy.defaults.max_epsilon)
+
+    def default_delta(self, analyst: str) -> Fraction:
+        who = self.policy.analysts.get(analyst)
+        d = who.default_delta if who is not None and who.default_delta is not None else None
+        return exact(d if d is not None else self.policy.defaults.delta)
+
+    def query_epsilon(self, analyst: str, cost: Cost, delta_for_rho: Fraction | None) -> Fraction:
+        """The epsilon of one release on its own (its rho converted at ``delta_for_rho``)."""
+        if cost.rho == 0:
+            return cost.epsilon
+        d = self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
+        if not 0 < d < 1:
+            raise BudgetExhausted(
+                "a Gaussian (zCDP) release needs a delta > 0 to be accounted",
+                hint="SET dpsql.delta to a small value such as 1e-6, or use "
+                "SET dpsql.mechanism = laplace",
+            )
+        return cost.epsilon + rho_to_epsilon(cost.rho, d)
+
+    # --- the protocol ------------------------------------------------------------------------
+
+    def reserve(
+        self,
+        analyst: str,
+        cost: Cost,
+        fingerprint: str,
+        *,
+        delta_for_rho: Fraction | None = None,
+        mechanism: str = "",
+    ) -> Reservation:
+        """Atomically check every budget the release is charged to, and reserve its cost.
+
+        Args:
+            analyst: who asks (charged to their budget and to the dataset's).
+            cost: the release's total cost (already composed over its aggregates).
+            fingerprint: the query's canonical fingerprint (for history and audit).
+            delta_for_rho: the delta at which the query's rho was calibrated (display and the
+                per-query maximum); the analyst's default delta when None.
+            mechanism: a label for the audit log.
+
+        Raises:
+            BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
+        """
+        if not isinstance(cost, Cost):
+            raise InternalError(f"reserve() needs a Cost, got {type(cost).__name__}")
+        limits = self.limits(analyst)
+        qeps = self.query_epsilon(analyst, cost, delta_for_rho)
+        cap = self.max_epsilon(analyst)
+        if qeps > cap:
+            raise BudgetExhausted(
+                f"the query needs epsilon {fmt_up(qeps)}, more than the per-query maximum "
+                f"{fmt_down(cap)} for analyst {analyst}",
+                hint=f"SET dpsql.epsilon to at most {fmt_down(cap)}",
+            )
+        dfr = self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
+        return self.transact(
+            lambda conn: self._reserve(conn, analyst, cost, fingerprint, limits, dfr, mechanism)
+        )
+
+    def _reserve(
+        self,
+        conn: psycopg.Connection,
+        analyst: str,
+        cost: Cost,
+        fingerprint: str,
+        limits: tuple[Limit, ...],
+        delta_for_rho: Fraction,
+        mechanism: str,
+    ) -> Reservation:
+        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+        charged: list[Charged] = []
+        for lim in limits:
+            start = period_start(lim.period, now)
+            row = self.lock_budget(conn, lim.kind, lim.name, start)
+            total = (row.spent + cost).rounded_up()
+            eps_limit = lim.epsilon + row.epsilon_granted
+            delta_limit = lim.delta + row.delta_granted
+            if not total.fits(eps_limit, delta_limit):
+                raise self._exhausted(analyst, lim, row, cost, delta_for_rho, now)
+            conn.execute(
+                self.q(
+                    "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
+                    " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
+                    " AND name = %s AND period_start = %s"
+                ),
+                [*_cost_text(total), self.dataset, lim.kind, lim.name, start],
+            )
+            charged.append(Charged(lim.kind, lim.name, start, row.generation))
+        rid, created = conn.execute(
+            self.q(
+                "INSERT INTO {s}.release (dataset, analyst, fingerprint, mechanism, epsilon, delta,"
+                " rho, delta_for_rho, state, charged) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+                " 'reserved', %s) RETURNING id, created_at"
+            ),
+            [
+                self.dataset,
+                analyst,
+                fingerprint,
+                mechanism,
+                *_cost_text(cost),
+                _frac_text(delta_for_rho),
+                Jsonb(
+                    [[c.kind, c.name, c.period_start.isoformat(), c.generation] for c in charged]
+                ),
+            ],
+        ).fetchone()  # type: ignore[misc]
+        return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)
+
+    def lock_budget(
+        self, conn: psycopg.Connection, kind: str, name: str, start: datetime
+    ) -> BudgetRow:
+        """Create-or-lock one budget row (held until the transaction ends) and read it."""
+        row = conn.execute(
+            self.q(
+                "INSERT INTO {s}.budget AS b (dataset, kind, name, period_start)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (dataset, kind, name, period_start)"
+                " DO UPDATE SET updated_at = b.updated_at RETURNING epsilon_spent, delta_spent,"
+                " rho_spent, epsilon_granted, delta_granted, generation, releases"
+            ),
+            [self.dataset, kind, name, start],
+        ).fetchone()
+        assert row is not None
+        return BudgetRow.parse(row)
+
+    def _exhausted(
+        self,
+        analyst: str,
+        lim: Limit,
+        row: BudgetRow,
+        cost: Cost,
+        delta_for_rho: Fraction,
+        now: datetime,
+    ) -> BudgetExhausted:
+        eps_limit = lim.epsilon + row.epsilon_granted
+        delta_limit = lim.delta + row.delta_granted
+        spent_eps = row.spent.epsilon_within(delta_limit)
+        left_eps = max(Fraction(0), eps_limit - spent_eps) if spent_eps is not None else Fraction(0)
+        left_delta = max(Fraction(0), delta_limit - row.spent.delta)
+        need_eps, need_delta = (
+            cost.as_approx_dp(delta_for_rho)
+            if cost.rho
+            else (
+                cost.epsilon,
+                cost.delta,
+            )
+        )
+        end = period_end(lim.period, now)
+        when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
+        who = "you have" if lim.kind == "analyst" else f"the {lim.label} has"
+        return BudgetExhausted(
+            f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} and delta "
+            f"{fmt_down(left_delta)} left{when}; the query needs epsilon {fmt_up(need_eps)} and "
+            f"delta {fmt_up(need_delta)}",
+            detail=f"{lim.label} ({analyst} asked): limit epsilon {fmt_down(eps_limit)}, delta "
+            f"{fmt_down(delta_limit)} per {lim.period if lim.period != 'none' else 'lifetime'};"
+            f" spent epsilon {fmt_up(spent_eps or 0)}, delta {fmt_up(row.spent.delta)}, rho "
+            f"{fmt_up(row.spent.rho)}",
+            hint="lower SET dpsql.epsilon, repeat an earlier query (repeats are free), "
+            + (f"wait for the budget to renew at {end:%Y-%m-%d %H:%M} UTC, " if end else "")
+            + "or ask the administrator for a grant (dpsql budget grant)",
+        )
+
+    def commit(
+        self, res: Reservation, cache_key: str | None = None, payload: bytes | None = None
+    ) -> bytes | None:
+        """Confirm the spend and store the noisy answer for free repeats, in one transaction.
+
+        Call it BEFORE any noisy row leaves dpsql. Returns None, or, when a concurrent identical
+        query stored its answer first, that stored payload (return it instead, so repeats agree).
+        """
+
+        def run(conn: psycopg.Connection) -> bytes | None:
+            done = conn.execute(
+                self.q(
+                    "UPDATE {s}.release SET state = 'committed', settled_at = clock_timestamp()"
+                    " WHERE id = %s AND state = 'reserved' RETURNING id"
+                ),
+                [res.id],
+            ).fetchone()
+            if done is None:
+                raise InternalError(f"reservation {res.id} is not open (committed or refunded)")
+            if cache_key is None or payload is None or self.policy.repeats == "off":
+                return None
+            key = [self.dataset, self._repeat_scope(res.analyst), cache_key]
+            stored = conn.execute(
+                self.q(
+                    "INSERT INTO {s}.answer (dataset, scope, cache_key, payload, release_id)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING release_id"
+                ),
+                [*key, payload, res.id],
+            ).fetchone()
+            if stored is not None:
+                return None
+            prev = conn.execute(
+                self.q(
+                    "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s"
+                    " AND cache_key = %s"
+                ),
+                key,
+            ).fetchone()
+            return bytes(prev[0]) if prev is not None else None
+
+        return self.transact(run)
+
+    def refund(self, res: Reservation) -> None:
+        """Give a reservation back: only when the query failed before any result was computed."""
+
+        def run(conn: psycopg.Connection) -> None:
+            done = conn.execute(
+                self.q(
+                    "UPDATE {s}.release SET state = 'refunded', settled_at = clock_timestamp()"
+                    " WHERE id = %s AND state = 'reserved' RETURNING id"
+                ),
+                [res.id],
+            ).fetchone()
+            if done is None:
+                raise InternalError(f"reservation {res.id} is not open (committed or refunded)")
+            for c in res.charged:
+                row = self.lock_budget(conn, c.kind, c.name, c.period_start)
+                if row.generation != c.generation:
+                    continue  # reset since: the spend it was part of is gone already
+                left = (row.spent - res.cost).rounded_up()
+                conn.execute(
+                    self.q(
+                        "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s,"
+                        " rho_spent = %s, releases = greatest(releases - 1, 0),"
+                        " updated_at = now() WHERE dataset = %s AND kind = %s AND name = %s"
+                        " AND period_start = %s"
+                    ),
+                    [*_cost_text(left), self.dataset, c.kind, c.name, c.period_start],
+                )
+
+        self.transact(run)
+
+    def lookup(self, analyst: str, cache_key: str) -> bytes | None:
+        """A stored noisy answer for this key, free; the repeat is recorded in the history."""
+        if self.policy.repeats == "off":
+            return None
+
+        def run(conn: psycopg.Connection) -> bytes | None:
+            got = conn.execute(
+                self.q(
+                    "SELECT a.payload, r.fingerprint FROM {s}.answer a JOIN {s}.release r"
+                    " ON r.id = a.release_id WHERE a.dataset = %s AND a.scope = %s"
+                    " AND a.cache_key = %s"
+                ),
+                [self.dataset, self._repeat_scope(analyst), cache_key],
+            ).fetchone()
+            if got is None:
+                return None
+            conn.execute(
+                self.q(
+                    "INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
+                    " state) VALUES (%s, %s, %s, '0', '0', '0', 'repeat')"
+                ),
+                [self.dataset, analyst, got[1]],
+            )
+            return bytes(got[0])
+
+        return self.transact(run)
+
+    def _repeat_scope(self, analyst: str) -> str:
+        return "*" if self.policy.repeats == "global" else analyst
+
+    # --- views and admin (see dpsql.budget.views) --------------------------------------------
+
+    def remaining(self, analyst: str) -> list[Any]:
+        """Rows for ``SHOW dpsql.budget`` / ``SELECT * FROM dpsql.budget`` (see views)."""
+        from dpsql.budget import views
+
+        return views.remaining(self, analyst)
+
+    def history(self, analyst: str, limit: int = 1000) -> list[Any]:
+        """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""
+        from dpsql.budget import views
+
+        return views.history(self, analyst, limit)
+
+    def grant(
+        self, actor: str, analyst: str | None, epsilon: Fraction, delta: Fraction, reason: str = ""
+    ) -> None:
+        """Add to a budget for its current period (``analyst`` None: the dataset's)."""
+        from dpsql.budget import admin
+
+        admin.grant(self, actor, analyst, epsilon, delta, reason)
+
+    def reset(self, actor: str, analyst: str | None, reason: str = "") -> None:
+        """Zero what a budget has spent in its current period (audited; releases stay)."""
+        from dpsql.budget import admin
+
+        admin.reset(self, actor, analyst, reason)
+
+
+def _configure(conn: psycopg.Connection) -> None:
+    conn.execute("SET statement_timeout = '30s'")
+    conn.execute("SET lock_timeout = '20s'")
+    conn.execute("SET idle_in_transaction_session_timeout = '60s'")
+
+
+def _frac_text(x: Fraction) -> str:
+    return f"{x.numerator}/{x.denominator}"
+
+
+def _cost_text(c: Cost) -> list[str]:
+    return [_frac_text(c.epsilon), _frac_text(c.delta), _frac_text(c.rho)]
+
+
+__all__ = ["BudgetExhausted", "DpsqlError", "Ledger", "Limit", "Reservation"]

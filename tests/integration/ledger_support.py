@@ -1,0 +1,64 @@
+"""Shared helpers for the ledger tests: policies, and the ledger's own consistency check."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+
+from dpsql.dp.accounting import Cost
+from dpsql.policy.model import Analyst, Budget, Policy
+
+
+def policy(
+    analysts: dict[str, dict[str, Any]] | None = None,
+    dataset_budget: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Policy:
+    """A policy with these analysts' budgets (``{"alice": {"epsilon": 1}}``)."""
+    analysts = analysts if analysts is not None else {"alice": {"epsilon": 1.0, "delta": 1e-6}}
+    return Policy(
+        dataset="testdata",
+        analysts={
+            name: Analyst(
+                budget=Budget(
+                    **{k: v for k, v in b.items() if k in ("epsilon", "delta", "period")}
+                ),
+                max_epsilon=b.get("max_epsilon"),
+            )
+            for name, b in analysts.items()
+        },
+        budget=Budget(**dataset_budget) if dataset_budget else None,
+        **kw,
+    )
+
+
+def totals(dsn: str, schema: str = "dpsql") -> dict[tuple[str, str], Cost]:
+    """The running totals stored in the budget rows, by (kind, name)."""
+    out = {}
+    with psycopg.connect(dsn) as conn:
+        for kind, name, e, d, r in conn.execute(
+            f"SELECT kind, name, epsilon_spent, delta_spent, rho_spent FROM {schema}.budget"
+        ):
+            out[(kind, name)] = Cost(Fraction(e), Fraction(d), Fraction(r))
+    return out
+
+
+def release_sums(dsn: str, schema: str = "dpsql") -> dict[str, Cost]:
+    """The sum of every release not refunded (reserved counts), by analyst, recomputed from the log."""
+    out: dict[str, Cost] = {}
+    with psycopg.connect(dsn) as conn:
+        for analyst, e, d, r in conn.execute(
+            f"SELECT analyst, epsilon, delta, rho FROM {schema}.release"
+            " WHERE state IN ('reserved', 'committed')"
+        ):
+            out[analyst] = out.get(analyst, Cost()) + Cost(Fraction(e), Fraction(d), Fraction(r))
+    return out
+
+
+def states(dsn: str, schema: str = "dpsql") -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return dict(
+            conn.execute(f"SELECT state, count(*) FROM {schema}.release GROUP BY state").fetchall()
+        )

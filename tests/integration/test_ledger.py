@@ -1,0 +1,246 @@
+"""The ledger on a real PostgreSQL: reserve / commit / refund, limits, periods, repeats, views."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+
+import psycopg
+import pytest
+
+from dpsql.budget import schema as ledger_schema
+from dpsql.budget.ledger import Ledger
+from dpsql.dp.accounting import Cost, epsilon_to_rho, rho_to_epsilon
+from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
+from tests.integration.ledger_support import policy, release_sums, states, totals
+
+E = Fraction
+MICRO = Fraction(1, 10**6)
+
+
+@pytest.fixture
+def dsn(make_db: Callable[[str], str]) -> str:
+    return make_db("ledger")
+
+
+@pytest.fixture
+def ledger(dsn: str) -> Iterator[Ledger]:
+    with Ledger.open(dsn, policy(dataset_budget={"epsilon": 3.0, "delta": 1e-5})) as lg:
+        yield lg
+
+
+def test_open_creates_versioned_schema_and_is_idempotent(dsn: str) -> None:
+    pol = policy()
+    Ledger.open(dsn, pol).close()
+    Ledger.open(dsn, pol).close()
+    with psycopg.connect(dsn) as conn:
+        assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION
+        versions = conn.execute("SELECT version FROM dpsql.schema_version").fetchall()
+    assert versions == [(v + 1,) for v in range(ledger_schema.VERSION)]
+
+
+def test_newer_schema_version_is_refused(dsn: str) -> None:
+    Ledger.open(dsn, policy()).close()
+    with psycopg.connect(dsn) as conn:
+        conn.execute("INSERT INTO dpsql.schema_version (version) VALUES (999)")
+    with pytest.raises(InternalError, match="newer than this dpsql"):
+        Ledger.open(dsn, policy())
+
+
+def test_other_schema_name(dsn: str) -> None:
+    with Ledger.open(dsn, policy(), schema="ledger_two") as lg:
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 4)), "fp"))
+    assert totals(dsn, "ledger_two")[("analyst", "alice")].epsilon == E(1, 4)
+    with pytest.raises(InternalError, match="schema name"):
+        Ledger.open(dsn, policy(), schema='x"; drop')
+
+
+def test_reserve_commit_and_exhaustion_message(ledger: Ledger, dsn: str) -> None:
+    for _ in range(3):
+        ledger.commit(ledger.reserve("alice", Cost(epsilon=E(3, 10)), "q1"))
+    with pytest.raises(BudgetExhausted) as info:
+        ledger.reserve("alice", Cost(epsilon=E(2, 10)), "q2")
+    err = info.value
+    assert err.sqlstate == "53400"
+    assert "epsilon 0.1 and delta 0.000001 left" in err.message
+    assert "the query needs epsilon 0.2" in err.message
+    assert err.hint and "grant" in err.hint
+    # exactly the rest still fits (exact fractions: 3 * 3/10 + 1/10 == 1)
+    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q3"))
+    assert totals(dsn)[("analyst", "alice")] == Cost(epsilon=E(1))
+    assert totals(dsn)[("dataset", "testdata")] == Cost(epsilon=E(1))
+
+
+def test_dataset_budget_binds_across_analysts(dsn: str) -> None:
+    pol = policy({"a": {"epsilon": 2.0}, "b": {"epsilon": 2.0}}, dataset_budget={"epsilon": 3.0})
+    with Ledger.open(dsn, pol) as lg:
+        lg.commit(lg.reserve("a", Cost(epsilon=E(2)), "x"))
+        with pytest.raises(BudgetExhausted, match="dataset testdata has epsilon 1 "):
+            lg.reserve("b", Cost(epsilon=E(3, 2)), "x")
+        lg.commit(lg.reserve("b", Cost(epsilon=E(1)), "x"))
+        assert totals(dsn)[("dataset", "testdata")].epsilon == 3
+
+
+def test_unknown_analyst_and_per_query_maximum(dsn: str) -> None:
+    pol = policy({"alice": {"epsilon": 10.0, "delta": 1e-5, "max_epsilon": 1.0}})
+    with Ledger.open(dsn, pol) as lg:
+        with pytest.raises(BudgetExhausted, match="no privacy budget"):
+            lg.reserve("mallory", Cost(epsilon=E(1, 10)), "x")
+        with pytest.raises(BudgetExhausted, match="per-query maximum 1"):
+            lg.reserve("alice", Cost(epsilon=E(11, 10)), "x")
+        rho = epsilon_to_rho(E(1), MICRO)
+        lg.commit(lg.reserve("alice", Cost(rho=rho), "x", delta_for_rho=MICRO))
+        with pytest.raises(BudgetExhausted, match="per-query maximum"):
+            lg.reserve("alice", Cost(rho=rho * 2), "x", delta_for_rho=MICRO)
+
+
+def test_refund_restores_and_only_once(ledger: Ledger, dsn: str) -> None:
+    res = ledger.reserve("alice", Cost(epsilon=E(1, 2), delta=MICRO / 2), "q")
+    assert totals(dsn)[("analyst", "alice")].epsilon == E(1, 2)
+    ledger.refund(res)
+    assert totals(dsn)[("analyst", "alice")] == Cost()
+    with pytest.raises(InternalError, match="not open"):
+        ledger.refund(res)
+    with pytest.raises(InternalError, match="not open"):
+        ledger.commit(res)
+    done = ledger.reserve("alice", Cost(epsilon=E(1, 2)), "q")
+    ledger.commit(done)
+    with pytest.raises(InternalError, match="not open"):
+        ledger.refund(done)
+    assert states(dsn) == {"refunded": 1, "committed": 1}
+
+
+def test_unconfirmed_reservation_stays_spent(dsn: str) -> None:
+    pol = policy()
+    with Ledger.open(dsn, pol) as lg:
+        lg.reserve("alice", Cost(epsilon=E(9, 10)), "lost")  # never committed nor refunded
+    with Ledger.open(dsn, pol) as lg:  # "after a restart"
+        with pytest.raises(BudgetExhausted):
+            lg.reserve("alice", Cost(epsilon=E(2, 10)), "next")
+        assert [h.state for h in lg.history("alice")] == ["reserved"]
+
+
+def test_gaussian_releases_compose_in_zcdp(dsn: str) -> None:
+    """Ten Gaussian releases of (1, 1e-6) each fit a budget of (7, 1e-5), not 10."""
+    pol = policy({"alice": {"epsilon": 7.0, "delta": 1e-5, "max_epsilon": 2.0}})
+    rho = epsilon_to_rho(E(1), MICRO)
+    with Ledger.open(dsn, pol) as lg:
+        for _ in range(10):
+            lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
+        total = totals(dsn)[("analyst", "alice")]
+        assert total.rho == 10 * rho
+        assert total.epsilon_within(E(1, 10**5)) == rho_to_epsilon(10 * rho, E(1, 10**5))
+        assert rho_to_epsilon(10 * rho, E(1, 10**5)) < 7
+        [status] = lg.remaining("alice")
+        assert status.epsilon_spent + status.epsilon_remaining == 7
+        assert float(status.rho_spent) == pytest.approx(float(10 * rho), abs=1e-12)
+
+
+def test_gaussian_needs_delta_in_the_budget(dsn: str) -> None:
+    pol = policy({"alice": {"epsilon": 5.0, "delta": 0.0}})
+    with Ledger.open(dsn, pol) as lg, pytest.raises(BudgetExhausted):
+        lg.reserve("alice", Cost(rho=E(1, 100)), "g", delta_for_rho=MICRO)
+
+
+def test_partition_selection_delta_adds(dsn: str) -> None:
+    pol = policy({"alice": {"epsilon": 100.0, "delta": 1e-6, "max_epsilon": 100.0}})
+    with Ledger.open(dsn, pol) as lg:
+        for _ in range(4):
+            lg.commit(lg.reserve("alice", Cost(epsilon=E(1), delta=MICRO / 4), "p"))
+        with pytest.raises(BudgetExhausted, match="delta 0 left"):
+            lg.reserve("alice", Cost(epsilon=E(1), delta=MICRO / 4), "p")
+
+
+def test_periods_renew(dsn: str) -> None:
+    pol = policy({"alice": {"epsilon": 1.0, "period": "day"}})
+    with Ledger.open(dsn, pol) as lg:
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1)), "d"))
+        with pytest.raises(BudgetExhausted, match="until .* UTC"):
+            lg.reserve("alice", Cost(epsilon=E(1, 10)), "d")
+        # move today's spending to yesterday: the new day starts afresh
+        with psycopg.connect(dsn) as conn:
+            conn.execute("UPDATE dpsql.budget SET period_start = period_start - interval '1 day'")
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1)), "d"))
+        [status] = lg.remaining("alice")
+        assert status.period == "day" and status.period_end is not None
+
+
+def test_repeats_per_analyst_and_global(dsn: str, make_db: Callable[[str], str]) -> None:
+    two = {"a": {"epsilon": 1.0}, "b": {"epsilon": 1.0}}
+    with Ledger.open(dsn, policy(two)) as lg:
+        res = lg.reserve("a", Cost(epsilon=E(1, 2)), "fp1")
+        assert lg.commit(res, "key1", b"answer-1") is None
+        assert lg.lookup("a", "key1") == b"answer-1"
+        assert lg.lookup("b", "key1") is None  # per analyst by default
+        assert lg.lookup("a", "other") is None
+        hist = lg.history("a")
+        assert [(h.state, h.cached, h.fingerprint) for h in hist] == [
+            ("repeat", True, "fp1"),
+            ("committed", False, "fp1"),
+        ]
+        assert hist[0].epsilon == 0
+    other = make_db("ledger")
+    with Ledger.open(other, policy(two, repeats="global")) as lg:
+        lg.commit(lg.reserve("a", Cost(epsilon=E(1, 2)), "fp1"), "key1", b"answer-1")
+        assert lg.lookup("b", "key1") == b"answer-1"
+        # a concurrent identical query committed second gets the stored answer back
+        assert lg.commit(lg.reserve("b", Cost(epsilon=E(1, 2)), "fp1"), "key1", b"x") == b"answer-1"
+    third = make_db("ledger")
+    with Ledger.open(third, policy(two, repeats="off")) as lg:
+        lg.commit(lg.reserve("a", Cost(epsilon=E(1, 2)), "fp1"), "key1", b"answer-1")
+        assert lg.lookup("a", "key1") is None
+
+
+def test_repeat_store_survives_restart(dsn: str) -> None:
+    with Ledger.open(dsn, policy()) as lg:
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 2)), "fp"), "k", b"\x00\x01payload")
+    with Ledger.open(dsn, policy()) as lg:
+        assert lg.lookup("alice", "k") == b"\x00\x01payload"
+
+
+def test_release_log_is_append_only(ledger: Ledger, dsn: str) -> None:
+    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q"))
+    bad = [
+        "DELETE FROM dpsql.release",
+        "TRUNCATE dpsql.release CASCADE",
+        "UPDATE dpsql.release SET epsilon = '0'",
+        "UPDATE dpsql.release SET state = 'reserved'",
+        "UPDATE dpsql.release SET state = 'refunded'",
+    ]
+    for stmt in bad:
+        with psycopg.connect(dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute(stmt)
+
+
+def test_views(ledger: Ledger) -> None:
+    from dpsql.budget import views
+
+    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 3)), "q"))
+    rows = ledger.remaining("alice")
+    assert [r.budget for r in rows] == ["analyst", "dataset"]
+    alice = rows[0]
+    assert float(alice.epsilon_spent) == pytest.approx(1 / 3)
+    assert alice.epsilon_spent >= E(1, 3)
+    assert alice.epsilon_remaining <= E(2, 3)
+    res = views.budget_result(ledger, "alice")
+    assert res.command_tag == "SELECT 2"
+    assert [c.name for c in res.columns][:3] == ["budget", "name", "period"]
+    assert len(res.rows[0]) == len(res.columns)
+    hist = views.history_result(ledger, "alice")
+    assert hist.rows[0][2] == "q"
+    text = views.show_budget(ledger, "alice")
+    assert text.startswith("analyst alice: epsilon 0.666666 of 1")
+    assert "dataset testdata: epsilon 2.66666 of 3" in text
+
+
+def test_ledger_unavailable_is_a_dpsql_error(dsn: str) -> None:
+    with pytest.raises(DpsqlError) as info:
+        Ledger.open(dsn.replace("dbname=", "dbname=nosuchdb_"), policy())
+    assert info.value.sqlstate == "58000"
+
+
+def test_totals_match_log(ledger: Ledger, dsn: str) -> None:
+    for i in range(5):
+        res = ledger.reserve("alice", Cost(epsilon=E(1, 7), delta=MICRO / 9), f"q{i}")
+        (ledger.refund if i % 2 else ledger.commit)(res)
+    assert totals(dsn)[("analyst", "alice")] == release_sums(dsn)["alice"]
