@@ -1,0 +1,317 @@
+"""The canonical form of a query, so that trivially different spellings share one stored answer.
+
+Repeats are free only when the canonical form, the parameters, epsilon, delta and mechanism all
+match (:func:`cache_key`). Merging two queries that mean different things would return a wrong
+(though already paid-for) answer, so every normalization here is meaning-preserving in
+PostgreSQL, and is skipped when it might not be:
+
+- comments and whitespace (the form is the parse tree, not the text);
+- identifier case: unquoted names fold to lower case, then quoting is irrelevant;
+- parentheses: the tree already encodes grouping, so ``Paren`` nodes are dropped;
+- ``AND TRUE`` / ``AND 1 = 1`` and ``OR FALSE`` / ``OR 1 = 0`` are dropped (3-valued logic keeps
+  ``x AND TRUE = x``), ``WHERE TRUE`` disappears, duplicate conjuncts collapse;
+- order of commutative predicates: AND / OR operands are flattened and sorted; ``=``, ``<>`` and
+  ``IS NOT DISTINCT FROM`` operands are sorted; ``1 < a`` becomes ``a > 1``; IN lists are sorted;
+- table aliases are renamed ``_t1, _t2, ...`` (skipped when an alias name is used as anything but an
+  alias or a column qualifier);
+- output column aliases of the outermost SELECT are renamed ``_c1, ...`` (skipped when GROUP BY
+  mentions one). Output names are therefore NOT part of the key: a stored answer holds values,
+  and the column names come from the statement being answered.
+
+The key is a hash of a structural serialization of the normalized tree (unambiguous, unlike SQL
+text regenerated without the dropped parentheses).
+
+>>> fingerprint("SELECT count(*) FROM people p WHERE (p.age > 30) AND 1=1") == fingerprint(
+...     "select COUNT(*) from People AS x where 30 < x.age -- adults")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from dpsql.dp.accounting import exact
+from dpsql.errors import SqlSyntaxError
+
+VERSION = 1
+_FRESH = re.compile(r"^_[tc]\d+$")
+_FLIP: dict[type[exp.Expression], type[exp.Expression]] = {
+    exp.GT: exp.LT,
+    exp.LT: exp.GT,
+    exp.GTE: exp.LTE,
+    exp.LTE: exp.GTE,
+}
+_SYMMETRIC = (exp.EQ, exp.NEQ, exp.NullSafeEQ)
+
+
+@dataclass(frozen=True)
+class Canonical:
+    """A normalized statement: its tree (a private copy), its serialization and digest."""
+
+    tree: exp.Expression
+    form: str
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.form.encode()).hexdigest()
+
+    @property
+    def sql(self) -> str:
+        """Readable SQL of the normalized tree, every nested operation parenthesized."""
+        shown = self.tree.copy()
+        for node in list(shown.walk()):
+            if isinstance(node, exp.Binary | exp.Not | exp.Neg) and isinstance(
+                node.parent, exp.Binary | exp.Not | exp.Neg
+            ):
+                node.replace(exp.Paren(this=node.copy()))
+        return shown.sql(dialect="postgres")
+
+
+def canonical(statement: str | exp.Expression) -> Canonical:
+    """Normalize one statement (text or a tree, which is copied, never mutated)."""
+    if isinstance(statement, str):
+        try:
+            tree = sqlglot.parse_one(statement, read="postgres")
+        except ParseError as e:
+            raise SqlSyntaxError(f"syntax error: {e}", hint="check the statement") from e
+    else:
+        tree = statement.copy()
+    for node in tree.walk():
+        node.comments = None
+    tree = normalize_identifiers(tree, dialect="postgres")
+    for paren in list(tree.find_all(exp.Paren)):
+        paren.replace(paren.this)
+    rename_aliases(tree)
+    rename_outputs(tree)
+    tree = _bottom_up(tree)
+    where = tree.args.get("where")
+    if isinstance(where, exp.Where) and _is_true(where.this):
+        where.pop()
+    return Canonical(tree, serialize(tree))
+
+
+def fingerprint(statement: str | exp.Expression) -> str:
+    """A short, stable identifier of the query's canonical form (for history and audit)."""
+    return canonical(statement).digest[:16]
+
+
+def cache_key(
+    statement: str | exp.Expression | Canonical,
+    params: Sequence[Any] = (),
+    epsilon: Fraction | float | int | str = 0,
+    delta: Fraction | float | int | str = 0,
+    mechanism: str = "",
+    *,
+    extra: str = "",
+) -> str:
+    """The repeat-cache key: canonical form + parameters + epsilon + delta + mechanism (+ extra).
+
+    Pass the effective epsilon and delta (after defaults); ``extra`` can carry anything else the
+    answer depends on (e.g. a digest of the policy's bounds).
+    """
+    form = statement if isinstance(statement, Canonical) else canonical(statement)
+    e, d = exact(epsilon), exact(delta)
+    blob = json.dumps(
+        {
+            "v": VERSION,
+            "q": form.form,
+            "p": [_param(p) for p in params],
+            "e": f"{e.numerator}/{e.denominator}",
+            "d": f"{d.numerator}/{d.denominator}",
+            "m": mechanism,
+            "x": extra,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _param(v: Any) -> list[str]:
+    if v is None:
+        return ["null", ""]
+    if isinstance(v, bool):
+        return ["bool", str(v)]
+    if isinstance(v, bytes | bytearray | memoryview):
+        return ["bytea", bytes(v).hex()]
+    if isinstance(v, datetime | date | time):
+        return [type(v).__name__, v.isoformat()]
+    if isinstance(v, int | float | Decimal | Fraction | str | timedelta):
+        return [type(v).__name__, repr(v)]
+    return [type(v).__qualname__, repr(v)]
+
+
+def serialize(node: Any) -> str:
+    """An unambiguous text of a tree: class names and every argument but ``quoted``."""
+    if isinstance(node, exp.Expression):
+        parts = [
+            f"{k}={serialize(v)}"
+            for k, v in sorted(node.args.items())
+            if k != "quoted" and v is not None and v != []
+        ]
+        return f"{type(node).__name__}({','.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ",".join(serialize(x) for x in node) + "]"
+    return json.dumps(node) if isinstance(node, str) else repr(node)
+
+
+# --- aliases -----------------------------------------------------------------------------------
+
+
+def rename_aliases(tree: exp.Expression) -> None:
+    """Rename table/subquery aliases to ``_t1, _t2, ...`` in order of definition, when safe.
+
+    Safe means each alias name occurs only as an alias definition or a column qualifier, and no
+    name already looks like a canonical one, so the renaming is a bijection to fresh names and
+    every qualifier still resolves to the same FROM item.
+    """
+    defs = [
+        a.this
+        for a in tree.find_all(exp.TableAlias)
+        if isinstance(a.parent, exp.Table | exp.Subquery) and isinstance(a.this, exp.Identifier)
+    ]
+    names = list(dict.fromkeys(i.name for i in defs))
+    if not names:
+        return
+    targets: list[exp.Identifier] = []
+    for ident in tree.find_all(exp.Identifier):
+        if _FRESH.match(ident.name):
+            return
+        if ident.name not in names:
+            continue
+        parent, key = ident.parent, ident.arg_key
+        alias_def = isinstance(parent, exp.TableAlias) and key == "this"
+        alias_def = alias_def and isinstance(parent.parent, exp.Table | exp.Subquery)
+        qualifier = isinstance(parent, exp.Column) and key == "table"
+        if not (alias_def or qualifier):
+            return
+        targets.append(ident)
+    mapping = {n: f"_t{i + 1}" for i, n in enumerate(names)}
+    for ident in targets:
+        ident.set("this", mapping[ident.name])
+
+
+def rename_outputs(tree: exp.Expression) -> None:
+    """Rename the outermost SELECT's output aliases to ``_c<position>`` (ORDER BY follows)."""
+    if not isinstance(tree, exp.Select):
+        return
+    aliases = {
+        a.alias: f"_c{i + 1}" for i, a in enumerate(tree.expressions) if isinstance(a, exp.Alias)
+    }
+    if (
+        not aliases
+        or any(_FRESH.match(n) for n in aliases)
+        or len(aliases) != len([a for a in tree.expressions if isinstance(a, exp.Alias)])
+    ):
+        return
+    distinct = tree.args.get("distinct")
+    if distinct is not None and distinct.args.get("on") is not None:
+        return  # DISTINCT ON (n) resolves names like ORDER BY: leave it
+    group = tree.args.get("group")
+    if group is not None and any(
+        c.name in aliases for c in group.find_all(exp.Column) if not c.table
+    ):
+        return  # GROUP BY n may mean an input column or the output alias: leave it
+    for a in tree.expressions:
+        if isinstance(a, exp.Alias):
+            a.set("alias", exp.to_identifier(aliases[a.alias]))
+    order = tree.args.get("order")
+    if order is not None:
+        for o in order.expressions:
+            col = o.this
+            if isinstance(col, exp.Column) and not col.table and col.name in aliases:
+                o.set("this", exp.column(aliases[col.name]))
+
+
+# --- predicates --------------------------------------------------------------------------------
+
+
+def _literal_value(node: exp.Expression) -> tuple[bool, str | Decimal] | None:
+    if not isinstance(node, exp.Literal):
+        return None
+    if node.is_string:
+        return True, node.this
+    try:
+        return False, Decimal(node.this)
+    except InvalidOperation:
+        return None
+
+
+def _is_true(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.EQ):
+        a, b = _literal_value(node.this), _literal_value(node.expression)
+        return a is not None and a == b
+    return False
+
+
+def _is_false(node: exp.Expression) -> bool:
+    if isinstance(node, exp.Boolean):
+        return not node.this
+    if isinstance(node, exp.EQ):
+        a, b = _literal_value(node.this), _literal_value(node.expression)
+        return a is not None and b is not None and not a[0] and not b[0] and a[1] != b[1]
+    return False
+
+
+def _flatten(node: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expression]:
+    if isinstance(node, kind):
+        return _flatten(node.this, kind) + _flatten(node.expression, kind)
+    return [node]
+
+
+def _bottom_up(tree: exp.Expression) -> exp.Expression:
+    """Apply :func:`_normalize_node` to every node, children before their parents."""
+    for node in reversed(list(tree.dfs())):
+        new = _normalize_node(node)
+        if new is not node:
+            if node is tree:
+                tree = new
+            else:
+                node.replace(new)
+    return tree
+
+
+def _normalize_node(node: exp.Expression) -> exp.Expression:
+    """Applied bottom-up: children are already normalized."""
+    if isinstance(node, exp.And | exp.Or):
+        kind = type(node)
+        unit, absorbing = (_is_true, _is_false) if kind is exp.And else (_is_false, _is_true)
+        ops = [o for o in _flatten(node, kind) if not unit(o)]
+        if any(absorbing(o) for o in ops):
+            return exp.Boolean(this=kind is exp.Or)
+        if not ops:
+            return exp.Boolean(this=kind is exp.And)
+        keyed = sorted({serialize(o): o for o in ops}.items())
+        out = keyed[0][1]
+        for _, o in keyed[1:]:
+            out = kind(this=out, expression=o)
+        return out
+    if isinstance(node, _SYMMETRIC):
+        a, b = node.this, node.expression
+        if serialize(a) > serialize(b):
+            return type(node)(this=b, expression=a)
+        return node
+    flip = _FLIP.get(type(node))
+    if flip is not None:
+        a, b = node.this, node.expression
+        if serialize(a) > serialize(b):
+            return flip(this=b, expression=a)
+        return node
+    if isinstance(node, exp.In) and node.expressions and not node.args.get("query"):
+        keyed = sorted({serialize(e): e for e in node.expressions}.items())
+        node.set("expressions", [e for _, e in keyed])
+    return node
