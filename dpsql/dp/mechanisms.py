@@ -1,12 +1,24 @@
 """Noise-adding mechanisms. Each states its privacy map; costs are exact fractions.
 
-Neighbouring databases differ by all rows of one privacy unit. ``sensitivity`` is the largest
-change of the released vector (L1 for Laplace, L2 for Gaussian) between neighbours, already
-including any rounding to the output grid (see :func:`grid_for`).
+Neighbouring databases differ by all rows of one privacy unit (add or remove one unit).
+``sensitivity`` is the largest change of the released vector (L1 for Laplace, L2 for Gaussian)
+between neighbours, already including any rounding to the output grid (see :func:`grid_for`):
+snapping a value to the grid moves it by at most grid/2, so a vector of d snapped coordinates can
+move by up to d * grid more (L1) than the unsnapped one.
 
-Values are released on a grid of power-of-two resolution: the true value is rounded to the grid and
-integer noise (in grid steps) is added, so the output is an exact binary float and no low-order bits
-of a floating-point sampler can leak the true value (Mironov 2012).
+Values are released on a grid: the true value is rounded to the grid and integer noise (in grid
+steps) from the exact samplers of :mod:`dpsql.dp.rng` is added, so the output is a deterministic
+function of an integer and no low-order bits of a floating-point sampler can leak the true value
+(Mironov 2012). With a power-of-two grid the output is moreover an exact binary float.
+
+Noise parameters are rounded *up* (more noise, never less) to rationals with small numerators and
+denominators (:func:`round_up`), which keeps the samplers on their fast int64 path; the privacy
+map is stated for the requested parameter and holds a fortiori for the rounded one.
+
+Confidence half-widths come from the discrete distributions themselves: exact tail sums for the
+discrete Laplace (closed form) and for the discrete Gaussian up to 10**4 grid steps of sigma, the
+bound P(|Z| > m) <= 2 Q(m / sigma) (see :func:`gaussian_tail_bound`) beyond; plus grid/2 for the
+snapping of the true value.
 """
 
 from __future__ import annotations
@@ -14,11 +26,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from statistics import NormalDist
 
 import numpy as np
 
 from dpsql.dp import rng
 from dpsql.dp.accounting import Cost
+
+_ROUND_BITS = 20
+_EXACT_GAUSS_SIGMA = 10_000
 
 
 def grid_for(scale: Fraction) -> Fraction:
@@ -29,19 +45,89 @@ def grid_for(scale: Fraction) -> Fraction:
     return Fraction(2) ** k if k < 0 else Fraction(1)
 
 
+def round_up(x: Fraction, bits: int = _ROUND_BITS) -> Fraction:
+    """The smallest y >= x whose denominator is at most 2**bits (an integer when x >= 2**bits).
+
+    >>> round_up(Fraction(1, 3), 4)
+    Fraction(3, 8)
+    >>> round_up(Fraction(10**9 + 1, 3))
+    Fraction(333333334, 1)
+    """
+    x = Fraction(x)
+    if x >= 2**bits:
+        return Fraction(math.ceil(x))
+    if x.denominator <= 2**bits:
+        return x
+    return Fraction(math.ceil(x * 2**bits), 2**bits)
+
+
 def _snap(values: np.ndarray, grid: Fraction) -> np.ndarray:
-    return np.rint(np.asarray(values, dtype=np.float64) / float(grid)).astype(np.int64)
+    arr = np.asarray(values, dtype=np.float64)
+    if not np.isfinite(arr).all():
+        raise ValueError("cannot release non-finite values")
+    return np.rint(arr / float(grid)).astype(np.int64)
 
 
-def _two_sided_tail(prob: float) -> float:
-    return max(1e-300, 1.0 - prob)
+def _check_confidence(confidence: float) -> float:
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be in (0, 1)")
+    return 1.0 - confidence
+
+
+def laplace_tail(scale: Fraction, m: int) -> float:
+    """P(|Z| > m) for P(k) ∝ exp(-|k|/scale): 2 r**(m+1) / (1 + r), r = exp(-1/scale)."""
+    r = math.exp(-1 / float(scale))
+    return 2 * math.exp(-(m + 1) / float(scale)) / (1 + r)
+
+
+def laplace_half_steps(scale: Fraction, alpha: float) -> int:
+    """Smallest integer m >= 0 with P(|Z| > m) <= alpha for the discrete Laplace (in steps)."""
+    r = math.exp(-1 / float(scale))
+    need = float(scale) * math.log(2 / (alpha * (1 + r)))  # m + 1 >= need
+    m = max(0, math.ceil(need * (1 + 1e-12) + 1e-9) - 1)
+    while laplace_tail(scale, m) > alpha * (1 - 1e-12):  # float slack: err on the wide side
+        m += 1
+    return m
+
+
+def gaussian_tail_bound(sigma2: Fraction, m: int) -> float:
+    """An upper bound on P(|Z| > m) for the discrete Gaussian, valid for every sigma.
+
+    With f(k) = exp(-k²/(2 sigma²)), f decreases on k >= m, so sum_{k > m} f(k) <=
+    integral_m^inf f = sigma sqrt(2 pi) Q(m/sigma); and by Poisson summation the normalizer
+    sum_k f(k) = sigma sqrt(2 pi) sum_n exp(-2 pi² sigma² n²) >= sigma sqrt(2 pi).
+    Hence P(|Z| > m) <= 2 Q(m / sigma).
+    """
+    return 2 * (1 - NormalDist().cdf(m / math.sqrt(float(sigma2))))
+
+
+def gaussian_half_steps(sigma2: Fraction, alpha: float) -> int:
+    """Smallest m with P(|Z| > m) <= alpha (exact sums up to sigma = 10**4 steps, else the bound)."""
+    sigma = math.sqrt(float(sigma2))
+    if sigma <= _EXACT_GAUSS_SIGMA:
+        ks = np.arange(0, int(40 * sigma) + 40, dtype=np.float64)
+        f = np.exp(-(ks**2) / (2 * float(sigma2)))
+        total = f[0] + 2 * f[1:].sum()
+        above = np.cumsum(f[::-1])[::-1]  # above[j] = sum_{k >= j} f(k), no cancellation
+        tails = 2 * np.append(above[1:], 0.0) / total  # tails[m] = P(|Z| > m)
+        ok = np.flatnonzero(tails <= alpha * (1 - 1e-9))
+        if ok.size:
+            return int(ok[0])
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    m = math.ceil(z * sigma * (1 + 1e-12) + 1e-9)
+    while gaussian_tail_bound(sigma2, m) > alpha * (1 - 1e-12):
+        m += 1
+    return m
 
 
 @dataclass(frozen=True)
 class Laplace:
     """Discrete Laplace noise: P(k·grid) ∝ exp(-|k|·grid / scale), scale = sensitivity / epsilon.
 
-    Privacy map: a vector with L1 sensitivity Δ released this way is (Δ/scale)-DP = epsilon-DP.
+    Privacy map: neighbours (one privacy unit added or removed) whose released vectors differ by at
+    most Δ = ``sensitivity`` in L1 norm get epsilon-DP with epsilon = Δ / scale; the scale actually
+    sampled (``noise_scale`` grid steps) is rounded up, so the guarantee holds as stated.
+    Accuracy: P(|noise| > m·grid) = 2 r**(m+1)/(1+r), r = exp(-grid/scale) (exact).
     """
 
     sensitivity: Fraction
@@ -55,7 +141,13 @@ class Laplace:
 
     @property
     def scale(self) -> Fraction:
+        """sensitivity / epsilon, in value units (exact)."""
         return Fraction(self.sensitivity) / Fraction(self.epsilon)
+
+    @property
+    def noise_scale(self) -> Fraction:
+        """The scale sampled, in grid steps: scale / grid rounded up."""
+        return round_up(self.scale / Fraction(self.grid))
 
     @property
     def cost(self) -> Cost:
@@ -63,27 +155,36 @@ class Laplace:
 
     @property
     def std(self) -> float:
-        return math.sqrt(2) * float(self.scale)
+        """Standard deviation of the noise in value units: sqrt(2 r)/(1 - r) grid steps."""
+        if self.sensitivity == 0:
+            return 0.0
+        r = math.exp(-1 / float(self.noise_scale))
+        return math.sqrt(2 * r) / (1 - r) * float(self.grid)
 
     def release(self, values: np.ndarray) -> np.ndarray:
         snapped = _snap(values, self.grid)
         if self.sensitivity == 0:
             return snapped.astype(np.float64) * float(self.grid)
-        noise = rng.discrete_laplace(self.scale / self.grid, snapped.size).reshape(snapped.shape)
+        noise = rng.discrete_laplace(self.noise_scale, snapped.size).reshape(snapped.shape)
         return (snapped + noise).astype(np.float64) * float(self.grid)
 
     def half_width(self, confidence: float) -> float:
-        """t with P(|noise| <= t) >= confidence (continuous bound, conservative for the grid)."""
+        """t with P(|released - true| <= t) >= confidence: exact noise tail + grid/2 snapping."""
+        alpha = _check_confidence(confidence)
         if self.sensitivity == 0:
-            return 0.0
-        return float(self.scale) * math.log(1 / _two_sided_tail(confidence)) + float(self.grid)
+            return float(self.grid) / 2
+        m = laplace_half_steps(self.noise_scale, alpha)
+        return (m + 0.5) * float(self.grid)
 
 
 @dataclass(frozen=True)
 class Gaussian:
     """Discrete Gaussian noise with sigma² = sensitivity² / (2 rho) (Canonne-Kamath-Steinke 2020).
 
-    Privacy map: a vector with L2 sensitivity Δ is (Δ² / (2 sigma²))-zCDP = rho-zCDP.
+    Privacy map: neighbours (one privacy unit added or removed) whose released vectors differ by at
+    most Δ = ``sensitivity`` in L2 norm get rho-zCDP with rho = Δ² / (2 sigma²) (CKS20 Theorem 4;
+    the sampled sigma² is rounded up, so the guarantee holds as stated). Converted to approximate
+    DP by :func:`dpsql.dp.accounting.rho_to_epsilon` (or, tighter for one release, CKS20 Theorem 7).
     """
 
     sensitivity: Fraction
@@ -97,11 +198,18 @@ class Gaussian:
 
     @property
     def sigma2(self) -> Fraction:
+        """sensitivity² / (2 rho), in squared value units (exact)."""
         return Fraction(self.sensitivity) ** 2 / (2 * Fraction(self.rho))
 
     @property
+    def noise_sigma2(self) -> Fraction:
+        """The sigma² sampled, in squared grid steps: sigma2 / grid² rounded up."""
+        return round_up(self.sigma2 / Fraction(self.grid) ** 2)
+
+    @property
     def std(self) -> float:
-        return math.sqrt(float(self.sigma2))
+        """sigma in value units (the discrete Gaussian's standard deviation is at most this)."""
+        return math.sqrt(float(self.noise_sigma2)) * float(self.grid)
 
     @property
     def cost(self) -> Cost:
@@ -111,16 +219,16 @@ class Gaussian:
         snapped = _snap(values, self.grid)
         if self.sensitivity == 0:
             return snapped.astype(np.float64) * float(self.grid)
-        noise = rng.discrete_gaussian(self.sigma2 / self.grid**2, snapped.size)
+        noise = rng.discrete_gaussian(self.noise_sigma2, snapped.size)
         return (snapped + noise.reshape(snapped.shape)).astype(np.float64) * float(self.grid)
 
     def half_width(self, confidence: float) -> float:
-        from statistics import NormalDist
-
+        """t with P(|released - true| <= t) >= confidence: discrete tail + grid/2 snapping."""
+        alpha = _check_confidence(confidence)
         if self.sensitivity == 0:
-            return 0.0
-        z = NormalDist().inv_cdf(1 - _two_sided_tail(confidence) / 2)
-        return z * self.std + float(self.grid)
+            return float(self.grid) / 2
+        m = gaussian_half_steps(self.noise_sigma2, alpha)
+        return (m + 0.5) * float(self.grid)
 
 
 Mechanism = Laplace | Gaussian

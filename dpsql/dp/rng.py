@@ -28,7 +28,7 @@ import functools
 import math
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -162,10 +162,38 @@ def bernoulli_exp(num: np.ndarray, den: np.ndarray | int) -> np.ndarray:
     if num.size and (num.min() < 0 or den.min() < 1 or den.max() >= 2**48):
         raise ValueError("bernoulli_exp needs num >= 0 and 1 <= den < 2**48")
     q, r = np.divmod(num, den)
+    return _bernoulli_exp_parts(q, r, den)
+
+
+def _bernoulli_exp_parts(q: np.ndarray, r: np.ndarray, den: np.ndarray | int) -> np.ndarray:
+    """Bernoulli(exp(-(q + r/den))) for int64 q >= 0 and 0 <= r < den < 2**48."""
     alive = _bernoulli_exp_le1(r, den)
     sel = np.flatnonzero(alive & (q > 0))
     alive[sel] = _geometric_exp1(sel.size) >= q[sel]  # P(V >= q) = exp(-q)
     return alive
+
+
+def bernoulli_exp_rational(num: Sequence[int], den: int) -> np.ndarray:
+    """Exact Bernoulli(exp(-num_i/den)) for arbitrary non-negative Python integers.
+
+    Vectorized when den < 2**48 and the integer parts fit int64; element by element otherwise.
+    """
+    nums = [int(x) for x in num]
+    if den < 1 or any(x < 0 for x in nums):
+        raise ValueError("bernoulli_exp_rational needs num >= 0 and den >= 1")
+    out = np.zeros(len(nums), dtype=bool)
+    rest = range(len(nums))
+    if den < 2**48:
+        parts = [divmod(x, den) for x in nums]
+        fast = np.array([qq < 2**62 for qq, _ in parts], dtype=bool)
+        idx = np.flatnonzero(fast)
+        q = np.array([parts[i][0] for i in idx], dtype=np.int64)
+        r = np.array([parts[i][1] for i in idx], dtype=np.int64)
+        out[idx] = _bernoulli_exp_parts(q, r, den)
+        rest = np.flatnonzero(~fast).tolist()
+    for i in rest:
+        out[i] = bernoulli_exp_scalar(Fraction(nums[i], den))
+    return out
 
 
 @functools.cache
@@ -291,7 +319,7 @@ def _gaussian_batch(a: int, b: int, count: int) -> np.ndarray:
     idx = np.flatnonzero(fits)
     accept[idx] = bernoulli_exp(d[idx] * d[idx] * mult, den)
     for i in np.flatnonzero(~fits):  # beyond ~2**19 sigma: never in practice, exact anyway
-        accept[i] = _bernoulli_exp(Fraction(int(d[i]) ** 2 * mult, den))
+        accept[i] = bernoulli_exp_scalar(Fraction(int(d[i]) ** 2 * mult, den))
     return y[accept]
 
 
@@ -320,8 +348,8 @@ def _bernoulli_exp_le1_one(gamma: Fraction) -> bool:
     return k % 2 == 1
 
 
-def _bernoulli_exp(gamma: Fraction) -> bool:
-    """Scalar Bernoulli(exp(-gamma)) for rational gamma >= 0."""
+def bernoulli_exp_scalar(gamma: Fraction) -> bool:
+    """Scalar exact Bernoulli(exp(-gamma)) for rational gamma >= 0 (pure Python, any size)."""
     while gamma > 1:
         if not _bernoulli_exp_le1_one(Fraction(1)):
             return False
@@ -349,5 +377,5 @@ def _discrete_gaussian_one(sigma2: Fraction) -> int:
     t = math.isqrt(math.floor(sigma2)) + 1
     while True:
         y = _discrete_laplace_one(Fraction(t))
-        if _bernoulli_exp((abs(y) - sigma2 / t) ** 2 / (2 * sigma2)):
+        if bernoulli_exp_scalar((abs(y) - sigma2 / t) ** 2 / (2 * sigma2)):
             return y

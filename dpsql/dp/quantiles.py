@@ -1,0 +1,196 @@
+"""Quantiles, extremes and the mode by the exponential mechanism, from bucketed counts.
+
+The data never leave PostgreSQL row by row: the engine asks for the number of rows per bucket of a
+fixed public grid over the declared bounds [lo, hi] (per group), after contribution bounding. Bucket
+j (0-based, B buckets of width w = (hi - lo)/B) holds the values in [lo + j w, lo + (j+1) w), the last
+bucket also hi; values are clamped to [lo, hi] first. In SQL (PostgreSQL's width_bucket is 1-based
+and puts hi in bucket B+1)::
+
+    LEAST(GREATEST(width_bucket(x, lo, hi, B), 1), B) - 1
+
+Selection uses permute-and-flip (McKenna & Sheldon 2020): visit the candidates in a uniformly random
+order and stop at the first r whose coin Bernoulli(exp(epsilon (u(r) - u*) / (2 Δu))) lands heads,
+u* = max_r u(r). Its privacy equals the exponential mechanism's (McSherry & Talwar 2007: epsilon-DP
+for a utility of sensitivity Δu) and it is never less accurate. The coins are independent of the
+order, so we flip every coin once (exact Bernoulli-exp of :mod:`dpsql.dp.rng`, rational exponents,
+no floating point) and return a uniformly random candidate among the heads: the first heads of a
+uniform order is uniform over the set of heads. No Gumbel or floating-point sampling anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from dpsql.dp import rng
+from dpsql.dp.accounting import Cost
+
+_EPS_BITS = 20  # per-group epsilon is rounded down to this many denominator bits
+_GAMMA_CLIP = 64  # utilities are clipped so that no exponent exceeds this (see Quantile)
+
+
+def round_down(x: Fraction, bits: int = _EPS_BITS) -> Fraction:
+    """The largest y <= x with denominator at most 2**bits (a smaller epsilon is always safe)."""
+    x = Fraction(x)
+    if x.denominator <= 2**bits:
+        return x
+    return Fraction(math.floor(x * 2**bits), 2**bits)
+
+
+def choose_among_heads(heads: np.ndarray) -> np.ndarray:
+    """Per row of a boolean matrix (each row with at least one True): a uniform True column."""
+    per_row = heads.sum(axis=1)
+    if (per_row < 1).any():
+        raise RuntimeError("permute-and-flip: a row without heads (the best candidate's coin is 1)")
+    pick = rng.uniform_below(per_row)
+    rank = np.cumsum(heads, axis=1) - 1
+    return np.argmax(heads & (rank == pick[:, None]), axis=1)
+
+
+def _as_matrix(counts: np.ndarray) -> tuple[np.ndarray, bool]:
+    arr = np.asarray(counts)
+    single = arr.ndim == 1
+    mat = arr.reshape(1, -1) if single else arr
+    if mat.ndim != 2 or mat.shape[1] < 1:
+        raise ValueError("counts must be a vector or a (groups, buckets) matrix")
+    if (mat < 0).any() or not np.issubdtype(mat.dtype, np.integer):
+        raise ValueError("counts must be non-negative integers")
+    return mat.astype(np.int64), single
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """The ``quantile``-th value (0 <= q <= 1) of each group, from its bucket counts.
+
+    MEDIAN is q = 1/2, PERCENTILE_CONT(p) and PERCENTILE_DISC(p) are q = p, MIN is q = 0 and MAX is
+    q = 1. The output is the midpoint of the chosen bucket.
+
+    Utility: with n rows in the group, the target position is t = q (n - 1) in the sorted order
+    (0-based; t = 0 when n = 0), and bucket j holds positions L_j .. L_j + c_j - 1 (L_j rows lie in
+    lower buckets, c_j in bucket j). u(j) = -max(0, L_j - t, t - (L_j + c_j - 1)), the distance
+    from t to the bucket's positions (an empty bucket scores -max(L_j - t, t - L_j + 1) <= -1/2),
+    clipped below at -C with C = 2 Δu · 64 / epsilon_g so that exponents stay small (clipping
+    keeps the sensitivity).
+
+    Sensitivity: a privacy unit adds or removes at most R = ``contribution_bound`` rows of the group.
+    Each of L_j, L_j + c_j and n moves by at most R in the same direction and t by q R, so every
+    argument of the max moves by at most R: Δu = R.
+
+    Privacy map: epsilon_g = epsilon / max_groups per group; each group's choice is epsilon_g-DP
+    and a unit touches at most ``max_groups`` groups, so the release is epsilon-DP (epsilon_g is
+    rounded down to a 20-bit denominator, which only strengthens the guarantee).
+    """
+
+    quantile: Fraction
+    epsilon: Fraction
+    lo: Fraction
+    hi: Fraction
+    buckets: int
+    contribution_bound: int = 1
+    max_groups: int = 1
+    name: str = "exponential"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.quantile <= 1:
+            raise ValueError("quantile must be in [0, 1]")
+        if self.epsilon <= 0 or self.contribution_bound < 1 or self.max_groups < 1:
+            raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
+        if not self.lo < self.hi or self.buckets < 1:
+            raise ValueError("needs lo < hi and at least one bucket")
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(epsilon=Fraction(self.epsilon))
+
+    @property
+    def group_epsilon(self) -> Fraction:
+        return round_down(Fraction(self.epsilon) / self.max_groups)
+
+    @property
+    def width(self) -> Fraction:
+        return (Fraction(self.hi) - Fraction(self.lo)) / self.buckets
+
+    def midpoints(self) -> np.ndarray:
+        """Bucket midpoints as floats (exact Fractions rounded once)."""
+        lo, w = Fraction(self.lo), self.width
+        return np.array([float(lo + (j + Fraction(1, 2)) * w) for j in range(self.buckets)])
+
+    def scaled_utilities(self, counts: np.ndarray) -> np.ndarray:
+        """d · u(j) as int64 (d = the quantile's denominator), unclipped, shape (groups, B)."""
+        mat, _ = _as_matrix(counts)
+        q = Fraction(self.quantile)
+        a, d = q.numerator, q.denominator
+        n = mat.sum(axis=1, keepdims=True)
+        if int(n.max(initial=0)) * d >= 2**55:
+            raise ValueError("too many rows for exact quantile utilities")
+        below = np.cumsum(mat, axis=1) - mat
+        target = a * np.maximum(n - 1, 0)  # d · t
+        gap = np.maximum(d * below - target, target - d * (below + mat - 1))
+        return -np.maximum(gap, 0)
+
+    def release(self, counts: np.ndarray) -> np.ndarray | float:
+        """The noisy quantile per group (a float for a 1-D ``counts``, else an array)."""
+        mat, single = _as_matrix(counts)
+        if mat.shape[1] != self.buckets:
+            raise ValueError(f"expected {self.buckets} bucket counts, got {mat.shape[1]}")
+        chosen = self.choose(mat)
+        values = self.midpoints()[chosen]
+        return float(values[0]) if single else values
+
+    def choose(self, mat: np.ndarray) -> np.ndarray:
+        """Permute-and-flip over buckets: the chosen bucket index per group."""
+        d = Fraction(self.quantile).denominator
+        eps = self.group_epsilon
+        r = self.contribution_bound
+        # gamma = eps (u* - u) / (2R) = e_n (U* - U) / (2 R d e_d) with U = d u; clip U >= -C d.
+        clip = math.ceil(Fraction(2 * r * _GAMMA_CLIP * d) / eps)
+        scaled = np.maximum(self.scaled_utilities(mat), -clip)
+        gap = scaled.max(axis=1, keepdims=True) - scaled
+        den = 2 * r * d * eps.denominator
+        if den >= 2**48 or clip * eps.numerator >= 2**62:
+            raise ValueError("quantile parameters too large for exact sampling")
+        heads = rng.bernoulli_exp(gap.reshape(-1) * eps.numerator, den).reshape(gap.shape)
+        return choose_among_heads(heads)
+
+
+@dataclass(frozen=True)
+class Mode:
+    """The most frequent value among public candidates (mode() WITHIN GROUP), report-noisy-max.
+
+    Utility u(r) = count of rows with candidate value r (per group). A privacy unit adds or removes
+    at most R = ``contribution_bound`` rows of a group, so each count moves by at most R: Δu = R.
+    Permute-and-flip with exponent epsilon_g (u(r) - u*) / (2R) is epsilon_g-DP per group,
+    epsilon_g = epsilon / max_groups (rounded down); over a unit's groups, epsilon-DP.
+    Returns candidate indices; the engine maps them to the public candidate values.
+    """
+
+    epsilon: Fraction
+    contribution_bound: int = 1
+    max_groups: int = 1
+    name: str = "report_noisy_max"
+
+    def __post_init__(self) -> None:
+        if self.epsilon <= 0 or self.contribution_bound < 1 or self.max_groups < 1:
+            raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(epsilon=Fraction(self.epsilon))
+
+    @property
+    def group_epsilon(self) -> Fraction:
+        return round_down(Fraction(self.epsilon) / self.max_groups)
+
+    def release(self, counts: np.ndarray) -> np.ndarray | int:
+        """Index of the chosen candidate per group (an int for a 1-D ``counts``)."""
+        mat, single = _as_matrix(counts)
+        eps = self.group_epsilon
+        gap = (mat.max(axis=1, keepdims=True) - mat).reshape(-1)
+        num = [int(g) * eps.numerator for g in gap]
+        den = 2 * self.contribution_bound * eps.denominator
+        heads = rng.bernoulli_exp_rational(num, den).reshape(mat.shape)
+        chosen = choose_among_heads(heads)
+        return int(chosen[0]) if single else chosen
