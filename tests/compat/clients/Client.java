@@ -1,0 +1,101 @@
+// A real JDBC client (Debian's libpostgresql-jdbc-java) for the compatibility tests and for
+// collecting the catalog queries PgJDBC sends. Run with the JDK's single-file launcher:
+//
+//   java -cp /usr/share/java/postgresql.jar Client.java HOST PORT DB USER PASSWORD STEP...
+//
+// STEP is `meta` (DatabaseMetaData introspection), `sql:<text>` (a PreparedStatement) or
+// `stmt:<text>` (a plain Statement). One JSON object per step is printed on stdout.
+import java.sql.*;
+import java.util.*;
+
+public class Client {
+    static String q(Object o) {
+        if (o == null) return "null";
+        if (o instanceof Number || o instanceof Boolean) return o.toString();
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : o.toString().toCharArray()) {
+            if (c == '"' || c == '\\') b.append('\\').append(c);
+            else if (c < 0x20) b.append(String.format("\\u%04x", (int) c));
+            else b.append(c);
+        }
+        return b.append('"').toString();
+    }
+
+    static String rows(ResultSet rs, String... cols) throws SQLException {
+        ResultSetMetaData md = rs.getMetaData();
+        List<String> out = new ArrayList<>();
+        while (rs.next()) {
+            List<String> row = new ArrayList<>();
+            if (cols.length == 0) {
+                for (int i = 1; i <= md.getColumnCount(); i++) row.add(q(rs.getObject(i)));
+            } else {
+                for (String c : cols) row.add(q(rs.getObject(c)));
+            }
+            out.add("[" + String.join(",", row) + "]");
+        }
+        rs.close();
+        return "[" + String.join(",", out) + "]";
+    }
+
+    static String columns(ResultSetMetaData md) throws SQLException {
+        List<String> out = new ArrayList<>();
+        for (int i = 1; i <= md.getColumnCount(); i++) out.add(q(md.getColumnLabel(i)));
+        return "[" + String.join(",", out) + "]";
+    }
+
+    static String meta(Connection c) throws SQLException {
+        DatabaseMetaData md = c.getMetaData();
+        StringBuilder b = new StringBuilder("{\"step\":\"meta\",\"ok\":true");
+        b.append(",\"product\":").append(q(md.getDatabaseProductVersion()));
+        b.append(",\"tables\":").append(rows(md.getTables(null, null, "%", new String[] {"TABLE", "VIEW"}), "TABLE_SCHEM", "TABLE_NAME"));
+        b.append(",\"columns\":").append(rows(md.getColumns(null, "public", "%", "%"), "TABLE_NAME", "COLUMN_NAME", "TYPE_NAME"));
+        b.append(",\"schemas\":").append(rows(md.getSchemas(), "TABLE_SCHEM"));
+        b.append(",\"catalogs\":").append(rows(md.getCatalogs(), "TABLE_CAT"));
+        List<String> names = new ArrayList<>();
+        ResultSet t = md.getTables(null, "public", "%", new String[] {"TABLE"});
+        while (t.next()) names.add(t.getString("TABLE_NAME"));
+        t.close();
+        List<String> pks = new ArrayList<>(), fks = new ArrayList<>(), idx = new ArrayList<>();
+        for (String n : names) {
+            pks.add(rows(md.getPrimaryKeys(null, "public", n), "TABLE_NAME", "COLUMN_NAME"));
+            fks.add(rows(md.getImportedKeys(null, "public", n), "FKTABLE_NAME", "FKCOLUMN_NAME", "PKTABLE_NAME"));
+            idx.add(rows(md.getIndexInfo(null, "public", n, false, true), "TABLE_NAME", "INDEX_NAME", "CARDINALITY", "PAGES"));
+        }
+        b.append(",\"primary_keys\":[").append(String.join(",", pks)).append("]");
+        b.append(",\"foreign_keys\":[").append(String.join(",", fks)).append("]");
+        b.append(",\"indexes\":[").append(String.join(",", idx)).append("]");
+        return b.append("}").toString();
+    }
+
+    static String run(Connection c, String step) {
+        try {
+            if (step.equals("meta")) return meta(c);
+            boolean prepared = step.startsWith("sql:");
+            String text = step.substring(prepared ? 4 : 5);
+            ResultSet rs;
+            if (prepared) {
+                PreparedStatement ps = c.prepareStatement(text);
+                rs = ps.executeQuery();
+            } else {
+                rs = c.createStatement().executeQuery(text);
+            }
+            String cols = columns(rs.getMetaData());
+            return "{\"step\":" + q(step) + ",\"ok\":true,\"columns\":" + cols + ",\"rows\":" + rows(rs) + "}";
+        } catch (SQLException e) {
+            return "{\"step\":" + q(step) + ",\"ok\":false,\"sqlstate\":" + q(e.getSQLState()) + ",\"message\":" + q(e.getMessage()) + "}";
+        }
+    }
+
+    public static void main(String[] a) throws Exception {
+        Properties p = new Properties();
+        p.setProperty("user", a[3]);
+        p.setProperty("password", a[4]);
+        p.setProperty("ApplicationName", "jdbc");
+        p.setProperty("sslmode", "disable");
+        String url = "jdbc:postgresql://" + a[0] + ":" + a[1] + "/" + a[2];
+        try (Connection c = DriverManager.getConnection(url, p)) {
+            c.setAutoCommit(true);
+            for (int i = 5; i < a.length; i++) System.out.println(run(c, a[i]));
+        }
+    }
+}
