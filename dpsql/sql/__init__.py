@@ -1,0 +1,1 @@
+"""SQL: parsing, analysis, rewriting and catalog introspection."""

@@ -1,0 +1,396 @@
+"""What a catalog query may read, as data: relations, functions, casts and their filters.
+
+Everything not listed here is refused (default deny). The SQL below is constant text written by
+dpsql (never by an analyst); :mod:`dpsql.sql.catalog` parses it once with sqlglot and fills in the
+policy's table and column names as literals through sqlglot builders.
+
+Visibility is computed upstream, per query, by a few CTEs (names start with ``dpsql_``):
+
+* ``dpsql_vis_table``: the policy's private and public tables (``to_regclass`` of each name);
+* ``dpsql_hidden_att``: the columns of private tables that the policy does not declare;
+* ``dpsql_vis_rel``: system relations, the visible tables, their indexes (not on hidden
+  columns) and the sequences they own;
+* ``dpsql_vis_nsp``: ``pg_catalog``, ``information_schema``, ``public`` and the schemas of
+  visible tables (never the ``dpsql`` ledger schema unless a visible table lives there);
+* ``dpsql_vis_type``: types in visible schemas that are not row types of hidden relations.
+"""
+
+from __future__ import annotations
+
+VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
+    (
+        "dpsql_vis_table",
+        "SELECT c.oid FROM pg_catalog.pg_class AS c WHERE __visible_tables__",
+    ),
+    (
+        "dpsql_hidden_att",
+        "SELECT a.attrelid, a.attnum FROM pg_catalog.pg_attribute AS a WHERE __hidden_columns__",
+    ),
+    (
+        "dpsql_vis_rel",
+        """
+        SELECT c.oid FROM pg_catalog.pg_class AS c
+          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+         WHERE n.nspname IN ('pg_catalog', 'information_schema')
+        UNION ALL
+        SELECT t.oid FROM dpsql_vis_table AS t
+        UNION ALL
+        SELECT i.indexrelid FROM pg_catalog.pg_index AS i
+         WHERE i.indrelid IN (SELECT oid FROM dpsql_vis_table)
+           AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
+                            WHERE h.attrelid = i.indrelid
+                              AND h.attnum = ANY(CAST(i.indkey AS SMALLINT[])))
+        UNION ALL
+        SELECT d.objid FROM pg_catalog.pg_depend AS d
+         WHERE d.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
+           AND d.refclassid = CAST('pg_catalog.pg_class' AS REGCLASS)
+           AND d.deptype IN ('a', 'i')
+           AND d.refobjid IN (SELECT oid FROM dpsql_vis_table)
+           AND d.objid IN (SELECT s.oid FROM pg_catalog.pg_class AS s WHERE s.relkind = 'S')
+           AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
+                            WHERE h.attrelid = d.refobjid AND h.attnum = d.refobjsubid)
+        """,
+    ),
+    (
+        "dpsql_vis_nsp",
+        """
+        SELECT n.oid FROM pg_catalog.pg_namespace AS n
+         WHERE n.nspname IN ('pg_catalog', 'information_schema', 'public')
+        UNION
+        SELECT c.relnamespace FROM pg_catalog.pg_class AS c
+         WHERE c.oid IN (SELECT oid FROM dpsql_vis_table)
+        """,
+    ),
+    (
+        "dpsql_vis_type",
+        """
+        SELECT t.oid FROM pg_catalog.pg_type AS t
+         WHERE t.typnamespace IN (SELECT oid FROM dpsql_vis_nsp)
+           AND (t.typrelid = 0 OR t.typrelid IN (SELECT oid FROM dpsql_vis_rel))
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type AS e
+                            WHERE e.oid = t.typelem AND e.typrelid <> 0
+                              AND NOT e.typrelid IN (SELECT oid FROM dpsql_vis_rel))
+        """,
+    ),
+)
+
+# Predicates over one object id, keyed by kind (``__x__`` is the guarded expression).
+VISIBLE: dict[str, str] = {
+    "rel": "__x__ IN (SELECT oid FROM dpsql_vis_rel)",
+    "nsp": "__x__ IN (SELECT oid FROM dpsql_vis_nsp)",
+    "type": "__x__ IN (SELECT oid FROM dpsql_vis_type)",
+    "con": "__x__ IN (SELECT vk.oid FROM __pg_constraint__ AS vk)",
+    "trigger": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_trigger AS t "
+    "WHERE t.tgrelid IN (SELECT oid FROM dpsql_vis_rel))",
+    "rule": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_rewrite AS t "
+    "WHERE t.ev_class IN (SELECT oid FROM dpsql_vis_rel))",
+    "stx": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_statistic_ext AS t "
+    "WHERE t.stxrelid IN (SELECT oid FROM dpsql_vis_rel))",
+    "proc": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
+    "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))",
+}
+
+# The SQL type an object id is cast to before it is compared (so text names work as well).
+KIND_TYPE: dict[str, str] = {
+    "rel": "REGCLASS",
+    "nsp": "REGNAMESPACE",
+    "type": "REGTYPE",
+    "con": "OID",
+    "trigger": "OID",
+    "rule": "OID",
+    "stx": "OID",
+    "proc": "OID",
+}
+
+_ATT_VISIBLE = (
+    "NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = {rel} AND h.attnum = {num})"
+)
+
+# pg_catalog relations (tables and views) a catalog query may read, with the row filter applied
+# to them (``t`` is the relation). "TRUE" means all rows are metadata that reveals nothing.
+CATALOG_FILTERS: dict[str, str] = {
+    "pg_attribute": "t.attrelid IN (SELECT oid FROM dpsql_vis_rel) AND "
+    + _ATT_VISIBLE.format(rel="t.attrelid", num="t.attnum"),
+    "pg_attrdef": "t.adrelid IN (SELECT oid FROM dpsql_vis_rel) AND "
+    + _ATT_VISIBLE.format(rel="t.adrelid", num="t.adnum"),
+    "pg_index": "t.indrelid IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND t.indexrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_constraint": "(t.conrelid = 0 OR t.conrelid IN (SELECT oid FROM dpsql_vis_rel)) "
+    "AND (t.confrelid = 0 OR t.confrelid IN (SELECT oid FROM dpsql_vis_rel)) "
+    "AND (t.contypid = 0 OR t.contypid IN (SELECT oid FROM dpsql_vis_type)) "
+    "AND t.connamespace IN (SELECT oid FROM dpsql_vis_nsp) "
+    "AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE "
+    "(h.attrelid = t.conrelid AND h.attnum = ANY(t.conkey)) "
+    "OR (h.attrelid = t.confrelid AND h.attnum = ANY(t.confkey)))",
+    "pg_description": "((t.classoid = CAST('pg_catalog.pg_class' AS REGCLASS) "
+    "AND t.objoid IN (SELECT oid FROM dpsql_vis_rel) AND "
+    + _ATT_VISIBLE.format(rel="t.objoid", num="t.objsubid")
+    + ") OR (t.classoid = CAST('pg_catalog.pg_namespace' AS REGCLASS) "
+    "AND t.objoid IN (SELECT oid FROM dpsql_vis_nsp)) "
+    "OR (t.classoid = CAST('pg_catalog.pg_type' AS REGCLASS) "
+    "AND t.objoid IN (SELECT oid FROM dpsql_vis_type)) "
+    "OR (t.classoid = CAST('pg_catalog.pg_proc' AS REGCLASS) "
+    "AND t.objoid IN (SELECT p.oid FROM pg_catalog.pg_proc AS p "
+    "WHERE p.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))))",
+    "pg_depend": "(t.classid <> CAST('pg_catalog.pg_class' AS REGCLASS) "
+    "OR t.objid IN (SELECT oid FROM dpsql_vis_rel)) "
+    "AND (t.refclassid <> CAST('pg_catalog.pg_class' AS REGCLASS) "
+    "OR t.refobjid IN (SELECT oid FROM dpsql_vis_rel))",
+    "pg_inherits": "t.inhrelid IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND t.inhparent IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_trigger": "t.tgrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_rewrite": "t.ev_class IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_policy": "t.polrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_sequence": "t.seqrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_statistic_ext": "t.stxrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_partitioned_table": "t.partrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_foreign_table": "t.ftrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_publication_rel": "t.prrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_publication_namespace": "t.pnnspid IN (SELECT oid FROM dpsql_vis_nsp)",
+    "pg_namespace": "t.oid IN (SELECT oid FROM dpsql_vis_nsp)",
+    "pg_type": "t.oid IN (SELECT oid FROM dpsql_vis_type)",
+    "pg_enum": "t.enumtypid IN (SELECT oid FROM dpsql_vis_type)",
+    "pg_range": "t.rngtypid IN (SELECT oid FROM dpsql_vis_type)",
+    "pg_proc": "t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)",
+    "pg_database": "t.datname = current_database()",
+    "pg_roles": "t.rolname = current_user",
+    "pg_user": "t.usename = current_user",
+    "pg_settings": "NOT (t.name LIKE '%file%' OR t.name LIKE '%directory%' "
+    "OR t.name LIKE '%command%' OR t.name LIKE '%path%' AND t.name <> 'search_path' "
+    "OR t.name LIKE 'dpsql.%' OR t.name LIKE 'ssl%')",
+    "pg_tables": "dpsql_named_rel(t.schemaname, t.tablename)",
+    "pg_views": "dpsql_named_rel(t.schemaname, t.viewname)",
+    "pg_matviews": "dpsql_named_rel(t.schemaname, t.matviewname)",
+    "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) AND dpsql_named_rel(t.schemaname, t.indexname)",
+    **dict.fromkeys(
+        (
+            "pg_am",
+            "pg_amop",
+            "pg_amproc",
+            "pg_opclass",
+            "pg_opfamily",
+            "pg_operator",
+            "pg_cast",
+            "pg_collation",
+            "pg_conversion",
+            "pg_language",
+            "pg_tablespace",
+            "pg_extension",
+            "pg_available_extensions",
+            "pg_aggregate",
+            "pg_ts_config",
+            "pg_ts_dict",
+            "pg_ts_parser",
+            "pg_ts_template",
+            "pg_foreign_data_wrapper",
+            "pg_timezone_names",
+            "pg_timezone_abbrevs",
+            "pg_auth_members",
+            "pg_shdescription",
+            "pg_publication",
+            "pg_event_trigger",
+            "pg_transform",
+            "pg_default_acl",
+        ),
+        "TRUE",
+    ),
+}
+
+# Relations whose rows are statistics about the data (or other sessions' activity): they are
+# replaced by an empty relation of the same shape, so clients keep working and learn nothing.
+EMPTY_RELATIONS = frozenset(
+    {
+        "pg_stats",
+        "pg_stats_ext",
+        "pg_stats_ext_exprs",
+        "pg_statistic",
+        "pg_statistic_ext_data",
+        "pg_sequences",
+        "pg_locks",
+        "pg_prepared_statements",
+        "pg_prepared_xacts",
+        "pg_cursors",
+    }
+)
+EMPTY_PREFIXES = ("pg_stat_", "pg_statio_")
+
+# pg_class is exposed with an explicit column list (PostgreSQL 12-17): the size estimates that
+# ANALYZE writes from the data are constants, and columns added by later versions stay unseen.
+PG_CLASS_COLUMNS: tuple[str, ...] = (
+    "oid relname relnamespace reltype reloftype relowner relam relfilenode reltablespace "
+    "relpages reltuples relallvisible reltoastrelid relhasindex relisshared relpersistence "
+    "relkind relnatts relchecks relhasrules relhastriggers relhassubclass relrowsecurity "
+    "relforcerowsecurity relispopulated relreplident relispartition relrewrite relfrozenxid "
+    "relminmxid relacl reloptions relpartbound"
+).split()
+PG_CLASS_BLANKED: dict[str, str] = {
+    "reltuples": "CAST(-1 AS REAL)",
+    "relpages": "CAST(0 AS INT)",
+    "relallvisible": "CAST(0 AS INT)",
+}
+
+_NAMED = "dpsql_named_rel({s}, {n})"
+_NAMED_COL = "dpsql_named_att({s}, {n}, {c})"
+_NSP = "dpsql_named_nsp({s})"
+_CON = "dpsql_named_con({s}, {n})"
+
+# information_schema views a catalog query may read, with their row filter.
+INFORMATION_SCHEMA_FILTERS: dict[str, str] = {
+    "tables": _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "views": _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "columns": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name"),
+    "column_privileges": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name"),
+    "column_udt_usage": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name"),
+    "key_column_usage": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name")
+    + " AND "
+    + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
+    "constraint_column_usage": _NAMED_COL.format(
+        s="t.table_schema", n="t.table_name", c="t.column_name"
+    )
+    + " AND "
+    + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
+    "constraint_table_usage": _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "table_constraints": _NAMED.format(s="t.table_schema", n="t.table_name")
+    + " AND "
+    + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
+    "table_privileges": _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "role_table_grants": _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "triggers": _NAMED.format(s="t.event_object_schema", n="t.event_object_table"),
+    "sequences": _NAMED.format(s="t.sequence_schema", n="t.sequence_name"),
+    "view_table_usage": _NAMED.format(s="t.view_schema", n="t.view_name")
+    + " AND "
+    + _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "referential_constraints": _CON.format(s="t.constraint_schema", n="t.constraint_name"),
+    "check_constraints": _CON.format(s="t.constraint_schema", n="t.constraint_name"),
+    "schemata": _NSP.format(s="t.schema_name"),
+    "routines": _NSP.format(s="t.routine_schema"),
+    "parameters": _NSP.format(s="t.specific_schema"),
+    "domains": _NSP.format(s="t.domain_schema"),
+    **dict.fromkeys(
+        (
+            "character_sets",
+            "collations",
+            "collation_character_set_applicability",
+            "information_schema_catalog_name",
+            "enabled_roles",
+            "applicable_roles",
+            "sql_features",
+            "sql_implementation_info",
+            "sql_parts",
+            "sql_sizing",
+        ),
+        "TRUE",
+    ),
+}
+
+# Templates for the name-based predicates used above (views that show names, not oids).
+NAMED_PREDICATES: dict[str, str] = {
+    "named_rel": "EXISTS (SELECT 1 FROM pg_catalog.pg_class AS vc "
+    "JOIN pg_catalog.pg_namespace AS vn ON vn.oid = vc.relnamespace "
+    "WHERE vn.nspname = __1__ AND vc.relname = __2__ "
+    "AND vc.oid IN (SELECT oid FROM dpsql_vis_rel))",
+    "named_att": "EXISTS (SELECT 1 FROM pg_catalog.pg_class AS vc "
+    "JOIN pg_catalog.pg_namespace AS vn ON vn.oid = vc.relnamespace "
+    "JOIN pg_catalog.pg_attribute AS va ON va.attrelid = vc.oid "
+    "WHERE vn.nspname = __1__ AND vc.relname = __2__ AND va.attname = __3__ "
+    "AND vc.oid IN (SELECT oid FROM dpsql_vis_rel) AND NOT EXISTS "
+    "(SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = va.attrelid "
+    "AND h.attnum = va.attnum))",
+    "named_nsp": "__1__ IN (SELECT vn.nspname FROM pg_catalog.pg_namespace AS vn "
+    "WHERE vn.oid IN (SELECT oid FROM dpsql_vis_nsp))",
+    "named_con": "EXISTS (SELECT 1 FROM __pg_constraint__ AS vk "
+    "JOIN pg_catalog.pg_namespace AS vn ON vn.oid = vk.connamespace "
+    "WHERE vn.nspname = __1__ AND vk.conname = __2__)",
+}
+
+# Functions a catalog query may call (besides the typed sqlglot nodes in catalog.SAFE_NODES).
+# The value names the argument that is an object id and its kind: that argument is replaced by
+# NULL unless the object is visible, so e.g. pg_get_viewdef(<oid of a hidden view>) is NULL.
+GUARDED_FUNCTIONS: dict[str, tuple[int, str]] = {
+    "format_type": (0, "type"),
+    "pg_get_expr": (1, "rel"),
+    "pg_get_constraintdef": (0, "con"),
+    "pg_get_indexdef": (0, "rel"),
+    "pg_get_viewdef": (0, "rel"),
+    "pg_get_triggerdef": (0, "trigger"),
+    "pg_get_ruledef": (0, "rule"),
+    "pg_get_partkeydef": (0, "rel"),
+    "pg_get_partition_constraintdef": (0, "rel"),
+    "pg_get_statisticsobjdef": (0, "stx"),
+    "pg_get_statisticsobjdef_columns": (0, "stx"),
+    "pg_get_statisticsobjdef_expressions": (0, "stx"),
+    "pg_get_functiondef": (0, "proc"),
+    "pg_relation_is_publishable": (0, "rel"),
+    "pg_partition_ancestors": (0, "rel"),
+    "pg_partition_root": (0, "rel"),
+    "pg_partition_tree": (0, "rel"),
+    "pg_table_is_visible": (0, "rel"),
+    "pg_type_is_visible": (0, "type"),
+    "col_description": (0, "rel"),
+}
+
+ALLOWED_FUNCTIONS = frozenset(
+    """
+    pg_get_serial_sequence pg_get_userbyid pg_get_function_arguments pg_get_function_result
+    pg_get_function_identity_arguments pg_get_keywords pg_encoding_to_char pg_char_to_encoding
+    pg_client_encoding pg_encoding_max_length pg_is_in_recovery pg_options_to_table
+    shobj_description pg_function_is_visible pg_collation_is_visible pg_opclass_is_visible
+    pg_operator_is_visible pg_conversion_is_visible pg_opfamily_is_visible
+    pg_ts_config_is_visible pg_ts_dict_is_visible pg_ts_parser_is_visible
+    pg_ts_template_is_visible pg_statistics_obj_is_visible has_table_privilege
+    has_schema_privilege has_any_column_privilege has_column_privilege has_database_privilege
+    has_function_privilege has_sequence_privilege has_type_privilege has_tablespace_privilege
+    has_foreign_data_wrapper_privilege has_server_privilege has_language_privilege pg_has_role
+    current_schemas current_schema current_database current_catalog current_user session_user
+    current_role user version to_regclass to_regtype to_regnamespace to_regproc
+    to_regprocedure to_regrole to_regoper to_regoperator to_regcollation quote_ident
+    quote_literal quote_nullable parse_ident format array_lower array_upper array_length
+    array_to_string array_position array_positions array_agg array_cat array_append
+    array_prepend array_remove array_dims array_ndims cardinality unnest generate_series
+    generate_subscripts string_agg string_to_array regexp_replace regexp_match regexp_matches
+    split_part substr substring upper lower length char_length concat concat_ws replace trim
+    btrim ltrim rtrim left right lpad rpad coalesce nullif greatest least starts_with
+    json_build_object json_build_array json_agg jsonb_build_object jsonb_build_array jsonb_agg
+    json_object_agg jsonb_object_agg to_json to_jsonb array_to_json row_to_json
+    pg_size_pretty all any some now abs round floor ceil bool_and bool_or every count min max
+    sum row_number rank dense_rank
+    _pg_expandarray _pg_index_position _pg_truetypid _pg_truetypmod _pg_char_max_length
+    _pg_char_octet_length _pg_numeric_precision _pg_numeric_precision_radix _pg_numeric_scale
+    _pg_datetime_precision _pg_interval_type
+    """.split()
+)
+
+# Functions that report sizes or activity measured on the data: replaced by a typed NULL.
+BLANKED_FUNCTIONS = frozenset(
+    {
+        "pg_relation_size",
+        "pg_total_relation_size",
+        "pg_table_size",
+        "pg_indexes_size",
+        "pg_database_size",
+        "pg_tablespace_size",
+        "pg_column_size",
+    }
+)
+BLANKED_PREFIXES = ("pg_stat_get_",)
+
+# Settings readable with current_setting(): anything but paths, commands and dpsql's own.
+DENIED_SETTING_WORDS = ("file", "directory", "command", "dpsql.", "ssl", "password", "key")
+
+# set_config() is emulated (returns the new value, changes nothing) for these settings only:
+# asyncpg turns JIT off around its type introspection.
+EMULATED_SET_CONFIG = frozenset({"jit"})
+
+# Functions whose result is an object id that prints as a name: NULL unless visible.
+GUARDED_RESULTS: dict[str, str] = {
+    "to_regclass": "rel",
+    "to_regtype": "type",
+    "to_regnamespace": "nsp",
+}
+
+# Casts to object-identifier types print names; those are guarded like the functions above.
+GUARDED_CASTS: dict[str, str] = {"regclass": "rel", "regtype": "type", "regnamespace": "nsp"}
+ALLOWED_CASTS = frozenset(
+    {"regproc", "regprocedure", "regrole", "regoper", "regoperator", "regconfig",
+     "regdictionary", "regcollation"}
+)  # fmt: skip

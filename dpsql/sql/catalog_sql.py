@@ -1,0 +1,149 @@
+"""The SQL that :mod:`dpsql.sql.catalog` adds: filtered catalog relations, object-id guards and
+the visibility CTEs, built from the constant templates of :mod:`dpsql.sql.catalog_rules` with
+the policy's names as literals (sqlglot builders, never string formatting of input)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+
+import sqlglot
+from sqlglot import exp
+
+from dpsql.policy.model import Policy
+from dpsql.sql import catalog_rules as rules
+
+
+def cast_target(node: exp.Cast) -> str:
+    to = node.to
+    if isinstance(to, exp.ObjectIdentifier):
+        return to.name.lower()
+    if isinstance(to, exp.DataType) and to.this == exp.DataType.Type.USERDEFINED:
+        kind = to.args.get("kind")
+        if isinstance(kind, exp.Dot):
+            return kind.expression.name.lower()
+        if kind is not None:
+            return kind.name.lower() if isinstance(kind, exp.Identifier) else str(kind).lower()
+    return to.sql("postgres").lower()
+
+
+@lru_cache(maxsize=16)
+def _type_node(name: str) -> exp.Expression:
+    cast = sqlglot.parse_one(f"CAST(NULL AS {name})", read="postgres")
+    assert isinstance(cast, exp.Cast)
+    return cast.to
+
+
+def cast_to(x: exp.Expression, type_name: str) -> exp.Cast:
+    return exp.Cast(this=x, to=_type_node(type_name).copy())
+
+
+def visible(kind: str, x: exp.Expression) -> exp.Expression:
+    type_name = rules.KIND_TYPE[kind]
+    already = isinstance(x, exp.Cast) and cast_target(x) == type_name.lower()
+    typed = x if already else cast_to(x, type_name)
+    return fill(template(rules.VISIBLE[kind]), {"__x__": typed})
+
+
+def att_visible(rel: exp.Expression, num: exp.Expression) -> exp.Expression:
+    sql = "NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = __r__ AND h.attnum = __n__)"
+    return fill(template(sql), {"__r__": cast_to(rel, "OID"), "__n__": num})
+
+
+def filtered_relation(schema: str, name: str) -> exp.Select:
+    source = exp.table_(name, db=schema, alias="t")
+    if schema == "pg_catalog" and name == "pg_class":
+        cols: list[exp.Expression] = [
+            exp.alias_(sqlglot.parse_one(rules.PG_CLASS_BLANKED[c], read="postgres"), c)
+            if c in rules.PG_CLASS_BLANKED
+            else exp.column(c, table="t")
+            for c in rules.PG_CLASS_COLUMNS
+        ]
+        where = template("t.oid IN (SELECT oid FROM dpsql_vis_rel)")
+        return exp.select(*cols).from_(source).where(where)
+    if schema == "pg_catalog" and (
+        name in rules.EMPTY_RELATIONS or name.startswith(rules.EMPTY_PREFIXES)
+    ):
+        return exp.select("*").from_(source).where(exp.false())
+    filters = rules.CATALOG_FILTERS if schema == "pg_catalog" else rules.INFORMATION_SCHEMA_FILTERS
+    return exp.select("*").from_(source).where(template(filters[name]))
+
+
+# -- visibility CTEs and templates ------------------------------------------------------------
+
+
+@lru_cache(maxsize=256)
+def _parsed(sql: str) -> exp.Expression:
+    return sqlglot.parse_one(sql, read="postgres")
+
+
+def template(sql: str) -> exp.Expression:
+    """A fresh copy of a constant SQL fragment, with dpsql's named predicates expanded."""
+    tree = _parsed(sql).copy()
+    for node in list(tree.find_all(exp.Anonymous)):
+        if node.name.lower().startswith("dpsql_named_"):
+            body = rules.NAMED_PREDICATES[node.name.lower().removeprefix("dpsql_")]
+            values = {f"__{i}__": a for i, a in enumerate(node.expressions, 1)}
+            expanded = fill(template(body), values)
+            if node is tree:
+                return expanded
+            node.replace(expanded)
+    for table in list(tree.find_all(exp.Table)):
+        if table.name == "__pg_constraint__":
+            sub = exp.Subquery(
+                this=filtered_relation("pg_catalog", "pg_constraint"),
+                alias=table.args.get("alias"),
+            )
+            table.replace(sub)
+    return tree
+
+
+def fill(tree: exp.Expression, values: dict[str, exp.Expression]) -> exp.Expression:
+    for col in list(tree.find_all(exp.Column)):
+        if not col.table and col.name in values:
+            col.replace(values[col.name].copy())
+    return tree
+
+
+def _regclass_of(qualified: str) -> exp.Expression:
+    schema, _, name = qualified.partition(".")
+    quoted = ".".join('"' + p.replace('"', '""') + '"' for p in (schema, name))
+    return exp.Anonymous(this="to_regclass", expressions=[exp.Literal.string(quoted)])
+
+
+def _visible_tables(policy: Policy) -> Iterator[str]:
+    yield from policy.tables
+    yield from policy.public_tables
+
+
+def attach_visibility(query: exp.Expression, policy: Policy) -> None:
+    oid = exp.column("oid", table="c")
+    names = list(_visible_tables(policy))
+    visible: exp.Expression = (
+        exp.In(this=oid, expressions=[_regclass_of(q) for q in names]) if names else exp.false()
+    )
+    hidden: list[exp.Expression] = []
+    for qualified, table in policy.tables.items():
+        cols = [exp.Literal.string(c) for c in table.columns]
+        cond = exp.and_(
+            exp.EQ(this=exp.column("attrelid", table="a"), expression=_regclass_of(qualified)),
+            exp.GT(this=exp.column("attnum", table="a"), expression=exp.Literal.number(0)),
+        )
+        if cols:
+            cond = exp.and_(
+                cond, exp.not_(exp.In(this=exp.column("attname", table="a"), expressions=cols))
+            )
+        hidden.append(exp.paren(cond))
+    values = {
+        "__visible_tables__": visible,
+        "__hidden_columns__": exp.or_(*hidden) if hidden else exp.false(),
+    }
+    ctes = [
+        exp.CTE(this=fill(template(body), values), alias=exp.TableAlias(this=exp.to_identifier(n)))
+        for n, body in rules.VISIBILITY_CTES
+    ]
+    existing = query.args.get("with_")
+    if existing is not None:
+        existing.set("expressions", ctes + list(existing.expressions))
+    else:
+        query.set("with_", exp.With(expressions=ctes))
