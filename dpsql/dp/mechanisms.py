@@ -46,10 +46,11 @@ def grid_for(scale: Fraction) -> Fraction:
 
 
 def round_up(x: Fraction, bits: int = _ROUND_BITS) -> Fraction:
-    """The smallest y >= x whose denominator is at most 2**bits (an integer when x >= 2**bits).
+    """x when its denominator is at most 2**bits, else the next multiple of 2**-bits above x;
+    the next integer when x >= 2**bits. Never below x.
 
-    >>> round_up(Fraction(1, 3), 4)
-    Fraction(3, 8)
+    >>> round_up(Fraction(1, 3), 1)
+    Fraction(1, 2)
     >>> round_up(Fraction(10**9 + 1, 3))
     Fraction(333333334, 1)
     """
@@ -232,3 +233,47 @@ class Gaussian:
 
 
 Mechanism = Laplace | Gaussian
+
+
+def split_confidence(confidence: float, parts: int) -> float:
+    """Per-part confidence so that ``parts`` intervals hold together (union bound).
+
+    >>> split_confidence(0.95, 2)
+    0.975
+    """
+    alpha = _check_confidence(confidence)
+    return 1.0 - alpha / parts
+
+
+def ratio_bounds(
+    num: float,
+    num_half_width: float,
+    den: float,
+    den_half_width: float,
+    clamp: tuple[float, float] | None = None,
+) -> tuple[float, float]:
+    """An interval for a ratio (AVG = SUM / COUNT) from intervals of its noisy parts.
+
+    If the true numerator lies in num ± num_half_width and the true denominator in
+    den ± den_half_width (each at confidence 1 - alpha/2, see :func:`split_confidence`), the true
+    ratio lies in the returned interval with confidence >= 1 - alpha: the extremes of a/b over the
+    box are at its corners when the denominator interval is positive. Otherwise (the denominator
+    may be <= 0) the interval is unbounded, or ``clamp`` (e.g. the declared column bounds, within
+    which every average of clamped values lies) when given; the result is always within ``clamp``.
+
+    >>> ratio_bounds(100.0, 10.0, 10.0, 1.0)
+    (8.181818181818182, 12.222222222222221)
+    """
+    lo_d, hi_d = den - den_half_width, den + den_half_width
+    if lo_d > 0:
+        corners = [
+            a / b for a in (num - num_half_width, num + num_half_width) for b in (lo_d, hi_d)
+        ]
+        lo, hi = min(corners), max(corners)
+    else:
+        lo, hi = -math.inf, math.inf
+    if clamp is not None:
+        lo, hi = max(lo, clamp[0]), min(hi, clamp[1])
+        if lo > hi:
+            lo, hi = clamp
+    return lo, hi

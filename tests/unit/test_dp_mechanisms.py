@@ -222,3 +222,14 @@ def test_mode_finds_clear_winner_and_splits_budget() -> None:
     picks = mode.release(np.tile(np.array([3, 500, 2, 480]), (100, 1)))
     assert (picks == 1).mean() > 0.9
     assert mode.release(np.array([0, 0, 10**15])) == 2  # huge counts take the exact slow path
+
+
+def test_ratio_bounds_and_split_confidence() -> None:
+    from dpsql.dp.mechanisms import ratio_bounds, split_confidence
+
+    assert split_confidence(0.9, 2) == pytest.approx(0.95)
+    lo, hi = ratio_bounds(100.0, 10.0, 10.0, 1.0)
+    assert lo == pytest.approx(90 / 11) and hi == pytest.approx(110 / 9)
+    assert ratio_bounds(5.0, 1.0, 0.5, 1.0) == (-math.inf, math.inf)
+    assert ratio_bounds(5.0, 1.0, 0.5, 1.0, clamp=(0.0, 10.0)) == (0.0, 10.0)
+    assert ratio_bounds(100.0, 1.0, 10.0, 0.1, clamp=(0.0, 5.0)) == (0.0, 5.0)
