@@ -91,3 +91,30 @@ def make_db(pg_admin_dsn: str) -> Iterator[Callable[[str], str]]:
             conn.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(scope="session")
+def demo_dsn(make_db: Callable[[str], str]) -> str:
+    """A database with the demo tables (purchases: 122k rows incl. 5 heavy users; pums; regions)."""
+    from dpsql.demo import load_demo
+
+    dsn = make_db("demo")
+    load_demo(dsn)
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def demo_policy():  # type: ignore[no-untyped-def]
+    from dpsql.demo import POLICY
+    from dpsql.policy import load_policy
+
+    return load_policy(POLICY)
+
+
+@pytest.fixture
+def engine(demo_dsn: str, demo_policy):  # type: ignore[no-untyped-def]
+    from dpsql.engine import Engine
+
+    e = Engine(demo_policy, demo_dsn, pool_size=4)
+    yield e
+    e.close()

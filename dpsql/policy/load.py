@@ -13,7 +13,7 @@ from dpsql.policy.model import Policy
 
 
 def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
-    out[path] = node.start_mark.line + 1
+    out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             key = k.value
@@ -42,7 +42,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         return Policy.model_validate(data)
     except ValidationError as e:
         msgs = []
-        for err in e.errors():
+        errors = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
+        for err in errors:
             loc = tuple(err["loc"])
             line = None
             probe = loc

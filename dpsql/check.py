@@ -1,0 +1,115 @@
+"""`dpsql check`: validate a policy file, and against the live catalog when given a DSN."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+from dpsql.errors import PolicyError
+from dpsql.policy import load_policy
+from dpsql.policy.model import Policy
+
+# policy type family -> PostgreSQL data_type values (information_schema.columns) that agree
+_AGREE = {
+    "integer": {"integer", "bigint", "smallint"},
+    "numeric": {"numeric", "real", "double precision", "integer", "bigint", "smallint"},
+    "boolean": {"boolean"},
+    "text": {"text", "character varying", "character", "uuid", "USER-DEFINED"},
+    "date": {"date"},
+    "timestamp": {"timestamp without time zone", "timestamp with time zone"},
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    table: str
+    column: str
+    problem: str
+
+
+def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
+    """Tables and columns that are missing or whose types disagree with the policy."""
+    q = (
+        "SELECT table_schema || '.' || table_name, column_name, data_type "
+        "FROM information_schema.columns WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
+    )
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(q).fetchall()
+    actual: dict[str, dict[str, str]] = {}
+    for t, c, ty in rows:
+        actual.setdefault(t, {})[c] = ty
+    out: list[Finding] = []
+    for name, t in policy.tables.items():
+        cols = actual.get(name)
+        if cols is None:
+            out.append(Finding(name, "", "table does not exist upstream"))
+            continue
+        for cname, col in t.columns.items():
+            ty = cols.get(cname)
+            if ty is None:
+                out.append(Finding(name, cname, "column does not exist upstream"))
+            elif ty not in _AGREE[col.family]:
+                out.append(Finding(name, cname, f"policy says {col.type}, database has {ty}"))
+        undeclared = sorted(set(cols) - set(t.columns))
+        if undeclared:
+            out.append(
+                Finding(
+                    name, ", ".join(undeclared), "not declared: can't be queried (fine if intended)"
+                )
+            )
+    for name in policy.public_tables:
+        if name not in actual:
+            out.append(Finding(name, "", "public table does not exist upstream"))
+    return out
+
+
+def check_policy(path: str, upstream: str | None, console: Console) -> int:
+    try:
+        policy = load_policy(path)
+    except PolicyError as e:
+        console.print(f"[bold red]{e.message}[/bold red]")
+        if e.detail:
+            console.print(e.detail)
+        return 1
+    t = Table(title=f"{path}: valid", title_justify="left")
+    for h in (
+        "table",
+        "privacy unit",
+        "rows/unit",
+        "groups/unit",
+        "bounded",
+        "keys",
+        "identifiers",
+    ):
+        t.add_column(h)
+    for name, pt in policy.tables.items():
+        t.add_row(
+            name,
+            pt.privacy_unit,
+            str(pt.max_rows_per_unit),
+            str(pt.max_groups_per_unit),
+            ", ".join(
+                f"{c}[{v.bounds[0]:g},{v.bounds[1]:g}]" for c, v in pt.columns.items() if v.bounds
+            ),
+            ", ".join(c for c, v in pt.columns.items() if v.keys or v.keys_from),
+            ", ".join(c for c, v in pt.columns.items() if v.identifier),
+        )
+    for name in policy.public_tables:
+        t.add_row(name, "(public)", "", "", "", "", "")
+    console.print(t)
+    console.print(f"analysts: {', '.join(policy.analysts) or '(none)'}")
+    if not upstream:
+        return 0
+    findings = catalog_findings(policy, upstream)
+    errors = [f for f in findings if "fine if intended" not in f.problem]
+    for f in findings:
+        style = "red" if f in errors else "yellow"
+        console.print(
+            f"[{style}]{f.table}{'.' + f.column if f.column else ''}: {f.problem}[/{style}]"
+        )
+    if not findings:
+        console.print("[green]the catalog agrees with the policy[/green]")
+    return 1 if errors else 0

@@ -1,0 +1,285 @@
+"""Command line: demo | query | explain | check (serve, budget and release join as they land)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from dpsql.errors import DpsqlError
+from dpsql.result import Result
+from dpsql.session import SessionContext
+
+console = Console()
+err_console = Console(stderr=True)
+
+EXAMPLES = [
+    "SELECT COUNT(*) AS purchases, AVG(amount) AS avg_amount FROM purchases",
+    "SELECT category, COUNT(*) AS n, SUM(amount) AS revenue FROM purchases "
+    "GROUP BY category ORDER BY revenue DESC",
+    "SELECT region, COUNT(DISTINCT user_id) AS customers FROM purchases "
+    "WHERE purchased_at >= DATE '2025-07-01' GROUP BY region",
+    "SELECT sex, AVG(income) AS avg_income, STDDEV(age) AS sd_age FROM pums GROUP BY sex",
+    "SELECT * FROM purchases",
+]
+
+
+def _session(args: argparse.Namespace) -> SessionContext:
+    s = SessionContext(analyst=getattr(args, "analyst", None) or "analyst")
+    if getattr(args, "epsilon", None) is not None:
+        s.epsilon = Fraction(str(args.epsilon))
+    if getattr(args, "delta", None) is not None:
+        s.delta = Fraction(str(args.delta))
+    if getattr(args, "mechanism", None):
+        s.mechanism = args.mechanism
+    return s
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    try:
+        from decimal import Decimal
+
+        if isinstance(v, Decimal):
+            return f"{float(v):,.6g}" if abs(v) < 10**6 else f"{float(v):,.0f}"
+    except Exception:  # pragma: no cover
+        pass
+    return str(v)
+
+
+def print_result(r: Result, title: str | None = None) -> None:
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for c in r.columns:
+        t.add_column(c.name + (" (noisy)" if c.mechanism else ""), justify="right")
+    for i, row in enumerate(r.rows):
+        cells = []
+        for j, v in enumerate(row):
+            iv = r.intervals[i][j] if r.intervals and i < len(r.intervals) else None
+            cell = _fmt(v)
+            if iv is not None and v is not None:
+                cell += f"  [dim][{_fmt(iv[0])}, {_fmt(iv[1])}][/dim]"
+            cells.append(cell)
+        t.add_row(*cells)
+    console.print(t)
+    if r.cached:
+        console.print("[dim]repeat of an earlier query: stored answer, no budget spent[/dim]")
+    elif r.epsilon_spent:
+        console.print(
+            f"[dim]spent epsilon={r.epsilon_spent:g}, delta={r.delta_spent:g}; "
+            "brackets: 95% intervals of the noise[/dim]"
+        )
+
+
+def print_error(e: DpsqlError) -> None:
+    err_console.print(f"[bold red]ERROR {e.sqlstate}:[/bold red] {e.message}")
+    if e.detail:
+        err_console.print(f"[red]DETAIL:[/red] {e.detail}")
+    if e.hint:
+        err_console.print(f"[yellow]HINT:[/yellow] {e.hint}")
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from dpsql.engine import Engine
+    from dpsql.policy import load_policy
+
+    engine = Engine(
+        load_policy(args.policy), args.upstream, ledger=_ledger(args, load_policy(args.policy))
+    )
+    try:
+        return _run_queries(engine, args.sql, _session(args))
+    finally:
+        engine.close()
+
+
+def _ledger(args: argparse.Namespace, policy: Any) -> Any:
+    if getattr(args, "no_ledger", False):
+        return None
+    try:
+        from dpsql.budget.ledger import Ledger
+    except ImportError:
+        return None
+    return Ledger.open(getattr(args, "ledger", None) or args.upstream, policy)
+
+
+def _run_queries(engine: Any, queries: Sequence[str], session: SessionContext) -> int:
+    rc = 0
+    for q in queries:
+        console.print(f"[bold cyan]dpsql=>[/bold cyan] {q}")
+        try:
+            for stmt in engine.split(q):
+                r = engine.execute(engine.prepare(stmt), session)
+                print_result(r)
+        except DpsqlError as e:
+            print_error(e)
+            rc = 1
+        console.print()
+    return rc
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from dpsql.explain import explain
+    from dpsql.policy import load_policy
+
+    rep = explain(load_policy(args.policy), args.sql, _session(args))
+    console.print(
+        f"[bold]Private query[/bold] (epsilon={float(rep.epsilon):g}, delta={float(rep.delta):g})"
+    )
+    console.print(f"  contribution bound: {rep.contribution}")
+    console.print(f"  total cost: {rep.cost}")
+    if rep.selection:
+        console.print(f"  partition selection: {rep.selection}")
+    t = Table(title="Measures (computed in PostgreSQL, released with noise)", title_justify="left")
+    for h in ("measure", "mechanism", "sensitivity", "noise std", "budget", "grid", "95% ±"):
+        t.add_column(h)
+    for m in rep.measures:
+        t.add_row(
+            m.measure,
+            m.mechanism,
+            m.sensitivity,
+            f"{m.noise_std:.4g}",
+            m.budget,
+            m.grid,
+            f"{m.half_width:.4g}",
+        )
+    console.print(t)
+    t = Table(title="Output columns", title_justify="left")
+    for h in ("column", "from", "mechanism", "error interval"):
+        t.add_column(h)
+    for o in rep.outputs:
+        t.add_row(o.column, o.statistic, o.mechanism, o.half_width)
+    console.print(t)
+    console.print("[bold]Rewritten SQL[/bold]")
+    console.print(rep.rewritten, markup=False, highlight=False)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from dpsql.check import check_policy
+
+    return check_policy(args.policy, args.upstream, console)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from dpsql.demo import POLICY, load_demo
+    from dpsql.engine import Engine
+    from dpsql.execute.embedded import start_cluster
+    from dpsql.policy import load_policy
+
+    with console.status("starting PostgreSQL and loading the demo data..."):
+        cluster = start_cluster()
+        try:
+            load_demo(cluster.dsn())
+        except BaseException:
+            cluster.stop()
+            raise
+    console.print(f"[green]PostgreSQL up[/green] on 127.0.0.1:{cluster.port}; policy {POLICY}")
+    policy = load_policy(POLICY)
+    engine = Engine(
+        policy, cluster.dsn(), ledger=_ledger(argparse.Namespace(upstream=cluster.dsn()), policy)
+    )
+    try:
+        queries = args.sql or EXAMPLES
+        rc = _run_queries(engine, queries, _session(args))
+        serve = _server_entry()
+        if args.serve and serve is not None:
+            return serve(engine, policy, args.listen)
+        return rc if args.sql else 0
+    finally:
+        engine.close()
+        cluster.stop()
+
+
+def _server_entry() -> Callable[..., int] | None:
+    try:
+        from dpsql.wire.server import serve_engine  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return serve_engine  # type: ignore[no-any-return]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="dpsql", description="A differentially private SQL proxy for PostgreSQL"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def privacy_opts(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--analyst", default=os.environ.get("DPSQL_ANALYST", "analyst"))
+        sp.add_argument("--epsilon", type=float, help="per-query epsilon (default: the policy's)")
+        sp.add_argument("--delta", type=float, help="per-query delta")
+        sp.add_argument("--mechanism", choices=["auto", "laplace", "gaussian"])
+
+    d = sub.add_parser("demo", help="start PostgreSQL with demo data and answer example queries")
+    d.add_argument("sql", nargs="*", help="queries to run instead of the examples")
+    d.add_argument("--serve", action="store_true", help="then serve the wire protocol")
+    d.add_argument("--listen", default="127.0.0.1:6543")
+    privacy_opts(d)
+    d.set_defaults(func=cmd_demo)
+
+    q = sub.add_parser("query", help="run queries through the DP engine and print noisy results")
+    q.add_argument("sql", nargs="+")
+    q.add_argument(
+        "--policy",
+        required="DPSQL_POLICY" not in os.environ,
+        default=os.environ.get("DPSQL_POLICY"),
+    )
+    q.add_argument(
+        "--upstream",
+        required="DPSQL_UPSTREAM" not in os.environ,
+        default=os.environ.get("DPSQL_UPSTREAM"),
+    )
+    q.add_argument("--ledger", help="DSN of the budget ledger (default: the upstream)")
+    q.add_argument("--no-ledger", action="store_true", help=argparse.SUPPRESS)
+    privacy_opts(q)
+    q.set_defaults(func=cmd_query)
+
+    e = sub.add_parser("explain", help="show the plan of a private query without reading data")
+    e.add_argument("sql")
+    e.add_argument("--policy", required=True)
+    privacy_opts(e)
+    e.set_defaults(func=cmd_explain)
+
+    c = sub.add_parser(
+        "check", help="validate a policy (and, with --upstream, against the catalog)"
+    )
+    c.add_argument("policy")
+    c.add_argument("--upstream")
+    c.set_defaults(func=cmd_check)
+    _extensions(sub)
+    return p
+
+
+def _extensions(sub: Any) -> None:
+    """Subcommands contributed by other packages (serve, budget, release, policy)."""
+    import importlib
+
+    for mod in ("dpsql.wire.cli", "dpsql.budget.cli", "dpsql.release.cli", "dpsql.policy.cli"):
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        m.register(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except DpsqlError as e:
+        print_error(e)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The demo dataset: PUMS (public census extract) and a generated purchases table.
+
+``purchases`` has about 120,000 rows from 12,000 users, plus five "whales" with 400 purchases of
+$250,000+ each: the rich newcomers whose presence contribution bounding and clamping hide.
+Generated in PostgreSQL with a fixed seed, so every machine gets the same data.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+
+POLICY = Path(str(resources.files("dpsql.demo") / "policy.yaml"))
+
+SCHEMA = """
+DROP TABLE IF EXISTS purchases, pums, regions;
+CREATE TABLE regions (code text PRIMARY KEY, name text NOT NULL);
+INSERT INTO regions VALUES ('N','North'),('S','South'),('E','East'),('W','West'),('C','Central');
+CREATE TABLE pums (age integer, sex integer, educ integer, race integer, income numeric,
+                   married integer, pid integer NOT NULL);
+CREATE TABLE purchases (
+  id bigserial PRIMARY KEY, user_id integer NOT NULL, email text, category text NOT NULL,
+  region text NOT NULL REFERENCES regions(code), amount numeric(12,2), quantity integer,
+  purchased_at date);
+"""
+
+PURCHASES = """
+SELECT setseed(0.42);
+INSERT INTO purchases (user_id, email, category, region, amount, quantity, purchased_at)
+SELECT u, 'user' || u || '@example.com',
+       (ARRAY['groceries','electronics','clothing','books','travel'])[1 + floor(random() * 5)::int],
+       (ARRAY['N','S','E','W','C'])[1 + floor(random() * 5)::int],
+       round((random() * random() * 300)::numeric, 2),
+       1 + floor(random() * 5)::int,
+       DATE '2025-01-01' + floor(random() * 365)::int
+FROM (SELECT g, 1 + floor(random() * 12000)::int AS u FROM generate_series(1, 120000) g) s;
+INSERT INTO purchases (user_id, email, category, region, amount, quantity, purchased_at)
+SELECT 100000 + w, 'whale' || w || '@example.com', 'travel', 'C',
+       round((250000 + random() * 1000000)::numeric, 2), 1 + floor(random() * 10)::int,
+       DATE '2025-06-01' + (i % 30)
+FROM generate_series(1, 5) w, generate_series(1, 400) i;
+ANALYZE purchases;
+"""
+
+
+def load_demo(dsn: str) -> None:
+    """(Re)create the demo tables in the database at ``dsn``."""
+    csv = resources.files("dpsql.demo") / "pums.csv"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        with (
+            conn.cursor() as cur,
+            cur.copy(
+                "COPY pums (age, sex, educ, race, income, married, pid) FROM STDIN WITH (FORMAT csv, HEADER true)"
+            ) as cp,
+        ):
+            cp.write(csv.read_bytes())
+        conn.execute(PURCHASES)

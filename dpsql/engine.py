@@ -1,0 +1,320 @@
+"""The DP query engine: prepare (parse, classify, analyze), describe, execute.
+
+One statement is one trip through the pipeline::
+
+    parse -> classify -> analyze -> rewrite -> plan -> charge -> execute -> noise -> post-process
+
+The engine is synchronous and thread-safe; the wire server calls it from worker threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Literal
+
+from sqlglot import exp
+
+from dpsql.dp import rng
+from dpsql.errors import InvalidParameter, UnsupportedSql
+from dpsql.execute.backend import Backend, CancelToken, Rows, type_name
+from dpsql.execute.noise import Release, release
+from dpsql.policy.model import Policy
+from dpsql.result import Result, ResultColumn
+from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.analyze import analyze
+from dpsql.sql.bind import bind, param_count
+from dpsql.sql.classify import classify
+from dpsql.sql.parse import Statement, parse_statement, split_statements
+from dpsql.sql.plan import Plan, make_plan
+from dpsql.sql.postprocess import outer_query, outer_sql
+from dpsql.sql.public import check_public
+from dpsql.sql.rewrite import private_query
+from dpsql.sql.rewrite.make_total import make_total
+
+Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
+MAX_DELTA = Fraction(1, 100)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A parsed, classified and (for private queries) analyzed statement. Immutable, cacheable."""
+
+    text: str
+    kind: Kind
+    statement: Statement
+    tree: exp.Expression | None
+    analysis: Analysis | None
+    param_count: int
+    salt: str
+    fingerprint: str
+
+    @property
+    def first_word(self) -> str:
+        return self.statement.first_word
+
+
+def fingerprint(tree: exp.Expression | None, text: str) -> str:
+    """A short stable id of a statement's shape (literals kept; used in logs and the ledger)."""
+    body = tree.sql("postgres") if tree is not None else text
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def to_fraction(v: float | Fraction | str) -> Fraction:
+    return v if isinstance(v, Fraction) else Fraction(str(v))
+
+
+class Engine:
+    """Answers SQL under a policy against an upstream PostgreSQL."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        upstream_dsn: str,
+        ledger: Any | None = None,
+        *,
+        pool_size: int = 16,
+        cache_size: int = 2048,
+    ) -> None:
+        self.policy = policy
+        self.ledger = ledger
+        self.backend = Backend(
+            upstream_dsn,
+            statement_timeout_ms=policy.defaults.statement_timeout_ms,
+            max_size=pool_size,
+        )
+        self._cache: OrderedDict[str, Prepared] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+        self._key_types: dict[str, tuple[str, ...]] = {}
+        self._keys_from: dict[str, tuple[str, ...]] = {}
+        self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
+
+    def close(self) -> None:
+        self.backend.close()
+
+    split = staticmethod(split_statements)
+
+    # -- prepare -------------------------------------------------------------------------------
+    def prepare(self, text: str) -> Prepared:
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        p = self._prepare(text)
+        with self._lock:
+            self._cache[text] = p
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return p
+
+    def _prepare(self, text: str) -> Prepared:
+        st = parse_statement(text)
+        if st.kind != "query" or st.tree is None:
+            kind: Kind = st.kind if st.kind in ("session", "empty", "explain") else "session"  # type: ignore[assignment]
+            return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
+        tree = st.tree
+        qkind = classify(tree, self.policy)
+        analysis = None
+        if qkind == "private":
+            analysis = analyze(tree, self.policy)
+        elif qkind == "public":
+            check_public(tree)
+        return Prepared(
+            text,
+            qkind,
+            st,
+            tree,
+            analysis,
+            param_count(tree),
+            rng.token_hex(8),
+            fingerprint(tree, text),
+        )
+
+    # -- describe / execute ----------------------------------------------------------------------
+    def describe(
+        self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
+    ) -> tuple[ResultColumn, ...]:
+        """The result columns, without reading private data or spending budget."""
+        if prepared.kind == "private":
+            a = self._analysis(prepared, [None] * prepared.param_count)
+            rel = Release(self._group_types(prepared, a), [], [], [])
+            return self._finish(a, rel, session, describe_only=True).columns
+        if prepared.kind in ("public", "catalog"):
+            tree = self._runnable(prepared, [None] * prepared.param_count, session)
+            q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
+            return self.backend.run(q.sql("postgres"), private=False).columns
+        return ()
+
+    def execute(
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[Any] = (),
+        cancel: CancelToken | None = None,
+    ) -> Result:
+        if len(params) != prepared.param_count:
+            raise InvalidParameter(
+                f"the statement takes {prepared.param_count} parameters, {len(params)} were given"
+            )
+        if prepared.kind == "private":
+            from dpsql.execute.private import run_private
+
+            return run_private(self, prepared, session, params, cancel)
+        if prepared.kind in ("public", "catalog"):
+            tree = self._runnable(prepared, params, session)
+            rows = self.backend.run(tree.sql("postgres"), private=False, cancel=cancel)
+            return _result(rows)
+        if prepared.kind == "empty":
+            return Result((), [], "")
+        raise UnsupportedSql(
+            f"{prepared.first_word} is handled by the dpsql session, not the engine",
+            hint="connect through `dpsql serve`",
+        )
+
+    def _runnable(
+        self, prepared: Prepared, params: Sequence[Any], session: SessionContext
+    ) -> exp.Expression:
+        assert prepared.tree is not None
+        tree = bind(prepared.tree, params) if params else prepared.tree
+        if prepared.kind == "catalog":
+            from dpsql.sql import catalog
+
+            return catalog.check_catalog_query(tree, self.policy, session.analyst)
+        if prepared.kind != "public":
+            raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
+        return tree
+
+    # -- helpers used by the private path ----------------------------------------------------------
+    def _analysis(self, prepared: Prepared, params: Sequence[Any]) -> Analysis:
+        assert prepared.tree is not None and prepared.analysis is not None
+        if not params:
+            return prepared.analysis
+        return analyze(bind(prepared.tree, params), self.policy)
+
+    def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]:
+        """The query's (epsilon, delta) from the session, the analyst and the policy, validated."""
+        d = self.policy.defaults
+        analyst = self.policy.analysts.get(session.analyst)
+        eps = session.epsilon
+        if eps is None:
+            eps = to_fraction(
+                analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
+            )
+        max_eps = to_fraction(
+            analyst.max_epsilon if analyst and analyst.max_epsilon else d.max_epsilon
+        )
+        if not 0 < eps <= max_eps:
+            raise InvalidParameter(
+                f"epsilon {float(eps):g} is out of range: it must be > 0 and <= {float(max_eps):g}",
+                hint="SET dpsql.epsilon = 0.5 (smaller is more private and noisier)",
+            )
+        delta = session.delta
+        if delta is None and analyst is not None and analyst.default_delta is not None:
+            delta = to_fraction(analyst.default_delta)
+        if delta is None:
+            delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
+        if not 0 <= delta <= MAX_DELTA:
+            raise InvalidParameter(
+                f"delta {float(delta):g} is out of range [0, {float(MAX_DELTA):g}]",
+                hint="use a delta far below 1/(number of people), e.g. 1e-6",
+            )
+        return eps, delta
+
+    def plan(self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()) -> Plan:
+        a = self._analysis(prepared, params)
+        eps, delta = self.privacy_params(session, a)
+        return make_plan(a, eps, delta, session.mechanism)
+
+    def private_sql(self, prepared: Prepared, a: Analysis) -> str:
+        extra: tuple[Measure, ...] = ()
+        if a.needs_selection:
+            extra = (Measure("count_rows" if a.private.row_privacy else "count_units"),)
+        full = Analysis(**{**a.__dict__, "measures": a.measures + extra})
+        q = private_query(full, prepared.salt)
+        n = len(a.group_keys)
+        q.set(
+            "expressions",
+            [
+                exp.alias_(exp.cast(e.copy(), "text"), f"_dp_t{i}") if i < n else e
+                for i, e in enumerate(q.expressions)
+            ],
+        )
+        return q.sql("postgres")
+
+    def _group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+        if not a.group_keys:
+            return ()
+        cached = self._key_types.get(prepared.text)
+        if cached is not None:
+            return cached
+        cols = [exp.alias_(make_total(g.expr), f"g{i}") for i, g in enumerate(a.group_keys)]
+        q = exp.select(*cols).from_(exp.to_table(a.table).as_(a.alias, quoted=True)).limit(0)
+        rows = self.backend.run(q.sql("postgres"), private=True)
+        types = tuple(type_name(c.type_oid) for c in rows.columns)
+        self._key_types[prepared.text] = types
+        return types
+
+    def declared_keys(self, a: Analysis) -> list[tuple[str, ...]] | None:
+        if not a.group_keys:
+            return []
+        if a.needs_selection:
+            return None
+        out = []
+        for g in a.group_keys:
+            if g.keys is not None:
+                out.append(g.keys)
+            else:
+                assert g.keys_from is not None
+                out.append(self._resolve_keys_from(g.keys_from))
+        return out
+
+    def _resolve_keys_from(self, ref: str) -> tuple[str, ...]:
+        hit = self._keys_from.get(ref)
+        if hit is not None:
+            return hit
+        parts = ref.split(".")
+        col = parts[-1]
+        table = ".".join(parts[:-1])
+        q = (
+            exp.select(exp.cast(exp.column(col, quoted=True), "text"))
+            .distinct()
+            .from_(exp.to_table(table))
+            .where(exp.column(col, quoted=True).is_(exp.null()).not_())
+        )
+        rows = self.backend.run(q.sql("postgres"), private=False)
+        keys = tuple(sorted(str(r[0]) for r in rows.rows))
+        self._keys_from[ref] = keys
+        return keys
+
+    def _finish(
+        self,
+        a: Analysis,
+        rel: Release,
+        session: SessionContext,
+        *,
+        describe_only: bool = False,
+        plan: Plan | None = None,
+        cached: bool = False,
+    ) -> Result:
+        from dpsql.execute.private import finish
+
+        return finish(self, a, rel, session, describe_only=describe_only, plan=plan, cached=cached)
+
+
+def _result(rows: Rows) -> Result:
+    return Result(rows.columns, rows.rows, rows.status)
+
+
+def payload(rel: Release) -> bytes:
+    return json.dumps(rel.as_json(), separators=(",", ":")).encode()
+
+
+__all__ = ["CancelToken", "Engine", "Prepared", "outer_query", "outer_sql", "release"]

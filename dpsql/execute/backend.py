@@ -1,0 +1,129 @@
+"""The upstream PostgreSQL: a psycopg pool, read-only transactions, timeouts, sanitized errors.
+
+Private queries run with a statement timeout in read-only transactions; their errors keep only the
+SQLSTATE class (the text may contain row values). Public and catalog queries pass errors through.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg_pool import ConnectionPool
+
+from dpsql.errors import DpsqlError, QueryCanceled, UpstreamError, sanitized_upstream
+from dpsql.result import ResultColumn
+
+
+class CancelToken:
+    """Cancels the upstream query it is attached to, from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: psycopg.Connection[Any] | None = None
+        self.cancelled = False
+
+    def attach(self, conn: psycopg.Connection[Any] | None) -> None:
+        with self._lock:
+            self._conn = conn
+            if conn is not None and self.cancelled:
+                conn.cancel_safe()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            if self._conn is not None:
+                self._conn.cancel_safe()
+
+
+@dataclass(frozen=True)
+class Rows:
+    columns: tuple[ResultColumn, ...]
+    rows: list[tuple[Any, ...]]
+    status: str
+
+
+def _columns(cur: psycopg.Cursor[Any]) -> tuple[ResultColumn, ...]:
+    if cur.description is None:
+        return ()
+    return tuple(
+        ResultColumn(c.name, int(c.type_code), int(getattr(c, "_fmod", -1)))
+        for c in cur.description
+    )
+
+
+def type_name(oid: int) -> str:
+    """The SQL name of a built-in type OID (text for anything unknown)."""
+    info = psycopg.postgres.types.get(oid)
+    return info.name if info is not None else "text"
+
+
+class Backend:
+    def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 16) -> None:
+        self.dsn = dsn
+        self.timeout_ms = statement_timeout_ms
+        self.pool = ConnectionPool(
+            dsn,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": False},
+            configure=self._configure,
+            open=True,
+            name="dpsql-upstream",
+        )
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.read_only = True
+        conn.execute(pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(self.timeout_ms)))
+        conn.execute("SET application_name = 'dpsql'")
+        conn.commit()
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def run(
+        self,
+        query: str,
+        params: Sequence[Any] | None = None,
+        *,
+        private: bool,
+        cancel: CancelToken | None = None,
+        binary: bool = False,
+    ) -> Rows:
+        """Run one read-only statement and fetch everything (private results are one row/group)."""
+        with self.pool.connection() as conn:
+            if cancel is not None:
+                cancel.attach(conn)
+            try:
+                with conn.cursor(binary=binary) as cur:
+                    cur.execute(query, params or None, prepare=False)
+                    rows = cur.fetchall() if cur.description is not None else []
+                    status = cur.statusmessage or ""
+                    return Rows(_columns(cur), rows, status)
+            except psycopg.errors.QueryCanceled as e:
+                raise QueryCanceled(
+                    "canceling statement due to user request or statement timeout",
+                    hint="narrow the query or raise the policy's statement_timeout_ms",
+                ) from e
+            except psycopg.Error as e:
+                raise _upstream(e, private) from None
+            finally:
+                if cancel is not None:
+                    cancel.attach(None)
+                conn.rollback()
+
+
+def _upstream(e: psycopg.Error, private: bool) -> DpsqlError:
+    if private:
+        return sanitized_upstream(e.sqlstate)
+    diag = e.diag
+    return UpstreamError(
+        diag.message_primary or str(e),
+        detail=diag.message_detail,
+        hint=diag.message_hint,
+        sqlstate=e.sqlstate or "XX000",
+    )

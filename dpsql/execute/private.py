@@ -1,0 +1,134 @@
+"""The private path: plan, charge, run the bounded SQL, add noise, post-process.
+
+The spend is reserved before the private query runs and confirmed before any noisy row leaves;
+a failure before any result is computed is refunded; anything after counts as spent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dpsql.execute.backend import CancelToken, type_name
+from dpsql.execute.noise import Release, release
+from dpsql.result import Result, ResultColumn
+from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.plan import Plan
+from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine, Prepared
+
+
+def cache_key(prepared: Prepared, plan: Plan, params: Sequence[Any]) -> str:
+    try:
+        from dpsql.sql.canonical import canonical_key  # the ledger's canonical form
+
+        return str(
+            canonical_key(prepared.tree, params, plan.epsilon, plan.delta, plan.mechanism)  # type: ignore[arg-type]
+        )
+    except ImportError:
+        body = json.dumps([prepared.fingerprint, [repr(p) for p in params]])
+        return f"{body}|{plan.epsilon}|{plan.delta}|{plan.mechanism}"
+
+
+def run_private(
+    engine: Engine,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[Any],
+    cancel: CancelToken | None,
+) -> Result:
+    a = engine._analysis(prepared, params)
+    eps, delta = engine.privacy_params(session, a)
+    from dpsql.sql.plan import make_plan
+
+    plan = make_plan(a, eps, delta, session.mechanism)
+    confidence = session.confidence or engine.policy.defaults.confidence
+    key_types = engine._group_types(prepared, a)
+    declared = engine.declared_keys(a)
+    ledger = engine.ledger
+    key = cache_key(prepared, plan, params) if ledger is not None else None
+    if ledger is not None and key is not None:
+        stored = ledger.lookup(session.analyst, key)
+        if stored is not None:
+            rel = Release.from_json(json.loads(stored))
+            return finish(engine, a, rel, session, plan=plan, cached=True)
+    reservation = (
+        ledger.reserve(session.analyst, plan.cost, prepared.fingerprint) if ledger else None
+    )
+    try:
+        sql = engine.private_sql(prepared, a)
+        rows = engine.backend.run(sql, private=True, cancel=cancel)
+    except BaseException:
+        if reservation is not None:
+            ledger.refund(reservation)
+        raise
+    rel = release(plan, rows.rows, key_types, declared, confidence, noiseless=engine._noiseless)
+    if reservation is not None:
+        from dpsql.engine import payload
+
+        ledger.commit(reservation, key, payload(rel))
+    return finish(engine, a, rel, session, plan=plan)
+
+
+def finish(
+    engine: Engine,
+    a: Analysis,
+    rel: Release,
+    session: SessionContext,
+    *,
+    describe_only: bool = False,
+    plan: Plan | None = None,
+    cached: bool = False,
+) -> Result:
+    """Run the post-processing query over the released values and type the result."""
+    outputs = stat_outputs(a)
+    names = [e.alias_or_name for e in a.outer.expressions]
+    icols = [(si, names[pos]) for pos, si in outputs] if session.show_intervals else []
+    with_rid = not a.outer.args.get("distinct") and not describe_only
+    q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
+    n = len(rel.groups)
+    arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
+    arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
+    for si, _ in icols:
+        arrays.append([iv[si][0] if iv[si] else None for iv in rel.intervals])
+        arrays.append([iv[si][1] if iv[si] else None for iv in rel.intervals])
+    if with_rid or len(arrays) == 0:
+        arrays.append(list(range(n)))
+    params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
+    rows = engine.backend.run(outer_sql(q), params, private=False)
+    cols = list(rows.columns)
+    data = rows.rows
+    intervals = None
+    if with_rid:
+        cols = cols[:-1]
+        rids = [r[-1] for r in data]
+        data = [tuple(r[:-1]) for r in data]
+        intervals = []
+        for rid in rids:
+            row_iv: list[tuple[float, float] | None] = [None] * len(cols)
+            for pos, si in outputs:
+                row_iv[pos] = rel.intervals[rid][si]
+            intervals.append(tuple(row_iv))
+    mech = plan.mechanism if plan else None
+    stat_pos = {pos for pos, _ in outputs}
+    typed = tuple(
+        ResultColumn(c.name, c.type_oid, c.typmod, mech if i in stat_pos else None)
+        for i, c in enumerate(cols)
+    )
+    spent = plan is not None and not cached
+    return Result(
+        typed,
+        data,
+        f"SELECT {len(data)}",
+        epsilon_spent=float(plan.epsilon) if spent and plan else 0.0,
+        delta_spent=float(plan.delta) if spent and plan else 0.0,
+        cached=cached,
+        intervals=intervals,  # type: ignore[arg-type]
+    )
+
+
+__all__ = ["finish", "run_private", "type_name"]

@@ -1,0 +1,151 @@
+"""`EXPLAIN` for private queries: the plan, before any data is read or budget spent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dpsql.dp.mechanisms import Gaussian
+from dpsql.errors import UnsupportedSql
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.analyze import analyze
+from dpsql.sql.classify import classify
+from dpsql.sql.parse import parse_statement
+from dpsql.sql.plan import Plan, make_plan
+from dpsql.sql.rewrite import private_query
+
+
+@dataclass(frozen=True)
+class MeasureLine:
+    measure: str
+    mechanism: str
+    sensitivity: str
+    noise_std: float
+    budget: str
+    grid: str
+    half_width: float
+
+
+@dataclass(frozen=True)
+class OutputLine:
+    column: str
+    statistic: str
+    mechanism: str
+    half_width: str
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    sql: str
+    rewritten: str
+    epsilon: Fraction
+    delta: Fraction
+    cost: str
+    contribution: str
+    selection: str | None
+    measures: tuple[MeasureLine, ...]
+    outputs: tuple[OutputLine, ...]
+
+
+def _fmt(x: Fraction | float) -> str:
+    return f"{float(x):.6g}"
+
+
+def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport:
+    """Plan a private query without touching any data."""
+    st = parse_statement(text)
+    if st.kind != "query" or st.tree is None:
+        raise UnsupportedSql("EXPLAIN takes a SELECT")
+    kind = classify(st.tree, policy)
+    if kind != "private":
+        raise UnsupportedSql(
+            f"this is a {kind} query: it is answered exactly, with no noise and no budget"
+        )
+    a = analyze(st.tree, policy)
+    from dpsql.engine import to_fraction
+
+    d = policy.defaults
+    analyst = policy.analysts.get(session.analyst)
+    eps = session.epsilon or to_fraction(
+        analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
+    )
+    delta = session.delta
+    if delta is None:
+        delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
+    plan = make_plan(a, eps, delta, session.mechanism)
+    conf = session.confidence or d.confidence
+    return _report(text, plan, private_query(a, "<salt>").sql("postgres", pretty=True), conf)
+
+
+def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport:
+    a = plan.analysis
+    lines = []
+    for mp in plan.measures:
+        m = mp.mechanism
+        budget = f"rho={_fmt(m.rho)}" if isinstance(m, Gaussian) else f"eps={_fmt(m.epsilon)}"
+        lines.append(
+            MeasureLine(
+                mp.key,
+                m.name,
+                f"{'L2' if isinstance(m, Gaussian) else 'L1'}={_fmt(m.sensitivity)}",
+                m.std,
+                budget,
+                _fmt(m.grid),
+                m.half_width(conf),
+            )
+        )
+    outs = []
+    names = [e.alias_or_name for e in a.outer.expressions]
+    for pos, item in enumerate(a.outer.expressions):
+        body = item.this if hasattr(item, "this") else item
+        sql = body.sql("postgres")
+        if sql.startswith("_dp._dp_s"):
+            s = a.statistics[int(sql[len("_dp._dp_s") :])]
+            k = len(s.measures)
+            hws = [
+                plan.measure_plan(m).mechanism.half_width(1 - (1 - conf) / k) for m in s.measures
+            ]
+            if s.func in ("count", "count_distinct", "sum"):
+                hw = f"±{hws[0]:.6g}"
+            elif s.func == "avg":
+                hw = f"about ±{hws[0]:.4g}/N (N: the noisy count; exact interval per row)"
+            else:
+                hw = "from the noisy count, sum and sum of squares (conservative box)"
+            outs.append(OutputLine(names[pos], s.sql, plan.mechanism, hw))
+        elif sql.startswith("_dp._dp_g"):
+            outs.append(
+                OutputLine(
+                    names[pos],
+                    "group key",
+                    "none (public key)" if not a.needs_selection else "partition selection",
+                    "exact",
+                )
+            )
+        else:
+            outs.append(OutputLine(names[pos], sql, plan.mechanism, "post-processed"))
+    c = plan.cost
+    cost = f"epsilon={_fmt(c.epsilon)}, delta={_fmt(c.delta)}, rho={_fmt(c.rho)}"
+    contribution = (
+        "row-level privacy (each row is a different person)"
+        if a.private.row_privacy
+        else f"{a.private.privacy_unit}: <= {a.max_rows} rows per group, <= {a.max_groups} groups"
+    )
+    sel = None
+    if plan.selection is not None:
+        s = plan.selection
+        sel = (
+            f"noisy count of distinct units >= {s.threshold} (Laplace scale {_fmt(s.mechanism.scale)}, "
+            f"eps={_fmt(s.epsilon)}, delta={_fmt(s.delta)})"
+        )
+    return ExplainReport(
+        text,
+        rewritten,
+        plan.epsilon,
+        plan.delta,
+        cost,
+        contribution,
+        sel,
+        tuple(lines),
+        tuple(outs),
+    )

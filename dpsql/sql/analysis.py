@@ -1,0 +1,121 @@
+"""The analysis of a private query: what it measures, grouped how, and what it outputs.
+
+Produced by :mod:`dpsql.sql.analyze`, read by the rewrite passes and the planner. Never holds
+policy YAML, only resolved facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from sqlglot import exp
+
+from dpsql.policy.model import PrivateTable
+
+MeasureKind = Literal[
+    "count_rows",  # COUNT(*)
+    "count_values",  # COUNT(x): non-null values
+    "count_units",  # COUNT(DISTINCT privacy_unit)
+    "count_distinct",  # COUNT(DISTINCT x)
+    "sum",  # SUM(clamp(x))
+    "sum_centered",  # SUM(clamp(x) - mid)
+    "sum_sq_centered",  # SUM((clamp(x) - mid)^2)
+]
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A primitive aggregate computed per group upstream and released with noise.
+
+    ``lo``/``hi`` are the range of the (clamped) argument; ``integral`` is true when every
+    per-group value is an integer (counts, sums of integers), so no output grid is needed.
+    """
+
+    kind: MeasureKind
+    arg: exp.Expression | None = None
+    lo: Fraction = Fraction(0)
+    hi: Fraction = Fraction(0)
+    integral: bool = True
+
+    @property
+    def key(self) -> str:
+        a = self.arg.sql("postgres") if self.arg is not None else ""
+        return f"{self.kind}({a})[{self.lo},{self.hi}]"
+
+    @property
+    def mid(self) -> Fraction:
+        return (self.lo + self.hi) / 2
+
+    def per_row(self) -> Fraction:
+        """How much one row (or, for count_units, one unit) can move this measure in one group."""
+        if self.kind in ("count_rows", "count_values", "count_units", "count_distinct"):
+            return Fraction(1)
+        if self.kind == "sum":
+            return max(abs(self.lo), abs(self.hi))
+        half = (self.hi - self.lo) / 2
+        return half if self.kind == "sum_centered" else half * half
+
+
+StatisticFunc = Literal[
+    "count", "count_distinct", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"
+]
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One aggregate call of the query (e.g. AVG(income)), derived from measures."""
+
+    func: StatisticFunc
+    measures: tuple[str, ...]  # Measure.key values, in the order the derivation expects
+    lo: Fraction
+    hi: Fraction
+    pg_type: str  # the PostgreSQL type of the output (int8, numeric, float8)
+    sql: str  # the aggregate as written, for plans and messages
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """A GROUP BY expression; ``keys`` are its public values when declared in the policy."""
+
+    expr: exp.Expression
+    name: str
+    keys: tuple[str, ...] | None
+    keys_from: str | None = None
+
+    @property
+    def declared(self) -> bool:
+        return self.keys is not None or self.keys_from is not None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    table: str  # schema.table
+    alias: str
+    private: PrivateTable
+    where: exp.Expression | None
+    group_keys: tuple[GroupKey, ...]
+    measures: tuple[Measure, ...]
+    statistics: tuple[Statistic, ...]
+    outer: exp.Select  # post-processing query over _dp(_dp_g0.., _dp_s0..)
+    grouped: bool
+
+    @property
+    def needs_selection(self) -> bool:
+        """True when some GROUP BY key is not public: DP partition selection decides what shows."""
+        return any(not g.declared for g in self.group_keys)
+
+    @property
+    def max_groups(self) -> int:
+        return self.private.max_groups_per_unit if self.grouped else 1
+
+    @property
+    def max_rows(self) -> int:
+        return self.private.max_rows_per_unit
+
+    def measure(self, key: str) -> Measure:
+        for m in self.measures:
+            if m.key == key:
+                return m
+        raise KeyError(key)

@@ -1,0 +1,298 @@
+"""Validate a private SELECT against the policy and describe it as an :class:`Analysis`.
+
+Everything not explicitly understood is refused: a query reaches PostgreSQL only after every node
+of it was checked here.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolation, UndefinedColumn, UnsupportedSql
+from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
+from dpsql.sql import functions as fn
+from dpsql.sql.analysis import Analysis, Measure, Statistic
+from dpsql.sql.sensitivity import Interval, value_range
+
+_CLAUSES_REFUSED = {
+    "joins": "JOIN",
+    "laterals": "LATERAL",
+    "locks": "FOR UPDATE/SHARE",
+    "into": "SELECT INTO",
+    "windows": "WINDOW",
+    "qualify": "QUALIFY",
+    "connect": "CONNECT BY",
+}
+
+
+def table_name(t: exp.Table) -> str:
+    db = t.db or "public"
+    return qualify_name(f"{db}.{t.name}")
+
+
+class _Ctx:
+    def __init__(self, table: str, alias: str, private: PrivateTable) -> None:
+        self.table = table
+        self.alias = alias
+        self.private = private
+        self.cols = private.columns
+
+    def column(self, node: exp.Column) -> Column:
+        if node.table and node.table not in (self.alias, self.table.split(".")[1]):
+            raise UndefinedColumn(f'missing FROM-clause entry for table "{node.table}"')
+        col = self.cols.get(node.name)
+        if col is None:
+            raise UndefinedColumn(
+                f'column "{node.name}" does not exist in {self.table}',
+                hint=f"columns: {', '.join(sorted(self.cols))}",
+            )
+        return col
+
+    def qualify(self, node: exp.Expression) -> exp.Expression:
+        """Copy of a row-level expression with every column checked and qualified by alias."""
+
+        def fix(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column):
+                self.column(n)
+                return exp.column(n.name, table=self.alias, quoted=True)
+            return n
+
+        return node.copy().transform(fix, copy=False)
+
+
+def _refuse_identifiers(ctx: _Ctx, node: exp.Expression, where: str) -> None:
+    for c in node.find_all(exp.Column):
+        col = ctx.column(c)
+        if col.identifier:
+            raise PrivacyViolation(
+                f"column {ctx.table}.{c.name} is an identifier and can't be used in {where}",
+                hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
+                f"{ctx.private.privacy_unit})",
+            )
+
+
+def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
+    """Allow only total, side-effect-free row-level SQL (see dpsql.sql.functions)."""
+    for n in node.walk():
+        if isinstance(n, (exp.Select, exp.Subquery, exp.Exists)):
+            raise UnsupportedSql(
+                f"subqueries are not supported in {where} yet",
+                hint="filter with literal values, e.g. col IN (1, 2, 3)",
+            )
+        if fn.is_aggregate(n):
+            raise UnsupportedSql(f"aggregate functions are not allowed in {where}")
+        if isinstance(n, exp.Window):
+            raise PrivacyViolation(
+                "window functions over private rows are not allowed",
+                hint="aggregate with GROUP BY instead",
+            )
+        if not isinstance(n, fn.ROW_LEVEL_NODES):
+            name = (
+                f"function {n.name}()"
+                if isinstance(n, exp.Anonymous)
+                else f"function {n.sql_name().lower()}()"
+                if isinstance(n, exp.Func)
+                else type(n).__name__
+            )
+            raise UnsupportedSql(
+                f"{name} is not supported in {where} of a private query",
+                hint="use comparisons, AND/OR/NOT, IN lists, BETWEEN, LIKE, CASE, arithmetic, "
+                "COALESCE, numeric casts",
+            )
+        if isinstance(n, exp.Cast):
+            _check_cast(ctx, n)
+
+
+_TEMPORAL = {
+    exp.DataType.Type.DATE,
+    exp.DataType.Type.TIMESTAMP,
+    exp.DataType.Type.TIMESTAMPTZ,
+    exp.DataType.Type.INTERVAL,
+}
+
+
+def _check_cast(ctx: _Ctx, n: exp.Cast) -> None:
+    to = n.to.this
+    if to in fn.TEXT_TYPES:
+        return  # every value has a text form
+    if to in _TEMPORAL:
+        cols = list(n.this.find_all(exp.Column))
+        if all(ctx.column(c).family in ("date", "timestamp") for c in cols) and (
+            not cols or isinstance(n.this, exp.Column)
+        ):
+            return  # a constant (data-independent) or a date/timestamp column
+        raise UnsupportedSql(
+            f"the cast {n.sql('postgres')} can fail depending on the data and is not allowed",
+            hint="cast constants only, e.g. DATE '2025-01-01'",
+        )
+    if to in fn.INTEGER_TYPES or to in fn.NUMERIC_TYPES or to == exp.DataType.Type.BOOLEAN:
+        src = n.this
+        if not src.find(exp.Column):
+            return  # casting constants fails (or not) independently of the data
+        bad = [
+            c.name
+            for c in src.find_all(exp.Column)
+            if ctx.column(c).family not in ("integer", "numeric", "boolean")
+        ]
+        if (
+            bad
+            or _is_texty(src)
+            or any(isinstance(x, exp.Literal) and x.is_string for x in src.find_all(exp.Literal))
+        ):
+            raise UnsupportedSql(
+                f"the cast {n.sql('postgres')} can fail depending on the data and is not allowed",
+                hint="compare as text, or declare the column with a numeric type",
+            )
+        return
+    raise UnsupportedSql(
+        f"casts to {n.to.sql('postgres')} are not allowed in private queries",
+        hint="casts to numeric, integer and text types are allowed",
+    )
+
+
+def _is_texty(node: exp.Expression) -> bool:
+    return isinstance(node, (exp.Lower, exp.Upper, exp.Concat, exp.DPipe, exp.Substring, exp.Trim))
+
+
+def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:
+    for c in arg.find_all(exp.Column):
+        col = ctx.column(c)
+        if col.identifier:
+            raise PrivacyViolation(
+                f"column {ctx.table}.{c.name} is an identifier and can't be aggregated with {agg}",
+                hint="identifiers may only be counted, e.g. COUNT(DISTINCT ...)",
+            )
+    r = value_range(arg, ctx.cols)
+    if r is None:
+        for c in arg.find_all(exp.Column):
+            if ctx.column(c).bounds is None and value_range(c, ctx.cols) is None:
+                in_condition = any(
+                    isinstance(p, (exp.Predicate, exp.Is, exp.In, exp.Between))
+                    for p in _parents(c, arg)
+                )
+                if not in_condition:
+                    raise PrivacyViolation(
+                        f"column {ctx.table}.{c.name} has no declared bounds, so {agg} over it "
+                        "is unbounded",
+                        hint=f"declare `bounds: [lo, hi]` for {c.name} in the policy",
+                    )
+        raise PrivacyViolation(
+            f"the range of {arg.sql('postgres')} can't be bounded from the declared bounds",
+            hint="use +, -, *, division by a constant, CASE and COALESCE over bounded columns",
+        )
+    return r
+
+
+def _parents(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+    out = []
+    p = node.parent
+    while p is not None and p is not top:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _integral(ctx: _Ctx, arg: exp.Expression, r: Interval) -> bool:
+    if r.lo.denominator != 1 or r.hi.denominator != 1:
+        return False
+    for n in arg.walk():
+        if isinstance(n, exp.Column) and ctx.column(n).family != "integer":
+            return False
+        if isinstance(n, exp.Literal) and not n.is_string and not n.this.lstrip("-").isdigit():
+            return False
+        if isinstance(n, (exp.Div, exp.Round, exp.Cast)):
+            return False
+    return True
+
+
+def _result_type(ctx: _Ctx, arg: exp.Expression, func: str, integral: bool) -> str:
+    if func in ("count", "count_distinct"):
+        return "int8"
+    floaty = any(
+        ctx.column(c).type in ("real", "float", "float4", "float8", "double", "double precision")
+        for c in arg.find_all(exp.Column)
+    )
+    if floaty:
+        return "float8"
+    if func == "sum" and integral:
+        return "int8"
+    return "numeric"
+
+
+def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Measure]]:
+    """Map one aggregate call to its statistic and the measures it needs."""
+    sql = node.sql("postgres")
+    name = fn.aggregate_name(node)
+    if name is None:
+        _refuse_aggregate(node)
+    arg = node.this
+    if isinstance(node, exp.Count):
+        if isinstance(arg, exp.Star) or arg is None:
+            m = Measure("count_rows")
+            return Statistic("count", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1:
+                raise UnsupportedSql("COUNT(DISTINCT a, b) is not supported")
+            inner = arg.expressions[0]
+            check_row_level(ctx, inner, "COUNT(DISTINCT ...)")
+            unit = ctx.private.privacy_unit
+            if isinstance(inner, exp.Column) and inner.name == unit and not ctx.private.row_privacy:
+                ctx.column(inner)
+                m = Measure("count_units")
+            else:
+                m = Measure("count_distinct", ctx.qualify(inner))
+            return Statistic("count_distinct", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+        check_row_level(ctx, arg, "COUNT(...)")
+        if isinstance(arg, exp.Literal) and not arg.is_string:
+            m = Measure("count_rows")
+        else:
+            m = Measure("count_values", ctx.qualify(arg))
+        return Statistic("count", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+    if isinstance(arg, exp.Distinct):
+        raise UnsupportedSql(
+            f"{name.upper()}(DISTINCT ...) is not supported",
+            hint=f"use {name.upper()}(...) without DISTINCT",
+        )
+    check_row_level(ctx, arg, f"{name.upper()}(...)")
+    r = _arg_interval(ctx, arg, name.upper())
+    q = ctx.qualify(arg)
+    integral = _integral(ctx, arg, r)
+    ptype = _result_type(ctx, arg, "sum" if name == "sum" else "avg", integral)
+    if name == "sum":
+        m = Measure("sum", q, r.lo, r.hi, integral)
+        return Statistic("sum", (m.key,), r.lo, r.hi, ptype, sql), [m]
+    cnt = Measure("count_values", q)
+    s1 = Measure("sum_centered", q, r.lo, r.hi, False)
+    if name == "avg":
+        return Statistic("avg", (s1.key, cnt.key), r.lo, r.hi, ptype, sql), [s1, cnt]
+    s2 = Measure("sum_sq_centered", q, r.lo, r.hi, False)
+    func = {"var_pop": "var_pop", "var_samp": "var_samp", "stddev": "stddev_samp"}.get(name, name)
+    stat = Statistic(func, (s2.key, s1.key, cnt.key), r.lo, r.hi, ptype, sql)  # type: ignore[arg-type]
+    return stat, [s2, s1, cnt]
+
+
+def _refuse_aggregate(node: exp.Expression) -> None:
+    sql = node.sql("postgres")
+    if isinstance(node, fn.RAW_VALUE_AGGREGATES):
+        raise PrivacyViolation(
+            f"{sql} would return raw private values",
+            hint="use COUNT, SUM, AVG, VAR or STDDEV",
+        )
+    raise UnsupportedSql(
+        f"the aggregate {sql} is not supported in private queries",
+        hint="use COUNT, COUNT(DISTINCT unit), SUM, AVG, VAR_POP/VAR_SAMP, STDDEV_POP/STDDEV_SAMP",
+    )
+
+
+def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
+    """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
+    if not isinstance(tree, exp.Select):
+        raise UnsupportedSql(
+            f"{type(tree).__name__.upper()} over private tables is not supported",
+            hint="write a single SELECT with aggregates",
+        )
+    from dpsql.sql.analyze_select import analyze_select
+
+    return analyze_select(tree, policy)

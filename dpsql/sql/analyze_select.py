@@ -1,0 +1,245 @@
+"""The SELECT-level half of the analysis: FROM, GROUP BY, select list, HAVING, ORDER BY, LIMIT."""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolation, UndefinedTable, UnsupportedSql
+from dpsql.policy.model import Policy
+from dpsql.sql import functions as fn
+from dpsql.sql.analysis import Analysis, GroupKey, Measure, Statistic
+from dpsql.sql.analyze import (
+    _CLAUSES_REFUSED,
+    _Ctx,
+    _refuse_identifiers,
+    check_row_level,
+    statistic_for,
+    table_name,
+)
+
+DP_TABLE = "_dp"
+
+
+def _from_table(tree: exp.Select, policy: Policy) -> tuple[str, str]:
+    for key, what in _CLAUSES_REFUSED.items():
+        if tree.args.get(key):
+            raise UnsupportedSql(
+                f"{what} is not supported in private queries yet",
+                hint="query one private table at a time",
+            )
+    if tree.args.get("with_"):
+        raise UnsupportedSql("WITH is not supported in private queries yet")
+    src = tree.args.get("from_")
+    if src is None:
+        raise UnsupportedSql("a private query needs a FROM clause")
+    t = src.this
+    if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
+        raise UnsupportedSql(
+            "only a plain table is supported in FROM of a private query yet",
+            hint="query the private table directly: SELECT COUNT(*) FROM t WHERE ...",
+        )
+    name = table_name(t)
+    if policy.private_table(name) is None:
+        raise UndefinedTable(f'relation "{t.name}" does not exist')
+    return name, t.alias_or_name
+
+
+def _output_name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Alias):
+        return node.alias
+    inner = node
+    while isinstance(inner, (exp.Cast, exp.Paren)):
+        inner = inner.this
+    if isinstance(inner, exp.Column):
+        return inner.name
+    if isinstance(inner, exp.Round) and isinstance(inner.this, exp.Cast):
+        inner = inner.this.this
+    name = fn.aggregate_name(inner)
+    if name:
+        return "stddev" if isinstance(inner, exp.Stddev) else name
+    if isinstance(inner, exp.Func):
+        return inner.sql_name().lower()
+    return "?column?"
+
+
+def _group_keys(tree: exp.Select, ctx: _Ctx) -> list[GroupKey]:
+    group = tree.args.get("group")
+    if group is None:
+        return []
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+        raise UnsupportedSql("ROLLUP, CUBE and GROUPING SETS are not supported yet")
+    selects = tree.expressions
+    aliases = {s.alias: s.this for s in selects if isinstance(s, exp.Alias)}
+    keys: list[GroupKey] = []
+    for g in group.expressions:
+        expr = g
+        if isinstance(g, exp.Literal) and not g.is_string:
+            i = int(g.this)
+            if not 1 <= i <= len(selects):
+                raise UnsupportedSql(f"GROUP BY position {i} is not in select list")
+            s = selects[i - 1]
+            expr = s.this if isinstance(s, exp.Alias) else s
+        elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
+            if g.name not in ctx.cols:
+                expr = aliases[g.name]
+        check_row_level(ctx, expr, "GROUP BY")
+        _refuse_identifiers(ctx, expr, "GROUP BY")
+        declared = None
+        keys_from = None
+        if isinstance(expr, exp.Column):
+            col = ctx.column(expr)
+            if col.keys is not None:
+                declared = tuple(_key_text(k) for k in col.keys)
+            keys_from = col.keys_from
+        keys.append(GroupKey(ctx.qualify(expr), _output_name(expr), declared, keys_from))
+    return keys
+
+
+def _describe(n: exp.Expression) -> str:
+    if isinstance(n, exp.Anonymous):
+        return f"function {n.name}()"
+    if isinstance(n, exp.Func):
+        return f"function {n.sql_name().lower()}()"
+    return type(n).__name__
+
+
+def _key_text(k: object) -> str:
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return str(k)
+
+
+class _Outer:
+    """Rewrites select/HAVING/ORDER BY expressions over _dp(_dp_g*, _dp_s*)."""
+
+    def __init__(self, ctx: _Ctx, keys: list[GroupKey]) -> None:
+        self.ctx = ctx
+        self.keys = keys
+        self.key_sql = {k.expr.sql("postgres"): i for i, k in enumerate(keys)}
+        self.stats: list[Statistic] = []
+        self.measures: dict[str, Measure] = {}
+
+    def stat_column(self, node: exp.Expression) -> exp.Column:
+        stat, ms = statistic_for(self.ctx, node)
+        for m in ms:
+            self.measures.setdefault(m.key, m)
+        for i, s in enumerate(self.stats):
+            if s.func == stat.func and s.measures == stat.measures:
+                return exp.column(f"_dp_s{i}", table=DP_TABLE)
+        self.stats.append(stat)
+        return exp.column(f"_dp_s{len(self.stats) - 1}", table=DP_TABLE)
+
+    def rewrite(
+        self, node: exp.Expression, where: str, aliases: frozenset[str] = frozenset()
+    ) -> exp.Expression:
+        def fix(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column) and not n.table and n.name in aliases:
+                return exp.column(n.name, quoted=True)
+            if isinstance(n, exp.Window):
+                raise PrivacyViolation(
+                    "window functions over private rows are not allowed",
+                    hint="aggregate with GROUP BY instead",
+                )
+            if isinstance(n, exp.Star):
+                raise PrivacyViolation(
+                    f"SELECT * would return raw rows of private table {self.ctx.table}",
+                    hint="ask for aggregates, e.g. SELECT COUNT(*), AVG(col) FROM ... GROUP BY ...",
+                )
+            if fn.is_aggregate(n):
+                return self.stat_column(n)
+            if not isinstance(n, (exp.Column, exp.Literal)) and n.find(exp.Column):
+                q = self._key_ref(n)
+                if q is not None:
+                    return q
+            if isinstance(n, exp.Column):
+                q = self._key_ref(n)
+                if q is not None:
+                    return q
+                if n.table == DP_TABLE:
+                    return n
+                col = self.ctx.column(n)
+                what = "an identifier" if col.identifier else "a private column"
+                raise PrivacyViolation(
+                    f"column {self.ctx.table}.{n.name} is {what} and can't be selected raw in {where}",
+                    hint="aggregate it (COUNT, SUM, AVG...) or GROUP BY a column with declared keys",
+                )
+            if isinstance(n, (exp.Select, exp.Subquery)):
+                raise UnsupportedSql(f"subqueries are not supported in {where} yet")
+            return n
+
+        out = node.copy().transform(fix, copy=False)
+        for n in out.walk():
+            if not isinstance(n, (*fn.POST_NODES, exp.Alias, exp.Ordered, exp.Order)):
+                raise UnsupportedSql(
+                    f"{_describe(n)} is not supported in {where} of a private query",
+                    hint="use aggregates, arithmetic, ROUND, CASE, COALESCE and casts",
+                )
+        return out
+
+    def _key_ref(self, n: exp.Expression) -> exp.Column | None:
+        try:
+            sql = self.ctx.qualify(n).sql("postgres")
+        except Exception:
+            return None
+        i = self.key_sql.get(sql)
+        return exp.column(f"_dp_g{i}", table=DP_TABLE) if i is not None else None
+
+
+def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
+    table, alias = _from_table(tree, policy)
+    private = policy.private_table(table)
+    assert private is not None
+    ctx = _Ctx(table, alias, private)
+    where = tree.args.get("where")
+    where_expr = None
+    if where is not None:
+        check_row_level(ctx, where.this, "WHERE")
+        for c in where.this.find_all(exp.Column):
+            if ctx.column(c).identifier and not isinstance(c.parent, exp.Is):
+                raise PrivacyViolation(
+                    f"column {table}.{c.name} is an identifier and can't be filtered on",
+                    hint="identifiers may only be tested with IS [NOT] NULL or counted",
+                )
+        where_expr = ctx.qualify(where.this)
+    keys = _group_keys(tree, ctx)
+    outer = _Outer(ctx, keys)
+    selects: list[exp.Expression] = []
+    for s in tree.expressions:
+        name = _output_name(s)
+        body = s.this if isinstance(s, exp.Alias) else s
+        selects.append(exp.alias_(outer.rewrite(body, "the select list"), name, quoted=True))
+    if not outer.stats and not keys:
+        raise PrivacyViolation(
+            f"this query would return raw rows of private table {table}",
+            hint="ask for aggregates, e.g. SELECT COUNT(*), AVG(col) FROM ... GROUP BY ...",
+        )
+    q = exp.select(*selects).from_(DP_TABLE)
+    if tree.args.get("distinct"):
+        if tree.args["distinct"].args.get("on"):
+            raise UnsupportedSql("DISTINCT ON is not supported")
+        q = q.distinct()
+    having = tree.args.get("having")
+    if having is not None:
+        q = q.where(outer.rewrite(having.this, "HAVING"))
+    order = tree.args.get("order")
+    if order is not None:
+        names = frozenset(s.alias for s in selects if isinstance(s, exp.Alias))
+        q.set("order", outer.rewrite(order, "ORDER BY", names))
+    for key in ("limit", "offset"):
+        node = tree.args.get(key)
+        if node is not None:
+            val = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+            if not isinstance(val, (exp.Literal, exp.Parameter, exp.Placeholder, exp.Null)):
+                raise UnsupportedSql(f"{key.upper()} must be a constant")
+            q.set(key, node.copy())
+    return Analysis(
+        table=table,
+        alias=alias,
+        private=private,
+        where=where_expr,
+        group_keys=tuple(keys),
+        measures=tuple(outer.measures.values()),
+        statistics=tuple(outer.stats),
+        outer=q,
+        grouped=bool(keys),
+    )

@@ -1,0 +1,134 @@
+"""What SQL may appear where. Allowlists, never denylists: anything not named here is refused.
+
+Row-level expressions (WHERE, aggregate arguments, GROUP BY expressions) run upstream over private
+rows, so they must be total (never raise depending on the data) and free of side effects; the
+rewrite makes division and integer casts total. Post-processing expressions run over noisy values
+only, so they may use any deterministic, side-effect-free function.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+# Structural nodes allowed in row-level expressions.
+ROW_LEVEL_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Boolean,
+    exp.Null,
+    exp.Paren,
+    exp.Neg,
+    exp.Not,
+    exp.And,
+    exp.Or,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Mod,
+    exp.IntDiv,
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.Is,
+    exp.In,
+    exp.Between,
+    exp.Like,
+    exp.ILike,
+    exp.Case,
+    exp.If,
+    exp.Cast,
+    exp.DataType,
+    exp.DataTypeParam,
+    exp.Coalesce,
+    exp.Nullif,
+    exp.Greatest,
+    exp.Least,
+    exp.Abs,
+    exp.Round,
+    exp.Floor,
+    exp.Ceil,
+    exp.Sign,
+    exp.Lower,
+    exp.Upper,
+    exp.Length,
+    exp.Trim,
+    exp.Substring,
+    exp.Concat,
+    exp.DPipe,
+    exp.TimestampTrunc,
+    exp.DateTrunc,
+    exp.Extract,
+    exp.Var,
+    exp.Placeholder,
+    exp.Parameter,
+    exp.Tuple,
+)
+
+# Casts to these types cannot fail for any input, or are made total by the rewrite.
+TEXT_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR, exp.DataType.Type.CHAR}
+NUMERIC_TYPES = {
+    exp.DataType.Type.DECIMAL,
+    exp.DataType.Type.DOUBLE,
+    exp.DataType.Type.FLOAT,
+    exp.DataType.Type.BIGDECIMAL,
+}
+INTEGER_TYPES = {
+    exp.DataType.Type.INT,
+    exp.DataType.Type.BIGINT,
+    exp.DataType.Type.SMALLINT,
+    exp.DataType.Type.TINYINT,
+}
+INTEGER_RANGE = {
+    exp.DataType.Type.SMALLINT: (-32768, 32767),
+    exp.DataType.Type.TINYINT: (-32768, 32767),
+    exp.DataType.Type.INT: (-2147483648, 2147483647),
+    exp.DataType.Type.BIGINT: (-9223372036854775808, 9223372036854775807),
+}
+
+# Aggregates dpsql answers with a DP mechanism, by sqlglot class -> PostgreSQL output name.
+DP_AGGREGATES: dict[type[exp.Expression], str] = {
+    exp.Count: "count",
+    exp.Sum: "sum",
+    exp.Avg: "avg",
+    exp.VariancePop: "var_pop",
+    exp.Variance: "var_samp",
+    exp.Stddev: "stddev",
+    exp.StddevPop: "stddev_pop",
+    exp.StddevSamp: "stddev_samp",
+}
+
+# Aggregates that return raw values (never answerable).
+RAW_VALUE_AGGREGATES: tuple[type[exp.Expression], ...] = (
+    exp.ArrayAgg,
+    exp.GroupConcat,
+    exp.JSONArrayAgg,
+    exp.JSONObjectAgg,
+    exp.AnyValue,
+    exp.First,
+    exp.Last,
+)
+
+# Post-processing (over noisy values): the row-level set plus harmless numeric functions.
+POST_NODES: tuple[type[exp.Expression], ...] = (
+    *ROW_LEVEL_NODES,
+    exp.Pow,
+    exp.Sqrt,
+    exp.Ln,
+    exp.Log,
+    exp.Exp,
+    exp.Trunc,
+)
+
+
+def aggregate_name(node: exp.Expression) -> str | None:
+    """PostgreSQL's output column name for an aggregate call, or None if not a DP aggregate."""
+    return DP_AGGREGATES.get(type(node))
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    return isinstance(node, exp.AggFunc) or isinstance(node, exp.WithinGroup)

@@ -1,0 +1,190 @@
+"""Statement splitting and parsing (sqlglot, postgres dialect), with PostgreSQL-style errors."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Literal
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import Token, TokenType
+
+from dpsql.errors import ReadOnlyTransaction, SqlSyntaxError
+
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+DIALECT = Postgres()
+
+StatementKind = Literal["query", "session", "empty", "write", "explain"]
+
+# First words of statements the wire session answers itself (never sent upstream as typed).
+SESSION_WORDS = frozenset(
+    {
+        "SET",
+        "SHOW",
+        "RESET",
+        "BEGIN",
+        "START",
+        "COMMIT",
+        "END",
+        "ROLLBACK",
+        "ABORT",
+        "SAVEPOINT",
+        "RELEASE",
+        "DISCARD",
+        "DEALLOCATE",
+        "CLOSE",
+        "LISTEN",
+        "UNLISTEN",
+    }
+)
+QUERY_WORDS = frozenset({"SELECT", "WITH", "VALUES", "TABLE", "("})
+WRITE_WORDS = frozenset(
+    {
+        "INSERT",
+        "UPDATE",
+        "DELETE",
+        "MERGE",
+        "CREATE",
+        "DROP",
+        "ALTER",
+        "TRUNCATE",
+        "COPY",
+        "GRANT",
+        "REVOKE",
+        "VACUUM",
+        "ANALYZE",
+        "CLUSTER",
+        "REINDEX",
+        "COMMENT",
+        "LOCK",
+        "CALL",
+        "DO",
+        "IMPORT",
+        "LOAD",
+        "REFRESH",
+        "SECURITY",
+        "REASSIGN",
+        "NOTIFY",
+        "CHECKPOINT",
+        "PREPARE",
+        "EXECUTE",
+        "FETCH",
+        "MOVE",
+        "DECLARE",
+    }
+)
+
+
+def tokenize(text: str) -> list[Token]:
+    try:
+        return list(DIALECT.tokenize(text))
+    except TokenError as e:
+        raise SqlSyntaxError(f"syntax error: {e}", hint="check quotes and comments") from e
+
+
+def split_statements(text: str) -> list[str]:
+    """Split a simple-query string into statement texts (quotes, dollar quotes, comments aware).
+
+    >>> split_statements("select 'a;b'; select 2;")
+    ["select 'a;b'", 'select 2']
+    """
+    tokens = tokenize(text)
+    out: list[str] = []
+    start: int | None = None
+    end = 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            if start is not None:
+                out.append(text[start:end].strip())
+            start = None
+            continue
+        if start is None:
+            start = _token_start(text, tok)
+        end = tok.end + 1
+    if start is not None:
+        out.append(text[start:end].strip())
+    return out
+
+
+def _token_start(text: str, tok: Token) -> int:
+    # Tokens of quoted strings report the start of their content; back up to the quote.
+    s = tok.start
+    while s > 0 and text[s - 1] in "'\"$Ee":
+        s -= 1
+        if text[s] in "'\"":
+            break
+    return s
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One statement: its kind by first word, its text, and (for queries) the sqlglot tree."""
+
+    kind: StatementKind
+    text: str
+    first_word: str
+    tree: exp.Expression | None = None
+
+
+def first_word(tokens: list[Token]) -> str:
+    if not tokens:
+        return ""
+    t = tokens[0]
+    if t.token_type == TokenType.L_PAREN:
+        return "("
+    return t.text.upper()
+
+
+def parse_statement(text: str) -> Statement:
+    """Parse one statement. Raises SqlSyntaxError (42601) or a refusal for writes."""
+    tokens = tokenize(text)
+    word = first_word(tokens)
+    if not tokens:
+        return Statement("empty", text, "")
+    if word in SESSION_WORDS:
+        return Statement("session", text, word)
+    if word in WRITE_WORDS:
+        raise ReadOnlyTransaction(
+            f"{word} is not allowed: dpsql answers read-only queries only",
+            hint="run SELECT queries with aggregates; data changes are made directly on the database "
+            "by its owner",
+        )
+    if word == "EXPLAIN":
+        return Statement("explain", text, word)
+    if word not in QUERY_WORDS:
+        raise SqlSyntaxError(
+            f'syntax error at or near "{tokens[0].text}"',
+            position=tokens[0].start + 1,
+            hint="dpsql answers SELECT queries",
+        )
+    try:
+        trees = sqlglot.parse(text, read=DIALECT)
+    except ParseError as e:
+        err = e.errors[0] if e.errors else {}
+        hl = err.get("highlight") or ""
+        raise SqlSyntaxError(
+            f'syntax error at or near "{hl}"' if hl else "syntax error",
+            position=_offset(text, err.get("line"), err.get("col"), len(hl)),
+            detail=str(err.get("description", ""))[:300] or None,
+        ) from e
+    trees = [t for t in trees if t is not None]
+    if len(trees) != 1:
+        raise SqlSyntaxError(
+            "cannot insert multiple commands into a prepared statement",
+            hint="send one statement at a time",
+        )
+    return Statement("query", text, word, trees[0])
+
+
+def _offset(text: str, line: object, col: object, width: int) -> int | None:
+    """1-based character position (as in ErrorResponse) of the start of a highlighted token."""
+    if not isinstance(line, int) or not isinstance(col, int):
+        return None
+    lines = text.split("\n")
+    if line < 1 or line > len(lines):
+        return None
+    return sum(len(x) + 1 for x in lines[: line - 1]) + max(1, col - width + 1)

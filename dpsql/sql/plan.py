@@ -1,0 +1,136 @@
+"""The plan of a private query: budget split, mechanism and sensitivity of every measure.
+
+Neighbouring databases differ by all rows of one privacy unit. After contribution bounding a unit
+has at most R = max_rows_per_unit rows in each group and touches at most G = max_groups_per_unit
+groups (G = 1 without GROUP BY; R = G = 1 with ``privacy_unit: row``). A measure whose per-row
+contribution is c therefore has L1 sensitivity G·R·c and L2 sensitivity sqrt(G)·R·c over the vector
+of all groups (count of distinct units: c = 1 per unit, so G and sqrt(G)).
+
+The query's epsilon is split evenly over its measures (and DP partition selection, when a GROUP BY key
+is not public). With Laplace noise each measure is (epsilon/k)-DP; with Gaussian noise the query's
+(epsilon, delta) is turned into a zCDP budget rho split evenly (rho/k each).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from dpsql.dp.accounting import Cost, epsilon_to_rho
+from dpsql.dp.mechanisms import Gaussian, Laplace, grid_for
+from dpsql.dp.partition import PartitionSelection
+from dpsql.errors import InvalidParameter
+from dpsql.sql.analysis import Analysis, Measure
+
+MechanismName = Literal["laplace", "gaussian"]
+
+
+def sqrt_up(x: Fraction) -> Fraction:
+    """A rational upper bound of sqrt(x) (within 1e-9 relative)."""
+    if x <= 0:
+        return Fraction(0)
+    r = Fraction(math.isqrt(math.ceil(x * 10**18)) + 1, 10**9)
+    assert r * r >= x
+    return r
+
+
+@dataclass(frozen=True)
+class MeasurePlan:
+    measure: Measure
+    mechanism: Laplace | Gaussian
+    sensitivity: Fraction  # before grid rounding slack
+
+    @property
+    def key(self) -> str:
+        return self.measure.key
+
+
+@dataclass(frozen=True)
+class Plan:
+    analysis: Analysis
+    epsilon: Fraction
+    delta: Fraction
+    mechanism: MechanismName
+    measures: tuple[MeasurePlan, ...]
+    selection: PartitionSelection | None
+
+    @property
+    def cost(self) -> Cost:
+        total = Cost()
+        for mp in self.measures:
+            total = total + mp.mechanism.cost
+        if self.selection is not None:
+            total = total + self.selection.cost
+        return total
+
+    def measure_plan(self, key: str) -> MeasurePlan:
+        for mp in self.measures:
+            if mp.key == key:
+                return mp
+        raise KeyError(key)
+
+
+def _laplace_std(k: int, eps: Fraction) -> float:
+    return math.sqrt(2) * k / float(eps)
+
+
+def _gaussian_std(k: int, eps: Fraction, delta: Fraction) -> float:
+    rho = float(epsilon_to_rho(eps, delta))
+    return math.sqrt(k / (2 * rho)) if rho > 0 else math.inf
+
+
+def choose_mechanism(requested: str, k: int, eps: Fraction, delta: Fraction) -> MechanismName:
+    """``auto`` picks the lower-variance mechanism for k equally sensitive outputs."""
+    if requested == "laplace" or delta <= 0:
+        if requested == "gaussian":
+            raise InvalidParameter(
+                "Gaussian noise needs delta > 0", hint="SET dpsql.delta = 1e-6 (or similar)"
+            )
+        return "laplace"
+    if requested == "gaussian":
+        return "gaussian"
+    return "gaussian" if _gaussian_std(k, eps, delta) < _laplace_std(k, eps) else "laplace"
+
+
+def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = "auto") -> Plan:
+    """Split (epsilon, delta) over the measures and build each mechanism."""
+    ms = list(a.measures)
+    k = len(ms)
+    selection = None
+    eps_m, delta_m = epsilon, delta
+    if a.needs_selection:
+        if delta <= 0:
+            raise InvalidParameter(
+                "grouping by a column without declared keys needs delta > 0 "
+                "(partition selection may reveal a group with probability delta)",
+                hint="SET dpsql.delta = 1e-6, or declare `keys:` for the GROUP BY column",
+            )
+        eps_sel = epsilon / (k + 1)
+        eps_m = epsilon - eps_sel
+        name = choose_mechanism(mechanism, k, eps_m, delta / 2)
+        d_sel = delta / 2 if name == "gaussian" else delta
+        delta_m = delta - d_sel
+        selection = PartitionSelection(eps_sel, d_sel, a.max_groups)
+    else:
+        name = choose_mechanism(mechanism, k, eps_m, delta_m)
+    g, r = Fraction(a.max_groups), Fraction(a.max_rows)
+    plans = []
+    rho = epsilon_to_rho(eps_m, delta_m) / k if name == "gaussian" else Fraction(0)
+    for m in ms:
+        per_group = m.per_row() * (1 if m.kind == "count_units" else r)
+        if name == "laplace":
+            sens = g * per_group
+            eps_i = eps_m / k
+            grid = Fraction(1) if m.integral else grid_for(sens / eps_i)
+            slack = Fraction(0) if m.integral else g * grid
+            mech: Laplace | Gaussian = Laplace(sens + slack, eps_i, grid)
+        else:
+            sens = sqrt_up(g) * per_group
+            sigma = sqrt_up(sens * sens / (2 * rho))
+            grid = Fraction(1) if m.integral else grid_for(sigma)
+            slack = Fraction(0) if m.integral else sqrt_up(g) * grid
+            mech = Gaussian(sens + slack, rho, grid)
+        plans.append(MeasurePlan(m, mech, sens))
+    return Plan(a, epsilon, delta, name, tuple(plans), selection)

@@ -1,0 +1,191 @@
+"""Statistics from noisy measures, their intervals, and the post-processing query.
+
+Everything here works on noisy values only (post-processing keeps the guarantee):
+
+* COUNT: rounded, never negative. SUM: never outside the sign of its bounds.
+* AVG = mid + S/N from the noisy centered sum S and noisy count N, clamped to [lo, hi]
+  (the "normalized sum": the centered sum has half the sensitivity of a plain sum).
+* VAR_POP = S2/N - (S/N)², clamped to [0, ((hi-lo)/2)²]; VAR_SAMP = VAR_POP·N/(N-1); STDDEV = sqrt.
+
+Intervals: each measure's noise interval at level 1 - alpha/k (Bonferroni over the k measures a
+statistic uses), then the statistic's range over that box: conservative, never optimistic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis, Statistic
+
+Interval = tuple[float, float]
+
+
+def _avg(mid: float, lo: float, hi: float, s: float, n: float) -> float:
+    return min(hi, max(lo, mid + s / n))
+
+
+def _var(s2: float, s: float, n: float, half: float, sample: bool) -> float | None:
+    if sample and n <= 1:
+        return None
+    m1 = s / n
+    v = min(half * half, max(0.0, s2 / n - m1 * m1))
+    if sample:
+        v = v * n / (n - 1)
+    return v
+
+
+def derive(
+    stat: Statistic, values: Sequence[float], widths: Sequence[float]
+) -> tuple[Any, Interval | None]:
+    """One statistic's value and interval in one group from its measures' noisy values."""
+    lo, hi = float(stat.lo), float(stat.hi)
+    f = stat.func
+    if f in ("count", "count_distinct"):
+        v, w = values[0], widths[0]
+        return max(0, round(v)), (max(0.0, v - w), max(0.0, v + w))
+    if f == "sum":
+        v, w = values[0], widths[0]
+        a, b = v - w, v + w
+        if lo >= 0:
+            v, a, b = max(0.0, v), max(0.0, a), max(0.0, b)
+        if hi <= 0:
+            v, a, b = min(0.0, v), min(0.0, a), min(0.0, b)
+        return (round(v) if stat.pg_type == "int8" else v), (a, b)
+    mid, half = (lo + hi) / 2, (hi - lo) / 2
+    if f == "avg":
+        s, n = values
+        ws, wn = widths
+        if n < 1:
+            return None, None
+        corners = [
+            _avg(mid, lo, hi, s_, n_)
+            for s_ in (s - ws, s + ws)
+            for n_ in (max(1.0, n - wn), n + wn)
+        ]
+        return _avg(mid, lo, hi, s, n), (min(corners), max(corners))
+    s2, s, n = values
+    w2, ws, wn = widths
+    sample = f in ("var_samp", "stddev_samp")
+    if n < 1:
+        return None, None
+    v = _var(s2, s, n, half, sample)
+    box = _var_box(s2, s, n, w2, ws, wn, half, sample)
+    if f.startswith("stddev"):
+        return (None if v is None else math.sqrt(v)), (
+            (math.sqrt(box[0]), math.sqrt(box[1])) if box else None
+        )
+    return v, box
+
+
+def _var_box(
+    s2: float, s: float, n: float, w2: float, ws: float, wn: float, half: float, sample: bool
+) -> Interval | None:
+    n_lo = max(1.0 + (1.0 if sample else 0.0), n - wn)
+    n_hi = max(n_lo, n + wn)
+    m1 = [x / y for x in (s - ws, s + ws) for y in (n_lo, n_hi)]
+    m1_sq_max = max(m * m for m in m1)
+    m1_sq_min = 0.0 if min(m1) <= 0 <= max(m1) else min(m * m for m in m1)
+    m2 = [x / y for x in (s2 - w2, s2 + w2) for y in (n_lo, n_hi)]
+    lo_v = max(0.0, min(m2) - m1_sq_max)
+    hi_v = min(half * half, max(0.0, max(m2) - m1_sq_min))
+    if sample:
+        hi_v = hi_v * n_lo / (n_lo - 1)
+        lo_v = lo_v * n_hi / (n_hi - 1) if n_hi > 1 else lo_v
+    return lo_v, max(lo_v, hi_v)
+
+
+def stat_outputs(a: Analysis) -> list[tuple[int, int]]:
+    """(output position, statistic index) of select items that are exactly one statistic."""
+    out = []
+    for pos, item in enumerate(a.outer.expressions):
+        body = item.this if isinstance(item, exp.Alias) else item
+        if isinstance(body, exp.Column) and body.name.startswith("_dp_s"):
+            out.append((pos, int(body.name[5:])))
+    return out
+
+
+def outer_query(
+    a: Analysis,
+    key_types: Sequence[str],
+    *,
+    with_rid: bool = False,
+    interval_columns: Sequence[tuple[int, str]] = (),
+) -> tuple[exp.Select, list[str]]:
+    """The analysis's post-processing SELECT with its FROM replaced by unnest() of arrays.
+
+    Arrays, in order: group keys (text), statistics, then (optionally) a row id and the low/high
+    bounds of the statistics in ``interval_columns`` ((statistic index, output name) pairs), which
+    are appended as ``<name>_low`` / ``<name>_high`` columns. Returns the query (placeholders
+    ``%(_dpsql_arrN)s``) and the array element types in order.
+    """
+    names: list[str] = []
+    arrays: list[exp.Expression] = []
+    casts: list[exp.Expression] = []
+    types: list[str] = []
+
+    def array(t: str) -> exp.Expression:
+        ph = exp.Placeholder(this=f"_dpsql_arr{len(arrays)}")
+        return exp.cast(ph, _type(t + "[]"))
+
+    for i, t in enumerate(key_types):
+        names.append(f"g{i}")
+        arrays.append(array("text"))
+        casts.append(exp.alias_(exp.cast(exp.column(f"g{i}", "u"), _type(t)), f"_dp_g{i}"))
+        types.append("text")
+    for i, s in enumerate(a.statistics):
+        names.append(f"s{i}")
+        arr = "int8" if s.pg_type == "int8" else "float8"
+        arrays.append(array(arr))
+        cast = exp.cast(exp.column(f"s{i}", "u"), _type(s.pg_type))
+        casts.append(exp.alias_(cast, f"_dp_s{i}"))
+        types.append(arr)
+    extra: list[exp.Expression] = []
+    for si, name in interval_columns:
+        for end in ("low", "high"):
+            names.append(f"{end}{si}")
+            arrays.append(array("float8"))
+            casts.append(exp.alias_(exp.column(f"{end}{si}", "u"), f"_dp_{end}{si}"))
+            types.append("float8")
+            extra.append(
+                exp.alias_(exp.column(f"_dp_{end}{si}", "_dp"), f"{name}_{end}", quoted=True)
+            )
+    if with_rid or not names:
+        names.append("rid")
+        arrays.append(array("int8"))
+        casts.append(exp.alias_(exp.column("rid", "u"), "_dp_rid"))
+        types.append("int8")
+        if with_rid:
+            extra.append(exp.alias_(exp.column("_dp_rid", "_dp"), "_dp_rid"))
+    unnest = exp.Unnest(
+        expressions=arrays,
+        alias=exp.TableAlias(
+            this=exp.to_identifier("u"), columns=[exp.to_identifier(n) for n in names]
+        ),
+    )
+    inner = exp.select(*(casts or [exp.Literal.number(1)])).from_(unnest)
+    q = a.outer.copy()
+    q.set("from_", exp.From(this=inner.subquery("_dp")))
+    if extra:
+        q.set("expressions", [*q.expressions, *extra])
+    return q, types
+
+
+def _type(name: str) -> exp.DataType:
+    return exp.DataType.build(name, dialect="postgres")
+
+
+def outer_sql(q: exp.Select) -> str:
+    """SQL text for psycopg: literal '%' escaped, our %(_dpsql_arrN)s placeholders kept."""
+    import re
+
+    text = q.sql("postgres").replace("%", "%%")
+    return re.sub(r"%%\((_dpsql_arr\d+)\)s", r"%(\1)s", text)
+
+
+def to_float(v: Any) -> float:
+    return float(Fraction(v)) if v is not None else 0.0

@@ -1,0 +1,154 @@
+"""Bound each privacy unit's contribution and aggregate per group inside PostgreSQL.
+
+For a table with a privacy unit column, the query becomes::
+
+    WITH _dp_rows AS (SELECT unit AS _dp_unit, <group keys> AS _dp_g*, <values> AS _dp_v*
+                      FROM t WHERE <filter>),
+         _dp_bounded AS (SELECT *,
+             ROW_NUMBER() OVER (PARTITION BY _dp_unit, _dp_g* ORDER BY random()) AS _dp_rn,
+             DENSE_RANK() OVER (PARTITION BY _dp_unit
+                          ORDER BY md5(salt || unit || keys), _dp_g*) AS _dp_gr
+           FROM _dp_rows)
+    SELECT _dp_g*, <measures> FROM _dp_bounded
+    WHERE _dp_rn <= max_rows_per_unit AND _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
+
+so each unit keeps at most ``max_rows_per_unit`` rows in each group and touches at most
+``max_groups_per_unit`` groups (a salted-hash choice, ties broken by the key itself so distinct
+groups always get distinct ranks). With ``privacy_unit: row`` no bounding is needed.
+The proxy receives one row per group whatever the table size.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.rewrite.clamp_values import clamp_values
+from dpsql.sql.rewrite.literals import numeric
+from dpsql.sql.rewrite.make_total import make_total
+
+
+def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
+    assert m.arg is not None
+    arg = make_total(m.arg)
+    if m.kind in ("sum", "sum_centered", "sum_sq_centered"):
+        return clamp_values(arg, a.private.columns, m.lo, m.hi)
+    return arg
+
+
+def _measure_sql(m: Measure, v: exp.Expression | None) -> exp.Expression:
+    if m.kind == "count_rows":
+        return exp.Count(this=exp.Star())
+    if m.kind == "count_units":
+        return exp.Count(this=exp.Distinct(expressions=[exp.column("_dp_unit")]))
+    assert v is not None
+    if m.kind == "count_values":
+        return exp.Count(this=v)
+    if m.kind == "count_distinct":
+        return exp.Count(this=exp.Distinct(expressions=[v]))
+    if m.kind == "sum":
+        body: exp.Expression = v
+    elif m.kind == "sum_centered":
+        body = exp.Sub(this=v, expression=numeric(m.mid))
+    else:
+        d = exp.Paren(this=exp.Sub(this=v, expression=numeric(m.mid)))
+        body = exp.Mul(this=d, expression=d.copy())
+    return exp.Coalesce(this=exp.Sum(this=body), expressions=[exp.Literal.number(0)])
+
+
+def _key_filter(a: Analysis) -> exp.Expression | None:
+    conds: list[exp.Expression] = []
+    for g in a.group_keys:
+        if g.keys is not None:
+            vals = [exp.Literal.string(k) for k in g.keys]
+            conds.append(exp.In(this=exp.cast(g.expr.copy(), "text"), expressions=vals))
+    if not conds:
+        return None
+    return exp.and_(*conds)
+
+
+def bound_contributions(a: Analysis, salt: str) -> exp.Select:
+    """The full private SQL for an analysis (pure; ``salt`` orders group choices)."""
+    gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
+    inner: list[exp.Expression] = []
+    if not a.private.row_privacy:
+        unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
+        inner.append(exp.alias_(unit, "_dp_unit"))
+    inner += [exp.alias_(make_total(g.expr), f"_dp_g{i}") for i, g in enumerate(a.group_keys)]
+    vcols: dict[str, exp.Expression] = {}
+    for m in a.measures:
+        if m.arg is None:
+            continue
+        v = _value_sql(a, m)
+        key = v.sql("postgres")
+        if key not in vcols:
+            vcols[key] = exp.column(f"_dp_v{len(vcols)}")
+            inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}"))
+    if not inner:
+        inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
+    table = exp.to_table(a.table).as_(a.alias, quoted=True)
+    filters = [c for c in (a.where, _key_filter(a)) if c is not None]
+    rows = exp.select(*inner).from_(table)
+    if filters:
+        rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f)) for f in filters]))
+
+    measures = []
+    for i, m in enumerate(a.measures):
+        v = vcols.get(_value_sql(a, m).sql("postgres")) if m.arg is not None else None
+        measures.append(exp.alias_(_measure_sql(m, v), f"_dp_m{i}"))
+
+    if a.private.row_privacy:
+        src: exp.Expression = rows.subquery("_dp_rows")
+        out = exp.select(*gcols, *measures).from_(src)
+    else:
+        out = _bounded(a, rows, gcols, measures, salt)
+    if gcols:
+        out = out.group_by(*gcols)
+    return out
+
+
+def _bounded(
+    a: Analysis,
+    rows: exp.Select,
+    gcols: list[exp.Expression],
+    measures: list[exp.Expression],
+    salt: str,
+) -> exp.Select:
+    unit = exp.column("_dp_unit")
+    rn = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[unit, *gcols],
+        order=exp.Order(expressions=[exp.Ordered(this=exp.Rand())]),
+    )
+    extra = [exp.alias_(rn, "_dp_rn")]
+    conds: list[exp.Expression] = [
+        exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
+    ]
+    if gcols:
+        # The unit is part of the hash so each unit draws its own random order of its groups.
+        parts: list[exp.Expression] = [exp.Literal.string(salt), exp.cast(unit.copy(), "text")]
+        for g in gcols:
+            text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(g.copy(), "text"))
+            parts.append(exp.Coalesce(this=text, expressions=[exp.Literal.string("n")]))
+        digest = exp.MD5(
+            this=exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("|"), *parts])
+        )
+        gr = exp.Window(
+            this=exp.Anonymous(this="dense_rank"),
+            partition_by=[unit.copy()],
+            order=exp.Order(
+                expressions=[exp.Ordered(this=digest), *[exp.Ordered(this=g.copy()) for g in gcols]]
+            ),
+        )
+        extra.append(exp.alias_(gr, "_dp_gr"))
+        conds.append(
+            exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
+        )
+    bounded = exp.select(exp.Star(), *extra).from_("_dp_rows")
+    return (
+        exp.select(*gcols, *measures)
+        .from_("_dp_bounded")
+        .where(exp.and_(*conds))
+        .with_("_dp_rows", as_=rows)
+        .with_("_dp_bounded", as_=bounded)
+    )

@@ -1,0 +1,42 @@
+"""Clamp values into their declared bounds before they are summed.
+
+Each bounded column reference becomes ``LEAST(GREATEST(col, lo), hi)``; then the whole argument is
+clamped to the range the sensitivity analysis computed for it, so the stated sensitivity holds
+whatever the expression. NULLs stay NULL (and are ignored by SUM and COUNT(x), as in SQL).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.policy.model import Column
+from dpsql.sql.rewrite.literals import numeric
+
+
+def clamp(node: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
+    """``LEAST(GREATEST(node, lo), hi)`` in NUMERIC.
+
+    >>> import sqlglot
+    >>> clamp(sqlglot.parse_one("x"), Fraction(0), Fraction(9)).sql("postgres")
+    'LEAST(GREATEST(CAST(x AS DECIMAL), CAST(0 AS DECIMAL)), CAST(9 AS DECIMAL))'
+    """
+    inner = exp.Greatest(this=exp.cast(node, "numeric"), expressions=[numeric(lo)])
+    return exp.Least(this=inner, expressions=[numeric(hi)])
+
+
+def clamp_values(
+    node: exp.Expression, columns: dict[str, Column], lo: Fraction, hi: Fraction
+) -> exp.Expression:
+    def fix(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column):
+            col = columns.get(n.name)
+            if col is not None and col.bounds is not None:
+                return clamp(n, col.lo, col.hi)
+        return n
+
+    col = columns.get(node.name) if isinstance(node, exp.Column) else None
+    if col is not None and col.bounds is not None and (col.lo, col.hi) == (lo, hi):
+        return clamp(node.copy(), lo, hi)  # one clamp is enough
+    return clamp(node.copy().transform(fix, copy=False), lo, hi)

@@ -1,0 +1,259 @@
+"""The DP engine end to end on a real PostgreSQL with the demo data (122k purchases, 5 whales)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+
+import psycopg
+import pytest
+
+from dpsql.cli import EXAMPLES
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.execute.noise import release
+from dpsql.session import SessionContext
+from tests.helpers import binom_min_successes, noiseless
+
+R = 10  # demo policy: max_rows_per_unit of purchases
+
+
+def session(**kw: object) -> SessionContext:
+    s = SessionContext(analyst="analyst")
+    for k, v in kw.items():
+        setattr(s, k, v)
+    return s
+
+
+def ask(engine: Engine, sql: str, **kw: object):  # type: ignore[no-untyped-def]
+    return engine.execute(engine.prepare(sql), session(**kw))
+
+
+def test_examples(engine: Engine) -> None:
+    for sql in EXAMPLES[:-1]:
+        r = ask(engine, sql)
+        assert r.rows and r.epsilon_spent > 0
+    with pytest.raises(DpsqlError) as e:
+        ask(engine, EXAMPLES[-1])
+    assert e.value.sqlstate == "42501"
+    assert "aggregates" in (e.value.hint or "")
+
+
+def test_every_declared_key_is_returned(engine: Engine) -> None:
+    r = ask(
+        engine,
+        "SELECT category, COUNT(*) FROM purchases WHERE category = 'books' GROUP BY category",
+    )
+    assert sorted(row[0] for row in r.rows) == [
+        "books",
+        "clothing",
+        "electronics",
+        "groceries",
+        "travel",
+    ]
+    r = ask(engine, "SELECT region, COUNT(*) FROM purchases GROUP BY region")  # keys_from regions
+    assert sorted(row[0] for row in r.rows) == ["C", "E", "N", "S", "W"]
+
+
+def test_noiseless_equals_bounded_aggregate(engine: Engine, demo_dsn: str) -> None:
+    noiseless(engine)
+    got = dict(
+        (c, (n, s))
+        for c, n, s in ask(
+            engine, "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY category"
+        ).rows
+    )
+    with psycopg.connect(demo_dsn) as conn:
+        heavy = conn.execute(
+            "SELECT count(*) FROM (SELECT user_id, category FROM purchases GROUP BY 1, 2 "
+            "HAVING count(*) > %s AND max(amount) < 500) x",
+            (R,),
+        ).fetchone()
+        assert heavy == (
+            0,
+        )  # only whales (all amounts > 500) exceed the bound: exact check possible
+        expected = conn.execute(
+            "SELECT category, sum(least(n, %s)), sum(CASE WHEN n <= %s THEN s ELSE %s * 500 END) "
+            "FROM (SELECT user_id, category, count(*) n, "
+            "      sum(least(greatest(amount, 0), 500)) s FROM purchases GROUP BY 1, 2) x "
+            "GROUP BY 1",
+            (R, R, R),
+        ).fetchall()
+    for c, n, s in expected:
+        assert got[c][0] == n, c
+        assert abs(got[c][1] - s) <= Decimal("0.5"), c  # sums are released on a grid of 1 here
+
+
+def test_heavy_units_are_capped(engine: Engine) -> None:
+    noiseless(engine)
+    (avg,) = ask(engine, "SELECT AVG(amount) FROM purchases").rows[0]
+    raw_avg = 1.2e7 / 1  # whales alone push the true mean above $10,000
+    assert float(avg) < 100 < raw_avg
+
+
+def test_sensitivity_holds_on_neighbouring_databases(make_db, demo_policy) -> None:  # type: ignore[no-untyped-def]
+    """Removing one whale (all its rows) moves each bounded aggregate by at most its sensitivity."""
+    from dpsql.demo import load_demo
+
+    a_dsn, b_dsn = make_db("nb_a"), make_db("nb_b")
+    for dsn in (a_dsn, b_dsn):
+        load_demo(dsn)
+    with psycopg.connect(b_dsn, autocommit=True) as conn:
+        conn.execute("DELETE FROM purchases WHERE user_id = 100001")
+    # grouped by category, ordinary users never exceed the row bound, so the bounded answer is
+    # deterministic and the two databases can be compared group by group
+    sql = (
+        "SELECT category, COUNT(*), SUM(amount), COUNT(DISTINCT user_id) FROM purchases "
+        "GROUP BY category"
+    )
+    out = []
+    for dsn in (a_dsn, b_dsn):
+        e = noiseless(Engine(demo_policy, dsn, pool_size=2))
+        out.append({r[0]: r[1:] for r in ask(e, sql).rows})
+        e.close()
+    l1 = [0, Decimal(0), 0]
+    for cat in out[0]:
+        for i in range(3):
+            l1[i] += abs(out[0][cat][i] - out[1][cat][i])
+    g = 5  # max_groups_per_unit
+    assert 0 < l1[0] <= g * R
+    assert 0 < l1[1] <= g * R * 500
+    assert 0 < l1[2] <= g
+
+
+def test_no_raw_values_leak(engine: Engine, demo_dsn: str) -> None:
+    with psycopg.connect(demo_dsn) as conn:
+        secret = {
+            Decimal(r[0])
+            for r in conn.execute("SELECT amount FROM purchases WHERE user_id > 100000")
+        }
+        emails = {r[0] for r in conn.execute("SELECT DISTINCT email FROM purchases")}
+    queries = EXAMPLES[:-1] + [
+        "SELECT category, MAX(1) FROM purchases GROUP BY category",
+        "SELECT SUM(amount), AVG(amount), STDDEV(amount) FROM purchases WHERE amount > 100000",
+        "SELECT amount, COUNT(*) FROM purchases WHERE amount > 100000 GROUP BY amount",
+        "SELECT quantity, SUM(amount) FROM purchases WHERE category = 'travel' GROUP BY quantity",
+    ]
+    seen = []
+    for q in queries:
+        try:
+            r = ask(engine, q)
+        except DpsqlError:
+            continue
+        for row in r.rows:
+            seen.extend(row)
+    assert seen
+    for v in seen:
+        assert not (isinstance(v, Decimal) and v in secret)
+        assert not (isinstance(v, str) and v in emails)
+
+
+def test_partition_selection_hides_single_person_groups(engine: Engine) -> None:
+    # each whale amount is unique: 2,000 groups of one person each; none may be released
+    r = ask(engine, "SELECT amount, COUNT(*) FROM purchases WHERE amount > 100000 GROUP BY amount")
+    assert r.rows == []
+    # days have hundreds of people: almost all are released
+    r = ask(
+        engine,
+        "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
+        epsilon=Fraction(2),
+    )
+    assert len(r.rows) > 300
+
+
+def _coverage(engine: Engine, sql: str, runs: int, broken: bool = False) -> tuple[int, int]:
+    p = engine.prepare(sql)
+    s = session()
+    plan = engine.plan(p, s)
+    a = plan.analysis
+    rows = engine.backend.run(engine.private_sql(p, a), private=True).rows
+    keys = engine.declared_keys(a)
+    types = engine._group_types(p, a)
+    truth = release(plan, rows, types, keys, 0.95, noiseless=True).stats
+    if broken:
+        plan = _tripled_noise(plan)
+    hits = total = 0
+    for _ in range(runs):
+        rel = release(plan, rows, types, keys, 0.95)
+        for t_row, iv_row in zip(truth, rel.intervals, strict=True):
+            for t, iv in zip(t_row, iv_row, strict=True):
+                if iv is None or t is None:
+                    continue
+                total += 1
+                hits += iv[0] - 1e-9 <= float(t) <= iv[1] + 1e-9
+    return hits, total
+
+
+def _tripled_noise(plan):  # type: ignore[no-untyped-def]
+    """A deliberately broken plan: three times the noise its intervals claim."""
+    import dataclasses
+
+    from dpsql.dp.mechanisms import Laplace
+
+    class Broken(Laplace):
+        def release(self, values):  # type: ignore[no-untyped-def]
+            return Laplace(self.sensitivity * 3, self.epsilon, self.grid).release(values)
+
+    ms = tuple(
+        dataclasses.replace(
+            mp, mechanism=Broken(mp.mechanism.sensitivity, mp.mechanism.epsilon, mp.mechanism.grid)
+        )
+        for mp in plan.measures
+    )
+    return dataclasses.replace(plan, measures=ms)
+
+
+COVERAGE_SQL = (
+    "SELECT category, COUNT(*), SUM(amount), AVG(amount) FROM purchases GROUP BY category"
+)
+
+
+def test_intervals_cover_at_the_stated_rate(engine: Engine) -> None:
+    """Property: each 95% interval holds the noiseless (bounded) answer with probability >= 0.95.
+
+    Intervals of different groups and runs use independent noise, so the number covered out of n
+    is at least Binomial(n, 0.95); failing below its 1e-6 quantile has probability < 1e-6.
+    """
+    hits, total = _coverage(engine, COVERAGE_SQL, runs=200)
+    assert total == 200 * 5 * 3
+    assert hits >= binom_min_successes(total, 0.95), (hits, total)
+
+
+def test_coverage_check_catches_a_broken_mechanism(engine: Engine) -> None:
+    hits, total = _coverage(engine, COVERAGE_SQL, runs=200, broken=True)
+    assert hits < binom_min_successes(total, 0.95), (hits, total)
+
+
+@pytest.mark.parametrize("eps", [Fraction(0), Fraction(-1), Fraction(100)])
+def test_bad_epsilon_is_refused(engine: Engine, eps: Fraction) -> None:
+    with pytest.raises(DpsqlError) as e:
+        ask(engine, "SELECT COUNT(*) FROM purchases", epsilon=eps)
+    assert e.value.sqlstate == "22023"
+    assert ask(engine, "SELECT COUNT(*) FROM purchases").rows  # the engine is unharmed
+
+
+def test_parameters(engine: Engine) -> None:
+    noiseless(engine)
+    p = engine.prepare("SELECT COUNT(*) FROM purchases WHERE quantity > $1 AND category = $2")
+    assert p.param_count == 2
+    a = engine.execute(p, session(), (3, "books")).rows[0][0]
+    b = engine.execute(p, session(), (0, "books")).rows[0][0]
+    assert 0 < a < b
+
+
+def test_describe_reads_nothing(engine: Engine) -> None:
+    cols = engine.describe(
+        engine.prepare("SELECT category, COUNT(*) AS n, AVG(amount) FROM purchases GROUP BY 1"),
+        session(),
+    )
+    assert [c.name for c in cols] == ["category", "n", "avg"]
+    assert cols[1].type_oid == 20  # bigint, as PostgreSQL types COUNT
+
+
+def test_upstream_errors_are_sanitized(engine: Engine) -> None:
+    with pytest.raises(DpsqlError) as e:
+        ask(
+            engine,
+            "SELECT COUNT(*) FROM purchases WHERE CAST(amount AS INT) > 1 AND purchased_at > DATE '2025-13-45'",
+        )
+    assert "2025-13-45" not in e.value.message

@@ -1,0 +1,128 @@
+"""What the analyzer accepts, what it refuses, and with which SQLSTATE."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from dpsql.demo import POLICY
+from dpsql.errors import DpsqlError
+from dpsql.policy import load_policy
+from dpsql.sql.analyze import analyze
+from dpsql.sql.classify import classify
+from dpsql.sql.parse import parse_statement, split_statements
+
+policy = load_policy(POLICY)
+
+
+def run(sql: str):  # type: ignore[no-untyped-def]
+    st = parse_statement(sql)
+    assert st.tree is not None
+    assert classify(st.tree, policy) == "private"
+    return analyze(st.tree, policy)
+
+
+ACCEPTED = [
+    "SELECT COUNT(*) FROM purchases",
+    "SELECT COUNT(amount), COUNT(DISTINCT user_id), SUM(amount), AVG(amount) FROM purchases",
+    "SELECT VAR_POP(amount), VAR_SAMP(quantity), VARIANCE(amount), STDDEV(amount), "
+    "STDDEV_POP(amount), STDDEV_SAMP(amount) FROM purchases",
+    "SELECT category, COUNT(*) AS n FROM purchases GROUP BY category HAVING COUNT(*) > 10 "
+    "ORDER BY n DESC LIMIT 3",
+    "SELECT category AS c, SUM(amount) / COUNT(*) FROM purchases GROUP BY 1",
+    "SELECT COUNT(*) FROM purchases WHERE amount BETWEEN 1 AND 20 AND NOT (quantity IN (1, 2)) "
+    "OR category LIKE 'b%' OR purchased_at IS NULL",
+    "SELECT SUM(CASE WHEN category = 'books' THEN amount ELSE 0 END) FROM purchases",
+    "SELECT SUM(amount * quantity) FROM purchases",
+    "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
+    "SELECT ROUND(AVG(amount), 2) AS a FROM purchases p WHERE p.quantity > 1",
+    "SELECT COUNT(*) FROM purchases WHERE email IS NULL",
+    "SELECT COUNT(*) FROM purchases WHERE quantity > $1",
+]
+
+
+@pytest.mark.parametrize("sql", ACCEPTED)
+def test_accepted(sql: str) -> None:
+    a = run(sql)
+    assert a.statistics
+
+
+REFUSED = [
+    ("SELECT * FROM purchases", "42501"),
+    ("SELECT amount FROM purchases", "42501"),
+    ("SELECT email, COUNT(*) FROM purchases GROUP BY email", "42501"),
+    ("SELECT user_id FROM purchases GROUP BY user_id", "42501"),
+    ("SELECT COUNT(*) FROM purchases WHERE email = 'user1@example.com'", "42501"),
+    ("SELECT COUNT(*) FROM purchases WHERE user_id IN (1, 2)", "42501"),
+    ("SELECT SUM(user_id) FROM purchases", "42501"),
+    ("SELECT SUM(id) FROM purchases", "42501"),
+    ("SELECT array_agg(amount) FROM purchases", "42501"),
+    ("SELECT string_agg(email, ',') FROM purchases", "42501"),
+    ("SELECT SUM(amount / quantity) FROM purchases", "42501"),
+    ("SELECT AVG(purchased_at) FROM purchases", "42501"),
+    ("SELECT amount FROM purchases ORDER BY amount LIMIT 1", "42501"),
+    ("SELECT DISTINCT category FROM purchases", "42501"),
+    ("SELECT COUNT(*) OVER () FROM purchases", "42501"),
+    ("SELECT MIN(amount) FROM purchases", "0A000"),
+    ("SELECT COUNT(*) FROM purchases JOIN regions ON region = code", "0A000"),
+    ("SELECT COUNT(*) FROM purchases WHERE amount > (SELECT 1)", "0A000"),
+    ("SELECT COUNT(*) FROM purchases WHERE pg_sleep(1) IS NULL", "0A000"),
+    ("SELECT COUNT(*) FROM purchases WHERE CAST(category AS INT) > 1", "0A000"),
+    ("SELECT AVG(DISTINCT amount) FROM purchases", "0A000"),
+    ("SELECT COUNT(nope) FROM purchases", "42703"),
+]
+
+
+@pytest.mark.parametrize(("sql", "state"), REFUSED)
+def test_refused(sql: str, state: str) -> None:
+    with pytest.raises(DpsqlError) as e:
+        run(sql)
+    assert e.value.sqlstate == state, e.value
+    assert e.value.hint or state == "42703"
+
+
+@pytest.mark.parametrize(
+    ("sql", "state"),
+    [
+        ("SELECT * FROM nope", "42P01"),
+        ("DELETE FROM purchases", "25006"),
+        ("DROP TABLE purchases", "25006"),
+        ("COPY purchases TO STDOUT", "25006"),
+        ("SELECT FROM WHERE", "42601"),
+        ("SELECT 1; SELECT 2", "42601"),
+    ],
+)
+def test_refused_before_analysis(sql: str, state: str) -> None:
+    with pytest.raises(DpsqlError) as e:
+        st = parse_statement(sql)
+        assert st.tree is not None
+        classify(st.tree, policy)
+    assert e.value.sqlstate == state
+
+
+def test_split_respects_quotes_and_comments() -> None:
+    assert split_statements("select ';'; -- x;\nselect $$a;b$$;") == [
+        "select ';'",
+        "select $$a;b$$",
+    ]
+
+
+def test_sensitivity_from_policy() -> None:
+    a = run("SELECT category, SUM(amount) FROM purchases GROUP BY category")
+    (m,) = a.measures
+    assert (m.kind, m.lo, m.hi) == ("sum", 0, 500)
+    assert a.max_rows == 10 and a.max_groups == 5
+    assert not a.needs_selection
+    assert run("SELECT purchased_at, COUNT(*) FROM purchases GROUP BY 1").needs_selection
+
+
+def test_interval_arithmetic_bounds_products() -> None:
+    (m,) = run("SELECT SUM(amount * quantity) FROM purchases").measures
+    assert (m.lo, m.hi) == (0, 5000)
+
+
+def test_parse_tree_not_mutated_by_analysis() -> None:
+    tree = sqlglot.parse_one("SELECT AVG(amount) FROM purchases", read="postgres")
+    before = tree.sql()
+    analyze(tree, policy)
+    assert tree.sql() == before

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+
+from dpsql.demo import POLICY
+from dpsql.errors import PolicyError
+from dpsql.policy import load_policy, parse_policy
+
+BASE = """
+tables:
+  people:
+    privacy_unit: pid
+    columns:
+      pid: {type: integer, identifier: true}
+      age: {type: integer, bounds: [0, 100]}
+"""
+
+
+def test_demo_policy_loads() -> None:
+    p = load_policy(POLICY)
+    assert "public.purchases" in p.tables
+    assert p.tables["public.purchases"].columns["amount"].bounds == (0, 500)
+
+
+def test_names_are_qualified() -> None:
+    assert "public.people" in parse_policy(BASE).tables
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (BASE.replace("[0, 100]", "[100, 0]"), 7, "out of order"),
+        (BASE.replace("type: integer, bounds", "type: integr, bounds"), 7, "unknown type"),
+        (BASE.replace("privacy_unit: pid", "privacy_unit: person"), 3, "not among the columns"),
+        (BASE.replace("columns:", "colums:"), 5, "unknown field"),
+        (BASE + "analysts:\n  bob: {credential: hunter2, budget: {epsilon: 1}}\n", 9, "SCRAM"),
+        (BASE + "analysts:\n  bob: {budget: {epsilon: -1}}\n", 9, "greater than 0"),
+        ("tables: [", 1, "not valid YAML"),
+    ],
+)
+def test_errors_name_file_line_field(text: str, line: int, words: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        parse_policy(text, "p.yaml")
+    assert e.value.sqlstate == "F0000"
+    assert e.value.message.startswith(f"p.yaml:{line}:"), e.value.message
+    assert words in e.value.message
+
+
+def test_identifier_cannot_have_bounds() -> None:
+    with pytest.raises(PolicyError, match="identifier"):
+        parse_policy(BASE.replace("identifier: true", "identifier: true, bounds: [0, 1]"))
