@@ -94,6 +94,7 @@ class Engine:
         self._lock = threading.Lock()
         self._key_types: dict[str, tuple[str, ...]] = {}
         self._keys_from: dict[str, tuple[str, ...]] = {}
+        self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
         self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
 
     def close(self) -> None:

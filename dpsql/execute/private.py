@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.execute.backend import CancelToken, type_name
@@ -22,16 +23,21 @@ if TYPE_CHECKING:
     from dpsql.engine import Engine, Prepared
 
 
-def cache_key(prepared: Prepared, plan: Plan, params: Sequence[Any]) -> str:
-    try:
-        from dpsql.sql.canonical import canonical_key  # the ledger's canonical form
+def cache_key(engine: Engine, prepared: Prepared, plan: Plan, params: Sequence[Any]) -> str:
+    """Same canonical query, parameters, epsilon, delta, mechanism and policy => same answer."""
+    from dpsql.sql.canonical import cache_key as key
 
-        return str(
-            canonical_key(prepared.tree, params, plan.epsilon, plan.delta, plan.mechanism)  # type: ignore[arg-type]
-        )
-    except ImportError:
-        body = json.dumps([prepared.fingerprint, [repr(p) for p in params]])
-        return f"{body}|{plan.epsilon}|{plan.delta}|{plan.mechanism}"
+    assert prepared.tree is not None
+    return key(
+        prepared.tree, params, plan.epsilon, plan.delta, plan.mechanism, extra=engine.policy_digest
+    )
+
+
+def delta_for_rho(plan: Plan) -> Fraction | None:
+    """The part of the query's delta at which its Gaussian rho was calibrated."""
+    if plan.mechanism != "gaussian":
+        return None
+    return plan.delta - (plan.selection.delta if plan.selection is not None else 0)
 
 
 def run_private(
@@ -50,7 +56,7 @@ def run_private(
     key_types = engine._group_types(prepared, a)
     declared = engine.declared_keys(a)
     ledger = engine.ledger
-    key = cache_key(prepared, plan, params) if ledger is not None else None
+    key = cache_key(engine, prepared, plan, params) if ledger is not None else None
     if ledger is not None and key is not None:
         stored = ledger.lookup(session.analyst, key)
         if stored is not None:
@@ -70,7 +76,9 @@ def run_private(
     if reservation is not None:
         from dpsql.engine import payload
 
-        ledger.commit(reservation, key, payload(rel))
+        earlier = ledger.commit(reservation, key, payload(rel))
+        if earlier is not None:  # a concurrent identical query stored its answer first
+            rel = Release.from_json(json.loads(earlier))
     return finish(engine, a, rel, session, plan=plan)
 
 

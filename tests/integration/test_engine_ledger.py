@@ -1,0 +1,68 @@
+"""The engine charges the ledger: repeats are free, exhausted budgets refuse (53400)."""
+
+from __future__ import annotations
+
+import uuid
+from fractions import Fraction
+
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.policy import parse_policy
+from dpsql.session import SessionContext
+
+POLICY = """
+tables:
+  purchases:
+    privacy_unit: user_id
+    max_rows_per_unit: 10
+    max_groups_per_unit: 5
+    columns:
+      user_id: {type: integer, identifier: true}
+      amount: {type: numeric, bounds: [0, 500]}
+      category: {type: text, keys: [books, clothing, electronics, groceries, travel]}
+analysts:
+  alice: {budget: {epsilon: 3}}
+  bob: {budget: {epsilon: 3}}
+"""
+
+
+@pytest.fixture
+def charged(demo_dsn: str):  # type: ignore[no-untyped-def]
+    policy = parse_policy(POLICY)
+    ledger = Ledger.open(demo_dsn, policy, schema=f"dpsql_t{uuid.uuid4().hex[:8]}")
+    e = Engine(policy, demo_dsn, ledger=ledger, pool_size=2)
+    yield e
+    e.close()
+    ledger.close()
+
+
+def q(e: Engine, sql: str, analyst: str = "alice", eps: str = "1"):  # type: ignore[no-untyped-def]
+    return e.execute(e.prepare(sql), SessionContext(analyst=analyst, epsilon=Fraction(eps)))
+
+
+def test_repeats_are_free_and_identical(charged: Engine) -> None:
+    sql = "SELECT category, COUNT(*), AVG(amount) FROM purchases GROUP BY category"
+    first = q(charged, sql)
+    assert not first.cached
+    for _ in range(5):  # 5 more asks at epsilon 1 would exceed the budget of 3 if charged
+        again = q(charged, sql.replace("COUNT(*)", "count(*)") + " ")
+        assert again.cached and again.rows == first.rows
+
+
+def test_budget_exhausted(charged: Engine) -> None:
+    for i in range(3):
+        q(charged, f"SELECT COUNT(*) FROM purchases WHERE amount > {i}")
+    with pytest.raises(DpsqlError) as e:
+        q(charged, "SELECT COUNT(*) FROM purchases WHERE amount > 99")
+    assert e.value.sqlstate == "53400"
+    assert q(charged, "SELECT COUNT(*) FROM purchases WHERE amount > 99", analyst="bob").rows
+
+
+def test_refused_query_costs_nothing(charged: Engine) -> None:
+    for _ in range(5):
+        with pytest.raises(DpsqlError):
+            q(charged, "SELECT amount FROM purchases")
+    assert q(charged, "SELECT COUNT(*) FROM purchases", eps="3").rows
