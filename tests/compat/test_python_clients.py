@@ -1,0 +1,166 @@
+"""psycopg 3, asyncpg, pg8000, SQLAlchemy 2 and pandas against ``dpsql serve``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.compat.conftest import (
+    AGGREGATE,
+    HIDDEN,
+    RAW,
+    REFUSED_SQLSTATE,
+    VISIBLE_TABLES,
+    Server,
+    require,
+)
+
+TABLES_SQL = (
+    "SELECT table_name FROM information_schema.tables "
+    "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
+)
+COLUMNS_SQL = (
+    "SELECT column_name FROM information_schema.columns WHERE table_name = 'people' "
+    "ORDER BY ordinal_position"
+)
+
+
+def plausible_count(value: Any) -> None:
+    """The true count is 1000; the noise at the test's epsilon is far below 100."""
+    assert 900 < float(value) < 1100, value
+
+
+def no_hidden(names: Any) -> None:
+    text = repr(names).lower()
+    for word in HIDDEN:
+        assert word not in text
+
+
+def test_psycopg(dpsql_server: Server) -> None:
+    with psycopg.connect(dpsql_server.dsn, autocommit=True) as conn:
+        plausible_count(conn.execute(AGGREGATE).fetchone()[0])  # type: ignore[index]
+        plausible_count(conn.execute(AGGREGATE, prepare=True).fetchone()[0])  # type: ignore[index]
+        with conn.cursor(binary=True) as cur:
+            plausible_count(cur.execute(AGGREGATE).fetchone()[0])  # type: ignore[index]
+        with conn.cursor() as cur:  # server-side binding with a parameter
+            row = cur.execute("SELECT count(*) FROM people WHERE age >= %s", (18,)).fetchone()
+            plausible_count(row[0])  # type: ignore[index]
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(RAW)
+        assert info.value.sqlstate == REFUSED_SQLSTATE
+        assert info.value.diag.message_hint
+        tables = {r[0] for r in conn.execute(TABLES_SQL)}
+        assert tables == VISIBLE_TABLES
+        cols = [r[0] for r in conn.execute(COLUMNS_SQL)]
+        assert cols == ["pid", "age", "income", "sex"]
+        info_type = psycopg.types.TypeInfo.fetch(conn, "int4")
+        assert info_type is not None and info_type.oid == 23
+
+
+def test_psycopg_transactions_and_savepoints(dpsql_server: Server) -> None:
+    with psycopg.connect(dpsql_server.dsn) as conn:
+        with conn.transaction():
+            plausible_count(conn.execute(AGGREGATE).fetchone()[0])  # type: ignore[index]
+            with conn.transaction():  # SAVEPOINT / RELEASE
+                conn.execute("SELECT 1")
+        conn.rollback()
+
+
+def test_asyncpg(dpsql_server: Server) -> None:
+    require("py:asyncpg")
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dpsql_server.url, ssl=False)
+        try:
+            plausible_count(await conn.fetchval(AGGREGATE))
+            stmt = await conn.prepare("SELECT count(*) FROM people WHERE age >= $1")
+            plausible_count(await stmt.fetchval(18))
+            with pytest.raises(asyncpg.PostgresError) as info:
+                await conn.fetch(RAW)
+            assert info.value.sqlstate == REFUSED_SQLSTATE
+            tables = {r[0] for r in await conn.fetch(TABLES_SQL)}
+            assert tables == VISIBLE_TABLES
+            cols = [r[0] for r in await conn.fetch(COLUMNS_SQL)]
+            assert cols == ["pid", "age", "income", "sex"]
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def test_pg8000(dpsql_server: Server) -> None:
+    require("py:pg8000")
+    import pg8000.native
+
+    s = dpsql_server
+    conn = pg8000.native.Connection(
+        s.user, host=s.host, port=s.port, database=s.dbname, password=s.password
+    )
+    try:
+        plausible_count(conn.run(AGGREGATE)[0][0])
+        plausible_count(conn.run("SELECT count(*) FROM people WHERE age >= :a", a=18)[0][0])
+        with pytest.raises(pg8000.native.DatabaseError) as info:
+            conn.run(RAW)
+        assert info.value.args[0]["C"] == REFUSED_SQLSTATE
+        assert {r[0] for r in conn.run(TABLES_SQL)} == VISIBLE_TABLES
+    finally:
+        conn.close()
+
+
+def test_sqlalchemy(dpsql_server: Server) -> None:
+    require("py:sqlalchemy")
+    import sqlalchemy as sa
+    from sqlalchemy import orm
+
+    engine = sa.create_engine(dpsql_server.url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        insp = sa.inspect(engine)
+        assert set(insp.get_table_names()) == VISIBLE_TABLES
+        cols = [c["name"] for c in insp.get_columns("people")]
+        assert cols == ["pid", "age", "income", "sex"]
+        assert insp.get_pk_constraint("people")["constrained_columns"] == ["pid"]
+        assert insp.get_foreign_keys("people") == []
+        no_hidden(insp.get_indexes("people"))
+        md = sa.MetaData()
+        people = sa.Table("people", md, autoload_with=engine)
+        with engine.connect() as c:
+            plausible_count(c.execute(sa.select(sa.func.count()).select_from(people)).scalar())
+            with pytest.raises(sa.exc.DBAPIError) as info:
+                c.execute(sa.select(people)).all()
+            assert info.value.orig.sqlstate == REFUSED_SQLSTATE  # type: ignore[union-attr]
+
+        class Base(orm.DeclarativeBase):
+            pass
+
+        class City(Base):
+            __tablename__ = "cities"
+            name = sa.Column(sa.Text, primary_key=True)
+            country = sa.Column(sa.Text)
+
+        with orm.Session(engine) as s:
+            assert {c.name for c in s.scalars(sa.select(City))} == {"Lyon", "Oslo"}
+            plausible_count(s.execute(sa.select(sa.func.count()).select_from(people)).scalar())
+    finally:
+        engine.dispose()
+
+
+def test_pandas(dpsql_server: Server) -> None:
+    require("py:pandas")
+    import pandas as pd
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(dpsql_server.url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        df = pd.read_sql(AGGREGATE, engine)
+        assert df.shape == (1, 1)
+        plausible_count(df.iloc[0, 0])
+        with pytest.raises(sa.exc.DBAPIError):
+            pd.read_sql(RAW, engine)
+        tables = pd.read_sql(TABLES_SQL, engine)
+        assert set(tables["table_name"]) == VISIBLE_TABLES
+    finally:
+        engine.dispose()
