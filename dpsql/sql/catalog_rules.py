@@ -40,6 +40,11 @@ VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
            AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
                             WHERE h.attrelid = i.indrelid
                               AND h.attnum = ANY(CAST(i.indkey AS SMALLINT[])))
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS x
+                             JOIN dpsql_hidden_att AS h
+                               ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid
+                            WHERE x.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
+                              AND x.objid = i.indexrelid)
         UNION ALL
         SELECT d.objid FROM pg_catalog.pg_depend AS d
          WHERE d.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
@@ -84,8 +89,7 @@ VISIBLE: dict[str, str] = {
     "WHERE t.tgrelid IN (SELECT oid FROM dpsql_vis_rel))",
     "rule": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_rewrite AS t "
     "WHERE t.ev_class IN (SELECT oid FROM dpsql_vis_rel))",
-    "stx": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_statistic_ext AS t "
-    "WHERE t.stxrelid IN (SELECT oid FROM dpsql_vis_rel))",
+    "stx": "__x__ IN (SELECT vs.oid FROM __pg_statistic_ext__ AS vs)",
     "proc": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
     "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))",
 }
@@ -112,7 +116,10 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_attribute": "t.attrelid IN (SELECT oid FROM dpsql_vis_rel) AND "
     + _ATT_VISIBLE.format(rel="t.attrelid", num="t.attnum"),
     "pg_attrdef": "t.adrelid IN (SELECT oid FROM dpsql_vis_rel) AND "
-    + _ATT_VISIBLE.format(rel="t.adrelid", num="t.adnum"),
+    + _ATT_VISIBLE.format(rel="t.adrelid", num="t.adnum")
+    + " AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS x JOIN dpsql_hidden_att AS h "
+    "ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid "
+    "WHERE x.classid = CAST('pg_catalog.pg_attrdef' AS REGCLASS) AND x.objid = t.oid)",
     "pg_index": "t.indrelid IN (SELECT oid FROM dpsql_vis_rel) "
     "AND t.indexrelid IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_constraint": "(t.conrelid = 0 OR t.conrelid IN (SELECT oid FROM dpsql_vis_rel)) "
@@ -142,7 +149,9 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_rewrite": "t.ev_class IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_policy": "t.polrelid IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_sequence": "t.seqrelid IN (SELECT oid FROM dpsql_vis_rel)",
-    "pg_statistic_ext": "t.stxrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_statistic_ext": "t.stxrelid IN (SELECT oid FROM dpsql_vis_rel) AND NOT EXISTS "
+    "(SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = t.stxrelid "
+    "AND h.attnum = ANY(CAST(t.stxkeys AS SMALLINT[])))",
     "pg_partitioned_table": "t.partrelid IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_foreign_table": "t.ftrelid IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_publication_rel": "t.prrelid IN (SELECT oid FROM dpsql_vis_rel)",

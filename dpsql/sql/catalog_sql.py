@@ -89,9 +89,9 @@ def template(sql: str) -> exp.Expression:
                 return expanded
             node.replace(expanded)
     for table in list(tree.find_all(exp.Table)):
-        if table.name == "__pg_constraint__":
+        if table.name in ("__pg_constraint__", "__pg_statistic_ext__"):
             sub = exp.Subquery(
-                this=filtered_relation("pg_catalog", "pg_constraint"),
+                this=filtered_relation("pg_catalog", table.name.strip("_")),
                 alias=table.args.get("alias"),
             )
             table.replace(sub)

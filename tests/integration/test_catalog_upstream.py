@@ -17,11 +17,16 @@ from tests.fixtures.catalog.fixtures import CatalogQuery, all_catalog_queries
 from tests.unit.test_catalog import POLICY, UNPARSABLE
 
 # Visible: people (id, age, city declared; name and status hidden) and cities (public).
-HIDDEN_WORDS = ("salaries", "orders", "ledger", "status", "secret comment", "hidden_nsp")
+HIDDEN_WORDS = (
+    "salaries", "orders", "ledger", "status", "secret comment", "hidden_nsp",
+    "people_lower_name", "people_stx",
+)  # fmt: skip
 EXTRA = """
 COMMENT ON COLUMN people.name IS 'secret comment';
 CREATE SCHEMA hidden_nsp;
 CREATE TABLE hidden_nsp.t (x int);
+CREATE INDEX people_lower_name ON people (lower(name));
+CREATE STATISTICS people_stx ON age, name FROM people;
 """
 
 
@@ -146,6 +151,10 @@ def test_hidden_objects_by_oid_are_null(conn: psycopg.Connection[Any]) -> None:
         ("one row per person",)
     ]
     assert run(conn, "SELECT 'public.people'::regclass::text") == [("people",)]
+    expr_index = _oid(conn, "SELECT 'public.people_lower_name'::regclass::oid")
+    stx = _oid(conn, "SELECT oid FROM pg_statistic_ext WHERE stxname = 'people_stx'")
+    assert run(conn, "SELECT pg_get_indexdef($1::oid)", (expr_index,)) == [(None,)]
+    assert run(conn, "SELECT pg_get_statisticsobjdef($1::oid)", (stx,)) == [(None,)]
 
 
 def test_enumerating_oids_finds_only_visible_tables(conn: psycopg.Connection[Any]) -> None:
@@ -167,3 +176,27 @@ def test_refused_before_reaching_postgres(conn: psycopg.Connection[Any]) -> None
     ):
         with pytest.raises(DpsqlError):
             run(conn, sql)
+
+
+@pytest.fixture(scope="module")
+def reader(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+    """A plain login role with SELECT on the tables, as a production upstream role would be."""
+    info = psycopg.conninfo.conninfo_to_dict(conn.info.dsn)
+    role = f"reader_{info['dbname']}"
+    conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'reader-pw'")
+    conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    info.update(user=role, password="reader-pw")
+    with psycopg.connect(psycopg.conninfo.make_conninfo(**info), autocommit=True) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    "query", [q for q in all_catalog_queries() if q.id not in UNPARSABLE], ids=lambda q: q.id
+)
+def test_fixture_runs_as_unprivileged_role(
+    reader: psycopg.Connection[Any], query: CatalogQuery
+) -> None:
+    rows = run(reader, query.text, query.params)
+    text = repr(rows).lower()
+    for word in HIDDEN_WORDS:
+        assert word not in text, f"{query.id} shows {word!r}"
