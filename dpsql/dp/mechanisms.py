@@ -62,6 +62,30 @@ def round_up(x: Fraction, bits: int = _ROUND_BITS) -> Fraction:
     return Fraction(math.ceil(x * 2**bits), 2**bits)
 
 
+def rounded_sensitivity(
+    sensitivity: Fraction, grid: Fraction, coordinates: int, norm: str = "l1"
+) -> Fraction:
+    """Sensitivity after snapping to the grid, when a unit can move ``coordinates`` outputs.
+
+    Rounding moves each coordinate by at most grid/2, so two neighbours' snapped vectors differ
+    per coordinate by at most their true difference plus one grid step: L1 grows by at most
+    coordinates · grid, L2 by at most sqrt(coordinates) · grid (triangle inequality; the square
+    root is bounded above by a rational). Values already on the grid (integer counts on grid 1)
+    need no allowance.
+
+    >>> rounded_sensitivity(Fraction(10), Fraction(1, 8), 2)
+    Fraction(41, 4)
+    """
+    if coordinates < 0:
+        raise ValueError("coordinates must be >= 0")
+    if norm == "l1":
+        return Fraction(sensitivity) + coordinates * Fraction(grid)
+    if norm == "l2":
+        root = Fraction(math.isqrt(coordinates * 4**_ROUND_BITS) + 1, 2**_ROUND_BITS)
+        return Fraction(sensitivity) + root * Fraction(grid)
+    raise ValueError("norm must be 'l1' or 'l2'")
+
+
 def _snap(values: np.ndarray, grid: Fraction) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if not np.isfinite(arr).all():

@@ -118,6 +118,21 @@ class Quantile:
         lo, w = Fraction(self.lo), self.width
         return np.array([float(lo + (j + Fraction(1, 2)) * w) for j in range(self.buckets)])
 
+    def rank_error(self, confidence: float) -> float:
+        """Rows t such that, with probability >= confidence, the chosen bucket holds a position
+        within t of the target q (n - 1) (for the declared contribution bound).
+
+        Every candidate's coin is heads with probability exp(-epsilon_g gap / (2R)) and the best
+        one's always is, so P(the choice has gap >= g) <= B exp(-epsilon_g g / (2R)); solving for
+        alpha = 1 - confidence gives g = 2R ln(B/alpha) / epsilon_g, and the best bucket is within
+        1/2 row of the target.
+        """
+        if not 0 < confidence < 1:
+            raise ValueError("confidence must be in (0, 1)")
+        eps = float(self.group_epsilon)
+        r = self.contribution_bound
+        return 2 * r * math.log(self.buckets / (1 - confidence)) / eps + 0.5
+
     def scaled_utilities(self, counts: np.ndarray) -> np.ndarray:
         """d · u(j) as int64 (d = the quantile's denominator), unclipped, shape (groups, B)."""
         mat, _ = _as_matrix(counts)
@@ -183,6 +198,14 @@ class Mode:
     @property
     def group_epsilon(self) -> Fraction:
         return round_down(Fraction(self.epsilon) / self.max_groups)
+
+    def count_error(self, confidence: float, candidates: int) -> float:
+        """Rows g such that, with probability >= confidence, the chosen candidate's count is
+        within g of the largest: g = 2R ln(candidates / (1 - confidence)) / epsilon_g."""
+        if not 0 < confidence < 1 or candidates < 1:
+            raise ValueError("confidence must be in (0, 1) and candidates >= 1")
+        eps = float(self.group_epsilon)
+        return 2 * self.contribution_bound * math.log(candidates / (1 - confidence)) / eps
 
     def release(self, counts: np.ndarray) -> np.ndarray | int:
         """Index of the chosen candidate per group (an int for a 1-D ``counts``)."""

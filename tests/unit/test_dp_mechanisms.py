@@ -233,3 +233,27 @@ def test_ratio_bounds_and_split_confidence() -> None:
     assert ratio_bounds(5.0, 1.0, 0.5, 1.0) == (-math.inf, math.inf)
     assert ratio_bounds(5.0, 1.0, 0.5, 1.0, clamp=(0.0, 10.0)) == (0.0, 10.0)
     assert ratio_bounds(100.0, 1.0, 10.0, 0.1, clamp=(0.0, 5.0)) == (0.0, 5.0)
+
+
+def test_rounded_sensitivity() -> None:
+    from dpsql.dp.mechanisms import rounded_sensitivity
+
+    assert rounded_sensitivity(Fraction(10), Fraction(1, 8), 2) == Fraction(41, 4)
+    l2 = rounded_sensitivity(Fraction(3), Fraction(1, 4), 9, "l2")
+    assert Fraction(3) + Fraction(3, 4) < l2 < Fraction(3) + Fraction(3, 4) + Fraction(1, 2**18)
+    with pytest.raises(ValueError):
+        rounded_sensitivity(Fraction(1), Fraction(1), 1, "linf")
+
+
+def test_quantile_rank_error_bound_holds() -> None:
+    """P(the chosen bucket's positions are farther than rank_error from the target) <= 1 - conf."""
+    mech = Quantile(Fraction(1, 2), Fraction(1, 2), Fraction(0), Fraction(50), 50)
+    counts = np.full(50, 4, dtype=np.int64)  # 200 rows, target position 99.5
+    n, conf = 20_000, 0.9
+    bound = mech.rank_error(conf)
+    chosen = mech.choose(np.tile(counts, (n, 1)))
+    lo_pos, hi_pos = chosen * 4, chosen * 4 + 3
+    dist = np.maximum(0, np.maximum(lo_pos - 99.5, 99.5 - hi_pos))
+    far = int((dist > bound).sum())
+    assert stats.binomtest(far, n, 1 - conf, alternative="greater").pvalue > ALPHA
+    assert Mode(Fraction(1)).count_error(0.95, 10) == pytest.approx(2 * math.log(200))
