@@ -66,7 +66,8 @@ class Quantile:
     """The ``quantile``-th value (0 <= q <= 1) of each group, from its bucket counts.
 
     MEDIAN is q = 1/2, PERCENTILE_CONT(p) and PERCENTILE_DISC(p) are q = p, MIN is q = 0 and MAX is
-    q = 1. The output is the midpoint of the chosen bucket.
+    q = 1. The output is the midpoint of the chosen bucket; for an ``integer`` column with integer
+    bounds and bucket width, the middle integer of the bucket (exact for width 1).
 
     Utility: with n rows in the group, the target position is t = q (n - 1) in the sorted order
     (0-based; t = 0 when n = 0), and bucket j holds positions L_j .. L_j + c_j - 1 (L_j rows lie in
@@ -91,6 +92,7 @@ class Quantile:
     buckets: int
     contribution_bound: int = 1
     max_groups: int = 1
+    integer: bool = False
     name: str = "exponential"
 
     def __post_init__(self) -> None:
@@ -100,6 +102,8 @@ class Quantile:
             raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
         if not self.lo < self.hi or self.buckets < 1:
             raise ValueError("needs lo < hi and at least one bucket")
+        if self.integer and (Fraction(self.lo).denominator != 1 or self.width.denominator != 1):
+            raise ValueError("integer quantiles need integer bounds and bucket width")
 
     @property
     def cost(self) -> Cost:
@@ -114,8 +118,10 @@ class Quantile:
         return (Fraction(self.hi) - Fraction(self.lo)) / self.buckets
 
     def midpoints(self) -> np.ndarray:
-        """Bucket midpoints as floats (exact Fractions rounded once)."""
+        """The value reported per bucket: midpoints (or middle integers), as floats."""
         lo, w = Fraction(self.lo), self.width
+        if self.integer:
+            return np.array([float(lo + j * w + (w - 1) // 2) for j in range(self.buckets)])
         return np.array([float(lo + (j + Fraction(1, 2)) * w) for j in range(self.buckets)])
 
     def rank_error(self, confidence: float) -> float:

@@ -257,3 +257,10 @@ def test_quantile_rank_error_bound_holds() -> None:
     far = int((dist > bound).sum())
     assert stats.binomtest(far, n, 1 - conf, alternative="greater").pvalue > ALPHA
     assert Mode(Fraction(1)).count_error(0.95, 10) == pytest.approx(2 * math.log(200))
+
+
+def test_integer_quantile_reports_integers() -> None:
+    mech = Quantile(Fraction(1, 2), Fraction(1), Fraction(0), Fraction(100), 10, integer=True)
+    assert mech.midpoints().tolist() == [4.0 + 10 * j for j in range(10)]
+    with pytest.raises(ValueError):
+        Quantile(Fraction(1, 2), Fraction(1), Fraction(0), Fraction(10), 4, integer=True)
