@@ -21,10 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import psycopg
 import psycopg_pool
@@ -33,73 +32,26 @@ from psycopg.types.json import Jsonb
 
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.format import fmt_down, fmt_up
-from dpsql.budget.periods import period_end, period_start
+from dpsql.budget.periods import period_start
+from dpsql.budget.records import (
+    BudgetRow,
+    Charged,
+    Limit,
+    Reservation,
+    cost_text,
+    exhausted,
+    frac_text,
+)
 from dpsql.dp.accounting import Cost, exact, rho_to_epsilon
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
 from dpsql.policy.model import Policy
 
+if TYPE_CHECKING:
+    from dpsql.budget.views import BudgetStatus, HistoryEntry
+
 T = TypeVar("T")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
-
-
-@dataclass(frozen=True)
-class Limit:
-    """One budget that a release is charged to: an analyst's or the whole dataset's."""
-
-    kind: str  # "analyst" | "dataset"
-    name: str
-    epsilon: Fraction
-    delta: Fraction
-    period: str
-
-    @property
-    def label(self) -> str:
-        return f"analyst {self.name}" if self.kind == "analyst" else f"dataset {self.name}"
-
-
-@dataclass(frozen=True)
-class Charged:
-    """The budget row (and its reset generation) a reservation was charged to."""
-
-    kind: str
-    name: str
-    period_start: datetime
-    generation: int
-
-
-@dataclass(frozen=True)
-class Reservation:
-    """A reserved release: spent until refunded."""
-
-    id: int
-    analyst: str
-    cost: Cost
-    fingerprint: str
-    charged: tuple[Charged, ...]
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class BudgetRow:
-    """A budget row as stored: totals for one budget and period."""
-
-    spent: Cost
-    epsilon_granted: Fraction
-    delta_granted: Fraction
-    generation: int
-    releases: int
-
-    @classmethod
-    def parse(cls, row: tuple[Any, ...]) -> BudgetRow:
-        eps, delta, rho, geps, gdelta, generation, releases = row
-        return cls(
-            Cost(Fraction(eps), Fraction(delta), Fraction(rho)),
-            Fraction(geps),
-            Fraction(gdelta),
-            int(generation),
-            int(releases),
-        )
 
 
 def _unavailable(e: Exception) -> InternalError:
@@ -300,14 +252,14 @@ class Ledger:
             eps_limit = lim.epsilon + row.epsilon_granted
             delta_limit = lim.delta + row.delta_granted
             if not total.fits(eps_limit, delta_limit):
-                raise self._exhausted(analyst, lim, row, cost, delta_for_rho, now)
+                raise exhausted(analyst, lim, row, cost, delta_for_rho, now)
             conn.execute(
                 self.q(
                     "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
                     " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
                     " AND name = %s AND period_start = %s"
                 ),
-                [*_cost_text(total), self.dataset, lim.kind, lim.name, start],
+                [*cost_text(total), self.dataset, lim.kind, lim.name, start],
             )
             charged.append(Charged(lim.kind, lim.name, start, row.generation))
         rid, created = conn.execute(
@@ -321,8 +273,8 @@ class Ledger:
                 analyst,
                 fingerprint,
                 mechanism,
-                *_cost_text(cost),
-                _frac_text(delta_for_rho),
+                *cost_text(cost),
+                frac_text(delta_for_rho),
                 Jsonb(
                     [[c.kind, c.name, c.period_start.isoformat(), c.generation] for c in charged]
                 ),
@@ -345,44 +297,6 @@ class Ledger:
         ).fetchone()
         assert row is not None
         return BudgetRow.parse(row)
-
-    def _exhausted(
-        self,
-        analyst: str,
-        lim: Limit,
-        row: BudgetRow,
-        cost: Cost,
-        delta_for_rho: Fraction,
-        now: datetime,
-    ) -> BudgetExhausted:
-        eps_limit = lim.epsilon + row.epsilon_granted
-        delta_limit = lim.delta + row.delta_granted
-        spent_eps = row.spent.epsilon_within(delta_limit)
-        left_eps = max(Fraction(0), eps_limit - spent_eps) if spent_eps is not None else Fraction(0)
-        left_delta = max(Fraction(0), delta_limit - row.spent.delta)
-        need_eps, need_delta = (
-            cost.as_approx_dp(delta_for_rho)
-            if cost.rho
-            else (
-                cost.epsilon,
-                cost.delta,
-            )
-        )
-        end = period_end(lim.period, now)
-        when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
-        who = "you have" if lim.kind == "analyst" else f"the {lim.label} has"
-        return BudgetExhausted(
-            f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} and delta "
-            f"{fmt_down(left_delta)} left{when}; the query needs epsilon {fmt_up(need_eps)} and "
-            f"delta {fmt_up(need_delta)}",
-            detail=f"{lim.label} ({analyst} asked): limit epsilon {fmt_down(eps_limit)}, delta "
-            f"{fmt_down(delta_limit)} per {lim.period if lim.period != 'none' else 'lifetime'};"
-            f" spent epsilon {fmt_up(spent_eps or 0)}, delta {fmt_up(row.spent.delta)}, rho "
-            f"{fmt_up(row.spent.rho)}",
-            hint="lower SET dpsql.epsilon, repeat an earlier query (repeats are free), "
-            + (f"wait for the budget to renew at {end:%Y-%m-%d %H:%M} UTC, " if end else "")
-            + "or ask the administrator for a grant (dpsql budget grant)",
-        )
 
     def commit(
         self, res: Reservation, cache_key: str | None = None, payload: bytes | None = None
@@ -451,7 +365,7 @@ class Ledger:
                         " updated_at = now() WHERE dataset = %s AND kind = %s AND name = %s"
                         " AND period_start = %s"
                     ),
-                    [*_cost_text(left), self.dataset, c.kind, c.name, c.period_start],
+                    [*cost_text(left), self.dataset, c.kind, c.name, c.period_start],
                 )
 
         self.transact(run)
@@ -488,20 +402,25 @@ class Ledger:
 
     # --- views and admin (see dpsql.budget.views) --------------------------------------------
 
-    def remaining(self, analyst: str) -> list[Any]:
+    def remaining(self, analyst: str) -> list[BudgetStatus]:
         """Rows for ``SHOW dpsql.budget`` / ``SELECT * FROM dpsql.budget`` (see views)."""
         from dpsql.budget import views
 
         return views.remaining(self, analyst)
 
-    def history(self, analyst: str, limit: int = 1000) -> list[Any]:
+    def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
         """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""
         from dpsql.budget import views
 
         return views.history(self, analyst, limit)
 
     def grant(
-        self, actor: str, analyst: str | None, epsilon: Fraction, delta: Fraction, reason: str = ""
+        self,
+        actor: str,
+        analyst: str | None,
+        epsilon: Fraction,
+        delta: Fraction = Fraction(0),
+        reason: str = "",
     ) -> None:
         """Add to a budget for its current period (``analyst`` None: the dataset's)."""
         from dpsql.budget import admin
@@ -521,12 +440,4 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.execute("SET idle_in_transaction_session_timeout = '60s'")
 
 
-def _frac_text(x: Fraction) -> str:
-    return f"{x.numerator}/{x.denominator}"
-
-
-def _cost_text(c: Cost) -> list[str]:
-    return [_frac_text(c.epsilon), _frac_text(c.delta), _frac_text(c.rho)]
-
-
-__all__ = ["BudgetExhausted", "DpsqlError", "Ledger", "Limit", "Reservation"]
+__all__ = ["BudgetExhausted", "BudgetRow", "DpsqlError", "Ledger", "Limit", "Reservation"]

@@ -100,7 +100,15 @@ _V1 = (
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change()""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Analysts never read the ledger directly (only through dpsql's views): no rights for PUBLIC.
+_V2 = (
+    "REVOKE ALL ON SCHEMA {s} FROM PUBLIC",
+    "REVOKE ALL ON ALL TABLES IN SCHEMA {s} FROM PUBLIC",
+    "REVOKE ALL ON ALL SEQUENCES IN SCHEMA {s} FROM PUBLIC",
+    "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {s} FROM PUBLIC",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 VERSION = len(MIGRATIONS)
 
 

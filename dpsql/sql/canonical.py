@@ -14,9 +14,10 @@ PostgreSQL, and is skipped when it might not be:
   ``IS NOT DISTINCT FROM`` operands are sorted; ``1 < a`` becomes ``a > 1``; IN lists are sorted;
 - table aliases are renamed ``_t1, _t2, ...`` (skipped when an alias name is used as anything but an
   alias or a column qualifier);
-- output column aliases of the outermost SELECT are renamed ``_c1, ...`` (skipped when GROUP BY
-  mentions one). Output names are therefore NOT part of the key: a stored answer holds values,
-  and the column names come from the statement being answered.
+- the outermost SELECT's outputs are named ``_c1, ...`` by position, aliased or not (skipped when
+  a bare name in GROUP BY / ORDER BY / DISTINCT ON could change meaning). Output names are
+  therefore NOT part of the key: a stored answer holds the values, and the column names come
+  from the statement being answered.
 
 The key is a hash of a structural serialization of the normalized tree (unambiguous, unlike SQL
 text regenerated without the dropped parentheses).
@@ -204,35 +205,61 @@ def rename_aliases(tree: exp.Expression) -> None:
 
 
 def rename_outputs(tree: exp.Expression) -> None:
-    """Rename the outermost SELECT's output aliases to ``_c<position>`` (ORDER BY follows)."""
+    """Name the outermost SELECT's outputs ``_c<position>`` (ORDER BY aliases follow), when safe.
+
+    Output names are not part of the answer's values. A bare name in ORDER BY may mean an output
+    column, and in GROUP BY an input column first and an output column otherwise; the renaming
+    goes ahead only when each such name provably keeps its meaning.
+    """
     if not isinstance(tree, exp.Select):
         return
-    aliases = {
-        a.alias: f"_c{i + 1}" for i, a in enumerate(tree.expressions) if isinstance(a, exp.Alias)
-    }
-    if (
-        not aliases
-        or any(_FRESH.match(n) for n in aliases)
-        or len(aliases) != len([a for a in tree.expressions if isinstance(a, exp.Alias)])
-    ):
+    items = tree.expressions
+    explicit = [i.alias for i in items if isinstance(i, exp.Alias)]
+    if len(set(explicit)) != len(explicit) or any(_FRESH.match(n) for n in explicit):
         return
+    plain = {
+        i.name for i in items if isinstance(i, exp.Column) and not isinstance(i.this, exp.Star)
+    }
+    # an unaliased expression has an implicit output name (count, ?column?...) we do not model
+    implicit = any(not isinstance(i, exp.Alias | exp.Column) for i in items)
+
+    def keeps_meaning(clause: str, name: str) -> bool:
+        if name in explicit:
+            return clause == "order"  # ORDER BY: the output column, renamed along
+        return name in plain or not implicit
+
     distinct = tree.args.get("distinct")
     if distinct is not None and distinct.args.get("on") is not None:
         return  # DISTINCT ON (n) resolves names like ORDER BY: leave it
-    group = tree.args.get("group")
-    if group is not None and any(
-        c.name in aliases for c in group.find_all(exp.Column) if not c.table
-    ):
-        return  # GROUP BY n may mean an input column or the output alias: leave it
-    for a in tree.expressions:
-        if isinstance(a, exp.Alias):
-            a.set("alias", exp.to_identifier(aliases[a.alias]))
+    for clause in ("group", "order"):
+        node = tree.args.get(clause)
+        if node is None:
+            continue
+        for e in node.expressions:
+            col = e.this if isinstance(e, exp.Ordered) else e
+            if (
+                isinstance(col, exp.Column)
+                and not col.table
+                and not keeps_meaning(clause, col.name)
+            ):
+                return
+    mapping = {}
+    for pos, item in enumerate(list(items)):
+        name = f"_c{pos + 1}"
+        if isinstance(item, exp.Alias):
+            mapping[item.alias] = name
+            item.set("alias", exp.to_identifier(name))
+        elif isinstance(item, exp.Column) and not isinstance(item.this, exp.Star):
+            mapping.setdefault(item.name, name)  # its implicit output name, for ORDER BY
+            item.replace(exp.alias_(item.copy(), name))
+        elif not isinstance(item, exp.Star | exp.Column):
+            item.replace(exp.alias_(item.copy(), name))
     order = tree.args.get("order")
     if order is not None:
         for o in order.expressions:
             col = o.this
-            if isinstance(col, exp.Column) and not col.table and col.name in aliases:
-                o.set("this", exp.column(aliases[col.name]))
+            if isinstance(col, exp.Column) and not col.table and col.name in mapping:
+                o.set("this", exp.column(mapping[col.name]))
 
 
 # --- predicates --------------------------------------------------------------------------------

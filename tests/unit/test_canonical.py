@@ -56,7 +56,7 @@ def test_the_tree_passed_in_is_not_mutated() -> None:
 
 def test_readable_sql_keeps_grouping() -> None:
     c = canonical("SELECT count(*) FROM t WHERE (a OR b) AND c")
-    assert c.sql == "SELECT COUNT(*) FROM t WHERE c AND (a OR b)"
+    assert c.sql == "SELECT COUNT(*) AS _c1 FROM t WHERE c AND (a OR b)"
     assert sqlglot.parse_one(c.sql, read="postgres") is not None
 
 
