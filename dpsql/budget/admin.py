@@ -169,11 +169,19 @@ def show(ledger: Ledger, analyst: str | None = None) -> str:
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Register ``budget show|grant|reset`` on the CLI's subparsers; dispatch with :func:`run`."""
     p = subparsers.add_parser("budget", help="show, grant or reset privacy budgets")
-    p.add_argument("--policy", required=True, help="the policy YAML file")
     p.add_argument(
+        "--policy",
+        required="DPSQL_POLICY" not in os.environ,
+        default=os.environ.get("DPSQL_POLICY"),
+        help="the policy YAML file (default $DPSQL_POLICY)",
+    )
+    p.add_argument(
+        "--ledger",
         "--ledger-dsn",
-        default=os.environ.get("DPSQL_LEDGER_DSN") or os.environ.get("DPSQL_UPSTREAM"),
-        help="PostgreSQL DSN of the ledger (default $DPSQL_LEDGER_DSN, else $DPSQL_UPSTREAM)",
+        dest="ledger_dsn",
+        default=os.environ.get("DPSQL_LEDGER") or os.environ.get("DPSQL_UPSTREAM"),
+        help="DSN of the ledger database (default $DPSQL_LEDGER, else $DPSQL_UPSTREAM: the ledger "
+        "lives in the upstream database unless dpsql serve was given another)",
     )
     p.add_argument("--ledger-schema", default="dpsql")
     sub = p.add_subparsers(dest="budget_command", required=True)
@@ -185,7 +193,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         who.add_argument("--analyst")
         who.add_argument("--dataset", action="store_true", help="the dataset's global budget")
         g.add_argument("--reason", default="", help="recorded in the audit log")
-        g.add_argument("--actor", default=getpass.getuser())
+        g.add_argument("--actor", help="who is acting, for the audit log (default: the OS user)")
         if name == "grant":
             g.add_argument("--epsilon", default="0")
             g.add_argument("--delta", default="0")
@@ -199,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.ledger_dsn:
         raise InvalidParameter(
-            "no ledger database given", hint="pass --ledger-dsn or set DPSQL_LEDGER_DSN"
+            "no ledger database given", hint="pass --ledger DSN or set DPSQL_LEDGER"
         )
     policy = load_policy(args.policy)
     with Ledger.open(args.ledger_dsn, policy, args.ledger_schema, pool_size=2) as ledger:
@@ -207,12 +215,20 @@ def run(args: argparse.Namespace) -> int:
             print(show(ledger, args.analyst))
             return 0
         who = None if args.dataset else args.analyst
+        actor = args.actor or _os_user()
         if args.budget_command == "grant":
-            grant(ledger, args.actor, who, _frac(args.epsilon), _frac(args.delta), args.reason)
+            grant(ledger, actor, who, _frac(args.epsilon), _frac(args.delta), args.reason)
         else:
-            reset(ledger, args.actor, who, args.reason)
+            reset(ledger, actor, who, args.reason)
         print(show(ledger, who))
     return 0
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid:{os.getuid()}"
 
 
 def _frac(text: str) -> Fraction:
