@@ -1,0 +1,71 @@
+"""Running the wire server: in the foreground with signal handling (``dpsql serve``), or in a
+background thread (tests, benchmarks, notebooks)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+from types import TracebackType
+
+from dpsql.policy.model import Policy
+from dpsql.wire.server import Server, ServerConfig
+from dpsql.wire.session import EngineLike
+
+log = logging.getLogger("dpsql.serve")
+
+
+async def _serve(server: Server) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        log.info("shutting down")
+        await server.shutdown()
+
+
+def serve(engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
+    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    asyncio.run(_serve(Server(engine, policy, config)))
+
+
+class ServerThread:
+    """A server on its own event loop in a daemon thread; ``port`` is the bound port.
+
+    >>> # with ServerThread(engine, policy, ServerConfig(port=0)) as srv: connect to srv.port
+    """
+
+    def __init__(self, engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
+        self.server = Server(engine, policy, config)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, daemon=True, name="dpsql-wire"
+        )
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def start(self) -> ServerThread:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        return self
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.shutdown(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,192 @@
+"""Python values <-> PostgreSQL wire values, in text and binary, through psycopg's adapters.
+
+Result columns are encoded by their declared type OID (not by the Python type, which can be
+narrower: a count in an ``int8`` column must be sent as 8 bytes even when it is small), with a light
+coercion first (a float in an integer column is rounded, a float in a ``numeric`` column becomes a
+Decimal). Parameters are decoded with psycopg's loaders for their type OID.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from psycopg import adapters
+from psycopg.adapt import PyFormat, Transformer
+from psycopg.postgres import types as pg_types
+from psycopg.pq import Format
+
+from dpsql.errors import InternalError, InvalidParameter
+from dpsql.result import ResultColumn
+
+Encoder = Callable[[Any], bytes]
+
+_INTEGER = frozenset({20, 21, 23, 26, 28, 29})
+_FLOAT = frozenset({700, 701})
+_NUMERIC = 1700
+_BOOL = 16
+_TEXTLIKE = frozenset({18, 19, 25, 1042, 1043})
+_TRANSFORMER = Transformer()
+
+# typlen for RowDescription's "data type size" field (-1 variable, -2 cstring).
+_TYPE_SIZES = {16: 1, 18: 1, 19: 64, 20: 8, 21: 2, 23: 4, 26: 4, 700: 4, 701: 8, 1082: 4,
+               1083: 8, 1114: 8, 1184: 8, 1186: 16, 2950: 16}  # fmt: skip
+
+
+def type_size(oid: int) -> int:
+    """The ``typlen`` of a built-in type, as RowDescription reports it (-1 if variable)."""
+    return _TYPE_SIZES.get(oid, -1)
+
+
+def _coerce(oid: int) -> Callable[[Any], Any]:
+    if oid in _INTEGER:
+        return lambda v: v if type(v) is int else int(round(v))
+    if oid in _FLOAT:
+        return float
+    if oid == _NUMERIC:
+        return lambda v: Decimal(repr(v)) if isinstance(v, float) else v
+    if oid == _BOOL:
+        return bool
+    if oid in _TEXTLIKE:
+        return lambda v: v if isinstance(v, str) else str(v)
+    return lambda v: v
+
+
+def _fallback_text(v: Any) -> bytes:
+    if isinstance(v, str):
+        return v.encode("utf-8")
+    if isinstance(v, bytes | bytearray | memoryview):
+        return b"\\x" + bytes(v).hex().encode("ascii")
+    if isinstance(v, list | tuple):
+        return bytes(_TRANSFORMER.get_dumper(list(v), PyFormat.TEXT).dump(list(v)))  # type: ignore[arg-type]
+    if isinstance(v, bool):
+        return b"t" if v else b"f"
+    return str(v).encode("utf-8")
+
+
+def _binary_array(oid: int) -> Encoder | None:
+    info = pg_types.get(oid)
+    if info is None or info.array_oid != oid:
+        return None
+    elem_oid = info.oid
+    elem = encoder(elem_oid, 1)
+
+    def enc(v: Any) -> bytes:
+        items = list(v)
+        if any(isinstance(x, list | tuple) for x in items):
+            raise InternalError("multi-dimensional arrays are not supported in binary results")
+        has_null = any(x is None for x in items)
+        out = [struct.pack("!iiI", 1 if items else 0, int(has_null), elem_oid)]
+        if items:
+            out.append(struct.pack("!ii", len(items), 1))
+        for x in items:
+            if x is None:
+                out.append(b"\xff\xff\xff\xff")
+            else:
+                b = elem(x)
+                out.append(struct.pack("!i", len(b)) + b)
+        return b"".join(out)
+
+    return enc
+
+
+@lru_cache(maxsize=512)
+def encoder(oid: int, fmt: int) -> Encoder:
+    """The encoder of a value of type ``oid`` in format 0 (text) or 1 (binary).
+
+    >>> encoder(20, 1)(5)
+    b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x05'
+    >>> encoder(20, 0)(4.6)
+    b'5'
+    """
+    pq_fmt = Format.BINARY if fmt else Format.TEXT
+    coerce = _coerce(oid)
+    if oid == 17 and not fmt:
+        return lambda v: b"\\x" + bytes(v).hex().encode("ascii")
+    arr = _binary_array(oid) if fmt else None
+    if arr is not None:
+        return arr
+    try:
+        info = pg_types.get(oid)
+        is_array = info is not None and info.array_oid == oid
+        dumper = adapters.get_dumper_by_oid(oid, pq_fmt)(list if is_array else object, None)
+    except Exception:
+        dumper = None
+    if dumper is not None and not (fmt and oid in _TEXTLIKE and oid not in (19, 25, 1043)):
+        dump = dumper.dump
+
+        def enc(v: Any) -> bytes:
+            try:
+                return bytes(dump(coerce(v)))
+            except Exception:
+                if fmt:
+                    raise
+                return _fallback_text(v)
+
+        return enc
+    if not fmt:
+        return _fallback_text
+    if oid in _TEXTLIKE:
+        return lambda v: str(v).encode("utf-8")
+
+    def refuse(v: Any) -> bytes:
+        raise InternalError(
+            f"values of type oid {oid} cannot be sent in binary format",
+            hint="request text format for this column",
+        )
+
+    return refuse
+
+
+def row_encoders(columns: Sequence[ResultColumn], formats: Sequence[int]) -> list[Encoder]:
+    """One encoder per column for the result formats of a Bind (0, 1 or one code per column)."""
+    return [encoder(c.type_oid, result_format(formats, i)) for i, c in enumerate(columns)]
+
+
+def result_format(formats: Sequence[int], i: int) -> int:
+    """The format of column ``i``: none given = text, one = all, else one per column."""
+    if not formats:
+        return 0
+    if len(formats) == 1:
+        return formats[0]
+    return formats[i]
+
+
+def encode_row(row: Sequence[Any], encoders: Sequence[Encoder]) -> tuple[bytes | None, ...]:
+    return tuple(None if v is None else e(v) for v, e in zip(row, encoders, strict=True))
+
+
+@lru_cache(maxsize=256)
+def _loader(oid: int, fmt: int) -> Callable[[bytes], Any]:
+    pq_fmt = Format.BINARY if fmt else Format.TEXT
+    if oid == 0 and not fmt:
+        return lambda b: bytes(b).decode("utf-8")
+    return _TRANSFORMER.get_loader(oid, pq_fmt).load  # type: ignore[return-value]
+
+
+def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
+    """Decode parameter ``$index`` (1-based) sent by the client.
+
+    Raises:
+        InvalidParameter: the bytes are not a valid value of the type (22P02 / 08P01 as PostgreSQL).
+    """
+    if data is None:
+        return None
+    if fmt and oid == 0:
+        raise InvalidParameter(
+            f"parameter ${index} was sent in binary without a type",
+            hint="declare the parameter type in Parse, or send it in text format",
+            sqlstate="08P01",
+        )
+    try:
+        return _loader(oid, fmt)(data)
+    except Exception as e:
+        raise InvalidParameter(
+            f"invalid value for parameter ${index} of type oid {oid}",
+            detail=type(e).__name__,
+            hint="check the parameter's type and format",
+            sqlstate="22P02",
+        ) from None

@@ -1,0 +1,254 @@
+"""The extended query protocol: Parse / Bind / Describe / Execute / Close / Sync / Flush.
+
+Prepared statements are parsed and analysed once (the engine's ``Prepared`` is kept with the
+statement, and its described columns are cached), so a Bind/Execute loop never re-parses. A portal is
+executed once, on its first Execute; its rows are then sent ``max_rows`` at a time with
+PortalSuspended in between, so a DP release is charged exactly once per portal.
+
+After an error every message is discarded until Sync, which answers ReadyForQuery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dpsql.errors import DpsqlError, ProtocolViolation
+from dpsql.result import Result, ResultColumn
+from dpsql.wire import messages as m
+from dpsql.wire.encode import decode_param
+from dpsql.wire.state import TEXT_OID, Outcome
+
+if TYPE_CHECKING:
+    from dpsql.wire.session import Session, Statement
+
+_BATCH_CODES = frozenset(b"PBDECSH")
+_TXN_KINDS = frozenset({"begin", "commit", "rollback", "rollback_to", "savepoint", "release"})
+
+
+@dataclass
+class Prepared:
+    """A named (or unnamed) prepared statement of this session."""
+
+    stmt: Statement
+    param_types: tuple[int, ...]
+    described: dict[bool, tuple[ResultColumn, ...]] = field(default_factory=dict)
+
+
+@dataclass
+class Portal:
+    prepared: Prepared
+    params: tuple[Any, ...]
+    formats: tuple[int, ...]
+    result: Result | Outcome | None = None
+    pos: int = 0
+
+
+def _undefined(kind: str, name: str, code: str) -> DpsqlError:
+    return DpsqlError(f'{kind} "{name}" does not exist', sqlstate=code,
+                      hint=f"Parse/Bind the {kind} first")  # fmt: skip
+
+
+class Extended:
+    """The extended-protocol state of a session: statements, portals, error skipping."""
+
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        self.statements: dict[str, Prepared] = {}
+        self.portals: dict[str, Portal] = {}
+        self.skipping = False
+
+    def in_batch(self, code: bytes) -> bool:
+        return code[0] in _BATCH_CODES and code != b"S"
+
+    def failed(self) -> None:
+        self.skipping = True
+        self.s.state.fail()
+
+    def close_unnamed(self) -> None:
+        self.statements.pop("", None)
+        self.portals.pop("", None)
+
+    def discard_all(self) -> None:
+        self.statements.clear()
+        self.portals.clear()
+
+    def deallocate(self, name: str | None) -> None:
+        if name is None:
+            self.statements.clear()
+        elif self.statements.pop(name, None) is None:
+            raise _undefined("prepared statement", name, "26000")
+
+    async def handle(self, msg: Any) -> None:
+        if isinstance(msg, m.Sync):
+            self.skipping = False
+            self.portals.pop("", None)
+            await self.s.ready()
+            return
+        if isinstance(msg, m.Flush):
+            await self.s.ch.flush()
+            return
+        if self.skipping:
+            return
+        try:
+            if isinstance(msg, m.Parse):
+                await self.parse(msg)
+            elif isinstance(msg, m.Bind):
+                self.bind(msg)
+            elif isinstance(msg, m.Describe):
+                await self.describe(msg)
+            elif isinstance(msg, m.Execute):
+                await self.execute(msg)
+            elif isinstance(msg, m.Close):
+                self.close(msg)
+        except Exception as e:
+            self.s.send_error(e)
+            self.failed()
+
+    def _check_txn(self, stmt: Statement) -> None:
+        if stmt.session is None or stmt.session.kind not in _TXN_KINDS:
+            self.s.state.check_not_failed()
+
+    async def parse(self, msg: m.Parse) -> None:
+        if msg.statement and msg.statement in self.statements:
+            raise DpsqlError(f'prepared statement "{msg.statement}" already exists',
+                             sqlstate="42P05", hint="Close it first or use another name")  # fmt: skip
+        stmt = await self.s.prepare(msg.sql)
+        self._check_txn(stmt)
+        n = max(stmt.param_count, len(msg.param_types))
+        declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
+        self.statements[msg.statement] = Prepared(stmt, _param_oids(stmt, declared))
+        self.s.send(m.ParseComplete())
+
+    def bind(self, msg: m.Bind) -> None:
+        prep = self.statements.get(msg.statement)
+        if prep is None:
+            raise _undefined("prepared statement", msg.statement, "26000")
+        self._check_txn(prep.stmt)
+        if msg.portal and msg.portal in self.portals:
+            raise DpsqlError(f'portal "{msg.portal}" already exists', sqlstate="42P03",
+                             hint="Close it first or use another name")  # fmt: skip
+        n = len(prep.param_types)
+        if len(msg.params) != n:
+            raise ProtocolViolation(
+                f"bind message supplies {len(msg.params)} parameters, but prepared statement "
+                f'"{msg.statement}" requires {n}'
+            )
+        pf = msg.param_formats
+        if len(pf) not in (0, 1, n):
+            raise ProtocolViolation(
+                f"bind message has {len(pf)} parameter formats but {n} parameters"
+            )
+        params = tuple(
+            decode_param(
+                v, prep.param_types[i], pf[i] if len(pf) > 1 else (pf[0] if pf else 0), i + 1
+            )  # fmt: skip
+            for i, v in enumerate(msg.params)
+        )
+        self.portals[msg.portal] = Portal(prep, params, msg.result_formats)
+        self.s.send(m.BindComplete())
+
+    async def columns(self, prep: Prepared) -> tuple[ResultColumn, ...]:
+        """Result columns of a statement (cached; described without reading data)."""
+        stmt = prep.stmt
+        if stmt.session is not None:
+            st = stmt.session
+            if st.kind != "show":
+                return ()
+            if st.name == "all":
+                return tuple(ResultColumn(n, TEXT_OID) for n in ("name", "setting", "description"))
+            return (ResultColumn(st.name or "", TEXT_OID),)
+        if stmt.kind == "empty":
+            return ()
+        key = bool(self.s.ctx.show_intervals)
+        cols = prep.described.get(key)
+        if cols is None:
+            types = tuple(prep.param_types)
+            cols = tuple(
+                await self.s.call(self.s.engine.describe, stmt.prepared, self.s.ctx, types)
+            )
+            prep.described[key] = cols
+        return cols
+
+    async def describe(self, msg: m.Describe) -> None:
+        if msg.kind == "S":
+            prep = self.statements.get(msg.name)
+            if prep is None:
+                raise _undefined("prepared statement", msg.name, "26000")
+            cols = await self.columns(prep)
+            self.s.send(m.ParameterDescription(prep.param_types))
+            formats: Sequence[int] = ()
+        else:
+            portal = self.portals.get(msg.name)
+            if portal is None:
+                raise _undefined("portal", msg.name, "34000")
+            cols = await self.columns(portal.prepared)
+            formats = portal.formats
+        if cols:
+            _check_formats(formats, len(cols))
+            self.s.row_description(cols, formats)
+        else:
+            self.s.send(m.NoData())
+
+    async def execute(self, msg: m.Execute) -> None:
+        portal = self.portals.get(msg.portal)
+        if portal is None:
+            raise _undefined("portal", msg.portal, "34000")
+        stmt = portal.prepared.stmt
+        if portal.result is None:
+            self._check_txn(stmt)
+            portal.result = await self.s.execute(stmt, portal.params)
+            if isinstance(portal.result, Result):
+                for notice in portal.result.notices:
+                    self.s.send_notice("NOTICE", "00000", notice)
+        if stmt.kind == "empty":
+            self.s.send(m.EmptyQueryResponse())
+            return
+        res = portal.result
+        columns = res.columns
+        rows = res.rows
+        tag = res.tag if isinstance(res, Outcome) else res.command_tag
+        if not columns:
+            self.s.send(m.CommandComplete(tag))
+            return
+        _check_formats(portal.formats, len(columns))
+        start = portal.pos
+        end = len(rows) if msg.max_rows == 0 else min(len(rows), start + msg.max_rows)
+        self.s.send_rows(columns, rows[start:end], portal.formats)
+        portal.pos = end
+        if end < len(rows):
+            self.s.send(m.PortalSuspended())
+            return
+        if start > 0:
+            tag = f"{tag.split(' ')[0]} {end - start}"
+        self.s.send(m.CommandComplete(tag))
+
+    def close(self, msg: m.Close) -> None:
+        if msg.kind == "S":
+            prep = self.statements.pop(msg.name, None)
+            if prep is not None:
+                for name in [k for k, p in self.portals.items() if p.prepared is prep]:
+                    del self.portals[name]
+        else:
+            self.portals.pop(msg.name, None)
+        self.s.send(m.CloseComplete())
+
+
+def _param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:
+    """Parameter types: as declared in Parse, else as the engine inferred them (an optional
+    ``Prepared.param_types``), else text."""
+    inferred = getattr(stmt.prepared, "param_types", None) or ()
+    out = []
+    for i, t in enumerate(declared):
+        if t == 0 and i < len(inferred) and inferred[i]:
+            t = int(inferred[i])
+        out.append(t or TEXT_OID)
+    return tuple(out)
+
+
+def _check_formats(formats: Sequence[int], ncols: int) -> None:
+    if len(formats) not in (0, 1, ncols):
+        raise ProtocolViolation(
+            f"bind message has {len(formats)} result formats but query has {ncols} columns"
+        )

@@ -1,0 +1,54 @@
+"""The structured per-statement log line and the literal-free statement fingerprint.
+
+A fingerprint hashes the statement's tokens with every literal (strings, numbers, dollar-quoted
+text) replaced by ``?``, so equal statements with different constants share it, and no value can be
+recovered from it (hashing a literal would allow guessing it).
+
+>>> fingerprint("SELECT count(*) FROM t WHERE age > 30") == fingerprint("select COUNT(*) from t where age > 31")
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from functools import lru_cache
+from typing import Any
+
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.tokens import TokenType
+
+log = logging.getLogger("dpsql.statement")
+
+_LITERALS = frozenset(
+    {
+        TokenType.STRING,
+        TokenType.NUMBER,
+        TokenType.BYTE_STRING,
+        TokenType.HEREDOC_STRING,
+        TokenType.NATIONAL_STRING,
+        TokenType.RAW_STRING,
+        TokenType.BIT_STRING,
+        TokenType.HEX_STRING,
+        TokenType.UNICODE_STRING,
+    }
+)
+_DIALECT = Postgres()
+
+
+@lru_cache(maxsize=4096)
+def fingerprint(sql: str) -> str:
+    """A 16-hex-digit hash of ``sql`` with literals removed and keywords case-folded."""
+    try:
+        toks = _DIALECT.tokenize(sql)
+        norm = " ".join("?" if t.token_type in _LITERALS else t.text.lower() for t in toks)
+    except Exception:
+        norm = "<untokenizable>"
+    return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+def log_statement(**fields: Any) -> None:
+    """Emit one JSON log line (analyst, fingerprint, outcome, epsilon, latency, ...)."""
+    if log.isEnabledFor(logging.INFO):
+        log.info(json.dumps(fields, default=str, separators=(",", ":")))

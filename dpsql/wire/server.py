@@ -1,0 +1,203 @@
+"""The asyncio server: accepts connections, runs startup and authentication, enforces session
+limits, routes CancelRequests, and shuts down gracefully.
+
+Shutdown (SIGTERM/SIGINT through :func:`dpsql.serve.run`): stop listening, let running queries
+finish for ``shutdown_grace_s`` seconds, cancel the rest, then end every session with FATAL 57P01.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import secrets
+import ssl
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from dpsql.errors import DpsqlError, TooManyConnections
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.wire import messages as m
+from dpsql.wire.auth import AuthConfig, Authenticator
+from dpsql.wire.conn import Channel, ConnectionClosed
+from dpsql.wire.framing import DEFAULT_MAX_MESSAGE_SIZE
+from dpsql.wire.session import EngineLike, Session
+from dpsql.wire.startup import Startup, negotiate
+from dpsql.wire.state import SessionState
+
+log = logging.getLogger("dpsql.wire.server")
+
+# Startup parameters taken over as session settings (others are ignored, as a pooler would).
+_STARTUP_SETTINGS = ("application_name", "TimeZone", "timezone", "extra_float_digits",
+                     "search_path")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything ``dpsql serve`` can be told (from flags, the policy's config or environment)."""
+
+    host: str = "127.0.0.1"
+    port: int = 6543
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    require_tls: bool = False
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    max_sessions: int = 200
+    max_sessions_per_analyst: int = 20
+    shutdown_grace_s: float = 10.0
+    worker_threads: int = 32
+    server_version: str = "16.0"
+
+
+def tls_context(config: ServerConfig) -> ssl.SSLContext | None:
+    if not (config.tls_cert and config.tls_key):
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(config.tls_cert, config.tls_key)
+    return ctx
+
+
+class Server:
+    """A dpsql wire server around one engine.
+
+    Args:
+        engine: the (synchronous) engine every statement goes through.
+        policy: analysts and their verifiers.
+        config: listening address, TLS, limits.
+    """
+
+    def __init__(self, engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
+        self.engine = engine
+        self.policy = policy
+        self.config = config
+        self.tls = tls_context(config)
+        if config.require_tls and self.tls is None:
+            raise ValueError("require_tls needs tls_cert and tls_key")
+        self.auth = Authenticator(policy, config.auth)
+        self.executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="dpsql-q")
+        self.sessions: dict[int, Session] = {}
+        self._per_analyst: Counter[str] = Counter()
+        self._connections = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._stopping = False
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.config.host, self.config.port)
+        log.info("listening on %s:%d", self.config.host, self.port)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        ch = Channel(reader, writer, self.config.max_message_size)
+        self._connections += 1
+        session: Session | None = None
+        try:
+            if self._stopping:
+                raise DpsqlError("the server is shutting down", sqlstate="57P03")
+            got = await negotiate(ch, self.tls, self.config.require_tls)
+            if isinstance(got, m.CancelRequest):
+                self._cancel(got)
+                return
+            session = await self._open(ch, got)
+            await session.serve()
+        except (ConnectionClosed, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            await _fatal(ch, DpsqlError("terminating connection due to administrator command",
+                                        sqlstate="57P01"))  # fmt: skip
+        except DpsqlError as e:
+            await _fatal(ch, e)
+        except Exception:
+            log.exception("session crashed peer=%s", ch.peer)
+            await _fatal(ch, DpsqlError("internal error in dpsql", sqlstate="XX000"))
+        finally:
+            self._connections -= 1
+            if session is not None:
+                self.sessions.pop(session.process_id, None)
+                self._per_analyst[session.ctx.analyst] -= 1
+                session.cancel()
+            await ch.close()
+            self._tasks.discard(task)
+
+    async def _open(self, ch: Channel, startup: Startup) -> Session:
+        if self._connections > self.config.max_sessions:
+            raise TooManyConnections("sorry, too many clients already",
+                                     hint="try again later", )  # fmt: skip
+        analyst = await self.auth.authenticate(ch, startup.user)
+        if self._per_analyst[analyst] >= self.config.max_sessions_per_analyst:
+            raise TooManyConnections(f'too many connections for role "{analyst}"',
+                                     hint="close some of your other sessions")  # fmt: skip
+        ctx = SessionContext(analyst=analyst)
+        params = {k: v for k, v in startup.parameters.items() if k in _STARTUP_SETTINGS}
+        params["server_version"] = self.config.server_version
+        state = SessionState(ctx, params)
+        pid = self._new_pid()
+        secret = secrets.randbits(32) - 2**31
+        session = Session(ch, self.engine, self.executor, ctx, state, pid, secret)
+        self.sessions[pid] = session
+        self._per_analyst[analyst] += 1
+        log.info("session opened analyst=%s pid=%d peer=%s tls=%s", analyst, pid, ch.peer, ch.tls)
+        return session
+
+    def _new_pid(self) -> int:
+        while True:
+            pid = secrets.randbits(31) or 1
+            if pid not in self.sessions:
+                return pid
+
+    def _cancel(self, req: m.CancelRequest) -> None:
+        s = self.sessions.get(req.process_id)
+        ok = s is not None and hmac.compare_digest(
+            s.secret_key.to_bytes(4, "big", signed=True),
+            req.secret_key.to_bytes(4, "big", signed=True),
+        )
+        if ok and s is not None:
+            log.info("cancel request pid=%d", req.process_id)
+            s.cancel()
+        else:
+            log.warning("cancel request with a wrong key for pid=%d", req.process_id)
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let running queries finish (then cancel them), close every session."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        busy = [s for s in self.sessions.values() if s.busy]
+        if busy:
+            waits = [asyncio.create_task(s.idle.wait()) for s in busy]
+            _, pending = await asyncio.wait(waits, timeout=self.config.shutdown_grace_s)
+            for s in busy:
+                if s.busy:
+                    s.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=5)
+            for t in pending:
+                t.cancel()
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        log.info("server stopped")
+
+
+async def _fatal(ch: Channel, e: DpsqlError) -> None:
+    fields = e.fields()
+    fields["S"] = fields["V"] = "FATAL"
+    try:
+        ch.send(m.ErrorResponse(fields).encode())
+        await asyncio.wait_for(ch.flush(), 2)
+    except (ConnectionClosed, TimeoutError, OSError):
+        pass

@@ -1,0 +1,329 @@
+"""One client session after authentication: the message loop, the simple query protocol, and
+running statements (session statements here, everything else through the engine in a thread).
+
+The extended protocol lives in :mod:`dpsql.wire.extended`; both share :meth:`Session.run_statement`.
+Every error becomes an ErrorResponse (from ``DpsqlError.fields()``), then the right ReadyForQuery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psycopg
+
+from dpsql.errors import DpsqlError, InternalError, UnsupportedSql, sanitized_upstream
+from dpsql.result import Result, ResultColumn
+from dpsql.session import SessionContext
+from dpsql.wire import messages as m
+from dpsql.wire.conn import Channel, ConnectionClosed
+from dpsql.wire.encode import encode_row, row_encoders, type_size
+from dpsql.wire.log import fingerprint, log_statement
+from dpsql.wire.state import REPORTED, Outcome, SessionState
+from dpsql.wire.statements import SessionStatement, parse_session_statement
+
+if TYPE_CHECKING:
+    from dpsql.wire.extended import Extended
+
+log = logging.getLogger("dpsql.wire.session")
+
+
+class EngineLike(Protocol):
+    """The part of :class:`dpsql.engine.Engine` the wire server uses (see ENGINE_CONTRACT)."""
+
+    def prepare(self, sql_text: str) -> Any: ...
+    def describe(
+        self, prepared: Any, session: SessionContext, param_types: Sequence[int] = ()
+    ) -> tuple[ResultColumn, ...]: ...
+    def execute(
+        self, prepared: Any, session: SessionContext, params: Sequence[Any] = (), cancel: Any = None
+    ) -> Result: ...
+    def split(self, sql_text: str) -> list[str]: ...
+
+
+def _new_cancel_token() -> Any:
+    try:
+        from dpsql.execute.backend import CancelToken  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return CancelToken()
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement ready to run: a session statement or an engine ``Prepared``, parsed once."""
+
+    sql: str
+    session: SessionStatement | None
+    prepared: Any
+    fingerprint: str
+
+    @property
+    def kind(self) -> str:
+        return "session" if self.session is not None else str(self.prepared.kind)
+
+    @property
+    def param_count(self) -> int:
+        return 0 if self.prepared is None else int(getattr(self.prepared, "param_count", 0))
+
+
+class Session:
+    """The post-authentication life of one connection."""
+
+    def __init__(
+        self,
+        ch: Channel,
+        engine: EngineLike,
+        executor: Executor | None,
+        ctx: SessionContext,
+        state: SessionState,
+        process_id: int,
+        secret_key: int,
+    ) -> None:
+        from dpsql.wire.extended import Extended
+
+        self.ch = ch
+        self.engine = engine
+        self.executor = executor
+        self.ctx = ctx
+        self.state = state
+        self.process_id = process_id
+        self.secret_key = secret_key
+        self.extended: Extended = Extended(self)
+        self._cancel: Any = None
+        self.busy = False
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    # ---- helpers ---------------------------------------------------------------------------
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a blocking engine call in the server's thread pool."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    def send(self, msg: Any) -> None:
+        self.ch.send(msg.encode())
+
+    def send_error(self, err: BaseException) -> DpsqlError:
+        e = as_dpsql_error(err)
+        self.send(m.ErrorResponse(e.fields()))
+        return e
+
+    def send_notice(self, severity: str, code: str, message: str) -> None:
+        self.send(m.NoticeResponse({"S": severity, "V": severity, "C": code, "M": message}))
+
+    async def ready(self) -> None:
+        self.send(m.ReadyForQuery(self.state.status))
+        await self.ch.flush()
+
+    def cancel(self) -> None:
+        """Cancel the running upstream query (from a CancelRequest or shutdown)."""
+        token = self._cancel
+        if token is not None:
+            token.cancel()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def send_startup_info(self) -> None:
+        for name in REPORTED:
+            self.send(m.ParameterStatus(name, self.state.settings.get(name, "")))
+        self.send(m.BackendKeyData(self.process_id, self.secret_key))
+
+    async def serve(self) -> None:
+        """The message loop; returns on Terminate or EOF. Framing errors end the session."""
+        self.send_startup_info()
+        await self.ready()
+        while True:
+            frame = await self.ch.recv()
+            code = frame.code or b"?"
+            if code == b"X":
+                return
+            try:
+                msg = m.decode_frontend(code, frame.body)
+            except DpsqlError as e:
+                if code not in m.frontend._BY_CODE:
+                    e.severity = "FATAL"  # type: ignore[misc]
+                    self.send_error(e)
+                    await self.ch.flush()
+                    return
+                self.send_error(e)
+                if self.extended.in_batch(code):
+                    self.extended.failed()
+                    continue
+                await self.ready()
+                continue
+            await self.dispatch(msg)
+            if self.ch.should_flush:
+                await self.ch.flush()
+
+    async def dispatch(self, msg: m.FrontendMessage) -> None:
+        if isinstance(msg, m.Query):
+            await self.simple_query(msg.sql)
+        elif isinstance(msg, m.FunctionCall):
+            self.send_error(UnsupportedSql("fast-path function calls are not supported",
+                                           hint="call the function in a SELECT"))  # fmt: skip
+            await self.ready()
+        elif isinstance(msg, m.CopyData | m.CopyDone | m.CopyFail):
+            pass  # PostgreSQL ignores COPY messages outside COPY mode
+        else:
+            await self.extended.handle(msg)
+
+    # ---- simple query ----------------------------------------------------------------------
+    async def simple_query(self, sql: str) -> None:
+        self.extended.close_unnamed()
+        try:
+            texts = (
+                [sql] if parse_session_statement(sql) else await self.call(self.engine.split, sql)
+            )
+        except Exception as e:
+            self.send_error(e)
+            self.state.fail()
+            await self.ready()
+            return
+        if not texts:
+            self.send(m.EmptyQueryResponse())
+        for text in texts:
+            try:
+                stmt = await self.prepare(text)
+                await self.run_statement(stmt, (), (), None, describe=True)
+            except Exception as e:
+                self.send_error(e)
+                self.state.fail()
+                break
+        await self.ready()
+
+    # ---- shared by both protocols ----------------------------------------------------------
+    async def prepare(self, text: str) -> Statement:
+        """Parse ``text`` once: a session statement, or the engine's ``Prepared``."""
+        st = parse_session_statement(text)
+        if st is not None:
+            return Statement(text, st, None, fingerprint(text))
+        self.state.check_not_failed()
+        prepared = await self.call(self.engine.prepare, text)
+        if prepared.kind == "session":
+            raise UnsupportedSql(
+                "this session statement is not supported by dpsql",
+                hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, DISCARD, "
+                "DEALLOCATE",
+            )
+        return Statement(text, None, prepared, fingerprint(text))
+
+    async def execute(self, stmt: Statement, params: Sequence[Any]) -> Result | Outcome:
+        """Run ``stmt``; log one line whatever happens."""
+        t0 = time.perf_counter()
+        outcome = "ok"
+        res: Result | Outcome | None = None
+        try:
+            if stmt.session is not None:
+                res = self.state.apply(stmt.session)
+                self.apply_effects(res)
+                return res
+            self.state.check_not_failed()
+            if stmt.kind == "empty":
+                res = Result((), [], "")
+                return res
+            self._cancel = _new_cancel_token()
+            self.busy = True
+            self.idle.clear()
+            try:
+                res = await self.call(self.engine.execute, stmt.prepared, self.ctx, tuple(params),
+                                      cancel=self._cancel)  # fmt: skip
+            finally:
+                self._cancel = None
+                self.busy = False
+                self.idle.set()
+            return res
+        except BaseException as e:
+            outcome = getattr(e, "sqlstate", None) or (
+                "XX000" if isinstance(e, Exception) else "cancelled"
+            )
+            raise
+        finally:
+            is_result = isinstance(res, Result)
+            log_statement(
+                analyst=self.ctx.analyst,
+                session=self.process_id,
+                fingerprint=stmt.fingerprint,
+                kind=stmt.kind,
+                outcome=outcome,
+                epsilon=res.epsilon_spent if is_result else 0.0,  # type: ignore[union-attr]
+                delta=res.delta_spent if is_result else 0.0,  # type: ignore[union-attr]
+                cached=res.cached if is_result else False,  # type: ignore[union-attr]
+                rows=len(res.rows) if res is not None else 0,
+                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            )
+
+    def apply_effects(self, out: Outcome) -> None:
+        for severity, code, msg in out.notices:
+            self.send_notice(severity, code, msg)
+        for name, value in out.parameter_status:
+            self.send(m.ParameterStatus(name, value))
+        if out.discard_all:
+            self.extended.discard_all()
+        if out.is_deallocate:
+            self.extended.deallocate(out.deallocate or None)
+
+    def row_description(self, columns: Sequence[ResultColumn], formats: Sequence[int]) -> None:
+        from dpsql.wire.encode import result_format
+
+        fields = tuple(
+            m.FieldDescription(
+                c.name, c.type_oid, c.typmod, type_size(c.type_oid), result_format(formats, i)
+            )  # fmt: skip
+            for i, c in enumerate(columns)
+        )
+        self.send(m.RowDescription(fields))
+
+    def send_rows(
+        self, columns: Sequence[ResultColumn], rows: Sequence[Any], formats: Sequence[int]
+    ) -> None:
+        encs = row_encoders(columns, formats)
+        for row in rows:
+            self.ch.send(m.DataRow(encode_row(row, encs)).encode())
+
+    async def run_statement(
+        self,
+        stmt: Statement,
+        params: Sequence[Any],
+        formats: Sequence[int],
+        max_rows: int | None,
+        describe: bool,
+    ) -> None:
+        """Simple-protocol execution of one statement: [RowDescription] rows CommandComplete."""
+        res = await self.execute(stmt, params)
+        if stmt.kind == "empty":
+            self.send(m.EmptyQueryResponse())
+            return
+        columns, rows, tag = _shape(res)
+        if isinstance(res, Result):
+            for notice in res.notices:
+                self.send_notice("NOTICE", "00000", notice)
+        if columns and describe:
+            self.row_description(columns, formats)
+        if columns:
+            self.send_rows(columns, rows, formats)
+        self.send(m.CommandComplete(tag))
+
+
+def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any], str]:
+    if isinstance(res, Outcome):
+        return res.columns, res.rows, res.tag
+    return res.columns, res.rows, res.command_tag
+
+
+def as_dpsql_error(err: BaseException) -> DpsqlError:
+    """Any exception as a DpsqlError safe to send: upstream text is withheld, bugs are XX000."""
+    if isinstance(err, DpsqlError):
+        return err
+    if isinstance(err, psycopg.Error):
+        return sanitized_upstream(err.sqlstate)
+    log.exception("internal error", exc_info=err)
+    return InternalError("internal error in dpsql", hint="report this to the dpsql operators")
+
+
+__all__ = ["ConnectionClosed", "EngineLike", "Session", "Statement", "as_dpsql_error"]

@@ -1,0 +1,388 @@
+"""Per-session state the wire session keeps itself: settings, privacy parameters, transactions.
+
+Applying a :class:`~dpsql.wire.statements.SessionStatement` is pure: it changes this state and returns
+an :class:`Outcome` (command tag, rows for SHOW, notices, ParameterStatus updates). No I/O here.
+
+Transactions: dpsql is read-only, so a transaction block only tracks status ('I' idle, 'T' in a block,
+'E' failed) and undoes SET on ROLLBACK / ROLLBACK TO as PostgreSQL does. A DP release is charged
+when it happens; rolling back never refunds budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from dpsql.errors import (
+    DpsqlError,
+    InFailedTransaction,
+    InvalidParameter,
+    PrivacyViolation,
+    UndefinedObject,
+    UnsupportedSql,
+)
+from dpsql.result import ResultColumn
+from dpsql.session import SessionContext
+from dpsql.wire.statements import SessionStatement
+
+TEXT_OID = 25
+
+# Settings clients read; names are case-insensitive, reported with PostgreSQL's spelling.
+DEFAULTS: dict[str, str] = {
+    "server_version": "16.0",
+    "server_version_num": "160000",
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "DateStyle": "ISO, MDY",
+    "IntervalStyle": "postgres",
+    "TimeZone": "UTC",
+    "integer_datetimes": "on",
+    "standard_conforming_strings": "on",
+    "application_name": "",
+    "is_superuser": "off",
+    "session_authorization": "",
+    "default_transaction_read_only": "on",
+    "transaction_read_only": "on",
+    "in_hot_standby": "off",
+    "search_path": '"$user", public',
+    "transaction_isolation": "read committed",
+    "default_transaction_isolation": "read committed",
+    "max_identifier_length": "63",
+    "extra_float_digits": "1",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+    "lc_messages": "C",
+    "lc_monetary": "C",
+    "lc_numeric": "C",
+    "lc_time": "C",
+    "bytea_output": "hex",
+    "client_min_messages": "notice",
+    "row_security": "on",
+    "scram_iterations": "4096",
+}
+REPORTED = (
+    "server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
+    "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
+    "is_superuser", "session_authorization", "default_transaction_read_only", "in_hot_standby",
+    "scram_iterations",
+)  # fmt: skip
+_CANON = {k.lower(): k for k in DEFAULTS}
+_READ_ONLY = frozenset(
+    {"server_version", "server_version_num", "server_encoding", "integer_datetimes",
+     "is_superuser", "session_authorization", "in_hot_standby", "max_identifier_length",
+     "transaction_read_only", "lc_collate", "lc_ctype", "scram_iterations"}
+)  # fmt: skip
+_PRIVACY = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence",
+            "dpsql.show_intervals")  # fmt: skip
+_TRUE = frozenset({"on", "true", "yes", "1", "t"})
+_FALSE = frozenset({"off", "false", "no", "0", "f"})
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a session statement produced, for the session to send."""
+
+    tag: str
+    columns: tuple[ResultColumn, ...] = ()
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    notices: tuple[tuple[str, str, str], ...] = ()  # (severity, sqlstate, message)
+    parameter_status: tuple[tuple[str, str], ...] = ()
+    discard_all: bool = False
+    deallocate: str | None = None  # a statement name, or "" for ALL
+    is_deallocate: bool = False
+
+
+def _warning(code: str, msg: str) -> tuple[str, str, str]:
+    return ("WARNING", code, msg)
+
+
+class SessionState:
+    """Settings, privacy parameters and transaction status of one session."""
+
+    def __init__(self, ctx: SessionContext, startup: dict[str, str]) -> None:
+        self.ctx = ctx
+        self.status = "I"
+        self.settings: dict[str, str] = dict(DEFAULTS)
+        for k, v in startup.items():
+            self.settings[_canon(k)] = v
+        self.settings["session_authorization"] = ctx.analyst
+        self._initial = (dict(self.settings), self._privacy())
+        self._begin: tuple[dict[str, str], tuple[Any, ...]] | None = None
+        self._savepoints: list[tuple[str, tuple[dict[str, str], tuple[Any, ...]]]] = []
+        self._local: dict[str, str] = {}
+        self._sync_ctx()
+
+    # ---- snapshots -------------------------------------------------------------------------
+    def _privacy(self) -> tuple[Any, ...]:
+        c = self.ctx
+        return (c.epsilon, c.delta, c.mechanism, c.confidence, c.show_intervals)
+
+    def _snapshot(self) -> tuple[dict[str, str], tuple[Any, ...]]:
+        return dict(self.settings), self._privacy()
+
+    def _restore(self, snap: tuple[dict[str, str], tuple[Any, ...]]) -> tuple[tuple[str, str], ...]:
+        settings, priv = snap
+        changed = tuple(
+            (k, settings[k]) for k in REPORTED if settings.get(k) != self.settings.get(k)
+        )
+        self.settings = dict(settings)
+        c = self.ctx
+        c.epsilon, c.delta, c.mechanism, c.confidence, c.show_intervals = priv
+        self._sync_ctx()
+        return changed
+
+    def _sync_ctx(self) -> None:
+        self.ctx.settings = {k: v for k, v in self.settings.items() if DEFAULTS.get(k) != v}
+
+    # ---- transactions ----------------------------------------------------------------------
+    def fail(self) -> None:
+        """An error happened: a transaction block becomes failed ('E')."""
+        if self.status == "T":
+            self.status = "E"
+
+    def check_not_failed(self) -> None:
+        if self.status == "E":
+            raise InFailedTransaction(
+                "current transaction is aborted, commands ignored until end of transaction block",
+                hint="send ROLLBACK (or ROLLBACK TO a savepoint)",
+            )
+
+    def apply(self, st: SessionStatement) -> Outcome:
+        """Apply a session statement.
+
+        Raises:
+            DpsqlError: invalid value, unknown setting, no such savepoint, failed transaction.
+        """
+        if self.status == "E" and st.kind not in ("rollback", "rollback_to", "commit"):
+            self.check_not_failed()
+        handler = getattr(self, "_do_" + st.kind)
+        out: Outcome = handler(st)
+        return out
+
+    def _do_begin(self, st: SessionStatement) -> Outcome:
+        if self.status != "I":
+            return Outcome(
+                "BEGIN", notices=(_warning("25001", "there is already a transaction in progress"),)
+            )
+        self.status = "T"
+        self._begin = self._snapshot()
+        self._local = {}
+        return Outcome("BEGIN")
+
+    def _end(self, rollback: bool) -> tuple[tuple[str, str], ...]:
+        changed: tuple[tuple[str, str], ...] = ()
+        if rollback and self._begin is not None:
+            changed = self._restore(self._begin)
+        elif self._local:
+            snap = dict(self.settings)
+            snap.update(self._local)
+            changed = self._restore((snap, self._privacy()))
+        self.status, self._begin, self._savepoints, self._local = "I", None, [], {}
+        return changed
+
+    def _do_commit(self, st: SessionStatement) -> Outcome:
+        if self.status == "I":
+            return Outcome(
+                "COMMIT", notices=(_warning("25P01", "there is no transaction in progress"),)
+            )
+        failed = self.status == "E"
+        changed = self._end(rollback=failed)
+        return Outcome("ROLLBACK" if failed else "COMMIT", parameter_status=changed)
+
+    def _do_rollback(self, st: SessionStatement) -> Outcome:
+        if self.status == "I":
+            return Outcome(
+                "ROLLBACK", notices=(_warning("25P01", "there is no transaction in progress"),)
+            )
+        return Outcome("ROLLBACK", parameter_status=self._end(rollback=True))
+
+    def _need_block(self, what: str) -> None:
+        if self.status == "I":
+            raise DpsqlError(f"{what} can only be used in transaction blocks", sqlstate="25P01",
+                             hint="start one with BEGIN")  # fmt: skip
+
+    def _find(self, name: str) -> int:
+        for i in range(len(self._savepoints) - 1, -1, -1):
+            if self._savepoints[i][0] == name:
+                return i
+        raise DpsqlError(f'savepoint "{name}" does not exist', sqlstate="3B001",
+                         hint="check the savepoint's name")  # fmt: skip
+
+    def _do_savepoint(self, st: SessionStatement) -> Outcome:
+        self._need_block("SAVEPOINT")
+        self._savepoints.append((st.name or "", self._snapshot()))
+        return Outcome("SAVEPOINT")
+
+    def _do_release(self, st: SessionStatement) -> Outcome:
+        self._need_block("RELEASE SAVEPOINT")
+        del self._savepoints[self._find(st.name or "") :]
+        return Outcome("RELEASE")
+
+    def _do_rollback_to(self, st: SessionStatement) -> Outcome:
+        self._need_block("ROLLBACK TO SAVEPOINT")
+        i = self._find(st.name or "")
+        snap = self._savepoints[i][1]
+        del self._savepoints[i + 1 :]
+        self.status = "T"
+        return Outcome("ROLLBACK", parameter_status=self._restore(snap))
+
+    # ---- settings --------------------------------------------------------------------------
+    def _do_noop(self, st: SessionStatement) -> Outcome:
+        return Outcome(st.name or "SET")
+
+    def _do_discard(self, st: SessionStatement) -> Outcome:
+        if st.name != "all":
+            return Outcome(f"DISCARD {(st.name or '').upper()}")
+        if self.status != "I":
+            raise DpsqlError("DISCARD ALL cannot run inside a transaction block", sqlstate="25001",
+                             hint="COMMIT or ROLLBACK first")  # fmt: skip
+        changed = self._restore(self._initial)
+        return Outcome("DISCARD ALL", parameter_status=changed, discard_all=True)
+
+    def _do_deallocate(self, st: SessionStatement) -> Outcome:
+        return Outcome("DEALLOCATE ALL" if st.name is None else "DEALLOCATE",
+                       deallocate=st.name or "", is_deallocate=True)  # fmt: skip
+
+    def _do_reset(self, st: SessionStatement) -> Outcome:
+        if st.name is None:
+            init_settings, init_priv = self._initial
+            keep = {k: self.settings[k] for k in _READ_ONLY if k in self.settings}
+            changed = self._restore(({**init_settings, **keep}, init_priv))
+            return Outcome("RESET", parameter_status=changed)
+        return self._do_set(SessionStatement("set", st.name, None, st.local), tag="RESET")
+
+    def _do_set(self, st: SessionStatement, tag: str = "SET") -> Outcome:
+        name = st.name or ""
+        if name.startswith("dpsql."):
+            self._set_privacy(name, st.value)
+            return Outcome(tag)
+        key = _canon(name)
+        if key in _READ_ONLY:
+            raise DpsqlError(f'parameter "{name}" cannot be changed', sqlstate="55P02",
+                             hint="it is fixed by the server")  # fmt: skip
+        if key in ("role", "session_authorization"):
+            raise PrivacyViolation("changing the role is not allowed through dpsql",
+                                   hint="connect as the analyst you want to be")  # fmt: skip
+        value = self._initial[0].get(key, "") if st.value is None else _check(key, st.value)
+        if st.local:
+            if self.status == "I":
+                return Outcome(
+                    tag,
+                    notices=(
+                        _warning("25P01", "SET LOCAL can only be used in transaction blocks"),
+                    ),
+                )
+            self._local.setdefault(key, self.settings.get(key, ""))
+        old = self.settings.get(key)
+        self.settings[key] = value
+        self._sync_ctx()
+        report = ((key, value),) if key in REPORTED and old != value else ()
+        return Outcome(tag, parameter_status=report)
+
+    def _set_privacy(self, name: str, value: str | None) -> None:
+        c = self.ctx
+        if name == "dpsql.epsilon":
+            c.epsilon = None if value is None else _fraction(name, value, lo=0, lo_open=True)
+        elif name == "dpsql.delta":
+            c.delta = None if value is None else _fraction(name, value, lo=0, hi=1)
+        elif name == "dpsql.mechanism":
+            v = (value or "auto").lower()
+            if v not in ("auto", "laplace", "gaussian"):
+                raise InvalidParameter(f'invalid value for parameter "dpsql.mechanism": "{value}"',
+                                       hint="use auto, laplace or gaussian")  # fmt: skip
+            c.mechanism = v
+        elif name == "dpsql.confidence":
+            c.confidence = (
+                None if value is None else float(_fraction(name, value, lo=0, hi=1, lo_open=True))
+            )
+        elif name == "dpsql.show_intervals":
+            c.show_intervals = False if value is None else _bool(name, value)
+        else:
+            raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
+                                  hint="dpsql settings: " + ", ".join(_PRIVACY))  # fmt: skip
+
+    def _do_show(self, st: SessionStatement) -> Outcome:
+        name = st.name or ""
+        if name == "all":
+            rows = [
+                (k, v, "") for k, v in sorted(self.settings.items(), key=lambda kv: kv[0].lower())
+            ]
+            rows += [(p, self.show_privacy(p), "") for p in _PRIVACY]
+            cols = tuple(ResultColumn(n, TEXT_OID) for n in ("name", "setting", "description"))
+            return Outcome("SHOW", cols, rows)
+        if name.startswith("dpsql."):
+            value = self.show_privacy(name)
+        else:
+            key = _canon(name)
+            if key not in self.settings:
+                raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
+                                      hint="SHOW ALL lists the parameters dpsql knows")  # fmt: skip
+            value = self.settings[key]
+        col_name = _CANON.get(name.lower(), name).lower() if not name.startswith("dpsql.") else name
+        return Outcome("SHOW", (ResultColumn(col_name, TEXT_OID),), [(value,)])
+
+    def show_privacy(self, name: str) -> str:
+        c = self.ctx
+        values: dict[str, Any] = {
+            "dpsql.epsilon": c.epsilon, "dpsql.delta": c.delta, "dpsql.mechanism": c.mechanism,
+            "dpsql.confidence": c.confidence,
+            "dpsql.show_intervals": "on" if c.show_intervals else "off",
+        }  # fmt: skip
+        if name not in values:
+            raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
+                                  hint="dpsql settings: " + ", ".join(_PRIVACY))  # fmt: skip
+        v = values[name]
+        if v is None:
+            return "default"
+        if isinstance(v, Fraction):
+            return str(float(v)) if v.denominator != 1 else str(v.numerator)
+        return str(v)
+
+
+def _canon(name: str) -> str:
+    return _CANON.get(name.lower(), name.lower())
+
+
+def _check(key: str, value: str) -> str:
+    v = value.strip()
+    if key == "client_encoding":
+        if v.lower().replace("-", "").replace("_", "") not in ("utf8", "unicode"):
+            raise UnsupportedSql(f"client_encoding {value!r} is not supported",
+                                 hint="dpsql speaks UTF8 only", sqlstate="22023")  # fmt: skip
+        return "UTF8"
+    if key == "DateStyle":
+        parts = [p.strip().upper() for p in v.split(",")]
+        if "ISO" not in parts and not all(p in ("MDY", "DMY", "YMD") for p in parts):
+            raise UnsupportedSql(f"DateStyle {value!r} is not supported",
+                                 hint="use ISO (dpsql sends dates in ISO format)")  # fmt: skip
+        order = next((p for p in parts if p in ("MDY", "DMY", "YMD")), "MDY")
+        return f"ISO, {order}"
+    if key == "IntervalStyle" and v.lower() != "postgres":
+        raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
+    return value
+
+
+def _bool(name: str, value: str) -> bool:
+    v = value.lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise InvalidParameter(f'parameter "{name}" requires a Boolean value', hint="use on or off")
+
+
+def _fraction(
+    name: str, value: str, lo: int, hi: int | None = None, lo_open: bool = False
+) -> Fraction:
+    try:
+        f = Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        raise InvalidParameter(f'invalid value for parameter "{name}": "{value}"',
+                               hint="give a decimal number such as 0.5") from None  # fmt: skip
+    if f < lo or (lo_open and f == lo) or (hi is not None and f >= hi):
+        rng = f"{'>' if lo_open else '>='} {lo}" + (f" and < {hi}" if hi is not None else "")
+        raise InvalidParameter(f'{value} is outside the valid range for parameter "{name}"',
+                               hint=f"give a value {rng}")  # fmt: skip
+    return f

@@ -1,0 +1,321 @@
+"""Recognising the session statements the wire session answers itself (SET, SHOW, BEGIN, ...).
+
+These never reach the engine or PostgreSQL: they change per-session state only. A statement that is
+not one of them returns None and goes to the engine. The grammar is PostgreSQL's, reduced to what
+clients send; anything malformed inside a recognised statement is a 42601 syntax error.
+
+>>> parse_session_statement("SET dpsql.epsilon = 0.5;")
+SessionStatement(kind='set', name='dpsql.epsilon', value='0.5', local=False)
+>>> parse_session_statement("rollback to savepoint sa_1").kind
+'rollback_to'
+>>> parse_session_statement("SELECT 1") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dpsql.errors import PrivacyViolation, SqlSyntaxError
+
+_TOKEN = re.compile(
+    r"""
+    \s+ | --[^\n]* | /\*.*?\*/                      # space and comments (dropped)
+    | (?P<str>[Ee]?'(?:[^']|'')*')                   # string literal
+    | (?P<qid>"(?:[^"]|"")+")                        # quoted identifier
+    | (?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
+    | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+    | (?P<punct>[=,.;()*])
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+_FIRST_WORDS = frozenset(
+    "set reset show begin start commit end rollback abort savepoint release discard deallocate "
+    "unlisten".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatement:
+    """A parsed session statement.
+
+    ``kind`` is one of set, reset, show, begin, commit, rollback, rollback_to, savepoint, release,
+    discard, deallocate, noop. ``name`` is the setting / savepoint / statement name (lower-cased
+    unless quoted), ``value`` the new setting value (None for DEFAULT).
+    """
+
+    kind: str
+    name: str | None = None
+    value: str | None = None
+    local: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Tok:
+    kind: str
+    text: str
+
+
+def _tokens(sql: str) -> list[_Tok] | None:
+    out: list[_Tok] = []
+    pos = 0
+    while pos < len(sql):
+        m = _TOKEN.match(sql, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        kind = m.lastgroup
+        if kind is None:
+            continue
+        text = m.group(kind)
+        if kind == "str":
+            if text[0] in "Ee":
+                return None  # escape strings: leave to the engine (and its syntax errors)
+            text = text[1:-1].replace("''", "'")
+        elif kind == "qid":
+            text = text[1:-1].replace('""', '"')
+        elif kind == "word":
+            text = text.lower()
+        out.append(_Tok(kind, text))
+    while out and out[-1].text == ";" and out[-1].kind == "punct":
+        out.pop()
+    return out
+
+
+class _P:
+    def __init__(self, toks: list[_Tok], sql: str) -> None:
+        self.t = toks
+        self.i = 0
+        self.sql = sql
+
+    def peek(self) -> str | None:
+        return (
+            self.t[self.i].text if self.i < len(self.t) and self.t[self.i].kind != "str" else None
+        )
+
+    def accept(self, *words: str) -> str | None:
+        w = self.peek()
+        if w is not None and w in words:
+            self.i += 1
+            return w
+        return None
+
+    def done(self) -> bool:
+        return self.i >= len(self.t)
+
+    def error(self) -> SqlSyntaxError:
+        near = self.t[self.i].text if self.i < len(self.t) else "end of input"
+        return SqlSyntaxError(f'syntax error at or near "{near}"')
+
+    def ident(self) -> str:
+        if self.i >= len(self.t) or self.t[self.i].kind not in ("word", "qid"):
+            raise self.error()
+        self.i += 1
+        return self.t[self.i - 1].text
+
+    def dotted(self) -> str:
+        name = self.ident()
+        while self.accept("."):
+            name += "." + self.ident()
+        return name
+
+    def end(self) -> None:
+        if not self.done():
+            raise self.error()
+
+    def rest_words(self) -> None:
+        self.i = len(self.t)
+
+
+def parse_session_statement(sql: str) -> SessionStatement | None:
+    """Parse ``sql`` (one statement) if it is a session statement, else None.
+
+    Raises:
+        SqlSyntaxError: a session statement with bad syntax.
+        PrivacyViolation: SET ROLE / SET SESSION AUTHORIZATION.
+    """
+    toks = _tokens(sql)
+    if not toks or toks[0].kind != "word" or toks[0].text not in _FIRST_WORDS:
+        return None
+    if any(t.kind == "punct" and t.text == ";" for t in toks):
+        raise SqlSyntaxError(
+            "cannot insert multiple commands into a prepared statement",
+            hint="send one statement at a time",
+        )
+    p = _P(toks, sql)
+    first = p.ident()
+    parser = _PARSERS[first]
+    return parser(p)
+
+
+def _set(p: _P) -> SessionStatement:
+    nxt = p.t[p.i + 1].text if p.i + 1 < len(p.t) else None
+    if p.peek() == "session" and nxt == "characteristics":
+        p.rest_words()
+        return SessionStatement("noop", name="SET")
+    if p.peek() == "role" or (p.peek() == "session" and nxt == "authorization"):
+        raise PrivacyViolation(
+            "changing the role is not allowed through dpsql",
+            hint="connect as the analyst you want to be",
+        )
+    local = p.accept("local", "session") == "local"
+    if p.peek() in ("role", "session_authorization", "role"):
+        raise PrivacyViolation(
+            "changing the role is not allowed through dpsql",
+            hint="connect as the analyst you want to be",
+        )
+    if p.accept("transaction"):
+        p.rest_words()
+        return SessionStatement("noop", name="SET")
+    if p.accept("time"):
+        if not p.accept("zone"):
+            raise p.error()
+        name = "timezone"
+    else:
+        name = p.dotted()
+        if not p.accept("to", "="):
+            raise p.error()
+    value = _value(p)
+    return SessionStatement("set", name, value, local)
+
+
+def _value(p: _P) -> str | None:
+    if p.accept("default"):
+        p.end()
+        return None
+    parts: list[str] = []
+    while True:
+        if p.done():
+            raise p.error()
+        tok = p.t[p.i]
+        p.i += 1
+        if tok.kind == "punct":
+            raise p.error()
+        parts.append(tok.text)
+        if not p.accept(","):
+            break
+    p.end()
+    return ", ".join(parts)
+
+
+def _reset(p: _P) -> SessionStatement:
+    if p.accept("all"):
+        p.end()
+        return SessionStatement("reset", None)
+    if p.accept("time"):
+        if not p.accept("zone"):
+            raise p.error()
+        name = "timezone"
+    else:
+        name = p.dotted()
+    p.end()
+    return SessionStatement("reset", name)
+
+
+def _show(p: _P) -> SessionStatement:
+    if p.accept("time"):
+        if not p.accept("zone"):
+            raise p.error()
+        name = "timezone"
+    elif p.accept("transaction"):
+        if not (p.accept("isolation") and p.accept("level")):
+            raise p.error()
+        name = "transaction_isolation"
+    else:
+        name = p.dotted()
+    p.end()
+    return SessionStatement("show", name)
+
+
+def _begin(p: _P) -> SessionStatement:
+    p.accept("work", "transaction")
+    p.rest_words()  # isolation level / read only / deferrable: the proxy is read-only anyway
+    return SessionStatement("begin")
+
+
+def _start(p: _P) -> SessionStatement:
+    if not p.accept("transaction"):
+        raise p.error()
+    p.rest_words()
+    return SessionStatement("begin")
+
+
+def _commit(p: _P) -> SessionStatement:
+    p.accept("work", "transaction")
+    if p.accept("and"):
+        p.accept("no")
+        if not p.accept("chain"):
+            raise p.error()
+    p.end()
+    return SessionStatement("commit")
+
+
+def _rollback(p: _P) -> SessionStatement:
+    p.accept("work", "transaction")
+    if p.accept("to"):
+        p.accept("savepoint")
+        name = p.ident()
+        p.end()
+        return SessionStatement("rollback_to", name)
+    if p.accept("and"):
+        p.accept("no")
+        if not p.accept("chain"):
+            raise p.error()
+    p.end()
+    return SessionStatement("rollback")
+
+
+def _savepoint(p: _P) -> SessionStatement:
+    name = p.ident()
+    p.end()
+    return SessionStatement("savepoint", name)
+
+
+def _release(p: _P) -> SessionStatement:
+    p.accept("savepoint")
+    name = p.ident()
+    p.end()
+    return SessionStatement("release", name)
+
+
+def _discard(p: _P) -> SessionStatement:
+    what = p.accept("all", "plans", "sequences", "temp", "temporary")
+    if what is None:
+        raise p.error()
+    p.end()
+    return SessionStatement("discard", "temp" if what == "temporary" else what)
+
+
+def _deallocate(p: _P) -> SessionStatement:
+    p.accept("prepare")
+    if p.accept("all"):
+        p.end()
+        return SessionStatement("deallocate", None)
+    name = p.ident()
+    p.end()
+    return SessionStatement("deallocate", name)
+
+
+def _unlisten(p: _P) -> SessionStatement:
+    p.rest_words()
+    return SessionStatement("noop", name="UNLISTEN")
+
+
+_PARSERS = {
+    "set": _set,
+    "reset": _reset,
+    "show": _show,
+    "begin": _begin,
+    "start": _start,
+    "commit": _commit,
+    "end": _commit,
+    "rollback": _rollback,
+    "abort": _rollback,
+    "savepoint": _savepoint,
+    "release": _release,
+    "discard": _discard,
+    "deallocate": _deallocate,
+    "unlisten": _unlisten,
+}
