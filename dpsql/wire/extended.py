@@ -18,6 +18,7 @@ from dpsql.errors import DpsqlError, ProtocolViolation
 from dpsql.result import Result, ResultColumn
 from dpsql.wire import messages as m
 from dpsql.wire.encode import decode_param
+from dpsql.wire.params import infer_param_types
 from dpsql.wire.state import TEXT_OID, Outcome
 
 if TYPE_CHECKING:
@@ -237,8 +238,10 @@ class Extended:
 
 def _param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:
     """Parameter types: as declared in Parse, else as the engine inferred them (an optional
-    ``Prepared.param_types``), else text."""
-    inferred = getattr(stmt.prepared, "param_types", None) or ()
+    ``Prepared.param_types``), else as :mod:`dpsql.wire.params` infers them, else text."""
+    inferred: Sequence[int] = ()
+    if stmt.prepared is not None and 0 in declared:
+        inferred = getattr(stmt.prepared, "param_types", None) or infer_param_types(stmt.prepared)
     out = []
     for i, t in enumerate(declared):
         if t == 0 and i < len(inferred) and inferred[i]:

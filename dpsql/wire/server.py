@@ -201,3 +201,13 @@ async def _fatal(ch: Channel, e: DpsqlError) -> None:
         await asyncio.wait_for(ch.flush(), 2)
     except (ConnectionClosed, TimeoutError, OSError):
         pass
+
+
+def serve_engine(engine: EngineLike, policy: Policy, listen: str) -> int:
+    """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo``)."""
+    from dpsql.serve import serve
+    from dpsql.wire.cli import parse_listen
+
+    host, port = parse_listen(listen)
+    serve(engine, policy, ServerConfig(host=host, port=port))
+    return 0

@@ -1,0 +1,78 @@
+"""Parameter types for ParameterDescription when the client leaves them unspecified (OID 0).
+
+PostgreSQL infers them; drivers such as asyncpg then encode arguments by those types (an ``int``
+for a parameter described as ``text`` is refused). dpsql infers from the statement's tree: an explicit
+cast (``$1::int``), ``LIMIT``/``OFFSET``, or a comparison, ``BETWEEN`` or ``IN`` against a column of the
+private table whose declared type family is known. Anything else stays ``text``, which every client
+can send and which PostgreSQL coerces like an untyped literal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg.postgres import types as pg_types
+from sqlglot import exp
+
+TEXT = 25
+_FAMILY = {"integer": 20, "numeric": 1700, "boolean": 16, "text": 25, "date": 1082,
+           "timestamp": 1114}  # fmt: skip
+_ALIASES = {"int": "int4", "decimal": "numeric", "double": "float8", "float": "float8",
+            "char": "bpchar", "character": "bpchar", "string": "text"}  # fmt: skip
+_COMPARE = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def cast_oid(to: exp.DataType) -> int:
+    """The type OID of a sqlglot data type (0 if unknown)."""
+    if to.this == exp.DataType.Type.ARRAY and to.expressions:
+        elem = cast_oid(to.expressions[0])
+        info = pg_types.get(elem) if elem else None
+        return info.array_oid if info is not None else 0
+    name = to.copy()
+    name.set("expressions", [])
+    text = name.sql("postgres").lower().split("(")[0].strip()
+    info = pg_types.get(_ALIASES.get(text, text))
+    return info.oid if info is not None else 0
+
+
+def _column_oid(node: exp.Expression, columns: dict[str, Any]) -> int:
+    if isinstance(node, exp.Column):
+        col = columns.get(node.name.lower())
+        if col is not None:
+            return _FAMILY.get(col.family, 0)
+    if isinstance(node, exp.Cast):
+        return cast_oid(node.to)
+    return 0
+
+
+def _infer_one(p: exp.Parameter, columns: dict[str, Any]) -> int:
+    parent = p.parent
+    if isinstance(parent, exp.Cast) and parent.this is p:
+        return cast_oid(parent.to)
+    if isinstance(parent, exp.Limit | exp.Offset):
+        return 20
+    if isinstance(parent, _COMPARE):
+        other = parent.left if parent.right is p else parent.right
+        return _column_oid(other, columns)
+    if isinstance(parent, exp.Between | exp.In) and parent.this is not p:
+        return _column_oid(parent.this, columns)
+    return 0
+
+
+def infer_param_types(prepared: Any) -> tuple[int, ...]:
+    """Inferred OIDs of ``$1..$n`` (``TEXT`` where nothing is known)."""
+    n = int(getattr(prepared, "param_count", 0) or 0)
+    tree = getattr(prepared, "tree", None)
+    out = [0] * n
+    if tree is None or n == 0:
+        return tuple(TEXT for _ in out)
+    analysis = getattr(prepared, "analysis", None)
+    private = getattr(analysis, "private", None)
+    columns: dict[str, Any] = dict(private.columns) if private is not None else {}
+    for p in tree.find_all(exp.Parameter):
+        if not (isinstance(p.this, exp.Literal) and str(p.this.this).isdigit()):
+            continue
+        i = int(p.this.this) - 1
+        if 0 <= i < n and out[i] == 0:
+            out[i] = _infer_one(p, columns)
+    return tuple(t or TEXT for t in out)
