@@ -41,6 +41,7 @@ from dpsql.budget.records import (
     cost_text,
     exhausted,
     frac_text,
+    refundable,
 )
 from dpsql.dp.accounting import Cost, exact, rho_to_epsilon
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
@@ -341,7 +342,11 @@ class Ledger:
         return self.transact(run)
 
     def refund(self, res: Reservation) -> None:
-        """Give a reservation back: only when the query failed before any result was computed."""
+        """Give a reservation back: only when the query failed before any result was computed.
+
+        Check :func:`refundable` first: a failure that depends on the private data (a division
+        by zero on some row, a timeout) is itself a release and must stay charged.
+        """
 
         def run(conn: psycopg.Connection) -> None:
             done = conn.execute(
@@ -440,4 +445,12 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.execute("SET idle_in_transaction_session_timeout = '60s'")
 
 
-__all__ = ["BudgetExhausted", "BudgetRow", "DpsqlError", "Ledger", "Limit", "Reservation"]
+__all__ = [
+    "BudgetExhausted",
+    "BudgetRow",
+    "DpsqlError",
+    "Ledger",
+    "Limit",
+    "Reservation",
+    "refundable",
+]

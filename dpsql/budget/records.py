@@ -117,3 +117,30 @@ def frac_text(x: Fraction) -> str:
 
 def cost_text(c: Cost) -> list[str]:
     return [frac_text(c.epsilon), frac_text(c.delta), frac_text(c.rho)]
+
+
+# Failures that can't depend on the private data: the connection (before or regardless of the
+# data), names and privileges checked at plan time, unsupported features, transaction state,
+# authorization, unknown database/schema. Data exceptions (22), timeouts and cancels (57014),
+# resource exhaustion (53) and anything unknown may reveal something about the data: not refunded.
+_REFUNDABLE_CLASSES = frozenset({"08", "0A", "25", "28", "3D", "3F", "42"})
+
+
+def refundable(error: BaseException) -> bool:
+    """Whether a private query that raised ``error`` may have its reservation refunded.
+
+    A refund makes the attempt free, so it is only safe when the failure itself says nothing
+    about the private rows: ``1/(salary - 50000)`` raising division_by_zero, or a statement
+    timeout, depends on the data and must stay charged.
+
+    >>> from dpsql.errors import sanitized_upstream, QueryCanceled
+    >>> refundable(sanitized_upstream("08006")), refundable(sanitized_upstream("22012"))
+    (True, False)
+    >>> refundable(QueryCanceled("canceled")), refundable(ValueError("bug"))
+    (False, False)
+    """
+    from dpsql.errors import DpsqlError
+
+    if not isinstance(error, DpsqlError):
+        return False
+    return error.sqlstate[:2] in _REFUNDABLE_CLASSES

@@ -182,7 +182,24 @@ def test_doctests() -> None:
 
     import dpsql.budget.format
     import dpsql.budget.periods
+    import dpsql.budget.records
     import dpsql.dp.accounting
+    import dpsql.sql.canonical
 
-    for mod in (dpsql.dp.accounting, dpsql.budget.format, dpsql.budget.periods):
+    mods = [dpsql.dp.accounting, dpsql.budget.format, dpsql.budget.periods, dpsql.budget.records]
+    for mod in [*mods, dpsql.sql.canonical]:
         assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+def test_refundable_only_for_data_independent_failures() -> None:
+    from dpsql.budget.ledger import refundable
+    from dpsql.errors import InternalError, QueryCanceled, UndefinedTable, sanitized_upstream
+
+    assert refundable(UndefinedTable("relation x does not exist"))
+    assert refundable(sanitized_upstream("08006"))  # connection lost
+    assert refundable(sanitized_upstream("42883"))  # function does not exist (plan time)
+    for data_dependent in ("22012", "22P02", "22003", "53200", "XX000", "40001"):
+        assert not refundable(sanitized_upstream(data_dependent)), data_dependent
+    assert not refundable(QueryCanceled("statement timeout"))
+    assert not refundable(InternalError("bug"))
+    assert not refundable(KeyboardInterrupt())
