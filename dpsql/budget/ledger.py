@@ -403,7 +403,8 @@ class Ledger:
         return self.transact(run)
 
     def _repeat_scope(self, analyst: str) -> str:
-        return "*" if self.policy.repeats == "global" else analyst
+        """Whose stored answers a lookup may see: the dataset's (global) or the analyst's own."""
+        return "dataset" if self.policy.repeats == "global" else f"analyst:{analyst}"
 
     # --- views and admin (see dpsql.budget.views) --------------------------------------------
 

@@ -244,3 +244,35 @@ def test_totals_match_log(ledger: Ledger, dsn: str) -> None:
         res = ledger.reserve("alice", Cost(epsilon=E(1, 7), delta=MICRO / 9), f"q{i}")
         (ledger.refund if i % 2 else ledger.commit)(res)
     assert totals(dsn)[("analyst", "alice")] == release_sums(dsn)["alice"]
+
+
+def test_concurrent_first_open_migrates_once(make_db: Callable[[str], str]) -> None:
+    import threading
+
+    dsn = make_db("ledger")
+    errors: list[BaseException] = []
+
+    def open_close() -> None:
+        try:
+            Ledger.open(dsn, policy(), pool_size=1).close()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_close) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with psycopg.connect(dsn) as conn:
+        versions = conn.execute("SELECT version FROM dpsql.schema_version ORDER BY 1").fetchall()
+    assert versions == [(v + 1,) for v in range(ledger_schema.VERSION)]
+
+
+def test_analyst_named_like_a_scope_sees_only_own_answers(make_db: Callable[[str], str]) -> None:
+    dsn = make_db("ledger")
+    names = {"*": {"epsilon": 1.0}, "dataset": {"epsilon": 1.0}, "a": {"epsilon": 1.0}}
+    with Ledger.open(dsn, policy(names, repeats="global")) as lg:
+        lg.commit(lg.reserve("a", Cost(epsilon=E(1, 2)), "fp"), "k", b"shared")
+    with Ledger.open(dsn, policy(names)) as lg:  # back to per-analyst repeats
+        assert lg.lookup("*", "k") is None and lg.lookup("dataset", "k") is None
