@@ -280,6 +280,9 @@ def _display_name(node: exp.Func) -> str:
 
 
 def _literal_text(node: exp.Expression | None) -> str | None:
+    """The text of a string literal, also under casts (``'jit'::text``, a bound ``$1::VARCHAR``)."""
+    while isinstance(node, exp.Cast):
+        node = node.this
     return node.name if isinstance(node, exp.Literal) and node.is_string else None
 
 
@@ -310,6 +313,11 @@ def _check_current_setting(node: exp.Anonymous) -> None:
             call = node.parent.copy() if _qualifier(node) else node.copy()
             _replace_call(node, exp.Case(ifs=[exp.If(this=exp.not_(exp.paren(denied)), true=call)]))
             return
+    inner = args[0] if args else None
+    while isinstance(inner, exp.Cast):
+        inner = inner.this
+    if isinstance(inner, exp.Null):
+        return  # a parameter described before it is bound: current_setting(NULL) is NULL
     name = _literal_text(args[0]) if args else None
     if name is None or any(w in name.lower() for w in rules.DENIED_SETTING_WORDS):
         raise PrivacyViolation(

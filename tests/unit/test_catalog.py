@@ -161,6 +161,16 @@ def test_bound_setting_names_are_checked_upstream() -> None:
     assert "LIKE '%file%'" in sql and "CASE WHEN NOT" in sql
 
 
+def test_bound_literals_under_casts_are_checked() -> None:
+    sql = _rewrite("SELECT current_setting(CAST('default_table_access_method' AS VARCHAR))")
+    assert "current_setting(cast('default_table_access_method' as varchar))" in sql.lower()
+    with pytest.raises(DpsqlError):
+        _rewrite("SELECT current_setting(CAST('data_directory' AS VARCHAR))")
+    assert "CAST(CAST('off' AS VARCHAR) AS TEXT)" in _rewrite(
+        "SELECT set_config(CAST('jit' AS VARCHAR), CAST('off' AS VARCHAR), false)"
+    )
+
+
 def test_public_tables_may_be_joined() -> None:
     sql = _rewrite("SELECT c.relname, x.name FROM pg_class c, cities x")
     assert "public.cities" in sql
