@@ -33,6 +33,18 @@ def plausible_count(value: Any) -> None:
     assert 900 < float(value) < 1100, value
 
 
+def sqlstate_in_chain(err: BaseException | None) -> str | None:
+    """The SQLSTATE of the driver error somewhere in an exception's cause chain."""
+    while err is not None:
+        state = getattr(err, "sqlstate", None) or getattr(
+            getattr(err, "orig", None), "sqlstate", None
+        )
+        if state:
+            return str(state)
+        err = err.__cause__ or err.__context__
+    return None
+
+
 def no_hidden(names: Any) -> None:
     text = repr(names).lower()
     for word in HIDDEN:
@@ -158,8 +170,9 @@ def test_pandas(dpsql_server: Server) -> None:
         df = pd.read_sql(AGGREGATE, engine)
         assert df.shape == (1, 1)
         plausible_count(df.iloc[0, 0])
-        with pytest.raises(sa.exc.DBAPIError):
+        with pytest.raises(pd.errors.DatabaseError) as info:  # pandas wraps the driver error
             pd.read_sql(RAW, engine)
+        assert sqlstate_in_chain(info.value) == REFUSED_SQLSTATE
         tables = pd.read_sql(TABLES_SQL, engine)
         assert set(tables["table_name"]) == VISIBLE_TABLES
     finally:
