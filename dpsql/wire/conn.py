@@ -34,6 +34,7 @@ class Channel:
         self._out: list[bytes] = []
         self._out_size = 0
         self.tls = False
+        self.eof = False
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "local")
 
@@ -49,6 +50,8 @@ class Channel:
             frame = self.decoder.next()
             if frame is not None:
                 return frame
+            if self.eof:
+                raise ConnectionClosed("EOF")
             try:
                 if timeout is None:
                     data = await self.reader.read(_READ_SIZE)
@@ -59,6 +62,24 @@ class Channel:
             if not data:
                 raise ConnectionClosed("EOF")
             self.decoder.feed(data)
+
+    async def watch_eof(self) -> None:
+        """Read ahead (buffering pipelined messages) until the client goes away.
+
+        Run during a long statement so that a vanished client is noticed and its query cancelled.
+        Stops reading, leaving TCP back-pressure, once a couple of maximum messages are buffered.
+        """
+        limit = 2 * self.decoder.max_message_size
+        while self.decoder.buffered < limit:
+            try:
+                data = await self.reader.read(_READ_SIZE)
+            except (ConnectionError, ssl.SSLError):
+                data = b""
+            if not data:
+                self.eof = True
+                return
+            self.decoder.feed(data)
+        await asyncio.Event().wait()
 
     def has_pending_input(self) -> bool:
         return self.decoder.buffered > 0

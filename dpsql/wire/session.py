@@ -122,6 +122,11 @@ class Session:
         self.send(m.ReadyForQuery(self.state.status))
         await self.ch.flush()
 
+    def _client_gone(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and self.ch.eof:
+            log.info("client went away mid-query; cancelling pid=%d", self.process_id)
+            self.cancel()
+
     def cancel(self) -> None:
         """Cancel the running upstream query (from a CancelRequest or shutdown)."""
         token = self._cancel
@@ -177,9 +182,7 @@ class Session:
     async def simple_query(self, sql: str) -> None:
         self.extended.close_unnamed()
         try:
-            texts = (
-                [sql] if parse_session_statement(sql) else await self.call(self.engine.split, sql)
-            )
+            texts = self.engine.split(sql)
         except Exception as e:
             self.send_error(e)
             self.state.fail()
@@ -230,10 +233,14 @@ class Session:
             self._cancel = _new_cancel_token()
             self.busy = True
             self.idle.clear()
+            watch = asyncio.create_task(self.ch.watch_eof())
+            watch.add_done_callback(self._client_gone)
             try:
                 res = await self.call(self.engine.execute, stmt.prepared, self.ctx, tuple(params),
                                       cancel=self._cancel)  # fmt: skip
             finally:
+                watch.cancel()
+                await asyncio.wait([watch])  # its read must end before the next one starts
                 self._cancel = None
                 self.busy = False
                 self.idle.set()
