@@ -181,7 +181,10 @@ def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
             hint="declare the parameter type in Parse, or send it in text format",
             sqlstate="08P01",
         )
+    size = _TYPE_SIZES.get(oid, -1)
     try:
+        if fmt and size > 0 and oid != 19 and len(data) != size:
+            raise ValueError(f"binary value of {len(data)} bytes, expected {size}")
         return _loader(oid, fmt)(data)
     except Exception as e:
         raise InvalidParameter(
