@@ -65,6 +65,36 @@ def register(sub: Any) -> None:
     s.add_argument("--log-level", default=_env("DPSQL_LOG_LEVEL", "INFO"))
     s.set_defaults(func=cmd_serve)
 
+    v = sub.add_parser(
+        "verifier", help="make a SCRAM-SHA-256 verifier for an analyst's credential in the policy"
+    )
+    v.add_argument("analyst", nargs="?", default="analyst", help="name shown in the YAML snippet")
+    v.add_argument("--iterations", type=int, default=4096)
+    v.add_argument("--stdin", action="store_true", help="read the password from standard input")
+    v.set_defaults(func=cmd_verifier)
+
+
+def cmd_verifier(args: argparse.Namespace) -> int:
+    """Print a verifier (the password is read without echo, or from stdin)."""
+    import getpass
+    import sys
+
+    from dpsql.wire.auth import make_verifier
+
+    if args.stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        password = getpass.getpass("password: ")
+        if getpass.getpass("again: ") != password:
+            print("passwords differ", file=sys.stderr)
+            return 1
+    if not password:
+        print("empty password", file=sys.stderr)
+        return 1
+    verifier = make_verifier(password, iterations=args.iterations)
+    print(f'analysts:\n  {args.analyst}:\n    credential: "{verifier}"')
+    return 0
+
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     methods = tuple(x.strip().lower() for x in args.auth.split(",") if x.strip())

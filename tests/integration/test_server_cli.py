@@ -1,0 +1,93 @@
+"""``python -m dpsql serve`` as a process: serves psql, logs one JSON line per statement, exits 0 on
+SIGTERM. ``dpsql verifier`` makes credentials the server accepts."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dpsql.cli import main
+from tests.conftest import IN_CI
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_verifier_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dpsql.wire.auth import check_password
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("pw1\n"))
+    assert main(["verifier", "zoe", "--stdin"]) == 0
+    out = capsys.readouterr().out
+    verifier = out.split('credential: "')[1].rstrip('"\n')
+    assert out.startswith("analysts:\n  zoe:") and check_password(verifier, "pw1")
+
+
+def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
+    psql = shutil.which("psql")
+    if psql is None:
+        if IN_CI:
+            pytest.fail("psql is required in CI")
+        pytest.skip("psql not installed")
+    from dpsql.wire.auth import make_verifier
+
+    upstream = make_db("wire_cli")
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 7 FROM "
+                     "generate_series(1, 500) g")  # fmt: skip
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        "version: 1\ntables:\n  t:\n    privacy_unit: uid\n    columns:\n"
+        "      uid: {type: integer, identifier: true}\n      v: {type: integer, bounds: [0, 10]}\n"
+        f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n    budget: {{epsilon: 50}}\n'
+    )
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--upstream", upstream,
+         "--listen", f"127.0.0.1:{port}"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stdout and proc.stdout.read()
+            )
+            time.sleep(0.1)
+        out = subprocess.run(
+            [psql, "-h", "127.0.0.1", "-p", str(port), "-U", "zoe", "-d", "x", "-X", "-A", "-t",
+             "-c", "SELECT COUNT(*) FROM t WHERE v > 2"],
+            capture_output=True, text=True, timeout=30,
+            env={"PGPASSWORD": "pw", "PATH": os.environ.get("PATH", "/usr/bin")},
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert 100 < int(out.stdout.strip()) < 500
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        logs, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, logs
+    lines = [json.loads(x.split(" dpsql.statement ", 1)[1]) for x in logs.splitlines()
+             if " dpsql.statement " in x]  # fmt: skip
+    private = [x for x in lines if x["kind"] == "private"]
+    assert private and private[0]["analyst"] == "zoe" and private[0]["epsilon"] > 0
+    assert "v > 2" not in logs
