@@ -1,0 +1,121 @@
+"""kill -9 of a real ``dpsql serve`` in the middle of queries: every answer a client got is accounted.
+
+Clients query the demo data through ``python -m dpsql serve`` (a separate OS process, ledger in its
+own database). The server is killed with SIGKILL while queries are in flight, then restarted on the
+same ledger. Each answer a client received must come back as a free, identical repeat (so it was
+confirmed and stored before it was sent), and the re-asking must not change what was spent.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.integration.ledger_support import release_sums
+
+ROOT = Path(__file__).resolve().parents[2]
+USER = PASSWORD = "analyst"  # the demo policy's analyst
+EPSILON = Fraction(1, 10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve(upstream: str, ledger: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Start ``dpsql serve`` on the demo policy; yields (process, client DSN)."""
+    from dpsql.demo import POLICY
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
+         "--ledger", ledger, "--listen", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"dpsql serve exited with {proc.returncode}"
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "dpsql serve did not listen within 60 s"
+            time.sleep(0.1)
+        yield proc, f"host=127.0.0.1 port={port} user={USER} password={PASSWORD} dbname=demo"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def _query(k: int) -> str:
+    return f"SELECT COUNT(*) AS n FROM purchases WHERE amount > {k}"
+
+
+def _client(dsn: str, ids: range, got: dict[int, Any], stop: threading.Event) -> None:
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f"SET dpsql.epsilon = {float(EPSILON)}")
+            for k in ids:
+                if stop.is_set():
+                    return
+                row = conn.execute(_query(k)).fetchone()
+                got[k] = row[0] if row else None
+    except psycopg.OperationalError:
+        return  # the server was killed under us
+
+
+def _spent(ledger: str) -> Fraction:
+    return release_sums(ledger).get(USER, None).epsilon  # type: ignore[union-attr]
+
+
+def test_kill_9_serve_every_received_answer_is_accounted(
+    demo_dsn: str, make_db: Callable[[str], str]
+) -> None:
+    ledger = make_db("serve_ledger")
+    got: dict[int, Any] = {}
+    stop = threading.Event()
+    with serve(demo_dsn, ledger) as (proc, dsn):
+        threads = [
+            threading.Thread(target=_client, args=(dsn, range(t * 1000, t * 1000 + 200), got, stop))
+            for t in range(6)
+        ]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 120
+        while len(got) < 40 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    received = dict(got)
+    assert len(received) >= 40, "the clients did not get enough answers before the kill"
+    spent = _spent(ledger)
+    assert spent >= len(received) * EPSILON  # every answer given out was charged
+
+    with serve(demo_dsn, ledger) as (_, dsn), psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"SET dpsql.epsilon = {float(EPSILON)}")
+        for k, value in received.items():
+            row = conn.execute(_query(k)).fetchone()
+            assert row is not None and row[0] == value, k  # the stored answer, identical
+    assert _spent(ledger) == spent  # ... and free
