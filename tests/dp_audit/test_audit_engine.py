@@ -1,0 +1,194 @@
+"""End-to-end privacy audit: whole queries through the engine on two neighbouring databases.
+
+D has 60 units with 2 rows each; D' adds one unit with the extreme values (3 rows = the declared
+max_rows_per_unit, each at the upper bound 100, in group 'a'). For each query and an event fixed
+in advance (the output reaching D''s true answer: the likelihood-ratio extreme for Laplace), the
+Clopper-Pearson lower bound on the realized epsilon (level 1 - 1e-6) must not exceed the epsilon
+the engine charges. A deliberately broken plan (every mechanism's sensitivity halved, i.e. half
+the noise, as a sensitivity bug would do) must be flagged.
+
+Two depths: ``Engine.execute`` repeated (parse, plan, bounded SQL on PostgreSQL, noise,
+post-processing; a few hundred runs per side), and the engine's own plan + release on the real
+PostgreSQL rows repeated 1e5 times (the statistical power). ``--run-slow`` runs more of the
+first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from auditing import epsilon_lower_bound
+
+from dpsql import engine as engine_module
+from dpsql.engine import Engine
+from dpsql.execute.noise import release
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql import plan as plan_module
+
+POLICY = {
+    "version": 1,
+    "dataset": "audit",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.t": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 3,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["a", "b"]},
+                "v": {"type": "numeric", "bounds": [0, 100]},
+            },
+        }
+    },
+}
+EXTREME_ROWS, EXTREME_VALUE = 3, 100
+QUERIES = {
+    "count": "SELECT COUNT(*) FROM t",
+    "sum": "SELECT SUM(v) FROM t",
+    "count_by_g": "SELECT g, COUNT(*) FROM t GROUP BY g",
+    "sum_by_g": "SELECT g, SUM(v) FROM t GROUP BY g",
+}
+
+
+def _load(dsn: str, with_extreme: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid integer NOT NULL, g text NOT NULL, v numeric)")
+        rows = [(u, "ab"[u % 2], (u * 37) % 90) for u in range(60) for _ in range(2)]
+        if with_extreme:
+            rows += [(999, "a", EXTREME_VALUE)] * EXTREME_ROWS
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+
+
+@pytest.fixture(scope="module")
+def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    policy = Policy.model_validate(POLICY)
+    dsn_d, dsn_d2 = make_db("audit_d"), make_db("audit_d2")
+    _load(dsn_d, False)
+    _load(dsn_d2, True)
+    d, d2 = Engine(policy, dsn_d, pool_size=2), Engine(policy, dsn_d2, pool_size=2)
+    yield d, d2
+    d.close()
+    d2.close()
+
+
+def _first_cell(engine: Engine, sql: str, session: SessionContext) -> tuple[float, Fraction]:
+    """One full execution; the released number in group 'a' (or the only row) and epsilon spent."""
+    r = engine.execute(engine.prepare(sql), session)
+    row = next(row for row in r.rows if len(row) == 1 or row[0] == "a")
+    return float(row[-1]), Fraction(r.epsilon_spent).limit_denominator(10**9)
+
+
+def _truth(engine: Engine, sql: str) -> float:
+    rows = _release_rows(engine, sql)
+    return (
+        float(rows[0][-1]) if len(rows[0]) == 1 else float(next(r for r in rows if r[0] == "a")[-1])
+    )
+
+
+def _release_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
+    prepared = engine.prepare(sql)
+    a = engine._analysis(prepared, [])
+    return list(engine.backend.run(engine.private_sql(prepared, a), private=True).rows)
+
+
+def _halve_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deliberately broken engine: every measure's sensitivity halved in the plan."""
+    original = plan_module.make_plan
+
+    def broken(*args: Any, **kwargs: Any) -> plan_module.Plan:
+        p = original(*args, **kwargs)
+        measures = tuple(
+            dataclasses.replace(
+                mp,
+                mechanism=dataclasses.replace(
+                    mp.mechanism, sensitivity=mp.mechanism.sensitivity / 2
+                ),
+            )
+            for mp in p.measures
+        )
+        return dataclasses.replace(p, measures=measures)
+
+    monkeypatch.setattr(plan_module, "make_plan", broken)
+    monkeypatch.setattr(engine_module, "make_plan", broken)
+
+
+def _epsilon_bound(hits_d: int, hits_d2: int, n: int) -> float:
+    return max(
+        epsilon_lower_bound(hits_d, n, hits_d2, n, alpha=5e-7),
+        epsilon_lower_bound(hits_d2, n, hits_d, n, alpha=5e-7),
+    )
+
+
+def _execute_audit(engines: tuple[Engine, Engine], name: str, runs: int) -> tuple[float, float]:
+    d, d2 = engines
+    sql = QUERIES[name]
+    threshold = _truth(d2, sql)  # D''s exact (bounded) answer: the extreme event
+    session = SessionContext(analyst="auditor", epsilon=Fraction(1), mechanism="laplace")
+    hits, spent = [0, 0], Fraction(0)
+    for i, engine in enumerate((d, d2)):
+        for _ in range(runs):
+            value, spent = _first_cell(engine, sql, session)
+            hits[i] += value >= threshold
+    return _epsilon_bound(hits[0], hits[1], runs), float(spent)
+
+
+@pytest.mark.parametrize("name", ["count", "sum"])
+def test_engine_execute_audit(
+    engines: tuple[Engine, Engine], name: str, request: pytest.FixtureRequest
+) -> None:
+    runs = 2000 if request.config.getoption("--run-slow") else 200
+    eps_lb, spent = _execute_audit(engines, name, runs)
+    assert spent == pytest.approx(1.0)
+    assert eps_lb <= spent
+
+
+@pytest.mark.slow
+def test_engine_execute_audit_flags_half_noise(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1500 runs a side: the broken count realizes epsilon 2, the bound reads about 1.5."""
+    _halve_noise(monkeypatch)
+    eps_lb, spent = _execute_audit(engines, "count", 1500)
+    assert eps_lb > spent
+
+
+def _release_audit(engines: tuple[Engine, Engine], name: str, n: int) -> float:
+    """The engine's plan and release on the real upstream rows, n times per side: group 'a''s row
+    is repeated as n groups of one release, whose noise draws are independent."""
+    d, d2 = engines
+    sql = QUERIES[name]
+    session = SessionContext(analyst="auditor", epsilon=Fraction(1), mechanism="laplace")
+    threshold = _truth(d2, sql)
+    hits = []
+    for engine in (d, d2):
+        prepared = engine.prepare(sql)
+        plan = engine.plan(prepared, session)
+        assert plan.cost.epsilon == 1
+        row = next(r for r in _release_rows(engine, sql) if r[0] == "a")
+        keyed = [(str(i), *row[1:]) for i in range(n)]
+        rel = release(plan, keyed, engine._group_types(prepared, plan.analysis), None, 0.95)
+        values = np.array([s[0] for s in rel.stats], dtype=float)
+        hits.append(int((values >= threshold).sum()))
+    return _epsilon_bound(hits[0], hits[1], n)
+
+
+@pytest.mark.parametrize("name", ["count_by_g", "sum_by_g"])
+def test_engine_release_audit(engines: tuple[Engine, Engine], name: str) -> None:
+    assert _release_audit(engines, name, 100_000) <= 1.0
+
+
+@pytest.mark.parametrize("name", ["count_by_g", "sum_by_g"])
+def test_engine_release_audit_flags_half_noise(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    _halve_noise(monkeypatch)
+    assert _release_audit(engines, name, 100_000) > 1.0
