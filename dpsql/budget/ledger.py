@@ -341,12 +341,17 @@ class Ledger:
 
         return self.transact(run)
 
-    def refund(self, res: Reservation) -> None:
+    def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
         """Give a reservation back: only when the query failed before any result was computed.
 
-        Check :func:`refundable` first: a failure that depends on the private data (a division
-        by zero on some row, a timeout) is itself a release and must stay charged.
+        A failure that depends on the private data (a division by zero on some row, a timeout)
+        is itself a release and must stay charged: pass the ``error`` and, unless it is
+        :func:`refundable`, the reservation is confirmed as spent instead. Returns whether it
+        was refunded.
         """
+        if error is not None and not refundable(error):
+            self.commit(res)
+            return False
 
         def run(conn: psycopg.Connection) -> None:
             done = conn.execute(
@@ -374,6 +379,7 @@ class Ledger:
                 )
 
         self.transact(run)
+        return True
 
     def lookup(self, analyst: str, cache_key: str) -> bytes | None:
         """A stored noisy answer for this key, free; the repeat is recorded in the history."""

@@ -276,3 +276,16 @@ def test_analyst_named_like_a_scope_sees_only_own_answers(make_db: Callable[[str
         lg.commit(lg.reserve("a", Cost(epsilon=E(1, 2)), "fp"), "k", b"shared")
     with Ledger.open(dsn, policy(names)) as lg:  # back to per-analyst repeats
         assert lg.lookup("*", "k") is None and lg.lookup("dataset", "k") is None
+
+
+def test_refund_with_a_data_dependent_error_stays_charged(ledger: Ledger, dsn: str) -> None:
+    from dpsql.errors import QueryCanceled, UndefinedTable, sanitized_upstream
+
+    for err in (sanitized_upstream("22012"), QueryCanceled("statement timeout"), ValueError()):
+        res = ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q")
+        assert ledger.refund(res, error=err) is False
+    res = ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q")
+    assert ledger.refund(res, error=UndefinedTable("no such table")) is True
+    assert ledger.refund(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q")) is True
+    assert totals(dsn)[("analyst", "alice")].epsilon == E(3, 10)
+    assert states(dsn) == {"committed": 3, "refunded": 2}
