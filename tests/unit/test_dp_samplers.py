@@ -189,3 +189,16 @@ def test_rejects_bad_parameters() -> None:
         rng.discrete_gaussian(Fraction(-1), 3)
     with pytest.raises(ValueError):
         rng.bernoulli_ratio(np.array([3]), 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(7, 2), Fraction(1000)], ids=str)
+def test_discrete_laplace_distribution_large(scale: Fraction) -> None:
+    """1e7 draws: finer bins reach further into the tails."""
+    assert laplace_p(rng.discrete_laplace(scale, 10_000_000), scale) > ALPHA
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigma2", [Fraction(1, 4), Fraction(25, 2), Fraction(10_000)], ids=str)
+def test_discrete_gaussian_distribution_large(sigma2: Fraction) -> None:
+    assert gaussian_p(rng.discrete_gaussian(sigma2, 10_000_000), sigma2) > ALPHA
