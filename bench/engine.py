@@ -1,0 +1,91 @@
+"""Engine overhead: each query plain on PostgreSQL vs through the DP engine, in one run.
+
+    python bench/engine.py [--rows-scale N] [--repeat K]
+
+Starts its own PostgreSQL with the demo data (or uses DPSQL_BENCH_DSN), then for each query prints
+the median time of: the plain SQL on PostgreSQL, the rewritten (bounded) SQL on PostgreSQL, and the
+whole engine (parse/plan/noise/post-process, no ledger); ratios are against the plain SQL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dpsql.demo import POLICY, load_demo
+from dpsql.engine import Engine
+from dpsql.execute.embedded import start_cluster
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+
+QUERIES = [
+    "SELECT COUNT(*) FROM purchases",
+    "SELECT AVG(amount) FROM purchases WHERE quantity > 2",
+    "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY category",
+    "SELECT region, COUNT(DISTINCT user_id) FROM purchases GROUP BY region",
+    "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
+    "SELECT sex, AVG(income), STDDEV(age) FROM pums GROUP BY sex",
+]
+
+
+def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    fn()  # warm
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=7)
+    args = ap.parse_args()
+    dsn = os.environ.get("DPSQL_BENCH_DSN")
+    cluster = None
+    if not dsn:
+        cluster = start_cluster()
+        dsn = cluster.dsn()
+        load_demo(dsn)
+    engine = Engine(load_policy(POLICY), dsn)
+    session = SessionContext(analyst="analyst")
+    t = Table(title="dpsql engine overhead (median seconds; ratio vs plain PostgreSQL)")
+    for h in ("query", "plain", "rewritten", "ratio", "engine", "ratio"):
+        t.add_column(h)
+    try:
+        with psycopg.connect(dsn) as conn:
+            for q in QUERIES:
+                p = engine.prepare(q)
+                assert p.analysis is not None
+                rewritten = engine.private_sql(p, p.analysis)
+                plain = timed(lambda q=q: conn.execute(q).fetchall(), args.repeat)
+                rw = timed(lambda s=rewritten: conn.execute(s).fetchall(), args.repeat)
+                full = timed(lambda p=p: engine.execute(p, session), args.repeat)
+                t.add_row(
+                    q[:60],
+                    f"{plain:.4f}",
+                    f"{rw:.4f}",
+                    f"{rw / plain:.1f}x",
+                    f"{full:.4f}",
+                    f"{full / plain:.1f}x",
+                )
+    finally:
+        engine.close()
+        if cluster:
+            cluster.stop()
+    Console().print(t)
+
+
+if __name__ == "__main__":
+    main()
