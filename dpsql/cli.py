@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -42,18 +43,15 @@ def _session(args: argparse.Namespace) -> SessionContext:
 
 
 def _fmt(v: Any) -> str:
+    """Numbers: thousands separators from 1,000 up, 4 significant digits below."""
     if v is None:
         return "NULL"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-    try:
-        from decimal import Decimal
-
-        if isinstance(v, Decimal):
-            return f"{float(v):,.6g}" if abs(v) < 10**6 else f"{float(v):,.0f}"
-    except Exception:  # pragma: no cover
-        pass
-    return str(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+        return str(v)
+    x = float(v)
+    if isinstance(v, int) or abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
 
 
 def print_result(r: Result, title: str | None = None) -> None:

@@ -15,7 +15,7 @@ from dpsql.execute.noise import release
 from dpsql.session import SessionContext
 from tests.helpers import binom_min_successes, noiseless
 
-R = 10  # demo policy: max_rows_per_unit of purchases
+R = 25  # demo policy: max_rows_per_unit of purchases
 
 
 def session(**kw: object) -> SessionContext:

@@ -111,7 +111,7 @@ def test_sensitivity_from_policy() -> None:
     a = run("SELECT category, SUM(amount) FROM purchases GROUP BY category")
     (m,) = a.measures
     assert (m.kind, m.lo, m.hi) == ("sum", 0, 500)
-    assert a.max_rows == 10 and a.max_groups == 5
+    assert a.max_rows == 25 and a.max_groups == 5
     assert not a.needs_selection
     assert run("SELECT purchased_at, COUNT(*) FROM purchases GROUP BY 1").needs_selection
 
