@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from dpsql.dp import rng
 from dpsql.errors import InvalidParameter, UnsupportedSql
-from dpsql.execute.backend import Backend, CancelToken, Rows, type_name
+from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement, type_name
 from dpsql.execute.noise import Release, release
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
@@ -149,9 +149,15 @@ class Engine:
             rel = Release(self._group_types(prepared, a), [], [], [])
             return self._finish(a, rel, session, describe_only=True).columns
         if prepared.kind in ("public", "catalog"):
-            tree = self._runnable(prepared, [None] * prepared.param_count, session)
-            q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
-            return self.backend.run(q.sql("postgres"), private=False).columns
+            if prepared.param_count == 0:
+                tree = self._runnable(prepared, (), session)
+                q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
+                return self.backend.run(q.sql("postgres"), private=False).columns
+            # With parameters, checks that need their values run at Execute; PostgreSQL
+            # describes the statement without running it.
+            assert prepared.tree is not None
+            oids = list(param_types) + [0] * (prepared.param_count - len(param_types))
+            return describe_statement(self.backend, prepared.tree.sql("postgres"), oids)
         return ()
 
     def execute(

@@ -117,6 +117,34 @@ class Backend:
                 conn.rollback()
 
 
+def describe_statement(
+    backend: Backend, query: str, param_oids: Sequence[int]
+) -> tuple[ResultColumn, ...]:
+    """Result columns of ``query`` ($n parameters unbound) from PostgreSQL's Parse/Describe.
+
+    Nothing is executed: PostgreSQL only parses and plans the statement.
+    """
+    from psycopg.pq import ExecStatus
+
+    with backend.pool.connection() as conn:
+        try:
+            pg = conn.pgconn
+            res = pg.prepare(b"", query.encode(), list(param_oids) or None)
+            if res.status != ExecStatus.COMMAND_OK:
+                raise psycopg.errors.lookup(
+                    res.error_field(psycopg.pq.DiagnosticField.SQLSTATE).decode()
+                )((res.error_message or b"").decode())
+            res = pg.describe_prepared(b"")
+            return tuple(
+                ResultColumn(res.fname(i).decode(), res.ftype(i), res.fmod(i))
+                for i in range(res.nfields)
+            )
+        except psycopg.Error as e:
+            raise _upstream(e, False) from None
+        finally:
+            conn.rollback()
+
+
 def _upstream(e: psycopg.Error, private: bool) -> DpsqlError:
     if private:
         return sanitized_upstream(e.sqlstate)

@@ -68,9 +68,14 @@ def run_private(
     try:
         sql = engine.private_sql(prepared, a)
         rows = engine.backend.run(sql, private=True, cancel=cancel)
-    except BaseException:
+    except BaseException as error:
+        # A failure that may depend on the private rows (a data error, a timeout) stays charged:
+        # otherwise failing queries would be free probes.
         if reservation is not None:
-            ledger.refund(reservation)
+            from dpsql.budget.ledger import refundable
+
+            if refundable(error):
+                ledger.refund(reservation)
         raise
     rel = release(plan, rows.rows, key_types, declared, confidence, noiseless=engine._noiseless)
     if reservation is not None:
