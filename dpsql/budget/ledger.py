@@ -89,6 +89,7 @@ class Ledger:
                 max_size=pool_size,
                 kwargs={"autocommit": True},
                 configure=_configure,
+                check=psycopg_pool.ConnectionPool.check_connection,
                 open=True,
             )
         except psycopg.OperationalError as e:

@@ -12,6 +12,16 @@ an (epsilon, delta)-DP one is delta-approximately (epsilon, 0)-zCDP (Section 8, 
 (epsilon + rho + 2 sqrt(rho ln(1/delta')), delta + delta')-DP (Lemma 3.5 / Proposition 1.3):
 many Gaussian releases cost about sqrt(k) rather than k times one release.
 
+Adaptivity (a known limit of this accounting): analysts choose each release's cost after seeing
+earlier answers, and the ledger checks the realized totals against the budget, converting the rho
+part at the delta left over (:meth:`Cost.epsilon_within`). Sums of pure epsilons and of deltas
+are valid privacy filters under such adaptivity (Rogers, Roth, Ullman & Vadhan 2016), and so is a
+fixed rho budget (a Renyi filter, Feldman & Zrnic 2021). The joint rule "epsilon + rho-conversion
+<= budget", with the split between pure and Gaussian spending chosen adaptively, is the usual
+per-realization reading; a worst-case adaptive analyst mixing both kinds can exceed the budget's
+delta by a logarithmic factor (a time-uniform bound, e.g. stitching over the Renyi order, would
+close that gap at a few percent of epsilon).
+
 Exactness: costs are :class:`fractions.Fraction`. The conversions involve logarithms and square roots;
 they are evaluated with 50 significant digits (:mod:`decimal` ``ln`` and ``sqrt`` are correctly
 rounded) and rounded to a grid of 1e-12 in the conservative direction: epsilons up, rhos down.

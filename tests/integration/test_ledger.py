@@ -289,3 +289,15 @@ def test_refund_with_a_data_dependent_error_stays_charged(ledger: Ledger, dsn: s
     assert ledger.refund(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q")) is True
     assert totals(dsn)[("analyst", "alice")].epsilon == E(3, 10)
     assert states(dsn) == {"committed": 3, "refunded": 2}
+
+
+def test_survives_ledger_connections_being_killed(ledger: Ledger, dsn: str) -> None:
+    """After the ledger database drops every connection (a restart), the next call still works."""
+    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q"))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q"))
+    assert totals(dsn)[("analyst", "alice")].epsilon == E(2, 10)
