@@ -15,6 +15,7 @@ from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Measure, Statistic
 from dpsql.sql.sensitivity import Interval, value_range
+from dpsql.sql.totality import check_cast, check_total
 
 _CLAUSES_REFUSED = {
     "joins": "JOIN",
@@ -102,58 +103,8 @@ def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
                 "COALESCE, numeric casts",
             )
         if isinstance(n, exp.Cast):
-            _check_cast(ctx, n)
-
-
-_TEMPORAL = {
-    exp.DataType.Type.DATE,
-    exp.DataType.Type.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPTZ,
-    exp.DataType.Type.INTERVAL,
-}
-
-
-def _check_cast(ctx: _Ctx, n: exp.Cast) -> None:
-    to = n.to.this
-    if to in fn.TEXT_TYPES:
-        return  # every value has a text form
-    if to in _TEMPORAL:
-        cols = list(n.this.find_all(exp.Column))
-        if all(ctx.column(c).family in ("date", "timestamp") for c in cols) and (
-            not cols or isinstance(n.this, exp.Column)
-        ):
-            return  # a constant (data-independent) or a date/timestamp column
-        raise UnsupportedSql(
-            f"the cast {n.sql('postgres')} can fail depending on the data and is not allowed",
-            hint="cast constants only, e.g. DATE '2025-01-01'",
-        )
-    if to in fn.INTEGER_TYPES or to in fn.NUMERIC_TYPES or to == exp.DataType.Type.BOOLEAN:
-        src = n.this
-        if not src.find(exp.Column):
-            return  # casting constants fails (or not) independently of the data
-        bad = [
-            c.name
-            for c in src.find_all(exp.Column)
-            if ctx.column(c).family not in ("integer", "numeric", "boolean")
-        ]
-        if (
-            bad
-            or _is_texty(src)
-            or any(isinstance(x, exp.Literal) and x.is_string for x in src.find_all(exp.Literal))
-        ):
-            raise UnsupportedSql(
-                f"the cast {n.sql('postgres')} can fail depending on the data and is not allowed",
-                hint="compare as text, or declare the column with a numeric type",
-            )
-        return
-    raise UnsupportedSql(
-        f"casts to {n.to.sql('postgres')} are not allowed in private queries",
-        hint="casts to numeric, integer and text types are allowed",
-    )
-
-
-def _is_texty(node: exp.Expression) -> bool:
-    return isinstance(node, (exp.Lower, exp.Upper, exp.Concat, exp.DPipe, exp.Substring, exp.Trim))
+            check_cast(n, ctx.column)
+        check_total(n, ctx.column)
 
 
 def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:

@@ -28,10 +28,16 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[str, str]:
                 hint="query one private table at a time",
             )
     if tree.args.get("with_"):
-        raise UnsupportedSql("WITH is not supported in private queries yet")
+        raise UnsupportedSql(
+            "WITH is not supported in private queries yet",
+            hint="write the filter in the WHERE clause of one SELECT over the private table",
+        )
     src = tree.args.get("from_")
     if src is None:
-        raise UnsupportedSql("a private query needs a FROM clause")
+        raise UnsupportedSql(
+            "a private query needs a FROM clause",
+            hint="aggregate the private table in FROM, e.g. SELECT COUNT(*) FROM t",
+        )
     t = src.this
     if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
         raise UnsupportedSql(
@@ -68,6 +74,10 @@ def _group_keys(tree: exp.Select, ctx: _Ctx) -> list[GroupKey]:
         return []
     if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
         raise UnsupportedSql("ROLLUP, CUBE and GROUPING SETS are not supported yet")
+    if not group.expressions or all(
+        isinstance(g, exp.Tuple) and not g.expressions for g in group.expressions
+    ):
+        raise UnsupportedSql("GROUP BY () is not supported", hint="leave out the GROUP BY clause")
     selects = tree.expressions
     aliases = {s.alias: s.this for s in selects if isinstance(s, exp.Alias)}
     keys: list[GroupKey] = []
@@ -164,7 +174,10 @@ class _Outer:
                     hint="aggregate it (COUNT, SUM, AVG...) or GROUP BY a column with declared keys",
                 )
             if isinstance(n, (exp.Select, exp.Subquery)):
-                raise UnsupportedSql(f"subqueries are not supported in {where} yet")
+                raise UnsupportedSql(
+                    f"subqueries are not supported in {where} yet",
+                    hint="run the subquery as its own query",
+                )
             return n
 
         out = node.copy().transform(fix, copy=False)
@@ -230,7 +243,9 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         if node is not None:
             val = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
             if not isinstance(val, (exp.Literal, exp.Parameter, exp.Placeholder, exp.Null)):
-                raise UnsupportedSql(f"{key.upper()} must be a constant")
+                raise UnsupportedSql(
+                    f"{key.upper()} must be a constant", hint=f"e.g. {key.upper()} 10"
+                )
             q.set(key, node.copy())
     return Analysis(
         table=table,

@@ -14,18 +14,45 @@ QueryKind = Literal["private", "public", "catalog", "dpsql"]
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 
 
-def _cte_names(tree: exp.Expression) -> set[str]:
-    return {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+def _ident_name(node: exp.Expression | None) -> str:
+    """PostgreSQL's name for an identifier: unquoted names fold to lower case."""
+    if isinstance(node, exp.Identifier):
+        return node.name if node.quoted else node.name.lower()
+    return str(node.name if node is not None else "").lower()
+
+
+def visible_ctes(table: exp.Table) -> set[str]:
+    """Names of the CTEs a table reference can see, following PostgreSQL's scoping.
+
+    A CTE is visible in the main query of its WITH and in the CTEs after it (and in itself when
+    the WITH is RECURSIVE); a CTE defined in a subquery is not visible outside that subquery.
+    """
+    names: set[str] = set()
+    prev: exp.Expression = table
+    node = table.parent
+    while node is not None:
+        if isinstance(node, exp.With):
+            ctes = list(node.expressions)
+            idx = ctes.index(prev) if prev in ctes else len(ctes)
+            upto = len(ctes) if node.args.get("recursive") else idx
+            names |= {
+                _ident_name(c.args.get("alias") and c.args["alias"].this) for c in ctes[:upto]
+            }
+        else:
+            w = node.args.get("with_")
+            if isinstance(w, exp.With) and prev is not w:
+                names |= {_ident_name(c.args["alias"].this) for c in w.expressions}
+        prev, node = node, node.parent
+    return names
 
 
 def referenced_tables(tree: exp.Expression) -> list[tuple[str, exp.Table]]:
-    """(qualified name, node) of every real table the query reads (CTE names excluded)."""
-    ctes = _cte_names(tree)
+    """(qualified name, node) of every real table the query reads (references to CTEs excluded)."""
     out = []
     for t in tree.find_all(exp.Table):
         if not t.name or isinstance(t.this, exp.Func):
             continue  # table functions (unnest, generate_series) are checked by their caller
-        if not t.db and t.name.lower() in ctes:
+        if not t.db and _ident_name(t.this) in visible_ctes(t):
             continue
         schema = (t.db or "").lower()
         name = t.name.lower()

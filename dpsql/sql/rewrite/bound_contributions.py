@@ -30,7 +30,7 @@ from dpsql.sql.rewrite.make_total import make_total
 
 def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
     assert m.arg is not None
-    arg = make_total(m.arg)
+    arg = make_total(m.arg, a.private.columns)
     if m.kind in ("sum", "sum_centered", "sum_sq_centered"):
         return clamp_values(arg, a.private.columns, m.lo, m.hi)
     return arg
@@ -74,7 +74,10 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     if not a.private.row_privacy:
         unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
         inner.append(exp.alias_(unit, "_dp_unit"))
-    inner += [exp.alias_(make_total(g.expr), f"_dp_g{i}") for i, g in enumerate(a.group_keys)]
+    inner += [
+        exp.alias_(make_total(g.expr, a.private.columns), f"_dp_g{i}")
+        for i, g in enumerate(a.group_keys)
+    ]
     vcols: dict[str, exp.Expression] = {}
     for m in a.measures:
         if m.arg is None:
@@ -90,7 +93,9 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     filters = [c for c in (a.where, _key_filter(a)) if c is not None]
     rows = exp.select(*inner).from_(table)
     if filters:
-        rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f)) for f in filters]))
+        rows = rows.where(
+            exp.and_(*[exp.Paren(this=make_total(f, a.private.columns)) for f in filters])
+        )
 
     measures = []
     for i, m in enumerate(a.measures):

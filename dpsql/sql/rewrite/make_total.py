@@ -1,56 +1,177 @@
 """Make row-level expressions total: they must never raise depending on the data.
 
 An error that happens for some rows and not others is a one-bit channel around the noise
-(``CASE WHEN secret THEN 1/0 END``). This pass:
+(``CASE WHEN secret THEN 1/0 END``), and so is an error that happens for every row but only when
+some row is evaluated (a data-gated error). This pass makes every row-level operation the analyzer
+allows total for every input value:
 
-* divides by ``NULLIF(divisor, 0)`` (division by zero gives NULL, which aggregates ignore);
-* computes integer arithmetic in NUMERIC, which does not overflow;
-* clamps the input of a cast to an integer type into that type's range.
+* arithmetic runs in NUMERIC on *safe* operands: each operand of ``+ - * / % div`` that reads a
+  column is clamped into [-10^1000, 10^1000] and rounded to 100 decimals (NaN and ±Infinity are
+  clamped too); literal operands are folded at plan time (data-independent). Then every product or
+  quotient stays below 10^2100 and every sum of such terms far below NUMERIC's 10^131072 limit,
+  so arithmetic never overflows;
+* division and modulo divide by ``NULLIF(divisor, 0)`` (division by zero gives NULL, which
+  aggregates ignore);
+* ``/`` between two integer-typed operands keeps PostgreSQL's integer semantics (truncation toward
+  zero) as ``TRUNC(a / b)`` in NUMERIC, so ``INT_MIN / -1`` can't overflow;
+* constant subexpressions are left to PostgreSQL's planner, which folds them before any row is
+  read: if they fail, they fail whatever the data;
+* casts to integer types clamp their (rounded) input into the type's range, casts to
+  ``real``/``double precision`` into the finite range, rounded so they can't underflow, and casts to
+  ``numeric(p, s)`` into the largest value of that precision.
+
+The analyzer (:mod:`dpsql.sql.analyze`) refuses what can't be made total here (casts from text,
+regular expressions, LIKE patterns from data, unknown date units...).
 
 >>> import sqlglot
->>> make_total(sqlglot.parse_one("a / b", read="postgres")).sql("postgres")
-'a / NULLIF(b, 0)'
+>>> make_total(sqlglot.parse_one("a % 2", read="postgres")).sql("postgres")
+'a % NULLIF(2, 0)'
 """
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from sqlglot import exp
 
+from dpsql.policy.model import Column
 from dpsql.sql import functions as fn
 from dpsql.sql.rewrite.literals import number
+
+SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
+SAFE_SCALE = 100  # and rounded to this many decimals
+FLOAT_LIMITS = {
+    exp.DataType.Type.DOUBLE: (300, 300),  # |x| <= 1e300, rounded to 300 decimals (> DBL_MIN)
+    exp.DataType.Type.FLOAT: (38, 37),  # real: |x| <= 1e38, rounded to 37 decimals (> FLT_MIN)
+}
 
 
 def _guard(divisor: exp.Expression) -> exp.Expression:
     return exp.Nullif(this=divisor, expression=exp.Literal.number(0))
 
 
-def _to_numeric(node: exp.Expression) -> exp.Expression:
-    if isinstance(node, exp.Literal):
+def _pow10(e: int) -> exp.Expression:
+    return exp.Literal.number(f"1e{e}")
+
+
+def _clamp(node: exp.Expression, lo: exp.Expression, hi: exp.Expression) -> exp.Expression:
+    return exp.Least(this=exp.Greatest(this=node, expressions=[lo]), expressions=[hi])
+
+
+def _num(node: exp.Expression) -> exp.Expression:
+    """``node`` typed NUMERIC (no cast added when it already is)."""
+    if isinstance(node, (exp.Literal, exp.Round)) or (
+        isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL
+    ):
         return node
     return exp.cast(node, "numeric")
 
 
-def make_total(node: exp.Expression) -> exp.Expression:
+def _safe(node: exp.Expression) -> exp.Expression:
+    """A NUMERIC operand that can't make arithmetic overflow: clamped and rounded.
+
+    Constants are left as they are: the planner folds them before reading any row (and the
+    analyzer caps the size of numeric literals).
+    """
+    if not node.find(exp.Column):
+        return node
+    big = _pow10(SAFE_EXP)
+    clamped = _clamp(_num(node), exp.Neg(this=big), big.copy())
+    return exp.Round(this=clamped, decimals=exp.Literal.number(SAFE_SCALE))
+
+
+def _plain_number(node: exp.Expression) -> bool:
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string
+
+
+def is_integer(node: exp.Expression, columns: dict[str, Column] | None) -> bool:
+    """True when PostgreSQL types ``node`` as an integer (so ``/`` truncates)."""
+    if isinstance(node, exp.Paren):
+        return is_integer(node.this, columns)
+    if isinstance(node, exp.Literal):
+        return not node.is_string and str(node.this).isdigit() and int(node.this) < 2**63
+    if isinstance(node, exp.Column):
+        col = (columns or {}).get(node.name)
+        return col is not None and col.family == "integer"
+    if isinstance(node, exp.Cast):
+        return node.to.this in fn.INTEGER_TYPES
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return is_integer(node.this, columns)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        return is_integer(node.this, columns) and is_integer(node.expression, columns)
+    if isinstance(node, exp.Anonymous):  # our own TRUNC(a / b) and DIV(a, b) of integers
+        return str(node.name).lower() in ("trunc", "div")
+    return isinstance(node, exp.Length)
+
+
+def _cast_total(n: exp.Cast) -> exp.Expression:
+    to = n.to.this
+    if to in fn.INTEGER_TYPES:
+        lo, hi = fn.INTEGER_RANGE[to]
+        inner = _clamp(_num(n.this), number(lo), number(hi))
+        return exp.Cast(this=exp.Round(this=inner), to=n.to)
+    if _plain_number(n.this):
+        return n
+    if to in FLOAT_LIMITS:
+        e, scale = FLOAT_LIMITS[to]
+        inner = _clamp(_num(n.this), exp.Neg(this=_pow10(e)), _pow10(e))
+        return exp.Cast(this=exp.Round(this=inner, decimals=exp.Literal.number(scale)), to=n.to)
+    params = n.to.expressions
+    if to == exp.DataType.Type.DECIMAL and params:
+        p = int(params[0].this.this)
+        s = int(params[1].this.this) if len(params) > 1 else 0
+        top = number(Fraction(10) ** (p - s) - Fraction(1, 10**s))
+        inner = _clamp(_num(n.this), exp.Neg(this=top), top.copy())
+        return exp.Cast(this=exp.Round(this=inner, decimals=exp.Literal.number(s)), to=n.to)
+    return n
+
+
+def make_total(node: exp.Expression, columns: dict[str, Column] | None = None) -> exp.Expression:
+    """A copy of ``node`` in which no operation can raise for any row (see the module docstring).
+
+    ``columns`` (the private table's columns) tells integer columns apart, so integer division
+    keeps its truncating semantics; without it, ``/`` divides exactly.
+    """
+
     def fix(n: exp.Expression) -> exp.Expression:
-        if isinstance(n, (exp.Div, exp.Mod)):
-            n.set("expression", _guard(n.expression))
+        if not n.find(exp.Column) and not isinstance(n, exp.Cast):
+            # Constant: folded by the planner before any row is read, so it fails (or not)
+            # whatever the data. Only division by zero is turned into NULL, as for rows.
+            if isinstance(n, (exp.Div, exp.Mod)):
+                n.set("expression", _guard(n.expression))
+            return n
+        if isinstance(n, exp.Div):
+            both_int = is_integer(n.this, columns) and is_integer(n.expression, columns)
+            n.set("this", _safe(n.this))
+            n.set("expression", _guard(_safe(n.expression)))
+            return exp.Anonymous(this="trunc", expressions=[n]) if both_int else n
+        if isinstance(n, exp.Mod):
+            n.set("this", _safe(n.this))
+            n.set("expression", _guard(_safe(n.expression)))
             return n
         if isinstance(n, exp.IntDiv):
             return exp.Anonymous(
-                this="div", expressions=[_to_numeric(n.this), _guard(n.expression)]
+                this="div", expressions=[_num(_safe(n.this)), _guard(_safe(n.expression))]
             )
         if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
-            n.set("this", _to_numeric(n.this))
+            n.set("this", _num(_safe(n.this)))
+            n.set("expression", _safe(n.expression))
             return n
-        if isinstance(n, exp.Neg) and not isinstance(n.this, exp.Literal):
-            return exp.Neg(this=_to_numeric(n.this))
-        if isinstance(n, exp.Cast) and n.to.this in fn.INTEGER_TYPES:
-            lo, hi = fn.INTEGER_RANGE[n.to.this]
-            inner = exp.Least(
-                this=exp.Greatest(this=_to_numeric(n.this), expressions=[number(lo)]),
-                expressions=[number(hi)],
-            )
-            return exp.Cast(this=exp.Round(this=inner), to=n.to)
+        if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this):
+            n.set("this", _num(n.this))
+            return n
+        if isinstance(n, exp.Cast):
+            return _cast_total(n)
         return n
 
-    return node.copy().transform(fix, copy=False)
+    def visit(n: exp.Expression) -> exp.Expression:  # bottom-up: children are made total first
+        for child in list(n.iter_expressions()):
+            key, index = child.arg_key, child.index
+            new = visit(child)
+            if new is not child:
+                n.set(key, new, index)
+        return fix(n)
+
+    return visit(node.copy())

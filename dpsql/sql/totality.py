@@ -1,0 +1,299 @@
+"""Checks that keep row-level SQL total: no construct may raise depending on the data.
+
+The rewrite (:mod:`dpsql.sql.rewrite.make_total`) makes arithmetic and numeric casts total. What it
+can't repair is refused here, before anything reaches PostgreSQL:
+
+* errors gated by data: a function that fails on a constant argument (``date_trunc('foo', ts)``,
+  ``LIKE 'a\\'``, ``extract(hour FROM date)``) fails only when some row reaches it, so *whether* a
+  row passes the rest of a filter leaks. Units, fields and patterns must be valid literals;
+* casts that fail on some values (text to numbers or dates, numbers to booleans);
+* literals PostgreSQL can't hold (numbers beyond 10^1000 or with over 200 characters).
+
+Immutable functions on constants are folded by PostgreSQL's planner before any row is read, so a
+failing constant expression fails whatever the data (a data-independent error).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+
+from dpsql.errors import InvalidParameter, UnsupportedSql
+from dpsql.policy.model import Column
+from dpsql.sql import functions as fn
+
+TRUNC_UNITS = frozenset(
+    "microseconds milliseconds second minute hour day week month quarter year decade century "
+    "millennium".split()
+)
+DATE_FIELDS = frozenset(
+    "century day decade dow doy epoch isodow isoyear julian millennium month quarter week year".split()
+)
+TIME_FIELDS = frozenset("hour minute second milliseconds microseconds".split())
+TZ_FIELDS = frozenset("timezone timezone_hour timezone_minute".split())
+MAX_LITERAL_CHARS = 200
+MAX_LITERAL = Decimal("1e1000")
+
+ColumnOf = Callable[[exp.Column], Column]
+_BOUND = (exp.Parameter, exp.Placeholder)  # replaced by literals (and checked again) when bound
+
+
+def _unit_text(node: exp.Expression | None) -> str | None:
+    if isinstance(node, (exp.Var, exp.Literal)):
+        return str(node.this).lower()
+    if isinstance(node, exp.Column) and not node.table:
+        return node.name.lower()  # sqlglot parses some units as bare names
+    return None
+
+
+def temporal_type(node: exp.Expression, column: ColumnOf) -> str | None:
+    """'date', 'timestamp' or 'timestamptz' when ``node``'s type is known to be one of them."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column):
+        col = column(node)
+        if col.family == "date":
+            return "date"
+        if col.family == "timestamp":
+            return (
+                "timestamptz"
+                if col.type in ("timestamptz", "timestamp with time zone")
+                else ("timestamp")
+            )
+        return None
+    if isinstance(node, exp.Cast):
+        t = node.to.this
+        if t == exp.DataType.Type.DATE:
+            return "date"
+        if t == exp.DataType.Type.TIMESTAMP:
+            return "timestamp"
+        if t == exp.DataType.Type.TIMESTAMPTZ:
+            return "timestamptz"
+        return None
+    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        inner = temporal_type(node.this, column)
+        return "timestamptz" if inner == "date" else inner
+    return None
+
+
+def check_literal(n: exp.Literal) -> None:
+    if n.is_string:
+        return
+    text = str(n.this)
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise UnsupportedSql(f"the number {text[:40]} is not valid") from None
+    if len(text) > MAX_LITERAL_CHARS or not value.is_finite() or abs(value) > MAX_LITERAL:
+        raise InvalidParameter(
+            f"the number {text[:40]}... is too large or too long for a private query",
+            hint=f"numbers up to 1e1000 with at most {MAX_LITERAL_CHARS} characters are allowed",
+        )
+
+
+def _check_like(n: exp.Like | exp.ILike) -> None:
+    pat = n.expression
+    if isinstance(pat, _BOUND):
+        return
+    if not (isinstance(pat, exp.Literal) and pat.is_string):
+        raise UnsupportedSql(
+            "a LIKE pattern must be a string constant in private queries",
+            hint="write the pattern as a literal, e.g. col LIKE 'abc%'",
+        )
+    text = str(pat.this)
+    trailing = len(text) - len(text.rstrip("\\"))
+    if trailing % 2 == 1:
+        raise UnsupportedSql(
+            "LIKE pattern must not end with escape character",
+            hint="escape a final backslash as \\\\",
+        )
+
+
+def _int_literal(node: exp.Expression | None) -> int | None:
+    neg = False
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        neg = neg != isinstance(node, exp.Neg)
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
+        return -int(node.this) if neg else int(node.this)
+    return None
+
+
+def _check_substring(n: exp.Substring) -> None:
+    for key in ("start", "length"):
+        arg = n.args.get(key)
+        if arg is None or isinstance(arg, _BOUND):
+            continue
+        v = _int_literal(arg)
+        if v is None or abs(v) > 2**31 - 1:
+            raise UnsupportedSql(
+                "substring positions and lengths must be integer constants in private queries",
+                hint="e.g. substring(col, 1, 3); regular-expression substring is not supported",
+            )
+        if key == "length" and v < 0:
+            raise UnsupportedSql("negative substring length not allowed")
+
+
+def _check_trunc(n: exp.Expression, column: ColumnOf) -> None:
+    unit = _unit_text(n.args.get("unit"))
+    if n.args.get("zone") is not None:
+        raise UnsupportedSql("date_trunc with a time zone is not supported in private queries")
+    if unit not in TRUNC_UNITS:
+        raise UnsupportedSql(
+            f"date_trunc unit {unit!r} is not valid",
+            hint="use one of: " + ", ".join(sorted(TRUNC_UNITS)),
+        )
+    if temporal_type(n.this, column) is None:
+        raise UnsupportedSql(
+            "date_trunc needs a date or timestamp column in private queries",
+            hint="e.g. date_trunc('month', created_at)",
+        )
+
+
+def _check_extract(n: exp.Extract, column: ColumnOf) -> None:
+    field = _unit_text(n.this)
+    kind = temporal_type(n.expression, column)
+    if kind is None:
+        raise UnsupportedSql(
+            "extract/date_part needs a date or timestamp column in private queries",
+            hint="e.g. extract(year FROM created_at)",
+        )
+    allowed = set(DATE_FIELDS)
+    if kind != "date":
+        allowed |= TIME_FIELDS
+    if kind == "timestamptz":
+        allowed |= TZ_FIELDS
+    if field not in allowed:
+        raise UnsupportedSql(
+            f"field {field!r} is not supported for type {kind} in extract/date_part",
+            hint="use one of: " + ", ".join(sorted(allowed)),
+        )
+
+
+def _check_round(n: exp.Round) -> None:
+    d = n.args.get("decimals")
+    if d is None or isinstance(d, _BOUND):
+        return
+    v = _int_literal(d)
+    if v is None or abs(v) > 1000:
+        raise UnsupportedSql(
+            "ROUND's number of decimals must be an integer constant in private queries"
+        )
+
+
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs)
+
+
+def _check_arithmetic(n: exp.Expression, column: ColumnOf) -> None:
+    for key in ("this", "expression"):
+        arg = n.args.get(key)
+        while isinstance(arg, exp.Paren):
+            arg = arg.this
+        if isinstance(arg, exp.Column) and column(arg).family not in ("integer", "numeric"):
+            raise UnsupportedSql(
+                f"arithmetic on the {column(arg).family} column {arg.name} is not supported in "
+                "private queries",
+                hint="compare dates with constants, or group with date_trunc / extract",
+            )
+
+
+def check_total(n: exp.Expression, column: ColumnOf) -> None:
+    """Refuse ``n`` (one node of a row-level expression) when it could raise depending on data."""
+    if isinstance(n, _ARITHMETIC):
+        _check_arithmetic(n, column)
+    if isinstance(n, exp.Literal):
+        check_literal(n)
+    elif isinstance(n, (exp.Like, exp.ILike)):
+        _check_like(n)
+    elif isinstance(n, exp.Substring):
+        _check_substring(n)
+    elif isinstance(n, (exp.TimestampTrunc, exp.DateTrunc)):
+        _check_trunc(n, column)
+    elif isinstance(n, exp.Extract):
+        _check_extract(n, column)
+    elif isinstance(n, exp.Round):
+        _check_round(n)
+
+
+def _texty(node: exp.Expression) -> bool:
+    """Does ``node`` contain a text value that a numeric cast could fail on?"""
+    for x in node.walk():
+        if isinstance(x, exp.Literal) and x.is_string:
+            return True
+        if isinstance(x, exp.Cast) and x.to.this in fn.TEXT_TYPES:
+            return True
+        if isinstance(x, (exp.Lower, exp.Upper, exp.Concat, exp.DPipe, exp.Substring, exp.Trim)):
+            return True
+        if isinstance(x, exp.TimeToStr):
+            return True
+    return False
+
+
+def check_cast(n: exp.Cast, column: ColumnOf) -> None:
+    """Casts allowed over private rows: those that succeed for every value of their input."""
+    to = n.to.this
+    src = n.this
+    sql = n.sql("postgres")
+    fails = UnsupportedSql(
+        f"the cast {sql} can fail depending on the data and is not allowed",
+        hint="compare as text, cast numeric columns only, or cast constants only",
+    )
+    if to in fn.TEXT_TYPES:
+        return  # every value has a text form (varchar(n) truncates silently on explicit casts)
+    if to in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ):
+        if isinstance(src, exp.Literal) and src.is_string:
+            return  # parsed when the query is planned: fails (or not) whatever the data
+        if isinstance(src, exp.Column) and column(src).family in ("date", "timestamp"):
+            return
+        raise fails
+    numeric_target = (
+        to in fn.INTEGER_TYPES or to in fn.NUMERIC_TYPES or to == exp.DataType.Type.FLOAT
+    )
+    if numeric_target or to == exp.DataType.Type.BOOLEAN:
+        if isinstance(src, exp.Literal) and src.is_string:
+            _check_numeric_text(src, to, sql)
+            return
+        families = (
+            ("integer", "boolean") if to == exp.DataType.Type.BOOLEAN else ("integer", "numeric")
+        )
+        if to in fn.INTEGER_TYPES:
+            families = ("integer", "numeric", "boolean")
+        bad = [c for c in src.find_all(exp.Column) if column(c).family not in families]
+        if bad or _texty(src):
+            raise fails
+        if to == exp.DataType.Type.BOOLEAN and not isinstance(src, exp.Column):
+            raise fails
+        _check_typmod(n)
+        return
+    raise UnsupportedSql(
+        f"casts to {n.to.sql('postgres')} are not allowed in private queries",
+        hint="casts to numeric, integer, double precision, boolean, text, date and timestamp are "
+        "allowed",
+    )
+
+
+def _check_numeric_text(src: exp.Literal, to: exp.DataType.Type, sql: str) -> None:
+    text = str(src.this).strip()
+    ok = text.lower() in ("true", "false", "t", "f") if to == exp.DataType.Type.BOOLEAN else True
+    if to != exp.DataType.Type.BOOLEAN:
+        try:
+            ok = not Decimal(text).is_snan() and len(text) <= MAX_LITERAL_CHARS
+        except InvalidOperation:
+            ok = False
+    if not ok:
+        raise InvalidParameter(f"invalid input for {sql}", hint="cast a valid constant")
+
+
+def _check_typmod(n: exp.Cast) -> None:
+    params = n.to.expressions
+    if not params:
+        return
+    vals = [_int_literal(p.this) for p in params]
+    if n.to.this != exp.DataType.Type.DECIMAL or any(v is None for v in vals) or len(vals) > 2:
+        raise UnsupportedSql(f"the type {n.to.sql('postgres')} is not supported here")
+    p = vals[0] or 0
+    s = vals[1] if len(vals) > 1 else 0
+    if not (1 <= p <= 1000 and 0 <= (s or 0) <= p):
+        raise UnsupportedSql(f"the type {n.to.sql('postgres')} is not supported here")

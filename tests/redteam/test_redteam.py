@@ -1,0 +1,159 @@
+"""The red-team corpus (corpus.yaml) through Engine.prepare/execute on the demo data: zero leaks.
+
+For every attempt, whatever the expected outcome:
+
+* a refusal is a DpsqlError raised *before* any SQL touched a private table, with the expected
+  SQLSTATE, a message and (for dpsql's own refusals) a hint;
+* a DP answer ran on private rows only SQL produced by the rewrite (``Engine.private_sql``) or
+  the zero-row type probe, spent epsilon, and returned no raw identifier;
+* a public/catalog/session answer read no private table;
+* an upstream error on a private query is "static": PostgreSQL raises the same SQLSTATE on an
+  empty copy of the tables, so the error can't depend on the data. Data exceptions (class 22)
+  from private SQL never happen.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlglot
+import yaml
+
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError, UpstreamError
+from dpsql.session import SessionContext
+from dpsql.sql.classify import classify
+
+SQLSTATES = re.compile(r"^[0-9A-Z]{5}(\|([0-9A-Z]{5}|dp))*$")
+CORPUS = yaml.safe_load((Path(__file__).parent / "corpus.yaml").read_text())
+
+
+class Recorder:
+    """Wraps an engine's backend to record every statement sent upstream."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.calls: list[tuple[bool, str]] = []
+        self._run = engine.backend.run
+
+        def run(query: str, params: Any = None, **kw: Any) -> Any:
+            self.calls.append((bool(kw.get("private")), query))
+            return self._run(query, params, **kw)
+
+        engine.backend.run = run  # type: ignore[method-assign]
+
+    def private(self) -> list[str]:
+        return [q for p, q in self.calls if p]
+
+
+@pytest.fixture(scope="module")
+def rt_engine(demo_dsn: str, demo_policy) -> Iterator[tuple[Engine, Recorder]]:  # type: ignore[no-untyped-def]
+    e = Engine(demo_policy, demo_dsn, pool_size=2)
+    yield e, Recorder(e)
+    e.close()
+
+
+@pytest.fixture(scope="module")
+def empty_engine(make_db: Callable[[str], str], demo_policy) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+    from dpsql.demo import SCHEMA
+
+    dsn = make_db("rtempty")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+    e = Engine(demo_policy, dsn, pool_size=1)
+    yield e
+    e.close()
+
+
+def _number(text: str) -> Fraction | float:
+    try:
+        return Fraction(text)
+    except ValueError:
+        return float(text)
+
+
+def session(item: dict[str, Any]) -> SessionContext:
+    s = SessionContext(analyst="analyst")
+    if "epsilon" in item:
+        s.epsilon = _number(str(item["epsilon"]))  # type: ignore[assignment]
+    if "delta" in item:
+        s.delta = _number(str(item["delta"]))  # type: ignore[assignment]
+    return s
+
+
+def _is_type_probe(sql: str) -> bool:
+    tree = sqlglot.parse_one(sql, read="postgres")
+    limit = tree.args.get("limit")
+    return limit is not None and limit.expression.sql() == "0" and tree.args.get("where") is None
+
+
+@pytest.mark.parametrize("item", CORPUS, ids=[f"{i:03d}" for i in range(len(CORPUS))])
+def test_attempt(
+    item: dict[str, Any], rt_engine: tuple[Engine, Recorder], empty_engine: Engine
+) -> None:
+    engine, rec = rt_engine
+    rec.calls.clear()
+    expect = str(item["expect"])
+    params = tuple(item.get("params", ()))
+    err: DpsqlError | None = None
+    prepared = None
+    result = None
+    try:
+        prepared = engine.prepare(item["sql"])
+        if expect in ("session", "empty"):
+            assert prepared.kind == expect
+            return  # answered by the wire session, never run by the engine
+        result = engine.execute(prepared, session(item), params)
+    except DpsqlError as e:
+        err = e
+    private_sql = rec.private()
+
+    if expect == "static":
+        assert isinstance(err, UpstreamError), (
+            f"expected a static upstream error: {item}, got {err!r}"
+        )
+        with pytest.raises(UpstreamError) as again:
+            empty_engine.execute(empty_engine.prepare(item["sql"]), session(item), params)
+        assert again.value.sqlstate == err.sqlstate
+        return
+    if isinstance(err, UpstreamError) and prepared is not None and prepared.kind == "private":
+        assert not err.sqlstate.startswith("22"), f"data exception from private SQL: {item}"
+    if SQLSTATES.match(expect) and not (err is None and "dp" in expect.split("|")):
+        assert err is not None, f"expected refusal {expect}: {item['sql']}"
+        assert not isinstance(err, UpstreamError), f"refusal came from upstream: {err!r}"
+        assert err.sqlstate in expect.split("|"), f"{item['sql']}: {err!r}"
+        assert err.message
+        assert err.hint or err.sqlstate in ("42601", "42703", "42P01", "25006", "22023"), err
+        assert not private_sql or all(_is_type_probe(q) for q in private_sql), private_sql
+        return
+    assert err is None, f"{item['sql']}: unexpected {err!r} ({err.hint if err else ''})"
+    assert prepared is not None and result is not None
+    if "dp" in expect.split("|"):
+        assert prepared.kind == "private"
+        a = engine._analysis(prepared, params)
+        allowed = engine.private_sql(prepared, a)
+        assert private_sql, "the private query did not run"
+        for q in private_sql:
+            assert q == allowed or _is_type_probe(q), f"unvalidated SQL reached PostgreSQL: {q}"
+        assert result.epsilon_spent > 0
+        for row in result.rows:
+            for v in row:
+                assert not (isinstance(v, str) and "@" in v), "raw identifier in the output"
+                if isinstance(v, float):
+                    assert not math.isnan(v)
+        return
+    assert prepared.kind == expect, f"{item['sql']}: kind {prepared.kind}"
+    assert not private_sql
+    for _, q in rec.calls:
+        assert classify(sqlglot.parse_one(q, read="postgres"), engine.policy) != "private"
+
+
+def test_corpus_size() -> None:
+    assert len(CORPUS) >= 80
+    assert {str(i["expect"]) for i in CORPUS} >= {"dp", "42501", "0A000", "25006", "static"}
