@@ -1,7 +1,8 @@
 // A real node-postgres client for dpsql's compatibility tests.
 //   node client.js '<connection string>' STEP...
 // STEP is `sql:<text>` (extended protocol: parse/bind/execute), `simple:<text>` (simple query
-// protocol) or `meta` (information_schema introspection as node ORMs do it).
+// protocol), `meta` (information_schema introspection as node ORMs do it) or `types` (a pg_type
+// lookup with an array parameter).
 // One JSON object per step is printed on stdout.
 const { Client } = require("pg");
 
@@ -18,8 +19,11 @@ async function step(client, s) {
     if (s === "meta") {
       const tables = await client.query(META[0]);
       const columns = await client.query(META[1], ["public"]);
+      return { step: s, ok: true, tables: tables.rows, columns: columns.rows };
+    }
+    if (s === "types") {
       const types = await client.query(META[2], [["int4", "text", "numeric"]]);
-      return { step: s, ok: true, tables: tables.rows, columns: columns.rows, types: types.rows };
+      return { step: s, ok: true, types: types.rows };
     }
     const simple = s.startsWith("simple:");
     const text = s.slice(simple ? 7 : 4);
