@@ -1,16 +1,15 @@
-"""Real clients against a real ``dpsql serve`` on a real PostgreSQL.
+"""Real clients against a real ``dpsql serve`` on a real PostgreSQL with the demo data.
 
-``dpsql_server`` (session) loads a small dataset into a fresh database, writes a policy with one
-analyst (a SCRAM verifier made with scramp), starts ``python -m dpsql serve`` on a free port and
-yields its connection details. Each client test runs a DP aggregate, a refused raw query (checking
-its SQLSTATE) and introspection.
+``dpsql_server`` (session) loads the demo data (:mod:`dpsql.demo`) into a fresh database, adds a
+table and a column that the demo policy does not list, starts ``python -m dpsql serve`` with the
+demo policy on a free port and yields its connection details. Each client test runs a DP
+aggregate, a refused raw query (checking its SQLSTATE) and introspection.
 
 A client tool that is missing skips its test locally and FAILS under ``CI=true``.
 """
 
 from __future__ import annotations
 
-import base64
 import importlib.util
 import os
 import shutil
@@ -29,37 +28,37 @@ import pytest
 from tests.conftest import IN_CI
 
 ROOT = Path(__file__).resolve().parents[2]
-ANALYST, PASSWORD = "ann", "compat-secret-pw"
+ANALYST, PASSWORD = "analyst", "analyst"  # the demo policy's analyst (demo only)
 
-DATA = """
-CREATE TABLE people (pid int PRIMARY KEY, age int NOT NULL, income int, sex int, secret text);
-INSERT INTO people
-  SELECT g, 18 + (g * 7) % 60, (g * 37) % 100000, g % 2, 'ssn-' || g FROM generate_series(1, 1000) g;
-CREATE TABLE cities (name text PRIMARY KEY, country text);
-INSERT INTO cities VALUES ('Lyon', 'FR'), ('Oslo', 'NO');
+# Added next to the demo data: a table the policy does not list and an undeclared column of a
+# private table. Neither may show up in any client's introspection.
+HIDDEN_EXTRA = """
 CREATE TABLE salaries (pid int, salary int);
+INSERT INTO salaries SELECT g, 1000 * g FROM generate_series(1, 10) g;
+ALTER TABLE pums ADD COLUMN secret_ssn text;
 CREATE SCHEMA IF NOT EXISTS dpsql;
 ANALYZE;
 """
 
-HIDDEN = ("salaries", "secret")
-VISIBLE_TABLES = {"people", "cities"}
-AGGREGATE = "SELECT count(*) FROM people"
-RAW = "SELECT * FROM people"
+HIDDEN = ("salaries", "secret_ssn")
+VISIBLE_TABLES = {"pums", "purchases", "regions"}
+PUMS_COLUMNS = ["age", "sex", "educ", "race", "income", "married", "pid"]
+AGGREGATE = "SELECT count(*) FROM pums"
+RAW = "SELECT * FROM pums"
 REFUSED_SQLSTATE = "42501"
 
 
 def require(tool: str) -> None:
-    """Skip (locally) or fail (CI) when a client tool is absent."""
-    present = (
-        shutil.which(tool) is not None
-        if "/" not in tool and not tool.startswith("py:")
-        else (
-            importlib.util.find_spec(tool[3:]) is not None
-            if tool.startswith("py:")
-            else Path(tool).exists()
-        )
-    )
+    """Skip (locally) or fail (CI) when a client tool is absent.
+
+    ``tool`` is a command on PATH, ``py:<module>``, or a file path.
+    """
+    if tool.startswith("py:"):
+        present = importlib.util.find_spec(tool[3:]) is not None
+    elif "/" in tool:
+        present = Path(tool).exists()
+    else:
+        present = shutil.which(tool) is not None
     if not present:
         msg = f"client tool {tool} is not installed (bash .ci/install-system; pip install -e '.[test]')"
         if IN_CI:
@@ -67,43 +66,12 @@ def require(tool: str) -> None:
         pytest.skip(msg)
 
 
-def scram_verifier(password: str, iterations: int = 4096) -> str:
-    from scramp import ScramMechanism
-
-    salt, stored, server, iters = ScramMechanism("SCRAM-SHA-256").make_auth_info(
-        password, iteration_count=iterations
-    )
-
-    def b64(b: bytes) -> str:
-        return base64.b64encode(b).decode()
-
-    return f"SCRAM-SHA-256${iters}:{b64(salt)}${b64(stored)}:{b64(server)}"
-
-
-def policy_yaml() -> str:
-    return f"""version: 1
-dataset: compat
-tables:
-  people:
-    privacy_unit: pid
-    columns:
-      pid: {{type: integer, identifier: true}}
-      age: {{type: integer, bounds: [0, 100]}}
-      income: {{type: integer, bounds: [0, 100000]}}
-      sex: {{type: integer, keys: [0, 1]}}
-public_tables: [cities]
-analysts:
-  {ANALYST}:
-    credential: "{scram_verifier(PASSWORD)}"
-    budget: {{epsilon: 1000}}
-"""
-
-
 @dataclass(frozen=True)
 class Server:
     host: str
     port: int
     dbname: str
+    true_count: int  # the bounded count(*) of pums: one row per person
     user: str = ANALYST
     password: str = PASSWORD
 
@@ -151,23 +119,25 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 3
 
 
 @pytest.fixture(scope="session")
-def dpsql_server(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
+def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     if not _serve_available():
         msg = "`dpsql serve` is not available (python -m dpsql serve --help failed)"
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
+    from dpsql.demo import POLICY, load_demo
+
+    make_db: Callable[[str], str] = request.getfixturevalue("make_db")
     upstream = make_db("compat")
+    load_demo(upstream)
     with psycopg.connect(upstream, autocommit=True) as conn:
-        conn.execute(DATA)
-    policy = tmp_path_factory.mktemp("compat") / "policy.yaml"
-    policy.write_text(policy_yaml())
+        conn.execute(HIDDEN_EXTRA)
+        row = conn.execute("SELECT count(DISTINCT pid) FROM pums").fetchone()
+        assert row is not None
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--upstream", upstream,
+        [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
          "--listen", f"127.0.0.1:{port}"],
         cwd=ROOT,
         env=env,
@@ -177,7 +147,7 @@ def dpsql_server(
     try:
         _wait_listening(port, proc)
         dbname = psycopg.conninfo.conninfo_to_dict(upstream)["dbname"]
-        yield Server("127.0.0.1", port, str(dbname))
+        yield Server("127.0.0.1", port, str(dbname), int(row[0]))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

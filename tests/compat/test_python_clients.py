@@ -11,6 +11,7 @@ import pytest
 from tests.compat.conftest import (
     AGGREGATE,
     HIDDEN,
+    PUMS_COLUMNS,
     RAW,
     REFUSED_SQLSTATE,
     VISIBLE_TABLES,
@@ -23,14 +24,14 @@ TABLES_SQL = (
     "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
 )
 COLUMNS_SQL = (
-    "SELECT column_name FROM information_schema.columns WHERE table_name = 'people' "
+    "SELECT column_name FROM information_schema.columns WHERE table_name = 'pums' "
     "ORDER BY ordinal_position"
 )
 
 
-def plausible_count(value: Any) -> None:
-    """The true count is 1000; the noise at the test's epsilon is far below 100."""
-    assert 900 < float(value) < 1100, value
+def plausible_count(value: Any, server: Server) -> None:
+    """At the demo's epsilon (1 per query, sensitivity 1) noise beyond 100 has probability ~e^-100."""
+    assert abs(float(value) - server.true_count) < 100, (value, server.true_count)
 
 
 def sqlstate_in_chain(err: BaseException | None) -> str | None:
@@ -53,13 +54,13 @@ def no_hidden(names: Any) -> None:
 
 def test_psycopg(dpsql_server: Server) -> None:
     with psycopg.connect(dpsql_server.dsn, autocommit=True) as conn:
-        plausible_count(conn.execute(AGGREGATE).fetchone()[0])  # type: ignore[index]
-        plausible_count(conn.execute(AGGREGATE, prepare=True).fetchone()[0])  # type: ignore[index]
+        plausible_count(conn.execute(AGGREGATE).fetchone()[0], dpsql_server)  # type: ignore[index]
+        plausible_count(conn.execute(AGGREGATE, prepare=True).fetchone()[0], dpsql_server)  # type: ignore[index]
         with conn.cursor(binary=True) as cur:
-            plausible_count(cur.execute(AGGREGATE).fetchone()[0])  # type: ignore[index]
+            plausible_count(cur.execute(AGGREGATE).fetchone()[0], dpsql_server)  # type: ignore[index]
         with conn.cursor() as cur:  # server-side binding with a parameter
-            row = cur.execute("SELECT count(*) FROM people WHERE age >= %s", (18,)).fetchone()
-            plausible_count(row[0])  # type: ignore[index]
+            row = cur.execute("SELECT count(*) FROM pums WHERE age >= %s", (0,)).fetchone()
+            plausible_count(row[0], dpsql_server)  # type: ignore[index]
         with pytest.raises(psycopg.Error) as info:
             conn.execute(RAW)
         assert info.value.sqlstate == REFUSED_SQLSTATE
@@ -67,7 +68,7 @@ def test_psycopg(dpsql_server: Server) -> None:
         tables = {r[0] for r in conn.execute(TABLES_SQL)}
         assert tables == VISIBLE_TABLES
         cols = [r[0] for r in conn.execute(COLUMNS_SQL)]
-        assert cols == ["pid", "age", "income", "sex"]
+        assert cols == PUMS_COLUMNS
         info_type = psycopg.types.TypeInfo.fetch(conn, "int4")
         assert info_type is not None and info_type.oid == 23
 
@@ -75,7 +76,7 @@ def test_psycopg(dpsql_server: Server) -> None:
 def test_psycopg_transactions_and_savepoints(dpsql_server: Server) -> None:
     with psycopg.connect(dpsql_server.dsn) as conn:
         with conn.transaction():
-            plausible_count(conn.execute(AGGREGATE).fetchone()[0])  # type: ignore[index]
+            plausible_count(conn.execute(AGGREGATE).fetchone()[0], dpsql_server)  # type: ignore[index]
             with conn.transaction():  # SAVEPOINT / RELEASE
                 conn.execute("SELECT 1")
         conn.rollback()
@@ -88,16 +89,16 @@ def test_asyncpg(dpsql_server: Server) -> None:
     async def run() -> None:
         conn = await asyncpg.connect(dpsql_server.url, ssl=False)
         try:
-            plausible_count(await conn.fetchval(AGGREGATE))
-            stmt = await conn.prepare("SELECT count(*) FROM people WHERE age >= $1")
-            plausible_count(await stmt.fetchval(18))
+            plausible_count(await conn.fetchval(AGGREGATE), dpsql_server)
+            stmt = await conn.prepare("SELECT count(*) FROM pums WHERE age >= $1")
+            plausible_count(await stmt.fetchval(0), dpsql_server)
             with pytest.raises(asyncpg.PostgresError) as info:
                 await conn.fetch(RAW)
             assert info.value.sqlstate == REFUSED_SQLSTATE
             tables = {r[0] for r in await conn.fetch(TABLES_SQL)}
             assert tables == VISIBLE_TABLES
             cols = [r[0] for r in await conn.fetch(COLUMNS_SQL)]
-            assert cols == ["pid", "age", "income", "sex"]
+            assert cols == PUMS_COLUMNS
         finally:
             await conn.close()
 
@@ -113,8 +114,10 @@ def test_pg8000(dpsql_server: Server) -> None:
         s.user, host=s.host, port=s.port, database=s.dbname, password=s.password
     )
     try:
-        plausible_count(conn.run(AGGREGATE)[0][0])
-        plausible_count(conn.run("SELECT count(*) FROM people WHERE age >= :a", a=18)[0][0])
+        plausible_count(conn.run(AGGREGATE)[0][0], dpsql_server)
+        plausible_count(
+            conn.run("SELECT count(*) FROM pums WHERE age >= :a", a=0)[0][0], dpsql_server
+        )
         with pytest.raises(pg8000.native.DatabaseError) as info:
             conn.run(RAW)
         assert info.value.args[0]["C"] == REFUSED_SQLSTATE
@@ -132,30 +135,34 @@ def test_sqlalchemy(dpsql_server: Server) -> None:
     try:
         insp = sa.inspect(engine)
         assert set(insp.get_table_names()) == VISIBLE_TABLES
-        cols = [c["name"] for c in insp.get_columns("people")]
-        assert cols == ["pid", "age", "income", "sex"]
-        assert insp.get_pk_constraint("people")["constrained_columns"] == ["pid"]
-        assert insp.get_foreign_keys("people") == []
-        no_hidden(insp.get_indexes("people"))
+        cols = [c["name"] for c in insp.get_columns("pums")]
+        assert cols == PUMS_COLUMNS
+        assert insp.get_pk_constraint("pums")["constrained_columns"] == []
+        assert insp.get_foreign_keys("purchases")[0]["referred_table"] == "regions"
+        no_hidden(insp.get_indexes("purchases"))
         md = sa.MetaData()
-        people = sa.Table("people", md, autoload_with=engine)
+        pums = sa.Table("pums", md, autoload_with=engine)
         with engine.connect() as c:
-            plausible_count(c.execute(sa.select(sa.func.count()).select_from(people)).scalar())
+            plausible_count(
+                c.execute(sa.select(sa.func.count()).select_from(pums)).scalar(), dpsql_server
+            )
             with pytest.raises(sa.exc.DBAPIError) as info:
-                c.execute(sa.select(people)).all()
+                c.execute(sa.select(pums)).all()
             assert info.value.orig.sqlstate == REFUSED_SQLSTATE  # type: ignore[union-attr]
 
         class Base(orm.DeclarativeBase):
             pass
 
-        class City(Base):
-            __tablename__ = "cities"
-            name = sa.Column(sa.Text, primary_key=True)
-            country = sa.Column(sa.Text)
+        class Region(Base):
+            __tablename__ = "regions"
+            code = sa.Column(sa.Text, primary_key=True)
+            name = sa.Column(sa.Text)
 
         with orm.Session(engine) as s:
-            assert {c.name for c in s.scalars(sa.select(City))} == {"Lyon", "Oslo"}
-            plausible_count(s.execute(sa.select(sa.func.count()).select_from(people)).scalar())
+            assert {r.code for r in s.scalars(sa.select(Region))} == {"N", "S", "E", "W", "C"}
+            plausible_count(
+                s.execute(sa.select(sa.func.count()).select_from(pums)).scalar(), dpsql_server
+            )
     finally:
         engine.dispose()
 
@@ -169,7 +176,7 @@ def test_pandas(dpsql_server: Server) -> None:
     try:
         df = pd.read_sql(AGGREGATE, engine)
         assert df.shape == (1, 1)
-        plausible_count(df.iloc[0, 0])
+        plausible_count(df.iloc[0, 0], dpsql_server)
         with pytest.raises(pd.errors.DatabaseError) as info:  # pandas wraps the driver error
             pd.read_sql(RAW, engine)
         assert sqlstate_in_chain(info.value) == REFUSED_SQLSTATE
