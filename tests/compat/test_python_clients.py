@@ -29,6 +29,16 @@ COLUMNS_SQL = (
 )
 
 
+GROUPED = "SELECT sex, count(*) AS n, avg(age) AS mean_age FROM pums GROUP BY sex ORDER BY sex"
+
+
+def plausible_groups(rows: Any) -> None:
+    """Two groups (the declared keys of sex), each with a count and a mean age in [0, 100]."""
+    assert [int(r[0]) for r in rows] == [0, 1], rows
+    for r in rows:
+        assert float(r[1]) > 0 and 0 <= float(r[2]) <= 100, r
+
+
 def plausible_count(value: Any, server: Server) -> None:
     """At the demo's epsilon (1 per query, sensitivity 1) noise beyond 100 has probability ~e^-100."""
     assert abs(float(value) - server.true_count) < 100, (value, server.true_count)
@@ -58,6 +68,8 @@ def test_psycopg(dpsql_server: Server) -> None:
         plausible_count(conn.execute(AGGREGATE, prepare=True).fetchone()[0], dpsql_server)  # type: ignore[index]
         with conn.cursor(binary=True) as cur:
             plausible_count(cur.execute(AGGREGATE).fetchone()[0], dpsql_server)  # type: ignore[index]
+            plausible_groups(cur.execute(GROUPED).fetchall())
+        plausible_groups(conn.execute(GROUPED).fetchall())
         with conn.cursor() as cur:  # server-side binding with a parameter
             row = cur.execute("SELECT count(*) FROM pums WHERE age >= %s", (0,)).fetchone()
             plausible_count(row[0], dpsql_server)  # type: ignore[index]
@@ -92,6 +104,7 @@ def test_asyncpg(dpsql_server: Server) -> None:
             plausible_count(await conn.fetchval(AGGREGATE), dpsql_server)
             stmt = await conn.prepare("SELECT count(*) FROM pums WHERE age >= $1")
             plausible_count(await stmt.fetchval(0), dpsql_server)
+            plausible_groups(await conn.fetch(GROUPED))  # binary results
             with pytest.raises(asyncpg.PostgresError) as info:
                 await conn.fetch(RAW)
             assert info.value.sqlstate == REFUSED_SQLSTATE
