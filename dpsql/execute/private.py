@@ -63,7 +63,15 @@ def run_private(
             rel = Release.from_json(json.loads(stored))
             return finish(engine, a, rel, session, plan=plan, cached=True)
     reservation = (
-        ledger.reserve(session.analyst, plan.cost, prepared.fingerprint) if ledger else None
+        ledger.reserve(
+            session.analyst,
+            plan.cost,
+            prepared.fingerprint,
+            delta_for_rho=delta_for_rho(plan),
+            mechanism=plan.mechanism,
+        )
+        if ledger
+        else None
     )
     try:
         sql = engine.private_sql(prepared, a)
@@ -76,6 +84,8 @@ def run_private(
 
             if refundable(error):
                 ledger.refund(reservation)
+            else:
+                ledger.commit(reservation)  # confirmed as spent (history: committed)
         raise
     rel = release(plan, rows.rows, key_types, declared, confidence, noiseless=engine._noiseless)
     if reservation is not None:
