@@ -9,8 +9,8 @@ the noise, as a sensitivity bug would do) must be flagged.
 
 Two depths: ``Engine.execute`` repeated (parse, plan, bounded SQL on PostgreSQL, noise,
 post-processing; a few hundred runs per side), and the engine's own plan + release on the real
-PostgreSQL rows repeated 1e5 times (the statistical power). ``--run-slow`` runs more of the
-first.
+PostgreSQL rows repeated 3e4 times (the statistical power), for Laplace and for the Gaussian path
+(against the discrete Gaussian's tight (epsilon, delta) curve). ``--run-slow`` runs more of both.
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ def _halve_noise(monkeypatch: pytest.MonkeyPatch) -> None:
             )
             for mp in p.measures
         )
-        return dataclasses.replace(p, measures=measures)
+        out = dataclasses.replace(p, measures=measures)
+        object.__setattr__(out, "_honest", p)  # the claim stays the honest plan's
+        return out
 
     monkeypatch.setattr(plan_module, "make_plan", broken)
     monkeypatch.setattr(engine_module, "make_plan", broken)
@@ -161,29 +163,40 @@ def test_engine_execute_audit_flags_half_noise(
     assert eps_lb > spent
 
 
+def _released(
+    engine: Engine, sql: str, session: SessionContext, n: int
+) -> tuple[np.ndarray, plan_module.Plan]:
+    """The engine's plan and release on the real upstream rows, n times: group 'a''s row is
+    repeated as n groups of one release, whose noise draws are independent."""
+    prepared = engine.prepare(sql)
+    plan = engine.plan(prepared, session)
+    row = next(r for r in _release_rows(engine, sql) if r[0] == "a")
+    keyed = [(str(i), *row[1:]) for i in range(n)]
+    rel = release(plan, keyed, engine._group_types(prepared, plan.analysis), None, 0.95)
+    return np.array([s[0] for s in rel.stats], dtype=float), plan
+
+
 def _release_audit(engines: tuple[Engine, Engine], name: str, n: int) -> float:
-    """The engine's plan and release on the real upstream rows, n times per side: group 'a''s row
-    is repeated as n groups of one release, whose noise draws are independent."""
-    d, d2 = engines
     sql = QUERIES[name]
     session = SessionContext(analyst="auditor", epsilon=Fraction(1), mechanism="laplace")
-    threshold = _truth(d2, sql)
+    threshold = _truth(engines[1], sql)
     hits = []
-    for engine in (d, d2):
-        prepared = engine.prepare(sql)
-        plan = engine.plan(prepared, session)
-        assert plan.cost.epsilon == 1
-        row = next(r for r in _release_rows(engine, sql) if r[0] == "a")
-        keyed = [(str(i), *row[1:]) for i in range(n)]
-        rel = release(plan, keyed, engine._group_types(prepared, plan.analysis), None, 0.95)
-        values = np.array([s[0] for s in rel.stats], dtype=float)
+    for engine in engines:
+        values, plan = _released(engine, sql, session, n)
+        assert plan.mechanism == "laplace" and plan.cost.epsilon == 1
         hits.append(int((values >= threshold).sum()))
     return _epsilon_bound(hits[0], hits[1], n)
 
 
+@pytest.fixture
+def draws(request: pytest.FixtureRequest) -> int:
+    """Repetitions per side of the release-level audits (30k: margins above 0.08 in epsilon)."""
+    return 200_000 if request.config.getoption("--run-slow") else 30_000
+
+
 @pytest.mark.parametrize("name", ["count_by_g", "sum_by_g"])
-def test_engine_release_audit(engines: tuple[Engine, Engine], name: str) -> None:
-    assert _release_audit(engines, name, 100_000) <= 1.0
+def test_engine_release_audit(engines: tuple[Engine, Engine], name: str, draws: int) -> None:
+    assert _release_audit(engines, name, draws) <= 1.0
 
 
 @pytest.mark.parametrize("name", ["count_by_g", "sum_by_g"])
@@ -191,4 +204,59 @@ def test_engine_release_audit_flags_half_noise(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
     _halve_noise(monkeypatch)
-    assert _release_audit(engines, name, 100_000) > 1.0
+    assert _release_audit(engines, name, 30_000) > 1.0  # realized 2; the bound reads ~1.85
+
+
+# The Gaussian path (SET dpsql.mechanism = gaussian; epsilon 1, delta 1e-6 become rho ~ 0.0175):
+# the claim is the tight (eps, delta) curve of the discrete Gaussian with the planned sigma² =
+# sensitivity²/(2 rho) (in grid steps, before the sampler's upward rounding) for the largest shift
+# the planned sensitivity allows. At eps = 0.1 it gives delta ~ 0.04; a half-sensitivity plan
+# realizes delta ~ 0.11 on these neighbours, i.e. an epsilon lower bound well above 0.1.
+GAUSS_EPS = 0.1
+
+
+def _gaussian_release_audit(engines: tuple[Engine, Engine], name: str, n: int) -> float:
+    from test_audit_mechanisms import _discrete_gaussian_delta
+
+    sql = QUERIES[name]
+    session = SessionContext(
+        analyst="auditor", epsilon=Fraction(1), delta=Fraction(1, 10**6), mechanism="gaussian"
+    )
+    true_d = _truth(engines[0], sql)
+    outputs, plans = [], []
+    for engine in engines:
+        values, plan = _released(engine, sql, session, n)
+        assert plan.mechanism == "gaussian"
+        outputs.append(values)
+        plans.append(plan)
+    claimed = original_plan(plans[0])
+    mech = claimed.measures[0].mechanism
+    grid = mech.grid
+    sigma2_steps = float(mech.sigma2 / grid**2)
+    shift_steps = int(mech.sensitivity / grid)
+    delta, threshold = _discrete_gaussian_delta(sigma2_steps, shift_steps, GAUSS_EPS)
+    cut = (round(Fraction(true_d) / grid) + threshold) * float(grid)
+    hits = [int((v >= cut).sum()) for v in outputs]
+    return max(
+        epsilon_lower_bound(hits[0], n, hits[1], n, delta, alpha=5e-7),
+        epsilon_lower_bound(hits[1], n, hits[0], n, delta, alpha=5e-7),
+    )
+
+
+def original_plan(p: plan_module.Plan) -> plan_module.Plan:
+    """The plan an unbroken engine makes (the claim is always the honest one)."""
+    return getattr(p, "_honest", p)
+
+
+@pytest.mark.parametrize("name", ["count_by_g", "sum_by_g"])
+def test_engine_gaussian_release_audit(
+    engines: tuple[Engine, Engine], name: str, draws: int
+) -> None:
+    assert _gaussian_release_audit(engines, name, draws) <= GAUSS_EPS
+
+
+def test_engine_gaussian_release_audit_flags_half_noise(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _halve_noise(monkeypatch)
+    assert _gaussian_release_audit(engines, "count_by_g", 30_000) > GAUSS_EPS  # reads ~0.2
