@@ -251,7 +251,7 @@ def _check_function(node: exp.Func) -> None:
         return
     name = node.name.lower()
     if name in rules.BLANKED_FUNCTIONS or name.startswith(rules.BLANKED_PREFIXES):
-        _replace_call(node, cast_to(exp.null(), "BIGINT"))
+        _replace_call(node, cast_to(exp.null(), rules.BLANKED_FUNCTIONS.get(name, "BIGINT")))
     elif name == "set_config":
         _emulate_set_config(node)
     elif name == "current_setting":

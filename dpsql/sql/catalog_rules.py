@@ -170,6 +170,7 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_tables": "dpsql_named_rel(t.schemaname, t.tablename)",
     "pg_views": "dpsql_named_rel(t.schemaname, t.viewname)",
     "pg_matviews": "dpsql_named_rel(t.schemaname, t.matviewname)",
+    "pg_policies": "dpsql_named_rel(t.schemaname, t.tablename)",
     "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) AND dpsql_named_rel(t.schemaname, t.indexname)",
     **dict.fromkeys(
         (
@@ -369,18 +370,18 @@ ALLOWED_FUNCTIONS = frozenset(
     """.split()
 )
 
-# Functions that report sizes or activity measured on the data: replaced by a typed NULL.
-BLANKED_FUNCTIONS = frozenset(
-    {
-        "pg_relation_size",
-        "pg_total_relation_size",
-        "pg_table_size",
-        "pg_indexes_size",
-        "pg_database_size",
-        "pg_tablespace_size",
-        "pg_column_size",
-    }
-)
+# Functions that report sizes or activity measured on the data, or server file paths: replaced
+# by a NULL of their result type.
+BLANKED_FUNCTIONS: dict[str, str] = {
+    "pg_relation_size": "BIGINT",
+    "pg_total_relation_size": "BIGINT",
+    "pg_table_size": "BIGINT",
+    "pg_indexes_size": "BIGINT",
+    "pg_database_size": "BIGINT",
+    "pg_tablespace_size": "BIGINT",
+    "pg_column_size": "BIGINT",
+    "pg_tablespace_location": "TEXT",
+}
 BLANKED_PREFIXES = ("pg_stat_get_",)
 
 # Settings readable with current_setting(): anything but paths, commands and dpsql's own.
