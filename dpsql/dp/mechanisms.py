@@ -191,7 +191,7 @@ class Laplace:
         if self.sensitivity == 0:
             return snapped.astype(np.float64) * float(self.grid)
         noise = rng.discrete_laplace(self.noise_scale, snapped.size).reshape(snapped.shape)
-        return (snapped + noise).astype(np.float64) * float(self.grid)
+        return np.asarray((snapped + noise).astype(np.float64) * float(self.grid))
 
     def half_width(self, confidence: float) -> float:
         """t with P(|released - true| <= t) >= confidence: exact noise tail + grid/2 snapping."""
@@ -245,7 +245,8 @@ class Gaussian:
         if self.sensitivity == 0:
             return snapped.astype(np.float64) * float(self.grid)
         noise = rng.discrete_gaussian(self.noise_sigma2, snapped.size)
-        return (snapped + noise.reshape(snapped.shape)).astype(np.float64) * float(self.grid)
+        out = (snapped + noise.reshape(snapped.shape)).astype(np.float64)
+        return np.asarray(out * float(self.grid))
 
     def half_width(self, confidence: float) -> float:
         """t with P(|released - true| <= t) >= confidence: discrete tail + grid/2 snapping."""

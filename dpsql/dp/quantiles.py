@@ -47,7 +47,7 @@ def choose_among_heads(heads: np.ndarray) -> np.ndarray:
         raise RuntimeError("permute-and-flip: a row without heads (the best candidate's coin is 1)")
     pick = rng.uniform_below(per_row)
     rank = np.cumsum(heads, axis=1) - 1
-    return np.argmax(heads & (rank == pick[:, None]), axis=1)
+    return np.asarray(np.argmax(heads & (rank == pick[:, None]), axis=1), dtype=np.int64)
 
 
 def _as_matrix(counts: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -150,7 +150,7 @@ class Quantile:
         below = np.cumsum(mat, axis=1) - mat
         target = a * np.maximum(n - 1, 0)  # d · t
         gap = np.maximum(d * below - target, target - d * (below + mat - 1))
-        return -np.maximum(gap, 0)
+        return np.asarray(-np.maximum(gap, 0), dtype=np.int64)
 
     def release(self, counts: np.ndarray) -> np.ndarray | float:
         """The noisy quantile per group (a float for a 1-D ``counts``, else an array)."""

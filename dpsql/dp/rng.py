@@ -101,7 +101,7 @@ def uniform_below(n: np.ndarray | int, size: int | None = None) -> np.ndarray:
     return out
 
 
-def bernoulli_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def bernoulli_ratio(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
     """Exact Bernoulli(a/b) elementwise, for integers 0 <= a <= b, 1 <= b < 2**55.
 
     Compares a uniform byte u with f = floor(256 a / b): u < f is heads, u > f tails, and a tie
@@ -134,18 +134,18 @@ def _bernoulli_exp_le1(num: np.ndarray, den: np.ndarray | int) -> np.ndarray:
     probability exp(-gamma). Every element still running shares the same k.
     """
     num = np.asarray(num, dtype=np.int64).reshape(-1)
-    den = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape)
-    heads = bernoulli_ratio(num, den)
+    dens: np.ndarray = np.broadcast_to(np.asarray(den, dtype=np.int64), num.shape)
+    heads = bernoulli_ratio(num, dens)
     out = ~heads  # K = 1: odd
     todo = np.flatnonzero(heads)
-    num, den = num[todo], den[todo]
+    num, dens = num[todo], dens[todo]
     k = 2
     while todo.size:
         if k >= _K_MAX:
             raise RuntimeError("Bernoulli-exp sampler ran past k = 128 (probability < 1e-200)")
-        heads = bernoulli_ratio(num, den * k)
+        heads = bernoulli_ratio(num, dens * k)
         out[todo[~heads]] = k % 2 == 1
-        todo, num, den = todo[heads], num[heads], den[heads]
+        todo, num, dens = todo[heads], num[heads], dens[heads]
         k += 1
     return out
 
@@ -182,7 +182,7 @@ def bernoulli_exp_rational(num: Sequence[int], den: int) -> np.ndarray:
     if den < 1 or any(x < 0 for x in nums):
         raise ValueError("bernoulli_exp_rational needs num >= 0 and den >= 1")
     out = np.zeros(len(nums), dtype=bool)
-    rest = range(len(nums))
+    rest: list[int] = list(range(len(nums)))
     if den < 2**48:
         parts = [divmod(x, den) for x in nums]
         fast = np.array([qq < 2**62 for qq, _ in parts], dtype=bool)
@@ -211,7 +211,7 @@ def _exp_neg_floor(v: int, bits: int) -> int:
         lo = (2**bits * upper.denominator) // upper.numerator
         hi = (2**bits * partial.denominator) // partial.numerator
         if lo == hi:
-            return lo
+            return int(lo)
         n_terms *= 2
 
 
@@ -266,7 +266,7 @@ def _laplace_batch(p: int, q: int, count: int) -> np.ndarray:
     y = (u + p * v) // q
     negative = random_bits(y.size)
     keep = ~(negative & (y == 0))
-    return np.where(negative, -y, y)[keep]
+    return np.asarray(np.where(negative, -y, y)[keep], dtype=np.int64)
 
 
 def _fill(batch: Callable[[int], np.ndarray], size: int, acceptance: float) -> np.ndarray:
