@@ -329,7 +329,7 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
     if s <= 0:
         raise ValueError("sigma2 must be positive")
     a, b = s.numerator, s.denominator
-    if a >= _GAUSS_NUM_MAX or b >= _GAUSS_DEN_MAX:
+    if a >= _GAUSS_NUM_MAX or b >= _GAUSS_DEN_MAX or (a < b and 2 * a * b >= 2**48):
         return np.array([_discrete_gaussian_one(s) for _ in range(size)], dtype=np.int64)
     return _fill(lambda n: _gaussian_batch(a, b, n), size, 0.6)
 

@@ -150,10 +150,7 @@ def _neighbours(counts: tuple[int, ...], r: int) -> list[tuple[int, ...]]:
 
 
 def _quantile_probs(mech: Quantile, counts: tuple[int, ...]) -> np.ndarray:
-    u = (
-        mech.scaled_utilities(np.array(counts))[0].astype(float)
-        / Fraction(mech.quantile).denominator
-    )
+    u = mech.scaled_utilities(np.array(counts))[0].astype(float) / mech.target.denominator
     coins = np.exp(float(mech.group_epsilon) * (u - u.max()) / (2 * mech.contribution_bound))
     return permute_and_flip_probabilities(coins)
 
@@ -264,3 +261,17 @@ def test_integer_quantile_reports_integers() -> None:
     assert mech.midpoints().tolist() == [4.0 + 10 * j for j in range(10)]
     with pytest.raises(ValueError):
         Quantile(Fraction(1, 2), Fraction(1), Fraction(0), Fraction(10), 4, integer=True)
+
+
+def test_quantile_accepts_float_derived_fractions() -> None:
+    mech = Quantile(Fraction(0.123456), Fraction(1, 3), Fraction(0), Fraction(10), 10)
+    assert mech.target.denominator <= 2**16
+    assert 0 <= mech.release(np.arange(10)) <= 10
+
+
+def test_small_sigma_with_large_denominator_takes_the_exact_path() -> None:
+    from dpsql.dp import rng
+
+    sigma2 = Fraction(2**22 + 1, 2**23 + 3)  # 2ab >= 2**48: scalar path, same law
+    draws = rng.discrete_gaussian(sigma2, 2000)
+    assert set(np.unique(draws)) <= set(range(-6, 7))
