@@ -1,0 +1,205 @@
+"""Writing released data: CSV + Parquet (pyarrow), a JSON sidecar, a PNG plot, a PostgreSQL table.
+
+Everything written here is already differentially private (or computed from DP outputs only);
+the private counts never reach this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql as pgsql
+
+from dpsql.errors import InvalidParameter, PrivacyViolation
+from dpsql.policy.model import Policy, qualify_name
+
+_PG_TYPES = {
+    "integer": "bigint",
+    "numeric": "double precision",
+    "boolean": "boolean",
+    "text": "text",
+    "date": "date",
+    "timestamp": "timestamp",
+}
+
+
+@dataclass(frozen=True)
+class OutColumn:
+    """A column to write: name, dpsql type family, values."""
+
+    name: str
+    family: str
+    values: Sequence[Any] | np.ndarray
+
+
+def _arrow(columns: Sequence[OutColumn]) -> Any:
+    import pyarrow as pa
+
+    types = {"integer": pa.int64(), "numeric": pa.float64(), "boolean": pa.bool_()}
+    arrays = []
+    for c in columns:
+        t = types.get(c.family, pa.string())
+        vals = c.values.tolist() if isinstance(c.values, np.ndarray) else list(c.values)
+        if t == pa.string():
+            vals = [None if v is None else str(v) for v in vals]
+        arrays.append(pa.array(vals, type=t))
+    return pa.Table.from_arrays(arrays, names=[c.name for c in columns])
+
+
+def write_table(out_dir: Path, stem: str, columns: Sequence[OutColumn]) -> list[Path]:
+    """``stem.csv`` and ``stem.parquet`` in ``out_dir``; returns the paths."""
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table = _arrow(columns)
+    csv, parquet = out_dir / f"{stem}.csv", out_dir / f"{stem}.parquet"
+    pacsv.write_csv(table, csv)
+    pq.write_table(table, parquet)
+    return [csv, parquet]
+
+
+def write_json(path: Path, meta: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(meta, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def write_private_json(path: Path, meta: dict[str, Any]) -> Path:
+    """A file readable by its owner only (0600), for reports computed on the real data."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(meta, indent=2, default=_jsonable) + "\n")
+    return path
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    return str(v)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_counts(
+    path: Path,
+    counts: np.ndarray,
+    labels: Sequence[Sequence[str]],
+    names: Sequence[str],
+    title: str,
+) -> Path:
+    """A bar chart (one axis) or a heat map of the first two axes (summed over the others)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(9, 5))
+    try:
+        if counts.ndim == 1:
+            ax.bar(range(counts.size), counts, color="#3b6ea5")
+            ax.set_xticks(range(counts.size), labels[0], rotation=60, ha="right", fontsize=7)
+            ax.set_xlabel(names[0])
+            ax.set_ylabel("count")
+        else:
+            two = counts.reshape(counts.shape[0], counts.shape[1], -1).sum(axis=2)
+            im = ax.imshow(two, aspect="auto", cmap="viridis")
+            ax.set_yticks(range(two.shape[0]), labels[0], fontsize=7)
+            ax.set_xticks(range(two.shape[1]), labels[1], rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel(names[0])
+            ax.set_xlabel(names[1])
+            fig.colorbar(im, ax=ax, label="count")
+        ax.set_title(title)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plot_marginals(
+    path: Path, marginals: Sequence[tuple[str, Sequence[str], np.ndarray]], title: str
+) -> Path:
+    """One small bar chart per column (for synthetic data: computed on the synthetic rows)."""
+    plt = _pyplot()
+    n = max(1, len(marginals))
+    cols = min(3, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+    try:
+        for ax in axes.reshape(-1)[n:]:
+            ax.axis("off")
+        for ax, (name, labels, counts) in zip(axes.reshape(-1), marginals, strict=False):
+            ax.bar(range(len(counts)), counts, color="#3b6ea5")
+            ax.set_xticks(range(len(counts)), labels, rotation=60, ha="right", fontsize=6)
+            ax.set_title(name, fontsize=9)
+        fig.suptitle(title)
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def check_target(policy: Policy, name: str) -> str:
+    """The qualified name of an output table, refusing the policy's private tables."""
+    try:
+        q = qualify_name(name)
+    except ValueError as e:
+        raise InvalidParameter(str(e), hint="name the output table schema.name") from None
+    if policy.private_table(q) is not None:
+        raise PrivacyViolation(
+            f"{q} is a private table of the policy; a release can't be written over it",
+            hint="choose another --to-table name",
+        )
+    return q
+
+
+def write_pg_table(dsn: str, name: str, columns: Sequence[OutColumn], *, replace: bool) -> int:
+    """Create ``name`` (schema.table) and copy the rows in; returns the number of rows."""
+    schema, table = name.split(".", 1)
+    ident = pgsql.Identifier(schema, table)
+    defs = pgsql.SQL(", ").join(
+        pgsql.SQL("{} {}").format(pgsql.Identifier(c.name), pgsql.SQL(_PG_TYPES[c.family]))
+        for c in columns
+    )
+    rows = list(zip(*[_py(c.values) for c in columns], strict=True)) if columns else []
+    with psycopg.connect(dsn) as conn:
+        conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
+        if replace:
+            conn.execute(pgsql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+        try:
+            conn.execute(pgsql.SQL("CREATE TABLE {} ({})").format(ident, defs))
+        except psycopg.errors.DuplicateTable:
+            raise InvalidParameter(
+                f"table {name} already exists", hint="pass --replace, or choose another name"
+            ) from None
+        names = pgsql.SQL(", ").join(pgsql.Identifier(c.name) for c in columns)
+        with (
+            conn.cursor() as cur,
+            cur.copy(pgsql.SQL("COPY {} ({}) FROM STDIN").format(ident, names)) as cp,
+        ):
+            for r in rows:
+                cp.write_row(r)
+    return len(rows)
+
+
+def _py(values: Sequence[Any] | np.ndarray) -> list[Any]:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)

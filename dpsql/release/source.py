@@ -1,0 +1,113 @@
+"""Contribution-bounded cell counts, computed inside PostgreSQL (one row per non-empty cell).
+
+Two ways to bound what one privacy unit adds to the vector x of cell counts:
+
+* ``per_cell`` (histograms), as the engine's GROUP BY does: a unit counts at most R =
+  ``max_rows_per_unit`` rows in each cell and touches at most G = ``max_groups_per_unit`` cells
+  (chosen by a salted hash of unit and cell, so the choice does not depend on other units). A
+  unit then changes x by at most R in at most G cells: ||dx||_1 <= G R, ||dx||_2 <= sqrt(G) R.
+* ``per_unit`` (synthetic data): a unit keeps at most R rows in all (a random choice made by
+  PostgreSQL). Every marginal of x then moves by at most R in L1 and in L2.
+
+With ``privacy_unit: row`` no bounding is needed (R = G = 1). The SQL is composed with
+:mod:`psycopg.sql` (identifiers and literals quoted by psycopg), runs in a read-only transaction
+with a statement timeout, and an upstream error keeps only its SQLSTATE class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql as pgsql
+
+from dpsql.dp import rng
+from dpsql.errors import QueryCanceled, sanitized_upstream
+from dpsql.release.spec import Source
+
+
+@dataclass(frozen=True)
+class Bound:
+    """How contributions are bounded: ``mode`` is "per_cell" or "per_unit"."""
+
+    mode: str
+    rows: int  # R
+    cells: int  # G (per_cell only; 1 for per_unit)
+
+    @classmethod
+    def for_source(cls, src: Source, mode: str) -> Bound:
+        p = src.private
+        if p.row_privacy:
+            return cls(mode, 1, 1)
+        if mode == "per_cell":
+            return cls(mode, p.max_rows_per_unit, min(p.max_groups_per_unit, src.cells))
+        return cls(mode, p.max_rows_per_unit, 1)
+
+
+def _table(name: str) -> pgsql.Identifier:
+    schema, table = name.split(".", 1)
+    return pgsql.Identifier(schema, table)
+
+
+def counts_sql(src: Source, bound: Bound, salt: str) -> pgsql.Composed:
+    """The SQL returning (c0, ..., ck, n) per non-empty cell after bounding."""
+    k = len(src.axes)
+    cs = [pgsql.Identifier(f"_c{i}") for i in range(k)]
+    clist = pgsql.SQL(", ").join(cs)
+    idx = [
+        pgsql.SQL("{} AS {}").format(a.index_sql(), c) for a, c in zip(src.axes, cs, strict=True)
+    ]
+    p = src.private
+    unit = [] if p.row_privacy else [pgsql.SQL("{} AS _u").format(pgsql.Identifier(p.privacy_unit))]
+    rows = pgsql.SQL("SELECT {} FROM {}").format(
+        pgsql.SQL(", ").join(unit + idx), _table(src.table)
+    )
+    notnull = pgsql.SQL(" AND ").join(pgsql.SQL("{} IS NOT NULL").format(c) for c in cs)
+    if p.row_privacy:
+        return pgsql.SQL(
+            "WITH _r AS ({rows}) SELECT {c}, count(*)::bigint FROM _r WHERE {nn} GROUP BY {c}"
+        ).format(rows=rows, c=clist, nn=notnull)
+    if bound.mode == "per_unit":
+        return pgsql.SQL(
+            "WITH _r AS ({rows}), _b AS (SELECT {c}, ROW_NUMBER() OVER (PARTITION BY _u "
+            "ORDER BY random()) AS _rn FROM _r WHERE {nn}) "
+            "SELECT {c}, count(*)::bigint FROM _b WHERE _rn <= {r} GROUP BY {c}"
+        ).format(rows=rows, c=clist, nn=notnull, r=pgsql.Literal(bound.rows))
+    per_unit_cell = pgsql.SQL(
+        "SELECT _u, {c}, LEAST(count(*), {r}) AS _n FROM _r WHERE {nn} GROUP BY _u, {c}"
+    ).format(c=clist, r=pgsql.Literal(bound.rows), nn=notnull)
+    if bound.cells >= src.cells:  # every unit may touch every cell: no choice to make
+        return pgsql.SQL(
+            "WITH _r AS ({rows}), _uc AS ({uc}) SELECT {c}, sum(_n)::bigint FROM _uc GROUP BY {c}"
+        ).format(rows=rows, uc=per_unit_cell, c=clist)
+    digest = pgsql.SQL("md5(concat_ws('|', {}, _u::text, {}))").format(
+        pgsql.Literal(salt), pgsql.SQL(", ").join(pgsql.SQL("{}::text").format(c) for c in cs)
+    )
+    return pgsql.SQL(
+        "WITH _r AS ({rows}), _uc AS ({uc}), _b AS (SELECT {c}, _n, ROW_NUMBER() OVER "
+        "(PARTITION BY _u ORDER BY {digest}, {c}) AS _gr FROM _uc) "
+        "SELECT {c}, sum(_n)::bigint FROM _b WHERE _gr <= {g} GROUP BY {c}"
+    ).format(rows=rows, uc=per_unit_cell, c=clist, digest=digest, g=pgsql.Literal(bound.cells))
+
+
+def bounded_counts(dsn: str, src: Source, bound: Bound, *, timeout_ms: int = 600_000) -> np.ndarray:
+    """The dense array (shape ``src.shape``) of bounded cell counts. Private: never released raw."""
+    query = counts_sql(src, bound, rng.token_hex())
+    out = np.zeros(src.shape, dtype=np.int64)
+    try:
+        with psycopg.connect(dsn, autocommit=False) as conn:
+            conn.read_only = True
+            conn.execute(pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)))
+            conn.execute("SET application_name = 'dpsql-release'")
+            for row in conn.execute(query):
+                out[tuple(int(v) for v in row[:-1])] += int(row[-1])
+            conn.rollback()
+    except psycopg.errors.QueryCanceled as e:
+        raise QueryCanceled(
+            "the release's counting query timed out",
+            hint="release fewer columns or coarser bins, or raise statement_timeout_ms",
+        ) from e
+    except psycopg.Error as e:
+        raise sanitized_upstream(e.sqlstate) from None
+    return out
