@@ -91,17 +91,20 @@ def counts_sql(src: Source, bound: Bound, salt: str) -> pgsql.Composed:
     ).format(rows=rows, uc=per_unit_cell, c=clist, digest=digest, g=pgsql.Literal(bound.cells))
 
 
-def bounded_counts(dsn: str, src: Source, bound: Bound, *, timeout_ms: int = 600_000) -> np.ndarray:
-    """The dense array (shape ``src.shape``) of bounded cell counts. Private: never released raw."""
+def bounded_cells(
+    dsn: str, src: Source, bound: Bound, *, timeout_ms: int = 600_000
+) -> tuple[np.ndarray, np.ndarray]:
+    """The non-empty cells after bounding: an (n, k) int array of bin indices and their n counts.
+
+    Private: never released raw; only noisy functions of it are.
+    """
     query = counts_sql(src, bound, rng.token_hex())
-    out = np.zeros(src.shape, dtype=np.int64)
     try:
         with psycopg.connect(dsn, autocommit=False) as conn:
             conn.read_only = True
             conn.execute(pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)))
             conn.execute("SET application_name = 'dpsql-release'")
-            for row in conn.execute(query):
-                out[tuple(int(v) for v in row[:-1])] += int(row[-1])
+            rows = conn.execute(query).fetchall()
             conn.rollback()
     except psycopg.errors.QueryCanceled as e:
         raise QueryCanceled(
@@ -110,4 +113,20 @@ def bounded_counts(dsn: str, src: Source, bound: Bound, *, timeout_ms: int = 600
         ) from e
     except psycopg.Error as e:
         raise sanitized_upstream(e.sqlstate) from None
+    k = len(src.axes)
+    idx = np.array([r[:-1] for r in rows], dtype=np.int64).reshape(len(rows), k)
+    n = np.array([r[-1] for r in rows], dtype=np.int64)
+    return idx, n
+
+
+def dense(src: Source, idx: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The sparse cells as a dense array of shape ``src.shape``."""
+    out = np.zeros(src.shape, dtype=np.int64)
+    np.add.at(out, tuple(idx.T), n)
     return out
+
+
+def bounded_counts(dsn: str, src: Source, bound: Bound, *, timeout_ms: int = 600_000) -> np.ndarray:
+    """The dense array (shape ``src.shape``) of bounded cell counts. Private: never released raw."""
+    idx, n = bounded_cells(dsn, src, bound, timeout_ms=timeout_ms)
+    return dense(src, idx, n)

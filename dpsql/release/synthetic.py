@@ -1,0 +1,230 @@
+"""``dpsql release synthetic``: synthetic rows with the source's schema, from MST + Private-PGM.
+
+Each chosen column becomes a public axis (:mod:`dpsql.release.spec`: keys, or bins of the declared
+bounds); a synthetic value is the key, or the bin's middle (an integer for integer columns). The
+cost is rho-zCDP with rho = epsilon_to_rho(epsilon, delta), so (epsilon, delta)-DP; it is
+reserved on the ledger before the counting query and committed as soon as the noisy marginals
+exist, before anything is fitted or written. See :mod:`dpsql.release.mst` for the mechanism.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from dpsql.dp.accounting import epsilon_to_rho
+from dpsql.errors import InvalidParameter
+from dpsql.policy.model import Policy
+from dpsql.release.charge import Charge, Steps
+from dpsql.release.jobs import Written, resolve
+from dpsql.release.mst import (
+    MstPlan,
+    MstResult,
+    fit_model,
+    marginal,
+    plan_mst,
+    run_mst,
+    sample_rows,
+)
+from dpsql.release.outputs import (
+    OutColumn,
+    check_target,
+    plot_marginals,
+    write_json,
+    write_pg_table,
+    write_private_json,
+    write_table,
+)
+from dpsql.release.quality import QualityReport, quality_report
+from dpsql.release.source import Bound, bounded_cells
+from dpsql.release.spec import Source, check_epsilon
+
+MAX_ROWS = 50_000_000
+
+
+@dataclass(frozen=True)
+class SyntheticRelease:
+    written: Written
+    quality: QualityReport
+
+
+def _delta(policy: Policy, delta: float | None) -> float:
+    d = policy.defaults.delta if delta is None else delta
+    if d <= 0:
+        raise InvalidParameter(
+            "synthetic data is measured with Gaussian noise (zCDP) and needs a delta > 0",
+            hint="pass --delta 1e-6 (or set defaults.delta in the policy)",
+        )
+    return d
+
+
+def _check_paths(out_dir: Path, quality_path: Path | None) -> None:
+    if quality_path is None:
+        return
+    q, o = quality_path.resolve(), out_dir.resolve()
+    if q == o or o in q.parents:
+        raise InvalidParameter(
+            f"the quality report {quality_path} would be written inside the release directory",
+            hint="the report is computed on the real data and must not be published: write it "
+            "elsewhere, e.g. --quality-report ~/quality.json",
+        )
+
+
+def run_synthetic(
+    policy: Policy,
+    upstream: str,
+    *,
+    table: str,
+    columns: Sequence[str],
+    epsilon: float,
+    out_dir: Path,
+    delta: float | None = None,
+    bins: dict[str, Any] | None = None,
+    rows: int | None = None,
+    analyst: str = "analyst",
+    ledger: Any = None,
+    to_table: str | None = None,
+    replace: bool = False,
+    quality_path: Path | None = None,
+    iters: int = 1000,
+    console: Console | None = None,
+    progress: bool = True,
+) -> SyntheticRelease:
+    """The whole ``dpsql release synthetic`` job; returns what was written and the owner report."""
+    eps, delta_f = check_epsilon(epsilon, _delta(policy, delta))
+    if rows is not None and not 1 <= rows <= MAX_ROWS:
+        raise InvalidParameter(f"--rows must be in [1, {MAX_ROWS:,}]", hint="or omit it")
+    target = check_target(policy, to_table) if to_table else None
+    _check_paths(out_dir, quality_path)
+    src = resolve(policy, upstream, table, columns, bins)
+    bound = Bound.for_source(src, "per_unit")
+    plan = plan_mst([a.name for a in src.axes], src.shape, epsilon_to_rho(eps, delta_f), bound.rows)
+    steps = ["reserve", "count", "measure", "fit", "sample", "write"]
+    with Steps(steps, console, progress) as st:
+        with st.step("reserving the privacy budget"):
+            charge = Charge(ledger, analyst, plan.cost, _fingerprint(src), delta_f, "mst")
+        with st.step("counting bounded cells in PostgreSQL"):
+            idx, n = charge.before_noise(lambda: bounded_cells(upstream, src, bound))
+        with st.step("measuring marginals and selecting the tree"):
+            result = run_mst(plan, idx, n)
+            charge.commit()
+        with st.step("fitting the graphical model (Private-PGM)"):
+            model = fit_model(plan, result, iters=iters)
+        with st.step("sampling synthetic rows"):
+            synth = sample_rows(plan, model, rows)
+        quality = quality_report(
+            plan.names, plan.shape, idx, n, synth, [m.noisy for m in result.one_way]
+        )
+        del idx, n
+        with st.step("writing outputs"):
+            written = _write(
+                src, plan, result, synth, eps, delta_f, out_dir, upstream, target, replace, charge
+            )
+    if quality_path is not None:
+        write_private_json(quality_path, quality.as_json())
+    return SyntheticRelease(written, quality)
+
+
+def _fingerprint(src: Source) -> str:
+    axes = ";".join(f"{a.name}:{a.keys or a.edges}" for a in src.axes)
+    return f"release synthetic {src.table} [{axes}]"
+
+
+def synthetic_columns(src: Source, synth: np.ndarray) -> list[OutColumn]:
+    out = []
+    for j, a in enumerate(src.axes):
+        vals = a.values()
+        out.append(OutColumn(a.name, a.family, [vals[i] for i in synth[:, j]]))
+    return out
+
+
+def _meta(
+    src: Source,
+    plan: MstPlan,
+    result: MstResult,
+    rows: int,
+    eps: Fraction,
+    delta: Fraction,
+    release_id: int | None,
+) -> dict[str, Any]:
+    names = plan.names
+    return {
+        "kind": "dpsql synthetic",
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "table": src.table,
+        "rows": rows,
+        "axes": [a.describe() for a in src.axes],
+        "values": "categorical: the key; binned numeric: the bin's middle (integer columns: the "
+        "middle integer)",
+        "privacy": {
+            "epsilon": float(eps),
+            "delta": float(delta),
+            "rho": float(plan.cost.rho),
+            "mechanism": "MST: discrete Gaussian marginals + exponential-mechanism tree selection",
+            "privacy_unit": src.private.privacy_unit,
+            "contribution_bound": {"rows_per_unit": plan.rows_bound},
+            "ledger_release_id": release_id,
+        },
+        "selected_pairs": [[names[i], names[j]] for i, j in result.edges],
+        "measurements": [
+            {
+                "marginal": [names[c] for c in m.clique],
+                "noise_std": m.std,
+                "half_width_0.95": (
+                    plan.one_way if len(m.clique) == 1 else plan.two_way
+                ).half_width(0.95),
+            }  # type: ignore[union-attr]
+            for m in result.measurements
+        ],
+        "inference": f"Private-PGM (mbi {_version('mbi')}), MirrorDescent; rows sampled from the "
+        "fitted model (post-processing)",
+    }
+
+
+def _version(pkg: str) -> str:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _write(
+    src: Source,
+    plan: MstPlan,
+    result: MstResult,
+    synth: np.ndarray,
+    eps: Fraction,
+    delta: Fraction,
+    out_dir: Path,
+    upstream: str,
+    target: str | None,
+    replace: bool,
+    charge: Charge,
+) -> Written:
+    meta = _meta(src, plan, result, len(synth), eps, delta, charge.release_id)
+    cols = synthetic_columns(src, synth)
+    files = write_table(out_dir, "synthetic", cols)
+    ones = np.ones(len(synth), dtype=np.int64)
+    margs = [
+        (a.name, a.labels, marginal(synth, ones, plan.shape, (j,))) for j, a in enumerate(src.axes)
+    ]
+    files.append(
+        plot_marginals(
+            out_dir / "synthetic.png",
+            margs,
+            f"{src.table}: synthetic data (epsilon={float(eps):g})",
+        )
+    )
+    if target:
+        write_pg_table(upstream, target, cols, replace=replace)
+        meta["table_written"] = target
+    files.append(write_json(out_dir / "synthetic.json", meta))
+    return Written(tuple(files), target, len(synth), charge.release_id, meta)
