@@ -4,7 +4,8 @@ Two ways to bound what one privacy unit adds to the vector x of cell counts:
 
 * ``per_cell`` (histograms), as the engine's GROUP BY does: a unit counts at most R =
   ``max_rows_per_unit`` rows in each cell and touches at most G = ``max_groups_per_unit`` cells
-  (chosen by a salted hash of unit and cell, so the choice does not depend on other units). A
+  (chosen at random by PostgreSQL per unit: the choice depends on nothing but the unit's own
+  rows, which is all that bounding needs; it is not privacy noise). A
   unit then changes x by at most R in at most G cells: ||dx||_1 <= G R, ||dx||_2 <= sqrt(G) R.
 * ``per_unit`` (synthetic data): a unit keeps at most R rows in all (a random choice made by
   PostgreSQL). Every marginal of x then moves by at most R in L1 and in L2.
@@ -22,7 +23,6 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
-from dpsql.dp import rng
 from dpsql.errors import QueryCanceled, sanitized_upstream
 from dpsql.release.spec import Source
 
@@ -50,7 +50,7 @@ def _table(name: str) -> pgsql.Identifier:
     return pgsql.Identifier(schema, table)
 
 
-def counts_sql(src: Source, bound: Bound, salt: str) -> pgsql.Composed:
+def counts_sql(src: Source, bound: Bound) -> pgsql.Composed:
     """The SQL returning (c0, ..., ck, n) per non-empty cell after bounding."""
     k = len(src.axes)
     cs = [pgsql.Identifier(f"_c{i}") for i in range(k)]
@@ -81,14 +81,11 @@ def counts_sql(src: Source, bound: Bound, salt: str) -> pgsql.Composed:
         return pgsql.SQL(
             "WITH _r AS ({rows}), _uc AS ({uc}) SELECT {c}, sum(_n)::bigint FROM _uc GROUP BY {c}"
         ).format(rows=rows, uc=per_unit_cell, c=clist)
-    digest = pgsql.SQL("md5(concat_ws('|', {}, _u::text, {}))").format(
-        pgsql.Literal(salt), pgsql.SQL(", ").join(pgsql.SQL("{}::text").format(c) for c in cs)
-    )
     return pgsql.SQL(
         "WITH _r AS ({rows}), _uc AS ({uc}), _b AS (SELECT {c}, _n, ROW_NUMBER() OVER "
-        "(PARTITION BY _u ORDER BY {digest}, {c}) AS _gr FROM _uc) "
+        "(PARTITION BY _u ORDER BY random()) AS _gr FROM _uc) "
         "SELECT {c}, sum(_n)::bigint FROM _b WHERE _gr <= {g} GROUP BY {c}"
-    ).format(rows=rows, uc=per_unit_cell, c=clist, digest=digest, g=pgsql.Literal(bound.cells))
+    ).format(rows=rows, uc=per_unit_cell, c=clist, g=pgsql.Literal(bound.cells))
 
 
 def bounded_cells(
@@ -98,12 +95,14 @@ def bounded_cells(
 
     Private: never released raw; only noisy functions of it are.
     """
-    query = counts_sql(src, bound, rng.token_hex())
+    query = counts_sql(src, bound)
     try:
         with psycopg.connect(dsn, autocommit=False) as conn:
             conn.read_only = True
             conn.execute(pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)))
             conn.execute("SET application_name = 'dpsql-release'")
+            conn.execute("SET work_mem = '256MB'")  # in-memory hash aggregates over many units
+            conn.execute("SET jit = off")
             rows = conn.execute(query).fetchall()
             conn.rollback()
     except psycopg.errors.QueryCanceled as e:

@@ -226,8 +226,8 @@ def _axis(
         raise PrivacyViolation(
             f"column {table}.{name} has no declared keys or bounds, so its values can't be "
             "binned without looking at the data",
-            hint="declare keys: [...] (or keys_from) for it, or bounds: [lo, hi] for a numeric "
-            "column, in the policy",
+            hint="declare keys (or keys_from) for it in the policy, or, for a numeric column, "
+            "bounds (lo and hi)",
         )
     return Axis(name, col.family, edges=_edges(table, name, col, bins))
 

@@ -1,0 +1,173 @@
+"""``dpsql release histogram|synthetic``: subcommands registered into the main CLI.
+
+Both load the policy, open the ledger (the upstream database by default, or ``--ledger``), charge
+the release to ``--analyst`` and the dataset, then write CSV, Parquet, a JSON sidecar and a PNG to
+``--out`` and, with ``--to-table``, a PostgreSQL table that analysts may query freely.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def register(sub: Any) -> None:
+    """Add ``release`` with its ``histogram`` and ``synthetic`` subcommands."""
+    rel = sub.add_parser("release", help="publish a DP histogram or synthetic dataset")
+    rsub = rel.add_subparsers(dest="release_command", required=True)
+
+    h = rsub.add_parser("histogram", help="noisy counts per cell over keys or bins")
+    _common(h)
+    h.add_argument(
+        "--levels",
+        default="cells",
+        help="what to measure, comma-separated among total, marginals, cells (the cells always; "
+        "with several, the budget is split evenly and the levels are made consistent)",
+    )
+    h.set_defaults(func=cmd_histogram)
+
+    s = rsub.add_parser("synthetic", help="synthetic rows from private marginals (MST)")
+    _common(s)
+    s.add_argument("--rows", type=int, help="number of rows (default: the noisy total)")
+    s.add_argument(
+        "--quality-report",
+        type=Path,
+        help="write the owner-only quality report (computed on the REAL data; never publish it) "
+        "to this file, mode 0600",
+    )
+    s.add_argument("--iters", type=int, default=1000, help="Private-PGM iterations")
+    s.set_defaults(func=cmd_synthetic)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    env = os.environ
+    p.add_argument("--policy", required="DPSQL_POLICY" not in env, default=env.get("DPSQL_POLICY"))
+    p.add_argument(
+        "--upstream", required="DPSQL_UPSTREAM" not in env, default=env.get("DPSQL_UPSTREAM")
+    )
+    p.add_argument("--ledger", help="DSN of the budget ledger (default: the upstream)")
+    p.add_argument("--table", required=True, help="the private table (schema.table)")
+    p.add_argument("--columns", required=True, help="comma-separated columns to release")
+    p.add_argument(
+        "--bins",
+        action="append",
+        default=[],
+        metavar="COL=WIDTH|COL=E0,E1,..",
+        help="bins of a numeric column: a width over its declared bounds, or increasing edges "
+        "(default: 10 bins over the bounds); repeat for several columns",
+    )
+    p.add_argument("--epsilon", type=float, required=True)
+    p.add_argument("--delta", type=float, help="delta (histogram: > 0 selects Gaussian noise)")
+    p.add_argument("--out", type=Path, required=True, help="output directory")
+    p.add_argument("--to-table", help="also write the release to this PostgreSQL table")
+    p.add_argument("--replace", action="store_true", help="replace --to-table if it exists")
+    p.add_argument("--analyst", default=env.get("DPSQL_ANALYST", "analyst"))
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def _open(args: argparse.Namespace) -> tuple[Any, Any]:
+    from dpsql.budget.ledger import Ledger
+    from dpsql.policy import load_policy
+
+    policy = load_policy(args.policy)
+    return policy, Ledger.open(args.ledger or args.upstream, policy)
+
+
+def cmd_histogram(args: argparse.Namespace) -> int:
+    from dpsql.release.histogram import parse_levels
+    from dpsql.release.jobs import run_histogram
+    from dpsql.release.spec import parse_bins
+
+    bins = parse_bins(args.bins)
+    columns = args.columns.split(",")
+    policy, ledger = _open(args)
+    try:
+        w = run_histogram(
+            policy,
+            args.upstream,
+            table=args.table,
+            columns=columns,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            out_dir=args.out,
+            bins=bins,
+            levels=parse_levels(args.levels, len(columns)),
+            analyst=args.analyst,
+            ledger=ledger,
+            to_table=args.to_table,
+            replace=args.replace,
+            console=console,
+            progress=not args.no_progress,
+        )
+    finally:
+        ledger.close()
+    _print_written(w, f"{w.rows} cells")
+    return 0
+
+
+def cmd_synthetic(args: argparse.Namespace) -> int:
+    from dpsql.release.spec import parse_bins
+    from dpsql.release.synthetic import run_synthetic
+
+    bins = parse_bins(args.bins)
+    policy, ledger = _open(args)
+    try:
+        r = run_synthetic(
+            policy,
+            args.upstream,
+            table=args.table,
+            columns=args.columns.split(","),
+            epsilon=args.epsilon,
+            delta=args.delta,
+            out_dir=args.out,
+            bins=bins,
+            rows=args.rows,
+            analyst=args.analyst,
+            ledger=ledger,
+            to_table=args.to_table,
+            replace=args.replace,
+            quality_path=args.quality_report,
+            iters=args.iters,
+            console=console,
+            progress=not args.no_progress,
+        )
+    finally:
+        ledger.close()
+    _print_written(r.written, f"{r.written.rows:,} synthetic rows")
+    q = r.quality
+    t = Table(
+        title="Quality (OWNER ONLY: computed on the real data, not private; do not publish)",
+        title_justify="left",
+    )
+    for h in ("marginal", "TVD synthetic", "TVD independent baseline"):
+        t.add_column(h, justify="right")
+    for k, (a, b) in {**q.one_way, **q.two_way}.items():
+        t.add_row(k, f"{a:.4f}", f"{b:.4f}")
+    s = q.summary()
+    t.add_row(
+        "mean 1-way", f"{s['mean_1way_tvd_synthetic']:.4f}", f"{s['mean_1way_tvd_baseline']:.4f}"
+    )
+    t.add_row(
+        "mean 2-way", f"{s['mean_2way_tvd_synthetic']:.4f}", f"{s['mean_2way_tvd_baseline']:.4f}"
+    )
+    console.print(t)
+    return 0
+
+
+def _print_written(w: Any, what: str) -> None:
+    p = w.meta["privacy"]
+    console.print(
+        f"[green]released[/green] {what}: epsilon={p['epsilon']:g}, delta={p['delta']:g}, "
+        f"{p['mechanism']}; ledger release #{w.release_id}"
+    )
+    for f in w.files:
+        console.print(f"  {f}")
+    if w.table:
+        console.print(f"  table {w.table} (declare it in public_tables to serve it through dpsql)")
