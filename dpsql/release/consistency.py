@@ -98,7 +98,8 @@ def simplex_projection(v: np.ndarray, total: float) -> np.ndarray:
     u = np.sort(flat)[::-1]
     css = np.cumsum(u) - total
     ks = np.arange(1, flat.size + 1)
-    rho = int(np.flatnonzero(u - css / ks > 0)[-1])
+    hits = np.flatnonzero(u - css / ks > 0)
+    rho = int(hits[-1]) if hits.size else 0  # empty only through float underflow of a tiny total
     theta = css[rho] / (rho + 1)
     return np.maximum(flat - theta, 0.0).reshape(np.shape(v))
 

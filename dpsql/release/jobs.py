@@ -196,7 +196,7 @@ def _write_histogram(
         )
     )
     if target:
-        write_pg_table(upstream, target, cols, replace=replace)
+        write_pg_table(upstream, target, cols, files[0], replace=replace)
         meta["table_written"] = target
     files.append(write_json(out_dir / "histogram.json", meta))
     return Written(tuple(files), target, int(hist.counts.size), charge.release_id, meta)

@@ -172,15 +172,17 @@ def check_target(policy: Policy, name: str) -> str:
     return q
 
 
-def write_pg_table(dsn: str, name: str, columns: Sequence[OutColumn], *, replace: bool) -> int:
-    """Create ``name`` (schema.table) and copy the rows in; returns the number of rows."""
+def write_pg_table(
+    dsn: str, name: str, columns: Sequence[OutColumn], csv: Path, *, replace: bool
+) -> None:
+    """Create ``name`` (schema.table) and COPY the released CSV (written by :func:`write_table`)."""
     schema, table = name.split(".", 1)
     ident = pgsql.Identifier(schema, table)
     defs = pgsql.SQL(", ").join(
         pgsql.SQL("{} {}").format(pgsql.Identifier(c.name), pgsql.SQL(_PG_TYPES[c.family]))
         for c in columns
     )
-    rows = list(zip(*[_py(c.values) for c in columns], strict=True)) if columns else []
+    names = pgsql.SQL(", ").join(pgsql.Identifier(c.name) for c in columns)
     with psycopg.connect(dsn) as conn:
         conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
         if replace:
@@ -191,15 +193,7 @@ def write_pg_table(dsn: str, name: str, columns: Sequence[OutColumn], *, replace
             raise InvalidParameter(
                 f"table {name} already exists", hint="pass --replace, or choose another name"
             ) from None
-        names = pgsql.SQL(", ").join(pgsql.Identifier(c.name) for c in columns)
-        with (
-            conn.cursor() as cur,
-            cur.copy(pgsql.SQL("COPY {} ({}) FROM STDIN").format(ident, names)) as cp,
-        ):
-            for r in rows:
-                cp.write_row(r)
-    return len(rows)
-
-
-def _py(values: Sequence[Any] | np.ndarray) -> list[Any]:
-    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+        copy = pgsql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER true)")
+        with conn.cursor() as cur, cur.copy(copy.format(ident, names)) as cp, csv.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                cp.write(chunk)

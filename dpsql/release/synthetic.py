@@ -141,8 +141,9 @@ def _fingerprint(src: Source) -> str:
 def synthetic_columns(src: Source, synth: np.ndarray) -> list[OutColumn]:
     out = []
     for j, a in enumerate(src.axes):
-        vals = a.values()
-        out.append(OutColumn(a.name, a.family, [vals[i] for i in synth[:, j]]))
+        vals = np.empty(a.size, dtype=object)
+        vals[:] = a.values()
+        out.append(OutColumn(a.name, a.family, vals[synth[:, j]].tolist()))
     return out
 
 
@@ -224,7 +225,7 @@ def _write(
         )
     )
     if target:
-        write_pg_table(upstream, target, cols, replace=replace)
+        write_pg_table(upstream, target, cols, files[0], replace=replace)
         meta["table_written"] = target
     files.append(write_json(out_dir / "synthetic.json", meta))
     return Written(tuple(files), target, len(synth), charge.release_id, meta)
