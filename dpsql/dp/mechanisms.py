@@ -123,7 +123,7 @@ def gaussian_tail_bound(sigma2: Fraction, m: int) -> float:
     sum_k f(k) = sigma sqrt(2 pi) sum_n exp(-2 pi² sigma² n²) >= sigma sqrt(2 pi).
     Hence P(|Z| > m) <= 2 Q(m / sigma).
     """
-    return 2 * (1 - NormalDist().cdf(m / math.sqrt(float(sigma2))))
+    return math.erfc(m / math.sqrt(2 * float(sigma2)))  # 2 Q(x) = erfc(x / sqrt 2)
 
 
 def gaussian_half_steps(sigma2: Fraction, alpha: float) -> int:
