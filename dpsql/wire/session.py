@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from dpsql.wire.extended import Extended
 
 log = logging.getLogger("dpsql.wire.session")
+WATCH_AFTER_S = 0.05
 
 
 class EngineLike(Protocol):
@@ -121,6 +122,34 @@ class Session:
     async def ready(self) -> None:
         self.send(m.ReadyForQuery(self.state.status))
         await self.ch.flush()
+
+    async def _run_engine(self, stmt: Statement, params: Sequence[Any]) -> Result:
+        """engine.execute in a worker thread, cancellable; a statement still running after
+        ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
+        self._cancel = _new_cancel_token()
+        self.busy = True
+        self.idle.clear()
+        watch: list[asyncio.Task[None]] = []
+
+        def start_watch() -> None:
+            task = asyncio.ensure_future(self.ch.watch_eof())
+            task.add_done_callback(self._client_gone)
+            watch.append(task)
+
+        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watch)
+        try:
+            res: Result = await self.call(
+                self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
+            )
+            return res
+        finally:
+            timer.cancel()
+            if watch:
+                watch[0].cancel()
+                await asyncio.wait(watch)  # its read must end before the next one starts
+            self._cancel = None
+            self.busy = False
+            self.idle.set()
 
     def _client_gone(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and self.ch.eof:
@@ -230,20 +259,7 @@ class Session:
             if stmt.kind == "empty":
                 res = Result((), [], "")
                 return res
-            self._cancel = _new_cancel_token()
-            self.busy = True
-            self.idle.clear()
-            watch = asyncio.create_task(self.ch.watch_eof())
-            watch.add_done_callback(self._client_gone)
-            try:
-                res = await self.call(self.engine.execute, stmt.prepared, self.ctx, tuple(params),
-                                      cancel=self._cancel)  # fmt: skip
-            finally:
-                watch.cancel()
-                await asyncio.wait([watch])  # its read must end before the next one starts
-                self._cancel = None
-                self.busy = False
-                self.idle.set()
+            res = await self._run_engine(stmt, params)
             return res
         except BaseException as e:
             outcome = getattr(e, "sqlstate", None) or (
