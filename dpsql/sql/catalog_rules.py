@@ -166,7 +166,8 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_user": "t.usename = current_user",
     "pg_settings": "NOT (t.name LIKE '%file%' OR t.name LIKE '%directory%' "
     "OR t.name LIKE '%command%' OR t.name LIKE '%path%' AND t.name <> 'search_path' "
-    "OR t.name LIKE 'dpsql.%' OR t.name LIKE 'ssl%')",
+    "OR t.name LIKE 'dpsql.%' OR t.name LIKE 'ssl%' OR t.name LIKE '%conninfo%' "
+    "OR t.name LIKE '%password%' OR t.name LIKE '%passphrase%' OR t.name LIKE '%secret%')",
     "pg_tables": "dpsql_named_rel(t.schemaname, t.tablename)",
     "pg_views": "dpsql_named_rel(t.schemaname, t.viewname)",
     "pg_matviews": "dpsql_named_rel(t.schemaname, t.matviewname)",
@@ -385,7 +386,9 @@ BLANKED_FUNCTIONS: dict[str, str] = {
 BLANKED_PREFIXES = ("pg_stat_get_",)
 
 # Settings readable with current_setting(): anything but paths, commands and dpsql's own.
-DENIED_SETTING_WORDS = ("file", "directory", "command", "dpsql.", "ssl", "password", "key")
+DENIED_SETTING_WORDS = (
+    "file", "directory", "command", "dpsql.", "ssl", "password", "passphrase", "conninfo", "secret",
+)  # fmt: skip
 
 # set_config() is emulated (returns the new value, changes nothing) for these settings only:
 # asyncpg turns JIT off around its type introspection.

@@ -124,6 +124,17 @@ def test_statistics_are_blank(conn: psycopg.Connection[Any]) -> None:
     ) == [(None, None)]
 
 
+def test_settings_hide_paths_and_secrets(conn: psycopg.Connection[Any]) -> None:
+    names = {r[0] for r in run(conn, "SELECT name FROM pg_settings")}
+    assert "TimeZone" in names and "search_path" in names and "max_index_keys" in names
+    for hidden in ("data_directory", "config_file", "hba_file", "primary_conninfo", "ssl_key_file"):
+        assert hidden not in names
+    bound = "SELECT current_setting($1::VARCHAR)"
+    assert run(conn, bound, ("data_directory",)) == [(None,)]
+    assert run(conn, bound, ("TimeZone",)) != [(None,)]
+    assert run(conn, "SELECT current_setting('max_index_keys')") == [("32",)]
+
+
 def _oid(conn: psycopg.Connection[Any], sql: str) -> str:
     row = conn.execute(sql).fetchone()
     assert row is not None

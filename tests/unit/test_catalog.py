@@ -260,6 +260,8 @@ ATTACKS = [
     "SELECT random()",
     "SELECT current_setting('data_directory')",
     "SELECT current_setting('dpsql.secret')",
+    "SELECT current_setting('primary_conninfo')",
+    "SELECT current_setting('krb_server_keyfile')",
     "SELECT current_setting(relname) FROM pg_class",
     "SELECT obj_description(16400, relname) FROM pg_class",
     "SELECT 1::dpsql.evil_type",
