@@ -216,7 +216,7 @@ class Extended:
         _check_formats(portal.formats, len(columns))
         start = portal.pos
         end = len(rows) if msg.max_rows == 0 else min(len(rows), start + msg.max_rows)
-        self.s.send_rows(columns, rows[start:end], portal.formats)
+        await self.s.send_rows(columns, rows[start:end], portal.formats)
         portal.pos = end
         if end < len(rows):
             self.s.send(m.PortalSuspended())

@@ -302,12 +302,16 @@ class Session:
         )
         self.send(m.RowDescription(fields))
 
-    def send_rows(
+    async def send_rows(
         self, columns: Sequence[ResultColumn], rows: Sequence[Any], formats: Sequence[int]
     ) -> None:
+        """DataRows, flushed as the buffer fills (a slow client only slows its own session)."""
         encs = row_encoders(columns, formats)
+        ch = self.ch
         for row in rows:
-            self.ch.send(m.DataRow(encode_row(row, encs)).encode())
+            ch.send(m.DataRow(encode_row(row, encs)).encode())
+            if ch.should_flush:
+                await ch.flush()
 
     async def run_statement(
         self,
@@ -329,7 +333,7 @@ class Session:
         if columns and describe:
             self.row_description(columns, formats)
         if columns:
-            self.send_rows(columns, rows, formats)
+            await self.send_rows(columns, rows, formats)
         self.send(m.CommandComplete(tag))
 
 

@@ -234,3 +234,18 @@ def test_many_sessions_survive_a_flood_of_bad_ones(server: ServerThread) -> None
         g.send(m.Query("SELECT gen 2"))
         assert errors(g.until_ready()) == []
         g.close()
+
+
+def test_newer_minor_version_and_protocol_options_are_negotiated(server: ServerThread) -> None:
+    c = RawClient(server.port)
+    c.send(m.StartupMessage(protocol=(3 << 16) | 2, parameters={"user": "ana", "_pq_.x": "1"}))
+    assert c.recv() == m.NegotiateProtocolVersion(0, ("_pq_.x",))
+    assert isinstance(c.recv(), m.AuthenticationSASL)
+    c.close()
+
+
+def test_large_result_is_streamed(client: RawClient) -> None:
+    client.send(m.Query("SELECT gen 100000"))
+    msgs = client.until_ready()
+    assert sum(isinstance(x, m.DataRow) for x in msgs) == 100_000
+    assert m.CommandComplete("SELECT 100000") in msgs
