@@ -155,9 +155,16 @@ class Engine:
                 return self.backend.run(q.sql("postgres"), private=False).columns
             # With parameters, checks that need their values run at Execute; PostgreSQL
             # describes the statement without running it.
+            # Parameter types are left to PostgreSQL's inference (0 = unspecified): the types the
+            # wire reports for untyped parameters are guesses (text) that would mistype ANY($1).
             assert prepared.tree is not None
-            oids = list(param_types) + [0] * (prepared.param_count - len(param_types))
-            return describe_statement(self.backend, prepared.tree.sql("postgres"), oids)
+            tree = prepared.tree
+            if prepared.kind == "catalog":
+                from dpsql.sql import catalog
+
+                tree = catalog.check_catalog_query(tree, self.policy, session.analyst)
+            oids = [0] * prepared.param_count
+            return describe_statement(self.backend, tree.sql("postgres"), oids)
         return ()
 
     def execute(

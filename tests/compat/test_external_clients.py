@@ -99,11 +99,6 @@ def test_node_pg(dpsql_server: Server) -> None:
     assert not raw["ok"] and raw["sqlstate"] == REFUSED_SQLSTATE
 
 
-@pytest.mark.xfail(
-    reason="main since 72ab9c4: Describe passes TEXT for an untyped $1, so ANY($1) fails (42809); "
-    "see /work/notes/CATALOG_API.md",
-    strict=False,
-)
 def test_node_pg_array_parameter(dpsql_server: Server) -> None:
     require("node")
     require(str(HERE / "node" / "node_modules" / "pg"))
