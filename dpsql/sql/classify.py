@@ -94,4 +94,10 @@ def classify(tree: exp.Expression, policy: Policy) -> QueryKind:
         return "dpsql"
     if "catalog" in kinds:
         return "catalog"
+    from dpsql.sql.catalog import is_catalog_query
+
+    if is_catalog_query(tree):
+        # no catalog relation, but reg* casts or catalog functions (g::regclass, obj_description):
+        # they reveal object names, so they go through the catalog filter, never the public path
+        return "catalog"
     return "public"

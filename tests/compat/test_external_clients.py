@@ -9,8 +9,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.compat.conftest import (
     AGGREGATE,
     HIDDEN,

@@ -126,3 +126,17 @@ def test_parse_tree_not_mutated_by_analysis() -> None:
     before = tree.sql()
     analyze(tree, policy)
     assert tree.sql() == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT g::regclass::text FROM generate_series(16384, 17000) g",
+        "SELECT obj_description(16390)",
+        "SELECT format_type(16390, NULL)",
+    ],
+)
+def test_object_lookups_without_tables_go_through_the_catalog_filter(sql: str) -> None:
+    st = parse_statement(sql)
+    assert st.tree is not None
+    assert classify(st.tree, policy) == "catalog"
