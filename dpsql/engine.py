@@ -165,7 +165,19 @@ class Engine:
                 tree = catalog.check_catalog_query(tree, self.policy, session.analyst)
             oids = [0] * prepared.param_count
             return describe_statement(self.backend, tree.sql("postgres"), oids)
+        if prepared.kind == "dpsql":
+            from dpsql.budget import route
+
+            return route.describe(prepared.tree or "")
         return ()
+
+    def _require_ledger(self) -> Any:
+        if self.ledger is None:
+            raise UnsupportedSql(
+                "this dpsql runs without a budget ledger",
+                hint="start dpsql with a ledger (--ledger DSN, or the upstream database)",
+            )
+        return self.ledger
 
     def execute(
         self,
@@ -188,6 +200,10 @@ class Engine:
             return _result(rows)
         if prepared.kind == "empty":
             return Result((), [], "")
+        if prepared.kind == "dpsql":  # dpsql.budget / dpsql.history: the analyst's own ledger rows
+            from dpsql.budget import route
+
+            return route.answer(self._require_ledger(), session.analyst, prepared.tree or "")
         raise UnsupportedSql(
             f"{prepared.first_word} is handled by the dpsql session, not the engine",
             hint="connect through `dpsql serve`",
