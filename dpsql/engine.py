@@ -119,6 +119,10 @@ class Engine:
     def _prepare(self, text: str) -> Prepared:
         st = parse_statement(text)
         if st.kind != "query" or st.tree is None:
+            from dpsql.budget.route import is_show_budget
+
+            if is_show_budget(text):  # the analyst's budget, from the ledger
+                return Prepared(text, "dpsql", st, None, None, 0, "", fingerprint(None, text))
             kind: Kind = st.kind if st.kind in ("session", "empty", "explain") else "session"  # type: ignore[assignment]
             return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
         tree = st.tree
@@ -168,7 +172,7 @@ class Engine:
         if prepared.kind == "dpsql":
             from dpsql.budget import route
 
-            return route.describe(prepared.tree or "")
+            return route.describe(prepared.tree or prepared.text)
         return ()
 
     def _require_ledger(self) -> Any:
@@ -203,7 +207,9 @@ class Engine:
         if prepared.kind == "dpsql":  # dpsql.budget / dpsql.history: the analyst's own ledger rows
             from dpsql.budget import route
 
-            return route.answer(self._require_ledger(), session.analyst, prepared.tree or "")
+            return route.answer(
+                self._require_ledger(), session.analyst, prepared.tree or prepared.text
+            )
         raise UnsupportedSql(
             f"{prepared.first_word} is handled by the dpsql session, not the engine",
             hint="connect through `dpsql serve`",

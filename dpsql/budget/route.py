@@ -42,6 +42,11 @@ _SHAPE_HINT = (
 )
 
 
+def is_show_budget(text: str) -> bool:
+    """Whether ``text`` is ``SHOW dpsql.budget`` (answered from the ledger, not a setting)."""
+    return _SHOW.match(text) is not None
+
+
 def _parse(statement: exp.Expression | str) -> exp.Expression | None:
     """The SELECT tree, or None for ``SHOW dpsql.budget``."""
     if isinstance(statement, str):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
+from dpsql.budget.route import is_show_budget
 from dpsql.errors import DpsqlError, InternalError, UnsupportedSql, sanitized_upstream
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -233,7 +234,7 @@ class Session:
     async def prepare(self, text: str) -> Statement:
         """Parse ``text`` once: a session statement, or the engine's ``Prepared``."""
         st = parse_session_statement(text)
-        if st is not None:
+        if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
             return Statement(text, st, None, fingerprint(text))
         self.state.check_not_failed()
         prepared = await self.call(self.engine.prepare, text)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from tests.integration.ledger_support import release_sums
 
@@ -119,3 +120,20 @@ def test_kill_9_serve_every_received_answer_is_accounted(
             row = conn.execute(_query(k)).fetchone()
             assert row is not None and row[0] == value, k  # the stored answer, identical
     assert _spent(ledger) == spent  # ... and free
+
+
+def test_show_and_select_budget_through_psql_protocol(
+    demo_dsn: str, make_db: Callable[[str], str]
+) -> None:
+    ledger = make_db("serve_ledger")
+    with serve(demo_dsn, ledger) as (_, dsn), psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.5")
+        conn.execute(_query(1)).fetchone()
+        (text,) = conn.execute("SHOW dpsql.budget").fetchone()  # type: ignore[misc]
+        assert text.startswith("analyst analyst: epsilon 99.5 of 100")
+        cur = conn.execute("SELECT name, epsilon_spent FROM dpsql.budget ORDER BY name")
+        assert cur.fetchall() == [("analyst", Fraction(1, 2)), ("demo", Fraction(1, 2))]
+        [(cached, eps)] = conn.execute("SELECT cached, epsilon FROM dpsql.history").fetchall()
+        assert cached is False and eps == Fraction(1, 2)
+        with pytest.raises(psycopg.errors.UndefinedTable):
+            conn.execute("SELECT * FROM dpsql.answer")
