@@ -66,3 +66,24 @@ def test_refused_query_costs_nothing(charged: Engine) -> None:
         with pytest.raises(DpsqlError):
             q(charged, "SELECT amount FROM purchases")
     assert q(charged, "SELECT COUNT(*) FROM purchases", eps="3").rows
+
+
+def test_analysts_see_their_budget_and_history(charged: Engine) -> None:
+    q(charged, "SELECT COUNT(*) FROM purchases")
+    s = SessionContext(analyst="alice")
+    r = charged.execute(charged.prepare("SELECT * FROM dpsql.budget"), s)
+    by = {row[0]: row for row in r.rows}
+    names = [c.name for c in r.columns]
+    assert float(by["analyst"][names.index("epsilon_spent")]) == 1
+    assert float(by["analyst"][names.index("epsilon_remaining")]) == 2
+    r = charged.execute(
+        charged.prepare("SELECT fingerprint, epsilon FROM dpsql.history WHERE NOT cached"), s
+    )
+    assert len(r.rows) == 1 and float(r.rows[0][1]) == 1
+    r = charged.execute(
+        charged.prepare("SELECT * FROM dpsql.history"), SessionContext(analyst="bob")
+    )
+    assert r.rows == []  # bob never sees alice's releases
+    assert "epsilon 2 of 3" in charged.show_budget("alice")
+    with pytest.raises(DpsqlError):
+        charged.execute(charged.prepare("SELECT * FROM dpsql.release"), s)
