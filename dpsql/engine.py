@@ -202,12 +202,6 @@ class Engine:
             tree = self._runnable(prepared, params, session)
             rows = self.backend.run(tree.sql("postgres"), private=False, cancel=cancel)
             return _result(rows)
-        if prepared.kind == "dpsql":
-            from dpsql.execute.ledger_views import run_view_query
-
-            assert prepared.tree is not None
-            tree = bind(prepared.tree, params) if params else prepared.tree
-            return run_view_query(self, tree, session)
         if prepared.kind == "empty":
             return Result((), [], "")
         if prepared.kind == "dpsql":  # dpsql.budget / dpsql.history: the analyst's own ledger rows
@@ -220,14 +214,6 @@ class Engine:
             f"{prepared.first_word} is handled by the dpsql session, not the engine",
             hint="connect through `dpsql serve`",
         )
-
-    def show_budget(self, analyst: str) -> str:
-        """The value of ``SHOW dpsql.budget`` for an analyst."""
-        from dpsql.budget import views
-
-        if self.ledger is None:
-            return "no budget ledger"
-        return views.show_budget(self.ledger, analyst)
 
     def _runnable(
         self, prepared: Prepared, params: Sequence[Any], session: SessionContext

@@ -253,11 +253,6 @@ class Session:
         res: Result | Outcome | None = None
         try:
             if stmt.session is not None:
-                st = stmt.session
-                if st.kind == "show" and (st.name or "").lower() == "dpsql.budget":
-                    value = await self.call(self.engine.show_budget, self.ctx.analyst)
-                    res = Result((ResultColumn("dpsql.budget", 25),), [(value,)], "SHOW")
-                    return res
                 res = self.state.apply(stmt.session)
                 self.apply_effects(res)
                 return res
