@@ -189,6 +189,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         rc = _run_queries(engine, queries, _session(args))
         serve = _server_entry()
         if args.serve and serve is not None:
+            host, _, port = args.listen.rpartition(":")
+            console.print(
+                f"[bold green]dpsql is serving on {args.listen}[/bold green]; connect with\n"
+                f"  PGPASSWORD=analyst psql -h {host} -p {port} -U analyst -d demo\n"
+                "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
+                "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)"
+            )
             return serve(engine, policy, args.listen)
         return rc if args.sql else 0
     finally:
