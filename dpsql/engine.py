@@ -36,6 +36,7 @@ from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
 from dpsql.sql.rewrite import private_query
+from dpsql.sql.rewrite.bound_contributions import source_select
 from dpsql.sql.rewrite.make_total import make_total
 
 Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
@@ -291,8 +292,10 @@ class Engine:
         cached = self._key_types.get(prepared.text)
         if cached is not None:
             return cached
-        cols = [exp.alias_(make_total(g.expr), f"g{i}") for i, g in enumerate(a.group_keys)]
-        q = exp.select(*cols).from_(exp.to_table(a.table).as_(a.alias, quoted=True)).limit(0)
+        cols = [
+            exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)
+        ]
+        q = source_select(a, *cols).limit(0)
         rows = self.backend.run(q.sql("postgres"), private=True)
         types = tuple(type_name(c.type_oid) for c in rows.columns)
         self._key_types[prepared.text] = types

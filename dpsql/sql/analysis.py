@@ -12,7 +12,7 @@ from typing import Literal
 
 from sqlglot import exp
 
-from dpsql.policy.model import PrivateTable
+from dpsql.policy.model import Column, PrivateTable
 
 MeasureKind = Literal[
     "count_rows",  # COUNT(*)
@@ -100,6 +100,19 @@ class Analysis:
     statistics: tuple[Statistic, ...]
     outer: exp.Select  # post-processing query over _dp(_dp_g0.., _dp_s0..)
     grouped: bool
+    # Joined tables (dpsql.sql.sources): (alias, schema.table, policy or None when public), and
+    # the checked JOIN clauses (ON qualified by alias). Empty for a single-table query.
+    sources: tuple[tuple[str, str, PrivateTable | None], ...] = ()
+    joins: tuple[exp.Join, ...] = ()
+
+    def column(self, node: exp.Column) -> Column | None:
+        """The policy column behind a qualified reference (None for public tables' columns)."""
+        if node.table and node.table != self.alias:
+            for alias, _, private in self.sources:
+                if alias == node.table:
+                    return private.columns.get(node.name) if private is not None else None
+            return None
+        return self.private.columns.get(node.name)
 
     @property
     def needs_selection(self) -> bool:
@@ -107,12 +120,18 @@ class Analysis:
         return any(not g.declared for g in self.group_keys)
 
     @property
+    def _privates(self) -> list[PrivateTable]:
+        return [p for _, _, p in self.sources if p is not None] or [self.private]
+
+    @property
     def max_groups(self) -> int:
-        return self.private.max_groups_per_unit if self.grouped else 1
+        """G: groups one unit may touch (the smallest bound of the joined private tables)."""
+        return min(p.max_groups_per_unit for p in self._privates) if self.grouped else 1
 
     @property
     def max_rows(self) -> int:
-        return self.private.max_rows_per_unit
+        """R: rows one unit keeps per group (the smallest bound of the joined private tables)."""
+        return min(p.max_rows_per_unit for p in self._privates)
 
     def measure(self, key: str) -> Measure:
         for m in self.measures:

@@ -10,15 +10,17 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolation, UndefinedColumn, UnsupportedSql
-from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
+from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Measure, Statistic
 from dpsql.sql.sensitivity import Interval, value_range
+from dpsql.sql.sources import Ctx, table_name
 from dpsql.sql.totality import check_cast, check_total
 
+__all__ = ["Ctx", "analyze", "check_row_level", "statistic_for", "table_name"]
+
 _CLAUSES_REFUSED = {
-    "joins": "JOIN",
     "laterals": "LATERAL",
     "locks": "FOR UPDATE/SHARE",
     "into": "SELECT INTO",
@@ -28,39 +30,7 @@ _CLAUSES_REFUSED = {
 }
 
 
-def table_name(t: exp.Table) -> str:
-    db = t.db or "public"
-    return qualify_name(f"{db}.{t.name}")
-
-
-class _Ctx:
-    def __init__(self, table: str, alias: str, private: PrivateTable) -> None:
-        self.table = table
-        self.alias = alias
-        self.private = private
-        self.cols = private.columns
-
-    def column(self, node: exp.Column) -> Column:
-        if node.table and node.table not in (self.alias, self.table.split(".")[1]):
-            raise UndefinedColumn(f'missing FROM-clause entry for table "{node.table}"')
-        col = self.cols.get(node.name)
-        if col is None:
-            raise UndefinedColumn(
-                f'column "{node.name}" does not exist in {self.table}',
-                hint=f"columns: {', '.join(sorted(self.cols))}",
-            )
-        return col
-
-    def qualify(self, node: exp.Expression) -> exp.Expression:
-        """Copy of a row-level expression with every column checked and qualified by alias."""
-
-        def fix(n: exp.Expression) -> exp.Expression:
-            if isinstance(n, exp.Column):
-                self.column(n)
-                return exp.column(n.name, table=self.alias, quoted=True)
-            return n
-
-        return node.copy().transform(fix, copy=False)
+_Ctx = Ctx  # the column resolver of dpsql.sql.sources (one or more joined tables)
 
 
 def _refuse_identifiers(ctx: _Ctx, node: exp.Expression, where: str) -> None:
@@ -115,10 +85,10 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:
                 f"column {ctx.table}.{c.name} is an identifier and can't be aggregated with {agg}",
                 hint="identifiers may only be counted, e.g. COUNT(DISTINCT ...)",
             )
-    r = value_range(arg, ctx.cols)
+    r = value_range(arg, ctx.column)
     if r is None:
         for c in arg.find_all(exp.Column):
-            if ctx.column(c).bounds is None and value_range(c, ctx.cols) is None:
+            if ctx.column(c).bounds is None and value_range(c, ctx.column) is None:
                 in_condition = any(
                     isinstance(p, (exp.Predicate, exp.Is, exp.In, exp.Between))
                     for p in _parents(c, arg)
@@ -239,6 +209,9 @@ def _refuse_aggregate(node: exp.Expression) -> None:
 
 def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
+    from dpsql.sql.flatten import flatten
+
+    tree = flatten(tree)
     if not isinstance(tree, exp.Select):
         raise UnsupportedSql(
             f"{type(tree).__name__.upper()} over private tables is not supported",

@@ -14,13 +14,14 @@ from dpsql.sql.analyze import (
     _refuse_identifiers,
     check_row_level,
     statistic_for,
-    table_name,
 )
+from dpsql.sql.sources import Ctx, check_join, source_of
 
 DP_TABLE = "_dp"
 
 
-def _from_table(tree: exp.Select, policy: Policy) -> tuple[str, str]:
+def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
+    """The query's tables (see dpsql.sql.sources) and its checked, qualified JOIN clauses."""
     for key, what in _CLAUSES_REFUSED.items():
         if tree.args.get(key):
             raise UnsupportedSql(
@@ -38,16 +39,21 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[str, str]:
             "a private query needs a FROM clause",
             hint="aggregate the private table in FROM, e.g. SELECT COUNT(*) FROM t",
         )
-    t = src.this
-    if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
-        raise UnsupportedSql(
-            "only a plain table is supported in FROM of a private query yet",
-            hint="query the private table directly: SELECT COUNT(*) FROM t WHERE ...",
-        )
-    name = table_name(t)
-    if policy.private_table(name) is None:
-        raise UndefinedTable(f'relation "{t.name}" does not exist')
-    return name, t.alias_or_name
+    joins = tree.args.get("joins") or []
+    sources = [source_of(src.this, policy)] + [source_of(j.this, policy) for j in joins]
+    if not any(s.private for s in sources):
+        raise UndefinedTable("a private query must read a private table")
+    ctx = Ctx(sources)
+    checked = []
+    for j, s in zip(joins, sources[1:], strict=True):
+        left_private = any(x.private for x in sources[: sources.index(s)])
+        if (j.args.get("side") or "").upper() == "LEFT" and s.private and not left_private:
+            raise UnsupportedSql(
+                "a private table can't be LEFT JOINed to public tables",
+                hint="put the private table first, or use an INNER JOIN",
+            )
+        checked.append(check_join(ctx, j, s, check_row_level))
+    return ctx, checked
 
 
 def _output_name(node: exp.Expression) -> str:
@@ -101,6 +107,9 @@ def _group_keys(tree: exp.Select, ctx: _Ctx) -> list[GroupKey]:
             if col.keys is not None:
                 declared = tuple(_key_text(k) for k in col.keys)
             keys_from = col.keys_from
+            source = ctx.source(expr)
+            if source.private is None:  # a public table's column: its values are public keys
+                keys_from = f"{source.table}.{expr.name}"
         keys.append(GroupKey(ctx.qualify(expr), _output_name(expr), declared, keys_from))
     return keys
 
@@ -168,9 +177,16 @@ class _Outer:
                 if n.table == DP_TABLE:
                     return n
                 col = self.ctx.column(n)
-                what = "an identifier" if col.identifier else "a private column"
+                src = self.ctx.source(n)
+                what = (
+                    "an identifier"
+                    if col.identifier
+                    else "a private column"
+                    if src.private
+                    else "a column of a joined table"
+                )
                 raise PrivacyViolation(
-                    f"column {self.ctx.table}.{n.name} is {what} and can't be selected raw in {where}",
+                    f"column {src.table}.{n.name} is {what} and can't be selected raw in {where}",
                     hint="aggregate it (COUNT, SUM, AVG...) or GROUP BY a column with declared keys",
                 )
             if isinstance(n, (exp.Select, exp.Subquery)):
@@ -199,10 +215,8 @@ class _Outer:
 
 
 def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
-    table, alias = _from_table(tree, policy)
-    private = policy.private_table(table)
-    assert private is not None
-    ctx = _Ctx(table, alias, private)
+    ctx, joins = _from_table(tree, policy)
+    table = ctx.table
     where = tree.args.get("where")
     where_expr = None
     if where is not None:
@@ -249,8 +263,10 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
             q.set(key, node.copy())
     return Analysis(
         table=table,
-        alias=alias,
-        private=private,
+        alias=ctx.alias,
+        private=ctx.private,
+        sources=tuple((x.alias, x.table, x.private) for x in ctx.sources) if joins else (),
+        joins=tuple(joins),
         where=where_expr,
         group_keys=tuple(keys),
         measures=tuple(outer.measures.values()),

@@ -7,6 +7,7 @@ never from the data. An expression whose range can't be bounded returns None.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -14,6 +15,15 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.policy.model import Column
+
+Columns = Mapping[str, Column] | Callable[[exp.Column], Column | None]
+
+
+def lookup(columns: Columns, node: exp.Column) -> Column | None:
+    """The policy column of a reference: by name in a mapping, or through a resolver (joins)."""
+    if callable(columns):
+        return columns(node)
+    return columns.get(node.name)
 
 
 @dataclass(frozen=True)
@@ -51,7 +61,7 @@ def literal_value(node: exp.Expression) -> Fraction | None:
     return None
 
 
-def value_range(node: exp.Expression, columns: dict[str, Column]) -> Interval | None:
+def value_range(node: exp.Expression, columns: Columns) -> Interval | None:
     """The range of ``node`` over all rows, given the (clamped) columns' declared bounds."""
     v = literal_value(node)
     if v is not None:
@@ -59,7 +69,7 @@ def value_range(node: exp.Expression, columns: dict[str, Column]) -> Interval | 
     if isinstance(node, exp.Paren):
         return value_range(node.this, columns)
     if isinstance(node, exp.Column):
-        col = columns.get(node.name)
+        col = lookup(columns, node)
         if col is None or col.bounds is None:
             return None
         return Interval(col.lo, col.hi)

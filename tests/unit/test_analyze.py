@@ -38,6 +38,11 @@ ACCEPTED = [
     "SELECT ROUND(AVG(amount), 2) AS a FROM purchases p WHERE p.quantity > 1",
     "SELECT COUNT(*) FROM purchases WHERE email IS NULL",
     "SELECT COUNT(*) FROM purchases WHERE quantity > $1",
+    "SELECT COUNT(*) FROM purchases JOIN regions ON region = code",
+    "SELECT r.name, SUM(p.amount) FROM purchases p JOIN regions r ON p.region = r.code GROUP BY 1",
+    "SELECT COUNT(*) FROM purchases p JOIN pums u ON p.user_id = u.pid",
+    "WITH t AS (SELECT amount * quantity AS v FROM purchases) SELECT SUM(v) FROM t",
+    'SELECT "t"."n" FROM (SELECT COUNT(*) AS "n" FROM purchases) AS "t" LIMIT 10',
 ]
 
 
@@ -64,7 +69,6 @@ REFUSED = [
     ("SELECT DISTINCT category FROM purchases", "42501"),
     ("SELECT COUNT(*) OVER () FROM purchases", "42501"),
     ("SELECT MIN(amount) FROM purchases", "0A000"),
-    ("SELECT COUNT(*) FROM purchases JOIN regions ON region = code", "0A000"),
     ("SELECT COUNT(*) FROM purchases WHERE amount > (SELECT 1)", "0A000"),
     ("SELECT COUNT(*) FROM purchases WHERE pg_sleep(1) IS NULL", "0A000"),
     ("SELECT COUNT(*) FROM purchases WHERE CAST(category AS INT) > 1", "0A000"),

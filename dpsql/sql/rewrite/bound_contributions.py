@@ -30,9 +30,9 @@ from dpsql.sql.rewrite.make_total import make_total
 
 def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
     assert m.arg is not None
-    arg = make_total(m.arg, a.private.columns)
+    arg = make_total(m.arg, a.column)
     if m.kind in ("sum", "sum_centered", "sum_sq_centered"):
-        return clamp_values(arg, a.private.columns, m.lo, m.hi)
+        return clamp_values(arg, a.column, m.lo, m.hi)
     return arg
 
 
@@ -56,6 +56,26 @@ def _measure_sql(m: Measure, v: exp.Expression | None) -> exp.Expression:
     return exp.Coalesce(this=exp.Sum(this=body), expressions=[exp.Literal.number(0)])
 
 
+def source_select(a: Analysis, *columns: exp.Expression) -> exp.Select:
+    """``SELECT columns FROM <the query's tables and joins>`` (row-level, made total).
+
+    Contribution bounding runs on the rows this produces, i.e. after any join.
+    """
+    alias, table = (a.sources[0][0], a.sources[0][1]) if a.sources else (a.alias, a.table)
+    q = exp.select(*columns).from_(exp.to_table(table).as_(alias, quoted=True))
+    for j in a.joins:
+        q = q.join(make_join_total(j, a))
+    return q
+
+
+def make_join_total(j: exp.Join, a: Analysis) -> exp.Join:
+    out = j.copy()
+    on = out.args.get("on")
+    if on is not None:
+        out.set("on", make_total(on, a.column))
+    return out
+
+
 def _key_filter(a: Analysis) -> exp.Expression | None:
     conds: list[exp.Expression] = []
     for g in a.group_keys:
@@ -75,8 +95,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
         inner.append(exp.alias_(unit, "_dp_unit"))
     inner += [
-        exp.alias_(make_total(g.expr, a.private.columns), f"_dp_g{i}")
-        for i, g in enumerate(a.group_keys)
+        exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}") for i, g in enumerate(a.group_keys)
     ]
     vcols: dict[str, exp.Expression] = {}
     for m in a.measures:
@@ -89,13 +108,10 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
             inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}"))
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
-    table = exp.to_table(a.table).as_(a.alias, quoted=True)
     filters = [c for c in (a.where, _key_filter(a)) if c is not None]
-    rows = exp.select(*inner).from_(table)
+    rows = source_select(a, *inner)
     if filters:
-        rows = rows.where(
-            exp.and_(*[exp.Paren(this=make_total(f, a.private.columns)) for f in filters])
-        )
+        rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
 
     measures = []
     for i, m in enumerate(a.measures):

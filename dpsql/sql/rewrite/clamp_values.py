@@ -11,8 +11,8 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column
 from dpsql.sql.rewrite.literals import numeric
+from dpsql.sql.sensitivity import Columns, lookup
 
 
 def clamp(node: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
@@ -27,16 +27,16 @@ def clamp(node: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
 
 
 def clamp_values(
-    node: exp.Expression, columns: dict[str, Column], lo: Fraction, hi: Fraction
+    node: exp.Expression, columns: Columns, lo: Fraction, hi: Fraction
 ) -> exp.Expression:
     def fix(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Column):
-            col = columns.get(n.name)
+            col = lookup(columns, n)
             if col is not None and col.bounds is not None:
                 return clamp(n, col.lo, col.hi)
         return n
 
-    col = columns.get(node.name) if isinstance(node, exp.Column) else None
+    col = lookup(columns, node) if isinstance(node, exp.Column) else None
     if col is not None and col.bounds is not None and (col.lo, col.hi) == (lo, hi):
         return clamp(node.copy(), lo, hi)  # one clamp is enough
     return clamp(node.copy().transform(fix, copy=False), lo, hi)

@@ -34,9 +34,9 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column
 from dpsql.sql import functions as fn
 from dpsql.sql.rewrite.literals import number
+from dpsql.sql.sensitivity import Columns, lookup
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
 SAFE_SCALE = 100  # and rounded to this many decimals
@@ -86,14 +86,14 @@ def _plain_number(node: exp.Expression) -> bool:
     return isinstance(node, exp.Literal) and not node.is_string
 
 
-def is_integer(node: exp.Expression, columns: dict[str, Column] | None) -> bool:
+def is_integer(node: exp.Expression, columns: Columns | None) -> bool:
     """True when PostgreSQL types ``node`` as an integer (so ``/`` truncates)."""
     if isinstance(node, exp.Paren):
         return is_integer(node.this, columns)
     if isinstance(node, exp.Literal):
         return not node.is_string and str(node.this).isdigit() and int(node.this) < 2**63
     if isinstance(node, exp.Column):
-        col = (columns or {}).get(node.name)
+        col = lookup(columns, node) if columns is not None else None
         return col is not None and col.family == "integer"
     if isinstance(node, exp.Cast):
         return node.to.this in fn.INTEGER_TYPES
@@ -128,7 +128,7 @@ def _cast_total(n: exp.Cast) -> exp.Expression:
     return n
 
 
-def make_total(node: exp.Expression, columns: dict[str, Column] | None = None) -> exp.Expression:
+def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expression:
     """A copy of ``node`` in which no operation can raise for any row (see the module docstring).
 
     ``columns`` (the private table's columns) tells integer columns apart, so integer division

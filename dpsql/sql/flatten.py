@@ -1,0 +1,242 @@
+"""Flatten CTEs and derived tables of a private query into one SELECT before it is analyzed.
+
+Two shapes are merged, repeatedly, until the FROM clause holds tables only:
+
+* a *row-level* derived table (no aggregate, GROUP BY, DISTINCT, LIMIT or window) that filters
+  and derives values: ``SELECT SUM(v) FROM (SELECT amount * quantity AS v FROM t WHERE c) s``
+  becomes ``SELECT SUM(amount * quantity) FROM t WHERE c``;
+* a *wrapper* over an aggregate query (BI tools' ``SELECT ... FROM (SELECT ...) AS "t" LIMIT n``):
+  the outer query only post-processes the inner one's output rows, so its select list, WHERE,
+  ORDER BY and LIMIT move into the inner query (WHERE becomes HAVING).
+
+Both are pure rewrites to an equivalent query (same rows, same names), so the flat query goes
+through the usual analysis and its sensitivity argument; nothing here is trusted for privacy.
+A CTE is inlined only where it is referenced in FROM; anything else (a CTE used twice, in a
+subquery, RECURSIVE) is left as is and refused by the analyzer.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedSql
+from dpsql.sql import functions as fn
+from dpsql.sql.classify import visible_ctes
+
+MAX_DEPTH = 16
+
+
+def _is_row_level(q: exp.Select) -> bool:
+    if any(q.args.get(k) for k in ("group", "having", "distinct", "limit", "offset", "windows")):
+        return False
+    if q.args.get("joins") or q.args.get("with_"):
+        return False
+    return not any(fn.is_aggregate(n) or isinstance(n, exp.Window) for n in q.walk())
+
+
+def _is_aggregate_query(q: exp.Select) -> bool:
+    return bool(q.args.get("group")) or any(
+        fn.is_aggregate(n) for e in q.expressions for n in e.walk()
+    )
+
+
+def _projection(q: exp.Select) -> dict[str, exp.Expression]:
+    """Output name -> expression of a derived table's select list (``*`` passes columns through)."""
+    out: dict[str, exp.Expression] = {}
+    for e in q.expressions:
+        if isinstance(e, exp.Alias):
+            out[e.alias] = e.this
+        elif isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
+            out[e.name] = e
+    return out
+
+
+def _is_star(e: exp.Expression) -> bool:
+    return isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+
+
+def _has_star(q: exp.Select) -> bool:
+    return any(_is_star(e) for e in q.expressions)
+
+
+def _substitute(node: exp.Expression, alias: str, proj: dict[str, exp.Expression], star: bool):  # type: ignore[no-untyped-def]
+    """Replace references to the derived table's columns by their defining expressions."""
+
+    def fix(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
+            if n.table and n.table != alias:
+                return n
+            if n.name in proj:
+                e = proj[n.name].copy()
+                return (
+                    e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
+                )
+            if star:
+                return exp.column(n.name, quoted=n.this.quoted if n.this else False)
+            raise UnsupportedSql(
+                f'column {alias}.{n.name} does not exist in the derived table "{alias}"',
+                hint="refer to the columns the subquery selects",
+            )
+        return n
+
+    return node.transform(fix, copy=True)
+
+
+def _inline_ctes(tree: exp.Select) -> exp.Select:
+    w = tree.args.get("with_")
+    if not isinstance(w, exp.With) or w.args.get("recursive"):
+        return tree
+    tree = tree.copy()
+    w = tree.args["with_"]
+    defs = {c.alias_or_name: c.this for c in w.expressions}
+    kept: set[str] = set()
+    for t in list(tree.find_all(exp.Table)):
+        if t.db or t.name not in defs or _under(t, w) or t.name not in visible_ctes(t):
+            continue
+        if not isinstance(t.parent, (exp.From, exp.Join)):
+            kept.add(t.name)
+            continue
+        body = defs[t.name]
+        # a CTE's body sees the CTEs before it: inline them first
+        inner = body.copy()
+        if isinstance(inner, exp.Select):
+            earlier = [c.copy() for c in w.expressions[: list(defs).index(t.name)]]
+            if earlier:
+                inner.set("with_", exp.With(expressions=earlier))
+                inner = _inline_ctes(inner)
+        t.replace(
+            exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name)))
+        )
+    remaining = [c for c in w.expressions if c.alias_or_name in kept]
+    tree.set("with_", exp.With(expressions=remaining) if remaining else None)
+    return tree
+
+
+def _under(node: exp.Expression, ancestor: exp.Expression) -> bool:
+    p = node.parent
+    while p is not None:
+        if p is ancestor:
+            return True
+        p = p.parent
+    return False
+
+
+def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
+    inner = sub.this
+    alias = sub.alias_or_name
+    proj, star = _projection(inner), _has_star(inner)
+    out = outer.copy()
+    items: list[exp.Expression] = []
+    for e in out.expressions:
+        if _is_star(e):
+            items += [x.copy() for x in inner.expressions]  # SELECT * passes the projection on
+        else:
+            items.append(_keep_name(e, _substitute(e, alias, proj, star)))
+    out.set("expressions", items)
+    for key in ("where", "group", "having", "order", "qualify"):
+        v = out.args.get(key)
+        if v is None:
+            continue
+        if isinstance(v, list):
+            out.set(key, [_keep_name(e, _substitute(e, alias, proj, star)) for e in v])
+        else:
+            out.set(key, _substitute(v, alias, proj, star))
+    out.set("from_", inner.args["from_"].copy())
+    iw = inner.args.get("where")
+    if iw is not None:
+        ow = out.args.get("where")
+        cond = (
+            iw.this.copy()
+            if ow is None
+            else exp.and_(exp.Paren(this=iw.this.copy()), exp.Paren(this=ow.this))
+        )
+        out.set("where", exp.Where(this=cond))
+    return out
+
+
+def _keep_name(before: exp.Expression, after: exp.Expression) -> exp.Expression:
+    """A substituted select item keeps the output name it had."""
+    if isinstance(before, exp.Alias) or not isinstance(before, exp.Column):
+        return after
+    inner = after.this if isinstance(after, exp.Paren) else after
+    if isinstance(inner, exp.Column) and inner.name == before.name:
+        return inner
+    return exp.alias_(inner, before.name, quoted=True)
+
+
+def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
+    inner: exp.Select = sub.this.copy()
+    alias = sub.alias_or_name
+    proj = {}
+    for e in inner.expressions:
+        proj[e.alias_or_name] = e.this if isinstance(e, exp.Alias) else e
+    items: list[exp.Expression] = []
+    for e in outer.expressions:
+        if _is_star(e):
+            items += [x.copy() for x in inner.expressions]
+        else:
+            items.append(_keep_name(e, _substitute(e, alias, proj, False)))
+    inner.set("expressions", items)
+    ow = outer.args.get("where")
+    if ow is not None:
+        cond = _substitute(ow.this, alias, proj, False)
+        ih = inner.args.get("having")
+        inner.set("having", exp.Having(this=cond if ih is None else exp.and_(ih.this, cond)))
+    if outer.args.get("distinct"):
+        inner.set("distinct", outer.args["distinct"].copy())
+    order = outer.args.get("order")
+    if order is not None:
+        if inner.args.get("limit") or inner.args.get("offset"):
+            raise UnsupportedSql(
+                "ORDER BY over a subquery with LIMIT is not supported",
+                hint="put ORDER BY and LIMIT in the same SELECT",
+            )
+        inner.set("order", _substitute(order, alias, proj, False))
+    for key in ("limit", "offset"):
+        node = outer.args.get(key)
+        if node is None:
+            continue
+        if inner.args.get(key) is not None or (key == "limit" and inner.args.get("offset")):
+            raise UnsupportedSql(
+                f"{key.upper()} on both a subquery and its wrapper is not supported"
+            )
+        inner.set(key, node.copy())
+    return inner
+
+
+def flatten(tree: exp.Expression) -> exp.Expression:
+    """The flat equivalent of a private SELECT (unchanged when there is nothing to merge)."""
+    if not isinstance(tree, exp.Select):
+        return tree
+    q = _inline_ctes(tree)
+    for _ in range(MAX_DEPTH):
+        src = q.args.get("from_")
+        sub = src.this if src is not None else None
+        if not isinstance(sub, exp.Subquery) or not isinstance(sub.this, exp.Select):
+            return q
+        if q.args.get("joins") or q.args.get("with_"):
+            return q
+        inner = flatten(sub.this)
+        if not isinstance(inner, exp.Select) or isinstance(inner.args["from_"].this, exp.Subquery):
+            return q
+        sub = exp.Subquery(this=inner, alias=sub.args.get("alias"))
+        if _is_row_level(inner):
+            q = _merge_row_level(q, sub)
+        elif _is_aggregate_query(inner) and _is_row_level_wrapper(q):
+            q = _merge_wrapper(q, sub)
+        else:
+            return q
+    raise UnsupportedSql("subqueries are nested too deeply", hint=f"use at most {MAX_DEPTH} levels")
+
+
+def _is_row_level_wrapper(q: exp.Select) -> bool:
+    """True when the outer query only post-processes rows (no aggregate of its own)."""
+    if q.args.get("group") or q.args.get("having") or q.args.get("windows"):
+        return False
+    parts = [*q.expressions, q.args.get("where"), q.args.get("order")]
+    return not any(
+        fn.is_aggregate(n) or isinstance(n, (exp.Window, exp.Subquery, exp.Select))
+        for p in parts
+        if p is not None
+        for n in p.walk()
+    )

@@ -1,0 +1,196 @@
+"""The tables a private query reads (FROM and JOINs) and how its column references resolve.
+
+Joins a private query may use, and why each keeps the sensitivity argument of
+:mod:`dpsql.sql.plan` (removing one privacy unit moves each measure by at most G·R·c):
+
+* a private table joined (INNER, LEFT or CROSS) with **public** tables: the public tables are the
+  same in neighbouring databases, and every joined row carries the privacy unit of the private row
+  it came from. Contribution bounding runs *after* the join, on joined rows, so whatever the join's
+  multiplicity a unit keeps at most R rows in each of at most G groups;
+* two private tables joined on **equality of their privacy units** (``users u JOIN purchases p ON
+  u.user_id = p.user_id``): a joined row pairs rows of one unit value only, so removing one unit
+  removes only joined rows with that unit value, and bounding after the join caps them. R and G
+  are the smallest of the joined tables' bounds.
+
+Refused: private tables without a privacy unit column (``privacy_unit: row``) in a join (nothing
+to bound joined rows by), RIGHT/FULL joins (unmatched public rows would appear or vanish with a
+unit), NATURAL/USING joins, and private-private joins on anything but the units: there, one
+person's rows could multiply another person's contribution without bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolation, UndefinedColumn, UndefinedTable, UnsupportedSql
+from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
+
+PUBLIC_COLUMN = Column(type="text")  # a column of a public table: no bounds, not an identifier
+
+
+@dataclass(frozen=True)
+class Source:
+    """One table in FROM/JOIN: its alias, qualified name and policy (None for public tables)."""
+
+    alias: str
+    table: str
+    private: PrivateTable | None
+
+
+def table_name(t: exp.Table) -> str:
+    db = t.db or "public"
+    return qualify_name(f"{db}.{t.name}")
+
+
+def source_of(t: exp.Expression, policy: Policy) -> Source:
+    if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
+        raise UnsupportedSql(
+            "only plain tables (and subqueries that filter them) are supported in FROM of a "
+            "private query",
+            hint="query the private table directly: SELECT COUNT(*) FROM t WHERE ...",
+        )
+    name = table_name(t)
+    private = policy.private_table(name)
+    if private is None and not policy.is_public(name):
+        raise UndefinedTable(f'relation "{t.name}" does not exist')
+    return Source(t.alias_or_name, name, private)
+
+
+class Ctx:
+    """Resolves and qualifies the column references of a (possibly joined) private query."""
+
+    def __init__(self, sources: list[Source]) -> None:
+        self.sources = sources
+        primary = next(s for s in sources if s.private is not None)
+        assert primary.private is not None
+        self.table = primary.table
+        self.alias = primary.alias
+        self.private: PrivateTable = primary.private
+        self.cols = primary.private.columns
+        aliases = [s.alias for s in sources]
+        if len(set(aliases)) != len(aliases):
+            raise UnsupportedSql(
+                "table name specified more than once", hint="give each joined table an alias"
+            )
+
+    def source(self, node: exp.Column) -> Source:
+        if node.table:
+            for s in self.sources:
+                if node.table in (s.alias, s.table.split(".")[1]):
+                    return s
+            raise UndefinedColumn(f'missing FROM-clause entry for table "{node.table}"')
+        owners = [s for s in self.sources if s.private and node.name in s.private.columns]
+        public = [s for s in self.sources if s.private is None]
+        if len(owners) == 1:
+            return owners[0]
+        if len(owners) > 1 or (not owners and len(public) > 1):
+            raise UndefinedColumn(
+                f'column reference "{node.name}" is ambiguous',
+                hint="qualify it with its table's alias",
+                sqlstate="42702",
+            )
+        if public:
+            return public[0]
+        raise UndefinedColumn(
+            f'column "{node.name}" does not exist in {self.table}',
+            hint=f"columns: {', '.join(sorted(self.cols))}",
+        )
+
+    def column(self, node: exp.Column) -> Column:
+        s = self.source(node)
+        if s.private is None:
+            return PUBLIC_COLUMN
+        col = s.private.columns.get(node.name)
+        if col is None:
+            raise UndefinedColumn(
+                f'column "{node.name}" does not exist in {s.table}',
+                hint=f"columns: {', '.join(sorted(s.private.columns))}",
+            )
+        return col
+
+    def qualify(self, node: exp.Expression) -> exp.Expression:
+        """Copy of a row-level expression with every column checked and qualified by alias."""
+
+        def fix(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, exp.Column):
+                self.column(n)
+                return exp.column(n.name, table=self.source(n).alias, quoted=True)
+            return n
+
+        return node.copy().transform(fix, copy=False)
+
+    @property
+    def max_rows(self) -> int:
+        return min(s.private.max_rows_per_unit for s in self.sources if s.private)
+
+    @property
+    def max_groups(self) -> int:
+        return min(s.private.max_groups_per_unit for s in self.sources if s.private)
+
+
+def _unit_equalities(ctx: Ctx, on: exp.Expression) -> set[int]:
+    """ids of the conjuncts of ``on`` that equate two private tables' privacy units."""
+    out: set[int] = set()
+    for c in on.flatten() if isinstance(on, exp.And) else [on]:
+        if isinstance(c, exp.Paren):
+            c = c.this
+        if isinstance(c, exp.EQ) and all(isinstance(x, exp.Column) for x in (c.this, c.expression)):
+            a, b = ctx.source(c.this), ctx.source(c.expression)
+            if (
+                a is not b
+                and a.private is not None
+                and b.private is not None
+                and c.this.name == a.private.privacy_unit
+                and c.expression.name == b.private.privacy_unit
+            ):
+                out.add(id(c))
+    return out
+
+
+def check_join(ctx: Ctx, join: exp.Join, joined: Source, check_row_level) -> exp.Join:  # type: ignore[no-untyped-def]
+    """Validate one JOIN; return it with its ON condition qualified."""
+    side = (join.args.get("side") or "").upper()
+    kind = (join.args.get("kind") or "").upper()
+    if join.args.get("using") or join.args.get("method") or side in ("RIGHT", "FULL"):
+        raise UnsupportedSql(
+            "only INNER, LEFT and CROSS joins with an ON condition are supported in private "
+            "queries",
+            hint="write JOIN t ON a.x = t.y (RIGHT/FULL/NATURAL/USING are not supported)",
+        )
+    if kind not in ("", "INNER", "CROSS", "OUTER"):
+        raise UnsupportedSql(f"{kind} JOIN is not supported in private queries")
+    privates = [s for s in ctx.sources if s.private is not None]
+    if any(s.private.row_privacy for s in privates):  # type: ignore[union-attr]
+        raise UnsupportedSql(
+            "joins are not supported for tables with `privacy_unit: row`",
+            hint="joined rows could not be bounded per person; query the table alone",
+        )
+    on = join.args.get("on")
+    units = _unit_equalities(ctx, on) if on is not None else set()
+    earlier = ctx.sources[: ctx.sources.index(joined)]
+    if joined.private is not None and any(s.private for s in earlier) and not units:
+        raise PrivacyViolation(
+            f"private tables can only be joined on their privacy units: {joined.table} must be "
+            f"joined ON {ctx.alias}.{ctx.private.privacy_unit} = "
+            f"{joined.alias}.{joined.private.privacy_unit}",
+            hint="other joins of private tables could let one person's rows multiply another "
+            "person's contribution without bound",
+        )
+    out = join.copy()
+    if on is not None:
+        check_row_level(ctx, on, "JOIN ... ON")
+        for c in on.find_all(exp.Column):
+            eq = c.parent
+            if ctx.column(c).identifier and id(eq) not in units:
+                raise PrivacyViolation(
+                    f"column {c.name} is an identifier and can only be used in a join as "
+                    "a.unit = b.unit between private tables",
+                    hint="join public tables on non-identifier columns",
+                )
+        out.set("on", ctx.qualify(on))
+    t = out.this
+    out.set("this", exp.to_table(joined.table).as_(joined.alias, quoted=True))
+    del t
+    return out
