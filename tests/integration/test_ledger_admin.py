@@ -36,16 +36,20 @@ def test_grant_extends_and_reset_zeroes_with_audit(make_db: Callable[[str], str]
         with pytest.raises(BudgetExhausted):
             lg.reserve("alice", Cost(epsilon=E(1, 2)), "q")
         lg.grant("root", "alice", E(1, 2), reason="deadline")
-        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 2)), "q"))
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 4)), "q"))
+        open_res = lg.reserve("alice", Cost(epsilon=E(1, 4)), "q0")  # still open at the reset
         [mine, _] = lg.remaining("alice")
         assert mine.epsilon_limit == E(3, 2) and mine.epsilon_remaining == 0
-        open_res = lg.reserve("alice", Cost(epsilon=E(0)), "q0")
         lg.reset("root", "alice", reason="new project")
         assert totals(dsn)[("analyst", "alice")] == Cost()
         assert totals(dsn)[("dataset", "testdata")].epsilon == E(3, 2)  # the dataset remembers
-        lg.refund(open_res)  # from before the reset: nothing to give back, nothing goes negative
-        assert totals(dsn)[("analyst", "alice")] == Cost()
-        assert [h.state for h in lg.history("alice")][-2:] == ["committed", "committed"]
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 2)), "q"))
+        lg.refund(open_res)  # reserved before the reset: the analyst's part was reset already
+        assert totals(dsn)[("analyst", "alice")].epsilon == E(1, 2)
+        assert totals(dsn)[("dataset", "testdata")].epsilon == E(
+            7, 4
+        )  # the dataset's is given back
+        assert [h.state for h in lg.history("alice")][:2] == ["committed", "refunded"]
     log = _audit(dsn)
     assert [(a, b, c) for a, b, c, _ in log] == [
         ("root", "grant", "alice"),
