@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -94,8 +95,9 @@ def _latencies_many(dsn: str, sqls: list[str], setup: str | None = None) -> list
     return out
 
 
-def _client(args: tuple[str, str, tuple[object, ...], float, mp.synchronize.Barrier]) -> int:
-    dsn, sql, params, seconds, barrier = args
+def _client(
+    dsn: str, sql: str, params: tuple[object, ...], seconds: float, barrier: Any, out: Any
+) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql, params, prepare=True).fetchall()
         barrier.wait()
@@ -103,15 +105,22 @@ def _client(args: tuple[str, str, tuple[object, ...], float, mp.synchronize.Barr
         while time.monotonic() < end:
             conn.execute(sql, params, prepare=True).fetchall()
             done += 1
-    return done
+    out.put(done)
 
 
 def _qps(dsn: str, sql: str, params: tuple[object, ...], clients: int, seconds: float) -> float:
     ctx = mp.get_context("fork")
-    barrier = ctx.Manager().Barrier(clients)
-    with ctx.Pool(clients) as pool:
-        counts = pool.map(_client, [(dsn, sql, params, seconds, barrier)] * clients)
-    return sum(counts) / seconds
+    barrier, out = ctx.Barrier(clients), ctx.SimpleQueue()
+    procs = [
+        ctx.Process(target=_client, args=(dsn, sql, params, seconds, barrier, out))
+        for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    total = sum(out.get() for _ in procs)
+    for p in procs:
+        p.join()
+    return total / seconds
 
 
 def _pct(xs: list[float], q: float) -> float:

@@ -178,6 +178,8 @@ class Session:
             code = frame.code or b"?"
             if code == b"X":
                 return
+            if self.extended.skipping and self.extended.in_batch(code):
+                continue  # after an error, discard until Sync without even decoding
             try:
                 msg = m.decode_frontend(code, frame.body)
             except DpsqlError as e:
