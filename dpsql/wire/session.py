@@ -234,19 +234,32 @@ class Session:
 
     # ---- shared by both protocols ----------------------------------------------------------
     async def prepare(self, text: str) -> Statement:
-        """Parse ``text`` once: a session statement, or the engine's ``Prepared``."""
-        st = parse_session_statement(text)
-        if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
-            return Statement(text, st, None, fingerprint(text))
-        self.state.check_not_failed()
-        prepared = await self.call(self.engine.prepare, text)
-        if prepared.kind == "session":
-            raise UnsupportedSql(
-                "this session statement is not supported by dpsql",
-                hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, DISCARD, "
-                "DEALLOCATE",
-            )
-        return Statement(text, None, prepared, fingerprint(text))
+        """Parse ``text`` once: a session statement, or the engine's ``Prepared``.
+
+        A refusal here (syntax, privacy, unsupported SQL) is logged like an executed statement.
+        """
+        t0 = time.perf_counter()
+        try:
+            st = parse_session_statement(text)
+            if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
+                return Statement(text, st, None, fingerprint(text))
+            self.state.check_not_failed()
+            prepared = await self.call(self.engine.prepare, text)
+            if prepared.kind == "session":
+                raise UnsupportedSql(
+                    "this session statement is not supported by dpsql",
+                    hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, "
+                    "DISCARD, DEALLOCATE",
+                )
+            return Statement(text, None, prepared, fingerprint(text))
+        except Exception as e:
+            log_statement(
+                analyst=self.ctx.analyst, session=self.process_id, fingerprint=fingerprint(text),
+                kind="refused", outcome=getattr(e, "sqlstate", None) or "XX000", epsilon=0.0,
+                delta=0.0, cached=False, rows=0,
+                latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+            )  # fmt: skip
+            raise
 
     async def execute(self, stmt: Statement, params: Sequence[Any]) -> Result | Outcome:
         """Run ``stmt``; log one line whatever happens."""

@@ -190,12 +190,16 @@ def test_statement_log_line(server: ServerThread, caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.INFO, logger="dpsql.statement"):
         with psycopg.connect(dsn(server), autocommit=True) as conn:
             conn.execute("SELECT count FROM people WHERE age > 31337")
+            with pytest.raises(pe.InsufficientPrivilege):
+                conn.execute("SELECT raw FROM people WHERE name = 'alice'")
         time.sleep(0.05)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dpsql.statement"]
     line = next(x for x in lines if x["kind"] == "private")
     assert line["analyst"] == "ana" and line["outcome"] == "ok" and line["epsilon"] == 0.5
     assert {"fingerprint", "latency_ms", "rows"} <= line.keys()
-    assert "31337" not in caplog.text
+    assert "31337" not in caplog.text and "alice" not in caplog.text
+    refused = next(x for x in lines if x["kind"] == "refused")
+    assert refused["outcome"] == "42501"
 
 
 def test_psql_connects(server: ServerThread) -> None:
