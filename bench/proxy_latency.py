@@ -123,6 +123,57 @@ def _qps(dsn: str, sql: str, params: tuple[object, ...], clients: int, seconds: 
     return total / seconds
 
 
+def _engine_latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
+    """engine.execute in-process (no wire): separates the engine's share of the added latency."""
+    from dpsql.demo import POLICY
+    from dpsql.engine import Engine
+    from dpsql.policy import load_policy
+    from dpsql.session import SessionContext
+
+    engine = Engine(load_policy(POLICY), dsn, pool_size=2)
+    try:
+        prepared = engine.prepare(sql.replace("%s", "$1"))
+        session = SessionContext(analyst="analyst")
+        out = []
+        for i in range(n + 20):
+            t0 = time.perf_counter()
+            engine.execute(prepared, session, params)
+            if i >= 20:
+                out.append((time.perf_counter() - t0) * 1000)
+        return out
+    finally:
+        engine.close()
+
+
+def _engine_qps(dsn: str, sql: str, params: tuple[object, ...], seconds: float) -> float:
+    """engine.execute from 8 threads in-process: the engine's own throughput ceiling."""
+    import threading
+
+    from dpsql.demo import POLICY
+    from dpsql.engine import Engine
+    from dpsql.policy import load_policy
+    from dpsql.session import SessionContext
+
+    engine = Engine(load_policy(POLICY), dsn, pool_size=8)
+    prepared = engine.prepare(sql.replace("%s", "$1"))
+    counts: list[int] = []
+
+    def work() -> None:
+        session, n, end = SessionContext(analyst="analyst"), 0, time.monotonic() + seconds
+        while time.monotonic() < end:
+            engine.execute(prepared, session, params)
+            n += 1
+        counts.append(n)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine.close()
+    return sum(counts) / seconds
+
+
 def _pct(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100)[int(q) - 1]
 
@@ -184,7 +235,14 @@ def main() -> None:
             _latencies_many(proxy, fresh, "SET dpsql.epsilon = 0.01"),
             _latencies_many(dsn, [rewritten_sql(q) for q in fresh]),
         )
-        print("\n| scenario | clients | direct qps | proxy qps | ratio |")
+        eng = _engine_latencies(dsn, PUBLIC, ("N",), a.n)
+        engine_qps = _engine_qps(dsn, PUBLIC, ("N",), a.seconds)
+        print(
+            f"\nengine.execute in-process on the public query: p50 {statistics.median(eng):.3f} ms, "
+            f"p99 {_pct(eng, 99):.3f} ms (the rest of the added latency is the wire layer); "
+            f"engine.execute in 8 threads: {engine_qps:,.0f} qps\n"
+        )
+        print("| scenario | clients | direct qps | proxy qps | ratio |")
         print("|---|---|---|---|---|")
         for name, psql, pp, dsql, dp in scenarios:
             for c in (int(x) for x in a.clients.split(",")):
