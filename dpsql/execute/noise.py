@@ -8,6 +8,7 @@ keys kept, each statistic's noisy value and interval — which is all that ever 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -15,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.sql.plan import Plan
+from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
+from dpsql.sql.rewrite.bucket_values import bucket_specs
 
 
 @dataclass(frozen=True)
@@ -62,10 +65,14 @@ def release(
     declared_keys: list[tuple[str, ...]] | None,
     confidence: float,
     noiseless: bool = False,
+    candidates: dict[str, tuple[str, ...]] | None = None,
 ) -> Release:
+    """Noisy statistics per released group (``candidates``: mode candidates from ``keys_from``,
+    resolved from the public table, by measure key)."""
     a = plan.analysis
     nk = len(a.group_keys)
     nm = len(a.measures)
+    rows, hist = split_bucket_rows(plan, rows)
     by_key: dict[tuple[str | None, ...], tuple[Any, ...]] = {
         tuple(r[:nk]): tuple(r[nk:]) for r in rows
     }
@@ -83,6 +90,10 @@ def release(
     noisy: dict[str, np.ndarray] = {}
     widths: dict[str, float] = {}
     for j, mp in enumerate(plan.measures):
+        if mp.measure.selected:
+            cands = mp.measure.candidates or (candidates or {}).get(mp.key, ())
+            noisy[mp.key] = _select(mp, [hist.get((j, k), {}) for k, _ in table], cands, noiseless)
+            continue
         col = [_exact(v[j]) for _, v in table]
         vals = _snapped(col, mp.mechanism.grid)
         noisy[mp.key] = vals if noiseless else mp.mechanism.release(vals)
@@ -92,12 +103,83 @@ def release(
         k = len(s.measures)
         level = 1 - (1 - confidence) / k
         for key in s.measures:
-            widths[key] = plan.measure_plan(key).mechanism.half_width(level)
+            mech = plan.measure_plan(key).mechanism
+            if not isinstance(mech, (Quantile, Mode)):
+                widths[key] = mech.half_width(level)
+            else:
+                widths[key] = math.nan  # a rank/count guarantee, no value interval
         for i in range(len(table)):
-            v, iv = derive(
-                s, [float(noisy[m][i]) for m in s.measures], [widths[m] for m in s.measures]
-            )
+            v, iv = derive(s, [noisy[m][i] for m in s.measures], [widths[m] for m in s.measures])
             stats[i].append(v)
             intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
     return Release(tuple(key_types), groups, stats, intervals)
+
+
+Hist = dict[tuple[int, tuple[str | None, ...]], dict[Any, int]]
+
+
+def split_bucket_rows(
+    plan: Plan, rows: list[tuple[Any, ...]]
+) -> tuple[list[tuple[Any, ...]], Hist]:
+    """Separate the per-group rows from the per-bucket rows of
+    :mod:`dpsql.sql.rewrite.bucket_values`.
+
+    Returns the per-group rows (without the bucket columns) and, per (measure index, group key),
+    the count of rows per bucket (quantile: bucket index; mode: candidate text).
+    """
+    a = plan.analysis
+    specs = bucket_specs(a)
+    if not specs:
+        return rows, {}
+    nk, nb = len(a.group_keys), len(specs)
+    width = len(rows[0]) - nb - 1 if rows else 0
+    spec_of = {j: specs.index(_spec_key(m)) for j, m in enumerate(a.measures) if m.selected}
+    full = 2**nb - 1
+    main: list[tuple[Any, ...]] = []
+    hist: Hist = {}
+    for r in rows:
+        gset = int(r[-1])
+        if gset == full:
+            main.append(tuple(r[:width]))
+            continue
+        b = nb - (full - gset).bit_length()  # GROUPING's bit for _dp_b<b> is 2^(nb-1-b)
+        bucket = r[width + b]
+        if bucket is None:
+            continue  # NULL values (or, for mode, values outside the public keys)
+        key = tuple(r[:nk])
+        for j, sj in spec_of.items():
+            if sj == b:
+                hist.setdefault((j, key), {})[bucket] = int(r[nk + j])
+    return main, hist
+
+
+def _spec_key(m: Any) -> tuple[str, ...]:
+    from dpsql.sql.rewrite.bucket_values import _spec
+
+    return _spec(m)
+
+
+def _select(
+    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noiseless: bool
+) -> list[Any]:
+    """Release a quantile or mode per group from its bucket counts (noiseless: the best bucket)."""
+    mech = mp.mechanism
+    if not hists:
+        return []
+    if isinstance(mech, Quantile):
+        mat = np.zeros((len(hists), mech.buckets), dtype=np.int64)
+        for i, h in enumerate(hists):
+            for b, c in h.items():
+                mat[i, int(b)] = c
+        if noiseless:
+            best = np.argmax(mech.scaled_utilities(mat), axis=1)
+            return [float(x) for x in mech.midpoints()[best]]
+        return [float(x) for x in np.atleast_1d(mech.release(mat))]
+    assert isinstance(mech, Mode)
+    cands = list(candidates)  # public: never derived from the data
+    if not cands:
+        return [None] * len(hists)
+    mat = np.array([[h.get(c, 0) for c in cands] for h in hists], dtype=np.int64)
+    chosen = np.argmax(mat, axis=1) if noiseless else np.atleast_1d(mech.release(mat))
+    return [cands[int(c)] for c in chosen]

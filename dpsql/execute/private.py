@@ -87,7 +87,14 @@ def run_private(
             else:
                 ledger.commit(reservation)  # confirmed as spent (history: committed)
         raise
-    rel = release(plan, rows.rows, key_types, declared, confidence, noiseless=engine._noiseless)
+    cands = {
+        m.key: engine._resolve_keys_from(m.candidates_from)
+        for m in a.measures
+        if m.kind == "mode" and m.candidates_from is not None
+    }
+    rel = release(
+        plan, rows.rows, key_types, declared, confidence, engine._noiseless, candidates=cands
+    )
     if reservation is not None:
         from dpsql.engine import payload
 

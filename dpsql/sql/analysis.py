@@ -22,6 +22,8 @@ MeasureKind = Literal[
     "sum",  # SUM(clamp(x))
     "sum_centered",  # SUM(clamp(x) - mid)
     "sum_sq_centered",  # SUM((clamp(x) - mid)^2)
+    "quantile",  # bucket counts of clamp(x) -> exponential mechanism (dpsql.dp.quantiles)
+    "mode",  # counts per public candidate value -> report-noisy-max
 ]
 
 
@@ -38,11 +40,27 @@ class Measure:
     lo: Fraction = Fraction(0)
     hi: Fraction = Fraction(0)
     integral: bool = True
+    # quantile: the target q and the number of buckets of [lo, hi) (see analyze_quantiles);
+    # mode: the public candidate values (text), or the public column listing them.
+    quantile: Fraction | None = None
+    buckets: int = 0
+    candidates: tuple[str, ...] | None = None
+    candidates_from: str | None = None
 
     @property
     def key(self) -> str:
         a = self.arg.sql("postgres") if self.arg is not None else ""
-        return f"{self.kind}({a})[{self.lo},{self.hi}]"
+        base = f"{self.kind}({a})[{self.lo},{self.hi}]"
+        if self.kind == "quantile":
+            return f"{base}q={self.quantile},B={self.buckets}"
+        if self.kind == "mode":
+            return f"{base}{self.candidates or self.candidates_from}"
+        return base
+
+    @property
+    def selected(self) -> bool:
+        """True for measures released by selection (exponential mechanism), not additive noise."""
+        return self.kind in ("quantile", "mode")
 
     @property
     def mid(self) -> Fraction:
@@ -52,6 +70,8 @@ class Measure:
         """How much one row (or, for count_units, one unit) can move this measure in one group."""
         if self.kind in ("count_rows", "count_values", "count_units", "count_distinct"):
             return Fraction(1)
+        if self.selected:
+            return Fraction(1)  # a row moves a bucket/candidate count by one
         if self.kind == "sum":
             return max(abs(self.lo), abs(self.hi))
         half = (self.hi - self.lo) / 2
@@ -59,8 +79,9 @@ class Measure:
 
 
 StatisticFunc = Literal[
-    "count", "count_distinct", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp"
-]
+    "count", "count_distinct", "sum", "avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp",
+    "quantile", "mode",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)

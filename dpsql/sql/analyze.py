@@ -144,6 +144,10 @@ def _result_type(ctx: _Ctx, arg: exp.Expression, func: str, integral: bool) -> s
 
 def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Measure]]:
     """Map one aggregate call to its statistic and the measures it needs."""
+    from dpsql.sql import analyze_quantiles as aq
+
+    if aq.is_selection_aggregate(node):
+        return aq.selection_statistic(ctx, node, check_row_level, _arg_interval, _integral)
     sql = node.sql("postgres")
     name = fn.aggregate_name(node)
     if name is None:

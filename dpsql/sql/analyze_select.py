@@ -66,6 +66,10 @@ def _output_name(node: exp.Expression) -> str:
         return inner.name
     if isinstance(inner, exp.Round) and isinstance(inner.this, exp.Cast):
         inner = inner.this.this
+    from dpsql.sql.analyze_quantiles import is_selection_aggregate, output_name
+
+    if is_selection_aggregate(inner):
+        return output_name(inner)
     name = fn.aggregate_name(inner)
     if name:
         return "stddev" if isinstance(inner, exp.Stddev) else name

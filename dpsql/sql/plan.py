@@ -9,6 +9,12 @@ of all groups (count of distinct units: c = 1 per unit, so G and sqrt(G)).
 The query's epsilon is split evenly over its measures (and DP partition selection, when a GROUP BY key
 is not public). With Laplace noise each measure is (epsilon/k)-DP; with Gaussian noise the query's
 (epsilon, delta) is turned into a zCDP budget rho split evenly (rho/k each).
+
+Quantiles, MIN/MAX and mode() are released by selection (exponential mechanism, report-noisy-max:
+:mod:`dpsql.dp.quantiles`), which is pure epsilon: each gets epsilon/k of the query's epsilon
+(after partition selection), its utility has sensitivity Δu = R per group and the mechanism spends
+epsilon/(k G) per group. With Gaussian noise the other k - q measures share the rest of the epsilon
+(and the delta), turned into rho; the costs add up (basic composition of the ledger).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from typing import Literal
 from dpsql.dp.accounting import Cost, epsilon_to_rho
 from dpsql.dp.mechanisms import Gaussian, Laplace, grid_for
 from dpsql.dp.partition import PartitionSelection
+from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
 from dpsql.sql.analysis import Analysis, Measure
 
@@ -39,8 +46,8 @@ def sqrt_up(x: Fraction) -> Fraction:
 @dataclass(frozen=True)
 class MeasurePlan:
     measure: Measure
-    mechanism: Laplace | Gaussian
-    sensitivity: Fraction  # before grid rounding slack
+    mechanism: Laplace | Gaussian | Quantile | Mode
+    sensitivity: Fraction  # before grid rounding slack (for selection: of the utility, per group)
 
     @property
     def key(self) -> str:
@@ -94,10 +101,34 @@ def choose_mechanism(requested: str, k: int, eps: Fraction, delta: Fraction) -> 
     return "gaussian" if _gaussian_std(k, eps, delta) < _laplace_std(k, eps) else "laplace"
 
 
+def _choose(requested: str, k: int, eps: Fraction, delta: Fraction) -> MechanismName:
+    """The additive-noise mechanism; "laplace" (pure epsilon) when every measure is a selection."""
+    if k == 0:
+        if requested == "gaussian":
+            choose_mechanism(requested, 1, Fraction(1), delta)  # same refusal without delta
+        return "laplace"
+    return choose_mechanism(requested, k, eps, delta)
+
+
+def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
+    """Quantile or mode of one measure at pure ``epsilon`` (utility sensitivity R per group)."""
+    r = a.max_rows
+    if m.kind == "quantile":
+        assert m.quantile is not None
+        mech: Quantile | Mode = Quantile(
+            m.quantile, epsilon, m.lo, m.hi, m.buckets,
+            contribution_bound=r, max_groups=a.max_groups, integer=m.integral,
+        )  # fmt: skip
+    else:
+        mech = Mode(epsilon, contribution_bound=r, max_groups=a.max_groups)
+    return MeasurePlan(m, mech, Fraction(r))
+
+
 def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = "auto") -> Plan:
     """Split (epsilon, delta) over the measures and build each mechanism."""
     ms = list(a.measures)
     k = len(ms)
+    kq = sum(1 for m in ms if m.selected)  # released by selection, pure epsilon each
     selection = None
     eps_m, delta_m = epsilon, delta
     if a.needs_selection:
@@ -109,16 +140,20 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
             )
         eps_sel = epsilon / (k + 1)
         eps_m = epsilon - eps_sel
-        name = choose_mechanism(mechanism, k, eps_m, delta / 2)
+        name = _choose(mechanism, k - kq, eps_m * (k - kq) / k, delta / 2)
         d_sel = delta / 2 if name == "gaussian" else delta
         delta_m = delta - d_sel
         selection = PartitionSelection(eps_sel, d_sel, a.max_groups)
     else:
-        name = choose_mechanism(mechanism, k, eps_m, delta_m)
+        name = _choose(mechanism, k - kq, eps_m * (k - kq) / k, delta_m)
     g, r = Fraction(a.max_groups), Fraction(a.max_rows)
     plans = []
-    rho = epsilon_to_rho(eps_m, delta_m) / k if name == "gaussian" else Fraction(0)
+    kn = k - kq
+    rho = epsilon_to_rho(eps_m * kn / k, delta_m) / kn if name == "gaussian" else Fraction(0)
     for m in ms:
+        if m.selected:
+            plans.append(_selection_plan(a, m, eps_m / k))
+            continue
         per_group = m.per_row() * (1 if m.kind == "count_units" else r)
         if name == "laplace":
             sens = g * per_group

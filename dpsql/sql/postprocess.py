@@ -43,8 +43,15 @@ def derive(
     stat: Statistic, values: Sequence[float], widths: Sequence[float]
 ) -> tuple[Any, Interval | None]:
     """One statistic's value and interval in one group from its measures' noisy values."""
-    lo, hi = float(stat.lo), float(stat.hi)
     f = stat.func
+    if f in ("quantile", "mode"):
+        # Selection mechanisms: the guarantee is on rank (quantile) or count (mode), not a value
+        # interval (see dpsql.sql.analyze_quantiles); None, and a notice says so.
+        v = values[0]
+        if f == "quantile" and stat.pg_type == "int8" and v is not None:
+            v = round(v)
+        return v, None
+    lo, hi = float(stat.lo), float(stat.hi)
     if f in ("count", "count_distinct"):
         v, w = values[0], widths[0]
         return max(0, round(v)), (max(0.0, v - w), max(0.0, v + w))
@@ -139,7 +146,7 @@ def outer_query(
         types.append("text")
     for i, s in enumerate(a.statistics):
         names.append(f"s{i}")
-        arr = "int8" if s.pg_type == "int8" else "float8"
+        arr = "text" if s.func == "mode" else "int8" if s.pg_type == "int8" else "float8"
         arrays.append(array(arr))
         cast = exp.cast(exp.column(f"s{i}", "u"), _type(s.pg_type))
         casts.append(exp.alias_(cast, f"_dp_s{i}"))

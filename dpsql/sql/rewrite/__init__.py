@@ -2,9 +2,19 @@
 
 The pipeline (``private_query``) turns an :class:`~dpsql.sql.analysis.Analysis` into the SQL that
 PostgreSQL runs: total row-level expressions, clamped values, bounded contributions, one row per
-group.
+group (and, for quantiles and mode, one row per group and bucket: ``bucket_values``).
 """
 
-from dpsql.sql.rewrite.bound_contributions import bound_contributions as private_query
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.rewrite.bound_contributions import bound_contributions
+from dpsql.sql.rewrite.bucket_values import bucket_values
+
+
+def private_query(a: Analysis, salt: str) -> exp.Select:
+    """The full private SQL for an analysis (pure; ``salt`` orders group choices)."""
+    return bucket_values(bound_contributions(a, salt), a)
+
 
 __all__ = ["private_query"]

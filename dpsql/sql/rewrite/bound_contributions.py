@@ -31,7 +31,7 @@ from dpsql.sql.rewrite.make_total import make_total
 def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
     assert m.arg is not None
     arg = make_total(m.arg, a.column)
-    if m.kind in ("sum", "sum_centered", "sum_sq_centered"):
+    if m.kind in ("sum", "sum_centered", "sum_sq_centered", "quantile"):
         return clamp_values(arg, a.column, m.lo, m.hi)
     return arg
 
@@ -42,7 +42,7 @@ def _measure_sql(m: Measure, v: exp.Expression | None) -> exp.Expression:
     if m.kind == "count_units":
         return exp.Count(this=exp.Distinct(expressions=[exp.column("_dp_unit")]))
     assert v is not None
-    if m.kind == "count_values":
+    if m.kind in ("count_values", "quantile", "mode"):  # per bucket: see bucket_values
         return exp.Count(this=v)
     if m.kind == "count_distinct":
         return exp.Count(this=exp.Distinct(expressions=[v]))

@@ -1,0 +1,188 @@
+"""Analysis of quantiles, extremes and the mode: MEDIAN, PERCENTILE_CONT/DISC, MIN, MAX, mode().
+
+These aggregates are released by selection (:mod:`dpsql.dp.quantiles`), not by additive noise:
+
+* ``PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY x)`` and ``PERCENTILE_DISC(p) ...`` are the quantile
+  p of ``x`` (1 - p with ``ORDER BY x DESC``); ``MEDIAN(x)`` is p = 1/2; ``MIN(x)`` p = 0 and
+  ``MAX(x)`` p = 1. ``x`` must be bounded by the declared bounds, like a SUM's argument. Upstream,
+  PostgreSQL counts the rows of each group per bucket of a public grid over [lo, hi] (values
+  clamped first, NULLs ignored as in SQL); the answer is the midpoint of the bucket chosen by the
+  exponential mechanism (permute-and-flip).
+* ``mode() WITHIN GROUP (ORDER BY c)`` needs ``c`` to have public ``keys`` (or ``keys_from``):
+  PostgreSQL counts rows per candidate key, and report-noisy-max picks one. A value outside the
+  keys is never counted (and never leaves PostgreSQL).
+
+Sensitivity: a privacy unit adds or removes at most R rows in each group (contribution bounding),
+so each bucket or candidate count, and the quantile utility, moves by at most R (see
+:class:`dpsql.dp.quantiles.Quantile`); a unit touches at most G groups. The plan gives each such
+statistic its own pure epsilon.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.sql.analysis import Measure, Statistic
+
+MAX_BUCKETS = 1024  # grid resolution for quantiles (accuracy costs only ln(B) rows of rank)
+_HINT = (
+    "use PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col) with a constant p in [0, 1], "
+    "MEDIAN(col), MIN(col), MAX(col) or mode() WITHIN GROUP (ORDER BY col)"
+)
+
+
+def is_selection_aggregate(node: exp.Expression) -> bool:
+    """True for the aggregates analysed here."""
+    if isinstance(node, (exp.Min, exp.Max, exp.Median)):
+        return True
+    return isinstance(node, exp.WithinGroup) and isinstance(
+        node.this, (exp.PercentileCont, exp.PercentileDisc, exp.Mode)
+    )
+
+
+def output_name(node: exp.Expression) -> str:
+    """PostgreSQL's column name for these aggregates."""
+    if isinstance(node, exp.WithinGroup):
+        node = node.this
+    if isinstance(node, exp.Median):
+        return "percentile_cont"
+    return node.sql_name().lower()
+
+
+def buckets_for(lo: Fraction, hi: Fraction, integral: bool) -> tuple[Fraction, int]:
+    """(upper end of the grid, number of buckets) for values in [lo, hi].
+
+    Integer values get integer-width buckets starting at lo (width 1 when the range has at most
+    1024 integers, so the answer is exact up to the mechanism's choice); other values get 1024
+    equal buckets over [lo, hi].
+
+    >>> buckets_for(Fraction(0), Fraction(100), True)
+    (Fraction(101, 1), 101)
+    >>> buckets_for(Fraction(0), Fraction(500000), True)
+    (Fraction(500976, 1), 1024)
+    """
+    if integral:
+        span = int(hi - lo) + 1
+        width = math.ceil(span / MAX_BUCKETS)
+        count = math.ceil(span / width)
+        return lo + count * width, count
+    return hi, MAX_BUCKETS
+
+
+def _fraction(node: exp.Expression) -> Fraction | None:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Cast):
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return Fraction(Decimal(node.this))
+        except (InvalidOperation, ValueError):
+            return None
+    return None
+
+
+def _ordered_arg(node: exp.WithinGroup) -> tuple[exp.Expression, bool]:
+    order = node.expression
+    items = order.expressions if isinstance(order, exp.Order) else []
+    if len(items) != 1:
+        raise UnsupportedSql(f"{node.sql('postgres')}: WITHIN GROUP needs one ORDER BY expression")
+    item = items[0]
+    if isinstance(item, exp.Ordered):
+        return item.this, bool(item.args.get("desc"))
+    return item, False
+
+
+def _target(node: exp.Expression) -> tuple[exp.Expression, Fraction, str]:
+    """(argument, quantile in [0, 1] ascending, kind) of a quantile-like aggregate."""
+    if isinstance(node, exp.Min):
+        return node.this, Fraction(0), "min"
+    if isinstance(node, exp.Max):
+        return node.this, Fraction(1), "max"
+    if isinstance(node, exp.Median):
+        return node.this, Fraction(1, 2), "percentile_cont"
+    assert isinstance(node, exp.WithinGroup)
+    arg, desc = _ordered_arg(node)
+    fn = node.this
+    p = _fraction(fn.this) if fn.this is not None else None
+    if p is None or not 0 <= p <= 1:
+        raise UnsupportedSql(
+            f"{node.sql('postgres')}: the fraction must be a constant between 0 and 1",
+            hint=_HINT,
+        )
+    return arg, (1 - p if desc else p), output_name(node)
+
+
+def selection_statistic(
+    ctx: Any, node: exp.Expression, check_row_level: Any, arg_interval: Any, integral: Any
+) -> tuple[Statistic, list[Measure]]:
+    """The statistic and measure of one quantile/extreme/mode call (see the module docstring).
+
+    ``ctx`` is the analyzer's column resolver; the three callables are the analyzer's own checks
+    (passed in so this module stays independent of the analyzer's internals).
+    """
+    sql = node.sql("postgres")
+    if isinstance(node, (exp.Min, exp.Max)) and isinstance(node.this, exp.Distinct):
+        node = node.__class__(this=node.this.expressions[0])
+    if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.Mode):
+        return _mode(ctx, node, sql, check_row_level)
+    arg, q, name = _target(node)
+    check_row_level(ctx, arg, f"{name.upper()}(...)")
+    r = arg_interval(ctx, arg, name.upper())
+    exact = bool(integral(ctx, arg, r))
+    hi, buckets = buckets_for(r.lo, r.hi, exact)
+    m = Measure("quantile", ctx.qualify(arg), r.lo, hi, exact, quantile=q, buckets=buckets)
+    if name == "percentile_cont":
+        ptype = "float8"
+    elif exact:
+        ptype = "int8"
+    else:
+        floaty = any(
+            ctx.column(c).type in ("real", "float", "float4", "float8", "double precision")
+            for c in arg.find_all(exp.Column)
+        )
+        ptype = "float8" if floaty else "numeric"
+    return Statistic("quantile", (m.key,), r.lo, r.hi, ptype, sql), [m]
+
+
+_FAMILY_TYPE = {"integer": "int8", "numeric": "numeric", "boolean": "bool", "text": "text"}
+
+
+def _mode(
+    ctx: Any, node: exp.WithinGroup, sql: str, check_row_level: Any
+) -> tuple[Statistic, list[Measure]]:
+    arg, _ = _ordered_arg(node)
+    check_row_level(ctx, arg, "mode() WITHIN GROUP")
+    if not isinstance(arg, exp.Column):
+        raise UnsupportedSql(
+            f"{sql}: mode() is supported over a column with declared keys only",
+            hint="ORDER BY a column that has `keys:` or `keys_from:` in the policy",
+        )
+    col = ctx.column(arg)
+    if col.identifier:
+        raise PrivacyViolation(
+            f"column {ctx.table}.{arg.name} is an identifier and can't be aggregated with mode()",
+            hint="identifiers may only be counted, e.g. COUNT(DISTINCT ...)",
+        )
+    if col.keys is None and col.keys_from is None:
+        raise PrivacyViolation(
+            f"column {ctx.table}.{arg.name} has no declared keys, so mode() over it could "
+            "reveal a private value",
+            hint=f"declare `keys: [...]` (public values) for {arg.name} in the policy",
+        )
+    keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
+    m = Measure("mode", ctx.qualify(arg), candidates=keys, candidates_from=col.keys_from)
+    ptype = _FAMILY_TYPE.get(col.family, col.type)
+    return Statistic("mode", (m.key,), Fraction(0), Fraction(0), ptype, sql), [m]
+
+
+def _key_text(k: object) -> str:
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return str(k)

@@ -1,0 +1,97 @@
+"""Count rows per bucket (quantiles) or per public candidate (mode) inside PostgreSQL.
+
+Runs on the output of :func:`~dpsql.sql.rewrite.bound_contributions.bound_contributions`, whose
+final SELECT aggregates the bounded rows per group (``_dp_m<i>`` = ``COUNT(_dp_v<k>)`` for a
+quantile or mode measure). For each distinct bucketing of a value column this pass adds one
+grouping set, so that one scan of the bounded rows gives both the per-group measures and the
+per-group, per-bucket counts::
+
+    SELECT _dp_g*, _dp_m*, <b_0> AS _dp_b0, ..., GROUPING(<b_0>, ...) AS _dp_set
+    FROM ... GROUP BY GROUPING SETS ((_dp_g*), (_dp_g*, <b_0>), ...)
+
+with, for a quantile over the clamped value v (public grid of B buckets over [lo, hi))::
+
+    b = LEAST(GREATEST(width_bucket(v, lo, hi, B), 1), B) - 1
+
+and for mode() over a column with public keys ``CASE WHEN CAST(v AS TEXT) IN (<keys>) THEN
+CAST(v AS TEXT) END``, so a value outside the keys is never returned. Rows of the grouping set
+(_dp_g*) (``_dp_set`` = 2^n - 1) carry the measures as before; a row of set j carries bucket
+``_dp_b<j>`` and, in each ``_dp_m<i>`` of that bucketing, the number of rows in that bucket.
+The proxy receives at most one row per group and bucket, never a row of the table.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.rewrite.literals import numeric
+
+
+def bucket_specs(a: Analysis) -> list[tuple[str, ...]]:
+    """The distinct bucketings of the analysis's quantile/mode measures, in order of first use."""
+    out: list[tuple[str, ...]] = []
+    for m in a.measures:
+        if m.selected and _spec(m) not in out:
+            out.append(_spec(m))
+    return out
+
+
+def _spec(m: Measure) -> tuple[str, ...]:
+    arg = m.arg.sql("postgres") if m.arg is not None else ""
+    if m.kind == "quantile":
+        return ("quantile", arg, str(m.lo), str(m.hi), str(m.buckets))
+    return ("mode", arg, repr(m.candidates), str(m.candidates_from))
+
+
+def _bucket(m: Measure, v: exp.Expression) -> exp.Expression:
+    if m.kind == "quantile":
+        wb = exp.Anonymous(
+            this="width_bucket",
+            expressions=[v, numeric(m.lo), numeric(m.hi), exp.Literal.number(m.buckets)],
+        )
+        one = exp.Literal.number(1)
+        clamped = exp.Least(
+            this=exp.Greatest(this=wb, expressions=[one]),
+            expressions=[exp.Literal.number(m.buckets)],
+        )
+        return exp.Sub(this=clamped, expression=one.copy())
+    text = exp.cast(v.copy(), "text")
+    if m.candidates is not None:
+        cond: exp.Expression = exp.In(
+            this=text, expressions=[exp.Literal.string(c) for c in m.candidates]
+        )
+    else:
+        assert m.candidates_from is not None
+        parts = m.candidates_from.split(".")
+        col = exp.cast(exp.column(parts[-1], quoted=True), "text")
+        public = exp.select(col).from_(exp.to_table(".".join(parts[:-1])))
+        cond = exp.In(this=text, query=public.subquery())
+    return exp.Case(ifs=[exp.If(this=cond, true=text.copy())])
+
+
+def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
+    """Add the per-bucket grouping sets for the analysis's quantile and mode measures (pure)."""
+    specs = bucket_specs(a)
+    if not specs:
+        return q
+    q = q.copy()
+    items = {e.alias: e for e in q.expressions if isinstance(e, exp.Alias)}
+    buckets: list[exp.Expression | None] = [None] * len(specs)
+    for i, m in enumerate(a.measures):
+        if not m.selected:
+            continue
+        j = specs.index(_spec(m))
+        if buckets[j] is None:
+            count = items[f"_dp_m{i}"].this
+            assert isinstance(count, exp.Count)
+            buckets[j] = _bucket(m, count.this)
+    exprs = [b for b in buckets if b is not None]
+    gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
+    sets: list[exp.Expression] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
+    sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in exprs]
+    extra = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
+    grouping = exp.Grouping(expressions=[b.copy() for b in exprs])
+    q.set("expressions", [*q.expressions, *extra, exp.alias_(grouping, "_dp_set")])
+    q.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
+    return q
