@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from sqlglot import exp
+
 from dpsql.dp.mechanisms import Gaussian
+from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analyze import analyze
 from dpsql.sql.classify import classify
 from dpsql.sql.parse import parse_statement
-from dpsql.sql.plan import Plan, make_plan
+from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 from dpsql.sql.rewrite import private_query
 
 
@@ -78,11 +81,34 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
     return _report(text, plan, private_query(a, "<salt>").sql("postgres", pretty=True), conf)
 
 
+def _selection_line(mp: MeasurePlan, conf: float) -> MeasureLine:
+    """A quantile's or mode's line: utility sensitivity, epsilon, bucket width, rank/count error."""
+    m = mp.mechanism
+    assert isinstance(m, (Quantile, Mode))
+    if isinstance(m, Quantile):
+        grid, err = _fmt(m.width), m.rank_error(conf)
+    else:
+        n = len(mp.measure.candidates or ()) or 1
+        grid, err = "candidates", m.count_error(conf, n)
+    return MeasureLine(
+        mp.key,
+        m.name,
+        f"utility={_fmt(mp.sensitivity)} per group",
+        float("nan"),
+        f"eps={_fmt(m.epsilon)} (eps/{m.max_groups} per group)",
+        grid,
+        err,
+    )
+
+
 def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport:
     a = plan.analysis
     lines = []
     for mp in plan.measures:
         m = mp.mechanism
+        if isinstance(m, (Quantile, Mode)):
+            lines.append(_selection_line(mp, conf))
+            continue
         budget = f"rho={_fmt(m.rho)}" if isinstance(m, Gaussian) else f"eps={_fmt(m.epsilon)}"
         lines.append(
             MeasureLine(
@@ -100,8 +126,15 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     for pos, item in enumerate(a.outer.expressions):
         body = item.this if hasattr(item, "this") else item
         sql = body.sql("postgres")
-        if sql.startswith("_dp._dp_s"):
+        if isinstance(body, exp.Column) and body.name.startswith("_dp_s"):
             s = a.statistics[int(sql[len("_dp._dp_s") :])]
+            if s.func in ("quantile", "mode"):
+                from dpsql.execute.private import selection_accuracy
+
+                hw = "no value interval; " + selection_accuracy(plan, s, conf)
+                mech = plan.measure_plan(s.measures[0]).mechanism.name
+                outs.append(OutputLine(names[pos], s.sql, mech, hw))
+                continue
             k = len(s.measures)
             hws = [
                 plan.measure_plan(m).mechanism.half_width(1 - (1 - conf) / k) for m in s.measures
@@ -109,11 +142,14 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
             if s.func in ("count", "count_distinct", "sum"):
                 hw = f"±{hws[0]:.6g}"
             elif s.func == "avg":
-                hw = f"about ±{hws[0]:.4g}/N (N: the noisy count; exact interval per row)"
+                hw = (
+                    f"about ±{hws[0]:.4g}/N (N: the noisy count; per row: the ratio's range over "
+                    f"sum ± {hws[0]:.4g} and count ± {hws[1]:.4g}, within the bounds)"
+                )
             else:
                 hw = "from the noisy count, sum and sum of squares (conservative box)"
             outs.append(OutputLine(names[pos], s.sql, plan.mechanism, hw))
-        elif sql.startswith("_dp._dp_g"):
+        elif isinstance(body, exp.Column) and body.name.startswith("_dp_g"):
             outs.append(
                 OutputLine(
                     names[pos],
@@ -123,7 +159,9 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                 )
             )
         else:
-            outs.append(OutputLine(names[pos], sql, plan.mechanism, "post-processed"))
+            outs.append(
+                OutputLine(names[pos], sql, plan.mechanism, "post-processed: no interval reported")
+            )
     c = plan.cost
     cost = f"epsilon={_fmt(c.epsilon)}, delta={_fmt(c.delta)}, rho={_fmt(c.rho)}"
     contribution = (

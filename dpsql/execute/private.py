@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from sqlglot import exp
+
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.noise import Release, release
 from dpsql.result import Result, ResultColumn
@@ -143,12 +145,18 @@ def finish(
             for pos, si in outputs:
                 row_iv[pos] = rel.intervals[rid][si]
             intervals.append(tuple(row_iv))
-    mech = plan.mechanism if plan else None
-    stat_pos = {pos for pos, _ in outputs}
+    stat_mech = dict(outputs)
     typed = tuple(
-        ResultColumn(c.name, c.type_oid, c.typmod, mech if i in stat_pos else None)
+        ResultColumn(
+            c.name,
+            c.type_oid,
+            c.typmod,
+            _mechanism(plan, a, stat_mech[i]) if i in stat_mech else None,
+        )
         for i, c in enumerate(cols)
     )
+    conf = session.confidence or engine.policy.defaults.confidence
+    notices = interval_notices(a, plan, conf) if session.show_intervals else ()
     spent = plan is not None and not cached
     return Result(
         typed,
@@ -158,7 +166,63 @@ def finish(
         delta_spent=float(plan.delta) if spent and plan else 0.0,
         cached=cached,
         intervals=intervals,  # type: ignore[arg-type]
+        notices=notices,
     )
+
+
+def _mechanism(plan: Plan | None, a: Analysis, si: int) -> str | None:
+    """The mechanism that released statistic ``si`` (selection ones by their own name)."""
+    if plan is None:
+        return None
+    mp = plan.measure_plan(a.statistics[si].measures[0])
+    return mp.mechanism.name if mp.measure.selected else plan.mechanism
+
+
+def interval_notices(a: Analysis, plan: Plan | None, confidence: float) -> tuple[str, ...]:
+    """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead."""
+    from dpsql.sql.postprocess import stat_outputs
+
+    direct = dict(stat_outputs(a))
+    names = [e.alias_or_name for e in a.outer.expressions]
+    keys = {f"_dp_g{i}" for i in range(len(a.group_keys))}
+    out: list[str] = []
+    derived = []
+    for pos, item in enumerate(a.outer.expressions):
+        body = item.this if isinstance(item, exp.Alias) else item
+        if pos in direct:
+            s = a.statistics[direct[pos]]
+            if s.func in ("quantile", "mode") and plan is not None:
+                out.append(
+                    f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"
+                )
+        elif not (isinstance(body, exp.Column) and body.name in keys):
+            derived.append(names[pos])
+    if derived:
+        out.append(
+            f"{', '.join(derived)}: computed from noisy statistics, no interval is reported "
+            "(ask for the statistics themselves to get theirs)"
+        )
+    return tuple(out)
+
+
+def selection_accuracy(plan: Plan, s: Any, conf: float) -> str:
+    """The accuracy guarantee of a quantile or mode statistic, in words."""
+    from dpsql.dp.quantiles import Mode, Quantile
+
+    mp = plan.measure_plan(s.measures[0])
+    mech = mp.mechanism
+    if isinstance(mech, Quantile):
+        t = mech.rank_error(conf)
+        return (
+            f"with probability {conf:g} its rank is within {t:.4g} rows of the target "
+            f"(q = {float(mech.quantile):g}) in its group, up to the bucket width "
+            f"{float(mech.width):.4g}"
+        )
+    assert isinstance(mech, Mode)
+    n = len(mp.measure.candidates) if mp.measure.candidates else None
+    g = mech.count_error(conf, n) if n else None
+    within = f"{g:.4g} rows" if g is not None else "2R ln(candidates/alpha)/epsilon rows"
+    return f"with probability {conf:g} its count is within {within} of the most frequent value's"
 
 
 __all__ = ["finish", "run_private", "type_name"]
