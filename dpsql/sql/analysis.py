@@ -44,6 +44,7 @@ class Measure:
     # mode: the public candidate values (text), or the public column listing them.
     quantile: Fraction | None = None
     buckets: int = 0
+    grid_hi: Fraction | None = None  # quantile buckets cover [lo, grid_hi) (>= hi)
     candidates: tuple[str, ...] | None = None
     candidates_from: str | None = None
 

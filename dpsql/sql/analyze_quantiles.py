@@ -136,8 +136,15 @@ def selection_statistic(
     check_row_level(ctx, arg, f"{name.upper()}(...)")
     r = arg_interval(ctx, arg, name.upper())
     exact = bool(integral(ctx, arg, r))
+    if r.lo == r.hi and not exact:
+        raise UnsupportedSql(
+            f"{sql}: the argument is a constant, so the aggregate needs no private data",
+            hint="write the constant itself, or aggregate a column",
+        )
     hi, buckets = buckets_for(r.lo, r.hi, exact)
-    m = Measure("quantile", ctx.qualify(arg), r.lo, hi, exact, quantile=q, buckets=buckets)
+    m = Measure(
+        "quantile", ctx.qualify(arg), r.lo, r.hi, exact, quantile=q, buckets=buckets, grid_hi=hi
+    )
     if name == "percentile_cont":
         ptype = "float8"
     elif exact:

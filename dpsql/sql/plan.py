@@ -116,7 +116,7 @@ def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
     if m.kind == "quantile":
         assert m.quantile is not None
         mech: Quantile | Mode = Quantile(
-            m.quantile, epsilon, m.lo, m.hi, m.buckets,
+            m.quantile, epsilon, m.lo, m.grid_hi or m.hi, m.buckets,
             contribution_bound=r, max_groups=a.max_groups, integer=m.integral,
         )  # fmt: skip
     else:

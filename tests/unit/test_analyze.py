@@ -68,7 +68,7 @@ REFUSED = [
     ("SELECT amount FROM purchases ORDER BY amount LIMIT 1", "42501"),
     ("SELECT DISTINCT category FROM purchases", "42501"),
     ("SELECT COUNT(*) OVER () FROM purchases", "42501"),
-    ("SELECT MIN(amount) FROM purchases", "0A000"),
+    ("SELECT MIN(email) FROM purchases", "42501"),
     ("SELECT COUNT(*) FROM purchases WHERE amount > (SELECT 1)", "0A000"),
     ("SELECT COUNT(*) FROM purchases WHERE pg_sleep(1) IS NULL", "0A000"),
     ("SELECT COUNT(*) FROM purchases WHERE CAST(category AS INT) > 1", "0A000"),

@@ -22,6 +22,8 @@ The proxy receives at most one row per group and bucket, never a row of the tabl
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
@@ -40,15 +42,19 @@ def bucket_specs(a: Analysis) -> list[tuple[str, ...]]:
 def _spec(m: Measure) -> tuple[str, ...]:
     arg = m.arg.sql("postgres") if m.arg is not None else ""
     if m.kind == "quantile":
-        return ("quantile", arg, str(m.lo), str(m.hi), str(m.buckets))
+        return ("quantile", arg, str(m.lo), str(_grid_hi(m)), str(m.buckets))
     return ("mode", arg, repr(m.candidates), str(m.candidates_from))
+
+
+def _grid_hi(m: Measure) -> Fraction:
+    return m.grid_hi if m.grid_hi is not None else m.hi
 
 
 def _bucket(m: Measure, v: exp.Expression) -> exp.Expression:
     if m.kind == "quantile":
         wb = exp.Anonymous(
             this="width_bucket",
-            expressions=[v, numeric(m.lo), numeric(m.hi), exp.Literal.number(m.buckets)],
+            expressions=[v, numeric(m.lo), numeric(_grid_hi(m)), exp.Literal.number(m.buckets)],
         )
         one = exp.Literal.number(1)
         clamped = exp.Least(
