@@ -168,7 +168,9 @@ def show(ledger: Ledger, analyst: str | None = None) -> str:
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     """Register ``budget show|grant|reset`` on the CLI's subparsers; dispatch with :func:`run`."""
-    p = subparsers.add_parser("budget", help="show, grant or reset privacy budgets")
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "budget", help="show, grant or reset privacy budgets"
+    )
     p.add_argument(
         "--policy",
         required="DPSQL_POLICY" not in os.environ,

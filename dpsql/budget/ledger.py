@@ -111,7 +111,7 @@ class Ledger:
 
     def q(self, text: str) -> sql.Composed:
         """An internal statement with ``{s}`` bound to the ledger schema."""
-        return sql.SQL(text).format(s=sql.Identifier(self.schema))  # type: ignore[arg-type]
+        return sql.SQL(text).format(s=sql.Identifier(self.schema))
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:

@@ -47,23 +47,25 @@ def is_show_budget(text: str) -> bool:
     return _SHOW.match(text) is not None
 
 
-def _parse(statement: exp.Expression | str) -> exp.Expression | None:
+def _parse(statement: exp.Expr | str) -> exp.Expr | None:
     """The SELECT tree, or None for ``SHOW dpsql.budget``."""
     if isinstance(statement, str):
         if _SHOW.match(statement):
             return None
         try:
-            statement = sqlglot.parse_one(statement, read="postgres")
+            tree: exp.Expr = sqlglot.parse_one(statement, read="postgres")
         except ParseError as e:
             raise SqlSyntaxError(f"syntax error: {e}") from e
-    if isinstance(statement, exp.Command) and _SHOW.match(
-        f"{statement.name} {statement.expression.name if statement.expression else ''}"
+    else:
+        tree = statement
+    if isinstance(tree, exp.Command) and _SHOW.match(
+        f"{tree.name} {tree.expression.name if tree.expression else ''}"
     ):
         return None
-    return statement
+    return tree
 
 
-def _view(tree: exp.Expression) -> tuple[str, exp.Select]:
+def _view(tree: exp.Expr) -> tuple[str, exp.Select]:
     if not isinstance(tree, exp.Select):
         raise UnsupportedSql("only SELECT reads the dpsql ledger views", hint=_SHAPE_HINT)
     table = tree.args.get("from_") or tree.args.get("from")
@@ -108,7 +110,7 @@ def _projection(view: str, tree: exp.Select) -> list[tuple[int, str]]:
     return out
 
 
-def describe(statement: exp.Expression | str) -> tuple[ResultColumn, ...]:
+def describe(statement: exp.Expr | str) -> tuple[ResultColumn, ...]:
     """The result columns of a ledger statement (no database access)."""
     tree = _parse(statement)
     if tree is None:
@@ -140,7 +142,7 @@ def _sort(rows: list[tuple[Any, ...]], view: str, select: exp.Select) -> list[tu
     return rows
 
 
-def answer(ledger: Ledger, analyst: str, statement: exp.Expression | str) -> Result:
+def answer(ledger: Ledger, analyst: str, statement: exp.Expr | str) -> Result:
     """Run a ledger statement for ``analyst`` (their own budget and releases only)."""
     tree = _parse(statement)
     if tree is None:

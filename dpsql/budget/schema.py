@@ -113,7 +113,7 @@ VERSION = len(MIGRATIONS)
 
 
 def _q(text: str, schema: str) -> sql.Composed:
-    return sql.SQL(text).format(s=sql.Identifier(schema))  # type: ignore[arg-type]
+    return sql.SQL(text).format(s=sql.Identifier(schema))
 
 
 def current_version(conn: psycopg.Connection, schema: str) -> int:

@@ -49,7 +49,7 @@ from dpsql.errors import SqlSyntaxError
 
 VERSION = 1
 _FRESH = re.compile(r"^_[tc]\d+$")
-_FLIP: dict[type[exp.Expression], type[exp.Expression]] = {
+_FLIP: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT,
     exp.LT: exp.GT,
     exp.GTE: exp.LTE,
@@ -62,7 +62,7 @@ _SYMMETRIC = (exp.EQ, exp.NEQ, exp.NullSafeEQ)
 class Canonical:
     """A normalized statement: its tree (a private copy), its serialization and digest."""
 
-    tree: exp.Expression
+    tree: exp.Expr
     form: str
 
     @property
@@ -81,7 +81,7 @@ class Canonical:
         return shown.sql(dialect="postgres")
 
 
-def canonical(statement: str | exp.Expression) -> Canonical:
+def canonical(statement: str | exp.Expr) -> Canonical:
     """Normalize one statement (text or a tree, which is copied, never mutated)."""
     if isinstance(statement, str):
         try:
@@ -104,13 +104,13 @@ def canonical(statement: str | exp.Expression) -> Canonical:
     return Canonical(tree, serialize(tree))
 
 
-def fingerprint(statement: str | exp.Expression) -> str:
+def fingerprint(statement: str | exp.Expr) -> str:
     """A short, stable identifier of the query's canonical form (for history and audit)."""
     return canonical(statement).digest[:16]
 
 
 def cache_key(
-    statement: str | exp.Expression | Canonical,
+    statement: str | exp.Expr | Canonical,
     params: Sequence[Any] = (),
     epsilon: Fraction | float | int | str = 0,
     delta: Fraction | float | int | str = 0,
@@ -171,7 +171,7 @@ def serialize(node: Any) -> str:
 # --- aliases -----------------------------------------------------------------------------------
 
 
-def rename_aliases(tree: exp.Expression) -> None:
+def rename_aliases(tree: exp.Expr) -> None:
     """Rename table/subquery aliases to ``_t1, _t2, ...`` in order of definition, when safe.
 
     Safe means each alias name occurs only as an alias definition or a column qualifier, and no
@@ -194,7 +194,9 @@ def rename_aliases(tree: exp.Expression) -> None:
             continue
         parent, key = ident.parent, ident.arg_key
         alias_def = isinstance(parent, exp.TableAlias) and key == "this"
-        alias_def = alias_def and isinstance(parent.parent, exp.Table | exp.Subquery)
+        alias_def = (
+            alias_def and parent is not None and isinstance(parent.parent, exp.Table | exp.Subquery)
+        )
         qualifier = isinstance(parent, exp.Column) and key == "table"
         if not (alias_def or qualifier):
             return
@@ -204,7 +206,7 @@ def rename_aliases(tree: exp.Expression) -> None:
         ident.set("this", mapping[ident.name])
 
 
-def rename_outputs(tree: exp.Expression) -> None:
+def rename_outputs(tree: exp.Expr) -> None:
     """Name the outermost SELECT's outputs ``_c<position>`` (ORDER BY aliases follow), when safe.
 
     Output names are not part of the answer's values. A bare name in ORDER BY may mean an output
@@ -300,7 +302,7 @@ def _flatten(node: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expre
     return [node]
 
 
-def _bottom_up(tree: exp.Expression) -> exp.Expression:
+def _bottom_up(tree: exp.Expr) -> exp.Expr:
     """Apply :func:`_normalize_node` to every node, children before their parents."""
     for node in reversed(list(tree.dfs())):
         new = _normalize_node(node)
@@ -312,7 +314,7 @@ def _bottom_up(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _normalize_node(node: exp.Expression) -> exp.Expression:
+def _normalize_node(node: exp.Expr) -> exp.Expr:
     """Applied bottom-up: children are already normalized."""
     if isinstance(node, exp.And | exp.Or):
         kind = type(node)
