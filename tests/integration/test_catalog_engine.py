@@ -15,18 +15,6 @@ from tests.fixtures.catalog.fixtures import CatalogQuery, all_catalog_queries
 from tests.integration.test_catalog_upstream import EXTRA, HIDDEN_WORDS
 from tests.unit.test_catalog import POLICY, UNPARSABLE
 
-# No-table catalog queries that main's classify() sends to the public path, whose function list
-# refuses them (reported to the engine owner: route them with dpsql.sql.catalog.is_catalog_query).
-ROUTING_GAPS = {
-    "asyncpg-1",  # current_setting('jit') + set_config('jit', 'off', false)
-    "dbeaver-3",  # pg_get_keywords()
-    "grafana-2",  # current_setting('server_version_num')
-    "metabase-6",
-    "superset-3",
-    "superset-4",  # pg_get_viewdef(to_regclass(...))
-    "superset-5",  # obj_description(to_regclass(...), 'pg_class')
-}
-
 
 @pytest.fixture(scope="module")
 def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
@@ -42,8 +30,6 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
 def _marks(q: CatalogQuery) -> list[pytest.MarkDecorator]:
     if q.id in UNPARSABLE:
         return [pytest.mark.xfail(reason=UNPARSABLE[q.id], strict=False)]
-    if q.id in ROUTING_GAPS:
-        return [pytest.mark.xfail(reason="classified public, refused there", strict=False)]
     return []
 
 
@@ -53,7 +39,7 @@ def _marks(q: CatalogQuery) -> list[pytest.MarkDecorator]:
 )
 def test_engine_answers_catalog_query(engine: Engine, query: CatalogQuery) -> None:
     prepared = engine.prepare(query.text)
-    assert prepared.kind in ("catalog", "public")
+    assert prepared.kind == ("public" if query.text.strip().upper() == "SELECT 1" else "catalog")
     result = engine.execute(prepared, SessionContext(analyst="ann"), list(query.params))
     text = repr(result.rows).lower()
     for word in HIDDEN_WORDS:
