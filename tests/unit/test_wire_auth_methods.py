@@ -46,3 +46,13 @@ def test_trust_needs_a_known_analyst() -> None:
             assert conn.info.parameter_status("session_authorization") == "ana"
         with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
             psycopg.connect(_dsn(srv.port, "x").replace("user=ana", "user=stranger"))
+
+
+def test_total_session_limit() -> None:
+    with ServerThread(FakeEngine(), POLICY, ServerConfig(port=0, max_sessions=2)) as srv:
+        a = psycopg.connect(_dsn(srv.port, PASSWORD))
+        b = psycopg.connect(_dsn(srv.port, PASSWORD))
+        with pytest.raises(psycopg.OperationalError, match="too many clients"):
+            psycopg.connect(_dsn(srv.port, PASSWORD))
+        a.close()
+        b.close()
