@@ -173,6 +173,8 @@ def _set(p: _P) -> SessionStatement:
         if not p.accept("zone"):
             raise p.error()
         name = "timezone"
+    elif p.peek() in ("names", "schema") and p.i + 1 < len(p.t) and p.t[p.i + 1].kind == "str":
+        name = "client_encoding" if p.ident() == "names" else "search_path"
     else:
         name = p.dotted()
         if not p.accept("to", "="):

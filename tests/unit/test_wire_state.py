@@ -42,6 +42,8 @@ def state() -> SessionState:
         ("DEALLOCATE ALL", SessionStatement("deallocate", None)),
         ("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", SessionStatement("noop", "SET")),
         ("/* c */ RESET ALL", SessionStatement("reset", None)),
+        ("SET NAMES 'UTF8'", SessionStatement("set", "client_encoding", "UTF8")),
+        ("SET SCHEMA 'public'", SessionStatement("set", "search_path", "public")),
         ("SELECT 1", None),
         ("WITH x AS (SELECT 1) SELECT * FROM x", None),
     ],
