@@ -83,7 +83,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(sequence=ops)
 @example(  # a refund of a reservation made before a reset
