@@ -38,6 +38,8 @@ from dpsql.wire.conn import Channel
 log = logging.getLogger("dpsql.wire.auth")
 _SCRAM = ScramMechanism("SCRAM-SHA-256")
 _MECH = "SCRAM-SHA-256"
+_PLUS = "SCRAM-SHA-256-PLUS"
+_SCRAM_PLUS = ScramMechanism(_PLUS)
 AUTH_TIMEOUT_S = 60.0
 
 
@@ -127,9 +129,10 @@ class LoginLimiter:
 class Authenticator:
     """Runs the authentication exchange for a session (one per server)."""
 
-    def __init__(self, policy: Policy, config: AuthConfig) -> None:
+    def __init__(self, policy: Policy, config: AuthConfig, tls_cert_pem: str | None = None) -> None:
         self.policy = policy
         self.config = config
+        self.tls_cert_pem = tls_cert_pem  # for SCRAM-SHA-256-PLUS (tls-server-end-point)
         self.limiter = LoginLimiter(
             config.max_failures, config.window_s, config.max_failures_per_host
         )
@@ -186,17 +189,27 @@ class Authenticator:
         return credential is not None and check_password(credential, pw)
 
     async def _scram(self, ch: Channel, v: Verifier) -> bool:
-        ch.send(m.AuthenticationSASL((_MECH,)).encode())
+        plus = ch.tls and self.tls_cert_pem is not None
+        ch.send(m.AuthenticationSASL((_PLUS, _MECH) if plus else (_MECH,)).encode())
         await ch.flush()
         frame = await ch.recv(AUTH_TIMEOUT_S)
         _expect_p(frame.code)
         first = m.SASLInitialResponse.decode(frame.body)
-        if first.mechanism != _MECH or first.data is None:
+        offered = (_PLUS, _MECH) if plus else (_MECH,)
+        if first.mechanism not in offered or first.data is None:
             raise ProtocolViolation(
                 f"client selected an invalid SASL authentication mechanism {first.mechanism!r}",
                 hint="use SCRAM-SHA-256",
             )
-        server = _SCRAM.make_server(lambda _u: (v.salt, v.stored_key, v.server_key, v.iterations))
+
+        def keys(_user: str) -> tuple[bytes, bytes, bytes, int]:
+            return v.salt, v.stored_key, v.server_key, v.iterations
+
+        if first.mechanism == _PLUS:
+            binding = ("tls-server-end-point", self.tls_cert_pem)
+            server = _SCRAM_PLUS.make_server(keys, channel_binding=binding)
+        else:
+            server = _SCRAM.make_server(keys)
         try:
             client_first = first.data.decode("utf-8")
             # libpq sends an empty SCRAM user name ("n=,"): PostgreSQL ignores it, scramp refuses

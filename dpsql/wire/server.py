@@ -77,7 +77,11 @@ class Server:
         self.tls = tls_context(config)
         if config.require_tls and self.tls is None:
             raise ValueError("require_tls needs tls_cert and tls_key")
-        self.auth = Authenticator(policy, config.auth)
+        pem = None
+        if self.tls is not None and config.tls_cert:
+            with open(config.tls_cert, encoding="ascii") as f:
+                pem = f.read()
+        self.auth = Authenticator(policy, config.auth, pem)
         self.executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="dpsql-q")
         self.sessions: dict[int, Session] = {}
         self._per_analyst: Counter[str] = Counter()

@@ -54,6 +54,12 @@ def test_tls_session(tls_server: ServerThread) -> None:
         assert conn.execute("SELECT gen 2").fetchall() == [(0,), (1,)]
 
 
+def test_channel_binding(tls_server: ServerThread) -> None:
+    """SCRAM-SHA-256-PLUS with tls-server-end-point when the client requires channel binding."""
+    with psycopg.connect(dsn(tls_server.port, "require") + " channel_binding=require") as conn:
+        assert conn.execute("SELECT gen 1").fetchone() == (0,)
+
+
 def test_require_tls_refuses_plaintext(tls_server: ServerThread) -> None:
     with pytest.raises(psycopg.OperationalError, match="requires an encrypted connection"):
         psycopg.connect(dsn(tls_server.port, "disable"))
