@@ -1,0 +1,181 @@
+"""End-to-end privacy audit of a quantile query (MAX by the exponential mechanism) through the engine.
+
+D has 60 units with 2 rows each, x = u mod 3 in {0, 1, 2} (declared bounds [0, 3], integer: four
+buckets of width 1); D' adds one unit with 3 rows (the declared max_rows_per_unit) at the upper
+bound 3 in group 'a'. The query is ``SELECT g, MAX(x) FROM t GROUP BY g`` at epsilon 1. The event
+fixed in advance is "the released MAX of group 'a' is <= 2" (D's true maximum): exactly computed,
+it has probability about 0.57 on D and 0.30 on D', a realized epsilon of about 0.63 (the
+exponential mechanism rarely meets its bound for a monotone utility). The Clopper-Pearson lower
+bound (level 1 - 1e-6) must stay below the epsilon the engine charges; a deliberately broken plan
+(the mechanism's epsilon doubled behind the same claim, as a sensitivity bug would do) realizes
+about 1.25 and must be flagged.
+
+Depths as in test_audit_engine: ``Engine.execute`` repeated (100 runs a side; 1,500 with
+``--run-slow``), and the engine's own plan and release on the real upstream rows (bucket counts
+from PostgreSQL) repeated 3e4 times (2e5 with ``--run-slow``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from auditing import epsilon_lower_bound
+
+from dpsql import engine as engine_module
+from dpsql.dp.quantiles import Quantile
+from dpsql.engine import Engine
+from dpsql.execute.noise import release
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql import plan as plan_module
+
+POLICY = {
+    "version": 1,
+    "dataset": "audit_q",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.t": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 3,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["a", "b"]},
+                "x": {"type": "integer", "bounds": [0, 3]},
+            },
+        }
+    },
+}
+SQL = "SELECT g, MAX(x) FROM t GROUP BY g"
+EVENT_MAX = 2  # the event: released MAX of group 'a' <= D's true maximum
+SESSION = SessionContext(analyst="auditor", epsilon=Fraction(1))
+
+
+def _load(dsn: str, with_extreme: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid integer NOT NULL, g text NOT NULL, x integer)")
+        rows = [(u, "ab"[u % 2], u % 3) for u in range(60) for _ in range(2)]
+        if with_extreme:
+            rows += [(999, "a", 3)] * 3
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+
+
+@pytest.fixture(scope="module")
+def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    policy = Policy.model_validate(POLICY)
+    dsn_d, dsn_d2 = make_db("auditq_d"), make_db("auditq_d2")
+    _load(dsn_d, False)
+    _load(dsn_d2, True)
+    d, d2 = Engine(policy, dsn_d, pool_size=2), Engine(policy, dsn_d2, pool_size=2)
+    yield d, d2
+    d.close()
+    d2.close()
+
+
+def _double_epsilon(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The deliberately broken engine: each quantile spends twice the epsilon it is charged."""
+    original = plan_module.make_plan
+
+    def broken(*args: Any, **kwargs: Any) -> plan_module.Plan:
+        p = original(*args, **kwargs)
+        measures = tuple(
+            dataclasses.replace(
+                mp, mechanism=dataclasses.replace(mp.mechanism, epsilon=2 * mp.mechanism.epsilon)
+            )
+            if isinstance(mp.mechanism, Quantile)
+            else mp
+            for mp in p.measures
+        )
+        return dataclasses.replace(p, measures=measures)
+
+    monkeypatch.setattr(plan_module, "make_plan", broken)
+    monkeypatch.setattr(engine_module, "make_plan", broken)
+
+
+def _bound(hits: list[int], n: int) -> float:
+    return max(
+        epsilon_lower_bound(hits[0], n, hits[1], n, alpha=5e-7),
+        epsilon_lower_bound(hits[1], n, hits[0], n, alpha=5e-7),
+    )
+
+
+def _execute_audit(engines: tuple[Engine, Engine], runs: int) -> tuple[float, float]:
+    hits, spent = [0, 0], 0.0
+    for i, engine in enumerate(engines):
+        prepared = engine.prepare(SQL)
+        for _ in range(runs):
+            r = engine.execute(prepared, SESSION)
+            value = next(row[1] for row in r.rows if row[0] == "a")
+            hits[i] += value <= EVENT_MAX
+            spent = r.epsilon_spent
+    return _bound(hits, runs), spent
+
+
+def test_quantile_execute_audit(
+    engines: tuple[Engine, Engine], request: pytest.FixtureRequest
+) -> None:
+    runs = 1500 if request.config.getoption("--run-slow") else 100
+    eps_lb, spent = _execute_audit(engines, runs)
+    assert spent == pytest.approx(1.0)
+    assert eps_lb <= spent
+
+
+def _released(engine: Engine, n: int) -> np.ndarray:
+    """The engine's plan and release on the real upstream rows (group 'a''s per-group row and its
+    per-bucket rows), as n groups of one release with independent draws."""
+    prepared = engine.prepare(SQL)
+    plan = engine.plan(prepared, SESSION)
+    assert plan.epsilon == 1 and isinstance(plan.measures[0].mechanism, Quantile)
+    a = plan.analysis
+    rows = engine.backend.run(engine.private_sql(prepared, a), private=True).rows
+    mine = [r for r in rows if r[0] == "a"]
+    assert len(mine) >= 2  # the group's row and its bucket rows
+    keyed = [(str(i), *r[1:]) for i in range(n) for r in mine]
+    rel = release(plan, keyed, engine._group_types(prepared, a), None, 0.95)
+    return np.array([s[0] for s in rel.stats], dtype=float)
+
+
+def _release_audit(engines: tuple[Engine, Engine], n: int) -> float:
+    hits = [int((_released(e, n) <= EVENT_MAX).sum()) for e in engines]
+    return _bound(hits, n)
+
+
+@pytest.fixture
+def draws(request: pytest.FixtureRequest) -> int:
+    return 200_000 if request.config.getoption("--run-slow") else 30_000
+
+
+def test_quantile_release_audit(engines: tuple[Engine, Engine], draws: int) -> None:
+    assert _release_audit(engines, draws) <= 1.0
+
+
+def test_quantile_release_audit_flags_double_epsilon(
+    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _double_epsilon(monkeypatch)
+    assert _release_audit(engines, 30_000) > 1.0  # realized ~1.25
+
+
+def test_neighbours_move_bucket_counts_by_at_most_r(engines: tuple[Engine, Engine]) -> None:
+    """The sensitivity argument on the real upstream rows: D and D' differ, per group, by at most
+    R = 3 rows in the bucket counts the mechanism sees (L1), and only in group 'a'."""
+    from dpsql.execute.noise import split_bucket_rows
+
+    hists = []
+    for engine in engines:
+        prepared = engine.prepare(SQL)
+        plan = engine.plan(prepared, SESSION)
+        rows = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows
+        _, hist = split_bucket_rows(plan, list(rows))
+        hists.append(hist)
+    for key in ("a", "b"):
+        h0, h1 = hists[0].get((0, (key,)), {}), hists[1].get((0, (key,)), {})
+        diff = sum(abs(h0.get(b, 0) - h1.get(b, 0)) for b in set(h0) | set(h1))
+        assert diff == (3 if key == "a" else 0)
