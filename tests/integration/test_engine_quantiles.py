@@ -1,0 +1,192 @@
+"""Quantiles, MIN/MAX and mode() through the engine on a real PostgreSQL.
+
+* noiseless (test-only switch): the engine's answer is the exact quantile of the bounded data at
+  bucket resolution, on a database and on its neighbour (one more unit at the upper bound);
+* with noise, on the demo data: types, bounds, charged epsilon, mechanism names, notices, and the
+  mechanism's stated rank accuracy at its stated rate (alpha 1e-6) — and a broken mechanism (a
+  twentieth of the epsilon behind the same statement) fails that check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import psycopg
+import pytest
+
+from dpsql.dp.quantiles import Quantile
+from dpsql.engine import Engine
+from dpsql.execute.noise import release, split_bucket_rows
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from tests.helpers import binom_min_successes, noiseless
+
+POLICY = {
+    "version": 1,
+    "dataset": "quantiles",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.q": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 2,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "integer", "keys": [1, 2, 3]},
+                "x": {"type": "integer", "bounds": [0, 100]},
+                "v": {"type": "numeric", "bounds": [0, 10]},
+                "c": {"type": "text", "keys": ["a", "b", "c"]},
+            },
+        }
+    },
+}
+UNITS = 300
+
+
+def _rows(extra: bool) -> list[tuple[int, int, int, float, str]]:
+    rows = []
+    for u in range(UNITS):
+        for k in range(1 if u % 5 == 0 else 2):  # at most R = 2 rows: bounding keeps them all
+            c = "b" if (u + k) % 4 < 2 else "ac"[(u + k) % 2]
+            rows.append((u, 1 + u % 2, (u * 7 + k * 13) % 100, ((u * 3 + k) % 50) / 5, c))
+    if extra:  # the neighbour: one more unit with R rows at the upper bounds in group 1
+        rows += [(10_000, 1, 100, 10.0, "c")] * 2
+    return rows
+
+
+def _load(dsn: str, extra: bool) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE q (uid int NOT NULL, g int, x int, v numeric, c text)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO q VALUES (%s, %s, %s, %s, %s)", _rows(extra))
+
+
+@pytest.fixture(scope="module")
+def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    policy = Policy.model_validate(POLICY)
+    dsns = make_db("quant_d"), make_db("quant_d2")
+    _load(dsns[0], False)
+    _load(dsns[1], True)
+    out = Engine(policy, dsns[0], pool_size=2), Engine(policy, dsns[1], pool_size=2)
+    yield out
+    for e in out:
+        e.close()
+
+
+def _nearest(values: list[float], q: float) -> float:
+    """The sorted value nearest to position q (n - 1) (ties: the lower), as the utility ranks."""
+    s = sorted(values)
+    t = q * (len(s) - 1)
+    k = math.floor(t) if t - math.floor(t) <= 0.5 else math.ceil(t)
+    return s[k]
+
+
+def _mid(v: float, lo: float, hi: float, buckets: int) -> float:
+    b = min(int((v - lo) * buckets / (hi - lo)), buckets - 1)
+    return lo + (b + 0.5) * (hi - lo) / buckets
+
+
+SQL = (
+    "SELECT g, MEDIAN(x), MIN(x), MAX(x), PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY x), "
+    "PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY v), MODE() WITHIN GROUP (ORDER BY c), "
+    "COUNT(*) FROM q GROUP BY g ORDER BY g"
+)
+
+
+@pytest.mark.parametrize("neighbour", [0, 1])
+def test_noiseless_equals_exact(engines: tuple[Engine, Engine], neighbour: int) -> None:
+    engine = noiseless(engines[neighbour])
+    got = engine.execute(engine.prepare(SQL), SessionContext(analyst="a")).rows
+    assert [r[0] for r in got] == [1, 2, 3]  # every declared key, also the empty group 3
+    data = _rows(bool(neighbour))
+    for row in got[:2]:
+        g = row[0]
+        xs = [float(r[2]) for r in data if r[1] == g]
+        vs = [r[3] for r in data if r[1] == g]
+        cs = [r[4] for r in data if r[1] == g]
+        expected = [
+            _nearest(xs, 0.5),
+            min(xs),
+            max(xs),
+            _nearest(xs, 0.9),
+            _mid(_nearest(vs, 0.25), 0, 10, 1024),
+            max("abc", key=cs.count),
+            len(xs),
+        ]
+        assert list(row[1:]) == pytest.approx(expected), g
+    assert got[2][-1] == 0
+
+
+def test_neighbour_moves_the_max_only_in_its_group(engines: tuple[Engine, Engine]) -> None:
+    sql = "SELECT g, MAX(x) FROM q GROUP BY g ORDER BY g"
+    d, d2 = (noiseless(e).execute(e.prepare(sql), SessionContext()).rows for e in engines)
+    assert d2[0][1] == 100 and d[0][1] < 100 and d[1] == d2[1]
+
+
+def test_noisy_answers_on_demo_data(engine: Engine) -> None:
+    s = SessionContext(analyst="analyst", show_intervals=True, confidence=0.9)
+    sql = (
+        "SELECT sex, MEDIAN(age) AS m, MIN(age), MAX(income), "
+        "MODE() WITHIN GROUP (ORDER BY educ) AS e, COUNT(*) AS n FROM pums GROUP BY sex"
+    )
+    r = engine.execute(engine.prepare(sql), s)
+    assert r.epsilon_spent == pytest.approx(1.0)
+    names = [c.name for c in r.columns]
+    assert names[:6] == ["sex", "m", "min", "max", "e", "n"]
+    assert "m_low" in names and "n_low" in names
+    assert [c.mechanism for c in r.columns[1:6]] == ["exponential"] * 3 + [
+        "report_noisy_max",
+        "laplace",
+    ]
+    for row in r.rows:
+        assert 0 <= row[1] <= 100 and 0 <= row[2] <= 100 and 0 <= row[3] <= 500_000
+        assert row[4] in range(1, 17)
+        assert row[names.index("m_low")] is None and row[names.index("n_low")] is not None
+    assert any(n.startswith("m: no value interval") and "rank" in n for n in r.notices)
+    assert any(n.startswith("e: no value interval") for n in r.notices)
+
+
+def _rank_hits(engine: Engine, n: int, broken: bool = False) -> tuple[int, int]:
+    """How often the released median's bucket holds a position within the stated rank error of
+    the target, over n independent releases of the engine's plan on the real bucket counts."""
+    sql = "SELECT sex, MEDIAN(age) FROM pums GROUP BY sex"
+    prepared = engine.prepare(sql)
+    plan = engine.plan(prepared, SessionContext(analyst="analyst"))
+    stated = plan.measures[0].mechanism
+    assert isinstance(stated, Quantile)
+    if broken:
+        weak = dataclasses.replace(stated, epsilon=stated.epsilon / 20)
+        plan = dataclasses.replace(
+            plan, measures=(dataclasses.replace(plan.measures[0], mechanism=weak),)
+        )
+    a = plan.analysis
+    rows = list(engine.backend.run(engine.private_sql(prepared, a), private=True).rows)
+    mine = [r for r in rows if r[0] == "1"]
+    keyed = [(str(i), *r[1:]) for i in range(n) for r in mine]
+    rel = release(plan, keyed, ("text",), None, 0.95)
+    _, hist = split_bucket_rows(plan, mine)
+    counts = np.zeros(stated.buckets, dtype=np.int64)
+    for b, c in hist[(0, ("1",))].items():
+        counts[int(b)] = c
+    below = np.cumsum(counts) - counts
+    t = 0.5 * (counts.sum() - 1)
+    tol = stated.rank_error(0.95)
+    hits = 0
+    for (value,) in rel.stats:
+        j = int(value)  # age buckets have width 1 starting at 0: the value is the bucket
+        gap = max(0.0, below[j] - t, t - (below[j] + counts[j] - 1))
+        hits += gap <= tol
+    return hits, n
+
+
+def test_median_rank_accuracy_at_stated_rate(engine: Engine) -> None:
+    hits, n = _rank_hits(engine, 3000)
+    assert hits >= binom_min_successes(n, 0.95)
+
+
+def test_median_rank_accuracy_flags_broken_mechanism(engine: Engine) -> None:
+    hits, n = _rank_hits(engine, 3000, broken=True)
+    assert hits < binom_min_successes(n, 0.95)
