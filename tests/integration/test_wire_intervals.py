@@ -1,0 +1,144 @@
+"""In-band accuracy through the real wire server: ``SET dpsql.confidence`` and
+``SET dpsql.show_intervals`` with psycopg.
+
+The table has one row per unit (so contribution bounding keeps every row and the noiseless truth is
+the plain aggregate, computed here directly in PostgreSQL). Property checked: for each statistic,
+the true value lies inside ``[<col>_low, <col>_high]`` in at least the number of cells a
+Binomial(cells, confidence) reaches with probability 1 - 1e-6 (the intervals are conservative, so
+the true rate is at least the confidence). A broken mechanism — intervals a third as wide as the
+noise needs, as an interval bug would give — must fail the same check (for COUNT and SUM, whose
+intervals are not conservative boxes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.demo import POLICY as DEMO_POLICY
+from dpsql.dp import mechanisms
+from dpsql.engine import Engine
+from dpsql.policy import load_policy
+from dpsql.policy.model import Policy
+from dpsql.serve import ServerThread
+from dpsql.wire.server import ServerConfig
+from tests.helpers import binom_min_successes
+
+STATS = ("n", "s", "a", "vp", "sd")
+SQL = (
+    "SELECT g, COUNT(*) AS n, SUM(v) AS s, AVG(v) AS a, VAR_POP(v) AS vp, STDDEV_SAMP(v) AS sd, "
+    "MEDIAN(v) AS m, COUNT(*) * 2 AS n2 FROM w GROUP BY g"
+)
+TRUTH = (
+    "SELECT g, count(*), sum(v), avg(v), var_pop(v), stddev_samp(v) FROM w GROUP BY g ORDER BY g"
+)
+CONFIDENCE = 0.9
+RUNS = 150
+
+
+def _policy() -> Policy:
+    demo = load_policy(DEMO_POLICY)
+    return Policy.model_validate(
+        {
+            "version": 1,
+            "dataset": "wi",
+            "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+            "tables": {
+                "public.w": {
+                    "privacy_unit": "uid",
+                    "columns": {
+                        "uid": {"type": "integer", "identifier": True},
+                        "g": {"type": "text", "keys": ["a", "b"]},
+                        "v": {"type": "numeric", "bounds": [0, 10]},
+                    },
+                }
+            },
+            "analysts": {"analyst": demo.analysts["analyst"].model_dump()},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def upstream(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("wire_iv")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE w (uid int NOT NULL, g text NOT NULL, v numeric)")
+        rows = [(u, "ab"[u % 2], (u * 37 % 101) / 10) for u in range(400)]
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO w VALUES (%s, %s, %s)", rows)
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def server(upstream: str) -> Iterator[ServerThread]:
+    policy = _policy()
+    engine = Engine(policy, upstream, pool_size=2)
+    with ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
+        yield srv
+    engine.close()
+
+
+def _truth(dsn: str) -> dict[str, tuple[float, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return {r[0]: tuple(float(x) for x in r[1:]) for r in conn.execute(TRUTH)}
+
+
+def _coverage(srv: ServerThread, truth: dict[str, tuple[float, ...]], runs: int) -> list[int]:
+    hits = [0] * len(STATS)
+    notices: list[str] = []
+    dsn = f"host=127.0.0.1 port={srv.port} user=analyst password=analyst dbname=wi"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        conn.execute(f"SET dpsql.confidence = {CONFIDENCE}")
+        conn.execute("SET dpsql.show_intervals = on")
+        for _ in range(runs):
+            cur = conn.execute(SQL)
+            names = [d.name for d in cur.description]
+            for row in cur.fetchall():
+                rec: dict[str, Any] = dict(zip(names, row, strict=True))
+                for i, name in enumerate(STATS):
+                    lo, hi = rec[f"{name}_low"], rec[f"{name}_high"]
+                    t = truth[rec["g"]][i]
+                    hits[i] += lo - 1e-9 * abs(t) <= t <= hi + 1e-9 * abs(t)
+                assert rec["m_low"] is None and rec["m_high"] is None
+                assert "n2_low" not in rec
+    assert names[:8] == ["g", "n", "s", "a", "vp", "sd", "m", "n2"]
+    assert any("m: no value interval" in n for n in notices)
+    assert any(n.startswith("n2:") for n in notices)
+    return hits
+
+
+def test_show_intervals_cover_the_truth_at_the_stated_rate(
+    server: ServerThread, upstream: str
+) -> None:
+    hits = _coverage(server, _truth(upstream), RUNS)
+    need = binom_min_successes(2 * RUNS, CONFIDENCE)
+    assert all(h >= need for h in hits), (hits, need)
+
+
+def test_broken_intervals_are_flagged(
+    server: ServerThread, upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for cls in (mechanisms.Laplace, mechanisms.Gaussian):
+        honest = cls.half_width
+
+        def narrow(self: Any, confidence: float, _honest: Any = honest) -> float:
+            return float(_honest(self, confidence)) / 3
+
+        monkeypatch.setattr(cls, "half_width", narrow)
+    hits = _coverage(server, _truth(upstream), 60)
+    need = binom_min_successes(120, CONFIDENCE)
+    assert hits[0] < need and hits[1] < need, (hits, need)
+
+
+def test_without_show_intervals_no_extra_columns(server: ServerThread) -> None:
+    dsn = f"host=127.0.0.1 port={server.port} user=analyst password=analyst dbname=wi"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cur = conn.execute("SELECT COUNT(*) AS n, MEDIAN(v) AS m FROM w")
+        assert [d.name for d in cur.description] == ["n", "m"]
+        n, m = cur.fetchone()  # type: ignore[misc]
+        assert 0 <= m <= 10 and not math.isnan(float(n))
