@@ -30,6 +30,10 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
 
 
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, str(default)))
+
+
 def register(sub: Any) -> None:
     s = sub.add_parser("serve", help="serve the PostgreSQL wire protocol (psql, BI tools, drivers)")
     s.add_argument("--policy", required=_env("DPSQL_POLICY") is None, default=_env("DPSQL_POLICY"))
@@ -50,16 +54,16 @@ def register(sub: Any) -> None:
         default=_env("DPSQL_AUTH", "scram-sha-256"),
         help="comma-separated methods: scram-sha-256 (default), md5 (= SCRAM), password, trust",
     )
-    s.add_argument("--max-sessions", type=int, default=int(_env("DPSQL_MAX_SESSIONS", "200")))
+    s.add_argument("--max-sessions", type=int, default=_env_int("DPSQL_MAX_SESSIONS", 200))
     s.add_argument(
         "--max-sessions-per-analyst",
         type=int,
-        default=int(_env("DPSQL_MAX_SESSIONS_PER_ANALYST", "20")),
+        default=_env_int("DPSQL_MAX_SESSIONS_PER_ANALYST", 20),
     )
     s.add_argument(
         "--max-message-size",
         type=int,
-        default=int(_env("DPSQL_MAX_MESSAGE_SIZE", str(DEFAULT_MAX_MESSAGE_SIZE))),
+        default=_env_int("DPSQL_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE),
     )
     s.add_argument("--shutdown-grace", type=float, default=10.0, help="seconds")
     s.add_argument("--log-level", default=_env("DPSQL_LOG_LEVEL", "INFO"))

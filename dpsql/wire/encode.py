@@ -120,7 +120,8 @@ def encoder(oid: int, fmt: int) -> Encoder:
 
         def enc(v: Any) -> bytes:
             try:
-                return bytes(dump(coerce(v)))
+                out = dump(coerce(v))
+                return b"" if out is None else bytes(out)
             except Exception:
                 if fmt:
                     raise
@@ -164,7 +165,7 @@ def _loader(oid: int, fmt: int) -> Callable[[bytes], Any]:
     pq_fmt = Format.BINARY if fmt else Format.TEXT
     if oid == 0 and not fmt:
         return lambda b: bytes(b).decode("utf-8")
-    return _TRANSFORMER.get_loader(oid, pq_fmt).load  # type: ignore[return-value]
+    return _TRANSFORMER.get_loader(oid, pq_fmt).load
 
 
 def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:

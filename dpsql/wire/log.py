@@ -16,8 +16,8 @@ import logging
 from functools import lru_cache
 from typing import Any
 
+from sqlglot import TokenType
 from sqlglot.dialects.postgres import Postgres
-from sqlglot.tokens import TokenType
 
 log = logging.getLogger("dpsql.statement")
 

@@ -35,7 +35,7 @@ def cast_oid(to: exp.DataType) -> int:
     return info.oid if info is not None else 0
 
 
-def _column_oid(node: exp.Expression, columns: dict[str, Any]) -> int:
+def _column_oid(node: Any, columns: dict[str, Any]) -> int:
     if isinstance(node, exp.Column):
         col = columns.get(node.name.lower())
         if col is not None:

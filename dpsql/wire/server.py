@@ -189,8 +189,8 @@ class Server:
             for t in pending:
                 t.cancel()
         tasks = list(self._tasks)
-        for t in tasks:
-            t.cancel()
+        for task in tasks:
+            task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)

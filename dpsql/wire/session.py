@@ -51,7 +51,7 @@ class EngineLike(Protocol):
 
 def _new_cancel_token() -> Any:
     try:
-        from dpsql.execute.backend import CancelToken  # type: ignore[import-not-found]
+        from dpsql.execute.backend import CancelToken
     except ImportError:
         return None
     return CancelToken()

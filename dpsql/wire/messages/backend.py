@@ -8,7 +8,7 @@ Same shape as :mod:`dpsql.wire.messages.frontend`: ``encode()`` gives the whole 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr, frame
@@ -86,7 +86,7 @@ class AuthenticationSASLFinal(AuthenticationSASLContinue):
     subtype: ClassVar[int] = 12
 
 
-_AUTH: dict[int, type] = {
+_AUTH: dict[int, Any] = {
     c.subtype: c
     for c in (
         AuthenticationOk,
@@ -327,7 +327,7 @@ class PortalSuspended(_Empty):
     code: ClassVar[bytes] = b"s"
 
 
-_BY_CODE: dict[bytes, type] = {
+_BY_CODE: dict[bytes, Any] = {
     c.code: c
     for c in (
         ParameterStatus,
@@ -361,7 +361,7 @@ def decode_backend(code: bytes, body: bytes) -> object:
     cls = _BY_CODE.get(code)
     if cls is None:
         raise ProtocolViolation(f"unknown backend message type {code!r}")
-    return cls.decode(body)  # type: ignore[attr-defined]
+    return cls.decode(body)
 
 
 SSL_ACCEPT = b"S"
