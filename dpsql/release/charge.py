@@ -44,12 +44,16 @@ class Charge:
         return None if self.reservation is None else int(self.reservation.id)
 
     def before_noise(self, fn: Callable[[], T]) -> T:
-        """Run the private counting step; refund the reservation if it fails."""
+        """Run the private counting step; refund the reservation if it fails.
+
+        Only failures that can't depend on the private data are refunded (see
+        :func:`dpsql.budget.ledger.refundable`); any other failure stays charged.
+        """
         try:
             return fn()
-        except BaseException:
+        except BaseException as error:
             if self.reservation is not None:
-                self.ledger.refund(self.reservation)
+                self.ledger.refund(self.reservation, error=error)
             raise
 
     def commit(self) -> None:
