@@ -30,6 +30,7 @@ _CLAUSES_REFUSED = {
 }
 
 
+MAX_MAGNITUDE = 10**15  # largest |value| one row may add to a SUM/AVG/VAR
 _Ctx = Ctx  # the column resolver of dpsql.sql.sources (one or more joined tables)
 
 
@@ -102,6 +103,13 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:
         raise PrivacyViolation(
             f"the range of {arg.sql('postgres')} can't be bounded from the declared bounds",
             hint="use +, -, *, division by a constant, CASE and COALESCE over bounded columns",
+        )
+    if r.magnitude > MAX_MAGNITUDE:
+        raise PrivacyViolation(
+            f"the range of {arg.sql('postgres')} reaches {float(r.magnitude):.3g}: one row could "
+            f"move {agg} by that much, far too much to hide with noise",
+            hint=f"aggregate values within ±{MAX_MAGNITUDE:.0e} (scale them, or clamp with "
+            "LEAST/GREATEST)",
         )
     return r
 

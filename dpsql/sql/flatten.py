@@ -59,12 +59,23 @@ def _has_star(q: exp.Select) -> bool:
     return any(_is_star(e) for e in q.expressions)
 
 
-def _substitute(node: exp.Expression, alias: str, proj: dict[str, exp.Expression], star: bool):  # type: ignore[no-untyped-def]
-    """Replace references to the derived table's columns by their defining expressions."""
+def _substitute(  # type: ignore[no-untyped-def]
+    node: exp.Expression,
+    alias: str,
+    proj: dict[str, exp.Expression],
+    star: bool,
+    keep: frozenset[str] = frozenset(),
+):
+    """Replace references to the derived table's columns by their defining expressions.
+
+    ``keep``: output aliases of the outer select, which ORDER BY/GROUP BY/HAVING may name.
+    """
 
     def fix(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
             if n.table and n.table != alias:
+                return n
+            if not n.table and n.name in keep and n.name not in proj:
                 return n
             if n.name in proj:
                 e = proj[n.name].copy()
@@ -133,14 +144,12 @@ def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
         else:
             items.append(_keep_name(e, _substitute(e, alias, proj, star)))
     out.set("expressions", items)
+    names = frozenset(e.alias for e in outer.expressions if isinstance(e, exp.Alias))
     for key in ("where", "group", "having", "order", "qualify"):
         v = out.args.get(key)
-        if v is None:
-            continue
-        if isinstance(v, list):
-            out.set(key, [_keep_name(e, _substitute(e, alias, proj, star)) for e in v])
-        else:
-            out.set(key, _substitute(v, alias, proj, star))
+        if v is not None:
+            keep = names if key != "where" else frozenset()
+            out.set(key, _substitute(v, alias, proj, star, keep))
     out.set("from_", inner.args["from_"].copy())
     iw = inner.args.get("where")
     if iw is not None:
@@ -196,12 +205,24 @@ def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
         node = outer.args.get(key)
         if node is None:
             continue
-        if inner.args.get(key) is not None or (key == "limit" and inner.args.get("offset")):
+        if inner.args.get(key) is None and not (key == "limit" and inner.args.get("offset")):
+            inner.set(key, node.copy())
+            continue
+        a, b = _int_limit(inner.args.get(key)), _int_limit(node)
+        if key == "offset" or a is None or b is None or inner.args.get("offset"):
             raise UnsupportedSql(
-                f"{key.upper()} on both a subquery and its wrapper is not supported"
+                f"{key.upper()} on both a subquery and its wrapper is not supported",
+                hint="use one LIMIT",
             )
-        inner.set(key, node.copy())
+        inner.set(key, exp.Limit(expression=exp.Literal.number(min(a, b))))
     return inner
+
+
+def _int_limit(node: exp.Expression | None) -> int | None:
+    val = node.expression if isinstance(node, exp.Limit) else node
+    if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
+        return int(val.this)
+    return None
 
 
 def flatten(tree: exp.Expression) -> exp.Expression:
