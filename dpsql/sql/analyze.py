@@ -104,12 +104,14 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:
             f"the range of {arg.sql('postgres')} can't be bounded from the declared bounds",
             hint="use +, -, *, division by a constant, CASE and COALESCE over bounded columns",
         )
-    if r.magnitude > MAX_MAGNITUDE:
+    reach = r.magnitude
+    if agg.startswith(("VAR", "STDDEV")):
+        reach = max(reach, r.half_width * r.half_width)  # sums of squared deviations
+    if reach > MAX_MAGNITUDE:
         raise PrivacyViolation(
-            f"the range of {arg.sql('postgres')} reaches {float(r.magnitude):.3g}: one row could "
-            f"move {agg} by that much, far too much to hide with noise",
-            hint=f"aggregate values within ±{MAX_MAGNITUDE:.0e} (scale them, or clamp with "
-            "LEAST/GREATEST)",
+            f"one row could move {agg}({arg.sql('postgres')}) by more than {MAX_MAGNITUDE:.0e}, "
+            "far too much to hide with noise",
+            hint="aggregate smaller values (scale them down, or clamp with LEAST/GREATEST)",
         )
     return r
 

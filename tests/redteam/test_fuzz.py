@@ -47,7 +47,8 @@ def _check_rewrite(sql: str) -> None:
     assert isinstance(tree, exp.Select)
     for item in tree.expressions:
         body = item.this if isinstance(item, exp.Alias) else item
-        is_key = isinstance(body, exp.Column) and body.name.startswith("_dp_g")
+        # group keys, value buckets (quantiles/MIN/MAX) and the grouping-set id of bucket_values
+        is_key = item.alias_or_name.startswith(("_dp_g", "_dp_b", "_dp_set"))
         assert is_key or body.find(exp.AggFunc) is not None, item.sql()
     src = tree.args["from_"].this
     assert isinstance(src, (exp.Table, exp.Subquery))
