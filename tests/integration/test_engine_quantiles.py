@@ -190,3 +190,20 @@ def test_median_rank_accuracy_at_stated_rate(engine: Engine) -> None:
 def test_median_rank_accuracy_flags_broken_mechanism(engine: Engine) -> None:
     hits, n = _rank_hits(engine, 3000, broken=True)
     assert hits < binom_min_successes(n, 0.95)
+
+
+def test_partition_selection_with_quantiles(engines: tuple[Engine, Engine]) -> None:
+    """GROUP BY a column without declared keys: groups chosen by partition selection (noiseless:
+    every group with a unit), each with its own quantile and mode."""
+    engine = noiseless(engines[0])
+    sql = "SELECT x, MAX(v), MODE() WITHIN GROUP (ORDER BY c) FROM q WHERE x < 5 GROUP BY x"
+    got = sorted(engine.execute(engine.prepare(sql), SessionContext()).rows)
+    data = _rows(False)
+    assert [r[0] for r in got] == sorted({r[2] for r in data if r[2] < 5})
+    for x, vmax, mode in got:
+        vs = [r[3] for r in data if r[2] == x]
+        cs = [r[4] for r in data if r[2] == x]
+        assert vmax == pytest.approx(_mid(max(vs), 0, 10, 1024))
+        assert cs.count(mode) == max(cs.count(c) for c in "abc")
+    plan = engine.plan(engine.prepare(sql), SessionContext())
+    assert plan.selection is not None and plan.cost.delta > 0
