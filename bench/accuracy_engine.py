@@ -1,0 +1,247 @@
+"""Accuracy through the engine (issue 5): PUMS demo table and a larger generated table.
+
+For each query and epsilon in {0.1, 1, 10}: the exact answer is the query run as-is on PostgreSQL
+(no bounding, no noise); the DP answer is the engine's: its analysis, plan, bounded private SQL run
+on PostgreSQL, release (noise / exponential mechanism) and post-processing query. The bounded SQL
+runs once per query (its rows do not depend on epsilon) and the release + post-processing are
+repeated ``--reps`` times on those rows; one full ``Engine.execute`` per (query, epsilon) checks
+the path end to end. Reported per query: the median over repetitions and output cells of the
+relative error |dp - exact| / |exact| (quantiles, MIN/MAX: divided by the declared range instead,
+since the exact answer can be 0; mode: the fraction of wrong answers), and for GROUP BY the
+fraction of true groups suppressed and of released groups that are not true groups (invented;
+with declared keys every key is returned, so empty keys count as invented).
+
+    python -m bench.accuracy_engine [--reps 50] [--rows 1000000] [--out docs/accuracy_engine.md]
+
+Not a timed test and not part of pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+
+from dpsql.demo import POLICY, load_demo
+from dpsql.engine import Engine
+from dpsql.execute.embedded import start_cluster
+from dpsql.execute.noise import release
+from dpsql.execute.private import finish
+from dpsql.policy import load_policy
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.plan import make_plan
+
+EPSILONS = (Fraction(1, 10), Fraction(1), Fraction(10))
+
+# (label, dpsql SQL, plain PostgreSQL SQL for the exact answer, kind of error, range)
+Query = tuple[str, str, str, str, float]
+
+
+def queries(table: str, age_key: str) -> list[Query]:
+    t = table
+    return [
+        ("COUNT(*)", f"SELECT COUNT(*) FROM {t}", "", "rel", 0),
+        ("COUNT GROUP BY educ", f"SELECT educ, COUNT(*) FROM {t} GROUP BY educ", "", "rel", 0),
+        ("SUM(income)", f"SELECT SUM(income) FROM {t}", "", "rel", 0),
+        (
+            "AVG(income) GROUP BY sex",
+            f"SELECT sex, AVG(income) FROM {t} GROUP BY sex",
+            "",
+            "rel",
+            0,
+        ),
+        ("STDDEV(age)", f"SELECT STDDEV(age) FROM {t}", "", "rel", 0),
+        (
+            "MEDIAN(age) GROUP BY sex",
+            f"SELECT sex, MEDIAN(age) FROM {t} GROUP BY sex",
+            f"SELECT sex, PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY age) FROM {t} GROUP BY sex",
+            "range",
+            100,
+        ),
+        (
+            "PERCENTILE_CONT(0.9) income",
+            f"SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY income) FROM {t}",
+            "",
+            "range",
+            500_000,
+        ),
+        ("MAX(age)", f"SELECT MAX(age) FROM {t}", "", "range", 100),
+        (
+            "mode() educ",
+            f"SELECT MODE() WITHIN GROUP (ORDER BY educ) FROM {t}",
+            "",
+            "wrong",
+            0,
+        ),
+        (
+            f"COUNT GROUP BY {age_key} (no keys)",
+            f"SELECT {age_key}, COUNT(*) FROM {t} GROUP BY {age_key}",
+            "",
+            "rel",
+            0,
+        ),
+    ]
+
+
+def _cells(rows: Sequence[tuple[Any, ...]], grouped: bool) -> dict[Any, float | str]:
+    out: dict[Any, float | str] = {}
+    for r in rows:
+        key = r[0] if grouped else None
+        v = r[-1]
+        out[key] = v if isinstance(v, str) else float(v) if v is not None else float("nan")
+    return out
+
+
+def _error(dp: float | str, exact: float | str, kind: str, span: float) -> float:
+    if kind == "wrong":
+        return float(str(dp) != str(exact))
+    assert isinstance(dp, float) and isinstance(exact, float)
+    if kind == "range":
+        return abs(dp - exact) / span
+    return abs(dp - exact) / max(abs(exact), 1e-9)
+
+
+def run_query(engine: Engine, q: Query, dsn: str, reps: int) -> dict[Fraction, tuple[float, ...]]:
+    label, sql, exact_sql, kind, span = q
+    prepared = engine.prepare(sql)
+    a = prepared.analysis
+    assert a is not None
+    grouped = bool(a.group_keys)
+    with psycopg.connect(dsn) as conn:
+        exact = _cells(conn.execute(exact_sql or sql).fetchall(), grouped)
+    exact = {(str(k) if k is not None else None): v for k, v in exact.items()}
+    rows = engine.backend.run(engine.private_sql(prepared, a), private=True).rows
+    key_types = engine._group_types(prepared, a)
+    declared = engine.declared_keys(a)
+    out = {}
+    bounded = release(make_plan(a, Fraction(1), Fraction(1, 10**6)), list(rows), key_types,
+                      declared, 0.95, noiseless=True)  # fmt: skip
+    ref = finish(engine, a, bounded, SessionContext(analyst="bench"))
+    ref_cells = {
+        (str(k) if k is not None else None): v for k, v in _cells(ref.rows, grouped).items()
+    }
+    bias = statistics.median(
+        [_error(ref_cells[k], v, kind, span) for k, v in exact.items() if k in ref_cells] or [0.0]
+    )
+    for eps in EPSILONS:
+        session = SessionContext(analyst="bench", epsilon=eps)
+        delta = Fraction(1, 10**6) if a.needs_selection else Fraction(0)
+        plan = make_plan(a, eps, delta)
+        engine.execute(prepared, session)  # the full path once
+        errs: list[float] = []
+        suppressed: list[float] = []
+        invented: list[float] = []
+        for _ in range(reps):
+            rel = release(plan, list(rows), key_types, declared, 0.95)
+            res = finish(engine, a, rel, session, plan=plan)
+            got = {
+                (str(k) if k is not None else None): v for k, v in _cells(res.rows, grouped).items()
+            }
+            errs += [_error(got[k], v, kind, span) for k, v in exact.items() if k in got]
+            if grouped:
+                suppressed.append(sum(k not in got for k in exact) / len(exact))
+                invented.append(sum(k not in exact for k in got) / max(len(got), 1))
+        out[eps] = (
+            statistics.median(errs) if errs else float("nan"),
+            statistics.mean(suppressed) if suppressed else float("nan"),
+            statistics.mean(invented) if invented else float("nan"),
+            bias,
+        )
+    return out
+
+
+def large_table(dsn: str, rows: int) -> None:
+    """people(uid, sex, educ, age, income): rows/5 units with 5 rows each, generated in SQL."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS people")
+        conn.execute(
+            """
+            CREATE TABLE people AS
+            SELECT i / 5 AS uid, (i / 5) % 2 AS sex,
+                   CASE WHEN (i / 5) % 3 = 0 THEN 9 ELSE 1 + ((i / 5) * 7) % 16 END AS educ,
+                   LEAST(100, 18 + ((i / 5) * 13 + i % 5) % 70) AS age,
+                   round((20000 + 1000 * (((i / 5) * 31) % 150) + 300 * (i % 5))
+                         * (1 + (((i / 5) * 17) % 10) / 10.0)) AS income
+            FROM generate_series(0, %s - 1) AS i
+            """.replace("%s", str(int(rows)))
+        )
+        conn.execute("ANALYZE people")
+
+
+def large_policy(base: Policy) -> Policy:
+    d = base.model_dump()
+    d["tables"]["public.people"] = {
+        "privacy_unit": "uid",
+        "max_rows_per_unit": 5,
+        "max_groups_per_unit": 1,
+        "columns": {
+            "uid": {"type": "integer", "identifier": True},
+            "sex": {"type": "integer", "keys": [0, 1]},
+            "educ": {"type": "integer", "keys": list(range(1, 17))},
+            "age": {"type": "integer", "bounds": [0, 100]},
+            "income": {"type": "numeric", "bounds": [0, 500000]},
+        },
+    }
+    d["analysts"]["bench"] = {**d["analysts"]["analyst"], "max_epsilon": 10.0}
+    d["defaults"]["max_epsilon"] = 10.0
+    return Policy.model_validate(d)
+
+
+def table_md(title: str, results: list[tuple[str, dict[Fraction, tuple[float, ...]]]]) -> str:
+    lines = [
+        f"### {title}",
+        "",
+        "| query | error eps 0.1 | eps 1 | eps 10 | bounding alone | suppressed (0.1 / 1 / 10) "
+        "| invented (0.1 / 1 / 10) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, res in results:
+        e = [f"{res[x][0]:.3g}" for x in EPSILONS]
+        s = " / ".join(f"{res[x][1]:.2g}" for x in EPSILONS)
+        i = " / ".join(f"{res[x][2]:.2g}" for x in EPSILONS)
+        if s == "nan / nan / nan":
+            s = i = "-"
+        b = f"{res[EPSILONS[0]][3]:.3g}"
+        lines.append(f"| {label} | {' | '.join(e)} | {b} | {s} | {i} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    cluster = start_cluster()
+    try:
+        dsn = cluster.dsn()
+        load_demo(dsn)
+        large_table(dsn, args.rows)
+        policy = large_policy(load_policy(POLICY))
+        engine = Engine(policy, dsn, pool_size=2)
+        text = []
+        with psycopg.connect(dsn) as conn:
+            (n_pums,) = conn.execute("SELECT count(*) FROM pums").fetchone()  # type: ignore[misc]
+        for title, table in (
+            (f"PUMS demo table ({n_pums} rows)", "pums"),
+            (f"generated table people ({args.rows:,} rows, 5 per unit)", "people"),
+        ):
+            results = [(q[0], run_query(engine, q, dsn, args.reps)) for q in queries(table, "age")]
+            md = table_md(title, results)
+            print(md, flush=True)
+            text.append(md)
+        engine.close()
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write("\n".join(text))
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
