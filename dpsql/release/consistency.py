@@ -100,8 +100,9 @@ def simplex_projection(v: np.ndarray, total: float) -> np.ndarray:
     ks = np.arange(1, flat.size + 1)
     hits = np.flatnonzero(u - css / ks > 0)
     rho = int(hits[-1]) if hits.size else 0  # empty only through float underflow of a tiny total
-    theta = css[rho] / (rho + 1)
-    return np.maximum(flat - theta, 0.0).reshape(np.shape(v))
+    theta = float(css[rho]) / (rho + 1)
+    out: np.ndarray = np.maximum(flat - theta, 0.0).reshape(np.shape(v))
+    return out
 
 
 def round_preserving_sum(v: np.ndarray, total: int) -> np.ndarray:

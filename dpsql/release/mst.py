@@ -56,6 +56,12 @@ class MstPlan:
     def d(self) -> int:
         return len(self.shape)
 
+    def mechanism_for(self, clique: tuple[int, ...]) -> Gaussian:
+        """The mechanism that measured a 1-way or 2-way marginal."""
+        if len(clique) == 1 or self.two_way is None:
+            return self.one_way
+        return self.two_way
+
     @property
     def cost(self) -> Cost:
         c = Fraction(self.d) * self.one_way.rho
@@ -195,8 +201,8 @@ def run_mst(plan: MstPlan, idx: np.ndarray, n: np.ndarray) -> MstResult:
 def _mbi() -> Any:
     import jax
 
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_enable_compilation_cache", False)
+    jax.config.update("jax_enable_x64", True)  # type: ignore[no-untyped-call]
+    jax.config.update("jax_enable_compilation_cache", False)  # type: ignore[no-untyped-call]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import mbi

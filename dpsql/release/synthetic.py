@@ -179,10 +179,8 @@ def _meta(
             {
                 "marginal": [names[c] for c in m.clique],
                 "noise_std": m.std,
-                "half_width_0.95": (
-                    plan.one_way if len(m.clique) == 1 else plan.two_way
-                ).half_width(0.95),
-            }  # type: ignore[union-attr]
+                "half_width_0.95": plan.mechanism_for(m.clique).half_width(0.95),
+            }
             for m in result.measurements
         ],
         "inference": f"Private-PGM (mbi {_version('mbi')}), MirrorDescent; rows sampled from the "
