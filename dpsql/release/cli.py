@@ -43,6 +43,11 @@ def register(sub: Any) -> None:
         "to this file, mode 0600",
     )
     s.add_argument("--iters", type=int, default=1000, help="Private-PGM iterations")
+    s.add_argument(
+        "--no-table",
+        action="store_true",
+        help="don't write the PostgreSQL table (default: --to-table or releases.<table>_synthetic)",
+    )
     s.set_defaults(func=cmd_synthetic)
 
 
@@ -131,7 +136,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
             rows=args.rows,
             analyst=args.analyst,
             ledger=ledger,
-            to_table=args.to_table,
+            to_table=None if args.no_table else (args.to_table or _default_table(args.table)),
             replace=args.replace,
             quality_path=args.quality_report,
             iters=args.iters,
@@ -159,6 +164,11 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
     )
     console.print(t)
     return 0
+
+
+def _default_table(table: str) -> str:
+    """releases.<table>_synthetic (a plain identifier; anything odd is caught by the checks)."""
+    return f"releases.{table.split('.')[-1].strip().lower()}_synthetic"
 
 
 def _print_written(w: Any, what: str) -> None:
