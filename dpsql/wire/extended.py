@@ -106,6 +106,7 @@ class Extended:
         except Exception as e:
             self.s.send_error(e)
             self.failed()
+            await self.s.ch.flush()  # as PostgreSQL, an error goes out at once
 
     def _check_txn(self, stmt: Statement) -> None:
         if stmt.session is None or stmt.session.kind not in _TXN_KINDS:
@@ -184,7 +185,10 @@ class Extended:
             portal = self.portals.get(msg.name)
             if portal is None:
                 raise _undefined("portal", msg.name, "34000")
-            cols = await self.columns(portal.prepared)
+            if portal.result is None and self._executes_next(msg.name):
+                await self._run(portal)  # its columns come with the rows: no separate describe
+            res = portal.result
+            cols = tuple(res.columns) if res is not None else await self.columns(portal.prepared)
             formats = portal.formats
         if cols:
             _check_formats(formats, len(cols))
@@ -192,17 +196,33 @@ class Extended:
         else:
             self.s.send(m.NoData())
 
+    def _executes_next(self, portal: str) -> bool:
+        """Whether the client already sent, right behind this Describe, an Execute of ``portal``
+        (drivers pipeline Bind/Describe/Execute/Sync): then running the portal now saves the
+        engine a describe round trip, and the portal runs exactly once either way."""
+        nxt = self.s.ch.decoder.peek()
+        if nxt is None or nxt.code != b"E":
+            return False
+        try:
+            return m.Execute.decode(nxt.body).portal == portal
+        except DpsqlError:
+            return False
+
+    async def _run(self, portal: Portal) -> None:
+        stmt = portal.prepared.stmt
+        self._check_txn(stmt)
+        portal.result = await self.s.execute(stmt, portal.params)
+        if isinstance(portal.result, Result):
+            for notice in portal.result.notices:
+                self.s.send_notice("NOTICE", "00000", notice)
+
     async def execute(self, msg: m.Execute) -> None:
         portal = self.portals.get(msg.portal)
         if portal is None:
             raise _undefined("portal", msg.portal, "34000")
         stmt = portal.prepared.stmt
         if portal.result is None:
-            self._check_txn(stmt)
-            portal.result = await self.s.execute(stmt, portal.params)
-            if isinstance(portal.result, Result):
-                for notice in portal.result.notices:
-                    self.s.send_notice("NOTICE", "00000", notice)
+            await self._run(portal)
         if stmt.kind == "empty":
             self.s.send(m.EmptyQueryResponse())
             return

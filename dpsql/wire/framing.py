@@ -67,6 +67,16 @@ class FrameDecoder:
         """Bytes received but not yet returned as frames."""
         return len(self._buf) - self._pos
 
+    def peek(self) -> Frame | None:
+        """The next complete frame without consuming it (None if not all here, or invalid)."""
+        pos = self._pos
+        try:
+            frame = self.next()
+        except ProtocolViolation:
+            return None
+        self._pos = pos
+        return frame
+
     def next(self) -> Frame | None:
         """The next complete frame, or None until more bytes arrive.
 

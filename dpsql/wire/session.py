@@ -178,7 +178,7 @@ class Session:
             code = frame.code or b"?"
             if code == b"X":
                 return
-            if self.extended.skipping and self.extended.in_batch(code):
+            if self.extended.skipping and self.extended.in_batch(code) and code != b"H":
                 continue  # after an error, discard until Sync without even decoding
             try:
                 msg = m.decode_frontend(code, frame.body)

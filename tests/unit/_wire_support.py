@@ -69,6 +69,7 @@ class FakeEngine:
 
     def __init__(self) -> None:
         self.prepares: Counter[str] = Counter()
+        self.describes: Counter[str] = Counter()
         self.executed: list[tuple[str, SessionContext, tuple[Any, ...]]] = []
         self.last_epsilon: Fraction | None = None
 
@@ -104,6 +105,7 @@ class FakeEngine:
     def describe(
         self, prepared: FakePrepared, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]:
+        self.describes[prepared.sql] += 1
         return self._columns(prepared)
 
     def execute(

@@ -17,12 +17,14 @@ from dpsql.wire import session as wire_session
 from dpsql.wire.server import ServerConfig
 from tests.unit._wire_support import PASSWORD, POLICY, CancelToken, FakeEngine, RawClient
 
+ENGINE = FakeEngine()
+
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ServerThread]:
     orig = wire_session._new_cancel_token
     wire_session._new_cancel_token = CancelToken  # type: ignore[assignment]
-    with ServerThread(FakeEngine(), POLICY, ServerConfig(port=0, max_message_size=4096)) as srv:
+    with ServerThread(ENGINE, POLICY, ServerConfig(port=0, max_message_size=4096)) as srv:
         yield srv
     wire_session._new_cancel_token = orig  # type: ignore[assignment]
 
@@ -249,3 +251,26 @@ def test_large_result_is_streamed(client: RawClient) -> None:
     msgs = client.until_ready()
     assert sum(isinstance(x, m.DataRow) for x in msgs) == 100_000
     assert m.CommandComplete("SELECT 100000") in msgs
+
+
+def test_pipelined_describe_execute_skips_the_engine_describe(client: RawClient) -> None:
+    sql = "SELECT gen 3 /* pipelined */"
+    client.send(m.Parse("", sql), m.Bind("", ""), m.Describe("P", ""), m.Execute("", 0), m.Sync())
+    kinds = [type(x).__name__ for x in client.until_ready()]
+    assert kinds == ["ParseComplete", "BindComplete", "RowDescription", "DataRow", "DataRow",
+                     "DataRow", "CommandComplete", "ReadyForQuery"]  # fmt: skip
+    assert ENGINE.describes[sql] == 0
+    client.send(m.Bind("", ""), m.Describe("P", ""), m.Sync())  # no Execute behind it
+    assert [type(x).__name__ for x in client.until_ready()] == [
+        "BindComplete", "RowDescription", "ReadyForQuery"
+    ]  # fmt: skip
+    assert ENGINE.describes[sql] == 1
+
+
+def test_error_is_sent_before_sync(client: RawClient) -> None:
+    """asyncpg waits for the ErrorResponse of Parse/Describe/Flush before it sends Sync."""
+    client.send(m.Parse("", "SELECT raw"), m.Describe("S", ""), m.Flush())
+    err = client.recv()
+    assert isinstance(err, m.ErrorResponse) and err.fields["C"] == "42501"
+    client.send(m.Sync())
+    assert client.until_ready() == [m.ReadyForQuery("I")]
