@@ -1,10 +1,10 @@
 """``dpsql release synthetic``: synthetic rows with the source's schema, from MST + Private-PGM.
 
 Each chosen column becomes a public axis (:mod:`dpsql.release.spec`: keys, or bins of the declared
-bounds); a synthetic value is the key, or the bin's middle (an integer for integer columns). The
-cost is rho-zCDP with rho = epsilon_to_rho(epsilon, delta), so (epsilon, delta)-DP; it is
-reserved on the ledger before the counting query and committed as soon as the noisy marginals
-exist, before anything is fitted or written. See :mod:`dpsql.release.mst` for the mechanism.
+bounds); a synthetic value is the key, or a uniform value within its bin (an integer for integer
+columns). The cost is rho-zCDP with rho = epsilon_to_rho(epsilon, delta), so (epsilon, delta)-DP;
+it is reserved on the ledger before the counting query and committed as soon as the noisy
+marginals exist, before anything is fitted or written. See :mod:`dpsql.release.mst` for the mechanism.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from dpsql.dp import rng
 from dpsql.dp.accounting import epsilon_to_rho
 from dpsql.errors import InvalidParameter
 from dpsql.policy.model import Policy
@@ -139,12 +140,36 @@ def _fingerprint(src: Source) -> str:
 
 
 def synthetic_columns(src: Source, synth: np.ndarray) -> list[OutColumn]:
+    """Typed synthetic values: the key of categorical axes, a uniform value within numeric bins."""
     out = []
     for j, a in enumerate(src.axes):
+        if a.edges is not None:
+            out.append(OutColumn(a.name, a.family, within_bins(a.edges, a.family, synth[:, j])))
+            continue
         vals = np.empty(a.size, dtype=object)
         vals[:] = a.values()
         out.append(OutColumn(a.name, a.family, vals[synth[:, j]].tolist()))
     return out
+
+
+def within_bins(edges: Sequence[float], family: str, bins: np.ndarray) -> np.ndarray:
+    """A uniform value in [edges[b], edges[b+1]) per bin index b (integers for integer columns).
+
+    Post-processing of the released bins (not privacy noise); drawn from :mod:`dpsql.dp.rng`
+    because that is the package's only random source.
+    """
+    e = np.asarray(edges, dtype=np.float64)
+    lo, hi = e[bins], e[bins + 1]
+    if family == "integer":
+        first = np.ceil(lo).astype(np.int64)
+        count = np.ceil(hi).astype(np.int64) - first
+        mid = np.floor((lo + hi) / 2).astype(np.int64)  # a bin holding no integer: its middle
+        if not len(bins):
+            return first
+        draws = first + rng.uniform_below(np.maximum(count, 1))
+        return np.where(count >= 1, draws, mid)
+    u = rng.uniform_below(2**52, size=len(bins)).astype(np.float64) / 2**52
+    return lo + (hi - lo) * u
 
 
 def _meta(
@@ -163,8 +188,8 @@ def _meta(
         "table": src.table,
         "rows": rows,
         "axes": [a.describe() for a in src.axes],
-        "values": "categorical: the key; binned numeric: the bin's middle (integer columns: the "
-        "middle integer)",
+        "values": "categorical: the key; binned numeric: uniform within the bin (integers for "
+        "integer columns), a post-processing of the released bin",
         "privacy": {
             "epsilon": float(eps),
             "delta": float(delta),

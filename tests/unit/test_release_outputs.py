@@ -91,3 +91,16 @@ def test_writers(tmp_path: Path) -> None:
     assert png.read_bytes()[:4] == b"\x89PNG"
     q = write_private_json(tmp_path / "q.json", {"a": np.int64(1)})
     assert stat.S_IMODE(os.stat(q).st_mode) == 0o600 and json.loads(q.read_text()) == {"a": 1}
+
+
+def test_synthetic_values_fall_in_their_bins() -> None:
+    from dpsql.release.synthetic import within_bins
+
+    bins = np.array([0, 1, 2, 2, 1, 0] * 50)
+    ints = within_bins((0.0, 10.0, 20.0, 100.0), "integer", bins)
+    assert ints.dtype.kind == "i"
+    lo, hi = np.array([0, 10, 20])[bins], np.array([10, 20, 100])[bins]
+    assert ((ints >= lo) & (ints < hi)).all() and len(set(ints.tolist())) > 3
+    reals = within_bins((0.0, 0.5, 1.0, 7.5), "numeric", bins)
+    lo, hi = np.array([0, 0.5, 1.0])[bins], np.array([0.5, 1.0, 7.5])[bins]
+    assert ((reals >= lo) & (reals < hi)).all()
