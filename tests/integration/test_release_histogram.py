@@ -234,3 +234,25 @@ def test_budget_refusal_writes_nothing(people: str, pol, tmp_path: Path) -> None
         assert not (tmp_path / "o").exists()
     finally:
         ledger.close()
+
+
+def test_cli_on_the_demo(demo_dsn: str, make_db: Callable[[str], str], tmp_path: Path) -> None:
+    """The demo policy: keys_from a public table, G x R bounding of the heavy users."""
+    from dpsql.demo import POLICY
+    from dpsql.policy import load_policy
+
+    ledger = make_db("release_ledger")
+    out = tmp_path / "demo"
+    argv = ["release", "histogram", "--policy", str(POLICY), "--upstream", demo_dsn,
+            "--ledger", ledger, "--table", "purchases", "--columns", "region,category",
+            "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    meta = json.loads((out / "histogram.json").read_text())
+    assert meta["axes"][0]["keys"] == ["C", "E", "N", "S", "W"]  # from public.regions
+    t = load_policy(POLICY).tables["public.purchases"]
+    r, g = t.max_rows_per_unit, min(t.max_groups_per_unit, 25)
+    assert meta["privacy"]["contribution_bound"] == {
+        "rows_per_unit_per_cell": r, "cells_per_unit": g,
+    }  # fmt: skip
+    assert meta["levels"][0]["sensitivity"] == str(r * g)
+    assert _one(ledger, "SELECT count(*) FROM dpsql.release WHERE state = 'committed'")[0][0] == 1
