@@ -16,7 +16,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Measure, Statistic
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, table_name
-from dpsql.sql.totality import check_cast, check_total
+from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
 
 __all__ = ["Ctx", "analyze", "check_row_level", "statistic_for", "table_name"]
 
@@ -76,6 +76,8 @@ def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
         if isinstance(n, exp.Cast):
             check_cast(n, ctx.column)
         check_total(n, ctx.column)
+    if sum(1 for _ in node.find_all(exp.Interval)) > MAX_INTERVALS:
+        raise UnsupportedSql(f"at most {MAX_INTERVALS} INTERVAL constants per expression")
 
 
 def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:

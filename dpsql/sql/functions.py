@@ -67,6 +67,11 @@ ROW_LEVEL_NODES: tuple[type[exp.Expression], ...] = (
     exp.Placeholder,
     exp.Parameter,
     exp.Tuple,
+    # constant date/time values (checked in dpsql.sql.totality: bounded intervals and years)
+    exp.Interval,
+    exp.CurrentTimestamp,
+    exp.CurrentDate,
+    exp.StrToTime,
 )
 
 # Casts to these types cannot fail for any input, or are made total by the rewrite.

@@ -15,7 +15,9 @@ failing constant expression fails whatever the data (a data-independent error).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
@@ -75,7 +77,87 @@ def temporal_type(node: exp.Expression, column: ColumnOf) -> str | None:
     if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         inner = temporal_type(node.this, column)
         return "timestamptz" if inner == "date" else inner
+    if isinstance(node, (exp.CurrentTimestamp, exp.StrToTime)):
+        return "timestamptz"
+    if isinstance(node, exp.CurrentDate):
+        return "date"
+    if isinstance(node, (exp.Add, exp.Sub)) and not node.find(exp.Column):
+        kinds = {temporal_type(x, column) for x in (node.this, node.expression)}
+        if "timestamptz" in kinds:
+            return "timestamptz"
+        if kinds & {"date", "timestamp"}:
+            return "timestamp"
     return None
+
+
+MAX_INTERVAL_YEARS = 100  # per INTERVAL literal
+MAX_INTERVALS = 20  # per expression: constants stay within years 1..9999 ± 2000
+_UNIT_YEARS = {
+    "microsecond": 1e-6 / 31557600,
+    "millisecond": 1e-3 / 31557600,
+    "second": 1 / 31557600,
+    "minute": 60 / 31557600,
+    "hour": 3600 / 31557600,
+    "day": 1 / 365.25,
+    "week": 7 / 365.25,
+    "month": 1 / 12,
+    "quarter": 0.25,
+    "year": 1.0,
+}
+_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
+
+
+def _check_interval(n: exp.Interval) -> None:
+    """An INTERVAL constant of at most 100 years (now() ± it is evaluated per row: no overflow)."""
+    text = str(n.this.this) if isinstance(n.this, exp.Literal) and n.this.is_string else None
+    unit = _unit_text(n.args.get("unit"))
+    parts = (text or "").split()
+    if unit is None and len(parts) == 2:
+        parts, unit = parts[:1], parts[1].lower()
+    unit = (unit or "").rstrip("s")
+    try:
+        amount = float(parts[0]) if len(parts) == 1 else None
+    except ValueError:
+        amount = None
+    if (
+        amount is None
+        or unit not in _UNIT_YEARS
+        or abs(amount) * _UNIT_YEARS[unit] > MAX_INTERVAL_YEARS
+    ):
+        raise UnsupportedSql(
+            f"the interval {n.sql('postgres')} is not supported in private queries",
+            hint=f"write INTERVAL '<number> <unit>' of at most {MAX_INTERVAL_YEARS} years",
+        )
+
+
+def _check_year(text: str, sql: str) -> None:
+    m = re.match(r"\s*(\d{1,5})-", text)
+    if m is None or not 1 <= int(m.group(1)) <= 9999 or "bc" in text.lower():
+        raise UnsupportedSql(
+            f"the date/time constant {sql} is not supported in private queries",
+            hint="write dates as 'YYYY-MM-DD' with a year between 1 and 9999",
+        )
+
+
+def _check_str_to_time(n: exp.StrToTime) -> None:
+    value, fmt = n.this, n.args.get("format")
+    ok = (
+        isinstance(value, exp.Literal)
+        and value.is_string
+        and isinstance(fmt, exp.Literal)
+        and str(fmt.this) in _TIME_FORMATS
+    )
+    if ok:
+        try:
+            datetime.strptime(str(value.this), str(fmt.this))
+        except ValueError:
+            ok = False
+    if not ok:
+        raise UnsupportedSql(
+            f"{n.sql('postgres')} is not supported in private queries",
+            hint="use to_timestamp('YYYY-MM-DD HH24:MI:SS', 'YYYY-MM-DD HH24:MI:SS') with a "
+            "constant, or a TIMESTAMP '...' literal",
+        )
 
 
 def check_literal(n: exp.Literal) -> None:
@@ -215,6 +297,10 @@ def check_total(n: exp.Expression, column: ColumnOf) -> None:
         _check_extract(n, column)
     elif isinstance(n, exp.Round):
         _check_round(n)
+    elif isinstance(n, exp.Interval):
+        _check_interval(n)
+    elif isinstance(n, exp.StrToTime):
+        _check_str_to_time(n)
 
 
 def _texty(node: exp.Expression) -> bool:
@@ -244,9 +330,10 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         return  # every value has a text form (varchar(n) truncates silently on explicit casts)
     if to in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ):
         if isinstance(src, exp.Literal) and src.is_string:
+            _check_year(str(src.this), sql)
             return  # parsed when the query is planned: fails (or not) whatever the data
-        if isinstance(src, exp.Column) and column(src).family in ("date", "timestamp"):
-            return
+        if temporal_type(src, column) is not None:
+            return  # between date/timestamp types (years 1..9999 +- the bounded intervals)
         raise fails
     numeric_target = (
         to in fn.INTEGER_TYPES or to in fn.NUMERIC_TYPES or to == exp.DataType.Type.FLOAT
@@ -260,7 +347,11 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         )
         if to in fn.INTEGER_TYPES:
             families = ("integer", "numeric", "boolean")
-        bad = [c for c in src.find_all(exp.Column) if column(c).family not in families]
+        bad = [
+            c
+            for c in src.find_all(exp.Column)
+            if column(c).family not in families and not _inside_numeric_function(c, src)
+        ]
         if bad or _texty(src):
             raise fails
         if to == exp.DataType.Type.BOOLEAN and not isinstance(src, exp.Column):
@@ -272,6 +363,16 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         hint="casts to numeric, integer, double precision, boolean, text, date and timestamp are "
         "allowed",
     )
+
+
+def _inside_numeric_function(node: exp.Expression, top: exp.Expression) -> bool:
+    """True when ``node`` only feeds a function whose result is a number (extract, length)."""
+    p = node.parent
+    while p is not None and p is not top.parent:
+        if isinstance(p, (exp.Extract, exp.Length)):
+            return True
+        p = p.parent
+    return False
 
 
 def _check_numeric_text(src: exp.Literal, to: exp.DataType.Type, sql: str) -> None:

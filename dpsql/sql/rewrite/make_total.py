@@ -141,6 +141,8 @@ def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expr
             # whatever the data. Only division by zero is turned into NULL, as for rows.
             if isinstance(n, (exp.Div, exp.Mod)):
                 n.set("expression", _guard(n.expression))
+            if isinstance(n, exp.IntDiv):
+                return exp.Anonymous(this="div", expressions=[n.this, _guard(n.expression)])
             return n
         if isinstance(n, exp.Div):
             both_int = is_integer(n.this, columns) and is_integer(n.expression, columns)
