@@ -80,7 +80,7 @@ class _Context:
     policy: Policy
 
 
-def check_catalog_query(tree: exp.Expression, policy: Policy, analyst: str) -> exp.Expression:
+def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Expr:
     """A rewritten copy of the catalog query ``tree`` that is safe to run upstream.
 
     Args:
@@ -111,7 +111,7 @@ def check_catalog_query(tree: exp.Expression, policy: Policy, analyst: str) -> e
     return query
 
 
-def is_catalog_query(tree: exp.Expression) -> bool:
+def is_catalog_query(tree: exp.Expr) -> bool:
     """True when ``tree`` touches the system catalog, so the engine should route it here.
 
     That is: it names a relation in ``pg_catalog``/``information_schema`` (or an unqualified
@@ -160,7 +160,7 @@ def _is_catalog_function(node: exp.Func) -> bool:
 # -- statement shape --------------------------------------------------------------------------
 
 
-def _check_statement(query: exp.Expression) -> None:
+def _check_statement(query: exp.Expr) -> None:
     if not isinstance(query, exp.Query):
         raise UnsupportedSql(
             f"a catalog query must be a SELECT, not {query.key.upper()}",
@@ -186,7 +186,7 @@ def _check_statement(query: exp.Expression) -> None:
             )
 
 
-def _cte_references(query: exp.Expression) -> set[int]:
+def _cte_references(query: exp.Expr) -> set[int]:
     """ids of the Table nodes that name a CTE in scope (not a relation)."""
     refs: set[int] = set()
     try:
@@ -206,7 +206,7 @@ def _cte_references(query: exp.Expression) -> set[int]:
 # -- functions and casts ----------------------------------------------------------------------
 
 
-def _qualifier(node: exp.Expression) -> str | None:
+def _qualifier(node: exp.Expr) -> str | None:
     parent = node.parent
     if isinstance(parent, exp.Dot) and parent.expression is node:
         return (
@@ -266,7 +266,15 @@ def _check_function(node: exp.Func) -> None:
         )
 
 
-def _replace_call(node: exp.Func, new: exp.Expression) -> None:
+def _call_with_qualifier(node: exp.Func) -> exp.Expr:
+    """The call with its ``pg_catalog.`` qualifier (the Dot node) when it has one."""
+    parent = node.parent
+    if isinstance(parent, exp.Dot) and parent.expression is node:
+        return parent
+    return node
+
+
+def _replace_call(node: exp.Func, new: exp.Expr) -> None:
     """Replace a function call, with its ``pg_catalog.`` qualifier if it has one."""
     parent = node.parent
     if isinstance(parent, exp.Dot) and parent.expression is node:
@@ -279,7 +287,7 @@ def _display_name(node: exp.Func) -> str:
     return node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
 
 
-def _literal_text(node: exp.Expression | None) -> str | None:
+def _literal_text(node: exp.Expr | None) -> str | None:
     """The text of a string literal, also under casts (``'jit'::text``, a bound ``$1::VARCHAR``)."""
     while isinstance(node, exp.Cast):
         node = node.this
@@ -310,7 +318,7 @@ def _check_current_setting(node: exp.Anonymous) -> None:
                     for w in rules.DENIED_SETTING_WORDS
                 )
             )
-            call = node.parent.copy() if _qualifier(node) else node.copy()
+            call = _call_with_qualifier(node).copy()
             _replace_call(node, exp.Case(ifs=[exp.If(this=exp.not_(exp.paren(denied)), true=call)]))
             return
     inner = args[0] if args else None
@@ -355,7 +363,7 @@ def _guard(node: exp.Func) -> bool:
     name = node.name.lower()
     if name in rules.GUARDED_RESULTS:
         kind = rules.GUARDED_RESULTS[name]
-        call = node.parent if _qualifier(node) else node
+        call = _call_with_qualifier(node)
         guarded = exp.Case(ifs=[exp.If(this=visible(kind, call.copy()), true=call.copy())])
         call.replace(guarded)
         return True
@@ -381,12 +389,13 @@ def _guard(node: exp.Func) -> bool:
 # -- relations --------------------------------------------------------------------------------
 
 
-def _ident_name(node: exp.Expression | None) -> str:
+def _ident_name(node: exp.Expr | None) -> str:
     if node is None:
         return ""
     if isinstance(node, exp.Identifier):
-        return node.this if node.quoted else node.this.lower()
-    return node.name.lower()
+        text = str(node.this)
+        return text if node.quoted else text.lower()
+    return str(node.name).lower()
 
 
 def _catalog_name(table: exp.Table) -> tuple[str, str] | None:
@@ -438,7 +447,7 @@ def _rewrite_relation(table: exp.Table, policy: Policy) -> bool:
     return True
 
 
-def _strip_catalog_qualifiers(query: exp.Expression) -> None:
+def _strip_catalog_qualifiers(query: exp.Expr) -> None:
     """``pg_catalog.pg_class.relname`` -> ``pg_class.relname`` (the derived table's alias)."""
     for col in query.find_all(exp.Column):
         if col.args.get("db") and _ident_name(col.args.get("db")) in SYSTEM_SCHEMAS:

@@ -227,13 +227,15 @@ EMPTY_PREFIXES = ("pg_stat_", "pg_statio_")
 
 # pg_class is exposed with an explicit column list (PostgreSQL 12-17): the size estimates that
 # ANALYZE writes from the data are constants, and columns added by later versions stay unseen.
-PG_CLASS_COLUMNS: tuple[str, ...] = (
-    "oid relname relnamespace reltype reloftype relowner relam relfilenode reltablespace "
-    "relpages reltuples relallvisible reltoastrelid relhasindex relisshared relpersistence "
-    "relkind relnatts relchecks relhasrules relhastriggers relhassubclass relrowsecurity "
-    "relforcerowsecurity relispopulated relreplident relispartition relrewrite relfrozenxid "
-    "relminmxid relacl reloptions relpartbound"
-).split()
+PG_CLASS_COLUMNS: tuple[str, ...] = tuple(
+    (
+        "oid relname relnamespace reltype reloftype relowner relam relfilenode reltablespace "
+        "relpages reltuples relallvisible reltoastrelid relhasindex relisshared relpersistence "
+        "relkind relnatts relchecks relhasrules relhastriggers relhassubclass relrowsecurity "
+        "relforcerowsecurity relispopulated relreplident relispartition relrewrite relfrozenxid "
+        "relminmxid relacl reloptions relpartbound"
+    ).split()
+)
 PG_CLASS_BLANKED: dict[str, str] = {
     "reltuples": "CAST(-1 AS REAL)",
     "relpages": "CAST(0 AS INT)",

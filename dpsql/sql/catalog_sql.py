@@ -21,31 +21,31 @@ def cast_target(node: exp.Cast) -> str:
     if isinstance(to, exp.DataType) and to.this == exp.DataType.Type.USERDEFINED:
         kind = to.args.get("kind")
         if isinstance(kind, exp.Dot):
-            return kind.expression.name.lower()
+            return str(kind.expression.name).lower()
         if kind is not None:
             return kind.name.lower() if isinstance(kind, exp.Identifier) else str(kind).lower()
     return to.sql("postgres").lower()
 
 
 @lru_cache(maxsize=16)
-def _type_node(name: str) -> exp.Expression:
+def _type_node(name: str) -> exp.Expr:
     cast = sqlglot.parse_one(f"CAST(NULL AS {name})", read="postgres")
     assert isinstance(cast, exp.Cast)
     return cast.to
 
 
-def cast_to(x: exp.Expression, type_name: str) -> exp.Cast:
+def cast_to(x: exp.Expr, type_name: str) -> exp.Cast:
     return exp.Cast(this=x, to=_type_node(type_name).copy())
 
 
-def visible(kind: str, x: exp.Expression) -> exp.Expression:
+def visible(kind: str, x: exp.Expr) -> exp.Expr:
     type_name = rules.KIND_TYPE[kind]
     already = isinstance(x, exp.Cast) and cast_target(x) == type_name.lower()
     typed = x if already else cast_to(x, type_name)
     return fill(template(rules.VISIBLE[kind]), {"__x__": typed})
 
 
-def att_visible(rel: exp.Expression, num: exp.Expression) -> exp.Expression:
+def att_visible(rel: exp.Expr, num: exp.Expr) -> exp.Expr:
     sql = "NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = __r__ AND h.attnum = __n__)"
     return fill(template(sql), {"__r__": cast_to(rel, "OID"), "__n__": num})
 
@@ -53,7 +53,7 @@ def att_visible(rel: exp.Expression, num: exp.Expression) -> exp.Expression:
 def filtered_relation(schema: str, name: str) -> exp.Select:
     source = exp.table_(name, db=schema, alias="t")
     if schema == "pg_catalog" and name == "pg_class":
-        cols: list[exp.Expression] = [
+        cols: list[exp.Expr] = [
             exp.alias_(sqlglot.parse_one(rules.PG_CLASS_BLANKED[c], read="postgres"), c)
             if c in rules.PG_CLASS_BLANKED
             else exp.column(c, table="t")
@@ -73,11 +73,11 @@ def filtered_relation(schema: str, name: str) -> exp.Select:
 
 
 @lru_cache(maxsize=256)
-def _parsed(sql: str) -> exp.Expression:
+def _parsed(sql: str) -> exp.Expr:
     return sqlglot.parse_one(sql, read="postgres")
 
 
-def template(sql: str) -> exp.Expression:
+def template(sql: str) -> exp.Expr:
     """A fresh copy of a constant SQL fragment, with dpsql's named predicates expanded."""
     tree = _parsed(sql).copy()
     for node in list(tree.find_all(exp.Anonymous)):
@@ -98,14 +98,14 @@ def template(sql: str) -> exp.Expression:
     return tree
 
 
-def fill(tree: exp.Expression, values: dict[str, exp.Expression]) -> exp.Expression:
+def fill(tree: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:
     for col in list(tree.find_all(exp.Column)):
         if not col.table and col.name in values:
             col.replace(values[col.name].copy())
     return tree
 
 
-def _regclass_of(qualified: str) -> exp.Expression:
+def _regclass_of(qualified: str) -> exp.Expr:
     schema, _, name = qualified.partition(".")
     quoted = ".".join('"' + p.replace('"', '""') + '"' for p in (schema, name))
     return exp.Anonymous(this="to_regclass", expressions=[exp.Literal.string(quoted)])
@@ -116,13 +116,13 @@ def _visible_tables(policy: Policy) -> Iterator[str]:
     yield from policy.public_tables
 
 
-def attach_visibility(query: exp.Expression, policy: Policy) -> None:
+def attach_visibility(query: exp.Expr, policy: Policy) -> None:
     oid = exp.column("oid", table="c")
     names = list(_visible_tables(policy))
-    visible: exp.Expression = (
+    visible: exp.Expr = (
         exp.In(this=oid, expressions=[_regclass_of(q) for q in names]) if names else exp.false()
     )
-    hidden: list[exp.Expression] = []
+    hidden: list[exp.Expr] = []
     for qualified, table in policy.tables.items():
         cols = [exp.Literal.string(c) for c in table.columns]
         cond = exp.and_(
