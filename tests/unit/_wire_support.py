@@ -165,6 +165,20 @@ class RawClient:
             if isinstance(msg, m.ReadyForQuery):
                 return out
 
+    def count_until_ready(self) -> Counter[bytes]:
+        """Message type counts up to ReadyForQuery, without decoding (for big results)."""
+        counts: Counter[bytes] = Counter()
+        while True:
+            while (f := self.dec.next()) is None:
+                data = self.sock.recv(1 << 20)
+                if not data:
+                    raise EOFError
+                self.dec.feed(data)
+            assert f.code is not None
+            counts[f.code] += 1
+            if f.code == b"Z":
+                return counts
+
     def closed(self) -> bool:
         try:
             while True:
