@@ -227,6 +227,7 @@ class Extended:
             self.s.send(m.EmptyQueryResponse())
             return
         res = portal.result
+        assert res is not None
         columns = res.columns
         rows = res.rows
         tag = res.tag if isinstance(res, Outcome) else res.command_tag

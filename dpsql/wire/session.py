@@ -24,8 +24,9 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel, ConnectionClosed
-from dpsql.wire.encode import encode_row, row_encoders, type_size
+from dpsql.wire.encode import row_encoders, type_size
 from dpsql.wire.log import fingerprint, log_statement
+from dpsql.wire.messages.backend import data_row
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import SessionStatement, parse_session_statement
 
@@ -325,7 +326,7 @@ class Session:
         encs = row_encoders(columns, formats)
         ch = self.ch
         for row in rows:
-            ch.send(m.DataRow(encode_row(row, encs)).encode())
+            ch.send(data_row(row, encs))
             if ch.should_flush:
                 await ch.flush()
 
