@@ -41,7 +41,18 @@ def test_psql(dpsql_server: Server) -> None:
     refused = psql(dpsql_server, "-v", "VERBOSITY=verbose", "-c", RAW)
     assert refused.returncode != 0
     assert f"ERROR:  {REFUSED_SQLSTATE}" in refused.stderr, refused.stderr
-    for meta in (r"\dt", r"\d", r"\d pums", r"\dn", r"\conninfo"):
+    for meta in (
+        r"\dt",
+        r"\dt+",
+        r"\d",
+        r"\d pums",
+        r"\d+ pums",
+        r"\di",
+        r"\dn",
+        r"\l",
+        r"\du",
+        r"\conninfo",
+    ):
         res = psql(dpsql_server, "-c", meta)
         assert res.returncode == 0, (meta, res.stderr)
         text = res.stdout.lower()
@@ -49,6 +60,8 @@ def test_psql(dpsql_server: Server) -> None:
             assert word not in text, (meta, text)
     tables = psql(dpsql_server, "-c", r"\dt").stdout
     assert "pums" in tables and "regions" in tables
+    sized = psql(dpsql_server, "-c", r"\dt+").stdout
+    assert "pums" in sized and "kB" not in sized and "bytes" not in sized  # sizes are blank
     described = psql(dpsql_server, "-c", r"\d pums").stdout
     assert "income" in described and "secret_ssn" not in described
 
