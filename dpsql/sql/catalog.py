@@ -338,6 +338,11 @@ def _obj_description_kind(node: exp.Anonymous) -> str | None:
     args = node.expressions
     if len(args) == 1:
         return "rel"
+    inner = args[1]
+    while isinstance(inner, exp.Cast):
+        inner = inner.this
+    if isinstance(inner, (exp.Placeholder, exp.Parameter, exp.Null)):
+        return "any"  # the catalog is bound later: the object must be a visible one of any kind
     catalog = (_literal_text(args[1]) or "").lower().removeprefix("pg_catalog.")
     if catalog in _OBJ_DESCRIPTION_KINDS:
         return _OBJ_DESCRIPTION_KINDS[catalog]

@@ -92,6 +92,9 @@ VISIBLE: dict[str, str] = {
     "stx": "__x__ IN (SELECT vs.oid FROM __pg_statistic_ext__ AS vs)",
     "proc": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
     "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))",
+    # an object id whose catalog is only known at run time (a bound parameter)
+    "any": "(__x__ IN (SELECT oid FROM dpsql_vis_rel) OR __x__ IN (SELECT oid FROM dpsql_vis_nsp) "
+    "OR __x__ IN (SELECT oid FROM dpsql_vis_type))",
 }
 
 # The SQL type an object id is cast to before it is compared (so text names work as well).
@@ -104,6 +107,7 @@ KIND_TYPE: dict[str, str] = {
     "rule": "OID",
     "stx": "OID",
     "proc": "OID",
+    "any": "OID",
 }
 
 _ATT_VISIBLE = (

@@ -159,6 +159,9 @@ def test_hidden_objects_by_oid_are_null(conn: psycopg.Connection[Any]) -> None:
     assert run(conn, "SELECT obj_description($1::oid, 'pg_class')", (people,)) == [
         ("one row per person",)
     ]
+    bound = "SELECT obj_description($1::oid, $2)"
+    assert run(conn, bound, (people, "pg_class")) == [("one row per person",)]
+    assert run(conn, bound, (table, "pg_class")) == [(None,)]
     assert run(conn, "SELECT 'public.people'::regclass::text") == [("people",)]
     expr_index = _oid(conn, "SELECT 'public.people_lower_name'::regclass::oid")
     stx = _oid(conn, "SELECT oid FROM pg_statistic_ext WHERE stxname = 'people_stx'")

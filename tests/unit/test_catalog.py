@@ -153,6 +153,10 @@ def test_size_and_counter_functions_are_null(call: str) -> None:
         ),
         ("SELECT obj_description(16400, 'pg_class')", "IN (SELECT oid FROM dpsql_vis_rel)"),
         ("SELECT col_description(16400, 2)", "dpsql_hidden_att"),
+        (
+            "SELECT obj_description(16400, $1)",
+            "OR CAST(16400 AS OID) IN (SELECT oid FROM dpsql_vis_nsp)",
+        ),
         ("SELECT pg_get_constraintdef(16500)", "IN (SELECT vk.oid FROM"),
         ("SELECT pg_get_indexdef(16401, 1, true)", "IN (SELECT oid FROM dpsql_vis_rel)"),
         ("SELECT 'x'::regnamespace", "IN (SELECT oid FROM dpsql_vis_nsp)"),
