@@ -14,6 +14,7 @@ from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Measure, Statistic
+from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, table_name
 from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
@@ -46,12 +47,25 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expression, where: str) -> None:
 
 
 def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
-    """Allow only total, side-effect-free row-level SQL (see dpsql.sql.functions)."""
-    for n in node.walk():
+    """Allow only total, side-effect-free row-level SQL (see dpsql.sql.functions).
+
+    IN/EXISTS subqueries over public tables are checked by dpsql.sql.public_subquery.
+    """
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        sub = subquery_of(n)
+        if sub is not None and getattr(ctx, "policy", None) is not None:
+            check_public_subquery(sub, ctx, ctx.policy, isinstance(n, exp.Exists), check_row_level)
+            if isinstance(n, exp.In):
+                stack.append(n.this)
+            continue
+        stack.extend(n.iter_expressions())
         if isinstance(n, (exp.Select, exp.Subquery, exp.Exists)):
             raise UnsupportedSql(
-                f"subqueries are not supported in {where} yet",
-                hint="filter with literal values, e.g. col IN (1, 2, 3)",
+                f"subqueries are not supported in {where}",
+                hint="filter with literal values, e.g. col IN (1, 2, 3), or col IN (SELECT t.c "
+                "FROM public_table t)",
             )
         if fn.is_aggregate(n):
             raise UnsupportedSql(f"aggregate functions are not allowed in {where}")

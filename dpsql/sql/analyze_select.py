@@ -15,7 +15,7 @@ from dpsql.sql.analyze import (
     check_row_level,
     statistic_for,
 )
-from dpsql.sql.sources import Ctx, check_join, source_of
+from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 
 DP_TABLE = "_dp"
 
@@ -43,7 +43,7 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
     sources = [source_of(src.this, policy)] + [source_of(j.this, policy) for j in joins]
     if not any(s.private for s in sources):
         raise UndefinedTable("a private query must read a private table")
-    ctx = Ctx(sources)
+    ctx = Ctx(sources, policy)
     checked = []
     for j, s in zip(joins, sources[1:], strict=True):
         left_private = any(x.private for x in sources[: sources.index(s)])
@@ -225,7 +225,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     where_expr = None
     if where is not None:
         check_row_level(ctx, where.this, "WHERE")
-        for c in where.this.find_all(exp.Column):
+        for c in outer_columns(where.this):
             if ctx.column(c).identifier and not isinstance(c.parent, exp.Is):
                 raise PrivacyViolation(
                     f"column {table}.{c.name} is an identifier and can't be filtered on",

@@ -61,8 +61,9 @@ def source_of(t: exp.Expression, policy: Policy) -> Source:
 class Ctx:
     """Resolves and qualifies the column references of a (possibly joined) private query."""
 
-    def __init__(self, sources: list[Source]) -> None:
+    def __init__(self, sources: list[Source], policy: Policy | None = None) -> None:
         self.sources = sources
+        self.policy = policy  # lets IN/EXISTS subqueries resolve public tables
         primary = next(s for s in sources if s.private is not None)
         assert primary.private is not None
         self.table = primary.table
@@ -114,6 +115,8 @@ class Ctx:
         """Copy of a row-level expression with every column checked and qualified by alias."""
 
         def fix(n: exp.Expression) -> exp.Expression:
+            if isinstance(n, (exp.Subquery, exp.Select)):
+                return n.copy()  # a checked public subquery: its columns are its own
             if isinstance(n, exp.Column):
                 self.column(n)
                 return exp.column(n.name, table=self.source(n).alias, quoted=True)
@@ -128,6 +131,20 @@ class Ctx:
     @property
     def max_groups(self) -> int:
         return min(s.private.max_groups_per_unit for s in self.sources if s.private)
+
+
+def outer_columns(node: exp.Expression) -> list[exp.Column]:
+    """Column references of ``node`` outside any subquery."""
+    out: list[exp.Column] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (exp.Subquery, exp.Select)) and n is not node:
+            continue
+        if isinstance(n, exp.Column):
+            out.append(n)
+        stack.extend(n.iter_expressions())
+    return out
 
 
 def _unit_equalities(ctx: Ctx, on: exp.Expression) -> set[int]:

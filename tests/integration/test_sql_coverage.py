@@ -102,6 +102,9 @@ NEIGHBOUR_QUERIES = [
     # CTE + derived table deriving row-level values
     "WITH t AS (SELECT category, amount * quantity AS v FROM purchases WHERE quantity > 0) "
     "SELECT category, COUNT(*), SUM(v) FROM (SELECT * FROM t) s GROUP BY category",
+    # IN-subquery over a public table
+    "SELECT category, COUNT(*), SUM(amount) FROM purchases p WHERE p.region IN "
+    "(SELECT r.code FROM regions r WHERE r.name <> 'North') GROUP BY category",
     # BI wrapper with an outer LIMIT
     'SELECT "t"."category", "t"."n" FROM (SELECT category, COUNT(*) AS "n" FROM purchases '
     'GROUP BY category) AS "t" LIMIT 1000',

@@ -1,0 +1,113 @@
+"""IN / EXISTS subqueries over public tables inside a private query's row-level expressions.
+
+``region IN (SELECT r.code FROM regions r WHERE r.name LIKE 'N%')`` filters private rows by a set
+that only depends on public data, the same in neighbouring databases: it is a row-level predicate
+like ``region IN ('N', 'S')`` and leaves the sensitivity argument unchanged.
+
+Accepted shape (everything else is refused): ``SELECT <alias>.<column> FROM <public table> <alias>
+[WHERE <row-level predicate>]`` (for EXISTS the select list may be a constant), with
+
+* every column qualified by the subquery's own alias, different from the outer query's aliases,
+  so PostgreSQL can't resolve a name to the outer (private) row: the subquery is uncorrelated;
+* the WHERE clause checked like any row-level expression, with the public table's columns typed
+  as opaque values (no arithmetic or casts on them), so it can't fail at run time. A failing
+  subquery would otherwise be a data-gated error: it runs only when some private row needs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dpsql.errors import UndefinedColumn, UnsupportedSql
+from dpsql.policy.model import Policy
+from dpsql.sql.sources import Ctx, Source, source_of
+
+_HINT = (
+    "write col IN (SELECT t.c FROM public_table t WHERE ...) with every column qualified by the "
+    "subquery's alias"
+)
+
+
+def subquery_of(n: exp.Expression) -> exp.Select | None:
+    """The SELECT of an IN-subquery or EXISTS node (None for anything else)."""
+    if isinstance(n, exp.In) and n.args.get("query") is not None:
+        q = n.args["query"]
+        return q.this if isinstance(q, exp.Subquery) else q
+    if isinstance(n, exp.Exists):
+        return n.this if isinstance(n.this, exp.Select) else None
+    return None
+
+
+def check_public_subquery(
+    q: exp.Select,
+    outer: Ctx,
+    policy: Policy,
+    exists: bool,
+    check_row_level: Callable[[Ctx, exp.Expression, str], None],
+) -> None:
+    """Refuse anything but an uncorrelated, total subquery over one public table."""
+    if not isinstance(q, exp.Select):
+        raise UnsupportedSql("only SELECT subqueries are supported here", hint=_HINT)
+    extra = [
+        k
+        for k in (
+            "joins",
+            "with_",
+            "group",
+            "having",
+            "limit",
+            "offset",
+            "order",
+            "windows",
+            "laterals",
+            "distinct",
+        )
+        if q.args.get(k)
+    ]
+    if extra:
+        raise UnsupportedSql(f"{extra[0].upper()} is not supported in a subquery", hint=_HINT)
+    src = q.args.get("from_")
+    if src is None:
+        raise UnsupportedSql("a subquery needs a FROM clause", hint=_HINT)
+    s = source_of(src.this, policy)
+    if s.private is not None:
+        raise UnsupportedSql(
+            "subqueries over private tables are not supported",
+            hint="subqueries may read public tables only",
+        )
+    if s.alias in {x.alias for x in outer.sources} | {x.table.split(".")[1] for x in outer.sources}:
+        raise UnsupportedSql(
+            f'the subquery\'s table alias "{s.alias}" is also used by the outer query',
+            hint="give the subquery's table its own alias",
+        )
+    for c in q.find_all(exp.Column):
+        if c.table != s.alias:
+            raise UndefinedColumn(
+                f"column {c.sql('postgres')} in a subquery must be qualified by the subquery's "
+                f'alias "{s.alias}"',
+                hint=_HINT,
+            )
+    items = q.expressions
+    if exists:
+        ok = len(items) == 1 and isinstance(items[0], (exp.Literal, exp.Star, exp.Column))
+    else:
+        ok = len(items) == 1 and isinstance(items[0], exp.Column)
+    if not ok:
+        raise UnsupportedSql("the subquery must select one column of its table", hint=_HINT)
+    inner = _PublicCtx([s])
+    where = q.args.get("where")
+    if where is not None:
+        check_row_level(inner, where.this, "a subquery's WHERE")
+
+
+class _PublicCtx(Ctx):
+    """A resolver over one public table (its columns are opaque values)."""
+
+    def __init__(self, sources: list[Source]) -> None:
+        self.sources = sources
+        self.table = sources[0].table
+        self.alias = sources[0].alias
+        self.cols = {}
+        self.policy = None
