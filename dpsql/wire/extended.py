@@ -84,7 +84,10 @@ class Extended:
     async def handle(self, msg: Any) -> None:
         if isinstance(msg, m.Sync):
             self.skipping = False
-            self.portals.pop("", None)
+            if self.s.state.status == "I":
+                self.portals.clear()  # portals live until their transaction ends
+            else:
+                self.portals.pop("", None)
             await self.s.ready()
             return
         if isinstance(msg, m.Flush):
