@@ -16,7 +16,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Measure, Statistic
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.sensitivity import Interval, value_range
-from dpsql.sql.sources import Ctx, table_name
+from dpsql.sql.sources import Ctx, outer_columns, table_name
 from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
 
 __all__ = ["Ctx", "analyze", "check_row_level", "statistic_for", "table_name"]
@@ -41,6 +41,33 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expression, where: str) -> None:
         if col.identifier:
             raise PrivacyViolation(
                 f"column {ctx.table}.{c.name} is an identifier and can't be used in {where}",
+                hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
+                f"{ctx.private.privacy_unit})",
+            )
+
+
+def _as_value(c: exp.Expression, top: exp.Expression) -> bool:
+    """True when ``c`` only flows to ``top`` as a value (CASE results, parentheses), untested."""
+    node = c
+    while node is not top:
+        p = node.parent
+        if isinstance(p, exp.Paren) or (isinstance(p, exp.If) and node.arg_key == "true"):
+            pass
+        elif isinstance(p, exp.Case) and node.arg_key in ("ifs", "default"):
+            pass
+        else:
+            return False
+        node = p
+    return True
+
+
+def _refuse_computed_identifiers(ctx: _Ctx, arg: exp.Expression, agg: str) -> None:
+    """Identifiers may be counted (``COUNT(DISTINCT CASE WHEN c THEN user_id END)``), not tested."""
+    for c in outer_columns(arg):
+        if ctx.column(c).identifier and not _as_value(c, arg):
+            raise PrivacyViolation(
+                f"column {ctx.source(c).table}.{c.name} is an identifier and can't be compared "
+                f"or computed on inside {agg}",
                 hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
                 f"{ctx.private.privacy_unit})",
             )
@@ -188,6 +215,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Meas
                 raise UnsupportedSql("COUNT(DISTINCT a, b) is not supported")
             inner = arg.expressions[0]
             check_row_level(ctx, inner, "COUNT(DISTINCT ...)")
+            _refuse_computed_identifiers(ctx, inner, "COUNT(DISTINCT ...)")
             unit = ctx.private.privacy_unit
             if isinstance(inner, exp.Column) and inner.name == unit and not ctx.private.row_privacy:
                 ctx.column(inner)
@@ -196,6 +224,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Meas
                 m = Measure("count_distinct", ctx.qualify(inner))
             return Statistic("count_distinct", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
         check_row_level(ctx, arg, "COUNT(...)")
+        _refuse_computed_identifiers(ctx, arg, "COUNT(...)")
         if isinstance(arg, exp.Literal) and not arg.is_string:
             m = Measure("count_rows")
         else:
@@ -239,9 +268,9 @@ def _refuse_aggregate(node: exp.Expression) -> None:
 
 def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
-    from dpsql.sql.flatten import flatten
+    from dpsql.sql.flatten import filters_to_case, flatten
 
-    tree = flatten(tree)
+    tree = filters_to_case(flatten(tree))
     if not isinstance(tree, exp.Select):
         raise UnsupportedSql(
             f"{type(tree).__name__.upper()} over private tables is not supported",

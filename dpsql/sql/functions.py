@@ -72,6 +72,7 @@ ROW_LEVEL_NODES: tuple[type[exp.Expression], ...] = (
     exp.CurrentTimestamp,
     exp.CurrentDate,
     exp.StrToTime,
+    exp.TimeToStr,  # to_char(date/timestamp, 'constant format')
 )
 
 # Casts to these types cannot fail for any input, or are made total by the rewrite.

@@ -139,6 +139,17 @@ def _check_year(text: str, sql: str) -> None:
         )
 
 
+def _check_to_char(n: exp.TimeToStr, column: ColumnOf) -> None:
+    """to_char of a date/timestamp with a constant format never fails (infinite values give NULL)."""
+    fmt = n.args.get("format")
+    ok = isinstance(fmt, exp.Literal) and fmt.is_string and len(str(fmt.this)) <= 100
+    if not ok or temporal_type(n.this, column) is None:
+        raise UnsupportedSql(
+            "to_char is supported on date/timestamp columns with a constant format",
+            hint="e.g. to_char(created_at, 'YYYY-MM')",
+        )
+
+
 def _check_str_to_time(n: exp.StrToTime) -> None:
     value, fmt = n.this, n.args.get("format")
     ok = (
@@ -301,6 +312,8 @@ def check_total(n: exp.Expression, column: ColumnOf) -> None:
         _check_interval(n)
     elif isinstance(n, exp.StrToTime):
         _check_str_to_time(n)
+    elif isinstance(n, exp.TimeToStr):
+        _check_to_char(n, column)
 
 
 def _texty(node: exp.Expression) -> bool:
