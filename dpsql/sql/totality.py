@@ -15,160 +15,29 @@ failing constant expression fails whatever the data (a data-independent error).
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
 from dpsql.errors import InvalidParameter, UnsupportedSql
-from dpsql.policy.model import Column
 from dpsql.sql import functions as fn
+from dpsql.sql.temporal import (
+    MAX_INTERVALS,
+    ColumnOf,
+    check_extract,
+    check_interval,
+    check_str_to_time,
+    check_to_char,
+    check_trunc,
+    check_year,
+    temporal_type,
+)
 
-TRUNC_UNITS = frozenset(
-    "microseconds milliseconds second minute hour day week month quarter year decade century "
-    "millennium".split()
-)
-DATE_FIELDS = frozenset(
-    "century day decade dow doy epoch isodow isoyear julian millennium month quarter week year".split()
-)
-TIME_FIELDS = frozenset("hour minute second milliseconds microseconds".split())
-TZ_FIELDS = frozenset("timezone timezone_hour timezone_minute".split())
 MAX_LITERAL_CHARS = 200
 MAX_LITERAL = Decimal("1e1000")
 
-ColumnOf = Callable[[exp.Column], Column]
+__all__ = ["MAX_INTERVALS", "check_cast", "check_literal", "check_total", "temporal_type"]
 _BOUND = (exp.Parameter, exp.Placeholder)  # replaced by literals (and checked again) when bound
-
-
-def _unit_text(node: exp.Expression | None) -> str | None:
-    if isinstance(node, (exp.Var, exp.Literal)):
-        return str(node.this).lower()
-    if isinstance(node, exp.Column) and not node.table:
-        return node.name.lower()  # sqlglot parses some units as bare names
-    return None
-
-
-def temporal_type(node: exp.Expression, column: ColumnOf) -> str | None:
-    """'date', 'timestamp' or 'timestamptz' when ``node``'s type is known to be one of them."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.Column):
-        col = column(node)
-        if col.family == "date":
-            return "date"
-        if col.family == "timestamp":
-            return (
-                "timestamptz"
-                if col.type in ("timestamptz", "timestamp with time zone")
-                else ("timestamp")
-            )
-        return None
-    if isinstance(node, exp.Cast):
-        t = node.to.this
-        if t == exp.DataType.Type.DATE:
-            return "date"
-        if t == exp.DataType.Type.TIMESTAMP:
-            return "timestamp"
-        if t == exp.DataType.Type.TIMESTAMPTZ:
-            return "timestamptz"
-        return None
-    if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
-        inner = temporal_type(node.this, column)
-        return "timestamptz" if inner == "date" else inner
-    if isinstance(node, (exp.CurrentTimestamp, exp.StrToTime)):
-        return "timestamptz"
-    if isinstance(node, exp.CurrentDate):
-        return "date"
-    if isinstance(node, (exp.Add, exp.Sub)) and not node.find(exp.Column):
-        kinds = {temporal_type(x, column) for x in (node.this, node.expression)}
-        if "timestamptz" in kinds:
-            return "timestamptz"
-        if kinds & {"date", "timestamp"}:
-            return "timestamp"
-    return None
-
-
-MAX_INTERVAL_YEARS = 100  # per INTERVAL literal
-MAX_INTERVALS = 20  # per expression: constants stay within years 1..9999 ± 2000
-_UNIT_YEARS = {
-    "microsecond": 1e-6 / 31557600,
-    "millisecond": 1e-3 / 31557600,
-    "second": 1 / 31557600,
-    "minute": 60 / 31557600,
-    "hour": 3600 / 31557600,
-    "day": 1 / 365.25,
-    "week": 7 / 365.25,
-    "month": 1 / 12,
-    "quarter": 0.25,
-    "year": 1.0,
-}
-_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
-
-
-def _check_interval(n: exp.Interval) -> None:
-    """An INTERVAL constant of at most 100 years (now() ± it is evaluated per row: no overflow)."""
-    text = str(n.this.this) if isinstance(n.this, exp.Literal) and n.this.is_string else None
-    unit = _unit_text(n.args.get("unit"))
-    parts = (text or "").split()
-    if unit is None and len(parts) == 2:
-        parts, unit = parts[:1], parts[1].lower()
-    unit = (unit or "").rstrip("s")
-    try:
-        amount = float(parts[0]) if len(parts) == 1 else None
-    except ValueError:
-        amount = None
-    if (
-        amount is None
-        or unit not in _UNIT_YEARS
-        or abs(amount) * _UNIT_YEARS[unit] > MAX_INTERVAL_YEARS
-    ):
-        raise UnsupportedSql(
-            f"the interval {n.sql('postgres')} is not supported in private queries",
-            hint=f"write INTERVAL '<number> <unit>' of at most {MAX_INTERVAL_YEARS} years",
-        )
-
-
-def _check_year(text: str, sql: str) -> None:
-    m = re.match(r"\s*(\d{1,5})-", text)
-    if m is None or not 1 <= int(m.group(1)) <= 9999 or "bc" in text.lower():
-        raise UnsupportedSql(
-            f"the date/time constant {sql} is not supported in private queries",
-            hint="write dates as 'YYYY-MM-DD' with a year between 1 and 9999",
-        )
-
-
-def _check_to_char(n: exp.TimeToStr, column: ColumnOf) -> None:
-    """to_char of a date/timestamp with a constant format never fails (infinite values give NULL)."""
-    fmt = n.args.get("format")
-    ok = isinstance(fmt, exp.Literal) and fmt.is_string and len(str(fmt.this)) <= 100
-    if not ok or temporal_type(n.this, column) is None:
-        raise UnsupportedSql(
-            "to_char is supported on date/timestamp columns with a constant format",
-            hint="e.g. to_char(created_at, 'YYYY-MM')",
-        )
-
-
-def _check_str_to_time(n: exp.StrToTime) -> None:
-    value, fmt = n.this, n.args.get("format")
-    ok = (
-        isinstance(value, exp.Literal)
-        and value.is_string
-        and isinstance(fmt, exp.Literal)
-        and str(fmt.this) in _TIME_FORMATS
-    )
-    if ok:
-        try:
-            datetime.strptime(str(value.this), str(fmt.this))
-        except ValueError:
-            ok = False
-    if not ok:
-        raise UnsupportedSql(
-            f"{n.sql('postgres')} is not supported in private queries",
-            hint="use to_timestamp('YYYY-MM-DD HH24:MI:SS', 'YYYY-MM-DD HH24:MI:SS') with a "
-            "constant, or a TIMESTAMP '...' literal",
-        )
 
 
 def check_literal(n: exp.Literal) -> None:
@@ -229,42 +98,6 @@ def _check_substring(n: exp.Substring) -> None:
             raise UnsupportedSql("negative substring length not allowed")
 
 
-def _check_trunc(n: exp.Expression, column: ColumnOf) -> None:
-    unit = _unit_text(n.args.get("unit"))
-    if n.args.get("zone") is not None:
-        raise UnsupportedSql("date_trunc with a time zone is not supported in private queries")
-    if unit not in TRUNC_UNITS:
-        raise UnsupportedSql(
-            f"date_trunc unit {unit!r} is not valid",
-            hint="use one of: " + ", ".join(sorted(TRUNC_UNITS)),
-        )
-    if temporal_type(n.this, column) is None:
-        raise UnsupportedSql(
-            "date_trunc needs a date or timestamp column in private queries",
-            hint="e.g. date_trunc('month', created_at)",
-        )
-
-
-def _check_extract(n: exp.Extract, column: ColumnOf) -> None:
-    field = _unit_text(n.this)
-    kind = temporal_type(n.expression, column)
-    if kind is None:
-        raise UnsupportedSql(
-            "extract/date_part needs a date or timestamp column in private queries",
-            hint="e.g. extract(year FROM created_at)",
-        )
-    allowed = set(DATE_FIELDS)
-    if kind != "date":
-        allowed |= TIME_FIELDS
-    if kind == "timestamptz":
-        allowed |= TZ_FIELDS
-    if field not in allowed:
-        raise UnsupportedSql(
-            f"field {field!r} is not supported for type {kind} in extract/date_part",
-            hint="use one of: " + ", ".join(sorted(allowed)),
-        )
-
-
 def _check_round(n: exp.Round) -> None:
     d = n.args.get("decimals")
     if d is None or isinstance(d, _BOUND):
@@ -303,17 +136,17 @@ def check_total(n: exp.Expression, column: ColumnOf) -> None:
     elif isinstance(n, exp.Substring):
         _check_substring(n)
     elif isinstance(n, (exp.TimestampTrunc, exp.DateTrunc)):
-        _check_trunc(n, column)
+        check_trunc(n, column)
     elif isinstance(n, exp.Extract):
-        _check_extract(n, column)
+        check_extract(n, column)
     elif isinstance(n, exp.Round):
         _check_round(n)
     elif isinstance(n, exp.Interval):
-        _check_interval(n)
+        check_interval(n)
     elif isinstance(n, exp.StrToTime):
-        _check_str_to_time(n)
+        check_str_to_time(n)
     elif isinstance(n, exp.TimeToStr):
-        _check_to_char(n, column)
+        check_to_char(n, column)
 
 
 def _texty(node: exp.Expression) -> bool:
@@ -343,7 +176,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         return  # every value has a text form (varchar(n) truncates silently on explicit casts)
     if to in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ):
         if isinstance(src, exp.Literal) and src.is_string:
-            _check_year(str(src.this), sql)
+            check_year(str(src.this), sql)
             return  # parsed when the query is planned: fails (or not) whatever the data
         if temporal_type(src, column) is not None:
             return  # between date/timestamp types (years 1..9999 +- the bounded intervals)

@@ -53,3 +53,10 @@ def test_clamp_values(given: str, expected: str) -> None:
     sql, lo, hi = (x.strip() for x in given.split("|"))
     out = clamp_values(parse(sql), COLS, Fraction(lo), Fraction(hi))
     assert out.sql("postgres") == expected
+
+
+@pytest.mark.parametrize(("given", "expected"), pairs("flatten.sql"))
+def test_flatten(given: str, expected: str) -> None:
+    from dpsql.sql.flatten import filters_to_case, flatten
+
+    assert filters_to_case(flatten(parse(given))).sql("postgres") == expected
