@@ -83,7 +83,10 @@ def _group_keys(tree: exp.Select, ctx: _Ctx) -> list[GroupKey]:
     if group is None:
         return []
     if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-        raise UnsupportedSql("ROLLUP, CUBE and GROUPING SETS are not supported yet")
+        raise UnsupportedSql(
+            "ROLLUP, CUBE and GROUPING SETS are not supported yet",
+            hint="run one query per grouping set (each is charged separately)",
+        )
     if not group.expressions or all(
         isinstance(g, exp.Tuple) and not g.expressions for g in group.expressions
     ):
