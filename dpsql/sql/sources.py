@@ -147,8 +147,8 @@ def outer_columns(node: exp.Expression) -> list[exp.Column]:
     return out
 
 
-def _unit_equalities(ctx: Ctx, on: exp.Expression) -> set[int]:
-    """ids of the conjuncts of ``on`` that equate two private tables' privacy units."""
+def _unit_equalities(ctx: Ctx, on: exp.Expression, joined: Source) -> set[int]:
+    """ids of the conjuncts of ``on`` equating the joined table's unit with an earlier table's."""
     out: set[int] = set()
     for c in on.flatten() if isinstance(on, exp.And) else [on]:
         if isinstance(c, exp.Paren):
@@ -157,6 +157,7 @@ def _unit_equalities(ctx: Ctx, on: exp.Expression) -> set[int]:
             a, b = ctx.source(c.this), ctx.source(c.expression)
             if (
                 a is not b
+                and joined in (a, b)
                 and a.private is not None
                 and b.private is not None
                 and c.this.name == a.private.privacy_unit
@@ -185,7 +186,7 @@ def check_join(ctx: Ctx, join: exp.Join, joined: Source, check_row_level) -> exp
             hint="joined rows could not be bounded per person; query the table alone",
         )
     on = join.args.get("on")
-    units = _unit_equalities(ctx, on) if on is not None else set()
+    units = _unit_equalities(ctx, on, joined) if on is not None else set()
     earlier = ctx.sources[: ctx.sources.index(joined)]
     if joined.private is not None and any(s.private for s in earlier) and not units:
         raise PrivacyViolation(

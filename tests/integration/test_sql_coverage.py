@@ -153,6 +153,11 @@ def test_private_join_is_bounded_after_the_join(jengine: Engine, join_dsn: str) 
 REFUSED = [
     ("SELECT COUNT(*) FROM users u JOIN purchases p ON u.age = p.quantity", "42501"),
     ("SELECT COUNT(*) FROM users u, purchases p", "42501"),
+    (  # the third table must itself be tied by its unit, not by an equality of the first two
+        "SELECT COUNT(*) FROM users u JOIN purchases p ON u.user_id = p.user_id "
+        "JOIN pums x ON u.user_id = p.user_id",
+        "42501",
+    ),
     ("SELECT COUNT(*) FROM purchases p JOIN regions r ON p.user_id::text = r.code", "42501"),
     ("SELECT COUNT(*) FROM purchases p RIGHT JOIN regions r ON p.region = r.code", "0A000"),
     ("SELECT COUNT(*) FROM regions r LEFT JOIN purchases p ON p.region = r.code", "0A000"),
