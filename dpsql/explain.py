@@ -14,6 +14,7 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analyze import analyze
 from dpsql.sql.classify import classify
+from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 from dpsql.sql.rewrite import private_query
@@ -123,6 +124,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         )
     outs = []
     names = [e.alias_or_name for e in a.outer.expressions]
+    derived = {pos: len(sis) for pos, _, sis in derived_outputs(a)}
     for pos, item in enumerate(a.outer.expressions):
         body = item.this if hasattr(item, "this") else item
         sql = body.sql("postgres")
@@ -159,9 +161,13 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                 )
             )
         else:
-            outs.append(
-                OutputLine(names[pos], sql, plan.mechanism, "post-processed: no interval reported")
+            m = derived.get(pos)
+            hw = (
+                f"interval arithmetic over the intervals of its {m} statistics at 1 - alpha/{m}"
+                if m
+                else "post-processed: no interval reported"
             )
+            outs.append(OutputLine(names[pos], sql, plan.mechanism, hw))
     c = plan.cost
     cost = f"epsilon={_fmt(c.epsilon)}, delta={_fmt(c.delta)}, rho={_fmt(c.rho)}"
     contribution = (

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
 from dpsql.sql.rewrite.bucket_values import bucket_specs
@@ -30,6 +31,9 @@ class Release:
     groups: list[list[str | None]]
     stats: list[list[Any]]
     intervals: list[list[tuple[float, float] | None]]
+    # per row, the intervals of the outputs that are expressions over statistics
+    # (dpsql.sql.intervals.derived_outputs order)
+    derived: list[list[tuple[float, float] | None]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +41,7 @@ class Release:
             "groups": self.groups,
             "stats": self.stats,
             "intervals": [[list(i) if i else None for i in row] for row in self.intervals],
+            "derived": [[list(i) if i else None for i in row] for row in self.derived],
         }
 
     @classmethod
@@ -46,6 +51,7 @@ class Release:
             d["groups"],
             d["stats"],
             [[tuple(i) if i else None for i in row] for row in d["intervals"]],
+            [[tuple(i) if i else None for i in row] for row in d.get("derived", [])],
         )
 
 
@@ -113,7 +119,30 @@ def release(
             stats[i].append(v)
             intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
-    return Release(tuple(key_types), groups, stats, intervals)
+    derived = derived_intervals(a, len(table), confidence, _stat_interval(plan, noisy))
+    return Release(tuple(key_types), groups, stats, intervals, derived)
+
+
+def _stat_interval(
+    plan: Plan, noisy: dict[str, Any]
+) -> Callable[[int, int, float], tuple[float, float] | None]:
+    """Statistic si's interval in row r at a given confidence (Bonferroni over its measures)."""
+    widths: dict[tuple[str, float], float] = {}
+
+    def width(key: str, level: float) -> float:
+        if (key, level) not in widths:
+            mech = plan.measure_plan(key).mechanism
+            selected = isinstance(mech, (Quantile, Mode))
+            widths[key, level] = math.nan if selected else mech.half_width(level)
+        return widths[key, level]
+
+    def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
+        s = plan.analysis.statistics[si]
+        lv = 1 - (1 - level) / len(s.measures)
+        ws = [width(m, lv) for m in s.measures]
+        return derive(s, [noisy[m][r] for m in s.measures], ws)[1]
+
+    return interval
 
 
 Hist = dict[tuple[int, tuple[str | None, ...]], dict[Any, int]]

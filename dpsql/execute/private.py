@@ -18,6 +18,7 @@ from dpsql.execute.noise import Release, release
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
 
@@ -119,15 +120,24 @@ def finish(
     """Run the post-processing query over the released values and type the result."""
     outputs = stat_outputs(a)
     names = [e.alias_or_name for e in a.outer.expressions]
-    icols = [(si, names[pos]) for pos, si in outputs] if session.show_intervals else []
+    derived = [pos for pos, _, _ in derived_outputs(a)]
+    # interval columns in output order: (position, array label, low/high values per row)
+    ivcols: list[tuple[int, str, list[tuple[float, float] | None]]] = []
+    if session.show_intervals:
+        ivcols += [(pos, str(si), [iv[si] for iv in rel.intervals]) for pos, si in outputs]
+        for k, pos in enumerate(derived):  # (a release cached before these existed has none)
+            ivs = [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
+            ivcols.append((pos, f"d{k}", ivs))
+        ivcols.sort(key=lambda c: c[0])
+    icols = [(label, names[pos]) for pos, label, _ in ivcols]
     with_rid = not a.outer.args.get("distinct") and not describe_only
     q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
     n = len(rel.groups)
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
-    for si, _ in icols:
-        arrays.append([iv[si][0] if iv[si] else None for iv in rel.intervals])
-        arrays.append([iv[si][1] if iv[si] else None for iv in rel.intervals])
+    for _, _, ivs in ivcols:
+        arrays.append([iv[0] if iv else None for iv in ivs])
+        arrays.append([iv[1] if iv else None for iv in ivs])
     if with_rid or len(arrays) == 0:
         arrays.append(list(range(n)))
     params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
@@ -144,6 +154,9 @@ def finish(
             row_iv: list[tuple[float, float] | None] = [None] * len(cols)
             for pos, si in outputs:
                 row_iv[pos] = rel.intervals[rid][si]
+            for k, pos in enumerate(derived):
+                if rel.derived:
+                    row_iv[pos] = rel.derived[rid][k]
             intervals.append(tuple(row_iv))
     stat_mech = dict(outputs)
     typed = tuple(
@@ -183,6 +196,7 @@ def interval_notices(a: Analysis, plan: Plan | None, confidence: float) -> tuple
     from dpsql.sql.postprocess import stat_outputs
 
     direct = dict(stat_outputs(a))
+    with_interval = {pos for pos, _, _ in derived_outputs(a)}
     names = [e.alias_or_name for e in a.outer.expressions]
     keys = {f"_dp_g{i}" for i in range(len(a.group_keys))}
     out: list[str] = []
@@ -195,12 +209,12 @@ def interval_notices(a: Analysis, plan: Plan | None, confidence: float) -> tuple
                 out.append(
                     f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"
                 )
-        elif not (isinstance(body, exp.Column) and body.name in keys):
+        elif pos not in with_interval and not (isinstance(body, exp.Column) and body.name in keys):
             derived.append(names[pos])
     if derived:
         out.append(
-            f"{', '.join(derived)}: computed from noisy statistics, no interval is reported "
-            "(ask for the statistics themselves to get theirs)"
+            f"{', '.join(derived)}: computed from noisy statistics by an expression dpsql can't "
+            "bound, no interval is reported (ask for the statistics themselves to get theirs)"
         )
     return tuple(out)
 

@@ -121,7 +121,7 @@ def outer_query(
     key_types: Sequence[str],
     *,
     with_rid: bool = False,
-    interval_columns: Sequence[tuple[int, str]] = (),
+    interval_columns: Sequence[tuple[int | str, str]] = (),
 ) -> tuple[exp.Select, list[str]]:
     """The analysis's post-processing SELECT with its FROM replaced by unnest() of arrays.
 

@@ -28,13 +28,15 @@ from dpsql.serve import ServerThread
 from dpsql.wire.server import ServerConfig
 from tests.helpers import binom_min_successes
 
-STATS = ("n", "s", "a", "vp", "sd")
+STATS = ("n", "s", "a", "vp", "sd", "ratio", "n2")
 SQL = (
     "SELECT g, COUNT(*) AS n, SUM(v) AS s, AVG(v) AS a, VAR_POP(v) AS vp, STDDEV_SAMP(v) AS sd, "
-    "MEDIAN(v) AS m, COUNT(*) * 2 AS n2 FROM w GROUP BY g"
+    "MEDIAN(v) AS m, SUM(v) / COUNT(*) AS ratio, COUNT(*) * 2 AS n2, "
+    "CASE WHEN COUNT(*) > 0 THEN 1 END AS c FROM w GROUP BY g"
 )
 TRUTH = (
-    "SELECT g, count(*), sum(v), avg(v), var_pop(v), stddev_samp(v) FROM w GROUP BY g ORDER BY g"
+    "SELECT g, count(*), sum(v), avg(v), var_pop(v), stddev_samp(v), sum(v) / count(*), "
+    "count(*) * 2 FROM w GROUP BY g ORDER BY g"
 )
 CONFIDENCE = 0.9
 RUNS = 150
@@ -105,10 +107,11 @@ def _coverage(srv: ServerThread, truth: dict[str, tuple[float, ...]], runs: int)
                     t = truth[rec["g"]][i]
                     hits[i] += lo - 1e-9 * abs(t) <= t <= hi + 1e-9 * abs(t)
                 assert rec["m_low"] is None and rec["m_high"] is None
-                assert "n2_low" not in rec
-    assert names[:8] == ["g", "n", "s", "a", "vp", "sd", "m", "n2"]
+                assert "c_low" not in rec
+    assert names[:10] == ["g", "n", "s", "a", "vp", "sd", "m", "ratio", "n2", "c"]
     assert any("m: no value interval" in n for n in notices)
-    assert any(n.startswith("n2:") for n in notices)
+    assert any(n.startswith("c:") for n in notices)
+    assert not any(n.startswith(("n2:", "ratio:")) for n in notices)
     return hits
 
 

@@ -1,0 +1,157 @@
+"""Intervals for output columns computed from several statistics (``SUM(x) / COUNT(*)``, ``2 * AVG(x)``).
+
+An output expression over m statistics gets each statistic's interval at confidence
+1 - alpha/m (union bound: all m hold together with probability >= 1 - alpha), then the
+expression's range over that box by interval arithmetic, rounded outwards. The true value of the
+expression (the same expression of the true statistics) is inside whenever the m intervals hold,
+so the interval is honest at the session's confidence, conservative (never optimistic).
+
+Supported: literals, the statistics, + - * /, unary minus, parentheses, casts and ROUND / FLOOR /
+CEIL / TRUNC (widened to whole units, which covers any rounding and integer division). Anything
+else (CASE, functions, group keys) gets no interval; the engine says so in a notice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.functions import INTEGER_TYPES
+
+Iv = tuple[float, float]
+
+
+def stat_index(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Column) and node.name.startswith("_dp_s"):
+        return int(node.name[5:])
+    return None
+
+
+def derived_outputs(a: Analysis) -> list[tuple[int, exp.Expression, tuple[int, ...]]]:
+    """(output position, expression, statistics used) of the outputs that are expressions over
+    statistics with a supported shape (see the module docstring)."""
+    out = []
+    for pos, item in enumerate(a.outer.expressions):
+        body = item.this if isinstance(item, exp.Alias) else item
+        if stat_index(body) is not None or not _supported(body):
+            continue
+        sis = tuple(
+            sorted({i for c in body.find_all(exp.Column) if (i := stat_index(c)) is not None})
+        )
+        if sis:
+            out.append((pos, body, sis))
+    return out
+
+
+_MONO = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast)
+
+
+def _supported(node: exp.Expression) -> bool:
+    for n in node.walk():
+        if isinstance(n, exp.Column):
+            if stat_index(n) is None:
+                return False
+        elif not isinstance(
+            n,
+            (exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.DataType,
+             exp.Identifier, *_MONO),
+        ):  # fmt: skip
+            return False
+        if isinstance(n, exp.Literal) and n.is_string:
+            return False
+    return True
+
+
+def is_integer(node: exp.Expression, int_stats: frozenset[int]) -> bool:
+    """True when PostgreSQL types ``node`` as an integer in the post-processing query."""
+    i = stat_index(node)
+    if i is not None:
+        return i in int_stats
+    if isinstance(node, exp.Literal):
+        return not node.is_string and node.this.isdigit()
+    if isinstance(node, (exp.Paren, exp.Neg)):
+        return is_integer(node.this, int_stats)
+    if isinstance(node, exp.Cast):
+        return node.to.this in INTEGER_TYPES
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        return is_integer(node.this, int_stats) and is_integer(node.expression, int_stats)
+    return False
+
+
+def eval_interval(
+    node: exp.Expression, ivs: dict[int, Iv | None], int_stats: frozenset[int] = frozenset()
+) -> Iv | None:
+    """The range of ``node`` when each statistic i lies in ``ivs[i]`` (None: unknown);
+    ``int_stats``: the statistics typed as integers (their division truncates)."""
+
+    def ev(n: exp.Expression) -> Iv | None:
+        return eval_interval(n, ivs, int_stats)
+
+    i = stat_index(node)
+    if i is not None:
+        return ivs.get(i)
+    if isinstance(node, exp.Literal):
+        v = float(node.this)
+        return v, v
+    if isinstance(node, exp.Paren):
+        return ev(node.this)
+    if isinstance(node, exp.Neg):
+        r = ev(node.this)
+        return (-r[1], -r[0]) if r else None
+    if isinstance(node, _MONO):
+        if isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+            r = ev(node.this)
+            d = int(float(node.args["decimals"].this)) if node.args["decimals"].is_number else 0
+            step = 10.0**-d
+            return (r[0] - step, r[1] + step) if r else None
+        r = ev(node.this)
+        if isinstance(node, exp.Cast) and node.to.this not in INTEGER_TYPES:
+            return r
+        return (math.floor(r[0]), math.ceil(r[1])) if r else None
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        a, b = ev(node.this), ev(node.expression)
+        if a is None or b is None:
+            return None
+        out = _arith(node, a, b)
+        if out is not None and isinstance(node, exp.Div) and is_integer(node, int_stats):
+            return math.floor(out[0]), math.ceil(out[1])  # truncating integer division
+        return out
+    return None
+
+
+def _arith(node: exp.Expression, a: Iv, b: Iv) -> Iv | None:
+    if isinstance(node, exp.Add):
+        return a[0] + b[0], a[1] + b[1]
+    if isinstance(node, exp.Sub):
+        return a[0] - b[1], a[1] - b[0]
+    if isinstance(node, exp.Div):
+        if b[0] <= 0 <= b[1]:
+            return None  # the divisor may be 0: no finite interval
+        b = (1 / b[1], 1 / b[0])
+    prods = [x * y for x in a for y in b]
+    return min(prods), max(prods)
+
+
+def derived_intervals(
+    a: Analysis,
+    rows: int,
+    confidence: float,
+    stat_interval: Callable[[int, int, float], Iv | None],
+) -> list[list[Iv | None]]:
+    """Per released row, the interval of each derived output (in ``derived_outputs`` order).
+
+    ``stat_interval(row, statistic, level)`` is statistic's interval in that row at ``level``.
+    """
+    outs = derived_outputs(a)
+    ints = frozenset(i for i, s in enumerate(a.statistics) if s.pg_type == "int8")
+    table: list[list[Iv | None]] = [[] for _ in range(rows)]
+    for _, body, sis in outs:
+        level = 1 - (1 - confidence) / len(sis)
+        for r in range(rows):
+            ivs = {si: stat_interval(r, si, level) for si in sis}
+            got = eval_interval(body, ivs, ints)
+            table[r].append(got if got is None or all(map(math.isfinite, got)) else None)
+    return table
