@@ -116,3 +116,24 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     assert g.cost.epsilon == 2 and g.cost.rho > 0
     only = make_plan(analysis("SELECT MODE() WITHIN GROUP (ORDER BY c) FROM t"), Fraction(1), 0)
     assert isinstance(only.measures[0].mechanism, Mode) and only.cost.epsilon == 1
+
+
+def test_explain_states_every_output_before_spending() -> None:
+    from dpsql.explain import explain
+    from dpsql.session import SessionContext
+
+    rep = explain(
+        POLICY,
+        "SELECT g, MEDIAN(x) AS m, COUNT(*) AS n, COUNT(*) * 2 AS n2, "
+        "CASE WHEN COUNT(*) > 1 THEN 1 END AS c, MODE() WITHIN GROUP (ORDER BY c) AS md "
+        "FROM t GROUP BY g",
+        SessionContext(confidence=0.9),
+    )
+    by = {o.column: o for o in rep.outputs}
+    assert by["m"].mechanism == "exponential" and "rank is within" in by["m"].half_width
+    assert "probability 0.9" in by["m"].half_width
+    assert by["n"].half_width.startswith("±")
+    assert "interval arithmetic" in by["n2"].half_width
+    assert "no interval" in by["c"].half_width
+    assert by["md"].mechanism == "report_noisy_max"
+    assert any(line.mechanism == "exponential" for line in rep.measures)
