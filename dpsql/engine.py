@@ -94,6 +94,7 @@ class Engine:
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._key_types: dict[str, tuple[str, ...]] = {}
+        self._sql_cache: dict[tuple[Any, ...], Any] = {}
         self._keys_from: dict[str, tuple[str, ...]] = {}
         self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
         self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
@@ -200,8 +201,13 @@ class Engine:
 
             return run_private(self, prepared, session, params, cancel)
         if prepared.kind in ("public", "catalog"):
-            tree = self._runnable(prepared, params, session)
-            rows = self.backend.run(tree.sql("postgres"), private=False, cancel=cancel)
+            key = ("sql", prepared.text, session.analyst)
+            text = self._sql_cache.get(key) if not params else None
+            if text is None:
+                text = self._runnable(prepared, params, session).sql("postgres")
+                if not params:
+                    self._remember(key, text)
+            rows = self.backend.run(text, private=False, cancel=cancel)
             return _result(rows)
         if prepared.kind == "empty":
             return Result((), [], "")
@@ -270,7 +276,26 @@ class Engine:
         eps, delta = self.privacy_params(session, a)
         return make_plan(a, eps, delta, session.mechanism)
 
+    def _remember(self, key: tuple[Any, ...], value: Any) -> None:
+        """Per-statement memo (SQL texts), bounded like the prepared-statement cache."""
+        with self._lock:
+            self._sql_cache[key] = value
+            if len(self._sql_cache) > 4 * self._cache_size:
+                self._sql_cache.pop(next(iter(self._sql_cache)))
+
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
+        """The bounded SQL of a private query (memoized for statements without parameters)."""
+        key = ("private", prepared.text, prepared.salt)
+        if a is prepared.analysis:
+            hit = self._sql_cache.get(key)
+            if hit is not None:
+                return str(hit)
+        text = self._private_sql(prepared, a)
+        if a is prepared.analysis:
+            self._remember(key, text)
+        return text
+
+    def _private_sql(self, prepared: Prepared, a: Analysis) -> str:
         extra: tuple[Measure, ...] = ()
         if a.needs_selection:
             extra = (Measure("count_rows" if a.private.row_privacy else "count_units"),)

@@ -70,17 +70,20 @@ class Backend:
             dsn,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": False},
+            kwargs={"autocommit": True},
             configure=self._configure,
             open=True,
             name="dpsql-upstream",
         )
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        conn.read_only = True
+        # Autocommit with read-only transactions by default: each statement is its own read-only
+        # transaction, one round trip instead of BEGIN READ ONLY / query / ROLLBACK. Clients never
+        # reach these settings (dpsql never forwards SET).
+        conn.autocommit = True
+        conn.execute("SET default_transaction_read_only = on")
         conn.execute(pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(self.timeout_ms)))
         conn.execute("SET application_name = 'dpsql'")
-        conn.commit()
 
     def close(self) -> None:
         self.pool.close()
@@ -100,7 +103,7 @@ class Backend:
                 cancel.attach(conn)
             try:
                 with conn.cursor(binary=binary) as cur:
-                    cur.execute(query, params or None, prepare=False)
+                    cur.execute(query, params or None)
                     rows = cur.fetchall() if cur.description is not None else []
                     status = cur.statusmessage or ""
                     return Rows(_columns(cur), rows, status)
@@ -114,7 +117,6 @@ class Backend:
             finally:
                 if cancel is not None:
                     cancel.attach(None)
-                conn.rollback()
 
 
 def describe_statement(

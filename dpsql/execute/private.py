@@ -107,6 +107,11 @@ def run_private(
     return finish(engine, a, rel, session, plan=plan)
 
 
+def _stable(engine: Engine, a: Analysis) -> bool:
+    """An analysis held by a cached prepared statement (so id(a) is a safe memo key)."""
+    return any(p.analysis is a for p in list(engine._cache.values()))
+
+
 def finish(
     engine: Engine,
     a: Analysis,
@@ -131,7 +136,13 @@ def finish(
         ivcols.sort(key=lambda c: c[0])
     icols = [(label, names[pos]) for pos, label, _ in ivcols]
     with_rid = not a.outer.args.get("distinct") and not describe_only
-    q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
+    memo = ("outer", id(a), tuple(rel.key_types), with_rid, tuple(icols))
+    text = engine._sql_cache.get(memo) if _stable(engine, a) else None
+    if text is None:
+        q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
+        text = outer_sql(q)
+        if _stable(engine, a):
+            engine._remember(memo, text)
     n = len(rel.groups)
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
@@ -141,7 +152,7 @@ def finish(
     if with_rid or len(arrays) == 0:
         arrays.append(list(range(n)))
     params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
-    rows = engine.backend.run(outer_sql(q), params, private=False)
+    rows = engine.backend.run(text, params, private=False)
     cols = list(rows.columns)
     data = rows.rows
     intervals = None

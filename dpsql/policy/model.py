@@ -153,7 +153,7 @@ class Analyst(_Strict):
         if v is not None and not v.startswith("SCRAM-SHA-256$"):
             raise ValueError(
                 "credential must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$<iter>:<salt>$...); "
-                "make one with `dpsql policy add-analyst`"
+                "make one with `dpsql verifier NAME`"
             )
         return v
 
