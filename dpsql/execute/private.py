@@ -56,6 +56,13 @@ def run_private(
 
     plan = make_plan(a, eps, delta, session.mechanism)
     confidence = session.confidence or engine.policy.defaults.confidence
+    if not 0 < confidence < 1:  # checked before any budget is reserved
+        from dpsql.errors import InvalidParameter
+
+        raise InvalidParameter(
+            f"confidence {confidence:g} is out of range: it must be > 0 and < 1",
+            hint="SET dpsql.confidence = 0.95",
+        )
     key_types = engine._group_types(prepared, a)
     declared = engine.declared_keys(a)
     ledger = engine.ledger

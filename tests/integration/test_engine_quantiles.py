@@ -207,3 +207,14 @@ def test_partition_selection_with_quantiles(engines: tuple[Engine, Engine]) -> N
         assert cs.count(mode) == max(cs.count(c) for c in "abc")
     plan = engine.plan(engine.prepare(sql), SessionContext())
     assert plan.selection is not None and plan.cost.delta > 0
+
+
+def test_confidence_out_of_range_is_refused_before_spending(engine: Engine) -> None:
+    from dpsql.errors import DpsqlError
+
+    with pytest.raises(DpsqlError) as e:
+        engine.execute(
+            engine.prepare("SELECT MEDIAN(age) FROM pums"),
+            SessionContext(analyst="analyst", confidence=1.0, show_intervals=True),
+        )
+    assert e.value.sqlstate == "22023"
