@@ -75,7 +75,10 @@ def check_function(node: exp.Func) -> None:
             target.startswith("reg")
             and target not in set(rules.GUARDED_CASTS) | rules.ALLOWED_CASTS
         ):
-            raise PrivacyViolation(f"casts to {target} are not allowed in a catalog query")
+            raise PrivacyViolation(
+                f"casts to {target} are not allowed in a catalog query",
+                hint="use regclass, regtype, regnamespace, regproc or regrole",
+            )
         return
     if not isinstance(node, exp.Anonymous):
         if type(node).__name__ not in SAFE_NODES:
