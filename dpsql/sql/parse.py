@@ -161,6 +161,7 @@ def parse_statement(text: str) -> Statement:
             position=tokens[0].start + 1,
             hint="dpsql answers SELECT queries",
         )
+    text = _spell_array_types(text, tokens)
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:
@@ -178,6 +179,32 @@ def parse_statement(text: str) -> Statement:
             hint="send one statement at a time",
         )
     return Statement("query", text, word, trees[0])
+
+
+# Array types sqlglot 30 can't parse as `t[]`; PostgreSQL's own names for them are `_t`
+# (asyncpg's type introspection sends `$1::oid[]`).
+_ARRAY_SPELLED = frozenset(
+    {"oid", "regclass", "regtype", "regproc", "regprocedure", "regnamespace", "regrole"}
+)
+
+
+def _spell_array_types(text: str, tokens: list[Token]) -> str:
+    """`oid[]` -> `_oid` (same type) where the tokens show a type name followed by `[]`."""
+    edits: list[tuple[int, int, str]] = []
+    for i in range(len(tokens) - 2):
+        t, lb, rb = tokens[i], tokens[i + 1], tokens[i + 2]
+        if (
+            t.text.lower() in _ARRAY_SPELLED
+            and t.token_type != TokenType.STRING
+            and lb.token_type == TokenType.L_BRACKET
+            and rb.token_type == TokenType.R_BRACKET
+            and i > 0
+            and tokens[i - 1].token_type in (TokenType.DCOLON, TokenType.ALIAS)
+        ):
+            edits.append((t.start, rb.end + 1, "_" + t.text.lower()))
+    for start, end, repl in reversed(edits):
+        text = text[:start] + repl + text[end:]
+    return text
 
 
 def _offset(text: str, line: object, col: object, width: int) -> int | None:

@@ -144,3 +144,11 @@ def test_object_lookups_without_tables_go_through_the_catalog_filter(sql: str) -
     st = parse_statement(sql)
     assert st.tree is not None
     assert classify(st.tree, policy) == "catalog"
+
+
+def test_array_types_sqlglot_cannot_parse_are_respelled() -> None:
+    sql_text = "SELECT t.oid FROM pg_type t WHERE t.oid = ANY($1::oid[]) AND t.typname <> 'oid[]'"
+    st = parse_statement(sql_text)
+    assert st.tree is not None
+    sql = st.tree.sql("postgres")
+    assert "_oid" in sql and "'oid[]'" in sql  # string literals are left alone
