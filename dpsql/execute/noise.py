@@ -34,6 +34,7 @@ class Release:
     # per row, the intervals of the outputs that are expressions over statistics
     # (dpsql.sql.intervals.derived_outputs order)
     derived: list[list[tuple[float, float] | None]] = field(default_factory=list)
+    confidence: float | None = None  # the level of the stored intervals
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class Release:
             "stats": self.stats,
             "intervals": [[list(i) if i else None for i in row] for row in self.intervals],
             "derived": [[list(i) if i else None for i in row] for row in self.derived],
+            "confidence": self.confidence,
         }
 
     @classmethod
@@ -52,6 +54,7 @@ class Release:
             d["stats"],
             [[tuple(i) if i else None for i in row] for row in d["intervals"]],
             [[tuple(i) if i else None for i in row] for row in d.get("derived", [])],
+            d.get("confidence"),
         )
 
 
@@ -120,7 +123,7 @@ def release(
             intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
     derived = derived_intervals(a, len(table), confidence, _stat_interval(plan, noisy))
-    return Release(tuple(key_types), groups, stats, intervals, derived)
+    return Release(tuple(key_types), groups, stats, intervals, derived, confidence)
 
 
 def _stat_interval(

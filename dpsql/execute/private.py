@@ -188,6 +188,12 @@ def finish(
     )
     conf = session.confidence or engine.policy.defaults.confidence
     notices = interval_notices(a, plan, conf) if session.show_intervals else ()
+    if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
+        notices = (
+            *notices,
+            f"free repeat of an earlier answer: its intervals are at confidence {rel.confidence:g}, "
+            f"not {conf:g} (the answer itself can't change; ask a different query to re-measure)",
+        )
     spent = plan is not None and not cached
     return Result(
         typed,

@@ -88,3 +88,13 @@ def test_analysts_see_their_budget_and_history(charged: Engine) -> None:
     assert "epsilon 2 of 3" in show
     with pytest.raises(DpsqlError):
         charged.execute(charged.prepare("SELECT * FROM dpsql.release"), s)
+
+
+def test_repeat_at_another_confidence_says_so(charged: Engine) -> None:
+    sql = "SELECT COUNT(*), AVG(amount) FROM purchases WHERE amount > 4"
+    s = SessionContext(analyst="alice", epsilon=Fraction(1))
+    first = charged.execute(charged.prepare(sql), s)
+    s.confidence = 0.5
+    again = charged.execute(charged.prepare(sql), s)
+    assert again.cached and again.rows == first.rows and again.intervals == first.intervals
+    assert any("confidence 0.95" in n for n in again.notices)
