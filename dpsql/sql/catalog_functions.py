@@ -211,6 +211,8 @@ def guard(node: exp.Func) -> bool:
         guarded = exp.Case(ifs=[exp.If(this=visible(kind, call.copy()), true=call.copy())])
         call.replace(guarded)
         return True
+    if name in _PRIVILEGE_BY_TABLE and _guard_table_name(node, name):
+        return True
     if name == "obj_description":
         kind = _obj_description_kind(node)
         index = 0
@@ -227,6 +229,26 @@ def guard(node: exp.Func) -> bool:
         cond = exp.and_(cond, att_visible(arg.copy(), args[1].copy()))
     then = cast_to(arg.copy(), rules.KIND_TYPE[kind])
     arg.replace(exp.Case(ifs=[exp.If(this=cond, true=then)]))
+    return True
+
+
+# has_*_privilege functions whose table may be given by name: argument count -> table position.
+_PRIVILEGE_BY_TABLE: dict[str, dict[int, int]] = {
+    "has_table_privilege": {2: 0, 3: 1},
+    "has_any_column_privilege": {2: 0, 3: 1},
+    "has_column_privilege": {3: 0, 4: 1},
+}
+
+
+def _guard_table_name(node: exp.Anonymous, name: str) -> bool:
+    """A table given by name: looked up with to_regclass (NULL, not an error, when missing) and
+    NULL unless visible, so hidden and missing tables answer alike (no existence oracle)."""
+    args = node.expressions
+    pos = _PRIVILEGE_BY_TABLE[name].get(len(args))
+    if pos is None or _literal_text(args[pos]) is None:
+        return False  # an oid expression: the generic guard below applies
+    oid = exp.Anonymous(this="to_regclass", expressions=[cast_to(args[pos].copy(), "TEXT")])
+    args[pos].replace(exp.Case(ifs=[exp.If(this=visible("rel", oid.copy()), true=oid)]))
     return True
 
 
