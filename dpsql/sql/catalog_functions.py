@@ -196,10 +196,18 @@ def _obj_description_kind(node: exp.Anonymous) -> str | None:
 def guard(node: exp.Func) -> bool:
     """Make object-id arguments NULL unless the object is visible; True when a guard was added."""
     if isinstance(node, exp.Cast):
-        kind = rules.GUARDED_CASTS.get(cast_target(node))
+        target = cast_target(node)
+        kind = rules.GUARDED_CASTS.get(target)
         if kind is None:
             return False
-        guarded = exp.Case(ifs=[exp.If(this=visible(kind, node.copy()), true=node.copy())])
+        value: exp.Expr = node.copy()
+        if target in _LOOKUP_BY_NAME and _literal_text(node.this) is not None:
+            # 'name'::regclass raises for a missing name but not for a hidden one: look it up
+            # with to_regclass (NULL when missing) so both answer NULL alike
+            value = exp.Anonymous(
+                this=_LOOKUP_BY_NAME[target], expressions=[cast_to(node.this.copy(), "TEXT")]
+            )
+        guarded = exp.Case(ifs=[exp.If(this=visible(kind, value.copy()), true=value)])
         node.replace(guarded)
         return True
     if not isinstance(node, exp.Anonymous):
@@ -231,6 +239,15 @@ def guard(node: exp.Func) -> bool:
     arg.replace(exp.Case(ifs=[exp.If(this=cond, true=then)]))
     return True
 
+
+_LOOKUP_BY_NAME = {
+    "regclass": "to_regclass",
+    "regtype": "to_regtype",
+    "regnamespace": "to_regnamespace",
+    "regproc": "to_regproc",
+    "regprocedure": "to_regprocedure",
+    "regrole": "to_regrole",
+}
 
 # has_*_privilege functions whose table may be given by name: argument count -> table position.
 _PRIVILEGE_BY_TABLE: dict[str, dict[int, int]] = {
