@@ -55,3 +55,21 @@ def permute_and_flip_probabilities(coins: np.ndarray) -> np.ndarray:
             if heads[j]:
                 out[j] += p / sum(heads)
     return out / out.sum()
+
+
+def neighbouring_engines(make_db, policy: dict, load, prefix: str):  # type: ignore[no-untyped-def]
+    """Engines on two neighbouring databases: ``load(dsn, with_extreme)`` fills each; the second
+    has one extra privacy unit. Yields (engine on D, engine on D'), closes both afterwards."""
+    from dpsql.engine import Engine
+    from dpsql.policy.model import Policy
+
+    pol = Policy.model_validate(policy)
+    dsn_d, dsn_d2 = make_db(f"{prefix}_d"), make_db(f"{prefix}_d2")
+    load(dsn_d, False)
+    load(dsn_d2, True)
+    d, d2 = Engine(pol, dsn_d, pool_size=2), Engine(pol, dsn_d2, pool_size=2)
+    try:
+        yield d, d2
+    finally:
+        d.close()
+        d2.close()

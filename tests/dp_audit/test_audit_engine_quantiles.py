@@ -25,13 +25,12 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from auditing import epsilon_lower_bound
+from auditing import epsilon_lower_bound, neighbouring_engines
 
 from dpsql import engine as engine_module
 from dpsql.dp.quantiles import Quantile
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
 
@@ -69,14 +68,7 @@ def _load(dsn: str, with_extreme: bool) -> None:
 
 @pytest.fixture(scope="module")
 def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
-    policy = Policy.model_validate(POLICY)
-    dsn_d, dsn_d2 = make_db("auditq_d"), make_db("auditq_d2")
-    _load(dsn_d, False)
-    _load(dsn_d2, True)
-    d, d2 = Engine(policy, dsn_d, pool_size=2), Engine(policy, dsn_d2, pool_size=2)
-    yield d, d2
-    d.close()
-    d2.close()
+    yield from neighbouring_engines(make_db, POLICY, _load, "auditq")
 
 
 def _double_epsilon(monkeypatch: pytest.MonkeyPatch) -> None:
