@@ -66,6 +66,35 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
     return out
 
 
+def deployment_notes(policy: Policy, console: Console) -> None:
+    """The ``server:`` keys the file sets (secrets hidden), unset ``${VAR}``s, and padding."""
+    from dpsql.policy.settings import SECRET_KEYS
+
+    server = policy.server
+    if server is not None:
+        shown = [
+            f"{k}={'(set)' if k in SECRET_KEYS else getattr(server, k)}"
+            for k in sorted(server.model_fields_set)
+            if getattr(server, k) is not None
+        ]
+        console.print(f"server: {', '.join(shown) or '(nothing set)'}")
+        for msg in server.unresolved.values():  # fine if a flag or variable gives it at serve
+            console.print(f"[yellow]{msg}: `dpsql serve` needs a flag or variable for it[/yellow]")
+    t = policy.timing
+    if t.enabled:
+        parts = [f"at multiples of {t.quantum_ms} ms"] if t.quantum_ms else []
+        parts += [f"not before {t.min_ms} ms"] if t.min_ms else []
+        parts += [] if t.pad_repeats else ["free repeats at once"]
+        console.print(f"timing: private answers {', '.join(parts)}")
+        if t.min_ms and t.min_ms <= policy.defaults.statement_timeout_ms:
+            console.print(
+                "[yellow]timing.min_ms is not above defaults.statement_timeout_ms: answers that "
+                "take longer than min_ms show their quantum (see docs/timing.md)[/yellow]"
+            )
+    else:
+        console.print("timing: no padding (see docs/timing.md)")
+
+
 def check_policy(path: str, upstream: str | None, console: Console) -> int:
     try:
         policy = load_policy(path)
@@ -101,6 +130,7 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         t.add_row(name, "(public)", "", "", "", "", "")
     console.print(t)
     console.print(f"analysts: {', '.join(policy.analysts) or '(none)'}")
+    deployment_notes(policy, console)
     if not upstream:
         return 0
     findings = catalog_findings(policy, upstream)

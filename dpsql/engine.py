@@ -82,12 +82,13 @@ class Engine:
         *,
         pool_size: int = 16,
         cache_size: int = 2048,
+        statement_timeout_ms: int | None = None,
     ) -> None:
         self.policy = policy
         self.ledger = ledger
         self.backend = Backend(
             upstream_dsn,
-            statement_timeout_ms=policy.defaults.statement_timeout_ms,
+            statement_timeout_ms=statement_timeout_ms or policy.defaults.statement_timeout_ms,
             max_size=pool_size,
         )
         self._cache: OrderedDict[str, Prepared] = OrderedDict()

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from dpsql.errors import PolicyError
 from dpsql.policy.model import Policy
+from dpsql.policy.settings import UnsetVariable, interpolate
 
 
 def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
@@ -38,8 +39,9 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     lines: dict[tuple[Any, ...], int] = {}
     if node is not None:
         _lines(node, (), lines)
+    unresolved = _interpolate_server(data, lines, source)
     try:
-        return Policy.model_validate(data)
+        policy = Policy.model_validate(data)
     except ValidationError as e:
         msgs = []
         errors = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
@@ -60,6 +62,43 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             detail="\n".join(msgs) if len(msgs) > 1 else None,
             hint="fix the policy file and run `dpsql check` again",
         ) from e
+    if policy.server is not None:
+        policy.server._unresolved.update(unresolved)
+        for key in policy.server.model_fields_set:
+            policy.server._where[key] = f"{source}:{lines.get(('server', key), 1)}"
+    return policy
+
+
+def _interpolate_server(
+    data: dict[str, Any], lines: dict[tuple[Any, ...], int], source: str
+) -> dict[str, str]:
+    """Expand ``${VAR}`` in the string values of ``server:`` (in place).
+
+    A key whose variable is unset (no ``:-default``) is dropped and returned with a message: it is
+    an error only if ``dpsql serve`` needs it (no flag or environment variable gives that setting),
+    so `dpsql query` and a serve with ``--upstream`` still work. Values are never echoed (secrets).
+    """
+    server = data.get("server")
+    if not isinstance(server, dict):
+        return {}
+    unresolved: dict[str, str] = {}
+    for key, value in list(server.items()):
+        if not isinstance(value, str):
+            continue
+        where = f"{source}:{lines.get(('server', key), 1)}: server.{key}"
+        try:
+            server[key] = interpolate(value)
+        except UnsetVariable as e:
+            del server[key]
+            unresolved[str(key)] = (
+                f"{where}: environment variable {e.name} is not set (write ${{{e.name}:-default}} "
+                "for a default)"
+            )
+        except ValueError as e:
+            raise PolicyError(
+                f"{where}: {e}", hint="fix the policy file and run `dpsql check` again"
+            ) from None
+    return unresolved
 
 
 def load_policy(path: str | Path) -> Policy:

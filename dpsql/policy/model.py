@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dpsql.policy.settings import ServerSettings, Timing
+
 TypeFamily = Literal["integer", "numeric", "boolean", "text", "date", "timestamp"]
 
 _TYPE_FAMILIES: dict[str, TypeFamily] = {
@@ -180,6 +182,16 @@ class Policy(_Strict):
         default="analyst",
         description="free repeats of a stored noisy answer: to the analyst who paid for it, to "
         "every analyst of the dataset (global), or never (off: every query is charged)",
+    )
+    timing: Timing = Field(
+        default_factory=Timing,
+        exclude=True,  # changes when answers arrive, never what they are: not in the digest
+        description="padding of answers over private tables (docs/timing.md)",
+    )
+    server: ServerSettings | None = Field(
+        default=None,
+        exclude=True,  # deployment only: not in the digest
+        description="`dpsql serve` settings (flags and environment variables override them)",
     )
 
     @field_validator("tables")

@@ -1,72 +1,64 @@
-"""``dpsql serve``: the PostgreSQL wire-protocol proxy (registered into dpsql.cli)."""
+"""``dpsql serve``: the PostgreSQL wire-protocol proxy (registered into dpsql.cli).
+
+Settings come from the command line, the environment (``DPSQL_<NAME>``) and the policy file's
+``server:`` section, in that order of precedence (:func:`dpsql.policy.settings.resolve_server`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
+from dpsql.errors import InvalidParameter, PolicyError
+from dpsql.policy.model import Policy
+from dpsql.policy.settings import Resolved, ServerSettings, parse_listen, resolve_server
 from dpsql.wire.auth import AuthConfig
-from dpsql.wire.framing import DEFAULT_MAX_MESSAGE_SIZE
 from dpsql.wire.server import ServerConfig
 
-_METHODS = ("scram-sha-256", "md5", "password", "trust")
+log = logging.getLogger("dpsql.serve")
 
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``host:port`` (``[v6]:port``, ``:port`` or ``port``) to a pair.
-
-    >>> parse_listen("127.0.0.1:6543"), parse_listen("6000"), parse_listen("[::1]:5")
-    (('127.0.0.1', 6543), ('127.0.0.1', 6000), ('::1', 5))
-    """
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        return "127.0.0.1", int(text)
-    return (host.strip("[]") or "127.0.0.1"), int(port)
+_SERVE_HELP = """Every setting can also come from the environment (DPSQL_<NAME>, e.g. DPSQL_MAX_SESSIONS)
+or from the policy file's `server:` section (e.g. max_sessions: 50; strings may use ${VAR} or
+${VAR:-default}). Precedence: command line > environment > policy file > default. See docs/server.md."""
 
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name, default)
 
 
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, str(default)))
-
-
 def register(sub: Any) -> None:
-    s = sub.add_parser("serve", help="serve the PostgreSQL wire protocol (psql, BI tools, drivers)")
+    s = sub.add_parser(
+        "serve",
+        help="serve the PostgreSQL wire protocol (psql, BI tools, drivers)",
+        description=_SERVE_HELP,
+    )
+    # Settings default to None (= not on the command line); resolve() fills them from the
+    # environment, then the policy's `server:` section, then ServerConfig's defaults.
+    # A new setting: a field in dpsql.policy.settings.ServerSettings + one flag here.
     s.add_argument("--policy", required=_env("DPSQL_POLICY") is None, default=_env("DPSQL_POLICY"))
-    s.add_argument(
-        "--upstream", required=_env("DPSQL_UPSTREAM") is None, default=_env("DPSQL_UPSTREAM")
-    )
-    s.add_argument("--listen", default=_env("DPSQL_LISTEN", "127.0.0.1:6543"), help="host:port")
-    s.add_argument("--ledger", default=_env("DPSQL_LEDGER"), help="budget ledger DSN")
-    s.add_argument("--tls-cert", default=_env("DPSQL_TLS_CERT"))
-    s.add_argument("--tls-key", default=_env("DPSQL_TLS_KEY"))
-    s.add_argument(
-        "--require-tls",
-        action="store_true",
-        default=_env("DPSQL_REQUIRE_TLS", "") in ("1", "true", "yes", "on"),
-    )
+    s.add_argument("--upstream", help="DSN of the PostgreSQL holding the data")
+    s.add_argument("--listen", help="host:port (default 127.0.0.1:6543)")
+    s.add_argument("--ledger", help="budget ledger DSN (default: the upstream)")
+    s.add_argument("--tls-cert")
+    s.add_argument("--tls-key")
+    s.add_argument("--require-tls", action=argparse.BooleanOptionalAction, default=None)
     s.add_argument(
         "--auth",
-        default=_env("DPSQL_AUTH", "scram-sha-256"),
         help="comma-separated methods: scram-sha-256 (default), md5 (= SCRAM), password, trust",
     )
-    s.add_argument("--max-sessions", type=int, default=_env_int("DPSQL_MAX_SESSIONS", 200))
+    s.add_argument("--max-sessions", type=int, help="default 200")
+    s.add_argument("--max-sessions-per-analyst", type=int, help="default 20")
+    s.add_argument("--max-message-size", type=int, help="bytes (default 16 MiB)")
     s.add_argument(
-        "--max-sessions-per-analyst",
+        "--statement-timeout-ms",
         type=int,
-        default=_env_int("DPSQL_MAX_SESSIONS_PER_ANALYST", 20),
+        help="default: the policy's defaults.statement_timeout_ms",
     )
-    s.add_argument(
-        "--max-message-size",
-        type=int,
-        default=_env_int("DPSQL_MAX_MESSAGE_SIZE", DEFAULT_MAX_MESSAGE_SIZE),
-    )
-    s.add_argument("--shutdown-grace", type=float, default=10.0, help="seconds")
-    s.add_argument("--log-level", default=_env("DPSQL_LOG_LEVEL", "INFO"))
+    s.add_argument("--shutdown-grace", type=float, help="seconds (default 10)")
+    s.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR")
     s.set_defaults(func=cmd_serve)
 
     v = sub.add_parser(
@@ -100,24 +92,56 @@ def cmd_verifier(args: argparse.Namespace) -> int:
     return 0
 
 
-def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    methods = tuple(x.strip().lower() for x in args.auth.split(",") if x.strip())
-    bad = [x for x in methods if x not in _METHODS]
-    if bad:
-        raise SystemExit(f"unknown auth method(s) {bad}; use {', '.join(_METHODS)}")
-    host, port = parse_listen(args.listen)
-    return ServerConfig(
-        host=host,
-        port=port,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        require_tls=args.require_tls,
-        auth=AuthConfig(methods=methods),
-        max_message_size=args.max_message_size,
-        max_sessions=args.max_sessions,
-        max_sessions_per_analyst=args.max_sessions_per_analyst,
-        shutdown_grace_s=args.shutdown_grace,
-    )
+def resolve(args: argparse.Namespace, policy: Policy, env: Mapping[str, str]) -> Resolved:
+    """Command line > environment > the policy's ``server:`` section; missing ones are errors.
+
+    Raises:
+        InvalidParameter: a bad flag or variable, no upstream at all, or an incomplete TLS setup.
+        PolicyError: a setting only the file gives, from a ``${VAR}`` that is unset.
+    """
+    try:
+        got = resolve_server(vars(args), env, policy.server)
+    except ValueError as e:
+        raise InvalidParameter(str(e), hint="see `dpsql serve --help`") from None
+    if got.unresolved:
+        msgs = list(got.unresolved.values())
+        raise PolicyError(
+            msgs[0],
+            detail="\n".join(msgs) if len(msgs) > 1 else None,
+            hint="export the variable, give the flag, or write ${VAR:-default} in the file",
+        )
+    st = got.settings
+    if st.upstream is None:
+        raise InvalidParameter(
+            "no upstream PostgreSQL: give --upstream, DPSQL_UPSTREAM or server.upstream",
+            hint='e.g. `server: {upstream: "${DPSQL_UPSTREAM}"}` in the policy file',
+        )
+    if (st.tls_cert is None) != (st.tls_key is None):
+        raise InvalidParameter(
+            "TLS needs both a certificate and a key", hint="give tls_cert and tls_key together"
+        )
+    if st.require_tls and st.tls_cert is None:
+        raise InvalidParameter(
+            "require_tls is on but no TLS certificate is configured",
+            hint="give tls_cert and tls_key (flags, DPSQL_TLS_CERT/KEY or the server: section)",
+        )
+    return got
+
+
+def config_from_settings(st: ServerSettings) -> ServerConfig:
+    """The wire server's config; anything unset keeps ServerConfig's default."""
+    given: dict[str, Any] = {}
+    if st.listen is not None:
+        given["host"], given["port"] = parse_listen(st.listen)
+    if st.auth is not None:
+        given["auth"] = AuthConfig(methods=st.auth)
+    if st.shutdown_grace is not None:
+        given["shutdown_grace_s"] = st.shutdown_grace
+    for key in ("tls_cert", "tls_key", "require_tls", "max_message_size", "max_sessions",
+                "max_sessions_per_analyst"):  # fmt: skip
+        if getattr(st, key) is not None:
+            given[key] = getattr(st, key)
+    return ServerConfig(**given)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -126,12 +150,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from dpsql.policy import load_policy
     from dpsql.serve import serve
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    config = config_from_args(args)
     policy = load_policy(args.policy)
-    engine = Engine(policy, args.upstream, ledger=_ledger(args, policy))
+    got = resolve(args, policy, os.environ)
+    st = got.settings
+    logging.basicConfig(
+        level=st.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    log.info(
+        "settings from: %s (the rest: defaults)",
+        ", ".join(f"{k}={src}" for k, src in sorted(got.sources.items())) or "nowhere",
+    )
+    config = config_from_settings(st)
+    assert st.upstream is not None
+    ledger = _ledger(argparse.Namespace(ledger=st.ledger, upstream=st.upstream), policy)
+    engine = Engine(
+        policy, st.upstream, ledger=ledger, statement_timeout_ms=st.statement_timeout_ms
+    )
     try:
         serve(engine, policy, config)
     finally:

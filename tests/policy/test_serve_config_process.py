@@ -1,0 +1,105 @@
+"""``python -m dpsql serve`` configured by the policy's ``server:`` section and the environment
+(no --upstream/--listen flags), and ``dpsql check`` on that section."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from dpsql.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _policy(tmp_path: Path, server: str) -> Path:
+    from dpsql.wire.auth import make_verifier
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(
+        "version: 1\ntables:\n  t:\n    privacy_unit: uid\n    columns:\n"
+        "      uid: {type: integer, identifier: true}\n      v: {type: integer, bounds: [0, 10]}\n"
+        f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n    budget: {{epsilon: 50}}\n'
+        + server
+    )
+    return path
+
+
+def test_serve_from_file_and_environment(make_db: Callable[[str], str], tmp_path: Path) -> None:
+    upstream = make_db("serve_cfg")
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 7 FROM "
+                     "generate_series(1, 300) g")  # fmt: skip
+    file_port, env_port = _free_port(), _free_port()
+    policy = _policy(
+        tmp_path,
+        'server:\n  upstream: "${T_SERVE_DSN}"\n'
+        f"  listen: 127.0.0.1:{file_port}\n  max_sessions: 1\n  log_level: info\n",
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "T_SERVE_DSN": upstream,
+           "DPSQL_LISTEN": f"127.0.0.1:{env_port}"}  # fmt: skip
+    env.pop("DPSQL_UPSTREAM", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--max-sessions", "2"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while socket.socket().connect_ex(("127.0.0.1", env_port)) != 0:  # env beats the file
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                proc.stdout and proc.stdout.read()
+            )
+            time.sleep(0.1)
+        dsn = f"host=127.0.0.1 port={env_port} user=zoe password=pw dbname=x"
+        with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:  # flag (2) beats file (1)
+            (n,) = a.execute("SELECT COUNT(*) FROM t").fetchone()  # type: ignore[misc]
+            assert 100 < n < 500
+            assert b.execute("SELECT 1").fetchone() == (1,)
+            with pytest.raises(psycopg.OperationalError, match="too many"):
+                psycopg.connect(dsn).close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        logs, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, logs
+    assert "listen=DPSQL_LISTEN" in logs and "max_sessions=--max-sessions" in logs
+    assert f"upstream={policy}:13" in logs
+    assert upstream not in logs  # the DSN (a secret) is never logged
+
+
+def test_serve_refuses_an_unset_variable_it_needs(tmp_path: Path) -> None:
+    policy = _policy(tmp_path, 'server:\n  upstream: "${T_SERVE_UNSET}"\n')
+    env = {k: v for k, v in os.environ.items() if k not in ("T_SERVE_UNSET", "DPSQL_UPSTREAM")}
+    out = subprocess.run(
+        [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy)],
+        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "server.upstream: environment variable T_SERVE_UNSET is not set" in out.stderr
+
+
+def test_check_validates_the_section(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = _policy(tmp_path, "server:\n  upstream: postgresql://u:s3cret@h/d\n  max_sessions: 5\n"
+                   "timing: {quantum_ms: 250}\n")  # fmt: skip
+    assert main(["check", str(good)]) == 0
+    out = capsys.readouterr().out.replace("\n", "")
+    assert "server: max_sessions=5, upstream=(set)" in out and "s3cret" not in out
+    assert "timing: private answers at multiples of 250 ms" in out
+    bad = _policy(tmp_path, "server:\n  max_sessions: -1\n")
+    assert main(["check", str(bad)]) == 1
+    out = capsys.readouterr().out.replace("\n", "")  # rich wraps long lines
+    assert f"{bad}:13: server.max_sessions: Input should be greater" in out
