@@ -31,8 +31,9 @@ from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count
 from dpsql.sql.classify import classify
+from dpsql.sql.grouping_sets import SetsPlan, plan_query
 from dpsql.sql.parse import Statement, parse_statement, split_statements
-from dpsql.sql.plan import Plan, make_plan
+from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
 from dpsql.sql.rewrite import private_query
@@ -272,10 +273,12 @@ class Engine:
             )
         return eps, delta
 
-    def plan(self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()) -> Plan:
+    def plan(
+        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    ) -> Plan | SetsPlan:
         a = self._analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)
-        return make_plan(a, eps, delta, session.mechanism)
+        return plan_query(a, eps, delta, session.mechanism)
 
     def _remember(self, key: tuple[Any, ...], value: Any) -> None:
         """Per-statement memo (SQL texts), bounded like the prepared-statement cache."""
@@ -313,11 +316,13 @@ class Engine:
         return q.sql("postgres")
 
     def _group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+        """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
+        set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
         if not a.group_keys:
-            return ()
+            return set_type
         cached = self._key_types.get(prepared.text)
         if cached is not None:
-            return cached
+            return cached + set_type
         cols = [
             exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)
         ]
@@ -325,7 +330,7 @@ class Engine:
         rows = self.backend.run(q.sql("postgres"), private=True)
         types = tuple(type_name(c.type_oid) for c in rows.columns)
         self._key_types[prepared.text] = types
-        return types
+        return types + set_type
 
     def declared_keys(self, a: Analysis) -> list[tuple[str, ...]] | None:
         if not a.group_keys:

@@ -70,6 +70,18 @@ class UnsupportedSql(DpsqlError):
     sqlstate = "0A000"
 
 
+class GroupingError(DpsqlError):
+    """A GROUP BY / GROUPING() misuse PostgreSQL would reject as well (42803)."""
+
+    sqlstate = "42803"
+
+
+class ProgramLimitExceeded(DpsqlError):
+    """A statement over one of dpsql's size limits, e.g. too many grouping sets (54000)."""
+
+    sqlstate = "54000"
+
+
 class InvalidParameter(DpsqlError):
     """A bad privacy parameter such as epsilon <= 0 (22023 invalid_parameter_value)."""
 

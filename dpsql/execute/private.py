@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from dpsql.execute.backend import CancelToken, type_name
+from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.grouping_sets import SetsPlan, plan_query
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
@@ -26,7 +28,9 @@ if TYPE_CHECKING:
     from dpsql.engine import Engine, Prepared
 
 
-def cache_key(engine: Engine, prepared: Prepared, plan: Plan, params: Sequence[Any]) -> str:
+def cache_key(
+    engine: Engine, prepared: Prepared, plan: Plan | SetsPlan, params: Sequence[Any]
+) -> str:
     """Same canonical query, parameters, epsilon, delta, mechanism and policy => same answer."""
     from dpsql.sql.canonical import cache_key as key
 
@@ -36,8 +40,10 @@ def cache_key(engine: Engine, prepared: Prepared, plan: Plan, params: Sequence[A
     )
 
 
-def delta_for_rho(plan: Plan) -> Fraction | None:
+def delta_for_rho(plan: Plan | SetsPlan) -> Fraction | None:
     """The part of the query's delta at which its Gaussian rho was calibrated."""
+    if isinstance(plan, SetsPlan):
+        return plan.delta_for_rho
     if plan.mechanism != "gaussian":
         return None
     return plan.delta - (plan.selection.delta if plan.selection is not None else 0)
@@ -52,9 +58,7 @@ def run_private(
 ) -> Result:
     a = engine._analysis(prepared, params)
     eps, delta = engine.privacy_params(session, a)
-    from dpsql.sql.plan import make_plan
-
-    plan = make_plan(a, eps, delta, session.mechanism)
+    plan = plan_query(a, eps, delta, session.mechanism)
     confidence = session.confidence or engine.policy.defaults.confidence
     if not 0 < confidence < 1:  # checked before any budget is reserved
         from dpsql.errors import InvalidParameter
@@ -64,7 +68,10 @@ def run_private(
             hint="SET dpsql.confidence = 0.95",
         )
     key_types = engine._group_types(prepared, a)
-    declared = engine.declared_keys(a)
+    if isinstance(plan, SetsPlan):
+        declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
+    else:
+        declared = engine.declared_keys(a)
     ledger = engine.ledger
     key = cache_key(engine, prepared, plan, params) if ledger is not None else None
     if ledger is not None and key is not None:
@@ -84,8 +91,10 @@ def run_private(
         else None
     )
     try:
-        sql = engine.private_sql(prepared, a)
-        rows = engine.backend.run(sql, private=True, cancel=cancel)
+        if isinstance(plan, SetsPlan):
+            set_rows = run_sets(engine, prepared, plan, cancel)
+        else:
+            rows = engine.backend.run(engine.private_sql(prepared, a), private=True, cancel=cancel)
     except BaseException as error:
         # A failure that may depend on the private rows (a data error, a timeout) stays charged:
         # otherwise failing queries would be free probes.
@@ -102,9 +111,12 @@ def run_private(
         for m in a.measures
         if m.kind == "mode" and m.candidates_from is not None
     }
-    rel = release(
-        plan, rows.rows, key_types, declared, confidence, engine._noiseless, candidates=cands
-    )
+    if isinstance(plan, SetsPlan):
+        rel = release_sets(engine, plan, set_rows, key_types, declared, confidence, cands)
+    else:
+        rel = release(
+            plan, rows.rows, key_types, declared, confidence, engine._noiseless, candidates=cands
+        )
     if reservation is not None:
         from dpsql.engine import payload
 
@@ -126,7 +138,7 @@ def finish(
     session: SessionContext,
     *,
     describe_only: bool = False,
-    plan: Plan | None = None,
+    plan: Plan | SetsPlan | None = None,
     cached: bool = False,
 ) -> Result:
     """Run the post-processing query over the released values and type the result."""
@@ -207,7 +219,7 @@ def finish(
     )
 
 
-def _mechanism(plan: Plan | None, a: Analysis, si: int) -> str | None:
+def _mechanism(plan: Plan | SetsPlan | None, a: Analysis, si: int) -> str | None:
     """The mechanism that released statistic ``si`` (selection ones by their own name)."""
     if plan is None:
         return None
@@ -215,7 +227,9 @@ def _mechanism(plan: Plan | None, a: Analysis, si: int) -> str | None:
     return mp.mechanism.name if mp.measure.selected else plan.mechanism
 
 
-def interval_notices(a: Analysis, plan: Plan | None, confidence: float) -> tuple[str, ...]:
+def interval_notices(
+    a: Analysis, plan: Plan | SetsPlan | None, confidence: float
+) -> tuple[str, ...]:
     """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead."""
     from dpsql.sql.postprocess import stat_outputs
 
@@ -233,7 +247,11 @@ def interval_notices(a: Analysis, plan: Plan | None, confidence: float) -> tuple
                 out.append(
                     f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"
                 )
-        elif pos not in with_interval and not (isinstance(body, exp.Column) and body.name in keys):
+        elif (
+            pos not in with_interval
+            and _noisy(body)
+            and not (isinstance(body, exp.Column) and body.name in keys)
+        ):
             derived.append(names[pos])
     if derived:
         out.append(
@@ -243,7 +261,12 @@ def interval_notices(a: Analysis, plan: Plan | None, confidence: float) -> tuple
     return tuple(out)
 
 
-def selection_accuracy(plan: Plan, s: Any, conf: float) -> str:
+def _noisy(node: exp.Expression) -> bool:
+    """True when an output reads a noisy statistic (keys and GROUPING() are exact)."""
+    return any(c.name.startswith("_dp_s") for c in node.find_all(exp.Column))
+
+
+def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     """The accuracy guarantee of a quantile or mode statistic, in words."""
     from dpsql.dp.quantiles import Mode, Quantile
 

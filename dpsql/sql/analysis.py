@@ -126,6 +126,10 @@ class Analysis:
     # the checked JOIN clauses (ON qualified by alias). Empty for a single-table query.
     sources: tuple[tuple[str, str, PrivateTable | None], ...] = ()
     joins: tuple[exp.Join, ...] = ()
+    # GROUP BY ROLLUP / CUBE / GROUPING SETS (dpsql.sql.grouping_sets): the sets in PostgreSQL's
+    # order, each as indexes into group_keys (which then hold every key of any set). Empty for a
+    # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.
+    grouping_sets: tuple[tuple[int, ...], ...] = ()
 
     def column(self, node: exp.Column) -> Column | None:
         """The policy column behind a qualified reference (None for public tables' columns)."""

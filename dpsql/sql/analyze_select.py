@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolation, UndefinedTable, UnsupportedSql
+from dpsql.errors import GroupingError, PrivacyViolation, UndefinedTable, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
+from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis, GroupKey, Measure, Statistic
 from dpsql.sql.analyze import (
     _CLAUSES_REFUSED,
@@ -78,47 +79,68 @@ def _output_name(node: exp.Expression) -> str:
     return "?column?"
 
 
-def _group_keys(tree: exp.Select, ctx: _Ctx) -> list[GroupKey]:
+def _group_keys(tree: exp.Select, ctx: _Ctx) -> tuple[list[GroupKey], tuple[tuple[int, ...], ...]]:
+    """The GROUP BY keys, and for ROLLUP/CUBE/GROUPING SETS the sets as indexes into them."""
     group = tree.args.get("group")
     if group is None:
-        return []
-    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-        raise UnsupportedSql(
-            "ROLLUP, CUBE and GROUPING SETS are not supported yet",
-            hint="run one query per grouping set (each is charged separately)",
-        )
+        return [], ()
+    if gs.has_grouping_sets(group):
+        return _grouping_sets(tree, ctx, group)
     if not group.expressions or all(
         isinstance(g, exp.Tuple) and not g.expressions for g in group.expressions
     ):
         raise UnsupportedSql("GROUP BY () is not supported", hint="leave out the GROUP BY clause")
+    return [_group_key(tree, ctx, g) for g in group.expressions], ()
+
+
+def _grouping_sets(
+    tree: exp.Select, ctx: _Ctx, group: exp.Group
+) -> tuple[list[GroupKey], tuple[tuple[int, ...], ...]]:
+    keys: list[GroupKey] = []
+    index: dict[str, int] = {}
+    sets: list[tuple[int, ...]] = []
+    for raw in gs.expand_group(group):
+        members = set()
+        for g in raw:
+            key = _group_key(tree, ctx, g)
+            sql = key.expr.sql("postgres")
+            if sql not in index:
+                index[sql] = len(keys)
+                keys.append(key)
+            members.add(index[sql])
+        sets.append(tuple(sorted(members)))
+    if group.args.get("all") is False:  # GROUP BY DISTINCT: duplicate sets once
+        sets = gs.dedupe(sets)
+    return keys, tuple(sets)
+
+
+def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expression) -> GroupKey:
+    """One GROUP BY expression (a select-list position or alias resolved), checked."""
     selects = tree.expressions
     aliases = {s.alias: s.this for s in selects if isinstance(s, exp.Alias)}
-    keys: list[GroupKey] = []
-    for g in group.expressions:
-        expr = g
-        if isinstance(g, exp.Literal) and not g.is_string:
-            i = int(g.this)
-            if not 1 <= i <= len(selects):
-                raise UnsupportedSql(f"GROUP BY position {i} is not in select list")
-            s = selects[i - 1]
-            expr = s.this if isinstance(s, exp.Alias) else s
-        elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
-            if g.name not in ctx.cols:
-                expr = aliases[g.name]
-        check_row_level(ctx, expr, "GROUP BY")
-        _refuse_identifiers(ctx, expr, "GROUP BY")
-        declared = None
-        keys_from = None
-        if isinstance(expr, exp.Column):
-            col = ctx.column(expr)
-            if col.keys is not None:
-                declared = tuple(_key_text(k) for k in col.keys)
-            keys_from = col.keys_from
-            source = ctx.source(expr)
-            if source.private is None:  # a public table's column: its values are public keys
-                keys_from = f"{source.table}.{expr.name}"
-        keys.append(GroupKey(ctx.qualify(expr), _output_name(expr), declared, keys_from))
-    return keys
+    expr = g
+    if isinstance(g, exp.Literal) and not g.is_string:
+        i = int(g.this)
+        if not 1 <= i <= len(selects):
+            raise UnsupportedSql(f"GROUP BY position {i} is not in select list")
+        s = selects[i - 1]
+        expr = s.this if isinstance(s, exp.Alias) else s
+    elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
+        if g.name not in ctx.cols:
+            expr = aliases[g.name]
+    check_row_level(ctx, expr, "GROUP BY")
+    _refuse_identifiers(ctx, expr, "GROUP BY")
+    declared = None
+    keys_from = None
+    if isinstance(expr, exp.Column):
+        col = ctx.column(expr)
+        if col.keys is not None:
+            declared = tuple(_key_text(k) for k in col.keys)
+        keys_from = col.keys_from
+        source = ctx.source(expr)
+        if source.private is None:  # a public table's column: its values are public keys
+            keys_from = f"{source.table}.{expr.name}"
+    return GroupKey(ctx.qualify(expr), _output_name(expr), declared, keys_from)
 
 
 def _describe(n: exp.Expression) -> str:
@@ -138,9 +160,12 @@ def _key_text(k: object) -> str:
 class _Outer:
     """Rewrites select/HAVING/ORDER BY expressions over _dp(_dp_g*, _dp_s*)."""
 
-    def __init__(self, ctx: _Ctx, keys: list[GroupKey]) -> None:
+    def __init__(
+        self, ctx: _Ctx, keys: list[GroupKey], sets: tuple[tuple[int, ...], ...] = ()
+    ) -> None:
         self.ctx = ctx
         self.keys = keys
+        self.sets = sets
         self.key_sql = {k.expr.sql("postgres"): i for i, k in enumerate(keys)}
         self.stats: list[Statistic] = []
         self.measures: dict[str, Measure] = {}
@@ -171,6 +196,8 @@ class _Outer:
                     f"SELECT * would return raw rows of private table {self.ctx.table}",
                     hint="ask for aggregates, e.g. SELECT COUNT(*), AVG(col) FROM ... GROUP BY ...",
                 )
+            if isinstance(n, exp.Grouping):
+                return self.grouping(n)
             if fn.is_aggregate(n):
                 return self.stat_column(n)
             if not isinstance(n, (exp.Column, exp.Literal)) and n.find(exp.Column):
@@ -212,6 +239,26 @@ class _Outer:
                 )
         return out
 
+    def grouping(self, n: exp.Grouping) -> exp.Expression:
+        """GROUPING(args): a constant per grouping set, read from the row's set number."""
+        if not self.keys and not self.sets:
+            raise GroupingError(
+                "GROUPING is only allowed in a query with GROUP BY",
+                hint="GROUP BY ROLLUP (a, b) and select GROUPING(a, b)",
+            )
+        args = []
+        for arg in n.expressions:
+            ref = self._key_ref(arg)
+            if ref is None:
+                raise GroupingError(
+                    f"the argument {arg.sql('postgres')} of GROUPING is not a GROUP BY expression",
+                    hint="pass GROUPING the columns or expressions grouped by",
+                )
+            args.append(int(ref.name[len("_dp_g") :]))
+        sets = self.sets or (tuple(range(len(self.keys))),)
+        set_column = exp.column(f"_dp_g{len(self.keys)}", table=DP_TABLE)
+        return gs.grouping_expr(args, sets, set_column)
+
     def _key_ref(self, n: exp.Expression) -> exp.Column | None:
         try:
             sql = self.ctx.qualify(n).sql("postgres")
@@ -235,8 +282,8 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                     hint="identifiers may only be tested with IS [NOT] NULL or counted",
                 )
         where_expr = ctx.qualify(where.this)
-    keys = _group_keys(tree, ctx)
-    outer = _Outer(ctx, keys)
+    keys, sets = _group_keys(tree, ctx)
+    outer = _Outer(ctx, keys, sets)
     selects: list[exp.Expression] = []
     for s in tree.expressions:
         name = _output_name(s)
@@ -280,4 +327,5 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         statistics=tuple(outer.stats),
         outer=q,
         grouped=bool(keys),
+        grouping_sets=sets,
     )

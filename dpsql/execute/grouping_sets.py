@@ -1,0 +1,93 @@
+"""Run the measurements of a GROUP BY with grouping sets and stitch them into one release.
+
+Each distinct set runs its own bounded SQL (:func:`dpsql.sql.rewrite.private_query` of the set's
+single-GROUP-BY analysis) and is released by :func:`dpsql.execute.noise.release` under its own
+plan (see :mod:`dpsql.sql.grouping_sets`). The stitched :class:`Release` has every key of any
+set (None where the set rolled it up) plus the row's set number as the last key, so the usual
+post-processing query (HAVING, ORDER BY, LIMIT, GROUPING()) runs once over the noisy union.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dpsql.execute.backend import CancelToken, Rows
+from dpsql.execute.noise import Release, release
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.grouping_sets import SetPlan, SetsPlan
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine, Prepared
+
+SET_TYPE = "int4"  # the type of the set-number key (GROUPING() returns integer)
+
+
+def set_sql(engine: Engine, prepared: Prepared, a: Analysis, sp: SetPlan) -> str:
+    """The bounded SQL of one set (memoized per statement, like Engine.private_sql)."""
+    key = ("private-set", prepared.text, prepared.salt, sp.keys)
+    stable = a is prepared.analysis
+    if stable:
+        hit = engine._sql_cache.get(key)
+        if hit is not None:
+            return str(hit)
+    text = engine._private_sql(prepared, sp.plan.analysis)
+    if stable:
+        engine._remember(key, text)
+    return text
+
+
+def run_sets(
+    engine: Engine, prepared: Prepared, plan: SetsPlan, cancel: CancelToken | None
+) -> list[Rows]:
+    """Every set's upstream rows (one row per group of that set, never a row of a table)."""
+    a = plan.analysis
+    return [
+        engine.backend.run(set_sql(engine, prepared, a, sp), private=True, cancel=cancel)
+        for sp in plan.sets
+    ]
+
+
+def release_sets(
+    engine: Engine,
+    plan: SetsPlan,
+    rows: Sequence[Rows],
+    key_types: Sequence[str],
+    declared: Sequence[list[tuple[str, ...]] | None],
+    confidence: float,
+    candidates: dict[str, tuple[str, ...]],
+) -> Release:
+    """Release each set under its own plan, then stitch.
+
+    ``key_types``: the types of all keys, then the set number's; ``declared``: per set, its
+    public key values (Engine.declared_keys of the set's analysis).
+    """
+    n = len(plan.analysis.group_keys)
+    groups: list[list[str | None]] = []
+    stats: list[list[Any]] = []
+    intervals: list[list[tuple[float, float] | None]] = []
+    derived: list[list[tuple[float, float] | None]] = []
+    by_position: dict[int, Release] = {}
+    for sp, got, keys in zip(plan.sets, rows, declared, strict=True):
+        types = [key_types[i] for i in sp.keys]
+        rel = release(
+            sp.plan, got.rows, types, keys, confidence, engine._noiseless, candidates=candidates
+        )
+        for pos in sp.positions:
+            by_position[pos] = rel
+    for pos in sorted(by_position):
+        rel = by_position[pos]
+        keys = plan.sets[_set_of(plan, pos)].keys
+        for r, g in enumerate(rel.groups):
+            full: list[str | None] = [None] * n
+            for i, v in zip(keys, g, strict=True):
+                full[i] = v
+            groups.append([*full, str(pos)])
+            stats.append(list(rel.stats[r]))
+            intervals.append(list(rel.intervals[r]))
+            derived.append(list(rel.derived[r]) if rel.derived else [])
+    return Release(tuple(key_types), groups, stats, intervals, derived, confidence)
+
+
+def _set_of(plan: SetsPlan, position: int) -> int:
+    return next(i for i, sp in enumerate(plan.sets) if position in sp.positions)
