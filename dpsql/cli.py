@@ -135,6 +135,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     console.print(f"  total cost: {rep.cost}")
     if rep.selection:
         console.print(f"  partition selection: {rep.selection}")
+    for line in rep.sets:  # GROUP BY ROLLUP / CUBE / GROUPING SETS
+        console.print(f"  grouping set {line}", markup=False)
     t = Table(title="Measures (computed in PostgreSQL, released with noise)", title_justify="left")
     for h in ("measure", "mechanism", "sensitivity", "noise std", "budget", "grid", "95% ±"):
         t.add_column(h)

@@ -31,9 +31,9 @@ from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count
 from dpsql.sql.classify import classify
-from dpsql.sql.grouping_sets import SetsPlan, plan_query
+from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import Statement, parse_statement, split_statements
-from dpsql.sql.plan import Plan
+from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
 from dpsql.sql.rewrite import private_query
@@ -278,7 +278,9 @@ class Engine:
     ) -> Plan | SetsPlan:
         a = self._analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)
-        return plan_query(a, eps, delta, session.mechanism)
+        if a.grouping_sets:
+            return make_sets_plan(a, eps, delta, session.mechanism)
+        return make_plan(a, eps, delta, session.mechanism)
 
     def _remember(self, key: tuple[Any, ...], value: Any) -> None:
         """Per-statement memo (SQL texts), bounded like the prepared-statement cache."""

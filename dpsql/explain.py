@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from sqlglot import exp
@@ -14,6 +14,7 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analyze import analyze
 from dpsql.sql.classify import classify
+from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
@@ -50,6 +51,8 @@ class ExplainReport:
     selection: str | None
     measures: tuple[MeasureLine, ...]
     outputs: tuple[OutputLine, ...]
+    # GROUP BY ROLLUP / CUBE / GROUPING SETS: one line per measured set (its share of the budget)
+    sets: tuple[str, ...] = ()
 
 
 def _fmt(x: Fraction | float) -> str:
@@ -77,8 +80,10 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
     delta = session.delta
     if delta is None:
         delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
-    plan = make_plan(a, eps, delta, session.mechanism)
     conf = session.confidence or d.confidence
+    if a.grouping_sets:
+        return _sets_report(text, make_sets_plan(a, eps, delta, session.mechanism), conf)
+    plan = make_plan(a, eps, delta, session.mechanism)
     return _report(text, plan, private_query(a, "<salt>").sql("postgres", pretty=True), conf)
 
 
@@ -160,6 +165,8 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                     "exact",
                 )
             )
+        elif not any(c.name.startswith("_dp_s") for c in body.find_all(exp.Column)):
+            outs.append(OutputLine(names[pos], sql, "none (keys / GROUPING)", "exact"))
         else:
             m = derived.get(pos)
             hw = (
@@ -192,4 +199,62 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         sel,
         tuple(lines),
         tuple(outs),
+    )
+
+
+def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
+    """One report for a GROUP BY with grouping sets: every set's measures, outputs and SQL,
+    labelled by the set, and one line per set with its share of the statement's budget."""
+    k = len(plan.sets)
+    measures: list[MeasureLine] = []
+    outputs: list[OutputLine] = []
+    sets: list[str] = []
+    sqls: list[str] = []
+    selections: list[str] = []
+    for sp in plan.sets:
+        label = set_label(plan.analysis, sp.keys)
+        sql = private_query(sp.plan.analysis, "<salt>").sql("postgres", pretty=True)
+        r = _report(text, sp.plan, sql, conf)
+        measures += [replace(m, measure=f"{label} {m.measure}") for m in r.measures]
+        for item, o in zip(plan.analysis.outer.expressions, r.outputs, strict=True):
+            body = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(body, exp.Column) and body.name.startswith("_dp_g"):
+                if int(body.name[len("_dp_g") :]) not in sp.keys:
+                    o = replace(o, statistic="NULL (rolled up)", mechanism="none")
+            outputs.append(replace(o, column=f"{label} {o.column}"))
+        release = (
+            "grand total, always released"
+            if not sp.keys
+            else "partition selection"
+            if r.selection
+            else "public keys, every group released"
+        )
+        repeat = f", answers {len(sp.positions)} listed sets" if len(sp.positions) > 1 else ""
+        sets.append(
+            f"{label}: epsilon={_fmt(sp.plan.epsilon)} (1/{k} of {_fmt(plan.epsilon)}), "
+            f"delta={_fmt(sp.plan.delta)}, cost {r.cost}; {release}{repeat}"
+        )
+        sqls.append(f"-- grouping set {label}\n{sql}")
+        if r.selection:
+            selections.append(f"{label} {r.selection}")
+    c = plan.cost
+    a = plan.analysis
+    contribution = (
+        "row-level privacy (each row is a different person)"
+        if a.private.row_privacy
+        else f"{a.private.privacy_unit}: <= {a.max_rows} rows per group, "
+        f"<= {a.max_groups} groups, in each grouping set (the sets compose sequentially)"
+    )
+    return ExplainReport(
+        text,
+        "\n\n".join(sqls),
+        plan.epsilon,
+        plan.delta,
+        f"epsilon={_fmt(c.epsilon)}, delta={_fmt(c.delta)}, rho={_fmt(c.rho)} "
+        f"(sum over {k} grouping sets)",
+        contribution,
+        "; ".join(selections) or None,
+        tuple(measures),
+        tuple(outputs),
+        tuple(sets),
     )

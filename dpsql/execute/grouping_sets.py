@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.grouping_sets import SetPlan, SetsPlan
+from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis
 
 if TYPE_CHECKING:
     from dpsql.engine import Engine, Prepared
@@ -23,18 +23,25 @@ if TYPE_CHECKING:
 SET_TYPE = "int4"  # the type of the set-number key (GROUPING() returns integer)
 
 
-def set_sql(engine: Engine, prepared: Prepared, a: Analysis, sp: SetPlan) -> str:
-    """The bounded SQL of one set (memoized per statement, like Engine.private_sql)."""
-    key = ("private-set", prepared.text, prepared.salt, sp.keys)
+def set_sql(engine: Engine, prepared: Prepared, a: Analysis, keys: tuple[int, ...]) -> str:
+    """The bounded SQL of one grouping set (memoized per statement, like Engine.private_sql)."""
+    key = ("private-set", prepared.text, prepared.salt, keys)
     stable = a is prepared.analysis
     if stable:
         hit = engine._sql_cache.get(key)
         if hit is not None:
             return str(hit)
-    text = engine._private_sql(prepared, sp.plan.analysis)
+    text = engine._private_sql(prepared, set_analysis(a, keys))
     if stable:
         engine._remember(key, text)
     return text
+
+
+def private_sqls(engine: Engine, prepared: Prepared, a: Analysis) -> list[str]:
+    """Every SQL text the statement may run on private rows (one per distinct grouping set)."""
+    if not a.grouping_sets:
+        return [engine.private_sql(prepared, a)]
+    return [set_sql(engine, prepared, a, keys) for keys in dedupe(a.grouping_sets)]
 
 
 def run_sets(
@@ -43,7 +50,7 @@ def run_sets(
     """Every set's upstream rows (one row per group of that set, never a row of a table)."""
     a = plan.analysis
     return [
-        engine.backend.run(set_sql(engine, prepared, a, sp), private=True, cancel=cancel)
+        engine.backend.run(set_sql(engine, prepared, a, sp.keys), private=True, cancel=cancel)
         for sp in plan.sets
     ]
 

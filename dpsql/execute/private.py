@@ -19,7 +19,7 @@ from dpsql.execute.noise import Release, release
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.grouping_sets import SetsPlan, plan_query
+from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
@@ -58,7 +58,13 @@ def run_private(
 ) -> Result:
     a = engine._analysis(prepared, params)
     eps, delta = engine.privacy_params(session, a)
-    plan = plan_query(a, eps, delta, session.mechanism)
+    from dpsql.sql.plan import make_plan
+
+    plan: Plan | SetsPlan = (
+        make_sets_plan(a, eps, delta, session.mechanism)
+        if a.grouping_sets
+        else make_plan(a, eps, delta, session.mechanism)
+    )
     confidence = session.confidence or engine.policy.defaults.confidence
     if not 0 < confidence < 1:  # checked before any budget is reserved
         from dpsql.errors import InvalidParameter

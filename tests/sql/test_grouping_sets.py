@@ -8,7 +8,6 @@ rolled-up columns, GROUPING() values), the same column names and types.
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -105,9 +104,7 @@ def _norm(v: Any) -> Any:
 
 
 def same_rows(got: list[tuple[Any, ...]], want: list[tuple[Any, ...]]) -> bool:
-    return Counter(tuple(map(_norm, r)) for r in got) == Counter(
-        tuple(map(_norm, r)) for r in want
-    )
+    return Counter(tuple(map(_norm, r)) for r in got) == Counter(tuple(map(_norm, r)) for r in want)
 
 
 SHAPES = [
@@ -147,3 +144,141 @@ def test_shape_is_postgresql(sql: str, exact: Engine, sales_dsn: str) -> None:
     assert same_rows(got.rows, want), (got.rows, want)
     described = exact.describe(exact.prepare(sql), session())
     assert [(c.name, c.type_oid) for c in described] == cols
+
+
+# -- budget: split, ledger charge, repeats -------------------------------------------------------
+
+
+@pytest.fixture
+def charged(policy: Policy, sales_dsn: str) -> Iterator[Engine]:
+    ledger = Ledger.open(sales_dsn, policy, schema=f"dpsql_g{uuid.uuid4().hex[:8]}")
+    e = Engine(policy, sales_dsn, ledger=ledger, pool_size=2)
+    yield e
+    e.close()
+    ledger.close()
+
+
+def test_epsilon_is_split_evenly_over_the_sets(exact: Engine) -> None:
+    sql = "SELECT cat, reg, COUNT(*), SUM(amt) FROM sales GROUP BY ROLLUP (cat, reg)"
+    plan = exact.plan(exact.prepare(sql), session(epsilon=Fraction(3, 2)))
+    assert isinstance(plan, SetsPlan)
+    assert [sp.keys for sp in plan.sets] == [(0, 1), (0,), ()]
+    assert all(sp.plan.epsilon == Fraction(1, 2) for sp in plan.sets)
+    assert plan.cost.epsilon == Fraction(3, 2) and plan.cost.delta == 0
+    # each set is bounded on its own: G = 1 groups per unit in every set, R = 1 row per group
+    for sp in plan.sets:
+        assert [mp.sensitivity for mp in sp.plan.measures] == [1, 100]
+
+
+def test_delta_goes_to_the_sets_with_partition_selection(exact: Engine) -> None:
+    sql = "SELECT cat, shop, COUNT(*) FROM sales GROUP BY ROLLUP (cat, shop)"
+    plan = exact.plan(exact.prepare(sql), session())
+    assert isinstance(plan, SetsPlan)
+    by_keys = {sp.keys: sp.plan for sp in plan.sets}
+    assert by_keys[(0, 1)].selection is not None and by_keys[(0, 1)].delta == Fraction(1, 10**6)
+    assert by_keys[(0,)].selection is None and by_keys[(0,)].delta == 0
+    assert by_keys[()].selection is None and by_keys[()].delta == 0
+    assert plan.cost.epsilon == 1 and plan.cost.delta == Fraction(1, 10**6)
+    with pytest.raises(DpsqlError) as e:  # selection needs a delta, as for a plain GROUP BY
+        ask(exact, sql, delta=Fraction(0))
+    assert e.value.sqlstate == "22023"
+
+
+def test_gaussian_sets_share_the_delta(exact: Engine) -> None:
+    sql = "SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat)"
+    s = session(mechanism="gaussian", delta=Fraction(1, 10**6))
+    plan = exact.plan(exact.prepare(sql), s)
+    assert isinstance(plan, SetsPlan)
+    assert [sp.plan.mechanism for sp in plan.sets] == ["gaussian", "gaussian"]
+    assert plan.delta_for_rho == Fraction(1, 10**6) and plan.cost.rho > 0
+    assert len(ask(exact, sql, mechanism="gaussian", delta=Fraction(1, 10**6)).rows) == 4
+
+
+def test_ledger_charges_the_statement_total_once_and_repeats_are_free(charged: Engine) -> None:
+    sql = "SELECT cat, reg, COUNT(*), AVG(amt) FROM sales GROUP BY CUBE (cat, reg)"
+    first = ask(charged, sql, epsilon=Fraction(2))
+    assert not first.cached and first.epsilon_spent == 2
+    assert len(first.rows) == 6 + 3 + 2 + 1  # declared keys: every group of every set
+    again = ask(charged, sql.replace("COUNT", "count"), epsilon=Fraction(2))
+    assert again.cached and again.rows == first.rows and again.epsilon_spent == 0
+    history = charged.ledger.history("analyst")  # type: ignore[union-attr]
+    assert [(float(h.epsilon), h.state) for h in history if not h.cached] == [(2.0, "committed")]
+    (mine,) = [b for b in charged.ledger.remaining("analyst") if b.budget == "analyst"]  # type: ignore[union-attr]
+    assert mine.epsilon_spent == 2
+
+
+def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str) -> None:
+    e = Engine(policy, sales_dsn, pool_size=1)
+    try:
+        sql = "SELECT cat, COUNT(*), SUM(amt) / COUNT(*) AS mean FROM sales GROUP BY ROLLUP (cat)"
+        r = ask(e, sql, show_intervals=True, epsilon=Fraction(2))
+    finally:
+        e.close()
+    names = [c.name for c in r.columns]
+    assert names == ["cat", "count", "mean", "count_low", "count_high", "mean_low", "mean_high"]
+    assert r.intervals is not None and len(r.intervals) == len(r.rows) == 4
+    for row, iv in zip(r.rows, r.intervals, strict=True):
+        assert iv[1] == (row[3], row[4]) and row[3] <= row[1] <= row[4]
+        assert iv[2] is not None and iv[2] == (row[5], row[6])
+    # every set has epsilon 1 and count sensitivity 1: the same count half-width in every row
+    widths = {round(row[4] - row[3], 6) for row in r.rows}
+    assert len(widths) == 1
+    assert not any("cat" in n for n in r.notices)  # keys are exact, never "without interval"
+
+
+# -- EXPLAIN and refusals ------------------------------------------------------------------------
+
+
+def test_explain_shows_each_set_and_its_share(policy: Policy) -> None:
+    from dpsql.explain import explain
+
+    sql = "SELECT cat, shop, COUNT(*), GROUPING(cat, shop) FROM sales GROUP BY ROLLUP (cat, shop)"
+    rep = explain(policy, sql, session())
+    assert len(rep.sets) == 3
+    assert "epsilon=0.333333 (1/3 of 1)" in rep.sets[0] and "partition selection" in rep.sets[0]
+    assert "public keys" in rep.sets[1]
+    assert rep.sets[2].startswith("(): ") and "grand total, always released" in rep.sets[2]
+    assert rep.cost.startswith("epsilon=1, delta=1e-06") and "3 grouping sets" in rep.cost
+    assert rep.rewritten.count("-- grouping set") == 3
+    assert {m.measure.split(")")[0] + ")" for m in rep.measures} == {
+        '("sales"."cat", "sales"."shop")',
+        '("sales"."cat")',
+        "()",
+    }
+    grouping = [o for o in rep.outputs if o.column.endswith(" grouping")]
+    assert len(grouping) == 3 and all(o.half_width == "exact" for o in grouping)
+    rolled = [o for o in rep.outputs if o.column == "() cat"]
+    assert rolled and rolled[0].statistic == "NULL (rolled up)"
+
+
+REFUSED = [
+    ("SELECT cat, COUNT(*) FROM sales GROUP BY CUBE (cat, reg, shop, qty, day)", "54000"),
+    (
+        "SELECT COUNT(*) FROM sales GROUP BY ROLLUP (cat, reg), ROLLUP (shop, qty), ROLLUP (day)",
+        "54000",
+    ),
+    ("SELECT COUNT(*) FROM sales GROUP BY ROLLUP (uid)", "42501"),
+    ("SELECT COUNT(*) FROM sales GROUP BY ROLLUP (cat, uid % 2)", "42501"),
+    ("SELECT cat, amt, COUNT(*) FROM sales GROUP BY ROLLUP (cat)", "42501"),
+    ("SELECT GROUPING(reg), COUNT(*) FROM sales GROUP BY ROLLUP (cat)", "42803"),
+    ("SELECT GROUPING(cat), COUNT(*) FROM sales", "42803"),
+    ("SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat) ORDER BY GROUPING(amt)", "42803"),
+    ("SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat, (SELECT 1))", "0A000"),
+    ("SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat, random())", "0A000"),
+    ("SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat, ROLLUP (reg))", "42601"),
+]
+
+
+@pytest.mark.parametrize(("sql", "state"), REFUSED)
+def test_refusals(sql: str, state: str, exact: Engine) -> None:
+    with pytest.raises(DpsqlError) as e:
+        ask(exact, sql)
+    assert e.value.sqlstate == state, e.value
+    assert e.value.hint or state == "42601"  # a syntax error, as in PostgreSQL
+
+
+def test_too_many_sets_says_how_many(exact: Engine) -> None:
+    with pytest.raises(DpsqlError) as e:
+        exact.prepare("SELECT COUNT(*) FROM sales GROUP BY CUBE (cat, reg, shop, qty, day)")
+    assert "32 grouping sets" in e.value.message and "at most 16" in e.value.message
+    assert "ROLLUP" in (e.value.hint or "")
