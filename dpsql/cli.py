@@ -114,7 +114,7 @@ def _run_queries(engine: Any, queries: Sequence[str], session: SessionContext) -
         console.print(f"[bold cyan]dpsql=>[/bold cyan] {q}")
         try:
             for stmt in engine.split(q):
-                r = engine.execute(engine.prepare(stmt), session)
+                r = engine.execute(engine.prepare(stmt, session.analyst), session)
                 print_result(r)
         except DpsqlError as e:
             print_error(e)

@@ -56,6 +56,7 @@ class Prepared:
     param_count: int
     salt: str
     fingerprint: str
+    scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
 
     @property
     def first_word(self) -> str:
@@ -92,12 +93,13 @@ class Engine:
             statement_timeout_ms=statement_timeout_ms or policy.defaults.statement_timeout_ms,
             max_size=pool_size,
         )
-        self._cache: OrderedDict[str, Prepared] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, str], Prepared] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self._key_types: dict[str, tuple[str, ...]] = {}
         self._sql_cache: dict[tuple[Any, ...], Any] = {}
         self._keys_from: dict[str, tuple[str, ...]] = {}
+        self._views: dict[str, Policy] = {}
         self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
         self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
 
@@ -106,21 +108,47 @@ class Engine:
 
     split = staticmethod(split_statements)
 
+    # -- per-analyst permissions ---------------------------------------------------------------
+    def view(self, analyst: str | None) -> Policy:
+        """The policy as ``analyst`` sees it: tables it may not use are absent (like missing ones)."""
+        if analyst is None:
+            return self.policy
+        hit = self._views.get(analyst)
+        if hit is None:
+            hit = self._views[analyst] = self.policy.for_analyst(analyst)
+        return hit
+
+    def _scope(self, analyst: str | None) -> str:
+        return "" if analyst is None or self.view(analyst) is self.policy else analyst
+
+    def _check_scope(self, prepared: Prepared, session: SessionContext) -> None:
+        """Refuse, as for a missing table, a statement prepared under another analyst's view."""
+        scope = self._scope(session.analyst)
+        if prepared.scope != scope and prepared.tree is not None:
+            classify(prepared.tree, self.view(session.analyst))
+
     # -- prepare -------------------------------------------------------------------------------
-    def prepare(self, text: str) -> Prepared:
+    def prepare(self, text: str, analyst: str | None = None) -> Prepared:
+        """Parse and classify ``text`` as ``analyst`` sees the policy (None: the whole policy).
+
+        A table the analyst may not use is refused exactly as a missing one (42P01), here at
+        prepare time as PostgreSQL refuses it at Parse.
+        """
+        scope = self._scope(analyst)
+        key = (scope, text)
         with self._lock:
-            hit = self._cache.get(text)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(text)
+                self._cache.move_to_end(key)
                 return hit
-        p = self._prepare(text)
+        p = self._prepare(text, scope)
         with self._lock:
-            self._cache[text] = p
+            self._cache[key] = p
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return p
 
-    def _prepare(self, text: str) -> Prepared:
+    def _prepare(self, text: str, scope: str = "") -> Prepared:
         st = parse_statement(text)
         if st.kind != "query" or st.tree is None:
             from dpsql.budget.route import is_show_budget
@@ -130,7 +158,7 @@ class Engine:
             kind: Kind = st.kind if st.kind in ("session", "empty", "explain") else "session"  # type: ignore[assignment]
             return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
         tree = st.tree
-        qkind = classify(tree, self.policy)
+        qkind = classify(tree, self.view(scope or None))
         analysis = None
         if qkind == "private":
             analysis = analyze(tree, self.policy)
@@ -145,6 +173,7 @@ class Engine:
             param_count(tree),
             rng.token_hex(8),
             fingerprint(tree, text),
+            scope,
         )
 
     # -- describe / execute ----------------------------------------------------------------------
@@ -152,6 +181,7 @@ class Engine:
         self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]:
         """The result columns, without reading private data or spending budget."""
+        self._check_scope(prepared, session)
         if prepared.kind == "private":
             a = self._analysis(prepared, [None] * prepared.param_count)
             rel = Release(self._group_types(prepared, a), [], [], [])
@@ -170,7 +200,9 @@ class Engine:
             if prepared.kind == "catalog":
                 from dpsql.sql import catalog
 
-                tree = catalog.check_catalog_query(tree, self.policy, session.analyst)
+                tree = catalog.check_catalog_query(
+                    tree, self.view(session.analyst), session.analyst
+                )
             oids = [0] * prepared.param_count
             return describe_statement(self.backend, tree.sql("postgres"), oids)
         if prepared.kind == "dpsql":
@@ -198,6 +230,7 @@ class Engine:
             raise InvalidParameter(
                 f"the statement takes {prepared.param_count} parameters, {len(params)} were given"
             )
+        self._check_scope(prepared, session)
         if prepared.kind == "private":
             from dpsql.execute.private import run_private
 
@@ -232,7 +265,7 @@ class Engine:
         if prepared.kind == "catalog":
             from dpsql.sql import catalog
 
-            return catalog.check_catalog_query(tree, self.policy, session.analyst)
+            return catalog.check_catalog_query(tree, self.view(session.analyst), session.analyst)
         if prepared.kind != "public":
             raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
         return tree

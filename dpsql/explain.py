@@ -64,7 +64,7 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
     st = parse_statement(text)
     if st.kind != "query" or st.tree is None:
         raise UnsupportedSql("EXPLAIN takes a SELECT")
-    kind = classify(st.tree, policy)
+    kind = classify(st.tree, policy.for_analyst(session.analyst))
     if kind != "private":
         raise UnsupportedSql(
             f"this is a {kind} query: it is answered exactly, with no noise and no budget"

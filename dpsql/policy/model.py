@@ -6,6 +6,7 @@ reject unknown fields, so a typo in the YAML is an error rather than a silently 
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from fractions import Fraction
 from typing import Annotated, Literal
 
@@ -148,6 +149,34 @@ class Analyst(_Strict):
     default_epsilon: Annotated[float, Field(gt=0)] | None = None
     max_epsilon: Annotated[float, Field(gt=0)] | None = None
     default_delta: Annotated[float, Field(ge=0, lt=1)] | None = None
+    tables: tuple[str, ...] | None = Field(
+        default=None,
+        description="the policy tables this analyst may use: schema.table names or patterns "
+        "(sales.*, *.orders; unqualified names are in public); default: every table of the policy",
+    )
+    deny: tuple[str, ...] = Field(
+        default=(), description="names or patterns taken away from `tables` (deny wins)"
+    )
+
+    @field_validator("tables", "deny")
+    @classmethod
+    def _patterns(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else tuple(qualify_name(p) for p in v)
+
+    def may_use(self, qualified: str) -> bool:
+        """True when the (qualified, lower-case) table is allowed and not denied.
+
+        >>> Analyst(budget=Budget(epsilon=1), tables=("sales.*",), deny=("sales.pay",)).may_use(
+        ...     "sales.orders")
+        True
+        """
+        if any(fnmatchcase(qualified, p) for p in self.deny):
+            return False
+        return self.tables is None or any(fnmatchcase(qualified, p) for p in self.tables)
+
+    @property
+    def restricted(self) -> bool:
+        return self.tables is not None or bool(self.deny)
 
     @field_validator("credential")
     @classmethod
@@ -210,6 +239,40 @@ class Policy(_Strict):
         if both:
             raise ValueError(f"tables declared both private and public: {sorted(both)}")
         return self
+
+    @model_validator(mode="after")
+    def _analyst_tables_exist(self) -> Policy:
+        known = set(self.tables) | set(self.public_tables)
+        for name, analyst in self.analysts.items():
+            for field, patterns in (("tables", analyst.tables or ()), ("deny", analyst.deny)):
+                for p in patterns:
+                    if not any(fnmatchcase(t, p) for t in known):
+                        raise ValueError(
+                            f"analysts.{name}.{field}: {p} matches no table of the policy "
+                            "(list private tables under tables: and public ones under "
+                            "public_tables:)"
+                        )
+        return self
+
+    def for_analyst(self, analyst: str) -> Policy:
+        """The policy as ``analyst`` sees it: the tables it may not use are left out, so they
+        behave exactly like tables that do not exist. An analyst not declared in the policy (the
+        CLI's default) and one without ``tables``/``deny`` see the whole policy."""
+        a = self.analysts.get(analyst)
+        if a is None or not a.restricted:
+            return self
+        return self.model_copy(
+            update={
+                "tables": {k: t for k, t in self.tables.items() if a.may_use(k)},
+                "public_tables": tuple(t for t in self.public_tables if a.may_use(t)),
+            }
+        )
+
+    def may_use(self, analyst: str, qualified: str) -> bool:
+        """True when ``analyst`` may use the policy table ``qualified``."""
+        a = self.analysts.get(analyst)
+        known = qualified in self.tables or qualified in self.public_tables
+        return known and (a is None or a.may_use(qualified))
 
     def private_table(self, qualified: str) -> PrivateTable | None:
         return self.tables.get(qualified)

@@ -155,7 +155,7 @@ def run_histogram(
     """The whole ``dpsql release histogram`` job."""
     eps, delta_f = check_epsilon(epsilon, delta)
     target = check_target(policy, to_table) if to_table else None
-    src = resolve(policy, upstream, table, columns, bins)
+    src = resolve(policy.for_analyst(analyst), upstream, table, columns, bins)
     plan = plan_histogram(
         src, Bound.for_source(src, "per_cell"), eps, delta_f, levels, policy.defaults.confidence
     )

@@ -105,7 +105,7 @@ def run_synthetic(
         raise InvalidParameter(f"--rows must be in [1, {MAX_ROWS:,}]", hint="or omit it")
     target = check_target(policy, to_table) if to_table else None
     _check_paths(out_dir, quality_path)
-    src = resolve(policy, upstream, table, columns, bins)
+    src = resolve(policy.for_analyst(analyst), upstream, table, columns, bins)
     bound = Bound.for_source(src, "per_unit")
     plan = plan_mst([a.name for a in src.axes], src.shape, epsilon_to_rho(eps, delta_f), bound.rows)
     steps = ["reserve", "count", "measure", "fit", "sample", "write"]

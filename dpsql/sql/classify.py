@@ -65,6 +65,20 @@ def referenced_tables(tree: exp.Expression) -> list[tuple[str, exp.Table]]:
 _INFO_NAMES = frozenset()
 
 
+def undefined_table(node: exp.Table) -> UndefinedTable:
+    """PostgreSQL's error for a missing relation: the name as written (quoted parts keep their
+    case), position of the reference. Tables the analyst may not use get exactly this error."""
+    parts = [node.args.get(k) for k in ("catalog", "db", "this")]
+    name = ".".join(_ident_name(p) for p in parts if p is not None)
+    first = next((p for p in parts if p is not None), None)
+    start = first.meta.get("start") if first is not None else None
+    return UndefinedTable(
+        f'relation "{name}" does not exist',
+        hint="only the tables declared in the dpsql policy can be queried",
+        position=start + 1 if isinstance(start, int) else None,
+    )
+
+
 def classify(tree: exp.Expression, policy: Policy) -> QueryKind:
     """Private if any private table is read; catalog if only catalogs; public otherwise."""
     tables = referenced_tables(tree)
@@ -80,10 +94,7 @@ def classify(tree: exp.Expression, policy: Policy) -> QueryKind:
         elif policy.is_public(name):
             kinds.add("public")
         else:
-            raise UndefinedTable(
-                f'relation "{node.sql("postgres")}" does not exist',
-                hint="only the tables declared in the dpsql policy can be queried",
-            )
+            raise undefined_table(node)
     if "private" in kinds:
         if kinds & {"catalog", "dpsql"}:
             raise PrivacyViolation(

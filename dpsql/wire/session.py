@@ -40,7 +40,7 @@ WATCH_AFTER_S = 0.05
 class EngineLike(Protocol):
     """The part of :class:`dpsql.engine.Engine` the wire server uses (see ENGINE_CONTRACT)."""
 
-    def prepare(self, sql_text: str) -> Any: ...
+    def prepare(self, sql_text: str, analyst: str | None = None) -> Any: ...
     def describe(
         self, prepared: Any, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]: ...
@@ -245,7 +245,7 @@ class Session:
             if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
                 return Statement(text, st, None, fingerprint(text))
             self.state.check_not_failed()
-            prepared = await self.call(self.engine.prepare, text)
+            prepared = await self.call(self.engine.prepare, text, self.ctx.analyst)
             if prepared.kind == "session":
                 raise UnsupportedSql(
                     "this session statement is not supported by dpsql",

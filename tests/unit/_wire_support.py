@@ -76,7 +76,7 @@ class FakeEngine:
     def split(self, sql: str) -> list[str]:
         return [s.strip() for s in sql.split(";") if s.strip()]
 
-    def prepare(self, sql: str) -> FakePrepared:
+    def prepare(self, sql: str, analyst: str | None = None) -> FakePrepared:
         self.prepares[sql] += 1
         low = sql.lower().strip()
         if ";" in low.rstrip(";"):
