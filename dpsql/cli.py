@@ -109,12 +109,14 @@ def _ledger(args: argparse.Namespace, policy: Any) -> Any:
 
 
 def _run_queries(engine: Any, queries: Sequence[str], session: SessionContext) -> int:
+    from dpsql.execute.timing import execute_padded
+
     rc = 0
     for q in queries:
         console.print(f"[bold cyan]dpsql=>[/bold cyan] {q}")
         try:
             for stmt in engine.split(q):
-                r = engine.execute(engine.prepare(stmt, session.analyst), session)
+                r = execute_padded(engine, engine.prepare(stmt, session.analyst), session)
                 print_result(r)
         except DpsqlError as e:
             print_error(e)

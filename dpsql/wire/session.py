@@ -20,6 +20,7 @@ import psycopg
 
 from dpsql.budget.route import is_show_budget
 from dpsql.errors import DpsqlError, InternalError, UnsupportedSql, sanitized_upstream
+from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.wire import messages as m
@@ -276,7 +277,10 @@ class Session:
             if stmt.kind == "empty":
                 res = Result((), [], "")
                 return res
-            res = await self._run_engine(stmt, params)
+            if stmt.kind == "private":  # delivered at a data-independent moment (timing:)
+                res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
+            else:
+                res = await self._run_engine(stmt, params)
             return res
         except BaseException as e:
             outcome = getattr(e, "sqlstate", None) or (

@@ -1,0 +1,174 @@
+"""Padding end to end: psycopg -> dpsql serve (ServerThread) -> Engine -> PostgreSQL.
+
+Robust on a loaded 2-core machine: elapsed times are compared as quantum buckets
+(``elapsed // quantum``), each the best of a few attempts, never as raw times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.execute.timing import execute_padded
+from dpsql.policy import parse_policy
+from dpsql.policy.model import Policy
+from dpsql.serve import ServerThread
+from dpsql.session import SessionContext
+from dpsql.wire.auth import make_verifier
+from dpsql.wire.server import ServerConfig
+
+Q = 400  # ms: generous, so that both queries end well inside the first quantum
+TOLERANCE_MS = 200  # client-side overhead after the boundary (prepare, rows, scheduling)
+ATTEMPTS = 3
+_TABLE = "{privacy_unit: uid, max_rows_per_unit: 4, columns: {uid: {type: integer, identifier: " \
+         "true}, v: {type: integer, bounds: [0, 10]}}}"  # fmt: skip
+
+
+def policy(timing: str = f"{{quantum_ms: {Q}}}") -> Policy:
+    return parse_policy(
+        f"tables:\n  small: {_TABLE}\n  big: {_TABLE}\n"
+        f'analysts:\n  zoe: {{credential: "{make_verifier("pw")}", budget: {{epsilon: 10000}}}}\n'
+        f"timing: {timing}\n"
+    )
+
+
+def fill(dsn: str, big_rows: int, heavy: bool = False) -> None:
+    """small: 50 rows; big: ``big_rows`` rows (4 per unit, or units 1..10 hold most if heavy)."""
+    unit = "CASE WHEN g % 2 = 0 THEN g % 10 ELSE g / 4 END" if heavy else "g / 4"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE small (uid int, v int); INSERT INTO small "
+                     "SELECT g, g % 7 FROM generate_series(1, 50) g")  # fmt: skip
+        conn.execute(f"CREATE TABLE big (uid int, v int); INSERT INTO big SELECT {unit}, "
+                     f"g % 11 FROM generate_series(1, {int(big_rows)}) g; ANALYZE")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("timing")
+    fill(dsn, 40_000)
+    return dsn
+
+
+@contextmanager
+def server(dsn: str, pol: Policy, ledger: Any = None, **engine_kw: Any) -> Iterator[str]:
+    engine = Engine(pol, dsn, ledger=ledger, pool_size=2, **engine_kw)
+    try:
+        with ServerThread(engine, pol, ServerConfig(port=0, shutdown_grace_s=1)) as srv:
+            yield f"host=127.0.0.1 port={srv.port} user=zoe password=pw dbname=x"
+    finally:
+        engine.close()
+
+
+_n = iter(range(1, 10**6))
+
+
+def fresh(table: str) -> str:
+    """A private query never asked before (so never a free repeat)."""
+    return f"SELECT COUNT(*), SUM(v) FROM {table} WHERE v <> -{next(_n)}"
+
+
+def timed(conn: psycopg.Connection[Any], sql: str) -> float:
+    t0 = time.perf_counter()
+    conn.execute(sql).fetchall()
+    return time.perf_counter() - t0
+
+
+def bucket(seconds: float) -> int:
+    return int(seconds * 1000 // Q)
+
+
+def best(conn: psycopg.Connection[Any], table: str) -> float:
+    return min(timed(conn, fresh(table)) for _ in range(ATTEMPTS))
+
+
+def test_queries_of_very_different_cost_end_at_the_same_boundary(data: str) -> None:
+    with server(data, policy("{quantum_ms: 0}")) as dsn, psycopg.connect(dsn) as conn:
+        timed(conn, fresh("small"))  # warm up the pool and caches
+        raw_small, raw_big = best(conn, "small"), best(conn, "big")
+    assert raw_big - raw_small > 0.05, (raw_small, raw_big)  # unpadded, the cost shows
+    with server(data, policy()) as dsn, psycopg.connect(dsn) as conn:
+        timed(conn, fresh("small"))
+        small, big = best(conn, "small"), best(conn, "big")
+    assert bucket(small) == bucket(big) == 1, (small, big, raw_small, raw_big)
+    assert small * 1000 < Q + TOLERANCE_MS and big * 1000 < Q + TOLERANCE_MS, (small, big)
+
+
+def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: str) -> None:
+    with server(data, policy()) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        timed(conn, fresh("small"))
+        conn.execute("SET dpsql.epsilon = 50")  # above max_epsilon: refused in execute
+        t0 = time.perf_counter()
+        with pytest.raises(psycopg.errors.InvalidParameterValue):
+            conn.execute(fresh("big"))
+        assert bucket(time.perf_counter() - t0) >= 1
+        conn.execute("RESET dpsql.epsilon")
+        # refused from the SQL text and the policy alone (nothing read): answered at once
+        t0 = time.perf_counter()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT * FROM big")
+        assert bucket(time.perf_counter() - t0) == 0
+
+
+def test_free_repeats_are_padded_unless_configured_otherwise(
+    data: str, make_db: Callable[[str], str]
+) -> None:
+    for timing, padded_repeat in ((f"{{quantum_ms: {Q}}}", True),
+                                  (f"{{quantum_ms: {Q}, pad_repeats: false}}", False)):  # fmt: skip
+        pol = policy(timing)
+        ledger = Ledger.open(make_db("timing_ledger"), pol)
+        try:
+            with server(data, pol, ledger) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+                sql = fresh("small")
+                first = timed(conn, sql)
+                repeat = min(timed(conn, sql) for _ in range(ATTEMPTS))
+        finally:
+            ledger.close()
+        assert bucket(first) >= 1
+        assert (bucket(repeat) >= 1) is padded_repeat, (timing, first, repeat)
+
+
+def test_timeout_error_is_the_same_whatever_the_data(
+    data: str, make_db: Callable[[str], str]
+) -> None:
+    """Two databases with different data, both past the statement timeout: the same error,
+    delivered on a quantum boundary. (statement_timeout_ms=1 through the Engine's override:
+    the policy itself accepts >= 100.)"""
+    other = make_db("timing_heavy")
+    fill(other, 20_000, heavy=True)
+    seen = []
+    for dsn_ in (data, other):
+        with server(dsn_, policy(), statement_timeout_ms=1) as dsn, psycopg.connect(dsn) as conn:
+            t0 = time.perf_counter()
+            with pytest.raises(psycopg.errors.QueryCanceled) as e:
+                conn.execute("SELECT COUNT(*), SUM(v) FROM big")
+            elapsed = time.perf_counter() - t0
+        d = e.value.diag
+        seen.append((d.sqlstate, d.message_primary, d.message_detail, d.message_hint))
+        assert bucket(elapsed) >= 1
+    assert seen[0] == seen[1]
+    assert seen[0][0] == "57014" and "timeout" in (seen[0][1] or "")
+
+
+def test_dpsql_query_path_pads(data: str) -> None:
+    engine = Engine(policy(), data, pool_size=2)
+    try:
+        session = SessionContext(analyst="zoe")
+        public = engine.prepare("SELECT 1")
+        t0 = time.perf_counter()
+        execute_padded(engine, public, session)  # not private: not padded
+        assert bucket(time.perf_counter() - t0) == 0
+        times = []
+        for _ in range(ATTEMPTS):
+            t0 = time.perf_counter()
+            execute_padded(engine, engine.prepare(fresh("big")), session)
+            times.append(time.perf_counter() - t0)
+        assert bucket(min(times)) == 1, times
+    finally:
+        engine.close()
