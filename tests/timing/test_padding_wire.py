@@ -160,14 +160,14 @@ def test_dpsql_query_path_pads(data: str) -> None:
     engine = Engine(policy(), data, pool_size=2)
     try:
         session = SessionContext(analyst="zoe")
-        public = engine.prepare("SELECT 1")
+        public = engine.prepare("SELECT 1", "zoe")
         t0 = time.perf_counter()
         execute_padded(engine, public, session)  # not private: not padded
         assert bucket(time.perf_counter() - t0) == 0
         times = []
         for _ in range(ATTEMPTS):
             t0 = time.perf_counter()
-            execute_padded(engine, engine.prepare(fresh("big")), session)
+            execute_padded(engine, engine.prepare(fresh("big"), "zoe"), session)
             times.append(time.perf_counter() - t0)
         assert bucket(min(times)) == 1, times
     finally:
