@@ -76,7 +76,8 @@ def _interpolate_server(
 
     A key whose variable is unset (no ``:-default``) is dropped and returned with a message: it is
     an error only if ``dpsql serve`` needs it (no flag or environment variable gives that setting),
-    so `dpsql query` and a serve with ``--upstream`` still work. Values are never echoed (secrets).
+    so `dpsql query` and a serve with ``--upstream`` still work. An empty string counts as unset.
+    Values are never echoed (they may be secrets).
     """
     server = data.get("server")
     if not isinstance(server, dict):
@@ -88,6 +89,8 @@ def _interpolate_server(
         where = f"{source}:{lines.get(('server', key), 1)}: server.{key}"
         try:
             server[key] = interpolate(value)
+            if server[key] == "":  # like an empty environment variable: not set
+                del server[key]
         except UnsetVariable as e:
             del server[key]
             unresolved[str(key)] = (

@@ -88,8 +88,13 @@ def test_interpolation() -> None:
 
 def test_non_string_values_from_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("T_MAX", "7")
-    p = parse_policy(BASE + "server:\n  max_sessions: ${T_MAX}\n  require_tls: ${T_TLS:-no}\n")
+    monkeypatch.setenv("T_EMPTY", "")
+    p = parse_policy(
+        BASE + "server:\n  max_sessions: ${T_MAX}\n  require_tls: ${T_TLS:-no}\n"
+        '  ledger: "${T_EMPTY}"\n  tls_cert: ""\n'
+    )
     assert p.server is not None and p.server.max_sessions == 7 and p.server.require_tls is False
+    assert p.server.ledger is None and p.server.tls_cert is None  # empty: not set
 
 
 def test_unset_variable_is_an_error_only_where_serve_needs_it(
