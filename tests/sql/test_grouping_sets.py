@@ -46,6 +46,7 @@ POLICY: dict[str, Any] = {
             },
         }
     },
+    "public_tables": ["public.shops"],
     "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
 }
 
@@ -55,6 +56,8 @@ INSERT INTO sales
 SELECT u, (ARRAY['a','b','c'])[1 + u % 3], (ARRAY['n','s'])[1 + (u / 3) % 2],
        'shop' || (u % 4), DATE '2024-01-01' + (u % 50), (u * 37) % 100, u % 11
 FROM generate_series(1, 600) u;
+CREATE TABLE shops (code text PRIMARY KEY, city text);
+INSERT INTO shops VALUES ('shop0', 'Lyon'), ('shop1', 'Nice'), ('shop2', 'Lyon'), ('shop3', 'Nice');
 """
 
 
@@ -131,6 +134,11 @@ SHAPES = [
     'SELECT "t"."cat", "t"."n" FROM (SELECT cat, COUNT(*) AS "n" FROM sales '
     'GROUP BY ROLLUP (cat)) AS "t" ORDER BY "t"."n" LIMIT 1000',
     "SELECT cat, reg, COUNT(*), GROUPING(cat) FROM sales GROUP BY cat, reg",
+    "SELECT s.city, t.cat, COUNT(*), SUM(t.qty) FROM sales t JOIN shops s ON t.shop = s.code "
+    "GROUP BY ROLLUP (s.city, t.cat)",
+    "WITH x AS (SELECT cat, amt * 2 AS v FROM sales WHERE qty > 2) "
+    "SELECT cat, COUNT(*), SUM(v) FROM x GROUP BY CUBE (cat)",
+    "SELECT upper(cat) AS u, COUNT(*) FILTER (WHERE amt > 10) FROM sales GROUP BY ROLLUP (cat)",
 ]
 
 
@@ -282,3 +290,57 @@ def test_too_many_sets_says_how_many(exact: Engine) -> None:
         exact.prepare("SELECT COUNT(*) FROM sales GROUP BY CUBE (cat, reg, shop, qty, day)")
     assert "32 grouping sets" in e.value.message and "at most 16" in e.value.message
     assert "ROLLUP" in (e.value.hint or "")
+
+
+def test_parameters_bind_per_execution(exact: Engine, sales_dsn: str) -> None:
+    sql = "SELECT cat, COUNT(*) FROM sales WHERE amt > $1 GROUP BY ROLLUP (cat)"
+    p = exact.prepare(sql)
+    for bound in (20, 70):
+        got = exact.execute(p, session(), (bound,))
+        want, _ = postgres(sales_dsn, sql.replace("$1", str(bound)))
+        assert same_rows(got.rows, want)
+
+
+def test_quantiles_and_min_per_set(exact: Engine) -> None:
+    sql = (
+        "SELECT cat, percentile_cont(0.5) WITHIN GROUP (ORDER BY amt) AS med, MIN(qty) "
+        "FROM sales GROUP BY ROLLUP (cat)"
+    )
+    r = ask(exact, sql)
+    assert sorted(row[0] or "" for row in r.rows) == ["", "a", "b", "c"]
+    assert all(0 <= row[1] <= 100 and 0 <= row[2] <= 10 for row in r.rows)
+
+
+def test_through_the_wire(policy: Policy, sales_dsn: str, make_db: Callable[[str], str]) -> None:
+    from dpsql.serve import ServerThread
+    from dpsql.wire.server import ServerConfig
+
+    doc = {**POLICY, "analysts": {"analyst": {**POLICY["analysts"]["analyst"], "credential": CRED}}}
+    pol = Policy.model_validate(doc)
+    ledger = Ledger.open(make_db("gs_ledger"), pol)
+    engine = Engine(pol, sales_dsn, ledger=ledger, pool_size=2)
+    try:
+        with ServerThread(engine, pol, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
+            dsn = f"host=127.0.0.1 port={srv.port} user=analyst password=analyst dbname=x"
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                sql = (
+                    "SELECT cat, reg, COUNT(*) AS n, GROUPING(cat, reg) AS g FROM sales "
+                    "WHERE qty >= %s GROUP BY ROLLUP (cat, reg) ORDER BY g, cat, reg"
+                )
+                cur = conn.execute(sql, (0,))
+                rows = cur.fetchall()
+                assert [d.name for d in cur.description or ()] == ["cat", "reg", "n", "g"]
+                assert [r[3] for r in rows] == [0] * 6 + [1] * 3 + [3]
+                assert rows[-1][:2] == (None, None) and 400 < rows[-1][2] < 800
+        history = [h for h in ledger.history("analyst") if not h.cached]
+        assert [float(h.epsilon) for h in history] == [1.0]
+    finally:
+        engine.close()
+        ledger.close()
+
+
+# password "analyst" (the demo analyst's verifier, dpsql/demo/policy.yaml)
+CRED = (
+    "SCRAM-SHA-256$4096:DD7OmvV3KDoYyszGw20m9ES0DhXUYhNCYoEaAHzF/pg=$5nydOFfTPE9vpChBNkaGHq6IUg1Ix9X8"
+    "bwLT2Ly4b5k=:0Eh3qo4k8stA99FVbIAR49q8NEK3GnZCmDP6LH8HL1A="
+)
