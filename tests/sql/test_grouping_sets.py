@@ -344,3 +344,48 @@ CRED = (
     "SCRAM-SHA-256$4096:DD7OmvV3KDoYyszGw20m9ES0DhXUYhNCYoEaAHzF/pg=$5nydOFfTPE9vpChBNkaGHq6IUg1Ix9X8"
     "bwLT2Ly4b5k=:0Eh3qo4k8stA99FVbIAR49q8NEK3GnZCmDP6LH8HL1A="
 )
+
+
+# -- BI subtotals ----------------------------------------------------------------------------------
+# Metabase's pivot tables ask for subtotals as one query per level, tagged with a constant
+# "pivot-grouping" column (metabase/metabase src/metabase/query_processor/pivot: ABS(<bitmask>) AS
+# "pivot-grouping" inside a "source" subquery, grouped by it), adapted to the demo tables. The
+# same subtotals are one ROLLUP statement with GROUPING() in place of the constant.
+METABASE_PIVOT = [
+    'SELECT "source"."category" AS "category", "source"."region" AS "region", '
+    '"source"."pivot-grouping" AS "pivot-grouping", count(*) AS "count" FROM (SELECT '
+    '"public"."purchases"."category" AS "category", "public"."purchases"."region" AS "region", '
+    'ABS(0) AS "pivot-grouping" FROM "public"."purchases") AS "source" GROUP BY '
+    '"source"."category", "source"."region", "source"."pivot-grouping" ORDER BY '
+    '"source"."category" ASC, "source"."region" ASC, "source"."pivot-grouping" ASC',
+    'SELECT "source"."category" AS "category", "source"."pivot-grouping" AS "pivot-grouping", '
+    'count(*) AS "count" FROM (SELECT "public"."purchases"."category" AS "category", ABS(1) AS '
+    '"pivot-grouping" FROM "public"."purchases") AS "source" GROUP BY "source"."category", '
+    '"source"."pivot-grouping" ORDER BY "source"."category" ASC, "source"."pivot-grouping" ASC',
+    'SELECT "source"."pivot-grouping" AS "pivot-grouping", count(*) AS "count" FROM (SELECT '
+    'ABS(3) AS "pivot-grouping" FROM "public"."purchases") AS "source" GROUP BY '
+    '"source"."pivot-grouping" ORDER BY "source"."pivot-grouping" ASC',
+]
+ROLLUP_PIVOT = (
+    'SELECT "source"."category" AS "category", "source"."region" AS "region", '
+    'GROUPING("source"."category", "source"."region") AS "pivot-grouping", count(*) AS "count" '
+    'FROM (SELECT "public"."purchases"."category" AS "category", "public"."purchases"."region" '
+    'AS "region" FROM "public"."purchases") AS "source" '
+    'GROUP BY ROLLUP ("source"."category", "source"."region") '
+    'ORDER BY 3, "source"."category" ASC, "source"."region" ASC'
+)
+
+
+def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine) -> None:
+    levels = [ask(engine, sql, epsilon=Fraction(1, 3)) for sql in METABASE_PIVOT]
+    assert [len(r.rows) for r in levels] == [25, 5, 1]  # declared / keys_from keys
+    rollup = ask(engine, ROLLUP_PIVOT)  # the same three levels, one statement, epsilon 1
+    assert rollup.epsilon_spent == 1
+    assert [c.name for c in rollup.columns] == ["category", "region", "pivot-grouping", "count"]
+    assert [r[2] for r in rollup.rows] == [0] * 25 + [1] * 5 + [3]
+    assert [r[:2] for r in rollup.rows[:25]] == [r[:2] for r in levels[0].rows]
+    assert [r[0] for r in rollup.rows[25:30]] == [r[0] for r in levels[1].rows]
+    total = rollup.rows[-1]
+    # same true total; Laplace noise of scale 150 (pivot query: epsilon 1/6 after selection,
+    # R = 25) and 75 (the ROLLUP's grand total: epsilon 1/3): P(|difference| >= 4000) < 1e-7
+    assert total[:2] == (None, None) and abs(total[3] - levels[2].rows[0][1]) < 4000
