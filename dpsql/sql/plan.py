@@ -124,6 +124,11 @@ def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
     return MeasurePlan(m, mech, Fraction(r))
 
 
+def _share(eps: Fraction, part: int, k: int) -> Fraction:
+    """The part of eps that part of k measures get (0 when there is no measure: keys only)."""
+    return eps * part / k if k else Fraction(0)
+
+
 def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = "auto") -> Plan:
     """Split (epsilon, delta) over the measures and build each mechanism."""
     ms = list(a.measures)
@@ -140,12 +145,12 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
             )
         eps_sel = epsilon / (k + 1)
         eps_m = epsilon - eps_sel
-        name = _choose(mechanism, k - kq, eps_m * (k - kq) / k, delta / 2)
+        name = _choose(mechanism, k - kq, _share(eps_m, k - kq, k), delta / 2)
         d_sel = delta / 2 if name == "gaussian" else delta
         delta_m = delta - d_sel
         selection = PartitionSelection(eps_sel, d_sel, a.max_groups)
     else:
-        name = _choose(mechanism, k - kq, eps_m * (k - kq) / k, delta_m)
+        name = _choose(mechanism, k - kq, _share(eps_m, k - kq, k), delta_m)
     g, r = Fraction(a.max_groups), Fraction(a.max_rows)
     plans = []
     kn = k - kq

@@ -139,6 +139,14 @@ SHAPES = [
     "WITH x AS (SELECT cat, amt * 2 AS v FROM sales WHERE qty > 2) "
     "SELECT cat, COUNT(*), SUM(v) FROM x GROUP BY CUBE (cat)",
     "SELECT upper(cat) AS u, COUNT(*) FILTER (WHERE amt > 10) FROM sales GROUP BY ROLLUP (cat)",
+    "SELECT COUNT(*) FROM sales GROUP BY GROUPING SETS (())",
+    "SELECT COUNT(*) FROM sales GROUP BY ROLLUP (cat)",
+    "SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat) HAVING GROUPING(cat) = 0 AND COUNT(*) > 1",
+    # keys only (no statistic): declared keys, or partition selection (noiseless: every key)
+    "SELECT cat FROM sales GROUP BY ROLLUP (cat)",
+    "SELECT DISTINCT cat FROM sales GROUP BY ROLLUP (cat, reg)",
+    "SELECT shop FROM sales GROUP BY shop",
+    "SELECT shop, cat FROM sales GROUP BY CUBE (shop, cat)",
 ]
 
 
