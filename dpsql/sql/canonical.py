@@ -239,12 +239,11 @@ def rename_outputs(tree: exp.Expr) -> None:
             continue
         for e in node.expressions:
             col = e.this if isinstance(e, exp.Ordered) else e
-            if (
-                isinstance(col, exp.Column)
-                and not col.table
-                and not keeps_meaning(clause, col.name)
-            ):
-                return
+            # ROLLUP / CUBE / GROUPING SETS: their bare names resolve like GROUP BY's own
+            sets = isinstance(col, exp.Rollup | exp.Cube | exp.GroupingSets | exp.Tuple)
+            for c in col.find_all(exp.Column) if sets else [col]:
+                if isinstance(c, exp.Column) and not c.table and not keeps_meaning(clause, c.name):
+                    return
     mapping = {}
     for pos, item in enumerate(list(items)):
         name = f"_c{pos + 1}"

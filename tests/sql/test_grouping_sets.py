@@ -397,3 +397,23 @@ def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine) -> None:
     # same true total; Laplace noise of scale 150 (pivot query: epsilon 1/6 after selection,
     # R = 25) and 75 (the ROLLUP's grand total: epsilon 1/3): P(|difference| >= 4000) < 1e-7
     assert total[:2] == (None, None) and abs(total[3] - levels[2].rows[0][1]) < 4000
+
+
+def test_repeats_never_merge_different_rollups() -> None:
+    from dpsql.sql.canonical import fingerprint
+
+    same = [
+        "SELECT cat, COUNT(*) FROM sales GROUP BY GROUPING SETS ((cat), (reg))",
+        "select cat, count(*) from sales group by grouping sets (cat, reg) -- same sets",
+    ]
+    assert fingerprint(same[0]) == fingerprint(same[1])
+    different = [
+        "SELECT cat AS c, reg AS d, COUNT(*) FROM sales GROUP BY ROLLUP (c, d)",
+        "SELECT cat AS d, reg AS c, COUNT(*) FROM sales GROUP BY ROLLUP (c, d)",  # ROLLUP (reg, cat)
+        "SELECT cat, reg, COUNT(*) FROM sales GROUP BY CUBE (cat, reg)",
+        "SELECT cat, reg, COUNT(*) FROM sales GROUP BY ROLLUP (cat, reg)",
+        "SELECT cat, reg, COUNT(*) FROM sales GROUP BY ROLLUP (reg, cat)",
+        "SELECT cat, reg, COUNT(*) FROM sales GROUP BY DISTINCT ROLLUP (cat), ROLLUP (cat, reg)",
+        "SELECT cat, reg, COUNT(*) FROM sales GROUP BY ROLLUP (cat), ROLLUP (cat, reg)",
+    ]
+    assert len({fingerprint(s) for s in different}) == len(different)
