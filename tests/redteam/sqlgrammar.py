@@ -218,7 +218,8 @@ def query(draw: st.DrawFn) -> str:
     if draw(st.booleans()):
         sql += f" WHERE {draw(predicate())}"
     if group:
-        sql += " GROUP BY 1"
+        sets = ["1", "1", "1", "ROLLUP (1)", "CUBE (1)", "GROUPING SETS ((1), ())"]
+        sql += f" GROUP BY {draw(st.sampled_from(sets))}"
         if draw(st.booleans()):
             sql += " HAVING COUNT(*) > 10"
     if draw(st.booleans()):
