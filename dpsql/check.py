@@ -86,10 +86,13 @@ def deployment_notes(policy: Policy, console: Console) -> None:
         parts += [f"not before {t.min_ms} ms"] if t.min_ms else []
         parts += [] if t.pad_repeats else ["free repeats at once"]
         console.print(f"timing: private answers {', '.join(parts)}")
-        if t.min_ms and t.min_ms <= policy.defaults.statement_timeout_ms:
+        timeout = (server.statement_timeout_ms if server else None) or (
+            policy.defaults.statement_timeout_ms
+        )
+        if t.min_ms and t.min_ms <= timeout:
             console.print(
-                "[yellow]timing.min_ms is not above defaults.statement_timeout_ms: answers that "
-                "take longer than min_ms show their quantum (see docs/timing.md)[/yellow]"
+                f"[yellow]timing.min_ms is not above the statement timeout ({timeout} ms): "
+                "answers that take longer than min_ms show their quantum (docs/timing.md)[/yellow]"
             )
     else:
         console.print("timing: no padding (see docs/timing.md)")

@@ -103,3 +103,15 @@ def test_check_validates_the_section(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["check", str(bad)]) == 1
     out = capsys.readouterr().out.replace("\n", "")  # rich wraps long lines
     assert f"{bad}:13: server.max_sessions: Input should be greater" in out
+
+
+def test_check_warns_when_min_ms_does_not_cover_the_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    short = _policy(tmp_path, "timing: {min_ms: 1000}\n")
+    assert main(["check", str(short)]) == 0
+    assert "not above the statement timeout (30000 ms)" in capsys.readouterr().out.replace("\n", "")
+    covered = _policy(tmp_path, "server: {statement_timeout_ms: 500}\ntiming: {min_ms: 1000}\n")
+    assert main(["check", str(covered)]) == 0
+    out = capsys.readouterr().out.replace("\n", "")
+    assert "not before 1000 ms" in out and "not above" not in out
