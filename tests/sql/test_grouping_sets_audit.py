@@ -7,6 +7,12 @@ G·R·c for the sets with keys (the extra unit keeps G = 2 groups and R = 2 rows
 the grand total (G = 1). Computing the grand total from the finest set's bounded groups instead
 (a tempting shortcut) would move it by G·R·c, more than the grand total's sensitivity: the test
 below shows that such a shortcut would be caught.
+
+The epsilon split is audited on the released values: the grand total's measurement, run 3e4
+times a side with its planned Laplace noise on the real bounded counts of D and D', must show an
+empirical epsilon (Clopper-Pearson lower bound at level 1 - 1e-6, event: the output reaching
+D''s count) no larger than its share epsilon/3. A plan that does not split (the set at the
+statement's full epsilon) realizes 3 times the share and must be flagged.
 """
 
 from __future__ import annotations
@@ -15,13 +21,16 @@ from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
 from dpsql.engine import Engine
+from dpsql.execute.grouping_sets import set_sql
 from dpsql.session import SessionContext
-from dpsql.sql.grouping_sets import SetsPlan, grouping_value
-from tests.dp_audit.auditing import neighbouring_engines
+from dpsql.sql import plan as plan_module
+from dpsql.sql.grouping_sets import SetsPlan, grouping_value, set_analysis
+from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
 from tests.helpers import noiseless
 
 R, G, V = 2, 2, 10
@@ -102,3 +111,46 @@ def test_a_grand_total_summed_from_the_finest_set_would_be_caught(
     total = next(sp for sp in plan.sets if not sp.keys)
     count_sens = total.plan.measure_plan(plan.analysis.statistics[0].measures[0]).sensitivity
     assert _moved(a, b, finest, 0) > count_sens  # G·R = 4 > R = 2: would break the guarantee
+
+
+AUDIT_SQL = "SELECT g1, g2, COUNT(*) FROM t GROUP BY ROLLUP (g1, g2)"  # one measure per set
+AUDIT_SESSION = SessionContext(epsilon=Fraction(3), mechanism="laplace")
+
+
+def _grand_total_hits(
+    engines: tuple[Engine, Engine], n: int, *, split: bool = True
+) -> tuple[float, Fraction]:
+    """The empirical epsilon of the grand total's release, and the share it claims."""
+    plans = [e.plan(e.prepare(AUDIT_SQL), AUDIT_SESSION) for e in engines]
+    counts = []
+    for e, plan in zip(engines, plans, strict=True):
+        assert isinstance(plan, SetsPlan)
+        text = set_sql(e, e.prepare(AUDIT_SQL), plan.analysis, ())
+        rows = e.backend.run(text, private=True).rows
+        counts.append(float(rows[0][0]))  # COUNT(*): the first measure
+    plan = plans[0]
+    assert isinstance(plan, SetsPlan)
+    total = next(sp for sp in plan.sets if not sp.keys)
+    claimed = total.plan.epsilon
+    mech = total.plan.measures[0].mechanism
+    if not split:  # the broken plan: the grand total at the statement's whole epsilon
+        broken = plan_module.make_plan(set_analysis(plan.analysis, ()), plan.epsilon, Fraction(0))
+        mech = broken.measures[0].mechanism
+    assert counts[1] - counts[0] == R  # D' adds R bounded rows to the grand total
+    hits = [int((mech.release(np.full(n, c)) >= counts[1]).sum()) for c in counts]
+    eps_lb = max(
+        epsilon_lower_bound(hits[0], n, hits[1], n, alpha=5e-7),
+        epsilon_lower_bound(hits[1], n, hits[0], n, alpha=5e-7),
+    )
+    return eps_lb, claimed
+
+
+def test_each_sets_epsilon_share_is_honest(engines: tuple[Engine, Engine]) -> None:
+    eps_lb, claimed = _grand_total_hits(engines, 30_000)
+    assert claimed == 1  # epsilon 3 over the 3 sets of ROLLUP (g1, g2)
+    assert eps_lb <= claimed
+
+
+def test_a_plan_that_does_not_split_is_flagged(engines: tuple[Engine, Engine]) -> None:
+    eps_lb, claimed = _grand_total_hits(engines, 30_000, split=False)
+    assert eps_lb > claimed  # realized 3 against a claimed share of 1
