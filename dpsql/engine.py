@@ -29,7 +29,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.analyze import analyze
-from dpsql.sql.bind import bind, param_count
+from dpsql.sql.bind import bind, param_count, template
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import Statement, parse_statement, split_statements
@@ -236,12 +236,7 @@ class Engine:
 
             return run_private(self, prepared, session, params, cancel)
         if prepared.kind in ("public", "catalog"):
-            key = ("sql", prepared.text, session.analyst)
-            text = self._sql_cache.get(key) if not params else None
-            if text is None:
-                text = self._runnable(prepared, params, session).sql("postgres")
-                if not params:
-                    self._remember(key, text)
+            text = self.runnable_sql(prepared, session, params)
             rows = self.backend.run(text, private=False, cancel=cancel)
             return _result(rows)
         if prepared.kind == "empty":
@@ -256,6 +251,49 @@ class Engine:
             f"{prepared.first_word} is handled by the dpsql session, not the engine",
             hint="connect through `dpsql serve`",
         )
+
+    def runnable_sql(
+        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    ) -> str:
+        """The SQL a public or catalog statement runs upstream with ``params`` bound.
+
+        This is all :meth:`execute` does for these kinds before running it, so a caller with its
+        own (asynchronous) connection to the upstream may run the text itself.
+
+        Raises:
+            InvalidParameter: wrong number of parameters.
+            PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement.
+        """
+        if len(params) != prepared.param_count:
+            raise InvalidParameter(
+                f"the statement takes {prepared.param_count} parameters, {len(params)} were given"
+            )
+        text = self.cached_sql(prepared, session, params)
+        if text is None:
+            text = self._runnable(prepared, params, session).sql("postgres")
+            key = _sql_key(prepared, session, params)
+            if key is not None:
+                self._remember(key, text)
+        return text
+
+    def cached_sql(
+        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    ) -> str | None:
+        """:meth:`runnable_sql` when it is cheap (memoized, or a public statement's
+        :class:`~dpsql.sql.bind.Template` filled in), else None. Never slow, never raises for
+        a statement :meth:`runnable_sql` accepts."""
+        if prepared.kind == "public" and params and len(params) == prepared.param_count:
+            tkey = ("template", prepared.text)
+            tpl = self._sql_cache.get(tkey)
+            if tpl is None:
+                assert prepared.tree is not None
+                tpl = template(prepared.tree) or False
+                self._remember(tkey, tpl)
+            if tpl:
+                return str(tpl.render(params))
+        key = _sql_key(prepared, session, params)
+        hit = self._sql_cache.get(key) if key is not None else None
+        return None if hit is None else str(hit)
 
     def _runnable(
         self, prepared: Prepared, params: Sequence[Any], session: SessionContext
@@ -412,6 +450,19 @@ class Engine:
         from dpsql.execute.private import finish
 
         return finish(self, a, rel, session, describe_only=describe_only, plan=plan, cached=cached)
+
+
+def _sql_key(
+    prepared: Prepared, session: SessionContext, params: Sequence[Any]
+) -> tuple[Any, ...] | None:
+    """The memo key of a statement's runnable SQL: its text, the analyst and each parameter's
+    type and repr (so 1, True and 1.0 differ); None when the parameters are too long to keep."""
+    if prepared.kind not in ("public", "catalog"):
+        return None
+    values = tuple((type(v).__name__, repr(v)) for v in params)
+    if sum(len(r) for _, r in values) > 256:
+        return None
+    return ("sql", prepared.text, session.analyst, values)
 
 
 def _result(rows: Rows) -> Result:

@@ -10,6 +10,7 @@ import threading
 from types import TracebackType
 
 from dpsql.policy.model import Policy
+from dpsql.wire.limits import SessionLimits
 from dpsql.wire.server import Server, ServerConfig
 from dpsql.wire.session import EngineLike
 
@@ -29,9 +30,11 @@ async def _serve(server: Server) -> None:
         await server.shutdown()
 
 
-def serve(engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
+def serve(
+    engine: EngineLike, policy: Policy, config: ServerConfig, limits: SessionLimits | None = None
+) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-    asyncio.run(_serve(Server(engine, policy, config)))
+    asyncio.run(_serve(Server(engine, policy, config, limits)))
 
 
 class ServerThread:

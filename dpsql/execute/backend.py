@@ -47,7 +47,7 @@ class Rows:
     status: str
 
 
-def _columns(cur: psycopg.Cursor[Any]) -> tuple[ResultColumn, ...]:
+def _columns(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> tuple[ResultColumn, ...]:
     if cur.description is None:
         return ()
     return tuple(
@@ -157,3 +157,8 @@ def _upstream(e: psycopg.Error, private: bool) -> DpsqlError:
         hint=diag.message_hint,
         sqlstate=e.sqlstate or "XX000",
     )
+
+
+# Public names for the wire server's asynchronous fast path (dpsql.wire.upstream).
+columns_of = _columns
+upstream_error = _upstream

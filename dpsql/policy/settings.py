@@ -118,6 +118,9 @@ class ServerSettings(_Strict):
     )
     shutdown_grace: Annotated[float, Field(ge=0)] | None = Field(default=None, description="s")
     log_level: LogLevel | None = None
+    workers: Annotated[int, Field(ge=1, le=256)] | None = Field(
+        default=None, description="server processes sharing the port (SO_REUSEPORT; default 1)"
+    )
 
     # ``${VAR}`` references whose variable was unset at load: key -> "file:line: ..." message.
     # An error only if `dpsql serve` needs that key (no flag or environment variable gives it).

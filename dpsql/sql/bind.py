@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
+import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -65,3 +68,69 @@ def bind(tree: exp.Expression, params: Sequence[Any]) -> exp.Expression:
         return n
 
     return tree.copy().transform(fix, copy=False)
+
+
+@dataclass(frozen=True)
+class Template:
+    """A statement's SQL text with a slot per ``$n``, so executing it with new values does not
+    copy and re-render the tree: ``render(params) == bind(tree, params).sql("postgres")``.
+
+    ``parts`` has one more element than ``slots``; ``slots[k]`` is the 0-based parameter index
+    whose literal goes between ``parts[k]`` and ``parts[k + 1]``.
+    """
+
+    parts: tuple[str, ...]
+    slots: tuple[int, ...]
+    param_count: int
+
+    def render(self, params: Sequence[Any]) -> str:
+        """The SQL with each slot filled by its parameter's literal (rendered by sqlglot).
+
+        Raises:
+            ProtocolViolation: a slot refers to a parameter that was not bound.
+            InvalidParameter: a value that has no SQL literal (as :func:`bind`).
+        """
+        if len(params) < self.param_count:
+            raise ProtocolViolation(
+                f"there is no parameter ${self.param_count}",
+                hint=f"{len(params)} parameters were bound",
+            )
+        lits = [_literal_sql(v) for v in params]
+        out = [self.parts[0]]
+        for k, i in enumerate(self.slots):
+            out.append(lits[i])
+            out.append(self.parts[k + 1])
+        return "".join(out)
+
+
+def _literal_sql(value: Any) -> str:
+    lit = literal(value)
+    node = exp.Paren(this=lit) if isinstance(lit, exp.Neg) else lit
+    return node.sql("postgres")
+
+
+def template(tree: exp.Expression) -> Template | None:
+    """The :class:`Template` of ``tree`` (postgres dialect), or None when a placeholder is not
+    a plain ``$n`` or the rendered text does not split cleanly (then use :func:`bind`)."""
+    token = secrets.token_hex(6)  # not noise: a marker no statement text can contain
+    marks: dict[str, int] = {}
+    bad = False
+
+    def mark(n: exp.Expression) -> exp.Expression:
+        nonlocal bad
+        if isinstance(n, exp.Parameter):
+            if not (isinstance(n.this, exp.Literal) and str(n.this.this).isdigit()):
+                bad = True
+                return n
+            name = f"dpsql_slot_{token}_{len(marks)}"
+            marks[name] = int(n.this.this) - 1
+            return exp.Var(this=name)
+        return n
+
+    text = tree.copy().transform(mark, copy=False).sql("postgres")
+    pieces = re.split(f"(dpsql_slot_{token}_[0-9]+)", text)
+    names = pieces[1::2]
+    if bad or sorted(names) != sorted(marks) or any(marks[n] < 0 for n in names):
+        return None
+    slots = tuple(marks[n] for n in names)
+    return Template(tuple(pieces[0::2]), slots, max(slots, default=-1) + 1)

@@ -58,6 +58,7 @@ def register(sub: Any) -> None:
         help="default: the policy's defaults.statement_timeout_ms",
     )
     s.add_argument("--shutdown-grace", type=float, help="seconds (default 10)")
+    s.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     s.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR")
     s.set_defaults(func=cmd_serve)
 
@@ -162,10 +163,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
     config = config_from_settings(st)
     assert st.upstream is not None
-    ledger = _ledger(argparse.Namespace(ledger=st.ledger, upstream=st.upstream), policy)
-    engine = Engine(
-        policy, st.upstream, ledger=ledger, statement_timeout_ms=st.statement_timeout_ms
-    )
+    ledger_args = argparse.Namespace(ledger=st.ledger, upstream=st.upstream)
+    upstream, timeout_ms = st.upstream, st.statement_timeout_ms
+    if (st.workers or 1) > 1:
+        from dpsql.wire.workers import serve_workers
+
+        led = _ledger(ledger_args, policy)  # create or migrate the ledger once, before forking
+        if led is not None:
+            led.close()
+
+        def make_engine() -> Engine:  # in each worker, after the fork
+            ledger = _ledger(ledger_args, policy)
+            return Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
+
+        serve_workers(make_engine, policy, config, st.workers or 1)
+        return 0
+    ledger = _ledger(ledger_args, policy)
+    engine = Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
     try:
         serve(engine, policy, config)
     finally:

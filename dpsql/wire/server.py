@@ -12,7 +12,6 @@ import hmac
 import logging
 import secrets
 import ssl
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -23,9 +22,11 @@ from dpsql.wire import messages as m
 from dpsql.wire.auth import AuthConfig, Authenticator
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.framing import DEFAULT_MAX_MESSAGE_SIZE
+from dpsql.wire.limits import SessionLimits
 from dpsql.wire.session import EngineLike, Session
 from dpsql.wire.startup import Startup, negotiate
 from dpsql.wire.state import SessionState
+from dpsql.wire.upstream import AsyncUpstream
 
 log = logging.getLogger("dpsql.wire.server")
 
@@ -49,6 +50,8 @@ class ServerConfig:
     max_sessions_per_analyst: int = 20
     shutdown_grace_s: float = 10.0
     worker_threads: int = 32
+    reuse_port: bool = False  # SO_REUSEPORT: several worker processes listen on one port
+    fast_path: bool = True  # public/catalog statements on the event loop (dpsql.wire.upstream)
     server_version: str = "16.0"
 
 
@@ -70,7 +73,13 @@ class Server:
         config: listening address, TLS, limits.
     """
 
-    def __init__(self, engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
+    def __init__(
+        self,
+        engine: EngineLike,
+        policy: Policy,
+        config: ServerConfig,
+        limits: SessionLimits | None = None,
+    ) -> None:
         self.engine = engine
         self.policy = policy
         self.config = config
@@ -84,11 +93,11 @@ class Server:
         self.auth = Authenticator(policy, config.auth, pem)
         self.executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="dpsql-q")
         self.sessions: dict[int, Session] = {}
-        self._per_analyst: Counter[str] = Counter()
-        self._connections = 0
+        self.limits = limits or SessionLimits(policy.analysts)
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._stopping = False
+        self.upstream: AsyncUpstream | None = None
 
     @property
     def port(self) -> int:
@@ -96,15 +105,20 @@ class Server:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.config.host, self.config.port)
-        log.info("listening on %s:%d", self.config.host, self.port)
+        self.upstream = _async_upstream(self.engine) if self.config.fast_path else None
+        if self.upstream is not None:
+            await self.upstream.open()
+        self._server = await asyncio.start_server(
+            self._handle, self.config.host, self.config.port, reuse_port=self.config.reuse_port
+        )
+        log.info("listening on %s:%d (worker %d)", self.config.host, self.port, self.limits.worker)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         ch = Channel(reader, writer, self.config.max_message_size)
-        self._connections += 1
+        self.limits.connect()
         session: Session | None = None
         try:
             if self._stopping:
@@ -126,20 +140,20 @@ class Server:
             log.exception("session crashed peer=%s", ch.peer)
             await _fatal(ch, DpsqlError("internal error in dpsql", sqlstate="XX000"))
         finally:
-            self._connections -= 1
+            self.limits.disconnect()
             if session is not None:
                 self.sessions.pop(session.process_id, None)
-                self._per_analyst[session.ctx.analyst] -= 1
+                self.limits.remove_session(session.ctx.analyst)
                 session.cancel()
             await ch.close()
             self._tasks.discard(task)
 
     async def _open(self, ch: Channel, startup: Startup) -> Session:
-        if self._connections > self.config.max_sessions:
+        if self.limits.connections() > self.config.max_sessions:
             raise TooManyConnections("sorry, too many clients already",
                                      hint="try again later", )  # fmt: skip
         analyst = await self.auth.authenticate(ch, startup.user)
-        if self._per_analyst[analyst] >= self.config.max_sessions_per_analyst:
+        if not self.limits.add_session(analyst, self.config.max_sessions_per_analyst):
             raise TooManyConnections(f'too many connections for role "{analyst}"',
                                      hint="close some of your other sessions")  # fmt: skip
         ctx = SessionContext(analyst=analyst)
@@ -148,9 +162,8 @@ class Server:
         state = SessionState(ctx, params)
         pid = self._new_pid()
         secret = secrets.randbits(32) - 2**31
-        session = Session(ch, self.engine, self.executor, ctx, state, pid, secret)
+        session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
         self.sessions[pid] = session
-        self._per_analyst[analyst] += 1
         log.info("session opened analyst=%s pid=%d peer=%s tls=%s", analyst, pid, ch.peer, ch.tls)
         return session
 
@@ -194,7 +207,18 @@ class Server:
         if tasks:
             await asyncio.wait(tasks, timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.upstream is not None:
+            await self.upstream.close()
         log.info("server stopped")
+
+
+def _async_upstream(engine: EngineLike) -> AsyncUpstream | None:
+    """The fast path's pool, configured as the engine's backend (None for engines without one)."""
+    backend = getattr(engine, "backend", None)
+    if not hasattr(engine, "runnable_sql") or backend is None:
+        return None
+    return AsyncUpstream(backend.dsn, statement_timeout_ms=backend.timeout_ms,
+                         max_size=backend.pool.max_size)  # fmt: skip
 
 
 async def _fatal(ch: Channel, e: DpsqlError) -> None:

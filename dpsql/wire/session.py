@@ -30,12 +30,14 @@ from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import SessionStatement, parse_session_statement
+from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
 if TYPE_CHECKING:
     from dpsql.wire.extended import Extended
 
 log = logging.getLogger("dpsql.wire.session")
 WATCH_AFTER_S = 0.05
+_FAST_KINDS = frozenset({"public", "catalog"})  # answered on the event loop (see _run_fast)
 
 
 class EngineLike(Protocol):
@@ -89,6 +91,7 @@ class Session:
         state: SessionState,
         process_id: int,
         secret_key: int,
+        upstream: AsyncUpstream | None = None,
     ) -> None:
         from dpsql.wire.extended import Extended
 
@@ -100,6 +103,7 @@ class Session:
         self.process_id = process_id
         self.secret_key = secret_key
         self.extended: Extended = Extended(self)
+        self.upstream = upstream if hasattr(engine, "runnable_sql") else None
         self._cancel: Any = None
         self.busy = False
         self.idle = asyncio.Event()
@@ -141,6 +145,8 @@ class Session:
 
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watch)
         try:
+            if self.upstream is not None and stmt.kind in _FAST_KINDS:
+                return await self._run_fast(stmt, params, self.upstream)
             res: Result = await self.call(
                 self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
             )
@@ -153,6 +159,19 @@ class Session:
             self._cancel = None
             self.busy = False
             self.idle.set()
+
+    async def _run_fast(
+        self, stmt: Statement, params: Sequence[Any], upstream: AsyncUpstream
+    ) -> Result:
+        """A public or catalog statement on the event loop: its SQL from the engine (computed in
+        a worker thread only when not cheap), run on the server's async upstream pool."""
+        engine: Any = self.engine
+        text = engine.cached_sql(stmt.prepared, self.ctx, params)
+        if text is None:
+            text = await self.call(engine.runnable_sql, stmt.prepared, self.ctx, tuple(params))
+        self._cancel = token = AsyncCancel()
+        rows = await upstream.run(text, cancel=token)
+        return Result(rows.columns, rows.rows, rows.status)
 
     def _client_gone(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and self.ch.eof:
