@@ -164,7 +164,8 @@ class Server:
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
         self.sessions[pid] = session
-        log.info("session opened analyst=%s pid=%d peer=%s tls=%s", analyst, pid, ch.peer, ch.tls)
+        log.info("session opened analyst=%s pid=%d peer=%s tls=%s worker=%d", analyst, pid,
+                 ch.peer, ch.tls, self.limits.worker)  # fmt: skip
         return session
 
     def _new_pid(self) -> int:

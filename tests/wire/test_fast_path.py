@@ -1,0 +1,165 @@
+"""The event-loop fast path for public and catalog statements (dpsql.wire.upstream).
+
+Real engine, real PostgreSQL (demo data). The fast path must answer exactly as the worker-thread
+path does, keep error recovery, transactions, cancellation and the per-statement log line.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import socket
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+import sqlglot
+from psycopg import errors as pe
+
+from dpsql.engine import Engine
+from dpsql.serve import ServerThread
+from dpsql.sql.bind import bind, template
+from dpsql.wire import messages as m
+from dpsql.wire.server import ServerConfig
+from tests.unit._wire_support import RawClient
+
+USER = PASSWORD = "analyst"
+
+QUERIES = (
+    "SELECT name FROM regions WHERE code = $1",
+    "SELECT $2, $1, $1 + 1 AS x, '$1' AS lit, -$1 FROM t WHERE a IN ($1, $2) -- $2",
+    "SELECT * FROM t WHERE x = $1 LIMIT $2",
+)
+VALUES = (
+    (1, "it's"), (-5, None), (True, dt.date(2024, 1, 2)), (0, "dpsql_slot_"),
+    (Decimal("-1.50"), dt.datetime(2024, 1, 2, 3, 4, tzinfo=dt.UTC)), (1.5e300, "a\\b"),
+    ("ü'\"", -0.0), (dt.datetime(2024, 1, 2), 2**70),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_template_renders_as_bind(sql: str) -> None:
+    tree = sqlglot.parse_one(sql, read="postgres")
+    tpl = template(tree)
+    assert tpl is not None
+    for values in VALUES:
+        assert tpl.render(values) == bind(tree, values).sql("postgres")
+
+
+def _dsn(port: int) -> str:
+    return f"host=127.0.0.1 port={port} user={USER} password={PASSWORD} dbname=demo"
+
+
+@pytest.fixture(scope="module")
+def servers(demo_dsn: str, demo_policy: Any) -> Iterator[tuple[ServerThread, ServerThread]]:
+    """The same engine served with the fast path and without it."""
+    engine = Engine(demo_policy, demo_dsn, pool_size=4)
+    fast = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
+    slow = ServerThread(
+        engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2, fast_path=False)
+    ).start()
+    yield fast, slow
+    fast.stop()
+    slow.stop()
+    engine.close()
+
+
+PARITY = (
+    ("SELECT code, name FROM regions WHERE code = %s", ("N",)),
+    ("SELECT code, name FROM regions WHERE code <> %s ORDER BY code", ("N",)),
+    ("SELECT %s::int + 1 AS x, %s::numeric AS y, %s::date AS d",
+     (41, Decimal("-2.50"), dt.date(2024, 2, 29))),
+    ("SELECT relname FROM pg_class WHERE relname = %s", ("regions",)),
+    ("SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
+     "ON n.oid = c.relnamespace WHERE n.nspname = 'public' ORDER BY 1", ()),
+    ("SELECT typname FROM pg_type WHERE oid = %s", (23,)),
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_same_answers_with_and_without_fast_path(
+    servers: tuple[ServerThread, ServerThread], binary: bool
+) -> None:
+    fast, slow = servers
+    before = fast.server.upstream.pool.get_stats().get("requests_num", 0)  # type: ignore[union-attr]
+    got: list[list[Any]] = []
+    for srv in (fast, slow):
+        with psycopg.connect(_dsn(srv.port), autocommit=True) as conn:
+            cur = conn.cursor(binary=binary)
+            out = []
+            for sql, params in PARITY:
+                for prepare in (False, True):
+                    rows = cur.execute(sql, params, prepare=prepare).fetchall()
+                    out.append((rows, [(d.name, d.type_code) for d in cur.description or ()]))
+            got.append(out)
+    assert got[0] == got[1]
+    assert slow.server.upstream is None
+    after = fast.server.upstream.pool.get_stats().get("requests_num", 0)  # type: ignore[union-attr]
+    assert after - before >= 2 * len(PARITY)  # answered on the async pool, not in a thread
+
+
+def test_errors_transactions_and_log_lines(
+    servers: tuple[ServerThread, ServerThread], caplog: pytest.LogCaptureFixture
+) -> None:
+    fast, _ = servers
+    caplog.set_level(logging.INFO, logger="dpsql.statement")
+    with psycopg.connect(_dsn(fast.port)) as conn:
+        with pytest.raises(pe.DivisionByZero) as e:
+            conn.execute("SELECT 1 / %s::int AS x", (0,))
+        assert "division by zero" in str(e.value)  # public errors keep their text
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        with pytest.raises(pe.InFailedSqlTransaction):
+            conn.execute("SELECT code FROM regions")
+        conn.rollback()
+        with conn.transaction():
+            assert conn.execute("SELECT count(*) FROM regions").fetchone() == (5,)
+        assert conn.execute("SELECT 1 / %s::int", (1,)).fetchone() == (1,)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dpsql.statement"]
+    public = [x for x in lines if x["kind"] == "public"]
+    assert {x["outcome"] for x in public} >= {"ok", "22012"}
+    assert all(x["analyst"] == USER and x["latency_ms"] >= 0 for x in public)
+
+
+def _running(demo_dsn: str, needle: str) -> int:
+    with psycopg.connect(demo_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s "
+            "AND pid <> pg_backend_pid()",
+            (f"%{needle}%",),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_client_vanishing_mid_query_cancels_upstream(
+    servers: tuple[ServerThread, ServerThread], demo_dsn: str
+) -> None:
+    fast, _ = servers
+    c = RawClient(fast.port)
+    c.login(USER, PASSWORD)
+    c.send(m.Query("SELECT count(*) FROM generate_series(1, 1999999937)"))
+    deadline = time.monotonic() + 5
+    while _running(demo_dsn, "1999999937") == 0:
+        assert time.monotonic() < deadline, "the query never reached the upstream"
+        time.sleep(0.05)
+    c.sock.shutdown(socket.SHUT_RDWR)
+    c.close()
+    deadline = time.monotonic() + 5
+    while _running(demo_dsn, "1999999937") > 0:
+        assert time.monotonic() < deadline, "the upstream query was not cancelled"
+        time.sleep(0.05)
+
+
+def test_cancel_request_on_fast_path(servers: tuple[ServerThread, ServerThread]) -> None:
+    fast, _ = servers
+    with psycopg.connect(_dsn(fast.port), autocommit=True) as conn:
+        import threading
+
+        threading.Timer(0.3, conn.cancel_safe).start()
+        with pytest.raises(pe.QueryCanceled):
+            conn.execute("SELECT count(*) FROM generate_series(1, 1999999943)")
+        assert conn.execute("SELECT code FROM regions WHERE code = %s", ("S",)).fetchone() == ("S",)

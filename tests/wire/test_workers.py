@@ -1,0 +1,154 @@
+"""``dpsql serve --workers 2``: two processes on one port (SO_REUSEPORT) sharing the ledger.
+
+Many clients at once never overspend a budget, the session limits are global across the workers,
+both workers take connections, and SIGTERM to the parent shuts everything down gracefully.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors as pe
+
+from dpsql.wire.auth import make_verifier
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET, EPSILON, CLIENTS = 2.0, 0.25, 24
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def setup(
+    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path]:
+    upstream = make_db("wire_workers")
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 50 FROM "
+                     "generate_series(1, 2000) g")  # fmt: skip
+    policy = tmp_path_factory.mktemp("workers") / "policy.yaml"
+    policy.write_text(
+        "version: 1\ntables:\n  t:\n    privacy_unit: uid\n    columns:\n"
+        "      uid: {type: integer, identifier: true}\n      v: {type: integer, bounds: [0, 50]}\n"
+        f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n'
+        f"    budget: {{epsilon: {BUDGET}}}\n"
+    )
+    return upstream, policy
+
+
+class Served:
+    def __init__(self, upstream: str, policy: Path, *extra: str) -> None:
+        self.port = _free_port()
+        self.log = open(policy.parent / f"serve-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--upstream",
+             upstream, "--listen", f"127.0.0.1:{self.port}", "--workers", "2",
+             "--shutdown-grace", "5", *extra],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=self.log, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while self.logs().count("listening on") < 2:
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.logs()
+            time.sleep(0.1)
+        self.dsn = f"host=127.0.0.1 port={self.port} user=zoe password=pw dbname=x"
+
+    def logs(self) -> str:
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(40)
+
+
+@pytest.fixture
+def served(setup: tuple[str, Path], request: pytest.FixtureRequest) -> Iterator[Served]:
+    s = Served(*setup, *getattr(request, "param", ()))
+    yield s
+    s.stop()
+    s.log.close()
+
+
+@pytest.mark.parametrize("served", [("--max-sessions-per-analyst", "40")], indirect=True)
+def test_many_clients_never_overspend(served: Served) -> None:
+    conns = [psycopg.connect(served.dsn, autocommit=True) for _ in range(CLIENTS)]
+    outcomes: list[str] = []
+    start = threading.Barrier(CLIENTS)
+
+    def ask(i: int, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET dpsql.epsilon = {EPSILON}")
+        start.wait()
+        try:  # distinct statements: none is a free repeat of another
+            conn.execute(f"SELECT COUNT(*) FROM t WHERE v >= {i}").fetchall()
+            outcomes.append("ok")
+        except pe.Error as e:
+            outcomes.append(e.sqlstate or "?")
+
+    threads = [threading.Thread(target=ask, args=(i, c)) for i, c in enumerate(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    with conns[0].cursor() as cur:
+        spent = cur.execute("SELECT * FROM dpsql.budget").fetchall()
+    for c in conns:
+        c.close()
+    assert sorted(set(outcomes)) == ["53400", "ok"], outcomes
+    assert outcomes.count("ok") == int(BUDGET / EPSILON)
+    assert spent, "dpsql.budget answered nothing"
+    workers = set(re.findall(r"session opened analyst=zoe .* worker=(\d)", served.logs()))
+    assert workers == {"0", "1"}  # P(all 24+ sessions on one worker) < 1e-6 with fair hashing
+
+
+@pytest.mark.parametrize("served", [("--max-sessions-per-analyst", "3")], indirect=True)
+def test_session_limit_is_global(served: Served) -> None:
+    opened, refused = [], 0
+    for _ in range(12):
+        try:
+            opened.append(psycopg.connect(served.dsn, autocommit=True))
+        except psycopg.OperationalError as e:
+            assert "too many connections" in str(e)
+            refused += 1
+    assert len(opened) == 3 and refused == 9
+    opened.pop().close()
+    time.sleep(0.3)
+    psycopg.connect(served.dsn).close()  # a freed slot is usable again, on any worker
+    for c in opened:
+        c.close()
+
+
+def test_sigterm_shuts_all_workers_down_gracefully(served: Served) -> None:
+    pids = [int(p) for p in re.findall(r"worker \d started pid=(\d+)", served.logs())]
+    assert len(pids) == 2
+    busy = psycopg.connect(served.dsn, autocommit=True)
+    result: list[Any] = []
+    t = threading.Thread(target=lambda: result.append(
+        busy.execute("SELECT count(*), 7 FROM generate_series(1, 3000000)").fetchone()))  # fmt: skip
+    t.start()
+    time.sleep(0.2)
+    assert served.stop() == 0
+    t.join(10)
+    assert result and result[0][1] == 7  # the running statement finished within the grace
+    busy.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert "all workers stopped" in served.logs()
