@@ -75,10 +75,10 @@ def release_sets(
     intervals: list[list[tuple[float, float] | None]] = []
     derived: list[list[tuple[float, float] | None]] = []
     by_position: dict[int, Release] = {}
-    for sp, got, keys in zip(plan.sets, rows, declared, strict=True):
+    for sp, got, public in zip(plan.sets, rows, declared, strict=True):
         types = [key_types[i] for i in sp.keys]
         rel = release(
-            sp.plan, got.rows, types, keys, confidence, engine._noiseless, candidates=candidates
+            sp.plan, got.rows, types, public, confidence, engine._noiseless, candidates=candidates
         )
         for pos in sp.positions:
             by_position[pos] = rel
