@@ -95,6 +95,22 @@ def is_catalog_query(tree: exp.Expr) -> bool:
     return any(_is_catalog_function(f) for f in tree.find_all(exp.Func))
 
 
+def names_objects(tree: exp.Expr) -> bool:
+    """True when ``tree`` calls a function or cast that takes an object name or id
+    (``'t'::regclass``, ``has_table_privilege``, ``obj_description`` ...): such a query goes
+    through the catalog checks even when it also reads a public table, or it would be an
+    existence oracle (and read comments) for hidden tables."""
+    return any(
+        _is_catalog_function(f)
+        and not isinstance(f, (exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentVersion))
+        and not (isinstance(f, exp.Anonymous) and f.name.lower() in _HARMLESS)
+        for f in tree.find_all(exp.Func)
+    )
+
+
+_HARMLESS = frozenset({"version", "pg_typeof", "pg_backend_pid", "pg_is_in_recovery"})
+
+
 def _is_system_relation(table: exp.Table) -> bool:
     db, name = ident_name(table.args.get("db")), ident_name(table.this)
     return db in SYSTEM_SCHEMAS or (not db and name.startswith("pg_"))

@@ -8,7 +8,17 @@ from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql import catalog_rules as rules
-from dpsql.sql.catalog_sql import att_visible, cast_target, cast_to, visible
+from dpsql.sql.catalog_sql import (
+    LOOKUP,
+    as_object,
+    att_visible,
+    cast_target,
+    cast_to,
+    column_visible,
+    fill,
+    template,
+    visible,
+)
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -97,6 +107,10 @@ def check_function(node: exp.Func) -> None:
         _check_current_setting(node)
     elif name == "obj_description":
         _obj_description_kind(node)
+    elif name in rules.REFUSED_FUNCTIONS:
+        raise PrivacyViolation(
+            f"function {name} is not available through dpsql", hint=rules.REFUSED_FUNCTIONS[name]
+        )
     elif name not in rules.ALLOWED_FUNCTIONS and name not in rules.GUARDED_FUNCTIONS:
         raise PrivacyViolation(
             f"function {name} is not allowed in a catalog query",
@@ -157,8 +171,13 @@ def _check_current_setting(node: exp.Anonymous) -> None:
                     for w in rules.DENIED_SETTING_WORDS
                 )
             )
+            allowed = exp.In(
+                this=lowered.copy(),
+                expressions=[exp.Literal.string(n) for n in sorted(rules.ALLOWED_SETTINGS)],
+            )
+            ok = exp.or_(allowed, exp.not_(exp.paren(denied)))
             call = _call_with_qualifier(node).copy()
-            _replace_call(node, exp.Case(ifs=[exp.If(this=exp.not_(exp.paren(denied)), true=call)]))
+            _replace_call(node, exp.Case(ifs=[exp.If(this=ok, true=call)]))
             return
     inner = args[0] if args else None
     while isinstance(inner, exp.Cast):
@@ -166,7 +185,10 @@ def _check_current_setting(node: exp.Anonymous) -> None:
     if isinstance(inner, exp.Null):
         return  # a parameter described before it is bound: current_setting(NULL) is NULL
     name = _literal_text(args[0]) if args else None
-    if name is None or any(w in name.lower() for w in rules.DENIED_SETTING_WORDS):
+    if name is None or (
+        name.lower() not in rules.ALLOWED_SETTINGS
+        and any(w in name.lower() for w in rules.DENIED_SETTING_WORDS)
+    ):
         raise PrivacyViolation(
             f"current_setting({args[0].sql('postgres') if args else ''}) is not allowed",
             hint="read ordinary settings by their literal name, e.g. current_setting('TimeZone')",
@@ -194,20 +216,19 @@ def _obj_description_kind(node: exp.Anonymous) -> str | None:
 
 
 def guard(node: exp.Func) -> bool:
-    """Make object-id arguments NULL unless the object is visible; True when a guard was added."""
+    """Make object-id arguments NULL unless the object is visible; True when a guard was added.
+
+    Names are looked up without errors (:func:`~dpsql.sql.catalog_sql.as_object`), so a hidden
+    object and a missing one answer alike: NULL, never "does not exist" for one of them only.
+    """
     if isinstance(node, exp.Cast):
         target = cast_target(node)
         kind = rules.GUARDED_CASTS.get(target)
         if kind is None:
             return False
-        value: exp.Expr = node.copy()
-        if target in _LOOKUP_BY_NAME and _literal_text(node.this) is not None:
-            # 'name'::regclass raises for a missing name but not for a hidden one: look it up
-            # with to_regclass (NULL when missing) so both answer NULL alike
-            value = exp.Anonymous(
-                this=_LOOKUP_BY_NAME[target], expressions=[cast_to(node.this.copy(), "TEXT")]
-            )
+        value = as_object(node.this.copy(), target.upper())
         guarded = exp.Case(ifs=[exp.If(this=visible(kind, value.copy()), true=value)])
+        guarded.meta.update(value.meta)  # already a safe object id for an enclosing guard
         node.replace(guarded)
         return True
     if not isinstance(node, exp.Anonymous):
@@ -219,8 +240,12 @@ def guard(node: exp.Func) -> bool:
         guarded = exp.Case(ifs=[exp.If(this=visible(kind, call.copy()), true=call.copy())])
         call.replace(guarded)
         return True
-    if name in _PRIVILEGE_BY_TABLE and _guard_table_name(node, name):
-        return True
+    if name in rules.PRIVILEGE_ARGS:
+        return _guard_privilege(node, name)
+    if name == "pg_get_serial_sequence":
+        return _guard_serial_sequence(node)
+    if name == "has_database_privilege":
+        return _guard_database(node)
     if name == "obj_description":
         kind = _obj_description_kind(node)
         index = 0
@@ -232,40 +257,56 @@ def guard(node: exp.Func) -> bool:
     if kind is None or index >= len(args):
         return False
     arg = args[index]
-    cond = visible(kind, arg.copy())
+    type_name = rules.KIND_TYPE[kind]
+    then = (as_object if type_name in LOOKUP else cast_to)(arg.copy(), type_name)
+    cond = visible(kind, then.copy())
     if name == "col_description" and len(args) > 1:
-        cond = exp.and_(cond, att_visible(arg.copy(), args[1].copy()))
-    then = cast_to(arg.copy(), rules.KIND_TYPE[kind])
-    arg.replace(exp.Case(ifs=[exp.If(this=cond, true=then)]))
+        cond = exp.and_(cond, att_visible(then.copy(), args[1].copy()))
+    arg.replace(exp.Case(ifs=[exp.If(this=cond, true=then.copy())]))
     return True
 
 
-_LOOKUP_BY_NAME = {
-    "regclass": "to_regclass",
-    "regtype": "to_regtype",
-    "regnamespace": "to_regnamespace",
-    "regproc": "to_regproc",
-    "regprocedure": "to_regprocedure",
-    "regrole": "to_regrole",
-}
-
-# has_*_privilege functions whose table may be given by name: argument count -> table position.
-_PRIVILEGE_BY_TABLE: dict[str, dict[int, int]] = {
-    "has_table_privilege": {2: 0, 3: 1},
-    "has_any_column_privilege": {2: 0, 3: 1},
-    "has_column_privilege": {3: 0, 4: 1},
-}
-
-
-def _guard_table_name(node: exp.Anonymous, name: str) -> bool:
-    """A table given by name: looked up with to_regclass (NULL, not an error, when missing) and
-    NULL unless visible, so hidden and missing tables answer alike (no existence oracle)."""
+def _guard_privilege(node: exp.Anonymous, name: str) -> bool:
+    """has_*_privilege: the object (name or id) NULL unless visible, and for a column function
+    the column too, so hidden and missing objects and columns all answer NULL."""
+    kind, type_name, positions, with_column = rules.PRIVILEGE_ARGS[name]
     args = node.expressions
-    pos = _PRIVILEGE_BY_TABLE[name].get(len(args))
-    if pos is None or _literal_text(args[pos]) is None:
-        return False  # an oid expression: the generic guard below applies
-    oid = exp.Anonymous(this="to_regclass", expressions=[cast_to(args[pos].copy(), "TEXT")])
-    args[pos].replace(exp.Case(ifs=[exp.If(this=visible("rel", oid.copy()), true=oid)]))
+    pos = positions.get(len(args))
+    if pos is None:
+        return False
+    obj = as_object(args[pos].copy(), type_name)
+    cond = visible(kind, obj.copy())
+    if with_column:
+        cond = exp.and_(cond, column_visible(obj.copy(), args[pos + 1].copy()))
+    args[pos].replace(exp.Case(ifs=[exp.If(this=cond, true=obj)]))
+    return True
+
+
+def _guard_serial_sequence(node: exp.Anonymous) -> bool:
+    """pg_get_serial_sequence('table', 'column'): NULL unless both are visible (a missing table
+    or column answers NULL too, where PostgreSQL raises: hidden and missing stay alike)."""
+    args = node.expressions
+    if len(args) != 2:
+        return False
+    rel = as_object(args[0].copy(), "REGCLASS")
+    cond = exp.and_(visible("rel", rel.copy()), column_visible(rel.copy(), args[1].copy()))
+    args[0].replace(exp.Case(ifs=[exp.If(this=cond, true=cast_to(args[0].copy(), "TEXT"))]))
+    return True
+
+
+def _guard_database(node: exp.Anonymous) -> bool:
+    """has_database_privilege: only the current database is visible (as in pg_database)."""
+    args = node.expressions
+    pos = {2: 0, 3: 1}.get(len(args))
+    if pos is None:
+        return False
+    text = cast_to(args[pos].copy(), "TEXT")
+    cond = template(
+        "__x__ IN (current_database(), CAST((SELECT d.oid FROM pg_catalog.pg_database AS d "
+        "WHERE d.datname = current_database()) AS TEXT))"
+    )
+    cond = fill(cond, {"__x__": text})
+    args[pos].replace(exp.Case(ifs=[exp.If(this=cond, true=args[pos].copy())]))
     return True
 
 

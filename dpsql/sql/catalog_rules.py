@@ -17,6 +17,22 @@ Visibility is computed upstream, per query, by a few CTEs (names start with ``dp
 
 from __future__ import annotations
 
+# The function and cast rules live in their own module; re-exported for ``rules.X`` users.
+from dpsql.sql.catalog_function_rules import (  # noqa: F401
+    ALLOWED_CASTS,
+    ALLOWED_FUNCTIONS,
+    ALLOWED_SETTINGS,
+    BLANKED_FUNCTIONS,
+    BLANKED_PREFIXES,
+    DENIED_SETTING_WORDS,
+    EMULATED_SET_CONFIG,
+    GUARDED_CASTS,
+    GUARDED_FUNCTIONS,
+    GUARDED_RESULTS,
+    PRIVILEGE_ARGS,
+    REFUSED_FUNCTIONS,
+)
+
 VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
     (
         "dpsql_vis_table",
@@ -168,7 +184,7 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_database": "t.datname = current_database()",
     "pg_roles": "t.rolname = current_user",
     "pg_user": "t.usename = current_user",
-    "pg_settings": "NOT (t.name LIKE '%file%' OR t.name LIKE '%directory%' "
+    "pg_settings": "NOT (t.name LIKE '%file%' OR t.name LIKE '%director%' "
     "OR t.name LIKE '%command%' OR t.name LIKE '%path%' AND t.name <> 'search_path' "
     "OR t.name LIKE 'dpsql.%' OR t.name LIKE 'ssl%' OR t.name LIKE '%conninfo%' "
     "OR t.name LIKE '%password%' OR t.name LIKE '%passphrase%' OR t.name LIKE '%secret%')",
@@ -319,97 +335,3 @@ NAMED_PREDICATES: dict[str, str] = {
     "JOIN pg_catalog.pg_namespace AS vn ON vn.oid = vk.connamespace "
     "WHERE vn.nspname = __1__ AND vk.conname = __2__)",
 }
-
-# Functions a catalog query may call (besides the typed sqlglot nodes in catalog.SAFE_NODES).
-# The value names the argument that is an object id and its kind: that argument is replaced by
-# NULL unless the object is visible, so e.g. pg_get_viewdef(<oid of a hidden view>) is NULL.
-GUARDED_FUNCTIONS: dict[str, tuple[int, str]] = {
-    "format_type": (0, "type"),
-    "pg_get_expr": (1, "rel"),
-    "pg_get_constraintdef": (0, "con"),
-    "pg_get_indexdef": (0, "rel"),
-    "pg_get_viewdef": (0, "rel"),
-    "pg_get_triggerdef": (0, "trigger"),
-    "pg_get_ruledef": (0, "rule"),
-    "pg_get_partkeydef": (0, "rel"),
-    "pg_get_partition_constraintdef": (0, "rel"),
-    "pg_get_statisticsobjdef": (0, "stx"),
-    "pg_get_statisticsobjdef_columns": (0, "stx"),
-    "pg_get_statisticsobjdef_expressions": (0, "stx"),
-    "pg_get_functiondef": (0, "proc"),
-    "pg_relation_is_publishable": (0, "rel"),
-    "pg_partition_ancestors": (0, "rel"),
-    "pg_partition_root": (0, "rel"),
-    "pg_partition_tree": (0, "rel"),
-    "pg_table_is_visible": (0, "rel"),
-    "pg_type_is_visible": (0, "type"),
-    "col_description": (0, "rel"),
-}
-
-ALLOWED_FUNCTIONS = frozenset(
-    """
-    pg_get_serial_sequence pg_get_userbyid pg_get_function_arguments pg_get_function_result
-    pg_get_function_identity_arguments pg_get_keywords pg_encoding_to_char pg_char_to_encoding
-    pg_client_encoding pg_encoding_max_length pg_is_in_recovery pg_options_to_table
-    shobj_description pg_function_is_visible pg_collation_is_visible pg_opclass_is_visible
-    pg_operator_is_visible pg_conversion_is_visible pg_opfamily_is_visible
-    pg_ts_config_is_visible pg_ts_dict_is_visible pg_ts_parser_is_visible
-    pg_ts_template_is_visible pg_statistics_obj_is_visible has_table_privilege
-    has_schema_privilege has_any_column_privilege has_column_privilege has_database_privilege
-    has_function_privilege has_sequence_privilege has_type_privilege has_tablespace_privilege
-    has_foreign_data_wrapper_privilege has_server_privilege has_language_privilege pg_has_role
-    current_schemas current_schema current_database current_catalog current_user session_user
-    current_role user version to_regclass to_regtype to_regnamespace to_regproc
-    to_regprocedure to_regrole to_regoper to_regoperator to_regcollation quote_ident
-    quote_literal quote_nullable parse_ident format array_lower array_upper array_length
-    array_to_string array_position array_positions array_agg array_cat array_append
-    array_prepend array_remove array_dims array_ndims cardinality unnest generate_series
-    generate_subscripts string_agg string_to_array regexp_replace regexp_match regexp_matches
-    split_part substr substring upper lower length char_length concat concat_ws replace trim
-    btrim ltrim rtrim left right lpad rpad coalesce nullif greatest least starts_with
-    json_build_object json_build_array json_agg jsonb_build_object jsonb_build_array jsonb_agg
-    json_object_agg jsonb_object_agg to_json to_jsonb array_to_json row_to_json
-    pg_size_pretty all any some now abs round floor ceil bool_and bool_or every count min max
-    sum row_number rank dense_rank
-    _pg_expandarray _pg_index_position _pg_truetypid _pg_truetypmod _pg_char_max_length
-    _pg_char_octet_length _pg_numeric_precision _pg_numeric_precision_radix _pg_numeric_scale
-    _pg_datetime_precision _pg_interval_type
-    """.split()
-)
-
-# Functions that report sizes or activity measured on the data, or server file paths: replaced
-# by a NULL of their result type.
-BLANKED_FUNCTIONS: dict[str, str] = {
-    "pg_relation_size": "BIGINT",
-    "pg_total_relation_size": "BIGINT",
-    "pg_table_size": "BIGINT",
-    "pg_indexes_size": "BIGINT",
-    "pg_database_size": "BIGINT",
-    "pg_tablespace_size": "BIGINT",
-    "pg_column_size": "BIGINT",
-    "pg_tablespace_location": "TEXT",
-}
-BLANKED_PREFIXES = ("pg_stat_get_",)
-
-# Settings readable with current_setting(): anything but paths, commands and dpsql's own.
-DENIED_SETTING_WORDS = (
-    "file", "directory", "command", "dpsql.", "ssl", "password", "passphrase", "conninfo", "secret",
-)  # fmt: skip
-
-# set_config() is emulated (returns the new value, changes nothing) for these settings only:
-# asyncpg turns JIT off around its type introspection.
-EMULATED_SET_CONFIG = frozenset({"jit"})
-
-# Functions whose result is an object id that prints as a name: NULL unless visible.
-GUARDED_RESULTS: dict[str, str] = {
-    "to_regclass": "rel",
-    "to_regtype": "type",
-    "to_regnamespace": "nsp",
-}
-
-# Casts to object-identifier types print names; those are guarded like the functions above.
-GUARDED_CASTS: dict[str, str] = {"regclass": "rel", "regtype": "type", "regnamespace": "nsp"}
-ALLOWED_CASTS = frozenset(
-    {"regproc", "regprocedure", "regrole", "regoper", "regoperator", "regconfig",
-     "regdictionary", "regcollation"}
-)  # fmt: skip

@@ -38,16 +38,85 @@ def cast_to(x: exp.Expr, type_name: str) -> exp.Cast:
     return exp.Cast(this=x, to=_type_node(type_name).copy())
 
 
+# Object-identifier types whose names can be looked up without an error, and the function.
+LOOKUP: dict[str, str] = {
+    "REGCLASS": "to_regclass",
+    "REGTYPE": "to_regtype",
+    "REGNAMESPACE": "to_regnamespace",
+    "REGPROC": "to_regproc",
+    "REGPROCEDURE": "to_regprocedure",
+}
+_SAFE = "dpsql_object"  # meta key marking an expression as_object() built
+
+
+def _strip_casts(x: exp.Expr) -> exp.Expr:
+    while isinstance(x, exp.Cast):
+        x = x.this
+    return x
+
+
+def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
+    """``x`` (an object id or a name) as a ``type_name`` value that never raises for a name.
+
+    ``CAST('t' AS REGCLASS)`` raises "relation does not exist" for a missing table but answers for
+    a hidden one: an existence oracle. So a name is looked up with ``to_regclass`` (NULL when
+    missing), an id (digits, as PostgreSQL's own input function reads them) is cast, and an
+    expression whose type is only known upstream is told apart there by its text:
+    ``CASE WHEN CAST(x AS TEXT) ~ '^[0-9]+$' THEN CAST(CAST(CAST(x AS TEXT) AS OID) AS T)
+    ELSE to_regX(CAST(x AS TEXT)) END``. A bound parameter still being described keeps the
+    plain cast (nothing runs; PostgreSQL infers its type from it).
+
+    >>> as_object(exp.Literal.string("people"), "REGCLASS").sql("postgres")
+    "TO_REGCLASS('people')"
+    """
+    if x.meta.get(_SAFE) == type_name:
+        return x
+    lookup = LOOKUP[type_name]
+    inner = _strip_casts(x)
+    out: exp.Expr
+    if isinstance(inner, (exp.Placeholder, exp.Parameter, exp.Null)) or (
+        isinstance(x, exp.Literal) and (not x.is_string or x.name.strip().isdigit())
+    ):
+        out = cast_to(x, type_name)  # an id: the cast reads no name, it can't raise "missing"
+    elif isinstance(x, exp.Literal):
+        out = exp.Anonymous(this=lookup, expressions=[x])
+    else:
+        text = cast_to(x, "TEXT")
+        digits = exp.RegexpLike(this=text.copy(), expression=exp.Literal.string("^[0-9]+$"))
+        by_id = cast_to(cast_to(text.copy(), "OID"), type_name)
+        out = exp.Case(
+            ifs=[exp.If(this=digits, true=by_id)],
+            default=exp.Anonymous(this=lookup, expressions=[text]),
+        )
+    out.meta[_SAFE] = type_name
+    return out
+
+
 def visible(kind: str, x: exp.Expr) -> exp.Expr:
     type_name = rules.KIND_TYPE[kind]
-    already = isinstance(x, exp.Cast) and cast_target(x) == type_name.lower()
-    typed = x if already else cast_to(x, type_name)
+    if type_name in LOOKUP:
+        typed = as_object(x, type_name)
+    else:
+        already = isinstance(x, exp.Cast) and cast_target(x) == type_name.lower()
+        typed = x if already else cast_to(x, type_name)
     return fill(template(rules.VISIBLE[kind]), {"__x__": typed})
 
 
 def att_visible(rel: exp.Expr, num: exp.Expr) -> exp.Expr:
     sql = "NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = __r__ AND h.attnum = __n__)"
     return fill(template(sql), {"__r__": cast_to(rel, "OID"), "__n__": num})
+
+
+def column_visible(rel: exp.Expr, column: exp.Expr) -> exp.Expr:
+    """The column (by name or number) exists in ``rel`` and is not hidden: a hidden column and a
+    missing one are then alike (the caller answers NULL for both)."""
+    sql = (
+        "EXISTS (SELECT 1 FROM pg_catalog.pg_attribute AS va WHERE va.attrelid = __r__ "
+        "AND NOT va.attisdropped AND (va.attname = __c__ OR CAST(va.attnum AS TEXT) = __c__) "
+        "AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = va.attrelid "
+        "AND h.attnum = va.attnum))"
+    )
+    return fill(template(sql), {"__r__": cast_to(rel, "OID"), "__c__": cast_to(column, "TEXT")})
 
 
 def filtered_relation(schema: str, name: str) -> exp.Select:

@@ -175,7 +175,8 @@ def test_asyncpg_jit_toggle_is_emulated() -> None:
 
 def test_bound_setting_names_are_checked_upstream() -> None:
     sql = _rewrite("SELECT current_setting($1::VARCHAR)")
-    assert "LIKE '%file%'" in sql and "CASE WHEN NOT" in sql
+    assert "LIKE '%file%'" in sql and "LIKE '%path%'" in sql and "OR NOT (" in sql
+    assert "IN ('search_path')" in sql
 
 
 def test_bound_literals_under_casts_are_checked() -> None:
