@@ -1,0 +1,164 @@
+"""Bound contributions on per-unit partial aggregates (decomposable measures only).
+
+COUNT(*), COUNT(x), COUNT(DISTINCT unit), SUM and the centered sums behind AVG/VAR/STDDEV add up
+over rows, so each privacy unit's rows in one group are first summarized by one *partial* row,
+and groups are chosen per unit on those (far fewer) rows::
+
+    WITH _dp_rows AS (<the query's rows: _dp_unit, _dp_g*, _dp_v*>),
+         _dp_parts AS (SELECT _dp_unit, _dp_g*, <partial_i> AS _dp_p<i>
+                       FROM _dp_rows GROUP BY _dp_unit, _dp_g*),
+         _dp_bounded AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY _dp_unit
+                                      ORDER BY hashtextextended(salt|unit|keys, 0), _dp_g*) AS _dp_gr
+                         FROM _dp_parts)
+    SELECT _dp_g*, COALESCE(SUM(_dp_p<i>), 0) AS _dp_m<i>
+    FROM _dp_bounded WHERE _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
+
+(without GROUP BY there is one group: no ranking, no window, only hashed aggregation). The old
+plan sorted every row twice (a ROW_NUMBER per unit and group, a DENSE_RANK per unit); this one
+aggregates the rows by hashing and sorts one row per (unit, group).
+
+Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its non-NULL values
+(n = COUNT(*) for COUNT(*)), and each row's summand ``b`` in [a, c] (``v``, ``v - mid`` or
+``(v - mid)^2`` for a value ``v`` clamped into [lo, hi]):
+
+* COUNT(*), COUNT(v): ``LEAST(n, R)`` -- exactly what keeping R rows gave;
+* COUNT(DISTINCT unit): 1 (one partial row per unit and group);
+* sums: ``SUM(b)`` when n <= R, else ``SUM(b) * R / n`` (rounded to an integer for integer
+  sums), then clamped into [R·min(a, 0), R·max(c, 0)]. A unit with more than R values thus counts
+  as R values at its own mean: the expectation of keeping R of its rows at random (the old plan),
+  without the sampling noise, and consistent with the LEAST(n, R) count, so AVG stays the mean of
+  the kept values. The clamp is a no-op for honest partials and makes the bound hold whatever the
+  arithmetic does.
+
+Sensitivity (the plan's, unchanged): neighbouring databases differ by all rows of one unit. That
+unit has at most one partial row per group and keeps at most G = max_groups_per_unit of them (the
+ranking is a function of the unit's own groups only); every other unit's partials and choices are
+identical in both databases. Each kept partial of measure m lies in an interval containing 0 of
+magnitude at most R·c_m, where c_m = ``Measure.per_row()`` (1 for counts; max(|lo|, |hi|) for SUM;
+(hi - lo)/2 and ((hi - lo)/2)^2 for the centered sums), and 1 for COUNT(DISTINCT unit). So a
+group's total moves by at most R·c_m (Linf), the vector of all groups by at most G·R·c_m (L1) and
+sqrt(G)·R·c_m (L2): the bounds :mod:`dpsql.sql.plan` states for row truncation, which keep
+holding. Integer sums stay integers (rounded partials), so the release grid of 1 needs no slack.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.rewrite.literals import numeric
+
+DECOMPOSABLE = frozenset(
+    {"count_rows", "count_values", "count_units", "sum", "sum_centered", "sum_sq_centered"}
+)
+
+
+def decomposable(a: Analysis) -> bool:
+    """True when every measure adds up over rows (no COUNT(DISTINCT x), quantile or mode)."""
+    return all(m.kind in DECOMPOSABLE for m in a.measures)
+
+
+def group_hash(salt: str, unit: exp.Expression, gcols: list[exp.Expression]) -> exp.Expression:
+    """A salted 64-bit hash of (unit, group keys): the order in which a unit's groups are kept.
+
+    NULL and the text 'n' hash apart (keys are prefixed with 'v'). Any function of the unit's own
+    rows would do for privacy; the salt only makes the choice differ between statements.
+    """
+    parts: list[exp.Expression] = [exp.Literal.string(salt), exp.cast(unit.copy(), "text")]
+    for g in gcols:
+        text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(g.copy(), "text"))
+        parts.append(exp.Coalesce(this=text, expressions=[exp.Literal.string("n")]))
+    digest = exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("|"), *parts])
+    return exp.Anonymous(this="hashtextextended", expressions=[digest, exp.Literal.number(0)])
+
+
+def _least(node: exp.Expression, r: int) -> exp.Expression:
+    return exp.Least(this=node, expressions=[exp.Literal.number(r)])
+
+
+def _summand(m: Measure, v: exp.Expression) -> tuple[exp.Expression, Fraction, Fraction]:
+    """The per-row summand of a sum measure and its range [a, c]."""
+    if m.kind == "sum":
+        return v.copy(), m.lo, m.hi
+    d = exp.Paren(this=exp.Sub(this=v.copy(), expression=numeric(m.mid)))
+    half = (m.hi - m.lo) / 2
+    if m.kind == "sum_centered":
+        return d.this, -half, half
+    return exp.Mul(this=d, expression=d.copy()), Fraction(0), half * half
+
+
+def partial_sql(m: Measure, v: exp.Expression | None, r: int) -> exp.Expression | None:
+    """One unit's partial of measure ``m`` in one group (None for COUNT(DISTINCT unit))."""
+    if m.kind == "count_units":
+        return None
+    if m.kind == "count_rows":
+        return _least(exp.Count(this=exp.Star()), r)
+    assert v is not None
+    n = exp.Count(this=v.copy())
+    if m.kind == "count_values":
+        return _least(n, r)
+    body, a, c = _summand(m, v)
+    total = exp.Sum(this=body)
+    scaled: exp.Expression = exp.Div(
+        this=exp.Mul(this=total.copy(), expression=exp.Literal.number(r)),
+        expression=n.copy(),
+        typed=True,  # NUMERIC / bigint: exact PostgreSQL division, no cast to float
+    )
+    if m.integral:
+        scaled = exp.Round(this=scaled)
+    kept = exp.Case(
+        ifs=[exp.If(this=exp.LTE(this=n, expression=exp.Literal.number(r)), true=total)],
+        default=scaled,
+    )
+    part = exp.Coalesce(this=kept, expressions=[exp.Literal.number(0)])
+    lo, hi = r * min(a, Fraction(0)), r * max(c, Fraction(0))
+    return exp.Least(
+        this=exp.Greatest(this=part, expressions=[numeric(lo)]), expressions=[numeric(hi)]
+    )
+
+
+def bound_partials(
+    a: Analysis,
+    rows: exp.Select,
+    values: list[exp.Expression | None],
+    salt: str,
+) -> exp.Select:
+    """The private SQL for decomposable measures (``values[i]``: measure i's value column)."""
+    unit = exp.column("_dp_unit")
+    gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
+    parts: dict[str, exp.Expression] = {}
+    measures: list[exp.Expression] = []
+    for i, m in enumerate(a.measures):
+        p = partial_sql(m, values[i], a.max_rows)
+        if p is None:
+            out: exp.Expression = exp.Count(this=exp.Star())
+        else:
+            key = p.sql("postgres")
+            if key not in parts:
+                parts[key] = exp.alias_(p, f"_dp_p{len(parts)}")
+            col = exp.column(parts[key].alias)
+            out = exp.Coalesce(this=exp.Sum(this=col), expressions=[exp.Literal.number(0)])
+        measures.append(exp.alias_(out, f"_dp_m{i}"))
+    keys = [unit, *gcols]
+    partial = exp.select(*[k.copy() for k in keys], *parts.values()).from_("_dp_rows")
+    partial = partial.group_by(*[k.copy() for k in keys])
+    q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
+    q = q.with_("_dp_parts", as_=partial)
+    if not gcols:
+        return q.from_("_dp_parts")
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[unit.copy()],
+        order=exp.Order(
+            expressions=[
+                exp.Ordered(this=group_hash(salt, unit, gcols)),
+                *[exp.Ordered(this=g.copy()) for g in gcols],
+            ]
+        ),
+    )
+    bounded = exp.select(exp.Star(), exp.alias_(rank, "_dp_gr")).from_("_dp_parts")
+    keep = exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
+    q = q.with_("_dp_bounded", as_=bounded).from_("_dp_bounded").where(keep)
+    return q.group_by(*[g.copy() for g in gcols])
