@@ -1,8 +1,8 @@
 """Clamp values into their declared bounds before they are summed.
 
-Each bounded column reference becomes ``LEAST(GREATEST(col, lo), hi)``; then the whole argument is
-clamped to the range the sensitivity analysis computed for it, so the stated sensitivity holds
-whatever the expression. NULLs stay NULL (and are ignored by SUM and COUNT(x), as in SQL).
+Each bounded column reference becomes ``numeric_smaller(numeric_larger(col, lo), hi)``; then the
+whole argument is clamped to the range the sensitivity analysis computed for it, so the stated
+sensitivity holds whatever the expression. NULLs stay NULL (and are ignored by SUM and COUNT(x), as in SQL).
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.sql.rewrite.literals import numeric
+from dpsql.sql.rewrite.literals import clamp_strict, numeric
 from dpsql.sql.sensitivity import Columns, lookup
 
 
 def clamp(node: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
-    """``LEAST(GREATEST(node, lo), hi)`` in NUMERIC.
+    """``node`` clamped into [lo, hi] in NUMERIC (NULL stays NULL: see ``clamp_strict``).
 
     >>> import sqlglot
     >>> clamp(sqlglot.parse_one("x"), Fraction(0), Fraction(9)).sql("postgres")
-    'LEAST(GREATEST(CAST(x AS DECIMAL), CAST(0 AS DECIMAL)), CAST(9 AS DECIMAL))'
+    'NUMERIC_SMALLER(NUMERIC_LARGER(CAST(x AS DECIMAL), CAST(0 AS DECIMAL)), CAST(9 AS DECIMAL))'
     """
-    inner = exp.Greatest(this=exp.cast(node, "numeric"), expressions=[numeric(lo)])
-    return exp.Least(this=inner, expressions=[numeric(hi)])
+    return clamp_strict(exp.cast(node, "numeric"), numeric(lo), numeric(hi))
 
 
 def clamp_values(

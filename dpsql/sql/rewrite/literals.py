@@ -27,3 +27,18 @@ def numeric(value: Fraction | int) -> exp.Expression:
     """``CAST(<value> AS NUMERIC)``, so arithmetic stays exact and typed."""
     n = number(value)
     return exp.cast(exp.Paren(this=n) if isinstance(n, exp.Neg) else n, "numeric")
+
+
+def clamp_strict(node: exp.Expression, lo: exp.Expression, hi: exp.Expression) -> exp.Expression:
+    """``node`` clamped into [lo, hi] in NUMERIC, NULL staying NULL.
+
+    ``LEAST``/``GREATEST`` ignore NULL arguments (``GREATEST(NULL, 0)`` is 0), which would turn a
+    missing value into a bound; ``numeric_larger``/``numeric_smaller`` (the functions behind
+    max/min of numeric) are strict: NULL in, NULL out. NaN compares above every number, so it
+    becomes ``hi``, as with ``LEAST(GREATEST(...))``. ``node`` must be typed NUMERIC.
+
+    >>> clamp_strict(exp.column("x"), number(0), number(9)).sql("postgres")
+    'NUMERIC_SMALLER(NUMERIC_LARGER(x, 0), 9)'
+    """
+    larger = exp.Anonymous(this="numeric_larger", expressions=[node, lo])
+    return exp.Anonymous(this="numeric_smaller", expressions=[larger, hi])

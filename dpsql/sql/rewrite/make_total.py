@@ -6,7 +6,7 @@ some row is evaluated (a data-gated error). This pass makes every row-level oper
 allows total for every input value:
 
 * arithmetic runs in NUMERIC on *safe* operands: each operand of ``+ - * / % div`` that reads a
-  column is clamped into [-10^1000, 10^1000] and rounded to 100 decimals (NaN and ±Infinity are
+  column is clamped (NULL staying NULL: ``clamp_strict``) into [-10^1000, 10^1000] and rounded to 100 decimals (NaN and ±Infinity are
   clamped too); literal operands are folded at plan time (data-independent). Then every product or
   quotient stays below 10^2100 and every sum of such terms far below NUMERIC's 10^131072 limit,
   so arithmetic never overflows;
@@ -24,8 +24,10 @@ The analyzer (:mod:`dpsql.sql.analyze`) refuses what can't be made total here (c
 regular expressions, LIKE patterns from data, unknown date units...).
 
 >>> import sqlglot
->>> make_total(sqlglot.parse_one("a % 2", read="postgres")).sql("postgres")
-'a % NULLIF(2, 0)'
+>>> make_total(sqlglot.parse_one("7 % 2", read="postgres")).sql("postgres")
+'7 % NULLIF(2, 0)'
+>>> make_total(sqlglot.parse_one("a * 2", read="postgres")).sql("postgres")
+'ROUND(NUMERIC_SMALLER(NUMERIC_LARGER(CAST(a AS DECIMAL), -1e1000), 1e1000), 100) * 2'
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.sql import functions as fn
-from dpsql.sql.rewrite.literals import number
+from dpsql.sql.rewrite.literals import clamp_strict, number
 from dpsql.sql.sensitivity import Columns, lookup
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
@@ -55,7 +57,7 @@ def _pow10(e: int) -> exp.Expression:
 
 
 def _clamp(node: exp.Expression, lo: exp.Expression, hi: exp.Expression) -> exp.Expression:
-    return exp.Least(this=exp.Greatest(this=node, expressions=[lo]), expressions=[hi])
+    return clamp_strict(node, lo, hi)  # NULL stays NULL
 
 
 def _num(node: exp.Expression) -> exp.Expression:
