@@ -16,7 +16,8 @@ it keeps rows, and the query becomes::
 
 so each unit keeps at most ``max_rows_per_unit`` rows in each group and touches at most
 ``max_groups_per_unit`` groups (a salted-hash choice, ties broken by the key itself so distinct
-groups always get distinct ranks). ``_dp_h`` is a function of (unit, keys), so partitioning the
+groups always get distinct ranks; skipped when the declared keys leave fewer groups than
+``max_groups_per_unit``). ``_dp_h`` is a function of (unit, keys), so partitioning the
 first window by it too changes nothing, but makes both windows read one sort order
 (unit, hash, keys, random()): PostgreSQL sorts the rows once instead of twice.
 With ``privacy_unit: row`` no bounding is needed.
@@ -28,7 +29,12 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.rewrite.bound_partials import bound_partials, decomposable, group_hash
+from dpsql.sql.rewrite.bound_partials import (
+    bound_partials,
+    decomposable,
+    group_hash,
+    needs_group_rank,
+)
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
@@ -148,9 +154,10 @@ def _bounded(
 ) -> exp.Select:
     unit = exp.column("_dp_unit")
     h = exp.column("_dp_h")
+    rank = needs_group_rank(a)
     rn = exp.Window(
         this=exp.RowNumber(),
-        partition_by=[unit, *([h] if gcols else []), *gcols],
+        partition_by=[unit, *([h] if rank else []), *gcols],
         order=exp.Order(expressions=[exp.Ordered(this=exp.Rand())]),
     )
     extra = [exp.alias_(rn, "_dp_rn")]
@@ -158,7 +165,7 @@ def _bounded(
         exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
     ]
     src: exp.Expression = exp.to_table("_dp_rows")
-    if gcols:
+    if rank:
         # The unit is part of the hash so each unit draws its own random order of its groups.
         hashed = exp.select(exp.Star(), exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
         src = hashed.from_("_dp_rows").subquery("_dp_hashed")

@@ -13,7 +13,8 @@ and groups are chosen per unit on those (far fewer) rows::
     SELECT _dp_g*, COALESCE(SUM(_dp_p<i>), 0) AS _dp_m<i>
     FROM _dp_bounded WHERE _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
 
-(without GROUP BY there is one group: no ranking, no window, only hashed aggregation). The old
+(without GROUP BY, or when the declared keys leave at most G groups, there is nothing to choose:
+no ranking, no window, only hashed aggregation; see ``needs_group_rank``). The old
 plan sorted every row twice (a ROW_NUMBER per unit and group, a DENSE_RANK per unit); this one
 aggregates the rows by hashing and sorts one row per (unit, group).
 
@@ -58,6 +59,25 @@ DECOMPOSABLE = frozenset(
 def decomposable(a: Analysis) -> bool:
     """True when every measure adds up over rows (no COUNT(DISTINCT x), quantile or mode)."""
     return all(m.kind in DECOMPOSABLE for m in a.measures)
+
+
+def needs_group_rank(a: Analysis) -> bool:
+    """False when no unit can touch more than G groups anyway, so choosing groups is a no-op.
+
+    That is the case without GROUP BY, and when every key has a declared ``keys:`` list whose
+    combinations number at most G: rows whose keys (as text) are not declared, or NULL, are
+    filtered out, and the release is indexed by the declared keys (one SQL group per declared
+    combination, :func:`dpsql.execute.noise.release`), so a unit reaches at most G released
+    groups even if two values printed the same text.
+    """
+    if not a.group_keys:
+        return False
+    combinations = 1
+    for g in a.group_keys:
+        if g.keys is None:
+            return True  # keys_from (resolved at run time) or partition selection
+        combinations *= len(set(g.keys))
+    return combinations > a.max_groups
 
 
 def group_hash(salt: str, unit: exp.Expression, gcols: list[exp.Expression]) -> exp.Expression:
@@ -146,8 +166,9 @@ def bound_partials(
     partial = partial.group_by(*[k.copy() for k in keys])
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
     q = q.with_("_dp_parts", as_=partial)
-    if not gcols:
-        return q.from_("_dp_parts")
+    if not needs_group_rank(a):
+        q = q.from_("_dp_parts")
+        return q.group_by(*[g.copy() for g in gcols]) if gcols else q
     rank = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit.copy()],
