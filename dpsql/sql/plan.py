@@ -1,10 +1,13 @@
 """The plan of a private query: budget split, mechanism and sensitivity of every measure.
 
 Neighbouring databases differ by all rows of one privacy unit. After contribution bounding a unit
-has at most R = max_rows_per_unit rows in each group and touches at most G = max_groups_per_unit
-groups (G = 1 without GROUP BY; R = G = 1 with ``privacy_unit: row``). A measure whose per-row
-contribution is c therefore has L1 sensitivity G·R·c and L2 sensitivity sqrt(G)·R·c over the vector
-of all groups (count of distinct units: c = 1 per unit, so G and sqrt(G)).
+touches at most G = max_groups_per_unit groups and moves each of them by at most R·c, with
+R = max_rows_per_unit and c the per-row contribution (G = 1 without GROUP BY; R = G = 1 with
+``privacy_unit: row``): by keeping at most R rows per group (row path) or by a partial aggregate
+clamped into an interval of magnitude R·c (decomposable measures; the proof is in
+:mod:`dpsql.sql.rewrite.bound_partials`). A measure therefore has L1 sensitivity G·R·c and L2
+sensitivity sqrt(G)·R·c over the vector of all groups (count of distinct units: c = 1 per unit,
+so G and sqrt(G)).
 
 The query's epsilon is split evenly over its measures (and DP partition selection, when a GROUP BY key
 is not public). With Laplace noise each measure is (epsilon/k)-DP; with Gaussian noise the query's
