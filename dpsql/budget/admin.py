@@ -59,9 +59,11 @@ def _audit(
 
 def _row_detail(row: BudgetRow) -> dict[str, object]:
     return {
-        "epsilon_spent": str(row.spent.epsilon),
-        "delta_spent": str(row.spent.delta),
-        "rho_spent": str(row.spent.rho),
+        "epsilon_spent": str(row.spent.cost.epsilon),
+        "delta_spent": str(row.spent.cost.delta),
+        "rho_spent": str(row.spent.cost.rho),
+        "renyi_spent": None if row.spent.renyi is None else str(row.spent.renyi),
+        "renyi_order": None if row.order is None else str(row.order),
         "epsilon_granted": str(row.epsilon_granted),
         "delta_granted": str(row.delta_granted),
         "releases": row.releases,
@@ -127,7 +129,7 @@ def reset(ledger: Ledger, actor: str, analyst: str | None, reason: str = "") -> 
         conn.execute(
             ledger.q(
                 "UPDATE {s}.budget SET epsilon_spent = '0', delta_spent = '0', rho_spent = '0',"
-                " releases = 0, generation = generation + 1, updated_at = now()"
+                " renyi_spent = '0', releases = 0, generation = generation + 1, updated_at = now()"
                 " WHERE dataset = %s AND kind = %s AND name = %s AND period_start = %s"
             ),
             [ledger.dataset, lim.kind, lim.name, start],
@@ -153,14 +155,16 @@ def show(ledger: Ledger, analyst: str | None = None) -> str:
             fmt_down(Fraction(s.epsilon_limit)),
             fmt_down(Fraction(s.epsilon_remaining)),
             fmt_up(Fraction(s.delta_spent)),
+            fmt_down(Fraction(s.delta_explicit_limit)),
             fmt_down(Fraction(s.delta_limit)),
             fmt_up(Fraction(s.rho_spent)),
+            "-" if s.renyi_order is None else fmt_down(Fraction(s.renyi_order)),
             str(s.releases),
         ]
         for s in statuses(ledger, tuple(limits[k] for k in sorted(limits)))
     ]
     head = ["budget", "name", "period", "eps spent", "eps limit", "eps left", "delta spent"]
-    head += ["delta limit", "rho spent", "releases"]
+    head += ["delta explicit", "delta limit", "rho spent", "renyi order", "releases"]
     table = [head, *rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in table)

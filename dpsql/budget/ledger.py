@@ -30,6 +30,7 @@ import psycopg_pool
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from dpsql.budget import filter as budget_filter
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.periods import period_start
@@ -41,11 +42,12 @@ from dpsql.budget.records import (
     cost_text,
     exhausted,
     frac_text,
+    opt_text,
     refundable,
 )
 from dpsql.dp.accounting import Cost, exact, rho_to_epsilon
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
-from dpsql.policy.model import Policy
+from dpsql.policy.model import Budget, Policy
 
 if TYPE_CHECKING:
     from dpsql.budget.views import BudgetStatus, HistoryEntry
@@ -151,15 +153,7 @@ class Ledger:
                 f"analyst {analyst!r} has no privacy budget in the policy",
                 hint=f"add analysts.{analyst}.budget to the policy",
             )
-        out = [
-            Limit(
-                "analyst",
-                analyst,
-                exact(who.budget.epsilon),
-                exact(who.budget.delta),
-                who.budget.period,
-            )
-        ]
+        out = [_limit("analyst", analyst, who.budget)]
         g = self.dataset_limit()
         if g is not None:
             out.append(g)
@@ -168,9 +162,7 @@ class Ledger:
     def dataset_limit(self) -> Limit | None:
         """The dataset's global budget (the sum over all analysts), if the policy sets one."""
         g = self.policy.budget
-        if g is None:
-            return None
-        return Limit("dataset", self.dataset, exact(g.epsilon), exact(g.delta), g.period)
+        return None if g is None else _limit("dataset", self.dataset, g)
 
     def max_epsilon(self, analyst: str) -> Fraction:
         who = self.policy.analysts.get(analyst)
@@ -250,18 +242,27 @@ class Ledger:
         for lim in limits:
             start = period_start(lim.period, now)
             row = self.lock_budget(conn, lim.kind, lim.name, start)
-            total = (row.spent + cost).rounded_up()
-            eps_limit = lim.epsilon + row.epsilon_granted
-            delta_limit = lim.delta + row.delta_granted
-            if not total.fits(eps_limit, delta_limit):
-                raise exhausted(analyst, lim, row, cost, delta_for_rho, now)
+            filt = row.filter(lim)
+            total = filt.add(row.spent, cost)
+            if not filt.admits(total):
+                raise exhausted(analyst, lim, row, cost, now)
             conn.execute(
                 self.q(
                     "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
+                    " renyi_spent = %s, renyi_order = %s, delta_share = %s,"
                     " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
                     " AND name = %s AND period_start = %s"
                 ),
-                [*cost_text(total), self.dataset, lim.kind, lim.name, start],
+                [
+                    *cost_text(total.cost),
+                    opt_text(total.renyi),
+                    opt_text(filt.order),
+                    frac_text(filt.delta_share),
+                    self.dataset,
+                    lim.kind,
+                    lim.name,
+                    start,
+                ],
             )
             charged.append(Charged(lim.kind, lim.name, start, row.generation))
         rid, created = conn.execute(
@@ -292,8 +293,7 @@ class Ledger:
             self.q(
                 "INSERT INTO {s}.budget AS b (dataset, kind, name, period_start)"
                 " VALUES (%s, %s, %s, %s) ON CONFLICT (dataset, kind, name, period_start)"
-                " DO UPDATE SET updated_at = b.updated_at RETURNING epsilon_spent, delta_spent,"
-                " rho_spent, epsilon_granted, delta_granted, generation, releases"
+                " DO UPDATE SET updated_at = b.updated_at RETURNING " + BudgetRow.COLUMNS
             ),
             [self.dataset, kind, name, start],
         ).fetchone()
@@ -368,15 +368,22 @@ class Ledger:
                 row = self.lock_budget(conn, c.kind, c.name, c.period_start)
                 if row.generation != c.generation:
                     continue  # reset since: the spend it was part of is gone already
-                left = (row.spent - res.cost).rounded_up()
+                left = budget_filter.refund(row.spent, res.cost, row.order)
                 conn.execute(
                     self.q(
                         "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s,"
-                        " rho_spent = %s, releases = greatest(releases - 1, 0),"
+                        " rho_spent = %s, renyi_spent = %s, releases = greatest(releases - 1, 0),"
                         " updated_at = now() WHERE dataset = %s AND kind = %s AND name = %s"
                         " AND period_start = %s"
                     ),
-                    [*cost_text(left), self.dataset, c.kind, c.name, c.period_start],
+                    [
+                        *cost_text(left.cost),
+                        opt_text(left.renyi),
+                        self.dataset,
+                        c.kind,
+                        c.name,
+                        c.period_start,
+                    ],
                 )
 
         self.transact(run)
@@ -445,6 +452,14 @@ class Ledger:
         from dpsql.budget import admin
 
         admin.reset(self, actor, analyst, reason)
+
+
+def _limit(kind: str, name: str, b: Budget) -> Limit:
+    """A policy budget as a Limit (exact values; the filter's settings for new periods)."""
+    order = None if b.renyi_order is None else exact(b.renyi_order)
+    return Limit(
+        kind, name, exact(b.epsilon), exact(b.delta), b.period, order, exact(b.explicit_delta_share)
+    )
 
 
 def _configure(conn: psycopg.Connection) -> None:

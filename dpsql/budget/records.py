@@ -7,9 +7,10 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from dpsql.budget.filter import DEFAULT_DELTA_SHARE, Filter, Spent
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.periods import period_end
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import Cost, default_order
 from dpsql.errors import BudgetExhausted
 
 
@@ -22,6 +23,8 @@ class Limit:
     epsilon: Fraction
     delta: Fraction
     period: str
+    renyi_order: Fraction | None = None  # the policy's, if it sets one
+    delta_share: Fraction = DEFAULT_DELTA_SHARE
 
     @property
     def label(self) -> str:
@@ -52,24 +55,56 @@ class Reservation:
 
 @dataclass(frozen=True)
 class BudgetRow:
-    """A budget row as stored: totals for one budget and period."""
+    """A budget row as stored: totals for one budget and period, and its filter's settings.
 
-    spent: Cost
+    ``order`` and ``delta_share`` are fixed by the first release charged in the period (None
+    before); ``spent.renyi`` is None in rows older than the filter (see :class:`Spent`).
+    """
+
+    spent: Spent
     epsilon_granted: Fraction
     delta_granted: Fraction
     generation: int
     releases: int
+    order: Fraction | None = None
+    delta_share: Fraction | None = None
+
+    COLUMNS = (
+        "epsilon_spent, delta_spent, rho_spent, epsilon_granted, delta_granted, generation,"
+        " releases, renyi_spent, renyi_order, delta_share"
+    )
 
     @classmethod
     def parse(cls, row: tuple[Any, ...]) -> BudgetRow:
-        eps, delta, rho, geps, gdelta, generation, releases = row
+        eps, delta, rho, geps, gdelta, generation, releases, renyi, order, share = row
         return cls(
-            Cost(Fraction(eps), Fraction(delta), Fraction(rho)),
+            Spent(
+                Cost(Fraction(eps), Fraction(delta), Fraction(rho)),
+                None if renyi is None else Fraction(renyi),
+            ),
             Fraction(geps),
             Fraction(gdelta),
             int(generation),
             int(releases),
+            None if order is None else Fraction(order),
+            None if share is None else Fraction(share),
         )
+
+    def filter(self, lim: Limit) -> Filter:
+        """This period's filter: the stored order and share, else what the first release fixes.
+
+        A new period takes the policy's ``renyi_order`` or the default order for its limits
+        (grants included) and the policy's ``explicit_delta_share``.
+        """
+        share = lim.delta_share if self.delta_share is None else self.delta_share
+        eps, delta = lim.epsilon + self.epsilon_granted, lim.delta + self.delta_granted
+        f = Filter(eps, delta, None, share)
+        if f.delta_conversion <= 0:
+            return f
+        order = self.order if self.order is not None else lim.renyi_order
+        if order is None:
+            order = default_order(eps, f.delta_conversion)
+        return Filter(eps, delta, order, share)
 
 
 def exhausted(
@@ -77,35 +112,39 @@ def exhausted(
     lim: Limit,
     row: BudgetRow,
     cost: Cost,
-    delta_for_rho: Fraction,
     now: datetime,
 ) -> BudgetExhausted:
-    """The 53400 refusal: what the budget has left and what the query needs."""
-    eps_limit = lim.epsilon + row.epsilon_granted
-    delta_limit = lim.delta + row.delta_granted
-    spent_eps = row.spent.epsilon_within(delta_limit)
-    left_eps = max(Fraction(0), eps_limit - spent_eps) if spent_eps is not None else Fraction(0)
-    left_delta = max(Fraction(0), delta_limit - row.spent.delta)
-    need_eps, need_delta = (
-        cost.as_approx_dp(delta_for_rho)
-        if cost.rho
-        else (
-            cost.epsilon,
-            cost.delta,
-        )
-    )
+    """The 53400 refusal: what the budget has left and what the query needs, in its units."""
+    f = row.filter(lim)
+    spent = f.epsilon_spent(row.spent)
+    spent = f.epsilon if spent is None else spent
+    left_eps = f.epsilon_remaining(row.spent)
+    left_delta = max(Fraction(0), f.delta_explicit - row.spent.cost.delta)
+    need = f.need(row.spent, cost)
     end = period_end(lim.period, now)
     when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
     who = "you have" if lim.kind == "analyst" else f"the {lim.label} has"
+    if need is None:
+        needs = "the query adds Gaussian noise, which needs a budget with delta for it"
+    else:
+        needs = f"the query needs epsilon {fmt_up(need)} and delta {fmt_up(cost.delta)}"
+    why = ""
+    if need is not None and cost.rho > 0 and row.spent.cost.rho == 0 and f.overhead is not None:
+        why = (
+            f"; the first Gaussian release of a period also pays the one-time conversion cost "
+            f"epsilon {fmt_up(f.overhead)}"
+        )
+    order = f"Renyi order {f.order}" if f.order is not None else "no Renyi order (delta 0)"
     return BudgetExhausted(
-        f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} and delta "
-        f"{fmt_down(left_delta)} left{when}; the query needs epsilon {fmt_up(need_eps)} and "
-        f"delta {fmt_up(need_delta)}",
-        detail=f"{lim.label} ({analyst} asked): limit epsilon {fmt_down(eps_limit)}, delta "
-        f"{fmt_down(delta_limit)} per {lim.period if lim.period != 'none' else 'lifetime'};"
-        f" spent epsilon {fmt_up(spent_eps or 0)}, delta {fmt_up(row.spent.delta)}, rho "
-        f"{fmt_up(row.spent.rho)}",
+        f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} left, and delta "
+        f"{fmt_down(left_delta)} for partition selection{when}; {needs}",
+        detail=f"{lim.label} ({analyst} asked): limit epsilon {fmt_down(f.epsilon)}, delta "
+        f"{fmt_down(f.delta)} ({fmt_down(f.delta_explicit)} of it for explicit deltas) per "
+        f"{lim.period if lim.period != 'none' else 'lifetime'}; {order}; spent epsilon "
+        f"{fmt_up(spent)}, explicit delta {fmt_up(row.spent.cost.delta)}, rho "
+        f"{fmt_up(row.spent.cost.rho)}{why}",
         hint="lower SET dpsql.epsilon, repeat an earlier query (repeats are free), "
+        + ("use SET dpsql.mechanism = laplace, " if cost.rho > 0 else "")
         + (f"wait for the budget to renew at {end:%Y-%m-%d %H:%M} UTC, " if end else "")
         + "or ask the administrator for a grant (dpsql budget grant)",
     )
@@ -117,6 +156,10 @@ def frac_text(x: Fraction) -> str:
 
 def cost_text(c: Cost) -> list[str]:
     return [frac_text(c.epsilon), frac_text(c.delta), frac_text(c.rho)]
+
+
+def opt_text(x: Fraction | None) -> str | None:
+    return None if x is None else frac_text(x)
 
 
 # Failures that can't depend on the private data: the connection (before or regardless of the

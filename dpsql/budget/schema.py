@@ -7,7 +7,9 @@ version is newer than this code is refused rather than written to.
 Tables (all in the ledger schema, ``dpsql`` by default):
 
 - ``budget``: one row per budget and period: the running totals spent (exact fractions as text,
-  ``p/q``), admin grants, a ``generation`` bumped by each reset. Reservations lock these rows.
+  ``p/q``; ``renyi_spent`` sums each release's Renyi divergence at the row's ``renyi_order``),
+  the filter's order and explicit-delta share (fixed by the period's first release), admin
+  grants, a ``generation`` bumped by each reset. Reservations lock these rows.
 - ``release``: the append-only audit log of every release (who, when, fingerprint, cost, state).
   Only ``reserved -> committed | refunded`` may change; deletes and truncation are refused.
 - ``answer``: stored noisy answers for free repeats (never the true values).
@@ -108,7 +110,16 @@ _V2 = (
     "REVOKE ALL ON ALL FUNCTIONS IN SCHEMA {s} FROM PUBLIC",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# The privacy filter (dpsql.budget.filter): each budget row keeps the summed Renyi divergences at
+# its order, and the order and explicit-delta share fixed by its first release. Rows from before
+# keep renyi_spent NULL: read as sum epsilon + order * sum rho, an upper bound.
+_V3 = (
+    "ALTER TABLE {s}.budget ADD COLUMN renyi_spent text, ADD COLUMN renyi_order text,"
+    " ADD COLUMN delta_share text",
+    "ALTER TABLE {s}.budget ALTER COLUMN renyi_spent SET DEFAULT '0'",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 VERSION = len(MIGRATIONS)
 
 

@@ -4,9 +4,12 @@ The wire session routes ``SHOW dpsql.budget`` to :func:`show_budget`, ``SELECT *
 to :func:`budget_result` and ``SELECT * FROM dpsql.history`` to :func:`history_result`. An analyst
 sees only their own budget, the dataset's, and their own releases.
 
-``epsilon_spent`` states everything released so far as one (epsilon, delta_limit)-DP guarantee:
-Gaussian (rho) spending is converted with the delta not spent explicitly (see
-:meth:`dpsql.dp.accounting.Cost.epsilon_within`). Spent is rounded up and remaining down.
+Units (see :mod:`dpsql.budget.filter` and docs/budget.md): ``epsilon_spent`` is how much of the
+budget's epsilon the filter has used (the pure epsilon sum while every release was pure, else the
+summed Renyi divergences plus the one-time conversion cost, whichever is smaller); a query is
+admitted iff what it needs is at most ``epsilon_remaining``. ``delta_spent`` and
+``delta_remaining`` count explicit deltas (partition selection) against ``delta_explicit_limit``;
+the rest of ``delta_limit`` converts the Renyi bound. Spent is rounded up and remaining down.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from dpsql.budget.filter import Spent
 from dpsql.budget.format import dec_down, dec_up, fmt_down
 from dpsql.budget.ledger import BudgetRow, Ledger, Limit
 from dpsql.budget.periods import period_end, period_start
@@ -38,9 +42,12 @@ class BudgetStatus:
     epsilon_spent: Decimal
     epsilon_remaining: Decimal
     delta_limit: Decimal
+    delta_explicit_limit: Decimal
     delta_spent: Decimal
     delta_remaining: Decimal
     rho_spent: Decimal
+    renyi_order: Decimal | None
+    renyi_spent: Decimal | None
     releases: int
 
 
@@ -56,9 +63,12 @@ BUDGET_COLUMNS = tuple(
         ("epsilon_spent", NUMERIC),
         ("epsilon_remaining", NUMERIC),
         ("delta_limit", NUMERIC),
+        ("delta_explicit_limit", NUMERIC),
         ("delta_spent", NUMERIC),
         ("delta_remaining", NUMERIC),
         ("rho_spent", NUMERIC),
+        ("renyi_order", NUMERIC),
+        ("renyi_spent", NUMERIC),
         ("releases", INT8),
     ]
 )
@@ -109,42 +119,42 @@ def statuses(ledger: Ledger, limits: tuple[Limit, ...]) -> list[BudgetStatus]:
             start = period_start(lim.period, now)
             got = conn.execute(
                 ledger.q(
-                    "SELECT epsilon_spent, delta_spent, rho_spent, epsilon_granted, delta_granted,"
-                    " generation, releases FROM {s}.budget WHERE dataset = %s AND kind = %s"
-                    " AND name = %s AND period_start = %s"
+                    "SELECT " + BudgetRow.COLUMNS + " FROM {s}.budget WHERE dataset = %s"
+                    " AND kind = %s AND name = %s AND period_start = %s"
                 ),
                 [ledger.dataset, lim.kind, lim.name, start],
             ).fetchone()
-            spent, geps, gdelta, releases = Cost(), Fraction(0), Fraction(0), 0
+            row = BudgetRow(Spent(), Fraction(0), Fraction(0), 0, 0)
             if got is not None:
                 row = BudgetRow.parse(got)
-                spent, geps, gdelta, releases = (
-                    row.spent,
-                    row.epsilon_granted,
-                    row.delta_granted,
-                    row.releases,
-                )
-            eps_limit, delta_limit = lim.epsilon + geps, lim.delta + gdelta
-            eps_spent = spent.epsilon_within(delta_limit)
-            eps_left = Fraction(0) if eps_spent is None else max(Fraction(0), eps_limit - eps_spent)
-            out.append(
-                BudgetStatus(
-                    budget=lim.kind,
-                    name=lim.name,
-                    period=lim.period,
-                    period_start=None if lim.period == "none" else start,
-                    period_end=period_end(lim.period, now),
-                    epsilon_limit=dec_down(eps_limit),
-                    epsilon_spent=dec_up(eps_limit if eps_spent is None else eps_spent),
-                    epsilon_remaining=dec_down(eps_left),
-                    delta_limit=dec_down(delta_limit),
-                    delta_spent=dec_up(spent.delta),
-                    delta_remaining=dec_down(max(Fraction(0), delta_limit - spent.delta)),
-                    rho_spent=dec_up(spent.rho),
-                    releases=releases,
-                )
-            )
+            out.append(_status(lim, row, start, period_end(lim.period, now)))
     return out
+
+
+def _status(lim: Limit, row: BudgetRow, start: datetime, end: datetime | None) -> BudgetStatus:
+    """One row of ``dpsql.budget`` from a stored budget row and its policy limit."""
+    f = row.filter(lim)
+    spent, cost = row.spent, row.spent.cost
+    eps_spent = f.epsilon_spent(spent)
+    renyi = f.renyi(spent)
+    return BudgetStatus(
+        budget=lim.kind,
+        name=lim.name,
+        period=lim.period,
+        period_start=None if lim.period == "none" else start,
+        period_end=end,
+        epsilon_limit=dec_down(f.epsilon),
+        epsilon_spent=dec_up(f.epsilon if eps_spent is None else eps_spent),
+        epsilon_remaining=dec_down(f.epsilon_remaining(spent)),
+        delta_limit=dec_down(f.delta),
+        delta_explicit_limit=dec_down(f.delta_explicit),
+        delta_spent=dec_up(cost.delta),
+        delta_remaining=dec_down(max(Fraction(0), f.delta_explicit - cost.delta)),
+        rho_spent=dec_up(cost.rho),
+        renyi_order=None if f.order is None else dec_down(f.order),
+        renyi_spent=None if renyi is None else dec_up(renyi),
+        releases=row.releases,
+    )
 
 
 def history(ledger: Ledger, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
@@ -196,16 +206,20 @@ def history_result(ledger: Ledger, analyst: str, limit: int = 1000) -> Result:
 def show_budget(ledger: Ledger, analyst: str) -> str:
     """The one-line value of ``SHOW dpsql.budget``.
 
-    Example: ``analyst alice: epsilon 0.7 of 1, delta 0.000001 of 0.000001 left (renews
-    2026-11-23 00:00 UTC); dataset sales: epsilon 9.3 of 10, delta 0 of 0 left``.
+    Example: ``analyst alice: epsilon 0.7 of 1 left, delta 0.0000005 of 0.0000005 left for
+    partition selection (renews 2026-11-23 00:00 UTC); dataset sales: epsilon 9.3 of 10 left``.
     """
     parts = []
     for s in remaining(ledger, analyst):
         renew = f" (renews {s.period_end:%Y-%m-%d %H:%M} UTC)" if s.period_end else ""
+        delta = (
+            f", delta {fmt_down(Fraction(s.delta_remaining))} of "
+            f"{fmt_down(Fraction(s.delta_explicit_limit))} left for partition selection"
+            if s.delta_explicit_limit
+            else ""
+        )
         parts.append(
             f"{s.budget} {s.name}: epsilon {fmt_down(Fraction(s.epsilon_remaining))} of "
-            f"{fmt_down(Fraction(s.epsilon_limit))}, delta "
-            f"{fmt_down(Fraction(s.delta_remaining))} of {fmt_down(Fraction(s.delta_limit))} "
-            f"left{renew}"
+            f"{fmt_down(Fraction(s.epsilon_limit))} left{delta}{renew}"
         )
     return "; ".join(parts)

@@ -12,15 +12,12 @@ an (epsilon, delta)-DP one is delta-approximately (epsilon, 0)-zCDP (Section 8, 
 (epsilon + rho + 2 sqrt(rho ln(1/delta')), delta + delta')-DP (Lemma 3.5 / Proposition 1.3):
 many Gaussian releases cost about sqrt(k) rather than k times one release.
 
-Adaptivity (a known limit of this accounting): analysts choose each release's cost after seeing
-earlier answers, and the ledger checks the realized totals against the budget, converting the rho
-part at the delta left over (:meth:`Cost.epsilon_within`). Sums of pure epsilons and of deltas
-are valid privacy filters under such adaptivity (Rogers, Roth, Ullman & Vadhan 2016), and so is a
-fixed rho budget (a Renyi filter, Feldman & Zrnic 2021). The joint rule "epsilon + rho-conversion
-<= budget", with the split between pure and Gaussian spending chosen adaptively, is the usual
-per-realization reading; a worst-case adaptive analyst mixing both kinds can exceed the budget's
-delta by a logarithmic factor (a time-uniform bound, e.g. stitching over the Renyi order, would
-close that gap at a few percent of epsilon).
+Adaptivity: analysts choose each release and its cost after seeing earlier answers. Checking the
+realized totals against the budget with a conversion chosen afterwards is not a valid privacy filter
+(an analyst mixing pure and Gaussian releases could exceed the budget's delta by a log factor), so
+the ledger does not: each budget runs the filter of :mod:`dpsql.budget.filter`, a Renyi filter at
+one order fixed when the budget is created (Feldman & Zrnic 2021, Theorem 3.1), using
+:func:`renyi_divergence` per release and :func:`renyi_conversion` to reach (epsilon, delta).
 
 Exactness: costs are :class:`fractions.Fraction`. The conversions involve logarithms and square roots;
 they are evaluated with 50 significant digits (:mod:`decimal` ``ln`` and ``sqrt`` are correctly
@@ -36,6 +33,7 @@ Fraction(1, 50)
 from __future__ import annotations
 
 import decimal
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -149,33 +147,6 @@ class Cost:
             delta += delta_for_rho
         return eps, delta
 
-    def epsilon_within(self, delta_budget: Fraction) -> Fraction | None:
-        """The epsilon of this total as an (epsilon, delta_budget)-DP guarantee; None if impossible.
-
-        The rho part is converted at all the delta left after the explicit delta, which gives the
-        smallest epsilon (the conversion holds for every delta' at once, so choosing it afterwards
-        is sound). None when the explicit delta alone exceeds ``delta_budget``, or when rho > 0 and
-        no delta is left to convert it.
-
-        >>> Cost(epsilon=Fraction(1)).epsilon_within(Fraction(0))
-        Fraction(1, 1)
-        >>> Cost(rho=Fraction(1, 2)).epsilon_within(Fraction(0)) is None
-        True
-        """
-        if self.delta > delta_budget:
-            return None
-        if self.rho == 0:
-            return self.epsilon
-        left = delta_budget - self.delta
-        if left <= 0:
-            return None
-        return self.epsilon + rho_to_epsilon(self.rho, left)
-
-    def fits(self, epsilon_budget: Fraction, delta_budget: Fraction) -> bool:
-        """Whether this total is (epsilon_budget, delta_budget)-DP by the conversion above."""
-        eps = self.epsilon_within(delta_budget)
-        return eps is not None and eps <= epsilon_budget
-
 
 ZERO = Cost()
 
@@ -261,3 +232,73 @@ def gaussian_rho(sensitivity: Fraction, sigma: Fraction) -> Fraction:
     if sigma <= 0:
         raise ValueError("sigma must be > 0")
     return Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2)
+
+
+def renyi_divergence(cost: Cost, order: Fraction) -> Fraction:
+    """The Renyi divergence of order ``order`` that one release's pure and zCDP parts can reach.
+
+    r(alpha) = min(epsilon, alpha epsilon^2 / 2) + alpha rho, exact. A pure epsilon-DP part has
+    D_alpha <= D_inf <= epsilon and D_alpha <= alpha epsilon^2 / 2 (Bun & Steinke 2016, Proposition
+    1.4, which holds pair by pair); a rho-zCDP part has D_alpha <= alpha rho (Definition 1.1); the
+    two compose by addition (Mironov 2017, Proposition 1). An explicit delta is not part of it (see
+    :mod:`dpsql.budget.filter`).
+
+    >>> renyi_divergence(Cost(epsilon=Fraction(1, 10), rho=Fraction(1, 100)), Fraction(10))
+    Fraction(3, 20)
+    >>> renyi_divergence(Cost(epsilon=Fraction(1)), Fraction(10))
+    Fraction(1, 1)
+    """
+    order = Fraction(order)
+    if order <= 1:
+        raise ValueError("a Renyi order must be > 1")
+    eps = cost.epsilon
+    return min(eps, order * eps * eps / 2) + order * cost.rho
+
+
+def _ln(x: Fraction) -> decimal.Decimal:
+    """ln(x) of a positive fraction, from exact integers."""
+    return _CTX.subtract(
+        _CTX.ln(decimal.Decimal(x.numerator)), _CTX.ln(decimal.Decimal(x.denominator))
+    )
+
+
+def renyi_conversion(order: Fraction, delta: Fraction) -> Fraction:
+    """c with (alpha, tau)-RDP => (tau + c, delta)-DP, rounded up (never below 0).
+
+    c = (ln(1/delta) + (alpha - 1) ln(1 - 1/alpha) - ln(alpha)) / (alpha - 1): Canonne, Kamath &
+    Steinke 2020, Proposition 12 (the same bound as Balle et al. 2020, Theorem 21), tighter than
+    Mironov's ln(1/delta) / (alpha - 1). Its proof bounds (1 - e^(eps - Z))_+ by a multiple of
+    e^((alpha - 1) Z) pointwise in the privacy loss Z, which :mod:`dpsql.budget.filter` relies on.
+
+    >>> float(renyi_conversion(Fraction(30), Fraction(1, 10**6)))  # doctest: +ELLIPSIS
+    0.3252...
+    """
+    order, delta = Fraction(order), Fraction(delta)
+    if order <= 1:
+        raise ValueError("a Renyi order must be > 1")
+    if not 0 < delta < 1:
+        raise ValueError("delta must be in (0, 1) to convert RDP")
+    am1 = order - 1
+    num = _CTX.add(_ln_inverse(delta), _CTX.multiply(_dec(am1), _ln(am1)))
+    num = _CTX.subtract(num, _CTX.multiply(_dec(order), _ln(order)))
+    return max(Fraction(0), _ceil_grid(_CTX.divide(num, _dec(am1))))
+
+
+def default_order(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """The Renyi order that lets a budget (epsilon, delta) hold the most zCDP rho, 3 digits.
+
+    Gaussian releases cost alpha * rho, so the budget holds rho up to (epsilon - c(alpha)) / alpha;
+    with c ~ L / (alpha - 1), L = ln(1/delta), the maximum is at alpha - 1 = (L + sqrt(L^2 +
+    epsilon L)) / epsilon (close to 1 + sqrt(L / rho*) with rho* the budget's zCDP equivalent).
+    Any order > 1 is valid; this one only matters for how far the budget goes.
+
+    >>> default_order(Fraction(1), Fraction(1, 10**6))
+    Fraction(291, 10)
+    """
+    epsilon, delta = Fraction(epsilon), Fraction(delta)
+    if epsilon <= 0 or not 0 < delta < 1:
+        raise ValueError("need epsilon > 0 and 0 < delta < 1")
+    big_l = float(_ln_inverse(delta))
+    eps = float(epsilon)
+    x = (big_l + math.sqrt(big_l * big_l + eps * big_l)) / eps
+    return 1 + Fraction(f"{x:.3g}")

@@ -137,6 +137,16 @@ class Budget(_Strict):
     epsilon: Annotated[float, Field(gt=0)]
     delta: Annotated[float, Field(ge=0, lt=1)] = 0.0
     period: Literal["none", "day", "week", "month", "year"] = "none"
+    renyi_order: Annotated[float, Field(gt=1)] | None = Field(
+        default=None,
+        description="the Renyi order of this budget's privacy filter (default: chosen from epsilon"
+        " and delta); fixed for a period once it is used (see docs/budget.md)",
+    )
+    explicit_delta_share: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.5,
+        description="the share of delta that releases may spend explicitly (partition "
+        "selection); the rest converts Gaussian (zCDP) spending to (epsilon, delta)",
+    )
 
 
 class Analyst(_Strict):

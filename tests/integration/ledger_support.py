@@ -7,6 +7,7 @@ from typing import Any
 
 import psycopg
 
+from dpsql.budget.records import BudgetRow
 from dpsql.dp.accounting import Cost
 from dpsql.policy.model import Analyst, Budget, Policy
 
@@ -23,7 +24,11 @@ def policy(
         analysts={
             name: Analyst(
                 budget=Budget(
-                    **{k: v for k, v in b.items() if k in ("epsilon", "delta", "period")}
+                    **{
+                        k: v
+                        for k, v in b.items()
+                        if k in ("epsilon", "delta", "period", "renyi_order")
+                    }
                 ),
                 max_epsilon=b.get("max_epsilon"),
             )
@@ -62,3 +67,22 @@ def states(dsn: str, schema: str = "dpsql") -> dict[str, int]:
         return dict(
             conn.execute(f"SELECT state, count(*) FROM {schema}.release GROUP BY state").fetchall()
         )
+
+
+def budget_rows(dsn: str, schema: str = "dpsql") -> dict[tuple[str, str], BudgetRow]:
+    """The stored budget rows (totals and filter settings), by (kind, name)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"SELECT kind, name, {BudgetRow.COLUMNS} FROM {schema}.budget")
+        return {(r[0], r[1]): BudgetRow.parse(r[2:]) for r in rows}
+
+
+def release_costs(dsn: str, schema: str = "dpsql") -> list[tuple[str, Cost]]:
+    """(analyst, cost) of every release not refunded, from the log, in order."""
+    with psycopg.connect(dsn) as conn:
+        return [
+            (a, Cost(Fraction(e), Fraction(d), Fraction(r)))
+            for a, e, d, r in conn.execute(
+                f"SELECT analyst, epsilon, delta, rho FROM {schema}.release"
+                " WHERE state IN ('reserved', 'committed') ORDER BY id"
+            )
+        ]

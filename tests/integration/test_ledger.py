@@ -10,7 +10,7 @@ import pytest
 
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.ledger import Ledger
-from dpsql.dp.accounting import Cost, epsilon_to_rho, rho_to_epsilon
+from dpsql.dp.accounting import Cost, default_order, epsilon_to_rho, renyi_conversion
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
 from tests.integration.ledger_support import policy, release_sums, states, totals
 
@@ -62,8 +62,9 @@ def test_reserve_commit_and_exhaustion_message(ledger: Ledger, dsn: str) -> None
         ledger.reserve("alice", Cost(epsilon=E(2, 10)), "q2")
     err = info.value
     assert err.sqlstate == "53400"
-    assert "epsilon 0.1 and delta 0.000001 left" in err.message
-    assert "the query needs epsilon 0.2" in err.message
+    # pure releases only: plain summation; half of delta 1e-6 is for explicit deltas
+    assert "epsilon 0.1 left, and delta 5e-7 for partition selection" in err.message
+    assert "the query needs epsilon 0.2 and delta 0" in err.message
     assert err.hint and "grant" in err.hint
     # exactly the rest still fits (exact fractions: 3 * 3/10 + 1/10 == 1)
     ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q3"))
@@ -121,19 +122,37 @@ def test_unconfirmed_reservation_stays_spent(dsn: str) -> None:
 
 
 def test_gaussian_releases_compose_in_zcdp(dsn: str) -> None:
-    """Ten Gaussian releases of (1, 1e-6) each fit a budget of (7, 1e-5), not 10."""
+    """Ten Gaussian releases of (1, 1e-6) each fit a budget of (7, 1e-5), not 10.
+
+    The filter: order alpha = default_order(7, 5e-6) = 4.93 (half of delta converts), each release
+    costs alpha rho, plus the conversion c(4.93, 5e-6) = 2.47323... once: 0.86122 + 2.47323 = 3.3344.
+    """
     pol = policy({"alice": {"epsilon": 7.0, "delta": 1e-5, "max_epsilon": 2.0}})
     rho = epsilon_to_rho(E(1), MICRO)
+    alpha = default_order(E(7), E(5, 10**6))
+    assert alpha == E(493, 100)
+    c = renyi_conversion(alpha, E(5, 10**6))
+    assert float(c) == pytest.approx(2.4732326662, abs=1e-9)  # mpmath, 40 digits
     with Ledger.open(dsn, pol) as lg:
         for _ in range(10):
             lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
         total = totals(dsn)[("analyst", "alice")]
         assert total.rho == 10 * rho
-        assert total.epsilon_within(E(1, 10**5)) == rho_to_epsilon(10 * rho, E(1, 10**5))
-        assert rho_to_epsilon(10 * rho, E(1, 10**5)) < 7
         [status] = lg.remaining("alice")
-        assert status.epsilon_spent + status.epsilon_remaining == 7
+        spent = 10 * alpha * rho + c
+        assert float(spent) == pytest.approx(3.33444967, abs=1e-8)
+        assert spent < 7 < 10
+        got_spent = E(status.epsilon_spent)
+        assert status.renyi_order == alpha and E(status.renyi_spent) >= 10 * alpha * rho
+        assert got_spent >= spent > got_spent - E(1, 10**12)  # rounded up, by < 1e-12
+        assert abs(got_spent + E(status.epsilon_remaining) - 7) <= E(1, 10**12)
         assert float(status.rho_spent) == pytest.approx(float(10 * rho), abs=1e-12)
+        # the budget holds (7 - c) / (alpha rho) = 52.56 such releases: 42 more, not 43 (the old
+        # realized-total check allowed 47 in all, at the full delta)
+        for _ in range(42):
+            lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
+        with pytest.raises(BudgetExhausted, match="the query needs epsilon 0.0861"):
+            lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO)
 
 
 def test_gaussian_needs_delta_in_the_budget(dsn: str) -> None:
@@ -143,12 +162,14 @@ def test_gaussian_needs_delta_in_the_budget(dsn: str) -> None:
 
 
 def test_partition_selection_delta_adds(dsn: str) -> None:
+    """Explicit deltas sum against the explicit half of delta (5e-7 of 1e-6): two of 2.5e-7."""
     pol = policy({"alice": {"epsilon": 100.0, "delta": 1e-6, "max_epsilon": 100.0}})
     with Ledger.open(dsn, pol) as lg:
-        for _ in range(4):
+        for _ in range(2):
             lg.commit(lg.reserve("alice", Cost(epsilon=E(1), delta=MICRO / 4), "p"))
-        with pytest.raises(BudgetExhausted, match="delta 0 left"):
+        with pytest.raises(BudgetExhausted, match="delta 0 for partition selection"):
             lg.reserve("alice", Cost(epsilon=E(1), delta=MICRO / 4), "p")
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1)), "p"))  # pure still fits
 
 
 def test_periods_renew(dsn: str) -> None:

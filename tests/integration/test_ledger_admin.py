@@ -13,7 +13,7 @@ from psycopg import sql
 
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.ledger import Ledger
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import Cost, default_order
 from dpsql.errors import BudgetExhausted, InvalidParameter, UndefinedObject
 from dpsql.sql.canonical import cache_key, fingerprint
 from tests.integration.ledger_support import policy, totals
@@ -160,17 +160,35 @@ def test_repeats_flow_with_canonical_keys(make_db: Callable[[str], str]) -> None
 def test_migrates_an_older_ledger(
     make_db: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A version-2 ledger (before the filter) gets the filter's columns; its totals are kept and
+    its untracked Renyi total is read as sum epsilon + alpha sum rho (an upper bound)."""
     dsn = make_db("admin")
-    with monkeypatch.context() as m:
-        m.setattr(ledger_schema, "MIGRATIONS", ledger_schema.MIGRATIONS[:1])
-        m.setattr(ledger_schema, "VERSION", 1)
-        with Ledger.open(dsn, policy()) as lg:
-            lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 3)), "old"))
-    with Ledger.open(dsn, policy()) as lg:
-        assert totals(dsn)[("analyst", "alice")].epsilon == E(1, 3)
+    with monkeypatch.context() as m, psycopg.connect(dsn, autocommit=True) as conn:
+        m.setattr(ledger_schema, "MIGRATIONS", ledger_schema.MIGRATIONS[:2])
+        m.setattr(ledger_schema, "VERSION", 2)
+        assert ledger_schema.migrate(conn, "dpsql") == 2
+        conn.execute(
+            "INSERT INTO dpsql.budget (dataset, kind, name, period_start, epsilon_spent,"
+            " rho_spent, releases) VALUES ('testdata', 'analyst', 'alice', 'epoch', '1/3',"
+            " '1/100', 2)"
+        )
+    pol = policy({"alice": {"epsilon": 1.0, "delta": 1e-6}})
+    alpha = default_order(E(1), E(1, 2 * 10**6))
+    with Ledger.open(dsn, pol) as lg:
         with psycopg.connect(dsn) as conn:
-            assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION >= 2
-        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 3)), "new"))
+            assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION == 3
+        [st] = lg.remaining("alice")
+        bound = E(1, 3) + alpha / 100
+        assert st.renyi_order == alpha and E(st.renyi_spent) - E(1, 10**12) < bound
+        assert bound <= E(st.renyi_spent)  # shown rounded up
+        lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 100)), "new"))
+        with psycopg.connect(dsn) as conn:
+            renyi, order = conn.execute(
+                "SELECT renyi_spent, renyi_order FROM dpsql.budget"
+            ).fetchone()  # type: ignore[misc]
+        assert E(order) == alpha
+        assert E(renyi) == E(1, 3) + alpha / 100 + min(E(1, 100), alpha / 2 / 100**2)
+        assert totals(dsn)[("analyst", "alice")] == Cost(E(1, 3) + E(1, 100), rho=E(1, 100))
 
 
 def test_other_roles_cannot_read_the_ledger(make_db: Callable[[str], str]) -> None:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from dpsql.budget.filter import Filter, Spent, refund
 from dpsql.budget.ledger import Ledger, Reservation
 from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, InternalError
@@ -46,24 +47,32 @@ _schemas = itertools.count()
 
 
 class Model:
-    """What the ledger should do, in memory."""
+    """What the ledger should do, in memory: each budget's filter, its order fixed by the first
+    release charged to it (grants included), kept across resets."""
 
     def __init__(self) -> None:
-        self.spent = {k: Cost() for k in LIMITS}
+        self.spent = {k: Spent() for k in LIMITS}
         self.granted = {k: Fraction(0) for k in LIMITS}
+        self.order: dict[tuple[str, str], Fraction | None] = dict.fromkeys(LIMITS)
         self.generation = dict.fromkeys(LIMITS, 0)
         self.open: dict[int, tuple[str, Cost, dict[tuple[str, str], int]]] = {}
 
     def keys(self, analyst: str) -> list[tuple[str, str]]:
         return [("analyst", analyst), ("dataset", "testdata")]
 
+    def filter(self, k: tuple[str, str]) -> Filter:
+        eps, delta = LIMITS[k]
+        f = Filter.configure(eps + self.granted[k], delta, self.order[k])
+        assert self.order[k] is None or f.order == self.order[k]
+        return f
+
     def reserve(self, rid: int, analyst: str, cost: Cost) -> bool:
-        for k in self.keys(analyst):
-            eps, delta = LIMITS[k]
-            if not (self.spent[k] + cost).fits(eps + self.granted[k], delta):
-                return False
-        for k in self.keys(analyst):
-            self.spent[k] = self.spent[k] + cost
+        filters = {k: self.filter(k) for k in self.keys(analyst)}
+        if not all(f.admits(f.add(self.spent[k], cost)) for k, f in filters.items()):
+            return False
+        for k, f in filters.items():
+            self.spent[k] = f.add(self.spent[k], cost)
+            self.order[k] = f.order
         self.open[rid] = (analyst, cost, {k: self.generation[k] for k in self.keys(analyst)})
         return True
 
@@ -73,7 +82,7 @@ class Model:
         analyst, cost, gens = self.open.pop(rid)
         for k, g in gens.items():
             if self.generation[k] == g:
-                self.spent[k] = self.spent[k] - cost
+                self.spent[k] = refund(self.spent[k], cost, self.order[k])
         return True
 
 
@@ -129,10 +138,15 @@ def test_ledger_matches_model(dsn: str, sequence: list[tuple[object, ...]]) -> N
             elif op[0] == "reset":
                 ledger.reset("t", op[1])  # type: ignore[arg-type]
                 key = ("analyst", str(op[1])) if op[1] else ("dataset", "testdata")
-                model.spent[key] = Cost()
+                model.spent[key] = Spent()
                 model.generation[key] += 1
     stored = totals(dsn, schema)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(f"SELECT kind, name, renyi_spent, renyi_order FROM {schema}.budget")
+        renyi = {(k, n): (r, o) for k, n, r, o in rows}
     for k, spent in model.spent.items():
-        assert stored.get(k, Cost()) == spent, k
+        assert stored.get(k, Cost()) == spent.cost, k
+        r, o = renyi.get(k, ("0", None))
+        assert (r and Fraction(r), o and Fraction(o)) == (spent.renyi, model.order[k]), k
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")

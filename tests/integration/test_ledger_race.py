@@ -22,10 +22,17 @@ from pathlib import Path
 import pytest
 
 from dpsql.budget.ledger import Ledger
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import Cost, renyi_divergence
 from dpsql.errors import BudgetExhausted
 from dpsql.policy.model import Policy
-from tests.integration.ledger_support import policy, release_sums, states, totals
+from tests.integration.ledger_support import (
+    budget_rows,
+    policy,
+    release_costs,
+    release_sums,
+    states,
+    totals,
+)
 from tests.integration.ledger_worker import COSTS, race_loop
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,20 +62,31 @@ def _expect(proc: subprocess.Popen[str], word: str) -> None:
     assert line == word, f"worker said {line!r}, expected {word!r}"
 
 
-def _check_budgets(dsn: str, schema: str, pol: Policy) -> None:
-    """Stored totals == totals recomputed from the log; each fits its limit; none has room left."""
-    stored = totals(dsn, schema)
+def _check_budgets(ledger: Ledger, dsn: str) -> None:
+    """Stored totals == totals recomputed from the log, the Renyi totals too (at each budget's
+    order); each budget's filter admits its totals (none is overspent)."""
+    pol, schema = ledger.policy, ledger.schema
+    stored = budget_rows(dsn, schema)
     logged = release_sums(dsn, schema)
+    log = release_costs(dsn, schema)
+    ds_key = ("dataset", pol.dataset)
     dataset = Cost()
-    for name, who in pol.analysts.items():
-        spent = stored.get(("analyst", name), Cost())
-        assert spent == logged.get(name, Cost()), name
-        assert spent.fits(Fraction(who.budget.epsilon), Fraction(repr(who.budget.delta)))
-        dataset = dataset + spent
+    for name in pol.analysts:
+        row = stored[("analyst", name)]
+        assert row.spent.cost == logged.get(name, Cost()), name
+        assert row.order is not None
+        mine = [c for a, c in log if a == name]
+        assert row.spent.renyi == sum(renyi_divergence(c, row.order) for c in mine), name
+        [lim] = [lim for lim in ledger.limits(name) if lim.kind == "analyst"]
+        assert row.filter(lim).admits(row.spent), name
+        dataset = dataset + row.spent.cost
     g = pol.budget
     assert g is not None
-    assert stored[("dataset", pol.dataset)] == dataset
-    assert dataset.fits(Fraction(repr(g.epsilon)), Fraction(repr(g.delta)))
+    row = stored[ds_key]
+    assert row.spent.cost == dataset and row.order is not None
+    assert row.spent.renyi == sum(renyi_divergence(c, row.order) for _, c in log)
+    g_lim = ledger.dataset_limit()
+    assert g_lim is not None and row.filter(g_lim).admits(row.spent)
 
 
 def _one_round(dsn: str, schema: str, seed: int) -> dict[str, int]:
@@ -101,7 +119,7 @@ def _one_round(dsn: str, schema: str, seed: int) -> dict[str, int]:
             out, _ = p.communicate(timeout=120)
             assert p.returncode == 0
             results.append(json.loads(out.strip().splitlines()[-1]))
-        _check_budgets(dsn, schema, pol)
+        _check_budgets(ledger, dsn)
         # exhausted for real: even the cheapest release is refused, for both analysts
         for analyst in ("a", "b"):
             for cost in COSTS:

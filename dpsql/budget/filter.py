@@ -1,0 +1,196 @@
+"""The stopping rule of one budget: a Renyi privacy filter, valid under fully adaptive composition.
+
+A budget (epsilon_B, delta_B) is split when it is created: ``delta_explicit = share * delta_B`` for
+the deltas that releases spend explicitly (partition selection) and ``delta_conversion`` (the rest)
+for turning Renyi divergence into (epsilon, delta)-DP. Its Renyi order ``alpha`` is fixed then too
+(policy ``renyi_order``, or :func:`dpsql.dp.accounting.default_order`). A release of cost
+(epsilon_i, delta_i, rho_i) is admitted iff, with it, the totals satisfy
+
+    sum delta_i <= delta_explicit                                                        (D)
+    and [ sum r_i(alpha) <= epsilon_B - c(alpha, delta_conversion)                     (R)
+          or (every rho_i = 0 and sum epsilon_i <= epsilon_B) ]                          (P)
+
+with r_i(alpha) = min(epsilon_i, alpha epsilon_i^2 / 2) + alpha rho_i
+(:func:`~dpsql.dp.accounting.renyi_divergence`) and c the RDP -> DP conversion of Canonne, Kamath
+& Steinke 2020, Proposition 12 (:func:`~dpsql.dp.accounting.renyi_conversion`). The rule depends
+only on the budget's configuration, never on the answers.
+
+Claim: every interaction this rule admits is (epsilon_B, delta_B)-DP, even when the analyst picks
+each query and its cost after seeing earlier answers. Proof outline (docs/budget.md has it in
+full): (1) each release with an explicit delta_i splits, for any pair of neighbours, into a
+(1 - delta_i)-weighted "good" part whose divergences obey the bounds above and a delta_i part
+(Kairouz, Oh & Viswanath 2015); since (D) holds on every path, the good parts carry all but
+delta_explicit of the probability (the approximate-zCDP filter argument of Whitehouse, Ramdas,
+Rogers & Wu 2023, at one order). (2) On the good parts, exp((alpha - 1)(L_t - sum r_i)) is a
+nonnegative supermartingale in the privacy loss L_t (Feldman & Zrnic 2021, Theorem 3.1), so paths
+that end inside (R) have E[exp((alpha - 1) L) ; R] <= exp((alpha - 1) B); the pointwise bound in
+the proof of CKS20 Proposition 12 turns that into at most delta_conversion of hockey-stick
+divergence at epsilon_B. Paths that end inside (P) but outside (R) are pure: |L| <= sum epsilon_i
+<= epsilon_B everywhere, and add nothing. Together: delta_explicit + delta_conversion = delta_B.
+
+Units: :meth:`Filter.epsilon_spent` is the smallest epsilon_B under which the totals would pass
+(R) or (P). A release is admitted iff its *need*, the increase of that quantity, is at most what
+remains, and its explicit delta at most the explicit delta left.
+
+>>> f = Filter(Fraction(1), Fraction(1, 10**6), Fraction(30), Fraction(1, 2))
+>>> s = f.add(Spent(), Cost(epsilon=Fraction(1, 2)))
+>>> f.epsilon_spent(s), f.admits(s)
+(Fraction(1, 2), True)
+>>> f.admits(f.add(s, Cost(rho=Fraction(1, 100))))    # 1/2 + 3/10 + c(30, 5e-7) > 1
+False
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dpsql.dp.accounting import (
+    ZERO,
+    Cost,
+    default_order,
+    renyi_conversion,
+    renyi_divergence,
+    round_up,
+)
+
+# The share of a budget's delta reserved for explicit deltas when the policy does not say.
+DEFAULT_DELTA_SHARE = Fraction(1, 2)
+
+
+@dataclass(frozen=True)
+class Spent:
+    """A budget's running totals: the summed costs and the summed Renyi divergences at its order.
+
+    ``renyi`` is None when it was not tracked (no order yet, or a ledger row older than the
+    filter): :meth:`Filter.renyi` then uses sum epsilon + alpha sum rho, an upper bound.
+    """
+
+    cost: Cost = ZERO
+    renyi: Fraction | None = Fraction(0)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """One budget's stopping rule (see the module docstring).
+
+    Attributes:
+        epsilon: epsilon_B, the limit including grants.
+        delta: delta_B, the limit including grants.
+        order: the Renyi order alpha, fixed for the budget's period; None when the budget has no
+            delta for conversion (then only pure releases are admitted, by plain summation).
+        delta_share: the share of ``delta`` reserved for explicit deltas.
+    """
+
+    epsilon: Fraction
+    delta: Fraction
+    order: Fraction | None
+    delta_share: Fraction = DEFAULT_DELTA_SHARE
+
+    def __post_init__(self) -> None:
+        if self.order is not None and self.order <= 1:
+            raise ValueError(f"a Renyi order must be > 1, not {self.order}")
+        if not 0 <= self.delta_share <= 1:
+            raise ValueError(f"the explicit delta share must be in [0, 1], not {self.delta_share}")
+
+    @classmethod
+    def configure(
+        cls,
+        epsilon: Fraction,
+        delta: Fraction,
+        order: Fraction | None = None,
+        delta_share: Fraction = DEFAULT_DELTA_SHARE,
+    ) -> Filter:
+        """A new budget's filter: the given order, or the default one for its conversion delta."""
+        f = cls(Fraction(epsilon), Fraction(delta), None, Fraction(delta_share))
+        if f.delta_conversion <= 0:
+            return f
+        if order is None:
+            order = default_order(f.epsilon, f.delta_conversion)
+        return cls(f.epsilon, f.delta, Fraction(order), f.delta_share)
+
+    @property
+    def delta_explicit(self) -> Fraction:
+        """The part of delta that releases may spend explicitly (sum of their deltas)."""
+        return self.delta * self.delta_share
+
+    @property
+    def delta_conversion(self) -> Fraction:
+        """The part of delta that converts the Renyi bound to (epsilon, delta)-DP."""
+        return self.delta - self.delta_explicit
+
+    @property
+    def overhead(self) -> Fraction | None:
+        """c(alpha, delta_conversion), rounded up; None when no Renyi accounting is possible."""
+        if self.order is None or self.delta_conversion <= 0:
+            return None
+        return renyi_conversion(self.order, self.delta_conversion)
+
+    def renyi(self, spent: Spent) -> Fraction | None:
+        """sum r_i(alpha) of these totals (an upper bound when it was not tracked)."""
+        return tracked_renyi(spent, self.order)
+
+    def add(self, spent: Spent, cost: Cost) -> Spent:
+        """The totals with one more release."""
+        return charge(spent, cost, self.order)
+
+    def epsilon_spent(self, spent: Spent) -> Fraction | None:
+        """The smallest epsilon_B under which (R) or (P) holds; None if neither can (rho, no order).
+
+        Pure totals count their epsilon sum (P); with Renyi accounting the sum of divergences plus
+        the conversion overhead (R); the smaller of the two when both apply.
+        """
+        options = []
+        if spent.cost.rho == 0:
+            options.append(spent.cost.epsilon)
+        c, r = self.overhead, self.renyi(spent)
+        if c is not None and r is not None:
+            options.append(r + c)
+        return min(options) if options else None
+
+    def admits(self, spent: Spent) -> bool:
+        """Whether these totals (the history plus the candidate release) pass the filter."""
+        if spent.cost.delta > self.delta_explicit:
+            return False
+        eps = self.epsilon_spent(spent)
+        return eps is not None and eps <= self.epsilon
+
+    def epsilon_remaining(self, spent: Spent) -> Fraction:
+        """What is left of epsilon_B (0 when the totals are outside the budget)."""
+        eps = self.epsilon_spent(spent)
+        return Fraction(0) if eps is None else max(Fraction(0), self.epsilon - eps)
+
+    def need(self, spent: Spent, cost: Cost) -> Fraction | None:
+        """How much of epsilon_B a release would use: the increase of :meth:`epsilon_spent`.
+
+        None when it can't be accounted at all (a zCDP release on a budget without Renyi order).
+        """
+        before, after = self.epsilon_spent(spent), self.epsilon_spent(self.add(spent, cost))
+        if after is None:
+            return None
+        return max(Fraction(0), after - (before or Fraction(0)))
+
+
+def tracked_renyi(spent: Spent, order: Fraction | None) -> Fraction | None:
+    """sum r_i(order) of these totals; sum epsilon + order sum rho (an upper bound) if untracked."""
+    if order is None:
+        return None
+    if spent.renyi is not None:
+        return spent.renyi
+    return spent.cost.epsilon + order * spent.cost.rho
+
+
+def charge(spent: Spent, cost: Cost, order: Fraction | None) -> Spent:
+    """The totals with one more release (Renyi part at ``order``; untracked without one)."""
+    r = tracked_renyi(spent, order)
+    if r is not None and order is not None:
+        r = round_up(r + renyi_divergence(cost, order))
+    return Spent((spent.cost + cost).rounded_up(), r)
+
+
+def refund(spent: Spent, cost: Cost, order: Fraction | None) -> Spent:
+    """The totals without a refunded release (never below zero)."""
+    r = tracked_renyi(spent, order)
+    if r is not None and order is not None:
+        r = round_up(max(Fraction(0), r - renyi_divergence(cost, order)))
+    return Spent((spent.cost - cost).rounded_up(), r)
