@@ -33,6 +33,7 @@ Fraction(1, 50)
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -262,6 +263,7 @@ def _ln(x: Fraction) -> decimal.Decimal:
     )
 
 
+@functools.lru_cache(maxsize=256)
 def renyi_conversion(order: Fraction, delta: Fraction) -> Fraction:
     """c with (alpha, tau)-RDP => (tau + c, delta)-DP, rounded up (never below 0).
 
@@ -287,18 +289,29 @@ def renyi_conversion(order: Fraction, delta: Fraction) -> Fraction:
 def default_order(epsilon: Fraction, delta: Fraction) -> Fraction:
     """The Renyi order that lets a budget (epsilon, delta) hold the most zCDP rho, 3 digits.
 
-    Gaussian releases cost alpha * rho, so the budget holds rho up to (epsilon - c(alpha)) / alpha;
-    with c ~ L / (alpha - 1), L = ln(1/delta), the maximum is at alpha - 1 = (L + sqrt(L^2 +
-    epsilon L)) / epsilon (close to 1 + sqrt(L / rho*) with rho* the budget's zCDP equivalent).
-    Any order > 1 is valid; this one only matters for how far the budget goes.
+    Gaussian releases cost alpha * rho, so the budget holds rho up to (epsilon - c(alpha)) / alpha
+    with c of :func:`renyi_conversion`. Near the optimum c ~ L / (alpha - 1), L = ln(1/delta),
+    whose maximum alpha - 1 = (L + sqrt(L^2 + epsilon L)) / epsilon (close to 1 + sqrt(L / rho*),
+    rho* the budget's zCDP equivalent) starts a golden-section search on ln(alpha - 1). Any order
+    > 1 is valid (floats are fine here); it only decides how far the budget goes.
 
     >>> default_order(Fraction(1), Fraction(1, 10**6))
-    Fraction(291, 10)
+    Fraction(22, 1)
     """
     epsilon, delta = Fraction(epsilon), Fraction(delta)
     if epsilon <= 0 or not 0 < delta < 1:
         raise ValueError("need epsilon > 0 and 0 < delta < 1")
-    big_l = float(_ln_inverse(delta))
-    eps = float(epsilon)
-    x = (big_l + math.sqrt(big_l * big_l + eps * big_l)) / eps
-    return 1 + Fraction(f"{x:.3g}")
+    big_l, eps = float(_ln_inverse(delta)), float(epsilon)
+
+    def held(t: float) -> float:  # rho held at alpha = 1 + e^t
+        x = math.exp(t)
+        a = 1 + x
+        c = (big_l + x * math.log(x / a) - math.log(a)) / x
+        return (eps - c) / a
+
+    lo = math.log((big_l + math.sqrt(big_l * big_l + eps * big_l)) / eps) - 4
+    hi, g = lo + 8, (math.sqrt(5) - 1) / 2
+    for _ in range(80):
+        m1, m2 = hi - g * (hi - lo), lo + g * (hi - lo)
+        lo, hi = (lo, m2) if held(m1) >= held(m2) else (m1, hi)
+    return 1 + Fraction(f"{math.exp((lo + hi) / 2):.3g}")

@@ -170,7 +170,7 @@ def test_migrates_an_older_ledger(
         conn.execute(
             "INSERT INTO dpsql.budget (dataset, kind, name, period_start, epsilon_spent,"
             " rho_spent, releases) VALUES ('testdata', 'analyst', 'alice', 'epoch', '1/3',"
-            " '1/100', 2)"
+            " '1/1000', 2)"
         )
     pol = policy({"alice": {"epsilon": 1.0, "delta": 1e-6}})
     alpha = default_order(E(1), E(1, 2 * 10**6))
@@ -178,7 +178,7 @@ def test_migrates_an_older_ledger(
         with psycopg.connect(dsn) as conn:
             assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION == 3
         [st] = lg.remaining("alice")
-        bound = E(1, 3) + alpha / 100
+        bound = E(1, 3) + alpha / 1000
         assert st.renyi_order == alpha and E(st.renyi_spent) - E(1, 10**12) < bound
         assert bound <= E(st.renyi_spent)  # shown rounded up
         lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 100)), "new"))
@@ -187,8 +187,8 @@ def test_migrates_an_older_ledger(
                 "SELECT renyi_spent, renyi_order FROM dpsql.budget"
             ).fetchone()  # type: ignore[misc]
         assert E(order) == alpha
-        assert E(renyi) == E(1, 3) + alpha / 100 + min(E(1, 100), alpha / 2 / 100**2)
-        assert totals(dsn)[("analyst", "alice")] == Cost(E(1, 3) + E(1, 100), rho=E(1, 100))
+        assert E(renyi) == E(1, 3) + alpha / 1000 + min(E(1, 100), alpha / 2 / 100**2)
+        assert totals(dsn)[("analyst", "alice")] == Cost(E(1, 3) + E(1, 100), rho=E(1, 1000))
 
 
 def test_other_roles_cannot_read_the_ledger(make_db: Callable[[str], str]) -> None:

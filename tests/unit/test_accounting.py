@@ -11,11 +11,14 @@ from hypothesis import strategies as st
 
 from dpsql.dp.accounting import (
     Cost,
+    default_order,
     epsilon_to_rho,
     exact,
     gaussian_rho,
     parallel,
     pure_to_rho,
+    renyi_conversion,
+    renyi_divergence,
     rho_to_epsilon,
     round_up,
     sequential,
@@ -87,19 +90,78 @@ def test_many_gaussian_releases_cost_less_than_naive_sum() -> None:
     assert _m(eps) >= _bs(100 * one, delta)
 
 
-def test_mixed_composition_epsilon_within() -> None:
+def test_single_release_as_approx_dp() -> None:
     c = Cost(epsilon=F(1), delta=F(1, 10**6), rho=F(1, 100))
-    # rho converted at what is left of the budget's delta after the explicit delta
-    assert c.epsilon_within(F(2, 10**6)) == 1 + rho_to_epsilon(F(1, 100), F(1, 10**6))
-    assert c.epsilon_within(F(1, 10**6)) is None  # no delta left for the rho part
-    assert c.epsilon_within(F(0)) is None
-    assert Cost(epsilon=F(2)).epsilon_within(F(0)) == 2
-    assert c.fits(F(2), F(2, 10**6)) is True
-    assert c.fits(F(1), F(2, 10**6)) is False
     assert c.as_approx_dp(F(1, 10**6)) == (
         1 + rho_to_epsilon(F(1, 100), F(1, 10**6)),
         F(2, 10**6),
     )
+    assert Cost(epsilon=F(2)).as_approx_dp(F(1, 10**6)) == (2, 0)
+
+
+def _cks(order: F, delta: F) -> mpmath.mpf:
+    """CKS20 Proposition 12 at 60 digits: (ln 1/delta + (a-1) ln(1-1/a) - ln a) / (a-1)."""
+    a, d = _m(order), _m(delta)
+    return (mpmath.log(1 / d) + (a - 1) * mpmath.log(1 - 1 / a) - mpmath.log(a)) / (a - 1)
+
+
+@pytest.mark.parametrize(
+    ("order", "delta", "expected"),
+    [
+        # hand-checked: (ln 1e6 + 29 ln(29/30) - ln 30) / 29 = (13.81551 - 0.98314 - 3.40120) / 29
+        (F(30), F(1, 10**6), 0.325212696),
+        (F(2), F(1, 10**5), 10.126631104),  # ln 1e5 + ln(1/2) - ln 2 = 11.51293 - 1.38629
+        (F(233, 10), F(1, 2 * 10**6), 0.465559523),
+        (F(439, 100), F(5, 10**6), 2.905731791),
+    ],
+)
+def test_renyi_conversion_values(order: F, delta: F, expected: float) -> None:
+    c = renyi_conversion(order, delta)
+    assert float(c) == pytest.approx(expected, abs=1e-9)
+    assert _m(c) >= _cks(order, delta) > _m(c - GRID)  # rounded up, by less than one step
+    # tighter than Mironov 2017 (ln(1/delta) / (alpha - 1)), never negative
+    assert _m(c) < mpmath.log(1 / _m(delta)) / (_m(order) - 1)
+    assert renyi_conversion(F(1000), F(9, 10)) == 0
+
+
+def test_renyi_divergence_per_release() -> None:
+    a = F(10)
+    assert renyi_divergence(Cost(epsilon=F(1, 10)), a) == F(1, 20)  # a eps^2 / 2 < eps
+    assert renyi_divergence(Cost(epsilon=F(1)), a) == 1  # eps < a eps^2 / 2
+    assert renyi_divergence(Cost(rho=F(1, 100)), a) == F(1, 10)  # a rho
+    assert renyi_divergence(Cost(epsilon=F(1, 10), delta=F(1, 10**6), rho=F(1, 100)), a) == F(
+        3, 20
+    )  # the explicit delta is accounted apart
+    with pytest.raises(ValueError):
+        renyi_divergence(Cost(), F(1))
+    for bad in (F(1), F(1, 2)):
+        with pytest.raises(ValueError):
+            renyi_conversion(bad, F(1, 10**6))
+    with pytest.raises(ValueError):
+        renyi_conversion(F(2), F(0))
+
+
+def test_default_order() -> None:
+    # three significant digits of the best order (the closed form with Mironov's conversion,
+    # (L + sqrt(L^2 + eps L)) / eps, would give 29.1, 4.93, 1.132: CKS20 shifts the optimum)
+    assert default_order(F(1), F(1, 10**6)) == 22
+    assert default_order(F(7), F(5, 10**6)) == F(439, 100)
+    assert default_order(F(1000), F(1, 10**6)) == F(1131, 1000)
+    for eps, delta in [
+        (F(1, 10), F(1, 10**9)),
+        (F(10), F(1, 10**5)),
+        (F(50), F(1, 3)),
+        (F(1), F(1, 10**6)),
+    ]:
+        # rho the budget holds at order a, with the exact conversion
+        def held(a: F, eps: F = eps, delta: F = delta) -> mpmath.mpf:
+            return (_m(eps) - _cks(a, delta)) / _m(a)
+
+        # the default is within 0.5% of the best of a fine geometric grid of orders (1.001 .. 10^5)
+        top = max(held(1 + F(10 ** (k / 100)).limit_denominator(10**6)) for k in range(-300, 500))
+        assert held(default_order(eps, delta)) >= 0.995 * top
+    with pytest.raises(ValueError):
+        default_order(F(0), F(1, 10**6))
 
 
 def test_parallel_is_componentwise_max() -> None:
@@ -180,6 +242,7 @@ def test_monotone(a: F, b: F, delta: F) -> None:
 def test_doctests() -> None:
     import doctest
 
+    import dpsql.budget.filter
     import dpsql.budget.format
     import dpsql.budget.periods
     import dpsql.budget.records
@@ -187,6 +250,7 @@ def test_doctests() -> None:
     import dpsql.sql.canonical
 
     mods = [dpsql.dp.accounting, dpsql.budget.format, dpsql.budget.periods, dpsql.budget.records]
+    mods.append(dpsql.budget.filter)
     for mod in [*mods, dpsql.sql.canonical]:
         assert doctest.testmod(mod).failed == 0, mod.__name__
 

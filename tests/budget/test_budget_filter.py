@@ -1,0 +1,231 @@
+"""The budget's privacy filter (dpsql.budget.filter) against hand-computed values and independent
+60-digit arithmetic: admitted sequences always satisfy the Renyi (or pure) bound fixed in advance,
+the old realized-total check's adaptive counter-example is refused where the filter says, and a
+deliberately broken filter (that old check) fails the same property."""
+
+from __future__ import annotations
+
+from fractions import Fraction as F
+
+import mpmath
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpsql.budget.filter import Filter, Spent, charge, refund
+from dpsql.dp.accounting import Cost, epsilon_to_rho, renyi_divergence, rho_to_epsilon
+
+mpmath.mp.dps = 60
+MICRO = F(1, 10**6)
+
+
+def _m(x: F) -> mpmath.mpf:
+    return mpmath.mpf(x.numerator) / x.denominator
+
+
+def _conversion(order: F, delta: F) -> mpmath.mpf:
+    """CKS20 Proposition 12, computed independently: (ln 1/d + (a-1) ln(1-1/a) - ln a) / (a-1)."""
+    a, d = _m(order), _m(delta)
+    return (mpmath.log(1 / d) + (a - 1) * mpmath.log(1 - 1 / a) - mpmath.log(a)) / (a - 1)
+
+
+def _rdp(costs: list[Cost], order: F) -> mpmath.mpf:
+    """sum_i min(eps_i, a eps_i^2 / 2) + a rho_i, at 60 digits."""
+    a = _m(order)
+    return mpmath.fsum(
+        min(_m(c.epsilon), a * _m(c.epsilon) ** 2 / 2) + a * _m(c.rho) for c in costs
+    )
+
+
+def _within_bound(costs: list[Cost], f: Filter) -> bool:
+    """The guarantee the filter promises, checked from scratch: explicit deltas within their share,
+    and the Renyi bound at the budget's order (or, all pure, the epsilon sum) within epsilon_B."""
+    if sum((c.delta for c in costs), F(0)) > f.delta_explicit:
+        return False
+    if all(c.rho == 0 for c in costs) and sum((c.epsilon for c in costs), F(0)) <= f.epsilon:
+        return True
+    if f.order is None or f.delta_conversion == 0:
+        return False
+    return _rdp(costs, f.order) + _conversion(f.order, f.delta_conversion) <= _m(f.epsilon)
+
+
+def _run(f: Filter, costs: list[Cost]) -> tuple[list[Cost], Spent]:
+    """Offer each cost in turn; returns the admitted ones and the final totals."""
+    spent, admitted = Spent(), []
+    for c in costs:
+        after = f.add(spent, c)
+        if f.admits(after):
+            spent = after
+            admitted.append(c)
+    return admitted, spent
+
+
+def test_hand_computed_budget() -> None:
+    """(1, 1e-6): half of delta for explicit deltas; order 23.3 (the best for 5e-7);
+    c(23.3, 5e-7) = (ln 2e6 + 22.3 ln(22.3/23.3) - ln 23.3) / 22.3 = 0.4655595231837..."""
+    f = Filter.configure(F(1), MICRO)
+    assert (f.order, f.delta_explicit, f.delta_conversion) == (F(233, 10), MICRO / 2, MICRO / 2)
+    assert f.overhead is not None
+    assert float(f.overhead) == pytest.approx(0.4655595231837, abs=1e-12)
+    assert _m(f.overhead) >= _conversion(F(233, 10), MICRO / 2)  # rounded up
+    pure = f.add(Spent(), Cost(epsilon=F(1, 10)))
+    assert pure.renyi == F(1, 10)  # min(0.1, 23.3 * 0.01 / 2 = 0.1165)
+    assert f.epsilon_spent(pure) == F(1, 10)  # pure: plain sum, no conversion cost
+    small = f.add(Spent(), Cost(epsilon=F(1, 100)))
+    assert small.renyi == F(233, 10) * F(1, 100) ** 2 / 2  # 0.001165 < 0.01
+    gauss = f.add(pure, Cost(rho=F(1, 1000)))
+    assert gauss.renyi == F(1, 10) + F(233, 10000)
+    assert f.epsilon_spent(gauss) == F(1, 10) + F(233, 10000) + f.overhead
+    assert f.need(pure, Cost(rho=F(1, 1000))) == F(233, 10000) + f.overhead  # one-time cost
+    assert f.need(gauss, Cost(rho=F(1, 1000))) == F(233, 10000)
+    # explicit deltas: 5e-7 in all
+    d = f.add(Spent(), Cost(epsilon=F(1, 10), delta=MICRO / 2))
+    assert f.admits(d) and not f.admits(f.add(d, Cost(epsilon=F(1, 10), delta=F(1, 10**12))))
+    assert f.epsilon_remaining(d) == F(9, 10)
+
+
+def test_delta_zero_budget_is_plain_summation() -> None:
+    f = Filter.configure(F(1), F(0))
+    assert f.order is None and f.overhead is None
+    s = Spent()
+    for _ in range(10):
+        s = f.add(s, Cost(epsilon=F(1, 10)))
+        assert f.admits(s)
+    assert not f.admits(f.add(s, Cost(epsilon=F(1, 10**12))))
+    assert not f.admits(f.add(Spent(), Cost(rho=F(1, 10**6))))  # no Gaussian without delta
+    assert f.need(Spent(), Cost(rho=F(1, 10**6))) is None
+    assert not f.admits(f.add(Spent(), Cost(epsilon=F(1, 10), delta=F(1, 10**12))))
+
+
+def test_pure_then_gaussian_counter_example_refused_at_the_right_point() -> None:
+    """The old check (pure sum + rho converted at the delta left, re-chosen after the fact) let an
+    analyst spend pure epsilon 0.7 and still add Gaussian rho 0.0015 on (1, 1e-6). The filter admits
+    the Gaussian after k pure releases of 0.1 iff 0.1 k + 23.3 * 0.0015 + c <= 1, c = 0.46556:
+    k <= 4.9949, so k = 4 passes and k = 5 is refused; pure releases go on up to 1 in all."""
+    f = Filter.configure(F(1), MICRO)
+    gauss = Cost(rho=F(15, 10**4))
+    threshold = (1 - _m(F(233, 10) * F(15, 10**4)) - _conversion(F(233, 10), MICRO / 2)) / _m(
+        F(1, 10)
+    )
+    assert 4 < threshold < 5
+    s = Spent()
+    for k in range(1, 11):
+        s = f.add(s, Cost(epsilon=F(1, 10)))
+        assert f.admits(s)  # pure: the plain sum up to 1
+        assert f.admits(f.add(s, gauss)) == (k <= 4), k
+        old = k * F(1, 10) + rho_to_epsilon(gauss.rho, MICRO) <= 1
+        assert old == (k <= 7), k  # what the realized-total check allowed
+
+
+def _old_rule(costs: list[Cost], epsilon: F, delta: F) -> bool:
+    """The previous, unsound check: pure sum + rho converted at the delta left over."""
+    eps = sum((c.epsilon for c in costs), F(0))
+    d = sum((c.delta for c in costs), F(0))
+    rho = sum((c.rho for c in costs), F(0))
+    if d > delta:
+        return False
+    if rho == 0:
+        return eps <= epsilon
+    return delta - d > 0 and eps + rho_to_epsilon(rho, delta - d) <= epsilon
+
+
+def test_broken_filter_fails_the_property() -> None:
+    """The old rule admits both a pure-heavy path A and a Gaussian-only path B (an analyst picks
+    between them after the first answers), and no single Renyi order, fixed in advance, covers
+    both (A needs alpha >= 101.5, B alpha <= 45.5): the bound checked by the property test
+    rejects it, as it must."""
+    a_path = [Cost(epsilon=F(9, 10)), Cost(rho=epsilon_to_rho(F(1, 10), MICRO))]
+    b_path = [Cost(rho=epsilon_to_rho(F(1), MICRO))]
+    assert _old_rule(a_path, F(1), MICRO) and _old_rule(b_path, F(1), MICRO)
+    orders = [1 + F(k, 4) for k in range(1, 800)]  # 1.25 .. 200.75, even with all of delta
+    assert not any(
+        _within_bound(a_path, Filter(F(1), MICRO, a, F(0)))
+        and _within_bound(b_path, Filter(F(1), MICRO, a, F(0)))
+        for a in orders
+    )
+    f = Filter.configure(F(1), MICRO)
+    assert _run(f, a_path)[0] != a_path or _run(f, b_path)[0] != b_path  # the filter refuses one
+
+
+costs = st.one_of(
+    st.builds(lambda e: Cost(epsilon=e), st.fractions(F(1, 1000), F(2), max_denominator=1000)),
+    st.builds(lambda r: Cost(rho=r), st.fractions(F(1, 10**5), F(1, 2), max_denominator=10**5)),
+    st.builds(
+        lambda e, r: Cost(epsilon=e, rho=r),
+        st.fractions(F(1, 1000), F(1), max_denominator=1000),
+        st.fractions(F(1, 10**5), F(1, 10), max_denominator=10**5),
+    ),
+    st.builds(
+        lambda e, d: Cost(epsilon=e, delta=d),
+        st.fractions(F(1, 1000), F(1), max_denominator=1000),
+        st.sampled_from([F(1, 10**9), F(1, 10**7), MICRO / 4, MICRO]),
+    ),
+)
+gaussians = st.builds(
+    lambda r: Cost(rho=r), st.fractions(F(1, 10**5), F(1, 2), max_denominator=10**5)
+)
+budgets = st.builds(
+    Filter.configure,
+    st.fractions(F(1, 10), F(10), max_denominator=100),
+    st.sampled_from([F(0), F(1, 10**9), MICRO, F(1, 10**5), F(1, 1000)]),
+    st.one_of(st.none(), st.sampled_from([F(3, 2), F(4), F(16), F(64)])),
+    st.sampled_from([F(0), F(1, 4), F(1, 2), F(1)]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(f=budgets, offered=st.lists(costs, max_size=30))
+def test_admitted_sequences_satisfy_the_bound(f: Filter, offered: list[Cost]) -> None:
+    """Property: whatever is offered, the admitted sequence satisfies the bound fixed in advance
+    (recomputed at 60 digits), every prefix too, and the totals are the exact sums."""
+    admitted, spent = _run(f, offered)
+    for n in range(len(admitted) + 1):
+        assert _within_bound(admitted[:n], f), n
+    # the running totals are the exact sums, or (denominators past 1e30) just above them
+    slack = len(admitted) * F(1, 10**30)
+    exact = sum(admitted, Cost())
+    for name in ("epsilon", "delta", "rho"):
+        assert 0 <= getattr(spent.cost, name) - getattr(exact, name) <= slack, name
+    if f.order is not None:
+        assert spent.renyi is not None
+        exact_r = sum((renyi_divergence(c, f.order) for c in admitted), F(0))
+        assert 0 <= spent.renyi - exact_r <= slack
+    # a refused cost stays refused (the filter is monotone: nothing is admitted by spending more)
+    for c in offered:
+        if c not in admitted:
+            assert not f.admits(f.add(spent, c))
+
+
+@settings(max_examples=100, deadline=None)
+@given(f=budgets, offered=st.lists(gaussians, max_size=30))
+def test_admitted_gaussians_meet_the_exact_gaussian_profile(f: Filter, offered: list[Cost]) -> None:
+    """All-Gaussian sequences: the composition is one Gaussian with mu = sqrt(2 sum rho), whose
+    exact hockey-stick divergence at epsilon_B (Balle & Wang 2018) stays within delta_conversion."""
+    admitted, spent = _run(f, offered)
+    if not admitted:
+        return
+    mu = mpmath.sqrt(2 * _m(spent.cost.rho))
+    eps = _m(f.epsilon)
+    exact_delta = mpmath.ncdf(-eps / mu + mu / 2) - mpmath.exp(eps) * mpmath.ncdf(
+        -eps / mu - mu / 2
+    )
+    assert exact_delta <= _m(f.delta_conversion)
+
+
+def test_refund_undoes_a_charge_exactly() -> None:
+    order = F(233, 10)
+    s = charge(Spent(), Cost(epsilon=F(1, 3)), order)
+    s2 = charge(s, Cost(epsilon=F(1, 100), rho=F(1, 7)), order)
+    assert refund(s2, Cost(epsilon=F(1, 100), rho=F(1, 7)), order) == s
+    assert refund(Spent(), Cost(epsilon=F(1)), order) == Spent()  # never below zero
+    # untracked (older ledger rows): read as sum epsilon + order sum rho, an upper bound
+    legacy = Spent(Cost(epsilon=F(1, 2), rho=F(1, 100)), None)
+    assert Filter.configure(F(1), MICRO).renyi(legacy) == F(1, 2) + order / 100
+    assert charge(legacy, Cost(), None) == Spent(legacy.cost, None)
+
+
+def test_invalid_settings() -> None:
+    with pytest.raises(ValueError):
+        Filter(F(1), MICRO, F(1))
+    with pytest.raises(ValueError):
+        Filter(F(1), MICRO, F(2), F(3, 2))
