@@ -10,8 +10,8 @@ Protocol for one private query (the engine drives it)::
 
 ``reserve`` locks the budget rows it charges (the analyst's and the dataset's, for the current
 period) with ``INSERT ... ON CONFLICT DO UPDATE`` (a row lock), always in the same order, checks
-that the new totals still fit, adds the cost and appends a ``reserved`` release, all in one
-transaction. Sessions and processes sharing the ledger therefore serialize on these rows and can
+that the new totals pass each budget's privacy filter (:mod:`dpsql.budget.filter`), adds the cost
+and appends a ``reserved`` release, all in one transaction. Sessions and processes sharing the ledger therefore serialize on these rows and can
 never overspend. A reservation is spent from the moment it exists: if dpsql dies before ``commit``
 it stays counted; only an explicit ``refund`` gives it back.
 """

@@ -131,10 +131,10 @@ def exhausted(
     why = ""
     if need is not None and cost.rho > 0 and row.spent.cost.rho == 0 and f.overhead is not None:
         why = (
-            f"; the first Gaussian release of a period also pays the one-time conversion cost "
-            f"epsilon {fmt_up(f.overhead)}"
+            f"; what the query needs includes the one-time conversion cost epsilon "
+            f"{fmt_up(f.overhead)} that the period's first Gaussian release pays"
         )
-    order = f"Renyi order {f.order}" if f.order is not None else "no Renyi order (delta 0)"
+    order = f"Renyi order {fmt_down(f.order)}" if f.order is not None else "no Renyi order"
     return BudgetExhausted(
         f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} left, and delta "
         f"{fmt_down(left_delta)} for partition selection{when}; {needs}",

@@ -7,10 +7,11 @@ Composition (Bun & Steinke 2016, "Concentrated Differential Privacy: Simplificat
 and Lower Bounds"): an epsilon-DP mechanism is (xi = epsilon, rho = 0)-zCDP (Definition 1.1 with
 xi; Renyi divergences never exceed the max divergence, Lemma 8.3); a rho-zCDP one is (0, rho)-zCDP;
 an (epsilon, delta)-DP one is delta-approximately (epsilon, 0)-zCDP (Section 8, cf. Proposition
-1.13). Adaptive composition adds xi, rho and delta (Lemma 2.3, Lemma 8.2), so a sequence of releases costs the componentwise sum
-``Cost(sum epsilon, sum delta, sum rho)``. For any delta' in (0, 1) such a total is
-(epsilon + rho + 2 sqrt(rho ln(1/delta')), delta + delta')-DP (Lemma 3.5 / Proposition 1.3):
-many Gaussian releases cost about sqrt(k) rather than k times one release.
+1.13). Composition with costs fixed in advance adds xi, rho and delta (Lemma 2.3, Lemma 8.2), so
+a sequence of releases costs the componentwise sum ``Cost(sum epsilon, sum delta, sum rho)``; for
+any delta' in (0, 1) such a total is (epsilon + rho + 2 sqrt(rho ln(1/delta')), delta + delta')-DP
+(Lemma 3.5 / Proposition 1.3): many Gaussian releases cost about sqrt(k) rather than k times one.
+One release on its own is stated that way (:meth:`Cost.as_approx_dp`, the per-query maximum).
 
 Adaptivity: analysts choose each release and its cost after seeing earlier answers. Checking the
 realized totals against the budget with a conversion chosen afterwards is not a valid privacy filter
