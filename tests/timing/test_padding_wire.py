@@ -6,6 +6,7 @@ Robust on a loaded 2-core machine: elapsed times are compared as quantum buckets
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -57,10 +58,13 @@ def data(make_db: Callable[[str], str]) -> str:
 
 
 @contextmanager
-def server(dsn: str, pol: Policy, ledger: Any = None, **engine_kw: Any) -> Iterator[str]:
+def server(
+    dsn: str, pol: Policy, ledger: Any = None, threads: int = 32, **engine_kw: Any
+) -> Iterator[str]:
     engine = Engine(pol, dsn, ledger=ledger, pool_size=2, **engine_kw)
+    config = ServerConfig(port=0, shutdown_grace_s=1, worker_threads=threads)
     try:
-        with ServerThread(engine, pol, ServerConfig(port=0, shutdown_grace_s=1)) as srv:
+        with ServerThread(engine, pol, config) as srv:
             yield f"host=127.0.0.1 port={srv.port} user=zoe password=pw dbname=x"
     finally:
         engine.close()
@@ -98,6 +102,22 @@ def test_queries_of_very_different_cost_end_at_the_same_boundary(data: str) -> N
         small, big = best(conn, "small"), best(conn, "big")
     assert bucket(small) == bucket(big) == 1, (small, big, raw_small, raw_big)
     assert small * 1000 < Q + TOLERANCE_MS and big * 1000 < Q + TOLERANCE_MS, (small, big)
+
+
+def test_the_wait_holds_no_worker_thread(data: str) -> None:
+    """With ONE worker thread, another session is answered while a private answer waits."""
+    with server(data, policy(), threads=1) as dsn, psycopg.connect(dsn) as a, \
+            psycopg.connect(dsn) as b:  # fmt: skip
+        timed(a, fresh("small"))
+        b.execute("SELECT 1").fetchall()
+        result: list[float] = []
+        waiting = threading.Thread(target=lambda: result.append(timed(a, fresh("small"))))
+        waiting.start()
+        time.sleep(0.15)  # a's work is done (~10 ms); it is now waiting for the boundary
+        other = timed(b, "SELECT 1")
+        waiting.join()
+    assert bucket(result[0]) >= 1
+    assert other * 1000 < Q - 150, other  # not queued behind a's wait
 
 
 def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: str) -> None:
