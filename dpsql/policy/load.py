@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from dpsql.errors import PolicyError
 from dpsql.policy.model import Policy
-from dpsql.policy.settings import UnsetVariable, interpolate
+from dpsql.policy.settings import SERVER_KEYS, UnsetVariable, interpolate
 
 
 def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
@@ -84,7 +84,7 @@ def _interpolate_server(
         return {}
     unresolved: dict[str, str] = {}
     for key, value in list(server.items()):
-        if not isinstance(value, str):
+        if not isinstance(value, str) or key not in SERVER_KEYS:  # unknown keys: refused below
             continue
         where = f"{source}:{lines.get(('server', key), 1)}: server.{key}"
         try:

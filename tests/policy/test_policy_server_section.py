@@ -64,6 +64,7 @@ def test_no_sections_is_the_default() -> None:
         ("server:\n  listen: ':70000'\n", 8, "out of range"),
         ("server:\n  log_level: loud\n", 8, "server.log_level"),
         ("server:\n  upstream: 'x'\n  ledger: '${BAD NAME}'\n", 9, "malformed ${...}"),
+        ("server:\n  upstrem: '${T_UNSET_VAR}'\n", 8, "server.upstrem: unknown field"),
         ("timing: {quantum_ms: -5}\n", 7, "timing.quantum_ms"),
         ("timing: {quantum: 5}\n", 7, "timing.quantum: unknown field"),
         ("server: [1]\n", 7, "server: Input should be a valid dictionary"),
