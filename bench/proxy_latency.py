@@ -6,23 +6,29 @@ statements). For each scenario:
 
 * latency: ``--n`` sequential executions through the proxy and directly, p50 / p99, and the
   difference of the medians (the latency the proxy adds);
-* throughput: queries per second with 1, 8 and 32 concurrent clients for ``--seconds`` each, through
-  the proxy and directly, and their ratio.
+* throughput: queries per second with 1, 8 and 32 concurrent clients (``--clients``) for
+  ``--seconds`` each, through the proxy (with each ``--workers`` count) and directly, their ratio,
+  and the per-query latency the proxy adds at that load (p50 / p99 over all clients' queries).
+
+The proxy runs as in production: statement log on (INFO, to a file), default limits except
+``--max-sessions-per-analyst 100``.
 
 Scenarios:
 
 * ``public prepared``: a public-table lookup; directly, the same SQL.
 * ``private cached``: a DP aggregate repeated (a free repeat answered from the ledger);
   directly, the rewritten (clamped, contribution-bounded) SQL the engine would run.
-* ``private fresh``: distinct DP aggregates (each one charged to the ledger at epsilon 0.01, run
-  upstream, noised); directly, each one's rewritten SQL. Latency only.
+* ``private fresh``: distinct DP aggregates (each one charged to the ledger, run upstream,
+  noised); directly, each one's rewritten SQL. This is the analyst workload: its throughput ratio
+  is the one that matters for DP queries; the public lookup's is the proxy's worst case.
 
-Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5]``
+Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]``
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing as mp
 import os
 import signal
@@ -31,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PUBLIC = "SELECT name FROM regions WHERE code = %s"
+FRESH = 200
 PRIVATE = "SELECT category, COUNT(*) AS n, AVG(amount) AS avg FROM purchases GROUP BY category"
 
 
@@ -50,14 +58,17 @@ def _free_port() -> int:
 
 
 def _start_proxy(upstream: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    import tempfile
+
     from dpsql.demo import POLICY
 
     port = _free_port()
+    log = tempfile.NamedTemporaryFile(prefix="dpsql-bench-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
-         "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
+         "--listen", f"127.0.0.1:{port}", "--log-level", "INFO",
          "--max-sessions-per-analyst", "100", *extra],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log,
     )  # fmt: skip
     deadline = time.monotonic() + 30
     while True:
@@ -95,32 +106,51 @@ def _latencies_many(dsn: str, sqls: list[str], setup: str | None = None) -> list
     return out
 
 
-def _client(
-    dsn: str, sql: str, params: tuple[object, ...], seconds: float, barrier: Any, out: Any
-) -> None:
+@dataclass(frozen=True)
+class Load:
+    """What each client runs: one prepared statement, or (``sqls``) distinct statements in turn
+    (client k runs sqls[k], sqls[k + clients], ...), after an optional ``setup`` statement."""
+
+    sql: str = ""
+    params: tuple[object, ...] = ()
+    sqls: tuple[str, ...] = ()
+    setup: str | None = None
+
+
+def _client(dsn: str, load: Load, k: int, n: int, seconds: float, barrier: Any, out: Any) -> None:
+    lat: list[float] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql, params, prepare=True).fetchall()
+        if load.setup:
+            conn.execute(load.setup)
+        if not load.sqls:
+            conn.execute(load.sql, load.params, prepare=True).fetchall()
         barrier.wait()
-        done, end = 0, time.monotonic() + seconds
+        i, end = k, time.monotonic() + seconds
         while time.monotonic() < end:
-            conn.execute(sql, params, prepare=True).fetchall()
-            done += 1
-    out.put(done)
+            t0 = time.perf_counter()
+            if load.sqls:
+                conn.execute(load.sqls[i % len(load.sqls)]).fetchall()
+                i += n
+            else:
+                conn.execute(load.sql, load.params, prepare=True).fetchall()
+            lat.append((time.perf_counter() - t0) * 1000)
+    out.put(lat)
 
 
-def _qps(dsn: str, sql: str, params: tuple[object, ...], clients: int, seconds: float) -> float:
+def _qps(dsn: str, load: Load, clients: int, seconds: float) -> tuple[float, list[float]]:
+    """Queries per second over ``clients`` processes, and every query's latency (ms)."""
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(clients), ctx.SimpleQueue()
     procs = [
-        ctx.Process(target=_client, args=(dsn, sql, params, seconds, barrier, out))
-        for _ in range(clients)
+        ctx.Process(target=_client, args=(dsn, load, k, clients, seconds, barrier, out))
+        for k in range(clients)
     ]
     for p in procs:
         p.start()
-    total = sum(out.get() for _ in procs)
+    lats = [x for _ in procs for x in out.get()]
     for p in procs:
         p.join()
-    return total / seconds
+    return len(lats) / seconds, lats
 
 
 def _engine_latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
@@ -184,13 +214,49 @@ def _report_latency(name: str, proxy: list[float], direct: list[float]) -> None:
           f"| {p50p - p50d:+.3f} | {_pct(proxy, 99) - _pct(direct, 99):+.3f} |")  # fmt: skip
 
 
-def rewritten_sql(sql: str) -> str:
+@functools.cache
+def _policy() -> Any:
     from dpsql.demo import POLICY
-    from dpsql.explain import explain
     from dpsql.policy import load_policy
+
+    return load_policy(POLICY)
+
+
+def rewritten_sql(sql: str) -> str:
+    from dpsql.explain import explain
     from dpsql.session import SessionContext
 
-    return explain(load_policy(POLICY), sql, SessionContext(analyst="analyst")).rewritten
+    return explain(_policy(), sql, SessionContext(analyst="analyst")).rewritten
+
+
+def _fresh(n: int, start: int = 0) -> list[str]:
+    """``n`` distinct private aggregates (none a free repeat of another)."""
+    head = PRIVATE.split(" GROUP BY")[0]
+    return [f"{head} WHERE amount < {1000 + start + i} GROUP BY category" for i in range(n)]
+
+
+def _throughput(
+    a: argparse.Namespace, dsn: str, proxies: dict[int, str], scenarios: list[Any]
+) -> None:
+    print("| scenario | clients | direct qps | workers | proxy qps | ratio "
+          "| added p50 ms | added p99 ms |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    run = 0
+    for name, pload, dload in scenarios:
+        for c in (int(x) for x in a.clients.split(",")):
+            d, dl = _qps(dsn, dload, c, a.seconds)
+            for w, proxy in proxies.items():
+                if pload.sqls and pload.setup:  # fresh statements: a new set for every run
+                    run += 1
+                    pload = Load(sqls=tuple(_fresh(FRESH, 10_000 * run)), setup=pload.setup)
+                p, pl = _qps(proxy, pload, c, a.seconds)
+                if not pl or not dl:
+                    print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | - | - | - |")
+                    continue
+                added50 = statistics.median(pl) - statistics.median(dl)
+                added99 = _pct(pl, 99) - _pct(dl, 99) if len(pl) > 1 and len(dl) > 1 else 0.0
+                print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | {p / d:.2f} "
+                      f"| {added50:+.3f} | {added99:+.3f} |", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -199,6 +265,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--clients", default="1,8,32")
+    ap.add_argument("--workers", default="1", help="proxy process counts to measure, e.g. 1,2")
+    ap.add_argument("--skip", default="", help="comma-separated scenario names to leave out")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-ups below
     from dpsql.demo import load_demo
@@ -213,26 +281,30 @@ def main() -> None:
     procs = []
     try:
         load_demo(dsn)
-        proxy_proc, proxy = _start_proxy(dsn, [])
-        procs.append(proxy_proc)
+        proxies: dict[int, str] = {}
+        for w in (int(x) for x in a.workers.split(",")):
+            proc, proxies[w] = _start_proxy(dsn, ["--workers", str(w)])
+            procs.append(proc)
+        proxy = proxies[min(proxies)]
         rewritten = rewritten_sql(PRIVATE)
         print(f"PostgreSQL {psycopg.connect(dsn).info.server_version}, "
-              f"{os.cpu_count()} CPUs, n={a.n}, {a.seconds:g}s per throughput point\n")  # fmt: skip
+              f"{os.cpu_count()} CPUs, n={a.n}, {a.seconds:g}s per throughput point, "
+              f"load average before: {os.getloadavg()[0]:.2f}\n")  # fmt: skip
         print("| scenario | direct p50 ms | direct p99 ms | proxy p50 ms | proxy p99 ms "
               "| added p50 ms | added p99 ms |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
-        scenarios = [
+        latency = [
             ("public prepared", PUBLIC, ("N",), PUBLIC, ("N",)),
             ("private cached", PRIVATE, (), rewritten, ()),
         ]
-        for name, psql, pp, dsql, dp in scenarios:
+        for name, psql, pp, dsql, dp in latency:
             n = a.n if name.startswith("public") else min(a.n, 20)  # the rewritten SQL is slow
             _report_latency(name, _latencies(proxy, psql, pp, n), _latencies(dsn, dsql, dp, n))
-        fresh = [f"{PRIVATE.split(' GROUP BY')[0]} WHERE amount < {1000 + i} GROUP BY category"
-                 for i in range(10)]  # fmt: skip
+        fresh = _fresh(10)
+        setup = "SET dpsql.epsilon = 0.001"
         _report_latency(
             "private fresh (charged, noised)",
-            _latencies_many(proxy, fresh, "SET dpsql.epsilon = 0.01"),
+            _latencies_many(proxy, fresh, setup),
             _latencies_many(dsn, [rewritten_sql(q) for q in fresh]),
         )
         eng = _engine_latencies(dsn, PUBLIC, ("N",), a.n)
@@ -242,13 +314,16 @@ def main() -> None:
             f"p99 {_pct(eng, 99):.3f} ms (the rest of the added latency is the wire layer); "
             f"engine.execute in 8 threads: {engine_qps:,.0f} qps\n"
         )
-        print("| scenario | clients | direct qps | proxy qps | ratio |")
-        print("|---|---|---|---|---|")
-        for name, psql, pp, dsql, dp in scenarios:
-            for c in (int(x) for x in a.clients.split(",")):
-                d = _qps(dsn, dsql, dp, c, a.seconds)
-                p = _qps(proxy, psql, pp, c, a.seconds)
-                print(f"| {name} | {c} | {d:,.0f} | {p:,.0f} | {p / d:.2f} |")
+        many = _fresh(FRESH, start=10)  # more than the clients can run: every query is fresh
+        scenarios = [
+            ("public prepared", Load(PUBLIC, ("N",)), Load(PUBLIC, ("N",))),
+            ("private cached", Load(PRIVATE), Load(rewritten)),
+            ("private fresh", Load(sqls=tuple(many), setup=setup),
+             Load(sqls=tuple(rewritten_sql(q) for q in many))),
+        ]  # fmt: skip
+        skip = {x.strip() for x in a.skip.split(",") if x.strip()}
+        _throughput(a, dsn, proxies, [s for s in scenarios if s[0] not in skip])
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)

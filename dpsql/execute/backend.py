@@ -160,5 +160,4 @@ def _upstream(e: psycopg.Error, private: bool) -> DpsqlError:
 
 
 # Public names for the wire server's asynchronous fast path (dpsql.wire.upstream).
-columns_of = _columns
 upstream_error = _upstream

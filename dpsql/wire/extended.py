@@ -20,6 +20,7 @@ from dpsql.wire import messages as m
 from dpsql.wire.encode import decode_param
 from dpsql.wire.params import infer_param_types
 from dpsql.wire.state import TEXT_OID, Outcome
+from dpsql.wire.upstream import raw_format_of
 
 if TYPE_CHECKING:
     from dpsql.wire.session import Session, Statement
@@ -214,7 +215,7 @@ class Extended:
     async def _run(self, portal: Portal) -> None:
         stmt = portal.prepared.stmt
         self._check_txn(stmt)
-        portal.result = await self.s.execute(stmt, portal.params)
+        portal.result = await self.s.execute(stmt, portal.params, portal.formats)
         if isinstance(portal.result, Result):
             for notice in portal.result.notices:
                 self.s.send_notice("NOTICE", "00000", notice)
@@ -240,7 +241,7 @@ class Extended:
         _check_formats(portal.formats, len(columns))
         start = portal.pos
         end = len(rows) if msg.max_rows == 0 else min(len(rows), start + msg.max_rows)
-        await self.s.send_rows(columns, rows[start:end], portal.formats)
+        await self.s.send_rows(columns, rows[start:end], portal.formats, raw_format_of(res))
         portal.pos = end
         if end < len(rows):
             self.s.send(m.PortalSuspended())

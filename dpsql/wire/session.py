@@ -30,7 +30,7 @@ from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import SessionStatement, parse_session_statement
-from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
+from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, RawResult, raw_format_of
 
 if TYPE_CHECKING:
     from dpsql.wire.extended import Extended
@@ -130,7 +130,9 @@ class Session:
         self.send(m.ReadyForQuery(self.state.status))
         await self.ch.flush()
 
-    async def _run_engine(self, stmt: Statement, params: Sequence[Any]) -> Result:
+    async def _run_engine(
+        self, stmt: Statement, params: Sequence[Any], formats: Sequence[int] | None = None
+    ) -> Result:
         """engine.execute in a worker thread, cancellable; a statement still running after
         ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
         self._cancel = _new_cancel_token()
@@ -146,7 +148,7 @@ class Session:
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watch)
         try:
             if self.upstream is not None and stmt.kind in _FAST_KINDS:
-                return await self._run_fast(stmt, params, self.upstream)
+                return await self._run_fast(stmt, params, self.upstream, formats)
             res: Result = await self.call(
                 self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
             )
@@ -161,17 +163,26 @@ class Session:
             self.idle.set()
 
     async def _run_fast(
-        self, stmt: Statement, params: Sequence[Any], upstream: AsyncUpstream
+        self,
+        stmt: Statement,
+        params: Sequence[Any],
+        upstream: AsyncUpstream,
+        formats: Sequence[int] | None,
     ) -> Result:
         """A public or catalog statement on the event loop: its SQL from the engine (computed in
-        a worker thread only when not cheap), run on the server's async upstream pool."""
+        a worker thread only when not cheap), run on the server's async upstream pool. When the
+        client wants every column in one format, PostgreSQL's bytes in that format are passed
+        through as they are."""
         engine: Any = self.engine
         text = engine.cached_sql(stmt.prepared, self.ctx, params)
         if text is None:
             text = await self.call(engine.runnable_sql, stmt.prepared, self.ctx, tuple(params))
         self._cancel = token = AsyncCancel()
-        rows = await upstream.run(text, cancel=token)
-        return Result(rows.columns, rows.rows, rows.status)
+        fmt = _uniform(formats)
+        rows = await upstream.run(text, cancel=token, fmt=fmt)
+        if fmt is None:
+            return Result(rows.columns, rows.rows, rows.status)
+        return RawResult(rows.columns, rows.rows, rows.status, raw_format=fmt)
 
     def _client_gone(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and self.ch.eof:
@@ -282,8 +293,11 @@ class Session:
             )  # fmt: skip
             raise
 
-    async def execute(self, stmt: Statement, params: Sequence[Any]) -> Result | Outcome:
-        """Run ``stmt``; log one line whatever happens."""
+    async def execute(
+        self, stmt: Statement, params: Sequence[Any], formats: Sequence[int] | None = None
+    ) -> Result | Outcome:
+        """Run ``stmt``; log one line whatever happens. ``formats``: the result formats the
+        client asked for, when known before running (then rows may be passed through)."""
         t0 = time.perf_counter()
         outcome = "ok"
         res: Result | Outcome | None = None
@@ -299,7 +313,7 @@ class Session:
             if stmt.kind == "private":  # delivered at a data-independent moment (timing:)
                 res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
             else:
-                res = await self._run_engine(stmt, params)
+                res = await self._run_engine(stmt, params, formats)
             return res
         except BaseException as e:
             outcome = getattr(e, "sqlstate", None) or (
@@ -343,10 +357,22 @@ class Session:
         self.send(m.RowDescription(fields))
 
     async def send_rows(
-        self, columns: Sequence[ResultColumn], rows: Sequence[Any], formats: Sequence[int]
+        self,
+        columns: Sequence[ResultColumn],
+        rows: Sequence[Any],
+        formats: Sequence[int],
+        raw_format: int | None = None,
     ) -> None:
-        """DataRows, flushed as the buffer fills (a slow client only slows its own session)."""
-        encs = row_encoders(columns, formats)
+        """DataRows, flushed as the buffer fills (a slow client only slows its own session).
+
+        ``raw_format``: the rows hold PostgreSQL's bytes in that format, sent as they are.
+        """
+        if raw_format is None:
+            encs = row_encoders(columns, formats)
+        elif _uniform(formats) == raw_format:
+            encs = [_as_is] * len(columns)
+        else:
+            raise InternalError("rows fetched in one format were asked for in another")
         ch = self.ch
         for row in rows:
             ch.send(data_row(row, encs))
@@ -362,7 +388,7 @@ class Session:
         describe: bool,
     ) -> None:
         """Simple-protocol execution of one statement: [RowDescription] rows CommandComplete."""
-        res = await self.execute(stmt, params)
+        res = await self.execute(stmt, params, formats)
         if stmt.kind == "empty":
             self.send(m.EmptyQueryResponse())
             return
@@ -373,7 +399,7 @@ class Session:
         if columns and describe:
             self.row_description(columns, formats)
         if columns:
-            await self.send_rows(columns, rows, formats)
+            await self.send_rows(columns, rows, formats, raw_format_of(res))
         self.send(m.CommandComplete(tag))
 
 
@@ -381,6 +407,20 @@ def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any]
     if isinstance(res, Outcome):
         return res.columns, res.rows, res.tag
     return res.columns, res.rows, res.command_tag
+
+
+def _uniform(formats: Sequence[int] | None) -> int | None:
+    """The one result format of every column (none given: text), or None (mixed, or unknown)."""
+    if formats is None:
+        return None
+    if not formats:
+        return 0
+    first = formats[0]
+    return first if first in (0, 1) and all(f == first for f in formats) else None
+
+
+def _as_is(v: bytes) -> bytes:
+    return v
 
 
 def as_dpsql_error(err: BaseException) -> DpsqlError:
