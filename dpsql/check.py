@@ -133,6 +133,11 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         t.add_row(name, "(public)", "", "", "", "", "")
     console.print(t)
     console.print(f"analysts: {', '.join(policy.analysts) or '(none)'}")
+    for name, analyst in policy.analysts.items():
+        if analyst.restricted:  # tables:/deny: (names that match no table fail loading)
+            view = policy.for_analyst(name)
+            usable = ", ".join([*view.tables, *view.public_tables]) or "(no table)"
+            console.print(f"  {name} may use: {usable}")
     deployment_notes(policy, console)
     if not upstream:
         return 0

@@ -10,7 +10,14 @@ from fnmatch import fnmatchcase
 from fractions import Fraction
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from dpsql.policy.settings import ServerSettings, Timing
 
@@ -250,10 +257,14 @@ class Policy(_Strict):
             raise ValueError(f"tables declared both private and public: {sorted(both)}")
         return self
 
-    @model_validator(mode="after")
-    def _analyst_tables_exist(self) -> Policy:
-        known = set(self.tables) | set(self.public_tables)
-        for name, analyst in self.analysts.items():
+    @field_validator("analysts")
+    @classmethod
+    def _analyst_tables_exist(
+        cls, v: dict[str, Analyst], info: ValidationInfo
+    ) -> dict[str, Analyst]:
+        """Every name or pattern in an analyst's tables:/deny: matches a table of the policy."""
+        known = set(info.data.get("tables") or {}) | set(info.data.get("public_tables") or ())
+        for name, analyst in v.items():
             for field, patterns in (("tables", analyst.tables or ()), ("deny", analyst.deny)):
                 for p in patterns:
                     if not any(fnmatchcase(t, p) for t in known):
@@ -262,7 +273,7 @@ class Policy(_Strict):
                             "(list private tables under tables: and public ones under "
                             "public_tables:)"
                         )
-        return self
+        return v
 
     def for_analyst(self, analyst: str) -> Policy:
         """The policy as ``analyst`` sees it: the tables it may not use are left out, so they

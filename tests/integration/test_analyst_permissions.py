@@ -220,3 +220,17 @@ def test_wire_session_is_bound_to_its_analyst(server: Any) -> None:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
         ).fetchall()
         assert ("pums",) not in tables and ("purchases",) in tables
+
+
+def test_check_lists_each_analysts_tables(demo_policy: Policy, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from dpsql.check import check_policy
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(_policy_data(demo_policy)))
+    console = Console(record=True, width=200)
+    assert check_policy(str(path), None, console) == 0
+    out = console.export_text()
+    assert "bob may use: public.purchases, public.regions" in out
+    assert "carol may use: public.pums, public.purchases" in out
