@@ -72,3 +72,59 @@ def test_select_budget_and_history(ledger: Ledger) -> None:
 def test_anything_else_is_refused(ledger: Ledger, sql: str, error: type[Exception]) -> None:
     with pytest.raises(error):
         route.answer(ledger, "alice", sql)
+
+
+def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], str]) -> None:
+    """After pure, partition-selection and Gaussian releases, SHOW dpsql.budget, the dpsql.budget
+    view, ``dpsql budget show`` and the 53400 refusal state the same amounts; spent + remaining
+    = limit; a query is refused exactly when its need exceeds what remains."""
+    from dpsql.budget import admin, views
+    from dpsql.budget.filter import Filter
+    from dpsql.budget.format import fmt_down, fmt_up
+    from dpsql.errors import BudgetExhausted
+
+    micro = Fraction(1, 10**6)
+    pol = policy(
+        {"alice": {"epsilon": 1.0, "delta": 1e-6}},
+        dataset_budget={"epsilon": 5.0, "delta": 1e-5},
+    )
+    with Ledger.open(make_db("views"), pol) as lg:
+        lg.commit(lg.reserve("alice", Cost(epsilon=Fraction(1, 10)), "p"))
+        lg.commit(lg.reserve("alice", Cost(epsilon=Fraction(1, 20), delta=micro / 4), "s"))
+        gauss = Cost(rho=Fraction(1, 1000))
+        lg.commit(lg.reserve("alice", gauss, "g", delta_for_rho=micro))
+        [me, ds] = lg.remaining("alice")
+        f = Filter.configure(Fraction(1), micro)  # order 23.3, c = 0.46556
+        assert f.overhead is not None and me.renyi_order == f.order
+        # r(0.1) = 0.1 (< 23.3 * 0.01 / 2), r(0.05) = 23.3 * 0.0025 / 2 = 0.029125, r(gauss) = a rho
+        spent = Fraction(1, 10) + Fraction(29125, 10**6) + f.order * Fraction(1, 1000) + f.overhead
+        assert Fraction(me.epsilon_spent) - Fraction(1, 10**12) < spent <= me.epsilon_spent
+        assert abs(me.epsilon_spent + me.epsilon_remaining - 1) <= Fraction(1, 10**12)
+        assert (me.delta_limit, me.delta_explicit_limit) == (micro, micro / 2)
+        assert (me.delta_spent, me.delta_remaining) == (micro / 4, micro / 4)
+        g = Filter.configure(Fraction(5), Fraction(1, 10**5))  # the dataset's own filter
+        assert g.overhead is not None and ds.renyi_order == g.order != f.order
+        pure = [Cost(epsilon=Fraction(1, 10)), Cost(epsilon=Fraction(1, 20))]
+        ds_spent = sum(min(c.epsilon, g.order * c.epsilon**2 / 2) for c in pure) + g.overhead
+        ds_spent += g.order * Fraction(1, 1000)
+        assert Fraction(ds.epsilon_spent) - Fraction(1, 10**12) < ds_spent <= ds.epsilon_spent
+        left = fmt_down(Fraction(me.epsilon_remaining))
+        show = views.show_budget(lg, "alice")
+        assert show.startswith(f"analyst alice: epsilon {left} of 1 left, delta 2.5e-7 of 5e-7")
+        table = admin.show(lg, "alice").splitlines()
+        assert table[1].split()[:6] == [
+            "analyst",
+            "alice",
+            "none",
+            fmt_up(Fraction(me.epsilon_spent)),
+            "1",
+            left,
+        ]
+        assert "renyi order" in table[0] and "23.3" in table[1].split()
+        # refused exactly when the need exceeds what remains: need of k Gaussian releases = k a rho
+        k = int(Fraction(me.epsilon_remaining) / (f.order * gauss.rho))
+        with pytest.raises(BudgetExhausted) as info:
+            lg.reserve("alice", Cost(rho=gauss.rho * (k + 1)), "g", delta_for_rho=micro)
+        assert f"you have epsilon {left} left" in info.value.message
+        assert f"needs epsilon {fmt_up(f.order * gauss.rho * (k + 1))}" in info.value.message
+        lg.commit(lg.reserve("alice", Cost(rho=gauss.rho * k), "g", delta_for_rho=micro))
