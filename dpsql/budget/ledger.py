@@ -249,7 +249,8 @@ class Ledger:
             conn.execute(
                 self.q(
                     "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
-                    " renyi_spent = %s, renyi_order = %s, delta_share = %s,"
+                    " renyi_spent = %s, renyi_order = coalesce(renyi_order, %s),"
+                    " delta_share = coalesce(delta_share, %s),"
                     " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
                     " AND name = %s AND period_start = %s"
                 ),

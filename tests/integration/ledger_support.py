@@ -15,6 +15,7 @@ from dpsql.policy.model import Analyst, Budget, Policy
 def policy(
     analysts: dict[str, dict[str, Any]] | None = None,
     dataset_budget: dict[str, Any] | None = None,
+    explicit_share: float | None = None,
     **kw: Any,
 ) -> Policy:
     """A policy with these analysts' budgets (``{"alice": {"epsilon": 1}}``)."""
@@ -28,7 +29,8 @@ def policy(
                         k: v
                         for k, v in b.items()
                         if k in ("epsilon", "delta", "period", "renyi_order")
-                    }
+                    },
+                    **({} if explicit_share is None else {"explicit_delta_share": explicit_share}),
                 ),
                 max_epsilon=b.get("max_epsilon"),
             )

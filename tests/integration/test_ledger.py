@@ -12,6 +12,7 @@ from dpsql.budget import schema as ledger_schema
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.accounting import Cost, default_order, epsilon_to_rho, renyi_conversion
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
+from dpsql.policy.model import Policy
 from tests.integration.ledger_support import policy, release_sums, states, totals
 
 E = Fraction
@@ -322,3 +323,29 @@ def test_survives_ledger_connections_being_killed(ledger: Ledger, dsn: str) -> N
         )
     ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q"))
     assert totals(dsn)[("analyst", "alice")].epsilon == E(2, 10)
+
+
+def test_order_is_fixed_for_a_period_across_policy_reloads(dsn: str) -> None:
+    """The first release of a period fixes its Renyi order and delta share in the ledger; a
+    restart with another policy order keeps them; the next period takes the new one."""
+    rho = E(1, 1000)
+
+    def pol(order: float, share: float) -> Policy:
+        return policy(
+            {"alice": {"epsilon": 5.0, "delta": 1e-5, "period": "day", "renyi_order": order}},
+            explicit_share=share,
+        )
+
+    with Ledger.open(dsn, pol(10.0, 0.5)) as lg:
+        lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
+    with Ledger.open(dsn, pol(50.0, 0.25)) as lg:  # "a restart with an edited policy"
+        lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
+        [st] = lg.remaining("alice")
+        assert st.renyi_order == 10 and st.renyi_spent == 2 * 10 * rho
+        assert st.delta_explicit_limit == E(5, 10**6)  # the share stays 1/2 too
+        with psycopg.connect(dsn) as conn:
+            conn.execute("UPDATE dpsql.budget SET period_start = period_start - interval '1 day'")
+        lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
+        [st] = lg.remaining("alice")
+        assert st.renyi_order == 50 and st.renyi_spent == 50 * rho
+        assert st.delta_explicit_limit == E(25, 10**7)
