@@ -417,3 +417,11 @@ def test_repeats_never_merge_different_rollups() -> None:
         "SELECT cat, reg, COUNT(*) FROM sales GROUP BY ROLLUP (cat), ROLLUP (cat, reg)",
     ]
     assert len({fingerprint(s) for s in different}) == len(different)
+
+
+def test_doctests() -> None:
+    import doctest
+
+    from dpsql.sql import grouping_sets
+
+    assert doctest.testmod(grouping_sets).failed == 0
