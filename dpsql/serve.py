@@ -11,6 +11,7 @@ from types import TracebackType
 
 from dpsql.policy.model import Policy
 from dpsql.wire.limits import SessionLimits
+from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import Server, ServerConfig
 from dpsql.wire.session import EngineLike
 
@@ -31,10 +32,14 @@ async def _serve(server: Server) -> None:
 
 
 def serve(
-    engine: EngineLike, policy: Policy, config: ServerConfig, limits: SessionLimits | None = None
+    engine: EngineLike,
+    policy: Policy,
+    config: ServerConfig,
+    limits: SessionLimits | None = None,
+    relay: CancelRelay | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then shut down gracefully."""
-    asyncio.run(_serve(Server(engine, policy, config, limits)))
+    asyncio.run(_serve(Server(engine, policy, config, limits, relay)))
 
 
 class ServerThread:

@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 
 from dpsql.errors import InvalidParameter, ProtocolViolation
 
@@ -106,7 +107,10 @@ class Template:
 def _literal_sql(value: Any) -> str:
     lit = literal(value)
     node = exp.Paren(this=lit) if isinstance(lit, exp.Neg) else lit
-    return node.sql("postgres")
+    return _POSTGRES.generate(node)
+
+
+_POSTGRES = Dialect.get_or_raise("postgres")
 
 
 def template(tree: exp.Expression) -> Template | None:

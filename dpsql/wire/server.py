@@ -23,6 +23,8 @@ from dpsql.wire.auth import AuthConfig, Authenticator
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.framing import DEFAULT_MAX_MESSAGE_SIZE
 from dpsql.wire.limits import SessionLimits
+from dpsql.wire.relay import SIGNAL as relay_signal
+from dpsql.wire.relay import CancelRelay
 from dpsql.wire.session import EngineLike, Session
 from dpsql.wire.startup import Startup, negotiate
 from dpsql.wire.state import SessionState
@@ -79,6 +81,7 @@ class Server:
         policy: Policy,
         config: ServerConfig,
         limits: SessionLimits | None = None,
+        relay: CancelRelay | None = None,
     ) -> None:
         self.engine = engine
         self.policy = policy
@@ -94,6 +97,7 @@ class Server:
         self.executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="dpsql-q")
         self.sessions: dict[int, Session] = {}
         self.limits = limits or SessionLimits(policy.analysts)
+        self.relay = relay
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._stopping = False
@@ -108,6 +112,9 @@ class Server:
         self.upstream = _async_upstream(self.engine) if self.config.fast_path else None
         if self.upstream is not None:
             await self.upstream.open()
+        if self.relay is not None:
+            asyncio.get_running_loop().add_signal_handler(relay_signal, self._relayed)
+            self.relay.ready()
         self._server = await asyncio.start_server(
             self._handle, self.config.host, self.config.port, reuse_port=self.config.reuse_port
         )
@@ -171,6 +178,8 @@ class Server:
     def _new_pid(self) -> int:
         while True:
             pid = secrets.randbits(31) or 1
+            if self.relay is not None:
+                pid = self.relay.new_process_id(pid)
             if pid not in self.sessions:
                 return pid
 
@@ -183,8 +192,21 @@ class Server:
         if ok and s is not None:
             log.info("cancel request pid=%d", req.process_id)
             s.cancel()
+        elif (
+            s is None
+            and self.relay is not None
+            and self.relay.owner(req.process_id) != (self.relay.worker)
+        ):
+            if not self.relay.forward(req.process_id, req.secret_key):
+                log.warning("cancel request for pid=%d could not be relayed", req.process_id)
         else:
             log.warning("cancel request with a wrong key for pid=%d", req.process_id)
+
+    def _relayed(self) -> None:
+        """Cancel requests other workers received for this worker's sessions (SIGUSR1)."""
+        assert self.relay is not None
+        for pid, key in self.relay.take():
+            self._cancel(m.CancelRequest(pid, key))
 
     async def shutdown(self) -> None:
         """Stop accepting, let running queries finish (then cancel them), close every session."""

@@ -135,7 +135,8 @@ class Session:
     ) -> Result:
         """engine.execute in a worker thread, cancellable; a statement still running after
         ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
-        self._cancel = _new_cancel_token()
+        fast = self.upstream is not None and stmt.kind in _FAST_KINDS
+        self._cancel = AsyncCancel() if fast else _new_cancel_token()
         self.busy = True
         self.idle.clear()
         watch: list[asyncio.Task[None]] = []
@@ -147,8 +148,9 @@ class Session:
 
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watch)
         try:
-            if self.upstream is not None and stmt.kind in _FAST_KINDS:
-                return await self._run_fast(stmt, params, self.upstream, formats)
+            if fast:
+                assert self.upstream is not None
+                return await self._run_fast(stmt, params, self.upstream, formats, self._cancel)
             res: Result = await self.call(
                 self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
             )
@@ -168,6 +170,7 @@ class Session:
         params: Sequence[Any],
         upstream: AsyncUpstream,
         formats: Sequence[int] | None,
+        token: AsyncCancel,
     ) -> Result:
         """A public or catalog statement on the event loop: its SQL from the engine (computed in
         a worker thread only when not cheap), run on the server's async upstream pool. When the
@@ -177,7 +180,6 @@ class Session:
         text = engine.cached_sql(stmt.prepared, self.ctx, params)
         if text is None:
             text = await self.call(engine.runnable_sql, stmt.prepared, self.ctx, tuple(params))
-        self._cancel = token = AsyncCancel()
         fmt = _uniform(formats)
         rows = await upstream.run(text, cancel=token, fmt=fmt)
         if fmt is None:

@@ -14,6 +14,7 @@ its session counts are zeroed and it is restarted.
 
 Limits: ``max_sessions`` and ``max_sessions_per_analyst`` are global (shared counts). Failed-login
 rate limiting is per worker process: with N workers a client gets up to N times the attempts.
+A CancelRequest that reaches another worker is relayed to the session's (:mod:`dpsql.wire.relay`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 
 from dpsql.policy.model import Policy
 from dpsql.wire.limits import SessionLimits
+from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import ServerConfig
 from dpsql.wire.session import EngineLike
 
@@ -54,6 +56,7 @@ def _worker_main(
     policy: Policy,
     config: ServerConfig,
     limits: SessionLimits,
+    relay: CancelRelay,
 ) -> None:
     from dpsql.serve import serve
 
@@ -61,7 +64,7 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     engine = make_engine()
     try:
-        serve(engine, policy, config, limits.for_worker(index))
+        serve(engine, policy, config, limits.for_worker(index), relay.for_worker(index))
     finally:
         close = getattr(engine, "close", None)
         if close is not None:
@@ -87,12 +90,13 @@ class Workers:
         self.policy = policy
         self.count = count
         self.limits = SessionLimits(policy.analysts, count, shared=True)
+        self.relay = CancelRelay(count)
         self._ctx = mp.get_context("fork")
         self.procs: list[Any] = [None] * count
         self._stopping = False
 
     def _start(self, index: int) -> None:
-        args = (index, self.make_engine, self.policy, self.config, self.limits)
+        args = (index, self.make_engine, self.policy, self.config, self.limits, self.relay)
         proc = self._ctx.Process(target=_worker_main, args=args, name=f"dpsql-worker-{index}")
         proc.start()
         self.procs[index] = proc
@@ -129,6 +133,7 @@ class Workers:
                           proc.exitcode)  # fmt: skip
                 proc.join()
                 self.limits.reset_worker(i)
+                self.relay.reset_worker(i)
                 time.sleep(RESTART_DELAY_S)
                 if not self._stopping:
                     self._start(i)

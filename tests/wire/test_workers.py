@@ -152,3 +152,32 @@ def test_sigterm_shuts_all_workers_down_gracefully(served: Served) -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     assert "all workers stopped" in served.logs()
+
+
+def test_cancel_requests_reach_the_sessions_worker(served: Served) -> None:
+    """A CancelRequest is a new connection the kernel may give to the other worker: it is relayed.
+    With 8 sessions, all 8 cancels landing on their own worker by chance has probability 1/256;
+    every one must work."""
+    conns = [psycopg.connect(served.dsn, autocommit=True) for _ in range(8)]
+    outcomes: list[str] = []
+
+    def run(conn: psycopg.Connection[Any]) -> None:
+        try:
+            conn.execute("SELECT count(*) FROM generate_series(1, 1999999999)")
+            outcomes.append("finished")
+        except pe.QueryCanceled:
+            outcomes.append("cancelled")
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    for c in conns:
+        c.cancel_safe()
+    for t in threads:
+        t.join(20)
+    assert outcomes == ["cancelled"] * 8 and time.monotonic() - t0 < 10
+    for c in conns:
+        assert c.execute("SELECT 1").fetchone() == (1,)
+        c.close()
