@@ -32,7 +32,14 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql import catalog_rules as rules
-from dpsql.sql.catalog_functions import SYSTEM_SCHEMAS, check_function, guard, ident_name
+from dpsql.sql.catalog_functions import (
+    SYSTEM_SCHEMAS,
+    check_function,
+    guard,
+    ident_name,
+    reg_element,
+)
+from dpsql.sql.catalog_literals import check_untyped_literals
 from dpsql.sql.catalog_sql import (
     attach_visibility,
     cast_target,
@@ -55,6 +62,7 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     del analyst  # per-analyst visibility is not part of the policy model yet
     query = tree.copy()
     _check_statement(query)
+    check_untyped_literals(query)
     cte_refs = _cte_references(query)
     tables = [t for t in query.find_all(exp.Table) if id(t) not in cte_refs]
     funcs = list(query.find_all(exp.Func))
@@ -124,7 +132,8 @@ _CATALOG_FUNCTIONS = frozenset(
 
 def _is_catalog_function(node: exp.Func) -> bool:
     if isinstance(node, exp.Cast):
-        return cast_target(node).startswith("reg")
+        target = cast_target(node)
+        return target.startswith("reg") or reg_element(target) is not None
     if isinstance(node, (exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentVersion)):
         return True
     if not isinstance(node, exp.Anonymous):

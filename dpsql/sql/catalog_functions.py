@@ -81,6 +81,14 @@ def check_function(node: exp.Func) -> None:
                 f"casts to {kind.sql('postgres')} are not allowed in a catalog query",
                 hint="cast to built-in types only",
             )
+        element = reg_element(target)
+        if element is not None and element in rules.GUARDED_CASTS:
+            # '{16398}'::regclass[] would print the names of hidden relations (and raise only
+            # for missing names): arrays of guarded object ids are refused outright
+            raise PrivacyViolation(
+                f"casts to arrays of {element} are not allowed in a catalog query",
+                hint=f"cast each element instead: SELECT x::{element} FROM unnest(...) AS x",
+            )
         if (
             target.startswith("reg")
             and target not in set(rules.GUARDED_CASTS) | rules.ALLOWED_CASTS
@@ -117,6 +125,12 @@ def check_function(node: exp.Func) -> None:
             hint="catalog queries may call the catalog and string/array functions that "
             "clients use (format_type, pg_get_expr, obj_description, has_table_privilege, ...)",
         )
+
+
+def reg_element(target: str) -> str | None:
+    """``_regclass`` / ``regclass[]`` (an array of object ids) -> ``regclass``; else None."""
+    base = target.lstrip("_").split("[")[0]
+    return base if base != target and base.startswith("reg") else None
 
 
 def _call_with_qualifier(node: exp.Func) -> exp.Expr:

@@ -122,6 +122,15 @@ TABLE_PROBES = [
     "SELECT attname FROM pg_attribute WHERE attrelid = '{t}'::regclass",
     "SELECT typname FROM pg_type WHERE typname = '{t}'",
     "SELECT description FROM pg_description WHERE description = 'top secret' AND '{t}' <> ''",
+    # an untyped literal PostgreSQL would read as an object name (refused alike)
+    "SELECT to_regclass('purchases') = '{t}'",
+    "SELECT COALESCE(to_regclass('nosuch'), '{t}')",
+    "SELECT x FROM (SELECT 'purchases'::regclass AS x) AS s WHERE x = '{t}'",
+    "SELECT 'purchases'::regclass UNION SELECT '{t}'",
+    "SELECT array_position(ARRAY['purchases'::regclass], '{t}')",
+    # arrays of object ids (refused: they would print hidden names)
+    "SELECT '{{{t}}}'::regclass[]",
+    "SELECT ARRAY['{t}']::regclass[]",
     # a public table in FROM does not open a way around the catalog checks
     "SELECT has_table_privilege('{t}', 'SELECT') FROM regions",
     "SELECT '{t}'::regclass FROM regions",
@@ -167,6 +176,7 @@ SCHEMA_PROBES = [
     "SELECT has_function_privilege('{t}.f()', 'EXECUTE')",
     "SELECT pg_get_function_arguments('{t}.f'::regproc)",
     "SELECT has_type_privilege('{t}.t', 'USAGE')",
+    "SELECT typname FROM pg_type WHERE typinput = '{t}.f'",
     "SELECT nspname FROM pg_namespace WHERE nspname = '{t}'",
     "SELECT COUNT(*) FROM {t}.t",
 ]
@@ -215,3 +225,17 @@ def test_settings_hidden_from_pg_settings_are_refused(hidden_engine: Engine, set
     assert got == ("ok", "[]")
     got = outcome(hidden_engine, "SELECT current_setting('search_path')")
     assert got[0] == "ok"
+
+
+def test_object_ids_can_not_be_enumerated_into_names(hidden_engine: Engine) -> None:
+    """Casting a range of oids to regclass shows visible relations only; as an array, refused."""
+    one = (
+        "SELECT g::regclass::text FROM generate_series(16384, 200000) AS g "
+        "WHERE g::regclass::text LIKE 'sal%'"
+    )
+    assert outcome(hidden_engine, one) == ("ok", "[]")
+    arr = (
+        "SELECT x::text FROM unnest((SELECT array_agg(g) FROM generate_series(16384, 200000) AS g)"
+        "::regclass[]) AS x"
+    )
+    assert outcome(hidden_engine, arr)[0] == "42501"
