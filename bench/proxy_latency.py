@@ -125,7 +125,8 @@ def _client(dsn: str, load: Load, k: int, n: int, seconds: float, barrier: Any, 
         if not load.sqls:
             conn.execute(load.sql, load.params, prepare=True).fetchall()
         barrier.wait()
-        i, end = k, time.monotonic() + seconds
+        start = time.monotonic()
+        i, end = k, start + seconds
         while time.monotonic() < end:
             t0 = time.perf_counter()
             if load.sqls:
@@ -134,11 +135,13 @@ def _client(dsn: str, load: Load, k: int, n: int, seconds: float, barrier: Any, 
             else:
                 conn.execute(load.sql, load.params, prepare=True).fetchall()
             lat.append((time.perf_counter() - t0) * 1000)
-    out.put(lat)
+        elapsed = time.monotonic() - start
+    out.put((lat, elapsed))
 
 
 def _qps(dsn: str, load: Load, clients: int, seconds: float) -> tuple[float, list[float]]:
-    """Queries per second over ``clients`` processes, and every query's latency (ms)."""
+    """Queries per second over ``clients`` processes (all queries over the longest client's time,
+    its last query included), and every query's latency (ms)."""
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(clients), ctx.SimpleQueue()
     procs = [
@@ -147,10 +150,11 @@ def _qps(dsn: str, load: Load, clients: int, seconds: float) -> tuple[float, lis
     ]
     for p in procs:
         p.start()
-    lats = [x for _ in procs for x in out.get()]
+    got = [out.get() for _ in procs]
     for p in procs:
         p.join()
-    return len(lats) / seconds, lats
+    lats = [x for lat, _ in got for x in lat]
+    return len(lats) / max(e for _, e in got), lats
 
 
 def _engine_latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
