@@ -51,6 +51,8 @@ class CancelRelay:
     def new_process_id(self, random31: int) -> int:
         """A positive process id from 31 random bits, owned by this worker."""
         pid = random31 - random31 % self.workers + self.worker
+        if pid >= 2**31:  # BackendKeyData's process id is an int32
+            pid -= self.workers
         return pid if pid > 0 else self.workers + self.worker
 
     def forward(self, process_id: int, secret_key: int) -> bool:
