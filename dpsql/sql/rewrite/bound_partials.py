@@ -5,18 +5,21 @@ over rows, so each privacy unit's rows in one group are first summarized by one 
 and groups are chosen per unit on those (far fewer) rows::
 
     WITH _dp_rows AS (<the query's rows: _dp_unit, _dp_g*, _dp_v*>),
-         _dp_parts AS (SELECT _dp_unit, _dp_g*, <partial_i> AS _dp_p<i>
-                       FROM _dp_rows GROUP BY _dp_unit, _dp_g*),
+         _dp_parts AS (SELECT _dp_unit, _dp_h, _dp_g*, <partial_i> AS _dp_p<i>
+                       FROM (SELECT *, hashtextextended(salt|unit|keys, 0) AS _dp_h FROM _dp_rows
+                             ORDER BY _dp_unit, _dp_h, _dp_g*) AS _dp_hashed
+                       GROUP BY _dp_unit, _dp_h, _dp_g*),
          _dp_bounded AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY _dp_unit
-                                      ORDER BY hashtextextended(salt|unit|keys, 0), _dp_g*) AS _dp_gr
+                                                     ORDER BY _dp_h, _dp_g*) AS _dp_gr
                          FROM _dp_parts)
     SELECT _dp_g*, COALESCE(SUM(_dp_p<i>), 0) AS _dp_m<i>
     FROM _dp_bounded WHERE _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
 
-(without GROUP BY, or when the declared keys leave at most G groups, there is nothing to choose:
-no ranking, no window, only hashed aggregation; see ``needs_group_rank``). The old
-plan sorted every row twice (a ROW_NUMBER per unit and group, a DENSE_RANK per unit); this one
-aggregates the rows by hashing and sorts one row per (unit, group).
+One sort (unit, hash, keys) feeds a sorted aggregation into partials and the ranking window,
+which needs no sort of its own (the old plan sorted every row twice: a ROW_NUMBER per unit and
+group, a DENSE_RANK per unit). Without GROUP BY, or when the declared keys leave at most G
+groups, there is nothing to choose (``needs_group_rank``): ``_dp_parts`` is a plain
+``GROUP BY _dp_unit, _dp_g*`` (hashed aggregation, no sort at all) and there is no window.
 
 Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its non-NULL values
 (n = COUNT(*) for COUNT(*)), and each row's summand ``b`` in [a, c] (``v``, ``v - mid`` or
@@ -161,25 +164,28 @@ def bound_partials(
             col = exp.column(parts[key].alias)
             out = exp.Coalesce(this=exp.Sum(this=col), expressions=[exp.Literal.number(0)])
         measures.append(exp.alias_(out, f"_dp_m{i}"))
-    keys = [unit, *gcols]
-    partial = exp.select(*[k.copy() for k in keys], *parts.values()).from_("_dp_rows")
-    partial = partial.group_by(*[k.copy() for k in keys])
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
-    q = q.with_("_dp_parts", as_=partial)
     if not needs_group_rank(a):
+        keys = [unit, *gcols]
+        partial = exp.select(*[k.copy() for k in keys], *parts.values()).from_("_dp_rows")
+        q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
         q = q.from_("_dp_parts")
         return q.group_by(*[g.copy() for g in gcols]) if gcols else q
+    # One sort of the rows by (unit, hash, keys) serves both the aggregation into partials and
+    # the ranking of each unit's partials (no hash table of partials, no second sort).
+    h = exp.column("_dp_h")
+    keys = [unit, h, *gcols]
+    hashed = exp.select(exp.Star(), exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
+    hashed = hashed.from_("_dp_rows").order_by(*[k.copy() for k in keys])
+    partial = exp.select(*[k.copy() for k in keys], *parts.values())
+    partial = partial.from_(hashed.subquery("_dp_hashed")).group_by(*[k.copy() for k in keys])
     rank = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit.copy()],
-        order=exp.Order(
-            expressions=[
-                exp.Ordered(this=group_hash(salt, unit, gcols)),
-                *[exp.Ordered(this=g.copy()) for g in gcols],
-            ]
-        ),
+        order=exp.Order(expressions=[exp.Ordered(this=k.copy()) for k in keys[1:]]),
     )
     bounded = exp.select(exp.Star(), exp.alias_(rank, "_dp_gr")).from_("_dp_parts")
     keep = exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
-    q = q.with_("_dp_bounded", as_=bounded).from_("_dp_bounded").where(keep)
+    q = q.with_("_dp_parts", as_=partial).with_("_dp_bounded", as_=bounded)
+    q = q.from_("_dp_bounded").where(keep)
     return q.group_by(*[g.copy() for g in gcols])
