@@ -268,6 +268,7 @@ class Engine:
             raise InvalidParameter(
                 f"the statement takes {prepared.param_count} parameters, {len(params)} were given"
             )
+        self._check_scope(prepared, session)
         text = self.cached_sql(prepared, session, params)
         if text is None:
             text = self._runnable(prepared, params, session).sql("postgres")
@@ -282,6 +283,8 @@ class Engine:
         """:meth:`runnable_sql` when it is cheap (memoized, or a public statement's
         :class:`~dpsql.sql.bind.Template` filled in), else None. Never slow, never raises for
         a statement :meth:`runnable_sql` accepts."""
+        if prepared.scope != self._scope(session.analyst):
+            return None  # prepared under another analyst's view: runnable_sql checks it
         if prepared.kind == "public" and params and len(params) == prepared.param_count:
             tkey = ("template", prepared.text)
             tpl = self._sql_cache.get(tkey)

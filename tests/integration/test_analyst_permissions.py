@@ -98,6 +98,17 @@ def test_prepared_statement_of_another_analyst_is_refused(eng: Engine) -> None:
         eng.prepare(sql, "bob")
 
 
+def test_wire_fast_path_checks_the_analyst_too(eng: Engine) -> None:
+    """runnable_sql/cached_sql (the wire's event-loop path for public and catalog statements)."""
+    prepared = eng.prepare("SELECT code FROM regions", "analyst")
+    assert "regions" in eng.runnable_sql(prepared, SessionContext(analyst="analyst"))
+    carol = SessionContext(analyst="carol")
+    assert eng.cached_sql(prepared, carol) is None
+    with pytest.raises(DpsqlError) as e:
+        eng.runnable_sql(prepared, carol)
+    assert (e.value.sqlstate, e.value.message) == ("42P01", 'relation "regions" does not exist')
+
+
 def test_denied_public_table(eng: Engine) -> None:
     hidden = outcome(eng, "SELECT code FROM regions", "carol", "regions")
     missing = outcome(eng, "SELECT code FROM regionz", "carol", "regionz")
