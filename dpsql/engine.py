@@ -31,6 +31,7 @@ from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count, template
 from dpsql.sql.classify import classify
+from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import Statement, parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
@@ -57,6 +58,9 @@ class Prepared:
     salt: str
     fingerprint: str
     scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
+    # kind "explain": the explained statement, prepared as itself, and the EXPLAIN's options
+    inner: Prepared | None = None
+    explain: ExplainOptions | None = None
 
     @property
     def first_word(self) -> str:
@@ -150,6 +154,10 @@ class Engine:
 
     def _prepare(self, text: str, scope: str = "") -> Prepared:
         st = parse_statement(text)
+        if st.kind == "explain":
+            from dpsql.execute.explain import prepare_explain
+
+            return prepare_explain(self, text, scope)
         if st.kind != "query" or st.tree is None:
             from dpsql.budget.route import is_show_budget
 
@@ -209,6 +217,10 @@ class Engine:
             from dpsql.budget import route
 
             return route.describe(prepared.tree or prepared.text)
+        if prepared.kind == "explain":
+            from dpsql.execute.explain import describe_explain
+
+            return describe_explain(prepared)
         return ()
 
     def _require_ledger(self) -> Any:
@@ -239,6 +251,10 @@ class Engine:
             text = self.runnable_sql(prepared, session, params)
             rows = self.backend.run(text, private=False, cancel=cancel)
             return _result(rows)
+        if prepared.kind == "explain":  # the plan only: no private data read, no budget spent
+            from dpsql.execute.explain import run_explain
+
+            return run_explain(self, prepared, session, params, cancel)
         if prepared.kind == "empty":
             return Result((), [], "")
         if prepared.kind == "dpsql":  # dpsql.budget / dpsql.history: the analyst's own ledger rows

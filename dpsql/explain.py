@@ -82,9 +82,19 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
         delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
     conf = session.confidence or d.confidence
     if a.grouping_sets:
-        return _sets_report(text, make_sets_plan(a, eps, delta, session.mechanism), conf)
-    plan = make_plan(a, eps, delta, session.mechanism)
-    return _report(text, plan, private_query(a, "<salt>").sql("postgres", pretty=True), conf)
+        return report(text, make_sets_plan(a, eps, delta, session.mechanism), conf)
+    return report(text, make_plan(a, eps, delta, session.mechanism), conf)
+
+
+def report(text: str, plan: Plan | SetsPlan, conf: float) -> ExplainReport:
+    """The report of a planned private query (``text``: its SQL) at confidence ``conf``.
+
+    Reads nothing: the plan holds the policy's bounds, the mechanisms and their budgets.
+    """
+    if isinstance(plan, SetsPlan):
+        return _sets_report(text, plan, conf)
+    sql = private_query(plan.analysis, "<salt>").sql("postgres", pretty=True)
+    return _report(text, plan, sql, conf)
 
 
 def _selection_line(mp: MeasurePlan, conf: float) -> MeasureLine:

@@ -1,0 +1,314 @@
+"""The EXPLAIN path: the DP plan of a private query, PostgreSQL's plan of a public one.
+
+``EXPLAIN <private query>`` answers dpsql's own plan (:func:`dpsql.explain.report`): what is
+measured, the mechanisms, the cost and its split, the sensitivities from the policy's bounds, the
+noise, the contribution bounds, partition selection, the expected accuracy, whether it would be a
+free repeat and the budget it would be charged to. Nothing is read from the private tables (no
+upstream EXPLAIN either: its row estimates come from pg_statistic) and nothing is charged.
+``EXPLAIN ANALYZE`` of a private query is refused: it would run the query on the raw rows.
+
+``EXPLAIN <public query>`` runs PostgreSQL's EXPLAIN of the validated statement, with the options
+rendered from :mod:`dpsql.sql.explain_options`. For catalog queries, whose row estimates and
+``Rows Removed by Filter`` would count the relations dpsql hides, COSTS is forced off and ANALYZE
+is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from dpsql.errors import (
+    BudgetExhausted,
+    DpsqlError,
+    PrivacyViolation,
+    SqlSyntaxError,
+    UnsupportedSql,
+)
+from dpsql.execute.backend import CancelToken
+from dpsql.explain import ExplainReport, report
+from dpsql.result import Result, ResultColumn
+from dpsql.session import SessionContext
+from dpsql.sql.explain_options import ExplainOptions, parse_explain
+from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.plan import Plan
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine, Prepared
+
+TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
+PRIVATE_FORMATS = ("TEXT", "JSON", "YAML")
+
+
+def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
+    """Prepare ``EXPLAIN ...``: the explained statement is prepared (and refused) as itself.
+
+    Raises:
+        DpsqlError: the explained statement's own refusal (its SQLSTATE and message; positions
+            counted in the EXPLAIN's text), a bad option, or EXPLAIN ANALYZE of a private or
+            catalog query (42501).
+    """
+    from dpsql.engine import Prepared, fingerprint
+
+    ex = parse_explain(text)
+    try:
+        inner = engine._prepare(ex.statement, scope)
+    except DpsqlError as e:
+        if e.position is not None:
+            e.position += ex.offset
+        raise
+    opts = ex.options
+    if inner.kind not in ("private", "public", "catalog"):
+        raise SqlSyntaxError(
+            f'syntax error at or near "{inner.first_word or ex.statement[:20]}"',
+            position=ex.offset + 1,
+            hint="EXPLAIN takes a query: EXPLAIN SELECT count(*) FROM t",
+        )
+    if opts.analyze and inner.kind == "private":
+        raise PrivacyViolation(
+            "EXPLAIN ANALYZE of a query on a private table is not allowed: it would run the "
+            "query on the raw rows and report their counts and timings",
+            hint="use EXPLAIN without ANALYZE: it shows the DP plan (mechanisms, privacy cost, "
+            "expected accuracy) without reading any data",
+        )
+    if opts.analyze and inner.kind == "catalog":
+        raise PrivacyViolation(
+            "EXPLAIN ANALYZE of a catalog query is not allowed: its row counts include the "
+            "objects dpsql hides",
+            hint="use EXPLAIN (COSTS OFF), or run the query itself",
+        )
+    if inner.kind == "private" and opts.format not in PRIVATE_FORMATS:
+        raise UnsupportedSql(
+            f"EXPLAIN (FORMAT {opts.format}) of a private query is not supported",
+            hint="use FORMAT TEXT, JSON or YAML",
+        )
+    return Prepared(
+        text,
+        "explain",
+        inner.statement,
+        inner.tree,
+        inner.analysis,
+        inner.param_count,
+        inner.salt,
+        fingerprint(None, "EXPLAIN " + inner.fingerprint),
+        inner.scope,
+        inner=inner,
+        explain=opts,
+    )
+
+
+def describe_explain(prepared: Prepared) -> tuple[ResultColumn, ...]:
+    """One column, "QUERY PLAN": json for FORMAT JSON, xml for XML, else text (as PostgreSQL)."""
+    fmt = prepared.explain.format if prepared.explain is not None else "TEXT"
+    oid = {"JSON": JSON_OID, "XML": XML_OID}.get(fmt, TEXT_OID)
+    return (ResultColumn("QUERY PLAN", oid),)
+
+
+def run_explain(
+    engine: Engine,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[Any],
+    cancel: CancelToken | None,
+) -> Result:
+    """Answer a prepared EXPLAIN with ``params`` bound into the explained statement."""
+    inner, opts = prepared.inner, prepared.explain
+    assert inner is not None and opts is not None
+    if inner.kind == "private":
+        return _explain_private(engine, inner, opts, session, params)
+    if inner.kind == "catalog":
+        opts = opts.with_option("COSTS", False)
+    sql = engine.runnable_sql(inner, session, params)  # validated exactly as when it runs
+    # The option list is rendered from the parsed whitelist; the statement is validated SQL.
+    text = f"EXPLAIN ({opts.render()}) {sql}" if opts.given else f"EXPLAIN {sql}"
+    rows = engine.backend.run(text, private=False, cancel=cancel)
+    return Result(describe_explain(prepared), rows.rows, rows.status or "EXPLAIN")
+
+
+def _explain_private(
+    engine: Engine,
+    inner: Prepared,
+    opts: ExplainOptions,
+    session: SessionContext,
+    params: Sequence[Any],
+) -> Result:
+    """dpsql's plan of a private query, validated as its execution would be, without running."""
+    plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
+    conf = session.confidence or engine.policy.defaults.confidence
+    if not 0 < conf < 1:
+        from dpsql.errors import InvalidParameter
+
+        raise InvalidParameter(
+            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
+            hint="SET dpsql.confidence = 0.95",
+        )
+    rep = report(inner.text, plan, conf)
+    doc = plan_document(rep, plan, conf, budget_status(engine, inner, session, plan, params))
+    if not opts.verbose:
+        doc.pop("Rewritten SQL")
+    col = (ResultColumn("QUERY PLAN", JSON_OID if opts.format == "JSON" else TEXT_OID),)
+    if opts.format == "JSON":
+        return Result(col, [([{"Plan": doc}],)], "EXPLAIN")
+    if opts.format == "YAML":
+        import yaml
+
+        return Result(
+            col, [(yaml.safe_dump([{"Plan": doc}], sort_keys=False).rstrip(),)], "EXPLAIN"
+        )
+    return Result(col, [(line,) for line in plan_lines(doc)], "EXPLAIN")
+
+
+def _num(x: Any) -> float | None:
+    """A JSON number (NaN, e.g. the noise std of a selection mechanism, becomes null)."""
+    f = float(x)
+    return None if f != f else f
+
+
+def plan_document(
+    rep: ExplainReport, plan: Plan | SetsPlan, conf: float, budget: dict[str, Any]
+) -> dict[str, Any]:
+    """The plan as one JSON-ready document (keys in PostgreSQL's EXPLAIN style)."""
+    c = plan.cost
+    return {
+        "Node Type": "DP Release",
+        "Mechanism": plan.mechanism,
+        "Epsilon": float(rep.epsilon),
+        "Delta": float(rep.delta),
+        "Privacy Cost": {"Epsilon": float(c.epsilon), "Delta": float(c.delta), "Rho": float(c.rho)},
+        "Contribution Bound": rep.contribution,
+        "Partition Selection": rep.selection,
+        "Grouping Sets": list(rep.sets),
+        "Confidence": conf,
+        "Measures": [
+            {
+                "Measure": m.measure,
+                "Mechanism": m.mechanism,
+                "Sensitivity": m.sensitivity,
+                "Noise Std": _num(m.noise_std),
+                "Budget": m.budget,
+                "Grid": m.grid,
+                "Half Width": _num(m.half_width),
+            }
+            for m in rep.measures
+        ],
+        "Outputs": [
+            {
+                "Column": o.column,
+                "From": o.statistic,
+                "Mechanism": o.mechanism,
+                "Error Interval": o.half_width,
+            }
+            for o in rep.outputs
+        ],
+        "Budget": budget,
+        "Reads Data": False,
+        "Rewritten SQL": rep.rewritten,
+    }
+
+
+def plan_lines(doc: dict[str, Any]) -> list[str]:
+    """The plan as text, one row per line, like PostgreSQL's FORMAT TEXT."""
+    pct = f"{doc['Confidence'] * 100:g}%"
+    cost = doc["Privacy Cost"]
+    out = [
+        f"DP Release  (mechanism={doc['Mechanism']} epsilon={doc['Epsilon']:.6g} "
+        f"delta={doc['Delta']:.6g})",
+        f"  Privacy cost: epsilon={cost['Epsilon']:.6g}, delta={cost['Delta']:.6g}, "
+        f"rho={cost['Rho']:.6g}",
+        f"  Contribution bound: {doc['Contribution Bound']}",
+        f"  Partition selection: {doc['Partition Selection'] or 'none (no GROUP BY, or public keys)'}",
+    ]
+    out += [f"  Grouping set {s}" for s in doc["Grouping Sets"]]
+    for m in doc["Measures"]:
+        noise = "" if m["Noise Std"] is None else f", noise std={m['Noise Std']:.4g}"
+        out.append(
+            f"  Measure {m['Measure']}: {m['Mechanism']}, sensitivity {m['Sensitivity']}{noise}, "
+            f"{m['Budget']}, grid={m['Grid']}, {pct} error ±{m['Half Width']:.4g}"
+        )
+    for o in doc["Outputs"]:
+        out.append(
+            f"  Output {o['Column']}: {o['From']} ({o['Mechanism']}), {pct} error: "
+            f"{o['Error Interval']}"
+        )
+    out += [f"  {line}" for line in budget_lines(doc["Budget"])]
+    out.append("  Data read: none (EXPLAIN neither runs the query nor spends budget)")
+    if "Rewritten SQL" in doc:
+        out.append("  Rewritten SQL:")
+        out += [f"    {line}" for line in str(doc["Rewritten SQL"]).splitlines()]
+    return out
+
+
+def budget_status(
+    engine: Engine,
+    inner: Prepared,
+    session: SessionContext,
+    plan: Plan | SetsPlan,
+    params: Sequence[Any],
+) -> dict[str, Any]:
+    """What running the query would charge and to which budgets (read from the ledger only)."""
+    ledger = engine.ledger
+    if ledger is None or session.analyst is None:
+        return {"Ledger": False, "Note": "no budget ledger: nothing would be charged"}
+    from dpsql.execute.private import cache_key, delta_for_rho
+
+    out: dict[str, Any] = {"Ledger": True}
+    out["Free Repeat"] = _stored(ledger, session.analyst, cache_key(engine, inner, plan, params))
+    try:
+        out["Would Spend Epsilon"] = float(
+            ledger.query_epsilon(session.analyst, plan.cost, delta_for_rho(plan))
+        )
+        statuses = ledger.remaining(session.analyst)
+    except BudgetExhausted as e:
+        out["Refused"] = f"{e.message} (SQLSTATE {e.sqlstate})"
+        return out
+    out["Charged To"] = [
+        {
+            "Budget": s.budget,
+            "Name": s.name,
+            "Period": s.period,
+            "Epsilon Remaining": float(s.epsilon_remaining),
+            "Epsilon Limit": float(s.epsilon_limit),
+            "Delta Remaining": float(s.delta_remaining),
+        }
+        for s in statuses
+    ]
+    return out
+
+
+def budget_lines(b: dict[str, Any]) -> list[str]:
+    if not b.get("Ledger"):
+        return [f"Budget: {b.get('Note', 'none')}"]
+    repeat = b.get("Free Repeat")
+    out = [
+        "Free repeat: yes (this exact query was answered before: the stored answer is "
+        "returned again at no cost)"
+        if repeat
+        else "Free repeat: no (a new release)"
+    ]
+    if "Refused" in b:
+        return [*out, f"Budget: would be refused: {b['Refused']}"]
+    spend = 0.0 if repeat else b["Would Spend Epsilon"]
+    for s in b["Charged To"]:
+        fits = "" if spend <= s["Epsilon Remaining"] else " (exceeds the remaining budget)"
+        out.append(
+            f"Charged to: {s['Budget']} {s['Name']!r} (period: {s['Period']}): epsilon={spend:.6g} of "
+            f"{s['Epsilon Remaining']:.6g} remaining (limit {s['Epsilon Limit']:.6g}){fits}"
+        )
+    return out
+
+
+def _stored(ledger: Any, analyst: str, key: str) -> bool:
+    """Whether the ledger holds an answer for ``key`` that the analyst's repeat would get.
+
+    A read only: unlike ``Ledger.lookup`` it records no repeat in the history.
+    """
+    if ledger.policy.repeats == "off":
+        return False
+    with ledger.connection() as conn:
+        got = conn.execute(
+            ledger.q(
+                "SELECT 1 FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
+            ),
+            [ledger.dataset, ledger._repeat_scope(analyst), key],
+        ).fetchone()
+    return got is not None

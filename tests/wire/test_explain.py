@@ -1,0 +1,262 @@
+"""EXPLAIN through the wire server: the DP plan of private queries, PostgreSQL's of public ones.
+
+Real engine, real ledger, real PostgreSQL (demo data), real clients (psycopg, asyncpg, psql).
+Properties: EXPLAIN of a private query reads no data and charges nothing; EXPLAIN ANALYZE of a
+private or catalog query is refused (42501); refusals of the explained statement keep their
+SQLSTATE and message; the extended protocol (Parse/Describe/Execute, parameters) works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors as pe
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.serve import ServerThread
+from dpsql.wire.server import ServerConfig
+from tests.conftest import IN_CI
+
+USER = PASSWORD = "analyst"
+PRIVATE = "SELECT count(*) AS n, avg(income) AS mean_income FROM pums"
+
+
+@pytest.fixture(scope="module")
+def served(demo_dsn: str, demo_policy: Any) -> Iterator[tuple[ServerThread, Ledger]]:
+    ledger = Ledger.open(demo_dsn, demo_policy, schema=f"dpsql_x{uuid.uuid4().hex[:8]}")
+    engine = Engine(demo_policy, demo_dsn, ledger, pool_size=4)
+    srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
+    yield srv, ledger
+    srv.stop()
+    engine.close()
+    ledger.close()
+
+
+@pytest.fixture
+def conn(served: tuple[ServerThread, Ledger]) -> Iterator[psycopg.Connection[Any]]:
+    dsn = f"host=127.0.0.1 port={served[0].port} user={USER} password={PASSWORD} dbname=demo"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+def _spent(ledger: Ledger) -> tuple[float, int]:
+    s = ledger.remaining(USER)[0]
+    return float(s.epsilon_spent), s.releases
+
+
+def _plan(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> list[str]:
+    cur = conn.execute(sql, params)
+    assert cur.description is not None and cur.description[0].name == "QUERY PLAN"
+    return [r[0] for r in cur.fetchall()]
+
+
+def test_private_text_plan_charges_nothing(conn: Any, served: Any) -> None:
+    before = _spent(served[1])
+    lines = _plan(conn, "EXPLAIN " + PRIVATE)
+    text = "\n".join(lines)
+    assert lines[0].startswith("DP Release")
+    for want in ("Privacy cost: epsilon=1", "Contribution bound: pid", "Measure count",
+                 "sum_centered(\"pums\".\"income\")[0,500000]", "Output n", "Output mean_income", "Free repeat: no",
+                 "Charged to: analyst 'analyst'", "95% error"):  # fmt: skip
+        assert want in text, (want, text)
+    assert "Rewritten SQL" not in text
+    assert _spent(served[1]) == before
+    verbose = "\n".join(_plan(conn, "EXPLAIN VERBOSE " + PRIVATE))
+    assert "Rewritten SQL:" in verbose and "FROM" in verbose
+
+
+def test_private_json_plan(conn: Any) -> None:
+    cur = conn.execute("EXPLAIN (FORMAT JSON) " + PRIVATE)
+    assert cur.description[0].type_code == 114
+    [(doc,)] = cur.fetchall()
+    plan = doc[0]["Plan"]
+    assert plan["Node Type"] == "DP Release" and plan["Reads Data"] is False
+    assert plan["Privacy Cost"]["Epsilon"] == pytest.approx(1.0)
+    assert {o["Column"] for o in plan["Outputs"]} == {"n", "mean_income"}
+    assert plan["Budget"]["Free Repeat"] is False
+    assert plan["Budget"]["Charged To"][0]["Name"] == "analyst"
+    cur = conn.execute("EXPLAIN (FORMAT YAML) " + PRIVATE)
+    assert cur.fetchone()[0].startswith("- Plan:")
+
+
+def test_free_repeat_and_session_epsilon(conn: Any) -> None:
+    q = "SELECT count(*) FROM pums WHERE age > 77"
+    assert "  Free repeat: no (a new release)" in _plan(conn, "EXPLAIN " + q)
+    conn.execute(q).fetchall()
+    assert any(line.startswith("  Free repeat: yes") for line in _plan(conn, "EXPLAIN " + q))
+    conn.execute("SET dpsql.epsilon = 0.25")
+    assert "epsilon=0.25" in _plan(conn, "EXPLAIN " + q)[0]
+    with pytest.raises(pe.InvalidParameterValue):
+        conn.execute("SET dpsql.epsilon = 50")
+        conn.execute("EXPLAIN " + q)
+
+
+def test_grouping_sets_split(conn: Any) -> None:
+    text = "\n".join(_plan(conn, "EXPLAIN SELECT sex, married, count(*) FROM pums "
+                                 "GROUP BY ROLLUP (sex, married)"))  # fmt: skip
+    assert text.count("  Grouping set ") == 3 and "1/3 of 1" in text
+
+
+def test_explain_analyze_private_refused(conn: Any, served: Any) -> None:
+    before = _spent(served[1])
+    for sql in ("EXPLAIN ANALYZE " + PRIVATE, "EXPLAIN (ANALYZE, FORMAT JSON) " + PRIVATE,
+                "explain (analyse true) SELECT count(*) FROM purchases"):  # fmt: skip
+        with pytest.raises(pe.InsufficientPrivilege) as ei:
+            conn.execute(sql)
+        assert ei.value.diag.message_hint and "without ANALYZE" in ei.value.diag.message_hint
+    assert _spent(served[1]) == before
+    # ANALYZE false is a plain EXPLAIN
+    assert _plan(conn, "EXPLAIN (ANALYZE false) " + PRIVATE)[0].startswith("DP Release")
+
+
+def test_public_explain_is_postgres_plan(conn: Any) -> None:
+    lines = _plan(conn, "EXPLAIN SELECT code, name FROM regions WHERE code = 'N'")
+    assert any("Seq Scan on regions" in line or "Scan" in line for line in lines)
+    lines = _plan(conn, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "
+                        "SELECT count(*) FROM regions")  # fmt: skip
+    assert any("actual rows" in line for line in lines)
+    [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) SELECT * FROM regions").fetchall()
+    assert doc[0]["Plan"]["Relation Name"] == "regions"
+
+
+def test_catalog_explain_costs_off_and_no_analyze(conn: Any) -> None:
+    lines = _plan(conn, "EXPLAIN SELECT relname FROM pg_class WHERE relname = 'regions'")
+    assert lines and not any("rows=" in line for line in lines)
+    with pytest.raises(pe.InsufficientPrivilege):
+        conn.execute("EXPLAIN ANALYZE SELECT relname FROM pg_class")
+
+
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("EXPLAIN SELECT * FROM pums", pe.InsufficientPrivilege),
+        ("EXPLAIN SELECT income FROM pums WHERE pid = 7", pe.InsufficientPrivilege),
+        ("EXPLAIN SELECT count(*) FROM salaries_missing", pe.UndefinedTable),
+        ("EXPLAIN DELETE FROM regions", pe.ReadOnlySqlTransaction),
+        ("EXPLAIN ANALYZE INSERT INTO regions VALUES ('x', 'y')", pe.ReadOnlySqlTransaction),
+        ("EXPLAIN SELECT pg_sleep(1)", None),
+        ("EXPLAIN EXPLAIN SELECT 1", pe.SyntaxError),
+        ("EXPLAIN SET x = 1", pe.SyntaxError),
+        ("EXPLAIN (FORMAT XML) " + PRIVATE, pe.FeatureNotSupported),
+        ("EXPLAIN (nonsense) SELECT 1", pe.SyntaxError),
+        ("EXPLAIN (FORMAT csv) SELECT 1", pe.InvalidParameterValue),
+        ("EXPLAIN", pe.SyntaxError),
+    ],
+)
+def test_refusals_keep_their_sqlstate(conn: Any, sql: str, error: Any) -> None:
+    inner = sql.split(" ", 1)[1] if sql.count(" ") else ""
+    with pytest.raises(psycopg.Error) as ei:
+        conn.execute(sql)
+    if error is not None:
+        assert isinstance(ei.value, error), ei.value
+    if inner.startswith(("SELECT", "DELETE")):  # the same refusal as the statement alone
+        with pytest.raises(psycopg.Error) as alone:
+            conn.execute(inner)
+        assert alone.value.sqlstate == ei.value.sqlstate
+        assert alone.value.diag.message_primary == ei.value.diag.message_primary
+
+
+def test_extended_protocol_with_parameters(conn: Any, served: Any) -> None:
+    before = _spent(served[1])
+    lines = _plan(conn, "EXPLAIN SELECT count(*) FROM pums WHERE age > %s", (40,))
+    assert lines[0].startswith("DP Release")
+    lines = _plan(conn, "EXPLAIN SELECT name FROM regions WHERE code = %s", ("N",))
+    assert any("regions" in line for line in lines)
+    with conn.cursor() as cur:  # server-side prepared (Parse once, Bind/Execute twice)
+        for age in (30, 60):
+            cur.execute("EXPLAIN (FORMAT JSON) SELECT count(*) FROM pums WHERE age > %s",
+                        (age,), prepare=True)  # fmt: skip
+            assert cur.fetchone()[0][0]["Plan"]["Node Type"] == "DP Release"
+    with conn.cursor(binary=True) as cur:
+        cur.execute("EXPLAIN SELECT count(*) FROM pums WHERE sex = %s", (1,))
+        assert cur.fetchone()[0].startswith("DP Release")
+    assert _spent(served[1]) == before
+
+
+def test_asyncpg(served: Any) -> None:
+    if importlib.util.find_spec("asyncpg") is None:
+        if IN_CI:
+            pytest.fail("asyncpg is not installed")
+        pytest.skip("asyncpg is not installed")
+    import asyncpg  # type: ignore[import-untyped]
+
+    async def go() -> None:
+        c = await asyncpg.connect(host="127.0.0.1", port=served[0].port, user=USER,
+                                  password=PASSWORD, database="demo", ssl=False)  # fmt: skip
+        try:
+            st = await c.prepare("EXPLAIN SELECT count(*) FROM pums WHERE age > $1")
+            assert [a.name for a in st.get_attributes()] == ["QUERY PLAN"]
+            rows = await st.fetch(50)
+            assert rows[0][0].startswith("DP Release")
+            doc = await c.fetchval("EXPLAIN (FORMAT JSON) SELECT count(*) FROM pums")
+            assert json.loads(doc)[0]["Plan"]["Node Type"] == "DP Release"
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await c.fetch("EXPLAIN ANALYZE SELECT count(*) FROM pums")
+        finally:
+            await c.close()
+
+    asyncio.run(go())
+
+
+def test_psql(served: Any) -> None:
+    if shutil.which("psql") is None:
+        if IN_CI:
+            pytest.fail("psql is not installed")
+        pytest.skip("psql is not installed")
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    sql = "EXPLAIN SELECT count(*) FROM pums;\nEXPLAIN ANALYZE SELECT count(*) FROM pums;\n"
+    res = subprocess.run(
+        [
+            "psql",
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(served[0].port),
+            "-U",
+            USER,
+            "-d",
+            "demo",
+            "-c",
+            sql,
+        ],  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "QUERY PLAN" in res.stdout and "DP Release" in res.stdout, res
+    res = subprocess.run(
+        [
+            "psql",
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(served[0].port),
+            "-U",
+            USER,
+            "-d",
+            "demo",
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "EXPLAIN ANALYZE SELECT count(*) FROM pums",
+        ],  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode != 0 and "42501" in res.stderr, res
