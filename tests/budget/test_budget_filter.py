@@ -229,3 +229,24 @@ def test_invalid_settings() -> None:
         Filter(F(1), MICRO, F(1))
     with pytest.raises(ValueError):
         Filter(F(1), MICRO, F(2), F(3, 2))
+
+
+def test_documented_counts() -> None:
+    """The examples of docs/budget.md on (1, 1e-6): 10 Laplace at 0.1; 127 Gaussian calibrated
+    at (0.1, 1e-6) (96 under the old check); 1834 Laplace at 0.005, (R) smaller from the 99th."""
+    f = Filter.configure(F(1), MICRO)
+
+    def count(cost: Cost) -> int:
+        return len(_run(f, [cost] * 3000)[0])
+
+    assert count(Cost(epsilon=F(1, 10))) == 10
+    rho = epsilon_to_rho(F(1, 10), MICRO)
+    assert count(Cost(rho=rho)) == 127
+    assert max(k for k in range(200) if _old_rule([Cost(rho=rho)] * k, F(1), MICRO)) == 96
+    assert count(Cost(epsilon=F(5, 1000))) == 1834
+    s, first = Spent(), None
+    for n in range(1, 200):
+        s = f.add(s, Cost(epsilon=F(5, 1000)))
+        if first is None and f.epsilon_spent(s) < s.cost.epsilon:
+            first = n
+    assert first == 99
