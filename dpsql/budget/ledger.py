@@ -429,6 +429,12 @@ class Ledger:
 
         return views.remaining(self, analyst)
 
+    def needs(self, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, Fraction | None]]:
+        """Each budget's status and what ``cost`` would use of its epsilon now (read only)."""
+        from dpsql.budget import views
+
+        return views.needs(self, analyst, cost)
+
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
         """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""
         from dpsql.budget import views

@@ -112,7 +112,27 @@ def remaining(ledger: Ledger, analyst: str) -> list[BudgetStatus]:
 
 def statuses(ledger: Ledger, limits: tuple[Limit, ...]) -> list[BudgetStatus]:
     """The state of these budgets in their current periods."""
-    out: list[BudgetStatus] = []
+    return [_status(lim, row, start, end) for lim, row, start, end in _rows(ledger, limits)]
+
+
+def needs(ledger: Ledger, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, Fraction | None]]:
+    """Each of the analyst's budgets, and how much of its epsilon ``cost`` would use now.
+
+    The need is the increase of ``epsilon_spent`` (see :meth:`Filter.need`); None when the budget
+    can't account the cost at all (a Gaussian release on a budget with no delta to convert it).
+    Read only: nothing is reserved, so a concurrent release may change it.
+    """
+    return [
+        (_status(lim, row, start, end), row.filter(lim).need(row.spent, cost))
+        for lim, row, start, end in _rows(ledger, ledger.limits(analyst))
+    ]
+
+
+def _rows(
+    ledger: Ledger, limits: tuple[Limit, ...]
+) -> list[tuple[Limit, BudgetRow, datetime, datetime | None]]:
+    """Each budget's stored row for its current period (zero when none yet), its start and end."""
+    out = []
     with ledger.connection() as conn:
         now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
         for lim in limits:
@@ -127,7 +147,7 @@ def statuses(ledger: Ledger, limits: tuple[Limit, ...]) -> list[BudgetStatus]:
             row = BudgetRow(Spent(), Fraction(0), Fraction(0), 0, 0)
             if got is not None:
                 row = BudgetRow.parse(got)
-            out.append(_status(lim, row, start, period_end(lim.period, now)))
+            out.append((lim, row, start, period_end(lim.period, now)))
     return out
 
 

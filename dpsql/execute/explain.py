@@ -257,20 +257,23 @@ def budget_status(
         out["Would Spend Epsilon"] = float(
             ledger.query_epsilon(session.analyst, plan.cost, delta_for_rho(plan))
         )
-        statuses = ledger.remaining(session.analyst)
+        needs = ledger.needs(session.analyst, plan.cost)
     except BudgetExhausted as e:
         out["Refused"] = f"{e.message} (SQLSTATE {e.sqlstate})"
         return out
+    # "Epsilon Needed": what the budget's privacy filter would count (docs/budget.md, units)
     out["Charged To"] = [
         {
             "Budget": s.budget,
             "Name": s.name,
             "Period": s.period,
+            "Epsilon Needed": None if need is None else float(need),
             "Epsilon Remaining": float(s.epsilon_remaining),
             "Epsilon Limit": float(s.epsilon_limit),
+            "Delta Needed": float(plan.cost.delta),
             "Delta Remaining": float(s.delta_remaining),
         }
-        for s in statuses
+        for s, need in needs
     ]
     return out
 
@@ -287,9 +290,15 @@ def budget_lines(b: dict[str, Any]) -> list[str]:
     ]
     if "Refused" in b:
         return [*out, f"Budget: would be refused: {b['Refused']}"]
-    spend = 0.0 if repeat else b["Would Spend Epsilon"]
     for s in b["Charged To"]:
-        fits = "" if spend <= s["Epsilon Remaining"] else " (exceeds the remaining budget)"
+        spend = 0.0 if repeat else s.get("Epsilon Needed", b["Would Spend Epsilon"])
+        if spend is None:
+            out.append(f"Charged to: {s['Budget']} {s['Name']!r}: refused (no delta for Gaussian)")
+            continue
+        over = spend > s["Epsilon Remaining"] or (
+            not repeat and s.get("Delta Needed", 0) > s["Delta Remaining"]
+        )
+        fits = " (exceeds the remaining budget)" if over else ""
         out.append(
             f"Charged to: {s['Budget']} {s['Name']!r} (period: {s['Period']}): epsilon={spend:.6g} of "
             f"{s['Epsilon Remaining']:.6g} remaining (limit {s['Epsilon Limit']:.6g}){fits}"

@@ -123,6 +123,9 @@ def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], st
         assert "renyi order" in table[0] and "23.3" in table[1].split()
         # refused exactly when the need exceeds what remains: need of k Gaussian releases = k a rho
         k = int(Fraction(me.epsilon_remaining) / (f.order * gauss.rho))
+        [(st, need), (_, ds_need)] = lg.needs("alice", Cost(rho=gauss.rho * (k + 1)))
+        assert st == me and need == f.order * gauss.rho * (k + 1) > st.epsilon_remaining
+        assert ds_need == g.order * gauss.rho * (k + 1)  # each budget at its own order
         with pytest.raises(BudgetExhausted) as info:
             lg.reserve("alice", Cost(rho=gauss.rho * (k + 1)), "g", delta_for_rho=micro)
         assert f"you have epsilon {left} left" in info.value.message
