@@ -15,6 +15,7 @@ is refused.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,11 @@ def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
             e.position += ex.offset
         raise
     opts = ex.options
+    if inner.kind == "dpsql":
+        raise UnsupportedSql(
+            "EXPLAIN of dpsql's budget views is not supported",
+            hint="query them directly: SELECT * FROM dpsql.budget costs no privacy budget",
+        )
     if inner.kind not in ("private", "public", "catalog"):
         raise SqlSyntaxError(
             f'syntax error at or near "{inner.first_word or ex.statement[:20]}"',
@@ -159,9 +165,9 @@ def _explain_private(
 
 
 def _num(x: Any) -> float | None:
-    """A JSON number (NaN, e.g. the noise std of a selection mechanism, becomes null)."""
+    """A JSON number (NaN, e.g. the noise std of a selection mechanism, or inf: null)."""
     f = float(x)
-    return None if f != f else f
+    return f if math.isfinite(f) else None
 
 
 def plan_document(
@@ -221,9 +227,11 @@ def plan_lines(doc: dict[str, Any]) -> list[str]:
     out += [f"  Grouping set {s}" for s in doc["Grouping Sets"]]
     for m in doc["Measures"]:
         noise = "" if m["Noise Std"] is None else f", noise std={m['Noise Std']:.4g}"
+        hw = m["Half Width"]
+        err = "unbounded" if hw is None else f"±{hw:.4g}"
         out.append(
             f"  Measure {m['Measure']}: {m['Mechanism']}, sensitivity {m['Sensitivity']}{noise}, "
-            f"{m['Budget']}, grid={m['Grid']}, {pct} error ±{m['Half Width']:.4g}"
+            f"{m['Budget']}, grid={m['Grid']}, {pct} error {err}"
         )
     for o in doc["Outputs"]:
         out.append(
