@@ -32,6 +32,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.parse import Statement
 from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
     return Prepared(
         text,
         "explain",
-        inner.statement,
+        Statement("explain", text, "EXPLAIN"),
         inner.tree,
         inner.analysis,
         inner.param_count,
