@@ -32,10 +32,20 @@ USER = PASSWORD = "analyst"
 PRIVATE = "SELECT count(*) AS n, avg(income) AS mean_income FROM pums"
 
 
+UPSTREAM: list[str] = []  # every statement the served engine sent to the data database
+
+
 @pytest.fixture(scope="module")
 def served(demo_dsn: str, demo_policy: Any) -> Iterator[tuple[ServerThread, Ledger]]:
     ledger = Ledger.open(demo_dsn, demo_policy, schema=f"dpsql_x{uuid.uuid4().hex[:8]}")
     engine = Engine(demo_policy, demo_dsn, ledger, pool_size=4)
+    run = engine.backend.run
+
+    def recording_run(query: str, *args: Any, **kw: Any) -> Any:
+        UPSTREAM.append(query)
+        return run(query, *args, **kw)
+
+    engine.backend.run = recording_run  # type: ignore[method-assign]
     srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
     yield srv, ledger
     srv.stop()
@@ -74,6 +84,26 @@ def test_private_text_plan_charges_nothing(conn: Any, served: Any) -> None:
     assert _spent(served[1]) == before
     verbose = "\n".join(_plan(conn, "EXPLAIN VERBOSE " + PRIVATE))
     assert "Rewritten SQL:" in verbose and "FROM" in verbose
+
+
+def test_private_explain_sends_nothing_upstream(conn: Any) -> None:
+    UPSTREAM.clear()
+    for sql in ("EXPLAIN " + PRIVATE, "EXPLAIN (FORMAT JSON) " + PRIVATE,
+                "EXPLAIN VERBOSE SELECT sex, count(*) FROM pums GROUP BY sex",
+                "EXPLAIN SELECT age, count(*) FROM pums GROUP BY age"):  # fmt: skip
+        _plan(conn, sql)
+    assert UPSTREAM == []
+    _plan(conn, "EXPLAIN SELECT * FROM regions")
+    assert UPSTREAM == ["EXPLAIN SELECT * FROM regions"]
+
+
+def test_inner_error_position_counts_in_the_explain(conn: Any) -> None:
+    with pytest.raises(pe.SyntaxError) as alone:
+        conn.execute("SELECT count(*) FROM pums WHERE age >> > 3")
+    with pytest.raises(pe.SyntaxError) as ei:
+        conn.execute("EXPLAIN (COSTS off) SELECT count(*) FROM pums WHERE age >> > 3")
+    p0, p1 = alone.value.diag.statement_position, ei.value.diag.statement_position
+    assert p0 is not None and p1 is not None and int(p1) == int(p0) + len("EXPLAIN (COSTS off) ")
 
 
 def test_private_json_plan(conn: Any) -> None:
