@@ -132,6 +132,26 @@ def test_free_repeat_and_session_epsilon(conn: Any) -> None:
         conn.execute("EXPLAIN " + q)
 
 
+PGADMIN = ("EXPLAIN (FORMAT JSON, ANALYZE false, VERBOSE false, COSTS true, BUFFERS false, "
+           "TIMING false, SUMMARY false, SETTINGS false, WAL false) ")  # fmt: skip
+
+
+def test_tool_option_lists(conn: Any) -> None:
+    [(doc,)] = conn.execute(PGADMIN + PRIVATE).fetchall()
+    assert doc[0]["Plan"]["Node Type"] == "DP Release"
+    [(doc,)] = conn.execute(PGADMIN + "SELECT * FROM regions").fetchall()
+    assert doc[0]["Plan"]["Node Type"] == "Seq Scan"
+
+
+def test_gaussian_plan_states_rho(conn: Any) -> None:
+    conn.execute("SET dpsql.mechanism = gaussian")
+    conn.execute("SET dpsql.delta = 1e-6")
+    [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) " + PRIVATE).fetchall()
+    plan = doc[0]["Plan"]
+    assert plan["Mechanism"] == "gaussian" and plan["Privacy Cost"]["Rho"] > 0
+    assert all(m["Sensitivity"].startswith("L2=") for m in plan["Measures"])
+
+
 def test_grouping_sets_split(conn: Any) -> None:
     text = "\n".join(_plan(conn, "EXPLAIN SELECT sex, married, count(*) FROM pums "
                                  "GROUP BY ROLLUP (sex, married)"))  # fmt: skip
