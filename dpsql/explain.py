@@ -78,6 +78,8 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
         analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
     )
     delta = session.delta
+    if delta is None and analyst is not None and analyst.default_delta is not None:
+        delta = to_fraction(analyst.default_delta)  # as Engine.privacy_params (the server)
     if delta is None:
         delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
     conf = session.confidence or d.confidence
