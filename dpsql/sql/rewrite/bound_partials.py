@@ -126,7 +126,8 @@ def partial_sql(m: Measure, v: exp.Expression | None, r: int) -> exp.Expression 
     total = exp.Sum(this=body)
     scaled: exp.Expression = exp.Div(
         this=exp.Mul(this=total.copy(), expression=exp.Literal.number(r)),
-        expression=n.copy(),
+        # n > R >= 1 in this branch; NULLIF keeps the division total whatever the evaluation order
+        expression=exp.Nullif(this=n.copy(), expression=exp.Literal.number(0)),
         typed=True,  # NUMERIC / bigint: exact PostgreSQL division, no cast to float
     )
     if m.integral:
