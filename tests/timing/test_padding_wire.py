@@ -105,19 +105,28 @@ def test_queries_of_very_different_cost_end_at_the_same_boundary(data: str) -> N
 
 
 def test_the_wait_holds_no_worker_thread(data: str) -> None:
-    """With ONE worker thread, another session is answered while a private answer waits."""
+    """With ONE worker thread, another session is answered while a private answer waits.
+
+    A held worker delays the other session by >= Q - 150 ms every time; a free one answers in
+    milliseconds, so up to ATTEMPTS tries only absorb a scheduling stall on a loaded machine."""
     with server(data, policy(), threads=1) as dsn, psycopg.connect(dsn) as a, \
             psycopg.connect(dsn) as b:  # fmt: skip
         timed(a, fresh("small"))
         b.execute("SELECT 1").fetchall()
-        result: list[float] = []
-        waiting = threading.Thread(target=lambda: result.append(timed(a, fresh("small"))))
-        waiting.start()
-        time.sleep(0.15)  # a's work is done (~10 ms); it is now waiting for the boundary
-        other = timed(b, "SELECT 1")
-        waiting.join()
-    assert bucket(result[0]) >= 1
-    assert other * 1000 < Q - 150, other  # not queued behind a's wait
+        others: list[float] = []
+        for _ in range(ATTEMPTS):
+            result: list[float] = []
+            waiting = threading.Thread(
+                target=lambda out=result: out.append(timed(a, fresh("small")))
+            )
+            waiting.start()
+            time.sleep(0.15)  # a's work is done (~10 ms); it is now waiting for the boundary
+            others.append(timed(b, "SELECT 1"))
+            waiting.join()
+            assert bucket(result[0]) >= 1
+            if others[-1] * 1000 < Q - 150:
+                break
+    assert min(others) * 1000 < Q - 150, others  # not queued behind a's wait
 
 
 def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: str) -> None:
@@ -129,11 +138,15 @@ def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: s
             conn.execute(fresh("big"))
         assert bucket(time.perf_counter() - t0) >= 1
         conn.execute("RESET dpsql.epsilon")
-        # refused from the SQL text and the policy alone (nothing read): answered at once
-        t0 = time.perf_counter()
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT * FROM big")
-        assert bucket(time.perf_counter() - t0) == 0
+        # refused from the SQL text and the policy alone (nothing read): answered at once (best
+        # of a few, so one scheduling stall on a loaded machine doesn't fail it)
+        at_once = []
+        for _ in range(ATTEMPTS):
+            t0 = time.perf_counter()
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("SELECT * FROM big")
+            at_once.append(time.perf_counter() - t0)
+        assert bucket(min(at_once)) == 0, at_once
 
 
 def test_free_repeats_are_padded_unless_configured_otherwise(
@@ -181,9 +194,12 @@ def test_dpsql_query_path_pads(data: str) -> None:
     try:
         session = SessionContext(analyst="zoe")
         public = engine.prepare("SELECT 1", "zoe")
-        t0 = time.perf_counter()
-        execute_padded(engine, public, session)  # not private: not padded
-        assert bucket(time.perf_counter() - t0) == 0
+        unpadded = []
+        for _ in range(ATTEMPTS):
+            t0 = time.perf_counter()
+            execute_padded(engine, public, session)  # not private: not padded
+            unpadded.append(time.perf_counter() - t0)
+        assert bucket(min(unpadded)) == 0, unpadded
         times = []
         for _ in range(ATTEMPTS):
             t0 = time.perf_counter()
