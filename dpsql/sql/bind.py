@@ -107,7 +107,7 @@ class Template:
 def _literal_sql(value: Any) -> str:
     lit = literal(value)
     node = exp.Paren(this=lit) if isinstance(lit, exp.Neg) else lit
-    return _POSTGRES.generate(node)
+    return _POSTGRES.generate(node, copy=False)  # a fresh node: nothing to protect
 
 
 _POSTGRES = Dialect.get_or_raise("postgres")
