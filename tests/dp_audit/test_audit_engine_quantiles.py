@@ -152,7 +152,8 @@ def test_quantile_release_audit_flags_double_epsilon(
     engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _double_epsilon(monkeypatch)
-    assert _release_audit(engines, 30_000) > 1.0  # realized ~1.25
+    # realized ~1.25; the bound reads 1.16 +- 0.016 (12 runs): 10 standard deviations above 1
+    assert _release_audit(engines, 30_000) > 1.0
 
 
 def test_neighbours_move_bucket_counts_by_at_most_r(engines: tuple[Engine, Engine]) -> None:
