@@ -182,8 +182,24 @@ def test_sessions_per_analyst_limit(server: ServerThread) -> None:
     finally:
         for c in conns:
             c.close()
-    time.sleep(0.2)
-    psycopg.connect(dsn(server, user="bob", password="bobpw")).close()
+    # the server frees a slot when it sees the close: poll (a fixed 0.2 s raced under load)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            psycopg.connect(dsn(server, user="bob", password="bobpw")).close()
+            break
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _statement_kinds(caplog: pytest.LogCaptureFixture) -> set[str]:
+    return {
+        json.loads(r.getMessage()).get("kind", "")
+        for r in list(caplog.records)
+        if r.name == "dpsql.statement"
+    }
 
 
 def test_statement_log_line(server: ServerThread, caplog: pytest.LogCaptureFixture) -> None:
@@ -192,7 +208,13 @@ def test_statement_log_line(server: ServerThread, caplog: pytest.LogCaptureFixtu
             conn.execute("SELECT count FROM people WHERE age > 31337")
             with pytest.raises(pe.InsufficientPrivilege):
                 conn.execute("SELECT raw FROM people WHERE name = 'alice'")
-        time.sleep(0.05)
+        # the server thread logs after it answers: wait for both lines (a fixed 0.05 s raced)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not _statement_kinds(caplog) >= {
+            "private",
+            "refused",
+        }:
+            time.sleep(0.02)
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "dpsql.statement"]
     line = next(x for x in lines if x["kind"] == "private")
     assert line["analyst"] == "ana" and line["outcome"] == "ok" and line["epsilon"] == 0.5
