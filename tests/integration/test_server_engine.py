@@ -121,6 +121,22 @@ def test_cancel_running_upstream_query(server: ServerThread) -> None:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
+def _wait_until_running(upstream: str, text: str, done: list[Any]) -> None:
+    """Until the statement runs on the upstream (or has finished): a fixed 0.1 s sleep let a
+    loaded machine stop the server before the query had even been sent."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        while not done and time.monotonic() < deadline:
+            running = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s "
+                "AND pid <> pg_backend_pid()",
+                (f"%{text}%",),
+            ).fetchone()
+            if running and running[0]:
+                return
+            time.sleep(0.01)
+
+
 def test_graceful_shutdown(demo_dsn: str, demo_policy: Any) -> None:
     engine = Engine(demo_policy, demo_dsn, pool_size=2)
     srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=5)).start()
@@ -134,7 +150,7 @@ def test_graceful_shutdown(demo_dsn: str, demo_policy: Any) -> None:
             )
         )
         t.start()
-        time.sleep(0.1)
+        _wait_until_running(demo_dsn, "generate_series(1, 3000000)", result)  # not a fixed sleep
         srv.stop()
         t.join(10)
         assert result and result[0][1] == 7  # the running query finished within the grace
