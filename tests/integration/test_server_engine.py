@@ -111,9 +111,13 @@ def test_orm_style_transaction_with_savepoints(server: ServerThread) -> None:
         assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
-def test_cancel_running_upstream_query(server: ServerThread) -> None:
+def test_cancel_running_upstream_query(server: ServerThread, demo_dsn: str) -> None:
     with psycopg.connect(dsn(server), autocommit=True) as conn:
-        threading.Timer(0.5, conn.cancel_safe).start()
+        # cancel once the query runs upstream (a fixed 0.5 s timer could fire before it was sent,
+        # and the cancel would be lost under load)
+        threading.Thread(
+            target=lambda: (_wait_until_running(demo_dsn, "2000000000", []), conn.cancel_safe())
+        ).start()
         t0 = time.monotonic()
         with pytest.raises(pe.QueryCanceled):
             conn.execute("SELECT count(*) FROM generate_series(1, 2000000000)")
@@ -128,7 +132,7 @@ def _wait_until_running(upstream: str, text: str, done: list[Any]) -> None:
     with psycopg.connect(upstream, autocommit=True) as conn:
         while not done and time.monotonic() < deadline:
             running = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s "
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query ILIKE %s "
                 "AND pid <> pg_backend_pid()",
                 (f"%{text}%",),
             ).fetchone()
@@ -150,7 +154,7 @@ def test_graceful_shutdown(demo_dsn: str, demo_policy: Any) -> None:
             )
         )
         t.start()
-        _wait_until_running(demo_dsn, "generate_series(1, 3000000)", result)  # not a fixed sleep
+        _wait_until_running(demo_dsn, "3000000", result)  # not a fixed sleep
         srv.stop()
         t.join(10)
         assert result and result[0][1] == 7  # the running query finished within the grace

@@ -54,7 +54,7 @@ def setup(
 
 class Served:
     def __init__(self, upstream: str, policy: Path, *extra: str) -> None:
-        self.port = _free_port()
+        self.port, self.upstream = _free_port(), upstream
         self.log = open(policy.parent / f"serve-{self.port}.log", "w+")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--upstream",
@@ -77,6 +77,22 @@ class Served:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(40)
+
+
+def _wait_running(upstream: str, text: str, n: int, done: list[Any]) -> None:
+    """Until n statements containing ``text`` run upstream (or one has ended): fixed sleeps let a
+    loaded machine stop or cancel before the queries had been sent."""
+    deadline = time.monotonic() + 20
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        while not done and time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'active' AND query ILIKE %s "
+                "AND pid <> pg_backend_pid()",
+                (f"%{text}%",),
+            ).fetchone()
+            if row and row[0] >= n:
+                return
+            time.sleep(0.01)
 
 
 @pytest.fixture
@@ -143,7 +159,7 @@ def test_sigterm_shuts_all_workers_down_gracefully(served: Served) -> None:
     t = threading.Thread(target=lambda: result.append(
         busy.execute("SELECT count(*), 7 FROM generate_series(1, 3000000)").fetchone()))  # fmt: skip
     t.start()
-    time.sleep(0.2)
+    _wait_running(served.upstream, "3000000", 1, result)
     assert served.stop() == 0
     t.join(10)
     assert result and result[0][1] == 7  # the running statement finished within the grace
@@ -171,7 +187,7 @@ def test_cancel_requests_reach_the_sessions_worker(served: Served) -> None:
     threads = [threading.Thread(target=run, args=(c,)) for c in conns]
     for t in threads:
         t.start()
-    time.sleep(0.5)
+    _wait_running(served.upstream, "1999999999", 8, outcomes)
     t0 = time.monotonic()
     for c in conns:
         c.cancel_safe()
