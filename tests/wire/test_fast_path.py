@@ -154,12 +154,20 @@ def test_client_vanishing_mid_query_cancels_upstream(
         time.sleep(0.05)
 
 
-def test_cancel_request_on_fast_path(servers: tuple[ServerThread, ServerThread]) -> None:
+def test_cancel_request_on_fast_path(
+    servers: tuple[ServerThread, ServerThread], demo_dsn: str
+) -> None:
     fast, _ = servers
     with psycopg.connect(_dsn(fast.port), autocommit=True) as conn:
         import threading
 
-        threading.Timer(0.3, conn.cancel_safe).start()
+        def cancel_once_running() -> None:  # a fixed 0.3 s timer could cancel before the query ran
+            deadline = time.monotonic() + 20
+            while _running(demo_dsn, "1999999943") == 0 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            conn.cancel_safe()
+
+        threading.Thread(target=cancel_once_running).start()
         with pytest.raises(pe.QueryCanceled):
             conn.execute("SELECT count(*) FROM generate_series(1, 1999999943)")
         assert conn.execute("SELECT code FROM regions WHERE code = %s", ("S",)).fetchone() == ("S",)
