@@ -105,6 +105,7 @@ class Session:
         self.extended: Extended = Extended(self)
         self.upstream = upstream if hasattr(engine, "runnable_sql") else None
         self._cancel: Any = None
+        self._retry: asyncio.Future[None] | None = None
         self.busy = False
         self.idle = asyncio.Event()
         self.idle.set()
@@ -194,8 +195,27 @@ class Session:
     def cancel(self) -> None:
         """Cancel the running upstream query (from a CancelRequest or shutdown)."""
         token = self._cancel
-        if token is not None:
-            token.cancel()
+        if token is None:
+            return
+        token.cancel()
+        if not isinstance(token, AsyncCancel) and self._retry is None:
+            self._retry = asyncio.ensure_future(self._cancel_again(token))
+
+    async def _cancel_again(self, token: Any) -> None:
+        """Repeat a worker-thread statement's cancel every ``AsyncCancel.RETRY_S`` until it has
+        ended: PostgreSQL drops a cancel that arrives before the query (or between protocol
+        messages), e.g. one requested while the engine was still planning."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                await asyncio.sleep(AsyncCancel.RETRY_S)
+                if self._cancel is not token:
+                    return
+                await loop.run_in_executor(self.executor, token.cancel)
+        except RuntimeError:  # the executor is shut down: the server is stopping
+            pass
+        finally:
+            self._retry = None
 
     # ---- lifecycle -------------------------------------------------------------------------
     def send_startup_info(self) -> None:

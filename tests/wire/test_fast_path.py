@@ -171,3 +171,27 @@ def test_cancel_request_on_fast_path(
         with pytest.raises(pe.QueryCanceled):
             conn.execute("SELECT count(*) FROM generate_series(1, 1999999943)")
         assert conn.execute("SELECT code FROM regions WHERE code = %s", ("S",)).fetchone() == ("S",)
+
+
+@pytest.mark.parametrize("which", ["fast", "thread"])
+def test_cancel_sent_before_the_query_reaches_postgresql(
+    servers: tuple[ServerThread, ServerThread], which: str
+) -> None:
+    """A CancelRequest as soon as the proxy runs the statement usually arrives before the query
+    reaches PostgreSQL (which drops such a cancel): it is repeated until the statement ended."""
+    srv = servers[0] if which == "fast" else servers[1]
+    c = RawClient(srv.port)
+    key = next(x for x in c.login(USER, PASSWORD) if isinstance(x, m.BackendKeyData))
+    t0 = time.monotonic()
+    c.send(m.Query("SELECT count(*) FROM generate_series(1, 1999999951)"))
+    session = srv.server.sessions[key.process_id]
+    while not session.busy:
+        assert time.monotonic() - t0 < 5
+        time.sleep(0.0005)
+    with socket.create_connection(("127.0.0.1", srv.port)) as s:
+        s.sendall(m.CancelRequest(key.process_id, key.secret_key).encode())
+    msgs = c.until_ready()
+    errors = [x for x in msgs if isinstance(x, m.ErrorResponse)]
+    assert errors and errors[0].fields["C"] == "57014", msgs
+    assert time.monotonic() - t0 < 10
+    c.close()
