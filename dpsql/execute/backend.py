@@ -107,11 +107,6 @@ class Backend:
                     rows = cur.fetchall() if cur.description is not None else []
                     status = cur.statusmessage or ""
                     return Rows(_columns(cur), rows, status)
-            except psycopg.errors.QueryCanceled as e:
-                raise QueryCanceled(
-                    "canceling statement due to user request or statement timeout",
-                    hint="narrow the query or raise the policy's statement_timeout_ms",
-                ) from e
             except psycopg.Error as e:
                 raise _upstream(e, private) from None
             finally:
@@ -148,6 +143,13 @@ def describe_statement(
 
 
 def _upstream(e: psycopg.Error, private: bool) -> DpsqlError:
+    """The dpsql error for an upstream failure: 57014 for a cancel or timeout (same text whatever
+    the data), the sanitized class of a private query's error, or a public one's own text."""
+    if isinstance(e, psycopg.errors.QueryCanceled):
+        return QueryCanceled(
+            "canceling statement due to user request or statement timeout",
+            hint="narrow the query or raise the policy's statement_timeout_ms",
+        )
     if private:
         return sanitized_upstream(e.sqlstate)
     diag = e.diag

@@ -23,7 +23,6 @@ from psycopg.pq import ExecStatus
 from psycopg.pq.abc import PGresult
 from psycopg_pool import AsyncConnectionPool
 
-from dpsql.errors import QueryCanceled
 from dpsql.execute.backend import Rows, upstream_error
 from dpsql.result import Result, ResultColumn
 
@@ -137,11 +136,6 @@ class AsyncUpstream:
                 st, name = self._prepared(conn, query)
                 res = await _execute(conn.pgconn, st, name, query.encode(), fmt or 0)
                 return _rows(res, fmt)
-            except psycopg.errors.QueryCanceled as e:
-                raise QueryCanceled(
-                    "canceling statement due to user request or statement timeout",
-                    hint="narrow the query or raise the policy's statement_timeout_ms",
-                ) from e
             except psycopg.Error as e:
                 raise upstream_error(e, False) from None
             finally:
