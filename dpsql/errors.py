@@ -100,6 +100,10 @@ class UndefinedObject(DpsqlError):
     sqlstate = "42704"
 
 
+class InvalidColumnReference(DpsqlError):
+    sqlstate = "42P10"
+
+
 class BudgetExhausted(DpsqlError):
     """The release would exceed a privacy budget (53400 configuration_limit_exceeded)."""
 

@@ -27,7 +27,13 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 
 from dpsql.budget import views
-from dpsql.errors import SqlSyntaxError, UndefinedColumn, UndefinedTable, UnsupportedSql
+from dpsql.errors import (
+    InvalidColumnReference,
+    SqlSyntaxError,
+    UndefinedColumn,
+    UndefinedTable,
+    UnsupportedSql,
+)
 from dpsql.result import Result, ResultColumn
 
 if TYPE_CHECKING:
@@ -129,12 +135,31 @@ def _int(node: exp.Expression | None, what: str) -> int | None:
     raise UnsupportedSql(f"{what} takes a number here", hint=_SHAPE_HINT)
 
 
-def _sort(rows: list[tuple[Any, ...]], view: str, select: exp.Select) -> list[tuple[Any, ...]]:
+def _sort_key(view: str, node: exp.Expression, proj: list[tuple[int, str]]) -> int:
+    """The view column an ORDER BY item names: a column, an output position, or an output alias."""
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
+        k = int(node.this)
+        if not 1 <= k <= len(proj):
+            raise InvalidColumnReference(
+                f"ORDER BY position {k} is not in select list",
+                hint=f"positions run from 1 to {len(proj)}",
+            )
+        return proj[k - 1][0]
+    if isinstance(node, exp.Column) and not node.table:
+        aliases = {name.lower(): i for i, name in proj}
+        if node.name.lower() in aliases:
+            return aliases[node.name.lower()]
+    return _column(view, node)
+
+
+def _sort(
+    rows: list[tuple[Any, ...]], view: str, select: exp.Select, proj: list[tuple[int, str]]
+) -> list[tuple[Any, ...]]:
     order = select.args.get("order")
     if order is None:
         return rows
     for o in reversed(order.expressions):
-        i = _column(view, o.this)
+        i = _sort_key(view, o.this, proj)
         desc = bool(o.args.get("desc"))
         present = sorted((r for r in rows if r[i] is not None), key=lambda r: r[i], reverse=desc)
         nulls = [r for r in rows if r[i] is None]
@@ -154,7 +179,7 @@ def answer(ledger: Ledger, analyst: str, statement: exp.Expr | str) -> Result:
     offset = _int(select.args.get("offset"), "OFFSET") or 0
     limit = _int(select.args.get("limit"), "LIMIT")
     full = (views.budget_result if view == "budget" else views.history_result)(ledger, analyst)
-    rows = _sort(list(full.rows), view, select)[offset:]
+    rows = _sort(list(full.rows), view, select, proj)[offset:]
     rows = rows[:limit] if limit is not None else rows
     out = [tuple(r[i] for i, _ in proj) for r in rows]
     return Result(describe(select), out, f"SELECT {len(out)}")

@@ -11,7 +11,7 @@ import sqlglot
 from dpsql.budget import route
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.accounting import Cost
-from dpsql.errors import UndefinedColumn, UndefinedTable, UnsupportedSql
+from dpsql.errors import InvalidColumnReference, UndefinedColumn, UndefinedTable, UnsupportedSql
 from tests.integration.ledger_support import policy
 
 
@@ -54,6 +54,21 @@ def test_select_budget_and_history(ledger: Ledger) -> None:
     )
     assert one.rows == [("fp-a1",)] and [c.name for c in one.columns] == ["f"]
     assert route.answer(ledger, "bob", "TABLE dpsql.history").command_tag == "SELECT 1"
+
+
+def test_order_by_position_and_output_alias(ledger: Ledger) -> None:
+    """ORDER BY 2 DESC and ORDER BY an output alias sort as PostgreSQL would (psql users type both)."""
+    by_name = route.answer(ledger, "alice", "SELECT fingerprint, id FROM dpsql.history ORDER BY id")
+    by_pos = route.answer(
+        ledger, "alice", "SELECT fingerprint, id FROM dpsql.history ORDER BY 2 DESC"
+    )
+    assert by_pos.rows == by_name.rows[::-1]
+    by_alias = route.answer(
+        ledger, "alice", "SELECT fingerprint, id AS n FROM dpsql.history ORDER BY n DESC"
+    )
+    assert by_alias.rows == by_pos.rows
+    with pytest.raises(InvalidColumnReference):
+        route.answer(ledger, "alice", "SELECT id FROM dpsql.history ORDER BY 2")
 
 
 @pytest.mark.parametrize(
