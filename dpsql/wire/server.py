@@ -152,6 +152,7 @@ class Server:
                 self.sessions.pop(session.process_id, None)
                 self.limits.remove_session(session.ctx.analyst)
                 session.cancel()
+                self._track(session.retry_task)
             await ch.close()
             self._tasks.discard(task)
 
@@ -208,6 +209,12 @@ class Server:
         for pid, key in self.relay.take():
             self._cancel(m.CancelRequest(pid, key))
 
+    def _track(self, task: asyncio.Task[None] | None) -> None:
+        """Keep a session's cancel-retry task until it ends, so shutdown can cancel it."""
+        if task is not None and not task.done():
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
     async def shutdown(self) -> None:
         """Stop accepting, let running queries finish (then cancel them), close every session."""
         self._stopping = True
@@ -224,11 +231,18 @@ class Server:
                 await asyncio.wait(pending, timeout=5)
             for t in pending:
                 t.cancel()
+        for s in list(self.sessions.values()):
+            self._track(s.retry_task)
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
+        late = [t for t in self._tasks if not t.done()]  # cancel retries of sessions closed above
+        for task in late:
+            task.cancel()
+        if late:
+            await asyncio.wait(late, timeout=5)
         self.executor.shutdown(wait=False, cancel_futures=True)
         if self.upstream is not None:
             await self.upstream.close()

@@ -105,7 +105,7 @@ class Session:
         self.extended: Extended = Extended(self)
         self.upstream = upstream if hasattr(engine, "runnable_sql") else None
         self._cancel: Any = None
-        self._retry: asyncio.Future[None] | None = None
+        self._retry: asyncio.Task[None] | None = None
         self.busy = False
         self.idle = asyncio.Event()
         self.idle.set()
@@ -200,6 +200,11 @@ class Session:
         token.cancel()
         if not isinstance(token, AsyncCancel) and self._retry is None:
             self._retry = asyncio.ensure_future(self._cancel_again(token))
+
+    @property
+    def retry_task(self) -> asyncio.Task[None] | None:
+        """The task repeating a worker-thread statement's cancel, while one runs."""
+        return self._retry
 
     async def _cancel_again(self, token: Any) -> None:
         """Repeat a worker-thread statement's cancel every ``AsyncCancel.RETRY_S`` until it has
