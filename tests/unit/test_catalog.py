@@ -11,6 +11,7 @@ from sqlglot import exp
 from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
 from dpsql.sql.catalog import check_catalog_query, is_catalog_query
+from dpsql.sql.parse import parse_statement
 from tests.fixtures.catalog.fixtures import CatalogQuery, all_catalog_queries
 
 POLICY = Policy.model_validate(
@@ -301,7 +302,11 @@ def test_attacks_are_refused(sql: str) -> None:
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except sqlglot.errors.ParseError:
-        pytest.skip("does not parse, so it never reaches the catalog check")
+        # Never reaches the catalog check: dpsql's own parser must refuse it, with a SQLSTATE.
+        with pytest.raises(DpsqlError) as info:
+            parse_statement(sql)
+        assert info.value.sqlstate and str(info.value), info.value
+        return
     with pytest.raises(DpsqlError) as info:
         check_catalog_query(tree, POLICY, "ann")
     err = info.value
