@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpsql.dp.accounting import Cost, epsilon_to_rho
+from dpsql.dp.accounting import Cost, epsilon_to_rho, sequential
 from dpsql.dp.mechanisms import Gaussian, Laplace, Mechanism
 from dpsql.errors import InvalidParameter
 from dpsql.release.consistency import Level, estimate, project, valid_histogram
@@ -55,10 +55,7 @@ class HistogramPlan:
 
     @property
     def cost(self) -> Cost:
-        total = Cost()
-        for lv in self.levels:
-            total = total + lv.mechanism.cost
-        return total
+        return sequential(lv.mechanism.cost for lv in self.levels)
 
     @property
     def mechanism(self) -> str:

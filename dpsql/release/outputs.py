@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,20 @@ def _pyplot() -> Any:
     return plt
 
 
+@contextmanager
+def _figure(path: Path, *args: Any, **kwargs: Any) -> Iterator[tuple[Any, Any]]:
+    """``plt.subplots(*args, **kwargs)``, saved to ``path`` when the body ends; always closed."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(*args, **kwargs)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=100)
+    finally:
+        plt.close(fig)
+
+
 def plot_counts(
     path: Path,
     counts: np.ndarray,
@@ -108,9 +123,7 @@ def plot_counts(
     title: str,
 ) -> Path:
     """A bar chart (one axis) or a heat map of the first two axes (summed over the others)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(9, 5))
-    try:
+    with _figure(path, figsize=(9, 5)) as (fig, ax):
         if counts.ndim == 1:
             ax.bar(range(counts.size), counts, color="#3b6ea5")
             ax.set_xticks(range(counts.size), labels[0], rotation=60, ha="right", fontsize=7)
@@ -125,11 +138,6 @@ def plot_counts(
             ax.set_xlabel(names[1])
             fig.colorbar(im, ax=ax, label="count")
         ax.set_title(title)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -137,12 +145,10 @@ def plot_marginals(
     path: Path, marginals: Sequence[tuple[str, Sequence[str], np.ndarray]], title: str
 ) -> Path:
     """One small bar chart per column (for synthetic data: computed on the synthetic rows)."""
-    plt = _pyplot()
     n = max(1, len(marginals))
     cols = min(3, n)
     rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
-    try:
+    with _figure(path, rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False) as (fig, axes):
         for ax in axes.reshape(-1)[n:]:
             ax.axis("off")
         for ax, (name, labels, counts) in zip(axes.reshape(-1), marginals, strict=False):
@@ -150,11 +156,6 @@ def plot_marginals(
             ax.set_xticks(range(len(counts)), labels, rotation=60, ha="right", fontsize=6)
             ax.set_title(name, fontsize=9)
         fig.suptitle(title)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=100)
-    finally:
-        plt.close(fig)
     return path
 
 

@@ -31,7 +31,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import Cost, sequential
 from dpsql.errors import GroupingError, ProgramLimitExceeded, UnsupportedSql
 from dpsql.sql import plan as plan_module
 from dpsql.sql.analysis import Analysis
@@ -192,10 +192,7 @@ class SetsPlan:
 
     @property
     def cost(self) -> Cost:
-        total = Cost()
-        for s in self.sets:
-            total = total + s.plan.cost
-        return total
+        return sequential(s.plan.cost for s in self.sets)
 
     @property
     def delta_for_rho(self) -> Fraction | None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
-from dpsql.dp.accounting import Cost, epsilon_to_rho
+from dpsql.dp.accounting import Cost, epsilon_to_rho, sequential
 from dpsql.dp.mechanisms import Gaussian, Laplace, grid_for
 from dpsql.dp.partition import PartitionSelection
 from dpsql.dp.quantiles import Mode, Quantile
@@ -68,12 +68,10 @@ class Plan:
 
     @property
     def cost(self) -> Cost:
-        total = Cost()
-        for mp in self.measures:
-            total = total + mp.mechanism.cost
+        costs = [mp.mechanism.cost for mp in self.measures]
         if self.selection is not None:
-            total = total + self.selection.cost
-        return total
+            costs.append(self.selection.cost)
+        return sequential(costs)
 
     def measure_plan(self, key: str) -> MeasurePlan:
         for mp in self.measures:
