@@ -62,6 +62,20 @@ def type_name(oid: int) -> str:
     return info.name if info is not None else "text"
 
 
+def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
+    """What every upstream connection (the engine's pool and the wire fast path's) runs first.
+
+    Autocommit with read-only transactions by default: each statement is its own read-only
+    transaction, one round trip instead of BEGIN READ ONLY / query / ROLLBACK. Clients never reach
+    these settings (dpsql never forwards SET).
+    """
+    return (
+        pgsql.SQL("SET default_transaction_read_only = on"),
+        pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)),
+        pgsql.SQL("SET application_name = 'dpsql'"),
+    )
+
+
 class Backend:
     def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 16) -> None:
         self.dsn = dsn
@@ -77,13 +91,9 @@ class Backend:
         )
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # Autocommit with read-only transactions by default: each statement is its own read-only
-        # transaction, one round trip instead of BEGIN READ ONLY / query / ROLLBACK. Clients never
-        # reach these settings (dpsql never forwards SET).
         conn.autocommit = True
-        conn.execute("SET default_transaction_read_only = on")
-        conn.execute(pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(self.timeout_ms)))
-        conn.execute("SET application_name = 'dpsql'")
+        for statement in session_settings(self.timeout_ms):
+            conn.execute(statement)
 
     def close(self) -> None:
         self.pool.close()

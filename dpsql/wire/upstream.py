@@ -17,13 +17,12 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 import psycopg
-from psycopg import sql as pgsql
 from psycopg.adapt import Transformer
 from psycopg.pq import ExecStatus
 from psycopg.pq.abc import PGresult
 from psycopg_pool import AsyncConnectionPool
 
-from dpsql.execute.backend import Rows, upstream_error
+from dpsql.execute.backend import Rows, session_settings, upstream_error
 from dpsql.result import Result, ResultColumn
 
 log = logging.getLogger("dpsql.wire.upstream")
@@ -102,11 +101,8 @@ class AsyncUpstream:
 
     async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.set_autocommit(True)
-        await conn.execute("SET default_transaction_read_only = on")
-        await conn.execute(
-            pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(self.timeout_ms))
-        )
-        await conn.execute("SET application_name = 'dpsql'")
+        for statement in session_settings(self.timeout_ms):
+            await conn.execute(statement)
 
     async def open(self) -> None:
         await self.pool.open()
