@@ -11,9 +11,17 @@ Protocol for one private query (the engine drives it)::
 ``reserve`` locks the budget rows it charges (the analyst's and the dataset's, for the current
 period) with ``INSERT ... ON CONFLICT DO UPDATE`` (a row lock), always in the same order, checks
 that the new totals pass each budget's privacy filter (:mod:`dpsql.budget.filter`), adds the cost
-and appends a ``reserved`` release, all in one transaction. Sessions and processes sharing the ledger therefore serialize on these rows and can
-never overspend. A reservation is spent from the moment it exists: if dpsql dies before ``commit``
-it stays counted; only an explicit ``refund`` gives it back.
+and appends a ``reserved`` release, all in one transaction. Sessions and processes sharing the
+ledger therefore serialize on these rows and can never overspend. A reservation is spent from the
+moment it exists: if dpsql dies before ``commit`` it stays counted; only an explicit ``refund``
+gives it back.
+
+The jobs live apart: :mod:`dpsql.budget.limits` (what the policy charges a release to),
+:mod:`dpsql.budget.charging` (the budget-row steps inside a transaction),
+:mod:`dpsql.budget.answers` (the store of noisy answers for free repeats),
+:mod:`dpsql.budget.schema` (tables and migrations), :mod:`dpsql.budget.views` and
+:mod:`dpsql.budget.admin`. This class holds the connection pool and runs each step in one
+transaction.
 """
 
 from __future__ import annotations
@@ -28,26 +36,15 @@ from typing import TYPE_CHECKING, TypeVar
 import psycopg
 import psycopg_pool
 from psycopg import sql
-from psycopg.types.json import Jsonb
 
-from dpsql.budget import filter as budget_filter
+from dpsql.budget import answers, charging
+from dpsql.budget import limits as policy_limits
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.format import fmt_down, fmt_up
-from dpsql.budget.periods import period_start
-from dpsql.budget.records import (
-    BudgetRow,
-    Charged,
-    Limit,
-    Reservation,
-    cost_text,
-    exhausted,
-    frac_text,
-    opt_text,
-    refundable,
-)
-from dpsql.dp.accounting import Cost, exact, rho_to_epsilon
+from dpsql.budget.records import BudgetRow, Limit, Reservation, refundable
+from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
-from dpsql.policy.model import Budget, Policy
+from dpsql.policy.model import Policy
 
 if TYPE_CHECKING:
     from dpsql.budget.views import BudgetStatus, HistoryEntry
@@ -143,51 +140,27 @@ class Ledger:
                 ) from e
         raise AssertionError("unreachable")
 
-    # --- policy ------------------------------------------------------------------------------
+    # --- policy (see dpsql.budget.limits) ---------------------------------------------------
 
     def limits(self, analyst: str) -> tuple[Limit, ...]:
         """The budgets a release by ``analyst`` is charged to, in locking order."""
-        who = self.policy.analysts.get(analyst)
-        if who is None:
-            raise BudgetExhausted(
-                f"analyst {analyst!r} has no privacy budget in the policy",
-                hint=f"add analysts.{analyst}.budget to the policy",
-            )
-        out = [_limit("analyst", analyst, who.budget)]
-        g = self.dataset_limit()
-        if g is not None:
-            out.append(g)
-        return tuple(sorted(out, key=lambda lim: (lim.kind, lim.name)))
+        return policy_limits.limits(self.policy, analyst)
 
     def dataset_limit(self) -> Limit | None:
         """The dataset's global budget (the sum over all analysts), if the policy sets one."""
-        g = self.policy.budget
-        return None if g is None else _limit("dataset", self.dataset, g)
+        return policy_limits.dataset_limit(self.policy)
 
     def max_epsilon(self, analyst: str) -> Fraction:
-        who = self.policy.analysts.get(analyst)
-        m = who.max_epsilon if who is not None and who.max_epsilon is not None else None
-        return exact(m if m is not None else self.policy.defaults.max_epsilon)
+        return policy_limits.max_epsilon(self.policy, analyst)
 
     def default_delta(self, analyst: str) -> Fraction:
-        who = self.policy.analysts.get(analyst)
-        d = who.default_delta if who is not None and who.default_delta is not None else None
-        return exact(d if d is not None else self.policy.defaults.delta)
+        return policy_limits.default_delta(self.policy, analyst)
 
     def query_epsilon(self, analyst: str, cost: Cost, delta_for_rho: Fraction | None) -> Fraction:
         """The epsilon of one release on its own (its rho converted at ``delta_for_rho``)."""
-        if cost.rho == 0:
-            return cost.epsilon
-        d = self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
-        if not 0 < d < 1:
-            raise BudgetExhausted(
-                "a Gaussian (zCDP) release needs a delta > 0 to be accounted",
-                hint="SET dpsql.delta to a small value such as 1e-6, or use "
-                "SET dpsql.mechanism = laplace",
-            )
-        return cost.epsilon + rho_to_epsilon(cost.rho, d)
+        return policy_limits.query_epsilon(self.policy, analyst, cost, delta_for_rho)
 
-    # --- the protocol ------------------------------------------------------------------------
+    # --- the protocol (see dpsql.budget.charging) --------------------------------------------
 
     def reserve(
         self,
@@ -224,82 +197,16 @@ class Ledger:
             )
         dfr = self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
         return self.transact(
-            lambda conn: self._reserve(conn, analyst, cost, fingerprint, limits, dfr, mechanism)
-        )
-
-    def _reserve(
-        self,
-        conn: psycopg.Connection,
-        analyst: str,
-        cost: Cost,
-        fingerprint: str,
-        limits: tuple[Limit, ...],
-        delta_for_rho: Fraction,
-        mechanism: str,
-    ) -> Reservation:
-        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        charged: list[Charged] = []
-        for lim in limits:
-            start = period_start(lim.period, now)
-            row = self.lock_budget(conn, lim.kind, lim.name, start)
-            filt = row.filter(lim)
-            total = filt.add(row.spent, cost)
-            if not filt.admits(total):
-                raise exhausted(analyst, lim, row, cost, now)
-            conn.execute(
-                self.q(
-                    "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
-                    " renyi_spent = %s, renyi_order = coalesce(renyi_order, %s),"
-                    " delta_share = coalesce(delta_share, %s),"
-                    " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
-                    " AND name = %s AND period_start = %s"
-                ),
-                [
-                    *cost_text(total.cost),
-                    opt_text(total.renyi),
-                    opt_text(filt.order),
-                    frac_text(filt.delta_share),
-                    self.dataset,
-                    lim.kind,
-                    lim.name,
-                    start,
-                ],
+            lambda conn: charging.reserve(
+                self, conn, analyst, cost, fingerprint, limits, dfr, mechanism
             )
-            charged.append(Charged(lim.kind, lim.name, start, row.generation))
-        rid, created = conn.execute(
-            self.q(
-                "INSERT INTO {s}.release (dataset, analyst, fingerprint, mechanism, epsilon, delta,"
-                " rho, delta_for_rho, state, charged) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-                " 'reserved', %s) RETURNING id, created_at"
-            ),
-            [
-                self.dataset,
-                analyst,
-                fingerprint,
-                mechanism,
-                *cost_text(cost),
-                frac_text(delta_for_rho),
-                Jsonb(
-                    [[c.kind, c.name, c.period_start.isoformat(), c.generation] for c in charged]
-                ),
-            ],
-        ).fetchone()  # type: ignore[misc]
-        return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)
+        )
 
     def lock_budget(
         self, conn: psycopg.Connection, kind: str, name: str, start: datetime
     ) -> BudgetRow:
         """Create-or-lock one budget row (held until the transaction ends) and read it."""
-        row = conn.execute(
-            self.q(
-                "INSERT INTO {s}.budget AS b (dataset, kind, name, period_start)"
-                " VALUES (%s, %s, %s, %s) ON CONFLICT (dataset, kind, name, period_start)"
-                " DO UPDATE SET updated_at = b.updated_at RETURNING " + BudgetRow.COLUMNS
-            ),
-            [self.dataset, kind, name, start],
-        ).fetchone()
-        assert row is not None
-        return BudgetRow.parse(row)
+        return charging.lock_budget(self, conn, kind, name, start)
 
     def commit(
         self, res: Reservation, cache_key: str | None = None, payload: bytes | None = None
@@ -311,35 +218,10 @@ class Ledger:
         """
 
         def run(conn: psycopg.Connection) -> bytes | None:
-            done = conn.execute(
-                self.q(
-                    "UPDATE {s}.release SET state = 'committed', settled_at = clock_timestamp()"
-                    " WHERE id = %s AND state = 'reserved' RETURNING id"
-                ),
-                [res.id],
-            ).fetchone()
-            if done is None:
-                raise InternalError(f"reservation {res.id} is not open (committed or refunded)")
+            charging.settle(self, conn, res, "committed")
             if cache_key is None or payload is None or self.policy.repeats == "off":
                 return None
-            key = [self.dataset, self._repeat_scope(res.analyst), cache_key]
-            stored = conn.execute(
-                self.q(
-                    "INSERT INTO {s}.answer (dataset, scope, cache_key, payload, release_id)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING release_id"
-                ),
-                [*key, payload, res.id],
-            ).fetchone()
-            if stored is not None:
-                return None
-            prev = conn.execute(
-                self.q(
-                    "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s"
-                    " AND cache_key = %s"
-                ),
-                key,
-            ).fetchone()
-            return bytes(prev[0]) if prev is not None else None
+            return answers.store(self, conn, res.analyst, res.id, cache_key, payload)
 
         return self.transact(run)
 
@@ -356,70 +238,29 @@ class Ledger:
             return False
 
         def run(conn: psycopg.Connection) -> None:
-            done = conn.execute(
-                self.q(
-                    "UPDATE {s}.release SET state = 'refunded', settled_at = clock_timestamp()"
-                    " WHERE id = %s AND state = 'reserved' RETURNING id"
-                ),
-                [res.id],
-            ).fetchone()
-            if done is None:
-                raise InternalError(f"reservation {res.id} is not open (committed or refunded)")
-            for c in res.charged:
-                row = self.lock_budget(conn, c.kind, c.name, c.period_start)
-                if row.generation != c.generation:
-                    continue  # reset since: the spend it was part of is gone already
-                left = budget_filter.refund(row.spent, res.cost, row.order)
-                conn.execute(
-                    self.q(
-                        "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s,"
-                        " rho_spent = %s, renyi_spent = %s, releases = greatest(releases - 1, 0),"
-                        " updated_at = now() WHERE dataset = %s AND kind = %s AND name = %s"
-                        " AND period_start = %s"
-                    ),
-                    [
-                        *cost_text(left.cost),
-                        opt_text(left.renyi),
-                        self.dataset,
-                        c.kind,
-                        c.name,
-                        c.period_start,
-                    ],
-                )
+            charging.settle(self, conn, res, "refunded")
+            charging.give_back(self, conn, res)
 
         self.transact(run)
         return True
+
+    # --- free repeats (see dpsql.budget.answers) ---------------------------------------------
 
     def lookup(self, analyst: str, cache_key: str) -> bytes | None:
         """A stored noisy answer for this key, free; the repeat is recorded in the history."""
         if self.policy.repeats == "off":
             return None
+        return self.transact(lambda conn: answers.lookup(self, conn, analyst, cache_key))
 
-        def run(conn: psycopg.Connection) -> bytes | None:
-            got = conn.execute(
-                self.q(
-                    "SELECT a.payload, r.fingerprint FROM {s}.answer a JOIN {s}.release r"
-                    " ON r.id = a.release_id WHERE a.dataset = %s AND a.scope = %s"
-                    " AND a.cache_key = %s"
-                ),
-                [self.dataset, self._repeat_scope(analyst), cache_key],
-            ).fetchone()
-            if got is None:
-                return None
-            conn.execute(
-                self.q(
-                    "INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
-                    " state) VALUES (%s, %s, %s, '0', '0', '0', 'repeat')"
-                ),
-                [self.dataset, analyst, got[1]],
-            )
-            return bytes(got[0])
+    def has_answer(self, analyst: str, cache_key: str) -> bool:
+        """Whether a repeat of ``cache_key`` by ``analyst`` would be answered free from the store.
 
-        return self.transact(run)
-
-    def _repeat_scope(self, analyst: str) -> str:
-        """Whose stored answers a lookup may see: the dataset's (global) or the analyst's own."""
-        return "dataset" if self.policy.repeats == "global" else f"analyst:{analyst}"
+        Read only: unlike :meth:`lookup` it records nothing (EXPLAIN uses it).
+        """
+        if self.policy.repeats == "off":
+            return False
+        with self.connection() as conn:
+            return answers.exists(self, conn, analyst, cache_key)
 
     # --- views and admin (see dpsql.budget.views) --------------------------------------------
 
@@ -459,14 +300,6 @@ class Ledger:
         from dpsql.budget import admin
 
         admin.reset(self, actor, analyst, reason)
-
-
-def _limit(kind: str, name: str, b: Budget) -> Limit:
-    """A policy budget as a Limit (exact values; the filter's settings for new periods)."""
-    order = None if b.renyi_order is None else exact(b.renyi_order)
-    return Limit(
-        kind, name, exact(b.epsilon), exact(b.delta), b.period, order, exact(b.explicit_delta_share)
-    )
 
 
 def _configure(conn: psycopg.Connection) -> None:

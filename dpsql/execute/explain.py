@@ -320,13 +320,4 @@ def _stored(ledger: Any, analyst: str, key: str) -> bool:
 
     A read only: unlike ``Ledger.lookup`` it records no repeat in the history.
     """
-    if ledger.policy.repeats == "off":
-        return False
-    with ledger.connection() as conn:
-        got = conn.execute(
-            ledger.q(
-                "SELECT 1 FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
-            ),
-            [ledger.dataset, ledger._repeat_scope(analyst), key],
-        ).fetchone()
-    return got is not None
+    return bool(ledger.has_answer(analyst, key))

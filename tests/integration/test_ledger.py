@@ -213,6 +213,26 @@ def test_repeats_per_analyst_and_global(dsn: str, make_db: Callable[[str], str])
         assert lg.lookup("a", "key1") is None
 
 
+def test_has_answer_is_read_only_and_scoped_like_lookup(
+    dsn: str, make_db: Callable[[str], str]
+) -> None:
+    """has_answer (EXPLAIN's "free repeat") sees what lookup would, and records nothing."""
+    two = {"a": {"epsilon": 1.0}, "b": {"epsilon": 1.0}}
+    with Ledger.open(dsn, policy(two)) as lg:
+        assert not lg.has_answer("a", "key1")
+        lg.commit(lg.reserve("a", Cost(epsilon=E(1, 2)), "fp1"), "key1", b"answer-1")
+        assert lg.has_answer("a", "key1")
+        assert not lg.has_answer("b", "key1")  # per analyst by default
+        assert not lg.has_answer("a", "other")
+        assert [h.state for h in lg.history("a")] == ["committed"]  # no repeat recorded
+    for repeats, b_sees in (("global", True), ("off", False)):
+        with Ledger.open(make_db("ledger"), policy(two, repeats=repeats)) as lg:
+            lg.commit(lg.reserve("a", Cost(epsilon=E(1, 2)), "fp1"), "key1", b"answer-1")
+            assert lg.has_answer("b", "key1") is b_sees
+            assert lg.has_answer("a", "key1") is b_sees
+            assert (lg.lookup("b", "key1") is not None) is b_sees
+
+
 def test_repeat_store_survives_restart(dsn: str) -> None:
     with Ledger.open(dsn, policy()) as lg:
         lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 2)), "fp"), "k", b"\x00\x01payload")

@@ -1,0 +1,88 @@
+"""Free repeats: the store of noisy answers, keyed by the query's canonical cache key.
+
+An answer is stored by :meth:`Ledger.commit` in the same transaction that confirms its release,
+before any row leaves dpsql, so a repeat always returns what was released. Whose answers a repeat
+may see is the policy's ``repeats`` switch: ``analyst`` (own answers), ``global`` (any analyst's on
+the dataset) or ``off``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from dpsql.policy.model import Policy
+
+if TYPE_CHECKING:
+    from dpsql.budget.ledger import Ledger
+
+
+def repeat_scope(policy: Policy, analyst: str) -> str:
+    """Whose stored answers a lookup may see: the dataset's (global) or the analyst's own."""
+    return "dataset" if policy.repeats == "global" else f"analyst:{analyst}"
+
+
+def _key(ledger: Ledger, analyst: str, cache_key: str) -> list[str]:
+    return [ledger.dataset, repeat_scope(ledger.policy, analyst), cache_key]
+
+
+def store(
+    ledger: Ledger,
+    conn: psycopg.Connection,
+    analyst: str,
+    release_id: int,
+    cache_key: str,
+    payload: bytes,
+) -> bytes | None:
+    """Store ``payload`` for the key (inside the commit's transaction).
+
+    Returns None, or the payload a concurrent identical query stored first (to return instead).
+    """
+    key = _key(ledger, analyst, cache_key)
+    stored = conn.execute(
+        ledger.q(
+            "INSERT INTO {s}.answer (dataset, scope, cache_key, payload, release_id)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING release_id"
+        ),
+        [*key, payload, release_id],
+    ).fetchone()
+    if stored is not None:
+        return None
+    prev = conn.execute(
+        ledger.q(
+            "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
+        ),
+        key,
+    ).fetchone()
+    return bytes(prev[0]) if prev is not None else None
+
+
+def lookup(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bytes | None:
+    """The stored answer for the key, recording the free repeat in the analyst's history."""
+    got = conn.execute(
+        ledger.q(
+            "SELECT a.payload, r.fingerprint FROM {s}.answer a JOIN {s}.release r"
+            " ON r.id = a.release_id WHERE a.dataset = %s AND a.scope = %s AND a.cache_key = %s"
+        ),
+        _key(ledger, analyst, cache_key),
+    ).fetchone()
+    if got is None:
+        return None
+    conn.execute(
+        ledger.q(
+            "INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
+            " state) VALUES (%s, %s, %s, '0', '0', '0', 'repeat')"
+        ),
+        [ledger.dataset, analyst, got[1]],
+    )
+    return bytes(got[0])
+
+
+def exists(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bool:
+    """Whether the analyst's repeat of the key would be answered from the store (read only)."""
+    got = conn.execute(
+        ledger.q("SELECT 1 FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"),
+        _key(ledger, analyst, cache_key),
+    ).fetchone()
+    return got is not None
