@@ -15,7 +15,6 @@ is refused.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +26,8 @@ from dpsql.errors import (
     UnsupportedSql,
 )
 from dpsql.execute.backend import CancelToken
-from dpsql.explain import ExplainReport, report
+from dpsql.execute.explain_plan import plan_document, plan_lines, plan_xml
+from dpsql.explain import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.explain_options import ExplainOptions, parse_explain
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from dpsql.engine import Engine, Prepared
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
-PRIVATE_FORMATS = ("TEXT", "JSON", "YAML")
+_FORMAT_OIDS = {"JSON": JSON_OID, "XML": XML_OID}
 
 
 def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
@@ -84,11 +84,6 @@ def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
             "objects dpsql hides",
             hint="use EXPLAIN (COSTS OFF), or run the query itself",
         )
-    if inner.kind == "private" and opts.format not in PRIVATE_FORMATS:
-        raise UnsupportedSql(
-            f"EXPLAIN (FORMAT {opts.format}) of a private query is not supported",
-            hint="use FORMAT TEXT, JSON or YAML",
-        )
     return Prepared(
         text,
         "explain",
@@ -107,7 +102,7 @@ def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
 def describe_explain(prepared: Prepared) -> tuple[ResultColumn, ...]:
     """One column, "QUERY PLAN": json for FORMAT JSON, xml for XML, else text (as PostgreSQL)."""
     fmt = prepared.explain.format if prepared.explain is not None else "TEXT"
-    oid = {"JSON": JSON_OID, "XML": XML_OID}.get(fmt, TEXT_OID)
+    oid = _FORMAT_OIDS.get(fmt, TEXT_OID)
     return (ResultColumn("QUERY PLAN", oid),)
 
 
@@ -150,101 +145,20 @@ def _explain_private(
             hint="SET dpsql.confidence = 0.95",
         )
     rep = report(inner.text, plan, conf)
-    doc = plan_document(rep, plan, conf, budget_status(engine, inner, session, plan, params))
-    if not opts.verbose:
-        doc.pop("Rewritten SQL")
-    col = (ResultColumn("QUERY PLAN", JSON_OID if opts.format == "JSON" else TEXT_OID),)
+    budget = budget_status(engine, inner, session, plan, params)
+    doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
+    col = (ResultColumn("QUERY PLAN", _FORMAT_OIDS.get(opts.format, TEXT_OID)),)
     if opts.format == "JSON":
-        return Result(col, [([{"Plan": doc}],)], "EXPLAIN")
+        return Result(col, [([doc],)], "EXPLAIN")
+    if opts.format == "XML":
+        return Result(col, [(plan_xml(doc),)], "EXPLAIN")
     if opts.format == "YAML":
         import yaml
 
         return Result(
-            col, [(yaml.safe_dump([{"Plan": doc}], sort_keys=False).rstrip(),)], "EXPLAIN"
+            col, [(yaml.safe_dump([doc], sort_keys=False, allow_unicode=True).rstrip(),)], "EXPLAIN"
         )
     return Result(col, [(line,) for line in plan_lines(doc)], "EXPLAIN")
-
-
-def _num(x: Any) -> float | None:
-    """A JSON number (NaN, e.g. the noise std of a selection mechanism, or inf: null)."""
-    f = float(x)
-    return f if math.isfinite(f) else None
-
-
-def plan_document(
-    rep: ExplainReport, plan: Plan | SetsPlan, conf: float, budget: dict[str, Any]
-) -> dict[str, Any]:
-    """The plan as one JSON-ready document (keys in PostgreSQL's EXPLAIN style)."""
-    c = plan.cost
-    return {
-        "Node Type": "DP Release",
-        "Mechanism": plan.mechanism,
-        "Epsilon": float(rep.epsilon),
-        "Delta": float(rep.delta),
-        "Privacy Cost": {"Epsilon": float(c.epsilon), "Delta": float(c.delta), "Rho": float(c.rho)},
-        "Contribution Bound": rep.contribution,
-        "Partition Selection": rep.selection,
-        "Grouping Sets": list(rep.sets),
-        "Confidence": conf,
-        "Measures": [
-            {
-                "Measure": m.measure,
-                "Mechanism": m.mechanism,
-                "Sensitivity": m.sensitivity,
-                "Noise Std": _num(m.noise_std),
-                "Budget": m.budget,
-                "Grid": m.grid,
-                "Half Width": _num(m.half_width),
-            }
-            for m in rep.measures
-        ],
-        "Outputs": [
-            {
-                "Column": o.column,
-                "From": o.statistic,
-                "Mechanism": o.mechanism,
-                "Error Interval": o.half_width,
-            }
-            for o in rep.outputs
-        ],
-        "Budget": budget,
-        "Reads Data": False,
-        "Rewritten SQL": rep.rewritten,
-    }
-
-
-def plan_lines(doc: dict[str, Any]) -> list[str]:
-    """The plan as text, one row per line, like PostgreSQL's FORMAT TEXT."""
-    pct = f"{doc['Confidence'] * 100:g}%"
-    cost = doc["Privacy Cost"]
-    out = [
-        f"DP Release  (mechanism={doc['Mechanism']} epsilon={doc['Epsilon']:.6g} "
-        f"delta={doc['Delta']:.6g})",
-        f"  Privacy cost: epsilon={cost['Epsilon']:.6g}, delta={cost['Delta']:.6g}, "
-        f"rho={cost['Rho']:.6g}",
-        f"  Contribution bound: {doc['Contribution Bound']}",
-        f"  Partition selection: {doc['Partition Selection'] or 'none (no GROUP BY, or public keys)'}",
-    ]
-    out += [f"  Grouping set {s}" for s in doc["Grouping Sets"]]
-    for m in doc["Measures"]:
-        noise = "" if m["Noise Std"] is None else f", noise std={m['Noise Std']:.4g}"
-        hw = m["Half Width"]
-        err = "unbounded" if hw is None else f"±{hw:.4g}"
-        out.append(
-            f"  Measure {m['Measure']}: {m['Mechanism']}, sensitivity {m['Sensitivity']}{noise}, "
-            f"{m['Budget']}, grid={m['Grid']}, {pct} error {err}"
-        )
-    for o in doc["Outputs"]:
-        out.append(
-            f"  Output {o['Column']}: {o['From']} ({o['Mechanism']}), {pct} error: "
-            f"{o['Error Interval']}"
-        )
-    out += [f"  {line}" for line in budget_lines(doc["Budget"])]
-    out.append("  Data read: none (EXPLAIN neither runs the query nor spends budget)")
-    if "Rewritten SQL" in doc:
-        out.append("  Rewritten SQL:")
-        out += [f"    {line}" for line in str(doc["Rewritten SQL"]).splitlines()]
-    return out
 
 
 def budget_status(
@@ -284,34 +198,6 @@ def budget_status(
         }
         for s, need in needs
     ]
-    return out
-
-
-def budget_lines(b: dict[str, Any]) -> list[str]:
-    if not b.get("Ledger"):
-        return [f"Budget: {b.get('Note', 'none')}"]
-    repeat = b.get("Free Repeat")
-    out = [
-        "Free repeat: yes (this exact query was answered before: the stored answer is "
-        "returned again at no cost)"
-        if repeat
-        else "Free repeat: no (a new release)"
-    ]
-    if "Refused" in b:
-        return [*out, f"Budget: would be refused: {b['Refused']}"]
-    for s in b["Charged To"]:
-        spend = 0.0 if repeat else s.get("Epsilon Needed", b["Would Spend Epsilon"])
-        if spend is None:
-            out.append(f"Charged to: {s['Budget']} {s['Name']!r}: refused (no delta for Gaussian)")
-            continue
-        over = spend > s["Epsilon Remaining"] or (
-            not repeat and s.get("Delta Needed", 0) > s["Delta Remaining"]
-        )
-        fits = " (exceeds the remaining budget)" if over else ""
-        out.append(
-            f"Charged to: {s['Budget']} {s['Name']!r} (period: {s['Period']}): epsilon={spend:.6g} of "
-            f"{s['Epsilon Remaining']:.6g} remaining (limit {s['Epsilon Limit']:.6g}){fits}"
-        )
     return out
 
 
