@@ -28,7 +28,7 @@ _INTEGER = frozenset({20, 21, 23, 26, 28, 29})
 _FLOAT = frozenset({700, 701})
 _NUMERIC = 1700
 _BOOL = 16
-_TEXTLIKE = frozenset({18, 19, 25, 1042, 1043})
+_TEXTLIKE = frozenset({18, 19, 25, 142, 1042, 1043})  # xml (142) is sent as its text
 _TRANSFORMER = Transformer()
 
 # typlen for RowDescription's "data type size" field (-1 variable, -2 cstring).
