@@ -317,6 +317,8 @@ def test_asyncpg(served: Any) -> None:
             assert rows[0][0].startswith("DP Aggregate")
             doc = await c.fetchval("EXPLAIN (FORMAT JSON) SELECT count(*) FROM pums")
             assert json.loads(doc)[0]["Plan"]["Node Type"] == "DP Aggregate"
+            xml = await c.fetchval("EXPLAIN (FORMAT XML) SELECT count(*) FROM pums")  # binary
+            assert xml.startswith("<explain") and "DP Aggregate" in xml
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 await c.fetch("EXPLAIN ANALYZE SELECT count(*) FROM pums")
         finally:
