@@ -11,6 +11,7 @@ import threading
 from types import TracebackType
 
 from dpsql.policy.model import Policy
+from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import Server, ServerConfig
@@ -33,12 +34,23 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return asyncio.new_event_loop()
 
 
-async def _serve(server: Server) -> None:
+def write_port_file(path: str, port: int) -> None:
+    """Write ``port`` (and a newline) to ``path`` atomically: a reader sees the whole number or no
+    file (``dpsql serve --port-file``, for scripts and tests that listen on port 0)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="ascii") as f:
+        f.write(f"{port}\n")
+    os.replace(tmp, path)
+
+
+async def _serve(server: Server, port_file: str | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
+    if port_file:
+        write_port_file(port_file, server.port)
     try:
         await stop.wait()
     finally:
@@ -52,10 +64,18 @@ def serve(
     config: ServerConfig,
     limits: SessionLimits | None = None,
     relay: CancelRelay | None = None,
+    logins: LoginLimiter | None = None,
+    port_file: str | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully."""
+    """Serve until SIGTERM or SIGINT, then shut down gracefully.
+
+    Args:
+        limits, relay, logins: shared with the other ``--workers`` processes (None: this one only).
+        port_file: written with the bound port once the server accepts connections.
+    """
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(_serve(Server(engine, policy, config, limits, relay)))
+        server = Server(engine, policy, config, limits, relay, logins)
+        runner.run(_serve(server, port_file))
 
 
 class ServerThread:

@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from dpsql.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def noiseless(engine: Engine) -> Engine:
@@ -28,3 +38,54 @@ def binom_min_successes(n: int, p: float, alpha: float = 1e-6) -> int:
             return k
         cdf += term
     return n
+
+
+def start_serve(
+    args: Sequence[str],
+    *,
+    listen: str | None = "127.0.0.1:0",
+    env: Mapping[str, str] | None = None,
+    port_file: Path | None = None,
+    timeout: float = 60.0,
+    **popen: Any,
+) -> tuple[subprocess.Popen[Any], int]:
+    """Start ``python -m dpsql serve ARGS`` and return it with the port it bound, once it accepts.
+
+    The server listens on ``listen`` (default: a free port the kernel picks; None: the caller's
+    flags, environment or policy say where) and writes the bound port to ``--port-file``: no
+    port is picked by the test and released for the server to reuse (another process could take
+    it in between). ``env`` defaults to this process's environment; ``popen`` goes to Popen
+    (stdout, stderr, text ...). On failure the process is killed and its output shown.
+    """
+    port_file = port_file or Path(tempfile.mkdtemp(prefix="dpsql-serve-")) / "port"
+    cmd = [sys.executable, "-m", "dpsql", "serve", *args, "--port-file", str(port_file)]
+    if listen is not None:
+        cmd += ["--listen", listen]
+    full_env = {**(os.environ if env is None else env), "PYTHONPATH": str(ROOT)}
+    proc: subprocess.Popen[Any] = subprocess.Popen(cmd, cwd=ROOT, env=full_env, **popen)
+    deadline = time.monotonic() + timeout
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out = _output(proc, popen.get("stdout"))
+            raise AssertionError(
+                f"dpsql serve exited with {proc.returncode} or did not listen within {timeout} s"
+                f"\n{out[-4000:]}"
+            )
+        time.sleep(0.05)
+    return proc, int(port_file.read_text())
+
+
+def _output(proc: subprocess.Popen[Any], stdout: Any) -> str:
+    """What a dead server wrote: from its pipe, or from the file its output went to."""
+    out: Any = ""
+    if proc.stdout is not None:
+        out = proc.communicate()[0]
+    elif hasattr(stdout, "seek") and hasattr(stdout, "read"):
+        proc.wait()
+        stdout.flush()
+        stdout.seek(0)
+        out = stdout.read()
+    else:
+        proc.wait()
+    return out.decode(errors="replace") if isinstance(out, bytes) else str(out or "")

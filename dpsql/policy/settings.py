@@ -101,6 +101,9 @@ class ServerSettings(_Strict):
         default=None, repr=False, description="DSN of the PostgreSQL holding the data"
     )
     listen: str | None = Field(default=None, description="host:port (default 127.0.0.1:6543)")
+    port_file: str | None = Field(
+        default=None, description="write the bound port here once listening (for --listen :0)"
+    )
     ledger: str | None = Field(
         default=None, repr=False, description="budget ledger DSN (default: the upstream)"
     )

@@ -24,8 +24,6 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
-from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from scramp import ScramException, ScramMechanism
@@ -34,6 +32,7 @@ from dpsql.errors import AuthenticationFailed, InvalidAuthorization, ProtocolVio
 from dpsql.policy.model import Policy
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel
+from dpsql.wire.limits import FailureLog
 
 log = logging.getLogger("dpsql.wire.auth")
 _SCRAM = ScramMechanism("SCRAM-SHA-256")
@@ -41,6 +40,10 @@ _MECH = "SCRAM-SHA-256"
 _PLUS = "SCRAM-SHA-256-PLUS"
 _SCRAM_PLUS = ScramMechanism(_PLUS)
 AUTH_TIMEOUT_S = 60.0
+# Salts of made-up verifiers for unknown users: one secret per server, made at import (before
+# `--workers` fork), so an unknown user's salt is the same whichever worker answers (a salt that
+# changed between connections would tell that the user does not exist).
+_MOCK_SECRET = secrets.token_bytes(32)
 
 
 @dataclass(frozen=True)
@@ -96,47 +99,53 @@ class AuthConfig:
 
 
 class LoginLimiter:
-    """Counts failed logins per analyst and per client host within a sliding window."""
+    """Counts failed logins per analyst and per client host within a sliding window.
 
-    def __init__(self, max_failures: int, window_s: float, max_per_host: int = 50) -> None:
+    With ``shared=True`` (``dpsql serve --workers N``: created in the parent before forking) the
+    counts are in shared memory (:class:`dpsql.wire.limits.FailureLog`), so the limits hold
+    across all worker processes, not per worker.
+    """
+
+    def __init__(
+        self, max_failures: int, window_s: float, max_per_host: int = 50, *, shared: bool = False
+    ) -> None:
         self.max_failures = max_failures
         self.max_per_host = max_per_host
         self.window_s = window_s
-        self._fails: dict[str, deque[float]] = defaultdict(deque)
+        self._users = FailureLog(max_failures, window_s, shared=shared)
+        self._hosts = FailureLog(max_per_host, window_s, shared=shared)
 
-    def _recent(self, key: str, now: float) -> deque[float]:
-        q = self._fails[key]
-        while q and q[0] <= now - self.window_s:
-            q.popleft()
-        return q
+    @classmethod
+    def for_config(cls, config: AuthConfig, *, shared: bool = False) -> LoginLimiter:
+        return cls(config.max_failures, config.window_s, config.max_failures_per_host,
+                   shared=shared)  # fmt: skip
 
     def blocked(self, user: str, host: str) -> bool:
-        now = time.monotonic()
-        return (
-            len(self._recent(f"u:{user}", now)) >= self.max_failures
-            or len(self._recent(f"h:{host}", now)) >= self.max_per_host
-        )
+        return self._users.full(user) or self._hosts.full(host)
 
     def failed(self, user: str, host: str) -> None:
-        now = time.monotonic()
-        for k in (f"u:{user}", f"h:{host}"):
-            self._recent(k, now).append(now)
+        self._users.add(user)
+        self._hosts.add(host)
 
     def succeeded(self, user: str) -> None:
-        self._fails.pop(f"u:{user}", None)
+        self._users.clear(user)
 
 
 class Authenticator:
     """Runs the authentication exchange for a session (one per server)."""
 
-    def __init__(self, policy: Policy, config: AuthConfig, tls_cert_pem: str | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        config: AuthConfig,
+        tls_cert_pem: str | None = None,
+        limiter: LoginLimiter | None = None,
+    ) -> None:
         self.policy = policy
         self.config = config
         self.tls_cert_pem = tls_cert_pem  # for SCRAM-SHA-256-PLUS (tls-server-end-point)
-        self.limiter = LoginLimiter(
-            config.max_failures, config.window_s, config.max_failures_per_host
-        )
-        self._mock_secret = secrets.token_bytes(32)
+        self.limiter = limiter or LoginLimiter.for_config(config)
+        self._mock_secret = _MOCK_SECRET
 
     def _mock(self, user: str) -> Verifier:
         salt = hmac.new(self._mock_secret, user.encode(), "sha256").digest()[:16]

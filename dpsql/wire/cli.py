@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from dpsql.errors import InvalidParameter, PolicyError
@@ -40,7 +41,10 @@ def register(sub: Any) -> None:
     # A new setting: a field in dpsql.policy.settings.ServerSettings + one flag here.
     s.add_argument("--policy", required=_env("DPSQL_POLICY") is None, default=_env("DPSQL_POLICY"))
     s.add_argument("--upstream", help="DSN of the PostgreSQL holding the data")
-    s.add_argument("--listen", help="host:port (default 127.0.0.1:6543)")
+    s.add_argument("--listen", help="host:port (default 127.0.0.1:6543; port 0: any free port)")
+    s.add_argument(
+        "--port-file", help="write the bound port to this file once accepting connections"
+    )
     s.add_argument("--ledger", help="budget ledger DSN (default: the upstream)")
     s.add_argument("--tls-cert")
     s.add_argument("--tls-key")
@@ -146,10 +150,7 @@ def config_from_settings(st: ServerSettings) -> ServerConfig:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from dpsql.cli import _ledger
-    from dpsql.engine import Engine
     from dpsql.policy import load_policy
-    from dpsql.serve import serve
 
     policy = load_policy(args.policy)
     got = resolve(args, policy, os.environ)
@@ -162,6 +163,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ", ".join(f"{k}={src}" for k, src in sorted(got.sources.items())) or "nowhere",
     )
     config = config_from_settings(st)
+    if st.port_file:  # a script waiting for the file must not read a previous run's port
+        Path(st.port_file).unlink(missing_ok=True)
+    try:
+        _run(policy, config, st)
+    finally:
+        if st.port_file:
+            Path(st.port_file).unlink(missing_ok=True)
+    return 0
+
+
+def _run(policy: Policy, config: ServerConfig, st: ServerSettings) -> None:
+    """Serve in this process, or in ``st.workers`` forked ones."""
+    from dpsql.cli import _ledger
+    from dpsql.engine import Engine
+    from dpsql.serve import serve
+
     assert st.upstream is not None
     ledger_args = argparse.Namespace(ledger=st.ledger, upstream=st.upstream)
     upstream, timeout_ms = st.upstream, st.statement_timeout_ms
@@ -176,12 +193,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             ledger = _ledger(ledger_args, policy)
             return Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
 
-        serve_workers(make_engine, policy, config, st.workers or 1)
-        return 0
+        serve_workers(make_engine, policy, config, st.workers or 1, st.port_file)
+        return
     ledger = _ledger(ledger_args, policy)
     engine = Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
     try:
-        serve(engine, policy, config)
+        serve(engine, policy, config, port_file=st.port_file)
     finally:
         engine.close()
-    return 0

@@ -1,4 +1,5 @@
-"""Connection and per-analyst session counts, in one process or shared by ``--workers`` processes.
+"""Connection and per-analyst session counts, and failed-login times, in one process or shared by
+``--workers`` processes.
 
 With several worker processes the counts live in one shared-memory array created before the
 workers are forked: a row per worker (its open connections, then its sessions per analyst), so the
@@ -8,14 +9,24 @@ the parent can zero the row of a worker that died without closing its sessions.
 >>> lim = SessionLimits(["ana", "bob"])
 >>> lim.connect(), lim.connections(), lim.add_session("ana", 1), lim.add_session("ana", 1)
 (None, 1, True, False)
+
+Failed logins (:class:`FailureLog`) are kept the same way: a fixed-size table in shared memory, so
+the rate limit of :class:`dpsql.wire.auth.LoginLimiter` holds across all workers (an attacker
+does not get N times the attempts by spreading connections over N workers).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import multiprocessing as mp
+import secrets
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
+
+log = logging.getLogger("dpsql.wire.limits")
 
 
 class SessionLimits:
@@ -89,3 +100,124 @@ class SessionLimits:
             start = worker * self._width
             for i in range(start, start + self._width):
                 self._arr[i] = 0
+
+
+class FailureLog:
+    """The times of the last ``limit`` failures per key, to tell whether ``limit`` of them fell
+    within the last ``window_s`` seconds (a sliding window, exact per key).
+
+    A fixed table of ``slots`` rows (a keyed 64-bit hash of the key, then ``limit`` times), found
+    by linear probing over :attr:`PROBE` rows; a row whose failures all left the window is free
+    again. With ``shared=True`` the table is in shared memory (create it before forking the
+    workers): every worker counts into and reads the same rows. When every probed row is in use
+    (more than ``slots`` keys failing within one window), the row failing least recently is
+    reused and a warning logged.
+
+    >>> f = FailureLog(limit=2, window_s=60)
+    >>> f.add("u:ann"), f.full("u:ann"), f.add("u:ann"), f.full("u:ann"), f.full("u:bob")
+    (None, False, None, True, False)
+    >>> f.clear("u:ann"), f.full("u:ann")
+    (None, False)
+    """
+
+    PROBE = 32
+
+    def __init__(
+        self,
+        limit: int,
+        window_s: float,
+        slots: int = 4096,
+        *,
+        shared: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if limit < 1 or slots < 1:
+            raise ValueError("limit and slots must be positive")
+        self.limit, self.window_s, self.slots = limit, window_s, slots
+        self._secret = secrets.token_bytes(16)  # not noise: keys the row hash (copied by fork)
+        self._clock = clock  # CLOCK_MONOTONIC: one clock for all processes of the machine
+        # Times are stored as clock() - _base, always > window_s, so 0.0 means "none".
+        self._base = clock() - window_s - 1.0
+        self._lock: Any
+        self._keys: Any
+        self._times: Any
+        if shared:
+            ctx = mp.get_context("fork")
+            self._lock = ctx.Lock()
+            self._keys = ctx.RawArray("q", slots)
+            self._times = ctx.RawArray("d", slots * limit)
+        else:
+            self._lock = threading.Lock()
+            self._keys, self._times = [0] * slots, [0.0] * (slots * limit)
+
+    def _hash(self, key: str) -> int:
+        digest = hashlib.blake2b(key.encode(), digest_size=8, key=self._secret).digest()
+        return int.from_bytes(digest, "big", signed=True) or 1
+
+    def _now(self) -> float:
+        return self._clock() - self._base
+
+    def _newest(self, row: int) -> float:
+        start = row * self.limit
+        return max(self._times[start : start + self.limit])
+
+    def _row(self, h: int, now: float, create: bool) -> int | None:
+        """The row of hash ``h``; with ``create``, else a free (or the stalest) row, claimed."""
+        free: int | None = None
+        stalest, stalest_t = 0, float("inf")
+        for i in range(self.PROBE):
+            row = (h + i) % self.slots
+            k = self._keys[row]
+            if k == h:
+                return row
+            newest = self._newest(row) if k else 0.0
+            if free is None and newest <= now - self.window_s:
+                free = row
+            if newest < stalest_t:
+                stalest, stalest_t = row, newest
+        if not create:
+            return None
+        if free is None:
+            log.warning("failed-login table full; forgetting the oldest failures of one key")
+            free = stalest
+        self._keys[free] = h
+        start = free * self.limit
+        self._times[start : start + self.limit] = [0.0] * self.limit
+        return free
+
+    def count(self, key: str) -> int:
+        """Failures of ``key`` within the window (at most ``limit``)."""
+        h = self._hash(key)
+        with self._lock:
+            now = self._now()
+            row = self._row(h, now, create=False)
+            if row is None:
+                return 0
+            start = row * self.limit
+            recent = now - self.window_s
+            return sum(1 for t in self._times[start : start + self.limit] if t > recent)
+
+    def full(self, key: str) -> bool:
+        """Whether ``key`` had ``limit`` failures within the window."""
+        return self.count(key) >= self.limit
+
+    def add(self, key: str) -> None:
+        """Record a failure of ``key`` now (replacing its oldest recorded one)."""
+        h = self._hash(key)
+        with self._lock:
+            now = self._now()
+            row = self._row(h, now, create=True)
+            assert row is not None
+            start = row * self.limit
+            times = self._times[start : start + self.limit]
+            self._times[start + times.index(min(times))] = now
+
+    def clear(self, key: str) -> None:
+        """Forget the failures of ``key``."""
+        h = self._hash(key)
+        with self._lock:
+            row = self._row(h, self._now(), create=False)
+            if row is not None:
+                self._keys[row] = 0
+                start = row * self.limit
+                self._times[start : start + self.limit] = [0.0] * self.limit

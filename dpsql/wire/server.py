@@ -19,7 +19,7 @@ from dpsql.errors import DpsqlError, TooManyConnections
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.wire import messages as m
-from dpsql.wire.auth import AuthConfig, Authenticator
+from dpsql.wire.auth import AuthConfig, Authenticator, LoginLimiter
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.framing import DEFAULT_MAX_MESSAGE_SIZE
 from dpsql.wire.limits import SessionLimits
@@ -82,6 +82,7 @@ class Server:
         config: ServerConfig,
         limits: SessionLimits | None = None,
         relay: CancelRelay | None = None,
+        logins: LoginLimiter | None = None,
     ) -> None:
         self.engine = engine
         self.policy = policy
@@ -93,7 +94,7 @@ class Server:
         if self.tls is not None and config.tls_cert:
             with open(config.tls_cert, encoding="ascii") as f:
                 pem = f.read()
-        self.auth = Authenticator(policy, config.auth, pem)
+        self.auth = Authenticator(policy, config.auth, pem, logins)  # logins: shared by workers
         self.executor = ThreadPoolExecutor(config.worker_threads, thread_name_prefix="dpsql-q")
         self.sessions: dict[int, Session] = {}
         self.limits = limits or SessionLimits(policy.analysts)

@@ -12,8 +12,9 @@ SIGTERM or SIGINT to the parent: it sends SIGTERM to every worker, each shuts do
 sessions with 57P01), and the parent waits for them. A worker that dies unexpectedly is logged,
 its session counts are zeroed and it is restarted.
 
-Limits: ``max_sessions`` and ``max_sessions_per_analyst`` are global (shared counts). Failed-login
-rate limiting is per worker process: with N workers a client gets up to N times the attempts.
+Limits: ``max_sessions``, ``max_sessions_per_analyst`` and the failed-login rate limits are global
+(shared-memory counts, :mod:`dpsql.wire.limits`): spreading connections over N workers does not
+give a client N times the attempts.
 A CancelRequest that reaches another worker is relayed to the session's (:mod:`dpsql.wire.relay`).
 """
 
@@ -31,6 +32,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from dpsql.policy.model import Policy
+from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import ServerConfig
@@ -57,6 +59,8 @@ def _worker_main(
     config: ServerConfig,
     limits: SessionLimits,
     relay: CancelRelay,
+    logins: LoginLimiter,
+    port_file: str | None,
 ) -> None:
     from dpsql.serve import serve
 
@@ -64,7 +68,8 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     engine = make_engine()
     try:
-        serve(engine, policy, config, limits.for_worker(index), relay.for_worker(index))
+        serve(engine, policy, config, limits.for_worker(index), relay.for_worker(index), logins,
+              port_file)  # fmt: skip
     finally:
         close = getattr(engine, "close", None)
         if close is not None:
@@ -80,6 +85,7 @@ class Workers:
         policy: Policy,
         config: ServerConfig,
         count: int,
+        port_file: str | None = None,
     ) -> None:
         if count < 1:
             raise ValueError("--workers must be at least 1")
@@ -91,12 +97,15 @@ class Workers:
         self.count = count
         self.limits = SessionLimits(policy.analysts, count, shared=True)
         self.relay = CancelRelay(count)
+        self.logins = LoginLimiter.for_config(config.auth, shared=True)
+        self.port_file = port_file  # each worker writes it once listening
         self._ctx = mp.get_context("fork")
         self.procs: list[Any] = [None] * count
         self._stopping = False
 
     def _start(self, index: int) -> None:
-        args = (index, self.make_engine, self.policy, self.config, self.limits, self.relay)
+        args = (index, self.make_engine, self.policy, self.config, self.limits, self.relay,
+                self.logins, self.port_file)  # fmt: skip
         proc = self._ctx.Process(target=_worker_main, args=args, name=f"dpsql-worker-{index}")
         proc.start()
         self.procs[index] = proc
@@ -150,7 +159,11 @@ class Workers:
 
 
 def serve_workers(
-    make_engine: Callable[[], EngineLike], policy: Policy, config: ServerConfig, count: int
+    make_engine: Callable[[], EngineLike],
+    policy: Policy,
+    config: ServerConfig,
+    count: int,
+    port_file: str | None = None,
 ) -> None:
     """Serve with ``count`` worker processes until SIGTERM/SIGINT (``dpsql serve --workers``)."""
-    Workers(make_engine, policy, config, count).run()
+    Workers(make_engine, policy, config, count, port_file).run()

@@ -14,10 +14,9 @@ import importlib.util
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import psycopg
 import pytest
 
 from tests.conftest import IN_CI
+from tests.helpers import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYST, PASSWORD = "analyst", "analyst"  # the demo policy's analyst (demo only)
@@ -99,25 +99,6 @@ def _serve_available() -> bool:
     return res.returncode == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            out = proc.stdout.read().decode() if proc.stdout else ""
-            raise AssertionError(f"dpsql serve exited ({proc.returncode}):\n{out[-3000:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError("dpsql serve did not listen within 30 s")
-
-
 @pytest.fixture(scope="session")
 def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
     if not _serve_available():
@@ -134,18 +115,12 @@ def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         conn.execute(HIDDEN_EXTRA)
         row = conn.execute("SELECT count(DISTINCT pid) FROM pums").fetchone()
         assert row is not None
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
-         "--listen", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+    log = tempfile.TemporaryFile()  # not a pipe nobody reads: a full one would block the server
+    proc, port = start_serve(
+        ["--policy", str(POLICY), "--upstream", upstream],
+        stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        _wait_listening(port, proc)
         dbname = psycopg.conninfo.conninfo_to_dict(upstream)["dbname"]
         yield Server("127.0.0.1", port, str(dbname), int(row[0]))
     finally:
@@ -155,3 +130,4 @@ def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()

@@ -8,33 +8,23 @@ confirmed and stored before it was sent), and the re-asking must not change what
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+from tests.helpers import start_serve
 from tests.integration.ledger_support import release_sums
 
-ROOT = Path(__file__).resolve().parents[2]
 USER = PASSWORD = "analyst"  # the demo policy's analyst
 EPSILON = Fraction(1, 10)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -42,24 +32,11 @@ def serve(upstream: str, ledger: str) -> Iterator[tuple[subprocess.Popen[bytes],
     """Start ``dpsql serve`` on the demo policy; yields (process, client DSN)."""
     from dpsql.demo import POLICY
 
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
-         "--ledger", ledger, "--listen", f"127.0.0.1:{port}"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    proc, port = start_serve(
+        ["--policy", str(POLICY), "--upstream", upstream, "--ledger", ledger],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, f"dpsql serve exited with {proc.returncode}"
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert time.monotonic() < deadline, "dpsql serve did not listen within 60 s"
-            time.sleep(0.1)
         yield proc, f"host=127.0.0.1 port={port} user={USER} password={PASSWORD} dbname=demo"
     finally:
         if proc.poll() is None:

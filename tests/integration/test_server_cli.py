@@ -8,10 +8,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,14 +18,7 @@ import pytest
 
 from dpsql.cli import main
 from tests.conftest import IN_CI
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.helpers import start_serve
 
 
 def test_verifier_command(
@@ -60,20 +51,11 @@ def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
         "      uid: {type: integer, identifier: true}\n      v: {type: integer, bounds: [0, 10]}\n"
         f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n    budget: {{epsilon: 50}}\n'
     )
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--upstream", upstream,
-         "--listen", f"127.0.0.1:{port}"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    proc, port = start_serve(
+        ["--policy", str(policy), "--upstream", upstream],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                proc.stdout and proc.stdout.read()
-            )
-            time.sleep(0.1)
         out = subprocess.run(
             [psql, "-h", "127.0.0.1", "-p", str(port), "-U", "zoe", "-d", "x", "-X", "-A", "-t",
              "-c", "SELECT COUNT(*) FROM t WHERE v > 2"],

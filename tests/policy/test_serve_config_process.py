@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,14 +15,9 @@ import psycopg
 import pytest
 
 from dpsql.cli import main
+from tests.helpers import start_serve
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _policy(tmp_path: Path, server: str) -> Path:
@@ -44,26 +38,21 @@ def test_serve_from_file_and_environment(make_db: Callable[[str], str], tmp_path
     with psycopg.connect(upstream, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 7 FROM "
                      "generate_series(1, 300) g")  # fmt: skip
-    file_port, env_port = _free_port(), _free_port()
+    taken = socket.create_server(("127.0.0.1", 0))  # held: serving there would fail
+    file_port = taken.getsockname()[1]
     policy = _policy(
         tmp_path,
         'server:\n  upstream: "${T_SERVE_DSN}"\n'
         f"  listen: 127.0.0.1:{file_port}\n  max_sessions: 1\n  log_level: info\n",
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "T_SERVE_DSN": upstream,
-           "DPSQL_LISTEN": f"127.0.0.1:{env_port}"}  # fmt: skip
+    env = {**os.environ, "T_SERVE_DSN": upstream, "DPSQL_LISTEN": "127.0.0.1:0"}
     env.pop("DPSQL_UPSTREAM", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--max-sessions", "2"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc, env_port = start_serve(
+        ["--policy", str(policy), "--max-sessions", "2"], listen=None, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while socket.socket().connect_ex(("127.0.0.1", env_port)) != 0:  # env beats the file
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                proc.stdout and proc.stdout.read()
-            )
-            time.sleep(0.1)
+        assert env_port != file_port  # the environment beats the file
         dsn = f"host=127.0.0.1 port={env_port} user=zoe password=pw dbname=x"
         with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:  # flag (2) beats file (1)
             (n,) = a.execute("SELECT COUNT(*) FROM t").fetchone()  # type: ignore[misc]
@@ -74,6 +63,7 @@ def test_serve_from_file_and_environment(make_db: Callable[[str], str], tmp_path
     finally:
         proc.send_signal(signal.SIGTERM)
         logs, _ = proc.communicate(timeout=30)
+        taken.close()
     assert proc.returncode == 0, logs
     assert "listen=DPSQL_LISTEN" in logs and "max_sessions=--max-sessions" in logs
     assert f"upstream={policy}:13" in logs

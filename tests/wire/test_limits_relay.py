@@ -1,12 +1,14 @@
-"""Shared session counts and the cancel relay (no sockets, no database)."""
+"""Shared session counts, failed-login times and the cancel relay (no sockets, no database)."""
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 
 import pytest
 
-from dpsql.wire.limits import SessionLimits
+from dpsql.wire.auth import LoginLimiter
+from dpsql.wire.limits import FailureLog, SessionLimits
 from dpsql.wire.relay import SLOTS, CancelRelay
 
 
@@ -55,3 +57,93 @@ def test_forwarded_requests_reach_the_owner_once() -> None:
     finally:
         signal.signal(signal.SIGUSR1, old)
     assert got == [(pid + 2 * i, i - 3) for i in range(SLOTS)] and relay.take() == []
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_failure_log_window_and_clear() -> None:
+    clock = Clock()
+    log = FailureLog(limit=3, window_s=60, clock=clock)
+    for _ in range(3):
+        assert not log.full("u:ann")
+        log.add("u:ann")
+    assert log.full("u:ann") and log.count("u:ann") == 3 and log.count("u:bob") == 0
+    clock.t += 59.9
+    assert log.full("u:ann")
+    clock.t += 0.1
+    assert log.count("u:ann") == 0  # the window slid past them
+    log.add("u:ann")
+    log.add("u:ann")
+    log.clear("u:ann")
+    assert log.count("u:ann") == 0
+
+
+def test_failure_log_keeps_the_latest_failures_only() -> None:
+    clock = Clock()
+    log = FailureLog(limit=2, window_s=60, clock=clock)
+    log.add("k")
+    clock.t += 30
+    log.add("k")
+    log.add("k")  # replaces the oldest: the two kept are recent
+    clock.t += 40
+    assert log.full("k")  # the first failure left the window, the last two did not
+    clock.t += 20
+    assert not log.full("k")
+
+
+def test_failure_log_is_shared_by_forked_workers() -> None:
+    log = FailureLog(limit=4, window_s=60, shared=True)
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=log.add, args=("h:10.0.0.1",)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(10)
+        assert p.exitcode == 0
+    assert log.count("h:10.0.0.1") == 3 and not log.full("h:10.0.0.1")
+    log.add("h:10.0.0.1")
+    assert log.full("h:10.0.0.1")
+
+
+def test_failure_log_full_table_reuses_the_stalest_row() -> None:
+    clock = Clock()
+    log = FailureLog(limit=1, window_s=60, slots=4, clock=clock)
+    for k in "abcd":
+        log.add(k)
+        clock.t += 1
+    assert all(log.full(k) for k in "abcd")
+    log.add("e")  # no free row: "a", failing least recently, is forgotten
+    assert log.full("e") and not log.full("a") and all(log.full(k) for k in "bcd")
+
+
+def test_failure_log_reuses_expired_rows() -> None:
+    clock = Clock()
+    log = FailureLog(limit=1, window_s=60, slots=2, clock=clock)
+    log.add("a")
+    log.add("b")
+    clock.t += 61
+    log.add("c")
+    log.add("d")
+    assert log.full("c") and log.full("d") and not log.full("a") and not log.full("b")
+
+
+def test_login_limiter_counts_across_workers() -> None:
+    lim = LoginLimiter(max_failures=2, window_s=60, max_per_host=3, shared=True)
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=lim.failed, args=("ann", "h1"))
+    p.start()
+    p.join(10)
+    assert not lim.blocked("ann", "h2")
+    lim.failed("ann", "h2")
+    assert lim.blocked("ann", "h3") and not lim.blocked("bob", "h1")
+    lim.failed("bob", "h1")
+    lim.failed("cy", "h1")
+    assert lim.blocked("dan", "h1")  # the host's three failures, from two processes
+    lim.succeeded("ann")
+    assert not lim.blocked("ann", "h2")

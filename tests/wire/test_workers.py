@@ -1,7 +1,7 @@
 """``dpsql serve --workers 2``: two processes on one port (SO_REUSEPORT) sharing the ledger.
 
-Many clients at once never overspend a budget, the session limits are global across the workers,
-both workers take connections, and SIGTERM to the parent shuts everything down gracefully.
+Many clients at once never overspend a budget, the session limits and failed-login limits are
+global across the workers, both workers take connections, and SIGTERM to the parent shuts everything down gracefully.
 """
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,16 +21,12 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
+from dpsql.wire import messages as m
 from dpsql.wire.auth import make_verifier
+from tests.helpers import start_serve
+from tests.unit._wire_support import RawClient
 
-ROOT = Path(__file__).resolve().parents[2]
 BUDGET, EPSILON, CLIENTS = 2.0, 0.25, 24
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +49,11 @@ def setup(
 
 class Served:
     def __init__(self, upstream: str, policy: Path, *extra: str) -> None:
-        self.port, self.upstream = _free_port(), upstream
-        self.log = open(policy.parent / f"serve-{self.port}.log", "w+")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dpsql", "serve", "--policy", str(policy), "--upstream",
-             upstream, "--listen", f"127.0.0.1:{self.port}", "--workers", "2",
+        self.upstream = upstream
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc, self.port = start_serve(
+            ["--policy", str(policy), "--upstream", upstream, "--workers", "2",
              "--shutdown-grace", "5", *extra],
-            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
             stdout=self.log, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 30
@@ -197,3 +190,39 @@ def test_cancel_requests_reach_the_sessions_worker(served: Served) -> None:
     for c in conns:
         assert c.execute("SELECT 1").fetchone() == (1,)
         c.close()
+
+
+def test_failed_login_limit_is_global(served: Served) -> None:
+    """The 5 failures an analyst may have per window (AuthConfig.max_failures) count across the
+    workers: once spent, every further login is refused, whichever worker the kernel picks.
+    With per-worker counts, all 8 later attempts reaching a worker that already had 5 failures
+    has probability about 2**-8 (2**-12 with all first 5 failures on one worker)."""
+    wrong = served.dsn.replace("password=pw", "password=wrong")
+    for _ in range(5):
+        with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
+            psycopg.connect(wrong, connect_timeout=10)
+    for dsn in [wrong] * 4 + [served.dsn] * 4:  # the right password too
+        with pytest.raises(psycopg.OperationalError, match="too many failed login attempts"):
+            psycopg.connect(dsn, connect_timeout=10)
+    assert served.logs().count("login refused: rate limited analyst=zoe") == 8
+
+
+def _salt(port: int, user: str) -> str:
+    client = RawClient(port)
+    try:
+        client.send(m.StartupMessage(parameters={"user": user, "database": "x"}))
+        assert isinstance(client.recv(), m.AuthenticationSASL)
+        client.send(m.SASLInitialResponse("SCRAM-SHA-256", b"n,,n=,r=abcdefghijklmnop"))
+        cont = client.recv()
+        assert isinstance(cont, m.AuthenticationSASLContinue), cont
+        return dict(kv.split("=", 1) for kv in cont.data.decode().split(","))["s"]
+    finally:
+        client.close()
+
+
+def test_an_unknown_users_salt_is_the_same_on_every_worker(served: Served) -> None:
+    """An unknown analyst gets a made-up verifier whose salt must be stable, as a real one's is:
+    a salt that changed with the worker would tell that the analyst does not exist. 12 logins
+    all reaching one worker has probability 2**-11."""
+    assert len({_salt(served.port, "nobody") for _ in range(12)}) == 1
+    assert len({_salt(served.port, "zoe") for _ in range(2)}) == 1
