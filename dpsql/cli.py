@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -89,13 +89,47 @@ def cmd_query(args: argparse.Namespace) -> int:
     from dpsql.engine import Engine
     from dpsql.policy import load_policy
 
-    engine = Engine(
-        load_policy(args.policy), args.upstream, ledger=_ledger(args, load_policy(args.policy))
-    )
+    policy = load_policy(args.policy)
+    where = _upstream_of(args, policy, os.environ)
+    engine = Engine(policy, where.upstream, ledger=_ledger(where, policy))
     try:
         return _run_queries(engine, args.sql, _session(args))
     finally:
         engine.close()
+
+
+def _upstream_of(
+    args: argparse.Namespace, policy: Any, env: Mapping[str, str]
+) -> argparse.Namespace:
+    """``upstream`` and ``ledger`` for ``dpsql query``, as ``dpsql serve`` takes them: the flag,
+    else ``DPSQL_UPSTREAM`` / ``DPSQL_LEDGER``, else the policy's ``server:`` section.
+
+    Raises:
+        InvalidParameter: a bad value, or no upstream anywhere.
+        PolicyError: only the file gives the upstream, from a ``${VAR}`` that is unset.
+    """
+    from dpsql.errors import InvalidParameter, PolicyError
+    from dpsql.policy.settings import resolve_server
+
+    flags = {"upstream": args.upstream, "ledger": args.ledger}
+    try:
+        got = resolve_server(flags, env, policy.server, keys=("upstream", "ledger"))
+    except ValueError as e:
+        raise InvalidParameter(str(e), hint="see `dpsql query --help`") from None
+    for key in ("upstream", "ledger"):
+        if key in got.unresolved:
+            raise PolicyError(
+                got.unresolved[key],
+                hint=f"export the variable, give --{key}, or write ${{VAR:-default}} in the file",
+            )
+    if got.settings.upstream is None:
+        raise InvalidParameter(
+            "no upstream PostgreSQL: give --upstream, DPSQL_UPSTREAM or server.upstream",
+            hint='e.g. `server: {upstream: "${DPSQL_UPSTREAM}"}` in the policy file',
+        )
+    no_ledger = getattr(args, "no_ledger", False)
+    st = got.settings
+    return argparse.Namespace(upstream=st.upstream, ledger=st.ledger, no_ledger=no_ledger)
 
 
 def _ledger(args: argparse.Namespace, policy: Any) -> Any:
@@ -243,10 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     q.add_argument(
         "--upstream",
-        required="DPSQL_UPSTREAM" not in os.environ,
-        default=os.environ.get("DPSQL_UPSTREAM"),
+        help="PostgreSQL DSN (else DPSQL_UPSTREAM, else the policy's server.upstream)",
     )
-    q.add_argument("--ledger", help="DSN of the budget ledger (default: the upstream)")
+    q.add_argument(
+        "--ledger",
+        help="budget ledger DSN (else DPSQL_LEDGER, else server.ledger, else the upstream)",
+    )
     q.add_argument("--no-ledger", action="store_true", help=argparse.SUPPRESS)
     privacy_opts(q)
     q.set_defaults(func=cmd_query)

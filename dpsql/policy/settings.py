@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -185,12 +185,14 @@ def resolve_server(
     flags: Mapping[str, object],
     env: Mapping[str, str],
     file: ServerSettings | None,
+    keys: Collection[str] = SERVER_KEYS,
 ) -> Resolved:
     """Merge command line > environment > ``server:`` section; unset keys stay None (defaults).
 
     ``flags`` holds the command-line values that were given (None: not given); ``env`` the
     environment (``DPSQL_<KEY>``; an empty variable counts as unset). Each layer is validated by
-    the same model as the file, and an error names the flag or variable.
+    the same model as the file, and an error names the flag or variable. Only ``keys`` are
+    resolved (``dpsql query`` needs the upstream and the ledger, not the rest).
 
     >>> r = resolve_server({"listen": None}, {"DPSQL_LISTEN": ":7000"}, ServerSettings(listen=":1"))
     >>> r.settings.listen, r.sources["listen"]
@@ -199,8 +201,8 @@ def resolve_server(
     Raises:
         ValueError: a flag or environment value is invalid (the message names it).
     """
-    cli = {k: v for k, v in flags.items() if k in SERVER_KEYS and v is not None}
-    envs = {k: env[env_name(k)] for k in SERVER_KEYS if env.get(env_name(k), "") != ""}
+    cli = {k: v for k, v in flags.items() if k in keys and v is not None}
+    envs = {k: env[env_name(k)] for k in keys if env.get(env_name(k), "") != ""}
     merged: dict[str, object] = {}
     sources: dict[str, str] = {}
     for layer, name in (
@@ -210,7 +212,7 @@ def resolve_server(
     ):
         if layer is None:
             continue
-        for key in layer.model_fields_set:
+        for key in layer.model_fields_set & set(keys):
             value = getattr(layer, key)
             if value is not None:
                 merged[key] = value
@@ -221,7 +223,7 @@ def resolve_server(
     unresolved = {
         k: msg
         for k, msg in (file.unresolved.items() if file is not None else ())
-        if k not in merged
+        if k not in merged and k in keys
     }
     return Resolved(ServerSettings.model_validate(merged), sources, unresolved)
 

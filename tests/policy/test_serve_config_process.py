@@ -1,5 +1,6 @@
 """``python -m dpsql serve`` configured by the policy's ``server:`` section and the environment
-(no --upstream/--listen flags), and ``dpsql check`` on that section."""
+(no --upstream/--listen flags), ``dpsql query`` taking its upstream and ledger the same way, and
+``dpsql check`` on that section."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import psycopg
@@ -16,6 +18,7 @@ import pytest
 
 from dpsql.cli import main
 from tests.helpers import start_serve
+from tests.integration.ledger_support import release_sums
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +108,51 @@ def test_check_warns_when_min_ms_does_not_cover_the_timeout(
     assert main(["check", str(covered)]) == 0
     out = capsys.readouterr().out.replace("\n", "")
     assert "not before 1000 ms" in out and "not above" not in out
+
+
+def test_query_takes_upstream_and_ledger_as_serve_does(
+    make_db: Callable[[str], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``dpsql query``: --upstream > DPSQL_UPSTREAM > server.upstream (ledger likewise). A
+    bogus DSN (nothing listens on port 1) at every lower layer: using it would fail."""
+    upstream, ledger = make_db("query_cfg"), make_db("query_ledger")
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 7 FROM "
+                     "generate_series(1, 300) g")  # fmt: skip
+    bogus = "postgresql://nobody@127.0.0.1:1/none?connect_timeout=2"
+    policy = _policy(tmp_path, 'server:\n  upstream: "${T_Q_DSN}"\n  ledger: "${T_Q_LEDGER}"\n')
+    for name in ("DPSQL_UPSTREAM", "DPSQL_LEDGER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("T_Q_LEDGER", ledger)
+
+    asked: list[int] = []
+
+    def query(*flags: str) -> int:  # a new statement each time: none is a free repeat
+        asked.append(len(asked))
+        return main(["query", "--policy", str(policy), "--analyst", "zoe", "--epsilon", "0.5",
+                     *flags, f"SELECT COUNT(*) FROM t WHERE v >= {len(asked)}"])  # fmt: skip
+
+    monkeypatch.setenv("T_Q_DSN", upstream)
+    assert query() == 0, capsys.readouterr()  # the file's upstream and ledger
+    assert release_sums(ledger)["zoe"].epsilon == Fraction(1, 2)
+    monkeypatch.setenv("T_Q_DSN", bogus)
+    monkeypatch.setenv("DPSQL_UPSTREAM", upstream)
+    assert query() == 0, capsys.readouterr()  # the environment beats the file
+    monkeypatch.setenv("DPSQL_UPSTREAM", bogus)
+    monkeypatch.setenv("DPSQL_LEDGER", bogus)
+    assert query("--upstream", upstream, "--ledger", ledger) == 0, capsys.readouterr()
+    assert release_sums(ledger)["zoe"].epsilon == Fraction(3, 2)  # one ledger for all three
+    capsys.readouterr()
+
+    monkeypatch.delenv("DPSQL_UPSTREAM")
+    monkeypatch.delenv("DPSQL_LEDGER")
+    monkeypatch.delenv("T_Q_DSN")
+    assert query() == 1
+    err = capsys.readouterr().err.replace("\n", "")
+    assert "server.upstream: environment variable T_Q_DSN is not set" in err
+    bare = _policy(tmp_path, "")
+    assert main(["query", "--policy", str(bare), "SELECT 1"]) == 1
+    assert "no upstream PostgreSQL" in capsys.readouterr().err.replace("\n", "")
