@@ -68,8 +68,17 @@ def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
     Autocommit with read-only transactions by default: each statement is its own read-only
     transaction, one round trip instead of BEGIN READ ONLY / query / ROLLBACK. Clients never reach
     these settings (dpsql never forwards SET).
+
+    The search path is pinned to ``public`` (``pg_catalog`` is searched first implicitly, and
+    ``current_schema()`` stays ``public`` for clients that ask): dpsql classifies an unqualified
+    table name as ``public.<name>`` (:func:`dpsql.sql.classify.referenced_tables`) and public
+    statements run as written, so PostgreSQL must resolve names the same way. With the server's
+    default (``"$user", public``) or a role's own ``search_path``, a schema named after the
+    upstream role would shadow a public table and an unqualified ``SELECT * FROM regions`` would
+    return the raw rows of a table the policy never declared.
     """
     return (
+        pgsql.SQL("SET search_path = public"),
         pgsql.SQL("SET default_transaction_read_only = on"),
         pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)),
         pgsql.SQL("SET application_name = 'dpsql'"),
