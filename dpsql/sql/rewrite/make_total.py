@@ -32,8 +32,6 @@ regular expressions, LIKE patterns from data, unknown date units...).
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from sqlglot import exp
 
 from dpsql.sql import functions as fn
@@ -124,10 +122,28 @@ def _cast_total(n: exp.Cast) -> exp.Expression:
     if to == exp.DataType.Type.DECIMAL and params:
         p = int(params[0].this.this)
         s = int(params[1].this.this) if len(params) > 1 else 0
-        top = number(Fraction(10) ** (p - s) - Fraction(1, 10**s))
+        top = _largest_numeric(p, s)
         inner = _clamp(_num(n.this), exp.Neg(this=top), top.copy())
         return exp.Cast(this=exp.Round(this=inner, decimals=exp.Literal.number(s)), to=n.to)
     return n
+
+
+def _largest_numeric(p: int, s: int) -> exp.Literal:
+    """The largest value of ``numeric(p, s)``, 10^(p-s) - 10^-s, as an exact literal.
+
+    All p digits are nines: ``number()`` rounds to 80 significant digits, which turned
+    ``numeric(1000, 999)``'s bound into 10 itself, a value the cast refuses ("numeric field
+    overflow" for every row clamped to it: a data-dependent error).
+
+    >>> _largest_numeric(3, 1).sql(), _largest_numeric(3, 5).sql(), _largest_numeric(2, 0).sql()
+    ('99.9', '0.00999', '99')
+    """
+    digits = "9" * p
+    if s <= 0:
+        return exp.Literal.number(digits + "0" * -s)
+    if s >= p:
+        return exp.Literal.number("0." + "0" * (s - p) + digits)
+    return exp.Literal.number(f"{digits[: p - s]}.{digits[p - s :]}")
 
 
 def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expression:
