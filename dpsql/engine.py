@@ -122,6 +122,19 @@ class Engine:
             hit = self._views[analyst] = self.policy.for_analyst(analyst)
         return hit
 
+    def repeat_digest(self, scope: str) -> str:
+        """The policy digest for the repeat cache under ``scope``'s view: the analyst's view
+        changes answers only where it drops a ``keys_from`` (a denied key table), so such a
+        view gets its own digest and never reads a stored answer that listed those keys."""
+        view = self.view(scope or None)
+        dropped = sorted(
+            f"{t}.{c}"
+            for t, pt in view.tables.items()
+            for c, col in pt.columns.items()
+            if col.keys_from is None and self.policy.tables[t].columns[c].keys_from is not None
+        )
+        return self.policy_digest + (":no-keys-from:" + ",".join(dropped) if dropped else "")
+
     def _scope(self, analyst: str | None) -> str:
         return "" if analyst is None or self.view(analyst) is self.policy else analyst
 
@@ -169,7 +182,7 @@ class Engine:
         qkind = classify(tree, self.view(scope or None))
         analysis = None
         if qkind == "private":
-            analysis = analyze(tree, self.policy)
+            analysis = analyze(tree, self.view(scope or None))
         elif qkind == "public":
             check_public(tree)
         return Prepared(
@@ -332,7 +345,7 @@ class Engine:
         assert prepared.tree is not None and prepared.analysis is not None
         if not params:
             return prepared.analysis
-        return analyze(bind(prepared.tree, params), self.policy)
+        return analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
 
     def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]:
         """The query's (epsilon, delta) from the session, the analyst and the policy, validated."""

@@ -64,12 +64,13 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
     st = parse_statement(text)
     if st.kind != "query" or st.tree is None:
         raise UnsupportedSql("EXPLAIN takes a SELECT")
-    kind = classify(st.tree, policy.for_analyst(session.analyst))
+    view = policy.for_analyst(session.analyst)
+    kind = classify(st.tree, view)
     if kind != "private":
         raise UnsupportedSql(
             f"this is a {kind} query: it is answered exactly, with no noise and no budget"
         )
-    a = analyze(st.tree, policy)
+    a = analyze(st.tree, view)
     from dpsql.engine import to_fraction
 
     d = policy.defaults

@@ -36,7 +36,12 @@ def cache_key(
 
     assert prepared.tree is not None
     return key(
-        prepared.tree, params, plan.epsilon, plan.delta, plan.mechanism, extra=engine.policy_digest
+        prepared.tree,
+        params,
+        plan.epsilon,
+        plan.delta,
+        plan.mechanism,
+        extra=engine.repeat_digest(prepared.scope),
     )
 
 

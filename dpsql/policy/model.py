@@ -282,9 +282,27 @@ class Policy(_Strict):
         a = self.analysts.get(analyst)
         if a is None or not a.restricted:
             return self
+        known = set(self.tables) | set(self.public_tables)
+
+        def denied(ref: str | None) -> bool:
+            table = keys_from_table(ref) if ref else None
+            return table is not None and table in known and not a.may_use(table)
+
+        def keys_visible(t: PrivateTable) -> PrivateTable:
+            # keys_from a table the analyst may not use: its values would be released as group
+            # keys (a read of the denied table), so for this analyst the column has no public
+            # key source and GROUP BY on it goes through partition selection
+            if not any(denied(c.keys_from) for c in t.columns.values()):
+                return t
+            cols = {
+                n: c.model_copy(update={"keys_from": None}) if denied(c.keys_from) else c
+                for n, c in t.columns.items()
+            }
+            return t.model_copy(update={"columns": cols})
+
         return self.model_copy(
             update={
-                "tables": {k: t for k, t in self.tables.items() if a.may_use(k)},
+                "tables": {k: keys_visible(t) for k, t in self.tables.items() if a.may_use(k)},
                 "public_tables": tuple(t for t in self.public_tables if a.may_use(t)),
             }
         )
@@ -300,6 +318,15 @@ class Policy(_Strict):
 
     def is_public(self, qualified: str) -> bool:
         return qualified in self.public_tables
+
+
+def keys_from_table(ref: str) -> str:
+    """The qualified table of a ``keys_from`` reference (``[schema.]table.column``).
+
+    >>> keys_from_table("regions.code"), keys_from_table("public.regions.code")
+    ('public.regions', 'public.regions')
+    """
+    return qualify_name(ref.rsplit(".", 1)[0])
 
 
 def qualify_name(name: str) -> str:

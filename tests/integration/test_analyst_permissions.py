@@ -113,9 +113,25 @@ def test_denied_public_table(eng: Engine) -> None:
     hidden = outcome(eng, "SELECT code FROM regions", "carol", "regions")
     missing = outcome(eng, "SELECT code FROM regionz", "carol", "regionz")
     assert hidden == missing and hidden[0] == "42P01"
-    # carol still groups purchases by region: the keys are public metadata of the policy
-    got = outcome(eng, "SELECT region, COUNT(*) FROM purchases GROUP BY region", "carol")
-    assert got[0] == "ok" and len(got[1]) > 0
+
+
+def test_keys_from_a_denied_table_are_not_used(eng: Engine, policy: Policy) -> None:
+    """purchases.region takes its keys from regions.code, denied to carol: releasing every code
+    as a group key would read regions for her. For her the column has no public key source, so
+    GROUP BY region goes through partition selection (only groups with enough people appear)."""
+    assert policy.for_analyst("carol").tables["public.purchases"].columns["region"].keys_from is None
+    assert policy.for_analyst("bob").tables["public.purchases"].columns["region"].keys_from
+    sql = "SELECT region, COUNT(*) AS n FROM purchases GROUP BY region"
+    assert eng.prepare(sql, "analyst").analysis.group_keys[0].keys_from == "public.regions.code"
+    carol = eng.prepare(sql, "carol").analysis
+    assert carol.group_keys[0].keys_from is None and carol.needs_selection
+    got = outcome(eng, sql, "carol")
+    assert got[0] == "ok" and 0 < len(got[1]) <= 5  # the busy regions, chosen by selection
+    # a stored answer (which lists every key of regions) is never a free repeat for carol
+    assert eng.repeat_digest("carol") != eng.repeat_digest("")
+    assert eng.repeat_digest("bob") == eng.repeat_digest("") == eng.policy_digest
+    explained = outcome(eng, "EXPLAIN " + sql, "carol")
+    assert explained[0] == "ok" and "regions" not in repr(explained[1])
 
 
 CATALOG = [
