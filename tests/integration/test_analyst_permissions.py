@@ -119,7 +119,9 @@ def test_keys_from_a_denied_table_are_not_used(eng: Engine, policy: Policy) -> N
     """purchases.region takes its keys from regions.code, denied to carol: releasing every code
     as a group key would read regions for her. For her the column has no public key source, so
     GROUP BY region goes through partition selection (only groups with enough people appear)."""
-    assert policy.for_analyst("carol").tables["public.purchases"].columns["region"].keys_from is None
+    assert (
+        policy.for_analyst("carol").tables["public.purchases"].columns["region"].keys_from is None
+    )
     assert policy.for_analyst("bob").tables["public.purchases"].columns["region"].keys_from
     sql = "SELECT region, COUNT(*) AS n FROM purchases GROUP BY region"
     assert eng.prepare(sql, "analyst").analysis.group_keys[0].keys_from == "public.regions.code"
