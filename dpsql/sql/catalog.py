@@ -31,6 +31,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
+from dpsql.sql import catalog_roles as roles
 from dpsql.sql import catalog_rules as rules
 from dpsql.sql.catalog_functions import (
     SYSTEM_SCHEMAS,
@@ -44,6 +45,7 @@ from dpsql.sql.catalog_sql import (
     attach_visibility,
     cast_target,
     filtered_relation,
+    relation_filter,
 )
 
 
@@ -53,13 +55,13 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     Args:
         tree: the parsed statement (postgres dialect); never mutated.
         policy: the policy whose private and public tables the analyst may see.
-        analyst: the analyst asking (every analyst sees the same catalog for now).
+        analyst: the analyst asking: the catalog shows one role, named so
+            (:mod:`dpsql.sql.catalog_roles`); its tables come with ``policy`` (its view).
 
     Raises:
         PrivacyViolation: 42501, the query reads user data, a forbidden relation or function.
         UnsupportedSql: 0A000, not a read-only query dpsql can answer from the catalog.
     """
-    del analyst  # per-analyst visibility is not part of the policy model yet
     query = tree.copy()
     _check_statement(query)
     check_untyped_literals(query)
@@ -68,11 +70,14 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     funcs = list(query.find_all(exp.Func))
     for node in funcs:
         check_function(node)
+    roles.replace_role_references(query, analyst)  # before dpsql's own SQL (it reads the real one)
+    seen = roles.client_columns(query)
     used = False
     for table in tables:
-        used |= _rewrite_relation(table, policy)
+        used |= _rewrite_relation(table, policy, analyst, seen)
     for node in reversed([f for f in funcs if f.root() is query]):
-        used |= guard(node)
+        roles.guard_roles(node, analyst)
+        used |= node.root() is query and guard(node)
     _strip_catalog_qualifiers(query)
     if used:
         attach_visibility(query, policy)
@@ -108,6 +113,8 @@ def names_objects(tree: exp.Expr) -> bool:
     (``'t'::regclass``, ``has_table_privilege``, ``obj_description`` ...): such a query goes
     through the catalog checks even when it also reads a public table, or it would be an
     existence oracle (and read comments) for hidden tables."""
+    if roles.role_references(tree):
+        return True  # current_user & co: the analyst's name, never the upstream role's
     return any(
         _is_catalog_function(f)
         and not isinstance(f, (exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentVersion))
@@ -208,7 +215,9 @@ def _catalog_name(table: exp.Table) -> tuple[str, str] | None:
     return None
 
 
-def _rewrite_relation(table: exp.Table, policy: Policy) -> bool:
+def _rewrite_relation(
+    table: exp.Table, policy: Policy, analyst: str, seen: frozenset[str] | None
+) -> bool:
     """Replace a catalog relation by its filtered form; refuse other relations."""
     if isinstance(table.this, exp.Func):
         return False  # a set-returning function, checked with the functions
@@ -236,7 +245,12 @@ def _rewrite_relation(table: exp.Table, policy: Policy) -> bool:
         )
     schema, name = found
     alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
-    table.replace(exp.Subquery(this=filtered_relation(schema, name), alias=alias))
+    sub = (
+        roles.overridden_relation(schema, name, relation_filter(schema, name), analyst)
+        if roles.needs_overrides(schema, name, seen)
+        else filtered_relation(schema, name)
+    )
+    table.replace(exp.Subquery(this=sub, alias=alias))
     return True
 
 

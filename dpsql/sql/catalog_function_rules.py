@@ -101,6 +101,8 @@ DENIED_SETTING_WORDS = (
     "secret",
 )  # fmt: skip
 ALLOWED_SETTINGS = frozenset({"search_path"})  # despite a denied word
+# Settings that name the upstream role (or tell whether it is a superuser), by exact name.
+DENIED_SETTINGS = frozenset({"session_authorization", "role", "is_superuser"})
 
 # set_config() is emulated (returns the new value, changes nothing) for these settings only:
 # asyncpg turns JIT off around its type introspection.

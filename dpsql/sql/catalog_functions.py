@@ -81,8 +81,14 @@ def check_function(node: exp.Func) -> None:
                 f"casts to {kind.sql('postgres')} are not allowed in a catalog query",
                 hint="cast to built-in types only",
             )
+        if target.lstrip("_").split("[")[0] == "aclitem":
+            # 'ann=r/bob'::aclitem reads role names: "role does not exist" is an oracle
+            raise PrivacyViolation(
+                "casts to aclitem are not allowed in a catalog query",
+                hint="access-control lists read as NULL through dpsql; use has_table_privilege()",
+            )
         element = reg_element(target)
-        if element is not None and element in rules.GUARDED_CASTS:
+        if element is not None and (element in rules.GUARDED_CASTS or element == "regrole"):
             # '{16398}'::regclass[] would print the names of hidden relations (and raise only
             # for missing names): arrays of guarded object ids are refused outright
             raise PrivacyViolation(
@@ -189,6 +195,13 @@ def _check_current_setting(node: exp.Anonymous) -> None:
                 this=lowered.copy(),
                 expressions=[exp.Literal.string(n) for n in sorted(rules.ALLOWED_SETTINGS)],
             )
+            denied = exp.or_(
+                denied,
+                exp.In(
+                    this=lowered.copy(),
+                    expressions=[exp.Literal.string(n) for n in sorted(rules.DENIED_SETTINGS)],
+                ),
+            )
             ok = exp.or_(allowed, exp.not_(exp.paren(denied)))
             call = _call_with_qualifier(node).copy()
             _replace_call(node, exp.Case(ifs=[exp.If(this=ok, true=call)]))
@@ -201,7 +214,10 @@ def _check_current_setting(node: exp.Anonymous) -> None:
     name = _literal_text(args[0]) if args else None
     if name is None or (
         name.lower() not in rules.ALLOWED_SETTINGS
-        and any(w in name.lower() for w in rules.DENIED_SETTING_WORDS)
+        and (
+            any(w in name.lower() for w in rules.DENIED_SETTING_WORDS)
+            or name.lower() in rules.DENIED_SETTINGS
+        )
     ):
         raise PrivacyViolation(
             f"current_setting({args[0].sql('postgres') if args else ''}) is not allowed",

@@ -25,6 +25,7 @@ from dpsql.sql.catalog_function_rules import (  # noqa: F401
     BLANKED_FUNCTIONS,
     BLANKED_PREFIXES,
     DENIED_SETTING_WORDS,
+    DENIED_SETTINGS,
     EMULATED_SET_CONFIG,
     GUARDED_CASTS,
     GUARDED_FUNCTIONS,
@@ -182,8 +183,13 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_range": "t.rngtypid IN (SELECT oid FROM dpsql_vis_type)",
     "pg_proc": "t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)",
     "pg_database": "t.datname = current_database()",
-    "pg_roles": "t.rolname = current_user",
+    "pg_roles": "t.rolname = current_user",  # the analyst's one role (catalog_roles)
     "pg_user": "t.usename = current_user",
+    "pg_auth_members": "FALSE",
+    "pg_default_acl": "FALSE",
+    "pg_shdescription": "(t.classoid = CAST('pg_catalog.pg_database' AS REGCLASS) AND t.objoid = "
+    "(SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database())) "
+    "OR t.classoid = CAST('pg_catalog.pg_tablespace' AS REGCLASS)",
     "pg_settings": "NOT (t.name LIKE '%file%' OR t.name LIKE '%director%' "
     "OR t.name LIKE '%command%' OR t.name LIKE '%path%' AND t.name <> 'search_path' "
     "OR t.name LIKE 'dpsql.%' OR t.name LIKE 'ssl%' OR t.name LIKE '%conninfo%' "
@@ -216,12 +222,9 @@ CATALOG_FILTERS: dict[str, str] = {
             "pg_foreign_data_wrapper",
             "pg_timezone_names",
             "pg_timezone_abbrevs",
-            "pg_auth_members",
-            "pg_shdescription",
             "pg_publication",
             "pg_event_trigger",
             "pg_transform",
-            "pg_default_acl",
         ),
         "TRUE",
     ),
@@ -258,6 +261,7 @@ PG_CLASS_COLUMNS: tuple[str, ...] = tuple(
 )
 PG_CLASS_BLANKED: dict[str, str] = {
     "reltuples": "CAST(-1 AS REAL)",
+    "relacl": "CAST(NULL AS ACLITEM[])",  # prints role names
     "relpages": "CAST(0 AS INT)",
     "relallvisible": "CAST(0 AS INT)",
 }
@@ -299,14 +303,14 @@ INFORMATION_SCHEMA_FILTERS: dict[str, str] = {
     "routines": _NSP.format(s="t.routine_schema"),
     "parameters": _NSP.format(s="t.specific_schema"),
     "domains": _NSP.format(s="t.domain_schema"),
+    "enabled_roles": "t.role_name = current_user",  # the analyst's one role (catalog_roles)
+    "applicable_roles": "FALSE",
     **dict.fromkeys(
         (
             "character_sets",
             "collations",
             "collation_character_set_applicability",
             "information_schema_catalog_name",
-            "enabled_roles",
-            "applicable_roles",
             "sql_features",
             "sql_implementation_info",
             "sql_parts",

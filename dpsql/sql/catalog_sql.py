@@ -134,8 +134,13 @@ def filtered_relation(schema: str, name: str) -> exp.Select:
         name in rules.EMPTY_RELATIONS or name.startswith(rules.EMPTY_PREFIXES)
     ):
         return exp.select("*").from_(source).where(exp.false())
+    return exp.select("*").from_(source).where(relation_filter(schema, name))
+
+
+def relation_filter(schema: str, name: str) -> exp.Expr:
+    """The row filter of an allowed catalog relation (over its alias ``t``)."""
     filters = rules.CATALOG_FILTERS if schema == "pg_catalog" else rules.INFORMATION_SCHEMA_FILTERS
-    return exp.select("*").from_(source).where(template(filters[name]))
+    return template(filters[name])
 
 
 # -- visibility CTEs and templates ------------------------------------------------------------

@@ -1,0 +1,312 @@
+"""Roles in catalog queries: an analyst sees one role, itself, and never the upstream's roles.
+
+PostgreSQL clients need a current user (psql's prompt, DBeaver's ``pg_roles`` row, Metabase's
+``current_user``) and owner names (``\\dt``, ``\\l``), but the upstream's role names (its
+superuser, dpsql's login role, other analysts' upstream roles) are none of the analyst's
+business. So, in a catalog query (the rewrite of :mod:`dpsql.sql.catalog`):
+
+* ``current_user``, ``session_user``, ``current_role`` and ``user`` are the analyst's name (the
+  name it logged in with); ``pg_get_userbyid(x)`` is that name for every role id, so every
+  object's owner reads as the analyst;
+* ``pg_roles`` and ``pg_user`` hold one row, the analyst (no attribute: not a superuser, no
+  password, no settings); ``pg_auth_members``, ``pg_default_acl`` and
+  ``information_schema.applicable_roles`` are empty, ``enabled_roles`` is the analyst, and
+  comments on roles (``pg_shdescription``, ``shobj_description``) are absent;
+* access-control lists (``relacl``, ``nspacl``, ``datacl``, ``typacl``, ``proacl``, ``attacl``
+  ...) are NULL (they print role names), and role names in views (``pg_tables.tableowner``,
+  ``pg_views.viewowner``, ``pg_policies.roles``, ``information_schema.schemata.schema_owner``,
+  the grantor and grantee of ``table_privileges`` ...) are the analyst (``PUBLIC`` stays);
+* a role *name* given to ``'x'::regrole``, ``to_regrole``, ``pg_has_role`` or a
+  ``has_*_privilege`` function is the analyst's own or does not exist: ``'x'::regrole`` and
+  ``has_table_privilege('x', ...)`` raise 42704 ``role "x" does not exist`` for every other
+  name, decided from the analyst's name alone (never from the upstream, so no oracle); a role
+  *id* or a computed value is answered for the analyst's role only (NULL for any other);
+  ``regrole`` values are returned as plain ``oid`` (a ``regrole`` prints the upstream name).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import UndefinedObject
+from dpsql.sql.catalog_sql import cast_target, cast_to, fill, template
+
+# SQL keywords that read the session's role (unquoted, they are never column names).
+ROLE_KEYWORDS = frozenset({"current_user", "session_user", "current_role", "user"})
+
+# The upstream role dpsql runs as: the analyst's role in every rewritten query.
+_OWN_OID = (
+    "(SELECT dpsql_r.oid FROM pg_catalog.pg_roles AS dpsql_r WHERE dpsql_r.rolname = CURRENT_USER)"
+)
+
+# has_*_privilege functions: with this many arguments, the first one is a role.
+_ROLE_FIRST: dict[str, int] = {
+    **dict.fromkeys(
+        """has_table_privilege has_sequence_privilege has_any_column_privilege
+        has_schema_privilege has_type_privilege has_function_privilege has_database_privilege
+        has_tablespace_privilege has_foreign_data_wrapper_privilege has_server_privilege
+        has_language_privilege""".split(),
+        3,
+    ),
+    "has_column_privilege": 4,
+}
+
+
+def analyst_name(analyst: str) -> exp.Expr:
+    return cast_to(exp.Literal.string(analyst), "NAME")
+
+
+def role_references(tree: exp.Expr) -> list[exp.Expr]:
+    """The nodes that read the session's role (``current_user``, ``user`` ...), outermost form
+    (with a ``pg_catalog.`` qualifier when written)."""
+    out: list[exp.Expr] = []
+    for node in tree.walk():
+        if isinstance(node, (exp.CurrentUser, exp.SessionUser)):
+            out.append(node)
+        elif isinstance(node, exp.Anonymous) and node.name.lower() in ROLE_KEYWORDS:
+            parent = node.parent
+            dotted = isinstance(parent, exp.Dot) and parent.expression is node
+            out.append(parent if dotted and parent is not None else node)
+        elif (
+            isinstance(node, exp.Column)
+            and not node.table
+            and isinstance(node.this, exp.Identifier)
+            and not node.this.quoted
+            and node.name.lower() in ROLE_KEYWORDS
+        ):
+            out.append(node)
+    return out
+
+
+def replace_role_references(tree: exp.Expr, analyst: str) -> None:
+    """``current_user`` and friends -> the analyst's name (a ``name``, as PostgreSQL's)."""
+    for node in role_references(tree):
+        node.replace(analyst_name(analyst))
+
+
+def _literal(node: exp.Expr) -> exp.Literal | None:
+    while isinstance(node, exp.Cast):
+        node = node.this
+    return node if isinstance(node, exp.Literal) and node.is_string else None
+
+
+def _missing(name: str) -> UndefinedObject:
+    return UndefinedObject(
+        f'role "{name}" does not exist',
+        hint="through dpsql the only role is your own (current_user); owners and grantees "
+        "show as your name",
+    )
+
+
+def _folded(text: str) -> str:
+    """A role name as ``regrole``'s input reads it: ``"Ann"`` is Ann, ``Ann`` is ann."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return text[1:-1].replace('""', '"')
+    return text.lower()
+
+
+def _own_oid() -> exp.Expr:
+    return template(_OWN_OID)
+
+
+def _computed_role(x: exp.Expr, analyst: str) -> exp.Expr:
+    """An OID: the analyst's role when ``x`` (a role id or name, known upstream only) is its
+    id or name, else NULL."""
+    text = cast_to(x.copy(), "TEXT")
+    cond = exp.In(
+        this=text,
+        expressions=[exp.Literal.string(analyst), cast_to(_own_oid(), "TEXT")],
+    )
+    return exp.Case(ifs=[exp.If(this=cond, true=_own_oid())])
+
+
+def _role_by_name(x: exp.Expr, analyst: str, *, fold: bool, public_ok: bool) -> exp.Expr:
+    """A role argument: the analyst's name -> the upstream role; another literal name raises
+    42704; anything else is answered for the analyst's role only."""
+    lit = _literal(x)
+    if lit is None:
+        return _computed_role(x, analyst)
+    name = _folded(lit.name) if fold else lit.name
+    if public_ok and name.lower() == "public" and (fold or name == "public"):
+        return x
+    if fold and name.isdigit():
+        return cast_to(exp.Literal.string(name), "OID")
+    if name != analyst:
+        raise _missing(name)
+    return _own_oid()
+
+
+def guard_roles(node: exp.Func, analyst: str) -> None:
+    """Rewrite one client function or cast that takes or returns a role (see the module)."""
+    if isinstance(node, exp.Cast):
+        target = cast_target(node)
+        if target == "regrole":
+            value = _role_by_name(node.this, analyst, fold=True, public_ok=False)
+            node.replace(cast_to(value, "OID") if value is not node.this else value)
+        return
+    if not isinstance(node, exp.Anonymous):
+        return
+    name = node.name.lower()
+    args = node.expressions
+    if name == "pg_get_userbyid" and len(args) == 1:
+        owner = exp.Case(
+            ifs=[exp.If(this=exp.Is(this=args[0].copy(), expression=exp.null()), true=exp.null())],
+            default=analyst_name(analyst),
+        )
+        _replace(node, owner)
+    elif name == "to_regrole" and len(args) == 1:
+        lit = _literal(args[0])
+        if lit is not None and _folded(lit.name) != analyst:
+            _replace(node, cast_to(exp.null(), "OID"))
+        else:
+            _replace(node, _role_by_name(args[0], analyst, fold=True, public_ok=False))
+    elif name == "pg_has_role" and len(args) in (2, 3):
+        for arg in args[: len(args) - 1]:
+            arg.replace(_role_by_name(arg, analyst, fold=False, public_ok=False))
+    elif _ROLE_FIRST.get(name) == len(args):
+        args[0].replace(_role_by_name(args[0], analyst, fold=False, public_ok=True))
+    elif name == "shobj_description" and len(args) == 2:
+        _guard_shobj_description(node)
+
+
+def _guard_shobj_description(node: exp.Anonymous) -> None:
+    """Comments on the current database and tablespaces only (never on roles)."""
+    obj, catalog = node.expressions
+    cond = fill(
+        template(
+            "CAST(__c__ AS TEXT) IN ('pg_tablespace', 'pg_catalog.pg_tablespace') "
+            "OR (CAST(__c__ AS TEXT) IN ('pg_database', 'pg_catalog.pg_database') AND "
+            "CAST(__o__ AS OID) = (SELECT d.oid FROM pg_catalog.pg_database AS d "
+            "WHERE d.datname = current_database()))"
+        ),
+        {"__c__": catalog.copy(), "__o__": obj.copy()},
+    )
+    obj.replace(exp.Case(ifs=[exp.If(this=cond, true=cast_to(obj.copy(), "OID"))]))
+
+
+def _replace(node: exp.Func, new: exp.Expr) -> None:
+    parent = node.parent
+    if isinstance(parent, exp.Dot) and parent.expression is node:
+        parent.replace(new)
+    else:
+        node.replace(new)
+
+
+# -- relations ---------------------------------------------------------------------------------
+
+_NOBODY = {"rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication", "rolbypassrls"}
+_NAME = "__analyst__"
+_ANALYST_UNLESS_PUBLIC = "CASE WHEN CAST(t.{c} AS TEXT) = 'PUBLIC' THEN 'PUBLIC' ELSE __analyst__ END"
+
+# Columns replaced in a catalog relation (``t`` is the relation's row; ``__analyst__`` the
+# analyst's name). The relation is read as jsonb_populate_record(row || overrides), which keeps
+# every column (whatever the PostgreSQL version) in its order and type.
+OVERRIDES: dict[tuple[str, str], dict[str, str]] = {
+    ("pg_catalog", "pg_roles"): {
+        "rolname": _NAME,
+        **dict.fromkeys(_NOBODY, "FALSE"),
+        "rolinherit": "TRUE",
+        "rolcanlogin": "TRUE",
+        "rolconnlimit": "-1",
+        "rolpassword": "'********'",
+        "rolvaliduntil": "NULL",
+        "rolconfig": "NULL",
+    },
+    ("pg_catalog", "pg_user"): {
+        "usename": _NAME,
+        **dict.fromkeys(("usecreatedb", "usesuper", "userepl", "usebypassrls"), "FALSE"),
+        "passwd": "'********'",
+        "valuntil": "NULL",
+        "useconfig": "NULL",
+    },
+    ("pg_catalog", "pg_database"): {"datacl": "NULL"},
+    ("pg_catalog", "pg_namespace"): {"nspacl": "NULL"},
+    ("pg_catalog", "pg_tablespace"): {"spcacl": "NULL"},
+    ("pg_catalog", "pg_language"): {"lanacl": "NULL"},
+    ("pg_catalog", "pg_foreign_data_wrapper"): {"fdwacl": "NULL"},
+    ("pg_catalog", "pg_type"): {"typacl": "NULL", "typdefaultbin": "NULL"},
+    ("pg_catalog", "pg_proc"): {
+        "proacl": "NULL",
+        "proargdefaults": "NULL",
+        "prosqlbody": "NULL",
+    },
+    ("pg_catalog", "pg_attribute"): {"attacl": "NULL", "attmissingval": "NULL"},
+    ("pg_catalog", "pg_tables"): {"tableowner": _NAME},
+    ("pg_catalog", "pg_views"): {"viewowner": _NAME},
+    ("pg_catalog", "pg_matviews"): {"matviewowner": _NAME},
+    ("pg_catalog", "pg_policies"): {
+        "roles": "CASE WHEN 'public' = ANY(t.roles) THEN t.roles ELSE ARRAY[__analyst__] END"
+    },
+    ("information_schema", "schemata"): {"schema_owner": _NAME},
+    ("information_schema", "enabled_roles"): {"role_name": _NAME},
+    **{
+        ("information_schema", v): {
+            "grantor": _ANALYST_UNLESS_PUBLIC.format(c="grantor"),
+            "grantee": _ANALYST_UNLESS_PUBLIC.format(c="grantee"),
+        }
+        for v in ("table_privileges", "role_table_grants", "column_privileges")
+    },
+}
+
+# Large catalogs: rows for which no override changes anything pass through as they are (the
+# jsonb round trip costs ~0.2 ms a row), e.g. the many types without an ACL.
+PASS_THROUGH: dict[tuple[str, str], str] = {
+    ("pg_catalog", "pg_type"): "t.typacl IS NULL AND t.typdefaultbin IS NULL",
+    ("pg_catalog", "pg_proc"): "t.proacl IS NULL",
+    ("pg_catalog", "pg_attribute"): "t.attacl IS NULL AND t.attmissingval IS NULL",
+}
+
+
+def client_columns(query: exp.Expr) -> frozenset[str] | None:
+    """The column names the client's query reads, or None when it reads whole rows (``*``,
+    ``t.*``, a row value such as ``row_to_json(t)``): then every column may be seen."""
+    aliases = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
+    names: set[str] = set()
+    for node in query.find_all(exp.Star):
+        if isinstance(node.parent, (exp.Select, exp.Column)):
+            return None
+    for col in query.find_all(exp.Column):
+        name = col.name.lower()
+        if not col.table and name in aliases:
+            return None
+        names.add(name)
+    return frozenset(names)
+
+
+def needs_overrides(schema: str, name: str, seen: frozenset[str] | None) -> bool:
+    """False for a large catalog whose overridden columns the client does not read."""
+    if (schema, name) not in OVERRIDES:
+        return False
+    if (schema, name) not in PASS_THROUGH or seen is None:
+        return True
+    return bool(seen & set(OVERRIDES[(schema, name)]))
+
+
+def overridden_relation(schema: str, name: str, where: exp.Expr, analyst: str) -> exp.Query:
+    """The relation (one of :data:`OVERRIDES`) with its overrides applied, filtered by
+    ``where`` (over ``t``)."""
+    overrides = OVERRIDES[(schema, name)]
+    who = analyst_name(analyst)
+    pairs: list[exp.Expr] = []
+    for col, sql in overrides.items():
+        value = who.copy() if sql == _NAME else fill(template(sql), {_NAME: who})
+        pairs += [exp.Literal.string(col), value]
+    row = exp.DPipe(
+        this=exp.Anonymous(this="to_jsonb", expressions=[exp.column("t")]),
+        expression=exp.Anonymous(this="jsonb_build_object", expressions=pairs),
+        safe=True,
+    )
+    typed_null = cast_to(exp.null(), f"{schema}.{name}")
+    record = exp.Lateral(
+        this=exp.Anonymous(this="jsonb_populate_record", expressions=[typed_null, row]),
+        alias=exp.TableAlias(this=exp.to_identifier("r")),
+    )
+    source = exp.table_(name, db=schema, alias="t")
+    rewritten = exp.select("r.*").from_(source).join(record, join_type="CROSS")
+    keep = PASS_THROUGH.get((schema, name))
+    if keep is None:
+        return rewritten.where(where)
+    cond = template(keep)
+    same = exp.select("t.*").from_(source.copy()).where(exp.and_(where.copy(), cond.copy()))
+    return exp.union(same, rewritten.where(exp.and_(where, exp.not_(exp.paren(cond)))), distinct=False)
