@@ -140,7 +140,8 @@ _CATALOG_FUNCTIONS = frozenset(
 def _is_catalog_function(node: exp.Func) -> bool:
     if isinstance(node, exp.Cast):
         target = cast_target(node)
-        return target.startswith("reg") or reg_element(target) is not None
+        acl = target.lstrip("_").split("[")[0] == "aclitem"  # reads role names
+        return acl or target.startswith("reg") or reg_element(target) is not None
     if isinstance(node, (exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentVersion)):
         return True
     if not isinstance(node, exp.Anonymous):

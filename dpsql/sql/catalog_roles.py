@@ -197,7 +197,9 @@ def _replace(node: exp.Func, new: exp.Expr) -> None:
 
 _NOBODY = {"rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication", "rolbypassrls"}
 _NAME = "__analyst__"
-_ANALYST_UNLESS_PUBLIC = "CASE WHEN CAST(t.{c} AS TEXT) = 'PUBLIC' THEN 'PUBLIC' ELSE __analyst__ END"
+_ANALYST_UNLESS_PUBLIC = (
+    "CASE WHEN CAST(t.{c} AS TEXT) = 'PUBLIC' THEN 'PUBLIC' ELSE __analyst__ END"
+)
 
 # Columns replaced in a catalog relation (``t`` is the relation's row; ``__analyst__`` the
 # analyst's name). The relation is read as jsonb_populate_record(row || overrides), which keeps
@@ -309,4 +311,6 @@ def overridden_relation(schema: str, name: str, where: exp.Expr, analyst: str) -
         return rewritten.where(where)
     cond = template(keep)
     same = exp.select("t.*").from_(source.copy()).where(exp.and_(where.copy(), cond.copy()))
-    return exp.union(same, rewritten.where(exp.and_(where, exp.not_(exp.paren(cond)))), distinct=False)
+    return exp.union(
+        same, rewritten.where(exp.and_(where, exp.not_(exp.paren(cond)))), distinct=False
+    )

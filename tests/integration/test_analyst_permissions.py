@@ -249,6 +249,11 @@ def test_wire_session_is_bound_to_its_analyst(server: Any) -> None:
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
         ).fetchall()
         assert ("pums",) not in tables and ("purchases",) in tables
+        # the session's role is the analyst, never dpsql's upstream role
+        for prepare in (False, True):
+            row = conn.execute("SELECT current_user, session_user", prepare=prepare).fetchone()
+            assert row == ("bob", "bob")
+        assert conn.execute("SELECT rolname FROM pg_roles").fetchall() == [("bob",)]
 
 
 def test_check_lists_each_analysts_tables(demo_policy: Policy, tmp_path: Path) -> None:
