@@ -228,6 +228,7 @@ class Server:
             for s in busy:
                 if s.busy:
                     s.cancel()
+                    s.abandon_delivery()
             if pending:
                 await asyncio.wait(pending, timeout=5)
             for t in pending:

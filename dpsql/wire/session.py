@@ -8,10 +8,11 @@ Every error becomes an ErrorResponse (from ``DpsqlError.fields()``), then the ri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -109,6 +110,7 @@ class Session:
         self.busy = False
         self.idle = asyncio.Event()
         self.idle.set()
+        self._delivering: asyncio.Task[Any] | None = None  # waiting out a padded answer's moment
 
     # ---- helpers ---------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -162,8 +164,9 @@ class Session:
                 watch[0].cancel()
                 await asyncio.wait(watch)  # its read must end before the next one starts
             self._cancel = None
-            self.busy = False
-            self.idle.set()
+            if self._delivering is None:
+                self.busy = False
+                self.idle.set()
 
     async def _run_fast(
         self,
@@ -186,6 +189,25 @@ class Session:
         if fmt is None:
             return Result(rows.columns, rows.rows, rows.status)
         return RawResult(rows.columns, rows.rows, rows.status, raw_format=fmt)
+
+    @contextlib.contextmanager
+    def _busy_until_delivered(self) -> Iterator[None]:
+        """Busy (shutdown waits, within its grace) until a padded answer is out of the wait: it was
+        charged and stored, so it must reach the client."""
+        self._delivering, self.busy = asyncio.current_task(), True
+        self.idle.clear()
+        try:
+            yield
+        finally:
+            self._delivering, self.busy = None, False
+            self.idle.set()
+
+    def abandon_delivery(self) -> None:
+        """Shutdown past its grace: stop waiting to deliver a padded answer (the session ends).
+        Not for CancelRequests: a wait that a cancel could cut short would show when the work
+        ended."""
+        if self._delivering is not None and self._cancel is None:
+            self._delivering.cancel()
 
     def _client_gone(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and self.ch.eof:
@@ -338,7 +360,8 @@ class Session:
                 res = Result((), [], "")
                 return res
             if stmt.kind == "private":  # delivered at a data-independent moment (timing:)
-                res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
+                with self._busy_until_delivered():  # a shutdown's grace covers the wait too
+                    res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
             else:
                 res = await self._run_engine(stmt, params, formats)
             return res
