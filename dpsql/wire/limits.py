@@ -138,6 +138,7 @@ class FailureLog:
         self._clock = clock  # CLOCK_MONOTONIC: one clock for all processes of the machine
         # Times are stored as clock() - _base, always > window_s, so 0.0 means "none".
         self._base = clock() - window_s - 1.0
+        self._warned = -float("inf")  # when this process last logged a full table
         self._lock: Any
         self._keys: Any
         self._times: Any
@@ -161,36 +162,41 @@ class FailureLog:
         start = row * self.limit
         return max(self._times[start : start + self.limit])
 
-    def _row(self, h: int, now: float, create: bool) -> int | None:
-        """The row of hash ``h``; with ``create``, else a free (or the stalest) row, claimed."""
-        free: int | None = None
+    def _find(self, h: int) -> int | None:
+        """The row of hash ``h``, if it has one (the cheap path: keys only)."""
+        for i in range(self.PROBE):
+            row = (h + i) % self.slots
+            if self._keys[row] == h:
+                return row
+        return None
+
+    def _claim(self, h: int, now: float) -> int:
+        """A row for hash ``h``, which has none: a free one, else the one failing least recently."""
         stalest, stalest_t = 0, float("inf")
         for i in range(self.PROBE):
             row = (h + i) % self.slots
-            k = self._keys[row]
-            if k == h:
-                return row
-            newest = self._newest(row) if k else 0.0
-            if free is None and newest <= now - self.window_s:
-                free = row
+            newest = self._newest(row) if self._keys[row] else 0.0
+            if newest <= now - self.window_s:
+                stalest = row
+                break
             if newest < stalest_t:
                 stalest, stalest_t = row, newest
-        if not create:
-            return None
-        if free is None:
-            log.warning("failed-login table full; forgetting the oldest failures of one key")
-            free = stalest
-        self._keys[free] = h
-        start = free * self.limit
+        else:
+            if now - self._warned > self.window_s:  # once per window, not once per failure
+                self._warned = now
+                log.warning("failed-login table full: forgetting the failures of the keys "
+                            "failing least recently")  # fmt: skip
+        self._keys[stalest] = h
+        start = stalest * self.limit
         self._times[start : start + self.limit] = [0.0] * self.limit
-        return free
+        return stalest
 
     def count(self, key: str) -> int:
         """Failures of ``key`` within the window (at most ``limit``)."""
         h = self._hash(key)
         with self._lock:
             now = self._now()
-            row = self._row(h, now, create=False)
+            row = self._find(h)
             if row is None:
                 return 0
             start = row * self.limit
@@ -206,8 +212,9 @@ class FailureLog:
         h = self._hash(key)
         with self._lock:
             now = self._now()
-            row = self._row(h, now, create=True)
-            assert row is not None
+            row = self._find(h)
+            if row is None:
+                row = self._claim(h, now)
             start = row * self.limit
             times = self._times[start : start + self.limit]
             self._times[start + times.index(min(times))] = now
@@ -216,7 +223,7 @@ class FailureLog:
         """Forget the failures of ``key``."""
         h = self._hash(key)
         with self._lock:
-            row = self._row(h, self._now(), create=False)
+            row = self._find(h)
             if row is not None:
                 self._keys[row] = 0
                 start = row * self.limit
