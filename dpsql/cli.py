@@ -13,22 +13,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from dpsql.demo import EXAMPLES
 from dpsql.errors import DpsqlError
 from dpsql.result import Result
 from dpsql.session import SessionContext
 
 console = Console()
 err_console = Console(stderr=True)
-
-EXAMPLES = [
-    "SELECT COUNT(*) AS purchases, AVG(amount) AS avg_amount FROM purchases",
-    "SELECT category, COUNT(*) AS n, SUM(amount) AS revenue FROM purchases "
-    "GROUP BY category ORDER BY revenue DESC",
-    "SELECT region, COUNT(DISTINCT user_id) AS customers FROM purchases "
-    "WHERE purchased_at >= DATE '2025-07-01' GROUP BY region",
-    "SELECT sex, AVG(income) AS avg_income, STDDEV(age) AS sd_age FROM pums GROUP BY sex",
-    "SELECT * FROM purchases",
-]
 
 
 def _session(args: argparse.Namespace) -> SessionContext:
@@ -205,7 +196,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from dpsql.demo import POLICY, load_demo
+    from dpsql.demo import EXAMPLES_ANALYST, POLICY, load_demo
     from dpsql.engine import Engine
     from dpsql.execute.embedded import start_cluster
     from dpsql.policy import load_policy
@@ -223,22 +214,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
         policy, cluster.dsn(), ledger=_ledger(argparse.Namespace(upstream=cluster.dsn()), policy)
     )
     try:
-        queries = args.sql or EXAMPLES
-        rc = _run_queries(engine, queries, _session(args))
+        rc = _demo_queries(engine, args)
         serve = _server_entry()
         if args.serve and serve is not None:
             host, _, port = args.listen.rpartition(":")
+            mine = (
+                f"\n[dim]The examples were charged to analyst {EXAMPLES_ANALYST}, not to you.[/dim]"
+            )
             console.print(
                 f"[bold green]dpsql is serving on {args.listen}[/bold green]; connect with\n"
                 f"  PGPASSWORD=analyst psql -h {host} -p {port} -U analyst -d demo\n"
                 "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
-                "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)"
+                "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
             )
             return serve(engine, policy, args.listen)
         return rc if args.sql else 0
     finally:
         engine.close()
         cluster.stop()
+
+
+def _demo_queries(engine: Any, args: argparse.Namespace) -> int:
+    """The queries passed (as ``--analyst``), else the examples, charged to their own analyst."""
+    from dpsql.demo import EXAMPLES_ANALYST
+
+    if args.sql:
+        return _run_queries(engine, args.sql, _session(args))
+    session = _session(args)
+    session.analyst = EXAMPLES_ANALYST
+    console.print(f"[dim]Example queries, as the demo's analyst '{EXAMPLES_ANALYST}':[/dim]\n")
+    return _run_queries(engine, EXAMPLES, session)
 
 
 def _server_entry() -> Callable[..., int] | None:

@@ -3,6 +3,11 @@
 ``purchases`` has about 120,000 rows from 12,000 users, plus five "whales" with 400 purchases of
 $250,000+ each: the rich newcomers whose presence contribution bounding and clamping hide.
 Generated in PostgreSQL with a fixed seed, so every machine gets the same data.
+
+``dpsql demo`` answers :data:`EXAMPLES` as the policy's :data:`EXAMPLES_ANALYST`, an analyst of its
+own with no credential (it cannot log in): the examples spend its budget, never the budget of the
+analyst who then connects to ``dpsql demo --serve``, and never show up in their ``dpsql.history``.
+(Like every release, they also count against the dataset's budget, the sum over all analysts.)
 """
 
 from __future__ import annotations
@@ -13,6 +18,20 @@ from pathlib import Path
 import psycopg
 
 POLICY = Path(str(resources.files("dpsql.demo") / "policy.yaml"))
+
+EXAMPLES_ANALYST = "examples"
+"""Who the example queries are charged to (``analysts.examples`` in the demo policy)."""
+
+EXAMPLES = [
+    "SELECT COUNT(*) AS purchases, AVG(amount) AS avg_amount FROM purchases",
+    "SELECT category, COUNT(*) AS n, SUM(amount) AS revenue FROM purchases "
+    "GROUP BY category ORDER BY revenue DESC",
+    "SELECT region, COUNT(DISTINCT user_id) AS customers FROM purchases "
+    "WHERE purchased_at >= DATE '2025-07-01' GROUP BY region",
+    "SELECT sex, AVG(income) AS avg_income, STDDEV(age) AS sd_age FROM pums GROUP BY sex",
+    "SELECT * FROM purchases",
+]
+"""Four noisy aggregates and one refused raw-row query (42501)."""
 
 SCHEMA = """
 DROP TABLE IF EXISTS purchases, pums, regions;
