@@ -27,7 +27,7 @@ from dpsql.release.jobs import resolve, run_histogram
 from dpsql.release.source import Bound, bounded_counts
 from tests.integration import release_support
 
-ALPHA = 1e-6
+ALPHA = 1e-7  # each statistical assertion's false-failure probability (a few: < 1e-6 in all)
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +121,10 @@ def _noise(plan, true: np.ndarray, reps: int) -> np.ndarray:  # type: ignore[no-
 def test_noise_scale_is_as_stated(educ_region, delta: float) -> None:  # type: ignore[no-untyped-def]
     """Property: cell noise follows the stated discrete Laplace (scale) / Gaussian (sigma²).
 
-    Chi-square goodness of fit over 40,000 draws; a correct sampler fails with probability
-    ALPHA = 1e-6. A mechanism with half the sensitivity (a sensitivity bug) must be rejected.
+    Chi-square goodness of fit over 40,000 draws (bins pooled to expected counts >= 5); a correct
+    sampler fails with probability ALPHA (the chi-square approximation of the statistic's null
+    distribution). A mechanism with half the sensitivity (a sensitivity bug) must be rejected: its
+    noise has half the scale, and its p-value is 0 to double precision.
     """
     src, counts = educ_region
     plan = plan_histogram(
@@ -149,25 +151,36 @@ def test_postprocessing_never_increases_error_on_average(age_educ, levels) -> No
     """Property: E||post - true||² <= E||noisy cells - true||² (the same release's cells).
 
     On a sparse table (ages 0-17 and 88-99 are empty) the mean improvement is many standard
-    errors above 0; the test needs a paired z above 5 (chance below 1e-6 under the property's
-    alternative of no improvement), or exact equality when nothing needed changing.
+    errors above 0; the test needs a paired z above 5 (chance below 1e-7 under the property's
+    alternative of no improvement). Twin: a sign bug in the correction must fail.
     """
     src, true = age_educ
     plan = plan_histogram(
         src, Bound.for_source(src, "per_cell"), Fraction(1, 2), Fraction(0), levels
     )
-    raw_err, post_err = [], []
+    raw_err, post_err, broken_err = [], [], []
     for _ in range(60):
         noisy = measure(plan, true)
         post = postprocess(plan, noisy)
         assert post.min() >= 0 and post.dtype.kind == "i"
         raw_err.append(float(((noisy["cells"] - true) ** 2).sum()))
         post_err.append(float(((post - true) ** 2).sum()))
-    d = np.array(raw_err) - np.array(post_err)
-    z = d.mean() / (d.std(ddof=1) / math.sqrt(d.size))
+        # the twin: the same correction applied with the wrong sign (a sign bug)
+        broken_err.append(float(((2 * noisy["cells"] - post - true) ** 2).sum()))
     # measured over 20 x 60 releases: z = 45 +- 4 (cells) and 48 +- 4.5 (all levels), min 38;
-    # falling to 5 is a ~9-standard-deviation event (false failure far below 1e-6)
-    assert z > 5, (d.mean(), z)
+    # falling to 5 is a ~9-standard-deviation event (false failure far below 1e-7)
+    z = _paired_z(raw_err, post_err)
+    assert z > 5, z
+    # With a = noisy - true and c = noisy - post, the right correction reduces the error by
+    # 2 a.c - |c|² per release, the wrong one by -2 a.c - |c|² <= minus that: its mean reduction
+    # is negative whenever the right one's is positive (as z > 5 says), so the twin always fails.
+    assert _paired_z(raw_err, broken_err) < 0
+
+
+def _paired_z(raw_err: list[float], post_err: list[float]) -> float:
+    """The mean error reduction over its standard error (releases are independent)."""
+    d = np.array(raw_err) - np.array(post_err)
+    return float(d.mean() / (d.std(ddof=1) / math.sqrt(d.size)))
 
 
 def test_postprocessed_levels_are_consistent(educ_region) -> None:  # type: ignore[no-untyped-def]
