@@ -227,7 +227,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
                 "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
             )
-            return serve(engine, policy, args.listen)
+            return serve(engine, policy, args.listen, args.port_file)
         return rc if args.sql else 0
     finally:
         engine.close()
@@ -269,7 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="start PostgreSQL with demo data and answer example queries")
     d.add_argument("sql", nargs="*", help="queries to run instead of the examples")
     d.add_argument("--serve", action="store_true", help="then serve the wire protocol")
-    d.add_argument("--listen", default="127.0.0.1:6543")
+    d.add_argument("--listen", default="127.0.0.1:6543", help="host:port (port 0: any free port)")
+    d.add_argument("--port-file", help="with --serve: write the bound port to this file")
     privacy_opts(d)
     d.set_defaults(func=cmd_demo)
 

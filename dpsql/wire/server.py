@@ -270,11 +270,13 @@ async def _fatal(ch: Channel, e: DpsqlError) -> None:
         pass
 
 
-def serve_engine(engine: EngineLike, policy: Policy, listen: str) -> int:
+def serve_engine(
+    engine: EngineLike, policy: Policy, listen: str, port_file: str | None = None
+) -> int:
     """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo``)."""
     from dpsql.serve import serve
     from dpsql.wire.cli import parse_listen
 
     host, port = parse_listen(listen)
-    serve(engine, policy, ServerConfig(host=host, port=port))
+    serve(engine, policy, ServerConfig(host=host, port=port), port_file=port_file)
     return 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,12 +39,6 @@ def _need_postgres() -> None:
         pytest.skip(f"no PostgreSQL binaries for the embedded cluster: {e}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _demo(args: list[str], out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "dpsql", "demo", *args],
@@ -69,23 +62,24 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def demo_serving(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """``dpsql demo --serve`` in a process; yields (the analyst's DSN, the demo's output file)."""
+    """``dpsql demo --serve`` in a process; yields (the analyst's DSN, the demo's output file).
+
+    The server binds a port the kernel picks and writes it to ``--port-file`` (no port chosen by
+    the test and released for the demo to reuse: another process could take it meanwhile).
+    """
     _need_postgres()
-    port = _free_port()
-    out = tmp_path / "demo.out"
-    proc = _demo(["--serve", "--listen", f"127.0.0.1:{port}"], out)
+    out, port_file = tmp_path / "demo.out", tmp_path / "port"
+    proc = _demo(["--serve", "--listen", "127.0.0.1:0", "--port-file", str(port_file)], out)
     try:
         deadline = time.monotonic() + STARTUP_S
-        while True:
+        while not port_file.exists():
             assert proc.poll() is None, (
                 f"dpsql demo exited with {proc.returncode}:\n"
                 + (out.read_text(errors="replace")[-3000:])
             )
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
             assert time.monotonic() < deadline, f"dpsql demo did not listen within {STARTUP_S} s"
             time.sleep(0.2)
+        port = int(port_file.read_text())
         yield f"host=127.0.0.1 port={port} user=analyst password=analyst dbname=demo", out
     finally:
         _stop(proc)
