@@ -47,6 +47,18 @@ AGGREGATE = "SELECT count(*) FROM pums"
 RAW = "SELECT * FROM pums"
 REFUSED_SQLSTATE = "42501"
 
+# EXPLAIN through every client: dpsql's DP plan of a private query (no data read, nothing charged),
+# PostgreSQL's plan of a public one, EXPLAIN ANALYZE of a private query refused with 42501, and
+# an EXPLAIN with a parameter through the extended protocol ($1 here; drivers write %s, ?, :a).
+EXPLAIN_PRIVATE = "EXPLAIN " + AGGREGATE
+EXPLAIN_PUBLIC = "EXPLAIN SELECT count(*) FROM regions"
+EXPLAIN_PRIVATE_JSON = "EXPLAIN (FORMAT JSON) " + AGGREGATE
+EXPLAIN_PUBLIC_JSON = "EXPLAIN (FORMAT JSON) SELECT count(*) FROM regions"
+EXPLAIN_ANALYZE = "EXPLAIN ANALYZE " + AGGREGATE
+EXPLAIN_PRIVATE_PARAM = "EXPLAIN SELECT count(*) FROM pums WHERE age >= $1"
+EXPLAIN_PUBLIC_PARAM = "EXPLAIN SELECT name FROM regions WHERE code = $1"
+DP_NODE = "DP Aggregate"  # the root node type of a DP plan (text first line, JSON "Node Type")
+
 
 def require(tool: str) -> None:
     """Skip (locally) or fail (CI) when a client tool is absent.

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from tests.compat.conftest import (
     AGGREGATE,
+    DP_NODE,
+    EXPLAIN_ANALYZE,
+    EXPLAIN_PRIVATE,
+    EXPLAIN_PRIVATE_JSON,
+    EXPLAIN_PRIVATE_PARAM,
+    EXPLAIN_PUBLIC,
+    EXPLAIN_PUBLIC_JSON,
+    EXPLAIN_PUBLIC_PARAM,
     HIDDEN,
     PUMS_COLUMNS,
     RAW,
@@ -19,17 +28,28 @@ from tests.compat.conftest import (
     Server,
     require,
 )
-from tests.compat.test_python_clients import plausible_count
+from tests.compat.test_python_clients import (
+    dp_json_plan,
+    dp_text_plan,
+    pg_json_plan,
+    pg_text_plan,
+    plausible_count,
+)
 
 HERE = Path(__file__).resolve().parent
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 
 
-def psql(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+def psql(server: Server, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PGPASSWORD": server.password, "PGSSLMODE": "disable"}
     cmd = ["psql", "-X", "-h", server.host, "-p", str(server.port), "-U", server.user]
     return subprocess.run(
-        [*cmd, "-d", server.dbname, *args], env=env, capture_output=True, text=True, timeout=60
+        [*cmd, "-d", server.dbname, *args],
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -66,6 +86,28 @@ def test_psql(dpsql_server: Server) -> None:
     assert "income" in described and "secret_ssn" not in described
 
 
+def test_psql_explain(dpsql_server: Server) -> None:
+    require("psql")
+
+    def plan(*args: str, input: str | None = None) -> list[str]:
+        res = psql(dpsql_server, "-A", "-t", *args, input=input)
+        assert res.returncode == 0, res.stderr
+        return res.stdout.splitlines()
+
+    dp_text_plan(plan("-c", EXPLAIN_PRIVATE))
+    pg_text_plan(plan("-c", EXPLAIN_PUBLIC))
+    dp_json_plan("\n".join(plan("-c", EXPLAIN_PRIVATE_JSON)))
+    pg_json_plan("\n".join(plan("-c", EXPLAIN_PUBLIC_JSON)))
+    version = subprocess.run(["psql", "--version"], capture_output=True, text=True).stdout
+    if int(re.findall(r"\d+", version)[0]) >= 16:  # \bind: the extended protocol with $1
+        lines = plan("-f", "-", input=f"{EXPLAIN_PRIVATE_PARAM} \\bind 18 \\g\n")
+        dp_text_plan(lines)
+    refused = psql(dpsql_server, "-v", "VERBOSITY=verbose", "-c", EXPLAIN_ANALYZE)
+    assert refused.returncode != 0
+    assert f"ERROR:  {REFUSED_SQLSTATE}" in refused.stderr, refused.stderr
+    assert "HINT:" in refused.stderr
+
+
 def _json_lines(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -91,6 +133,68 @@ def test_jdbc(dpsql_server: Server) -> None:
         assert r["ok"], r
         plausible_count(r["rows"][0][0], dpsql_server)
     assert not raw["ok"] and raw["sqlstate"] == REFUSED_SQLSTATE
+
+
+def _lines(step: dict[str, Any]) -> list[str]:
+    assert step["ok"], step
+    assert step["columns"] == ["QUERY PLAN"], step
+    return [r[0] if isinstance(r, list) else r["QUERY PLAN"] for r in step["rows"]]
+
+
+def test_jdbc_explain(dpsql_server: Server) -> None:
+    """Statement, PreparedStatement (with a ? parameter) and DBeaver's FORMAT XML path."""
+    require("java")
+    require(JDBC_JAR)
+    s = dpsql_server
+    xml_private = "EXPLAIN (FORMAT XML) " + AGGREGATE
+    xml_public = "EXPLAIN (FORMAT XML) SELECT count(*) FROM regions"
+    steps = [f"stmt:{EXPLAIN_PRIVATE}", f"sql:{EXPLAIN_PUBLIC}", f"sql:{EXPLAIN_PRIVATE_JSON}",
+             f"stmt:{EXPLAIN_PUBLIC_JSON}", f"int:18:{EXPLAIN_PRIVATE_PARAM.replace('$1', '?')}",
+             f"str:N:{EXPLAIN_PUBLIC_PARAM.replace('$1', '?')}", f"xml:{xml_private}",
+             f"xml:{xml_public}", f"sql:{EXPLAIN_ANALYZE}"]  # fmt: skip
+    res = subprocess.run(
+        ["java", "-cp", JDBC_JAR, str(HERE / "clients" / "Client.java"), s.host, str(s.port),
+         s.dbname, s.user, s.password, *steps],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    priv, pub, priv_json, pub_json, priv_param, pub_param, xml_dp, xml_pg, analyze = _json_lines(
+        res.stdout
+    )
+    dp_text_plan(_lines(priv))
+    pg_text_plan(_lines(pub))
+    dp_json_plan(_lines(priv_json)[0])
+    pg_json_plan(_lines(pub_json)[0])
+    dp_text_plan(_lines(priv_param))
+    pg_text_plan(_lines(pub_param))
+    for xml in (xml_dp, xml_pg):
+        assert xml["ok"] and xml["type"] == "xml" and xml["root"] == "explain", xml
+        assert len(xml["nodes"]) >= 2 and all(float(n[1]) >= 0 for n in xml["nodes"]), xml
+    assert xml_dp["nodes"][0] == [DP_NODE, "0.0", "1", 0], xml_dp
+    assert {n[0] for n in xml_dp["nodes"][1:]} == {"DP Bounded Scan", "DP Measure"}
+    assert xml_pg["nodes"][0][0] == "Aggregate"
+    assert not analyze["ok"] and analyze["sqlstate"] == REFUSED_SQLSTATE
+
+
+def test_node_pg_explain(dpsql_server: Server) -> None:
+    require("node")
+    require(str(HERE / "node" / "node_modules" / "pg"))
+    steps = [f"sql:{EXPLAIN_PRIVATE}", f"simple:{EXPLAIN_PUBLIC}", f"sql:{EXPLAIN_PRIVATE_JSON}",
+             f"simple:{EXPLAIN_PUBLIC_JSON}", f"param:18:{EXPLAIN_PRIVATE_PARAM}",
+             f"param:N:{EXPLAIN_PUBLIC_PARAM}", f"simple:{EXPLAIN_ANALYZE}"]  # fmt: skip
+    res = subprocess.run(
+        ["node", str(HERE / "node" / "client.js"), dpsql_server.url + "?sslmode=disable", *steps],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    priv, pub, priv_json, pub_json, priv_param, pub_param, analyze = _json_lines(res.stdout)
+    dp_text_plan(_lines(priv))
+    pg_text_plan(_lines(pub))
+    dp_json_plan(_lines(priv_json)[0])  # node-pg parses json columns
+    pg_json_plan(_lines(pub_json)[0])
+    dp_text_plan(_lines(priv_param))
+    pg_text_plan(_lines(pub_param))
+    assert not analyze["ok"] and analyze["sqlstate"] == REFUSED_SQLSTATE
 
 
 def test_node_pg(dpsql_server: Server) -> None:

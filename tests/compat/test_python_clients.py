@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import psycopg
@@ -10,6 +11,14 @@ import pytest
 
 from tests.compat.conftest import (
     AGGREGATE,
+    DP_NODE,
+    EXPLAIN_ANALYZE,
+    EXPLAIN_PRIVATE,
+    EXPLAIN_PRIVATE_JSON,
+    EXPLAIN_PRIVATE_PARAM,
+    EXPLAIN_PUBLIC,
+    EXPLAIN_PUBLIC_JSON,
+    EXPLAIN_PUBLIC_PARAM,
     HIDDEN,
     PUMS_COLUMNS,
     RAW,
@@ -56,6 +65,40 @@ def sqlstate_in_chain(err: BaseException | None) -> str | None:
     return None
 
 
+HISTORY = "SELECT * FROM dpsql.history"  # the analyst's releases (costs no budget)
+
+
+def dp_text_plan(lines: list[str]) -> None:
+    """dpsql's text plan: one row per line, the DP root first, nothing read."""
+    assert lines[0].startswith(DP_NODE), lines
+    assert any("Data read: none" in line for line in lines), lines
+
+
+def pg_text_plan(lines: list[str]) -> None:
+    """PostgreSQL's own text plan of a public query."""
+    assert any("Scan on regions" in line for line in lines), lines
+    assert not any(DP_NODE in line for line in lines), lines
+
+
+def json_plan(value: Any) -> dict[str, Any]:
+    """The root node of an EXPLAIN (FORMAT JSON) value (parsed or as text), PostgreSQL's shape."""
+    doc = json.loads(value) if isinstance(value, str) else value
+    plan = doc[0]["Plan"]
+    for key in ("Node Type", "Startup Cost", "Total Cost", "Plan Rows", "Plan Width", "Plans"):
+        assert key in plan, (key, plan)
+    return dict(plan)
+
+
+def dp_json_plan(value: Any) -> None:
+    plan = json_plan(value)
+    assert plan["Node Type"] == DP_NODE and plan["Reads Data"] is False, plan
+    assert plan["Total Cost"] == 0 and plan["Plan Rows"] == 1  # nothing estimated from data
+
+
+def pg_json_plan(value: Any) -> None:
+    assert json_plan(value)["Node Type"] == "Aggregate"
+
+
 def no_hidden(names: Any) -> None:
     text = repr(names).lower()
     for word in HIDDEN:
@@ -83,6 +126,30 @@ def test_psycopg(dpsql_server: Server) -> None:
         assert cols == PUMS_COLUMNS
         info_type = psycopg.types.TypeInfo.fetch(conn, "int4")
         assert info_type is not None and info_type.oid == 23
+
+
+def test_psycopg_explain(dpsql_server: Server) -> None:
+    with psycopg.connect(dpsql_server.dsn, autocommit=True) as conn:
+        releases = conn.execute(HISTORY).fetchall()
+        dp_text_plan([r[0] for r in conn.execute(EXPLAIN_PRIVATE)])
+        pg_text_plan([r[0] for r in conn.execute(EXPLAIN_PUBLIC)])
+        cur = conn.execute(EXPLAIN_PRIVATE_JSON)
+        assert cur.description is not None and cur.description[0].name == "QUERY PLAN"
+        dp_json_plan(cur.fetchone()[0])  # type: ignore[index]
+        pg_json_plan(conn.execute(EXPLAIN_PUBLIC_JSON).fetchone()[0])  # type: ignore[index]
+        with conn.cursor(binary=True) as cur:
+            dp_json_plan(cur.execute(EXPLAIN_PRIVATE_JSON).fetchone()[0])  # type: ignore[index]
+        # server-side binding: Parse "... $1", Bind 18 (and prepared: Parse once, Bind twice)
+        private, public = (
+            q.replace("$1", "%s") for q in (EXPLAIN_PRIVATE_PARAM, EXPLAIN_PUBLIC_PARAM)
+        )
+        for prepare in (False, True, True):
+            dp_text_plan([r[0] for r in conn.execute(private, (18,), prepare=prepare)])
+            pg_text_plan([r[0] for r in conn.execute(public, ("N",), prepare=prepare)])
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(EXPLAIN_ANALYZE)
+        assert info.value.sqlstate == REFUSED_SQLSTATE and info.value.diag.message_hint
+        assert conn.execute(HISTORY).fetchall() == releases  # EXPLAIN charged nothing
 
 
 def test_psycopg_transactions_and_savepoints(dpsql_server: Server) -> None:
@@ -118,6 +185,36 @@ def test_asyncpg(dpsql_server: Server) -> None:
     asyncio.run(run())
 
 
+def test_asyncpg_explain(dpsql_server: Server) -> None:
+    require("py:asyncpg")
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(dpsql_server.url, ssl=False)
+        try:
+            releases = await conn.fetch(HISTORY)
+            dp_text_plan([r[0] for r in await conn.fetch(EXPLAIN_PRIVATE)])
+            pg_text_plan([r[0] for r in await conn.fetch(EXPLAIN_PUBLIC)])
+            dp_json_plan(await conn.fetchval(EXPLAIN_PRIVATE_JSON))  # json comes as text
+            pg_json_plan(await conn.fetchval(EXPLAIN_PUBLIC_JSON))
+            stmt = await conn.prepare(EXPLAIN_PRIVATE_PARAM)  # parameter types from the server
+            assert [a.name for a in stmt.get_attributes()] == ["QUERY PLAN"]
+            alone = await conn.prepare(EXPLAIN_PRIVATE_PARAM.removeprefix("EXPLAIN "))
+            assert stmt.get_parameters() == alone.get_parameters()  # as the statement's own
+            for age in (18, 65):
+                dp_text_plan([r[0] for r in await stmt.fetch(age)])
+            stmt = await conn.prepare(EXPLAIN_PUBLIC_PARAM)
+            pg_text_plan([r[0] for r in await stmt.fetch("N")])
+            with pytest.raises(asyncpg.PostgresError) as info:
+                await conn.fetch(EXPLAIN_ANALYZE)
+            assert info.value.sqlstate == REFUSED_SQLSTATE
+            assert await conn.fetch(HISTORY) == releases
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
 def test_pg8000(dpsql_server: Server) -> None:
     require("py:pg8000")
     import pg8000.native
@@ -135,6 +232,11 @@ def test_pg8000(dpsql_server: Server) -> None:
             conn.run(RAW)
         assert info.value.args[0]["C"] == REFUSED_SQLSTATE
         assert {r[0] for r in conn.run(TABLES_SQL)} == VISIBLE_TABLES
+        dp_text_plan([r[0] for r in conn.run(EXPLAIN_PRIVATE_PARAM.replace("$1", ":a"), a=18)])
+        dp_json_plan(conn.run(EXPLAIN_PRIVATE_JSON)[0][0])
+        with pytest.raises(pg8000.native.DatabaseError) as info:
+            conn.run(EXPLAIN_ANALYZE)
+        assert info.value.args[0]["C"] == REFUSED_SQLSTATE
     finally:
         conn.close()
 

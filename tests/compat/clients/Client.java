@@ -3,10 +3,15 @@
 //
 //   java -cp /usr/share/java/postgresql.jar Client.java HOST PORT DB USER PASSWORD STEP...
 //
-// STEP is `meta` (DatabaseMetaData introspection), `sql:<text>` (a PreparedStatement) or
-// `stmt:<text>` (a plain Statement). One JSON object per step is printed on stdout.
+// STEP is `meta` (DatabaseMetaData introspection), `sql:<text>` (a PreparedStatement),
+// `stmt:<text>` (a plain Statement), `int:<n>:<text>` / `str:<s>:<text>` (a PreparedStatement
+// with one `?` parameter set by setInt / setString) or `xml:<text>` (an EXPLAIN (FORMAT XML) read
+// as DBeaver reads it: in a transaction, getSQLXML, DOM <explain><Query><Plan>, nested
+// <Plans><Plan>, rolled back). One JSON object per step is printed on stdout.
 import java.sql.*;
 import java.util.*;
+import javax.xml.parsers.DocumentBuilderFactory;
+import org.w3c.dom.*;
 
 public class Client {
     static String q(Object o) {
@@ -67,9 +72,60 @@ public class Client {
         return b.append("}").toString();
     }
 
+    static List<Element> children(Node parent, String name) {
+        List<Element> out = new ArrayList<>();
+        for (Node n = parent.getFirstChild(); n != null; n = n.getNextSibling()) {
+            if (n instanceof Element && n.getNodeName().equals(name)) out.add((Element) n);
+        }
+        return out;
+    }
+
+    static String text(Element e, String name) {
+        List<Element> found = children(e, name);
+        return found.isEmpty() ? null : found.get(0).getTextContent();
+    }
+
+    // Each plan node as [Node-Type, Total-Cost, Plan-Rows, depth], parents first.
+    static void planNodes(Element plan, int depth, List<String> out) {
+        out.add("[" + q(text(plan, "Node-Type")) + "," + q(text(plan, "Total-Cost")) + ","
+                + q(text(plan, "Plan-Rows")) + "," + depth + "]");
+        for (Element plans : children(plan, "Plans")) {
+            for (Element p : children(plans, "Plan")) planNodes(p, depth + 1, out);
+        }
+    }
+
+    static String xml(Connection c, String step, String text) throws Exception {
+        c.setAutoCommit(false);
+        try (Statement st = c.createStatement(); ResultSet rs = st.executeQuery(text)) {
+            rs.next();
+            String type = rs.getMetaData().getColumnTypeName(1);
+            SQLXML x = rs.getSQLXML(1);
+            Document d = DocumentBuilderFactory.newInstance().newDocumentBuilder().parse(x.getBinaryStream());
+            List<String> nodes = new ArrayList<>();
+            for (Element query : children(d.getDocumentElement(), "Query")) {
+                for (Element plan : children(query, "Plan")) planNodes(plan, 0, nodes);
+            }
+            return "{\"step\":" + q(step) + ",\"ok\":true,\"type\":" + q(type) + ",\"root\":"
+                    + q(d.getDocumentElement().getNodeName()) + ",\"nodes\":[" + String.join(",", nodes) + "]}";
+        } finally {
+            c.rollback();
+            c.setAutoCommit(true);
+        }
+    }
+
     static String run(Connection c, String step) {
         try {
             if (step.equals("meta")) return meta(c);
+            if (step.startsWith("xml:")) return xml(c, step, step.substring(4));
+            if (step.startsWith("int:") || step.startsWith("str:")) {
+                String[] parts = step.split(":", 3);
+                PreparedStatement ps = c.prepareStatement(parts[2]);
+                if (parts[0].equals("int")) ps.setInt(1, Integer.parseInt(parts[1]));
+                else ps.setString(1, parts[1]);
+                ResultSet rs = ps.executeQuery();
+                String cols = columns(rs.getMetaData());
+                return "{\"step\":" + q(step) + ",\"ok\":true,\"columns\":" + cols + ",\"rows\":" + rows(rs) + "}";
+            }
             boolean prepared = step.startsWith("sql:");
             String text = step.substring(prepared ? 4 : 5);
             ResultSet rs;
@@ -83,6 +139,8 @@ public class Client {
             return "{\"step\":" + q(step) + ",\"ok\":true,\"columns\":" + cols + ",\"rows\":" + rows(rs) + "}";
         } catch (SQLException e) {
             return "{\"step\":" + q(step) + ",\"ok\":false,\"sqlstate\":" + q(e.getSQLState()) + ",\"message\":" + q(e.getMessage()) + "}";
+        } catch (Exception e) {
+            return "{\"step\":" + q(step) + ",\"ok\":false,\"sqlstate\":null,\"message\":" + q(e.toString()) + "}";
         }
     }
 

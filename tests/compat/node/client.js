@@ -1,8 +1,9 @@
 // A real node-postgres client for dpsql's compatibility tests.
 //   node client.js '<connection string>' STEP...
-// STEP is `sql:<text>` (extended protocol: parse/bind/execute), `simple:<text>` (simple query
-// protocol), `meta` (information_schema introspection as node ORMs do it) or `types` (a pg_type
-// lookup with an array parameter).
+// STEP is `sql:<text>` (extended protocol: parse/bind/execute), `param:<value>:<text>` (the same
+// with one parameter $1, sent as text of unknown type), `simple:<text>` (simple query protocol),
+// `meta` (information_schema introspection as node ORMs do it) or `types` (a pg_type lookup with
+// an array parameter).
 // One JSON object per step is printed on stdout.
 const { Client } = require("pg");
 
@@ -24,6 +25,11 @@ async function step(client, s) {
     if (s === "types") {
       const types = await client.query(META[2], [["int4", "text", "numeric"]]);
       return { step: s, ok: true, types: types.rows };
+    }
+    if (s.startsWith("param:")) {
+      const i = s.indexOf(":", 6);
+      const res = await client.query({ text: s.slice(i + 1), values: [s.slice(6, i)], rowMode: "array" });
+      return { step: s, ok: true, columns: res.fields.map((f) => f.name), rows: res.rows };
     }
     const simple = s.startsWith("simple:");
     const text = s.slice(simple ? 7 : 4);
