@@ -173,6 +173,7 @@ class Server:
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
         self.sessions[pid] = session
+        session.closing = self._stopping
         log.info("session opened analyst=%s pid=%d peer=%s tls=%s worker=%d", analyst, pid,
                  ch.peer, ch.tls, self.limits.worker)  # fmt: skip
         return session
@@ -221,6 +222,8 @@ class Server:
         self._stopping = True
         if self._server is not None:
             self._server.close()
+        for s in self.sessions.values():
+            s.closing = True  # statements sent from now on are refused (57P01), not run
         busy = [s for s in self.sessions.values() if s.busy]
         if busy:
             waits = [asyncio.create_task(s.idle.wait()) for s in busy]

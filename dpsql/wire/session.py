@@ -111,6 +111,7 @@ class Session:
         self.idle = asyncio.Event()
         self.idle.set()
         self._delivering: asyncio.Task[Any] | None = None  # waiting out a padded answer's moment
+        self.closing = False  # the server is shutting down: run (and charge) nothing new
 
     # ---- helpers ---------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -356,6 +357,9 @@ class Session:
                 self.apply_effects(res)
                 return res
             self.state.check_not_failed()
+            if self.closing:  # else charged, then cut off when the sessions are closed
+                raise DpsqlError("terminating connection due to administrator command",
+                                 sqlstate="57P01", hint="reconnect when the server is back")  # fmt: skip
             if stmt.kind == "empty":
                 res = Result((), [], "")
                 return res

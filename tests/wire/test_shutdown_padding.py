@@ -13,12 +13,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
 from dpsql.serve import ServerThread
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig
+from tests.integration.ledger_support import states
 
 
 def _policy(quantum_ms: int) -> Policy:
@@ -40,9 +42,11 @@ def data(make_db: Callable[[str], str]) -> str:
 
 
 @contextmanager
-def _server(dsn: str, quantum_ms: int, grace_s: float) -> Iterator[ServerThread]:
+def _server(
+    dsn: str, quantum_ms: int, grace_s: float, ledger: str | None = None
+) -> Iterator[ServerThread]:
     pol = _policy(quantum_ms)
-    engine = Engine(pol, dsn, pool_size=2)
+    engine = Engine(pol, dsn, pool_size=2, ledger=Ledger.open(ledger, pol) if ledger else None)
     srv = ServerThread(engine, pol, ServerConfig(port=0, shutdown_grace_s=grace_s)).start()
     try:
         yield srv
@@ -50,10 +54,13 @@ def _server(dsn: str, quantum_ms: int, grace_s: float) -> Iterator[ServerThread]
         engine.close()
 
 
-def _ask(port: int, out: list[Any]) -> None:
+def _dsn(port: int) -> str:
+    return f"host=127.0.0.1 port={port} user=zoe password=pw dbname=x"
+
+
+def _ask(port: int, out: list[Any], conn: psycopg.Connection[Any] | None = None) -> None:
     """One fresh private query; appends (answer or exception, seconds from sending)."""
-    dsn = f"host=127.0.0.1 port={port} user=zoe password=pw dbname=x"
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with conn or psycopg.connect(_dsn(port), autocommit=True) as conn:
         t0 = time.monotonic()
         try:
             out.append(conn.execute("SELECT COUNT(*), 7 FROM t WHERE v > 1").fetchone())
@@ -105,3 +112,29 @@ def test_shutdown_abandons_a_padded_wait_past_the_grace(data: str) -> None:
     error, _ = out
     assert isinstance(error, psycopg.OperationalError), error
     assert "terminating connection" in str(error) and stopped_after < 5, (error, stopped_after)
+
+
+def test_a_statement_sent_during_the_shutdown_is_refused_before_it_is_charged(
+    data: str, make_db: Callable[[str], str]
+) -> None:
+    """Session a waits out its padding (quantum 3 s) when the shutdown starts; session b, idle
+    then, sends a private statement during the grace. b must be refused (57P01) without a charge:
+    run, it would be charged and then cut off when a's wait ends and the sessions are closed."""
+    ledger = make_db("shutdown_ledger")
+    with _server(data, quantum_ms=3000, grace_s=8, ledger=ledger) as srv:
+        b = psycopg.connect(_dsn(srv.port), autocommit=True)
+        out_a: list[Any] = []
+        client = threading.Thread(target=_ask, args=(srv.port, out_a))
+        client.start()
+        _wait_busy(srv, out_a)
+        stopping = threading.Thread(target=srv.stop)
+        stopping.start()
+        time.sleep(0.5)  # the shutdown has started: a is still waiting for its moment
+        with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+            b.execute("SELECT COUNT(*), 8 FROM t WHERE v > 2").fetchone()
+        stopping.join(20)
+        client.join(20)
+        b.close()
+    answer, _ = out_a
+    assert isinstance(answer, tuple) and answer[1] == 7, answer
+    assert states(ledger) == {"committed": 1}  # a's release only
