@@ -58,6 +58,7 @@ def start_serve(
     (stdout, stderr, text ...). On failure the process is killed and its output shown.
     """
     port_file = port_file or Path(tempfile.mkdtemp(prefix="dpsql-serve-")) / "port"
+    port_file.unlink(missing_ok=True)  # a previous run's must not be read as this one's
     cmd = [sys.executable, "-m", "dpsql", "serve", *args, "--port-file", str(port_file)]
     if listen is not None:
         cmd += ["--listen", listen]

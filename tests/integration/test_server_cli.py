@@ -51,8 +51,9 @@ def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
         "      uid: {type: integer, identifier: true}\n      v: {type: integer, bounds: [0, 10]}\n"
         f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n    budget: {{epsilon: 50}}\n'
     )
+    port_file = tmp_path / "port"
     proc, port = start_serve(
-        ["--policy", str(policy), "--upstream", upstream],
+        ["--policy", str(policy), "--upstream", upstream], port_file=port_file,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -68,6 +69,8 @@ def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         logs, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, logs
+    assert f"listening on 127.0.0.1:{port} " in logs
+    assert not port_file.exists()  # removed at exit
     lines = [json.loads(x.split(" dpsql.statement ", 1)[1]) for x in logs.splitlines()
              if " dpsql.statement " in x]  # fmt: skip
     private = [x for x in lines if x["kind"] == "private"]
