@@ -184,6 +184,12 @@ def test_xml_plan_has_postgres_shape(conn: Any) -> None:
     ]
     assert children == ["DP Bounded Scan"] + ["DP Measure"] * 3  # count(*); avg: count, sum
     assert root.findtext("e:Query/e:Budget/e:Free-Repeat", namespaces=ns) in ("true", "false")
+    # DBeaver's own option string (PostgreExecutionPlan.getPlanQueryString), costs unchecked
+    [(text,)] = conn.execute("EXPLAIN (FORMAT XML,COSTS FALSE,VERBOSE) " + PRIVATE).fetchall()
+    plan = ElementTree.fromstring(text).find("e:Query/e:Plan", ns)
+    assert plan is not None and plan.find("e:Total-Cost", ns) is None
+    with pytest.raises(pe.InsufficientPrivilege):  # DBeaver's "analyze" box
+        conn.execute("EXPLAIN (FORMAT XML,ANALYZE) " + PRIVATE)
 
 
 def test_free_repeat_and_session_epsilon(conn: Any) -> None:
