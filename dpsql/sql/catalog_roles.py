@@ -22,6 +22,9 @@ business. So, in a catalog query (the rewrite of :mod:`dpsql.sql.catalog`):
   name, decided from the analyst's name alone (never from the upstream, so no oracle); a role
   *id* or a computed value is answered for the analyst's role only (NULL for any other);
   ``regrole`` values are returned as plain ``oid`` (a ``regrole`` prints the upstream name).
+
+The relation overrides (:data:`OVERRIDES`) also blank definitions that name hidden objects
+(view definitions, column defaults) and the source of user functions.
 """
 
 from __future__ import annotations
@@ -201,6 +204,23 @@ _ANALYST_UNLESS_PUBLIC = (
     "CASE WHEN CAST(t.{c} AS TEXT) = 'PUBLIC' THEN 'PUBLIC' ELSE __analyst__ END"
 )
 
+# Definitions: shown only when they name nothing hidden (see catalog_rules "named_deps"); the
+# source of functions other than PostgreSQL's own is never shown (opaque text).
+_SYSTEM = "('pg_catalog', 'information_schema')"
+_SYSTEM_NSP = f"(SELECT sn.oid FROM pg_catalog.pg_namespace AS sn WHERE sn.nspname IN {_SYSTEM})"
+_SYSTEM_PROC = f"CASE WHEN t.pronamespace IN {_SYSTEM_NSP} THEN {{c}} END"
+_VIEWDEF = (
+    "CASE WHEN NOT EXISTS (SELECT 1 FROM pg_catalog.pg_rewrite AS rw WHERE rw.ev_class = "
+    "to_regclass(quote_ident({s}) || '.' || quote_ident({n})) "
+    "AND NOT dpsql_named_deps('pg_catalog.pg_rewrite', rw.oid)) THEN {d} END"
+)
+_DEFAULT = (
+    "CASE WHEN EXISTS (SELECT 1 FROM __pg_attrdef__ AS vd JOIN pg_catalog.pg_attribute AS va "
+    "ON va.attrelid = vd.adrelid AND va.attnum = vd.adnum WHERE vd.adrelid = "
+    "to_regclass(quote_ident(t.table_schema) || '.' || quote_ident(t.table_name)) "
+    "AND va.attname = t.column_name) THEN {d} END"
+)
+
 # Columns replaced in a catalog relation (``t`` is the relation's row; ``__analyst__`` the
 # analyst's name). The relation is read as jsonb_populate_record(row || overrides), which keeps
 # every column (whatever the PostgreSQL version) in its order and type.
@@ -229,14 +249,36 @@ OVERRIDES: dict[tuple[str, str], dict[str, str]] = {
     ("pg_catalog", "pg_foreign_data_wrapper"): {"fdwacl": "NULL"},
     ("pg_catalog", "pg_type"): {"typacl": "NULL", "typdefaultbin": "NULL"},
     ("pg_catalog", "pg_proc"): {
+        "proargtypes": "CAST(t.proargtypes AS TEXT)",  # an oidvector is not a JSON array
+        "prosrc": _SYSTEM_PROC.format(c="t.prosrc"),
+        "probin": _SYSTEM_PROC.format(c="t.probin"),
         "proacl": "NULL",
         "proargdefaults": "NULL",
         "prosqlbody": "NULL",
     },
     ("pg_catalog", "pg_attribute"): {"attacl": "NULL", "attmissingval": "NULL"},
     ("pg_catalog", "pg_tables"): {"tableowner": _NAME},
-    ("pg_catalog", "pg_views"): {"viewowner": _NAME},
-    ("pg_catalog", "pg_matviews"): {"matviewowner": _NAME},
+    ("pg_catalog", "pg_views"): {
+        "viewowner": _NAME,
+        "definition": _VIEWDEF.format(s="t.schemaname", n="t.viewname", d="t.definition"),
+    },
+    ("pg_catalog", "pg_matviews"): {
+        "matviewowner": _NAME,
+        "definition": _VIEWDEF.format(s="t.schemaname", n="t.matviewname", d="t.definition"),
+    },
+    ("information_schema", "views"): {
+        "view_definition": _VIEWDEF.format(
+            s="t.table_schema", n="t.table_name", d="t.view_definition"
+        ),
+    },
+    ("information_schema", "columns"): {
+        "column_default": _DEFAULT.format(d="t.column_default"),
+        "generation_expression": _DEFAULT.format(d="t.generation_expression"),
+    },
+    ("information_schema", "routines"): {
+        "routine_definition": f"CASE WHEN t.routine_schema IN {_SYSTEM} "
+        "THEN t.routine_definition END",
+    },
     ("pg_catalog", "pg_policies"): {
         "roles": "CASE WHEN 'public' = ANY(t.roles) THEN t.roles ELSE ARRAY[__analyst__] END"
     },
@@ -255,7 +297,10 @@ OVERRIDES: dict[tuple[str, str], dict[str, str]] = {
 # jsonb round trip costs ~0.2 ms a row), e.g. the many types without an ACL.
 PASS_THROUGH: dict[tuple[str, str], str] = {
     ("pg_catalog", "pg_type"): "t.typacl IS NULL AND t.typdefaultbin IS NULL",
-    ("pg_catalog", "pg_proc"): "t.proacl IS NULL",
+    ("pg_catalog", "pg_proc"): f"t.proacl IS NULL AND t.pronamespace IN {_SYSTEM_NSP}",
+    ("information_schema", "columns"): "t.column_default IS NULL AND "
+    f"t.generation_expression IS NULL OR t.table_schema IN {_SYSTEM}",
+    ("information_schema", "routines"): f"t.routine_schema IN {_SYSTEM}",
     ("pg_catalog", "pg_attribute"): "t.attacl IS NULL AND t.attmissingval IS NULL",
 }
 
@@ -282,7 +327,14 @@ def needs_overrides(schema: str, name: str, seen: frozenset[str] | None) -> bool
         return False
     if (schema, name) not in PASS_THROUGH or seen is None:
         return True
-    return bool(seen & set(OVERRIDES[(schema, name)]))
+    return bool(seen & (set(OVERRIDES[(schema, name)]) - _REPRESENTATION))
+
+
+# Overrides that only keep the jsonb round trip working (node trees and vectors that can't be
+# read back from JSON): reading them alone does not need the round trip.
+_REPRESENTATION = frozenset(
+    {"proargtypes", "proargdefaults", "prosqlbody", "typdefaultbin", "attmissingval"}
+)
 
 
 def overridden_relation(schema: str, name: str, where: exp.Expr, analyst: str) -> exp.Query:

@@ -102,10 +102,17 @@ VISIBLE: dict[str, str] = {
     "nsp": "__x__ IN (SELECT oid FROM dpsql_vis_nsp)",
     "type": "__x__ IN (SELECT oid FROM dpsql_vis_type)",
     "con": "__x__ IN (SELECT vk.oid FROM __pg_constraint__ AS vk)",
-    "trigger": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_trigger AS t "
-    "WHERE t.tgrelid IN (SELECT oid FROM dpsql_vis_rel))",
-    "rule": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_rewrite AS t "
-    "WHERE t.ev_class IN (SELECT oid FROM dpsql_vis_rel))",
+    "trigger": "__x__ IN (SELECT vt.oid FROM __pg_trigger__ AS vt)",
+    "rule": "__x__ IN (SELECT vr.oid FROM __pg_rewrite__ AS vr)",
+    # a view whose definition (its rules) mentions only visible relations, columns, functions
+    "view": "__x__ IN (SELECT oid FROM dpsql_vis_rel) AND NOT EXISTS (SELECT 1 FROM "
+    "pg_catalog.pg_rewrite AS rw WHERE rw.ev_class = __x__ "
+    "AND NOT dpsql_named_deps('pg_catalog.pg_rewrite', rw.oid))",
+    # a function whose source is shown: PostgreSQL's own (a user function's body is opaque
+    # text that may name hidden tables or hold data)
+    "body": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
+    "JOIN pg_catalog.pg_namespace AS n ON n.oid = t.pronamespace "
+    "WHERE n.nspname IN ('pg_catalog', 'information_schema'))",
     "stx": "__x__ IN (SELECT vs.oid FROM __pg_statistic_ext__ AS vs)",
     "proc": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
     "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))",
@@ -122,6 +129,8 @@ KIND_TYPE: dict[str, str] = {
     "con": "OID",
     "trigger": "OID",
     "rule": "OID",
+    "view": "REGCLASS",
+    "body": "OID",
     "stx": "OID",
     "proc": "OID",
     "any": "OID",
@@ -138,6 +147,7 @@ CATALOG_FILTERS: dict[str, str] = {
     + _ATT_VISIBLE.format(rel="t.attrelid", num="t.attnum"),
     "pg_attrdef": "t.adrelid IN (SELECT oid FROM dpsql_vis_rel) AND "
     + _ATT_VISIBLE.format(rel="t.adrelid", num="t.adnum")
+    + " AND dpsql_named_deps('pg_catalog.pg_attrdef', t.oid)"
     + " AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS x JOIN dpsql_hidden_att AS h "
     "ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid "
     "WHERE x.classid = CAST('pg_catalog.pg_attrdef' AS REGCLASS) AND x.objid = t.oid)",
@@ -149,7 +159,8 @@ CATALOG_FILTERS: dict[str, str] = {
     "AND t.connamespace IN (SELECT oid FROM dpsql_vis_nsp) "
     "AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h WHERE "
     "(h.attrelid = t.conrelid AND h.attnum = ANY(t.conkey)) "
-    "OR (h.attrelid = t.confrelid AND h.attnum = ANY(t.confkey)))",
+    "OR (h.attrelid = t.confrelid AND h.attnum = ANY(t.confkey))) "
+    "AND dpsql_named_deps('pg_catalog.pg_constraint', t.oid)",
     "pg_description": "((t.classoid = CAST('pg_catalog.pg_class' AS REGCLASS) "
     "AND t.objoid IN (SELECT oid FROM dpsql_vis_rel) AND "
     + _ATT_VISIBLE.format(rel="t.objoid", num="t.objsubid")
@@ -166,9 +177,12 @@ CATALOG_FILTERS: dict[str, str] = {
     "OR t.refobjid IN (SELECT oid FROM dpsql_vis_rel))",
     "pg_inherits": "t.inhrelid IN (SELECT oid FROM dpsql_vis_rel) "
     "AND t.inhparent IN (SELECT oid FROM dpsql_vis_rel)",
-    "pg_trigger": "t.tgrelid IN (SELECT oid FROM dpsql_vis_rel)",
-    "pg_rewrite": "t.ev_class IN (SELECT oid FROM dpsql_vis_rel)",
-    "pg_policy": "t.polrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "pg_trigger": "t.tgrelid IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND dpsql_named_deps('pg_catalog.pg_trigger', t.oid)",
+    "pg_rewrite": "t.ev_class IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND dpsql_named_deps('pg_catalog.pg_rewrite', t.oid)",
+    "pg_policy": "t.polrelid IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND dpsql_named_deps('pg_catalog.pg_policy', t.oid)",
     "pg_sequence": "t.seqrelid IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_statistic_ext": "t.stxrelid IN (SELECT oid FROM dpsql_vis_rel) AND NOT EXISTS "
     "(SELECT 1 FROM dpsql_hidden_att AS h WHERE h.attrelid = t.stxrelid "
@@ -197,7 +211,9 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_tables": "dpsql_named_rel(t.schemaname, t.tablename)",
     "pg_views": "dpsql_named_rel(t.schemaname, t.viewname)",
     "pg_matviews": "dpsql_named_rel(t.schemaname, t.matviewname)",
-    "pg_policies": "dpsql_named_rel(t.schemaname, t.tablename)",
+    "pg_policies": "dpsql_named_rel(t.schemaname, t.tablename) AND EXISTS (SELECT 1 FROM "
+    "__pg_policy__ AS vp WHERE vp.polname = t.policyname AND vp.polrelid = "
+    "to_regclass(quote_ident(t.schemaname) || '.' || quote_ident(t.tablename)))",
     "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) AND dpsql_named_rel(t.schemaname, t.indexname)",
     **dict.fromkeys(
         (
@@ -292,7 +308,10 @@ INFORMATION_SCHEMA_FILTERS: dict[str, str] = {
     + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
     "table_privileges": _NAMED.format(s="t.table_schema", n="t.table_name"),
     "role_table_grants": _NAMED.format(s="t.table_schema", n="t.table_name"),
-    "triggers": _NAMED.format(s="t.event_object_schema", n="t.event_object_table"),
+    "triggers": _NAMED.format(s="t.event_object_schema", n="t.event_object_table")
+    + " AND EXISTS (SELECT 1 FROM __pg_trigger__ AS vt WHERE vt.tgname = t.trigger_name "
+    "AND vt.tgrelid = to_regclass(quote_ident(t.event_object_schema) || '.' || "
+    "quote_ident(t.event_object_table)))",
     "sequences": _NAMED.format(s="t.sequence_schema", n="t.sequence_name"),
     "view_table_usage": _NAMED.format(s="t.view_schema", n="t.view_name")
     + " AND "
@@ -335,6 +354,19 @@ NAMED_PREDICATES: dict[str, str] = {
     "AND h.attnum = va.attnum))",
     "named_nsp": "__1__ IN (SELECT vn.nspname FROM pg_catalog.pg_namespace AS vn "
     "WHERE vn.oid IN (SELECT oid FROM dpsql_vis_nsp))",
+    # every dependency of an object (class __1__, id __2__) is visible: its definition (a view's
+    # rule, a default, a check, a trigger, a policy) names no hidden relation, column, function
+    # or type
+    "named_deps": "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS dd "
+    "WHERE dd.classid = CAST(__1__ AS REGCLASS) AND dd.objid = __2__ AND ("
+    "(dd.refclassid = CAST('pg_catalog.pg_class' AS REGCLASS) AND "
+    "(NOT dd.refobjid IN (SELECT oid FROM dpsql_vis_rel) OR EXISTS (SELECT 1 FROM "
+    "dpsql_hidden_att AS h WHERE h.attrelid = dd.refobjid AND h.attnum = dd.refobjsubid))) "
+    "OR (dd.refclassid = CAST('pg_catalog.pg_proc' AS REGCLASS) AND NOT dd.refobjid IN "
+    "(SELECT p.oid FROM pg_catalog.pg_proc AS p WHERE p.pronamespace IN "
+    "(SELECT oid FROM dpsql_vis_nsp))) "
+    "OR (dd.refclassid = CAST('pg_catalog.pg_type' AS REGCLASS) AND NOT dd.refobjid IN "
+    "(SELECT oid FROM dpsql_vis_type))))",
     "named_con": "EXISTS (SELECT 1 FROM __pg_constraint__ AS vk "
     "JOIN pg_catalog.pg_namespace AS vn ON vn.oid = vk.connamespace "
     "WHERE vn.nspname = __1__ AND vk.conname = __2__)",

@@ -163,13 +163,27 @@ def template(sql: str) -> exp.Expr:
                 return expanded
             node.replace(expanded)
     for table in list(tree.find_all(exp.Table)):
-        if table.name in ("__pg_constraint__", "__pg_statistic_ext__"):
+        if table.name in _FILTERED:
             sub = exp.Subquery(
                 this=filtered_relation("pg_catalog", table.name.strip("_")),
                 alias=table.args.get("alias"),
             )
             table.replace(sub)
     return tree
+
+
+# Placeholders in templates for a catalog relation filtered as a client would see it.
+_FILTERED = frozenset(
+    f"__{n}__"
+    for n in (
+        "pg_constraint",
+        "pg_statistic_ext",
+        "pg_trigger",
+        "pg_rewrite",
+        "pg_policy",
+        "pg_attrdef",
+    )
+)
 
 
 def fill(tree: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:

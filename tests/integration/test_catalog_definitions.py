@@ -1,0 +1,108 @@
+"""Definitions of visible objects never name hidden ones.
+
+A visible view, rule, default, check, trigger or row-level policy may be defined over a hidden
+table (``salaries``), a hidden function (schema ``hr``) or a sequence no policy declares: its
+definition is then NULL (a view stays listed) or the object is absent (a rule, default, check or
+policy), through every function and view that prints definitions. Function bodies other than
+PostgreSQL's own are never shown (opaque text that may name tables or hold data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+
+SETUP = """
+CREATE SCHEMA hr;
+CREATE FUNCTION hr.f(int) RETURNS int LANGUAGE sql IMMUTABLE AS 'SELECT $1';
+CREATE SEQUENCE salaries_seq;
+CREATE TABLE salaries (x int);
+CREATE TABLE shop (code text PRIMARY KEY, n int DEFAULT nextval('salaries_seq'),
+                   m int DEFAULT 3 CHECK (m > 0), k int CHECK (hr.f(k) > 0));
+CREATE VIEW v_ok AS SELECT code FROM shop;
+CREATE VIEW v_bad AS SELECT s.code FROM shop s JOIN salaries x ON x.x = s.m;
+CREATE MATERIALIZED VIEW mv_bad AS SELECT count(*) AS n FROM salaries;
+CREATE RULE r_bad AS ON UPDATE TO shop DO ALSO INSERT INTO salaries VALUES (1);
+CREATE FUNCTION g() RETURNS int LANGUAGE sql AS 'SELECT count(*)::int FROM salaries';
+CREATE FUNCTION tf() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END';
+CREATE TRIGGER t_ok BEFORE INSERT ON shop FOR EACH ROW EXECUTE FUNCTION tf();
+CREATE TRIGGER t_bad BEFORE UPDATE ON shop FOR EACH ROW WHEN (hr.f(NEW.m) > 0)
+  EXECUTE FUNCTION tf();
+ALTER TABLE shop ENABLE ROW LEVEL SECURITY;
+CREATE POLICY p_bad ON shop USING (EXISTS (SELECT 1 FROM salaries));
+CREATE POLICY p_ok ON shop USING (m > 0);
+"""
+SECRETS = ("salaries", "hr.", "count(")
+
+
+@pytest.fixture(scope="module")
+def eng(make_db) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+    dsn = make_db("defs")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SETUP)  # type: ignore[arg-type]
+    policy = Policy.model_validate({"public_tables": ["shop", "v_ok", "v_bad", "mv_bad"]})
+    e = Engine(policy, dsn, pool_size=2)
+    yield e
+    e.close()
+
+
+def rows(e: Engine, text: str) -> list[tuple[object, ...]]:
+    try:
+        return list(e.execute(e.prepare(text, "ann"), SessionContext(analyst="ann")).rows)
+    except DpsqlError as err:
+        raise AssertionError(f"{text}: {err.sqlstate} {err.message}") from err
+
+
+QUERIES = [
+    "SELECT pg_get_viewdef('v_bad'), pg_get_viewdef('v_bad'::regclass, true), "
+    "pg_get_viewdef('mv_bad')",
+    "SELECT viewname, definition FROM pg_views WHERE schemaname = 'public'",
+    "SELECT matviewname, definition FROM pg_matviews",
+    "SELECT * FROM information_schema.views WHERE table_schema = 'public'",
+    "SELECT rulename, pg_get_ruledef(oid) FROM pg_rewrite WHERE ev_class = 'shop'::regclass",
+    "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'shop'::regclass",
+    "SELECT * FROM information_schema.check_constraints WHERE constraint_schema = 'public'",
+    "SELECT column_name, column_default FROM information_schema.columns WHERE table_name = 'shop'",
+    "SELECT c.* FROM information_schema.columns c WHERE table_name = 'shop'",
+    "SELECT adnum, pg_get_expr(adbin, adrelid) FROM pg_attrdef",
+    "SELECT proname, prosrc, pg_get_functiondef(oid) FROM pg_proc WHERE proname IN ('g', 'tf')",
+    "SELECT p.* FROM pg_proc p WHERE proname = 'g'",
+    "SELECT routine_name, routine_definition FROM information_schema.routines "
+    "WHERE routine_schema = 'public'",
+    "SELECT tgname, pg_get_triggerdef(oid), pg_get_triggerdef(oid, true) FROM pg_trigger",
+    "SELECT * FROM information_schema.triggers",
+    "SELECT * FROM pg_policies",
+    "SELECT polname, pg_get_expr(polqual, polrelid) FROM pg_policy",
+]
+
+
+@pytest.mark.parametrize("text", QUERIES)
+def test_definitions_name_nothing_hidden(eng: Engine, text: str) -> None:
+    got = repr(rows(eng, text))
+    for secret in SECRETS:
+        assert secret not in got, (secret, got)
+
+
+def test_definitions_of_visible_things_are_kept(eng: Engine) -> None:
+    assert rows(eng, "SELECT pg_get_viewdef('v_ok') LIKE '%FROM shop%'") == [(True,)]
+    listed = rows(eng, "SELECT viewname, definition IS NULL FROM pg_views "
+                       "WHERE schemaname = 'public' ORDER BY 1")  # fmt: skip
+    assert listed == [("v_bad", True), ("v_ok", False)]  # a hidden definition, a listed view
+    defaults = rows(eng, "SELECT column_name, column_default FROM information_schema.columns "
+                         "WHERE table_name = 'shop' ORDER BY 1")  # fmt: skip
+    assert ("m", "3") in defaults and ("n", None) in defaults
+    checks = rows(eng, "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                       "WHERE conrelid = 'shop'::regclass AND contype = 'c'")  # fmt: skip
+    assert checks == [("CHECK ((m > 0))",)]
+    assert rows(eng, "SELECT tgname FROM pg_trigger") == [("t_ok",)]
+    assert rows(eng, "SELECT policyname FROM pg_policies") == [("p_ok",)]
+    builtin = rows(eng, "SELECT prosrc, pg_get_functiondef(oid) IS NOT NULL FROM pg_proc "
+                        "WHERE oid = 'int4in'::regproc")  # fmt: skip
+    assert builtin == [("int4in", True)]
