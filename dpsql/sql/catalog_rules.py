@@ -62,6 +62,17 @@ VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
                                ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid
                             WHERE x.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
                               AND x.objid = i.indexrelid)
+           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS x
+                             JOIN pg_catalog.pg_proc AS p ON p.oid = x.refobjid
+                            WHERE x.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
+                              AND x.objid = i.indexrelid
+                              AND x.refclassid = CAST('pg_catalog.pg_proc' AS REGCLASS)
+                              AND NOT p.pronamespace IN (
+                                  SELECT n.oid FROM pg_catalog.pg_namespace AS n
+                                   WHERE n.nspname IN ('pg_catalog', 'information_schema', 'public')
+                                  UNION
+                                  SELECT c.relnamespace FROM pg_catalog.pg_class AS c
+                                   WHERE c.oid IN (SELECT oid FROM dpsql_vis_table)))
         UNION ALL
         SELECT d.objid FROM pg_catalog.pg_depend AS d
          WHERE d.classid = CAST('pg_catalog.pg_class' AS REGCLASS)

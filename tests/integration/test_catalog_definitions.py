@@ -1,6 +1,6 @@
 """Definitions of visible objects never name hidden ones.
 
-A visible view, rule, default, check, trigger or row-level policy may be defined over a hidden
+A visible view, rule, index, default, check, trigger or row-level policy may be defined over a hidden
 table (``salaries``), a hidden function (schema ``hr``) or a sequence no policy declares: its
 definition is then NULL (a view stays listed) or the object is absent (a rule, default, check or
 policy), through every function and view that prints definitions. Function bodies other than
@@ -26,6 +26,8 @@ CREATE SEQUENCE salaries_seq;
 CREATE TABLE salaries (x int);
 CREATE TABLE shop (code text PRIMARY KEY, n int DEFAULT nextval('salaries_seq'),
                    m int DEFAULT 3 CHECK (m > 0), k int CHECK (hr.f(k) > 0));
+CREATE INDEX shop_bad ON shop (hr.f(k));
+CREATE INDEX shop_ok ON shop (abs(m));
 CREATE VIEW v_ok AS SELECT code FROM shop;
 CREATE VIEW v_bad AS SELECT s.code FROM shop s JOIN salaries x ON x.x = s.m;
 CREATE MATERIALIZED VIEW mv_bad AS SELECT count(*) AS n FROM salaries;
@@ -80,6 +82,10 @@ QUERIES = [
     "SELECT * FROM information_schema.triggers",
     "SELECT * FROM pg_policies",
     "SELECT polname, pg_get_expr(polqual, polrelid) FROM pg_policy",
+    "SELECT indexrelid::regclass, pg_get_indexdef(indexrelid) FROM pg_index "
+    "WHERE indrelid = 'shop'::regclass",
+    "SELECT pg_get_indexdef(to_regclass('shop_bad'))",
+    "SELECT * FROM pg_indexes WHERE tablename = 'shop'",
 ]
 
 
@@ -102,6 +108,8 @@ def test_definitions_of_visible_things_are_kept(eng: Engine) -> None:
                        "WHERE conrelid = 'shop'::regclass AND contype = 'c'")  # fmt: skip
     assert checks == [("CHECK ((m > 0))",)]
     assert rows(eng, "SELECT tgname FROM pg_trigger") == [("t_ok",)]
+    indexes = rows(eng, "SELECT indexname FROM pg_indexes WHERE tablename = 'shop' ORDER BY 1")
+    assert indexes == [("shop_ok",), ("shop_pkey",)]
     assert rows(eng, "SELECT policyname FROM pg_policies") == [("p_ok",)]
     builtin = rows(eng, "SELECT prosrc, pg_get_functiondef(oid) IS NOT NULL FROM pg_proc "
                         "WHERE oid = 'int4in'::regproc")  # fmt: skip
