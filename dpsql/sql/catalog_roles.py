@@ -82,9 +82,23 @@ def role_references(tree: exp.Expr) -> list[exp.Expr]:
 
 
 def replace_role_references(tree: exp.Expr, analyst: str) -> None:
-    """``current_user`` and friends -> the analyst's name (a ``name``, as PostgreSQL's)."""
+    """``current_user`` and friends -> the analyst's name (a ``name``, as PostgreSQL's); a
+    select-list item keeps PostgreSQL's column label (``current_user``, ``user`` ...)."""
     for node in role_references(tree):
-        node.replace(analyst_name(analyst))
+        new = analyst_name(analyst)
+        if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
+            new = exp.alias_(new, _label(node), quoted=True)
+        node.replace(new)
+
+
+def _label(node: exp.Expr) -> str:
+    if isinstance(node, exp.CurrentUser):
+        return "current_user"
+    if isinstance(node, exp.SessionUser):
+        return "session_user"
+    if isinstance(node, exp.Dot):
+        return node.expression.name.lower()
+    return node.name.lower()
 
 
 def _literal(node: exp.Expr) -> exp.Literal | None:

@@ -149,6 +149,11 @@ def test_the_analyst_is_the_one_role(roles_engine: tuple[Engine, list[str]]) -> 
     owners = outcome(e, PSQL_DT)[1]
     assert "'regions', 'analyst')" in owners
     assert outcome(e, "SELECT current_user", "bob") == ("ok", "[('bob',)]")
+    # PostgreSQL's column labels are kept (drivers look rows up by them)
+    text = "SELECT current_user, session_user, user, current_role, current_user AS me"
+    result = e.execute(e.prepare(text, "analyst"), SessionContext(analyst="analyst"))
+    labels = [c.name for c in result.columns]
+    assert labels == ["current_user", "session_user", "user", "current_role", "me"]
 
 
 @pytest.mark.parametrize(
