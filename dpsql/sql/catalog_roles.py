@@ -147,8 +147,8 @@ def _role_by_name(x: exp.Expr, analyst: str, *, fold: bool, public_ok: bool) -> 
     name = _folded(lit.name) if fold else lit.name
     if public_ok and name.lower() == "public" and (fold or name == "public"):
         return x
-    if fold and name.isdigit():
-        return cast_to(exp.Literal.string(name), "OID")
+    if fold and name.isdigit():  # '16384'::regrole is a role id
+        return _computed_role(x, analyst)
     if name != analyst:
         raise _missing(name)
     return _own_oid()
