@@ -65,10 +65,12 @@ def special_engine(
 ) -> Iterator[Engine]:
     dsn = make_db("rtspecial")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE e (u integer, f float8, r real, g text, k text)")
+        conn.execute(
+            "CREATE TABLE e (u integer, f float8, r real, g text, k text, x numeric DEFAULT 0.5)"
+        )
         with conn.cursor() as cur:
             cur.executemany(
-                "INSERT INTO e VALUES (%s, %s::float8, %s::real, %s, %s)",
+                "INSERT INTO e (u, f, r, g, k) VALUES (%s, %s::float8, %s::real, %s, %s)",
                 [
                     (u, f, f if f not in ("1e308", "-1e308") else None, g, k)
                     for u, f, g, k in _rows()
@@ -86,6 +88,8 @@ def special_engine(
                 "r": {"type": "real", "bounds": [int(LO), int(HI)]},
                 "g": {"type": "text"},
                 "k": {"type": "text", "keys": list(KEYS)},
+                # declared integer, holds 0.5 upstream (a policy `dpsql check` would flag)
+                "x": {"type": "integer", "bounds": [0, 10]},
             },
         }
     }
@@ -168,3 +172,24 @@ def test_cube_over_declared_keys_with_filter(special_engine: Engine) -> None:
         expect = total if grouping == 1 else want[k]
         assert nf == expect[1], (k, nf, expect)
         assert _close(s, expect[2]), (k, s, expect[2])
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SUM(x) FROM e",
+        "SELECT k, SUM(x) FROM e GROUP BY k",
+        "SELECT g, SUM(x + 1) FROM e GROUP BY g",
+    ],
+)
+def test_integral_sums_are_integers_whatever_the_upstream_type(
+    special_engine: Engine, sql: str
+) -> None:
+    """An integral SUM is noised on a grid of 1 with no slack: the private SQL must return
+    integers even when the column declared integer holds fractions upstream (x = 0.5)."""
+    p = special_engine.prepare(sql)
+    assert p.analysis is not None
+    assert all(m.integral for m in p.analysis.measures if m.kind == "sum")
+    rows = special_engine.backend.run(special_engine.private_sql(p, p.analysis), private=True).rows
+    sums = [r[-1] for r in rows]
+    assert sums and all(Fraction(v).denominator == 1 for v in sums), sums

@@ -41,10 +41,19 @@ from dpsql.sql.rewrite.make_total import make_total
 
 
 def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
+    """A measure's per-row value: made total, clamped into its range for sums and quantiles.
+
+    An integral SUM (integer columns and bounds, dpsql.sql.analyze._integral) is also rounded
+    per row: its noise is calibrated on a grid of 1 with no rounding slack, which is sound only
+    if every sum really is an integer. A policy that declares ``type: integer`` for a column that
+    holds fractions upstream (``dpsql check`` reports it) would otherwise release fractional
+    sums snapped to integers, and one unit could move a snapped sum by its sensitivity plus one.
+    """
     assert m.arg is not None
     arg = make_total(m.arg, a.column)
     if m.kind in ("sum", "sum_centered", "sum_sq_centered", "quantile"):
-        return clamp_values(arg, a.column, m.lo, m.hi)
+        v = clamp_values(arg, a.column, m.lo, m.hi)
+        return exp.Round(this=v) if m.kind == "sum" and m.integral else v
     return arg
 
 
