@@ -1,0 +1,108 @@
+"""Joins of private tables on their units must not let one unit multiply the join's work.
+
+``SELECT COUNT(*) FROM t a JOIN t b ON a.u = b.u JOIN t c ON b.u = c.u`` is accepted (a join on
+the privacy units) and was bounded only *after* the join, so PostgreSQL first built n(u)^3 rows
+for a unit with n(u) rows. On the demo data the five "whales" (400 rows each) made that query
+run past the statement timeout while the same query without them finished: whether it timed out
+(57014, an exact bit, not noised) said whether some unit had many rows matching the WHERE
+clause; charging epsilon for the timeout does not make that bit private, and padding can't hide
+an error. Each private table of such a join now keeps at most R rows per unit before the join
+(dpsql.sql.rewrite.bound_contributions.capped_table). Measured with EXPLAIN ANALYZE of the
+rewritten SQL: the join's intermediate rows (deterministic, no timing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from dpsql.demo import POLICY
+from dpsql.engine import Engine
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+from tests.helpers import noiseless
+
+R = 5
+LIGHT_UNITS, LIGHT_ROWS, HEAVY_ROWS = 100, 2, 400
+
+
+@pytest.fixture(scope="module")
+def join_engine(
+    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Engine, str]]:
+    dsn = make_db("rtjoin")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer, x integer)")
+        conn.execute(
+            "INSERT INTO t SELECT u, 1 FROM generate_series(1, %s) AS u, generate_series(1, %s)",
+            (LIGHT_UNITS, LIGHT_ROWS),
+        )
+        conn.execute("INSERT INTO t SELECT 0, 1 FROM generate_series(1, %s)", (HEAVY_ROWS,))
+        conn.execute("ANALYZE t")
+    doc = yaml.safe_load(Path(POLICY).read_text())
+    doc["tables"] = {
+        "public.t": {
+            "privacy_unit": "u",
+            "max_rows_per_unit": R,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "u": {"type": "integer", "identifier": True},
+                "x": {"type": "integer", "bounds": [0, 1]},
+            },
+        }
+    }
+    doc["public_tables"] = []
+    path = tmp_path_factory.mktemp("policy") / "join.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    e = Engine(load_policy(path), dsn, pool_size=1)
+    yield e, dsn
+    e.close()
+
+
+def _max_join_rows(plan: Any) -> int:
+    node = plan["Plan"] if "Plan" in plan else plan
+    rows = int(node.get("Actual Rows", 0)) if "Join" in node.get("Node Type", "") else 0
+    return max([rows, *(_max_join_rows(p) for p in node.get("Plans", []))])
+
+
+@pytest.mark.parametrize(
+    ("sql", "tables"),
+    [
+        ("SELECT COUNT(*) FROM t a JOIN t b ON a.u = b.u", 2),
+        ("SELECT SUM(a.x) FROM t a JOIN t b ON a.u = b.u WHERE a.x = 1 AND b.x >= 0", 2),
+        ("SELECT COUNT(*) FROM t a LEFT JOIN t b ON a.u = b.u", 2),
+        ("SELECT COUNT(*) FROM t a JOIN t b ON a.u = b.u JOIN t c ON b.u = c.u", 3),
+    ],
+)
+def test_one_unit_cannot_multiply_the_join_work(
+    join_engine: tuple[Engine, str], sql: str, tables: int
+) -> None:
+    engine, dsn = join_engine
+    p = engine.prepare(sql)
+    assert p.analysis is not None
+    text = engine.private_sql(p, p.analysis)
+    with psycopg.connect(dsn) as conn:
+        (plan,) = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + text).fetchone()  # type: ignore[misc]
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    # each unit's rows capped at R per table before the join: at most R^k rows per unit
+    bound = LIGHT_UNITS * min(LIGHT_ROWS, R) ** tables + R**tables
+    assert _max_join_rows(plan[0]) <= bound
+
+
+def test_capped_join_still_counts_every_light_unit(join_engine: tuple[Engine, str]) -> None:
+    """Noiseless: light units (2 rows, under the cap) keep every joined row; the heavy unit
+    counts R rows (LEAST(n, R) per unit, as before the cap)."""
+    engine, _ = join_engine
+    noiseless(engine)
+    try:
+        p = engine.prepare("SELECT COUNT(*) FROM t a JOIN t b ON a.u = b.u WHERE a.x = 1")
+        rows = engine.execute(p, SessionContext(analyst="analyst")).rows
+    finally:
+        engine._noiseless = False
+    assert rows == [(LIGHT_UNITS * min(LIGHT_ROWS**2, R) + R,)]
