@@ -39,6 +39,7 @@ TYPES = [
     "bigint",
     "numeric",
     "numeric(3,1)",
+    "numeric(1000,999)",  # bounds of more than 80 digits (a rounded bound once overflowed)
     "float8",
     "real",
     "text",
