@@ -106,3 +106,29 @@ def test_capped_join_still_counts_every_light_unit(join_engine: tuple[Engine, st
     finally:
         engine._noiseless = False
     assert rows == [(LIGHT_UNITS * min(LIGHT_ROWS**2, R) + R,)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*), SUM(a.x) FROM t a JOIN t b ON a.u = b.u",
+        "SELECT COUNT(*), SUM(b.x) FROM t a JOIN t b ON a.u = b.u JOIN t c ON b.u = c.u "
+        "WHERE a.x = 1",
+    ],
+)
+def test_removing_the_heavy_unit_moves_each_measure_by_at_most_r(
+    join_engine: tuple[Engine, str], sql: str
+) -> None:
+    """Light units are under the cap (deterministic), so the difference is the heavy unit's
+    contribution, whichever of its rows the cap kept: at most R per measure (G = 1, |x| <= 1)."""
+    engine, dsn = join_engine
+    p = engine.prepare(sql)
+    assert p.analysis is not None
+    text = engine.private_sql(p, p.analysis)
+    with psycopg.connect(dsn) as conn:
+        full = conn.execute(text).fetchone()
+        conn.execute("DELETE FROM t WHERE u = 0")
+        less = conn.execute(text).fetchone()
+        conn.rollback()
+    assert full is not None and less is not None
+    assert all(0 <= f - g <= R for f, g in zip(full, less, strict=True)), (full, less)
