@@ -97,6 +97,11 @@ def test_current_schema_is_still_public(shadow_engine: Engine) -> None:
     assert _run(shadow_engine, "SELECT current_schema()") == [("public",)]
 
 
+def _upstream_role(dsn: str) -> str:
+    with psycopg.connect(dsn) as conn:
+        return str(conn.execute("SELECT current_user").fetchone()[0])  # type: ignore[index]
+
+
 def test_wire_fast_path_reads_the_public_table(shadow_dsn: str, demo_policy: Any) -> None:
     engine = Engine(demo_policy, shadow_dsn, pool_size=2)
     srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
@@ -108,6 +113,21 @@ def test_wire_fast_path_reads_the_public_table(shadow_dsn: str, demo_policy: Any
                 assert rows and all(SECRET not in str(v) for r in rows for v in r), rows
             rows = conn.execute("SELECT name FROM regions WHERE code = %s", ("X",)).fetchall()
             assert rows == []
+            role = _upstream_role(shadow_dsn)
+            for script in (  # SET is answered by the session, never forwarded upstream
+                f"SET search_path = {role}, public; SELECT * FROM regions",
+                f"BEGIN; SET LOCAL search_path TO {role}; SELECT * FROM regions; COMMIT",
+                f"SET schema '{role}'; SELECT * FROM regions",
+            ):
+                cur = conn.execute(script)
+                rows = []
+                while True:
+                    if cur.description is not None:
+                        rows += cur.fetchall()
+                    if not cur.nextset():
+                        break
+                assert rows and all(SECRET not in str(v) for r in rows for v in r), script
+            conn.execute("RESET search_path")
     finally:
         srv.stop()
         engine.close()
