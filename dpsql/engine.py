@@ -327,6 +327,24 @@ class Engine:
         hit = self._sql_cache.get(key) if key is not None else None
         return None if hit is None else str(hit)
 
+    def parameterized_sql(self, prepared: Prepared, session: SessionContext) -> str | None:
+        """A public statement's SQL with its ``$n`` placeholders kept (memoized), for a caller
+        that passes the parameters to PostgreSQL as values; None when that is not equivalent to
+        :meth:`runnable_sql`: not a public statement (a catalog statement's checks read the
+        parameter values), prepared under another analyst's view, or a placeholder that is not a
+        plain ``$n``. A public statement's checks ran at prepare time on the tree with its
+        placeholders, so nothing checked depends on the values."""
+        if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
+            return None
+        if prepared.scope != self._scope(session.analyst):
+            return None
+        key = ("parameterized", prepared.text)
+        hit = self._sql_cache.get(key)
+        if hit is None:
+            hit = prepared.tree.sql("postgres") if template(prepared.tree) is not None else False
+            self._remember(key, hit)
+        return str(hit) if hit else None
+
     def _runnable(
         self, prepared: Prepared, params: Sequence[Any], session: SessionContext
     ) -> exp.Expression:

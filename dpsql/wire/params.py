@@ -9,10 +9,16 @@ can send and which PostgreSQL coerces like an untyped literal.
 
 from __future__ import annotations
 
+import datetime as dt
+import math
+from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from psycopg.postgres import types as pg_types
 from sqlglot import exp
+
+from dpsql.errors import InvalidParameter
 
 TEXT = 25
 _FAMILY = {"integer": 20, "numeric": 1700, "boolean": 16, "text": 25, "date": 1082,
@@ -76,3 +82,56 @@ def infer_param_types(prepared: Any) -> tuple[int, ...]:
         if 0 <= i < n and out[i] == 0:
             out[i] = _infer_one(p, columns)
     return tuple(t or TEXT for t in out)
+
+
+# ---- parameters passed to the upstream as values (the fast path) -------------------------------
+_INT4_MAX, _INT8_MAX = 2**31 - 1, 2**63 - 1
+
+
+def _integer_oid(magnitude: int) -> int:
+    """PostgreSQL's type for an integer constant: int4, else int8, else numeric."""
+    return 23 if magnitude <= _INT4_MAX else 20 if magnitude <= _INT8_MAX else 1700
+
+
+def upstream_param(value: Any) -> tuple[int, bytes | None]:
+    """The (type OID, text) that makes PostgreSQL read parameter ``value`` exactly as it reads the
+    literal :func:`dpsql.sql.bind.literal` inlines for it: a string is untyped (OID 0, typed by its
+    context like ``'text'``), an integer (or a number written without a point or exponent) is
+    int4 / int8 / numeric by magnitude, any other number is numeric, a date or timestamp has its
+    cast's type. Only built-in types whose input reads no catalog are produced.
+
+    >>> upstream_param(-5), upstream_param(2**40), upstream_param(1.5), upstream_param("x")
+    ((23, b'-5'), (20, b'1099511627776'), (1700, b'1.5'), (0, b'x'))
+
+    Raises:
+        InvalidParameter: as :func:`~dpsql.sql.bind.literal` (a non-finite number, a NUL
+            character, a type without a SQL literal).
+    """
+    if value is None:
+        return 0, None
+    if isinstance(value, bool):
+        return 16, b"t" if value else b"f"
+    if isinstance(value, int):
+        return _integer_oid(abs(value)), str(value).encode()
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise InvalidParameter("parameter values may not contain NUL characters")
+        return 0, value.encode()
+    if isinstance(value, (float, Decimal)):
+        finite = math.isfinite(value) if isinstance(value, float) else value.is_finite()
+        if not finite:
+            raise InvalidParameter(f"parameter value {value} is not a finite number")
+        text = format(value, "f") if isinstance(value, Decimal) else repr(value)
+        digits = text.lstrip("-")
+        return (_integer_oid(int(digits)) if digits.isdigit() else 1700), text.encode()
+    if isinstance(value, dt.datetime):
+        return (1184 if value.tzinfo else 1114), value.isoformat().encode()
+    if isinstance(value, dt.date):
+        return 1082, value.isoformat().encode()
+    raise InvalidParameter(f"parameters of type {type(value).__name__} are not supported")
+
+
+def upstream_params(values: Sequence[Any]) -> tuple[tuple[bytes | None, ...], tuple[int, ...]]:
+    """:func:`upstream_param` of each value: (texts, type OIDs)."""
+    got = [upstream_param(v) for v in values]
+    return tuple(t for _, t in got), tuple(o for o, _ in got)

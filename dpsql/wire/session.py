@@ -27,18 +27,18 @@ from dpsql.session import SessionContext
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.encode import row_encoders, type_size
+from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
 from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import SessionStatement, parse_session_statement
-from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, RawResult, raw_format_of
+from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_format_of
 
 if TYPE_CHECKING:
     from dpsql.wire.extended import Extended
 
 log = logging.getLogger("dpsql.wire.session")
 WATCH_AFTER_S = 0.05
-_FAST_KINDS = frozenset({"public", "catalog"})  # answered on the event loop (see _run_fast)
 
 
 class EngineLike(Protocol):
@@ -139,7 +139,7 @@ class Session:
     ) -> Result:
         """engine.execute in a worker thread, cancellable; a statement still running after
         ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
-        fast = self.upstream is not None and stmt.kind in _FAST_KINDS
+        fast = self.upstream is not None and stmt.kind in FAST_KINDS
         self._cancel = AsyncCancel() if fast else _new_cancel_token()
         self.busy = True
         self.idle.clear()
@@ -154,7 +154,7 @@ class Session:
         try:
             if fast:
                 assert self.upstream is not None
-                return await self._run_fast(stmt, params, self.upstream, formats, self._cancel)
+                return await run_fast(self, stmt, params, self.upstream, formats, self._cancel)
             res: Result = await self.call(
                 self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
             )
@@ -168,28 +168,6 @@ class Session:
             if self._delivering is None:
                 self.busy = False
                 self.idle.set()
-
-    async def _run_fast(
-        self,
-        stmt: Statement,
-        params: Sequence[Any],
-        upstream: AsyncUpstream,
-        formats: Sequence[int] | None,
-        token: AsyncCancel,
-    ) -> Result:
-        """A public or catalog statement on the event loop: its SQL from the engine (computed in
-        a worker thread only when not cheap), run on the server's async upstream pool. When the
-        client wants every column in one format, PostgreSQL's bytes in that format are passed
-        through as they are."""
-        engine: Any = self.engine
-        text = engine.cached_sql(stmt.prepared, self.ctx, params)
-        if text is None:
-            text = await self.call(engine.runnable_sql, stmt.prepared, self.ctx, tuple(params))
-        fmt = _uniform(formats)
-        rows = await upstream.run(text, cancel=token, fmt=fmt)
-        if fmt is None:
-            return Result(rows.columns, rows.rows, rows.status)
-        return RawResult(rows.columns, rows.rows, rows.status, raw_format=fmt)
 
     @contextlib.contextmanager
     def _busy_until_delivered(self) -> Iterator[None]:
@@ -423,10 +401,8 @@ class Session:
         """
         if raw_format is None:
             encs = row_encoders(columns, formats)
-        elif _uniform(formats) == raw_format:
-            encs = [_as_is] * len(columns)
         else:
-            raise InternalError("rows fetched in one format were asked for in another")
+            encs = raw_encoders(len(columns), formats, raw_format)
         ch = self.ch
         for row in rows:
             ch.send(data_row(row, encs))
@@ -461,20 +437,6 @@ def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any]
     if isinstance(res, Outcome):
         return res.columns, res.rows, res.tag
     return res.columns, res.rows, res.command_tag
-
-
-def _uniform(formats: Sequence[int] | None) -> int | None:
-    """The one result format of every column (none given: text), or None (mixed, or unknown)."""
-    if formats is None:
-        return None
-    if not formats:
-        return 0
-    first = formats[0]
-    return first if first in (0, 1) and all(f == first for f in formats) else None
-
-
-def _as_is(v: bytes) -> bytes:
-    return v
 
 
 def as_dpsql_error(err: BaseException) -> DpsqlError:

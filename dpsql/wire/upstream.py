@@ -1,32 +1,33 @@
 """The wire server's own asynchronous connections to the upstream, for the fast path.
 
-Public and catalog statements whose runnable SQL is cheap to get (memoized by the engine, or a
-public statement's template filled in) are answered on the event loop: no hop to a worker thread
-and back, no contention for the GIL with it. The connections are configured exactly as the
-engine's (:class:`dpsql.execute.backend.Backend`): autocommit, read-only, the policy's statement
-timeout; errors are mapped the same way (public and catalog errors keep their text).
+Public and catalog statements whose runnable SQL is cheap to get are answered on the event loop:
+no hop to a worker thread and back, no contention for the GIL with it. The connections are
+configured exactly as the engine's (:class:`dpsql.execute.backend.Backend`): autocommit, read-only,
+the policy's statement timeout; errors are mapped the same way (public and catalog errors keep
+their text).
+
+A statement is run with libpq's asynchronous API directly (:mod:`dpsql.wire.upstream_conn`), as a
+server-side prepared statement from its second run on a connection, with its parameters passed
+as values. The pool is a free list: taking and returning a connection is a list pop and append.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import psycopg
-from psycopg.adapt import Transformer
-from psycopg.pq import ExecStatus
-from psycopg.pq.abc import PGresult
-from psycopg_pool import AsyncConnectionPool
 
+from dpsql.errors import DpsqlError
 from dpsql.execute.backend import Rows, session_settings, upstream_error
-from dpsql.result import Result, ResultColumn
+from dpsql.result import Result
+from dpsql.wire.upstream_conn import RawRows, UpstreamConn
 
 log = logging.getLogger("dpsql.wire.upstream")
-_PREPARED_MAX = 256  # statements remembered per connection
 
 
 class AsyncCancel:
@@ -38,6 +39,7 @@ class AsyncCancel:
     """
 
     RETRY_S = 0.25
+    __slots__ = ("_conn", "_task", "cancelled")
 
     def __init__(self) -> None:
         self._conn: psycopg.AsyncConnection[Any] | None = None
@@ -77,7 +79,7 @@ class AsyncCancel:
 
 
 class AsyncUpstream:
-    """An async psycopg pool to the upstream, opened on the server's event loop.
+    """A small pool of asynchronous connections to the upstream, used on the server's event loop.
 
     Args:
         dsn: the upstream's DSN (the engine's backend's).
@@ -86,37 +88,103 @@ class AsyncUpstream:
     """
 
     def __init__(self, dsn: str, *, statement_timeout_ms: int, max_size: int = 16) -> None:
+        self.dsn = dsn
         self.timeout_ms = statement_timeout_ms
-        self.pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            dsn,
-            min_size=1,
-            max_size=max_size,
-            kwargs={"autocommit": True},
-            configure=self._configure,
-            open=False,
-            name="dpsql-upstream-async",
-        )
-        self._states: WeakKeyDictionary[Any, _ConnState] = WeakKeyDictionary()
-        self._names = 0
-
-    async def _configure(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        await conn.set_autocommit(True)
-        for statement in session_settings(self.timeout_ms):
-            await conn.execute(statement)
+        self.max_size = max_size
+        self.statements = 0  # statements run (tests and benchmarks read it)
+        # (SQL, parameter types) PostgreSQL could not prepare as typed: run with literals instead
+        self.literal_only: set[tuple[str, tuple[int, ...]]] = set()
+        self._idle: list[UpstreamConn] = []
+        self._size = 0  # connections open or opening
+        self._waiters: deque[asyncio.Future[UpstreamConn | None]] = deque()
+        self._closed = False
 
     async def open(self) -> None:
-        await self.pool.open()
+        """Open the first connection (a misconfigured upstream shows at start, not at a query)."""
+        self._closed = False
+        self._release(await self._acquire(), ok=True)
 
     async def close(self) -> None:
-        await self.pool.close(timeout=5)
+        self._closed = True
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+        idle, self._idle = self._idle, []
+        for c in idle:
+            self._size -= 1
+            await c.close()
+
+    async def _connect(self) -> UpstreamConn:
+        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        try:
+            for statement in session_settings(self.timeout_ms):
+                await conn.execute(statement)
+        except BaseException:
+            await conn.close()
+            raise
+        return UpstreamConn(conn, asyncio.get_running_loop())
+
+    async def _acquire(self) -> UpstreamConn:
+        if self._idle:
+            return self._idle.pop()
+        if self._closed:
+            raise DpsqlError("the server is shutting down", sqlstate="57P01")
+        if self._size < self.max_size:
+            self._size += 1
+            try:
+                return await self._connect()
+            except BaseException:
+                self._size -= 1
+                self._wake_one()
+                raise
+        fut: asyncio.Future[UpstreamConn | None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            got = await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled() and fut.result() is not None:
+                self._release(fut.result(), ok=True)  # handed over as we were cancelled
+            raise
+        return got if got is not None else await self._acquire()
+
+    def _release(self, c: UpstreamConn, *, ok: bool) -> None:
+        """Give ``c`` back (to a waiter first), or close it when it is not reusable."""
+        if not ok or self._closed or not c.healthy():
+            self._size -= 1
+            c.abandon()
+            self._wake_one()
+            return
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(c)
+                return
+        self._idle.append(c)
+
+    def _wake_one(self) -> None:
+        """A connection slot came free: let one waiter open a connection of its own."""
+        while self._waiters:
+            w = self._waiters.popleft()
+            if not w.done():
+                w.set_result(None)
+                return
 
     async def run(
-        self, query: str, cancel: AsyncCancel | None = None, fmt: int | None = None
+        self,
+        query: str,
+        params: Sequence[bytes | None] = (),
+        types: Sequence[int] = (),
+        *,
+        cancel: AsyncCancel | None = None,
+        fmt: int | None = None,
     ) -> Rows:
         """Run one read-only public/catalog statement and fetch all its rows.
 
         Args:
-            query: the statement (one; parameters already bound by the engine).
+            query: the statement (one), with ``$n`` placeholders for ``params``.
+            params: the parameter values in text format (None for NULL).
+            types: the parameters' type OIDs (0: PostgreSQL infers it, as for an untyped literal).
             cancel: cancelled from the event loop (CancelRequest, client gone, shutdown).
             fmt: 0 or 1 to get the values as PostgreSQL sent them in that format (bytes, to
                 pass through: see :class:`RawRows`), None to load them as Python values.
@@ -125,55 +193,22 @@ class AsyncUpstream:
             QueryCanceled: 57014, cancelled or timed out.
             UpstreamError: PostgreSQL refused it (its text kept: no private data here).
         """
-        async with self.pool.connection() as conn:
+        c = await self._acquire()
+        ok = False
+        if cancel is not None:
+            cancel.attach(c.conn)
+        try:
+            self.statements += 1
+            res, columns = await c.execute(query, params, types, fmt or 0)
+            ok = True
+            return c.rows(res, columns, fmt)
+        except psycopg.Error as e:
+            ok = True  # an error result leaves the connection usable (checked on release)
+            raise upstream_error(e, False) from None
+        finally:
             if cancel is not None:
-                cancel.attach(conn)
-            try:
-                st, name = self._prepared(conn, query)
-                res = await _execute(conn.pgconn, st, name, query.encode(), fmt or 0)
-                return _rows(res, fmt)
-            except psycopg.Error as e:
-                raise upstream_error(e, False) from None
-            finally:
-                if cancel is not None:
-                    await cancel.detach()
-
-    def _prepared(
-        self, conn: psycopg.AsyncConnection[Any], query: str
-    ) -> tuple[_ConnState, bytes | None]:
-        """This connection's state, and the name of ``query``'s server-side prepared statement
-        from its second run on (as psycopg's prepare threshold: later runs skip planning)."""
-        st = self._states.get(conn)
-        if st is None:
-            st = self._states[conn] = _ConnState()
-        n = st.seen.get(query)
-        if n is None:
-            st.seen[query] = 0
-            if len(st.seen) > _PREPARED_MAX:
-                _, old = st.seen.popitem(last=False)
-                if old:
-                    st.closing.append(b"_dpsql_%d" % old)
-            return st, None
-        st.seen.move_to_end(query)
-        if n == 0:
-            self._names += 1
-            st.seen[query] = n = self._names
-        return st, b"_dpsql_%d" % n
-
-
-@dataclass
-class _ConnState:
-    seen: OrderedDict[str, int] = field(default_factory=OrderedDict)  # query -> name number
-    prepared: set[bytes] = field(default_factory=set)
-    closing: list[bytes] = field(default_factory=list)  # evicted: DEALLOCATE before next use
-
-
-@dataclass(frozen=True)
-class RawRows(Rows):
-    """Rows whose values are PostgreSQL's own bytes in format ``fmt`` (None for NULL): sent to
-    the client as they are, with no decoding and re-encoding."""
-
-    fmt: int = 0
+                await cancel.detach()
+            self._release(c, ok=ok)
 
 
 @dataclass(frozen=True)
@@ -188,75 +223,4 @@ def raw_format_of(res: object) -> int | None:
     return res.raw_format if isinstance(res, RawResult) else None
 
 
-async def _execute(pg: Any, st: _ConnState, name: bytes | None, query: bytes, fmt: int) -> PGresult:
-    """Run ``query`` with libpq's asynchronous API (one statement, extended protocol), preparing
-    it as ``name`` first when given and not prepared yet on this connection."""
-    while st.closing:
-        old = st.closing.pop()
-        if old in st.prepared:
-            st.prepared.discard(old)
-            pg.send_close_prepared(old)
-            _check(await _results(pg))
-    if name is not None and name not in st.prepared:
-        pg.send_prepare(name, query)
-        _check(await _results(pg))
-        st.prepared.add(name)
-    if name is not None:
-        pg.send_query_prepared(name, None, result_format=fmt)
-    else:
-        pg.send_query_params(query, None, result_format=fmt)
-    return _check(await _results(pg))
-
-
-async def _results(pg: Any) -> list[PGresult]:
-    loop = asyncio.get_running_loop()
-    fd = pg.socket
-    while pg.flush():
-        await _wait(loop, fd, write=True)
-    out = []
-    while True:
-        while pg.is_busy():
-            await _wait(loop, fd, write=False)
-            pg.consume_input()
-        res = pg.get_result()
-        if res is None:
-            return out
-        out.append(res)
-
-
-def _wait(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> asyncio.Future[None]:
-    fut: asyncio.Future[None] = loop.create_future()
-
-    def ready() -> None:
-        (loop.remove_writer if write else loop.remove_reader)(fd)
-        if not fut.done():
-            fut.set_result(None)
-
-    (loop.add_writer if write else loop.add_reader)(fd, ready)
-    fut.add_done_callback(lambda _: (loop.remove_writer if write else loop.remove_reader)(fd))
-    return fut
-
-
-def _check(results: list[PGresult]) -> PGresult:
-    for res in results:
-        if res.status == ExecStatus.FATAL_ERROR:
-            raise psycopg.errors.error_from_result(res)
-    if not results:
-        raise psycopg.OperationalError("the upstream sent no result")
-    return results[-1]
-
-
-def _rows(res: PGresult, fmt: int | None) -> Rows:
-    nf, nt = res.nfields, res.ntuples
-    columns = tuple(
-        ResultColumn(res.fname(i).decode(), res.ftype(i), res.fmod(i))  # type: ignore[union-attr]
-        for i in range(nf)
-    )
-    status = (res.command_status or b"").decode()
-    if fmt is not None:
-        get = res.get_value
-        raw = [tuple(get(r, c) for c in range(nf)) for r in range(nt)]
-        return RawRows(columns, raw, status, fmt)
-    tx = Transformer()
-    tx.set_pgresult(res)
-    return Rows(columns, tx.load_rows(0, nt, tuple) if nf else [], status)
+__all__ = ["AsyncCancel", "AsyncUpstream", "RawResult", "RawRows", "raw_format_of"]
