@@ -194,3 +194,34 @@ def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
             hint="check the parameter's type and format",
             sqlstate="22P02",
         ) from None
+
+
+# ---- whole messages, encoded once ------------------------------------------------------------
+def _encoded(msg: Any) -> bytes:
+    return bytes(msg.encode())
+
+
+@lru_cache(maxsize=1024)
+def row_description(columns: tuple[ResultColumn, ...], formats: tuple[int, ...]) -> bytes:
+    """The RowDescription of ``columns`` with result ``formats`` (cached: the same statement is
+    described with the same formats on every execution)."""
+    from dpsql.wire import messages as m
+
+    return _encoded(
+        m.RowDescription(
+            tuple(
+                m.FieldDescription(
+                    c.name, c.type_oid, c.typmod, type_size(c.type_oid), result_format(formats, i)
+                )
+                for i, c in enumerate(columns)
+            )
+        )
+    )
+
+
+@lru_cache(maxsize=1024)
+def command_complete(tag: str) -> bytes:
+    """CommandComplete with ``tag`` (cached: a statement's tag repeats)."""
+    from dpsql.wire import messages as m
+
+    return _encoded(m.CommandComplete(tag))

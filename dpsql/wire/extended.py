@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dpsql.errors import DpsqlError, ProtocolViolation
 from dpsql.result import Result, ResultColumn
 from dpsql.wire import messages as m
-from dpsql.wire.encode import decode_param
+from dpsql.wire.encode import command_complete, decode_param
 from dpsql.wire.params import infer_param_types
 from dpsql.wire.state import TEXT_OID, Outcome
 from dpsql.wire.upstream import raw_format_of
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from dpsql.wire.session import Session, Statement
 
 _BATCH_CODES = frozenset(b"PBDECSH")
+_PARSE_COMPLETE = m.ParseComplete().encode()
+_BIND_COMPLETE = m.BindComplete().encode()
+_NO_DATA = m.NoData().encode()
+_CLOSE_COMPLETE = m.CloseComplete().encode()
 _TXN_KINDS = frozenset({"begin", "commit", "rollback", "rollback_to", "savepoint", "release"})
 
 
@@ -125,7 +129,7 @@ class Extended:
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
         self.statements[msg.statement] = Prepared(stmt, _param_oids(stmt, declared))
-        self.s.send(m.ParseComplete())
+        self.s.ch.send(_PARSE_COMPLETE)
 
     def bind(self, msg: m.Bind) -> None:
         prep = self.statements.get(msg.statement)
@@ -153,7 +157,7 @@ class Extended:
             for i, v in enumerate(msg.params)
         )
         self.portals[msg.portal] = Portal(prep, params, msg.result_formats)
-        self.s.send(m.BindComplete())
+        self.s.ch.send(_BIND_COMPLETE)
 
     async def columns(self, prep: Prepared) -> tuple[ResultColumn, ...]:
         """Result columns of a statement (cached; described without reading data)."""
@@ -198,7 +202,7 @@ class Extended:
             _check_formats(formats, len(cols))
             self.s.row_description(cols, formats)
         else:
-            self.s.send(m.NoData())
+            self.s.ch.send(_NO_DATA)
 
     def _executes_next(self, portal: str) -> bool:
         """Whether the client already sent, right behind this Describe, an Execute of ``portal``
@@ -236,7 +240,7 @@ class Extended:
         rows = res.rows
         tag = res.tag if isinstance(res, Outcome) else res.command_tag
         if not columns:
-            self.s.send(m.CommandComplete(tag))
+            self.s.ch.send(command_complete(tag))
             return
         _check_formats(portal.formats, len(columns))
         start = portal.pos
@@ -248,7 +252,7 @@ class Extended:
             return
         if start > 0:
             tag = f"{tag.split(' ')[0]} {end - start}"
-        self.s.send(m.CommandComplete(tag))
+        self.s.ch.send(command_complete(tag))
 
     def close(self, msg: m.Close) -> None:
         if msg.kind == "S":
@@ -258,7 +262,7 @@ class Extended:
                     del self.portals[name]
         else:
             self.portals.pop(msg.name, None)
-        self.s.send(m.CloseComplete())
+        self.s.ch.send(_CLOSE_COMPLETE)
 
 
 def _param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:

@@ -24,9 +24,10 @@ from dpsql.errors import DpsqlError, InternalError, UnsupportedSql, sanitized_up
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.wire import encode
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel, ConnectionClosed
-from dpsql.wire.encode import row_encoders, type_size
+from dpsql.wire.encode import row_encoders
 from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
 from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from dpsql.wire.extended import Extended
 
 log = logging.getLogger("dpsql.wire.session")
+_READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
 WATCH_AFTER_S = 0.05
 
 
@@ -131,7 +133,7 @@ class Session:
         self.send(m.NoticeResponse({"S": severity, "V": severity, "C": code, "M": message}))
 
     async def ready(self) -> None:
-        self.send(m.ReadyForQuery(self.state.status))
+        self.ch.send(_READY[self.state.status])
         await self.ch.flush()
 
     async def _run_engine(
@@ -378,15 +380,7 @@ class Session:
             self.extended.deallocate(out.deallocate or None)
 
     def row_description(self, columns: Sequence[ResultColumn], formats: Sequence[int]) -> None:
-        from dpsql.wire.encode import result_format
-
-        fields = tuple(
-            m.FieldDescription(
-                c.name, c.type_oid, c.typmod, type_size(c.type_oid), result_format(formats, i)
-            )  # fmt: skip
-            for i, c in enumerate(columns)
-        )
-        self.send(m.RowDescription(fields))
+        self.ch.send(encode.row_description(tuple(columns), tuple(formats)))
 
     async def send_rows(
         self,
@@ -430,7 +424,7 @@ class Session:
             self.row_description(columns, formats)
         if columns:
             await self.send_rows(columns, rows, formats, raw_format_of(res))
-        self.send(m.CommandComplete(tag))
+        self.ch.send(encode.command_complete(tag))
 
 
 def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any], str]:
