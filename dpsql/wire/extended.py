@@ -23,6 +23,7 @@ from dpsql.wire.state import TEXT_OID, Outcome
 from dpsql.wire.upstream import raw_format_of
 
 if TYPE_CHECKING:
+    from dpsql.wire.framing import Frame
     from dpsql.wire.session import Session, Statement
 
 _BATCH_CODES = frozenset(b"PBDECSH")
@@ -64,6 +65,7 @@ class Extended:
         self.statements: dict[str, Prepared] = {}
         self.portals: dict[str, Portal] = {}
         self.skipping = False
+        self.lookahead: tuple[Frame, m.Execute] | None = None  # the peeked Execute, decoded
 
     def in_batch(self, code: bytes) -> bool:
         return code[0] in _BATCH_CODES and code != b"S"
@@ -212,9 +214,11 @@ class Extended:
         if nxt is None or nxt.code != b"E":
             return False
         try:
-            return m.Execute.decode(nxt.body).portal == portal
+            msg = m.Execute.decode(nxt.body)
         except DpsqlError:
             return False
+        self.lookahead = (nxt, msg)  # the session loop takes it instead of decoding it again
+        return msg.portal == portal
 
     async def _run(self, portal: Portal) -> None:
         stmt = portal.prepared.stmt

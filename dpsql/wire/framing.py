@@ -23,7 +23,7 @@ Frame(code=b'Q', body=b'\\x00')
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.messages._buffer import UINT32
@@ -33,12 +33,14 @@ DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 MAX_STARTUP_PACKET = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """One message: ``code`` is the type byte (None for startup packets), ``body`` the payload."""
 
     code: bytes | None
     body: bytes
+
+
+_CODES = tuple(bytes([i]) for i in range(256))  # type bytes without a slice and copy each
 
 
 class FrameDecoder:
@@ -48,11 +50,12 @@ class FrameDecoder:
         max_message_size: the largest length word accepted (body + 4) after startup.
     """
 
-    __slots__ = ("_buf", "_pos", "max_message_size", "startup")
+    __slots__ = ("_buf", "_peeked", "_pos", "max_message_size", "startup")
 
     def __init__(self, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         self._buf = bytearray()
         self._pos = 0
+        self._peeked: tuple[int, Frame, int] | None = None  # (from, frame, to) of the last peek
         self.max_message_size = max_message_size
         self.startup = True
 
@@ -60,6 +63,7 @@ class FrameDecoder:
         if self._pos:
             del self._buf[: self._pos]
             self._pos = 0
+            self._peeked = None
         self._buf += data
 
     @property
@@ -74,6 +78,8 @@ class FrameDecoder:
             frame = self.next()
         except ProtocolViolation:
             return None
+        if frame is not None:
+            self._peeked = (pos, frame, self._pos)  # next() returns this same object
         self._pos = pos
         return frame
 
@@ -83,6 +89,12 @@ class FrameDecoder:
         Raises:
             ProtocolViolation: an invalid or oversized length word (the stream is lost).
         """
+        peeked = self._peeked
+        if peeked is not None:
+            self._peeked = None
+            if peeked[0] == self._pos:
+                self._pos = peeked[2]
+                return peeked[1]
         head = 4 if self.startup else 5
         buf, pos = self._buf, self._pos
         if len(buf) - pos < head:
@@ -99,7 +111,7 @@ class FrameDecoder:
         total = head - 4 + length
         if len(buf) - pos < total:
             return None
-        code = None if self.startup else bytes(buf[pos : pos + 1])
+        code = None if self.startup else _CODES[buf[pos]]
         body = bytes(buf[pos + head : pos + total])
         self._pos = pos + total
         return Frame(code, body)

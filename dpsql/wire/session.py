@@ -242,8 +242,12 @@ class Session:
                 return
             if self.extended.skipping and self.extended.in_batch(code) and code != b"H":
                 continue  # after an error, discard until Sync without even decoding
+            ahead = self.extended.lookahead
             try:
-                msg = m.decode_frontend(code, frame.body)
+                if ahead is not None and ahead[0] is frame:
+                    msg: m.FrontendMessage = ahead[1]
+                else:
+                    msg = m.decode_frontend(code, frame.body)
             except DpsqlError as e:
                 if code not in m.frontend._BY_CODE:
                     e.severity = "FATAL"  # type: ignore[misc]
@@ -256,6 +260,7 @@ class Session:
                     continue
                 await self.ready()
                 continue
+            self.extended.lookahead = None
             await self.dispatch(msg)
             if self.ch.should_flush:
                 await self.ch.flush()

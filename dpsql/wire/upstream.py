@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dpsql.errors import DpsqlError
 from dpsql.execute.backend import Rows, session_settings, upstream_error
@@ -85,9 +88,13 @@ class AsyncUpstream:
         dsn: the upstream's DSN (the engine's backend's).
         statement_timeout_ms: as the engine's backend.
         max_size: the most connections this pool opens.
+        local_socket: when the DSN names this machine over TCP, connect through the upstream's
+            Unix socket instead if it has a safe one (see :func:`local_socket_dsn`).
     """
 
-    def __init__(self, dsn: str, *, statement_timeout_ms: int, max_size: int = 16) -> None:
+    def __init__(
+        self, dsn: str, *, statement_timeout_ms: int, max_size: int = 16, local_socket: bool = True
+    ) -> None:
         self.dsn = dsn
         self.timeout_ms = statement_timeout_ms
         self.max_size = max_size
@@ -98,6 +105,7 @@ class AsyncUpstream:
         self._size = 0  # connections open or opening
         self._waiters: deque[asyncio.Future[UpstreamConn | None]] = deque()
         self._closed = False
+        self._probe = local_socket  # look for the upstream's Unix socket at the first connect
 
     async def open(self) -> None:
         """Open the first connection (a misconfigured upstream shows at start, not at a query)."""
@@ -118,6 +126,9 @@ class AsyncUpstream:
     async def _connect(self) -> UpstreamConn:
         conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         try:
+            if self._probe:
+                self._probe = False
+                self.dsn = await local_socket_dsn(conn, self.dsn)
             for statement in session_settings(self.timeout_ms):
                 await conn.execute(statement)
         except BaseException:
@@ -209,6 +220,62 @@ class AsyncUpstream:
             if cancel is not None:
                 await cancel.detach()
             self._release(c, ok=ok)
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+_STARTED = "SELECT pg_postmaster_start_time()"
+
+
+async def local_socket_dsn(conn: psycopg.AsyncConnection[Any], dsn: str) -> str:
+    """``dsn`` to reach the same server through its Unix socket, when ``conn`` (made with
+    ``dsn``) reached it over TCP on this machine: a local socket costs both sides less CPU per
+    round trip than loopback TCP. Else ``dsn`` unchanged.
+
+    The socket is used only in a directory that only its owner (and group) can write to, never in
+    a shared one such as ``/tmp`` (where another local user could have put a socket first), only
+    if it reaches the server ``conn`` reached (same postmaster start time), and never when the
+    DSN asks to verify the server's certificate (no TLS on a Unix socket).
+    """
+    info = conn.info
+    params = info.get_parameters()
+    if info.host not in _LOOPBACK or params.get("sslmode", "").startswith("verify"):
+        return dsn
+    try:
+        cur = await conn.execute(
+            "SELECT pg_postmaster_start_time(), current_setting('unix_socket_directories')"
+        )
+        started, dirs = await cur.fetchone() or (None, "")
+    except psycopg.Error:  # unix_socket_directories is readable by superusers only
+        await conn.rollback()
+        cur = await conn.execute(_STARTED)
+        started, dirs = (await cur.fetchone() or (None,))[0], "/var/run/postgresql"
+    for d in (x.strip() for x in str(dirs).split(",")):
+        if d and not d.startswith("@") and _private_socket(d, info.port):
+            candidate = _with_host(dsn, d)
+            try:
+                async with await psycopg.AsyncConnection.connect(candidate) as probe:
+                    same = (await (await probe.execute(_STARTED)).fetchone() or (None,))[0]
+            except psycopg.Error:
+                continue
+            if same is not None and same == started:
+                log.info("fast path: connecting to the upstream through its socket in %s", d)
+                return candidate
+    return dsn
+
+
+def _with_host(dsn: str, host: str) -> str:
+    params = {k: v for k, v in conninfo_to_dict(dsn).items() if k != "hostaddr"}
+    params["host"] = host
+    return make_conninfo("", **params)
+
+
+def _private_socket(directory: str, port: int) -> bool:
+    try:
+        if os.stat(directory).st_mode & stat.S_IWOTH:
+            return False
+        return stat.S_ISSOCK(os.stat(os.path.join(directory, f".s.PGSQL.{port}")).st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
