@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 from functools import lru_cache
 from typing import Any
 
@@ -53,40 +52,14 @@ def log_statement(**fields: Any) -> None:
     """Emit one JSON log line (analyst, fingerprint, outcome, epsilon, latency, ...).
 
     The same record and text as ``log.info(json.dumps(fields, default=str, separators=(",",
-    ":")))``, made without walking the stack for the caller (it is always this function) and
-    with the JSON written directly: this runs once per statement, on the server's event loop.
+    ":")))``, made without walking the stack for the caller (it is always this function): this
+    runs once per statement, on the server's event loop.
     """
     if log.isEnabledFor(logging.INFO):
-        text = "{" + ",".join(_prefix(k) + _json(v) for k, v in fields.items()) + "}"
-        log.handle(log.makeRecord(log.name, logging.INFO, __file__, _LINE, text, None, None,
-                                  "log_statement"))  # fmt: skip
+        record = log.makeRecord(log.name, logging.INFO, __file__, _LINE, _JSON.encode(fields),
+                                None, None, "log_statement")  # fmt: skip
+        log.handle(record)
 
 
 _LINE = log_statement.__code__.co_firstlineno
-_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-
-
-_PREFIXES: dict[str, str] = {}  # '"name":' per field name (names are the callers' keywords)
-
-
-def _prefix(k: str) -> str:
-    p = _PREFIXES.get(k)
-    if p is None:
-        p = _PREFIXES[k] = str(_quote(k)) + ":"
-    return p
-
-
-def _json(v: Any) -> str:
-    """``json.dumps(v, default=str)`` for one scalar value."""
-    t = type(v)
-    if t is str:
-        return str(_quote(v))
-    if t is bool:
-        return "true" if v else "false"
-    if t is int:
-        return int.__repr__(v)
-    if t is float:
-        return float.__repr__(v) if math.isfinite(v) else json.dumps(v)
-    if v is None:
-        return "null"
-    return json.dumps(v, default=str)
+_JSON = json.JSONEncoder(separators=(",", ":"), default=str)

@@ -59,10 +59,14 @@ class AsyncCancel:
         if self._conn is not None:
             self._start()
 
-    async def detach(self) -> None:
-        """The statement has ended: stop cancelling, and wait for a cancel request in flight, so
-        that it cannot reach the connection's next statement (another session's)."""
+    def detach(self) -> bool:
+        """The statement has ended: stop cancelling. True when a cancel request is in flight:
+        then await :meth:`sent` before the connection runs anything else, so that the request
+        cannot reach the connection's next statement (another session's)."""
         self._conn = None
+        return self._task is not None and not self._task.done()
+
+    async def sent(self) -> None:
         if self._task is not None and not self._task.done():
             await asyncio.wait([self._task], timeout=6)
 
@@ -204,7 +208,7 @@ class AsyncUpstream:
             QueryCanceled: 57014, cancelled or timed out.
             UpstreamError: PostgreSQL refused it (its text kept: no private data here).
         """
-        c = await self._acquire()
+        c = self._idle.pop() if self._idle else await self._acquire()
         ok = False
         if cancel is not None:
             cancel.attach(c.conn)
@@ -217,8 +221,8 @@ class AsyncUpstream:
             ok = True  # an error result leaves the connection usable (checked on release)
             raise upstream_error(e, False) from None
         finally:
-            if cancel is not None:
-                await cancel.detach()
+            if cancel is not None and cancel.detach():
+                await cancel.sent()
             self._release(c, ok=ok)
 
 

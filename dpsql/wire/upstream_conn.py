@@ -83,17 +83,35 @@ class UpstreamConn:
         out = []
         while True:
             if pg.is_busy():
-                if self._broken:
-                    raise psycopg.OperationalError("the upstream connection was lost")
-                self._waiter = self.loop.create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
+                await self._readable_and_done()
             res = pg.get_result()
             if res is None:
                 return out
             out.append(res)
+
+    async def _result(self) -> PGresult:
+        """The result of the one statement just sent (:meth:`_results` and :func:`_check`, with
+        the usual case, one result and the end of it read together, written out)."""
+        pg = self.pg
+        while pg.flush():
+            await self._writable()
+        if pg.is_busy():
+            await self._readable_and_done()
+        res = pg.get_result()
+        if res is None or res.status == ExecStatus.FATAL_ERROR or pg.is_busy():
+            return _check([res, *await self._results()] if res is not None else [])
+        end = pg.get_result()
+        return res if end is None else _check([res, end, *await self._results()])
+
+    async def _readable_and_done(self) -> None:
+        """Wait until PostgreSQL's answer is all read (libpq no longer busy)."""
+        if self._broken:
+            raise psycopg.OperationalError("the upstream connection was lost")
+        self._waiter = self.loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     def _writable(self) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = self.loop.create_future()
@@ -132,7 +150,7 @@ class UpstreamConn:
         else:
             pg.send_query_prepared(name, params or None, result_format=fmt)
         try:
-            res = _check(await self._results())
+            res = await self._result()
         except psycopg.errors.FeatureNotSupported:  # e.g. "cached plan must not change result
             if name is not None:  # type" after a schema change: prepare it anew next time
                 self._forget(key, name)
