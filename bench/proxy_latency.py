@@ -8,7 +8,10 @@ statements). For each scenario:
   difference of the medians (the latency the proxy adds);
 * throughput: queries per second with 1, 8 and 32 concurrent clients (``--clients``) for
   ``--seconds`` each, through the proxy (with each ``--workers`` count) and directly, their ratio,
-  and the per-query latency the proxy adds at that load (p50 / p99 over all clients' queries).
+  the per-query latency the proxy adds at that load (p50 / p99 over all clients' queries), and
+  the proxy's CPU time per statement (user + system time of the proxy's processes over the run,
+  divided by the statements answered): unlike queries per second it hardly depends on what else
+  the machine runs, so it is the number to compare between versions of the proxy.
 
 The proxy runs as in production: statement log on (INFO, to a file), default limits except
 ``--max-sessions-per-analyst 100``.
@@ -157,6 +160,24 @@ def _qps(dsn: str, load: Load, clients: int, seconds: float) -> tuple[float, lis
     return len(lats) / max(e for _, e in got), lats
 
 
+def _tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and its descendants (Linux)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
 def _engine_latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
     """engine.execute in-process (no wire): separates the engine's share of the added latency."""
     from dpsql.demo import POLICY
@@ -240,27 +261,29 @@ def _fresh(n: int, start: int = 0) -> list[str]:
 
 
 def _throughput(
-    a: argparse.Namespace, dsn: str, proxies: dict[int, str], scenarios: list[Any]
+    a: argparse.Namespace, dsn: str, proxies: dict[int, tuple[int, str]], scenarios: list[Any]
 ) -> None:
     print("| scenario | clients | direct qps | workers | proxy qps | ratio "
-          "| added p50 ms | added p99 ms |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| added p50 ms | added p99 ms | proxy CPU us/statement |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     run = 0
     for name, pload, dload in scenarios:
         for c in (int(x) for x in a.clients.split(",")):
             d, dl = _qps(dsn, dload, c, a.seconds)
-            for w, proxy in proxies.items():
+            for w, (pid, proxy) in proxies.items():
                 if pload.sqls and pload.setup:  # fresh statements: a new set for every run
                     run += 1
                     pload = Load(sqls=tuple(_fresh(FRESH, 10_000 * run)), setup=pload.setup)
+                cpu0 = _tree_cpu(pid)
                 p, pl = _qps(proxy, pload, c, a.seconds)
+                cpu = (_tree_cpu(pid) - cpu0) / max(len(pl), 1) * 1e6
                 if not pl or not dl:
-                    print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | - | - | - |")
+                    print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | - | - | - | - |")
                     continue
                 added50 = statistics.median(pl) - statistics.median(dl)
                 added99 = _pct(pl, 99) - _pct(dl, 99) if len(pl) > 1 and len(dl) > 1 else 0.0
                 print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | {p / d:.2f} "
-                      f"| {added50:+.3f} | {added99:+.3f} |", flush=True)  # fmt: skip
+                      f"| {added50:+.3f} | {added99:+.3f} | {cpu:,.0f} |", flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -285,11 +308,12 @@ def main() -> None:
     procs = []
     try:
         load_demo(dsn)
-        proxies: dict[int, str] = {}
+        proxies: dict[int, tuple[int, str]] = {}
         for w in (int(x) for x in a.workers.split(",")):
-            proc, proxies[w] = _start_proxy(dsn, ["--workers", str(w)])
+            proc, pdsn = _start_proxy(dsn, ["--workers", str(w)])
+            proxies[w] = (proc.pid, pdsn)
             procs.append(proc)
-        proxy = proxies[min(proxies)]
+        proxy = proxies[min(proxies)][1]
         rewritten = rewritten_sql(PRIVATE)
         print(f"PostgreSQL {psycopg.connect(dsn).info.server_version}, "
               f"{os.cpu_count()} CPUs, n={a.n}, {a.seconds:g}s per throughput point, "

@@ -341,7 +341,11 @@ class Engine:
         key = ("parameterized", prepared.text)
         hit = self._sql_cache.get(key)
         if hit is None:
-            hit = prepared.tree.sql("postgres") if template(prepared.tree) is not None else False
+            tree = prepared.tree
+            plain = template(tree) is not None and all(
+                map(_value_position, tree.find_all(exp.Parameter))
+            )
+            hit = tree.sql("postgres") if plain else False
             self._remember(key, hit)
         return str(hit) if hit else None
 
@@ -500,6 +504,21 @@ class Engine:
         from dpsql.execute.private import finish
 
         return finish(self, a, rel, session, describe_only=describe_only, plan=plan, cached=cached)
+
+
+def _value_position(p: exp.Parameter) -> bool:
+    """Whether PostgreSQL reads a literal in ``p``'s place as it reads a parameter there: not
+    where its grammar treats a constant specially (``ORDER BY 1`` / ``GROUP BY 1`` are column
+    positions, ``DISTINCT ON (1)`` too, and a minus sign is folded into the constant, which can
+    change its type: ``-2147483648`` is an int4)."""
+    node: exp.Expression = p
+    while isinstance(node.parent, (exp.Paren, exp.Tuple)):
+        node = node.parent
+    return not isinstance(node.parent, _CONSTANT_SYNTAX)
+
+
+_CONSTANT_SYNTAX = (exp.Neg, exp.Ordered, exp.Group, exp.Distinct, exp.Rollup, exp.Cube,
+                    exp.GroupingSets)  # fmt: skip
 
 
 def _sql_key(

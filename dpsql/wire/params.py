@@ -85,19 +85,17 @@ def infer_param_types(prepared: Any) -> tuple[int, ...]:
 
 
 # ---- parameters passed to the upstream as values (the fast path) -------------------------------
-_INT4_MAX, _INT8_MAX = 2**31 - 1, 2**63 - 1
-
-
-def _integer_oid(magnitude: int) -> int:
-    """PostgreSQL's type for an integer constant: int4, else int8, else numeric."""
-    return 23 if magnitude <= _INT4_MAX else 20 if magnitude <= _INT8_MAX else 1700
+def _integer_oid(v: int) -> int:
+    """PostgreSQL's type for an integer constant (its parser folds a minus sign into it): int4,
+    else int8, else numeric."""
+    return 23 if -(2**31) <= v < 2**31 else 20 if -(2**63) <= v < 2**63 else 1700
 
 
 def upstream_param(value: Any) -> tuple[int, bytes | None]:
     """The (type OID, text) that makes PostgreSQL read parameter ``value`` exactly as it reads the
     literal :func:`dpsql.sql.bind.literal` inlines for it: a string is untyped (OID 0, typed by its
     context like ``'text'``), an integer (or a number written without a point or exponent) is
-    int4 / int8 / numeric by magnitude, any other number is numeric, a date or timestamp has its
+    int4 / int8 / numeric by value, any other number is numeric, a date or timestamp has its
     cast's type. Only built-in types whose input reads no catalog are produced.
 
     >>> upstream_param(-5), upstream_param(2**40), upstream_param(1.5), upstream_param("x")
@@ -112,7 +110,7 @@ def upstream_param(value: Any) -> tuple[int, bytes | None]:
     if isinstance(value, bool):
         return 16, b"t" if value else b"f"
     if isinstance(value, int):
-        return _integer_oid(abs(value)), str(value).encode()
+        return _integer_oid(value), str(value).encode()
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidParameter("parameter values may not contain NUL characters")
@@ -122,8 +120,8 @@ def upstream_param(value: Any) -> tuple[int, bytes | None]:
         if not finite:
             raise InvalidParameter(f"parameter value {value} is not a finite number")
         text = format(value, "f") if isinstance(value, Decimal) else repr(value)
-        digits = text.lstrip("-")
-        return (_integer_oid(int(digits)) if digits.isdigit() else 1700), text.encode()
+        integral = text.lstrip("-").isdigit()
+        return (_integer_oid(int(text)) if integral else 1700), text.encode()
     if isinstance(value, dt.datetime):
         return (1184 if value.tzinfo else 1114), value.isoformat().encode()
     if isinstance(value, dt.date):

@@ -151,8 +151,11 @@ class UpstreamConn:
             pg.send_query_prepared(name, params or None, result_format=fmt)
         try:
             res = await self._result()
-        except psycopg.errors.FeatureNotSupported:  # e.g. "cached plan must not change result
-            if name is not None:  # type" after a schema change: prepare it anew next time
+        except psycopg.Error as e:
+            # After a schema change PostgreSQL re-plans a prepared statement with its parameter
+            # and result types fixed: "cached plan must not change result type" (0A000), or a
+            # parameter type that no longer fits (class 42). Prepare it anew next time.
+            if name is not None and (e.sqlstate or "")[:2] in ("0A", "42"):
                 self._forget(key, name)
             raise
         if name is None:
