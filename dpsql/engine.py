@@ -43,6 +43,10 @@ from dpsql.sql.rewrite.make_total import make_total
 
 Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
 MAX_DELTA = Fraction(1, 100)
+PARAMS_HINT = (
+    "bind one value per $n placeholder (the extended protocol: a driver's parameters, JDBC "
+    "PreparedStatement, psql \\bind), or write the values in the statement"
+)
 
 
 @dataclass(frozen=True)
@@ -253,7 +257,8 @@ class Engine:
     ) -> Result:
         if len(params) != prepared.param_count:
             raise InvalidParameter(
-                f"the statement takes {prepared.param_count} parameters, {len(params)} were given"
+                f"the statement takes {prepared.param_count} parameters, {len(params)} were given",
+                hint=PARAMS_HINT,
             )
         self._check_scope(prepared, session)
         if prepared.kind == "private":
@@ -295,7 +300,8 @@ class Engine:
         """
         if len(params) != prepared.param_count:
             raise InvalidParameter(
-                f"the statement takes {prepared.param_count} parameters, {len(params)} were given"
+                f"the statement takes {prepared.param_count} parameters, {len(params)} were given",
+                hint=PARAMS_HINT,
             )
         self._check_scope(prepared, session)
         text = self.cached_sql(prepared, session, params)

@@ -306,6 +306,16 @@ def test_extended_protocol_with_parameters(conn: Any, served: Any) -> None:
     assert _spent(served[1]) == before
 
 
+def test_unbound_parameters_refused_with_a_hint(conn: Any) -> None:
+    """EXPLAIN (GENERIC_PLAN) of "$1" without values: 22023 and what to do (bind or inline)."""
+    for sql in ("EXPLAIN (GENERIC_PLAN) SELECT name FROM regions WHERE code = $1",
+                "EXPLAIN SELECT count(*) FROM pums WHERE age > $1"):  # fmt: skip
+        with pytest.raises(pe.InvalidParameterValue) as ei:
+            conn.execute(sql)
+        assert "1 parameters, 0 were given" in str(ei.value)
+        assert ei.value.diag.message_hint and "bind" in ei.value.diag.message_hint
+
+
 def test_asyncpg(served: Any) -> None:
     if importlib.util.find_spec("asyncpg") is None:
         if IN_CI:
