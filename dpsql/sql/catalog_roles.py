@@ -123,6 +123,11 @@ def _folded(text: str) -> str:
     return text.lower()
 
 
+def _predefined(name: str) -> bool:
+    """PostgreSQL's predefined roles (``pg_monitor`` ...): no user role may start with pg_."""
+    return name.startswith("pg_")
+
+
 def _own_oid() -> exp.Expr:
     return template(_OWN_OID)
 
@@ -147,6 +152,8 @@ def _role_by_name(x: exp.Expr, analyst: str, *, fold: bool, public_ok: bool) -> 
     name = _folded(lit.name) if fold else lit.name
     if public_ok and name.lower() == "public" and (fold or name == "public"):
         return x
+    if _predefined(name):  # pg_monitor & co exist on every server: nothing to hide
+        return cast_to(cast_to(exp.Literal.string(name), "REGROLE"), "OID")
     if fold and name.isdigit():  # '16384'::regrole is a role id
         return _computed_role(x, analyst)
     if name != analyst:
@@ -174,13 +181,19 @@ def guard_roles(node: exp.Func, analyst: str) -> None:
         _replace(node, owner)
     elif name == "to_regrole" and len(args) == 1:
         lit = _literal(args[0])
-        if lit is not None and _folded(lit.name) != analyst:
-            _replace(node, cast_to(exp.null(), "OID"))
+        wanted = _folded(lit.name) if lit is not None else None
+        if wanted is not None and wanted != analyst and not _predefined(wanted):
+            _replace(node, cast_to(exp.null(), "OID"))  # missing, not an error
         else:
             _replace(node, _role_by_name(args[0], analyst, fold=True, public_ok=False))
     elif name == "pg_has_role" and len(args) in (2, 3):
-        for arg in args[: len(args) - 1]:
+        roles = args[: len(args) - 1]
+        for arg in roles:
             arg.replace(_role_by_name(arg, analyst, fold=False, public_ok=False))
+        if any((lit := _literal(a)) is not None and _predefined(lit.name) for a in roles):
+            # the analyst's role is a member of no predefined role (the upstream's would tell
+            # how dpsql is deployed, e.g. as a superuser)
+            _replace(node, exp.false())
     elif _ROLE_FIRST.get(name) == len(args):
         args[0].replace(_role_by_name(args[0], analyst, fold=False, public_ok=True))
     elif name == "shobj_description" and len(args) == 2:

@@ -145,6 +145,13 @@ def test_the_analyst_is_the_one_role(roles_engine: tuple[Engine, list[str]]) -> 
         " has_schema_privilege((SELECT oid FROM pg_roles), 'public', 'USAGE')"
     )
     assert outcome(e, checks) == ("ok", "[(True, True, True, True, True, True, True, True)]")
+    # predefined roles exist everywhere; the analyst is a member of none of them
+    predefined = (
+        "SELECT pg_has_role('pg_monitor', 'MEMBER'), pg_has_role('analyst', 'pg_read_all_data',"
+        " 'USAGE'), 'pg_monitor'::regrole IS NOT NULL, to_regrole('pg_monitor') IS NOT NULL,"
+        " has_table_privilege('pg_read_all_data', 'regions', 'SELECT') IS NOT NULL"
+    )
+    assert outcome(e, predefined) == ("ok", "[(False, False, True, True, True)]")
     # every owner reads as the analyst (psql \dt, \l)
     owners = outcome(e, PSQL_DT)[1]
     assert "'regions', 'analyst')" in owners
