@@ -274,7 +274,17 @@ OVERRIDES: dict[tuple[str, str], dict[str, str]] = {
     ("pg_catalog", "pg_tablespace"): {"spcacl": "NULL"},
     ("pg_catalog", "pg_language"): {"lanacl": "NULL"},
     ("pg_catalog", "pg_foreign_data_wrapper"): {"fdwacl": "NULL"},
-    ("pg_catalog", "pg_type"): {"typacl": "NULL", "typdefaultbin": "NULL"},
+    ("pg_catalog", "pg_type"): {
+        "typacl": "NULL",
+        "typdefaultbin": "NULL",
+        "typdefault": "CASE WHEN dpsql_named_deps('pg_catalog.pg_type', t.oid) "
+        "THEN t.typdefault END",
+    },
+    ("information_schema", "domains"): {
+        "domain_default": "CASE WHEN dpsql_named_deps('pg_catalog.pg_type', "
+        "to_regtype(quote_ident(t.domain_schema) || '.' || quote_ident(t.domain_name))) "
+        "THEN t.domain_default END",
+    },
     ("pg_catalog", "pg_proc"): {
         "proargtypes": "CAST(t.proargtypes AS TEXT)",  # an oidvector is not a JSON array
         "prosrc": _SYSTEM_PROC.format(c="t.prosrc"),
@@ -323,7 +333,7 @@ OVERRIDES: dict[tuple[str, str], dict[str, str]] = {
 # Large catalogs: rows for which no override changes anything pass through as they are (the
 # jsonb round trip costs ~0.2 ms a row), e.g. the many types without an ACL.
 PASS_THROUGH: dict[tuple[str, str], str] = {
-    ("pg_catalog", "pg_type"): "t.typacl IS NULL AND t.typdefaultbin IS NULL",
+    ("pg_catalog", "pg_type"): "t.typacl IS NULL AND t.typdefault IS NULL",
     ("pg_catalog", "pg_proc"): f"t.proacl IS NULL AND t.pronamespace IN {_SYSTEM_NSP}",
     ("information_schema", "columns"): "t.column_default IS NULL AND "
     f"t.generation_expression IS NULL OR t.table_schema IN {_SYSTEM}",

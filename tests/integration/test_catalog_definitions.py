@@ -28,6 +28,8 @@ CREATE TABLE shop (code text PRIMARY KEY, n int DEFAULT nextval('salaries_seq'),
                    m int DEFAULT 3 CHECK (m > 0), k int CHECK (hr.f(k) > 0));
 CREATE INDEX shop_bad ON shop (hr.f(k));
 CREATE INDEX shop_ok ON shop (abs(m));
+CREATE DOMAIN d_bad AS int DEFAULT nextval('salaries_seq');
+CREATE DOMAIN d_ok AS int DEFAULT 7;
 CREATE VIEW v_ok AS SELECT code FROM shop;
 CREATE VIEW v_bad AS SELECT s.code FROM shop s JOIN salaries x ON x.x = s.m;
 CREATE MATERIALIZED VIEW mv_bad AS SELECT count(*) AS n FROM salaries;
@@ -86,6 +88,9 @@ QUERIES = [
     "WHERE indrelid = 'shop'::regclass",
     "SELECT pg_get_indexdef(to_regclass('shop_bad'))",
     "SELECT * FROM pg_indexes WHERE tablename = 'shop'",
+    "SELECT typname, typdefault FROM pg_type WHERE typname LIKE 'd\\_%'",
+    "SELECT t.* FROM pg_type t WHERE typname = 'd_bad'",
+    "SELECT domain_name, domain_default FROM information_schema.domains",
 ]
 
 
@@ -108,6 +113,9 @@ def test_definitions_of_visible_things_are_kept(eng: Engine) -> None:
                        "WHERE conrelid = 'shop'::regclass AND contype = 'c'")  # fmt: skip
     assert checks == [("CHECK ((m > 0))",)]
     assert rows(eng, "SELECT tgname FROM pg_trigger") == [("t_ok",)]
+    domains = rows(eng, "SELECT domain_name, domain_default FROM information_schema.domains "
+                        "WHERE domain_schema = 'public' ORDER BY 1")  # fmt: skip
+    assert domains == [("d_bad", None), ("d_ok", "7")]
     indexes = rows(eng, "SELECT indexname FROM pg_indexes WHERE tablename = 'shop' ORDER BY 1")
     assert indexes == [("shop_ok",), ("shop_pkey",)]
     assert rows(eng, "SELECT policyname FROM pg_policies") == [("p_ok",)]
