@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.limits import FailureLog, SessionLimits
 from dpsql.wire.relay import SLOTS, CancelRelay
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_limits_are_summed_over_worker_rows_and_reset_per_worker() -> None:
@@ -97,18 +100,44 @@ def test_failure_log_keeps_the_latest_failures_only() -> None:
     assert not log.full("k")
 
 
-def test_failure_log_is_shared_by_forked_workers() -> None:
-    log = FailureLog(limit=4, window_s=60, shared=True)
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=log.add, args=("h:10.0.0.1",)) for _ in range(3)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(10)
-        assert p.exitcode == 0
-    assert log.count("h:10.0.0.1") == 3 and not log.full("h:10.0.0.1")
-    log.add("h:10.0.0.1")
-    assert log.full("h:10.0.0.1")
+# Forked in a fresh interpreter: pytest's process may have threads (JAX, thread pools) by then,
+# and forking a threaded process can deadlock the child.
+_FORKED = """
+import multiprocessing as mp
+from dpsql.wire.auth import LoginLimiter
+from dpsql.wire.limits import FailureLog
+
+def run(target, *args):
+    p = mp.get_context("fork").Process(target=target, args=args)
+    p.start()
+    p.join(10)
+    assert p.exitcode == 0
+
+log = FailureLog(limit=4, window_s=60, shared=True)
+for _ in range(3):
+    run(log.add, "h:10.0.0.1")
+assert log.count("h:10.0.0.1") == 3 and not log.full("h:10.0.0.1")
+log.add("h:10.0.0.1")
+assert log.full("h:10.0.0.1")
+
+lim = LoginLimiter(max_failures=2, window_s=60, max_per_host=3, shared=True)
+run(lim.failed, "ann", "h1")
+assert not lim.blocked("ann", "h2")
+lim.failed("ann", "h2")
+assert lim.blocked("ann", "h3") and not lim.blocked("bob", "h1")
+run(lim.failed, "bob", "h1")
+lim.failed("cy", "h1")
+assert lim.blocked("dan", "h1")  # the host's three failures, from three processes
+run(lim.succeeded, "ann")
+assert not lim.blocked("ann", "h2")
+print("ok")
+"""
+
+
+def test_failure_log_and_login_limiter_are_shared_by_forked_workers() -> None:
+    out = subprocess.run([sys.executable, "-c", _FORKED], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
 
 
 def test_failure_log_full_table_reuses_the_stalest_row() -> None:
@@ -131,19 +160,3 @@ def test_failure_log_reuses_expired_rows() -> None:
     log.add("c")
     log.add("d")
     assert log.full("c") and log.full("d") and not log.full("a") and not log.full("b")
-
-
-def test_login_limiter_counts_across_workers() -> None:
-    lim = LoginLimiter(max_failures=2, window_s=60, max_per_host=3, shared=True)
-    ctx = mp.get_context("fork")
-    p = ctx.Process(target=lim.failed, args=("ann", "h1"))
-    p.start()
-    p.join(10)
-    assert not lim.blocked("ann", "h2")
-    lim.failed("ann", "h2")
-    assert lim.blocked("ann", "h3") and not lim.blocked("bob", "h1")
-    lim.failed("bob", "h1")
-    lim.failed("cy", "h1")
-    assert lim.blocked("dan", "h1")  # the host's three failures, from two processes
-    lim.succeeded("ann")
-    assert not lim.blocked("ann", "h2")
