@@ -129,7 +129,10 @@ def test_a_statement_sent_during_the_shutdown_is_refused_before_it_is_charged(
         _wait_busy(srv, out_a)
         stopping = threading.Thread(target=srv.stop)
         stopping.start()
-        time.sleep(0.5)  # the shutdown has started: a is still waiting for its moment
+        deadline = time.monotonic() + 2  # a waits until about 3 s: still waiting after this
+        while not srv.server._stopping and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert srv.server._stopping and not out_a, "the shutdown did not start in time"
         with pytest.raises(psycopg.OperationalError, match="terminating connection"):
             b.execute("SELECT COUNT(*), 8 FROM t WHERE v > 2").fetchone()
         stopping.join(20)
