@@ -97,10 +97,15 @@ class Channel:
         return self._out_size >= _FLUSH_AT
 
     async def flush(self) -> None:
+        """Write what is buffered; wait while the client reads too slowly (back-pressure)."""
         if self._out:
-            self.writer.write(b"".join(self._out))
-            self._out.clear()
+            out = self._out
+            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
             self._out_size = 0
+        transport = self.writer.transport
+        if transport.get_write_buffer_size() == 0 and not transport.is_closing():
+            return  # all written: nothing to wait for
         try:
             await self.writer.drain()
         except (ConnectionError, ssl.SSLError) as e:

@@ -118,6 +118,37 @@ class Extended:
             self.failed()
             await self.s.ch.flush()  # as PostgreSQL, an error goes out at once
 
+    async def pipelined(self, bind: Frame) -> bool:
+        """Handle a Bind and the Describe (of its portal), Execute (of it) and Sync already
+        received behind it: the messages libpq, psycopg and most drivers send to run a prepared
+        statement. They are handled exactly as one by one (:meth:`handle`), without a trip
+        through the session's message loop for each. False, with nothing consumed or done, for
+        any other sequence (or a malformed message, reported where the loop meets it)."""
+        decoder = self.s.ch.decoder
+        got = decoder.peek_frames(3)
+        if got is None:
+            return False
+        (d, e, sync), end = got
+        if d.code != b"D" or e.code != b"E" or sync.code != b"S":
+            return False
+        try:
+            b_msg, d_msg = m.Bind.decode(bind.body), m.Describe.decode(d.body)
+            e_msg, s_msg = m.Execute.decode(e.body), m.Sync.decode(sync.body)
+        except DpsqlError:
+            return False
+        if d_msg.kind != "P" or d_msg.name != b_msg.portal or e_msg.portal != b_msg.portal:
+            return False
+        decoder.consume_to(end)
+        try:
+            self.bind(b_msg)
+            await self.describe(d_msg, executes_next=True)
+            await self.execute(e_msg)
+        except Exception as err:
+            self.s.send_error(err)
+            self.failed()  # the Sync right behind flushes the error with ReadyForQuery
+        await self.handle(s_msg)
+        return True
+
     def _check_txn(self, stmt: Statement) -> None:
         if stmt.session is None or stmt.session.kind not in _TXN_KINDS:
             self.s.state.check_not_failed()
@@ -183,7 +214,9 @@ class Extended:
             prep.described[key] = cols
         return cols
 
-    async def describe(self, msg: m.Describe) -> None:
+    async def describe(self, msg: m.Describe, *, executes_next: bool = False) -> None:
+        """``executes_next``: an Execute of the described portal follows (see
+        :meth:`_executes_next`)."""
         if msg.kind == "S":
             prep = self.statements.get(msg.name)
             if prep is None:
@@ -195,7 +228,7 @@ class Extended:
             portal = self.portals.get(msg.name)
             if portal is None:
                 raise _undefined("portal", msg.name, "34000")
-            if portal.result is None and self._executes_next(msg.name):
+            if portal.result is None and (executes_next or self._executes_next(msg.name)):
                 await self._run(portal)  # its columns come with the rows: no separate describe
             res = portal.result
             cols = tuple(res.columns) if res is not None else await self.columns(portal.prepared)

@@ -83,6 +83,27 @@ class FrameDecoder:
         self._pos = pos
         return frame
 
+    def peek_frames(self, n: int) -> tuple[list[Frame], int] | None:
+        """The next ``n`` complete frames without consuming them, and the position after them
+        (for :meth:`consume_to`); None unless all ``n`` are here and well framed."""
+        pos, frames = self._pos, []
+        try:
+            for _ in range(n):
+                frame = self.next()
+                if frame is None:
+                    return None
+                frames.append(frame)
+            return frames, self._pos
+        except ProtocolViolation:
+            return None
+        finally:
+            self._pos = pos
+
+    def consume_to(self, pos: int) -> None:
+        """Consume the frames :meth:`peek_frames` returned (``pos``: the position it gave)."""
+        self._pos = pos
+        self._peeked = None
+
     def next(self) -> Frame | None:
         """The next complete frame, or None until more bytes arrive.
 

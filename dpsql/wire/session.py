@@ -242,6 +242,8 @@ class Session:
                 return
             if self.extended.skipping and self.extended.in_batch(code) and code != b"H":
                 continue  # after an error, discard until Sync without even decoding
+            if code == b"B" and not self.extended.skipping and await self.extended.pipelined(frame):
+                continue
             ahead = self.extended.lookahead
             try:
                 if ahead is not None and ahead[0] is frame:

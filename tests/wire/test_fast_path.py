@@ -195,3 +195,52 @@ def test_cancel_sent_before_the_query_reaches_postgresql(
     assert errors and errors[0].fields["C"] == "57014", msgs
     assert time.monotonic() - t0 < 10
     c.close()
+
+
+def _exchange(port: int, pipelined: bool) -> list[Any]:
+    """A script of extended-protocol batches, each sent in one write (the session's pipelined
+    lane) or message by message (its loop): the answers must be the same."""
+    c = RawClient(port)
+    c.login(USER, PASSWORD)
+    c.send(m.Parse("one", "SELECT code, name FROM regions WHERE code = $1", ()), m.Sync())
+    c.send(m.Parse("many", "SELECT code FROM regions WHERE code <> $1 ORDER BY code", ()))
+    c.send(m.Parse("div", "SELECT 1 / $1::int AS x", ()), m.Sync())
+    out: list[Any] = [c.until_ready(), c.until_ready()]
+    batches: list[tuple[Any, ...]] = [
+        (m.Bind("", "one", (), (b"N",), ()), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Bind("", "one", (), (b"N",), (1,)), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Bind("", "many", (), (b"N",), ()), m.Describe("P", ""), m.Execute("", 2)),
+        (m.Bind("", "nope", (), (), ()), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Bind("", "one", (), (), ()), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Bind("p", "one", (), (b"S",), ()), m.Describe("P", "q"), m.Execute("p", 0)),
+        (m.Query("BEGIN"),),
+        (m.Bind("", "one", (), (b"S",), ()), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Bind("", "div", (), (b"0",), ()), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Bind("", "one", (), (b"S",), ()), m.Describe("P", ""), m.Execute("", 0)),
+        (m.Query("ROLLBACK"),),
+    ]
+    for batch in batches:
+        msgs = batch if isinstance(batch[0], m.Query) else (*batch, m.Sync())
+        if pipelined:
+            c.send(*msgs)
+        else:
+            for msg in msgs:
+                c.send(msg)
+                time.sleep(0.02)  # each arrives alone: the loop handles it
+        out.append(c.until_ready())
+    c.close()
+    return out
+
+
+def test_pipelined_batch_answers_as_message_by_message(
+    servers: tuple[ServerThread, ServerThread],
+) -> None:
+    fast, _ = servers
+    one_by_one, pipelined = _exchange(fast.port, False), _exchange(fast.port, True)
+    assert pipelined == one_by_one
+    codes = [[type(x).__name__ for x in answer] for answer in pipelined[2:]]
+    assert codes[0] == ["BindComplete", "RowDescription", "DataRow", "CommandComplete",
+                        "ReadyForQuery"]  # fmt: skip
+    assert codes[2][-2:] == ["PortalSuspended", "ReadyForQuery"]
+    assert codes[3] == ["ErrorResponse", "ReadyForQuery"]  # an unknown statement
+    assert pipelined[-3][-2].fields["C"] == "22012" and pipelined[-3][-1].status == "E"
