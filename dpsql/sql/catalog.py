@@ -71,10 +71,10 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     for node in funcs:
         check_function(node)
     roles.replace_role_references(query, analyst)  # before dpsql's own SQL (it reads the real one)
-    seen = roles.client_columns(query)
+    overridden = roles.overridden_tables(query, tables)
     used = False
     for table in tables:
-        used |= _rewrite_relation(table, policy, analyst, seen)
+        used |= _rewrite_relation(table, policy, analyst, id(table) in overridden)
     for node in reversed([f for f in funcs if f.root() is query]):
         roles.guard_roles(node, analyst)
         used |= node.root() is query and guard(node)
@@ -216,9 +216,7 @@ def _catalog_name(table: exp.Table) -> tuple[str, str] | None:
     return None
 
 
-def _rewrite_relation(
-    table: exp.Table, policy: Policy, analyst: str, seen: frozenset[str] | None
-) -> bool:
+def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden: bool) -> bool:
     """Replace a catalog relation by its filtered form; refuse other relations."""
     if isinstance(table.this, exp.Func):
         return False  # a set-returning function, checked with the functions
@@ -248,7 +246,7 @@ def _rewrite_relation(
     alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
     sub = (
         roles.overridden_relation(schema, name, relation_filter(schema, name), analyst)
-        if roles.needs_overrides(schema, name, seen)
+        if overridden
         else filtered_relation(schema, name)
     )
     table.replace(exp.Subquery(this=sub, alias=alias))

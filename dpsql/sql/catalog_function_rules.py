@@ -13,7 +13,7 @@ GUARDED_FUNCTIONS: dict[str, tuple[int, str]] = {
     "format_type": (0, "type"),
     "pg_get_expr": (1, "rel"),
     "pg_get_constraintdef": (0, "con"),
-    "pg_get_indexdef": (0, "rel"),
+    "pg_get_indexdef": (0, "index"),
     "pg_get_viewdef": (0, "view"),
     "pg_get_triggerdef": (0, "trigger"),
     "pg_get_ruledef": (0, "rule"),

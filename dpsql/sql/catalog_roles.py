@@ -32,6 +32,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import UndefinedObject
+from dpsql.sql.catalog_functions import ident_name
 from dpsql.sql.catalog_sql import cast_target, cast_to, fill, template
 
 # SQL keywords that read the session's role (unquoted, they are never column names).
@@ -342,29 +343,34 @@ PASS_THROUGH: dict[tuple[str, str], str] = {
 }
 
 
-def client_columns(query: exp.Expr) -> frozenset[str] | None:
-    """The column names the client's query reads, or None when it reads whole rows (``*``,
-    ``t.*``, a row value such as ``row_to_json(t)``): then every column may be seen."""
-    aliases = {t.alias_or_name.lower() for t in query.find_all(exp.Table)}
-    names: set[str] = set()
-    for node in query.find_all(exp.Star):
-        if isinstance(node.parent, (exp.Select, exp.Column)):
-            return None
-    for col in query.find_all(exp.Column):
-        name = col.name.lower()
-        if not col.table and name in aliases:
-            return None
-        names.add(name)
-    return frozenset(names)
+def overridden_tables(query: exp.Expr, tables: list[exp.Table]) -> set[int]:
+    """ids of the catalog relations in ``query`` whose overridden columns the client may read:
+    by name (qualified with the relation's alias, or unqualified), with ``alias.*`` or a bare
+    ``*``, or as a whole-row value (``row_to_json(alias)``). The others are read plainly (which
+    plans better). Call before any relation is rewritten."""
+    stars = [
+        s.parent for s in query.find_all(exp.Star) if isinstance(s.parent, (exp.Select, exp.Column))
+    ]
+    columns = list(query.find_all(exp.Column))
+    out: set[int] = set()
+    for table in tables:
+        key = (ident_name(table.args.get("db")) or "pg_catalog", ident_name(table.this))
+        if key not in OVERRIDES:
+            continue
+        alias = table.alias_or_name.lower()
+        wanted = set(OVERRIDES[key]) - _REPRESENTATION
 
+        def reads(col: exp.Column, alias: str = alias, wanted: set[str] = wanted) -> bool:
+            name, qualifier = col.name.lower(), col.table.lower()
+            if isinstance(col.this, exp.Star):
+                return qualifier == alias
+            return (not qualifier and name == alias) or (
+                name in wanted and qualifier in ("", alias)
+            )
 
-def needs_overrides(schema: str, name: str, seen: frozenset[str] | None) -> bool:
-    """False for a large catalog whose overridden columns the client does not read."""
-    if (schema, name) not in OVERRIDES:
-        return False
-    if (schema, name) not in PASS_THROUGH or seen is None:
-        return True
-    return bool(seen & (set(OVERRIDES[(schema, name)]) - _REPRESENTATION))
+        if any(isinstance(p, exp.Select) for p in stars) or any(reads(c) for c in columns):
+            out.add(id(table))
+    return out
 
 
 # Overrides that only keep the jsonb round trip working (node trees and vectors that can't be
@@ -394,12 +400,13 @@ def overridden_relation(schema: str, name: str, where: exp.Expr, analyst: str) -
         alias=exp.TableAlias(this=exp.to_identifier("r")),
     )
     source = exp.table_(name, db=schema, alias="t")
-    rewritten = exp.select("r.*").from_(source).join(record, join_type="CROSS")
+    # OFFSET 0: planned on its own (few rows), never re-run inside the client's joins
+    rewritten = exp.select("r.*").from_(source).join(record, join_type="CROSS").offset(0)
     keep = PASS_THROUGH.get((schema, name))
     if keep is None:
         return rewritten.where(where)
     cond = template(keep)
     same = exp.select("t.*").from_(source.copy()).where(exp.and_(where.copy(), cond.copy()))
-    return exp.union(
-        same, rewritten.where(exp.and_(where, exp.not_(exp.paren(cond)))), distinct=False
-    )
+    changed = rewritten.where(exp.and_(where, exp.not_(exp.paren(cond))))
+    both = exp.union(same, changed.subquery(), distinct=False)
+    return exp.select("*").from_(both.subquery("u")).offset(0)  # computed once, then joined

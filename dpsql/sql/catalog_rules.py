@@ -62,17 +62,6 @@ VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
                                ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid
                             WHERE x.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
                               AND x.objid = i.indexrelid)
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS x
-                             JOIN pg_catalog.pg_proc AS p ON p.oid = x.refobjid
-                            WHERE x.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
-                              AND x.objid = i.indexrelid
-                              AND x.refclassid = CAST('pg_catalog.pg_proc' AS REGCLASS)
-                              AND NOT p.pronamespace IN (
-                                  SELECT n.oid FROM pg_catalog.pg_namespace AS n
-                                   WHERE n.nspname IN ('pg_catalog', 'information_schema', 'public')
-                                  UNION
-                                  SELECT c.relnamespace FROM pg_catalog.pg_class AS c
-                                   WHERE c.oid IN (SELECT oid FROM dpsql_vis_table)))
         UNION ALL
         SELECT d.objid FROM pg_catalog.pg_depend AS d
          WHERE d.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
@@ -105,6 +94,23 @@ VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
                               AND NOT e.typrelid IN (SELECT oid FROM dpsql_vis_rel))
         """,
     ),
+    (
+        # objects whose definition depends on a hidden relation, column, function or type
+        # (computed once per query, only when a definition is read)
+        "dpsql_hidden_dep",
+        """
+        SELECT dd.classid, dd.objid FROM pg_catalog.pg_depend AS dd
+         WHERE (dd.refclassid = CAST('pg_catalog.pg_class' AS REGCLASS)
+                AND (NOT dd.refobjid IN (SELECT oid FROM dpsql_vis_rel)
+                     OR EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
+                                 WHERE h.attrelid = dd.refobjid AND h.attnum = dd.refobjsubid)))
+            OR (dd.refclassid = CAST('pg_catalog.pg_proc' AS REGCLASS)
+                AND NOT dd.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc AS p
+                                         WHERE p.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)))
+            OR (dd.refclassid = CAST('pg_catalog.pg_type' AS REGCLASS)
+                AND NOT dd.refobjid IN (SELECT oid FROM dpsql_vis_type))
+        """,
+    ),
 )
 
 # Predicates over one object id, keyed by kind (``__x__`` is the guarded expression).
@@ -115,6 +121,9 @@ VISIBLE: dict[str, str] = {
     "con": "__x__ IN (SELECT vk.oid FROM __pg_constraint__ AS vk)",
     "trigger": "__x__ IN (SELECT vt.oid FROM __pg_trigger__ AS vt)",
     "rule": "__x__ IN (SELECT vr.oid FROM __pg_rewrite__ AS vr)",
+    # an index whose definition names nothing hidden (a function in a hidden schema)
+    "index": "__x__ IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND dpsql_named_deps('pg_catalog.pg_class', __x__)",
     # a view whose definition (its rules) mentions only visible relations, columns, functions
     "view": "__x__ IN (SELECT oid FROM dpsql_vis_rel) AND NOT EXISTS (SELECT 1 FROM "
     "pg_catalog.pg_rewrite AS rw WHERE rw.ev_class = __x__ "
@@ -141,6 +150,7 @@ KIND_TYPE: dict[str, str] = {
     "trigger": "OID",
     "rule": "OID",
     "view": "REGCLASS",
+    "index": "REGCLASS",
     "body": "OID",
     "stx": "OID",
     "proc": "OID",
@@ -163,7 +173,8 @@ CATALOG_FILTERS: dict[str, str] = {
     "ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid "
     "WHERE x.classid = CAST('pg_catalog.pg_attrdef' AS REGCLASS) AND x.objid = t.oid)",
     "pg_index": "t.indrelid IN (SELECT oid FROM dpsql_vis_rel) "
-    "AND t.indexrelid IN (SELECT oid FROM dpsql_vis_rel)",
+    "AND t.indexrelid IN (SELECT oid FROM dpsql_vis_rel) "
+    "AND dpsql_named_deps('pg_catalog.pg_class', t.indexrelid)",
     "pg_constraint": "(t.conrelid = 0 OR t.conrelid IN (SELECT oid FROM dpsql_vis_rel)) "
     "AND (t.confrelid = 0 OR t.confrelid IN (SELECT oid FROM dpsql_vis_rel)) "
     "AND (t.contypid = 0 OR t.contypid IN (SELECT oid FROM dpsql_vis_type)) "
@@ -225,7 +236,9 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_policies": "dpsql_named_rel(t.schemaname, t.tablename) AND EXISTS (SELECT 1 FROM "
     "__pg_policy__ AS vp WHERE vp.polname = t.policyname AND vp.polrelid = "
     "to_regclass(quote_ident(t.schemaname) || '.' || quote_ident(t.tablename)))",
-    "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) AND dpsql_named_rel(t.schemaname, t.indexname)",
+    "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) AND dpsql_named_rel(t.schemaname, "
+    "t.indexname) AND dpsql_named_deps('pg_catalog.pg_class', "
+    "to_regclass(quote_ident(t.schemaname) || '.' || quote_ident(t.indexname)))",
     **dict.fromkeys(
         (
             "pg_am",
@@ -366,18 +379,9 @@ NAMED_PREDICATES: dict[str, str] = {
     "named_nsp": "__1__ IN (SELECT vn.nspname FROM pg_catalog.pg_namespace AS vn "
     "WHERE vn.oid IN (SELECT oid FROM dpsql_vis_nsp))",
     # every dependency of an object (class __1__, id __2__) is visible: its definition (a view's
-    # rule, a default, a check, a trigger, a policy) names no hidden relation, column, function
-    # or type
-    "named_deps": "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS dd "
-    "WHERE dd.classid = CAST(__1__ AS REGCLASS) AND dd.objid = __2__ AND ("
-    "(dd.refclassid = CAST('pg_catalog.pg_class' AS REGCLASS) AND "
-    "(NOT dd.refobjid IN (SELECT oid FROM dpsql_vis_rel) OR EXISTS (SELECT 1 FROM "
-    "dpsql_hidden_att AS h WHERE h.attrelid = dd.refobjid AND h.attnum = dd.refobjsubid))) "
-    "OR (dd.refclassid = CAST('pg_catalog.pg_proc' AS REGCLASS) AND NOT dd.refobjid IN "
-    "(SELECT p.oid FROM pg_catalog.pg_proc AS p WHERE p.pronamespace IN "
-    "(SELECT oid FROM dpsql_vis_nsp))) "
-    "OR (dd.refclassid = CAST('pg_catalog.pg_type' AS REGCLASS) AND NOT dd.refobjid IN "
-    "(SELECT oid FROM dpsql_vis_type))))",
+    # rule, a default, a check, a trigger, a policy, an index) names nothing hidden
+    "named_deps": "NOT EXISTS (SELECT 1 FROM dpsql_hidden_dep AS hd "
+    "WHERE hd.classid = CAST(__1__ AS REGCLASS) AND hd.objid = __2__)",
     "named_con": "EXISTS (SELECT 1 FROM __pg_constraint__ AS vk "
     "JOIN pg_catalog.pg_namespace AS vn ON vn.oid = vk.connamespace "
     "WHERE vn.nspname = __1__ AND vk.conname = __2__)",
