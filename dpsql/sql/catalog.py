@@ -31,6 +31,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
+from dpsql.sql import catalog_overrides as overrides
 from dpsql.sql import catalog_roles as roles
 from dpsql.sql import catalog_rules as rules
 from dpsql.sql.catalog_functions import (
@@ -71,7 +72,7 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     for node in funcs:
         check_function(node)
     roles.replace_role_references(query, analyst)  # before dpsql's own SQL (it reads the real one)
-    overridden = roles.overridden_tables(query, tables)
+    overridden = overrides.overridden_tables(query, tables)
     used = False
     for table in tables:
         used |= _rewrite_relation(table, policy, analyst, id(table) in overridden)
@@ -245,7 +246,7 @@ def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden
     schema, name = found
     alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
     sub = (
-        roles.overridden_relation(schema, name, relation_filter(schema, name), analyst)
+        overrides.overridden_relation(schema, name, relation_filter(schema, name), analyst)
         if overridden
         else filtered_relation(schema, name)
     )
