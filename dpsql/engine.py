@@ -29,7 +29,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.analyze import analyze
-from dpsql.sql.bind import bind, param_count, template
+from dpsql.sql.bind import bind, check_params, param_count, template
 from dpsql.sql.classify import classify
 from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
@@ -43,10 +43,6 @@ from dpsql.sql.rewrite.make_total import make_total
 
 Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
 MAX_DELTA = Fraction(1, 100)
-PARAMS_HINT = (
-    "bind one value per $n placeholder (the extended protocol: a driver's parameters, JDBC "
-    "PreparedStatement, psql \\bind), or write the values in the statement"
-)
 
 
 @dataclass(frozen=True)
@@ -255,11 +251,7 @@ class Engine:
         params: Sequence[Any] = (),
         cancel: CancelToken | None = None,
     ) -> Result:
-        if len(params) != prepared.param_count:
-            raise InvalidParameter(
-                f"the statement takes {prepared.param_count} parameters, {len(params)} were given",
-                hint=PARAMS_HINT,
-            )
+        check_params(prepared.tree, prepared.param_count, len(params))
         self._check_scope(prepared, session)
         if prepared.kind == "private":
             from dpsql.execute.private import run_private
@@ -295,14 +287,10 @@ class Engine:
         own (asynchronous) connection to the upstream may run the text itself.
 
         Raises:
-            InvalidParameter: wrong number of parameters.
+            UndefinedParameter, ProtocolViolation: wrong number of parameters (42P02, 08P01).
             PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement.
         """
-        if len(params) != prepared.param_count:
-            raise InvalidParameter(
-                f"the statement takes {prepared.param_count} parameters, {len(params)} were given",
-                hint=PARAMS_HINT,
-            )
+        check_params(prepared.tree, prepared.param_count, len(params))
         self._check_scope(prepared, session)
         text = self.cached_sql(prepared, session, params)
         if text is None:

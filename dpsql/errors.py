@@ -96,6 +96,12 @@ class UndefinedColumn(DpsqlError):
     sqlstate = "42703"
 
 
+class UndefinedParameter(DpsqlError):
+    """A ``$n`` placeholder without a value (``SELECT $1`` in a simple query)."""
+
+    sqlstate = "42P02"
+
+
 class UndefinedObject(DpsqlError):
     sqlstate = "42704"
 

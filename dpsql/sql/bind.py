@@ -14,7 +14,12 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-from dpsql.errors import InvalidParameter, ProtocolViolation
+from dpsql.errors import InvalidParameter, ProtocolViolation, UndefinedParameter
+
+PARAMS_HINT = (
+    "bind one value per $n placeholder (the extended protocol: a driver's parameters, JDBC "
+    "PreparedStatement, psql \\bind), or write the values in the statement"
+)
 
 
 def literal(value: Any) -> exp.Expression:
@@ -52,6 +57,37 @@ def param_count(tree: exp.Expression) -> int:
         if isinstance(p.this, exp.Literal) and str(p.this.this).isdigit():
             n = max(n, int(p.this.this))
     return n
+
+
+def check_params(tree: exp.Expression | None, expected: int, given: int) -> None:
+    """Refuse a wrong number of parameter values with PostgreSQL's codes.
+
+    No values for a statement with placeholders (``$1`` in a simple query) is 42P02 "there is no
+    parameter $n", naming the first placeholder in the statement as PostgreSQL does; any other
+    count that differs is 08P01, as PostgreSQL answers a Bind with the wrong number of values.
+
+    >>> from sqlglot import parse_one
+    >>> check_params(parse_one("SELECT $2 + $1", read="postgres"), 2, 0)
+    Traceback (most recent call last):
+    dpsql.errors.UndefinedParameter: there is no parameter $2
+
+    Raises:
+        UndefinedParameter: 42P02, no values at all.
+        ProtocolViolation: 08P01, some values but not as many as the placeholders.
+    """
+    if given == expected:
+        return
+    if given == 0:
+        first = next(
+            (int(p.this.this) for p in (tree.find_all(exp.Parameter, bfs=False) if tree else ())
+             if isinstance(p.this, exp.Literal) and str(p.this.this).isdigit()),
+            1,
+        )  # fmt: skip
+        raise UndefinedParameter(f"there is no parameter ${first}", hint=PARAMS_HINT)
+    raise ProtocolViolation(
+        f"{given} parameter values were supplied, but the statement requires {expected}",
+        hint=PARAMS_HINT,
+    )
 
 
 def bind(tree: exp.Expression, params: Sequence[Any]) -> exp.Expression:

@@ -189,7 +189,10 @@ class Extended:
             )  # fmt: skip
             for i, v in enumerate(msg.params)
         )
-        self.portals[msg.portal] = Portal(prep, params, msg.result_formats)
+        # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
+        # the extra values, so the engine gets only the statement's own.
+        used = params[: prep.stmt.param_count]
+        self.portals[msg.portal] = Portal(prep, used, msg.result_formats)
         self.s.ch.send(_BIND_COMPLETE)
 
     async def columns(self, prep: Prepared) -> tuple[ResultColumn, ...]:
