@@ -23,6 +23,10 @@ AuthMethod = Literal["scram-sha-256", "md5", "password", "trust"]
 AUTH_METHODS: tuple[str, ...] = ("scram-sha-256", "md5", "password", "trust")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
+# Failed logins are kept per name and per address in fixed tables of 4096 rows x the limit
+# (dpsql.wire.limits.FailureLog): 1000 keeps each table at 32 MiB.
+MAX_LOGIN_FAILURES = 1000
+
 _VAR = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$\{")
 
 
@@ -116,6 +120,15 @@ class ServerSettings(_Strict):
     max_sessions: Annotated[int, Field(ge=1)] | None = None
     max_sessions_per_analyst: Annotated[int, Field(ge=1)] | None = None
     max_message_size: Annotated[int, Field(ge=1024)] | None = None
+    max_login_failures: Annotated[int, Field(ge=1, le=MAX_LOGIN_FAILURES)] | None = Field(
+        default=None, description="failed logins per analyst within the window (default 5)"
+    )
+    max_login_failures_per_host: Annotated[int, Field(ge=1, le=MAX_LOGIN_FAILURES)] | None = Field(
+        default=None, description="failed logins per client address (default 50)"
+    )
+    login_failure_window: Annotated[float, Field(gt=0, le=86_400)] | None = Field(
+        default=None, description="s: failures older than this no longer count (default 60)"
+    )
     statement_timeout_ms: Annotated[int, Field(ge=100)] | None = Field(
         default=None, description="overrides defaults.statement_timeout_ms for this server"
     )

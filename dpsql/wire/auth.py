@@ -94,8 +94,14 @@ class AuthConfig:
     methods: tuple[str, ...] = ("scram-sha-256",)  # also: md5 (= SCRAM), password, trust
     max_failures: int = 5  # per analyst within the window
     max_failures_per_host: int = 50  # per client address (shared by NAT'd users, so higher)
-    window_s: float = 60.0
+    window_s: float = 60.0  # a failure counts for this many seconds
     failure_delay_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.max_failures < 1 or self.max_failures_per_host < 1:
+            raise ValueError("the failed-login limits must be positive")
+        if not self.window_s > 0 or self.failure_delay_s < 0:
+            raise ValueError("the failed-login window must be positive, the delay not negative")
 
 
 class LoginLimiter:
@@ -162,7 +168,7 @@ class Authenticator:
             log.warning("login refused: rate limited analyst=%s peer=%s", user, ch.peer)
             raise InvalidAuthorization(
                 "too many failed login attempts",
-                hint=f"wait {int(self.config.window_s)} seconds before trying again",
+                hint=f"wait {self.config.window_s:g} seconds before trying again",
             )
         analyst = self.policy.analysts.get(user)
         methods = self.config.methods

@@ -57,6 +57,19 @@ def register(sub: Any) -> None:
     s.add_argument("--max-sessions-per-analyst", type=int, help="default 20")
     s.add_argument("--max-message-size", type=int, help="bytes (default 16 MiB)")
     s.add_argument(
+        "--max-login-failures", type=int, help="failed logins per analyst per window (default 5)"
+    )
+    s.add_argument(
+        "--max-login-failures-per-host",
+        type=int,
+        help="failed logins per client address per window (default 50)",
+    )
+    s.add_argument(
+        "--login-failure-window",
+        type=float,
+        help="seconds a failed login counts for the limits (default 60)",
+    )
+    s.add_argument(
         "--statement-timeout-ms",
         type=int,
         help="default: the policy's defaults.statement_timeout_ms",
@@ -138,8 +151,14 @@ def config_from_settings(st: ServerSettings) -> ServerConfig:
     given: dict[str, Any] = {}
     if st.listen is not None:
         given["host"], given["port"] = parse_listen(st.listen)
-    if st.auth is not None:
-        given["auth"] = AuthConfig(methods=st.auth)
+    auth = {name: value for name, value in (
+        ("methods", st.auth),
+        ("max_failures", st.max_login_failures),
+        ("max_failures_per_host", st.max_login_failures_per_host),
+        ("window_s", st.login_failure_window),
+    ) if value is not None}  # fmt: skip
+    if auth:
+        given["auth"] = AuthConfig(**auth)
     if st.shutdown_grace is not None:
         given["shutdown_grace_s"] = st.shutdown_grace
     for key in ("tls_cert", "tls_key", "require_tls", "max_message_size", "max_sessions",
