@@ -147,6 +147,10 @@ def overridden_tables(query: exp.Expr, tables: list[exp.Table]) -> set[int]:
         s.parent for s in query.find_all(exp.Star) if isinstance(s.parent, (exp.Select, exp.Column))
     ]
     columns = list(query.find_all(exp.Column))
+    # NATURAL JOIN and USING compare columns without naming them as columns: a plain
+    # pg_roles.rolname would meet the client's value there
+    joins = list(query.find_all(exp.Join))
+    implicit = any(j.args.get("method") or j.args.get("using") for j in joins)
     out: set[int] = set()
     for table in tables:
         key = (ident_name(table.args.get("db")) or "pg_catalog", ident_name(table.this))
@@ -163,7 +167,7 @@ def overridden_tables(query: exp.Expr, tables: list[exp.Table]) -> set[int]:
                 name in wanted and qualifier in ("", alias)
             )
 
-        if any(isinstance(p, exp.Select) for p in stars) or any(reads(c) for c in columns):
+        if implicit or any(isinstance(p, exp.Select) for p in stars) or any(map(reads, columns)):
             out.add(id(table))
     return out
 
