@@ -177,13 +177,16 @@ def _login(port: int, user: str, password: str) -> None:
         assert c.execute("SELECT 1").fetchone() == (1,)
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_serve_enforces_the_configured_analyst_limit(
-    make_db: Callable[[str], str], tmp_path: Path
+    make_db: Callable[[str], str], tmp_path: Path, workers: int
 ) -> None:
     """File says 5, the environment 4, the flag 2: the third login of zoe is refused (28000)
-    even with her password; bob still logs in."""
+    even with her password; bob still logs in. With two worker processes the limit is the
+    same (the failures are counted in shared memory, whichever worker sees them)."""
     server = "server:\n  max_login_failures: 5\n  max_login_failures_per_host: 100\n"
-    env = {"DPSQL_MAX_LOGIN_FAILURES": "4", "DPSQL_LOGIN_FAILURE_WINDOW": "300"}
+    env = {"DPSQL_MAX_LOGIN_FAILURES": "4", "DPSQL_LOGIN_FAILURE_WINDOW": "300",
+           "DPSQL_WORKERS": str(workers)}  # fmt: skip
     with _served(make_db, tmp_path, server, env, "--max-login-failures", "2") as (port, logs):
         for _ in range(2):
             with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
@@ -194,8 +197,10 @@ def test_serve_enforces_the_configured_analyst_limit(
         assert refused["C"] == "28000" and refused["S"] == "FATAL"
         assert refused["M"] == "too many failed login attempts"
         assert refused["H"] == "wait 300 seconds before trying again"
-        _login(port, "bob", "pw-bob")
-        assert _startup_error(port, "bob") == {}  # not limited: asked for a password
+        for _ in range(2 * workers):  # whichever worker answers
+            _login(port, "bob", "pw-bob")
+            assert _startup_error(port, "zoe")["C"] == "28000"
+            assert _startup_error(port, "bob") == {}  # not limited: asked for a password
         text = logs()
     assert "max_login_failures=--max-login-failures" in text
     assert "login_failure_window=DPSQL_LOGIN_FAILURE_WINDOW" in text
