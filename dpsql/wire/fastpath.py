@@ -82,7 +82,9 @@ def uniform(formats: Sequence[int] | None) -> int | None:
     if not formats:
         return 0
     first = formats[0]
-    return first if first in (0, 1) and all(f == first for f in formats) else None
+    if first not in (0, 1):
+        return None
+    return first if len(formats) == 1 or all(f == first for f in formats) else None
 
 
 def as_is(v: bytes) -> bytes:

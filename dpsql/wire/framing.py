@@ -40,6 +40,7 @@ class Frame(NamedTuple):
     body: bytes
 
 
+_new_frame = tuple.__new__
 _CODES = tuple(bytes([i]) for i in range(256))  # type bytes without a slice and copy each
 
 
@@ -135,4 +136,4 @@ class FrameDecoder:
         code = None if self.startup else _CODES[buf[pos]]
         body = bytes(buf[pos + head : pos + total])
         self._pos = pos + total
-        return Frame(code, body)
+        return _new_frame(Frame, (code, body))  # Frame(code, body) without its __new__

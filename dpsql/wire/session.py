@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
@@ -72,10 +72,11 @@ class Statement:
     session: SessionStatement | None
     prepared: Any
     fingerprint: str
+    kind: str = field(init=False)  # "session", or the engine's kind (read on every message)
 
-    @property
-    def kind(self) -> str:
-        return "session" if self.session is not None else str(self.prepared.kind)
+    def __post_init__(self) -> None:
+        kind = "session" if self.session is not None else str(self.prepared.kind)
+        object.__setattr__(self, "kind", kind)
 
     @property
     def param_count(self) -> int:
