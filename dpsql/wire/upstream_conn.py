@@ -67,13 +67,15 @@ class UpstreamConn:
         except psycopg.Error as e:  # the connection is lost
             self._broken = True
             self.loop.remove_reader(self.fd)
-            w = self._waiter
+            w, self._waiter = self._waiter, None
             if w is not None and not w.done():
                 w.set_exception(e)
             return
         w = self._waiter
-        if w is not None and not w.done() and not self.pg.is_busy():
-            w.set_result(None)
+        if w is not None and not self.pg.is_busy():
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
 
     async def _results(self) -> list[PGresult]:
         """Every result of the statement just sent (libpq's get_result until None)."""
@@ -103,15 +105,13 @@ class UpstreamConn:
         end = pg.get_result()
         return res if end is None else _check([res, end, *await self._results()])
 
-    async def _readable_and_done(self) -> None:
-        """Wait until PostgreSQL's answer is all read (libpq no longer busy)."""
+    def _readable_and_done(self) -> asyncio.Future[None]:
+        """Done when PostgreSQL's answer is all read (libpq no longer busy). A wait that is
+        cancelled leaves the waiter set: the connection, mid-statement, is then not reused."""
         if self._broken:
             raise psycopg.OperationalError("the upstream connection was lost")
-        self._waiter = self.loop.create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
+        fut = self._waiter = self.loop.create_future()
+        return fut
 
     def _writable(self) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = self.loop.create_future()
