@@ -1,5 +1,6 @@
 """One client session after authentication: the message loop, the simple query protocol, and
-running statements (session statements here, everything else through the engine in a thread).
+running statements (session statements here, public and catalog ones on the event loop through
+:mod:`dpsql.wire.fastpath`, everything else through the engine in a worker thread).
 
 The extended protocol lives in :mod:`dpsql.wire.extended`; both share :meth:`Session.run_statement`.
 Every error becomes an ErrorResponse (from ``DpsqlError.fields()``), then the right ReadyForQuery.
@@ -14,13 +15,10 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
-import psycopg
+from typing import TYPE_CHECKING, Any
 
 from dpsql.budget.route import is_show_budget
-from dpsql.errors import DpsqlError, InternalError, UnsupportedSql, sanitized_upstream
+from dpsql.errors import DpsqlError, UnsupportedSql
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -28,11 +26,12 @@ from dpsql.wire import encode
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.encode import row_encoders
+from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error, new_cancel_token
 from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
 from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row
 from dpsql.wire.state import REPORTED, Outcome, SessionState
-from dpsql.wire.statements import SessionStatement, parse_session_statement
+from dpsql.wire.statements import parse_session_statement
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_format_of
 
 if TYPE_CHECKING:
@@ -41,46 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dpsql.wire.session")
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
 WATCH_AFTER_S = 0.05
-
-
-class EngineLike(Protocol):
-    """The part of :class:`dpsql.engine.Engine` the wire server uses (see ENGINE_CONTRACT)."""
-
-    def prepare(self, sql_text: str, analyst: str | None = None) -> Any: ...
-    def describe(
-        self, prepared: Any, session: SessionContext, param_types: Sequence[int] = ()
-    ) -> tuple[ResultColumn, ...]: ...
-    def execute(
-        self, prepared: Any, session: SessionContext, params: Sequence[Any] = (), cancel: Any = None
-    ) -> Result: ...
-    def split(self, sql_text: str) -> list[str]: ...
-
-
-def _new_cancel_token() -> Any:
-    try:
-        from dpsql.execute.backend import CancelToken
-    except ImportError:
-        return None
-    return CancelToken()
-
-
-@dataclass(frozen=True)
-class Statement:
-    """A statement ready to run: a session statement or an engine ``Prepared``, parsed once."""
-
-    sql: str
-    session: SessionStatement | None
-    prepared: Any
-    fingerprint: str
-    kind: str = field(init=False)  # "session", or the engine's kind (read on every message)
-
-    def __post_init__(self) -> None:
-        kind = "session" if self.session is not None else str(self.prepared.kind)
-        object.__setattr__(self, "kind", kind)
-
-    @property
-    def param_count(self) -> int:
-        return 0 if self.prepared is None else int(getattr(self.prepared, "param_count", 0))
 
 
 class Session:
@@ -143,7 +102,7 @@ class Session:
         """engine.execute in a worker thread, cancellable; a statement still running after
         ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
         fast = self.upstream is not None and stmt.kind in FAST_KINDS
-        self._cancel = AsyncCancel() if fast else _new_cancel_token()
+        self._cancel = AsyncCancel() if fast else new_cancel_token()
         self.busy = True
         self.idle.clear()
         watch: list[asyncio.Task[None]] = []
@@ -439,16 +398,6 @@ def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any]
     if isinstance(res, Outcome):
         return res.columns, res.rows, res.tag
     return res.columns, res.rows, res.command_tag
-
-
-def as_dpsql_error(err: BaseException) -> DpsqlError:
-    """Any exception as a DpsqlError safe to send: upstream text is withheld, bugs are XX000."""
-    if isinstance(err, DpsqlError):
-        return err
-    if isinstance(err, psycopg.Error):
-        return sanitized_upstream(err.sqlstate)
-    log.exception("internal error", exc_info=err)
-    return InternalError("internal error in dpsql", hint="report this to the dpsql operators")
 
 
 __all__ = ["ConnectionClosed", "EngineLike", "Session", "Statement", "as_dpsql_error"]
