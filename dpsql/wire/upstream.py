@@ -112,9 +112,14 @@ class AsyncUpstream:
         self._probe = local_socket  # look for the upstream's Unix socket at the first connect
 
     async def open(self) -> None:
-        """Open the first connection (a misconfigured upstream shows at start, not at a query)."""
+        """Open the first connection, so a misconfigured upstream shows in the log at start. An
+        upstream that is not up yet is not fatal (as for the engine's pool): statements connect
+        when they run."""
         self._closed = False
-        self._release(await self._acquire(), ok=True)
+        try:
+            self._release(await self._acquire(), ok=True)
+        except (psycopg.Error, OSError) as e:
+            log.warning("fast path: no upstream connection yet (%s); connecting per statement", e)
 
     async def close(self) -> None:
         self._closed = True

@@ -221,12 +221,12 @@ def _exchange(port: int, pipelined: bool) -> list[Any]:
     ]
     for batch in batches:
         msgs = batch if isinstance(batch[0], m.Query) else (*batch, m.Sync())
-        if pipelined:
+        if pipelined or len(msgs) == 1:
             c.send(*msgs)
-        else:
-            for msg in msgs:
-                c.send(msg)
-                time.sleep(0.02)  # each arrives alone: the loop handles it
+        else:  # the Bind alone, so the loop handles each message (the Execute is already there
+            c.send(msgs[0])  # when the Describe is handled, as when a driver pipelines them)
+            time.sleep(0.02)
+            c.send(*msgs[1:])
         out.append(c.until_ready())
     c.close()
     return out
