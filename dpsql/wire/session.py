@@ -26,7 +26,8 @@ from dpsql.wire import encode
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.encode import row_encoders
-from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error, new_cancel_token
+from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error
+from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
 from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
 from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row
@@ -102,7 +103,7 @@ class Session:
         """engine.execute in a worker thread, cancellable; a statement still running after
         ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
         fast = self.upstream is not None and stmt.kind in FAST_KINDS
-        self._cancel = AsyncCancel() if fast else new_cancel_token()
+        self._cancel = AsyncCancel() if fast else _new_cancel_token()
         self.busy = True
         self.idle.clear()
         watch: list[asyncio.Task[None]] = []
