@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Literal
 
 from dpsql.dp.accounting import Cost, epsilon_to_rho, sequential
 from dpsql.dp.mechanisms import Gaussian, Laplace, grid_for
 from dpsql.dp.partition import PartitionSelection
+from dpsql.dp.quantiles import _GAMMA_CLIP as GAMMA_CLIP  # the sampler's clip, checked here
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
 from dpsql.sql.analysis import Analysis, Measure
@@ -130,8 +132,84 @@ def _share(eps: Fraction, part: int, k: int) -> Fraction:
     return eps * part / k if k else Fraction(0)
 
 
+MIN_EPSILON = Fraction(1, 10**9)  # below this, every answer is noise (and floats underflow)
+MIN_DELTA = Fraction(1, 10**100)  # a positive delta below this underflows to 0.0 in float math
+MAX_NOISE_STEPS = 2**50  # Laplace scale (sigma for Gaussian) in grid steps: every draw stays
+# far inside int64 (a draw beyond 2**63 has probability below exp(-8000))
+
+
+def _sci(value: Fraction) -> str:
+    """``value`` in 3 significant digits, even below float's range (1e-400 is not 0)."""
+    with localcontext() as ctx:
+        ctx.prec = 3
+        return format(Decimal(value.numerator) / Decimal(value.denominator), "g")
+
+
+def _too_small(what: str, value: Fraction, floor: Fraction, hint: str) -> InvalidParameter:
+    return InvalidParameter(
+        f"{what} {_sci(value)} is too small: dpsql needs at least {_sci(floor)}",
+        detail="the noise would swamp any answer, and the sampler's arithmetic would overflow",
+        hint=hint,
+    )
+
+
+def check_noise(plan: Plan) -> Plan:
+    """Refuse a plan whose noise can't be sampled (before any budget is reserved or data read).
+
+    A tiny epsilon or delta used to get as far as the sampler after the private query ran and
+    failed there (int64 overflow, float division by zero): an internal error instead of 22023,
+    and the private SQL executed for a negligible charge.
+    """
+    for mp in plan.measures:
+        m = mp.mechanism
+        if isinstance(m, (Quantile, Mode)) and not _selection_ok(m):
+            raise InvalidParameter(
+                f"epsilon {_sci(plan.epsilon)} is too small for {mp.measure.kind}: its share per "
+                f"group ({_sci(Fraction(m.epsilon) / m.max_groups)}) is below what the "
+                "exponential mechanism can sample exactly",
+                hint="raise SET dpsql.epsilon, or ask for fewer aggregates in one query",
+            )
+        steps = (
+            m.noise_scale
+            if isinstance(m, Laplace)
+            else sqrt_up(m.noise_sigma2)
+            if isinstance(m, Gaussian)
+            else Fraction(0)
+        )
+        if steps > MAX_NOISE_STEPS:
+            raise InvalidParameter(
+                f"epsilon {_sci(plan.epsilon)} is too small for {mp.measure.kind}: its noise "
+                f"would be {_sci(steps)} grid steps wide",
+                hint="raise SET dpsql.epsilon, or aggregate values with smaller bounds",
+            )
+    sel = plan.selection
+    if sel is not None and sel.mechanism.noise_scale > MAX_NOISE_STEPS:
+        raise _too_small("epsilon", plan.epsilon, MIN_EPSILON, "raise SET dpsql.epsilon")
+    return plan
+
+
+def _selection_ok(m: Quantile | Mode) -> bool:
+    """The exact samplers' own limits (dpsql.dp.quantiles: Quantile.choose, Mode.release)."""
+    eps = m.group_epsilon  # epsilon / max_groups rounded down to 2**-20: 0 below that
+    if eps <= 0:
+        return False
+    if isinstance(m, Mode):
+        return True
+    r, d = m.contribution_bound, m.target.denominator
+    clip = math.ceil(Fraction(2 * r * GAMMA_CLIP * d) / eps)
+    return 2 * r * d * eps.denominator < 2**48 and clip * eps.numerator < 2**62
+
+
 def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = "auto") -> Plan:
     """Split (epsilon, delta) over the measures and build each mechanism."""
+    if epsilon < MIN_EPSILON:
+        raise _too_small("epsilon", epsilon, MIN_EPSILON, "SET dpsql.epsilon = 0.1 (or similar)")
+    if 0 < delta < MIN_DELTA:
+        raise _too_small("delta", delta, MIN_DELTA, "SET dpsql.delta = 1e-6 (or similar)")
+    return check_noise(_make_plan(a, epsilon, delta, mechanism))
+
+
+def _make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str) -> Plan:
     ms = list(a.measures)
     k = len(ms)
     kq = sum(1 for m in ms if m.selected)  # released by selection, pure epsilon each
