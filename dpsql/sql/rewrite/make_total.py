@@ -153,7 +153,7 @@ def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expr
     keeps its truncating semantics; without it, ``/`` divides exactly.
     """
 
-    def fix(n: exp.Expression) -> exp.Expression:
+    def fix(n: exp.Expression, both_int: bool) -> exp.Expression:
         if not n.find(exp.Column) and not isinstance(n, exp.Cast):
             # Constant: folded by the planner before any row is read, so it fails (or not)
             # whatever the data. Only division by zero is turned into NULL, as for rows.
@@ -163,7 +163,6 @@ def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expr
                 return exp.Anonymous(this="div", expressions=[n.this, _guard(n.expression)])
             return n
         if isinstance(n, exp.Div):
-            both_int = is_integer(n.this, columns) and is_integer(n.expression, columns)
             n.set("this", _safe(n.this))
             n.set("expression", _guard(_safe(n.expression)))
             return exp.Anonymous(this="trunc", expressions=[n]) if both_int else n
@@ -187,11 +186,18 @@ def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expr
         return n
 
     def visit(n: exp.Expression) -> exp.Expression:  # bottom-up: children are made total first
+        # PostgreSQL's type of a division, read before its operands are rewritten (a rewritten
+        # operand is NUMERIC: (quantity - 5) would no longer look like an integer)
+        both_int = (
+            isinstance(n, exp.Div)
+            and is_integer(n.this, columns)
+            and is_integer(n.expression, columns)
+        )
         for child in list(n.iter_expressions()):
             key, index = child.arg_key, child.index
             new = visit(child)
             if new is not child:
                 n.set(key, new, index)
-        return fix(n)
+        return fix(n, both_int)
 
     return visit(node.copy())
