@@ -375,10 +375,20 @@ class Engine:
         max_eps = to_fraction(
             analyst.max_epsilon if analyst and analyst.max_epsilon else d.max_epsilon
         )
+        min_eps = to_fraction(
+            analyst.min_epsilon if analyst and analyst.min_epsilon else d.min_epsilon
+        )
         if not 0 < eps <= max_eps:
             raise InvalidParameter(
                 f"epsilon {float(eps):g} is out of range: it must be > 0 and <= {float(max_eps):g}",
                 hint="SET dpsql.epsilon = 0.5 (smaller is more private and noisier)",
+            )
+        if eps < min_eps:
+            raise InvalidParameter(
+                f"epsilon {float(eps):g} is below the policy's per-query minimum {float(min_eps):g}",
+                detail="a nearly free query would still run the private SQL: its run time is a "
+                "nearly free measurement of the data (docs/timing.md)",
+                hint=f"SET dpsql.epsilon to at least {float(min_eps):g}",
             )
         delta = session.delta
         if delta is None and analyst is not None and analyst.default_delta is not None:

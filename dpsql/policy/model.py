@@ -165,6 +165,9 @@ class Analyst(_Strict):
     budget: Budget
     default_epsilon: Annotated[float, Field(gt=0)] | None = None
     max_epsilon: Annotated[float, Field(gt=0)] | None = None
+    min_epsilon: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="the smallest per-query epsilon (default: defaults.min_epsilon)"
+    )
     default_delta: Annotated[float, Field(ge=0, lt=1)] | None = None
     tables: tuple[str, ...] | None = Field(
         default=None,
@@ -209,9 +212,23 @@ class Analyst(_Strict):
 class Defaults(_Strict):
     epsilon: Annotated[float, Field(gt=0)] = 1.0
     max_epsilon: Annotated[float, Field(gt=0)] = 10.0
+    min_epsilon: Annotated[float, Field(gt=0)] = Field(
+        default=0.001,
+        description="the smallest per-query epsilon: a near-free query would still run the "
+        "private SQL, a nearly free timing sample (docs/timing.md)",
+    )
     delta: Annotated[float, Field(ge=0, lt=1)] = 1e-6
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
     statement_timeout_ms: Annotated[int, Field(ge=100)] = 30_000
+
+    @model_validator(mode="after")
+    def _epsilon_range(self) -> Defaults:
+        if not self.min_epsilon <= self.epsilon <= self.max_epsilon:
+            raise ValueError(
+                f"defaults: epsilon {self.epsilon:g} must lie between min_epsilon "
+                f"{self.min_epsilon:g} and max_epsilon {self.max_epsilon:g}"
+            )
+        return self
 
 
 class Policy(_Strict):
