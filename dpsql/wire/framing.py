@@ -134,6 +134,6 @@ class FrameDecoder:
         if len(buf) - pos < total:
             return None
         code = None if self.startup else _CODES[buf[pos]]
-        body = bytes(buf[pos + head : pos + total])
+        body = bytes(memoryview(buf)[pos + head : pos + total])  # one copy, not two
         self._pos = pos + total
         return _new_frame(Frame, (code, body))  # Frame(code, body) without its __new__
