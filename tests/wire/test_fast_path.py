@@ -77,6 +77,9 @@ PARITY = (
     ("SELECT c.relname FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n "
      "ON n.oid = c.relnamespace WHERE n.nspname = 'public' ORDER BY 1", ()),
     ("SELECT typname FROM pg_type WHERE oid = %s", (23,)),
+    ("SELECT %s IS NULL AS x, %s::text AS y", ("a", None)),  # untyped: the literal fallback
+    ("SELECT code, name FROM regions ORDER BY %s DESC", (2,)),  # a column position: literal form
+    ("SELECT code FROM regions WHERE code IN (%s, %s) ORDER BY code LIMIT %s", ("N", "S", 1)),
 )  # fmt: skip
 
 
