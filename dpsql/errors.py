@@ -82,6 +82,12 @@ class ProgramLimitExceeded(DpsqlError):
     sqlstate = "54000"
 
 
+class StatementTooComplex(ProgramLimitExceeded):
+    """A statement too large or too deeply nested for dpsql to rewrite (54001)."""
+
+    sqlstate = "54001"
+
+
 class InvalidParameter(DpsqlError):
     """A bad privacy parameter such as epsilon <= 0 (22023 invalid_parameter_value)."""
 

@@ -268,8 +268,10 @@ def _refuse_aggregate(node: exp.Expression) -> None:
 
 def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
+    from dpsql.sql.analyze_complexity import check_complexity
     from dpsql.sql.flatten import filters_to_case, flatten
 
+    check_complexity(tree)
     tree = filters_to_case(flatten(tree))
     if not isinstance(tree, exp.Select):
         raise UnsupportedSql(

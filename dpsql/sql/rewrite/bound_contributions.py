@@ -178,14 +178,17 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}") for i, g in enumerate(a.group_keys)
     ]
     vcols: dict[str, exp.Expression] = {}
+    values: list[exp.Expression | None] = []
     for m in a.measures:
         if m.arg is None:
+            values.append(None)
             continue
         v = _value_sql(a, m)
         key = v.sql("postgres")
         if key not in vcols:
             vcols[key] = exp.column(f"_dp_v{len(vcols)}")
             inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}"))
+        values.append(vcols[key])
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
     filters = [c for c in (a.where, _key_filter(a)) if c is not None]
@@ -193,10 +196,6 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     if filters:
         rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
 
-    values = [
-        vcols.get(_value_sql(a, m).sql("postgres")) if m.arg is not None else None
-        for m in a.measures
-    ]
     if not a.private.row_privacy and decomposable(a):
         return bound_partials(a, rows, values, salt)
     measures = [

@@ -58,13 +58,24 @@ def _clamp(node: exp.Expression, lo: exp.Expression, hi: exp.Expression) -> exp.
     return clamp_strict(node, lo, hi)  # NULL stays NULL
 
 
+_NUMERIC = exp.DataType.build("numeric")
+
+
+def _round(node: exp.Expression, decimals: int) -> exp.Round:
+    """``ROUND(node, decimals)`` of a NUMERIC ``node``, typed so that the generator does not
+    annotate its whole subtree to check for ``double precision`` (quadratic in nested rounds)."""
+    r = exp.Round(this=node, decimals=exp.Literal.number(decimals))
+    r.type = _NUMERIC.copy()
+    return r
+
+
 def _num(node: exp.Expression) -> exp.Expression:
-    """``node`` typed NUMERIC (no cast added when it already is)."""
+    """``node`` typed NUMERIC (no cast added when it already is). Takes ``node`` (no copy)."""
     if isinstance(node, (exp.Literal, exp.Round)) or (
         isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL
     ):
         return node
-    return exp.cast(node, "numeric")
+    return exp.cast(node, "numeric", copy=False)
 
 
 def _safe(node: exp.Expression) -> exp.Expression:
@@ -77,7 +88,7 @@ def _safe(node: exp.Expression) -> exp.Expression:
         return node
     big = _pow10(SAFE_EXP)
     clamped = _clamp(_num(node), exp.Neg(this=big), big.copy())
-    return exp.Round(this=clamped, decimals=exp.Literal.number(SAFE_SCALE))
+    return _round(clamped, SAFE_SCALE)
 
 
 def _plain_number(node: exp.Expression) -> bool:
@@ -117,14 +128,14 @@ def _cast_total(n: exp.Cast) -> exp.Expression:
     if to in FLOAT_LIMITS:
         e, scale = FLOAT_LIMITS[to]
         inner = _clamp(_num(n.this), exp.Neg(this=_pow10(e)), _pow10(e))
-        return exp.Cast(this=exp.Round(this=inner, decimals=exp.Literal.number(scale)), to=n.to)
+        return exp.Cast(this=_round(inner, scale), to=n.to)
     params = n.to.expressions
     if to == exp.DataType.Type.DECIMAL and params:
         p = int(params[0].this.this)
         s = int(params[1].this.this) if len(params) > 1 else 0
         top = _largest_numeric(p, s)
         inner = _clamp(_num(n.this), exp.Neg(this=top), top.copy())
-        return exp.Cast(this=exp.Round(this=inner, decimals=exp.Literal.number(s)), to=n.to)
+        return exp.Cast(this=_round(inner, s), to=n.to)
     return n
 
 

@@ -1,0 +1,78 @@
+"""Size limits on a private statement, checked before any other analysis (SQLSTATE 54001).
+
+Rewriting a private query makes every row-level arithmetic operation total
+(:mod:`dpsql.sql.rewrite.make_total`): each operand of ``+ - * / %`` and each cast is wrapped in a
+clamp and a rounding, so the generated SQL is several times larger than the analyst's and nests
+as deeply as the analyst's arithmetic. A statement with thousands of operators, or arithmetic
+nested hundreds of levels deep, would cost seconds of proxy CPU per statement (and, past Python's
+recursion limit, fail with an internal error). The limits are constants, far above hand-written
+and BI-generated SQL:
+
+* at most :data:`MAX_STATEMENT_NODES` syntax nodes in the statement (a 2,000-value IN list is
+  about 2,000 nodes);
+* at most :data:`MAX_ARITHMETIC_NODES` arithmetic operators and casts in the statement;
+* arithmetic nested at most :data:`MAX_ARITHMETIC_DEPTH` levels deep.
+
+The walk is iterative (breadth-first), so a deep tree can't exhaust the stack here.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import StatementTooComplex
+
+MAX_STATEMENT_NODES = 10_000
+MAX_ARITHMETIC_NODES = 256
+MAX_ARITHMETIC_DEPTH = 64
+
+ARITHMETIC = (
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Pow,
+    exp.Neg, exp.Abs, exp.Cast, exp.TryCast,
+)  # fmt: skip
+
+_HINT = (
+    "split the computation into several simpler queries, or precompute the expression in a view "
+    "or column that the policy declares with bounds"
+)
+
+
+def check_complexity(tree: exp.Expression) -> None:
+    """Refuse a statement over dpsql's size limits.
+
+    Raises:
+        StatementTooComplex: too many nodes, too many arithmetic operators, or arithmetic
+            nested too deeply.
+
+    >>> import sqlglot
+    >>> check_complexity(sqlglot.parse_one("SELECT SUM(a + b * 2) FROM t"))
+    >>> check_complexity(sqlglot.parse_one("SELECT SUM(" + " + ".join(["a"] * 100) + ") FROM t"))
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.StatementTooComplex: arithmetic is nested more than 64 levels deep
+    """
+    depth: dict[int, int] = {}
+    nodes = arithmetic = 0
+    for node in tree.bfs():
+        nodes += 1
+        if nodes > MAX_STATEMENT_NODES:
+            raise StatementTooComplex(
+                f"the statement has more than {MAX_STATEMENT_NODES} syntax nodes", hint=_HINT
+            )
+        up = depth.get(id(node.parent), 0) if node.parent is not None else 0
+        if isinstance(node, ARITHMETIC):
+            arithmetic += 1
+            up += 1
+            if arithmetic > MAX_ARITHMETIC_NODES:
+                raise StatementTooComplex(
+                    f"the statement has more than {MAX_ARITHMETIC_NODES} arithmetic operators "
+                    "and casts",
+                    hint=_HINT,
+                )
+            if up > MAX_ARITHMETIC_DEPTH:
+                raise StatementTooComplex(
+                    f"arithmetic is nested more than {MAX_ARITHMETIC_DEPTH} levels deep",
+                    hint=_HINT,
+                )
+        if up:
+            depth[id(node)] = up
