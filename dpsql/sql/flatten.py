@@ -26,6 +26,61 @@ from dpsql.sql.classify import visible_ctes
 MAX_DEPTH = 16
 
 
+# PostgreSQL's set-returning functions that can appear in a select list (one input row -> many)
+SET_RETURNING = frozenset(
+    """generate_series generate_subscripts unnest json_array_elements json_array_elements_text
+    jsonb_array_elements jsonb_array_elements_text json_each json_each_text jsonb_each
+    jsonb_each_text json_object_keys jsonb_object_keys json_populate_recordset
+    jsonb_populate_recordset json_to_recordset jsonb_to_recordset jsonb_path_query
+    regexp_matches regexp_split_to_table string_to_table ts_stat ts_debug ts_parse
+    ts_token_type aclexplode pg_get_keywords pg_options_to_table pg_listening_channels
+    pg_get_catalog_foreign_keys pg_ls_dir pg_timezone_names pg_timezone_abbrevs
+    pg_cursor pg_prepared_statement pg_show_all_settings pg_expandarray""".split()
+)
+_SET_RETURNING_NODES = (exp.Unnest, exp.Explode, exp.GenerateSeries, exp.ExplodingGenerateSeries)
+
+
+def _set_returning(q: exp.Select) -> exp.Expression | None:
+    """The first set-returning function call in ``q``'s select list, if any."""
+    for e in q.expressions:
+        for n in e.walk():
+            if isinstance(n, _SET_RETURNING_NODES):
+                return n
+            if isinstance(n, exp.Func) and n.sql_name().lower() in SET_RETURNING:
+                return n
+            if isinstance(n, exp.Anonymous) and str(n.name).lower() in SET_RETURNING:
+                return n
+    return None
+
+
+def check_mergeable(inner: exp.Select) -> None:
+    """Refuse a derived table whose merge would change the row count PostgreSQL computes.
+
+    A set-returning function in a derived table's select list multiplies its rows (``COUNT(*)``
+    over ``SELECT generate_series(1, 3) ...`` counts three rows per input row) even when the outer
+    query never reads its column; merging the derived table would drop it silently. A row lock
+    (``FOR UPDATE``/``FOR SHARE``) would be dropped the same way.
+
+    Raises:
+        UnsupportedSql: either shape (0A000).
+    """
+    if inner.args.get("locks"):
+        raise UnsupportedSql(
+            "row locks (FOR UPDATE, FOR SHARE) over private rows are not supported",
+            hint="remove the FOR UPDATE/FOR SHARE clause: dpsql runs read-only",
+        )
+    srf = _set_returning(inner)
+    if srf is not None:
+        name = srf.sql_name().lower() if not isinstance(srf, exp.Anonymous) else str(srf.name)
+        name = {"explode": "unnest", "exploding_generate_series": "generate_series"}.get(name, name)
+        raise UnsupportedSql(
+            f"the set-returning function {name.lower()}() in a derived table over private rows is "
+            "not supported",
+            hint="aggregate the private table directly; a set-returning function would multiply "
+            "each row",
+        )
+
+
 def _is_row_level(q: exp.Select) -> bool:
     if any(q.args.get(k) for k in ("group", "having", "distinct", "limit", "offset", "windows")):
         return False
@@ -241,6 +296,7 @@ def flatten(tree: exp.Expression) -> exp.Expression:
         if not isinstance(inner, exp.Select) or isinstance(inner.args["from_"].this, exp.Subquery):
             return q
         sub = exp.Subquery(this=inner, alias=sub.args.get("alias"))
+        check_mergeable(inner)
         if _is_row_level(inner):
             q = _merge_row_level(q, sub)
         elif _is_aggregate_query(inner) and _is_row_level_wrapper(q):
