@@ -259,6 +259,13 @@ class _Outer:
         set_column = exp.column(f"_dp_g{len(self.keys)}", table=DP_TABLE)
         return gs.grouping_expr(args, sets, set_column)
 
+    def constant_key_ref(self, n: exp.Expression) -> exp.Column | None:
+        """The key column of a select item that is a constant grouping key, under grouping sets
+        (``SELECT 'x' AS k ... GROUP BY ROLLUP (1)``: NULL on the rows that roll ``k`` up)."""
+        if not self.sets or n.find(exp.Column, exp.AggFunc, exp.Select):
+            return None
+        return self._key_ref(n)
+
     def _key_ref(self, n: exp.Expression) -> exp.Column | None:
         try:
             sql = self.ctx.qualify(n).sql("postgres")
@@ -288,7 +295,10 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     for s in tree.expressions:
         name = _output_name(s)
         body = s.this if isinstance(s, exp.Alias) else s
-        selects.append(exp.alias_(outer.rewrite(body, "the select list"), name, quoted=True))
+        # a constant grouping key is NULL where a set rolls it up, as in PostgreSQL
+        ref = outer.constant_key_ref(body)
+        out = ref if ref is not None else outer.rewrite(body, "the select list")
+        selects.append(exp.alias_(out, name, quoted=True))
     if not outer.stats and not keys:
         raise PrivacyViolation(
             f"this query would return raw rows of private table {table}",
