@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.errors import GroupingError, PrivacyViolation, UndefinedTable, UnsupportedSql
+from dpsql.errors import (
+    GroupingError,
+    PrivacyViolation,
+    SqlSyntaxError,
+    UndefinedTable,
+    UnsupportedSql,
+)
 from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
@@ -119,7 +125,12 @@ def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expression) -> GroupKey:
     selects = tree.expressions
     aliases = {s.alias: s.this for s in selects if isinstance(s, exp.Alias)}
     expr = g
-    if isinstance(g, exp.Literal) and not g.is_string:
+    if isinstance(g, exp.Literal) and (g.is_string or not str(g.this).isdigit()):
+        raise SqlSyntaxError(  # as PostgreSQL: a constant other than a position is an error
+            "non-integer constant in GROUP BY",
+            hint="GROUP BY a column, an expression or a select-list position (1, 2, ...)",
+        )
+    if isinstance(g, exp.Literal):
         i = int(g.this)
         if not 1 <= i <= len(selects):
             raise UnsupportedSql(f"GROUP BY position {i} is not in select list")

@@ -7,9 +7,11 @@ constant on the grand-total row. Compared with PostgreSQL with noise switched of
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
 from tests.sql.test_grouping_sets import (  # noqa: F401 (fixtures)
     _norm,
     ask,
@@ -36,3 +38,24 @@ def test_constant_key_is_null_where_rolled_up(sql: str, exact: Engine, sales_dsn
     want, cols = postgres(sales_dsn, sql)
     assert [(c.name, c.type_oid) for c in got.columns] == cols
     assert same_rows(got.rows, want), (got.rows, want)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM sales GROUP BY ROLLUP ('x')",
+        "SELECT COUNT(*) FROM sales GROUP BY 'x'",
+        "SELECT cat, COUNT(*) FROM sales GROUP BY cat, 1.5",
+    ],
+)
+def test_non_integer_constant_key_is_refused_as_postgresql(
+    sql: str,
+    exact: Engine,  # noqa: F811
+    sales_dsn: str,  # noqa: F811
+) -> None:
+    with pytest.raises(psycopg.Error) as pg:
+        postgres(sales_dsn, sql)
+    with pytest.raises(DpsqlError) as e:
+        ask(exact, sql)
+    assert e.value.sqlstate == pg.value.sqlstate == "42601"
+    assert str(e.value) == "non-integer constant in GROUP BY"
