@@ -274,6 +274,23 @@ class Policy(_Strict):
             raise ValueError(f"tables declared both private and public: {sorted(both)}")
         return self
 
+    @model_validator(mode="after")
+    def _analyst_min_epsilon(self) -> Policy:
+        """An analyst's minimum per-query epsilon is at most its default and its maximum."""
+        d = self.defaults
+        for name, a in self.analysts.items():
+            lo = a.min_epsilon or d.min_epsilon
+            for field, v in (
+                ("default_epsilon", a.default_epsilon or d.epsilon),
+                ("max_epsilon", a.max_epsilon or d.max_epsilon),
+            ):
+                if v < lo:
+                    raise ValueError(
+                        f"analysts.{name}: {field} {v:g} is below the minimum per-query epsilon "
+                        f"{lo:g} (min_epsilon): every query would be refused"
+                    )
+        return self
+
     @field_validator("analysts")
     @classmethod
     def _analyst_tables_exist(

@@ -75,3 +75,17 @@ def test_policy_default_epsilon_must_respect_the_minimum() -> None:
     with pytest.raises(ValidationError, match="min_epsilon"):
         Defaults(epsilon=0.0001)
     assert Defaults(epsilon=0.0001, min_epsilon=0.0001).epsilon == 0.0001
+
+
+def test_analyst_min_epsilon_above_its_default_or_maximum_is_a_policy_error(
+    demo_policy: Any,
+) -> None:
+    from dpsql.policy.model import Policy
+
+    data = demo_policy.model_dump()
+    data["analysts"]["analyst"]["min_epsilon"] = 2.0  # above the default epsilon (1.0)
+    with pytest.raises(ValidationError, match="default_epsilon 1 is below the minimum"):
+        Policy.model_validate(data)
+    data["analysts"]["analyst"].update(min_epsilon=2.0, default_epsilon=2.0, max_epsilon=1.5)
+    with pytest.raises(ValidationError, match="max_epsilon 1.5 is below the minimum"):
+        Policy.model_validate(data)
