@@ -363,15 +363,13 @@ class Engine:
             return prepared.analysis
         return analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
 
-    def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]:
-        """The query's (epsilon, delta) from the session, the analyst and the policy, validated."""
+    def check_epsilon(self, analyst_name: str, eps: Fraction) -> None:
+        """Refuse (22023) a per-query epsilon outside ``analyst_name``'s policy range.
+
+        Used when a query runs and when ``SET dpsql.epsilon`` is applied (wire session).
+        """
         d = self.policy.defaults
-        analyst = self.policy.analysts.get(session.analyst)
-        eps = session.epsilon
-        if eps is None:
-            eps = to_fraction(
-                analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
-            )
+        analyst = self.policy.analysts.get(analyst_name)
         max_eps = to_fraction(
             analyst.max_epsilon if analyst and analyst.max_epsilon else d.max_epsilon
         )
@@ -390,6 +388,17 @@ class Engine:
                 "nearly free measurement of the data (docs/timing.md)",
                 hint=f"SET dpsql.epsilon to at least {float(min_eps):g}",
             )
+
+    def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]:
+        """The query's (epsilon, delta) from the session, the analyst and the policy, validated."""
+        d = self.policy.defaults
+        analyst = self.policy.analysts.get(session.analyst)
+        eps = session.epsilon
+        if eps is None:
+            eps = to_fraction(
+                analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
+            )
+        self.check_epsilon(session.analyst, eps)
         delta = session.delta
         if delta is None and analyst is not None and analyst.default_delta is not None:
             delta = to_fraction(analyst.default_delta)

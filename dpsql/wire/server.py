@@ -168,7 +168,7 @@ class Server:
         ctx = SessionContext(analyst=analyst)
         params = {k: v for k, v in startup.parameters.items() if k in _STARTUP_SETTINGS}
         params["server_version"] = self.config.server_version
-        state = SessionState(ctx, params)
+        state = SessionState(ctx, params, getattr(self.engine, "check_epsilon", None))
         pid = self._new_pid()
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)

@@ -10,6 +10,7 @@ when it happens; rolling back never refunds budget.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -101,8 +102,21 @@ def _warning(code: str, msg: str) -> tuple[str, str, str]:
 class SessionState:
     """Settings, privacy parameters and transaction status of one session."""
 
-    def __init__(self, ctx: SessionContext, startup: dict[str, str]) -> None:
+    def __init__(
+        self,
+        ctx: SessionContext,
+        startup: dict[str, str],
+        check_epsilon: Callable[[str, Fraction], None] | None = None,
+    ) -> None:
+        """Args:
+        ctx: the session's context (analyst and privacy settings), changed in place.
+        startup: settings from the StartupMessage.
+        check_epsilon: the engine's policy check of a per-query epsilon for an analyst
+            (raises 22023), applied on ``SET dpsql.epsilon`` so a refused value never replaces
+            the previous one; queries check again when they run.
+        """
         self.ctx = ctx
+        self._check_epsilon = check_epsilon
         self.status = "I"
         self.settings: dict[str, str] = dict(DEFAULTS)
         for k, v in startup.items():
@@ -284,7 +298,10 @@ class SessionState:
     def _set_privacy(self, name: str, value: str | None) -> None:
         c = self.ctx
         if name == "dpsql.epsilon":
-            c.epsilon = None if value is None else _fraction(name, value, lo=0, lo_open=True)
+            eps = None if value is None else _fraction(name, value, lo=0, lo_open=True)
+            if eps is not None and self._check_epsilon is not None:
+                self._check_epsilon(c.analyst, eps)
+            c.epsilon = eps
         elif name == "dpsql.delta":
             c.delta = None if value is None else _fraction(name, value, lo=0, hi=1)
         elif name == "dpsql.mechanism":

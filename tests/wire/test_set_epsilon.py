@@ -1,0 +1,103 @@
+"""SET dpsql.epsilon checks the policy's per-query range when it is applied, not only at query time.
+
+Real engine, real PostgreSQL (demo data), psycopg through the wire server. Properties: a value
+above the analyst's max_epsilon or below its min_epsilon is refused at SET with 22023 (the engine's
+message and hint), the previous value stays, the session keeps working (also inside a transaction
+block, which the refusal fails as PostgreSQL does), and a value in range is used by the next query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors as pe
+
+from dpsql.engine import Engine
+from dpsql.serve import ServerThread
+from dpsql.wire.server import ServerConfig
+
+USER = PASSWORD = "analyst"
+PRIVATE = "SELECT count(*) AS n FROM pums"
+
+
+@pytest.fixture(scope="module")
+def served(demo_dsn: str, demo_policy: Any) -> Iterator[ServerThread]:
+    analysts = dict(demo_policy.analysts)  # analyst: max_epsilon 5 (demo), min_epsilon 0.25 here
+    analysts[USER] = analysts[USER].model_copy(update={"min_epsilon": 0.25})
+    policy = demo_policy.model_copy(update={"analysts": analysts})
+    engine = Engine(policy, demo_dsn, pool_size=2)
+    srv = ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
+    yield srv
+    srv.stop()
+    engine.close()
+
+
+@pytest.fixture
+def conn(served: ServerThread) -> Iterator[psycopg.Connection[Any]]:
+    dsn = f"host=127.0.0.1 port={served.port} user={USER} password={PASSWORD} dbname=demo"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        yield c
+
+
+def _show(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SHOW dpsql.epsilon").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def test_above_the_maximum_is_refused_at_set(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET dpsql.epsilon = 0.5")
+    with pytest.raises(pe.InvalidParameterValue) as e:
+        conn.execute("SET dpsql.epsilon = 50")
+    assert e.value.sqlstate == "22023"
+    assert str(e.value.diag.message_primary) == (
+        "epsilon 50 is out of range: it must be > 0 and <= 5"
+    )
+    assert (
+        e.value.diag.message_hint is not None and "SET dpsql.epsilon" in e.value.diag.message_hint
+    )
+    assert _show(conn) == "0.5"  # the previous value stays
+    assert conn.execute(PRIVATE).fetchone() is not None  # the session still works
+    conn.execute("SET dpsql.epsilon TO 5")  # the maximum itself is allowed
+    assert _show(conn) == "5"
+
+
+def test_below_the_analyst_minimum_is_refused_at_set(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(pe.InvalidParameterValue) as e:
+        conn.execute("SET dpsql.epsilon = 0.01")  # above defaults.min_epsilon, below the analyst's
+    assert str(e.value.diag.message_primary) == (
+        "epsilon 0.01 is below the policy's per-query minimum 0.25"
+    )
+    assert e.value.diag.message_hint == "SET dpsql.epsilon to at least 0.25"
+    assert _show(conn) == "default"
+    conn.execute("SET dpsql.epsilon = 0.25")  # the minimum itself is allowed
+    assert _show(conn) == "0.25"
+    assert conn.execute("EXPLAIN " + PRIVATE).fetchall()[0][0].find("epsilon=0.25") >= 0
+    with pytest.raises(pe.InvalidParameterValue):
+        conn.execute("SET dpsql.epsilon = 0")  # still refused by the syntax check
+    assert _show(conn) == "0.25"
+
+
+def test_refusal_in_a_transaction_block(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET dpsql.epsilon = 1")
+    conn.execute("BEGIN")
+    conn.execute("SET dpsql.epsilon = 2")
+    with pytest.raises(pe.InvalidParameterValue):
+        conn.execute("SET LOCAL dpsql.epsilon = 1e-6")
+    with pytest.raises(pe.InFailedSqlTransaction):
+        conn.execute("SELECT 1")
+    conn.execute("ROLLBACK")
+    assert _show(conn) == "1"
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_reset_and_default_still_work(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("SET dpsql.epsilon = 3")
+    conn.execute("SET dpsql.epsilon TO DEFAULT")
+    assert _show(conn) == "default"
+    conn.execute("SET dpsql.epsilon = 3")
+    conn.execute("RESET dpsql.epsilon")
+    assert _show(conn) == "default"
