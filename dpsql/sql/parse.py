@@ -12,7 +12,7 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from dpsql.errors import ReadOnlyTransaction, SqlSyntaxError
+from dpsql.errors import ReadOnlyTransaction, SqlSyntaxError, UnsupportedSql
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -70,13 +70,30 @@ WRITE_WORDS = frozenset(
         "REASSIGN",
         "NOTIFY",
         "CHECKPOINT",
-        "PREPARE",
-        "EXECUTE",
         "FETCH",
         "MOVE",
         "DECLARE",
     }
 )
+
+
+SQL_PREPARED_WORDS = frozenset({"PREPARE", "EXECUTE"})
+
+
+def _sql_prepared_refusal(word: str, tokens: list[Token]) -> UnsupportedSql:
+    """SQL-level PREPARE / EXECUTE (and PREPARE TRANSACTION): 0A000, as PostgreSQL words an
+    unsupported feature. DEALLOCATE is a session statement (it closes protocol-level ones)."""
+    rest = tokens[1].text.split(None, 1) if len(tokens) > 1 else []  # sqlglot: one COMMAND token
+    if word == "PREPARE" and rest and rest[0].upper() == "TRANSACTION":
+        return UnsupportedSql(
+            "PREPARE TRANSACTION is not supported by dpsql",
+            hint="dpsql is read-only: end the transaction with COMMIT or ROLLBACK",
+        )
+    return UnsupportedSql(
+        f"SQL-level {word} is not supported by dpsql",
+        hint="use your driver's prepared statements (the extended query protocol: Parse, Bind, "
+        "Execute with $1, $2 parameters) instead",
+    )
 
 
 def tokenize(text: str) -> list[Token]:
@@ -147,6 +164,8 @@ def parse_statement(text: str) -> Statement:
         return Statement("empty", text, "")
     if word in SESSION_WORDS:
         return Statement("session", text, word)
+    if word in SQL_PREPARED_WORDS:
+        raise _sql_prepared_refusal(word, tokens)
     if word in WRITE_WORDS:
         raise ReadOnlyTransaction(
             f"{word} is not allowed: dpsql answers read-only queries only",
