@@ -17,6 +17,7 @@ from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy.model import Policy
 from dpsql.policy.settings import Resolved, ServerSettings, parse_listen, resolve_server
 from dpsql.wire.auth import AuthConfig
+from dpsql.wire.log import LineFormatter
 from dpsql.wire.server import ServerConfig
 
 log = logging.getLogger("dpsql.serve")
@@ -174,9 +175,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     got = resolve(args, policy, os.environ)
     st = got.settings
-    logging.basicConfig(
-        level=st.log_level or "INFO", format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(LineFormatter())  # LINE_FORMAT's text, cheaper per statement line
+    logging.basicConfig(level=st.log_level or "INFO", handlers=[handler])
     log.info(
         "settings from: %s (the rest: defaults)",
         ", ".join(f"{k}={src}" for k, src in sorted(got.sources.items())) or "nowhere",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from functools import lru_cache
 from typing import Any
 
@@ -20,6 +21,7 @@ from sqlglot import TokenType
 from sqlglot.dialects.postgres import Postgres
 
 log = logging.getLogger("dpsql.statement")
+LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"  # dpsql serve's log lines
 
 _LITERALS = frozenset(
     {
@@ -63,3 +65,40 @@ def log_statement(**fields: Any) -> None:
 
 _LINE = log_statement.__code__.co_firstlineno
 _JSON = json.JSONEncoder(separators=(",", ":"), default=str)
+
+
+class LineFormatter(logging.Formatter):
+    """``logging.Formatter(LINE_FORMAT)``'s text, made with less work per record.
+
+    ``dpsql serve`` writes a line per statement, on the event loop. The date and time to the
+    second are formatted once per second (cached as one tuple, so threads sharing the formatter
+    never pair a second with another second's text) and only the milliseconds are appended; the
+    line is one f-string instead of a %-format over the record's ``__dict__``. Records with an
+    exception or a stack take the standard path (same text).
+
+    >>> r = logging.makeLogRecord({"name": "dpsql.x", "msg": "hi %s", "args": ("you",),
+    ...                            "levelname": "INFO", "created": 0.25, "msecs": 250.0})
+    >>> LineFormatter().format(r) == logging.Formatter(LINE_FORMAT).format(r)
+    True
+    """
+
+    def __init__(self) -> None:
+        super().__init__(LINE_FORMAT)
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        sec = int(record.created)
+        cached = self._second
+        if cached[0] != sec:
+            cached = (sec, time.strftime(self.default_time_format, self.converter(sec)))
+            self._second = cached
+        return f"{cached[1]},{int(record.msecs):03d}"
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        record.message = msg = record.getMessage()
+        record.asctime = stamp = self.formatTime(record)
+        return f"{stamp} {record.levelname} {record.name} {msg}"
