@@ -1,6 +1,7 @@
 """Microbenchmark: the per-statement log line (dpsql.wire.log.log_statement) as ``dpsql serve``
-writes it (root StreamHandler, to /dev/null here), with the standard Formatter(LINE_FORMAT)
-and with LineFormatter; also the formatter alone. Both are measured interleaved in one process,
+writes it (root StreamHandler, to /dev/null here), before (the standard Formatter(LINE_FORMAT),
+JSONEncoder.encode), with LineFormatter, and after (LineFormatter and the encoder built once);
+also the formatter alone. Both are measured interleaved in one process,
 best of several rounds, so machine load affects them alike. The text is checked to be equal.
 
     python bench/log_statement.py [rounds]
@@ -38,16 +39,21 @@ def main(rounds: int = 15) -> None:
     root.setLevel(logging.INFO)
     handler = logging.StreamHandler(open(os.devnull, "w"))
     root.addHandler(handler)
-    formatters = {"standard": logging.Formatter(wire_log.LINE_FORMAT),
-                  "LineFormatter": wire_log.LineFormatter()}  # fmt: skip
+    variants = {  # name: (formatter, JSON encode)
+        "before": (logging.Formatter(wire_log.LINE_FORMAT), wire_log._JSON.encode),
+        "LineFormatter": (wire_log.LineFormatter(), wire_log._JSON.encode),
+        "after": (wire_log.LineFormatter(), wire_log._encode),
+    }
     rec = wire_log.log.makeRecord("dpsql.statement", logging.INFO, __file__, 1,
-                                  wire_log._JSON.encode(FIELDS), None, None)  # fmt: skip
-    texts = {k: f.format(rec) for k, f in formatters.items()}
+                                  wire_log._JSON.encode(FIELDS), (), None)  # fmt: skip
+    texts = {k: f.format(rec) for k, (f, _) in variants.items()}
     assert len(set(texts.values())) == 1, texts
-    best: dict[str, list[float]] = {k: [1e9, 1e9] for k in formatters}
+    assert wire_log._encode(FIELDS) == wire_log._JSON.encode(FIELDS)
+    best: dict[str, list[float]] = {k: [1e9, 1e9] for k in variants}
     for _ in range(rounds):
-        for name, fmt in formatters.items():
+        for name, (fmt, encode) in variants.items():
             handler.setFormatter(fmt)
+            wire_log._encode = encode  # type: ignore[assignment]
             line = _per_call_us(lambda: wire_log.log_statement(**FIELDS))
             alone = _per_call_us(lambda fmt=fmt: fmt.format(rec))
             best[name] = [min(best[name][0], line), min(best[name][1], alone)]

@@ -1,5 +1,6 @@
 """LineFormatter writes exactly the text of logging.Formatter(LINE_FORMAT), only cheaper.
 
+Property: the statement's JSON (an encoder built once) is JSONEncoder.encode's text.
 Property: for any record (times across second boundaries and milliseconds 0..999, %-args,
 exceptions, stack info, an explicit datefmt), both formatters give the same string, also when
 one LineFormatter formats records of different seconds in any order (the cached second).
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from dpsql.wire.log import LINE_FORMAT, LineFormatter
+from dpsql.wire.log import _JSON, LINE_FORMAT, LineFormatter, _encode
 
 TIMES = [0.0, 0.0009, 0.999, 0.9995, 1.0, 1.5, 59.999, 60.0, 1_700_000_000.123,
          1_700_000_000.9999, 1_700_000_001.0, 1_700_000_000.5, 1_800_000_123.456]  # fmt: skip
@@ -47,3 +48,15 @@ def test_exceptions_and_stacks_take_the_standard_path(extra: str) -> None:
     got = LineFormatter().format(_record(7.5, **kw))
     assert got == logging.Formatter(LINE_FORMAT).format(_record(7.5, **kw))
     assert ("ValueError: boom" if extra == "exc" else "Stack (most recent") in got
+
+
+def test_statement_json_is_the_standard_encoding() -> None:
+    odd = object()
+    for fields in (
+        {"analyst": "ana", "session": 7, "epsilon": 0.1, "delta": 1e-06, "cached": False},
+        {"s": 'é"\\\n\x00', "n": None, "t": True, "big": 10**30, "f": -0.0},
+        {"nan": float("nan"), "inf": float("inf"), "ninf": float("-inf")},
+        {"tuple": (1, "a"), "nested": {"k": [1.5, None]}, "obj": odd},
+        {},
+    ):
+        assert _encode(fields) == _JSON.encode(fields), fields
