@@ -4,7 +4,12 @@ One statement is one trip through the pipeline::
 
     parse -> classify -> analyze -> rewrite -> plan -> charge -> execute -> noise -> post-process
 
-The engine is synchronous and thread-safe; the wire server calls it from worker threads.
+The engine is synchronous and thread-safe; the wire server calls it from worker threads. Its
+parts live in ``dpsql/execute/``: :mod:`~dpsql.execute.prepared` (the prepared statement),
+:mod:`~dpsql.execute.privacy_params` (a query's epsilon and delta),
+:mod:`~dpsql.execute.public_sql` (public / catalog SQL and its fast paths),
+:mod:`~dpsql.execute.private_sql` and :mod:`~dpsql.execute.group_keys` (the private query's SQL
+and keys), :mod:`~dpsql.execute.private` (the private path) and :mod:`~dpsql.execute.explain`.
 """
 
 from __future__ import annotations
@@ -14,67 +19,32 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Literal
+from typing import Any
 
 from sqlglot import exp
 
 from dpsql.dp import rng
-from dpsql.errors import InvalidParameter, UnsupportedSql
-from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement, type_name
+from dpsql.errors import UnsupportedSql
+from dpsql.execute import group_keys, public_sql
+from dpsql.execute import privacy_params as privacy_params_module
+from dpsql.execute import private_sql as private_sql_module
+from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
 from dpsql.execute.noise import Release, release
+from dpsql.execute.prepared import Kind, Prepared, fingerprint
+from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
-from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
-from dpsql.sql.bind import bind, check_params, param_count, template
+from dpsql.sql.bind import bind, check_params, param_count
 from dpsql.sql.classify import classify
-from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
-from dpsql.sql.parse import Statement, parse_statement, split_statements
+from dpsql.sql.parse import parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
-from dpsql.sql.rewrite import private_query
-from dpsql.sql.rewrite.bound_contributions import source_select
-from dpsql.sql.rewrite.make_total import make_total
-
-Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
-MAX_DELTA = Fraction(1, 100)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A parsed, classified and (for private queries) analyzed statement. Immutable, cacheable."""
-
-    text: str
-    kind: Kind
-    statement: Statement
-    tree: exp.Expression | None
-    analysis: Analysis | None
-    param_count: int
-    salt: str
-    fingerprint: str
-    scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
-    # kind "explain": the explained statement, prepared as itself, and the EXPLAIN's options
-    inner: Prepared | None = None
-    explain: ExplainOptions | None = None
-
-    @property
-    def first_word(self) -> str:
-        return self.statement.first_word
-
-
-def fingerprint(tree: exp.Expression | None, text: str) -> str:
-    """A short stable id of a statement's shape (literals kept; used in logs and the ledger)."""
-    body = tree.sql("postgres") if tree is not None else text
-    return hashlib.sha256(body.encode()).hexdigest()[:16]
-
-
-def to_fraction(v: float | Fraction | str) -> Fraction:
-    return v if isinstance(v, Fraction) else Fraction(str(v))
 
 
 class Engine:
@@ -290,15 +260,7 @@ class Engine:
             UndefinedParameter, ProtocolViolation: wrong number of parameters (42P02, 08P01).
             PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement.
         """
-        check_params(prepared.tree, prepared.param_count, len(params))
-        self._check_scope(prepared, session)
-        text = self.cached_sql(prepared, session, params)
-        if text is None:
-            text = self._runnable(prepared, params, session).sql("postgres")
-            key = _sql_key(prepared, session, params)
-            if key is not None:
-                self._remember(key, text)
-        return text
+        return public_sql.runnable_sql(self, prepared, session, params)
 
     def cached_sql(
         self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
@@ -306,20 +268,7 @@ class Engine:
         """:meth:`runnable_sql` when it is cheap (memoized, or a public statement's
         :class:`~dpsql.sql.bind.Template` filled in), else None. Never slow, never raises for
         a statement :meth:`runnable_sql` accepts."""
-        if prepared.scope != self._scope(session.analyst):
-            return None  # prepared under another analyst's view: runnable_sql checks it
-        if prepared.kind == "public" and params and len(params) == prepared.param_count:
-            tkey = ("template", prepared.text)
-            tpl = self._sql_cache.get(tkey)
-            if tpl is None:
-                assert prepared.tree is not None
-                tpl = template(prepared.tree) or False
-                self._remember(tkey, tpl)
-            if tpl:
-                return str(tpl.render(params))
-        key = _sql_key(prepared, session, params)
-        hit = self._sql_cache.get(key) if key is not None else None
-        return None if hit is None else str(hit)
+        return public_sql.cached_sql(self, prepared, session, params)
 
     def parameterized_sql(self, prepared: Prepared, session: SessionContext) -> str | None:
         """A public statement's SQL with its ``$n`` placeholders kept (memoized), for a caller
@@ -328,33 +277,12 @@ class Engine:
         parameter values), prepared under another analyst's view, or a placeholder that is not a
         plain ``$n``. A public statement's checks ran at prepare time on the tree with its
         placeholders, so nothing checked depends on the values."""
-        if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
-            return None
-        if prepared.scope != self._scope(session.analyst):
-            return None
-        key = ("parameterized", prepared.text)
-        hit = self._sql_cache.get(key)
-        if hit is None:
-            tree = prepared.tree
-            plain = template(tree) is not None and all(
-                map(_value_position, tree.find_all(exp.Parameter))
-            )
-            hit = tree.sql("postgres") if plain else False
-            self._remember(key, hit)
-        return str(hit) if hit else None
+        return public_sql.parameterized_sql(self, prepared, session)
 
     def _runnable(
         self, prepared: Prepared, params: Sequence[Any], session: SessionContext
     ) -> exp.Expression:
-        assert prepared.tree is not None
-        tree = bind(prepared.tree, params) if params else prepared.tree
-        if prepared.kind == "catalog":
-            from dpsql.sql import catalog
-
-            return catalog.check_catalog_query(tree, self.view(session.analyst), session.analyst)
-        if prepared.kind != "public":
-            raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
-        return tree
+        return public_sql.runnable_tree(self, prepared, params, session)
 
     # -- helpers used by the private path ----------------------------------------------------------
     def _analysis(self, prepared: Prepared, params: Sequence[Any]) -> Analysis:
@@ -368,48 +296,11 @@ class Engine:
 
         Used when a query runs and when ``SET dpsql.epsilon`` is applied (wire session).
         """
-        d = self.policy.defaults
-        analyst = self.policy.analysts.get(analyst_name)
-        max_eps = to_fraction(
-            analyst.max_epsilon if analyst and analyst.max_epsilon else d.max_epsilon
-        )
-        min_eps = to_fraction(
-            analyst.min_epsilon if analyst and analyst.min_epsilon else d.min_epsilon
-        )
-        if not 0 < eps <= max_eps:
-            raise InvalidParameter(
-                f"epsilon {float(eps):g} is out of range: it must be > 0 and <= {float(max_eps):g}",
-                hint="SET dpsql.epsilon = 0.5 (smaller is more private and noisier)",
-            )
-        if eps < min_eps:
-            raise InvalidParameter(
-                f"epsilon {float(eps):g} is below the policy's per-query minimum {float(min_eps):g}",
-                detail="a nearly free query would still run the private SQL: its run time is a "
-                "nearly free measurement of the data (docs/timing.md)",
-                hint=f"SET dpsql.epsilon to at least {float(min_eps):g}",
-            )
+        privacy_params_module.check_epsilon(self.policy, analyst_name, eps)
 
     def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]:
         """The query's (epsilon, delta) from the session, the analyst and the policy, validated."""
-        d = self.policy.defaults
-        analyst = self.policy.analysts.get(session.analyst)
-        eps = session.epsilon
-        if eps is None:
-            eps = to_fraction(
-                analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
-            )
-        self.check_epsilon(session.analyst, eps)
-        delta = session.delta
-        if delta is None and analyst is not None and analyst.default_delta is not None:
-            delta = to_fraction(analyst.default_delta)
-        if delta is None:
-            delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
-        if not 0 <= delta <= MAX_DELTA:
-            raise InvalidParameter(
-                f"delta {float(delta):g} is out of range [0, {float(MAX_DELTA):g}]",
-                hint="use a delta far below 1/(number of people), e.g. 1e-6",
-            )
-        return eps, delta
+        return privacy_params_module.privacy_params(self.policy, session, a)
 
     def plan(
         self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
@@ -429,80 +320,20 @@ class Engine:
 
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters)."""
-        key = ("private", prepared.text, prepared.salt)
-        if a is prepared.analysis:
-            hit = self._sql_cache.get(key)
-            if hit is not None:
-                return str(hit)
-        text = self._private_sql(prepared, a)
-        if a is prepared.analysis:
-            self._remember(key, text)
-        return text
+        return private_sql_module.private_sql(self, prepared, a)
 
     def _private_sql(self, prepared: Prepared, a: Analysis) -> str:
-        extra: tuple[Measure, ...] = ()
-        if a.needs_selection:
-            extra = (Measure("count_rows" if a.private.row_privacy else "count_units"),)
-        full = Analysis(**{**a.__dict__, "measures": a.measures + extra})
-        q = private_query(full, prepared.salt)
-        n = len(a.group_keys)
-        q.set(
-            "expressions",
-            [
-                exp.alias_(exp.cast(e.copy(), "text"), f"_dp_t{i}") if i < n else e
-                for i, e in enumerate(q.expressions)
-            ],
-        )
-        return q.sql("postgres")
+        return private_sql_module.bounded_sql(prepared, a)
 
     def _group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
-        set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
-        if not a.group_keys:
-            return set_type
-        cached = self._key_types.get(prepared.text)
-        if cached is not None:
-            return cached + set_type
-        cols = [
-            exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)
-        ]
-        q = source_select(a, *cols).limit(0)
-        rows = self.backend.run(q.sql("postgres"), private=True)
-        types = tuple(type_name(c.type_oid) for c in rows.columns)
-        self._key_types[prepared.text] = types
-        return types + set_type
+        return group_keys.group_types(self, prepared, a)
 
     def declared_keys(self, a: Analysis) -> list[tuple[str, ...]] | None:
-        if not a.group_keys:
-            return []
-        if a.needs_selection:
-            return None
-        out = []
-        for g in a.group_keys:
-            if g.keys is not None:
-                out.append(g.keys)
-            else:
-                assert g.keys_from is not None
-                out.append(self._resolve_keys_from(g.keys_from))
-        return out
+        return group_keys.declared_keys(self, a)
 
     def _resolve_keys_from(self, ref: str) -> tuple[str, ...]:
-        hit = self._keys_from.get(ref)
-        if hit is not None:
-            return hit
-        parts = ref.split(".")
-        col = parts[-1]
-        table = ".".join(parts[:-1])
-        q = (
-            exp.select(exp.cast(exp.column(col, quoted=True), "text"))
-            .distinct()
-            .from_(exp.to_table(table))
-            .where(exp.column(col, quoted=True).is_(exp.null()).not_())
-        )
-        rows = self.backend.run(q.sql("postgres"), private=False)
-        keys = tuple(sorted(str(r[0]) for r in rows.rows))
-        self._keys_from[ref] = keys
-        return keys
+        return group_keys.resolve_keys_from(self, ref)
 
     def _finish(
         self,
@@ -519,34 +350,6 @@ class Engine:
         return finish(self, a, rel, session, describe_only=describe_only, plan=plan, cached=cached)
 
 
-def _value_position(p: exp.Parameter) -> bool:
-    """Whether PostgreSQL reads a literal in ``p``'s place as it reads a parameter there: not
-    where its grammar treats a constant specially (``ORDER BY 1`` / ``GROUP BY 1`` are column
-    positions, ``DISTINCT ON (1)`` too, and a minus sign is folded into the constant, which can
-    change its type: ``-2147483648`` is an int4)."""
-    node: exp.Expression = p
-    while isinstance(node.parent, (exp.Paren, exp.Tuple)):
-        node = node.parent
-    return not isinstance(node.parent, _CONSTANT_SYNTAX)
-
-
-_CONSTANT_SYNTAX = (exp.Neg, exp.Ordered, exp.Group, exp.Distinct, exp.Rollup, exp.Cube,
-                    exp.GroupingSets)  # fmt: skip
-
-
-def _sql_key(
-    prepared: Prepared, session: SessionContext, params: Sequence[Any]
-) -> tuple[Any, ...] | None:
-    """The memo key of a statement's runnable SQL: its text, the analyst and each parameter's
-    type and repr (so 1, True and 1.0 differ); None when the parameters are too long to keep."""
-    if prepared.kind not in ("public", "catalog"):
-        return None
-    values = tuple((type(v).__name__, repr(v)) for v in params)
-    if sum(len(r) for _, r in values) > 256:
-        return None
-    return ("sql", prepared.text, session.analyst, values)
-
-
 def _result(rows: Rows) -> Result:
     return Result(rows.columns, rows.rows, rows.status)
 
@@ -555,4 +358,16 @@ def payload(rel: Release) -> bytes:
     return json.dumps(rel.as_json(), separators=(",", ":")).encode()
 
 
-__all__ = ["CancelToken", "Engine", "Prepared", "outer_query", "outer_sql", "release"]
+__all__ = [
+    "MAX_DELTA",
+    "CancelToken",
+    "Engine",
+    "Kind",
+    "Prepared",
+    "fingerprint",
+    "outer_query",
+    "outer_sql",
+    "payload",
+    "release",
+    "to_fraction",
+]

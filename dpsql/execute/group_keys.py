@@ -1,0 +1,73 @@
+"""A private query's group keys: their PostgreSQL types and their declared (public) values.
+
+Both are read without touching private values: the types from a zero-row probe of the bounded
+source, the values from the policy (``keys``) or a public key table (``keys_from``). Each is
+memoized on the engine (``Engine._key_types``, ``Engine._keys_from``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from dpsql.execute.backend import type_name
+from dpsql.execute.prepared import Prepared
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.rewrite.bound_contributions import source_select
+from dpsql.sql.rewrite.make_total import make_total
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine
+
+
+def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+    """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
+    set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
+    if not a.group_keys:
+        return set_type
+    cached = engine._key_types.get(prepared.text)
+    if cached is not None:
+        return cached + set_type
+    cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
+    q = source_select(a, *cols).limit(0)
+    rows = engine.backend.run(q.sql("postgres"), private=True)
+    types = tuple(type_name(c.type_oid) for c in rows.columns)
+    engine._key_types[prepared.text] = types
+    return types + set_type
+
+
+def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str, ...]] | None:
+    """Each group key's declared values, or None when the query selects its keys from the data."""
+    if not a.group_keys:
+        return []
+    if a.needs_selection:
+        return None
+    out = []
+    for g in a.group_keys:
+        if g.keys is not None:
+            out.append(g.keys)
+        else:
+            assert g.keys_from is not None
+            out.append(resolve_keys_from(engine, g.keys_from))
+    return out
+
+
+def resolve_keys_from(engine: Engine, ref: str) -> tuple[str, ...]:
+    """The distinct non-null values (as text, sorted) of the public column ``ref`` (table.col)."""
+    hit = engine._keys_from.get(ref)
+    if hit is not None:
+        return hit
+    parts = ref.split(".")
+    col = parts[-1]
+    table = ".".join(parts[:-1])
+    q = (
+        exp.select(exp.cast(exp.column(col, quoted=True), "text"))
+        .distinct()
+        .from_(exp.to_table(table))
+        .where(exp.column(col, quoted=True).is_(exp.null()).not_())
+    )
+    rows = engine.backend.run(q.sql("postgres"), private=False)
+    keys = tuple(sorted(str(r[0]) for r in rows.rows))
+    engine._keys_from[ref] = keys
+    return keys

@@ -1,0 +1,47 @@
+"""A prepared statement: parsed, classified and (for private queries) analyzed, immutable.
+
+:class:`Prepared` is what :meth:`dpsql.engine.Engine.prepare` returns and caches; every later
+step (describe, execute, EXPLAIN) reads it and never changes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.explain_options import ExplainOptions
+from dpsql.sql.parse import Statement
+
+Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A parsed, classified and (for private queries) analyzed statement. Immutable, cacheable."""
+
+    text: str
+    kind: Kind
+    statement: Statement
+    tree: exp.Expression | None
+    analysis: Analysis | None
+    param_count: int
+    salt: str
+    fingerprint: str
+    scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
+    # kind "explain": the explained statement, prepared as itself, and the EXPLAIN's options
+    inner: Prepared | None = None
+    explain: ExplainOptions | None = None
+
+    @property
+    def first_word(self) -> str:
+        return self.statement.first_word
+
+
+def fingerprint(tree: exp.Expression | None, text: str) -> str:
+    """A short stable id of a statement's shape (literals kept; used in logs and the ledger)."""
+    body = tree.sql("postgres") if tree is not None else text
+    return hashlib.sha256(body.encode()).hexdigest()[:16]

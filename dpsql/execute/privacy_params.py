@@ -1,0 +1,74 @@
+"""A query's (epsilon, delta): from the session, the analyst and the policy, validated.
+
+The per-query epsilon must lie in ``(0, max_epsilon]`` and not below ``min_epsilon`` (the
+analyst's values where set, else the policy defaults); delta in ``[0, MAX_DELTA]``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from dpsql.errors import InvalidParameter
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
+
+MAX_DELTA = Fraction(1, 100)
+
+
+def to_fraction(v: float | Fraction | str) -> Fraction:
+    """``v`` exactly as written (``0.1`` is 1/10, not the nearest binary float)."""
+    return v if isinstance(v, Fraction) else Fraction(str(v))
+
+
+def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction) -> None:
+    """Refuse (22023) a per-query epsilon outside ``analyst_name``'s policy range.
+
+    Raises:
+        InvalidParameter: ``eps`` is not in ``(0, max_epsilon]`` or is below ``min_epsilon``.
+    """
+    d = policy.defaults
+    analyst = policy.analysts.get(analyst_name)
+    max_eps = to_fraction(analyst.max_epsilon if analyst and analyst.max_epsilon else d.max_epsilon)
+    min_eps = to_fraction(analyst.min_epsilon if analyst and analyst.min_epsilon else d.min_epsilon)
+    if not 0 < eps <= max_eps:
+        raise InvalidParameter(
+            f"epsilon {float(eps):g} is out of range: it must be > 0 and <= {float(max_eps):g}",
+            hint="SET dpsql.epsilon = 0.5 (smaller is more private and noisier)",
+        )
+    if eps < min_eps:
+        raise InvalidParameter(
+            f"epsilon {float(eps):g} is below the policy's per-query minimum {float(min_eps):g}",
+            detail="a nearly free query would still run the private SQL: its run time is a "
+            "nearly free measurement of the data (docs/timing.md)",
+            hint=f"SET dpsql.epsilon to at least {float(min_eps):g}",
+        )
+
+
+def privacy_params(
+    policy: Policy, session: SessionContext, a: Analysis
+) -> tuple[Fraction, Fraction]:
+    """The query's (epsilon, delta) from the session, the analyst and the policy, validated.
+
+    Raises:
+        InvalidParameter: epsilon or delta out of range (22023).
+    """
+    d = policy.defaults
+    analyst = policy.analysts.get(session.analyst)
+    eps = session.epsilon
+    if eps is None:
+        eps = to_fraction(
+            analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
+        )
+    check_epsilon(policy, session.analyst, eps)
+    delta = session.delta
+    if delta is None and analyst is not None and analyst.default_delta is not None:
+        delta = to_fraction(analyst.default_delta)
+    if delta is None:
+        delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
+    if not 0 <= delta <= MAX_DELTA:
+        raise InvalidParameter(
+            f"delta {float(delta):g} is out of range [0, {float(MAX_DELTA):g}]",
+            hint="use a delta far below 1/(number of people), e.g. 1e-6",
+        )
+    return eps, delta

@@ -1,0 +1,123 @@
+"""The SQL a public or catalog statement runs upstream, and its cheap (memoized) forms.
+
+A public statement's checks ran at prepare time on the tree with its placeholders; a catalog
+statement's checks read the parameter values, so they run again on the bound tree. The engine's
+memo (``Engine._sql_cache``) keeps the texts, a public statement's
+:class:`~dpsql.sql.bind.Template` and its ``$n``-placeholder text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedSql
+from dpsql.execute.prepared import Prepared
+from dpsql.session import SessionContext
+from dpsql.sql.bind import bind, check_params, template
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine
+
+
+def runnable_sql(
+    engine: Engine, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+) -> str:
+    """See :meth:`dpsql.engine.Engine.runnable_sql`."""
+    check_params(prepared.tree, prepared.param_count, len(params))
+    engine._check_scope(prepared, session)
+    text = cached_sql(engine, prepared, session, params)
+    if text is None:
+        text = runnable_tree(engine, prepared, params, session).sql("postgres")
+        key = sql_key(prepared, session, params)
+        if key is not None:
+            engine._remember(key, text)
+    return text
+
+
+def cached_sql(
+    engine: Engine, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+) -> str | None:
+    """See :meth:`dpsql.engine.Engine.cached_sql`."""
+    if prepared.scope != engine._scope(session.analyst):
+        return None  # prepared under another analyst's view: runnable_sql checks it
+    if prepared.kind == "public" and params and len(params) == prepared.param_count:
+        tkey = ("template", prepared.text)
+        tpl = engine._sql_cache.get(tkey)
+        if tpl is None:
+            assert prepared.tree is not None
+            tpl = template(prepared.tree) or False
+            engine._remember(tkey, tpl)
+        if tpl:
+            return str(tpl.render(params))
+    key = sql_key(prepared, session, params)
+    hit = engine._sql_cache.get(key) if key is not None else None
+    return None if hit is None else str(hit)
+
+
+def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContext) -> str | None:
+    """See :meth:`dpsql.engine.Engine.parameterized_sql`."""
+    if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
+        return None
+    if prepared.scope != engine._scope(session.analyst):
+        return None
+    key = ("parameterized", prepared.text)
+    hit = engine._sql_cache.get(key)
+    if hit is None:
+        tree = prepared.tree
+        plain = template(tree) is not None and all(
+            map(value_position, tree.find_all(exp.Parameter))
+        )
+        hit = tree.sql("postgres") if plain else False
+        engine._remember(key, hit)
+    return str(hit) if hit else None
+
+
+def runnable_tree(
+    engine: Engine, prepared: Prepared, params: Sequence[Any], session: SessionContext
+) -> exp.Expression:
+    """The tree a public or catalog statement runs: ``params`` bound, catalog checks applied.
+
+    Raises:
+        PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement, or
+            ``prepared`` is neither public nor catalog.
+    """
+    assert prepared.tree is not None
+    tree = bind(prepared.tree, params) if params else prepared.tree
+    if prepared.kind == "catalog":
+        from dpsql.sql import catalog
+
+        return catalog.check_catalog_query(tree, engine.view(session.analyst), session.analyst)
+    if prepared.kind != "public":
+        raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
+    return tree
+
+
+def value_position(p: exp.Parameter) -> bool:
+    """Whether PostgreSQL reads a literal in ``p``'s place as it reads a parameter there: not
+    where its grammar treats a constant specially (``ORDER BY 1`` / ``GROUP BY 1`` are column
+    positions, ``DISTINCT ON (1)`` too, and a minus sign is folded into the constant, which can
+    change its type: ``-2147483648`` is an int4)."""
+    node: exp.Expression = p
+    while isinstance(node.parent, (exp.Paren, exp.Tuple)):
+        node = node.parent
+    return not isinstance(node.parent, _CONSTANT_SYNTAX)
+
+
+_CONSTANT_SYNTAX = (exp.Neg, exp.Ordered, exp.Group, exp.Distinct, exp.Rollup, exp.Cube,
+                    exp.GroupingSets)  # fmt: skip
+
+
+def sql_key(
+    prepared: Prepared, session: SessionContext, params: Sequence[Any]
+) -> tuple[Any, ...] | None:
+    """The memo key of a statement's runnable SQL: its text, the analyst and each parameter's
+    type and repr (so 1, True and 1.0 differ); None when the parameters are too long to keep."""
+    if prepared.kind not in ("public", "catalog"):
+        return None
+    values = tuple((type(v).__name__, repr(v)) for v in params)
+    if sum(len(r) for _, r in values) > 256:
+        return None
+    return ("sql", prepared.text, session.analyst, values)
