@@ -71,18 +71,10 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
             f"this is a {kind} query: it is answered exactly, with no noise and no budget"
         )
     a = analyze(st.tree, view)
-    from dpsql.engine import to_fraction
+    from dpsql.execute.privacy_params import resolve_params
 
+    eps, delta = resolve_params(policy, session, a)
     d = policy.defaults
-    analyst = policy.analysts.get(session.analyst)
-    eps = session.epsilon or to_fraction(
-        analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
-    )
-    delta = session.delta
-    if delta is None and analyst is not None and analyst.default_delta is not None:
-        delta = to_fraction(analyst.default_delta)  # as Engine.privacy_params (the server)
-    if delta is None:
-        delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
     conf = session.confidence or d.confidence
     if a.grouping_sets:
         return report(text, make_sets_plan(a, eps, delta, session.mechanism), conf)

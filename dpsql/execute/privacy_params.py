@@ -27,10 +27,8 @@ def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction) -> None:
     Raises:
         InvalidParameter: ``eps`` is not in ``(0, max_epsilon]`` or is below ``min_epsilon``.
     """
-    d = policy.defaults
-    analyst = policy.analysts.get(analyst_name)
-    max_eps = to_fraction(analyst.max_epsilon if analyst and analyst.max_epsilon else d.max_epsilon)
-    min_eps = to_fraction(analyst.min_epsilon if analyst and analyst.min_epsilon else d.min_epsilon)
+    lo, _, hi = policy.epsilon_range(analyst_name)
+    min_eps, max_eps = to_fraction(lo), to_fraction(hi)
     if not 0 < eps <= max_eps:
         raise InvalidParameter(
             f"epsilon {float(eps):g} is out of range: it must be > 0 and <= {float(max_eps):g}",
@@ -45,6 +43,23 @@ def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction) -> None:
         )
 
 
+def resolve_params(
+    policy: Policy, session: SessionContext, a: Analysis
+) -> tuple[Fraction, Fraction]:
+    """The query's (epsilon, delta), not validated: the session's values, else the analyst's
+    defaults, else the policy's (delta is 0 unless the query needs partition selection)."""
+    eps = session.epsilon
+    if eps is None:
+        eps = to_fraction(policy.epsilon_range(session.analyst)[1])
+    delta = session.delta
+    analyst = policy.analysts.get(session.analyst)
+    if delta is None and analyst is not None and analyst.default_delta is not None:
+        delta = to_fraction(analyst.default_delta)
+    if delta is None:
+        delta = to_fraction(policy.defaults.delta) if a.needs_selection else Fraction(0)
+    return eps, delta
+
+
 def privacy_params(
     policy: Policy, session: SessionContext, a: Analysis
 ) -> tuple[Fraction, Fraction]:
@@ -53,19 +68,8 @@ def privacy_params(
     Raises:
         InvalidParameter: epsilon or delta out of range (22023).
     """
-    d = policy.defaults
-    analyst = policy.analysts.get(session.analyst)
-    eps = session.epsilon
-    if eps is None:
-        eps = to_fraction(
-            analyst.default_epsilon if analyst and analyst.default_epsilon else d.epsilon
-        )
+    eps, delta = resolve_params(policy, session, a)
     check_epsilon(policy, session.analyst, eps)
-    delta = session.delta
-    if delta is None and analyst is not None and analyst.default_delta is not None:
-        delta = to_fraction(analyst.default_delta)
-    if delta is None:
-        delta = to_fraction(d.delta) if a.needs_selection else Fraction(0)
     if not 0 <= delta <= MAX_DELTA:
         raise InvalidParameter(
             f"delta {float(delta):g} is out of range [0, {float(MAX_DELTA):g}]",

@@ -277,13 +277,9 @@ class Policy(_Strict):
     @model_validator(mode="after")
     def _analyst_min_epsilon(self) -> Policy:
         """An analyst's minimum per-query epsilon is at most its default and its maximum."""
-        d = self.defaults
-        for name, a in self.analysts.items():
-            lo = a.min_epsilon or d.min_epsilon
-            for field, v in (
-                ("default_epsilon", a.default_epsilon or d.epsilon),
-                ("max_epsilon", a.max_epsilon or d.max_epsilon),
-            ):
+        for name in self.analysts:
+            lo, default, hi = self.epsilon_range(name)
+            for field, v in (("default_epsilon", default), ("max_epsilon", hi)):
                 if v < lo:
                     raise ValueError(
                         f"analysts.{name}: {field} {v:g} is below the minimum per-query epsilon "
@@ -339,6 +335,18 @@ class Policy(_Strict):
                 "tables": {k: keys_visible(t) for k, t in self.tables.items() if a.may_use(k)},
                 "public_tables": tuple(t for t in self.public_tables if a.may_use(t)),
             }
+        )
+
+    def epsilon_range(self, analyst: str) -> tuple[float, float, float]:
+        """``analyst``'s per-query (min_epsilon, default epsilon, max_epsilon): its own values
+        where set, else the policy defaults (an undeclared analyst gets the defaults)."""
+        d, a = self.defaults, self.analysts.get(analyst)
+        if a is None:
+            return d.min_epsilon, d.epsilon, d.max_epsilon
+        return (
+            a.min_epsilon or d.min_epsilon,
+            a.default_epsilon or d.epsilon,
+            a.max_epsilon or d.max_epsilon,
         )
 
     def may_use(self, analyst: str, qualified: str) -> bool:
