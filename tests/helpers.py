@@ -8,13 +8,35 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from dpsql.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextmanager
+def served_engine(policy: Any, upstream: str, *, grace_s: float = 2) -> Iterator[Any]:
+    """A real Engine on ``upstream`` behind an in-process wire server on a free port; yields the
+    :class:`~dpsql.serve.ServerThread` (its ``port``). Both are closed at exit."""
+    from dpsql.serve import ServerThread
+    from dpsql.wire.server import ServerConfig
+
+    engine = Engine(policy, upstream, pool_size=2)
+    srv = ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=grace_s)).start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        engine.close()
+
+
+def analyst_dsn(port: int, user: str = "analyst", password: str = "analyst") -> str:
+    """The DSN of ``user`` on a local dpsql server (the demo database)."""
+    return f"host=127.0.0.1 port={port} user={user} password={password} dbname=demo"
 
 
 def noiseless(engine: Engine) -> Engine:

@@ -17,10 +17,8 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
 from dpsql.session import SessionContext
-from dpsql.wire.server import ServerConfig
-from tests.helpers import noiseless
+from tests.helpers import analyst_dsn, noiseless, served_engine
 
 SECRET = "SECRET-ROW-of-a-shadowing-table"
 
@@ -103,31 +101,27 @@ def _upstream_role(dsn: str) -> str:
 
 
 def test_wire_fast_path_reads_the_public_table(shadow_dsn: str, demo_policy: Any) -> None:
-    engine = Engine(demo_policy, shadow_dsn, pool_size=2)
-    srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
-    try:
-        dsn = f"host=127.0.0.1 port={srv.port} user=analyst password=analyst dbname=demo"
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for prepare in (False, True):
-                rows = conn.execute("SELECT * FROM regions", prepare=prepare).fetchall()
-                assert rows and all(SECRET not in str(v) for r in rows for v in r), rows
-            rows = conn.execute("SELECT name FROM regions WHERE code = %s", ("X",)).fetchall()
-            assert rows == []
-            role = _upstream_role(shadow_dsn)
-            for script in (  # SET is answered by the session, never forwarded upstream
-                f"SET search_path = {role}, public; SELECT * FROM regions",
-                f"BEGIN; SET LOCAL search_path TO {role}; SELECT * FROM regions; COMMIT",
-                f"SET schema '{role}'; SELECT * FROM regions",
-            ):
-                cur = conn.execute(script)
-                rows = []
-                while True:
-                    if cur.description is not None:
-                        rows += cur.fetchall()
-                    if not cur.nextset():
-                        break
-                assert rows and all(SECRET not in str(v) for r in rows for v in r), script
-            conn.execute("RESET search_path")
-    finally:
-        srv.stop()
-        engine.close()
+    with (
+        served_engine(demo_policy, shadow_dsn) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        for prepare in (False, True):
+            rows = conn.execute("SELECT * FROM regions", prepare=prepare).fetchall()
+            assert rows and all(SECRET not in str(v) for r in rows for v in r), rows
+        rows = conn.execute("SELECT name FROM regions WHERE code = %s", ("X",)).fetchall()
+        assert rows == []
+        role = _upstream_role(shadow_dsn)
+        for script in (  # SET is answered by the session, never forwarded upstream
+            f"SET search_path = {role}, public; SELECT * FROM regions",
+            f"BEGIN; SET LOCAL search_path TO {role}; SELECT * FROM regions; COMMIT",
+            f"SET schema '{role}'; SELECT * FROM regions",
+        ):
+            cur = conn.execute(script)
+            rows = []
+            while True:
+                if cur.description is not None:
+                    rows += cur.fetchall()
+                if not cur.nextset():
+                    break
+            assert rows and all(SECRET not in str(v) for r in rows for v in r), script
+        conn.execute("RESET search_path")

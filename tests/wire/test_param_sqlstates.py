@@ -20,12 +20,10 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from dpsql.engine import Engine
 from dpsql.errors import ProtocolViolation, UndefinedParameter
-from dpsql.serve import ServerThread
 from dpsql.sql.bind import check_params
 from dpsql.sql.parse import parse_statement
-from dpsql.wire.server import ServerConfig
+from tests.helpers import analyst_dsn, served_engine
 
 USER = PASSWORD = "analyst"
 PRIVATE = b"SELECT count(*) FROM pums WHERE age > $1"
@@ -36,12 +34,8 @@ INT4, TEXT = 23, 25
 @pytest.fixture(scope="module")
 def dsns(demo_dsn: str, demo_policy: Any) -> Iterator[tuple[str, str]]:
     """(PostgreSQL, dpsql) DSNs on the same data."""
-    engine = Engine(demo_policy, demo_dsn, None, pool_size=2)
-    srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
-    proxied = f"host=127.0.0.1 port={srv.port} user={USER} password={PASSWORD} dbname=demo"
-    yield demo_dsn, proxied
-    srv.stop()
-    engine.close()
+    with served_engine(demo_policy, demo_dsn) as srv:
+        yield demo_dsn, analyst_dsn(srv.port, USER, PASSWORD)
 
 
 Run = Callable[[psycopg.Connection[Any]], pq.abc.PGresult]

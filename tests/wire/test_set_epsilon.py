@@ -15,9 +15,8 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from dpsql.engine import Engine
 from dpsql.serve import ServerThread
-from dpsql.wire.server import ServerConfig
+from tests.helpers import analyst_dsn, served_engine
 
 USER = PASSWORD = "analyst"
 PRIVATE = "SELECT count(*) AS n FROM pums"
@@ -28,17 +27,13 @@ def served(demo_dsn: str, demo_policy: Any) -> Iterator[ServerThread]:
     analysts = dict(demo_policy.analysts)  # analyst: max_epsilon 5 (demo), min_epsilon 0.25 here
     analysts[USER] = analysts[USER].model_copy(update={"min_epsilon": 0.25})
     policy = demo_policy.model_copy(update={"analysts": analysts})
-    engine = Engine(policy, demo_dsn, pool_size=2)
-    srv = ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
-    yield srv
-    srv.stop()
-    engine.close()
+    with served_engine(policy, demo_dsn) as srv:
+        yield srv
 
 
 @pytest.fixture
 def conn(served: ServerThread) -> Iterator[psycopg.Connection[Any]]:
-    dsn = f"host=127.0.0.1 port={served.port} user={USER} password={PASSWORD} dbname=demo"
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with psycopg.connect(analyst_dsn(served.port, USER, PASSWORD), autocommit=True) as c:
         yield c
 
 

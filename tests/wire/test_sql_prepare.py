@@ -16,9 +16,8 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from dpsql.engine import Engine
 from dpsql.serve import ServerThread
-from dpsql.wire.server import ServerConfig
+from tests.helpers import analyst_dsn, served_engine
 
 USER = PASSWORD = "analyst"
 REFUSED = [
@@ -31,17 +30,13 @@ REFUSED = [
 
 @pytest.fixture(scope="module")
 def served(demo_dsn: str, demo_policy: Any) -> Iterator[ServerThread]:
-    engine = Engine(demo_policy, demo_dsn, pool_size=2)
-    srv = ServerThread(engine, demo_policy, ServerConfig(port=0, shutdown_grace_s=2)).start()
-    yield srv
-    srv.stop()
-    engine.close()
+    with served_engine(demo_policy, demo_dsn) as srv:
+        yield srv
 
 
 @pytest.fixture
 def conn(served: ServerThread) -> Iterator[psycopg.Connection[Any]]:
-    dsn = f"host=127.0.0.1 port={served.port} user={USER} password={PASSWORD} dbname=demo"
-    with psycopg.connect(dsn, autocommit=True) as c:
+    with psycopg.connect(analyst_dsn(served.port, USER, PASSWORD), autocommit=True) as c:
         yield c
 
 
