@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -68,34 +67,7 @@ _LINE = log_statement.__code__.co_firstlineno
 _JSON = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
-def _make_encode() -> Callable[[dict[str, Any]], str]:
-    """``_JSON.encode`` without building a C encoder per call as ``JSONEncoder.encode`` does.
-
-    Uses the same C encoder (``json.encoder.c_make_encoder``, built once, no circular-reference
-    markers: the fields are flat) when it exists and encodes a sample exactly as ``_JSON`` does;
-    otherwise ``_JSON.encode`` itself.
-    """
-    from json import encoder as je
-
-    slow = _JSON.encode
-    try:
-        c = je.c_make_encoder(  # type: ignore[attr-defined]
-            None, str, je.encode_basestring_ascii, None, ":", ",", False, False, True
-        )
-
-        def fast(fields: dict[str, Any]) -> str:
-            return "".join(c(fields, 0))
-
-        sample = {"a": 'é"\n', "b": -1, "c": 0.1, "d": float("nan"), "e": None, "f": True,
-                  "g": float("-inf"), "h": ("t",), "i": {"j": []}, "k": slow}  # fmt: skip
-        if fast(sample) == slow(sample):
-            return fast
-    except Exception:
-        pass  # another Python's C encoder: the standard path below
-    return slow
-
-
-_encode = _make_encode()
+_encode = _JSON.encode
 
 
 class LineFormatter(logging.Formatter):
