@@ -25,7 +25,16 @@ Scenarios:
   noised); directly, each one's rewritten SQL. This is the analyst workload: its throughput ratio
   is the one that matters for DP queries; the public lookup's is the proxy's worst case.
 
-Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]``
+Reference proxies (``bench/references.py``), measured in the same run with the direct load, in
+both tables: ``null relay`` (``bench/null_relay.py``: a uvloop byte relay that parses nothing, the
+floor of a Python proxy) and ``pgbouncer`` (session pooling; when the binary is installed). Every
+proxy adds two socket hops whose CPU comes out of the cores PostgreSQL and the clients share, so
+their ratios show what the machine allows any proxy; "ratio / null relay" is each proxy's queries
+per second over the null relay's at the same point. ``--no-null-relay``, ``--no-pgbouncer``
+leave them out.
+
+Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]
+[--clients 1,8,32] [--skip SCENARIOS] [--no-null-relay] [--no-pgbouncer]``
 """
 
 from __future__ import annotations
@@ -48,16 +57,12 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from references import free_port, start_references  # noqa: E402  (bench/ is the script's dir)
 
 PUBLIC = "SELECT name FROM regions WHERE code = %s"
 FRESH = 200
+SETUP = "SET dpsql.epsilon = 0.001"  # fresh DP aggregates: a small charge each
 PRIVATE = "SELECT category, COUNT(*) AS n, AVG(amount) AS avg FROM purchases GROUP BY category"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _start_proxy(upstream: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
@@ -65,7 +70,7 @@ def _start_proxy(upstream: str, extra: list[str]) -> tuple[subprocess.Popen[byte
 
     from dpsql.demo import POLICY
 
-    port = _free_port()
+    port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="dpsql-bench-", suffix=".log", delete=False)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
@@ -233,9 +238,9 @@ def _pct(xs: list[float], q: float) -> float:
     return statistics.quantiles(xs, n=100)[int(q) - 1]
 
 
-def _report_latency(name: str, proxy: list[float], direct: list[float]) -> None:
+def _report_latency(name: str, via: str, proxy: list[float], direct: list[float]) -> None:
     p50p, p50d = statistics.median(proxy), statistics.median(direct)
-    print(f"| {name} | {p50d:.3f} | {_pct(direct, 99):.3f} | {p50p:.3f} | {_pct(proxy, 99):.3f} "
+    print(f"| {name} | {via} | {p50d:.3f} | {_pct(direct, 99):.3f} | {p50p:.3f} | {_pct(proxy, 99):.3f} "
           f"| {p50p - p50d:+.3f} | {_pct(proxy, 99) - _pct(direct, 99):+.3f} |")  # fmt: skip
 
 
@@ -260,30 +265,79 @@ def _fresh(n: int, start: int = 0) -> list[str]:
     return [f"{head} WHERE amount < {1000 + start + i} GROUP BY category" for i in range(n)]
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where clients connect: dpsql (one per ``--workers`` count, dpsql's load) or a reference
+    proxy (``bench/references.py``, the direct load)."""
+
+    proxy: str
+    workers: str
+    pid: int
+    dsn: str
+
+    @property
+    def reference(self) -> bool:
+        return self.proxy != "dpsql"
+
+
 def _throughput(
-    a: argparse.Namespace, dsn: str, proxies: dict[int, tuple[int, str]], scenarios: list[Any]
+    a: argparse.Namespace, dsn: str, targets: list[Target], scenarios: list[Any]
 ) -> None:
-    print("| scenario | clients | direct qps | workers | proxy qps | ratio "
+    print("| scenario | clients | direct qps | proxy | workers | proxy qps | ratio | ratio / null relay "
           "| added p50 ms | added p99 ms | proxy CPU us/statement |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     run = 0
     for name, pload, dload in scenarios:
         for c in (int(x) for x in a.clients.split(",")):
             d, dl = _qps(dsn, dload, c, a.seconds)
-            for w, (pid, proxy) in proxies.items():
-                if pload.sqls and pload.setup:  # fresh statements: a new set for every run
+            relay = None
+            for t in targets:
+                load = dload if t.reference else pload
+                if not t.reference and pload.sqls and pload.setup:  # fresh: new ones every run
                     run += 1
-                    pload = Load(sqls=tuple(_fresh(FRESH, 10_000 * run)), setup=pload.setup)
-                cpu0 = _tree_cpu(pid)
-                p, pl = _qps(proxy, pload, c, a.seconds)
-                cpu = (_tree_cpu(pid) - cpu0) / max(len(pl), 1) * 1e6
+                    load = Load(sqls=tuple(_fresh(FRESH, 10_000 * run)), setup=pload.setup)
+                cpu0 = _tree_cpu(t.pid)
+                p, pl = _qps(t.dsn, load, c, a.seconds)
+                cpu = (_tree_cpu(t.pid) - cpu0) / max(len(pl), 1) * 1e6
+                relay = p if t.proxy == "null relay" else relay
+                head = f"| {name} | {c} | {d:,.1f} | {t.proxy} | {t.workers} | {p:,.1f}"
                 if not pl or not dl:
-                    print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | - | - | - | - |")
+                    print(f"{head} | - | - | - | - | - |")
                     continue
+                vs_relay = f"{p / relay:.2f}" if relay else "-"
                 added50 = statistics.median(pl) - statistics.median(dl)
                 added99 = _pct(pl, 99) - _pct(dl, 99) if len(pl) > 1 and len(dl) > 1 else 0.0
-                print(f"| {name} | {c} | {d:,.1f} | {w} | {p:,.1f} | {p / d:.2f} "
-                      f"| {added50:+.3f} | {added99:+.3f} | {cpu:,.0f} |", flush=True)  # fmt: skip
+                print(f"{head} | {p / d:.2f} | {vs_relay} | {added50:+.3f} | {added99:+.3f} "
+                      f"| {cpu:,.0f} |", flush=True)  # fmt: skip
+
+
+def _latency_table(
+    a: argparse.Namespace, dsn: str, proxy: str, refs: list[Target], rewritten: str
+) -> None:
+    """Sequential latency, one client: dpsql and each reference proxy, each against a direct
+    measurement taken just before it (the machine's load drifts between rows)."""
+    print("| scenario | proxy | direct p50 ms | direct p99 ms | proxy p50 ms | proxy p99 ms "
+          "| added p50 ms | added p99 ms |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    latency = [
+        ("public prepared", PUBLIC, ("N",), PUBLIC, ("N",)),
+        ("private cached", PRIVATE, (), rewritten, ()),
+    ]
+    for name, psql, pp, dsql, dp in latency:
+        n = a.n if name.startswith("public") else min(a.n, 20)  # the rewritten SQL is slow
+        direct = _latencies(dsn, dsql, dp, n)
+        _report_latency(name, "dpsql", _latencies(proxy, psql, pp, n), direct)
+        for r in refs:
+            direct = _latencies(dsn, dsql, dp, n)
+            _report_latency(name, r.proxy, _latencies(r.dsn, dsql, dp, n), direct)
+    fresh = _fresh(10)
+    fresh_direct = [rewritten_sql(q) for q in fresh]
+    name = "private fresh (charged, noised)"
+    direct = _latencies_many(dsn, fresh_direct)
+    _report_latency(name, "dpsql", _latencies_many(proxy, fresh, SETUP), direct)
+    for r in refs:
+        direct = _latencies_many(dsn, fresh_direct)
+        _report_latency(name, r.proxy, _latencies_many(r.dsn, fresh_direct), direct)
 
 
 def main() -> None:
@@ -294,6 +348,8 @@ def main() -> None:
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--workers", default="1", help="proxy process counts to measure, e.g. 1,2")
     ap.add_argument("--skip", default="", help="comma-separated scenario names to leave out")
+    ap.add_argument("--no-null-relay", action="store_true", help="leave out the null relay")
+    ap.add_argument("--no-pgbouncer", action="store_true", help="leave out pgbouncer")
     a = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-ups below
     from dpsql.demo import load_demo
@@ -305,36 +361,22 @@ def main() -> None:
 
         cluster = start_cluster()
         dsn = cluster.dsn()
-    procs = []
+    procs, refs = [], []
     try:
         load_demo(dsn)
-        proxies: dict[int, tuple[int, str]] = {}
+        refs = start_references(dsn, not a.no_null_relay, not a.no_pgbouncer)
+        targets = [Target(r.name, "-", r.pid, r.dsn) for r in refs]
         for w in (int(x) for x in a.workers.split(",")):
             proc, pdsn = _start_proxy(dsn, ["--workers", str(w)])
-            proxies[w] = (proc.pid, pdsn)
+            targets.append(Target("dpsql", str(w), proc.pid, pdsn))
             procs.append(proc)
-        proxy = proxies[min(proxies)][1]
+        proxy = next(t.dsn for t in targets if not t.reference)
         rewritten = rewritten_sql(PRIVATE)
         print(f"PostgreSQL {psycopg.connect(dsn).info.server_version}, "
               f"{os.cpu_count()} CPUs, n={a.n}, {a.seconds:g}s per throughput point, "
-              f"load average before: {os.getloadavg()[0]:.2f}\n")  # fmt: skip
-        print("| scenario | direct p50 ms | direct p99 ms | proxy p50 ms | proxy p99 ms "
-              "| added p50 ms | added p99 ms |")  # fmt: skip
-        print("|---|---|---|---|---|---|---|")
-        latency = [
-            ("public prepared", PUBLIC, ("N",), PUBLIC, ("N",)),
-            ("private cached", PRIVATE, (), rewritten, ()),
-        ]
-        for name, psql, pp, dsql, dp in latency:
-            n = a.n if name.startswith("public") else min(a.n, 20)  # the rewritten SQL is slow
-            _report_latency(name, _latencies(proxy, psql, pp, n), _latencies(dsn, dsql, dp, n))
-        fresh = _fresh(10)
-        setup = "SET dpsql.epsilon = 0.001"
-        _report_latency(
-            "private fresh (charged, noised)",
-            _latencies_many(proxy, fresh, setup),
-            _latencies_many(dsn, [rewritten_sql(q) for q in fresh]),
-        )
+              f"load average before: {os.getloadavg()[0]:.2f}; reference proxies: "
+              f"{', '.join(r.name for r in refs) or 'none'}\n")  # fmt: skip
+        _latency_table(a, dsn, proxy, [t for t in targets if t.reference], rewritten)
         eng = _engine_latencies(dsn, PUBLIC, ("N",), a.n)
         engine_qps = _engine_qps(dsn, PUBLIC, ("N",), a.seconds)
         print(
@@ -346,16 +388,18 @@ def main() -> None:
         scenarios = [
             ("public prepared", Load(PUBLIC, ("N",)), Load(PUBLIC, ("N",))),
             ("private cached", Load(PRIVATE), Load(rewritten)),
-            ("private fresh", Load(sqls=tuple(many), setup=setup),
+            ("private fresh", Load(sqls=tuple(many), setup=SETUP),
              Load(sqls=tuple(rewritten_sql(q) for q in many))),
         ]  # fmt: skip
         skip = {x.strip() for x in a.skip.split(",") if x.strip()}
-        _throughput(a, dsn, proxies, [s for s in scenarios if s[0] not in skip])
+        _throughput(a, dsn, targets, [s for s in scenarios if s[0] not in skip])
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
             p.wait(30)
+        for r in refs:
+            r.stop()
         if cluster is not None:
             cluster.stop()
 
