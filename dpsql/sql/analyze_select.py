@@ -8,6 +8,7 @@ from dpsql.errors import (
     GroupingError,
     PrivacyViolation,
     SqlSyntaxError,
+    StatementTooComplex,
     UndefinedTable,
     UnsupportedSql,
 )
@@ -51,6 +52,7 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
     if not any(s.private for s in sources):
         raise UndefinedTable("a private query must read a private table")
     ctx = Ctx(sources, policy)
+    check_join_size(ctx)
     checked = []
     for j, s in zip(joins, sources[1:], strict=True):
         left_private = any(x.private for x in sources[: sources.index(s)])
@@ -61,6 +63,45 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
             )
         checked.append(check_join(ctx, j, s, check_row_level))
     return ctx, checked
+
+
+MAX_JOINED_TABLES = 6
+MAX_JOINED_ROWS_PER_UNIT = 2**16
+
+
+def check_join_size(ctx: Ctx) -> None:
+    """Refuse joins whose size one privacy unit could blow up past the statement timeout.
+
+    Each private table of a join keeps at most R rows per unit before the join
+    (:func:`dpsql.sql.rewrite.bound_contributions.capped_table`), but k of them still give R^k
+    joined rows per unit, and every joined table multiplies each private row by its fan-out.
+    With R = 25, seven copies of a table joined on the unit turned ONE row passing the WHERE
+    clause into 25^6 = 2.4e8 joined rows: the query timed out (57014, an exact bit) if and only
+    if that row existed. So R^k may not exceed :data:`MAX_JOINED_ROWS_PER_UNIT` and a private
+    query reads at most :data:`MAX_JOINED_TABLES` tables (a public table's fan-out remains:
+    docs/timing.md).
+
+    Raises:
+        StatementTooComplex: 54001, too many tables or too many joined rows per unit.
+    """
+    hint = "join fewer tables, or split the query"
+    if len(ctx.sources) > MAX_JOINED_TABLES:
+        raise StatementTooComplex(
+            f"a private query may read at most {MAX_JOINED_TABLES} tables "
+            f"({len(ctx.sources)} here)",
+            detail="every joined table multiplies the rows one person's data produce, so the "
+            "query's run time could reveal whether that person's rows exist",
+            hint=hint,
+        )
+    k = sum(1 for s in ctx.sources if s.private is not None)
+    if k > 1 and ctx.max_rows**k > MAX_JOINED_ROWS_PER_UNIT:
+        raise StatementTooComplex(
+            f"joining {k} private tables lets one person's {ctx.max_rows} rows per table become "
+            f"{ctx.max_rows}^{k} joined rows (at most {MAX_JOINED_ROWS_PER_UNIT} allowed)",
+            detail="the query's run time (or a statement timeout) would reveal whether that "
+            "person's rows exist",
+            hint=hint,
+        )
 
 
 def _output_name(node: exp.Expression) -> str:

@@ -1,0 +1,132 @@
+"""Joins must not let ONE row decide whether a private query times out (57014, an exact bit).
+
+Found by the red team: with R = 25 rows per unit kept before the join, seven copies of the demo's
+purchases joined on the unit turned the one row passing ``WHERE t0.amount > 1249990`` into
+25^6 = 2.4e8 joined rows, so the query timed out after 30 s if and only if that row existed
+(1.5 s without it). The analyzer now refuses R^k > MAX_JOINED_ROWS_PER_UNIT and more than
+MAX_JOINED_TABLES tables (dpsql.sql.analyze_select.check_join_size), before anything runs.
+
+Still open (xfail, strict): a PUBLIC table's fan-out multiplies each private row too, and a
+public table of N rows joined m times gives N^m joined rows per private row, which no constant
+limit on the number of tables bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from dpsql.demo import POLICY
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError, StatementTooComplex
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+from dpsql.sql.analyze_select import MAX_JOINED_ROWS_PER_UNIT, MAX_JOINED_TABLES
+
+R = 5
+PUBLIC_ROWS = 3000
+
+
+def _policy(tmp: Path) -> Path:
+    doc = yaml.safe_load(Path(POLICY).read_text())
+    doc["tables"] = {
+        "public.t": {
+            "privacy_unit": "u",
+            "max_rows_per_unit": R,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "u": {"type": "integer", "identifier": True},
+                "x": {"type": "integer", "bounds": [0, 1]},
+            },
+        }
+    }
+    doc["public_tables"] = ["public.p"]
+    path = tmp / "fanout.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture(scope="module")
+def neighbours(
+    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Engine, Engine]]:
+    """Engines on D (100 light units with x = 0, plus ONE row of unit 0 with x = 1) and on D'
+    (the same without unit 0), with a public table p of PUBLIC_ROWS rows, all with k = 1."""
+    path = _policy(tmp_path_factory.mktemp("policy"))
+    engines = []
+    for with_unit in (True, False):
+        dsn = make_db("rtfan")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (u integer, x integer)")
+            conn.execute("INSERT INTO t SELECT u, 0 FROM generate_series(1, 100) AS u")
+            if with_unit:
+                conn.execute("INSERT INTO t VALUES (0, 1)")
+            conn.execute("CREATE TABLE p (k integer)")
+            conn.execute("INSERT INTO p SELECT 1 FROM generate_series(1, %s)", (PUBLIC_ROWS,))
+            conn.execute("ANALYZE t; ANALYZE p")
+        engines.append(Engine(load_policy(path), dsn, pool_size=1, statement_timeout_ms=1500))
+    yield engines[0], engines[1]
+    for e in engines:
+        e.close()
+
+
+def _self_join(k: int) -> str:
+    joins = " ".join(f"JOIN t t{i} ON t0.u = t{i}.u" for i in range(1, k))
+    return f"SELECT COUNT(*) FROM t t0 {joins} WHERE t0.x = 1"
+
+
+def test_limits_are_what_the_docstring_says() -> None:
+    assert R**6 <= MAX_JOINED_ROWS_PER_UNIT < R**7
+    assert MAX_JOINED_TABLES >= 6
+
+
+@pytest.mark.parametrize("k", [7, 8])
+def test_private_self_join_past_the_per_unit_limit_is_refused(
+    neighbours: tuple[Engine, Engine], k: int
+) -> None:
+    engine, _ = neighbours
+    with pytest.raises(StatementTooComplex) as err:
+        engine.prepare(_self_join(k))
+    assert err.value.sqlstate == "54001" and err.value.hint
+
+
+def test_too_many_tables_are_refused(neighbours: tuple[Engine, Engine]) -> None:
+    engine, _ = neighbours
+    joins = " ".join(f"JOIN p p{i} ON true" for i in range(MAX_JOINED_TABLES))
+    with pytest.raises(StatementTooComplex):
+        engine.prepare(f"SELECT COUNT(*) FROM t {joins}")
+
+
+def _outcome(engine: Engine, sql: str) -> str:
+    try:
+        engine.execute(engine.prepare(sql), SessionContext(analyst="analyst"))
+    except DpsqlError as e:
+        return e.sqlstate
+    return "answered"
+
+
+def test_self_join_within_the_limit_answers_on_both_neighbours(
+    neighbours: tuple[Engine, Engine],
+) -> None:
+    """R^k <= the limit: unit 0's single row becomes at most R^(k-1) joined rows, no timeout."""
+    d, d2 = neighbours
+    sql = _self_join(6)
+    assert _outcome(d, sql) == _outcome(d2, sql) == "answered"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="public-table fan-out is not bounded: one private row joined to a public table of N "
+    "rows m times makes N^m rows, so the statement timeout says whether the row exists",
+)
+def test_public_fanout_can_not_reveal_one_row(neighbours: tuple[Engine, Engine]) -> None:
+    d, d2 = neighbours
+    sql = (
+        "SELECT COUNT(*) FROM t JOIN p p1 ON p1.k = t.x JOIN p p2 ON p2.k = t.x "
+        "JOIN p p3 ON p3.k = t.x WHERE t.x = 1"
+    )
+    assert _outcome(d, sql) == _outcome(d2, sql)
