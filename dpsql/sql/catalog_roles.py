@@ -21,7 +21,12 @@ business. So, in a catalog query (the rewrite of :mod:`dpsql.sql.catalog`):
   ``has_table_privilege('x', ...)`` raise 42704 ``role "x" does not exist`` for every other
   name, decided from the analyst's name alone (never from the upstream, so no oracle); a role
   *id* or a computed value is answered for the analyst's role only (NULL for any other);
-  ``regrole`` values are returned as plain ``oid`` (a ``regrole`` prints the upstream name).
+* a ``regrole`` value (``'ann'::regrole``, ``to_regrole('ann')``, ``relowner::regrole``) prints
+  as PostgreSQL prints it for the analyst's role: its name (never the upstream's, which is what
+  the value would print upstream); a predefined role prints its name, any other id prints its
+  digits (as PostgreSQL prints an id no role has). It is printed so where it reaches the client
+  (a select-list item of the outer query, with PostgreSQL's column label) or is cast to a text
+  type (``'ann'::regrole::text``); elsewhere (comparisons, joins) it is the plain ``oid``.
 
 The relations (``pg_roles`` ...) are rewritten by :mod:`dpsql.sql.catalog_overrides`.
 """
@@ -31,15 +36,11 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import UndefinedObject
+from dpsql.sql.catalog_regrole import LABEL, OWN_OID, place_regrole
 from dpsql.sql.catalog_sql import cast_target, cast_to, fill, template
 
 # SQL keywords that read the session's role (unquoted, they are never column names).
 ROLE_KEYWORDS = frozenset({"current_user", "session_user", "current_role", "user"})
-
-# The upstream role dpsql runs as: the analyst's role in every rewritten query.
-_OWN_OID = (
-    "(SELECT dpsql_r.oid FROM pg_catalog.pg_roles AS dpsql_r WHERE dpsql_r.rolname = CURRENT_USER)"
-)
 
 # has_*_privilege functions: with this many arguments, the first one is a role.
 _ROLE_FIRST: dict[str, int] = {
@@ -85,6 +86,7 @@ def replace_role_references(tree: exp.Expr, analyst: str) -> None:
     select-list item keeps PostgreSQL's column label (``current_user``, ``user`` ...)."""
     for node in role_references(tree):
         new = analyst_name(analyst)
+        new.meta[LABEL] = _label(node)  # for a label computed later (current_user::regrole)
         if isinstance(node.parent, exp.Select) and node.arg_key == "expressions":
             new = exp.alias_(new, _label(node), quoted=True)
         node.replace(new)
@@ -106,11 +108,13 @@ def _literal(node: exp.Expr) -> exp.Literal | None:
     return node if isinstance(node, exp.Literal) and node.is_string else None
 
 
-def _missing(name: str) -> UndefinedObject:
+def _missing(name: str, at: exp.Expr | None = None) -> UndefinedObject:
+    start = at.meta.get("start") if at is not None else None
     return UndefinedObject(
         f'role "{name}" does not exist',
         hint="through dpsql the only role is your own (current_user); owners and grantees "
         "show as your name",
+        position=start + 1 if isinstance(start, int) else None,
     )
 
 
@@ -128,7 +132,7 @@ def _predefined(name: str) -> bool:
 
 
 def _own_oid() -> exp.Expr:
-    return template(_OWN_OID)
+    return template(OWN_OID)
 
 
 def _computed_role(x: exp.Expr, analyst: str) -> exp.Expr:
@@ -142,6 +146,36 @@ def _computed_role(x: exp.Expr, analyst: str) -> exp.Expr:
     return exp.Case(ifs=[exp.If(this=cond, true=_own_oid())])
 
 
+def named_role(text: exp.Expr, analyst: str) -> exp.Expr:
+    """An OID for a role name known upstream only (``text``): the analyst's role for its name,
+    a predefined role (``pg_*``, the same on every server) for its name, else NULL."""
+    sql = (
+        "CASE WHEN __t__ = __a__ THEN " + OWN_OID + " "
+        "WHEN __t__ LIKE 'pg\\_%' THEN CAST(to_regrole(__t__) AS OID) END"
+    )
+    values = {"__t__": text, "__a__": cast_to(exp.Literal.string(analyst), "TEXT")}
+    return fill(template(sql), values)
+
+
+def regrole_input(x: exp.Expr, analyst: str) -> exp.Expr:
+    """``CAST(x AS regrole)`` as an OID: a role id stays itself (the cast looks nothing up); a
+    name is the analyst's role, a predefined role, or (a literal) 42704 as a missing role, or
+    (computed upstream) NULL."""
+    if isinstance(x, exp.Literal) and not x.is_string:
+        return cast_to(x.copy(), "OID")
+    lit = _literal(x)
+    if lit is not None and lit.name.strip().isdigit():
+        return cast_to(exp.Literal.string(lit.name.strip()), "OID")
+    if lit is not None:
+        return _role_by_name(x, analyst, fold=True, public_ok=False)
+    text = cast_to(x.copy(), "TEXT")
+    digits = exp.RegexpLike(this=text.copy(), expression=exp.Literal.string("^[0-9]+$"))
+    return exp.Case(
+        ifs=[exp.If(this=digits, true=cast_to(text.copy(), "OID"))],
+        default=named_role(text, analyst),
+    )
+
+
 def _role_by_name(x: exp.Expr, analyst: str, *, fold: bool, public_ok: bool) -> exp.Expr:
     """A role argument: the analyst's name -> the upstream role; another literal name raises
     42704; anything else is answered for the analyst's role only."""
@@ -153,20 +187,16 @@ def _role_by_name(x: exp.Expr, analyst: str, *, fold: bool, public_ok: bool) -> 
         return x
     if _predefined(name):  # pg_monitor & co exist on every server: nothing to hide
         return cast_to(cast_to(exp.Literal.string(name), "REGROLE"), "OID")
-    if fold and name.isdigit():  # '16384'::regrole is a role id
-        return _computed_role(x, analyst)
     if name != analyst:
-        raise _missing(name)
+        raise _missing(name, lit)
     return _own_oid()
 
 
 def guard_roles(node: exp.Func, analyst: str) -> None:
     """Rewrite one client function or cast that takes or returns a role (see the module)."""
     if isinstance(node, exp.Cast):
-        target = cast_target(node)
-        if target == "regrole":
-            value = _role_by_name(node.this, analyst, fold=True, public_ok=False)
-            node.replace(cast_to(value, "OID") if value is not node.this else value)
+        if cast_target(node) == "regrole":
+            place_regrole(node, regrole_input(node.this, analyst), analyst)
         return
     if not isinstance(node, exp.Anonymous):
         return
@@ -181,10 +211,13 @@ def guard_roles(node: exp.Func, analyst: str) -> None:
     elif name == "to_regrole" and len(args) == 1:
         lit = _literal(args[0])
         wanted = _folded(lit.name) if lit is not None else None
-        if wanted is not None and wanted != analyst and not _predefined(wanted):
-            _replace(node, cast_to(exp.null(), "OID"))  # missing, not an error
+        if wanted is None:
+            value = named_role(cast_to(args[0].copy(), "TEXT"), analyst)
+        elif wanted != analyst and not _predefined(wanted):
+            value = cast_to(exp.null(), "OID")  # missing, not an error
         else:
-            _replace(node, _role_by_name(args[0], analyst, fold=True, public_ok=False))
+            value = _role_by_name(args[0], analyst, fold=True, public_ok=False)
+        place_regrole(_call(node), value, analyst)
     elif name == "pg_has_role" and len(args) in (2, 3):
         roles = args[: len(args) - 1]
         for arg in roles:
@@ -212,6 +245,12 @@ def _guard_shobj_description(node: exp.Anonymous) -> None:
         {"__c__": catalog.copy(), "__o__": obj.copy()},
     )
     obj.replace(exp.Case(ifs=[exp.If(this=cond, true=cast_to(obj.copy(), "OID"))]))
+
+
+def _call(node: exp.Func) -> exp.Expr:
+    """The call with its ``pg_catalog.`` qualifier (the Dot node) when it has one."""
+    parent = node.parent
+    return parent if isinstance(parent, exp.Dot) and parent.expression is node else node
 
 
 def _replace(node: exp.Func, new: exp.Expr) -> None:

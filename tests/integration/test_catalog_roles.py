@@ -214,3 +214,44 @@ def test_upstream_role_names_behave_as_missing(
 def test_other_role_readers_are_refused(roles_engine: tuple[Engine, list[str]], text: str) -> None:
     e, _ = roles_engine
     assert outcome(e, text)[0] in ("42501", "0A000")
+
+
+REGROLE_PRINTS = [
+    ("SELECT 'analyst'::regrole", ["regrole"], [("analyst",)]),
+    ("SELECT 'analyst'::regrole::text, to_regrole('analyst')", ["text", "to_regrole"],
+     [("analyst", "analyst")]),
+    ("SELECT CAST('Analyst' AS pg_catalog.regrole) AS r, pg_catalog.to_regrole('pg_monitor')",
+     ["r", "to_regrole"], [("analyst", "pg_monitor")]),
+    ("SELECT oid::regrole, rolname::regrole, current_user::regrole FROM pg_roles",
+     ["oid", "rolname", "current_user"], [("analyst", "analyst", "analyst")]),
+    ("SELECT 4294967295::regrole, '4294967294'::regrole, NULL::regrole", ["regrole"] * 3,
+     [("4294967295", "4294967294", None)]),
+    ("SELECT 'analyst'::regrole UNION ALL SELECT 'pg_monitor'::regrole", ["regrole"],
+     [("analyst",), ("pg_monitor",)]),
+    ("SELECT c.relowner::regrole, relname FROM pg_class c WHERE relname = 'regions'",
+     ["relowner", "relname"], [("analyst", "regions")]),
+    ("SELECT count(*) FROM pg_class WHERE relname = 'regions' AND relowner = 'analyst'::regrole "
+     "AND 'analyst'::regrole::text = 'analyst'", ["count"], [(1,)]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "labels", "expected"), REGROLE_PRINTS)
+def test_regrole_prints_the_analysts_name(
+    roles_engine: tuple[Engine, list[str]], text: str, labels: list[str], expected: list[Any]
+) -> None:
+    """A regrole prints as PostgreSQL prints it for the analyst's role (its name, never the
+    upstream's), with PostgreSQL's column labels; it still compares as the role's oid."""
+    e, secrets = roles_engine
+    result = e.execute(e.prepare(text, "analyst"), SessionContext(analyst="analyst"))
+    assert [c.name for c in result.columns] == labels
+    assert list(result.rows) == expected
+    for name in secrets:
+        assert name not in repr(result.rows)
+
+
+def test_regrole_errors_like_postgresql(roles_engine: tuple[Engine, list[str]]) -> None:
+    """A hidden role's name raises PostgreSQL's 42704 for a missing role, at the same position."""
+    e, secrets = roles_engine
+    for name in (MISSING, *secrets):
+        got = outcome(e, f"SELECT 1, '{name}'::regrole")
+        assert (got[0], got[1], got[3]) == ("42704", f'role "{name}" does not exist', 11)
