@@ -4,15 +4,7 @@ Everything not listed here is refused (default deny). The SQL below is constant 
 dpsql (never by an analyst); :mod:`dpsql.sql.catalog` parses it once with sqlglot and fills in the
 policy's table and column names as literals through sqlglot builders.
 
-Visibility is computed upstream, per query, by a few CTEs (names start with ``dpsql_``):
-
-* ``dpsql_vis_table``: the policy's private and public tables (``to_regclass`` of each name);
-* ``dpsql_hidden_att``: the columns of private tables that the policy does not declare;
-* ``dpsql_vis_rel``: system relations, the visible tables, their indexes (not on hidden
-  columns) and the sequences they own;
-* ``dpsql_vis_nsp``: ``pg_catalog``, ``information_schema``, ``public`` and the schemas of
-  visible tables (never the ``dpsql`` ledger schema unless a visible table lives there);
-* ``dpsql_vis_type``: types in visible schemas that are not row types of hidden relations.
+Visibility is computed upstream, per query, by the CTEs of :mod:`dpsql.sql.catalog_visibility`.
 """
 
 from __future__ import annotations
@@ -33,85 +25,7 @@ from dpsql.sql.catalog_function_rules import (  # noqa: F401
     PRIVILEGE_ARGS,
     REFUSED_FUNCTIONS,
 )
-
-VISIBILITY_CTES: tuple[tuple[str, str], ...] = (
-    (
-        "dpsql_vis_table",
-        "SELECT c.oid FROM pg_catalog.pg_class AS c WHERE __visible_tables__",
-    ),
-    (
-        "dpsql_hidden_att",
-        "SELECT a.attrelid, a.attnum FROM pg_catalog.pg_attribute AS a WHERE __hidden_columns__",
-    ),
-    (
-        "dpsql_vis_rel",
-        """
-        SELECT c.oid FROM pg_catalog.pg_class AS c
-          JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-         WHERE n.nspname IN ('pg_catalog', 'information_schema')
-        UNION ALL
-        SELECT t.oid FROM dpsql_vis_table AS t
-        UNION ALL
-        SELECT i.indexrelid FROM pg_catalog.pg_index AS i
-         WHERE i.indrelid IN (SELECT oid FROM dpsql_vis_table)
-           AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
-                            WHERE h.attrelid = i.indrelid
-                              AND h.attnum = ANY(CAST(i.indkey AS SMALLINT[])))
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend AS x
-                             JOIN dpsql_hidden_att AS h
-                               ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid
-                            WHERE x.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
-                              AND x.objid = i.indexrelid)
-        UNION ALL
-        SELECT d.objid FROM pg_catalog.pg_depend AS d
-         WHERE d.classid = CAST('pg_catalog.pg_class' AS REGCLASS)
-           AND d.refclassid = CAST('pg_catalog.pg_class' AS REGCLASS)
-           AND d.deptype IN ('a', 'i')
-           AND d.refobjid IN (SELECT oid FROM dpsql_vis_table)
-           AND d.objid IN (SELECT s.oid FROM pg_catalog.pg_class AS s WHERE s.relkind = 'S')
-           AND NOT EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
-                            WHERE h.attrelid = d.refobjid AND h.attnum = d.refobjsubid)
-        """,
-    ),
-    (
-        "dpsql_vis_nsp",
-        """
-        SELECT n.oid FROM pg_catalog.pg_namespace AS n
-         WHERE n.nspname IN ('pg_catalog', 'information_schema', 'public')
-        UNION
-        SELECT c.relnamespace FROM pg_catalog.pg_class AS c
-         WHERE c.oid IN (SELECT oid FROM dpsql_vis_table)
-        """,
-    ),
-    (
-        "dpsql_vis_type",
-        """
-        SELECT t.oid FROM pg_catalog.pg_type AS t
-         WHERE t.typnamespace IN (SELECT oid FROM dpsql_vis_nsp)
-           AND (t.typrelid = 0 OR t.typrelid IN (SELECT oid FROM dpsql_vis_rel))
-           AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type AS e
-                            WHERE e.oid = t.typelem AND e.typrelid <> 0
-                              AND NOT e.typrelid IN (SELECT oid FROM dpsql_vis_rel))
-        """,
-    ),
-    (
-        # objects whose definition depends on a hidden relation, column, function or type
-        # (computed once per query, only when a definition is read)
-        "dpsql_hidden_dep",
-        """
-        SELECT dd.classid, dd.objid FROM pg_catalog.pg_depend AS dd
-         WHERE (dd.refclassid = CAST('pg_catalog.pg_class' AS REGCLASS)
-                AND (NOT dd.refobjid IN (SELECT oid FROM dpsql_vis_rel)
-                     OR EXISTS (SELECT 1 FROM dpsql_hidden_att AS h
-                                 WHERE h.attrelid = dd.refobjid AND h.attnum = dd.refobjsubid)))
-            OR (dd.refclassid = CAST('pg_catalog.pg_proc' AS REGCLASS)
-                AND NOT dd.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc AS p
-                                         WHERE p.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)))
-            OR (dd.refclassid = CAST('pg_catalog.pg_type' AS REGCLASS)
-                AND NOT dd.refobjid IN (SELECT oid FROM dpsql_vis_type))
-        """,
-    ),
-)
+from dpsql.sql.catalog_visibility import VISIBILITY_CTES  # noqa: F401
 
 # Predicates over one object id, keyed by kind (``__x__`` is the guarded expression).
 VISIBLE: dict[str, str] = {
@@ -121,9 +35,8 @@ VISIBLE: dict[str, str] = {
     "con": "__x__ IN (SELECT vk.oid FROM __pg_constraint__ AS vk)",
     "trigger": "__x__ IN (SELECT vt.oid FROM __pg_trigger__ AS vt)",
     "rule": "__x__ IN (SELECT vr.oid FROM __pg_rewrite__ AS vr)",
-    # an index whose definition names nothing hidden (a function in a hidden schema)
-    "index": "__x__ IN (SELECT oid FROM dpsql_vis_rel) "
-    "AND dpsql_named_deps('pg_catalog.pg_class', __x__)",
+    # an index whose definition names nothing hidden (dpsql_vis_rel leaves out the others)
+    "index": "__x__ IN (SELECT oid FROM dpsql_vis_rel)",
     # a view whose definition (its rules) mentions only visible relations, columns, functions
     "view": "__x__ IN (SELECT oid FROM dpsql_vis_rel) AND NOT EXISTS (SELECT 1 FROM "
     "pg_catalog.pg_rewrite AS rw WHERE rw.ev_class = __x__ "
@@ -173,8 +86,7 @@ CATALOG_FILTERS: dict[str, str] = {
     "ON h.attrelid = x.refobjid AND h.attnum = x.refobjsubid "
     "WHERE x.classid = CAST('pg_catalog.pg_attrdef' AS REGCLASS) AND x.objid = t.oid)",
     "pg_index": "t.indrelid IN (SELECT oid FROM dpsql_vis_rel) "
-    "AND t.indexrelid IN (SELECT oid FROM dpsql_vis_rel) "
-    "AND dpsql_named_deps('pg_catalog.pg_class', t.indexrelid)",
+    "AND t.indexrelid IN (SELECT oid FROM dpsql_vis_rel)",
     "pg_constraint": "(t.conrelid = 0 OR t.conrelid IN (SELECT oid FROM dpsql_vis_rel)) "
     "AND (t.confrelid = 0 OR t.confrelid IN (SELECT oid FROM dpsql_vis_rel)) "
     "AND (t.contypid = 0 OR t.contypid IN (SELECT oid FROM dpsql_vis_type)) "
@@ -236,9 +148,8 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_policies": "dpsql_named_rel(t.schemaname, t.tablename) AND EXISTS (SELECT 1 FROM "
     "__pg_policy__ AS vp WHERE vp.polname = t.policyname AND vp.polrelid = "
     "to_regclass(quote_ident(t.schemaname) || '.' || quote_ident(t.tablename)))",
-    "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) AND dpsql_named_rel(t.schemaname, "
-    "t.indexname) AND dpsql_named_deps('pg_catalog.pg_class', "
-    "to_regclass(quote_ident(t.schemaname) || '.' || quote_ident(t.indexname)))",
+    "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) "
+    "AND dpsql_named_rel(t.schemaname, t.indexname)",
     **dict.fromkeys(
         (
             "pg_am",

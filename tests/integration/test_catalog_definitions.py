@@ -27,6 +27,15 @@ CREATE TABLE salaries (x int);
 CREATE TABLE shop (code text PRIMARY KEY, n int DEFAULT nextval('salaries_seq'),
                    m int DEFAULT 3 CHECK (m > 0), k int CHECK (hr.f(k) > 0));
 CREATE INDEX shop_bad ON shop (hr.f(k));
+CREATE COLLATION hr.coll FROM "C";
+CREATE OPERATOR hr.=== (LEFTARG = int, RIGHTARG = int, FUNCTION = int4eq);
+CREATE TEXT SEARCH CONFIGURATION hr.tsc (COPY = english);
+CREATE INDEX shop_bad_coll ON shop (code COLLATE hr.coll);
+CREATE INDEX shop_bad_pred ON shop (m) WHERE m OPERATOR(hr.===) 1;
+CREATE INDEX shop_bad_ts ON shop (to_tsvector('hr.tsc'::regconfig, code));
+CREATE INDEX shop_bad_row ON shop ((CAST(ROW(k) AS salaries)));
+ALTER TABLE shop ADD CONSTRAINT shop_bad_check CHECK (k OPERATOR(hr.===) k);
+CREATE VIEW v_bad_coll AS SELECT code COLLATE hr.coll AS c FROM shop;
 CREATE INDEX shop_ok ON shop (abs(m));
 CREATE DOMAIN d_bad AS int DEFAULT nextval('salaries_seq');
 CREATE DOMAIN d_ok AS int DEFAULT 7;
@@ -51,7 +60,8 @@ def eng(make_db) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
     dsn = make_db("defs")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SETUP)  # type: ignore[arg-type]
-    policy = Policy.model_validate({"public_tables": ["shop", "v_ok", "v_bad", "mv_bad"]})
+    public = ["shop", "v_ok", "v_bad", "mv_bad", "v_bad_coll"]
+    policy = Policy.model_validate({"public_tables": public})
     e = Engine(policy, dsn, pool_size=2)
     yield e
     e.close()
@@ -88,6 +98,11 @@ QUERIES = [
     "WHERE indrelid = 'shop'::regclass",
     "SELECT pg_get_indexdef(to_regclass('shop_bad'))",
     "SELECT * FROM pg_indexes WHERE tablename = 'shop'",
+    "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c WHERE c.relkind = 'i' "
+    "AND c.relname LIKE 'shop%'",
+    "SELECT pg_get_indexdef(i.indexrelid, 0, true), pg_get_expr(i.indpred, i.indrelid), "
+    "pg_get_expr(i.indexprs, i.indrelid) FROM pg_index i",
+    "SELECT pg_get_viewdef('v_bad_coll'), pg_get_constraintdef(oid) FROM pg_constraint",
     "SELECT typname, typdefault FROM pg_type WHERE typname LIKE 'd\\_%'",
     "SELECT t.* FROM pg_type t WHERE typname = 'd_bad'",
     "SELECT domain_name, domain_default FROM information_schema.domains",
@@ -105,7 +120,7 @@ def test_definitions_of_visible_things_are_kept(eng: Engine) -> None:
     assert rows(eng, "SELECT pg_get_viewdef('v_ok') LIKE '%FROM shop%'") == [(True,)]
     listed = rows(eng, "SELECT viewname, definition IS NULL FROM pg_views "
                        "WHERE schemaname = 'public' ORDER BY 1")  # fmt: skip
-    assert listed == [("v_bad", True), ("v_ok", False)]  # a hidden definition, a listed view
+    assert listed == [("v_bad", True), ("v_bad_coll", True), ("v_ok", False)]  # listed, no def
     defaults = rows(eng, "SELECT column_name, column_default FROM information_schema.columns "
                          "WHERE table_name = 'shop' ORDER BY 1")  # fmt: skip
     assert ("m", "3") in defaults and ("n", None) in defaults
@@ -118,6 +133,33 @@ def test_definitions_of_visible_things_are_kept(eng: Engine) -> None:
     assert domains == [("d_bad", None), ("d_ok", "7")]
     indexes = rows(eng, "SELECT indexname FROM pg_indexes WHERE tablename = 'shop' ORDER BY 1")
     assert indexes == [("shop_ok",), ("shop_pkey",)]
+
+
+# The same listing, every way a client can ask: an index whose definition names a hidden object
+# is absent (as a hidden table's index is), not listed with a blank definition.
+INDEX_LISTINGS = [
+    "SELECT relname FROM pg_class WHERE relkind = 'i' AND relname LIKE 'shop%' ORDER BY 1",
+    "SELECT indexname FROM pg_indexes WHERE tablename = 'shop' ORDER BY 1",
+    "SELECT CAST(indexrelid AS regclass) FROM pg_index WHERE indrelid = 'shop'::regclass "
+    "ORDER BY 1",
+    "SELECT c2.relname FROM pg_class c JOIN pg_index i ON c.oid = i.indrelid "
+    "JOIN pg_class c2 ON c2.oid = i.indexrelid WHERE c.relname = 'shop' ORDER BY 1",
+    "SELECT x FROM unnest(ARRAY['shop_ok', 'shop_pkey', 'shop_bad', 'shop_bad_coll', "
+    "'shop_bad_pred', 'shop_bad_ts', 'shop_bad_row']) AS x WHERE to_regclass(x) IS NOT NULL "
+    "ORDER BY 1",
+]
+
+
+@pytest.mark.parametrize("text", INDEX_LISTINGS)
+def test_indexes_naming_hidden_objects_are_absent(eng: Engine, text: str) -> None:
+    assert sorted(str(r[0]) for r in rows(eng, text)) == ["shop_ok", "shop_pkey"]
+
+
+def test_checks_and_views_naming_hidden_operators_or_collations(eng: Engine) -> None:
+    checks = rows(eng, "SELECT conname FROM pg_constraint WHERE conrelid = 'shop'::regclass "
+                       "AND contype = 'c' ORDER BY 1")  # fmt: skip
+    assert ("shop_bad_check",) not in checks and checks
+    assert rows(eng, "SELECT pg_get_viewdef('v_bad_coll') IS NULL") == [(True,)]
     assert rows(eng, "SELECT policyname FROM pg_policies") == [("p_ok",)]
     builtin = rows(eng, "SELECT prosrc, pg_get_functiondef(oid) IS NOT NULL FROM pg_proc "
                         "WHERE oid = 'int4in'::regproc")  # fmt: skip
