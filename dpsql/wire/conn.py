@@ -1,14 +1,23 @@
-"""One client connection as frames in and bytes out, over asyncio streams (the only I/O layer)."""
+"""One client connection as frames in and bytes out: an asyncio protocol (the only I/O layer).
+
+The transport hands received bytes straight to the frame decoder (no stream reader between, no
+copy out of one), and buffered replies go to the transport in one write per flush. Both
+directions have back-pressure: reading pauses once two maximum-size messages are buffered (and
+resumes as soon as the session wants a frame that is not all here), and :meth:`Channel.flush`
+waits while the transport's write buffer is above its high-water mark (a slow client only slows
+its own session).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
+from typing import Any
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.framing import Frame, FrameDecoder
 
-_READ_SIZE = 64 * 1024
 _FLUSH_AT = 256 * 1024
 
 
@@ -16,28 +25,87 @@ class ConnectionClosed(Exception):
     """The client went away (EOF or a reset)."""
 
 
-class Channel:
+class Channel(asyncio.Protocol):
     """Reads whole frames, buffers outgoing messages until :meth:`flush`.
 
     Args:
-        reader: the stream's reader.
-        writer: the stream's writer.
         max_message_size: the largest message accepted after startup.
+        on_connect: called with the channel once its transport is there (the server starts the
+            session's task).
     """
 
     def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_message_size: int
+        self, max_message_size: int, on_connect: Callable[[Channel], None] | None = None
     ) -> None:
-        self.reader = reader
-        self.writer = writer
         self.decoder = FrameDecoder(max_message_size)
+        self._on_connect = on_connect
+        self._read_limit = 2 * max_message_size
+        self.transport: Any = None
         self._out: list[bytes] = []
         self._out_size = 0
+        self._waiter: asyncio.Future[None] | None = None  # recv waiting for bytes
+        self._drain: asyncio.Future[None] | None = None  # flush waiting for the client to read
+        self._gone: asyncio.Future[None] | None = None  # watch_eof waiting for EOF
+        self._closed: asyncio.Future[None] | None = None
+        self._reading_paused = False
+        self._writing_paused = False
+        self._lost: str | None = None  # why the connection is lost (None: it is not)
         self.tls = False
         self.eof = False
-        peer = writer.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "local")
+        self.peer = "local"
 
+    # ---- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self._closed = asyncio.get_running_loop().create_future()
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "local")
+        if self._on_connect is not None:
+            self._on_connect(self)
+
+    def data_received(self, data: bytes) -> None:
+        decoder = self.decoder
+        decoder.feed(data)
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+        if decoder.buffered >= self._read_limit and not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    def eof_received(self) -> bool:
+        self._ended()
+        return not self.tls  # keep the socket open for the last answer (asyncio streams do)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = str(exc) if exc is not None else "connection closed"
+        self._ended()
+        d, self._drain = self._drain, None
+        if d is not None and not d.done():
+            d.set_exception(ConnectionClosed(self._lost))
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        d, self._drain = self._drain, None
+        if d is not None and not d.done():
+            d.set_result(None)
+
+    def _ended(self) -> None:
+        self.eof = True
+        for name in ("_waiter", "_gone"):
+            w = getattr(self, name)
+            setattr(self, name, None)
+            if w is not None and not w.done():
+                w.set_result(None)
+
+    # ---- the session's side ------------------------------------------------------------------
     async def recv(self, timeout: float | None = None) -> Frame:
         """The next frame.
 
@@ -49,37 +117,35 @@ class Channel:
         while True:
             frame = self.decoder.next()
             if frame is not None:
+                if self._reading_paused and self.decoder.buffered < self._read_limit:
+                    self._resume_reading()
                 return frame
             if self.eof:
-                raise ConnectionClosed("EOF")
-            try:
-                if timeout is None:
-                    data = await self.reader.read(_READ_SIZE)
-                else:
-                    data = await asyncio.wait_for(self.reader.read(_READ_SIZE), timeout)
-            except (ConnectionError, ssl.SSLError) as e:
-                raise ConnectionClosed(str(e)) from None
-            if not data:
-                raise ConnectionClosed("EOF")
-            self.decoder.feed(data)
+                raise ConnectionClosed(self._lost or "EOF")
+            if self._reading_paused:
+                self._resume_reading()  # a frame is only partly here: it needs its bytes
+            fut = self._waiter = asyncio.get_running_loop().create_future()
+            if timeout is None:
+                await fut
+            else:
+                await asyncio.wait_for(fut, timeout)
+
+    def _resume_reading(self) -> None:
+        self._reading_paused = False
+        if self._lost is None:
+            self.transport.resume_reading()
 
     async def watch_eof(self) -> None:
-        """Read ahead (buffering pipelined messages) until the client goes away.
+        """Return once the client has gone away (EOF or reset).
 
         Run during a long statement so that a vanished client is noticed and its query cancelled.
-        Stops reading, leaving TCP back-pressure, once a couple of maximum messages are buffered.
+        Pipelined messages are buffered meanwhile; once a couple of maximum messages are, reading
+        pauses (TCP back-pressure) and EOF is only seen after the session reads on.
         """
-        limit = 2 * self.decoder.max_message_size
-        while self.decoder.buffered < limit:
-            try:
-                data = await self.reader.read(_READ_SIZE)
-            except (ConnectionError, ssl.SSLError):
-                data = b""
-            if not data:
-                self.eof = True
-                return
-            self.decoder.feed(data)
-        await asyncio.Event().wait()
+        if self.eof:
+            return
+        fut = self._gone = asyncio.get_running_loop().create_future()
+        await fut
 
     def has_pending_input(self) -> bool:
         return self.decoder.buffered > 0
@@ -90,7 +156,8 @@ class Channel:
 
     def send_raw(self, data: bytes) -> None:
         """Write immediately, unbuffered (single-byte SSL answers)."""
-        self.writer.write(data)
+        if self._lost is None:
+            self.transport.write(data)
 
     @property
     def should_flush(self) -> bool:
@@ -98,26 +165,30 @@ class Channel:
 
     async def flush(self) -> None:
         """Write what is buffered; wait while the client reads too slowly (back-pressure)."""
-        if self._out:
-            out = self._out
-            self.writer.write(out[0] if len(out) == 1 else b"".join(out))
+        if self._lost is not None:
+            self._out.clear()
+            self._out_size = 0
+            raise ConnectionClosed(self._lost)
+        out = self._out
+        if out:
+            self.transport.write(out[0] if len(out) == 1 else b"".join(out))
             out.clear()
             self._out_size = 0
-        transport = self.writer.transport
-        if transport.get_write_buffer_size() == 0 and not transport.is_closing():
-            return  # all written: nothing to wait for
-        try:
-            await self.writer.drain()
-        except (ConnectionError, ssl.SSLError) as e:
-            raise ConnectionClosed(str(e)) from None
+        if not self._writing_paused:
+            return  # below the high-water mark: nothing to wait for
+        fut = self._drain = asyncio.get_running_loop().create_future()
+        await fut
 
     async def start_tls(self, context: ssl.SSLContext) -> None:
         """Upgrade to TLS after answering 'S' to an SSLRequest."""
         if self.decoder.buffered:
             # Bytes sent before the handshake would be read as if they came over TLS (CVE-2021-23214).
             raise ProtocolViolation("received unencrypted data after SSL request")
-        await self.writer.drain()
-        await self.writer.start_tls(context)
+        loop = asyncio.get_running_loop()
+        try:
+            self.transport = await loop.start_tls(self.transport, self, context, server_side=True)
+        except (ConnectionError, ssl.SSLError, OSError) as e:
+            raise ConnectionClosed(str(e)) from None
         self.tls = True
 
     async def close(self) -> None:
@@ -126,8 +197,11 @@ class Channel:
                 await self.flush()
         except ConnectionClosed:
             pass
-        self.writer.close()
-        try:
-            await asyncio.wait_for(self.writer.wait_closed(), 2)
-        except (ConnectionError, ssl.SSLError, TimeoutError, OSError):
-            pass
+        if self.transport is None:
+            return
+        self.transport.close()
+        if self._closed is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._closed), 2)
+            except (TimeoutError, ConnectionError, ssl.SSLError, OSError):
+                pass

@@ -116,16 +116,22 @@ class Server:
         if self.relay is not None:
             asyncio.get_running_loop().add_signal_handler(relay_signal, self._relayed)
             self.relay.ready()
-        self._server = await asyncio.start_server(
-            self._handle, self.config.host, self.config.port, reuse_port=self.config.reuse_port
+        size = self.config.max_message_size
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: Channel(size, self._connected),
+            self.config.host,
+            self.config.port,
+            reuse_port=self.config.reuse_port,
         )
         log.info("listening on %s:%d (worker %d)", self.config.host, self.port, self.limits.worker)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _connected(self, ch: Channel) -> None:
+        task = asyncio.get_running_loop().create_task(self._handle(ch))
+        self._tasks.add(task)
+
+    async def _handle(self, ch: Channel) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)
-        ch = Channel(reader, writer, self.config.max_message_size)
         self.limits.connect()
         session: Session | None = None
         try:
