@@ -17,6 +17,14 @@ from typing import TYPE_CHECKING, Any
 from dpsql.errors import DpsqlError, ProtocolViolation
 from dpsql.result import Result, ResultColumn
 from dpsql.wire import messages as m
+from dpsql.wire.batch import (
+    DESCRIBE,
+    DESCRIBE_EXECUTE_SYNC,
+    EXECUTE,
+    EXECUTE_SYNC,
+    SYNC,
+    decode_bind,
+)
 from dpsql.wire.encode import command_complete, decode_param
 from dpsql.wire.params import infer_param_types
 from dpsql.wire.state import TEXT_OID, Outcome
@@ -125,6 +133,14 @@ class Extended:
         through the session's message loop for each. False, with nothing consumed or done, for
         any other sequence (or a malformed message, reported where the loop meets it)."""
         decoder = self.s.ch.decoder
+        fast = decode_bind(bind.body)
+        if fast is not None and not fast.portal:  # the usual shapes, recognised at once
+            if decoder.take(DESCRIBE_EXECUTE_SYNC):
+                await self._run_batch(fast, True)
+                return True
+            if decoder.take(EXECUTE_SYNC):
+                await self._run_batch(fast, False)
+                return True
         got = decoder.peek_frames(3)
         if got is None:
             return False
@@ -148,6 +164,18 @@ class Extended:
             self.failed()  # the Sync right behind flushes the error with ReadyForQuery
         await self.handle(s_msg)
         return True
+
+    async def _run_batch(self, b_msg: m.Bind, describe: bool) -> None:
+        """Bind (unnamed portal), [Describe it], Execute it (all rows), Sync."""
+        try:
+            self.bind(b_msg)
+            if describe:
+                await self.describe(DESCRIBE, executes_next=True)
+            await self.execute(EXECUTE)
+        except Exception as err:
+            self.s.send_error(err)
+            self.failed()  # the Sync right behind flushes the error with ReadyForQuery
+        await self.handle(SYNC)
 
     def _check_txn(self, stmt: Statement) -> None:
         if stmt.session is None or stmt.session.kind not in _TXN_KINDS:

@@ -61,10 +61,16 @@ class FrameDecoder:
         self.startup = True
 
     def feed(self, data: bytes) -> None:
-        if self._pos:
-            del self._buf[: self._pos]
+        pos = self._pos
+        if pos:
+            if pos == len(self._buf):  # all consumed (the usual case): nothing to move
+                self._buf.clear()
+            else:
+                del self._buf[:pos]
             self._pos = 0
-            self._peeked = None
+            peeked = self._peeked
+            if peeked is not None:  # still valid, shifted with the bytes
+                self._peeked = (peeked[0] - pos, peeked[1], peeked[2] - pos)
         self._buf += data
 
     @property
@@ -99,6 +105,16 @@ class FrameDecoder:
             return None
         finally:
             self._pos = pos
+
+    def take(self, expected: bytes) -> bool:
+        """Consume ``expected`` when the buffered bytes continue with exactly it."""
+        pos = self._pos
+        end = pos + len(expected)
+        if self._buf[pos:end] != expected:
+            return False
+        self._pos = end
+        self._peeked = None
+        return True
 
     def consume_to(self, pos: int) -> None:
         """Consume the frames :meth:`peek_frames` returned (``pos``: the position it gave)."""

@@ -1,0 +1,83 @@
+"""The messages drivers send to run a prepared statement, decoded in one go.
+
+libpq (psycopg, psql), node-postgres and JDBC send Bind / Describe portal / Execute / Sync for
+every run of a prepared statement, asyncpg Bind / Execute / Sync, all in one packet. For the usual
+shape (the unnamed portal, no row limit) the bytes after the Bind are always the same, so they are
+recognised by one comparison, and the Bind is decoded with ``struct`` directly. Anything else, and
+any malformed message, is left to the general decoders (:mod:`dpsql.wire.messages`), which report
+it exactly as before.
+
+>>> from dpsql.wire import messages as m
+>>> b = m.Bind("", "s1", (0,), (b"N", None), (1,))
+>>> decode_bind(b.encode()[5:]) == b
+True
+>>> decode_bind(b"\\x00s1\\x00\\x00\\x01\\x00\\x07\\x00\\x00\\x00\\x00") is None   # format code 7
+True
+"""
+
+from __future__ import annotations
+
+import struct
+
+from dpsql.wire.messages.frontend import Bind, Describe, Execute, Sync
+
+# Describe portal "" / Execute portal "" with no row limit / Sync, as framed on the wire.
+DESCRIBE_EXECUTE_SYNC = (
+    b"D\x00\x00\x00\x06P\x00" + b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00" + b"S\x00\x00\x00\x04"
+)
+EXECUTE_SYNC = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00" + b"S\x00\x00\x00\x04"
+DESCRIBE = Describe("P", "")
+EXECUTE = Execute("", 0)
+SYNC = Sync()
+
+_I16 = struct.Struct("!h")
+_I32 = struct.Struct("!i")
+
+
+def _formats(body: bytes, pos: int) -> tuple[tuple[int, ...], int] | None:
+    (n,) = _I16.unpack_from(body, pos)
+    pos += 2
+    if n == 0:
+        return (), pos
+    if n < 0:
+        return None
+    got = struct.unpack_from(f"!{n}h", body, pos)
+    for f in got:
+        if f != 0 and f != 1:
+            return None
+    return got, pos + 2 * n
+
+
+def decode_bind(body: bytes) -> Bind | None:
+    """``Bind.decode(body)`` for a well-formed Bind; None for anything else (then
+    ``Bind.decode`` says what is wrong)."""
+    try:
+        e1 = body.index(0)
+        e2 = body.index(0, e1 + 1)
+        portal, statement = body[:e1].decode(), body[e1 + 1 : e2].decode()
+        got = _formats(body, e2 + 1)
+        if got is None:
+            return None
+        pformats, pos = got
+        (count,) = _I16.unpack_from(body, pos)
+        pos += 2
+        if count < 0:
+            return None
+        params: list[bytes | None] = []
+        size = len(body)
+        for _ in range(count):
+            (n,) = _I32.unpack_from(body, pos)
+            pos += 4
+            if n == -1:
+                params.append(None)
+            elif n < 0 or pos + n > size:
+                return None
+            else:
+                params.append(body[pos : pos + n])
+                pos += n
+        got = _formats(body, pos)
+        if got is None or got[1] != size:
+            return None
+        return Bind(portal, statement, pformats, tuple(params), got[0])
+    except (ValueError, struct.error, UnicodeDecodeError):
+        return None
