@@ -45,6 +45,23 @@ def cache_key(
     )
 
 
+def check_join_fanout(engine: Engine, a: Analysis) -> None:
+    """Refuse (54001) a join one unit's rows could blow up (:mod:`dpsql.sql.join_fanout`); each
+    public table's fan-out is read once per engine (public data, like ``keys_from``)."""
+    from dpsql.sql.join_fanout import check_fanout, fanout_sql
+
+    def fanout(j: Any) -> int:
+        key = ("fanout", j.table, j.key)
+        hit = engine._sql_cache.get(key)
+        if hit is None:
+            rows = engine.backend.run(fanout_sql(j), private=False).rows
+            hit = int(rows[0][0] or 0) if rows else 0
+            engine._remember(key, hit)
+        return int(hit)
+
+    check_fanout(a, fanout)
+
+
 def delta_for_rho(plan: Plan | SetsPlan) -> Fraction | None:
     """The part of the query's delta at which its Gaussian rho was calibrated."""
     if isinstance(plan, SetsPlan):
@@ -90,6 +107,7 @@ def run_private(
         if stored is not None:
             rel = Release.from_json(json.loads(stored))
             return finish(engine, a, rel, session, plan=plan, cached=True)
+    check_join_fanout(engine, a)  # before any budget is reserved: reads public tables only
     reservation = (
         ledger.reserve(
             session.analyst,

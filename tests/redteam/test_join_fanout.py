@@ -6,9 +6,10 @@ purchases joined on the unit turned the one row passing ``WHERE t0.amount > 1249
 (1.5 s without it). The analyzer now refuses R^k > MAX_JOINED_ROWS_PER_UNIT and more than
 MAX_JOINED_TABLES tables (dpsql.sql.analyze_select.check_join_size), before anything runs.
 
-Still open (xfail, strict): a PUBLIC table's fan-out multiplies each private row too, and a
-public table of N rows joined m times gives N^m joined rows per private row, which no constant
-limit on the number of tables bounds.
+A PUBLIC table's fan-out multiplies each private row too: one row of t joined three times to a
+public table of 3,000 rows sharing one key made 2.7e10 joined rows, a timeout iff the row existed.
+Each public table's fan-out (rows per key value, or its size without a key equality) is now read
+from the public table and R^k times the fan-outs is limited (dpsql.sql.join_fanout).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _policy(tmp: Path) -> Path:
             },
         }
     }
-    doc["public_tables"] = ["public.p"]
+    doc["public_tables"] = ["public.p", "public.q"]
     path = tmp / "fanout.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -55,7 +56,8 @@ def neighbours(
     make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Engine, Engine]]:
     """Engines on D (100 light units with x = 0, plus ONE row of unit 0 with x = 1) and on D'
-    (the same without unit 0), with a public table p of PUBLIC_ROWS rows, all with k = 1."""
+    (the same without unit 0), with a public table p of PUBLIC_ROWS rows, all with k = 1, and a
+    public table q of PUBLIC_ROWS rows with unique k (a dimension table)."""
     path = _policy(tmp_path_factory.mktemp("policy"))
     engines = []
     for with_unit in (True, False):
@@ -67,7 +69,9 @@ def neighbours(
                 conn.execute("INSERT INTO t VALUES (0, 1)")
             conn.execute("CREATE TABLE p (k integer)")
             conn.execute("INSERT INTO p SELECT 1 FROM generate_series(1, %s)", (PUBLIC_ROWS,))
-            conn.execute("ANALYZE t; ANALYZE p")
+            conn.execute("CREATE TABLE q (k integer)")
+            conn.execute("INSERT INTO q SELECT g FROM generate_series(0, %s) AS g", (PUBLIC_ROWS,))
+            conn.execute("ANALYZE t; ANALYZE p; ANALYZE q")
         engines.append(Engine(load_policy(path), dsn, pool_size=1, statement_timeout_ms=1500))
     yield engines[0], engines[1]
     for e in engines:
@@ -118,15 +122,38 @@ def test_self_join_within_the_limit_answers_on_both_neighbours(
     assert _outcome(d, sql) == _outcome(d2, sql) == "answered"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="public-table fan-out is not bounded: one private row joined to a public table of N "
-    "rows m times makes N^m rows, so the statement timeout says whether the row exists",
-)
 def test_public_fanout_can_not_reveal_one_row(neighbours: tuple[Engine, Engine]) -> None:
+    """Was a timeout on D only (xfail); now the same refusal on both, before anything runs."""
     d, d2 = neighbours
     sql = (
         "SELECT COUNT(*) FROM t JOIN p p1 ON p1.k = t.x JOIN p p2 ON p2.k = t.x "
         "JOIN p p3 ON p3.k = t.x WHERE t.x = 1"
     )
-    assert _outcome(d, sql) == _outcome(d2, sql)
+    assert _outcome(d, sql) == _outcome(d2, sql) == "54001"
+
+
+@pytest.mark.parametrize(
+    ("sql", "expect"),
+    [
+        # a key join: each private row matches at most one row of q, however many joins
+        ("SELECT COUNT(*) FROM t JOIN q q1 ON q1.k = t.x JOIN q q2 ON t.x = q2.k", "answered"),
+        ("SELECT COUNT(*) FROM t LEFT JOIN q ON q.k = t.x + 5000", "answered"),
+        ("SELECT COUNT(*) FROM q JOIN t ON q.k = t.x", "answered"),
+        # no key equality: the fan-out is the table's size (R * 3001 is under the limit,
+        # R * 3001^2 is not)
+        ("SELECT COUNT(*) FROM t JOIN q ON q.k > t.x", "answered"),
+        ("SELECT COUNT(*) FROM t JOIN q q1 ON q1.k > t.x JOIN q q2 ON q2.k > t.x", "54001"),
+        ("SELECT COUNT(*) FROM t CROSS JOIN q q1 CROSS JOIN q q2", "54001"),
+        ("SELECT COUNT(*) FROM t JOIN q q1 ON q1.k = q1.k JOIN q q2 ON q2.k IS NOT NULL", "54001"),
+        (
+            "SELECT COUNT(*) FROM t JOIN q q1 ON q1.k = t.x OR true JOIN q q2 ON (q2.k = t.x OR true)",
+            "54001",
+        ),
+        # a shared key: 3000 rows per value, times R = 5
+        ("SELECT COUNT(*) FROM t JOIN p ON p.k = t.x", "answered"),
+        ("SELECT COUNT(*) FROM t JOIN p p1 ON p1.k = t.x JOIN p p2 ON p2.k = t.x", "54001"),
+    ],
+)
+def test_public_fanout_limit(neighbours: tuple[Engine, Engine], sql: str, expect: str) -> None:
+    d, d2 = neighbours
+    assert _outcome(d, sql) == _outcome(d2, sql) == expect
