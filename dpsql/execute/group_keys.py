@@ -29,6 +29,9 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     cached = engine._key_types.get(prepared.text)
     if cached is not None:
         return cached + set_type
+    from dpsql.execute import shadows
+
+    shadows.check(engine, prepared.text, prepared.tree)  # PostgreSQL folds constants when planning
     cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
     q = source_select(a, *cols).limit(0)
     rows = engine.backend.run(q.sql("postgres"), private=True)

@@ -80,7 +80,10 @@ def run_private(
 ) -> Result:
     a = engine._analysis(prepared, params)
     eps, delta = engine.privacy_params(session, a)
+    from dpsql.execute import shadows
     from dpsql.sql.plan import make_plan
+
+    shadows.check(engine, prepared.text, prepared.tree)  # the database's own functions
 
     plan: Plan | SetsPlan = (
         make_sets_plan(a, eps, delta, session.mechanism)

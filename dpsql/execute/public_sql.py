@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
+from dpsql.execute import shadows
 from dpsql.execute.prepared import Prepared
 from dpsql.session import SessionContext
 from dpsql.sql.bind import bind, check_params, template
@@ -43,6 +44,8 @@ def cached_sql(
     """See :meth:`dpsql.engine.Engine.cached_sql`."""
     if prepared.scope != engine._scope(session.analyst):
         return None  # prepared under another analyst's view: runnable_sql checks it
+    if not shadows.checked(engine, prepared.text):
+        return None  # runnable_sql checks it against the upstream's own functions first
     if prepared.kind == "public" and params and len(params) == prepared.param_count:
         tkey = ("template", prepared.text)
         tpl = engine._sql_cache.get(tkey)
@@ -62,6 +65,8 @@ def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContex
     if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
         return None
     if prepared.scope != engine._scope(session.analyst):
+        return None
+    if not shadows.checked(engine, prepared.text):
         return None
     key = ("parameterized", prepared.text)
     hit = engine._sql_cache.get(key)
@@ -85,6 +90,7 @@ def runnable_tree(
             ``prepared`` is neither public nor catalog.
     """
     assert prepared.tree is not None
+    shadows.check(engine, prepared.text, prepared.tree)  # before PostgreSQL plans or runs it
     tree = bind(prepared.tree, params) if params else prepared.tree
     if prepared.kind == "catalog":
         from dpsql.sql import catalog

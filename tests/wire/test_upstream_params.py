@@ -114,6 +114,10 @@ def test_parameterized_sql_only_for_public_statements(demo_dsn: str, demo_policy
     try:
         ctx = SessionContext(analyst="analyst")
         public = engine.prepare("SELECT name FROM regions WHERE code = $1", "analyst")
+        # not before the statement was checked against the upstream's own functions (a worker
+        # thread's runnable_sql does it: the fast path can't read the upstream's catalog)
+        assert engine.parameterized_sql(public, ctx) is None
+        engine.runnable_sql(public, ctx, ("x",))
         assert engine.parameterized_sql(public, ctx) == "SELECT name FROM regions WHERE code = $1"
         catalog = engine.prepare("SELECT relname FROM pg_class WHERE relname = $1", "analyst")
         assert catalog.kind == "catalog" and engine.parameterized_sql(catalog, ctx) is None
@@ -132,6 +136,7 @@ def test_parameterized_sql_only_for_public_statements(demo_dsn: str, demo_policy
             prepared = engine.prepare(sql, "analyst")
             assert prepared.kind == "public" and engine.parameterized_sql(prepared, ctx) is None
         ordered = engine.prepare("SELECT code FROM regions ORDER BY code LIMIT $1", "analyst")
+        engine.runnable_sql(ordered, ctx, (1,))
         assert engine.parameterized_sql(ordered, ctx) is not None
     finally:
         engine.close()

@@ -1,0 +1,58 @@
+"""The upstream's shadowing functions and operators (:mod:`dpsql.sql.shadowing`), read at most
+every ``REFRESH_S`` seconds per engine, and the statements checked against them.
+
+:func:`check` reads the upstream when its copy is missing or older than ``REFRESH_S`` (call it
+from a worker thread); :func:`checked` never does (the wire's event loop asks it and falls back to
+the worker path when it says no).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from dpsql.sql.shadowing import SHADOW_SQL, Shadows, check_shadowing
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine
+
+REFRESH_S = 60.0
+_KEY = ("shadows",)
+
+
+def _current(engine: Engine) -> tuple[float, Shadows] | None:
+    hit = engine._sql_cache.get(_KEY)
+    if hit is None or time.monotonic() - hit[0] > REFRESH_S:
+        return None
+    return hit  # type: ignore[no-any-return]
+
+
+def load(engine: Engine) -> tuple[float, Shadows]:
+    """The upstream's shadows (read now if the copy is missing or stale)."""
+    hit = _current(engine)
+    if hit is None:
+        rows = engine.backend.run(SHADOW_SQL, private=False).rows
+        hit = (time.monotonic(), Shadows.from_rows([(str(k), str(n)) for k, n in rows]))
+        engine._remember(_KEY, hit)
+    return hit
+
+
+def check(engine: Engine, text: str, tree: exp.Expression | None) -> None:
+    """Refuse ``tree`` (statement ``text``) if it calls a shadowed function or operator; a
+    statement that passes is remembered until the shadows are read again."""
+    if tree is None:
+        return
+    loaded_at, shadows = load(engine)
+    key = ("shadow-ok", text)
+    if engine._sql_cache.get(key) == loaded_at:
+        return
+    check_shadowing(tree, shadows)
+    engine._remember(key, loaded_at)
+
+
+def checked(engine: Engine, text: str) -> bool:
+    """Whether statement ``text`` passed :func:`check` against the current shadows (no I/O)."""
+    hit = _current(engine)
+    return hit is not None and engine._sql_cache.get(("shadow-ok", text)) == hit[0]

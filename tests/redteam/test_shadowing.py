@@ -1,0 +1,144 @@
+"""The database's own functions and operators must not stand in for the built-ins dpsql allows.
+
+Found by the red team: dpsql allows functions by name, but PostgreSQL resolves a call by name
+and argument types over the whole search path. With ``public.md5(integer)`` in the upstream
+database (a function reading the private table), ``SELECT md5(1) FROM regions`` went through the
+public path and returned e-mail addresses, and ``upper(quantity)`` ran such a function inside a
+private query's WHERE. Statements that call a function (or use an operator) the database defines
+outside its system schemas are now refused (dpsql.sql.shadowing), in every path: engine, EXPLAIN,
+describe and the wire's fast path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import yaml
+
+from dpsql.demo import POLICY
+from dpsql.engine import Engine
+from dpsql.errors import PrivacyViolation
+from dpsql.execute import shadows
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+from tests.helpers import analyst_dsn, served_engine
+
+READS_T = "SELECT string_agg(s, ',') FROM t"
+SETUP = f"""
+CREATE TABLE t (u integer, x integer, s text);
+INSERT INTO t SELECT g, g % 3, 'secret' || g FROM generate_series(1, 50) AS g;
+CREATE TABLE p (k integer, name text);
+INSERT INTO p VALUES (1, 'a'), (2, 'b');
+CREATE FUNCTION public.md5(integer) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
+CREATE FUNCTION public.upper(integer) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
+CREATE SCHEMA other;
+CREATE FUNCTION other.concat_ws(text, integer) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
+CREATE FUNCTION public.leak(integer, text) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
+CREATE OPERATOR public.|| (LEFTARG = integer, RIGHTARG = text, FUNCTION = public.leak);
+"""
+
+
+@pytest.fixture(scope="module")
+def shadow_db(
+    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Engine, Path, str]]:
+    dsn = make_db("rtshadow")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SETUP)
+    doc = yaml.safe_load(Path(POLICY).read_text())
+    doc["tables"] = {
+        "public.t": {
+            "privacy_unit": "u",
+            "max_rows_per_unit": 1,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "u": {"type": "integer", "identifier": True},
+                "x": {"type": "integer", "bounds": [0, 2]},
+                "s": {"type": "text", "keys": ["a", "b"]},
+            },
+        }
+    }
+    doc["public_tables"] = ["public.p"]
+    path = tmp_path_factory.mktemp("policy") / "shadow.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    e = Engine(load_policy(path), dsn, pool_size=1)
+    yield e, path, dsn
+    e.close()
+
+
+SHADOWED = [
+    "SELECT md5(1) FROM p",
+    "SELECT md5(k) FROM p",
+    "SELECT md5('x')",  # the built-in would be called here, but the name is shadowed anyway
+    "SELECT upper(k) FROM p",
+    "SELECT name FROM p WHERE upper(k) = 'x'",
+    "SELECT concat_ws('x', k) FROM p",
+    "SELECT k || 'x' FROM p",
+    "SELECT COUNT(*) FROM t WHERE upper(x) = 'a'",
+    "SELECT COUNT(*) FROM t WHERE upper(s) = 'A'",
+    "SELECT relname FROM pg_class WHERE md5(relnatts) = 'x'",
+    "EXPLAIN SELECT md5(1) FROM p",
+    "EXPLAIN ANALYZE SELECT md5(1) FROM p",
+]
+
+
+@pytest.mark.parametrize("sql", SHADOWED)
+def test_shadowed_function_is_refused_before_it_runs(
+    shadow_db: tuple[Engine, Path, str], sql: str
+) -> None:
+    engine, _, _ = shadow_db
+    with pytest.raises(PrivacyViolation) as err:
+        engine.execute(engine.prepare(sql), SessionContext(analyst="analyst"))
+    assert err.value.sqlstate == "42501" and err.value.hint
+    assert "secret" not in str(err.value)
+
+
+def test_describe_is_refused_too(shadow_db: tuple[Engine, Path, str]) -> None:
+    """A zero-row describe still lets PostgreSQL plan the statement (and fold constants)."""
+    engine, _, _ = shadow_db
+    with pytest.raises(PrivacyViolation):
+        engine.describe(engine.prepare("SELECT md5(1) FROM p"), SessionContext(analyst="analyst"))
+
+
+def test_unshadowed_functions_still_work(shadow_db: tuple[Engine, Path, str]) -> None:
+    engine, _, _ = shadow_db
+    s = SessionContext(analyst="analyst")
+    rows = engine.execute(engine.prepare("SELECT lower(name) FROM p ORDER BY k"), s).rows
+    assert rows == [("a",), ("b",)]
+    assert engine.execute(engine.prepare("SELECT COUNT(*) FROM t WHERE x = 1"), s).rows
+
+
+def test_function_created_later_is_seen_after_the_refresh(
+    shadow_db: tuple[Engine, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine, _, dsn = shadow_db
+    s = SessionContext(analyst="analyst")
+    sql = "SELECT initcap(name) FROM p ORDER BY k"
+    assert engine.execute(engine.prepare(sql), s).rows == [("A",), ("B",)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE FUNCTION public.initcap(integer) RETURNS text LANGUAGE sql AS $$ {READS_T} $$"
+        )
+    monkeypatch.setattr(shadows, "REFRESH_S", 0.0)
+    with pytest.raises(PrivacyViolation):
+        engine.execute(engine.prepare(sql), s)
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_wire_fast_path_refuses_it(shadow_db: tuple[Engine, Path, str], prepare: bool) -> None:
+    """Through a real client: simple query, and a prepared statement with its value sent as a
+    parameter (the fast path, which runs public statements upstream with their parameters)."""
+    _, path, dsn = shadow_db
+    with (
+        served_engine(load_policy(path), dsn) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        for _ in range(3):  # the fast path prepares upstream from the second run on
+            with pytest.raises(psycopg.Error) as err:
+                conn.execute("SELECT md5(%s) FROM p", (1,), prepare=prepare)
+            assert err.value.sqlstate == "42501"
+            assert "secret" not in str(err.value)
+        assert conn.execute("SELECT name FROM p WHERE k = %s", (1,), prepare=prepare).fetchall()
