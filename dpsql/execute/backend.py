@@ -75,10 +75,16 @@ def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
     statements run as written, so PostgreSQL must resolve names the same way. With the server's
     default (``"$user", public``) or a role's own ``search_path``, a schema named after the
     upstream role would shadow a public table and an unqualified ``SELECT * FROM regions`` would
-    return the raw rows of a table the policy never declared.
+    return the raw rows of a table the policy never declared. ``standard_conforming_strings`` is
+    pinned ``on`` for the same reason: dpsql's parser reads string literals that way.
     """
     return (
         pgsql.SQL("SET search_path = public"),
+        # dpsql parses and writes string literals as standard strings (a backslash is an
+        # ordinary character): with standard_conforming_strings = off (a database's or role's
+        # setting) a backslash before a quote escapes it, and a literal ending in a backslash would
+        # let the rest of the statement run as SQL (tests/redteam/test_string_settings.py)
+        pgsql.SQL("SET standard_conforming_strings = on"),
         pgsql.SQL("SET default_transaction_read_only = on"),
         pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)),
         pgsql.SQL("SET application_name = 'dpsql'"),

@@ -1,0 +1,75 @@
+"""The upstream must read string literals exactly as dpsql's parser does.
+
+Found by the red team: dpsql parses SQL with standard strings (a backslash is an ordinary
+character, ``'a\\''`` is the three characters ``a\\'``), but did not pin the upstream's
+``standard_conforming_strings``. On a database with ``ALTER DATABASE ... SET
+standard_conforming_strings = off`` (or a role's setting), PostgreSQL reads ``\\'`` as an escaped
+quote, so in ``SELECT code FROM regions WHERE code = 'a\\'' UNION ALL SELECT email FROM purchases
+--'`` the "string" ended early and the raw e-mail addresses came back through the public path.
+Every upstream connection (the engine's pool and the wire's fast path) now sets it ``on``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+from tests.helpers import analyst_dsn, served_engine
+
+INJECTION = r"SELECT code FROM regions WHERE code = 'a\'' UNION ALL SELECT email FROM purchases --'"
+PRIVATE = r"SELECT COUNT(*) FROM purchases WHERE category = 'a\'' OR true --'"
+
+
+@pytest.fixture(scope="module")
+def off_dsn(make_db: Callable[[str], str]) -> str:
+    """A demo database whose connections default to standard_conforming_strings = off."""
+    from dpsql.demo import load_demo
+
+    dsn = make_db("rtscs")
+    load_demo(dsn)
+    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET standard_conforming_strings = off").format(
+                sql.Identifier(str(name))
+            )
+        )
+    with psycopg.connect(dsn) as conn:  # the attack needs the setting in force
+        assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("off",)
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def engine(off_dsn: str, demo_policy: Any) -> Iterator[Engine]:
+    e = Engine(demo_policy, off_dsn, pool_size=1)
+    yield e
+    e.close()
+
+
+def test_public_statement_reads_the_literal_as_parsed(engine: Engine) -> None:
+    rows = engine.execute(engine.prepare(INJECTION), SessionContext(analyst="analyst")).rows
+    assert rows == []  # no region is coded a\' ; never the e-mail addresses
+
+
+def test_private_statement_reads_the_literal_as_parsed(engine: Engine) -> None:
+    r = engine.execute(engine.prepare(PRIVATE), SessionContext(analyst="analyst"))
+    assert len(r.rows) == 1 and r.epsilon_spent > 0
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+def test_wire_reads_the_literal_as_parsed(off_dsn: str, demo_policy: Any, prepare: bool) -> None:
+    """Through a client, simple protocol and prepared (the fast path's own connections)."""
+    with (
+        served_engine(demo_policy, off_dsn) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        for _ in range(3):  # the fast path prepares upstream from the second run on
+            rows = conn.execute(INJECTION, prepare=prepare).fetchall()
+            assert not any("@" in str(r[0]) for r in rows), rows[:3]
+            assert rows == []
