@@ -83,7 +83,8 @@ def run_private(
     from dpsql.execute import shadows
     from dpsql.sql.plan import make_plan
 
-    shadows.check(engine, prepared.text, prepared.tree)  # the database's own functions
+    key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
+    shadows.check(engine, prepared.text, prepared.tree, key_tables)  # the database's own objects
 
     plan: Plan | SetsPlan = (
         make_sets_plan(a, eps, delta, session.mechanism)

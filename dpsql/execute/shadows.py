@@ -33,22 +33,28 @@ def load(engine: Engine) -> tuple[float, Shadows]:
     """The upstream's shadows (read now if the copy is missing or stale)."""
     hit = _current(engine)
     if hit is None:
-        rows = engine.backend.run(SHADOW_SQL, private=False).rows
-        hit = (time.monotonic(), Shadows.from_rows([(str(k), str(n)) for k, n in rows]))
+        public = list(engine.policy.public_tables)
+        rows = engine.backend.run(SHADOW_SQL, (public,), private=False).rows
+        got = [(str(k), str(n), None if d is None else str(d)) for k, n, d in rows]
+        hit = (time.monotonic(), Shadows.from_rows(got, set(public)))
         engine._remember(_KEY, hit)
     return hit
 
 
-def check(engine: Engine, text: str, tree: exp.Expression | None) -> None:
-    """Refuse ``tree`` (statement ``text``) if it calls a shadowed function or operator; a
-    statement that passes is remembered until the shadows are read again."""
+def check(
+    engine: Engine, text: str, tree: exp.Expression | None, also_reads: tuple[str, ...] = ()
+) -> None:
+    """Refuse ``tree`` (statement ``text``) if it calls a shadowed function or operator or reads
+    a public view of protected data (``also_reads``: tables read through the policy, such as a
+    ``keys_from`` table); a statement that passes is remembered until the shadows are read
+    again."""
     if tree is None:
         return
     loaded_at, shadows = load(engine)
-    key = ("shadow-ok", text)
+    key = ("shadow-ok", text, *also_reads)
     if engine._sql_cache.get(key) == loaded_at:
         return
-    check_shadowing(tree, shadows)
+    check_shadowing(tree, shadows, also_reads)
     engine._remember(key, loaded_at)
 
 

@@ -12,6 +12,12 @@ So the names of functions and the symbols of operators defined outside the syste
 such as citext's ``upper(citext)``), are read from the upstream (:data:`SHADOW_SQL`) and a
 statement that calls one is refused (42501). An operator shadows the same way (``quantity + 'x'``
 with a user-defined ``+(integer, text)``).
+
+The same query lists the public tables (``public_tables:``) that are views (or materialized views)
+reading anything the policy does not declare public (a private table, an undeclared table, or a
+function of the database's own): a public "table" ``CREATE VIEW v AS SELECT email FROM purchases``
+would hand out private rows as-is, and one aggregating them (``SELECT region, count(*) ...``) exact
+counts. A statement reading such a table is refused (42501), whatever the policy says.
 """
 
 from __future__ import annotations
@@ -24,36 +30,72 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolation
 
 _USER_SCHEMA = (
-    "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%'"
+    "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%%'"
 )
 _NOT_EXTENSION = (
     "NOT EXISTS (SELECT 1 FROM pg_catalog.pg_depend d WHERE d.classid = {cls}::regclass "
     "AND d.objid = {oid} AND d.deptype = 'e')"
 )
+_REL = "'pg_catalog.pg_class'::regclass"
+_RULE = "'pg_catalog.pg_rewrite'::regclass"
+# the public tables, and every relation or function their view rules read (recursively)
+_VIEW_CTE = f"""WITH RECURSIVE pub AS (
+  SELECT x AS name, to_regclass(quote_ident(split_part(x, '.', 1)) || '.'
+                                || quote_ident(split_part(x, '.', 2)))::oid AS oid
+  FROM unnest(%s::text[]) AS x
+), deps AS (
+  SELECT pub.name, d.refclassid, d.refobjid FROM pub
+  JOIN pg_catalog.pg_rewrite r ON r.ev_class = pub.oid
+  JOIN pg_catalog.pg_depend d ON d.classid = {_RULE} AND d.objid = r.oid
+  UNION
+  SELECT deps.name, d.refclassid, d.refobjid FROM deps
+  JOIN pg_catalog.pg_rewrite r ON deps.refclassid = {_REL} AND r.ev_class = deps.refobjid
+  JOIN pg_catalog.pg_depend d ON d.classid = {_RULE} AND d.objid = r.oid
+) """
+_VIEW_ROWS = f"""SELECT 't', deps.name, n.nspname || '.' || c.relname FROM deps
+JOIN pg_catalog.pg_class c ON deps.refclassid = {_REL} AND c.oid = deps.refobjid
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE {_USER_SCHEMA}
+UNION
+SELECT 't', deps.name, 'function ' || n.nspname || '.' || p.proname FROM deps
+JOIN pg_catalog.pg_proc p ON deps.refclassid = 'pg_catalog.pg_proc'::regclass
+                          AND p.oid = deps.refobjid
+JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+WHERE {_USER_SCHEMA} AND {_NOT_EXTENSION.format(cls="'pg_catalog.pg_proc'", oid="p.oid")}"""
 SHADOW_SQL = (
-    "SELECT 'f', lower(p.proname) FROM pg_catalog.pg_proc p "
+    _VIEW_CTE + "SELECT 'f', lower(p.proname), NULL FROM pg_catalog.pg_proc p "
     "JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace "
     f"WHERE {_USER_SCHEMA} AND "
     + _NOT_EXTENSION.format(cls="'pg_catalog.pg_proc'", oid="p.oid")
-    + " UNION SELECT 'o', o.oprname FROM pg_catalog.pg_operator o "
+    + " UNION SELECT 'o', o.oprname, NULL FROM pg_catalog.pg_operator o "
     "JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace "
     f"WHERE {_USER_SCHEMA} AND "
     + _NOT_EXTENSION.format(cls="'pg_catalog.pg_operator'", oid="o.oid")
+    + " UNION "
+    + _VIEW_ROWS
 )
 
 
 @dataclass(frozen=True)
 class Shadows:
-    """User-defined function names (lower case) and operator symbols of the upstream."""
+    """User-defined function names (lower case) and operator symbols of the upstream, and the
+    public tables that read something not declared public (name, what it reads)."""
 
     functions: frozenset[str] = frozenset()
     operators: frozenset[str] = frozenset()
+    tainted: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def from_rows(cls, rows: list[tuple[str, str]]) -> Shadows:
+    def from_rows(cls, rows: list[tuple[str, str, str | None]], public: set[str]) -> Shadows:
+        """From :data:`SHADOW_SQL`'s rows, run with the policy's ``public`` tables."""
+        tainted = {
+            (str(n), str(dep))
+            for k, n, dep in rows
+            if k == "t" and dep is not None and dep != n and dep not in public
+        }
         return cls(
-            frozenset(str(n) for k, n in rows if k == "f"),
-            frozenset(str(n) for k, n in rows if k == "o"),
+            frozenset(str(n) for k, n, _ in rows if k == "f"),
+            frozenset(str(n) for k, n, _ in rows if k == "o"),
+            tuple(sorted(tainted)),
         )
 
 
@@ -78,13 +120,19 @@ def _names(node: exp.Func) -> set[str]:
     return names
 
 
-def check_shadowing(tree: exp.Expression, shadows: Shadows) -> None:
+def check_shadowing(
+    tree: exp.Expression, shadows: Shadows, also_reads: tuple[str, ...] = ()
+) -> None:
     """Refuse (42501) a statement that calls a function or uses an operator the upstream
     database defines outside its system schemas.
 
+    ``also_reads``: tables the statement reads through the policy (a ``keys_from`` table).
+
     Raises:
-        PrivacyViolation: such a call or operator is in ``tree``.
+        PrivacyViolation: such a call or operator is in ``tree``, or it reads a public table
+            that is a view of data dpsql protects.
     """
+    _check_tables(tree, shadows, also_reads)
     if not shadows.functions and not shadows.operators:
         return
     for node in tree.walk():
@@ -107,4 +155,21 @@ def check_shadowing(tree: exp.Expression, shadows: Shadows) -> None:
                 "operator of that name",
                 hint="ask the data owner to drop that operator, or to install it as part of an "
                 "extension",
+            )
+
+
+def _check_tables(tree: exp.Expression, shadows: Shadows, also: tuple[str, ...]) -> None:
+    if not shadows.tainted:
+        return
+    from dpsql.sql.classify import referenced_tables
+
+    reads = dict(shadows.tainted)
+    for name in [n for n, _ in referenced_tables(tree)] + list(also):
+        if name in reads:
+            raise PrivacyViolation(
+                f"public table {name} is a view that reads {reads[name]}, which the policy does "
+                "not declare public",
+                detail="its rows would be derived from data dpsql protects, without noise",
+                hint="ask the data owner to declare it private (with a privacy unit) or to remove "
+                "it from public_tables",
             )

@@ -28,8 +28,8 @@ from tests.helpers import analyst_dsn, served_engine
 
 READS_T = "SELECT string_agg(s, ',') FROM t"
 SETUP = f"""
-CREATE TABLE t (u integer, x integer, s text);
-INSERT INTO t SELECT g, g % 3, 'secret' || g FROM generate_series(1, 50) AS g;
+CREATE TABLE t (u integer, x integer, s text, g text);
+INSERT INTO t SELECT g, g % 3, 'secret' || g, 'k' || (g % 2) FROM generate_series(1, 50) AS g;
 CREATE TABLE p (k integer, name text);
 INSERT INTO p VALUES (1, 'a'), (2, 'b');
 CREATE FUNCTION public.md5(integer) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
@@ -38,7 +38,15 @@ CREATE SCHEMA other;
 CREATE FUNCTION other.concat_ws(text, integer) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
 CREATE FUNCTION public.leak(integer, text) RETURNS text LANGUAGE sql AS $$ {READS_T} $$;
 CREATE OPERATOR public.|| (LEFTARG = integer, RIGHTARG = text, FUNCTION = public.leak);
+CREATE VIEW public.v_raw AS SELECT s FROM t;
+CREATE VIEW public.v_counts AS SELECT x, count(*) AS n FROM t GROUP BY x;
+CREATE VIEW public.v_nested AS SELECT k FROM p UNION ALL SELECT n::integer FROM v_counts;
+CREATE VIEW public.v_calls AS SELECT public.leak(k, name) AS y FROM p;
+CREATE MATERIALIZED VIEW public.m_raw AS SELECT s FROM t;
+CREATE VIEW public.v_ok AS SELECT k, name FROM p WHERE k > 0;
+CREATE VIEW public.v_keys AS SELECT DISTINCT s FROM t;
 """
+VIEWS = ["v_raw", "v_counts", "v_nested", "v_calls", "m_raw", "v_ok", "v_keys"]
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +66,11 @@ def shadow_db(
                 "u": {"type": "integer", "identifier": True},
                 "x": {"type": "integer", "bounds": [0, 2]},
                 "s": {"type": "text", "keys": ["a", "b"]},
+                "g": {"type": "text", "keys_from": "public.v_keys.s"},
             },
         }
     }
-    doc["public_tables"] = ["public.p"]
+    doc["public_tables"] = ["public.p", *(f"public.{v}" for v in VIEWS)]
     path = tmp_path_factory.mktemp("policy") / "shadow.yaml"
     path.write_text(yaml.safe_dump(doc))
     e = Engine(load_policy(path), dsn, pool_size=1)
@@ -142,3 +151,35 @@ def test_wire_fast_path_refuses_it(shadow_db: tuple[Engine, Path, str], prepare:
             assert err.value.sqlstate == "42501"
             assert "secret" not in str(err.value)
         assert conn.execute("SELECT name FROM p WHERE k = %s", (1,), prepare=prepare).fetchall()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM v_raw",
+        "SELECT * FROM v_counts",
+        "SELECT * FROM v_nested",
+        "SELECT * FROM v_calls",
+        "SELECT * FROM m_raw",
+        "SELECT k FROM p WHERE k IN (SELECT x FROM v_counts)",
+        "SELECT COUNT(*) FROM t JOIN v_counts v ON v.x = t.x",
+        "EXPLAIN SELECT * FROM v_raw",
+        # the keys of a GROUP BY listed by a view of the private values themselves
+        "SELECT g, COUNT(*) FROM t GROUP BY g",
+    ],
+)
+def test_public_view_over_protected_data_is_refused(
+    shadow_db: tuple[Engine, Path, str], sql: str
+) -> None:
+    """A view declared public that reads the private table (raw or aggregated), an undeclared
+    view of it, or a function of the database's own would hand out its rows without noise."""
+    engine, _, _ = shadow_db
+    with pytest.raises(PrivacyViolation) as err:
+        engine.execute(engine.prepare(sql), SessionContext(analyst="analyst"))
+    assert "public table" in err.value.message and err.value.hint
+
+
+def test_public_view_over_public_tables_is_answered(shadow_db: tuple[Engine, Path, str]) -> None:
+    engine, _, _ = shadow_db
+    rows = engine.execute(engine.prepare("SELECT name FROM v_ok ORDER BY k"), SessionContext())
+    assert rows.rows == [("a",), ("b",)]
