@@ -39,6 +39,9 @@ def _formats(body: bytes, pos: int) -> tuple[tuple[int, ...], int] | None:
     pos += 2
     if n == 0:
         return (), pos
+    if n == 1:  # one code for all: the usual case after none
+        f = body[pos] << 8 | body[pos + 1]
+        return ((f,), pos + 2) if f == 0 or f == 1 else None
     if n < 0:
         return None
     got = struct.unpack_from(f"!{n}h", body, pos)
@@ -55,10 +58,14 @@ def decode_bind(body: bytes) -> Bind | None:
         e1 = body.index(0)
         e2 = body.index(0, e1 + 1)
         portal, statement = body[:e1].decode(), body[e1 + 1 : e2].decode()
-        got = _formats(body, e2 + 1)
-        if got is None:
-            return None
-        pformats, pos = got
+        if body[e2 + 1 : e2 + 3] == b"\x00\x00":  # no parameter format codes: all text
+            pformats: tuple[int, ...] = ()
+            pos = e2 + 3
+        else:
+            got = _formats(body, e2 + 1)
+            if got is None:
+                return None
+            pformats, pos = got
         (count,) = _I16.unpack_from(body, pos)
         pos += 2
         if count < 0:
@@ -79,5 +86,5 @@ def decode_bind(body: bytes) -> Bind | None:
         if got is None or got[1] != size:
             return None
         return Bind(portal, statement, pformats, tuple(params), got[0])
-    except (ValueError, struct.error, UnicodeDecodeError):
+    except (ValueError, IndexError, struct.error, UnicodeDecodeError):
         return None

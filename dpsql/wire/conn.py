@@ -3,7 +3,8 @@
 The transport hands received bytes straight to the frame decoder (no stream reader between, no
 copy out of one), and buffered replies go to the transport in one write per flush. Both
 directions have back-pressure: reading pauses once two maximum-size messages are buffered (and
-resumes as soon as the session wants a frame that is not all here), and :meth:`Channel.flush`
+resumes as soon as the session wants a frame that is not all here; EOF is still seen, and
+told to the session, while it runs a statement), and :meth:`Channel.flush`
 waits while the transport's write buffer is above its high-water mark (a slow client only slows
 its own session).
 """
@@ -45,13 +46,13 @@ class Channel(asyncio.Protocol):
         self._out_size = 0
         self._waiter: asyncio.Future[None] | None = None  # recv waiting for bytes
         self._drain: asyncio.Future[None] | None = None  # flush waiting for the client to read
-        self._gone: asyncio.Future[None] | None = None  # watch_eof waiting for EOF
         self._closed: asyncio.Future[None] | None = None
         self._reading_paused = False
         self._writing_paused = False
         self._lost: str | None = None  # why the connection is lost (None: it is not)
         self.tls = False
         self.eof = False
+        self.on_eof: Callable[[], None] | None = None  # told once when the client goes away
         self.peer = "local"
 
     # ---- asyncio.Protocol --------------------------------------------------------------------
@@ -98,12 +99,13 @@ class Channel(asyncio.Protocol):
             d.set_result(None)
 
     def _ended(self) -> None:
+        first = not self.eof
         self.eof = True
-        for name in ("_waiter", "_gone"):
-            w = getattr(self, name)
-            setattr(self, name, None)
-            if w is not None and not w.done():
-                w.set_result(None)
+        w, self._waiter = self._waiter, None
+        if w is not None and not w.done():
+            w.set_result(None)
+        if first and self.on_eof is not None:
+            self.on_eof()
 
     # ---- the session's side ------------------------------------------------------------------
     async def recv(self, timeout: float | None = None) -> Frame:
@@ -134,18 +136,6 @@ class Channel(asyncio.Protocol):
         self._reading_paused = False
         if self._lost is None:
             self.transport.resume_reading()
-
-    async def watch_eof(self) -> None:
-        """Return once the client has gone away (EOF or reset).
-
-        Run during a long statement so that a vanished client is noticed and its query cancelled.
-        Pipelined messages are buffered meanwhile; once a couple of maximum messages are, reading
-        pauses (TCP back-pressure) and EOF is only seen after the session reads on.
-        """
-        if self.eof:
-            return
-        fut = self._gone = asyncio.get_running_loop().create_future()
-        await fut
 
     def has_pending_input(self) -> bool:
         return self.decoder.buffered > 0

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dpsql.wire.session")
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
-WATCH_AFTER_S = 0.05
 
 
 class Session:
@@ -75,6 +74,7 @@ class Session:
         self.idle.set()
         self._delivering: asyncio.Task[Any] | None = None  # waiting out a padded answer's moment
         self.closing = False  # the server is shutting down: run (and charge) nothing new
+        ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -100,20 +100,14 @@ class Session:
     async def _run_engine(
         self, stmt: Statement, params: Sequence[Any], formats: Sequence[int] | None = None
     ) -> Result:
-        """engine.execute in a worker thread, cancellable; a statement still running after
-        ``WATCH_AFTER_S`` gets a watcher that cancels it if the client disconnects."""
+        """engine.execute in a worker thread (public and catalog statements: on the event loop),
+        cancellable; cancelled if the client disconnects while it runs (:meth:`_client_gone`)."""
         fast = self.upstream is not None and stmt.kind in FAST_KINDS
         self._cancel = AsyncCancel() if fast else _new_cancel_token()
         self.busy = True
         self.idle.clear()
-        watch: list[asyncio.Task[None]] = []
-
-        def start_watch() -> None:
-            task = asyncio.ensure_future(self.ch.watch_eof())
-            task.add_done_callback(self._client_gone)
-            watch.append(task)
-
-        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watch)
+        if self.ch.eof:  # the client went away before its statement started
+            self._client_gone()
         try:
             if fast:
                 assert self.upstream is not None
@@ -123,10 +117,6 @@ class Session:
             )
             return res
         finally:
-            timer.cancel()
-            if watch:
-                watch[0].cancel()
-                await asyncio.wait(watch)  # its read must end before the next one starts
             self._cancel = None
             if self._delivering is None:
                 self.busy = False
@@ -151,8 +141,10 @@ class Session:
         if self._delivering is not None and self._cancel is None:
             self._delivering.cancel()
 
-    def _client_gone(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and self.ch.eof:
+    def _client_gone(self) -> None:
+        """The client's connection ended (EOF or reset, seen by the channel as it happens, also
+        while a statement runs): cancel the running statement, if any."""
+        if self._cancel is not None:
             log.info("client went away mid-query; cancelling pid=%d", self.process_id)
             self.cancel()
 
