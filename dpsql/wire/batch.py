@@ -9,7 +9,7 @@ it exactly as before.
 
 >>> from dpsql.wire import messages as m
 >>> b = m.Bind("", "s1", (0,), (b"N", None), (1,))
->>> decode_bind(b.encode()[5:]) == b
+>>> m.Bind(*decode_bind(b.encode()[5:])) == b
 True
 >>> decode_bind(b"\\x00s1\\x00\\x00\\x01\\x00\\x07\\x00\\x00\\x00\\x00") is None   # format code 7
 True
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 
-from dpsql.wire.messages.frontend import Bind, Describe, Execute, Sync
+from dpsql.wire.messages.frontend import Describe, Execute, Sync
 
 # Describe portal "" / Execute portal "" with no row limit / Sync, as framed on the wire.
 DESCRIBE_EXECUTE_SYNC = (
@@ -51,9 +51,13 @@ def _formats(body: bytes, pos: int) -> tuple[tuple[int, ...], int] | None:
     return got, pos + 2 * n
 
 
-def decode_bind(body: bytes) -> Bind | None:
-    """``Bind.decode(body)`` for a well-formed Bind; None for anything else (then
-    ``Bind.decode`` says what is wrong)."""
+BindParts = tuple[str, str, tuple[int, ...], tuple[bytes | None, ...], tuple[int, ...]]
+
+
+def decode_bind(body: bytes) -> BindParts | None:
+    """``Bind.decode(body)``'s fields (portal, statement, parameter formats, parameters, result
+    formats) for a well-formed Bind; None for anything else (then ``Bind.decode`` says what is
+    wrong)."""
     try:
         e1 = body.index(0)
         e2 = body.index(0, e1 + 1)
@@ -85,6 +89,6 @@ def decode_bind(body: bytes) -> Bind | None:
         got = _formats(body, pos)
         if got is None or got[1] != size:
             return None
-        return Bind(portal, statement, pformats, tuple(params), got[0])
+        return portal, statement, pformats, tuple(params), got[0]
     except (ValueError, IndexError, struct.error, UnicodeDecodeError):
         return None

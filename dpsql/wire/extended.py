@@ -23,6 +23,7 @@ from dpsql.wire.batch import (
     EXECUTE,
     EXECUTE_SYNC,
     SYNC,
+    BindParts,
     decode_bind,
 )
 from dpsql.wire.encode import command_complete, decode_param
@@ -51,7 +52,7 @@ class Prepared:
     described: dict[bool, tuple[ResultColumn, ...]] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Portal:
     prepared: Prepared
     params: tuple[Any, ...]
@@ -134,7 +135,7 @@ class Extended:
         any other sequence (or a malformed message, reported where the loop meets it)."""
         decoder = self.s.ch.decoder
         fast = decode_bind(bind.body)
-        if fast is not None and not fast.portal:  # the usual shapes, recognised at once
+        if fast is not None and not fast[0]:  # the usual shapes (unnamed portal), at once
             if decoder.take(DESCRIBE_EXECUTE_SYNC):
                 await self._run_batch(fast, True)
                 return True
@@ -165,10 +166,10 @@ class Extended:
         await self.handle(s_msg)
         return True
 
-    async def _run_batch(self, b_msg: m.Bind, describe: bool) -> None:
+    async def _run_batch(self, bind: BindParts, describe: bool) -> None:
         """Bind (unnamed portal), [Describe it], Execute it (all rows), Sync."""
         try:
-            self.bind(b_msg)
+            self._bind(*bind)
             if describe:
                 await self.describe(DESCRIBE, executes_next=True)
             await self.execute(EXECUTE)
@@ -193,20 +194,29 @@ class Extended:
         self.s.ch.send(_PARSE_COMPLETE)
 
     def bind(self, msg: m.Bind) -> None:
-        prep = self.statements.get(msg.statement)
+        self._bind(msg.portal, msg.statement, msg.param_formats, msg.params, msg.result_formats)
+
+    def _bind(
+        self,
+        portal: str,
+        statement: str,
+        pf: tuple[int, ...],
+        values: tuple[bytes | None, ...],
+        result_formats: tuple[int, ...],
+    ) -> None:
+        prep = self.statements.get(statement)
         if prep is None:
-            raise _undefined("prepared statement", msg.statement, "26000")
+            raise _undefined("prepared statement", statement, "26000")
         self._check_txn(prep.stmt)
-        if msg.portal and msg.portal in self.portals:
-            raise DpsqlError(f'portal "{msg.portal}" already exists', sqlstate="42P03",
+        if portal and portal in self.portals:
+            raise DpsqlError(f'portal "{portal}" already exists', sqlstate="42P03",
                              hint="Close it first or use another name")  # fmt: skip
         n = len(prep.param_types)
-        if len(msg.params) != n:
+        if len(values) != n:
             raise ProtocolViolation(
-                f"bind message supplies {len(msg.params)} parameters, but prepared statement "
-                f'"{msg.statement}" requires {n}'
+                f"bind message supplies {len(values)} parameters, but prepared statement "
+                f'"{statement}" requires {n}'
             )
-        pf = msg.param_formats
         if len(pf) not in (0, 1, n):
             raise ProtocolViolation(
                 f"bind message has {len(pf)} parameter formats but {n} parameters"
@@ -215,12 +225,12 @@ class Extended:
             decode_param(
                 v, prep.param_types[i], pf[i] if len(pf) > 1 else (pf[0] if pf else 0), i + 1
             )  # fmt: skip
-            for i, v in enumerate(msg.params)
+            for i, v in enumerate(values)
         )
         # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
         # the extra values, so the engine gets only the statement's own.
         used = params[: prep.stmt.param_count]
-        self.portals[msg.portal] = Portal(prep, used, msg.result_formats)
+        self.portals[portal] = Portal(prep, used, result_formats)
         self.s.ch.send(_BIND_COMPLETE)
 
     async def columns(self, prep: Prepared) -> tuple[ResultColumn, ...]:

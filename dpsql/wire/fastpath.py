@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from dpsql.errors import InternalError, UpstreamError
 from dpsql.result import Result
 from dpsql.wire.params import upstream_params
-from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, RawResult
+from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_result
 
 if TYPE_CHECKING:
     from dpsql.wire.session import Session, Statement
@@ -63,7 +63,7 @@ async def run_fast(
         rows = await upstream.run(text, cancel=token, fmt=fmt)
     if fmt is None:
         return Result(rows.columns, rows.rows, rows.status)
-    return RawResult(rows.columns, rows.rows, rows.status, raw_format=fmt)
+    return raw_result(rows.columns, rows.rows, rows.status, fmt)
 
 
 def _parameterized(

@@ -19,7 +19,7 @@ import os
 import stat
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any
 
 import psycopg
@@ -294,9 +294,27 @@ class RawResult(Result):
     raw_format: int = 0
 
 
+_RAW_DEFAULTS = {f.name: f.default for f in fields(RawResult) if f.default is not MISSING}
+_new = object.__new__
+
+
+def raw_result(columns: Any, rows: Any, status: str, fmt: int) -> RawResult:
+    """``RawResult(columns, rows, status, raw_format=fmt)`` for the hot path: the same object,
+    its fields set without a frozen dataclass's ``object.__setattr__`` call per field.
+
+    >>> raw_result((), [], "SELECT 0", 1) == RawResult((), [], "SELECT 0", raw_format=1)
+    True
+    """
+    res: RawResult = _new(RawResult)
+    d = res.__dict__
+    d.update(_RAW_DEFAULTS)
+    d["columns"], d["rows"], d["command_tag"], d["raw_format"] = columns, rows, status, fmt
+    return res
+
+
 def raw_format_of(res: object) -> int | None:
     """The format of a result's pass-through rows, or None when they are Python values."""
     return res.raw_format if isinstance(res, RawResult) else None
 
 
-__all__ = ["AsyncCancel", "AsyncUpstream", "RawResult", "RawRows", "raw_format_of"]
+__all__ = ["AsyncCancel", "AsyncUpstream", "RawResult", "RawRows", "raw_format_of", "raw_result"]

@@ -27,6 +27,7 @@ from dpsql.result import ResultColumn
 PREPARED_MAX = 256  # statements remembered per connection
 _Key = tuple[str, tuple[int, ...]]
 _counter = [0]  # prepared-statement name numbers, unique in the process
+_new = object.__new__
 
 
 @dataclass(frozen=True)
@@ -196,7 +197,9 @@ class UpstreamConn:
                 raw = [(get(r, 0),) for r in range(nt)]
             else:
                 raw = [tuple(get(r, c) for c in range(nf)) for r in range(nt)]
-            return RawRows(columns, raw, status, fmt)
+            rows: RawRows = _new(RawRows)  # RawRows(columns, raw, status, fmt), cheaper
+            rows.__dict__.update(columns=columns, rows=raw, status=status, fmt=fmt)
+            return rows
         tx = Transformer()
         tx.set_pgresult(res)
         return Rows(columns, tx.load_rows(0, nt, tuple) if nf else [], status)
