@@ -42,9 +42,11 @@ from dpsql.sql.catalog_functions import (
     reg_element,
 )
 from dpsql.sql.catalog_literals import check_untyped_literals
+from dpsql.sql.catalog_regrole import pg_label
 from dpsql.sql.catalog_sql import (
     attach_visibility,
     cast_target,
+    cast_to,
     filtered_relation,
     relation_filter,
 )
@@ -66,11 +68,13 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     query = tree.copy()
     _check_statement(query)
     check_untyped_literals(query)
+    _keep_labels(query)  # first: the labels of what the client wrote
     cte_refs = _cte_references(query)
     tables = [t for t in query.find_all(exp.Table) if id(t) not in cte_refs]
     funcs = list(query.find_all(exp.Func))
     for node in funcs:
         check_function(node)
+    _replace_tableoid(query)
     roles.replace_role_references(query, analyst)  # before dpsql's own SQL (it reads the real one)
     overridden = overrides.overridden_tables(query, tables)
     used = False
@@ -134,7 +138,15 @@ def _is_system_relation(table: exp.Table) -> bool:
 
 _CATALOG_FUNCTION_PREFIXES = ("pg_", "has_", "obj_", "col_", "to_reg", "_pg_", "shobj_")
 _CATALOG_FUNCTIONS = frozenset(
-    {"version", "current_setting", "set_config", "format_type", "current_schemas"}
+    {
+        "version",
+        "current_setting",
+        "set_config",
+        "format_type",
+        "current_schemas",
+        "ts_token_type",
+        "getdatabaseencoding",
+    }  # fmt: skip
 )
 
 
@@ -252,6 +264,62 @@ def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden
     )
     table.replace(exp.Subquery(this=sub, alias=alias))
     return True
+
+
+# Calls that dpsql replaces whole (by a CASE or a constant): PostgreSQL's column label is kept.
+_REPLACED_CALLS = frozenset(
+    {
+        *rules.GUARDED_RESULTS, *rules.BLANKED_FUNCTIONS, "pg_describe_object",
+        "current_setting", "to_regrole", "pg_get_userbyid", "pg_has_role",
+    }
+)  # fmt: skip
+
+
+def _keep_labels(query: exp.Expr) -> None:
+    """Alias the select-list items that dpsql replaces whole (``'t'::regclass``,
+    ``to_regclass(...)``, ``pg_relation_size(...)`` ...) with the label PostgreSQL gives them,
+    so that drivers reading columns by name find them."""
+    for select in query.find_all(exp.Select):
+        for item in select.expressions:
+            call = item.expression if isinstance(item, exp.Dot) else item
+            name = call.name.lower() if isinstance(call, exp.Anonymous) else ""
+            replaced = name in _REPLACED_CALLS or (
+                isinstance(call, exp.Cast)
+                and cast_target(call) in (*rules.GUARDED_CASTS, "regrole")
+            )
+            if replaced and not isinstance(item, exp.Alias):
+                alias = exp.Alias(alias=exp.to_identifier(pg_label(item), quoted=True))
+                item.replace(alias)
+                alias.set("this", item)  # moved, not copied: later passes hold its nodes
+
+
+def _replace_tableoid(query: exp.Expr) -> None:
+    """``c.tableoid`` of a catalog relation -> its oid (``'pg_catalog.pg_cast'::regclass``): a
+    catalog is one table, and the filtered derived table that replaces it has no system column
+    (psql joins ``pg_description`` on ``d.classoid = c.tableoid``)."""
+    for scope in traverse_scope(query):
+        for col in scope.columns:
+            if col.name.lower() != "tableoid":
+                continue
+            source = _column_source(scope, col)
+            found = _catalog_name(source) if isinstance(source, exp.Table) else None
+            if found is not None and not isinstance(source.this, exp.Func):
+                name = exp.Literal.string(".".join(found))
+                col.replace(cast_to(cast_to(name, "REGCLASS"), "OID"))
+
+
+def _column_source(scope: Scope, col: exp.Column) -> exp.Expr | None:
+    """The relation a column reads, searching enclosing scopes (a correlated reference); an
+    unqualified column only when its scope reads one relation."""
+    current: Scope | None = scope
+    while current is not None:
+        if col.table:
+            if col.table in current.sources:
+                return current.sources[col.table]
+        elif len(current.sources) == 1:
+            return next(iter(current.sources.values()))
+        current = current.parent
+    return None
 
 
 def _strip_catalog_qualifiers(query: exp.Expr) -> None:

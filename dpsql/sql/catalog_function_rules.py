@@ -23,6 +23,8 @@ GUARDED_FUNCTIONS: dict[str, tuple[int, str]] = {
     "pg_get_statisticsobjdef_columns": (0, "stx"),
     "pg_get_statisticsobjdef_expressions": (0, "stx"),
     "pg_get_functiondef": (0, "body"),
+    "pg_get_function_sqlbody": (0, "body"),
+    "ts_token_type": (0, "pg_ts_parser"),
     "pg_get_function_arguments": (0, "proc"),
     "pg_get_function_result": (0, "proc"),
     "pg_get_function_identity_arguments": (0, "proc"),
@@ -58,6 +60,7 @@ ALLOWED_FUNCTIONS = frozenset(
     btrim ltrim rtrim left right lpad rpad coalesce nullif greatest least starts_with
     json_build_object json_build_array json_agg jsonb_build_object jsonb_build_array jsonb_agg
     json_object_agg jsonb_object_agg to_json to_jsonb array_to_json row_to_json
+    pg_describe_object getdatabaseencoding
     pg_size_pretty all any some now abs round floor ceil bool_and bool_or every count min max
     sum row_number rank dense_rank
     _pg_expandarray _pg_index_position _pg_truetypid _pg_truetypmod _pg_char_max_length
@@ -88,7 +91,6 @@ REFUSED_FUNCTIONS: dict[str, str] = {
     "pg_relation_filenode": _FILES,
     "pg_relation_filepath": _FILES,
     "pg_filenode_relation": _FILES,
-    "pg_describe_object": _DESCRIBE,
     "pg_identify_object": _DESCRIBE,
     "pg_identify_object_as_address": _DESCRIBE,
     "pg_get_object_address": _DESCRIBE,
@@ -115,6 +117,9 @@ GUARDED_RESULTS: dict[str, str] = {
     "to_regnamespace": "nsp",
     "to_regproc": "proc",
     "to_regprocedure": "proc",
+    "to_regoper": "pg_operator",
+    "to_regoperator": "pg_operator",
+    "to_regcollation": "pg_collation",
 }
 
 # has_*_privilege functions that take an object by name or id: (kind, the object-id type its
@@ -132,8 +137,19 @@ PRIVILEGE_ARGS: dict[str, tuple[str, str, dict[int, int], bool]] = {
 # Casts to object-identifier types print names; those are guarded like the functions above.
 GUARDED_CASTS: dict[str, str] = {
     "regclass": "rel", "regtype": "type", "regnamespace": "nsp", "regproc": "proc",
-    "regprocedure": "proc",
+    "regprocedure": "proc", "regoper": "pg_operator", "regoperator": "pg_operator",
+    "regcollation": "pg_collation", "regconfig": "pg_ts_config", "regdictionary": "pg_ts_dict",
 }  # fmt: skip
-ALLOWED_CASTS = frozenset(
-    {"regrole", "regoper", "regoperator", "regconfig", "regdictionary", "regcollation"}
+ALLOWED_CASTS = frozenset({"regrole"})  # catalog_roles rewrites it
+
+# Catalog columns typed regproc (PostgreSQL 12-17); pg_sequences.data_type (regtype) lives in an
+# emptied relation and is not listed, as its name is common in information_schema queries.
+REG_COLUMNS = frozenset(
+    """
+    aggcombinefn aggdeserialfn aggfinalfn aggfnoid aggmfinalfn aggminvtransfn aggmtransfn
+    aggserialfn aggtransfn amhandler amproc conproc oprcode oprjoin oprrest prosupport prsend
+    prsheadline prslextype prsstart prstoken rngcanonical rngsubdiff tmplinit tmpllexize
+    trffromsql trftosql typanalyze typinput typmodin typmodout typoutput typreceive typsend
+    typsubscript
+    """.split()
 )

@@ -8,6 +8,7 @@ from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql import catalog_rules as rules
+from dpsql.sql.catalog_objects import OBJECT_FILTERS, describe_guard
 from dpsql.sql.catalog_sql import (
     LOOKUP,
     as_object,
@@ -46,10 +47,11 @@ _OBJ_DESCRIPTION_KINDS = {
     "pg_constraint": "con",
     "pg_trigger": "trigger",
     "pg_rewrite": "rule",
+    "pg_statistic_ext": "stx",
+    **{c: c for c in OBJECT_FILTERS if c not in ("pg_database", "pg_tablespace")},
 }
-_OBJ_DESCRIPTION_FREE = frozenset(
-    {"pg_database", "pg_tablespace", "pg_am", "pg_extension", "pg_language", "pg_collation"}
-)
+# Shared catalogs: obj_description reads pg_description, which holds no comment on them.
+_OBJ_DESCRIPTION_FREE = frozenset({"pg_database", "pg_tablespace"})
 
 
 def _qualifier(node: exp.Expr) -> str | None:
@@ -179,11 +181,14 @@ def _emulate_set_config(node: exp.Anonymous) -> None:
 
 
 def _check_current_setting(node: exp.Anonymous) -> None:
-    """Literal names are checked here; a bound name is checked upstream (NULL when denied)."""
+    """Literal names are checked here; a bound or computed name (psql ``\\dconfig`` reads
+    ``current_setting(s.name)``) is checked upstream (NULL when denied)."""
     args = node.expressions
-    if args and isinstance(args[0], (exp.Placeholder, exp.Parameter, exp.Cast)):
-        inner = args[0].this if isinstance(args[0], exp.Cast) else args[0]
-        if isinstance(inner, (exp.Placeholder, exp.Parameter)):
+    if args and len(args) <= 2:
+        inner = args[0]
+        while isinstance(inner, exp.Cast):
+            inner = inner.this
+        if not isinstance(inner, (exp.Literal, exp.Null)):
             lowered = exp.Lower(this=cast_to(args[0].copy(), "TEXT"))
             denied = exp.or_(
                 *(
@@ -239,6 +244,8 @@ def _obj_description_kind(node: exp.Anonymous) -> str | None:
         return _OBJ_DESCRIPTION_KINDS[catalog]
     if catalog in _OBJ_DESCRIPTION_FREE:
         return None
+    if _literal_text(args[1]) is not None:
+        return "none"  # a catalog whose objects the analyst never sees: no comment, as if none
     raise PrivacyViolation(
         "obj_description() needs a literal catalog name such as 'pg_class'",
         hint="call obj_description(oid, 'pg_class')",
@@ -276,6 +283,8 @@ def guard(node: exp.Func) -> bool:
         return _guard_serial_sequence(node)
     if name == "has_database_privilege":
         return _guard_database(node)
+    if name == "pg_describe_object":
+        return _guard_describe(node)
     if name == "obj_description":
         kind = _obj_description_kind(node)
         index = 0
@@ -321,6 +330,20 @@ def _guard_serial_sequence(node: exp.Anonymous) -> bool:
     rel = as_object(args[0].copy(), "REGCLASS")
     cond = exp.and_(visible("rel", rel.copy()), column_visible(rel.copy(), args[1].copy()))
     args[0].replace(exp.Case(ifs=[exp.If(this=cond, true=cast_to(args[0].copy(), "TEXT"))]))
+    return True
+
+
+def _guard_describe(node: exp.Anonymous) -> bool:
+    """pg_describe_object(classid, objid, subid): NULL unless the object (and for a column, the
+    column) is visible, as PostgreSQL answers NULL for a missing object (psql ``\\dx+``)."""
+    args = node.expressions
+    if len(args) != 3:
+        return False
+    obj = cast_to(args[1].copy(), "OID")
+    cond = fill(template(describe_guard()), {"__1__": args[0].copy(), "__2__": obj})
+    cond = exp.and_(cond, att_visible(args[1].copy(), args[2].copy()))
+    call = _call_with_qualifier(node)
+    call.replace(exp.Case(ifs=[exp.If(this=cond, true=call.copy())]))
     return True
 
 

@@ -14,19 +14,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation
+from dpsql.sql.catalog_function_rules import REG_COLUMNS
 from dpsql.sql.catalog_sql import LOOKUP, cast_target
 
-# Catalog columns typed regproc (PostgreSQL 12-17); pg_sequences.data_type (regtype) lives in an
-# emptied relation and is not listed, as its name is common in information_schema queries.
-REG_COLUMNS = frozenset(
-    """
-    aggcombinefn aggdeserialfn aggfinalfn aggfnoid aggmfinalfn aggminvtransfn aggmtransfn
-    aggserialfn aggtransfn amhandler amproc conproc oprcode oprjoin oprrest prosupport prsend
-    prsheadline prslextype prsstart prstoken rngcanonical rngsubdiff tmplinit tmpllexize
-    trffromsql trftosql typanalyze typinput typmodin typmodout typoutput typreceive typsend
-    typsubscript
-    """.split()
-)
 _TO_REG = frozenset(LOOKUP.values()) | {
     "to_regrole", "to_regoper", "to_regoperator", "to_regcollation",
 }  # fmt: skip

@@ -24,6 +24,14 @@ from dpsql.sql.catalog_function_rules import (  # noqa: F401
     GUARDED_RESULTS,
     PRIVILEGE_ARGS,
     REFUSED_FUNCTIONS,
+    REG_COLUMNS,
+)
+from dpsql.sql.catalog_objects import (
+    HIDDEN_CATALOGS,
+    OBJECT_FILTERS,
+    ROW_FILTERS,
+    description_filter,
+    visible_set,
 )
 from dpsql.sql.catalog_visibility import VISIBILITY_CTES  # noqa: F401
 
@@ -49,6 +57,9 @@ VISIBLE: dict[str, str] = {
     "stx": "__x__ IN (SELECT vs.oid FROM __pg_statistic_ext__ AS vs)",
     "proc": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
     "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))",
+    # objects of other catalogs (operators, collations, casts ...: catalog_objects)
+    **{c: f"__x__ IN ({visible_set(c)})" for c in OBJECT_FILTERS},
+    "none": "FALSE",  # a catalog with no object the analyst sees (e.g. pg_largeobject)
     # an object id whose catalog is only known at run time (a bound parameter)
     "any": "(__x__ IN (SELECT oid FROM dpsql_vis_rel) OR __x__ IN (SELECT oid FROM dpsql_vis_nsp) "
     "OR __x__ IN (SELECT oid FROM dpsql_vis_type))",
@@ -56,6 +67,8 @@ VISIBLE: dict[str, str] = {
 
 # The SQL type an object id is cast to before it is compared (so text names work as well).
 KIND_TYPE: dict[str, str] = {
+    **dict.fromkeys(OBJECT_FILTERS, "OID"),
+    "none": "OID",
     "rel": "REGCLASS",
     "nsp": "REGNAMESPACE",
     "type": "REGTYPE",
@@ -95,16 +108,7 @@ CATALOG_FILTERS: dict[str, str] = {
     "(h.attrelid = t.conrelid AND h.attnum = ANY(t.conkey)) "
     "OR (h.attrelid = t.confrelid AND h.attnum = ANY(t.confkey))) "
     "AND dpsql_named_deps('pg_catalog.pg_constraint', t.oid)",
-    "pg_description": "((t.classoid = CAST('pg_catalog.pg_class' AS REGCLASS) "
-    "AND t.objoid IN (SELECT oid FROM dpsql_vis_rel) AND "
-    + _ATT_VISIBLE.format(rel="t.objoid", num="t.objsubid")
-    + ") OR (t.classoid = CAST('pg_catalog.pg_namespace' AS REGCLASS) "
-    "AND t.objoid IN (SELECT oid FROM dpsql_vis_nsp)) "
-    "OR (t.classoid = CAST('pg_catalog.pg_type' AS REGCLASS) "
-    "AND t.objoid IN (SELECT oid FROM dpsql_vis_type)) "
-    "OR (t.classoid = CAST('pg_catalog.pg_proc' AS REGCLASS) "
-    "AND t.objoid IN (SELECT p.oid FROM pg_catalog.pg_proc AS p "
-    "WHERE p.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))))",
+    "pg_description": description_filter(),
     "pg_depend": "(t.classid <> CAST('pg_catalog.pg_class' AS REGCLASS) "
     "OR t.objid IN (SELECT oid FROM dpsql_vis_rel)) "
     "AND (t.refclassid <> CAST('pg_catalog.pg_class' AS REGCLASS) "
@@ -130,7 +134,6 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_enum": "t.enumtypid IN (SELECT oid FROM dpsql_vis_type)",
     "pg_range": "t.rngtypid IN (SELECT oid FROM dpsql_vis_type)",
     "pg_proc": "t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)",
-    "pg_database": "t.datname = current_database()",
     "pg_roles": "t.rolname = current_user",  # the analyst's one role (catalog_roles)
     "pg_user": "t.usename = current_user",
     "pg_auth_members": "FALSE",
@@ -150,35 +153,18 @@ CATALOG_FILTERS: dict[str, str] = {
     "to_regclass(quote_ident(t.schemaname) || '.' || quote_ident(t.tablename)))",
     "pg_indexes": "dpsql_named_rel(t.schemaname, t.tablename) "
     "AND dpsql_named_rel(t.schemaname, t.indexname)",
+    **OBJECT_FILTERS,
+    **ROW_FILTERS,
+    **dict.fromkeys(HIDDEN_CATALOGS, "FALSE"),
     **dict.fromkeys(
         (
-            "pg_am",
-            "pg_amop",
-            "pg_amproc",
-            "pg_opclass",
-            "pg_opfamily",
-            "pg_operator",
-            "pg_cast",
-            "pg_collation",
-            "pg_conversion",
-            "pg_language",
-            "pg_tablespace",
-            "pg_extension",
             "pg_available_extensions",
-            "pg_aggregate",
-            "pg_ts_config",
-            "pg_ts_dict",
-            "pg_ts_parser",
-            "pg_ts_template",
-            "pg_foreign_data_wrapper",
+            "pg_available_extension_versions",
             "pg_timezone_names",
             "pg_timezone_abbrevs",
-            "pg_publication",
-            "pg_event_trigger",
-            "pg_transform",
         ),
         "TRUE",
-    ),
+    ),  # fmt: skip
 }
 
 # Relations whose rows are statistics about the data (or other sessions' activity): they are

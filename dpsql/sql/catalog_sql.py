@@ -45,7 +45,39 @@ LOOKUP: dict[str, str] = {
     "REGNAMESPACE": "to_regnamespace",
     "REGPROC": "to_regproc",
     "REGPROCEDURE": "to_regprocedure",
+    "REGOPER": "to_regoper",
+    "REGOPERATOR": "to_regoperator",
+    "REGCOLLATION": "to_regcollation",
+    # no to_reg* function in PostgreSQL: looked up by dpsql (_NAME_LOOKUP)
+    "REGCONFIG": "pg_ts_config",
+    "REGDICTIONARY": "pg_ts_dict",
 }
+# A text search configuration or dictionary by name, as their input functions read it (schema-
+# qualified, or in pg_catalog then public: dpsql pins search_path), NULL when missing.
+_NAME_LOOKUP = (
+    "(SELECT o.oid FROM pg_catalog.{c} AS o JOIN pg_catalog.pg_namespace AS n ON n.oid = o.{ns} "
+    "WHERE o.{name} = (parse_ident(__t__))[cardinality(parse_ident(__t__))] "
+    "AND CASE WHEN cardinality(parse_ident(__t__)) = 2 THEN n.nspname = (parse_ident(__t__))[1] "
+    "WHEN cardinality(parse_ident(__t__)) = 1 THEN n.nspname IN ('pg_catalog', 'public') END "
+    "ORDER BY n.nspname = 'pg_catalog' DESC LIMIT 1)"
+)
+_NAME_COLUMNS = {
+    "pg_ts_config": ("cfgnamespace", "cfgname"),
+    "pg_ts_dict": ("dictnamespace", "dictname"),
+}
+
+
+def _lookup(type_name: str, text: exp.Expr) -> exp.Expr:
+    """``type_name``'s object named ``text`` (a TEXT expression), NULL when missing, never an
+    error for a missing name."""
+    catalog = LOOKUP[type_name]
+    if catalog not in _NAME_COLUMNS:
+        return exp.Anonymous(this=catalog, expressions=[text])
+    ns, name = _NAME_COLUMNS[catalog]
+    sql = _NAME_LOOKUP.format(c=catalog, ns=ns, name=name)
+    return cast_to(fill(template(sql), {"__t__": cast_to(text, "TEXT")}), type_name)
+
+
 _SAFE = "dpsql_object"  # meta key marking an expression as_object() built
 
 
@@ -53,6 +85,11 @@ def _strip_casts(x: exp.Expr) -> exp.Expr:
     while isinstance(x, exp.Cast):
         x = x.this
     return x
+
+
+def _reg_valued(x: exp.Expr) -> bool:
+    """``x`` is a catalog column of an object-identifier type (its text is a name)."""
+    return isinstance(x, exp.Column) and x.name.lower() in rules.REG_COLUMNS
 
 
 def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
@@ -71,7 +108,6 @@ def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
     """
     if x.meta.get(_SAFE) == type_name:
         return x
-    lookup = LOOKUP[type_name]
     inner = _strip_casts(x)
     out: exp.Expr
     if isinstance(inner, (exp.Placeholder, exp.Parameter, exp.Null)) or (
@@ -79,14 +115,17 @@ def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
     ):
         out = cast_to(x, type_name)  # an id: the cast reads no name, it can't raise "missing"
     elif isinstance(x, exp.Literal):
-        out = exp.Anonymous(this=lookup, expressions=[x])
+        out = _lookup(type_name, x)
+    elif _reg_valued(inner):
+        # a regproc column (pg_amproc.amproc ...) prints a name, not digits: it is an id
+        out = cast_to(cast_to(x, "OID"), type_name)
     else:
         text = cast_to(x, "TEXT")
         digits = exp.RegexpLike(this=text.copy(), expression=exp.Literal.string("^[0-9]+$"))
         by_id = cast_to(cast_to(text.copy(), "OID"), type_name)
         out = exp.Case(
             ifs=[exp.If(this=digits, true=by_id)],
-            default=exp.Anonymous(this=lookup, expressions=[text]),
+            default=_lookup(type_name, text),
         )
     out.meta[_SAFE] = type_name
     return out
@@ -131,10 +170,26 @@ def filtered_relation(schema: str, name: str) -> exp.Select:
         where = template("t.oid IN (SELECT oid FROM dpsql_vis_rel)")
         return exp.select(*cols).from_(source).where(where)
     if schema == "pg_catalog" and (
-        name in rules.EMPTY_RELATIONS or name.startswith(rules.EMPTY_PREFIXES)
+        name in rules.EMPTY_RELATIONS
+        or name.startswith(rules.EMPTY_PREFIXES)
+        or rules.CATALOG_FILTERS.get(name) == "FALSE"
     ):
-        return exp.select("*").from_(source).where(exp.false())
+        return empty_relation(schema, name)
     return exp.select("*").from_(source).where(relation_filter(schema, name))
+
+
+def empty_relation(schema: str, name: str) -> exp.Select:
+    """The relation's columns (of its row type) and no row, read without any privilege on it
+    (``pg_statistic`` and ``pg_user_mapping`` are readable by superusers only)."""
+    row = exp.Anonymous(
+        this="jsonb_populate_record",
+        expressions=[
+            cast_to(exp.null(), f"{schema}.{name}"),
+            cast_to(exp.Literal.string("{}"), "JSONB"),
+        ],
+    )
+    source = exp.Table(this=row, alias=exp.TableAlias(this=exp.to_identifier("r")))
+    return exp.select("r.*").from_(source).where(exp.false())
 
 
 def relation_filter(schema: str, name: str) -> exp.Expr:

@@ -161,6 +161,19 @@ def test_size_and_counter_functions_are_null(call: str) -> None:
         ("SELECT pg_get_constraintdef(16500)", "IN (SELECT vk.oid FROM"),
         ("SELECT pg_get_indexdef(16401, 1, true)", "IN (SELECT oid FROM dpsql_vis_rel)"),
         ("SELECT 'x'::regnamespace", "IN (SELECT oid FROM dpsql_vis_nsp)"),
+        ("SELECT pg_describe_object(1259, 16400, 0)", "CASE CAST(1259 AS OID) WHEN"),
+        ("SELECT current_setting(relname) FROM pg_class", "CASE WHEN LOWER(CAST(relname"),
+        # servers only when a visible foreign table uses them; user mappings and
+        # subscriptions (passwords, connection strings) are empty
+        ("SELECT * FROM pg_foreign_server", "WHERE ft.ftrelid IN (SELECT oid FROM dpsql_vis_rel)"),
+        (
+            "SELECT * FROM pg_catalog.pg_user_mappings",
+            "pg_catalog.pg_user_mappings), CAST('{}' AS JSONB)) AS r WHERE FALSE",
+        ),
+        (
+            "SELECT * FROM pg_catalog.pg_subscription",
+            "pg_catalog.pg_subscription), CAST('{}' AS JSONB)) AS r WHERE FALSE",
+        ),
     ],
 )
 def test_object_id_arguments_are_guarded(sql: str, guarded: str) -> None:
@@ -246,11 +259,8 @@ ATTACKS = [
     "SELECT rolpassword FROM pg_authid",
     "SELECT * FROM pg_shadow",
     "SELECT * FROM pg_largeobject",
-    "SELECT * FROM pg_catalog.pg_user_mappings",
     "SELECT * FROM pg_file_settings",
     "SELECT * FROM pg_hba_file_rules",
-    "SELECT * FROM pg_catalog.pg_subscription",
-    "SELECT * FROM pg_foreign_server",
     "SELECT * FROM information_schema.user_mapping_options",
     # functions
     "SELECT pg_read_file('/etc/passwd')",
@@ -274,14 +284,12 @@ ATTACKS = [
     "SELECT pg_cancel_backend(1)",
     "SELECT pg_reload_conf()",
     "SELECT pg_stat_file('postgresql.conf')",
-    "SELECT pg_describe_object(1259, 16400, 0)",
     "SELECT txid_current()",
     "SELECT random()",
     "SELECT current_setting('data_directory')",
     "SELECT current_setting('dpsql.secret')",
     "SELECT current_setting('primary_conninfo')",
     "SELECT current_setting('krb_server_keyfile')",
-    "SELECT current_setting(relname) FROM pg_class",
     "SELECT obj_description(16400, relname) FROM pg_class",
     "SELECT 1::dpsql.evil_type",
     # writes, locks, DDL
