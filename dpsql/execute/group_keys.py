@@ -31,7 +31,8 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
         return cached + set_type
     from dpsql.execute import shadows
 
-    shadows.check(engine, prepared.text, prepared.tree)  # PostgreSQL folds constants when planning
+    # PostgreSQL folds constants when planning the probe
+    shadows.check(engine, prepared.text, prepared.tree, scope=prepared.scope)
     cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
     q = source_select(a, *cols).limit(0)
     rows = engine.backend.run(q.sql("postgres"), private=True)

@@ -84,7 +84,7 @@ def run_private(
     from dpsql.sql.plan import make_plan
 
     key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
-    shadows.check(engine, prepared.text, prepared.tree, key_tables)  # the database's own objects
+    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine._scope(session.analyst))
 
     plan: Plan | SetsPlan = (
         make_sets_plan(a, eps, delta, session.mechanism)

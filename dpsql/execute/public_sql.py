@@ -44,7 +44,7 @@ def cached_sql(
     """See :meth:`dpsql.engine.Engine.cached_sql`."""
     if prepared.scope != engine._scope(session.analyst):
         return None  # prepared under another analyst's view: runnable_sql checks it
-    if not shadows.checked(engine, prepared.text):
+    if not shadows.checked(engine, prepared.text, prepared.scope):
         return None  # runnable_sql checks it against the upstream's own functions first
     if prepared.kind == "public" and params and len(params) == prepared.param_count:
         tkey = ("template", prepared.text)
@@ -66,7 +66,7 @@ def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContex
         return None
     if prepared.scope != engine._scope(session.analyst):
         return None
-    if not shadows.checked(engine, prepared.text):
+    if not shadows.checked(engine, prepared.text, prepared.scope):
         return None
     key = ("parameterized", prepared.text)
     hit = engine._sql_cache.get(key)
@@ -90,7 +90,8 @@ def runnable_tree(
             ``prepared`` is neither public nor catalog.
     """
     assert prepared.tree is not None
-    shadows.check(engine, prepared.text, prepared.tree)  # before PostgreSQL plans or runs it
+    scope = engine._scope(session.analyst)
+    shadows.check(engine, prepared.text, prepared.tree, scope=scope)  # before it runs
     tree = bind(prepared.tree, params) if params else prepared.tree
     if prepared.kind == "catalog":
         from dpsql.sql import catalog

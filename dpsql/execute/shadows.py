@@ -42,7 +42,11 @@ def load(engine: Engine) -> tuple[float, Shadows]:
 
 
 def check(
-    engine: Engine, text: str, tree: exp.Expression | None, also_reads: tuple[str, ...] = ()
+    engine: Engine,
+    text: str,
+    tree: exp.Expression | None,
+    also_reads: tuple[str, ...] = (),
+    scope: str = "",
 ) -> None:
     """Refuse ``tree`` (statement ``text``) if it calls a shadowed function or operator or reads
     a public view of protected data (``also_reads``: tables read through the policy, such as a
@@ -51,14 +55,17 @@ def check(
     if tree is None:
         return
     loaded_at, shadows = load(engine)
-    key = ("shadow-ok", text, *also_reads)
+    key = ("shadow-ok", text, scope, *also_reads)
     if engine._sql_cache.get(key) == loaded_at:
         return
-    check_shadowing(tree, shadows, also_reads)
+    view = engine.view(scope or None)
+    visible = frozenset(view.tables) | frozenset(view.public_tables)
+    check_shadowing(tree, shadows, also_reads, visible)
     engine._remember(key, loaded_at)
 
 
-def checked(engine: Engine, text: str) -> bool:
-    """Whether statement ``text`` passed :func:`check` against the current shadows (no I/O)."""
+def checked(engine: Engine, text: str, scope: str = "") -> bool:
+    """Whether statement ``text`` (prepared under ``scope``) passed :func:`check` against the
+    current shadows (no I/O)."""
     hit = _current(engine)
-    return hit is not None and engine._sql_cache.get(("shadow-ok", text)) == hit[0]
+    return hit is not None and engine._sql_cache.get(("shadow-ok", text, scope)) == hit[0]

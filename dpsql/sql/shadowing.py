@@ -70,8 +70,9 @@ SHADOW_SQL = (
     "JOIN pg_catalog.pg_namespace n ON n.oid = o.oprnamespace "
     f"WHERE {_USER_SCHEMA} AND "
     + _NOT_EXTENSION.format(cls="'pg_catalog.pg_operator'", oid="o.oid")
-    + " UNION "
-    + _VIEW_ROWS
+    + " UNION SELECT 'r', n.nspname || '.' || c.relname, NULL FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    f"WHERE {_USER_SCHEMA} AND c.relkind IN ('r', 'v', 'm', 'f', 'p')" + " UNION " + _VIEW_ROWS
 )
 
 
@@ -83,6 +84,7 @@ class Shadows:
     functions: frozenset[str] = frozenset()
     operators: frozenset[str] = frozenset()
     tainted: tuple[tuple[str, str], ...] = ()
+    relations: frozenset[str] = frozenset()  # schema.name of every user table and view
 
     @classmethod
     def from_rows(cls, rows: list[tuple[str, str, str | None]], public: set[str]) -> Shadows:
@@ -96,6 +98,7 @@ class Shadows:
             frozenset(str(n) for k, n, _ in rows if k == "f"),
             frozenset(str(n) for k, n, _ in rows if k == "o"),
             tuple(sorted(tainted)),
+            frozenset(str(n) for k, n, _ in rows if k == "r"),
         )
 
 
@@ -121,18 +124,26 @@ def _names(node: exp.Func) -> set[str]:
 
 
 def check_shadowing(
-    tree: exp.Expression, shadows: Shadows, also_reads: tuple[str, ...] = ()
+    tree: exp.Expression,
+    shadows: Shadows,
+    also_reads: tuple[str, ...] = (),
+    visible: frozenset[str] | None = None,
 ) -> None:
     """Refuse (42501) a statement that calls a function or uses an operator the upstream
     database defines outside its system schemas.
 
     ``also_reads``: tables the statement reads through the policy (a ``keys_from`` table).
+    ``visible``: the tables the analyst may see; a cast to the row type of any other table
+    (``NULL::hidden_table``, whose columns ``(NULL::t).col`` would name) is refused as a missing
+    type (42704), as the table itself is refused as a missing relation.
 
     Raises:
         PrivacyViolation: such a call or operator is in ``tree``, or it reads a public table
             that is a view of data dpsql protects.
     """
     _check_tables(tree, shadows, also_reads)
+    if visible is not None and shadows.relations:
+        _check_row_types(tree, shadows.relations - visible)
     if not shadows.functions and not shadows.operators:
         return
     for node in tree.walk():
@@ -172,4 +183,35 @@ def _check_tables(tree: exp.Expression, shadows: Shadows, also: tuple[str, ...])
                 detail="its rows would be derived from data dpsql protects, without noise",
                 hint="ask the data owner to declare it private (with a privacy unit) or to remove "
                 "it from public_tables",
+            )
+
+
+def _type_name(t: exp.DataType) -> tuple[str, str] | None:
+    """(qualified name, name as written) of a user-defined type, or None for a built-in one."""
+    if t.this == exp.DataType.Type.ARRAY and t.expressions:
+        inner = t.expressions[0]
+        return _type_name(inner) if isinstance(inner, exp.DataType) else None
+    if t.this != exp.DataType.Type.USERDEFINED:
+        return None
+    kind = t.args.get("kind")
+    parts = [kind] if isinstance(kind, exp.Identifier) else []
+    if isinstance(kind, exp.Dot):
+        parts = [x for x in (kind.this, kind.expression) if isinstance(x, exp.Identifier)]
+    names = [p.name if p.quoted else p.name.lower() for p in parts]
+    if not names or len(names) > 2:
+        return None
+    return ".".join(["public", *names] if len(names) == 1 else names), names[-1]
+
+
+def _check_row_types(tree: exp.Expression, hidden: frozenset[str]) -> None:
+    if not hidden:
+        return
+    from dpsql.errors import UndefinedObject
+
+    for t in tree.find_all(exp.DataType):
+        got = _type_name(t)
+        if got is not None and got[0] in hidden:
+            raise UndefinedObject(
+                f'type "{got[1]}" does not exist',
+                hint="only the tables declared in the dpsql policy can be used",
             )

@@ -20,7 +20,7 @@ import yaml
 
 from dpsql.demo import POLICY
 from dpsql.engine import Engine
-from dpsql.errors import PrivacyViolation
+from dpsql.errors import DpsqlError, PrivacyViolation
 from dpsql.execute import shadows
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
@@ -45,6 +45,9 @@ CREATE VIEW public.v_calls AS SELECT public.leak(k, name) AS y FROM p;
 CREATE MATERIALIZED VIEW public.m_raw AS SELECT s FROM t;
 CREATE VIEW public.v_ok AS SELECT k, name FROM p WHERE k > 0;
 CREATE VIEW public.v_keys AS SELECT DISTINCT s FROM t;
+CREATE TABLE hidden (secret_col text);
+CREATE SCHEMA other2;
+CREATE TABLE other2."Hidden" (c integer);
 """
 VIEWS = ["v_raw", "v_counts", "v_nested", "v_calls", "m_raw", "v_ok", "v_keys"]
 
@@ -183,3 +186,44 @@ def test_public_view_over_public_tables_is_answered(shadow_db: tuple[Engine, Pat
     engine, _, _ = shadow_db
     rows = engine.execute(engine.prepare("SELECT name FROM v_ok ORDER BY k"), SessionContext())
     assert rows.rows == [("a",), ("b",)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT NULL::hidden",
+        "SELECT (NULL::hidden).secret_col",
+        "SELECT NULL::public.hidden",
+        "SELECT NULL::hidden[] FROM p",
+        "SELECT CAST(NULL AS hidden)",
+        'SELECT NULL::other2."Hidden"',
+    ],
+)
+def test_row_type_of_a_hidden_table_is_a_missing_type(
+    shadow_db: tuple[Engine, Path, str], sql: str
+) -> None:
+    """Found by the red team: ``SELECT NULL::hidden`` succeeded (and ``(NULL::hidden).col``
+    named its columns) for a table the analyst may not see, which otherwise behaves as missing."""
+    engine, _, _ = shadow_db
+    with pytest.raises(DpsqlError) as err:
+        engine.execute(engine.prepare(sql), SessionContext(analyst="analyst"))
+    assert err.value.sqlstate in ("42704", "42501"), err.value
+    assert "secret_col" not in str(err.value)
+
+
+def test_row_types_of_visible_tables_still_work(shadow_db: tuple[Engine, Path, str]) -> None:
+    engine, _, _ = shadow_db
+    for sql in ("SELECT (NULL::p).name", "SELECT NULL::t", "SELECT NULL::xid"):
+        assert engine.execute(engine.prepare(sql), SessionContext(analyst="analyst")).rows
+
+
+def test_row_type_through_the_wire_fast_path(shadow_db: tuple[Engine, Path, str]) -> None:
+    _, path, dsn = shadow_db
+    with (
+        served_engine(load_policy(path), dsn) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        for _ in range(3):
+            with pytest.raises(psycopg.Error) as err:
+                conn.execute("SELECT %s::hidden FROM p", ("(x)",), prepare=True)
+            assert err.value.sqlstate == "42704"
