@@ -47,17 +47,20 @@ def cache_key(
 
 def check_join_fanout(engine: Engine, a: Analysis) -> None:
     """Refuse (54001) a join one unit's rows could blow up (:mod:`dpsql.sql.join_fanout`); each
-    public table's fan-out is read once per engine (public data, like ``keys_from``)."""
+    public table's fan-out is read from it (public data) at most every ``shadows.REFRESH_S``."""
+    import time
+
+    from dpsql.execute.shadows import REFRESH_S
     from dpsql.sql.join_fanout import check_fanout, fanout_sql
 
     def fanout(j: Any) -> int:
         key = ("fanout", j.table, j.key)
         hit = engine._sql_cache.get(key)
-        if hit is None:
+        if hit is None or time.monotonic() - hit[0] > REFRESH_S:
             rows = engine.backend.run(fanout_sql(j), private=False).rows
-            hit = int(rows[0][0] or 0) if rows else 0
+            hit = (time.monotonic(), int(rows[0][0] or 0) if rows else 0)
             engine._remember(key, hit)
-        return int(hit)
+        return int(hit[1])
 
     check_fanout(a, fanout)
 

@@ -17,7 +17,7 @@ choices, so one unit's rows become at most ``R^k * prod F(s)`` joined rows, and
 it, one private row passing the WHERE clause, joined three times to a public table of 3,000 rows
 on a shared key, made 2.7e10 rows: the query timed out (57014, an exact bit) if and only if that
 row existed (``tests/redteam/test_join_fanout.py``). ``F(s)`` is read from the public table
-only (:func:`fanout_sql`), so refusing reveals nothing about private rows.
+only (:func:`fanout_sql`, again every minute), so refusing reveals nothing about private rows.
 """
 
 from __future__ import annotations

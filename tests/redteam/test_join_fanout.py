@@ -157,3 +157,24 @@ def test_public_fanout_can_not_reveal_one_row(neighbours: tuple[Engine, Engine])
 def test_public_fanout_limit(neighbours: tuple[Engine, Engine], sql: str, expect: str) -> None:
     d, d2 = neighbours
     assert _outcome(d, sql) == _outcome(d2, sql) == expect
+
+
+def test_fanout_is_read_again_after_the_public_table_changes(
+    neighbours: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dimension table that later gets many rows per key is seen (runs last: q is restored)."""
+    from dpsql.execute import shadows
+
+    d, _ = neighbours
+    sql = "SELECT COUNT(*) FROM t JOIN q q1 ON q1.k = t.x JOIN q q2 ON q2.k = t.x"
+    assert _outcome(d, sql) == "answered"
+    dsn = d.backend.dsn
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO q SELECT 1 FROM generate_series(1, %s)", (PUBLIC_ROWS,))
+    try:
+        # (within the refresh interval the old fan-out still applies: REFRESH_S bounds that gap)
+        monkeypatch.setattr(shadows, "REFRESH_S", 0.0)
+        assert _outcome(d, sql) == "54001"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM q WHERE k = 1; INSERT INTO q VALUES (1)")
