@@ -34,6 +34,20 @@ _I16 = struct.Struct("!h")
 _I32 = struct.Struct("!i")
 
 
+# One format code for all (text or binary), as its 4 bytes (count and code).
+_ONE_FORMAT = {b"\x00\x01\x00\x00": (0,), b"\x00\x01\x00\x01": (1,)}
+
+
+def _format_list(body: bytes, pos: int) -> tuple[tuple[int, ...], int] | None:
+    """The format codes at ``pos`` and the position after them (None: malformed)."""
+    if body[pos] == 0 and body[pos + 1] == 0:
+        return (), pos + 2
+    one = _ONE_FORMAT.get(body[pos : pos + 4])
+    if one is not None:
+        return one, pos + 4
+    return _formats(body, pos)
+
+
 def _formats(body: bytes, pos: int) -> tuple[tuple[int, ...], int] | None:
     (n,) = _I16.unpack_from(body, pos)
     pos += 2
@@ -62,14 +76,10 @@ def decode_bind(body: bytes) -> BindParts | None:
         e1 = body.index(0)
         e2 = body.index(0, e1 + 1)
         portal, statement = body[:e1].decode(), body[e1 + 1 : e2].decode()
-        if body[e2 + 1 : e2 + 3] == b"\x00\x00":  # no parameter format codes: all text
-            pformats: tuple[int, ...] = ()
-            pos = e2 + 3
-        else:
-            got = _formats(body, e2 + 1)
-            if got is None:
-                return None
-            pformats, pos = got
+        got = _format_list(body, e2 + 1)
+        if got is None:
+            return None
+        pformats, pos = got
         (count,) = _I16.unpack_from(body, pos)
         pos += 2
         if count < 0:
@@ -86,7 +96,7 @@ def decode_bind(body: bytes) -> BindParts | None:
             else:
                 params.append(body[pos : pos + n])
                 pos += n
-        got = _formats(body, pos)
+        got = _format_list(body, pos)
         if got is None or got[1] != size:
             return None
         return portal, statement, pformats, tuple(params), got[0]

@@ -133,8 +133,18 @@ class FrameDecoder:
             if peeked[0] == self._pos:
                 self._pos = peeked[2]
                 return peeked[1]
-        head = 4 if self.startup else 5
         buf, pos = self._buf, self._pos
+        if not self.startup:  # after startup: every message but the first
+            if len(buf) - pos < 5:
+                return None
+            (length,) = UINT32.unpack_from(buf, pos + 1)
+            if 4 <= length <= self.max_message_size:
+                end = pos + 1 + length
+                if len(buf) < end:
+                    return None
+                self._pos = end
+                return _new_frame(Frame, (_CODES[buf[pos]], bytes(memoryview(buf)[pos + 5 : end])))
+        head = 4 if self.startup else 5
         if len(buf) - pos < head:
             return None
         (length,) = UINT32.unpack_from(buf, pos + head - 4)

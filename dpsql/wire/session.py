@@ -30,7 +30,7 @@ from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
 from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
 from dpsql.wire.log import fingerprint, log_statement
-from dpsql.wire.messages.backend import data_row
+from dpsql.wire.messages.backend import data_row, raw_data_row
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import parse_session_statement
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_format_of
@@ -353,11 +353,15 @@ class Session:
 
         ``raw_format``: the rows hold PostgreSQL's bytes in that format, sent as they are.
         """
-        if raw_format is None:
-            encs = row_encoders(columns, formats)
-        else:
-            encs = raw_encoders(len(columns), formats, raw_format)
         ch = self.ch
+        if raw_format is not None:
+            raw_encoders(len(columns), formats, raw_format)  # checks the format
+            for row in rows:
+                ch.send(raw_data_row(row))
+                if ch.should_flush:
+                    await ch.flush()
+            return
+        encs = row_encoders(columns, formats)
         for row in rows:
             ch.send(data_row(row, encs))
             if ch.should_flush:
