@@ -6,8 +6,8 @@ give at most R^k joined rows per unit (:func:`dpsql.sql.analyze_select.check_joi
 public table ``s``, where
 
 * ``F(s)`` is the largest number of rows of ``s`` sharing one value of ``s.c`` when some ON
-  condition of the query has a conjunct ``s.c = e`` with ``e`` not reading ``s`` (a key join:
-  1 for a primary key);
+  condition (or the WHERE clause) of the query has a conjunct ``s.c = e`` with ``e`` not
+  reading ``s`` (a key join: 1 for a primary key);
 * else ``F(s) = |s|`` (a cross join, or a condition dpsql can't bound);
 * at least 1 for a LEFT JOINed table (an unmatched row comes back NULL-extended).
 
@@ -77,6 +77,8 @@ def public_joins(a: Analysis) -> list[PublicJoin]:
     conditions = [
         c for j in a.joins if j.args.get("on") is not None for c in _conjuncts(j.args["on"])
     ]
+    if a.where is not None:  # FROM t, p WHERE p.k = t.x: PostgreSQL joins on it all the same
+        conditions += _conjuncts(a.where)
     lefts = [False] + [(j.args.get("side") or "").upper() == "LEFT" for j in a.joins]
     return [
         PublicJoin(alias, table, _key_of(alias, conditions), left)
