@@ -178,6 +178,10 @@ class Engine:
             rel = Release(self._group_types(prepared, a), [], [], [])
             return self._finish(a, rel, session, describe_only=True).columns
         if prepared.kind in ("public", "catalog"):
+            from dpsql.execute import shadows
+
+            # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
+            shadows.check(self, prepared.text, prepared.tree, scope=self._scope(session.analyst))
             if prepared.param_count == 0:
                 tree = self._runnable(prepared, (), session)
                 q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)

@@ -227,3 +227,13 @@ def test_row_type_through_the_wire_fast_path(shadow_db: tuple[Engine, Path, str]
             with pytest.raises(psycopg.Error) as err:
                 conn.execute("SELECT %s::hidden FROM p", ("(x)",), prepare=True)
             assert err.value.sqlstate == "42704"
+
+
+def test_row_type_of_a_hidden_table_does_not_describe(shadow_db: tuple[Engine, Path, str]) -> None:
+    """PostgreSQL's Describe of ``SELECT $1::hidden`` would succeed (and name the row type) where a
+    missing type fails: the same refusal as at Execute."""
+    engine, _, _ = shadow_db
+    for sql in ("SELECT $1::hidden FROM p", "SELECT NULL::hidden"):
+        with pytest.raises(DpsqlError) as err:
+            engine.describe(engine.prepare(sql), SessionContext(analyst="analyst"))
+        assert err.value.sqlstate == "42704"
