@@ -31,6 +31,15 @@ def _in_schema(column: str, catalog: str) -> str:
     return f"t.{column} IN (SELECT oid FROM dpsql_vis_nsp) AND {_deps(catalog)}"
 
 
+# Functions: in a visible schema, with no hidden type in their signature (a function's
+# arguments and result print with their types' schemas).
+PROC_FILTER = "t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp) AND " + _deps("pg_proc")
+# information_schema.routines/parameters: the function is the number that ends specific_name
+PROC_BY_SPECIFIC_NAME = (
+    "CAST(substring(t.specific_name FROM '_([0-9]+)$') AS OID) IN "
+    f"(SELECT t.oid FROM pg_catalog.pg_proc AS t WHERE {PROC_FILTER})"
+)
+
 # Row filters of catalogs whose rows are objects with an oid (``t`` is the catalog's row).
 OBJECT_FILTERS: dict[str, str] = {
     "pg_operator": _in_schema("oprnamespace", "pg_operator"),
@@ -60,10 +69,7 @@ OBJECT_FILTERS: dict[str, str] = {
 
 # Catalogs without an oid of their own: visible when what they point at is.
 ROW_FILTERS: dict[str, str] = {
-    "pg_aggregate": "t.aggfnoid IN (SELECT p.oid FROM pg_catalog.pg_proc AS p "
-    "WHERE p.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)) AND NOT t.aggfnoid IN "
-    "(SELECT hd.objid FROM dpsql_hidden_dep AS hd "
-    "WHERE hd.classid = CAST('pg_catalog.pg_proc' AS REGCLASS))",
+    "pg_aggregate": f"t.aggfnoid IN (SELECT t.oid FROM pg_catalog.pg_proc AS t WHERE {PROC_FILTER})",
     "pg_ts_config_map": "t.mapcfg IN (SELECT c.oid FROM pg_catalog.pg_ts_config AS c "
     "WHERE c.cfgnamespace IN (SELECT oid FROM dpsql_vis_nsp)) "
     "AND t.mapdict IN (SELECT d.oid FROM pg_catalog.pg_ts_dict AS d "
@@ -95,8 +101,7 @@ _OTHER_SETS: dict[str, str] = {
     "pg_class": "SELECT oid FROM dpsql_vis_rel",
     "pg_namespace": "SELECT oid FROM dpsql_vis_nsp",
     "pg_type": "SELECT oid FROM dpsql_vis_type",
-    "pg_proc": "SELECT t.oid FROM pg_catalog.pg_proc AS t "
-    "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)",
+    "pg_proc": f"SELECT t.oid FROM pg_catalog.pg_proc AS t WHERE {PROC_FILTER}",
     "pg_constraint": "SELECT vk.oid FROM __pg_constraint__ AS vk",
     "pg_trigger": "SELECT vt.oid FROM __pg_trigger__ AS vt",
     "pg_rewrite": "SELECT vr.oid FROM __pg_rewrite__ AS vr",

@@ -29,6 +29,8 @@ from dpsql.sql.catalog_function_rules import (  # noqa: F401
 from dpsql.sql.catalog_objects import (
     HIDDEN_CATALOGS,
     OBJECT_FILTERS,
+    PROC_BY_SPECIFIC_NAME,
+    PROC_FILTER,
     ROW_FILTERS,
     description_filter,
     visible_set,
@@ -55,8 +57,7 @@ VISIBLE: dict[str, str] = {
     "JOIN pg_catalog.pg_namespace AS n ON n.oid = t.pronamespace "
     "WHERE n.nspname IN ('pg_catalog', 'information_schema'))",
     "stx": "__x__ IN (SELECT vs.oid FROM __pg_statistic_ext__ AS vs)",
-    "proc": "__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t "
-    "WHERE t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp))",
+    "proc": f"__x__ IN (SELECT t.oid FROM pg_catalog.pg_proc AS t WHERE {PROC_FILTER})",
     # objects of other catalogs (operators, collations, casts ...: catalog_objects)
     **{c: f"__x__ IN ({visible_set(c)})" for c in OBJECT_FILTERS},
     "none": "FALSE",  # a catalog with no object the analyst sees (e.g. pg_largeobject)
@@ -133,7 +134,7 @@ CATALOG_FILTERS: dict[str, str] = {
     "pg_type": "t.oid IN (SELECT oid FROM dpsql_vis_type)",
     "pg_enum": "t.enumtypid IN (SELECT oid FROM dpsql_vis_type)",
     "pg_range": "t.rngtypid IN (SELECT oid FROM dpsql_vis_type)",
-    "pg_proc": "t.pronamespace IN (SELECT oid FROM dpsql_vis_nsp)",
+    "pg_proc": PROC_FILTER,
     "pg_roles": "t.rolname = current_user",  # the analyst's one role (catalog_roles)
     "pg_user": "t.usename = current_user",
     "pg_auth_members": "FALSE",
@@ -240,8 +241,8 @@ INFORMATION_SCHEMA_FILTERS: dict[str, str] = {
     "referential_constraints": _CON.format(s="t.constraint_schema", n="t.constraint_name"),
     "check_constraints": _CON.format(s="t.constraint_schema", n="t.constraint_name"),
     "schemata": _NSP.format(s="t.schema_name"),
-    "routines": _NSP.format(s="t.routine_schema"),
-    "parameters": _NSP.format(s="t.specific_schema"),
+    "routines": _NSP.format(s="t.routine_schema") + " AND " + PROC_BY_SPECIFIC_NAME,
+    "parameters": _NSP.format(s="t.specific_schema") + " AND " + PROC_BY_SPECIFIC_NAME,
     "domains": _NSP.format(s="t.domain_schema"),
     "enabled_roles": "t.role_name = current_user",  # the analyst's one role (catalog_roles)
     "applicable_roles": "FALSE",

@@ -36,6 +36,8 @@ CREATE INDEX shop_bad_ts ON shop (to_tsvector('hr.tsc'::regconfig, code));
 CREATE INDEX shop_bad_row ON shop ((CAST(ROW(k) AS salaries)));
 ALTER TABLE shop ADD CONSTRAINT shop_bad_check CHECK (k OPERATOR(hr.===) k);
 CREATE VIEW v_bad_coll AS SELECT code COLLATE hr.coll AS c FROM shop;
+CREATE DOMAIN hr.dom AS int;
+CREATE FUNCTION pubf(x hr.dom) RETURNS int LANGUAGE sql AS 'SELECT 1';
 CREATE INDEX shop_ok ON shop (abs(m));
 CREATE DOMAIN d_bad AS int DEFAULT nextval('salaries_seq');
 CREATE DOMAIN d_ok AS int DEFAULT 7;
@@ -98,6 +100,12 @@ QUERIES = [
     "WHERE indrelid = 'shop'::regclass",
     "SELECT pg_get_indexdef(to_regclass('shop_bad'))",
     "SELECT * FROM pg_indexes WHERE tablename = 'shop'",
+    # a function whose signature names a hidden type is absent (its arguments print the type)
+    "SELECT proname, pg_get_function_arguments(oid), pg_get_function_identity_arguments(oid) "
+    "FROM pg_proc WHERE pronamespace = 'public'::regnamespace",
+    "SELECT 'pubf'::regproc, to_regprocedure('pubf(int)'), pg_get_function_arguments('pubf'::regproc)",
+    "SELECT * FROM information_schema.routines WHERE routine_schema = 'public'",
+    "SELECT * FROM information_schema.parameters WHERE specific_schema = 'public'",
     "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_class c WHERE c.relkind = 'i' "
     "AND c.relname LIKE 'shop%'",
     "SELECT pg_get_indexdef(i.indexrelid, 0, true), pg_get_expr(i.indpred, i.indrelid), "
@@ -164,3 +172,15 @@ def test_checks_and_views_naming_hidden_operators_or_collations(eng: Engine) -> 
     builtin = rows(eng, "SELECT prosrc, pg_get_functiondef(oid) IS NOT NULL FROM pg_proc "
                         "WHERE oid = 'int4in'::regproc")  # fmt: skip
     assert builtin == [("int4in", True)]
+
+
+def test_functions_with_hidden_types_in_their_signature_are_absent(eng: Engine) -> None:
+    for text, present in (
+        ("SELECT routine_name FROM information_schema.routines WHERE routine_schema = 'public'",
+         "tf"),
+        ("SELECT DISTINCT specific_name FROM information_schema.parameters "
+         "WHERE specific_schema = 'public'", ""),
+        ("SELECT proname FROM pg_proc WHERE pronamespace = 'public'::regnamespace", "tf"),
+    ):  # fmt: skip
+        names = " ".join(str(r[0]) for r in rows(eng, text))
+        assert "pubf" not in names and present in names, (text, names)

@@ -41,6 +41,7 @@ CREATE TEXT SEARCH CONFIGURATION zqhr.zqtsc (COPY = english);
 CREATE COLLATION zqhr.zqcoll FROM "C";
 CREATE DOMAIN zqhr.zqdom AS text;
 CREATE CAST (zqhr.zqdom AS int) WITH INOUT;
+CREATE FUNCTION public.pubf(x zqhr.zqdom) RETURNS int LANGUAGE sql AS 'SELECT 1';
 CREATE FUNCTION zqhr.zqevt() RETURNS event_trigger LANGUAGE plpgsql AS 'BEGIN END';
 CREATE EVENT TRIGGER zqevt_hidden ON ddl_command_start EXECUTE FUNCTION zqhr.zqevt();
 CREATE FOREIGN DATA WRAPPER fdw_demo;
