@@ -116,7 +116,7 @@ def run_query(engine: Engine, q: Query, dsn: str, reps: int) -> dict[Fraction, t
         exact = _cells(conn.execute(exact_sql or sql).fetchall(), grouped)
     exact = {(str(k) if k is not None else None): v for k, v in exact.items()}
     rows = engine.backend.run(engine.private_sql(prepared, a), private=True).rows
-    key_types = engine._group_types(prepared, a)
+    key_types = engine.group_types(prepared, a)
     declared = engine.declared_keys(a)
     out = {}
     bounded = release(make_plan(a, Fraction(1), Fraction(1, 10**6)), list(rows), key_types,

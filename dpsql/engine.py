@@ -30,9 +30,11 @@ from dpsql.execute import group_keys, public_sql
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
+from dpsql.execute.caches import EngineCaches
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import Kind, Prepared, fingerprint
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
+from dpsql.execute.private import finish, run_private
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -70,12 +72,15 @@ class Engine:
         self._cache: OrderedDict[tuple[str, str], Prepared] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
-        self._key_types: dict[str, tuple[str, ...]] = {}
-        self._sql_cache: dict[tuple[Any, ...], Any] = {}
-        self._keys_from: dict[str, tuple[str, ...]] = {}
+        self.caches = EngineCaches.sized(cache_size)  # what dpsql/execute/ reads and fills
         self._views: dict[str, Policy] = {}
         self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
         self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
+
+    @property
+    def noiseless(self) -> bool:
+        """Whether releases skip the noise (test-only, see :func:`tests.helpers.noiseless`)."""
+        return self._noiseless
 
     def close(self) -> None:
         self.backend.close()
@@ -105,12 +110,14 @@ class Engine:
         )
         return self.policy_digest + (":no-keys-from:" + ",".join(dropped) if dropped else "")
 
-    def _scope(self, analyst: str | None) -> str:
+    def scope(self, analyst: str | None) -> str:
+        """The scope a statement of ``analyst`` is prepared under: "" when the analyst sees the
+        whole policy, else the analyst's name (:attr:`Prepared.scope`)."""
         return "" if analyst is None or self.view(analyst) is self.policy else analyst
 
-    def _check_scope(self, prepared: Prepared, session: SessionContext) -> None:
+    def check_scope(self, prepared: Prepared, session: SessionContext) -> None:
         """Refuse, as for a missing table, a statement prepared under another analyst's view."""
-        scope = self._scope(session.analyst)
+        scope = self.scope(session.analyst)
         if prepared.scope != scope and prepared.tree is not None:
             classify(prepared.tree, self.view(session.analyst))
 
@@ -121,21 +128,22 @@ class Engine:
         A table the analyst may not use is refused exactly as a missing one (42P01), here at
         prepare time as PostgreSQL refuses it at Parse.
         """
-        scope = self._scope(analyst)
+        scope = self.scope(analyst)
         key = (scope, text)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        p = self._prepare(text, scope)
+        p = self.prepare_in_scope(text, scope)
         with self._lock:
             self._cache[key] = p
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return p
 
-    def _prepare(self, text: str, scope: str = "") -> Prepared:
+    def prepare_in_scope(self, text: str, scope: str = "") -> Prepared:
+        """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached."""
         st = parse_statement(text)
         if st.kind == "explain":
             from dpsql.execute.explain import prepare_explain
@@ -172,18 +180,18 @@ class Engine:
         self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]:
         """The result columns, without reading private data or spending budget."""
-        self._check_scope(prepared, session)
+        self.check_scope(prepared, session)
         if prepared.kind == "private":
-            a = self._analysis(prepared, [None] * prepared.param_count)
-            rel = Release(self._group_types(prepared, a), [], [], [])
-            return self._finish(a, rel, session, describe_only=True).columns
+            a = self.analysis(prepared, [None] * prepared.param_count)
+            rel = Release(self.group_types(prepared, a), [], [], [])
+            return finish(self, prepared, a, rel, session, describe_only=True).columns
         if prepared.kind in ("public", "catalog"):
             from dpsql.execute import shadows
 
             # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
             shadows.check(self, prepared.text, prepared.tree, scope=self._scope(session.analyst))
             if prepared.param_count == 0:
-                tree = self._runnable(prepared, (), session)
+                tree = public_sql.runnable_tree(self, prepared, (), session)
                 q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
                 return self.backend.run(q.sql("postgres"), private=False).columns
             # With parameters, checks that need their values run at Execute; PostgreSQL
@@ -226,10 +234,8 @@ class Engine:
         cancel: CancelToken | None = None,
     ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
-        self._check_scope(prepared, session)
+        self.check_scope(prepared, session)
         if prepared.kind == "private":
-            from dpsql.execute.private import run_private
-
             return run_private(self, prepared, session, params, cancel)
         if prepared.kind in ("public", "catalog"):
             text = self.runnable_sql(prepared, session, params)
@@ -283,13 +289,9 @@ class Engine:
         placeholders, so nothing checked depends on the values."""
         return public_sql.parameterized_sql(self, prepared, session)
 
-    def _runnable(
-        self, prepared: Prepared, params: Sequence[Any], session: SessionContext
-    ) -> exp.Expression:
-        return public_sql.runnable_tree(self, prepared, params, session)
-
     # -- helpers used by the private path ----------------------------------------------------------
-    def _analysis(self, prepared: Prepared, params: Sequence[Any]) -> Analysis:
+    def analysis(self, prepared: Prepared, params: Sequence[Any]) -> Analysis:
+        """A private statement's analysis with ``params`` bound (the prepared one without)."""
         assert prepared.tree is not None and prepared.analysis is not None
         if not params:
             return prepared.analysis
@@ -309,49 +311,28 @@ class Engine:
     def plan(
         self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
     ) -> Plan | SetsPlan:
-        a = self._analysis(prepared, params)
+        """The DP plan of a private statement under the session's (epsilon, delta, mechanism)."""
+        a = self.analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)
         if a.grouping_sets:
             return make_sets_plan(a, eps, delta, session.mechanism)
         return make_plan(a, eps, delta, session.mechanism)
 
-    def _remember(self, key: tuple[Any, ...], value: Any) -> None:
-        """Per-statement memo (SQL texts), bounded like the prepared-statement cache."""
-        with self._lock:
-            self._sql_cache[key] = value
-            if len(self._sql_cache) > 4 * self._cache_size:
-                self._sql_cache.pop(next(iter(self._sql_cache)))
-
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters)."""
-        return private_sql_module.private_sql(self, prepared, a)
+        return private_sql_module.private_sql(self.caches.sql, prepared, a)
 
-    def _private_sql(self, prepared: Prepared, a: Analysis) -> str:
-        return private_sql_module.bounded_sql(prepared, a)
-
-    def _group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+    def group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
         return group_keys.group_types(self, prepared, a)
 
     def declared_keys(self, a: Analysis) -> list[tuple[str, ...]] | None:
+        """Each group key's declared values, or None when the query selects its keys."""
         return group_keys.declared_keys(self, a)
 
-    def _resolve_keys_from(self, ref: str) -> tuple[str, ...]:
+    def resolve_keys_from(self, ref: str) -> tuple[str, ...]:
+        """The distinct non-null values (as text, sorted) of the public column ``ref``."""
         return group_keys.resolve_keys_from(self, ref)
-
-    def _finish(
-        self,
-        a: Analysis,
-        rel: Release,
-        session: SessionContext,
-        *,
-        describe_only: bool = False,
-        plan: Plan | None = None,
-        cached: bool = False,
-    ) -> Result:
-        from dpsql.execute.private import finish
-
-        return finish(self, a, rel, session, describe_only=describe_only, plan=plan, cached=cached)
 
 
 def _result(rows: Rows) -> Result:

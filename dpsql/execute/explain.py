@@ -54,7 +54,7 @@ def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
 
     ex = parse_explain(text)
     try:
-        inner = engine._prepare(ex.statement, scope)
+        inner = engine.prepare_in_scope(ex.statement, scope)
     except DpsqlError as e:
         if e.position is not None:
             e.position += ex.offset

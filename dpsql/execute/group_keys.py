@@ -2,7 +2,7 @@
 
 Both are read without touching private values: the types from a zero-row probe of the bounded
 source, the values from the policy (``keys``) or a public key table (``keys_from``). Each is
-memoized on the engine (``Engine._key_types``, ``Engine._keys_from``).
+memoized in one of the engine's memos (``Engine.caches.key_types``, ``Engine.caches.keys_from``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
     if not a.group_keys:
         return set_type
-    cached = engine._key_types.get(prepared.text)
+    cached = engine.caches.key_types.get(prepared.text)
     if cached is not None:
-        return cached + set_type
+        return tuple(cached) + set_type
     from dpsql.execute import shadows
 
     # PostgreSQL folds constants when planning the probe
@@ -37,7 +37,7 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     q = source_select(a, *cols).limit(0)
     rows = engine.backend.run(q.sql("postgres"), private=True)
     types = tuple(type_name(c.type_oid) for c in rows.columns)
-    engine._key_types[prepared.text] = types
+    engine.caches.key_types.remember(prepared.text, types)
     return types + set_type
 
 
@@ -59,9 +59,9 @@ def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str, ...]] | None:
 
 def resolve_keys_from(engine: Engine, ref: str) -> tuple[str, ...]:
     """The distinct non-null values (as text, sorted) of the public column ``ref`` (table.col)."""
-    hit = engine._keys_from.get(ref)
+    hit = engine.caches.keys_from.get(ref)
     if hit is not None:
-        return hit
+        return tuple(hit)
     parts = ref.split(".")
     col = parts[-1]
     table = ".".join(parts[:-1])
@@ -73,5 +73,5 @@ def resolve_keys_from(engine: Engine, ref: str) -> tuple[str, ...]:
     )
     rows = engine.backend.run(q.sql("postgres"), private=False)
     keys = tuple(sorted(str(r[0]) for r in rows.rows))
-    engine._keys_from[ref] = keys
+    engine.caches.keys_from.remember(ref, keys)
     return keys

@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
+from dpsql.execute.private_sql import bounded_sql
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine, Prepared
+    from dpsql.engine import Engine
+    from dpsql.execute.prepared import Prepared
 
 SET_TYPE = "int4"  # the type of the set-number key (GROUPING() returns integer)
 
@@ -27,13 +29,14 @@ def set_sql(engine: Engine, prepared: Prepared, a: Analysis, keys: tuple[int, ..
     """The bounded SQL of one grouping set (memoized per statement, like Engine.private_sql)."""
     key = ("private-set", prepared.text, prepared.salt, keys)
     stable = a is prepared.analysis
+    memo = engine.caches.sql
     if stable:
-        hit = engine._sql_cache.get(key)
+        hit = memo.get(key)
         if hit is not None:
             return str(hit)
-    text = engine._private_sql(prepared, set_analysis(a, keys))
+    text = bounded_sql(prepared, set_analysis(a, keys))
     if stable:
-        engine._remember(key, text)
+        memo.remember(key, text)
     return text
 
 
@@ -78,7 +81,7 @@ def release_sets(
     for sp, got, public in zip(plan.sets, rows, declared, strict=True):
         types = [key_types[i] for i in sp.keys]
         rel = release(
-            sp.plan, got.rows, types, public, confidence, engine._noiseless, candidates=candidates
+            sp.plan, got.rows, types, public, confidence, engine.noiseless, candidates=candidates
         )
         for pos in sp.positions:
             by_position[pos] = rel

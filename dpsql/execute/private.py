@@ -16,16 +16,17 @@ from sqlglot import exp
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
+from dpsql.execute.prepared import Prepared
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
+from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine, Prepared
+    from dpsql.engine import Engine
 
 
 def cache_key(
@@ -55,11 +56,11 @@ def check_join_fanout(engine: Engine, a: Analysis) -> None:
 
     def fanout(j: Any) -> int:
         key = ("fanout", j.table, j.key)
-        hit = engine._sql_cache.get(key)
+        hit = engine.caches.sql.get(key)
         if hit is None or time.monotonic() - hit[0] > REFRESH_S:
             rows = engine.backend.run(fanout_sql(j), private=False).rows
             hit = (time.monotonic(), int(rows[0][0] or 0) if rows else 0)
-            engine._remember(key, hit)
+            engine.caches.sql.remember(key, hit)
         return int(hit[1])
 
     check_fanout(a, fanout)
@@ -81,19 +82,12 @@ def run_private(
     params: Sequence[Any],
     cancel: CancelToken | None,
 ) -> Result:
-    a = engine._analysis(prepared, params)
-    eps, delta = engine.privacy_params(session, a)
+    plan = engine.plan(prepared, session, params)
+    a = plan.analysis
     from dpsql.execute import shadows
-    from dpsql.sql.plan import make_plan
 
     key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
-    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine._scope(session.analyst))
-
-    plan: Plan | SetsPlan = (
-        make_sets_plan(a, eps, delta, session.mechanism)
-        if a.grouping_sets
-        else make_plan(a, eps, delta, session.mechanism)
-    )
+    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
     confidence = session.confidence or engine.policy.defaults.confidence
     if not 0 < confidence < 1:  # checked before any budget is reserved
         from dpsql.errors import InvalidParameter
@@ -102,7 +96,7 @@ def run_private(
             f"confidence {confidence:g} is out of range: it must be > 0 and < 1",
             hint="SET dpsql.confidence = 0.95",
         )
-    key_types = engine._group_types(prepared, a)
+    key_types = engine.group_types(prepared, a)
     if isinstance(plan, SetsPlan):
         declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
     else:
@@ -113,7 +107,7 @@ def run_private(
         stored = ledger.lookup(session.analyst, key)
         if stored is not None:
             rel = Release.from_json(json.loads(stored))
-            return finish(engine, a, rel, session, plan=plan, cached=True)
+            return finish(engine, prepared, a, rel, session, plan=plan, cached=True)
     check_join_fanout(engine, a)  # before any budget is reserved: reads public tables only
     reservation = (
         ledger.reserve(
@@ -143,7 +137,7 @@ def run_private(
                 ledger.commit(reservation)  # confirmed as spent (history: committed)
         raise
     cands = {
-        m.key: engine._resolve_keys_from(m.candidates_from)
+        m.key: engine.resolve_keys_from(m.candidates_from)
         for m in a.measures
         if m.kind == "mode" and m.candidates_from is not None
     }
@@ -151,7 +145,7 @@ def run_private(
         rel = release_sets(engine, plan, set_rows, key_types, declared, confidence, cands)
     else:
         rel = release(
-            plan, rows.rows, key_types, declared, confidence, engine._noiseless, candidates=cands
+            plan, rows.rows, key_types, declared, confidence, engine.noiseless, candidates=cands
         )
     if reservation is not None:
         from dpsql.engine import payload
@@ -159,16 +153,12 @@ def run_private(
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
             rel = Release.from_json(json.loads(earlier))
-    return finish(engine, a, rel, session, plan=plan)
-
-
-def _stable(engine: Engine, a: Analysis) -> bool:
-    """An analysis held by a cached prepared statement (so id(a) is a safe memo key)."""
-    return any(p.analysis is a for p in list(engine._cache.values()))
+    return finish(engine, prepared, a, rel, session, plan=plan)
 
 
 def finish(
     engine: Engine,
+    prepared: Prepared,
     a: Analysis,
     rel: Release,
     session: SessionContext,
@@ -177,7 +167,11 @@ def finish(
     plan: Plan | SetsPlan | None = None,
     cached: bool = False,
 ) -> Result:
-    """Run the post-processing query over the released values and type the result."""
+    """Run the post-processing query over the released values and type the result.
+
+    ``a`` is the analysis of ``prepared`` the values were released for (with parameters bound,
+    a new one each execution: its post-processing SQL is then not memoized).
+    """
     outputs = stat_outputs(a)
     names = [e.alias_or_name for e in a.outer.expressions]
     derived = [pos for pos, _, _ in derived_outputs(a)]
@@ -191,13 +185,7 @@ def finish(
         ivcols.sort(key=lambda c: c[0])
     icols = [(label, names[pos]) for pos, label, _ in ivcols]
     with_rid = not a.outer.args.get("distinct") and not describe_only
-    memo = ("outer", id(a), tuple(rel.key_types), with_rid, tuple(icols))
-    text = engine._sql_cache.get(memo) if _stable(engine, a) else None
-    if text is None:
-        q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
-        text = outer_sql(q)
-        if _stable(engine, a):
-            engine._remember(memo, text)
+    text = _outer_sql(engine, prepared, a, rel, with_rid, icols)
     n = len(rel.groups)
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
@@ -253,6 +241,28 @@ def finish(
         intervals=intervals,  # type: ignore[arg-type]
         notices=notices,
     )
+
+
+def _outer_sql(
+    engine: Engine,
+    prepared: Prepared,
+    a: Analysis,
+    rel: Release,
+    with_rid: bool,
+    icols: list[tuple[str, str]],
+) -> str:
+    """The post-processing SQL, memoized for the prepared statement's own analysis (the memo
+    holds ``a`` itself, so its id can't be reused by another analysis while the entry lives)."""
+    stable = a is prepared.analysis
+    key = ("outer", prepared.text, id(a), tuple(rel.key_types), with_rid, tuple(icols))
+    hit = engine.caches.sql.get(key) if stable else None
+    if hit is not None and hit[0] is a:
+        return str(hit[1])
+    q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
+    text = outer_sql(q)
+    if stable:
+        engine.caches.sql.remember(key, (a, text))
+    return text
 
 
 def _mechanism(plan: Plan | SetsPlan | None, a: Analysis, si: int) -> str | None:

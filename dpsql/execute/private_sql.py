@@ -15,19 +15,20 @@ from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.rewrite import private_query
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.caches import Memo
 
 
-def private_sql(engine: Engine, prepared: Prepared, a: Analysis) -> str:
-    """See :meth:`dpsql.engine.Engine.private_sql`."""
+def private_sql(memo: Memo, prepared: Prepared, a: Analysis) -> str:
+    """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
+    prepared statement's own (not one with parameters bound)."""
     key = ("private", prepared.text, prepared.salt)
     if a is prepared.analysis:
-        hit = engine._sql_cache.get(key)
+        hit = memo.get(key)
         if hit is not None:
             return str(hit)
     text = bounded_sql(prepared, a)
     if a is prepared.analysis:
-        engine._remember(key, text)
+        memo.remember(key, text)
     return text
 
 

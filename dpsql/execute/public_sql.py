@@ -2,7 +2,7 @@
 
 A public statement's checks ran at prepare time on the tree with its placeholders; a catalog
 statement's checks read the parameter values, so they run again on the bound tree. The engine's
-memo (``Engine._sql_cache``) keeps the texts, a public statement's
+SQL memo (``Engine.caches.sql``) keeps the texts, a public statement's
 :class:`~dpsql.sql.bind.Template` and its ``$n``-placeholder text.
 """
 
@@ -28,13 +28,13 @@ def runnable_sql(
 ) -> str:
     """See :meth:`dpsql.engine.Engine.runnable_sql`."""
     check_params(prepared.tree, prepared.param_count, len(params))
-    engine._check_scope(prepared, session)
+    engine.check_scope(prepared, session)
     text = cached_sql(engine, prepared, session, params)
     if text is None:
         text = runnable_tree(engine, prepared, params, session).sql("postgres")
         key = sql_key(prepared, session, params)
         if key is not None:
-            engine._remember(key, text)
+            engine.caches.sql.remember(key, text)
     return text
 
 
@@ -42,21 +42,22 @@ def cached_sql(
     engine: Engine, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
 ) -> str | None:
     """See :meth:`dpsql.engine.Engine.cached_sql`."""
-    if prepared.scope != engine._scope(session.analyst):
+    if prepared.scope != engine.scope(session.analyst):
         return None  # prepared under another analyst's view: runnable_sql checks it
     if not shadows.checked(engine, prepared.text, prepared.scope):
         return None  # runnable_sql checks it against the upstream's own functions first
+    memo = engine.caches.sql
     if prepared.kind == "public" and params and len(params) == prepared.param_count:
         tkey = ("template", prepared.text)
-        tpl = engine._sql_cache.get(tkey)
+        tpl = memo.get(tkey)
         if tpl is None:
             assert prepared.tree is not None
             tpl = template(prepared.tree) or False
-            engine._remember(tkey, tpl)
+            memo.remember(tkey, tpl)
         if tpl:
             return str(tpl.render(params))
     key = sql_key(prepared, session, params)
-    hit = engine._sql_cache.get(key) if key is not None else None
+    hit = memo.get(key) if key is not None else None
     return None if hit is None else str(hit)
 
 
@@ -64,19 +65,19 @@ def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContex
     """See :meth:`dpsql.engine.Engine.parameterized_sql`."""
     if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
         return None
-    if prepared.scope != engine._scope(session.analyst):
+    if prepared.scope != engine.scope(session.analyst):
         return None
     if not shadows.checked(engine, prepared.text, prepared.scope):
         return None
     key = ("parameterized", prepared.text)
-    hit = engine._sql_cache.get(key)
+    hit = engine.caches.sql.get(key)
     if hit is None:
         tree = prepared.tree
         plain = template(tree) is not None and all(
             map(value_position, tree.find_all(exp.Parameter))
         )
         hit = tree.sql("postgres") if plain else False
-        engine._remember(key, hit)
+        engine.caches.sql.remember(key, hit)
     return str(hit) if hit else None
 
 
@@ -90,7 +91,7 @@ def runnable_tree(
             ``prepared`` is neither public nor catalog.
     """
     assert prepared.tree is not None
-    scope = engine._scope(session.analyst)
+    scope = engine.scope(session.analyst)
     shadows.check(engine, prepared.text, prepared.tree, scope=scope)  # before it runs
     tree = bind(prepared.tree, params) if params else prepared.tree
     if prepared.kind == "catalog":

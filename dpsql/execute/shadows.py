@@ -23,7 +23,7 @@ _KEY = ("shadows",)
 
 
 def _current(engine: Engine) -> tuple[float, Shadows] | None:
-    hit = engine._sql_cache.get(_KEY)
+    hit = engine.caches.sql.get(_KEY)
     if hit is None or time.monotonic() - hit[0] > REFRESH_S:
         return None
     return hit  # type: ignore[no-any-return]
@@ -37,7 +37,7 @@ def load(engine: Engine) -> tuple[float, Shadows]:
         rows = engine.backend.run(SHADOW_SQL, (public,), private=False).rows
         got = [(str(k), str(n), None if d is None else str(d)) for k, n, d in rows]
         hit = (time.monotonic(), Shadows.from_rows(got, set(public)))
-        engine._remember(_KEY, hit)
+        engine.caches.sql.remember(_KEY, hit)
     return hit
 
 
@@ -56,16 +56,16 @@ def check(
         return
     loaded_at, shadows = load(engine)
     key = ("shadow-ok", text, scope, *also_reads)
-    if engine._sql_cache.get(key) == loaded_at:
+    if engine.caches.sql.get(key) == loaded_at:
         return
     view = engine.view(scope or None)
     visible = frozenset(view.tables) | frozenset(view.public_tables)
     check_shadowing(tree, shadows, also_reads, visible)
-    engine._remember(key, loaded_at)
+    engine.caches.sql.remember(key, loaded_at)
 
 
 def checked(engine: Engine, text: str, scope: str = "") -> bool:
     """Whether statement ``text`` (prepared under ``scope``) passed :func:`check` against the
     current shadows (no I/O)."""
     hit = _current(engine)
-    return hit is not None and engine._sql_cache.get(("shadow-ok", text, scope)) == hit[0]
+    return hit is not None and engine.caches.sql.get(("shadow-ok", text, scope)) == hit[0]

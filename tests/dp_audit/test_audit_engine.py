@@ -88,7 +88,7 @@ def _truth(engine: Engine, sql: str) -> float:
 
 def _release_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
     prepared = engine.prepare(sql)
-    a = engine._analysis(prepared, [])
+    a = engine.analysis(prepared, [])
     return list(engine.backend.run(engine.private_sql(prepared, a), private=True).rows)
 
 
@@ -164,7 +164,7 @@ def _released(
     plan = engine.plan(prepared, session)
     row = next(r for r in _release_rows(engine, sql) if r[0] == "a")
     keyed = [(str(i), *row[1:]) for i in range(n)]
-    rel = release(plan, keyed, engine._group_types(prepared, plan.analysis), None, 0.95)
+    rel = release(plan, keyed, engine.group_types(prepared, plan.analysis), None, 0.95)
     return np.array([s[0] for s in rel.stats], dtype=float), plan
 
 

@@ -171,7 +171,7 @@ def _coverage(engine: Engine, sql: str, runs: int, broken: bool = False) -> list
     a = plan.analysis
     rows = engine.backend.run(engine.private_sql(p, a), private=True).rows
     keys = engine.declared_keys(a)
-    types = engine._group_types(p, a)
+    types = engine.group_types(p, a)
     truth = release(plan, rows, types, keys, 0.95, noiseless=True).stats
     if broken:
         plan = _tripled_noise(plan)

@@ -111,7 +111,7 @@ def test_fuzz_against_the_database(
         private = [q for p, q in rec.calls if p]
         if private:
             assert prepared is not None and prepared.kind == "private"
-            allowed = private_sqls(engine, prepared, engine._analysis(prepared, ()))
+            allowed = private_sqls(engine, prepared, engine.analysis(prepared, ()))
             for q in private:
                 assert q in allowed or _is_type_probe(q), f"unvalidated SQL upstream: {q}"
 

@@ -137,7 +137,7 @@ def test_attempt(
     assert prepared is not None and result is not None
     if "dp" in expect.split("|"):
         assert prepared.kind == "private"
-        a = engine._analysis(prepared, params)
+        a = engine.analysis(prepared, params)
         allowed = private_sqls(engine, prepared, a)  # one per grouping set with ROLLUP etc.
         assert private_sql, "the private query did not run"
         for q in private_sql:

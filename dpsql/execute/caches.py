@@ -1,0 +1,65 @@
+"""The engine's memos: the boundary between :class:`dpsql.engine.Engine` and ``dpsql/execute/``.
+
+The engine owns one :class:`EngineCaches` and hands it (or one of its memos) to the execute
+modules, which read and fill it only through :meth:`Memo.get` and :meth:`Memo.remember`; none of
+them touches the engine's own attributes. Every memo holds values derived from the policy, the
+statement text and public catalog data (SQL texts, key types, public key values), never a value
+read from a private row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from dataclasses import dataclass
+from typing import Any
+
+
+class Memo:
+    """A bounded, thread-safe memo: past ``limit`` entries the oldest is dropped first.
+
+    >>> m = Memo(2)
+    >>> m.remember("a", 1); m.remember("b", 2); m.remember("c", 3)
+    >>> m.get("a") is None, m.get("c")
+    (True, 3)
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._items: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any | None:
+        """The value remembered for ``key``, or None."""
+        return self._items.get(key)
+
+    def remember(self, key: Hashable, value: Any) -> None:
+        """Keep ``value`` for ``key`` (None can't be told from a miss: remember False instead)."""
+        with self._lock:
+            self._items[key] = value
+            if len(self._items) > self._limit:
+                self._items.pop(next(iter(self._items)))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass(frozen=True)
+class EngineCaches:
+    """The memos an engine shares with its execute modules.
+
+    Attributes:
+        sql: SQL texts per statement (public/catalog runnable SQL, a public statement's
+            :class:`~dpsql.sql.bind.Template` and ``$n`` text, private and post-processing SQL).
+        key_types: a private statement's group keys' PostgreSQL types, per statement text.
+        keys_from: a ``keys_from`` column's public values, per ``table.column``.
+    """
+
+    sql: Memo
+    key_types: Memo
+    keys_from: Memo
+
+    @classmethod
+    def sized(cls, size: int) -> EngineCaches:
+        """Memos for an engine caching ``size`` prepared statements (SQL texts: 4 per one)."""
+        return cls(Memo(4 * size), Memo(size), Memo(size))
