@@ -15,7 +15,6 @@ and keys), :mod:`~dpsql.execute.private` (the private path) and :mod:`~dpsql.exe
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -339,10 +338,6 @@ def _result(rows: Rows) -> Result:
     return Result(rows.columns, rows.rows, rows.status)
 
 
-def payload(rel: Release) -> bytes:
-    return json.dumps(rel.as_json(), separators=(",", ":")).encode()
-
-
 __all__ = [
     "MAX_DELTA",
     "CancelToken",
@@ -352,7 +347,6 @@ __all__ = [
     "fingerprint",
     "outer_query",
     "outer_sql",
-    "payload",
     "release",
     "to_fraction",
 ]

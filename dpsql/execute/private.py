@@ -75,6 +75,12 @@ def delta_for_rho(plan: Plan | SetsPlan) -> Fraction | None:
     return plan.delta - (plan.selection.delta if plan.selection is not None else 0)
 
 
+def payload(rel: Release) -> bytes:
+    """The release as the ledger stores it for free repeats (compact JSON, read back by
+    :meth:`Release.from_json`): noisy values only, never a private row."""
+    return json.dumps(rel.as_json(), separators=(",", ":")).encode()
+
+
 def run_private(
     engine: Engine,
     prepared: Prepared,
@@ -148,8 +154,6 @@ def run_private(
             plan, rows.rows, key_types, declared, confidence, engine.noiseless, candidates=cands
         )
     if reservation is not None:
-        from dpsql.engine import payload
-
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
             rel = Release.from_json(json.loads(earlier))
@@ -332,4 +336,4 @@ def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     return f"with probability {conf:g} its count is within {within} of the most frequent value's"
 
 
-__all__ = ["finish", "run_private", "type_name"]
+__all__ = ["finish", "payload", "run_private", "type_name"]
