@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +47,9 @@ from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
 
+Planner = Callable[[Analysis, Fraction, Fraction, str], Plan]
+"""Plans a private measurement: (analysis, epsilon, delta, mechanism) -> plan."""
+
 
 class Engine:
     """Answers SQL under a policy against an upstream PostgreSQL."""
@@ -60,8 +63,17 @@ class Engine:
         pool_size: int = 16,
         cache_size: int = 2048,
         statement_timeout_ms: int | None = None,
+        planner: Planner = make_plan,
     ) -> None:
+        """An engine answering under ``policy`` on ``upstream_dsn``.
+
+        Args:
+            planner: plans a private measurement (and each grouping set's): always
+                :func:`~dpsql.sql.plan.make_plan`, except in a privacy audit that checks a
+                deliberately broken engine fails (tests/dp_audit).
+        """
         self.policy = policy
+        self.planner = planner
         self.ledger = ledger
         self.backend = Backend(
             upstream_dsn,
@@ -314,8 +326,8 @@ class Engine:
         a = self.analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)
         if a.grouping_sets:
-            return make_sets_plan(a, eps, delta, session.mechanism)
-        return make_plan(a, eps, delta, session.mechanism)
+            return make_sets_plan(a, eps, delta, session.mechanism, self.planner)
+        return self.planner(a, eps, delta, session.mechanism)
 
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters)."""

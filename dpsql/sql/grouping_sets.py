@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
@@ -33,9 +33,8 @@ from sqlglot import exp
 
 from dpsql.dp.accounting import Cost, sequential
 from dpsql.errors import GroupingError, ProgramLimitExceeded, UnsupportedSql
-from dpsql.sql import plan as plan_module
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.plan import MeasurePlan, Plan
+from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 
 MAX_GROUPING_SETS = 16  # per statement: each set is one more measurement sharing the epsilon
 MAX_GROUPING_ARGS = 31  # PostgreSQL's own limit for GROUPING(...)
@@ -218,9 +217,15 @@ def _noisiness(mp: MeasurePlan) -> float:
 
 
 def make_sets_plan(
-    a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = "auto"
+    a: Analysis,
+    epsilon: Fraction,
+    delta: Fraction,
+    mechanism: str = "auto",
+    planner: Callable[[Analysis, Fraction, Fraction, str], Plan] = make_plan,
 ) -> SetsPlan:
-    """Split (epsilon, delta) over the distinct grouping sets (see the module docstring)."""
+    """Split (epsilon, delta) over the distinct grouping sets (see the module docstring); each
+    set is planned by ``planner`` (the engine's: :func:`~dpsql.sql.plan.make_plan`, or a privacy
+    audit's deliberately broken one)."""
     distinct = dedupe(a.grouping_sets)
     subs = [set_analysis(a, s) for s in distinct]
     k = len(distinct)
@@ -230,7 +235,6 @@ def make_sets_plan(
     for i, (keys, sub) in enumerate(zip(distinct, subs, strict=True)):
         d = delta / len(takers) if i in takers else Fraction(0)
         positions = tuple(j for j, s in enumerate(a.grouping_sets) if s == keys)
-        # looked up at call time, so a test's deliberately broken make_plan reaches the sets too
-        plan = plan_module.make_plan(sub, epsilon / k, d, mechanism)
+        plan = planner(sub, epsilon / k, d, mechanism)
         plans.append(SetPlan(keys, positions, plan))
     return SetsPlan(a, epsilon, delta, tuple(plans))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from contextlib import contextmanager
 
 import numpy as np
 from scipy import stats
@@ -73,3 +74,18 @@ def neighbouring_engines(make_db, policy: dict, load, prefix: str):  # type: ign
     finally:
         d.close()
         d2.close()
+
+
+@contextmanager
+def broken_twins(engines, planner):  # type: ignore[no-untyped-def]
+    """Engines on the same two neighbouring databases as ``engines`` whose private queries are
+    planned by ``planner`` (a deliberately broken ``make_plan``), through the engine's own seam
+    (``Engine(planner=...)``): the audit must flag them. Closed at exit; ``engines`` untouched."""
+    from dpsql.engine import Engine
+
+    twins = tuple(Engine(e.policy, e.backend.dsn, pool_size=2, planner=planner) for e in engines)
+    try:
+        yield twins
+    finally:
+        for t in twins:
+            t.close()

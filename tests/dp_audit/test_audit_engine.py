@@ -5,7 +5,8 @@ max_rows_per_unit, each at the upper bound 100, in group 'a'). For each query an
 in advance (the output reaching D''s true answer: the likelihood-ratio extreme for Laplace), the
 Clopper-Pearson lower bound on the realized epsilon (level 1 - 1e-6) must not exceed the epsilon
 the engine charges. A deliberately broken plan (every mechanism's sensitivity halved, i.e. half
-the noise, as a sensitivity bug would do) must be flagged.
+the noise, as a sensitivity bug would do; an engine built with that planner, see
+``auditing.broken_twins``) must be flagged.
 
 Two depths: ``Engine.execute`` repeated (parse, plan, bounded SQL on PostgreSQL, noise,
 post-processing; a few hundred runs per side), and the engine's own plan + release on the real
@@ -23,9 +24,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from auditing import epsilon_lower_bound, neighbouring_engines
+from auditing import broken_twins, epsilon_lower_bound, neighbouring_engines
 
-from dpsql import engine as engine_module
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
@@ -92,27 +92,19 @@ def _release_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
     return list(engine.backend.run(engine.private_sql(prepared, a), private=True).rows)
 
 
-def _halve_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deliberately broken engine: every measure's sensitivity halved in the plan."""
-    original = plan_module.make_plan
-
-    def broken(*args: Any, **kwargs: Any) -> plan_module.Plan:
-        p = original(*args, **kwargs)
-        measures = tuple(
-            dataclasses.replace(
-                mp,
-                mechanism=dataclasses.replace(
-                    mp.mechanism, sensitivity=mp.mechanism.sensitivity / 2
-                ),
-            )
-            for mp in p.measures
+def half_noise(*args: Any) -> plan_module.Plan:
+    """The deliberately broken planner: every measure's sensitivity halved in the plan."""
+    p = plan_module.make_plan(*args)
+    measures = tuple(
+        dataclasses.replace(
+            mp,
+            mechanism=dataclasses.replace(mp.mechanism, sensitivity=mp.mechanism.sensitivity / 2),
         )
-        out = dataclasses.replace(p, measures=measures)
-        object.__setattr__(out, "_honest", p)  # the claim stays the honest plan's
-        return out
-
-    monkeypatch.setattr(plan_module, "make_plan", broken)
-    monkeypatch.setattr(engine_module, "make_plan", broken)
+        for mp in p.measures
+    )
+    out = dataclasses.replace(p, measures=measures)
+    object.__setattr__(out, "_honest", p)  # the claim stays the honest plan's
+    return out
 
 
 def _epsilon_bound(hits_d: int, hits_d2: int, n: int) -> float:
@@ -146,12 +138,10 @@ def test_engine_execute_audit(
 
 
 @pytest.mark.slow
-def test_engine_execute_audit_flags_half_noise(
-    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_engine_execute_audit_flags_half_noise(engines: tuple[Engine, Engine]) -> None:
     """1500 runs a side: the broken count realizes epsilon 2, the bound reads about 1.5."""
-    _halve_noise(monkeypatch)
-    eps_lb, spent = _execute_audit(engines, "count", 1500)
+    with broken_twins(engines, half_noise) as broken:
+        eps_lb, spent = _execute_audit(broken, "count", 1500)
     assert eps_lb > spent
 
 
@@ -192,12 +182,10 @@ def test_engine_release_audit(engines: tuple[Engine, Engine], name: str, draws: 
 
 
 @pytest.mark.parametrize("name", ["count_by_g", "sum_by_g"])
-def test_engine_release_audit_flags_half_noise(
-    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch, name: str
-) -> None:
-    _halve_noise(monkeypatch)
+def test_engine_release_audit_flags_half_noise(engines: tuple[Engine, Engine], name: str) -> None:
     # realized 2; the bound reads 1.86-1.89 +- 0.03 (12 runs): 30 standard deviations above 1
-    assert _release_audit(engines, name, 30_000) > 1.0
+    with broken_twins(engines, half_noise) as broken:
+        assert _release_audit(broken, name, 30_000) > 1.0
 
 
 # The Gaussian path (SET dpsql.mechanism = gaussian; epsilon 1, delta 1e-6 become rho ~ 0.0175):
@@ -248,10 +236,8 @@ def test_engine_gaussian_release_audit(
     assert _gaussian_release_audit(engines, name, draws) <= GAUSS_EPS
 
 
-def test_engine_gaussian_release_audit_flags_half_noise(
-    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_engine_gaussian_release_audit_flags_half_noise(engines: tuple[Engine, Engine]) -> None:
     """At 3e4 draws a side the bound read 0.20 +- 0.02 (20 runs): a miss (<= 0.1) had probability
     ~1e-5. At 1e5 it reads 0.28 +- 0.01, 18 standard deviations above the claim."""
-    _halve_noise(monkeypatch)
-    assert _gaussian_release_audit(engines, "count_by_g", 100_000) > GAUSS_EPS
+    with broken_twins(engines, half_noise) as broken:
+        assert _gaussian_release_audit(broken, "count_by_g", 100_000) > GAUSS_EPS

@@ -25,9 +25,8 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from auditing import epsilon_lower_bound, neighbouring_engines
+from auditing import broken_twins, epsilon_lower_bound, neighbouring_engines
 
-from dpsql import engine as engine_module
 from dpsql.dp.quantiles import Quantile
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
@@ -71,24 +70,18 @@ def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
     yield from neighbouring_engines(make_db, POLICY, _load, "auditq")
 
 
-def _double_epsilon(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The deliberately broken engine: each quantile spends twice the epsilon it is charged."""
-    original = plan_module.make_plan
-
-    def broken(*args: Any, **kwargs: Any) -> plan_module.Plan:
-        p = original(*args, **kwargs)
-        measures = tuple(
-            dataclasses.replace(
-                mp, mechanism=dataclasses.replace(mp.mechanism, epsilon=2 * mp.mechanism.epsilon)
-            )
-            if isinstance(mp.mechanism, Quantile)
-            else mp
-            for mp in p.measures
+def double_epsilon(*args: Any) -> plan_module.Plan:
+    """The deliberately broken planner: each quantile spends twice the epsilon it is charged."""
+    p = plan_module.make_plan(*args)
+    measures = tuple(
+        dataclasses.replace(
+            mp, mechanism=dataclasses.replace(mp.mechanism, epsilon=2 * mp.mechanism.epsilon)
         )
-        return dataclasses.replace(p, measures=measures)
-
-    monkeypatch.setattr(plan_module, "make_plan", broken)
-    monkeypatch.setattr(engine_module, "make_plan", broken)
+        if isinstance(mp.mechanism, Quantile)
+        else mp
+        for mp in p.measures
+    )
+    return dataclasses.replace(p, measures=measures)
 
 
 def _bound(hits: list[int], n: int) -> float:
@@ -148,12 +141,10 @@ def test_quantile_release_audit(engines: tuple[Engine, Engine], draws: int) -> N
     assert _release_audit(engines, draws) <= 1.0
 
 
-def test_quantile_release_audit_flags_double_epsilon(
-    engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _double_epsilon(monkeypatch)
+def test_quantile_release_audit_flags_double_epsilon(engines: tuple[Engine, Engine]) -> None:
     # realized ~1.25; the bound reads 1.16 +- 0.016 (12 runs): 10 standard deviations above 1
-    assert _release_audit(engines, 30_000) > 1.0
+    with broken_twins(engines, double_epsilon) as broken:
+        assert _release_audit(broken, 30_000) > 1.0
 
 
 def test_neighbours_move_bucket_counts_by_at_most_r(engines: tuple[Engine, Engine]) -> None:

@@ -267,3 +267,27 @@ def test_upstream_errors_are_sanitized(engine: Engine) -> None:
             "SELECT COUNT(*) FROM purchases WHERE CAST(amount AS INT) > 1 AND purchased_at > DATE '2025-13-45'",
         )
     assert "2025-13-45" not in e.value.message
+
+
+def test_the_planner_seam_plans_every_private_query(demo_dsn: str, demo_policy) -> None:  # type: ignore[no-untyped-def]
+    """``Engine(planner=...)`` (the privacy audits' broken-engine seam) plans execute, EXPLAIN and
+    each grouping set; an engine built without it uses make_plan."""
+    from dpsql.sql.plan import make_plan
+
+    seen: list[int] = []
+
+    def planner(*args: object) -> object:
+        seen.append(len(args))
+        return make_plan(*args)  # type: ignore[arg-type]
+
+    eng = Engine(demo_policy, demo_dsn, pool_size=2, planner=planner)  # type: ignore[arg-type]
+    try:
+        ask(eng, "SELECT COUNT(*) FROM purchases")
+        assert len(seen) == 1
+        ask(eng, "SELECT category, COUNT(*) FROM purchases GROUP BY ROLLUP (category)")
+        assert len(seen) == 3  # one plan per grouping set
+        ask(eng, "EXPLAIN SELECT SUM(amount) FROM purchases")
+        assert len(seen) == 4
+        assert Engine.__init__.__kwdefaults__["planner"] is make_plan
+    finally:
+        eng.close()
