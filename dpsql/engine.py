@@ -39,7 +39,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
-from dpsql.sql.bind import bind, check_params, param_count
+from dpsql.sql.bind import bind, check_params, param_count, param_numbers
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import parse_statement, split_statements
@@ -207,8 +207,6 @@ class Engine:
                 return self.backend.run(q.sql("postgres"), private=False).columns
             # With parameters, checks that need their values run at Execute; PostgreSQL
             # describes the statement without running it.
-            # Parameter types are left to PostgreSQL's inference (0 = unspecified): the types the
-            # wire reports for untyped parameters are guesses (text) that would mistype ANY($1).
             assert prepared.tree is not None
             tree = prepared.tree
             if prepared.kind == "catalog":
@@ -217,7 +215,7 @@ class Engine:
                 tree = catalog.check_catalog_query(
                     tree, self.view(session.analyst), session.analyst
                 )
-            oids = [0] * prepared.param_count
+            oids = _describe_oids(tree, prepared.param_count, param_types)
             return describe_statement(self.backend, tree.sql("postgres"), oids)
         if prepared.kind == "dpsql":
             from dpsql.budget import route
@@ -295,8 +293,9 @@ class Engine:
         """A public statement's SQL with its ``$n`` placeholders kept (memoized), for a caller
         that passes the parameters to PostgreSQL as values; None when that is not equivalent to
         :meth:`runnable_sql`: not a public statement (a catalog statement's checks read the
-        parameter values), prepared under another analyst's view, or a placeholder that is not a
-        plain ``$n``. A public statement's checks ran at prepare time on the tree with its
+        parameter values), prepared under another analyst's view, a placeholder that is not a
+        plain ``$n``, or an unused number (``SELECT $2``: PostgreSQL could not type ``$1``
+        from an untyped value). A public statement's checks ran at prepare time on the tree with its
         placeholders, so nothing checked depends on the values."""
         return public_sql.parameterized_sql(self, prepared, session)
 
@@ -344,6 +343,17 @@ class Engine:
     def resolve_keys_from(self, ref: str) -> tuple[str, ...]:
         """The distinct non-null values (as text, sorted) of the public column ``ref``."""
         return group_keys.resolve_keys_from(self, ref)
+
+
+def _describe_oids(tree: exp.Expression, count: int, param_types: Sequence[int]) -> list[int]:
+    """The parameter types to describe a statement upstream with: a parameter the statement
+    uses is left to PostgreSQL's inference (0): the types the wire reports for untyped ones are
+    guesses (text) that would mistype ANY($1); one it does not use (``$1`` of ``SELECT $2``)
+    keeps its type from Parse, which PostgreSQL needs (:func:`~dpsql.sql.bind.check_param_types`).
+    """
+    used = param_numbers(tree)
+    types = list(param_types) + [0] * count
+    return [0 if n in used else types[n - 1] for n in range(1, count + 1)]
 
 
 def _result(rows: Rows) -> Result:

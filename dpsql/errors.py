@@ -108,6 +108,12 @@ class UndefinedParameter(DpsqlError):
     sqlstate = "42P02"
 
 
+class IndeterminateDatatype(DpsqlError):
+    """A Parse parameter neither typed nor used (``SELECT $2`` without a type for ``$1``)."""
+
+    sqlstate = "42P18"
+
+
 class UndefinedObject(DpsqlError):
     sqlstate = "42704"
 

@@ -17,7 +17,7 @@ from dpsql.errors import UnsupportedSql
 from dpsql.execute import shadows
 from dpsql.execute.prepared import Prepared
 from dpsql.session import SessionContext
-from dpsql.sql.bind import bind, check_params, template
+from dpsql.sql.bind import bind, check_params, param_numbers, template
 
 if TYPE_CHECKING:
     from dpsql.engine import Engine
@@ -73,8 +73,10 @@ def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContex
     hit = engine.caches.sql.get(key)
     if hit is None:
         tree = prepared.tree
-        plain = template(tree) is not None and all(
-            map(value_position, tree.find_all(exp.Parameter))
+        plain = (
+            template(tree) is not None
+            and all(map(value_position, tree.find_all(exp.Parameter)))
+            and param_numbers(tree) == set(range(1, prepared.param_count + 1))
         )
         hit = tree.sql("postgres") if plain else False
         engine.caches.sql.remember(key, hit)

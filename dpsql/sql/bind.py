@@ -14,7 +14,12 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-from dpsql.errors import InvalidParameter, ProtocolViolation, UndefinedParameter
+from dpsql.errors import (
+    IndeterminateDatatype,
+    InvalidParameter,
+    ProtocolViolation,
+    UndefinedParameter,
+)
 
 PARAMS_HINT = (
     "bind one value per $n placeholder (the extended protocol: a driver's parameters, JDBC "
@@ -52,11 +57,51 @@ def literal(value: Any) -> exp.Expression:
 
 
 def param_count(tree: exp.Expression) -> int:
-    n = 0
-    for p in tree.find_all(exp.Parameter):
-        if isinstance(p.this, exp.Literal) and str(p.this.this).isdigit():
-            n = max(n, int(p.this.this))
-    return n
+    """The highest ``$n`` in ``tree`` (0 without placeholders)."""
+    return max(param_numbers(tree), default=0)
+
+
+def param_numbers(tree: exp.Expression) -> set[int]:
+    """The numbers ``n`` of the ``$n`` placeholders in ``tree``."""
+    return {
+        int(p.this.this)
+        for p in tree.find_all(exp.Parameter)
+        if isinstance(p.this, exp.Literal) and str(p.this.this).isdigit()
+    }
+
+
+UNKNOWN_OID = 705  # PostgreSQL's "unknown": a declared type that leaves the parameter untyped
+
+
+def check_param_types(
+    tree: exp.Expression | None, param_count: int, declared: Sequence[int]
+) -> None:
+    """Refuse, as PostgreSQL's Parse does, a parameter whose type nothing determines.
+
+    A statement has ``max(len(declared), highest $n)`` parameters; one the statement never uses
+    needs a type in Parse (``declared``: the Parse message's OIDs, 0 = unspecified). ``tree``
+    None: a statement without placeholders when ``param_count`` is 0, else one whose ``$1`` to
+    ``$param_count`` count as used. (A used parameter whose type PostgreSQL could not infer, as
+    in ``WHERE $1 IS NULL``, is typed text here.)
+
+    >>> from sqlglot import parse_one
+    >>> check_param_types(parse_one("SELECT $2", read="postgres"), 2, [23])
+    >>> check_param_types(parse_one("SELECT $2", read="postgres"), 2, [])
+    Traceback (most recent call last):
+    dpsql.errors.IndeterminateDatatype: could not determine data type of parameter $1
+
+    Raises:
+        IndeterminateDatatype: 42P18, naming the first such parameter.
+    """
+    used = param_numbers(tree) if tree is not None else set(range(1, param_count + 1))
+    for n in range(1, max(len(declared), max(used, default=0)) + 1):
+        typed = n <= len(declared) and declared[n - 1] not in (0, UNKNOWN_OID)
+        if n not in used and not typed:
+            raise IndeterminateDatatype(
+                f"could not determine data type of parameter ${n}",
+                hint=f"use ${n} in the statement, give its type in Parse, or renumber the "
+                "parameters from $1",
+            )
 
 
 def check_params(tree: exp.Expression | None, expected: int, given: int) -> None:

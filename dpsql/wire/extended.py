@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import DpsqlError, ProtocolViolation
 from dpsql.result import Result, ResultColumn
+from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
 from dpsql.wire.batch import (
     DESCRIBE,
@@ -188,6 +189,10 @@ class Extended:
                              sqlstate="42P05", hint="Close it first or use another name")  # fmt: skip
         stmt = await self.s.prepare(msg.sql)
         self._check_txn(stmt)
+        if stmt.kind != "empty":  # PostgreSQL types the parameters at Parse
+            check_param_types(
+                getattr(stmt.prepared, "tree", None), stmt.param_count, msg.param_types
+            )
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
         self.statements[msg.statement] = Prepared(stmt, _param_oids(stmt, declared))
