@@ -200,7 +200,7 @@ class Engine:
             from dpsql.execute import shadows
 
             # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
-            shadows.check(self, prepared.text, prepared.tree, scope=self._scope(session.analyst))
+            shadows.check(self, prepared.text, prepared.tree, scope=self.scope(session.analyst))
             if prepared.param_count == 0:
                 tree = public_sql.runnable_tree(self, prepared, (), session)
                 q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
