@@ -198,6 +198,7 @@ def _run(policy: Policy, config: ServerConfig, st: ServerSettings) -> None:
     from dpsql.cli import _ledger
     from dpsql.engine import Engine
     from dpsql.serve import serve
+    from dpsql.wire.server import freeze_startup_heap
 
     assert st.upstream is not None
     ledger_args = argparse.Namespace(ledger=st.ledger, upstream=st.upstream)
@@ -217,6 +218,7 @@ def _run(policy: Policy, config: ServerConfig, st: ServerSettings) -> None:
         return
     ledger = _ledger(ledger_args, policy)
     engine = Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
+    freeze_startup_heap()
     try:
         serve(engine, policy, config, port_file=st.port_file)
     finally:

@@ -35,7 +35,7 @@ from dpsql.policy.model import Policy
 from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
-from dpsql.wire.server import ServerConfig
+from dpsql.wire.server import ServerConfig, freeze_startup_heap
 from dpsql.wire.session import EngineLike
 
 log = logging.getLogger("dpsql.wire.workers")
@@ -67,6 +67,7 @@ def _worker_main(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     engine = make_engine()
+    freeze_startup_heap()
     try:
         serve(engine, policy, config, limits.for_worker(index), relay.for_worker(index), logins,
               port_file)  # fmt: skip
