@@ -41,3 +41,21 @@ def test_no_module_but_engine_py_touches_an_engine_underscore_attribute() -> Non
             ):
                 offenders.append(f"{path.relative_to(DPSQL)}:{node.lineno} engine.{node.attr}")
     assert offenders == []
+
+
+def test_every_private_engine_attribute_engine_py_reads_exists() -> None:
+    """A ``self._name`` that Engine no longer has (a rename meeting a concurrent change) fails
+    here, not as an AttributeError (XX000) on the first statement that reaches it."""
+    tree = ast.parse((DPSQL / "engine.py").read_text())
+    engine = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Engine")
+    defined = {n.name for n in engine.body if isinstance(n, ast.FunctionDef)}
+    used: set[str] = set()
+    for node in ast.walk(engine):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+            and node.attr.startswith("_")
+        ):
+            (defined if isinstance(node.ctx, ast.Store) else used).add(node.attr)
+    assert used - defined == set()
