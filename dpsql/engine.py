@@ -39,7 +39,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
-from dpsql.sql.bind import bind, check_params, param_count, param_numbers
+from dpsql.sql.bind import bind, check_params, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import parse_statement, split_statements
@@ -190,7 +190,11 @@ class Engine:
     def describe(
         self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]:
-        """The result columns, without reading private data or spending budget."""
+        """The result columns, without reading private data or spending budget.
+
+        ``param_types``: the parameter types the statement was prepared with (a Parse's OIDs,
+        0 where unspecified), as PostgreSQL uses them to type the result columns.
+        """
         self.check_scope(prepared, session)
         if prepared.kind == "private":
             a = self.analysis(prepared, [None] * prepared.param_count)
@@ -215,7 +219,7 @@ class Engine:
                 tree = catalog.check_catalog_query(
                     tree, self.view(session.analyst), session.analyst
                 )
-            oids = _describe_oids(tree, prepared.param_count, param_types)
+            oids = _describe_oids(prepared.param_count, param_types)
             return describe_statement(self.backend, tree.sql("postgres"), oids)
         if prepared.kind == "dpsql":
             from dpsql.budget import route
@@ -345,15 +349,12 @@ class Engine:
         return group_keys.resolve_keys_from(self, ref)
 
 
-def _describe_oids(tree: exp.Expression, count: int, param_types: Sequence[int]) -> list[int]:
-    """The parameter types to describe a statement upstream with: a parameter the statement
-    uses is left to PostgreSQL's inference (0): the types the wire reports for untyped ones are
-    guesses (text) that would mistype ANY($1); one it does not use (``$1`` of ``SELECT $2``)
-    keeps its type from Parse, which PostgreSQL needs (:func:`~dpsql.sql.bind.check_param_types`).
-    """
-    used = param_numbers(tree)
-    types = list(param_types) + [0] * count
-    return [0 if n in used else types[n - 1] for n in range(1, count + 1)]
+def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:
+    """The parameter types to describe a statement upstream with: as Parse declared them
+    (``param_types``), 0 (PostgreSQL infers it) where Parse left one unspecified. A parameter
+    the statement does not use (``$1`` of ``SELECT $2``) has a declared type: Parse refuses it
+    otherwise (:func:`~dpsql.sql.bind.check_param_types`)."""
+    return (list(param_types) + [0] * count)[:count]
 
 
 def _result(rows: Rows) -> Result:

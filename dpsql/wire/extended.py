@@ -51,6 +51,7 @@ class Prepared:
     stmt: Statement
     param_types: tuple[int, ...]
     described: dict[bool, tuple[ResultColumn, ...]] = field(default_factory=dict)
+    declared: tuple[int, ...] = ()  # the Parse's own types (0: unspecified), for the engine
 
 
 @dataclass(slots=True)
@@ -195,7 +196,8 @@ class Extended:
             )
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
-        self.statements[msg.statement] = Prepared(stmt, _param_oids(stmt, declared))
+        oids = _param_oids(stmt, declared)
+        self.statements[msg.statement] = Prepared(stmt, oids, declared=declared)
         self.s.ch.send(_PARSE_COMPLETE)
 
     def bind(self, msg: m.Bind) -> None:
@@ -253,7 +255,7 @@ class Extended:
         key = bool(self.s.ctx.show_intervals)
         cols = prep.described.get(key)
         if cols is None:
-            types = tuple(prep.param_types)
+            types = prep.declared  # not the wire's guesses for 0s: PostgreSQL infers those
             cols = tuple(
                 await self.s.call(self.s.engine.describe, stmt.prepared, self.s.ctx, types)
             )

@@ -6,7 +6,8 @@ statement does not use and the Parse message does not type: ``SELECT $2`` withou
 ``$1``, ``SELECT 1`` with one unspecified type. Each case runs through libpq (psycopg's ``pq``)
 and asyncpg against the real PostgreSQL of the test session and against ``dpsql serve``
 (in-process, real engine) on the same demo data; the SQLSTATE, the message and, for accepted
-statements, the ParameterDescription must agree.
+statements, the ParameterDescription and the RowDescription's types (Parse's types for used
+parameters type the result columns as they do in PostgreSQL) must agree.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ CASES: dict[str, tuple[str, list[int] | None]] = {
     "public, $2 only": (PUBLIC, None),
     "EXPLAIN, $2 only": ("EXPLAIN " + PRIVATE, None),
     "gap: $3 and $1": ("SELECT $3::int, $1::int", None),
+    "used, typed: the column's type": ("SELECT $1", [INT4]),
+    "used, typed numeric, aliased": ("SELECT $1 AS x, $2", [1700, 0]),
+    "used, typed, compared": ("SELECT name FROM regions WHERE code = $1", [TEXT]),
+    "used, typed, cast": ("SELECT $1::text", [INT4]),
     "session statement, unspecified type": ("SHOW search_path", [0]),
     "transaction statement, unspecified type": ("BEGIN", [0]),
 }
@@ -66,7 +71,8 @@ def _result(pgconn: pq.abc.PGconn) -> pq.abc.PGresult:
 
 
 def _parse(dsn: str, sql: str, types: list[int] | None) -> tuple[str | None, str | None, Any]:
-    """(SQLSTATE, message, parameter types) of a Parse (libpq PQprepare) + Describe."""
+    """(SQLSTATE, message, (parameter types, column types)) of a Parse (libpq
+    PQprepare) + Describe."""
     with psycopg.connect(dsn, autocommit=True) as c:
         c.pgconn.send_prepare(b"s", sql.encode(), types)
         r = _result(c.pgconn)
@@ -78,7 +84,8 @@ def _parse(dsn: str, sql: str, types: list[int] | None) -> tuple[str | None, str
         c.pgconn.send_describe_prepared(b"s")
         d = _result(c.pgconn)
         assert d.status == pq.ExecStatus.COMMAND_OK, d.error_message
-        return None, None, [d.param_type(i) for i in range(d.nparams)]
+        params = [d.param_type(i) for i in range(d.nparams)]
+        return None, None, (params, [d.ftype(i) for i in range(d.nfields)])
 
 
 @pytest.mark.parametrize("name", CASES)
