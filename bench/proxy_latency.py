@@ -7,7 +7,8 @@ statements). For each scenario:
 * latency: ``--n`` sequential executions through the proxy and directly, p50 / p99, and the
   difference of the medians (the latency the proxy adds);
 * throughput: queries per second with 1, 8 and 32 concurrent clients (``--clients``) for
-  ``--seconds`` each, through the proxy (with each ``--workers`` count) and directly, their ratio,
+  ``--seconds`` each, through the proxy (with each ``--workers`` count) and directly (just
+  before), their ratio,
   the per-query latency the proxy adds at that load (p50 / p99 over all clients' queries), and
   the proxy's CPU time per statement (user + system time of the proxy's processes over the run,
   divided by the statements answered): unlike queries per second it hardly depends on what else
@@ -29,9 +30,10 @@ Reference proxies (``bench/references.py``), measured in the same run with the d
 both tables: ``null relay`` (``bench/null_relay.py``: a uvloop byte relay that parses nothing, the
 floor of a Python proxy) and ``pgbouncer`` (session pooling; when the binary is installed). Every
 proxy adds two socket hops whose CPU comes out of the cores PostgreSQL and the clients share, so
-their ratios show what the machine allows any proxy; "ratio / null relay" is each proxy's queries
-per second over the null relay's at the same point. ``--no-null-relay``, ``--no-pgbouncer``
-leave them out.
+their ratios show what the machine allows any proxy; "ratio / null relay" is a proxy's ratio to
+direct over the null relay's at the same point. Every throughput row (and every latency row)
+measures direct PostgreSQL just before its proxy, since on a shared machine the load drifts
+within seconds. ``--no-null-relay`` and ``--no-pgbouncer`` leave the references out.
 
 Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]
 [--clients 1,8,32] [--skip SCENARIOS] [--no-null-relay] [--no-pgbouncer]``
@@ -289,9 +291,9 @@ def _throughput(
     run = 0
     for name, pload, dload in scenarios:
         for c in (int(x) for x in a.clients.split(",")):
-            d, dl = _qps(dsn, dload, c, a.seconds)
             relay = None
             for t in targets:
+                d, dl = _qps(dsn, dload, c, a.seconds)  # paired: the load drifts between rows
                 load = dload if t.reference else pload
                 if not t.reference and pload.sqls and pload.setup:  # fresh: new ones every run
                     run += 1
@@ -299,12 +301,12 @@ def _throughput(
                 cpu0 = _tree_cpu(t.pid)
                 p, pl = _qps(t.dsn, load, c, a.seconds)
                 cpu = (_tree_cpu(t.pid) - cpu0) / max(len(pl), 1) * 1e6
-                relay = p if t.proxy == "null relay" else relay
+                relay = p / d if t.proxy == "null relay" and d else relay
                 head = f"| {name} | {c} | {d:,.1f} | {t.proxy} | {t.workers} | {p:,.1f}"
                 if not pl or not dl:
                     print(f"{head} | - | - | - | - | - |")
                     continue
-                vs_relay = f"{p / relay:.2f}" if relay else "-"
+                vs_relay = f"{p / d / relay:.2f}" if relay else "-"
                 added50 = statistics.median(pl) - statistics.median(dl)
                 added99 = _pct(pl, 99) - _pct(dl, 99) if len(pl) > 1 and len(dl) > 1 else 0.0
                 print(f"{head} | {p / d:.2f} | {vs_relay} | {added50:+.3f} | {added99:+.3f} "
