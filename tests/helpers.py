@@ -19,13 +19,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextmanager
-def served_engine(policy: Any, upstream: str, *, grace_s: float = 2) -> Iterator[Any]:
-    """A real Engine on ``upstream`` behind an in-process wire server on a free port; yields the
-    :class:`~dpsql.serve.ServerThread` (its ``port``). Both are closed at exit."""
+def served_engine(
+    policy: Any, upstream: str, *, grace_s: float = 2, ledger: Any | None = None
+) -> Iterator[Any]:
+    """A real Engine on ``upstream`` (charging ``ledger`` if given) behind an in-process wire
+    server on a free port; yields the :class:`~dpsql.serve.ServerThread` (its ``port``). Both are
+    closed at exit (the ledger is the caller's)."""
     from dpsql.serve import ServerThread
     from dpsql.wire.server import ServerConfig
 
-    engine = Engine(policy, upstream, pool_size=2)
+    engine = Engine(policy, upstream, ledger, pool_size=2)
     srv = ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=grace_s)).start()
     try:
         yield srv

@@ -45,6 +45,7 @@ from dpsql.budget.records import BudgetRow, Limit, Reservation, refundable
 from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
 from dpsql.policy.model import Policy
+from dpsql.upstream_settings import output_statements
 
 if TYPE_CHECKING:
     from dpsql.budget.views import BudgetStatus, HistoryEntry
@@ -306,6 +307,8 @@ def _configure(conn: psycopg.Connection) -> None:
     conn.execute("SET statement_timeout = '30s'")
     conn.execute("SET lock_timeout = '20s'")
     conn.execute("SET idle_in_transaction_session_timeout = '60s'")
+    for statement in output_statements():  # timestamps as psycopg reads them
+        conn.execute(statement)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from dpsql.errors import DpsqlError, QueryCanceled, UpstreamError, sanitized_upstream
 from dpsql.result import ResultColumn
+from dpsql.upstream_settings import output_statements
 
 
 class CancelToken:
@@ -76,7 +77,9 @@ def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
     default (``"$user", public``) or a role's own ``search_path``, a schema named after the
     upstream role would shadow a public table and an unqualified ``SELECT * FROM regions`` would
     return the raw rows of a table the policy never declared. ``standard_conforming_strings`` is
-    pinned ``on`` for the same reason: dpsql's parser reads string literals that way.
+    pinned ``on`` for the same reason: dpsql's parser reads string literals that way. How values
+    are written as text is pinned to what dpsql reports to its clients
+    (:data:`dpsql.upstream_settings.OUTPUT_SETTINGS`).
     """
     return (
         pgsql.SQL("SET search_path = public"),
@@ -88,6 +91,7 @@ def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
         pgsql.SQL("SET default_transaction_read_only = on"),
         pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)),
         pgsql.SQL("SET application_name = 'dpsql'"),
+        *output_statements(),
     )
 
 

@@ -135,11 +135,11 @@ class AsyncUpstream:
     async def _connect(self) -> UpstreamConn:
         conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         try:
+            for statement in (*session_settings(self.timeout_ms), _NO_JIT):
+                await conn.execute(statement)
             if self._probe:
                 self._probe = False
                 self.dsn = await local_socket_dsn(conn, self.dsn)
-            for statement in session_settings(self.timeout_ms):
-                await conn.execute(statement)
         except BaseException:
             await conn.close()
             raise
@@ -232,7 +232,12 @@ class AsyncUpstream:
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
-_STARTED = "SELECT pg_postmaster_start_time()"
+# the server's start as a number: its text form depends on the probing connection's DateStyle
+_STARTED = "SELECT extract(epoch FROM pg_postmaster_start_time())"
+# The fast path runs public lookups and catalog statements: JIT compilation (hundreds of ms once a
+# plan's estimated cost passes jit_above_cost) does not pay for either, and the catalog filters
+# dpsql adds can push a client's introspection query past that threshold.
+_NO_JIT = "SET jit = off"
 
 
 async def local_socket_dsn(conn: psycopg.AsyncConnection[Any], dsn: str) -> str:
@@ -251,7 +256,8 @@ async def local_socket_dsn(conn: psycopg.AsyncConnection[Any], dsn: str) -> str:
         return dsn
     try:
         cur = await conn.execute(
-            "SELECT pg_postmaster_start_time(), current_setting('unix_socket_directories')"
+            "SELECT extract(epoch FROM pg_postmaster_start_time()), "
+            "current_setting('unix_socket_directories')"
         )
         started, dirs = await cur.fetchone() or (None, "")
     except psycopg.Error:  # unix_socket_directories is readable by superusers only
