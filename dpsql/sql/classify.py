@@ -7,7 +7,7 @@ from typing import Literal
 from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UndefinedTable
-from dpsql.policy.model import Policy, qualify_name
+from dpsql.policy.model import Policy
 
 QueryKind = Literal["private", "public", "catalog", "dpsql"]
 
@@ -54,11 +54,12 @@ def referenced_tables(tree: exp.Expression) -> list[tuple[str, exp.Table]]:
             continue  # table functions (unnest, generate_series) are checked by their caller
         if not t.db and _ident_name(t.this) in visible_ctes(t):
             continue
-        schema = (t.db or "").lower()
-        name = t.name.lower()
+        schema = _ident_name(t.args.get("db")) if t.args.get("db") else ""
+        name = _ident_name(t.this)
         if not schema and (name.startswith("pg_") or name in _INFO_NAMES):
             schema = "pg_catalog"
-        out.append((qualify_name(f"{schema or 'public'}.{name}"), t))
+        # not qualify_name: it folds quoted names too ("Purchases" is not purchases)
+        out.append((f"{schema or 'public'}.{name}", t))
     return out
 
 

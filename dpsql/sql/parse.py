@@ -197,7 +197,27 @@ def parse_statement(text: str) -> Statement:
             "cannot insert multiple commands into a prepared statement",
             hint="send one statement at a time",
         )
-    return Statement("query", text, word, trees[0])
+    return Statement("query", text, word, fold_identifiers(trees[0]))
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def fold_identifiers(tree: exp.Expression) -> exp.Expression:
+    """Fold unquoted identifiers to lower case in place, as PostgreSQL does; quoted ones keep
+    their case. Every later stage (classification, policy lookups, rewrites, labels) then sees
+    PostgreSQL's names.
+
+    Only ASCII letters fold (PostgreSQL's downcase_identifier with a multibyte encoding), and
+    every identifier folds: unlike sqlglot's normalize_identifiers, no comment can exempt one.
+
+    >>> fold_identifiers(sqlglot.parse_one('SELECT Amount AS "N" FROM T', read="postgres")).sql()
+    'SELECT amount AS "N" FROM t'
+    """
+    for ident in tree.find_all(exp.Identifier):
+        if not ident.quoted and isinstance(ident.this, str):
+            ident.set("this", ident.this.translate(_ASCII_LOWER))
+    return tree
 
 
 # Array types sqlglot 30 can't parse as `t[]`; PostgreSQL's own names for them are `_t`
