@@ -37,6 +37,27 @@ def served_engine(
         engine.close()
 
 
+def demo_db_with_defaults(make_db: Any, prefix: str, settings: Mapping[str, str]) -> str:
+    """A fresh demo database whose new connections default to ``settings`` (ALTER DATABASE ...
+    SET, as a data owner may have configured it); checked in force on a new connection."""
+    import psycopg
+    from psycopg import sql
+
+    from dpsql.demo import load_demo
+
+    dsn = make_db(prefix)
+    load_demo(dsn)
+    name = sql.Identifier(str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for k, v in settings.items():
+            conn.execute(sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                name, sql.Identifier(k), sql.Literal(v)))  # fmt: skip
+    with psycopg.connect(dsn) as conn:
+        for k, v in settings.items():
+            assert conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(k))).fetchone() == (v,)
+    return dsn
+
+
 def analyst_dsn(port: int, user: str = "analyst", password: str = "analyst") -> str:
     """The DSN of ``user`` on a local dpsql server (the demo database)."""
     return f"host=127.0.0.1 port={port} user={user} password={password} dbname=demo"

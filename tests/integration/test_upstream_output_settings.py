@@ -20,7 +20,7 @@ import pytest
 from dpsql.budget.ledger import Ledger
 from dpsql.upstream_settings import OUTPUT_SETTINGS
 from dpsql.wire.state import DEFAULTS
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, demo_db_with_defaults, served_engine
 
 ODD = {
     "DateStyle": "SQL, DMY",
@@ -44,18 +44,7 @@ def test_pinned_values_are_what_the_wire_server_reports() -> None:
 
 @pytest.fixture(scope="module")
 def odd_dsn(make_db: Callable[[str], str]) -> str:
-    from dpsql.demo import load_demo
-
-    dsn = make_db("odd")
-    load_demo(dsn)
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for k, v in ODD.items():
-            conn.execute(f"ALTER DATABASE {name} SET {k} = '{v}'")
-        assert conn.execute("SELECT 1").fetchone() == (1,)
-    with psycopg.connect(dsn) as conn:  # the defaults apply to new connections
-        assert conn.execute("SHOW DateStyle").fetchone() == ("SQL, DMY",)
-    return dsn
+    return demo_db_with_defaults(make_db, "odd", ODD)
 
 
 def _texts(conn: psycopg.Connection[Any], prepare: bool) -> tuple[str, ...]:

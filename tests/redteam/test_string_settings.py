@@ -16,11 +16,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, demo_db_with_defaults, served_engine
 
 INJECTION = r"SELECT code FROM regions WHERE code = 'a\'' UNION ALL SELECT email FROM purchases --'"
 PRIVATE = r"SELECT COUNT(*) FROM purchases WHERE category = 'a\'' OR true --'"
@@ -29,20 +28,7 @@ PRIVATE = r"SELECT COUNT(*) FROM purchases WHERE category = 'a\'' OR true --'"
 @pytest.fixture(scope="module")
 def off_dsn(make_db: Callable[[str], str]) -> str:
     """A demo database whose connections default to standard_conforming_strings = off."""
-    from dpsql.demo import load_demo
-
-    dsn = make_db("rtscs")
-    load_demo(dsn)
-    name = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("ALTER DATABASE {} SET standard_conforming_strings = off").format(
-                sql.Identifier(str(name))
-            )
-        )
-    with psycopg.connect(dsn) as conn:  # the attack needs the setting in force
-        assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("off",)
-    return dsn
+    return demo_db_with_defaults(make_db, "rtscs", {"standard_conforming_strings": "off"})
 
 
 @pytest.fixture(scope="module")
