@@ -88,7 +88,8 @@ def _start_proxy(upstream: str, extra: list[str]) -> tuple[subprocess.Popen[byte
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit("dpsql serve did not start")
         time.sleep(0.1)
-    dsn = f"host=127.0.0.1 port={port} user=analyst password=analyst dbname=demo sslmode=disable"
+    db = psycopg.conninfo.conninfo_to_dict(upstream)["dbname"]  # the one dpsql serves
+    dsn = f"host=127.0.0.1 port={port} user=analyst password=analyst dbname={db} sslmode=disable"
     return proc, dsn
 
 

@@ -204,15 +204,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with console.status("starting PostgreSQL and loading the demo data..."):
         cluster = start_cluster()
         try:
-            load_demo(cluster.dsn())
+            dsn = _demo_database(cluster)
+            load_demo(dsn)
         except BaseException:
             cluster.stop()
             raise
     console.print(f"[green]PostgreSQL up[/green] on 127.0.0.1:{cluster.port}; policy {POLICY}")
     policy = load_policy(POLICY)
-    engine = Engine(
-        policy, cluster.dsn(), ledger=_ledger(argparse.Namespace(upstream=cluster.dsn()), policy)
-    )
+    engine = Engine(policy, dsn, ledger=_ledger(argparse.Namespace(upstream=dsn), policy))
     try:
         rc = _demo_queries(engine, args)
         serve = _server_entry()
@@ -232,6 +231,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         engine.close()
         cluster.stop()
+
+
+def _demo_database(cluster: Any) -> str:
+    """A database named ``demo`` in the throwaway cluster (the name clients connect to: dpsql
+    serves the upstream's database under its own name), its DSN."""
+    import psycopg
+
+    with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE demo")
+    return str(cluster.dsn("demo"))
 
 
 def _demo_queries(engine: Any, args: argparse.Namespace) -> int:

@@ -215,9 +215,11 @@ class Engine:
             tree = prepared.tree
             if prepared.kind == "catalog":
                 from dpsql.sql import catalog
+                from dpsql.sql.session_functions import SessionInfo
 
+                info = SessionInfo(session.database, session.backend_pid)
                 tree = catalog.check_catalog_query(
-                    tree, self.view(session.analyst), session.analyst
+                    tree, self.view(session.analyst), session.analyst, info
                 )
             oids = _describe_oids(prepared.param_count, param_types)
             return describe_statement(self.backend, tree.sql("postgres"), oids)

@@ -152,6 +152,13 @@ class InvalidAuthorization(DpsqlError):
     severity = "FATAL"
 
 
+class InvalidCatalogName(DpsqlError):
+    """A database that does not exist (the server serves one)."""
+
+    sqlstate = "3D000"
+    severity = "FATAL"
+
+
 class ReadOnlyTransaction(DpsqlError):
     sqlstate = "25006"
 

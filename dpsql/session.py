@@ -21,3 +21,5 @@ class SessionContext:
     confidence: float | None = None
     show_intervals: bool = False
     settings: dict[str, str] = field(default_factory=dict)
+    database: str = ""  # the database the client named at startup ("" outside a wire session)
+    backend_pid: int = 0  # the wire session's process id (BackendKeyData), 0 outside one

@@ -58,6 +58,14 @@ def demo_db_with_defaults(make_db: Any, prefix: str, settings: Mapping[str, str]
     return dsn
 
 
+def db_name(dsn: str) -> str:
+    """The database a DSN names: the one `dpsql serve` on that upstream serves (clients must
+    name it; any other is 3D000)."""
+    import psycopg
+
+    return str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+
+
 def analyst_dsn(port: int, user: str = "analyst", password: str = "analyst") -> str:
     """The DSN of ``user`` on a local dpsql server (the demo database)."""
     return f"host=127.0.0.1 port={port} user={user} password={password} dbname=demo"

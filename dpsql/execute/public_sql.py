@@ -18,6 +18,7 @@ from dpsql.execute import shadows
 from dpsql.execute.prepared import Prepared
 from dpsql.session import SessionContext
 from dpsql.sql.bind import bind, check_params, param_numbers, template
+from dpsql.sql.session_functions import SessionInfo, session_key
 
 if TYPE_CHECKING:
     from dpsql.engine import Engine
@@ -99,7 +100,10 @@ def runnable_tree(
     if prepared.kind == "catalog":
         from dpsql.sql import catalog
 
-        return catalog.check_catalog_query(tree, engine.view(session.analyst), session.analyst)
+        info = SessionInfo(session.database, session.backend_pid)
+        return catalog.check_catalog_query(
+            tree, engine.view(session.analyst), session.analyst, info
+        )
     if prepared.kind != "public":
         raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
     return tree
@@ -123,11 +127,16 @@ _CONSTANT_SYNTAX = (exp.Neg, exp.Ordered, exp.Group, exp.Distinct, exp.Rollup, e
 def sql_key(
     prepared: Prepared, session: SessionContext, params: Sequence[Any]
 ) -> tuple[Any, ...] | None:
-    """The memo key of a statement's runnable SQL: its text, the analyst and each parameter's
-    type and repr (so 1, True and 1.0 differ); None when the parameters are too long to keep."""
+    """The memo key of a statement's runnable SQL: its text, the analyst, each parameter's
+    type and repr (so 1, True and 1.0 differ) and, for a text that may call a session function
+    (``pg_backend_pid()``, ``current_database()``), the session's values; None when the
+    parameters are too long to keep."""
     if prepared.kind not in ("public", "catalog"):
         return None
     values = tuple((type(v).__name__, repr(v)) for v in params)
     if sum(len(r) for _, r in values) > 256:
         return None
+    own = session_key(prepared.text, SessionInfo(session.database, session.backend_pid))
+    if own is not None:
+        values += (("session", repr(own)),)
     return ("sql", prepared.text, session.analyst, values)

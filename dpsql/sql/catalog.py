@@ -50,9 +50,12 @@ from dpsql.sql.catalog_sql import (
     filtered_relation,
     relation_filter,
 )
+from dpsql.sql.session_functions import SessionInfo, replace_session_functions
 
 
-def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Expr:
+def check_catalog_query(
+    tree: exp.Expr, policy: Policy, analyst: str, session: SessionInfo | None = None
+) -> exp.Expr:
     """A rewritten copy of the catalog query ``tree`` that is safe to run upstream.
 
     Args:
@@ -60,6 +63,8 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
         policy: the policy whose private and public tables the analyst may see.
         analyst: the analyst asking: the catalog shows one role, named so
             (:mod:`dpsql.sql.catalog_roles`); its tables come with ``policy`` (its view).
+        session: the client's database and process id, for ``current_database()``,
+            ``pg_backend_pid()`` ... (:mod:`dpsql.sql.session_functions`).
 
     Raises:
         PrivacyViolation: 42501, the query reads user data, a forbidden relation or function.
@@ -69,6 +74,8 @@ def check_catalog_query(tree: exp.Expr, policy: Policy, analyst: str) -> exp.Exp
     _check_statement(query)
     check_untyped_literals(query)
     _keep_labels(query)  # first: the labels of what the client wrote
+    if session is not None:
+        replace_session_functions(query, session)
     cte_refs = _cte_references(query)
     tables = [t for t in query.find_all(exp.Table) if id(t) not in cte_refs]
     funcs = list(query.find_all(exp.Func))
@@ -146,6 +153,7 @@ _CATALOG_FUNCTIONS = frozenset(
         "current_schemas",
         "ts_token_type",
         "getdatabaseencoding",
+        "current_database",
     }  # fmt: skip
 )
 
@@ -157,6 +165,8 @@ def _is_catalog_function(node: exp.Func) -> bool:
         return acl or target.startswith("reg") or reg_element(target) is not None
     if isinstance(node, (exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentVersion)):
         return True
+    if isinstance(node, (exp.CurrentDatabase, exp.CurrentCatalog)):
+        return True  # the client's database (dpsql.sql.session_functions)
     if not isinstance(node, exp.Anonymous):
         return False
     name = node.name.lower()

@@ -166,6 +166,7 @@ def config_from_settings(st: ServerSettings) -> ServerConfig:
                 "max_sessions_per_analyst"):  # fmt: skip
         if getattr(st, key) is not None:
             given[key] = getattr(st, key)
+    given["database"] = ""  # clients name the upstream's database (3D000 for any other)
     return ServerConfig(**given)
 
 

@@ -30,6 +30,12 @@ from dpsql.wire.session import EngineLike, Session
 from dpsql.wire.startup import Startup, negotiate
 from dpsql.wire.state import SessionState
 from dpsql.wire.upstream import AsyncUpstream
+from dpsql.wire.upstream_identity import (
+    FALLBACK_VERSION,
+    UpstreamIdentity,
+    check_database,
+    read_identity,
+)
 
 log = logging.getLogger("dpsql.wire.server")
 
@@ -55,7 +61,10 @@ class ServerConfig:
     worker_threads: int = 32
     reuse_port: bool = False  # SO_REUSEPORT: several worker processes listen on one port
     fast_path: bool = True  # public/catalog statements on the event loop (dpsql.wire.upstream)
-    server_version: str = "16.0"
+    server_version: str | None = None  # None: the upstream's (dpsql.wire.upstream_identity)
+    # The database clients must name (others: 3D000); "" the upstream's own name; None any name
+    # (in-process servers of tests and embedders). `dpsql serve` serves the upstream's.
+    database: str | None = None
 
 
 def tls_context(config: ServerConfig) -> ssl.SSLContext | None:
@@ -104,6 +113,7 @@ class Server:
         self._server: asyncio.Server | None = None
         self._stopping = False
         self.upstream: AsyncUpstream | None = None
+        self.identity = UpstreamIdentity(None, *FALLBACK_VERSION)
 
     @property
     def port(self) -> int:
@@ -111,6 +121,8 @@ class Server:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.identity = await loop.run_in_executor(self.executor, read_identity, self.engine)
         self.upstream = _async_upstream(self.engine) if self.config.fast_path else None
         if self.upstream is not None:
             await self.upstream.open()
@@ -169,14 +181,18 @@ class Server:
             raise TooManyConnections("sorry, too many clients already",
                                      hint="try again later", )  # fmt: skip
         analyst = await self.auth.authenticate(ch, startup.user)
+        served = self.config.database
+        check_database(startup.database, self.identity.database if served == "" else served)
         if not self.limits.add_session(analyst, self.config.max_sessions_per_analyst):
             raise TooManyConnections(f'too many connections for role "{analyst}"',
                                      hint="close some of your other sessions")  # fmt: skip
-        ctx = SessionContext(analyst=analyst)
-        params = {k: v for k, v in startup.parameters.items() if k in _STARTUP_SETTINGS}
-        params["server_version"] = self.config.server_version
-        state = SessionState(ctx, params, getattr(self.engine, "check_epsilon", None))
         pid = self._new_pid()
+        ctx = SessionContext(analyst=analyst, database=startup.database, backend_pid=pid)
+        params = {k: v for k, v in startup.parameters.items() if k in _STARTUP_SETTINGS}
+        params["server_version"] = self.config.server_version or self.identity.server_version
+        if not self.config.server_version:
+            params["server_version_num"] = self.identity.server_version_num
+        state = SessionState(ctx, params, getattr(self.engine, "check_epsilon", None))
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
         self.sessions[pid] = session
@@ -294,10 +310,12 @@ async def _fatal(ch: Channel, e: DpsqlError) -> None:
 def serve_engine(
     engine: EngineLike, policy: Policy, listen: str, port_file: str | None = None
 ) -> int:
-    """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo``)."""
+    """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo``),
+    its upstream database under its own name."""
     from dpsql.serve import serve
     from dpsql.wire.cli import parse_listen
 
     host, port = parse_listen(listen)
-    serve(engine, policy, ServerConfig(host=host, port=port), port_file=port_file)
+    config = ServerConfig(host=host, port=port, database="")
+    serve(engine, policy, config, port_file=port_file)
     return 0

@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.helpers import start_serve
+from tests.helpers import db_name, start_serve
 from tests.integration.ledger_support import release_sums
 
 USER = PASSWORD = "analyst"  # the demo policy's analyst
@@ -37,7 +37,10 @@ def serve(upstream: str, ledger: str) -> Iterator[tuple[subprocess.Popen[bytes],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        yield proc, f"host=127.0.0.1 port={port} user={USER} password={PASSWORD} dbname=demo"
+        yield (
+            proc,
+            f"host=127.0.0.1 port={port} user={USER} password={PASSWORD} dbname={db_name(upstream)}",
+        )
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -18,7 +18,7 @@ import pytest
 
 from dpsql.cli import main
 from tests.conftest import IN_CI
-from tests.helpers import start_serve
+from tests.helpers import db_name, start_serve
 
 
 def test_verifier_command(
@@ -58,7 +58,7 @@ def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         out = subprocess.run(
-            [psql, "-h", "127.0.0.1", "-p", str(port), "-U", "zoe", "-d", "x", "-X", "-A", "-t",
+            [psql, "-h", "127.0.0.1", "-p", str(port), "-U", "zoe", "-d", db_name(upstream), "-X", "-A", "-t",
              "-c", "SELECT COUNT(*) FROM t WHERE v > 2"],
             capture_output=True, text=True, timeout=30,
             env={"PGPASSWORD": "pw", "PATH": os.environ.get("PATH", "/usr/bin")},

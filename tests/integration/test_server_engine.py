@@ -92,11 +92,13 @@ def test_portal_row_limit_charges_once(server: ServerThread, ledger: Ledger) -> 
     assert releases(ledger) == before + 1
 
 
-def test_session_functions_and_version(server: ServerThread) -> None:
+def test_session_functions_and_version(server: ServerThread, demo_dsn: str) -> None:
+    with psycopg.connect(demo_dsn) as direct:
+        (upstream,) = direct.execute("SHOW server_version").fetchone()  # type: ignore[misc]
     with psycopg.connect(dsn(server), autocommit=True) as conn:
         (v,) = conn.execute("SELECT version()").fetchone()  # type: ignore[misc]
-        assert "PostgreSQL" in v
-        assert conn.execute("SHOW server_version").fetchone() == ("16.0",)
+        assert v.startswith(f"PostgreSQL {upstream} ")  # SHOW and version() agree
+        assert conn.execute("SHOW server_version").fetchone() == (upstream,)
         assert conn.execute("SHOW transaction isolation level").fetchone() == ("read committed",)
 
 

@@ -23,7 +23,7 @@ from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy import parse_policy
 from dpsql.wire.auth import AuthConfig, make_verifier
 from dpsql.wire.cli import config_from_settings, resolve
-from tests.helpers import start_serve
+from tests.helpers import db_name, start_serve
 
 BASE = """version: 1
 tables:
@@ -162,8 +162,10 @@ def _served(
     full = {k: v for k, v in os.environ.items() if not k.startswith("DPSQL_")} | env
     log = tmp_path / "serve.log"
     with log.open("w+") as out:
-        proc, port = start_serve(["--policy", str(policy), "--upstream", make_db("logins"),
+        upstream = make_db("logins")
+        proc, port = start_serve(["--policy", str(policy), "--upstream", upstream,
                                   *flags], env=full, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        _DATABASES[port] = db_name(upstream)  # the one database it serves
         try:
             yield port, log.read_text
         finally:
@@ -171,8 +173,14 @@ def _served(
             proc.wait(timeout=30)
 
 
+_DATABASES: dict[int, str] = {}
+
+
 def _login(port: int, user: str, password: str) -> None:
-    dsn = f"host=127.0.0.1 port={port} user={user} password={password} dbname=x connect_timeout=10"
+    db = _DATABASES[port]
+    dsn = (
+        f"host=127.0.0.1 port={port} user={user} password={password} dbname={db} connect_timeout=10"
+    )
     with psycopg.connect(dsn) as c:
         assert c.execute("SELECT 1").fetchone() == (1,)
 

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from dpsql.cli import main
-from tests.helpers import start_serve
+from tests.helpers import db_name, start_serve
 from tests.integration.ledger_support import release_sums
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,7 +56,7 @@ def test_serve_from_file_and_environment(make_db: Callable[[str], str], tmp_path
     )  # fmt: skip
     try:
         assert env_port != file_port  # the environment beats the file
-        dsn = f"host=127.0.0.1 port={env_port} user=zoe password=pw dbname=x"
+        dsn = f"host=127.0.0.1 port={env_port} user=zoe password=pw dbname={db_name(upstream)}"
         with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:  # flag (2) beats file (1)
             (n,) = a.execute("SELECT COUNT(*) FROM t").fetchone()  # type: ignore[misc]
             assert 100 < n < 500

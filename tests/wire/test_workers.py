@@ -23,7 +23,7 @@ from psycopg import errors as pe
 
 from dpsql.wire import messages as m
 from dpsql.wire.auth import make_verifier
-from tests.helpers import start_serve
+from tests.helpers import db_name, start_serve
 from tests.unit._wire_support import RawClient
 
 BUDGET, EPSILON, CLIENTS = 2.0, 0.25, 24
@@ -60,7 +60,9 @@ class Served:
         while self.logs().count("listening on") < 2:
             assert self.proc.poll() is None and time.monotonic() < deadline, self.logs()
             time.sleep(0.1)
-        self.dsn = f"host=127.0.0.1 port={self.port} user=zoe password=pw dbname=x"
+        self.dsn = (
+            f"host=127.0.0.1 port={self.port} user=zoe password=pw dbname={db_name(upstream)}"
+        )
 
     def logs(self) -> str:
         self.log.seek(0)

@@ -1,0 +1,103 @@
+"""Session-information functions answered for the client's own dpsql session.
+
+A client's connection ends at dpsql, not at an upstream backend, so what PostgreSQL answers
+about "this session" is dpsql's session, never the upstream connection that happens to run the
+statement (which is pooled and shared):
+
+* ``pg_backend_pid()`` is the process id dpsql sent in BackendKeyData (the one a CancelRequest
+  names); Superset SQL Lab reads it before every query;
+* ``current_database()`` and ``current_catalog`` are the database the client named at startup
+  (``dpsql serve`` accepts only the database it serves, 3D000 otherwise);
+* ``pg_cancel_backend(pid)`` is true for the session's own pid (nothing else of the session runs
+  while it does) and false for any other (through dpsql no other backend is visible; PostgreSQL
+  answers false for a pid that is not a backend's). A running statement is cancelled with the
+  protocol's CancelRequest, which dpsql forwards upstream.
+
+The replacements are constants in the rewritten statement, typed and labelled as PostgreSQL
+types and labels the calls, so the statement memo keys on the session's values
+(:func:`dpsql.execute.public_sql.sql_key`).
+
+>>> import sqlglot
+>>> t = sqlglot.parse_one("SELECT pg_backend_pid(), current_database()", read="postgres")
+>>> replace_session_functions(t, SessionInfo("demo", 42))
+>>> t.sql("postgres")
+'SELECT CAST(42 AS INT) AS "pg_backend_pid", CAST(\\'demo\\' AS NAME) AS "current_database"'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.sql.catalog_regrole import LABEL
+from dpsql.sql.catalog_sql import cast_to
+
+SESSION_FUNCTIONS = frozenset({"pg_backend_pid", "pg_cancel_backend"})
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What a session-information function reads: the client's database ("" when the engine is
+    used without a wire session: the upstream's own is reported) and its process id (0: none)."""
+
+    database: str = ""
+    backend_pid: int = 0
+
+
+def session_key(text: str, info: SessionInfo) -> tuple[str, int] | None:
+    """The session values a statement's rewrite may depend on, from a cheap look at its text
+    (for the statement memo's key), or None when it calls no session function."""
+    low = text.lower()
+    pid = info.backend_pid if "pg_backend_pid" in low or "pg_cancel_backend" in low else 0
+    db = info.database if "current_database" in low or "current_catalog" in low else ""
+    return (db, pid) if db or pid else None
+
+
+def replace_session_functions(tree: exp.Expr, info: SessionInfo) -> None:
+    """Replace, in place, the session-information calls of ``tree`` by the session's values."""
+    # inner calls first: pg_cancel_backend(pg_backend_pid())
+    for node in reversed(list(tree.walk())):
+        new = _replacement(node, info)
+        if new is None:
+            continue
+        target, label = _outer(node), _label(node)
+        new.meta[LABEL] = label
+        if isinstance(target.parent, exp.Select) and target.arg_key == "expressions":
+            new = exp.alias_(new, label, quoted=True)
+        target.replace(new)
+
+
+def _replacement(node: exp.Expr, info: SessionInfo) -> exp.Expr | None:
+    if isinstance(node, (exp.CurrentDatabase, exp.CurrentCatalog)) or (
+        isinstance(node, exp.Anonymous) and node.name.lower() in ("current_database",)
+    ):
+        if not info.database:
+            return None
+        return cast_to(exp.Literal.string(info.database), "NAME")
+    if not isinstance(node, exp.Anonymous):
+        return None
+    name = node.name.lower()
+    if name == "pg_backend_pid" and not node.expressions and info.backend_pid:
+        return cast_to(exp.Literal.number(info.backend_pid), "INT4")
+    if name == "pg_cancel_backend" and len(node.expressions) == 1 and info.backend_pid:
+        arg = node.expressions[0].copy()
+        own = exp.EQ(this=cast_to(arg, "INT4"), expression=exp.Literal.number(info.backend_pid))
+        return exp.Coalesce(this=exp.Paren(this=own), expressions=[exp.false()])
+    return None
+
+
+def _outer(node: exp.Expr) -> exp.Expr:
+    """The call with its ``pg_catalog.`` qualifier, when written so."""
+    parent = node.parent
+    if isinstance(parent, exp.Dot) and parent.expression is node:
+        return parent
+    return node
+
+
+def _label(node: exp.Expr) -> str:
+    if isinstance(node, exp.CurrentCatalog):
+        return "current_catalog"
+    if isinstance(node, exp.CurrentDatabase):
+        return "current_database"
+    return node.name.lower()
