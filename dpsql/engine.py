@@ -217,7 +217,7 @@ class Engine:
                 from dpsql.sql import catalog
                 from dpsql.sql.session_functions import SessionInfo
 
-                info = SessionInfo(session.database, session.backend_pid)
+                info = SessionInfo.of(session)
                 tree = catalog.check_catalog_query(
                     tree, self.view(session.analyst), session.analyst, info
                 )

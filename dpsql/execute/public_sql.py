@@ -100,7 +100,7 @@ def runnable_tree(
     if prepared.kind == "catalog":
         from dpsql.sql import catalog
 
-        info = SessionInfo(session.database, session.backend_pid)
+        info = SessionInfo.of(session)
         return catalog.check_catalog_query(
             tree, engine.view(session.analyst), session.analyst, info
         )
@@ -136,7 +136,7 @@ def sql_key(
     values = tuple((type(v).__name__, repr(v)) for v in params)
     if sum(len(r) for _, r in values) > 256:
         return None
-    own = session_key(prepared.text, SessionInfo(session.database, session.backend_pid))
+    own = session_key(prepared.text, session)
     if own is not None:
         values += (("session", repr(own)),)
     return ("sql", prepared.text, session.analyst, values)

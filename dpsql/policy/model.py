@@ -156,6 +156,18 @@ class Budget(_Strict):
     )
 
 
+# The session settings dpsql itself defines (SET / SHOW / options / an analyst's settings).
+DPSQL_SETTINGS = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence",
+                  "dpsql.show_intervals")  # fmt: skip
+
+
+def _setting_text(x: object) -> str:
+    """A YAML scalar as the setting's text (true -> on, 0.5 -> 0.5)."""
+    if isinstance(x, bool):
+        return "on" if x else "off"
+    return str(x)
+
+
 class Analyst(_Strict):
     """Someone who may query, with a SCRAM verifier (never a plaintext password)."""
 
@@ -169,6 +181,12 @@ class Analyst(_Strict):
         default=None, description="the smallest per-query epsilon (default: defaults.min_epsilon)"
     )
     default_delta: Annotated[float, Field(ge=0, lt=1)] | None = None
+    settings: dict[str, str] = Field(
+        default_factory=dict,
+        description="session settings this analyst's connections start with (dpsql.confidence, "
+        "dpsql.show_intervals, dpsql.mechanism ... or PostgreSQL's), for tools that can send "
+        "neither SET nor options; a client's options and SET override them",
+    )
     tables: tuple[str, ...] | None = Field(
         default=None,
         description="the policy tables this analyst may use: schema.table names or patterns "
@@ -177,6 +195,18 @@ class Analyst(_Strict):
     deny: tuple[str, ...] = Field(
         default=(), description="names or patterns taken away from `tables` (deny wins)"
     )
+
+    @field_validator("settings", mode="before")
+    @classmethod
+    def _settings(cls, v: object) -> object:
+        if isinstance(v, dict):
+            v = {str(k): _setting_text(x) for k, x in v.items()}
+            unknown = [k for k in v if k.lower().startswith("dpsql.") and k.lower() not in
+                       DPSQL_SETTINGS]  # fmt: skip
+            if unknown:
+                raise ValueError(f"unknown dpsql setting {unknown[0]}: use one of "
+                                 + ", ".join(DPSQL_SETTINGS))  # fmt: skip
+        return v
 
     @field_validator("tables", "deny")
     @classmethod

@@ -8,6 +8,8 @@ statement (which is pooled and shared):
   names); Superset SQL Lab reads it before every query;
 * ``current_database()`` and ``current_catalog`` are the database the client named at startup
   (``dpsql serve`` accepts only the database it serves, 3D000 otherwise);
+* ``current_setting('name')`` of a setting the session holds itself (SET, the startup
+  ``options``, ``application_name``) is the session's value, not the upstream connection's;
 * ``pg_cancel_backend(pid)`` is true for the session's own pid (nothing else of the session runs
   while it does) and false for any other (through dpsql no other backend is visible; PostgreSQL
   answers false for a pid that is not a backend's). A running statement is cancelled with the
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.session import SessionContext
 from dpsql.sql.catalog_regrole import LABEL
 from dpsql.sql.catalog_sql import cast_to
 
@@ -43,15 +46,33 @@ class SessionInfo:
 
     database: str = ""
     backend_pid: int = 0
+    settings: tuple[tuple[str, str], ...] = ()  # the session's own (SET, options), lower-case
+
+    @classmethod
+    def of(cls, session: SessionContext) -> SessionInfo:
+        settings = tuple(sorted((k.lower(), v) for k, v in session.settings.items()))
+        return cls(session.database, session.backend_pid, settings)
+
+    def setting(self, name: str) -> str | None:
+        """The session's value of a setting it holds itself; ``application_name`` is the
+        client's ("" when it sent none), never the upstream connection's."""
+        got = dict(self.settings).get(name.lower())
+        return "" if got is None and name.lower() == "application_name" else got
 
 
-def session_key(text: str, info: SessionInfo) -> tuple[str, int] | None:
+def session_key(
+    text: str, session: SessionContext
+) -> tuple[str, int, tuple[tuple[str, str], ...]] | None:
     """The session values a statement's rewrite may depend on, from a cheap look at its text
     (for the statement memo's key), or None when it calls no session function."""
     low = text.lower()
+    if "current_" not in low and "pg_backend_pid" not in low and "pg_cancel_backend" not in low:
+        return None
+    info = SessionInfo.of(session)
     pid = info.backend_pid if "pg_backend_pid" in low or "pg_cancel_backend" in low else 0
     db = info.database if "current_database" in low or "current_catalog" in low else ""
-    return (db, pid) if db or pid else None
+    settings = info.settings if "current_setting" in low else ()
+    return (db, pid, settings) if db or pid or settings else None
 
 
 def replace_session_functions(tree: exp.Expr, info: SessionInfo) -> None:
@@ -80,6 +101,10 @@ def _replacement(node: exp.Expr, info: SessionInfo) -> exp.Expr | None:
     name = node.name.lower()
     if name == "pg_backend_pid" and not node.expressions and info.backend_pid:
         return cast_to(exp.Literal.number(info.backend_pid), "INT4")
+    if name == "current_setting" and len(node.expressions) == 1:
+        arg = node.expressions[0]
+        value = info.setting(arg.name) if isinstance(arg, exp.Literal) and arg.is_string else None
+        return None if value is None else exp.Literal.string(value)
     if name == "pg_cancel_backend" and len(node.expressions) == 1 and info.backend_pid:
         arg = node.expressions[0].copy()
         own = exp.EQ(this=cast_to(arg, "INT4"), expression=exp.Literal.number(info.backend_pid))

@@ -28,6 +28,7 @@ from dpsql.wire.relay import SIGNAL as relay_signal
 from dpsql.wire.relay import CancelRelay
 from dpsql.wire.session import EngineLike, Session
 from dpsql.wire.startup import Startup, negotiate
+from dpsql.wire.startup_options import parse_options
 from dpsql.wire.state import SessionState
 from dpsql.wire.upstream import AsyncUpstream
 from dpsql.wire.upstream_identity import (
@@ -193,6 +194,7 @@ class Server:
         if not self.config.server_version:
             params["server_version_num"] = self.identity.server_version_num
         state = SessionState(ctx, params, getattr(self.engine, "check_epsilon", None))
+        state.apply_startup(self._initial_settings(analyst, startup))
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
         self.sessions[pid] = session
@@ -200,6 +202,12 @@ class Server:
         log.info("session opened analyst=%s pid=%d peer=%s tls=%s worker=%d", analyst, pid,
                  ch.peer, ch.tls, self.limits.worker)  # fmt: skip
         return session
+
+    def _initial_settings(self, analyst: str, startup: Startup) -> tuple[tuple[str, str], ...]:
+        """The analyst's settings from the policy, then the client's ``options`` (PGOPTIONS)."""
+        own = self.policy.analysts.get(analyst)
+        from_policy = tuple(own.settings.items()) if own is not None else ()
+        return from_policy + parse_options(startup.parameters.get("options", ""))
 
     def _new_pid(self) -> int:
         while True:

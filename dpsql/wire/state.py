@@ -23,6 +23,7 @@ from dpsql.errors import (
     UndefinedObject,
     UnsupportedSql,
 )
+from dpsql.policy.model import DPSQL_SETTINGS
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.wire.statements import SessionStatement
@@ -75,8 +76,7 @@ _READ_ONLY = frozenset(
      "is_superuser", "session_authorization", "in_hot_standby", "max_identifier_length",
      "transaction_read_only", "lc_collate", "lc_ctype", "scram_iterations"}
 )  # fmt: skip
-_PRIVACY = ("dpsql.epsilon", "dpsql.delta", "dpsql.mechanism", "dpsql.confidence",
-            "dpsql.show_intervals")  # fmt: skip
+_PRIVACY = DPSQL_SETTINGS
 _TRUE = frozenset({"on", "true", "yes", "1", "t"})
 _FALSE = frozenset({"off", "false", "no", "0", "f"})
 
@@ -127,6 +127,22 @@ class SessionState:
         self._savepoints: list[tuple[str, tuple[dict[str, str], tuple[Any, ...]]]] = []
         self._local: dict[str, str] = {}
         self._sync_ctx()
+
+    def apply_startup(self, settings: tuple[tuple[str, str], ...]) -> None:
+        """Settings the session starts with (the analyst's from the policy, then the client's
+        ``options``), applied as SET would apply them and kept as the session's defaults (what
+        RESET and DISCARD ALL return to).
+
+        Raises:
+            DpsqlError: an unknown ``dpsql.*`` setting (42704), a bad value (22023), a
+                read-only setting (55P02): the connection is refused, never silently degraded.
+        """
+        for name, value in settings:
+            if name.lower().startswith("dpsql."):
+                self._set_privacy(name.lower(), value)
+            else:
+                self._do_set(SessionStatement("set", name, value, False))
+        self._initial = (dict(self.settings), self._privacy())
 
     # ---- snapshots -------------------------------------------------------------------------
     def _privacy(self) -> tuple[Any, ...]:
@@ -270,7 +286,10 @@ class SessionState:
     def _do_set(self, st: SessionStatement, tag: str = "SET") -> Outcome:
         name = st.name or ""
         if name.startswith("dpsql."):
-            self._set_privacy(name, st.value)
+            if st.value is None and name in _PRIVACY:  # RESET: the session's starting value
+                self._set_privacy(name, self._starting_privacy(name))
+            else:
+                self._set_privacy(name, st.value)
             return Outcome(tag)
         key = _canon(name)
         if key in _READ_ONLY:
@@ -339,6 +358,16 @@ class SessionState:
             value = self.settings[key]
         col_name = _CANON.get(name.lower(), name).lower() if not name.startswith("dpsql.") else name
         return Outcome("SHOW", (ResultColumn(col_name, TEXT_OID),), [(value,)])
+
+    def _starting_privacy(self, name: str) -> str | None:
+        """A dpsql setting's value at session start (policy, options) as SET would take it,
+        None for the policy's default."""
+        value = dict(zip(_PRIVACY, self._initial[1], strict=True))[name]
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return str(value)
 
     def show_privacy(self, name: str) -> str:
         c = self.ctx

@@ -1,0 +1,167 @@
+"""Settings at connection time: the ``options`` startup parameter (libpq ``options`` and
+``PGOPTIONS``), ``application_name``, and an analyst's ``settings`` in the policy.
+
+Real engine, ledger and PostgreSQL (demo data); psycopg and psql through the wire server.
+Properties: ``-c dpsql.epsilon=0.5`` is the session's epsilon — SHOW, EXPLAIN, the width of the
+error interval (a Laplace COUNT's half-width is proportional to 1/epsilon: twice the width at
+epsilon 1 up to the rounding of COUNT's bounds, a property of the plan, not of the noise) and the ledger's ``dpsql.history``
+all say 0.5; RESET returns to it; an unknown ``dpsql.*`` setting, a bad value, an epsilon outside
+the analyst's range or a switch other than ``-c`` refuse the connection (never ignored); ordinary
+PostgreSQL settings are taken as SET takes them; the policy's per-analyst settings apply when the
+client sends none and the client's options override them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.serve import ServerThread
+from tests.helpers import analyst_dsn, served_engine
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+COUNT = "SELECT COUNT(*) AS n FROM purchases"
+
+
+@pytest.fixture(scope="module")
+def ledger(make_db: Callable[[str], str], demo_policy: Any) -> Iterator[Ledger]:
+    led = Ledger.open(make_db("opts_ledger"), demo_policy)
+    yield led
+    led.close()
+
+
+@pytest.fixture(scope="module")
+def served(demo_dsn: str, demo_policy: Any, ledger: Ledger) -> Iterator[ServerThread]:
+    analysts = dict(demo_policy.analysts)
+    analysts["analyst"] = analysts["analyst"].model_copy(
+        update={"settings": {"dpsql.confidence": "0.9", "dpsql.mechanism": "laplace"}}
+    )
+    policy = demo_policy.model_copy(update={"analysts": analysts})
+    with served_engine(policy, demo_dsn, ledger=ledger) as srv:
+        yield srv
+
+
+def _connect(srv: ServerThread, **kw: Any) -> psycopg.Connection[Any]:
+    return psycopg.connect(analyst_dsn(srv.port), autocommit=True, **kw)
+
+
+def _show(conn: psycopg.Connection[Any], name: str) -> str:
+    row = conn.execute(f"SHOW {name}").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _half_width(conn: psycopg.Connection[Any]) -> Decimal:
+    conn.execute("SET dpsql.show_intervals = on")
+    try:
+        cur = conn.execute(COUNT)
+        assert cur.description is not None
+        names = [d.name for d in cur.description]
+        row = dict(zip(names, cur.fetchone() or (), strict=True))
+        return (Decimal(row["n_high"]) - Decimal(row["n_low"])) / 2
+    finally:
+        conn.execute("RESET dpsql.show_intervals")
+
+
+def test_epsilon_from_options_shows_everywhere(served: ServerThread) -> None:
+    with _connect(served, options="-c dpsql.epsilon=0.5") as conn:
+        assert _show(conn, "dpsql.epsilon") == "0.5"
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + COUNT).fetchall())
+        assert "epsilon=0.5" in plan
+        half = _half_width(conn)
+        conn.execute("SET dpsql.epsilon = 1")
+        at_one = _half_width(conn)
+        # twice as wide at 0.5; COUNT's bounds are whole numbers (each rounded by < 1)
+        assert abs(2 * at_one - half) <= 3 and 2 * half > 3 * at_one
+        conn.execute("RESET dpsql.epsilon")  # back to the value the session started with
+        assert _show(conn, "dpsql.epsilon") == "0.5"
+        conn.execute(COUNT + " WHERE quantity > 1")  # a fresh release, charged at 0.5
+        history = conn.execute(
+            "SELECT epsilon FROM dpsql.history ORDER BY 1 DESC LIMIT 100"
+        ).fetchall()
+        assert (Decimal("0.5"),) in [(Decimal(str(e)),) for (e,) in history]
+
+
+def test_policy_settings_apply_and_options_override(served: ServerThread) -> None:
+    with _connect(served) as conn:  # the analyst's settings from the policy
+        assert _show(conn, "dpsql.confidence") == "0.9"
+        assert _show(conn, "dpsql.mechanism") == "laplace"
+        assert _show(conn, "dpsql.epsilon") == "default"
+    with _connect(served, options="-c dpsql.confidence=0.99 -cdpsql.show_intervals=on") as conn:
+        assert _show(conn, "dpsql.confidence") == "0.99"
+        assert _show(conn, "dpsql.show_intervals") == "on"
+        conn.execute("DISCARD ALL")  # the session's starting values, options included
+        assert _show(conn, "dpsql.confidence") == "0.99"
+
+
+def test_postgresql_settings_and_application_name(served: ServerThread) -> None:
+    opts = r"-c TimeZone=Europe/Paris --statement-timeout=5000 -c search_path=public\,pg_catalog"
+    with _connect(served, options=opts, application_name="superset") as conn:
+        assert _show(conn, "TimeZone") == "Europe/Paris"
+        assert conn.info.parameter_status("TimeZone") == "Europe/Paris"
+        assert _show(conn, "statement_timeout") == "5000"
+        assert _show(conn, "search_path") == "public,pg_catalog"
+        assert _show(conn, "application_name") == "superset"
+        assert conn.info.parameter_status("application_name") == "superset"
+        row = conn.execute(  # the session's values, not the pooled upstream connection's
+            "SELECT current_setting('application_name'), current_setting('TimeZone')"
+        ).fetchone()
+        assert row == ("superset", "Europe/Paris")
+    with _connect(served) as conn:  # same text, another session: nothing memoized leaks
+        row = conn.execute(
+            "SELECT current_setting('application_name'), current_setting('TimeZone')"
+        ).fetchone()
+        assert row == ("", "UTC")
+
+
+@pytest.mark.parametrize(
+    ("options", "sqlstate", "message"),
+    [
+        ("-c dpsql.epsilom=0.5", "42704", 'unrecognized configuration parameter "dpsql.epsilom"'),
+        ("-c dpsql.epsilon=abc", "22023", 'invalid value for parameter "dpsql.epsilon"'),
+        ("-c dpsql.epsilon=50", "22023", "epsilon 50 is out of range"),
+        ("-c dpsql.mechanism=magic", "22023", 'invalid value for parameter "dpsql.mechanism"'),
+        ("-B 100", "22023", "invalid command-line argument for server process: -B"),
+        ("-c server_version=1", "55P02", 'parameter "server_version" cannot be changed'),
+    ],
+)
+def test_bad_options_refuse_the_connection(
+    served: ServerThread, options: str, sqlstate: str, message: str
+) -> None:
+    with pytest.raises(psycopg.OperationalError) as e:
+        _connect(served, options=options)
+    assert message in str(e.value)
+    assert e.value.sqlstate in (sqlstate, None)  # libpq reports a startup error's text only
+    assert f"FATAL:  {message}" in str(e.value)
+
+
+def test_pgoptions_with_psql(served: ServerThread) -> None:
+    psql = shutil.which("psql")
+    if psql is None:
+        if IN_CI:
+            pytest.fail("psql is missing")
+        pytest.skip("psql is not installed")
+    env = {**os.environ, "PGPASSWORD": "analyst", "PGOPTIONS": "-c dpsql.epsilon=0.25"}
+    out = subprocess.run(
+        [psql, "-X", "-At", "-h", "127.0.0.1", "-p", str(served.port), "-U", "analyst",
+         "-d", "demo", "-c", "SHOW dpsql.epsilon"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0.25"
+    env["PGOPTIONS"] = "-c dpsql.nonsense=1"
+    out = subprocess.run(
+        [psql, "-X", "-At", "-h", "127.0.0.1", "-p", str(served.port), "-U", "analyst",
+         "-d", "demo", "-c", "SELECT 1"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert 'unrecognized configuration parameter "dpsql.nonsense"' in out.stderr
