@@ -78,11 +78,13 @@ def release_sets(
     intervals: list[list[tuple[float, float] | None]] = []
     derived: list[list[tuple[float, float] | None]] = []
     by_position: dict[int, Release] = {}
+    notes: dict[str, None] = {}  # the sets' accuracy summaries, each line once, in order
     for sp, got, public in zip(plan.sets, rows, declared, strict=True):
         types = [key_types[i] for i in sp.keys]
         rel = release(
             sp.plan, got.rows, types, public, confidence, engine.noiseless, candidates=candidates
         )
+        notes.update(dict.fromkeys(rel.notes))
         for pos in sp.positions:
             by_position[pos] = rel
     for pos in sorted(by_position):
@@ -96,7 +98,7 @@ def release_sets(
             stats.append(list(rel.stats[r]))
             intervals.append(list(rel.intervals[r]))
             derived.append(list(rel.derived[r]) if rel.derived else [])
-    return Release(tuple(key_types), groups, stats, intervals, derived, confidence)
+    return Release(tuple(key_types), groups, stats, intervals, derived, confidence, tuple(notes))
 
 
 def _set_of(plan: SetsPlan, position: int) -> int:

@@ -17,6 +17,15 @@ from typing import Any
 import numpy as np
 
 from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.execute.bias import (
+    Removed,
+    accuracy_notes,
+    parts,
+    release_removed,
+    round_interval,
+    target_of,
+    widen,
+)
 from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
@@ -35,6 +44,7 @@ class Release:
     # (dpsql.sql.intervals.derived_outputs order)
     derived: list[list[tuple[float, float] | None]] = field(default_factory=list)
     confidence: float | None = None  # the level of the stored intervals
+    notes: tuple[str, ...] = ()  # the accuracy summary (dpsql.execute.bias.accuracy_notes)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +54,7 @@ class Release:
             "intervals": [[list(i) if i else None for i in row] for row in self.intervals],
             "derived": [[list(i) if i else None for i in row] for row in self.derived],
             "confidence": self.confidence,
+            "notes": list(self.notes),
         }
 
     @classmethod
@@ -55,6 +66,7 @@ class Release:
             [[tuple(i) if i else None for i in row] for row in d["intervals"]],
             [[tuple(i) if i else None for i in row] for row in d.get("derived", [])],
             d.get("confidence"),
+            tuple(d.get("notes", ())),
         )
 
 
@@ -85,9 +97,10 @@ def release(
     by_key: dict[tuple[str | None, ...], tuple[Any, ...]] = {
         tuple(r[:nk]): tuple(r[nk:]) for r in rows
     }
+    nsel = 1 if a.needs_selection else 0
     if declared_keys is not None:
         keys = [tuple(k) for k in itertools.product(*declared_keys)] if nk else [()]
-        zero = (0,) * (nm + (1 if a.needs_selection else 0))
+        zero = (0,) * (nm + nsel + 2 * len(plan.bias))
         table = [(k, by_key.get(k, zero)) for k in keys]
     else:
         table = list(by_key.items())
@@ -96,8 +109,14 @@ def release(
         assert plan.selection is not None
         keep = sel >= 1 if noiseless else plan.selection.keep(sel)
         table = [t for t, k in zip(table, keep, strict=True) if k]
+    b0 = nm + nsel  # the removed-mass columns of the bias targets follow the measures
+    removed = release_removed(
+        plan,
+        [([v[b0 + 2 * i] for _, v in table], [v[b0 + 2 * i + 1] for _, v in table])
+         for i in range(len(plan.bias))],
+        noiseless,
+    )  # fmt: skip
     noisy: dict[str, np.ndarray] = {}
-    widths: dict[str, float] = {}
     for j, mp in enumerate(plan.measures):
         if mp.measure.selected:
             cands = mp.measure.candidates or (candidates or {}).get(mp.key, ())
@@ -108,28 +127,28 @@ def release(
         noisy[mp.key] = vals if noiseless else mp.mechanism.release(vals)
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
-    for s in a.statistics:
-        k = len(s.measures)
-        level = 1 - (1 - confidence) / k
-        for key in s.measures:
-            mech = plan.measure_plan(key).mechanism
-            if not isinstance(mech, (Quantile, Mode)):
-                widths[key] = mech.half_width(level)
-            else:
-                widths[key] = math.nan  # a rank/count guarantee, no value interval
+    interval = _stat_interval(plan, noisy, removed)
+    for si, s in enumerate(a.statistics):
         for i in range(len(table)):
-            v, iv = derive(s, [noisy[m][i] for m in s.measures], [widths[m] for m in s.measures])
+            v, _ = derive(s, [noisy[m][i] for m in s.measures], [0.0] * len(s.measures))
             stats[i].append(v)
-            intervals[i].append(iv)
+            iv = interval(i, si, confidence)
+            intervals[i].append(iv if iv is None else round_interval(s, iv, _half(iv)))
     groups = [list(k) for k, _ in table]
-    derived = derived_intervals(a, len(table), confidence, _stat_interval(plan, noisy))
-    return Release(tuple(key_types), groups, stats, intervals, derived, confidence)
+    derived = derived_intervals(a, len(table), confidence, interval)
+    notes = accuracy_notes(a, plan, removed, confidence, len(table))
+    return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
+
+
+def _half(iv: tuple[float, float]) -> float:
+    return (iv[1] - iv[0]) / 2
 
 
 def _stat_interval(
-    plan: Plan, noisy: dict[str, Any]
+    plan: Plan, noisy: dict[str, Any], removed: dict[str, Removed]
 ) -> Callable[[int, int, float], tuple[float, float] | None]:
-    """Statistic si's interval in row r at a given confidence (Bonferroni over its measures)."""
+    """Statistic si's interval in row r at a given confidence (Bonferroni over its measures and,
+    for a COUNT or SUM whose removed mass is estimated, that estimate: dpsql.execute.bias)."""
     widths: dict[tuple[str, float], float] = {}
 
     def width(key: str, level: float) -> float:
@@ -141,9 +160,11 @@ def _stat_interval(
 
     def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
         s = plan.analysis.statistics[si]
-        lv = 1 - (1 - level) / len(s.measures)
+        lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
-        return derive(s, [noisy[m][r] for m in s.measures], ws)[1]
+        iv = derive(s, [noisy[m][r] for m in s.measures], ws)[1]
+        b = target_of(s, plan)
+        return widen(s, iv, removed[b.target.key], r, lv) if b is not None else iv
 
     return interval
 

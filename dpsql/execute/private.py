@@ -227,7 +227,7 @@ def finish(
         for i, c in enumerate(cols)
     )
     conf = session.confidence or engine.policy.defaults.confidence
-    notices = interval_notices(a, plan, conf) if session.show_intervals else ()
+    notices = (*rel.notes, *interval_notices(a, plan, conf))
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
         notices = (
             *notices,

@@ -23,7 +23,7 @@ epsilon/(k G) per group. With Gaussian noise the other k - q measures share the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Literal
@@ -35,6 +35,7 @@ from dpsql.dp.quantiles import _GAMMA_CLIP as GAMMA_CLIP  # the sampler's clip, 
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
 from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.bias import BIAS_SHARE, BiasPlan, bias_plans, bias_targets
 
 MechanismName = Literal["laplace", "gaussian"]
 
@@ -67,13 +68,19 @@ class Plan:
     mechanism: MechanismName
     measures: tuple[MeasurePlan, ...]
     selection: PartitionSelection | None
+    # estimates of what contribution bounding removed (dpsql.sql.bias), from BIAS_SHARE of epsilon
+    bias: tuple[BiasPlan, ...] = ()
 
     @property
     def cost(self) -> Cost:
         costs = [mp.mechanism.cost for mp in self.measures]
         if self.selection is not None:
             costs.append(self.selection.cost)
+        costs += [b.cost for b in self.bias]
         return sequential(costs)
+
+    def bias_plan(self, key: str) -> BiasPlan | None:
+        return next((b for b in self.bias if b.target.key == key), None)
 
     def measure_plan(self, key: str) -> MeasurePlan:
         for mp in self.measures:
@@ -182,6 +189,8 @@ def check_noise(plan: Plan) -> Plan:
                 f"would be {_sci(steps)} grid steps wide",
                 hint="raise SET dpsql.epsilon, or aggregate values with smaller bounds",
             )
+    if any(b.dropped.noise_scale > MAX_NOISE_STEPS for b in plan.bias):
+        raise _too_small("epsilon", plan.epsilon, MIN_EPSILON, "raise SET dpsql.epsilon")
     sel = plan.selection
     if sel is not None and sel.mechanism.noise_scale > MAX_NOISE_STEPS:
         raise _too_small("epsilon", plan.epsilon, MIN_EPSILON, "raise SET dpsql.epsilon")
@@ -206,7 +215,13 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
         raise _too_small("epsilon", epsilon, MIN_EPSILON, "SET dpsql.epsilon = 0.1 (or similar)")
     if 0 < delta < MIN_DELTA:
         raise _too_small("delta", delta, MIN_DELTA, "SET dpsql.delta = 1e-6 (or similar)")
-    return check_noise(_make_plan(a, epsilon, delta, mechanism))
+    targets = bias_targets(a)
+    if not targets:
+        return check_noise(_make_plan(a, epsilon, delta, mechanism))
+    # BIAS_SHARE of epsilon measures what bounding removed; the rest is planned as before
+    main = _make_plan(a, epsilon * (1 - BIAS_SHARE), delta, mechanism)
+    plan = replace(main, epsilon=epsilon, bias=bias_plans(targets, epsilon * BIAS_SHARE))
+    return check_noise(plan)
 
 
 def _make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str) -> Plan:

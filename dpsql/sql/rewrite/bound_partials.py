@@ -150,9 +150,20 @@ def bound_partials(
     salt: str,
 ) -> exp.Select:
     """The private SQL for decomposable measures (``values[i]``: measure i's value column)."""
+    from dpsql.sql.bias import bias_targets
+    from dpsql.sql.rewrite.measure_dropped import kept_only, measure_dropped, raw_partial_sql
+
     unit = exp.column("_dp_unit")
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
+    targets = bias_targets(a)
+    rank = needs_group_rank(a)
+    keep = (
+        exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
+        if rank
+        else None
+    )
     parts: dict[str, exp.Expression] = {}
+    kept: dict[int, str] = {}
     measures: list[exp.Expression] = []
     for i, m in enumerate(a.measures):
         p = partial_sql(m, values[i], a.max_rows)
@@ -162,15 +173,23 @@ def bound_partials(
             key = p.sql("postgres")
             if key not in parts:
                 parts[key] = exp.alias_(p, f"_dp_p{len(parts)}")
+            kept[i] = parts[key].alias
             col = exp.column(parts[key].alias)
             out = exp.Coalesce(this=exp.Sum(this=col), expressions=[exp.Literal.number(0)])
+        if targets:
+            out = kept_only(out, keep)
         measures.append(exp.alias_(out, f"_dp_m{i}"))
+    raws = [exp.alias_(raw_partial_sql(t, values[t.index]), f"_dp_r{t.index}") for t in targets]
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
-    if not needs_group_rank(a):
+    if not rank:
         keys = [unit, *gcols]
-        partial = exp.select(*[k.copy() for k in keys], *parts.values()).from_("_dp_rows")
+        partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
+        partial = partial.from_("_dp_rows")
         q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
         q = q.from_("_dp_parts")
+        if targets:
+            order = [g.copy() for g in gcols] or None
+            q = measure_dropped(q, "_dp_parts", targets, kept, None, order, False)
         return q.group_by(*[g.copy() for g in gcols]) if gcols else q
     # One sort of the rows by (unit, hash, keys) serves both the aggregation into partials and
     # the ranking of each unit's partials (no hash table of partials, no second sort).
@@ -178,15 +197,20 @@ def bound_partials(
     keys = [unit, h, *gcols]
     hashed = exp.select(exp.Star(), exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
     hashed = hashed.from_("_dp_rows").order_by(*[k.copy() for k in keys])
-    partial = exp.select(*[k.copy() for k in keys], *parts.values())
+    partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
     partial = partial.from_(hashed.subquery("_dp_hashed")).group_by(*[k.copy() for k in keys])
-    rank = exp.Window(
+    ranking = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit.copy()],
         order=exp.Order(expressions=[exp.Ordered(this=k.copy()) for k in keys[1:]]),
     )
-    bounded = exp.select(exp.Star(), exp.alias_(rank, "_dp_gr")).from_("_dp_parts")
-    keep = exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
+    bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr")).from_("_dp_parts")
+    assert keep is not None
     q = q.with_("_dp_parts", as_=partial).with_("_dp_bounded", as_=bounded)
-    q = q.from_("_dp_bounded").where(keep)
+    q = q.from_("_dp_bounded")
+    if targets:
+        order = [exp.column("_dp_gr")]
+        q = measure_dropped(q, "_dp_bounded", targets, kept, keep, order, a.needs_selection)
+    else:
+        q = q.where(keep)
     return q.group_by(*[g.copy() for g in gcols])

@@ -1,0 +1,181 @@
+"""Error bars that include what contribution bounding removed, and the accuracy notice.
+
+For a COUNT or one-signed SUM (a bias target, :mod:`dpsql.sql.bias`) the truth T of a group is
+the bounded value B plus the removed mass D (>= 0 for counts and SUMs of non-negative values).
+The released B' = B + noise is within w_B of B, and the released D' (the removed mass of units
+within the cap C) within w_D of it, each with probability 1 - alpha/2. If no unit lost more than
+C, then with probability >= 1 - alpha (union bound)::
+
+    B' - w_B + max(0, D' - w_D)  <=  T  <=  B' + w_B + max(0, D' + w_D)
+
+(for a SUM on a finer grid than 1 the lower end keeps B' - w_B: its removed mass is rounded up,
+so D' is only an upper bound). The interval is asymmetric, reaching further on the side bounding
+pulled the answer from. The answer B' itself is unchanged. The over-cap count tells whether the
+assumption is plainly false: when some group's count is above 0 beyond its noise, the notice says
+that the interval does not cover the truth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+import numpy as np
+
+from dpsql.sql.analysis import Analysis, Statistic
+from dpsql.sql.bias import BiasPlan
+from dpsql.sql.plan import Plan
+
+Interval = tuple[float, float]
+
+
+@dataclass(frozen=True)
+class Removed:
+    """One target's released removed mass per group (measure units, >= 0 means 'removed on the
+    side of its sign') and over-cap unit counts."""
+
+    plan: BiasPlan
+    dropped: np.ndarray
+    over_cap: np.ndarray
+
+
+def release_removed(
+    plan: Plan, columns: Sequence[Sequence[float]], noiseless: bool
+) -> dict[str, Removed]:
+    """Noisy removed mass per target from its two SQL columns per row (grid steps, unit counts).
+
+    ``columns[i]`` holds target i's (dropped steps, over-cap count) for every released row.
+    """
+    out: dict[str, Removed] = {}
+    for b, (steps, over) in zip(plan.bias, columns, strict=True):
+        grid = float(b.target.grid)
+        d = np.array([float(x) for x in steps], dtype=np.float64) * grid
+        k = np.array([float(x) for x in over], dtype=np.float64)
+        if not noiseless and d.size:
+            d, k = b.dropped.release(d), b.over_cap.release(k)
+        out[b.target.key] = Removed(b, d, k)
+    return out
+
+
+def widen(s: Statistic, iv: Interval | None, r: Removed, row: int, level: float) -> Interval | None:
+    """The interval of statistic ``s`` (a COUNT or SUM of target ``r``) at ``level`` widened by
+    the removed mass's interval at ``level`` (each part at its own level; see the module)."""
+    if iv is None:
+        return None
+    t = r.plan.target
+    w = r.plan.dropped.half_width(level)
+    d = float(r.dropped[row])
+    up, down = max(0.0, d + w), max(0.0, d - w) if t.grid == 1 else 0.0
+    lo, hi = (iv[0] + down, iv[1] + up) if t.sign > 0 else (iv[0] - up, iv[1] - down)
+    if s.func == "count":
+        lo, hi = max(0.0, lo), max(0.0, hi)
+    return lo, hi
+
+
+def parts(s: Statistic, plan: Plan) -> int:
+    """How many intervals the statistic's interval rests on (its measures, plus the removed
+    mass when it is a bias target): each holds at level 1 - alpha/parts."""
+    return len(s.measures) + (1 if target_of(s, plan) is not None else 0)
+
+
+def target_of(s: Statistic, plan: Plan) -> BiasPlan | None:
+    if s.func not in ("count", "sum") or len(s.measures) != 1:
+        return None
+    return plan.bias_plan(s.measures[0])
+
+
+def round_interval(s: Statistic, iv: Interval | None, noise_hw: float) -> Interval | None:
+    """Interval ends rounded outwards: counts and integer sums to integers (the truth is one),
+    other values to a step of about 1/100 of the noise's half-width, never inwards."""
+    if iv is None or not all(map(math.isfinite, iv)):
+        return iv
+    lo, hi = iv
+    if s.func in ("count", "count_distinct") or s.pg_type == "int8":
+        return float(math.ceil(lo - 1e-9)), float(math.floor(hi + 1e-9))
+    if not (noise_hw > 0 and math.isfinite(noise_hw)):
+        return iv
+    e = math.floor(math.log10(noise_hw)) - 2
+    return _outward(lo, e, True), _outward(hi, e, False)
+
+
+def _outward(x: float, exponent: int, down: bool) -> float:
+    """x rounded to a multiple of 10**exponent, down or up, as the nearest float not inwards."""
+    q = Decimal(x).scaleb(-exponent).to_integral_value(ROUND_FLOOR if down else ROUND_CEILING)
+    y = float(q.scaleb(exponent))
+    if down and y > x:
+        y = math.nextafter(y, -math.inf)
+    if not down and y < x:
+        y = math.nextafter(y, math.inf)
+    return y
+
+
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1000 or x == int(x):
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def accuracy_notes(
+    a: Analysis, plan: Plan, removed: dict[str, Removed], confidence: float, rows: int
+) -> tuple[str, ...]:
+    """The accuracy summary, one line per statistic with a value interval: level, noise
+    half-width, estimated removed mass and whether the interval holds."""
+    unit = "rows" if a.private.row_privacy else f"units ({a.private.privacy_unit})"
+    out: list[str] = []
+    for s in a.statistics:
+        if s.func in ("quantile", "mode"):
+            continue
+        level = 1 - (1 - confidence) / parts(s, plan)
+        mechs = [plan.measure_plan(m).mechanism for m in s.measures]
+        hws = [m.half_width(level) for m in mechs if hasattr(m, "half_width")]
+        noise = f"noise ±{_fmt(hws[0])}" if len(hws) == 1 else "noise of its parts"
+        head = f"{s.sql}: {confidence:.0%} interval: {noise}"
+        b = target_of(s, plan)
+        if b is None:
+            out.append(f"{head}; {_unestimated(a, s)}")
+            continue
+        r = removed[b.target.key]
+        total = float(np.clip(r.dropped, 0, None).sum()) if rows else 0.0
+        w = b.dropped.half_width(level)
+        side = "above" if b.target.sign > 0 else "below"
+        where = "" if not a.group_keys else " in all groups together"
+        line = (
+            f"{head}; the contribution bounds left out about {_fmt(total)}{where} "
+            f"(±{_fmt(w)} per group): the interval reaches that much further {side} the answer"
+        )
+        out.append(line + "; " + _over_cap(r, confidence, rows, unit))
+    return tuple(out)
+
+
+def _over_cap(r: Removed, confidence: float, rows: int, unit: str) -> str:
+    cap = _fmt(float(r.plan.target.cap))
+    if not rows:
+        return f"it assumes no one of the {unit} lost more than {cap} to the bounds"
+    level = 1 - (1 - confidence) / rows
+    w = r.plan.over_cap.half_width(level)
+    total = max(0.0, float(r.over_cap.sum()))
+    if float(r.over_cap.max()) - w > 0:
+        return (
+            f"it does NOT cover the truth: about {_fmt(total)} {unit} lost more than {cap} each "
+            "to the bounds, and what they lost beyond that is not counted (raise "
+            "max_rows_per_unit / max_groups_per_unit, or narrow the query)"
+        )
+    return (
+        f"it holds if no one of the {unit} lost more than {cap} to the bounds (estimated "
+        f"{_fmt(total)} did, ±{_fmt(w)} per group)"
+    )
+
+
+def _unestimated(a: Analysis, s: Statistic) -> str:
+    if a.private.row_privacy:
+        return "no contribution bounds apply"
+    if s.func == "count_distinct":
+        return "the interval covers noise only: the contribution bounds can only lower it"
+    return (
+        "the interval covers noise only: the contribution bounds may move it either way "
+        "(not estimated)"
+    )

@@ -1,0 +1,157 @@
+"""What contribution bounding removes: which measures get a private estimate of it, and at what cap.
+
+Bounding keeps at most R = max_rows_per_unit rows of a privacy unit per group and at most
+G = max_groups_per_unit groups per unit. For a COUNT, or a SUM of values of one sign, what it
+removes has a known direction: the bounded answer is never above the truth (never below it for
+a SUM of non-positive values). So the error bar of such a statistic is made honest by adding an
+interval for the removed mass on the far side (:mod:`dpsql.execute.bias`), measured privately in
+the same SQL (:mod:`dpsql.sql.rewrite.measure_dropped`):
+
+* ``dropped``: per group, the sum over units of the unit's removed mass ``d(u, g)`` (its rows or
+  its values beyond R in a group, all of it in a group beyond G, rounded up to the grid), each
+  unit counted up to ``cap`` C over all its groups (in its own order of groups). One unit moves
+  this vector by at most C in L1: Laplace noise of scale C / epsilon is epsilon-DP.
+* ``over_cap``: per group, the units whose total removed mass passes C in that group (each unit
+  once: L1 sensitivity 1). Their sum tells whether the interval's assumption -- no unit lost
+  more than C -- is plainly false.
+
+C = ``CAP_FACTOR`` · R · c (c: what one row adds, 1 for counts), a public number.
+The estimate costs ``BIAS_SHARE`` of the statement's epsilon (``dropped`` 3/4 of it, ``over_cap``
+1/4), split evenly over the measures estimated. ``BoundingStats`` is the hook for a private
+measurement of the data's spread (item 1 of issue 16, chosen bounds) to choose the cap instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from dpsql.dp.accounting import Cost, sequential
+from dpsql.dp.mechanisms import Laplace
+from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.rewrite.bound_partials import decomposable
+
+BIAS_SHARE = Fraction(1, 10)
+DROPPED_SHARE = Fraction(3, 4)  # of BIAS_SHARE; over_cap gets the rest
+CAP_FACTOR = 4
+GRID_BITS = 20
+
+BiasKind = Literal["dropped", "over_cap"]
+
+
+@dataclass(frozen=True)
+class BoundingStats:
+    """Released (already private) statistics about how far units exceed the bounds.
+
+    ``removed_cap``: the per-unit removed mass, as a multiple of R·c, up to which the interval
+    accounts for bounding (e.g. from a DP high quantile of rows per unit). None: ``CAP_FACTOR``.
+    """
+
+    removed_cap: Fraction | None = None
+
+
+@dataclass(frozen=True)
+class BiasTarget:
+    """A measure whose bounding bias is estimated. ``index``: its position in the measures."""
+
+    index: int
+    measure: Measure
+    sign: int  # +1: bounding only lowers it (counts, SUM over lo >= 0); -1: only raises it
+    cap_steps: int  # C, in grid steps
+    grid: Fraction  # 1 for integer measures, else a power of two about 2**-20 of the cap
+
+    @property
+    def key(self) -> str:
+        return self.measure.key
+
+    @property
+    def cap(self) -> Fraction:
+        """C in the measure's units (a multiple of the grid)."""
+        return self.cap_steps * self.grid
+
+
+def _grid(cap: Fraction) -> Fraction:
+    """A power of two with cap / grid between 2**20 and 2**21 (a value-free, exact step)."""
+    if cap <= 0:
+        return Fraction(1)
+    return Fraction(2) ** (math.floor(math.log2(cap)) - GRID_BITS)
+
+
+def direction(m: Measure) -> int:
+    """+1 / -1 when bounding can only lower / raise measure ``m``; 0 when it can move it both
+    ways (centred sums, sums of mixed sign) or not at all (COUNT(DISTINCT unit))."""
+    if m.kind in ("count_rows", "count_values"):
+        return 1
+    if m.kind == "sum":
+        if m.lo >= 0:
+            return 1
+        if m.hi <= 0:
+            return -1
+    return 0
+
+
+def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTarget, ...]:
+    """The measures of ``a`` whose removed mass the private SQL measures (in measure order):
+    those a COUNT or SUM statistic reads alone, when bounding moves them one way only.
+
+    None for row-level privacy (nothing is bounded), for the row path (COUNT(DISTINCT x),
+    quantiles, mode) and for joins of several private tables (each is capped before the join).
+    """
+    if a.private.row_privacy or not decomposable(a):
+        return ()
+    if sum(1 for _, _, p in a.sources if p is not None) > 1:
+        return ()
+    factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
+    r = a.max_rows
+    wanted = {s.measures[0] for s in a.statistics if s.func in ("count", "sum")}
+    out = []
+    for i, m in enumerate(a.measures):
+        s = direction(m)
+        if s and m.key in wanted:
+            cap = Fraction(factor) * r * m.per_row()
+            grid = Fraction(1) if m.integral else _grid(cap)
+            out.append(BiasTarget(i, m, s, max(1, math.floor(cap / grid)), grid))
+    return tuple(out)
+
+
+def statistic_target(
+    targets: tuple[BiasTarget, ...], measures: tuple[str, ...], func: str
+) -> BiasTarget | None:
+    """The target whose bias moves a statistic: COUNT and SUM of one measure only."""
+    if func not in ("count", "sum") or len(measures) != 1:
+        return None
+    return next((t for t in targets if t.key == measures[0]), None)
+
+
+@dataclass(frozen=True)
+class BiasPlan:
+    """The two releases estimating one target's removed mass (pure epsilon, Laplace)."""
+
+    target: BiasTarget
+    dropped: Laplace  # sensitivity C (L1 over groups), on the target's grid
+    over_cap: Laplace  # sensitivity 1
+
+    @property
+    def cost(self) -> Cost:
+        return sequential([self.dropped.cost, self.over_cap.cost])
+
+
+def bias_plans(targets: tuple[BiasTarget, ...], epsilon: Fraction) -> tuple[BiasPlan, ...]:
+    """Split ``epsilon`` (the statement's share for bias) over the targets' two releases.
+
+    Every value released is an integer number of grid steps (the SQL counts in steps), so no
+    rounding slack is added to the sensitivities.
+    """
+    if not targets:
+        return ()
+    each = epsilon / len(targets)
+    return tuple(
+        BiasPlan(
+            t,
+            Laplace(t.cap, each * DROPPED_SHARE, t.grid),
+            Laplace(Fraction(1), each * (1 - DROPPED_SHARE), Fraction(1)),
+        )
+        for t in targets
+    )

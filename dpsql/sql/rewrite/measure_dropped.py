@@ -1,0 +1,137 @@
+"""Measure, in the bounded SQL, what contribution bounding removed (see :mod:`dpsql.sql.bias`).
+
+For each bias target t (a COUNT or one-signed SUM measure), ``_dp_parts`` gets the unit's *raw*
+partial in the group (``_dp_r<t>``: COUNT(*), COUNT(v) or SUM(v) of all its rows, v clamped into
+the measure's range as for the bounded sum) beside the bounded one; the unit's removed mass in
+the group is ``raw - kept`` (``kept`` = the bounded partial if the group is among the unit's G
+kept ones, else 0), and its total over groups is a window sum per unit. The query then adds,
+with e = CEIL(d / grid) (the removed mass in grid steps, rounded up) and ``before`` the steps
+the unit's earlier groups (in its group order) already removed::
+
+    dropped_t  = SUM(LEAST(e, GREATEST(C - before, 0)))      -- a unit counts <= C steps in all
+    over_cap_t = SUM(CASE WHEN before <= C AND before + e > C THEN 1 ELSE 0 END)
+
+as the last columns (after the measures and the selection count), both integers: ``dropped``
+moves by at most C steps and ``over_cap`` by at most 1 (L1) when one unit comes or goes, and
+``dropped`` * grid >= the removed mass of the units within the cap (exactly it for counts, grid
+1). For a non-positive SUM (``sign`` -1) ``d`` is negated first, so every ``e`` is >= 0. The bounded measures are unchanged: they read only the kept partials (``FILTER`` on the
+group rank instead of ``WHERE``, so the removed groups reach the window), and with partition
+selection a group only removed partials reach is left out (``HAVING``), so the candidate groups are
+the same as without this pass.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.sql.bias import BiasTarget
+from dpsql.sql.rewrite.literals import numeric
+
+
+def raw_partial_sql(t: BiasTarget, v: exp.Expression | None) -> exp.Expression:
+    """A unit's raw partial of target ``t`` in one group (all its rows), made >= 0 by its sign."""
+    kind = t.measure.kind
+    if kind == "count_rows":
+        return exp.Count(this=exp.Star())
+    assert v is not None
+    if kind == "count_values":
+        return exp.Count(this=v.copy())
+    total = exp.Coalesce(this=exp.Sum(this=v.copy()), expressions=[exp.Literal.number(0)])
+    return total if t.sign > 0 else exp.Neg(this=exp.Paren(this=total))
+
+
+def dropped_columns(
+    t: BiasTarget, e: exp.Expression, before: exp.Expression | None
+) -> tuple[exp.Expression, exp.Expression]:
+    """The two per-group aggregates of target ``t`` from a unit's removed mass ``e`` in the group
+    (in grid steps, >= 0) and what its earlier groups already removed (``before``; None: one group
+    per unit). A unit counts at most ``t.cap_steps`` steps over all its groups, and is counted
+    once, in the group where it passes the cap."""
+    cap = exp.Literal.number(t.cap_steps)
+    zero = exp.Literal.number(0)
+    if before is None:
+        counted: exp.Expression = exp.Least(this=e.copy(), expressions=[cap.copy()])
+        passes: exp.Expression = exp.GT(this=e.copy(), expression=cap.copy())
+    else:
+        room = exp.Greatest(this=exp.Sub(this=cap.copy(), expression=before.copy()),
+                            expressions=[zero.copy()])  # fmt: skip
+        counted = exp.Least(this=e.copy(), expressions=[room])
+        passes = exp.and_(
+            exp.LTE(this=before.copy(), expression=cap.copy()),
+            exp.GT(this=exp.Add(this=before.copy(), expression=e.copy()), expression=cap.copy()),
+        )
+    over = exp.Case(ifs=[exp.If(this=passes, true=exp.Literal.number(1))], default=zero.copy())
+    return (
+        exp.Coalesce(this=exp.Sum(this=counted), expressions=[zero.copy()]),
+        exp.Coalesce(this=exp.Sum(this=over), expressions=[zero.copy()]),
+    )
+
+
+def kept_only(node: exp.Expression, keep: exp.Expression | None) -> exp.Expression:
+    """An aggregate over the kept partials only (``keep``: the group-rank condition, if any)."""
+    if keep is None:
+        return node
+    if isinstance(node, exp.Coalesce):  # COALESCE(SUM(p), 0): filter the inner aggregate
+        node.set("this", exp.Filter(this=node.this, expression=exp.Where(this=keep.copy())))
+        return node
+    return exp.Filter(this=node, expression=exp.Where(this=keep.copy()))
+
+
+def measure_dropped(
+    q: exp.Select,
+    source: str,
+    targets: tuple[BiasTarget, ...],
+    kept: dict[int, str],
+    keep: exp.Expression | None,
+    order: list[exp.Expression] | None,
+    selecting: bool,
+) -> exp.Select:
+    """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
+    ranked or plain partials, which holds ``_dp_r<i>``; ``kept[i]``: target i's bounded partial
+    column). ``order``: the order of a unit's groups (None: one group per unit). ``q``'s
+    measures must already read kept partials only (:func:`kept_only`)."""
+    cols: list[exp.Expression] = []
+    steps: list[exp.Expression] = []
+    befores: list[exp.Expression] = []
+    for t in targets:
+        p: exp.Expression = exp.column(kept[t.index])
+        if t.sign < 0:
+            p = exp.Neg(this=p)
+        if keep is not None:
+            p = exp.Case(ifs=[exp.If(this=keep.copy(), true=p)], default=exp.Literal.number(0))
+        d: exp.Expression = exp.Sub(
+            this=exp.column(f"_dp_r{t.index}"), expression=exp.Paren(this=p)
+        )
+        if t.grid != 1:
+            d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
+        e = exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
+        steps.append(exp.alias_(exp.cast(e, "bigint"), f"_dp_e{t.index}"))
+        ecol = exp.column(f"_dp_e{t.index}")
+        before = None
+        if order is not None:
+            w = exp.Window(
+                this=exp.Sum(this=ecol.copy()),
+                partition_by=[exp.column("_dp_unit")],
+                order=exp.Order(expressions=[exp.Ordered(this=o.copy()) for o in order]),
+                spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                                    end=exp.Literal.number(1), end_side="PRECEDING"),
+            )  # fmt: skip
+            befores.append(
+                exp.alias_(
+                    exp.Coalesce(this=w, expressions=[exp.Literal.number(0)]), f"_dp_c{t.index}"
+                )  # fmt: skip
+            )
+            before = exp.column(f"_dp_c{t.index}")
+        got = dropped_columns(t, ecol, before)
+        cols += [exp.alias_(got[0], f"_dp_b{t.index}"), exp.alias_(got[1], f"_dp_k{t.index}")]
+    removed = exp.select(exp.Star(), *steps).from_(source)
+    if befores:
+        removed = exp.select(exp.Star(), *befores).from_(removed.subquery("_dp_removed"))
+    q = q.with_("_dp_dropped", as_=removed)
+    q.set("from_", exp.From(this=exp.to_table("_dp_dropped")))
+    q.set("expressions", [*q.expressions, *cols])
+    if selecting and keep is not None:
+        kept_units = exp.Filter(this=exp.Count(this=exp.Star()),
+                                expression=exp.Where(this=keep.copy()))  # fmt: skip
+        q = q.having(exp.GT(this=kept_units, expression=exp.Literal.number(0)))
+    return q

@@ -1,0 +1,160 @@
+"""Error bars that hold the truth when contribution bounding removes rows (issue 16 item 2).
+
+Data: 3,000 units with 1-4 rows each (unit u has 1 + u % 4 rows, value 1 + u % 50, group 'a' or
+'b' by u % 3 != 0), policy max_rows_per_unit 1: bounding keeps one row per unit, so COUNT(*)
+and SUM(v) are about 40% below the truth -- a biased case. The truth is the query run as written
+on PostgreSQL.
+
+Property: for a statistic whose removed mass is estimated, the 95% interval covers the truth in
+at least 95% of independent releases (every unit loses at most 3 rows, below the cap 4·R). The
+bounded SQL runs once; its row is released ``DRAWS`` times as independent groups of one release
+(the engine's own ``release``: fresh noise for the statistic and for the removed mass each time).
+With coverage p >= 0.95, fewer than ``binom_min_successes(DRAWS, 0.95)`` covered draws has
+probability <= 1e-6: the test's false-failure rate. The broken twin -- the same plan without the
+removed-mass estimate, i.e. today's noise-only interval -- covers in none of the draws and must
+fail the same check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.execute.noise import release
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.plan import Plan
+from tests.helpers import binom_min_successes
+
+DRAWS = 400
+UNITS = 3000
+POLICY = {
+    "version": 1,
+    "dataset": "bars",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.t": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 1,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["a", "b"]},
+                "v": {"type": "numeric", "bounds": [0, 50]},
+                "w": {"type": "integer", "bounds": [-5, 5]},
+            },
+        }
+    },
+}
+QUERIES = {
+    "count": "SELECT COUNT(*) FROM t",
+    "sum": "SELECT SUM(v) FROM t",
+    "count_by_g": "SELECT g, COUNT(*) FROM t GROUP BY g",
+    "sum_by_g": "SELECT g, SUM(v) FROM t GROUP BY g",
+}
+
+
+def _load(dsn: str, rows_of: Callable[[int], int] = lambda u: 1 + u % 4) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid integer NOT NULL, g text NOT NULL, v numeric, w int)")
+        rows = [
+            (u, "a" if u % 3 else "b", 1 + u % 50, u % 11 - 5)
+            for u in range(UNITS)
+            for _ in range(rows_of(u))
+        ]
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s)", rows)
+
+
+@pytest.fixture(scope="module")
+def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
+    dsn = make_db("bars")
+    _load(dsn)
+    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    yield e
+    e.close()
+
+
+def without_bias(plan: Plan) -> Plan:
+    """The broken twin: the same release with noise-only intervals (no removed-mass estimate)."""
+    return dataclasses.replace(plan, bias=())
+
+
+def _truth(engine: Engine, sql: str) -> dict[Any, float]:
+    rows = engine.backend.run(sql, private=False).rows
+    return {(r[0] if len(r) > 1 else None): float(r[-1]) for r in rows}
+
+
+def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
+    """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
+    only row): grouped, the group's row is released as DRAWS independent groups of one release;
+    ungrouped, DRAWS releases of the row."""
+    sql = QUERIES[name]
+    prepared = engine.prepare(sql)
+    plan = engine.plan(prepared, SessionContext(analyst="a", epsilon=Fraction(1)))
+    assert isinstance(plan, Plan) and plan.bias, "COUNT and SUM estimate what bounding removed"
+    used = without_bias(plan) if broken else plan
+    row = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows[0]
+    if plan.analysis.group_keys:
+        truth = _truth(engine, sql)[row[0]]
+        keyed = [(str(i), *row[1:]) for i in range(DRAWS)]
+        ivs = [iv[0] for iv in release(used, keyed, ["text"], None, 0.95).intervals]
+    else:
+        truth = _truth(engine, sql)[None]
+        ivs = [release(used, [tuple(row)], [], None, 0.95).intervals[0][0] for _ in range(DRAWS)]
+    return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
+
+
+NEED = binom_min_successes(DRAWS, 0.95)
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_interval_covers_the_truth_on_a_biased_case(engine: Engine, name: str) -> None:
+    got = _coverage(engine, name)
+    assert got >= NEED, f"{name}: {got} of {DRAWS} covered, need {NEED}"
+
+
+@pytest.mark.parametrize("name", ["count", "sum_by_g"])
+def test_noise_only_interval_fails_the_same_check(engine: Engine, name: str) -> None:
+    got = _coverage(engine, name, broken=True)
+    assert got < NEED, f"{name}: the noise-only twin covered {got} of {DRAWS}"
+
+
+def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
+    """The notice: level, noise half-width, estimated removed mass, the assumption; AVG says
+    plainly that its interval covers noise only."""
+    s = SessionContext(analyst="a", epsilon=Fraction(1))
+    r = engine.execute(engine.prepare("SELECT COUNT(*), AVG(v) FROM t"), s)
+    count = next(n for n in r.notices if n.startswith("COUNT(*)"))
+    assert "95% interval" in count and "noise ±" in count and "left out about" in count
+    assert "holds if no one of the units (uid) lost more than 4" in count
+    assert any(n.startswith("AVG(v)") and "noise only" in n for n in r.notices)
+    assert isinstance(r.rows[0][0], int)
+
+
+def test_interval_ends_are_rounded_outwards(engine: Engine) -> None:
+    s = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
+    r = engine.execute(engine.prepare("SELECT COUNT(*) AS n, SUM(v) AS s FROM t"), s)
+    _, _, n_lo, n_hi, s_lo, s_hi = r.rows[0]
+    assert n_lo == int(n_lo) and n_hi == int(n_hi)  # a count's interval: whole numbers
+    # about 3 significant digits of the noise's half-width, not 17
+    assert len(repr(s_lo).rstrip("0").rstrip(".")) <= 9 and len(repr(s_hi)) <= 11
+
+
+def test_plainly_says_when_the_interval_does_not_cover(make_db: Callable[[str], str]) -> None:
+    """Every unit has 40 rows: each loses 39 > the cap 4, so the notice must say NOT (the
+    over-cap count, 3,000 units, is far beyond its noise)."""
+    dsn = make_db("bars_over")
+    _load(dsn, rows_of=lambda u: 40 if u < 1000 else 0)
+    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=1)
+    try:
+        r = e.execute(e.prepare("SELECT COUNT(*) FROM t"), SessionContext(analyst="a"))
+        assert any("does NOT cover the truth" in n for n in r.notices), r.notices
+    finally:
+        e.close()
