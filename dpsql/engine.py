@@ -24,7 +24,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp import rng
-from dpsql.errors import UnsupportedSql
+from dpsql.errors import DpsqlError, UnsupportedSql
 from dpsql.execute import group_keys, public_sql
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
@@ -171,7 +171,12 @@ class Engine:
         qkind = classify(tree, self.view(scope or None))
         analysis = None
         if qkind == "private":
-            analysis = analyze(tree, self.view(scope or None))
+            try:
+                analysis = analyze(tree, self.view(scope or None))
+            except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
+                from dpsql.execute.tree import prepare_tree
+
+                return prepare_tree(self, st, tree, scope, error)
         elif qkind == "public":
             check_public(tree)
         return Prepared(
@@ -196,6 +201,10 @@ class Engine:
         0 where unspecified), as PostgreSQL uses them to type the result columns.
         """
         self.check_scope(prepared, session)
+        if prepared.split is not None:
+            from dpsql.execute.tree import describe_tree
+
+            return describe_tree(self, prepared, session)
         if prepared.kind == "private":
             a = self.analysis(prepared, [None] * prepared.param_count)
             rel = Release(self.group_types(prepared, a), [], [], [])
@@ -250,6 +259,10 @@ class Engine:
     ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
+        if prepared.split is not None:
+            from dpsql.execute.tree import run_tree
+
+            return run_tree(self, prepared, session, params, cancel)
         if prepared.kind == "private":
             return run_private(self, prepared, session, params, cancel)
         if prepared.kind in ("public", "catalog"):
@@ -330,9 +343,15 @@ class Engine:
         """The DP plan of a private statement under the session's (epsilon, delta, mechanism)."""
         a = self.analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)
+        return self.plan_analysis(a, eps, delta, session.mechanism)
+
+    def plan_analysis(
+        self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str
+    ) -> Plan | SetsPlan:
+        """The DP plan of one analyzed private block at (epsilon, delta) (a tree's leaf too)."""
         if a.grouping_sets:
-            return make_sets_plan(a, eps, delta, session.mechanism, self.planner)
-        return self.planner(a, eps, delta, session.mechanism)
+            return make_sets_plan(a, epsilon, delta, mechanism, self.planner)
+        return self.planner(a, epsilon, delta, mechanism)
 
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters)."""

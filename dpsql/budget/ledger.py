@@ -27,7 +27,7 @@ transaction.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from fractions import Fraction
@@ -223,6 +223,21 @@ class Ledger:
             if cache_key is None or payload is None or self.policy.repeats == "off":
                 return None
             return answers.store(self, conn, res.analyst, res.id, cache_key, payload)
+
+        return self.transact(run)
+
+    def commit_answers(
+        self, res: Reservation, stored: Sequence[tuple[str, bytes]]
+    ) -> list[bytes | None]:
+        """:meth:`commit` for a statement of several releases (a tree of DP leaves, one charge):
+        confirm the spend and store each leaf's noisy answer under its own key, in one
+        transaction. Returns, per key, None or the payload a concurrent query stored first."""
+
+        def run(conn: psycopg.Connection) -> list[bytes | None]:
+            charging.settle(self, conn, res, "committed")
+            if self.policy.repeats == "off":
+                return [None] * len(stored)
+            return [answers.store(self, conn, res.analyst, res.id, k, p) for k, p in stored]
 
         return self.transact(run)
 

@@ -135,15 +135,14 @@ def _explain_private(
     params: Sequence[Any],
 ) -> Result:
     """dpsql's plan of a private query, validated as its execution would be, without running."""
-    plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
     conf = session.confidence or engine.policy.defaults.confidence
-    if not 0 < conf < 1:
-        from dpsql.errors import InvalidParameter
+    if inner.split is not None:  # several DP leaves: dpsql.execute.explain_tree
+        from dpsql.execute.explain_tree import explain_tree
 
-        raise InvalidParameter(
-            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
-            hint="SET dpsql.confidence = 0.95",
-        )
+        _check_confidence(conf)
+        return explain_tree(engine, inner, opts, session, params, conf)
+    plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
+    _check_confidence(conf)
     rep = report(inner.text, plan, conf)
     budget = budget_status(engine, inner, session, plan, params)
     doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
@@ -159,6 +158,16 @@ def _explain_private(
             col, [(yaml.safe_dump([doc], sort_keys=False, allow_unicode=True).rstrip(),)], "EXPLAIN"
         )
     return Result(col, [(line,) for line in plan_lines(doc)], "EXPLAIN")
+
+
+def _check_confidence(conf: float) -> None:
+    if not 0 < conf < 1:
+        from dpsql.errors import InvalidParameter
+
+        raise InvalidParameter(
+            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
+            hint="SET dpsql.confidence = 0.95",
+        )
 
 
 def budget_status(

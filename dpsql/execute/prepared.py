@@ -15,6 +15,7 @@ from sqlglot import exp
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.parse import Statement
+from dpsql.sql.tree import Split
 
 Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
 
@@ -35,6 +36,10 @@ class Prepared:
     # kind "explain": the explained statement, prepared as itself, and the EXPLAIN's options
     inner: Prepared | None = None
     explain: ExplainOptions | None = None
+    # kind "private" of several DP leaves (dpsql.sql.tree): the split statement and each leaf
+    # prepared as a private statement of its own (``analysis`` is then None)
+    split: Split | None = None
+    leaves: tuple[Prepared, ...] = ()
 
     @property
     def first_word(self) -> str:

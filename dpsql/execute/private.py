@@ -127,37 +127,65 @@ def run_private(
         else None
     )
     try:
-        if isinstance(plan, SetsPlan):
-            set_rows = run_sets(engine, prepared, plan, cancel)
-        else:
-            rows = engine.backend.run(engine.private_sql(prepared, a), private=True, cancel=cancel)
+        got = measure(engine, prepared, plan, cancel)
     except BaseException as error:
         # A failure that may depend on the private rows (a data error, a timeout) stays charged:
         # otherwise failing queries would be free probes.
         if reservation is not None:
-            from dpsql.budget.ledger import refundable
-
-            if refundable(error):
-                ledger.refund(reservation)
-            else:
-                ledger.commit(reservation)  # confirmed as spent (history: committed)
+            settle_failed(ledger, reservation, error)
         raise
+    rel = release_measured(engine, plan, got, key_types, declared, confidence)
+    if reservation is not None:
+        earlier = ledger.commit(reservation, key, payload(rel))
+        if earlier is not None:  # a concurrent identical query stored its answer first
+            rel = Release.from_json(json.loads(earlier))
+    return finish(engine, prepared, a, rel, session, plan=plan)
+
+
+Measured = Any  # the upstream rows of a plan: Rows, or one Rows per grouping set
+
+
+def measure(
+    engine: Engine, prepared: Prepared, plan: Plan | SetsPlan, cancel: CancelToken | None
+) -> Measured:
+    """Run a planned private statement's bounded SQL: one row per group, never a table row."""
+    if isinstance(plan, SetsPlan):
+        return run_sets(engine, prepared, plan, cancel)
+    a = plan.analysis
+    return engine.backend.run(engine.private_sql(prepared, a), private=True, cancel=cancel)
+
+
+def settle_failed(ledger: Any, reservation: Any, error: BaseException) -> None:
+    """A reservation whose measurement failed: refunded when the failure can't depend on the
+    private rows (:func:`dpsql.budget.ledger.refundable`), else confirmed as spent."""
+    from dpsql.budget.ledger import refundable
+
+    if refundable(error):
+        ledger.refund(reservation)
+    else:
+        ledger.commit(reservation)  # confirmed as spent (history: committed)
+
+
+def release_measured(
+    engine: Engine,
+    plan: Plan | SetsPlan,
+    got: Measured,
+    key_types: Sequence[str],
+    declared: Any,
+    confidence: float,
+) -> Release:
+    """The noisy release of a measured plan (the only step that adds noise)."""
+    a = plan.analysis
     cands = {
         m.key: engine.resolve_keys_from(m.candidates_from)
         for m in a.measures
         if m.kind == "mode" and m.candidates_from is not None
     }
     if isinstance(plan, SetsPlan):
-        rel = release_sets(engine, plan, set_rows, key_types, declared, confidence, cands)
-    else:
-        rel = release(
-            plan, rows.rows, key_types, declared, confidence, engine.noiseless, candidates=cands
-        )
-    if reservation is not None:
-        earlier = ledger.commit(reservation, key, payload(rel))
-        if earlier is not None:  # a concurrent identical query stored its answer first
-            rel = Release.from_json(json.loads(earlier))
-    return finish(engine, prepared, a, rel, session, plan=plan)
+        return release_sets(engine, plan, got, key_types, declared, confidence, cands)
+    return release(
+        plan, got.rows, key_types, declared, confidence, engine.noiseless, candidates=cands
+    )
 
 
 def finish(

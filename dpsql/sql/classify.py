@@ -99,7 +99,9 @@ def classify(tree: exp.Expression, policy: Policy) -> QueryKind:
     if "private" in kinds:
         if kinds & {"catalog", "dpsql"}:
             raise PrivacyViolation(
-                "a query may not combine private tables with catalog or dpsql tables"
+                "a query may not combine private tables with catalog or dpsql tables",
+                hint="query the catalog (or dpsql's views) and the private tables in separate "
+                "statements",
             )
         return "private"
     if "dpsql" in kinds:

@@ -29,6 +29,7 @@ import yaml
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, UpstreamError
 from dpsql.execute.grouping_sets import private_sqls
+from dpsql.execute.tree import bound_split
 from dpsql.session import SessionContext
 from dpsql.sql.classify import classify
 
@@ -137,8 +138,14 @@ def test_attempt(
     assert prepared is not None and result is not None
     if "dp" in expect.split("|"):
         assert prepared.kind == "private"
-        a = engine.analysis(prepared, params)
-        allowed = private_sqls(engine, prepared, a)  # one per grouping set with ROLLUP etc.
+        if prepared.split is not None:  # a tree of DP leaves (#15): each leaf's bounded SQL
+            _, leaves = bound_split(engine, prepared, params)
+            allowed = [
+                q for lf in leaves for q in private_sqls(engine, lf, engine.analysis(lf, ()))
+            ]
+        else:
+            a = engine.analysis(prepared, params)
+            allowed = private_sqls(engine, prepared, a)  # one per grouping set with ROLLUP etc.
         assert private_sql, "the private query did not run"
         for q in private_sql:
             assert q in allowed or _is_type_probe(q), f"unvalidated SQL reached PostgreSQL: {q}"

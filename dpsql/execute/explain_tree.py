@@ -1,0 +1,148 @@
+"""EXPLAIN of a statement of several DP leaves (:mod:`dpsql.sql.tree`): the tree, each leaf's
+DP plan (mechanisms, epsilon, bounds, keys) at its share of the budget, the post-processing SQL
+and the one charge the statement would make. Reads no private data and charges nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from dpsql.dp.accounting import sequential
+from dpsql.errors import BudgetExhausted
+from dpsql.execute.explain_plan import budget_lines, plan_document, plan_lines, plan_xml
+from dpsql.execute.private import cache_key, delta_for_rho
+from dpsql.execute.tree import bound_split, leaf_plans
+from dpsql.explain import report
+from dpsql.result import Result, ResultColumn
+from dpsql.session import SessionContext
+from dpsql.sql.explain_options import ExplainOptions
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine, Prepared
+
+TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
+
+
+def explain_tree(
+    engine: Engine,
+    inner: Prepared,
+    opts: ExplainOptions,
+    session: SessionContext,
+    params: Sequence[Any],
+    conf: float,
+) -> Result:
+    """dpsql's plan of a tree statement, validated as its execution would be, without running."""
+    sp, leaves = bound_split(engine, inner, params)
+    plans = leaf_plans(engine, leaves, session)
+    ledger = engine.ledger
+    nodes: list[dict[str, Any]] = []
+    stored: list[bool] = []
+    for i, (leaf, plan) in enumerate(zip(leaves, plans, strict=True)):
+        free = bool(
+            ledger is not None
+            and session.analyst is not None
+            and ledger.has_answer(session.analyst, cache_key(engine, leaf, plan, ()))
+        )
+        stored.append(free)
+        note = "stored answer, free" if free else "charged with the statement"
+        doc = plan_document(
+            report(leaf.text, plan, conf),
+            plan,
+            conf,
+            {"Ledger": False, "Note": note},
+            costs=opts.costs,
+            verbose=opts.verbose,
+        )
+        node = doc["Plan"]
+        node.update({"Leaf": i, "Leaf SQL": leaf.text, "Free Repeat": free})
+        node["Outputs"] = doc["Outputs"]
+        if "Rewritten SQL" in doc:
+            node["Rewritten SQL"] = doc["Rewritten SQL"]
+        nodes.append(node)
+    charged = [p for p, free in zip(plans, stored, strict=True) if not free]
+    root = {
+        "Node Type": "DP Tree",
+        "Leaves": len(leaves),
+        "Epsilon": float(sum((p.epsilon for p in plans), Fraction(0))),
+        "Delta": float(sum((p.delta for p in plans), Fraction(0))),
+        "Budget Split": "epsilon in equal parts per leaf; delta in equal parts to the leaves "
+        "with partition selection (to every leaf when none has it, or with Gaussian noise)",
+        "Post-Processing": sp.post.sql("postgres"),
+        "Confidence": conf,
+        "Reads Data": False,
+        "Plans": nodes,
+    }
+    doc = {"Plan": root, "Budget": _budget(engine, session, charged)}
+    col = (
+        ResultColumn("QUERY PLAN", {"JSON": JSON_OID, "XML": XML_OID}.get(opts.format, TEXT_OID)),
+    )
+    if opts.format == "JSON":
+        return Result(col, [([doc],)], "EXPLAIN")
+    if opts.format == "XML":
+        return Result(col, [(plan_xml(doc),)], "EXPLAIN")
+    if opts.format == "YAML":
+        import yaml
+
+        text = yaml.safe_dump([doc], sort_keys=False, allow_unicode=True).rstrip()
+        return Result(col, [(text,)], "EXPLAIN")
+    return Result(col, [(line,) for line in tree_lines(doc)], "EXPLAIN")
+
+
+def _budget(engine: Engine, session: SessionContext, charged: Sequence[Any]) -> dict[str, Any]:
+    ledger = engine.ledger
+    if ledger is None or session.analyst is None:
+        return {"Ledger": False, "Note": "no budget ledger: nothing would be charged"}
+    out: dict[str, Any] = {"Ledger": True, "Free Repeat": not charged}
+    if not charged:
+        return out
+    cost = sequential(p.cost for p in charged)
+    rho_deltas = [d for d in (delta_for_rho(p) for p in charged) if d is not None]
+    try:
+        out["Would Spend Epsilon"] = float(
+            ledger.query_epsilon(
+                session.analyst, cost, sum(rho_deltas, Fraction(0)) if rho_deltas else None
+            )
+        )
+        needs = ledger.needs(session.analyst, cost)
+    except BudgetExhausted as e:
+        out["Refused"] = f"{e.message} (SQLSTATE {e.sqlstate})"
+        return out
+    out["Charged To"] = [
+        {
+            "Budget": s.budget,
+            "Name": s.name,
+            "Period": s.period,
+            "Epsilon Needed": None if need is None else float(need),
+            "Epsilon Remaining": float(s.epsilon_remaining),
+            "Epsilon Limit": float(s.epsilon_limit),
+            "Delta Needed": float(cost.delta),
+            "Delta Remaining": float(s.delta_remaining),
+        }
+        for s, need in needs
+    ]
+    return out
+
+
+def tree_lines(doc: dict[str, Any]) -> list[str]:
+    """The tree as text, one row per line (FORMAT TEXT)."""
+    root = doc["Plan"]
+    out = [
+        f"DP Tree  (leaves={root['Leaves']} epsilon={root['Epsilon']:.6g} "
+        f"delta={root['Delta']:.6g})",
+        f"  Budget split: {root['Budget Split']}",
+        "  Post-processing in PostgreSQL over the leaves' noisy rows (no privacy cost):",
+        f"    {root['Post-Processing']}",
+    ]
+    out += [f"  {line}" for line in budget_lines(doc["Budget"])]
+    out.append("  Data read: none (EXPLAIN neither runs the query nor spends budget)")
+    for node in root["Plans"]:
+        out.append(f"  ->  Leaf {node['Leaf']}: {node['Leaf SQL']}")
+        leaf_doc = {"Plan": node, "Outputs": node["Outputs"], "Budget": {"Ledger": False}}
+        if "Rewritten SQL" in node:
+            leaf_doc["Rewritten SQL"] = node["Rewritten SQL"]
+        lines = plan_lines(leaf_doc)
+        note = "stored answer: free repeat" if node["Free Repeat"] else "charged with the statement"
+        lines = [ln for ln in lines if not ln.lstrip().startswith(("Budget:", "Data read:"))]
+        out += [f"        {ln}" for ln in [*lines, f"  Budget: {note}"]]
+    return out

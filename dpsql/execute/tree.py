@@ -1,0 +1,309 @@
+"""Running a statement of several DP leaves (:mod:`dpsql.sql.tree`): one charge, then
+post-processing in PostgreSQL over the leaves' noisy rows.
+
+1. Each leaf is prepared as a private statement of its own (the flat private path: analysis,
+   bounded SQL, key types, declared keys).
+2. The statement's (epsilon, delta) is split over the leaves (:func:`dpsql.sql.tree.split_budget`)
+   and each leaf is planned at its share by the engine's planner.
+3. Each leaf is looked up in the free-repeat store under its own key; the leaves not stored are
+   charged together, once (the sum of their costs), before any of them reads data.
+4. Each charged leaf runs its bounded SQL and is released with noise (the flat path's
+   functions); the spend is confirmed and every leaf's answer stored in one ledger transaction
+   before any row leaves.
+5. The post-processing statement runs upstream with each leaf replaced by its released rows: the
+   leaf's own post-processing SELECT over typed arrays of its noisy values (passed as
+   parameters, never formatted into the SQL). PostgreSQL applies its own types and rules.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from dpsql.dp import rng
+from dpsql.dp.accounting import sequential
+from dpsql.errors import DpsqlError, InvalidParameter, PrivacyViolation
+from dpsql.execute.backend import CancelToken
+from dpsql.execute.noise import Release
+from dpsql.execute.prepared import Prepared, fingerprint
+from dpsql.execute.privacy_params import to_fraction
+from dpsql.execute.private import (
+    cache_key,
+    check_join_fanout,
+    delta_for_rho,
+    measure,
+    payload,
+    release_measured,
+    settle_failed,
+)
+from dpsql.result import Result, ResultColumn
+from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.analyze import analyze
+from dpsql.sql.bind import bind, param_count
+from dpsql.sql.classify import classify
+from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.parse import Statement
+from dpsql.sql.plan import Plan
+from dpsql.sql.postprocess import outer_query, outer_sql
+from dpsql.sql.public import check_public
+from dpsql.sql.tree import Split, fill, split, split_budget
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine
+
+LeafPlan = Plan | SetsPlan
+
+
+def prepare_tree(
+    engine: Engine, st: Statement, tree: exp.Expression, scope: str, error: DpsqlError
+) -> Prepared:
+    """Prepare a private statement that is not one flat block as a tree of DP leaves.
+
+    Raises:
+        DpsqlError: ``error`` (the flat analysis's refusal) when there is nothing to split; a
+            leaf's refusal; post-processing that reads private rows or catalog tables.
+    """
+    sp, leaves = _split(engine, tree, scope, error)
+    return Prepared(
+        st.text,
+        "private",
+        st,
+        tree,
+        None,
+        param_count(tree),
+        rng.token_hex(8),
+        fingerprint(tree, st.text),
+        scope,
+        split=sp,
+        leaves=leaves,
+    )
+
+
+def _split(
+    engine: Engine, tree: exp.Expression, scope: str, error: DpsqlError
+) -> tuple[Split, tuple[Prepared, ...]]:
+    view = engine.view(scope or None)
+    sp = split(tree, view, analyze)
+    if sp is None:
+        raise error
+    leaves = tuple(engine.prepare_in_scope(leaf.sql("postgres"), scope) for leaf in sp.leaves)
+    for leaf in leaves:
+        if leaf.kind != "private" or leaf.analysis is None or leaf.split is not None:
+            raise error  # never expected: a leaf is one flat private block by construction
+    probe = fill(sp.post, [exp.select(exp.Literal.number(1))] * len(leaves))
+    kind = classify(probe, view)
+    if kind == "private":  # never expected: dpsql.sql.tree refuses it with the analyzer's words
+        raise PrivacyViolation(
+            "part of this statement would return raw rows of a private table",
+            hint="aggregate the private table (COUNT, SUM, AVG ...) in every part of the statement",
+        )
+    if kind != "public":
+        raise PrivacyViolation(
+            "a query may not combine private tables with catalog or dpsql tables",
+            hint="query the catalog and the private tables in separate statements",
+        )
+    check_public(probe)
+    return sp, leaves
+
+
+def bound_split(
+    engine: Engine, prepared: Prepared, params: Sequence[Any]
+) -> tuple[Split, tuple[Prepared, ...]]:
+    """The split and leaves with ``params`` bound (the prepared ones without parameters)."""
+    assert prepared.split is not None and prepared.tree is not None
+    if not params:
+        return prepared.split, prepared.leaves
+    from dpsql.errors import InternalError
+
+    return _split(engine, bind(prepared.tree, params), prepared.scope, InternalError("no split"))
+
+
+def leaf_plans(
+    engine: Engine, leaves: Sequence[Prepared], session: SessionContext
+) -> list[LeafPlan]:
+    """Each leaf's plan at its share of the statement's (epsilon, delta) (validated)."""
+    analyses = [leaf.analysis for leaf in leaves]
+    assert all(a is not None for a in analyses)
+    typed: list[Analysis] = [a for a in analyses if a is not None]
+    lead = next((a for a in typed if a.needs_selection), typed[0])
+    eps, delta = engine.privacy_params(session, lead)
+    shares = split_budget([a.needs_selection for a in typed], eps, delta, session.mechanism)
+    floor = to_fraction(engine.policy.epsilon_range(session.analyst)[0])
+    if len(shares) > 1 and shares[0][0] < floor:
+        raise InvalidParameter(
+            f"epsilon {float(eps):g} split over this statement's {len(shares)} aggregates over "
+            f"private tables gives each {float(shares[0][0]):g}, below the policy's per-query "
+            f"minimum {float(floor):g}",
+            detail="each aggregate runs on the private rows: a nearly free one would still be "
+            "a measurement of the data through its run time (docs/timing.md)",
+            hint=f"SET dpsql.epsilon to at least {float(floor * len(shares)):g}",
+        )
+    return [
+        engine.plan_analysis(a, e, d, session.mechanism)
+        for a, (e, d) in zip(typed, shares, strict=True)
+    ]
+
+
+def _confidence(engine: Engine, session: SessionContext) -> float:
+    conf = session.confidence or engine.policy.defaults.confidence
+    if not 0 < conf < 1:  # checked before any budget is reserved
+        raise InvalidParameter(
+            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
+            hint="SET dpsql.confidence = 0.95",
+        )
+    return conf
+
+
+def _declared(engine: Engine, plan: LeafPlan) -> Any:
+    if isinstance(plan, SetsPlan):
+        return [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
+    return engine.declared_keys(plan.analysis)
+
+
+def run_tree(
+    engine: Engine,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[Any],
+    cancel: CancelToken | None,
+) -> Result:
+    """Charge once, release every leaf, post-process in PostgreSQL (module docstring)."""
+    from dpsql.execute import shadows
+
+    sp, leaves = bound_split(engine, prepared, params)
+    plans = leaf_plans(engine, leaves, session)
+    key_tables = tuple(
+        g.keys_from.rsplit(".", 1)[0]
+        for leaf in leaves
+        if leaf.analysis is not None
+        for g in leaf.analysis.group_keys
+        if g.keys_from
+    )
+    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
+    confidence = _confidence(engine, session)
+    key_types = [
+        engine.group_types(leaf, p.analysis) for leaf, p in zip(leaves, plans, strict=True)
+    ]
+    ledger = engine.ledger
+    releases: list[Release | None] = [None] * len(leaves)
+    keys: list[str | None] = [None] * len(leaves)
+    if ledger is not None:
+        for i, (leaf, plan) in enumerate(zip(leaves, plans, strict=True)):
+            keys[i] = cache_key(engine, leaf, plan, ())
+            stored = ledger.lookup(session.analyst, keys[i])
+            if stored is not None:
+                releases[i] = Release.from_json(json.loads(stored))
+    todo = [i for i, r in enumerate(releases) if r is None]
+    for i in todo:
+        check_join_fanout(engine, plans[i].analysis)  # public tables only, before the charge
+    reservation = None
+    if ledger is not None and todo:
+        parts = [plans[i] for i in todo]
+        rho_deltas = [d for d in (delta_for_rho(p) for p in parts) if d is not None]
+        reservation = ledger.reserve(
+            session.analyst,
+            sequential(p.cost for p in parts),
+            prepared.fingerprint,
+            delta_for_rho=sum(rho_deltas, Fraction(0)) if rho_deltas else None,
+            mechanism="+".join(sorted({p.mechanism for p in parts})),
+        )
+    measured = {}
+    try:
+        for i in todo:
+            measured[i] = measure(engine, leaves[i], plans[i], cancel)
+    except BaseException as error:
+        if reservation is not None:
+            settle_failed(ledger, reservation, error)
+        raise
+    for i in todo:
+        declared = _declared(engine, plans[i])
+        releases[i] = release_measured(
+            engine, plans[i], measured[i], key_types[i], declared, confidence
+        )
+    if reservation is not None:
+        stored_first = ledger.commit_answers(
+            reservation,
+            [(str(keys[i]), payload(releases[i])) for i in todo],  # type: ignore[arg-type]
+        )
+        for i, earlier in zip(todo, stored_first, strict=True):
+            if earlier is not None:  # a concurrent identical leaf stored its answer first
+                releases[i] = Release.from_json(json.loads(earlier))
+    final = [r for r in releases if r is not None]
+    rows_out = _post(engine, sp, plans, final)
+    spent = [plans[i] for i in todo]
+    notices: tuple[str, ...] = ()
+    if session.show_intervals:
+        notices = (
+            "this statement post-processes several DP answers in PostgreSQL: its columns carry "
+            "no interval (ask for each aggregate in a query of its own to get theirs)",
+        )
+    return Result(
+        rows_out.columns,
+        rows_out.rows,
+        f"SELECT {len(rows_out.rows)}",
+        epsilon_spent=float(sum((p.epsilon for p in spent), Fraction(0))),
+        delta_spent=float(sum((p.delta for p in spent), Fraction(0))),
+        cached=not todo,
+        notices=notices,
+    )
+
+
+def _leaf_query(a: Analysis, rel: Release, offset: int) -> tuple[exp.Select, list[list[Any]]]:
+    """A leaf's released rows as its own post-processing SELECT over typed arrays, the array
+    parameters numbered from ``offset``; and the arrays."""
+    q, _ = outer_query(a, rel.key_types)
+
+    def renumber(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
+            return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
+        return n
+
+    q = q.transform(renumber)
+    arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
+    arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
+    if not arrays:
+        arrays.append(list(range(len(rel.groups))))
+    return q, arrays
+
+
+def post_sql(
+    sp: Split, analyses: Sequence[Analysis], releases: Sequence[Release]
+) -> tuple[str, dict[str, list[Any]]]:
+    """The post-processing SQL over the released leaves, and its array parameters."""
+    queries: list[exp.Expression] = []
+    params: dict[str, list[Any]] = {}
+    for a, rel in zip(analyses, releases, strict=True):
+        q, arrays = _leaf_query(a, rel, len(params))
+        for arr in arrays:
+            params[f"_dpsql_arr{len(params)}"] = arr
+        queries.append(q)
+    return outer_sql(fill(sp.post, queries)), params  # type: ignore[arg-type]
+
+
+def _post(engine: Engine, sp: Split, plans: Sequence[LeafPlan], releases: Sequence[Release]) -> Any:
+    text, params = post_sql(sp, [p.analysis for p in plans], releases)
+    return engine.backend.run(text, params, private=False)
+
+
+def describe_tree(
+    engine: Engine, prepared: Prepared, session: SessionContext
+) -> tuple[ResultColumn, ...]:
+    """The result columns: the post-processing over empty releases, LIMIT 0 (no data read)."""
+    assert prepared.split is not None
+    analyses = [leaf.analysis for leaf in prepared.leaves]
+    rels = [
+        Release(engine.group_types(leaf, a), [], [], [])
+        for leaf, a in zip(prepared.leaves, analyses, strict=True)
+        if a is not None
+    ]
+    text, params = post_sql(prepared.split, [a for a in analyses if a is not None], rels)
+    q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
+    return engine.backend.run(q, params, private=False).columns
+
+
+__all__ = ["bound_split", "describe_tree", "leaf_plans", "post_sql", "prepare_tree", "run_tree"]

@@ -1,0 +1,432 @@
+"""A private query as a tree: DP leaves and the post-processing above them.
+
+A *leaf* is a lowest aggregate block over private rows: a SELECT that aggregates (GROUP BY or an
+aggregate call in its own select list) and reads private rows directly or through row-level
+derived tables and CTEs, with no such aggregate block below it. Each leaf is a private query of
+its own, analyzed, bounded, measured and noised exactly as a flat private statement
+(:mod:`dpsql.sql.analyze`); its released rows are public data.
+
+Everything above the leaves is *post-processing*: the statement with each leaf replaced by a
+placeholder, run by PostgreSQL itself over the leaves' noisy rows (windows, joins of aggregated
+results, UNION/INTERSECT/EXCEPT, HAVING, ORDER BY/LIMIT, DISTINCT, re-aggregation). By the
+post-processing property of differential privacy it costs nothing more; what it may not do is
+read a private table itself: a statement whose post-processing would is refused with the
+analyzer's own error for that block.
+
+Before splitting, a SELECT that computes window functions over its own aggregates
+(``COUNT(*) * 100.0 / SUM(COUNT(*)) OVER ()``) is split into the aggregate block (a leaf) and a
+windowing SELECT over it (:func:`lift_windows`), which is what PostgreSQL evaluates anyway:
+windows run after GROUP BY and HAVING, before DISTINCT, ORDER BY and LIMIT.
+
+Budget: the statement's (epsilon, delta) is split over its k leaves (:func:`split_budget`):
+epsilon/k each; delta in equal parts to the leaves that need it (partition selection), or to all
+of them when none does or Gaussian noise is requested. The leaves compose sequentially, so the
+statement costs the sum of its leaves' costs, reserved once before any leaf reads data.
+
+Everything here is a pure function of the parsed statement and the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.errors import DpsqlError, PrivacyViolation, UnsupportedSql
+from dpsql.policy.model import Policy
+from dpsql.sql import functions as fn
+from dpsql.sql import grouping_sets as gs
+from dpsql.sql.classify import referenced_tables
+
+MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
+LEAF_PREFIX = "_dpsql_leaf_"
+WINDOW_ALIAS = "_dp_w"
+
+
+@dataclass(frozen=True)
+class Split:
+    """A statement split into its leaves and the post-processing around them.
+
+    ``post`` is the statement with leaf ``i`` replaced by ``SELECT * FROM _dpsql_leaf_i``
+    (:func:`fill` puts each leaf's released rows there); ``leaves[i]`` is leaf ``i`` as a
+    standalone SELECT (with the CTEs it reads), ready to be prepared as a private statement.
+    """
+
+    post: exp.Expression
+    leaves: tuple[exp.Select, ...]
+
+
+def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) -> Split | None:
+    """The statement's leaves and post-processing; None when the statement is one flat leaf
+    (nothing to split: the caller keeps the flat analysis's refusal).
+
+    ``analyze(select, policy)`` is :func:`dpsql.sql.analyze.analyze`: it is called on a block of
+    post-processing that still reads private rows, to refuse it with the analyzer's own words.
+
+    Raises:
+        DpsqlError: a leaf's or the post-processing's refusal; too many leaves (54001).
+    """
+    post = lift_windows(tree.copy(), policy)
+    leaves: list[exp.Select] = []
+    for _ in range(MAX_LEAVES + 1):
+        found = _lowest_leaves(post, policy)
+        if not found:
+            break
+        if not leaves and any(s is post for s in found):
+            return None  # the statement is one flat block: the flat analysis's refusal stands
+        for s in found:
+            if _reads_leaf(s):
+                raise UnsupportedSql(
+                    "an aggregate over private rows that reads another aggregate's answer "
+                    "(a series limit, a top-N join) is not supported yet",
+                    hint="run the inner aggregate as its own query and filter the outer one "
+                    "with its keys: WHERE category IN ('books', 'travel')",
+                )
+            leaves.append(standalone(s))
+            placeholder = exp.select("*").from_(f"{LEAF_PREFIX}{len(leaves) - 1}")
+            if s is post:
+                post = placeholder
+            else:
+                s.replace(placeholder)
+        if len(leaves) > MAX_LEAVES:
+            from dpsql.errors import StatementTooComplex
+
+            raise StatementTooComplex(
+                f"this statement has more than {MAX_LEAVES} aggregates over private tables",
+                detail="each is a separate measurement sharing the statement's epsilon",
+                hint="split the statement",
+            )
+    if not leaves:
+        return None
+    post = prune_ctes(post)
+    _refuse_private_rest(post, policy, analyze)
+    return Split(post, tuple(leaves))
+
+
+def _refuse_private_rest(post: exp.Expression, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]
+    """Refuse post-processing that still reads private rows (raw rows: never released)."""
+    blocks = [s for s in post.find_all(exp.Select) if _private_tables(s, policy)]
+    if not blocks:
+        return
+    lowest = [
+        s
+        for s in blocks
+        if not any(t is not s and _private_tables(t, policy) for t in _selects_below(s))
+    ]
+    for s in lowest or blocks:
+        if not is_aggregate_block(s):
+            name = next(n for n, _ in referenced_tables(standalone(s)) if policy.private_table(n))
+            raise PrivacyViolation(
+                f"this query would return raw rows of private table {name}",
+                hint="aggregate the private table (COUNT, SUM, AVG ...) in every part of the "
+                "statement; an aggregated CTE or subquery may be joined to public tables or "
+                "to other aggregates",
+            )
+        analyze(standalone(s), policy)  # raises the analyzer's refusal for this block
+    raise PrivacyViolation(
+        "part of this statement would return raw rows of a private table",
+        hint="aggregate the private table (COUNT, SUM, AVG ...) in every part of the statement",
+    )
+
+
+def prune_ctes(tree: exp.Expression) -> exp.Expression:
+    """``tree`` without the CTEs nothing reads any more (those the leaves read in their place);
+    PostgreSQL never evaluates an unreferenced CTE without side effects, so the rows match."""
+    while True:
+        used = {id(_cte_body(t)) for t in tree.find_all(exp.Table)}
+        dropped = False
+        for w in list(tree.find_all(exp.With)):
+            keep = [c for c in w.expressions if id(c.this) in used]
+            if len(keep) != len(w.expressions):
+                dropped = True
+                if keep:
+                    w.set("expressions", keep)
+                else:
+                    w.pop()
+        if not dropped:
+            return tree
+
+
+# -- which blocks are leaves ---------------------------------------------------------------
+
+
+def _cte_body(table: exp.Table) -> exp.Expression | None:
+    """The body of the CTE a table reference names (PostgreSQL's scoping), or None."""
+    if table.db:
+        return None
+    name = table.name
+    prev: exp.Expression = table
+    node = table.parent
+    while node is not None:
+        visible: list[exp.Expression] = []
+        if isinstance(node, exp.With):
+            ctes = list(node.expressions)
+            upto = ctes.index(prev) if prev in ctes else len(ctes)
+            visible = ctes if node.args.get("recursive") else ctes[:upto]
+        else:
+            w = node.args.get("with_")
+            if isinstance(w, exp.With) and prev is not w:
+                visible = list(w.expressions)
+        for c in reversed(visible):
+            if c.alias_or_name == name:
+                return c.this
+        prev, node = node, node.parent
+    return None
+
+
+def _private_tables(s: exp.Expression, policy: Policy, depth: int = 0) -> bool:
+    """Whether ``s`` reads a private table, directly or through the CTEs it names."""
+    if depth > 32:
+        raise UnsupportedSql("CTEs are nested too deeply")
+    for name, _ in referenced_tables(s):
+        if policy.private_table(name) is not None:
+            return True
+    for t in s.find_all(exp.Table):
+        body = _cte_body(t)
+        if body is not None and not _contains(s, body) and _private_tables(body, policy, depth + 1):
+            return True
+    return False
+
+
+def _contains(outer: exp.Expression, node: exp.Expression) -> bool:
+    p: exp.Expression | None = node
+    while p is not None:
+        if p is outer:
+            return True
+        p = p.parent
+    return False
+
+
+def _own_nodes(s: exp.Select) -> list[exp.Expression]:
+    """The nodes of ``s``'s select list, HAVING and ORDER BY outside nested queries."""
+    out: list[exp.Expression] = []
+    parts = [*s.expressions, s.args.get("having"), s.args.get("order")]
+    stack = [p for p in parts if p is not None]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(
+            c for c in n.iter_expressions() if not isinstance(c, (exp.Select, exp.Subquery))
+        )
+    return out
+
+
+def is_aggregate_block(s: exp.Select) -> bool:
+    """GROUP BY, or an aggregate call (not inside a window) in its own select list/HAVING."""
+    if s.args.get("group"):
+        return True
+    for n in _own_nodes(s):
+        if fn.is_aggregate(n) and not isinstance(n.parent, exp.Window):
+            return True
+    return False
+
+
+def _selects_below(s: exp.Expression) -> list[exp.Select]:
+    """Every SELECT inside ``s`` and inside the bodies of the CTEs it names from outside."""
+    out = [t for t in s.find_all(exp.Select) if t is not s]
+    for t in s.find_all(exp.Table):
+        body = _cte_body(t)
+        if body is not None and not _contains(s, body):
+            out += [body] if isinstance(body, exp.Select) else []
+            out += [x for x in body.find_all(exp.Select) if x is not body]
+    return out
+
+
+def _lowest_leaves(tree: exp.Expression, policy: Policy) -> list[exp.Select]:
+    cands = [
+        s
+        for s in tree.find_all(exp.Select)
+        if not _is_placeholder(s) and is_aggregate_block(s) and _private_tables(s, policy)
+    ]
+    ids = {id(s) for s in cands}
+    return [s for s in cands if not any(id(t) in ids for t in _selects_below(s))]
+
+
+def _is_placeholder(s: exp.Select) -> bool:
+    src = s.args.get("from_")
+    return (
+        src is not None
+        and isinstance(src.this, exp.Table)
+        and src.this.name.startswith(LEAF_PREFIX)
+        and not s.args.get("where")
+        and len(s.expressions) == 1
+        and isinstance(s.expressions[0], exp.Star)
+    )
+
+
+def _reads_leaf(s: exp.Select) -> bool:
+    return any(t.name.startswith(LEAF_PREFIX) for t in s.find_all(exp.Table))
+
+
+def standalone(s: exp.Select) -> exp.Select:
+    """``s`` as a statement of its own: a copy with the outer CTEs it names attached."""
+    needed: list[exp.CTE] = []
+    seen: set[int] = set()
+
+    def collect(node: exp.Expression) -> None:
+        for t in node.find_all(exp.Table):
+            body = _cte_body(t)
+            if body is None or _contains(s, body) or id(body) in seen:
+                continue
+            seen.add(id(body))
+            collect(body)
+            cte = body.parent
+            if isinstance(cte, exp.CTE):
+                needed.append(cte)
+
+    collect(s)
+    out = s.copy()
+    if needed:
+        own = out.args.get("with_")
+        ctes = [c.copy() for c in needed] + (list(own.expressions) if own else [])
+        out.set("with_", exp.With(expressions=ctes))
+    return out
+
+
+def leaf_number(s: exp.Select) -> int | None:
+    """The leaf a placeholder SELECT stands for."""
+    if not _is_placeholder(s):
+        return None
+    return int(s.args["from_"].this.name[len(LEAF_PREFIX) :])
+
+
+def fill(post: exp.Expression, leaves: Sequence[exp.Expression]) -> exp.Expression:
+    """``post`` with each placeholder replaced by its leaf's released rows (a query)."""
+    out = post.copy()
+    if isinstance(out, exp.Select) and leaf_number(out) is not None:
+        return leaves[leaf_number(out) or 0].copy()
+    for s in list(out.find_all(exp.Select)):
+        i = leaf_number(s)
+        if i is not None:
+            s.replace(leaves[i].copy())
+    return out
+
+
+# -- windows over aggregates ----------------------------------------------------------------
+
+
+def lift_windows(tree: exp.Expression, policy: Policy) -> exp.Expression:
+    """Split every aggregate SELECT over private rows that also computes window functions into
+    an aggregate block and a windowing SELECT over it (same rows, same names, same order)."""
+    for s in list(tree.find_all(exp.Select)):
+        if not _has_window(s) or not is_aggregate_block(s) or not _private_tables(s, policy):
+            continue
+        lifted = _lift(s)
+        if s is tree:
+            tree = lifted
+        else:
+            s.replace(lifted)
+    return tree
+
+
+def _has_window(s: exp.Select) -> bool:
+    return any(isinstance(n, exp.Window) for n in _own_nodes(s)) or bool(s.args.get("windows"))
+
+
+def _lift(s: exp.Select) -> exp.Select:
+    inner = exp.Select()
+    for key in ("from_", "joins", "where", "group", "having", "with_"):
+        v = s.args.get(key)
+        if v is not None:
+            inner.set(key, v.copy() if not isinstance(v, list) else [x.copy() for x in v])
+    group = s.args.get("group")
+    aliases = {e.alias: e.this for e in s.expressions if isinstance(e, exp.Alias)}
+    keys: list[exp.Expression] = []
+    raw = [g for st in gs.expand_group(group) for g in st] if group is not None else []
+    for g in raw:
+        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
+            if not 1 <= int(g.this) <= len(s.expressions):
+                continue  # the flat analysis refuses it
+            item = s.expressions[int(g.this) - 1]
+            g = item.this if isinstance(item, exp.Alias) else item
+        elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
+            g = aliases[g.name]
+        keys.append(g)
+    keys = list({k.sql("postgres"): k for k in keys}.values())  # each key once, in order
+    key_sql = {k.sql("postgres"): i for i, k in enumerate(keys)}
+    aggs: dict[str, int] = {}
+    agg_nodes: list[exp.Expression] = []
+
+    def fix(n: exp.Expression) -> exp.Expression:
+        sql = n.sql("postgres")
+        if sql in key_sql and not isinstance(n, exp.Literal):
+            return exp.column(f"_dp_k{key_sql[sql]}", WINDOW_ALIAS)
+        lifted = fn.is_aggregate(n) or isinstance(n, exp.Grouping)
+        if lifted and not isinstance(n.parent, exp.Window):
+            if sql not in aggs:
+                aggs[sql] = len(aggs)
+                agg_nodes.append(n.copy())
+            return exp.column(f"_dp_a{aggs[sql]}", WINDOW_ALIAS)
+        return n
+
+    items = []
+    for e in s.expressions:
+        body = e.this if isinstance(e, exp.Alias) else e
+        out = body.copy().transform(fix)
+        name = e.alias if isinstance(e, exp.Alias) else _figure_name(body)
+        items.append(exp.alias_(out, name, quoted=True) if name is not None else out)
+    outer = exp.select(*items)
+    for key in ("order", "windows"):
+        v = s.args.get(key)
+        if v is not None:
+            outer.set(
+                key,
+                v.copy().transform(fix)
+                if not isinstance(v, list)
+                else [x.copy().transform(fix) for x in v],
+            )
+    for key in ("distinct", "limit", "offset"):
+        v = s.args.get(key)
+        if v is not None:
+            outer.set(key, v.copy())
+    inner.set(
+        "expressions",
+        [exp.alias_(k.copy(), f"_dp_k{i}") for i, k in enumerate(keys)]
+        + [exp.alias_(a, f"_dp_a{j}") for j, a in enumerate(agg_nodes)],
+    )
+    if not inner.expressions:
+        raise UnsupportedSql("window functions need an aggregate or a GROUP BY key to work on")
+    outer.set("from_", exp.From(this=inner.subquery(WINDOW_ALIAS)))
+    return outer
+
+
+def _figure_name(e: exp.Expression) -> str | None:
+    """PostgreSQL's name for an unaliased select item whose text the lift would change."""
+    inner = e
+    if isinstance(inner, exp.Column):
+        return inner.name
+    if fn.is_aggregate(inner):
+        if isinstance(inner, exp.WithinGroup):
+            inner = inner.this
+        name = fn.aggregate_name(inner)
+        return name or (inner.sql_name().lower() if isinstance(inner, exp.Func) else None)
+    return None
+
+
+# -- the budget split -----------------------------------------------------------------------
+
+
+def split_budget(
+    needs_delta: Sequence[bool], epsilon: Fraction, delta: Fraction, mechanism: str
+) -> list[tuple[Fraction, Fraction]]:
+    """Each leaf's (epsilon, delta): epsilon/k each; delta in equal parts to the leaves that need
+    it (``needs_delta``: partition selection), or to every leaf when none does or when Gaussian
+    noise is requested. The parts add up to (epsilon, delta) exactly.
+
+    >>> split_budget([False, True], Fraction(1), Fraction(1, 10**6), "auto")
+    [(Fraction(1, 2), Fraction(0, 1)), (Fraction(1, 2), Fraction(1, 1000000))]
+    """
+    k = len(needs_delta)
+    takers = {i for i, n in enumerate(needs_delta) if n}
+    if not takers or mechanism == "gaussian":
+        takers = set(range(k))
+    return [(epsilon / k, delta / len(takers) if i in takers else Fraction(0)) for i in range(k)]
+
+
+def refuse_if_not_split(error: DpsqlError, result: Split | None) -> Split:
+    """The split, or the flat analysis's own refusal when there is nothing to split."""
+    if result is None:
+        raise error
+    return result

@@ -1,0 +1,426 @@
+"""Statements of several DP leaves (#15, dpsql/sql/tree.py): derived-table re-aggregation,
+Superset's pagination count, aggregates of aggregates, windows over aggregated rows, CTE joins
+of two aggregated results and UNION ALL, answered through the engine and through the wire.
+
+The true answer is the statement itself run directly on PostgreSQL. To compare a noisy answer
+with it, the shapes run over two tables of the demo data with ONE row per privacy unit and every
+value inside its declared bounds (``people``: a row per person of pums; ``orders``: one purchase
+per user with amount <= 500), declared with ``max_rows_per_unit: 1``, ``max_groups_per_unit: 1``:
+contribution bounding and clamping change nothing there, so the noiseless answer IS PostgreSQL's
+(checked) and a noisy one differs only by the leaves' noise.
+
+Property: every noisy cell a leaf releases is within ``w`` of its true value, where ``w`` is its
+mechanism's half-width at level 1 - alpha/M (M: the cells a test reads, alpha = 1e-6), plus 0.5
+for the rounding of counts. By the union bound a test fails falsely with probability <= 1e-6.
+Each output is then checked against PostgreSQL's answer with the tolerance its post-processing
+allows (a sum of k cells: k·w; a ratio: interval arithmetic). A deliberately broken engine
+whose leaves add twice the noise their plan states (the same seam as the privacy audits) fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+import yaml
+
+from dpsql.budget.ledger import Ledger
+from dpsql.demo import POLICY, load_demo
+from dpsql.engine import Engine
+from dpsql.execute.tree import leaf_plans
+from dpsql.policy.model import Policy
+from dpsql.result import Result
+from dpsql.session import SessionContext
+from dpsql.sql import plan as plan_module
+from tests.helpers import analyst_dsn, noiseless, served_engine
+
+ALPHA = 1e-6
+CATEGORIES = ["books", "clothing", "electronics", "groceries", "travel"]
+
+ONE_ROW_TABLES = {
+    "public.people": {
+        "privacy_unit": "pid",
+        "max_rows_per_unit": 1,
+        "max_groups_per_unit": 1,
+        "columns": {
+            "pid": {"type": "integer", "identifier": True},
+            "age": {"type": "integer", "bounds": [0, 100]},
+            "sex": {"type": "integer", "keys": [0, 1]},
+            "educ": {"type": "integer", "keys": list(range(1, 17))},
+            "income": {"type": "numeric", "bounds": [0, 500000]},
+        },
+    },
+    "public.orders": {
+        "privacy_unit": "user_id",
+        "max_rows_per_unit": 1,
+        "max_groups_per_unit": 1,
+        "columns": {
+            "user_id": {"type": "integer", "identifier": True},
+            "category": {"type": "text", "keys": CATEGORIES},
+            "region": {"type": "text", "keys_from": "public.regions.code"},
+            "amount": {"type": "numeric", "bounds": [0, 500]},
+            "quantity": {"type": "integer", "bounds": [1, 10]},
+        },
+    },
+}
+
+PAGINATION = (
+    "SELECT COUNT(*) AS rowcount FROM (SELECT region, category, COUNT(*) AS count "
+    "FROM {t} GROUP BY region, category LIMIT 50000) AS rowcount_qry"
+)
+REAGGREGATE = (
+    "SELECT category, SUM(revenue) AS revenue FROM (SELECT category, region, SUM(amount) AS "
+    "revenue FROM orders GROUP BY 1, 2) AS virtual_table GROUP BY category ORDER BY category"
+)
+AGG_OF_AGGS = (
+    "SELECT AVG(n) AS avg_n, MAX(n) AS max_n, COUNT(*) AS groups "
+    "FROM (SELECT educ, COUNT(*) AS n FROM people GROUP BY educ) AS t"
+)
+WINDOWS = (
+    "SELECT category, COUNT(*) AS n, SUM(COUNT(*)) OVER (ORDER BY category) AS running, "
+    "COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share, "
+    "LAG(COUNT(*)) OVER (ORDER BY category) AS prev FROM orders GROUP BY category "
+    "ORDER BY category"
+)
+CTE_JOIN = (
+    "WITH r AS (SELECT category, SUM(amount) AS rev FROM orders GROUP BY 1), "
+    "n AS (SELECT category, COUNT(*) AS c FROM orders GROUP BY 1) "
+    "SELECT r.category, r.rev, n.c, r.rev - LAG(r.rev) OVER (ORDER BY r.category) AS growth "
+    "FROM r JOIN n ON n.category = r.category ORDER BY 1"
+)
+UNION_ALL = (
+    "SELECT 'books' AS category, COUNT(*) AS n FROM orders WHERE category = 'books' "
+    "UNION ALL SELECT 'travel', COUNT(*) FROM orders WHERE category = 'travel'"
+)
+DISTINCT_KEYS = (
+    "SELECT DISTINCT category FROM (SELECT category, region, COUNT(*) AS n FROM orders "
+    "GROUP BY 1, 2) t ORDER BY 1"
+)
+HAVING_TOP = (
+    "SELECT category, SUM(n) AS n FROM (SELECT category, region, COUNT(*) AS n FROM orders "
+    "GROUP BY 1, 2) t GROUP BY category HAVING SUM(n) > 0 ORDER BY 2 DESC LIMIT 3"
+)
+
+
+def tree_policy() -> Policy:
+    raw = yaml.safe_load(POLICY.read_text())
+    raw["tables"].update(ONE_ROW_TABLES)
+    return Policy.model_validate(raw)
+
+
+def load_tree_db(dsn: str) -> None:
+    load_demo(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE people AS SELECT DISTINCT ON (pid) pid, age, sex, educ, income "
+            "FROM pums ORDER BY pid, age"
+        )
+        conn.execute(
+            "CREATE TABLE orders AS SELECT DISTINCT ON (user_id) user_id, category, region, "
+            "amount, quantity FROM purchases WHERE amount <= 500 ORDER BY user_id, id"
+        )
+
+
+@pytest.fixture(scope="module")
+def tree_dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("tree")
+    load_tree_db(dsn)
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def tree_engine(tree_dsn: str) -> Iterator[Engine]:
+    e = Engine(tree_policy(), tree_dsn, pool_size=2)
+    yield e
+    e.close()
+
+
+SESSION = SessionContext(analyst="analyst", epsilon=Fraction(1), mechanism="laplace")
+
+
+def direct(dsn: str, sql: str) -> tuple[list[tuple[Any, ...]], list[tuple[str, int]]]:
+    """PostgreSQL's own answer and (name, type oid) columns."""
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute(sql)
+        assert cur.description is not None
+        return cur.fetchall(), [(c.name, c.type_code) for c in cur.description]
+
+
+def cell_bound(engine: Engine, sql: str, cells: int) -> float:
+    """w: every noisy cell of the statement's leaves is within w of its true value with
+    probability >= 1 - ALPHA over ``cells`` cells (union bound); +0.5 for rounded counts."""
+    prepared = engine.prepare(sql, "analyst")
+    plans = leaf_plans(engine, prepared.leaves, SESSION)
+    level = 1 - ALPHA / cells
+    return max(mp.mechanism.half_width(level) for p in plans for mp in p.measures) + 0.5
+
+
+def run(engine: Engine, sql: str) -> Result:
+    prepared = engine.prepare(sql, "analyst")
+    assert prepared.split is not None, "expected a tree of DP leaves"
+    return engine.execute(prepared, SESSION)
+
+
+def near(got: Any, want: Any, tol: float) -> bool:
+    return abs(float(got) - float(want)) <= tol
+
+
+def check_shape(engine: Engine, dsn: str, sql: str) -> None:
+    """Check one statement's noisy answer against PostgreSQL's (module docstring)."""
+    truth, cols = direct(dsn, sql)
+    got = run(engine, sql)
+    assert [(c.name, c.type_oid) for c in got.columns] == cols, sql
+    assert got.epsilon_spent == pytest.approx(1.0)
+    CHECKS[sql](got.rows, truth, engine)
+
+
+def _pagination(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    assert rows == truth == [(25,)]  # every declared (region, category) pair, as PostgreSQL
+
+
+def _reaggregate(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    w = cell_bound(engine, REAGGREGATE, 25)
+    assert [r[0] for r in rows] == [t[0] for t in truth] == CATEGORIES
+    for r, t in zip(rows, truth, strict=True):
+        assert near(r[1], t[1], 5 * w), (r, t, w)  # a sum of 5 regions' noisy cells
+
+
+def _agg_of_aggs(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    w = cell_bound(engine, AGG_OF_AGGS, 16)
+    (avg_n, max_n, groups), (t_avg, t_max, t_groups) = rows[0], truth[0]
+    assert groups == t_groups == 16
+    assert near(avg_n, t_avg, w) and near(max_n, t_max, w), (rows, truth, w)
+
+
+def _windows(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    w = cell_bound(engine, WINDOWS, 5)
+    total = sum(t[1] for t in truth)
+    for i, (r, t) in enumerate(zip(rows, truth, strict=True)):
+        assert r[0] == t[0]
+        assert near(r[1], t[1], w) and near(r[2], t[2], (i + 1) * w), (r, t, w)
+        lo = (t[1] - w) * 100 / (total + 5 * w)
+        hi = (t[1] + w) * 100 / (total - 5 * w)
+        assert lo <= float(r[3]) <= hi, (r, t, w)
+        assert (r[4] is None) == (t[4] is None)
+        assert r[4] is None or near(r[4], t[4], w)
+
+
+def _cte_join(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    w = cell_bound(engine, CTE_JOIN, 10)
+    for r, t in zip(rows, truth, strict=True):
+        assert r[0] == t[0] and near(r[1], t[1], w) and near(r[2], t[2], w), (r, t, w)
+        assert (r[3] is None) == (t[3] is None)
+        assert r[3] is None or near(r[3], t[3], 2 * w)
+
+
+def _union_all(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    w = cell_bound(engine, UNION_ALL, 2)
+    assert [r[0] for r in rows] == [t[0] for t in truth] == ["books", "travel"]
+    for r, t in zip(rows, truth, strict=True):
+        assert near(r[1], t[1], w), (r, t, w)
+
+
+def _distinct_keys(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    assert rows == truth == [(c,) for c in CATEGORIES]
+
+
+def _having_top(rows: list[Any], truth: list[Any], engine: Engine) -> None:
+    w = cell_bound(engine, HAVING_TOP, 25)
+    assert len(rows) == len(truth) == 3
+    exact = dict(direct_all_categories)
+    for r in rows:  # the noisy top 3 may differ where counts are within noise of each other
+        assert near(r[1], exact[r[0]], 5 * w), (r, exact, w)
+    assert [float(r[1]) for r in rows] == sorted((float(r[1]) for r in rows), reverse=True)
+
+
+direct_all_categories: list[tuple[str, int]] = []
+
+CHECKS: dict[str, Callable[[list[Any], list[Any], Engine], None]] = {
+    PAGINATION.format(t="orders"): _pagination,
+    REAGGREGATE: _reaggregate,
+    AGG_OF_AGGS: _agg_of_aggs,
+    WINDOWS: _windows,
+    CTE_JOIN: _cte_join,
+    UNION_ALL: _union_all,
+    DISTINCT_KEYS: _distinct_keys,
+    HAVING_TOP: _having_top,
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _categories(tree_dsn: str) -> None:
+    direct_all_categories[:] = direct(
+        tree_dsn, "SELECT category, COUNT(*) FROM orders GROUP BY category"
+    )[0]
+
+
+def test_bounding_is_a_no_op_on_the_one_row_tables(tree_engine: Engine, tree_dsn: str) -> None:
+    """The premise of the comparisons: noiseless, every shape is PostgreSQL's answer (up to
+    the output grid real-valued sums are released on: at most 5 grid steps, 5 summed cells)."""
+    quiet = noiseless(Engine(tree_engine.policy, tree_dsn, pool_size=1))
+    try:
+        for sql in CHECKS:
+            got = run(quiet, sql)
+            truth, _ = direct(tree_dsn, sql)
+            plans = leaf_plans(quiet, quiet.prepare(sql, "analyst").leaves, SESSION)
+            tol = 5 * max(float(mp.mechanism.grid) for p in plans for mp in p.measures)
+            assert len(got.rows) == len(truth), sql
+            for r, t in zip(got.rows, truth, strict=True):
+                for a, b in zip(r, t, strict=True):
+                    if isinstance(b, (int, float, Decimal)) and not isinstance(b, bool):
+                        assert near(a, b, tol), (sql, r, t)
+                    else:
+                        assert a == b, (sql, r, t)
+    finally:
+        quiet.close()
+
+
+@pytest.mark.parametrize("sql", list(CHECKS), ids=list(c.__name__[1:] for c in CHECKS.values()))
+def test_shape_through_the_engine(tree_engine: Engine, tree_dsn: str, sql: str) -> None:
+    check_shape(tree_engine, tree_dsn, sql)
+
+
+def test_pagination_on_the_demo_purchases(engine: Engine, demo_dsn: str) -> None:
+    sql = PAGINATION.format(t="purchases")
+    got = run(engine, sql)
+    assert got.rows == direct(demo_dsn, sql)[0] == [(25,)]
+
+
+def test_shapes_through_the_wire(tree_engine: Engine, tree_dsn: str) -> None:
+    """psycopg through a served engine: same columns (names, types) and the same bounds."""
+    with served_engine(tree_engine.policy, tree_dsn) as srv:
+        with psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn:
+            conn.execute("SET dpsql.epsilon = 1")
+            conn.execute("SET dpsql.mechanism = laplace")
+            for sql in (REAGGREGATE, WINDOWS, CTE_JOIN, UNION_ALL, AGG_OF_AGGS):
+                cur = conn.execute(sql)
+                assert cur.description is not None
+                truth, cols = direct(tree_dsn, sql)
+                assert [(c.name, c.type_code) for c in cur.description] == cols
+                CHECKS[sql](cur.fetchall(), truth, tree_engine)
+            # extended protocol: Parse/Describe/Bind/Execute of a tree with a parameter
+            cur = conn.execute(
+                "SELECT COUNT(*) FROM (SELECT category, COUNT(*) AS n FROM orders "
+                "WHERE quantity >= %s GROUP BY category) t",
+                (1,),
+                prepare=True,
+            )
+            assert cur.fetchall() == [(5,)]
+
+
+def test_one_charge_and_free_repeats_per_leaf(tree_dsn: str) -> None:
+    """The whole tree is charged once (the sum of its leaves); a repeat is free; a new
+    statement sharing a leaf (same SQL, same share of epsilon) pays only for its other leaf."""
+    policy = tree_policy()
+    ledger = Ledger.open(tree_dsn, policy, schema=f"dpsql_t{uuid.uuid4().hex[:8]}")
+    e = Engine(policy, tree_dsn, ledger=ledger, pool_size=2)
+    try:
+        first = run(e, CTE_JOIN)
+        assert first.epsilon_spent == pytest.approx(1.0) and not first.cached
+        again = run(e, CTE_JOIN + " ")
+        assert again.cached and again.epsilon_spent == 0 and again.rows == first.rows
+        other = (
+            "WITH r AS (SELECT category, SUM(amount) AS rev FROM orders GROUP BY 1), "
+            "q AS (SELECT category, AVG(quantity) AS q FROM orders GROUP BY 1) "
+            "SELECT r.category, r.rev, q.q FROM r JOIN q USING (category) ORDER BY 1"
+        )
+        third = run(e, other)
+        assert third.epsilon_spent == pytest.approx(0.5)  # leaf r was stored by CTE_JOIN
+        assert [r[1] for r in third.rows] == [r[1] for r in first.rows]
+        history = ledger.remaining("analyst")
+        assert history  # the ledger saw the charges
+    finally:
+        e.close()
+        ledger.close()
+
+
+def test_explain_shows_the_tree(tree_engine: Engine) -> None:
+    r = tree_engine.execute(tree_engine.prepare("EXPLAIN " + CTE_JOIN, "analyst"), SESSION)
+    text = "\n".join(row[0] for row in r.rows)
+    assert text.startswith("DP Tree  (leaves=2 epsilon=1 delta=0)")
+    assert "Leaf 0: SELECT category, SUM(amount) AS rev FROM orders GROUP BY 1" in text
+    assert "Leaf 1: SELECT category, COUNT(*) AS c FROM orders GROUP BY 1" in text
+    assert text.count("DP Aggregate  (mechanism=laplace epsilon=0.5 delta=0)") == 2
+    assert "_dpsql_leaf_0" in text and "_dpsql_leaf_1" in text
+    js = tree_engine.execute(
+        tree_engine.prepare("EXPLAIN (FORMAT JSON) " + CTE_JOIN, "analyst"), SESSION
+    )
+    doc = js.rows[0][0][0]
+    assert doc["Plan"]["Node Type"] == "DP Tree"
+    assert [p["Epsilon"] for p in doc["Plan"]["Plans"]] == [0.5, 0.5]
+
+
+def test_describe_reads_no_data_and_matches(tree_engine: Engine, tree_dsn: str) -> None:
+    for sql in (WINDOWS, UNION_ALL):
+        cols = tree_engine.describe(tree_engine.prepare(sql, "analyst"), SESSION)
+        assert [(c.name, c.type_oid) for c in cols] == direct(tree_dsn, sql)[1]
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate"),
+    [
+        ("SELECT user_id FROM orders UNION ALL SELECT COUNT(*) FROM orders", "42501"),
+        ("SELECT n FROM (SELECT user_id, COUNT(*) AS n FROM orders GROUP BY user_id) t", "42501"),
+        (
+            "WITH m AS (SELECT category, COUNT(*) AS c FROM orders GROUP BY 1) "
+            "SELECT o.amount, m.c FROM m JOIN orders o ON o.category = m.category",
+            "42501",
+        ),
+        (
+            "SELECT SUM(n), pg_sleep(0) FROM (SELECT category, COUNT(*) AS n FROM orders "
+            "GROUP BY 1) t",
+            "42501",
+        ),
+    ],
+)
+def test_post_processing_never_reads_private_rows(
+    tree_engine: Engine, sql: str, sqlstate: str
+) -> None:
+    from dpsql.errors import DpsqlError
+
+    with pytest.raises(DpsqlError) as e:
+        tree_engine.execute(tree_engine.prepare(sql, "analyst"), SESSION)
+    assert e.value.sqlstate == sqlstate and e.value.hint
+
+
+def forty_times_the_noise(*args: Any) -> plan_module.Plan:
+    """A broken planner: each measure's noise is 40 times what its plan states."""
+    p = plan_module.make_plan(*args)
+    return dataclasses.replace(
+        p,
+        measures=tuple(
+            dataclasses.replace(
+                mp,
+                mechanism=dataclasses.replace(
+                    mp.mechanism, sensitivity=mp.mechanism.sensitivity * 40
+                ),
+            )
+            for mp in p.measures
+        ),
+    )
+
+
+def test_the_bounds_catch_a_noisier_engine(tree_dsn: str) -> None:
+    """The comparison can fail: leaves noised 40 times more than planned leave the stated
+    bounds (computed from the honest plan). Here w is about 16 counts and the broken Laplace
+    scale 40, so a cell stays within w with probability 1 - e^-0.4 = 0.33: all 15 cells of
+    three runs stay within with probability 0.33^15 < 1e-7."""
+    honest = Engine(tree_policy(), tree_dsn, pool_size=1)
+    broken = Engine(tree_policy(), tree_dsn, pool_size=1, planner=forty_times_the_noise)
+    try:
+        truth, _ = direct(tree_dsn, WINDOWS)
+        w = cell_bound(honest, WINDOWS, 5)
+        misses = 0
+        for _ in range(3):
+            rows = run(broken, WINDOWS).rows
+            misses += sum(not near(r[1], t[1], w) for r, t in zip(rows, truth, strict=True))
+        assert misses > 0
+    finally:
+        honest.close()
+        broken.close()
