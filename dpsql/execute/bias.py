@@ -135,6 +135,14 @@ def accuracy_notes(
         noise = f"noise ±{_fmt(hws[0])}" if len(hws) == 1 else "noise of its parts"
         head = f"{s.sql}: {confidence:.0%} interval: {noise}"
         b = target_of(s, plan)
+        kind = plan.measure_plan(s.measures[0]).measure.kind
+        if kind == "count_keys":
+            out.append(
+                f"{s.sql}: {confidence:.0%} interval over the declared keys: a key counts when "
+                f"its noisy row count passes the noise level (rows per key ±{_fmt(hws[0])}); "
+                "keys with few rows may be missed (the interval allows for them)"
+            )
+            continue
         if b is None:
             out.append(f"{head}; {_unestimated(a, s)}")
             continue

@@ -117,17 +117,25 @@ def release(
         noiseless,
     )  # fmt: skip
     noisy: dict[str, np.ndarray] = {}
+    present: dict[str, np.ndarray] = {}  # count_keys: noisy rows per (group, key)
     for j, mp in enumerate(plan.measures):
         if mp.measure.selected:
             cands = mp.measure.candidates or (candidates or {}).get(mp.key, ())
-            noisy[mp.key] = _select(mp, [hist.get((j, k), {}) for k, _ in table], cands, noiseless)
+            hists = [hist.get((j, k), {}) for k, _ in table]
+            if mp.measure.kind == "count_keys":
+                present[mp.key] = key_rows(mp, hists, cands, noiseless)
+                noisy[mp.key] = np.array(
+                    [present_keys(mp, row) for row in present[mp.key]], dtype=np.float64
+                )
+                continue
+            noisy[mp.key] = _select(mp, hists, cands, noiseless)
             continue
         col = [_exact(v[j]) for _, v in table]
         vals = _snapped(col, mp.mechanism.grid)
         noisy[mp.key] = vals if noiseless else mp.mechanism.release(vals)
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
-    interval = _stat_interval(plan, noisy, removed)
+    interval = _stat_interval(plan, noisy, removed, present)
     for si, s in enumerate(a.statistics):
         for i in range(len(table)):
             v, _ = derive(s, [noisy[m][i] for m in s.measures], [0.0] * len(s.measures))
@@ -145,7 +153,10 @@ def _half(iv: tuple[float, float]) -> float:
 
 
 def _stat_interval(
-    plan: Plan, noisy: dict[str, Any], removed: dict[str, Removed]
+    plan: Plan,
+    noisy: dict[str, Any],
+    removed: dict[str, Removed],
+    present: dict[str, np.ndarray] | None = None,
 ) -> Callable[[int, int, float], tuple[float, float] | None]:
     """Statistic si's interval in row r at a given confidence (Bonferroni over its measures and,
     for a COUNT or SUM whose removed mass is estimated, that estimate: dpsql.execute.bias)."""
@@ -160,6 +171,10 @@ def _stat_interval(
 
     def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
         s = plan.analysis.statistics[si]
+        if present and s.measures[0] in present:
+            return present_interval(
+                plan.measure_plan(s.measures[0]), present[s.measures[0]][r], level
+            )
         lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
         iv = derive(s, [noisy[m][r] for m in s.measures], ws)[1]
@@ -236,3 +251,34 @@ def _select(
     mat = np.array([[h.get(c, 0) for c in cands] for h in hists], dtype=np.int64)
     chosen = np.argmax(mat, axis=1) if noiseless else np.atleast_1d(mech.release(mat))
     return [cands[int(c)] for c in chosen]
+
+
+def key_rows(
+    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noiseless: bool
+) -> np.ndarray:
+    """COUNT(DISTINCT x) over declared keys: the rows of each (group, public key), with Laplace
+    noise (a unit's kept rows in a group are <= R, spread over the keys: L1 <= G·R)."""
+    mat = np.array([[h.get(c, 0) for c in candidates] for h in hists], dtype=np.float64)
+    mat = mat.reshape(len(hists), len(candidates))
+    if noiseless or not mat.size:
+        return mat
+    return np.asarray(mp.mechanism.release(mat), dtype=np.float64).reshape(mat.shape)  # type: ignore[union-attr]
+
+
+def present_keys(mp: MeasurePlan, row: np.ndarray) -> int:
+    """The keys counted present: noisy rows at least the noise's half-width at 1 - 1/(2n) for n
+    keys (an absent key passes with probability <= 1/(2n): on average half a key invented)."""
+    if not row.size:
+        return 0
+    tau = mp.mechanism.half_width(1 - 1 / (2 * row.size))  # type: ignore[union-attr]
+    return int((row >= tau).sum())
+
+
+def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[float, float]:
+    """An interval for the number of keys with a kept row: with every key's noise within w
+    (union bound over the n keys), a key is surely present when its noisy rows exceed w, and
+    possibly present when they reach 1 - w."""
+    if not row.size:
+        return 0.0, 0.0
+    w = mp.mechanism.half_width(1 - (1 - level) / row.size)  # type: ignore[union-attr]
+    return float((row - w > 0).sum()), float((row + w >= 1).sum())

@@ -179,7 +179,7 @@ def release_measured(
     cands = {
         m.key: engine.resolve_keys_from(m.candidates_from)
         for m in a.measures
-        if m.kind == "mode" and m.candidates_from is not None
+        if m.kind in ("mode", "count_keys") and m.candidates_from is not None
     }
     if isinstance(plan, SetsPlan):
         return release_sets(engine, plan, got, key_types, declared, confidence, cands)

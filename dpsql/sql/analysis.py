@@ -24,6 +24,7 @@ MeasureKind = Literal[
     "sum_sq_centered",  # SUM((clamp(x) - mid)^2)
     "quantile",  # bucket counts of clamp(x) -> exponential mechanism (dpsql.dp.quantiles)
     "mode",  # counts per public candidate value -> report-noisy-max
+    "count_keys",  # COUNT(DISTINCT x), x with declared keys: noisy rows per key over a threshold
 ]
 
 
@@ -54,14 +55,14 @@ class Measure:
         base = f"{self.kind}({a})[{self.lo},{self.hi}]"
         if self.kind == "quantile":
             return f"{base}q={self.quantile},B={self.buckets}"
-        if self.kind == "mode":
+        if self.kind in ("mode", "count_keys"):
             return f"{base}{self.candidates or self.candidates_from}"
         return base
 
     @property
     def selected(self) -> bool:
         """True for measures released by selection (exponential mechanism), not additive noise."""
-        return self.kind in ("quantile", "mode")
+        return self.kind in ("quantile", "mode", "count_keys")
 
     @property
     def mid(self) -> Fraction:

@@ -221,7 +221,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Meas
                 ctx.column(inner)
                 m = Measure("count_units")
             else:
-                m = Measure("count_distinct", ctx.qualify(inner))
+                m = _count_distinct(ctx, inner)
             return Statistic("count_distinct", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
         check_row_level(ctx, arg, "COUNT(...)")
         _refuse_computed_identifiers(ctx, arg, "COUNT(...)")
@@ -281,3 +281,18 @@ def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
     from dpsql.sql.analyze_select import analyze_select
 
     return analyze_select(tree, policy)
+
+
+def _count_distinct(ctx: _Ctx, inner: exp.Expression) -> Measure:
+    """COUNT(DISTINCT x): over a column with declared keys, the keys whose noisy row count
+    passes a threshold (``count_keys``, see dpsql.execute.noise); else distinct values counted."""
+    if isinstance(inner, exp.Column):
+        col = ctx.column(inner)
+        if col is not None and not col.identifier and (col.keys or col.keys_from):
+            from dpsql.sql.analyze_quantiles import _key_text
+
+            keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
+            return Measure(
+                "count_keys", ctx.qualify(inner), candidates=keys, candidates_from=col.keys_from
+            )
+    return Measure("count_distinct", ctx.qualify(inner))

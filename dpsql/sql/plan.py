@@ -250,6 +250,9 @@ def _make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str) 
     kn = k - kq
     rho = epsilon_to_rho(eps_m * kn / k, delta_m) / kn if name == "gaussian" else Fraction(0)
     for m in ms:
+        if m.kind == "count_keys":  # rows per key: a unit moves <= R per group, G groups (L1)
+            plans.append(MeasurePlan(m, Laplace(g * r, eps_m / k, Fraction(1)), g * r))
+            continue
         if m.selected:
             plans.append(_selection_plan(a, m, eps_m / k))
             continue

@@ -63,7 +63,7 @@ def _measure_sql(m: Measure, v: exp.Expression | None) -> exp.Expression:
     if m.kind == "count_units":
         return exp.Count(this=exp.Distinct(expressions=[exp.column("_dp_unit")]))
     assert v is not None
-    if m.kind in ("count_values", "quantile", "mode"):  # per bucket: see bucket_values
+    if m.kind in ("count_values", "quantile", "mode", "count_keys"):  # per bucket: bucket_values
         return exp.Count(this=v)
     if m.kind == "count_distinct":
         return exp.Count(this=exp.Distinct(expressions=[v]))

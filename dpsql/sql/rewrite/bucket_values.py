@@ -43,7 +43,7 @@ def _spec(m: Measure) -> tuple[str, ...]:
     arg = m.arg.sql("postgres") if m.arg is not None else ""
     if m.kind == "quantile":
         return ("quantile", arg, str(m.lo), str(_grid_hi(m)), str(m.buckets))
-    return ("mode", arg, repr(m.candidates), str(m.candidates_from))
+    return ("mode", arg, repr(m.candidates), str(m.candidates_from))  # count_keys: the same
 
 
 def _grid_hi(m: Measure) -> Fraction:
