@@ -361,7 +361,7 @@ class Engine:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
         return group_keys.group_types(self, prepared, a)
 
-    def declared_keys(self, a: Analysis) -> list[tuple[str, ...]] | None:
+    def declared_keys(self, a: Analysis) -> list[tuple[str | None, ...]] | None:
         """Each group key's declared values, or None when the query selects its keys."""
         return group_keys.declared_keys(self, a)
 

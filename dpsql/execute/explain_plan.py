@@ -60,7 +60,7 @@ def policy_rows(a: Analysis) -> int:
     """Output rows known from the policy alone: 1 without GROUP BY, the declared key combinations
     (summed over grouping sets) with public keys, 0 when partition selection decides.
 
-    Never a count of data: a key list comes from the policy's ``keys:``.
+    Never a count of data: a key list comes from the policy or the query text (key_domain).
     """
     if not a.grouped:
         return 1
@@ -69,10 +69,10 @@ def policy_rows(a: Analysis) -> int:
     for keys in sets:
         n = 1
         for i in keys:
-            declared = a.group_keys[i].keys
-            if declared is None:  # partition selection, or keys listed by a public table
+            size = a.group_keys[i].domain_size
+            if size is None:  # partition selection, or keys listed by a public table
                 return 0
-            n *= len(declared)
+            n *= size
         total += n
     return total
 

@@ -41,8 +41,9 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     return types + set_type
 
 
-def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str, ...]] | None:
-    """Each group key's declared values, or None when the query selects its keys from the data."""
+def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str | None, ...]] | None:
+    """Each group key's public domain (:meth:`GroupKey.domain`), or None when the query selects
+    its keys from the data."""
     if not a.group_keys:
         return []
     if a.needs_selection:
@@ -50,10 +51,10 @@ def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str, ...]] | None:
     out = []
     for g in a.group_keys:
         if g.keys is not None:
-            out.append(g.keys)
+            out.append(g.domain())
         else:
             assert g.keys_from is not None
-            out.append(resolve_keys_from(engine, g.keys_from))
+            out.append(g.domain(resolve_keys_from(engine, g.keys_from)))
     return out
 
 

@@ -63,7 +63,7 @@ def release_sets(
     plan: SetsPlan,
     rows: Sequence[Rows],
     key_types: Sequence[str],
-    declared: Sequence[list[tuple[str, ...]] | None],
+    declared: Sequence[list[tuple[str | None, ...]] | None],
     confidence: float,
     candidates: dict[str, tuple[str, ...]],
 ) -> Release:

@@ -83,7 +83,7 @@ def release(
     plan: Plan,
     rows: list[tuple[Any, ...]],
     key_types: Sequence[str],
-    declared_keys: list[tuple[str, ...]] | None,
+    declared_keys: list[tuple[str | None, ...]] | None,
     confidence: float,
     noiseless: bool = False,
     candidates: dict[str, tuple[str, ...]] | None = None,

@@ -12,7 +12,8 @@ from typing import Literal
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column, PrivateTable
+from dpsql.policy.model import Column, PrivateTable, TypeFamily
+from dpsql.sql.key_domain import KeyFilter
 
 MeasureKind = Literal[
     "count_rows",  # COUNT(*)
@@ -100,16 +101,39 @@ class Statistic:
 
 @dataclass(frozen=True)
 class GroupKey:
-    """A GROUP BY expression; ``keys`` are its public values when declared in the policy."""
+    """A GROUP BY expression and its public key domain (:mod:`dpsql.sql.key_domain`).
+
+    ``keys``: its public values (as text), from the policy's ``keys:``, a CASE's literal results,
+    the query's own ``k = c`` / ``k IN (...)`` filter or ``date_trunc`` of a bounded column, all
+    narrowed by the WHERE clause; ``keys_from``: a public column listing them, read at run time
+    and narrowed by ``narrow``. ``null_key``: NULL is one of the keys too (a CASE without ELSE).
+    """
 
     expr: exp.Expression
     name: str
     keys: tuple[str, ...] | None
     keys_from: str | None = None
+    family: TypeFamily | None = None  # the key's type family, when dpsql knows it
+    null_key: bool = False
+    narrow: KeyFilter | None = None
 
     @property
     def declared(self) -> bool:
         return self.keys is not None or self.keys_from is not None
+
+    @property
+    def domain_size(self) -> int | None:
+        """How many keys the domain holds (None: read from a public table at run time)."""
+        if self.keys is None:
+            return None
+        return len(set(self.keys)) + (1 if self.null_key else 0)
+
+    def domain(self, resolved: tuple[str, ...] | None = None) -> tuple[str | None, ...]:
+        """The released keys: ``keys``, or the ``keys_from`` values ``resolved`` (narrowed)."""
+        keys = self.keys if self.keys is not None else resolved or ()
+        if self.keys is None and self.narrow is not None:
+            keys = self.narrow.narrow(keys)
+        return (*keys, None) if self.null_key else keys
 
 
 @dataclass(frozen=True)
@@ -152,8 +176,19 @@ class Analysis:
 
     @property
     def max_groups(self) -> int:
-        """G: groups one unit may touch (the smallest bound of the joined private tables)."""
-        return min(p.max_groups_per_unit for p in self._privates) if self.grouped else 1
+        """G: groups one unit may touch: the smallest bound of the joined private tables, and
+        never more than the key combinations of a public domain known from the policy and the
+        query text (rows outside it are filtered out upstream, so a unit can't reach more)."""
+        if not self.grouped:
+            return 1
+        g = min(p.max_groups_per_unit for p in self._privates)
+        combinations = 1
+        for k in self.group_keys:
+            size = k.domain_size
+            if size is None:
+                return g
+            combinations *= size
+        return max(1, min(g, combinations))
 
     @property
     def max_rows(self) -> int:

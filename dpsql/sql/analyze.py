@@ -14,6 +14,7 @@ from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Measure, Statistic
+from dpsql.sql.names import describe
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, outer_columns, table_name
@@ -102,15 +103,8 @@ def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
                 hint="aggregate with GROUP BY instead",
             )
         if not isinstance(n, fn.ROW_LEVEL_NODES):
-            name = (
-                f"function {n.name}()"
-                if isinstance(n, exp.Anonymous)
-                else f"function {n.sql_name().lower()}()"
-                if isinstance(n, exp.Func)
-                else type(n).__name__
-            )
             raise UnsupportedSql(
-                f"{name} is not supported in {where} of a private query",
+                f"{describe(n)} is not supported in {where} of a private query",
                 hint="use comparisons, AND/OR/NOT, IN lists, BETWEEN, LIKE, CASE, arithmetic, "
                 "COALESCE, numeric casts",
             )

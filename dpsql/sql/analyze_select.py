@@ -23,6 +23,8 @@ from dpsql.sql.analyze import (
     check_row_level,
     statistic_for,
 )
+from dpsql.sql.group_domain import group_key, narrow_by_where
+from dpsql.sql.names import describe, function_name
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 
 DP_TABLE = "_dp"
@@ -122,7 +124,7 @@ def _output_name(node: exp.Expression) -> str:
     if name:
         return "stddev" if isinstance(inner, exp.Stddev) else name
     if isinstance(inner, exp.Func):
-        return inner.sql_name().lower()
+        return function_name(inner)
     return "?column?"
 
 
@@ -180,33 +182,11 @@ def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expression) -> GroupKey:
     elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
         if g.name not in ctx.cols:
             expr = aliases[g.name]
+    while isinstance(expr, exp.Paren):  # GROUP BY (x) is GROUP BY x (a merged derived column)
+        expr = expr.this
     check_row_level(ctx, expr, "GROUP BY")
     _refuse_identifiers(ctx, expr, "GROUP BY")
-    declared = None
-    keys_from = None
-    if isinstance(expr, exp.Column):
-        col = ctx.column(expr)
-        if col.keys is not None:
-            declared = tuple(_key_text(k) for k in col.keys)
-        keys_from = col.keys_from
-        source = ctx.source(expr)
-        if source.private is None:  # a public table's column: its values are public keys
-            keys_from = f"{source.table}.{expr.name}"
-    return GroupKey(ctx.qualify(expr), _output_name(expr), declared, keys_from)
-
-
-def _describe(n: exp.Expression) -> str:
-    if isinstance(n, exp.Anonymous):
-        return f"function {n.name}()"
-    if isinstance(n, exp.Func):
-        return f"function {n.sql_name().lower()}()"
-    return type(n).__name__
-
-
-def _key_text(k: object) -> str:
-    if isinstance(k, bool):
-        return "true" if k else "false"
-    return str(k)
+    return group_key(ctx, expr, _output_name(expr))
 
 
 class _Outer:
@@ -286,7 +266,7 @@ class _Outer:
         for n in out.walk():
             if not isinstance(n, (*fn.POST_NODES, exp.Alias, exp.Ordered, exp.Order)):
                 raise UnsupportedSql(
-                    f"{_describe(n)} is not supported in {where} of a private query",
+                    f"{describe(n)} is not supported in {where} of a private query",
                     hint="use aggregates, arithmetic, ROUND, CASE, COALESCE and casts",
                 )
         return out
@@ -342,6 +322,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 )
         where_expr = ctx.qualify(where.this)
     keys, sets = _group_keys(tree, ctx)
+    keys = [narrow_by_where(k, where_expr) for k in keys]
     outer = _Outer(ctx, keys, sets)
     selects: list[exp.Expression] = []
     for s in tree.expressions:

@@ -71,7 +71,9 @@ ROW_LEVEL_NODES: tuple[type[exp.Expression], ...] = (
     exp.Interval,
     exp.CurrentTimestamp,
     exp.CurrentDate,
-    exp.StrToTime,
+    exp.Localtimestamp,
+    exp.StrToTime,  # to_timestamp('constant', 'format'), checked to parse
+    exp.StrToDate,  # to_date('constant', 'format'), checked to parse
     exp.TimeToStr,  # to_char(date/timestamp, 'constant format')
 )
 

@@ -13,6 +13,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from dpsql.errors import ReadOnlyTransaction, SqlSyntaxError, UnsupportedSql
+from dpsql.sql.names import spell_functions
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -197,7 +198,7 @@ def parse_statement(text: str) -> Statement:
             "cannot insert multiple commands into a prepared statement",
             hint="send one statement at a time",
         )
-    return Statement("query", text, word, fold_identifiers(trees[0]))
+    return Statement("query", text, word, spell_functions(fold_identifiers(trees[0]), text))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime
 
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.model import Column
+from dpsql.sql.constants import constant
 
 ColumnOf = Callable[[exp.Column], Column]
 
@@ -67,8 +68,10 @@ def temporal_type(node: exp.Expression, column: ColumnOf) -> str | None:
         return "timestamptz" if inner == "date" else inner
     if isinstance(node, (exp.CurrentTimestamp, exp.StrToTime)):
         return "timestamptz"
-    if isinstance(node, exp.CurrentDate):
+    if isinstance(node, (exp.CurrentDate, exp.StrToDate)):
         return "date"
+    if isinstance(node, exp.Localtimestamp):
+        return "timestamp"
     if isinstance(node, (exp.Add, exp.Sub)) and not node.find(exp.Column):
         kinds = {temporal_type(x, column) for x in (node.this, node.expression)}
         if "timestamptz" in kinds:
@@ -92,7 +95,6 @@ _UNIT_YEARS = {
     "quarter": 0.25,
     "year": 1.0,
 }
-_TIME_FORMATS = ("%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%d")
 
 
 def check_interval(n: exp.Interval) -> None:
@@ -138,25 +140,24 @@ def check_to_char(n: exp.TimeToStr, column: ColumnOf) -> None:
         )
 
 
-def check_str_to_time(n: exp.StrToTime) -> None:
-    value, fmt = n.this, n.args.get("format")
-    ok = (
-        isinstance(value, exp.Literal)
-        and value.is_string
-        and isinstance(fmt, exp.Literal)
-        and str(fmt.this) in _TIME_FORMATS
+def check_str_to_time(n: exp.StrToTime | exp.StrToDate) -> None:
+    """to_timestamp / to_date of constants that parse (checked here, so the call can't fail
+    when PostgreSQL evaluates it per row: to_date and to_timestamp are not folded in advance)."""
+    if isinstance(constant(n), datetime | date):
+        return
+    name = "to_date" if isinstance(n, exp.StrToDate) else "to_timestamp"
+    example = (
+        "to_date('2025-03-01', 'YYYY-MM-DD'), or DATE '2025-03-01'"
+        if name == "to_date"
+        else "to_timestamp('2025-03-01 00:00:00', 'YYYY-MM-DD HH24:MI:SS'), or TIMESTAMP "
+        "'2025-03-01 00:00:00'"
     )
-    if ok:
-        try:
-            datetime.strptime(str(value.this), str(fmt.this))
-        except ValueError:
-            ok = False
-    if not ok:
-        raise UnsupportedSql(
-            f"{n.sql('postgres')} is not supported in private queries",
-            hint="use to_timestamp('YYYY-MM-DD HH24:MI:SS', 'YYYY-MM-DD HH24:MI:SS') with a "
-            "constant, or a TIMESTAMP '...' literal",
-        )
+    raise UnsupportedSql(
+        f"{n.sql('postgres')} is not supported in private queries",
+        detail=f"{name} is supported with a constant date in one of the formats YYYY-MM-DD, "
+        "YYYYMMDD, YYYY/MM/DD (with HH24:MI[:SS[.US]] for to_timestamp), and a valid date",
+        hint=f"e.g. {example}",
+    )
 
 
 def check_trunc(n: exp.Expression, column: ColumnOf) -> None:

@@ -21,6 +21,7 @@ from sqlglot import exp
 
 from dpsql.errors import InvalidParameter, UnsupportedSql
 from dpsql.sql import functions as fn
+from dpsql.sql.names import cast_sql
 from dpsql.sql.temporal import (
     MAX_INTERVALS,
     ColumnOf,
@@ -143,7 +144,7 @@ def check_total(n: exp.Expression, column: ColumnOf) -> None:
         _check_round(n)
     elif isinstance(n, exp.Interval):
         check_interval(n)
-    elif isinstance(n, exp.StrToTime):
+    elif isinstance(n, (exp.StrToTime, exp.StrToDate)):
         check_str_to_time(n)
     elif isinstance(n, exp.TimeToStr):
         check_to_char(n, column)
@@ -167,7 +168,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
     """Casts allowed over private rows: those that succeed for every value of their input."""
     to = n.to.this
     src = n.this
-    sql = n.sql("postgres")
+    sql = cast_sql(n)
     fails = UnsupportedSql(
         f"the cast {sql} can fail depending on the data and is not allowed",
         hint="compare as text, cast numeric columns only, or cast constants only",
@@ -205,7 +206,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         _check_typmod(n)
         return
     raise UnsupportedSql(
-        f"casts to {n.to.sql('postgres')} are not allowed in private queries",
+        f"casts to {n.to.sql('postgres').lower()} are not allowed in private queries",
         hint="casts to numeric, integer, double precision, boolean, text, date and timestamp are "
         "allowed",
     )
@@ -239,8 +240,8 @@ def _check_typmod(n: exp.Cast) -> None:
         return
     vals = [_int_literal(p.this) for p in params]
     if n.to.this != exp.DataType.Type.DECIMAL or any(v is None for v in vals) or len(vals) > 2:
-        raise UnsupportedSql(f"the type {n.to.sql('postgres')} is not supported here")
+        raise UnsupportedSql(f"the type {n.to.sql('postgres').lower()} is not supported here")
     p = vals[0] or 0
     s = vals[1] if len(vals) > 1 else 0
     if not (1 <= p <= 1000 and 0 <= (s or 0) <= p):
-        raise UnsupportedSql(f"the type {n.to.sql('postgres')} is not supported here")
+        raise UnsupportedSql(f"the type {n.to.sql('postgres').lower()} is not supported here")

@@ -161,7 +161,16 @@ def _key_filter(a: Analysis) -> exp.Expression | None:
     for g in a.group_keys:
         if g.keys is not None:
             vals = [exp.Literal.string(k) for k in g.keys]
-            conds.append(exp.In(this=exp.cast(g.expr.copy(), "text"), expressions=vals))
+            cond: exp.Expression = (
+                exp.In(this=exp.cast(g.expr.copy(), "text"), expressions=vals)
+                if vals
+                else exp.false()
+            )
+            if g.null_key:
+                cond = exp.Paren(
+                    this=exp.or_(cond, exp.Is(this=g.expr.copy(), expression=exp.null()))
+                )
+            conds.append(cond)
     if not conds:
         return None
     return exp.and_(*conds)

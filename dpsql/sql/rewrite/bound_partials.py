@@ -77,9 +77,10 @@ def needs_group_rank(a: Analysis) -> bool:
         return False
     combinations = 1
     for g in a.group_keys:
-        if g.keys is None:
+        size = g.domain_size
+        if size is None:
             return True  # keys_from (resolved at run time) or partition selection
-        combinations *= len(set(g.keys))
+        combinations *= size
     return combinations > a.max_groups
 
 

@@ -1,0 +1,54 @@
+"""A GROUP BY key with its public domain: declared, from the query text, narrowed by WHERE.
+
+The reasoning (and the privacy argument: domains come from the policy and the query text only)
+is in :mod:`dpsql.sql.key_domain` and :mod:`dpsql.sql.date_domain`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sqlglot import exp
+
+from dpsql.sql.analysis import GroupKey
+from dpsql.sql.key_domain import KeyFilter, case_domain, listed_domain
+from dpsql.sql.sources import Ctx
+
+
+def _key_text(k: object) -> str:
+    if isinstance(k, bool):
+        return "true" if k else "false"
+    return str(k)
+
+
+def group_key(ctx: Ctx, expr: exp.Expression, name: str) -> GroupKey:
+    """The key ``expr`` (checked by the caller) with the domain the policy or its form gives."""
+    qualified = ctx.qualify(expr)
+    if isinstance(expr, exp.Column):
+        col = ctx.column(expr)
+        source = ctx.source(expr)
+        if source.private is None:  # a public table's column: its values are public keys
+            return GroupKey(qualified, name, None, f"{source.table}.{expr.name}")
+        keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
+        return GroupKey(qualified, name, keys, col.keys_from, col.family)
+    case = case_domain(expr)
+    if case is not None:
+        texts, null, family = case
+        return GroupKey(qualified, name, texts, None, family, null_key=null)
+    return GroupKey(qualified, name, None)
+
+
+def narrow_by_where(g: GroupKey, where: exp.Expression | None) -> GroupKey:
+    """``g`` with its domain narrowed by the (qualified) WHERE clause, or given one by it."""
+    if where is None or g.family is None:
+        return g
+    f = KeyFilter(g.expr, where, g.family)
+    null = g.null_key and f.admits(None)
+    if g.keys is not None:
+        return replace(g, keys=f.narrow(g.keys), null_key=null)
+    if g.keys_from is not None:
+        return replace(g, narrow=f)
+    listed = listed_domain(where, g.expr, g.family)
+    if listed is not None:
+        return replace(g, keys=f.narrow(listed))
+    return g

@@ -1,0 +1,116 @@
+"""Names for messages: what the user wrote, never sqlglot's internal node or function names.
+
+sqlglot parses ``to_date(...)`` into ``StrToDate`` (``sql_name()`` = ``str_to_date``) and
+``now()`` into ``CurrentTimestamp``; a message built from those would name functions the user
+never wrote. :func:`spell_functions` records each function's name as written in the statement
+(the parser's token span, kept in the node's ``meta`` through copies); :func:`function_name`
+reads it back, falling back to the PostgreSQL dialect's own rendering.
+
+>>> import sqlglot
+>>> text = "SELECT TO_DATE('2025-03-01', 'YYYY-MM-DD'), now()"
+>>> tree = spell_functions(sqlglot.parse_one(text, read="postgres"), text)
+>>> [function_name(f) for f in tree.expressions]
+['to_date', 'now']
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlglot import exp
+
+SPELLED = "dpsql_spelled"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+# Operators and clauses sqlglot gives a node of their own, as PostgreSQL users write them.
+_SYNTAX: dict[type[exp.Expression], str] = {
+    exp.Bracket: "array subscripts [...]",
+    exp.RegexpLike: "the regular expression operator ~",
+    exp.RegexpILike: "the regular expression operator ~*",
+    exp.SimilarTo: "SIMILAR TO",
+    exp.Collate: "COLLATE",
+    exp.AtTimeZone: "AT TIME ZONE",
+    exp.Distinct: "DISTINCT",
+    exp.Star: "*",
+    exp.Window: "window functions (OVER)",
+    exp.Array: "ARRAY[...]",
+    exp.JSONExtract: "the JSON operator ->",
+    exp.JSONExtractScalar: "the JSON operator ->>",
+    exp.JSONBExtract: "the JSON operator #>",
+    exp.JSONBExtractScalar: "the JSON operator #>>",
+    exp.JSONBContains: "the JSON operator ?",
+    exp.ArrayContains: "the operator @>",
+    exp.ArrayContainsAll: "the operator @>",
+    exp.ArrayOverlaps: "the operator &&",
+    exp.ArrayContainedBy: "the operator <@",
+    exp.BitwiseAnd: "the operator &",
+    exp.BitwiseOr: "the operator |",
+    exp.BitwiseXor: "the operator #",
+    exp.BitwiseNot: "the operator ~",
+    exp.BitwiseLeftShift: "the operator <<",
+    exp.BitwiseRightShift: "the operator >>",
+    exp.Pow: "the operator ^",
+    exp.Select: "a subquery",
+    exp.Subquery: "a subquery",
+    exp.Exists: "EXISTS",
+    exp.Any: "ANY",
+    exp.All: "ALL",
+    exp.NullSafeEQ: "IS NOT DISTINCT FROM",
+    exp.NullSafeNEQ: "IS DISTINCT FROM",
+    exp.Escape: "ESCAPE",
+    exp.Dot: "a qualified name",
+    exp.Placeholder: "a parameter",
+    exp.Parameter: "a parameter",
+}
+
+
+def spell_functions(tree: exp.Expression, text: str) -> exp.Expression:
+    """Record in place, on every function call of ``tree``, its name as written in ``text``."""
+    for node in tree.find_all(exp.Func):
+        start, end = node.meta.get("start"), node.meta.get("end")
+        if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < len(text):
+            word = text[start : end + 1]
+            if _NAME.fullmatch(word) and text[end + 1 :].lstrip().startswith("("):
+                node.meta[SPELLED] = word
+    return tree
+
+
+def function_name(node: exp.Func) -> str:
+    """The function's name as the user wrote it (lower case), else as PostgreSQL spells it
+    (operators that sqlglot parses as functions are named by :func:`describe`)."""
+    spelled = node.meta.get(SPELLED)
+    if isinstance(spelled, str):
+        return spelled.lower()
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).lower()
+    rendered = node.sql("postgres")
+    m = _NAME.match(rendered)
+    return m.group(0).lower() if m else node.sql_name().lower()
+
+
+def cast_sql(node: exp.Cast) -> str:
+    """A cast as PostgreSQL users write it: ``x::type``, or ``CAST(x AS type)`` if written so."""
+    to = node.to.sql("postgres").lower()
+    if "format" in node.args:  # sqlglot's CAST(...) parse sets format/safe/action; `::` doesn't
+        return f"CAST({node.this.sql('postgres')} AS {to})"
+    inner = node.this
+    left = inner.sql("postgres")
+    if not isinstance(inner, (exp.Column, exp.Literal, exp.Paren, exp.Func)):
+        left = f"({left})"
+    return f"{left}::{to}"
+
+
+def describe(node: exp.Expression) -> str:
+    """``node`` named for a message: "function to_date()", "x::regtype", "SIMILAR TO", ..."""
+    for cls in type(node).__mro__:
+        if cls in _SYNTAX:
+            return _SYNTAX[cls]
+    if isinstance(node, exp.Cast):
+        return f"the cast {cast_sql(node)}"
+    if isinstance(node, exp.Func):
+        name = function_name(node)
+        if SPELLED not in node.meta and "(" not in node.sql("postgres"):
+            return name.upper()  # CURRENT_DATE, LOCALTIMESTAMP: keywords, not calls
+        return f"function {name}()"
+    text = node.sql("postgres")
+    return f"the expression {text if len(text) <= 60 else text[:57] + '...'}"
