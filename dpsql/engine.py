@@ -39,6 +39,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
+from dpsql.sql.analyze_complexity import check_query_blocks
 from dpsql.sql.bind import bind, check_params, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
@@ -49,6 +50,9 @@ from dpsql.sql.public import check_public
 
 Planner = Callable[[Analysis, Fraction, Fraction, str], Plan]
 """Plans a private measurement: (analysis, epsilon, delta, mechanism) -> plan."""
+
+UNCACHED_TEXT = 64 * 1024
+"""Statements longer than this (characters) are prepared each time, not kept in the cache."""
 
 
 class Engine:
@@ -147,6 +151,8 @@ class Engine:
                 self._cache.move_to_end(key)
                 return hit
         p = self.prepare_in_scope(text, scope)
+        if len(text) > UNCACHED_TEXT:  # a tree of up to 50k tokens: not kept once answered
+            return p
         with self._lock:
             self._cache[key] = p
             if len(self._cache) > self._cache_size:
@@ -168,6 +174,7 @@ class Engine:
             kind: Kind = st.kind if st.kind in ("session", "empty", "explain") else "session"  # type: ignore[assignment]
             return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
         tree = st.tree
+        check_query_blocks(tree)  # every kind: PostgreSQL's planner is not bounded either
         qkind = classify(tree, self.view(scope or None))
         analysis = None
         if qkind == "private":

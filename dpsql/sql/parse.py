@@ -14,6 +14,7 @@ from sqlglot.tokens import Token, TokenType
 
 from dpsql.errors import ReadOnlyTransaction, SqlSyntaxError, UnsupportedSql
 from dpsql.sql.names import spell_functions
+from dpsql.sql.prescan import prescan
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -109,7 +110,12 @@ def split_statements(text: str) -> list[str]:
 
     >>> split_statements("select 'a;b'; select 2;")
     ["select 'a;b'", 'select 2']
+
+    Raises:
+        ProgramLimitExceeded, StatementTooComplex: the text is over a limit of
+            :func:`dpsql.sql.prescan.prescan` (checked before tokenizing).
     """
+    prescan(text)
     tokens = tokenize(text)
     out: list[str] = []
     start: int | None = None
@@ -158,7 +164,9 @@ def first_word(tokens: list[Token]) -> str:
 
 
 def parse_statement(text: str) -> Statement:
-    """Parse one statement. Raises SqlSyntaxError (42601) or a refusal for writes."""
+    """Parse one statement. Raises SqlSyntaxError (42601), a refusal for writes, or 54000/54001
+    for a statement over the limits of :func:`dpsql.sql.prescan.prescan` (checked first)."""
+    prescan(text)
     tokens = tokenize(text)
     word = first_word(tokens)
     if not tokens:

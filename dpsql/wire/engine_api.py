@@ -17,6 +17,7 @@ import psycopg
 from dpsql.errors import DpsqlError, InternalError, sanitized_upstream
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.prescan import too_complex
 from dpsql.wire.statements import SessionStatement
 
 log = logging.getLogger("dpsql.wire.session")
@@ -68,5 +69,8 @@ def as_dpsql_error(err: BaseException) -> DpsqlError:
         return err
     if isinstance(err, psycopg.Error):
         return sanitized_upstream(err.sqlstate)
+    if isinstance(err, RecursionError):  # a statement nested too deeply: no 10,000-line traceback
+        log.warning("statement too complex: %s", err)
+        return too_complex(err)
     log.exception("internal error", exc_info=err)
     return InternalError("internal error in dpsql", hint="report this to the dpsql operators")

@@ -23,6 +23,10 @@ from typing import Any
 from sqlglot import TokenType
 from sqlglot.dialects.postgres import Postgres
 
+from dpsql.errors import DpsqlError
+from dpsql.sql.prescan import prescan
+from dpsql.wire.parsing import LARGE_STATEMENT
+
 log = logging.getLogger("dpsql.statement")
 LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"  # dpsql serve's log lines
 
@@ -42,15 +46,33 @@ _LITERALS = frozenset(
 _DIALECT = Postgres()
 
 
-@lru_cache(maxsize=4096)
 def fingerprint(sql: str) -> str:
-    """A 16-hex-digit hash of ``sql`` with literals removed and keywords case-folded."""
+    """A 16-hex-digit hash of ``sql`` with literals removed and keywords case-folded.
+
+    A large statement is not memoized (the memo would keep its text), and one over dpsql's
+    statement limits (:mod:`dpsql.sql.prescan`) is never tokenized: all of them share one
+    fingerprint.
+    """
+    if len(sql) <= LARGE_STATEMENT:
+        return _fingerprint(sql)
+    try:
+        prescan(sql)
+    except DpsqlError:
+        return _OVER_LIMITS
+    return _fingerprint.__wrapped__(sql)
+
+
+@lru_cache(maxsize=4096)
+def _fingerprint(sql: str) -> str:
     try:
         toks = _DIALECT.tokenize(sql)
         norm = " ".join("?" if t.token_type in _LITERALS else t.text.lower() for t in toks)
     except Exception:
         norm = "<untokenizable>"
     return hashlib.sha256(norm.encode("utf-8")).hexdigest()[:16]
+
+
+_OVER_LIMITS = hashlib.sha256(b"<over the statement limits>").hexdigest()[:16]
 
 
 def log_statement(**fields: Any) -> None:

@@ -22,6 +22,7 @@ from dpsql.errors import DpsqlError, UnsupportedSql
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.prescan import prescan, too_complex
 from dpsql.wire import encode
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel, ConnectionClosed
@@ -31,6 +32,7 @@ from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests
 from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
 from dpsql.wire.log import fingerprint, log_statement
 from dpsql.wire.messages.backend import data_row, raw_data_row
+from dpsql.wire.parsing import parse_pool
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import parse_session_statement
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_format_of
@@ -74,6 +76,7 @@ class Session:
         self.idle.set()
         self._delivering: asyncio.Task[Any] | None = None  # waiting out a padded answer's moment
         self.closing = False  # the server is shutting down: run (and charge) nothing new
+        self._large = False  # a large statement was parsed since the last ReadyForQuery
         ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -94,6 +97,9 @@ class Session:
         self.send(m.NoticeResponse({"S": severity, "V": severity, "C": code, "M": message}))
 
     async def ready(self) -> None:
+        if self._large:  # give a large statement's memory back before the next one
+            self._large = False
+            await parse_pool().release_memory()
         self.ch.send(_READY[self.state.status])
         await self.ch.flush()
 
@@ -236,7 +242,11 @@ class Session:
     async def simple_query(self, sql: str) -> None:
         self.extended.close_unnamed()
         try:
-            texts = self.engine.split(sql)
+            if parse_pool().is_large(sql):  # split (limits first) off the event loop
+                self._large = True
+                texts = await parse_pool().run(None, self.engine.split, sql)
+            else:
+                texts = self.engine.split(sql)
         except Exception as e:
             self.send_error(e)
             self.state.fail()
@@ -258,30 +268,42 @@ class Session:
     async def prepare(self, text: str) -> Statement:
         """Parse ``text`` once: a session statement, or the engine's ``Prepared``.
 
+        A large ``text`` is read only in the parse pool, after the statement limits
+        (:func:`dpsql.sql.prescan.prescan`): nothing on the event loop tokenizes it.
         A refusal here (syntax, privacy, unsupported SQL) is logged like an executed statement.
         """
         t0 = time.perf_counter()
         try:
+            if parse_pool().is_large(text):
+                self._large = True
+                stmt: Statement = await parse_pool().run(None, self._prepare_now, text)
+                return stmt
             st = parse_session_statement(text)
             if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
                 return Statement(text, st, None, fingerprint(text))
             self.state.check_not_failed()
             prepared = await self.call(self.engine.prepare, text, self.ctx.analyst)
-            if prepared.kind == "session":
-                raise UnsupportedSql(
-                    "this session statement is not supported by dpsql",
-                    hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, "
-                    "DISCARD, DEALLOCATE",
-                )
-            return Statement(text, None, prepared, fingerprint(text))
+            return _engine_statement(text, prepared)
         except Exception as e:
+            err = too_complex(e) if isinstance(e, RecursionError) else e
             log_statement(
                 analyst=self.ctx.analyst, session=self.process_id, fingerprint=fingerprint(text),
-                kind="refused", outcome=getattr(e, "sqlstate", None) or "XX000", epsilon=0.0,
+                kind="refused", outcome=getattr(err, "sqlstate", None) or "XX000", epsilon=0.0,
                 delta=0.0, cached=False, rows=0,
                 latency_ms=round((time.perf_counter() - t0) * 1000, 3),
             )  # fmt: skip
+            if err is not e:
+                raise err from None
             raise
+
+    def _prepare_now(self, text: str) -> Statement:
+        """:meth:`prepare` of a large ``text``, all of it in a parse-pool thread."""
+        prescan(text)  # before the session-statement scan and the fingerprint read it all
+        st = parse_session_statement(text)
+        if st is not None and not is_show_budget(text):
+            return Statement(text, st, None, fingerprint(text))
+        self.state.check_not_failed()
+        return _engine_statement(text, self.engine.prepare(text, self.ctx.analyst))
 
     async def execute(
         self, stmt: Statement, params: Sequence[Any], formats: Sequence[int] | None = None
@@ -389,6 +411,16 @@ class Session:
         if columns:
             await self.send_rows(columns, rows, formats, raw_format_of(res))
         self.ch.send(encode.command_complete(tag))
+
+
+def _engine_statement(text: str, prepared: Any) -> Statement:
+    if prepared.kind == "session":
+        raise UnsupportedSql(
+            "this session statement is not supported by dpsql",
+            hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, "
+            "DISCARD, DEALLOCATE",
+        )
+    return Statement(text, None, prepared, fingerprint(text))
 
 
 def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any], str]:
