@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from dpsql.sql.prescan import MAX_NESTING_DEPTH, MAX_STATEMENT_LENGTH, MAX_STATEMENT_TOKENS
-from tests.helpers import analyst_dsn, served_engine, start_serve
+from tests.helpers import analyst_dsn, db_name, served_engine, start_serve
 
 DEEP = "SELECT " + "(" * 5000 + "1" + ")" * 5000
 SUM_2MB = "SELECT " + "+".join(["1"] * 1_000_000)  # 2 MB, as in the issue
@@ -166,7 +166,8 @@ def test_memory_comes_back_after_large_statements(demo_dsn: str) -> None:
     try:
         values = ",".join(f"'{i:036d}'" for i in range(24_000))  # ~960 KB, 48k tokens
         big = f"SELECT count(*) FROM regions WHERE code IN ('N', {values})"
-        with psycopg.connect(analyst_dsn(port), autocommit=True) as conn:
+        url = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(demo_dsn)}")
+        with psycopg.connect(url, autocommit=True) as conn:
             base = _rss_mb(proc.pid)
             for prepare in (False, True, False, True):
                 assert conn.execute(big, prepare=prepare).fetchone() == (1,)
