@@ -10,6 +10,12 @@ is below the mechanism's true epsilon with probability >= 1 - alpha (Jagielski e
 "Auditing Differentially Private Machine Learning"). A correct mechanism's epsilon_lb exceeds its
 claimed epsilon with probability <= alpha = 1e-6; a broken one (half the noise) shows a larger
 realized epsilon that the bound exposes.
+
+The event S must not depend on the measured draws, and it must not come from what the mechanism
+claims either (a threshold fitted to the claimed noise scale cannot see a mechanism that adds less
+noise than it claims). :func:`choose_event` picks it from a separate *selection* sample of the
+mechanism's outputs on the same neighbours; the audit then counts S on fresh draws, so the
+Clopper-Pearson guarantee holds whatever S was chosen.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import itertools
 import math
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -42,6 +49,70 @@ def epsilon_lower_bound(
     if p_d_hi <= 0:
         return math.inf
     return math.log((p_d2_lo - delta) / p_d_hi)
+
+
+@dataclass(frozen=True)
+class Event:
+    """An output event chosen from a selection sample: ``out >= cut`` (``upper``) or
+    ``out <= cut``, with ``flip`` saying which neighbour's probability is the numerator
+    (False: D', True: D)."""
+
+    cut: float
+    upper: bool
+    flip: bool
+    score: float
+
+    def __call__(self, out: np.ndarray) -> np.ndarray:
+        return np.asarray(out >= self.cut if self.upper else out <= self.cut)
+
+    def epsilon_lower_bound(
+        self, out_d: np.ndarray, out_d2: np.ndarray, delta: float = 0.0, alpha: float = ALPHA
+    ) -> float:
+        """The audit's bound from fresh draws (level 1 - alpha, one direction: the chosen one)."""
+        h_d, h_d2 = int(self(out_d).sum()), int(self(out_d2).sum())
+        if self.flip:
+            return epsilon_lower_bound(h_d2, len(out_d2), h_d, len(out_d), delta, alpha)
+        return epsilon_lower_bound(h_d, len(out_d), h_d2, len(out_d2), delta, alpha)
+
+
+def choose_event(sel_d: np.ndarray, sel_d2: np.ndarray, delta: float = 0.0) -> Event:
+    """The threshold event with the largest estimated epsilon lower bound on a selection sample.
+
+    Candidates: ``out >= t`` and ``out <= t`` for t among the sample's values (at most ~400
+    quantiles), in both directions. The score is the bound of :func:`epsilon_lower_bound` at a
+    moderate level (alpha 0.05) on the selection sample, so events too rare to measure lose.
+    Nothing here reads the mechanism: only its outputs on the two neighbours.
+    """
+    a = np.sort(np.asarray(sel_d, dtype=float).ravel())
+    b = np.sort(np.asarray(sel_d2, dtype=float).ravel())
+    values = np.unique(np.concatenate([a, b]))
+    if len(values) > 400:
+        values = np.unique(np.quantile(values, np.linspace(0, 1, 401)))
+    na, nb = len(a), len(b)
+    ge_a = na - np.searchsorted(a, values, side="left")
+    ge_b = nb - np.searchsorted(b, values, side="left")
+    le_a = np.searchsorted(a, values, side="right")
+    le_b = np.searchsorted(b, values, side="right")
+    best = Event(float(values[0]), True, False, -math.inf)
+    for upper, (hits_a, hits_b) in ((True, (ge_a, ge_b)), (False, (le_a, le_b))):
+        for flip in (False, True):
+            num, den, n_num, n_den = (hits_a, hits_b, na, nb) if flip else (hits_b, hits_a, nb, na)
+            score = _vector_bound(num, n_num, den, n_den, delta, 0.05)
+            i = int(np.argmax(score))
+            if score[i] > best.score:
+                best = Event(float(values[i]), upper, flip, float(score[i]))
+    return best
+
+
+def _vector_bound(
+    num: np.ndarray, n_num: int, den: np.ndarray, n_den: int, delta: float, alpha: float
+) -> np.ndarray:
+    """:func:`epsilon_lower_bound` over arrays of counts (numerator side: lower bound)."""
+    num_lo = np.where(num == 0, 0.0, stats.beta.ppf(alpha / 2, num, n_num - num + 1))
+    den_hi = np.where(den == n_den, 1.0, stats.beta.ppf(1 - alpha / 2, den + 1, n_den - den))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.log((num_lo - delta) / den_hi)
+    return np.where(num_lo - delta <= 0, -np.inf, out)
 
 
 def permute_and_flip_probabilities(coins: np.ndarray) -> np.ndarray:
