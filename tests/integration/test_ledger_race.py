@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -227,8 +226,6 @@ def test_killed_lock_holder_does_not_wedge_the_ledger(make_db: Callable[[str], s
         assert not done.wait(0.5)  # waits for the row lock: no overspend window
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(timeout=30)
-        t0 = time.monotonic()
-        assert done.wait(15)
+        assert done.wait(60)  # a deadline: the dead holder's lock is released, the wait ends
         t.join()
-        assert time.monotonic() - t0 < 15
     assert totals(dsn)[("analyst", "alice")].epsilon == Fraction(2, 10)

@@ -120,10 +120,8 @@ def test_cancel_running_upstream_query(server: ServerThread, demo_dsn: str) -> N
         threading.Thread(
             target=lambda: (_wait_until_running(demo_dsn, "2000000000", []), conn.cancel_safe())
         ).start()
-        t0 = time.monotonic()
-        with pytest.raises(pe.QueryCanceled):
+        with pytest.raises(pe.QueryCanceled):  # minutes of work if the cancel were lost
             conn.execute("SELECT count(*) FROM generate_series(1, 2000000000)")
-        assert time.monotonic() - t0 < 5
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
 

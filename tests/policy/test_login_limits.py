@@ -221,11 +221,12 @@ def test_serve_enforces_the_host_limit_and_window(
     make_db: Callable[[str], str], tmp_path: Path
 ) -> None:
     """Three failures from one address under three names block that address for everyone
-    (bob too) until the 4-second window has passed; then bob logs in."""
-    server = "server:\n  login_failure_window: 4\n"
+    (bob too) until the 10-second window has passed; then bob logs in. (The window is long
+    enough for the refusals to land inside it on a loaded machine; if they did not, bob would be
+    let in early and the refusal assertions would fail: no clock assertion needed.)"""
+    server = "server:\n  login_failure_window: 10\n"
     env = {"DPSQL_MAX_LOGIN_FAILURES_PER_HOST": "3"}
     with _served(make_db, tmp_path, server, env, "--max-login-failures", "100") as (port, _):
-        start = time.monotonic()  # before the first failure is recorded
         first_recorded = float("inf")  # after it is
         for name in ("zoe", "nobody", "bob"):
             with pytest.raises(psycopg.OperationalError, match="password authentication failed"):
@@ -233,9 +234,8 @@ def test_serve_enforces_the_host_limit_and_window(
             first_recorded = min(first_recorded, time.monotonic())
         refused = _startup_error(port, "bob")
         assert (refused["C"], refused["M"]) == ("28000", "too many failed login attempts")
-        assert refused["H"] == "wait 4 seconds before trying again"
+        assert refused["H"] == "wait 10 seconds before trying again"
         with pytest.raises(psycopg.OperationalError, match="too many failed login attempts"):
             _login(port, "bob", "pw-bob")
-        assert time.monotonic() - start < 4, "too slow to test within the window"
-        time.sleep(max(0.0, first_recorded + 4.1 - time.monotonic()))  # the first one left
+        time.sleep(max(0.0, first_recorded + 10.1 - time.monotonic()))  # the first one left
         _login(port, "bob", "pw-bob")

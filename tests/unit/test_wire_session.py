@@ -167,10 +167,8 @@ def test_cancel_request(server: ServerThread) -> None:
     with psycopg.connect(dsn(server), autocommit=True) as conn:
         # conn.cancel() (PQcancel) holds the GIL while it waits, deadlocking an in-process server.
         threading.Timer(0.3, conn.cancel_safe).start()
-        t0 = time.monotonic()
         with pytest.raises(pe.QueryCanceled):
             conn.execute("SELECT sleep")
-        assert time.monotonic() - t0 < 3
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
 

@@ -183,12 +183,11 @@ def test_cancel_requests_reach_the_sessions_worker(served: Served) -> None:
     for t in threads:
         t.start()
     _wait_running(served.upstream, "1999999999", 8, outcomes)
-    t0 = time.monotonic()
     for c in conns:
         c.cancel_safe()
     for t in threads:
-        t.join(20)
-    assert outcomes == ["cancelled"] * 8 and time.monotonic() - t0 < 10
+        t.join(60)  # a deadline: uncancelled, each would run for minutes
+    assert outcomes == ["cancelled"] * 8
     for c in conns:
         assert c.execute("SELECT 1").fetchone() == (1,)
         c.close()
