@@ -36,6 +36,9 @@ from dpsql.release.source import Bound, bounded_cells
 from dpsql.release.synthetic import run_synthetic
 from tests.integration import release_support
 
+# needs mbi/jax (the synthetic extra; CI runs these in a venv of their own)
+pytestmark = pytest.mark.synthetic
+
 COLUMNS = ["age", "sex", "educ", "income", "region", "employed"]
 ALPHA = 1e-7  # false-failure probability of each statistical assertion (three in this module)
 # The table's planted dependencies (release_support.SCHEMA): educ from age, income from educ,
