@@ -322,7 +322,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 )
         where_expr = ctx.qualify(where.this)
     keys, sets = _group_keys(tree, ctx)
-    keys = [narrow_by_where(k, where_expr) for k in keys]
+    keys = [narrow_by_where(k, where_expr, ctx.column) for k in keys]
     outer = _Outer(ctx, keys, sets)
     selects: list[exp.Expression] = []
     for s in tree.expressions:

@@ -1,18 +1,29 @@
-"""Public key domains of ``date_trunc(unit, d)`` when ``d`` has declared bounds.
+"""Public key domains of ``date_trunc(unit, d)``: every unit between public bounds of ``d``.
 
-``date_trunc('month', d)`` over a column whose values the policy bounds to [lo, hi] can only be
-one of the months from ``date_trunc('month', lo)`` to ``date_trunc('month', hi)``: those are the
-key domain, generated from the policy alone (never from the data), so every month is released,
-with noise, and no partition selection (threshold, delta) is needed. Rows outside the bounds
-(the policy's promise broken) produce keys outside the domain and are dropped upstream by the
-key filter, so they can't add groups.
+``date_trunc('month', d)`` can only take the months from ``date_trunc('month', lo)`` to
+``date_trunc('month', hi)`` when ``lo <= d <= hi``. Those bounds are public: the policy's declared
+``bounds`` of ``d`` (a date or timestamp column), and the statement's own range on ``d``
+(``d >= TO_DATE('2025-03-01', 'YYYY-MM-DD') AND d < DATE '2025-07-01'``, ANDed at the top level:
+a Superset time range), whichever is narrower. The generated months are the key domain: every
+one is released with noise, no partition selection (threshold, delta) is needed, and nothing
+about the data shapes the list. Rows outside the bounds (a policy promise broken) give keys
+outside the domain and are filtered out upstream (``CAST(key AS text) IN (...)``), so they can't
+add groups. The keys are printed as PostgreSQL prints the result in dpsql's upstream sessions
+(TimeZone UTC, DateStyle ISO): ``date_trunc`` of a date or timestamptz is a timestamptz
+(``2025-03-01 00:00:00+00``), of a timestamp a timestamp (``2025-03-01 00:00:00``).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
 
-from dpsql.sql.constants import add_months
+from sqlglot import exp
+
+from dpsql.policy.model import Column
+from dpsql.sql.constants import add_months, as_utc, constant, parse_timestamp
+
+MAX_KEYS = 5000  # a longer domain (days over decades, seconds) is left to partition selection
 
 _MONTHS = {"month": 1, "quarter": 3, "year": 12, "decade": 120, "century": 1200,
            "millennium": 12000}  # fmt: skip
@@ -30,3 +41,111 @@ def unit_end(start: datetime, unit: str) -> datetime:
     if unit in _MONTHS:
         return add_months(start, _MONTHS[unit])
     return start + _STEPS.get(unit, timedelta(microseconds=1))
+
+
+def trunc(t: datetime, unit: str) -> datetime:
+    """PostgreSQL's date_trunc(unit, t) for the units above (centuries start in year 1)."""
+    day = t.replace(hour=0, minute=0, second=0, microsecond=0)
+    if unit == "second":
+        return t.replace(microsecond=0)
+    if unit == "minute":
+        return t.replace(second=0, microsecond=0)
+    if unit == "hour":
+        return t.replace(minute=0, second=0, microsecond=0)
+    if unit == "day":
+        return day
+    if unit == "week":
+        return day - timedelta(days=day.weekday())  # ISO weeks start on Monday
+    if unit == "month":
+        return day.replace(day=1)
+    if unit == "quarter":
+        return day.replace(month=1 + 3 * ((t.month - 1) // 3), day=1)
+    first = {"year": 1, "decade": 10, "century": 100, "millennium": 1000}[unit]
+    if unit == "year":
+        year = t.year
+    elif unit == "decade":
+        year = t.year - t.year % 10
+    else:
+        year = t.year - (t.year - 1) % first  # 2025 -> 2001 (century), 2001 (millennium)
+    return day.replace(year=max(year, 1), month=1, day=1)
+
+
+def _point(v: object) -> datetime | None:
+    if isinstance(v, datetime):
+        return as_utc(v)
+    if isinstance(v, date):
+        return datetime(v.year, v.month, v.day)
+    return None
+
+
+def _where_range(
+    where: exp.Expression | None, base: str
+) -> tuple[datetime | None, datetime | None]:
+    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
+    lo: datetime | None = None
+    hi: datetime | None = None
+    node = where
+    while isinstance(node, exp.Paren):
+        node = node.this
+    parts = list(node.flatten()) if isinstance(node, exp.And) else [node] if node else []
+    for c in parts:
+        while isinstance(c, exp.Paren):
+            c = c.this
+        if c.args.get("negate"):
+            continue
+        bounds: list[tuple[str, exp.Expression]] = []
+        if isinstance(c, exp.Between) and not c.args.get("symmetric"):
+            if c.this.sql("postgres") == base:
+                bounds = [("lo", c.args["low"]), ("hi", c.args["high"])]
+        elif isinstance(c, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ)):
+            low = isinstance(c, (exp.GT, exp.GTE))
+            if c.this.sql("postgres") == base:
+                bounds = [("lo" if low else "hi", c.expression)]
+            elif c.expression.sql("postgres") == base:
+                bounds = [("hi" if low else "lo", c.this)]
+            if isinstance(c, exp.EQ):
+                bounds = [("lo", bounds[0][1]), ("hi", bounds[0][1])] if bounds else []
+        for side, value in bounds:
+            v = constant(value)
+            if isinstance(v, str):
+                v = parse_timestamp(v)
+            p = _point(v)
+            if p is None:
+                continue
+            if side == "lo":
+                lo = p if lo is None else max(lo, p)
+            else:
+                hi = p if hi is None else min(hi, p)
+    return lo, hi
+
+
+def date_trunc_domain(
+    expr: exp.Expression, column: Callable[[exp.Column], Column], where: exp.Expression | None
+) -> tuple[str, ...] | None:
+    """The generated keys of ``date_trunc(unit, d)`` (qualified), or None when unbounded."""
+    if not isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)) or expr.args.get("zone"):
+        return None
+    base = expr.this
+    unit_node = expr.args.get("unit")
+    unit = str(unit_node.this).lower() if isinstance(unit_node, (exp.Var, exp.Literal)) else ""
+    if not isinstance(base, exp.Column) or (unit not in _MONTHS and unit not in _STEPS):
+        return None
+    col = column(base)
+    if col.family not in ("date", "timestamp"):
+        return None
+    declared = col.bounds if col.bounds is not None else (None, None)
+    lo, hi = (_point(declared[0]), _point(declared[1]))
+    wlo, whi = _where_range(where, base.sql("postgres"))
+    lo = wlo if lo is None else lo if wlo is None else max(lo, wlo)
+    hi = whi if hi is None else hi if whi is None else min(hi, whi)
+    if lo is None or hi is None or lo > hi:
+        return None if lo is None or hi is None else ()
+    zone = "" if col.family == "timestamp" and col.type == "timestamp" else "+00"
+    keys = []
+    t = trunc(lo, unit)
+    while t <= hi:
+        if len(keys) >= MAX_KEYS:
+            return None
+        keys.append(f"{t.isoformat(sep=' ')}{zone}")
+        t = unit_end(t, unit)
+    return tuple(keys)

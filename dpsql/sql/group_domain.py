@@ -6,11 +6,14 @@ is in :mod:`dpsql.sql.key_domain` and :mod:`dpsql.sql.date_domain`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from sqlglot import exp
 
+from dpsql.policy.model import Column
 from dpsql.sql.analysis import GroupKey
+from dpsql.sql.date_domain import date_trunc_domain
 from dpsql.sql.key_domain import KeyFilter, case_domain, listed_domain
 from dpsql.sql.sources import Ctx
 
@@ -38,11 +41,29 @@ def group_key(ctx: Ctx, expr: exp.Expression, name: str) -> GroupKey:
     return GroupKey(qualified, name, None)
 
 
-def narrow_by_where(g: GroupKey, where: exp.Expression | None) -> GroupKey:
-    """``g`` with its domain narrowed by the (qualified) WHERE clause, or given one by it."""
+def _trunc_parts(expr: exp.Expression) -> tuple[exp.Expression | None, str | None]:
+    """(base column, unit) of a ``date_trunc(unit, column)`` key, else (None, None)."""
+    if isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)) and isinstance(expr.this, exp.Column):
+        unit = expr.args.get("unit")
+        if isinstance(unit, (exp.Var, exp.Literal)):
+            return expr.this, str(unit.this).lower()
+    return None, None
+
+
+def narrow_by_where(
+    g: GroupKey, where: exp.Expression | None, column: Callable[[exp.Column], Column]
+) -> GroupKey:
+    """``g`` with its domain narrowed by the (qualified) WHERE clause, or given one by it (or,
+    for ``date_trunc`` of a date, by the date's declared bounds: :mod:`dpsql.sql.date_domain`)."""
+    base, unit = _trunc_parts(g.expr)
+    if g.keys is None and g.keys_from is None and base is not None:
+        generated = date_trunc_domain(g.expr, column, where)
+        if generated is not None:
+            g = replace(g, keys=generated, family="timestamp")
     if where is None or g.family is None:
         return g
-    f = KeyFilter(g.expr, where, g.family)
+    is_date = isinstance(base, exp.Column) and column(base).family == "date"
+    f = KeyFilter(g.expr, where, g.family, base, unit, is_date)
     null = g.null_key and f.admits(None)
     if g.keys is not None:
         return replace(g, keys=f.narrow(g.keys), null_key=null)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -151,20 +151,20 @@ def _compare(op: type, v: Value, c: Const) -> Truth:
     return _T if ok else _F
 
 
-def _compare_range(op: type, lo: datetime, hi: datetime, c: Const) -> Truth:
-    """A comparison ``x op c`` for every x in [lo, hi): always, never or sometimes true."""
+def _compare_range(op: type, lo: datetime, last: datetime, c: Const) -> Truth:
+    """A comparison ``x op c`` for every x in [lo, last]: always, never or sometimes true."""
     c = _coerce(lo, c)
     if isinstance(c, _Null):
         return _N
     if not isinstance(c, datetime):
         return _ANY
     always, never = {
-        exp.GTE: (lo >= c, hi <= c),
-        exp.GT: (lo > c, hi <= c),
-        exp.LT: (hi <= c, lo >= c),
-        exp.LTE: (hi <= c, lo > c),
-        exp.EQ: (False, c < lo or c >= hi),
-        exp.NEQ: (c < lo or c >= hi, False),
+        exp.GTE: (lo >= c, last < c),
+        exp.GT: (lo > c, last <= c),
+        exp.LT: (last < c, lo >= c),
+        exp.LTE: (last <= c, lo > c),
+        exp.EQ: (lo == last == c, c < lo or c > last),
+        exp.NEQ: (c < lo or c > last, lo == last == c),
     }[op]
     return _T if always else _F if never else _T | _F
 
@@ -252,6 +252,7 @@ class KeyFilter:
     family: TypeFamily
     base: exp.Expression | None = None  # date_trunc(unit, base)
     unit: str | None = None
+    base_is_date: bool = False  # a date base takes whole days only (else microseconds)
 
     def admits(self, text: str | None) -> bool:
         """False only when no row whose key prints as ``text`` can pass the WHERE clause."""
@@ -260,9 +261,10 @@ class KeyFilter:
             return True
         lo = hi = None
         if self.unit is not None and isinstance(v, datetime):
-            from dpsql.sql.date_domain import unit_end
+            from dpsql.sql.date_domain import unit_end  # (date_domain imports this module's deps)
 
-            lo, hi = v, unit_end(v, self.unit)
+            step = timedelta(days=1) if self.base_is_date else timedelta(microseconds=1)
+            lo, hi = v, unit_end(v, self.unit) - step
         h = Hypothesis(
             self.key.sql("postgres"),
             v,

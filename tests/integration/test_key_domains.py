@@ -127,6 +127,18 @@ SELECTION_FREE = [
     "SELECT tier, COUNT(*) FROM visits WHERE day >= now() - INTERVAL '3 years' "
     "AND day < current_date AND day <= current_timestamp AND day < localtimestamp GROUP BY tier",
     "SELECT day, COUNT(*) FROM visits WHERE day IN ('2025-01-08', DATE '2025-01-15') GROUP BY day",
+    # date_trunc over the statement's own time range (Superset's time grain + time range)
+    "SELECT DATE_TRUNC('MONTH', day) AS day, COUNT(*) AS count FROM public.visits "
+    "WHERE day >= TO_DATE('2025-03-01', 'YYYY-MM-DD') AND day < TO_DATE('2025-07-01', "
+    "'YYYY-MM-DD') GROUP BY DATE_TRUNC('MONTH', day)",
+    "SELECT date_trunc('week', day) AS w, SUM(score) FROM visits "
+    "WHERE day BETWEEN '2025-04-01' AND DATE '2025-05-01' - 1 AND kind IN ('a', 'b') "
+    "GROUP BY 1",
+    "SELECT date_trunc('quarter', day), COUNT(*) FROM visits "
+    "WHERE day >= DATE '2025-02-10' AND day <= '2025-11-30' AND score > 20 GROUP BY 1",
+    "SELECT date_trunc('day', day), COUNT(*) FROM visits "
+    "WHERE day > TO_TIMESTAMP('2025-06-01 12:00', 'YYYY-MM-DD HH24:MI') "
+    "AND day < DATE '2025-06-01' + INTERVAL '10 days' GROUP BY 1",
 ]
 
 
@@ -140,7 +152,7 @@ def test_released_groups_are_postgresqls(
     prepared = exact.prepare(sql)
     assert prepared.analysis is not None and not prepared.analysis.needs_selection
     got = {tuple(r[:-1]): float(r[-1]) for r in answer(exact, sql).rows}
-    assert got == pytest.approx({k: float(v[0]) for k, v in want.items()}, rel=1e-12)
+    assert got == pytest.approx({k: float(v[0]) for k, v in want.items()}, rel=1e-12), (got, want)
     r = answer(noisy, sql, intervals=True)
     nk = len(next(iter(want)))
     assert {tuple(row[:nk]) for row in r.rows} == set(want)  # same groups, no phantom
@@ -240,3 +252,26 @@ def test_through_the_wire(visits_policy: Any, visits_dsn: str) -> None:
         with pytest.raises(psycopg.errors.FeatureNotSupported) as info:
             conn.execute(bad)
         assert "TO_DATE" in str(info.value) and "str_to_date" not in str(info.value)
+
+
+def test_generated_keys_print_as_postgresqls_date_trunc(visits_dsn: str) -> None:
+    """dpsql.sql.date_domain.trunc and the key text agree with PostgreSQL for every unit, on
+    dates (timestamptz result) and timestamps, across month/leap-year/century edges."""
+    from datetime import datetime, timedelta
+
+    from dpsql.sql.date_domain import _MONTHS, _STEPS, trunc
+
+    points = [datetime(1999, 12, 31, 23, 59, 59) + timedelta(hours=37 * i) for i in range(40)]
+    points += [datetime(2000 + i, 2, 29 if i % 4 == 0 else 28, 13, 7, 11) for i in range(9)]
+    with psycopg.connect(visits_dsn) as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        for unit in [*_MONTHS, *_STEPS]:
+            for p in points:
+                got = trunc(p, unit)
+                ts, tz = conn.execute(
+                    "SELECT date_trunc(%s, %s::timestamp)::text, date_trunc(%s, %s::date)::text",
+                    (unit, p, unit, p.date()),
+                ).fetchone()
+                assert ts == got.isoformat(sep=" "), (unit, p)
+                day = datetime(p.year, p.month, p.day)
+                assert tz == f"{trunc(day, unit).isoformat(sep=' ')}+00", (unit, p)
