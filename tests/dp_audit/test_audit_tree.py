@@ -1,0 +1,161 @@
+"""Privacy audit of statements of several DP leaves (#15, dpsql/sql/tree.py) on neighbouring
+databases: D has 60 units with 2 rows each; D' adds one unit with the extreme values (3 rows =
+max_rows_per_unit, each at the upper bound 100, in group 'a'), as in test_audit_engine.py.
+
+Property: the epsilon the statement is charged (the sum of its leaves' shares) bounds the
+privacy loss of its whole output. For an event fixed in advance (every audited output of group
+'a' reaching D''s exact bounded answer: the likelihood-ratio extreme for Laplace noise), the
+Clopper-Pearson lower bound on the realized epsilon (level 1 - 1e-6) must not exceed it.
+
+* Release level, 3e4 draws a side: the two leaves of a UNION ALL (COUNT and SUM, epsilon 1/2
+  each, split by the engine's own tree planner), released by the engine's own release on the
+  real upstream rows; the joint event's realized epsilon is at most 1. A broken twin whose
+  leaves are noised for twice their share (each leaf's sensitivity halved in the plan: a leaf
+  charged at half its cost) realizes about 1.8 and must be flagged.
+* Execute level, a few hundred runs a side: each new shape end to end (split, charge, bounded
+  SQL, noise, post-processing in PostgreSQL): the charge is exactly the statement's epsilon and
+  the realized epsilon of its output stays below it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from auditing import broken_twins, epsilon_lower_bound, neighbouring_engines
+from test_audit_engine import POLICY, _load, half_noise
+
+from dpsql.engine import Engine
+from dpsql.execute.noise import release
+from dpsql.execute.private import measure
+from dpsql.execute.tree import leaf_plans
+from dpsql.session import SessionContext
+
+SESSION = SessionContext(analyst="auditor", epsilon=Fraction(1), mechanism="laplace")
+
+UNION = (
+    "SELECT 'n' AS m, g, COUNT(*) AS x FROM t GROUP BY g "
+    "UNION ALL SELECT 's', g, SUM(v) FROM t GROUP BY g"
+)
+# (statement, which output cells of group 'a' the event reads: (row filter, column))
+SHAPES: dict[str, tuple[str, Callable[[tuple[Any, ...]], bool], int]] = {
+    "union_all": (UNION, lambda r: r[1] == "a", 2),
+    "cte_join": (
+        "WITH c AS (SELECT g, COUNT(*) AS n FROM t GROUP BY g), "
+        "s AS (SELECT g, SUM(v) AS total FROM t GROUP BY g) "
+        "SELECT c.g, c.n, s.total FROM c JOIN s ON s.g = c.g",
+        lambda r: r[0] == "a",
+        1,
+    ),
+    "reaggregate": (
+        "SELECT MAX(x) AS top FROM (SELECT g, COUNT(*) AS x FROM t GROUP BY g) q",
+        lambda r: True,
+        0,
+    ),
+    "window": (
+        "SELECT g, COUNT(*) AS n, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS share "
+        "FROM t GROUP BY g",
+        lambda r: r[0] == "a",
+        1,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    yield from neighbouring_engines(make_db, POLICY, _load, "atree")
+
+
+def _bound(hits_d: int, hits_d2: int, n: int) -> float:
+    return max(
+        epsilon_lower_bound(hits_d, n, hits_d2, n, alpha=5e-7),
+        epsilon_lower_bound(hits_d2, n, hits_d, n, alpha=5e-7),
+    )
+
+
+def _leaf_draws(engine: Engine, n: int, noiseless: bool = False) -> tuple[list[np.ndarray], float]:
+    """Each leaf of UNION, released n times on group 'a''s real upstream row (n groups of one
+    release: independent draws); and the epsilon the statement is charged."""
+    prepared = engine.prepare(UNION)
+    plans = leaf_plans(engine, prepared.leaves, SESSION)
+    out = []
+    for leaf, plan in zip(prepared.leaves, plans, strict=True):
+        row = next(r for r in measure(engine, leaf, plan, None).rows if r[0] == "a")
+        copies = 1 if noiseless else n
+        keyed = [(str(i), *row[1:]) for i in range(copies)]
+        types = engine.group_types(leaf, plan.analysis)
+        rel = release(plan, keyed, types, None, 0.95, noiseless=noiseless)
+        out.append(np.array([s[0] for s in rel.stats], dtype=float))
+    return out, float(sum((p.cost.epsilon for p in plans), Fraction(0)))
+
+
+def _release_audit(engines: tuple[Engine, Engine], n: int) -> tuple[float, float]:
+    thresholds = [v[0] for v in _leaf_draws(engines[1], 1, noiseless=True)[0]]
+    hits, charged = [], 0.0
+    for engine in engines:
+        draws, charged = _leaf_draws(engine, n)
+        event = np.ones(n, dtype=bool)
+        for values, t in zip(draws, thresholds, strict=True):
+            event &= values >= t
+        hits.append(int(event.sum()))
+    return _bound(hits[0], hits[1], n), charged
+
+
+def test_tree_release_audit(engines: tuple[Engine, Engine]) -> None:
+    eps_lb, charged = _release_audit(engines, 30_000)
+    assert charged == pytest.approx(1.0)
+    assert eps_lb <= charged
+
+
+def test_tree_release_audit_flags_a_leaf_charged_at_half_its_cost(
+    engines: tuple[Engine, Engine],
+) -> None:
+    # realized about 1.8 (0.9 per leaf: a tenth of each leaf's share measures the bias)
+    with broken_twins(engines, half_noise) as broken:
+        eps_lb, charged = _release_audit(broken, 30_000)
+    assert charged == pytest.approx(1.0)
+    assert eps_lb > charged
+
+
+def _outputs(engine: Engine, name: str) -> tuple[list[float], float]:
+    sql, which, col = SHAPES[name]
+    r = engine.execute(engine.prepare(sql), SESSION)
+    cells = [float(row[col]) for row in r.rows if which(row)]
+    return cells, r.epsilon_spent
+
+
+def _execute_audit(engines: tuple[Engine, Engine], name: str, runs: int) -> tuple[float, float]:
+    from tests.helpers import noiseless
+
+    d, d2 = engines
+    exact = noiseless(Engine(d2.policy, d2.backend.dsn, pool_size=1))
+    try:
+        thresholds, _ = _outputs(exact, name)
+    finally:
+        exact.close()
+    hits, spent = [0, 0], 0.0
+    for i, engine in enumerate((d, d2)):
+        for _ in range(runs):
+            cells, spent = _outputs(engine, name)
+            hits[i] += all(c >= t for c, t in zip(cells, thresholds, strict=True))
+    return _bound(hits[0], hits[1], runs), spent
+
+
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_tree_execute_audit(
+    engines: tuple[Engine, Engine], name: str, request: pytest.FixtureRequest
+) -> None:
+    runs = 1500 if request.config.getoption("--run-slow") else 100
+    eps_lb, spent = _execute_audit(engines, name, runs)
+    assert spent == pytest.approx(1.0)  # the whole tree: one charge of the statement's epsilon
+    assert eps_lb <= spent
+
+
+@pytest.mark.slow
+def test_tree_execute_audit_flags_half_noise(engines: tuple[Engine, Engine]) -> None:
+    with broken_twins(engines, half_noise) as broken:
+        eps_lb, spent = _execute_audit(broken, "union_all", 2500)
+    assert eps_lb > spent
