@@ -44,6 +44,48 @@ QUERIES = [
 ]
 
 
+# statements of several DP leaves (dpsql/sql/tree.py): leaves + post-processing in PostgreSQL
+TREE_QUERIES = [
+    "SELECT category, SUM(revenue) FROM (SELECT category, region, SUM(amount) AS revenue "
+    "FROM purchases GROUP BY 1, 2) AS virtual_table GROUP BY category",
+    "WITH r AS (SELECT category, SUM(amount) AS rev FROM purchases GROUP BY 1), "
+    "n AS (SELECT category, COUNT(*) AS c FROM purchases GROUP BY 1) "
+    "SELECT r.category, rev, c FROM r JOIN n ON n.category = r.category",
+]
+
+
+def plan_time(engine: Engine, session: SessionContext, q: str, repeat: int) -> float:
+    """Median seconds to prepare (parse, classify, analyze or split) and plan ``q``, uncached."""
+
+    def once() -> None:
+        p = engine.prepare_in_scope(q)
+        if getattr(p, "split", None) is not None:
+            from dpsql.execute.tree import leaf_plans
+
+            leaf_plans(engine, p.leaves, session)
+        else:
+            engine.plan(p, session)
+
+    return timed(once, repeat)
+
+
+def plan_table(engine: Engine, session: SessionContext, repeat: int) -> Table:
+    t = Table(title="plan time: prepare + plan, uncached (median ms over --plan-repeat runs)")
+    for h in ("query", "leaves", "plan ms", "engine ms"):
+        t.add_column(h)
+    for q in QUERIES + TREE_QUERIES:
+        try:
+            p = engine.prepare(q)
+        except Exception as e:  # a tree statement on a dpsql without the planner
+            t.add_row(q[:60], "-", f"refused: {type(e).__name__}", "-")
+            continue
+        leaves = len(getattr(p, "leaves", ())) or 1
+        pt = plan_time(engine, session, q, repeat)
+        full = timed(lambda p=p: engine.execute(p, session), 7)
+        t.add_row(q[:60], str(leaves), f"{pt * 1000:.2f}", f"{full * 1000:.1f}")
+    return t
+
+
 def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
     fn()  # warm
     out = []
@@ -57,6 +99,8 @@ def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--plan-repeat", type=int, default=200)
+    ap.add_argument("--plan-only", action="store_true", help="only the plan-time table")
     args = ap.parse_args()
     dsn = os.environ.get("DPSQL_BENCH_DSN")
     cluster = None
@@ -70,6 +114,9 @@ def main() -> None:
     for h in ("query", "plain", "rewritten", "ratio", "engine", "ratio"):
         t.add_column(h)
     try:
+        Console().print(plan_table(engine, session, args.plan_repeat))
+        if args.plan_only:
+            return
         with psycopg.connect(dsn) as conn:
             for q in QUERIES:
                 p = engine.prepare(q)
