@@ -361,8 +361,12 @@ class Engine:
         return self.planner(a, epsilon, delta, mechanism)
 
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
-        """The bounded SQL of a private query (memoized for statements without parameters)."""
-        return private_sql_module.private_sql(self.caches.sql, prepared, a)
+        """The bounded SQL of a private query (memoized for statements without parameters);
+        unbounded when the catalog proves one row per unit (reads the catalog each time)."""
+        from dpsql.execute.unique_units import unit_is_unique
+
+        unique = unit_is_unique(self.backend, a)
+        return private_sql_module.private_sql(self.caches.sql, prepared, a, unique=unique)
 
     def group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""

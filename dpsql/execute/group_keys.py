@@ -34,7 +34,7 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     # PostgreSQL folds constants when planning the probe
     shadows.check(engine, prepared.text, prepared.tree, scope=prepared.scope)
     cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
-    q = source_select(a, *cols).limit(0)
+    q = source_select(a, "", *cols).limit(0)  # a type probe: reads no row
     rows = engine.backend.run(q.sql("postgres"), private=True)
     types = tuple(type_name(c.type_oid) for c in rows.columns)
     engine.caches.key_types.remember(prepared.text, types)

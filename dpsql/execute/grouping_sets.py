@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
-from dpsql.execute.private_sql import bounded_sql
+from dpsql.execute.private_sql import bounded_sql, salted
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis
 
@@ -27,7 +27,7 @@ SET_TYPE = "int4"  # the type of the set-number key (GROUPING() returns integer)
 
 def set_sql(engine: Engine, prepared: Prepared, a: Analysis, keys: tuple[int, ...]) -> str:
     """The bounded SQL of one grouping set (memoized per statement, like Engine.private_sql)."""
-    key = ("private-set", prepared.text, prepared.salt, keys)
+    key = ("private-set", prepared.text, keys)
     stable = a is prepared.analysis
     memo = engine.caches.sql
     if stable:
@@ -53,7 +53,9 @@ def run_sets(
     """Every set's upstream rows (one row per group of that set, never a row of a table)."""
     a = plan.analysis
     return [
-        engine.backend.run(set_sql(engine, prepared, a, sp.keys), private=True, cancel=cancel)
+        engine.backend.run(
+            salted(set_sql(engine, prepared, a, sp.keys)), private=True, cancel=cancel
+        )
         for sp in plan.sets
     ]
 

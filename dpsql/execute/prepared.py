@@ -30,7 +30,7 @@ class Prepared:
     tree: exp.Expression | None
     analysis: Analysis | None
     param_count: int
-    salt: str
+    salt: str  # unused since the salt is drawn per execution (dpsql.execute.private_sql.salted)
     fingerprint: str
     scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
     # kind "explain": the explained statement, prepared as itself, and the EXPLAIN's options

@@ -17,6 +17,7 @@ from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import Prepared
+from dpsql.execute.private_sql import salted
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -152,7 +153,8 @@ def measure(
     if isinstance(plan, SetsPlan):
         return run_sets(engine, prepared, plan, cancel)
     a = plan.analysis
-    return engine.backend.run(engine.private_sql(prepared, a), private=True, cancel=cancel)
+    text = salted(engine.private_sql(prepared, a))  # a fresh salt for each execution
+    return engine.backend.run(text, private=True, cancel=cancel)
 
 
 def settle_failed(ledger: Any, reservation: Any, error: BaseException) -> None:

@@ -155,6 +155,9 @@ class Analysis:
     # order, each as indexes into group_keys (which then hold every key of any set). Empty for a
     # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.
     grouping_sets: tuple[tuple[int, ...], ...] = ()
+    # The catalog proves one row per privacy unit (dpsql.execute.unique_units): set by the engine
+    # just before the private query runs, never by the analyzer. The rewrite then skips bounding.
+    unique_unit: bool = False
 
     def column(self, node: exp.Column) -> Column | None:
         """The policy column behind a qualified reference (None for public tables' columns)."""

@@ -7,21 +7,29 @@ The plan calibrates noise to: each group's measure moves by at most R * c (c = M
 1 for COUNT(DISTINCT unit)), and the groups together by at most G * R * c (L1). Checked here on
 the demo data by running the bounded SQL on D and on D minus one unit (its rows deleted from every
 private table in a rolled-back transaction), for the five heavy units (400 rows each, clamped and
-capped) and ordinary ones. A join keeps R random rows per unit of each table before joining
-(``ORDER BY RANDOM()``); here that choice is made deterministic and still a function of each row
-alone (``hashtext(ctid::text)``), so that the other units keep the same rows in both databases and
-the difference is the removed unit's own contribution.
+capped) and ordinary ones. Rows and groups are chosen by keyed hashes of the unit's own rows
+(dpsql.sql.rewrite.keyed_hash), one salt per execution: both databases are queried with the same
+salt, as the salt is drawn independently of the data.
+
+The keyed-hash selection is checked directly too (docs/mechanisms.md, "Choosing rows and
+groups"): for every other unit, the rows (or partials) it keeps are exactly the same on D and on
+D minus one unit, for every shape of the rewrite; and a broken twin whose salt depends on the data
+(the table's row count) is caught. Both checks are exact (no randomness: no false failures).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 from typing import Any
 
 import psycopg
 import pytest
+import sqlglot
+from sqlglot import exp
 
 from dpsql.engine import Engine
+from dpsql.execute.private_sql import SALT_MARKER, salted
 from dpsql.sql.analysis import Analysis, Measure
 
 QUERIES = [
@@ -37,6 +45,24 @@ QUERIES = [
     "GROUP BY r.name",
     "SELECT u.sex, SUM(p.quantity / 2) FROM purchases p JOIN pums u ON p.user_id = u.pid "
     "GROUP BY u.sex",
+    # the row path: rows ranked per (unit, group) and groups per unit by keyed hashes
+    "SELECT category, COUNT(DISTINCT region), COUNT(*) FROM purchases GROUP BY category",
+    "SELECT purchased_at, COUNT(DISTINCT quantity) FROM purchases GROUP BY purchased_at",
+    "SELECT COUNT(DISTINCT b.amount) FROM purchases a JOIN purchases b ON a.user_id = b.user_id",
+]
+# every shape of the rewrite, for the selection check: partials with and without group ranking,
+# rows with and without group ranking, quantile buckets (grouping sets), capped joins, and
+# partition selection (purchased_at has no declared keys)
+SHAPES = [
+    "SELECT COUNT(*), SUM(amount) FROM purchases",
+    "SELECT category, SUM(quantity) FROM purchases GROUP BY category",
+    "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
+    "SELECT COUNT(DISTINCT region) FROM purchases",
+    "SELECT category, COUNT(DISTINCT region) FROM purchases GROUP BY category",
+    "SELECT category, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM purchases "
+    "GROUP BY category",
+    "SELECT a.category, COUNT(DISTINCT b.amount) FROM purchases a "
+    "JOIN purchases b ON a.user_id = b.user_id GROUP BY a.category",
 ]
 TWIN = "SELECT SUM(quantity * 2 - 3), COUNT(*) FROM purchases"
 HEAVY = (100001, 100002, 100003, 100004, 100005)
@@ -81,8 +107,8 @@ def worst_ratio(
     prepared = engine.prepare(sql)
     a = prepared.analysis
     assert a is not None
-    text = engine.private_sql(prepared, a).replace("RANDOM()", "hashtext(ctid::text)")
-    assert "random" not in text.lower()
+    text = salted(engine.private_sql(prepared, a))  # one salt, for D and its neighbours
+    assert "random" not in text.lower() and "ctid" not in text.lower()
     measures = _measures(a)
     bounds = [_bound(a, m) * (rows_bound or a.max_rows) / a.max_rows for m in measures]
     keys = len(a.group_keys)
@@ -117,3 +143,62 @@ def test_one_unit_moves_each_measure_by_at_most_its_sensitivity(
 def test_a_wrong_bound_is_caught(engine: Engine, demo_dsn: str) -> None:
     """The check can fail: claiming R = 1 for a heavy unit's 25 kept rows exceeds the bound."""
     assert worst_ratio(engine, demo_dsn, TWIN, HEAVY[:1], rows_bound=1) > 1
+
+
+def kept_sql(private_sql: str) -> str:
+    """What the final aggregate of ``private_sql`` reads, row by row, with its unit: the rows or
+    partials that bounding kept (the private SQL's own FROM and WHERE, without GROUP BY)."""
+    q = sqlglot.parse_one(private_sql, read="postgres")
+    assert isinstance(q, exp.Select)
+    kept = exp.select(exp.Star()).from_(q.args["from_"].this.copy())
+    if q.args.get("where") is not None:
+        kept = kept.where(q.args["where"].this.copy())
+    kept.set("with_", q.args["with_"].copy())
+    return kept.sql("postgres")
+
+
+def changed_units(dsn: str, text: str, units: tuple[int, ...]) -> set[Any]:
+    """The units other than the removed one whose kept rows differ between D and D minus one of
+    ``units`` (should be none)."""
+    sql = kept_sql(text)
+    changed: set[Any] = set()
+    with psycopg.connect(dsn) as conn:
+        cur = conn.execute(sql)
+        assert cur.description is not None
+        col = [d.name for d in cur.description].index("_dp_unit")
+        full = Counter(cur.fetchall())
+        for u in units:
+            conn.execute("DELETE FROM purchases WHERE user_id = %s", (u,))
+            less = Counter(conn.execute(sql).fetchall())
+            conn.rollback()
+            diff = (full - less) + (less - full)
+            changed |= {r[col] for r in diff} - {u}
+    return changed
+
+
+@pytest.mark.parametrize("sql", SHAPES)
+def test_keyed_hash_selection_is_each_units_own(
+    engine: Engine, demo_dsn: str, units: tuple[int, ...], sql: str
+) -> None:
+    """Removing one unit leaves every other unit's kept rows exactly as they were."""
+    prepared = engine.prepare(sql)
+    assert prepared.analysis is not None
+    text = salted(engine.private_sql(prepared, prepared.analysis))
+    assert changed_units(demo_dsn, text, HEAVY[2:3] + units) == set()
+
+
+def test_a_data_dependent_salt_is_caught(engine: Engine, demo_dsn: str) -> None:
+    """The broken twin: a salt read from the data (the row count) re-draws every unit's choice
+    when one unit is removed: the units with more groups than G (5) or more rows in a group than
+    R (25) keep other ones (the heavy units don't: their 400 rows are alike in category and
+    region, so any 25 of them are the same rows)."""
+    sql = "SELECT category, COUNT(DISTINCT region) FROM purchases GROUP BY category"
+    prepared = engine.prepare(sql)
+    assert prepared.analysis is not None
+    text = engine.private_sql(prepared, prepared.analysis)
+    assert f"'{SALT_MARKER}'" in text
+    text = salted(text)
+    salt = text.split("CONCAT_WS('|', '")[1][:16]
+    broken = text.replace(f"'{salt}'", "CAST((SELECT COUNT(*) FROM purchases) AS TEXT)")
+    assert changed_units(demo_dsn, text, HEAVY[:1]) == set()  # the honest salt
+    assert len(changed_units(demo_dsn, broken, HEAVY[:1])) > 100

@@ -58,4 +58,5 @@ def test_path_choice(sql: str, partials: bool, rank: bool) -> None:
     text = private_query(a, "salt").sql("postgres")
     assert ("_dp_parts" in text) is partials
     assert ("_dp_gr" in text) is rank
-    assert ("RANDOM()" in text) is (not partials)
+    assert "RANDOM()" not in text  # rows and groups are chosen by keyed hashes
+    assert ("_dp_rt" in text) is (not partials)  # rows ranked by their identity's hash

@@ -8,19 +8,24 @@ it keeps rows, and the query becomes::
     WITH _dp_rows AS (SELECT unit AS _dp_unit, <group keys> AS _dp_g*, <values> AS _dp_v*
                       FROM t WHERE <filter>),
          _dp_bounded AS (SELECT *,
-             ROW_NUMBER() OVER (PARTITION BY _dp_unit, _dp_h, _dp_g* ORDER BY random()) AS _dp_rn,
+             ROW_NUMBER() OVER (PARTITION BY _dp_unit, _dp_h, _dp_g*
+                                ORDER BY hashtextextended(salt | _dp_rt, 0), _dp_rt) AS _dp_rn,
              DENSE_RANK() OVER (PARTITION BY _dp_unit ORDER BY _dp_h, _dp_g*) AS _dp_gr
-           FROM (SELECT *, hashtextextended(salt || unit || keys, 0) AS _dp_h FROM _dp_rows))
+           FROM (SELECT *, ROW(_dp_unit, _dp_g*, _dp_v*)::text AS _dp_rt,
+                           hashtextextended(salt | unit | keys, 0) AS _dp_h FROM _dp_rows))
     SELECT _dp_g*, <measures> FROM _dp_bounded
     WHERE _dp_rn <= max_rows_per_unit AND _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
 
 so each unit keeps at most ``max_rows_per_unit`` rows in each group and touches at most
-``max_groups_per_unit`` groups (a salted-hash choice, ties broken by the key itself so distinct
-groups always get distinct ranks; skipped when the declared keys leave fewer groups than
-``max_groups_per_unit``). ``_dp_h`` is a function of (unit, keys), so partitioning the
+``max_groups_per_unit`` groups, both chosen by keyed hashes (:mod:`dpsql.sql.rewrite.keyed_hash`:
+a function of the unit's own rows and the statement's salt, never ``random()`` or ``ctid``), ties
+broken by the row's or group's own values (skipped when the declared keys leave fewer groups
+than ``max_groups_per_unit``). ``_dp_h`` is a function of (unit, keys), so partitioning the
 first window by it too changes nothing, but makes both windows read one sort order
-(unit, hash, keys, random()): PostgreSQL sorts the rows once instead of twice.
-With ``privacy_unit: row`` no bounding is needed.
+(unit, hash, keys, row hash): PostgreSQL sorts the rows once instead of twice, in parallel
+workers when it likes (nothing is volatile).
+With ``privacy_unit: row``, or when the catalog proves one row per unit (``unique_unit``:
+:mod:`dpsql.execute.unique_units`), no bounding is needed: the plain aggregate of clamped values.
 The proxy receives one row per group whatever the table size.
 """
 
@@ -29,13 +34,9 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.rewrite.bound_partials import (
-    bound_partials,
-    decomposable,
-    group_hash,
-    needs_group_rank,
-)
+from dpsql.sql.rewrite.bound_partials import bound_partials, decomposable, needs_group_rank
 from dpsql.sql.rewrite.clamp_values import clamp_values
+from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -57,9 +58,9 @@ def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
     return arg
 
 
-def _measure_sql(m: Measure, v: exp.Expression | None) -> exp.Expression:
-    if m.kind == "count_rows":
-        return exp.Count(this=exp.Star())
+def _measure_sql(m: Measure, v: exp.Expression | None, unique: bool) -> exp.Expression:
+    if m.kind == "count_rows" or (m.kind == "count_units" and unique):
+        return exp.Count(this=exp.Star())  # a unique, NOT NULL unit: one row per unit
     if m.kind == "count_units":
         return exp.Count(this=exp.Distinct(expressions=[exp.column("_dp_unit")]))
     assert v is not None
@@ -77,7 +78,7 @@ def _measure_sql(m: Measure, v: exp.Expression | None) -> exp.Expression:
     return exp.Coalesce(this=exp.Sum(this=body), expressions=[exp.Literal.number(0)])
 
 
-def source_select(a: Analysis, *columns: exp.Expression) -> exp.Select:
+def source_select(a: Analysis, salt: str, *columns: exp.Expression) -> exp.Select:
     """``SELECT columns FROM <the query's tables and joins>`` (row-level, made total).
 
     Contribution bounding runs on the rows this produces, i.e. after any join. When private
@@ -89,7 +90,7 @@ def source_select(a: Analysis, *columns: exp.Expression) -> exp.Select:
     cap = sum(1 for _, _, p in a.sources if p is not None) > 1
     first: exp.Expression = exp.to_table(table).as_(alias, quoted=True)
     if cap and a.sources[0][2] is not None:
-        first = capped_table(a, alias, table, a.sources[0][2].privacy_unit)
+        first = capped_table(a, alias, table, a.sources[0][2].privacy_unit, salt)
     q = exp.select(*columns).from_(first)
     for j, (jalias, jtable, private) in zip(a.joins, a.sources[1:], strict=True):
         out = make_join_total(j, a)
@@ -97,19 +98,22 @@ def source_select(a: Analysis, *columns: exp.Expression) -> exp.Select:
             # the right side of a LEFT JOIN keeps its conditions in the outer WHERE only: a
             # row filtered out early would come back NULL-extended (e.g. WHERE q.x IS NULL)
             left = (j.args.get("side") or "").upper() == "LEFT"
-            capped = capped_table(a, jalias, jtable, private.privacy_unit, push=not left)
+            capped = capped_table(a, jalias, jtable, private.privacy_unit, salt, push=not left)
             out.set("this", capped)
         q = q.join(out)
     return q
 
 
 def capped_table(
-    a: Analysis, alias: str, table: str, unit: str, *, push: bool = True
+    a: Analysis, alias: str, table: str, unit: str, salt: str, *, push: bool = True
 ) -> exp.Expression:
-    """``table AS alias`` keeping at most R = max_rows_per_unit random rows per unit, chosen
-    among the rows that pass the WHERE conditions reading this table only (``push``)::
+    """``table AS alias`` keeping at most R = max_rows_per_unit rows per unit, chosen by a keyed
+    hash of the whole row among the rows that pass the WHERE conditions reading this table only
+    (``push``)::
 
-        (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY alias.unit ORDER BY random())
+        (SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY alias.unit
+                            ORDER BY hashtextextended(salt | ROW(alias.*)::text, 0),
+                                     ROW(alias.*)::text)
                           AS _dp_pre FROM table AS alias WHERE <its own conditions>) AS alias
          WHERE _dp_pre <= R) AS alias
 
@@ -118,10 +122,11 @@ def capped_table(
     at most R rows per (unit, group). A unit's joined rows are at most R^k for k private tables.
     """
     ident = exp.to_identifier(alias, quoted=True)
+    whole = row_identity([exp.Column(this=exp.Star(), table=ident.copy())])
     rank = exp.Window(
         this=exp.RowNumber(),
         partition_by=[exp.column(unit, table=ident.copy(), quoted=True)],
-        order=exp.Order(expressions=[exp.Ordered(this=exp.Rand())]),
+        order=exp.Order(expressions=row_order(salt, whole)),
     )
     inner = exp.select(exp.Star(), exp.alias_(rank, "_dp_pre"))
     inner = inner.from_(exp.to_table(table).as_(alias, quoted=True))
@@ -201,24 +206,39 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
     filters = [c for c in (a.where, _key_filter(a)) if c is not None]
-    rows = source_select(a, *inner)
+    rows = source_select(a, salt, *inner)
     if filters:
         rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
 
-    if not a.private.row_privacy and decomposable(a):
+    if not a.private.row_privacy and not a.unique_unit and decomposable(a):
         return bound_partials(a, rows, values, salt)
     measures = [
-        exp.alias_(_measure_sql(m, v), f"_dp_m{i}")
+        exp.alias_(_measure_sql(m, v, a.unique_unit), f"_dp_m{i}")
         for i, (m, v) in enumerate(zip(a.measures, values, strict=True))
     ]
-    if a.private.row_privacy:
+    if a.private.row_privacy or a.unique_unit:  # nothing to bound: one row per unit
         src: exp.Expression = rows.subquery("_dp_rows")
         out = exp.select(*gcols, *measures).from_(src)
     else:
         out = _bounded(a, rows, gcols, measures, salt)
+    if a.unique_unit:
+        out = _nothing_dropped(a, out)
     if gcols:
         out = out.group_by(*gcols)
     return out
+
+
+def _nothing_dropped(a: Analysis, q: exp.Select) -> exp.Select:
+    """With one row per unit bounding removes nothing: the removed mass the plan measures for
+    COUNT and SUM statistics (:func:`dpsql.sql.rewrite.measure_dropped.measure_dropped`'s
+    ``_dp_b<i>``, ``_dp_k<i>``) is exactly 0."""
+    from dpsql.sql.bias import bias_targets
+
+    zero = exp.Literal.number(0)
+    cols = [
+        exp.alias_(zero.copy(), f"_dp_{c}{t.index}") for t in bias_targets(a) for c in ("b", "k")
+    ]
+    return q.select(*cols) if cols else q
 
 
 def _bounded(
@@ -231,20 +251,20 @@ def _bounded(
     unit = exp.column("_dp_unit")
     h = exp.column("_dp_h")
     rank = needs_group_rank(a)
+    identity = row_identity([exp.column(e.alias_or_name) for e in rows.expressions])
     rn = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit, *([h] if rank else []), *gcols],
-        order=exp.Order(expressions=[exp.Ordered(this=exp.Rand())]),
+        order=exp.Order(expressions=row_order(salt, exp.column("_dp_rt"))),
     )
     extra = [exp.alias_(rn, "_dp_rn")]
     conds: list[exp.Expression] = [
         exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
     ]
-    src: exp.Expression = exp.to_table("_dp_rows")
+    ided = [exp.Star(), exp.alias_(identity, "_dp_rt")]
     if rank:
-        # The unit is part of the hash so each unit draws its own random order of its groups.
-        hashed = exp.select(exp.Star(), exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
-        src = hashed.from_("_dp_rows").subquery("_dp_hashed")
+        # The unit is part of the hash so each unit draws its own order of its groups.
+        ided.append(exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
         gr = exp.Window(
             this=exp.Anonymous(this="dense_rank"),
             partition_by=[unit.copy()],
@@ -259,6 +279,7 @@ def _bounded(
         conds.append(
             exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
         )
+    src = exp.select(*ided).from_("_dp_rows").subquery("_dp_hashed")
     bounded = exp.select(exp.Star(), *extra).from_(src)
     return (
         exp.select(*gcols, *measures)

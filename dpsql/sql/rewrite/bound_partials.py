@@ -5,21 +5,20 @@ over rows, so each privacy unit's rows in one group are first summarized by one 
 and groups are chosen per unit on those (far fewer) rows::
 
     WITH _dp_rows AS (<the query's rows: _dp_unit, _dp_g*, _dp_v*>),
-         _dp_parts AS (SELECT _dp_unit, _dp_h, _dp_g*, <partial_i> AS _dp_p<i>
-                       FROM (SELECT *, hashtextextended(salt|unit|keys, 0) AS _dp_h FROM _dp_rows
-                             ORDER BY _dp_unit, _dp_h, _dp_g*) AS _dp_hashed
-                       GROUP BY _dp_unit, _dp_h, _dp_g*),
+         _dp_parts AS (SELECT _dp_unit, _dp_g*, <partial_i> AS _dp_p<i>
+                       FROM _dp_rows GROUP BY _dp_unit, _dp_g*),
          _dp_bounded AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY _dp_unit
-                                                     ORDER BY _dp_h, _dp_g*) AS _dp_gr
+                             ORDER BY hashtextextended(salt|unit|keys, 0), _dp_g*) AS _dp_gr
                          FROM _dp_parts)
     SELECT _dp_g*, COALESCE(SUM(_dp_p<i>), 0) AS _dp_m<i>
     FROM _dp_bounded WHERE _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
 
-One sort (unit, hash, keys) feeds a sorted aggregation into partials and the ranking window,
-which needs no sort of its own (the old plan sorted every row twice: a ROW_NUMBER per unit and
-group, a DENSE_RANK per unit). Without GROUP BY, or when the declared keys leave at most G
-groups, there is nothing to choose (``needs_group_rank``): ``_dp_parts`` is a plain
-``GROUP BY _dp_unit, _dp_g*`` (hashed aggregation, no sort at all) and there is no window.
+The rows are aggregated once into partials by a hashed aggregation (no sort of the rows, and
+parallel: nothing in it is volatile); only the partials, one per (unit, group), are ranked, by a
+keyed hash of (unit, keys) with the keys themselves breaking ties, so the choice is a function of
+the unit's own groups and the statement's salt (docs/mechanisms.md, "Choosing rows and groups").
+Without GROUP BY, or when the declared keys leave at most G groups, there is nothing to choose
+(``needs_group_rank``) and there is no window.
 
 Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its non-NULL values
 (n = COUNT(*) for COUNT(*)), and each row's summand ``b`` in [a, c] (``v``, ``v - mid`` or
@@ -52,7 +51,10 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
+
+__all__ = ["bound_partials", "decomposable", "group_hash", "needs_group_rank", "partial_sql"]
 
 DECOMPOSABLE = frozenset(
     {"count_rows", "count_values", "count_units", "sum", "sum_centered", "sum_sq_centered"}
@@ -82,20 +84,6 @@ def needs_group_rank(a: Analysis) -> bool:
             return True  # keys_from (resolved at run time) or partition selection
         combinations *= size
     return combinations > a.max_groups
-
-
-def group_hash(salt: str, unit: exp.Expression, gcols: list[exp.Expression]) -> exp.Expression:
-    """A salted 64-bit hash of (unit, group keys): the order in which a unit's groups are kept.
-
-    NULL and the text 'n' hash apart (keys are prefixed with 'v'). Any function of the unit's own
-    rows would do for privacy; the salt only makes the choice differ between statements.
-    """
-    parts: list[exp.Expression] = [exp.Literal.string(salt), exp.cast(unit.copy(), "text")]
-    for g in gcols:
-        text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(g.copy(), "text"))
-        parts.append(exp.Coalesce(this=text, expressions=[exp.Literal.string("n")]))
-    digest = exp.Anonymous(this="concat_ws", expressions=[exp.Literal.string("|"), *parts])
-    return exp.Anonymous(this="hashtextextended", expressions=[digest, exp.Literal.number(0)])
 
 
 def _least(node: exp.Expression, r: int) -> exp.Expression:
@@ -182,32 +170,30 @@ def bound_partials(
         measures.append(exp.alias_(out, f"_dp_m{i}"))
     raws = [exp.alias_(raw_partial_sql(t, values[t.index]), f"_dp_r{t.index}") for t in targets]
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
+    keys = [unit, *gcols]
+    partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws).from_("_dp_rows")
+    q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
     if not rank:
-        keys = [unit, *gcols]
-        partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
-        partial = partial.from_("_dp_rows")
-        q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
         q = q.from_("_dp_parts")
         if targets:
             order = [g.copy() for g in gcols] or None
             q = measure_dropped(q, "_dp_parts", targets, kept, None, order, False)
         return q.group_by(*[g.copy() for g in gcols]) if gcols else q
-    # One sort of the rows by (unit, hash, keys) serves both the aggregation into partials and
-    # the ranking of each unit's partials (no hash table of partials, no second sort).
-    h = exp.column("_dp_h")
-    keys = [unit, h, *gcols]
-    hashed = exp.select(exp.Star(), exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
-    hashed = hashed.from_("_dp_rows").order_by(*[k.copy() for k in keys])
-    partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
-    partial = partial.from_(hashed.subquery("_dp_hashed")).group_by(*[k.copy() for k in keys])
+    # Groups are ranked per unit on the partials (one row per unit and group), not on the rows:
+    # the hash is computed, and the window sorts, once per partial.
     ranking = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit.copy()],
-        order=exp.Order(expressions=[exp.Ordered(this=k.copy()) for k in keys[1:]]),
+        order=exp.Order(
+            expressions=[
+                exp.Ordered(this=group_hash(salt, unit, gcols)),
+                *[exp.Ordered(this=g.copy()) for g in gcols],
+            ]
+        ),
     )
     bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr")).from_("_dp_parts")
     assert keep is not None
-    q = q.with_("_dp_parts", as_=partial).with_("_dp_bounded", as_=bounded)
+    q = q.with_("_dp_bounded", as_=bounded)
     q = q.from_("_dp_bounded")
     if targets:
         order = [exp.column("_dp_gr")]

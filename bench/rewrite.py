@@ -1,0 +1,216 @@
+"""Private queries against the plain query, per measure kind, at 1M and 10M rows, in one run.
+
+    python bench/rewrite.py [--rows 1000000 10000000] [--repeat 5] [--dsn DSN] [--citus DSN]
+
+For each scale it (re)creates, in its own PostgreSQL (or at ``--dsn``), a table ``events`` of N
+rows from N/10 users (``user_id`` the privacy unit, about 10 rows each; 50 heavy users with
+N/50,000 rows each) and a table
+``people`` of N/10 rows whose privacy unit ``pid`` is its PRIMARY KEY, plus a public table
+``items``; then prints, for every measure kind, the median time of the query as written on
+PostgreSQL (``plain``) and of the same query through dpsql's engine (plan, bounded SQL, noise,
+post-processing; no ledger), and their ratio. ``--citus DSN`` runs the same on a Citus coordinator
+(tables distributed by their privacy unit; ``../shared/tools/citus-local.sh``). The load of the
+machine (``uptime``) is printed before and after each scale: the machine may be shared.
+
+Generation is one ``INSERT ... SELECT`` per table (about 40 s for 10M rows on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dpsql.engine import Engine
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+
+POLICY = """
+version: 1
+dataset: bench
+defaults: {epsilon: 1.0, max_epsilon: 10.0, delta: 1.0e-6, statement_timeout_ms: 600000}
+tables:
+  public.events:
+    privacy_unit: user_id
+    max_rows_per_unit: 10
+    max_groups_per_unit: 3
+    columns:
+      id: {type: bigint, identifier: true}
+      user_id: {type: integer, identifier: true}
+      kind: {type: text, keys: [k0, k1, k2, k3, k4, k5, k6, k7, k8, k9]}
+      region: {type: text}
+      item_id: {type: integer, keys_from: public.items.id}
+      amount: {type: numeric, bounds: [0, 1000]}
+  public.people:
+    privacy_unit: pid
+    max_rows_per_unit: 1
+    max_groups_per_unit: 1
+    columns:
+      pid: {type: integer, identifier: true}
+      age: {type: integer, bounds: [0, 100]}
+      sex: {type: integer, keys: [0, 1]}
+      income: {type: numeric, bounds: [0, 500000]}
+public_tables: [public.items]
+analysts:
+  bench: {budget: {epsilon: 1.0e9, delta: 0.5}}
+"""
+
+SCHEMA = """
+DROP TABLE IF EXISTS events, people, items;
+CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, price numeric NOT NULL);
+CREATE TABLE events (id bigint NOT NULL, user_id integer NOT NULL, kind text NOT NULL,
+                     region text NOT NULL, item_id integer NOT NULL, amount numeric(10,2));
+CREATE TABLE people (pid integer PRIMARY KEY, age integer, sex integer, income numeric(12,2));
+"""
+
+LOAD = """
+INSERT INTO items SELECT i, 'item ' || i, (i % 97) + 0.5 FROM generate_series(1, 1000) i;
+INSERT INTO events
+SELECT g, CASE WHEN g % 1000 = 0 THEN (g / 1000) % 50 + 1 ELSE 51 + (hashint4(g::int) & 2147483647) % %(units)s
+       END AS user_id,
+       'k' || (g % 10), 'r' || (hashint4(g::int + 7) & 63),
+       1 + (hashint4(g::int + 3) & 1023) % 1000,
+       round(((hashint4(g::int + 11) & 65535) / 65.0)::numeric, 2)
+FROM generate_series(1, %(rows)s) g;
+INSERT INTO people
+SELECT p, (hashint4(p + 1) & 127) % 101, hashint4(p + 2) & 1,
+       round(((hashint4(p + 5) & 1048575) / 2.5)::numeric, 2)
+FROM generate_series(1, %(units)s) p;
+"""
+
+# (measure kind, query): every measure kind of issue 19's table
+QUERIES = [
+    ("COUNT", "SELECT COUNT(*) FROM events"),
+    ("SUM", "SELECT SUM(amount) FROM events"),
+    ("AVG", "SELECT AVG(amount) FROM events"),
+    ("COUNT DISTINCT", "SELECT COUNT(DISTINCT user_id) FROM events"),
+    ("GROUP BY declared keys", "SELECT kind, COUNT(*), SUM(amount) FROM events GROUP BY kind"),
+    ("partition selection", "SELECT region, COUNT(*) FROM events GROUP BY region"),
+    (
+        "join with public table",
+        "SELECT COUNT(*), SUM(e.amount) FROM events e JOIN items i ON i.id = e.item_id "
+        "WHERE i.price > 20",
+    ),
+    ("quantile", "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM events"),
+    (
+        "quantile GROUP BY",
+        "SELECT kind, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM events GROUP BY kind",
+    ),
+    ("unit unique: COUNT, AVG", "SELECT sex, COUNT(*), AVG(income) FROM people GROUP BY sex"),
+    (
+        "unit unique: quantile",
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY age) FROM people",
+    ),
+]
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    fn()  # warm
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+
+def load(dsn: str, rows: int, citus: bool) -> float:
+    t = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        if citus:
+            conn.execute("SELECT create_reference_table('items')")
+            conn.execute("SELECT create_distributed_table('events', 'user_id')")
+            conn.execute("SELECT create_distributed_table('people', 'pid')")
+        units = max(rows // 10, 100)
+        for stmt in LOAD.split(";\n"):
+            if stmt.strip():
+                conn.execute(stmt.replace("%(units)s", str(units)).replace("%(rows)s", str(rows)))
+        conn.execute("VACUUM ANALYZE events")
+        conn.execute("VACUUM ANALYZE people")
+        conn.execute("VACUUM ANALYZE items")
+    return time.perf_counter() - t
+
+
+def run_scale(
+    dsn: str, rows: int, repeat: int, citus: bool, reload: bool = True, only: str | None = None
+) -> list[tuple[str, float, float]]:
+    secs = load(dsn, rows, citus) if reload else 0.0
+    print(f"\n## {rows:,} rows{' (Citus)' if citus else ''}: loaded in {secs:.0f} s")
+    print(f"load before: {uptime()}")
+    policy_file = Path(tempfile.mkdtemp(prefix="dpsql-bench-")) / "policy.yaml"
+    policy_file.write_text(POLICY)
+    engine = Engine(load_policy(policy_file), dsn)
+    session = SessionContext(analyst="bench")
+    out = []
+    print("| measure kind | plain (ms) | dpsql (ms) | ratio |\n|---|---:|---:|---:|")
+    try:
+        with psycopg.connect(dsn) as conn:
+            for kind, q in QUERIES:
+                if only and only not in kind:
+                    continue
+                p = engine.prepare(q)
+                plain = timed(lambda q=q: conn.execute(q).fetchall(), repeat)
+                full = timed(lambda p=p: engine.execute(p, session), repeat)
+                out.append((kind, plain, full))
+                print(
+                    f"| {kind} | {plain * 1000:,.0f} | {full * 1000:,.0f} | {full / plain:.2f}x |"
+                )
+                sys.stdout.flush()
+    finally:
+        engine.close()
+    ratios = [f / p for k, p, f in out if not k.startswith(("quantile", "unit unique"))]
+    print(f"median ratio (decomposable kinds): {statistics.median(ratios):.2f}x")
+    print(f"load after: {uptime()}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--dsn", default=os.environ.get("DPSQL_BENCH_DSN"))
+    ap.add_argument("--citus", default=None, help="a Citus coordinator's DSN")
+    ap.add_argument("--no-load", action="store_true", help="reuse the tables at --dsn")
+    ap.add_argument("--only", default=None, help="run the measure kinds containing this text")
+    args = ap.parse_args()
+    cluster = None
+    dsn = args.dsn
+    if not dsn:
+        from dpsql.execute.embedded import start_cluster
+
+        cluster = start_cluster()
+        dsn = cluster.dsn()
+    try:
+        for rows in args.rows:
+            run_scale(dsn, rows, args.repeat, citus=False, reload=not args.no_load, only=args.only)
+            if args.citus:
+                run_scale(
+                    args.citus,
+                    rows,
+                    args.repeat,
+                    citus=True,
+                    reload=not args.no_load,
+                    only=args.only,
+                )
+    finally:
+        if cluster:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Whether the catalog proves one row per privacy unit, so contribution bounding can be skipped.
+
+A private table whose privacy unit is its PRIMARY KEY, or a NOT NULL column with a UNIQUE index
+of its own (valid, immediate, no predicate, no expression), holds exactly one row per unit: a unit
+touches one group with one row, within any R >= 1 and G >= 1, so ranking rows and groups per unit
+changes nothing and the bounded SQL is the plain aggregate over clamped values
+(:func:`dpsql.sql.rewrite.bound_contributions.bound_contributions` with ``unique_unit``). The
+sensitivity the plan states (G·R·c) still holds; it is not tightened.
+
+Only for a query over that one table (a join can give a unit several rows). A plain table must
+have no inheritance children (``SELECT`` from it reads theirs too, which its index does not
+cover); a partitioned table's unique index spans its partitions. The catalog is read for every
+execution, just before the private query runs: a constraint dropped since is seen (dropping it
+needs an ACCESS EXCLUSIVE lock, which waits for a running query to end).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from psycopg import sql as pgsql
+
+from dpsql.sql.analysis import Analysis
+
+if TYPE_CHECKING:
+    from dpsql.execute.backend import Backend
+
+UNIQUE_UNIT_SQL = pgsql.SQL(
+    """SELECT EXISTS (
+  SELECT 1 FROM pg_catalog.pg_index i
+  JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+  WHERE i.indrelid = pg_catalog.to_regclass({table}) AND i.indisunique AND i.indnkeyatts = 1
+    AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
+    AND a.attname = {column} AND a.attnotnull AND NOT a.attisdropped
+    AND (c.relkind = 'p' OR (c.relkind = 'r' AND NOT c.relhassubclass)))"""
+)
+
+
+def eligible(a: Analysis) -> bool:
+    """A query over one private table with a privacy unit (no join, not ``privacy_unit: row``)."""
+    return not a.private.row_privacy and len(a.sources) <= 1 and not a.joins
+
+
+def unit_is_unique(backend: Backend, a: Analysis) -> bool:
+    """True when the catalog proves that ``a``'s table has one row per privacy unit."""
+    if not eligible(a):
+        return False
+    name = ".".join('"' + part.replace('"', '""') + '"' for part in a.table.split(".", 1))
+    q = UNIQUE_UNIT_SQL.format(
+        table=pgsql.Literal(name), column=pgsql.Literal(a.private.privacy_unit)
+    )
+    rows = backend.run(q.as_string(None), private=False).rows
+    return bool(rows and rows[0][0])
