@@ -79,9 +79,12 @@ def _bound(a: Analysis, m: Measure) -> Fraction:
     return Fraction(1) if m.kind == "count_units" else a.max_rows * m.per_row()
 
 
-def _released(conn: psycopg.Connection[Any], sql: str, keys: int) -> dict[tuple[Any, ...], list]:
+def _released(
+    conn: psycopg.Connection[Any], sql: str, keys: int, n: int
+) -> dict[tuple[Any, ...], list]:
+    """Each group's ``n`` measures (not the removed-mass columns that follow: _dp_b*, _dp_k*)."""
     rows = conn.execute(sql).fetchall()
-    return {tuple(r[:keys]): [Fraction(str(v)) for v in r[keys:]] for r in rows}
+    return {tuple(r[:keys]): [Fraction(str(v)) for v in r[keys : keys + n]] for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -115,11 +118,11 @@ def worst_ratio(
     worst = Fraction(0)
     zero = [Fraction(0)] * len(measures)
     with psycopg.connect(dsn) as conn:
-        full = _released(conn, text, keys)
+        full = _released(conn, text, keys, len(measures))
         for u in units:
             conn.execute("DELETE FROM purchases WHERE user_id = %s", (u,))
             conn.execute("DELETE FROM pums WHERE pid = %s", (u,))
-            less = _released(conn, text, keys)
+            less = _released(conn, text, keys, len(measures))
             conn.rollback()
             l1 = [Fraction(0)] * len(measures)
             for g in set(full) | set(less):
