@@ -345,12 +345,23 @@ class Engine:
         return privacy_params_module.privacy_params(self.policy, session, a)
 
     def plan(
-        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[Any] = (),
+        *,
+        analysis: Analysis | None = None,
+        spent: Fraction = Fraction(0),
     ) -> Plan | SetsPlan:
-        """The DP plan of a private statement under the session's (epsilon, delta, mechanism)."""
-        a = self.analysis(prepared, params)
+        """The DP plan of a private statement under the session's (epsilon, delta, mechanism).
+
+        ``analysis``: the statement's analysis with its ``auto`` contribution bounds chosen
+        (:mod:`dpsql.execute.auto_bounds`); ``spent``: the epsilon choosing them took out of
+        the statement's, which the measurement then does not get.
+        """
+        a = analysis if analysis is not None else self.analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)
-        return self.plan_analysis(a, eps, delta, session.mechanism)
+        return self.plan_analysis(a, eps - spent, delta, session.mechanism)
 
     def plan_analysis(
         self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str

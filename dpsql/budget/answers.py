@@ -79,6 +79,19 @@ def lookup(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: st
     return bytes(got[0])
 
 
+def peek(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bytes | None:
+    """The stored payload for the key, read only (records no repeat): a contribution bound
+    chosen earlier (dpsql.execute.auto_bounds) is reused by every later statement over its
+    slice, which the history need not list each time."""
+    got = conn.execute(
+        ledger.q(
+            "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
+        ),
+        _key(ledger, analyst, cache_key),
+    ).fetchone()
+    return bytes(got[0]) if got is not None else None
+
+
 def exists(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bool:
     """Whether the analyst's repeat of the key would be answered from the store (read only)."""
     got = conn.execute(

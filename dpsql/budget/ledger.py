@@ -268,6 +268,17 @@ class Ledger:
             return None
         return self.transact(lambda conn: answers.lookup(self, conn, analyst, cache_key))
 
+    def peek(self, analyst: str, cache_key: str) -> bytes | None:
+        """The stored payload for ``cache_key`` the analyst may reuse, read only (records nothing).
+
+        For stored contribution bounds (:mod:`dpsql.execute.auto_bounds`), reused by every later
+        statement over the same slice; None when ``repeats: off``.
+        """
+        if self.policy.repeats == "off":
+            return None
+        with self.connection() as conn:
+            return answers.peek(self, conn, analyst, cache_key)
+
     def has_answer(self, analyst: str, cache_key: str) -> bool:
         """Whether a repeat of ``cache_key`` by ``analyst`` would be answered free from the store.
 

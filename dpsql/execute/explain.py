@@ -142,10 +142,27 @@ def _explain_private(
         _check_confidence(conf)
         return explain_tree(engine, inner, opts, session, params, conf)
     plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
+    auto_text, auto_key = None, None
+    from dpsql.execute import auto_bounds
+
+    pend = auto_bounds.pending(engine, inner, session, plan.analysis)
+    if pend.needed:
+        from dpsql.execute.private import auto_cache_key
+        from dpsql.sql.auto_bounds import apply_bounds
+
+        auto_key = auto_cache_key(engine, inner, plan, params, session.mechanism)
+        auto_text = auto_bounds.explain_text(pend, plan.epsilon)
+        spent = auto_bounds.slice_epsilon(plan.epsilon, pend)
+        resolved = apply_bounds(plan.analysis, pend.known)
+        plan = engine.plan(inner, session, params, analysis=resolved, spent=spent)
     _check_confidence(conf)
     rep = report(inner.text, plan, conf)
     budget = budget_status(engine, inner, session, plan, params)
+    if auto_key is not None and engine.ledger is not None and session.analyst is not None:
+        budget["Free Repeat"] = _stored(engine.ledger, session.analyst, auto_key)
     doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
+    if auto_text is not None:
+        doc["Plan"]["Auto Contribution Bounds"] = auto_text
     col = (ResultColumn("QUERY PLAN", _FORMAT_OIDS.get(opts.format, TEXT_OID)),)
     if opts.format == "JSON":
         return Result(col, [([doc],)], "EXPLAIN")

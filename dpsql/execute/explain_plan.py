@@ -222,6 +222,11 @@ def plan_lines(doc: dict[str, Any]) -> list[str]:
         f"  Privacy cost: epsilon={root['Privacy Cost Epsilon']:.6g}, "
         f"delta={root['Privacy Cost Delta']:.6g}, rho={root['Privacy Cost Rho']:.6g}",
         f"  Contribution bound: {root['Contribution Bound']}",
+        *(
+            [f"  Auto bounds: {root['Auto Contribution Bounds']}"]
+            if root.get("Auto Contribution Bounds")
+            else []
+        ),
         "  Partition selection: "
         + (root["Partition Selection"] or "none (no GROUP BY, or public keys)"),
     ]

@@ -21,6 +21,7 @@ from dpsql.execute.private_sql import salted
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
@@ -82,6 +83,21 @@ def payload(rel: Release) -> bytes:
     return json.dumps(rel.as_json(), separators=(",", ":")).encode()
 
 
+def auto_cache_key(
+    engine: Engine, prepared: Prepared, plan: Plan | SetsPlan, params: Sequence[Any], mech: str
+) -> str:
+    """The repeat key of a statement with ``auto`` bounds: its own epsilon (not what is left
+    after choosing bounds, which differs between the first run and later ones) and the
+    requested mechanism."""
+    from dpsql.sql.canonical import cache_key as key
+
+    assert prepared.tree is not None
+    return key(
+        prepared.tree, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}",
+        extra=engine.repeat_digest(prepared.scope),
+    )  # fmt: skip
+
+
 def run_private(
     engine: Engine,
     prepared: Prepared,
@@ -89,7 +105,39 @@ def run_private(
     params: Sequence[Any],
     cancel: CancelToken | None,
 ) -> Result:
+    from dpsql.execute import auto_bounds
+    from dpsql.sql.auto_bounds import apply_bounds
+
     plan = engine.plan(prepared, session, params)
+    a = plan.analysis
+    pend = auto_bounds.pending(engine, prepared, session, a)
+    if not pend.needed:
+        return _run_planned(engine, prepared, session, params, cancel, plan, None)
+    statement_eps = plan.epsilon
+    key = auto_cache_key(engine, prepared, plan, params, session.mechanism)
+    if engine.ledger is not None and not pend.missing:
+        plan = engine.plan(prepared, session, params, analysis=apply_bounds(a, pend.known))
+    elif engine.ledger is not None and engine.ledger.has_answer(session.analyst, key):
+        pass  # answered from the store below: nothing measured
+    else:
+        bounds = auto_bounds.measure(engine, prepared, session, a, pend, statement_eps, cancel)
+        resolved = apply_bounds(a, bounds)
+        plan = engine.plan(
+            prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent
+        )
+        return _run_planned(engine, prepared, session, params, cancel, plan, (bounds, key))
+    return _run_planned(engine, prepared, session, params, cancel, plan, (pend.known, key))
+
+
+def _run_planned(
+    engine: Engine,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[Any],
+    cancel: CancelToken | None,
+    plan: Plan | SetsPlan,
+    auto: tuple[AutoBounds, str] | None,
+) -> Result:
     a = plan.analysis
     from dpsql.execute import shadows
 
@@ -109,7 +157,9 @@ def run_private(
     else:
         declared = engine.declared_keys(a)
     ledger = engine.ledger
-    key = cache_key(engine, prepared, plan, params) if ledger is not None else None
+    key = None
+    if ledger is not None:
+        key = auto[1] if auto is not None else cache_key(engine, prepared, plan, params)
     if ledger is not None and key is not None:
         stored = ledger.lookup(session.analyst, key)
         if stored is not None:
@@ -140,7 +190,7 @@ def run_private(
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
             rel = Release.from_json(json.loads(earlier))
-    return finish(engine, prepared, a, rel, session, plan=plan)
+    return finish(engine, prepared, a, rel, session, plan=plan, auto=auto[0] if auto else None)
 
 
 Measured = Any  # the upstream rows of a plan: Rows, or one Rows per grouping set
@@ -200,6 +250,7 @@ def finish(
     describe_only: bool = False,
     plan: Plan | SetsPlan | None = None,
     cached: bool = False,
+    auto: AutoBounds | None = None,
 ) -> Result:
     """Run the post-processing query over the released values and type the result.
 
@@ -265,11 +316,18 @@ def finish(
             f"not {conf:g} (the answer itself can't change; ask a different query to re-measure)",
         )
     spent = plan is not None and not cached
+    chose = auto.epsilon_spent if auto is not None else Fraction(0)
+    if auto is not None and plan is not None and not describe_only:
+        from dpsql.execute.auto_bounds import notice
+
+        stored = engine.ledger is not None and engine.policy.repeats != "off"
+        text = notice(auto, plan.epsilon + chose, stored)
+        notices = (text, *notices) if text else notices
     return Result(
         typed,
         data,
         f"SELECT {len(data)}",
-        epsilon_spent=float(plan.epsilon) if spent and plan else 0.0,
+        epsilon_spent=float(plan.epsilon + chose) if spent and plan else float(chose),
         delta_spent=float(plan.delta) if spent and plan else 0.0,
         cached=cached,
         intervals=intervals,  # type: ignore[arg-type]

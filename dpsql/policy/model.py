@@ -22,6 +22,8 @@ from pydantic import (
 from dpsql.policy.settings import ServerSettings, Timing
 
 TypeFamily = Literal["integer", "numeric", "boolean", "text", "date", "timestamp"]
+Auto = Literal["auto"]
+"""A contribution bound chosen per query from the data, privately (docs/accuracy.md)."""
 
 _TYPE_FAMILIES: dict[str, TypeFamily] = {
     **dict.fromkeys(["int", "integer", "int4", "int2", "int8", "smallint", "bigint"], "integer"),
@@ -34,6 +36,10 @@ _TYPE_FAMILIES: dict[str, TypeFamily] = {
     "date": "date",
     **dict.fromkeys(["timestamp", "timestamptz", "timestamp with time zone"], "timestamp"),
 }
+
+
+MAX_ROWS_PER_UNIT = 1_000_000
+MAX_GROUPS_PER_UNIT = 100_000
 
 
 class _Strict(BaseModel):
@@ -57,6 +63,11 @@ class Column(_Strict):
         default=False, description="never output, grouped on or compared by equality"
     )
     nullable: bool = True
+    clamp: Literal["auto", "bounds"] = Field(
+        default="auto",
+        description="auto: sums and averages clamp values into a range chosen per query from "
+        "the data (privately, inside the declared bounds); bounds: into the declared bounds",
+    )
 
     @field_validator("type")
     @classmethod
@@ -116,18 +127,48 @@ class PrivateTable(_Strict):
     """A table whose rows belong to privacy units and are never released raw."""
 
     privacy_unit: str = Field(description="the column identifying one person, or 'row'")
-    max_rows_per_unit: Annotated[int, Field(ge=1, le=1_000_000)] = 1
-    max_groups_per_unit: Annotated[int, Field(ge=1, le=100_000)] = 1
+    max_rows_per_unit: Annotated[int, Field(ge=1, le=MAX_ROWS_PER_UNIT)] | Auto = Field(
+        default="auto",
+        description="rows of one unit kept per group; auto: chosen per query from the data",
+    )
+    max_groups_per_unit: Annotated[int, Field(ge=1, le=MAX_GROUPS_PER_UNIT)] | Auto = Field(
+        default="auto",
+        description="groups one unit may touch; auto: chosen per query from the data",
+    )
     columns: dict[str, Column]
 
     @property
     def row_privacy(self) -> bool:
         return self.privacy_unit == "row"
 
+    @property
+    def auto_rows(self) -> bool:
+        """True when R is chosen per query (never with ``privacy_unit: row``: R = 1 there)."""
+        return self.max_rows_per_unit == "auto" and not self.row_privacy
+
+    @property
+    def auto_groups(self) -> bool:
+        """True when G is chosen per query (never with ``privacy_unit: row``: a row is in one
+        group)."""
+        return self.max_groups_per_unit == "auto" and not self.row_privacy
+
+    @property
+    def rows_bound(self) -> int:
+        """R as a number: the fixed one, or 1 while ``auto`` is not chosen (today's default;
+        any R used by both the rewrite and the plan is sound, auto only changes accuracy)."""
+        r = self.max_rows_per_unit
+        return r if isinstance(r, int) else 1
+
+    @property
+    def groups_bound(self) -> int:
+        """G as a number: the fixed one, or 1 while ``auto`` is not chosen."""
+        g = self.max_groups_per_unit
+        return g if isinstance(g, int) else 1
+
     @model_validator(mode="after")
     def _unit_is_a_column(self) -> PrivateTable:
         if self.row_privacy:
-            if self.max_rows_per_unit != 1:
+            if self.max_rows_per_unit not in (1, "auto"):
                 raise ValueError("with privacy_unit: row, max_rows_per_unit must be 1")
         elif self.privacy_unit not in self.columns:
             raise ValueError(

@@ -10,7 +10,9 @@ Two ways to bound what one privacy unit adds to the vector x of cell counts:
 * ``per_unit`` (synthetic data): a unit keeps at most R rows in all (a random choice made by
   PostgreSQL). Every marginal of x then moves by at most R in L1 and in L2.
 
-With ``privacy_unit: row`` no bounding is needed (R = G = 1). The SQL is composed with
+With ``privacy_unit: row`` no bounding is needed (R = G = 1). A policy's ``auto`` bound (chosen
+per query by the engine) is 1 here, as the policy's default was before ``auto``: declare a number
+for releases that need more. The SQL is composed with
 :mod:`psycopg.sql` (identifiers and literals quoted by psycopg), runs in a read-only transaction
 with a statement timeout, and an upstream error keeps only its SQLSTATE class.
 """
@@ -41,8 +43,8 @@ class Bound:
         if p.row_privacy:
             return cls(mode, 1, 1)
         if mode == "per_cell":
-            return cls(mode, p.max_rows_per_unit, min(p.max_groups_per_unit, src.cells))
-        return cls(mode, p.max_rows_per_unit, 1)
+            return cls(mode, p.rows_bound, min(p.groups_bound, src.cells))
+        return cls(mode, p.rows_bound, 1)
 
 
 def _table(name: str) -> pgsql.Identifier:

@@ -184,7 +184,7 @@ class Analysis:
         query text (rows outside it are filtered out upstream, so a unit can't reach more)."""
         if not self.grouped:
             return 1
-        g = min(p.max_groups_per_unit for p in self._privates)
+        g = min(p.groups_bound for p in self._privates)
         combinations = 1
         for k in self.group_keys:
             size = k.domain_size
@@ -196,7 +196,7 @@ class Analysis:
     @property
     def max_rows(self) -> int:
         """R: rows one unit keeps per group (the smallest bound of the joined private tables)."""
-        return min(p.max_rows_per_unit for p in self._privates)
+        return min(p.rows_bound for p in self._privates)
 
     def measure(self, key: str) -> Measure:
         for m in self.measures:

@@ -126,11 +126,11 @@ class Ctx:
 
     @property
     def max_rows(self) -> int:
-        return min(s.private.max_rows_per_unit for s in self.sources if s.private)
+        return min(s.private.rows_bound for s in self.sources if s.private)
 
     @property
     def max_groups(self) -> int:
-        return min(s.private.max_groups_per_unit for s in self.sources if s.private)
+        return min(s.private.groups_bound for s in self.sources if s.private)
 
 
 def outer_columns(node: exp.Expression) -> list[exp.Column]:

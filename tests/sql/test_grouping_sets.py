@@ -41,8 +41,8 @@ POLICY: dict[str, Any] = {
                 "reg": {"type": "text", "keys": ["n", "s"]},
                 "shop": {"type": "text"},  # no declared keys: partition selection
                 "day": {"type": "date"},
-                "amt": {"type": "numeric", "bounds": [0, 100]},
-                "qty": {"type": "integer", "bounds": [0, 10]},
+                "amt": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
+                "qty": {"type": "integer", "bounds": [0, 10], "clamp": "bounds"},
             },
         }
     },

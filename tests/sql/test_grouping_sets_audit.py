@@ -47,7 +47,7 @@ POLICY: dict[str, Any] = {
                 "uid": {"type": "integer", "identifier": True},
                 "g1": {"type": "text", "keys": ["a", "b", "c"]},
                 "g2": {"type": "text", "keys": ["x", "y"]},
-                "v": {"type": "numeric", "bounds": [0, V]},
+                "v": {"type": "numeric", "bounds": [0, V], "clamp": "bounds"},
             },
         }
     },

@@ -115,7 +115,8 @@ def test_sensitivity_from_policy() -> None:
     a = run("SELECT category, SUM(amount) FROM purchases GROUP BY category")
     (m,) = a.measures
     assert (m.kind, m.lo, m.hi) == ("sum", 0, 500)
-    assert a.max_rows == 25 and a.max_groups == 5
+    # the demo policy chooses R, G and the clamp per query (auto): 1 until chosen
+    assert a.private.auto_rows and a.private.auto_groups and a.max_rows == a.max_groups == 1
     assert not a.needs_selection
     assert run("SELECT purchased_at, COUNT(*) FROM purchases GROUP BY 1").needs_selection
 

@@ -1,0 +1,158 @@
+"""Contribution bounds chosen from the data: a DP "rank from the top" over a public grid.
+
+A bound (rows per unit per group R, groups per unit G, a column's clamping range) is chosen from
+one number per privacy unit, ``m_u`` (its largest row count in a group, its number of groups, its
+largest value), so that about ``rank`` units lie above the chosen bound: the approach of Amin,
+Kulesza, Muñoz Medina and Vassilvitskii ("Bounding User Contributions: A Bias-Variance Trade-off
+in Differential Privacy", ICML 2019), who choose the bound as a DP quantile of the units'
+contributions, with the exponential mechanism over a geometric grid as in the approximate-bounds
+algorithm of Google's differential-privacy library.
+
+Grid: public candidate bounds ``u_0 < u_1 < ... < u_{B-1}``; bucket j holds the units with
+``u_{j-1} < m_u <= u_j`` (``u_{-1}`` = -inf; values above ``u_{B-1}`` are clamped into the last
+bucket first). PostgreSQL counts units per bucket (:mod:`dpsql.sql.rewrite.measure_bounds`).
+
+Utility of bucket j: with A_j units in higher buckets and c_j in bucket j (n units in all), the
+units' positions from the top are A_j .. A_j + c_j - 1; u(j) = -max(0, A_j - t, t - (A_j + c_j -
+1)), the distance from the target position t = min(k, (n - 1) / 4), k = ``rank``: k units from the
+top, or the upper quartile when there are fewer than about 4k units (the minimum otherwise). Adding
+or removing one unit moves A_j and A_j + c_j by 0 or 1 each and t by 0 or 1/4, all in the same
+direction, so every argument of the max moves by at most 1: Δu = 1. (Computed in quarters:
+4u is an integer.)
+Selection is permute-and-flip (McKenna & Sheldon 2020) with coins exp(-epsilon gap / 2), which is
+epsilon-DP as the exponential mechanism is (:mod:`dpsql.dp.quantiles` has the argument; the
+same exact samplers are used). Utilities are clipped at -C, C = 128 / epsilon (keeps Δu = 1).
+
+Accuracy: P(the chosen bucket's gap >= g) <= B exp(-epsilon g / 2). The default rank
+k = ceil(2 ln(B / beta) / epsilon) with beta = 0.02 makes the empty buckets above the largest
+unit (gap k + 1) all together less likely than beta: the bound is almost never far above the
+data, and about k units (up to the rank error) have more than the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from dpsql.dp import rng
+from dpsql.dp.accounting import Cost
+from dpsql.dp.quantiles import choose_among_heads, round_down
+
+BETA = Fraction(1, 50)  # chance that the choice lands among the empty buckets above the data
+_CLIP = 128  # utilities are clipped at -_CLIP / epsilon: coins below exp(-64) count as tails
+
+
+def default_rank(epsilon: Fraction, buckets: int) -> int:
+    """k = ceil(2 ln(B / beta) / epsilon): see the module docstring.
+
+    >>> default_rank(Fraction(1, 5), 34)
+    75
+    """
+    return math.ceil(2 * math.log(buckets / float(BETA)) / float(epsilon))
+
+
+def integer_grid(top: int) -> tuple[int, ...]:
+    """Candidate integer bounds 1, 2, 3, 4, 6, 8, 11, 16, ... (ratio about sqrt 2) up to ``top``.
+
+    >>> integer_grid(40)
+    (1, 2, 3, 4, 6, 8, 12, 16, 23, 32, 40)
+    """
+    out = [1, 2, 3, 4]
+    e = 4
+    while out[-1] < top:
+        v = math.ceil(2 ** (e / 2))
+        e += 1
+        if v > out[-1]:
+            out.append(min(v, top))
+    return tuple(v for v in out if v <= top)
+
+
+def _round_up_3(x: Fraction) -> Fraction:
+    """x > 0 rounded up to 3 significant digits (a readable candidate; never below x)."""
+    e = math.floor(math.log10(x)) - 2
+    unit = Fraction(10) ** e
+    return math.ceil(x / unit) * unit
+
+
+def value_grid(
+    anchor: Fraction, far: Fraction, integer: bool, steps: int = 40
+) -> tuple[Fraction, ...]:
+    """Candidate ends from near ``anchor`` (excluded) to ``far`` (the declared bound, the last),
+    at distances about |far - anchor| 2^(-i/2) from the anchor, i = steps-1 .. 0 (3 significant
+    digits; integers, rounded away from the anchor, for integer columns). Public: a function of
+    the declared bounds only.
+
+    >>> [str(v) for v in value_grid(Fraction(0), Fraction(10), True, 6)]
+    ['2', '3', '4', '5', '8', '10']
+    >>> [str(v) for v in value_grid(Fraction(0), Fraction(-500), False, 3)]
+    ['-250', '-354', '-500']
+    """
+    span = abs(far - anchor)
+    sign = 1 if far > anchor else -1
+    out: list[Fraction] = []
+    for i in range(steps - 1, 0, -1):
+        d = _round_up_3(span * Fraction(2 ** (-i / 2)))
+        v = anchor + sign * d
+        if integer:
+            v = Fraction(math.ceil(v) if sign > 0 else math.floor(v))
+        if v != anchor and sign * (far - v) > 0 and (not out or v != out[-1]):
+            out.append(v)
+    out.append(far)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TopRank:
+    """Choose a bucket of an ascending grid with about ``rank`` units above it (epsilon-DP).
+
+    Privacy map: epsilon (rounded down to a 20-bit denominator, which only strengthens it) for
+    counts where one unit is in exactly one bucket (Δu = 1, module docstring).
+    """
+
+    epsilon: Fraction
+    rank: int
+    name: str = "top_rank"
+
+    def __post_init__(self) -> None:
+        if self.epsilon <= 0 or self.rank < 0:
+            raise ValueError("needs epsilon > 0 and rank >= 0")
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(epsilon=Fraction(self.epsilon))
+
+    def gaps(self, counts: np.ndarray) -> np.ndarray:
+        """-4 u(j) per bucket (ascending buckets), unclipped."""
+        c = np.asarray(counts, dtype=np.int64)
+        if c.ndim != 1 or c.size < 1 or (c < 0).any():
+            raise ValueError("counts must be a non-empty vector of non-negative integers")
+        above = np.concatenate([np.cumsum(c[::-1])[::-1][1:], [0]])
+        t4 = min(4 * self.rank, max(int(c.sum()) - 1, 0))  # 4t
+        return np.maximum(0, np.maximum(4 * above - t4, t4 - 4 * (above + c - 1)))
+
+    def rank_error(self, buckets: int, confidence: float) -> float:
+        """With probability >= confidence the chosen bucket holds a position within this many
+        units of the target (B exp(-epsilon g / 2) <= 1 - confidence)."""
+        eps = float(round_down(Fraction(self.epsilon)))
+        return 2 * math.log(buckets / (1 - confidence)) / eps
+
+    def choose(self, counts: np.ndarray) -> int:
+        """The chosen bucket index (permute-and-flip, exact coins)."""
+        eps = round_down(Fraction(self.epsilon))
+        if eps <= 0:
+            raise ValueError("epsilon too small for exact sampling")
+        clip = math.ceil(4 * _CLIP / eps)
+        gap = np.minimum(self.gaps(counts), clip)
+        gap = gap - gap.min()
+        den = 8 * eps.denominator  # exponent epsilon (4 gap) / (2 * 4)
+        heads = rng.bernoulli_exp(gap * eps.numerator, den).reshape(1, -1)
+        return int(choose_among_heads(heads)[0])
+
+    def exact(self, counts: np.ndarray) -> int:
+        """The best bucket (no noise): for the test-only noiseless engine. Ties go to the
+        highest bucket, so a noiseless bound clips nothing that the noisy one rarely would."""
+        g = self.gaps(counts)
+        return int(np.flatnonzero(g == g.min())[-1])

@@ -1,0 +1,194 @@
+"""Choosing a statement's ``auto`` contribution bounds: reuse stored ones, measure the rest.
+
+Per bound (:func:`dpsql.sql.auto_bounds.auto_items`), the ledger may already hold the choice an
+earlier statement over the same slice made (:meth:`Ledger.peek`: free, read only). The missing
+ones are chosen together: the statement's epsilon times ``AUTO_SHARE``, split evenly, is
+reserved per bound (a release each, history mechanism ``auto_bound``); one SQL counts units per
+bucket (:mod:`dpsql.sql.rewrite.measure_bounds`); :class:`dpsql.dp.bounds.TopRank` chooses; each
+choice is committed with its payload, so later statements reuse it free (``repeats: off``:
+nothing is stored, every statement chooses again and pays). The statement itself then runs at
+its epsilon minus what was spent here: its total charge is the epsilon it asked for.
+
+Failures follow the private path's rule: a failure before any data was read is refunded, one
+that may depend on the data (a timeout) stays charged.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dpsql.dp.bounds import TopRank, default_rank
+from dpsql.execute.backend import CancelToken
+from dpsql.execute.prepared import Prepared
+from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.auto_bounds import (
+    AUTO_SHARE,
+    AutoBounds,
+    AutoItem,
+    ChosenBound,
+    auto_items,
+    fallback_note,
+    policy_choices,
+)
+from dpsql.sql.rewrite.measure_bounds import measure_bounds
+
+if TYPE_CHECKING:
+    from dpsql.engine import Engine
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The bounds a statement needs: those known without spending, and those to measure."""
+
+    known: AutoBounds
+    missing: tuple[AutoItem, ...]
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.known.chosen or self.missing or self.known.fallback)
+
+
+def payload(c: ChosenBound) -> bytes:
+    return json.dumps(
+        {
+            "kind": c.kind,
+            "column": c.column,
+            "value": str(c.value),
+            "epsilon": str(c.epsilon),
+            "rank": c.rank,
+            "buckets": c.buckets,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def from_payload(raw: bytes) -> ChosenBound:
+    d = json.loads(raw)
+    return ChosenBound(
+        d["kind"], d["column"], Fraction(d["value"]), Fraction(d["epsilon"]),
+        int(d["rank"]), int(d["buckets"]), reused=True,
+    )  # fmt: skip
+
+
+def pending(engine: Engine, prepared: Prepared, session: SessionContext, a: Analysis) -> Pending:
+    """What ``a`` needs, with the stored choices filled in (reads the ledger, spends nothing)."""
+    items = auto_items(a)
+    chosen = list(policy_choices(a))
+    missing = []
+    ledger = engine.ledger
+    digest = engine.repeat_digest(prepared.scope)
+    for it in items:
+        raw = ledger.peek(session.analyst, it.key(digest)) if ledger is not None else None
+        if raw is None:
+            missing.append(it)
+        else:
+            chosen.append(from_payload(raw))
+    return Pending(AutoBounds(tuple(chosen), fallback=fallback_note(a)), tuple(missing))
+
+
+def slice_epsilon(epsilon: Fraction, p: Pending) -> Fraction:
+    """What choosing the missing bounds costs out of a statement's ``epsilon``."""
+    return epsilon * AUTO_SHARE if p.missing else Fraction(0)
+
+
+def measure(
+    engine: Engine,
+    prepared: Prepared,
+    session: SessionContext,
+    a: Analysis,
+    p: Pending,
+    epsilon: Fraction,
+    cancel: CancelToken | None = None,
+) -> AutoBounds:
+    """Choose the missing bounds at ``slice_epsilon(epsilon)`` (charged, stored) and return all."""
+    if not p.missing:
+        return p.known
+    spend = slice_epsilon(epsilon, p)
+    each = spend / len(p.missing)
+    mechs = [TopRank(each, default_rank(each, len(it.grid))) for it in p.missing]
+    ledger = engine.ledger
+    reservations = []
+    if ledger is not None:
+        try:
+            for m in mechs:
+                reservations.append(
+                    ledger.reserve(
+                        session.analyst, m.cost, prepared.fingerprint, mechanism="auto_bound"
+                    )
+                )
+        except BaseException:
+            for r in reservations:
+                ledger.refund(r)
+            raise
+    try:
+        sql = measure_bounds(a, p.missing).sql("postgres")
+        rows = engine.backend.run(sql, private=True, cancel=cancel).rows
+    except BaseException as error:
+        if ledger is not None:
+            for r in reservations:
+                ledger.refund(r, error)
+        raise
+    hist = [np.zeros(len(it.grid), dtype=np.int64) for it in p.missing]
+    for item, bucket, count in rows:
+        b = min(max(int(bucket), 0), len(hist[int(item)]) - 1)
+        hist[int(item)][b] += int(count)
+    chosen = list(p.known.chosen)
+    digest = engine.repeat_digest(prepared.scope)
+    for i, (it, m) in enumerate(zip(p.missing, mechs, strict=True)):
+        idx = m.exact(hist[i]) if engine.noiseless else m.choose(hist[i])
+        c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
+        if ledger is not None:
+            earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
+            if earlier is not None:  # a concurrent statement stored its choice first
+                c = from_payload(earlier)
+        chosen.append(c)
+    return AutoBounds(tuple(chosen), spend, p.known.fallback)
+
+
+def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
+    """The notice a statement with ``auto`` bounds sends (which bounds, and what they cost);
+    ``stored``: the ledger keeps choices for later statements."""
+    parts = []
+    text = bounds.describe()
+    if text:
+        fresh = bounds.epsilon_spent > 0
+        reused = any(c.reused for c in bounds.chosen)
+        how = []
+        if fresh:
+            how.append(
+                f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of this "
+                f"statement's {float(epsilon):.4g}"
+                + (", stored for later statements" if stored else "")
+            )
+        if reused:
+            how.append("some reused free from earlier statements" if fresh else "reused free")
+        if not fresh and not reused:
+            how.append("from the declared keys")
+        parts.append(f"contribution bounds: {text} ({'; '.join(how)})")
+    if bounds.fallback:
+        parts.append(bounds.fallback)
+    return "; ".join(parts)
+
+
+def explain_text(p: Pending, epsilon: Fraction) -> str:
+    """EXPLAIN's line: the stored choices, and what running would choose and spend."""
+    parts = []
+    known = p.known.describe()
+    if known:
+        parts.append(f"{known} (stored or declared: free)")
+    if p.missing:
+        what = ", ".join(it.label for it in p.missing)
+        parts.append(
+            f"{what}: chosen from the data when the statement runs, with epsilon "
+            f"{float(slice_epsilon(epsilon, p)):.4g} of its {float(epsilon):.4g} (the plan "
+            "below uses the rest, and R = G = 1 until then)"
+        )
+    if p.known.fallback:
+        parts.append(p.known.fallback)
+    return "; ".join(parts)

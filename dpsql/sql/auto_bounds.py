@@ -1,0 +1,301 @@
+"""Contribution bounds chosen per query (``auto`` in the policy): what to choose, and using them.
+
+A private query over a table whose policy says ``max_rows_per_unit: auto``,
+``max_groups_per_unit: auto`` or (a column's) ``clamp: auto`` needs, before it is planned:
+
+* ``rows``: R, rows of one unit kept per group, from each unit's largest row count in a group
+  (without GROUP BY: its row count; with grouping sets: its row count, the coarsest group);
+* ``groups``: G, groups one unit may touch, from each unit's number of groups (GROUP BY only);
+* ``value_hi`` / ``value_lo``: the clamping range of a summed or averaged column, inside its
+  declared bounds, from each unit's largest (smallest) value; one side is chosen when the
+  declared range lies on one side of 0 (e.g. [0, 500]: the top only).
+
+Each is one release of :class:`dpsql.dp.bounds.TopRank` over a public grid (this module) on
+per-unit numbers counted by PostgreSQL (:mod:`dpsql.sql.rewrite.measure_bounds`), at a share of
+the statement's epsilon (:data:`AUTO_SHARE`, split evenly over the items not chosen yet). The
+execution side (:mod:`dpsql.execute.auto_bounds`) charges and stores each choice in the ledger;
+later statements over the same slice reuse it free.
+
+Soundness does not depend on the choice: the rewrite and the plan read the same R, G and range
+from the resolved :class:`~dpsql.sql.analysis.Analysis` (:func:`apply_bounds`), as they read
+fixed numbers from the policy. Joins of several private tables keep R = G = 1 (today's default)
+and their declared ranges: there the notice says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Literal
+
+from sqlglot import exp
+
+from dpsql.dp.bounds import integer_grid, value_grid
+from dpsql.policy.model import MAX_GROUPS_PER_UNIT, MAX_ROWS_PER_UNIT
+from dpsql.sql.analysis import Analysis, Measure, Statistic
+
+AUTO_SHARE = Fraction(1, 5)
+"""The share of a statement's epsilon spent on the bounds it still needs (none when reused)."""
+
+ItemKind = Literal["rows", "groups", "value_hi", "value_lo"]
+_CLAMPED = ("sum", "sum_centered", "sum_sq_centered")
+
+
+@dataclass(frozen=True)
+class AutoItem:
+    """One bound to choose: its kind, the column (value items), and its public grid.
+
+    ``grid`` holds the candidate bounds in increasing distance from ``anchor`` (R and G: from
+    0); ``thresholds`` the per-unit numbers' bucket edges as PostgreSQL's ``width_bucket``
+    counts them (edges <= the number); ``slice`` identifies the rows measured (tables, filter
+    and, for R and G, the grouping), so the choice is reused for the same slice only.
+    """
+
+    kind: ItemKind
+    grid: tuple[Fraction, ...]
+    slice: str
+    column: str = ""  # the argument's SQL (value items)
+    arg: exp.Expression | None = None
+    anchor: Fraction = Fraction(0)
+    integer: bool = True
+    per_group: bool = True  # rows: per (unit, group); False: per unit over all its rows
+
+    @property
+    def thresholds(self) -> tuple[Fraction, ...]:
+        """Edges of buckets 1 .. B-1, as distances from the anchor: an integer number d is in
+        bucket j when grid[j-1] < d <= grid[j] (edges grid + 1), a fractional one when
+        grid[j-1] <= d < grid[j] (a value exactly on a candidate goes one bucket up)."""
+        step = 1 if self.integer else 0
+        return tuple(abs(v - self.anchor) + step for v in self.grid[:-1])
+
+    @property
+    def label(self) -> str:
+        return {
+            "rows": "rows per unit",
+            "groups": "groups per unit",
+            "value_hi": f"upper clamp of {_display(self.column)}",
+            "value_lo": f"lower clamp of {_display(self.column)}",
+        }[self.kind]
+
+    def key(self, digest: str) -> str:
+        """The ledger key of this choice (policy digest, kind, column and slice)."""
+        body = f"{self.kind}|{self.column}|{self.slice}"
+        return f"auto-bound:v1:{digest}:{hashlib.sha256(body.encode()).hexdigest()[:32]}"
+
+
+@dataclass(frozen=True)
+class ChosenBound:
+    """A bound chosen from the data (a DP release, stored in the ledger).
+
+    ``epsilon`` is what choosing it cost when it was measured, ``rank`` the number of units the
+    choice aimed to leave above the bound and ``buckets`` the grid's size: with probability
+    ``confidence`` at most ``rank + TopRank.rank_error(buckets, confidence)`` units have more than
+    ``value`` (the utility guarantee of the selection), the handle for a bias estimate.
+    ``reused``: taken free from the ledger (measured by an earlier statement).
+    """
+
+    kind: ItemKind
+    column: str
+    value: Fraction
+    epsilon: Fraction
+    rank: int
+    buckets: int
+    reused: bool = False
+
+
+@dataclass(frozen=True)
+class AutoBounds:
+    """The bounds a statement runs with: chosen ones, the epsilon spent choosing them now."""
+
+    chosen: tuple[ChosenBound, ...] = ()
+    epsilon_spent: Fraction = Fraction(0)
+    fallback: str = ""  # why some auto bound kept today's default (joins of private tables)
+
+    def get(self, kind: ItemKind, column: str = "") -> ChosenBound | None:
+        for c in self.chosen:
+            if c.kind == kind and c.column == column:
+                return c
+        return None
+
+    def describe(self) -> str:
+        """The chosen bounds in words (the notice and EXPLAIN)."""
+        parts = []
+        rows, groups = self.get("rows"), self.get("groups")
+        if rows is not None:
+            parts.append(f"{_num(rows.value)} rows per unit{' per group' if groups else ''}")
+        if groups is not None:
+            parts.append(f"{_num(groups.value)} groups per unit")
+        cols: dict[str, list[ChosenBound]] = {}
+        for c in self.chosen:
+            if c.kind.startswith("value"):
+                cols.setdefault(c.column, []).append(c)
+        for col, cs in cols.items():
+            lo = next((c for c in cs if c.kind == "value_lo"), None)
+            hi = next((c for c in cs if c.kind == "value_hi"), None)
+            if lo is not None and hi is not None:
+                ends = f"into [{_num(lo.value)}, {_num(hi.value)}]"
+            else:
+                ends = f"to at most {_num(hi.value)}" if hi else f"to at least {_num(lo.value)}"  # type: ignore[union-attr]
+            parts.append(f"{_display(col)} clamped {ends}")
+        return ", ".join(parts)
+
+
+def _display(column_sql: str) -> str:
+    """A column as the user wrote it: ``"t"."amount"`` -> amount."""
+    return column_sql.rsplit(".", 1)[-1].strip('"')
+
+
+def _num(v: Fraction) -> str:
+    return str(v.numerator) if v.denominator == 1 else f"{float(v):g}"
+
+
+def _slice(a: Analysis, groups: bool) -> str:
+    """The rows a choice is measured on, as text: tables, joins, filter (and grouping)."""
+    parts = [a.table, a.alias]
+    parts += [f"{al}={t}" for al, t, _ in a.sources]
+    parts += [j.sql("postgres") for j in a.joins]
+    parts.append(a.where.sql("postgres") if a.where is not None else "")
+    if groups:
+        parts += [g.expr.sql("postgres") + f"{g.keys}" for g in a.group_keys]
+        parts.append(str(a.grouping_sets))
+    return "\x1f".join(parts)
+
+
+def private_tables(a: Analysis) -> int:
+    return sum(1 for _, _, p in a.sources if p is not None) or 1
+
+
+def auto_items(a: Analysis) -> tuple[AutoItem, ...]:
+    """The bounds ``a`` needs chosen (none for fixed policies or joins of private tables)."""
+    if private_tables(a) > 1:
+        return ()
+    p = a.private
+    items: list[AutoItem] = []
+    grouped_slice = _slice(a, True)
+    if p.auto_rows and any(m.kind != "count_units" for m in a.measures):
+        per_group = a.grouped and not a.grouping_sets
+        grid = tuple(Fraction(v) for v in integer_grid(MAX_ROWS_PER_UNIT))
+        sl = grouped_slice if per_group else _slice(a, False)
+        items.append(AutoItem("rows", grid, sl, per_group=per_group))
+    if p.auto_groups and a.grouped and declared_groups(a) is None:
+        grid = tuple(Fraction(v) for v in integer_grid(MAX_GROUPS_PER_UNIT))
+        items.append(AutoItem("groups", grid, grouped_slice))
+    seen: set[str] = set()
+    for m in a.measures:
+        col = _auto_column(a, m)
+        if col is None or m.arg is None:
+            continue
+        text = m.arg.sql("postgres")
+        if text in seen:
+            continue
+        seen.add(text)
+        anchor = min(max(Fraction(0), m.lo), m.hi)
+        integer = col.family == "integer"
+        sl = _slice(a, False)
+        for kind, far in (("value_hi", m.hi), ("value_lo", m.lo)):
+            if far != anchor:
+                grid = value_grid(anchor, far, integer)
+                items.append(
+                    AutoItem(kind, grid, sl, text, m.arg, anchor, integer)  # type: ignore[arg-type]
+                )
+    return tuple(items)
+
+
+DECLARED_GROUPS_MAX = 32
+"""With declared ``keys:`` on every GROUP BY key and at most this many combinations, auto G is
+their number: no unit can touch more, nothing is dropped, and nothing is spent choosing it."""
+
+
+def declared_groups(a: Analysis) -> int | None:
+    """The number of declared key combinations, when it is G (see DECLARED_GROUPS_MAX)."""
+    if not a.grouped or a.grouping_sets or any(g.keys is None for g in a.group_keys):
+        return None
+    n = 1
+    for g in a.group_keys:
+        n *= len(g.keys or ())
+    return n if 1 <= n <= DECLARED_GROUPS_MAX else None
+
+
+def policy_choices(a: Analysis) -> tuple[ChosenBound, ...]:
+    """The auto bounds fixed by the policy alone (free): G from few declared keys."""
+    if private_tables(a) > 1 or not a.private.auto_groups:
+        return ()
+    n = declared_groups(a)
+    return () if n is None else (ChosenBound("groups", "", Fraction(n), Fraction(0), 0, 0),)
+
+
+def fallback_note(a: Analysis) -> str:
+    """Why an ``auto`` bound keeps today's default of 1 (joins of several private tables)."""
+    if private_tables(a) < 2:
+        return ""
+    if any(p is not None and (p.auto_rows or p.auto_groups) for _, _, p in a.sources):
+        return (
+            "auto contribution bounds are not chosen for joins of several private tables: "
+            "1 row and 1 group per unit are kept (declare max_rows_per_unit and "
+            "max_groups_per_unit for these tables to keep more)"
+        )
+    return ""
+
+
+def _auto_column(a: Analysis, m: Measure):  # type: ignore[no-untyped-def]
+    """The policy column behind a clamped measure of one plain column with ``clamp: auto``."""
+    if m.kind not in _CLAMPED or not isinstance(m.arg, exp.Column):
+        return None
+    col = a.column(m.arg)
+    if col is None or col.bounds is None or col.clamp != "auto":
+        return None
+    if (m.lo, m.hi) != (col.lo, col.hi):
+        return None
+    return col
+
+
+def chosen_value(item: AutoItem, index: int) -> Fraction:
+    """The bound of bucket ``index`` of ``item``'s grid."""
+    return item.grid[index]
+
+
+def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
+    """``a`` with the chosen R, G and clamping ranges in place of ``auto`` (pure).
+
+    The policy table is copied with the numbers (so the rewrite and the plan read them as fixed
+    ones); clamped measures of a column get the chosen range, and their statistics' keys, range
+    and AVG/VAR midpoints follow.
+    """
+    if not bounds.chosen:
+        return a
+    update: dict[str, int] = {}
+    rows, groups = bounds.get("rows"), bounds.get("groups")
+    if rows is not None:
+        update["max_rows_per_unit"] = int(rows.value)
+    if groups is not None:
+        update["max_groups_per_unit"] = int(groups.value)
+    private = a.private.model_copy(update=update) if update else a.private
+    sources = tuple(
+        (al, t, private if p is a.private else p) for al, t, p in a.sources
+    )
+    renamed: dict[str, Measure] = {}
+    measures = []
+    for m in a.measures:
+        new = m
+        if _auto_column(a, m) is not None and m.arg is not None:
+            text = m.arg.sql("postgres")
+            lo, hi = bounds.get("value_lo", text), bounds.get("value_hi", text)
+            new = replace(
+                m,
+                lo=lo.value if lo is not None else m.lo,
+                hi=hi.value if hi is not None else m.hi,
+            )
+        renamed[m.key] = new
+        measures.append(new)
+    stats = tuple(_restat(s, renamed) for s in a.statistics)
+    return replace(a, private=private, sources=sources, measures=tuple(measures), statistics=stats)
+
+
+def _restat(s: Statistic, renamed: dict[str, Measure]) -> Statistic:
+    keys = tuple(renamed[k].key if k in renamed else k for k in s.measures)
+    if keys == s.measures:
+        return s
+    first = renamed[s.measures[0]]
+    lo, hi = (first.lo, first.hi) if first.kind in _CLAMPED else (s.lo, s.hi)
+    return replace(s, measures=keys, lo=lo, hi=hi)
