@@ -118,6 +118,16 @@ def demo_dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="session")
 def demo_policy():  # type: ignore[no-untyped-def]
+    """The demo policy with fixed contribution bounds (its numbers before ``auto``): tests of
+    other features get reproducible bounds; ``demo_policy_auto`` is the shipped one."""
+    from tests.helpers import fixed_demo_policy
+
+    return fixed_demo_policy()
+
+
+@pytest.fixture(scope="session")
+def demo_policy_auto():  # type: ignore[no-untyped-def]
+    """The demo policy as shipped (``auto`` contribution bounds)."""
     from dpsql.demo import POLICY
     from dpsql.policy import load_policy
 

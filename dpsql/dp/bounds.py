@@ -14,11 +14,11 @@ bucket first). PostgreSQL counts units per bucket (:mod:`dpsql.sql.rewrite.measu
 
 Utility of bucket j: with A_j units in higher buckets and c_j in bucket j (n units in all), the
 units' positions from the top are A_j .. A_j + c_j - 1; u(j) = -max(0, A_j - t, t - (A_j + c_j -
-1)), the distance from the target position t = min(k, (n - 1) / 4), k = ``rank``: k units from the
-top, or the upper quartile when there are fewer than about 4k units (the minimum otherwise). Adding
-or removing one unit moves A_j and A_j + c_j by 0 or 1 each and t by 0 or 1/4, all in the same
-direction, so every argument of the max moves by at most 1: Δu = 1. (Computed in quarters:
-4u is an integer.)
+1)), the distance from the target position t = min(k, s (n - 1)), k = ``rank``, s = ``top_share``
+(1/4, or 1/2 for a median): k units from the top, or the upper quartile when there are fewer than
+about 4k units (the minimum otherwise). Adding or removing one unit moves A_j and A_j + c_j by 0
+or 1 each and t by 0 or s <= 1, all in the same direction, so every argument of the max moves by
+at most 1: Δu = 1. (Computed in quarters: 4u is an integer.)
 Selection is permute-and-flip (McKenna & Sheldon 2020) with coins exp(-epsilon gap / 2), which is
 epsilon-DP as the exponential mechanism is (:mod:`dpsql.dp.quantiles` has the argument; the
 same exact samplers are used). Utilities are clipped at -C, C = 128 / epsilon (keeps Δu = 1).
@@ -114,11 +114,14 @@ class TopRank:
 
     epsilon: Fraction
     rank: int
+    top_share: Fraction = Fraction(1, 4)  # t = min(rank, top_share (n - 1)): 1/2 is the median
     name: str = "top_rank"
 
     def __post_init__(self) -> None:
         if self.epsilon <= 0 or self.rank < 0:
             raise ValueError("needs epsilon > 0 and rank >= 0")
+        if self.top_share not in (Fraction(1, 4), Fraction(1, 2)):
+            raise ValueError("top_share is 1/4 or 1/2 (4t stays an integer)")
 
     @property
     def cost(self) -> Cost:
@@ -130,7 +133,7 @@ class TopRank:
         if c.ndim != 1 or c.size < 1 or (c < 0).any():
             raise ValueError("counts must be a non-empty vector of non-negative integers")
         above = np.concatenate([np.cumsum(c[::-1])[::-1][1:], [0]])
-        t4 = min(4 * self.rank, max(int(c.sum()) - 1, 0))  # 4t
+        t4 = min(4 * self.rank, int(4 * self.top_share) * max(int(c.sum()) - 1, 0))  # 4t
         return np.maximum(0, np.maximum(4 * above - t4, t4 - 4 * (above + c - 1)))
 
     def rank_error(self, buckets: int, confidence: float) -> float:
@@ -141,6 +144,10 @@ class TopRank:
 
     def choose(self, counts: np.ndarray) -> int:
         """The chosen bucket index (permute-and-flip, exact coins)."""
+        return int(self.choose_many(counts, 1)[0])
+
+    def choose_many(self, counts: np.ndarray, n: int) -> np.ndarray:
+        """``n`` independent choices on the same counts (audits and benchmarks draw many)."""
         eps = round_down(Fraction(self.epsilon))
         if eps <= 0:
             raise ValueError("epsilon too small for exact sampling")
@@ -148,8 +155,9 @@ class TopRank:
         gap = np.minimum(self.gaps(counts), clip)
         gap = gap - gap.min()
         den = 8 * eps.denominator  # exponent epsilon (4 gap) / (2 * 4)
-        heads = rng.bernoulli_exp(gap * eps.numerator, den).reshape(1, -1)
-        return int(choose_among_heads(heads)[0])
+        num = np.tile(gap * eps.numerator, n)
+        heads = rng.bernoulli_exp(num, den).reshape(n, -1)
+        return choose_among_heads(heads)
 
     def exact(self, counts: np.ndarray) -> int:
         """The best bucket (no noise): for the test-only noiseless engine. Ties go to the

@@ -97,6 +97,32 @@ def slice_epsilon(epsilon: Fraction, p: Pending) -> Fraction:
     return epsilon * AUTO_SHARE if p.missing else Fraction(0)
 
 
+def mechanisms(p: Pending, epsilon: Fraction) -> list[TopRank]:
+    """The selection of each missing bound: ``slice_epsilon(epsilon)`` split evenly."""
+    if not p.missing:
+        return []
+    each = slice_epsilon(epsilon, p) / len(p.missing)
+    return [
+        TopRank(each, 10**9, Fraction(1, 2))
+        if it.median
+        else TopRank(each, default_rank(each, len(it.grid)))
+        for it in p.missing
+    ]
+
+
+def histograms(
+    engine: Engine, a: Analysis, items: tuple[AutoItem, ...], cancel: CancelToken | None = None
+) -> list[np.ndarray]:
+    """Units per bucket of each item's grid, counted by PostgreSQL (private rows stay there)."""
+    sql = measure_bounds(a, items).sql("postgres")
+    rows = engine.backend.run(sql, private=True, cancel=cancel).rows
+    hist = [np.zeros(len(it.grid), dtype=np.int64) for it in items]
+    for item, bucket, count in rows:
+        b = min(max(int(bucket), 0), len(hist[int(item)]) - 1)
+        hist[int(item)][b] += int(count)
+    return hist
+
+
 def measure(
     engine: Engine,
     prepared: Prepared,
@@ -110,8 +136,8 @@ def measure(
     if not p.missing:
         return p.known
     spend = slice_epsilon(epsilon, p)
+    mechs = mechanisms(p, epsilon)
     each = spend / len(p.missing)
-    mechs = [TopRank(each, default_rank(each, len(it.grid))) for it in p.missing]
     ledger = engine.ledger
     reservations = []
     if ledger is not None:
@@ -127,17 +153,12 @@ def measure(
                 ledger.refund(r)
             raise
     try:
-        sql = measure_bounds(a, p.missing).sql("postgres")
-        rows = engine.backend.run(sql, private=True, cancel=cancel).rows
+        hist = histograms(engine, a, p.missing, cancel)
     except BaseException as error:
         if ledger is not None:
             for r in reservations:
                 ledger.refund(r, error)
         raise
-    hist = [np.zeros(len(it.grid), dtype=np.int64) for it in p.missing]
-    for item, bucket, count in rows:
-        b = min(max(int(bucket), 0), len(hist[int(item)]) - 1)
-        hist[int(item)][b] += int(count)
     chosen = list(p.known.chosen)
     digest = engine.repeat_digest(prepared.scope)
     for i, (it, m) in enumerate(zip(p.missing, mechs, strict=True)):
@@ -187,7 +208,7 @@ def explain_text(p: Pending, epsilon: Fraction) -> str:
         parts.append(
             f"{what}: chosen from the data when the statement runs, with epsilon "
             f"{float(slice_epsilon(epsilon, p)):.4g} of its {float(epsilon):.4g} (the plan "
-            "below uses the rest, and R = G = 1 until then)"
+            "below gets the rest; until chosen it shows 1 row, 1 group and the declared range)"
         )
     if p.known.fallback:
         parts.append(p.known.fallback)

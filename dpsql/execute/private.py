@@ -122,9 +122,7 @@ def run_private(
     else:
         bounds = auto_bounds.measure(engine, prepared, session, a, pend, statement_eps, cancel)
         resolved = apply_bounds(a, bounds)
-        plan = engine.plan(
-            prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent
-        )
+        plan = engine.plan(prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent)
         return _run_planned(engine, prepared, session, params, cancel, plan, (bounds, key))
     return _run_planned(engine, prepared, session, params, cancel, plan, (pend.known, key))
 

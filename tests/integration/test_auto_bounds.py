@@ -1,23 +1,139 @@
-"""``auto`` contribution bounds through the engine: chosen, shown, stored and charged once."""
+"""``auto`` contribution bounds through the engine: chosen, shown, stored, and charged once.
+
+Deterministic checks on the ledger (no statistics): a bound is a release charged once at its
+slice of the statement's epsilon, later statements over the same slice reuse it free (the
+statement then gets its whole epsilon), a different filter chooses again, a repeat of a
+statement is free, and a fixed policy behaves as before (no bound release, no notice). The
+twin that never reuses stored bounds is caught by the same check.
+"""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Iterator
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
+from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
+from dpsql.result import Result
 from dpsql.session import SessionContext
 
+COUNT = "SELECT COUNT(*) FROM purchases"
+SAME_SLICE = "SELECT COUNT(quantity) FROM purchases"  # same rows: reuses R
+OTHER_SLICE = "SELECT COUNT(*) FROM purchases WHERE quantity > 2"
 
-def test_smoke(engine: Engine) -> None:
-    s = SessionContext(analyst="analyst", epsilon=1.0)
-    for q in [
-        "SELECT COUNT(*) FROM purchases",
-        "SELECT category, SUM(amount) FROM purchases GROUP BY category",
-        "SELECT region, COUNT(DISTINCT user_id) FROM purchases GROUP BY region",
-        "SELECT sex, COUNT(*) FROM pums GROUP BY sex",
-        "SELECT AVG(income) FROM pums",
-    ]:
-        r = engine.execute(engine.prepare(q, "analyst"), s)
-        print(q, r.rows, r.notices, r.epsilon_spent)
+
+@pytest.fixture
+def charged(demo_dsn: str, demo_policy_auto: Any) -> Iterator[tuple[Engine, Ledger]]:
+    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_ab{uuid.uuid4().hex[:8]}")
+    engine = Engine(demo_policy_auto, demo_dsn, ledger, pool_size=2)
+    yield engine, ledger
+    engine.close()
+    ledger.close()
+
+
+def ask(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> Result:
+    return engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", epsilon))
+
+
+def bound_releases(ledger: Ledger) -> list[Fraction]:
+    return [Fraction(h.epsilon) for h in ledger.history("analyst") if h.mechanism == "auto_bound"]
+
+
+def spent(ledger: Ledger) -> Fraction:
+    return sum((Fraction(h.epsilon) for h in ledger.history("analyst")), Fraction(0))
+
+
+def check_charged_once(engine: Engine, ledger: Ledger) -> list[str]:
+    """The property, as a list of violations (empty: holds)."""
+    bad = []
+    first = ask(engine, COUNT)
+    if "chosen from the data with epsilon 0.2 of this statement's 1" not in first.notices[0]:
+        bad.append(f"first notice: {first.notices}")
+    if bound_releases(ledger) != [Fraction(1, 5)] or spent(ledger) != 1:
+        bad.append(f"first: {bound_releases(ledger)}, total {spent(ledger)}")
+    second = ask(engine, SAME_SLICE)
+    if bound_releases(ledger) != [Fraction(1, 5)]:
+        bad.append(f"the same slice chose again: {bound_releases(ledger)}")
+    if spent(ledger) != 2 or second.epsilon_spent != pytest.approx(1.0):
+        bad.append(f"second: total {spent(ledger)}")
+    if "reused free" not in second.notices[0]:
+        bad.append(f"second notice: {second.notices}")
+    again = ask(engine, COUNT)
+    if not again.cached or again.rows != first.rows or spent(ledger) != 2:
+        bad.append("a repeat was not free")
+    return bad
+
+
+def test_a_bound_is_charged_once_and_reused_free(charged: tuple[Engine, Ledger]) -> None:
+    engine, ledger = charged
+    assert check_charged_once(engine, ledger) == []
+    ask(engine, OTHER_SLICE)  # another filter: its own choice
+    assert bound_releases(ledger) == [Fraction(1, 5)] * 2 and spent(ledger) == 3
+
+
+def test_a_twin_that_never_reuses_is_caught(charged: tuple[Engine, Ledger]) -> None:
+    engine, ledger = charged
+    ledger.peek = lambda analyst, key: None  # type: ignore[method-assign]
+    bad = check_charged_once(engine, ledger)
+    assert any("the same slice chose again" in b for b in bad), bad
+
+
+def test_explain_shows_the_choice_before_and_after(charged: tuple[Engine, Ledger]) -> None:
+    engine, ledger = charged
+    sql = "SELECT category, SUM(amount) FROM purchases GROUP BY category"
+
+    def explain() -> str:
+        return "\n".join(r[0] for r in ask(engine, f"EXPLAIN {sql}").rows)
+
+    before = explain()
+    assert "Auto bounds: 5 groups per unit (stored or declared: free)" in before  # 5 categories
+    assert "rows per unit, upper clamp of amount: chosen from the data when the stat" in before
+    assert bound_releases(ledger) == []  # EXPLAIN spends nothing
+    notice = ask(engine, sql).notices[0]
+    after = explain()
+    chosen = notice.split("contribution bounds: ")[1].split(" (")[0]
+    assert f"Auto bounds: {chosen} (stored or declared: free)" in after, (notice, after)
+    assert "amount clamped to at most" in chosen and "5 groups per unit" in chosen
+
+
+def test_fixed_numbers_choose_nothing(demo_dsn: str, demo_policy: Any) -> None:
+    """The fixed-bounds demo policy (its former numbers): no bound release, no notice."""
+    ledger = Ledger.open(demo_dsn, demo_policy, schema=f"dpsql_ab{uuid.uuid4().hex[:8]}")
+    engine = Engine(demo_policy, demo_dsn, ledger, pool_size=2)
+    try:
+        r = ask(engine, "SELECT category, SUM(amount) FROM purchases GROUP BY category")
+        assert r.notices == () and bound_releases(ledger) == [] and spent(ledger) == 1
+    finally:
+        engine.close()
+        ledger.close()
+
+
+def test_without_a_ledger_every_statement_chooses(engine_auto: Engine) -> None:
+    r = engine_auto.execute(engine_auto.prepare(COUNT), SessionContext())
+    assert "stored" not in r.notices[0] and r.epsilon_spent == pytest.approx(1.0)
+
+
+@pytest.fixture
+def engine_auto(demo_dsn: str, demo_policy_auto: Any) -> Iterator[Engine]:
+    e = Engine(demo_policy_auto, demo_dsn, pool_size=2)
+    yield e
+    e.close()
+
+
+def test_noiseless_choice_reads_the_data(
+    demo_dsn: str, demo_policy_auto: Any, make_db: Callable[[str], str]
+) -> None:
+    """PUMS has 1-4 rows a person: the noiseless choice keeps 3 or 4 per group (never 1)."""
+    from tests.helpers import noiseless
+
+    e = noiseless(Engine(demo_policy_auto, demo_dsn, pool_size=2))
+    try:
+        r = e.execute(e.prepare("SELECT sex, COUNT(*) FROM pums GROUP BY sex"), SessionContext())
+        assert any(f"{n} rows per unit per group" in r.notices[0] for n in (3, 4)), r.notices
+        assert "2 groups per unit" in r.notices[0]
+    finally:
+        e.close()

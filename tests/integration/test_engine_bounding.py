@@ -27,7 +27,7 @@ from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Measure
 from dpsql.sql.rewrite.bound_partials import decomposable
-from tests.helpers import noiseless
+from tests.helpers import fixed_bounds_doc, noiseless
 
 R, G = 3, 2
 GROUPS = ("a", "b", "c", "d")
@@ -86,7 +86,7 @@ def pengine(partials_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     }
     doc["public_tables"] = []
     path = tmp_path_factory.mktemp("policy") / "partials.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(fixed_bounds_doc(doc)))
     e = noiseless(Engine(load_policy(path), partials_dsn, pool_size=2))
     yield e
     e.close()

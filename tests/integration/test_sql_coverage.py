@@ -22,7 +22,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
-from tests.helpers import noiseless
+from tests.helpers import fixed_bounds_doc, noiseless
 
 WHALE = 100001
 USERS = """
@@ -46,7 +46,7 @@ def join_policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-un
         },
     }
     path = tmp_path_factory.mktemp("policy") / "joins.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(fixed_bounds_doc(doc)))  # fixed bounds: exact sensitivities
     return load_policy(path)
 
 

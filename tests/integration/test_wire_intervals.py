@@ -26,7 +26,7 @@ from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.serve import ServerThread
 from dpsql.wire.server import ServerConfig
-from tests.helpers import binom_min_successes
+from tests.helpers import binom_min_successes, fixed_bounds_doc
 
 STATS = ("n", "s", "a", "vp", "sd", "ratio", "n2")
 SQL = (
@@ -45,22 +45,24 @@ RUNS = 150
 def _policy() -> Policy:
     demo = load_policy(DEMO_POLICY)
     return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "wi",
-            "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "tables": {
-                "public.w": {
-                    "privacy_unit": "uid",
-                    "columns": {
-                        "uid": {"type": "integer", "identifier": True},
-                        "g": {"type": "text", "keys": ["a", "b"]},
-                        "v": {"type": "numeric", "bounds": [0, 10]},
-                    },
-                }
-            },
-            "analysts": {"analyst": demo.analysts["analyst"].model_dump()},
-        }
+        fixed_bounds_doc(
+            {
+                "version": 1,
+                "dataset": "wi",
+                "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+                "tables": {
+                    "public.w": {
+                        "privacy_unit": "uid",
+                        "columns": {
+                            "uid": {"type": "integer", "identifier": True},
+                            "g": {"type": "text", "keys": ["a", "b"]},
+                            "v": {"type": "numeric", "bounds": [0, 10]},
+                        },
+                    }
+                },
+                "analysts": {"analyst": demo.analysts["analyst"].model_dump()},
+            }
+        )
     )
 
 

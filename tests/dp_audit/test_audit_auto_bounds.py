@@ -1,0 +1,167 @@
+"""The bound-choosing mechanism of ``auto`` contribution bounds is DP at the epsilon it is charged.
+
+Property: for every bound a statement chooses (rows per unit, groups per unit, a column's
+clamp), the chosen value's distribution on neighbouring databases D and D' (D' has one more
+privacy unit: many rows, in many groups, with the largest values) satisfies
+P_D'(S) <= e^epsilon P_D(S) and P_D(S) <= e^epsilon P_D'(S) for every event S, where epsilon is
+what the ledger charges for that bound.
+
+Method: the per-unit bucket counts are computed by the engine's own SQL on a real PostgreSQL
+(:func:`dpsql.execute.auto_bounds.histograms`), once per database: that SQL is deterministic (no
+random(), no salt), so drawing the selection many times from one result is the same as running
+the statement many times. The mechanisms and their epsilons are the engine's own
+(:func:`~dpsql.execute.auto_bounds.mechanisms`), and the test checks that the ledger charges
+exactly those epsilons when the statement really runs. Events are chosen from data: a first
+batch of draws picks, per direction, the output with the largest empirical ratio; a second,
+independent batch bounds epsilon from below with Clopper-Pearson at alpha = 1e-6
+(:func:`auditing.epsilon_lower_bound`). A correct mechanism fails with probability <= 1e-6 per
+check (a union bound over the checks of this file: < 1e-4 in all; each lower bound uses its own
+fresh draws). The broken twin (the same selection run at 4x its epsilon, i.e. a quarter of the
+noise, still charged epsilon) must be flagged.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.dp.bounds import TopRank
+from dpsql.engine import Engine
+from dpsql.execute import auto_bounds
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from tests.dp_audit.auditing import ALPHA, epsilon_lower_bound, neighbouring_engines
+
+N = 40_000  # draws per database and batch
+EPSILON = Fraction(5)  # the statement's: 1/5 of it is the bounds' slice
+POLICY: dict[str, Any] = {
+    "version": 1,
+    "dataset": "auto_audit",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.t": {
+            "privacy_unit": "u",
+            "columns": {
+                "u": {"type": "integer", "identifier": True},
+                "g": {"type": "integer", "keys": list(range(40))},
+                "x": {"type": "numeric", "bounds": [0, 100]},
+            },
+        }
+    },
+    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 1e-3}}},
+}
+STATEMENTS = (
+    "SELECT COUNT(*), SUM(x) FROM t",  # rows per unit (all its rows), the clamp of x
+    "SELECT g, COUNT(*) FROM t GROUP BY g",  # rows per unit per group, groups per unit
+)
+
+
+def _load(dsn: str, extra: bool) -> None:
+    """200 units whose row counts, group counts and largest values fall off geometrically from
+    the top (a few units per bucket of each grid around the target rank, so that a neighbour
+    visibly shifts the choice); the neighbour is one unit above everyone on every count."""
+    rows = []
+    for u in range(200):
+        n, groups, top = max(1, round(400 * 0.9**u)), max(1, round(40 * 0.93**u)), 100 * 0.93**u
+        rows += [(u, i % groups, round(top * (1 - i / (2 * n)), 3)) for i in range(n)]
+    if extra:
+        rows += [(999, i % 40, 100) for i in range(1000)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer, g integer, x numeric)")
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+
+
+@pytest.fixture(scope="module")
+def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    yield from neighbouring_engines(make_db, POLICY, _load, "autob")
+
+
+def _items(engine: Engine, sql: str) -> tuple[Any, list[TopRank], list[np.ndarray]]:
+    s = SessionContext(analyst="analyst", epsilon=EPSILON)
+    prepared = engine.prepare(sql, "analyst")
+    a = engine.analysis(prepared, [])
+    pend = auto_bounds.pending(engine, prepared, s, a)
+    mechs = auto_bounds.mechanisms(pend, EPSILON)
+    return pend, mechs, auto_bounds.histograms(engine, a, pend.missing)
+
+
+def _audit(mech: TopRank, h_d: np.ndarray, h_d2: np.ndarray) -> float:
+    """The larger of both directions' epsilon lower bounds (events chosen on a first batch)."""
+    b = len(h_d)
+    first = [np.bincount(mech.choose_many(h, N), minlength=b) for h in (h_d, h_d2)]
+    second = [np.bincount(mech.choose_many(h, N), minlength=b) for h in (h_d, h_d2)]
+    worst = -np.inf
+    for x, y in ((0, 1), (1, 0)):  # event: the output with the largest ratio P_y / P_x
+        ratio = (first[y] + 1) / (first[x] + 1)
+        ratio[first[y] < 30] = 0  # too rare to bound: skip
+        j = int(np.argmax(ratio))
+        worst = max(worst, epsilon_lower_bound(int(second[x][j]), N, int(second[y][j]), N))
+    return worst
+
+
+def _all_items(engines: tuple[Engine, Engine]) -> list[tuple[str, TopRank, np.ndarray, np.ndarray]]:
+    d, d2 = engines
+    out = []
+    for sql in STATEMENTS:
+        pend, mechs, hist_d = _items(d, sql)
+        pend2, mechs2, hist_d2 = _items(d2, sql)
+        assert [it.kind for it in pend.missing] == [it.kind for it in pend2.missing]
+        assert mechs == mechs2
+        for it, m, h1, h2 in zip(pend.missing, mechs, hist_d, hist_d2, strict=True):
+            assert not np.array_equal(h1, h2), it.kind  # the neighbour shows in every count
+            out.append((f"{sql}: {it.kind}", m, h1, h2))
+    assert sorted(k.split(": ")[1] for k, *_ in out) == ["groups", "rows", "rows", "value_hi"]
+    return out
+
+
+def test_bound_choices_are_dp_at_their_charged_epsilon(engines: tuple[Engine, Engine]) -> None:
+    for name, mech, h_d, h_d2 in _all_items(engines):
+        assert mech.epsilon == EPSILON / 5 / 2  # two bounds per statement share the slice
+        lb = _audit(mech, h_d, h_d2)
+        assert lb <= float(mech.epsilon), (name, lb, float(mech.epsilon))
+
+
+def test_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
+    """A quarter of the noise (epsilon x 4) while charging epsilon: the audit flags it."""
+    caught = []
+    for name, mech, h_d, h_d2 in _all_items(engines):
+        broken = TopRank(mech.epsilon * 4, mech.rank)
+        caught.append((name, _audit(broken, h_d, h_d2) > float(mech.epsilon)))
+    assert all(c for _, c in caught), caught
+
+
+def test_ledger_charges_what_the_mechanisms_spend(
+    engines: tuple[Engine, Engine], make_db: Callable[[str], str]
+) -> None:
+    """The audited epsilons are the charged ones: running the statement records one
+    ``auto_bound`` release per bound at exactly the mechanism's epsilon, and the statement's
+    total is the epsilon it asked for."""
+    d, _ = engines
+    policy = Policy.model_validate(POLICY)
+    ledger = Ledger.open(d.backend.dsn, policy, schema=f"dpsql_a{uuid.uuid4().hex[:8]}")
+    e = Engine(policy, d.backend.dsn, ledger, pool_size=2)
+    try:
+        for sql in STATEMENTS:
+            _, mechs, _ = _items(e, sql)
+            res = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", epsilon=EPSILON))
+            assert res.epsilon_spent == pytest.approx(5.0)
+            hist = [h for h in ledger.history("analyst") if h.fingerprint]
+            autos = [Fraction(h.epsilon) for h in hist if h.mechanism == "auto_bound"]
+            assert autos[-len(mechs) :] == [m.epsilon for m in mechs]
+        total = sum(Fraction(h.epsilon) for h in ledger.history("analyst"))
+        assert total == 2 * EPSILON
+    finally:
+        e.close()
+        ledger.close()
+
+
+def test_alpha() -> None:
+    assert ALPHA == 1e-6
