@@ -6,8 +6,9 @@ A private query over a table whose policy says ``max_rows_per_unit: auto``,
 * ``rows``: R, rows of one unit kept per group, from each unit's largest row count in a group
   (without GROUP BY: its row count; with grouping sets: its row count, the coarsest group);
 * ``groups``: G, groups one unit may touch, from each unit's number of groups (GROUP BY only;
-  when partition selection decides which groups show, whose threshold grows with G, the median
-  unit's number; with few declared keys, their number, free: :func:`declared_groups`);
+  with few declared keys, their number, free: :func:`declared_groups`). Partition selection's
+  threshold grows with G: for many small groups without declared keys (days), a fixed
+  ``max_groups_per_unit`` may serve better;
 * ``value_hi`` / ``value_lo``: the clamping range of a summed or averaged column, inside its
   declared bounds, from each unit's largest (smallest) value; one side is chosen when the
   declared range lies on one side of 0 (e.g. [0, 500]: the top only).
@@ -62,7 +63,6 @@ class AutoItem:
     anchor: Fraction = Fraction(0)
     integer: bool = True
     per_group: bool = True  # rows: per (unit, group); False: per unit over all its rows
-    median: bool = False  # aim at the median unit, not near the top (G with partition selection)
 
     @property
     def thresholds(self) -> tuple[Fraction, ...]:
@@ -183,8 +183,7 @@ def auto_items(a: Analysis) -> tuple[AutoItem, ...]:
         items.append(AutoItem("rows", grid, sl, per_group=per_group))
     if p.auto_groups and a.grouped and declared_groups(a) is None:
         grid = tuple(Fraction(v) for v in integer_grid(MAX_GROUPS_PER_UNIT))
-        # With partition selection, the threshold grows with G: aim at the median unit
-        items.append(AutoItem("groups", grid, grouped_slice, median=a.needs_selection))
+        items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
     for m in a.measures:
         col = _auto_column(a, m)

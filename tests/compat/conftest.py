@@ -128,8 +128,15 @@ def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         row = conn.execute("SELECT count(DISTINCT pid) FROM pums").fetchone()
         assert row is not None
     log = tempfile.TemporaryFile()  # not a pipe nobody reads: a full one would block the server
+    # the demo policy with its former fixed bounds (one row per pid in pums: true_count)
+    import yaml
+
+    from tests.helpers import fixed_bounds_doc
+
+    fixed = Path(tempfile.mkdtemp(prefix="dpsql-compat-")) / "policy.yaml"
+    fixed.write_text(yaml.safe_dump(fixed_bounds_doc(yaml.safe_load(Path(POLICY).read_text()))))
     proc, port = start_serve(
-        ["--policy", str(POLICY), "--upstream", upstream],
+        ["--policy", str(fixed), "--upstream", upstream],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
