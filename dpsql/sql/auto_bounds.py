@@ -212,11 +212,14 @@ their number: no unit can touch more, nothing is dropped, and nothing is spent c
 
 def declared_groups(a: Analysis) -> int | None:
     """The number of declared key combinations, when it is G (see DECLARED_GROUPS_MAX)."""
-    if not a.grouped or a.grouping_sets or any(g.keys is None for g in a.group_keys):
+    if not a.grouped or a.grouping_sets:
         return None
     n = 1
     for g in a.group_keys:
-        n *= len(g.keys or ())
+        size = g.domain_size  # declared keys, narrowed by the WHERE clause
+        if size is None:
+            return None
+        n *= size
     return n if 1 <= n <= DECLARED_GROUPS_MAX else None
 
 

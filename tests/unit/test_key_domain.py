@@ -13,8 +13,6 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from dpsql.demo import POLICY
-from dpsql.policy import load_policy
 from dpsql.policy.model import Column
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
@@ -22,8 +20,9 @@ from dpsql.sql.constants import NULL, UNKNOWN, constant
 from dpsql.sql.date_domain import date_trunc_domain, trunc
 from dpsql.sql.key_domain import KeyFilter, case_domain, listed_domain
 from dpsql.sql.parse import parse_statement
+from tests.helpers import fixed_demo_policy
 
-policy = load_policy(POLICY)
+policy = fixed_demo_policy()  # the former fixed bounds (G = 5 declared)
 CATEGORIES = ("books", "clothing", "electronics", "groceries", "travel")
 
 
