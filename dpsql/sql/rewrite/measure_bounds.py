@@ -70,7 +70,8 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
             assert col is not None and col.bounds is not None
             v = clamp_values(make_total(it.arg, a.column), a.column, col.lo, col.hi)
             cols.append(exp.alias_(v, name))
-    rows = source_select(a, *cols)
+    # one private table (auto_items): nothing is capped before a join, the salt is unused
+    rows = source_select(a, "", *cols)
     filters = ([a.where] if a.where is not None else []) + _key_filter(a)
     if filters:
         rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
