@@ -40,6 +40,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.analyze_complexity import check_query_blocks
+from dpsql.sql.bi_shapes import distinct_as_group_by, zero_row_query
 from dpsql.sql.bind import bind, check_params, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
@@ -175,16 +176,18 @@ class Engine:
             return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
         tree = st.tree
         check_query_blocks(tree)  # every kind: PostgreSQL's planner is not bounded either
-        qkind = classify(tree, self.view(scope or None))
+        view = self.view(scope or None)
+        qkind = classify(tree, view)
         analysis = None
         if qkind == "private":
             try:
-                analysis = analyze(tree, self.view(scope or None))
+                tree, analysis = _private_shape(tree, view)
             except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
                 from dpsql.execute.tree import prepare_tree
 
                 return prepare_tree(self, st, tree, scope, error)
-        elif qkind == "public":
+            qkind = "private" if analysis is not None else "public"
+        if qkind == "public":
             check_public(tree)
         return Prepared(
             text,
@@ -390,6 +393,24 @@ class Engine:
     def resolve_keys_from(self, ref: str) -> tuple[str, ...]:
         """The distinct non-null values (as text, sorted) of the public column ``ref``."""
         return group_keys.resolve_keys_from(self, ref)
+
+
+def _private_shape(tree: exp.Expr, view: Policy) -> tuple[exp.Expr, Analysis | None]:
+    """A private statement's tree and analysis; a zero-row shape (``LIMIT 0``, ``WHERE
+    false``) is a public statement over the declared columns (analysis None), ``SELECT
+    DISTINCT`` of columns with declared keys their GROUP BY (:mod:`dpsql.sql.bi_shapes`)."""
+    zero = zero_row_query(tree, view)
+    if zero is not None:
+        return zero, None
+    grouped = distinct_as_group_by(tree)
+    if grouped is not None:
+        try:
+            a = analyze(grouped, view)
+        except DpsqlError:
+            a = None
+        if a is not None and not a.needs_selection:  # the declared keys: free, no selection
+            return grouped, a
+    return tree, analyze(tree, view)
 
 
 def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from dpsql.dp.accounting import Cost
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
@@ -313,7 +314,8 @@ def finish(
             f"free repeat of an earlier answer: its intervals are at confidence {rel.confidence:g}, "
             f"not {conf:g} (the answer itself can't change; ask a different query to re-measure)",
         )
-    spent = plan is not None and not cached
+    # nothing to measure (GROUP BY / DISTINCT of declared keys alone): charged nothing
+    spent = plan is not None and not cached and plan.cost != Cost()
     chose = auto.epsilon_spent if auto is not None else Fraction(0)
     if auto is not None and plan is not None and not describe_only:
         from dpsql.execute.auto_bounds import notice

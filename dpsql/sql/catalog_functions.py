@@ -20,6 +20,7 @@ from dpsql.sql.catalog_sql import (
     template,
     visible,
 )
+from dpsql.sql.names import function_name
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -159,7 +160,7 @@ def _replace_call(node: exp.Func, new: exp.Expr) -> None:
 
 
 def _display_name(node: exp.Func) -> str:
-    return node.name.lower() if isinstance(node, exp.Anonymous) else node.sql_name().lower()
+    return function_name(node)
 
 
 def _literal_text(node: exp.Expr | None) -> str | None:

@@ -102,6 +102,8 @@ def cast_sql(node: exp.Cast) -> str:
 
 def describe(node: exp.Expression) -> str:
     """``node`` named for a message: "function to_date()", "x::regtype", "SIMILAR TO", ..."""
+    if isinstance(node, (exp.RegexpLike, exp.RegexpILike)) and isinstance(node.parent, exp.Not):
+        return _SYNTAX[type(node)].replace("~", "!~")  # a !~ 'x' parses as NOT (a ~ 'x')
     for cls in type(node).__mro__:
         if cls in _SYNTAX:
             return _SYNTAX[cls]

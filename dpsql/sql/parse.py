@@ -12,7 +12,13 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
-from dpsql.errors import ReadOnlyTransaction, SqlSyntaxError, UnsupportedSql
+from dpsql.errors import (
+    DpsqlError,
+    PrivacyViolation,
+    ReadOnlyTransaction,
+    SqlSyntaxError,
+    UnsupportedSql,
+)
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
 
@@ -98,6 +104,92 @@ def _sql_prepared_refusal(word: str, tokens: list[Token]) -> UnsupportedSql:
     )
 
 
+def _copy_or_do_refusal(word: str, tokens: list[Token]) -> DpsqlError:
+    """``COPY ... TO`` (a query's or table's rows out) is not supported (0A000): run the query
+    itself; ``COPY ... FROM`` writes (25006); ``DO`` runs procedural code, not allowed (42501)."""
+    if word == "DO":
+        return PrivacyViolation(
+            "DO is not allowed: dpsql runs no procedural code",
+            hint="send the SELECT statements themselves",
+        )
+    depth = 0
+    for tok in tokens[1:]:
+        if tok.token_type == TokenType.L_PAREN:
+            depth += 1
+        elif tok.token_type == TokenType.R_PAREN:
+            depth -= 1
+        elif depth == 0 and tok.text.upper() == "FROM":
+            return ReadOnlyTransaction(
+                "COPY FROM is not allowed: dpsql answers read-only queries only",
+                hint="data changes are made directly on the database by its owner",
+            )
+    return UnsupportedSql(
+        "COPY is not supported by dpsql",
+        hint="run the SELECT itself (with aggregates for private tables) and save its result "
+        "with your client (psql: \\o FILE or \\g FILE)",
+    )
+
+
+def _unicode_escapes(text: str, tokens: list[Token]) -> str:
+    """``U&"d\\0061t"`` (with an optional ``UESCAPE 'c'``) -> the plain quoted identifier it
+    spells, which sqlglot can parse (it reads ``U&'...'`` strings itself)."""
+    edits: list[tuple[int, int, str]] = []
+    for i in range(len(tokens) - 2):
+        u, amp, q = tokens[i], tokens[i + 1], tokens[i + 2]
+        if not (
+            u.text in ("U", "u")
+            and amp.token_type == TokenType.AMP
+            and amp.start == u.end + 1
+            and q.token_type == TokenType.IDENTIFIER
+            and q.start == amp.end + 1
+        ):
+            continue
+        end, escape = q.end + 1, "\\"
+        if (
+            i + 4 < len(tokens)
+            and tokens[i + 3].text.upper() == "UESCAPE"
+            and tokens[i + 4].token_type == TokenType.STRING
+        ):
+            esc = tokens[i + 4]
+            escape, end = esc.text, text.index("'", esc.end) + 1
+        value = _decode_unicode(q.text, escape, q.start + 1)
+        edits.append((u.start, end, '"' + value.replace('"', '""') + '"'))
+    for start, stop, repl in reversed(edits):
+        text = text[:start] + repl + text[stop:]
+    return text
+
+
+def _decode_unicode(body: str, escape: str, at: int) -> str:
+    if len(escape) != 1 or escape in "0123456789abcdefABCDEF+'\" \t\n\r":
+        raise SqlSyntaxError("invalid Unicode escape character", position=at + 1)
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch != escape:
+            out.append(ch)
+            i += 1
+            continue
+        if body[i + 1 : i + 2] == escape:
+            out.append(escape)
+            i += 2
+            continue
+        digits = body[i + 2 : i + 8] if body[i + 1 : i + 2] == "+" else body[i + 1 : i + 5]
+        width = 6 if body[i + 1 : i + 2] == "+" else 4
+        if len(digits) != width or any(c not in "0123456789abcdefABCDEF" for c in digits):
+            raise SqlSyntaxError(
+                "invalid Unicode escape",
+                hint="Unicode escapes must be \\XXXX or \\+XXXXXX.",
+                position=at + i + 1,
+            )
+        code = int(digits, 16)
+        if code == 0 or code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+            raise SqlSyntaxError("invalid Unicode escape value", position=at + i + 1)
+        out.append(chr(code))
+        i += 1 + (width + 1 if width == 6 else width)
+    return "".join(out)
+
+
 def tokenize(text: str) -> list[Token]:
     try:
         return list(DIALECT.tokenize(text))
@@ -175,6 +267,8 @@ def parse_statement(text: str) -> Statement:
         return Statement("session", text, word)
     if word in SQL_PREPARED_WORDS:
         raise _sql_prepared_refusal(word, tokens)
+    if word in ("COPY", "DO"):
+        raise _copy_or_do_refusal(word, tokens)
     if word in WRITE_WORDS:
         raise ReadOnlyTransaction(
             f"{word} is not allowed: dpsql answers read-only queries only",
@@ -190,6 +284,8 @@ def parse_statement(text: str) -> Statement:
             hint="dpsql answers SELECT queries",
         )
     text = _spell_array_types(text, tokens)
+    if '&"' in text:  # U&"..." identifiers (rare: no second tokenizing otherwise)
+        text = _unicode_escapes(text, tokenize(text))
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:

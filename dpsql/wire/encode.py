@@ -8,6 +8,7 @@ Decimal). Parameters are decoded with psycopg's loaders for their type OID.
 
 from __future__ import annotations
 
+import datetime
 import struct
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -67,6 +68,35 @@ def _fallback_text(v: Any) -> bytes:
     return str(v).encode("utf-8")
 
 
+def timestamp_text(v: Any) -> bytes:
+    """A timestamp / timestamptz as PostgreSQL writes it (DateStyle ISO): fractional seconds
+    without trailing zeros, the offset as ``+00`` (``+05:30`` when it has minutes), not Python's
+    ``+00:00``.
+
+    >>> import datetime as dt
+    >>> timestamp_text(dt.datetime(2025, 1, 2, 3, 4, 5, 500000, tzinfo=dt.timezone.utc))
+    b'2025-01-02 03:04:05.5+00'
+    >>> timestamp_text(dt.datetime(2025, 1, 2, tzinfo=dt.timezone(-dt.timedelta(hours=3, minutes=30))))
+    b'2025-01-02 00:00:00-03:30'
+    """
+    if not isinstance(v, datetime.datetime):
+        return _fallback_text(v)
+    out = (f"{v.year:04d}-{v.month:02d}-{v.day:02d} "
+           f"{v.hour:02d}:{v.minute:02d}:{v.second:02d}")  # fmt: skip
+    if v.microsecond:
+        out += f".{v.microsecond:06d}".rstrip("0")
+    off = v.utcoffset()
+    if off is not None:
+        secs = int(off.total_seconds())
+        sign, secs = ("-" if secs < 0 else "+"), abs(secs)
+        out += f"{sign}{secs // 3600:02d}"
+        if secs % 3600:
+            out += f":{secs % 3600 // 60:02d}"
+            if secs % 60:
+                out += f":{secs % 60:02d}"
+    return out.encode("ascii")
+
+
 def _binary_array(oid: int) -> Encoder | None:
     info = pg_types.get(oid)
     if info is None or info.array_oid != oid:
@@ -106,6 +136,8 @@ def encoder(oid: int, fmt: int) -> Encoder:
     coerce = _coerce(oid)
     if oid == 17 and not fmt:
         return lambda v: b"\\x" + bytes(v).hex().encode("ascii")
+    if oid in (1114, 1184) and not fmt:
+        return timestamp_text
     arr = _binary_array(oid) if fmt else None
     if arr is not None:
         return arr

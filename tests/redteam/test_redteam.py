@@ -159,6 +159,15 @@ def test_attempt(
                 if isinstance(v, float):
                     assert not math.isnan(v)
         return
+    if expect == "free":  # answered from the policy alone: validated SQL only, nothing spent
+        assert prepared.kind == "private"
+        allowed = private_sqls(engine, prepared, engine.analysis(prepared, params))
+        for q in private_sql:
+            assert q in allowed or _is_type_probe(q), f"unvalidated SQL reached PostgreSQL: {q}"
+        assert result.epsilon_spent == 0 and result.delta_spent == 0
+        keys = [set(k) for k in engine.declared_keys(engine.analysis(prepared, params)) or []]
+        assert keys and all(str(v) in keys[i] for row in result.rows for i, v in enumerate(row))
+        return
     assert prepared.kind == expect, f"{item['sql']}: kind {prepared.kind}"
     assert not private_sql
     for _, q in rec.calls:

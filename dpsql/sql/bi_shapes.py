@@ -1,0 +1,154 @@
+"""Two shapes BI tools send over private tables that are answered without releasing anything.
+
+* **Zero rows.** ``SELECT * FROM purchases LIMIT 0`` (or ``WHERE false`` / ``WHERE 1 = 0``) is
+  how Superset, pandas, ORMs and JDBC tools discover a result's columns. It returns no row, so it
+  is answered with the row description alone, free of charge: :func:`zero_row_query` turns it into
+  a public statement that names only the policy's declared columns (``*`` expands to them, in the
+  policy's order; an undeclared column is 42703, as in the catalog) and reads no row upstream
+  (``WHERE false LIMIT 0`` over the tables, no user expression but column references and casts).
+* **Distinct keys.** ``SELECT DISTINCT region FROM purchases`` (a filter dropdown) is
+  :func:`distinct_as_group_by`'s ``SELECT region FROM purchases GROUP BY region``: a GROUP BY
+  without aggregates, which the private path answers from the declared keys (``keys:`` /
+  ``keys_from:``) at no cost; without declared keys it stays refused (42501).
+
+>>> import sqlglot
+>>> from dpsql.policy.model import Policy
+>>> p = Policy.model_validate({"tables": {"t": {"privacy_unit": "u", "columns": {
+...     "u": {"type": "integer", "identifier": True}, "v": {"type": "integer"}}}}})
+>>> zero_row_query(sqlglot.parse_one("SELECT * FROM t LIMIT 0", read="postgres"), p).sql("postgres")
+'SELECT t.u, t.v FROM public.t AS t WHERE FALSE LIMIT 0'
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.optimizer.simplify import simplify
+
+from dpsql.errors import UndefinedColumn
+from dpsql.policy.model import Policy
+from dpsql.sql.classify import referenced_tables
+
+_ITEM_NODES = (exp.Column, exp.Star, exp.Cast, exp.Alias, exp.Identifier, exp.DataType,
+               exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.DataTypeParam, exp.Var,
+               exp.TableAlias)  # fmt: skip
+
+
+def _is_false(where: exp.Expr | None) -> bool:
+    cond = where.this if isinstance(where, exp.Where) else None
+    if cond is None or any(True for _ in cond.find_all(exp.Query, exp.Func)):
+        return False
+    folded = simplify(cond.copy())
+    return isinstance(folded, exp.Boolean) and not folded.this
+
+
+def _is_limit_zero(tree: exp.Select) -> bool:
+    limit = tree.args.get("limit")
+    value = limit.expression if isinstance(limit, exp.Limit) else None
+    return isinstance(value, exp.Literal) and value.is_int and int(value.name) == 0
+
+
+def _plain(tree: exp.Expr) -> bool:
+    """A single SELECT over plain tables: no aggregate, grouping, window, subquery or CTE."""
+    if not isinstance(tree, exp.Select) or tree.args.get("with_") or tree.args.get("distinct"):
+        return False
+    if any(tree.args.get(k) for k in ("group", "having", "qualify", "windows", "into", "locks")):
+        return False
+    if any(True for _ in tree.find_all(exp.AggFunc, exp.Window, exp.Parameter, exp.Placeholder)):
+        return False
+    sources = [tree.args.get("from_"), *(tree.args.get("joins") or [])]
+    return all(s is not None and isinstance(s.this, exp.Table) and isinstance(s.this.this,
+               exp.Identifier) for s in sources)  # fmt: skip
+
+
+def zero_row_query(tree: exp.Expr, policy: Policy) -> exp.Select | None:
+    """The public statement answering a zero-row shape of ``tree``, or None if it is not one.
+
+    Raises:
+        UndefinedColumn: 42703, a column the policy does not declare (hidden, as in the catalog).
+    """
+    if not isinstance(tree, exp.Select) or not _plain(tree):
+        return None
+    if not (_is_limit_zero(tree) or _is_false(tree.args.get("where"))):
+        return None
+    if not all(_item_ok(e) for e in tree.expressions):
+        return None
+    tables = _sources(tree, policy)
+    for col in tree.find_all(exp.Column):
+        if not isinstance(col.this, exp.Star):
+            _resolve(col, tables)
+    items: list[exp.Expr] = []
+    for item in tree.expressions:
+        items.extend(_expand(item, tables))
+    out = exp.select(*items)
+    for i, (alias, name, _) in enumerate(tables):
+        t = exp.to_table(name)
+        t.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        out = out.from_(t) if i == 0 else out.join(t, join_type="CROSS")
+    return out.where(exp.false()).limit(0)
+
+
+def _item_ok(item: exp.Expr) -> bool:
+    return all(isinstance(n, _ITEM_NODES) for n in item.walk())
+
+
+Source = tuple[str, str, tuple[str, ...] | None]  # alias, qualified name, declared columns
+
+
+def _sources(tree: exp.Select, policy: Policy) -> list[Source]:
+    out: list[Source] = []
+    for name, table in referenced_tables(tree):
+        private = policy.private_table(name)
+        cols = tuple(private.columns) if private is not None else None
+        out.append((table.alias_or_name, name, cols))
+    return out
+
+
+def _resolve(col: exp.Column, tables: list[Source]) -> Source:
+    name = col.name
+    for src in tables:
+        alias, _, cols = src
+        if col.table and col.table != alias:
+            continue
+        if cols is None or name in cols:
+            return src
+    shown = f"{col.table}.{name}" if col.table else f'"{name}"'  # PostgreSQL's wording
+    raise UndefinedColumn(f"column {shown} does not exist",
+                          hint="only the columns the policy declares can be named")  # fmt: skip
+
+
+def _expand(item: exp.Expr, tables: list[Source]) -> list[exp.Expr]:
+    """``*`` / ``t.*`` -> the declared columns; other items as written."""
+    star_of: str | None = None
+    if isinstance(item, exp.Star):
+        star_of = ""
+    elif isinstance(item, exp.Column) and isinstance(item.this, exp.Star):
+        star_of = item.table
+    if star_of is None:
+        return [item.copy()]
+    out: list[exp.Expr] = []
+    for alias, _, cols in tables:
+        if star_of and star_of != alias:
+            continue
+        if cols is None:
+            out.append(exp.Column(this=exp.Star(), table=exp.to_identifier(alias)))
+        else:
+            out.extend(exp.column(c, table=alias) for c in cols)
+    return out
+
+
+def distinct_as_group_by(tree: exp.Expr) -> exp.Select | None:
+    """``SELECT DISTINCT a, b FROM ...`` without aggregates -> ``... GROUP BY a, b``; None for
+    any other statement (DISTINCT ON, aggregates, an existing GROUP BY, ``*``)."""
+    if not isinstance(tree, exp.Select):
+        return None
+    distinct = tree.args.get("distinct")
+    if not isinstance(distinct, exp.Distinct) or distinct.args.get("on") is not None:
+        return None
+    if tree.args.get("group") or any(True for _ in tree.find_all(exp.AggFunc, exp.Window)):
+        return None
+    if any(isinstance(e, exp.Star) or e.find(exp.Star) for e in tree.expressions):
+        return None
+    out = tree.copy()
+    out.set("distinct", None)
+    keys = [e.this if isinstance(e, exp.Alias) else e for e in out.expressions]
+    return out.group_by(*(k.copy() for k in keys), copy=False)

@@ -1,0 +1,130 @@
+"""Zero-row shapes and DISTINCT over declared keys, through the wire (psycopg, pandas).
+
+Real engine, ledger and PostgreSQL (demo data). Properties: ``LIMIT 0`` / ``WHERE false`` /
+``WHERE 1 = 0`` over a private table return PostgreSQL's row description of the declared columns
+(names and types as direct PostgreSQL gives them) and no row, charge nothing, and run upstream as a
+plan that reads no row (PostgreSQL's EXPLAIN of it is a one-time-false Result); a column the
+policy does not declare is 42703 as if missing; one row more (``LIMIT 1``) is still refused.
+``SELECT DISTINCT k`` of columns with declared keys is the declared domain at epsilon 0; of other
+columns it stays refused (42501).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors as pe
+
+from dpsql.budget.ledger import Ledger
+from dpsql.serve import ServerThread
+from tests.helpers import analyst_dsn, served_engine
+
+ZERO_ROWS = (
+    "SELECT * FROM purchases LIMIT 0",
+    "SELECT * FROM purchases WHERE false",
+    "SELECT * FROM public.purchases WHERE 1 = 0",
+    "SELECT p.* FROM purchases AS p WHERE NOT true",
+)
+
+
+@pytest.fixture(scope="module")
+def ledger(make_db: Callable[[str], str], demo_policy: Any) -> Iterator[Ledger]:
+    led = Ledger.open(make_db("shapes_ledger"), demo_policy)
+    yield led
+    led.close()
+
+
+@pytest.fixture(scope="module")
+def served(demo_dsn: str, demo_policy: Any, ledger: Ledger) -> Iterator[ServerThread]:
+    with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
+        yield srv
+
+
+@pytest.fixture
+def conn(served: ServerThread) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(analyst_dsn(served.port), autocommit=True) as c:
+        yield c
+
+
+def _history(conn: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT id, epsilon, delta FROM dpsql.history ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("sql", ZERO_ROWS)
+def test_zero_row_shapes_describe_for_free(
+    conn: psycopg.Connection[Any], demo_dsn: str, demo_policy: Any, sql: str
+) -> None:
+    declared = list(demo_policy.tables["public.purchases"].columns)
+    with psycopg.connect(demo_dsn) as direct:
+        cur = direct.execute(f"SELECT {', '.join(declared)} FROM purchases LIMIT 0")
+        want = [(d.name, d.type_code, d.internal_size) for d in cur.description or []]
+    before = _history(conn)
+    cur = conn.execute(sql)
+    assert [(d.name, d.type_code, d.internal_size) for d in cur.description or []] == want
+    assert cur.fetchall() == []
+    assert cur.statusmessage == "SELECT 0"
+    assert _history(conn) == before  # nothing released, nothing charged
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql).fetchall())
+    assert "One-Time Filter: false" in plan, plan  # the upstream reads no row
+
+
+def test_zero_rows_with_pandas_dtypes(served: ServerThread) -> None:
+    pd = pytest.importorskip("pandas")
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    url = f"postgresql+psycopg://analyst:analyst@127.0.0.1:{served.port}/demo"
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.connect() as c:
+            df = pd.read_sql("SELECT * FROM purchases LIMIT 0", c)
+            assert list(df.columns)[:3] == ["id", "user_id", "email"] and len(df) == 0
+            df = pd.read_sql(
+                "SELECT DISTINCT category FROM purchases ORDER BY category", c
+            )
+            assert df["category"].tolist() == [
+                "books", "clothing", "electronics", "groceries", "travel",
+            ]  # fmt: skip
+    finally:
+        engine.dispose()
+
+
+def test_undeclared_column_is_missing(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(pe.UndefinedColumn) as e:
+        conn.execute("SELECT secret FROM purchases LIMIT 0")
+    assert str(e.value.diag.message_primary) == 'column "secret" does not exist'
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM purchases LIMIT 1",
+        "SELECT * FROM purchases WHERE amount > 0 LIMIT 0 + 1",
+        "SELECT * FROM purchases WHERE 1 = 1",
+        "SELECT email FROM purchases WHERE false OR true",
+    ],
+)
+def test_rows_stay_refused(conn: psycopg.Connection[Any], sql: str) -> None:
+    with pytest.raises(pe.InsufficientPrivilege):
+        conn.execute(sql)
+
+
+def test_distinct_of_declared_keys_is_the_domain(
+    conn: psycopg.Connection[Any], demo_dsn: str
+) -> None:
+    with psycopg.connect(demo_dsn) as direct:
+        regions = direct.execute("SELECT code FROM regions ORDER BY code").fetchall()
+    before = _history(conn)
+    assert conn.execute(
+        "SELECT DISTINCT region FROM purchases ORDER BY region"
+    ).fetchall() == regions  # keys_from: public.regions.code
+    got = conn.execute(
+        "SELECT DISTINCT category AS category FROM public.purchases WHERE amount > 400 "
+        "ORDER BY category LIMIT 1000"
+    ).fetchall()  # the declared domain, whatever the filter
+    assert got == [("books",), ("clothing",), ("electronics",), ("groceries",), ("travel",)]
+    new = _history(conn)[len(before) :]
+    assert new and all(eps == 0 and delta == 0 for _, eps, delta in new)
+    with pytest.raises(pe.InsufficientPrivilege):
+        conn.execute("SELECT DISTINCT purchased_at FROM purchases")  # no declared keys

@@ -1,0 +1,94 @@
+"""Text formats, identifiers and refusals as PostgreSQL gives them, through the wire.
+
+Real engine and PostgreSQL (demo data), libpq (psycopg, text results) and psql. Properties:
+a timestamptz that dpsql encodes itself (a private GROUP BY key) is written as PostgreSQL writes
+it (``+00``, not Python's ``+00:00``); ``U&"..."`` identifiers name what PostgreSQL resolves them
+to; an error about ``~`` names the operator, never sqlglot's ``regexp_like()``; ``COPY ... TO``
+is 0A000, ``COPY ... FROM`` 25006 and ``DO`` 42501, each with a hint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors as pe
+
+from dpsql.serve import ServerThread
+from tests.helpers import analyst_dsn, noiseless, served_engine
+
+
+@pytest.fixture(scope="module")
+def served(demo_dsn: str, demo_policy: Any) -> Iterator[ServerThread]:
+    with served_engine(demo_policy, demo_dsn) as srv:
+        noiseless(srv.server.engine)  # type: ignore[arg-type]
+        yield srv
+
+
+@pytest.fixture
+def conn(served: ServerThread) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(analyst_dsn(served.port), autocommit=True) as c:
+        yield c
+
+
+def _text(conn: psycopg.Connection[Any], sql: str) -> list[tuple[Any, ...]]:
+    """Rows as the server's text (no type loaders)."""
+    cur = conn.cursor()
+    cur.adapters.register_loader("timestamptz", psycopg.types.string.TextLoader)
+    cur.adapters.register_loader("timestamp", psycopg.types.string.TextLoader)
+    return cur.execute(sql).fetchall()
+
+
+def test_timestamptz_text_as_postgresql(conn: psycopg.Connection[Any], demo_dsn: str) -> None:
+    sql = (
+        "SELECT date_trunc('month', purchased_at::timestamptz) AS m, "
+        "date_trunc('month', purchased_at::timestamp) AS t, COUNT(*) AS n FROM purchases "
+        "GROUP BY 1, 2 ORDER BY 1 LIMIT 3"
+    )
+    got = [row[:2] for row in _text(conn, sql)]
+    with psycopg.connect(demo_dsn, autocommit=True) as direct:
+        direct.execute("SET TimeZone = 'UTC'")
+        want = _text(
+            direct,
+            "SELECT DISTINCT date_trunc('month', purchased_at::timestamptz), "
+            "date_trunc('month', purchased_at::timestamp) FROM purchases ORDER BY 1 LIMIT 3",
+        )
+    assert got == want
+    assert got[0][0].endswith("+00") and not got[0][0].endswith("+00:00")
+
+
+def test_unicode_escaped_identifiers(conn: psycopg.Connection[Any], demo_dsn: str) -> None:
+    sql = 'SELECT U&"n\\0061me" AS U&"d\\0061t\\+000061" FROM U&"r\\0065gions" ORDER BY 1'
+    got = conn.execute(sql)
+    with psycopg.connect(demo_dsn) as direct:
+        want = direct.execute(sql)
+        assert [d.name for d in got.description or []] == [d.name for d in want.description or []]
+        assert got.fetchall() == want.fetchall()
+    assert conn.execute("SELECT 1 AS U&\"!0064ata\" UESCAPE '!'").description[0].name == "data"  # type: ignore[index]
+
+
+def test_regex_errors_name_the_operator(conn: psycopg.Connection[Any]) -> None:
+    for op in ("~", "~*", "!~"):
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute(f"SELECT COUNT(*) FROM purchases WHERE category {op} '^b'")
+        msg = str(e.value.diag.message_primary)
+        assert f"operator {op} " in msg, msg
+        assert "regexp" not in msg.lower()
+
+
+@pytest.mark.parametrize(
+    ("sql", "error"),
+    [
+        ("COPY purchases TO STDOUT", pe.FeatureNotSupported),
+        ("COPY (SELECT COUNT(*) FROM purchases) TO STDOUT WITH CSV", pe.FeatureNotSupported),
+        ("COPY purchases FROM STDIN", pe.ReadOnlySqlTransaction),
+        ("DO $$ BEGIN PERFORM 1; END $$", pe.InsufficientPrivilege),
+    ],
+)
+def test_copy_and_do_refusals(conn: psycopg.Connection[Any], sql: str, error: type) -> None:
+    with pytest.raises(error) as e:
+        conn.execute(sql)
+    assert e.value.diag.message_hint
+    assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
