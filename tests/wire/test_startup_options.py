@@ -3,8 +3,9 @@
 
 Real engine, ledger and PostgreSQL (demo data); psycopg and psql through the wire server.
 Properties: ``-c dpsql.epsilon=0.5`` is the session's epsilon — SHOW, EXPLAIN, the width of the
-error interval (a Laplace COUNT's half-width is proportional to 1/epsilon: twice the width at
-epsilon 1 up to the rounding of COUNT's bounds, a property of the plan, not of the noise) and the ledger's ``dpsql.history``
+error interval (the noise's side of a Laplace COUNT's interval is proportional to 1/epsilon:
+twice as wide as at epsilon 1 up to the rounding of COUNT's bounds, a property of the plan, not
+of the noise) and the ledger's ``dpsql.history``
 all say 0.5; RESET returns to it; an unknown ``dpsql.*`` setting, a bad value, an epsilon outside
 the analyst's range or a switch other than ``-c`` refuse the connection (never ignored); ordinary
 PostgreSQL settings are taken as SET takes them; the policy's per-analyst settings apply when the
@@ -66,7 +67,9 @@ def _half_width(conn: psycopg.Connection[Any]) -> Decimal:
         assert cur.description is not None
         names = [d.name for d in cur.description]
         row = dict(zip(names, cur.fetchone() or (), strict=True))
-        return (Decimal(row["n_high"]) - Decimal(row["n_low"])) / 2
+        # the lower side: the noise's share (the upper side also covers what contribution
+        # bounding left out, which does not depend on epsilon)
+        return Decimal(row["n"]) - Decimal(row["n_low"])
     finally:
         conn.execute("RESET dpsql.show_intervals")
 
@@ -75,7 +78,7 @@ def test_epsilon_from_options_shows_everywhere(served: ServerThread) -> None:
     with _connect(served, options="-c dpsql.epsilon=0.5") as conn:
         assert _show(conn, "dpsql.epsilon") == "0.5"
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + COUNT).fetchall())
-        assert "epsilon=0.5" in plan
+        assert "epsilon=0.5" in plan and "Privacy cost: epsilon=0.5," in plan
         half = _half_width(conn)
         conn.execute("SET dpsql.epsilon = 1")
         at_one = _half_width(conn)
