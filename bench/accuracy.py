@@ -301,8 +301,8 @@ def main() -> None:
             best = q.run([best_b] * args.runs)
             ratio = auto.error / best.error if best.error > 0 else float("inf")
             line = (
-                f"| {label} | {auto.coverage:.3f} | {auto.error:.4f} | {dflt.coverage:.3f} | "
-                f"{dflt.error:.4f} | {best.coverage:.3f} | {best.error:.4f} | {ratio:.2f} | "
+                f"| {label} | {auto.coverage:.3f} | {auto.error:.3g} | {dflt.coverage:.3f} | "
+                f"{dflt.error:.3g} | {best.coverage:.3f} | {best.error:.3g} | {ratio:.2f} | "
                 f"{typical} | {best_text} |"
             )
             lines.append(line)

@@ -212,8 +212,8 @@ their number: no unit can touch more, nothing is dropped, and nothing is spent c
 
 def declared_groups(a: Analysis) -> int | None:
     """The number of declared key combinations, when it is G (see DECLARED_GROUPS_MAX)."""
-    if not a.grouped or a.grouping_sets:
-        return None
+    if not a.grouped:
+        return None  # with grouping sets: the finest set's combinations bound every set's
     n = 1
     for g in a.group_keys:
         size = g.domain_size  # declared keys, narrowed by the WHERE clause

@@ -138,3 +138,42 @@ def test_noiseless_choice_reads_the_data(
         assert "2 groups per unit" in r.notices[0]
     finally:
         e.close()
+
+
+@pytest.mark.parametrize(
+    "sql, expect",
+    [
+        (  # grouping sets: R over all of a unit's rows, G from the declared keys (5)
+            "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY ROLLUP (category)",
+            "5 groups per unit",
+        ),
+        (  # monthly keys without declared values: partition selection, G chosen
+            "SELECT date_trunc('month', purchased_at) AS m, COUNT(DISTINCT user_id) "
+            "FROM purchases GROUP BY 1",
+            "groups per unit",
+        ),
+        (  # a public table joined: the private table's own bounds are chosen
+            "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON p.region = r.code "
+            "GROUP BY r.name",
+            "rows per unit per group",
+        ),
+        (  # two private tables: today's default of 1, said plainly
+            "SELECT COUNT(*) FROM purchases p JOIN pums q ON p.user_id = q.pid",
+            "not chosen for joins of several private tables",
+        ),
+    ],
+)
+def test_query_shapes(engine_auto: Engine, sql: str, expect: str) -> None:
+    r = engine_auto.execute(engine_auto.prepare(sql), SessionContext())
+    assert expect in r.notices[0], r.notices
+    assert r.epsilon_spent == pytest.approx(1.0)
+
+
+def test_parameters_are_part_of_the_slice(charged: tuple[Engine, Ledger]) -> None:
+    engine, ledger = charged
+    p = engine.prepare("SELECT COUNT(*) FROM purchases WHERE quantity > $1", "analyst")
+    s = SessionContext("analyst", Fraction(1))
+    engine.execute(p, s, [2])
+    engine.execute(p, s, [2])  # a repeat: free
+    engine.execute(p, s, [5])  # another filter: chooses again
+    assert bound_releases(ledger) == [Fraction(1, 5)] * 2 and spent(ledger) == 2
