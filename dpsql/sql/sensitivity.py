@@ -7,6 +7,7 @@ never from the data. An expression whose range can't be bounded returns None.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -15,6 +16,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.policy.model import Column
+from dpsql.sql.functions import INTEGER_TYPES as _INTEGER_TYPES
 
 Columns = Mapping[str, Column] | Callable[[exp.Column], Column | None]
 
@@ -61,6 +63,61 @@ def literal_value(node: exp.Expression) -> Fraction | None:
     return None
 
 
+def _rounded(node: exp.Expression, columns: Columns) -> Interval | None:
+    """ROUND(x[, d]) lies in [floor(lo), ceil(hi)] at d's precision (monotone in x); FLOOR and
+    CEIL in [floor(lo), floor(hi)] and [ceil(lo), ceil(hi)]."""
+    r = value_range(node.this, columns)
+    if r is None:
+        return None
+    if isinstance(node, exp.Floor):
+        return Interval(Fraction(math.floor(r.lo)), Fraction(math.floor(r.hi)))
+    if isinstance(node, exp.Ceil):
+        return Interval(Fraction(math.ceil(r.lo)), Fraction(math.ceil(r.hi)))
+    d = literal_value(node.args["decimals"]) if node.args.get("decimals") is not None else 0
+    if d is None or d.denominator != 1 or abs(d) > 1000:
+        return Interval(r.lo - 1, r.hi + 1)  # (a parameter: bound once known)
+    unit = Fraction(10) ** -int(d)
+    return Interval(math.floor(r.lo / unit) * unit, math.ceil(r.hi / unit) * unit)
+
+
+Half = tuple[Fraction | None, Fraction | None]  # (lower, upper) bound; None: unbounded there
+
+
+def _half_range(node: exp.Expression, columns: Columns) -> Half | None:
+    """Lower and upper bounds of ``node`` (None in a place: unbounded on that side; None: an
+    argument that is neither bounded nor a plain number column).
+
+    ``LEAST(x, 100)`` is at most 100 whatever ``x``, ``GREATEST(x, 0)`` at least 0, so
+    ``GREATEST(LEAST(x, 100), 0)`` is in [0, 100] even for a numeric column without declared
+    bounds: an analyst's own clamp (NULL arguments are ignored, as PostgreSQL does; the whole
+    aggregate argument is clamped to the interval again in the private SQL). A column without
+    bounds counts only when it is a number (a text column would be compared as text).
+    """
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, (exp.Greatest, exp.Least)):
+        parts = [_half_range(p, columns) for p in [node.this, *node.expressions]]
+        if any(p is None for p in parts):
+            return None
+        los = [p[0] for p in parts if p is not None]
+        his = [p[1] for p in parts if p is not None]
+        if isinstance(node, exp.Least):
+            known_hi = [x for x in his if x is not None]
+            lo = None if any(x is None for x in los) else min(x for x in los if x is not None)
+            return lo, min(known_hi) if known_hi else None
+        known_lo = [x for x in los if x is not None]
+        hi = None if any(x is None for x in his) else max(x for x in his if x is not None)
+        return max(known_lo) if known_lo else None, hi
+    r = value_range(node, columns)
+    if r is not None:
+        return r.lo, r.hi
+    if isinstance(node, exp.Column):
+        col = lookup(columns, node)
+        if col is not None and col.family in ("integer", "numeric") and not col.identifier:
+            return None, None
+    return None
+
+
 def value_range(node: exp.Expression, columns: Columns) -> Interval | None:
     """The range of ``node`` over all rows, given the (clamped) columns' declared bounds."""
     v = literal_value(node)
@@ -79,7 +136,10 @@ def value_range(node: exp.Expression, columns: Columns) -> Interval | None:
         r = value_range(node.this, columns)
         return Interval(-r.hi, -r.lo) if r else None
     if isinstance(node, exp.Cast):
-        return value_range(node.this, columns)
+        r = value_range(node.this, columns)
+        if r is not None and node.to.this in _INTEGER_TYPES:  # rounds to an integer
+            return Interval(Fraction(math.floor(r.lo)), Fraction(math.ceil(r.hi)))
+        return r
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
         a = value_range(node.this, columns)
         b = value_range(node.expression, columns)
@@ -106,9 +166,13 @@ def value_range(node: exp.Expression, columns: Columns) -> Interval | None:
         lo = Fraction(0) if r.lo <= 0 <= r.hi else min(abs(r.lo), abs(r.hi))
         return Interval(lo, r.magnitude)
     if isinstance(node, (exp.Round, exp.Floor, exp.Ceil)):
-        r = value_range(node.this, columns)
-        return Interval(r.lo - 1, r.hi + 1) if r else None
-    if isinstance(node, (exp.Greatest, exp.Least, exp.Coalesce)):
+        return _rounded(node, columns)
+    if isinstance(node, (exp.Greatest, exp.Least)):
+        half = _half_range(node, columns)
+        if half is None or half[0] is None or half[1] is None:
+            return None
+        return Interval(half[0], half[1])
+    if isinstance(node, exp.Coalesce):
         parts = [node.this, *node.expressions]
         rs = [value_range(p, columns) for p in parts]
         if any(r is None for r in rs):
