@@ -24,7 +24,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
-from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.helpers import analyst_dsn, fixed_bounds_doc, noiseless, served_engine
 
 VISITS = """
 CREATE TABLE zones (code text PRIMARY KEY);
@@ -65,7 +65,7 @@ def visits_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
     }
     doc["public_tables"].append("public.zones")
     path = tmp_path_factory.mktemp("policy") / "visits.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path.write_text(yaml.safe_dump(fixed_bounds_doc(doc)))  # purchases: R = 25, G = 5
     return load_policy(path)
 
 
