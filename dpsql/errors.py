@@ -171,6 +171,13 @@ class QueryCanceled(DpsqlError):
     sqlstate = "57014"
 
 
+class ConnectionFailure(DpsqlError):
+    """The database connection was lost or could not be made (08006; 57P01-57P03 when the
+    database said it is shutting down or starting). Safe to retry."""
+
+    sqlstate = "08006"
+
+
 class UpstreamError(DpsqlError):
     """An error from PostgreSQL. On private queries the text is replaced, the class kept."""
 

@@ -26,6 +26,7 @@ transaction.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -44,24 +45,61 @@ from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.records import BudgetRow, Limit, Reservation, refundable
 from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
+from dpsql.execute.upstream_faults import (
+    CONNECT_TIMEOUT_S,
+    SHUTDOWN_STATES,
+    connection_lost,
+    sweeping_check,
+)
 from dpsql.policy.model import Policy
 from dpsql.upstream_settings import output_statements
 
 if TYPE_CHECKING:
     from dpsql.budget.views import BudgetStatus, HistoryEntry
 
+log = logging.getLogger("dpsql.budget.ledger")
 T = TypeVar("T")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
 def _unavailable(e: Exception) -> InternalError:
+    """58000 naming what failed: the ledger database's own message for connection, resource,
+    system and configuration errors (classes 08, 53, 57, 58, 28, 3D, 42: about the ledger
+    database, never a value of anyone's data); only the SQLSTATE for the others. The full text
+    goes to the server's log."""
+    log.warning("privacy ledger unavailable: %s: %s", type(e).__name__, str(e).strip()[:500])
+    state = "58000"
+    if connection_lost(e):  # retryable: 08006, or PostgreSQL's 57P01-57P03
+        sqlstate = getattr(e, "sqlstate", None)
+        state = sqlstate if sqlstate in SHUTDOWN_STATES else "08006"
     return InternalError(
         "the privacy ledger is unavailable",
-        detail=type(e).__name__,
+        detail=ledger_cause(e),
         hint="the query was not answered; retry when the ledger database is reachable",
-        sqlstate="58000",
+        sqlstate=state,
     )
+
+
+_SAFE_CLASSES = ("08", "53", "57", "58", "28", "3D", "42")
+
+
+def ledger_cause(e: BaseException) -> str:
+    """What failed in the ledger database, for a client's DETAIL.
+
+    >>> ledger_cause(psycopg_pool.PoolTimeout("couldn't get a connection after 10.00 sec"))
+    "PoolTimeout: no connection to the ledger database: couldn't get a connection after 10.00 sec"
+    """
+    if isinstance(e, psycopg_pool.PoolTimeout):
+        return f"PoolTimeout: no connection to the ledger database: {e}"
+    state = getattr(e, "sqlstate", None)
+    name = type(e).__name__
+    if state is None and isinstance(e, psycopg.OperationalError):
+        return f"{name}: the connection to the ledger database failed"
+    if state and state[:2] in _SAFE_CLASSES and isinstance(e, psycopg.Error):
+        primary = e.diag.message_primary or str(e).strip().splitlines()[0]
+        return f"{name} ({state}): {primary}"
+    return f"{name} ({state})" if state else name
 
 
 class Ledger:
@@ -83,15 +121,18 @@ class Ledger:
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 ledger_schema.migrate(conn, schema)
+            holder: list[psycopg_pool.ConnectionPool] = []
             pool = psycopg_pool.ConnectionPool(
                 dsn,
                 min_size=1,
                 max_size=pool_size,
                 kwargs={"autocommit": True},
                 configure=_configure,
-                check=psycopg_pool.ConnectionPool.check_connection,
+                check=sweeping_check(lambda: holder[0] if holder else None),
+                timeout=CONNECT_TIMEOUT_S,
                 open=True,
             )
+            holder.append(pool)
         except psycopg.OperationalError as e:
             raise _unavailable(e) from e
         return cls(pool, policy, schema)

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import psycopg_pool
 from psycopg import sql as pgsql
 from psycopg_pool import ConnectionPool
 
 from dpsql.errors import DpsqlError, QueryCanceled, UpstreamError, sanitized_upstream
+from dpsql.execute.upstream_faults import CONNECT_TIMEOUT_S, connection_lost, lost
 from dpsql.result import ResultColumn
 from dpsql.upstream_settings import output_statements
 
@@ -126,21 +128,34 @@ class Backend:
         cancel: CancelToken | None = None,
         binary: bool = False,
     ) -> Rows:
-        """Run one read-only statement and fetch everything (private results are one row/group)."""
-        with self.pool.connection() as conn:
-            if cancel is not None:
-                cancel.attach(conn)
+        """Run one read-only statement and fetch everything (private results are one row/group).
+
+        A statement that meets a dead pooled connection (the upstream restarted) is run once more
+        on a fresh one, after the pool's other dead connections are swept
+        (:mod:`dpsql.execute.upstream_faults`): it is a read, so running it again is safe.
+        """
+        for attempt in (1, 2):
             try:
-                with conn.cursor(binary=binary) as cur:
-                    cur.execute(query, params or None)
-                    rows = cur.fetchall() if cur.description is not None else []
-                    status = cur.statusmessage or ""
-                    return Rows(_columns(cur), rows, status)
-            except psycopg.Error as e:
-                raise _upstream(e, private) from None
-            finally:
-                if cancel is not None:
-                    cancel.attach(None)
+                with self.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+                    if cancel is not None:
+                        cancel.attach(conn)
+                    try:
+                        with conn.cursor(binary=binary) as cur:
+                            cur.execute(query, params or None)
+                            rows = cur.fetchall() if cur.description is not None else []
+                            status = cur.statusmessage or ""
+                            return Rows(_columns(cur), rows, status)
+                    except psycopg.Error as e:
+                        again = attempt == 1 and connection_lost(e, conn)
+                        if not again or (cancel is not None and cancel.cancelled):
+                            raise _upstream(e, private, conn) from None
+                    finally:
+                        if cancel is not None:
+                            cancel.attach(None)
+            except psycopg_pool.PoolTimeout as e:
+                raise lost(e) from None
+            self.pool.check()  # the other idle connections died with this one: replace them now
+        raise AssertionError("unreachable")
 
 
 def describe_statement(
@@ -152,7 +167,7 @@ def describe_statement(
     """
     from psycopg.pq import ExecStatus
 
-    with backend.pool.connection() as conn:
+    with backend.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
         try:
             pg = conn.pgconn
             res = pg.prepare(b"", query.encode(), list(param_oids) or None)
@@ -166,14 +181,20 @@ def describe_statement(
                 for i in range(res.nfields)
             )
         except psycopg.Error as e:
-            raise _upstream(e, False) from None
+            if connection_lost(e, conn):
+                backend.pool.check()
+            raise _upstream(e, False, conn) from None
         finally:
-            conn.rollback()
+            if not conn.closed:
+                conn.rollback()
 
 
-def _upstream(e: psycopg.Error, private: bool) -> DpsqlError:
-    """The dpsql error for an upstream failure: 57014 for a cancel or timeout (same text whatever
-    the data), the sanitized class of a private query's error, or a public one's own text."""
+def _upstream(e: psycopg.Error, private: bool, conn: Any = None) -> DpsqlError:
+    """The dpsql error for an upstream failure: 08006 / 57P01 for a lost connection (retryable,
+    without libpq's text), 57014 for a cancel or timeout (same text whatever the data), the
+    sanitized class of a private query's error, or a public one's own text."""
+    if connection_lost(e, conn):
+        return lost(e)
     if isinstance(e, psycopg.errors.QueryCanceled):
         return QueryCanceled(
             "canceling statement due to user request or statement timeout",

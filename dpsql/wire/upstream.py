@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dpsql.errors import DpsqlError
 from dpsql.execute.backend import Rows, session_settings, upstream_error
+from dpsql.execute.upstream_faults import connection_lost, lost
 from dpsql.result import Result
 from dpsql.wire.upstream_conn import RawRows, UpstreamConn
 
@@ -213,7 +214,25 @@ class AsyncUpstream:
             QueryCanceled: 57014, cancelled or timed out.
             UpstreamError: PostgreSQL refused it (its text kept: no private data here).
         """
-        c = self._idle.pop() if self._idle else await self._acquire()
+        try:
+            return await self._run(query, params, types, cancel, fmt)
+        except _Lost:  # a dead connection (the upstream restarted): drop the idle ones, again
+            self._sweep()
+            return await self._run(query, params, types, cancel, fmt, retry=False)
+
+    async def _run(
+        self,
+        query: str,
+        params: Sequence[bytes | None],
+        types: Sequence[int],
+        cancel: AsyncCancel | None,
+        fmt: int | None,
+        retry: bool = True,
+    ) -> Rows:
+        try:
+            c = self._idle.pop() if self._idle else await self._acquire()
+        except psycopg.OperationalError as e:  # could not connect
+            raise lost(e) from None
         ok = False
         if cancel is not None:
             cancel.attach(c.conn)
@@ -224,11 +243,27 @@ class AsyncUpstream:
             return c.rows(res, columns, fmt)
         except psycopg.Error as e:
             ok = True  # an error result leaves the connection usable (checked on release)
+            if connection_lost(e, broken=not c.healthy()):
+                if retry and not (cancel is not None and cancel.cancelled):
+                    raise _Lost from None
+                raise lost(e) from None
             raise upstream_error(e, False) from None
         finally:
             if cancel is not None and cancel.detach():
                 await cancel.sent()
             self._release(c, ok=ok)
+
+    def _sweep(self) -> None:
+        """Close every idle connection: they were opened before the one that just died."""
+        idle, self._idle = self._idle, []
+        for c in idle:
+            self._size -= 1
+            c.abandon()
+            self._wake_one()
+
+
+class _Lost(Exception):
+    """A statement met a dead connection (raised to retry it once on a fresh one)."""
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})

@@ -1,0 +1,85 @@
+"""Upstream connections that died under the pool: telling them from query errors, retrying a
+read once on a fresh connection, sweeping the pool's other dead ones, and the error clients see.
+
+A restart of PostgreSQL kills every pooled connection at once. Without care each dead connection
+fails one client statement (with libpq's text as XX000), and a pool that pings before use sleeps
+its growing backoff (1 s, 2 s, 4 s ...) once per dead connection. Here the first statement to
+meet a dead connection sweeps all the idle ones (``pool.check()``: dead ones replaced at once) and
+is retried once; what still fails is :class:`~dpsql.errors.ConnectionFailure` (08006, or the
+57P01-57P03 PostgreSQL sent), which clients and poolers treat as retryable.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import psycopg_pool
+
+from dpsql.errors import ConnectionFailure
+
+log = logging.getLogger("dpsql.upstream")
+
+SHUTDOWN_STATES = frozenset({"57P01", "57P02", "57P03"})
+CONNECT_TIMEOUT_S = 10.0
+"""How long a statement waits for a pooled connection (the pool reconnecting) before 08006."""
+
+
+def connection_lost(e: BaseException, conn: Any = None, *, broken: bool | None = None) -> bool:
+    """Whether ``e`` says the connection itself failed (not the statement): a connection-class
+    SQLSTATE (08), PostgreSQL shutting down (57P01-57P03), no pooled connection within the pool's
+    timeout, or an error without SQLSTATE on a connection now closed or broken (``conn``'s flags,
+    or ``broken`` when the caller knows)."""
+    if isinstance(e, psycopg_pool.PoolTimeout):
+        return True
+    if not isinstance(e, psycopg.OperationalError):
+        return False
+    state = e.sqlstate
+    if state in SHUTDOWN_STATES or (state or "").startswith("08"):
+        return True
+    if state is not None:
+        return False
+    if broken is None:
+        broken = conn is not None and bool(conn.closed or conn.broken)
+    return broken
+
+
+def lost(e: BaseException, what: str = "the database") -> ConnectionFailure:
+    """The client's error for a lost connection: PostgreSQL's own shutdown SQLSTATE if it sent
+    one, else 08006; never libpq's text (it names hosts and sockets)."""
+    state = getattr(e, "sqlstate", None)
+    log.warning("connection to %s lost: %s: %s", what, type(e).__name__, str(e).strip()[:300])
+    if state in SHUTDOWN_STATES:
+        return ConnectionFailure(
+            f"{what} is restarting or shutting down",
+            hint="retry the statement in a moment",
+            sqlstate=state,
+        )
+    return ConnectionFailure(
+        f"the connection to {what} was lost",
+        detail="no connection within the timeout"
+        if isinstance(e, psycopg_pool.PoolTimeout)
+        else None,
+        hint="retry the statement; dpsql reconnects by itself",
+    )
+
+
+def sweeping_check(
+    pool: Callable[[], psycopg_pool.ConnectionPool | None],
+) -> Callable[[psycopg.Connection[Any]], None]:
+    """A pool ``check=`` callback that pings a connection before use and, when one is dead,
+    sweeps the pool's other idle ones too (so the pool's backoff between failed checks is paid
+    once, not once per dead connection). ``pool``: returns the pool (made after the callback)."""
+
+    def check(conn: psycopg.Connection[Any]) -> None:
+        try:
+            psycopg_pool.ConnectionPool.check_connection(conn)
+        except Exception:
+            p = pool()
+            if p is not None:
+                p.check()
+            raise
+
+    return check
