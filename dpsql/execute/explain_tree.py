@@ -55,7 +55,14 @@ def explain_tree(
             verbose=opts.verbose,
         )
         node = doc["Plan"]
+        link = sp.link(i)
         node.update({"Leaf": i, "Leaf SQL": leaf.text, "Free Repeat": free})
+        if link is not None:  # a series limit: planned on its probe, run on the released keys
+            node["Keys From Leaf"] = link.source
+            node["Key Filter"] = (
+                f"{link.expr.sql('postgres')} IN (the {link.column} values leaf {link.source} "
+                "releases)"
+            )
         node["Outputs"] = doc["Outputs"]
         if "Rewritten SQL" in doc:
             node["Rewritten SQL"] = doc["Rewritten SQL"]
@@ -138,6 +145,8 @@ def tree_lines(doc: dict[str, Any]) -> list[str]:
     out.append("  Data read: none (EXPLAIN neither runs the query nor spends budget)")
     for node in root["Plans"]:
         out.append(f"  ->  Leaf {node['Leaf']}: {node['Leaf SQL']}")
+        if "Key Filter" in node:
+            out.append(f"        Keys from leaf {node['Keys From Leaf']}: {node['Key Filter']}")
         leaf_doc = {"Plan": node, "Outputs": node["Outputs"], "Budget": {"Ledger": False}}
         if "Rewritten SQL" in node:
             leaf_doc["Rewritten SQL"] = node["Rewritten SQL"]

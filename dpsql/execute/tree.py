@@ -26,7 +26,7 @@ from sqlglot import exp
 
 from dpsql.dp import rng
 from dpsql.dp.accounting import sequential
-from dpsql.errors import DpsqlError, InvalidParameter, PrivacyViolation
+from dpsql.errors import DpsqlError, InternalError, InvalidParameter, PrivacyViolation
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.noise import Release
 from dpsql.execute.prepared import Prepared, fingerprint
@@ -44,7 +44,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
-from dpsql.sql.bind import bind, param_count
+from dpsql.sql.bind import bind, literal, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
@@ -118,8 +118,6 @@ def bound_split(
     assert prepared.split is not None and prepared.tree is not None
     if not params:
         return prepared.split, prepared.leaves
-    from dpsql.errors import InternalError
-
     return _split(engine, bind(prepared.tree, params), prepared.scope, InternalError("no split"))
 
 
@@ -175,35 +173,28 @@ def run_tree(
     """Charge once, release every leaf, post-process in PostgreSQL (module docstring)."""
     from dpsql.execute import shadows
 
-    sp, leaves = bound_split(engine, prepared, params)
-    plans = leaf_plans(engine, leaves, session)
+    sp, probes = bound_split(engine, prepared, params)
+    shares = leaf_plans(engine, probes, session)  # what is reserved for each leaf
     key_tables = tuple(
         g.keys_from.rsplit(".", 1)[0]
-        for leaf in leaves
+        for leaf in probes
         if leaf.analysis is not None
         for g in leaf.analysis.group_keys
         if g.keys_from
     )
     shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
     confidence = _confidence(engine, session)
-    key_types = [
-        engine.group_types(leaf, p.analysis) for leaf, p in zip(leaves, plans, strict=True)
-    ]
+    run = _Run(engine, sp, list(probes), list(shares), session, prepared.scope)
     ledger = engine.ledger
-    releases: list[Release | None] = [None] * len(leaves)
-    keys: list[str | None] = [None] * len(leaves)
-    if ledger is not None:
-        for i, (leaf, plan) in enumerate(zip(leaves, plans, strict=True)):
-            keys[i] = cache_key(engine, leaf, plan, ())
-            stored = ledger.lookup(session.analyst, keys[i])
-            if stored is not None:
-                releases[i] = Release.from_json(json.loads(stored))
-    todo = [i for i, r in enumerate(releases) if r is None]
+    for i in range(len(probes)):
+        if sp.link(i) is None or run.releases[sp.link(i).source] is not None:  # type: ignore[union-attr]
+            run.resolve(i)  # its SQL is known now: a stored answer is free
+    todo = [i for i, r in enumerate(run.releases) if r is None]
     for i in todo:
-        check_join_fanout(engine, plans[i].analysis)  # public tables only, before the charge
+        check_join_fanout(engine, shares[i].analysis)  # public tables only, before the charge
     reservation = None
     if ledger is not None and todo:
-        parts = [plans[i] for i in todo]
+        parts = [shares[i] for i in todo]
         rho_deltas = [d for d in (delta_for_rho(p) for p in parts) if d is not None]
         reservation = ledger.reserve(
             session.analyst,
@@ -212,30 +203,39 @@ def run_tree(
             delta_for_rho=sum(rho_deltas, Fraction(0)) if rho_deltas else None,
             mechanism="+".join(sorted({p.mechanism for p in parts})),
         )
-    measured = {}
+    done = 0
     try:
-        for i in todo:
-            measured[i] = measure(engine, leaves[i], plans[i], cancel)
+        for i in todo:  # in order: a series limit's source leaf is released before it
+            if run.keys[i] is None and sp.link(i) is not None:
+                run.resolve(i, reserved=shares[i])
+            got = measure(engine, run.leaves[i], run.plans[i], cancel)
+            done += 1
+            run.releases[i] = release_measured(
+                engine,
+                run.plans[i],
+                got,
+                engine.group_types(run.leaves[i], run.plans[i].analysis),
+                _declared(engine, run.plans[i]),
+                confidence,
+            )
     except BaseException as error:
         if reservation is not None:
-            settle_failed(ledger, reservation, error)
+            if done:  # a leaf read the private rows: spent, whatever failed after
+                ledger.commit(reservation)
+            else:
+                settle_failed(ledger, reservation, error)
         raise
-    for i in todo:
-        declared = _declared(engine, plans[i])
-        releases[i] = release_measured(
-            engine, plans[i], measured[i], key_types[i], declared, confidence
-        )
     if reservation is not None:
         stored_first = ledger.commit_answers(
             reservation,
-            [(str(keys[i]), payload(releases[i])) for i in todo],  # type: ignore[arg-type]
+            [(str(run.keys[i]), payload(run.releases[i])) for i in todo],  # type: ignore[arg-type]
         )
         for i, earlier in zip(todo, stored_first, strict=True):
             if earlier is not None:  # a concurrent identical leaf stored its answer first
-                releases[i] = Release.from_json(json.loads(earlier))
-    final = [r for r in releases if r is not None]
-    rows_out = _post(engine, sp, plans, final)
-    spent = [plans[i] for i in todo]
+                run.releases[i] = Release.from_json(json.loads(earlier))
+    final = [r for r in run.releases if r is not None]
+    rows_out = _post(engine, sp, run.plans, final)
+    spent = [shares[i] for i in todo]
     notices: tuple[str, ...] = ()
     if session.show_intervals:
         notices = (
@@ -250,6 +250,84 @@ def run_tree(
         delta_spent=float(sum((p.delta for p in spent), Fraction(0))),
         cached=not todo,
         notices=notices,
+    )
+
+
+class _Run:
+    """The leaves of one execution: prepared, planned, their free-repeat keys and releases.
+
+    A series-limit leaf (``Split.link``) is prepared and planned for real only once its source
+    leaf is released (:meth:`resolve`); until then its probe stands for it."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        sp: Split,
+        leaves: list[Prepared],
+        plans: list[LeafPlan],
+        session: SessionContext,
+        scope: str,
+    ) -> None:
+        self.engine, self.sp, self.session, self.scope = engine, sp, session, scope
+        self.leaves, self.plans = leaves, plans
+        self.releases: list[Release | None] = [None] * len(leaves)
+        self.keys: list[str | None] = [None] * len(leaves)
+
+    def resolve(self, i: int, reserved: LeafPlan | None = None) -> None:
+        """Leaf i's real SQL and plan (a series limit's from its source's released keys), its
+        free-repeat key, and its stored answer if any (only before the charge)."""
+        engine, link = self.engine, self.sp.link(i)
+        if link is not None:
+            values = self._released_keys(link.source, link.column)
+            leaf = engine.prepare_in_scope(link.instantiate(values).sql("postgres"), self.scope)
+            if leaf.kind != "private" or leaf.analysis is None:
+                raise InternalError("a series limit's leaf is not one private block")
+            share = self.plans[i]
+            plan = engine.plan_analysis(
+                leaf.analysis, share.epsilon, share.delta, self.session.mechanism
+            )
+            if reserved is not None and not _within(plan.cost, reserved.cost):
+                raise InternalError("a series limit's leaf costs more than was reserved")
+            self.leaves[i], self.plans[i] = leaf, plan
+        ledger = engine.ledger
+        if ledger is None:
+            self.keys[i] = ""
+            return
+        self.keys[i] = cache_key(engine, self.leaves[i], self.plans[i], ())
+        if reserved is None:
+            stored = ledger.lookup(self.session.analyst, self.keys[i])
+            if stored is not None:
+                self.releases[i] = Release.from_json(json.loads(stored))
+
+    def _released_keys(self, source: int, column: str) -> list[exp.Expression]:
+        """The distinct non-null values of ``column`` in leaf ``source``'s released rows (after
+        its own HAVING/ORDER BY/LIMIT), as literals: public, post-processed data."""
+        rel = self.releases[source]
+        assert rel is not None
+        a = self.plans[source].analysis
+        q, arrays = _leaf_query(a, rel, 0)
+        outer = (
+            exp.select(exp.column(column, "_dp_src", quoted=True))
+            .distinct()
+            .from_(q.subquery("_dp_src"))
+            .where(
+                exp.Not(
+                    this=exp.Is(
+                        this=exp.column(column, "_dp_src", quoted=True), expression=exp.Null()
+                    )
+                )
+            )
+        )
+        params = {f"_dpsql_arr{k}": arr for k, arr in enumerate(arrays)}
+        rows = self.engine.backend.run(outer_sql(outer), params, private=False).rows  # type: ignore[arg-type]
+        return [literal(r[0]) for r in sorted(rows, key=lambda r: str(r[0]))]
+
+
+def _within(cost: Any, reserved: Any) -> bool:
+    return bool(
+        cost.epsilon <= reserved.epsilon
+        and cost.delta <= reserved.delta
+        and cost.rho <= reserved.rho
     )
 
 

@@ -46,16 +46,44 @@ WINDOW_ALIAS = "_dp_w"
 
 
 @dataclass(frozen=True)
+class KeyLink:
+    """A leaf whose key domain comes from an earlier leaf's released rows (a series limit):
+    ``block`` (the leaf's SELECT without the join to leaf ``source``) runs with
+    ``expr IN (<the values of column `column` that leaf `source` released>)``."""
+
+    source: int
+    column: str
+    expr: exp.Expression
+    block: exp.Select
+
+    def instantiate(self, values: Sequence[exp.Expression]) -> exp.Select:
+        """The leaf's SELECT for the released key values (NULLs never join: left out)."""
+        cond: exp.Expression = (
+            exp.In(this=self.expr.copy(), expressions=[v.copy() for v in values])
+            if values
+            else exp.false()
+        )
+        return self.block.copy().where(cond, copy=False)
+
+
+@dataclass(frozen=True)
 class Split:
     """A statement split into its leaves and the post-processing around them.
 
     ``post`` is the statement with leaf ``i`` replaced by ``SELECT * FROM _dpsql_leaf_i``
     (:func:`fill` puts each leaf's released rows there); ``leaves[i]`` is leaf ``i`` as a
     standalone SELECT (with the CTEs it reads), ready to be prepared as a private statement.
+    ``links[i]`` is None, or how leaf ``i`` takes its keys from an earlier leaf (``leaves[i]``
+    then stands for it with ``expr IS NOT NULL`` in place of the key list: it is what is
+    validated and planned before any data is read).
     """
 
     post: exp.Expression
     leaves: tuple[exp.Select, ...]
+    links: tuple[KeyLink | None, ...] = ()
+
+    def link(self, i: int) -> KeyLink | None:
+        return self.links[i] if self.links else None
 
 
 def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) -> Split | None:
@@ -70,6 +98,7 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
     """
     post = lift_windows(tree.copy(), policy)
     leaves: list[exp.Select] = []
+    links: list[KeyLink | None] = []
     for _ in range(MAX_LEAVES + 1):
         found = _lowest_leaves(post, policy)
         if not found:
@@ -77,14 +106,13 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
         if not leaves and any(s is post for s in found):
             return None  # the statement is one flat block: the flat analysis's refusal stands
         for s in found:
-            if _reads_leaf(s):
-                raise UnsupportedSql(
-                    "an aggregate over private rows that reads another aggregate's answer "
-                    "(a series limit, a top-N join) is not supported yet",
-                    hint="run the inner aggregate as its own query and filter the outer one "
-                    "with its keys: WHERE category IN ('books', 'travel')",
-                )
-            leaves.append(standalone(s))
+            link = series_limit(s, leaves, policy) if _reads_leaf(s) else None
+            links.append(link)
+            if link is not None:
+                probe = exp.Not(this=exp.Is(this=link.expr.copy(), expression=exp.Null()))
+                leaves.append(link.block.copy().where(probe, copy=False))
+            else:
+                leaves.append(standalone(s))
             placeholder = exp.select("*").from_(f"{LEAF_PREFIX}{len(leaves) - 1}")
             if s is post:
                 post = placeholder
@@ -102,7 +130,7 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
         return None
     post = prune_ctes(post)
     _refuse_private_rest(post, policy, analyze)
-    return Split(post, tuple(leaves))
+    return Split(post, tuple(leaves), tuple(links))
 
 
 def _refuse_private_rest(post: exp.Expression, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]
@@ -129,6 +157,113 @@ def _refuse_private_rest(post: exp.Expression, policy: Policy, analyze: Callable
         "part of this statement would return raw rows of a private table",
         hint="aggregate the private table (COUNT, SUM, AVG ...) in every part of the statement",
     )
+
+
+def _refuse_series(why: str) -> UnsupportedSql:
+    return UnsupportedSql(
+        f"an aggregate over private rows joined to another aggregate's answer is supported as a "
+        f"series limit only ({why})",
+        hint="join the inner aggregate on its single GROUP BY key with an inner JOIN ... ON "
+        "outer_column = inner_key, and read nothing else of it; or filter the outer query with "
+        "the keys: WHERE category IN ('books', 'travel')",
+    )
+
+
+def series_limit(s: exp.Select, leaves: Sequence[exp.Select], policy: Policy) -> KeyLink:
+    """A block that joins an earlier leaf on that leaf's single GROUP BY key (Superset's series
+    limit: ``JOIN (SELECT k AS k__, SUM(m) ... GROUP BY k ORDER BY 2 DESC LIMIT 5) s ON k =
+    k__``). The join keeps exactly the rows whose key the leaf released, once each (its keys are
+    distinct), so it is the filter ``k IN (released keys)``: the leaf's answer is public, and the
+    block is a leaf of its own over a key domain that is public too.
+
+    Raises:
+        UnsupportedSql: any other way of reading a leaf's answer inside a private block.
+    """
+    found = []
+    for j in s.args.get("joins") or []:
+        body = j.this.this if isinstance(j.this, exp.Subquery) else None
+        if isinstance(j.this, exp.Table):
+            body = _cte_body(j.this)
+        if isinstance(body, exp.Select) and leaf_number(body) is not None:
+            found.append((j, leaf_number(body)))
+    src = s.args.get("from_")
+    if len(found) != 1 or (src is not None and _reads_leaf(src)):
+        raise _refuse_series("one JOIN to one aggregate, the private table in FROM")
+    join, source = found[0]
+    assert source is not None
+    if (join.args.get("side") or join.args.get("kind") or "INNER").upper() not in ("INNER", ""):
+        raise _refuse_series("an inner JOIN")
+    alias = join.this.alias_or_name
+    on = join.args.get("on")
+    if not isinstance(on, exp.EQ):
+        raise _refuse_series("ON one equality")
+    column = _leaf_key_column(leaves[source])
+    sides = [on.this, on.expression]
+    inner = [x for x in sides if _names_leaf(x, alias, column)]
+    if len(inner) != 1:
+        raise _refuse_series(f"ON outer_column = {alias}.{column or 'key'}")
+    expr = sides[1 - sides.index(inner[0])]
+    block = s.copy()
+    block.set("joins", [x.copy() for x in s.args["joins"] if x is not join] or None)
+    outputs = {e.alias_or_name for e in leaves[source].expressions}
+    own = _columns_of(block, policy)
+    for c in block.find_all(exp.Column):
+        if c.table == alias or (not c.table and c.name in outputs and c.name not in own):
+            raise _refuse_series(f"nothing of {alias} read besides the join key")
+    for c in expr.find_all(exp.Column):
+        if c.table == alias or _identifier(c, policy, block):
+            raise _refuse_series("a join on a grouping column, not an identifier")
+    out = standalone(s)
+    out.set("joins", [x.copy() for x in block.args.get("joins") or []] or None)
+    return KeyLink(source, column or "", expr.copy(), out)
+
+
+def _leaf_key_column(leaf: exp.Select) -> str | None:
+    """The output name of a leaf's single GROUP BY key, or None."""
+    group = leaf.args.get("group")
+    if group is None or len(group.expressions) != 1:
+        return None
+    g = group.expressions[0]
+    items = leaf.expressions
+    if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
+        i = int(g.this) - 1
+        return items[i].alias_or_name if 0 <= i < len(items) else None
+    for e in items:
+        body = e.this if isinstance(e, exp.Alias) else e
+        if body.sql("postgres") == g.sql("postgres") or (
+            isinstance(g, exp.Column) and not g.table and e.alias_or_name == g.name
+        ):
+            return e.alias_or_name
+    return None
+
+
+def _names_leaf(x: exp.Expression, alias: str, column: str | None) -> bool:
+    return (
+        column is not None
+        and isinstance(x, exp.Column)
+        and x.name == column
+        and x.table in ("", alias)
+    )
+
+
+def _columns_of(block: exp.Select, policy: Policy) -> set[str]:
+    """The column names of the tables ``block`` reads (private ones from the policy)."""
+    out: set[str] = set()
+    for name, _ in referenced_tables(block):
+        t = policy.private_table(name)
+        if t is not None:
+            out |= set(t.columns)
+    return out
+
+
+def _identifier(c: exp.Column, policy: Policy, block: exp.Select) -> bool:
+    """Whether ``c`` may name an identifier column of a private table the block reads."""
+    for name, _ in referenced_tables(block):
+        t = policy.private_table(name)
+        col = t.columns.get(c.name) if t is not None else None
+        if col is not None and col.identifier:
+            return True
+    return False
 
 
 def prune_ctes(tree: exp.Expression) -> exp.Expression:

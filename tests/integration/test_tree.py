@@ -424,3 +424,83 @@ def test_the_bounds_catch_a_noisier_engine(tree_dsn: str) -> None:
     finally:
         honest.close()
         broken.close()
+
+
+SERIES_LIMIT = (
+    "SELECT category, region, COUNT(*) AS n FROM orders JOIN (SELECT category AS c__, "
+    "COUNT(*) AS m FROM orders GROUP BY 1 ORDER BY m DESC LIMIT 2) AS series_limit "
+    "ON category = c__ GROUP BY 1, 2 ORDER BY 1, 2"
+)
+
+
+def test_series_limit(tree_engine: Engine, tree_dsn: str) -> None:
+    """Superset's series limit: the top-2 categories of one leaf restrict the next leaf's key
+    domain. Checked: the chosen categories are a top-2 of the true counts up to the noise
+    (every chosen one's true count >= every other's - 2w), every (category, region) of them is
+    released (declared keys) within w of PostgreSQL's count, and the charge is one epsilon."""
+    truth = dict(direct_all_categories)
+    by_cell = {
+        (c, r): n
+        for c, r, n in direct(
+            tree_dsn, "SELECT category, region, COUNT(*) FROM orders GROUP BY 1, 2"
+        )[0]
+    }
+    w = cell_bound(tree_engine, SERIES_LIMIT, 5 + 10)
+    got = run(tree_engine, SERIES_LIMIT)
+    assert got.epsilon_spent == pytest.approx(1.0)
+    assert [c.name for c in got.columns] == ["category", "region", "n"]
+    chosen = sorted({r[0] for r in got.rows})
+    assert len(chosen) == 2 and len(got.rows) == 10
+    for c in chosen:
+        assert all(truth[c] >= truth[o] - 2 * w for o in CATEGORIES if o not in chosen)
+    for c, region, n in got.rows:
+        assert near(n, by_cell[(c, region)], w), (c, region, n, w)
+
+
+def test_series_limit_noiseless_is_postgresql(tree_dsn: str) -> None:
+    quiet = noiseless(Engine(tree_policy(), tree_dsn, pool_size=1))
+    try:
+        assert run(quiet, SERIES_LIMIT).rows == direct(tree_dsn, SERIES_LIMIT)[0]
+    finally:
+        quiet.close()
+
+
+def test_series_limit_repeat_is_free(tree_dsn: str) -> None:
+    """A refreshed series-limit chart pays nothing: both leaves are stored (the second under
+    the key list the first released)."""
+    policy = tree_policy()
+    ledger = Ledger.open(tree_dsn, policy, schema=f"dpsql_t{uuid.uuid4().hex[:8]}")
+    e = Engine(policy, tree_dsn, ledger=ledger, pool_size=2)
+    try:
+        first = run(e, SERIES_LIMIT)
+        again = run(e, SERIES_LIMIT)
+        assert first.epsilon_spent == pytest.approx(1.0)
+        assert again.cached and again.epsilon_spent == 0 and again.rows == first.rows
+        explain = e.execute(e.prepare("EXPLAIN " + SERIES_LIMIT, "analyst"), SESSION)
+        text = "\n".join(r[0] for r in explain.rows)
+        assert "Keys from leaf 0: category IN (the c__ values leaf 0 releases)" in text
+    finally:
+        e.close()
+        ledger.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # reads the inner aggregate's value, not only its key
+        "SELECT category, SUM(amount), MAX(m) FROM orders JOIN (SELECT category AS c__, "
+        "COUNT(*) AS m FROM orders GROUP BY 1) s ON category = c__ GROUP BY 1",
+        # a LEFT JOIN keeps the rows the filter would drop
+        "SELECT category, SUM(amount) FROM orders LEFT JOIN (SELECT category AS c__, "
+        "COUNT(*) AS m FROM orders GROUP BY 1) s ON category = c__ GROUP BY 1",
+        # joined on an aggregate, not the inner key
+        "SELECT category, SUM(amount) FROM orders JOIN (SELECT category AS c__, "
+        "COUNT(*) AS m FROM orders GROUP BY 1) s ON quantity = m GROUP BY 1",
+    ],
+)
+def test_other_joins_to_an_aggregate_are_refused(tree_engine: Engine, sql: str) -> None:
+    from dpsql.errors import UnsupportedSql
+
+    with pytest.raises(UnsupportedSql) as e:
+        tree_engine.prepare(sql, "analyst")
+    assert e.value.hint and "series limit" in e.value.message
