@@ -130,6 +130,11 @@ SELECTION_FREE = [
     "SELECT tier, COUNT(*) FROM visits WHERE day >= now() - INTERVAL '3 years' "
     "AND day < current_date AND day <= current_timestamp AND day < localtimestamp GROUP BY tier",
     "SELECT day, COUNT(*) FROM visits WHERE day IN ('2025-01-08', DATE '2025-01-15') GROUP BY day",
+    # grouping sets: each set's keys narrowed alike (the grand total row keeps NULL)
+    "SELECT kind, tier, COUNT(*) FROM visits WHERE kind IN ('a', 'b') AND tier <> 4 "
+    "GROUP BY ROLLUP (kind, tier)",
+    "SELECT CASE WHEN score < 50 THEN 'low' ELSE 'high' END AS band, COUNT(*) FROM visits "
+    "WHERE tier = 1 GROUP BY CUBE (1)",
     # bounds through expressions: an analyst's clamp of an unbounded column, LEAST of a bounded one
     "SELECT kind, SUM(GREATEST(LEAST(spend, 100), 0)) FROM visits WHERE kind IN ('a', 'b') "
     "GROUP BY kind",
