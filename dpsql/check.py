@@ -124,7 +124,9 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
             str(pt.max_rows_per_unit),
             str(pt.max_groups_per_unit),
             ", ".join(
-                f"{c}[{v.bounds[0]:g},{v.bounds[1]:g}]" for c, v in pt.columns.items() if v.bounds
+                f"{c}[{_bound(v.bounds[0])},{_bound(v.bounds[1])}]"
+                for c, v in pt.columns.items()
+                if v.bounds
             ),
             ", ".join(c for c, v in pt.columns.items() if v.keys or v.keys_from),
             ", ".join(c for c, v in pt.columns.items() if v.identifier),
@@ -151,3 +153,8 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
     if not findings:
         console.print("[green]the catalog agrees with the policy[/green]")
     return 1 if errors else 0
+
+
+def _bound(v: object) -> str:
+    """A declared bound as written: a number in %g, a date or timestamp in ISO form."""
+    return f"{v:g}" if isinstance(v, (int, float)) else str(v)

@@ -69,7 +69,7 @@ def widen(s: Statistic, iv: Interval | None, r: Removed, row: int, level: float)
     d = float(r.dropped[row])
     up, down = max(0.0, d + w), max(0.0, d - w) if t.grid == 1 else 0.0
     lo, hi = (iv[0] + down, iv[1] + up) if t.sign > 0 else (iv[0] - up, iv[1] - down)
-    if s.func == "count":
+    if s.func in ("count", "count_distinct"):
         lo, hi = max(0.0, lo), max(0.0, hi)
     return lo, hi
 
@@ -81,7 +81,7 @@ def parts(s: Statistic, plan: Plan) -> int:
 
 
 def target_of(s: Statistic, plan: Plan) -> BiasPlan | None:
-    if s.func not in ("count", "sum") or len(s.measures) != 1:
+    if s.func not in ("count", "sum", "count_distinct") or len(s.measures) != 1:
         return None
     return plan.bias_plan(s.measures[0])
 

@@ -6,6 +6,7 @@ reject unknown fields, so a typo in the YAML is an error rather than a silently 
 
 from __future__ import annotations
 
+from datetime import UTC, date, datetime
 from fnmatch import fnmatchcase
 from fractions import Fraction
 from typing import Annotated, Literal
@@ -41,6 +42,25 @@ _TYPE_FAMILIES: dict[str, TypeFamily] = {
 MAX_ROWS_PER_UNIT = 1_000_000
 MAX_GROUPS_PER_UNIT = 100_000
 
+Bounds = tuple[float, float] | tuple[date, date] | tuple[datetime, datetime]
+EPOCH = date(1970, 1, 1)
+
+
+def epoch_number(v: float | date) -> Fraction:
+    """A bound as a number: itself; a date as days since 1970-01-01; a timestamp as seconds
+    since 1970-01-01 00:00 UTC (a naive one read as UTC).
+
+    >>> epoch_number(date(1970, 1, 11)), epoch_number(datetime(1970, 1, 1, 0, 1))
+    (Fraction(10, 1), Fraction(60, 1))
+    """
+    if isinstance(v, datetime):
+        aware = v if v.tzinfo is not None else v.replace(tzinfo=UTC)
+        delta = aware - datetime(1970, 1, 1, tzinfo=UTC)
+        return Fraction(delta.days * 86400 + delta.seconds) + Fraction(delta.microseconds, 10**6)
+    if isinstance(v, date):
+        return Fraction((v - EPOCH).days)
+    return Fraction(v)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -50,8 +70,10 @@ class Column(_Strict):
     """One column of a private table."""
 
     type: str = Field(description="SQL type: integer, numeric, boolean, text, date, timestamp")
-    bounds: tuple[float, float] | None = Field(
-        default=None, description="[lo, hi]: values are clamped into this range before summing"
+    bounds: tuple[float, float] | tuple[date, date] | tuple[datetime, datetime] | None = Field(
+        default=None,
+        description="[lo, hi]: values are clamped into this range before summing; for date and "
+        "timestamp columns two dates or timestamps (MIN/MAX/percentiles, date_trunc keys)",
     )
     keys: tuple[str | int | float | bool, ...] | None = Field(
         default=None, description="the public list of values this column may take (GROUP BY keys)"
@@ -81,7 +103,19 @@ class Column(_Strict):
 
     @field_validator("bounds")
     @classmethod
-    def _ordered(cls, v: tuple[float, float] | None) -> tuple[float, float] | None:
+    def _ordered(cls, v: Bounds | None) -> Bounds | None:
+        if v is not None and isinstance(v[0], date):
+            a, b = v
+            naive = [getattr(x, "tzinfo", None) is None for x in v]
+            if type(a) is not type(b) or naive[0] != naive[1]:
+                raise ValueError(
+                    "bounds must be two numbers, two dates or two timestamps (both with a time "
+                    "zone or both without)"
+                )
+            ordered = a <= b  # type: ignore[operator]
+            if not ordered:
+                raise ValueError(f"bounds are out of order: write [{v[1]}, {v[0]}]")
+            return v
         if v is not None:
             lo, hi = v
             if (
@@ -104,8 +138,18 @@ class Column(_Strict):
             raise ValueError("give either keys or keys_from, not both")
         if self.identifier and (self.bounds or self.keys or self.keys_from):
             raise ValueError("an identifier column can't have bounds or keys")
-        if self.bounds is not None and self.family not in ("integer", "numeric"):
-            raise ValueError(f"bounds only apply to numeric columns, not {self.type}")
+        if self.bounds is not None:
+            temporal = isinstance(self.bounds[0], date)
+            if self.family in ("integer", "numeric") and temporal:
+                raise ValueError(f"bounds of a {self.type} column are numbers, not dates")
+            if self.family == "date" and isinstance(self.bounds[0], datetime):
+                raise ValueError("bounds of a date column are dates, without a time of day")
+            if self.family in ("date", "timestamp") and not temporal:
+                raise ValueError(
+                    f"bounds of a {self.type} column are two dates, e.g. [2020-01-01, 2025-12-31]"
+                )
+            if self.family not in ("integer", "numeric", "date", "timestamp"):
+                raise ValueError(f"bounds only apply to numeric and date columns, not {self.type}")
         return self
 
     @property
@@ -113,14 +157,26 @@ class Column(_Strict):
         return _TYPE_FAMILIES[self.type]
 
     @property
+    def temporal(self) -> bool:
+        """True for a date or timestamp column (its bounds are dates or timestamps)."""
+        return self.family in ("date", "timestamp")
+
+    @property
     def lo(self) -> Fraction:
+        """The lower bound as a number: dates as days and timestamps as seconds since
+        1970-01-01 (UTC for a timestamp without time zone)."""
         assert self.bounds is not None
-        return Fraction(self.bounds[0])
+        return self._number(self.bounds[0])
 
     @property
     def hi(self) -> Fraction:
         assert self.bounds is not None
-        return Fraction(self.bounds[1])
+        return self._number(self.bounds[1])
+
+    def _number(self, v: float | date) -> Fraction:
+        if self.family == "timestamp" and type(v) is date:  # midnight (UTC)
+            v = datetime(v.year, v.month, v.day)
+        return epoch_number(v)
 
 
 class PrivateTable(_Strict):

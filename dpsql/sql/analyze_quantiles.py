@@ -134,6 +134,8 @@ def selection_statistic(
         return _mode(ctx, node, sql, check_row_level)
     arg, q, name = _target(node)
     check_row_level(ctx, arg, f"{name.upper()}(...)")
+    if isinstance(arg, exp.Column) and ctx.column(arg).temporal:
+        return _temporal(ctx, arg, q, name, sql)
     r = arg_interval(ctx, arg, name.upper())
     exact = bool(integral(ctx, arg, r))
     if r.lo == r.hi and not exact:
@@ -193,3 +195,35 @@ def _key_text(k: object) -> str:
     if isinstance(k, bool):
         return "true" if k else "false"
     return str(k)
+
+
+def epoch_value(arg: exp.Expression, family: str) -> exp.Expression:
+    """A date as days, a timestamp as seconds since 1970-01-01 UTC (``date_part('epoch', arg)``,
+    divided by 86400 for a date: an exact integer): the numbers its bounds are stated in."""
+    seconds = exp.Anonymous(this="date_part", expressions=[exp.Literal.string("epoch"), arg])
+    if family == "date":
+        return exp.Paren(this=exp.Div(this=seconds, expression=exp.Literal.number(86400)))
+    return seconds
+
+
+def _temporal(
+    ctx: Any, arg: exp.Column, q: Fraction, name: str, sql: str
+) -> tuple[Statistic, list[Measure]]:
+    """MIN/MAX/percentiles of a date or timestamp column with declared bounds: the quantile of
+    its epoch number (days or seconds), answered as a date or timestamp again (postprocess)."""
+    from dpsql.sql.temporal import temporal_type
+
+    col = ctx.column(arg)
+    if col.bounds is None:
+        raise PrivacyViolation(
+            f"column {ctx.table}.{arg.name} has no declared bounds, so {name.upper()} over it "
+            "could reveal a private date",
+            hint=f"declare `bounds: [2020-01-01, 2025-12-31]` for {arg.name} in the policy",
+        )
+    lo, hi = col.lo, col.hi
+    exact = lo.denominator == 1 and hi.denominator == 1
+    top, buckets = buckets_for(lo, hi, exact)
+    value = epoch_value(ctx.qualify(arg), col.family)
+    m = Measure("quantile", value, lo, hi, exact, quantile=q, buckets=buckets, grid_hi=top)
+    ptype = temporal_type(arg, ctx.column) or col.family
+    return Statistic("quantile", (m.key,), lo, hi, ptype, sql), [m]

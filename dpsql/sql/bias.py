@@ -31,7 +31,7 @@ from typing import Literal
 from dpsql.dp.accounting import Cost, sequential
 from dpsql.dp.mechanisms import Laplace
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.rewrite.bound_partials import decomposable
+from dpsql.sql.rewrite.bound_partials import decomposable, needs_group_rank
 
 BIAS_SHARE = Fraction(1, 10)
 DROPPED_SHARE = Fraction(3, 4)  # of BIAS_SHARE; over_cap gets the rest
@@ -82,7 +82,7 @@ def _grid(cap: Fraction) -> Fraction:
 def direction(m: Measure) -> int:
     """+1 / -1 when bounding can only lower / raise measure ``m``; 0 when it can move it both
     ways (centred sums, sums of mixed sign) or not at all (COUNT(DISTINCT unit))."""
-    if m.kind in ("count_rows", "count_values"):
+    if m.kind in ("count_rows", "count_values", "count_units"):
         return 1
     if m.kind == "sum":
         if m.lo >= 0:
@@ -105,12 +105,15 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
         return ()
     factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
     r = a.max_rows
-    wanted = {s.measures[0] for s in a.statistics if s.func in ("count", "sum")}
+    wanted = {s.measures[0] for s in a.statistics if s.func in ("count", "sum", "count_distinct")}
     out = []
     for i, m in enumerate(a.measures):
         s = direction(m)
+        if m.kind == "count_units" and not needs_group_rank(a):
+            continue  # every unit counts once in each of its groups: nothing is removed
         if s and m.key in wanted:
-            cap = Fraction(factor) * r * m.per_row()
+            # a unit loses at most R·c per group, or a whole group (1) for COUNT(DISTINCT unit)
+            cap = Fraction(factor) * (a.max_groups if m.kind == "count_units" else r * m.per_row())
             grid = Fraction(1) if m.integral else _grid(cap)
             out.append(BiasTarget(i, m, s, max(1, math.floor(cap / grid)), grid))
     return tuple(out)
@@ -120,7 +123,7 @@ def statistic_target(
     targets: tuple[BiasTarget, ...], measures: tuple[str, ...], func: str
 ) -> BiasTarget | None:
     """The target whose bias moves a statistic: COUNT and SUM of one measure only."""
-    if func not in ("count", "sum") or len(measures) != 1:
+    if func not in ("count", "sum", "count_distinct") or len(measures) != 1:
         return None
     return next((t for t in targets if t.key == measures[0]), None)
 

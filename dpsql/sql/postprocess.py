@@ -48,7 +48,7 @@ def derive(
         # Selection mechanisms: the guarantee is on rank (quantile) or count (mode), not a value
         # interval (see dpsql.sql.analyze_quantiles); None, and a notice says so.
         v = values[0]
-        if f == "quantile" and stat.pg_type == "int8" and v is not None:
+        if f == "quantile" and stat.pg_type in ("int8", "date") and v is not None:
             v = round(v)
         return v, None
     lo, hi = float(stat.lo), float(stat.hi)
@@ -146,9 +146,9 @@ def outer_query(
         types.append("text")
     for i, s in enumerate(a.statistics):
         names.append(f"s{i}")
-        arr = "text" if s.func == "mode" else "int8" if s.pg_type == "int8" else "float8"
+        arr = "text" if s.func == "mode" else "int8" if s.pg_type in ("int8", "date") else "float8"
         arrays.append(array(arr))
-        cast = exp.cast(exp.column(f"s{i}", "u"), _type(s.pg_type))
+        cast = from_epoch(exp.column(f"s{i}", "u"), s.pg_type)
         casts.append(exp.alias_(cast, f"_dp_s{i}"))
         types.append(arr)
     extra: list[exp.Expression] = []
@@ -180,6 +180,20 @@ def outer_query(
     if extra:
         q.set("expressions", [*q.expressions, *extra])
     return q, types
+
+
+def from_epoch(value: exp.Expression, pg_type: str) -> exp.Expression:
+    """A released value as its statistic's type; dates and timestamps come back from days and
+    seconds since 1970-01-01 (UTC), see dpsql.sql.analyze_quantiles.epoch_value."""
+    if pg_type == "date":
+        days = exp.cast(value, "int")  # date + integer (there is no date + bigint)
+        return exp.Add(this=exp.cast(exp.Literal.string("1970-01-01"), "date"), expression=days)
+    if pg_type in ("timestamp", "timestamptz"):
+        ts: exp.Expression = exp.Anonymous(this="to_timestamp", expressions=[value])
+        if pg_type == "timestamp":
+            ts = exp.AtTimeZone(this=ts, zone=exp.Literal.string("UTC"))
+        return exp.cast(ts, _type(pg_type))
+    return exp.cast(value, _type(pg_type))
 
 
 def _type(name: str) -> exp.DataType:

@@ -127,8 +127,8 @@ def value_range(node: exp.Expression, columns: Columns) -> Interval | None:
         return value_range(node.this, columns)
     if isinstance(node, exp.Column):
         col = lookup(columns, node)
-        if col is None or col.bounds is None:
-            return None
+        if col is None or col.bounds is None or col.temporal:
+            return None  # a date's bounds are for MIN/MAX/percentiles (analyze_quantiles)
         return Interval(col.lo, col.hi)
     if isinstance(node, exp.Boolean):
         return Interval(Fraction(int(node.this)), Fraction(int(node.this)))

@@ -31,7 +31,7 @@ def clamp_values(
     def fix(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Column):
             col = lookup(columns, n)
-            if col is not None and col.bounds is not None:
+            if col is not None and col.bounds is not None and not col.temporal:
                 return clamp(n, col.lo, col.hi)
         return n
 

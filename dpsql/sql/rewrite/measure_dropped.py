@@ -33,6 +33,8 @@ def raw_partial_sql(t: BiasTarget, v: exp.Expression | None) -> exp.Expression:
     kind = t.measure.kind
     if kind == "count_rows":
         return exp.Count(this=exp.Star())
+    if kind == "count_units":  # the unit is in the group: 1, kept or not
+        return exp.Literal.number(1)
     assert v is not None
     if kind == "count_values":
         return exp.Count(this=v.copy())
@@ -94,7 +96,9 @@ def measure_dropped(
     steps: list[exp.Expression] = []
     befores: list[exp.Expression] = []
     for t in targets:
-        p: exp.Expression = exp.column(kept[t.index])
+        p: exp.Expression = (
+            exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
+        )
         if t.sign < 0:
             p = exp.Neg(this=p)
         if keep is not None:
@@ -127,11 +131,11 @@ def measure_dropped(
     removed = exp.select(exp.Star(), *steps).from_(source)
     if befores:
         removed = exp.select(exp.Star(), *befores).from_(removed.subquery("_dp_removed"))
-    q = q.with_("_dp_dropped", as_=removed)
+    q = q.with_("_dp_dropped", as_=removed, copy=False)
     q.set("from_", exp.From(this=exp.to_table("_dp_dropped")))
     q.set("expressions", [*q.expressions, *cols])
     if selecting and keep is not None:
         kept_units = exp.Filter(this=exp.Count(this=exp.Star()),
                                 expression=exp.Where(this=keep.copy()))  # fmt: skip
-        q = q.having(exp.GT(this=kept_units, expression=exp.Literal.number(0)))
+        q = q.having(exp.GT(this=kept_units, expression=exp.Literal.number(0)), copy=False)
     return q
