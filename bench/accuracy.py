@@ -214,6 +214,10 @@ class Query:
                     errs.append(1.0)
                     continue
                 v, iv = got[k]
+                if v is None:  # e.g. AVG over a noisy count <= 0: no answer
+                    hits.append(False)
+                    errs.append(1.0)
+                    continue
                 hits.append(iv is not None and iv[0] <= truth <= iv[1])
                 errs.append(abs(float(v) - truth) / abs(truth) if truth else abs(float(v)))
         return Outcome(float(np.mean(hits)), statistics.median(errs))

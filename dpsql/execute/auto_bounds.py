@@ -102,7 +102,12 @@ def mechanisms(p: Pending, epsilon: Fraction) -> list[TopRank]:
     if not p.missing:
         return []
     each = slice_epsilon(epsilon, p) / len(p.missing)
-    return [TopRank(each, default_rank(each, len(it.grid))) for it in p.missing]
+    return [
+        TopRank(each, 10**9, Fraction(1, 2))  # the median unit
+        if it.median
+        else TopRank(each, default_rank(each, len(it.grid)))
+        for it in p.missing
+    ]
 
 
 def histograms(

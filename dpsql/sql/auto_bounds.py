@@ -5,6 +5,7 @@ A private query over a table whose policy says ``max_rows_per_unit: auto``,
 
 * ``rows``: R, rows of one unit kept per group, from each unit's largest row count in a group
   (without GROUP BY: its row count; with grouping sets: its row count, the coarsest group);
+  near the top, or at the median unit when every statistic is an AVG, VAR or STDDEV;
 * ``groups``: G, groups one unit may touch, from each unit's number of groups (GROUP BY only;
   with few declared keys, their number, free: :func:`declared_groups`). Partition selection's
   threshold grows with G: for many small groups without declared keys (days), a fixed
@@ -43,6 +44,7 @@ AUTO_SHARE = Fraction(1, 5)
 
 ItemKind = Literal["rows", "groups", "value_hi", "value_lo"]
 _CLAMPED = ("sum", "sum_centered", "sum_sq_centered")
+_RATIOS = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class AutoItem:
     anchor: Fraction = Fraction(0)
     integer: bool = True
     per_group: bool = True  # rows: per (unit, group); False: per unit over all its rows
+    median: bool = False  # aim at the median unit (R when every statistic is a ratio: AVG, VAR)
 
     @property
     def thresholds(self) -> tuple[Fraction, ...]:
@@ -82,8 +85,8 @@ class AutoItem:
         }[self.kind]
 
     def key(self, digest: str) -> str:
-        """The ledger key of this choice (policy digest, kind, column and slice)."""
-        body = f"{self.kind}|{self.column}|{self.slice}"
+        """The ledger key of this choice (policy digest, kind, column, slice and target)."""
+        body = f"{self.kind}|{self.column}|{self.slice}|{'median' if self.median else 'top'}"
         return f"auto-bound:v1:{digest}:{hashlib.sha256(body.encode()).hexdigest()[:32]}"
 
 
@@ -180,7 +183,10 @@ def auto_items(a: Analysis) -> tuple[AutoItem, ...]:
         per_group = a.grouped and not a.grouping_sets
         grid = tuple(Fraction(v) for v in integer_grid(MAX_ROWS_PER_UNIT))
         sl = grouped_slice if per_group else _slice(a, False)
-        items.append(AutoItem("rows", grid, sl, per_group=per_group))
+        # A ratio (AVG, VAR, STDDEV) counts a unit's extra rows at its own mean: capping rows
+        # barely biases it while R multiplies its noise, so R aims at the median unit.
+        ratios = all(s.func in _RATIOS for s in a.statistics)
+        items.append(AutoItem("rows", grid, sl, per_group=per_group, median=ratios))
     if p.auto_groups and a.grouped and declared_groups(a) is None:
         grid = tuple(Fraction(v) for v in integer_grid(MAX_GROUPS_PER_UNIT))
         items.append(AutoItem("groups", grid, grouped_slice))
