@@ -19,8 +19,10 @@ console = Console()
 
 
 def register(sub: Any) -> None:
-    """Add ``release`` with its ``histogram`` and ``synthetic`` subcommands."""
-    rel = sub.add_parser("release", help="publish a DP histogram or synthetic dataset")
+    """Add ``release`` with its ``histogram``, ``synthetic`` and ``ranges`` subcommands."""
+    rel = sub.add_parser(
+        "release", help="publish a DP histogram, synthetic dataset or range-count table"
+    )
     rsub = rel.add_subparsers(dest="release_command", required=True)
 
     h = rsub.add_parser("histogram", help="noisy counts per cell over keys or bins")
@@ -29,12 +31,45 @@ def register(sub: Any) -> None:
         "--levels",
         default="cells",
         help="what to measure, comma-separated among total, marginals, cells (the cells always; "
-        "with several, the budget is split evenly and the levels are made consistent)",
+        "with several, the budget is split by --optimize-for and the levels are made consistent)",
+    )
+    h.add_argument(
+        "--optimize-for",
+        choices=["balanced", "cells", "marginals", "total", "even"],
+        default="balanced",
+        help="with several levels: split the budget to minimize the error of the cells, the "
+        "marginals or the total (closed-form error of the consistent estimate, docs/releases.md); "
+        "balanced (default): the split whose worst level is closest to that level's own best; "
+        "even: equal shares",
+    )
+    h.add_argument(
+        "--weights",
+        help="explicit relative shares instead, e.g. total=1,marginals=1,cells=8",
     )
     h.set_defaults(func=cmd_histogram)
 
-    s = rsub.add_parser("synthetic", help="synthetic rows from private marginals (MST)")
+    s = rsub.add_parser("synthetic", help="synthetic rows from private marginals (AIM or MST)")
     _common(s)
+    s.add_argument(
+        "--synthesizer",
+        choices=["aim", "mst"],
+        default="aim",
+        help="AIM (default: adaptive, workload-aware selection of 1- and 2-way marginals) or MST "
+        "(a tree of 2-way marginals)",
+    )
+    s.add_argument(
+        "--if-worse",
+        choices=["baseline", "stop", "publish"],
+        default="baseline",
+        help="when a DP comparison (5%% of the budget) says the model would not beat independent "
+        "1-way marginals: publish rows with independent columns instead (default), stop before "
+        "writing anything, or publish the model anyway",
+    )
+    s.add_argument(
+        "--no-compress",
+        action="store_true",
+        help="don't merge rare values (by their noisy 1-way counts) before modelling",
+    )
     s.add_argument("--rows", type=int, help="number of rows (default: the noisy total)")
     s.add_argument(
         "--quality-report",
@@ -50,8 +85,21 @@ def register(sub: Any) -> None:
     )
     s.set_defaults(func=cmd_synthetic)
 
+    r = rsub.add_parser(
+        "ranges",
+        help="consistent bin counts over one ordered column for range queries (hierarchy)",
+    )
+    _common(r, columns=False)
+    r.add_argument(
+        "--branching",
+        type=int,
+        help="the tree's branching factor (2, 4, 8, 16 or 32; default: the one with the "
+        "smallest mean range error for this many bins)",
+    )
+    r.set_defaults(func=cmd_ranges)
 
-def _common(p: argparse.ArgumentParser) -> None:
+
+def _common(p: argparse.ArgumentParser, columns: bool = True) -> None:
     env = os.environ
     p.add_argument("--policy", required="DPSQL_POLICY" not in env, default=env.get("DPSQL_POLICY"))
     p.add_argument(
@@ -59,7 +107,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--ledger", help="DSN of the budget ledger (default: the upstream)")
     p.add_argument("--table", required=True, help="the private table (schema.table)")
-    p.add_argument("--columns", required=True, help="comma-separated columns to release")
+    if columns:
+        p.add_argument("--columns", required=True, help="comma-separated columns to release")
+    else:
+        p.add_argument("--column", required=True, help="the ordered column (keys or bounds)")
     p.add_argument(
         "--bins",
         action="append",
@@ -86,7 +137,7 @@ def _open(args: argparse.Namespace) -> tuple[Any, Any]:
 
 
 def cmd_histogram(args: argparse.Namespace) -> int:
-    from dpsql.release.histogram import parse_levels
+    from dpsql.release.histogram import parse_levels, parse_weights
     from dpsql.release.jobs import run_histogram
     from dpsql.release.spec import parse_bins
 
@@ -104,6 +155,8 @@ def cmd_histogram(args: argparse.Namespace) -> int:
             out_dir=args.out,
             bins=bins,
             levels=parse_levels(args.levels, len(columns)),
+            optimize_for=args.optimize_for,
+            weights=parse_weights(args.weights) if args.weights else None,
             analyst=args.analyst,
             ledger=ledger,
             to_table=args.to_table,
@@ -140,12 +193,16 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
             replace=args.replace,
             quality_path=args.quality_report,
             iters=args.iters,
+            synthesizer=args.synthesizer,
+            compress=not args.no_compress,
+            if_worse=args.if_worse,
             console=console,
             progress=not args.no_progress,
         )
     finally:
         ledger.close()
     _print_written(r.written, f"{r.written.rows:,} synthetic rows")
+    _print_comparison(r.comparison, r.published)
     q = r.quality
     t = Table(
         title="Quality (OWNER ONLY: computed on the real data, not private; do not publish)",
@@ -163,6 +220,59 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
         "mean 2-way", f"{s['mean_2way_tvd_synthetic']:.4f}", f"{s['mean_2way_tvd_baseline']:.4f}"
     )
     console.print(t)
+    return 0
+
+
+def _print_comparison(c: Any, published: str) -> None:
+    if c is None:
+        return
+    verdict = "beats" if c.model_better else "does NOT beat"
+    console.print(
+        f"DP comparison: the model {verdict} independent 1-way marginals "
+        f"({c.gap_rows:+.1f} ± {c.half_width:.1f} rows closer per column pair, 95%)"
+    )
+    if published == "baseline":
+        console.print(
+            "[yellow]published rows with independent columns (the baseline) instead of the "
+            "model[/yellow] (--if-worse publish to publish the model, stop to write nothing)"
+        )
+    elif not c.model_better:
+        console.print("[yellow]published the model anyway (--if-worse publish)[/yellow]")
+
+
+def cmd_ranges(args: argparse.Namespace) -> int:
+    from dpsql.release.ranges import run_ranges
+    from dpsql.release.spec import parse_bins
+
+    bins = parse_bins(args.bins)
+    policy, ledger = _open(args)
+    try:
+        w = run_ranges(
+            policy,
+            args.upstream,
+            table=args.table,
+            column=args.column,
+            epsilon=args.epsilon,
+            delta=args.delta,
+            out_dir=args.out,
+            bins=bins,
+            branching=args.branching,
+            analyst=args.analyst,
+            ledger=ledger,
+            to_table=args.to_table,
+            replace=args.replace,
+            console=console,
+            progress=not args.no_progress,
+        )
+    finally:
+        ledger.close()
+    _print_written(w, f"{w.rows:,} bins")
+    e = w.meta["range_error"]
+    if e["rmse_over_all_ranges"] is not None:
+        console.print(
+            f"range counts: RMSE {e['rmse_over_all_ranges']:.1f} over all ranges "
+            f"(a flat histogram at the same budget: {e['flat_histogram_rmse_over_all_ranges']:.1f})"
+        )
     return 0
 
 

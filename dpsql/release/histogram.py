@@ -7,9 +7,13 @@ changes x by dx with at most G non-zero entries, each at most R in absolute valu
 * cells: ||dx||_1 <= G R and ||dx||_2 <= sqrt(G) R;
 * a marginal or the total (sums of cells): L1 and L2 sensitivity at most G R.
 
-Pure epsilon (delta = 0): discrete Laplace per level with epsilon / L each (L levels), epsilon-DP
-by sequential composition. delta > 0: discrete Gaussian with rho = epsilon_to_rho(epsilon, delta)
-split evenly, rho-zCDP, i.e. (epsilon, delta)-DP. Noise is drawn by :mod:`dpsql.dp.mechanisms`.
+Pure epsilon (delta = 0): discrete Laplace per level with a share of epsilon each, epsilon-DP by
+sequential composition. delta > 0: discrete Gaussian with a share of rho = epsilon_to_rho(epsilon,
+delta) each, rho-zCDP, i.e. (epsilon, delta)-DP. The shares (of the groups total, marginals, cells;
+the marginals' share split evenly over the columns) sum to exactly 1 and are chosen before any
+data is read by :mod:`dpsql.release.levels` (the split minimizing the error of the owner's target,
+from the closed-form error of the consistent estimate), or given. Noise is drawn by
+:mod:`dpsql.dp.mechanisms`.
 The released histogram is :func:`dpsql.release.consistency.valid_histogram` of the GLS estimate.
 """
 
@@ -26,6 +30,7 @@ from dpsql.dp.accounting import Cost, epsilon_to_rho, sequential
 from dpsql.dp.mechanisms import Gaussian, Laplace, Mechanism
 from dpsql.errors import InvalidParameter
 from dpsql.release.consistency import Level, estimate, project, valid_histogram
+from dpsql.release.levels import GROUPS, TARGETS, Errors, gls_errors, optimize
 from dpsql.release.source import Bound
 from dpsql.release.spec import Source
 
@@ -52,6 +57,13 @@ class HistogramPlan:
     delta: Fraction
     confidence: float
     levels: tuple[LevelPlan, ...]
+    shares: dict[str, Fraction] = field(default_factory=dict)  # of the budget, per level group
+    target: str = "even"
+
+    @property
+    def errors(self) -> Errors:
+        """The predicted errors (std) of the consistent estimate: cell, marginal value, total."""
+        return gls_errors(self.source.shape, [(lv.axes, lv.mechanism.std**2) for lv in self.levels])
 
     @property
     def cost(self) -> Cost:
@@ -99,6 +111,32 @@ def parse_levels(text: str, ncols: int) -> tuple[str, ...]:
     return tuple(out)
 
 
+def parse_weights(text: str) -> dict[str, Fraction]:
+    """``"total=1,marginals=1,cells=8"`` -> shares summing to 1 ({"total": 1/10, ...}).
+
+    >>> parse_weights("cells=3,total=1")
+    {'cells': Fraction(3, 4), 'total': Fraction(1, 4)}
+    """
+    out: dict[str, Fraction] = {}
+    hint = "write --weights total=1,marginals=1,cells=8 (positive numbers, relative)"
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, eq, value = part.partition("=")
+        name = name.strip().lower()
+        if not eq or name not in GROUPS:
+            raise InvalidParameter(f"bad --weights item {part!r}", hint=hint)
+        try:
+            w = Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise InvalidParameter(
+                f"bad --weights item {part!r}: not a number", hint=hint
+            ) from None
+        if w <= 0:
+            raise InvalidParameter(f"--weights must be positive in {part!r}", hint=hint)
+        out[name] = w
+    total = sum(out.values(), Fraction(0))
+    return {k: v / total for k, v in out.items()}
+
+
 def plan_histogram(
     src: Source,
     bound: Bound,
@@ -106,8 +144,18 @@ def plan_histogram(
     delta: Fraction = Fraction(0),
     levels: Sequence[str] = ("cells",),
     confidence: float = 0.95,
+    target: str = "balanced",
+    weights: dict[str, Fraction] | None = None,
 ) -> HistogramPlan:
-    """Split the budget over the levels and calibrate each level's noise to its sensitivity."""
+    """Split the budget over the levels and calibrate each level's noise to its sensitivity.
+
+    ``weights`` (shares per group summing to 1) when given, else the split that minimizes
+    ``target``'s error (:mod:`dpsql.release.levels`; "even": equal shares per level group).
+    """
+    if target not in TARGETS:
+        raise InvalidParameter(
+            f"unknown --optimize-for {target!r}", hint="use one of: " + ", ".join(TARGETS)
+        )
     if src.cells > MAX_CELLS:
         raise InvalidParameter(
             f"the histogram would have {src.cells:,} cells (at most {MAX_CELLS:,})",
@@ -120,18 +168,57 @@ def plan_histogram(
     if "marginals" in levels:
         chosen += [(f"marginal:{a.name}", (i,)) for i, a in enumerate(src.axes)]
     chosen.append(("cells", tuple(range(k))))
+    groups = [g for g in GROUPS if any(_group(name) == g for name, _ in chosen)]
+    if weights is not None:
+        if set(weights) != set(groups):
+            raise InvalidParameter(
+                f"--weights must name exactly the measured levels: {', '.join(groups)}",
+                hint="e.g. --weights " + ",".join(f"{g}=1" for g in groups),
+            )
+        shares = dict(weights)
+    else:
+        unit = _levels(src, bound, epsilon, delta, chosen, dict.fromkeys(groups, Fraction(1)))
+        power = 2 if delta == 0 else 1  # Laplace variance ~ 1/share², Gaussian ~ 1/share
+        base = [(lv.axes, _group(lv.name), lv.mechanism.std**2) for lv in unit.levels]
+
+        def errors_for(sh: dict[str, Fraction]) -> Errors:
+            return gls_errors(src.shape, [(a, v / float(sh[g]) ** power) for a, g, v in base])
+
+        counts = {g: sum(1 for name, _ in chosen if _group(name) == g) for g in groups}
+        shares = optimize(counts, errors_for, target)
+    plan = _levels(src, bound, epsilon, delta, chosen, shares)
+    return HistogramPlan(
+        src, bound, epsilon, delta, confidence, plan.levels, shares,
+        "given" if weights is not None else target,
+    )  # fmt: skip
+
+
+def _group(level_name: str) -> str:
+    return "marginals" if level_name.startswith("marginal:") else level_name
+
+
+def _levels(
+    src: Source,
+    bound: Bound,
+    epsilon: Fraction,
+    delta: Fraction,
+    chosen: Sequence[tuple[str, tuple[int, ...]]],
+    shares: dict[str, Fraction],
+) -> HistogramPlan:
+    """The plan for given shares (confidence and target filled in by the caller)."""
+    k = len(src.axes)
     gr = Fraction(bound.cells * bound.rows)
-    n = len(chosen)
+    per_group = {g: sum(1 for name, _ in chosen if _group(name) == g) for g in shares}
     plans = []
     for name, axes in chosen:
-        is_cells = axes == tuple(range(k))
+        share = shares[_group(name)] / per_group[_group(name)]
         if delta == 0:
-            mech: Mechanism = Laplace(sensitivity=gr, epsilon=epsilon / n)
+            mech: Mechanism = Laplace(sensitivity=gr, epsilon=epsilon * share)
         else:
-            l2 = _sqrt_up(bound.cells) * bound.rows if is_cells else gr
-            mech = Gaussian(sensitivity=l2, rho=epsilon_to_rho(epsilon, delta) / n)
+            l2 = _sqrt_up(bound.cells) * bound.rows if axes == tuple(range(k)) else gr
+            mech = Gaussian(sensitivity=l2, rho=epsilon_to_rho(epsilon, delta) * share)
         plans.append(LevelPlan(name, axes, mech))
-    return HistogramPlan(src, bound, epsilon, delta, confidence, tuple(plans))
+    return HistogramPlan(src, bound, epsilon, delta, 0.95, tuple(plans), dict(shares))
 
 
 def measure(plan: HistogramPlan, true_counts: np.ndarray) -> dict[str, np.ndarray]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,13 @@ def histogram_meta(plan: HistogramPlan, hist: Histogram, release_id: int | None)
             "ledger_release_id": release_id,
         },
         "levels": levels,
+        "budget_shares": {g: str(v) for g, v in plan.shares.items()},
+        "split": plan.target,
+        "predicted_error": {
+            **plan.errors.as_json(),
+            "formula": "GLS covariance, closed form (docs/releases.md, dpsql/release/levels.py); "
+            "before projection to non-negative integers",
+        },
         "confidence": plan.confidence,
         "error_bounds": (
             f"column error_{int(plan.confidence * 100)} of the table: half-width t of the "
@@ -145,6 +153,8 @@ def run_histogram(
     delta: float | None = None,
     bins: dict[str, Any] | None = None,
     levels: Sequence[str] = ("cells",),
+    optimize_for: str = "balanced",
+    weights: dict[str, Fraction] | None = None,
     analyst: str = "analyst",
     ledger: Any = None,
     to_table: str | None = None,
@@ -157,7 +167,14 @@ def run_histogram(
     target = check_target(policy, to_table) if to_table else None
     src = resolve(policy.for_analyst(analyst), upstream, table, columns, bins)
     plan = plan_histogram(
-        src, Bound.for_source(src, "per_cell"), eps, delta_f, levels, policy.defaults.confidence
+        src,
+        Bound.for_source(src, "per_cell"),
+        eps,
+        delta_f,
+        levels,
+        policy.defaults.confidence,
+        optimize_for,
+        weights,
     )
     with Steps(["reserve budget", "count", "noise", "write"], console, progress) as steps:
         with steps.step("reserving the privacy budget"):

@@ -15,7 +15,7 @@ from itertools import combinations
 
 import numpy as np
 
-from dpsql.release.mst import marginal
+from dpsql.release.marginals import marginal
 
 
 def tvd(p: np.ndarray, q: np.ndarray) -> float:

@@ -1,10 +1,12 @@
-"""``dpsql release synthetic``: synthetic rows with the source's schema, from MST + Private-PGM.
+"""``dpsql release synthetic``: synthetic rows with the source's schema, from AIM or MST + Private-PGM.
 
 Each chosen column becomes a public axis (:mod:`dpsql.release.spec`: keys, or bins of the declared
 bounds); a synthetic value is the key, or a uniform value within its bin (an integer for integer
 columns). The cost is rho-zCDP with rho = epsilon_to_rho(epsilon, delta), so (epsilon, delta)-DP;
 it is reserved on the ledger before the counting query and committed as soon as the noisy
-marginals exist, before anything is fitted or written. See :mod:`dpsql.release.mst` for the mechanism.
+marginals exist, before anything is fitted or written. See :mod:`dpsql.release.aim` (the default)
+and :mod:`dpsql.release.mst` for the mechanisms, :mod:`dpsql.release.compress` for the merging of
+rare values both do first.
 """
 
 from __future__ import annotations
@@ -25,16 +27,13 @@ from dpsql.dp.accounting import epsilon_to_rho
 from dpsql.errors import InvalidParameter
 from dpsql.policy.model import Policy
 from dpsql.release.charge import Charge, Steps
-from dpsql.release.jobs import Written, resolve
-from dpsql.release.mst import (
-    MstPlan,
-    MstResult,
-    fit_model,
-    marginal,
-    plan_mst,
-    run_mst,
-    sample_rows,
+from dpsql.release.compare import (
+    IF_WORSE,
+    Comparison,
+    decide,
 )
+from dpsql.release.jobs import Written, resolve
+from dpsql.release.marginals import Synthesis, marginal
 from dpsql.release.outputs import (
     OutColumn,
     check_target,
@@ -47,6 +46,15 @@ from dpsql.release.outputs import (
 from dpsql.release.quality import QualityReport, quality_report
 from dpsql.release.source import Bound, bounded_cells
 from dpsql.release.spec import Source, check_epsilon
+from dpsql.release.synthesis import (
+    SYNTHESIZERS,
+    SyntheticPlan,
+    compare_result,
+    fit_result,
+    make_plan,
+    run_plan,
+    sample_result,
+)
 
 MAX_ROWS = 50_000_000
 
@@ -55,6 +63,8 @@ MAX_ROWS = 50_000_000
 class SyntheticRelease:
     written: Written
     quality: QualityReport
+    comparison: Comparison | None
+    published: str  # "model" or "baseline"
 
 
 def _delta(policy: Policy, delta: float | None) -> float:
@@ -96,10 +106,21 @@ def run_synthetic(
     replace: bool = False,
     quality_path: Path | None = None,
     iters: int = 1000,
+    synthesizer: str = "aim",
+    compress: bool = True,
+    if_worse: str = "baseline",
     console: Console | None = None,
     progress: bool = True,
 ) -> SyntheticRelease:
     """The whole ``dpsql release synthetic`` job; returns what was written and the owner report."""
+    if synthesizer not in SYNTHESIZERS:
+        raise InvalidParameter(
+            f"unknown synthesizer {synthesizer!r}", hint="use --synthesizer aim (default) or mst"
+        )
+    if if_worse not in IF_WORSE:
+        raise InvalidParameter(
+            f"unknown --if-worse {if_worse!r}", hint="use baseline, stop or publish"
+        )
     eps, delta_f = check_epsilon(epsilon, _delta(policy, delta))
     if rows is not None and not 1 <= rows <= MAX_ROWS:
         raise InvalidParameter(f"--rows must be in [1, {MAX_ROWS:,}]", hint="or omit it")
@@ -107,31 +128,40 @@ def run_synthetic(
     _check_paths(out_dir, quality_path)
     src = resolve(policy.for_analyst(analyst), upstream, table, columns, bins)
     bound = Bound.for_source(src, "per_unit")
-    plan = plan_mst([a.name for a in src.axes], src.shape, epsilon_to_rho(eps, delta_f), bound.rows)
-    steps = ["reserve", "count", "measure", "fit", "sample", "write"]
+    names = [a.name for a in src.axes]
+    plan = make_plan(
+        synthesizer, names, src.shape, epsilon_to_rho(eps, delta_f), bound.rows, compress
+    )
+    steps = ["reserve", "count", "measure", "fit", "compare", "sample", "write"]
     with Steps(steps, console, progress) as st:
         with st.step("reserving the privacy budget"):
-            charge = Charge(ledger, analyst, plan.cost, _fingerprint(src), delta_f, "mst")
+            charge = Charge(ledger, analyst, plan.cost, _fingerprint(src), delta_f, synthesizer)
         with st.step("counting bounded cells in PostgreSQL"):
             idx, n = charge.before_noise(lambda: bounded_cells(upstream, src, bound))
-        with st.step("measuring marginals and selecting the tree"):
-            result = run_mst(plan, idx, n)
+        with st.step(f"measuring and selecting marginals ({synthesizer.upper()})"):
+            result = run_plan(plan, idx, n)
             charge.commit()
         with st.step("fitting the graphical model (Private-PGM)"):
-            model = fit_model(plan, result, iters=iters)
+            model = fit_result(result, iters)
+        with st.step("comparing with independent 1-way marginals (DP)"):
+            comparison = compare_result(plan, result, model, idx, n)
+            published = decide(comparison, if_worse)
         with st.step("sampling synthetic rows"):
-            synth = sample_rows(plan, model, rows)
+            synth = sample_result(result, model, rows, published == "baseline")
         quality = quality_report(
-            plan.names, plan.shape, idx, n, synth, [m.noisy for m in result.one_way]
+            plan.model.names, plan.model.shape, idx, n, synth, [m.noisy for m in result.one_way]
         )
         del idx, n
         with st.step("writing outputs"):
             written = _write(
                 src, plan, result, synth, eps, delta_f, out_dir, upstream, target, replace, charge
             )
+            written.meta["comparison"] = None if comparison is None else comparison.as_json()
+            written.meta["published"] = published
+            write_json(out_dir / "synthetic.json", written.meta)
     if quality_path is not None:
         write_private_json(quality_path, quality.as_json())
-    return SyntheticRelease(written, quality)
+    return SyntheticRelease(written, quality, comparison, published)
 
 
 def _fingerprint(src: Source) -> str:
@@ -172,16 +202,26 @@ def within_bins(edges: Sequence[float], family: str, bins: np.ndarray) -> np.nda
     return lo + (hi - lo) * u
 
 
+_MECHANISM = {
+    "aim": "AIM (adaptive workload-aware selection of 1- and 2-way marginals): discrete Gaussian "
+    "marginals + exponential-mechanism selection, rare values merged by noisy 1-way counts",
+    "mst": "MST: discrete Gaussian marginals + exponential-mechanism tree selection, rare values "
+    "merged by noisy 1-way counts",
+}
+
+
 def _meta(
     src: Source,
-    plan: MstPlan,
-    result: MstResult,
+    plan: SyntheticPlan,
+    result: Synthesis,
     rows: int,
     eps: Fraction,
     delta: Fraction,
     release_id: int | None,
 ) -> dict[str, Any]:
-    names = plan.names
+    names = plan.model.names
+    kind = plan.synthesizer
+    comp = result.compression
     return {
         "kind": "dpsql synthetic",
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -194,22 +234,30 @@ def _meta(
             "epsilon": float(eps),
             "delta": float(delta),
             "rho": float(plan.cost.rho),
-            "mechanism": "MST: discrete Gaussian marginals + exponential-mechanism tree selection",
+            "mechanism": _MECHANISM[kind],
+            "synthesizer": kind,
             "privacy_unit": src.private.privacy_unit,
-            "contribution_bound": {"rows_per_unit": plan.rows_bound},
+            "contribution_bound": {"rows_per_unit": plan.model.rows_bound},
+            "rho_comparison": None if plan.compare is None else float(plan.compare.rho),
             "ledger_release_id": release_id,
         },
-        "selected_pairs": [[names[i], names[j]] for i, j in result.edges],
+        "selected": [[names[c] for c in cl] for cl in result.selected],
+        "merged_values": {
+            a.name: [a.labels[v] for v in comp.merged(c)]
+            for c, a in enumerate(src.axes)
+            if comp.merged(c).size
+        },
         "measurements": [
             {
                 "marginal": [names[c] for c in m.clique],
                 "noise_std": m.std,
-                "half_width_0.95": plan.mechanism_for(m.clique).half_width(0.95),
+                "half_width_0.95": m.half_width,
             }
             for m in result.measurements
         ],
-        "inference": f"Private-PGM (mbi {_version('mbi')}), MirrorDescent; rows sampled from the "
-        "fitted model (post-processing)",
+        "inference": f"Private-PGM (mbi {_version('mbi')}), MirrorDescent on the compressed "
+        "domain; rows sampled from the fitted model, merged values drawn in proportion to their "
+        "noisy counts (post-processing)",
     }
 
 
@@ -222,8 +270,8 @@ def _version(pkg: str) -> str:
 
 def _write(
     src: Source,
-    plan: MstPlan,
-    result: MstResult,
+    plan: SyntheticPlan,
+    result: Synthesis,
     synth: np.ndarray,
     eps: Fraction,
     delta: Fraction,
@@ -238,7 +286,8 @@ def _write(
     files = write_table(out_dir, "synthetic", cols)
     ones = np.ones(len(synth), dtype=np.int64)
     margs = [
-        (a.name, a.labels, marginal(synth, ones, plan.shape, (j,))) for j, a in enumerate(src.axes)
+        (a.name, a.labels, marginal(synth, ones, plan.model.shape, (j,)))
+        for j, a in enumerate(src.axes)
     ]
     files.append(
         plot_marginals(

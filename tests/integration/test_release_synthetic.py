@@ -1,4 +1,4 @@
-"""Synthetic data (MST + Private-PGM) from a 1M-row table in a real PostgreSQL.
+"""Synthetic data (AIM by default, MST; Private-PGM) from a 1M-row table in a real PostgreSQL.
 
 Statistical assertions state their property and false-failure probability (below 1e-6 for the
 module: each is at most ALPHA) and come with a deliberately broken twin that must fail:
@@ -30,9 +30,10 @@ from dpsql.budget.ledger import Ledger
 from dpsql.cli import main
 from dpsql.errors import InvalidParameter, PrivacyViolation
 from dpsql.release.jobs import resolve
-from dpsql.release.mst import fit_model, plan_mst, run_mst, sample_rows
+from dpsql.release.mst import plan_mst, run_mst
 from dpsql.release.quality import quality_report
 from dpsql.release.source import Bound, bounded_cells
+from dpsql.release.synthesis import fit_result, sample_result
 from dpsql.release.synthetic import run_synthetic
 from tests.integration import release_support
 
@@ -63,6 +64,7 @@ def released(people: str, tmp_path_factory: pytest.TempPathFactory):  # type: ig
             "--ledger", people, "--table", "people", "--columns", ",".join(COLUMNS),
             "--epsilon", "1", "--delta", "1e-6", "--out", str(base / "out"), "--analyst", "owner",
             "--to-table", "released.people_synth", "--replace", "--iters", "300",
+            "--synthesizer", "mst",
             "--quality-report", str(base / "private" / "quality.json"), "--no-progress",
         ]
     )  # fmt: skip
@@ -101,7 +103,9 @@ def test_outputs_and_schema(released, people: str) -> None:  # type: ignore[no-u
     assert set(table.column("sex").to_pylist()) <= {"F", "M"}
     assert set(table.column("employed").to_pylist()) <= {True, False}
     assert meta["privacy"]["epsilon"] == 1.0 and meta["privacy"]["delta"] == 1e-6
-    assert len(meta["selected_pairs"]) == len(COLUMNS) - 1
+    assert meta["privacy"]["synthesizer"] == "mst"
+    assert len(meta["selected"]) == len(COLUMNS) - 1
+    assert meta["published"] in ("model", "baseline") and meta["comparison"]["pairs"] == 15
     assert (out / "synthetic.png").read_bytes()[:4] == b"\x89PNG"
     with psycopg.connect(people) as conn:
         types = dict(
@@ -194,9 +198,9 @@ def _synthesize(cells, two_way: bool = True):  # type: ignore[no-untyped-def]
         plan = dataclasses.replace(plan, two_way=None)  # broken: 1-way marginals only
     result = run_mst(plan, idx, n)
     np.random.seed(SEED)
-    synth = sample_rows(plan, fit_model(plan, result, iters=300))
+    synth = sample_result(result, fit_result(result, 300), None)
     report = quality_report(names, src.shape, idx, n, synth, [m.noisy for m in result.one_way])
-    pairs = {tuple(sorted((names[i], names[j]), key=COLUMNS.index)) for i, j in result.edges}
+    pairs = {tuple(sorted((names[i], names[j]), key=COLUMNS.index)) for i, j in result.selected}
     return pairs, report.summary()
 
 
