@@ -35,6 +35,10 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     shadows.check(engine, prepared.text, prepared.tree, scope=prepared.scope)
     cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
     q = source_select(a, "", *cols).limit(0)  # a type probe: reads no row
+    if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
+        from dpsql.sql.per_unit import substitute
+
+        q = substitute(q, prepared.units)  # type: ignore[assignment]
     rows = engine.backend.run(q.sql("postgres"), private=True)
     types = tuple(type_name(c.type_oid) for c in rows.columns)
     engine.caches.key_types.remember(prepared.text, types)

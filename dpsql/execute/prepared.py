@@ -40,6 +40,9 @@ class Prepared:
     # prepared as a private statement of its own (``analysis`` is then None)
     split: Split | None = None
     leaves: tuple[Prepared, ...] = ()
+    # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
+    # the per-unit SELECT that stands for it in the bounded SQL
+    units: tuple[tuple[str, exp.Select], ...] = ()
 
     @property
     def first_word(self) -> str:

@@ -66,6 +66,10 @@ def bounded_sql(prepared: Prepared, a: Analysis) -> str:
         extra = (Measure("count_rows" if a.private.row_privacy else "count_units"),)
     full = Analysis(**{**a.__dict__, "measures": a.measures + extra})
     q = private_query(full, SALT_MARKER)
+    if prepared.units:  # synthetic per-unit tables: their per-unit SELECTs (dpsql.sql.per_unit)
+        from dpsql.sql.per_unit import substitute
+
+        q = substitute(q, prepared.units)  # type: ignore[assignment]
     n = len(a.group_keys)
     q.set(
         "expressions",

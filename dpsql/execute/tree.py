@@ -17,6 +17,7 @@ post-processing in PostgreSQL over the leaves' noisy rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from fractions import Fraction
@@ -48,6 +49,7 @@ from dpsql.sql.bind import bind, literal, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
+from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
@@ -91,7 +93,12 @@ def _split(
     sp = split(tree, view, analyze)
     if sp is None:
         raise error
-    leaves = tuple(engine.prepare_in_scope(leaf.sql("postgres"), scope) for leaf in sp.leaves)
+    leaves = tuple(
+        _prepare_unit_leaf(engine, leaf, sp.units, scope)
+        if _reads_units(leaf)
+        else engine.prepare_in_scope(leaf.sql("postgres"), scope)
+        for leaf in sp.leaves
+    )
     for leaf in leaves:
         if leaf.kind != "private" or leaf.analysis is None or leaf.split is not None:
             raise error  # never expected: a leaf is one flat private block by construction
@@ -109,6 +116,33 @@ def _split(
         )
     check_public(probe)
     return sp, leaves
+
+
+def _reads_units(leaf: exp.Select) -> bool:
+    return any(t.name.startswith(UNIT_PREFIX) for t in leaf.find_all(exp.Table))
+
+
+def _prepare_unit_leaf(
+    engine: Engine, leaf: exp.Select, units: Sequence[UnitSource], scope: str
+) -> Prepared:
+    """A leaf over per-unit derived tables (dpsql.sql.per_unit), analyzed with their synthetic
+    tables declared (one row per unit: no contribution bounding needed)."""
+    view = with_units(engine.view(scope or None), tuple(units))
+    a = dataclasses.replace(analyze(leaf, view), unique_unit=True)
+    text = leaf.sql("postgres")
+    used = {f"{t.db or 'public'}.{t.name}" for t in leaf.find_all(exp.Table)}
+    return Prepared(
+        text,
+        "private",
+        Statement("query", text, "SELECT", leaf),
+        leaf,
+        a,
+        0,
+        rng.token_hex(8),
+        fingerprint(leaf, text),
+        scope,
+        units=tuple((u.name, u.select) for u in units if u.name in used),
+    )
 
 
 def bound_split(

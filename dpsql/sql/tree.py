@@ -39,6 +39,7 @@ from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.classify import referenced_tables
+from dpsql.sql.per_unit import UnitSource, lift_units, with_units
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
 LEAF_PREFIX = "_dpsql_leaf_"
@@ -81,6 +82,7 @@ class Split:
     post: exp.Expression
     leaves: tuple[exp.Select, ...]
     links: tuple[KeyLink | None, ...] = ()
+    units: tuple[UnitSource, ...] = ()  # per-unit derived tables the leaves read (per_unit.py)
 
     def link(self, i: int) -> KeyLink | None:
         return self.links[i] if self.links else None
@@ -96,14 +98,23 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
     Raises:
         DpsqlError: a leaf's or the post-processing's refusal; too many leaves (54001).
     """
-    post = lift_windows(tree.copy(), policy)
+    for ident in tree.find_all(exp.Identifier):
+        if str(ident.this).lower().startswith("_dpsql_"):
+            raise UnsupportedSql(
+                f"names starting with _dpsql_ are reserved ({ident.this})",
+                hint="rename the CTE, alias or column",
+            )
+    post, units = lift_units(lift_windows(tree.copy(), policy), policy, analyze)
+    if units:
+        post = prune_ctes(post)  # a per-unit CTE read only as a synthetic table
+    policy = with_units(policy, units)
     leaves: list[exp.Select] = []
     links: list[KeyLink | None] = []
     for _ in range(MAX_LEAVES + 1):
         found = _lowest_leaves(post, policy)
         if not found:
             break
-        if not leaves and any(s is post for s in found):
+        if not leaves and not units and any(s is post for s in found):
             return None  # the statement is one flat block: the flat analysis's refusal stands
         for s in found:
             link = series_limit(s, leaves, policy) if _reads_leaf(s) else None
@@ -130,7 +141,7 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
         return None
     post = prune_ctes(post)
     _refuse_private_rest(post, policy, analyze)
-    return Split(post, tuple(leaves), tuple(links))
+    return Split(post, tuple(leaves), tuple(links), units)
 
 
 def _refuse_private_rest(post: exp.Expression, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]

@@ -62,6 +62,12 @@ SHAPES: dict[str, tuple[str, Callable[[tuple[Any, ...]], bool], int]] = {
         lambda r: r[0] == "a",
         1,
     ),
+    "per_unit_histogram": (
+        "SELECT n, COUNT(*) AS units FROM (SELECT uid, COUNT(*) AS n FROM t GROUP BY uid) q "
+        "GROUP BY n",
+        lambda r: r[0] == 3,
+        1,
+    ),
     "window": (
         "SELECT g, COUNT(*) AS n, COUNT(*) * 1.0 / SUM(COUNT(*)) OVER () AS share "
         "FROM t GROUP BY g",

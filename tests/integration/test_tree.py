@@ -504,3 +504,56 @@ def test_other_joins_to_an_aggregate_are_refused(tree_engine: Engine, sql: str) 
     with pytest.raises(UnsupportedSql) as e:
         tree_engine.prepare(sql, "analyst")
     assert e.value.hint and "series limit" in e.value.message
+
+
+PER_UNIT = "(SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) AS t"
+PER_UNIT_STATS = f"SELECT COUNT(*) AS users, SUM(n) AS total, AVG(n) AS mean FROM {PER_UNIT}"
+PER_UNIT_HISTOGRAM = f"SELECT n, COUNT(*) AS users FROM {PER_UNIT} GROUP BY n ORDER BY n"
+CAP = 100  # dpsql.sql.per_unit.AUTO_CAP: the demo's purchases choose R per query (auto)
+
+
+def test_per_unit_statistics(tree_engine: Engine, tree_dsn: str) -> None:
+    """Per-user two-level aggregation: one row per user, the count capped at R (100 here), the
+    outer aggregates a DP leaf over users. Truth: PostgreSQL's answer with the cap written out."""
+    capped = PER_UNIT_STATS.replace("SUM(n)", f"SUM(LEAST(n, {CAP}))").replace(
+        "AVG(n)", f"AVG(LEAST(n, {CAP}))"
+    )
+    ((users, total, mean),) = direct(tree_dsn, capped)[0]
+    w = cell_bound(tree_engine, PER_UNIT_STATS, 5)
+    got = run(tree_engine, PER_UNIT_STATS)
+    assert got.epsilon_spent == pytest.approx(1.0)
+    ((g_users, g_total, g_mean),) = got.rows
+    assert near(g_users, users, w) and near(g_total, total, w), (got.rows, users, total, w)
+    mid = (1 + CAP) / 2
+    assert near(g_mean, mean, w * (1 + abs(float(mean) - mid)) / (users - w)), (g_mean, mean)
+
+
+def test_per_unit_histogram(tree_engine: Engine, tree_dsn: str) -> None:
+    """'How many users bought N times': every bucket 1..R is released (a public domain), each
+    within w of PostgreSQL's count (buckets no user has: 0; R holds everyone with R or more)."""
+    truth = dict(
+        direct(
+            tree_dsn,
+            f"SELECT LEAST(n, {CAP}), COUNT(*) FROM {PER_UNIT} GROUP BY 1",
+        )[0]
+    )
+    w = cell_bound(tree_engine, PER_UNIT_HISTOGRAM, CAP)
+    got = run(tree_engine, PER_UNIT_HISTOGRAM)
+    assert [c.name for c in got.columns] == ["n", "users"]
+    assert [r[0] for r in got.rows] == list(range(1, CAP + 1))
+    for n, users in got.rows:
+        assert near(users, truth.get(n, 0), w), (n, users, truth.get(n, 0), w)
+
+
+def test_per_unit_rows_stay_private(tree_engine: Engine) -> None:
+    from dpsql.errors import DpsqlError
+
+    for sql in (
+        f"SELECT n FROM {PER_UNIT}",
+        "SELECT AVG(n) FROM (SELECT user_id, COUNT(*) AS n FROM purchases "
+        "WHERE email LIKE 'a%' GROUP BY user_id) t",
+        f"SELECT t.user_id, COUNT(*) FROM {PER_UNIT} GROUP BY 1",
+    ):
+        with pytest.raises(DpsqlError) as e:
+            tree_engine.prepare(sql, "analyst")
+        assert e.value.sqlstate == "42501", sql
