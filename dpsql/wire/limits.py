@@ -88,6 +88,35 @@ class SessionLimits:
             self._add(col, 1)
             return True
 
+    def admit(self, analyst: str, per_analyst: int, total: int) -> str | None:
+        """Count an authenticated session of ``analyst`` unless that would pass ``total``
+        sessions (all analysts, all workers) or ``per_analyst`` of its own; checked and counted
+        atomically, so a burst of logins admits exactly the limit. Returns None when counted,
+        else which limit is full ("total" or "analyst").
+
+        >>> lim = SessionLimits(["ana", "bob"])
+        >>> lim.admit("ana", 5, 2), lim.admit("bob", 5, 2), lim.admit("bob", 5, 2)
+        (None, None, 'total')
+        """
+        col = self._col.get(analyst)
+        if col is None:
+            return None
+        with self._lock:
+            if self._sessions() >= total:
+                return "total"
+            if self._total(col) >= per_analyst:
+                return "analyst"
+            self._add(col, 1)
+            return None
+
+    def _sessions(self) -> int:
+        return sum(self._total(col) for col in range(1, self._width))
+
+    def sessions(self) -> int:
+        """Authenticated sessions (of the policy's analysts) in all workers."""
+        with self._lock:
+            return self._sessions()
+
     def remove_session(self, analyst: str) -> None:
         col = self._col.get(analyst)
         if col is not None:

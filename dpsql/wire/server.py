@@ -113,6 +113,7 @@ class Server:
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
         self._stopping = False
+        self._logins = 0  # connections authenticating now (this process)
         self.upstream: AsyncUpstream | None = None
         self.identity = UpstreamIdentity(None, *FALLBACK_VERSION)
 
@@ -178,15 +179,27 @@ class Server:
             self._tasks.discard(task)
 
     async def _open(self, ch: Channel, startup: Startup) -> Session:
-        if self.limits.connections() > self.config.max_sessions:
-            raise TooManyConnections("sorry, too many clients already",
-                                     hint="try again later", )  # fmt: skip
-        analyst = await self.auth.authenticate(ch, startup.user)
+        # sessions count once authenticated (admit); logins in progress up to as many again
+        if self._logins >= self.config.max_sessions:
+            raise _too_many()
+        self._logins += 1
+        try:
+            analyst = await self.auth.authenticate(ch, startup.user)
+        finally:
+            self._logins -= 1
         served = self.config.database
         check_database(startup.database, self.identity.database if served == "" else served)
-        if not self.limits.add_session(analyst, self.config.max_sessions_per_analyst):
-            raise TooManyConnections(f'too many connections for role "{analyst}"',
-                                     hint="close some of your other sessions")  # fmt: skip
+        full = self.limits.admit(analyst, self.config.max_sessions_per_analyst,
+                                 self.config.max_sessions)  # fmt: skip
+        if full is not None:
+            raise _too_many(None if full == "total" else analyst)
+        try:
+            return self._session(ch, startup, analyst)
+        except BaseException:
+            self.limits.remove_session(analyst)
+            raise
+
+    def _session(self, ch: Channel, startup: Startup, analyst: str) -> Session:
         pid = self._new_pid()
         ctx = SessionContext(analyst=analyst, database=startup.database, backend_pid=pid)
         params = {k: v for k, v in startup.parameters.items() if k in _STARTUP_SETTINGS}
@@ -303,6 +316,13 @@ def _async_upstream(engine: EngineLike) -> AsyncUpstream | None:
         return None
     return AsyncUpstream(backend.dsn, statement_timeout_ms=backend.timeout_ms,
                          max_size=backend.pool.max_size)  # fmt: skip
+
+
+def _too_many(analyst: str | None = None) -> TooManyConnections:
+    if analyst is None:
+        return TooManyConnections("sorry, too many clients already", hint="try again later")
+    return TooManyConnections(f'too many connections for role "{analyst}"',
+                              hint="close some of your other sessions")  # fmt: skip
 
 
 async def _fatal(ch: Channel, e: DpsqlError) -> None:
