@@ -47,8 +47,10 @@ from dpsql.sql.catalog_sql import (
     attach_visibility,
     cast_target,
     cast_to,
+    fill,
     filtered_relation,
     relation_filter,
+    template,
 )
 from dpsql.sql.session_functions import SessionInfo, replace_session_functions
 
@@ -76,6 +78,7 @@ def check_catalog_query(
     _keep_labels(query)  # first: the labels of what the client wrote
     if session is not None:
         replace_session_functions(query, session)
+    _expand_reg_array_casts(query)
     cte_refs = _cte_references(query)
     tables = [t for t in query.find_all(exp.Table) if id(t) not in cte_refs]
     funcs = list(query.find_all(exp.Func))
@@ -301,6 +304,28 @@ def _keep_labels(query: exp.Expr) -> None:
                 alias = exp.Alias(alias=exp.to_identifier(pg_label(item), quoted=True))
                 item.replace(alias)
                 alias.set("this", item)  # moved, not copied: later passes hold its nodes
+
+
+_ARRAY_CAST = (
+    "CASE WHEN __x__ IS NULL THEN NULL ELSE ARRAY(SELECT CAST(dpsql_e.e AS __t__) "
+    "FROM unnest(CAST(__x__ AS _oid)) WITH ORDINALITY AS dpsql_e(e, n) ORDER BY dpsql_e.n) END"
+)
+
+
+def _expand_reg_array_casts(query: exp.Expr) -> None:
+    """``proargtypes::regtype[]`` (a catalog column of object ids; pgcli's function metadata)
+    -> an array of element casts, each guarded like any ``x::regtype`` (NULL for a hidden
+    object), in order, NULL for NULL. A constant array (``'{16398}'::regclass[]``) stays
+    refused by :func:`~dpsql.sql.catalog_functions.check_function`."""
+    for cast in list(query.find_all(exp.Cast)):
+        element = reg_element(cast_target(cast))
+        if element not in rules.GUARDED_CASTS or not isinstance(cast.this, exp.Column):
+            continue
+        tree = fill(template(_ARRAY_CAST.replace("__t__", element.upper())),
+                    {"__x__": cast.this})  # fmt: skip
+        if isinstance(cast.parent, exp.Select) and cast.arg_key == "expressions":
+            tree = exp.alias_(tree, pg_label(cast), quoted=True)  # PostgreSQL's label
+        cast.replace(tree)
 
 
 def _replace_tableoid(query: exp.Expr) -> None:

@@ -92,3 +92,22 @@ def test_copy_and_do_refusals(conn: psycopg.Connection[Any], sql: str, error: ty
         conn.execute(sql)
     assert e.value.diag.message_hint
     assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+
+
+def test_arrays_of_type_ids_from_the_catalog(
+    conn: psycopg.Connection[Any], demo_dsn: str
+) -> None:
+    """pgcli's function metadata casts catalog columns of type ids to regtype[] (each element is
+    guarded like ``x::regtype``); a constant array of object ids stays refused."""
+    sql = (
+        "SELECT p.proname, COALESCE(proallargtypes::regtype[], proargtypes::regtype[])::text[], "
+        "proargtypes::regtype[] FROM pg_catalog.pg_proc p "
+        "WHERE p.proname IN ('concat_ws', 'int4pl', 'generate_series') ORDER BY 1, 2"
+    )
+    got = conn.execute(sql)
+    with psycopg.connect(demo_dsn) as direct:
+        want = direct.execute(sql)
+        assert [d.name for d in got.description or []] == [d.name for d in want.description or []]
+        assert got.fetchall() == want.fetchall()
+    with pytest.raises(pe.InsufficientPrivilege):
+        conn.execute("SELECT '{1259}'::regclass[]")
