@@ -59,7 +59,7 @@ def visits_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
             "tier": {"type": "integer", "keys": [1, 2, 3, 4]},
             "score": {"type": "integer", "bounds": [0, 100]},
             "zone": {"type": "text", "keys_from": "public.zones.code"},
-            "day": {"type": "date"},
+            "day": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
             "spend": {"type": "numeric"},  # no bounds: only an analyst's own clamp bounds it
         },
     }
@@ -147,6 +147,8 @@ SELECTION_FREE = [
     "SELECT date_trunc('week', day) AS w, SUM(score) FROM visits "
     "WHERE day BETWEEN '2025-04-01' AND DATE '2025-05-01' - 1 AND kind IN ('a', 'b') "
     "GROUP BY 1",
+    # ... and over the policy's date bounds alone: twelve months, public
+    "SELECT DATE_TRUNC('MONTH', day) AS m, COUNT(*) FROM visits GROUP BY 1",
     "SELECT date_trunc('quarter', day), COUNT(*) FROM visits "
     "WHERE day >= DATE '2025-02-10' AND day <= '2025-11-30' AND score > 20 GROUP BY 1",
     "SELECT date_trunc('day', day), COUNT(*) FROM visits "
