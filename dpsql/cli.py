@@ -151,10 +151,24 @@ def _run_queries(engine: Any, queries: Sequence[str], session: SessionContext) -
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from dpsql.explain import explain
+    from dpsql.explain import explain_leaves
     from dpsql.policy import load_policy
 
-    rep = explain(load_policy(args.policy), args.sql, _session(args))
+    leaves = explain_leaves(load_policy(args.policy), args.sql, _session(args))
+    if len(leaves) > 1 or leaves[0][0] != args.sql:
+        console.print(
+            f"[bold]A tree of {len(leaves)} DP leaves[/bold]: each runs as a private query at its "
+            "share of the budget; the rest of the statement runs in PostgreSQL over their noisy "
+            "rows (docs/sql.md, the tree model)"
+        )
+    for i, (sql, rep) in enumerate(leaves):
+        if len(leaves) > 1 or sql != args.sql:
+            console.print(f"\n[bold]Leaf {i}[/bold]: {sql}", markup=True, highlight=False)
+        _print_report(rep)
+    return 0
+
+
+def _print_report(rep: Any) -> None:
     console.print(
         f"[bold]Private query[/bold] (epsilon={float(rep.epsilon):g}, delta={float(rep.delta):g})"
     )
@@ -186,7 +200,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
     console.print(t)
     console.print("[bold]Rewritten SQL[/bold]")
     console.print(rep.rewritten, markup=False, highlight=False)
-    return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
@@ -71,6 +72,57 @@ def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport
             f"this is a {kind} query: it is answered exactly, with no noise and no budget"
         )
     a = analyze(st.tree, view)
+    return _plan_report(policy, text, a, session)
+
+
+def explain_leaves(
+    policy: Policy, text: str, session: SessionContext
+) -> list[tuple[str, ExplainReport]]:
+    """Each DP leaf's SQL and report at its share of the budget, for a statement that is a tree
+    of leaves (dpsql/sql/tree.py); the flat statement's own refusal otherwise."""
+    import dataclasses
+
+    from dpsql.errors import DpsqlError
+    from dpsql.sql.per_unit import with_units
+    from dpsql.sql.tree import split, split_budget
+
+    st = parse_statement(text)
+    if st.kind != "query" or st.tree is None:
+        raise UnsupportedSql("EXPLAIN takes a SELECT")
+    view = policy.for_analyst(session.analyst)
+    try:
+        return [(text, explain(policy, text, session))]
+    except DpsqlError as error:
+        sp = split(st.tree, view, analyze)
+        if sp is None:
+            raise error from None
+    leaf_view = with_units(view, sp.units)
+    analyses = [analyze(leaf, leaf_view) for leaf in sp.leaves]
+    analyses = [dataclasses.replace(a, unique_unit=True) if sp.units else a for a in analyses]
+    lead = next((a for a in analyses if a.needs_selection), analyses[0])
+    from dpsql.execute.privacy_params import resolve_params
+
+    eps, delta = resolve_params(policy, session, lead)
+    shares = split_budget([a.needs_selection for a in analyses], eps, delta, session.mechanism)
+    out = []
+    for leaf, a, (e, d) in zip(sp.leaves, analyses, shares, strict=True):
+        s = SessionContext(
+            analyst=session.analyst, epsilon=e, delta=d, mechanism=session.mechanism,
+            confidence=session.confidence,
+        )  # fmt: skip
+        sql = leaf.sql("postgres")
+        rep = _plan_report(policy, sql, a, s)
+        if sp.units:  # the synthetic per-unit tables as the SELECTs they stand for
+            from dpsql.sql.per_unit import substitute
+
+            units = tuple((u.name, u.select) for u in sp.units)
+            bounded = substitute(private_query(a, "<salt>"), units)
+            rep = replace(rep, rewritten=bounded.sql("postgres", pretty=True))
+        out.append((sql, rep))
+    return out
+
+
+def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext) -> ExplainReport:
     from dpsql.execute.privacy_params import resolve_params
 
     eps, delta = resolve_params(policy, session, a)

@@ -268,7 +268,7 @@ def run_tree(
             if earlier is not None:  # a concurrent identical leaf stored its answer first
                 run.releases[i] = Release.from_json(json.loads(earlier))
     final = [r for r in run.releases if r is not None]
-    rows_out = _post(engine, sp, run.plans, final)
+    rows_out = _post(engine, sp, run.plans, final, cancel)
     spent = [shares[i] for i in todo]
     notices: tuple[str, ...] = ()
     if session.show_intervals:
@@ -397,9 +397,15 @@ def post_sql(
     return outer_sql(fill(sp.post, queries)), params  # type: ignore[arg-type]
 
 
-def _post(engine: Engine, sp: Split, plans: Sequence[LeafPlan], releases: Sequence[Release]) -> Any:
+def _post(
+    engine: Engine,
+    sp: Split,
+    plans: Sequence[LeafPlan],
+    releases: Sequence[Release],
+    cancel: CancelToken | None = None,
+) -> Any:
     text, params = post_sql(sp, [p.analysis for p in plans], releases)
-    return engine.backend.run(text, params, private=False)
+    return engine.backend.run(text, params, private=False, cancel=cancel)
 
 
 def describe_tree(

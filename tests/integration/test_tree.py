@@ -557,3 +557,52 @@ def test_per_unit_rows_stay_private(tree_engine: Engine) -> None:
         with pytest.raises(DpsqlError) as e:
             tree_engine.prepare(sql, "analyst")
         assert e.value.sqlstate == "42501", sql
+
+
+def _psql_rows(port: int, sql: str) -> tuple[list[str], list[list[str]]]:
+    """psql's CSV output of ``sql`` through dpsql: header and rows (text, as psql prints them)."""
+    import csv
+    import io
+    import os
+    import shutil
+    import subprocess
+
+    if shutil.which("psql") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("psql is not installed")
+        pytest.skip("psql is not installed")
+    res = subprocess.run(
+        ["psql", "-X", "-q", "--csv", "-v", "ON_ERROR_STOP=1", analyst_dsn(port),
+         "-c", "SET dpsql.epsilon = 1", "-c", "SET dpsql.mechanism = laplace", "-c", sql],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    out = list(csv.reader(io.StringIO(res.stdout)))
+    return out[0], out[1:]
+
+
+def test_shapes_through_psql(tree_engine: Engine, tree_dsn: str) -> None:
+    """psql (simple protocol, text output): every shape answered, with PostgreSQL's column
+    names and the same bounds as through the engine."""
+
+    def typed(row: list[str], like: tuple[Any, ...]) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for text, t in zip(row, like, strict=True):
+            if text == "" and t is None:
+                out.append(None)
+            elif isinstance(t, (int, float, Decimal)) and not isinstance(t, bool):
+                out.append(Decimal(text))
+            else:
+                out.append(text)
+        return tuple(out)
+
+    with served_engine(tree_engine.policy, tree_dsn) as srv:
+        for sql, check in CHECKS.items():
+            truth, cols = direct(tree_dsn, sql)
+            header, rows = _psql_rows(srv.port, sql)
+            assert header == [c for c, _ in cols], sql
+            check([typed(r, t) for r, t in zip(rows, truth, strict=False)], truth, tree_engine)
+        header, rows = _psql_rows(srv.port, SERIES_LIMIT)
+        assert header == ["category", "region", "n"] and len(rows) == 10
+        header, rows = _psql_rows(srv.port, PER_UNIT_HISTOGRAM)
+        assert header == ["n", "users"] and [int(r[0]) for r in rows] == list(range(1, CAP + 1))
