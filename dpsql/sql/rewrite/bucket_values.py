@@ -94,6 +94,8 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
             buckets[j] = _bucket(m, count.this)
     exprs = [b for b in buckets if b is not None]
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
+    if all(_summable(e.this) for e in q.expressions if isinstance(e, exp.Alias)):
+        return _summed_cells(q, gcols, exprs)
     sets: list[exp.Expression] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in exprs]
     extra = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
@@ -101,3 +103,53 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
     q.set("expressions", [*q.expressions, *extra, exp.alias_(grouping, "_dp_set")])
     q.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
     return q
+
+
+def _summable(e: exp.Expression) -> bool:
+    """A measure whose per-group value is the sum of its per-(group, bucket) values."""
+    if isinstance(e, exp.Count):
+        return not isinstance(e.this, exp.Distinct)
+    return isinstance(e, exp.Coalesce) and isinstance(e.this, exp.Sum)
+
+
+def _summed_cells(
+    q: exp.Select, gcols: list[exp.Expression], exprs: list[exp.Expression]
+) -> exp.Select:
+    """The grouping sets over the cells of one plain GROUP BY (keys, buckets)::
+
+        SELECT _dp_g*, SUM(_dp_m*), _dp_b*, GROUPING(_dp_b*) AS _dp_set
+        FROM (SELECT _dp_g*, <measures>, <b_j> AS _dp_b<j> FROM ... GROUP BY _dp_g*, _dp_b*)
+        GROUP BY GROUPING SETS ((_dp_g*), (_dp_g*, _dp_b0), ...)
+
+    The same rows as grouping sets over the bounded rows (every measure is a count or a sum,
+    so a group's value is the sum over its cells), but the rows are aggregated by one plain
+    GROUP BY, which Citus runs on the workers (it can't push GROUPING SETS down unless they
+    group by the distribution column); the grouping sets then read one row per cell.
+    """
+    cells = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
+    inner = q.copy()
+    ctes = inner.args.get("with_")
+    inner.set("with_", None)
+    inner.set("expressions", [*inner.expressions, *cells])
+    keys = [g.copy() for g in gcols] + [exp.column(c.alias) for c in cells]
+    inner.set("group", exp.Group(expressions=keys))
+    outer_cols: list[exp.Expression] = [g.copy() for g in gcols]
+    for e in q.expressions:
+        if not isinstance(e, exp.Alias) or e.alias.startswith("_dp_g"):
+            continue
+        total: exp.Expression = exp.Sum(this=exp.column(e.alias))
+        if isinstance(e.this, exp.Count):
+            total = exp.cast(
+                exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), "bigint"
+            )
+        outer_cols.append(exp.alias_(total, e.alias))
+    bcols = [exp.column(c.alias) for c in cells]
+    outer_cols += [exp.alias_(b.copy(), b.name) for b in bcols]
+    outer_cols.append(exp.alias_(exp.Grouping(expressions=[b.copy() for b in bcols]), "_dp_set"))
+    sets: list[exp.Expression] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
+    sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in bcols]
+    out = exp.select(*outer_cols).from_(inner.subquery("_dp_cells"))
+    out.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
+    if ctes is not None:
+        out.set("with_", ctes)
+    return out
