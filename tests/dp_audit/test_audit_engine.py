@@ -80,10 +80,12 @@ def _first_cell(engine: Engine, sql: str, session: SessionContext) -> tuple[floa
 
 
 def _truth(engine: Engine, sql: str) -> float:
+    """The first measure of the bounded SQL's row (of group 'a' when grouped): the removed-mass
+    columns of the error bars (_dp_b*, _dp_k*) may follow it."""
     rows = _release_rows(engine, sql)
-    return (
-        float(rows[0][-1]) if len(rows[0]) == 1 else float(next(r for r in rows if r[0] == "a")[-1])
-    )
+    keys = len(engine.analysis(engine.prepare(sql), []).group_keys)
+    row = rows[0] if keys == 0 else next(r for r in rows if r[0] == "a")
+    return float(row[keys])
 
 
 def _release_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
