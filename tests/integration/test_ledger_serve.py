@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -29,11 +30,20 @@ EPSILON = Fraction(1, 10)
 
 @contextmanager
 def serve(upstream: str, ledger: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """Start ``dpsql serve`` on the demo policy; yields (process, client DSN)."""
-    from dpsql.demo import POLICY
+    """Start ``dpsql serve`` on the demo policy with its former fixed contribution bounds (one
+    release per statement; auto bounds are charged as releases of their own: test_auto_bounds);
+    yields (process, client DSN)."""
+    import tempfile
 
+    import yaml
+
+    from dpsql.demo import POLICY
+    from tests.helpers import fixed_bounds_doc
+
+    fixed = Path(tempfile.mkdtemp(prefix="dpsql-ledger-serve-")) / "policy.yaml"
+    fixed.write_text(yaml.safe_dump(fixed_bounds_doc(yaml.safe_load(Path(POLICY).read_text()))))
     proc, port = start_serve(
-        ["--policy", str(POLICY), "--upstream", upstream, "--ledger", ledger],
+        ["--policy", str(fixed), "--upstream", upstream, "--ledger", ledger],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:

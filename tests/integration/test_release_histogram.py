@@ -267,7 +267,7 @@ def test_cli_on_the_demo(demo_dsn: str, make_db: Callable[[str], str], tmp_path:
     meta = json.loads((out / "histogram.json").read_text())
     assert meta["axes"][0]["keys"] == ["C", "E", "N", "S", "W"]  # from public.regions
     t = load_policy(POLICY).tables["public.purchases"]
-    r, g = t.max_rows_per_unit, min(t.max_groups_per_unit, 25)
+    r, g = t.rows_bound, min(t.groups_bound, 25)  # auto is 1 for releases (release/source.py)
     assert meta["privacy"]["contribution_bound"] == {
         "rows_per_unit_per_cell": r, "cells_per_unit": g,
     }  # fmt: skip
