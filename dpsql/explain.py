@@ -193,9 +193,12 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         if isinstance(body, exp.Column) and body.name.startswith("_dp_s"):
             s = a.statistics[int(sql[len("_dp._dp_s") :])]
             if s.func in ("quantile", "mode"):
-                from dpsql.execute.private import selection_accuracy
+                from dpsql.execute.private import quantile_note, selection_accuracy
 
-                hw = "no value interval; " + selection_accuracy(plan, s, conf)
+                if s.func == "quantile":
+                    hw = quantile_note(plan, s, conf)
+                else:
+                    hw = "no value interval; " + selection_accuracy(plan, s, conf)
                 mech = plan.measure_plan(s.measures[0]).mechanism.name
                 outs.append(OutputLine(names[pos], s.sql, mech, hw))
                 continue

@@ -94,6 +94,9 @@ class Quantile:
     max_groups: int = 1
     integer: bool = False
     name: str = "exponential"
+    # rows added to the target position (an interval end: see offset_for); a public constant,
+    # so the sensitivity argument above is unchanged
+    offset: int = 0
 
     def __post_init__(self) -> None:
         if not 0 <= self.quantile <= 1:
@@ -129,6 +132,37 @@ class Quantile:
         if self.integer:
             return np.array([float(lo + j * w + (w - 1) // 2) for j in range(self.buckets)])
         return np.array([float(lo + (j + Fraction(1, 2)) * w) for j in range(self.buckets)])
+
+    def edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per bucket, the smallest and largest value it can hold (integers: whole numbers)."""
+        lo, w = Fraction(self.lo), self.width
+        low = np.array([float(lo + j * w) for j in range(self.buckets)])
+        top = 1 if self.integer else 0
+        high = np.array([float(lo + (j + 1) * w - top) for j in range(self.buckets)])
+        return low, high
+
+    def gap_bound(self, alpha: float) -> float:
+        """g with P(the chosen bucket is more than g rows from the target) <= alpha:
+        B exp(-epsilon_g g / (2R)) = alpha (see rank_error)."""
+        eps = float(self.group_epsilon)
+        return 2 * self.contribution_bound * math.log((self.buckets + 1) / alpha) / eps
+
+    def miss_probability(self, offset: int) -> float:
+        """An upper bound on the chance that an interval end released with ``offset`` k (|k| >= 2)
+        lies on the wrong side of the true quantile (of the rows it was given).
+
+        Over the B + 1 candidates of :meth:`end_utilities` the best one's gap is at most 1/2
+        (the virtual bucket holds any target beyond the data), so permute-and-flip picks a gap
+        above g + 1/2 with probability <= (B + 1) exp(-epsilon_g g / (2R)). For k > 0 a pick
+        with gap <= |k| - 3/2 is the virtual bucket (end = hi >= the truth) or a real bucket
+        whose last position is >= q (n - 1) + 3/2 > ceil(q (n - 1)), so its highest value is
+        >= the truth (which lies between positions floor and ceil of q (n - 1)); k < 0 alike.
+        Hence the bound (B + 1) exp(-epsilon_g (|k| - 2) / (2R)).
+        """
+        eps = float(self.group_epsilon)
+        g = max(0, abs(offset) - 2)
+        r = self.contribution_bound
+        return min(1.0, (self.buckets + 1) * math.exp(-eps * g / (2 * r)))
 
     def rank_error(self, confidence: float) -> float:
         """Rows t such that, with probability >= confidence, the chosen bucket holds a position
@@ -167,14 +201,47 @@ class Quantile:
         values = self.midpoints()[chosen]
         return float(values[0]) if single else values
 
-    def choose(self, mat: np.ndarray) -> np.ndarray:
+    def end_utilities(self, counts: np.ndarray) -> np.ndarray:
+        """d · u over B + 1 candidates for an interval end (``offset`` k != 0), shape (groups,
+        B + 1): the target position moves k rows (t = q (n - 1) + k), and a virtual bucket of
+        |k| + 1 rows is added past the end it moves towards (above hi for k > 0, below lo for
+        k < 0), so a target beyond the data lands in it (the end is then hi, or lo). Virtual rows
+        are constants: the sensitivity argument is unchanged (Δu = R)."""
+        mat, _ = _as_matrix(counts)
+        k = abs(self.offset)
+        pad = np.full((mat.shape[0], 1), k + 1, dtype=np.int64)
+        q = self.target
+        a, d = q.numerator, q.denominator
+        n = mat.sum(axis=1, keepdims=True)
+        if (int(n.max(initial=0)) + k + 1) * d >= 2**55:
+            raise ValueError("too many rows for exact quantile utilities")
+        if self.offset > 0:
+            full, shift = np.hstack([mat, pad]), 0
+        else:
+            full, shift = np.hstack([pad, mat]), k + 1  # real positions move up by k + 1
+        below = np.cumsum(full, axis=1) - full
+        target = a * np.maximum(n - 1, 0) + d * (self.offset + shift)
+        gap = np.maximum(d * below - target, target - d * (below + full - 1))
+        return np.asarray(-np.maximum(gap, 0), dtype=np.int64)
+
+    def end_values(self, counts: np.ndarray, noiseless: bool = False) -> np.ndarray:
+        """The interval end per group: the highest value of the chosen bucket (hi for the
+        virtual one) for k > 0, the lowest (lo) for k < 0."""
+        utilities = self.end_utilities(counts)
+        pick = np.argmax(utilities, axis=1) if noiseless else self.choose(counts, utilities)
+        low, high = self.edges()
+        ends = np.append(high, high[-1]) if self.offset > 0 else np.append(low[0], low)
+        return np.asarray(ends[pick], dtype=np.float64)
+
+    def choose(self, mat: np.ndarray, utilities: np.ndarray | None = None) -> np.ndarray:
         """Permute-and-flip over buckets: the chosen bucket index per group."""
         d = self.target.denominator
         eps = self.group_epsilon
         r = self.contribution_bound
         # gamma = eps (u* - u) / (2R) = e_n (U* - U) / (2 R d e_d) with U = d u; clip U >= -C d.
         clip = math.ceil(Fraction(2 * r * _GAMMA_CLIP * d) / eps)
-        scaled = np.maximum(self.scaled_utilities(mat), -clip)
+        raw = self.scaled_utilities(mat) if utilities is None else utilities
+        scaled = np.maximum(raw, -clip)
         gap = scaled.max(axis=1, keepdims=True) - scaled
         den = 2 * r * d * eps.denominator
         if den >= 2**48 or clip * eps.numerator >= 2**62:

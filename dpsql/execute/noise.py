@@ -117,7 +117,8 @@ def release(
         noiseless,
     )  # fmt: skip
     noisy: dict[str, np.ndarray] = {}
-    present: dict[str, np.ndarray] = {}  # count_keys: noisy rows per (group, key)
+    # count_keys: noisy rows per (group, key); quantiles: (low, high) interval ends per group
+    present: dict[str, np.ndarray] = {}
     for j, mp in enumerate(plan.measures):
         if mp.measure.selected:
             cands = mp.measure.candidates or (candidates or {}).get(mp.key, ())
@@ -129,6 +130,8 @@ def release(
                 )
                 continue
             noisy[mp.key] = _select(mp, hists, cands, noiseless)
+            if mp.bounds is not None:
+                present[mp.key] = quantile_ends(mp, hists, noiseless)
             continue
         col = [_exact(v[j]) for _, v in table]
         vals = _snapped(col, mp.mechanism.grid)
@@ -172,9 +175,11 @@ def _stat_interval(
     def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
         s = plan.analysis.statistics[si]
         if present and s.measures[0] in present:
-            return present_interval(
-                plan.measure_plan(s.measures[0]), present[s.measures[0]][r], level
-            )
+            mp = plan.measure_plan(s.measures[0])
+            if s.func == "quantile":
+                ok = level <= quantile_level(mp)
+                return (float(present[mp.key][r][0]), float(present[mp.key][r][1])) if ok else None
+            return present_interval(mp, present[mp.key][r], level)
         lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
         iv = derive(s, [noisy[m][r] for m in s.measures], ws)[1]
@@ -282,3 +287,29 @@ def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[fl
         return 0.0, 0.0
     w = mp.mechanism.half_width(1 - (1 - level) / row.size)  # type: ignore[union-attr]
     return float((row - w > 0).sum()), float((row + w >= 1).sum())
+
+
+def quantile_ends(mp: MeasurePlan, hists: list[dict[Any, int]], noiseless: bool) -> np.ndarray:
+    """A quantile's interval per group, (groups, 2): the lowest value of the bucket chosen for
+    the target OFFSET rows below, the highest of the one chosen OFFSET rows above. Each end
+    is on the wrong side of the true quantile (of the kept rows) with probability at most
+    ``miss_probability(OFFSET)`` (dpsql.dp.quantiles.Quantile)."""
+    assert mp.bounds is not None
+    low_q, high_q = mp.bounds
+    mat = np.zeros((len(hists), low_q.buckets), dtype=np.int64)
+    for i, h in enumerate(hists):
+        for b, c in h.items():
+            mat[i, int(b)] = c
+    out = np.zeros((len(hists), 2), dtype=np.float64)
+    if not hists:
+        return out
+    out[:, 0] = low_q.end_values(mat, noiseless)
+    out[:, 1] = high_q.end_values(mat, noiseless)
+    return out
+
+
+def quantile_level(mp: MeasurePlan) -> float:
+    """The confidence of a quantile's interval: 1 - the two ends' miss probabilities."""
+    if mp.bounds is None:
+        return 0.0
+    return 1.0 - sum(q.miss_probability(abs(q.offset)) for q in mp.bounds)

@@ -381,7 +381,9 @@ def interval_notices(
         body = item.this if isinstance(item, exp.Alias) else item
         if pos in direct:
             s = a.statistics[direct[pos]]
-            if s.func in ("quantile", "mode") and plan is not None:
+            if s.func == "quantile" and plan is not None:
+                out.append(f"{names[pos]}: {quantile_note(plan, s, confidence)}")
+            elif s.func == "mode" and plan is not None:
                 out.append(
                     f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"
                 )
@@ -402,6 +404,23 @@ def interval_notices(
 def _noisy(node: exp.Expression) -> bool:
     """True when an output reads a noisy statistic (keys and GROUPING() are exact)."""
     return any(c.name.startswith("_dp_s") for c in node.find_all(exp.Column))
+
+
+def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
+    """What a quantile's interval means (dpsql.execute.noise.quantile_ends), in words."""
+    from dpsql.execute.noise import quantile_level
+
+    level = quantile_level(plan.measure_plan(s.measures[0]))
+    if conf > level:
+        return (
+            f"no interval at {conf:g} (its interval holds at {level:.4g}: SET dpsql.confidence "
+            f"to that or less); {selection_accuracy(plan, s, conf)}"
+        )
+    return (
+        f"the interval holds the quantile of the rows kept by the contribution bounds with "
+        f"probability >= {level:.4g} (two more selections aimed past the target, half of its "
+        f"budget); {selection_accuracy(plan, s, conf)}"
+    )
 
 
 def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:

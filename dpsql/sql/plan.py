@@ -54,10 +54,16 @@ class MeasurePlan:
     measure: Measure
     mechanism: Laplace | Gaussian | Quantile | Mode
     sensitivity: Fraction  # before grid rounding slack (for selection: of the utility, per group)
+    # a quantile's interval ends: the same selection aimed OFFSET rows below / above the target
+    bounds: tuple[Quantile, Quantile] | None = None
 
     @property
     def key(self) -> str:
         return self.measure.key
+
+    @property
+    def costs(self) -> list[Cost]:
+        return [self.mechanism.cost, *(b.cost for b in self.bounds or ())]
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class Plan:
 
     @property
     def cost(self) -> Cost:
-        costs = [mp.mechanism.cost for mp in self.measures]
+        costs = [c for mp in self.measures for c in mp.costs]
         if self.selection is not None:
             costs.append(self.selection.cost)
         costs += [b.cost for b in self.bias]
@@ -125,13 +131,26 @@ def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
     r = a.max_rows
     if m.kind == "quantile":
         assert m.quantile is not None
-        mech: Quantile | Mode = Quantile(
-            m.quantile, epsilon, m.lo, m.grid_hi or m.hi, m.buckets,
-            contribution_bound=r, max_groups=a.max_groups, integer=m.integral,
-        )  # fmt: skip
+
+        def q(eps: Fraction, offset: int = 0) -> Quantile:
+            return Quantile(
+                m.quantile, eps, m.lo, m.grid_hi or m.hi, m.buckets,  # type: ignore[arg-type]
+                contribution_bound=r, max_groups=a.max_groups, integer=m.integral, offset=offset,
+            )  # fmt: skip
+
+        # half the share for the answer, a quarter for each interval end (dpsql.dp.quantiles)
+        end = q(epsilon * QUANTILE_END_SHARE)
+        k = math.ceil(end.gap_bound(QUANTILE_END_ALPHA)) + 2 if end.group_epsilon > 0 else 2
+        ends = (q(epsilon * QUANTILE_END_SHARE, -k), q(epsilon * QUANTILE_END_SHARE, k))
+        point = q(epsilon * (1 - 2 * QUANTILE_END_SHARE))
+        return MeasurePlan(m, point, Fraction(r), ends)
     else:
         mech = Mode(epsilon, contribution_bound=r, max_groups=a.max_groups)
     return MeasurePlan(m, mech, Fraction(r))
+
+
+QUANTILE_END_SHARE = Fraction(1, 4)
+QUANTILE_END_ALPHA = 0.0025  # each end misses with at most this probability: a 99.5% interval
 
 
 def _share(eps: Fraction, part: int, k: int) -> Fraction:
@@ -169,6 +188,8 @@ def check_noise(plan: Plan) -> Plan:
     """
     for mp in plan.measures:
         m = mp.mechanism
+        if any(not _selection_ok(b) for b in mp.bounds or ()):
+            m = mp.bounds[0]  # type: ignore[index]
         if isinstance(m, (Quantile, Mode)) and not _selection_ok(m):
             raise InvalidParameter(
                 f"epsilon {_sci(plan.epsilon)} is too small for {mp.measure.kind}: its share per "

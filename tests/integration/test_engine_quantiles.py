@@ -144,8 +144,9 @@ def test_noisy_answers_on_demo_data(engine: Engine) -> None:
     for row in r.rows:
         assert 0 <= row[1] <= 100 and 0 <= row[2] <= 100 and 0 <= row[3] <= 500_000
         assert row[4] in range(1, 17)
-        assert row[names.index("m_low")] is None and row[names.index("n_low")] is not None
-    assert any(n.startswith("m: no value interval") and "rank" in n for n in r.notices)
+        m_low, m_high = row[names.index("m_low")], row[names.index("m_high")]
+        assert 0 <= m_low <= m_high <= 100 and row[names.index("n_low")] is not None
+    assert any(n.startswith("m: the interval holds") and "rank" in n for n in r.notices)
     assert any(n.startswith("e: no value interval") for n in r.notices)
 
 

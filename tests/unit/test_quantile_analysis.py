@@ -107,7 +107,10 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     plan = make_plan(a, Fraction(3), Fraction(0))
     mechs = [mp.mechanism for mp in plan.measures]
     assert isinstance(mechs[0], Quantile) and isinstance(mechs[1], Quantile)
-    assert mechs[0].epsilon == 1 and mechs[0].contribution_bound == 3 and mechs[0].max_groups == 2
+    # each selection's share: half for the answer, a quarter for each end of its interval
+    assert mechs[0].epsilon == Fraction(1, 2) and plan.measures[0].bounds is not None
+    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(1, 4)] * 2
+    assert mechs[0].contribution_bound == 3 and mechs[0].max_groups == 2
     assert mechs[0].integer and mechs[0].buckets == 11
     assert plan.cost.epsilon == 3 and plan.cost.rho == 0
     # Gaussian for the count: the selections keep their pure epsilon, the count gets the rest.
