@@ -75,12 +75,15 @@ class Event:
         return epsilon_lower_bound(h_d, len(out_d), h_d2, len(out_d2), delta, alpha)
 
 
-def choose_event(sel_d: np.ndarray, sel_d2: np.ndarray, delta: float = 0.0) -> Event:
+def choose_event(
+    sel_d: np.ndarray, sel_d2: np.ndarray, delta: float = 0.0, n_measure: int | None = None
+) -> Event:
     """The threshold event with the largest estimated epsilon lower bound on a selection sample.
 
     Candidates: ``out >= t`` and ``out <= t`` for t among the sample's values (at most ~400
-    quantiles), in both directions. The score is the bound of :func:`epsilon_lower_bound` at a
-    moderate level (alpha 0.05) on the selection sample, so events too rare to measure lose.
+    quantiles), in both directions. The score predicts the audit's own bound: the selection
+    sample's hit rates scaled to ``n_measure`` draws (default: 5x the selection) at the audit's
+    level (alpha 1e-6), so an event too rare to measure, or lucky on a small count, loses.
     Nothing here reads the mechanism: only its outputs on the two neighbours.
     """
     a = np.sort(np.asarray(sel_d, dtype=float).ravel())
@@ -89,6 +92,7 @@ def choose_event(sel_d: np.ndarray, sel_d2: np.ndarray, delta: float = 0.0) -> E
     if len(values) > 400:
         values = np.unique(np.quantile(values, np.linspace(0, 1, 401)))
     na, nb = len(a), len(b)
+    m = n_measure or 5 * min(na, nb)
     ge_a = na - np.searchsorted(a, values, side="left")
     ge_b = nb - np.searchsorted(b, values, side="left")
     le_a = np.searchsorted(a, values, side="right")
@@ -97,7 +101,9 @@ def choose_event(sel_d: np.ndarray, sel_d2: np.ndarray, delta: float = 0.0) -> E
     for upper, (hits_a, hits_b) in ((True, (ge_a, ge_b)), (False, (le_a, le_b))):
         for flip in (False, True):
             num, den, n_num, n_den = (hits_a, hits_b, na, nb) if flip else (hits_b, hits_a, nb, na)
-            score = _vector_bound(num, n_num, den, n_den, delta, 0.05)
+            predicted_num = np.floor(num / n_num * m)
+            predicted_den = np.minimum(np.ceil((den + 0.5) / n_den * m), m)
+            score = _vector_bound(predicted_num, m, predicted_den, m, delta, ALPHA)
             i = int(np.argmax(score))
             if score[i] > best.score:
                 best = Event(float(values[i]), upper, flip, float(score[i]))

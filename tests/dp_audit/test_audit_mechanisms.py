@@ -32,7 +32,7 @@ Release = Callable[[int], np.ndarray]
 def audit(on_d: Release, on_d2: Release, n: int, delta: float = 0.0) -> float:
     """epsilon lower bound (level 1 - 1e-6) for an event chosen from a separate selection sample
     of n/5 draws a side (``auditing.choose_event``: from the outputs, never from the claim)."""
-    event = choose_event(on_d(n // 5), on_d2(n // 5), delta)
+    event = choose_event(on_d(n // 5), on_d2(n // 5), delta, n_measure=n)
     return event.epsilon_lower_bound(on_d(n), on_d2(n), delta)
 
 
@@ -47,8 +47,8 @@ def draws(request: pytest.FixtureRequest) -> int:
 # the extreme unit's contribution; the best events ("output >= t" for t >= the contribution) have
 # likelihood ratio exactly e^(epsilon) (up to the conservative rounding of the scale). Broken:
 # sensitivity halved, realized 2 epsilon = 2; with N = 1e5 the bound loses < 0.5 to sampling and
-# to a selection sample's imperfect choice (it read 1.9-2.0 for the count and 1.55-1.9 for the sum
-# over 4 runs; the correct mechanism 0.88-0.98).
+# to a selection sample's imperfect choice (it read 1.95-1.97 for the count and 1.92-1.94 for the sum
+# over 6 runs; the correct mechanism 0.90-0.97).
 LAPLACE_CASES = [(Fraction(1), Fraction(1)), (Fraction(10), grid_for(Fraction(10)))]
 
 
@@ -76,7 +76,7 @@ def test_laplace_audit_flags_half_noise(sens: Fraction, grid: Fraction) -> None:
 # event comes from a selection sample of the outputs (never from the claimed sigma, which is
 # exactly what a broken mechanism gets wrong). Broken: a declared sensitivity of 4 for neighbours 8
 # apart (sigma 4): its best events ({out >= 7..10}) realize epsilon 2.4-3.4 at that delta (the
-# bound read 3.19-3.24 over 4 runs, the correct mechanism's 0.86-0.91).
+# bound read 2.98-3.30 over 6 runs, the correct mechanism's 0.89-0.92).
 
 
 def _discrete_gaussian_delta(sigma2: float, shift: int, eps: float) -> tuple[float, int]:

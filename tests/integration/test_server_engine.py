@@ -85,7 +85,7 @@ def test_portal_row_limit_charges_once(server: ServerThread, ledger: Ledger) -> 
     c.send(m.Parse("", sql), m.Bind("", ""), m.Execute("", 2), m.Execute("", 2), m.Execute("", 2),
            m.Sync())  # fmt: skip
     msgs = c.until_ready()
-    assert not [x for x in msgs if isinstance(x, m.ErrorResponse)], msgs
+    assert not [x for x in msgs if type(x) is m.ErrorResponse], msgs  # notices may come too
     assert sum(isinstance(x, m.DataRow) for x in msgs) == 5
     assert sum(isinstance(x, m.PortalSuspended) for x in msgs) == 2
     c.close()
