@@ -220,7 +220,7 @@ def _gaussian_release_audit(engines: tuple[Engine, Engine], name: str, n: int) -
     delta, _ = _discrete_gaussian_delta(
         float(mech.sigma2 / grid**2), int(mech.sensitivity / grid), GAUSS_EPS
     )
-    event = choose_event(selection[0], selection[1], delta)
+    event = choose_event(selection[0], selection[1], delta, n_measure=n)
     return event.epsilon_lower_bound(outputs[0], outputs[1], delta)
 
 
