@@ -90,6 +90,7 @@ class Engine:
         self._lock = threading.Lock()
         self.caches = EngineCaches.sized(cache_size)  # what dpsql/execute/ reads and fills
         self._views: dict[str, Policy] = {}
+        self._column_orders: dict[str, tuple[str, ...]] = {}  # table -> attnum order
         self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
         self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
 
@@ -181,7 +182,7 @@ class Engine:
         analysis = None
         if qkind == "private":
             try:
-                tree, analysis = _private_shape(tree, view)
+                tree, analysis = _private_shape(tree, view, self.column_order)
             except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
                 from dpsql.execute.tree import prepare_tree
 
@@ -336,6 +337,20 @@ class Engine:
             return prepared.analysis
         return analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
 
+    def column_order(self, table: str) -> tuple[str, ...]:
+        """A table's column names in PostgreSQL's order (attnum), read once per table."""
+        hit = self._column_orders.get(table)
+        if hit is None:
+            rows = self.backend.run(
+                "SELECT a.attname::text FROM pg_catalog.pg_attribute AS a "
+                "WHERE a.attrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
+                "AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+                tuple(table.split(".", 1)),
+                private=False,
+            ).rows
+            hit = self._column_orders[table] = tuple(str(r[0]) for r in rows)
+        return hit
+
     def check_epsilon(self, analyst_name: str, eps: Fraction) -> None:
         """Refuse (22023) a per-query epsilon outside ``analyst_name``'s policy range.
 
@@ -395,11 +410,13 @@ class Engine:
         return group_keys.resolve_keys_from(self, ref)
 
 
-def _private_shape(tree: exp.Expr, view: Policy) -> tuple[exp.Expr, Analysis | None]:
+def _private_shape(
+    tree: exp.Expr, view: Policy, order: Callable[[str], Sequence[str]]
+) -> tuple[exp.Expr, Analysis | None]:
     """A private statement's tree and analysis; a zero-row shape (``LIMIT 0``, ``WHERE
     false``) is a public statement over the declared columns (analysis None), ``SELECT
     DISTINCT`` of columns with declared keys their GROUP BY (:mod:`dpsql.sql.bi_shapes`)."""
-    zero = zero_row_query(tree, view)
+    zero = zero_row_query(tree, view, order)
     if zero is not None:
         return zero, None
     grouped = distinct_as_group_by(tree)

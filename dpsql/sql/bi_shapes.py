@@ -4,7 +4,7 @@
   how Superset, pandas, ORMs and JDBC tools discover a result's columns. It returns no row, so it
   is answered with the row description alone, free of charge: :func:`zero_row_query` turns it into
   a public statement that names only the policy's declared columns (``*`` expands to them, in the
-  policy's order; an undeclared column is 42703, as in the catalog) and reads no row upstream
+  table's order; an undeclared column is 42703, as in the catalog) and reads no row upstream
   (``WHERE false LIMIT 0`` over the tables, no user expression but column references and casts).
 * **Distinct keys.** ``SELECT DISTINCT region FROM purchases`` (a filter dropdown) is
   :func:`distinct_as_group_by`'s ``SELECT region FROM purchases GROUP BY region``: a GROUP BY
@@ -20,6 +20,8 @@
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 from sqlglot.optimizer.simplify import simplify
@@ -60,8 +62,13 @@ def _plain(tree: exp.Expr) -> bool:
                exp.Identifier) for s in sources)  # fmt: skip
 
 
-def zero_row_query(tree: exp.Expr, policy: Policy) -> exp.Select | None:
+def zero_row_query(
+    tree: exp.Expr, policy: Policy, order: Callable[[str], Sequence[str]] | None = None
+) -> exp.Select | None:
     """The public statement answering a zero-row shape of ``tree``, or None if it is not one.
+
+    ``order(table)``: the table's column names in PostgreSQL's order (``*`` lists the declared
+    ones in it); without it, the policy's order.
 
     Raises:
         UndefinedColumn: 42703, a column the policy does not declare (hidden, as in the catalog).
@@ -72,7 +79,7 @@ def zero_row_query(tree: exp.Expr, policy: Policy) -> exp.Select | None:
         return None
     if not all(_item_ok(e) for e in tree.expressions):
         return None
-    tables = _sources(tree, policy)
+    tables = _sources(tree, policy, order)
     for col in tree.find_all(exp.Column):
         if not isinstance(col.this, exp.Star):
             _resolve(col, tables)
@@ -94,11 +101,16 @@ def _item_ok(item: exp.Expr) -> bool:
 Source = tuple[str, str, tuple[str, ...] | None]  # alias, qualified name, declared columns
 
 
-def _sources(tree: exp.Select, policy: Policy) -> list[Source]:
+def _sources(
+    tree: exp.Select, policy: Policy, order: Callable[[str], Sequence[str]] | None
+) -> list[Source]:
     out: list[Source] = []
     for name, table in referenced_tables(tree):
         private = policy.private_table(name)
         cols = tuple(private.columns) if private is not None else None
+        if cols is not None and order is not None:
+            rank = {c: i for i, c in enumerate(order(name))}
+            cols = tuple(sorted(cols, key=lambda c: rank.get(c, len(rank))))
         out.append((table.alias_or_name, name, cols))
     return out
 

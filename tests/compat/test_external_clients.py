@@ -118,12 +118,19 @@ def test_jdbc(dpsql_server: Server) -> None:
     s = dpsql_server
     res = subprocess.run(
         ["java", "-cp", JDBC_JAR, str(HERE / "clients" / "Client.java"), s.host, str(s.port),
-         s.dbname, s.user, s.password, "meta", f"sql:{AGGREGATE}", f"stmt:{AGGREGATE}", f"sql:{RAW}"],
+         s.dbname, s.user, s.password, "meta", f"sql:{AGGREGATE}", f"stmt:{AGGREGATE}", f"sql:{RAW}",
+         f"sql:{RAW} LIMIT 0"],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    meta, prepared, plain, raw = _json_lines(res.stdout)
+    meta, prepared, plain, raw, zero = _json_lines(res.stdout)
     assert meta["ok"], meta
+    assert meta["catalogs"] == [[s.dbname]]  # the database the client named (issue 17)
+    assert {"int4", "text", "numeric", "timestamptz"} <= {t[0] for t in meta["type_info"]}
+    assert ["pg_catalog", "concat_ws"] in meta["functions"]
+    assert meta["function_columns"], meta  # its arguments' types (regtype names)
+    assert zero["ok"] and zero["rows"] == [], zero  # column discovery: LIMIT 0 (issue 17)
+    assert zero["columns"] == PUMS_COLUMNS, zero
     assert {t[1] for t in meta["tables"]} == VISIBLE_TABLES
     assert {c[1] for c in meta["columns"] if c[0] == "pums"} == set(PUMS_COLUMNS)
     for idx in meta["indexes"]:

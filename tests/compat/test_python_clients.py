@@ -252,6 +252,8 @@ def test_sqlalchemy(dpsql_server: Server) -> None:
         assert set(insp.get_table_names()) == VISIBLE_TABLES
         cols = [c["name"] for c in insp.get_columns("pums")]
         assert cols == PUMS_COLUMNS
+        types = {c["name"]: type(c["type"]).__name__ for c in insp.get_columns("purchases")}
+        assert types["amount"] == "NUMERIC" and types["purchased_at"] == "DATE", types
         assert insp.get_pk_constraint("pums")["constrained_columns"] == []
         assert insp.get_foreign_keys("purchases")[0]["referred_table"] == "regions"
         no_hidden(insp.get_indexes("purchases"))
@@ -264,6 +266,21 @@ def test_sqlalchemy(dpsql_server: Server) -> None:
             with pytest.raises(sa.exc.DBAPIError) as info:
                 c.execute(sa.select(pums)).all()
             assert info.value.orig.sqlstate == REFUSED_SQLSTATE  # type: ignore[union-attr]
+        with engine.connect() as c:  # column discovery (Superset, ORMs): free, no row
+            # (a literal LIMIT 0, as Superset and pandas send it; SQLAlchemy's bound LIMIT $1
+            # with 0 is still refused: its value is unknown when the statement is prepared)
+            res = c.execute(sa.text("SELECT * FROM pums LIMIT 0"))
+            assert list(res.keys()) == PUMS_COLUMNS and res.all() == []
+        per_query = sa.create_engine(  # epsilon per connection, as Superset's extra options
+            engine.url, connect_args={"options": "-c dpsql.epsilon=0.5"}
+        )
+        try:
+            with per_query.connect() as c:
+                assert c.execute(sa.text("SHOW dpsql.epsilon")).scalar() == "0.5"
+                plan = "\n".join(c.execute(sa.text("EXPLAIN " + AGGREGATE)).scalars())
+                assert "epsilon=0.5" in plan
+        finally:
+            per_query.dispose()
 
         class Base(orm.DeclarativeBase):
             pass
@@ -297,5 +314,18 @@ def test_pandas(dpsql_server: Server) -> None:
         assert sqlstate_in_chain(info.value) == REFUSED_SQLSTATE
         tables = pd.read_sql(TABLES_SQL, engine)
         assert set(tables["table_name"]) == VISIBLE_TABLES
+        grouped = pd.read_sql(
+            "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM pums GROUP BY sex "
+            "ORDER BY sex",
+            engine,
+            dtype={"avg_income": "float64"},
+        )
+        assert grouped["sex"].tolist() == [0, 1]  # the declared keys
+        assert str(grouped["n"].dtype) == "int64" and str(grouped["sex"].dtype) == "int64"
+        assert str(grouped["avg_income"].dtype) == "float64"
+        empty = pd.read_sql("SELECT * FROM pums LIMIT 0", engine)  # pandas' column discovery
+        assert list(empty.columns) == PUMS_COLUMNS and len(empty) == 0
+        keys = pd.read_sql("SELECT DISTINCT educ FROM pums ORDER BY educ", engine)
+        assert keys["educ"].tolist() == list(range(1, 17))
     finally:
         engine.dispose()

@@ -56,6 +56,9 @@ public class Client {
         b.append(",\"columns\":").append(rows(md.getColumns(null, "public", "%", "%"), "TABLE_NAME", "COLUMN_NAME", "TYPE_NAME"));
         b.append(",\"schemas\":").append(rows(md.getSchemas(), "TABLE_SCHEM"));
         b.append(",\"catalogs\":").append(rows(md.getCatalogs(), "TABLE_CAT"));
+        b.append(",\"type_info\":").append(rows(md.getTypeInfo(), "TYPE_NAME", "DATA_TYPE"));
+        b.append(",\"functions\":").append(rows(md.getFunctions(null, "pg_catalog", "concat_ws"), "FUNCTION_SCHEM", "FUNCTION_NAME"));
+        b.append(",\"function_columns\":").append(rows(md.getFunctionColumns(null, "pg_catalog", "concat_ws", "%"), "FUNCTION_NAME", "COLUMN_NAME", "TYPE_NAME"));
         List<String> names = new ArrayList<>();
         ResultSet t = md.getTables(null, "public", "%", new String[] {"TABLE"});
         while (t.next()) names.add(t.getString("TABLE_NAME"));
