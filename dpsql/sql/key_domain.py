@@ -26,7 +26,7 @@ answer too small, never release a private value or raise the sensitivity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -183,21 +183,49 @@ def _atom(h: Hypothesis, side: exp.Expression, op: type, other: exp.Expression) 
     return None
 
 
-def truth(node: exp.Expression, h: Hypothesis) -> Truth:
-    """The truth values ``node`` may take on a row satisfying ``h``."""
+def condition_key(node: exp.Expression) -> tuple[str, bool]:
+    """A condition's identity for :mod:`dpsql.sql.case_keys`: (SQL, negated). Comparisons of
+    the same two operands share one: ``a >= b`` is NOT ``a < b`` and ``b > a`` is ``a < b``
+    (in SQL's three-valued logic, for the totally ordered types of row-level values)."""
+    if not isinstance(node, _COMPARISONS):
+        return node.sql("postgres"), False
+    a, b = _strip(node.this), _strip(node.expression)
+    op: type = type(node)
+    if op in (exp.GT, exp.GTE):  # x > y is y < x
+        a, b, op = b, a, exp.LT if op is exp.GT else exp.LTE
+    negated = False
+    if op is exp.NEQ:
+        op, negated = exp.EQ, True
+    sa, sb = a.sql("postgres"), b.sql("postgres")
+    if op is exp.EQ:
+        lo, hi = sorted((sa, sb))
+        return f"{lo} = {hi}", negated
+    if op is exp.LTE:  # a <= b is NOT b < a
+        a, b, sa, sb, negated = b, a, sb, sa, True
+    return f"{sa} < {sb}", negated
+
+
+def truth(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None = None) -> Truth:
+    """The truth values ``node`` may take on a row satisfying ``h`` (and where each condition
+    whose SQL is in ``fixed`` has that truth value: :mod:`dpsql.sql.case_keys`)."""
     node = _strip(node)
     if node.args.get("negate"):  # x IS NOT NULL, x NOT LIKE ...: sqlglot's flag, not a Not node
         plain = node.copy()
         plain.set("negate", None)
-        return frozenset(_NOT[t] for t in truth(plain, h))
+        return frozenset(_NOT[t] for t in truth(plain, h, fixed))
     if isinstance(node, exp.And):
-        return _combine(_and3, (truth(x, h) for x in (node.this, node.expression)))
+        return _combine(_and3, (truth(x, h, fixed) for x in (node.this, node.expression)))
     if isinstance(node, exp.Or):
-        return _combine(_or3, (truth(x, h) for x in (node.this, node.expression)))
+        return _combine(_or3, (truth(x, h, fixed) for x in (node.this, node.expression)))
     if isinstance(node, exp.Not):
-        return frozenset(_NOT[t] for t in truth(node.this, h))
+        return frozenset(_NOT[t] for t in truth(node.this, h, fixed))
     if isinstance(node, exp.Boolean):
         return _T if node.this else _F
+    if fixed:
+        sql, negated = condition_key(node)
+        got = fixed.get(sql)
+        if got is not None:
+            return frozenset(_NOT[got] if negated else got)
     if isinstance(node, _COMPARISONS):
         op = type(node)
         got = _atom(h, node.this, op, node.expression)
@@ -272,7 +300,11 @@ class KeyFilter:
             lo,
             hi,
         )
-        return "t" in truth(self.where, h)
+        if "t" not in truth(self.where, h):
+            return False
+        from dpsql.sql.case_keys import case_admits  # (it builds on this module)
+
+        return case_admits(self.key, text, self.where, h)
 
     def narrow(self, keys: Sequence[str]) -> tuple[str, ...]:
         return tuple(k for k in keys if self.admits(k))
@@ -348,6 +380,21 @@ def listed_domain(
     return None if got is None else tuple(sorted(got))
 
 
+def literal_text(node: exp.Expression | None) -> tuple[str, str | None] | None:
+    """A CASE result as (kind, text PostgreSQL prints; None for NULL), or None if not a literal."""
+    r = _strip(node) if node is not None else None
+    v = constant(r) if r is not None else NULL
+    if isinstance(v, _Null):
+        return "null", None
+    if isinstance(v, str) and isinstance(r, exp.Literal):
+        return "text", v
+    if isinstance(v, bool):
+        return "boolean", "true" if v else "false"
+    if isinstance(v, Fraction) and _plain_number(r):
+        return "number", _number_text(r)
+    return None
+
+
 def case_domain(node: exp.Expression) -> tuple[tuple[str, ...], bool, TypeFamily] | None:
     """A CASE whose results are all literals: (their texts, whether NULL is possible, family).
 
@@ -359,27 +406,19 @@ def case_domain(node: exp.Expression) -> tuple[tuple[str, ...], bool, TypeFamily
     if not isinstance(node, exp.Case):
         return None
     results = [i.args.get("true") for i in node.args.get("ifs") or []]
-    default = node.args.get("default")
-    null = default is None
-    values: list[Const] = [constant(r) for r in [*results, *([default] if default else [])]]
+    null = False
     texts: list[str] = []
     kinds: set[str] = set()
-    for r, v in zip([*results, default], values, strict=False):
-        r = _strip(r) if r is not None else r
-        if isinstance(v, _Null):
+    for r in [*results, node.args.get("default")]:
+        got = literal_text(r)
+        if got is None:
+            return None
+        kind, text = got
+        if text is None:
             null = True
             continue
-        if isinstance(v, str) and isinstance(r, exp.Literal):
-            kinds.add("text")
-            texts.append(v)
-        elif isinstance(v, bool):
-            kinds.add("boolean")
-            texts.append("true" if v else "false")
-        elif isinstance(v, Fraction) and _plain_number(r):
-            kinds.add("number")
-            texts.append(_number_text(r))
-        else:
-            return None
+        kinds.add(kind)
+        texts.append(text)
     if len(kinds) > 1:
         return None
     kind = kinds.pop() if kinds else "text"

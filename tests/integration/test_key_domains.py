@@ -130,6 +130,11 @@ SELECTION_FREE = [
     "SELECT tier, COUNT(*) FROM visits WHERE day >= now() - INTERVAL '3 years' "
     "AND day < current_date AND day <= current_timestamp AND day < localtimestamp GROUP BY tier",
     "SELECT day, COUNT(*) FROM visits WHERE day IN ('2025-01-08', DATE '2025-01-15') GROUP BY day",
+    # a WHERE clause on the CASE's own conditions leaves only the results it can reach
+    "SELECT CASE WHEN score < 50 THEN 'low' ELSE 'high' END AS band, COUNT(*) FROM visits "
+    "WHERE score >= 50 GROUP BY 1",
+    "SELECT band, COUNT(*) FROM (SELECT CASE WHEN score < 30 THEN 'low' WHEN score < 60 THEN "
+    "'mid' END AS band FROM visits WHERE score < 60 AND NOT score < 30) t GROUP BY band",
     # grouping sets: each set's keys narrowed alike (the grand total row keeps NULL)
     "SELECT kind, tier, COUNT(*) FROM visits WHERE kind IN ('a', 'b') AND tier <> 4 "
     "GROUP BY ROLLUP (kind, tier)",

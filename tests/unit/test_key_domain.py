@@ -243,3 +243,25 @@ def test_date_trunc_domain_from_declared_bounds() -> None:
 )
 def test_trunc_as_postgresql(unit: str, t: datetime, expected: datetime) -> None:
     assert trunc(t, unit) == expected
+
+
+BANDS = "CASE WHEN amount < 100 THEN 'small' WHEN amount < 300 THEN 'mid' END"
+
+
+@pytest.mark.parametrize(
+    ("where", "keys", "null"),
+    [
+        ("amount < 100", ("small",), False),
+        ("amount >= 100", ("mid",), True),  # NULL: amount >= 300
+        ("100 <= amount AND amount < 300", ("mid",), False),
+        # amount < 100 is another condition to dpsql (it doesn't order the constants): 'small'
+        # stays, a noisy empty group at worst, never a dropped one
+        ("NOT (amount < 300)", ("small",), True),
+        ("amount > 5", ("small", "mid"), True),  # another comparison: anything goes
+        ("amount < 100 OR category = 'books'", ("small", "mid"), True),
+        ("amount IS NULL", ("small", "mid"), True),  # (conditions are independent: sound)
+    ],
+)
+def test_where_narrows_case_results(where: str, keys: tuple[str, ...], null: bool) -> None:
+    g = run(f"SELECT {BANDS} AS b, COUNT(*) FROM purchases WHERE {where} GROUP BY 1").group_keys[0]
+    assert (g.keys, g.null_key) == (keys, null)
