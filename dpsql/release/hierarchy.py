@@ -18,6 +18,10 @@ Privacy: the counts are contribution-bounded per unit (at most R rows per unit i
 discrete Laplace of scale (h + 1) R / epsilon on every node (epsilon / (h + 1) per level,
 sequential composition), epsilon-DP. delta > 0: discrete Gaussian with rho / (h + 1) per level,
 rho-zCDP. The consistency step and every range sum are post-processing.
+
+On few bins a tree loses to the flat histogram (every level costs a share of the budget): the
+plan compares, by the exact mean range variance (data-independent), every B in BRANCHINGS and
+the flat histogram (the leaves alone, the whole budget), and takes the best.
 """
 
 from __future__ import annotations
@@ -42,14 +46,23 @@ class TreePlan:
     branching: int
     height: int
     mechanism: Mechanism
+    top: int = 0  # the first measured level: 0 the root; ``height`` a flat histogram
 
     @property
     def leaves(self) -> int:
         return int(self.branching**self.height)
 
     @property
+    def levels(self) -> int:
+        return self.height - self.top + 1
+
+    @property
+    def flat(self) -> bool:
+        return self.top == self.height
+
+    @property
     def cost(self) -> Cost:
-        return sequential([self.mechanism.cost] * (self.height + 1))
+        return sequential([self.mechanism.cost] * self.levels)
 
 
 MAX_OPERATOR = 4_000_000  # leaves x nodes of the dense operator used for the exact error
@@ -57,7 +70,7 @@ MAX_OPERATOR = 4_000_000  # leaves x nodes of the dense operator used for the ex
 
 def exact_size(plan: TreePlan) -> bool:
     """Whether the exact range error can be computed (dense leaves x nodes operator)."""
-    nodes = sum(plan.branching**level for level in range(plan.height + 1))
+    nodes = sum(plan.branching**level for level in range(plan.top, plan.height + 1))
     return plan.leaves * nodes <= MAX_OPERATOR
 
 
@@ -74,31 +87,36 @@ def plan_tree(
     delta: Fraction,
     rows_bound: int,
     branching: int | None = None,
+    flat: bool = False,
 ) -> TreePlan:
-    """The plan for ``n`` ordered bins; ``branching`` None: the B minimizing the mean range
-    variance (:func:`mean_range_variance`, data-independent)."""
+    """The plan for ``n`` ordered bins; ``branching`` None: among the trees (every B of
+    BRANCHINGS) and the flat histogram, the one with the smallest mean range variance
+    (:func:`mean_range_variance`, data-independent); ``flat``: the bins alone, whole budget."""
     if branching is None:
         plans = [plan_tree(n, epsilon, delta, rows_bound, b) for b in BRANCHINGS]
+        plans.append(plan_tree(n, epsilon, delta, rows_bound, 2, flat=True))
         small = [p for p in plans if exact_size(p)]
         if not small:  # too large to compare exactly: 16 (Qardaji, Yang & Li, VLDB 2013)
             return plan_tree(n, epsilon, delta, rows_bound, 16)
         return min(small, key=mean_range_variance)
     h = height_for(n, branching)
-    levels = h + 1
+    top = h if flat else 0
+    levels = h - top + 1
     r = Fraction(rows_bound)
     if delta == 0:
         mech: Mechanism = Laplace(sensitivity=r, epsilon=epsilon / levels)
     else:
         mech = Gaussian(sensitivity=r, rho=epsilon_to_rho(epsilon, delta) / levels)
-    return TreePlan(n, branching, h, mech)
+    return TreePlan(n, branching, h, mech, top)
 
 
 def tree_counts(plan: TreePlan, leaves: np.ndarray) -> list[np.ndarray]:
-    """Exact counts of every level (level 0: the total), leaves padded with zeros."""
+    """Exact counts of the measured levels (``top`` first; level 0 is the total), leaves padded
+    with zeros."""
     x = np.zeros(plan.leaves, dtype=np.int64)
     x[: plan.n] = np.asarray(leaves, dtype=np.int64)
     levels = [x]
-    for _ in range(plan.height):
+    for _ in range(plan.height - plan.top):
         levels.append(levels[-1].reshape(-1, plan.branching).sum(axis=1))
     return levels[::-1]
 
@@ -112,8 +130,9 @@ def measure_tree(plan: TreePlan, leaves: np.ndarray) -> list[np.ndarray]:
 
 
 def consistent_leaves(plan: TreePlan, noisy: list[np.ndarray]) -> np.ndarray:
-    """The least-squares consistent leaves (Hay et al.'s two passes), the first n of them."""
-    b, h = plan.branching, plan.height
+    """The least-squares consistent leaves (Hay et al.'s two passes, each subtree under a
+    measured top node on its own), the first n of them. ``noisy[k]`` is level top + k."""
+    b, h = plan.branching, plan.levels - 1  # levels relative to the top
     z: list[np.ndarray] = [np.empty(0)] * (h + 1)
     z[h] = np.asarray(noisy[h], dtype=np.float64)
     for level in range(h - 1, -1, -1):
@@ -129,7 +148,7 @@ def consistent_leaves(plan: TreePlan, noisy: list[np.ndarray]) -> np.ndarray:
 
 def leaf_operator(plan: TreePlan) -> np.ndarray:
     """The matrix L (leaves x nodes) with consistent leaves = L y (the estimator is linear)."""
-    sizes = [plan.branching**level for level in range(plan.height + 1)]
+    sizes = [plan.branching**level for level in range(plan.top, plan.height + 1)]
     total = sum(sizes)
     cols = []
     for k in range(total):

@@ -66,7 +66,8 @@ def run_ranges(
     src = resolve(policy.for_analyst(analyst), upstream, table, [column], bins)
     bound = Bound.for_source(src, "per_unit")
     plan = plan_tree(src.shape[0], eps, delta_f, bound.rows, branching)
-    fingerprint = f"release ranges {src.table} [{src.axes[0].name}] B={plan.branching}"
+    shape = "flat" if plan.flat else f"B={plan.branching}"
+    fingerprint = f"release ranges {src.table} [{src.axes[0].name}] {shape}"
     with Steps(["reserve budget", "count", "noise", "write"], console, progress) as steps:
         with steps.step("reserving the privacy budget"):
             charge = Charge(ledger, analyst, plan.cost, fingerprint, delta_f, "hierarchy")
@@ -119,9 +120,14 @@ def _meta(
             "epsilon": float(eps),
             "delta": float(delta),
             "rho": float(plan.cost.rho) if plan.cost.rho else None,
-            "mechanism": f"hierarchy (Hay et al. 2010): {plan.mechanism.name} noise on every "
-            f"node of a {plan.branching}-ary tree of height {plan.height}, "
-            f"1/{plan.height + 1} of the budget per level",
+            "mechanism": (
+                f"flat histogram ({plan.mechanism.name} noise per bin): with this few bins no "
+                "tree has a smaller mean range error"
+                if plan.flat
+                else f"hierarchy (Hay et al. 2010): {plan.mechanism.name} noise on every node "
+                f"of a {plan.branching}-ary tree of height {plan.height}, 1/{plan.levels} of the "
+                "budget per level"
+            ),
             "privacy_unit": src.private.privacy_unit,
             "contribution_bound": {"rows_per_unit": bound.rows},
             "ledger_release_id": release_id,

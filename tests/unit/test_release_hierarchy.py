@@ -81,3 +81,14 @@ def test_range_error_formula_matches_simulation() -> None:
     assert abs(m.mean() - mean_range_variance(plan)) / se < stats.norm.isf(ALPHA / 10)
     assert abs(m.mean() - flat_range_variance(64, plan.mechanism)) / se > 10
     assert leaf_operator(plan).shape == (64, 1 + 4 + 16 + 64)
+
+
+def test_few_bins_are_released_flat() -> None:
+    """On 100 bins no tree beats the flat histogram on the mean range error: the plan is flat
+    (the leaves alone, the whole budget: epsilon-DP with one level)."""
+    plan = plan_tree(100, Fraction(1), Fraction(0), 2)
+    assert plan.flat and plan.levels == 1 and plan.cost.epsilon == 1
+    flat = plan_tree(1, Fraction(1), Fraction(0), 2, 2).mechanism
+    assert mean_range_variance(plan) == pytest.approx(flat_range_variance(100, flat))
+    noisy = measure_tree(plan, np.arange(100))
+    assert len(noisy) == 1 and consistent_leaves(plan, noisy).tolist() == noisy[0][:100].tolist()
