@@ -41,6 +41,17 @@ class OutputLine:
     half_width: str
 
 
+def _key_line(a: Analysis, i: int) -> str:
+    """The group key's line with its public domain when the statement or the policy lists it
+    (the keys every release shows anyway: never data), e.g. "group key in ('books', 'travel')"."""
+    if i >= len(a.group_keys) or a.group_keys[i].keys is None:
+        return "group key"
+    g = a.group_keys[i]
+    shown = [f"'{k}'" for k in g.keys[:6]] + (["NULL"] if g.null_key else [])
+    more = f", ... {g.domain_size} keys" if len(g.keys) > 6 else ""
+    return f"group key in ({', '.join(shown)}{more})"
+
+
 @dataclass(frozen=True)
 class ExplainReport:
     sql: str
@@ -220,7 +231,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
             outs.append(
                 OutputLine(
                     names[pos],
-                    "group key",
+                    _key_line(a, int(body.name[len("_dp_g") :])),
                     "none (public key)" if not a.needs_selection else "partition selection",
                     "exact",
                 )
