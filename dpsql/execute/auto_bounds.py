@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpsql.dp.bounds import TopRank, default_rank
+from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import Prepared
 from dpsql.session import SessionContext
@@ -135,6 +136,15 @@ def measure(
     """Choose the missing bounds at ``slice_epsilon(epsilon)`` (charged, stored) and return all."""
     if not p.missing:
         return p.known
+    if round_down(slice_epsilon(epsilon, p) / len(p.missing)) <= 0:
+        # below what the exact sampler can draw: keep today's defaults, spend nothing
+        note = (
+            f"epsilon {float(epsilon):.3g} is too small to choose contribution bounds from the "
+            "data: 1 row and 1 group per unit are kept and values clamped to the declared bounds"
+        )
+        return AutoBounds(
+            p.known.chosen, Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
+        )
     spend = slice_epsilon(epsilon, p)
     mechs = mechanisms(p, epsilon)
     each = spend / len(p.missing)

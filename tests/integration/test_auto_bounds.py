@@ -177,3 +177,20 @@ def test_parameters_are_part_of_the_slice(charged: tuple[Engine, Ledger]) -> Non
     engine.execute(p, s, [2])  # a repeat: free
     engine.execute(p, s, [5])  # another filter: chooses again
     assert bound_releases(ledger) == [Fraction(1, 5)] * 2 and spent(ledger) == 2
+
+
+def test_an_epsilon_too_small_to_choose_keeps_the_defaults(
+    demo_dsn: str, demo_policy_auto: Any
+) -> None:
+    """Below what the exact sampler draws (2^-20 per bound), nothing is chosen or spent on
+    bounds: 1 row and 1 group per unit, said in the notice (was: an internal error)."""
+    policy = demo_policy_auto.model_copy(
+        update={"defaults": demo_policy_auto.defaults.model_copy(update={"min_epsilon": 1e-9})}
+    )
+    e = Engine(policy, demo_dsn, pool_size=2)
+    try:
+        r = e.execute(e.prepare(COUNT), SessionContext(epsilon=Fraction(1, 10**6)))
+        assert "too small to choose contribution bounds" in r.notices[0], r.notices
+        assert r.epsilon_spent == pytest.approx(1e-6)
+    finally:
+        e.close()

@@ -1,0 +1,106 @@
+"""The pure parts of ``auto`` contribution bounds: grids, the selection's utility, resolution."""
+
+from __future__ import annotations
+
+import doctest
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dpsql.dp import bounds
+from dpsql.dp.bounds import TopRank, default_rank, integer_grid, value_grid
+from dpsql.sql import auto_bounds
+from dpsql.sql.analyze import analyze
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+from dpsql.sql.parse import parse_statement
+from dpsql.sql.rewrite.measure_bounds import measure_bounds
+from tests.helpers import fixed_demo_policy
+
+
+def test_doctests() -> None:
+    for mod in (bounds, auto_bounds):
+        assert doctest.testmod(mod).failed == 0, mod.__name__
+
+
+def test_grids_are_increasing_and_end_at_the_declared_bound() -> None:
+    g = integer_grid(1_000_000)
+    assert g[:4] == (1, 2, 3, 4) and g[-1] == 1_000_000 and list(g) == sorted(set(g))
+    for anchor, far, integer in ((0, 500, False), (0, -500, False), (10, 20, True), (1, 10, True)):
+        v = value_grid(Fraction(anchor), Fraction(far), integer)
+        d = [abs(x - anchor) for x in v]
+        assert d == sorted(set(d)) and v[-1] == far and all(x != anchor for x in v)
+
+
+def test_utility_moves_by_at_most_one_between_neighbours() -> None:
+    """The sensitivity claim: adding one unit to any bucket moves every 4u(j) by at most 4."""
+    rng = np.random.default_rng(7)
+    for share in (Fraction(1, 4), Fraction(1, 2)):
+        for rank, _ in itertools.product((0, 3, 20, 10**9), range(40)):
+            counts = rng.integers(0, 6, size=12)
+            m = TopRank(Fraction(1), rank, share)
+            base = m.gaps(counts)
+            for j in range(12):
+                more = counts.copy()
+                more[j] += 1
+                assert np.abs(m.gaps(more) - base).max() <= 4, (counts, j)
+
+
+def test_a_broken_utility_would_be_caught() -> None:
+    """The same check flags a utility that counts rows instead of units (sensitivity R)."""
+    counts = np.array([5, 4, 3, 2, 1, 0])
+    m = TopRank(Fraction(1), 3)
+    more = counts.copy()
+    more[4] += 3  # one unit with 3 rows, counted 3 times
+    assert np.abs(m.gaps(more) - m.gaps(counts)).max() > 4
+
+
+def test_the_choice_lands_near_the_target_rank() -> None:
+    counts = np.array([0, 500, 300, 100, 50, 20, 10, 5, 0, 0, 0, 0])
+    m = TopRank(Fraction(1), 30)
+    picks = m.choose_many(counts, 2000)
+    # units 15-34 from the top are in bucket 5 (gap 0); the next best, bucket 4, has gap 5 (coin
+    # e^-2.5): P(bucket 5) > 0.95 per draw, so 1000 or fewer of 2000 has probability < 1e-300
+    assert np.bincount(picks, minlength=12)[5] > 1000
+    assert m.exact(counts) == 5
+    assert default_rank(Fraction(1, 5), 40) == 77
+
+
+def _analysis(sql: str, policy: object) -> object:
+    st = parse_statement(sql)
+    assert st.tree is not None
+    return analyze(st.tree, policy)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def auto_policy():  # type: ignore[no-untyped-def]
+    from dpsql.demo import POLICY
+    from dpsql.policy import load_policy
+
+    return load_policy(POLICY)
+
+
+def test_items_and_resolution(auto_policy) -> None:  # type: ignore[no-untyped-def]
+    a = _analysis("SELECT category, AVG(amount) FROM purchases GROUP BY category", auto_policy)
+    items = auto_items(a)  # type: ignore[arg-type]
+    assert [(i.kind, i.median) for i in items] == [("rows", True), ("value_hi", False)]
+    assert measure_bounds(a, items).sql("postgres").count("WIDTH_BUCKET") == 2  # type: ignore[arg-type]
+    chosen = AutoBounds(
+        (
+            ChosenBound("rows", "", Fraction(7), Fraction(1, 10), 1, 40),
+            ChosenBound("groups", "", Fraction(5), Fraction(0), 0, 0),
+            ChosenBound("value_hi", items[1].column, Fraction(120), Fraction(1, 10), 1, 40),
+        )
+    )
+    r = apply_bounds(a, chosen)  # type: ignore[arg-type]
+    assert (r.max_rows, r.max_groups) == (7, 5)
+    (s,) = r.statistics
+    assert (s.lo, s.hi) == (0, 120) and all(k in {m.key for m in r.measures} for k in s.measures)
+    assert "amount clamped to at most 120" in chosen.describe()
+
+
+def test_fixed_policies_have_nothing_to_choose() -> None:
+    a = _analysis("SELECT category, SUM(amount) FROM purchases GROUP BY category",
+                  fixed_demo_policy())  # fmt: skip
+    assert auto_items(a) == ()  # type: ignore[arg-type]
