@@ -28,6 +28,71 @@ class Finding:
     table: str
     column: str
     problem: str
+    warning: bool = False  # a deployment advice (yellow, exit status 0), not a mismatch
+
+
+CITUS_SQL = """
+SELECT n.nspname || '.' || c.relname, p.partmethod,
+       CASE WHEN p.partmethod = 'h' THEN column_to_column_name(p.logicalrelid, p.partkey) END,
+       p.colocationid
+FROM pg_dist_partition p
+JOIN pg_class c ON c.oid = p.logicalrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+"""
+
+
+def citus_findings(policy: Policy, conn: psycopg.Connection[tuple[object, ...]]) -> list[Finding]:
+    """On a Citus coordinator: private tables not distributed by their privacy unit (per-unit
+    bounding then runs on the coordinator, after every row was pulled there), private tables
+    distributed by their unit but not co-located (a join of two of them on the unit can't run on
+    the workers), and public tables that are hash-distributed (a join with a private table
+    repartitions; a reference table joins on every worker). Empty on plain PostgreSQL."""
+    if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is None:
+        return []
+    dist = {str(r[0]): (str(r[1]), r[2], r[3]) for r in conn.execute(CITUS_SQL).fetchall()}
+    out: list[Finding] = []
+    groups: dict[object, list[str]] = {}
+    for name, t in policy.tables.items():
+        if t.row_privacy:
+            continue
+        how = dist.get(name)
+        hint = f"SELECT create_distributed_table('{name}', '{t.privacy_unit}')"
+        if how is None:
+            problem = "a local table on the Citus coordinator: its queries don't scale out"
+        elif how[0] == "n":
+            problem = "a reference table: each query runs on one node, with every row"
+        elif how[0] != "h" or how[1] != t.privacy_unit:
+            problem = (
+                f"distributed by {how[1] or how[0]}, not by its privacy unit "
+                f"{t.privacy_unit}: per-unit bounding runs on the coordinator"
+            )
+        else:
+            groups.setdefault(how[2], []).append(name)
+            continue
+        out.append(Finding(name, "", f"{problem} ({hint})", warning=True))
+    if len(groups) > 1:
+        names = "; ".join(", ".join(v) for v in groups.values())
+        out.append(
+            Finding(
+                "(private tables)",
+                "",
+                f"distributed by their units but not co-located ({names}): joins on the unit "
+                "can't run on the workers (create_distributed_table(..., colocate_with => ...))",
+                warning=True,
+            )
+        )
+    for name in policy.public_tables:
+        how = dist.get(name)
+        if how is not None and how[0] == "h":
+            out.append(
+                Finding(
+                    name,
+                    "",
+                    "a hash-distributed public table: joins with private tables repartition "
+                    f"(SELECT undistribute_table('{name}'); SELECT create_reference_table('{name}'))",
+                    warning=True,
+                )
+            )
+    return out
 
 
 def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
@@ -38,6 +103,7 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
     )
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(q).fetchall()
+        citus = citus_findings(policy, conn)
     actual: dict[str, dict[str, str]] = {}
     for t, c, ty in rows:
         actual.setdefault(t, {})[c] = ty
@@ -63,7 +129,7 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
     for name in policy.public_tables:
         if name not in actual:
             out.append(Finding(name, "", "public table does not exist upstream"))
-    return out
+    return out + citus
 
 
 def deployment_notes(policy: Policy, console: Console) -> None:
@@ -144,7 +210,7 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
     if not upstream:
         return 0
     findings = catalog_findings(policy, upstream)
-    errors = [f for f in findings if "fine if intended" not in f.problem]
+    errors = [f for f in findings if "fine if intended" not in f.problem and not f.warning]
     for f in findings:
         style = "red" if f in errors else "yellow"
         console.print(

@@ -214,15 +214,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from dpsql.execute.embedded import start_cluster
     from dpsql.policy import load_policy
 
-    with console.status("starting PostgreSQL and loading the demo data..."):
-        cluster = start_cluster()
-        try:
-            dsn = _demo_database(cluster)
-            load_demo(dsn)
-        except BaseException:
-            cluster.stop()
-            raise
-    console.print(f"[green]PostgreSQL up[/green] on 127.0.0.1:{cluster.port}; policy {POLICY}")
+    cluster = None
+    if args.upstream:  # any PostgreSQL (a Citus coordinator: the tables are distributed)
+        dsn = args.upstream
+        with console.status("loading the demo data..."):
+            citus = load_demo(dsn)
+        how = " (Citus: distributed by their privacy units)" if citus else ""
+        console.print(f"[green]demo tables loaded[/green] upstream{how}; policy {POLICY}")
+    else:
+        with console.status("starting PostgreSQL and loading the demo data..."):
+            cluster = start_cluster()
+            try:
+                dsn = _demo_database(cluster)
+                load_demo(dsn)
+            except BaseException:
+                cluster.stop()
+                raise
+        console.print(f"[green]PostgreSQL up[/green] on 127.0.0.1:{cluster.port}; policy {POLICY}")
     policy = load_policy(POLICY)
     engine = Engine(policy, dsn, ledger=_ledger(argparse.Namespace(upstream=dsn), policy))
     try:
@@ -243,7 +251,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return rc if args.sql else 0
     finally:
         engine.close()
-        cluster.stop()
+        if cluster is not None:
+            cluster.stop()
 
 
 def _demo_database(cluster: Any) -> str:
@@ -293,6 +302,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--serve", action="store_true", help="then serve the wire protocol")
     d.add_argument("--listen", default="127.0.0.1:6543", help="host:port (port 0: any free port)")
     d.add_argument("--port-file", help="with --serve: write the bound port to this file")
+    d.add_argument(
+        "--upstream",
+        help="load the demo into this PostgreSQL (DSN; it drops and recreates purchases, pums "
+        "and regions there) instead of starting one; on a Citus coordinator, distributed",
+    )
     privacy_opts(d)
     d.set_defaults(func=cmd_demo)
 

@@ -64,11 +64,32 @@ ANALYZE purchases;
 """
 
 
-def load_demo(dsn: str) -> None:
-    """(Re)create the demo tables in the database at ``dsn``."""
+CITUS = """
+ALTER TABLE purchases DROP CONSTRAINT purchases_pkey;
+ALTER TABLE purchases ADD PRIMARY KEY (user_id, id);
+SELECT create_reference_table('regions');
+SELECT create_distributed_table('purchases', 'user_id');
+SELECT create_distributed_table('pums', 'pid', colocate_with => 'purchases');
+"""
+"""On a Citus coordinator: private tables distributed by their privacy unit and co-located (a
+unit's rows of both on one worker), the public table replicated to every worker. Citus wants the
+distribution column in every unique constraint, hence purchases' key (user_id, id)."""
+
+
+def is_citus(conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    """Whether the database at ``conn`` has the Citus extension (a coordinator)."""
+    return conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is not None
+
+
+def load_demo(dsn: str) -> bool:
+    """(Re)create the demo tables in the database at ``dsn`` (any PostgreSQL; on a Citus
+    coordinator, distributed: :data:`CITUS`). True when they were distributed."""
     csv = resources.files("dpsql.demo") / "pums.csv"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)
+        citus = is_citus(conn)
+        if citus:
+            conn.execute(CITUS)
         with (
             conn.cursor() as cur,
             cur.copy(
@@ -77,3 +98,4 @@ def load_demo(dsn: str) -> None:
         ):
             cp.write(csv.read_bytes())
         conn.execute(PURCHASES)
+    return citus

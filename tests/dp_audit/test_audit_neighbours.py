@@ -153,10 +153,15 @@ def kept_sql(private_sql: str) -> str:
     partials that bounding kept (the private SQL's own FROM and WHERE, without GROUP BY)."""
     q = sqlglot.parse_one(private_sql, read="postgres")
     assert isinstance(q, exp.Select)
+    ctes = q.args["with_"].copy()
+    source = q.args["from_"].this
+    if isinstance(source, exp.Subquery) and source.alias == "_dp_cells":
+        q = source.this  # bucketed measures: the cells' GROUP BY reads the kept rows
+        assert isinstance(q, exp.Select)
     kept = exp.select(exp.Star()).from_(q.args["from_"].this.copy())
     if q.args.get("where") is not None:
         kept = kept.where(q.args["where"].this.copy())
-    kept.set("with_", q.args["with_"].copy())
+    kept.set("with_", ctes)
     return kept.sql("postgres")
 
 

@@ -133,3 +133,19 @@ def test_demo_answers_the_queries_passed_and_exits(tmp_path: Path) -> None:
     assert "n (noisy)" in text and "spent epsilon=1" in text
     assert "ERROR 42501" in text
     assert "Example queries" not in text
+
+
+def test_demo_loads_into_a_given_upstream(make_db, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``dpsql demo --upstream DSN`` loads the demo into that PostgreSQL (no cluster of its own)
+    and answers there; on plain PostgreSQL nothing is distributed (tests/citus: on Citus)."""
+    dsn = make_db("demo_upstream")
+    out = tmp_path / "out.txt"
+    proc = _demo(["--upstream", dsn, "SELECT COUNT(*) FROM purchases"], out)
+    try:
+        assert proc.wait(timeout=STARTUP_S) == 0, out.read_text()
+    finally:
+        _stop(proc)
+    text = out.read_text()
+    assert "demo tables loaded" in text and "Citus" not in text, text
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM purchases").fetchone() == (122000,)
