@@ -61,6 +61,17 @@ class BiasTarget:
     sign: int  # +1: bounding only lowers it (counts, SUM over lo >= 0); -1: only raises it
     cap_steps: int  # C, in grid steps
     grid: Fraction  # 1 for integer measures, else a power of two about 2**-20 of the cap
+    # SUM: the range a row's value is clamped into for its *raw* partial: the declared bounds
+    # (interval arithmetic), so mass clamped off by a narrower chosen range (clamp: auto) counts
+    # as removed too; (0, 0) for counts
+    raw_lo: Fraction = Fraction(0)
+    raw_hi: Fraction = Fraction(0)
+
+    @property
+    def raw_clamp(self) -> bool:
+        """True when the raw values need a clamp of their own (declared range != measure's)."""
+        m = self.measure
+        return m.kind == "sum" and (self.raw_lo, self.raw_hi) != (m.lo, m.hi)
 
     @property
     def key(self) -> str:
@@ -79,17 +90,28 @@ def _grid(cap: Fraction) -> Fraction:
     return Fraction(2) ** (math.floor(math.log2(cap)) - GRID_BITS)
 
 
-def direction(m: Measure) -> int:
-    """+1 / -1 when bounding can only lower / raise measure ``m``; 0 when it can move it both
-    ways (centred sums, sums of mixed sign) or not at all (COUNT(DISTINCT unit))."""
+def direction(m: Measure, lo: Fraction | None = None, hi: Fraction | None = None) -> int:
+    """+1 / -1 when bounding can only lower / raise measure ``m`` (a SUM: when its values'
+    declared range [lo, hi] and its clamp range lie on one side of 0); 0 when it can move it both
+    ways (centred sums, sums of mixed sign)."""
     if m.kind in ("count_rows", "count_values", "count_units"):
         return 1
     if m.kind == "sum":
-        if m.lo >= 0:
+        lo, hi = (m.lo if lo is None else lo), (m.hi if hi is None else hi)
+        if lo >= 0 and m.lo >= 0:
             return 1
-        if m.hi <= 0:
+        if hi <= 0 and m.hi <= 0:
             return -1
     return 0
+
+
+def declared_range(a: Analysis, m: Measure) -> tuple[Fraction, Fraction]:
+    """The range of a SUM's argument from the declared bounds (the measure's own when the
+    argument has none, e.g. a literal)."""
+    from dpsql.sql.sensitivity import value_range
+
+    r = value_range(m.arg, a.column) if m.arg is not None else None
+    return (r.lo, r.hi) if r is not None else (m.lo, m.hi)
 
 
 def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTarget, ...]:
@@ -108,14 +130,16 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
     wanted = {s.measures[0] for s in a.statistics if s.func in ("count", "sum", "count_distinct")}
     out = []
     for i, m in enumerate(a.measures):
-        s = direction(m)
+        raw = declared_range(a, m) if m.kind == "sum" else (Fraction(0), Fraction(0))
+        s = direction(m, *raw) if m.kind == "sum" else direction(m)
         if m.kind == "count_units" and not needs_group_rank(a):
             continue  # every unit counts once in each of its groups: nothing is removed
         if s and m.key in wanted:
             # a unit loses at most R·c per group, or a whole group (1) for COUNT(DISTINCT unit)
             cap = Fraction(factor) * (a.max_groups if m.kind == "count_units" else r * m.per_row())
             grid = Fraction(1) if m.integral else _grid(cap)
-            out.append(BiasTarget(i, m, s, max(1, math.floor(cap / grid)), grid))
+            steps = max(1, math.floor(cap / grid))
+            out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
     return tuple(out)
 
 

@@ -297,3 +297,33 @@ def test_quantile_interval_covers(q_engine: Engine, agg: str) -> None:
 def test_quantile_answer_bucket_as_interval_fails(q_engine: Engine) -> None:
     got = _quantile_coverage(q_engine, "MAX(v)", broken=True)
     assert got < NEED, f"{got} of {DRAWS}"
+
+
+def test_removed_mass_counts_what_a_narrower_clamp_cut_off(engine: Engine) -> None:
+    """With a clamp narrower than the declared bounds (as ``clamp: auto`` chooses), the raw
+    partials read values clamped into the declared bounds: the removed mass is exactly, per
+    unit, ceil((raw - kept) / grid) counted up to the cap (R = 1, no GROUP BY), summed."""
+    from dataclasses import replace
+
+    from dpsql.execute.private_sql import bounded_sql
+    from dpsql.sql.auto_bounds import _restat
+    from dpsql.sql.bias import bias_targets
+
+    prepared = engine.prepare("SELECT SUM(v) FROM t")
+    a = prepared.analysis
+    assert a is not None
+    narrow = tuple(replace(m, hi=Fraction(20)) for m in a.measures)
+    renamed = {o.key: n for o, n in zip(a.measures, narrow, strict=True)}
+    a2 = replace(a, measures=narrow, statistics=tuple(_restat(s, renamed) for s in a.statistics))
+    (t,) = bias_targets(a2)
+    assert t.raw_clamp and (t.raw_lo, t.raw_hi) == (0, 50)
+    got = engine.backend.run(bounded_sql(prepared, a2), private=True).rows[0]
+    want = engine.backend.run(
+        "SELECT SUM(LEAST(CEIL((raw - kept) / %(grid)s), %(cap)s)) FROM (SELECT uid, "
+        "SUM(LEAST(GREATEST(v, 0), 50)) AS raw, LEAST(GREATEST(CASE WHEN COUNT(v) <= 1 THEN "
+        "SUM(LEAST(GREATEST(v, 0), 20)) ELSE SUM(LEAST(GREATEST(v, 0), 20)) / COUNT(v) END, 0), "
+        "20) AS kept FROM t GROUP BY uid) AS u",
+        {"grid": float(t.grid), "cap": t.cap_steps},
+        private=False,
+    ).rows[0][0]
+    assert int(got[-2]) == int(want) > 0

@@ -31,6 +31,8 @@ The proxy receives one row per group whatever the table size.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
@@ -203,6 +205,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
             vcols[key] = exp.column(f"_dp_v{len(vcols)}")
             inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}"))
         values.append(vcols[key])
+    raw_values = _raw_values(a, inner, vcols)
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
     filters = [c for c in (a.where, _key_filter(a)) if c is not None]
@@ -211,7 +214,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
 
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
-        return bound_partials(a, rows, values, salt)
+        return bound_partials(a, rows, values, salt, raw_values)
     measures = [
         exp.alias_(_measure_sql(m, v, a.unique_unit), f"_dp_m{i}")
         for i, (m, v) in enumerate(zip(a.measures, values, strict=True))
@@ -288,3 +291,25 @@ def _bounded(
         .with_("_dp_rows", as_=rows)
         .with_("_dp_bounded", as_=bounded)
     )
+
+
+def _raw_values(
+    a: Analysis, inner: list[exp.Expression], vcols: dict[str, exp.Expression]
+) -> dict[int, exp.Expression]:
+    """For each SUM bias target whose measure is clamped narrower than the declared bounds
+    (``clamp: auto``), a row-value column clamped into the declared bounds instead (added to
+    ``inner``): its raw partial then counts the clamped-off mass as removed (dpsql.sql.bias)."""
+    from dpsql.sql.bias import bias_targets
+
+    out: dict[int, exp.Expression] = {}
+    for t in bias_targets(a):
+        if not t.raw_clamp or t.measure.arg is None:
+            continue
+        m = replace(t.measure, lo=t.raw_lo, hi=t.raw_hi)
+        v = _value_sql(a, m)
+        key = v.sql("postgres")
+        if key not in vcols:
+            vcols[key] = exp.column(f"_dp_v{len(vcols)}")
+            inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}"))
+        out[t.index] = vcols[key]
+    return out

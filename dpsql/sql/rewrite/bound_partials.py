@@ -137,8 +137,10 @@ def bound_partials(
     rows: exp.Select,
     values: list[exp.Expression | None],
     salt: str,
+    raw_values: dict[int, exp.Expression] | None = None,
 ) -> exp.Select:
-    """The private SQL for decomposable measures (``values[i]``: measure i's value column)."""
+    """The private SQL for decomposable measures (``values[i]``: measure i's value column;
+    ``raw_values[i]``: the raw value column of bias target i when it differs)."""
     from dpsql.sql.bias import bias_targets
     from dpsql.sql.rewrite.measure_dropped import kept_only, measure_dropped, raw_partial_sql
 
@@ -168,7 +170,8 @@ def bound_partials(
         if targets:
             out = kept_only(out, keep)
         measures.append(exp.alias_(out, f"_dp_m{i}"))
-    raws = [exp.alias_(raw_partial_sql(t, values[t.index]), f"_dp_r{t.index}") for t in targets]
+    raw_of = {**{t.index: values[t.index] for t in targets}, **(raw_values or {})}
+    raws = [exp.alias_(raw_partial_sql(t, raw_of[t.index]), f"_dp_r{t.index}") for t in targets]
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
     keys = [unit, *gcols]
     partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws).from_("_dp_rows")
