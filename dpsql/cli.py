@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dpsql.demo import EXAMPLES
-from dpsql.errors import DpsqlError
+from dpsql.errors import DpsqlError, InvalidParameter
 from dpsql.result import Result
 from dpsql.session import SessionContext
 
@@ -205,7 +205,10 @@ def _print_report(rep: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from dpsql.check import check_policy
 
-    return check_policy(args.policy, args.upstream, console)
+    path = args.policy_option or args.policy or os.environ.get("DPSQL_POLICY")
+    if not path:
+        raise InvalidParameter("no policy file given", hint="dpsql check --policy FILE")
+    return check_policy(path, args.upstream, console)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -338,7 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "check", help="validate a policy (and, with --upstream, against the catalog)"
     )
-    c.add_argument("policy")
+    c.add_argument("policy", nargs="?", help="the policy YAML file (or --policy)")
+    c.add_argument("--policy", dest="policy_option", help=argparse.SUPPRESS)
     c.add_argument("--upstream")
     c.set_defaults(func=cmd_check)
     _extensions(sub)

@@ -175,24 +175,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p: argparse.ArgumentParser = subparsers.add_parser(
         "budget", help="show, grant or reset privacy budgets"
     )
-    p.add_argument(
-        "--policy",
-        required="DPSQL_POLICY" not in os.environ,
-        default=os.environ.get("DPSQL_POLICY"),
-        help="the policy YAML file (default $DPSQL_POLICY)",
-    )
-    p.add_argument(
-        "--ledger",
-        "--ledger-dsn",
-        dest="ledger_dsn",
-        default=os.environ.get("DPSQL_LEDGER") or os.environ.get("DPSQL_UPSTREAM"),
-        help="DSN of the ledger database (default $DPSQL_LEDGER, else $DPSQL_UPSTREAM: the ledger "
-        "lives in the upstream database unless dpsql serve was given another)",
-    )
-    p.add_argument("--ledger-schema", default="dpsql")
+    _common_options(p, top=True)
     sub = p.add_subparsers(dest="budget_command", required=True)
     s = sub.add_parser("show", help="spent and remaining per budget")
     s.add_argument("--analyst")
+    subs = [s]
     for name, helptext in (("grant", "add to a budget"), ("reset", "zero a budget's spending")):
         g = sub.add_parser(name, help=helptext)
         who = g.add_mutually_exclusive_group(required=True)
@@ -203,14 +190,41 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         if name == "grant":
             g.add_argument("--epsilon", default="0")
             g.add_argument("--delta", default="0")
+        subs.append(g)
+    for sp in subs:  # `dpsql budget show --policy ...` as well as `dpsql budget --policy ... show`
+        _common_options(sp, top=False)
     p.set_defaults(func=run)
     return p
+
+
+def _common_options(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """--policy, --ledger, --ledger-schema: on ``budget`` (with defaults) and on each of its
+    commands (without: a value given there overrides one given before the command)."""
+
+    def default(value: str | None) -> str | None:
+        return value if top else argparse.SUPPRESS
+
+    p.add_argument("--policy", default=default(os.environ.get("DPSQL_POLICY")),
+                   help="the policy YAML file (default $DPSQL_POLICY)")  # fmt: skip
+    p.add_argument(
+        "--ledger",
+        "--ledger-dsn",
+        dest="ledger_dsn",
+        default=default(os.environ.get("DPSQL_LEDGER") or os.environ.get("DPSQL_UPSTREAM")),
+        help="DSN of the ledger database (default $DPSQL_LEDGER, else $DPSQL_UPSTREAM: the ledger "
+        "lives in the upstream database unless dpsql serve was given another)",
+    )
+    p.add_argument("--ledger-schema", default=default("dpsql"))
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute a parsed ``dpsql budget ...`` command; prints the result."""
     from dpsql.policy.load import load_policy
 
+    if not args.policy:
+        raise InvalidParameter(
+            "no policy file given", hint="pass --policy FILE or set DPSQL_POLICY"
+        )
     if not args.ledger_dsn:
         raise InvalidParameter(
             "no ledger database given", hint="pass --ledger DSN or set DPSQL_LEDGER"

@@ -133,7 +133,7 @@ class Ledger:
                 open=True,
             )
             holder.append(pool)
-        except psycopg.OperationalError as e:
+        except psycopg.Error as e:  # e.g. no CREATE privilege, plpgsql missing: say which
             raise _unavailable(e) from e
         return cls(pool, policy, schema)
 

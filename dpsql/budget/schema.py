@@ -152,7 +152,9 @@ def migrate(conn: psycopg.Connection, schema: str) -> int:
                 hint="upgrade dpsql on this host, or point it at another ledger schema",
             )
         if have == 0:
-            conn.execute(_q("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+            exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema])
+            if exists.fetchone() is None:  # made by an admin for the ledger role: no CREATE needed
+                conn.execute(_q("CREATE SCHEMA {s}", schema))
             conn.execute(
                 _q(
                     "CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "

@@ -184,6 +184,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ", ".join(f"{k}={src}" for k, src in sorted(got.sources.items())) or "nowhere",
     )
     config = config_from_settings(st)
+    if not _startup_checks(policy, st):
+        return 1
     if st.port_file:  # a script waiting for the file must not read a previous run's port
         Path(st.port_file).unlink(missing_ok=True)
     try:
@@ -192,6 +194,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if st.port_file:
             Path(st.port_file).unlink(missing_ok=True)
     return 0
+
+
+def _startup_checks(policy: Policy, st: ServerSettings) -> bool:
+    """Log one line per problem :mod:`dpsql.startup_checks` finds; False when one is fatal."""
+    from dpsql.startup_checks import startup_problems
+
+    assert st.upstream is not None
+    problems = startup_problems(policy, st.upstream, st.ledger or st.upstream)
+    for p in problems:
+        (log.error if p.fatal else log.warning)("%s", p.text)
+    fatal = sum(p.fatal for p in problems)
+    if fatal:
+        log.error("not starting: %d problem(s) above (see docs/deploy.md)", fatal)
+    return not fatal
 
 
 def _run(policy: Policy, config: ServerConfig, st: ServerSettings) -> None:

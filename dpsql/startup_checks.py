@@ -1,0 +1,147 @@
+"""What ``dpsql serve`` checks before it listens: the policy against the upstream's catalog, the
+upstream role's privileges, and the ledger's database. One line per problem, in the operator's
+terms, each saying what to do (docs/deploy.md); no traceback.
+
+Read through ``pg_catalog`` (``to_regclass``, ``pg_attribute``, ``has_*_privilege``), not
+``information_schema``, which hides what the connecting role may not read: a table the role lacks
+SELECT on must be reported as such, not as missing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from dpsql.policy.model import Policy
+
+# policy type family -> format_type() names that agree ("enum": any enum type)
+AGREE: dict[str, frozenset[str]] = {
+    "integer": frozenset({"integer", "bigint", "smallint"}),
+    "numeric": frozenset({"numeric", "real", "double precision", "integer", "bigint", "smallint"}),
+    "boolean": frozenset({"boolean"}),
+    "text": frozenset({"text", "character varying", "character", "uuid", "enum", "citext"}),
+    "date": frozenset({"date"}),
+    "timestamp": frozenset({"timestamp without time zone", "timestamp with time zone"}),
+}
+WRITE_PRIVILEGES = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
+
+_COLUMNS = """
+SELECT a.attname,
+       CASE WHEN t.typtype = 'e' THEN 'enum'
+            ELSE regexp_replace(format_type(a.atttypid, NULL), '\\(.*\\)', '') END,
+       has_column_privilege(a.attrelid, a.attnum, 'SELECT')
+FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One finding: ``fatal`` ones stop ``dpsql serve``; the others are logged as warnings."""
+
+    text: str
+    fatal: bool = True
+
+
+def upstream_problems(policy: Policy, dsn: str) -> list[Problem]:
+    """The policy's tables and columns against the upstream, as its role sees them."""
+    out: list[Problem] = []
+    with psycopg.connect(dsn, connect_timeout=10, autocommit=True) as conn:
+        role, superuser = conn.execute(
+            "SELECT current_user, rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone() or ("?", False)
+        if superuser:
+            out.append(Problem(f'the upstream role "{role}" is a superuser: dpsql needs only '
+                               "SELECT on the policy's tables (docs/deploy.md)", fatal=False))  # fmt: skip
+        for name in (*policy.tables, *policy.public_tables):
+            out += _table_problems(conn, policy, name, str(role))
+    return out
+
+
+def _table_problems(
+    conn: psycopg.Connection[tuple[object, ...]], policy: Policy, name: str, role: str
+) -> list[Problem]:
+    found = conn.execute("SELECT to_regclass(%s)::oid", [name]).fetchone()
+    if found is None or found[0] is None:
+        return [Problem(f"table {name} named in the policy does not exist upstream")]
+    oid = found[0]
+    out: list[Problem] = []
+    readable = conn.execute("SELECT has_table_privilege(%s, 'SELECT')", [oid]).fetchone()
+    columns = {r[0]: (str(r[1]), bool(r[2])) for r in conn.execute(_COLUMNS, [oid]).fetchall()}
+    declared = policy.tables[name].columns if name in policy.tables else None
+    if not (readable and readable[0]):
+        wanted = list(declared) if declared is not None else list(columns)
+        denied = [c for c in wanted if c in columns and not columns[c][1]]
+        if denied:
+            out.append(Problem(f'the upstream role "{role}" may not read {name} '
+                               f"({', '.join(denied)}): GRANT SELECT ON {name} TO {role}"))  # fmt: skip
+    for privilege in WRITE_PRIVILEGES:
+        q = sql.SQL("SELECT has_table_privilege(%s, {})").format(sql.Literal(privilege))
+        row = conn.execute(q, [oid]).fetchone()
+        if row and row[0]:
+            out.append(Problem(f'the upstream role "{role}" has {privilege} on {name}: dpsql '
+                               "needs only SELECT (use a read-only role)", fatal=False))  # fmt: skip
+            break
+    if declared is None:
+        return out
+    for cname, col in declared.items():
+        got = columns.get(cname)
+        if got is None:
+            out.append(
+                Problem(f"column {name}.{cname} named in the policy does not exist upstream")
+            )
+        elif got[0] not in AGREE[col.family]:
+            out.append(Problem(f"column {name}.{cname}: the policy says {col.type}, the "
+                               f"database has {got[0]}"))  # fmt: skip
+    return out
+
+
+def ledger_problems(dsn: str, schema: str = "dpsql") -> list[Problem]:
+    """Whether the ledger's role can keep the ledger: its schema exists and is the role's, or the
+    role may create it; plpgsql is available (the ledger's append-only triggers use it)."""
+    out: list[Problem] = []
+    with psycopg.connect(dsn, connect_timeout=10, autocommit=True) as conn:
+        role = str((conn.execute("SELECT current_user").fetchone() or ("?",))[0])
+        db = str((conn.execute("SELECT current_database()").fetchone() or ("?",))[0])
+        owner = conn.execute(
+            "SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = %s", [schema]
+        ).fetchone()
+        if owner is None:
+            can = conn.execute("SELECT has_database_privilege(current_database(), 'CREATE')")
+            if not (can.fetchone() or (False,))[0]:
+                out.append(Problem(
+                    f'the ledger role "{role}" may not create the ledger schema "{schema}" in '
+                    f'database "{db}": CREATE SCHEMA {schema} AUTHORIZATION {role} (as an admin), '
+                    "or give --ledger a database the ledger role owns (docs/deploy.md)"))  # fmt: skip
+        elif owner[0] != role:
+            usable = conn.execute(
+                "SELECT has_schema_privilege(%s, 'CREATE') AND has_schema_privilege(%s, 'USAGE')",
+                [schema, schema],
+            ).fetchone()
+            if not (usable and usable[0]):
+                out.append(Problem(
+                    f'the ledger schema "{schema}" in database "{db}" belongs to "{owner[0]}", '
+                    f'not to the ledger role "{role}": ALTER SCHEMA {schema} OWNER TO {role}'))  # fmt: skip
+        lang = conn.execute("SELECT 1 FROM pg_language WHERE lanname = 'plpgsql'").fetchone()
+        if lang is None:
+            out.append(Problem(f'the ledger database "{db}" has no plpgsql: CREATE EXTENSION '
+                               "plpgsql (the ledger's append-only triggers need it)"))  # fmt: skip
+    return out
+
+
+def startup_problems(policy: Policy, upstream: str, ledger: str | None) -> list[Problem]:
+    """Everything :func:`upstream_problems` and :func:`ledger_problems` find (``ledger``: the
+    ledger's DSN, None without a ledger); a database that can't be reached is one problem."""
+    out: list[Problem] = []
+    for what, check in (
+        ("the upstream", lambda: upstream_problems(policy, upstream)),
+        ("the ledger database", lambda: ledger_problems(ledger) if ledger else []),
+    ):
+        try:
+            out += check()
+        except psycopg.Error as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            out.append(Problem(f"cannot check {what}: {first}"))
+    return out

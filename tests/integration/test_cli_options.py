@@ -1,0 +1,39 @@
+"""Options go where a user writes them (issue #20): `dpsql budget show --policy ...` as the README
+writes it, and before the command as docs/budget.md does; `dpsql check --policy ...` too."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+from dpsql.demo import POLICY
+from tests.helpers import ROOT
+
+
+def _dpsql(*words: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSQL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "dpsql", *words], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_budget_options_before_or_after_the_command(make_db: Callable[[str], str]) -> None:
+    ledger = make_db("cli_ledger")
+    for words in (
+        ("budget", "show", "--policy", str(POLICY), "--ledger", ledger),
+        ("budget", "--policy", str(POLICY), "--ledger", ledger, "show"),
+        ("budget", "--policy", str(POLICY), "show", "--ledger", ledger, "--analyst", "analyst"),
+    ):
+        res = _dpsql(*words)
+        assert res.returncode == 0, (words, res.stderr[-2000:])
+        assert "analyst" in res.stdout
+    res = _dpsql("budget", "show", "--ledger", ledger)
+    assert res.returncode == 1 and "no policy file given" in res.stdout + res.stderr
+
+
+def test_check_takes_the_policy_either_way() -> None:
+    for words in (("check", str(POLICY)), ("check", "--policy", str(POLICY))):
+        res = _dpsql(*words)
+        assert res.returncode == 0, res.stderr[-2000:]
