@@ -19,7 +19,8 @@ import itertools
 
 from sqlglot import exp
 
-from dpsql.sql.key_domain import Hypothesis, condition_key, literal_text, truth
+from dpsql.sql.key_domain import Hypothesis, condition_key, truth
+from dpsql.sql.key_literals import literal_text
 
 MAX_SHARED = 7  # 3^7 = 2187 assignments at most; more shared conditions: keep every result
 
@@ -28,10 +29,6 @@ def _leaves(node: exp.Expression) -> set[str]:
     """The SQL of the conditions ``node`` combines with AND/OR/NOT (negations unwrapped)."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if node.args.get("negate"):
-        plain = node.copy()
-        plain.set("negate", None)
-        return _leaves(plain)
     if isinstance(node, (exp.And, exp.Or)):
         return _leaves(node.this) | _leaves(node.expression)
     if isinstance(node, exp.Not):

@@ -14,7 +14,8 @@ from sqlglot import exp
 from dpsql.policy.model import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.date_domain import date_trunc_domain
-from dpsql.sql.key_domain import KeyFilter, case_domain, listed_domain
+from dpsql.sql.key_domain import KeyFilter
+from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.sources import Ctx
 
 

@@ -16,7 +16,9 @@ any truth value, so it never removes a key.
 **Domains from the query text**: ``WHERE k = 'a'`` or ``k IN ('a', 'b')`` (ANDed at the top
 level, or ORed together) bounds the values of ``k`` on kept rows, so those literals are a public
 domain even when the policy declares none: no partition selection (no threshold, no delta)
-is needed. ``CASE`` expressions whose results are all literals take only those values.
+is needed. ``CASE`` expressions whose results are all literals take only those values (both in
+:mod:`dpsql.sql.key_literals`; a CASE's results the WHERE clause can't reach:
+:mod:`dpsql.sql.case_keys`).
 
 Soundness: a domain is always applied upstream as a filter (``CAST(key AS text) IN (...)``,
 :func:`dpsql.sql.rewrite.bound_contributions`), so a row whose key text is not in the domain is
@@ -26,11 +28,15 @@ answer too small, never release a private value or raise the sensitivity.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+from functools import cached_property
+from typing import Any
 
 from sqlglot import exp
 
@@ -87,13 +93,13 @@ class Hypothesis:
     hi: datetime | None = None
 
 
-def _strip(node: exp.Expression) -> exp.Expression:
+def strip_parens(node: exp.Expression) -> exp.Expression:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
-def _coerce(v: Value, c: Const) -> Const:
+def coerce(v: Value, c: Const) -> Const:
     """``c`` as a value comparable with ``v`` (PostgreSQL coerces an untyped literal to the
     column's type); UNKNOWN when the comparison is not one dpsql models exactly."""
     if isinstance(c, (_Null, _Unknown)):
@@ -132,7 +138,7 @@ def _as_datetime(v: date | datetime) -> datetime:
 def _compare(op: type, v: Value, c: Const) -> Truth:
     if isinstance(v, _Null) or isinstance(c, _Null):
         return _N
-    c = _coerce(v, c)
+    c = coerce(v, c)
     if isinstance(c, _Unknown) or isinstance(c, _Null):
         return _ANY if isinstance(c, _Unknown) else _N
     a: object = _as_datetime(v) if isinstance(v, (date, datetime)) else v
@@ -153,7 +159,7 @@ def _compare(op: type, v: Value, c: Const) -> Truth:
 
 def _compare_range(op: type, lo: datetime, last: datetime, c: Const) -> Truth:
     """A comparison ``x op c`` for every x in [lo, last]: always, never or sometimes true."""
-    c = _coerce(lo, c)
+    c = coerce(lo, c)
     if isinstance(c, _Null):
         return _N
     if not isinstance(c, datetime):
@@ -173,13 +179,63 @@ _FLIP = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE}
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
+# Per narrowing: the SQL text and constant value of each operand, by node identity (the WHERE
+# tree is not changed while a domain is narrowed, and every node stays alive meanwhile).
+_MEMO: ContextVar[dict[tuple[str, int], Any] | None] = ContextVar("key_domain_memo", default=None)
+
+
+def _sql(node: exp.Expression) -> str:
+    memo = _MEMO.get()
+    if memo is None:
+        return strip_parens(node).sql("postgres")
+    key = ("s", id(node))
+    if key not in memo:
+        memo[key] = strip_parens(node).sql("postgres")
+    return str(memo[key])
+
+
+def _constant(node: exp.Expression) -> Const:
+    memo = _MEMO.get()
+    if memo is None:
+        return constant(node)
+    key = ("c", id(node))
+    if key not in memo:
+        memo[key] = constant(node)
+    value: Const = memo[key]
+    return value
+
+
+def _plain_sql(node: exp.Expression) -> str:
+    """The SQL of ``node`` without sqlglot's ``negate`` flag (x IS NOT NULL -> x IS NULL)."""
+    memo = _MEMO.get()
+    key = ("p", id(node))
+    if memo is not None and key in memo:
+        return str(memo[key])
+    plain = node.copy()
+    plain.set("negate", None)
+    text = plain.sql("postgres")
+    if memo is not None:
+        memo[key] = text
+    return text
+
+
+@contextmanager
+def memoized() -> Iterator[None]:
+    """Memoize operands' SQL and constants while one WHERE clause is evaluated many times."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
 def _atom(h: Hypothesis, side: exp.Expression, op: type, other: exp.Expression) -> Truth | None:
     """``side op other`` under ``h``, or None when ``side`` is neither the key nor its base."""
-    sql = _strip(side).sql("postgres")
+    sql = _sql(side)
     if sql == h.key:
-        return _compare(op, h.value, constant(other))
+        return _compare(op, h.value, _constant(other))
     if h.base is not None and sql == h.base and h.lo is not None and h.hi is not None:
-        return _compare_range(op, h.lo, h.hi, constant(other))
+        return _compare_range(op, h.lo, h.hi, _constant(other))
     return None
 
 
@@ -188,15 +244,17 @@ def condition_key(node: exp.Expression) -> tuple[str, bool]:
     the same two operands share one: ``a >= b`` is NOT ``a < b`` and ``b > a`` is ``a < b``
     (in SQL's three-valued logic, for the totally ordered types of row-level values)."""
     if not isinstance(node, _COMPARISONS):
-        return node.sql("postgres"), False
-    a, b = _strip(node.this), _strip(node.expression)
+        if node.args.get("negate"):  # the condition without its NOT (the caller negates)
+            return _plain_sql(node), False
+        return _sql(node), False
+    a, b = strip_parens(node.this), strip_parens(node.expression)
     op: type = type(node)
     if op in (exp.GT, exp.GTE):  # x > y is y < x
         a, b, op = b, a, exp.LT if op is exp.GT else exp.LTE
     negated = False
     if op is exp.NEQ:
         op, negated = exp.EQ, True
-    sa, sb = a.sql("postgres"), b.sql("postgres")
+    sa, sb = _sql(a), _sql(b)
     if op is exp.EQ:
         lo, hi = sorted((sa, sb))
         return f"{lo} = {hi}", negated
@@ -208,11 +266,7 @@ def condition_key(node: exp.Expression) -> tuple[str, bool]:
 def truth(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None = None) -> Truth:
     """The truth values ``node`` may take on a row satisfying ``h`` (and where each condition
     whose SQL is in ``fixed`` has that truth value: :mod:`dpsql.sql.case_keys`)."""
-    node = _strip(node)
-    if node.args.get("negate"):  # x IS NOT NULL, x NOT LIKE ...: sqlglot's flag, not a Not node
-        plain = node.copy()
-        plain.set("negate", None)
-        return frozenset(_NOT[t] for t in truth(plain, h, fixed))
+    node = strip_parens(node)
     if isinstance(node, exp.And):
         return _combine(_and3, (truth(x, h, fixed) for x in (node.this, node.expression)))
     if isinstance(node, exp.Or):
@@ -221,11 +275,19 @@ def truth(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None =
         return frozenset(_NOT[t] for t in truth(node.this, h, fixed))
     if isinstance(node, exp.Boolean):
         return _T if node.this else _F
+    got = _leaf(node, h, fixed)
+    if node.args.get("negate"):  # x IS NOT NULL, x NOT LIKE ...: sqlglot's flag, not a Not node
+        return frozenset(_NOT[t] for t in got)
+    return got
+
+
+def _leaf(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None) -> Truth:
+    """A condition's truth values, ignoring its ``negate`` flag (applied by the caller)."""
     if fixed:
         sql, negated = condition_key(node)
-        got = fixed.get(sql)
-        if got is not None:
-            return frozenset(_NOT[got] if negated else got)
+        value = fixed.get(sql)
+        if value is not None:
+            return frozenset(_NOT[value] if negated else value)
     if isinstance(node, _COMPARISONS):
         op = type(node)
         got = _atom(h, node.this, op, node.expression)
@@ -233,15 +295,18 @@ def truth(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None =
             got = _atom(h, node.expression, _FLIP.get(op, op), node.this)
         return got if got is not None else _ANY
     if isinstance(node, exp.Between) and not node.args.get("symmetric"):
-        low = exp.GTE(this=node.this, expression=node.args["low"])
-        high = exp.LTE(this=node.this, expression=node.args["high"])
-        return _combine(_and3, (truth(low, h), truth(high, h)))
-    if isinstance(node, exp.In) and not node.args.get("query") and not node.args.get("unnest"):
-        parts = [exp.EQ(this=node.this, expression=e) for e in node.expressions]
-        if parts and not node.args.get("field"):
-            return _combine(_or3, (truth(p, h) for p in parts))
+        low = _atom(h, node.this, exp.GTE, node.args["low"])
+        high = _atom(h, node.this, exp.LTE, node.args["high"])
+        return _combine(_and3, (low or _ANY, high or _ANY))
+    if (
+        isinstance(node, exp.In)
+        and node.expressions
+        and not any(node.args.get(k) for k in ("query", "unnest", "field"))
+    ):
+        parts = [_atom(h, node.this, exp.EQ, e) for e in node.expressions]
+        return _combine(_or3, (p or _ANY for p in parts))
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
-        sql = _strip(node.this).sql("postgres")
+        sql = _sql(node.this)
         if sql == h.key:
             return _T if isinstance(h.value, _Null) else _F
         if sql == h.base:
@@ -282,6 +347,14 @@ class KeyFilter:
     unit: str | None = None
     base_is_date: bool = False  # a date base takes whole days only (else microseconds)
 
+    @cached_property
+    def _key_sql(self) -> str:
+        return self.key.sql("postgres")
+
+    @cached_property
+    def _base_sql(self) -> str | None:
+        return self.base.sql("postgres") if self.base is not None else None
+
     def admits(self, text: str | None) -> bool:
         """False only when no row whose key prints as ``text`` can pass the WHERE clause."""
         v = key_value(text, self.family)
@@ -293,13 +366,7 @@ class KeyFilter:
 
             step = timedelta(days=1) if self.base_is_date else timedelta(microseconds=1)
             lo, hi = v, unit_end(v, self.unit) - step
-        h = Hypothesis(
-            self.key.sql("postgres"),
-            v,
-            self.base.sql("postgres") if self.base is not None else None,
-            lo,
-            hi,
-        )
+        h = Hypothesis(self._key_sql, v, self._base_sql, lo, hi)
         if "t" not in truth(self.where, h):
             return False
         from dpsql.sql.case_keys import case_admits  # (it builds on this module)
@@ -307,147 +374,5 @@ class KeyFilter:
         return case_admits(self.key, text, self.where, h)
 
     def narrow(self, keys: Sequence[str]) -> tuple[str, ...]:
-        return tuple(k for k in keys if self.admits(k))
-
-
-def _text_of(c: Const, family: TypeFamily) -> str | None:
-    """How PostgreSQL prints a value of the key's type equal to constant ``c`` (None: unsure)."""
-    if family == "text":
-        return c if isinstance(c, str) else None
-    if family == "integer":
-        v = _coerce(Fraction(0), c)
-        return str(int(v)) if isinstance(v, Fraction) and v.denominator == 1 else None
-    if family == "boolean":
-        v = _coerce(True, c)
-        return ("true" if v else "false") if isinstance(v, bool) else None
-    if family == "date":
-        if isinstance(c, str):
-            d = parse_date(c)
-            return d.isoformat() if d is not None else None
-        if isinstance(c, date) and not isinstance(c, datetime):
-            return c.isoformat()
-    return None  # numeric prints its scale (1.0 vs 1), timestamps their zone: not derived
-
-
-def _listed(node: exp.Expression, key: str, family: TypeFamily) -> set[str] | None:
-    """The values ``node`` being true allows for the key (None: any value)."""
-    node = _strip(node)
-    if node.args.get("negate"):
-        return None
-    if isinstance(node, exp.Or):
-        a = _listed(node.this, key, family)
-        b = _listed(node.expression, key, family)
-        return None if a is None or b is None else a | b
-    if isinstance(node, exp.And):
-        a = _listed(node.this, key, family)
-        b = _listed(node.expression, key, family)
-        if a is None or b is None:
-            return a if b is None else b
-        return a & b
-    consts: list[exp.Expression] = []
-    if isinstance(node, exp.EQ):
-        if _strip(node.this).sql("postgres") == key:
-            consts = [node.expression]
-        elif _strip(node.expression).sql("postgres") == key:
-            consts = [node.this]
-    elif (
-        isinstance(node, exp.In)
-        and not node.args.get("query")
-        and not node.args.get("unnest")
-        and not node.args.get("field")
-        and _strip(node.this).sql("postgres") == key
-    ):
-        consts = list(node.expressions)
-    if not consts:
-        return None
-    out = set()
-    for c in consts:
-        value = constant(c)
-        if isinstance(value, _Null):
-            continue  # k = NULL is never true
-        text = _text_of(value, family)
-        if text is None:
-            return None
-        out.add(text)
-    return out
-
-
-def listed_domain(
-    where: exp.Expression, key: exp.Expression, family: TypeFamily
-) -> tuple[str, ...] | None:
-    """The key values the WHERE clause lists (``k = c``, ``k IN (...)``), sorted; or None."""
-    got = _listed(where, key.sql("postgres"), family)
-    return None if got is None else tuple(sorted(got))
-
-
-def literal_text(node: exp.Expression | None) -> tuple[str, str | None] | None:
-    """A CASE result as (kind, text PostgreSQL prints; None for NULL), or None if not a literal."""
-    r = _strip(node) if node is not None else None
-    v = constant(r) if r is not None else NULL
-    if isinstance(v, _Null):
-        return "null", None
-    if isinstance(v, str) and isinstance(r, exp.Literal):
-        return "text", v
-    if isinstance(v, bool):
-        return "boolean", "true" if v else "false"
-    if isinstance(v, Fraction) and _plain_number(r):
-        return "number", _number_text(r)
-    return None
-
-
-def case_domain(node: exp.Expression) -> tuple[tuple[str, ...], bool, TypeFamily] | None:
-    """A CASE whose results are all literals: (their texts, whether NULL is possible, family).
-
-    ``CASE WHEN amount < 100 THEN 'small' ELSE 'large' END`` takes only 'small' and 'large',
-    whatever the data; without ELSE it may also be NULL. Mixed kinds (text and numbers) are left
-    to PostgreSQL's type resolution: None.
-    """
-    node = _strip(node)
-    if not isinstance(node, exp.Case):
-        return None
-    results = [i.args.get("true") for i in node.args.get("ifs") or []]
-    null = False
-    texts: list[str] = []
-    kinds: set[str] = set()
-    for r in [*results, node.args.get("default")]:
-        got = literal_text(r)
-        if got is None:
-            return None
-        kind, text = got
-        if text is None:
-            null = True
-            continue
-        kinds.add(kind)
-        texts.append(text)
-    if len(kinds) > 1:
-        return None
-    kind = kinds.pop() if kinds else "text"
-    if kind == "number":
-        scaled = any("." in t for t in texts)
-        if scaled and any("." not in t for t in texts):
-            return None  # integer results print differently once the CASE is numeric
-        family: TypeFamily = "numeric" if scaled else "integer"
-    else:
-        family = "boolean" if kind == "boolean" else "text"
-    return tuple(dict.fromkeys(texts)), null, family
-
-
-def _plain_number(node: exp.Expression | None) -> bool:
-    lit = node.this if isinstance(node, exp.Neg) else node
-    return (
-        isinstance(lit, exp.Literal)
-        and not lit.is_string
-        and all(ch.isdigit() or ch == "." for ch in str(lit.this))
-        and str(lit.this).count(".") <= 1
-    )
-
-
-def _number_text(node: exp.Expression | None) -> str:
-    neg = isinstance(node, exp.Neg)
-    lit = node.this if isinstance(node, exp.Neg) else node
-    assert isinstance(lit, exp.Literal)
-    d = Decimal(str(lit.this))
-    text = format(d, "f")
-    if "." not in text:
-        text = str(int(d))
-    return ("-" + text) if neg and d != 0 else text
+        with memoized():
+            return tuple(k for k in keys if self.admits(k))

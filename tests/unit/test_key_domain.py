@@ -18,7 +18,8 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.constants import NULL, UNKNOWN, constant
 from dpsql.sql.date_domain import date_trunc_domain, trunc
-from dpsql.sql.key_domain import KeyFilter, case_domain, listed_domain
+from dpsql.sql.key_domain import KeyFilter
+from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.parse import parse_statement
 from tests.helpers import fixed_demo_policy
 
