@@ -182,8 +182,12 @@ def _unestimated(a: Analysis, s: Statistic) -> str:
     if a.private.row_privacy:
         return "no contribution bounds apply"
     if s.func == "count_distinct":
-        return "the interval covers noise only: the contribution bounds can only lower it"
+        return (
+            "the interval covers the noise only, NOT what the contribution bounds left out "
+            "(they can only lower it): the truth may be above it"
+        )
     return (
-        "the interval covers noise only: the contribution bounds may move it either way "
-        "(not estimated)"
+        "the interval covers the noise only, NOT what the contribution bounds and clamping "
+        "changed (they may move it either way, by an amount not estimated): the truth may lie "
+        "outside it"
     )
