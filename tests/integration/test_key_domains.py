@@ -316,3 +316,43 @@ def test_generated_keys_print_as_postgresqls_date_trunc(visits_dsn: str) -> None
                 assert ts == got.isoformat(sep=" "), (unit, p)
                 day = datetime(p.year, p.month, p.day)
                 assert tz == f"{trunc(day, unit).isoformat(sep=' ')}+00", (unit, p)
+
+
+SOLO = 990001  # the only person with plan 'solo', kind 'e', zone 'W' on 2025-12-31
+
+
+def test_released_keys_are_the_same_on_neighbouring_databases(
+    engines: tuple[Engine, Engine], visits_dsn: str
+) -> None:
+    """The released groups of every domain shape are identical with and without one person
+    (whose rows alone carry some keys): they come from the policy and the statement. A twin that
+    took its keys from the data (PostgreSQL's own GROUP BY) differs on the same neighbours."""
+    noisy, _ = engines
+    shapes = [
+        "SELECT plan, COUNT(*) FROM visits WHERE plan IN ('free', 'solo') GROUP BY plan",
+        "SELECT kind, COUNT(*) FROM visits WHERE kind IN ('a', 'e') AND plan = 'solo' GROUP BY 1",
+        "SELECT zone, COUNT(*) FROM visits WHERE zone <> 'N' AND plan = 'solo' GROUP BY zone",
+        "SELECT CASE WHEN plan = 'solo' THEN 'solo' ELSE 'other' END AS p, COUNT(*) FROM visits "
+        "GROUP BY 1",
+        "SELECT date_trunc('month', day), COUNT(*) FROM visits WHERE plan = 'solo' "
+        "AND day >= DATE '2025-11-01' GROUP BY 1",
+    ]
+
+    def keys(sql: str) -> set[tuple[Any, ...]]:
+        return {tuple(r[:-1]) for r in answer(noisy, sql).rows}
+
+    def data_keys(sql: str) -> set[tuple[Any, ...]]:
+        return set(truth(visits_dsn, sql))
+
+    with psycopg.connect(visits_dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO visits VALUES (%s, 'e', 'solo', 1, 50, 'W', '2025-12-31', 10)", (SOLO,)
+        )
+    try:
+        with_solo = {q: (keys(q), data_keys(q)) for q in shapes}
+    finally:
+        with psycopg.connect(visits_dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM visits WHERE user_id = %s", (SOLO,))
+    for q in shapes:
+        assert keys(q) == with_solo[q][0], q
+        assert data_keys(q) != with_solo[q][1], q  # the data-derived twin would reveal SOLO
