@@ -226,16 +226,12 @@ class Query:
 def auto_draws(q: Query, runs: int) -> tuple[list[AutoBounds], str]:
     """``runs`` bound choices as a first statement makes them (one SQL, many draws)."""
     pend = auto_bounds.pending(q.engine, q.prepared, q.session, q.a)
-    mechs = auto_bounds.mechanisms(pend, EPSILON)
     hist = auto_bounds.histograms(q.engine, q.a, pend.missing) if pend.missing else []
-    picks = [m.choose_many(h, runs) for m, h in zip(mechs, hist, strict=True)]
     spend = auto_bounds.slice_epsilon(EPSILON, pend)
     out = []
-    for r in range(runs):
-        chosen = list(pend.known.chosen)
-        for it, m, p in zip(pend.missing, mechs, picks, strict=True):
-            chosen.append(ChosenBound(it.kind, it.column, it.grid[int(p[r])], m.epsilon, m.rank, 0))
-        out.append(AutoBounds(tuple(chosen), spend))
+    for _ in range(runs):
+        picks = auto_bounds.choose(q.a, pend, hist, EPSILON) if pend.missing else []
+        out.append(AutoBounds((*pend.known.chosen, *(c for c, _ in picks)), spend))
     typical = statistics.mode([b.describe() for b in out]) if out else ""
     return out, typical
 

@@ -16,6 +16,7 @@ that may depend on the data (a timeout) stays charged.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ from dpsql.sql.auto_bounds import (
     AutoBounds,
     AutoItem,
     ChosenBound,
+    apply_bounds,
     auto_items,
     fallback_note,
     policy_choices,
@@ -99,16 +101,56 @@ def slice_epsilon(epsilon: Fraction, p: Pending) -> Fraction:
 
 
 def mechanisms(p: Pending, epsilon: Fraction) -> list[TopRank]:
-    """The selection of each missing bound: ``slice_epsilon(epsilon)`` split evenly."""
+    """The selection of each missing bound: ``slice_epsilon(epsilon)`` split evenly (a clamp's
+    target rank as when nothing else is chosen: :func:`choose` may aim it lower)."""
     if not p.missing:
         return []
     each = slice_epsilon(epsilon, p) / len(p.missing)
-    return [
-        TopRank(each, 10**9, Fraction(1, 2))  # the median unit
-        if it.median
-        else TopRank(each, default_rank(each, len(it.grid)))
-        for it in p.missing
-    ]
+    return [_mechanism(it, each, 0) for it in p.missing]
+
+
+def _mechanism(it: AutoItem, each: Fraction, at_least: int) -> TopRank:
+    if it.median:
+        return TopRank(each, 10**9, Fraction(1, 2))  # the median unit
+    return TopRank(each, max(default_rank(each, len(it.grid)), at_least))
+
+
+def clamp_rank(a: Analysis, epsilon: Fraction) -> int:
+    """Units a clamp may leave above it given R, G and each measure's epsilon: the
+    bias-variance balance of Amin et al. (ICML 2019). Raising the clamp by dc moves the noise
+    of a sum by about sqrt(2) G R dc / epsilon_m and its bias by dc per row above it, so the
+    optimum leaves about sqrt(2) G R / epsilon_m rows above (units here: at least that many
+    rows). A function of the (already chosen or fixed) R and G and of epsilon: public."""
+    eps_m = epsilon / max(1, len(a.measures))
+    return math.ceil(math.sqrt(2) * a.max_groups * a.max_rows / float(eps_m)) if eps_m > 0 else 0
+
+
+def choose(
+    a: Analysis,
+    p: Pending,
+    hist: list[np.ndarray],
+    epsilon: Fraction,
+    noiseless: bool = False,
+) -> list[tuple[ChosenBound, TopRank]]:
+    """Each missing bound's choice (in ``p.missing`` order) and the mechanism that made it: R
+    and G first, then the clamps, aimed at :func:`clamp_rank` for the R and G in force
+    (post-processing of the R and G choices: the clamps' privacy does not depend on it)."""
+    each = slice_epsilon(epsilon, p) / len(p.missing)
+    out: dict[int, tuple[ChosenBound, TopRank]] = {}
+
+    def pick(i: int, it: AutoItem, m: TopRank) -> None:
+        idx = m.exact(hist[i]) if noiseless else m.choose(hist[i])
+        out[i] = (ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid)), m)
+
+    for i, it in enumerate(p.missing):
+        if it.kind in ("rows", "groups"):
+            pick(i, it, _mechanism(it, each, 0))
+    rg = AutoBounds((*p.known.chosen, *(c for c, _ in out.values())))
+    k = clamp_rank(apply_bounds(a, rg), epsilon - slice_epsilon(epsilon, p))
+    for i, it in enumerate(p.missing):
+        if i not in out:
+            pick(i, it, _mechanism(it, each, k))
+    return [out[i] for i in range(len(p.missing))]
 
 
 def histograms(
@@ -146,8 +188,7 @@ def measure(
             p.known.chosen, Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
         )
     spend = slice_epsilon(epsilon, p)
-    mechs = mechanisms(p, epsilon)
-    each = spend / len(p.missing)
+    mechs = mechanisms(p, epsilon)  # what each costs (the clamps' target rank comes later)
     ledger = engine.ledger
     reservations = []
     if ledger is not None:
@@ -171,9 +212,8 @@ def measure(
         raise
     chosen = list(p.known.chosen)
     digest = engine.repeat_digest(prepared.scope)
-    for i, (it, m) in enumerate(zip(p.missing, mechs, strict=True)):
-        idx = m.exact(hist[i]) if engine.noiseless else m.choose(hist[i])
-        c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
+    picks = choose(a, p, hist, epsilon, engine.noiseless)
+    for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
         if ledger is not None:
             earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
             if earlier is not None:  # a concurrent statement stored its choice first
