@@ -35,6 +35,8 @@ ROW_LEVEL_NODES: tuple[type[exp.Expression], ...] = (
     exp.LT,
     exp.LTE,
     exp.Is,
+    exp.NullSafeEQ,  # IS NOT DISTINCT FROM
+    exp.NullSafeNEQ,  # IS DISTINCT FROM
     exp.In,
     exp.Between,
     exp.Like,

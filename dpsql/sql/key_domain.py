@@ -281,6 +281,20 @@ def truth(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None =
     return got
 
 
+def _distinct(v: Value, c: Const, not_distinct: bool) -> Truth:
+    """``v IS NOT DISTINCT FROM c`` (``not_distinct``) or ``IS DISTINCT FROM``: never NULL."""
+    if isinstance(c, _Unknown):
+        return _ANY
+    if isinstance(v, _Null) or isinstance(c, _Null):
+        same = isinstance(v, _Null) and isinstance(c, _Null)
+    else:
+        eq = _compare(exp.EQ, v, c)
+        if eq not in (_T, _F):
+            return _ANY
+        same = eq == _T
+    return _T if same == not_distinct else _F
+
+
 def _leaf(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None) -> Truth:
     """A condition's truth values, ignoring its ``negate`` flag (applied by the caller)."""
     if fixed:
@@ -305,6 +319,10 @@ def _leaf(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None) 
     ):
         parts = [_atom(h, node.this, exp.EQ, e) for e in node.expressions]
         return _combine(_or3, (p or _ANY for p in parts))
+    if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)):  # IS [NOT] DISTINCT FROM
+        for side, other in ((node.this, node.expression), (node.expression, node.this)):
+            if _sql(side) == h.key:
+                return _distinct(h.value, _constant(other), isinstance(node, exp.NullSafeEQ))
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         sql = _sql(node.this)
         if sql == h.key:

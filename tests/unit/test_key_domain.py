@@ -52,6 +52,9 @@ NARROWED = [
     ("category NOT IN ('books', NULL)", ()),  # NOT IN with a NULL is never true
     ("category IS NULL", ()),
     ("category IS NOT NULL AND category = 'books'", ("books",)),
+    ("category IS NOT DISTINCT FROM 'books'", ("books",)),
+    ("category IS DISTINCT FROM 'books'", ("clothing", "electronics", "groceries", "travel")),
+    ("category IS DISTINCT FROM NULL", CATEGORIES),
     ("(category = 'books' AND amount > 5) OR category = 'travel'", ("books", "travel")),
     # conditions dpsql can't read leave the domain as declared (sound: never narrows wrongly)
     ("category = 'books' OR amount > 5", CATEGORIES),
