@@ -147,6 +147,11 @@ class Ledger:
         self.close()
 
     @property
+    def pool(self) -> psycopg_pool.ConnectionPool:
+        """The ledger's connection pool (its statistics are reported on /metrics)."""
+        return self._pool
+
+    @property
     def dataset(self) -> str:
         return self.policy.dataset
 

@@ -118,6 +118,12 @@ class ServerSettings(_Strict):
         default=None, description="allowed methods: scram-sha-256, md5, password, trust"
     )
     max_sessions: Annotated[int, Field(ge=1)] | None = None
+    metrics_listen: str | None = Field(
+        default=None, description="host:port of the Prometheus /metrics endpoint (default: off)"
+    )
+    log_statements: Literal["text", "redacted", "none"] | None = Field(
+        default=None, description="statement text in the statement log (default redacted)"
+    )
     max_sessions_per_analyst: Annotated[int, Field(ge=1)] | None = None
     max_message_size: Annotated[int, Field(ge=1024)] | None = None
     max_login_failures: Annotated[int, Field(ge=1, le=MAX_LOGIN_FAILURES)] | None = Field(

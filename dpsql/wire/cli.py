@@ -17,7 +17,7 @@ from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy.model import Policy
 from dpsql.policy.settings import Resolved, ServerSettings, parse_listen, resolve_server
 from dpsql.wire.auth import AuthConfig
-from dpsql.wire.log import LineFormatter
+from dpsql.wire.log import LineFormatter, set_statement_text
 from dpsql.wire.server import ServerConfig
 
 log = logging.getLogger("dpsql.serve")
@@ -78,6 +78,15 @@ def register(sub: Any) -> None:
     s.add_argument("--shutdown-grace", type=float, help="seconds (default 10)")
     s.add_argument("--workers", type=int, help="server processes sharing the port (default 1)")
     s.add_argument("--log-level", help="DEBUG, INFO (default), WARNING, ERROR")
+    s.add_argument(
+        "--metrics-listen",
+        help="host:port for Prometheus /metrics (default off; --workers: port + worker number)",
+    )
+    s.add_argument(
+        "--log-statements",
+        choices=["text", "redacted", "none"],
+        help="statement text in the JSON statement log: literals as ? (default), as sent, none",
+    )
     s.set_defaults(func=cmd_serve)
 
     v = sub.add_parser(
@@ -163,7 +172,7 @@ def config_from_settings(st: ServerSettings) -> ServerConfig:
     if st.shutdown_grace is not None:
         given["shutdown_grace_s"] = st.shutdown_grace
     for key in ("tls_cert", "tls_key", "require_tls", "max_message_size", "max_sessions",
-                "max_sessions_per_analyst"):  # fmt: skip
+                "max_sessions_per_analyst", "metrics_listen"):  # fmt: skip
         if getattr(st, key) is not None:
             given[key] = getattr(st, key)
     given["database"] = ""  # clients name the upstream's database (3D000 for any other)
@@ -184,6 +193,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ", ".join(f"{k}={src}" for k, src in sorted(got.sources.items())) or "nowhere",
     )
     config = config_from_settings(st)
+    set_statement_text(st.log_statements or "redacted")
     if not _startup_checks(policy, st):
         return 1
     if st.port_file:  # a script waiting for the file must not read a previous run's port

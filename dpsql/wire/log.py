@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from sqlglot import TokenType
 from sqlglot.dialects.postgres import Postgres
 
 from dpsql.errors import DpsqlError
+from dpsql.metrics import observe
 from dpsql.sql.prescan import prescan
 from dpsql.wire.parsing import LARGE_STATEMENT
 
@@ -83,8 +84,59 @@ def log_statement(**fields: Any) -> None:
     with the record's fixed attributes copied (:func:`_record`): this runs once per statement,
     on the server's event loop.
     """
+    observe(fields)
     if log.isEnabledFor(logging.INFO):
         log.handle(_record(_encode(fields)))
+
+
+StatementText = Literal["text", "redacted", "none"]
+STATEMENT_TEXT: StatementText = "redacted"
+"""What the statement log holds of a statement's text (``dpsql serve --log-statements``):
+``redacted`` (the default) with every literal replaced by ``?``, so the log holds no value an
+analyst typed; ``text`` as sent; ``none`` (the fingerprint only)."""
+MAX_LOGGED_TEXT = 10_000  # characters of a statement's text in its log line
+
+
+def set_statement_text(mode: StatementText) -> None:
+    global STATEMENT_TEXT
+    STATEMENT_TEXT = mode
+
+
+def statement_text(sql: str) -> str | None:
+    """A statement's text for its log line, as :data:`STATEMENT_TEXT` says.
+
+    >>> statement_text("SELECT a FROM t WHERE b = 'x' AND c > 3")
+    'SELECT a FROM t WHERE b = ? AND c > ?'
+    >>> set_statement_text("text"); statement_text("SELECT count(*) FROM t WHERE name = 'ann'")
+    "SELECT count(*) FROM t WHERE name = 'ann'"
+    >>> set_statement_text("redacted")
+    """
+    mode = STATEMENT_TEXT
+    if mode == "none":
+        return None
+    if len(sql) > MAX_LOGGED_TEXT:
+        sql = sql[:MAX_LOGGED_TEXT] + f"... ({len(sql)} characters)"
+    if mode == "text":
+        return sql
+    try:
+        toks = _DIALECT.tokenize(sql)
+    except Exception:
+        return "<untokenizable>"
+    out, pos = [], 0
+    for t in toks:
+        if t.token_type in _LITERALS:
+            start = t.start
+            while start > pos and sql[start - 1] in "'$Ee":  # the opening quote(s)
+                start -= 1
+            out.append(sql[pos:start] + "?")
+            end = t.end + 1
+            while end < len(sql) and sql[end] in "'$":
+                end += 1
+                if sql[end - 1] == "'":
+                    break
+            pos = end
+    out.append(sql[pos:])
+    return "".join(out)
 
 
 _LINE = log_statement.__code__.co_firstlineno

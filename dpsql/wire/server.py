@@ -66,6 +66,7 @@ class ServerConfig:
     # The database clients must name (others: 3D000); "" the upstream's own name; None any name
     # (in-process servers of tests and embedders). `dpsql serve` serves the upstream's.
     database: str | None = None
+    metrics_listen: str | None = None  # host:port of /metrics (dpsql.wire.observe); None: off
 
 
 def tls_context(config: ServerConfig) -> ssl.SSLContext | None:
@@ -115,6 +116,7 @@ class Server:
         self._stopping = False
         self._logins = 0  # connections authenticating now (this process)
         self.upstream: AsyncUpstream | None = None
+        self.metrics_port: int | None = None  # bound /metrics port (config.metrics_listen)
         self.identity = UpstreamIdentity(None, *FALLBACK_VERSION)
 
     @property
@@ -128,6 +130,10 @@ class Server:
         self.upstream = _async_upstream(self.engine) if self.config.fast_path else None
         if self.upstream is not None:
             await self.upstream.open()
+        if self.config.metrics_listen is not None:
+            from dpsql.wire.observe import start_metrics
+
+            self.metrics_port = start_metrics(self, self.config.metrics_listen)
         if self.relay is not None:
             asyncio.get_running_loop().add_signal_handler(relay_signal, self._relayed)
             self.relay.ready()

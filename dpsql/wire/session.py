@@ -30,7 +30,7 @@ from dpsql.wire.encode import row_encoders
 from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
 from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
-from dpsql.wire.log import fingerprint, log_statement
+from dpsql.wire.log import fingerprint, log_statement, statement_text
 from dpsql.wire.messages.backend import data_row, raw_data_row
 from dpsql.wire.parsing import parse_pool
 from dpsql.wire.state import REPORTED, Outcome, SessionState
@@ -291,6 +291,7 @@ class Session:
                 kind="refused", outcome=getattr(err, "sqlstate", None) or "XX000", epsilon=0.0,
                 delta=0.0, cached=False, rows=0,
                 latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+                statement=statement_text(text),
             )  # fmt: skip
             if err is not e:
                 raise err from None
@@ -349,6 +350,7 @@ class Session:
                 cached=res.cached if is_result else False,  # type: ignore[union-attr]
                 rows=len(res.rows) if res is not None else 0,
                 latency_ms=round((time.perf_counter() - t0) * 1000, 3),
+                statement=statement_text(stmt.sql),
             )
 
     def apply_effects(self, out: Outcome) -> None:

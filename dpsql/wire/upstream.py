@@ -104,6 +104,7 @@ class AsyncUpstream:
         self.timeout_ms = statement_timeout_ms
         self.max_size = max_size
         self.statements = 0  # statements run (tests and benchmarks read it)
+        self.lost = 0  # connections found dead (the upstream restarted)
         # (SQL, parameter types) PostgreSQL could not prepare as typed: run with literals instead
         self.literal_only: set[tuple[str, tuple[int, ...]]] = set()
         self._idle: list[UpstreamConn] = []
@@ -121,6 +122,11 @@ class AsyncUpstream:
             self._release(await self._acquire(), ok=True)
         except (psycopg.Error, OSError) as e:
             log.warning("fast path: no upstream connection yet (%s); connecting per statement", e)
+
+    def stats(self) -> dict[str, int]:
+        """Connections open, idle, statements waiting for one (as psycopg_pool names them)."""
+        return {"pool_size": self._size, "pool_available": len(self._idle),
+                "requests_waiting": len(self._waiters), "connections_lost": self.lost}  # fmt: skip
 
     async def close(self) -> None:
         self._closed = True
@@ -217,6 +223,7 @@ class AsyncUpstream:
         try:
             return await self._run(query, params, types, cancel, fmt)
         except _Lost:  # a dead connection (the upstream restarted): drop the idle ones, again
+            self.lost += 1
             self._sweep()
             return await self._run(query, params, types, cancel, fmt, retry=False)
 

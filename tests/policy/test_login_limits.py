@@ -163,6 +163,8 @@ def _served(
     log = tmp_path / "serve.log"
     with log.open("w+") as out:
         upstream = make_db("logins")
+        with psycopg.connect(upstream, autocommit=True) as conn:  # serve checks the policy's table
+            conn.execute("CREATE TABLE t (uid integer)")
         proc, port = start_serve(["--policy", str(policy), "--upstream", upstream,
                                   *flags], env=full, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
         _DATABASES[port] = db_name(upstream)  # the one database it serves
