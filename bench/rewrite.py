@@ -8,7 +8,11 @@ N/50,000 rows each) and a table
 ``people`` of N/10 rows whose privacy unit ``pid`` is its PRIMARY KEY, plus a public table
 ``items``; then prints, for every measure kind, the median time of the query as written on
 PostgreSQL (``plain``) and of the same query through dpsql's engine (plan, bounded SQL, noise,
-post-processing; no ledger), and their ratio. ``--citus DSN`` runs the same on a Citus coordinator
+post-processing, the ledger's charge; each execution at a slightly different epsilon, so none is a
+free repeat; contribution bounds the policy leaves ``auto`` are chosen by the first, warm-up
+execution and reused from the ledger, as in a deployment), and their ratio; and the per-unit
+floor: the plain query's rows grouped by (unit, keys), which any per-unit bounding must at least
+read and hash. ``--citus DSN`` runs the same on a Citus coordinator
 (tables distributed by their privacy unit; ``../shared/tools/citus-local.sh``). The load of the
 machine (``uptime``) is printed before and after each scale: the machine may be shared.
 
@@ -18,6 +22,7 @@ Generation is one ``INSERT ... SELECT`` per table (about 40 s for 10M rows on 2 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import subprocess
@@ -25,12 +30,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
@@ -174,8 +181,14 @@ def run_scale(
     print(f"load before: {uptime()}")
     policy_file = Path(tempfile.mkdtemp(prefix="dpsql-bench-")) / "policy.yaml"
     policy_file.write_text(POLICY)
-    engine = Engine(load_policy(policy_file), dsn)
-    session = SessionContext(analyst="bench")
+    policy = load_policy(policy_file)
+    engine = Engine(policy, dsn, ledger=Ledger.open(dsn, policy))
+    calls = itertools.count(1)
+
+    def session() -> SessionContext:
+        """A new epsilon for every execution: never a free repeat of an earlier answer."""
+        return SessionContext(analyst="bench", epsilon=Fraction(1) + Fraction(next(calls), 10**7))
+
     out = []
     print(
         "| measure kind | plain (ms) | dpsql (ms) | ratio | per-unit floor (ms) | dpsql / floor |"
@@ -183,16 +196,22 @@ def run_scale(
     )
     try:
         with psycopg.connect(dsn) as conn:
-            for kind, q in QUERIES:
+            for kind, q, floor in QUERIES:
                 if only and only not in kind:
                     continue
                 p = engine.prepare(q)
                 plain = timed(lambda q=q: conn.execute(q).fetchall(), repeat)
-                full = timed(lambda p=p: engine.execute(p, session), repeat)
+                full = timed(lambda p=p: engine.execute(p, session()), repeat)
                 out.append((kind, plain, full))
-                print(
+                line = (
                     f"| {kind} | {plain * 1000:,.0f} | {full * 1000:,.0f} | {full / plain:.2f}x |"
                 )
+                if floor is not None:
+                    low = timed(lambda f=floor: conn.execute(f).fetchall(), repeat)
+                    line += f" {low * 1000:,.0f} | {full / low:.2f}x |"
+                else:
+                    line += " - | - |"
+                print(line)
                 sys.stdout.flush()
     finally:
         engine.close()
