@@ -76,8 +76,59 @@ def widen(s: Statistic, iv: Interval | None, r: Removed, row: int, level: float)
 
 def parts(s: Statistic, plan: Plan) -> int:
     """How many intervals the statistic's interval rests on (its measures, plus the removed
-    mass when it is a bias target): each holds at level 1 - alpha/parts."""
+    mass when it is a bias target, plus removed mass and rows for AVG): each holds at level
+    1 - alpha/parts."""
+    if avg_targets(s, plan) is not None:
+        return 4
     return len(s.measures) + (1 if target_of(s, plan) is not None else 0)
+
+
+def avg_targets(s: Statistic, plan: Plan) -> tuple[BiasPlan, BiasPlan] | None:
+    """AVG's (plain value mass, rows) removed-mass releases, when estimated."""
+    if s.func != "avg" or len(s.measures) != 2:
+        return None
+    c, n = plan.bias_plan(s.measures[0]), plan.bias_plan(s.measures[1])
+    if c is None or n is None or c.target.count_index is None:
+        return None
+    return c, n
+
+
+def _range(r: Removed, row: int, level: float) -> tuple[float, float]:
+    """The removed mass's interval in a group: [max(0, D - w) (0 off grid 1), max(0, D + w)]."""
+    w = r.plan.dropped.half_width(level)
+    d = float(r.dropped[row])
+    return (max(0.0, d - w) if r.plan.target.grid == 1 else 0.0), max(0.0, d + w)
+
+
+def avg_interval(
+    s: Statistic,
+    values: tuple[float, float],
+    widths: tuple[float, float],
+    removed: tuple[Removed, Removed],
+    row: int,
+    level: float,
+) -> Interval | None:
+    """AVG's interval including what bounding and clamping removed: the truth is
+    (kept plain sum + removed mass) / (kept rows + removed rows), kept plain sum = centred sum +
+    mid · rows. Each of the four parts within its interval (level each), the ratio's range over
+    that box is at its corners (it is monotone in each part), clamped to the declared range."""
+    import itertools
+
+    c, n = removed
+    t = c.plan.target
+    mid = float(t.measure.mid)
+    (sc, nk), (ws, wn) = values, widths
+    if nk < 1:
+        return None
+    ns = (max(1.0, nk - wn), nk + wn)
+    corners = [
+        (a + mid * b + d) / (b + e)
+        for a, b, d, e in itertools.product(
+            (sc - ws, sc + ws), ns, _range(c, row, level), _range(n, row, level)
+        )
+    ]
+    lo, hi = float(t.raw_lo), float(t.raw_hi)
+    return max(lo, min(corners)), min(hi, max(corners))
 
 
 def target_of(s: Statistic, plan: Plan) -> BiasPlan | None:
@@ -134,6 +185,20 @@ def accuracy_notes(
         hws = [m.half_width(level) for m in mechs if hasattr(m, "half_width")]
         noise = f"noise ±{_fmt(hws[0])}" if len(hws) == 1 else "noise of its parts"
         head = f"{s.sql}: {confidence:.0%} interval: {noise}"
+        avg = avg_targets(s, plan)
+        if avg is not None:
+            mass, rows_ = (removed[x.target.key] for x in avg)
+            total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
+            count = float(np.clip(rows_.dropped, 0, None).sum()) if rows else 0.0
+            where = "" if not a.group_keys else " in all groups together"
+            out.append(
+                f"{s.sql}: {confidence:.0%} interval: noise and what the contribution bounds and "
+                f"clamping left out (about {_fmt(count)} rows and {_fmt(total)} of value{where}; "
+                f"±{_fmt(avg[1].dropped.half_width(level))} rows and "
+                f"±{_fmt(avg[0].dropped.half_width(level))} of value per group); "
+                + _over_cap(mass, confidence, rows, unit)
+            )
+            continue
         b = target_of(s, plan)
         kind = plan.measure_plan(s.measures[0]).measure.kind
         if kind == "count_keys":

@@ -20,6 +20,8 @@ from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.execute.bias import (
     Removed,
     accuracy_notes,
+    avg_interval,
+    avg_targets,
     parts,
     release_removed,
     round_interval,
@@ -182,6 +184,11 @@ def _stat_interval(
             return present_interval(mp, present[mp.key][r], level)
         lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
+        avg = avg_targets(s, plan)
+        if avg is not None:
+            vals = (float(noisy[s.measures[0]][r]), float(noisy[s.measures[1]][r]))
+            pair = (removed[avg[0].target.key], removed[avg[1].target.key])
+            return avg_interval(s, vals, (ws[0], ws[1]), pair, r, lv)
         iv = derive(s, [noisy[m][r] for m in s.measures], ws)[1]
         b = target_of(s, plan)
         return widen(s, iv, removed[b.target.key], r, lv) if b is not None else iv

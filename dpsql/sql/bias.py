@@ -24,7 +24,7 @@ measurement of the data's spread (item 1 of issue 16, chosen bounds) to choose t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Literal
 
@@ -66,11 +66,17 @@ class BiasTarget:
     # as removed too; (0, 0) for counts
     raw_lo: Fraction = Fraction(0)
     raw_hi: Fraction = Fraction(0)
+    # AVG's centred sum: the index of its count measure; the removed mass is then of the plain
+    # sum, kept plain partial = centred partial + mid · count partial
+    count_index: int | None = None
 
     @property
     def raw_clamp(self) -> bool:
-        """True when the raw values need a clamp of their own (declared range != measure's)."""
+        """True when the raw values need a column of their own: a SUM clamped narrower than
+        declared, or AVG's centred sum (its raw partial is a plain sum)."""
         m = self.measure
+        if m.kind == "sum_centered":
+            return True
         return m.kind == "sum" and (self.raw_lo, self.raw_hi) != (m.lo, m.hi)
 
     @property
@@ -128,8 +134,10 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
     factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
     r = a.max_rows
     wanted = {s.measures[0] for s in a.statistics if s.func in ("count", "sum", "count_distinct")}
-    out = []
+    out = list(_avg_targets(a, Fraction(factor), wanted))
     for i, m in enumerate(a.measures):
+        if any(t.index == i for t in out):
+            continue
         raw = declared_range(a, m) if m.kind == "sum" else (Fraction(0), Fraction(0))
         s = direction(m, *raw) if m.kind == "sum" else direction(m)
         if m.kind == "count_units" and not needs_group_rank(a):
@@ -140,7 +148,33 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
             grid = Fraction(1) if m.integral else _grid(cap)
             steps = max(1, math.floor(cap / grid))
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
+    out.sort(key=lambda t: t.index)
     return tuple(out)
+
+
+def _avg_targets(a: Analysis, factor: Fraction, wanted: set[str]) -> list[BiasTarget]:
+    """For AVG over values declared >= 0: its count (rows removed) and its centred sum (plain
+    value mass removed), so its interval can cover (kept sum + removed) / (kept + removed rows).
+    Values of mixed sign: no estimate (the notice says so)."""
+    out: list[BiasTarget] = []
+    index = {m.key: i for i, m in enumerate(a.measures)}
+    r = a.max_rows
+    for s in a.statistics:
+        if s.func != "avg" or len(s.measures) != 2:
+            continue
+        ci, ni = index[s.measures[0]], index[s.measures[1]]
+        c, n = a.measures[ci], a.measures[ni]
+        lo, hi = declared_range(a, replace(c, kind="sum"))
+        if c.kind != "sum_centered" or n.kind != "count_values" or lo < 0 or c.lo < 0:
+            continue
+        if any(t.index == ci for t in out):
+            continue
+        cap = factor * r * max(abs(c.lo), abs(c.hi))  # the clamp range (chosen or declared)
+        grid = _grid(cap)
+        out.append(BiasTarget(ci, c, 1, max(1, math.floor(cap / grid)), grid, lo, hi, ni))
+        if n.key not in wanted and not any(t.index == ni for t in out):
+            out.append(BiasTarget(ni, n, 1, max(1, math.floor(factor * r)), Fraction(1)))
+    return out
 
 
 def statistic_target(

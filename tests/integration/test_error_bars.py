@@ -58,6 +58,8 @@ QUERIES = {
     "sum": "SELECT SUM(v) FROM t",
     "count_by_g": "SELECT g, COUNT(*) FROM t GROUP BY g",
     "sum_by_g": "SELECT g, SUM(v) FROM t GROUP BY g",
+    "avg": "SELECT AVG(v) FROM t",
+    "avg_by_g": "SELECT g, AVG(v) FROM t GROUP BY g",
 }
 
 
@@ -129,14 +131,16 @@ def test_noise_only_interval_fails_the_same_check(engine: Engine, name: str) -> 
 
 def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
     """The notice: level, noise half-width, estimated removed mass, the assumption; AVG says
-    plainly that its interval covers noise only."""
+    plainly when its interval covers noise only (values of both signs: not estimated)."""
     s = SessionContext(analyst="a", epsilon=Fraction(1))
     r = engine.execute(engine.prepare("SELECT COUNT(*), AVG(v) FROM t"), s)
     count = next(n for n in r.notices if n.startswith("COUNT(*)"))
     assert "95% interval" in count and "noise ±" in count and "left out about" in count
     assert "holds if no one of the units (uid) lost more than 4" in count
-    assert any(n.startswith("AVG(v)") and "noise only" in n for n in r.notices)
+    assert any(n.startswith("AVG(v)") and "left out" in n for n in r.notices)
     assert isinstance(r.rows[0][0], int)
+    r = engine.execute(engine.prepare("SELECT AVG(w) FROM t"), s)  # w in [-5, 5]: not estimated
+    assert any(n.startswith("AVG(w)") and "noise only" in n and "NOT" in n for n in r.notices)
 
 
 def test_interval_ends_are_rounded_outwards(engine: Engine) -> None:

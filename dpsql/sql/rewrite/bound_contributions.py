@@ -305,7 +305,7 @@ def _raw_values(
     for t in bias_targets(a):
         if not t.raw_clamp or t.measure.arg is None:
             continue
-        m = replace(t.measure, lo=t.raw_lo, hi=t.raw_hi)
+        m = replace(t.measure, kind="sum", lo=t.raw_lo, hi=t.raw_hi)
         v = _value_sql(a, m)
         key = v.sql("postgres")
         if key not in vcols:

@@ -99,6 +99,9 @@ def measure_dropped(
         p: exp.Expression = (
             exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
         )
+        if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
+            mid = exp.Mul(this=numeric(t.measure.mid), expression=exp.column(kept[t.count_index]))
+            p = exp.Add(this=p, expression=mid)
         if t.sign < 0:
             p = exp.Neg(this=p)
         if keep is not None:
