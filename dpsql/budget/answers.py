@@ -62,7 +62,7 @@ def lookup(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: st
     """The stored answer for the key, recording the free repeat in the analyst's history."""
     got = conn.execute(
         ledger.q(
-            "SELECT a.payload, r.fingerprint FROM {s}.answer a JOIN {s}.release r"
+            "SELECT a.payload, r.fingerprint, r.statement FROM {s}.answer a JOIN {s}.release r"
             " ON r.id = a.release_id WHERE a.dataset = %s AND a.scope = %s AND a.cache_key = %s"
         ),
         _key(ledger, analyst, cache_key),
@@ -72,9 +72,9 @@ def lookup(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: st
     conn.execute(
         ledger.q(
             "INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
-            " state) VALUES (%s, %s, %s, '0', '0', '0', 'repeat')"
+            " state, statement) VALUES (%s, %s, %s, '0', '0', '0', 'repeat', %s)"
         ),
-        [ledger.dataset, analyst, got[1]],
+        [ledger.dataset, analyst, got[1], got[2]],
     )
     return bytes(got[0])
 

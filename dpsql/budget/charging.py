@@ -59,6 +59,7 @@ def reserve(
     limits: tuple[Limit, ...],
     delta_for_rho: Fraction,
     mechanism: str,
+    statement: str = "",
 ) -> Reservation:
     """Check each budget's filter with the cost added, add it, and log a ``reserved`` release.
 
@@ -97,8 +98,8 @@ def reserve(
     rid, created = conn.execute(
         ledger.q(
             "INSERT INTO {s}.release (dataset, analyst, fingerprint, mechanism, epsilon, delta,"
-            " rho, delta_for_rho, state, charged) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-            " 'reserved', %s) RETURNING id, created_at"
+            " rho, delta_for_rho, state, charged, statement) VALUES (%s, %s, %s, %s, %s, %s, %s,"
+            " %s, 'reserved', %s, %s) RETURNING id, created_at"
         ),
         [
             ledger.dataset,
@@ -108,6 +109,7 @@ def reserve(
             *cost_text(cost),
             frac_text(delta_for_rho),
             Jsonb([[c.kind, c.name, c.period_start.isoformat(), c.generation] for c in charged]),
+            statement,
         ],
     ).fetchone()  # type: ignore[misc]
     return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)

@@ -217,6 +217,7 @@ class Ledger:
         *,
         delta_for_rho: Fraction | None = None,
         mechanism: str = "",
+        statement: str = "",
     ) -> Reservation:
         """Atomically check every budget the release is charged to, and reserve its cost.
 
@@ -227,6 +228,7 @@ class Ledger:
             delta_for_rho: the delta at which the query's rho was calibrated (display and the
                 per-query maximum); the analyst's default delta when None.
             mechanism: a label for the audit log.
+            statement: the statement's text (the analyst's own history shows it).
 
         Raises:
             BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
@@ -245,7 +247,7 @@ class Ledger:
         dfr = self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
         return self.transact(
             lambda conn: charging.reserve(
-                self, conn, analyst, cost, fingerprint, limits, dfr, mechanism
+                self, conn, analyst, cost, fingerprint, limits, dfr, mechanism, statement
             )
         )
 

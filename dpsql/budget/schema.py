@@ -119,7 +119,11 @@ _V3 = (
     "ALTER TABLE {s}.budget ALTER COLUMN renyi_spent SET DEFAULT '0'",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# The statement's text on each release, so dpsql.history shows an analyst their own statements
+# (the fingerprint alone does not say what was asked). Releases from before have ''.
+_V4 = ("ALTER TABLE {s}.release ADD COLUMN statement text NOT NULL DEFAULT ''",)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 VERSION = len(MIGRATIONS)
 
 

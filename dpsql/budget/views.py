@@ -87,6 +87,7 @@ class HistoryEntry:
     rho: Decimal
     cached: bool
     state: str  # committed | reserved (never confirmed: counted) | refunded | repeat
+    statement: str = ""  # the statement's text ("" for releases made before it was kept)
 
 
 HISTORY_COLUMNS = tuple(
@@ -101,6 +102,7 @@ HISTORY_COLUMNS = tuple(
         ("rho", NUMERIC),
         ("cached", BOOL),
         ("state", TEXT),
+        ("statement", TEXT),
     ]
 )
 
@@ -183,13 +185,13 @@ def history(ledger: Ledger, analyst: str, limit: int = 1000) -> list[HistoryEntr
         rows = conn.execute(
             ledger.q(
                 "SELECT id, created_at, fingerprint, mechanism, epsilon, delta, rho, delta_for_rho,"
-                " state FROM {s}.release WHERE dataset = %s AND analyst = %s"
+                " state, statement FROM {s}.release WHERE dataset = %s AND analyst = %s"
                 " ORDER BY id DESC LIMIT %s"
             ),
             [ledger.dataset, analyst, limit],
         ).fetchall()
     out = []
-    for rid, at, fp, mech, eps, delta, rho, dfr, state in rows:
+    for rid, at, fp, mech, eps, delta, rho, dfr, state, text in rows:
         cost = Cost(Fraction(eps), Fraction(delta), Fraction(rho))
         d = Fraction(dfr)
         e_eps, e_delta = (
@@ -206,6 +208,7 @@ def history(ledger: Ledger, analyst: str, limit: int = 1000) -> list[HistoryEntr
                 rho=dec_up(cost.rho),
                 cached=state == "repeat",
                 state=state,
+                statement=text,
             )
         )
     return out

@@ -196,7 +196,11 @@ def measure(
             for m in mechs:
                 reservations.append(
                     ledger.reserve(
-                        session.analyst, m.cost, prepared.fingerprint, mechanism="auto_bound"
+                        session.analyst,
+                        m.cost,
+                        prepared.fingerprint,
+                        mechanism="auto_bound",
+                        statement=prepared.text,
                     )
                 )
         except BaseException:

@@ -172,6 +172,7 @@ def _run_planned(
             prepared.fingerprint,
             delta_for_rho=delta_for_rho(plan),
             mechanism=plan.mechanism,
+            statement=prepared.text,
         )
         if ledger
         else None

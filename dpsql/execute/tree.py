@@ -236,6 +236,7 @@ def run_tree(
             prepared.fingerprint,
             delta_for_rho=sum(rho_deltas, Fraction(0)) if rho_deltas else None,
             mechanism="+".join(sorted({p.mechanism for p in parts})),
+            statement=prepared.text,
         )
     done = 0
     try:

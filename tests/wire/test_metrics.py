@@ -108,3 +108,17 @@ def test_statement_log_holds_the_text(served: Any, caplog: pytest.LogCaptureFixt
     assert ("refused", "42501", "SELECT email FROM purchases WHERE user_id = 7") in texts
     assert ("public", "ok", "SELECT code FROM regions WHERE code = ?") in texts
     assert all(x["analyst"] == "analyst" and len(x["fingerprint"]) == 16 for x in lines)
+
+
+def test_history_shows_the_analysts_own_statements(served: Any) -> None:
+    """dpsql.history lists the text of each of the analyst's releases (and of free repeats)."""
+    q = "SELECT count(*) FROM purchases WHERE quantity >= 2"
+    with psycopg.connect(analyst_dsn(served.port), autocommit=True) as conn:
+        conn.execute("SET dpsql.epsilon = 0.25")
+        conn.execute(q).fetchall()
+        conn.execute(q).fetchall()  # a free repeat, listed with the same text
+        rows = conn.execute(
+            "SELECT statement, cached, mechanism FROM dpsql.history ORDER BY id"
+        ).fetchall()
+    assert [r[:2] for r in rows if r[2] != "auto_bound"] == [(q, False), (q, True)]
+    assert {r[0] for r in rows} == {q}
