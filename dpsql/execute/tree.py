@@ -414,13 +414,15 @@ def describe_tree(
 ) -> tuple[ResultColumn, ...]:
     """The result columns: the post-processing over empty releases, LIMIT 0 (no data read)."""
     assert prepared.split is not None
-    analyses = [leaf.analysis for leaf in prepared.leaves]
+    # $n placeholders (PostgreSQL types them from their use) as NULLs: the rows are empty anyway
+    sp, leaves = bound_split(engine, prepared, [None] * prepared.param_count)
+    analyses = [leaf.analysis for leaf in leaves]
     rels = [
         Release(engine.group_types(leaf, a), [], [], [])
-        for leaf, a in zip(prepared.leaves, analyses, strict=True)
+        for leaf, a in zip(leaves, analyses, strict=True)
         if a is not None
     ]
-    text, params = post_sql(prepared.split, [a for a in analyses if a is not None], rels)
+    text, params = post_sql(sp, [a for a in analyses if a is not None], rels)
     q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
     return engine.backend.run(q, params, private=False).columns
 

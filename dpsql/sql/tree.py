@@ -459,6 +459,8 @@ def lift_windows(tree: exp.Expression, policy: Policy) -> exp.Expression:
     for s in list(tree.find_all(exp.Select)):
         if not _has_window(s) or not is_aggregate_block(s) or not _private_tables(s, policy):
             continue
+        if any(is_aggregate_block(t) and _private_tables(t, policy) for t in _selects_below(s)):
+            continue  # windows over a block above the leaves: post-processing as it is
         lifted = _lift(s)
         if s is tree:
             tree = lifted

@@ -312,6 +312,14 @@ def test_shapes_through_the_wire(tree_engine: Engine, tree_dsn: str) -> None:
                 prepare=True,
             )
             assert cur.fetchall() == [(5,)]
+            # a parameter in the post-processing part (Describe types it from its use)
+            cur = conn.execute(
+                "SELECT COUNT(*) AS groups FROM (SELECT category, COUNT(*) AS n FROM orders "
+                "GROUP BY category) t WHERE n > %s",
+                (-1,),
+                prepare=True,
+            )
+            assert cur.fetchall() == [(5,)]
 
 
 def test_one_charge_and_free_repeats_per_leaf(tree_dsn: str) -> None:
