@@ -27,6 +27,7 @@ import numpy as np
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
+from dpsql.sql.rewrite.bound_partials import needs_group_rank
 
 Interval = tuple[float, float]
 
@@ -246,6 +247,8 @@ def _over_cap(r: Removed, confidence: float, rows: int, unit: str) -> str:
 def _unestimated(a: Analysis, s: Statistic) -> str:
     if a.private.row_privacy:
         return "no contribution bounds apply"
+    if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
+        return "the contribution bounds remove no unit from a group here (G >= the groups)"
     if s.func == "count_distinct":
         return (
             "the interval covers the noise only, NOT what the contribution bounds left out "
@@ -256,3 +259,7 @@ def _unestimated(a: Analysis, s: Statistic) -> str:
         "changed (they may move it either way, by an amount not estimated): the truth may lie "
         "outside it"
     )
+
+
+def _counts_units(a: Analysis, s: Statistic) -> bool:
+    return any(m.key == s.measures[0] and m.kind == "count_units" for m in a.measures)
