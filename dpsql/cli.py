@@ -212,11 +212,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
     from dpsql.demo import EXAMPLES_ANALYST, POLICY, load_demo
     from dpsql.engine import Engine
     from dpsql.execute.embedded import start_cluster
     from dpsql.policy import load_policy
 
+    if threading.current_thread() is threading.main_thread():  # SIGTERM: clean up as for Ctrl-C
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cluster = None
     if args.upstream:  # any PostgreSQL (a Citus coordinator: the tables are distributed)
         dsn = args.upstream
@@ -241,12 +246,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
         serve = _server_entry()
         if args.serve and serve is not None:
             host, _, port = args.listen.rpartition(":")
+            host = "127.0.0.1" if host in ("", "0.0.0.0", "::", "[::]") else host
+            db = psycopg_dbname(dsn)
             mine = (
                 f"\n[dim]The examples were charged to analyst {EXAMPLES_ANALYST}, not to you.[/dim]"
             )
             console.print(
                 f"[bold green]dpsql is serving on {args.listen}[/bold green]; connect with\n"
-                f"  PGPASSWORD=analyst psql -h {host} -p {port} -U analyst -d demo\n"
+                f'  psql "host={host} port={port} user=analyst password=analyst dbname={db}"\n'
+                "(or any PostgreSQL client with those settings)\n"
                 "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
                 "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
             )
@@ -256,6 +264,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         engine.close()
         if cluster is not None:
             cluster.stop()
+
+
+def psycopg_dbname(dsn: str) -> str:
+    """The database a DSN names (what clients of ``dpsql serve`` on it connect to)."""
+    import psycopg
+
+    return str(psycopg.conninfo.conninfo_to_dict(dsn).get("dbname") or "postgres")
 
 
 def _demo_database(cluster: Any) -> str:

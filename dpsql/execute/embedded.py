@@ -100,17 +100,31 @@ class Cluster:
         self._run(
             [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]
         )
-        if self._owns_dir:
-            shutil.rmtree(self.datadir, ignore_errors=True)
+        if self._owns_dir:  # the temporary directory: data, socket, log and password file
+            shutil.rmtree(self.datadir.parent, ignore_errors=True)
 
 
 def start_cluster(datadir: Path | None = None, port: int | None = None) -> Cluster:
-    """Create (if needed) and start a cluster; returns once it accepts connections."""
+    """Create (if needed) and start a cluster; returns once it accepts connections.
+
+    A temporary cluster (no ``datadir``) that fails or is interrupted (SIGTERM, Ctrl-C) while
+    starting is stopped and its directory removed: it holds the superuser's password file.
+    """
+    if datadir is not None:
+        return _start_cluster(datadir, port, owns=False)
+    tmp = Path(tempfile.mkdtemp(prefix="dpsql-pg-"))
+    try:
+        return _start_cluster(tmp, port, owns=True)
+    except BaseException:
+        if (tmp / "data" / "postmaster.pid").exists():
+            Cluster(tmp / "data", 0, "", find_bindir(), _service_user(), True).stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _start_cluster(datadir: Path, port: int | None, *, owns: bool) -> Cluster:
     bindir = find_bindir()
     owner = _service_user()
-    owns = datadir is None
-    if datadir is None:
-        datadir = Path(tempfile.mkdtemp(prefix="dpsql-pg-"))
     datadir.mkdir(parents=True, exist_ok=True)
     if owner:
         os.chown(datadir, *owner)
@@ -120,27 +134,10 @@ def start_cluster(datadir: Path | None = None, port: int | None = None) -> Clust
     if not (cluster.datadir / "PG_VERSION").exists():
         password = secrets.token_urlsafe(24)
         tmp = Path(tempfile.mkdtemp(prefix="dpsql-pw-"))
-        pw_tmp = tmp / "pw"
-        pw_tmp.write_text(password + "\n")
-        if owner:
-            os.chown(tmp, *owner)
-            os.chown(pw_tmp, *owner)
-        res = cluster._run(
-            [
-                str(bindir / "initdb"),
-                "-D",
-                str(cluster.datadir),
-                "-U",
-                SUPERUSER,
-                f"--pwfile={pw_tmp}",
-                "--auth=scram-sha-256",
-                "-E",
-                "UTF8",
-                "--locale=C",
-                "--no-sync",
-            ]
-        )
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            res = _initdb(cluster, bindir, tmp, password)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         if res.returncode != 0:
             raise InternalError("initdb failed", detail=res.stderr[-2000:])
         pwfile.write_text(password)
@@ -175,3 +172,31 @@ def start_cluster(datadir: Path | None = None, port: int | None = None) -> Clust
         )
         raise InternalError("PostgreSQL did not start", detail=(res.stderr + log)[-3000:])
     return cluster
+
+
+def _initdb(
+    cluster: Cluster, bindir: Path, tmp: Path, password: str
+) -> subprocess.CompletedProcess[str]:
+    """initdb with the superuser's password read from a file in ``tmp`` (removed by the caller)."""
+    pw_tmp = tmp / "pw"
+    pw_tmp.write_text(password + "\n")
+    owner = cluster.owner
+    if owner:
+        os.chown(tmp, *owner)
+        os.chown(pw_tmp, *owner)
+    res = cluster._run(
+        [
+            str(bindir / "initdb"),
+            "-D",
+            str(cluster.datadir),
+            "-U",
+            SUPERUSER,
+            f"--pwfile={pw_tmp}",
+            "--auth=scram-sha-256",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "--no-sync",
+        ]
+    )
+    return res

@@ -55,7 +55,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             field = ".".join(str(p) for p in loc) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
-                msg = "unknown field (check the spelling; see policies/demo.yaml for the fields)"
+                msg = "unknown field (check the spelling; see docs/policy.md for the fields)"
             msgs.append(f"{source}:{line or 1}: {field}: {msg}")
         raise PolicyError(
             msgs[0],
