@@ -191,6 +191,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
             g.add_argument("--epsilon", default="0")
             g.add_argument("--delta", default="0")
         subs.append(g)
+    r = sub.add_parser(
+        "reconcile",
+        help="settle releases reserved by a dpsql process that died before answering",
+        description="Reservations still open after --older-than minutes belong to a dpsql "
+        "process killed between charging and answering: the answer was never sent. Listed by "
+        "default; --commit keeps them charged, --refund gives them back (only for crashes that "
+        "say nothing about the data). Recorded in the ledger's admin audit.",
+    )
+    r.add_argument("--older-than", type=float, default=10.0,
+                   help="minutes (default 10; keep it above the statement timeout)")  # fmt: skip
+    how = r.add_mutually_exclusive_group()
+    how.add_argument("--commit", action="store_true", help="confirm them as spent")
+    how.add_argument("--refund", action="store_true", help="give them back")
+    r.add_argument("--reason", default="", help="recorded in the audit log")
+    r.add_argument("--actor", help="who is acting, for the audit log (default: the OS user)")
+    subs.append(r)
     for sp in subs:  # `dpsql budget show --policy ...` as well as `dpsql budget --policy ... show`
         _common_options(sp, top=False)
     p.set_defaults(func=run)
@@ -234,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
         if args.budget_command == "show":
             print(show(ledger, args.analyst))
             return 0
+        if args.budget_command == "reconcile":
+            return _reconcile(ledger, args)
         who = None if args.dataset else args.analyst
         actor = args.actor or _os_user()
         if args.budget_command == "grant":
@@ -241,6 +259,28 @@ def run(args: argparse.Namespace) -> int:
         else:
             reset(ledger, actor, who, args.reason)
         print(show(ledger, who))
+    return 0
+
+
+def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from dpsql.budget.reconcile import report, settle, stale
+
+    if args.older_than <= 0:
+        raise InvalidParameter("--older-than must be positive (minutes)")
+    items = stale(ledger, timedelta(minutes=args.older_than))
+    print(report(items))
+    action = "refund" if args.refund else "commit" if args.commit else None
+    if action is None or not items:
+        if items:
+            print("(listed only: --commit keeps them charged and closes them, --refund gives "
+                  "them back; see dpsql budget reconcile --help)")  # fmt: skip
+        return 0
+    actor = args.actor or _os_user()
+    for it in items:
+        settle(ledger, it, action, actor, args.reason)
+    print(f"{len(items)} reservation(s) {'refunded' if action == 'refund' else 'committed'}")
     return 0
 
 
