@@ -44,6 +44,7 @@ from dpsql.sql.bi_shapes import distinct_as_group_by, zero_row_query
 from dpsql.sql.bind import bind, check_params, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
+from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.parse import parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
@@ -190,6 +191,8 @@ class Engine:
             qkind = "private" if analysis is not None else "public"
         if qkind == "public":
             check_public(tree)
+        if qkind in ("public", "catalog"):
+            keep_call_labels(tree)  # SELECT now() is a column "now", as in PostgreSQL
         return Prepared(
             text,
             qkind,

@@ -13,7 +13,8 @@ statement (which is pooled and shared):
 * ``pg_cancel_backend(pid)`` is true for the session's own pid (nothing else of the session runs
   while it does) and false for any other (through dpsql no other backend is visible; PostgreSQL
   answers false for a pid that is not a backend's). A running statement is cancelled with the
-  protocol's CancelRequest, which dpsql forwards upstream.
+  protocol's CancelRequest, which dpsql forwards upstream; ``pg_terminate_backend(pid)`` is
+  false (``pg_stat_activity``, where Superset's cancel looks the pid up, is empty through dpsql).
 
 The replacements are constants in the rewritten statement, typed and labelled as PostgreSQL
 types and labels the calls, so the statement memo keys on the session's values
@@ -36,7 +37,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.catalog_regrole import LABEL
 from dpsql.sql.catalog_sql import cast_to
 
-SESSION_FUNCTIONS = frozenset({"pg_backend_pid", "pg_cancel_backend"})
+SESSION_FUNCTIONS = frozenset({"pg_backend_pid", "pg_cancel_backend", "pg_terminate_backend"})
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,11 @@ def session_key(
     """The session values a statement's rewrite may depend on, from a cheap look at its text
     (for the statement memo's key), or None when it calls no session function."""
     low = text.lower()
-    if "current_" not in low and "pg_backend_pid" not in low and "pg_cancel_backend" not in low:
+    if "current_" not in low and "backend" not in low:
         return None
     info = SessionInfo.of(session)
-    pid = info.backend_pid if "pg_backend_pid" in low or "pg_cancel_backend" in low else 0
+    own = ("pg_backend_pid", "pg_cancel_backend", "pg_terminate_backend")
+    pid = info.backend_pid if any(w in low for w in own) else 0
     db = info.database if "current_database" in low or "current_catalog" in low else ""
     settings = info.settings if "current_setting" in low else ()
     return (db, pid, settings) if db or pid or settings else None
@@ -105,6 +107,8 @@ def _replacement(node: exp.Expr, info: SessionInfo) -> exp.Expr | None:
         arg = node.expressions[0]
         value = info.setting(arg.name) if isinstance(arg, exp.Literal) and arg.is_string else None
         return None if value is None else exp.Literal.string(value)
+    if name == "pg_terminate_backend" and 1 <= len(node.expressions) <= 2 and info.backend_pid:
+        return exp.false()  # dpsql ends no session from SQL (Superset reads pg_stat_activity first)
     if name == "pg_cancel_backend" and len(node.expressions) == 1 and info.backend_pid:
         arg = node.expressions[0].copy()
         own = exp.EQ(this=cast_to(arg, "INT4"), expression=exp.Literal.number(info.backend_pid))

@@ -80,9 +80,7 @@ def test_zero_rows_with_pandas_dtypes(served: ServerThread) -> None:
         with engine.connect() as c:
             df = pd.read_sql("SELECT * FROM purchases LIMIT 0", c)
             assert list(df.columns)[:3] == ["id", "user_id", "email"] and len(df) == 0
-            df = pd.read_sql(
-                "SELECT DISTINCT category FROM purchases ORDER BY category", c
-            )
+            df = pd.read_sql("SELECT DISTINCT category FROM purchases ORDER BY category", c)
             assert df["category"].tolist() == [
                 "books", "clothing", "electronics", "groceries", "travel",
             ]  # fmt: skip
@@ -116,9 +114,9 @@ def test_distinct_of_declared_keys_is_the_domain(
     with psycopg.connect(demo_dsn) as direct:
         regions = direct.execute("SELECT code FROM regions ORDER BY code").fetchall()
     before = _history(conn)
-    assert conn.execute(
-        "SELECT DISTINCT region FROM purchases ORDER BY region"
-    ).fetchall() == regions  # keys_from: public.regions.code
+    assert (
+        conn.execute("SELECT DISTINCT region FROM purchases ORDER BY region").fetchall() == regions
+    )  # keys_from: public.regions.code
     got = conn.execute(
         "SELECT DISTINCT category AS category FROM public.purchases WHERE amount > 400 "
         "ORDER BY category LIMIT 1000"

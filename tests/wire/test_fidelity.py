@@ -94,9 +94,7 @@ def test_copy_and_do_refusals(conn: psycopg.Connection[Any], sql: str, error: ty
     assert conn.execute("SELECT 1").fetchone() == (1,)  # the session goes on
 
 
-def test_arrays_of_type_ids_from_the_catalog(
-    conn: psycopg.Connection[Any], demo_dsn: str
-) -> None:
+def test_arrays_of_type_ids_from_the_catalog(conn: psycopg.Connection[Any], demo_dsn: str) -> None:
     """pgcli's function metadata casts catalog columns of type ids to regtype[] (each element is
     guarded like ``x::regtype``); a constant array of object ids stays refused."""
     sql = (
@@ -111,3 +109,14 @@ def test_arrays_of_type_ids_from_the_catalog(
         assert got.fetchall() == want.fetchall()
     with pytest.raises(pe.InsufficientPrivilege):
         conn.execute("SELECT '{1259}'::regclass[]")
+
+
+def test_call_labels_as_postgresql(conn: psycopg.Connection[Any], demo_dsn: str) -> None:
+    sql = (
+        "SELECT now() IS NOT NULL, now(), current_timestamp, char_length('a'), strpos('ab', 'b'), "
+        "substr('abc', 2), ceiling(1.5), upper('a'), x.now FROM (SELECT now()) AS x"
+    )
+    got = conn.execute(sql)
+    with psycopg.connect(demo_dsn) as direct:
+        want = direct.execute(sql)
+        assert [d.name for d in got.description or []] == [d.name for d in want.description or []]

@@ -69,6 +69,12 @@ def test_backend_pid_is_the_sessions_own(served: ServerThread, upstream_db: str)
         assert _one(a, f"SELECT pg_cancel_backend({a.info.backend_pid})") is True
         assert _one(a, "SELECT pg_cancel_backend(pg_backend_pid())") is True
         assert _one(a, f"SELECT pg_cancel_backend({b.info.backend_pid})") is False
+        assert _one(a, f"SELECT pg_terminate_backend({b.info.backend_pid})") is False
+        superset_stop = (  # SQL Lab's Stop button (PostgresEngineSpec.cancel_query)
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            f"WHERE pid='{b.info.backend_pid}'"
+        )
+        assert a.execute(superset_stop).fetchall() == []
         assert _one(a, "SELECT 1") == 1  # the session still works
 
 
