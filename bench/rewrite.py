@@ -38,6 +38,7 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dpsql.budget.ledger import Ledger
+from dpsql.dp import rng
 from dpsql.engine import Engine
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
@@ -183,11 +184,12 @@ def run_scale(
     policy_file.write_text(POLICY)
     policy = load_policy(policy_file)
     engine = Engine(policy, dsn, ledger=Ledger.open(dsn, policy))
-    calls = itertools.count(1)
+    # epsilons never used before (the ledger may hold answers of an earlier run at this DSN)
+    calls = itertools.count(int(rng.token_hex(5), 16) * 1000)
 
     def session() -> SessionContext:
         """A new epsilon for every execution: never a free repeat of an earlier answer."""
-        return SessionContext(analyst="bench", epsilon=Fraction(1) + Fraction(next(calls), 10**7))
+        return SessionContext(analyst="bench", epsilon=Fraction(1) + Fraction(next(calls), 10**16))
 
     out = []
     print(
