@@ -1,0 +1,64 @@
+"""`dpsql init --upstream DSN` (issue #20): a starting policy from the catalog that loads, passes
+`dpsql serve`'s start-up checks, and marks its guesses for review."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from dpsql.policy import load_policy
+from dpsql.startup_checks import startup_problems
+from tests.helpers import ROOT
+
+SCHEMA = """
+CREATE TYPE status AS ENUM ('new', 'paid', 'sent');
+CREATE TABLE regions (code text PRIMARY KEY, label text);
+INSERT INTO regions VALUES ('N', 'north'), ('S', 'south');
+CREATE TABLE users (id integer PRIMARY KEY, email text UNIQUE,
+                    age integer CHECK (age >= 0 AND age <= 120));
+CREATE TABLE orders (id bigint PRIMARY KEY, user_id integer REFERENCES users (id),
+                     amount numeric CHECK (amount >= 0 AND amount <= 1000), quantity integer,
+                     state status, region text REFERENCES regions (code), placed date,
+                     raw bytea);
+CREATE TABLE visits (user_id integer REFERENCES users (id), at timestamptz);
+ANALYZE;
+"""
+
+
+def test_init_writes_a_policy_that_serves(make_db: Callable[[str], str], tmp_path: Path) -> None:
+    dsn = make_db("init")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA)  # type: ignore[call-overload]
+    out = tmp_path / "policy.yaml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSQL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    res = subprocess.run(
+        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--output", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = out.read_text()
+    policy = load_policy(str(out))
+    orders, users = policy.tables["public.orders"], policy.tables["public.users"]
+    assert orders.privacy_unit == "user_id" and users.privacy_unit == "id"
+    assert policy.tables["public.visits"].privacy_unit == "user_id"
+    assert policy.public_tables == ("public.regions",)
+    assert orders.columns["amount"].bounds == (0, 1000)
+    assert users.columns["age"].bounds == (0, 120)
+    assert orders.columns["quantity"].bounds is None
+    assert orders.columns["state"].keys == ("new", "paid", "sent")
+    assert orders.columns["region"].keys_from == "public.regions.code"
+    assert users.columns["email"].identifier and orders.columns["id"].identifier
+    assert "raw" not in orders.columns and "bytea is not supported" in text
+    assert text.count("# REVIEW") >= 8
+    assert [p.text for p in startup_problems(policy, dsn, dsn) if p.fatal] == []
+    again = subprocess.run(
+        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--output", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert again.returncode == 1 and "exists" in again.stdout + again.stderr
