@@ -70,7 +70,7 @@ def _unavailable(e: Exception) -> InternalError:
     goes to the server's log."""
     log.warning("privacy ledger unavailable: %s: %s", type(e).__name__, str(e).strip()[:500])
     state = "58000"
-    if connection_lost(e):  # retryable: 08006, or PostgreSQL's 57P01-57P03
+    if connection_lost(e, broken=True):  # retryable: 08006, or PostgreSQL's 57P01-57P03
         sqlstate = getattr(e, "sqlstate", None)
         state = sqlstate if sqlstate in SHUTDOWN_STATES else "08006"
     return InternalError(
