@@ -24,6 +24,13 @@ With rho the budget (zCDP) and T nominal rounds:
 3. when the re-fitted model's marginal on c moved by less than the noise's expected L1 size
    (sqrt(2/pi) sigma |c|), rho_m and rho_s are multiplied by 4 (sigma halves, epsilon doubles).
 
+Small data: right after the 1-way measurements, if the noisy row count is below SMALL_DATA d
+sigma_full (sigma_full = R sqrt(d / (2 rho)), the 1-way noise with all of rho; a released-values
+decision), the rest of rho re-measures every 1-way marginal instead and the model has no 2-way
+marginal: at that size a 2-way measurement's noise exceeds the dependence it could capture, and
+the 1-way marginals' own noise dominates the 2-way error (PUMS, 1,000 rows: epsilon 0.3 is
+small, epsilon 1 is not; the threshold of 10 was set from those measurements, docs/releases.md).
+
 T = 4 d here (the paper: 16 d, for 3-way workloads; "AIM can take many hours"): each round refits
 Private-PGM, which compiles a new JAX program for the new set of cliques (seconds each), so T
 bounds the run time; with a workload of pairs, 4 d rounds of measurements are plenty.
@@ -47,7 +54,7 @@ import numpy as np
 from dpsql.dp.accounting import Cost
 from dpsql.dp.mechanisms import Gaussian
 from dpsql.release import pgm
-from dpsql.release.compress import compress_cells
+from dpsql.release.compress import Compression, compress_cells
 from dpsql.release.marginals import (
     SCORE_GRID,
     Measurement,
@@ -61,6 +68,7 @@ from dpsql.release.mst import compress_one_way, selection_epsilon
 
 Clique = tuple[int, ...]
 _BIAS = math.sqrt(2 / math.pi)  # E|Z| / sigma for a Gaussian Z
+SMALL_DATA = 10  # noise standard deviations of signal per column, see small_data
 
 
 @dataclass(frozen=True)
@@ -185,6 +193,8 @@ def run_aim(
     """AIM's measurements and its last model: the only step that reads the (bounded) data."""
     g1 = plan.one_way
     one = tuple(measure(g1, marginal(idx, n, plan.shape, (c,)), (c,)) for c in range(plan.d))
+    if plan.d > 1 and small_data(plan, one):
+        return _one_way_only(plan, idx, n, one)
     comp, cone = compress_one_way(plan.compress, one)
     cshape = comp.shape
     ms: list[Measurement] = list(cone)
@@ -222,6 +232,29 @@ def run_aim(
     return Synthesis(
         plan.names, plan.shape, one, comp, tuple(ms), tuple(selected), model, budget.used
     )
+
+
+def small_data(plan: AimPlan, one: Sequence[Measurement]) -> bool:
+    """Whether the noisy row count N (mean of the noisy 1-way sums: released values) is under
+    SMALL_DATA d sigma_full, sigma_full = R sqrt(d / (2 rho)) the noise of a 1-way marginal
+    measured with all of rho split over the columns."""
+    n_hat = float(np.mean([np.clip(m.noisy, 0, None).sum() for m in one]))
+    sigma_full = plan.rows_bound * math.sqrt(plan.d / (2 * float(plan.rho)))
+    return n_hat < SMALL_DATA * plan.d * sigma_full
+
+
+def _one_way_only(
+    plan: AimPlan, idx: np.ndarray, n: np.ndarray, one: tuple[Measurement, ...]
+) -> Synthesis:
+    """The small-data regime: the rest of rho re-measures every 1-way marginal (rest / d each);
+    no compression, no 2-way marginal; the model is Private-PGM's fit of the 1-way marginals."""
+    rest = plan.rho - plan.d * plan.one_way.rho
+    g = round_mechanism(plan, rest / plan.d)
+    again = tuple(measure(g, marginal(idx, n, plan.shape, (c,)), (c,)) for c in range(plan.d))
+    comp = Compression.identity(plan.shape)
+    ms = one + again
+    model = pgm.fit(plan.names, plan.shape, ms, iters=plan.round_iters)
+    return Synthesis(plan.names, plan.shape, one, comp, ms, (), model, plan.rho, small=True)
 
 
 def _eligible(

@@ -61,6 +61,7 @@ class Synthesis:
     selected: tuple[tuple[int, ...], ...]
     model: Any = None  # the fitted model when the synthesizer fits while it runs (AIM)
     spent: Fraction | None = None  # the rho actually spent (AIM: adaptive; at most the plan's)
+    small: bool = False  # AIM's small-data regime: 1-way marginals only
 
 
 def marginal(

@@ -65,6 +65,8 @@ class SyntheticRelease:
     quality: QualityReport
     comparison: Comparison | None
     published: str  # "model" or "baseline"
+    synthesis: Synthesis  # what was measured (released values only)
+    model: Any  # the fitted graphical model (post-processing of ``synthesis``)
 
 
 def _delta(policy: Policy, delta: float | None) -> float:
@@ -161,7 +163,7 @@ def run_synthetic(
             write_json(out_dir / "synthetic.json", written.meta)
     if quality_path is not None:
         write_private_json(quality_path, quality.as_json())
-    return SyntheticRelease(written, quality, comparison, published)
+    return SyntheticRelease(written, quality, comparison, published, result, model)
 
 
 def _fingerprint(src: Source) -> str:
@@ -242,6 +244,7 @@ def _meta(
             "ledger_release_id": release_id,
         },
         "selected": [[names[c] for c in cl] for cl in result.selected],
+        "small_data": result.small,
         "merged_values": {
             a.name: [a.labels[v] for v in comp.merged(c)]
             for c, a in enumerate(src.axes)

@@ -21,12 +21,12 @@ from dpsql.release.compare import DEFAULT_SHARE
 from dpsql.release.jobs import resolve
 from dpsql.release.quality import quality_report
 from dpsql.release.source import Bound, bounded_cells
-from dpsql.release.synthesis import fit_result, make_plan, run_plan, sample_result
+from dpsql.release.synthesis import sample_result
 from dpsql.release.synthetic import run_synthetic
 from tests.integration import release_support
 
 # needs mbi/jax (the synthetic extra; CI runs these in a venv of their own)
-pytestmark = pytest.mark.synthetic
+pytestmark = [pytest.mark.synthetic, pytest.mark.timeout(900)]  # AIM: minutes on 2 cores
 
 COLUMNS = ["age", "educ", "employed"]
 
@@ -63,29 +63,23 @@ def test_aim_is_the_default_and_charged_exactly(released) -> None:  # type: igno
     assert meta["comparison"]["model_better"] is True
 
 
-def test_aim_spends_its_share_exactly_and_beats_the_baseline(people: str) -> None:
-    """Property: AIM's rounds spend exactly its share of rho (exact arithmetic), and its synthetic
+def test_aim_spends_its_share_exactly_and_beats_the_baseline(released, people: str) -> None:  # type: ignore[no-untyped-def]
+    """Property: AIM's rounds spent exactly its share of rho (exact arithmetic), and its synthetic
     2-way marginals are at least twice as close (mean TVD) to the bounded data as the independent
     baseline's. Measured: 0.01-0.02 vs 0.14-0.15 (baseline). False failure: the 2-way marginals
     of age-educ and age-employed are far from independence (hundreds of thousands of rows in L1),
     and AIM measures a pair only after a selection whose score gap is tens of thousands of noise
     scales; sampling moves a mean TVD by more than 0.03 with probability <= exp(-N 0.03² / 8)
-    (N ~ 390,000 rows; see test_release_synthetic). Twin: the same model without its 2-way
-    measurements (an independent model) must fail the same check."""
-    src = resolve(release_support.policy().for_analyst("owner"), people, "people", COLUMNS, None)
-    bound = Bound.for_source(src, "per_unit")
-    idx, n = bounded_cells(people, src, bound)
+    (N ~ 390,000 rows; see test_release_synthetic). Twin: the same model sampled without its
+    dependencies (independent columns from its own 1-way marginals) must fail the same check."""
+    rel = released[0]
+    res, model = rel.synthesis, rel.model
     rho = epsilon_to_rho(Fraction(1), Fraction(1, 10**6))
-    plan = make_plan("aim", COLUMNS, src.shape, rho, bound.rows)
-    res = run_plan(plan, idx, n)
-    assert res.spent == rho * (1 - DEFAULT_SHARE) == plan.model.cost.rho
-    assert plan.cost.rho == rho
-    np.random.seed(7)  # mbi's sampler: post-processing, not noise
-    model = fit_result(res, 300)
-    synth = sample_result(res, model, None)
-    q = quality_report(COLUMNS, src.shape, idx, n, synth, [m.noisy for m in res.one_way])
-    s = q.summary()
+    assert res.spent == rho * (1 - DEFAULT_SHARE)
+    s = rel.quality.summary()
     assert s["mean_2way_tvd_synthetic"] < 0.5 * s["mean_2way_tvd_baseline"], s
+    src = resolve(release_support.policy().for_analyst("owner"), people, "people", COLUMNS, None)
+    idx, n = bounded_cells(people, src, Bound.for_source(src, "per_unit"))
     twin = sample_result(res, model, None, baseline=True)  # independent columns: broken
     t = quality_report(COLUMNS, src.shape, idx, n, twin, [m.noisy for m in res.one_way])
     assert t.summary()["mean_2way_tvd_synthetic"] >= 0.5 * s["mean_2way_tvd_baseline"]
@@ -102,3 +96,22 @@ def test_unknown_if_worse_is_refused_before_anything(people: str, tmp_path: Path
             out_dir=tmp_path / "o", if_worse="maybe", progress=False,
         )  # fmt: skip
     assert not (tmp_path / "o").exists()
+
+
+def test_small_data_measures_only_one_way_marginals() -> None:
+    """500 rows, 3 columns at epsilon 0.3: AIM re-measures the 1-way marginals with the rest of its
+    budget instead of measuring pairs, spends exactly its share, and does not compress. False
+    failure: the rule reads the noisy total (sd ~ 32 rows here) against a threshold of ~ 940 rows
+    (10 d sigma_full, d = 3): 14 standard deviations away."""
+    from dpsql.release.synthesis import fit_result, make_plan, run_plan
+
+    gen = np.random.default_rng(5)  # test data, not noise
+    rows = np.stack([gen.integers(0, 4, 500), gen.integers(0, 3, 500), gen.integers(0, 2, 500)], 1)
+    idx, n = np.unique(rows, axis=0, return_counts=True)
+    rho = epsilon_to_rho(Fraction(3, 10), Fraction(1, 10**6))
+    plan = make_plan("aim", ["a", "b", "c"], (4, 3, 2), rho, 1)
+    res = run_plan(plan, idx, n)
+    assert res.small and res.selected == () and res.spent == plan.model.cost.rho
+    assert len(res.measurements) == 6 and all(len(m.clique) == 1 for m in res.measurements)
+    assert res.compression.shape == (4, 3, 2)
+    assert sample_result(res, fit_result(res, 200), None).shape[1] == 3

@@ -139,3 +139,17 @@ def test_decide_and_baseline_rows() -> None:
     # P(value 0) = 3/4: 40,000 draws within 6 standard deviations (false failure < 1e-8)
     assert abs(c0[0] / 40_000 - 0.75) < 6 * np.sqrt(0.75 * 0.25 / 40_000)
     assert set(np.unique(rows[:, 1])) <= {0, 1}  # all-zero marginal: uniform
+
+
+def test_small_data_rule_reads_the_noisy_total_only() -> None:
+    """Small data iff the noisy row count is below SMALL_DATA d sigma_full, sigma_full =
+    R sqrt(d / (2 rho)): with d = 2, R = 1, rho = 1/200, sigma_full = sqrt(200) ~ 14.1, so the
+    threshold is ~ 283 rows (negative noisy counts clipped)."""
+    from dpsql.release.aim import small_data
+
+    plan = plan_aim(["a", "b"], [2, 2], Fraction(1, 200), 1)
+    row = lambda total: Measurement((0,), np.array([total, -50.0]), 1.0)  # noqa: E731
+    assert small_data(plan, [row(280.0), row(280.0)])
+    assert not small_data(plan, [row(290.0), row(290.0)])
+    big = plan_aim(["a", "b"], [2, 2], Fraction(1, 200), 4)  # R = 4: 4x the noise
+    assert small_data(big, [row(1000.0), row(1000.0)])
