@@ -195,6 +195,19 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                 m.half_width(conf),
             )
         )
+    for b in plan.bias:  # what bounding removed: dpsql.sql.bias (the interval's far side)
+        for what, mech in (("removed", b.dropped), ("over cap", b.over_cap)):
+            lines.append(
+                MeasureLine(
+                    f"{what} by bounds of {b.target.key} (cap {_fmt(b.target.cap)} per unit)",
+                    mech.name,
+                    f"L1={_fmt(mech.sensitivity)}",
+                    mech.std,
+                    f"eps={_fmt(mech.epsilon)}",
+                    _fmt(mech.grid),
+                    mech.half_width(conf),
+                )
+            )
     outs = []
     names = [e.alias_or_name for e in a.outer.expressions]
     derived = {pos: len(sis) for pos, _, sis in derived_outputs(a)}
