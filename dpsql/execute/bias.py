@@ -227,7 +227,10 @@ def accuracy_notes(
 
 
 def _over_cap(r: Removed, confidence: float, rows: int, unit: str) -> str:
-    cap = _fmt(float(r.plan.target.cap))
+    t = r.plan.target
+    cap = _fmt(float(t.cap))
+    if t.split > 1:  # the cap is split evenly over the declared groups
+        cap = f"{_fmt(float(t.group_cap_steps * t.grid))} in one group"
     if not rows:
         return f"it assumes no one of the {unit} lost more than {cap} to the bounds"
     level = 1 - (1 - confidence) / rows

@@ -69,6 +69,15 @@ class BiasTarget:
     # AVG's centred sum: the index of its count measure; the removed mass is then of the plain
     # sum, kept plain partial = centred partial + mid · count partial
     count_index: int | None = None
+    # groups the cap is split over: 1 when a unit's groups are counted in order against one cap
+    # C (ungrouped, or ranked groups: a window per unit); K when the declared keys leave at most
+    # K <= G groups and nothing is ranked: C/K per group, no window (over_cap then has L1 <= K)
+    split: int = 1
+
+    @property
+    def group_cap_steps(self) -> int:
+        """The cap a unit's removed steps meet in one group when the cap is split."""
+        return max(1, self.cap_steps // self.split)
 
     @property
     def raw_clamp(self) -> bool:
@@ -149,7 +158,19 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
             steps = max(1, math.floor(cap / grid))
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
     out.sort(key=lambda t: t.index)
-    return tuple(out)
+    k = _key_combinations(a)
+    return tuple(replace(t, split=k) for t in out) if k > 1 else tuple(out)
+
+
+def _key_combinations(a: Analysis) -> int:
+    """K when a GROUP BY over declared ``keys:`` lists leaves K <= G groups (nothing ranked),
+    else 1."""
+    if not a.group_keys or needs_group_rank(a):
+        return 1
+    k = 1
+    for g in a.group_keys:
+        k *= len(set(g.keys or ()))
+    return max(1, k)
 
 
 def _avg_targets(a: Analysis, factor: Fraction, wanted: set[str]) -> list[BiasTarget]:
@@ -198,6 +219,10 @@ class BiasPlan:
     def cost(self) -> Cost:
         return sequential([self.dropped.cost, self.over_cap.cost])
 
+    @property
+    def key(self) -> str:
+        return self.target.key
+
 
 def bias_plans(targets: tuple[BiasTarget, ...], epsilon: Fraction) -> tuple[BiasPlan, ...]:
     """Split ``epsilon`` (the statement's share for bias) over the targets' two releases.
@@ -212,7 +237,7 @@ def bias_plans(targets: tuple[BiasTarget, ...], epsilon: Fraction) -> tuple[Bias
         BiasPlan(
             t,
             Laplace(t.cap, each * DROPPED_SHARE, t.grid),
-            Laplace(Fraction(1), each * (1 - DROPPED_SHARE), Fraction(1)),
+            Laplace(Fraction(t.split), each * (1 - DROPPED_SHARE), Fraction(1)),
         )
         for t in targets
     )

@@ -127,3 +127,49 @@ def test_removed_mass_audit_flags_a_quarter_of_the_noise(engines: tuple[Engine, 
     # realized 4 x 0.3 = 1.2 against a claim of 0.3: the bound reads about 1.1
     bound, charged = _audit(engines, 0, broken=True)
     assert bound > charged
+
+
+# -- grouped over declared keys (K = 2 <= G = 2: the cap is split over the groups, no window) ----
+SPLIT_POLICY = {
+    **POLICY,
+    "tables": {
+        "public.t": {**POLICY["tables"]["public.t"], "max_groups_per_unit": 2}  # type: ignore[index]
+    },
+}
+GROUPED = "SELECT g, COUNT(*) FROM t GROUP BY g"
+
+
+def _load_both_groups(dsn: str, with_extreme: bool) -> None:
+    """As ``_load``, the extra unit with 40 rows in 'a' and 40 in 'b'."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid integer NOT NULL, g text NOT NULL)")
+        rows = [(u, "ab"[u % 2]) for u in range(60) for _ in range(2)]
+        if with_extreme:
+            rows += [(999, "a")] * 40 + [(999, "b")] * 40
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s)", rows)
+
+
+@pytest.fixture(scope="module")
+def split_engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    yield from neighbouring_engines(make_db, SPLIT_POLICY, _load_both_groups, "audit_split")
+
+
+def test_split_cap_moves_the_removed_vector_by_at_most_its_sensitivity(
+    split_engines: tuple[Engine, Engine],
+) -> None:
+    """The unit in both groups loses 37 rows in each, beyond the per-group cap C/2 = 6: the
+    removed-mass vector moves by exactly C/2 per group, C in L1 (the plan's sensitivity, reached),
+    and the over-cap vector by 2 = K (its sensitivity)."""
+    cols = []
+    for e in split_engines:
+        plan = e.plan(e.prepare(GROUPED), SessionContext(analyst="auditor", epsilon=Fraction(1)))
+        assert isinstance(plan, Plan) and plan.bias[0].target.split == 2
+        rows = e.backend.run(e.private_sql(e.prepare(GROUPED), plan.analysis), private=True).rows
+        cols.append({r[0]: (int(r[-2]), int(r[-1])) for r in rows})
+    b = plan.bias[0]
+    moved = sum(abs(cols[1][g][0] - cols[0].get(g, (0, 0))[0]) for g in cols[1])
+    over = sum(abs(cols[1][g][1] - cols[0].get(g, (0, 0))[1]) for g in cols[1])
+    assert moved == 2 * b.target.group_cap_steps <= b.target.cap_steps
+    assert b.dropped.sensitivity == b.target.cap * 1  # L1 = C
+    assert over == 2 == b.over_cap.sensitivity

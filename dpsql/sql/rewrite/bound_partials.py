@@ -179,8 +179,8 @@ def bound_partials(
     if not rank:
         q = q.from_("_dp_parts")
         if targets:
-            order = [g.copy() for g in gcols] or None
-            q = measure_dropped(q, "_dp_parts", targets, kept, None, order, False)
+            # declared keys leave <= G groups: each target splits its cap over them (no window)
+            q = measure_dropped(q, "_dp_parts", targets, kept, None, None, False)
         return q.group_by(*[g.copy() for g in gcols]) if gcols else q
     # Groups are ranked per unit on the partials (one row per unit and group), not on the rows:
     # the hash is computed, and the window sorts, once per partial.

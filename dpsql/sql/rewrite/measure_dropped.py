@@ -49,7 +49,7 @@ def dropped_columns(
     (in grid steps, >= 0) and what its earlier groups already removed (``before``; None: one group
     per unit). A unit counts at most ``t.cap_steps`` steps over all its groups, and is counted
     once, in the group where it passes the cap."""
-    cap = exp.Literal.number(t.cap_steps)
+    cap = exp.Literal.number(t.group_cap_steps if before is None else t.cap_steps)
     zero = exp.Literal.number(0)
     if before is None:
         counted: exp.Expression = exp.Least(this=e.copy(), expressions=[cap.copy()])
