@@ -251,6 +251,48 @@ class Ledger:
             )
         )
 
+    def reserve_together(
+        self,
+        analyst: str,
+        parts: Sequence[tuple[Cost, str, Fraction | None]],
+        fingerprint: str,
+        *,
+        statement: str = "",
+    ) -> list[Reservation]:
+        """:meth:`reserve` of several releases of one statement, all or none, in one transaction.
+
+        ``parts``: (cost, mechanism, delta_for_rho) per release (each is checked against the
+        per-query maximum as :meth:`reserve` does, then all are added to every budget in one
+        transaction). A statement that chooses its ``auto`` bounds reserves the choices and its
+        answer together before it reads any data: refused, it charges nothing; admitted, no
+        other statement can take the budget its answer needs (one statement, one charge).
+
+        Raises:
+            BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
+        """
+        limits = self.limits(analyst)
+        cap = self.max_epsilon(analyst)
+        dfrs = []
+        for cost, _, dfr in parts:
+            if not isinstance(cost, Cost):
+                raise InternalError(f"reserve() needs a Cost, got {type(cost).__name__}")
+            qeps = self.query_epsilon(analyst, cost, dfr)
+            if qeps > cap:
+                raise BudgetExhausted(
+                    f"the query needs epsilon {fmt_up(qeps)}, more than the per-query maximum "
+                    f"{fmt_down(cap)} for analyst {analyst}",
+                    hint=f"SET dpsql.epsilon to at most {fmt_down(cap)}",
+                )
+            dfrs.append(self.default_delta(analyst) if dfr is None else Fraction(dfr))
+
+        def run(conn: psycopg.Connection) -> list[Reservation]:
+            return [
+                charging.reserve(self, conn, analyst, cost, fingerprint, limits, d, m, statement)
+                for (cost, m, _), d in zip(parts, dfrs, strict=True)
+            ]
+
+        return self.transact(run)
+
     def lock_budget(
         self, conn: psycopg.Connection, kind: str, name: str, start: datetime
     ) -> BudgetRow:

@@ -3,7 +3,9 @@
 Per bound (:func:`dpsql.sql.auto_bounds.auto_items`), the ledger may already hold the choice an
 earlier statement over the same slice made (:meth:`Ledger.peek`: free, read only). The missing
 ones are chosen together: the statement's epsilon times ``AUTO_SHARE``, split evenly, is
-reserved per bound (a release each, history mechanism ``auto_bound``); one SQL counts units per
+reserved per bound (a release each, history mechanism ``auto_bound``), in the same ledger
+transaction as the statement's answer (the rest of its epsilon): a statement the budget can't
+hold whole is refused before any data is read and charged nothing; one SQL counts units per
 bucket (:mod:`dpsql.sql.rewrite.measure_bounds`); :class:`dpsql.dp.bounds.TopRank` chooses; each
 choice is committed with its payload, so later statements reuse it free (``repeats: off``:
 nothing is stored, every statement chooses again and pays). The statement itself then runs at
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpsql.dp.accounting import Cost
 from dpsql.dp.bounds import TopRank, default_rank
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
@@ -42,6 +45,7 @@ from dpsql.sql.auto_bounds import (
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
 
 if TYPE_CHECKING:
+    from dpsql.budget.records import Reservation
     from dpsql.engine import Engine
 
 
@@ -166,6 +170,9 @@ def histograms(
     return hist
 
 
+Part = tuple[Cost, str, Fraction | None]  # (cost, mechanism, delta_for_rho) of a release
+
+
 def measure(
     engine: Engine,
     prepared: Prepared,
@@ -174,10 +181,21 @@ def measure(
     p: Pending,
     epsilon: Fraction,
     cancel: CancelToken | None = None,
-) -> AutoBounds:
-    """Choose the missing bounds at ``slice_epsilon(epsilon)`` (charged, stored) and return all."""
+    answer: Part | None = None,
+) -> tuple[AutoBounds, Reservation | None]:
+    """Choose the missing bounds at ``slice_epsilon(epsilon)`` (charged, stored) and return all,
+    with the reservation of the statement's ``answer`` (its cost after the slice) when given.
+
+    One statement, one charge: the bound choices and the answer are reserved together, in one
+    ledger transaction, before any data is read (:meth:`Ledger.reserve_together`). Refused (the
+    budget can't hold the whole statement), nothing is charged and nothing is read; admitted,
+    no concurrent statement can take the budget the answer needs. The caller runs the answer
+    under the returned reservation (:func:`dpsql.execute.private.run_private`) and refunds it
+    if the answer's own mechanism never runs. None when nothing was reserved here (no ledger,
+    or nothing to choose: the caller reserves the answer as usual).
+    """
     if not p.missing:
-        return p.known
+        return p.known, None
     if round_down(slice_epsilon(epsilon, p) / len(p.missing)) <= 0:
         # below what the exact sampler can draw: keep today's defaults, spend nothing
         note = (
@@ -186,44 +204,44 @@ def measure(
         )
         return AutoBounds(
             p.known.chosen, Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
-        )
+        ), None
     spend = slice_epsilon(epsilon, p)
     mechs = mechanisms(p, epsilon)  # what each costs (the clamps' target rank comes later)
     ledger = engine.ledger
-    reservations = []
+    reservations: list[Reservation] = []
+    main: Reservation | None = None
     if ledger is not None:
-        try:
-            for m in mechs:
-                reservations.append(
-                    ledger.reserve(
-                        session.analyst,
-                        m.cost,
-                        prepared.fingerprint,
-                        mechanism="auto_bound",
-                        statement=prepared.text,
-                    )
-                )
-        except BaseException:
-            for r in reservations:
-                ledger.refund(r)
-            raise
+        parts: list[Part] = [(m.cost, "auto_bound", None) for m in mechs]
+        got = ledger.reserve_together(
+            session.analyst,
+            [*parts, *([answer] if answer is not None else [])],
+            prepared.fingerprint,
+            statement=prepared.text,
+        )
+        reservations = got[: len(mechs)]
+        main = got[len(mechs)] if answer is not None else None
     try:
-        hist = histograms(engine, a, p.missing, cancel)
-    except BaseException as error:
-        if ledger is not None:
-            for r in reservations:
-                ledger.refund(r, error)
+        try:
+            hist = histograms(engine, a, p.missing, cancel)
+        except BaseException as error:
+            if ledger is not None:
+                for r in reservations:
+                    ledger.refund(r, error)  # charged when the failure may depend on the data
+            raise
+        chosen = list(p.known.chosen)
+        digest = engine.repeat_digest(prepared.scope)
+        picks = choose(a, p, hist, epsilon, engine.noiseless)
+        for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
+            if ledger is not None:
+                earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
+                if earlier is not None:  # a concurrent statement stored its choice first
+                    c = from_payload(earlier)
+            chosen.append(c)
+    except BaseException:
+        if ledger is not None and main is not None:
+            ledger.refund(main)  # the answer's mechanism never ran: nothing of it was released
         raise
-    chosen = list(p.known.chosen)
-    digest = engine.repeat_digest(prepared.scope)
-    picks = choose(a, p, hist, epsilon, engine.noiseless)
-    for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
-        if ledger is not None:
-            earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
-            if earlier is not None:  # a concurrent statement stored its choice first
-                c = from_payload(earlier)
-        chosen.append(c)
-    return AutoBounds(tuple(chosen), spend, p.known.fallback)
+    return AutoBounds(tuple(chosen), spend, p.known.fallback), main
 
 
 def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:

@@ -1,7 +1,9 @@
 """The private path: plan, charge, run the bounded SQL, add noise, post-process.
 
 The spend is reserved before the private query runs and confirmed before any noisy row leaves;
-a failure before any result is computed is refunded; anything after counts as spent.
+a failure before any result is computed is refunded; anything after counts as spent. A statement
+that chooses ``auto`` bounds reserves its whole cost (the choices and the answer) in one ledger
+transaction before it reads any data: one statement, one charge (:func:`run_private`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
 
 if TYPE_CHECKING:
+    from dpsql.budget.records import Reservation
     from dpsql.engine import Engine
 
 
@@ -121,23 +124,41 @@ def run_private(
     elif engine.ledger is not None and engine.ledger.has_answer(session.analyst, key):
         pass  # answered from the store below: nothing measured
     else:
-        bounds = auto_bounds.measure(engine, prepared, session, a, pend, statement_eps, cancel)
+        # one statement, one charge: the answer's cost (the statement's epsilon less the slice;
+        # it does not depend on the bounds chosen) is reserved with the bound choices, before
+        # any data is read (auto_bounds.measure); the checks that need no budget come first
+        rest = engine.plan(
+            prepared,
+            session,
+            params,
+            analysis=a,
+            spent=auto_bounds.slice_epsilon(statement_eps, pend),
+        )
+        precheck(engine, prepared, session, a)
+        answer = (rest.cost, rest.mechanism, delta_for_rho(rest))
+        bounds, held = auto_bounds.measure(
+            engine, prepared, session, a, pend, statement_eps, cancel, answer
+        )
         resolved = apply_bounds(a, bounds)
-        plan = engine.plan(prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent)
-        return _run_planned(engine, prepared, session, params, cancel, plan, (bounds, key))
+        try:
+            plan = engine.plan(
+                prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent
+            )
+        except BaseException:
+            if held is not None and engine.ledger is not None:
+                engine.ledger.refund(held)  # nothing of the answer was measured
+            raise
+        reserved = (held, rest.cost) if held is not None else None
+        return _run_planned(
+            engine, prepared, session, params, cancel, plan, (bounds, key), reserved
+        )
     return _run_planned(engine, prepared, session, params, cancel, plan, (pend.known, key))
 
 
-def _run_planned(
-    engine: Engine,
-    prepared: Prepared,
-    session: SessionContext,
-    params: Sequence[Any],
-    cancel: CancelToken | None,
-    plan: Plan | SetsPlan,
-    auto: tuple[AutoBounds, str] | None,
-) -> Result:
-    a = plan.analysis
+def precheck(engine: Engine, prepared: Prepared, session: SessionContext, a: Analysis) -> float:
+    """What a private statement checks before any budget is reserved (no private row read):
+    key tables the analyst may read, the confidence, and a join's fan-out (public tables).
+    Returns the confidence."""
     from dpsql.execute import shadows
 
     key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
@@ -150,23 +171,59 @@ def _run_planned(
             f"confidence {confidence:g} is out of range: it must be > 0 and < 1",
             hint="SET dpsql.confidence = 0.95",
         )
-    key_types = engine.group_types(prepared, a)
-    if isinstance(plan, SetsPlan):
-        declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
-    else:
-        declared = engine.declared_keys(a)
+    check_join_fanout(engine, a)  # reads public tables only
+    return confidence
+
+
+def _within(cost: Cost, held: Cost) -> bool:
+    return cost.epsilon <= held.epsilon and cost.delta <= held.delta and cost.rho <= held.rho
+
+
+def _run_planned(
+    engine: Engine,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[Any],
+    cancel: CancelToken | None,
+    plan: Plan | SetsPlan,
+    auto: tuple[AutoBounds, str] | None,
+    reserved: tuple[Reservation, Cost] | None = None,
+) -> Result:
+    """Run a planned statement; ``reserved``: its answer's reservation, made before the bounds
+    were chosen (with the cost it holds): used instead of reserving, refunded when the answer
+    is never measured, and the plan must not cost more than it holds."""
+    a = plan.analysis
     ledger = engine.ledger
+    try:
+        confidence = precheck(engine, prepared, session, a)
+        if reserved is not None and not _within(plan.cost, reserved[1]):
+            from dpsql.errors import InternalError
+
+            raise InternalError(
+                f"the planned cost {plan.cost} exceeds the {reserved[1]} reserved for it",
+                hint="the statement was not answered; please report this",
+            )
+        key_types = engine.group_types(prepared, a)
+        if isinstance(plan, SetsPlan):
+            declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
+        else:
+            declared = engine.declared_keys(a)
+    except BaseException:
+        if reserved is not None and ledger is not None:
+            ledger.refund(reserved[0])
+        raise
     key = None
     if ledger is not None:
         key = auto[1] if auto is not None else cache_key(engine, prepared, plan, params)
-    if ledger is not None and key is not None:
+    if ledger is not None and key is not None and reserved is None:
         stored = ledger.lookup(session.analyst, key)
         if stored is not None:
             rel = Release.from_json(json.loads(stored))
             return finish(engine, prepared, a, rel, session, plan=plan, cached=True)
-    check_join_fanout(engine, a)  # before any budget is reserved: reads public tables only
     reservation = (
-        ledger.reserve(
+        reserved[0]
+        if reserved is not None
+        else ledger.reserve(
             session.analyst,
             plan.cost,
             prepared.fingerprint,

@@ -194,3 +194,24 @@ def test_an_epsilon_too_small_to_choose_keeps_the_defaults(
         assert r.epsilon_spent == pytest.approx(1e-6)
     finally:
         e.close()
+
+
+def test_a_refused_statement_charges_nothing(charged: tuple[Engine, Ledger]) -> None:
+    """One statement, one charge: the bound choice and the answer are reserved together before
+    any data is read. With 0.5 of the budget left, a statement at epsilon 1 that must choose
+    its bound (0.2 of it, affordable alone) is refused whole: nothing charged, no bound
+    release; one at 0.5 is answered and uses the rest exactly (before: the refused statement
+    had paid its 0.2 slice, and the second was refused too)."""
+    from dpsql.dp.accounting import Cost
+    from dpsql.errors import BudgetExhausted
+
+    engine, ledger = charged
+    for _ in range(20):  # 99.5 of the analyst's 100, in releases under the per-query maximum
+        ledger.commit(ledger.reserve("analyst", Cost(epsilon=Fraction(199, 40)), "fill"))
+    with pytest.raises(BudgetExhausted):
+        ask(engine, OTHER_SLICE)
+    assert bound_releases(ledger) == [] and spent(ledger) == Fraction(199, 2)
+    assert {h.state for h in ledger.history("analyst")} == {"committed"}
+    res = ask(engine, OTHER_SLICE, Fraction(1, 2))
+    assert res.epsilon_spent == pytest.approx(0.5) and res.rows[0][0] > 0
+    assert bound_releases(ledger) == [Fraction(1, 10)] and spent(ledger) == 100

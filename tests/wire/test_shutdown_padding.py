@@ -140,4 +140,10 @@ def test_a_statement_sent_during_the_shutdown_is_refused_before_it_is_charged(
         b.close()
     answer, _ = out_a
     assert isinstance(answer, tuple) and answer[1] == 7, answer
-    assert states(ledger) == {"committed": 1}  # a's release only
+    # a's statement only, charged once: its answer (one release) and its auto bound choice
+    # (reserved with it, in one transaction); b's statement charged nothing
+    with psycopg.connect(ledger) as conn:
+        rows = conn.execute("SELECT statement, mechanism, state FROM dpsql.release").fetchall()
+    assert {r[0] for r in rows} == {"SELECT COUNT(*), 7 FROM t WHERE v > 1"}, rows
+    assert sorted(r[1] == "auto_bound" for r in rows) == [False, True], rows
+    assert states(ledger) == {"committed": 2}, rows
