@@ -27,6 +27,19 @@ Accuracy: P(the chosen bucket's gap >= g) <= B exp(-epsilon g / 2). The default 
 k = ceil(2 ln(B / beta) / epsilon) with beta = 0.02 makes the empty buckets above the largest
 unit (gap k + 1) all together less likely than beta: the bound is almost never far above the
 data, and about k units (up to the rank error) have more than the bound.
+
+Small tables (the guard). That holds only when the target reaches k: t = s (n - 1) >= k. With
+fewer units the empty buckets above the data are only t + 1 ~ s n below the best, and over a
+grid of ~40 buckets up to ``MAX_ROWS_PER_UNIT`` the choice often lands far above the data (300
+units at a slice of 0.05: R from 12 to 185,364 for a true 10). So a tenth of the epsilon
+(:data:`COUNT_SHARE`) first releases a noisy unit count n~ = n + DLap(1 / epsilon_c) (one
+unit changes n by 1: epsilon_c-DP); the selection runs at the rest, epsilon_s, only when
+n~ - ln(1 / COUNT_BETA) / epsilon_c >= k_s / s + 1, k_s = ceil(2 ln(B / beta) / epsilon_s)
+(then n >= k_s / s + 1 except with probability <= COUNT_BETA); otherwise the output is
+:data:`FALLBACK` (index B): the caller keeps the fixed defaults and says so. The decision is
+post-processing of a DP count, and the two steps compose sequentially: epsilon_c + epsilon_s =
+epsilon, the charged cost. With n units below the limit, the chance that the selection runs at
+all is <= exp(-epsilon_c (limit - n)) (the discrete Laplace tail).
 """
 
 from __future__ import annotations
@@ -42,6 +55,8 @@ from dpsql.dp.accounting import Cost
 from dpsql.dp.quantiles import choose_among_heads, round_down
 
 BETA = Fraction(1, 50)  # chance that the choice lands among the empty buckets above the data
+COUNT_SHARE = Fraction(1, 10)  # of a choice's epsilon: the noisy unit count of the guard
+COUNT_BETA = 0.02  # the guard's margin: chance a count overstates n enough to let a choice run
 _CLIP = 128  # utilities are clipped at -_CLIP / epsilon: coins below exp(-64) count as tails
 
 
@@ -127,6 +142,36 @@ class TopRank:
     def cost(self) -> Cost:
         return Cost(epsilon=Fraction(self.epsilon))
 
+    @property
+    def select_epsilon(self) -> Fraction:
+        """The selection's share (the rest is the guard's unit count)."""
+        return round_down(Fraction(self.epsilon) * (1 - COUNT_SHARE))
+
+    @property
+    def count_epsilon(self) -> Fraction:
+        return round_down(Fraction(self.epsilon) * COUNT_SHARE)
+
+    def min_units(self, buckets: int) -> int:
+        """Units needed for the target to reach k_s (empty buckets above the data unlikely)."""
+        k = default_rank(self.select_epsilon, buckets)
+        return math.ceil(k / self.top_share) + 1
+
+    def limit(self, buckets: int) -> int:
+        """The noisy unit count a choice needs to run (the guard; module docstring)."""
+        eps_c = self.count_epsilon
+        if eps_c <= 0:
+            return 2**62  # too small to count: always the fixed defaults
+        return self.min_units(buckets) + math.ceil(math.log(1 / COUNT_BETA) / float(eps_c))
+
+    def runs(self, counts: np.ndarray, n: int) -> np.ndarray:
+        """``n`` independent guard decisions: whether the selection runs (noisy count >= limit)."""
+        eps_c = self.count_epsilon
+        if eps_c <= 0:
+            return np.zeros(n, dtype=bool)
+        total = int(np.asarray(counts, dtype=np.int64).sum())
+        noisy = total + rng.discrete_laplace(1 / eps_c, n)
+        return noisy >= self.limit(len(counts))
+
     def gaps(self, counts: np.ndarray) -> np.ndarray:
         """-4 u(j) per bucket (ascending buckets), unclipped."""
         c = np.asarray(counts, dtype=np.int64)
@@ -139,16 +184,23 @@ class TopRank:
     def rank_error(self, buckets: int, confidence: float) -> float:
         """With probability >= confidence the chosen bucket holds a position within this many
         units of the target (B exp(-epsilon g / 2) <= 1 - confidence)."""
-        eps = float(round_down(Fraction(self.epsilon)))
+        eps = float(self.select_epsilon)
         return 2 * math.log(buckets / (1 - confidence)) / eps
 
     def choose(self, counts: np.ndarray) -> int:
-        """The chosen bucket index (permute-and-flip, exact coins)."""
+        """The chosen bucket index (permute-and-flip, exact coins), or :data:`FALLBACK` =
+        ``len(counts)`` when the guard's noisy count is too small (keep the fixed defaults)."""
         return int(self.choose_many(counts, 1)[0])
 
     def choose_many(self, counts: np.ndarray, n: int) -> np.ndarray:
         """``n`` independent choices on the same counts (audits and benchmarks draw many)."""
-        eps = round_down(Fraction(self.epsilon))
+        picks = self.select_many(counts, n)
+        picks[~self.runs(counts, n)] = len(counts)  # FALLBACK
+        return picks
+
+    def select_many(self, counts: np.ndarray, n: int) -> np.ndarray:
+        """The selection alone (at ``select_epsilon``), without the guard."""
+        eps = self.select_epsilon
         if eps <= 0:
             raise ValueError("epsilon too small for exact sampling")
         clip = math.ceil(4 * _CLIP / eps)
@@ -161,6 +213,9 @@ class TopRank:
 
     def exact(self, counts: np.ndarray) -> int:
         """The best bucket (no noise): for the test-only noiseless engine. Ties go to the
-        highest bucket, so a noiseless bound clips nothing that the noisy one rarely would."""
+        highest bucket, so a noiseless bound clips nothing that the noisy one rarely would;
+        the guard compares the exact unit count with :meth:`min_units`."""
+        if int(np.asarray(counts).sum()) < self.min_units(len(counts)):
+            return len(counts)  # FALLBACK
         g = self.gaps(counts)
         return int(np.flatnonzero(g == g.min())[-1])

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpsql.dp.accounting import Cost
-from dpsql.dp.bounds import TopRank, default_rank
+from dpsql.dp.bounds import COUNT_SHARE, TopRank, default_rank
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import Prepared
@@ -116,7 +116,8 @@ def mechanisms(p: Pending, epsilon: Fraction) -> list[TopRank]:
 def _mechanism(it: AutoItem, each: Fraction, at_least: int) -> TopRank:
     if it.median:
         return TopRank(each, 10**9, Fraction(1, 2))  # the median unit
-    return TopRank(each, max(default_rank(each, len(it.grid)), at_least))
+    k = default_rank(round_down(each * (1 - COUNT_SHARE)), len(it.grid))  # the selection's
+    return TopRank(each, max(k, at_least))
 
 
 def clamp_rank(a: Analysis, epsilon: Fraction) -> int:
@@ -144,7 +145,12 @@ def choose(
 
     def pick(i: int, it: AutoItem, m: TopRank) -> None:
         idx = m.exact(hist[i]) if noiseless else m.choose(hist[i])
-        out[i] = (ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid)), m)
+        if idx >= len(it.grid):  # the guard: too few units to choose reliably at this epsilon
+            default = it.grid[-1] if it.kind.startswith("value") else Fraction(1)
+            c = ChosenBound(it.kind, it.column, default, each, m.rank, len(it.grid), fallback=True)
+        else:
+            c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
+        out[i] = (c, m)
 
     for i, it in enumerate(p.missing):
         if it.kind in ("rows", "groups"):
@@ -232,7 +238,9 @@ def measure(
         digest = engine.repeat_digest(prepared.scope)
         picks = choose(a, p, hist, epsilon, engine.noiseless)
         for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
-            if ledger is not None:
+            if ledger is not None and c.fallback:
+                ledger.commit(reservations[i])  # spent, not stored: a larger epsilon may choose
+            elif ledger is not None:
                 earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
                 if earlier is not None:  # a concurrent statement stored its choice first
                     c = from_payload(earlier)
@@ -264,9 +272,27 @@ def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
         if not fresh and not reused:
             how.append("from the declared keys")
         parts.append(f"contribution bounds: {text} ({'; '.join(how)})")
+    kept = [c for c in bounds.chosen if c.fallback]
+    if kept:
+        what = ", ".join(_label(c) for c in kept)
+        parts.append(
+            f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
+            "decided), the fixed defaults are used; raise dpsql.epsilon or set the bounds in "
+            "the policy"
+        )
     if bounds.fallback:
         parts.append(bounds.fallback)
     return "; ".join(parts)
+
+
+def _label(c: ChosenBound) -> str:
+    col = c.column.rsplit(".", 1)[-1].strip('"')
+    return {
+        "rows": "rows per unit",
+        "groups": "groups per unit",
+        "value_hi": f"upper clamp of {col}",
+        "value_lo": f"lower clamp of {col}",
+    }[c.kind]
 
 
 def explain_text(p: Pending, epsilon: Fraction) -> str:

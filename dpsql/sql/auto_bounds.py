@@ -108,6 +108,7 @@ class ChosenBound:
     rank: int
     buckets: int
     reused: bool = False
+    fallback: bool = False  # too few units to choose (dpsql.dp.bounds' guard): the default
 
 
 @dataclass(frozen=True)

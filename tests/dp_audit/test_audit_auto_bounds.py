@@ -32,7 +32,7 @@ import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
-from dpsql.dp.bounds import TopRank
+from dpsql.dp.bounds import COUNT_SHARE, TopRank
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
 from dpsql.policy.model import Policy
@@ -96,7 +96,7 @@ def _items(engine: Engine, sql: str) -> tuple[Any, list[TopRank], list[np.ndarra
 
 def _audit(mech: TopRank, h_d: np.ndarray, h_d2: np.ndarray) -> float:
     """The larger of both directions' epsilon lower bounds (events chosen on a first batch)."""
-    b = len(h_d)
+    b = len(h_d) + 1  # the outputs: a bucket, or b - 1 (the guard kept the fixed defaults)
     first = [np.bincount(mech.choose_many(h, N), minlength=b) for h in (h_d, h_d2)]
     second = [np.bincount(mech.choose_many(h, N), minlength=b) for h in (h_d, h_d2)]
     worst = -np.inf
@@ -136,7 +136,8 @@ def test_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
     """A quarter of the noise (epsilon x 4) while charging epsilon: the audit flags it."""
     caught = []
     for name, mech, h_d, h_d2 in _all_items(engines):
-        broken = TopRank(mech.epsilon * 4, mech.rank)
+        # the selection at 4x the charged epsilon (its own share is 1 - COUNT_SHARE of it)
+        broken = TopRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank)
         caught.append((name, _audit(broken, h_d, h_d2) > float(mech.epsilon)))
     assert all(c for _, c in caught), caught
 

@@ -215,3 +215,20 @@ def test_a_refused_statement_charges_nothing(charged: tuple[Engine, Ledger]) -> 
     res = ask(engine, OTHER_SLICE, Fraction(1, 2))
     assert res.epsilon_spent == pytest.approx(0.5) and res.rows[0][0] > 0
     assert bound_releases(ledger) == [Fraction(1, 10)] and spent(ledger) == 100
+
+
+def test_a_small_slice_keeps_the_defaults_and_says_so(demo_dsn: str, demo_policy_auto: Any) -> None:
+    """The guard of dpsql.dp.bounds, deterministic on the noiseless engine (exact unit count):
+    PUMS's 201 people over 60 at a slice of 0.2 are fewer than the 341 a reliable choice needs,
+    so R keeps its default of 1 and the notice says why; all 1,000 choose from the data."""
+    from tests.helpers import noiseless
+
+    e = noiseless(Engine(demo_policy_auto, demo_dsn, pool_size=2))
+    try:
+        small = e.execute(e.prepare("SELECT COUNT(*) FROM pums WHERE age > 60"), SessionContext())
+        assert "1 rows per unit" in small.notices[0], small.notices
+        assert "rows per unit: too few units to choose reliably" in small.notices[0]
+        whole = e.execute(e.prepare("SELECT COUNT(*) FROM pums"), SessionContext())
+        assert "too few units" not in whole.notices[0], whole.notices
+    finally:
+        e.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import doctest
 import itertools
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -104,3 +105,33 @@ def test_fixed_policies_have_nothing_to_choose() -> None:
     a = _analysis("SELECT category, SUM(amount) FROM purchases GROUP BY category",
                   fixed_demo_policy())  # fmt: skip
     assert auto_items(a) == ()  # type: ignore[arg-type]
+
+
+def test_a_small_table_never_gets_a_bound_far_above_its_data() -> None:
+    """Property: on 300 units of 10 rows each, at the slice of a statement at epsilon 0.25 (one
+    bound: 0.05), the engine's choice of R (its own mechanism and grid up to
+    MAX_ROWS_PER_UNIT) is never above 4x the true maximum (40), but for a chance
+    p0 <= exp(-epsilon_c (limit - 300)) that the guard's noisy unit count reaches its limit
+    (dpsql.dp.bounds: the discrete Laplace tail; the fallback R = 1 is below). Over N draws
+    more than c far choices has probability <= C(N, c+1) p0^(c+1) <= 1e-6 (c chosen so).
+    The broken twin (the selection without the guard: R came out as 91 .. 185,364 for this
+    table before) is far in most draws."""
+    from dpsql.execute.auto_bounds import _mechanism
+    from dpsql.policy.model import MAX_ROWS_PER_UNIT
+    from dpsql.sql.auto_bounds import AutoItem
+
+    grid = tuple(Fraction(v) for v in integer_grid(MAX_ROWS_PER_UNIT))
+    m = _mechanism(AutoItem("rows", grid, "t"), Fraction(1, 20), 0)
+    counts = np.zeros(len(grid), dtype=np.int64)
+    counts[next(j for j, v in enumerate(grid) if v >= 10)] = 300
+    p0 = math.exp(-float(m.count_epsilon) * (m.limit(len(grid)) - 300))
+    n = 20_000
+    c = next(c for c in range(n) if math.comb(n, c + 1) * p0 ** (c + 1) <= 1e-6)
+    assert p0 < 1e-3 and c < 50, (p0, c)
+
+    def far(picks: np.ndarray) -> int:
+        values = [grid[p] if p < len(grid) else Fraction(1) for p in picks]  # fallback: R = 1
+        return sum(v > 40 for v in values)
+
+    assert far(m.choose_many(counts, n)) <= c
+    assert far(m.select_many(counts, n)) > c  # the twin without the guard is caught
