@@ -261,11 +261,17 @@ def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
         fresh = bounds.epsilon_spent > 0
         reused = any(c.reused for c in bounds.chosen)
         how = []
-        if fresh:
+        chose = any(not c.reused and not c.fallback for c in bounds.chosen)
+        if fresh and chose:
             how.append(
                 f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of this "
                 f"statement's {float(epsilon):.4g}"
                 + (", stored for later statements" if stored else "")
+            )
+        elif fresh:  # every bound measured now fell back to its default (not stored)
+            how.append(
+                f"epsilon {float(bounds.epsilon_spent):.4g} of this statement's "
+                f"{float(epsilon):.4g} spent on a count of units that was too small"
             )
         if reused:
             how.append("some reused free from earlier statements" if fresh else "reused free")
