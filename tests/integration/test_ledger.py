@@ -278,7 +278,11 @@ def test_views(ledger: Ledger) -> None:
 def test_ledger_unavailable_is_a_dpsql_error(dsn: str) -> None:
     with pytest.raises(DpsqlError) as info:
         Ledger.open(dsn.replace("dbname=", "dbname=nosuchdb_"), policy())
-    assert info.value.sqlstate == "58000"
+    # no connection to the ledger database: a connection-exception class, retryable (08006;
+    # dpsql.budget.ledger._unavailable), with the cause in DETAIL, never a bare internal error
+    assert info.value.sqlstate == "08006"
+    assert str(info.value) == "the privacy ledger is unavailable"
+    assert info.value.detail
 
 
 def test_totals_match_log(ledger: Ledger, dsn: str) -> None:

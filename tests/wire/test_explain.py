@@ -140,7 +140,11 @@ def test_json_plan_has_postgres_shape(conn: Any) -> None:
     [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) " + grouped).fetchall()
     root = doc[0]["Plan"]
     nodes = list(_nodes(root))
-    assert [n["Node Type"] for n in nodes] == ["DP Aggregate", "DP Bounded Scan", "DP Measure"]
+    assert [n["Node Type"] for n in nodes] == ["DP Aggregate", "DP Bounded Scan"] + [
+        "DP Measure"
+    ] * 3
+    # the count, then the error bars' two releases (rows removed by bounding, units over the cap)
+    assert [n["Measure"].split(" by bounds")[0] for n in nodes[3:]] == ["removed", "over cap"]
     for node in nodes:
         for key in ("Node Type", "Startup Cost", "Total Cost", "Plan Rows", "Plan Width"):
             assert key in node, (key, node)
@@ -181,10 +185,12 @@ def test_xml_plan_has_postgres_shape(conn: Any) -> None:
     assert plan is not None and plan.findtext("e:Node-Type", namespaces=ns) == "DP Aggregate"
     assert plan.findtext("e:Reads-Data", namespaces=ns) == "false"
     assert [i.text for i in plan.findall("e:Output/e:Item", ns)] == ["n", "mean_income"]
-    children = [
-        p.findtext("e:Node-Type", namespaces=ns) for p in plan.findall("e:Plans/e:Plan", ns)
-    ]
-    assert children == ["DP Bounded Scan"] + ["DP Measure"] * 3  # count(*); avg: count, sum
+    kids = plan.findall("e:Plans/e:Plan", ns)
+    children = [p.findtext("e:Node-Type", namespaces=ns) for p in kids]
+    measured = [p.findtext("e:Measure", namespaces=ns) or "" for p in kids[1:]]
+    answers = [m for m in measured if " by bounds of " not in m]
+    assert children == ["DP Bounded Scan"] + ["DP Measure"] * len(measured)
+    assert len(answers) == 3  # count(*); avg: count, sum (then the error bars' releases)
     assert root.findtext("e:Query/e:Budget/e:Free-Repeat", namespaces=ns) in ("true", "false")
     # DBeaver's own option string (PostgreExecutionPlan.getPlanQueryString), costs unchecked
     [(text,)] = conn.execute("EXPLAIN (FORMAT XML,COSTS FALSE,VERBOSE) " + PRIVATE).fetchall()
@@ -224,7 +230,10 @@ def test_gaussian_plan_states_rho(conn: Any) -> None:
     plan = doc[0]["Plan"]
     assert plan["Mechanism"] == "gaussian" and plan["Privacy Cost Rho"] > 0
     measures = [p for p in plan["Plans"] if p["Node Type"] == "DP Measure"]
-    assert measures and all(m["Sensitivity"].startswith("L2=") for m in measures)
+    answers = [m for m in measures if " by bounds of " not in m["Measure"]]
+    assert answers and all(m["Sensitivity"].startswith("L2=") for m in answers)
+    # the error bars' removed-mass releases stay discrete Laplace (pure epsilon, L1)
+    assert all(m["Sensitivity"].startswith("L1=") for m in measures if m not in answers)
 
 
 def test_grouping_sets_split(conn: Any) -> None:
