@@ -270,7 +270,7 @@ def budget_lines(b: dict[str, Any]) -> list[str]:
     ]
     if "Refused" in b:
         return [*out, f"Budget: would be refused: {b['Refused']}"]
-    for s in b["Charged To"]:
+    for s in b.get("Charged To", []):  # a free repeat of every leaf charges nothing
         spend = 0.0 if repeat else s.get("Epsilon Needed", b["Would Spend Epsilon"])
         if spend is None:
             out.append(f"Charged to: {s['Budget']} {s['Name']!r}: refused (no delta for Gaussian)")

@@ -333,6 +333,10 @@ def test_one_charge_and_free_repeats_per_leaf(tree_dsn: str) -> None:
         assert first.epsilon_spent == pytest.approx(1.0) and not first.cached
         again = run(e, CTE_JOIN + " ")
         assert again.cached and again.epsilon_spent == 0 and again.rows == first.rows
+        # EXPLAIN of a statement whose every leaf is stored: nothing charged (was XX000)
+        plan = e.execute(e.prepare("EXPLAIN " + CTE_JOIN, "analyst"), SESSION)
+        text = "\n".join(row[0] for row in plan.rows)
+        assert "Free repeat: yes" in text and "Charged to:" not in text
         other = (
             "WITH r AS (SELECT category, SUM(amount) AS rev FROM orders GROUP BY 1), "
             "q AS (SELECT category, AVG(quantity) AS q FROM orders GROUP BY 1) "
