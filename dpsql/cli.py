@@ -64,7 +64,7 @@ def print_result(r: Result, title: str | None = None) -> None:
     elif r.epsilon_spent:
         console.print(
             f"[dim]spent epsilon={r.epsilon_spent:g}, delta={r.delta_spent:g}; "
-            "brackets: 95% intervals of the noise[/dim]"
+            "brackets: 95% intervals (noise, and what bounding removed where estimated)[/dim]"
         )
 
 
