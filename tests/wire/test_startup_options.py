@@ -2,10 +2,10 @@
 ``PGOPTIONS``), ``application_name``, and an analyst's ``settings`` in the policy.
 
 Real engine, ledger and PostgreSQL (demo data); psycopg and psql through the wire server.
-Properties: ``-c dpsql.epsilon=0.5`` is the session's epsilon — SHOW, EXPLAIN, the width of the
-error interval (the noise's side of a Laplace COUNT's interval is proportional to 1/epsilon:
-twice as wide as at epsilon 1 up to the rounding of COUNT's bounds, a property of the plan, not
-of the noise) and the ledger's ``dpsql.history``
+Properties: ``-c dpsql.epsilon=0.5`` is the session's epsilon — SHOW, EXPLAIN, the noise's
+half-width in the accuracy NOTICE (proportional to 1/epsilon under fixed contribution bounds:
+twice as wide as at epsilon 1 up to integer rounding, a property of the plan, not of the noise)
+and the ledger's ``dpsql.history``
 all say 0.5; RESET returns to it; an unknown ``dpsql.*`` setting, a bad value, an epsilon outside
 the analyst's range or a switch other than ``-c`` refuse the connection (never ignored); ordinary
 PostgreSQL settings are taken as SET takes them; the policy's per-analyst settings apply when the
@@ -15,6 +15,7 @@ client sends none and the client's options override them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -45,7 +46,13 @@ def served(demo_dsn: str, demo_policy: Any, ledger: Ledger) -> Iterator[ServerTh
     analysts["analyst"] = analysts["analyst"].model_copy(
         update={"settings": {"dpsql.confidence": "0.9", "dpsql.mechanism": "laplace"}}
     )
-    policy = demo_policy.model_copy(update={"analysts": analysts})
+    # fixed contribution bounds: the noise's scale is then a property of the plan alone (with
+    # `auto` the bound itself is a noisy choice, so the widths at two epsilons differ by more)
+    tables = dict(demo_policy.tables)
+    tables["public.purchases"] = tables["public.purchases"].model_copy(
+        update={"max_rows_per_unit": 10, "max_groups_per_unit": 2}
+    )
+    policy = demo_policy.model_copy(update={"analysts": analysts, "tables": tables})
     with served_engine(policy, demo_dsn, ledger=ledger) as srv:
         yield srv
 
@@ -61,17 +68,21 @@ def _show(conn: psycopg.Connection[Any], name: str) -> str:
 
 
 def _half_width(conn: psycopg.Connection[Any]) -> Decimal:
-    conn.execute("SET dpsql.show_intervals = on")
+    """The noise's half-width from the accuracy NOTICE ("noise ±X"): the interval's ends also
+    carry the released estimate of what contribution bounding removed, which is itself noisy."""
+    notices: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        notices.append(d.message_primary or "")
+
+    conn.add_notice_handler(keep)
     try:
-        cur = conn.execute(COUNT)
-        assert cur.description is not None
-        names = [d.name for d in cur.description]
-        row = dict(zip(names, cur.fetchone() or (), strict=True))
-        # the lower side: the noise's share (the upper side also covers what contribution
-        # bounding left out, which does not depend on epsilon)
-        return Decimal(row["n"]) - Decimal(row["n_low"])
+        conn.execute(COUNT).fetchall()
     finally:
-        conn.execute("RESET dpsql.show_intervals")
+        conn.remove_notice_handler(keep)
+    widths = [m.group(1) for n in notices for m in [re.search(r"noise ±([0-9.,]+)", n)] if m]
+    assert len(widths) == 1, notices
+    return Decimal(widths[0].replace(",", ""))
 
 
 def test_epsilon_from_options_shows_everywhere(served: ServerThread) -> None:
@@ -82,8 +93,9 @@ def test_epsilon_from_options_shows_everywhere(served: ServerThread) -> None:
         half = _half_width(conn)
         conn.execute("SET dpsql.epsilon = 1")
         at_one = _half_width(conn)
-        # twice as wide at 0.5; COUNT's bounds are whole numbers (each rounded by < 1)
-        assert abs(2 * at_one - half) <= 3 and 2 * half > 3 * at_one
+        # twice as wide at 0.5, up to the integer noise's quantiles (each within 1 of the
+        # continuous one) and the NOTICE's three significant figures
+        assert abs(half - 2 * at_one) <= 2 and half > 30, (half, at_one)
         conn.execute("RESET dpsql.epsilon")  # back to the value the session started with
         assert _show(conn, "dpsql.epsilon") == "0.5"
         conn.execute(COUNT + " WHERE quantity > 1")  # a fresh release, charged at 0.5
