@@ -23,6 +23,8 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.catalog.check import check_catalog_query
+from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp import rng
 from dpsql.errors import DpsqlError, UnsupportedSql
 from dpsql.execute import group_keys, public_sql
@@ -237,13 +239,8 @@ class Engine:
             assert prepared.tree is not None
             tree = prepared.tree
             if prepared.kind == "catalog":
-                from dpsql.sql import catalog
-                from dpsql.sql.session_functions import SessionInfo
-
                 info = SessionInfo.of(session)
-                tree = catalog.check_catalog_query(
-                    tree, self.view(session.analyst), session.analyst, info
-                )
+                tree = check_catalog_query(tree, self.view(session.analyst), session.analyst, info)
             oids = _describe_oids(prepared.param_count, param_types)
             return describe_statement(self.backend, tree.sql("postgres"), oids)
         if prepared.kind == "dpsql":

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from dpsql.catalog.check import check_catalog_query
+from dpsql.catalog.session_functions import SessionInfo, session_key
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import shadows
 from dpsql.execute.prepared import Prepared
 from dpsql.session import SessionContext
 from dpsql.sql.bind import bind, check_params, param_numbers, template
-from dpsql.sql.session_functions import SessionInfo, session_key
 
 if TYPE_CHECKING:
     from dpsql.engine import Engine
@@ -98,12 +99,8 @@ def runnable_tree(
     shadows.check(engine, prepared.text, prepared.tree, scope=scope)  # before it runs
     tree = bind(prepared.tree, params) if params else prepared.tree
     if prepared.kind == "catalog":
-        from dpsql.sql import catalog
-
         info = SessionInfo.of(session)
-        return catalog.check_catalog_query(
-            tree, engine.view(session.analyst), session.analyst, info
-        )
+        return check_catalog_query(tree, engine.view(session.analyst), session.analyst, info)
     if prepared.kind != "public":
         raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
     return tree

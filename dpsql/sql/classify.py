@@ -6,6 +6,7 @@ from typing import Literal
 
 from sqlglot import exp
 
+from dpsql.catalog.check import is_catalog_query, names_objects
 from dpsql.errors import PrivacyViolation, UndefinedTable
 from dpsql.policy.model import Policy
 
@@ -108,8 +109,6 @@ def classify(tree: exp.Expression, policy: Policy) -> QueryKind:
         return "dpsql"
     if "catalog" in kinds:
         return "catalog"
-    from dpsql.sql.catalog import is_catalog_query, names_objects
-
     if is_catalog_query(tree) or names_objects(tree):
         # no catalog relation, but reg* casts or catalog functions (g::regclass, obj_description):
         # they reveal object names, so they go through the catalog filter, never the public path

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 import sqlglot
 
+from dpsql.catalog.check import check_catalog_query
 from dpsql.errors import DpsqlError
-from dpsql.sql.catalog import check_catalog_query
 from tests.fixtures.catalog.collect import SCHEMA
 from tests.fixtures.catalog.fixtures import CatalogQuery, all_catalog_queries
 from tests.unit.test_catalog import POLICY, UNPARSABLE, parsable

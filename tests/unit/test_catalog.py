@@ -8,9 +8,9 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from dpsql.catalog.check import check_catalog_query, is_catalog_query
 from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
-from dpsql.sql.catalog import check_catalog_query, is_catalog_query
 from dpsql.sql.parse import parse_statement
 from tests.fixtures.catalog.fixtures import CatalogQuery, all_catalog_queries
 

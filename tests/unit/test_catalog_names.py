@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
+from dpsql.catalog.build import as_object
 from dpsql.policy.model import Analyst, Budget, Policy
-from dpsql.sql.catalog_sql import as_object
 from dpsql.sql.classify import classify
 
 

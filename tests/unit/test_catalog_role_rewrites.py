@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
+from dpsql.catalog.check import check_catalog_query
 from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
-from dpsql.sql.catalog import check_catalog_query
 from dpsql.sql.classify import classify
 
 POLICY = Policy.model_validate(

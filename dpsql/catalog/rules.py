@@ -1,16 +1,16 @@
 """What a catalog query may read, as data: relations, functions, casts and their filters.
 
 Everything not listed here is refused (default deny). The SQL below is constant text written by
-dpsql (never by an analyst); :mod:`dpsql.sql.catalog` parses it once with sqlglot and fills in the
+dpsql (never by an analyst); :mod:`dpsql.catalog.check` parses it once with sqlglot and fills in the
 policy's table and column names as literals through sqlglot builders.
 
-Visibility is computed upstream, per query, by the CTEs of :mod:`dpsql.sql.catalog_visibility`.
+Visibility is computed upstream, per query, by the CTEs of :mod:`dpsql.catalog.visibility`.
 """
 
 from __future__ import annotations
 
 # The function and cast rules live in their own module; re-exported for ``rules.X`` users.
-from dpsql.sql.catalog_function_rules import (  # noqa: F401
+from dpsql.catalog.function_rules import (  # noqa: F401
     ALLOWED_CASTS,
     ALLOWED_FUNCTIONS,
     ALLOWED_SETTINGS,
@@ -26,7 +26,7 @@ from dpsql.sql.catalog_function_rules import (  # noqa: F401
     REFUSED_FUNCTIONS,
     REG_COLUMNS,
 )
-from dpsql.sql.catalog_objects import (
+from dpsql.catalog.objects import (
     HIDDEN_CATALOGS,
     OBJECT_FILTERS,
     PROC_BY_SPECIFIC_NAME,
@@ -35,7 +35,7 @@ from dpsql.sql.catalog_objects import (
     description_filter,
     visible_set,
 )
-from dpsql.sql.catalog_visibility import VISIBILITY_CTES  # noqa: F401
+from dpsql.catalog.visibility import VISIBILITY_CTES  # noqa: F401
 
 # Predicates over one object id, keyed by kind (``__x__`` is the guarded expression).
 VISIBLE: dict[str, str] = {

@@ -4,10 +4,10 @@ A catalog relation listed in :data:`OVERRIDES` is read as ``jsonb_populate_recor
 overrides)``, which keeps every column (whatever the PostgreSQL version) in its order and type,
 with these values replaced (``t`` is the relation's row, ``__analyst__`` the analyst's name):
 
-* role names and access-control lists (see :mod:`dpsql.sql.catalog_roles`): the analyst's one
+* role names and access-control lists (see :mod:`dpsql.catalog.roles`): the analyst's one
   role in ``pg_roles``/``pg_user``, owners and grantees as the analyst, ACLs NULL;
 * definitions that name hidden objects (view definitions, column and domain defaults; see
-  ``named_deps`` in :mod:`dpsql.sql.catalog_rules`) and the source of user functions: NULL.
+  ``named_deps`` in :mod:`dpsql.catalog.rules`) and the source of user functions: NULL.
 
 Only the references whose replaced columns the client may read are rewritten so
 (:func:`overridden_tables`); the others read the plain filtered relation, which plans better.
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.sql.catalog_functions import ident_name
-from dpsql.sql.catalog_roles import analyst_name
-from dpsql.sql.catalog_sql import cast_to, fill, template
+from dpsql.catalog.build import cast_to, fill, template
+from dpsql.catalog.functions import ident_name
+from dpsql.catalog.roles import analyst_name
 
 _NOBODY = {"rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication", "rolbypassrls"}
 _NAME = "__analyst__"

@@ -1,5 +1,5 @@
-"""The SQL that :mod:`dpsql.sql.catalog` adds: filtered catalog relations, object-id guards and
-the visibility CTEs, built from the constant templates of :mod:`dpsql.sql.catalog_rules` with
+"""The SQL that :mod:`dpsql.catalog.check` adds: filtered catalog relations, object-id guards and
+the visibility CTEs, built from the constant templates of :mod:`dpsql.catalog.rules` with
 the policy's names as literals (sqlglot builders, never string formatting of input)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from functools import lru_cache
 import sqlglot
 from sqlglot import exp
 
+from dpsql.catalog import rules
 from dpsql.policy.model import Policy
-from dpsql.sql import catalog_rules as rules
 
 
 def cast_target(node: exp.Cast) -> str:

@@ -3,7 +3,7 @@
 PostgreSQL clients need a current user (psql's prompt, DBeaver's ``pg_roles`` row, Metabase's
 ``current_user``) and owner names (``\\dt``, ``\\l``), but the upstream's role names (its
 superuser, dpsql's login role, other analysts' upstream roles) are none of the analyst's
-business. So, in a catalog query (the rewrite of :mod:`dpsql.sql.catalog`):
+business. So, in a catalog query (the rewrite of :mod:`dpsql.catalog.check`):
 
 * ``current_user``, ``session_user``, ``current_role`` and ``user`` are the analyst's name (the
   name it logged in with); ``pg_get_userbyid(x)`` is that name for every role id, so every
@@ -28,16 +28,16 @@ business. So, in a catalog query (the rewrite of :mod:`dpsql.sql.catalog`):
   (a select-list item of the outer query, with PostgreSQL's column label) or is cast to a text
   type (``'ann'::regrole::text``); elsewhere (comparisons, joins) it is the plain ``oid``.
 
-The relations (``pg_roles`` ...) are rewritten by :mod:`dpsql.sql.catalog_overrides`.
+The relations (``pg_roles`` ...) are rewritten by :mod:`dpsql.catalog.overrides`.
 """
 
 from __future__ import annotations
 
 from sqlglot import exp
 
+from dpsql.catalog.build import cast_target, cast_to, fill, template
+from dpsql.catalog.regrole import LABEL, OWN_OID, place_regrole
 from dpsql.errors import UndefinedObject
-from dpsql.sql.catalog_regrole import LABEL, OWN_OID, place_regrole
-from dpsql.sql.catalog_sql import cast_target, cast_to, fill, template
 
 # SQL keywords that read the session's role (unquoted, they are never column names).
 ROLE_KEYWORDS = frozenset({"current_user", "session_user", "current_role", "user"})

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpsql.catalog.build import LOOKUP, cast_target
+from dpsql.catalog.function_rules import REG_COLUMNS
 from dpsql.errors import PrivacyViolation
-from dpsql.sql.catalog_function_rules import REG_COLUMNS
-from dpsql.sql.catalog_sql import LOOKUP, cast_target
 
 _TO_REG = frozenset(LOOKUP.values()) | {
     "to_regrole", "to_regoper", "to_regoperator", "to_regcollation",

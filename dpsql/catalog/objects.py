@@ -5,7 +5,7 @@ One rule, applied to every catalog: an object is visible when it lives in a visi
 relation, column, type, or a function, operator, collation ... in a hidden schema). Cluster-wide
 objects without a schema (casts, access methods, languages, foreign-data wrappers, event
 triggers, transforms) follow the second half. Owners read as the analyst everywhere
-(``pg_get_userbyid``, :mod:`dpsql.sql.catalog_roles`).
+(``pg_get_userbyid``, :mod:`dpsql.catalog.roles`).
 
 Objects that are about other roles or hold connection details are absent: user mappings (their
 options hold passwords), subscriptions (``subconninfo``), per-role settings

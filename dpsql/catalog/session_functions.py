@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.catalog.build import cast_to
+from dpsql.catalog.regrole import LABEL
 from dpsql.session import SessionContext
-from dpsql.sql.catalog_regrole import LABEL
-from dpsql.sql.catalog_sql import cast_to
 
 SESSION_FUNCTIONS = frozenset({"pg_backend_pid", "pg_cancel_backend", "pg_terminate_backend"})
 

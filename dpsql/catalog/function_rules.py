@@ -1,7 +1,7 @@
 """What a catalog query may call, as data: allowed, guarded, blanked and refused functions and
-casts (the relations are in :mod:`dpsql.sql.catalog_rules`, which re-exports these names).
+casts (the relations are in :mod:`dpsql.catalog.rules`, which re-exports these names).
 
-Everything not listed is refused (default deny); :mod:`dpsql.sql.catalog_functions` applies them.
+Everything not listed is refused (default deny); :mod:`dpsql.catalog.functions` applies them.
 """
 
 from __future__ import annotations

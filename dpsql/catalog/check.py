@@ -10,7 +10,7 @@ read-only transaction:
   comments, types and schemas (and the ``dpsql`` ledger schema) are absent;
 * ``pg_class.reltuples/relpages/relallvisible`` are constants; ``pg_stats``, ``pg_statistic``,
   ``pg_stat_*`` and the like are empty; size and ``pg_stat_get_*`` functions return NULL;
-* functions come from an allow list (:mod:`dpsql.sql.catalog_rules`); those that take an object
+* functions come from an allow list (:mod:`dpsql.catalog.rules`); those that take an object
   id (``pg_get_viewdef``, ``format_type``, casts to ``regclass`` ...) get NULL for hidden objects;
 * user tables other than the policy's public ones are refused, as is anything that writes, locks
   or calls an unlisted function.
@@ -29,21 +29,8 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from dpsql.errors import PrivacyViolation, UnsupportedSql
-from dpsql.policy.model import Policy
-from dpsql.sql import catalog_overrides as overrides
-from dpsql.sql import catalog_roles as roles
-from dpsql.sql import catalog_rules as rules
-from dpsql.sql.catalog_functions import (
-    SYSTEM_SCHEMAS,
-    check_function,
-    guard,
-    ident_name,
-    reg_element,
-)
-from dpsql.sql.catalog_literals import check_untyped_literals
-from dpsql.sql.catalog_regrole import pg_label
-from dpsql.sql.catalog_sql import (
+from dpsql.catalog import overrides, roles, rules
+from dpsql.catalog.build import (
     attach_visibility,
     cast_target,
     cast_to,
@@ -52,7 +39,18 @@ from dpsql.sql.catalog_sql import (
     relation_filter,
     template,
 )
-from dpsql.sql.session_functions import SessionInfo, replace_session_functions
+from dpsql.catalog.functions import (
+    SYSTEM_SCHEMAS,
+    check_function,
+    guard,
+    ident_name,
+    reg_element,
+)
+from dpsql.catalog.literals import check_untyped_literals
+from dpsql.catalog.regrole import pg_label
+from dpsql.catalog.session_functions import SessionInfo, replace_session_functions
+from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.policy.model import Policy
 
 
 def check_catalog_query(
@@ -64,9 +62,9 @@ def check_catalog_query(
         tree: the parsed statement (postgres dialect); never mutated.
         policy: the policy whose private and public tables the analyst may see.
         analyst: the analyst asking: the catalog shows one role, named so
-            (:mod:`dpsql.sql.catalog_roles`); its tables come with ``policy`` (its view).
+            (:mod:`dpsql.catalog.roles`); its tables come with ``policy`` (its view).
         session: the client's database and process id, for ``current_database()``,
-            ``pg_backend_pid()`` ... (:mod:`dpsql.sql.session_functions`).
+            ``pg_backend_pid()`` ... (:mod:`dpsql.catalog.session_functions`).
 
     Raises:
         PrivacyViolation: 42501, the query reads user data, a forbidden relation or function.
@@ -169,7 +167,7 @@ def _is_catalog_function(node: exp.Func) -> bool:
     if isinstance(node, (exp.CurrentSchema, exp.CurrentSchemas, exp.CurrentVersion)):
         return True
     if isinstance(node, (exp.CurrentDatabase, exp.CurrentCatalog)):
-        return True  # the client's database (dpsql.sql.session_functions)
+        return True  # the client's database (dpsql.catalog.session_functions)
     if not isinstance(node, exp.Anonymous):
         return False
     name = node.name.lower()
@@ -316,7 +314,7 @@ def _expand_reg_array_casts(query: exp.Expr) -> None:
     """``proargtypes::regtype[]`` (a catalog column of object ids; pgcli's function metadata)
     -> an array of element casts, each guarded like any ``x::regtype`` (NULL for a hidden
     object), in order, NULL for NULL. A constant array (``'{16398}'::regclass[]``) stays
-    refused by :func:`~dpsql.sql.catalog_functions.check_function`."""
+    refused by :func:`~dpsql.catalog.functions.check_function`."""
     for cast in list(query.find_all(exp.Cast)):
         element = reg_element(cast_target(cast))
         if element not in rules.GUARDED_CASTS or not isinstance(cast.this, exp.Column):

@@ -1,7 +1,7 @@
 """``regrole`` values in catalog queries: printed as PostgreSQL prints them for the analyst.
 
 Upstream, the analyst's role is dpsql's login role, so ``'ann'::regrole`` would print that role's
-name. A regrole value is therefore computed as a plain ``oid`` (by :mod:`dpsql.sql.catalog_roles`)
+name. A regrole value is therefore computed as a plain ``oid`` (by :mod:`dpsql.catalog.roles`)
 and, where its text reaches the client, printed by :func:`role_name`: the analyst's role as the
 analyst's name (quoted as PostgreSQL quotes identifiers), a predefined role (``pg_monitor``) as
 its name, any other id as its digits (what PostgreSQL prints for an id no role has).
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.sql.catalog_sql import cast_target, cast_to, fill, template
+from dpsql.catalog.build import cast_target, cast_to, fill, template
 
 # The upstream role dpsql runs as: the analyst's role in every rewritten query.
 OWN_OID = (

@@ -1,15 +1,13 @@
 """Functions and casts in catalog queries: the allow list check, blanking of data-measuring
 functions, the set_config/current_setting special cases, and the guards that make object-id
-arguments NULL unless the object is visible (see :mod:`dpsql.sql.catalog`)."""
+arguments NULL unless the object is visible (see :mod:`dpsql.catalog.check`)."""
 
 from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolation, UnsupportedSql
-from dpsql.sql import catalog_rules as rules
-from dpsql.sql.catalog_objects import OBJECT_FILTERS, describe_guard
-from dpsql.sql.catalog_sql import (
+from dpsql.catalog import rules
+from dpsql.catalog.build import (
     LOOKUP,
     as_object,
     att_visible,
@@ -20,6 +18,8 @@ from dpsql.sql.catalog_sql import (
     template,
     visible,
 )
+from dpsql.catalog.objects import OBJECT_FILTERS, describe_guard
+from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql.names import function_name
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
@@ -256,7 +256,7 @@ def _obj_description_kind(node: exp.Anonymous) -> str | None:
 def guard(node: exp.Func) -> bool:
     """Make object-id arguments NULL unless the object is visible; True when a guard was added.
 
-    Names are looked up without errors (:func:`~dpsql.sql.catalog_sql.as_object`), so a hidden
+    Names are looked up without errors (:func:`~dpsql.catalog.build.as_object`), so a hidden
     object and a missing one answer alike: NULL, never "does not exist" for one of them only.
     """
     if isinstance(node, exp.Cast):
