@@ -202,16 +202,9 @@ def measure(
     """
     if not p.missing:
         return p.known, None
-    if round_down(slice_epsilon(epsilon, p) / len(p.missing)) <= 0:
-        # below what the exact sampler can draw: keep today's defaults, spend nothing
-        note = (
-            f"epsilon {float(epsilon):.3g} is too small to choose contribution bounds from the "
-            "data: 1 row and 1 group per unit are kept and values clamped to the declared bounds"
-        )
-        return AutoBounds(
-            p.known.chosen, Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
-        ), None
-    spend = slice_epsilon(epsilon, p)
+    small = too_small(p, epsilon)
+    if small is not None:
+        return small, None
     mechs = mechanisms(p, epsilon)  # what each costs (the clamps' target rank comes later)
     ledger = engine.ledger
     reservations: list[Reservation] = []
@@ -227,29 +220,61 @@ def measure(
         reservations = got[: len(mechs)]
         main = got[len(mechs)] if answer is not None else None
     try:
-        try:
-            hist = histograms(engine, a, p.missing, cancel)
-        except BaseException as error:
-            if ledger is not None:
-                for r in reservations:
-                    ledger.refund(r, error)  # charged when the failure may depend on the data
-            raise
-        chosen = list(p.known.chosen)
-        digest = engine.repeat_digest(prepared.scope)
-        picks = choose(a, p, hist, epsilon, engine.noiseless)
-        for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
-            if ledger is not None and c.fallback:
-                ledger.commit(reservations[i])  # spent, not stored: a larger epsilon may choose
-            elif ledger is not None:
-                earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
-                if earlier is not None:  # a concurrent statement stored its choice first
-                    c = from_payload(earlier)
-            chosen.append(c)
+        bounds = choose_reserved(engine, prepared, a, p, epsilon, reservations, cancel)
     except BaseException:
         if ledger is not None and main is not None:
             ledger.refund(main)  # the answer's mechanism never ran: nothing of it was released
         raise
-    return AutoBounds(tuple(chosen), spend, p.known.fallback), main
+    return bounds, main
+
+
+def too_small(p: Pending, epsilon: Fraction) -> AutoBounds | None:
+    """The bounds when ``epsilon``'s slice is below what the exact sampler can draw (today's
+    defaults kept, nothing spent), else None."""
+    if round_down(slice_epsilon(epsilon, p) / len(p.missing)) > 0:
+        return None
+    note = (
+        f"epsilon {float(epsilon):.3g} is too small to choose contribution bounds from the "
+        "data: 1 row and 1 group per unit are kept and values clamped to the declared bounds"
+    )
+    return AutoBounds(
+        p.known.chosen, Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
+    )
+
+
+def choose_reserved(
+    engine: Engine,
+    prepared: Prepared,
+    a: Analysis,
+    p: Pending,
+    epsilon: Fraction,
+    reservations: list[Reservation],
+    cancel: CancelToken | None = None,
+) -> AutoBounds:
+    """Choose ``p.missing`` under their reservations (one per item, made by the caller before
+    any data was read: :func:`measure`, or a tree of DP leaves' one charge): count, choose,
+    commit each with its payload (stored for later statements). A failure reading the data
+    refunds or confirms the reservations (:meth:`Ledger.refund`'s rule)."""
+    ledger = engine.ledger
+    try:
+        hist = histograms(engine, a, p.missing, cancel)
+    except BaseException as error:
+        if ledger is not None:
+            for r in reservations:
+                ledger.refund(r, error)  # charged when the failure may depend on the data
+        raise
+    chosen = list(p.known.chosen)
+    digest = engine.repeat_digest(prepared.scope)
+    picks = choose(a, p, hist, epsilon, engine.noiseless)
+    for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
+        if ledger is not None and c.fallback:
+            ledger.commit(reservations[i])  # spent, not stored: a larger epsilon may choose
+        elif ledger is not None:
+            earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
+            if earlier is not None:  # a concurrent statement stored its choice first
+                c = from_payload(earlier)
+        chosen.append(c)
+    return AutoBounds(tuple(chosen), slice_epsilon(epsilon, p), p.known.fallback)
 
 
 def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from dpsql.dp.accounting import sequential
 from dpsql.errors import BudgetExhausted
 from dpsql.execute.explain_plan import budget_lines, plan_document, plan_lines, plan_xml
-from dpsql.execute.private import cache_key, delta_for_rho
+from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.execute.tree import bound_split, leaf_plans
+from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
 from dpsql.explain import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -34,15 +35,24 @@ def explain_tree(
 ) -> Result:
     """dpsql's plan of a tree statement, validated as its execution would be, without running."""
     sp, leaves = bound_split(engine, inner, params)
-    plans = leaf_plans(engine, leaves, session)
+    shares = leaf_plans(engine, leaves, session)
+    budgets = [
+        leaf_budget(engine, leaf, p, session) for leaf, p in zip(leaves, shares, strict=True)
+    ]
+    plans = [b.answer for b in budgets]
     ledger = engine.ledger
     nodes: list[dict[str, Any]] = []
     stored: list[bool] = []
-    for i, (leaf, plan) in enumerate(zip(leaves, plans, strict=True)):
+    for i, (leaf, plan, b) in enumerate(zip(leaves, plans, budgets, strict=True)):
+        key = (
+            auto_cache_key(engine, leaf, b.share, (), session.mechanism)
+            if b.auto
+            else cache_key(engine, leaf, plan, ())
+        )
         free = bool(
             ledger is not None
             and session.analyst is not None
-            and ledger.has_answer(session.analyst, cache_key(engine, leaf, plan, ()))
+            and ledger.has_answer(session.analyst, key)
         )
         stored.append(free)
         note = "stored answer, free" if free else "charged with the statement"
@@ -57,6 +67,11 @@ def explain_tree(
         node = doc["Plan"]
         link = sp.link(i)
         node.update({"Leaf": i, "Leaf SQL": leaf.text, "Free Repeat": free})
+        if i < len(sp.labels):
+            node["Leaf Name"] = sp.labels[i]
+        auto = explain_text(b)
+        if auto:
+            node["Auto Contribution Bounds"] = auto
         if link is not None:  # a series limit: planned on its probe, run on the released keys
             node["Keys From Leaf"] = link.source
             node["Key Filter"] = (
@@ -67,14 +82,16 @@ def explain_tree(
         if "Rewritten SQL" in doc:
             node["Rewritten SQL"] = doc["Rewritten SQL"]
         nodes.append(node)
-    charged = [p for p, free in zip(plans, stored, strict=True) if not free]
+    charged = [b for b, free in zip(budgets, stored, strict=True) if not free]
     root = {
         "Node Type": "DP Tree",
         "Leaves": len(leaves),
-        "Epsilon": float(sum((p.epsilon for p in plans), Fraction(0))),
-        "Delta": float(sum((p.delta for p in plans), Fraction(0))),
+        "Epsilon": float(sum((p.epsilon for p in shares), Fraction(0))),
+        "Delta": float(sum((p.delta for p in shares), Fraction(0))),
         "Budget Split": "epsilon in equal parts per leaf; delta in equal parts to the leaves "
-        "with partition selection (to every leaf when none has it, or with Gaussian noise)",
+        "with partition selection (to every leaf when none has it, or with Gaussian noise); a "
+        "leaf that chooses auto contribution bounds spends 1/5 of its epsilon on them (one "
+        "release per bound) and measures its answer with the rest",
         "Post-Processing": sp.post.sql("postgres"),
         "Confidence": conf,
         "Reads Data": False,
@@ -96,15 +113,24 @@ def explain_tree(
     return Result(col, [(line,) for line in tree_lines(doc)], "EXPLAIN")
 
 
-def _budget(engine: Engine, session: SessionContext, charged: Sequence[Any]) -> dict[str, Any]:
+def _budget(
+    engine: Engine, session: SessionContext, charged: Sequence[LeafBudget]
+) -> dict[str, Any]:
+    """What running would reserve, in one ledger transaction: every charged leaf's bound
+    choices and answer (read from the ledger only)."""
     ledger = engine.ledger
     if ledger is None or session.analyst is None:
         return {"Ledger": False, "Note": "no budget ledger: nothing would be charged"}
     out: dict[str, Any] = {"Ledger": True, "Free Repeat": not charged}
     if not charged:
         return out
-    cost = sequential(p.cost for p in charged)
-    rho_deltas = [d for d in (delta_for_rho(p) for p in charged) if d is not None]
+    answers = [b.answer for b in charged]
+    bounds = [c for b in charged for c in b.bound_costs()]
+    cost = sequential([*(p.cost for p in answers), *bounds])
+    rho_deltas = [d for d in (delta_for_rho(p) for p in answers) if d is not None]
+    if bounds:
+        out["Auto Bound Releases"] = len(bounds)
+        out["Auto Bound Epsilon"] = float(sum((c.epsilon for c in bounds), Fraction(0)))
     try:
         out["Would Spend Epsilon"] = float(
             ledger.query_epsilon(
@@ -142,9 +168,18 @@ def tree_lines(doc: dict[str, Any]) -> list[str]:
         f"    {root['Post-Processing']}",
     ]
     out += [f"  {line}" for line in budget_lines(doc["Budget"])]
+    if doc["Budget"].get("Auto Bound Releases"):
+        b = doc["Budget"]
+        out.append(
+            f"  One charge includes {b['Auto Bound Releases']} auto contribution bound "
+            f"choice(s), epsilon {b['Auto Bound Epsilon']:.6g} in all, reserved with the answers"
+        )
     out.append("  Data read: none (EXPLAIN neither runs the query nor spends budget)")
     for node in root["Plans"]:
-        out.append(f"  ->  Leaf {node['Leaf']}: {node['Leaf SQL']}")
+        name = f" ({node['Leaf Name']})" if node.get("Leaf Name") else ""
+        out.append(f"  ->  Leaf {node['Leaf']}{name}: {node['Leaf SQL']}")
+        if node.get("Auto Contribution Bounds"):
+            out.append(f"        Auto contribution bounds: {node['Auto Contribution Bounds']}")
         if "Key Filter" in node:
             out.append(f"        Keys from leaf {node['Keys From Leaf']}: {node['Key Filter']}")
         leaf_doc = {"Plan": node, "Outputs": node["Outputs"], "Budget": {"Ledger": False}}

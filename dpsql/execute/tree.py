@@ -28,37 +28,39 @@ from sqlglot import exp
 from dpsql.dp import rng
 from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError, InternalError, InvalidParameter, PrivacyViolation
+from dpsql.execute.auto_bounds import choose_reserved, notice
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.noise import Release
 from dpsql.execute.prepared import Prepared, fingerprint
 from dpsql.execute.privacy_params import to_fraction
 from dpsql.execute.private import (
+    auto_cache_key,
     cache_key,
     check_join_fanout,
     delta_for_rho,
+    interval_notices,
     measure,
     payload,
     release_measured,
     settle_failed,
 )
+from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
+from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.bind import bind, literal, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units
-from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.public import check_public
 from dpsql.sql.tree import Split, fill, split, split_budget
 
 if TYPE_CHECKING:
     from dpsql.engine import Engine
-
-LeafPlan = Plan | SetsPlan
 
 
 def prepare_tree(
@@ -218,7 +220,10 @@ def run_tree(
     )
     shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
     confidence = _confidence(engine, session)
-    run = _Run(engine, sp, list(probes), list(shares), session, prepared.scope)
+    budgets = [
+        leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
+    ]
+    run = _Run(engine, sp, list(probes), budgets, session, prepared.scope)
     ledger = engine.ledger
     for i in range(len(probes)):
         if sp.link(i) is None or run.releases[sp.link(i).source] is not None:  # type: ignore[union-attr]
@@ -226,23 +231,22 @@ def run_tree(
     todo = [i for i, r in enumerate(run.releases) if r is None]
     for i in todo:
         check_join_fanout(engine, shares[i].analysis)  # public tables only, before the charge
-    reservation = None
-    if ledger is not None and todo:
-        parts = [shares[i] for i in todo]
-        rho_deltas = [d for d in (delta_for_rho(p) for p in parts) if d is not None]
-        reservation = ledger.reserve(
-            session.analyst,
-            sequential(p.cost for p in parts),
-            prepared.fingerprint,
-            delta_for_rho=sum(rho_deltas, Fraction(0)) if rho_deltas else None,
-            mechanism="+".join(sorted({p.mechanism for p in parts})),
-            statement=prepared.text,
-        )
+    reservation, held = _reserve(engine, prepared, session, [budgets[i] for i in todo])
     done = 0
     try:
+        chosen = {}
+        for i in todo:  # every leaf's bounds, before any answer is measured
+            if budgets[i].choosing:
+                p = budgets[i].pend
+                assert p is not None
+                mine, held = held[: len(p.missing)], held[len(p.missing) :]
+                chosen[i] = choose_reserved(
+                    engine, probes[i], shares[i].analysis, p, shares[i].epsilon, mine, cancel
+                )
         for i in todo:  # in order: a series limit's source leaf is released before it
             if run.keys[i] is None and sp.link(i) is not None:
-                run.resolve(i, reserved=shares[i])
+                run.resolve(i, lookup=False)
+            run.plan(i, chosen.get(i))
             got = measure(engine, run.leaves[i], run.plans[i], cancel)
             done += 1
             run.releases[i] = release_measured(
@@ -254,14 +258,16 @@ def run_tree(
                 confidence,
             )
     except BaseException as error:
+        for r in held:  # bound choices never made: nothing read for them
+            ledger.refund(r)  # type: ignore[union-attr]
         if reservation is not None:
             if done:  # a leaf read the private rows: spent, whatever failed after
-                ledger.commit(reservation)
+                ledger.commit(reservation)  # type: ignore[union-attr]
             else:
                 settle_failed(ledger, reservation, error)
         raise
     if reservation is not None:
-        stored_first = ledger.commit_answers(
+        stored_first = ledger.commit_answers(  # type: ignore[union-attr]
             reservation,
             [(str(run.keys[i]), payload(run.releases[i])) for i in todo],  # type: ignore[arg-type]
         )
@@ -270,69 +276,152 @@ def run_tree(
                 run.releases[i] = Release.from_json(json.loads(earlier))
     final = [r for r in run.releases if r is not None]
     rows_out = _post(engine, sp, run.plans, final, cancel)
-    spent = [shares[i] for i in todo]
-    notices: tuple[str, ...] = ()
-    if session.show_intervals:
-        notices = (
-            "this statement post-processes several DP answers in PostgreSQL: its columns carry "
-            "no interval (ask for each aggregate in a query of its own to get theirs)",
-        )
+    stored = ledger is not None and engine.policy.repeats != "off"
+    notices = leaf_notices(sp, run, chosen, set(todo), stored, session, engine)
     return Result(
         rows_out.columns,
         rows_out.rows,
         f"SELECT {len(rows_out.rows)}",
-        epsilon_spent=float(sum((p.epsilon for p in spent), Fraction(0))),
-        delta_spent=float(sum((p.delta for p in spent), Fraction(0))),
+        epsilon_spent=float(sum((shares[i].epsilon for i in todo), Fraction(0))),
+        delta_spent=float(sum((shares[i].delta for i in todo), Fraction(0))),
         cached=not todo,
         notices=notices,
     )
 
 
+def _reserve(
+    engine: Engine, prepared: Prepared, session: SessionContext, todo: Sequence[LeafBudget]
+) -> tuple[Any, list[Any]]:
+    """Reserve the leaves' bound choices and answers in one ledger transaction (nothing read
+    yet): the answers' reservation (None without a ledger or leaves to run), and one
+    reservation per bound choice, in leaf order."""
+    ledger = engine.ledger
+    if ledger is None or not todo:
+        return None, []
+    answers = [b.answer for b in todo]
+    rho_deltas = [d for d in (delta_for_rho(p) for p in answers) if d is not None]
+    part = (
+        sequential(p.cost for p in answers),
+        "+".join(sorted({p.mechanism for p in answers})),
+        sum(rho_deltas, Fraction(0)) if rho_deltas else None,
+    )
+    bounds = [(c, "auto_bound", None) for b in todo for c in b.bound_costs()]
+    if not bounds:
+        res = ledger.reserve(
+            session.analyst,
+            part[0],
+            prepared.fingerprint,
+            delta_for_rho=part[2],
+            mechanism=part[1],
+            statement=prepared.text,
+        )
+        return res, []
+    got = ledger.reserve_together(
+        session.analyst, [*bounds, part], prepared.fingerprint, statement=prepared.text
+    )
+    return got[-1], list(got[:-1])
+
+
+def leaf_notices(
+    sp: Split,
+    run: _Run,
+    chosen: dict[int, AutoBounds],
+    measured: set[int],
+    stored: bool,
+    session: SessionContext,
+    engine: Engine,
+) -> tuple[str, ...]:
+    """Each leaf's notices in its own name (its ``auto`` bounds when chosen now, its accuracy
+    summary), and what they cover: the leaves' released values, not the statement's output
+    that PostgreSQL computes from them."""
+    conf = session.confidence or engine.policy.defaults.confidence
+    out: list[str] = []
+    for i, rel in enumerate(run.releases):
+        name = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
+        b = run.budgets[i]
+        lines: list[str] = []
+        if b.auto and i in measured:
+            text = notice(chosen.get(i, b.known()), b.share.epsilon, stored)
+            lines += [text] if text else []
+        if rel is not None:
+            lines += list(rel.notes)
+        plan = run.plans[i]
+        lines += list(interval_notices(plan.analysis, plan, conf))
+        out += [f"{name}: {line}" for line in lines]
+    if out:
+        out.append(
+            "these intervals are of each aggregate's released values per group (as that "
+            "aggregate alone would return them); the statement's output is computed from them "
+            "in PostgreSQL and carries no interval of its own: a SUM of k released values "
+            "lies within the SUM of their ends with probability at least 1 - k x "
+            f"{1 - conf:.2g} (union bound)"
+        )
+    return tuple(out)
+
+
 class _Run:
     """The leaves of one execution: prepared, planned, their free-repeat keys and releases.
 
-    A series-limit leaf (``Split.link``) is prepared and planned for real only once its source
-    leaf is released (:meth:`resolve`); until then its probe stands for it."""
+    A series-limit leaf (``Split.link``) is prepared for real only once its source leaf is
+    released (:meth:`resolve`); until then its probe stands for it."""
 
     def __init__(
         self,
         engine: Engine,
         sp: Split,
         leaves: list[Prepared],
-        plans: list[LeafPlan],
+        budgets: list[LeafBudget],
         session: SessionContext,
         scope: str,
     ) -> None:
         self.engine, self.sp, self.session, self.scope = engine, sp, session, scope
-        self.leaves, self.plans = leaves, plans
+        self.leaves, self.budgets = leaves, budgets
+        self.plans: list[LeafPlan] = [b.answer for b in budgets]
         self.releases: list[Release | None] = [None] * len(leaves)
         self.keys: list[str | None] = [None] * len(leaves)
 
-    def resolve(self, i: int, reserved: LeafPlan | None = None) -> None:
-        """Leaf i's real SQL and plan (a series limit's from its source's released keys), its
-        free-repeat key, and its stored answer if any (only before the charge)."""
+    def resolve(self, i: int, lookup: bool = True) -> None:
+        """Leaf i's real SQL (a series limit's from its source's released keys), its
+        free-repeat key, and its stored answer if any (before the charge: the leaves whose
+        source is known then; ``lookup`` False after the charge)."""
         engine, link = self.engine, self.sp.link(i)
         if link is not None:
             values = self._released_keys(link.source, link.column)
             leaf = engine.prepare_in_scope(link.instantiate(values).sql("postgres"), self.scope)
             if leaf.kind != "private" or leaf.analysis is None:
                 raise InternalError("a series limit's leaf is not one private block")
-            share = self.plans[i]
-            plan = engine.plan_analysis(
-                leaf.analysis, share.epsilon, share.delta, self.session.mechanism
-            )
-            if reserved is not None and not _within(plan.cost, reserved.cost):
-                raise InternalError("a series limit's leaf costs more than was reserved")
-            self.leaves[i], self.plans[i] = leaf, plan
+            self.leaves[i] = leaf
         ledger = engine.ledger
         if ledger is None:
             self.keys[i] = ""
             return
-        self.keys[i] = cache_key(engine, self.leaves[i], self.plans[i], ())
-        if reserved is None:
+        b = self.budgets[i]
+        if b.auto:  # as a flat statement's: its own epsilon, whatever the bounds cost
+            self.keys[i] = auto_cache_key(
+                engine, self.leaves[i], b.share, (), self.session.mechanism
+            )
+        else:
+            self.keys[i] = cache_key(engine, self.leaves[i], self._share_plan(i), ())
+        if lookup:
             stored = ledger.lookup(self.session.analyst, self.keys[i])
             if stored is not None:
                 self.releases[i] = Release.from_json(json.loads(stored))
+                self.plans[i] = self._share_plan(i)
+
+    def _share_plan(self, i: int) -> LeafPlan:
+        """The leaf's real plan without ``auto`` bounds at its share (its free-repeat key)."""
+        b = self.budgets[i]
+        a = self.leaves[i].analysis
+        if a is b.share.analysis or a is None:
+            return b.share
+        return self.engine.plan_analysis(a, b.share.epsilon, b.share.delta, self.session.mechanism)
+
+    def plan(self, i: int, bounds: AutoBounds | None) -> None:
+        """Leaf i's plan for running, within what was reserved for its answer."""
+        plan = resolved_plan(self.engine, self.leaves[i], self.budgets[i], bounds, self.session)
+        if not _within(plan.cost, self.budgets[i].answer.cost):
+            raise InternalError("a leaf's plan costs more than was reserved for its answer")
+        self.plans[i] = plan
 
     def _released_keys(self, source: int, column: str) -> list[exp.Expression]:
         """The distinct non-null values of ``column`` in leaf ``source``'s released rows (after

@@ -152,6 +152,8 @@ def _source(
     fixed = private.max_rows_per_unit
     r = fixed if isinstance(fixed, int) else AUTO_CAP
     outputs = dict(stat_outputs(a))
+    # each value is clamped into the range derived from the policy (clamp: bounds): an auto clamp
+    # would be measured on the synthetic table, which exists only inside the bounded SQL
     columns: dict[str, Column] = {unit_name: Column(type="integer", identifier=True)}
     items: list[exp.Expression] = [
         exp.alias_(exp.column(private.privacy_unit, a.alias), unit_name, quoted=True)
@@ -168,7 +170,7 @@ def _source(
             agg: exp.Expression = exp.Count(this=arg or exp.Star())
             low = 1 if m.kind == "count_rows" else 0
             keys = tuple(range(low, r + 1)) if r <= MAX_COUNT_KEYS else None
-            columns[name] = Column(type="bigint", bounds=(low, r), keys=keys)
+            columns[name] = Column(type="bigint", bounds=(low, r), keys=keys, clamp="bounds")
             items.append(
                 exp.alias_(exp.func("LEAST", agg, exp.Literal.number(r)), name, quoted=True)
             )
@@ -177,10 +179,12 @@ def _source(
             total = exp.func(
                 "LEAST", exp.func("GREATEST", exp.Sum(this=clamped), _num(lo)), _num(hi)
             )
-            columns[name] = Column(type="numeric", bounds=(float(lo), float(hi)))
+            columns[name] = Column(type="numeric", bounds=(float(lo), float(hi)), clamp="bounds")
             items.append(exp.alias_(total, name, quoted=True))
         elif stat.func == "avg":
-            columns[name] = Column(type="numeric", bounds=(float(stat.lo), float(stat.hi)))
+            columns[name] = Column(
+                type="numeric", bounds=(float(stat.lo), float(stat.hi)), clamp="bounds"
+            )
             items.append(exp.alias_(exp.Avg(this=clamped), name, quoted=True))
         else:
             raise _refuse(v, "can't be bounded per person")

@@ -83,6 +83,7 @@ class Split:
     leaves: tuple[exp.Select, ...]
     links: tuple[KeyLink | None, ...] = ()
     units: tuple[UnitSource, ...] = ()  # per-unit derived tables the leaves read (per_unit.py)
+    labels: tuple[str, ...] = ()  # each leaf in the user's terms (:func:`leaf_label`)
 
     def link(self, i: int) -> KeyLink | None:
         return self.links[i] if self.links else None
@@ -110,6 +111,7 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
     policy = with_units(policy, units)
     leaves: list[exp.Select] = []
     links: list[KeyLink | None] = []
+    labels: list[str] = []
     for _ in range(MAX_LEAVES + 1):
         found = _lowest_leaves(post, policy)
         if not found:
@@ -119,6 +121,7 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
         for s in found:
             link = series_limit(s, leaves, policy) if _reads_leaf(s) else None
             links.append(link)
+            labels.append(leaf_label(s))
             if link is not None:
                 probe = exp.Not(this=exp.Is(this=link.expr.copy(), expression=exp.Null()))
                 leaves.append(link.block.copy().where(probe, copy=False))
@@ -141,7 +144,25 @@ def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) 
         return None
     post = prune_ctes(post)
     _refuse_private_rest(post, policy, analyze)
-    return Split(post, tuple(leaves), tuple(links), units)
+    return Split(post, tuple(leaves), tuple(links), units, tuple(labels))
+
+
+def leaf_label(s: exp.Select) -> str:
+    """A leaf in the user's terms, for notices: the derived table's alias, the CTE's name, or
+    the aggregate SELECT as written (shortened)."""
+    p = s.parent
+    if isinstance(p, exp.Subquery) and p.alias and p.alias != WINDOW_ALIAS:
+        return f"derived table {p.alias}"
+    if isinstance(p, exp.CTE) and p.alias:
+        return f"CTE {p.alias}"
+    if isinstance(p, exp.Subquery) and p.alias == WINDOW_ALIAS:
+        items = ", ".join(e.this.sql("postgres") for e in s.expressions if isinstance(e, exp.Alias))
+        return _short(f"the aggregates {items}")
+    return _short(s.sql("postgres"))
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _refuse_private_rest(post: exp.Expression, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]

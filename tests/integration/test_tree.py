@@ -50,10 +50,10 @@ ONE_ROW_TABLES = {
         "max_groups_per_unit": 1,
         "columns": {
             "pid": {"type": "integer", "identifier": True},
-            "age": {"type": "integer", "bounds": [0, 100]},
+            "age": {"type": "integer", "bounds": [0, 100], "clamp": "bounds"},
             "sex": {"type": "integer", "keys": [0, 1]},
             "educ": {"type": "integer", "keys": list(range(1, 17))},
-            "income": {"type": "numeric", "bounds": [0, 500000]},
+            "income": {"type": "numeric", "bounds": [0, 500000], "clamp": "bounds"},
         },
     },
     "public.orders": {
@@ -64,8 +64,8 @@ ONE_ROW_TABLES = {
             "user_id": {"type": "integer", "identifier": True},
             "category": {"type": "text", "keys": CATEGORIES},
             "region": {"type": "text", "keys_from": "public.regions.code"},
-            "amount": {"type": "numeric", "bounds": [0, 500]},
-            "quantity": {"type": "integer", "bounds": [1, 10]},
+            "amount": {"type": "numeric", "bounds": [0, 500], "clamp": "bounds"},
+            "quantity": {"type": "integer", "bounds": [1, 10], "clamp": "bounds"},
         },
     },
 }
@@ -356,8 +356,8 @@ def test_explain_shows_the_tree(tree_engine: Engine) -> None:
     r = tree_engine.execute(tree_engine.prepare("EXPLAIN " + CTE_JOIN, "analyst"), SESSION)
     text = "\n".join(row[0] for row in r.rows)
     assert text.startswith("DP Tree  (leaves=2 epsilon=1 delta=0)")
-    assert "Leaf 0: SELECT category, SUM(amount) AS rev FROM orders GROUP BY 1" in text
-    assert "Leaf 1: SELECT category, COUNT(*) AS c FROM orders GROUP BY 1" in text
+    assert "Leaf 0 (CTE r): SELECT category, SUM(amount) AS rev FROM orders GROUP BY 1" in text
+    assert "Leaf 1 (CTE n): SELECT category, COUNT(*) AS c FROM orders GROUP BY 1" in text
     assert text.count("DP Aggregate  (mechanism=laplace epsilon=0.5 delta=0)") == 2
     assert "_dpsql_leaf_0" in text and "_dpsql_leaf_1" in text
     js = tree_engine.execute(
