@@ -39,6 +39,7 @@ from dpsql.sql.auto_bounds import (
     ChosenBound,
     apply_bounds,
     auto_items,
+    declared_groups,
     fallback_note,
     policy_choices,
 )
@@ -120,14 +121,36 @@ def _mechanism(it: AutoItem, each: Fraction, at_least: int) -> TopRank:
     return TopRank(each, max(k, at_least))
 
 
-def clamp_rank(a: Analysis, epsilon: Fraction) -> int:
-    """Units a clamp may leave above it given R, G and each measure's epsilon: the
-    bias-variance balance of Amin et al. (ICML 2019). Raising the clamp by dc moves the noise
-    of a sum by about sqrt(2) G R dc / epsilon_m and its bias by dc per row above it, so the
-    optimum leaves about sqrt(2) G R / epsilon_m rows above (units here: at least that many
-    rows). A function of the (already chosen or fixed) R and G and of epsilon: public."""
+def _balance(a: Analysis, epsilon: Fraction, per_row: int) -> int:
+    """Units a bound may leave above it: the bias-variance balance of Amin et al. (ICML 2019).
+
+    Raising a bound by one step (a row for R, dc for a clamp) moves each group's noise by about
+    sqrt(2) G x / epsilon_m (x = 1 row for R, R dc for a clamp: a unit adds up to G R values
+    over its groups), and each group's bias by one step per unit above the bound in that group:
+    about 1/K of those above it over all K groups. The optimum leaves about
+    sqrt(2) G K x / epsilon_m above (in units: at least that many rows). K is the number of
+    declared key combinations, or G when the keys are not declared (K >= G: the smaller rank,
+    the higher bound, less bias), 1 without GROUP BY. A function of the R and G in force, the
+    grouping and epsilon: public.
+    """
     eps_m = epsilon / max(1, len(a.measures))
-    return math.ceil(math.sqrt(2) * a.max_groups * a.max_rows / float(eps_m)) if eps_m > 0 else 0
+    if eps_m <= 0:
+        return 0
+    k = (declared_groups(a) or a.max_groups) if a.grouped else 1
+    return math.ceil(math.sqrt(2) * a.max_groups * k * per_row / float(eps_m))
+
+
+def clamp_rank(a: Analysis, epsilon: Fraction) -> int:
+    """Units a clamp may leave above it given R, G and each measure's epsilon (:func:`_balance`
+    with x = R: raising the clamp by dc moves a group's noise by sqrt(2) G R dc / epsilon_m)."""
+    return _balance(a, epsilon, a.max_rows)
+
+
+def row_rank(a: Analysis, epsilon: Fraction) -> int:
+    """Units R may leave above it given G (:func:`_balance` with x = 1 row: a COUNT's; for a
+    SUM a row above R weighs at most the clamp, so this errs towards a higher R, less bias).
+    Matters per group: without GROUP BY it is far below the rank the selection can resolve."""
+    return _balance(a, epsilon, 1)
 
 
 def choose(
@@ -137,10 +160,12 @@ def choose(
     epsilon: Fraction,
     noiseless: bool = False,
 ) -> list[tuple[ChosenBound, TopRank]]:
-    """Each missing bound's choice (in ``p.missing`` order) and the mechanism that made it: R
-    and G first, then the clamps, aimed at :func:`clamp_rank` for the R and G in force
-    (post-processing of the R and G choices: the clamps' privacy does not depend on it)."""
+    """Each missing bound's choice (in ``p.missing`` order) and the mechanism that made it: G
+    first, then R aimed at :func:`row_rank` for the G in force, then the clamps, aimed at
+    :func:`clamp_rank` for the R and G in force (post-processing of the earlier choices: each
+    choice's privacy does not depend on its target rank)."""
     each = slice_epsilon(epsilon, p) / len(p.missing)
+    rest = epsilon - slice_epsilon(epsilon, p)
     out: dict[int, tuple[ChosenBound, TopRank]] = {}
 
     def pick(i: int, it: AutoItem, m: TopRank) -> None:
@@ -152,11 +177,15 @@ def choose(
             c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
         out[i] = (c, m)
 
-    for i, it in enumerate(p.missing):
-        if it.kind in ("rows", "groups"):
-            pick(i, it, _mechanism(it, each, 0))
-    rg = AutoBounds((*p.known.chosen, *(c for c, _ in out.values())))
-    k = clamp_rank(apply_bounds(a, rg), epsilon - slice_epsilon(epsilon, p))
+    def in_force() -> Analysis:
+        return apply_bounds(a, AutoBounds((*p.known.chosen, *(c for c, _ in out.values()))))
+
+    for kind in ("groups", "rows"):
+        for i, it in enumerate(p.missing):
+            if it.kind == kind:
+                at_least = row_rank(in_force(), rest) if kind == "rows" else 0
+                pick(i, it, _mechanism(it, each, at_least))
+    k = clamp_rank(in_force(), rest)
     for i, it in enumerate(p.missing):
         if i not in out:
             pick(i, it, _mechanism(it, each, k))
@@ -286,7 +315,7 @@ def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
         fresh = bounds.epsilon_spent > 0
         reused = any(c.reused for c in bounds.chosen)
         how = []
-        chose = any(not c.reused and not c.fallback for c in bounds.chosen)
+        chose = any(not c.reused and not c.fallback and not c.rule for c in bounds.chosen)
         if fresh and chose:
             how.append(
                 f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of this "
@@ -300,8 +329,7 @@ def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
             )
         if reused:
             how.append("some reused free from earlier statements" if fresh else "reused free")
-        if not fresh and not reused:
-            how.append("from the declared keys")
+        how += sorted({c.rule for c in bounds.chosen if c.rule})  # set without the data
         parts.append(f"contribution bounds: {text} ({'; '.join(how)})")
     kept = [c for c in bounds.chosen if c.fallback]
     if kept:

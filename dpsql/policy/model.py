@@ -191,6 +191,15 @@ class PrivateTable(_Strict):
         default="auto",
         description="groups one unit may touch; auto: chosen per query from the data",
     )
+    auto_max_rows_per_unit: Annotated[int, Field(ge=1, le=MAX_ROWS_PER_UNIT)] = Field(
+        default=MAX_ROWS_PER_UNIT,
+        description="the largest max_rows_per_unit auto may choose (the top of its public grid of"
+        " candidates; a lower one, when no unit can have more rows, makes the choice sharper)",
+    )
+    auto_max_groups_per_unit: Annotated[int, Field(ge=1, le=MAX_GROUPS_PER_UNIT)] = Field(
+        default=MAX_GROUPS_PER_UNIT,
+        description="the largest max_groups_per_unit auto may choose (the top of its grid)",
+    )
     columns: dict[str, Column]
 
     @property

@@ -14,7 +14,15 @@ from dpsql.dp import bounds
 from dpsql.dp.bounds import TopRank, default_rank, integer_grid, value_grid
 from dpsql.sql import auto_bounds
 from dpsql.sql.analyze import analyze
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+from dpsql.sql.auto_bounds import (
+    DECLARED,
+    RATIO_ROWS,
+    AutoBounds,
+    ChosenBound,
+    apply_bounds,
+    auto_items,
+    policy_choices,
+)
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
 from tests.helpers import fixed_demo_policy
@@ -83,10 +91,15 @@ def auto_policy():  # type: ignore[no-untyped-def]
 
 
 def test_items_and_resolution(auto_policy) -> None:  # type: ignore[no-untyped-def]
-    a = _analysis("SELECT category, AVG(amount) FROM purchases GROUP BY category", auto_policy)
+    a = _analysis("SELECT category, SUM(amount) FROM purchases GROUP BY category", auto_policy)
     items = auto_items(a)  # type: ignore[arg-type]
-    assert [(i.kind, i.median) for i in items] == [("rows", True), ("value_hi", False)]
+    assert [(i.kind, i.median) for i in items] == [("rows", False), ("value_hi", False)]
     assert measure_bounds(a, items).sql("postgres").count("WIDTH_BUCKET") == 2  # type: ignore[arg-type]
+    ungrouped = _analysis("SELECT AVG(amount) FROM purchases", auto_policy)
+    assert [(i.kind, i.median) for i in auto_items(ungrouped)] == [  # type: ignore[arg-type]
+        ("rows", True),  # a ratio without GROUP BY: R at the median unit
+        ("value_hi", False),
+    ]
     chosen = AutoBounds(
         (
             ChosenBound("rows", "", Fraction(7), Fraction(1, 10), 1, 40),
@@ -99,6 +112,20 @@ def test_items_and_resolution(auto_policy) -> None:  # type: ignore[no-untyped-d
     (s,) = r.statistics
     assert (s.lo, s.hi) == (0, 120) and all(k in {m.key for m in r.measures} for k in s.measures)
     assert "amount clamped to at most 120" in chosen.describe()
+
+
+def test_per_group_ratios_keep_one_row_without_spending(auto_policy) -> None:  # type: ignore[no-untyped-def]
+    """AVG per group: R = 1 (the least noise, see ratio_rows) is set, not chosen: no rows item,
+    and a policy choice that says why; declared keys set G the same way."""
+    a = _analysis("SELECT category, AVG(amount) FROM purchases GROUP BY category", auto_policy)
+    assert [i.kind for i in auto_items(a)] == ["value_hi"]  # type: ignore[arg-type]
+    rows, groups = policy_choices(a)  # type: ignore[arg-type]
+    assert (rows.kind, rows.value, rows.epsilon, rows.rule) == ("rows", 1, 0, RATIO_ROWS)
+    assert (groups.kind, groups.value, groups.rule) == ("groups", 5, DECLARED)
+    mixed = _analysis(
+        "SELECT category, AVG(amount), COUNT(*) FROM purchases GROUP BY category", auto_policy
+    )
+    assert [i.kind for i in auto_items(mixed)][0] == "rows"  # type: ignore[arg-type]
 
 
 def test_fixed_policies_have_nothing_to_choose() -> None:
@@ -135,3 +162,33 @@ def test_a_small_table_never_gets_a_bound_far_above_its_data() -> None:
 
     assert far(m.choose_many(counts, n)) <= c
     assert far(m.select_many(counts, n)) > c  # the twin without the guard is caught
+
+
+def test_the_grid_ceiling_is_a_policy_setting() -> None:
+    """``auto_max_rows_per_unit`` / ``auto_max_groups_per_unit``: the top of auto R's and G's
+    public grids (default 1,000,000 and 100,000); outside 1..those, the policy is refused."""
+    from pydantic import ValidationError
+
+    from dpsql.demo import POLICY
+    from dpsql.policy import load_policy
+    from dpsql.policy.model import MAX_ROWS_PER_UNIT, Policy
+
+    base = load_policy(POLICY)
+    sql = "SELECT category, COUNT(*) FROM purchases GROUP BY category"
+    a = _analysis(sql, base)
+    assert auto_items(a)[0].grid[-1] == MAX_ROWS_PER_UNIT  # type: ignore[arg-type]
+    d = base.model_dump()
+    d["tables"]["public.purchases"]["auto_max_rows_per_unit"] = 20
+    d["tables"]["public.purchases"]["auto_max_groups_per_unit"] = 3
+    a = _analysis(sql, Policy.model_validate(d))
+    rows = auto_items(a)[0]  # type: ignore[arg-type]
+    assert rows.kind == "rows" and rows.grid[-1] == 20 and len(rows.grid) == 9
+    grouped = _analysis(
+        "SELECT quantity, COUNT(*) FROM purchases GROUP BY quantity", Policy.model_validate(d)
+    )
+    groups = [i for i in auto_items(grouped) if i.kind == "groups"]  # type: ignore[arg-type]
+    assert [float(v) for v in groups[0].grid] == [1, 2, 3]
+    for bad in (0, MAX_ROWS_PER_UNIT + 1):
+        d["tables"]["public.purchases"]["auto_max_rows_per_unit"] = bad
+        with pytest.raises(ValidationError):
+            Policy.model_validate(d)
