@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import struct
 
-from dpsql.wire.messages.frontend import Describe, Execute, Sync
+from dpsql.wire.framing import FrameDecoder
+from dpsql.wire.messages.frontend import Bind, Describe, Execute, Sync
 
 # Describe portal "" / Execute portal "" with no row limit / Sync, as framed on the wire.
 DESCRIBE_EXECUTE_SYNC = (
@@ -29,6 +30,7 @@ EXECUTE_SYNC = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00" + b"S\x00\x00\x00\x04"
 DESCRIBE = Describe("P", "")
 EXECUTE = Execute("", 0)
 SYNC = Sync()
+_TAILS = ((DESCRIBE_EXECUTE_SYNC, (DESCRIBE, EXECUTE, SYNC)), (EXECUTE_SYNC, (EXECUTE, SYNC)))
 
 _I16 = struct.Struct("!h")
 _I32 = struct.Struct("!i")
@@ -102,3 +104,18 @@ def decode_bind(body: bytes) -> BindParts | None:
         return portal, statement, pformats, tuple(params), got[0]
     except (ValueError, IndexError, struct.error, UnicodeDecodeError):
         return None
+
+
+def batch(
+    bind: bytes, decoder: FrameDecoder
+) -> tuple[Bind | Describe | Execute | Sync, ...] | None:
+    """The messages of a Bind (its body ``bind``) of the unnamed portal and the [Describe,]
+    Execute, Sync of it that ``decoder`` holds right behind it, consumed from ``decoder``; None,
+    with nothing consumed, for any other shape (then each message is decoded on its own)."""
+    parts = decode_bind(bind)
+    if parts is None or parts[0]:
+        return None
+    for wire, tail in _TAILS:
+        if decoder.take(wire):
+            return (Bind(*parts), *tail)
+    return None

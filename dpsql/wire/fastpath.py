@@ -12,24 +12,31 @@ they keep the engine's text (memoized per values, or computed in a worker thread
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
-from dpsql.errors import InternalError, UpstreamError
+from dpsql.errors import UpstreamError
 from dpsql.result import Result
+from dpsql.session import SessionContext
 from dpsql.wire.params import upstream_params
+from dpsql.wire.protocol import uniform
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_result
 
-if TYPE_CHECKING:
-    from dpsql.wire.session import Session, Statement
-
-FAST_KINDS = frozenset({"public", "catalog"})
 _LITERAL_ONLY_MAX = 1024
 
 
+class Caller(Protocol):
+    """What the fast path needs of the session that runs it."""
+
+    engine: Any
+    ctx: SessionContext
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+
+
 async def run_fast(
-    session: Session,
-    stmt: Statement,
+    session: Caller,
+    prepared: Any,
     params: Sequence[Any],
     upstream: AsyncUpstream,
     formats: Sequence[int] | None,
@@ -38,7 +45,6 @@ async def run_fast(
     """Run a public or catalog statement on the event loop. When the client wants every column
     in one format, PostgreSQL's bytes in that format are passed through as they are."""
     engine: Any = session.engine
-    prepared = stmt.prepared
     fmt = uniform(formats)
     rows = None
     sql = _parameterized(engine, prepared, session, params)
@@ -67,32 +73,9 @@ async def run_fast(
 
 
 def _parameterized(
-    engine: Any, prepared: Any, session: Session, params: Sequence[Any]
+    engine: Any, prepared: Any, session: Caller, params: Sequence[Any]
 ) -> str | None:
     if not params or len(params) != prepared.param_count:
         return None  # a wrong count is refused by the engine's path, with its message
     get = getattr(engine, "parameterized_sql", None)
     return None if get is None else get(prepared, session.ctx)  # type: ignore[no-any-return]
-
-
-def uniform(formats: Sequence[int] | None) -> int | None:
-    """The one result format of every column (none given: text), or None (mixed, or unknown)."""
-    if formats is None:
-        return None
-    if not formats:
-        return 0
-    first = formats[0]
-    if first not in (0, 1):
-        return None
-    return first if len(formats) == 1 or all(f == first for f in formats) else None
-
-
-def as_is(v: bytes) -> bytes:
-    return v
-
-
-def raw_encoders(ncols: int, formats: Sequence[int], raw_format: int) -> list[Any]:
-    """Encoders for rows of PostgreSQL's bytes in ``raw_format``, sent as they are."""
-    if uniform(formats) != raw_format:
-        raise InternalError("rows fetched in one format were asked for in another")
-    return [as_is] * ncols

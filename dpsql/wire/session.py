@@ -1,9 +1,12 @@
-"""One client session after authentication: the message loop, the simple query protocol, and
-running statements (session statements here, public and catalog ones on the event loop through
-:mod:`dpsql.wire.fastpath`, everything else through the engine in a worker thread).
+"""One client session after authentication: the I/O driver of :mod:`dpsql.wire.protocol`.
 
-The extended protocol lives in :mod:`dpsql.wire.extended`; both share :meth:`Session.run_statement`.
-Every error becomes an ErrorResponse (from ``DpsqlError.fields()``), then the right ReadyForQuery.
+The protocol (a sans-IO state machine) decides what to answer; this driver reads frames from the
+connection, decodes them, feeds them to it and performs what it asks for: parsing statements
+(in a worker thread, or the parse pool for large ones), describing and running them (the engine
+in a worker thread, or public and catalog statements on the event loop through
+:mod:`dpsql.wire.fastpath`), and flushing. It also owns what belongs to the running statement:
+its cancellation (CancelRequest, a client that went away, shutdown), the statement log, and the
+data-independent delivery moment of private answers.
 """
 
 from __future__ import annotations
@@ -15,30 +18,38 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpsql.budget.route import is_show_budget
 from dpsql.errors import DpsqlError, UnsupportedSql
 from dpsql.execute.timing import padded, timing_of
-from dpsql.result import Result, ResultColumn
+from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import prescan, too_complex
-from dpsql.wire import encode
 from dpsql.wire import messages as m
+from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
-from dpsql.wire.encode import row_encoders
 from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
-from dpsql.wire.fastpath import FAST_KINDS, raw_encoders, run_fast
+from dpsql.wire.fastpath import run_fast
 from dpsql.wire.log import fingerprint, log_statement, statement_text
-from dpsql.wire.messages.backend import data_row, raw_data_row
 from dpsql.wire.parsing import parse_pool
+from dpsql.wire.protocol import (
+    DescribeColumns,
+    Flush,
+    Malformed,
+    Prepare,
+    Protocol,
+    Request,
+    Route,
+    Run,
+    Split,
+    Steps,
+    route,
+)
 from dpsql.wire.state import REPORTED, Outcome, SessionState
 from dpsql.wire.statements import parse_session_statement
-from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_format_of
-
-if TYPE_CHECKING:
-    from dpsql.wire.extended import Extended
+from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
 log = logging.getLogger("dpsql.wire.session")
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
@@ -58,8 +69,6 @@ class Session:
         secret_key: int,
         upstream: AsyncUpstream | None = None,
     ) -> None:
-        from dpsql.wire.extended import Extended
-
         self.ch = ch
         self.engine = engine
         self.executor = executor
@@ -67,8 +76,8 @@ class Session:
         self.state = state
         self.process_id = process_id
         self.secret_key = secret_key
-        self.extended: Extended = Extended(self)
         self.upstream = upstream if hasattr(engine, "runnable_sql") else None
+        self.protocol = Protocol(ch, state, fast_path=self.upstream is not None)
         self._cancel: Any = None
         self._retry: asyncio.Task[None] | None = None
         self.busy = False
@@ -88,27 +97,15 @@ class Session:
     def send(self, msg: Any) -> None:
         self.ch.send(msg.encode())
 
-    def send_error(self, err: BaseException) -> DpsqlError:
-        e = as_dpsql_error(err)
-        self.send(m.ErrorResponse(e.fields()))
-        return e
-
-    def send_notice(self, severity: str, code: str, message: str) -> None:
-        self.send(m.NoticeResponse({"S": severity, "V": severity, "C": code, "M": message}))
-
-    async def ready(self) -> None:
-        if self._large:  # give a large statement's memory back before the next one
-            self._large = False
-            await parse_pool().release_memory()
-        self.ch.send(_READY[self.state.status])
-        await self.ch.flush()
-
     async def _run_engine(
-        self, stmt: Statement, params: Sequence[Any], formats: Sequence[int] | None = None
+        self,
+        stmt: Statement,
+        params: Sequence[Any],
+        formats: Sequence[int] | None = None,
+        fast: bool = False,
     ) -> Result:
-        """engine.execute in a worker thread (public and catalog statements: on the event loop),
+        """engine.execute in a worker thread (``fast``: on the upstream from the event loop),
         cancellable; cancelled if the client disconnects while it runs (:meth:`_client_gone`)."""
-        fast = self.upstream is not None and stmt.kind in FAST_KINDS
         self._cancel = AsyncCancel() if fast else _new_cancel_token()
         self.busy = True
         self.idle.clear()
@@ -117,7 +114,9 @@ class Session:
         try:
             if fast:
                 assert self.upstream is not None
-                return await run_fast(self, stmt, params, self.upstream, formats, self._cancel)
+                return await run_fast(
+                    self, stmt.prepared, params, self.upstream, formats, self._cancel
+                )
             res: Result = await self.call(
                 self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
             )
@@ -191,80 +190,70 @@ class Session:
         self.send(m.BackendKeyData(self.process_id, self.secret_key))
 
     async def serve(self) -> None:
-        """The message loop; returns on Terminate or EOF. Framing errors end the session."""
+        """The message loop; returns on Terminate, EOF or a fatal protocol error. Framing
+        errors end the session."""
         self.send_startup_info()
-        await self.ready()
+        self.ch.send(_READY[self.state.status])
+        await self.ch.flush()
+        ch, proto, decoder = self.ch, self.protocol, self.ch.decoder
         while True:
-            frame = await self.ch.recv()
+            frame = await ch.recv()
             code = frame.code or b"?"
             if code == b"X":
                 return
-            if self.extended.skipping and self.extended.in_batch(code) and code != b"H":
+            if proto.discards(code):
                 continue  # after an error, discard until Sync without even decoding
-            if code == b"B" and not self.extended.skipping and await self.extended.pipelined(frame):
-                continue
-            ahead = self.extended.lookahead
-            try:
-                if ahead is not None and ahead[0] is frame:
-                    msg: m.FrontendMessage = ahead[1]
-                else:
-                    msg = m.decode_frontend(code, frame.body)
-            except DpsqlError as e:
-                if code not in m.frontend._BY_CODE:
-                    e.severity = "FATAL"  # type: ignore[misc]
-                    self.send_error(e)
-                    await self.ch.flush()
-                    return
-                self.send_error(e)
-                if self.extended.in_batch(code):
-                    self.extended.failed()
+            if code == b"B":  # the usual run of a prepared statement: one batch
+                batch = _batch(frame.body, decoder)
+                if batch is not None:
+                    await self._drive(proto.handle_all(batch))
                     continue
-                await self.ready()
-                continue
-            self.extended.lookahead = None
-            await self.dispatch(msg)
-            if self.ch.should_flush:
-                await self.ch.flush()
-
-    async def dispatch(self, msg: m.FrontendMessage) -> None:
-        if isinstance(msg, m.Query):
-            await self.simple_query(msg.sql)
-        elif isinstance(msg, m.FunctionCall):
-            self.send_error(UnsupportedSql("fast-path function calls are not supported",
-                                           hint="call the function in a SELECT"))  # fmt: skip
-            await self.ready()
-        elif isinstance(msg, m.CopyData | m.CopyDone | m.CopyFail):
-            pass  # PostgreSQL ignores COPY messages outside COPY mode
-        else:
-            await self.extended.handle(msg)
-
-    # ---- simple query ----------------------------------------------------------------------
-    async def simple_query(self, sql: str) -> None:
-        self.extended.close_unnamed()
-        try:
-            if parse_pool().is_large(sql):  # split (limits first) off the event loop
-                self._large = True
-                texts = await parse_pool().run(None, self.engine.split, sql)
-            else:
-                texts = self.engine.split(sql)
-        except Exception as e:
-            self.send_error(e)
-            self.state.fail()
-            await self.ready()
-            return
-        if not texts:
-            self.send(m.EmptyQueryResponse())
-        for text in texts:
             try:
-                stmt = await self.prepare(text)
-                await self.run_statement(stmt, (), (), None, describe=True)
-            except Exception as e:
-                self.send_error(e)
-                self.state.fail()
-                break
-        await self.ready()
+                msg: m.FrontendMessage | Malformed = m.decode_frontend(code, frame.body)
+            except DpsqlError as e:
+                msg = Malformed(code, e)
+            await self._drive(proto.handle(msg))
+            if proto.ended:
+                return
+            if ch.should_flush:
+                await ch.flush()
 
-    # ---- shared by both protocols ----------------------------------------------------------
+    async def _drive(self, steps: Steps) -> None:
+        """Perform what the protocol asks for until it has handled its message(s)."""
+        try:
+            req = next(steps)
+            while True:
+                try:
+                    reply = await self._perform(req)
+                except Exception as e:
+                    req = steps.throw(e)
+                else:
+                    req = steps.send(reply)
+        except StopIteration:
+            return
+
+    async def _perform(self, req: Request) -> Any:
+        if isinstance(req, Run):
+            return await self.execute(req.statement, req.params, req.formats, req.route)
+        if isinstance(req, Flush):
+            if req.ready and self._large:  # give a large statement's memory back first
+                self._large = False
+                await parse_pool().release_memory()
+            await self.ch.flush()
+            return None
+        if isinstance(req, Prepare):
+            return await self.prepare(req.sql)
+        if isinstance(req, DescribeColumns):
+            prepared = req.statement.prepared
+            return await self.call(self.engine.describe, prepared, self.ctx, req.param_types)
+        if isinstance(req, Split):
+            if parse_pool().is_large(req.sql):  # split (limits first) off the event loop
+                self._large = True
+                return await parse_pool().run(None, self.engine.split, req.sql)
+            return self.engine.split(req.sql)
+        raise AssertionError(f"unknown request {req!r}")
+
+    # ---- running statements ----------------------------------------------------------------
     async def prepare(self, text: str) -> Statement:
         """Parse ``text`` once: a session statement, or the engine's ``Prepared``.
 
@@ -307,30 +296,37 @@ class Session:
         return _engine_statement(text, self.engine.prepare(text, self.ctx.analyst))
 
     async def execute(
-        self, stmt: Statement, params: Sequence[Any], formats: Sequence[int] | None = None
+        self,
+        stmt: Statement,
+        params: Sequence[Any],
+        formats: Sequence[int] | None = None,
+        where: Route | None = None,
     ) -> Result | Outcome:
-        """Run ``stmt``; log one line whatever happens. ``formats``: the result formats the
-        client asked for, when known before running (then rows may be passed through)."""
+        """Run ``stmt`` where the protocol decided (``where``; None: :func:`route`); log one
+        line whatever happens. ``formats``: the result formats the client asked for, when known
+        before running (then rows may be passed through)."""
         t0 = time.perf_counter()
         outcome = "ok"
         res: Result | Outcome | None = None
+        if where is None:
+            where = route(stmt, self.protocol.fast_path)
         try:
-            if stmt.session is not None:
-                res = self.state.apply(stmt.session)
-                self.apply_effects(res)
+            if where is Route.SESSION:
+                assert stmt.session is not None
+                res = self.protocol.apply_session(stmt.session)
                 return res
             self.state.check_not_failed()
             if self.closing:  # else charged, then cut off when the sessions are closed
                 raise DpsqlError("terminating connection due to administrator command",
                                  sqlstate="57P01", hint="reconnect when the server is back")  # fmt: skip
-            if stmt.kind == "empty":
+            if where is Route.EMPTY:
                 res = Result((), [], "")
                 return res
-            if stmt.kind == "private":  # delivered at a data-independent moment (timing:)
+            if where is Route.PRIVATE:  # delivered at a data-independent moment (timing:)
                 with self._busy_until_delivered():  # a shutdown's grace covers the wait too
                     res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
             else:
-                res = await self._run_engine(stmt, params, formats)
+                res = await self._run_engine(stmt, params, formats, where is Route.UPSTREAM)
             return res
         except BaseException as e:
             outcome = getattr(e, "sqlstate", None) or (
@@ -353,67 +349,6 @@ class Session:
                 statement=statement_text(stmt.sql),
             )
 
-    def apply_effects(self, out: Outcome) -> None:
-        for severity, code, msg in out.notices:
-            self.send_notice(severity, code, msg)
-        for name, value in out.parameter_status:
-            self.send(m.ParameterStatus(name, value))
-        if out.discard_all:
-            self.extended.discard_all()
-        if out.is_deallocate:
-            self.extended.deallocate(out.deallocate or None)
-
-    def row_description(self, columns: Sequence[ResultColumn], formats: Sequence[int]) -> None:
-        self.ch.send(encode.row_description(tuple(columns), tuple(formats)))
-
-    async def send_rows(
-        self,
-        columns: Sequence[ResultColumn],
-        rows: Sequence[Any],
-        formats: Sequence[int],
-        raw_format: int | None = None,
-    ) -> None:
-        """DataRows, flushed as the buffer fills (a slow client only slows its own session).
-
-        ``raw_format``: the rows hold PostgreSQL's bytes in that format, sent as they are.
-        """
-        ch = self.ch
-        if raw_format is not None:
-            raw_encoders(len(columns), formats, raw_format)  # checks the format
-            for row in rows:
-                ch.send(raw_data_row(row))
-                if ch.should_flush:
-                    await ch.flush()
-            return
-        encs = row_encoders(columns, formats)
-        for row in rows:
-            ch.send(data_row(row, encs))
-            if ch.should_flush:
-                await ch.flush()
-
-    async def run_statement(
-        self,
-        stmt: Statement,
-        params: Sequence[Any],
-        formats: Sequence[int],
-        max_rows: int | None,
-        describe: bool,
-    ) -> None:
-        """Simple-protocol execution of one statement: [RowDescription] rows CommandComplete."""
-        res = await self.execute(stmt, params, formats)
-        if stmt.kind == "empty":
-            self.send(m.EmptyQueryResponse())
-            return
-        columns, rows, tag = _shape(res)
-        if isinstance(res, Result):
-            for notice in res.notices:
-                self.send_notice("NOTICE", "00000", notice)
-        if columns and describe:
-            self.row_description(columns, formats)
-        if columns:
-            await self.send_rows(columns, rows, formats, raw_format_of(res))
-        self.ch.send(encode.command_complete(tag))
-
 
 def _engine_statement(text: str, prepared: Any) -> Statement:
     if prepared.kind == "session":
@@ -423,12 +358,6 @@ def _engine_statement(text: str, prepared: Any) -> Statement:
             "DISCARD, DEALLOCATE",
         )
     return Statement(text, None, prepared, fingerprint(text))
-
-
-def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any], str]:
-    if isinstance(res, Outcome):
-        return res.columns, res.rows, res.tag
-    return res.columns, res.rows, res.command_tag
 
 
 __all__ = ["ConnectionClosed", "EngineLike", "Session", "Statement", "as_dpsql_error"]
