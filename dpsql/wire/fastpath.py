@@ -78,4 +78,4 @@ def _parameterized(
     if not params or len(params) != prepared.param_count:
         return None  # a wrong count is refused by the engine's path, with its message
     get = getattr(engine, "parameterized_sql", None)
-    return None if get is None else get(prepared, session.ctx)  # type: ignore[no-any-return]
+    return None if get is None else get(prepared, session.ctx)
