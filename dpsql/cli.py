@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -220,28 +221,42 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from dpsql.execute.embedded import start_cluster
     from dpsql.policy import load_policy
 
+    cleaning = threading.Event()  # once cleanup has begun, a SIGTERM must not cut it short
+
+    def on_sigterm(*_: object) -> None:
+        if not cleaning.is_set():
+            sys.exit(143)
+
+    def shielded(cleanup: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            cleaning.set()
+            cleanup()
+
+        return run
+
     if threading.current_thread() is threading.main_thread():  # SIGTERM: clean up as for Ctrl-C
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    cluster = None
-    if args.upstream:  # any PostgreSQL (a Citus coordinator: the tables are distributed)
-        dsn = args.upstream
-        with console.status("loading the demo data..."):
-            citus = load_demo(dsn)
-        how = " (Citus: distributed by their privacy units)" if citus else ""
-        console.print(f"[green]demo tables loaded[/green] upstream{how}; policy {POLICY}")
-    else:
-        with console.status("starting PostgreSQL and loading the demo data..."):
-            cluster = start_cluster()
-            try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    # everything after the cluster starts is inside the stack: a SIGTERM or Ctrl-C at any point
+    # (loading, opening the ledger, running, serving) stops the cluster and removes its directory
+    with contextlib.ExitStack() as stack:
+        if args.upstream:  # any PostgreSQL (a Citus coordinator: the tables are distributed)
+            dsn = args.upstream
+            with console.status("loading the demo data..."):
+                citus = load_demo(dsn)
+            how = " (Citus: distributed by their privacy units)" if citus else ""
+            console.print(f"[green]demo tables loaded[/green] upstream{how}; policy {POLICY}")
+        else:
+            with console.status("starting PostgreSQL and loading the demo data..."):
+                cluster = start_cluster()
+                stack.callback(shielded(cluster.stop))
                 dsn = _demo_database(cluster)
                 load_demo(dsn)
-            except BaseException:
-                cluster.stop()
-                raise
-        console.print(f"[green]PostgreSQL up[/green] on 127.0.0.1:{cluster.port}; policy {POLICY}")
-    policy = load_policy(POLICY)
-    engine = Engine(policy, dsn, ledger=_ledger(argparse.Namespace(upstream=dsn), policy))
-    try:
+            console.print(
+                f"[green]PostgreSQL up[/green] on 127.0.0.1:{cluster.port}; policy {POLICY}"
+            )
+        policy = load_policy(POLICY)
+        engine = Engine(policy, dsn, ledger=_ledger(argparse.Namespace(upstream=dsn), policy))
+        stack.callback(shielded(engine.close))
         rc = _demo_queries(engine, args)
         serve = _server_entry()
         if args.serve and serve is not None:
@@ -260,10 +275,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
             )
             return serve(engine, policy, args.listen, args.port_file)
         return rc if args.sql else 0
-    finally:
-        engine.close()
-        if cluster is not None:
-            cluster.stop()
 
 
 def psycopg_dbname(dsn: str) -> str:

@@ -14,9 +14,11 @@ import os
 import pwd
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,17 +93,37 @@ class Cluster:
         return f"postgresql://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/{dbname}"
 
     def _run(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        """Run a PostgreSQL program as the cluster's owner, in a process group of its own: when
+        interrupted (SIGTERM, Ctrl-C) the whole group is killed, so that no grandchild (initdb's
+        bootstrap backend) keeps writing into a directory being removed."""
         kw: dict[str, object] = {}
         if self.owner:
             kw = {"user": self.owner[0], "group": self.owner[1], "extra_groups": []}
-        return subprocess.run(args, check=False, capture_output=True, text=True, **kw)  # type: ignore[call-overload, no-any-return]
+        proc = subprocess.Popen(  # type: ignore[call-overload]
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            **kw,
+        )
+        try:
+            out, err = proc.communicate()
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
     def stop(self) -> None:
-        self._run(
-            [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]
-        )
-        if self._owns_dir:  # the temporary directory: data, socket, log and password file
-            shutil.rmtree(self.datadir.parent, ignore_errors=True)
+        try:
+            self._run(
+                [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]
+            )
+        finally:  # even when interrupted: the directory holds the superuser's password file
+            if self._owns_dir:  # the temporary directory: data, socket, log and password file
+                _remove(self.datadir.parent)
 
 
 def start_cluster(datadir: Path | None = None, port: int | None = None) -> Cluster:
@@ -116,10 +138,27 @@ def start_cluster(datadir: Path | None = None, port: int | None = None) -> Clust
     try:
         return _start_cluster(tmp, port, owns=True)
     except BaseException:
-        if (tmp / "data" / "postmaster.pid").exists():
+        pid_file = tmp / "data" / "postmaster.pid"
+        if (tmp / "server.log").exists():  # pg_ctl had launched the server (it opens the log
+            # first): it detaches, so it may still be about to write its pid file
+            deadline = time.monotonic() + 10
+            while not pid_file.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        if pid_file.exists():
             Cluster(tmp / "data", 0, "", find_bindir(), _service_user(), True).stop()
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
+
+
+def _remove(path: Path, patience: float = 10.0) -> None:
+    """Remove a cluster's directory; retried briefly, since a server process that is exiting
+    (killed, or stopping) may still create a file in it while it is being removed."""
+    deadline = time.monotonic() + patience
+    while True:
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists() or time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
 
 
 def _start_cluster(datadir: Path, port: int | None, *, owns: bool) -> Cluster:
