@@ -12,11 +12,23 @@ import os
 import uuid
 from collections.abc import Callable, Iterator
 
+import hypothesis
 import psycopg
 import pytest
 from psycopg import sql
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# Property tests on a loaded machine: Hypothesis's default 200 ms deadline per example (and its
+# too_slow health check on generating them) measure the machine, not the code: an example that
+# runs past the deadline once and under it on the replay fails as "Flaky" (unreliable timings).
+# No deadline, no speed health check, for every @given (a test's own @settings inherit these).
+hypothesis.settings.register_profile(
+    "dpsql",
+    deadline=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+)
+hypothesis.settings.load_profile("dpsql")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
