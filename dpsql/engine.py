@@ -42,7 +42,12 @@ from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.analyze_complexity import check_query_blocks
-from dpsql.sql.bi_shapes import distinct_as_group_by, zero_row_query
+from dpsql.sql.bi_shapes import (
+    distinct_as_group_by,
+    limit_param,
+    limit_params_zeroed,
+    zero_row_query,
+)
 from dpsql.sql.bind import bind, check_params, param_count
 from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
@@ -189,7 +194,16 @@ class Engine:
             except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
                 from dpsql.execute.tree import prepare_tree
 
-                return prepare_tree(self, st, tree, scope, error)
+                try:
+                    return prepare_tree(self, st, tree, scope, error)
+                except DpsqlError as refused:
+                    zeroed = limit_params_zeroed(tree)
+                    if zeroed is None or zero_row_query(zeroed, view, self.column_order) is None:
+                        raise
+                    return Prepared(
+                        text, "private", st, tree, None, param_count(tree), rng.token_hex(8),
+                        fingerprint(tree, text), scope, deferred=refused,
+                    )  # fmt: skip
             qkind = "private" if analysis is not None else "public"
         if qkind == "public":
             check_public(tree)
@@ -207,6 +221,32 @@ class Engine:
             scope,
         )
 
+    def bound_limit(self, prepared: Prepared, params: Sequence[Any]) -> Prepared:
+        """A statement prepared with ``LIMIT $n`` (:attr:`Prepared.deferred`) with ``params``
+        written inline, prepared as such: ``LIMIT 0`` is the zero-row shape it was prepared
+        for; any other value gets the refusal the statement gets with that value inline.
+
+        Raises:
+            DpsqlError: that refusal (42501 for raw rows of a private table).
+        """
+        assert prepared.tree is not None and prepared.deferred is not None
+        tree = prepared.tree.copy()
+        for key in ("limit", "offset"):  # the count as a literal (sent as text or cast too)
+            value = limit_param(tree, key)
+            param = value.this if isinstance(value, exp.Cast) else value
+            if value is None or not isinstance(param, exp.Parameter):
+                continue
+            i = int(param.this.this) - 1 if isinstance(param.this, exp.Literal) else -1
+            got = params[i] if 0 <= i < len(params) else None
+            if isinstance(got, str) and got.strip().lstrip("+-").isdigit():
+                got = int(got.strip())
+            if isinstance(got, int) and not isinstance(got, bool):
+                value.replace(exp.Literal.number(got))
+        bound = self.prepare_in_scope(bind(tree, params).sql("postgres"), prepared.scope)
+        if bound.deferred is not None or bound.param_count:  # never expected: values inline
+            raise prepared.deferred
+        return bound
+
     # -- describe / execute ----------------------------------------------------------------------
     def describe(
         self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
@@ -217,6 +257,9 @@ class Engine:
         0 where unspecified), as PostgreSQL uses them to type the result columns.
         """
         self.check_scope(prepared, session)
+        if prepared.deferred is not None:  # a zero-row shape: its columns whatever the LIMIT
+            zero = self.bound_limit(prepared, [0] * prepared.param_count)
+            return self.describe(zero, session)
         if prepared.split is not None:
             from dpsql.execute.tree import describe_tree
 
@@ -270,6 +313,8 @@ class Engine:
     ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
+        if prepared.deferred is not None:  # LIMIT $1: as the statement with its values inline
+            return self.execute(self.bound_limit(prepared, params), session, (), cancel)
         if prepared.split is not None:
             from dpsql.execute.tree import run_tree
 

@@ -116,6 +116,8 @@ def run_explain(
     """Answer a prepared EXPLAIN with ``params`` bound into the explained statement."""
     inner, opts = prepared.inner, prepared.explain
     assert inner is not None and opts is not None
+    if inner.deferred is not None:  # LIMIT $1: explained as the statement with its values inline
+        inner, params = engine.bound_limit(inner, params), ()
     if inner.kind == "private":
         return _explain_private(engine, inner, opts, session, params)
     if inner.kind == "catalog":

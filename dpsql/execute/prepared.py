@@ -12,6 +12,7 @@ from typing import Literal
 
 from sqlglot import exp
 
+from dpsql.errors import DpsqlError
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.parse import Statement
@@ -43,6 +44,10 @@ class Prepared:
     # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
     # the per-unit SELECT that stands for it in the bounded SQL
     units: tuple[tuple[str, exp.Select], ...] = ()
+    # a zero-row shape whose LIMIT is a parameter (``SELECT * FROM t LIMIT $1``): classified
+    # when its values are bound, as the same statement with them written inline; this is the
+    # refusal of any other value (dpsql.engine.Engine.bound_limit)
+    deferred: DpsqlError | None = None
 
     @property
     def first_word(self) -> str:

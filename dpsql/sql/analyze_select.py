@@ -30,6 +30,14 @@ from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 DP_TABLE = "_dp"
 
 
+# LIMIT / OFFSET: a constant, a parameter (SQLAlchemy binds ``LIMIT $1::INTEGER``) or arithmetic
+# and casts of them: nothing that reads a row or calls a function
+_LIMIT_NODES = (
+    exp.Literal, exp.Parameter, exp.Placeholder, exp.Var, exp.Null, exp.Cast, exp.DataType,
+    exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg,
+)  # fmt: skip
+
+
 def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
     """The query's tables (see dpsql.sql.sources) and its checked, qualified JOIN clauses."""
     for key, what in _CLAUSES_REFUSED.items():
@@ -353,7 +361,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         node = tree.args.get(key)
         if node is not None:
             val = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
-            if not isinstance(val, (exp.Literal, exp.Parameter, exp.Placeholder, exp.Null)):
+            if not all(isinstance(n, _LIMIT_NODES) for n in val.walk()):
                 raise UnsupportedSql(
                     f"{key.upper()} must be a constant", hint=f"e.g. {key.upper()} 10"
                 )

@@ -49,6 +49,34 @@ def _is_limit_zero(tree: exp.Select) -> bool:
     return isinstance(value, exp.Literal) and value.is_int and int(value.name) == 0
 
 
+def limit_params_zeroed(tree: exp.Expr) -> exp.Select | None:
+    """``tree`` with its ``LIMIT $n`` / ``OFFSET $n`` parameters as ``0``, or None when neither
+    is a parameter (a driver that binds the LIMIT, as SQLAlchemy and psycopg's server-side
+    parameters do, sends ``LIMIT $1`` where a tool wrote ``LIMIT 0``)."""
+    if not isinstance(tree, exp.Select):
+        return None
+    out = tree.copy()
+    found = False
+    for key in ("limit", "offset"):
+        value = limit_param(out, key)
+        if value is not None:
+            value.replace(exp.Literal.number(0))
+            found = True
+    return out if found else None
+
+
+def limit_param(tree: exp.Select, key: str) -> exp.Expr | None:
+    """The ``LIMIT`` (``key`` "limit") or ``OFFSET`` ("offset") of ``tree`` when it is a
+    parameter, or one cast to an integer type (SQLAlchemy: ``LIMIT $1::INTEGER``)."""
+    node = tree.args.get(key)
+    value = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
+    inner = value.this if isinstance(value, exp.Cast) and value.to.is_type(*_INTS) else value
+    return value if isinstance(inner, (exp.Parameter, exp.Placeholder)) else None
+
+
+_INTS = (exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT)
+
+
 def _plain(tree: exp.Expr) -> bool:
     """A single SELECT over plain tables: no aggregate, grouping, window, subquery or CTE."""
     if not isinstance(tree, exp.Select) or tree.args.get("with_") or tree.args.get("distinct"):

@@ -267,9 +267,11 @@ def test_sqlalchemy(dpsql_server: Server) -> None:
                 c.execute(sa.select(pums)).all()
             assert info.value.orig.sqlstate == REFUSED_SQLSTATE  # type: ignore[union-attr]
         with engine.connect() as c:  # column discovery (Superset, ORMs): free, no row
-            # (a literal LIMIT 0, as Superset and pandas send it; SQLAlchemy's bound LIMIT $1
-            # with 0 is still refused: its value is unknown when the statement is prepared)
+            # (a literal LIMIT 0, as Superset and pandas send it, and SQLAlchemy's bound
+            # LIMIT $1::INTEGER with 0: classified once its value is bound)
             res = c.execute(sa.text("SELECT * FROM pums LIMIT 0"))
+            assert list(res.keys()) == PUMS_COLUMNS and res.all() == []
+            res = c.execute(sa.select(pums).limit(0))
             assert list(res.keys()) == PUMS_COLUMNS and res.all() == []
         per_query = sa.create_engine(  # epsilon per connection, as Superset's extra options
             engine.url, connect_args={"options": "-c dpsql.epsilon=0.5"}

@@ -126,3 +126,67 @@ def test_distinct_of_declared_keys_is_the_domain(
     assert new and all(eps == 0 and delta == 0 for _, eps, delta in new)
     with pytest.raises(pe.InsufficientPrivilege):
         conn.execute("SELECT DISTINCT purchased_at FROM purchases")  # no declared keys
+
+
+def test_a_bound_limit_is_a_constant(
+    conn: psycopg.Connection[Any], demo_dsn: str, demo_policy: Any
+) -> None:
+    """psycopg binds ``LIMIT %s`` server-side (``LIMIT $1``): bound to 0 it is the zero-row
+    shape ``LIMIT 0`` is (declared columns, no row, nothing charged); any other count is
+    refused as ``LIMIT 5`` is (42501); an aggregate's bound LIMIT keeps the rows it says."""
+    declared = list(demo_policy.tables["public.purchases"].columns)
+    with psycopg.connect(demo_dsn) as direct:
+        cur = direct.execute(f"SELECT {', '.join(declared)} FROM purchases LIMIT 0")
+        want = [(d.name, d.type_code) for d in cur.description or []]
+    before = _history(conn)
+    for sql, params in (
+        ("SELECT * FROM purchases LIMIT %s", [0]),
+        ("SELECT * FROM purchases LIMIT %s OFFSET %s", [0, 10]),
+        ("SELECT * FROM purchases WHERE false LIMIT %s", [3]),
+    ):
+        for prepare in (False, True):
+            cur = conn.execute(sql, params, prepare=prepare)
+            assert [(d.name, d.type_code) for d in cur.description or []] == want, sql
+            assert cur.fetchall() == [] and cur.statusmessage == "SELECT 0"
+    assert _history(conn) == before  # nothing released, nothing charged
+    for n in (1, 5, None):
+        with pytest.raises(pe.InsufficientPrivilege):
+            conn.execute("SELECT * FROM purchases LIMIT %s", [n])
+    rows = conn.execute(
+        "SELECT category, COUNT(*) FROM purchases GROUP BY 1 ORDER BY 1 LIMIT %s", [2]
+    ).fetchall()
+    assert [r[0] for r in rows] == ["books", "clothing"]
+
+
+def test_sqlalchemy_limit_zero_with_a_bound_parameter(served: ServerThread) -> None:
+    """SQLAlchemy's ``select(...).limit(0)`` sends ``LIMIT %(param_1)s::INTEGER``, bound by
+    psycopg as ``$1``: the column discovery pandas and BI tools do, answered for free; over an
+    aggregate, its bound LIMIT and OFFSET page the noisy rows (was 0A000 'must be a constant')."""
+    pd = pytest.importorskip("pandas")
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    url = f"postgresql+psycopg://analyst:analyst@127.0.0.1:{served.port}/demo"
+    engine = sqlalchemy.create_engine(url)
+    purchases = sqlalchemy.table(
+        "purchases", sqlalchemy.column("category"), sqlalchemy.column("amount")
+    )
+    try:
+        with engine.connect() as c:
+            q = sqlalchemy.select(purchases).limit(0)
+            assert "LIMIT %(param_1)s::INTEGER" in str(q.compile(engine))
+            df = pd.read_sql(q, c)
+            assert list(df.columns) == ["category", "amount"] and len(df) == 0
+            got = c.execute(sqlalchemy.text("SELECT * FROM purchases LIMIT :n"), {"n": 0})
+            assert list(got.keys())[:3] == ["id", "user_id", "email"] and got.fetchall() == []
+            with pytest.raises(sqlalchemy.exc.ProgrammingError):  # 42501: raw rows
+                c.execute(sqlalchemy.select(purchases).limit(3)).fetchall()
+            c.rollback()
+            top = (  # LIMIT %(param_1)s::INTEGER OFFSET %(param_2)s::INTEGER over an aggregate
+                sqlalchemy.select(purchases.c.category, sqlalchemy.func.count().label("n"))
+                .group_by(purchases.c.category)
+                .order_by(purchases.c.category)
+                .limit(2)
+                .offset(1)
+            )
+            assert [r[0] for r in c.execute(top)] == ["clothing", "electronics"]
+    finally:
+        engine.dispose()
