@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from fractions import Fraction
@@ -142,16 +143,17 @@ def independent(
 
 
 def one_rep(names: list[str], shape: tuple[int, ...], real: tuple[np.ndarray, np.ndarray],
-            eps: float) -> dict[str, float]:  # fmt: skip
+            eps: float, with_mst: bool = True) -> dict[str, float]:  # fmt: skip
     idx, n = real
     rho = epsilon_to_rho(Fraction(eps), Fraction(DELTA))
     out: dict[str, float] = {}
     t = time.perf_counter()
     out["independent"] = mean_2way(shape, real, independent(shape, idx, n, rho))
-    mst = make_plan("mst", names, shape, rho, 1, compare_share=Fraction(0))
-    res = run_plan(mst, idx, n)
-    out["mst"] = mean_2way(shape, real, sample_result(res, fit_result(res, 1000), None))
-    out["mst_seconds"] = time.perf_counter() - t
+    if with_mst:
+        mst = make_plan("mst", names, shape, rho, 1, compare_share=Fraction(0))
+        res = run_plan(mst, idx, n)
+        out["mst"] = mean_2way(shape, real, sample_result(res, fit_result(res, 1000), None))
+        out["mst_seconds"] = time.perf_counter() - t
     t = time.perf_counter()
     plan = make_plan("aim", names, shape, rho, 1)
     res = run_plan(plan, idx, n)
@@ -167,8 +169,8 @@ def one_rep(names: list[str], shape: tuple[int, ...], real: tuple[np.ndarray, np
     out["aim_seconds"] = time.perf_counter() - t
     out["aim_rounds"] = len(res.selected)
     out["published_baseline"] = float(published == "baseline")
-    assert comparison is not None
-    out["gap_rows"] = comparison.gap_rows
+    out["small_data"] = float(res.small)
+    out["gap_rows"] = math.nan if comparison is None else comparison.gap_rows
     return out
 
 
@@ -190,6 +192,7 @@ def main() -> int:
     ap.add_argument("--gen-rows", type=int, default=100_000)
     ap.add_argument("--max-minutes", type=float, default=60.0)
     ap.add_argument("--json", type=Path, help="also write every repetition here")
+    ap.add_argument("--no-mst", action="store_true", help="skip MST (the slowest system)")
     args = ap.parse_args()
     deadline = time.monotonic() + 60 * args.max_minutes
     policy = parse_policy(POLICY)
@@ -213,7 +216,7 @@ def main() -> int:
                     if time.monotonic() > deadline:
                         break
                     row = {"dataset": ds, "epsilon": eps, "rep": rep}
-                    row.update(one_rep(cols, shape, real, eps))
+                    row.update(one_rep(cols, shape, real, eps, not args.no_mst))
                     results.append(row)
                     print(json.dumps(row), flush=True)
     finally:
@@ -224,12 +227,17 @@ def main() -> int:
     return 0
 
 
+def _mean(rs: list[dict[str, object]], key: str) -> float:
+    v = [float(r[key]) for r in rs if key in r]  # type: ignore[arg-type]
+    return float(np.mean(v)) if v else math.nan
+
+
 def table(results: list[dict[str, object]], sizes: dict[str, int]) -> str:
     """Markdown: mean ± standard error (over repetitions) per dataset, epsilon and system."""
     head = (
         "| dataset (rows) | epsilon | reps | "
         + " | ".join(SYSTEMS)
-        + " | AIM rounds | baseline published | seconds MST / AIM |"
+        + " | AIM rounds | small data | baseline published | seconds MST / AIM |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     keys = sorted(
@@ -239,15 +247,16 @@ def table(results: list[dict[str, object]], sizes: dict[str, int]) -> str:
         rs = [r for r in results if r["dataset"] == ds and r["epsilon"] == eps]
         cells = []
         for s in SYSTEMS:
-            v = np.array([float(r[s]) for r in rs])  # type: ignore[arg-type]
+            v = np.array([float(r[s]) for r in rs if s in r])  # type: ignore[arg-type]
             se = v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")
-            cells.append(f"{v.mean():.3f} ± {se:.3f}")
-        rounds = np.mean([float(r["aim_rounds"]) for r in rs])  # type: ignore[arg-type]
+            cells.append(f"{v.mean():.3f} ± {se:.3f}" if len(v) else "-")
+
+        small = sum(float(r.get("small_data", 0)) for r in rs)  # type: ignore[arg-type]
         base = sum(float(r["published_baseline"]) for r in rs)  # type: ignore[arg-type]
-        secs = f"{np.mean([float(r['mst_seconds']) for r in rs]):.0f} / {np.mean([float(r['aim_seconds']) for r in rs]):.0f}"  # type: ignore[arg-type]
         lines.append(
             f"| {ds} ({sizes[ds]:,}) | {eps:g} | {len(rs)} | " + " | ".join(cells)
-            + f" | {rounds:.1f} | {base:.0f}/{len(rs)} | {secs} |"
+            + f" | {_mean(rs, 'aim_rounds'):.1f} | {small:.0f}/{len(rs)} | {base:.0f}/{len(rs)}"
+            + f" | {_mean(rs, 'mst_seconds'):.0f} / {_mean(rs, 'aim_seconds'):.0f} |"
         )  # fmt: skip
     return "\n".join(lines)
 

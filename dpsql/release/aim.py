@@ -84,6 +84,8 @@ class AimPlan:
     round_iters: int = 100  # Private-PGM iterations per round (warm-started)
     compress: bool = True
     one_way_share: Fraction = Fraction(1, 2)  # of rho, for the initial 1-way marginals
+    spare: Fraction = Fraction(0)  # rho the small-data regime may use too (the comparison's)
+    small_rule: float = SMALL_DATA  # 0: never small, inf: always (bench/small_data.py)
 
     @property
     def d(self) -> int:
@@ -91,21 +93,46 @@ class AimPlan:
 
     @property
     def cost(self) -> Cost:
-        """AIM spends exactly rho (the last round takes what is left)."""
+        """AIM spends exactly rho (the last round takes what is left); ``spare`` is charged
+        by whoever owns it (the comparison), whether AIM uses it or not."""
         return Cost(rho=self.rho)
 
     @property
-    def one_way(self) -> Gaussian:
+    def column_shares(self) -> tuple[Fraction, ...]:
+        """Each column's share of a 1-way budget: proportional to n_c^(2/3) (n_c its number of
+        values), summing to exactly 1. See :func:`column_shares`."""
+        return column_shares(self.shape)
+
+    def one_way(self, budget: Fraction | None = None) -> tuple[Gaussian, ...]:
+        """The Gaussians measuring the d 1-way marginals with ``budget`` (default: the initial
+        ``one_way_share`` of rho) split by :attr:`column_shares`."""
         r = Fraction(self.rows_bound)
-        if self.d == 1:
-            return Gaussian(r, self.rho)
-        return Gaussian(r, self.rho * self.one_way_share / self.d)
+        total = self.rho * self.one_way_share if budget is None else budget
+        if self.d == 1 and budget is None:
+            total = self.rho
+        return tuple(Gaussian(r, total * w) for w in self.column_shares)
 
     def first_round(self) -> tuple[Fraction, Fraction]:
         """(rho_m, rho_s) of a round before any annealing: 0.9 and 0.1 of (what the 1-way
         marginals left) / T."""
         rest = self.rho * (1 - self.one_way_share) / self.rounds
         return rest * Fraction(9, 10), rest / 10
+
+
+def column_shares(shape: Sequence[int]) -> tuple[Fraction, ...]:
+    """Shares proportional to n_c^(2/3), exact fractions summing to 1.
+
+    Why: a column's noisy 1-way marginal adds about sqrt(2/pi) sigma_c n_c / (2 N) to the total
+    variation distance of every pair it is in, and every column is in d - 1 pairs; minimizing
+    sum_c n_c sigma_c under the zCDP budget sum_c R² / (2 sigma_c²) = rho (Lagrange) gives
+    sigma_c ∝ n_c^(-1/3), i.e. rho_c ∝ n_c^(2/3). Domain sizes are public: no data is read.
+
+    >>> [str(w) for w in column_shares((8, 8))], sum(column_shares((2, 16, 9))) == 1
+    (['1/2', '1/2'], True)
+    """
+    raw = [Fraction(float(n) ** (2 / 3)).limit_denominator(1000) for n in shape]
+    total = sum(raw, Fraction(0))
+    return tuple(w / total for w in raw)
 
 
 def plan_aim(
@@ -118,11 +145,13 @@ def plan_aim(
     round_iters: int = 100,
     compress: bool = True,
     one_way_share: Fraction = Fraction(1, 2),
+    spare: Fraction = Fraction(0),
+    small_rule: float = SMALL_DATA,
 ) -> AimPlan:
     d = len(shape)
     return AimPlan(
         tuple(names), tuple(shape), rho, rows_bound, 4 * d, max_model_mb, round_iters, compress,
-        one_way_share,
+        one_way_share, spare, small_rule,
     )  # fmt: skip
 
 
@@ -191,8 +220,8 @@ def run_aim(
     on_round: Callable[[int, Clique], None] | None = None,
 ) -> Synthesis:
     """AIM's measurements and its last model: the only step that reads the (bounded) data."""
-    g1 = plan.one_way
-    one = tuple(measure(g1, marginal(idx, n, plan.shape, (c,)), (c,)) for c in range(plan.d))
+    gs = plan.one_way()
+    one = tuple(measure(g, marginal(idx, n, plan.shape, (c,)), (c,)) for c, g in enumerate(gs))
     if plan.d > 1 and small_data(plan, one):
         return _one_way_only(plan, idx, n, one)
     comp, cone = compress_one_way(plan.compress, one)
@@ -200,11 +229,11 @@ def run_aim(
     ms: list[Measurement] = list(cone)
     model = pgm.fit(plan.names, cshape, ms, iters=plan.round_iters)
     if plan.d == 1:
-        return Synthesis(plan.names, plan.shape, one, comp, tuple(ms), (), model, g1.rho)
+        return Synthesis(plan.names, plan.shape, one, comp, tuple(ms), (), model, gs[0].rho)
     cidx, cn = compress_cells(comp, idx, n)
     weights = workload_weights(plan.d)
     answers = {cl: marginal(cidx, cn, cshape, cl).reshape(-1) for cl in weights}
-    budget = RoundBudget(plan.rho, plan.d * g1.rho, *plan.first_round())
+    budget = RoundBudget(plan.rho, sum((g.rho for g in gs), Fraction(0)), *plan.first_round())
     measured: list[Clique] = [(c,) for c in range(plan.d)]
     selected: list[Clique] = []
     last = False
@@ -240,21 +269,25 @@ def small_data(plan: AimPlan, one: Sequence[Measurement]) -> bool:
     measured with all of rho split over the columns."""
     n_hat = float(np.mean([np.clip(m.noisy, 0, None).sum() for m in one]))
     sigma_full = plan.rows_bound * math.sqrt(plan.d / (2 * float(plan.rho)))
-    return n_hat < SMALL_DATA * plan.d * sigma_full
+    return n_hat < plan.small_rule * plan.d * sigma_full
 
 
 def _one_way_only(
     plan: AimPlan, idx: np.ndarray, n: np.ndarray, one: tuple[Measurement, ...]
 ) -> Synthesis:
-    """The small-data regime: the rest of rho re-measures every 1-way marginal (rest / d each);
-    no compression, no 2-way marginal; the model is Private-PGM's fit of the 1-way marginals."""
-    rest = plan.rho - plan.d * plan.one_way.rho
-    g = round_mechanism(plan, rest / plan.d)
-    again = tuple(measure(g, marginal(idx, n, plan.shape, (c,)), (c,)) for c in range(plan.d))
+    """The small-data regime: the rest of rho and the spare (the comparison's share, which has
+    nothing left to compare: the model is the independent baseline) re-measure every 1-way
+    marginal, split by the column shares; no compression, no 2-way marginal; the model is
+    Private-PGM's fit of the 1-way marginals (their non-negative least-squares estimate)."""
+    rest = plan.rho + plan.spare - sum((m.rho for m in plan.one_way()), Fraction(0))
+    gs = plan.one_way(rest)
+    again = tuple(measure(g, marginal(idx, n, plan.shape, (c,)), (c,)) for c, g in enumerate(gs))
     comp = Compression.identity(plan.shape)
     ms = one + again
     model = pgm.fit(plan.names, plan.shape, ms, iters=plan.round_iters)
-    return Synthesis(plan.names, plan.shape, one, comp, ms, (), model, plan.rho, small=True)
+    return Synthesis(
+        plan.names, plan.shape, one, comp, ms, (), model, plan.rho + plan.spare, small=True
+    )
 
 
 def _eligible(

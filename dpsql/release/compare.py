@@ -122,3 +122,30 @@ def baseline_rows(one_way: list[np.ndarray], rows: int) -> np.ndarray:
         cum = np.cumsum(w)
         cols.append(np.searchsorted(cum, rng.uniform_below(int(cum[-1]), size=rows), "right"))
     return np.stack(cols, axis=1).astype(np.int64)
+
+
+def rounded_rows(one_way: list[np.ndarray], rows: int) -> np.ndarray:
+    """``rows`` rows with independent columns whose 1-way counts are the (clipped) marginals
+    given, scaled to ``rows`` and rounded (floors, the remainder to the largest fractional parts,
+    ties at random), each column in a random order: as Private-PGM's ``round`` sampling does for a
+    model without edges. Its 2-way marginals differ from the product of the 1-way ones only by
+    the random pairing (no multinomial noise on the 1-way counts, unlike :func:`baseline_rows`).
+    Post-processing, from :mod:`dpsql.dp.rng`.
+
+    >>> r = rounded_rows([np.array([3.0, 1.0]), np.array([-1.0, 2.0, 2.0])], 8)
+    >>> np.bincount(r[:, 0]).tolist(), np.bincount(r[:, 1], minlength=3).tolist()
+    ([6, 2], [0, 4, 4])
+    """
+    cols = []
+    for p in one_way:
+        w = np.clip(np.asarray(p, dtype=np.float64), 0, None)
+        w = w if w.sum() > 0 else np.ones(len(w))
+        share = w * (rows / w.sum())
+        counts = np.floor(share).astype(np.int64)
+        frac = share - counts
+        tie = rng.uniform_below(2**30, size=len(w))
+        order = np.lexsort((tie, -np.round(frac * 2**20)))
+        counts[order[: rows - int(counts.sum())]] += 1
+        col = np.repeat(np.arange(len(w)), counts)
+        cols.append(col[np.argsort(rng.uniform_below(2**52, size=rows), kind="stable")])
+    return np.stack(cols, axis=1).astype(np.int64)

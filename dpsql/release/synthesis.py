@@ -21,9 +21,9 @@ from dpsql.release.aim import AimPlan, plan_aim, run_aim
 from dpsql.release.compare import (
     DEFAULT_SHARE,
     Comparison,
-    baseline_rows,
     compare,
     comparison_mechanism,
+    rounded_rows,
 )
 from dpsql.release.compress import compress_cells, expand_rows
 from dpsql.release.marginals import Synthesis
@@ -67,7 +67,10 @@ def make_plan(
     rest = rho if cmp is None else rho - cmp.rho
     if synthesizer == "mst":
         return SyntheticPlan(plan_mst(names, shape, rest, rows_bound, compress=compress), cmp)
-    return SyntheticPlan(plan_aim(names, shape, rest, rows_bound, compress=compress), cmp)
+    spare = Fraction(0) if cmp is None else cmp.rho  # AIM's small-data regime uses it instead
+    return SyntheticPlan(
+        plan_aim(names, shape, rest, rows_bound, compress=compress, spare=spare), cmp
+    )
 
 
 def run_plan(plan: SyntheticPlan, idx: np.ndarray, n: np.ndarray) -> Synthesis:
@@ -85,8 +88,11 @@ def fit_result(result: Synthesis, iters: int) -> Any:
 def compare_result(
     plan: SyntheticPlan, result: Synthesis, model: Any, idx: np.ndarray, n: np.ndarray
 ) -> Comparison | None:
-    """The DP comparison of the fitted model with the baseline (reads the bounded cells)."""
-    if plan.compare is None:
+    """The DP comparison of the fitted model with the baseline (reads the bounded cells).
+
+    None when there is nothing to compare: no comparison planned, or AIM's small-data regime,
+    whose model is the independent baseline and which spent the comparison's share on it."""
+    if plan.compare is None or result.small:
         return None
     shape = result.compression.shape
     cidx, cn = compress_cells(result.compression, idx, n)
@@ -97,10 +103,11 @@ def sample_result(
     result: Synthesis, model: Any, rows: int | None, baseline: bool = False
 ) -> np.ndarray:
     """Rows over the original domain: sampled from the model (or, ``baseline``, from its 1-way
-    marginals independently), merged values expanded. Post-processing."""
+    marginals independently, each column rounded as mbi rounds), merged values expanded.
+    Post-processing."""
     if not baseline:
         return expand_rows(result.compression, pgm.sample_rows(result.names, model, rows))
     proj = pgm.Projector(model, result.names, result.compression.shape)
     count = max(1, int(round(float(rows if rows is not None else model.total))))
     one = [proj((c,)) for c in range(len(result.names))]
-    return expand_rows(result.compression, baseline_rows(one, count))
+    return expand_rows(result.compression, rounded_rows(one, count))

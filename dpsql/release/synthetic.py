@@ -241,6 +241,13 @@ def _meta(
             "privacy_unit": src.private.privacy_unit,
             "contribution_bound": {"rows_per_unit": plan.model.rows_bound},
             "rho_comparison": None if plan.compare is None else float(plan.compare.rho),
+            "rho_comparison_used_for": None
+            if plan.compare is None
+            else (
+                "the 1-way marginals (small data: nothing to compare)"
+                if result.small
+                else "the comparison with the baseline"
+            ),
             "ledger_release_id": release_id,
         },
         "selected": [[names[c] for c in cl] for cl in result.selected],

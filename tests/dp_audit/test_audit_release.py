@@ -226,3 +226,77 @@ def test_hierarchy_epsilon_not_exceeded() -> None:
 
 def test_hierarchy_audit_flags_underdeclared_bound() -> None:
     assert _hierarchy_eps(1, 2_000) > 1.0
+
+
+# AIM's first step: the d 1-way marginals, each with its column's share of the 1-way budget
+# (rho_c ∝ n_c^(2/3)). One unit of R = 1 row adds 1 to a cell of every column, so the claim is
+# the sum: rho_1 = 1/2 in all (a plan with rho 1). D: the cells count 0; D': 1. Output audited:
+# S = sum_c noisy_c / sigma_c² (the claimed sigmas; any fixed function of the outputs is
+# post-processing), whose shift is sqrt(2 rho_1) = 1 of its standard deviations, so the claim
+# is (1, delta(1)) with the Gaussian's tight delta(1) ~ 0.13; the event is chosen from a selection
+# sample of the outputs (``auditing.choose_event``). Twin: every column measured with the whole
+# 1-way budget (the split forgotten: rho 3/2 in all, a shift of 1.73 sd): epsilon_lb ~ 2.0 (honest ~ 0.89).
+def _one_way_eps(n: int, broken: bool = False) -> float:
+    from auditing import choose_event
+
+    plan = plan_aim(["sex", "educ", "race"], [2, 16, 9], Fraction(1), 1)
+    honest = plan.one_way()
+    assert sum(g.rho for g in honest) == Fraction(1, 2)
+    gs = tuple(Gaussian(Fraction(1), Fraction(1, 2)) for _ in honest) if broken else honest
+    inv = [1.0 / float(g.noise_sigma2) for g in honest]
+
+    def outputs(count: int, draws: int) -> np.ndarray:
+        cells = np.full(draws, float(count))
+        return np.sum([w * measure(g, cells, (c,)).noisy for c, (g, w) in enumerate(zip(gs, inv, strict=True))],
+                      axis=0)  # fmt: skip
+
+    delta = _gaussian_delta(1.0, 1.0)
+    event = choose_event(outputs(0, n // 5), outputs(1, n // 5), delta, n_measure=n)
+    return event.epsilon_lower_bound(outputs(0, n), outputs(1, n), delta)
+
+
+def test_aim_one_way_shares_epsilon_not_exceeded() -> None:
+    assert _one_way_eps(N) <= 1.0
+
+
+def test_aim_one_way_audit_flags_a_forgotten_split() -> None:
+    assert _one_way_eps(N // 5, broken=True) > 1.0
+
+
+# AIM's small-data rule: whether the model measures pairs, decided from the noisy 1-way sums.
+# d = 2 columns of 2 values, R = 1, plan rho 1 (the 1-way marginals get 1/2 in all); the
+# threshold T = small_rule d sigma_full; D has ceil(T) - 1 rows, D' one more (all in value 0 of
+# each column), so the true count straddles T. Released: the regime. Claim: the 1-way
+# measurements' (1, delta(1)) (a post-processing of them). Honest: P(small) ~ 1/2 on both sides.
+# Twin: the rule applied to the true counts (small on D, never on D'): epsilon_lb ~ 4.8 > 1
+def _small_rule_eps(n: int, broken: bool = False) -> float:
+    from auditing import choose_event
+
+    from dpsql.release.aim import small_data
+
+    plan = plan_aim(["a", "b"], [2, 2], Fraction(1), 1)
+    sigma_full = math.sqrt(plan.d / (2 * float(plan.rho)))
+    below = math.ceil(plan.small_rule * plan.d * sigma_full) - 1
+    gs = plan.one_way()
+
+    def outputs(rows: int, draws: int) -> np.ndarray:
+        exact = np.array([float(rows), 0.0])
+        noisy = [g.release(np.tile(exact, draws)).reshape(draws, 2) for g in gs]
+        if broken:
+            noisy = [np.tile(exact, (draws, 1)) for _ in gs]
+        return np.array([
+            float(small_data(plan, [Measurement((c,), y[i], g.std) for c, (g, y) in enumerate(zip(gs, noisy, strict=True))]))
+            for i in range(draws)
+        ])  # fmt: skip
+
+    delta = _gaussian_delta(1.0, 1.0)
+    event = choose_event(outputs(below, n // 5), outputs(below + 1, n // 5), delta, n_measure=n)
+    return event.epsilon_lower_bound(outputs(below, n), outputs(below + 1, n), delta)
+
+
+def test_aim_small_data_rule_epsilon_not_exceeded() -> None:
+    assert _small_rule_eps(20_000) <= 1.0
+
+
+def test_aim_small_data_audit_flags_the_true_count() -> None:
+    assert _small_rule_eps(2_000, broken=True) > 1.0

@@ -100,10 +100,12 @@ def test_unknown_if_worse_is_refused_before_anything(people: str, tmp_path: Path
 
 def test_small_data_measures_only_one_way_marginals() -> None:
     """500 rows, 3 columns at epsilon 0.3: AIM re-measures the 1-way marginals with the rest of its
-    budget instead of measuring pairs, spends exactly its share, and does not compress. False
+    budget and the comparison's share (the model is the independent baseline: nothing to
+    compare) instead of measuring pairs, spends exactly the plan's whole cost, does not compress,
+    and no comparison is released. False
     failure: the rule reads the noisy total (sd ~ 32 rows here) against a threshold of ~ 940 rows
     (10 d sigma_full, d = 3): 14 standard deviations away."""
-    from dpsql.release.synthesis import fit_result, make_plan, run_plan
+    from dpsql.release.synthesis import compare_result, fit_result, make_plan, run_plan
 
     gen = np.random.default_rng(5)  # test data, not noise
     rows = np.stack([gen.integers(0, 4, 500), gen.integers(0, 3, 500), gen.integers(0, 2, 500)], 1)
@@ -111,7 +113,9 @@ def test_small_data_measures_only_one_way_marginals() -> None:
     rho = epsilon_to_rho(Fraction(3, 10), Fraction(1, 10**6))
     plan = make_plan("aim", ["a", "b", "c"], (4, 3, 2), rho, 1)
     res = run_plan(plan, idx, n)
-    assert res.small and res.selected == () and res.spent == plan.model.cost.rho
+    assert res.small and res.selected == () and res.spent == plan.cost.rho
+    assert plan.compare is not None and plan.model.spare == plan.compare.rho
+    assert compare_result(plan, res, res.model, idx, n) is None
     assert len(res.measurements) == 6 and all(len(m.clique) == 1 for m in res.measurements)
     assert res.compression.shape == (4, 3, 2)
     assert sample_result(res, fit_result(res, 200), None).shape[1] == 3

@@ -99,10 +99,26 @@ def test_aim_weights_and_plan() -> None:
     assert w[(0,)] == 3 and w[(0, 1)] == 6 and len(w) == 4 + 6
     plan = plan_aim(["a", "b", "c"], [3, 3, 3], Fraction(1), 2)
     assert plan.rounds == 12
-    assert plan.one_way.rho * 3 == Fraction(1, 2)  # half the budget on the 1-way marginals
+    gs = plan.one_way()
+    assert sum(g.rho for g in gs) == Fraction(1, 2)  # half the budget on the 1-way marginals
+    assert gs[0].rho == gs[1].rho == gs[2].rho  # equal domains, equal shares
     rm, rs = plan.first_round()
     assert (rm + rs) * plan.rounds == Fraction(1, 2) and rm == 9 * rs
-    assert plan.one_way.sensitivity == 2
+    assert all(g.sensitivity == 2 for g in gs)
+
+
+def test_column_shares_follow_the_domain_sizes() -> None:
+    """rho_c ∝ n_c^(2/3), summing to exactly the budget: a 16-value column gets 4^(2/3) ~ 2.52x
+    a 4-value one's share, and 8^(2/3) = 4x a 2-value one's."""
+    from dpsql.release.aim import column_shares
+
+    w = column_shares((2, 16, 4, 8))
+    assert sum(w) == 1
+    assert abs(float(w[1] / w[2]) - 4 ** (2 / 3)) < 1e-3
+    assert abs(float(w[1] / w[0]) - 4.0) < 1e-3
+    plan = plan_aim(["a", "b"], [2, 16], Fraction(1, 3), 1)
+    assert sum(g.rho for g in plan.one_way(Fraction(1, 5))) == Fraction(1, 5)
+    assert plan.one_way()[0].std > plan.one_way()[1].std  # the small column gets more noise
 
 
 @settings(max_examples=200, deadline=None)
@@ -111,7 +127,7 @@ def test_aim_never_spends_more_than_rho(anneals: list[bool]) -> None:
     """Whatever the (data-dependent, released-values-only) annealing decisions, the rounds'
     costs sum to exactly rho when AIM stops, and never exceed it on the way."""
     plan = plan_aim(["a", "b", "c", "d"], [2] * 4, Fraction(3, 7), 1)
-    b = RoundBudget(plan.rho, 4 * plan.one_way.rho, *plan.first_round())
+    b = RoundBudget(plan.rho, sum(g.rho for g in plan.one_way()), *plan.first_round())
     for anneal in anneals:
         last = b.next_round()
         assert b.used <= plan.rho and b.measure > 0 and b.select > 0
@@ -139,6 +155,25 @@ def test_decide_and_baseline_rows() -> None:
     # P(value 0) = 3/4: 40,000 draws within 6 standard deviations (false failure < 1e-8)
     assert abs(c0[0] / 40_000 - 0.75) < 6 * np.sqrt(0.75 * 0.25 / 40_000)
     assert set(np.unique(rows[:, 1])) <= {0, 1}  # all-zero marginal: uniform
+
+
+def test_rounded_rows_keep_the_one_way_counts_and_pair_at_random() -> None:
+    """The release's baseline rows: each column's counts are the clipped marginal scaled to the
+    row count and rounded (deterministic up to ties), and columns are paired at random.
+    Pairing: with 20,000 rows of two fair binary columns, the count of (0, 0) is hypergeometric
+    with mean 5,000 and sd ~ 35.4; 6 sd is a false failure < 1e-8. A twin that does not shuffle
+    (both columns sorted) puts all 10,000 rows in (0, 0) and is caught."""
+    from dpsql.release.compare import rounded_rows
+
+    rows = rounded_rows([np.array([3.0, -1.0, 1.0]), np.array([2.5, 2.5]), np.array([0.0])], 9)
+    assert np.bincount(rows[:, 0], minlength=3).tolist() in ([7, 0, 2], [6, 0, 3])
+    assert sorted(np.bincount(rows[:, 1], minlength=2).tolist()) == [4, 5]
+    assert rows[:, 2].tolist() == [0] * 9  # an all-zero marginal: uniform over its values
+    big = rounded_rows([np.array([1.0, 1.0]), np.array([1.0, 1.0])], 20_000)
+    both0 = int(((big[:, 0] == 0) & (big[:, 1] == 0)).sum())
+    assert abs(both0 - 5_000) < 6 * np.sqrt(20_000 * 0.25 * 0.5 * 0.5 / (1 - 1 / 20_000))
+    twin = np.sort(big, axis=0)
+    assert int(((twin[:, 0] == 0) & (twin[:, 1] == 0)).sum()) == 10_000
 
 
 def test_small_data_rule_reads_the_noisy_total_only() -> None:
