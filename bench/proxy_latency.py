@@ -256,7 +256,7 @@ def _policy() -> Any:
 
 
 def rewritten_sql(sql: str) -> str:
-    from dpsql.explain import explain
+    from dpsql.explain.report import explain
     from dpsql.session import SessionContext
 
     return explain(_policy(), sql, SessionContext(analyst="analyst")).rewritten

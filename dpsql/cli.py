@@ -152,7 +152,7 @@ def _run_queries(engine: Any, queries: Sequence[str], session: SessionContext) -
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from dpsql.explain import explain_leaves
+    from dpsql.explain.report import explain_leaves
     from dpsql.policy import load_policy
 
     leaves = explain_leaves(load_policy(args.policy), args.sql, _session(args))

@@ -9,7 +9,7 @@ parts live in ``dpsql/execute/``: :mod:`~dpsql.execute.prepared` (the prepared s
 :mod:`~dpsql.execute.privacy_params` (a query's epsilon and delta),
 :mod:`~dpsql.execute.public_sql` (public / catalog SQL and its fast paths),
 :mod:`~dpsql.execute.private_sql` and :mod:`~dpsql.execute.group_keys` (the private query's SQL
-and keys), :mod:`~dpsql.execute.private` (the private path) and :mod:`~dpsql.execute.explain`.
+and keys), :mod:`~dpsql.execute.private` (the private path) and :mod:`~dpsql.explain.run`.
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class Engine:
         """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached."""
         st = parse_statement(text)
         if st.kind == "explain":
-            from dpsql.execute.explain import prepare_explain
+            from dpsql.explain.run import prepare_explain
 
             return prepare_explain(self, text, scope)
         if st.kind != "query" or st.tree is None:
@@ -291,7 +291,7 @@ class Engine:
 
             return route.describe(prepared.tree or prepared.text)
         if prepared.kind == "explain":
-            from dpsql.execute.explain import describe_explain
+            from dpsql.explain.run import describe_explain
 
             return describe_explain(prepared)
         return ()
@@ -326,7 +326,7 @@ class Engine:
             rows = self.backend.run(text, private=False, cancel=cancel)
             return _result(rows)
         if prepared.kind == "explain":  # the plan only: no private data read, no budget spent
-            from dpsql.execute.explain import run_explain
+            from dpsql.explain.run import run_explain
 
             return run_explain(self, prepared, session, params, cancel)
         if prepared.kind == "empty":

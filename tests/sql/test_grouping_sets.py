@@ -249,7 +249,7 @@ def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str
 
 
 def test_explain_shows_each_set_and_its_share(policy: Policy) -> None:
-    from dpsql.explain import explain
+    from dpsql.explain.report import explain
 
     sql = "SELECT cat, shop, COUNT(*), GROUPING(cat, shop) FROM sales GROUP BY ROLLUP (cat, shop)"
     rep = explain(policy, sql, session())

@@ -1,4 +1,4 @@
-"""The DP plan as a PostgreSQL-shaped EXPLAIN document (dpsql/execute/explain_plan.py), no database.
+"""The DP plan as a PostgreSQL-shaped EXPLAIN document (dpsql/explain/document.py), no database.
 
 Properties: the tree has PostgreSQL's keys with zero costs; the root's row count comes from the
 policy's declared keys only; FORMAT XML is well-formed PostgreSQL XML whatever the text holds;
@@ -14,10 +14,10 @@ from xml.etree import ElementTree
 
 import pytest
 
-import dpsql.execute.explain_plan as mod
+import dpsql.explain.document as mod
 from dpsql.demo import POLICY
-from dpsql.execute.explain_plan import plan_document, plan_lines, plan_xml, policy_rows
-from dpsql.explain import report
+from dpsql.explain.document import plan_document, plan_lines, plan_xml, policy_rows
+from dpsql.explain.report import report
 from dpsql.policy import load_policy
 from dpsql.sql.analyze import analyze
 from dpsql.sql.grouping_sets import make_sets_plan

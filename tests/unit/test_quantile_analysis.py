@@ -122,7 +122,7 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
 
 
 def test_explain_states_every_output_before_spending() -> None:
-    from dpsql.explain import explain
+    from dpsql.explain.report import explain
     from dpsql.session import SessionContext
 
     rep = explain(

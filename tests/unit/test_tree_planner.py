@@ -10,7 +10,7 @@ import pytest
 
 from dpsql.demo import POLICY
 from dpsql.errors import DpsqlError
-from dpsql.explain import explain_leaves
+from dpsql.explain.report import explain_leaves
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from dpsql.sql.analyze import analyze

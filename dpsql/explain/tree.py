@@ -10,17 +10,18 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import sequential
 from dpsql.errors import BudgetExhausted
-from dpsql.execute.explain_plan import budget_lines, plan_document, plan_lines, plan_xml
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.execute.tree import bound_split, leaf_plans
 from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
-from dpsql.explain import report
+from dpsql.explain.document import budget_lines, plan_document, plan_lines, plan_xml
+from dpsql.explain.options import ExplainOptions
+from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
-from dpsql.sql.explain_options import ExplainOptions
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine, Prepared
+    from dpsql.engine import Engine
+    from dpsql.execute.prepared import Prepared
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
 

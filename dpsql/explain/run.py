@@ -1,6 +1,6 @@
 """The EXPLAIN path: the DP plan of a private query, PostgreSQL's plan of a public one.
 
-``EXPLAIN <private query>`` answers dpsql's own plan (:func:`dpsql.explain.report`): what is
+``EXPLAIN <private query>`` answers dpsql's own plan (:func:`dpsql.explain.report.report`): what is
 measured, the mechanisms, the cost and its split, the sensitivities from the policy's bounds, the
 noise, the contribution bounds, partition selection, the expected accuracy, whether it would be a
 free repeat and the budget it would be charged to. Nothing is read from the private tables (no
@@ -8,7 +8,7 @@ upstream EXPLAIN either: its row estimates come from pg_statistic) and nothing i
 ``EXPLAIN ANALYZE`` of a private query is refused: it would run the query on the raw rows.
 
 ``EXPLAIN <public query>`` runs PostgreSQL's EXPLAIN of the validated statement, with the options
-rendered from :mod:`dpsql.sql.explain_options`. For catalog queries, whose row estimates and
+rendered from :mod:`dpsql.explain.options`. For catalog queries, whose row estimates and
 ``Rows Removed by Filter`` would count the relations dpsql hides, COSTS is forced off and ANALYZE
 is refused.
 """
@@ -26,17 +26,18 @@ from dpsql.errors import (
     UnsupportedSql,
 )
 from dpsql.execute.backend import CancelToken
-from dpsql.execute.explain_plan import plan_document, plan_lines, plan_xml
-from dpsql.explain import report
+from dpsql.execute.prepared import Prepared, fingerprint
+from dpsql.explain.document import plan_document, plan_lines, plan_xml
+from dpsql.explain.options import ExplainOptions, parse_explain
+from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
-from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
 from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine, Prepared
+    from dpsql.engine import Engine
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
 _FORMAT_OIDS = {"JSON": JSON_OID, "XML": XML_OID}
@@ -50,8 +51,6 @@ def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
             counted in the EXPLAIN's text), a bad option, or EXPLAIN ANALYZE of a private or
             catalog query (42501).
     """
-    from dpsql.engine import Prepared, fingerprint
-
     ex = parse_explain(text)
     try:
         inner = engine.prepare_in_scope(ex.statement, scope)
@@ -138,8 +137,8 @@ def _explain_private(
 ) -> Result:
     """dpsql's plan of a private query, validated as its execution would be, without running."""
     conf = session.confidence or engine.policy.defaults.confidence
-    if inner.split is not None:  # several DP leaves: dpsql.execute.explain_tree
-        from dpsql.execute.explain_tree import explain_tree
+    if inner.split is not None:  # several DP leaves: dpsql.explain.tree
+        from dpsql.explain.tree import explain_tree
 
         _check_confidence(conf)
         return explain_tree(engine, inner, opts, session, params, conf)

@@ -28,7 +28,7 @@ import math
 from typing import Any
 from xml.sax.saxutils import escape
 
-from dpsql.explain import ExplainReport
+from dpsql.explain.report import ExplainReport
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
