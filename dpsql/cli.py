@@ -127,10 +127,8 @@ def _upstream_of(
 def _ledger(args: argparse.Namespace, policy: Any) -> Any:
     if getattr(args, "no_ledger", False):
         return None
-    try:
-        from dpsql.budget.ledger import Ledger
-    except ImportError:
-        return None
+    from dpsql.budget.ledger import Ledger
+
     return Ledger.open(getattr(args, "ledger", None) or args.upstream, policy)
 
 
@@ -258,8 +256,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         engine = Engine(policy, dsn, ledger=_ledger(argparse.Namespace(upstream=dsn), policy))
         stack.callback(shielded(engine.close))
         rc = _demo_queries(engine, args)
-        serve = _server_entry()
-        if args.serve and serve is not None:
+        if args.serve:
+            from dpsql.server.run import serve_engine
+
             host, _, port = args.listen.rpartition(":")
             host = "127.0.0.1" if host in ("", "0.0.0.0", "::", "[::]") else host
             db = psycopg_dbname(dsn)
@@ -273,7 +272,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
                 "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
             )
-            return serve(engine, policy, args.listen, args.port_file)
+            return serve_engine(engine, policy, args.listen, args.port_file)
         return rc if args.sql else 0
 
 
@@ -304,14 +303,6 @@ def _demo_queries(engine: Any, args: argparse.Namespace) -> int:
     session.analyst = EXAMPLES_ANALYST
     console.print(f"[dim]Example queries, as the demo's analyst '{EXAMPLES_ANALYST}':[/dim]\n")
     return _run_queries(engine, EXAMPLES, session)
-
-
-def _server_entry() -> Callable[..., int] | None:
-    try:
-        from dpsql.wire.server import serve_engine  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return serve_engine  # type: ignore[no-any-return]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -376,15 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extensions(sub: Any) -> None:
-    """Subcommands contributed by other packages (serve, budget, release, policy)."""
-    import importlib
+    """Subcommands that live with their packages (serve, budget, release, policy)."""
+    from dpsql.budget import cli as budget_cli
+    from dpsql.policy import cli as policy_cli
+    from dpsql.release import cli as release_cli
+    from dpsql.server import cli as server_cli
 
-    for mod in ("dpsql.wire.cli", "dpsql.budget.cli", "dpsql.release.cli", "dpsql.policy.cli"):
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        m.register(sub)
+    for mod in (server_cli, budget_cli, release_cli, policy_cli):
+        mod.register(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -59,9 +59,9 @@ def served_engine(
     policy: Any, upstream: str, *, grace_s: float = 2, ledger: Any | None = None
 ) -> Iterator[Any]:
     """A real Engine on ``upstream`` (charging ``ledger`` if given) behind an in-process wire
-    server on a free port; yields the :class:`~dpsql.serve.ServerThread` (its ``port``). Both are
+    server on a free port; yields the :class:`~dpsql.server.run.ServerThread` (its ``port``). Both are
     closed at exit (the ledger is the caller's)."""
-    from dpsql.serve import ServerThread
+    from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
     engine = Engine(policy, upstream, ledger, pool_size=2)

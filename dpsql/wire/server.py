@@ -1,7 +1,7 @@
 """The asyncio server: accepts connections, runs startup and authentication, enforces session
 limits, routes CancelRequests, and shuts down gracefully.
 
-Shutdown (SIGTERM/SIGINT through :func:`dpsql.serve.run`): stop listening, let running queries
+Shutdown (SIGTERM/SIGINT through :func:`dpsql.server.run.serve`): stop listening, let running queries
 finish for ``shutdown_grace_s`` seconds, cancel the rest, then end every session with FATAL 57P01.
 """
 
@@ -66,7 +66,7 @@ class ServerConfig:
     # The database clients must name (others: 3D000); "" the upstream's own name; None any name
     # (in-process servers of tests and embedders). `dpsql serve` serves the upstream's.
     database: str | None = None
-    metrics_listen: str | None = None  # host:port of /metrics (dpsql.wire.observe); None: off
+    metrics_listen: str | None = None  # host:port of /metrics (dpsql.server.observe); None: off
 
 
 def tls_context(config: ServerConfig) -> ssl.SSLContext | None:
@@ -116,7 +116,6 @@ class Server:
         self._stopping = False
         self._logins = 0  # connections authenticating now (this process)
         self.upstream: AsyncUpstream | None = None
-        self.metrics_port: int | None = None  # bound /metrics port (config.metrics_listen)
         self.identity = UpstreamIdentity(None, *FALLBACK_VERSION)
 
     @property
@@ -130,10 +129,6 @@ class Server:
         self.upstream = _async_upstream(self.engine) if self.config.fast_path else None
         if self.upstream is not None:
             await self.upstream.open()
-        if self.config.metrics_listen is not None:
-            from dpsql.wire.observe import start_metrics
-
-            self.metrics_port = start_metrics(self, self.config.metrics_listen)
         if self.relay is not None:
             asyncio.get_running_loop().add_signal_handler(relay_signal, self._relayed)
             self.relay.ready()
@@ -339,17 +334,3 @@ async def _fatal(ch: Channel, e: DpsqlError) -> None:
         await asyncio.wait_for(ch.flush(), 2)
     except (ConnectionClosed, TimeoutError, OSError):
         pass
-
-
-def serve_engine(
-    engine: EngineLike, policy: Policy, listen: str, port_file: str | None = None
-) -> int:
-    """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo``),
-    its upstream database under its own name."""
-    from dpsql.serve import serve
-    from dpsql.wire.cli import parse_listen
-
-    host, port = parse_listen(listen)
-    config = ServerConfig(host=host, port=port, database="")
-    serve(engine, policy, config, port_file=port_file)
-    return 0

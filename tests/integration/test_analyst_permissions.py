@@ -223,7 +223,7 @@ def test_release_honours_analyst(demo_dsn: str, policy: Policy, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def server(demo_dsn: str, policy: Policy) -> Iterator[Any]:
-    from dpsql.serve import ServerThread
+    from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
     engine = Engine(policy, demo_dsn, pool_size=2)

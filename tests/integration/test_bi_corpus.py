@@ -22,7 +22,7 @@ import pytest
 from psycopg import pq
 
 from dpsql.budget.ledger import Ledger
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from tests.helpers import analyst_dsn, served_engine
 
 # A copy of the shared corpus (../shared/bi-corpus/statements.jsonl), so a clean checkout has it.

@@ -19,7 +19,7 @@ import pytest
 from psycopg import errors as pe
 
 from dpsql.budget.ledger import Ledger
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from tests.helpers import analyst_dsn, served_engine
 
 ZERO_ROWS = (

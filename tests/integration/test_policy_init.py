@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 
 from dpsql.policy import load_policy
-from dpsql.startup_checks import startup_problems
+from dpsql.server.startup_checks import startup_problems
 from tests.helpers import ROOT
 
 SCHEMA = """

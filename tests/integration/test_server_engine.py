@@ -17,7 +17,7 @@ from psycopg import errors as pe
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire import messages as m
 from dpsql.wire.server import ServerConfig
 from tests.unit._wire_support import RawClient

@@ -23,7 +23,7 @@ from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
 from dpsql.execute.embedded import Cluster, start_cluster
 from dpsql.policy import load_policy
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
 from tests.helpers import analyst_dsn
 

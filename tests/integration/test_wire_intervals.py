@@ -24,7 +24,7 @@ from dpsql.dp import mechanisms
 from dpsql.engine import Engine
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
 from tests.helpers import binom_min_successes, fixed_bounds_doc
 

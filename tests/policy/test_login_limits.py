@@ -21,8 +21,8 @@ import pytest
 from dpsql.cli import build_parser
 from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy import parse_policy
+from dpsql.server.cli import config_from_settings, resolve
 from dpsql.wire.auth import AuthConfig, make_verifier
-from dpsql.wire.cli import config_from_settings, resolve
 from tests.helpers import db_name, start_serve
 
 BASE = """version: 1

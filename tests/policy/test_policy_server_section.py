@@ -10,7 +10,7 @@ import pytest
 from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy import load_policy, parse_policy
 from dpsql.policy.settings import ServerSettings, interpolate, resolve_server
-from dpsql.wire.cli import config_from_settings, resolve
+from dpsql.server.cli import config_from_settings, resolve
 
 BASE = """version: 1
 tables:

@@ -323,7 +323,7 @@ def test_quantiles_and_min_per_set(exact: Engine) -> None:
 
 
 def test_through_the_wire(policy: Policy, sales_dsn: str, make_db: Callable[[str], str]) -> None:
-    from dpsql.serve import ServerThread
+    from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
     doc = {**POLICY, "analysts": {"analyst": {**POLICY["analysts"]["analyst"], "credential": CRED}}}

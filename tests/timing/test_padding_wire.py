@@ -26,7 +26,7 @@ from dpsql.execute import timing as timing_module
 from dpsql.execute.timing import execute_padded
 from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.session import SessionContext
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire import messages as m
 from dpsql.wire.auth import AuthConfig
 from dpsql.wire.server import ServerConfig

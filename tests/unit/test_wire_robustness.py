@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire import messages as m
 from dpsql.wire import session as wire_session
 from dpsql.wire.server import ServerConfig

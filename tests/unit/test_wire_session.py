@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire import session as wire_session
 from dpsql.wire.auth import AuthConfig
 from dpsql.wire.server import ServerConfig

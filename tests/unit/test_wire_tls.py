@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire import messages as m
 from dpsql.wire.server import ServerConfig
 from tests.conftest import IN_CI

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
 from tests.helpers import analyst_dsn
 

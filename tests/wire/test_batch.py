@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire import messages as m
 from dpsql.wire.batch import decode_bind
 from dpsql.wire.server import ServerConfig

@@ -25,7 +25,7 @@ from psycopg import errors as pe
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.sql.shadowing import SHADOW_SQL
 from dpsql.wire.server import ServerConfig
 from tests.conftest import IN_CI

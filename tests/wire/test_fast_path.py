@@ -21,7 +21,7 @@ import sqlglot
 from psycopg import errors as pe
 
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.sql.bind import bind, template
 from dpsql.wire import messages as m
 from dpsql.wire.server import ServerConfig

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from tests.helpers import analyst_dsn, noiseless, served_engine
 
 

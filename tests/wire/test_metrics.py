@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire.log import set_statement_text
 from dpsql.wire.server import ServerConfig
 from tests.helpers import analyst_dsn
@@ -54,7 +54,7 @@ def served(demo_dsn: str, demo_policy: Any, make_db: Callable[[str], str]) -> An
 
 
 def test_metrics_after_traffic(served: Any) -> None:
-    port = served.server.metrics_port
+    port = served.metrics_port
     before = _scrape(port)
     with psycopg.connect(analyst_dsn(served.port), autocommit=True) as conn:
         conn.execute("SET dpsql.epsilon = 0.5")

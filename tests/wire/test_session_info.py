@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -17,7 +17,7 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig
 from tests.integration.ledger_support import states

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
-from dpsql.serve import ServerThread
+from dpsql.server.run import ServerThread
 from tests.helpers import analyst_dsn, served_engine
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -1,4 +1,4 @@
-"""``dpsql serve``: the PostgreSQL wire-protocol proxy (registered into dpsql.cli).
+"""``dpsql serve``: the PostgreSQL wire-protocol proxy (a subcommand of :mod:`dpsql.cli`).
 
 Settings come from the command line, the environment (``DPSQL_<NAME>``) and the policy file's
 ``server:`` section, in that order of precedence (:func:`dpsql.policy.settings.resolve_server`).
@@ -13,12 +13,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
 from dpsql.errors import InvalidParameter, PolicyError
+from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.policy.settings import Resolved, ServerSettings, parse_listen, resolve_server
+from dpsql.server.run import serve
+from dpsql.server.startup_checks import startup_problems
+from dpsql.server.workers import serve_workers
 from dpsql.wire.auth import AuthConfig
 from dpsql.wire.log import LineFormatter, set_statement_text
-from dpsql.wire.server import ServerConfig
+from dpsql.wire.server import ServerConfig, freeze_startup_heap
 
 log = logging.getLogger("dpsql.serve")
 
@@ -180,8 +186,6 @@ def config_from_settings(st: ServerSettings) -> ServerConfig:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from dpsql.policy import load_policy
-
     policy = load_policy(args.policy)
     got = resolve(args, policy, os.environ)
     st = got.settings
@@ -207,9 +211,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _startup_checks(policy: Policy, st: ServerSettings) -> bool:
-    """Log one line per problem :mod:`dpsql.startup_checks` finds; False when one is fatal."""
-    from dpsql.startup_checks import startup_problems
-
+    """Log one line per problem :mod:`dpsql.server.startup_checks` finds; False when one is fatal."""
     assert st.upstream is not None
     problems = startup_problems(policy, st.upstream, st.ledger or st.upstream)
     for p in problems:
@@ -222,28 +224,19 @@ def _startup_checks(policy: Policy, st: ServerSettings) -> bool:
 
 def _run(policy: Policy, config: ServerConfig, st: ServerSettings) -> None:
     """Serve in this process, or in ``st.workers`` forked ones."""
-    from dpsql.cli import _ledger
-    from dpsql.engine import Engine
-    from dpsql.serve import serve
-    from dpsql.wire.server import freeze_startup_heap
-
     assert st.upstream is not None
-    ledger_args = argparse.Namespace(ledger=st.ledger, upstream=st.upstream)
     upstream, timeout_ms = st.upstream, st.statement_timeout_ms
+    ledger_dsn = st.ledger or upstream
     if (st.workers or 1) > 1:
-        from dpsql.wire.workers import serve_workers
-
-        led = _ledger(ledger_args, policy)  # create or migrate the ledger once, before forking
-        if led is not None:
-            led.close()
+        Ledger.open(ledger_dsn, policy).close()  # create or migrate it once, before forking
 
         def make_engine() -> Engine:  # in each worker, after the fork
-            ledger = _ledger(ledger_args, policy)
+            ledger = Ledger.open(ledger_dsn, policy)
             return Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
 
         serve_workers(make_engine, policy, config, st.workers or 1, st.port_file)
         return
-    ledger = _ledger(ledger_args, policy)
+    ledger = Ledger.open(ledger_dsn, policy)
     engine = Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
     freeze_startup_heap()
     try:

@@ -32,6 +32,7 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from dpsql.policy.model import Policy
+from dpsql.server.run import serve
 from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
@@ -62,8 +63,6 @@ def _worker_main(
     logins: LoginLimiter,
     port_file: str | None,
 ) -> None:
-    from dpsql.serve import serve
-
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     engine = make_engine()

@@ -1,5 +1,6 @@
-"""Running the wire server: in the foreground with signal handling (``dpsql serve``), or in a
-background thread (tests, benchmarks, notebooks)."""
+"""Running the wire server: in the foreground with signal handling (``dpsql serve``, ``dpsql demo
+--serve``), or in a background thread (tests, benchmarks, notebooks); with its ``/metrics``
+endpoint when the configuration asks for one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import threading
 from types import TracebackType
 
 from dpsql.policy.model import Policy
+from dpsql.policy.settings import parse_listen
+from dpsql.server.observe import start_metrics
 from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
@@ -43,12 +46,21 @@ def write_port_file(path: str, port: int) -> None:
     os.replace(tmp, path)
 
 
+async def start(server: Server) -> int | None:
+    """Start ``server`` (it accepts connections on return), then its ``/metrics`` endpoint when
+    ``config.metrics_listen`` is set; returns the metrics port (None: no endpoint)."""
+    await server.start()
+    if server.config.metrics_listen is None:
+        return None
+    return start_metrics(server, server.config.metrics_listen)
+
+
 async def _serve(server: Server, port_file: str | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
+    await start(server)
     if port_file:
         write_port_file(port_file, server.port)
     try:
@@ -78,8 +90,20 @@ def serve(
         runner.run(_serve(server, port_file))
 
 
+def serve_engine(
+    engine: EngineLike, policy: Policy, listen: str, port_file: str | None = None
+) -> int:
+    """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo
+    --serve``), its upstream database under its own name."""
+    host, port = parse_listen(listen)
+    config = ServerConfig(host=host, port=port, database="")
+    serve(engine, policy, config, port_file=port_file)
+    return 0
+
+
 class ServerThread:
-    """A server on its own event loop in a daemon thread; ``port`` is the bound port.
+    """A server on its own event loop in a daemon thread; ``port`` is the bound port,
+    ``metrics_port`` that of its ``/metrics`` endpoint (None: none configured).
 
     >>> # with ServerThread(engine, policy, ServerConfig(port=0)) as srv: connect to srv.port
     """
@@ -87,6 +111,7 @@ class ServerThread:
     def __init__(self, engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
         self.server = Server(engine, policy, config)
         self.loop = new_event_loop()
+        self.metrics_port: int | None = None
         self._thread = threading.Thread(
             target=self.loop.run_forever, daemon=True, name="dpsql-wire"
         )
@@ -97,7 +122,8 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self._thread.start()
-        asyncio.run_coroutine_threadsafe(self.server.start(), self.loop).result(10)
+        started = asyncio.run_coroutine_threadsafe(start(self.server), self.loop)
+        self.metrics_port = started.result(10)
         return self
 
     def stop(self) -> None:
