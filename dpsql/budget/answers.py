@@ -15,7 +15,7 @@ import psycopg
 from dpsql.policy.model import Policy
 
 if TYPE_CHECKING:
-    from dpsql.budget.ledger import Ledger
+    from dpsql.budget.store import LedgerStore
 
 
 def repeat_scope(policy: Policy, analyst: str) -> str:
@@ -23,12 +23,12 @@ def repeat_scope(policy: Policy, analyst: str) -> str:
     return "dataset" if policy.repeats == "global" else f"analyst:{analyst}"
 
 
-def _key(ledger: Ledger, analyst: str, cache_key: str) -> list[str]:
+def _key(ledger: LedgerStore, analyst: str, cache_key: str) -> list[str]:
     return [ledger.dataset, repeat_scope(ledger.policy, analyst), cache_key]
 
 
 def store(
-    ledger: Ledger,
+    ledger: LedgerStore,
     conn: psycopg.Connection,
     analyst: str,
     release_id: int,
@@ -58,7 +58,9 @@ def store(
     return bytes(prev[0]) if prev is not None else None
 
 
-def lookup(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bytes | None:
+def lookup(
+    ledger: LedgerStore, conn: psycopg.Connection, analyst: str, cache_key: str
+) -> bytes | None:
     """The stored answer for the key, recording the free repeat in the analyst's history."""
     got = conn.execute(
         ledger.q(
@@ -79,7 +81,9 @@ def lookup(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: st
     return bytes(got[0])
 
 
-def peek(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bytes | None:
+def peek(
+    ledger: LedgerStore, conn: psycopg.Connection, analyst: str, cache_key: str
+) -> bytes | None:
     """The stored payload for the key, read only (records no repeat): a contribution bound
     chosen earlier (dpsql.execute.auto_bounds) is reused by every later statement over its
     slice, which the history need not list each time."""
@@ -92,7 +96,7 @@ def peek(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str)
     return bytes(got[0]) if got is not None else None
 
 
-def exists(ledger: Ledger, conn: psycopg.Connection, analyst: str, cache_key: str) -> bool:
+def exists(ledger: LedgerStore, conn: psycopg.Connection, analyst: str, cache_key: str) -> bool:
     """Whether the analyst's repeat of the key would be answered from the store (read only)."""
     got = conn.execute(
         ledger.q("SELECT 1 FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"),

@@ -31,11 +31,11 @@ from dpsql.dp.accounting import Cost
 from dpsql.errors import InternalError
 
 if TYPE_CHECKING:
-    from dpsql.budget.ledger import Ledger
+    from dpsql.budget.store import LedgerStore
 
 
 def lock_budget(
-    ledger: Ledger, conn: psycopg.Connection, kind: str, name: str, start: datetime
+    ledger: LedgerStore, conn: psycopg.Connection, kind: str, name: str, start: datetime
 ) -> BudgetRow:
     """Create-or-lock one budget row (held until the transaction ends) and read it."""
     row = conn.execute(
@@ -51,7 +51,7 @@ def lock_budget(
 
 
 def reserve(
-    ledger: Ledger,
+    ledger: LedgerStore,
     conn: psycopg.Connection,
     analyst: str,
     cost: Cost,
@@ -115,7 +115,7 @@ def reserve(
     return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)
 
 
-def settle(ledger: Ledger, conn: psycopg.Connection, res: Reservation, state: str) -> None:
+def settle(ledger: LedgerStore, conn: psycopg.Connection, res: Reservation, state: str) -> None:
     """Mark an open reservation ``committed`` or ``refunded``.
 
     Raises:
@@ -132,7 +132,7 @@ def settle(ledger: Ledger, conn: psycopg.Connection, res: Reservation, state: st
         raise InternalError(f"reservation {res.id} is not open (committed or refunded)")
 
 
-def give_back(ledger: Ledger, conn: psycopg.Connection, res: Reservation) -> None:
+def give_back(ledger: LedgerStore, conn: psycopg.Connection, res: Reservation) -> None:
     """Subtract a refunded reservation's cost from each budget row it was charged to."""
     for c in res.charged:
         row = lock_budget(ledger, conn, c.kind, c.name, c.period_start)

@@ -20,182 +20,32 @@ The jobs live apart: :mod:`dpsql.budget.limits` (what the policy charges a relea
 :mod:`dpsql.budget.charging` (the budget-row steps inside a transaction),
 :mod:`dpsql.budget.answers` (the store of noisy answers for free repeats),
 :mod:`dpsql.budget.schema` (tables and migrations), :mod:`dpsql.budget.views` and
-:mod:`dpsql.budget.admin`. This class holds the connection pool and runs each step in one
-transaction.
+:mod:`dpsql.budget.admin`; the connection pool, the schema and the transactions are
+:class:`dpsql.budget.store.LedgerStore`, which this class extends with the protocol.
 """
 
 from __future__ import annotations
 
-import logging
-import re
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from datetime import datetime
 from fractions import Fraction
-from typing import TYPE_CHECKING, TypeVar
 
 import psycopg
-import psycopg_pool
-from psycopg import sql
 
-from dpsql.budget import answers, charging
+from dpsql.budget import admin, answers, charging, views
 from dpsql.budget import limits as policy_limits
-from dpsql.budget import schema as ledger_schema
 from dpsql.budget.format import fmt_down, fmt_up
-from dpsql.budget.records import BudgetRow, Limit, Reservation, refundable
+from dpsql.budget.records import BudgetRow, Reservation, refundable
+from dpsql.budget.store import LedgerStore
+from dpsql.budget.views import BudgetStatus, HistoryEntry
 from dpsql.dp.accounting import Cost
-from dpsql.errors import BudgetExhausted, DpsqlError, InternalError
-from dpsql.execute.upstream_faults import (
-    CONNECT_TIMEOUT_S,
-    SHUTDOWN_STATES,
-    connection_lost,
-    sweeping_check,
-)
-from dpsql.policy.model import Policy
-from dpsql.upstream_settings import output_statements
-
-if TYPE_CHECKING:
-    from dpsql.budget.views import BudgetStatus, HistoryEntry
-
-log = logging.getLogger("dpsql.budget.ledger")
-T = TypeVar("T")
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+from dpsql.errors import BudgetExhausted, InternalError
 
 
-def _unavailable(e: Exception) -> InternalError:
-    """58000 naming what failed: the ledger database's own message for connection, resource,
-    system and configuration errors (classes 08, 53, 57, 58, 28, 3D, 42: about the ledger
-    database, never a value of anyone's data); only the SQLSTATE for the others. The full text
-    goes to the server's log."""
-    log.warning("privacy ledger unavailable: %s: %s", type(e).__name__, str(e).strip()[:500])
-    state = "58000"
-    if connection_lost(e, broken=True):  # retryable: 08006, or PostgreSQL's 57P01-57P03
-        sqlstate = getattr(e, "sqlstate", None)
-        state = sqlstate if sqlstate in SHUTDOWN_STATES else "08006"
-    return InternalError(
-        "the privacy ledger is unavailable",
-        detail=ledger_cause(e),
-        hint="the query was not answered; retry when the ledger database is reachable",
-        sqlstate=state,
-    )
-
-
-_SAFE_CLASSES = ("08", "53", "57", "58", "28", "3D", "42")
-
-
-def ledger_cause(e: BaseException) -> str:
-    """What failed in the ledger database, for a client's DETAIL.
-
-    >>> ledger_cause(psycopg_pool.PoolTimeout("couldn't get a connection after 10.00 sec"))
-    "PoolTimeout: no connection to the ledger database: couldn't get a connection after 10.00 sec"
-    """
-    if isinstance(e, psycopg_pool.PoolTimeout):
-        return f"PoolTimeout: no connection to the ledger database: {e}"
-    state = getattr(e, "sqlstate", None)
-    name = type(e).__name__
-    if state is None and isinstance(e, psycopg.OperationalError):
-        return f"{name}: the connection to the ledger database failed"
-    if state and state[:2] in _SAFE_CLASSES and isinstance(e, psycopg.Error):
-        primary = e.diag.message_primary or str(e).strip().splitlines()[0]
-        return f"{name} ({state}): {primary}"
-    return f"{name} ({state})" if state else name
-
-
-class Ledger:
-    """The durable privacy budget of one dataset (``policy.dataset``), shared by processes."""
-
-    def __init__(self, pool: psycopg_pool.ConnectionPool, policy: Policy, schema: str) -> None:
-        self._pool = pool
-        self.policy = policy
-        self.schema = schema
-
-    @classmethod
-    def open(cls, dsn: str, policy: Policy, schema: str = "dpsql", *, pool_size: int = 8) -> Ledger:
-        """Connect, create or migrate the ledger schema, and return a ready ledger."""
-        if not _SCHEMA_NAME.match(schema):
-            raise InternalError(
-                f"invalid ledger schema name {schema!r}",
-                hint="use lower-case letters, digits and underscores",
-            )
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                ledger_schema.migrate(conn, schema)
-            holder: list[psycopg_pool.ConnectionPool] = []
-            pool = psycopg_pool.ConnectionPool(
-                dsn,
-                min_size=1,
-                max_size=pool_size,
-                kwargs={"autocommit": True},
-                configure=_configure,
-                check=sweeping_check(lambda: holder[0] if holder else None),
-                timeout=CONNECT_TIMEOUT_S,
-                open=True,
-            )
-            holder.append(pool)
-        except psycopg.Error as e:  # e.g. no CREATE privilege, plpgsql missing: say which
-            raise _unavailable(e) from e
-        return cls(pool, policy, schema)
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def pool(self) -> psycopg_pool.ConnectionPool:
-        """The ledger's connection pool (its statistics are reported on /metrics)."""
-        return self._pool
-
-    @property
-    def dataset(self) -> str:
-        return self.policy.dataset
-
-    def q(self, text: str) -> sql.Composed:
-        """An internal statement with ``{s}`` bound to the ledger schema."""
-        return sql.SQL(text).format(s=sql.Identifier(self.schema))
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled autocommit connection (reads, or explicit ``conn.transaction()``)."""
-        try:
-            with self._pool.connection() as conn:
-                yield conn
-        except _RETRY:
-            raise
-        except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
-            raise _unavailable(e) from e
-
-    def transact(self, fn: Callable[[psycopg.Connection], T], attempts: int = 5) -> T:
-        """Run ``fn(conn)`` in one transaction, retrying deadlocks and serialization failures."""
-        for attempt in range(attempts):
-            try:
-                with self.connection() as conn, conn.transaction():
-                    return fn(conn)
-            except _RETRY as e:
-                if attempt == attempts - 1:
-                    raise _unavailable(e) from e
-            except DpsqlError:
-                raise
-            except psycopg.Error as e:
-                raise InternalError(
-                    "the privacy ledger failed", detail=f"{type(e).__name__}: {e}"
-                ) from e
-        raise AssertionError("unreachable")
+class Ledger(LedgerStore):
+    """The privacy budget ledger: reserve, commit, refund and free repeats over a :class:`LedgerStore`."""
 
     # --- policy (see dpsql.budget.limits) ---------------------------------------------------
-
-    def limits(self, analyst: str) -> tuple[Limit, ...]:
-        """The budgets a release by ``analyst`` is charged to, in locking order."""
-        return policy_limits.limits(self.policy, analyst)
-
-    def dataset_limit(self) -> Limit | None:
-        """The dataset's global budget (the sum over all analysts), if the policy sets one."""
-        return policy_limits.dataset_limit(self.policy)
 
     def max_epsilon(self, analyst: str) -> Fraction:
         return policy_limits.max_epsilon(self.policy, analyst)
@@ -383,20 +233,14 @@ class Ledger:
 
     def remaining(self, analyst: str) -> list[BudgetStatus]:
         """Rows for ``SHOW dpsql.budget`` / ``SELECT * FROM dpsql.budget`` (see views)."""
-        from dpsql.budget import views
-
         return views.remaining(self, analyst)
 
     def needs(self, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, Fraction | None]]:
         """Each budget's status and what ``cost`` would use of its epsilon now (read only)."""
-        from dpsql.budget import views
-
         return views.needs(self, analyst, cost)
 
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
         """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""
-        from dpsql.budget import views
-
         return views.history(self, analyst, limit)
 
     def grant(
@@ -408,31 +252,8 @@ class Ledger:
         reason: str = "",
     ) -> None:
         """Add to a budget for its current period (``analyst`` None: the dataset's)."""
-        from dpsql.budget import admin
-
         admin.grant(self, actor, analyst, epsilon, delta, reason)
 
     def reset(self, actor: str, analyst: str | None, reason: str = "") -> None:
         """Zero what a budget has spent in its current period (audited; releases stay)."""
-        from dpsql.budget import admin
-
         admin.reset(self, actor, analyst, reason)
-
-
-def _configure(conn: psycopg.Connection) -> None:
-    conn.execute("SET statement_timeout = '30s'")
-    conn.execute("SET lock_timeout = '20s'")
-    conn.execute("SET idle_in_transaction_session_timeout = '60s'")
-    for statement in output_statements():  # timestamps as psycopg reads them
-        conn.execute(statement)
-
-
-__all__ = [
-    "BudgetExhausted",
-    "BudgetRow",
-    "DpsqlError",
-    "Ledger",
-    "Limit",
-    "Reservation",
-    "refundable",
-]

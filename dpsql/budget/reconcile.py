@@ -29,7 +29,7 @@ from dpsql.budget.records import Charged, Reservation
 from dpsql.dp.accounting import Cost
 
 if TYPE_CHECKING:
-    from dpsql.budget.ledger import Ledger
+    from dpsql.budget.store import LedgerStore
 
 Action = Literal["list", "commit", "refund"]
 
@@ -42,7 +42,7 @@ class Stale:
     statement: str
 
 
-def stale(ledger: Ledger, older_than: timedelta) -> list[Stale]:
+def stale(ledger: LedgerStore, older_than: timedelta) -> list[Stale]:
     """Open reservations of the dataset made more than ``older_than`` ago, oldest first."""
     with ledger.connection() as conn:
         rows = conn.execute(
@@ -64,7 +64,7 @@ def stale(ledger: Ledger, older_than: timedelta) -> list[Stale]:
     return out
 
 
-def settle(ledger: Ledger, item: Stale, action: Action, actor: str, reason: str) -> None:
+def settle(ledger: LedgerStore, item: Stale, action: Action, actor: str, reason: str) -> None:
     """Commit or refund one stale reservation, recorded in ``admin_audit`` (one transaction)."""
     res = item.reservation
 

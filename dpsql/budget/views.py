@@ -21,8 +21,9 @@ from fractions import Fraction
 
 from dpsql.budget.filter import Spent
 from dpsql.budget.format import dec_down, dec_up, fmt_down
-from dpsql.budget.ledger import BudgetRow, Ledger, Limit
 from dpsql.budget.periods import period_end, period_start
+from dpsql.budget.records import BudgetRow, Limit
+from dpsql.budget.store import LedgerStore
 from dpsql.dp.accounting import Cost
 from dpsql.result import Result, ResultColumn
 
@@ -107,17 +108,19 @@ HISTORY_COLUMNS = tuple(
 )
 
 
-def remaining(ledger: Ledger, analyst: str) -> list[BudgetStatus]:
+def remaining(ledger: LedgerStore, analyst: str) -> list[BudgetStatus]:
     """The analyst's budget and the dataset's, for their current periods."""
     return statuses(ledger, ledger.limits(analyst))
 
 
-def statuses(ledger: Ledger, limits: tuple[Limit, ...]) -> list[BudgetStatus]:
+def statuses(ledger: LedgerStore, limits: tuple[Limit, ...]) -> list[BudgetStatus]:
     """The state of these budgets in their current periods."""
     return [_status(lim, row, start, end) for lim, row, start, end in _rows(ledger, limits)]
 
 
-def needs(ledger: Ledger, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, Fraction | None]]:
+def needs(
+    ledger: LedgerStore, analyst: str, cost: Cost
+) -> list[tuple[BudgetStatus, Fraction | None]]:
     """Each of the analyst's budgets, and how much of its epsilon ``cost`` would use now.
 
     The need is the increase of ``epsilon_spent`` (see :meth:`Filter.need`); None when the budget
@@ -131,7 +134,7 @@ def needs(ledger: Ledger, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, 
 
 
 def _rows(
-    ledger: Ledger, limits: tuple[Limit, ...]
+    ledger: LedgerStore, limits: tuple[Limit, ...]
 ) -> list[tuple[Limit, BudgetRow, datetime, datetime | None]]:
     """Each budget's stored row for its current period (zero when none yet), its start and end."""
     out = []
@@ -179,7 +182,7 @@ def _status(lim: Limit, row: BudgetRow, start: datetime, end: datetime | None) -
     )
 
 
-def history(ledger: Ledger, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
+def history(ledger: LedgerStore, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
     """The analyst's own releases on this dataset, newest first (never anyone else's)."""
     with ledger.connection() as conn:
         rows = conn.execute(
@@ -214,19 +217,19 @@ def history(ledger: Ledger, analyst: str, limit: int = 1000) -> list[HistoryEntr
     return out
 
 
-def budget_result(ledger: Ledger, analyst: str) -> Result:
+def budget_result(ledger: LedgerStore, analyst: str) -> Result:
     """``SELECT * FROM dpsql.budget`` as a Result."""
     rows = [astuple(r) for r in remaining(ledger, analyst)]
     return Result(BUDGET_COLUMNS, rows, f"SELECT {len(rows)}")
 
 
-def history_result(ledger: Ledger, analyst: str, limit: int = 1000) -> Result:
+def history_result(ledger: LedgerStore, analyst: str, limit: int = 1000) -> Result:
     """``SELECT * FROM dpsql.history`` as a Result."""
     rows = [astuple(r) for r in history(ledger, analyst, limit)]
     return Result(HISTORY_COLUMNS, rows, f"SELECT {len(rows)}")
 
 
-def show_budget(ledger: Ledger, analyst: str) -> str:
+def show_budget(ledger: LedgerStore, analyst: str) -> str:
     """The one-line value of ``SHOW dpsql.budget``.
 
     Example: ``analyst alice: epsilon 0.7 of 1 left, delta 0.0000005 of 0.0000005 left for

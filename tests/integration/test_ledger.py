@@ -279,7 +279,7 @@ def test_ledger_unavailable_is_a_dpsql_error(dsn: str) -> None:
     with pytest.raises(DpsqlError) as info:
         Ledger.open(dsn.replace("dbname=", "dbname=nosuchdb_"), policy())
     # no connection to the ledger database: a connection-exception class, retryable (08006;
-    # dpsql.budget.ledger._unavailable), with the cause in DETAIL, never a bare internal error
+    # dpsql.budget.store._unavailable), with the cause in DETAIL, never a bare internal error
     assert info.value.sqlstate == "08006"
     assert str(info.value) == "the privacy ledger is unavailable"
     assert info.value.detail
