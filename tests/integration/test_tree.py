@@ -292,18 +292,24 @@ def test_pagination_on_the_demo_purchases(engine: Engine, demo_dsn: str) -> None
     assert got.rows == direct(demo_dsn, sql)[0] == [(25,)]
 
 
-def test_shapes_through_the_wire(tree_engine: Engine, tree_dsn: str) -> None:
-    """psycopg through a served engine: same columns (names, types) and the same bounds."""
+def test_shapes_through_the_wire(
+    tree_engine: Engine, tree_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg through a served engine: every shape, with the same columns (names, types) and
+    the same bounds; each of the 11 checks at ALPHA / 11 (false failure <= 1e-6 together)."""
+    monkeypatch.setattr(f"{__name__}.ALPHA", ALPHA / (len(CHECKS) + len(MORE_CHECKS)))
     with served_engine(tree_engine.policy, tree_dsn) as srv:
         with psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn:
             conn.execute("SET dpsql.epsilon = 1")
             conn.execute("SET dpsql.mechanism = laplace")
-            for sql in (REAGGREGATE, WINDOWS, CTE_JOIN, UNION_ALL, AGG_OF_AGGS):
+            for sql in CHECKS:
                 cur = conn.execute(sql)
                 assert cur.description is not None
                 truth, cols = direct(tree_dsn, sql)
                 assert [(c.name, c.type_code) for c in cur.description] == cols
                 CHECKS[sql](cur.fetchall(), truth, tree_engine)
+            for sql, (check, _) in MORE_CHECKS.items():
+                check(conn.execute(sql).fetchall(), tree_dsn, tree_engine)
             # extended protocol: Parse/Describe/Bind/Execute of a tree with a parameter
             cur = conn.execute(
                 "SELECT COUNT(*) FROM (SELECT category, COUNT(*) AS n FROM orders "
@@ -450,22 +456,24 @@ def test_series_limit(tree_engine: Engine, tree_dsn: str) -> None:
     domain. Checked: the chosen categories are a top-2 of the true counts up to the noise
     (every chosen one's true count >= every other's - 2w), every (category, region) of them is
     released (declared keys) within w of PostgreSQL's count, and the charge is one epsilon."""
-    truth = dict(direct_all_categories)
-    by_cell = {
-        (c, r): n
-        for c, r, n in direct(
-            tree_dsn, "SELECT category, region, COUNT(*) FROM orders GROUP BY 1, 2"
-        )[0]
-    }
-    w = cell_bound(tree_engine, SERIES_LIMIT, 5 + 10)
     got = run(tree_engine, SERIES_LIMIT)
     assert got.epsilon_spent == pytest.approx(1.0)
     assert [c.name for c in got.columns] == ["category", "region", "n"]
-    chosen = sorted({r[0] for r in got.rows})
-    assert len(chosen) == 2 and len(got.rows) == 10
+    _series_limit(got.rows, tree_dsn, tree_engine)
+
+
+def _series_limit(rows: list[Any], dsn: str, engine: Engine) -> None:
+    truth = dict(direct_all_categories)
+    by_cell = {
+        (c, r): n
+        for c, r, n in direct(dsn, "SELECT category, region, COUNT(*) FROM orders GROUP BY 1, 2")[0]
+    }
+    w = cell_bound(engine, SERIES_LIMIT, 5 + 10)
+    chosen = sorted({r[0] for r in rows})
+    assert len(chosen) == 2 and len(rows) == 10
     for c in chosen:
         assert all(truth[c] >= truth[o] - 2 * w for o in CATEGORIES if o not in chosen)
-    for c, region, n in got.rows:
+    for c, region, n in rows:
         assert near(n, by_cell[(c, region)], w), (c, region, n, w)
 
 
@@ -527,15 +535,19 @@ CAP = 100  # dpsql.sql.per_unit.AUTO_CAP: the demo's purchases choose R per quer
 def test_per_unit_statistics(tree_engine: Engine, tree_dsn: str) -> None:
     """Per-user two-level aggregation: one row per user, the count capped at R (100 here), the
     outer aggregates a DP leaf over users. Truth: PostgreSQL's answer with the cap written out."""
+    got = run(tree_engine, PER_UNIT_STATS)
+    assert got.epsilon_spent == pytest.approx(1.0)
+    _per_unit_stats(got.rows, tree_dsn, tree_engine)
+
+
+def _per_unit_stats(rows: list[Any], dsn: str, engine: Engine) -> None:
     capped = PER_UNIT_STATS.replace("SUM(n)", f"SUM(LEAST(n, {CAP}))").replace(
         "AVG(n)", f"AVG(LEAST(n, {CAP}))"
     )
-    ((users, total, mean),) = direct(tree_dsn, capped)[0]
-    w = cell_bound(tree_engine, PER_UNIT_STATS, 5)
-    got = run(tree_engine, PER_UNIT_STATS)
-    assert got.epsilon_spent == pytest.approx(1.0)
-    ((g_users, g_total, g_mean),) = got.rows
-    assert near(g_users, users, w) and near(g_total, total, w), (got.rows, users, total, w)
+    ((users, total, mean),) = direct(dsn, capped)[0]
+    w = cell_bound(engine, PER_UNIT_STATS, 5)
+    ((g_users, g_total, g_mean),) = rows
+    assert near(g_users, users, w) and near(g_total, total, w), (rows, users, total, w)
     mid = (1 + CAP) / 2
     assert near(g_mean, mean, w * (1 + abs(float(mean) - mid)) / (users - w)), (g_mean, mean)
 
@@ -543,18 +555,25 @@ def test_per_unit_statistics(tree_engine: Engine, tree_dsn: str) -> None:
 def test_per_unit_histogram(tree_engine: Engine, tree_dsn: str) -> None:
     """'How many users bought N times': every bucket 1..R is released (a public domain), each
     within w of PostgreSQL's count (buckets no user has: 0; R holds everyone with R or more)."""
-    truth = dict(
-        direct(
-            tree_dsn,
-            f"SELECT LEAST(n, {CAP}), COUNT(*) FROM {PER_UNIT} GROUP BY 1",
-        )[0]
-    )
-    w = cell_bound(tree_engine, PER_UNIT_HISTOGRAM, CAP)
     got = run(tree_engine, PER_UNIT_HISTOGRAM)
     assert [c.name for c in got.columns] == ["n", "users"]
-    assert [r[0] for r in got.rows] == list(range(1, CAP + 1))
-    for n, users in got.rows:
+    _per_unit_histogram(got.rows, tree_dsn, tree_engine)
+
+
+def _per_unit_histogram(rows: list[Any], dsn: str, engine: Engine) -> None:
+    truth = dict(direct(dsn, f"SELECT LEAST(n, {CAP}), COUNT(*) FROM {PER_UNIT} GROUP BY 1")[0])
+    w = cell_bound(engine, PER_UNIT_HISTOGRAM, CAP)
+    assert [r[0] for r in rows] == list(range(1, CAP + 1))
+    for n, users in rows:
         assert near(users, truth.get(n, 0), w), (n, users, truth.get(n, 0), w)
+
+
+# the shapes whose truth is not the statement itself: (check, each column's type as psql text)
+MORE_CHECKS: dict[str, tuple[Callable[[list[Any], str, Engine], None], tuple[type, ...]]] = {
+    SERIES_LIMIT: (_series_limit, (str, str, int)),
+    PER_UNIT_STATS: (_per_unit_stats, (int, Decimal, Decimal)),
+    PER_UNIT_HISTOGRAM: (_per_unit_histogram, (int, int)),
+}
 
 
 def test_per_unit_rows_stay_private(tree_engine: Engine) -> None:
@@ -593,9 +612,12 @@ def _psql_rows(port: int, sql: str) -> tuple[list[str], list[list[str]]]:
     return out[0], out[1:]
 
 
-def test_shapes_through_psql(tree_engine: Engine, tree_dsn: str) -> None:
+def test_shapes_through_psql(
+    tree_engine: Engine, tree_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """psql (simple protocol, text output): every shape answered, with PostgreSQL's column
-    names and the same bounds as through the engine."""
+    names and the same bounds as through the engine (each check at ALPHA / 11)."""
+    monkeypatch.setattr(f"{__name__}.ALPHA", ALPHA / (len(CHECKS) + len(MORE_CHECKS)))
 
     def typed(row: list[str], like: tuple[Any, ...]) -> tuple[Any, ...]:
         out: list[Any] = []
@@ -614,7 +636,11 @@ def test_shapes_through_psql(tree_engine: Engine, tree_dsn: str) -> None:
             header, rows = _psql_rows(srv.port, sql)
             assert header == [c for c, _ in cols], sql
             check([typed(r, t) for r, t in zip(rows, truth, strict=False)], truth, tree_engine)
-        header, rows = _psql_rows(srv.port, SERIES_LIMIT)
-        assert header == ["category", "region", "n"] and len(rows) == 10
-        header, rows = _psql_rows(srv.port, PER_UNIT_HISTOGRAM)
-        assert header == ["n", "users"] and [int(r[0]) for r in rows] == list(range(1, CAP + 1))
+        for sql, (check, types) in MORE_CHECKS.items():
+            header, rows = _psql_rows(srv.port, sql)
+            assert len(header) == len(types), (sql, header)
+            check(
+                [tuple(t(v) for t, v in zip(types, r, strict=True)) for r in rows],
+                tree_dsn,
+                tree_engine,
+            )
