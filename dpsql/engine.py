@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp import rng
@@ -71,7 +72,7 @@ class Engine:
         self,
         policy: Policy,
         upstream_dsn: str,
-        ledger: Any | None = None,
+        ledger: BudgetLedger | None = None,
         *,
         pool_size: int = 16,
         cache_size: int = 2048,
@@ -296,7 +297,7 @@ class Engine:
             return describe_explain(prepared)
         return ()
 
-    def _require_ledger(self) -> Any:
+    def _require_ledger(self) -> BudgetLedger:
         if self.ledger is None:
             raise UnsupportedSql(
                 "this dpsql runs without a budget ledger",

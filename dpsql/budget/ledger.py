@@ -35,9 +35,14 @@ import psycopg
 from dpsql.budget import admin, answers, charging, views
 from dpsql.budget import limits as policy_limits
 from dpsql.budget.format import fmt_down, fmt_up
-from dpsql.budget.records import BudgetRow, Reservation, refundable
+from dpsql.budget.records import (
+    BudgetRow,
+    BudgetStatus,
+    HistoryEntry,
+    Reservation,
+    refundable,
+)
 from dpsql.budget.store import LedgerStore
-from dpsql.budget.views import BudgetStatus, HistoryEntry
 from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, InternalError
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -105,6 +106,44 @@ class BudgetRow:
         if order is None:
             order = default_order(eps, f.delta_conversion)
         return Filter(eps, delta, order, share)
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """One row of ``dpsql.budget``."""
+
+    budget: str  # "analyst" | "dataset"
+    name: str
+    period: str
+    period_start: datetime | None
+    period_end: datetime | None
+    epsilon_limit: Decimal
+    epsilon_spent: Decimal
+    epsilon_remaining: Decimal
+    delta_limit: Decimal
+    delta_explicit_limit: Decimal
+    delta_spent: Decimal
+    delta_remaining: Decimal
+    rho_spent: Decimal
+    renyi_order: Decimal | None
+    renyi_spent: Decimal | None
+    releases: int
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One row of ``dpsql.history``: a release (or free repeat) by the analyst."""
+
+    id: int
+    released_at: datetime
+    fingerprint: str
+    mechanism: str
+    epsilon: Decimal
+    delta: Decimal
+    rho: Decimal
+    cached: bool
+    state: str  # committed | reserved (never confirmed: counted) | refunded | repeat
+    statement: str = ""  # the statement's text ("" for releases made before it was kept)
 
 
 def exhausted(

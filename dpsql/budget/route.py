@@ -37,7 +37,7 @@ from dpsql.errors import (
 from dpsql.result import Result, ResultColumn
 
 if TYPE_CHECKING:
-    from dpsql.budget.ledger import Ledger
+    from dpsql.budget.api import BudgetLedger
 
 _SHOW = re.compile(r"^\s*show\s+dpsql\.budget\s*;?\s*$", re.IGNORECASE)
 _TABLES = {"budget": views.BUDGET_COLUMNS, "history": views.HISTORY_COLUMNS}
@@ -167,7 +167,7 @@ def _sort(
     return rows
 
 
-def answer(ledger: Ledger, analyst: str, statement: exp.Expr | str) -> Result:
+def answer(ledger: BudgetLedger, analyst: str, statement: exp.Expr | str) -> Result:
     """Run a ledger statement for ``analyst`` (their own budget and releases only)."""
     tree = _parse(statement)
     if tree is None:

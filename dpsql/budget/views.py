@@ -14,42 +14,20 @@ the rest of ``delta_limit`` converts the Renyi bound. Spent is rounded up and re
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
 from datetime import datetime
-from decimal import Decimal
 from fractions import Fraction
 
+from dpsql.budget.api import BudgetLedger
 from dpsql.budget.filter import Spent
 from dpsql.budget.format import dec_down, dec_up, fmt_down
 from dpsql.budget.periods import period_end, period_start
-from dpsql.budget.records import BudgetRow, Limit
+from dpsql.budget.records import BudgetRow, BudgetStatus, HistoryEntry, Limit
 from dpsql.budget.store import LedgerStore
 from dpsql.dp.accounting import Cost
 from dpsql.result import Result, ResultColumn
 
 TEXT, INT8, BOOL, NUMERIC, TIMESTAMPTZ = 25, 20, 16, 1700, 1184
-
-
-@dataclass(frozen=True)
-class BudgetStatus:
-    """One row of ``dpsql.budget``."""
-
-    budget: str  # "analyst" | "dataset"
-    name: str
-    period: str
-    period_start: datetime | None
-    period_end: datetime | None
-    epsilon_limit: Decimal
-    epsilon_spent: Decimal
-    epsilon_remaining: Decimal
-    delta_limit: Decimal
-    delta_explicit_limit: Decimal
-    delta_spent: Decimal
-    delta_remaining: Decimal
-    rho_spent: Decimal
-    renyi_order: Decimal | None
-    renyi_spent: Decimal | None
-    releases: int
 
 
 BUDGET_COLUMNS = tuple(
@@ -73,22 +51,6 @@ BUDGET_COLUMNS = tuple(
         ("releases", INT8),
     ]
 )
-
-
-@dataclass(frozen=True)
-class HistoryEntry:
-    """One row of ``dpsql.history``: a release (or free repeat) by the analyst."""
-
-    id: int
-    released_at: datetime
-    fingerprint: str
-    mechanism: str
-    epsilon: Decimal
-    delta: Decimal
-    rho: Decimal
-    cached: bool
-    state: str  # committed | reserved (never confirmed: counted) | refunded | repeat
-    statement: str = ""  # the statement's text ("" for releases made before it was kept)
 
 
 HISTORY_COLUMNS = tuple(
@@ -217,26 +179,26 @@ def history(ledger: LedgerStore, analyst: str, limit: int = 1000) -> list[Histor
     return out
 
 
-def budget_result(ledger: LedgerStore, analyst: str) -> Result:
+def budget_result(ledger: BudgetLedger, analyst: str) -> Result:
     """``SELECT * FROM dpsql.budget`` as a Result."""
-    rows = [astuple(r) for r in remaining(ledger, analyst)]
+    rows = [astuple(r) for r in ledger.remaining(analyst)]
     return Result(BUDGET_COLUMNS, rows, f"SELECT {len(rows)}")
 
 
-def history_result(ledger: LedgerStore, analyst: str, limit: int = 1000) -> Result:
+def history_result(ledger: BudgetLedger, analyst: str, limit: int = 1000) -> Result:
     """``SELECT * FROM dpsql.history`` as a Result."""
-    rows = [astuple(r) for r in history(ledger, analyst, limit)]
+    rows = [astuple(r) for r in ledger.history(analyst, limit)]
     return Result(HISTORY_COLUMNS, rows, f"SELECT {len(rows)}")
 
 
-def show_budget(ledger: LedgerStore, analyst: str) -> str:
+def show_budget(ledger: BudgetLedger, analyst: str) -> str:
     """The one-line value of ``SHOW dpsql.budget``.
 
     Example: ``analyst alice: epsilon 0.7 of 1 left, delta 0.0000005 of 0.0000005 left for
     partition selection (renews 2026-11-23 00:00 UTC); dataset sales: epsilon 9.3 of 10 left``.
     """
     parts = []
-    for s in remaining(ledger, analyst):
+    for s in ledger.remaining(analyst):
         renew = f" (renews {s.period_end:%Y-%m-%d %H:%M} UTC)" if s.period_end else ""
         delta = (
             f", delta {fmt_down(Fraction(s.delta_remaining))} of "

@@ -31,6 +31,7 @@ from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
 
 if TYPE_CHECKING:
+    from dpsql.budget.api import BudgetLedger
     from dpsql.budget.records import Reservation
     from dpsql.engine import Engine
 
@@ -239,11 +240,11 @@ def _run_planned(
     except BaseException as error:
         # A failure that may depend on the private rows (a data error, a timeout) stays charged:
         # otherwise failing queries would be free probes.
-        if reservation is not None:
+        if ledger is not None and reservation is not None:
             settle_failed(ledger, reservation, error)
         raise
     rel = release_measured(engine, plan, got, key_types, declared, confidence)
-    if reservation is not None:
+    if ledger is not None and reservation is not None:
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
             rel = Release.from_json(json.loads(earlier))
@@ -264,7 +265,7 @@ def measure(
     return engine.backend.run(text, private=True, cancel=cancel)
 
 
-def settle_failed(ledger: Any, reservation: Any, error: BaseException) -> None:
+def settle_failed(ledger: BudgetLedger, reservation: Reservation, error: BaseException) -> None:
     """A reservation whose measurement failed: refunded when the failure can't depend on the
     private rows (:func:`dpsql.budget.ledger.refundable`), else confirmed as spent."""
     from dpsql.budget.ledger import refundable

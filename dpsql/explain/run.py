@@ -37,6 +37,7 @@ from dpsql.sql.parse import Statement
 from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
+    from dpsql.budget.api import BudgetLedger
     from dpsql.engine import Engine
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
@@ -228,9 +229,9 @@ def budget_status(
     return out
 
 
-def _stored(ledger: Any, analyst: str, key: str) -> bool:
+def _stored(ledger: BudgetLedger, analyst: str, key: str) -> bool:
     """Whether the ledger holds an answer for ``key`` that the analyst's repeat would get.
 
     A read only: unlike ``Ledger.lookup`` it records no repeat in the history.
     """
-    return bool(ledger.has_answer(analyst, key))
+    return ledger.has_answer(analyst, key)

@@ -167,7 +167,7 @@ def config_from_settings(st: ServerSettings) -> ServerConfig:
     given: dict[str, Any] = {}
     if st.listen is not None:
         given["host"], given["port"] = parse_listen(st.listen)
-    auth = {name: value for name, value in (
+    auth: dict[str, Any] = {name: value for name, value in (
         ("methods", st.auth),
         ("max_failures", st.max_login_failures),
         ("max_failures_per_host", st.max_login_failures_per_host),

@@ -15,10 +15,10 @@ from dpsql.policy.model import Policy
 from dpsql.policy.settings import parse_listen
 from dpsql.server.observe import start_metrics
 from dpsql.wire.auth import LoginLimiter
+from dpsql.wire.engine_api import EngineAPI
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import Server, ServerConfig
-from dpsql.wire.session import EngineLike
 
 log = logging.getLogger("dpsql.serve")
 
@@ -71,7 +71,7 @@ async def _serve(server: Server, port_file: str | None = None) -> None:
 
 
 def serve(
-    engine: EngineLike,
+    engine: EngineAPI,
     policy: Policy,
     config: ServerConfig,
     limits: SessionLimits | None = None,
@@ -108,7 +108,7 @@ class ServerThread:
     >>> # with ServerThread(engine, policy, ServerConfig(port=0)) as srv: connect to srv.port
     """
 
-    def __init__(self, engine: EngineLike, policy: Policy, config: ServerConfig) -> None:
+    def __init__(self, engine: EngineAPI, policy: Policy, config: ServerConfig) -> None:
         self.server = Server(engine, policy, config)
         self.loop = new_event_loop()
         self.metrics_port: int | None = None

@@ -34,10 +34,10 @@ from typing import Any
 from dpsql.policy.model import Policy
 from dpsql.server.run import serve
 from dpsql.wire.auth import LoginLimiter
+from dpsql.wire.engine_api import EngineAPI, UpstreamEngine
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import ServerConfig, freeze_startup_heap
-from dpsql.wire.session import EngineLike
 
 log = logging.getLogger("dpsql.wire.workers")
 RESTART_DELAY_S = 1.0
@@ -55,7 +55,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
 
 def _worker_main(
     index: int,
-    make_engine: Callable[[], EngineLike],
+    make_engine: Callable[[], EngineAPI],
     policy: Policy,
     config: ServerConfig,
     limits: SessionLimits,
@@ -71,9 +71,8 @@ def _worker_main(
         serve(engine, policy, config, limits.for_worker(index), relay.for_worker(index), logins,
               port_file)  # fmt: skip
     finally:
-        close = getattr(engine, "close", None)
-        if close is not None:
-            close()
+        if isinstance(engine, UpstreamEngine):
+            engine.close()
 
 
 class Workers:
@@ -81,7 +80,7 @@ class Workers:
 
     def __init__(
         self,
-        make_engine: Callable[[], EngineLike],
+        make_engine: Callable[[], EngineAPI],
         policy: Policy,
         config: ServerConfig,
         count: int,
@@ -159,7 +158,7 @@ class Workers:
 
 
 def serve_workers(
-    make_engine: Callable[[], EngineLike],
+    make_engine: Callable[[], EngineAPI],
     policy: Policy,
     config: ServerConfig,
     count: int,

@@ -1,8 +1,15 @@
 """What the wire server needs from the engine, and what it keeps of a parsed statement.
 
-:class:`EngineLike` is the engine's contract with the server; :class:`Statement` is one parsed
-statement (a session statement, or the engine's ``Prepared``); :func:`as_dpsql_error` turns any
-exception into an error that is safe to send.
+:class:`EngineAPI` is the engine's contract with the server (every engine, a test's fake too);
+:class:`UpstreamEngine` adds what the server uses when the engine has an upstream PostgreSQL of
+its own (the fast path, the upstream's identity, ``SET dpsql.epsilon``'s range check).
+:class:`Statement` is one parsed statement (a session statement, or the engine's
+:data:`~dpsql.execute.prepared.Prepared`); :func:`as_dpsql_error` turns any exception into an
+error that is safe to send.
+
+Parameter values cross the contract as ``object``: what :func:`dpsql.wire.encode.decode_param`
+made of the client's bytes (``None``, ``int``, ``str``, ``Decimal``, ``date``, a list, ...);
+the engine binds them as literals (:func:`dpsql.sql.bind.literal`) and refuses what it cannot.
 """
 
 from __future__ import annotations
@@ -10,11 +17,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from fractions import Fraction
+from typing import Protocol, runtime_checkable
 
 import psycopg
 
 from dpsql.errors import DpsqlError, InternalError, sanitized_upstream
+from dpsql.execute.backend import Backend, CancelToken
+from dpsql.execute.prepared import Prepared
+from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import too_complex
@@ -23,24 +34,79 @@ from dpsql.wire.statements import SessionStatement
 log = logging.getLogger("dpsql.wire.session")
 
 
-class EngineLike(Protocol):
-    """The part of :class:`dpsql.engine.Engine` the wire server uses (see ENGINE_CONTRACT)."""
+class EngineAPI(Protocol):
+    """The engine as the wire server calls it (:class:`dpsql.engine.Engine`; a test's fake).
 
-    def prepare(self, sql_text: str, analyst: str | None = None) -> Any: ...
+    The calls block (the server runs them in worker threads) and are thread-safe. Every error
+    is a :class:`~dpsql.errors.DpsqlError` carrying its SQLSTATE; anything else is a bug (XX000).
+    """
+
+    def prepare(self, text: str, analyst: str | None = None) -> Prepared:
+        """Parse and classify one statement as ``analyst`` sees the policy (cached)."""
+        ...
+
     def describe(
-        self, prepared: Any, session: SessionContext, param_types: Sequence[int] = ()
-    ) -> tuple[ResultColumn, ...]: ...
+        self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
+    ) -> tuple[ResultColumn, ...]:
+        """The result columns, reading no private data and spending no budget."""
+        ...
+
     def execute(
-        self, prepared: Any, session: SessionContext, params: Sequence[Any] = (), cancel: Any = None
-    ) -> Result: ...
-    def split(self, sql_text: str) -> list[str]: ...
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[object] = (),
+        cancel: CancelToken | None = None,
+    ) -> Result:
+        """Run ``prepared`` with ``params`` bound (a private one is charged, then answered)."""
+        ...
+
+    def split(self, text: str) -> list[str]:
+        """A simple Query's text as its statements, in order."""
+        ...
 
 
-def new_cancel_token() -> Any:
-    try:
-        from dpsql.execute.backend import CancelToken
-    except ImportError:
-        return None
+@runtime_checkable
+class UpstreamEngine(EngineAPI, Protocol):
+    """An engine with an upstream PostgreSQL the server may use as well (``isinstance`` tells).
+
+    With one, public and catalog statements run on the server's own asynchronous pool
+    (:mod:`dpsql.wire.fastpath`) from the SQL the engine renders for them.
+    """
+
+    @property
+    def policy(self) -> Policy: ...
+
+    @property
+    def backend(self) -> Backend: ...
+
+    def check_epsilon(self, analyst_name: str, eps: Fraction) -> None:
+        """Refuse (22023) a per-query epsilon outside the analyst's policy range."""
+        ...
+
+    def runnable_sql(
+        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
+    ) -> str:
+        """The SQL a public or catalog statement runs upstream with ``params`` bound."""
+        ...
+
+    def cached_sql(
+        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
+    ) -> str | None:
+        """:meth:`runnable_sql` when it is cheap, else None (never slow)."""
+        ...
+
+    def parameterized_sql(self, prepared: Prepared, session: SessionContext) -> str | None:
+        """A public statement's SQL with its ``$n`` kept, when passing values is equivalent."""
+        ...
+
+    def close(self) -> None: ...
+
+
+EngineLike = EngineAPI  # the earlier name, kept for callers not yet renamed
+
+
+def new_cancel_token() -> CancelToken:
     return CancelToken()
 
 
@@ -50,17 +116,20 @@ class Statement:
 
     sql: str
     session: SessionStatement | None
-    prepared: Any
+    prepared: Prepared | None
     fingerprint: str
     kind: str = field(init=False)  # "session", or the engine's kind (read on every message)
 
     def __post_init__(self) -> None:
-        kind = "session" if self.session is not None else str(self.prepared.kind)
+        if self.session is not None or self.prepared is None:
+            kind = "session"
+        else:
+            kind = self.prepared.kind
         object.__setattr__(self, "kind", kind)
 
     @property
     def param_count(self) -> int:
-        return 0 if self.prepared is None else int(getattr(self.prepared, "param_count", 0))
+        return 0 if self.prepared is None else self.prepared.param_count
 
 
 def as_dpsql_error(err: BaseException) -> DpsqlError:

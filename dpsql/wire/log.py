@@ -187,9 +187,10 @@ def _task_name() -> str | None:
     if aio is None or not getattr(logging, "logAsyncioTasks", True):
         return None
     try:
-        return aio.current_task().get_name()  # type: ignore[union-attr]
+        task = aio.current_task()
     except Exception:
         return None
+    return None if task is None else str(task.get_name())
 
 
 _JSON = json.JSONEncoder(separators=(",", ":"), default=str)

@@ -22,11 +22,12 @@ from dpsql.session import SessionContext
 from dpsql.wire import messages as m
 from dpsql.wire.auth import AuthConfig, Authenticator, LoginLimiter
 from dpsql.wire.conn import Channel, ConnectionClosed
+from dpsql.wire.engine_api import EngineAPI, UpstreamEngine
 from dpsql.wire.framing import DEFAULT_MAX_MESSAGE_SIZE
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import SIGNAL as relay_signal
 from dpsql.wire.relay import CancelRelay
-from dpsql.wire.session import EngineLike, Session
+from dpsql.wire.session import Session
 from dpsql.wire.startup import Startup, negotiate
 from dpsql.wire.startup_options import parse_options
 from dpsql.wire.state import SessionState
@@ -89,7 +90,7 @@ class Server:
 
     def __init__(
         self,
-        engine: EngineLike,
+        engine: EngineAPI,
         policy: Policy,
         config: ServerConfig,
         limits: SessionLimits | None = None,
@@ -207,7 +208,8 @@ class Server:
         params["server_version"] = self.config.server_version or self.identity.server_version
         if not self.config.server_version:
             params["server_version_num"] = self.identity.server_version_num
-        state = SessionState(ctx, params, getattr(self.engine, "check_epsilon", None))
+        check = self.engine.check_epsilon if isinstance(self.engine, UpstreamEngine) else None
+        state = SessionState(ctx, params, check)
         state.apply_startup(self._initial_settings(analyst, startup))
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
@@ -310,11 +312,11 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-def _async_upstream(engine: EngineLike) -> AsyncUpstream | None:
+def _async_upstream(engine: EngineAPI) -> AsyncUpstream | None:
     """The fast path's pool, configured as the engine's backend (None for engines without one)."""
-    backend = getattr(engine, "backend", None)
-    if not hasattr(engine, "runnable_sql") or backend is None:
+    if not isinstance(engine, UpstreamEngine):
         return None
+    backend = engine.backend
     return AsyncUpstream(backend.dsn, statement_timeout_ms=backend.timeout_ms,
                          max_size=backend.pool.max_size)  # fmt: skip
 

@@ -170,8 +170,9 @@ class AsyncUpstream:
         try:
             got = await fut
         except BaseException:
-            if fut.done() and not fut.cancelled() and fut.result() is not None:
-                self._release(fut.result(), ok=True)  # handed over as we were cancelled
+            handed = fut.result() if fut.done() and not fut.cancelled() else None
+            if handed is not None:
+                self._release(handed, ok=True)  # handed over as we were cancelled
             raise
         return got if got is not None else await self._acquire()
 

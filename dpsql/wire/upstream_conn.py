@@ -83,7 +83,7 @@ class UpstreamConn:
         pg = self.pg
         while pg.flush():
             await self._writable()
-        out = []
+        out: list[PGresult] = []
         while True:
             if pg.is_busy():
                 await self._readable_and_done()
@@ -193,6 +193,7 @@ class UpstreamConn:
         nf, nt = res.nfields, res.ntuples
         if fmt is not None:
             get = res.get_value
+            raw: list[tuple[bytes | None, ...]]
             if nf == 1:
                 raw = [(get(r, 0),) for r in range(nt)]
             else:

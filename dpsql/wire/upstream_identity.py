@@ -6,9 +6,9 @@ ParameterStatus and ``version()`` agree byte for byte) and serves one database u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from dpsql.errors import InvalidCatalogName
+from dpsql.wire.engine_api import EngineAPI, UpstreamEngine
 
 FALLBACK_VERSION = ("16.0", "160000")  # an engine without an upstream (unit tests' fakes)
 
@@ -25,13 +25,12 @@ class UpstreamIdentity:
     server_version_num: str
 
 
-def read_identity(engine: Any) -> UpstreamIdentity:
+def read_identity(engine: EngineAPI) -> UpstreamIdentity:
     """The upstream's identity through the engine's backend (blocking: call it off the loop);
     the fallback for an engine that has none."""
-    backend = getattr(engine, "backend", None)
-    if backend is None or not hasattr(backend, "run"):
+    if not isinstance(engine, UpstreamEngine):
         return UpstreamIdentity(None, *FALLBACK_VERSION)
-    row = backend.run(_QUERY, private=False).rows[0]
+    row = engine.backend.run(_QUERY, private=False).rows[0]
     return UpstreamIdentity(str(row[0]), str(row[1]), str(row[2]))
 
 
