@@ -12,7 +12,7 @@ from typing import Any
 
 from dpsql.budget.admin import grant, reset, show
 from dpsql.budget.ledger import Ledger
-from dpsql.budget.reconcile import report, settle, stale
+from dpsql.budget.reconcile import Action, report, settle, stale
 from dpsql.errors import InvalidParameter
 from dpsql.policy.load import load_policy
 
@@ -117,7 +117,7 @@ def _reconcile(ledger: Ledger, args: argparse.Namespace) -> int:
         raise InvalidParameter("--older-than must be positive (minutes)")
     items = stale(ledger, timedelta(minutes=args.older_than))
     print(report(items))
-    action = "refund" if args.refund else "commit" if args.commit else None
+    action: Action | None = "refund" if args.refund else "commit" if args.commit else None
     if action is None or not items:
         if items:
             print("(listed only: --commit keeps them charged and closes them, --refund gives "

@@ -91,7 +91,7 @@ def _view(tree: exp.Expr) -> tuple[str, exp.Select]:
     return name, tree
 
 
-def _column(view: str, node: exp.Expression) -> int:
+def _column(view: str, node: exp.Expr) -> int:
     cols = [c.name for c in _TABLES[view]]
     if not isinstance(node, exp.Column) or node.name.lower() not in cols:
         shown = node.sql(dialect="postgres")
@@ -126,7 +126,7 @@ def describe(statement: exp.Expr | str) -> tuple[ResultColumn, ...]:
     return tuple(ResultColumn(name, cols[i].type_oid) for i, name in _projection(view, select))
 
 
-def _int(node: exp.Expression | None, what: str) -> int | None:
+def _int(node: exp.Expr | None, what: str) -> int | None:
     if node is None:
         return None
     value = node.expression if isinstance(node, exp.Limit | exp.Offset) else node
@@ -135,7 +135,7 @@ def _int(node: exp.Expression | None, what: str) -> int | None:
     raise UnsupportedSql(f"{what} takes a number here", hint=_SHAPE_HINT)
 
 
-def _sort_key(view: str, node: exp.Expression, proj: list[tuple[int, str]]) -> int:
+def _sort_key(view: str, node: exp.Expr, proj: list[tuple[int, str]]) -> int:
     """The view column an ORDER BY item names: a column, an output position, or an output alias."""
     if isinstance(node, exp.Literal) and not node.is_string and node.this.isdigit():
         k = int(node.this)

@@ -4,13 +4,13 @@ the policy's names as literals (sqlglot builders, never string formatting of inp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 
 import sqlglot
 from sqlglot import exp
 
-from dpsql.catalog import rules
+from dpsql.catalog import function_rules, rules, visibility
 from dpsql.policy.model import Policy
 
 
@@ -89,7 +89,7 @@ def _strip_casts(x: exp.Expr) -> exp.Expr:
 
 def _reg_valued(x: exp.Expr) -> bool:
     """``x`` is a catalog column of an object-identifier type (its text is a name)."""
-    return isinstance(x, exp.Column) and x.name.lower() in rules.REG_COLUMNS
+    return isinstance(x, exp.Column) and x.name.lower() in function_rules.REG_COLUMNS
 
 
 def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
@@ -241,7 +241,7 @@ _FILTERED = frozenset(
 )
 
 
-def fill(tree: exp.Expr, values: dict[str, exp.Expr]) -> exp.Expr:
+def fill(tree: exp.Expr, values: Mapping[str, exp.Expr]) -> exp.Expr:
     for col in list(tree.find_all(exp.Column)):
         if not col.table and col.name in values:
             col.replace(values[col.name].copy())
@@ -283,7 +283,7 @@ def attach_visibility(query: exp.Expr, policy: Policy) -> None:
     }
     ctes = [
         exp.CTE(this=fill(template(body), values), alias=exp.TableAlias(this=exp.to_identifier(n)))
-        for n, body in rules.VISIBILITY_CTES
+        for n, body in visibility.VISIBILITY_CTES
     ]
     existing = query.args.get("with_")
     if existing is not None:

@@ -29,7 +29,7 @@ from sqlglot import exp
 from sqlglot.errors import OptimizeError
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from dpsql.catalog import overrides, roles, rules
+from dpsql.catalog import function_rules, overrides, roles, rules
 from dpsql.catalog.build import (
     attach_visibility,
     cast_target,
@@ -280,7 +280,7 @@ def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden
 # Calls that dpsql replaces whole (by a CASE or a constant): PostgreSQL's column label is kept.
 _REPLACED_CALLS = frozenset(
     {
-        *rules.GUARDED_RESULTS, *rules.BLANKED_FUNCTIONS, "pg_describe_object",
+        *function_rules.GUARDED_RESULTS, *function_rules.BLANKED_FUNCTIONS, "pg_describe_object",
         "current_setting", "to_regrole", "pg_get_userbyid", "pg_has_role",
     }
 )  # fmt: skip
@@ -296,7 +296,7 @@ def _keep_labels(query: exp.Expr) -> None:
             name = call.name.lower() if isinstance(call, exp.Anonymous) else ""
             replaced = name in _REPLACED_CALLS or (
                 isinstance(call, exp.Cast)
-                and cast_target(call) in (*rules.GUARDED_CASTS, "regrole")
+                and cast_target(call) in (*function_rules.GUARDED_CASTS, "regrole")
             )
             if replaced and not isinstance(item, exp.Alias):
                 alias = exp.Alias(alias=exp.to_identifier(pg_label(item), quoted=True))
@@ -317,7 +317,7 @@ def _expand_reg_array_casts(query: exp.Expr) -> None:
     refused by :func:`~dpsql.catalog.functions.check_function`."""
     for cast in list(query.find_all(exp.Cast)):
         element = reg_element(cast_target(cast))
-        if element not in rules.GUARDED_CASTS or not isinstance(cast.this, exp.Column):
+        if element not in function_rules.GUARDED_CASTS or not isinstance(cast.this, exp.Column):
             continue
         tree = fill(template(_ARRAY_CAST.replace("__t__", element.upper())),
                     {"__x__": cast.this})  # fmt: skip
@@ -335,13 +335,15 @@ def _replace_tableoid(query: exp.Expr) -> None:
             if col.name.lower() != "tableoid":
                 continue
             source = _column_source(scope, col)
-            found = _catalog_name(source) if isinstance(source, exp.Table) else None
+            if not isinstance(source, exp.Table):
+                continue
+            found = _catalog_name(source)
             if found is not None and not isinstance(source.this, exp.Func):
                 name = exp.Literal.string(".".join(found))
                 col.replace(cast_to(cast_to(name, "REGCLASS"), "OID"))
 
 
-def _column_source(scope: Scope, col: exp.Column) -> exp.Expr | None:
+def _column_source(scope: Scope, col: exp.Column) -> exp.Table | Scope | None:
     """The relation a column reads, searching enclosing scopes (a correlated reference); an
     unqualified column only when its scope reads one relation."""
     current: Scope | None = scope

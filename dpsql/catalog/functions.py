@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.catalog import rules
+from dpsql.catalog import function_rules, rules
 from dpsql.catalog.build import (
     LOOKUP,
     as_object,
@@ -91,7 +91,7 @@ def check_function(node: exp.Func) -> None:
                 hint="access-control lists read as NULL through dpsql; use has_table_privilege()",
             )
         element = reg_element(target)
-        if element is not None and (element in rules.GUARDED_CASTS or element == "regrole"):
+        if element is not None and (element in function_rules.GUARDED_CASTS or element == "regrole"):
             # '{16398}'::regclass[] would print the names of hidden relations (and raise only
             # for missing names): arrays of guarded object ids are refused outright
             raise PrivacyViolation(
@@ -100,7 +100,7 @@ def check_function(node: exp.Func) -> None:
             )
         if (
             target.startswith("reg")
-            and target not in set(rules.GUARDED_CASTS) | rules.ALLOWED_CASTS
+            and target not in set(function_rules.GUARDED_CASTS) | function_rules.ALLOWED_CASTS
         ):
             raise PrivacyViolation(
                 f"casts to {target} are not allowed in a catalog query",
@@ -116,19 +116,19 @@ def check_function(node: exp.Func) -> None:
             )
         return
     name = node.name.lower()
-    if name in rules.BLANKED_FUNCTIONS or name.startswith(rules.BLANKED_PREFIXES):
-        _replace_call(node, cast_to(exp.null(), rules.BLANKED_FUNCTIONS.get(name, "BIGINT")))
+    if name in function_rules.BLANKED_FUNCTIONS or name.startswith(function_rules.BLANKED_PREFIXES):
+        _replace_call(node, cast_to(exp.null(), function_rules.BLANKED_FUNCTIONS.get(name, "BIGINT")))
     elif name == "set_config":
         _emulate_set_config(node)
     elif name == "current_setting":
         _check_current_setting(node)
     elif name == "obj_description":
         _obj_description_kind(node)
-    elif name in rules.REFUSED_FUNCTIONS:
+    elif name in function_rules.REFUSED_FUNCTIONS:
         raise PrivacyViolation(
-            f"function {name} is not available through dpsql", hint=rules.REFUSED_FUNCTIONS[name]
+            f"function {name} is not available through dpsql", hint=function_rules.REFUSED_FUNCTIONS[name]
         )
-    elif name not in rules.ALLOWED_FUNCTIONS and name not in rules.GUARDED_FUNCTIONS:
+    elif name not in function_rules.ALLOWED_FUNCTIONS and name not in function_rules.GUARDED_FUNCTIONS:
         raise PrivacyViolation(
             f"function {name} is not allowed in a catalog query",
             hint="catalog queries may call the catalog and string/array functions that "
@@ -173,7 +173,7 @@ def _literal_text(node: exp.Expr | None) -> str | None:
 def _emulate_set_config(node: exp.Anonymous) -> None:
     args = node.expressions
     name = _literal_text(args[0]) if args else None
-    if len(args) != 3 or name is None or name.lower() not in rules.EMULATED_SET_CONFIG:
+    if len(args) != 3 or name is None or name.lower() not in function_rules.EMULATED_SET_CONFIG:
         raise PrivacyViolation(
             "set_config() is not allowed in a catalog query",
             hint="change settings with SET; dpsql accepts SET for session settings",
@@ -194,18 +194,18 @@ def _check_current_setting(node: exp.Anonymous) -> None:
             denied = exp.or_(
                 *(
                     exp.Like(this=lowered.copy(), expression=exp.Literal.string(f"%{w}%"))
-                    for w in rules.DENIED_SETTING_WORDS
+                    for w in function_rules.DENIED_SETTING_WORDS
                 )
             )
             allowed = exp.In(
                 this=lowered.copy(),
-                expressions=[exp.Literal.string(n) for n in sorted(rules.ALLOWED_SETTINGS)],
+                expressions=[exp.Literal.string(n) for n in sorted(function_rules.ALLOWED_SETTINGS)],
             )
             denied = exp.or_(
                 denied,
                 exp.In(
                     this=lowered.copy(),
-                    expressions=[exp.Literal.string(n) for n in sorted(rules.DENIED_SETTINGS)],
+                    expressions=[exp.Literal.string(n) for n in sorted(function_rules.DENIED_SETTINGS)],
                 ),
             )
             ok = exp.or_(allowed, exp.not_(exp.paren(denied)))
@@ -219,10 +219,10 @@ def _check_current_setting(node: exp.Anonymous) -> None:
         return  # a parameter described before it is bound: current_setting(NULL) is NULL
     name = _literal_text(args[0]) if args else None
     if name is None or (
-        name.lower() not in rules.ALLOWED_SETTINGS
+        name.lower() not in function_rules.ALLOWED_SETTINGS
         and (
-            any(w in name.lower() for w in rules.DENIED_SETTING_WORDS)
-            or name.lower() in rules.DENIED_SETTINGS
+            any(w in name.lower() for w in function_rules.DENIED_SETTING_WORDS)
+            or name.lower() in function_rules.DENIED_SETTINGS
         )
     ):
         raise PrivacyViolation(
@@ -261,7 +261,7 @@ def guard(node: exp.Func) -> bool:
     """
     if isinstance(node, exp.Cast):
         target = cast_target(node)
-        kind = rules.GUARDED_CASTS.get(target)
+        kind = function_rules.GUARDED_CASTS.get(target)
         if kind is None:
             return False
         value = as_object(node.this.copy(), target.upper())
@@ -272,13 +272,13 @@ def guard(node: exp.Func) -> bool:
     if not isinstance(node, exp.Anonymous):
         return False
     name = node.name.lower()
-    if name in rules.GUARDED_RESULTS:
-        kind = rules.GUARDED_RESULTS[name]
+    if name in function_rules.GUARDED_RESULTS:
+        kind = function_rules.GUARDED_RESULTS[name]
         call = _call_with_qualifier(node)
         guarded = exp.Case(ifs=[exp.If(this=visible(kind, call.copy()), true=call.copy())])
         call.replace(guarded)
         return True
-    if name in rules.PRIVILEGE_ARGS:
+    if name in function_rules.PRIVILEGE_ARGS:
         return _guard_privilege(node, name)
     if name == "pg_get_serial_sequence":
         return _guard_serial_sequence(node)
@@ -289,8 +289,8 @@ def guard(node: exp.Func) -> bool:
     if name == "obj_description":
         kind = _obj_description_kind(node)
         index = 0
-    elif name in rules.GUARDED_FUNCTIONS:
-        index, kind = rules.GUARDED_FUNCTIONS[name]
+    elif name in function_rules.GUARDED_FUNCTIONS:
+        index, kind = function_rules.GUARDED_FUNCTIONS[name]
     else:
         return False
     args = node.expressions
@@ -309,7 +309,7 @@ def guard(node: exp.Func) -> bool:
 def _guard_privilege(node: exp.Anonymous, name: str) -> bool:
     """has_*_privilege: the object (name or id) NULL unless visible, and for a column function
     the column too, so hidden and missing objects and columns all answer NULL."""
-    kind, type_name, positions, with_column = rules.PRIVILEGE_ARGS[name]
+    kind, type_name, positions, with_column = function_rules.PRIVILEGE_ARGS[name]
     args = node.expressions
     pos = positions.get(len(args))
     if pos is None:

@@ -98,7 +98,7 @@ def _label(node: exp.Expr) -> str:
     if isinstance(node, exp.SessionUser):
         return "session_user"
     if isinstance(node, exp.Dot):
-        return node.expression.name.lower()
+        return str(node.expression.name).lower()
     return node.name.lower()
 
 

@@ -179,7 +179,7 @@ class TopRank:
             raise ValueError("counts must be a non-empty vector of non-negative integers")
         above = np.concatenate([np.cumsum(c[::-1])[::-1][1:], [0]])
         t4 = min(4 * self.rank, int(4 * self.top_share) * max(int(c.sum()) - 1, 0))  # 4t
-        return np.maximum(0, np.maximum(4 * above - t4, t4 - 4 * (above + c - 1)))
+        return np.asarray(np.maximum(0, np.maximum(4 * above - t4, t4 - 4 * (above + c - 1))))
 
     def rank_error(self, buckets: int, confidence: float) -> float:
         """With probability >= confidence the chosen bucket holds a position within this many

@@ -7,7 +7,7 @@ SQLSTATE class (the text may contain row values). Public and catalog queries pas
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +122,7 @@ class Backend:
     def run(
         self,
         query: str,
-        params: Sequence[Any] | None = None,
+        params: Sequence[Any] | Mapping[str, Any] | None = None,
         *,
         private: bool,
         cancel: CancelToken | None = None,
@@ -172,12 +172,11 @@ def describe_statement(
             pg = conn.pgconn
             res = pg.prepare(b"", query.encode(), list(param_oids) or None)
             if res.status != ExecStatus.COMMAND_OK:
-                raise psycopg.errors.lookup(
-                    res.error_field(psycopg.pq.DiagnosticField.SQLSTATE).decode()
-                )((res.error_message or b"").decode())
+                code = res.error_field(psycopg.pq.DiagnosticField.SQLSTATE) or b"XX000"
+                raise psycopg.errors.lookup(code.decode())((res.error_message or b"").decode())
             res = pg.describe_prepared(b"")
             return tuple(
-                ResultColumn(res.fname(i).decode(), res.ftype(i), res.fmod(i))
+                ResultColumn((res.fname(i) or b"").decode(), res.ftype(i), res.fmod(i))
                 for i in range(res.nfields)
             )
         except psycopg.Error as e:

@@ -21,9 +21,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
 
 import numpy as np
 
+from dpsql.errors import InternalError
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
@@ -43,8 +45,15 @@ class Removed:
     over_cap: np.ndarray
 
 
+def _float(x: object) -> float:
+    """A removed-mass cell of the bounded SQL's row (numeric or int from PostgreSQL) as a float."""
+    if isinstance(x, (int, float, Fraction, Decimal)):
+        return float(x)
+    raise InternalError(f"a removed-mass column held a {type(x).__name__}")
+
+
 def release_removed(
-    plan: Plan, columns: Sequence[Sequence[float]], noiseless: bool
+    plan: Plan, columns: Sequence[tuple[Sequence[object], Sequence[object]]], noiseless: bool
 ) -> dict[str, Removed]:
     """Noisy removed mass per target from its two SQL columns per row (grid steps, unit counts).
 
@@ -53,8 +62,8 @@ def release_removed(
     out: dict[str, Removed] = {}
     for b, (steps, over) in zip(plan.bias, columns, strict=True):
         grid = float(b.target.grid)
-        d = np.array([float(x) for x in steps], dtype=np.float64) * grid
-        k = np.array([float(x) for x in over], dtype=np.float64)
+        d = np.array([_float(x) for x in steps], dtype=np.float64) * grid
+        k = np.array([_float(x) for x in over], dtype=np.float64)
         if not noiseless and d.size:
             d, k = b.dropped.release(d), b.over_cap.release(k)
         out[b.target.key] = Removed(b, d, k)

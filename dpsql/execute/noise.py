@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.errors import InternalError
 from dpsql.execute.bias import (
     Removed,
     accuracy_notes,
@@ -118,7 +119,7 @@ def release(
          for i in range(len(plan.bias))],
         noiseless,
     )  # fmt: skip
-    noisy: dict[str, np.ndarray] = {}
+    noisy: dict[str, np.ndarray | list[Any]] = {}  # a selected measure's values: a list
     # count_keys: noisy rows per (group, key); quantiles: (low, high) interval ends per group
     present: dict[str, np.ndarray] = {}
     for j, mp in enumerate(plan.measures):
@@ -135,9 +136,12 @@ def release(
             if mp.bounds is not None:
                 present[mp.key] = quantile_ends(mp, hists, noiseless)
             continue
+        mech = mp.mechanism
+        if isinstance(mech, (Quantile, Mode)):
+            raise InternalError(f"{mp.key}: a selection mechanism on an additive measure")
         col = [_exact(v[j]) for _, v in table]
-        vals = _snapped(col, mp.mechanism.grid)
-        noisy[mp.key] = vals if noiseless else mp.mechanism.release(vals)
+        vals = _snapped(col, mech.grid)
+        noisy[mp.key] = vals if noiseless else mech.release(vals)
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
     interval = _stat_interval(plan, noisy, removed, present)
@@ -170,8 +174,9 @@ def _stat_interval(
     def width(key: str, level: float) -> float:
         if (key, level) not in widths:
             mech = plan.measure_plan(key).mechanism
-            selected = isinstance(mech, (Quantile, Mode))
-            widths[key, level] = math.nan if selected else mech.half_width(level)
+            widths[key, level] = (
+                math.nan if isinstance(mech, (Quantile, Mode)) else mech.half_width(level)
+            )
         return widths[key, level]
 
     def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
@@ -274,7 +279,7 @@ def key_rows(
     mat = mat.reshape(len(hists), len(candidates))
     if noiseless or not mat.size:
         return mat
-    return np.asarray(mp.mechanism.release(mat), dtype=np.float64).reshape(mat.shape)  # type: ignore[union-attr]
+    return np.asarray(mp.mechanism.release(mat), dtype=np.float64).reshape(mat.shape)
 
 
 def present_keys(mp: MeasurePlan, row: np.ndarray) -> int:

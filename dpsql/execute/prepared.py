@@ -28,7 +28,7 @@ class Prepared:
     text: str
     kind: Kind
     statement: Statement
-    tree: exp.Expression | None
+    tree: exp.Expr | None
     analysis: Analysis | None
     param_count: int
     salt: str  # unused since the salt is drawn per execution (dpsql.execute.private_sql.salted)
@@ -54,7 +54,7 @@ class Prepared:
         return self.statement.first_word
 
 
-def fingerprint(tree: exp.Expression | None, text: str) -> str:
+def fingerprint(tree: exp.Expr | None, text: str) -> str:
     """A short stable id of a statement's shape (literals kept; used in logs and the ledger)."""
     body = tree.sql("postgres") if tree is not None else text
     return hashlib.sha256(body.encode()).hexdigest()[:16]

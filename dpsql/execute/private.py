@@ -323,7 +323,9 @@ def finish(
     if session.show_intervals:
         ivcols += [(pos, str(si), [iv[si] for iv in rel.intervals]) for pos, si in outputs]
         for k, pos in enumerate(derived):  # (a release cached before these existed has none)
-            ivs = [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
+            ivs: list[tuple[float, float] | None] = (
+                [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
+            )
             ivcols.append((pos, f"d{k}", ivs))
         ivcols.sort(key=lambda c: c[0])
     icols = [(label, names[pos]) for pos, label, _ in ivcols]
@@ -389,7 +391,7 @@ def finish(
         epsilon_spent=float(plan.epsilon + chose) if spent and plan else float(chose),
         delta_spent=float(plan.delta) if spent and plan else 0.0,
         cached=cached,
-        intervals=intervals,  # type: ignore[arg-type]
+        intervals=intervals,
         notices=notices,
     )
 
@@ -460,7 +462,7 @@ def interval_notices(
     return tuple(out)
 
 
-def _noisy(node: exp.Expression) -> bool:
+def _noisy(node: exp.Expr) -> bool:
     """True when an output reads a noisy statistic (keys and GROUPING() are exact)."""
     return any(c.name.startswith("_dp_s") for c in node.find_all(exp.Column))
 

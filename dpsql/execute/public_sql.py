@@ -19,7 +19,7 @@ from dpsql.errors import UnsupportedSql
 from dpsql.execute import shadows
 from dpsql.execute.prepared import Prepared
 from dpsql.session import SessionContext
-from dpsql.sql.bind import bind, check_params, param_numbers, template
+from dpsql.sql.bind import Template, bind, check_params, param_numbers, template
 
 if TYPE_CHECKING:
     from dpsql.engine import Engine
@@ -56,7 +56,7 @@ def cached_sql(
             assert prepared.tree is not None
             tpl = template(prepared.tree) or False
             memo.remember(tkey, tpl)
-        if tpl:
+        if isinstance(tpl, Template):
             return str(tpl.render(params))
     key = sql_key(prepared, session, params)
     hit = memo.get(key) if key is not None else None
@@ -87,7 +87,7 @@ def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContex
 
 def runnable_tree(
     engine: Engine, prepared: Prepared, params: Sequence[Any], session: SessionContext
-) -> exp.Expression:
+) -> exp.Expr:
     """The tree a public or catalog statement runs: ``params`` bound, catalog checks applied.
 
     Raises:
@@ -111,7 +111,7 @@ def value_position(p: exp.Parameter) -> bool:
     where its grammar treats a constant specially (``ORDER BY 1`` / ``GROUP BY 1`` are column
     positions, ``DISTINCT ON (1)`` too, and a minus sign is folded into the constant, which can
     change its type: ``-2147483648`` is an int4)."""
-    node: exp.Expression = p
+    node: exp.Expr = p
     while isinstance(node.parent, (exp.Paren, exp.Tuple)):
         node = node.parent
     return not isinstance(node.parent, _CONSTANT_SYNTAX)

@@ -44,7 +44,7 @@ def load(engine: Engine) -> tuple[float, Shadows]:
 def check(
     engine: Engine,
     text: str,
-    tree: exp.Expression | None,
+    tree: exp.Expr | None,
     also_reads: tuple[str, ...] = (),
     scope: str = "",
 ) -> None:

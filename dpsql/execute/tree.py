@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 
 def prepare_tree(
-    engine: Engine, st: Statement, tree: exp.Expression, scope: str, error: DpsqlError
+    engine: Engine, st: Statement, tree: exp.Expr, scope: str, error: DpsqlError
 ) -> Prepared:
     """Prepare a private statement that is not one flat block as a tree of DP leaves.
 
@@ -89,7 +89,7 @@ def prepare_tree(
 
 
 def _split(
-    engine: Engine, tree: exp.Expression, scope: str, error: DpsqlError
+    engine: Engine, tree: exp.Expr, scope: str, error: DpsqlError
 ) -> tuple[Split, tuple[Prepared, ...]]:
     view = engine.view(scope or None)
     sp = split(tree, view, analyze)
@@ -423,7 +423,7 @@ class _Run:
             raise InternalError("a leaf's plan costs more than was reserved for its answer")
         self.plans[i] = plan
 
-    def _released_keys(self, source: int, column: str) -> list[exp.Expression]:
+    def _released_keys(self, source: int, column: str) -> list[exp.Expr]:
         """The distinct non-null values of ``column`` in leaf ``source``'s released rows (after
         its own HAVING/ORDER BY/LIMIT), as literals: public, post-processed data."""
         rel = self.releases[source]
@@ -443,7 +443,7 @@ class _Run:
             )
         )
         params = {f"_dpsql_arr{k}": arr for k, arr in enumerate(arrays)}
-        rows = self.engine.backend.run(outer_sql(outer), params, private=False).rows  # type: ignore[arg-type]
+        rows = self.engine.backend.run(outer_sql(outer), params, private=False).rows
         return [literal(r[0]) for r in sorted(rows, key=lambda r: str(r[0]))]
 
 
@@ -460,24 +460,26 @@ def _leaf_query(a: Analysis, rel: Release, offset: int) -> tuple[exp.Select, lis
     parameters numbered from ``offset``; and the arrays."""
     q, _ = outer_query(a, rel.key_types)
 
-    def renumber(n: exp.Expression) -> exp.Expression:
+    def renumber(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
             return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
         return n
 
-    q = q.transform(renumber)
+    renumbered = q.transform(renumber)
+    if not isinstance(renumbered, exp.Select):
+        raise InternalError("renumbering a leaf's parameters changed its SELECT")
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
     if not arrays:
         arrays.append(list(range(len(rel.groups))))
-    return q, arrays
+    return renumbered, arrays
 
 
 def post_sql(
     sp: Split, analyses: Sequence[Analysis], releases: Sequence[Release]
 ) -> tuple[str, dict[str, list[Any]]]:
     """The post-processing SQL over the released leaves, and its array parameters."""
-    queries: list[exp.Expression] = []
+    queries: list[exp.Expr] = []
     params: dict[str, list[Any]] = {}
     for a, rel in zip(analyses, releases, strict=True):
         q, arrays = _leaf_query(a, rel, len(params))

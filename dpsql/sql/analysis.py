@@ -38,7 +38,7 @@ class Measure:
     """
 
     kind: MeasureKind
-    arg: exp.Expression | None = None
+    arg: exp.Expr | None = None
     lo: Fraction = Fraction(0)
     hi: Fraction = Fraction(0)
     integral: bool = True
@@ -109,7 +109,7 @@ class GroupKey:
     and narrowed by ``narrow``. ``null_key``: NULL is one of the keys too (a CASE without ELSE).
     """
 
-    expr: exp.Expression
+    expr: exp.Expr
     name: str
     keys: tuple[str, ...] | None
     keys_from: str | None = None
@@ -141,7 +141,7 @@ class Analysis:
     table: str  # schema.table
     alias: str
     private: PrivateTable
-    where: exp.Expression | None
+    where: exp.Expr | None
     group_keys: tuple[GroupKey, ...]
     measures: tuple[Measure, ...]
     statistics: tuple[Statistic, ...]

@@ -36,7 +36,7 @@ MAX_MAGNITUDE = 10**15  # largest |value| one row may add to a SUM/AVG/VAR
 _Ctx = Ctx  # the column resolver of dpsql.sql.sources (one or more joined tables)
 
 
-def _refuse_identifiers(ctx: _Ctx, node: exp.Expression, where: str) -> None:
+def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str) -> None:
     for c in node.find_all(exp.Column):
         col = ctx.column(c)
         if col.identifier:
@@ -47,7 +47,7 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expression, where: str) -> None:
             )
 
 
-def _as_value(c: exp.Expression, top: exp.Expression) -> bool:
+def _as_value(c: exp.Expr, top: exp.Expr) -> bool:
     """True when ``c`` only flows to ``top`` as a value (CASE results, parentheses), untested."""
     node = c
     while node is not top:
@@ -62,7 +62,7 @@ def _as_value(c: exp.Expression, top: exp.Expression) -> bool:
     return True
 
 
-def _refuse_computed_identifiers(ctx: _Ctx, arg: exp.Expression, agg: str) -> None:
+def _refuse_computed_identifiers(ctx: _Ctx, arg: exp.Expr, agg: str) -> None:
     """Identifiers may be counted (``COUNT(DISTINCT CASE WHEN c THEN user_id END)``), not tested."""
     for c in outer_columns(arg):
         if ctx.column(c).identifier and not _as_value(c, arg):
@@ -74,7 +74,7 @@ def _refuse_computed_identifiers(ctx: _Ctx, arg: exp.Expression, agg: str) -> No
             )
 
 
-def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
+def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
     """Allow only total, side-effect-free row-level SQL (see dpsql.sql.functions).
 
     IN/EXISTS subqueries over public tables are checked by dpsql.sql.public_subquery.
@@ -115,7 +115,7 @@ def check_row_level(ctx: _Ctx, node: exp.Expression, where: str) -> None:
         raise UnsupportedSql(f"at most {MAX_INTERVALS} INTERVAL constants per expression")
 
 
-def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:
+def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
     for c in arg.find_all(exp.Column):
         col = ctx.column(c)
         if col.identifier:
@@ -153,7 +153,7 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expression, agg: str) -> Interval:
     return r
 
 
-def _parents(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+def _parents(node: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
     out = []
     p = node.parent
     while p is not None and p is not top:
@@ -162,7 +162,7 @@ def _parents(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def _integral(ctx: _Ctx, arg: exp.Expression, r: Interval) -> bool:
+def _integral(ctx: _Ctx, arg: exp.Expr, r: Interval) -> bool:
     if r.lo.denominator != 1 or r.hi.denominator != 1:
         return False
     for n in arg.walk():
@@ -175,7 +175,7 @@ def _integral(ctx: _Ctx, arg: exp.Expression, r: Interval) -> bool:
     return True
 
 
-def _result_type(ctx: _Ctx, arg: exp.Expression, func: str, integral: bool) -> str:
+def _result_type(ctx: _Ctx, arg: exp.Expr, func: str, integral: bool) -> str:
     if func in ("count", "count_distinct"):
         return "int8"
     floaty = any(
@@ -189,7 +189,7 @@ def _result_type(ctx: _Ctx, arg: exp.Expression, func: str, integral: bool) -> s
     return "numeric"
 
 
-def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Measure]]:
+def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
     """Map one aggregate call to its statistic and the measures it needs."""
     from dpsql.sql import analyze_quantiles as aq
 
@@ -247,7 +247,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expression) -> tuple[Statistic, list[Meas
     return stat, [s2, s1, cnt]
 
 
-def _refuse_aggregate(node: exp.Expression) -> None:
+def _refuse_aggregate(node: exp.Expr) -> None:
     sql = node.sql("postgres")
     if isinstance(node, fn.RAW_VALUE_AGGREGATES):
         raise PrivacyViolation(
@@ -260,7 +260,7 @@ def _refuse_aggregate(node: exp.Expression) -> None:
     )
 
 
-def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
+def analyze(tree: exp.Expr, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
     from dpsql.sql.analyze_complexity import check_complexity
     from dpsql.sql.flatten import filters_to_case, flatten
@@ -277,7 +277,7 @@ def analyze(tree: exp.Expression, policy: Policy) -> Analysis:
     return analyze_select(tree, policy)
 
 
-def _count_distinct(ctx: _Ctx, inner: exp.Expression) -> Measure:
+def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:
     """COUNT(DISTINCT x): over a column with declared keys, the keys whose noisy row count
     passes a threshold (``count_keys``, see dpsql.execute.noise); else distinct values counted."""
     if isinstance(inner, exp.Column):

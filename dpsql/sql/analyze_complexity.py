@@ -41,7 +41,7 @@ _HINT = (
 )
 
 
-def check_complexity(tree: exp.Expression) -> None:
+def check_complexity(tree: exp.Expr) -> None:
     """Refuse a statement over dpsql's size limits.
 
     Raises:
@@ -82,7 +82,7 @@ def check_complexity(tree: exp.Expression) -> None:
             depth[id(node)] = up
 
 
-def check_query_blocks(tree: exp.Expression) -> None:
+def check_query_blocks(tree: exp.Expr) -> None:
     """Refuse a statement (private, public or catalog) with more than :data:`MAX_QUERY_BLOCKS`
     SELECTs, before anything plans it.
 

@@ -37,7 +37,7 @@ _HINT = (
 )
 
 
-def is_selection_aggregate(node: exp.Expression) -> bool:
+def is_selection_aggregate(node: exp.Expr) -> bool:
     """True for the aggregates analysed here."""
     if isinstance(node, (exp.Min, exp.Max, exp.Median)):
         return True
@@ -46,7 +46,7 @@ def is_selection_aggregate(node: exp.Expression) -> bool:
     )
 
 
-def output_name(node: exp.Expression) -> str:
+def output_name(node: exp.Expr) -> str:
     """PostgreSQL's column name for these aggregates."""
     if isinstance(node, exp.WithinGroup):
         node = node.this
@@ -75,7 +75,7 @@ def buckets_for(lo: Fraction, hi: Fraction, integral: bool) -> tuple[Fraction, i
     return hi, MAX_BUCKETS
 
 
-def _fraction(node: exp.Expression) -> Fraction | None:
+def _fraction(node: exp.Expr) -> Fraction | None:
     while isinstance(node, exp.Paren):
         node = node.this
     if isinstance(node, exp.Cast):
@@ -88,7 +88,7 @@ def _fraction(node: exp.Expression) -> Fraction | None:
     return None
 
 
-def _ordered_arg(node: exp.WithinGroup) -> tuple[exp.Expression, bool]:
+def _ordered_arg(node: exp.WithinGroup) -> tuple[exp.Expr, bool]:
     order = node.expression
     items = order.expressions if isinstance(order, exp.Order) else []
     if len(items) != 1:
@@ -99,7 +99,7 @@ def _ordered_arg(node: exp.WithinGroup) -> tuple[exp.Expression, bool]:
     return item, False
 
 
-def _target(node: exp.Expression) -> tuple[exp.Expression, Fraction, str]:
+def _target(node: exp.Expr) -> tuple[exp.Expr, Fraction, str]:
     """(argument, quantile in [0, 1] ascending, kind) of a quantile-like aggregate."""
     if isinstance(node, exp.Min):
         return node.this, Fraction(0), "min"
@@ -120,7 +120,7 @@ def _target(node: exp.Expression) -> tuple[exp.Expression, Fraction, str]:
 
 
 def selection_statistic(
-    ctx: Any, node: exp.Expression, check_row_level: Any, arg_interval: Any, integral: Any
+    ctx: Any, node: exp.Expr, check_row_level: Any, arg_interval: Any, integral: Any
 ) -> tuple[Statistic, list[Measure]]:
     """The statistic and measure of one quantile/extreme/mode call (see the module docstring).
 
@@ -197,7 +197,7 @@ def _key_text(k: object) -> str:
     return str(k)
 
 
-def epoch_value(arg: exp.Expression, family: str) -> exp.Expression:
+def epoch_value(arg: exp.Expr, family: str) -> exp.Expr:
     """A date as days, a timestamp as seconds since 1970-01-01 UTC (``date_part('epoch', arg)``,
     divided by 86400 for a date: an exact integer): the numbers its bounds are stated in."""
     seconds = exp.Anonymous(this="date_part", expressions=[exp.Literal.string("epoch"), arg])

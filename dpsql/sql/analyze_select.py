@@ -114,7 +114,7 @@ def check_join_size(ctx: Ctx) -> None:
         )
 
 
-def _output_name(node: exp.Expression) -> str:
+def _output_name(node: exp.Expr) -> str:
     if isinstance(node, exp.Alias):
         return node.alias
     inner = node
@@ -171,7 +171,7 @@ def _grouping_sets(
     return keys, tuple(sets)
 
 
-def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expression) -> GroupKey:
+def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expr) -> GroupKey:
     """One GROUP BY expression (a select-list position or alias resolved), checked."""
     selects = tree.expressions
     aliases = {s.alias: s.this for s in selects if isinstance(s, exp.Alias)}
@@ -210,7 +210,7 @@ class _Outer:
         self.stats: list[Statistic] = []
         self.measures: dict[str, Measure] = {}
 
-    def stat_column(self, node: exp.Expression) -> exp.Column:
+    def stat_column(self, node: exp.Expr) -> exp.Column:
         stat, ms = statistic_for(self.ctx, node)
         for m in ms:
             self.measures.setdefault(m.key, m)
@@ -221,9 +221,9 @@ class _Outer:
         return exp.column(f"_dp_s{len(self.stats) - 1}", table=DP_TABLE)
 
     def rewrite(
-        self, node: exp.Expression, where: str, aliases: frozenset[str] = frozenset()
-    ) -> exp.Expression:
-        def fix(n: exp.Expression) -> exp.Expression:
+        self, node: exp.Expr, where: str, aliases: frozenset[str] = frozenset()
+    ) -> exp.Expr:
+        def fix(n: exp.Expr) -> exp.Expr:
             if isinstance(n, exp.Column) and not n.table and n.name in aliases:
                 return exp.column(n.name, quoted=True)
             if isinstance(n, exp.Window):
@@ -279,7 +279,7 @@ class _Outer:
                 )
         return out
 
-    def grouping(self, n: exp.Grouping) -> exp.Expression:
+    def grouping(self, n: exp.Grouping) -> exp.Expr:
         """GROUPING(args): a constant per grouping set, read from the row's set number."""
         if not self.keys and not self.sets:
             raise GroupingError(
@@ -299,14 +299,14 @@ class _Outer:
         set_column = exp.column(f"_dp_g{len(self.keys)}", table=DP_TABLE)
         return gs.grouping_expr(args, sets, set_column)
 
-    def constant_key_ref(self, n: exp.Expression) -> exp.Column | None:
+    def constant_key_ref(self, n: exp.Expr) -> exp.Column | None:
         """The key column of a select item that is a constant grouping key, under grouping sets
         (``SELECT 'x' AS k ... GROUP BY ROLLUP (1)``: NULL on the rows that roll ``k`` up)."""
         if not self.sets or n.find(exp.Column, exp.AggFunc, exp.Select):
             return None
         return self._key_ref(n)
 
-    def _key_ref(self, n: exp.Expression) -> exp.Column | None:
+    def _key_ref(self, n: exp.Expr) -> exp.Column | None:
         try:
             sql = self.ctx.qualify(n).sql("postgres")
         except Exception:
@@ -332,7 +332,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     keys, sets = _group_keys(tree, ctx)
     keys = [narrow_by_where(k, where_expr, ctx.column) for k in keys]
     outer = _Outer(ctx, keys, sets)
-    selects: list[exp.Expression] = []
+    selects: list[exp.Expr] = []
     for s in tree.expressions:
         name = _output_name(s)
         body = s.this if isinstance(s, exp.Alias) else s

@@ -60,7 +60,7 @@ class AutoItem:
     grid: tuple[Fraction, ...]
     slice: str
     column: str = ""  # the argument's SQL (value items)
-    arg: exp.Expression | None = None
+    arg: exp.Expr | None = None
     anchor: Fraction = Fraction(0)
     integer: bool = True
     per_group: bool = True  # rows: per (unit, group); False: per unit over all its rows

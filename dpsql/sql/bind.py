@@ -27,7 +27,7 @@ PARAMS_HINT = (
 )
 
 
-def literal(value: Any) -> exp.Expression:
+def literal(value: Any) -> exp.Expr:
     """A SQL literal for a Python value (strings are quoted by sqlglot, never formatted by hand)."""
     if value is None:
         return exp.Null()
@@ -56,12 +56,12 @@ def literal(value: Any) -> exp.Expression:
     raise InvalidParameter(f"parameters of type {type(value).__name__} are not supported")
 
 
-def param_count(tree: exp.Expression) -> int:
+def param_count(tree: exp.Expr) -> int:
     """The highest ``$n`` in ``tree`` (0 without placeholders)."""
     return max(param_numbers(tree), default=0)
 
 
-def param_numbers(tree: exp.Expression) -> set[int]:
+def param_numbers(tree: exp.Expr) -> set[int]:
     """The numbers ``n`` of the ``$n`` placeholders in ``tree``."""
     return {
         int(p.this.this)
@@ -74,7 +74,7 @@ UNKNOWN_OID = 705  # PostgreSQL's "unknown": a declared type that leaves the par
 
 
 def check_param_types(
-    tree: exp.Expression | None, param_count: int, declared: Sequence[int]
+    tree: exp.Expr | None, param_count: int, declared: Sequence[int]
 ) -> None:
     """Refuse, as PostgreSQL's Parse does, a parameter whose type nothing determines.
 
@@ -104,7 +104,7 @@ def check_param_types(
             )
 
 
-def check_params(tree: exp.Expression | None, expected: int, given: int) -> None:
+def check_params(tree: exp.Expr | None, expected: int, given: int) -> None:
     """Refuse a wrong number of parameter values with PostgreSQL's codes.
 
     No values for a statement with placeholders (``$1`` in a simple query) is 42P02 "there is no
@@ -135,10 +135,10 @@ def check_params(tree: exp.Expression | None, expected: int, given: int) -> None
     )
 
 
-def bind(tree: exp.Expression, params: Sequence[Any]) -> exp.Expression:
+def bind(tree: exp.Expr, params: Sequence[Any]) -> exp.Expr:
     """A copy of ``tree`` with each $n replaced by the literal of params[n-1]."""
 
-    def fix(n: exp.Expression) -> exp.Expression:
+    def fix(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Parameter) and isinstance(n.this, exp.Literal):
             i = int(n.this.this)
             if not 1 <= i <= len(params):
@@ -194,14 +194,14 @@ def _literal_sql(value: Any) -> str:
 _POSTGRES = Dialect.get_or_raise("postgres")
 
 
-def template(tree: exp.Expression) -> Template | None:
+def template(tree: exp.Expr) -> Template | None:
     """The :class:`Template` of ``tree`` (postgres dialect), or None when a placeholder is not
     a plain ``$n`` or the rendered text does not split cleanly (then use :func:`bind`)."""
     token = secrets.token_hex(6)  # not noise: a marker no statement text can contain
     marks: dict[str, int] = {}
     bad = False
 
-    def mark(n: exp.Expression) -> exp.Expression:
+    def mark(n: exp.Expr) -> exp.Expr:
         nonlocal bad
         if isinstance(n, exp.Parameter):
             if not (isinstance(n.this, exp.Literal) and str(n.this.this).isdigit()):

@@ -266,7 +266,7 @@ def rename_outputs(tree: exp.Expr) -> None:
 # --- predicates --------------------------------------------------------------------------------
 
 
-def _literal_value(node: exp.Expression) -> tuple[bool, str | Decimal] | None:
+def _literal_value(node: exp.Expr) -> tuple[bool, str | Decimal] | None:
     if not isinstance(node, exp.Literal):
         return None
     if node.is_string:
@@ -277,7 +277,7 @@ def _literal_value(node: exp.Expression) -> tuple[bool, str | Decimal] | None:
         return None
 
 
-def _is_true(node: exp.Expression) -> bool:
+def _is_true(node: exp.Expr) -> bool:
     if isinstance(node, exp.Boolean):
         return bool(node.this)
     if isinstance(node, exp.EQ):
@@ -286,7 +286,7 @@ def _is_true(node: exp.Expression) -> bool:
     return False
 
 
-def _is_false(node: exp.Expression) -> bool:
+def _is_false(node: exp.Expr) -> bool:
     if isinstance(node, exp.Boolean):
         return not node.this
     if isinstance(node, exp.EQ):
@@ -295,7 +295,7 @@ def _is_false(node: exp.Expression) -> bool:
     return False
 
 
-def _flatten(node: exp.Expression, kind: type[exp.Expression]) -> list[exp.Expression]:
+def _flatten(node: exp.Expr, kind: type[exp.Expr]) -> list[exp.Expr]:
     if isinstance(node, kind):
         return _flatten(node.this, kind) + _flatten(node.expression, kind)
     return [node]

@@ -25,7 +25,7 @@ from dpsql.sql.key_literals import literal_text
 MAX_SHARED = 7  # 3^7 = 2187 assignments at most; more shared conditions: keep every result
 
 
-def _leaves(node: exp.Expression) -> set[str]:
+def _leaves(node: exp.Expr) -> set[str]:
     """The SQL of the conditions ``node`` combines with AND/OR/NOT (negations unwrapped)."""
     while isinstance(node, exp.Paren):
         node = node.this
@@ -56,7 +56,7 @@ def _reaches(case: exp.Case, text: str | None, h: Hypothesis, fixed: dict[str, s
 
 
 def case_admits(
-    key: exp.Expression, text: str | None, where: exp.Expression, h: Hypothesis
+    key: exp.Expr, text: str | None, where: exp.Expr, h: Hypothesis
 ) -> bool:
     """False only when no row passing ``where`` makes the CASE ``key`` print ``text``."""
     while isinstance(key, exp.Paren):

@@ -15,7 +15,7 @@ QueryKind = Literal["private", "public", "catalog", "dpsql"]
 CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
 
 
-def _ident_name(node: exp.Expression | None) -> str:
+def _ident_name(node: exp.Expr | None) -> str:
     """PostgreSQL's name for an identifier: unquoted names fold to lower case."""
     if isinstance(node, exp.Identifier):
         return node.name if node.quoted else node.name.lower()
@@ -29,7 +29,7 @@ def visible_ctes(table: exp.Table) -> set[str]:
     the WITH is RECURSIVE); a CTE defined in a subquery is not visible outside that subquery.
     """
     names: set[str] = set()
-    prev: exp.Expression = table
+    prev: exp.Expr = table
     node = table.parent
     while node is not None:
         if isinstance(node, exp.With):
@@ -47,7 +47,7 @@ def visible_ctes(table: exp.Table) -> set[str]:
     return names
 
 
-def referenced_tables(tree: exp.Expression) -> list[tuple[str, exp.Table]]:
+def referenced_tables(tree: exp.Expr) -> list[tuple[str, exp.Table]]:
     """(qualified name, node) of every real table the query reads (references to CTEs excluded)."""
     out = []
     for t in tree.find_all(exp.Table):
@@ -81,7 +81,7 @@ def undefined_table(node: exp.Table) -> UndefinedTable:
     )
 
 
-def classify(tree: exp.Expression, policy: Policy) -> QueryKind:
+def classify(tree: exp.Expr, policy: Policy) -> QueryKind:
     """Private if any private table is read; catalog if only catalogs; public otherwise."""
     tables = referenced_tables(tree)
     kinds = set()

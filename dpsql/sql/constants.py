@@ -204,7 +204,7 @@ def _cast(node: exp.Cast) -> Const:
     return UNKNOWN
 
 
-def constant(node: exp.Expression | None) -> Const:
+def constant(node: exp.Expr | None) -> Const:
     """The value of a constant expression (timestamps naive, in the upstream's UTC), or UNKNOWN.
 
     Parameters (``$1``) are UNKNOWN: a statement is analyzed again once they are bound.

@@ -79,7 +79,7 @@ def _point(v: object) -> datetime | None:
 
 
 def _where_range(
-    where: exp.Expression | None, base: str
+    where: exp.Expr | None, base: str
 ) -> tuple[datetime | None, datetime | None]:
     """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
     lo: datetime | None = None
@@ -93,7 +93,7 @@ def _where_range(
             c = c.this
         if c.args.get("negate"):
             continue
-        bounds: list[tuple[str, exp.Expression]] = []
+        bounds: list[tuple[str, exp.Expr]] = []
         if isinstance(c, exp.Between) and not c.args.get("symmetric"):
             if c.this.sql("postgres") == base:
                 bounds = [("lo", c.args["low"]), ("hi", c.args["high"])]
@@ -120,7 +120,7 @@ def _where_range(
 
 
 def date_trunc_domain(
-    expr: exp.Expression, column: Callable[[exp.Column], Column], where: exp.Expression | None
+    expr: exp.Expr, column: Callable[[exp.Column], Column], where: exp.Expr | None
 ) -> tuple[str, ...] | None:
     """The generated keys of ``date_trunc(unit, d)`` (qualified), or None when unbounded."""
     if not isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)) or expr.args.get("zone"):

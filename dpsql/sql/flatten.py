@@ -40,7 +40,7 @@ SET_RETURNING = frozenset(
 _SET_RETURNING_NODES = (exp.Unnest, exp.Explode, exp.GenerateSeries, exp.ExplodingGenerateSeries)
 
 
-def _set_returning(q: exp.Select) -> exp.Expression | None:
+def _set_returning(q: exp.Select) -> exp.Expr | None:
     """The first set-returning function call in ``q``'s select list, if any."""
     for e in q.expressions:
         for n in e.walk():
@@ -95,9 +95,9 @@ def _is_aggregate_query(q: exp.Select) -> bool:
     )
 
 
-def _projection(q: exp.Select) -> dict[str, exp.Expression]:
+def _projection(q: exp.Select) -> dict[str, exp.Expr]:
     """Output name -> expression of a derived table's select list (``*`` passes columns through)."""
-    out: dict[str, exp.Expression] = {}
+    out: dict[str, exp.Expr] = {}
     for e in q.expressions:
         if isinstance(e, exp.Alias):
             out[e.alias] = e.this
@@ -106,7 +106,7 @@ def _projection(q: exp.Select) -> dict[str, exp.Expression]:
     return out
 
 
-def _is_star(e: exp.Expression) -> bool:
+def _is_star(e: exp.Expr) -> bool:
     return isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
 
 
@@ -115,9 +115,9 @@ def _has_star(q: exp.Select) -> bool:
 
 
 def _substitute(  # type: ignore[no-untyped-def]
-    node: exp.Expression,
+    node: exp.Expr,
     alias: str,
-    proj: dict[str, exp.Expression],
+    proj: dict[str, exp.Expr],
     star: bool,
     keep: frozenset[str] = frozenset(),
 ):
@@ -126,7 +126,7 @@ def _substitute(  # type: ignore[no-untyped-def]
     ``keep``: output aliases of the outer select, which ORDER BY/GROUP BY/HAVING may name.
     """
 
-    def fix(n: exp.Expression) -> exp.Expression:
+    def fix(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column) and not isinstance(n.this, exp.Star):
             if n.table and n.table != alias:
                 return n
@@ -178,7 +178,7 @@ def _inline_ctes(tree: exp.Select) -> exp.Select:
     return tree
 
 
-def _under(node: exp.Expression, ancestor: exp.Expression) -> bool:
+def _under(node: exp.Expr, ancestor: exp.Expr) -> bool:
     p = node.parent
     while p is not None:
         if p is ancestor:
@@ -192,7 +192,7 @@ def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
     alias = sub.alias_or_name
     proj, star = _projection(inner), _has_star(inner)
     out = outer.copy()
-    items: list[exp.Expression] = []
+    items: list[exp.Expr] = []
     for e in out.expressions:
         if _is_star(e):
             items += [x.copy() for x in inner.expressions]  # SELECT * passes the projection on
@@ -218,7 +218,7 @@ def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
     return out
 
 
-def _keep_name(before: exp.Expression, after: exp.Expression) -> exp.Expression:
+def _keep_name(before: exp.Expr, after: exp.Expr) -> exp.Expr:
     """A substituted select item keeps the output name it had."""
     if isinstance(before, exp.Alias) or not isinstance(before, exp.Column):
         return after
@@ -234,7 +234,7 @@ def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
     proj = {}
     for e in inner.expressions:
         proj[e.alias_or_name] = e.this if isinstance(e, exp.Alias) else e
-    items: list[exp.Expression] = []
+    items: list[exp.Expr] = []
     for e in outer.expressions:
         if _is_star(e):
             items += [x.copy() for x in inner.expressions]
@@ -273,14 +273,14 @@ def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
     return inner
 
 
-def _int_limit(node: exp.Expression | None) -> int | None:
+def _int_limit(node: exp.Expr | None) -> int | None:
     val = node.expression if isinstance(node, exp.Limit) else node
     if isinstance(val, exp.Literal) and not val.is_string and str(val.this).isdigit():
         return int(val.this)
     return None
 
 
-def flatten(tree: exp.Expression) -> exp.Expression:
+def flatten(tree: exp.Expr) -> exp.Expr:
     """The flat equivalent of a private SELECT (unchanged when there is nothing to merge)."""
     if not isinstance(tree, exp.Select):
         return tree
@@ -319,14 +319,14 @@ def _is_row_level_wrapper(q: exp.Select) -> bool:
     )
 
 
-def filters_to_case(tree: exp.Expression) -> exp.Expression:
+def filters_to_case(tree: exp.Expr) -> exp.Expr:
     """``AGG(x) FILTER (WHERE c)`` -> ``AGG(CASE WHEN c THEN x END)`` (``COUNT(*)``: ``THEN 1``).
 
     Equivalent: rows the filter drops become NULL, which every DP aggregate ignores; the CASE then
     goes through the usual row-level checks and interval analysis.
     """
 
-    def fix(n: exp.Expression) -> exp.Expression:
+    def fix(n: exp.Expr) -> exp.Expr:
         if not isinstance(n, exp.Filter):
             return n
         agg, where = n.this, n.expression

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 # Structural nodes allowed in row-level expressions.
-ROW_LEVEL_NODES: tuple[type[exp.Expression], ...] = (
+ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Column,
     exp.Identifier,
     exp.Literal,
@@ -101,7 +101,7 @@ INTEGER_RANGE = {
 }
 
 # Aggregates dpsql answers with a DP mechanism, by sqlglot class -> PostgreSQL output name.
-DP_AGGREGATES: dict[type[exp.Expression], str] = {
+DP_AGGREGATES: dict[type[exp.Expr], str] = {
     exp.Count: "count",
     exp.Sum: "sum",
     exp.Avg: "avg",
@@ -113,7 +113,7 @@ DP_AGGREGATES: dict[type[exp.Expression], str] = {
 }
 
 # Aggregates that return raw values (never answerable).
-RAW_VALUE_AGGREGATES: tuple[type[exp.Expression], ...] = (
+RAW_VALUE_AGGREGATES: tuple[type[exp.Expr], ...] = (
     exp.ArrayAgg,
     exp.GroupConcat,
     exp.JSONArrayAgg,
@@ -124,7 +124,7 @@ RAW_VALUE_AGGREGATES: tuple[type[exp.Expression], ...] = (
 )
 
 # Post-processing (over noisy values): the row-level set plus harmless numeric functions.
-POST_NODES: tuple[type[exp.Expression], ...] = (
+POST_NODES: tuple[type[exp.Expr], ...] = (
     *ROW_LEVEL_NODES,
     exp.Pow,
     exp.Sqrt,
@@ -135,10 +135,10 @@ POST_NODES: tuple[type[exp.Expression], ...] = (
 )
 
 
-def aggregate_name(node: exp.Expression) -> str | None:
+def aggregate_name(node: exp.Expr) -> str | None:
     """PostgreSQL's output column name for an aggregate call, or None if not a DP aggregate."""
     return DP_AGGREGATES.get(type(node))
 
 
-def is_aggregate(node: exp.Expression) -> bool:
+def is_aggregate(node: exp.Expr) -> bool:
     return isinstance(node, exp.AggFunc) or isinstance(node, exp.WithinGroup)

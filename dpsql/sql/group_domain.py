@@ -25,7 +25,7 @@ def _key_text(k: object) -> str:
     return str(k)
 
 
-def group_key(ctx: Ctx, expr: exp.Expression, name: str) -> GroupKey:
+def group_key(ctx: Ctx, expr: exp.Expr, name: str) -> GroupKey:
     """The key ``expr`` (checked by the caller) with the domain the policy or its form gives."""
     qualified = ctx.qualify(expr)
     if isinstance(expr, exp.Column):
@@ -42,7 +42,7 @@ def group_key(ctx: Ctx, expr: exp.Expression, name: str) -> GroupKey:
     return GroupKey(qualified, name, None)
 
 
-def _trunc_parts(expr: exp.Expression) -> tuple[exp.Expression | None, str | None]:
+def _trunc_parts(expr: exp.Expr) -> tuple[exp.Expr | None, str | None]:
     """(base column, unit) of a ``date_trunc(unit, column)`` key, else (None, None)."""
     if isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)) and isinstance(expr.this, exp.Column):
         unit = expr.args.get("unit")
@@ -52,7 +52,7 @@ def _trunc_parts(expr: exp.Expression) -> tuple[exp.Expression | None, str | Non
 
 
 def narrow_by_where(
-    g: GroupKey, where: exp.Expression | None, column: Callable[[exp.Column], Column]
+    g: GroupKey, where: exp.Expr | None, column: Callable[[exp.Column], Column]
 ) -> GroupKey:
     """``g`` with its domain narrowed by the (qualified) WHERE clause, or given one by it (or,
     for ``date_trunc`` of a date, by the date's declared bounds: :mod:`dpsql.sql.date_domain`)."""

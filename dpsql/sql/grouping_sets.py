@@ -39,7 +39,7 @@ from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 MAX_GROUPING_SETS = 16  # per statement: each set is one more measurement sharing the epsilon
 MAX_GROUPING_ARGS = 31  # PostgreSQL's own limit for GROUPING(...)
 
-RawSet = tuple[exp.Expression, ...]
+RawSet = tuple[exp.Expr, ...]
 _SETS = (exp.Rollup, exp.Cube, exp.GroupingSets)
 
 
@@ -48,7 +48,7 @@ def has_grouping_sets(group: exp.Group) -> bool:
     return any(isinstance(e, _SETS) for e in group.expressions)
 
 
-def _unit(node: exp.Expression) -> list[exp.Expression]:
+def _unit(node: exp.Expr) -> list[exp.Expr]:
     """The expressions of one element of ROLLUP/CUBE: ``a`` or a parenthesized list ``(a, b)``."""
     if isinstance(node, _SETS):
         raise UnsupportedSql(
@@ -62,7 +62,7 @@ def _unit(node: exp.Expression) -> list[exp.Expression]:
     return [node]
 
 
-def _count(node: exp.Expression) -> int:
+def _count(node: exp.Expr) -> int:
     """How many grouping sets an item of GROUP BY stands for (computed before expanding)."""
     if isinstance(node, exp.Rollup):
         return len(node.expressions) + 1
@@ -73,7 +73,7 @@ def _count(node: exp.Expression) -> int:
     return 1
 
 
-def _sets(node: exp.Expression) -> list[RawSet]:
+def _sets(node: exp.Expr) -> list[RawSet]:
     """The grouping sets of one GROUP BY item, in PostgreSQL's order."""
     if isinstance(node, exp.Rollup):
         parts = [_unit(e) for e in node.expressions]
@@ -137,7 +137,7 @@ def grouping_value(args: Sequence[int], keys: tuple[int, ...]) -> int:
 
 def grouping_expr(
     args: Sequence[int], sets: Sequence[tuple[int, ...]], set_column: exp.Column
-) -> exp.Expression:
+) -> exp.Expr:
     """GROUPING(args) over the post-processing rows, whose ``set_column`` holds the set number."""
     if not args or len(args) > MAX_GROUPING_ARGS:
         raise GroupingError(

@@ -24,13 +24,13 @@ from dpsql.sql.functions import INTEGER_TYPES
 Iv = tuple[float, float]
 
 
-def stat_index(node: exp.Expression) -> int | None:
+def stat_index(node: exp.Expr) -> int | None:
     if isinstance(node, exp.Column) and node.name.startswith("_dp_s"):
         return int(node.name[5:])
     return None
 
 
-def derived_outputs(a: Analysis) -> list[tuple[int, exp.Expression, tuple[int, ...]]]:
+def derived_outputs(a: Analysis) -> list[tuple[int, exp.Expr, tuple[int, ...]]]:
     """(output position, expression, statistics used) of the outputs that are expressions over
     statistics with a supported shape (see the module docstring)."""
     out = []
@@ -49,7 +49,7 @@ def derived_outputs(a: Analysis) -> list[tuple[int, exp.Expression, tuple[int, .
 _MONO = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast)
 
 
-def _supported(node: exp.Expression) -> bool:
+def _supported(node: exp.Expr) -> bool:
     for n in node.walk():
         if isinstance(n, exp.Column):
             if stat_index(n) is None:
@@ -65,7 +65,7 @@ def _supported(node: exp.Expression) -> bool:
     return True
 
 
-def is_integer(node: exp.Expression, int_stats: frozenset[int]) -> bool:
+def is_integer(node: exp.Expr, int_stats: frozenset[int]) -> bool:
     """True when PostgreSQL types ``node`` as an integer in the post-processing query."""
     i = stat_index(node)
     if i is not None:
@@ -82,12 +82,12 @@ def is_integer(node: exp.Expression, int_stats: frozenset[int]) -> bool:
 
 
 def eval_interval(
-    node: exp.Expression, ivs: dict[int, Iv | None], int_stats: frozenset[int] = frozenset()
+    node: exp.Expr, ivs: dict[int, Iv | None], int_stats: frozenset[int] = frozenset()
 ) -> Iv | None:
     """The range of ``node`` when each statistic i lies in ``ivs[i]`` (None: unknown);
     ``int_stats``: the statistics typed as integers (their division truncates)."""
 
-    def ev(n: exp.Expression) -> Iv | None:
+    def ev(n: exp.Expr) -> Iv | None:
         return eval_interval(n, ivs, int_stats)
 
     i = stat_index(node)
@@ -122,7 +122,7 @@ def eval_interval(
     return None
 
 
-def _arith(node: exp.Expression, a: Iv, b: Iv) -> Iv | None:
+def _arith(node: exp.Expr, a: Iv, b: Iv) -> Iv | None:
     if isinstance(node, exp.Add):
         return a[0] + b[0], a[1] + b[1]
     if isinstance(node, exp.Sub):

@@ -42,7 +42,7 @@ class PublicJoin:
     left: bool
 
 
-def _conjuncts(on: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(on: exp.Expr) -> list[exp.Expr]:
     while isinstance(on, exp.Paren):
         on = on.this
     parts = list(on.flatten()) if isinstance(on, exp.And) else [on]
@@ -54,7 +54,7 @@ def _conjuncts(on: exp.Expression) -> list[exp.Expression]:
     return out
 
 
-def _key_of(alias: str, conditions: list[exp.Expression]) -> str | None:
+def _key_of(alias: str, conditions: list[exp.Expr]) -> str | None:
     """A column c of ``alias`` with a conjunct ``alias.c = e``, e not reading ``alias``."""
     for c in conditions:
         if not isinstance(c, exp.EQ):

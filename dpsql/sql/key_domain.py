@@ -93,7 +93,7 @@ class Hypothesis:
     hi: datetime | None = None
 
 
-def strip_parens(node: exp.Expression) -> exp.Expression:
+def strip_parens(node: exp.Expr) -> exp.Expr:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
@@ -184,7 +184,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 _MEMO: ContextVar[dict[tuple[str, int], Any] | None] = ContextVar("key_domain_memo", default=None)
 
 
-def _sql(node: exp.Expression) -> str:
+def _sql(node: exp.Expr) -> str:
     memo = _MEMO.get()
     if memo is None:
         return strip_parens(node).sql("postgres")
@@ -194,7 +194,7 @@ def _sql(node: exp.Expression) -> str:
     return str(memo[key])
 
 
-def _constant(node: exp.Expression) -> Const:
+def _constant(node: exp.Expr) -> Const:
     memo = _MEMO.get()
     if memo is None:
         return constant(node)
@@ -205,7 +205,7 @@ def _constant(node: exp.Expression) -> Const:
     return value
 
 
-def _plain_sql(node: exp.Expression) -> str:
+def _plain_sql(node: exp.Expr) -> str:
     """The SQL of ``node`` without sqlglot's ``negate`` flag (x IS NOT NULL -> x IS NULL)."""
     memo = _MEMO.get()
     key = ("p", id(node))
@@ -229,7 +229,7 @@ def memoized() -> Iterator[None]:
         _MEMO.reset(token)
 
 
-def _atom(h: Hypothesis, side: exp.Expression, op: type, other: exp.Expression) -> Truth | None:
+def _atom(h: Hypothesis, side: exp.Expr, op: type, other: exp.Expr) -> Truth | None:
     """``side op other`` under ``h``, or None when ``side`` is neither the key nor its base."""
     sql = _sql(side)
     if sql == h.key:
@@ -239,7 +239,7 @@ def _atom(h: Hypothesis, side: exp.Expression, op: type, other: exp.Expression) 
     return None
 
 
-def condition_key(node: exp.Expression) -> tuple[str, bool]:
+def condition_key(node: exp.Expr) -> tuple[str, bool]:
     """A condition's identity for :mod:`dpsql.sql.case_keys`: (SQL, negated). Comparisons of
     the same two operands share one: ``a >= b`` is NOT ``a < b`` and ``b > a`` is ``a < b``
     (in SQL's three-valued logic, for the totally ordered types of row-level values)."""
@@ -263,7 +263,7 @@ def condition_key(node: exp.Expression) -> tuple[str, bool]:
     return f"{sa} < {sb}", negated
 
 
-def truth(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None = None) -> Truth:
+def truth(node: exp.Expr, h: Hypothesis, fixed: Mapping[str, str] | None = None) -> Truth:
     """The truth values ``node`` may take on a row satisfying ``h`` (and where each condition
     whose SQL is in ``fixed`` has that truth value: :mod:`dpsql.sql.case_keys`)."""
     node = strip_parens(node)
@@ -295,7 +295,7 @@ def _distinct(v: Value, c: Const, not_distinct: bool) -> Truth:
     return _T if same == not_distinct else _F
 
 
-def _leaf(node: exp.Expression, h: Hypothesis, fixed: Mapping[str, str] | None) -> Truth:
+def _leaf(node: exp.Expr, h: Hypothesis, fixed: Mapping[str, str] | None) -> Truth:
     """A condition's truth values, ignoring its ``negate`` flag (applied by the caller)."""
     if fixed:
         sql, negated = condition_key(node)
@@ -358,10 +358,10 @@ def key_value(text: str | None, family: TypeFamily) -> Value | None:
 class KeyFilter:
     """Narrows a key's domain by a WHERE clause (for ``keys_from`` domains, read at run time)."""
 
-    key: exp.Expression
-    where: exp.Expression
+    key: exp.Expr
+    where: exp.Expr
     family: TypeFamily
-    base: exp.Expression | None = None  # date_trunc(unit, base)
+    base: exp.Expr | None = None  # date_trunc(unit, base)
     unit: str | None = None
     base_is_date: bool = False  # a date base takes whole days only (else microseconds)
 

@@ -39,7 +39,7 @@ def _text_of(c: Const, family: TypeFamily) -> str | None:
     return None  # numeric prints its scale (1.0 vs 1), timestamps their zone: not derived
 
 
-def _listed(node: exp.Expression, key: str, family: TypeFamily) -> set[str] | None:
+def _listed(node: exp.Expr, key: str, family: TypeFamily) -> set[str] | None:
     """The values ``node`` being true allows for the key (None: any value)."""
     node = strip_parens(node)
     if node.args.get("negate"):
@@ -54,7 +54,7 @@ def _listed(node: exp.Expression, key: str, family: TypeFamily) -> set[str] | No
         if a is None or b is None:
             return a if b is None else b
         return a & b
-    consts: list[exp.Expression] = []
+    consts: list[exp.Expr] = []
     if isinstance(node, exp.EQ):
         if strip_parens(node.this).sql("postgres") == key:
             consts = [node.expression]
@@ -83,14 +83,14 @@ def _listed(node: exp.Expression, key: str, family: TypeFamily) -> set[str] | No
 
 
 def listed_domain(
-    where: exp.Expression, key: exp.Expression, family: TypeFamily
+    where: exp.Expr, key: exp.Expr, family: TypeFamily
 ) -> tuple[str, ...] | None:
     """The key values the WHERE clause lists (``k = c``, ``k IN (...)``), sorted; or None."""
     got = _listed(where, key.sql("postgres"), family)
     return None if got is None else tuple(sorted(got))
 
 
-def literal_text(node: exp.Expression | None) -> tuple[str, str | None] | None:
+def literal_text(node: exp.Expr | None) -> tuple[str, str | None] | None:
     """A CASE result as (kind, text PostgreSQL prints; None for NULL), or None if not a literal."""
     r = strip_parens(node) if node is not None else None
     v = constant(r) if r is not None else NULL
@@ -105,7 +105,7 @@ def literal_text(node: exp.Expression | None) -> tuple[str, str | None] | None:
     return None
 
 
-def case_domain(node: exp.Expression) -> tuple[tuple[str, ...], bool, TypeFamily] | None:
+def case_domain(node: exp.Expr) -> tuple[tuple[str, ...], bool, TypeFamily] | None:
     """A CASE whose results are all literals: (their texts, whether NULL is possible, family).
 
     ``CASE WHEN amount < 100 THEN 'small' ELSE 'large' END`` takes only 'small' and 'large',
@@ -142,7 +142,7 @@ def case_domain(node: exp.Expression) -> tuple[tuple[str, ...], bool, TypeFamily
     return tuple(dict.fromkeys(texts)), null, family
 
 
-def _plain_number(node: exp.Expression | None) -> bool:
+def _plain_number(node: exp.Expr | None) -> bool:
     lit = node.this if isinstance(node, exp.Neg) else node
     return (
         isinstance(lit, exp.Literal)
@@ -152,7 +152,7 @@ def _plain_number(node: exp.Expression | None) -> bool:
     )
 
 
-def _number_text(node: exp.Expression | None) -> str:
+def _number_text(node: exp.Expr | None) -> str:
     neg = isinstance(node, exp.Neg)
     lit = node.this if isinstance(node, exp.Neg) else node
     assert isinstance(lit, exp.Literal)

@@ -23,7 +23,7 @@ SPELLED = "dpsql_spelled"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 # Operators and clauses sqlglot gives a node of their own, as PostgreSQL users write them.
-_SYNTAX: dict[type[exp.Expression], str] = {
+_SYNTAX: dict[type[exp.Expr], str] = {
     exp.Bracket: "array subscripts [...]",
     exp.RegexpLike: "the regular expression operator ~",
     exp.RegexpILike: "the regular expression operator ~*",
@@ -64,7 +64,7 @@ _SYNTAX: dict[type[exp.Expression], str] = {
 }
 
 
-def spell_functions(tree: exp.Expression, text: str) -> exp.Expression:
+def spell_functions(tree: exp.Expr, text: str) -> exp.Expr:
     """Record in place, on every function call of ``tree``, its name as written in ``text``."""
     for node in tree.find_all(exp.Func):
         start, end = node.meta.get("start"), node.meta.get("end")
@@ -100,7 +100,7 @@ def cast_sql(node: exp.Cast) -> str:
     return f"{left}::{to}"
 
 
-def describe(node: exp.Expression) -> str:
+def describe(node: exp.Expr) -> str:
     """``node`` named for a message: "function to_date()", "x::regtype", "SIMILAR TO", ..."""
     if isinstance(node, (exp.RegexpLike, exp.RegexpILike)) and isinstance(node.parent, exp.Not):
         return _SYNTAX[type(node)].replace("~", "!~")  # a !~ 'x' parses as NOT (a ~ 'x')

@@ -243,7 +243,7 @@ class Statement:
     kind: StatementKind
     text: str
     first_word: str
-    tree: exp.Expression | None = None
+    tree: exp.Expr | None = None
 
 
 def first_word(tokens: list[Token]) -> str:
@@ -308,7 +308,7 @@ def parse_statement(text: str) -> Statement:
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
-def fold_identifiers(tree: exp.Expression) -> exp.Expression:
+def fold_identifiers(tree: exp.Expr) -> exp.Expr:
     """Fold unquoted identifiers to lower case in place, as PostgreSQL does; quoted ones keep
     their case. Every later stage (classification, policy lookups, rewrites, labels) then sees
     PostgreSQL's names.

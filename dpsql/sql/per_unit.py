@@ -50,8 +50,8 @@ class UnitSource:
 
 
 def lift_units(
-    tree: exp.Expression, policy: Policy, analyze: Callable[..., Analysis]
-) -> tuple[exp.Expression, tuple[UnitSource, ...]]:
+    tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]
+) -> tuple[exp.Expr, tuple[UnitSource, ...]]:
     """Replace each per-unit derived table (or CTE) read in FROM by an aggregate block by a
     synthetic table; the sources to analyze and run them with. Unchanged when there is none."""
     units: list[UnitSource] = []
@@ -142,7 +142,7 @@ def unit_source(
 
 def _source(
     a: Analysis,
-    values: list[exp.Expression],
+    values: list[exp.Expr],
     unit_name: str,
     private: PrivateTable,
     index: int,
@@ -155,7 +155,7 @@ def _source(
     # each value is clamped into the range derived from the policy (clamp: bounds): an auto clamp
     # would be measured on the synthetic table, which exists only inside the bounded SQL
     columns: dict[str, Column] = {unit_name: Column(type="integer", identifier=True)}
-    items: list[exp.Expression] = [
+    items: list[exp.Expr] = [
         exp.alias_(exp.column(private.privacy_unit, a.alias), unit_name, quoted=True)
     ]
     for pos, v in enumerate(values):
@@ -167,7 +167,7 @@ def _source(
         arg = make_total(m.arg, a.column) if m.arg is not None else None
         clamped = _clamp(arg, stat.lo, stat.hi) if arg is not None else None
         if stat.func == "count" and m.kind in ("count_rows", "count_values"):
-            agg: exp.Expression = exp.Count(this=arg or exp.Star())
+            agg: exp.Expr = exp.Count(this=arg or exp.Star())
             low = 1 if m.kind == "count_rows" else 0
             keys = tuple(range(low, r + 1)) if r <= MAX_COUNT_KEYS else None
             columns[name] = Column(type="bigint", bounds=(low, r), keys=keys, clamp="bounds")
@@ -204,19 +204,19 @@ def _source(
     return UnitSource(f"public.{UNIT_PREFIX}{digest}", table, select)
 
 
-def _num(v: Fraction) -> exp.Expression:
+def _num(v: Fraction) -> exp.Expr:
     text = format(float(v), "f") if v.denominator != 1 else str(v.numerator)
     lit = exp.Literal.number(text.lstrip("-"))
-    out: exp.Expression = exp.Neg(this=lit) if text.startswith("-") else lit
+    out: exp.Expr = exp.Neg(this=lit) if text.startswith("-") else lit
     return exp.cast(out, "numeric")
 
 
-def _clamp(arg: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
+def _clamp(arg: exp.Expr, lo: Fraction, hi: Fraction) -> exp.Expr:
     inner = exp.func("GREATEST", exp.cast(arg, "numeric"), _num(lo))
     return exp.func("LEAST", inner, _num(hi))
 
 
-def _refuse(v: exp.Expression, why: str) -> DpsqlError:
+def _refuse(v: exp.Expr, why: str) -> DpsqlError:
     from dpsql.errors import UnsupportedSql
 
     return UnsupportedSql(
@@ -225,13 +225,13 @@ def _refuse(v: exp.Expression, why: str) -> DpsqlError:
     )
 
 
-def substitute(q: exp.Expression, units: tuple[tuple[str, exp.Select], ...]) -> exp.Expression:
+def substitute(q: exp.Expr, units: tuple[tuple[str, exp.Select], ...]) -> exp.Expr:
     """The bounded SQL ``q`` with each synthetic table replaced by its per-unit SELECT."""
     if not units:
         return q
     by_name = dict(units)
 
-    def fix(n: exp.Expression) -> exp.Expression:
+    def fix(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Table) and n.name.startswith(UNIT_PREFIX):
             key = f"{n.db or 'public'}.{n.name}"
             if key in by_name:

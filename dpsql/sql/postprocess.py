@@ -131,11 +131,11 @@ def outer_query(
     ``%(_dpsql_arrN)s``) and the array element types in order.
     """
     names: list[str] = []
-    arrays: list[exp.Expression] = []
-    casts: list[exp.Expression] = []
+    arrays: list[exp.Expr] = []
+    casts: list[exp.Expr] = []
     types: list[str] = []
 
-    def array(t: str) -> exp.Expression:
+    def array(t: str) -> exp.Expr:
         ph = exp.Placeholder(this=f"_dpsql_arr{len(arrays)}")
         return exp.cast(ph, _type(t + "[]"))
 
@@ -151,7 +151,7 @@ def outer_query(
         cast = from_epoch(exp.column(f"s{i}", "u"), s.pg_type)
         casts.append(exp.alias_(cast, f"_dp_s{i}"))
         types.append(arr)
-    extra: list[exp.Expression] = []
+    extra: list[exp.Expr] = []
     for si, name in interval_columns:
         for end in ("low", "high"):
             names.append(f"{end}{si}")
@@ -182,14 +182,14 @@ def outer_query(
     return q, types
 
 
-def from_epoch(value: exp.Expression, pg_type: str) -> exp.Expression:
+def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:
     """A released value as its statistic's type; dates and timestamps come back from days and
     seconds since 1970-01-01 (UTC), see dpsql.sql.analyze_quantiles.epoch_value."""
     if pg_type == "date":
         days = exp.cast(value, "int")  # date + integer (there is no date + bigint)
         return exp.Add(this=exp.cast(exp.Literal.string("1970-01-01"), "date"), expression=days)
     if pg_type in ("timestamp", "timestamptz"):
-        ts: exp.Expression = exp.Anonymous(this="to_timestamp", expressions=[value])
+        ts: exp.Expr = exp.Anonymous(this="to_timestamp", expressions=[value])
         if pg_type == "timestamp":
             ts = exp.AtTimeZone(this=ts, zone=exp.Literal.string("UTC"))
         return exp.cast(ts, _type(pg_type))

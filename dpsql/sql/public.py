@@ -49,7 +49,7 @@ def function_name(node: exp.Func) -> str:
     return node.sql_name().lower()
 
 
-def check_public(tree: exp.Expression) -> None:
+def check_public(tree: exp.Expr) -> None:
     """Refuse unsafe functions and constructs in a public (or catalog) query."""
     for n in tree.walk():
         if isinstance(n, exp.Func):

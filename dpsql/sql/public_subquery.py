@@ -30,7 +30,7 @@ _HINT = (
 )
 
 
-def subquery_of(n: exp.Expression) -> exp.Select | None:
+def subquery_of(n: exp.Expr) -> exp.Select | None:
     """The SELECT of an IN-subquery or EXISTS node (None for anything else)."""
     if isinstance(n, exp.In) and n.args.get("query") is not None:
         q = n.args["query"]
@@ -45,7 +45,7 @@ def check_public_subquery(
     outer: Ctx,
     policy: Policy,
     exists: bool,
-    check_row_level: Callable[[Ctx, exp.Expression, str], None],
+    check_row_level: Callable[[Ctx, exp.Expr, str], None],
 ) -> None:
     """Refuse anything but an uncorrelated, total subquery over one public table."""
     if not isinstance(q, exp.Select):

@@ -49,7 +49,7 @@ class Interval:
         return (self.hi - self.lo) / 2
 
 
-def literal_value(node: exp.Expression) -> Fraction | None:
+def literal_value(node: exp.Expr) -> Fraction | None:
     if isinstance(node, exp.Paren):
         return literal_value(node.this)
     if isinstance(node, exp.Neg):
@@ -63,7 +63,7 @@ def literal_value(node: exp.Expression) -> Fraction | None:
     return None
 
 
-def _rounded(node: exp.Expression, columns: Columns) -> Interval | None:
+def _rounded(node: exp.Expr, columns: Columns) -> Interval | None:
     """ROUND(x[, d]) lies in [floor(lo), ceil(hi)] at d's precision (monotone in x); FLOOR and
     CEIL in [floor(lo), floor(hi)] and [ceil(lo), ceil(hi)]."""
     r = value_range(node.this, columns)
@@ -83,7 +83,7 @@ def _rounded(node: exp.Expression, columns: Columns) -> Interval | None:
 Half = tuple[Fraction | None, Fraction | None]  # (lower, upper) bound; None: unbounded there
 
 
-def _half_range(node: exp.Expression, columns: Columns) -> Half | None:
+def _half_range(node: exp.Expr, columns: Columns) -> Half | None:
     """Lower and upper bounds of ``node`` (None in a place: unbounded on that side; None: an
     argument that is neither bounded nor a plain number column).
 
@@ -118,7 +118,7 @@ def _half_range(node: exp.Expression, columns: Columns) -> Half | None:
     return None
 
 
-def value_range(node: exp.Expression, columns: Columns) -> Interval | None:
+def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
     """The range of ``node`` over all rows, given the (clamped) columns' declared bounds."""
     v = literal_value(node)
     if v is not None:

@@ -102,7 +102,7 @@ class Shadows:
         )
 
 
-_OPERATORS: dict[type[exp.Expression], str] = {
+_OPERATORS: dict[type[exp.Expr], str] = {
     exp.Add: "+", exp.Sub: "-", exp.Mul: "*", exp.Div: "/", exp.Mod: "%", exp.Pow: "^",
     exp.EQ: "=", exp.NEQ: "<>", exp.GT: ">", exp.GTE: ">=", exp.LT: "<", exp.LTE: "<=",
     exp.DPipe: "||", exp.Like: "~~", exp.ILike: "~~*", exp.RegexpLike: "~", exp.Neg: "-",
@@ -124,7 +124,7 @@ def _names(node: exp.Func) -> set[str]:
 
 
 def check_shadowing(
-    tree: exp.Expression,
+    tree: exp.Expr,
     shadows: Shadows,
     also_reads: tuple[str, ...] = (),
     visible: frozenset[str] | None = None,
@@ -169,7 +169,7 @@ def check_shadowing(
             )
 
 
-def _check_tables(tree: exp.Expression, shadows: Shadows, also: tuple[str, ...]) -> None:
+def _check_tables(tree: exp.Expr, shadows: Shadows, also: tuple[str, ...]) -> None:
     if not shadows.tainted:
         return
     from dpsql.sql.classify import referenced_tables
@@ -203,7 +203,7 @@ def _type_name(t: exp.DataType) -> tuple[str, str] | None:
     return ".".join(["public", *names] if len(names) == 1 else names), names[-1]
 
 
-def _check_row_types(tree: exp.Expression, hidden: frozenset[str]) -> None:
+def _check_row_types(tree: exp.Expr, hidden: frozenset[str]) -> None:
     if not hidden:
         return
     from dpsql.errors import UndefinedObject

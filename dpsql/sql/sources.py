@@ -44,7 +44,7 @@ def table_name(t: exp.Table) -> str:
     return qualify_name(f"{db}.{t.name}")
 
 
-def source_of(t: exp.Expression, policy: Policy) -> Source:
+def source_of(t: exp.Expr, policy: Policy) -> Source:
     if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
         raise UnsupportedSql(
             "only plain tables (and subqueries that filter them) are supported in FROM of a "
@@ -111,10 +111,10 @@ class Ctx:
             )
         return col
 
-    def qualify(self, node: exp.Expression) -> exp.Expression:
+    def qualify(self, node: exp.Expr) -> exp.Expr:
         """Copy of a row-level expression with every column checked and qualified by alias."""
 
-        def fix(n: exp.Expression) -> exp.Expression:
+        def fix(n: exp.Expr) -> exp.Expr:
             if isinstance(n, (exp.Subquery, exp.Select)):
                 return n.copy()  # a checked public subquery: its columns are its own
             if isinstance(n, exp.Column):
@@ -133,7 +133,7 @@ class Ctx:
         return min(s.private.groups_bound for s in self.sources if s.private)
 
 
-def outer_columns(node: exp.Expression) -> list[exp.Column]:
+def outer_columns(node: exp.Expr) -> list[exp.Column]:
     """Column references of ``node`` outside any subquery."""
     out: list[exp.Column] = []
     stack = [node]
@@ -147,7 +147,7 @@ def outer_columns(node: exp.Expression) -> list[exp.Column]:
     return out
 
 
-def _unit_equalities(ctx: Ctx, on: exp.Expression, joined: Source) -> set[int]:
+def _unit_equalities(ctx: Ctx, on: exp.Expr, joined: Source) -> set[int]:
     """ids of the conjuncts of ``on`` equating the joined table's unit with an earlier table's."""
     out: set[int] = set()
     for c in on.flatten() if isinstance(on, exp.And) else [on]:

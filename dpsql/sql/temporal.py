@@ -31,7 +31,7 @@ TIME_FIELDS = frozenset("hour minute second milliseconds microseconds".split())
 TZ_FIELDS = frozenset("timezone timezone_hour timezone_minute".split())
 
 
-def unit_text(node: exp.Expression | None) -> str | None:
+def unit_text(node: exp.Expr | None) -> str | None:
     if isinstance(node, (exp.Var, exp.Literal)):
         return str(node.this).lower()
     if isinstance(node, exp.Column) and not node.table:
@@ -39,7 +39,7 @@ def unit_text(node: exp.Expression | None) -> str | None:
     return None
 
 
-def temporal_type(node: exp.Expression, column: ColumnOf) -> str | None:
+def temporal_type(node: exp.Expr, column: ColumnOf) -> str | None:
     """'date', 'timestamp' or 'timestamptz' when ``node``'s type is known to be one of them."""
     while isinstance(node, exp.Paren):
         node = node.this
@@ -160,7 +160,7 @@ def check_str_to_time(n: exp.StrToTime | exp.StrToDate) -> None:
     )
 
 
-def check_trunc(n: exp.Expression, column: ColumnOf) -> None:
+def check_trunc(n: exp.Expr, column: ColumnOf) -> None:
     unit = unit_text(n.args.get("unit"))
     if n.args.get("zone") is not None:
         raise UnsupportedSql("date_trunc with a time zone is not supported in private queries")

@@ -74,7 +74,7 @@ def _check_like(n: exp.Like | exp.ILike) -> None:
         )
 
 
-def _int_literal(node: exp.Expression | None) -> int | None:
+def _int_literal(node: exp.Expr | None) -> int | None:
     neg = False
     while isinstance(node, (exp.Neg, exp.Paren)):
         neg = neg != isinstance(node, exp.Neg)
@@ -113,7 +113,7 @@ def _check_round(n: exp.Round) -> None:
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs)
 
 
-def _check_arithmetic(n: exp.Expression, column: ColumnOf) -> None:
+def _check_arithmetic(n: exp.Expr, column: ColumnOf) -> None:
     for key in ("this", "expression"):
         arg = n.args.get(key)
         while isinstance(arg, exp.Paren):
@@ -126,7 +126,7 @@ def _check_arithmetic(n: exp.Expression, column: ColumnOf) -> None:
             )
 
 
-def check_total(n: exp.Expression, column: ColumnOf) -> None:
+def check_total(n: exp.Expr, column: ColumnOf) -> None:
     """Refuse ``n`` (one node of a row-level expression) when it could raise depending on data."""
     if isinstance(n, _ARITHMETIC):
         _check_arithmetic(n, column)
@@ -150,7 +150,7 @@ def check_total(n: exp.Expression, column: ColumnOf) -> None:
         check_to_char(n, column)
 
 
-def _texty(node: exp.Expression) -> bool:
+def _texty(node: exp.Expr) -> bool:
     """Does ``node`` contain a text value that a numeric cast could fail on?"""
     for x in node.walk():
         if isinstance(x, exp.Literal) and x.is_string:
@@ -212,7 +212,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
     )
 
 
-def _inside_numeric_function(node: exp.Expression, top: exp.Expression) -> bool:
+def _inside_numeric_function(node: exp.Expr, top: exp.Expr) -> bool:
     """True when ``node`` only feeds a function whose result is a number (extract, length)."""
     p = node.parent
     while p is not None and p is not top.parent:

@@ -54,12 +54,12 @@ class KeyLink:
 
     source: int
     column: str
-    expr: exp.Expression
+    expr: exp.Expr
     block: exp.Select
 
-    def instantiate(self, values: Sequence[exp.Expression]) -> exp.Select:
+    def instantiate(self, values: Sequence[exp.Expr]) -> exp.Select:
         """The leaf's SELECT for the released key values (NULLs never join: left out)."""
-        cond: exp.Expression = (
+        cond: exp.Expr = (
             exp.In(this=self.expr.copy(), expressions=[v.copy() for v in values])
             if values
             else exp.false()
@@ -79,7 +79,7 @@ class Split:
     validated and planned before any data is read).
     """
 
-    post: exp.Expression
+    post: exp.Expr
     leaves: tuple[exp.Select, ...]
     links: tuple[KeyLink | None, ...] = ()
     units: tuple[UnitSource, ...] = ()  # per-unit derived tables the leaves read (per_unit.py)
@@ -89,7 +89,7 @@ class Split:
         return self.links[i] if self.links else None
 
 
-def split(tree: exp.Expression, policy: Policy, analyze: Callable[..., object]) -> Split | None:
+def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., object]) -> Split | None:
     """The statement's leaves and post-processing; None when the statement is one flat leaf
     (nothing to split: the caller keeps the flat analysis's refusal).
 
@@ -165,7 +165,7 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _refuse_private_rest(post: exp.Expression, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]
+def _refuse_private_rest(post: exp.Expr, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]
     """Refuse post-processing that still reads private rows (raw rows: never released)."""
     blocks = [s for s in post.find_all(exp.Select) if _private_tables(s, policy)]
     if not blocks:
@@ -269,7 +269,7 @@ def _leaf_key_column(leaf: exp.Select) -> str | None:
     return None
 
 
-def _names_leaf(x: exp.Expression, alias: str, column: str | None) -> bool:
+def _names_leaf(x: exp.Expr, alias: str, column: str | None) -> bool:
     return (
         column is not None
         and isinstance(x, exp.Column)
@@ -298,7 +298,7 @@ def _identifier(c: exp.Column, policy: Policy, block: exp.Select) -> bool:
     return False
 
 
-def prune_ctes(tree: exp.Expression) -> exp.Expression:
+def prune_ctes(tree: exp.Expr) -> exp.Expr:
     """``tree`` without the CTEs nothing reads any more (those the leaves read in their place);
     PostgreSQL never evaluates an unreferenced CTE without side effects, so the rows match."""
     while True:
@@ -319,15 +319,15 @@ def prune_ctes(tree: exp.Expression) -> exp.Expression:
 # -- which blocks are leaves ---------------------------------------------------------------
 
 
-def _cte_body(table: exp.Table) -> exp.Expression | None:
+def _cte_body(table: exp.Table) -> exp.Expr | None:
     """The body of the CTE a table reference names (PostgreSQL's scoping), or None."""
     if table.db:
         return None
     name = table.name
-    prev: exp.Expression = table
+    prev: exp.Expr = table
     node = table.parent
     while node is not None:
-        visible: list[exp.Expression] = []
+        visible: list[exp.Expr] = []
         if isinstance(node, exp.With):
             ctes = list(node.expressions)
             upto = ctes.index(prev) if prev in ctes else len(ctes)
@@ -343,7 +343,7 @@ def _cte_body(table: exp.Table) -> exp.Expression | None:
     return None
 
 
-def _private_tables(s: exp.Expression, policy: Policy, depth: int = 0) -> bool:
+def _private_tables(s: exp.Expr, policy: Policy, depth: int = 0) -> bool:
     """Whether ``s`` reads a private table, directly or through the CTEs it names."""
     if depth > 32:
         raise UnsupportedSql("CTEs are nested too deeply")
@@ -357,8 +357,8 @@ def _private_tables(s: exp.Expression, policy: Policy, depth: int = 0) -> bool:
     return False
 
 
-def _contains(outer: exp.Expression, node: exp.Expression) -> bool:
-    p: exp.Expression | None = node
+def _contains(outer: exp.Expr, node: exp.Expr) -> bool:
+    p: exp.Expr | None = node
     while p is not None:
         if p is outer:
             return True
@@ -366,9 +366,9 @@ def _contains(outer: exp.Expression, node: exp.Expression) -> bool:
     return False
 
 
-def _own_nodes(s: exp.Select) -> list[exp.Expression]:
+def _own_nodes(s: exp.Select) -> list[exp.Expr]:
     """The nodes of ``s``'s select list, HAVING and ORDER BY outside nested queries."""
-    out: list[exp.Expression] = []
+    out: list[exp.Expr] = []
     parts = [*s.expressions, s.args.get("having"), s.args.get("order")]
     stack = [p for p in parts if p is not None]
     while stack:
@@ -390,7 +390,7 @@ def is_aggregate_block(s: exp.Select) -> bool:
     return False
 
 
-def _selects_below(s: exp.Expression) -> list[exp.Select]:
+def _selects_below(s: exp.Expr) -> list[exp.Select]:
     """Every SELECT inside ``s`` and inside the bodies of the CTEs it names from outside."""
     out = [t for t in s.find_all(exp.Select) if t is not s]
     for t in s.find_all(exp.Table):
@@ -401,7 +401,7 @@ def _selects_below(s: exp.Expression) -> list[exp.Select]:
     return out
 
 
-def _lowest_leaves(tree: exp.Expression, policy: Policy) -> list[exp.Select]:
+def _lowest_leaves(tree: exp.Expr, policy: Policy) -> list[exp.Select]:
     cands = [
         s
         for s in tree.find_all(exp.Select)
@@ -432,7 +432,7 @@ def standalone(s: exp.Select) -> exp.Select:
     needed: list[exp.CTE] = []
     seen: set[int] = set()
 
-    def collect(node: exp.Expression) -> None:
+    def collect(node: exp.Expr) -> None:
         for t in node.find_all(exp.Table):
             body = _cte_body(t)
             if body is None or _contains(s, body) or id(body) in seen:
@@ -459,7 +459,7 @@ def leaf_number(s: exp.Select) -> int | None:
     return int(s.args["from_"].this.name[len(LEAF_PREFIX) :])
 
 
-def fill(post: exp.Expression, leaves: Sequence[exp.Expression]) -> exp.Expression:
+def fill(post: exp.Expr, leaves: Sequence[exp.Expr]) -> exp.Expr:
     """``post`` with each placeholder replaced by its leaf's released rows (a query)."""
     out = post.copy()
     if isinstance(out, exp.Select) and leaf_number(out) is not None:
@@ -474,7 +474,7 @@ def fill(post: exp.Expression, leaves: Sequence[exp.Expression]) -> exp.Expressi
 # -- windows over aggregates ----------------------------------------------------------------
 
 
-def lift_windows(tree: exp.Expression, policy: Policy) -> exp.Expression:
+def lift_windows(tree: exp.Expr, policy: Policy) -> exp.Expr:
     """Split every aggregate SELECT over private rows that also computes window functions into
     an aggregate block and a windowing SELECT over it (same rows, same names, same order)."""
     for s in list(tree.find_all(exp.Select)):
@@ -502,7 +502,7 @@ def _lift(s: exp.Select) -> exp.Select:
             inner.set(key, v.copy() if not isinstance(v, list) else [x.copy() for x in v])
     group = s.args.get("group")
     aliases = {e.alias: e.this for e in s.expressions if isinstance(e, exp.Alias)}
-    keys: list[exp.Expression] = []
+    keys: list[exp.Expr] = []
     raw = [g for st in gs.expand_group(group) for g in st] if group is not None else []
     for g in raw:
         if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
@@ -516,9 +516,9 @@ def _lift(s: exp.Select) -> exp.Select:
     keys = list({k.sql("postgres"): k for k in keys}.values())  # each key once, in order
     key_sql = {k.sql("postgres"): i for i, k in enumerate(keys)}
     aggs: dict[str, int] = {}
-    agg_nodes: list[exp.Expression] = []
+    agg_nodes: list[exp.Expr] = []
 
-    def fix(n: exp.Expression) -> exp.Expression:
+    def fix(n: exp.Expr) -> exp.Expr:
         sql = n.sql("postgres")
         if sql in key_sql and not isinstance(n, exp.Literal):
             return exp.column(f"_dp_k{key_sql[sql]}", WINDOW_ALIAS)
@@ -561,7 +561,7 @@ def _lift(s: exp.Select) -> exp.Select:
     return outer
 
 
-def _figure_name(e: exp.Expression) -> str | None:
+def _figure_name(e: exp.Expr) -> str | None:
     """PostgreSQL's name for an unaliased select item whose text the lift would change."""
     inner = e
     if isinstance(inner, exp.Column):

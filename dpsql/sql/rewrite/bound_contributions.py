@@ -43,7 +43,7 @@ from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
 
-def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
+def _value_sql(a: Analysis, m: Measure) -> exp.Expr:
     """A measure's per-row value: made total, clamped into its range for sums and quantiles.
 
     An integral SUM (integer columns and bounds, dpsql.sql.analyze._integral) is also rounded
@@ -60,7 +60,7 @@ def _value_sql(a: Analysis, m: Measure) -> exp.Expression:
     return arg
 
 
-def _measure_sql(m: Measure, v: exp.Expression | None, unique: bool) -> exp.Expression:
+def _measure_sql(m: Measure, v: exp.Expr | None, unique: bool) -> exp.Expr:
     if m.kind == "count_rows" or (m.kind == "count_units" and unique):
         return exp.Count(this=exp.Star())  # a unique, NOT NULL unit: one row per unit
     if m.kind == "count_units":
@@ -71,7 +71,7 @@ def _measure_sql(m: Measure, v: exp.Expression | None, unique: bool) -> exp.Expr
     if m.kind == "count_distinct":
         return exp.Count(this=exp.Distinct(expressions=[v]))
     if m.kind == "sum":
-        body: exp.Expression = v
+        body: exp.Expr = v
     elif m.kind == "sum_centered":
         body = exp.Sub(this=v, expression=numeric(m.mid))
     else:
@@ -80,7 +80,7 @@ def _measure_sql(m: Measure, v: exp.Expression | None, unique: bool) -> exp.Expr
     return exp.Coalesce(this=exp.Sum(this=body), expressions=[exp.Literal.number(0)])
 
 
-def source_select(a: Analysis, salt: str, *columns: exp.Expression) -> exp.Select:
+def source_select(a: Analysis, salt: str, *columns: exp.Expr) -> exp.Select:
     """``SELECT columns FROM <the query's tables and joins>`` (row-level, made total).
 
     Contribution bounding runs on the rows this produces, i.e. after any join. When private
@@ -90,7 +90,7 @@ def source_select(a: Analysis, salt: str, *columns: exp.Expression) -> exp.Selec
     """
     alias, table = (a.sources[0][0], a.sources[0][1]) if a.sources else (a.alias, a.table)
     cap = sum(1 for _, _, p in a.sources if p is not None) > 1
-    first: exp.Expression = exp.to_table(table).as_(alias, quoted=True)
+    first: exp.Expr = exp.to_table(table).as_(alias, quoted=True)
     if cap and a.sources[0][2] is not None:
         first = capped_table(a, alias, table, a.sources[0][2].privacy_unit, salt)
     q = exp.select(*columns).from_(first)
@@ -108,7 +108,7 @@ def source_select(a: Analysis, salt: str, *columns: exp.Expression) -> exp.Selec
 
 def capped_table(
     a: Analysis, alias: str, table: str, unit: str, salt: str, *, push: bool = True
-) -> exp.Expression:
+) -> exp.Expr:
     """``table AS alias`` keeping at most R = max_rows_per_unit rows per unit, chosen by a keyed
     hash of the whole row among the rows that pass the WHERE conditions reading this table only
     (``push``)::
@@ -140,7 +140,7 @@ def capped_table(
     return outer.subquery(ident.copy())
 
 
-def _own_conditions(where: exp.Expression | None, alias: str) -> list[exp.Expression]:
+def _own_conditions(where: exp.Expr | None, alias: str) -> list[exp.Expr]:
     """The AND-ed conditions of ``where`` that read columns of ``alias`` only (no subquery)."""
     if where is None:
         return []
@@ -163,12 +163,12 @@ def make_join_total(j: exp.Join, a: Analysis) -> exp.Join:
     return out
 
 
-def _key_filter(a: Analysis) -> exp.Expression | None:
-    conds: list[exp.Expression] = []
+def _key_filter(a: Analysis) -> exp.Expr | None:
+    conds: list[exp.Expr] = []
     for g in a.group_keys:
         if g.keys is not None:
             vals = [exp.Literal.string(k) for k in g.keys]
-            cond: exp.Expression = (
+            cond: exp.Expr = (
                 exp.In(this=exp.cast(g.expr.copy(), "text"), expressions=vals)
                 if vals
                 else exp.false()
@@ -186,15 +186,15 @@ def _key_filter(a: Analysis) -> exp.Expression | None:
 def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     """The full private SQL for an analysis (pure; ``salt`` orders group choices)."""
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
-    inner: list[exp.Expression] = []
+    inner: list[exp.Expr] = []
     if not a.private.row_privacy:
         unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
         inner.append(exp.alias_(unit, "_dp_unit"))
     inner += [
         exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}") for i, g in enumerate(a.group_keys)
     ]
-    vcols: dict[str, exp.Expression] = {}
-    values: list[exp.Expression | None] = []
+    vcols: dict[str, exp.Expr] = {}
+    values: list[exp.Expr | None] = []
     for m in a.measures:
         if m.arg is None:
             values.append(None)
@@ -220,7 +220,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         for i, (m, v) in enumerate(zip(a.measures, values, strict=True))
     ]
     if a.private.row_privacy or a.unique_unit:  # nothing to bound: one row per unit
-        src: exp.Expression = rows.subquery("_dp_rows")
+        src: exp.Expr = rows.subquery("_dp_rows")
         out = exp.select(*gcols, *measures).from_(src)
     else:
         out = _bounded(a, rows, gcols, measures, salt)
@@ -247,8 +247,8 @@ def _nothing_dropped(a: Analysis, q: exp.Select) -> exp.Select:
 def _bounded(
     a: Analysis,
     rows: exp.Select,
-    gcols: list[exp.Expression],
-    measures: list[exp.Expression],
+    gcols: list[exp.Expr],
+    measures: list[exp.Expr],
     salt: str,
 ) -> exp.Select:
     unit = exp.column("_dp_unit")
@@ -261,7 +261,7 @@ def _bounded(
         order=exp.Order(expressions=row_order(salt, exp.column("_dp_rt"))),
     )
     extra = [exp.alias_(rn, "_dp_rn")]
-    conds: list[exp.Expression] = [
+    conds: list[exp.Expr] = [
         exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
     ]
     ided = [exp.Star(), exp.alias_(identity, "_dp_rt")]
@@ -294,14 +294,14 @@ def _bounded(
 
 
 def _raw_values(
-    a: Analysis, inner: list[exp.Expression], vcols: dict[str, exp.Expression]
-) -> dict[int, exp.Expression]:
+    a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
+) -> dict[int, exp.Expr]:
     """For each SUM bias target whose measure is clamped narrower than the declared bounds
     (``clamp: auto``), a row-value column clamped into the declared bounds instead (added to
     ``inner``): its raw partial then counts the clamped-off mass as removed (dpsql.sql.bias)."""
     from dpsql.sql.bias import bias_targets
 
-    out: dict[int, exp.Expression] = {}
+    out: dict[int, exp.Expr] = {}
     for t in bias_targets(a):
         if not t.raw_clamp or t.measure.arg is None:
             continue

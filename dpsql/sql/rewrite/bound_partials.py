@@ -86,11 +86,11 @@ def needs_group_rank(a: Analysis) -> bool:
     return combinations > a.max_groups
 
 
-def _least(node: exp.Expression, r: int) -> exp.Expression:
+def _least(node: exp.Expr, r: int) -> exp.Expr:
     return exp.Least(this=node, expressions=[exp.Literal.number(r)])
 
 
-def _summand(m: Measure, v: exp.Expression) -> tuple[exp.Expression, Fraction, Fraction]:
+def _summand(m: Measure, v: exp.Expr) -> tuple[exp.Expr, Fraction, Fraction]:
     """The per-row summand of a sum measure and its range [a, c]."""
     if m.kind == "sum":
         return v.copy(), m.lo, m.hi
@@ -101,7 +101,7 @@ def _summand(m: Measure, v: exp.Expression) -> tuple[exp.Expression, Fraction, F
     return exp.Mul(this=d, expression=d.copy()), Fraction(0), half * half
 
 
-def partial_sql(m: Measure, v: exp.Expression | None, r: int) -> exp.Expression | None:
+def partial_sql(m: Measure, v: exp.Expr | None, r: int) -> exp.Expr | None:
     """One unit's partial of measure ``m`` in one group (None for COUNT(DISTINCT unit))."""
     if m.kind == "count_units":
         return None
@@ -113,7 +113,7 @@ def partial_sql(m: Measure, v: exp.Expression | None, r: int) -> exp.Expression 
         return _least(n, r)
     body, a, c = _summand(m, v)
     total = exp.Sum(this=body)
-    scaled: exp.Expression = exp.Div(
+    scaled: exp.Expr = exp.Div(
         this=exp.Mul(this=total.copy(), expression=exp.Literal.number(r)),
         # n > R >= 1 in this branch; NULLIF keeps the division total whatever the evaluation order
         expression=exp.Nullif(this=n.copy(), expression=exp.Literal.number(0)),
@@ -135,9 +135,9 @@ def partial_sql(m: Measure, v: exp.Expression | None, r: int) -> exp.Expression 
 def bound_partials(
     a: Analysis,
     rows: exp.Select,
-    values: list[exp.Expression | None],
+    values: list[exp.Expr | None],
     salt: str,
-    raw_values: dict[int, exp.Expression] | None = None,
+    raw_values: dict[int, exp.Expr] | None = None,
 ) -> exp.Select:
     """The private SQL for decomposable measures (``values[i]``: measure i's value column;
     ``raw_values[i]``: the raw value column of bias target i when it differs)."""
@@ -153,13 +153,13 @@ def bound_partials(
         if rank
         else None
     )
-    parts: dict[str, exp.Expression] = {}
+    parts: dict[str, exp.Expr] = {}
     kept: dict[int, str] = {}
-    measures: list[exp.Expression] = []
+    measures: list[exp.Expr] = []
     for i, m in enumerate(a.measures):
         p = partial_sql(m, values[i], a.max_rows)
         if p is None:
-            out: exp.Expression = exp.Count(this=exp.Star())
+            out: exp.Expr = exp.Count(this=exp.Star())
         else:
             key = p.sql("postgres")
             if key not in parts:

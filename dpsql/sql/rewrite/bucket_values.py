@@ -50,7 +50,7 @@ def _grid_hi(m: Measure) -> Fraction:
     return m.grid_hi if m.grid_hi is not None else m.hi
 
 
-def _bucket(m: Measure, v: exp.Expression) -> exp.Expression:
+def _bucket(m: Measure, v: exp.Expr) -> exp.Expr:
     if m.kind == "quantile":
         wb = exp.Anonymous(
             this="width_bucket",
@@ -64,7 +64,7 @@ def _bucket(m: Measure, v: exp.Expression) -> exp.Expression:
         return exp.Sub(this=clamped, expression=one.copy())
     text = exp.cast(v.copy(), "text")
     if m.candidates is not None:
-        cond: exp.Expression = exp.In(
+        cond: exp.Expr = exp.In(
             this=text, expressions=[exp.Literal.string(c) for c in m.candidates]
         )
     else:
@@ -83,7 +83,7 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
         return q
     q = q.copy()
     items = {e.alias: e for e in q.expressions if isinstance(e, exp.Alias)}
-    buckets: list[exp.Expression | None] = [None] * len(specs)
+    buckets: list[exp.Expr | None] = [None] * len(specs)
     for i, m in enumerate(a.measures):
         if not m.selected:
             continue
@@ -96,7 +96,7 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     if all(_summable(e.this) for e in q.expressions if isinstance(e, exp.Alias)):
         return _summed_cells(q, gcols, exprs)
-    sets: list[exp.Expression] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
+    sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in exprs]
     extra = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
     grouping = exp.Grouping(expressions=[b.copy() for b in exprs])
@@ -105,7 +105,7 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
     return q
 
 
-def _summable(e: exp.Expression) -> bool:
+def _summable(e: exp.Expr) -> bool:
     """A measure whose per-group value is the sum of its per-(group, bucket) values."""
     if isinstance(e, exp.Count):
         return not isinstance(e.this, exp.Distinct)
@@ -113,7 +113,7 @@ def _summable(e: exp.Expression) -> bool:
 
 
 def _summed_cells(
-    q: exp.Select, gcols: list[exp.Expression], exprs: list[exp.Expression]
+    q: exp.Select, gcols: list[exp.Expr], exprs: list[exp.Expr]
 ) -> exp.Select:
     """The grouping sets over the cells of one plain GROUP BY (keys, buckets)::
 
@@ -133,11 +133,11 @@ def _summed_cells(
     inner.set("expressions", [*inner.expressions, *cells])
     keys = [g.copy() for g in gcols] + [exp.column(c.alias) for c in cells]
     inner.set("group", exp.Group(expressions=keys))
-    outer_cols: list[exp.Expression] = [g.copy() for g in gcols]
+    outer_cols: list[exp.Expr] = [g.copy() for g in gcols]
     for e in q.expressions:
         if not isinstance(e, exp.Alias) or e.alias.startswith("_dp_g"):
             continue
-        total: exp.Expression = exp.Sum(this=exp.column(e.alias))
+        total: exp.Expr = exp.Sum(this=exp.column(e.alias))
         if isinstance(e.this, exp.Count):
             total = exp.cast(
                 exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), "bigint"
@@ -146,7 +146,7 @@ def _summed_cells(
     bcols = [exp.column(c.alias) for c in cells]
     outer_cols += [exp.alias_(b.copy(), b.name) for b in bcols]
     outer_cols.append(exp.alias_(exp.Grouping(expressions=[b.copy() for b in bcols]), "_dp_set"))
-    sets: list[exp.Expression] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
+    sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in bcols]
     out = exp.select(*outer_cols).from_(inner.subquery("_dp_cells"))
     out.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))

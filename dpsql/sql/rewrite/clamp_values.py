@@ -15,7 +15,7 @@ from dpsql.sql.rewrite.literals import clamp_strict, numeric
 from dpsql.sql.sensitivity import Columns, lookup
 
 
-def clamp(node: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
+def clamp(node: exp.Expr, lo: Fraction, hi: Fraction) -> exp.Expr:
     """``node`` clamped into [lo, hi] in NUMERIC (NULL stays NULL: see ``clamp_strict``).
 
     >>> import sqlglot
@@ -26,9 +26,9 @@ def clamp(node: exp.Expression, lo: Fraction, hi: Fraction) -> exp.Expression:
 
 
 def clamp_values(
-    node: exp.Expression, columns: Columns, lo: Fraction, hi: Fraction
-) -> exp.Expression:
-    def fix(n: exp.Expression) -> exp.Expression:
+    node: exp.Expr, columns: Columns, lo: Fraction, hi: Fraction
+) -> exp.Expr:
+    def fix(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column):
             col = lookup(columns, n)
             if col is not None and col.bounds is not None and not col.temporal:

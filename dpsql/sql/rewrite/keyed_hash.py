@@ -23,13 +23,13 @@ from __future__ import annotations
 from sqlglot import exp
 
 
-def group_hash(salt: str, unit: exp.Expression, gcols: list[exp.Expression]) -> exp.Expression:
+def group_hash(salt: str, unit: exp.Expr, gcols: list[exp.Expr]) -> exp.Expr:
     """A salted 64-bit hash of (unit, group keys): the order in which a unit's groups are kept.
 
     NULL and the text 'n' hash apart (keys are prefixed with 'v'). Ties (a collision) are broken
     by the keys themselves where it is used.
     """
-    parts: list[exp.Expression] = [exp.Literal.string(salt), exp.cast(unit.copy(), "text")]
+    parts: list[exp.Expr] = [exp.Literal.string(salt), exp.cast(unit.copy(), "text")]
     for g in gcols:
         text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(g.copy(), "text"))
         parts.append(exp.Coalesce(this=text, expressions=[exp.Literal.string("n")]))
@@ -37,12 +37,12 @@ def group_hash(salt: str, unit: exp.Expression, gcols: list[exp.Expression]) -> 
     return exp.Anonymous(this="hashtextextended", expressions=[digest, exp.Literal.number(0)])
 
 
-def row_identity(columns: list[exp.Expression]) -> exp.Expression:
+def row_identity(columns: list[exp.Expr]) -> exp.Expr:
     """``CAST(ROW(columns...) AS TEXT)``: a row's values as unambiguous text."""
     return exp.cast(exp.Anonymous(this="ROW", expressions=[c.copy() for c in columns]), "text")
 
 
-def row_order(salt: str, identity: exp.Expression) -> list[exp.Ordered]:
+def row_order(salt: str, identity: exp.Expr) -> list[exp.Ordered]:
     """``ORDER BY hashtextextended(salt || '|' || identity, 0), identity``: a salted order of a
     unit's rows, total on distinct identities (the text breaks a hash collision)."""
     digest = exp.Anonymous(

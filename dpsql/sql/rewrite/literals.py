@@ -10,7 +10,7 @@ from sqlglot import exp
 _CTX = Context(prec=80)
 
 
-def number(value: Fraction | int) -> exp.Expression:
+def number(value: Fraction | int) -> exp.Expr:
     """A numeric literal equal to ``value`` (exact for the dyadic fractions bounds produce).
 
     >>> number(Fraction(5, 2)).sql()
@@ -23,13 +23,13 @@ def number(value: Fraction | int) -> exp.Expression:
     return exp.Neg(this=lit) if text.startswith("-") else lit
 
 
-def numeric(value: Fraction | int) -> exp.Expression:
+def numeric(value: Fraction | int) -> exp.Expr:
     """``CAST(<value> AS NUMERIC)``, so arithmetic stays exact and typed."""
     n = number(value)
     return exp.cast(exp.Paren(this=n) if isinstance(n, exp.Neg) else n, "numeric")
 
 
-def clamp_strict(node: exp.Expression, lo: exp.Expression, hi: exp.Expression) -> exp.Expression:
+def clamp_strict(node: exp.Expr, lo: exp.Expr, hi: exp.Expr) -> exp.Expr:
     """``node`` clamped into [lo, hi] in NUMERIC, NULL staying NULL.
 
     ``LEAST``/``GREATEST`` ignore NULL arguments (``GREATEST(NULL, 0)`` is 0), which would turn a

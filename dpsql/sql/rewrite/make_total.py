@@ -46,22 +46,22 @@ FLOAT_LIMITS = {
 }
 
 
-def _guard(divisor: exp.Expression) -> exp.Expression:
+def _guard(divisor: exp.Expr) -> exp.Expr:
     return exp.Nullif(this=divisor, expression=exp.Literal.number(0))
 
 
-def _pow10(e: int) -> exp.Expression:
+def _pow10(e: int) -> exp.Expr:
     return exp.Literal.number(f"1e{e}")
 
 
-def _clamp(node: exp.Expression, lo: exp.Expression, hi: exp.Expression) -> exp.Expression:
+def _clamp(node: exp.Expr, lo: exp.Expr, hi: exp.Expr) -> exp.Expr:
     return clamp_strict(node, lo, hi)  # NULL stays NULL
 
 
 _NUMERIC = exp.DataType.build("numeric")
 
 
-def _round(node: exp.Expression, decimals: int) -> exp.Round:
+def _round(node: exp.Expr, decimals: int) -> exp.Round:
     """``ROUND(node, decimals)`` of a NUMERIC ``node``, typed so that the generator does not
     annotate its whole subtree to check for ``double precision`` (quadratic in nested rounds)."""
     r = exp.Round(this=node, decimals=exp.Literal.number(decimals))
@@ -69,7 +69,7 @@ def _round(node: exp.Expression, decimals: int) -> exp.Round:
     return r
 
 
-def _num(node: exp.Expression) -> exp.Expression:
+def _num(node: exp.Expr) -> exp.Expr:
     """``node`` typed NUMERIC (no cast added when it already is). Takes ``node`` (no copy)."""
     if isinstance(node, (exp.Literal, exp.Round)) or (
         isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL
@@ -78,7 +78,7 @@ def _num(node: exp.Expression) -> exp.Expression:
     return exp.cast(node, "numeric", copy=False)
 
 
-def _safe(node: exp.Expression) -> exp.Expression:
+def _safe(node: exp.Expr) -> exp.Expr:
     """A NUMERIC operand that can't make arithmetic overflow: clamped and rounded.
 
     Constants are left as they are: the planner folds them before reading any row (and the
@@ -91,13 +91,13 @@ def _safe(node: exp.Expression) -> exp.Expression:
     return _round(clamped, SAFE_SCALE)
 
 
-def _plain_number(node: exp.Expression) -> bool:
+def _plain_number(node: exp.Expr) -> bool:
     while isinstance(node, (exp.Neg, exp.Paren)):
         node = node.this
     return isinstance(node, exp.Literal) and not node.is_string
 
 
-def is_integer(node: exp.Expression, columns: Columns | None) -> bool:
+def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
     """True when PostgreSQL types ``node`` as an integer (so ``/`` truncates)."""
     if isinstance(node, exp.Paren):
         return is_integer(node.this, columns)
@@ -117,7 +117,7 @@ def is_integer(node: exp.Expression, columns: Columns | None) -> bool:
     return isinstance(node, exp.Length)
 
 
-def _cast_total(n: exp.Cast) -> exp.Expression:
+def _cast_total(n: exp.Cast) -> exp.Expr:
     to = n.to.this
     if to in fn.INTEGER_TYPES:
         lo, hi = fn.INTEGER_RANGE[to]
@@ -157,14 +157,14 @@ def _largest_numeric(p: int, s: int) -> exp.Literal:
     return exp.Literal.number(f"{digits[: p - s]}.{digits[p - s :]}")
 
 
-def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expression:
+def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
     """A copy of ``node`` in which no operation can raise for any row (see the module docstring).
 
     ``columns`` (the private table's columns) tells integer columns apart, so integer division
     keeps its truncating semantics; without it, ``/`` divides exactly.
     """
 
-    def fix(n: exp.Expression, both_int: bool) -> exp.Expression:
+    def fix(n: exp.Expr, both_int: bool) -> exp.Expr:
         if not n.find(exp.Column) and not isinstance(n, exp.Cast):
             # Constant: folded by the planner before any row is read, so it fails (or not)
             # whatever the data. Only division by zero is turned into NULL, as for rows.
@@ -196,7 +196,7 @@ def make_total(node: exp.Expression, columns: Columns | None = None) -> exp.Expr
             return _cast_total(n)
         return n
 
-    def visit(n: exp.Expression) -> exp.Expression:  # bottom-up: children are made total first
+    def visit(n: exp.Expr) -> exp.Expr:  # bottom-up: children are made total first
         # PostgreSQL's type of a division, read before its operands are rewritten (a rewritten
         # operand is NUMERIC: (quantity - 5) would no longer look like an integer)
         both_int = (

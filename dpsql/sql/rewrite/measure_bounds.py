@@ -31,7 +31,7 @@ from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
 
-def _key_filter(a: Analysis) -> list[exp.Expression]:
+def _key_filter(a: Analysis) -> list[exp.Expr]:
     """Rows whose declared keys (as text) are listed: as the bounded query filters them."""
     return [
         exp.In(
@@ -43,7 +43,7 @@ def _key_filter(a: Analysis) -> list[exp.Expression]:
     ]
 
 
-def _bucket(number: exp.Expression, item: AutoItem) -> exp.Expression:
+def _bucket(number: exp.Expr, item: AutoItem) -> exp.Expr:
     edges = exp.Array(expressions=[numeric(t) for t in item.thresholds])
     arg = exp.cast(number, "numeric")
     if not item.thresholds:  # a one-candidate grid: every unit is in bucket 0
@@ -55,7 +55,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     """``SELECT _dp_item, _dp_b, _dp_c``: units per bucket of each item's grid (pure)."""
     assert items and not a.private.row_privacy
     unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
-    cols: list[exp.Expression] = [exp.alias_(unit, "_dp_unit")]
+    cols: list[exp.Expr] = [exp.alias_(unit, "_dp_unit")]
     groups = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     cols += [
         exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}") for i, g in enumerate(a.group_keys)
@@ -92,7 +92,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
         .from_("_dp_ug")
         .group_by(u.copy())
     )
-    xs: list[exp.Expression] = [u.copy()]
+    xs: list[exp.Expr] = [u.copy()]
     for name in values.values():
         xs.append(exp.alias_(exp.Max(this=exp.column(name)), f"{name}_max"))
         xs.append(exp.alias_(exp.Min(this=exp.column(name)), f"{name}_min"))
@@ -108,7 +108,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
             anchor = numeric(it.anchor)
             if it.kind == "value_hi":
                 x = exp.column(f"{values[it.column]}_max")
-                d: exp.Expression = exp.Sub(this=x, expression=anchor)
+                d: exp.Expr = exp.Sub(this=x, expression=anchor)
             else:
                 x = exp.column(f"{values[it.column]}_min")
                 d = exp.Sub(this=anchor, expression=x)
@@ -125,7 +125,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
             .from_(src)
             .group_by(exp.Literal.number(1), exp.Literal.number(2))
         )
-    body: exp.Expression = parts[0]
+    body: exp.Expr = parts[0]
     for p in parts[1:]:
         body = exp.union(body, p, distinct=False)
     out = exp.select("_dp_item", "_dp_b", "_dp_c").from_(body.subquery("_dp_hist"))

@@ -28,7 +28,7 @@ from dpsql.sql.bias import BiasTarget
 from dpsql.sql.rewrite.literals import numeric
 
 
-def raw_partial_sql(t: BiasTarget, v: exp.Expression | None) -> exp.Expression:
+def raw_partial_sql(t: BiasTarget, v: exp.Expr | None) -> exp.Expr:
     """A unit's raw partial of target ``t`` in one group (all its rows), made >= 0 by its sign."""
     kind = t.measure.kind
     if kind == "count_rows":
@@ -43,8 +43,8 @@ def raw_partial_sql(t: BiasTarget, v: exp.Expression | None) -> exp.Expression:
 
 
 def dropped_columns(
-    t: BiasTarget, e: exp.Expression, before: exp.Expression | None
-) -> tuple[exp.Expression, exp.Expression]:
+    t: BiasTarget, e: exp.Expr, before: exp.Expr | None
+) -> tuple[exp.Expr, exp.Expr]:
     """The two per-group aggregates of target ``t`` from a unit's removed mass ``e`` in the group
     (in grid steps, >= 0) and what its earlier groups already removed (``before``; None: one group
     per unit). A unit counts at most ``t.cap_steps`` steps over all its groups, and is counted
@@ -52,8 +52,8 @@ def dropped_columns(
     cap = exp.Literal.number(t.group_cap_steps if before is None else t.cap_steps)
     zero = exp.Literal.number(0)
     if before is None:
-        counted: exp.Expression = exp.Least(this=e.copy(), expressions=[cap.copy()])
-        passes: exp.Expression = exp.GT(this=e.copy(), expression=cap.copy())
+        counted: exp.Expr = exp.Least(this=e.copy(), expressions=[cap.copy()])
+        passes: exp.Expr = exp.GT(this=e.copy(), expression=cap.copy())
     else:
         room = exp.Greatest(this=exp.Sub(this=cap.copy(), expression=before.copy()),
                             expressions=[zero.copy()])  # fmt: skip
@@ -69,7 +69,7 @@ def dropped_columns(
     )
 
 
-def kept_only(node: exp.Expression, keep: exp.Expression | None) -> exp.Expression:
+def kept_only(node: exp.Expr, keep: exp.Expr | None) -> exp.Expr:
     """An aggregate over the kept partials only (``keep``: the group-rank condition, if any)."""
     if keep is None:
         return node
@@ -84,19 +84,19 @@ def measure_dropped(
     source: str,
     targets: tuple[BiasTarget, ...],
     kept: dict[int, str],
-    keep: exp.Expression | None,
-    order: list[exp.Expression] | None,
+    keep: exp.Expr | None,
+    order: list[exp.Expr] | None,
     selecting: bool,
 ) -> exp.Select:
     """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
     ranked or plain partials, which holds ``_dp_r<i>``; ``kept[i]``: target i's bounded partial
     column). ``order``: the order of a unit's groups (None: one group per unit). ``q``'s
     measures must already read kept partials only (:func:`kept_only`)."""
-    cols: list[exp.Expression] = []
-    steps: list[exp.Expression] = []
-    befores: list[exp.Expression] = []
+    cols: list[exp.Expr] = []
+    steps: list[exp.Expr] = []
+    befores: list[exp.Expr] = []
     for t in targets:
-        p: exp.Expression = (
+        p: exp.Expr = (
             exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
         )
         if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
@@ -106,7 +106,7 @@ def measure_dropped(
             p = exp.Neg(this=p)
         if keep is not None:
             p = exp.Case(ifs=[exp.If(this=keep.copy(), true=p)], default=exp.Literal.number(0))
-        d: exp.Expression = exp.Sub(
+        d: exp.Expr = exp.Sub(
             this=exp.column(f"_dp_r{t.index}"), expression=exp.Paren(this=p)
         )
         if t.grid != 1:
