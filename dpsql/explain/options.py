@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlglot.tokens import Token, TokenType
+from sqlglot.tokenizer_core import Token, TokenType
 
 from dpsql.errors import InvalidParameter, SqlSyntaxError
 from dpsql.sql.parse import tokenize

@@ -52,7 +52,7 @@ def output_name(node: exp.Expr) -> str:
         node = node.this
     if isinstance(node, exp.Median):
         return "percentile_cont"
-    return node.sql_name().lower()
+    return node.sql_name().lower() if isinstance(node, exp.Func) else node.key
 
 
 def buckets_for(lo: Fraction, hi: Fraction, integral: bool) -> tuple[Fraction, int]:

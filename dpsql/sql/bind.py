@@ -73,9 +73,7 @@ def param_numbers(tree: exp.Expr) -> set[int]:
 UNKNOWN_OID = 705  # PostgreSQL's "unknown": a declared type that leaves the parameter untyped
 
 
-def check_param_types(
-    tree: exp.Expr | None, param_count: int, declared: Sequence[int]
-) -> None:
+def check_param_types(tree: exp.Expr | None, param_count: int, declared: Sequence[int]) -> None:
     """Refuse, as PostgreSQL's Parse does, a parameter whose type nothing determines.
 
     A statement has ``max(len(declared), highest $n)`` parameters; one the statement never uses

@@ -55,9 +55,7 @@ def _reaches(case: exp.Case, text: str | None, h: Hypothesis, fixed: dict[str, s
     return got is None or got[1] == text
 
 
-def case_admits(
-    key: exp.Expr, text: str | None, where: exp.Expr, h: Hypothesis
-) -> bool:
+def case_admits(key: exp.Expr, text: str | None, where: exp.Expr, h: Hypothesis) -> bool:
     """False only when no row passing ``where`` makes the CASE ``key`` print ``text``."""
     while isinstance(key, exp.Paren):
         key = key.this

@@ -78,9 +78,7 @@ def _point(v: object) -> datetime | None:
     return None
 
 
-def _where_range(
-    where: exp.Expr | None, base: str
-) -> tuple[datetime | None, datetime | None]:
+def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, datetime | None]:
     """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
     lo: datetime | None = None
     hi: datetime | None = None

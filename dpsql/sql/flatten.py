@@ -71,7 +71,11 @@ def check_mergeable(inner: exp.Select) -> None:
         )
     srf = _set_returning(inner)
     if srf is not None:
-        name = srf.sql_name().lower() if not isinstance(srf, exp.Anonymous) else str(srf.name)
+        name = (
+            srf.sql_name().lower()
+            if isinstance(srf, exp.Func) and not isinstance(srf, exp.Anonymous)
+            else str(srf.name)
+        )
         name = {"explode": "unnest", "exploding_generate_series": "generate_series"}.get(name, name)
         raise UnsupportedSql(
             f"the set-returning function {name.lower()}() in a derived table over private rows is "

@@ -69,7 +69,7 @@ def _count(node: exp.Expr) -> int:
     if isinstance(node, exp.Cube):
         return 2 ** len(node.expressions)
     if isinstance(node, exp.GroupingSets):
-        return sum(_count(e) for e in node.expressions)
+        return int(sum(_count(e) for e in node.expressions))
     return 1
 
 

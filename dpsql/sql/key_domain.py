@@ -28,6 +28,7 @@ answer too small, never release a private value or raise the sensitivity.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -135,7 +136,15 @@ def _as_datetime(v: date | datetime) -> datetime:
     return as_utc(v) if isinstance(v, datetime) else datetime(v.year, v.month, v.day)
 
 
-def _compare(op: type, v: Value, c: Const) -> Truth:
+_ORDER: dict[type[exp.Expr], Callable[[Any, Any], bool]] = {
+    exp.GT: operator.gt,
+    exp.GTE: operator.ge,
+    exp.LT: operator.lt,
+    exp.LTE: operator.le,
+}
+
+
+def _compare(op: type[exp.Expr], v: Value, c: Const) -> Truth:
     if isinstance(v, _Null) or isinstance(c, _Null):
         return _N
     c = coerce(v, c)
@@ -148,16 +157,11 @@ def _compare(op: type, v: Value, c: Const) -> Truth:
         return _F if a == c else _T
     if isinstance(v, (str, bool)):
         return _ANY  # text order depends on the collation; booleans are rarely ranged
-    ok = {
-        exp.GT: lambda x, y: x > y,
-        exp.GTE: lambda x, y: x >= y,
-        exp.LT: lambda x, y: x < y,
-        exp.LTE: lambda x, y: x <= y,
-    }[op](a, c)
+    ok = _ORDER[op](a, c)
     return _T if ok else _F
 
 
-def _compare_range(op: type, lo: datetime, last: datetime, c: Const) -> Truth:
+def _compare_range(op: type[exp.Expr], lo: datetime, last: datetime, c: Const) -> Truth:
     """A comparison ``x op c`` for every x in [lo, last]: always, never or sometimes true."""
     c = coerce(lo, c)
     if isinstance(c, _Null):
@@ -229,7 +233,7 @@ def memoized() -> Iterator[None]:
         _MEMO.reset(token)
 
 
-def _atom(h: Hypothesis, side: exp.Expr, op: type, other: exp.Expr) -> Truth | None:
+def _atom(h: Hypothesis, side: exp.Expr, op: type[exp.Expr], other: exp.Expr) -> Truth | None:
     """``side op other`` under ``h``, or None when ``side`` is neither the key nor its base."""
     sql = _sql(side)
     if sql == h.key:

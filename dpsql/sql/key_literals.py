@@ -82,9 +82,7 @@ def _listed(node: exp.Expr, key: str, family: TypeFamily) -> set[str] | None:
     return out
 
 
-def listed_domain(
-    where: exp.Expr, key: exp.Expr, family: TypeFamily
-) -> tuple[str, ...] | None:
+def listed_domain(where: exp.Expr, key: exp.Expr, family: TypeFamily) -> tuple[str, ...] | None:
     """The key values the WHERE clause lists (``k = c``, ``k IN (...)``), sorted; or None."""
     got = _listed(where, key.sql("postgres"), family)
     return None if got is None else tuple(sorted(got))

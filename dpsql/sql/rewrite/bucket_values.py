@@ -112,9 +112,7 @@ def _summable(e: exp.Expr) -> bool:
     return isinstance(e, exp.Coalesce) and isinstance(e.this, exp.Sum)
 
 
-def _summed_cells(
-    q: exp.Select, gcols: list[exp.Expr], exprs: list[exp.Expr]
-) -> exp.Select:
+def _summed_cells(q: exp.Select, gcols: list[exp.Expr], exprs: list[exp.Expr]) -> exp.Select:
     """The grouping sets over the cells of one plain GROUP BY (keys, buckets)::
 
         SELECT _dp_g*, SUM(_dp_m*), _dp_b*, GROUPING(_dp_b*) AS _dp_set

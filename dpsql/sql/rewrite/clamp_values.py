@@ -25,9 +25,7 @@ def clamp(node: exp.Expr, lo: Fraction, hi: Fraction) -> exp.Expr:
     return clamp_strict(exp.cast(node, "numeric"), numeric(lo), numeric(hi))
 
 
-def clamp_values(
-    node: exp.Expr, columns: Columns, lo: Fraction, hi: Fraction
-) -> exp.Expr:
+def clamp_values(node: exp.Expr, columns: Columns, lo: Fraction, hi: Fraction) -> exp.Expr:
     def fix(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Column):
             col = lookup(columns, n)

@@ -139,7 +139,7 @@ def _cast_total(n: exp.Cast) -> exp.Expr:
     return n
 
 
-def _largest_numeric(p: int, s: int) -> exp.Literal:
+def _largest_numeric(p: int, s: int) -> exp.Expr:
     """The largest value of ``numeric(p, s)``, 10^(p-s) - 10^-s, as an exact literal.
 
     All p digits are nines: ``number()`` rounds to 80 significant digits, which turned
@@ -207,7 +207,7 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
         for child in list(n.iter_expressions()):
             key, index = child.arg_key, child.index
             new = visit(child)
-            if new is not child:
+            if new is not child and key is not None:
                 n.set(key, new, index)
         return fix(n, both_int)
 

@@ -96,9 +96,7 @@ def measure_dropped(
     steps: list[exp.Expr] = []
     befores: list[exp.Expr] = []
     for t in targets:
-        p: exp.Expr = (
-            exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
-        )
+        p: exp.Expr = exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
         if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
             mid = exp.Mul(this=numeric(t.measure.mid), expression=exp.column(kept[t.count_index]))
             p = exp.Add(this=p, expression=mid)
@@ -106,9 +104,7 @@ def measure_dropped(
             p = exp.Neg(this=p)
         if keep is not None:
             p = exp.Case(ifs=[exp.If(this=keep.copy(), true=p)], default=exp.Literal.number(0))
-        d: exp.Expr = exp.Sub(
-            this=exp.column(f"_dp_r{t.index}"), expression=exp.Paren(this=p)
-        )
+        d: exp.Expr = exp.Sub(this=exp.column(f"_dp_r{t.index}"), expression=exp.Paren(this=p))
         if t.grid != 1:
             d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
         e = exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
