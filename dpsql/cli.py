@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -18,10 +18,6 @@ from dpsql.demo import EXAMPLES
 from dpsql.errors import DpsqlError, InvalidParameter
 from dpsql.result import Result
 from dpsql.session import SessionContext
-
-if TYPE_CHECKING:
-    from dpsql.budget.ledger import Ledger
-    from dpsql.policy.model import Policy
 
 console = Console()
 err_console = Console(stderr=True)
@@ -128,11 +124,13 @@ def _upstream_of(
     return argparse.Namespace(upstream=st.upstream, ledger=st.ledger, no_ledger=no_ledger)
 
 
-def _ledger(args: argparse.Namespace, policy: Policy) -> Ledger | None:
+def _ledger(args: argparse.Namespace, policy: Any) -> Any:
     if getattr(args, "no_ledger", False):
         return None
-    from dpsql.budget.ledger import Ledger
-
+    try:
+        from dpsql.budget.ledger import Ledger
+    except ImportError:
+        return None
     return Ledger.open(getattr(args, "ledger", None) or args.upstream, policy)
 
 

@@ -91,7 +91,9 @@ def check_function(node: exp.Func) -> None:
                 hint="access-control lists read as NULL through dpsql; use has_table_privilege()",
             )
         element = reg_element(target)
-        if element is not None and (element in function_rules.GUARDED_CASTS or element == "regrole"):
+        if element is not None and (
+            element in function_rules.GUARDED_CASTS or element == "regrole"
+        ):
             # '{16398}'::regclass[] would print the names of hidden relations (and raise only
             # for missing names): arrays of guarded object ids are refused outright
             raise PrivacyViolation(
@@ -117,7 +119,9 @@ def check_function(node: exp.Func) -> None:
         return
     name = node.name.lower()
     if name in function_rules.BLANKED_FUNCTIONS or name.startswith(function_rules.BLANKED_PREFIXES):
-        _replace_call(node, cast_to(exp.null(), function_rules.BLANKED_FUNCTIONS.get(name, "BIGINT")))
+        _replace_call(
+            node, cast_to(exp.null(), function_rules.BLANKED_FUNCTIONS.get(name, "BIGINT"))
+        )
     elif name == "set_config":
         _emulate_set_config(node)
     elif name == "current_setting":
@@ -126,9 +130,13 @@ def check_function(node: exp.Func) -> None:
         _obj_description_kind(node)
     elif name in function_rules.REFUSED_FUNCTIONS:
         raise PrivacyViolation(
-            f"function {name} is not available through dpsql", hint=function_rules.REFUSED_FUNCTIONS[name]
+            f"function {name} is not available through dpsql",
+            hint=function_rules.REFUSED_FUNCTIONS[name],
         )
-    elif name not in function_rules.ALLOWED_FUNCTIONS and name not in function_rules.GUARDED_FUNCTIONS:
+    elif (
+        name not in function_rules.ALLOWED_FUNCTIONS
+        and name not in function_rules.GUARDED_FUNCTIONS
+    ):
         raise PrivacyViolation(
             f"function {name} is not allowed in a catalog query",
             hint="catalog queries may call the catalog and string/array functions that "
@@ -199,13 +207,17 @@ def _check_current_setting(node: exp.Anonymous) -> None:
             )
             allowed = exp.In(
                 this=lowered.copy(),
-                expressions=[exp.Literal.string(n) for n in sorted(function_rules.ALLOWED_SETTINGS)],
+                expressions=[
+                    exp.Literal.string(n) for n in sorted(function_rules.ALLOWED_SETTINGS)
+                ],
             )
             denied = exp.or_(
                 denied,
                 exp.In(
                     this=lowered.copy(),
-                    expressions=[exp.Literal.string(n) for n in sorted(function_rules.DENIED_SETTINGS)],
+                    expressions=[
+                        exp.Literal.string(n) for n in sorted(function_rules.DENIED_SETTINGS)
+                    ],
                 ),
             )
             ok = exp.or_(allowed, exp.not_(exp.paren(denied)))
