@@ -13,7 +13,7 @@ they keep the engine's text (memoized per values, or computed in a worker thread
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from dpsql.errors import UpstreamError
 from dpsql.result import Result
@@ -22,29 +22,34 @@ from dpsql.wire.params import upstream_params
 from dpsql.wire.protocol import uniform
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_result
 
+if TYPE_CHECKING:
+    from dpsql.execute.prepared import Prepared
+    from dpsql.wire.engine_api import UpstreamEngine
+
 _LITERAL_ONLY_MAX = 1024
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Caller(Protocol):
     """What the fast path needs of the session that runs it."""
 
-    engine: Any
     ctx: SessionContext
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T: ...
 
 
 async def run_fast(
     session: Caller,
-    prepared: Any,
-    params: Sequence[Any],
+    engine: UpstreamEngine,
+    prepared: Prepared,
+    params: Sequence[object],
     upstream: AsyncUpstream,
     formats: Sequence[int] | None,
     token: AsyncCancel,
 ) -> Result:
     """Run a public or catalog statement on the event loop. When the client wants every column
     in one format, PostgreSQL's bytes in that format are passed through as they are."""
-    engine: Any = session.engine
     fmt = uniform(formats)
     rows = None
     sql = _parameterized(engine, prepared, session, params)
@@ -73,9 +78,8 @@ async def run_fast(
 
 
 def _parameterized(
-    engine: Any, prepared: Any, session: Caller, params: Sequence[Any]
+    engine: UpstreamEngine, prepared: Prepared, session: Caller, params: Sequence[object]
 ) -> str | None:
     if not params or len(params) != prepared.param_count:
         return None  # a wrong count is refused by the engine's path, with its message
-    get = getattr(engine, "parameterized_sql", None)
-    return None if get is None else get(prepared, session.ctx)
+    return engine.parameterized_sql(prepared, session.ctx)

@@ -18,10 +18,12 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from dpsql.budget.route import is_show_budget
-from dpsql.errors import DpsqlError, UnsupportedSql
+from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
+from dpsql.execute.backend import CancelToken
+from dpsql.execute.prepared import Prepared
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -29,7 +31,7 @@ from dpsql.sql.prescan import prescan, too_complex
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
-from dpsql.wire.engine_api import EngineLike, Statement, as_dpsql_error
+from dpsql.wire.engine_api import EngineAPI, Statement, UpstreamEngine, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
 from dpsql.wire.fastpath import run_fast
 from dpsql.wire.log import fingerprint, log_statement, statement_text
@@ -53,6 +55,8 @@ from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
 log = logging.getLogger("dpsql.wire.session")
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class Session:
@@ -61,7 +65,7 @@ class Session:
     def __init__(
         self,
         ch: Channel,
-        engine: EngineLike,
+        engine: EngineAPI,
         executor: Executor | None,
         ctx: SessionContext,
         state: SessionState,
@@ -76,9 +80,11 @@ class Session:
         self.state = state
         self.process_id = process_id
         self.secret_key = secret_key
-        self.upstream = upstream if hasattr(engine, "runnable_sql") else None
+        # the fast path needs both: an engine that renders public SQL and the async pool
+        self.fast_engine = engine if isinstance(engine, UpstreamEngine) else None
+        self.upstream = upstream if self.fast_engine is not None else None
         self.protocol = Protocol(ch, state, fast_path=self.upstream is not None)
-        self._cancel: Any = None
+        self._cancel: AsyncCancel | CancelToken | None = None
         self._retry: asyncio.Task[None] | None = None
         self.busy = False
         self.idle = asyncio.Event()
@@ -89,7 +95,7 @@ class Session:
         ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------
-    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a blocking engine call in the server's thread pool."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
@@ -106,21 +112,26 @@ class Session:
     ) -> Result:
         """engine.execute in a worker thread (``fast``: on the upstream from the event loop),
         cancellable; cancelled if the client disconnects while it runs (:meth:`_client_gone`)."""
-        self._cancel = AsyncCancel() if fast else _new_cancel_token()
+        fast_token = AsyncCancel() if fast else None
+        token = None if fast else _new_cancel_token()
+        self._cancel = fast_token if fast_token is not None else token
         self.busy = True
         self.idle.clear()
         if self.ch.eof:  # the client went away before its statement started
             self._client_gone()
         try:
-            if fast:
-                assert self.upstream is not None
+            if stmt.prepared is None:
+                raise InternalError("a session statement reached the engine")
+            if fast_token is not None:
+                if self.upstream is None or self.fast_engine is None:
+                    raise InternalError("the fast path ran without an upstream")
                 return await run_fast(
-                    self, stmt.prepared, params, self.upstream, formats, self._cancel
-                )
-            res: Result = await self.call(
-                self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=self._cancel
+                    self, self.fast_engine, stmt.prepared, params, self.upstream, formats,
+                    fast_token,
+                )  # fmt: skip
+            return await self.call(
+                self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=token
             )
-            return res
         finally:
             self._cancel = None
             if self._delivering is None:
@@ -167,7 +178,7 @@ class Session:
         """The task repeating a worker-thread statement's cancel, while one runs."""
         return self._retry
 
-    async def _cancel_again(self, token: Any) -> None:
+    async def _cancel_again(self, token: AsyncCancel | CancelToken) -> None:
         """Repeat a worker-thread statement's cancel every ``AsyncCancel.RETRY_S`` until it has
         ended: PostgreSQL drops a cancel that arrives before the query (or between protocol
         messages), e.g. one requested while the engine was still planning."""
@@ -245,6 +256,8 @@ class Session:
             return await self.prepare(req.sql)
         if isinstance(req, DescribeColumns):
             prepared = req.statement.prepared
+            if prepared is None:
+                raise InternalError("the engine was asked to describe a session statement")
             return await self.call(self.engine.describe, prepared, self.ctx, req.param_types)
         if isinstance(req, Split):
             if parse_pool().is_large(req.sql):  # split (limits first) off the event loop
@@ -350,7 +363,7 @@ class Session:
             )
 
 
-def _engine_statement(text: str, prepared: Any) -> Statement:
+def _engine_statement(text: str, prepared: Prepared) -> Statement:
     if prepared.kind == "session":
         raise UnsupportedSql(
             "this session statement is not supported by dpsql",
@@ -360,4 +373,4 @@ def _engine_statement(text: str, prepared: Any) -> Statement:
     return Statement(text, None, prepared, fingerprint(text))
 
 
-__all__ = ["ConnectionClosed", "EngineLike", "Session", "Statement", "as_dpsql_error"]
+__all__ = ["ConnectionClosed", "EngineAPI", "Session", "Statement", "as_dpsql_error"]
