@@ -91,7 +91,7 @@ def serve(
 
 
 def serve_engine(
-    engine: EngineLike, policy: Policy, listen: str, port_file: str | None = None
+    engine: EngineAPI, policy: Policy, listen: str, port_file: str | None = None
 ) -> int:
     """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo
     --serve``), its upstream database under its own name."""
