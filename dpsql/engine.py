@@ -23,12 +23,13 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.budget import route
 from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp import rng
 from dpsql.errors import DpsqlError, UnsupportedSql
-from dpsql.execute import group_keys, public_sql
+from dpsql.execute import group_keys, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
@@ -37,6 +38,9 @@ from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import Kind, Prepared, fingerprint
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import finish, run_private
+from dpsql.execute.tree import describe_tree, prepare_tree, run_tree
+from dpsql.execute.unique_units import unit_is_unique
+from dpsql.explain.run import describe_explain, prepare_explain, run_explain
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -174,13 +178,9 @@ class Engine:
         """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached."""
         st = parse_statement(text)
         if st.kind == "explain":
-            from dpsql.explain.run import prepare_explain
-
             return prepare_explain(self, text, scope)
         if st.kind != "query" or st.tree is None:
-            from dpsql.budget.route import is_show_budget
-
-            if is_show_budget(text):  # the analyst's budget, from the ledger
+            if route.is_show_budget(text):  # the analyst's budget, from the ledger
                 return Prepared(text, "dpsql", st, None, None, 0, "", fingerprint(None, text))
             kind: Kind = st.kind if st.kind in ("session", "empty", "explain") else "session"  # type: ignore[assignment]
             return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
@@ -193,8 +193,6 @@ class Engine:
             try:
                 tree, analysis = _private_shape(tree, view, self.column_order)
             except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
-                from dpsql.execute.tree import prepare_tree
-
                 try:
                     return prepare_tree(self, st, tree, scope, error)
                 except DpsqlError as refused:
@@ -262,16 +260,12 @@ class Engine:
             zero = self.bound_limit(prepared, [0] * prepared.param_count)
             return self.describe(zero, session)
         if prepared.split is not None:
-            from dpsql.execute.tree import describe_tree
-
             return describe_tree(self, prepared, session)
         if prepared.kind == "private":
             a = self.analysis(prepared, [None] * prepared.param_count)
             rel = Release(self.group_types(prepared, a), [], [], [])
             return finish(self, prepared, a, rel, session, describe_only=True).columns
         if prepared.kind in ("public", "catalog"):
-            from dpsql.execute import shadows
-
             # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
             shadows.check(self, prepared.text, prepared.tree, scope=self.scope(session.analyst))
             if prepared.param_count == 0:
@@ -288,12 +282,8 @@ class Engine:
             oids = _describe_oids(prepared.param_count, param_types)
             return describe_statement(self.backend, tree.sql("postgres"), oids)
         if prepared.kind == "dpsql":
-            from dpsql.budget import route
-
             return route.describe(prepared.tree or prepared.text)
         if prepared.kind == "explain":
-            from dpsql.explain.run import describe_explain
-
             return describe_explain(prepared)
         return ()
 
@@ -317,8 +307,6 @@ class Engine:
         if prepared.deferred is not None:  # LIMIT $1: as the statement with its values inline
             return self.execute(self.bound_limit(prepared, params), session, (), cancel)
         if prepared.split is not None:
-            from dpsql.execute.tree import run_tree
-
             return run_tree(self, prepared, session, params, cancel)
         if prepared.kind == "private":
             return run_private(self, prepared, session, params, cancel)
@@ -327,14 +315,10 @@ class Engine:
             rows = self.backend.run(text, private=False, cancel=cancel)
             return _result(rows)
         if prepared.kind == "explain":  # the plan only: no private data read, no budget spent
-            from dpsql.explain.run import run_explain
-
             return run_explain(self, prepared, session, params, cancel)
         if prepared.kind == "empty":
             return Result((), [], "")
         if prepared.kind == "dpsql":  # dpsql.budget / dpsql.history: the analyst's own ledger rows
-            from dpsql.budget import route
-
             return route.answer(
                 self._require_ledger(), session.analyst, prepared.tree or prepared.text
             )
@@ -438,8 +422,6 @@ class Engine:
     def private_sql(self, prepared: Prepared, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters);
         unbounded when the catalog proves one row per unit (reads the catalog each time)."""
-        from dpsql.execute.unique_units import unit_is_unique
-
         unique = unit_is_unique(self.backend, a)
         return private_sql_module.private_sql(self.caches.sql, prepared, a, unique=unique)
 

@@ -47,7 +47,7 @@ from dpsql.sql.rewrite.measure_bounds import measure_bounds
 
 if TYPE_CHECKING:
     from dpsql.budget.records import Reservation
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,9 @@ def from_payload(raw: bytes) -> ChosenBound:
     )  # fmt: skip
 
 
-def pending(engine: Engine, prepared: Prepared, session: SessionContext, a: Analysis) -> Pending:
+def pending(
+    engine: EngineContext, prepared: Prepared, session: SessionContext, a: Analysis
+) -> Pending:
     """What ``a`` needs, with the stored choices filled in (reads the ledger, spends nothing)."""
     items = auto_items(a)
     chosen = list(policy_choices(a))
@@ -193,7 +195,10 @@ def choose(
 
 
 def histograms(
-    engine: Engine, a: Analysis, items: tuple[AutoItem, ...], cancel: CancelToken | None = None
+    engine: EngineContext,
+    a: Analysis,
+    items: tuple[AutoItem, ...],
+    cancel: CancelToken | None = None,
 ) -> list[np.ndarray]:
     """Units per bucket of each item's grid, counted by PostgreSQL (private rows stay there)."""
     sql = measure_bounds(a, items).sql("postgres")
@@ -209,7 +214,7 @@ Part = tuple[Cost, str, Fraction | None]  # (cost, mechanism, delta_for_rho) of 
 
 
 def measure(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     session: SessionContext,
     a: Analysis,
@@ -272,7 +277,7 @@ def too_small(p: Pending, epsilon: Fraction) -> AutoBounds | None:
 
 
 def choose_reserved(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     a: Analysis,
     p: Pending,

@@ -18,10 +18,10 @@ from dpsql.sql.rewrite.bound_contributions import source_select
 from dpsql.sql.rewrite.make_total import make_total
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 
-def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+def group_types(engine: EngineContext, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
     """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
     set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
     if not a.group_keys:
@@ -45,7 +45,7 @@ def group_types(engine: Engine, prepared: Prepared, a: Analysis) -> tuple[str, .
     return types + set_type
 
 
-def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str | None, ...]] | None:
+def declared_keys(engine: EngineContext, a: Analysis) -> list[tuple[str | None, ...]] | None:
     """Each group key's public domain (:meth:`GroupKey.domain`), or None when the query selects
     its keys from the data."""
     if not a.group_keys:
@@ -62,7 +62,7 @@ def declared_keys(engine: Engine, a: Analysis) -> list[tuple[str | None, ...]] |
     return out
 
 
-def resolve_keys_from(engine: Engine, ref: str) -> tuple[str, ...]:
+def resolve_keys_from(engine: EngineContext, ref: str) -> tuple[str, ...]:
     """The distinct non-null values (as text, sorted) of the public column ``ref`` (table.col)."""
     hit = engine.caches.keys_from.get(ref)
     if hit is not None:

@@ -33,11 +33,11 @@ from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
     from dpsql.budget.records import Reservation
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 
 def cache_key(
-    engine: Engine, prepared: Prepared, plan: Plan | SetsPlan, params: Sequence[Any]
+    engine: EngineContext, prepared: Prepared, plan: Plan | SetsPlan, params: Sequence[Any]
 ) -> str:
     """Same canonical query, parameters, epsilon, delta, mechanism and policy => same answer."""
     from dpsql.sql.canonical import cache_key as key
@@ -53,7 +53,7 @@ def cache_key(
     )
 
 
-def check_join_fanout(engine: Engine, a: Analysis) -> None:
+def check_join_fanout(engine: EngineContext, a: Analysis) -> None:
     """Refuse (54001) a join one unit's rows could blow up (:mod:`dpsql.sql.join_fanout`); each
     public table's fan-out is read from it (public data) at most every ``shadows.REFRESH_S``."""
     import time
@@ -89,7 +89,11 @@ def payload(rel: Release) -> bytes:
 
 
 def auto_cache_key(
-    engine: Engine, prepared: Prepared, plan: Plan | SetsPlan, params: Sequence[Any], mech: str
+    engine: EngineContext,
+    prepared: Prepared,
+    plan: Plan | SetsPlan,
+    params: Sequence[Any],
+    mech: str,
 ) -> str:
     """The repeat key of a statement with ``auto`` bounds: its own epsilon (not what is left
     after choosing bounds, which differs between the first run and later ones) and the
@@ -104,7 +108,7 @@ def auto_cache_key(
 
 
 def run_private(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     session: SessionContext,
     params: Sequence[Any],
@@ -156,7 +160,9 @@ def run_private(
     return _run_planned(engine, prepared, session, params, cancel, plan, (pend.known, key))
 
 
-def precheck(engine: Engine, prepared: Prepared, session: SessionContext, a: Analysis) -> float:
+def precheck(
+    engine: EngineContext, prepared: Prepared, session: SessionContext, a: Analysis
+) -> float:
     """What a private statement checks before any budget is reserved (no private row read):
     key tables the analyst may read, the confidence, and a join's fan-out (public tables).
     Returns the confidence."""
@@ -181,7 +187,7 @@ def _within(cost: Cost, held: Cost) -> bool:
 
 
 def _run_planned(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     session: SessionContext,
     params: Sequence[Any],
@@ -255,7 +261,7 @@ Measured = Any  # the upstream rows of a plan: Rows, or one Rows per grouping se
 
 
 def measure(
-    engine: Engine, prepared: Prepared, plan: Plan | SetsPlan, cancel: CancelToken | None
+    engine: EngineContext, prepared: Prepared, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
     if isinstance(plan, SetsPlan):
@@ -277,7 +283,7 @@ def settle_failed(ledger: BudgetLedger, reservation: Reservation, error: BaseExc
 
 
 def release_measured(
-    engine: Engine,
+    engine: EngineContext,
     plan: Plan | SetsPlan,
     got: Measured,
     key_types: Sequence[str],
@@ -299,7 +305,7 @@ def release_measured(
 
 
 def finish(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     a: Analysis,
     rel: Release,
@@ -397,7 +403,7 @@ def finish(
 
 
 def _outer_sql(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     a: Analysis,
     rel: Release,

@@ -22,11 +22,11 @@ from dpsql.session import SessionContext
 from dpsql.sql.bind import Template, bind, check_params, param_numbers, template
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 
 def runnable_sql(
-    engine: Engine, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    engine: EngineContext, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
 ) -> str:
     """See :meth:`dpsql.engine.Engine.runnable_sql`."""
     check_params(prepared.tree, prepared.param_count, len(params))
@@ -41,7 +41,7 @@ def runnable_sql(
 
 
 def cached_sql(
-    engine: Engine, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    engine: EngineContext, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
 ) -> str | None:
     """See :meth:`dpsql.engine.Engine.cached_sql`."""
     if prepared.scope != engine.scope(session.analyst):
@@ -63,7 +63,9 @@ def cached_sql(
     return None if hit is None else str(hit)
 
 
-def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContext) -> str | None:
+def parameterized_sql(
+    engine: EngineContext, prepared: Prepared, session: SessionContext
+) -> str | None:
     """See :meth:`dpsql.engine.Engine.parameterized_sql`."""
     if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
         return None
@@ -86,7 +88,7 @@ def parameterized_sql(engine: Engine, prepared: Prepared, session: SessionContex
 
 
 def runnable_tree(
-    engine: Engine, prepared: Prepared, params: Sequence[Any], session: SessionContext
+    engine: EngineContext, prepared: Prepared, params: Sequence[Any], session: SessionContext
 ) -> exp.Expr:
     """The tree a public or catalog statement runs: ``params`` bound, catalog checks applied.
 

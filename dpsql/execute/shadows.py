@@ -16,20 +16,20 @@ from sqlglot import exp
 from dpsql.sql.shadowing import SHADOW_SQL, Shadows, check_shadowing
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 REFRESH_S = 60.0
 _KEY = ("shadows",)
 
 
-def _current(engine: Engine) -> tuple[float, Shadows] | None:
+def _current(engine: EngineContext) -> tuple[float, Shadows] | None:
     hit = engine.caches.sql.get(_KEY)
     if hit is None or time.monotonic() - hit[0] > REFRESH_S:
         return None
     return hit  # type: ignore[no-any-return]
 
 
-def load(engine: Engine) -> tuple[float, Shadows]:
+def load(engine: EngineContext) -> tuple[float, Shadows]:
     """The upstream's shadows (read now if the copy is missing or stale)."""
     hit = _current(engine)
     if hit is None:
@@ -42,7 +42,7 @@ def load(engine: Engine) -> tuple[float, Shadows]:
 
 
 def check(
-    engine: Engine,
+    engine: EngineContext,
     text: str,
     tree: exp.Expr | None,
     also_reads: tuple[str, ...] = (),
@@ -64,7 +64,7 @@ def check(
     engine.caches.sql.remember(key, loaded_at)
 
 
-def checked(engine: Engine, text: str, scope: str = "") -> bool:
+def checked(engine: EngineContext, text: str, scope: str = "") -> bool:
     """Whether statement ``text`` (prepared under ``scope``) passed :func:`check` against the
     current shadows (no I/O)."""
     hit = _current(engine)

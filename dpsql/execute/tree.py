@@ -60,11 +60,11 @@ from dpsql.sql.public import check_public
 from dpsql.sql.tree import Split, fill, split, split_budget
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 
 def prepare_tree(
-    engine: Engine, st: Statement, tree: exp.Expr, scope: str, error: DpsqlError
+    engine: EngineContext, st: Statement, tree: exp.Expr, scope: str, error: DpsqlError
 ) -> Prepared:
     """Prepare a private statement that is not one flat block as a tree of DP leaves.
 
@@ -89,7 +89,7 @@ def prepare_tree(
 
 
 def _split(
-    engine: Engine, tree: exp.Expr, scope: str, error: DpsqlError
+    engine: EngineContext, tree: exp.Expr, scope: str, error: DpsqlError
 ) -> tuple[Split, tuple[Prepared, ...]]:
     view = engine.view(scope or None)
     sp = split(tree, view, analyze)
@@ -125,7 +125,7 @@ def _reads_units(leaf: exp.Select) -> bool:
 
 
 def _prepare_unit_leaf(
-    engine: Engine, leaf: exp.Select, units: Sequence[UnitSource], scope: str
+    engine: EngineContext, leaf: exp.Select, units: Sequence[UnitSource], scope: str
 ) -> Prepared:
     """A leaf over per-unit derived tables (dpsql.sql.per_unit), analyzed with their synthetic
     tables declared (one row per unit: no contribution bounding needed)."""
@@ -148,7 +148,7 @@ def _prepare_unit_leaf(
 
 
 def bound_split(
-    engine: Engine, prepared: Prepared, params: Sequence[Any]
+    engine: EngineContext, prepared: Prepared, params: Sequence[Any]
 ) -> tuple[Split, tuple[Prepared, ...]]:
     """The split and leaves with ``params`` bound (the prepared ones without parameters)."""
     assert prepared.split is not None and prepared.tree is not None
@@ -158,7 +158,7 @@ def bound_split(
 
 
 def leaf_plans(
-    engine: Engine, leaves: Sequence[Prepared], session: SessionContext
+    engine: EngineContext, leaves: Sequence[Prepared], session: SessionContext
 ) -> list[LeafPlan]:
     """Each leaf's plan at its share of the statement's (epsilon, delta) (validated)."""
     analyses = [leaf.analysis for leaf in leaves]
@@ -183,7 +183,7 @@ def leaf_plans(
     ]
 
 
-def _confidence(engine: Engine, session: SessionContext) -> float:
+def _confidence(engine: EngineContext, session: SessionContext) -> float:
     conf = session.confidence or engine.policy.defaults.confidence
     if not 0 < conf < 1:  # checked before any budget is reserved
         raise InvalidParameter(
@@ -193,14 +193,14 @@ def _confidence(engine: Engine, session: SessionContext) -> float:
     return conf
 
 
-def _declared(engine: Engine, plan: LeafPlan) -> Any:
+def _declared(engine: EngineContext, plan: LeafPlan) -> Any:
     if isinstance(plan, SetsPlan):
         return [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
     return engine.declared_keys(plan.analysis)
 
 
 def run_tree(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     session: SessionContext,
     params: Sequence[Any],
@@ -290,7 +290,7 @@ def run_tree(
 
 
 def _reserve(
-    engine: Engine, prepared: Prepared, session: SessionContext, todo: Sequence[LeafBudget]
+    engine: EngineContext, prepared: Prepared, session: SessionContext, todo: Sequence[LeafBudget]
 ) -> tuple[Any, list[Any]]:
     """Reserve the leaves' bound choices and answers in one ledger transaction (nothing read
     yet): the answers' reservation (None without a ledger or leaves to run), and one
@@ -329,7 +329,7 @@ def leaf_notices(
     measured: set[int],
     stored: bool,
     session: SessionContext,
-    engine: Engine,
+    engine: EngineContext,
 ) -> tuple[str, ...]:
     """Each leaf's notices in its own name (its ``auto`` bounds when chosen now, its accuracy
     summary), and what they cover: the leaves' released values, not the statement's output
@@ -367,7 +367,7 @@ class _Run:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineContext,
         sp: Split,
         leaves: list[Prepared],
         budgets: list[LeafBudget],
@@ -490,7 +490,7 @@ def post_sql(
 
 
 def _post(
-    engine: Engine,
+    engine: EngineContext,
     sp: Split,
     plans: Sequence[LeafPlan],
     releases: Sequence[Release],
@@ -501,7 +501,7 @@ def _post(
 
 
 def describe_tree(
-    engine: Engine, prepared: Prepared, session: SessionContext
+    engine: EngineContext, prepared: Prepared, session: SessionContext
 ) -> tuple[ResultColumn, ...]:
     """The result columns: the post-processing over empty releases, LIMIT 0 (no data read)."""
     assert prepared.split is not None

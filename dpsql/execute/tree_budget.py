@@ -30,7 +30,7 @@ from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 LeafPlan = Plan | SetsPlan
 
@@ -70,7 +70,7 @@ class LeafBudget:
 
 
 def leaf_budget(
-    engine: Engine, leaf: Prepared, share: LeafPlan, session: SessionContext
+    engine: EngineContext, leaf: Prepared, share: LeafPlan, session: SessionContext
 ) -> LeafBudget:
     """A leaf's budget at its ``share`` (reads the ledger's stored bounds, spends nothing)."""
     a = share.analysis
@@ -87,7 +87,7 @@ def leaf_budget(
 
 
 def resolved_plan(
-    engine: Engine,
+    engine: EngineContext,
     leaf: Prepared,
     budget: LeafBudget,
     bounds: AutoBounds | None,

@@ -38,13 +38,13 @@ from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
 _FORMAT_OIDS = {"JSON": JSON_OID, "XML": XML_OID}
 
 
-def prepare_explain(engine: Engine, text: str, scope: str) -> Prepared:
+def prepare_explain(engine: EngineContext, text: str, scope: str) -> Prepared:
     """Prepare ``EXPLAIN ...``: the explained statement is prepared (and refused) as itself.
 
     Raises:
@@ -107,7 +107,7 @@ def describe_explain(prepared: Prepared) -> tuple[ResultColumn, ...]:
 
 
 def run_explain(
-    engine: Engine,
+    engine: EngineContext,
     prepared: Prepared,
     session: SessionContext,
     params: Sequence[Any],
@@ -130,7 +130,7 @@ def run_explain(
 
 
 def _explain_private(
-    engine: Engine,
+    engine: EngineContext,
     inner: Prepared,
     opts: ExplainOptions,
     session: SessionContext,
@@ -190,7 +190,7 @@ def _check_confidence(conf: float) -> None:
 
 
 def budget_status(
-    engine: Engine,
+    engine: EngineContext,
     inner: Prepared,
     session: SessionContext,
     plan: Plan | SetsPlan,

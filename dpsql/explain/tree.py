@@ -20,14 +20,14 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 
 if TYPE_CHECKING:
-    from dpsql.engine import Engine
+    from dpsql.execute.context import EngineContext
     from dpsql.execute.prepared import Prepared
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
 
 
 def explain_tree(
-    engine: Engine,
+    engine: EngineContext,
     inner: Prepared,
     opts: ExplainOptions,
     session: SessionContext,
@@ -115,7 +115,7 @@ def explain_tree(
 
 
 def _budget(
-    engine: Engine, session: SessionContext, charged: Sequence[LeafBudget]
+    engine: EngineContext, session: SessionContext, charged: Sequence[LeafBudget]
 ) -> dict[str, Any]:
     """What running would reserve, in one ledger transaction: every charged leaf's bound
     choices and answer (read from the ledger only)."""

@@ -1,0 +1,85 @@
+"""What the stages of ``dpsql/execute/`` and ``dpsql/explain/`` may ask of the engine.
+
+:class:`dpsql.engine.Engine` calls the stages (``run_private``, ``run_tree``, ``run_explain``, ...)
+with itself; they see it through :class:`EngineContext`, so no stage imports :mod:`dpsql.engine`
+(the engine imports the stages, never the reverse: no import circle). The members are the
+engine's state (policy, backend, caches, ledger) and the steps a stage repeats for a part of its
+statement (a tree's leaf, an EXPLAIN's inner statement): scope, prepare, plan, run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, Protocol
+
+from dpsql.budget.api import BudgetLedger
+from dpsql.execute.backend import Backend, CancelToken
+from dpsql.execute.caches import EngineCaches
+from dpsql.execute.prepared import Prepared
+from dpsql.policy.model import Policy
+from dpsql.result import Result
+from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.plan import Plan
+
+
+class EngineContext(Protocol):
+    """The engine as a stage sees it (implemented by :class:`dpsql.engine.Engine`)."""
+
+    policy: Policy
+    backend: Backend
+    caches: EngineCaches
+    ledger: BudgetLedger | None
+
+    @property
+    def noiseless(self) -> bool: ...
+
+    def view(self, analyst: str | None) -> Policy: ...
+
+    def scope(self, analyst: str | None) -> str: ...
+
+    def check_scope(self, prepared: Prepared, session: SessionContext) -> None: ...
+
+    def repeat_digest(self, scope: str) -> str: ...
+
+    def prepare_in_scope(self, text: str, scope: str = "") -> Prepared: ...
+
+    def bound_limit(self, prepared: Prepared, params: Sequence[Any]) -> Prepared: ...
+
+    def execute(
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[Any] = (),
+        cancel: CancelToken | None = None,
+    ) -> Result: ...
+
+    def runnable_sql(
+        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    ) -> str: ...
+
+    def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]: ...
+
+    def plan(
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[Any] = (),
+        *,
+        analysis: Analysis | None = None,
+        spent: Fraction = Fraction(0),
+    ) -> Plan | SetsPlan: ...
+
+    def plan_analysis(
+        self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str
+    ) -> Plan | SetsPlan: ...
+
+    def private_sql(self, prepared: Prepared, a: Analysis) -> str: ...
+
+    def group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]: ...
+
+    def declared_keys(self, a: Analysis) -> list[tuple[str | None, ...]] | None: ...
+
+    def resolve_keys_from(self, ref: str) -> tuple[str, ...]: ...
