@@ -136,7 +136,12 @@ def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
     r = engine.execute(engine.prepare("SELECT COUNT(*), AVG(v) FROM t"), s)
     count = next(n for n in r.notices if n.startswith("COUNT(*)"))
     assert "95% interval" in count and "noise ±" in count and "left out about" in count
-    assert "holds if no one of the units (uid) lost more than 4" in count
+    # no unit lost more than the cap (3 rows at most), so the interval's assumption is stated;
+    # the over-cap alarm ("does NOT cover") is a noisy test that fires falsely with probability
+    # <= dpsql.execute.bias.ALARM = 1e-3 per answer (asserting its absence failed that often)
+    assumption = "holds if no one of the units (uid) lost more than 4 to the bounds"
+    false_alarm = "does NOT cover the truth: about"
+    assert assumption in count or false_alarm in count, count
     assert any(n.startswith("AVG(v)") and "left out" in n for n in r.notices)
     assert isinstance(r.rows[0][0], int)
     r = engine.execute(engine.prepare("SELECT AVG(w) FROM t"), s)  # w in [-5, 5]: not estimated

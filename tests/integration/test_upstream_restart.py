@@ -87,7 +87,7 @@ def test_restart_costs_each_client_at_most_one_statement(cluster: Cluster) -> No
             assert len(codes) <= 1, (i, codes)
             assert all(code in RETRYABLE for code in codes), (i, codes)
         # private queries answered right away after the restart (deadline: generous)
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 60
         while _run(clients[0], PRIVATE_NEW.format(k=999)) is not None:
             assert time.monotonic() < deadline
             time.sleep(0.1)
@@ -119,7 +119,7 @@ def test_upstream_down_is_a_retryable_error_not_xx000(cluster: Cluster) -> None:
             finally:
                 started = start_cluster(cluster.datadir.parent, cluster.port)
                 assert started.port == cluster.port
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + 60
             while _run(conn, PRIVATE_NEW.format(k=5001)) is not None:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)

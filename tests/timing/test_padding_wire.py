@@ -34,6 +34,7 @@ from dpsql.wire.server import ServerConfig
 Q = 500  # ms: generous, so that both queries end well inside the first quantum (big: ~0.15 s)
 TOLERANCE_MS = 250  # client-side overhead after the boundary (prepare, rows, scheduling)
 ATTEMPTS = 3
+ROUNDS = 4  # a check that load can only break (work or delivery late): retried, the twin is not
 _TABLE = "{privacy_unit: uid, max_rows_per_unit: 4, columns: {uid: {type: integer, identifier: " \
          "true}, v: {type: integer, bounds: [0, 10]}}}"  # fmt: skip
 
@@ -140,7 +141,10 @@ def test_queries_of_very_different_cost_end_at_the_same_boundary(
     assert raw_gap > 0.05, (raw_small, raw_big)  # unpadded, the cost shows
     q = quantum_for(raw_big)
     assert not hides_cost(raw_small, raw_big, raw_gap, q)  # no padding fails the check
-    small, big = padded_pair(data, q)
+    for _ in range(ROUNDS):  # a stall in every attempt of a round breaks it, not the padding
+        small, big = padded_pair(data, q)
+        if hides_cost(small, big, raw_gap, q):
+            break
     assert hides_cost(small, big, raw_gap, q), (q, small, big, raw_small, raw_big)
 
     def after_the_work(elapsed_ns: int, quantum_ms: int, min_ms: int) -> int:
@@ -161,7 +165,7 @@ def test_the_wait_holds_no_worker_thread(data: str) -> None:
         timed(a, fresh("small"))
         b.execute("SELECT 1").fetchall()
         others: list[float] = []
-        for _ in range(ATTEMPTS):
+        for _ in range(ATTEMPTS * ROUNDS):
             result: list[float] = []
             waiting = threading.Thread(
                 target=lambda out=result: out.append(timed(a, fresh("small")))
@@ -187,12 +191,14 @@ def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: s
         conn.execute("RESET dpsql.delta")
         # refused from the SQL text and the policy alone (nothing read): answered at once (best
         # of a few, so one scheduling stall on a loaded machine doesn't fail it)
-        at_once = []
-        for _ in range(ATTEMPTS):
+        at_once: list[float] = []
+        for _ in range(ATTEMPTS * ROUNDS):
             t0 = time.perf_counter()
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 conn.execute("SELECT * FROM big")
             at_once.append(time.perf_counter() - t0)
+            if bucket(min(at_once)) == 0:
+                break
         assert bucket(min(at_once)) == 0, at_once
 
 
@@ -207,7 +213,13 @@ def test_free_repeats_are_padded_unless_configured_otherwise(
             with server(data, pol, ledger) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
                 sql = fresh("small")
                 first = timed(conn, sql)
-                repeat = min(timed(conn, sql) for _ in range(ATTEMPTS))
+                repeats = [timed(conn, sql) for _ in range(ATTEMPTS)]
+                # unpadded, only a stall in every try puts the best past the boundary: more tries
+                while not padded_repeat and bucket(min(repeats)) >= 1:
+                    if len(repeats) >= ATTEMPTS * ROUNDS:
+                        break
+                    repeats.append(timed(conn, sql))
+                repeat = min(repeats)
         finally:
             ledger.close()
         assert bucket(first) >= 1
@@ -254,17 +266,22 @@ def test_dpsql_query_path_pads(data: str) -> None:
     engine = Engine(policy(f"{{quantum_ms: {q}}}"), data, pool_size=2)
     try:
         public = engine.prepare("SELECT 1", "zoe")
-        unpadded = []
-        for _ in range(ATTEMPTS):
+        unpadded: list[float] = []
+        for _ in range(ATTEMPTS * ROUNDS):
             t0 = time.perf_counter()
             execute_padded(engine, public, session)  # not private: not padded
             unpadded.append(time.perf_counter() - t0)
+            if min(unpadded) * 1000 < q:
+                break
         assert min(unpadded) * 1000 < q, unpadded
-        times = []
-        for _ in range(ATTEMPTS):
+        times: list[float] = []
+        for _ in range(ATTEMPTS * ROUNDS):
             t0 = time.perf_counter()
             execute_padded(engine, engine.prepare(fresh("big"), "zoe"), session)
             times.append(time.perf_counter() - t0)
-        assert min(times) * 1000 >= q and on_first_boundary(min(times), q), (times, q)
+            assert times[-1] * 1000 >= q, (times, q)  # never before the boundary: every time
+            if len(times) >= ATTEMPTS and on_first_boundary(min(times), q):
+                break
+        assert on_first_boundary(min(times), q), (times, q)
     finally:
         engine.close()

@@ -29,7 +29,7 @@ def test_query_sent_then_gone_at_once_is_cancelled(
             c.send(m.Query("SELECT count(*) FROM generate_series(1, 1999999973)"))
             c.sock.shutdown(socket.SHUT_RDWR)  # with the query: EOF may be read first
             c.close()
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + 30  # generous: a loaded 2-core machine
             while True:
                 lines = [json.loads(r.getMessage()) for r in caplog.records
                          if r.name == "dpsql.statement"]  # fmt: skip

@@ -145,13 +145,13 @@ def test_client_vanishing_mid_query_cancels_upstream(
     c = RawClient(fast.port)
     c.login(USER, PASSWORD)
     c.send(m.Query("SELECT count(*) FROM generate_series(1, 1999999937)"))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # generous: a loaded 2-core machine
     while _running(demo_dsn, "1999999937") == 0:
         assert time.monotonic() < deadline, "the query never reached the upstream"
         time.sleep(0.05)
     c.sock.shutdown(socket.SHUT_RDWR)
     c.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # generous: a loaded 2-core machine
     while _running(demo_dsn, "1999999937") > 0:
         assert time.monotonic() < deadline, "the upstream query was not cancelled"
         time.sleep(0.05)
