@@ -28,7 +28,7 @@ from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp import rng
-from dpsql.errors import DpsqlError, UnsupportedSql
+from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute import group_keys, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
@@ -182,7 +182,7 @@ class Engine:
         if st.kind != "query" or st.tree is None:
             if route.is_show_budget(text):  # the analyst's budget, from the ledger
                 return Prepared(text, "dpsql", st, None, None, 0, "", fingerprint(None, text))
-            kind: Kind = st.kind if st.kind in ("session", "empty", "explain") else "session"  # type: ignore[assignment]
+            kind: Kind = "empty" if st.kind == "empty" else "session"
             return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
         tree = st.tree
         check_query_blocks(tree)  # every kind: PostgreSQL's planner is not bounded either
@@ -270,6 +270,8 @@ class Engine:
             shadows.check(self, prepared.text, prepared.tree, scope=self.scope(session.analyst))
             if prepared.param_count == 0:
                 tree = public_sql.runnable_tree(self, prepared, (), session)
+                if not isinstance(tree, exp.Query):
+                    raise InternalError("a public statement that is not a query was described")
                 q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
                 return self.backend.run(q.sql("postgres"), private=False).columns
             # With parameters, checks that need their values run at Execute; PostgreSQL

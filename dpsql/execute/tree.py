@@ -259,15 +259,16 @@ def run_tree(
             )
     except BaseException as error:
         for r in held:  # bound choices never made: nothing read for them
-            ledger.refund(r)  # type: ignore[union-attr]
-        if reservation is not None:
+            if ledger is not None:
+                ledger.refund(r)
+        if ledger is not None and reservation is not None:
             if done:  # a leaf read the private rows: spent, whatever failed after
-                ledger.commit(reservation)  # type: ignore[union-attr]
+                ledger.commit(reservation)
             else:
                 settle_failed(ledger, reservation, error)
         raise
-    if reservation is not None:
-        stored_first = ledger.commit_answers(  # type: ignore[union-attr]
+    if ledger is not None and reservation is not None:
+        stored_first = ledger.commit_answers(
             reservation,
             [(str(run.keys[i]), payload(run.releases[i])) for i in todo],  # type: ignore[arg-type]
         )
@@ -397,13 +398,12 @@ class _Run:
             return
         b = self.budgets[i]
         if b.auto:  # as a flat statement's: its own epsilon, whatever the bounds cost
-            self.keys[i] = auto_cache_key(
-                engine, self.leaves[i], b.share, (), self.session.mechanism
-            )
+            key = auto_cache_key(engine, self.leaves[i], b.share, (), self.session.mechanism)
         else:
-            self.keys[i] = cache_key(engine, self.leaves[i], self._share_plan(i), ())
+            key = cache_key(engine, self.leaves[i], self._share_plan(i), ())
+        self.keys[i] = key
         if lookup:
-            stored = ledger.lookup(self.session.analyst, self.keys[i])
+            stored = ledger.lookup(self.session.analyst, key)
             if stored is not None:
                 self.releases[i] = Release.from_json(json.loads(stored))
                 self.plans[i] = self._share_plan(i)

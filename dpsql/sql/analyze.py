@@ -7,6 +7,7 @@ of it was checked here.
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import NoReturn
 
 from sqlglot import exp
 
@@ -83,8 +84,9 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
     while stack:
         n = stack.pop()
         sub = subquery_of(n)
-        if sub is not None and getattr(ctx, "policy", None) is not None:
-            check_public_subquery(sub, ctx, ctx.policy, isinstance(n, exp.Exists), check_row_level)
+        policy = ctx.policy if sub is not None else None
+        if sub is not None and policy is not None:
+            check_public_subquery(sub, ctx, policy, isinstance(n, exp.Exists), check_row_level)
             if isinstance(n, exp.In):
                 stack.append(n.this)
             continue
@@ -247,7 +249,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
     return stat, [s2, s1, cnt]
 
 
-def _refuse_aggregate(node: exp.Expr) -> None:
+def _refuse_aggregate(node: exp.Expr) -> NoReturn:
     sql = node.sql("postgres")
     if isinstance(node, fn.RAW_VALUE_AGGREGATES):
         raise PrivacyViolation(

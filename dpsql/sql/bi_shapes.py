@@ -65,7 +65,7 @@ def limit_params_zeroed(tree: exp.Expr) -> exp.Select | None:
     return out if found else None
 
 
-def limit_param(tree: exp.Select, key: str) -> exp.Expr | None:
+def limit_param(tree: exp.Expr, key: str) -> exp.Expr | None:
     """The ``LIMIT`` (``key`` "limit") or ``OFFSET`` ("offset") of ``tree`` when it is a
     parameter, or one cast to an integer type (SQLAlchemy: ``LIMIT $1::INTEGER``)."""
     node = tree.args.get(key)

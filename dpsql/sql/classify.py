@@ -64,7 +64,7 @@ def referenced_tables(tree: exp.Expr) -> list[tuple[str, exp.Table]]:
     return out
 
 
-_INFO_NAMES = frozenset()
+_INFO_NAMES: frozenset[str] = frozenset()
 
 
 def undefined_table(node: exp.Table) -> UndefinedTable:

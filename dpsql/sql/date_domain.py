@@ -105,9 +105,7 @@ def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, da
                 bounds = [("lo", bounds[0][1]), ("hi", bounds[0][1])] if bounds else []
         for side, value in bounds:
             v = constant(value)
-            if isinstance(v, str):
-                v = parse_timestamp(v)
-            p = _point(v)
+            p = _point(parse_timestamp(v) if isinstance(v, str) else v)
             if p is None:
                 continue
             if side == "lo":
@@ -139,7 +137,7 @@ def date_trunc_domain(
     if lo is None or hi is None or lo > hi:
         return None if lo is None or hi is None else ()
     zone = "" if col.family == "timestamp" and col.type == "timestamp" else "+00"
-    keys = []
+    keys: list[str] = []
     t = trunc(lo, unit)
     while t <= hi:
         if len(keys) >= MAX_KEYS:

@@ -67,9 +67,9 @@ def _count(node: exp.Expr) -> int:
     if isinstance(node, exp.Rollup):
         return len(node.expressions) + 1
     if isinstance(node, exp.Cube):
-        return 2 ** len(node.expressions)
+        return 1 << len(node.expressions)
     if isinstance(node, exp.GroupingSets):
-        return int(sum(_count(e) for e in node.expressions))
+        return sum(_count(e) for e in node.expressions)
     return 1
 
 

@@ -168,14 +168,15 @@ def _compare_range(op: type[exp.Expr], lo: datetime, last: datetime, c: Const) -
         return _N
     if not isinstance(c, datetime):
         return _ANY
-    always, never = {
+    table: dict[type[exp.Expr], tuple[bool, bool]] = {
         exp.GTE: (lo >= c, last < c),
         exp.GT: (lo > c, last <= c),
         exp.LT: (last < c, lo >= c),
         exp.LTE: (last <= c, lo > c),
         exp.EQ: (lo == last == c, c < lo or c > last),
         exp.NEQ: (c < lo or c > last, lo == last == c),
-    }[op]
+    }
+    always, never = table[op]
     return _T if always else _F if never else _T | _F
 
 

@@ -296,13 +296,13 @@ def parse_statement(text: str) -> Statement:
             position=_offset(text, err.get("line"), err.get("col"), len(hl)),
             detail=str(err.get("description", ""))[:300] or None,
         ) from e
-    trees = [t for t in trees if t is not None]
-    if len(trees) != 1:
+    found = [t for t in trees if t is not None]
+    if len(found) != 1:
         raise SqlSyntaxError(
             "cannot insert multiple commands into a prepared statement",
             hint="send one statement at a time",
         )
-    return Statement("query", text, word, spell_functions(fold_identifiers(trees[0]), text))
+    return Statement("query", text, word, spell_functions(fold_identifiers(found[0]), text))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

@@ -80,13 +80,13 @@ def derive(
     sample = f in ("var_samp", "stddev_samp")
     if n < 1:
         return None, None
-    v = _var(s2, s, n, half, sample)
+    var = _var(s2, s, n, half, sample)
     box = _var_box(s2, s, n, w2, ws, wn, half, sample)
     if f.startswith("stddev"):
-        return (None if v is None else math.sqrt(v)), (
+        return (None if var is None else math.sqrt(var)), (
             (math.sqrt(box[0]), math.sqrt(box[1])) if box else None
         )
-    return v, box
+    return var, box
 
 
 def _var_box(

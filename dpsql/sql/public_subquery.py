@@ -30,18 +30,19 @@ _HINT = (
 )
 
 
-def subquery_of(n: exp.Expr) -> exp.Select | None:
-    """The SELECT of an IN-subquery or EXISTS node (None for anything else)."""
+def subquery_of(n: exp.Expr) -> exp.Expr | None:
+    """The query of an IN-subquery or EXISTS node (None for anything else)."""
     if isinstance(n, exp.In) and n.args.get("query") is not None:
-        q = n.args["query"]
-        return q.this if isinstance(q, exp.Subquery) else q
+        q: exp.Expr = n.args["query"]
+        body: exp.Expr = q.this if isinstance(q, exp.Subquery) else q
+        return body  # not a SELECT: check_public_subquery refuses it
     if isinstance(n, exp.Exists):
         return n.this if isinstance(n.this, exp.Select) else None
     return None
 
 
 def check_public_subquery(
-    q: exp.Select,
+    q: exp.Expr,
     outer: Ctx,
     policy: Policy,
     exists: bool,

@@ -73,7 +73,11 @@ def _rounded(node: exp.Expr, columns: Columns) -> Interval | None:
         return Interval(Fraction(math.floor(r.lo)), Fraction(math.floor(r.hi)))
     if isinstance(node, exp.Ceil):
         return Interval(Fraction(math.ceil(r.lo)), Fraction(math.ceil(r.hi)))
-    d = literal_value(node.args["decimals"]) if node.args.get("decimals") is not None else 0
+    d = (
+        literal_value(node.args["decimals"])
+        if node.args.get("decimals") is not None
+        else Fraction(0)
+    )
     if d is None or d.denominator != 1 or abs(d) > 1000:
         return Interval(r.lo - 1, r.hi + 1)  # (a parameter: bound once known)
     unit = Fraction(10) ** -int(d)
@@ -177,10 +181,10 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
         rs = [value_range(p, columns) for p in parts]
         if any(r is None for r in rs):
             return None
-        out = rs[0]
+        joined = rs[0]
         for r in rs[1:]:
-            out = out | r  # type: ignore[operator]
-        return out
+            joined = joined | r  # type: ignore[operator]
+        return joined
     if isinstance(node, exp.Nullif):
         return value_range(node.this, columns)
     if isinstance(node, (exp.Case, exp.If)):

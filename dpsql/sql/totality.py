@@ -189,7 +189,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         if isinstance(src, exp.Literal) and src.is_string:
             _check_numeric_text(src, to, sql)
             return
-        families = (
+        families: tuple[str, ...] = (
             ("integer", "boolean") if to == exp.DataType.Type.BOOLEAN else ("integer", "numeric")
         )
         if to in fn.INTEGER_TYPES:
@@ -222,7 +222,7 @@ def _inside_numeric_function(node: exp.Expr, top: exp.Expr) -> bool:
     return False
 
 
-def _check_numeric_text(src: exp.Literal, to: exp.DataType.Type, sql: str) -> None:
+def _check_numeric_text(src: exp.Literal, to: exp.DType, sql: str) -> None:
     text = str(src.this).strip()
     ok = text.lower() in ("true", "false", "t", "f") if to == exp.DataType.Type.BOOLEAN else True
     if to != exp.DataType.Type.BOOLEAN:

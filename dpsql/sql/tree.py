@@ -38,6 +38,7 @@ from dpsql.errors import DpsqlError, PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.classify import referenced_tables
 from dpsql.sql.per_unit import UnitSource, lift_units, with_units
 
@@ -89,7 +90,7 @@ class Split:
         return self.links[i] if self.links else None
 
 
-def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., object]) -> Split | None:
+def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> Split | None:
     """The statement's leaves and post-processing; None when the statement is one flat leaf
     (nothing to split: the caller keeps the flat analysis's refusal).
 
@@ -259,13 +260,13 @@ def _leaf_key_column(leaf: exp.Select) -> str | None:
     items = leaf.expressions
     if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
         i = int(g.this) - 1
-        return items[i].alias_or_name if 0 <= i < len(items) else None
+        return str(items[i].alias_or_name) if 0 <= i < len(items) else None
     for e in items:
         body = e.this if isinstance(e, exp.Alias) else e
         if body.sql("postgres") == g.sql("postgres") or (
             isinstance(g, exp.Column) and not g.table and e.alias_or_name == g.name
         ):
-            return e.alias_or_name
+            return str(e.alias_or_name)
     return None
 
 
@@ -338,7 +339,8 @@ def _cte_body(table: exp.Table) -> exp.Expr | None:
                 visible = list(w.expressions)
         for c in reversed(visible):
             if c.alias_or_name == name:
-                return c.this
+                body: exp.Expr = c.this
+                return body
         prev, node = node, node.parent
     return None
 

@@ -31,6 +31,7 @@ The proxy receives one row per group whatever the table size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from sqlglot import exp
@@ -247,7 +248,7 @@ def _nothing_dropped(a: Analysis, q: exp.Select) -> exp.Select:
 def _bounded(
     a: Analysis,
     rows: exp.Select,
-    gcols: list[exp.Expr],
+    gcols: Sequence[exp.Expr],
     measures: list[exp.Expr],
     salt: str,
 ) -> exp.Select:

@@ -22,6 +22,7 @@ The proxy receives at most one row per group and bucket, never a row of the tabl
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 from sqlglot import exp
@@ -112,7 +113,9 @@ def _summable(e: exp.Expr) -> bool:
     return isinstance(e, exp.Coalesce) and isinstance(e.this, exp.Sum)
 
 
-def _summed_cells(q: exp.Select, gcols: list[exp.Expr], exprs: list[exp.Expr]) -> exp.Select:
+def _summed_cells(
+    q: exp.Select, gcols: Sequence[exp.Expr], exprs: Sequence[exp.Expr]
+) -> exp.Select:
     """The grouping sets over the cells of one plain GROUP BY (keys, buckets)::
 
         SELECT _dp_g*, SUM(_dp_m*), _dp_b*, GROUPING(_dp_b*) AS _dp_set

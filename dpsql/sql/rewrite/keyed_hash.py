@@ -20,10 +20,12 @@ from favouring the same rows and groups in every statement.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlglot import exp
 
 
-def group_hash(salt: str, unit: exp.Expr, gcols: list[exp.Expr]) -> exp.Expr:
+def group_hash(salt: str, unit: exp.Expr, gcols: Sequence[exp.Expr]) -> exp.Expr:
     """A salted 64-bit hash of (unit, group keys): the order in which a unit's groups are kept.
 
     NULL and the text 'n' hash apart (keys are prefixed with 'v'). Ties (a collision) are broken

@@ -99,6 +99,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     per_value = exp.select(*xs).from_("_dp_rows").group_by(u.copy())
     parts = []
     for i, it in enumerate(items):
+        number: exp.Expr
         if it.kind == "rows":
             src, number = "_dp_u", exp.column("_dp_rows_max" if it.per_group else "_dp_rows_all")
         elif it.kind == "groups":
@@ -125,7 +126,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
             .from_(src)
             .group_by(exp.Literal.number(1), exp.Literal.number(2))
         )
-    body: exp.Expr = parts[0]
+    body: exp.Query = parts[0]
     for p in parts[1:]:
         body = exp.union(body, p, distinct=False)
     out = exp.select("_dp_item", "_dp_b", "_dp_c").from_(body.subquery("_dp_hist"))

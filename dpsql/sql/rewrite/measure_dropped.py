@@ -22,6 +22,8 @@ the same as without this pass.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlglot import exp
 
 from dpsql.sql.bias import BiasTarget
@@ -85,7 +87,7 @@ def measure_dropped(
     targets: tuple[BiasTarget, ...],
     kept: dict[int, str],
     keep: exp.Expr | None,
-    order: list[exp.Expr] | None,
+    order: Sequence[exp.Expr] | None,
     selecting: bool,
 ) -> exp.Select:
     """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
