@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpsql.dp.accounting import Cost
-from dpsql.dp.bounds import COUNT_SHARE, TopRank, default_rank
+from dpsql.dp.bounds import COUNT_SHARE, Selection, TailRank, TopRank, default_rank
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import Prepared
@@ -107,7 +107,7 @@ def slice_epsilon(epsilon: Fraction, p: Pending) -> Fraction:
     return epsilon * AUTO_SHARE if p.missing else Fraction(0)
 
 
-def mechanisms(p: Pending, epsilon: Fraction) -> list[TopRank]:
+def mechanisms(p: Pending, epsilon: Fraction) -> list[Selection]:
     """The selection of each missing bound: ``slice_epsilon(epsilon)`` split evenly (a clamp's
     target rank as when nothing else is chosen: :func:`choose` may aim it lower)."""
     if not p.missing:
@@ -116,9 +116,14 @@ def mechanisms(p: Pending, epsilon: Fraction) -> list[TopRank]:
     return [_mechanism(it, each, 0) for it in p.missing]
 
 
-def _mechanism(it: AutoItem, each: Fraction, at_least: int) -> TopRank:
+def _mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1) -> Selection:
     if it.median:
         return TopRank(each, 10**9, Fraction(1, 2))  # the median unit
+    if it.kind == "rows" and not it.per_group:
+        # R over all of a unit's rows: its best rank (``balance``) lies far below what one
+        # selection resolves; the tail's slope between two ranks says how far to go past it
+        k = default_rank(round_down(each / 2 * (1 - COUNT_SHARE)), len(it.grid))
+        return TailRank(each, max(k, at_least), balance)
     k = default_rank(round_down(each * (1 - COUNT_SHARE)), len(it.grid))  # the selection's
     return TopRank(each, max(k, at_least))
 
@@ -161,16 +166,16 @@ def choose(
     hist: list[np.ndarray],
     epsilon: Fraction,
     noiseless: bool = False,
-) -> list[tuple[ChosenBound, TopRank]]:
+) -> list[tuple[ChosenBound, Selection]]:
     """Each missing bound's choice (in ``p.missing`` order) and the mechanism that made it: G
     first, then R aimed at :func:`row_rank` for the G in force, then the clamps, aimed at
     :func:`clamp_rank` for the R and G in force (post-processing of the earlier choices: each
     choice's privacy does not depend on its target rank)."""
     each = slice_epsilon(epsilon, p) / len(p.missing)
     rest = epsilon - slice_epsilon(epsilon, p)
-    out: dict[int, tuple[ChosenBound, TopRank]] = {}
+    out: dict[int, tuple[ChosenBound, Selection]] = {}
 
-    def pick(i: int, it: AutoItem, m: TopRank) -> None:
+    def pick(i: int, it: AutoItem, m: Selection) -> None:
         idx = m.exact(hist[i]) if noiseless else m.choose(hist[i])
         if idx >= len(it.grid):  # the guard: too few units to choose reliably at this epsilon
             default = it.grid[-1] if it.kind.startswith("value") else Fraction(1)
@@ -186,7 +191,7 @@ def choose(
         for i, it in enumerate(p.missing):
             if it.kind == kind:
                 at_least = row_rank(in_force(), rest) if kind == "rows" else 0
-                pick(i, it, _mechanism(it, each, at_least))
+                pick(i, it, _mechanism(it, each, at_least, at_least))
     k = clamp_rank(in_force(), rest)
     for i, it in enumerate(p.missing):
         if i not in out:

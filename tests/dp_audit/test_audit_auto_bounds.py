@@ -36,7 +36,7 @@ import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
-from dpsql.dp.bounds import COUNT_SHARE, TopRank, value_grid
+from dpsql.dp.bounds import COUNT_SHARE, TailRank, TopRank, integer_grid, value_grid
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
 from dpsql.policy.model import Policy
@@ -67,10 +67,17 @@ POLICY: dict[str, Any] = {
                 "x": {"type": "numeric", "bounds": [0, 100]},
             },
         },
+        "public.w": {  # R over all of a unit's rows (TailRank): its own neighbours
+            "privacy_unit": "u",
+            "auto_max_rows_per_unit": 4096,
+            "columns": {"u": {"type": "integer", "identifier": True}},
+        },
     },
     "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 1e-3}}},
 }
 CLAMP = "SELECT SUM(x) FROM v"
+TAIL = "SELECT COUNT(*) FROM w"
+TAIL_EPSILON = Fraction(20)  # the rows bound's share 4: each of its two selections 2
 SPREAD = 25  # units on distinct buckets of the clamp's grid, from the top down
 STATEMENTS = (
     "SELECT COUNT(*), SUM(x) FROM t",  # rows per unit (all its rows), the clamp of x
@@ -92,9 +99,21 @@ def _load(dsn: str, extra: bool) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (u integer, g integer, x numeric)")
         conn.execute("CREATE TABLE v (u integer, x numeric)")
+        conn.execute("CREATE TABLE w (u integer)")
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
             cur.executemany("INSERT INTO v VALUES (%s, %s)", _clamp_rows(extra))
+        # table w: units 0..22 with one per bucket of R's grid (1 .. 4096, 24 buckets) from the
+        # top down (unit i has the i-th largest candidate's rows), 57 units with one row; the
+        # neighbour has 4096 rows: it shares the top bucket with unit 0, moves the others down
+        grid = integer_grid(4096)
+        sizes = [grid[len(grid) - 1 - u] for u in range(23)] + [1] * 57 + ([4096] if extra else [])
+        units = [999 if u == 80 else u for u in range(len(sizes))]
+        conn.execute(
+            "INSERT INTO w SELECT u FROM unnest(%s::int[], %s::int[]) AS s(u, n), "
+            "generate_series(1, n)",
+            (units, sizes),
+        )
 
 
 def _clamp_rows(extra: bool) -> list[tuple[int, float]]:
@@ -128,11 +147,20 @@ def _items(engine: Engine, sql: str) -> tuple[Any, list[TopRank], list[np.ndarra
     return pend, mechs, auto_bounds.histograms(engine, a, pend.missing)
 
 
-def _audit(mech: TopRank, h_d: np.ndarray, h_d2: np.ndarray) -> float:
-    """The larger of both directions' epsilon lower bounds (events chosen on a first batch)."""
-    b = len(h_d) + 1  # the outputs: a bucket, or b - 1 (the guard kept the fixed defaults)
-    first = [np.bincount(mech.choose_many(h, N), minlength=b) for h in (h_d, h_d2)]
-    second = [np.bincount(mech.choose_many(h, N), minlength=b) for h in (h_d, h_d2)]
+def _audit(
+    mech: TopRank | TailRank,
+    h_d: np.ndarray,
+    h_d2: np.ndarray,
+    draw: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    outputs: int = 0,
+) -> float:
+    """The larger of both directions' epsilon lower bounds (events chosen on a first batch).
+    Outputs: a bucket, or len(h_d) (the guard kept the fixed defaults); ``draw`` / ``outputs``
+    replace them (a TailRank's pair of selections)."""
+    b = outputs or len(h_d) + 1
+    sample = draw or mech.choose_many
+    first = [np.bincount(sample(h, N), minlength=b) for h in (h_d, h_d2)]
+    second = [np.bincount(sample(h, N), minlength=b) for h in (h_d, h_d2)]
     worst = -np.inf
     for x, y in ((0, 1), (1, 0)):  # event: the output with the largest ratio P_y / P_x
         ratio = (first[y] + 1) / (first[x] + 1)
@@ -156,6 +184,7 @@ def _all_items(engines: tuple[Engine, Engine]) -> list[tuple[str, TopRank, np.nd
     kinds = sorted(k.split(": ")[1] for k, *_ in out)
     assert kinds == ["groups", "rows", "rows", "rows", "value_hi", "value_hi"]
     assert any(m.top_share == Fraction(1, 2) for _, m, _, _ in out)  # the median variant
+    assert any(isinstance(m, TailRank) for _, m, _, _ in out)  # R over all of a unit's rows
     return out
 
 
@@ -175,12 +204,12 @@ def test_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
     neighbours: :func:`test_clamp_choice_is_dp_and_its_broken_twin_is_caught`."""
     caught = []
     for name, mech, h_d, h_d2 in _all_items(engines):
-        if name.endswith(": value_hi"):
-            continue
+        if name.endswith(": value_hi") or isinstance(mech, TailRank):
+            continue  # each caught on its own neighbours (below)
         # the selection at 4x the charged epsilon (its own share is 1 - COUNT_SHARE of it)
         broken = TopRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank)
         caught.append((name, _audit(broken, h_d, h_d2) > float(mech.epsilon)))
-    assert len(caught) == 4 and all(c for _, c in caught), caught
+    assert len(caught) == 3 and all(c for _, c in caught), caught
 
 
 def _clamp_choice(engine: Engine) -> tuple[TopRank, np.ndarray]:
@@ -214,6 +243,51 @@ def test_clamp_choice_is_dp_and_its_broken_twin_is_caught(engines: tuple[Engine,
     broken = TopRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank)
     caught = _audit(broken, h_d, h_d2)
     assert caught > float(mech.epsilon), (caught, float(mech.epsilon))
+
+
+def _tail_choice(engine: Engine) -> tuple[TailRank, np.ndarray]:
+    s = SessionContext(analyst="analyst", epsilon=TAIL_EPSILON)
+    prepared = engine.prepare(TAIL, "analyst")
+    a = engine.analysis(prepared, [])
+    pend = auto_bounds.pending(engine, prepared, s, a)
+    assert [(it.kind, it.per_group) for it in pend.missing] == [("rows", False)]
+    (hist,) = auto_bounds.histograms(engine, a, pend.missing)
+    ((_, mech),) = auto_bounds.choose(a, pend, [hist], TAIL_EPSILON)
+    assert isinstance(mech, TailRank)
+    assert auto_bounds.mechanisms(pend, TAIL_EPSILON)[0].cost == mech.cost  # what is charged
+    return mech, hist
+
+
+def _pairs(mech: TailRank, b: int) -> Callable[[np.ndarray, int], np.ndarray]:
+    """Both selections' outputs as one number (the mechanism's output before its
+    post-processing: DP at the charge is a property of the pair)."""
+
+    def draw(h: np.ndarray, n: int) -> np.ndarray:
+        first, second = mech.choose_pairs(h, n)
+        return first * b + second
+
+    return draw
+
+
+def test_tail_rank_is_dp_and_its_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
+    """R over all of a unit's rows (COUNT(*) without GROUP BY) is two selections at half the
+    bound's epsilon each (:class:`dpsql.dp.bounds.TailRank`). On table w (80 units: both
+    targets, ranks 8 and 19.75, lie among 23 units one per bucket; the neighbour above all
+    moves each by one bucket) the pair's epsilon lower bound stays at most the charge (false
+    failure <= 1e-6), and the twin, both selections at 4x, exceeds it."""
+    d, d2 = engines
+    mech, h_d = _tail_choice(d)
+    mech2, h_d2 = _tail_choice(d2)
+    assert mech == mech2 and mech.epsilon == TAIL_EPSILON / 5
+    assert int(h_d2.sum()) == int(h_d.sum()) + 1 == 81 and h_d2[-1] == h_d[-1] + 1
+    b = len(h_d) + 1
+    correct = _audit(mech, h_d, h_d2, _pairs(mech, b), b * b)
+    assert correct <= float(mech.epsilon), correct
+    broken = TailRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank, mech.balance)
+    caught = _audit(broken, h_d, h_d2, _pairs(broken, b), b * b)
+    assert caught > float(mech.epsilon), (caught, float(mech.epsilon))
+    # and on the post-processed bound alone the correct one passes too
+    assert _audit(mech, h_d, h_d2) <= float(mech.epsilon)
 
 
 def test_ledger_charges_what_the_mechanisms_spend(

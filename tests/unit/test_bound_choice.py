@@ -192,3 +192,44 @@ def test_the_grid_ceiling_is_a_policy_setting() -> None:
         d["tables"]["public.purchases"]["auto_max_rows_per_unit"] = bad
         with pytest.raises(ValidationError):
             Policy.model_validate(d)
+
+
+def test_tail_rank_follows_the_tail_and_stays_put_without_one() -> None:
+    """TailRank (R over all of a unit's rows): two selections at ranks k and 4k; R is raised by
+    their distance in grid steps times log_4(k / balance), at most 4 steps.
+
+    Without a tail (12,000 units, all with 4 rows: bucket 3) both selections pick bucket 3 and
+    nothing is raised, unless the first lands just above the data (buckets 4-7; further up,
+    its slope from the second exceeds SLOPE_MAX and R is the second one's): with permute-and-
+    flip a bucket of gap g is chosen with probability <= exp(-epsilon_s g / 2), g = k + 1 for
+    the empty buckets, 4k + 1 for the second selection's, so a draw leaves bucket 3 with
+    probability p <= 4 exp(-epsilon_s (k + 1) / 2) + 24 exp(-epsilon_s (4k + 1) / 2); the
+    assertion allows the binomial (40,000, p) count at its 1 - 1e-6 quantile (false failure <=
+    1e-6). The broken twin without the slope check (R raised from any first choice) is caught:
+    its first selection lands anywhere in the 20 empty buckets. With a heavy tail (geometric:
+    the count above each bucket halves per step) the noiseless choice is the first
+    selection's bucket raised by 4 (capped)."""
+    from scipy import stats
+
+    grid = integer_grid(4096)
+    b = len(grid)
+    m = bounds.TailRank(Fraction(1, 5), default_rank(Fraction(9, 100), b), balance=2)
+    flat = np.zeros(b, dtype=np.int64)
+    flat[3] = 12_000
+    assert m.exact(flat) == 3
+    eps, k = float(m.select_epsilon), m.rank
+    p = 4 * math.exp(-eps * (k + 1) / 2) + b * math.exp(-eps * (4 * k + 1) / 2)
+    allowed = int(stats.binom.isf(1e-6, 40_000, p))
+    first, second = m.choose_pairs(flat, 40_000)
+    assert int((m.combine(first, second, b) != 3).sum()) <= allowed
+    without_check = np.minimum(first + m.steps(first - second), b - 1)  # the broken twin
+    assert int((without_check != 3).sum()) > allowed
+    tail = np.array([int(12_000 * 0.5**j) for j in range(b)], dtype=np.int64)
+    first, second = m.parts[0].exact(tail), m.parts[1].exact(tail)
+    assert first - second == 2  # 4x the rank: two steps down a tail that halves per step
+    assert m.exact(tail) == first + bounds.STEP_CAP
+    assert m.steps(np.array([0, 1, 2])).tolist() == [0, 3, 4]  # log_4(k / 2) = 3.2
+    assert bounds.TailRank(Fraction(1), 8, balance=8).steps(np.array([3])).tolist() == [0]
+    fallback = np.array([b, 5]), np.array([2, b])
+    assert m.combine(*fallback, b).tolist() == [b, 5]  # a guard's default: not raised
+    assert m.combine(np.array([20]), np.array([3]), b).tolist() == [3]  # an accident
