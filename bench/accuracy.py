@@ -171,9 +171,17 @@ class Outcome:
 class Query:
     """One query on the engine: its analysis, truth, and memoized bounded aggregates."""
 
-    def __init__(self, engine: Engine, dsn: str, label: str, sql: str, exact_sql: str) -> None:
-        self.engine, self.label = engine, label
-        self.session = SessionContext("bench", EPSILON)
+    def __init__(
+        self,
+        engine: Engine,
+        dsn: str,
+        label: str,
+        sql: str,
+        exact_sql: str,
+        epsilon: Fraction = EPSILON,
+    ) -> None:
+        self.engine, self.label, self.epsilon = engine, label, epsilon
+        self.session = SessionContext("bench", epsilon)
         self.prepared = engine.prepare(sql, "bench")
         self.a = engine.analysis(self.prepared, [])
         self.key_types = engine.group_types(self.prepared, self.a)
@@ -230,10 +238,10 @@ def auto_draws(q: Query, runs: int) -> tuple[list[AutoBounds], str]:
     """``runs`` bound choices as a first statement makes them (one SQL, many draws)."""
     pend = auto_bounds.pending(q.engine, q.prepared, q.session, q.a)
     hist = auto_bounds.histograms(q.engine, q.a, pend.missing) if pend.missing else []
-    spend = auto_bounds.slice_epsilon(EPSILON, pend)
+    spend = auto_bounds.slice_epsilon(q.epsilon, pend)
     out = []
     for _ in range(runs):
-        picks = auto_bounds.choose(q.a, pend, hist, EPSILON) if pend.missing else []
+        picks = auto_bounds.choose(q.a, pend, hist, q.epsilon) if pend.missing else []
         out.append(AutoBounds((*pend.known.chosen, *(c for c, _ in picks)), spend))
     typical = statistics.mode([b.describe() for b in out]) if out else ""
     return out, typical

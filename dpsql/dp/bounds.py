@@ -222,6 +222,7 @@ class TopRank:
 
 
 STEP_CAP = 4  # grid steps (about sqrt 2 each) a tail estimate may raise R: at most 4x
+SLOPE_MIN = 2  # steps per quadrupling of the rank from which a tail is heavy enough to follow
 SLOPE_MAX = 4  # steps per quadrupling of the rank beyond which the first choice is an accident
 
 
@@ -235,25 +236,35 @@ class TailRank:
     tail the units between hold most of what bounding removes (12,000 units with log-normal row
     counts: R = 128 at rank 85 leaves 1.1% of the rows out, R = 363 0.06%).
 
-    How: two selections (:class:`TopRank`, each at half the epsilon, each with its own guard)
-    at ranks k and 4k. Their distance in grid steps, d = j_k - j_4k, is the tail's slope per
-    quadrupling of the rank (0 for a table where most units have the same count: no tail).
-    Extrapolated from rank k to ``balance`` (log_4(k / balance) quadruplings, a Pareto tail),
-    R is raised floor(d log_4(k / balance)) steps, at most :data:`STEP_CAP` (4x), never above
-    the grid. Without the second choice (its guard kept the default) R is the first one's.
-    A slope above :data:`SLOPE_MAX` (R doubling or more per quadrupling of the rank: a tail
-    without a mean, Pareto index <= 1) is read as the first selection's accident instead (it
-    lands among the empty buckets above the data with probability up to beta, the second one
-    at rank 4k almost never): R is then the second one's, lower, so the accident costs bias,
-    not a bound far above the data.
+    How: one guard count for the whole bound (a tenth of its epsilon, as :class:`TopRank`'s),
+    then, with epsilon_s the rest:
 
-    Privacy: the two selections compose sequentially (epsilon / 2 each: epsilon); the rest is
-    post-processing of their outputs with public numbers (k, ``balance``, the grid).
+    * enough units for two selections at epsilon_s / 2 (the guard's limit for rank ``rank``):
+      the selections at ranks k = ``rank`` and 4k. Their distance in grid steps, d = j_k - j_4k,
+      is the tail's slope per quadrupling of the rank (0 for a table where most units have the
+      same count: no tail). Extrapolated from rank k to ``balance`` (log_4(k / balance)
+      quadruplings, a Pareto tail), R is the first choice raised floor(d log_4(k / balance))
+      steps, at most :data:`STEP_CAP` (4x), never above the grid; only for d >=
+      :data:`SLOPE_MIN` (R doubling per quadrupling of the rank, Pareto index <= 2: a tail
+      without a variance; at d = 1 two ranks of a table with a few distinct counts may simply
+      straddle two buckets: 1-4 rows a person, the 4s and the 3s). A slope above
+      :data:`SLOPE_MAX` (R doubling or more per quadrupling of the rank: a tail without a mean)
+      is read as the first selection's accident instead (it lands among the empty buckets above
+      the data with probability up to beta, the second one at rank 4k almost never): R is then
+      the second choice, lower, so the accident costs bias, not a bound far above the data;
+    * else enough units for one selection at epsilon_s (rank ``single_rank``): that one, as
+      :class:`TopRank` would choose;
+    * else :data:`FALLBACK` (the fixed default).
+
+    Privacy: the count (epsilon_c) and then selections totalling at most epsilon_s compose
+    sequentially (which ones run is post-processing of the count): epsilon; the rest is
+    post-processing of their outputs with public numbers (the ranks, ``balance``, the grid).
     """
 
     epsilon: Fraction
-    rank: int
+    rank: int  # the first of the two selections' target (at epsilon_s / 2)
     balance: int = 1
+    single_rank: int = 0  # the one selection's target (at epsilon_s); 0: ``rank``
     name: str = "tail_rank"
 
     def __post_init__(self) -> None:
@@ -269,17 +280,35 @@ class TailRank:
         return Cost(epsilon=Fraction(self.epsilon))
 
     @property
-    def parts(self) -> tuple[TopRank, TopRank]:
-        half = Fraction(self.epsilon) / 2
-        return TopRank(half, self.rank), TopRank(half, 4 * self.rank)
+    def count_epsilon(self) -> Fraction:
+        return round_down(Fraction(self.epsilon) * COUNT_SHARE)
 
     @property
     def select_epsilon(self) -> Fraction:
-        """The first selection's (its rank error is the bound's)."""
-        return self.parts[0].select_epsilon
+        return round_down(Fraction(self.epsilon) * (1 - COUNT_SHARE))
+
+    def _selection(self, share: Fraction, rank: int) -> TopRank:
+        """A selection at ``share`` of epsilon_s (its epsilon set so its selection share is
+        that: ``TopRank.select_many`` draws at exactly epsilon_s * share, rounded down)."""
+        return TopRank(self.select_epsilon * share / (1 - COUNT_SHARE), rank)
+
+    @property
+    def parts(self) -> tuple[TopRank, TopRank]:
+        """The two selections of the tail mode (each at epsilon_s / 2)."""
+        half = Fraction(1, 2)
+        return self._selection(half, self.rank), self._selection(half, 4 * self.rank)
+
+    @property
+    def single(self) -> TopRank:
+        return self._selection(Fraction(1), self.single_rank or self.rank)
 
     def rank_error(self, buckets: int, confidence: float) -> float:
         return self.parts[0].rank_error(buckets, confidence)
+
+    def _limit(self, m: TopRank, buckets: int) -> int:
+        k = default_rank(m.select_epsilon, buckets)
+        margin = math.ceil(math.log(1 / COUNT_BETA) / float(self.count_epsilon))
+        return math.ceil(k / m.top_share) + 1 + margin
 
     def steps(self, slope: np.ndarray) -> np.ndarray:
         """Grid steps to raise R given the slope (steps per quadrupling of the rank)."""
@@ -287,14 +316,15 @@ class TailRank:
         return np.minimum(np.floor(np.maximum(slope, 0) * quads), STEP_CAP).astype(np.int64)
 
     def combine(self, first: np.ndarray, second: np.ndarray, buckets: int) -> np.ndarray:
-        """The chosen buckets from the two selections' (:data:`FALLBACK` = ``buckets``)."""
+        """The chosen buckets from the selections' outputs (``first``: a bucket, or
+        :data:`FALLBACK` = ``buckets``; ``second``: a bucket, or ``buckets`` when only one
+        selection ran or none)."""
         out = np.asarray(first, dtype=np.int64).copy()
         second = np.asarray(second, dtype=np.int64)
         ok = (out < buckets) & (second < buckets)
         slope = out - second
-        raised = np.where(
-            slope > SLOPE_MAX, second, np.minimum(out + self.steps(slope), buckets - 1)
-        )
+        up = np.where(slope >= SLOPE_MIN, self.steps(slope), 0)
+        raised = np.where(slope > SLOPE_MAX, second, np.minimum(out + up, buckets - 1))
         out[ok] = raised[ok]
         return out
 
@@ -305,19 +335,39 @@ class TailRank:
         return self.combine(*self.choose_pairs(counts, n), len(counts))
 
     def choose_pairs(self, counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """``n`` independent draws of both selections (the mechanism's output before
-        post-processing: what the audits measure)."""
-        a, b = self.parts
-        return a.choose_many(counts, n), b.choose_many(counts, n)
+        """``n`` independent draws of the mechanism before its post-processing (what the audits
+        measure): the first selection's bucket (or the single one's, or FALLBACK) and the
+        second's (``len(counts)`` when it did not run)."""
+        b = len(counts)
+        first = np.full(n, b, dtype=np.int64)
+        second = np.full(n, b, dtype=np.int64)
+        if self.count_epsilon <= 0:
+            return first, second
+        total = int(np.asarray(counts, dtype=np.int64).sum())
+        noisy = total + rng.discrete_laplace(1 / self.count_epsilon, n)
+        a, c = self.parts
+        two = noisy >= self._limit(a, b)
+        one = ~two & (noisy >= self._limit(self.single, b))
+        if two.any():
+            first[two] = a.select_many(counts, int(two.sum()))
+            second[two] = c.select_many(counts, int(two.sum()))
+        if one.any():
+            first[one] = self.single.select_many(counts, int(one.sum()))
+        return first, second
 
     def min_units(self, buckets: int) -> int:
-        return self.parts[0].min_units(buckets)
+        return self.single.min_units(buckets)
 
     def exact(self, counts: np.ndarray) -> int:
-        """The noiseless choice (the test-only noiseless engine)."""
-        a, b = self.parts
-        first, second = np.array([a.exact(counts)]), np.array([b.exact(counts)])
-        return int(self.combine(first, second, len(counts))[0])
+        """The noiseless choice (the test-only noiseless engine): the guard on the exact count
+        (without the margin), the best buckets."""
+        b = len(counts)
+        total = int(np.asarray(counts).sum())
+        a, c = self.parts
+        if total >= self._limit(a, b) - self._limit(self.single, b) + self.single.min_units(b):
+            first, second = np.array([a.exact(counts)]), np.array([c.exact(counts)])
+            return int(self.combine(first, second, b)[0])
+        return self.single.exact(counts)
 
 
 Selection = TopRank | TailRank

@@ -122,8 +122,10 @@ def _mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1) ->
     if it.kind == "rows" and not it.per_group:
         # R over all of a unit's rows: its best rank (``balance``) lies far below what one
         # selection resolves; the tail's slope between two ranks says how far to go past it
-        k = default_rank(round_down(each / 2 * (1 - COUNT_SHARE)), len(it.grid))
-        return TailRank(each, max(k, at_least), balance)
+        s = round_down(each * (1 - COUNT_SHARE))
+        k2 = default_rank(round_down(s / 2), len(it.grid))  # each of two selections'
+        k1 = default_rank(s, len(it.grid))  # one selection's, when too few units for two
+        return TailRank(each, max(k2, at_least), balance, max(k1, at_least))
     k = default_rank(round_down(each * (1 - COUNT_SHARE)), len(it.grid))  # the selection's
     return TopRank(each, max(k, at_least))
 

@@ -217,7 +217,7 @@ def test_tail_rank_follows_the_tail_and_stays_put_without_one() -> None:
     flat = np.zeros(b, dtype=np.int64)
     flat[3] = 12_000
     assert m.exact(flat) == 3
-    eps, k = float(m.select_epsilon), m.rank
+    eps, k = float(m.parts[0].select_epsilon), m.rank  # each selection: half of 0.18
     p = 4 * math.exp(-eps * (k + 1) / 2) + b * math.exp(-eps * (4 * k + 1) / 2)
     allowed = int(stats.binom.isf(1e-6, 40_000, p))
     first, second = m.choose_pairs(flat, 40_000)
@@ -233,3 +233,38 @@ def test_tail_rank_follows_the_tail_and_stays_put_without_one() -> None:
     fallback = np.array([b, 5]), np.array([2, b])
     assert m.combine(*fallback, b).tolist() == [b, 5]  # a guard's default: not raised
     assert m.combine(np.array([20]), np.array([3]), b).tolist() == [3]  # an accident
+    assert m.combine(np.array([9, 9]), np.array([8, 7]), b).tolist() == [9, 13]  # SLOPE_MIN
+
+
+def test_tail_rank_on_700_units_still_chooses() -> None:
+    """With too few units for two selections at half the epsilon (700 units, a statement at
+    epsilon 1: the bound's 1/5), one shared guard lets ONE selection run at the whole
+    selection epsilon, as TopRank would (PUMS without GROUP BY: otherwise R = 1 and half the
+    rows lost). Fallbacks: the guard's noisy count (discrete Laplace, epsilon_c = 0.02) falls
+    below the single selection's limit L with probability <= exp(-epsilon_c (n - L)) per draw;
+    the assertion allows the binomial (2,000, p) count at its 1 - 1e-6 quantile. The broken twin
+    (each selection with its own guard at half the epsilon, the first version) falls back
+    nearly always and is caught."""
+    from scipy import stats
+
+    from dpsql.dp.quantiles import round_down
+
+    grid = integer_grid(10**6)
+    b = len(grid)
+    each = Fraction(1, 5)
+    s = round_down(each * (1 - bounds.COUNT_SHARE))
+    k2, k1 = default_rank(round_down(s / 2), b), default_rank(s, b)
+    m = bounds.TailRank(each, k2, 2, k1)
+    counts = np.zeros(b, dtype=np.int64)
+    counts[:4] = 175  # 700 units with 1-4 rows
+    n, limit = 700, m._limit(m.single, b)
+    assert limit < n < m._limit(m.parts[0], b)
+    p = math.exp(-float(m.count_epsilon) * (n - limit))
+    allowed = int(stats.binom.isf(1e-6, 2000, p))
+    picks = m.choose_many(counts, 2000)
+    assert int((picks == b).sum()) <= allowed
+    # noiseless (no margin): two selections, at rank 169 (the 4s) and at the quartile 174.75
+    # (the 3s just below): a slope of 1, no tail to follow (SLOPE_MIN)
+    assert m.exact(counts) == 3
+    twin = [TopRank(each / 2, k2).choose_many(counts, 2000)]
+    assert int((twin[0] == b).sum()) > allowed
