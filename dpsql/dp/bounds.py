@@ -313,7 +313,8 @@ class TailRank:
     def steps(self, slope: np.ndarray) -> np.ndarray:
         """Grid steps to raise R given the slope (steps per quadrupling of the rank)."""
         quads = max(0.0, math.log(self.rank / max(self.balance, 1)) / math.log(4))
-        return np.minimum(np.floor(np.maximum(slope, 0) * quads), STEP_CAP).astype(np.int64)
+        up: np.ndarray = np.minimum(np.floor(np.maximum(slope, 0) * quads), STEP_CAP)
+        return up.astype(np.int64)
 
     def combine(self, first: np.ndarray, second: np.ndarray, buckets: int) -> np.ndarray:
         """The chosen buckets from the selections' outputs (``first``: a bucket, or
