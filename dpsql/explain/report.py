@@ -7,9 +7,9 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.dp.mechanisms import Gaussian
+from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Mode, Quantile
-from dpsql.errors import UnsupportedSql
+from dpsql.errors import InternalError, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -44,9 +44,9 @@ class OutputLine:
 def _key_line(a: Analysis, i: int) -> str:
     """The group key's line with its public domain when the statement or the policy lists it
     (the keys every release shows anyway: never data), e.g. "group key in ('books', 'travel')"."""
-    if i >= len(a.group_keys) or a.group_keys[i].keys is None:
+    g = a.group_keys[i] if i < len(a.group_keys) else None
+    if g is None or g.keys is None:
         return "group key"
-    g = a.group_keys[i]
     shown = [f"'{k}'" for k in g.keys[:6]] + (["NULL"] if g.null_key else [])
     more = f", ... {g.domain_size} keys" if len(g.keys) > 6 else ""
     return f"group key in ({', '.join(shown)}{more})"
@@ -223,12 +223,12 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                     hw = quantile_note(plan, s, conf)
                 else:
                     hw = "no value interval; " + selection_accuracy(plan, s, conf)
-                mech = plan.measure_plan(s.measures[0]).mechanism.name
-                outs.append(OutputLine(names[pos], s.sql, mech, hw))
+                name = plan.measure_plan(s.measures[0]).mechanism.name
+                outs.append(OutputLine(names[pos], s.sql, name, hw))
                 continue
             k = len(s.measures)
             hws = [
-                plan.measure_plan(m).mechanism.half_width(1 - (1 - conf) / k) for m in s.measures
+                _half_width(plan.measure_plan(m).mechanism, 1 - (1 - conf) / k) for m in s.measures
             ]
             if s.func in ("count", "count_distinct", "sum"):
                 hw = f"±{hws[0]:.6g}"
@@ -252,10 +252,11 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         elif not any(c.name.startswith("_dp_s") for c in body.find_all(exp.Column)):
             outs.append(OutputLine(names[pos], sql, "none (keys / GROUPING)", "exact"))
         else:
-            m = derived.get(pos)
+            nstats = derived.get(pos)
             hw = (
-                f"interval arithmetic over the intervals of its {m} statistics at 1 - alpha/{m}"
-                if m
+                f"interval arithmetic over the intervals of its {nstats} statistics at 1 - "
+                f"alpha/{nstats}"
+                if nstats
                 else "post-processed: no interval reported"
             )
             outs.append(OutputLine(names[pos], sql, plan.mechanism, hw))
@@ -268,10 +269,10 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     )
     sel = None
     if plan.selection is not None:
-        s = plan.selection
+        ps = plan.selection
         sel = (
-            f"noisy count of distinct units >= {s.threshold} (Laplace scale {_fmt(s.mechanism.scale)}, "
-            f"eps={_fmt(s.epsilon)}, delta={_fmt(s.delta)})"
+            f"noisy count of distinct units >= {ps.threshold} (Laplace scale "
+            f"{_fmt(ps.mechanism.scale)}, eps={_fmt(ps.epsilon)}, delta={_fmt(ps.delta)})"
         )
     return ExplainReport(
         text,
@@ -342,3 +343,10 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
         tuple(outputs),
         tuple(sets),
     )
+
+
+def _half_width(mech: Laplace | Gaussian | Quantile | Mode, level: float) -> float:
+    """An additive mechanism's noise half-width at ``level`` (selections have none)."""
+    if isinstance(mech, (Quantile, Mode)):
+        raise InternalError(f"{mech.name} has no additive noise half-width")
+    return mech.half_width(level)

@@ -112,7 +112,7 @@ class Column(_Strict):
                     "bounds must be two numbers, two dates or two timestamps (both with a time "
                     "zone or both without)"
                 )
-            ordered = a <= b  # type: ignore[operator]
+            ordered = a <= b
             if not ordered:
                 raise ValueError(f"bounds are out of order: write [{v[1]}, {v[0]}]")
             return v

@@ -70,7 +70,7 @@ MAX_OPERATOR = 4_000_000  # leaves x nodes of the dense operator used for the ex
 
 def exact_size(plan: TreePlan) -> bool:
     """Whether the exact range error can be computed (dense leaves x nodes operator)."""
-    nodes = sum(plan.branching**level for level in range(plan.top, plan.height + 1))
+    nodes: int = sum(plan.branching**level for level in range(plan.top, plan.height + 1))
     return plan.leaves * nodes <= MAX_OPERATOR
 
 

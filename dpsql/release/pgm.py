@@ -21,8 +21,8 @@ def mbi_module() -> Any:
     """mbi with jax in float64 and no persistent compilation cache (as mbi recommends)."""
     import jax
 
-    jax.config.update("jax_enable_x64", True)  # type: ignore[no-untyped-call]
-    jax.config.update("jax_enable_compilation_cache", False)  # type: ignore[no-untyped-call]
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_enable_compilation_cache", False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import mbi

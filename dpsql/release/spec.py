@@ -21,7 +21,13 @@ from fractions import Fraction
 
 from psycopg import sql as pgsql
 
-from dpsql.errors import InvalidParameter, PrivacyViolation, UndefinedColumn, UndefinedTable
+from dpsql.errors import (
+    InvalidParameter,
+    PrivacyViolation,
+    UndefinedColumn,
+    UndefinedTable,
+    UnsupportedSql,
+)
 from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
 
 MAX_BINS = 10_000
@@ -252,7 +258,13 @@ def _key_text(k: object) -> str:
 def _edges(
     table: str, name: str, col: Column, bins: tuple[float, ...] | float | None
 ) -> tuple[float, ...]:
-    lo, hi = float(col.bounds[0]), float(col.bounds[1])  # type: ignore[index]
+    b = col.bounds
+    if b is None or not isinstance(b[0], (int, float)) or not isinstance(b[1], (int, float)):
+        raise UnsupportedSql(
+            f"column {table}.{name} has date or time bounds: only numeric bounds can be binned",
+            hint="declare keys (or keys_from) for it in the policy",
+        )
+    lo, hi = float(b[0]), float(b[1])
     integer = col.family == "integer"
     if isinstance(bins, tuple):
         edges = bins

@@ -197,11 +197,11 @@ def within_bins(edges: Sequence[float], family: str, bins: np.ndarray) -> np.nda
         count = np.ceil(hi).astype(np.int64) - first
         mid = np.floor((lo + hi) / 2).astype(np.int64)  # a bin holding no integer: its middle
         if not len(bins):
-            return first
+            return np.asarray(first)
         draws = first + rng.uniform_below(np.maximum(count, 1))
-        return np.where(count >= 1, draws, mid)
+        return np.asarray(np.where(count >= 1, draws, mid))
     u = rng.uniform_below(2**52, size=len(bins)).astype(np.float64) / 2**52
-    return lo + (hi - lo) * u
+    return np.asarray(lo + (hi - lo) * u)
 
 
 _MECHANISM = {

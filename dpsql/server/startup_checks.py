@@ -9,6 +9,7 @@ SELECT on must be reported as such, not as missing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -69,7 +70,7 @@ def _table_problems(
     oid = found[0]
     out: list[Problem] = []
     readable = conn.execute("SELECT has_table_privilege(%s, 'SELECT')", [oid]).fetchone()
-    columns = {r[0]: (str(r[1]), bool(r[2])) for r in conn.execute(_COLUMNS, [oid]).fetchall()}
+    columns = {str(r[0]): (str(r[1]), bool(r[2])) for r in conn.execute(_COLUMNS, [oid]).fetchall()}
     declared = policy.tables[name].columns if name in policy.tables else None
     if not (readable and readable[0]):
         wanted = list(declared) if declared is not None else list(columns)
@@ -135,10 +136,11 @@ def startup_problems(policy: Policy, upstream: str, ledger: str | None) -> list[
     """Everything :func:`upstream_problems` and :func:`ledger_problems` find (``ledger``: the
     ledger's DSN, None without a ledger); a database that can't be reached is one problem."""
     out: list[Problem] = []
-    for what, check in (
+    checks: list[tuple[str, Callable[[], list[Problem]]]] = [
         ("the upstream", lambda: upstream_problems(policy, upstream)),
         ("the ledger database", lambda: ledger_problems(ledger) if ledger else []),
-    ):
+    ]
+    for what, check in checks:
         try:
             out += check()
         except psycopg.Error as e:

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 
 import psycopg
 
+from dpsql.budget.api import BudgetLedger
 from dpsql.errors import DpsqlError, InternalError, sanitized_upstream
 from dpsql.execute.backend import Backend, CancelToken
 from dpsql.execute.prepared import Prepared
@@ -79,6 +80,9 @@ class UpstreamEngine(EngineAPI, Protocol):
 
     @property
     def backend(self) -> Backend: ...
+
+    @property
+    def ledger(self) -> BudgetLedger | None: ...
 
     def check_epsilon(self, analyst_name: str, eps: Fraction) -> None:
         """Refuse (22023) a per-query epsilon outside the analyst's policy range."""

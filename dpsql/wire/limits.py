@@ -23,8 +23,8 @@ import multiprocessing as mp
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, MutableSequence
+from contextlib import AbstractContextManager
 
 log = logging.getLogger("dpsql.wire.limits")
 
@@ -43,10 +43,12 @@ class SessionLimits:
         self._width = len(self._col) + 1
         self._rows = workers
         size = workers * self._width
-        self._lock: Any
+        self._lock: AbstractContextManager[object]
+        self._arr: MutableSequence[int]
         if shared:
             arr = mp.get_context("fork").Array("q", size, lock=True)
-            self._lock, self._arr = arr.get_lock(), arr.get_obj()
+            # typeshed types a ctypes array's items as c_longlong; a "q" array reads and writes int
+            self._lock, self._arr = arr.get_lock(), arr.get_obj()  # type: ignore[assignment]
         else:
             self._lock, self._arr = threading.Lock(), [0] * size
         self.worker = 0
@@ -168,9 +170,9 @@ class FailureLog:
         # Times are stored as clock() - _base, always > window_s, so 0.0 means "none".
         self._base = clock() - window_s - 1.0
         self._warned = -float("inf")  # when this process last logged a full table
-        self._lock: Any
-        self._keys: Any
-        self._times: Any
+        self._lock: AbstractContextManager[object]
+        self._keys: MutableSequence[int]
+        self._times: MutableSequence[float]
         if shared:
             ctx = mp.get_context("fork")
             self._lock = ctx.Lock()

@@ -176,7 +176,8 @@ def _record(msg: str) -> logging.LogRecord:
     d["msg"] = msg
     d["created"] = ct
     d["msecs"] = int((ct - int(ct)) * 1000) + 0.0  # as LogRecord (gh-89047)
-    d["relativeCreated"] = (ct - logging._startTime) * 1000
+    # logging's own start time, as LogRecord reads it (private: not in typeshed)
+    d["relativeCreated"] = (ct - logging._startTime) * 1000  # type: ignore[attr-defined]
     if sys.version_info >= (3, 12):  # LogRecord.taskName: the running asyncio task's name
         d["taskName"] = _task_name()
     return rec
