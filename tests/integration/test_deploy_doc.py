@@ -104,7 +104,9 @@ def test_deploy_doc_literally(shop: dict[str, str], tmp_path: Path) -> None:
         words = shlex.split(query.replace("port=6543", f"port={port}"))
         out = subprocess.run(words, capture_output=True, text=True, timeout=60, check=False)
         assert out.returncode == 0, out.stderr
-        assert re.search(r"^\s*\d+\s*$", out.stdout, flags=re.M), out.stdout  # a noisy count
+        # a noisy count: an integer, possibly negative (the doc's policy chooses R per query and
+        # lands far above the data with probability ~1e-2, then the noise can exceed the 122k)
+        assert re.search(r"^\s*-?\d+\s*$", out.stdout, flags=re.M), out.stdout
     finally:
         proc.terminate()
         proc.wait(30)
