@@ -34,6 +34,7 @@ from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
 from dpsql.execute.caches import EngineCaches
+from dpsql.execute.classify import classify
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import Kind, Prepared, fingerprint
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
@@ -54,7 +55,6 @@ from dpsql.sql.bi_shapes import (
     zero_row_query,
 )
 from dpsql.sql.bind import bind, check_params, param_count
-from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.parse import parse_statement, split_statements

@@ -23,14 +23,14 @@ from dpsql.budget import limits as policy_limits
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.records import Limit
 from dpsql.errors import DpsqlError, InternalError
-from dpsql.execute.upstream_faults import (
+from dpsql.policy.model import Policy
+from dpsql.upstream.faults import (
     CONNECT_TIMEOUT_S,
     SHUTDOWN_STATES,
     connection_lost,
     sweeping_check,
 )
-from dpsql.policy.model import Policy
-from dpsql.upstream_settings import output_statements
+from dpsql.upstream.settings import output_statements
 
 log = logging.getLogger("dpsql.budget.ledger")
 T = TypeVar("T")

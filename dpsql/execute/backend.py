@@ -17,9 +17,9 @@ from psycopg import sql as pgsql
 from psycopg_pool import ConnectionPool
 
 from dpsql.errors import DpsqlError, QueryCanceled, UpstreamError, sanitized_upstream
-from dpsql.execute.upstream_faults import CONNECT_TIMEOUT_S, connection_lost, lost
 from dpsql.result import ResultColumn
-from dpsql.upstream_settings import output_statements
+from dpsql.upstream.faults import CONNECT_TIMEOUT_S, connection_lost, lost
+from dpsql.upstream.settings import output_statements
 
 
 class CancelToken:
@@ -74,14 +74,14 @@ def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
 
     The search path is pinned to ``public`` (``pg_catalog`` is searched first implicitly, and
     ``current_schema()`` stays ``public`` for clients that ask): dpsql classifies an unqualified
-    table name as ``public.<name>`` (:func:`dpsql.sql.classify.referenced_tables`) and public
+    table name as ``public.<name>`` (:func:`dpsql.sql.tables.referenced_tables`) and public
     statements run as written, so PostgreSQL must resolve names the same way. With the server's
     default (``"$user", public``) or a role's own ``search_path``, a schema named after the
     upstream role would shadow a public table and an unqualified ``SELECT * FROM regions`` would
     return the raw rows of a table the policy never declared. ``standard_conforming_strings`` is
     pinned ``on`` for the same reason: dpsql's parser reads string literals that way. How values
     are written as text is pinned to what dpsql reports to its clients
-    (:data:`dpsql.upstream_settings.OUTPUT_SETTINGS`).
+    (:data:`dpsql.upstream.settings.OUTPUT_SETTINGS`).
     """
     return (
         pgsql.SQL("SET search_path = public"),
@@ -132,7 +132,7 @@ class Backend:
 
         A statement that meets a dead pooled connection (the upstream restarted) is run once more
         on a fresh one, after the pool's other dead connections are swept
-        (:mod:`dpsql.execute.upstream_faults`): it is a read, so running it again is safe.
+        (:mod:`dpsql.upstream.faults`): it is a read, so running it again is safe.
         """
         for attempt in (1, 2):
             try:

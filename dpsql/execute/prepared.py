@@ -13,8 +13,8 @@ from typing import Literal
 from sqlglot import exp
 
 from dpsql.errors import DpsqlError
-from dpsql.explain.options import ExplainOptions
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.parse import Statement
 from dpsql.sql.tree import Split
 

@@ -30,6 +30,7 @@ from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError, InternalError, InvalidParameter, PrivacyViolation
 from dpsql.execute.auto_bounds import choose_reserved, notice
 from dpsql.execute.backend import CancelToken
+from dpsql.execute.classify import classify
 from dpsql.execute.noise import Release
 from dpsql.execute.prepared import Prepared, fingerprint
 from dpsql.execute.privacy_params import to_fraction
@@ -51,7 +52,6 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.bind import bind, literal, param_count
-from dpsql.sql.classify import classify
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units

@@ -8,7 +8,7 @@ upstream EXPLAIN either: its row estimates come from pg_statistic) and nothing i
 ``EXPLAIN ANALYZE`` of a private query is refused: it would run the query on the raw rows.
 
 ``EXPLAIN <public query>`` runs PostgreSQL's EXPLAIN of the validated statement, with the options
-rendered from :mod:`dpsql.explain.options`. For catalog queries, whose row estimates and
+rendered from :mod:`dpsql.sql.explain_options`. For catalog queries, whose row estimates and
 ``Rows Removed by Filter`` would count the relations dpsql hides, COSTS is forced off and ANALYZE
 is refused.
 """
@@ -28,10 +28,10 @@ from dpsql.errors import (
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import Prepared, fingerprint
 from dpsql.explain.document import plan_document, plan_lines, plan_xml
-from dpsql.explain.options import ExplainOptions, parse_explain
 from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
 from dpsql.sql.plan import Plan

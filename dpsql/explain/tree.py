@@ -14,10 +14,10 @@ from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.execute.tree import bound_split, leaf_plans
 from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
 from dpsql.explain.document import budget_lines, plan_document, plan_lines, plan_xml
-from dpsql.explain.options import ExplainOptions
 from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.explain_options import ExplainOptions
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext

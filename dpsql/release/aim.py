@@ -57,13 +57,13 @@ from dpsql.release import pgm
 from dpsql.release.compress import Compression, compress_cells
 from dpsql.release.marginals import (
     SCORE_GRID,
-    Measurement,
     Synthesis,
     exponential_mechanism,
     l1_score,
     marginal,
     measure,
 )
+from dpsql.release.measurement import Measurement
 from dpsql.release.mst import compress_one_way, selection_epsilon
 
 Clique = tuple[int, ...]

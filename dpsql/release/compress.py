@@ -17,7 +17,7 @@ Synthetic rows are drawn over the compressed domain, then a merged value is repl
 its original values drawn with probability proportional to their clipped noisy counts (uniform
 when all are <= 0): post-processing again, drawn from :mod:`dpsql.dp.rng`.
 
->>> from dpsql.release.marginals import Measurement
+>>> from dpsql.release.measurement import Measurement
 >>> c = plan_compression([Measurement((0,), np.array([50.0, 1.0, -2.0, 3.0]), 10.0)])
 >>> c.maps[0].tolist(), c.shape
 ([0, 1, 1, 1], (2,))
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpsql.dp import rng
-from dpsql.release.marginals import Measurement
+from dpsql.release.measurement import Measurement
 
 THRESHOLD_SIGMAS = 3
 

@@ -20,27 +20,12 @@ import numpy as np
 
 from dpsql.dp import rng
 from dpsql.dp.mechanisms import Gaussian
+from dpsql.release.measurement import Measurement
 
 if TYPE_CHECKING:
     from dpsql.release.compress import Compression
 
 SCORE_GRID = 1024  # model marginals are rounded to 1/1024 so that scores are exact integers
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """A noisy marginal over ``clique`` (column indices), flattened, with its noise std.
-
-    ``weights`` (None: all 1) scale the measured vector: the measurement is weights * x + noise,
-    each coordinate with noise std ``std`` (a merged cell of k values measured as their sum /
-    sqrt(k), :mod:`dpsql.release.compress`).
-    """
-
-    clique: tuple[int, ...]
-    noisy: np.ndarray
-    std: float
-    weights: np.ndarray | None = None
-    half_width: float = math.nan  # of the 0.95 interval of one coordinate's noise
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,6 @@ from dpsql.release.compress import (
 )
 from dpsql.release.marginals import (
     SCORE_GRID,
-    Measurement,
     Synthesis,
     exponential_mechanism,
     independent,
@@ -50,6 +49,7 @@ from dpsql.release.marginals import (
     marginal,
     measure,
 )
+from dpsql.release.measurement import Measurement
 
 
 @dataclass(frozen=True)

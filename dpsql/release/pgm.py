@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.release.marginals import Measurement
+from dpsql.release.measurement import Measurement
 
 
 def mbi_module() -> Any:

@@ -28,7 +28,7 @@ from sqlglot.optimizer.simplify import simplify
 
 from dpsql.errors import UndefinedColumn
 from dpsql.policy.model import Policy
-from dpsql.sql.classify import referenced_tables
+from dpsql.sql.tables import referenced_tables
 
 _ITEM_NODES = (exp.Column, exp.Star, exp.Cast, exp.Alias, exp.Identifier, exp.DataType,
                exp.Literal, exp.Null, exp.Boolean, exp.Paren, exp.DataTypeParam, exp.Var,

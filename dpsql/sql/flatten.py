@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
 from dpsql.sql import functions as fn
-from dpsql.sql.classify import visible_ctes
+from dpsql.sql.tables import visible_ctes
 
 MAX_DEPTH = 16
 

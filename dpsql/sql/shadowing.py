@@ -172,7 +172,7 @@ def check_shadowing(
 def _check_tables(tree: exp.Expr, shadows: Shadows, also: tuple[str, ...]) -> None:
     if not shadows.tainted:
         return
-    from dpsql.sql.classify import referenced_tables
+    from dpsql.sql.tables import referenced_tables
 
     reads = dict(shadows.tainted)
     for name in [n for n, _ in referenced_tables(tree)] + list(also):

@@ -39,8 +39,8 @@ from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.classify import referenced_tables
 from dpsql.sql.per_unit import UnitSource, lift_units, with_units
+from dpsql.sql.tables import referenced_tables
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
 LEAF_PREFIX = "_dpsql_leaf_"

@@ -27,8 +27,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dpsql.errors import DpsqlError
 from dpsql.execute.backend import Rows, session_settings, upstream_error
-from dpsql.execute.upstream_faults import connection_lost, lost
 from dpsql.result import Result
+from dpsql.upstream.faults import connection_lost, lost
 from dpsql.wire.upstream_conn import RawRows, UpstreamConn
 
 log = logging.getLogger("dpsql.wire.upstream")

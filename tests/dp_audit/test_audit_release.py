@@ -29,7 +29,8 @@ from dpsql.dp.accounting import rho_to_epsilon
 from dpsql.dp.mechanisms import Gaussian
 from dpsql.release.aim import plan_aim, round_mechanism, select_marginal
 from dpsql.release.compress import plan_compression
-from dpsql.release.marginals import SCORE_GRID, Measurement, measure
+from dpsql.release.marginals import SCORE_GRID, measure
+from dpsql.release.measurement import Measurement
 
 N = 100_000
 

@@ -1,6 +1,6 @@
 """An upstream database whose own defaults write values differently from what dpsql tells its
 clients (DateStyle, TimeZone, IntervalStyle, bytea_output, extra_float_digits, client_encoding):
-dpsql pins them on every connection it opens (dpsql/upstream_settings.py), so clients get what
+dpsql pins them on every connection it opens (dpsql/upstream/settings.py), so clients get what
 the ParameterStatus messages promised, and psycopg can still read the ledger's timestamps.
 
 Before the pin, ``DateStyle = 'SQL, DMY'`` made the wire fast path's first connection fail (psycopg
@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
-from dpsql.upstream_settings import OUTPUT_SETTINGS
+from dpsql.upstream.settings import OUTPUT_SETTINGS
 from dpsql.wire.state import DEFAULTS
 from tests.helpers import analyst_dsn, demo_db_with_defaults, served_engine
 

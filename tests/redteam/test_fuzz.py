@@ -25,12 +25,12 @@ from sqlglot import exp
 from dpsql.demo import POLICY
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, UpstreamError
+from dpsql.execute.classify import classify
 from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import unsalted
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from dpsql.sql.analyze import analyze
-from dpsql.sql.classify import classify
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.rewrite import private_query
 from tests.redteam.sqlgrammar import query

@@ -28,11 +28,11 @@ import yaml
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, UpstreamError
+from dpsql.execute.classify import classify
 from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import unsalted
 from dpsql.execute.tree import bound_split
 from dpsql.session import SessionContext
-from dpsql.sql.classify import classify
 
 SQLSTATES = re.compile(r"^[0-9A-Z]{5}(\|([0-9A-Z]{5}|dp))*$")
 CORPUS = yaml.safe_load((Path(__file__).parent / "corpus.yaml").read_text())

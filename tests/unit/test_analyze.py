@@ -7,9 +7,9 @@ import sqlglot
 
 from dpsql.demo import POLICY
 from dpsql.errors import DpsqlError
+from dpsql.execute.classify import classify
 from dpsql.policy import load_policy
 from dpsql.sql.analyze import analyze
-from dpsql.sql.classify import classify
 from dpsql.sql.parse import parse_statement, split_statements
 
 policy = load_policy(POLICY)

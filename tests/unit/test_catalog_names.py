@@ -7,8 +7,8 @@ import pytest
 import sqlglot
 
 from dpsql.catalog.build import as_object
+from dpsql.execute.classify import classify
 from dpsql.policy.model import Analyst, Budget, Policy
-from dpsql.sql.classify import classify
 
 
 def _sql(text: str, type_name: str = "REGCLASS") -> str:

@@ -9,8 +9,8 @@ import sqlglot
 
 from dpsql.catalog.check import check_catalog_query
 from dpsql.errors import DpsqlError
+from dpsql.execute.classify import classify
 from dpsql.policy.model import Policy
-from dpsql.sql.classify import classify
 
 POLICY = Policy.model_validate(
     {

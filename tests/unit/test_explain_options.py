@@ -1,4 +1,4 @@
-"""EXPLAIN's option list (dpsql.explain.options): parsed and validated as PostgreSQL does,
+"""EXPLAIN's option list (dpsql.sql.explain_options): parsed and validated as PostgreSQL does,
 rendered back from the whitelist only."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import doctest
 
 import pytest
 
-import dpsql.explain.options as mod
+import dpsql.sql.explain_options as mod
 from dpsql.errors import InvalidParameter, SqlSyntaxError
-from dpsql.explain.options import parse_explain
+from dpsql.sql.explain_options import parse_explain
 
 
 def test_doctests() -> None:

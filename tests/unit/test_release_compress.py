@@ -19,7 +19,8 @@ from dpsql.release.compress import (
     expand_rows,
     plan_compression,
 )
-from dpsql.release.marginals import Measurement, marginal, measure
+from dpsql.release.marginals import marginal, measure
+from dpsql.release.measurement import Measurement
 
 ALPHA = 1e-6
 

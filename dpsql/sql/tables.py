@@ -1,18 +1,11 @@
-"""Which path a parsed query takes: the DP engine, a public pass-through, or catalog introspection."""
+"""The tables a parsed query reads (CTE references excluded, PostgreSQL's scoping) and the error
+for one that does not exist (or that the analyst may not see)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 from sqlglot import exp
 
-from dpsql.catalog.check import is_catalog_query, names_objects
-from dpsql.errors import PrivacyViolation, UndefinedTable
-from dpsql.policy.model import Policy
-
-QueryKind = Literal["private", "public", "catalog", "dpsql"]
-
-CATALOG_SCHEMAS = frozenset({"pg_catalog", "information_schema"})
+from dpsql.errors import UndefinedTable
 
 
 def _ident_name(node: exp.Expr | None) -> str:
@@ -79,38 +72,3 @@ def undefined_table(node: exp.Table) -> UndefinedTable:
         hint="only the tables declared in the dpsql policy can be queried",
         position=start + 1 if isinstance(start, int) else None,
     )
-
-
-def classify(tree: exp.Expr, policy: Policy) -> QueryKind:
-    """Private if any private table is read; catalog if only catalogs; public otherwise."""
-    tables = referenced_tables(tree)
-    kinds = set()
-    for name, node in tables:
-        schema = name.split(".")[0]
-        if policy.private_table(name) is not None:
-            kinds.add("private")
-        elif schema in CATALOG_SCHEMAS:
-            kinds.add("catalog")
-        elif schema == "dpsql":
-            kinds.add("dpsql")
-        elif policy.is_public(name):
-            kinds.add("public")
-        else:
-            raise undefined_table(node)
-    if "private" in kinds:
-        if kinds & {"catalog", "dpsql"}:
-            raise PrivacyViolation(
-                "a query may not combine private tables with catalog or dpsql tables",
-                hint="query the catalog (or dpsql's views) and the private tables in separate "
-                "statements",
-            )
-        return "private"
-    if "dpsql" in kinds:
-        return "dpsql"
-    if "catalog" in kinds:
-        return "catalog"
-    if is_catalog_query(tree) or names_objects(tree):
-        # no catalog relation, but reg* casts or catalog functions (g::regclass, obj_description):
-        # they reveal object names, so they go through the catalog filter, never the public path
-        return "catalog"
-    return "public"
