@@ -1,1 +1,11 @@
-"""SQL: parsing, analysis, rewriting and catalog introspection."""
+"""SQL, as pure functions over sqlglot trees: parse, resolve, analyze, plan and rewrite.
+
+Owns parsing (:mod:`.parse`, :mod:`.prescan`, :mod:`.explain_options`, :mod:`.bind`), the tables
+a statement reads (:mod:`.tables`, :mod:`.names`, :mod:`.sources`), the analysis of a private
+statement (:mod:`.analyze` and its ``analyze_*`` parts -> :class:`.analysis.Analysis`: measures,
+groups, contribution bounds, key domains), its DP plan (:mod:`.plan`, :mod:`.sensitivity`,
+:mod:`.grouping_sets`), statements of several DP leaves (:mod:`.tree`, :mod:`.flatten`,
+:mod:`.per_unit`), the rewrite passes into bounded SQL (:mod:`.rewrite`, one pass per module) and
+the post-processing SQL (:mod:`.postprocess`). Reads the policy, never the network: nothing here
+opens a connection or imports the engine, the wire, the budget or the catalog emulation.
+"""
