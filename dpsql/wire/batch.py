@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 
 from dpsql.wire.framing import FrameDecoder
-from dpsql.wire.messages.frontend import Bind, Describe, Execute, Sync
+from dpsql.wire.messages.frontend import Describe, Execute, Sync
 
 # Describe portal "" / Execute portal "" with no row limit / Sync, as framed on the wire.
 DESCRIBE_EXECUTE_SYNC = (
@@ -30,7 +30,10 @@ EXECUTE_SYNC = b"E\x00\x00\x00\x09\x00\x00\x00\x00\x00" + b"S\x00\x00\x00\x04"
 DESCRIBE = Describe("P", "")
 EXECUTE = Execute("", 0)
 SYNC = Sync()
-_TAILS = ((DESCRIBE_EXECUTE_SYNC, (DESCRIBE, EXECUTE, SYNC)), (EXECUTE_SYNC, (EXECUTE, SYNC)))
+_TAILS: tuple[tuple[bytes, tuple[Describe | Execute | Sync, ...]], ...] = (
+    (DESCRIBE_EXECUTE_SYNC, (DESCRIBE, EXECUTE, SYNC)),
+    (EXECUTE_SYNC, (EXECUTE, SYNC)),
+)
 
 _I16 = struct.Struct("!h")
 _I32 = struct.Struct("!i")
@@ -108,8 +111,8 @@ def decode_bind(body: bytes) -> BindParts | None:
 
 def batch(
     bind: bytes, decoder: FrameDecoder
-) -> tuple[Bind | Describe | Execute | Sync, ...] | None:
-    """The messages of a Bind (its body ``bind``) of the unnamed portal and the [Describe,]
+) -> tuple[BindParts, tuple[Describe | Execute | Sync, ...]] | None:
+    """The fields of a Bind (its body ``bind``) of the unnamed portal and the [Describe,]
     Execute, Sync of it that ``decoder`` holds right behind it, consumed from ``decoder``; None,
     with nothing consumed, for any other shape (then each message is decoded on its own)."""
     parts = decode_bind(bind)
@@ -117,5 +120,5 @@ def batch(
         return None
     for wire, tail in _TAILS:
         if decoder.take(wire):
-            return (Bind(*parts), *tail)
+            return parts, tail
     return None

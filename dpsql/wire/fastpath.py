@@ -19,7 +19,7 @@ from dpsql.errors import UpstreamError
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.wire.params import upstream_params
-from dpsql.wire.protocol import uniform
+from dpsql.wire.requests import uniform
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_result
 
 if TYPE_CHECKING:

@@ -2,9 +2,9 @@
 
 :class:`Protocol` consumes decoded frontend messages (simple query, and the extended protocol's
 Parse / Bind / Describe / Execute / Close / Sync / Flush) and writes the backend messages it
-answers to an :class:`Outbox`. What it cannot do itself it asks its driver for by *yielding* a
-request (psycopg 3's ``generators.py`` habit): :class:`Split`, :class:`Prepare`,
-:class:`DescribeColumns`, :class:`Run` and :class:`Flush`. The driver
+answers to an :class:`~dpsql.wire.requests.Outbox`. What it cannot do itself it asks its driver
+for by *yielding* a request of :mod:`dpsql.wire.requests` (psycopg 3's ``generators.py`` habit):
+``Split``, ``Prepare``, ``DescribeColumns``, ``Run`` and ``Flush``. The driver
 (:class:`dpsql.wire.session.Session`) performs the request and sends the reply back into the
 generator, or throws the request's exception into it::
 
@@ -13,34 +13,53 @@ generator, or throws the request's exception into it::
     reply = await perform(req)      # or gen.throw(error)
     req = gen.send(reply)
 
-So the whole protocol is testable with plain message sequences (``tests/unit/wire/test_protocol.py``).
+So the whole protocol is testable with plain message sequences (``tests/unit/test_wire_protocol.py``).
 
 One Bind/Execute path serves every client: a portal runs once, on its first Execute (or on a
 Describe directly followed by its Execute: the Describe's answer waits for the next message, and
 when that is the portal's Execute the rows bring their columns, with no separate describe); its
 rows go out ``max_rows`` at a time with PortalSuspended in between, so a DP release is charged
-exactly once per portal. Where a statement runs is decided here, once, in :func:`route`: the
-session's own statements, the engine (private releases padded), or the upstream directly for
-public and catalog statements (the fast path). After an error every extended-protocol message is
+exactly once per portal. Where a statement runs is decided once, by
+:func:`~dpsql.wire.requests.route`: the session's own statements, the engine (private releases
+padded), or the upstream directly for public and catalog statements (the fast path). After an error every extended-protocol message is
 discarded until Sync, which answers ReadyForQuery.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
-from typing import Protocol as TypingProtocol
 
 from dpsql.errors import DpsqlError, InternalError, ProtocolViolation, UnsupportedSql
 from dpsql.result import Result, ResultColumn
 from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
-from dpsql.wire.encode import command_complete, decode_param, row_description, row_encoders
+from dpsql.wire.batch import BindParts
+from dpsql.wire.encode import (
+    Encoder,
+    command_complete,
+    decode_param,
+    row_description,
+    row_encoders,
+)
 from dpsql.wire.engine_api import Statement, as_dpsql_error
 from dpsql.wire.messages.backend import data_row, raw_data_row
 from dpsql.wire.params import infer_param_types
+from dpsql.wire.requests import (
+    DescribeColumns,
+    Flush,
+    Malformed,
+    Outbox,
+    Prepare,
+    Request,
+    Route,
+    Run,
+    Split,
+    Steps,
+    route,
+    uniform,
+)
 from dpsql.wire.state import TEXT_OID, Outcome, SessionState
 from dpsql.wire.statements import SessionStatement
 
@@ -52,120 +71,9 @@ _CLOSE_COMPLETE = m.CloseComplete().encode()
 _EMPTY_QUERY = m.EmptyQueryResponse().encode()
 _SUSPENDED = m.PortalSuspended().encode()
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
+_FLUSH = Flush()
+_READY_FLUSH = Flush(ready=True)
 _TXN_KINDS = frozenset({"begin", "commit", "rollback", "rollback_to", "savepoint", "release"})
-FAST_KINDS = frozenset({"public", "catalog"})
-
-
-class Outbox(TypingProtocol):
-    """Where the protocol writes encoded backend messages (the connection's send buffer)."""
-
-    def send(self, data: bytes) -> None: ...
-
-    @property
-    def should_flush(self) -> bool: ...
-
-
-class Buffer:
-    """An :class:`Outbox` that keeps what is sent (tests; a driver without a connection)."""
-
-    def __init__(self, flush_at: int = 256 * 1024) -> None:
-        self.sent: list[bytes] = []
-        self.size = 0
-        self._flush_at = flush_at
-
-    def send(self, data: bytes) -> None:
-        self.sent.append(data)
-        self.size += len(data)
-
-    @property
-    def should_flush(self) -> bool:
-        return self.size >= self._flush_at
-
-    def take(self) -> list[bytes]:
-        out, self.sent, self.size = self.sent, [], 0
-        return out
-
-
-# ---- requests to the driver ---------------------------------------------------------------------
-class Route(Enum):
-    """Where a statement runs (decided by :func:`route`)."""
-
-    SESSION = "session"  # SET / SHOW / BEGIN ...: the session state (Protocol.apply_session)
-    EMPTY = "empty"  # an empty statement: nothing runs
-    UPSTREAM = "upstream"  # public / catalog: the upstream directly, on the event loop
-    ENGINE = "engine"  # the engine, in a worker thread
-    PRIVATE = "private"  # the engine, answered at a data-independent moment (timing padding)
-
-
-@dataclass(frozen=True, slots=True)
-class Split:
-    """Split a simple Query's text into statements. Reply: ``list[str]``."""
-
-    sql: str
-
-
-@dataclass(frozen=True, slots=True)
-class Prepare:
-    """Parse and check one statement's text. Reply: :class:`Statement`."""
-
-    sql: str
-
-
-@dataclass(frozen=True, slots=True)
-class DescribeColumns:
-    """An engine statement's result columns, without running it. Reply: its columns."""
-
-    statement: Statement
-    param_types: tuple[int, ...]  # as declared in Parse (0: unspecified)
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Run a statement. Reply: a :class:`Result` (or the :class:`Outcome` of a session
-    statement, from :meth:`Protocol.apply_session`).
-
-    ``formats``: the result formats the client asked for, when known before running (then
-    PostgreSQL's bytes may be passed through); None when they are not.
-    """
-
-    statement: Statement
-    params: tuple[Any, ...]
-    formats: tuple[int, ...] | None
-    route: Route
-
-
-@dataclass(frozen=True, slots=True)
-class Flush:
-    """Write what the outbox holds to the client. ``ready``: a ReadyForQuery was just queued
-    (the driver may give a large statement's memory back first)."""
-
-    ready: bool = False
-
-
-Request = Split | Prepare | DescribeColumns | Run | Flush
-Steps = Generator[Request, Any, None]
-
-
-@dataclass(frozen=True, slots=True)
-class Malformed:
-    """A frame the driver could not decode into a message: its type byte and the error."""
-
-    code: bytes
-    error: DpsqlError
-
-
-def route(stmt: Statement, fast_path: bool) -> Route:
-    """Where ``stmt`` runs: the one place that chooses the fast path."""
-    kind = stmt.kind
-    if kind == "session":
-        return Route.SESSION
-    if kind == "empty":
-        return Route.EMPTY
-    if kind == "private":
-        return Route.PRIVATE
-    if fast_path and kind in FAST_KINDS:
-        return Route.UPSTREAM
-    return Route.ENGINE
 
 
 # ---- statements and portals ---------------------------------------------------------------------
@@ -175,6 +83,7 @@ class PreparedStatement:
 
     stmt: Statement
     param_types: tuple[int, ...]
+    route: Route  # where it runs, decided once at Parse
     described: dict[bool, tuple[ResultColumn, ...]] = field(default_factory=dict)
     declared: tuple[int, ...] = ()  # the Parse's own types (0: unspecified), for the engine
 
@@ -222,33 +131,50 @@ class Protocol:
         """Handle one message (a generator of requests, see the module's docstring)."""
         if self._describing is not None:
             yield from self._settle_describe(msg)
-        if isinstance(msg, m.Query):
-            yield from self._query(msg.sql)
-        elif isinstance(msg, Malformed):
-            yield from self._malformed(msg)
-        elif isinstance(msg, m.Sync):
-            yield from self._sync()
-        elif isinstance(msg, m.Flush):
-            yield Flush()
-        elif isinstance(msg, m.FunctionCall):
-            self.send_error(UnsupportedSql("fast-path function calls are not supported",
-                                           hint="call the function in a SELECT"))  # fmt: skip
-            yield from self._ready()
-        elif isinstance(msg, m.CopyData | m.CopyDone | m.CopyFail | m.Terminate):
-            return  # PostgreSQL ignores COPY messages outside COPY mode; Terminate: the driver's
-        elif self.skipping:
-            return
-        else:
+        cls = type(msg)
+        if cls in _EXTENDED:
+            if self.skipping:
+                return
             try:
-                yield from self._extended(msg)
+                if cls is m.Bind:
+                    b: m.Bind = msg  # type: ignore[assignment]
+                    self._bind(b.portal, b.statement, b.param_formats, b.params, b.result_formats)
+                elif cls is m.Close:
+                    self._close(msg)  # type: ignore[arg-type]
+                else:
+                    yield from _EXTENDED[cls](self, msg)  # type: ignore[misc]
             except Exception as e:
                 self.send_error(e)
                 self.failed()
-                yield Flush()  # as PostgreSQL, an error goes out at once
+                yield _FLUSH  # as PostgreSQL, an error goes out at once
+        elif cls is m.Sync:
+            yield from self._sync()
+        elif cls is m.Query:
+            yield from self._query(msg.sql)  # type: ignore[union-attr]
+        elif cls is m.Flush:
+            yield _FLUSH
+        elif cls is Malformed:
+            yield from self._malformed(msg)  # type: ignore[arg-type]
+        elif cls is m.FunctionCall:
+            self.send_error(UnsupportedSql("fast-path function calls are not supported",
+                                           hint="call the function in a SELECT"))  # fmt: skip
+            yield from self._ready()
+        # anything else (COPY messages outside COPY mode, as PostgreSQL) is ignored
 
-    def handle_all(self, msgs: Iterable[m.FrontendMessage]) -> Steps:
-        """:meth:`handle` each of ``msgs`` in turn (a pipelined batch in one generator)."""
-        for msg in msgs:
+    def handle_batch(self, bind: BindParts, tail: Iterable[m.FrontendMessage]) -> Steps:
+        """A Bind (its fields, as :func:`dpsql.wire.batch.decode_bind` gives them) and the
+        messages right behind it, handled exactly as one by one (the usual run of a prepared
+        statement, without building the Bind)."""
+        if self._describing is not None:
+            yield from self._settle_describe(None)
+        if not self.skipping:
+            try:
+                self._bind(*bind)
+            except Exception as e:
+                self.send_error(e)
+                self.failed()
+                yield _FLUSH
+        for msg in tail:
             yield from self.handle(msg)
 
     def apply_session(self, st: SessionStatement) -> Outcome:
@@ -286,7 +212,7 @@ class Protocol:
 
     def _ready(self) -> Steps:
         self.out.send(_READY[self.state.status])
-        yield Flush(ready=True)
+        yield _READY_FLUSH
 
     def _deallocate(self, name: str | None) -> None:
         if name is None:
@@ -314,7 +240,7 @@ class Protocol:
         for text in texts:
             try:
                 stmt: Statement = yield Prepare(text)
-                res = yield self._run(stmt, (), ())
+                res = yield Run(stmt, (), (), route(stmt, self.fast_path))
                 if stmt.kind == "empty":
                     self.out.send(_EMPTY_QUERY)
                     continue
@@ -322,7 +248,11 @@ class Protocol:
                 columns, rows, tag = _shape(res)
                 if columns:
                     self.out.send(row_description(tuple(columns), ()))
-                    yield from self._rows(columns, rows, (), res)
+                    encs = self._encoders(columns, (), res)
+                    i = self._send_rows(rows, 0, encs)
+                    while i < len(rows):
+                        yield _FLUSH
+                        i = self._send_rows(rows, i, encs)
                 self.out.send(command_complete(tag))
             except Exception as e:
                 self.send_error(e)
@@ -330,36 +260,22 @@ class Protocol:
                 break
         yield from self._ready()
 
-    def _run(self, stmt: Statement, params: tuple[Any, ...], formats: tuple[int, ...]) -> Run:
-        return Run(stmt, params, formats, route(stmt, self.fast_path))
-
     # ---- the extended protocol -------------------------------------------------------------
-    def _extended(self, msg: m.FrontendMessage) -> Steps:
-        if isinstance(msg, m.Bind):
-            self._bind(msg)
-        elif isinstance(msg, m.Execute):
-            yield from self._execute(msg)
-        elif isinstance(msg, m.Describe):
-            yield from self._describe(msg)
-        elif isinstance(msg, m.Parse):
-            yield from self._parse(msg)
-        elif isinstance(msg, m.Close):
-            self._close(msg)
-
     def _sync(self) -> Steps:
         self.skipping = False
         if self.state.status == "I":
             self.portals.clear()  # portals live until their transaction ends
         else:
             self.portals.pop("", None)
-        yield from self._ready()
+        self.out.send(_READY[self.state.status])
+        yield _READY_FLUSH
 
     def _malformed(self, msg: Malformed) -> Steps:
         if msg.code not in m.frontend._BY_CODE:  # not a message at all: the stream is lost
             msg.error.severity = "FATAL"  # type: ignore[misc]
             self.send_error(msg.error)
             self.ended = True
-            yield Flush()
+            yield _FLUSH
             return
         self.send_error(msg.error)
         if msg.code[0] in _BATCH_CODES:
@@ -380,24 +296,31 @@ class Protocol:
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
         oids = _param_oids(stmt, declared)
-        self.statements[msg.statement] = PreparedStatement(stmt, oids, declared=declared)
+        self.statements[msg.statement] = PreparedStatement(
+            stmt, oids, route(stmt, self.fast_path), declared=declared
+        )
         self.out.send(_PARSE_COMPLETE)
 
-    def _bind(self, msg: m.Bind) -> None:
-        prep = self.statements.get(msg.statement)
+    def _bind(
+        self,
+        portal: str,
+        statement: str,
+        pf: tuple[int, ...],
+        values: tuple[bytes | None, ...],
+        result_formats: tuple[int, ...],
+    ) -> None:
+        prep = self.statements.get(statement)
         if prep is None:
-            raise _undefined("prepared statement", msg.statement, "26000")
+            raise _undefined("prepared statement", statement, "26000")
         self._check_txn(prep.stmt)
-        portal = msg.portal
         if portal and portal in self.portals:
             raise DpsqlError(f'portal "{portal}" already exists', sqlstate="42P03",
                              hint="Close it first or use another name")  # fmt: skip
-        values, pf = msg.params, msg.param_formats
         n = len(prep.param_types)
         if len(values) != n:
             raise ProtocolViolation(
                 f"bind message supplies {len(values)} parameters, but prepared statement "
-                f'"{msg.statement}" requires {n}'
+                f'"{statement}" requires {n}'
             )
         if len(pf) not in (0, 1, n):
             raise ProtocolViolation(
@@ -412,7 +335,7 @@ class Protocol:
         # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
         # the extra values, so the engine gets only the statement's own.
         used = params[: prep.stmt.param_count]
-        self.portals[portal] = Portal(prep, used, msg.result_formats)
+        self.portals[portal] = Portal(prep, used, result_formats)
         self.out.send(_BIND_COMPLETE)
 
     def _columns(
@@ -454,7 +377,7 @@ class Protocol:
             return
         self._row_description(tuple(portal.result.columns), portal.formats)
 
-    def _settle_describe(self, nxt: m.FrontendMessage | Malformed) -> Steps:
+    def _settle_describe(self, nxt: m.FrontendMessage | Malformed | None) -> Steps:
         """Answer the Describe of a portal that has not run. When ``nxt`` executes that portal,
         run it now: its columns come with the rows and it runs exactly once either way; else
         describe it without running it."""
@@ -472,7 +395,7 @@ class Protocol:
         except Exception as e:
             self.send_error(e)
             self.failed()
-            yield Flush()
+            yield _FLUSH
 
     def _row_description(self, cols: tuple[ResultColumn, ...], formats: tuple[int, ...]) -> None:
         if cols:
@@ -484,7 +407,7 @@ class Protocol:
     def _run_portal(self, portal: Portal) -> Steps:
         stmt = portal.prepared.stmt
         self._check_txn(stmt)
-        portal.result = yield self._run(stmt, portal.params, portal.formats)
+        portal.result = yield Run(stmt, portal.params, portal.formats, portal.prepared.route)
         self._notices(portal.result)
 
     def _execute(self, msg: m.Execute) -> Steps:
@@ -505,7 +428,12 @@ class Protocol:
         _check_formats(portal.formats, len(columns))
         start = portal.pos
         end = len(rows) if msg.max_rows <= 0 else min(len(rows), start + msg.max_rows)
-        yield from self._rows(columns, rows[start:end], portal.formats, res)
+        encs = self._encoders(columns, portal.formats, res)
+        part = rows[start:end]
+        i = self._send_rows(part, 0, encs)
+        while i < len(part):
+            yield _FLUSH
+            i = self._send_rows(part, i, encs)
         portal.pos = end
         if end < len(rows):
             self.out.send(_SUSPENDED)
@@ -530,46 +458,35 @@ class Protocol:
             for notice in res.notices:
                 self.send_notice("NOTICE", "00000", notice)
 
-    def _rows(
-        self,
-        columns: Sequence[ResultColumn],
-        rows: Sequence[Any],
-        formats: tuple[int, ...],
-        res: Result | Outcome,
-    ) -> Steps:
-        """DataRows, flushed as the outbox fills (a slow client only slows its own session).
-        Rows fetched as PostgreSQL's bytes (:func:`raw_format_of`) are sent as they are."""
-        out = self.out
+    def _encoders(
+        self, columns: Sequence[ResultColumn], formats: tuple[int, ...], res: Result | Outcome
+    ) -> list[Encoder] | None:
+        """How to encode a result's rows; None when they hold PostgreSQL's bytes already, in
+        the format the client asked for (the fast path's pass-through), sent as they are."""
         raw = getattr(res, "raw_format", None)
-        if raw is not None:
-            if uniform(formats) != raw:
-                raise InternalError("rows fetched in one format were asked for in another")
-            for row in rows:
-                out.send(raw_data_row(row))
+        if raw is None:
+            return row_encoders(columns, formats)
+        if uniform(formats) != raw:
+            raise InternalError("rows fetched in one format were asked for in another")
+        return None
+
+    def _send_rows(self, rows: Sequence[Any], i: int, encs: list[Encoder] | None) -> int:
+        """DataRows from ``rows[i]`` on, until the outbox should be flushed (a slow client only
+        slows its own session): the index of the next row to send."""
+        out, n = self.out, len(rows)
+        if encs is None:
+            while i < n:
+                out.send(raw_data_row(rows[i]))
+                i += 1
                 if out.should_flush:
-                    yield Flush()
-            return
-        encs = row_encoders(columns, formats)
-        for row in rows:
-            out.send(data_row(row, encs))
+                    return i
+            return n
+        while i < n:
+            out.send(data_row(rows[i], encs))
+            i += 1
             if out.should_flush:
-                yield Flush()
-
-
-def uniform(formats: Sequence[int] | None) -> int | None:
-    """The one result format of every column (none given: text), or None (mixed, or unknown).
-
-    >>> uniform(()), uniform((1,)), uniform((1, 1)), uniform((0, 1)), uniform(None)
-    (0, 1, 1, None, None)
-    """
-    if formats is None:
-        return None
-    if not formats:
-        return 0
-    first = formats[0]
-    if first not in (0, 1):
-        return None
-    return first if len(formats) == 1 or all(f == first for f in formats) else None
+                return i
+        return n
 
 
 def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any], str]:
@@ -597,3 +514,14 @@ def _check_formats(formats: Sequence[int], ncols: int) -> None:
         raise ProtocolViolation(
             f"bind message has {len(formats)} result formats but query has {ncols} columns"
         )
+
+
+# The extended protocol's messages, discarded after an error until Sync: those that may ask the
+# driver for something, and Bind and Close (None: handled in place, they ask for nothing).
+_EXTENDED: dict[type, Callable[[Protocol, Any], Steps] | None] = {
+    m.Bind: None,
+    m.Close: None,
+    m.Execute: Protocol._execute,
+    m.Describe: Protocol._describe,
+    m.Parse: Protocol._parse,
+}

@@ -36,12 +36,12 @@ from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests
 from dpsql.wire.fastpath import run_fast
 from dpsql.wire.log import fingerprint, log_statement, statement_text
 from dpsql.wire.parsing import parse_pool
-from dpsql.wire.protocol import (
+from dpsql.wire.protocol import Protocol
+from dpsql.wire.requests import (
     DescribeColumns,
     Flush,
     Malformed,
     Prepare,
-    Protocol,
     Request,
     Route,
     Run,
@@ -217,7 +217,7 @@ class Session:
             if code == b"B":  # the usual run of a prepared statement: one batch
                 batch = _batch(frame.body, decoder)
                 if batch is not None:
-                    await self._drive(proto.handle_all(batch))
+                    await self._drive(proto.handle_batch(*batch))
                     continue
             try:
                 msg: m.FrontendMessage | Malformed = m.decode_frontend(code, frame.body)
@@ -233,9 +233,20 @@ class Session:
         """Perform what the protocol asks for until it has handled its message(s)."""
         try:
             req = next(steps)
+            reply: Any
             while True:
                 try:
-                    reply = await self._perform(req)
+                    cls = type(req)
+                    if cls is Run:  # the usual requests first, without a call of their own
+                        run: Run = req  # type: ignore[assignment]
+                        reply = await self.execute(
+                            run.statement, run.params, run.formats, run.route
+                        )
+                    elif cls is Flush and not self._large:
+                        await self.ch.flush()
+                        reply = None
+                    else:
+                        reply = await self._perform(req)
                 except Exception as e:
                     req = steps.throw(e)
                 else:
@@ -244,8 +255,6 @@ class Session:
             return
 
     async def _perform(self, req: Request) -> Any:
-        if isinstance(req, Run):
-            return await self.execute(req.statement, req.params, req.formats, req.route)
         if isinstance(req, Flush):
             if req.ready and self._large:  # give a large statement's memory back first
                 self._large = False

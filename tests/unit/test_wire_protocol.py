@@ -13,13 +13,13 @@ from dpsql.session import SessionContext
 from dpsql.wire import messages as m
 from dpsql.wire.engine_api import Statement
 from dpsql.wire.framing import FrameDecoder
-from dpsql.wire.protocol import (
+from dpsql.wire.protocol import Protocol
+from dpsql.wire.requests import (
     Buffer,
     DescribeColumns,
     Flush,
     Malformed,
     Prepare,
-    Protocol,
     Route,
     Run,
     Split,

@@ -1,0 +1,146 @@
+"""What the query protocol (:mod:`dpsql.wire.protocol`) asks of its driver, and where it writes.
+
+The protocol yields one of the requests below and is sent the reply (or has the request's error
+thrown into it); it writes backend messages to an :class:`Outbox`. :func:`route` is the one place
+that decides where a statement runs, the fast path included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NamedTuple
+from typing import Protocol as TypingProtocol
+
+from dpsql.errors import DpsqlError
+from dpsql.wire.engine_api import Statement
+
+FAST_KINDS = frozenset({"public", "catalog"})
+
+
+class Outbox(TypingProtocol):
+    """Where the protocol writes encoded backend messages (the connection's send buffer)."""
+
+    def send(self, data: bytes) -> None: ...
+
+    @property
+    def should_flush(self) -> bool: ...
+
+
+class Buffer:
+    """An :class:`Outbox` that keeps what is sent (tests; a driver without a connection)."""
+
+    def __init__(self, flush_at: int = 256 * 1024) -> None:
+        self.sent: list[bytes] = []
+        self.size = 0
+        self._flush_at = flush_at
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+        self.size += len(data)
+
+    @property
+    def should_flush(self) -> bool:
+        return self.size >= self._flush_at
+
+    def take(self) -> list[bytes]:
+        out, self.sent, self.size = self.sent, [], 0
+        return out
+
+
+# ---- requests to the driver ---------------------------------------------------------------------
+class Route(Enum):
+    """Where a statement runs (decided by :func:`route`)."""
+
+    SESSION = "session"  # SET / SHOW / BEGIN ...: the session state (Protocol.apply_session)
+    EMPTY = "empty"  # an empty statement: nothing runs
+    UPSTREAM = "upstream"  # public / catalog: the upstream directly, on the event loop
+    ENGINE = "engine"  # the engine, in a worker thread
+    PRIVATE = "private"  # the engine, answered at a data-independent moment (timing padding)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """Split a simple Query's text into statements. Reply: ``list[str]``."""
+
+    sql: str
+
+
+@dataclass(frozen=True, slots=True)
+class Prepare:
+    """Parse and check one statement's text. Reply: :class:`Statement`."""
+
+    sql: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeColumns:
+    """An engine statement's result columns, without running it. Reply: its columns."""
+
+    statement: Statement
+    param_types: tuple[int, ...]  # as declared in Parse (0: unspecified)
+
+
+class Run(NamedTuple):  # a tuple: made once per statement run, on the hot path
+    """Run a statement. Reply: a :class:`Result` (or the :class:`Outcome` of a session
+    statement, from :meth:`Protocol.apply_session`).
+
+    ``formats``: the result formats the client asked for, when known before running (then
+    PostgreSQL's bytes may be passed through); None when they are not.
+    """
+
+    statement: Statement
+    params: tuple[Any, ...]
+    formats: tuple[int, ...] | None
+    route: Route
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Write what the outbox holds to the client. ``ready``: a ReadyForQuery was just queued
+    (the driver may give a large statement's memory back first)."""
+
+    ready: bool = False
+
+
+Request = Split | Prepare | DescribeColumns | Run | Flush
+Steps = Generator[Request, Any, None]
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A frame the driver could not decode into a message: its type byte and the error."""
+
+    code: bytes
+    error: DpsqlError
+
+
+def route(stmt: Statement, fast_path: bool) -> Route:
+    """Where ``stmt`` runs: the one place that chooses the fast path."""
+    kind = stmt.kind
+    if kind == "session":
+        return Route.SESSION
+    if kind == "empty":
+        return Route.EMPTY
+    if kind == "private":
+        return Route.PRIVATE
+    if fast_path and kind in FAST_KINDS:
+        return Route.UPSTREAM
+    return Route.ENGINE
+
+
+def uniform(formats: Sequence[int] | None) -> int | None:
+    """The one result format of every column (none given: text), or None (mixed, or unknown).
+
+    >>> uniform(()), uniform((1,)), uniform((1, 1)), uniform((0, 1)), uniform(None)
+    (0, 1, 1, None, None)
+    """
+    if formats is None:
+        return None
+    if not formats:
+        return 0
+    first = formats[0]
+    if first not in (0, 1):
+        return None
+    return first if len(formats) == 1 or all(f == first for f in formats) else None
