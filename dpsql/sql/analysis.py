@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import Literal
 
 from sqlglot import exp
@@ -50,8 +51,10 @@ class Measure:
     candidates: tuple[str, ...] | None = None
     candidates_from: str | None = None
 
-    @property
+    @cached_property
     def key(self) -> str:
+        """The measure's identity (computed once: a frozen measure's argument is never edited
+        in place, :func:`dataclasses.replace` makes a new measure)."""
         a = self.arg.sql("postgres") if self.arg is not None else ""
         base = f"{self.kind}({a})[{self.lo},{self.hi}]"
         if self.kind == "quantile":

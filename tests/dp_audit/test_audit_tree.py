@@ -74,6 +74,33 @@ SHAPES: dict[str, tuple[str, Callable[[tuple[Any, ...]], bool], int]] = {
         lambda r: r[0] == "a",
         1,
     ),
+    "agg_of_aggs": (
+        "SELECT AVG(x) AS mean FROM (SELECT g, COUNT(*) AS x FROM t GROUP BY g) q",
+        lambda r: True,
+        0,
+    ),
+    "per_unit_stats": (
+        "SELECT AVG(n) AS mean FROM (SELECT uid, COUNT(*) AS n FROM t GROUP BY uid) q",
+        lambda r: True,
+        0,
+    ),
+    # the released rows' count: the declared keys, the same on both databases (a public output)
+    "pagination": (
+        "SELECT COUNT(*) AS c FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g LIMIT 50000) q",
+        lambda r: True,
+        0,
+    ),
+    "case_band": (
+        "SELECT band, COUNT(*) AS n FROM (SELECT CASE WHEN v < 50 THEN 'low' ELSE 'high' END "
+        "AS band, v FROM t) q GROUP BY band",
+        lambda r: r[0] == "high",
+        1,
+    ),
+    "in_filter": (
+        "SELECT g, COUNT(*) AS n FROM t WHERE g IN ('a') GROUP BY g",
+        lambda r: r[0] == "a",
+        1,
+    ),
 }
 
 
@@ -200,3 +227,60 @@ def test_tree_execute_audit_flags_a_broken_leaf(engines: tuple[Engine, Engine]) 
         eps_lb, spent = _execute_audit(broken, "union_all", 800)
     assert spent == pytest.approx(1.0)
     assert eps_lb > spent
+
+
+# ``auto`` bounds in a tree's leaf (dpsql/execute/tree_budget.py): enough units (3,000) that the
+# leaf really chooses R and the clamp from the data, then answers with the rest of its share:
+# the audited output is the whole mechanism (bound choices, answer, post-processing), charged
+# the statement's epsilon once. (The guard keeps a bound's default when 3,000 + DLap(1 / 0.01)
+# falls below its limit of ~1,070: probability <= e^-19 each, so the notice check below fails
+# falsely with probability < 1e-8.)
+AUTO_POLICY = {
+    **POLICY,
+    "tables": {
+        "public.t": {
+            **POLICY["tables"]["public.t"],  # type: ignore[index]
+            "max_rows_per_unit": "auto",
+            "max_groups_per_unit": "auto",
+        }
+    },
+}
+AUTO_SHAPES = {
+    "reaggregate_auto": (
+        "SELECT MAX(x) AS top FROM (SELECT g, SUM(v) AS x FROM t GROUP BY g) q",
+        lambda r: True,
+        0,
+    ),
+}
+
+
+def _load_many(dsn: str, with_extreme: bool) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t AS SELECT u AS uid, (ARRAY['a', 'b'])[1 + u % 2] AS g, "
+            "((u * 37) % 90)::numeric AS v FROM generate_series(0, 2999) u, generate_series(1, 2)"
+        )
+        if with_extreme:
+            conn.execute("INSERT INTO t SELECT 99999, 'a', 100 FROM generate_series(1, 3)")
+
+
+@pytest.fixture(scope="module")
+def auto_engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    yield from neighbouring_engines(make_db, AUTO_POLICY, _load_many, "atreeauto")
+
+
+def test_tree_execute_audit_with_auto_bounds(
+    auto_engines: tuple[Engine, Engine], request: pytest.FixtureRequest, monkeypatch: Any
+) -> None:
+    monkeypatch.setitem(SHAPES, "reaggregate_auto", AUTO_SHAPES["reaggregate_auto"])
+    runs = 1500 if request.config.getoption("--run-slow") else 100
+    first = auto_engines[0].execute(
+        auto_engines[0].prepare(AUTO_SHAPES["reaggregate_auto"][0]), SESSION
+    )
+    assert "derived table q: contribution bounds:" in first.notices[0]  # chosen, not defaults
+    assert "chosen from the data" in first.notices[0], first.notices
+    eps_lb, spent = _execute_audit(auto_engines, "reaggregate_auto", runs)
+    assert spent == pytest.approx(1.0)  # bound choices and answer: one charge of epsilon 1
+    assert eps_lb <= spent
