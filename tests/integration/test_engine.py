@@ -159,8 +159,9 @@ def test_partition_selection_hides_single_person_groups(engine: Engine) -> None:
         delta=Fraction(1, 10**9),
     )
     assert r.rows == []
-    # Days have 133+ people after bounding against a threshold of 76 (scale 5): a day is dropped
-    # with probability < 6e-6, so 65 drops of 365 (a false failure) are beyond 1e-100.
+    # Days have 133+ people after bounding against a threshold of 84 (scale 50/9: the selection
+    # gets 9/10 of its half, the removed-mass estimate the rest): a day is dropped with probability
+    # < e^(-49 * 9 / 50) / 2 < 8e-5, so 65 drops of 365 (a false failure) are beyond 1e-100.
     r = ask(
         engine,
         "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
