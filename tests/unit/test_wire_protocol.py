@@ -11,6 +11,7 @@ import pytest
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.wire import messages as m
+from dpsql.wire.batch import decode_bind
 from dpsql.wire.engine_api import Statement
 from dpsql.wire.framing import FrameDecoder
 from dpsql.wire.protocol import Protocol
@@ -81,18 +82,30 @@ class Driver:
     def feed(self, *msgs: Any) -> list[Any]:
         """Backend messages (and flushes) answering ``msgs``."""
         for msg in msgs:
-            steps = self.proto.handle(msg)
-            try:
-                req = next(steps)
-                while True:
-                    try:
-                        reply = self.perform(req)
-                    except Exception as e:
-                        req = steps.throw(e)
-                    else:
-                        req = steps.send(reply)
-            except StopIteration:
-                pass
+            self._drive(self.proto.handle(msg))
+        return self._answers()
+
+    def feed_batch(self, bind: m.Bind, *tail: Any) -> list[Any]:
+        """As :meth:`feed`, through the batch lane (the Bind's fields handed over decoded)."""
+        parts = decode_bind(bind.encode()[5:])
+        assert parts is not None
+        self._drive(self.proto.handle_batch(parts, tail))
+        return self._answers()
+
+    def _drive(self, steps: Any) -> None:
+        try:
+            req = next(steps)
+            while True:
+                try:
+                    reply = self.perform(req)
+                except Exception as e:
+                    req = steps.throw(e)
+                else:
+                    req = steps.send(reply)
+        except StopIteration:
+            pass
+
+    def _answers(self) -> list[Any]:
         self._drain()
         got, self._received = self._received, []
         return got
@@ -360,3 +373,26 @@ def _violation() -> Any:
     from dpsql.errors import ProtocolViolation
 
     return ProtocolViolation("invalid message format")
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        ("SELECT gen 3", ()),
+        ("SELECT echo $1", (b"x",)),
+        ("SELECT echo $1", ()),  # wrong parameter count: the Bind fails
+        ("SELECT count FROM people", ()),
+        ("SHOW application_name", ()),
+    ],
+)
+@pytest.mark.parametrize("describe", [True, False], ids=["describe", "no-describe"])
+def test_the_batch_lane_answers_as_message_by_message(
+    sql: str, params: tuple[bytes, ...], describe: bool
+) -> None:
+    bind = m.Bind("", "s", (), params, (1,))
+    tail = ((m.Describe("P", ""),) if describe else ()) + (m.Execute(""), m.Sync())
+    one, batch = Driver(), Driver()
+    for d in (one, batch):
+        d.feed(m.Parse("s", sql), m.Sync())
+    assert batch.feed_batch(bind, *tail) == one.feed(bind, *tail)
+    assert batch.runs() == one.runs() and batch.engine.describes == one.engine.describes
