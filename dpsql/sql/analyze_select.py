@@ -16,7 +16,7 @@ from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis, GroupKey, Measure, Statistic
-from dpsql.sql.analyze import (
+from dpsql.sql.analyze_aggregates import (
     _CLAUSES_REFUSED,
     _Ctx,
     _refuse_identifiers,

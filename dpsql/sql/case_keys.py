@@ -19,8 +19,8 @@ import itertools
 
 from sqlglot import exp
 
-from dpsql.sql.key_domain import Hypothesis, condition_key, truth
 from dpsql.sql.key_literals import literal_text
+from dpsql.sql.key_truth import Hypothesis, condition_key, truth
 
 MAX_SHARED = 7  # 3^7 = 2187 assignments at most; more shared conditions: keep every result
 

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from dpsql.policy.model import TypeFamily
 from dpsql.sql.constants import NULL, Const, _Null, constant, parse_date
-from dpsql.sql.key_domain import coerce, strip_parens
+from dpsql.sql.key_truth import coerce, strip_parens
 
 
 def _text_of(c: Const, family: TypeFamily) -> str | None:

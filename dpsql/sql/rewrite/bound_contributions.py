@@ -47,7 +47,7 @@ from dpsql.sql.rewrite.make_total import make_total
 def _value_sql(a: Analysis, m: Measure) -> exp.Expr:
     """A measure's per-row value: made total, clamped into its range for sums and quantiles.
 
-    An integral SUM (integer columns and bounds, dpsql.sql.analyze._integral) is also rounded
+    An integral SUM (integer columns and bounds, dpsql.sql.analyze_aggregates._integral) is also rounded
     per row: its noise is calibrated on a grid of 1 with no rounding slack, which is sound only
     if every sum really is an integer. A policy that declares ``type: integer`` for a column that
     holds fractions upstream (``dpsql check`` reports it) would otherwise release fractional

@@ -1,0 +1,276 @@
+"""The aggregates of a private SELECT: each call checked (row-level expressions, identifiers,
+value ranges) and described as a :class:`~dpsql.sql.analysis.Statistic` and its measures.
+
+Part of the analysis (:func:`dpsql.sql.analyze.analyze`, :mod:`dpsql.sql.analyze_select`).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import NoReturn
+
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.sql import functions as fn
+from dpsql.sql.analysis import Measure, Statistic
+from dpsql.sql.names import describe
+from dpsql.sql.public_subquery import check_public_subquery, subquery_of
+from dpsql.sql.sensitivity import Interval, value_range
+from dpsql.sql.sources import Ctx, outer_columns
+from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
+
+__all__ = ["check_row_level", "statistic_for"]
+
+_CLAUSES_REFUSED = {
+    "laterals": "LATERAL",
+    "locks": "FOR UPDATE/SHARE",
+    "into": "SELECT INTO",
+    "windows": "WINDOW",
+    "qualify": "QUALIFY",
+    "connect": "CONNECT BY",
+}
+
+
+MAX_MAGNITUDE = 10**15  # largest |value| one row may add to a SUM/AVG/VAR
+_Ctx = Ctx  # the column resolver of dpsql.sql.sources (one or more joined tables)
+
+
+def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str) -> None:
+    for c in node.find_all(exp.Column):
+        col = ctx.column(c)
+        if col.identifier:
+            raise PrivacyViolation(
+                f"column {ctx.table}.{c.name} is an identifier and can't be used in {where}",
+                hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
+                f"{ctx.private.privacy_unit})",
+            )
+
+
+def _as_value(c: exp.Expr, top: exp.Expr) -> bool:
+    """True when ``c`` only flows to ``top`` as a value (CASE results, parentheses), untested."""
+    node = c
+    while node is not top:
+        p = node.parent
+        if isinstance(p, exp.Paren) or (isinstance(p, exp.If) and node.arg_key == "true"):
+            pass
+        elif isinstance(p, exp.Case) and node.arg_key in ("ifs", "default"):
+            pass
+        else:
+            return False
+        node = p
+    return True
+
+
+def _refuse_computed_identifiers(ctx: _Ctx, arg: exp.Expr, agg: str) -> None:
+    """Identifiers may be counted (``COUNT(DISTINCT CASE WHEN c THEN user_id END)``), not tested."""
+    for c in outer_columns(arg):
+        if ctx.column(c).identifier and not _as_value(c, arg):
+            raise PrivacyViolation(
+                f"column {ctx.source(c).table}.{c.name} is an identifier and can't be compared "
+                f"or computed on inside {agg}",
+                hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
+                f"{ctx.private.privacy_unit})",
+            )
+
+
+def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
+    """Allow only total, side-effect-free row-level SQL (see dpsql.sql.functions).
+
+    IN/EXISTS subqueries over public tables are checked by dpsql.sql.public_subquery.
+    """
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        sub = subquery_of(n)
+        policy = ctx.policy if sub is not None else None
+        if sub is not None and policy is not None:
+            check_public_subquery(sub, ctx, policy, isinstance(n, exp.Exists), check_row_level)
+            if isinstance(n, exp.In):
+                stack.append(n.this)
+            continue
+        stack.extend(n.iter_expressions())
+        if isinstance(n, (exp.Select, exp.Subquery, exp.Exists)):
+            raise UnsupportedSql(
+                f"subqueries are not supported in {where}",
+                hint="filter with literal values, e.g. col IN (1, 2, 3), or col IN (SELECT t.c "
+                "FROM public_table t)",
+            )
+        if fn.is_aggregate(n):
+            raise UnsupportedSql(f"aggregate functions are not allowed in {where}")
+        if isinstance(n, exp.Window):
+            raise PrivacyViolation(
+                "window functions over private rows are not allowed",
+                hint="aggregate with GROUP BY instead",
+            )
+        if not isinstance(n, fn.ROW_LEVEL_NODES):
+            raise UnsupportedSql(
+                f"{describe(n)} is not supported in {where} of a private query",
+                hint="use comparisons, AND/OR/NOT, IN lists, BETWEEN, LIKE, CASE, arithmetic, "
+                "COALESCE, numeric casts",
+            )
+        if isinstance(n, exp.Cast):
+            check_cast(n, ctx.column)
+        check_total(n, ctx.column)
+    if sum(1 for _ in node.find_all(exp.Interval)) > MAX_INTERVALS:
+        raise UnsupportedSql(f"at most {MAX_INTERVALS} INTERVAL constants per expression")
+
+
+def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
+    for c in arg.find_all(exp.Column):
+        col = ctx.column(c)
+        if col.identifier:
+            raise PrivacyViolation(
+                f"column {ctx.table}.{c.name} is an identifier and can't be aggregated with {agg}",
+                hint="identifiers may only be counted, e.g. COUNT(DISTINCT ...)",
+            )
+    r = value_range(arg, ctx.column)
+    if r is None:
+        for c in arg.find_all(exp.Column):
+            if ctx.column(c).bounds is None and value_range(c, ctx.column) is None:
+                in_condition = any(
+                    isinstance(p, (exp.Predicate, exp.Is, exp.In, exp.Between))
+                    for p in _parents(c, arg)
+                )
+                if not in_condition:
+                    raise PrivacyViolation(
+                        f"column {ctx.table}.{c.name} has no declared bounds, so {agg} over it "
+                        "is unbounded",
+                        hint=f"declare `bounds: [lo, hi]` for {c.name} in the policy",
+                    )
+        raise PrivacyViolation(
+            f"the range of {arg.sql('postgres')} can't be bounded from the declared bounds",
+            hint="use +, -, *, division by a constant, CASE and COALESCE over bounded columns",
+        )
+    reach = r.magnitude
+    if agg.startswith(("VAR", "STDDEV")):
+        reach = max(reach, r.half_width * r.half_width)  # sums of squared deviations
+    if reach > MAX_MAGNITUDE:
+        raise PrivacyViolation(
+            f"one row could move {agg}({arg.sql('postgres')}) by more than {MAX_MAGNITUDE:.0e}, "
+            "far too much to hide with noise",
+            hint="aggregate smaller values (scale them down, or clamp with LEAST/GREATEST)",
+        )
+    return r
+
+
+def _parents(node: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
+    out = []
+    p = node.parent
+    while p is not None and p is not top:
+        out.append(p)
+        p = p.parent
+    return out
+
+
+def _integral(ctx: _Ctx, arg: exp.Expr, r: Interval) -> bool:
+    if r.lo.denominator != 1 or r.hi.denominator != 1:
+        return False
+    for n in arg.walk():
+        if isinstance(n, exp.Column) and ctx.column(n).family != "integer":
+            return False
+        if isinstance(n, exp.Literal) and not n.is_string and not n.this.lstrip("-").isdigit():
+            return False
+        if isinstance(n, (exp.Div, exp.Round, exp.Cast)):
+            return False
+    return True
+
+
+def _result_type(ctx: _Ctx, arg: exp.Expr, func: str, integral: bool) -> str:
+    if func in ("count", "count_distinct"):
+        return "int8"
+    floaty = any(
+        ctx.column(c).type in ("real", "float", "float4", "float8", "double", "double precision")
+        for c in arg.find_all(exp.Column)
+    )
+    if floaty:
+        return "float8"
+    if func == "sum" and integral:
+        return "int8"
+    return "numeric"
+
+
+def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
+    """Map one aggregate call to its statistic and the measures it needs."""
+    from dpsql.sql import analyze_quantiles as aq
+
+    if aq.is_selection_aggregate(node):
+        return aq.selection_statistic(ctx, node, check_row_level, _arg_interval, _integral)
+    sql = node.sql("postgres")
+    name = fn.aggregate_name(node)
+    if name is None:
+        _refuse_aggregate(node)
+    arg = node.this
+    if isinstance(node, exp.Count):
+        if isinstance(arg, exp.Star) or arg is None:
+            m = Measure("count_rows")
+            return Statistic("count", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+        if isinstance(arg, exp.Distinct):
+            if len(arg.expressions) != 1:
+                raise UnsupportedSql("COUNT(DISTINCT a, b) is not supported")
+            inner = arg.expressions[0]
+            check_row_level(ctx, inner, "COUNT(DISTINCT ...)")
+            _refuse_computed_identifiers(ctx, inner, "COUNT(DISTINCT ...)")
+            unit = ctx.private.privacy_unit
+            if isinstance(inner, exp.Column) and inner.name == unit and not ctx.private.row_privacy:
+                ctx.column(inner)
+                m = Measure("count_units")
+            else:
+                m = _count_distinct(ctx, inner)
+            return Statistic("count_distinct", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+        check_row_level(ctx, arg, "COUNT(...)")
+        _refuse_computed_identifiers(ctx, arg, "COUNT(...)")
+        if isinstance(arg, exp.Literal) and not arg.is_string:
+            m = Measure("count_rows")
+        else:
+            m = Measure("count_values", ctx.qualify(arg))
+        return Statistic("count", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+    if isinstance(arg, exp.Distinct):
+        raise UnsupportedSql(
+            f"{name.upper()}(DISTINCT ...) is not supported",
+            hint=f"use {name.upper()}(...) without DISTINCT",
+        )
+    check_row_level(ctx, arg, f"{name.upper()}(...)")
+    r = _arg_interval(ctx, arg, name.upper())
+    q = ctx.qualify(arg)
+    integral = _integral(ctx, arg, r)
+    ptype = _result_type(ctx, arg, "sum" if name == "sum" else "avg", integral)
+    if name == "sum":
+        m = Measure("sum", q, r.lo, r.hi, integral)
+        return Statistic("sum", (m.key,), r.lo, r.hi, ptype, sql), [m]
+    cnt = Measure("count_values", q)
+    s1 = Measure("sum_centered", q, r.lo, r.hi, False)
+    if name == "avg":
+        return Statistic("avg", (s1.key, cnt.key), r.lo, r.hi, ptype, sql), [s1, cnt]
+    s2 = Measure("sum_sq_centered", q, r.lo, r.hi, False)
+    func = {"var_pop": "var_pop", "var_samp": "var_samp", "stddev": "stddev_samp"}.get(name, name)
+    stat = Statistic(func, (s2.key, s1.key, cnt.key), r.lo, r.hi, ptype, sql)  # type: ignore[arg-type]
+    return stat, [s2, s1, cnt]
+
+
+def _refuse_aggregate(node: exp.Expr) -> NoReturn:
+    sql = node.sql("postgres")
+    if isinstance(node, fn.RAW_VALUE_AGGREGATES):
+        raise PrivacyViolation(
+            f"{sql} would return raw private values",
+            hint="use COUNT, SUM, AVG, VAR or STDDEV",
+        )
+    raise UnsupportedSql(
+        f"the aggregate {sql} is not supported in private queries",
+        hint="use COUNT, COUNT(DISTINCT unit), SUM, AVG, VAR_POP/VAR_SAMP, STDDEV_POP/STDDEV_SAMP",
+    )
+
+
+def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:
+    """COUNT(DISTINCT x): over a column with declared keys, the keys whose noisy row count
+    passes a threshold (``count_keys``, see dpsql.execute.noise); else distinct values counted."""
+    if isinstance(inner, exp.Column):
+        col = ctx.column(inner)
+        if col is not None and not col.identifier and (col.keys or col.keys_from):
+            from dpsql.sql.analyze_quantiles import _key_text
+
+            keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
+            return Measure(
+                "count_keys", ctx.qualify(inner), candidates=keys, candidates_from=col.keys_from
+            )
+    return Measure("count_distinct", ctx.qualify(inner))
