@@ -26,10 +26,9 @@ from fractions import Fraction
 import numpy as np
 
 from dpsql.errors import InternalError
-from dpsql.sql.analysis import Analysis, Statistic
+from dpsql.sql.analysis import Analysis, Statistic, needs_group_rank
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
-from dpsql.sql.rewrite.bound_partials import needs_group_rank
 
 Interval = tuple[float, float]
 ALARM = 1e-3  # the over-cap alarm's false-alarm probability per answer

@@ -206,3 +206,33 @@ class Analysis:
             if m.key == key:
                 return m
         raise KeyError(key)
+
+
+DECOMPOSABLE = frozenset(
+    {"count_rows", "count_values", "count_units", "sum", "sum_centered", "sum_sq_centered"}
+)
+
+
+def decomposable(a: Analysis) -> bool:
+    """True when every measure adds up over rows (no COUNT(DISTINCT x), quantile or mode)."""
+    return all(m.kind in DECOMPOSABLE for m in a.measures)
+
+
+def needs_group_rank(a: Analysis) -> bool:
+    """False when no unit can touch more than G groups anyway, so choosing groups is a no-op.
+
+    That is the case without GROUP BY, and when every key has a declared ``keys:`` list whose
+    combinations number at most G: rows whose keys (as text) are not declared, or NULL, are
+    filtered out, and the release is indexed by the declared keys (one SQL group per declared
+    combination, :func:`dpsql.execute.noise.release`), so a unit reaches at most G released
+    groups even if two values printed the same text.
+    """
+    if not a.group_keys:
+        return False
+    combinations = 1
+    for g in a.group_keys:
+        size = g.domain_size
+        if size is None:
+            return True  # keys_from (resolved at run time) or partition selection
+        combinations *= size
+    return combinations > a.max_groups

@@ -30,8 +30,7 @@ from typing import Literal
 
 from dpsql.dp.accounting import Cost, sequential
 from dpsql.dp.mechanisms import Laplace
-from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.rewrite.bound_partials import decomposable, needs_group_rank
+from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 
 BIAS_SHARE = Fraction(1, 10)
 DROPPED_SHARE = Fraction(3, 4)  # of BIAS_SHARE; over_cap gets the rest

@@ -34,6 +34,8 @@ from dpsql.policy.model import Column, Policy, PrivateTable
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.postprocess import stat_outputs
+from dpsql.sql.rewrite.make_total import make_total
+from dpsql.sql.tables import cte_body
 
 UNIT_PREFIX = "_dpsql_units_"
 MAX_COUNT_KEYS = 1000  # a per-unit count's key domain 1..R is declared when R is at most this
@@ -62,9 +64,7 @@ def lift_units(
         ref = src.this
         body = ref.this if isinstance(ref, exp.Subquery) else None
         if isinstance(ref, exp.Table):
-            from dpsql.sql.tree import _cte_body
-
-            cte = _cte_body(ref)
+            cte = cte_body(ref)
             body = cte if isinstance(cte, exp.Select) else None
         if body is None:
             continue
@@ -147,8 +147,6 @@ def _source(
     private: PrivateTable,
     index: int,
 ) -> UnitSource:
-    from dpsql.sql.rewrite.make_total import make_total
-
     fixed = private.max_rows_per_unit
     r = fixed if isinstance(fixed, int) else AUTO_CAP
     outputs = dict(stat_outputs(a))

@@ -40,6 +40,31 @@ def visible_ctes(table: exp.Table) -> set[str]:
     return names
 
 
+def cte_body(table: exp.Table) -> exp.Expr | None:
+    """The body of the CTE a table reference names (PostgreSQL's scoping), or None."""
+    if table.db:
+        return None
+    name = table.name
+    prev: exp.Expr = table
+    node = table.parent
+    while node is not None:
+        visible: list[exp.Expr] = []
+        if isinstance(node, exp.With):
+            ctes = list(node.expressions)
+            upto = ctes.index(prev) if prev in ctes else len(ctes)
+            visible = ctes if node.args.get("recursive") else ctes[:upto]
+        else:
+            w = node.args.get("with_")
+            if isinstance(w, exp.With) and prev is not w:
+                visible = list(w.expressions)
+        for c in reversed(visible):
+            if c.alias_or_name == name:
+                body: exp.Expr = c.this
+                return body
+        prev, node = node, node.parent
+    return None
+
+
 def referenced_tables(tree: exp.Expr) -> list[tuple[str, exp.Table]]:
     """(qualified name, node) of every real table the query reads (references to CTEs excluded)."""
     out = []

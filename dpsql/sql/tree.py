@@ -40,7 +40,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.per_unit import UnitSource, lift_units, with_units
-from dpsql.sql.tables import referenced_tables
+from dpsql.sql.tables import cte_body, referenced_tables
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
 LEAF_PREFIX = "_dpsql_leaf_"
@@ -216,7 +216,7 @@ def series_limit(s: exp.Select, leaves: Sequence[exp.Select], policy: Policy) ->
     for j in s.args.get("joins") or []:
         body = j.this.this if isinstance(j.this, exp.Subquery) else None
         if isinstance(j.this, exp.Table):
-            body = _cte_body(j.this)
+            body = cte_body(j.this)
         if isinstance(body, exp.Select) and leaf_number(body) is not None:
             found.append((j, leaf_number(body)))
     src = s.args.get("from_")
@@ -303,7 +303,7 @@ def prune_ctes(tree: exp.Expr) -> exp.Expr:
     """``tree`` without the CTEs nothing reads any more (those the leaves read in their place);
     PostgreSQL never evaluates an unreferenced CTE without side effects, so the rows match."""
     while True:
-        used = {id(_cte_body(t)) for t in tree.find_all(exp.Table)}
+        used = {id(cte_body(t)) for t in tree.find_all(exp.Table)}
         dropped = False
         for w in list(tree.find_all(exp.With)):
             keep = [c for c in w.expressions if id(c.this) in used]
@@ -320,31 +320,6 @@ def prune_ctes(tree: exp.Expr) -> exp.Expr:
 # -- which blocks are leaves ---------------------------------------------------------------
 
 
-def _cte_body(table: exp.Table) -> exp.Expr | None:
-    """The body of the CTE a table reference names (PostgreSQL's scoping), or None."""
-    if table.db:
-        return None
-    name = table.name
-    prev: exp.Expr = table
-    node = table.parent
-    while node is not None:
-        visible: list[exp.Expr] = []
-        if isinstance(node, exp.With):
-            ctes = list(node.expressions)
-            upto = ctes.index(prev) if prev in ctes else len(ctes)
-            visible = ctes if node.args.get("recursive") else ctes[:upto]
-        else:
-            w = node.args.get("with_")
-            if isinstance(w, exp.With) and prev is not w:
-                visible = list(w.expressions)
-        for c in reversed(visible):
-            if c.alias_or_name == name:
-                body: exp.Expr = c.this
-                return body
-        prev, node = node, node.parent
-    return None
-
-
 def _private_tables(s: exp.Expr, policy: Policy, depth: int = 0) -> bool:
     """Whether ``s`` reads a private table, directly or through the CTEs it names."""
     if depth > 32:
@@ -353,7 +328,7 @@ def _private_tables(s: exp.Expr, policy: Policy, depth: int = 0) -> bool:
         if policy.private_table(name) is not None:
             return True
     for t in s.find_all(exp.Table):
-        body = _cte_body(t)
+        body = cte_body(t)
         if body is not None and not _contains(s, body) and _private_tables(body, policy, depth + 1):
             return True
     return False
@@ -396,7 +371,7 @@ def _selects_below(s: exp.Expr) -> list[exp.Select]:
     """Every SELECT inside ``s`` and inside the bodies of the CTEs it names from outside."""
     out = [t for t in s.find_all(exp.Select) if t is not s]
     for t in s.find_all(exp.Table):
-        body = _cte_body(t)
+        body = cte_body(t)
         if body is not None and not _contains(s, body):
             out += [body] if isinstance(body, exp.Select) else []
             out += [x for x in body.find_all(exp.Select) if x is not body]
@@ -436,7 +411,7 @@ def standalone(s: exp.Select) -> exp.Select:
 
     def collect(node: exp.Expr) -> None:
         for t in node.find_all(exp.Table):
-            body = _cte_body(t)
+            body = cte_body(t)
             if body is None or _contains(s, body) or id(body) in seen:
                 continue
             seen.add(id(body))

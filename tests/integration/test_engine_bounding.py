@@ -25,8 +25,7 @@ from dpsql.demo import POLICY
 from dpsql.engine import Engine
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
-from dpsql.sql.analysis import Measure
-from dpsql.sql.rewrite.bound_partials import decomposable
+from dpsql.sql.analysis import Measure, decomposable
 from tests.helpers import fixed_bounds_doc, noiseless
 
 R, G = 3, 2

@@ -6,9 +6,9 @@ import pytest
 import sqlglot
 
 from dpsql.policy.load import parse_policy
+from dpsql.sql.analysis import decomposable, needs_group_rank
 from dpsql.sql.analyze import analyze
 from dpsql.sql.rewrite import private_query
-from dpsql.sql.rewrite.bound_partials import decomposable, needs_group_rank
 from tests.unit.test_rewrite_passes import pairs
 
 POLICY = parse_policy(

@@ -36,8 +36,8 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.rewrite.bound_partials import bound_partials, decomposable, needs_group_rank
+from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
+from dpsql.sql.rewrite.bound_partials import bound_partials
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order
 from dpsql.sql.rewrite.literals import numeric

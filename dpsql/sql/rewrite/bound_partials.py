@@ -50,40 +50,13 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
+from dpsql.sql.bias import bias_targets
 from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
+from dpsql.sql.rewrite.measure_dropped import kept_only, measure_dropped, raw_partial_sql
 
-__all__ = ["bound_partials", "decomposable", "group_hash", "needs_group_rank", "partial_sql"]
-
-DECOMPOSABLE = frozenset(
-    {"count_rows", "count_values", "count_units", "sum", "sum_centered", "sum_sq_centered"}
-)
-
-
-def decomposable(a: Analysis) -> bool:
-    """True when every measure adds up over rows (no COUNT(DISTINCT x), quantile or mode)."""
-    return all(m.kind in DECOMPOSABLE for m in a.measures)
-
-
-def needs_group_rank(a: Analysis) -> bool:
-    """False when no unit can touch more than G groups anyway, so choosing groups is a no-op.
-
-    That is the case without GROUP BY, and when every key has a declared ``keys:`` list whose
-    combinations number at most G: rows whose keys (as text) are not declared, or NULL, are
-    filtered out, and the release is indexed by the declared keys (one SQL group per declared
-    combination, :func:`dpsql.execute.noise.release`), so a unit reaches at most G released
-    groups even if two values printed the same text.
-    """
-    if not a.group_keys:
-        return False
-    combinations = 1
-    for g in a.group_keys:
-        size = g.domain_size
-        if size is None:
-            return True  # keys_from (resolved at run time) or partition selection
-        combinations *= size
-    return combinations > a.max_groups
+__all__ = ["bound_partials", "group_hash", "partial_sql"]
 
 
 def _least(node: exp.Expr, r: int) -> exp.Expr:
@@ -141,9 +114,6 @@ def bound_partials(
 ) -> exp.Select:
     """The private SQL for decomposable measures (``values[i]``: measure i's value column;
     ``raw_values[i]``: the raw value column of bias target i when it differs)."""
-    from dpsql.sql.bias import bias_targets
-    from dpsql.sql.rewrite.measure_dropped import kept_only, measure_dropped, raw_partial_sql
-
     unit = exp.column("_dp_unit")
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     targets = bias_targets(a)
