@@ -278,7 +278,7 @@ def run_tree(
     final = [r for r in run.releases if r is not None]
     rows_out = _post(engine, sp, run.plans, final, cancel)
     stored = ledger is not None and engine.policy.repeats != "off"
-    notices = leaf_notices(sp, run, chosen, set(todo), stored, session, engine)
+    notices = leaf_notices(sp, run, set(todo), stored, session, engine)
     return Result(
         rows_out.columns,
         rows_out.rows,
@@ -326,7 +326,6 @@ def _reserve(
 def leaf_notices(
     sp: Split,
     run: _Run,
-    chosen: dict[int, AutoBounds],
     measured: set[int],
     stored: bool,
     session: SessionContext,
@@ -341,8 +340,9 @@ def leaf_notices(
         name = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
         b = run.budgets[i]
         lines: list[str] = []
-        if b.auto and i in measured:
-            text = notice(chosen.get(i, b.known()), b.share.epsilon, stored)
+        used = run.bounds[i]
+        if b.auto and i in measured and used is not None:
+            text = notice(used, b.share.epsilon, stored)
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)
@@ -380,6 +380,7 @@ class _Run:
         self.plans: list[LeafPlan] = [b.answer for b in budgets]
         self.releases: list[Release | None] = [None] * len(leaves)
         self.keys: list[str | None] = [None] * len(leaves)
+        self.bounds: list[AutoBounds | None] = [None] * len(leaves)  # the auto bounds used
 
     def resolve(self, i: int, lookup: bool = True) -> None:
         """Leaf i's real SQL (a series limit's from its source's released keys), its
@@ -418,10 +419,12 @@ class _Run:
 
     def plan(self, i: int, bounds: AutoBounds | None) -> None:
         """Leaf i's plan for running, within what was reserved for its answer."""
-        plan = resolved_plan(self.engine, self.leaves[i], self.budgets[i], bounds, self.session)
+        plan, used = resolved_plan(
+            self.engine, self.leaves[i], self.budgets[i], bounds, self.session
+        )
         if not _within(plan.cost, self.budgets[i].answer.cost):
             raise InternalError("a leaf's plan costs more than was reserved for its answer")
-        self.plans[i] = plan
+        self.plans[i], self.bounds[i] = plan, used
 
     def _released_keys(self, source: int, column: str) -> list[exp.Expr]:
         """The distinct non-null values of ``column`` in leaf ``source``'s released rows (after

@@ -92,21 +92,26 @@ def resolved_plan(
     budget: LeafBudget,
     bounds: AutoBounds | None,
     session: SessionContext,
-) -> LeafPlan:
-    """The plan leaf ``leaf`` runs with: its analysis with ``bounds`` (those chosen for it, or
-    the known ones) at the epsilon left after the choice. A series-limit leaf's own stored and
-    declared bounds come first (those chosen on its probe fill in the rest)."""
+) -> tuple[LeafPlan, AutoBounds | None]:
+    """The plan leaf ``leaf`` runs with, and the ``auto`` bounds it uses (None: none): its
+    analysis with ``bounds`` (those chosen for it, or the known ones) at the epsilon left after
+    the choice. A series-limit leaf's own stored and declared bounds come first (those chosen
+    on its probe fill in the rest)."""
     a = leaf.analysis
     assert a is not None
     if not budget.auto:
-        return engine.plan_analysis(a, budget.share.epsilon, budget.share.delta, session.mechanism)
+        plan = engine.plan_analysis(a, budget.share.epsilon, budget.share.delta, session.mechanism)
+        return plan, None
     use = bounds if bounds is not None else budget.known()
     if a is not budget.share.analysis:  # a series limit's leaf, prepared on the released keys
-        own = auto_bounds.pending(engine, leaf, session, a).known
-        use = AutoBounds((*own.chosen, *use.chosen), use.epsilon_spent, use.fallback)
-    return engine.plan_analysis(
+        own = auto_bounds.pending(engine, leaf, session, a).known.chosen
+        kinds = {(c.kind, c.column) for c in own}
+        rest = tuple(c for c in use.chosen if (c.kind, c.column) not in kinds)
+        use = AutoBounds((*own, *rest), use.epsilon_spent, use.fallback)
+    plan = engine.plan_analysis(
         apply_bounds(a, use), budget.answer.epsilon, budget.share.delta, session.mechanism
     )
+    return plan, use
 
 
 def explain_text(budget: LeafBudget) -> str | None:

@@ -122,7 +122,11 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
         for s in found:
             link = series_limit(s, leaves, policy) if _reads_leaf(s) else None
             links.append(link)
-            labels.append(leaf_label(s))
+            labels.append(
+                leaf_label(s)
+                if link is None
+                else _short(f"the aggregate over the keys of {labels[link.source]}")
+            )
             if link is not None:
                 probe = exp.Not(this=exp.Is(this=link.expr.copy(), expression=exp.Null()))
                 leaves.append(link.block.copy().where(probe, copy=False))
