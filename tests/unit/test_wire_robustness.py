@@ -40,7 +40,7 @@ def client(server: ServerThread) -> Iterator[RawClient]:
 
 def healthy(server: ServerThread) -> bool:
     dsn = f"host=127.0.0.1 port={server.port} user=ana password='{PASSWORD}' dbname=db"
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+    with psycopg.connect(dsn, autocommit=True, connect_timeout=30) as conn:
         return conn.execute("SELECT gen 1").fetchall() == [(0,)]
 
 

@@ -74,7 +74,7 @@ def test_no_certificate_answers_n() -> None:
 
 
 def test_data_stuffed_after_ssl_request_is_refused(tls_server: ServerThread) -> None:
-    s = socket.create_connection(("127.0.0.1", tls_server.port), timeout=5)
+    s = socket.create_connection(("127.0.0.1", tls_server.port), timeout=30)
     s.sendall(m.SSLRequest().encode() + m.StartupMessage(parameters={"user": "ana"}).encode())
     assert s.recv(1) == b"S"
     rest = b""
