@@ -4,21 +4,40 @@ Every refusal or failure is a :class:`DpsqlError` subclass carrying a PostgreSQL
 wire session turns these into ``ErrorResponse`` messages; the CLI prints them. A message says what was
 wrong; ``hint`` says what to do instead.
 
+As psycopg's ``errors`` module: one class per SQLSTATE dpsql sends, each under the class of its
+SQLSTATE family (the code's first two characters, e.g. :class:`DataException` for 22xxx), and
+:func:`lookup` finds the class of a code (its family's for a code without one of its own).
+Code raises the class; ``sqlstate=`` is for codes that come from PostgreSQL (upstream errors).
+
 >>> e = PrivacyViolation("column users.email is an identifier", hint="aggregate it")
 >>> (e.sqlstate, str(e))
 ('42501', 'column users.email is an identifier')
+>>> lookup("42501") is PrivacyViolation, lookup("42999") is SyntaxErrorOrAccessRuleViolation
+(True, True)
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+_BY_SQLSTATE: dict[str, type[DpsqlError]] = {}
+
 
 class DpsqlError(Exception):
-    """Base class. ``sqlstate`` is the PostgreSQL error code sent to clients."""
+    """Base class. ``sqlstate`` is the PostgreSQL error code sent to clients.
+
+    A subclass that sets ``sqlstate`` is registered for it (the first one to claim a code);
+    a family class sets the family's ``NN000`` code.
+    """
 
     sqlstate: ClassVar[str] = "XX000"
     severity: ClassVar[str] = "ERROR"
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        code = cls.__dict__.get("sqlstate")
+        if isinstance(code, str):
+            _BY_SQLSTATE.setdefault(code, cls)
 
     def __init__(
         self,
@@ -52,140 +71,295 @@ class DpsqlError(Exception):
         return f"{type(self).__name__}({self.sqlstate}: {self.message!r})"
 
 
-class SqlSyntaxError(DpsqlError):
-    """The statement does not parse (42601)."""
+# ---- families (the SQLSTATE class: the code's first two characters) ------------------------
+class ConnectionException(DpsqlError):
+    """Class 08: the connection (lost, or the protocol broken)."""
 
-    sqlstate = "42601"
-
-
-class PrivacyViolation(DpsqlError):
-    """Raw-row access, identifier use, an unbounded column (42501 insufficient_privilege)."""
-
-    sqlstate = "42501"
+    sqlstate = "08000"
 
 
-class UnsupportedSql(DpsqlError):
-    """SQL that dpsql does not (yet) answer privately (0A000 feature_not_supported)."""
+class FeatureNotSupported(DpsqlError):
+    """Class 0A: SQL or a protocol feature dpsql does not (yet) answer (0A000)."""
 
     sqlstate = "0A000"
 
 
-class GroupingError(DpsqlError):
-    """A GROUP BY / GROUPING() misuse PostgreSQL would reject as well (42803)."""
+class DataException(DpsqlError):
+    """Class 22: a value that is not valid for its use."""
 
-    sqlstate = "42803"
-
-
-class ProgramLimitExceeded(DpsqlError):
-    """A statement over one of dpsql's size limits, e.g. too many grouping sets (54000)."""
-
-    sqlstate = "54000"
+    sqlstate = "22000"
 
 
-class StatementTooComplex(ProgramLimitExceeded):
-    """A statement too large or too deeply nested for dpsql to rewrite (54001)."""
+class InvalidTransactionState(DpsqlError):
+    """Class 25: a statement the transaction's state does not allow."""
 
-    sqlstate = "54001"
-
-
-class InvalidParameter(DpsqlError):
-    """A bad privacy parameter such as epsilon <= 0 (22023 invalid_parameter_value)."""
-
-    sqlstate = "22023"
+    sqlstate = "25000"
 
 
-class UndefinedTable(DpsqlError):
-    sqlstate = "42P01"
+class InvalidSqlStatementName(DpsqlError):
+    """Class 26: a prepared statement that does not exist (26000)."""
+
+    sqlstate = "26000"
 
 
-class UndefinedColumn(DpsqlError):
-    sqlstate = "42703"
+class InvalidAuthorizationSpecification(DpsqlError):
+    """Class 28: authentication refused (28000)."""
 
-
-class UndefinedParameter(DpsqlError):
-    """A ``$n`` placeholder without a value (``SELECT $1`` in a simple query)."""
-
-    sqlstate = "42P02"
-
-
-class IndeterminateDatatype(DpsqlError):
-    """A Parse parameter neither typed nor used (``SELECT $2`` without a type for ``$1``)."""
-
-    sqlstate = "42P18"
-
-
-class UndefinedObject(DpsqlError):
-    sqlstate = "42704"
-
-
-class InvalidColumnReference(DpsqlError):
-    sqlstate = "42P10"
-
-
-class BudgetExhausted(DpsqlError):
-    """The release would exceed a privacy budget (53400 configuration_limit_exceeded)."""
-
-    sqlstate = "53400"
-
-
-class TooManyConnections(DpsqlError):
-    sqlstate = "53300"
-
-
-class PolicyError(DpsqlError):
-    """The policy file is invalid (F0000 config_file_error)."""
-
-    sqlstate = "F0000"
-
-
-class ProtocolViolation(DpsqlError):
-    sqlstate = "08P01"
-
-
-class AuthenticationFailed(DpsqlError):
-    sqlstate = "28P01"
-    severity = "FATAL"
-
-
-class InvalidAuthorization(DpsqlError):
     sqlstate = "28000"
     severity = "FATAL"
 
 
+class InvalidCursorName(DpsqlError):
+    """Class 34: a portal that does not exist (34000)."""
+
+    sqlstate = "34000"
+
+
+class SavepointException(DpsqlError):
+    """Class 3B: a savepoint misuse."""
+
+    sqlstate = "3B000"
+
+
 class InvalidCatalogName(DpsqlError):
-    """A database that does not exist (the server serves one)."""
+    """Class 3D: a database that does not exist (the server serves one)."""
 
     sqlstate = "3D000"
     severity = "FATAL"
 
 
-class ReadOnlyTransaction(DpsqlError):
-    sqlstate = "25006"
+class SyntaxErrorOrAccessRuleViolation(DpsqlError):
+    """Class 42: syntax, names and privileges."""
+
+    sqlstate = "42000"
 
 
-class InFailedTransaction(DpsqlError):
-    sqlstate = "25P02"
+class InsufficientResources(DpsqlError):
+    """Class 53: a limit on resources (budgets, connections)."""
+
+    sqlstate = "53000"
 
 
-class QueryCanceled(DpsqlError):
-    sqlstate = "57014"
+class ProgramLimitExceeded(DpsqlError):
+    """Class 54: a statement over one of dpsql's size limits, e.g. too many grouping sets."""
+
+    sqlstate = "54000"
 
 
-class ConnectionFailure(DpsqlError):
+class ObjectNotInPrerequisiteState(DpsqlError):
+    """Class 55: an object that cannot be used or changed in its state."""
+
+    sqlstate = "55000"
+
+
+class OperatorIntervention(DpsqlError):
+    """Class 57: cancelled, or the server shutting down or starting."""
+
+    sqlstate = "57000"
+
+
+class ConfigFileError(DpsqlError):
+    """Class F0: the policy file is invalid (F0000)."""
+
+    sqlstate = "F0000"
+
+
+class InternalError(DpsqlError):
+    """Class XX: a bug in dpsql (XX000)."""
+
+    sqlstate = "XX000"
+
+
+# ---- class 08 ----------------------------------------------------------------------------
+class ProtocolViolation(ConnectionException):
+    sqlstate = "08P01"
+
+
+class ConnectionFailure(ConnectionException):
     """The database connection was lost or could not be made (08006; 57P01-57P03 when the
     database said it is shutting down or starting). Safe to retry."""
 
     sqlstate = "08006"
 
 
+# ---- class 0A ----------------------------------------------------------------------------
+UnsupportedSql = FeatureNotSupported  # the name most of dpsql raises
+
+
+# ---- class 22 ----------------------------------------------------------------------------
+class InvalidParameter(DataException):
+    """A bad parameter value such as epsilon <= 0 (22023 invalid_parameter_value)."""
+
+    sqlstate = "22023"
+
+
+class CharacterNotInRepertoire(DataException, ProtocolViolation):
+    """Bytes that are not valid UTF-8 (22021). Also a :class:`ProtocolViolation`: the message
+    decoder raises it, and every failure of the decoder is one."""
+
+    sqlstate = "22021"
+
+
+class InvalidTextRepresentation(DataException):
+    """A parameter value that does not parse as its type (22P02)."""
+
+    sqlstate = "22P02"
+
+
+# ---- class 25 ----------------------------------------------------------------------------
+class ActiveSqlTransaction(InvalidTransactionState):
+    """A statement that cannot run inside a transaction block (25001)."""
+
+    sqlstate = "25001"
+
+
+class ReadOnlyTransaction(InvalidTransactionState):
+    sqlstate = "25006"
+
+
+class NoActiveSqlTransaction(InvalidTransactionState):
+    """A statement that can only run inside a transaction block (25P01)."""
+
+    sqlstate = "25P01"
+
+
+class InFailedTransaction(InvalidTransactionState):
+    sqlstate = "25P02"
+
+
+# ---- class 28 ----------------------------------------------------------------------------
+InvalidAuthorization = InvalidAuthorizationSpecification
+
+
+class AuthenticationFailed(InvalidAuthorizationSpecification):
+    sqlstate = "28P01"
+
+
+# ---- class 3B ----------------------------------------------------------------------------
+class InvalidSavepointSpecification(SavepointException):
+    sqlstate = "3B001"
+
+
+# ---- class 42 ----------------------------------------------------------------------------
+class PrivacyViolation(SyntaxErrorOrAccessRuleViolation):
+    """Raw-row access, identifier use, an unbounded column (42501 insufficient_privilege)."""
+
+    sqlstate = "42501"
+
+
+class SqlSyntaxError(SyntaxErrorOrAccessRuleViolation):
+    """The statement does not parse (42601)."""
+
+    sqlstate = "42601"
+
+
+class AmbiguousColumn(SyntaxErrorOrAccessRuleViolation):
+    sqlstate = "42702"
+
+
+class UndefinedColumn(SyntaxErrorOrAccessRuleViolation):
+    sqlstate = "42703"
+
+
+class UndefinedObject(SyntaxErrorOrAccessRuleViolation):
+    sqlstate = "42704"
+
+
+class GroupingError(SyntaxErrorOrAccessRuleViolation):
+    """A GROUP BY / GROUPING() misuse PostgreSQL would reject as well (42803)."""
+
+    sqlstate = "42803"
+
+
+class UndefinedTable(SyntaxErrorOrAccessRuleViolation):
+    sqlstate = "42P01"
+
+
+class UndefinedParameter(SyntaxErrorOrAccessRuleViolation):
+    """A ``$n`` placeholder without a value (``SELECT $1`` in a simple query)."""
+
+    sqlstate = "42P02"
+
+
+class DuplicateCursor(SyntaxErrorOrAccessRuleViolation):
+    """A portal name already in use (42P03)."""
+
+    sqlstate = "42P03"
+
+
+class DuplicatePreparedStatement(SyntaxErrorOrAccessRuleViolation):
+    sqlstate = "42P05"
+
+
+class InvalidColumnReference(SyntaxErrorOrAccessRuleViolation):
+    sqlstate = "42P10"
+
+
+class IndeterminateDatatype(SyntaxErrorOrAccessRuleViolation):
+    """A Parse parameter neither typed nor used (``SELECT $2`` without a type for ``$1``)."""
+
+    sqlstate = "42P18"
+
+
+# ---- class 53 ----------------------------------------------------------------------------
+class TooManyConnections(InsufficientResources):
+    sqlstate = "53300"
+
+
+class BudgetExhausted(InsufficientResources):
+    """The release would exceed a privacy budget (53400 configuration_limit_exceeded)."""
+
+    sqlstate = "53400"
+
+
+# ---- class 54 ----------------------------------------------------------------------------
+class StatementTooComplex(ProgramLimitExceeded):
+    """A statement too large or too deeply nested for dpsql to rewrite (54001)."""
+
+    sqlstate = "54001"
+
+
+# ---- class 55 ----------------------------------------------------------------------------
+class CantChangeRuntimeParam(ObjectNotInPrerequisiteState):
+    """A setting that cannot be changed now (55P02)."""
+
+    sqlstate = "55P02"
+
+
+# ---- class 57 ----------------------------------------------------------------------------
+class QueryCanceled(OperatorIntervention):
+    sqlstate = "57014"
+
+
+class AdminShutdown(OperatorIntervention):
+    """The server is shutting down (57P01): the session ends."""
+
+    sqlstate = "57P01"
+
+
+class CannotConnectNow(OperatorIntervention):
+    """The server is starting or stopping and takes no new connection (57P03)."""
+
+    sqlstate = "57P03"
+
+
+# ---- class F0 ----------------------------------------------------------------------------
+PolicyError = ConfigFileError
+
+
+# ---- from PostgreSQL -----------------------------------------------------------------------
 class UpstreamError(DpsqlError):
-    """An error from PostgreSQL. On private queries the text is replaced, the class kept."""
+    """An error from PostgreSQL (its own SQLSTATE, given as ``sqlstate=``). On private queries
+    the text is replaced, the class kept."""
 
 
-class InternalError(DpsqlError):
-    """A bug in dpsql (XX000)."""
+def lookup(sqlstate: str) -> type[DpsqlError]:
+    """The class of ``sqlstate``: its own, else its family's, else :class:`DpsqlError`.
 
-    sqlstate = "XX000"
+    >>> lookup("57014").__name__, lookup("22012").__name__, lookup("P0001").__name__
+    ('QueryCanceled', 'DataException', 'DpsqlError')
+    """
+    return _BY_SQLSTATE.get(sqlstate) or _BY_SQLSTATE.get(sqlstate[:2] + "000") or DpsqlError
 
 
 def sanitized_upstream(sqlstate: str | None) -> UpstreamError:

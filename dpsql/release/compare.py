@@ -28,7 +28,7 @@ import numpy as np
 
 from dpsql.dp import rng
 from dpsql.dp.mechanisms import Gaussian, grid_for, rounded_sensitivity
-from dpsql.errors import DpsqlError
+from dpsql.errors import ObjectNotInPrerequisiteState
 from dpsql.release.marginals import SCORE_GRID, independent, l1_score, marginal
 
 IF_WORSE = ("baseline", "stop", "publish")
@@ -36,10 +36,8 @@ DEFAULT_SHARE = Fraction(1, 20)
 Marginals = Callable[[tuple[int, ...]], np.ndarray]
 
 
-class ReleaseWithheld(DpsqlError):
-    """The model would not beat the baseline and the owner chose ``--if-worse stop``."""
-
-    sqlstate = "55000"
+class ReleaseWithheld(ObjectNotInPrerequisiteState):
+    """The model would not beat the baseline and the owner chose ``--if-worse stop`` (55000)."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolation, UndefinedColumn, UndefinedTable, UnsupportedSql
+from dpsql.errors import (
+    AmbiguousColumn,
+    PrivacyViolation,
+    UndefinedColumn,
+    UndefinedTable,
+    UnsupportedSql,
+)
 from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
 
 PUBLIC_COLUMN = Column(type="text")  # a column of a public table: no bounds, not an identifier
@@ -87,10 +93,9 @@ class Ctx:
         if len(owners) == 1:
             return owners[0]
         if len(owners) > 1 or (not owners and len(public) > 1):
-            raise UndefinedColumn(
+            raise AmbiguousColumn(
                 f'column reference "{node.name}" is ambiguous',
                 hint="qualify it with its table's alias",
-                sqlstate="42702",
             )
         if public:
             return public[0]

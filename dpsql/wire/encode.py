@@ -20,7 +20,11 @@ from psycopg.adapt import PyFormat, Transformer
 from psycopg.postgres import types as pg_types
 from psycopg.pq import Format
 
-from dpsql.errors import InternalError, InvalidParameter
+from dpsql.errors import (
+    InternalError,
+    InvalidTextRepresentation,
+    ProtocolViolation,
+)
 from dpsql.result import ResultColumn
 
 Encoder = Callable[[Any], bytes]
@@ -209,10 +213,9 @@ def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
     if data is None:
         return None
     if fmt and oid == 0:
-        raise InvalidParameter(
+        raise ProtocolViolation(
             f"parameter ${index} was sent in binary without a type",
             hint="declare the parameter type in Parse, or send it in text format",
-            sqlstate="08P01",
         )
     size = _TYPE_SIZES.get(oid, -1)
     try:
@@ -220,11 +223,10 @@ def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
             raise ValueError(f"binary value of {len(data)} bytes, expected {size}")
         return _loader(oid, fmt)(data)
     except Exception as e:
-        raise InvalidParameter(
+        raise InvalidTextRepresentation(
             f"invalid value for parameter ${index} of type oid {oid}",
             detail=type(e).__name__,
             hint="check the parameter's type and format",
-            sqlstate="22P02",
         ) from None
 
 

@@ -31,7 +31,16 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpsql.errors import DpsqlError, InternalError, ProtocolViolation, UnsupportedSql
+from dpsql.errors import (
+    DpsqlError,
+    DuplicateCursor,
+    DuplicatePreparedStatement,
+    InternalError,
+    InvalidCursorName,
+    InvalidSqlStatementName,
+    ProtocolViolation,
+    UnsupportedSql,
+)
 from dpsql.result import Result, ResultColumn
 from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
@@ -97,9 +106,8 @@ class Portal:
     pos: int = 0
 
 
-def _undefined(kind: str, name: str, code: str) -> DpsqlError:
-    return DpsqlError(f'{kind} "{name}" does not exist', sqlstate=code,
-                      hint=f"Parse/Bind the {kind} first")  # fmt: skip
+def _undefined(kind: str, name: str, cls: type[DpsqlError]) -> DpsqlError:
+    return cls(f'{kind} "{name}" does not exist', hint=f"Parse/Bind the {kind} first")  # fmt: skip
 
 
 class Protocol:
@@ -218,7 +226,7 @@ class Protocol:
         if name is None:
             self.statements.clear()
         elif self.statements.pop(name, None) is None:
-            raise _undefined("prepared statement", name, "26000")
+            raise _undefined("prepared statement", name, InvalidSqlStatementName)
 
     def _check_txn(self, stmt: Statement) -> None:
         if stmt.session is None or stmt.session.kind not in _TXN_KINDS:
@@ -285,8 +293,10 @@ class Protocol:
 
     def _parse(self, msg: m.Parse) -> Steps:
         if msg.statement and msg.statement in self.statements:
-            raise DpsqlError(f'prepared statement "{msg.statement}" already exists',
-                             sqlstate="42P05", hint="Close it first or use another name")  # fmt: skip
+            raise DuplicatePreparedStatement(
+                f'prepared statement "{msg.statement}" already exists',
+                hint="Close it first or use another name",
+            )  # fmt: skip
         stmt: Statement = yield Prepare(msg.sql)
         self._check_txn(stmt)
         if stmt.kind != "empty":  # PostgreSQL types the parameters at Parse
@@ -311,11 +321,11 @@ class Protocol:
     ) -> None:
         prep = self.statements.get(statement)
         if prep is None:
-            raise _undefined("prepared statement", statement, "26000")
+            raise _undefined("prepared statement", statement, InvalidSqlStatementName)
         self._check_txn(prep.stmt)
         if portal and portal in self.portals:
-            raise DpsqlError(f'portal "{portal}" already exists', sqlstate="42P03",
-                             hint="Close it first or use another name")  # fmt: skip
+            raise DuplicateCursor(f'portal "{portal}" already exists',
+                                  hint="Close it first or use another name")  # fmt: skip
         n = len(prep.param_types)
         if len(values) != n:
             raise ProtocolViolation(
@@ -364,14 +374,14 @@ class Protocol:
         if msg.kind == "S":
             prep = self.statements.get(msg.name)
             if prep is None:
-                raise _undefined("prepared statement", msg.name, "26000")
+                raise _undefined("prepared statement", msg.name, InvalidSqlStatementName)
             cols = yield from self._columns(prep)
             self.out.send(m.ParameterDescription(prep.param_types).encode())
             self._row_description(cols, ())
             return
         portal = self.portals.get(msg.name)
         if portal is None:
-            raise _undefined("portal", msg.name, "34000")
+            raise _undefined("portal", msg.name, InvalidCursorName)
         if portal.result is None:
             self._describing = (msg, portal)  # answered when the next message is known
             return
@@ -413,7 +423,7 @@ class Protocol:
     def _execute(self, msg: m.Execute) -> Steps:
         portal = self.portals.get(msg.portal)
         if portal is None:
-            raise _undefined("portal", msg.portal, "34000")
+            raise _undefined("portal", msg.portal, InvalidCursorName)
         if portal.result is None:
             yield from self._run_portal(portal)
         if portal.prepared.stmt.kind == "empty":

@@ -16,7 +16,13 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from dpsql.errors import DpsqlError, TooManyConnections
+from dpsql.errors import (
+    AdminShutdown,
+    CannotConnectNow,
+    DpsqlError,
+    InternalError,
+    TooManyConnections,
+)
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.wire import messages as m
@@ -153,7 +159,7 @@ class Server:
         session: Session | None = None
         try:
             if self._stopping:
-                raise DpsqlError("the server is shutting down", sqlstate="57P03")
+                raise CannotConnectNow("the server is shutting down")
             got = await negotiate(ch, self.tls, self.config.require_tls)
             if isinstance(got, m.CancelRequest):
                 self._cancel(got)
@@ -163,13 +169,12 @@ class Server:
         except (ConnectionClosed, TimeoutError):
             pass
         except asyncio.CancelledError:
-            await _fatal(ch, DpsqlError("terminating connection due to administrator command",
-                                        sqlstate="57P01"))  # fmt: skip
+            await _fatal(ch, AdminShutdown("terminating connection due to administrator command"))  # fmt: skip
         except DpsqlError as e:
             await _fatal(ch, e)
         except Exception:
             log.exception("session crashed peer=%s", ch.peer)
-            await _fatal(ch, DpsqlError("internal error in dpsql", sqlstate="XX000"))
+            await _fatal(ch, InternalError("internal error in dpsql"))
         finally:
             self.limits.disconnect()
             if session is not None:

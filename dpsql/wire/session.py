@@ -21,7 +21,7 @@ from concurrent.futures import Executor
 from typing import Any, ParamSpec, TypeVar
 
 from dpsql.budget.route import is_show_budget
-from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
+from dpsql.errors import AdminShutdown, DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import Prepared
 from dpsql.execute.timing import padded, timing_of
@@ -339,8 +339,8 @@ class Session:
                 return res
             self.state.check_not_failed()
             if self.closing:  # else charged, then cut off when the sessions are closed
-                raise DpsqlError("terminating connection due to administrator command",
-                                 sqlstate="57P01", hint="reconnect when the server is back")  # fmt: skip
+                raise AdminShutdown("terminating connection due to administrator command",
+                                    hint="reconnect when the server is back")  # fmt: skip
             if where is Route.EMPTY:
                 res = Result((), [], "")
                 return res

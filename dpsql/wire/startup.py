@@ -10,7 +10,7 @@ from __future__ import annotations
 import ssl
 from dataclasses import dataclass
 
-from dpsql.errors import InvalidAuthorization, ProtocolViolation
+from dpsql.errors import FeatureNotSupported, InvalidAuthorization, ProtocolViolation
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel
 
@@ -64,10 +64,9 @@ async def negotiate(
 def _check_startup(ch: Channel, packet: m.StartupMessage, require_tls: bool) -> Startup:
     major, minor = packet.protocol >> 16, packet.protocol & 0xFFFF
     if major != 3:
-        raise ProtocolViolation(
+        raise FeatureNotSupported(
             f"unsupported frontend protocol {major}.{minor}: server supports 3.0",
             hint="use a PostgreSQL client speaking protocol 3",
-            sqlstate="0A000",
         )
     params = dict(packet.parameters)
     unsupported = tuple(k for k in params if k.startswith("_pq_."))

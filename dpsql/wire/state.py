@@ -16,9 +16,12 @@ from fractions import Fraction
 from typing import Any
 
 from dpsql.errors import (
-    DpsqlError,
+    ActiveSqlTransaction,
+    CantChangeRuntimeParam,
     InFailedTransaction,
     InvalidParameter,
+    InvalidSavepointSpecification,
+    NoActiveSqlTransaction,
     PrivacyViolation,
     UndefinedObject,
     UnsupportedSql,
@@ -230,15 +233,15 @@ class SessionState:
 
     def _need_block(self, what: str) -> None:
         if self.status == "I":
-            raise DpsqlError(f"{what} can only be used in transaction blocks", sqlstate="25P01",
-                             hint="start one with BEGIN")  # fmt: skip
+            raise NoActiveSqlTransaction(f"{what} can only be used in transaction blocks",
+                                         hint="start one with BEGIN")  # fmt: skip
 
     def _find(self, name: str) -> int:
         for i in range(len(self._savepoints) - 1, -1, -1):
             if self._savepoints[i][0] == name:
                 return i
-        raise DpsqlError(f'savepoint "{name}" does not exist', sqlstate="3B001",
-                         hint="check the savepoint's name")  # fmt: skip
+        raise InvalidSavepointSpecification(f'savepoint "{name}" does not exist',
+                                            hint="check the savepoint's name")  # fmt: skip
 
     def _do_savepoint(self, st: SessionStatement) -> Outcome:
         self._need_block("SAVEPOINT")
@@ -266,8 +269,8 @@ class SessionState:
         if st.name != "all":
             return Outcome(f"DISCARD {(st.name or '').upper()}")
         if self.status != "I":
-            raise DpsqlError("DISCARD ALL cannot run inside a transaction block", sqlstate="25001",
-                             hint="COMMIT or ROLLBACK first")  # fmt: skip
+            raise ActiveSqlTransaction("DISCARD ALL cannot run inside a transaction block",
+                                       hint="COMMIT or ROLLBACK first")  # fmt: skip
         changed = self._restore(self._initial)
         return Outcome("DISCARD ALL", parameter_status=changed, discard_all=True)
 
@@ -293,8 +296,8 @@ class SessionState:
             return Outcome(tag)
         key = _canon(name)
         if key in _READ_ONLY:
-            raise DpsqlError(f'parameter "{name}" cannot be changed', sqlstate="55P02",
-                             hint="it is fixed by the server")  # fmt: skip
+            raise CantChangeRuntimeParam(f'parameter "{name}" cannot be changed',
+                                         hint="it is fixed by the server")  # fmt: skip
         if key in ("role", "session_authorization"):
             raise PrivacyViolation("changing the role is not allowed through dpsql",
                                    hint="connect as the analyst you want to be")  # fmt: skip
@@ -395,8 +398,8 @@ def _check(key: str, value: str) -> str:
     v = value.strip()
     if key == "client_encoding":
         if v.lower().replace("-", "").replace("_", "") not in ("utf8", "unicode"):
-            raise UnsupportedSql(f"client_encoding {value!r} is not supported",
-                                 hint="dpsql speaks UTF8 only", sqlstate="22023")  # fmt: skip
+            raise InvalidParameter(f"client_encoding {value!r} is not supported",
+                                   hint="dpsql speaks UTF8 only")  # fmt: skip
         return "UTF8"
     if key == "DateStyle":
         parts = [p.strip().upper() for p in v.split(",")]

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from dpsql.errors import DpsqlError
+from dpsql.errors import AdminShutdown
 from dpsql.execute.backend import Rows, session_settings, upstream_error
 from dpsql.result import Result
 from dpsql.upstream.faults import connection_lost, lost
@@ -163,7 +163,7 @@ class AsyncUpstream:
         if self._idle:
             return self._idle.pop()
         if self._closed:
-            raise DpsqlError("the server is shutting down", sqlstate="57P01")
+            raise AdminShutdown("the server is shutting down")
         if self._size < self.max_size:
             self._size += 1
             try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 
-from dpsql.errors import ProtocolViolation
+from dpsql.errors import CharacterNotInRepertoire, ProtocolViolation
 
 INT16 = struct.Struct("!h")
 UINT16 = struct.Struct("!H")
@@ -91,10 +91,9 @@ class Reader:
         try:
             return bytes(raw).decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ProtocolViolation(
+            raise CharacterNotInRepertoire(
                 f'invalid byte sequence for encoding "UTF8" at byte {e.start}',
                 hint="dpsql speaks UTF8 only; set client_encoding to UTF8",
-                sqlstate="22021",
             ) from None
 
     def at_end(self) -> bool:
