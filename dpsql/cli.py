@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -18,6 +18,13 @@ from dpsql.demo import EXAMPLES
 from dpsql.errors import DpsqlError, InvalidParameter
 from dpsql.result import Result
 from dpsql.session import SessionContext
+
+if TYPE_CHECKING:
+    from dpsql.budget.ledger import Ledger
+    from dpsql.engine import Engine
+    from dpsql.execute.embedded import Cluster
+    from dpsql.explain.report import ExplainReport
+    from dpsql.policy.model import Policy
 
 console = Console()
 err_console = Console(stderr=True)
@@ -91,7 +98,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def _upstream_of(
-    args: argparse.Namespace, policy: Any, env: Mapping[str, str]
+    args: argparse.Namespace, policy: Policy, env: Mapping[str, str]
 ) -> argparse.Namespace:
     """``upstream`` and ``ledger`` for ``dpsql query``, as ``dpsql serve`` takes them: the flag,
     else ``DPSQL_UPSTREAM`` / ``DPSQL_LEDGER``, else the policy's ``server:`` section.
@@ -124,17 +131,15 @@ def _upstream_of(
     return argparse.Namespace(upstream=st.upstream, ledger=st.ledger, no_ledger=no_ledger)
 
 
-def _ledger(args: argparse.Namespace, policy: Any) -> Any:
+def _ledger(args: argparse.Namespace, policy: Policy) -> Ledger | None:
     if getattr(args, "no_ledger", False):
         return None
-    try:
-        from dpsql.budget.ledger import Ledger
-    except ImportError:
-        return None
+    from dpsql.budget.ledger import Ledger
+
     return Ledger.open(getattr(args, "ledger", None) or args.upstream, policy)
 
 
-def _run_queries(engine: Any, queries: Sequence[str], session: SessionContext) -> int:
+def _run_queries(engine: Engine, queries: Sequence[str], session: SessionContext) -> int:
     from dpsql.execute.timing import execute_padded
 
     rc = 0
@@ -169,7 +174,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_report(rep: Any) -> None:
+def _print_report(rep: ExplainReport) -> None:
     console.print(
         f"[bold]Private query[/bold] (epsilon={float(rep.epsilon):g}, delta={float(rep.delta):g})"
     )
@@ -285,7 +290,7 @@ def psycopg_dbname(dsn: str) -> str:
     return str(psycopg.conninfo.conninfo_to_dict(dsn).get("dbname") or "postgres")
 
 
-def _demo_database(cluster: Any) -> str:
+def _demo_database(cluster: Cluster) -> str:
     """A database named ``demo`` in the throwaway cluster (the name clients connect to: dpsql
     serves the upstream's database under its own name), its DSN."""
     import psycopg
@@ -295,7 +300,7 @@ def _demo_database(cluster: Any) -> str:
     return str(cluster.dsn("demo"))
 
 
-def _demo_queries(engine: Any, args: argparse.Namespace) -> int:
+def _demo_queries(engine: Engine, args: argparse.Namespace) -> int:
     """The queries passed (as ``--analyst``), else the examples, charged to their own analyst."""
     from dpsql.demo import EXAMPLES_ANALYST
 

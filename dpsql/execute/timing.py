@@ -16,9 +16,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from dpsql.policy.settings import Timing
+
+if TYPE_CHECKING:
+    from dpsql.execute.backend import CancelToken
+    from dpsql.execute.prepared import Prepared
+    from dpsql.result import Result
+    from dpsql.session import SessionContext
 
 T = TypeVar("T")
 _MS = 1_000_000  # ns
@@ -56,7 +62,7 @@ def remaining_s(timing: Timing, started_ns: int, now_ns: int | None = None) -> f
     return delivery_delay_ns(max(0, now - started_ns), timing.quantum_ms, timing.min_ms) / 1e9
 
 
-def timing_of(engine: Any) -> Timing | None:
+def timing_of(engine: object) -> Timing | None:
     """The engine's policy's ``timing:`` when padding is on, else None."""
     timing = getattr(getattr(engine, "policy", None), "timing", None)
     return timing if isinstance(timing, Timing) and timing.enabled else None
@@ -103,11 +109,27 @@ def run_padded(work: Callable[[], T], timing: Timing | None) -> T:
     return result
 
 
+class _Executes(Protocol):
+    """The engine as :func:`execute_padded` calls it (:class:`dpsql.engine.Engine`)."""
+
+    def execute(
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[object] = (),
+        cancel: CancelToken | None = None,
+    ) -> Result: ...
+
+
 def execute_padded(
-    engine: Any, prepared: Any, session: Any, params: Sequence[Any] = (), cancel: Any = None
-) -> Any:
+    engine: _Executes,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[object] = (),
+    cancel: CancelToken | None = None,
+) -> Result:
     """``engine.execute``, padded when the statement reads a private table and padding is on."""
-    timing = timing_of(engine) if getattr(prepared, "kind", None) == "private" else None
+    timing = timing_of(engine) if prepared.kind == "private" else None
     return run_padded(lambda: engine.execute(prepared, session, params, cancel), timing)
 
 

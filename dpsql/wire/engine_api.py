@@ -107,9 +107,6 @@ class UpstreamEngine(EngineAPI, Protocol):
     def close(self) -> None: ...
 
 
-EngineLike = EngineAPI  # the earlier name, kept for callers not yet renamed
-
-
 def new_cancel_token() -> CancelToken:
     return CancelToken()
 
