@@ -13,12 +13,11 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from sqlglot import exp
-
 from dpsql.dp.accounting import Cost
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
+from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import Prepared
 from dpsql.execute.private_sql import salted
 from dpsql.result import Result, ResultColumn
@@ -430,84 +429,6 @@ def _mechanism(plan: Plan | SetsPlan | None, a: Analysis, si: int) -> str | None
         return None
     mp = plan.measure_plan(a.statistics[si].measures[0])
     return mp.mechanism.name if mp.measure.selected else plan.mechanism
-
-
-def interval_notices(
-    a: Analysis, plan: Plan | SetsPlan | None, confidence: float
-) -> tuple[str, ...]:
-    """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead."""
-    from dpsql.sql.postprocess import stat_outputs
-
-    direct = dict(stat_outputs(a))
-    with_interval = {pos for pos, _, _ in derived_outputs(a)}
-    names = [e.alias_or_name for e in a.outer.expressions]
-    keys = {f"_dp_g{i}" for i in range(len(a.group_keys))}
-    out: list[str] = []
-    derived = []
-    for pos, item in enumerate(a.outer.expressions):
-        body = item.this if isinstance(item, exp.Alias) else item
-        if pos in direct:
-            s = a.statistics[direct[pos]]
-            if s.func == "quantile" and plan is not None:
-                out.append(f"{names[pos]}: {quantile_note(plan, s, confidence)}")
-            elif s.func == "mode" and plan is not None:
-                out.append(
-                    f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"
-                )
-        elif (
-            pos not in with_interval
-            and _noisy(body)
-            and not (isinstance(body, exp.Column) and body.name in keys)
-        ):
-            derived.append(names[pos])
-    if derived:
-        out.append(
-            f"{', '.join(derived)}: computed from noisy statistics by an expression dpsql can't "
-            "bound, no interval is reported (ask for the statistics themselves to get theirs)"
-        )
-    return tuple(out)
-
-
-def _noisy(node: exp.Expr) -> bool:
-    """True when an output reads a noisy statistic (keys and GROUPING() are exact)."""
-    return any(c.name.startswith("_dp_s") for c in node.find_all(exp.Column))
-
-
-def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
-    """What a quantile's interval means (dpsql.execute.noise.quantile_ends), in words."""
-    from dpsql.execute.noise import quantile_level
-
-    level = quantile_level(plan.measure_plan(s.measures[0]))
-    if conf > level:
-        return (
-            f"no interval at {conf:g} (its interval holds at {level:.4g}: SET dpsql.confidence "
-            f"to that or less); {selection_accuracy(plan, s, conf)}"
-        )
-    return (
-        f"the interval holds the quantile of the rows kept by the contribution bounds with "
-        f"probability >= {level:.4g} (two more selections aimed past the target, half of its "
-        f"budget); {selection_accuracy(plan, s, conf)}"
-    )
-
-
-def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
-    """The accuracy guarantee of a quantile or mode statistic, in words."""
-    from dpsql.dp.quantiles import Mode, Quantile
-
-    mp = plan.measure_plan(s.measures[0])
-    mech = mp.mechanism
-    if isinstance(mech, Quantile):
-        t = mech.rank_error(conf)
-        return (
-            f"with probability {conf:g} its rank is within {t:.4g} rows of the target "
-            f"(q = {float(mech.quantile):g}) in its group, up to the bucket width "
-            f"{float(mech.width):.4g}"
-        )
-    assert isinstance(mech, Mode)
-    n = len(mp.measure.candidates) if mp.measure.candidates else None
-    g = mech.count_error(conf, n) if n else None
-    within = f"{g:.4g} rows" if g is not None else "2R ln(candidates/alpha)/epsilon rows"
-    return f"with probability {conf:g} its count is within {within} of the most frequent value's"
 
 
 __all__ = ["finish", "payload", "run_private", "type_name"]

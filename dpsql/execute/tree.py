@@ -32,6 +32,7 @@ from dpsql.execute.auto_bounds import choose_reserved, notice
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.classify import classify
 from dpsql.execute.noise import Release
+from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import Prepared, fingerprint
 from dpsql.execute.privacy_params import to_fraction
 from dpsql.execute.private import (
@@ -39,7 +40,6 @@ from dpsql.execute.private import (
     cache_key,
     check_join_fanout,
     delta_for_rho,
-    interval_notices,
     measure,
     payload,
     release_measured,

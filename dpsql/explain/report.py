@@ -11,6 +11,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError, UnsupportedSql
 from dpsql.execute.classify import classify
+from dpsql.execute.notices import quantile_note, selection_accuracy
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -217,8 +218,6 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         if isinstance(body, exp.Column) and body.name.startswith("_dp_s"):
             s = a.statistics[int(sql[len("_dp._dp_s") :])]
             if s.func in ("quantile", "mode"):
-                from dpsql.execute.private import quantile_note, selection_accuracy
-
                 if s.func == "quantile":
                     hw = quantile_note(plan, s, conf)
                 else:

@@ -1,4 +1,5 @@
-"""The policy: which tables are private, who the privacy unit is, each column's declared bounds.
+"""The policy: which tables are private (:mod:`dpsql.policy.tables`), the analysts and their
+budgets, the defaults, and the deployment settings (:mod:`dpsql.policy.settings`).
 
 Sensitivity is derived from these declarations only, never from the data. Models are frozen and
 reject unknown fields, so a typo in the YAML is an error rather than a silently ignored setting.
@@ -6,247 +7,16 @@ reject unknown fields, so a typo in the YAML is an error rather than a silently 
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
 from fnmatch import fnmatchcase
-from fractions import Fraction
 from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dpsql.policy.settings import ServerSettings, Timing
-
-TypeFamily = Literal["integer", "numeric", "boolean", "text", "date", "timestamp"]
-Auto = Literal["auto"]
-"""A contribution bound chosen per query from the data, privately (docs/accuracy.md)."""
-
-_TYPE_FAMILIES: dict[str, TypeFamily] = {
-    **dict.fromkeys(["int", "integer", "int4", "int2", "int8", "smallint", "bigint"], "integer"),
-    **dict.fromkeys(
-        ["numeric", "decimal", "real", "float", "float4", "float8", "double", "double precision"],
-        "numeric",
-    ),
-    **dict.fromkeys(["bool", "boolean"], "boolean"),
-    **dict.fromkeys(["text", "varchar", "string", "char", "character varying", "uuid"], "text"),
-    "date": "date",
-    **dict.fromkeys(["timestamp", "timestamptz", "timestamp with time zone"], "timestamp"),
-}
+from dpsql.policy.tables import PrivateTable, StrictModel
 
 
-MAX_ROWS_PER_UNIT = 1_000_000
-MAX_GROUPS_PER_UNIT = 100_000
-
-Bounds = tuple[float, float] | tuple[date, date] | tuple[datetime, datetime]
-EPOCH = date(1970, 1, 1)
-
-
-def epoch_number(v: float | date) -> Fraction:
-    """A bound as a number: itself; a date as days since 1970-01-01; a timestamp as seconds
-    since 1970-01-01 00:00 UTC (a naive one read as UTC).
-
-    >>> epoch_number(date(1970, 1, 11)), epoch_number(datetime(1970, 1, 1, 0, 1))
-    (Fraction(10, 1), Fraction(60, 1))
-    """
-    if isinstance(v, datetime):
-        aware = v if v.tzinfo is not None else v.replace(tzinfo=UTC)
-        delta = aware - datetime(1970, 1, 1, tzinfo=UTC)
-        return Fraction(delta.days * 86400 + delta.seconds) + Fraction(delta.microseconds, 10**6)
-    if isinstance(v, date):
-        return Fraction((v - EPOCH).days)
-    return Fraction(v)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Column(_Strict):
-    """One column of a private table."""
-
-    type: str = Field(description="SQL type: integer, numeric, boolean, text, date, timestamp")
-    bounds: tuple[float, float] | tuple[date, date] | tuple[datetime, datetime] | None = Field(
-        default=None,
-        description="[lo, hi]: values are clamped into this range before summing; for date and "
-        "timestamp columns two dates or timestamps (MIN/MAX/percentiles, date_trunc keys)",
-    )
-    keys: tuple[str | int | float | bool, ...] | None = Field(
-        default=None, description="the public list of values this column may take (GROUP BY keys)"
-    )
-    keys_from: str | None = Field(
-        default=None, description="schema.table.column of a public table listing the keys"
-    )
-    identifier: bool = Field(
-        default=False, description="never output, grouped on or compared by equality"
-    )
-    nullable: bool = True
-    clamp: Literal["auto", "bounds"] = Field(
-        default="auto",
-        description="auto: sums and averages clamp values into a range chosen per query from "
-        "the data (privately, inside the declared bounds); bounds: into the declared bounds",
-    )
-
-    @field_validator("type")
-    @classmethod
-    def _known_type(cls, v: str) -> str:
-        key = v.strip().lower()
-        if key not in _TYPE_FAMILIES:
-            raise ValueError(
-                f"unknown type {v!r}; use one of integer, numeric, boolean, text, date, timestamp"
-            )
-        return key
-
-    @field_validator("bounds")
-    @classmethod
-    def _ordered(cls, v: Bounds | None) -> Bounds | None:
-        if v is not None and isinstance(v[0], date):
-            a, b = v
-            naive = [getattr(x, "tzinfo", None) is None for x in v]
-            if type(a) is not type(b) or naive[0] != naive[1]:
-                raise ValueError(
-                    "bounds must be two numbers, two dates or two timestamps (both with a time "
-                    "zone or both without)"
-                )
-            ordered = a <= b
-            if not ordered:
-                raise ValueError(f"bounds are out of order: write [{v[1]}, {v[0]}]")
-            return v
-        if v is not None:
-            lo, hi = v
-            if (
-                not (lo == lo and hi == hi)
-                or lo in (float("inf"), float("-inf"))
-                or hi
-                in (
-                    float("inf"),
-                    float("-inf"),
-                )
-            ):
-                raise ValueError("bounds must be finite numbers")
-            if lo > hi:
-                raise ValueError(f"bounds are out of order: write [{hi}, {lo}]")
-        return v
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Column:
-        if self.keys is not None and self.keys_from is not None:
-            raise ValueError("give either keys or keys_from, not both")
-        if self.identifier and (self.bounds or self.keys or self.keys_from):
-            raise ValueError("an identifier column can't have bounds or keys")
-        if self.bounds is not None:
-            temporal = isinstance(self.bounds[0], date)
-            if self.family in ("integer", "numeric") and temporal:
-                raise ValueError(f"bounds of a {self.type} column are numbers, not dates")
-            if self.family == "date" and isinstance(self.bounds[0], datetime):
-                raise ValueError("bounds of a date column are dates, without a time of day")
-            if self.family in ("date", "timestamp") and not temporal:
-                raise ValueError(
-                    f"bounds of a {self.type} column are two dates, e.g. [2020-01-01, 2025-12-31]"
-                )
-            if self.family not in ("integer", "numeric", "date", "timestamp"):
-                raise ValueError(f"bounds only apply to numeric and date columns, not {self.type}")
-        return self
-
-    @property
-    def family(self) -> TypeFamily:
-        return _TYPE_FAMILIES[self.type]
-
-    @property
-    def temporal(self) -> bool:
-        """True for a date or timestamp column (its bounds are dates or timestamps)."""
-        return self.family in ("date", "timestamp")
-
-    @property
-    def lo(self) -> Fraction:
-        """The lower bound as a number: dates as days and timestamps as seconds since
-        1970-01-01 (UTC for a timestamp without time zone)."""
-        assert self.bounds is not None
-        return self._number(self.bounds[0])
-
-    @property
-    def hi(self) -> Fraction:
-        assert self.bounds is not None
-        return self._number(self.bounds[1])
-
-    def _number(self, v: float | date) -> Fraction:
-        if self.family == "timestamp" and type(v) is date:  # midnight (UTC)
-            v = datetime(v.year, v.month, v.day)
-        return epoch_number(v)
-
-
-class PrivateTable(_Strict):
-    """A table whose rows belong to privacy units and are never released raw."""
-
-    privacy_unit: str = Field(description="the column identifying one person, or 'row'")
-    max_rows_per_unit: Annotated[int, Field(ge=1, le=MAX_ROWS_PER_UNIT)] | Auto = Field(
-        default="auto",
-        description="rows of one unit kept per group; auto: chosen per query from the data",
-    )
-    max_groups_per_unit: Annotated[int, Field(ge=1, le=MAX_GROUPS_PER_UNIT)] | Auto = Field(
-        default="auto",
-        description="groups one unit may touch; auto: chosen per query from the data",
-    )
-    auto_max_rows_per_unit: Annotated[int, Field(ge=1, le=MAX_ROWS_PER_UNIT)] = Field(
-        default=MAX_ROWS_PER_UNIT,
-        description="the largest max_rows_per_unit auto may choose (the top of its public grid of"
-        " candidates; a lower one, when no unit can have more rows, makes the choice sharper)",
-    )
-    auto_max_groups_per_unit: Annotated[int, Field(ge=1, le=MAX_GROUPS_PER_UNIT)] = Field(
-        default=MAX_GROUPS_PER_UNIT,
-        description="the largest max_groups_per_unit auto may choose (the top of its grid)",
-    )
-    columns: dict[str, Column]
-
-    @property
-    def row_privacy(self) -> bool:
-        return self.privacy_unit == "row"
-
-    @property
-    def auto_rows(self) -> bool:
-        """True when R is chosen per query (never with ``privacy_unit: row``: R = 1 there)."""
-        return self.max_rows_per_unit == "auto" and not self.row_privacy
-
-    @property
-    def auto_groups(self) -> bool:
-        """True when G is chosen per query (never with ``privacy_unit: row``: a row is in one
-        group)."""
-        return self.max_groups_per_unit == "auto" and not self.row_privacy
-
-    @property
-    def rows_bound(self) -> int:
-        """R as a number: the fixed one, or 1 while ``auto`` is not chosen (today's default;
-        any R used by both the rewrite and the plan is sound, auto only changes accuracy)."""
-        r = self.max_rows_per_unit
-        return r if isinstance(r, int) else 1
-
-    @property
-    def groups_bound(self) -> int:
-        """G as a number: the fixed one, or 1 while ``auto`` is not chosen."""
-        g = self.max_groups_per_unit
-        return g if isinstance(g, int) else 1
-
-    @model_validator(mode="after")
-    def _unit_is_a_column(self) -> PrivateTable:
-        if self.row_privacy:
-            if self.max_rows_per_unit not in (1, "auto"):
-                raise ValueError("with privacy_unit: row, max_rows_per_unit must be 1")
-        elif self.privacy_unit not in self.columns:
-            raise ValueError(
-                f"privacy_unit {self.privacy_unit!r} is not among the columns; declare it "
-                "(as identifier: true)"
-            )
-        return self
-
-    def column(self, name: str) -> Column | None:
-        return self.columns.get(name)
-
-
-class Budget(_Strict):
+class Budget(StrictModel):
     epsilon: Annotated[float, Field(gt=0)]
     delta: Annotated[float, Field(ge=0, lt=1)] = 0.0
     period: Literal["none", "day", "week", "month", "year"] = "none"
@@ -274,7 +44,7 @@ def _setting_text(x: object) -> str:
     return str(x)
 
 
-class Analyst(_Strict):
+class Analyst(StrictModel):
     """Someone who may query, with a SCRAM verifier (never a plaintext password)."""
 
     credential: str | None = Field(
@@ -345,7 +115,7 @@ class Analyst(_Strict):
         return v
 
 
-class Defaults(_Strict):
+class Defaults(StrictModel):
     epsilon: Annotated[float, Field(gt=0)] = 1.0
     max_epsilon: Annotated[float, Field(gt=0)] = 10.0
     min_epsilon: Annotated[float, Field(gt=0)] = Field(
@@ -367,7 +137,7 @@ class Defaults(_Strict):
         return self
 
 
-class Policy(_Strict):
+class Policy(StrictModel):
     """The whole policy file."""
 
     version: Literal[1] = 1

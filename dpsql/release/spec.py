@@ -28,7 +28,8 @@ from dpsql.errors import (
     UndefinedTable,
     UnsupportedSql,
 )
-from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
+from dpsql.policy.model import Policy, qualify_name
+from dpsql.policy.tables import Column, PrivateTable
 
 MAX_BINS = 10_000
 DEFAULT_BINS = 10

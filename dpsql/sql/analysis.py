@@ -13,7 +13,7 @@ from typing import Literal
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column, PrivateTable, TypeFamily
+from dpsql.policy.tables import Column, PrivateTable, TypeFamily
 from dpsql.sql.key_domain import KeyFilter
 
 MeasureKind = Literal[

@@ -20,7 +20,7 @@ from datetime import date, datetime, timedelta
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.constants import add_months, as_utc, constant, parse_timestamp
 
 MAX_KEYS = 5000  # a longer domain (days over decades, seconds) is left to partition selection

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.date_domain import date_trunc_domain
 from dpsql.sql.key_domain import KeyFilter

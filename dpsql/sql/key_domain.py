@@ -37,7 +37,7 @@ from functools import cached_property
 
 from sqlglot import exp
 
-from dpsql.policy.model import TypeFamily
+from dpsql.policy.tables import TypeFamily
 from dpsql.sql.case_keys import case_admits
 from dpsql.sql.constants import NULL, Value, parse_date, parse_timestamp
 from dpsql.sql.date_domain import unit_end

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.policy.model import TypeFamily
+from dpsql.policy.tables import TypeFamily
 from dpsql.sql.constants import NULL, Const, _Null, constant, parse_date
 from dpsql.sql.key_truth import coerce, strip_parens
 

@@ -30,7 +30,8 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.errors import DpsqlError
-from dpsql.policy.model import Column, Policy, PrivateTable
+from dpsql.policy.model import Policy
+from dpsql.policy.tables import Column, PrivateTable
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.postprocess import stat_outputs

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.functions import INTEGER_TYPES as _INTEGER_TYPES
 
 Columns = Mapping[str, Column] | Callable[[exp.Column], Column | None]

@@ -31,7 +31,8 @@ from dpsql.errors import (
     UndefinedTable,
     UnsupportedSql,
 )
-from dpsql.policy.model import Column, Policy, PrivateTable, qualify_name
+from dpsql.policy.model import Policy, qualify_name
+from dpsql.policy.tables import Column, PrivateTable
 
 PUBLIC_COLUMN = Column(type="text")  # a column of a public table: no bounds, not an identifier
 

@@ -15,7 +15,7 @@ from datetime import date, datetime
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.constants import constant
 
 ColumnOf = Callable[[exp.Column], Column]

@@ -144,7 +144,7 @@ def test_a_small_table_never_gets_a_bound_far_above_its_data() -> None:
     The broken twin (the selection without the guard: R came out as 91 .. 185,364 for this
     table before) is far in most draws."""
     from dpsql.execute.auto_bounds import _mechanism
-    from dpsql.policy.model import MAX_ROWS_PER_UNIT
+    from dpsql.policy.tables import MAX_ROWS_PER_UNIT
     from dpsql.sql.auto_bounds import AutoItem
 
     grid = tuple(Fraction(v) for v in integer_grid(MAX_ROWS_PER_UNIT))
@@ -171,7 +171,8 @@ def test_the_grid_ceiling_is_a_policy_setting() -> None:
 
     from dpsql.demo import POLICY
     from dpsql.policy import load_policy
-    from dpsql.policy.model import MAX_ROWS_PER_UNIT, Policy
+    from dpsql.policy.model import Policy
+    from dpsql.policy.tables import MAX_ROWS_PER_UNIT
 
     base = load_policy(POLICY)
     sql = "SELECT category, COUNT(*) FROM purchases GROUP BY category"

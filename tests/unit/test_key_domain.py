@@ -13,7 +13,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.constants import NULL, UNKNOWN, constant

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from dpsql.policy import model, settings
+from dpsql.policy import model, settings, tables
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "policy.md"
 MODELS: tuple[type[BaseModel], ...] = (
-    model.Policy, model.Defaults, model.PrivateTable, model.Column, model.Analyst, model.Budget,
+    model.Policy, model.Defaults, tables.PrivateTable, tables.Column, model.Analyst, model.Budget,
     settings.Timing, settings.ServerSettings,
 )  # fmt: skip
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpsql.policy.model import PrivateTable
+from dpsql.policy.tables import PrivateTable
 from dpsql.release.consistency import Level, estimate, project
 from dpsql.release.histogram import measure, parse_weights, plan_histogram
 from dpsql.release.levels import gls_errors

@@ -11,7 +11,7 @@ from scipy import stats
 
 from dpsql.dp.accounting import epsilon_to_rho
 from dpsql.dp.mechanisms import Gaussian, Laplace
-from dpsql.policy.model import PrivateTable
+from dpsql.policy.tables import PrivateTable
 from dpsql.release.histogram import parse_levels, plan_histogram
 from dpsql.release.marginals import exponential_mechanism, marginal
 from dpsql.release.mst import plan_mst, run_mst

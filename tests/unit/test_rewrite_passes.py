@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import sqlglot
 
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.make_total import make_total
 

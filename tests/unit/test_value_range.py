@@ -7,7 +7,7 @@ from fractions import Fraction
 import pytest
 import sqlglot
 
-from dpsql.policy.model import Column
+from dpsql.policy.tables import Column
 from dpsql.sql.sensitivity import Interval, value_range
 
 COLS = {
