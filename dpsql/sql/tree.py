@@ -39,7 +39,7 @@ from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.per_unit import UnitSource, lift_units, with_units
+from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
 from dpsql.sql.tables import cte_body, referenced_tables
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
@@ -160,9 +160,16 @@ def leaf_label(s: exp.Select) -> str:
         return f"derived table {p.alias}"
     if isinstance(p, exp.CTE) and p.alias:
         return f"CTE {p.alias}"
+    units = [t for t in s.find_all(exp.Table) if t.name.startswith(UNIT_PREFIX)]
+    if units:  # over a per-unit derived table (dpsql.sql.per_unit): not its synthetic name
+        return f"the aggregate over {units[0].alias_or_name} (one row per person)"
     if isinstance(p, exp.Subquery) and p.alias == WINDOW_ALIAS:
-        items = ", ".join(e.this.sql("postgres") for e in s.expressions if isinstance(e, exp.Alias))
-        return _short(f"the aggregates {items}")
+        aggs = [
+            e.this.sql("postgres")
+            for e in s.expressions
+            if isinstance(e, exp.Alias) and e.alias.startswith("_dp_a")
+        ]
+        return _short(f"the statement's aggregates {', '.join(aggs)} (before its windows)")
     return _short(s.sql("postgres"))
 
 

@@ -153,3 +153,48 @@ def test_cli_explain_of_a_tree() -> None:
     assert [rep.epsilon for _, rep in leaves] == [Fraction(1, 2), Fraction(1, 2)]
     flat = explain_leaves(POL, "SELECT COUNT(*) FROM purchases", session)
     assert len(flat) == 1 and flat[0][1].epsilon == 1
+
+
+@pytest.mark.parametrize(
+    ("sql", "labels"),
+    [
+        (
+            "SELECT category, SUM(r) FROM (SELECT category, region, SUM(amount) AS r "
+            "FROM purchases GROUP BY 1, 2) AS v GROUP BY 1",
+            ["derived table v"],
+        ),
+        (
+            "WITH m AS (SELECT category, SUM(amount) AS rev FROM purchases GROUP BY 1) "
+            "SELECT category, rev - LAG(rev) OVER (ORDER BY category) FROM m",
+            ["CTE m"],
+        ),
+        (
+            "SELECT 'books', COUNT(*) FROM purchases WHERE category = 'books' "
+            "UNION ALL SELECT 'travel', COUNT(*) FROM purchases WHERE category = 'travel'",
+            [
+                "SELECT 'books', COUNT(*) FROM purchases WHERE category = 'books'",
+                "SELECT 'travel', COUNT(*) FROM purchases WHERE category = 'travel'",
+            ],
+        ),
+        (
+            "SELECT category, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () FROM purchases GROUP BY 1",
+            ["the statement's aggregates COUNT(*) (before its windows)"],
+        ),
+        (
+            "SELECT AVG(n) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t",
+            ["the aggregate over t (one row per person)"],
+        ),
+        (
+            "SELECT region, SUM(amount) FROM purchases JOIN (SELECT category AS c__, "
+            "SUM(amount) AS m FROM purchases GROUP BY 1 ORDER BY m DESC LIMIT 5) AS s "
+            "ON category = c__ GROUP BY region",
+            ["derived table s", "the aggregate over the keys of derived table s"],
+        ),
+    ],
+)
+def test_each_leaf_is_named_in_the_users_terms(sql: str, labels: list[str]) -> None:
+    """Notices start with the leaf's name (dpsql.execute.tree.leaf_notices): never a synthetic
+    table or placeholder name of dpsql's own."""
+    sp = _split(sql)
+    assert sp is not None and list(sp.labels) == labels
+    assert not any("_dpsql" in x or "_dp_" in x for x in sp.labels)
