@@ -149,6 +149,8 @@ class Protocol:
                     self._bind(b.portal, b.statement, b.param_formats, b.params, b.result_formats)
                 elif cls is m.Close:
                     self._close(msg)  # type: ignore[arg-type]
+                elif cls is m.Describe and msg.kind == "P":  # type: ignore[union-attr]
+                    self._describe_portal(msg)  # type: ignore[arg-type]
                 else:
                     yield from _EXTENDED[cls](self, msg)  # type: ignore[misc]
             except Exception as e:
@@ -156,7 +158,13 @@ class Protocol:
                 self.failed()
                 yield _FLUSH  # as PostgreSQL, an error goes out at once
         elif cls is m.Sync:
-            yield from self._sync()
+            self.skipping = False
+            if self.state.status == "I":
+                self.portals.clear()  # portals live until their transaction ends
+            else:
+                self.portals.pop("", None)
+            self.out.send(_READY[self.state.status])
+            yield _READY_FLUSH
         elif cls is m.Query:
             yield from self._query(msg.sql)  # type: ignore[union-attr]
         elif cls is m.Flush:
@@ -269,15 +277,6 @@ class Protocol:
         yield from self._ready()
 
     # ---- the extended protocol -------------------------------------------------------------
-    def _sync(self) -> Steps:
-        self.skipping = False
-        if self.state.status == "I":
-            self.portals.clear()  # portals live until their transaction ends
-        else:
-            self.portals.pop("", None)
-        self.out.send(_READY[self.state.status])
-        yield _READY_FLUSH
-
     def _malformed(self, msg: Malformed) -> Steps:
         if msg.code not in m.frontend._BY_CODE:  # not a message at all: the stream is lost
             msg.error.severity = "FATAL"  # type: ignore[misc]
@@ -371,14 +370,15 @@ class Protocol:
         return cols
 
     def _describe(self, msg: m.Describe) -> Steps:
-        if msg.kind == "S":
-            prep = self.statements.get(msg.name)
-            if prep is None:
-                raise _undefined("prepared statement", msg.name, InvalidSqlStatementName)
-            cols = yield from self._columns(prep)
-            self.out.send(m.ParameterDescription(prep.param_types).encode())
-            self._row_description(cols, ())
-            return
+        """Describe a statement (a portal: :meth:`_describe_portal`)."""
+        prep = self.statements.get(msg.name)
+        if prep is None:
+            raise _undefined("prepared statement", msg.name, InvalidSqlStatementName)
+        cols = yield from self._columns(prep)
+        self.out.send(m.ParameterDescription(prep.param_types).encode())
+        self._row_description(cols, ())
+
+    def _describe_portal(self, msg: m.Describe) -> None:
         portal = self.portals.get(msg.name)
         if portal is None:
             raise _undefined("portal", msg.name, InvalidCursorName)
@@ -396,9 +396,9 @@ class Protocol:
         self._describing = None
         try:
             if isinstance(nxt, m.Execute) and nxt.portal == msg.name:
-                yield from self._run_portal(portal)
-                assert portal.result is not None
-                cols = tuple(portal.result.columns)
+                portal.result = res = yield self._portal_run(portal)
+                self._notices(res)
+                cols = tuple(res.columns)
             else:
                 cols = yield from self._columns(portal.prepared)
             self._row_description(cols, portal.formats)
@@ -414,18 +414,19 @@ class Protocol:
         else:
             self.out.send(_NO_DATA)
 
-    def _run_portal(self, portal: Portal) -> Steps:
-        stmt = portal.prepared.stmt
-        self._check_txn(stmt)
-        portal.result = yield Run(stmt, portal.params, portal.formats, portal.prepared.route)
-        self._notices(portal.result)
+    def _portal_run(self, portal: Portal) -> Run:
+        """The request that runs ``portal`` (its result then goes to ``portal.result``)."""
+        prep = portal.prepared
+        self._check_txn(prep.stmt)
+        return Run(prep.stmt, portal.params, portal.formats, prep.route)
 
     def _execute(self, msg: m.Execute) -> Steps:
         portal = self.portals.get(msg.portal)
         if portal is None:
             raise _undefined("portal", msg.portal, InvalidCursorName)
         if portal.result is None:
-            yield from self._run_portal(portal)
+            portal.result = yield self._portal_run(portal)
+            self._notices(portal.result)
         if portal.prepared.stmt.kind == "empty":
             self.out.send(_EMPTY_QUERY)
             return
