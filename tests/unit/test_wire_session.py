@@ -166,7 +166,18 @@ def test_notices_are_forwarded(server: ServerThread) -> None:
 def test_cancel_request(server: ServerThread) -> None:
     with psycopg.connect(dsn(server), autocommit=True) as conn:
         # conn.cancel() (PQcancel) holds the GIL while it waits, deadlocking an in-process server.
-        threading.Timer(0.3, conn.cancel_safe).start()
+        # Cancel once the statement runs: a fixed 0.3 s timer could fire before the server had
+        # started it on a loaded machine (a cancel of an idle session is dropped, as PostgreSQL
+        # drops it, and the 5 s statement would then end normally).
+        def cancel_once_running() -> None:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if any(s.busy for s in list(server.server.sessions.values())):
+                    break
+                time.sleep(0.01)
+            conn.cancel_safe()
+
+        threading.Thread(target=cancel_once_running).start()
         with pytest.raises(pe.QueryCanceled):
             conn.execute("SELECT sleep")
         assert conn.execute("SELECT 1").fetchone() == (1,)
