@@ -240,16 +240,18 @@ def ratio_rows(a: Analysis) -> bool:
     (none when a unit's values do not depend on how many rows it has), not by removing mass.
     Per group the noise dominates (it grows with G while each group's rows shrink): on the
     accuracy benchmark AVG(amount) by category, 8 groups, went from 0.12 (R at the median unit,
-    6) to 0.05 median relative error. Without GROUP BY the noise is small and the reweighting
-    can dominate: there R is chosen at the median unit (:func:`auto_items`).
+    6) to 0.05 median relative error. With few groups the noise is small and the reweighting
+    can dominate (PUMS, AVG(income) by sex: one row a person moves the women's average by 8%,
+    two rows by 2%, as larger households earn less per row): so only when a unit may touch at
+    least :data:`RATIO_ROWS_GROUPS` groups (G declared, or fixed, not chosen from the data);
+    otherwise, and without GROUP BY, R is chosen at the median unit (:func:`auto_items`).
     """
-    return (
-        a.private.auto_rows
-        and a.grouped
-        and not a.grouping_sets
-        and bool(a.statistics)
-        and all(s.func in _RATIOS for s in a.statistics)
-    )
+    if not (a.private.auto_rows and a.grouped and not a.grouping_sets and a.statistics):
+        return False
+    if not all(s.func in _RATIOS for s in a.statistics):
+        return False
+    g = declared_groups(a) if a.private.auto_groups else a.private.groups_bound
+    return g is not None and g >= RATIO_ROWS_GROUPS
 
 
 def rows_ceiling(a: Analysis) -> int:
@@ -262,6 +264,8 @@ def groups_ceiling(a: Analysis) -> int:
     return a.private.auto_max_groups_per_unit
 
 
+RATIO_ROWS_GROUPS = 4
+"""Per-group ratios keep R = 1 from this many groups per unit (:func:`ratio_rows`)."""
 DECLARED = "from the declared keys"
 RATIO_ROWS = "for per-group averages and spreads: 1 row per unit per group gives the least noise"
 

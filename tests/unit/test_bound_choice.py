@@ -126,6 +126,11 @@ def test_per_group_ratios_keep_one_row_without_spending(auto_policy) -> None:  #
         "SELECT category, AVG(amount), COUNT(*) FROM purchases GROUP BY category", auto_policy
     )
     assert [i.kind for i in auto_items(mixed)][0] == "rows"  # type: ignore[arg-type]
+    # few groups (sex: 2 < RATIO_ROWS_GROUPS): R at the median unit, as without GROUP BY
+    by_sex = _analysis("SELECT sex, AVG(income) FROM pums GROUP BY sex", auto_policy)
+    assert [(i.kind, i.median) for i in auto_items(by_sex)][0] == ("rows", True)  # type: ignore[arg-type]
+    by_educ = _analysis("SELECT educ, AVG(income) FROM pums GROUP BY educ", auto_policy)
+    assert [i.kind for i in auto_items(by_educ)] == ["value_hi"]  # type: ignore[arg-type]
 
 
 def test_fixed_policies_have_nothing_to_choose() -> None:

@@ -1,0 +1,98 @@
+"""The queries issue 16 measured on the demo data, through the engine (docs/accuracy.md).
+
+Each query runs ``--runs`` times with ``Engine.execute`` as a psql user's statement would (demo
+policy, ``auto`` bounds; no ledger, so every run chooses its bounds again and pays, as a first
+statement does), with ``show_intervals`` on. Reported per query: how many output rows' 95%
+intervals held the true answer (PostgreSQL on the raw demo tables) and the median relative error.
+
+    python -m bench.accuracy_demo [--runs 20]
+
+Not part of pytest; about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import psycopg
+
+from dpsql.demo import POLICY, load_demo
+from dpsql.engine import Engine
+from dpsql.execute.embedded import start_cluster
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+
+MONTH = "date_trunc('month', purchased_at)"
+# (dpsql SQL, exact SQL with the keys as text when they differ)
+QUERIES: tuple[tuple[str, str], ...] = (
+    ("SELECT COUNT(*) FROM purchases", ""),
+    (
+        "SELECT category, SUM(amount) FROM purchases WHERE amount <= 500 GROUP BY category",
+        "",
+    ),
+    ("SELECT region, COUNT(DISTINCT user_id) FROM purchases GROUP BY region", ""),
+    (
+        f"SELECT {MONTH} AS m, COUNT(DISTINCT user_id) FROM purchases GROUP BY 1",
+        f"SELECT {MONTH}::date::text AS m, COUNT(DISTINCT user_id) FROM purchases GROUP BY 1",
+    ),
+    ("SELECT sex, COUNT(*) FROM pums GROUP BY sex", ""),
+    ("SELECT AVG(income) FROM pums", ""),
+    ("SELECT COUNT(DISTINCT category) FROM purchases", ""),
+    ("SELECT educ, AVG(income) FROM pums GROUP BY educ", ""),
+    ("SELECT category, VARIANCE(quantity) FROM purchases GROUP BY category", ""),
+    (
+        "SELECT MEDIAN(income) FROM pums",
+        "SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY income) FROM pums",
+    ),  # fmt: skip
+)
+
+
+def _key(row: tuple[Any, ...], nk: int) -> tuple[str, ...]:
+    return tuple(str(v)[:10] if hasattr(v, "year") else str(v) for v in row[:nk])
+
+
+def measure(engine: Engine, dsn: str, sql: str, exact_sql: str, runs: int) -> str:
+    prepared = engine.prepare(sql, "analyst")
+    a = engine.analysis(prepared, [])
+    nk = len(a.group_keys)
+    with psycopg.connect(dsn) as conn:
+        truth = {_key(r, nk): float(r[nk]) for r in conn.execute(exact_sql or sql).fetchall()}
+    hits = total = 0
+    errs: list[float] = []
+    for _ in range(runs):
+        res = engine.execute(prepared, SessionContext("analyst", show_intervals=True))
+        for row in res.rows:
+            k = _key(row, nk)
+            if k not in truth or row[nk] is None:
+                continue
+            v, lo, hi = float(row[nk]), row[nk + 1], row[nk + 2]
+            t = truth[k]
+            total += 1
+            hits += lo is not None and float(lo) <= t <= float(hi)
+            errs.append(abs(v - t) / abs(t) if t else abs(v))
+        total += sum(1 for k in truth if k not in {_key(r, nk) for r in res.rows})  # suppressed
+    err = f"{statistics.median(errs):.2g}" if errs else "no answer"
+    return f"| `{sql}` | {hits} of {total} | {err} |"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args()
+    cluster = start_cluster()
+    try:
+        dsn = cluster.dsn()
+        load_demo(dsn)
+        engine = Engine(load_policy(POLICY), dsn, pool_size=2)
+        print("| query | covered | median rel. error |\n|---|---|---|")
+        for sql, exact_sql in QUERIES:
+            print(measure(engine, dsn, sql, exact_sql, args.runs), flush=True)
+        engine.close()
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
