@@ -15,7 +15,7 @@ analyzer's own error for that block.
 
 Before splitting, a SELECT that computes window functions over its own aggregates
 (``COUNT(*) * 100.0 / SUM(COUNT(*)) OVER ()``) is split into the aggregate block (a leaf) and a
-windowing SELECT over it (:func:`lift_windows`), which is what PostgreSQL evaluates anyway:
+windowing SELECT over it (:mod:`dpsql.sql.lift_windows`), which is what PostgreSQL evaluates anyway:
 windows run after GROUP BY and HAVING, before DISTINCT, ORDER BY and LIMIT.
 
 Budget: the statement's (epsilon, delta) is split over its k leaves (:func:`split_budget`):
@@ -36,15 +36,14 @@ from sqlglot import exp
 
 from dpsql.errors import DpsqlError, PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
-from dpsql.sql import functions as fn
-from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.blocks import contains, is_aggregate_block, private_tables, selects_below
+from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
 from dpsql.sql.tables import cte_body, referenced_tables
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
 LEAF_PREFIX = "_dpsql_leaf_"
-WINDOW_ALIAS = "_dp_w"
 
 
 @dataclass(frozen=True)
@@ -179,13 +178,13 @@ def _short(text: str, limit: int = 80) -> str:
 
 def _refuse_private_rest(post: exp.Expr, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]
     """Refuse post-processing that still reads private rows (raw rows: never released)."""
-    blocks = [s for s in post.find_all(exp.Select) if _private_tables(s, policy)]
+    blocks = [s for s in post.find_all(exp.Select) if private_tables(s, policy)]
     if not blocks:
         return
     lowest = [
         s
         for s in blocks
-        if not any(t is not s and _private_tables(t, policy) for t in _selects_below(s))
+        if not any(t is not s and private_tables(t, policy) for t in selects_below(s))
     ]
     for s in lowest or blocks:
         if not is_aggregate_block(s):
@@ -331,72 +330,14 @@ def prune_ctes(tree: exp.Expr) -> exp.Expr:
 # -- which blocks are leaves ---------------------------------------------------------------
 
 
-def _private_tables(s: exp.Expr, policy: Policy, depth: int = 0) -> bool:
-    """Whether ``s`` reads a private table, directly or through the CTEs it names."""
-    if depth > 32:
-        raise UnsupportedSql("CTEs are nested too deeply")
-    for name, _ in referenced_tables(s):
-        if policy.private_table(name) is not None:
-            return True
-    for t in s.find_all(exp.Table):
-        body = cte_body(t)
-        if body is not None and not _contains(s, body) and _private_tables(body, policy, depth + 1):
-            return True
-    return False
-
-
-def _contains(outer: exp.Expr, node: exp.Expr) -> bool:
-    p: exp.Expr | None = node
-    while p is not None:
-        if p is outer:
-            return True
-        p = p.parent
-    return False
-
-
-def _own_nodes(s: exp.Select) -> list[exp.Expr]:
-    """The nodes of ``s``'s select list, HAVING and ORDER BY outside nested queries."""
-    out: list[exp.Expr] = []
-    parts = [*s.expressions, s.args.get("having"), s.args.get("order")]
-    stack = [p for p in parts if p is not None]
-    while stack:
-        n = stack.pop()
-        out.append(n)
-        stack.extend(
-            c for c in n.iter_expressions() if not isinstance(c, (exp.Select, exp.Subquery))
-        )
-    return out
-
-
-def is_aggregate_block(s: exp.Select) -> bool:
-    """GROUP BY, or an aggregate call (not inside a window) in its own select list/HAVING."""
-    if s.args.get("group"):
-        return True
-    for n in _own_nodes(s):
-        if fn.is_aggregate(n) and not isinstance(n.parent, exp.Window):
-            return True
-    return False
-
-
-def _selects_below(s: exp.Expr) -> list[exp.Select]:
-    """Every SELECT inside ``s`` and inside the bodies of the CTEs it names from outside."""
-    out = [t for t in s.find_all(exp.Select) if t is not s]
-    for t in s.find_all(exp.Table):
-        body = cte_body(t)
-        if body is not None and not _contains(s, body):
-            out += [body] if isinstance(body, exp.Select) else []
-            out += [x for x in body.find_all(exp.Select) if x is not body]
-    return out
-
-
 def _lowest_leaves(tree: exp.Expr, policy: Policy) -> list[exp.Select]:
     cands = [
         s
         for s in tree.find_all(exp.Select)
-        if not _is_placeholder(s) and is_aggregate_block(s) and _private_tables(s, policy)
+        if not _is_placeholder(s) and is_aggregate_block(s) and private_tables(s, policy)
     ]
     ids = {id(s) for s in cands}
-    return [s for s in cands if not any(id(t) in ids for t in _selects_below(s))]
+    return [s for s in cands if not any(id(t) in ids for t in selects_below(s))]
 
 
 def _is_placeholder(s: exp.Select) -> bool:
@@ -423,7 +364,7 @@ def standalone(s: exp.Select) -> exp.Select:
     def collect(node: exp.Expr) -> None:
         for t in node.find_all(exp.Table):
             body = cte_body(t)
-            if body is None or _contains(s, body) or id(body) in seen:
+            if body is None or contains(s, body) or id(body) in seen:
                 continue
             seen.add(id(body))
             collect(body)
@@ -457,109 +398,6 @@ def fill(post: exp.Expr, leaves: Sequence[exp.Expr]) -> exp.Expr:
         if i is not None:
             s.replace(leaves[i].copy())
     return out
-
-
-# -- windows over aggregates ----------------------------------------------------------------
-
-
-def lift_windows(tree: exp.Expr, policy: Policy) -> exp.Expr:
-    """Split every aggregate SELECT over private rows that also computes window functions into
-    an aggregate block and a windowing SELECT over it (same rows, same names, same order)."""
-    for s in list(tree.find_all(exp.Select)):
-        if not _has_window(s) or not is_aggregate_block(s) or not _private_tables(s, policy):
-            continue
-        if any(is_aggregate_block(t) and _private_tables(t, policy) for t in _selects_below(s)):
-            continue  # windows over a block above the leaves: post-processing as it is
-        lifted = _lift(s)
-        if s is tree:
-            tree = lifted
-        else:
-            s.replace(lifted)
-    return tree
-
-
-def _has_window(s: exp.Select) -> bool:
-    return any(isinstance(n, exp.Window) for n in _own_nodes(s)) or bool(s.args.get("windows"))
-
-
-def _lift(s: exp.Select) -> exp.Select:
-    inner = exp.Select()
-    for key in ("from_", "joins", "where", "group", "having", "with_"):
-        v = s.args.get(key)
-        if v is not None:
-            inner.set(key, v.copy() if not isinstance(v, list) else [x.copy() for x in v])
-    group = s.args.get("group")
-    aliases = {e.alias: e.this for e in s.expressions if isinstance(e, exp.Alias)}
-    keys: list[exp.Expr] = []
-    raw = [g for st in gs.expand_group(group) for g in st] if group is not None else []
-    for g in raw:
-        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
-            if not 1 <= int(g.this) <= len(s.expressions):
-                continue  # the flat analysis refuses it
-            item = s.expressions[int(g.this) - 1]
-            g = item.this if isinstance(item, exp.Alias) else item
-        elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
-            g = aliases[g.name]
-        keys.append(g)
-    keys = list({k.sql("postgres"): k for k in keys}.values())  # each key once, in order
-    key_sql = {k.sql("postgres"): i for i, k in enumerate(keys)}
-    aggs: dict[str, int] = {}
-    agg_nodes: list[exp.Expr] = []
-
-    def fix(n: exp.Expr) -> exp.Expr:
-        sql = n.sql("postgres")
-        if sql in key_sql and not isinstance(n, exp.Literal):
-            return exp.column(f"_dp_k{key_sql[sql]}", WINDOW_ALIAS)
-        lifted = fn.is_aggregate(n) or isinstance(n, exp.Grouping)
-        if lifted and not isinstance(n.parent, exp.Window):
-            if sql not in aggs:
-                aggs[sql] = len(aggs)
-                agg_nodes.append(n.copy())
-            return exp.column(f"_dp_a{aggs[sql]}", WINDOW_ALIAS)
-        return n
-
-    items = []
-    for e in s.expressions:
-        body = e.this if isinstance(e, exp.Alias) else e
-        out = body.copy().transform(fix)
-        name = e.alias if isinstance(e, exp.Alias) else _figure_name(body)
-        items.append(exp.alias_(out, name, quoted=True) if name is not None else out)
-    outer = exp.select(*items)
-    for key in ("order", "windows"):
-        v = s.args.get(key)
-        if v is not None:
-            outer.set(
-                key,
-                v.copy().transform(fix)
-                if not isinstance(v, list)
-                else [x.copy().transform(fix) for x in v],
-            )
-    for key in ("distinct", "limit", "offset"):
-        v = s.args.get(key)
-        if v is not None:
-            outer.set(key, v.copy())
-    inner.set(
-        "expressions",
-        [exp.alias_(k.copy(), f"_dp_k{i}") for i, k in enumerate(keys)]
-        + [exp.alias_(a, f"_dp_a{j}") for j, a in enumerate(agg_nodes)],
-    )
-    if not inner.expressions:
-        raise UnsupportedSql("window functions need an aggregate or a GROUP BY key to work on")
-    outer.set("from_", exp.From(this=inner.subquery(WINDOW_ALIAS)))
-    return outer
-
-
-def _figure_name(e: exp.Expr) -> str | None:
-    """PostgreSQL's name for an unaliased select item whose text the lift would change."""
-    inner = e
-    if isinstance(inner, exp.Column):
-        return inner.name
-    if fn.is_aggregate(inner):
-        if isinstance(inner, exp.WithinGroup):
-            inner = inner.this
-        name = fn.aggregate_name(inner)
-        return name or (inner.sql_name().lower() if isinstance(inner, exp.Func) else None)
-    return None
 
 
 # -- the budget split -----------------------------------------------------------------------
