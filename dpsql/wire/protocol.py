@@ -28,7 +28,6 @@ discarded until Sync, which answers ReadyForQuery.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from dpsql.errors import (
@@ -54,7 +53,7 @@ from dpsql.wire.encode import (
 )
 from dpsql.wire.engine_api import Statement, as_dpsql_error
 from dpsql.wire.messages.backend import data_row, raw_data_row
-from dpsql.wire.params import infer_param_types
+from dpsql.wire.portals import Portal, PreparedStatement, check_formats, param_oids
 from dpsql.wire.requests import (
     DescribeColumns,
     Flush,
@@ -62,7 +61,6 @@ from dpsql.wire.requests import (
     Outbox,
     Prepare,
     Request,
-    Route,
     Run,
     Split,
     Steps,
@@ -83,27 +81,6 @@ _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
 _FLUSH = Flush()
 _READY_FLUSH = Flush(ready=True)
 _TXN_KINDS = frozenset({"begin", "commit", "rollback", "rollback_to", "savepoint", "release"})
-
-
-# ---- statements and portals ---------------------------------------------------------------------
-@dataclass
-class PreparedStatement:
-    """A named (or unnamed) prepared statement of this session."""
-
-    stmt: Statement
-    param_types: tuple[int, ...]
-    route: Route  # where it runs, decided once at Parse
-    described: dict[bool, tuple[ResultColumn, ...]] = field(default_factory=dict)
-    declared: tuple[int, ...] = ()  # the Parse's own types (0: unspecified), for the engine
-
-
-@dataclass(slots=True)
-class Portal:
-    prepared: PreparedStatement
-    params: tuple[Any, ...]
-    formats: tuple[int, ...]
-    result: Result | Outcome | None = None
-    pos: int = 0
 
 
 def _undefined(kind: str, name: str, cls: type[DpsqlError]) -> DpsqlError:
@@ -304,7 +281,7 @@ class Protocol:
             )
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
-        oids = _param_oids(stmt, declared)
+        oids = param_oids(stmt, declared)
         self.statements[msg.statement] = PreparedStatement(
             stmt, oids, route(stmt, self.fast_path), declared=declared
         )
@@ -409,7 +386,7 @@ class Protocol:
 
     def _row_description(self, cols: tuple[ResultColumn, ...], formats: tuple[int, ...]) -> None:
         if cols:
-            _check_formats(formats, len(cols))
+            check_formats(formats, len(cols))
             self.out.send(row_description(cols, formats))
         else:
             self.out.send(_NO_DATA)
@@ -436,7 +413,7 @@ class Protocol:
         if not columns:
             self.out.send(command_complete(tag))
             return
-        _check_formats(portal.formats, len(columns))
+        check_formats(portal.formats, len(columns))
         start = portal.pos
         end = len(rows) if msg.max_rows <= 0 else min(len(rows), start + msg.max_rows)
         encs = self._encoders(columns, portal.formats, res)
@@ -504,27 +481,6 @@ def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any]
     if isinstance(res, Outcome):
         return res.columns, res.rows, res.tag
     return res.columns, res.rows, res.command_tag
-
-
-def _param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:
-    """Parameter types: as declared in Parse, else as the engine inferred them (an optional
-    ``Prepared.param_types``), else as :mod:`dpsql.wire.params` infers them, else text."""
-    inferred: Sequence[int] = ()
-    if stmt.prepared is not None and 0 in declared:
-        inferred = getattr(stmt.prepared, "param_types", None) or infer_param_types(stmt.prepared)
-    out = []
-    for i, t in enumerate(declared):
-        if t == 0 and i < len(inferred) and inferred[i]:
-            t = int(inferred[i])
-        out.append(t or TEXT_OID)
-    return tuple(out)
-
-
-def _check_formats(formats: Sequence[int], ncols: int) -> None:
-    if len(formats) not in (0, 1, ncols):
-        raise ProtocolViolation(
-            f"bind message has {len(formats)} result formats but query has {ncols} columns"
-        )
 
 
 # The extended protocol's messages, discarded after an error until Sync: those that may ask the
