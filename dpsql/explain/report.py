@@ -9,9 +9,10 @@ from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Mode, Quantile
-from dpsql.errors import InternalError, UnsupportedSql
+from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_note, selection_accuracy
+from dpsql.execute.privacy_params import resolve_params
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -19,8 +20,10 @@ from dpsql.sql.analyze import analyze
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.parse import parse_statement
+from dpsql.sql.per_unit import substitute, with_units
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 from dpsql.sql.rewrite import private_query
+from dpsql.sql.tree import split, split_budget
 
 
 @dataclass(frozen=True)
@@ -94,10 +97,6 @@ def explain_leaves(
     of leaves (dpsql/sql/tree.py); the flat statement's own refusal otherwise."""
     import dataclasses
 
-    from dpsql.errors import DpsqlError
-    from dpsql.sql.per_unit import with_units
-    from dpsql.sql.tree import split, split_budget
-
     st = parse_statement(text)
     if st.kind != "query" or st.tree is None:
         raise UnsupportedSql("EXPLAIN takes a SELECT")
@@ -112,8 +111,6 @@ def explain_leaves(
     analyses = [analyze(leaf, leaf_view) for leaf in sp.leaves]
     analyses = [dataclasses.replace(a, unique_unit=True) if sp.units else a for a in analyses]
     lead = next((a for a in analyses if a.needs_selection), analyses[0])
-    from dpsql.execute.privacy_params import resolve_params
-
     eps, delta = resolve_params(policy, session, lead)
     shares = split_budget([a.needs_selection for a in analyses], eps, delta, session.mechanism)
     out = []
@@ -125,8 +122,6 @@ def explain_leaves(
         sql = leaf.sql("postgres")
         rep = _plan_report(policy, sql, a, s)
         if sp.units:  # the synthetic per-unit tables as the SELECTs they stand for
-            from dpsql.sql.per_unit import substitute
-
             units = tuple((u.name, u.select) for u in sp.units)
             bounded = substitute(private_query(a, "<salt>"), units)
             rep = replace(rep, rewritten=bounded.sql("postgres", pretty=True))
@@ -135,8 +130,6 @@ def explain_leaves(
 
 
 def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext) -> ExplainReport:
-    from dpsql.execute.privacy_params import resolve_params
-
     eps, delta = resolve_params(policy, session, a)
     d = policy.defaults
     conf = session.confidence or d.confidence

@@ -21,16 +21,21 @@ from typing import TYPE_CHECKING, Any
 from dpsql.errors import (
     BudgetExhausted,
     DpsqlError,
+    InvalidParameter,
     PrivacyViolation,
     SqlSyntaxError,
     UnsupportedSql,
 )
+from dpsql.execute import auto_bounds
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import Prepared, fingerprint
+from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.explain.document import plan_document, plan_lines, plan_xml
 from dpsql.explain.report import report
+from dpsql.explain.tree import explain_tree
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.auto_bounds import apply_bounds
 from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
@@ -139,19 +144,12 @@ def _explain_private(
     """dpsql's plan of a private query, validated as its execution would be, without running."""
     conf = session.confidence or engine.policy.defaults.confidence
     if inner.split is not None:  # several DP leaves: dpsql.explain.tree
-        from dpsql.explain.tree import explain_tree
-
         _check_confidence(conf)
         return explain_tree(engine, inner, opts, session, params, conf)
     plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
     auto_text, auto_key = None, None
-    from dpsql.execute import auto_bounds
-
     pend = auto_bounds.pending(engine, inner, session, plan.analysis)
     if pend.needed:
-        from dpsql.execute.private import auto_cache_key
-        from dpsql.sql.auto_bounds import apply_bounds
-
         auto_key = auto_cache_key(engine, inner, plan, params, session.mechanism)
         auto_text = auto_bounds.explain_text(pend, plan.epsilon)
         spent = auto_bounds.slice_epsilon(plan.epsilon, pend)
@@ -181,8 +179,6 @@ def _explain_private(
 
 def _check_confidence(conf: float) -> None:
     if not 0 < conf < 1:
-        from dpsql.errors import InvalidParameter
-
         raise InvalidParameter(
             f"confidence {conf:g} is out of range: it must be > 0 and < 1",
             hint="SET dpsql.confidence = 0.95",
@@ -200,8 +196,6 @@ def budget_status(
     ledger = engine.ledger
     if ledger is None or session.analyst is None:
         return {"Ledger": False, "Note": "no budget ledger: nothing would be charged"}
-    from dpsql.execute.private import cache_key, delta_for_rho
-
     out: dict[str, Any] = {"Ledger": True}
     out["Free Repeat"] = _stored(ledger, session.analyst, cache_key(engine, inner, plan, params))
     try:
