@@ -9,7 +9,8 @@ throwaway PostgreSQL:
 * ``aim model``: AIM's fitted model sampled, whatever the comparison says;
 * ``default``: what ``dpsql release synthetic`` publishes by default: AIM (95% of the budget) and,
   when the DP comparison (5%) says the model would not beat independent marginals, the baseline
-  built from the model's own 1-way marginals.
+  built from the model's own 1-way marginals (rows by rounding); in AIM's small-data regime the
+  1-way-only model with all of the budget (no comparison).
 
 Datasets: the PUMS extract of ../shared/datasets (1,000 people; age and income in 8 equal-width
 bins over the declared bounds, sex, educ (16), race (9), married) and a generated table (default
@@ -17,7 +18,8 @@ bins over the declared bounds, sex, educ (16), race (9), married) and a generate
 binned data; lower is better. Runtime is bounded by ``--max-minutes`` (no new repetition starts
 after it; 2 shared cores). Usage::
 
-    python bench/synthetic.py [--reps 5] [--gen-rows 100000] [--max-minutes 60] [--json out.json]
+    python bench/synthetic.py [--reps 5] [--datasets pums,census] [--epsilons 1,0.3] [--no-mst]
+                              [--gen-rows 100000] [--max-minutes 60] [--json out.json]
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ w(c) = sum over workload pairs p of |c ∩ p| (AIM's ``compile_workload``).
 
 With rho the budget (zCDP) and T nominal rounds:
 
-1. every 1-way marginal is measured with discrete Gaussian noise, half of rho over the d columns
-   (the paper spends 0.9 rho / T on each: on small tables such noisy 1-way counts merge too much
-   and the model's 1-way marginals end up worse than the trivial baseline's); rare values are then merged by these noisy counts (:mod:`dpsql.release.compress`,
+1. every 1-way marginal is measured with discrete Gaussian noise, half of rho split evenly over
+   the d columns (the paper spends 0.9 rho / T on each: on small tables such noisy 1-way counts
+   merge too much and the model's 1-way marginals end up worse than the trivial baseline's);
+   rare values are then merged by these noisy counts (:mod:`dpsql.release.compress`,
    post-processing) and everything below runs on the compressed domain; Private-PGM fits a model
    to the measurements (post-processing);
 2. each round starts with rho_m = 0.9 (rho / 2) / T and rho_s = 0.1 (rho / 2) / T; if less than
@@ -24,12 +25,16 @@ With rho the budget (zCDP) and T nominal rounds:
 3. when the re-fitted model's marginal on c moved by less than the noise's expected L1 size
    (sqrt(2/pi) sigma |c|), rho_m and rho_s are multiplied by 4 (sigma halves, epsilon doubles).
 
-Small data: right after the 1-way measurements, if the noisy row count is below SMALL_DATA d
-sigma_full (sigma_full = R sqrt(d / (2 rho)), the 1-way noise with all of rho; a released-values
-decision), the rest of rho re-measures every 1-way marginal instead and the model has no 2-way
-marginal: at that size a 2-way measurement's noise exceeds the dependence it could capture, and
-the 1-way marginals' own noise dominates the 2-way error (PUMS, 1,000 rows: epsilon 0.3 is
-small, epsilon 1 is not; the threshold of 10 was set from those measurements, docs/releases.md).
+Small data: right after the 1-way measurements, if the noisy row count N (inverse-variance
+weighted mean of the noisy 1-way sums) is below C d sigma_full (C = SMALL_DATA; sigma_full =
+R sqrt(d / (2 rho)), the 1-way noise with all of rho split evenly; a released-values decision),
+the rest of rho and the spare (the comparison's share: the model is then the independent
+baseline, there is nothing to compare) re-measure every 1-way marginal, split by
+:func:`column_shares`, and the model has no 2-way marginal: at that size a 2-way measurement's
+noise exceeds the dependence it could capture, and the 1-way marginals' own noise dominates the
+2-way error. C = 4 was set on a generated tuning table, neither PUMS nor census
+(``bench/small_data.py``, docs/releases.md): the 1-way-only release won up to N / (d sigma_full)
+= 3.1 there, AIM from 5 on.
 
 T = 4 d here (the paper: 16 d, for 3-way workloads; "AIM can take many hours"): each round refits
 Private-PGM, which compiles a new JAX program for the new set of cliques (seconds each), so T
@@ -68,7 +73,7 @@ from dpsql.release.mst import compress_one_way, selection_epsilon
 
 Clique = tuple[int, ...]
 _BIAS = math.sqrt(2 / math.pi)  # E|Z| / sigma for a Gaussian Z
-SMALL_DATA = 10  # noise standard deviations of signal per column, see small_data
+SMALL_DATA = 4  # C of the small-data rule: set on tuning data by bench/small_data.py
 
 
 @dataclass(frozen=True)
@@ -104,13 +109,15 @@ class AimPlan:
         return column_shares(self.shape)
 
     def one_way(self, budget: Fraction | None = None) -> tuple[Gaussian, ...]:
-        """The Gaussians measuring the d 1-way marginals with ``budget`` (default: the initial
-        ``one_way_share`` of rho) split by :attr:`column_shares`."""
+        """The Gaussians measuring the d 1-way marginals: by default AIM's initial ones, the
+        ``one_way_share`` of rho split evenly (as the reference AIM; they only start the model),
+        else ``budget`` split by :attr:`column_shares` (the small-data regime, where the 1-way
+        marginals are the whole release)."""
         r = Fraction(self.rows_bound)
-        total = self.rho * self.one_way_share if budget is None else budget
-        if self.d == 1 and budget is None:
-            total = self.rho
-        return tuple(Gaussian(r, total * w) for w in self.column_shares)
+        if budget is None:
+            total = self.rho if self.d == 1 else self.rho * self.one_way_share
+            return tuple(Gaussian(r, total / self.d) for _ in self.shape)
+        return tuple(Gaussian(r, budget * w) for w in self.column_shares)
 
     def first_round(self) -> tuple[Fraction, Fraction]:
         """(rho_m, rho_s) of a round before any annealing: 0.9 and 0.1 of (what the 1-way
@@ -264,10 +271,14 @@ def run_aim(
 
 
 def small_data(plan: AimPlan, one: Sequence[Measurement]) -> bool:
-    """Whether the noisy row count N (mean of the noisy 1-way sums: released values) is under
-    SMALL_DATA d sigma_full, sigma_full = R sqrt(d / (2 rho)) the noise of a 1-way marginal
-    measured with all of rho split over the columns."""
-    n_hat = float(np.mean([np.clip(m.noisy, 0, None).sum() for m in one]))
+    """Whether the noisy row count N is under ``small_rule`` d sigma_full, sigma_full =
+    R sqrt(d / (2 rho)) the noise of a 1-way marginal measured with all of rho split evenly over
+    the columns. N is the inverse-variance weighted mean of the d noisy 1-way sums (each
+    unbiased, variance n_c sigma_c²; not clipped, which would bias N upwards by about 0.4 sigma_c
+    per empty value): released values only."""
+    sums = np.array([float(np.sum(m.noisy)) for m in one])
+    var = np.array([m.noisy.size * m.std**2 for m in one])
+    n_hat = float(np.sum(sums / var) / np.sum(1 / var))
     sigma_full = plan.rows_bound * math.sqrt(plan.d / (2 * float(plan.rho)))
     return n_hat < plan.small_rule * plan.d * sigma_full
 

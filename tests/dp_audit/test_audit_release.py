@@ -229,7 +229,7 @@ def test_hierarchy_audit_flags_underdeclared_bound() -> None:
     assert _hierarchy_eps(1, 2_000) > 1.0
 
 
-# AIM's first step: the d 1-way marginals, each with its column's share of the 1-way budget
+# AIM's 1-way marginals in the small-data regime, each with its column's share of the budget
 # (rho_c ∝ n_c^(2/3)). One unit of R = 1 row adds 1 to a cell of every column, so the claim is
 # the sum: rho_1 = 1/2 in all (a plan with rho 1). D: the cells count 0; D': 1. Output audited:
 # S = sum_c noisy_c / sigma_c² (the claimed sigmas; any fixed function of the outputs is
@@ -241,8 +241,8 @@ def _one_way_eps(n: int, broken: bool = False) -> float:
     from auditing import choose_event
 
     plan = plan_aim(["sex", "educ", "race"], [2, 16, 9], Fraction(1), 1)
-    honest = plan.one_way()
-    assert sum(g.rho for g in honest) == Fraction(1, 2)
+    honest = plan.one_way(Fraction(1, 2))  # the small-data regime's split of 1/2
+    assert sum(g.rho for g in honest) == Fraction(1, 2) and len({g.rho for g in honest}) == 3
     gs = tuple(Gaussian(Fraction(1), Fraction(1, 2)) for _ in honest) if broken else honest
     inv = [1.0 / float(g.noise_sigma2) for g in honest]
 

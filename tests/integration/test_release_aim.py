@@ -8,6 +8,7 @@ below 1e-7) and have a broken twin.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
@@ -99,19 +100,23 @@ def test_unknown_if_worse_is_refused_before_anything(people: str, tmp_path: Path
 
 
 def test_small_data_measures_only_one_way_marginals() -> None:
-    """500 rows, 3 columns at epsilon 0.3: AIM re-measures the 1-way marginals with the rest of its
+    """100 rows, 3 columns at epsilon 0.3: AIM re-measures the 1-way marginals with the rest of its
     budget and the comparison's share (the model is the independent baseline: nothing to
     compare) instead of measuring pairs, spends exactly the plan's whole cost, does not compress,
-    and no comparison is released. False
-    failure: the rule reads the noisy total (sd ~ 32 rows here) against a threshold of ~ 940 rows
-    (10 d sigma_full, d = 3): 14 standard deviations away."""
+    and no comparison is released. False failure: the rule reads the noisy total N (the
+    inverse-variance weighted mean of the three noisy sums: sd ~ 42 rows here) against a
+    threshold of ~ 376 rows (C d sigma_full = 4 x 3 x 31.3): 6.5 standard deviations away
+    (< 1e-10)."""
+    from dpsql.release.aim import SMALL_DATA
     from dpsql.release.synthesis import compare_result, fit_result, make_plan, run_plan
 
     gen = np.random.default_rng(5)  # test data, not noise
-    rows = np.stack([gen.integers(0, 4, 500), gen.integers(0, 3, 500), gen.integers(0, 2, 500)], 1)
+    rows = np.stack([gen.integers(0, 4, 100), gen.integers(0, 3, 100), gen.integers(0, 2, 100)], 1)
     idx, n = np.unique(rows, axis=0, return_counts=True)
     rho = epsilon_to_rho(Fraction(3, 10), Fraction(1, 10**6))
     plan = make_plan("aim", ["a", "b", "c"], (4, 3, 2), rho, 1)
+    sigma_full = math.sqrt(3 / (2 * float(plan.model.rho)))
+    assert abs(SMALL_DATA * 3 * sigma_full - 376) < 2
     res = run_plan(plan, idx, n)
     assert res.small and res.selected == () and res.spent == plan.cost.rho
     assert plan.compare is not None and plan.model.spare == plan.compare.rho

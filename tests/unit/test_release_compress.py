@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -119,7 +120,9 @@ def test_column_shares_follow_the_domain_sizes() -> None:
     assert abs(float(w[1] / w[0]) - 4.0) < 1e-3
     plan = plan_aim(["a", "b"], [2, 16], Fraction(1, 3), 1)
     assert sum(g.rho for g in plan.one_way(Fraction(1, 5))) == Fraction(1, 5)
-    assert plan.one_way()[0].std > plan.one_way()[1].std  # the small column gets more noise
+    small = plan.one_way(Fraction(1, 5))
+    assert small[0].std > small[1].std  # the small column gets more noise
+    assert plan.one_way()[0].rho == plan.one_way()[1].rho == Fraction(1, 12)  # AIM's start: even
 
 
 @settings(max_examples=200, deadline=None)
@@ -178,14 +181,18 @@ def test_rounded_rows_keep_the_one_way_counts_and_pair_at_random() -> None:
 
 
 def test_small_data_rule_reads_the_noisy_total_only() -> None:
-    """Small data iff the noisy row count is below SMALL_DATA d sigma_full, sigma_full =
-    R sqrt(d / (2 rho)): with d = 2, R = 1, rho = 1/200, sigma_full = sqrt(200) ~ 14.1, so the
-    threshold is ~ 283 rows (negative noisy counts clipped)."""
-    from dpsql.release.aim import small_data
+    """Small data iff N, the inverse-variance weighted mean of the noisy 1-way sums (unclipped:
+    a negative noisy count counts), is below small_rule d sigma_full, sigma_full =
+    R sqrt(d / (2 rho)): with d = 2, R = 1, rho = 1/200, sigma_full = sqrt(200) ~ 14.1."""
+    from dpsql.release.aim import SMALL_DATA, small_data
 
     plan = plan_aim(["a", "b"], [2, 2], Fraction(1, 200), 1)
-    row = lambda total: Measurement((0,), np.array([total, -50.0]), 1.0)  # noqa: E731
-    assert small_data(plan, [row(280.0), row(280.0)])
-    assert not small_data(plan, [row(290.0), row(290.0)])
+    t = SMALL_DATA * 2 * math.sqrt(200)
+    row = lambda total, std=1.0: Measurement((0,), np.array([total + 50, -50.0]), std)  # noqa: E731
+    assert small_data(plan, [row(t - 1), row(t - 1)])
+    assert not small_data(plan, [row(t + 1), row(t + 1)])
+    # weights 1/(n_c sigma_c²): a column 10x noisier counts 100x less
+    assert not small_data(plan, [row(t + 10), row(0.0, 10.0)])  # ~ t + 7; unweighted t / 2
+    assert small_data(plan, [row(t + 60), row(0.0, 1.0)])
     big = plan_aim(["a", "b"], [2, 2], Fraction(1, 200), 4)  # R = 4: 4x the noise
-    assert small_data(big, [row(1000.0), row(1000.0)])
+    assert small_data(big, [row(t + 1), row(t + 1)])
