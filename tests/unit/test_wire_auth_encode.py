@@ -9,7 +9,7 @@ import pytest
 from psycopg.adapt import Transformer
 from psycopg.pq import Format
 
-from dpsql.errors import InvalidParameter
+from dpsql.errors import InvalidTextRepresentation, ProtocolViolation
 from dpsql.wire.auth import LoginLimiter, check_password, make_verifier, parse_verifier
 from dpsql.wire.encode import decode_param, encoder, result_format
 from dpsql.wire.log import fingerprint
@@ -64,12 +64,13 @@ def test_decode_param_errors() -> None:
     assert decode_param(b"12", 23, 0, 1) == 12
     assert decode_param(None, 23, 0, 1) is None
     assert decode_param(b"x", 0, 0, 1) == "x"
-    with pytest.raises(InvalidParameter) as e:
+    with pytest.raises(InvalidTextRepresentation) as e:  # as PostgreSQL: 22P02
         decode_param(b"12x", 23, 0, 2)
     assert e.value.sqlstate == "22P02" and "$2" in e.value.message
-    with pytest.raises(InvalidParameter):
+    with pytest.raises(ProtocolViolation) as p:  # binary without a type: 08P01
         decode_param(b"\x00\x01", 0, 1, 1)
-    with pytest.raises(InvalidParameter):
+    assert p.value.sqlstate == "08P01"
+    with pytest.raises(InvalidTextRepresentation):
         decode_param(b"\x00", 23, 1, 1)
 
 
