@@ -27,7 +27,6 @@ from dpsql.budget import route
 from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
-from dpsql.dp import rng
 from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute import group_keys, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
@@ -36,7 +35,19 @@ from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
 from dpsql.execute.caches import EngineCaches
 from dpsql.execute.classify import classify
 from dpsql.execute.noise import Release, release
-from dpsql.execute.prepared import Kind, Prepared, fingerprint
+from dpsql.execute.prepared import (
+    CatalogQuery,
+    DeferredQuery,
+    EmptyQuery,
+    ExplainQuery,
+    LedgerQuery,
+    Prepared,
+    PrivateQuery,
+    PublicQuery,
+    SessionCommand,
+    TreeQuery,
+    fingerprint,
+)
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import finish, run_private
 from dpsql.execute.tree import describe_tree, prepare_tree, run_tree
@@ -180,10 +191,14 @@ class Engine:
         if st.kind == "explain":
             return prepare_explain(self, text, scope)
         if st.kind != "query" or st.tree is None:
-            if route.is_show_budget(text):  # the analyst's budget, from the ledger
-                return Prepared(text, "dpsql", st, None, None, 0, "", fingerprint(None, text))
-            kind: Kind = "empty" if st.kind == "empty" else "session"
-            return Prepared(text, kind, st, None, None, 0, "", fingerprint(None, text))
+            cls = (
+                LedgerQuery  # SHOW dpsql.budget: the analyst's budget, from the ledger
+                if route.is_show_budget(text)
+                else EmptyQuery
+                if st.kind == "empty"
+                else SessionCommand
+            )
+            return cls(text=text, statement=st, fingerprint=fingerprint(None, text))
         tree = st.tree
         check_query_blocks(tree)  # every kind: PostgreSQL's planner is not bounded either
         view = self.view(scope or None)
@@ -199,36 +214,38 @@ class Engine:
                     zeroed = limit_params_zeroed(tree)
                     if zeroed is None or zero_row_query(zeroed, view, self.column_order) is None:
                         raise
-                    return Prepared(
-                        text, "private", st, tree, None, param_count(tree), rng.token_hex(8),
-                        fingerprint(tree, text), scope, deferred=refused,
+                    return DeferredQuery(
+                        text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+                        tree=tree, param_count=param_count(tree), deferred=refused,
                     )  # fmt: skip
-            qkind = "private" if analysis is not None else "public"
+            if analysis is not None:
+                return PrivateQuery(
+                    text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+                    tree=tree, analysis=analysis, param_count=param_count(tree),
+                )  # fmt: skip
+            qkind = "public"
+        if qkind == "dpsql":  # SELECT ... FROM dpsql.budget / dpsql.history
+            return LedgerQuery(
+                text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+                tree=tree, param_count=param_count(tree),
+            )  # fmt: skip
         if qkind == "public":
             check_public(tree)
-        if qkind in ("public", "catalog"):
-            keep_call_labels(tree)  # SELECT now() is a column "now", as in PostgreSQL
-        return Prepared(
-            text,
-            qkind,
-            st,
-            tree,
-            analysis,
-            param_count(tree),
-            rng.token_hex(8),
-            fingerprint(tree, text),
-            scope,
-        )
+        keep_call_labels(tree)  # SELECT now() is a column "now", as in PostgreSQL
+        query = PublicQuery if qkind == "public" else CatalogQuery
+        return query(
+            text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+            tree=tree, param_count=param_count(tree),
+        )  # fmt: skip
 
-    def bound_limit(self, prepared: Prepared, params: Sequence[Any]) -> Prepared:
-        """A statement prepared with ``LIMIT $n`` (:attr:`Prepared.deferred`) with ``params``
+    def bound_limit(self, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared:
+        """A statement prepared with ``LIMIT $n`` (:class:`DeferredQuery`) with ``params``
         written inline, prepared as such: ``LIMIT 0`` is the zero-row shape it was prepared
         for; any other value gets the refusal the statement gets with that value inline.
 
         Raises:
             DpsqlError: that refusal (42501 for raw rows of a private table).
         """
-        assert prepared.tree is not None and prepared.deferred is not None
         tree = prepared.tree.copy()
         for key in ("limit", "offset"):  # the count as a literal (sent as text or cast too)
             value = limit_param(tree, key)
@@ -242,7 +259,7 @@ class Engine:
             if isinstance(got, int) and not isinstance(got, bool):
                 value.replace(exp.Literal.number(got))
         bound = self.prepare_in_scope(bind(tree, params).sql("postgres"), prepared.scope)
-        if bound.deferred is not None or bound.param_count:  # never expected: values inline
+        if isinstance(bound, DeferredQuery) or bound.param_count:  # never: values inline
             raise prepared.deferred
         return bound
 
@@ -256,38 +273,47 @@ class Engine:
         0 where unspecified), as PostgreSQL uses them to type the result columns.
         """
         self.check_scope(prepared, session)
-        if prepared.deferred is not None:  # a zero-row shape: its columns whatever the LIMIT
-            zero = self.bound_limit(prepared, [0] * prepared.param_count)
-            return self.describe(zero, session)
-        if prepared.split is not None:
-            return describe_tree(self, prepared, session)
-        if prepared.kind == "private":
-            a = self.analysis(prepared, [None] * prepared.param_count)
-            rel = Release(self.group_types(prepared, a), [], [], [])
-            return finish(self, prepared, a, rel, session, describe_only=True).columns
-        if prepared.kind in ("public", "catalog"):
-            # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
-            shadows.check(self, prepared.text, prepared.tree, scope=self.scope(session.analyst))
-            if prepared.param_count == 0:
-                tree = public_sql.runnable_tree(self, prepared, (), session)
-                if not isinstance(tree, exp.Query):
-                    raise InternalError("a public statement that is not a query was described")
-                q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
-                return self.backend.run(q.sql("postgres"), private=False).columns
-            # With parameters, checks that need their values run at Execute; PostgreSQL
-            # describes the statement without running it.
-            assert prepared.tree is not None
-            tree = prepared.tree
-            if prepared.kind == "catalog":
-                info = SessionInfo.of(session)
-                tree = check_catalog_query(tree, self.view(session.analyst), session.analyst, info)
-            oids = _describe_oids(prepared.param_count, param_types)
-            return describe_statement(self.backend, tree.sql("postgres"), oids)
-        if prepared.kind == "dpsql":
-            return route.describe(prepared.tree or prepared.text)
-        if prepared.kind == "explain":
-            return describe_explain(prepared)
-        return ()
+        match prepared:
+            case DeferredQuery():  # a zero-row shape: its columns whatever the LIMIT
+                zero = self.bound_limit(prepared, [0] * prepared.param_count)
+                return self.describe(zero, session)
+            case TreeQuery():
+                return describe_tree(self, prepared, session)
+            case PrivateQuery():
+                a = self.analysis(prepared, [None] * prepared.param_count)
+                rel = Release(self.group_types(prepared, a), [], [], [])
+                return finish(self, prepared, a, rel, session, describe_only=True).columns
+            case PublicQuery() | CatalogQuery():
+                return self._describe_public(prepared, session, param_types)
+            case LedgerQuery():
+                return route.describe(prepared.tree or prepared.text)
+            case ExplainQuery():
+                return describe_explain(prepared)
+            case EmptyQuery() | SessionCommand():
+                return ()
+
+    def _describe_public(
+        self,
+        prepared: PublicQuery | CatalogQuery,
+        session: SessionContext,
+        param_types: Sequence[int],
+    ) -> tuple[ResultColumn, ...]:
+        # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
+        shadows.check(self, prepared.text, prepared.tree, scope=self.scope(session.analyst))
+        if prepared.param_count == 0:
+            tree = public_sql.runnable_tree(self, prepared, (), session)
+            if not isinstance(tree, exp.Query):
+                raise InternalError("a public statement that is not a query was described")
+            q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
+            return self.backend.run(q.sql("postgres"), private=False).columns
+        # With parameters, checks that need their values run at Execute; PostgreSQL
+        # describes the statement without running it.
+        tree = prepared.tree
+        if isinstance(prepared, CatalogQuery):
+            info = SessionInfo.of(session)
+            tree = check_catalog_query(tree, self.view(session.analyst), session.analyst, info)
+        oids = _describe_oids(prepared.param_count, param_types)
+        return describe_statement(self.backend, tree.sql("postgres"), oids)
 
     def _require_ledger(self) -> BudgetLedger:
         if self.ledger is None:
@@ -306,28 +332,30 @@ class Engine:
     ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
-        if prepared.deferred is not None:  # LIMIT $1: as the statement with its values inline
-            return self.execute(self.bound_limit(prepared, params), session, (), cancel)
-        if prepared.split is not None:
-            return run_tree(self, prepared, session, params, cancel)
-        if prepared.kind == "private":
-            return run_private(self, prepared, session, params, cancel)
-        if prepared.kind in ("public", "catalog"):
-            text = self.runnable_sql(prepared, session, params)
-            rows = self.backend.run(text, private=False, cancel=cancel)
-            return _result(rows)
-        if prepared.kind == "explain":  # the plan only: no private data read, no budget spent
-            return run_explain(self, prepared, session, params, cancel)
-        if prepared.kind == "empty":
-            return Result((), [], "")
-        if prepared.kind == "dpsql":  # dpsql.budget / dpsql.history: the analyst's own ledger rows
-            return route.answer(
-                self._require_ledger(), session.analyst, prepared.tree or prepared.text
-            )
-        raise UnsupportedSql(
-            f"{prepared.first_word} is handled by the dpsql session, not the engine",
-            hint="connect through `dpsql serve`",
-        )
+        match prepared:
+            case DeferredQuery():  # LIMIT $1: as the statement with its values inline
+                return self.execute(self.bound_limit(prepared, params), session, (), cancel)
+            case TreeQuery():
+                return run_tree(self, prepared, session, params, cancel)
+            case PrivateQuery():
+                return run_private(self, prepared, session, params, cancel)
+            case PublicQuery() | CatalogQuery():
+                text = self.runnable_sql(prepared, session, params)
+                rows = self.backend.run(text, private=False, cancel=cancel)
+                return _result(rows)
+            case ExplainQuery():  # the plan only: no private data read, no budget spent
+                return run_explain(self, prepared, session, params, cancel)
+            case EmptyQuery():
+                return Result((), [], "")
+            case LedgerQuery():  # dpsql.budget / dpsql.history: the analyst's own ledger rows
+                return route.answer(
+                    self._require_ledger(), session.analyst, prepared.tree or prepared.text
+                )
+            case SessionCommand():
+                raise UnsupportedSql(
+                    f"{prepared.first_word} is handled by the dpsql session, not the engine",
+                    hint="connect through `dpsql serve`",
+                )
 
     def runnable_sql(
         self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
@@ -362,9 +390,8 @@ class Engine:
         return public_sql.parameterized_sql(self, prepared, session)
 
     # -- helpers used by the private path ----------------------------------------------------------
-    def analysis(self, prepared: Prepared, params: Sequence[Any]) -> Analysis:
+    def analysis(self, prepared: PrivateQuery, params: Sequence[Any]) -> Analysis:
         """A private statement's analysis with ``params`` bound (the prepared one without)."""
-        assert prepared.tree is not None and prepared.analysis is not None
         if not params:
             return prepared.analysis
         return analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
@@ -396,7 +423,7 @@ class Engine:
 
     def plan(
         self,
-        prepared: Prepared,
+        prepared: PrivateQuery,
         session: SessionContext,
         params: Sequence[Any] = (),
         *,
@@ -421,13 +448,13 @@ class Engine:
             return make_sets_plan(a, epsilon, delta, mechanism, self.planner)
         return self.planner(a, epsilon, delta, mechanism)
 
-    def private_sql(self, prepared: Prepared, a: Analysis) -> str:
+    def private_sql(self, prepared: PrivateQuery, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters);
         unbounded when the catalog proves one row per unit (reads the catalog each time)."""
         unique = unit_is_unique(self.backend, a)
         return private_sql_module.private_sql(self.caches.sql, prepared, a, unique=unique)
 
-    def group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+    def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
         return group_keys.group_types(self, prepared, a)
 
@@ -476,7 +503,6 @@ __all__ = [
     "MAX_DELTA",
     "CancelToken",
     "Engine",
-    "Kind",
     "Prepared",
     "fingerprint",
     "outer_query",

@@ -29,7 +29,7 @@ from dpsql.dp.accounting import Cost
 from dpsql.dp.bounds import COUNT_SHARE, Selection, TailRank, TopRank, default_rank
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import (
@@ -85,7 +85,7 @@ def from_payload(raw: bytes) -> ChosenBound:
 
 
 def pending(
-    engine: EngineContext, prepared: Prepared, session: SessionContext, a: Analysis
+    engine: EngineContext, prepared: PrivateQuery, session: SessionContext, a: Analysis
 ) -> Pending:
     """What ``a`` needs, with the stored choices filled in (reads the ledger, spends nothing)."""
     items = auto_items(a)
@@ -222,7 +222,7 @@ Part = tuple[Cost, str, Fraction | None]  # (cost, mechanism, delta_for_rho) of 
 
 def measure(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     session: SessionContext,
     a: Analysis,
     p: Pending,
@@ -285,7 +285,7 @@ def too_small(p: Pending, epsilon: Fraction) -> AutoBounds | None:
 
 def choose_reserved(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     a: Analysis,
     p: Pending,
     epsilon: Fraction,

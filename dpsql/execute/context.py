@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from dpsql.budget.api import BudgetLedger
 from dpsql.execute.backend import Backend, CancelToken
 from dpsql.execute.caches import EngineCaches
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import DeferredQuery, Prepared, PrivateQuery
 from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -46,7 +46,7 @@ class EngineContext(Protocol):
 
     def prepare_in_scope(self, text: str, scope: str = "") -> Prepared: ...
 
-    def bound_limit(self, prepared: Prepared, params: Sequence[Any]) -> Prepared: ...
+    def bound_limit(self, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared: ...
 
     def execute(
         self,
@@ -64,7 +64,7 @@ class EngineContext(Protocol):
 
     def plan(
         self,
-        prepared: Prepared,
+        prepared: PrivateQuery,
         session: SessionContext,
         params: Sequence[Any] = (),
         *,
@@ -76,9 +76,9 @@ class EngineContext(Protocol):
         self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str
     ) -> Plan | SetsPlan: ...
 
-    def private_sql(self, prepared: Prepared, a: Analysis) -> str: ...
+    def private_sql(self, prepared: PrivateQuery, a: Analysis) -> str: ...
 
-    def group_types(self, prepared: Prepared, a: Analysis) -> tuple[str, ...]: ...
+    def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]: ...
 
     def declared_keys(self, a: Analysis) -> list[tuple[str | None, ...]] | None: ...
 

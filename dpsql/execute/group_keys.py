@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from dpsql.execute.backend import type_name
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.rewrite.bound_contributions import source_select
 from dpsql.sql.rewrite.make_total import make_total
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
 
 
-def group_types(engine: EngineContext, prepared: Prepared, a: Analysis) -> tuple[str, ...]:
+def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
     """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
     set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
     if not a.group_keys:

@@ -20,12 +20,14 @@ from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
-    from dpsql.execute.prepared import Prepared
+    from dpsql.execute.prepared import PrivateQuery
 
 SET_TYPE = "int4"  # the type of the set-number key (GROUPING() returns integer)
 
 
-def set_sql(engine: EngineContext, prepared: Prepared, a: Analysis, keys: tuple[int, ...]) -> str:
+def set_sql(
+    engine: EngineContext, prepared: PrivateQuery, a: Analysis, keys: tuple[int, ...]
+) -> str:
     """The bounded SQL of one grouping set (memoized per statement, like Engine.private_sql)."""
     key = ("private-set", prepared.text, keys)
     stable = a is prepared.analysis
@@ -40,7 +42,7 @@ def set_sql(engine: EngineContext, prepared: Prepared, a: Analysis, keys: tuple[
     return text
 
 
-def private_sqls(engine: EngineContext, prepared: Prepared, a: Analysis) -> list[str]:
+def private_sqls(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> list[str]:
     """Every SQL text the statement may run on private rows (one per distinct grouping set)."""
     if not a.grouping_sets:
         return [engine.private_sql(prepared, a)]
@@ -48,7 +50,7 @@ def private_sqls(engine: EngineContext, prepared: Prepared, a: Analysis) -> list
 
 
 def run_sets(
-    engine: EngineContext, prepared: Prepared, plan: SetsPlan, cancel: CancelToken | None
+    engine: EngineContext, prepared: PrivateQuery, plan: SetsPlan, cancel: CancelToken | None
 ) -> list[Rows]:
     """Every set's upstream rows (one row per group of that set, never a row of a table)."""
     a = plan.analysis

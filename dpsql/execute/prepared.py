@@ -1,14 +1,16 @@
 """A prepared statement: parsed, classified and (for private queries) analyzed, immutable.
 
-:class:`Prepared` is what :meth:`dpsql.engine.Engine.prepare` returns and caches; every later
-step (describe, execute, EXPLAIN) reads it and never changes it.
+:data:`Prepared` is what :meth:`dpsql.engine.Engine.prepare` returns and caches: a closed union
+of one frozen class per kind of statement (``match`` on the class); every later step (describe,
+execute, EXPLAIN) reads it and never changes it. ``kind`` (a class constant) names the kind in
+logs and on the wire.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 from sqlglot import exp
 
@@ -21,37 +23,137 @@ from dpsql.sql.tree import Split
 Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A parsed, classified and (for private queries) analyzed statement. Immutable, cacheable."""
+@dataclass(frozen=True, kw_only=True)
+class _Common:
+    """What every prepared statement has (the wire reads these of any kind)."""
 
     text: str
-    kind: Kind
     statement: Statement
-    tree: exp.Expr | None
-    analysis: Analysis | None
-    param_count: int
-    salt: str  # unused since the salt is drawn per execution (dpsql.execute.private_sql.salted)
-    fingerprint: str
+    fingerprint: str  # a short stable id of the statement's shape (logs, the ledger)
     scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
-    # kind "explain": the explained statement, prepared as itself, and the EXPLAIN's options
-    inner: Prepared | None = None
-    explain: ExplainOptions | None = None
-    # kind "private" of several DP leaves (dpsql.sql.tree): the split statement and each leaf
-    # prepared as a private statement of its own (``analysis`` is then None)
-    split: Split | None = None
-    leaves: tuple[Prepared, ...] = ()
-    # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
-    # the per-unit SELECT that stands for it in the bounded SQL
-    units: tuple[tuple[str, exp.Select], ...] = ()
-    # a zero-row shape whose LIMIT is a parameter (``SELECT * FROM t LIMIT $1``): classified
-    # when its values are bound, as the same statement with them written inline; this is the
-    # refusal of any other value (dpsql.engine.Engine.bound_limit)
-    deferred: DpsqlError | None = None
 
     @property
     def first_word(self) -> str:
         return self.statement.first_word
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateQuery(_Common):
+    """One flat aggregate block over private tables, analyzed: answered with DP noise."""
+
+    kind: ClassVar[Literal["private"]] = "private"
+    tree: exp.Expr
+    analysis: Analysis
+    param_count: int
+    # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
+    # the per-unit SELECT that stands for it in the bounded SQL
+    units: tuple[tuple[str, exp.Select], ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TreeQuery(_Common):
+    """A private statement of several DP leaves (dpsql.sql.tree): the split statement and each
+    leaf prepared as a private query of its own; the rest runs over their noisy rows."""
+
+    kind: ClassVar[Literal["private"]] = "private"
+    tree: exp.Expr
+    param_count: int
+    split: Split
+    leaves: tuple[PrivateQuery, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublicQuery(_Common):
+    """A statement over public tables only (and zero-row shapes of private ones): run as is."""
+
+    kind: ClassVar[Literal["public"]] = "public"
+    tree: exp.Expr
+    param_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeferredQuery(_Common):
+    """A zero-row shape of a private table whose LIMIT is a parameter (``SELECT * FROM t LIMIT
+    $1``, as SQLAlchemy sends it): classified when its values are bound, as the same statement
+    with them written inline (:meth:`dpsql.engine.Engine.bound_limit`); ``deferred`` is the
+    refusal of any value but 0."""
+
+    kind: ClassVar[Literal["private"]] = "private"
+    tree: exp.Expr
+    param_count: int
+    deferred: DpsqlError
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogQuery(_Common):
+    """A statement over the system catalogs: rewritten to what the analyst may see."""
+
+    kind: ClassVar[Literal["catalog"]] = "catalog"
+    tree: exp.Expr
+    param_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerQuery(_Common):
+    """``SHOW dpsql.budget`` / ``dpsql.budget`` / ``dpsql.history``: the analyst's own ledger."""
+
+    kind: ClassVar[Literal["dpsql"]] = "dpsql"
+    tree: exp.Expr | None = None  # None for SHOW dpsql.budget
+    param_count: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionCommand(_Common):
+    """A session statement the engine does not answer (the wire session handles its own)."""
+
+    kind: ClassVar[Literal["session"]] = "session"
+    tree: ClassVar[None] = None
+    param_count: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EmptyQuery(_Common):
+    """A statement of nothing but whitespace and comments."""
+
+    kind: ClassVar[Literal["empty"]] = "empty"
+    tree: ClassVar[None] = None
+    param_count: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplainQuery(_Common):
+    """``EXPLAIN <statement>``: the explained statement, prepared as itself, and the options."""
+
+    kind: ClassVar[Literal["explain"]] = "explain"
+    inner: Explained
+    explain: ExplainOptions
+
+    @property
+    def tree(self) -> exp.Expr:
+        return self.inner.tree
+
+    @property
+    def param_count(self) -> int:
+        return self.inner.param_count
+
+
+Explained = PrivateQuery | TreeQuery | PublicQuery | CatalogQuery | DeferredQuery
+"""What EXPLAIN explains: a query."""
+
+Prepared = (
+    PrivateQuery
+    | TreeQuery
+    | DeferredQuery
+    | PublicQuery
+    | CatalogQuery
+    | LedgerQuery
+    | SessionCommand
+    | EmptyQuery
+    | ExplainQuery
+)
+"""A parsed, classified and (for private queries) analyzed statement, one class per kind:
+immutable and cacheable; :meth:`dpsql.engine.Engine.prepare` returns it, every later step
+(describe, execute, EXPLAIN) reads it and dispatches on its class."""
 
 
 def fingerprint(tree: exp.Expr | None, text: str) -> str:

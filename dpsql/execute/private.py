@@ -18,7 +18,7 @@ from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
 from dpsql.execute.notices import interval_notices
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 def cache_key(
-    engine: EngineContext, prepared: Prepared, plan: Plan | SetsPlan, params: Sequence[Any]
+    engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, params: Sequence[Any]
 ) -> str:
     """Same canonical query, parameters, epsilon, delta, mechanism and policy => same answer."""
     from dpsql.sql.canonical import cache_key as key
@@ -89,7 +89,7 @@ def payload(rel: Release) -> bytes:
 
 def auto_cache_key(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     plan: Plan | SetsPlan,
     params: Sequence[Any],
     mech: str,
@@ -108,7 +108,7 @@ def auto_cache_key(
 
 def run_private(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     session: SessionContext,
     params: Sequence[Any],
     cancel: CancelToken | None,
@@ -160,7 +160,7 @@ def run_private(
 
 
 def precheck(
-    engine: EngineContext, prepared: Prepared, session: SessionContext, a: Analysis
+    engine: EngineContext, prepared: PrivateQuery, session: SessionContext, a: Analysis
 ) -> float:
     """What a private statement checks before any budget is reserved (no private row read):
     key tables the analyst may read, the confidence, and a join's fan-out (public tables).
@@ -187,7 +187,7 @@ def _within(cost: Cost, held: Cost) -> bool:
 
 def _run_planned(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     session: SessionContext,
     params: Sequence[Any],
     cancel: CancelToken | None,
@@ -260,7 +260,7 @@ Measured = Any  # the upstream rows of a plan: Rows, or one Rows per grouping se
 
 
 def measure(
-    engine: EngineContext, prepared: Prepared, plan: Plan | SetsPlan, cancel: CancelToken | None
+    engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
     if isinstance(plan, SetsPlan):
@@ -305,7 +305,7 @@ def release_measured(
 
 def finish(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     a: Analysis,
     rel: Release,
     session: SessionContext,
@@ -403,7 +403,7 @@ def finish(
 
 def _outer_sql(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: PrivateQuery,
     a: Analysis,
     rel: Release,
     with_rid: bool,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from dpsql.dp import rng
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.rewrite import private_query
 
@@ -44,7 +44,7 @@ def unsalted(text: str) -> str:
     return _SALTED.sub(f"CONCAT_WS('|', '{SALT_MARKER}',", text)
 
 
-def private_sql(memo: Memo, prepared: Prepared, a: Analysis, *, unique: bool = False) -> str:
+def private_sql(memo: Memo, prepared: PrivateQuery, a: Analysis, *, unique: bool = False) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
     prepared statement's own (not one with parameters bound); ``unique``: the catalog proves one
     row per unit (:mod:`dpsql.execute.unique_units`), so bounding is skipped."""
@@ -59,7 +59,7 @@ def private_sql(memo: Memo, prepared: Prepared, a: Analysis, *, unique: bool = F
     return text
 
 
-def bounded_sql(prepared: Prepared, a: Analysis) -> str:
+def bounded_sql(prepared: PrivateQuery, a: Analysis) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared`` (not memoized), salt marker in place."""
     extra: tuple[Measure, ...] = ()
     if a.needs_selection:

@@ -17,7 +17,7 @@ from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo, session_key
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import shadows
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import CatalogQuery, Prepared, PublicQuery
 from dpsql.session import SessionContext
 from dpsql.sql.bind import Template, bind, check_params, param_numbers, template
 
@@ -49,11 +49,10 @@ def cached_sql(
     if not shadows.checked(engine, prepared.text, prepared.scope):
         return None  # runnable_sql checks it against the upstream's own functions first
     memo = engine.caches.sql
-    if prepared.kind == "public" and params and len(params) == prepared.param_count:
+    if isinstance(prepared, PublicQuery) and params and len(params) == prepared.param_count:
         tkey = ("template", prepared.text)
         tpl = memo.get(tkey)
         if tpl is None:
-            assert prepared.tree is not None
             tpl = template(prepared.tree) or False
             memo.remember(tkey, tpl)
         if isinstance(tpl, Template):
@@ -67,7 +66,7 @@ def parameterized_sql(
     engine: EngineContext, prepared: Prepared, session: SessionContext
 ) -> str | None:
     """See :meth:`dpsql.engine.Engine.parameterized_sql`."""
-    if prepared.kind != "public" or prepared.tree is None or not prepared.param_count:
+    if not isinstance(prepared, PublicQuery) or not prepared.param_count:
         return None
     if prepared.scope != engine.scope(session.analyst):
         return None
@@ -96,15 +95,14 @@ def runnable_tree(
         PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement, or
             ``prepared`` is neither public nor catalog.
     """
-    assert prepared.tree is not None
+    if not isinstance(prepared, (PublicQuery, CatalogQuery)):
+        raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
     scope = engine.scope(session.analyst)
     shadows.check(engine, prepared.text, prepared.tree, scope=scope)  # before it runs
     tree = bind(prepared.tree, params) if params else prepared.tree
-    if prepared.kind == "catalog":
+    if isinstance(prepared, CatalogQuery):
         info = SessionInfo.of(session)
         return check_catalog_query(tree, engine.view(session.analyst), session.analyst, info)
-    if prepared.kind != "public":
-        raise UnsupportedSql(f"{prepared.kind} statements are not answered here yet")
     return tree
 
 
@@ -130,7 +128,7 @@ def sql_key(
     type and repr (so 1, True and 1.0 differ) and, for a text that may call a session function
     (``pg_backend_pid()``, ``current_database()``), the session's values; None when the
     parameters are too long to keep."""
-    if prepared.kind not in ("public", "catalog"):
+    if not isinstance(prepared, (PublicQuery, CatalogQuery)):
         return None
     values = tuple((type(v).__name__, repr(v)) for v in params)
     if sum(len(r) for _, r in values) > 256:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from dpsql.dp import rng
 from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError, InternalError, InvalidParameter, PrivacyViolation
 from dpsql.execute.auto_bounds import choose_reserved, notice
@@ -33,7 +32,7 @@ from dpsql.execute.backend import CancelToken
 from dpsql.execute.classify import classify
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import interval_notices
-from dpsql.execute.prepared import Prepared, fingerprint
+from dpsql.execute.prepared import PrivateQuery, TreeQuery, fingerprint
 from dpsql.execute.privacy_params import to_fraction
 from dpsql.execute.private import (
     auto_cache_key,
@@ -65,7 +64,7 @@ if TYPE_CHECKING:
 
 def prepare_tree(
     engine: EngineContext, st: Statement, tree: exp.Expr, scope: str, error: DpsqlError
-) -> Prepared:
+) -> TreeQuery:
     """Prepare a private statement that is not one flat block as a tree of DP leaves.
 
     Raises:
@@ -73,16 +72,13 @@ def prepare_tree(
             leaf's refusal; post-processing that reads private rows or catalog tables.
     """
     sp, leaves = _split(engine, tree, scope, error)
-    return Prepared(
-        st.text,
-        "private",
-        st,
-        tree,
-        None,
-        param_count(tree),
-        rng.token_hex(8),
-        fingerprint(tree, st.text),
-        scope,
+    return TreeQuery(
+        text=st.text,
+        statement=st,
+        fingerprint=fingerprint(tree, st.text),
+        scope=scope,
+        tree=tree,
+        param_count=param_count(tree),
         split=sp,
         leaves=leaves,
     )
@@ -90,20 +86,20 @@ def prepare_tree(
 
 def _split(
     engine: EngineContext, tree: exp.Expr, scope: str, error: DpsqlError
-) -> tuple[Split, tuple[Prepared, ...]]:
+) -> tuple[Split, tuple[PrivateQuery, ...]]:
     view = engine.view(scope or None)
     sp = split(tree, view, analyze)
     if sp is None:
         raise error
-    leaves = tuple(
+    prepared = [
         _prepare_unit_leaf(engine, leaf, sp.units, scope)
         if _reads_units(leaf)
         else engine.prepare_in_scope(leaf.sql("postgres"), scope)
         for leaf in sp.leaves
-    )
-    for leaf in leaves:
-        if leaf.kind != "private" or leaf.analysis is None or leaf.split is not None:
-            raise error  # never expected: a leaf is one flat private block by construction
+    ]
+    leaves = tuple(p for p in prepared if isinstance(p, PrivateQuery))
+    if len(leaves) != len(prepared):
+        raise error  # never expected: a leaf is one flat private block by construction
     probe = fill(sp.post, [exp.select(exp.Literal.number(1))] * len(leaves))
     kind = classify(probe, view)
     if kind == "private":  # never expected: dpsql.sql.tree refuses it with the analyzer's words
@@ -126,44 +122,39 @@ def _reads_units(leaf: exp.Select) -> bool:
 
 def _prepare_unit_leaf(
     engine: EngineContext, leaf: exp.Select, units: Sequence[UnitSource], scope: str
-) -> Prepared:
+) -> PrivateQuery:
     """A leaf over per-unit derived tables (dpsql.sql.per_unit), analyzed with their synthetic
     tables declared (one row per unit: no contribution bounding needed)."""
     view = with_units(engine.view(scope or None), tuple(units))
     a = dataclasses.replace(analyze(leaf, view), unique_unit=True)
     text = leaf.sql("postgres")
     used = {f"{t.db or 'public'}.{t.name}" for t in leaf.find_all(exp.Table)}
-    return Prepared(
-        text,
-        "private",
-        Statement("query", text, "SELECT", leaf),
-        leaf,
-        a,
-        0,
-        rng.token_hex(8),
-        fingerprint(leaf, text),
-        scope,
+    return PrivateQuery(
+        text=text,
+        statement=Statement("query", text, "SELECT", leaf),
+        fingerprint=fingerprint(leaf, text),
+        scope=scope,
+        tree=leaf,
+        analysis=a,
+        param_count=0,
         units=tuple((u.name, u.select) for u in units if u.name in used),
     )
 
 
 def bound_split(
-    engine: EngineContext, prepared: Prepared, params: Sequence[Any]
-) -> tuple[Split, tuple[Prepared, ...]]:
+    engine: EngineContext, prepared: TreeQuery, params: Sequence[Any]
+) -> tuple[Split, tuple[PrivateQuery, ...]]:
     """The split and leaves with ``params`` bound (the prepared ones without parameters)."""
-    assert prepared.split is not None and prepared.tree is not None
     if not params:
         return prepared.split, prepared.leaves
     return _split(engine, bind(prepared.tree, params), prepared.scope, InternalError("no split"))
 
 
 def leaf_plans(
-    engine: EngineContext, leaves: Sequence[Prepared], session: SessionContext
+    engine: EngineContext, leaves: Sequence[PrivateQuery], session: SessionContext
 ) -> list[LeafPlan]:
     """Each leaf's plan at its share of the statement's (epsilon, delta) (validated)."""
-    analyses = [leaf.analysis for leaf in leaves]
-    assert all(a is not None for a in analyses)
-    typed: list[Analysis] = [a for a in analyses if a is not None]
+    typed: list[Analysis] = [leaf.analysis for leaf in leaves]
     lead = next((a for a in typed if a.needs_selection), typed[0])
     eps, delta = engine.privacy_params(session, lead)
     shares = split_budget([a.needs_selection for a in typed], eps, delta, session.mechanism)
@@ -201,7 +192,7 @@ def _declared(engine: EngineContext, plan: LeafPlan) -> Any:
 
 def run_tree(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: TreeQuery,
     session: SessionContext,
     params: Sequence[Any],
     cancel: CancelToken | None,
@@ -291,7 +282,7 @@ def run_tree(
 
 
 def _reserve(
-    engine: EngineContext, prepared: Prepared, session: SessionContext, todo: Sequence[LeafBudget]
+    engine: EngineContext, prepared: TreeQuery, session: SessionContext, todo: Sequence[LeafBudget]
 ) -> tuple[Any, list[Any]]:
     """Reserve the leaves' bound choices and answers in one ledger transaction (nothing read
     yet): the answers' reservation (None without a ledger or leaves to run), and one
@@ -370,7 +361,7 @@ class _Run:
         self,
         engine: EngineContext,
         sp: Split,
-        leaves: list[Prepared],
+        leaves: list[PrivateQuery],
         budgets: list[LeafBudget],
         session: SessionContext,
         scope: str,
@@ -390,7 +381,7 @@ class _Run:
         if link is not None:
             values = self._released_keys(link.source, link.column)
             leaf = engine.prepare_in_scope(link.instantiate(values).sql("postgres"), self.scope)
-            if leaf.kind != "private" or leaf.analysis is None:
+            if not isinstance(leaf, PrivateQuery):
                 raise InternalError("a series limit's leaf is not one private block")
             self.leaves[i] = leaf
         ledger = engine.ledger
@@ -413,7 +404,7 @@ class _Run:
         """The leaf's real plan without ``auto`` bounds at its share (its free-repeat key)."""
         b = self.budgets[i]
         a = self.leaves[i].analysis
-        if a is b.share.analysis or a is None:
+        if a is b.share.analysis:
             return b.share
         return self.engine.plan_analysis(a, b.share.epsilon, b.share.delta, self.session.mechanism)
 
@@ -504,10 +495,9 @@ def _post(
 
 
 def describe_tree(
-    engine: EngineContext, prepared: Prepared, session: SessionContext
+    engine: EngineContext, prepared: TreeQuery, session: SessionContext
 ) -> tuple[ResultColumn, ...]:
     """The result columns: the post-processing over empty releases, LIMIT 0 (no data read)."""
-    assert prepared.split is not None
     # $n placeholders (PostgreSQL types them from their use) as NULLs: the rows are empty anyway
     sp, leaves = bound_split(engine, prepared, [None] * prepared.param_count)
     analyses = [leaf.analysis for leaf in leaves]

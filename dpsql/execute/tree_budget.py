@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from dpsql.dp.accounting import Cost
 from dpsql.execute import auto_bounds
 from dpsql.execute.auto_bounds import Pending
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds, apply_bounds
 from dpsql.sql.grouping_sets import SetsPlan
@@ -70,7 +70,7 @@ class LeafBudget:
 
 
 def leaf_budget(
-    engine: EngineContext, leaf: Prepared, share: LeafPlan, session: SessionContext
+    engine: EngineContext, leaf: PrivateQuery, share: LeafPlan, session: SessionContext
 ) -> LeafBudget:
     """A leaf's budget at its ``share`` (reads the ledger's stored bounds, spends nothing)."""
     a = share.analysis
@@ -88,7 +88,7 @@ def leaf_budget(
 
 def resolved_plan(
     engine: EngineContext,
-    leaf: Prepared,
+    leaf: PrivateQuery,
     budget: LeafBudget,
     bounds: AutoBounds | None,
     session: SessionContext,

@@ -28,7 +28,17 @@ from dpsql.errors import (
 )
 from dpsql.execute import auto_bounds
 from dpsql.execute.backend import CancelToken
-from dpsql.execute.prepared import Prepared, fingerprint
+from dpsql.execute.prepared import (
+    CatalogQuery,
+    DeferredQuery,
+    ExplainQuery,
+    LedgerQuery,
+    Prepared,
+    PrivateQuery,
+    PublicQuery,
+    TreeQuery,
+    fingerprint,
+)
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.explain.document import plan_document, plan_lines, plan_xml
 from dpsql.explain.report import report
@@ -49,7 +59,7 @@ TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
 _FORMAT_OIDS = {"JSON": JSON_OID, "XML": XML_OID}
 
 
-def prepare_explain(engine: EngineContext, text: str, scope: str) -> Prepared:
+def prepare_explain(engine: EngineContext, text: str, scope: str) -> ExplainQuery:
     """Prepare ``EXPLAIN ...``: the explained statement is prepared (and refused) as itself.
 
     Raises:
@@ -65,12 +75,12 @@ def prepare_explain(engine: EngineContext, text: str, scope: str) -> Prepared:
             e.position += ex.offset
         raise
     opts = ex.options
-    if inner.kind == "dpsql":
+    if isinstance(inner, LedgerQuery):
         raise UnsupportedSql(
             "EXPLAIN of dpsql's budget views is not supported",
             hint="query them directly: SELECT * FROM dpsql.budget costs no privacy budget",
         )
-    if inner.kind not in ("private", "public", "catalog"):
+    if not isinstance(inner, (PrivateQuery, TreeQuery, DeferredQuery, PublicQuery, CatalogQuery)):
         raise SqlSyntaxError(
             f'syntax error at or near "{inner.first_word or ex.statement[:20]}"',
             position=ex.offset + 1,
@@ -83,49 +93,44 @@ def prepare_explain(engine: EngineContext, text: str, scope: str) -> Prepared:
             hint="use EXPLAIN without ANALYZE: it shows the DP plan (mechanisms, privacy cost, "
             "expected accuracy) without reading any data",
         )
-    if opts.analyze and inner.kind == "catalog":
+    if opts.analyze and isinstance(inner, CatalogQuery):
         raise PrivacyViolation(
             "EXPLAIN ANALYZE of a catalog query is not allowed: its row counts include the "
             "objects dpsql hides",
             hint="use EXPLAIN (COSTS OFF), or run the query itself",
         )
-    return Prepared(
-        text,
-        "explain",
-        Statement("explain", text, "EXPLAIN"),
-        inner.tree,
-        inner.analysis,
-        inner.param_count,
-        inner.salt,
-        fingerprint(None, "EXPLAIN " + inner.fingerprint),
-        inner.scope,
+    return ExplainQuery(
+        text=text,
+        statement=Statement("explain", text, "EXPLAIN"),
+        fingerprint=fingerprint(None, "EXPLAIN " + inner.fingerprint),
+        scope=inner.scope,
         inner=inner,
         explain=opts,
     )
 
 
-def describe_explain(prepared: Prepared) -> tuple[ResultColumn, ...]:
+def describe_explain(prepared: ExplainQuery) -> tuple[ResultColumn, ...]:
     """One column, "QUERY PLAN": json for FORMAT JSON, xml for XML, else text (as PostgreSQL)."""
-    fmt = prepared.explain.format if prepared.explain is not None else "TEXT"
+    fmt = prepared.explain.format
     oid = _FORMAT_OIDS.get(fmt, TEXT_OID)
     return (ResultColumn("QUERY PLAN", oid),)
 
 
 def run_explain(
     engine: EngineContext,
-    prepared: Prepared,
+    prepared: ExplainQuery,
     session: SessionContext,
     params: Sequence[Any],
     cancel: CancelToken | None,
 ) -> Result:
     """Answer a prepared EXPLAIN with ``params`` bound into the explained statement."""
-    inner, opts = prepared.inner, prepared.explain
-    assert inner is not None and opts is not None
-    if inner.deferred is not None:  # LIMIT $1: explained as the statement with its values inline
+    inner: Prepared = prepared.inner
+    opts = prepared.explain
+    if isinstance(inner, DeferredQuery):  # LIMIT $1: explained as with its values inline
         inner, params = engine.bound_limit(inner, params), ()
-    if inner.kind == "private":
+    if isinstance(inner, (PrivateQuery, TreeQuery)):
         return _explain_private(engine, inner, opts, session, params)
-    if inner.kind == "catalog":
+    if isinstance(inner, CatalogQuery):
         opts = opts.with_option("COSTS", False)
     sql = engine.runnable_sql(inner, session, params)  # validated exactly as when it runs
     # The option list is rendered from the parsed whitelist; the statement is validated SQL.
@@ -136,14 +141,14 @@ def run_explain(
 
 def _explain_private(
     engine: EngineContext,
-    inner: Prepared,
+    inner: PrivateQuery | TreeQuery,
     opts: ExplainOptions,
     session: SessionContext,
     params: Sequence[Any],
 ) -> Result:
     """dpsql's plan of a private query, validated as its execution would be, without running."""
     conf = session.confidence or engine.policy.defaults.confidence
-    if inner.split is not None:  # several DP leaves: dpsql.explain.tree
+    if isinstance(inner, TreeQuery):  # several DP leaves: dpsql.explain.tree
         _check_confidence(conf)
         return explain_tree(engine, inner, opts, session, params, conf)
     plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
@@ -187,7 +192,7 @@ def _check_confidence(conf: float) -> None:
 
 def budget_status(
     engine: EngineContext,
-    inner: Prepared,
+    inner: PrivateQuery,
     session: SessionContext,
     plan: Plan | SetsPlan,
     params: Sequence[Any],

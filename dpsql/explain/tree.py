@@ -21,14 +21,14 @@ from dpsql.sql.explain_options import ExplainOptions
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
-    from dpsql.execute.prepared import Prepared
+    from dpsql.execute.prepared import TreeQuery
 
 TEXT_OID, JSON_OID, XML_OID = 25, 114, 142
 
 
 def explain_tree(
     engine: EngineContext,
-    inner: Prepared,
+    inner: TreeQuery,
     opts: ExplainOptions,
     session: SessionContext,
     params: Sequence[Any],

@@ -19,6 +19,7 @@ from psycopg.postgres import types as pg_types
 from sqlglot import exp
 
 from dpsql.errors import InvalidParameter
+from dpsql.execute.prepared import ExplainQuery, Prepared, PrivateQuery
 
 TEXT = 25
 _FAMILY = {"integer": 20, "numeric": 1700, "boolean": 16, "text": 25, "date": 1082,
@@ -65,15 +66,16 @@ def _infer_one(p: exp.Parameter, columns: dict[str, Any]) -> int:
     return 0
 
 
-def infer_param_types(prepared: Any) -> tuple[int, ...]:
-    """Inferred OIDs of ``$1..$n`` (``TEXT`` where nothing is known)."""
-    n = int(getattr(prepared, "param_count", 0) or 0)
-    tree = getattr(prepared, "tree", None)
+def infer_param_types(prepared: Prepared) -> tuple[int, ...]:
+    """Inferred OIDs of ``$1..$n`` (``TEXT`` where nothing is known; an EXPLAIN's from the
+    statement it explains)."""
+    n = prepared.param_count
+    tree = prepared.tree
     out = [0] * n
     if tree is None or n == 0:
         return tuple(TEXT for _ in out)
-    analysis = getattr(prepared, "analysis", None)
-    private = getattr(analysis, "private", None)
+    inner = prepared.inner if isinstance(prepared, ExplainQuery) else prepared
+    private = inner.analysis.private if isinstance(inner, PrivateQuery) else None
     columns: dict[str, Any] = dict(private.columns) if private is not None else {}
     for p in tree.find_all(exp.Parameter):
         if not (isinstance(p.this, exp.Literal) and str(p.this.this).isdigit()):

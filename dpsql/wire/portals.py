@@ -37,11 +37,11 @@ class Portal:
 
 
 def param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:
-    """Parameter types: as declared in Parse, else as the engine inferred them (an optional
-    ``Prepared.param_types``), else as :mod:`dpsql.wire.params` infers them, else text."""
+    """Parameter types: as declared in Parse, else as :mod:`dpsql.wire.params` infers them from
+    the prepared statement, else text."""
     inferred: Sequence[int] = ()
     if stmt.prepared is not None and 0 in declared:
-        inferred = getattr(stmt.prepared, "param_types", None) or infer_param_types(stmt.prepared)
+        inferred = infer_param_types(stmt.prepared)
     out = []
     for i, t in enumerate(declared):
         if t == 0 and i < len(inferred) and inferred[i]:

@@ -276,9 +276,8 @@ class Protocol:
         stmt: Statement = yield Prepare(msg.sql)
         self._check_txn(stmt)
         if stmt.kind != "empty":  # PostgreSQL types the parameters at Parse
-            check_param_types(
-                getattr(stmt.prepared, "tree", None), stmt.param_count, msg.param_types
-            )
+            tree = stmt.prepared.tree if stmt.prepared is not None else None
+            check_param_types(tree, stmt.param_count, msg.param_types)
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
         oids = param_oids(stmt, declared)

@@ -27,6 +27,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, UpstreamError
 from dpsql.execute.classify import classify
 from dpsql.execute.grouping_sets import private_sqls
+from dpsql.execute.prepared import TreeQuery
 from dpsql.execute.private_sql import unsalted
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
@@ -112,7 +113,8 @@ def test_fuzz_against_the_database(
         private = [q for p, q in rec.calls if p]
         if private:
             assert prepared is not None and prepared.kind == "private"
-            units = prepared.leaves or (prepared,)  # a tree statement runs each DP leaf's SQL
+            # a tree statement runs each DP leaf's SQL
+            units = prepared.leaves if isinstance(prepared, TreeQuery) else (prepared,)
             allowed = [q for u in units for q in private_sqls(engine, u, engine.analysis(u, ()))]
             for q in private:
                 assert unsalted(q) in allowed or _is_type_probe(q), f"unvalidated SQL upstream: {q}"

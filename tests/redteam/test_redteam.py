@@ -30,6 +30,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, UpstreamError
 from dpsql.execute.classify import classify
 from dpsql.execute.grouping_sets import private_sqls
+from dpsql.execute.prepared import TreeQuery
 from dpsql.execute.private_sql import unsalted
 from dpsql.execute.tree import bound_split
 from dpsql.session import SessionContext
@@ -139,7 +140,7 @@ def test_attempt(
     assert prepared is not None and result is not None
     if "dp" in expect.split("|"):
         assert prepared.kind == "private"
-        if prepared.split is not None:  # a tree of DP leaves (#15): each leaf's bounded SQL
+        if isinstance(prepared, TreeQuery):  # a tree of DP leaves (#15): each leaf's bounded SQL
             _, leaves = bound_split(engine, prepared, params)
             allowed = [
                 q for lf in leaves for q in private_sqls(engine, lf, engine.analysis(lf, ()))
