@@ -56,10 +56,26 @@ def declared_keys(engine: EngineContext, a: Analysis) -> list[tuple[str | None, 
     for g in a.group_keys:
         if g.keys is not None:
             out.append(g.domain())
+        elif g.constant:
+            out.append(constant_key(engine, make_total(g.expr, a.column)))
         else:
             assert g.keys_from is not None
             out.append(g.domain(resolve_keys_from(engine, g.keys_from)))
     return out
+
+
+def constant_key(engine: EngineContext, expr: exp.Expr) -> tuple[str | None]:
+    """The text of a constant key as the private query prints it (``CAST(key AS text)``): read
+    from PostgreSQL with no FROM clause (the expression reads no table, no parameter, no clock:
+    :func:`dpsql.sql.constants.is_public_constant`), memoized with the ``keys_from`` values."""
+    sql = exp.select(exp.cast(expr.copy(), "text")).sql("postgres")
+    hit = engine.caches.keys_from.get(("constant", sql))
+    if hit is not None:
+        return (hit[0],)
+    rows = engine.backend.run(sql, private=False)
+    text = None if rows.rows[0][0] is None else str(rows.rows[0][0])
+    engine.caches.keys_from.remember(("constant", sql), (text,))
+    return (text,)
 
 
 def resolve_keys_from(engine: EngineContext, ref: str) -> tuple[str, ...]:

@@ -49,6 +49,8 @@ def _key_line(a: Analysis, i: int) -> str:
     """The group key's line with its public domain when the statement or the policy lists it
     (the keys every release shows anyway: never data), e.g. "group key in ('books', 'travel')"."""
     g = a.group_keys[i] if i < len(a.group_keys) else None
+    if g is not None and g.constant:
+        return "group key: a constant (one group)"
     if g is None or g.keys is None:
         return "group key"
     shown = [f"'{k}'" for k in g.keys[:6]] + (["NULL"] if g.null_key else [])

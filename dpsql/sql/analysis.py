@@ -110,6 +110,9 @@ class GroupKey:
     the query's own ``k = c`` / ``k IN (...)`` filter or ``date_trunc`` of a bounded column, all
     narrowed by the WHERE clause; ``keys_from``: a public column listing them, read at run time
     and narrowed by ``narrow``. ``null_key``: NULL is one of the keys too (a CASE without ELSE).
+    ``constant``: a public constant expression (``ABS(3)``, ``'total'``, ``DATE '2025-01-01'``:
+    :func:`dpsql.sql.constants.is_public_constant`): every row is in the same one group whatever
+    the data, so its domain is that one value (read from PostgreSQL at run time, from no table).
     """
 
     expr: exp.Expr
@@ -119,20 +122,24 @@ class GroupKey:
     family: TypeFamily | None = None  # the key's type family, when dpsql knows it
     null_key: bool = False
     narrow: KeyFilter | None = None
+    constant: bool = False
 
     @property
     def declared(self) -> bool:
-        return self.keys is not None or self.keys_from is not None
+        return self.keys is not None or self.keys_from is not None or self.constant
 
     @property
     def domain_size(self) -> int | None:
         """How many keys the domain holds (None: read from a public table at run time)."""
+        if self.constant:
+            return 1
         if self.keys is None:
             return None
         return len(set(self.keys)) + (1 if self.null_key else 0)
 
     def domain(self, resolved: tuple[str, ...] | None = None) -> tuple[str | None, ...]:
-        """The released keys: ``keys``, or the ``keys_from`` values ``resolved`` (narrowed)."""
+        """The released keys: ``keys``, or the ``keys_from`` values ``resolved`` (narrowed); a
+        constant's one value is read at run time (:func:`dpsql.execute.group_keys.constant_key`)."""
         keys = self.keys if self.keys is not None else resolved or ()
         if self.keys is None and self.narrow is not None:
             keys = self.narrow.narrow(keys)

@@ -244,6 +244,39 @@ def constant(node: exp.Expr | None) -> Const:
     return UNKNOWN
 
 
+# What keeps an expression from being a public constant: a column (private or not), a parameter
+# (bound later), a subquery, and the clock (its value is the upstream transaction's start: a
+# query run apart from the statement would read another one).
+_NOT_CONSTANT: Final = (
+    exp.Column,
+    exp.Star,
+    exp.Placeholder,
+    exp.Parameter,
+    exp.Query,
+    exp.Subquery,
+    exp.AggFunc,
+    exp.Window,
+    exp.CurrentTimestamp,
+    exp.CurrentDate,
+    exp.CurrentTime,
+    exp.Localtimestamp,
+    exp.Anonymous,
+)
+
+
+def is_public_constant(node: exp.Expr) -> bool:
+    """True when ``node`` (a checked row-level expression: only deterministic functions) reads
+    nothing but the statement's text: literals, casts and functions of them, so it takes one
+    value on every row.
+
+    >>> import sqlglot
+    >>> [is_public_constant(sqlglot.parse_one(s, read="postgres"))
+    ...  for s in ("ABS(3)", "'x'", "1 + 2", "a + 1", "now()", "$1")]
+    [True, True, True, False, False, False]
+    """
+    return not any(isinstance(n, _NOT_CONSTANT) for n in node.walk())
+
+
 def as_utc(t: datetime) -> datetime:
     """A naive UTC datetime (aware ones converted; dpsql's upstream sessions run in UTC)."""
     return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t

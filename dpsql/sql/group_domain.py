@@ -13,6 +13,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
+from dpsql.sql.constants import is_public_constant
 from dpsql.sql.date_domain import date_trunc_domain
 from dpsql.sql.key_domain import KeyFilter
 from dpsql.sql.key_literals import case_domain, listed_domain
@@ -39,6 +40,8 @@ def group_key(ctx: Ctx, expr: exp.Expr, name: str) -> GroupKey:
     if case is not None:
         texts, null, family = case
         return GroupKey(qualified, name, texts, None, family, null_key=null)
+    if is_public_constant(expr):  # one group, whatever the rows: no partition selection
+        return GroupKey(qualified, name, None, constant=True)
     return GroupKey(qualified, name, None)
 
 

@@ -387,14 +387,17 @@ ROLLUP_PIVOT = (
 )
 
 
+PLAIN_TOTAL = "SELECT count(*) AS count FROM purchases"
+
+
 def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine) -> None:
     """The ROLLUP answers Metabase's three pivot queries in one statement: the same groups, and
     the same grand total. Noiseless the totals are equal; noisy each is within its own noise's
     half-width at 1 - 5e-7 of that total (read from the plans), so the two differ by more than
-    the sum with probability <= 1e-6. (The pivot's total is noisy: a constant key goes through
-    partition selection, so a unit may reach G = 5 groups: sensitivity 125 at epsilon 3/20,
-    Laplace scale 833; the ROLLUP's total: 25 at 3/10, scale 83. A fixed tolerance of 4,000,
-    from a scale of 150 assumed for the pivot, failed with probability ~0.8%.)"""
+    the sum with probability <= 1e-6. (The pivot's total groups by a constant, ABS(3): one
+    public group, no partition selection, G = 1: sensitivity 25 at epsilon 1/3, Laplace scale
+    75, as ``SELECT count(*)``; the ROLLUP's total: 25 at 3/10, scale 83. Before, the constant
+    went through partition selection with G = 5: sensitivity 125 at 3/20, scale 833.)"""
     levels = [ask(engine, sql, epsilon=Fraction(1, 3)) for sql in METABASE_PIVOT]
     assert [len(r.rows) for r in levels] == [25, 5, 1]  # declared / keys_from keys
     rollup = ask(engine, ROLLUP_PIVOT)  # the same three levels, one statement, epsilon 1
@@ -408,9 +411,15 @@ def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine) -> None:
     rollup_plan = engine.plan(engine.prepare(ROLLUP_PIVOT), session())
     assert isinstance(rollup_plan, SetsPlan) and not isinstance(pivot_plan, SetsPlan)
     grand = next(sp.plan for sp in rollup_plan.sets if not sp.keys)
+    plain = engine.plan(engine.prepare(PLAIN_TOTAL), session(epsilon=Fraction(1, 3)))
+    assert not isinstance(plain, SetsPlan) and pivot_plan.selection is None
+    assert pivot_plan.delta == 0 and pivot_plan.analysis.max_groups == 1
+    assert [mp.sensitivity for mp in pivot_plan.measures] == [
+        mp.sensitivity for mp in plain.measures
+    ]
     w = sum(
         float(p.measures[0].mechanism.half_width(1 - 5e-7)) for p in (pivot_plan, grand)
-    )  # about 12,000 + 1,200
+    )  # about 1,100 + 1,200
     assert total[:2] == (None, None) and abs(total[3] - levels[2].rows[0][1]) <= w, (total, w)
     quiet = noiseless(engine)
     exact = ask(quiet, METABASE_PIVOT[2]).rows[0][1]
@@ -443,3 +452,36 @@ def test_doctests() -> None:
     from dpsql.sql import grouping_sets
 
     assert doctest.testmod(grouping_sets).failed == 0
+
+
+CONSTANT_KEYS = [
+    ("SELECT ABS(3) AS k, count(*) AS n FROM purchases GROUP BY ABS(3)", 3),
+    ("SELECT 'all' AS k, count(*) AS n FROM purchases GROUP BY 1", "all"),
+    ("SELECT CAST('2025-01-01' AS date) AS k, count(*) AS n FROM purchases GROUP BY 1", None),
+    ("SELECT NULL::int AS k, count(*) AS n FROM purchases GROUP BY 1", None),
+    ("SELECT s.k, count(*) AS n FROM (SELECT 1 + 2 AS k FROM purchases) AS s GROUP BY s.k", 3),
+]
+
+
+@pytest.mark.parametrize(("sql", "key"), CONSTANT_KEYS)
+def test_a_constant_group_key_is_one_public_group(engine: Engine, sql: str, key: Any) -> None:
+    """A GROUP BY key that reads no column is one group whatever the data: no partition
+    selection, no delta, G = 1, the sensitivity of the plain ``SELECT count(*)``; EXPLAIN says
+    so; the answer is one row within its noise's half-width at 1 - 1e-6 of the true count."""
+    from dpsql.explain.report import explain
+
+    plan = engine.plan(engine.prepare(sql), session())
+    plain = engine.plan(engine.prepare(PLAIN_TOTAL), session())
+    assert plan.selection is None and plan.delta == 0 and plan.analysis.max_groups == 1
+    assert [mp.sensitivity for mp in plan.measures] == [mp.sensitivity for mp in plain.measures]
+    report = explain(engine.policy, sql, session())
+    assert (
+        report.selection is None
+        and report.cost == explain(engine.policy, PLAIN_TOTAL, session()).cost
+    )
+    r = ask(engine, sql)
+    truth = ask(noiseless(engine), sql).rows
+    assert len(r.rows) == len(truth) == 1
+    assert r.rows[0][0] == truth[0][0] and (key is None or r.rows[0][0] == key)
+    half = float(plan.measures[0].mechanism.half_width(1 - 1e-6))
+    assert abs(r.rows[0][1] - truth[0][1]) <= half, (r.rows, truth, half)
