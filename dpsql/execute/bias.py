@@ -261,6 +261,8 @@ def _over_cap(r: Removed, confidence: float, rows: int, unit: str) -> str:
 def _unestimated(a: Analysis, s: Statistic) -> str:
     if a.private.row_privacy:
         return "no contribution bounds apply"
+    if a.one_row_per_unit:
+        return f"one row per {a.private.privacy_unit}: the bounds remove nothing (no estimate is needed)"
     if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
         return "the contribution bounds remove no unit from a group here (G >= the groups)"
     if s.func == "count_distinct":

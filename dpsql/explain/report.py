@@ -111,7 +111,10 @@ def explain_leaves(
             raise error from None
     leaf_view = with_units(view, sp.units)
     analyses = [analyze(leaf, leaf_view) for leaf in sp.leaves]
-    analyses = [dataclasses.replace(a, unique_unit=True) if sp.units else a for a in analyses]
+    analyses = [
+        dataclasses.replace(a, unique_unit=True, one_row_per_unit=True) if sp.units else a
+        for a in analyses
+    ]
     lead = next((a for a in analyses if a.needs_selection), analyses[0])
     eps, delta = resolve_params(policy, session, lead)
     shares = split_budget([a.needs_selection for a in analyses], eps, delta, session.mechanism)

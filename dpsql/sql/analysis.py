@@ -168,6 +168,10 @@ class Analysis:
     # The catalog proves one row per privacy unit (dpsql.execute.unique_units): set by the engine
     # just before the private query runs, never by the analyzer. The rewrite then skips bounding.
     unique_unit: bool = False
+    # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
+    # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
+    # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).
+    one_row_per_unit: bool = False
 
     def column(self, node: exp.Column) -> Column | None:
         """The policy column behind a qualified reference (None for public tables' columns)."""

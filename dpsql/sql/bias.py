@@ -133,7 +133,8 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
     those a COUNT or SUM statistic reads alone, when bounding moves them one way only.
 
     None for row-level privacy (nothing is bounded), for the row path (COUNT(DISTINCT x),
-    quantiles, mode) and for joins of several private tables (each is capped before the join).
+    quantiles, mode), for joins of several private tables (each is capped before the join) and
+    for rows known to be one per unit (``one_row_per_unit``: the bounds remove nothing).
     """
     if a.private.row_privacy or not decomposable(a):
         return ()
@@ -156,9 +157,20 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
             grid = Fraction(1) if m.integral else _grid(cap)
             steps = max(1, math.floor(cap / grid))
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
+    if a.one_row_per_unit and not any(_clamps_narrower(t) for t in out):
+        return ()  # one row per unit: no row beyond R, no group beyond G, no value clamped off
     out.sort(key=lambda t: t.index)
     k = _key_combinations(a)
     return tuple(replace(t, split=k) for t in out) if k > 1 else tuple(out)
+
+
+def _clamps_narrower(t: BiasTarget) -> bool:
+    """A SUM (or AVG's centred sum) clamped into a range narrower than its declared one
+    (``clamp: auto``): clamping may remove value mass even with one row per unit."""
+    return t.measure.kind in ("sum", "sum_centered") and (t.raw_lo, t.raw_hi) != (
+        t.measure.lo,
+        t.measure.hi,
+    )
 
 
 def _key_combinations(a: Analysis) -> int:

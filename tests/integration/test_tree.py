@@ -568,6 +568,27 @@ def _per_unit_histogram(rows: list[Any], dsn: str, engine: Engine) -> None:
         assert near(users, truth.get(n, 0), w), (n, users, truth.get(n, 0), w)
 
 
+def test_per_unit_leaves_spend_nothing_on_a_removed_mass_estimate(tree_engine: Engine) -> None:
+    """One row per user: row and group bounding remove nothing, so no share of epsilon goes to
+    estimating what they removed (it would always be 0): each leaf's plan has no bias release,
+    its measures get the whole epsilon, EXPLAIN's cost is what is charged, and the notice says
+    why no estimate is needed. (Deterministic: plan properties, no noisy value.)"""
+    from dpsql.sql.plan import Plan
+
+    for sql in (PER_UNIT_STATS, PER_UNIT_HISTOGRAM):
+        prepared = tree_engine.prepare(sql, "analyst")
+        (plan,) = leaf_plans(tree_engine, prepared.leaves, SESSION)
+        assert isinstance(plan, Plan) and plan.bias == () and plan.epsilon == 1, sql
+        assert sum(mp.mechanism.cost.epsilon for mp in plan.measures) == 1, sql
+        ex = tree_engine.execute(tree_engine.prepare("EXPLAIN " + sql, "analyst"), SESSION)
+        assert "epsilon=1 " in "\n".join(r[0] for r in ex.rows), sql
+        got = run(tree_engine, sql)
+        assert got.epsilon_spent == pytest.approx(1.0)
+        assert any("one row per user_id: the bounds remove nothing" in n for n in got.notices), (
+            got.notices
+        )
+
+
 # the shapes whose truth is not the statement itself: (check, each column's type as psql text)
 MORE_CHECKS: dict[str, tuple[Callable[[list[Any], str, Engine], None], tuple[type, ...]]] = {
     SERIES_LIMIT: (_series_limit, (str, str, int)),
