@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
 from dpsql.execute.bias import (
@@ -282,12 +283,20 @@ def key_rows(
     return np.asarray(mp.mechanism.release(mat), dtype=np.float64).reshape(mat.shape)
 
 
+def _additive(mp: MeasurePlan) -> Laplace | Gaussian:
+    """The measure's additive noise mechanism (a count of keys' rows is never a selection)."""
+    mech = mp.mechanism
+    if isinstance(mech, (Quantile, Mode)):
+        raise InternalError(f"{mp.key}: a selection mechanism where additive noise is expected")
+    return mech
+
+
 def present_keys(mp: MeasurePlan, row: np.ndarray) -> int:
     """The keys counted present: noisy rows at least the noise's half-width at 1 - 1/(2n) for n
     keys (an absent key passes with probability <= 1/(2n): on average half a key invented)."""
     if not row.size:
         return 0
-    tau = mp.mechanism.half_width(1 - 1 / (2 * row.size))  # type: ignore[union-attr]
+    tau = _additive(mp).half_width(1 - 1 / (2 * row.size))
     return int((row >= tau).sum())
 
 
@@ -297,7 +306,7 @@ def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[fl
     possibly present when they reach 1 - w."""
     if not row.size:
         return 0.0, 0.0
-    w = mp.mechanism.half_width(1 - (1 - level) / row.size)  # type: ignore[union-attr]
+    w = _additive(mp).half_width(1 - (1 - level) / row.size)
     return float((row - w > 0).sum()), float((row + w >= 1).sum())
 
 

@@ -36,6 +36,7 @@ from typing import Literal
 from sqlglot import exp
 
 from dpsql.dp.bounds import integer_grid, value_grid
+from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis, Measure, Statistic
 
 AUTO_SHARE = Fraction(1, 5)
@@ -297,7 +298,7 @@ def fallback_note(a: Analysis) -> str:
     return ""
 
 
-def _auto_column(a: Analysis, m: Measure):  # type: ignore[no-untyped-def]
+def _auto_column(a: Analysis, m: Measure) -> Column | None:
     """The policy column behind a clamped measure of one plain column with ``clamp: auto``."""
     if m.kind not in _CLAMPED or not isinstance(m.arg, exp.Column):
         return None

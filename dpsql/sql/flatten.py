@@ -118,13 +118,13 @@ def _has_star(q: exp.Select) -> bool:
     return any(_is_star(e) for e in q.expressions)
 
 
-def _substitute(  # type: ignore[no-untyped-def]
+def _substitute(
     node: exp.Expr,
     alias: str,
     proj: dict[str, exp.Expr],
     star: bool,
     keep: frozenset[str] = frozenset(),
-):
+) -> exp.Expr:
     """Replace references to the derived table's columns by their defining expressions.
 
     ``keep``: output aliases of the outer select, which ORDER BY/GROUP BY/HAVING may name.

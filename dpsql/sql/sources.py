@@ -20,6 +20,7 @@ person's rows could multiply another person's contribution without bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -173,7 +174,9 @@ def _unit_equalities(ctx: Ctx, on: exp.Expr, joined: Source) -> set[int]:
     return out
 
 
-def check_join(ctx: Ctx, join: exp.Join, joined: Source, check_row_level) -> exp.Join:  # type: ignore[no-untyped-def]
+def check_join(
+    ctx: Ctx, join: exp.Join, joined: Source, check_row_level: Callable[[Ctx, exp.Expr, str], None]
+) -> exp.Join:
     """Validate one JOIN; return it with its ON condition qualified."""
     side = (join.args.get("side") or "").upper()
     kind = (join.args.get("kind") or "").upper()

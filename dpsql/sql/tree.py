@@ -176,7 +176,7 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _refuse_private_rest(post: exp.Expr, policy: Policy, analyze: Callable[..., object]):  # type: ignore[no-untyped-def]
+def _refuse_private_rest(post: exp.Expr, policy: Policy, analyze: Callable[..., object]) -> None:
     """Refuse post-processing that still reads private rows (raw rows: never released)."""
     blocks = [s for s in post.find_all(exp.Select) if private_tables(s, policy)]
     if not blocks:

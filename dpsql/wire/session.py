@@ -356,16 +356,16 @@ class Session:
             )
             raise
         finally:
-            is_result = isinstance(res, Result)
+            done = res if isinstance(res, Result) else None
             log_statement(
                 analyst=self.ctx.analyst,
                 session=self.process_id,
                 fingerprint=stmt.fingerprint,
                 kind=stmt.kind,
                 outcome=outcome,
-                epsilon=res.epsilon_spent if is_result else 0.0,  # type: ignore[union-attr]
-                delta=res.delta_spent if is_result else 0.0,  # type: ignore[union-attr]
-                cached=res.cached if is_result else False,  # type: ignore[union-attr]
+                epsilon=done.epsilon_spent if done is not None else 0.0,
+                delta=done.delta_spent if done is not None else 0.0,
+                cached=done.cached if done is not None else False,
                 rows=len(res.rows) if res is not None else 0,
                 latency_ms=round((time.perf_counter() - t0) * 1000, 3),
                 statement=statement_text(stmt.sql),
