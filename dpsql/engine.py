@@ -63,6 +63,7 @@ from dpsql.sql.bi_shapes import (
     distinct_as_group_by,
     limit_param,
     limit_params_zeroed,
+    returns_no_rows,
     zero_row_query,
 )
 from dpsql.sql.bind import bind, check_params, param_count
@@ -335,6 +336,9 @@ class Engine:
         match prepared:
             case DeferredQuery():  # LIMIT $1: as the statement with its values inline
                 return self.execute(self.bound_limit(prepared, params), session, (), cancel)
+            case TreeQuery() | PrivateQuery() if returns_no_rows(prepared.tree, params):
+                # LIMIT 0: no rows whatever the data: the columns only, nothing read or charged
+                return Result(self.describe(prepared, session), [], "SELECT 0")
             case TreeQuery():
                 return run_tree(self, prepared, session, params, cancel)
             case PrivateQuery():

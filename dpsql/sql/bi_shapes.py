@@ -49,6 +49,35 @@ def _is_limit_zero(tree: exp.Select) -> bool:
     return isinstance(value, exp.Literal) and value.is_int and int(value.name) == 0
 
 
+def returns_no_rows(tree: exp.Expr | None, params: Sequence[object] = ()) -> bool:
+    """True when the statement's own (outermost) ``LIMIT`` is 0: written so, or a parameter
+    (``LIMIT $1``, ``LIMIT $1::INTEGER``) bound to 0. Its answer is no rows whatever the data,
+    so it reads none and costs nothing.
+
+    >>> import sqlglot
+    >>> q = lambda s: sqlglot.parse_one(s, read="postgres")
+    >>> returns_no_rows(q("SELECT COUNT(*) FROM t LIMIT 0")), returns_no_rows(q("SELECT 1 LIMIT 1"))
+    (True, False)
+    >>> returns_no_rows(q("SELECT COUNT(*) FROM t LIMIT $1"), [0])
+    True
+    """
+    if not isinstance(tree, exp.Query):
+        return False
+    limit = tree.args.get("limit")
+    value = limit.expression if isinstance(limit, exp.Limit) else None
+    if isinstance(value, exp.Literal):
+        return value.is_int and int(value.name) == 0
+    param = limit_param(tree, "limit")
+    param = param.this if isinstance(param, exp.Cast) else param
+    if not isinstance(param, exp.Parameter) or not isinstance(param.this, exp.Literal):
+        return False
+    i = int(param.this.this) - 1
+    got = params[i] if 0 <= i < len(params) else None
+    if isinstance(got, str) and got.strip().isdigit():
+        return int(got.strip()) == 0
+    return isinstance(got, int) and not isinstance(got, bool) and got == 0
+
+
 def limit_params_zeroed(tree: exp.Expr) -> exp.Select | None:
     """``tree`` with its ``LIMIT $n`` / ``OFFSET $n`` parameters as ``0``, or None when neither
     is a parameter (a driver that binds the LIMIT, as SQLAlchemy and psycopg's server-side

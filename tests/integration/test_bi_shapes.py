@@ -190,3 +190,36 @@ def test_sqlalchemy_limit_zero_with_a_bound_parameter(served: ServerThread) -> N
             assert [r[0] for r in c.execute(top)] == ["clothing", "electronics"]
     finally:
         engine.dispose()
+
+
+AGGREGATES_LIMIT_0 = (
+    (
+        "SELECT category, COUNT(*) AS n, AVG(amount) AS a FROM purchases GROUP BY category LIMIT 0",
+        (),
+    ),
+    ("SELECT COUNT(*), SUM(amount) FROM purchases LIMIT 0", ()),
+    ("SELECT region, COUNT(*) FROM purchases GROUP BY region ORDER BY 2 DESC LIMIT %s", (0,)),
+    (  # a tree (Superset's row count of a paginated query)
+        "SELECT COUNT(*) AS rowcount FROM (SELECT region, category, COUNT(*) AS count "
+        "FROM purchases GROUP BY region, category LIMIT 50000) AS rowcount_qry LIMIT 0",
+        (),
+    ),
+)
+
+
+@pytest.mark.parametrize(("sql", "params"), AGGREGATES_LIMIT_0)
+def test_an_aggregate_with_limit_0_is_free(
+    conn: psycopg.Connection[Any], demo_dsn: str, sql: str, params: tuple[Any, ...]
+) -> None:
+    """An aggregate whose own LIMIT is 0 (written, or a parameter bound to 0: psycopg binds
+    server-side) answers no rows whatever the data: the columns of the real query (names and
+    types as PostgreSQL gives them), nothing charged."""
+    with psycopg.connect(demo_dsn) as direct:
+        want = [(d.name, d.type_code) for d in direct.execute(sql, params).description or ()]
+    before = _history(conn)
+    cur = conn.execute(sql, params)
+    assert cur.fetchall() == []
+    assert [(d.name, d.type_code) for d in cur.description or ()] == want
+    assert _history(conn) == before  # nothing released, nothing charged
+    one = conn.execute(sql.replace("LIMIT 0", "LIMIT 1").replace("%s", "1"), ())
+    assert len(one.fetchall()) == 1 and len(_history(conn)) > len(before)  # LIMIT 1 is charged
