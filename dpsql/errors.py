@@ -18,8 +18,6 @@ Code raises the class; ``sqlstate=`` is for codes that come from PostgreSQL (ups
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 _BY_SQLSTATE: dict[str, type[DpsqlError]] = {}
 
 
@@ -30,8 +28,8 @@ class DpsqlError(Exception):
     a family class sets the family's ``NN000`` code.
     """
 
-    sqlstate: ClassVar[str] = "XX000"
-    severity: ClassVar[str] = "ERROR"
+    sqlstate: str = "XX000"  # a class's own; an instance's when PostgreSQL sent the code
+    severity: str = "ERROR"
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -54,7 +52,7 @@ class DpsqlError(Exception):
         self.hint = hint
         self.position = position
         if sqlstate is not None:
-            self.sqlstate = sqlstate  # type: ignore[misc]
+            self.sqlstate = sqlstate
 
     def fields(self) -> dict[str, str]:
         """The ErrorResponse fields (PostgreSQL field codes) for this error."""

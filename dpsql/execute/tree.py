@@ -217,7 +217,8 @@ def run_tree(
     run = _Run(engine, sp, list(probes), budgets, session, prepared.scope)
     ledger = engine.ledger
     for i in range(len(probes)):
-        if sp.link(i) is None or run.releases[sp.link(i).source] is not None:  # type: ignore[union-attr]
+        link = sp.link(i)
+        if link is None or run.releases[link.source] is not None:
             run.resolve(i)  # its SQL is known now: a stored answer is free
     todo = [i for i, r in enumerate(run.releases) if r is None]
     for i in todo:

@@ -32,6 +32,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.dp.accounting import Cost, sequential
+from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.errors import GroupingError, ProgramLimitExceeded, UnsupportedSql
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
@@ -211,9 +212,11 @@ class SetsPlan:
 
 def _noisiness(mp: MeasurePlan) -> float:
     m = mp.mechanism
-    if mp.measure.selected:
-        return 1 / float(m.epsilon)  # type: ignore[union-attr]
-    return float(m.std)  # type: ignore[union-attr]
+    if isinstance(m, Gaussian):
+        return float(m.std)
+    if mp.measure.selected or not isinstance(m, Laplace):  # a selection: by its epsilon
+        return 1 / float(m.epsilon)
+    return float(m.std)
 
 
 def make_sets_plan(

@@ -178,12 +178,13 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
         return Interval(half[0], half[1])
     if isinstance(node, exp.Coalesce):
         parts = [node.this, *node.expressions]
-        rs = [value_range(p, columns) for p in parts]
-        if any(r is None for r in rs):
+        found = [value_range(p, columns) for p in parts]
+        rs = [r for r in found if r is not None]
+        if len(rs) != len(found):
             return None
         joined = rs[0]
         for r in rs[1:]:
-            joined = joined | r  # type: ignore[operator]
+            joined = joined | r
         return joined
     if isinstance(node, exp.Nullif):
         return value_range(node.this, columns)

@@ -256,7 +256,7 @@ class Protocol:
     # ---- the extended protocol -------------------------------------------------------------
     def _malformed(self, msg: Malformed) -> Steps:
         if msg.code not in m.frontend._BY_CODE:  # not a message at all: the stream is lost
-            msg.error.severity = "FATAL"  # type: ignore[misc]
+            msg.error.severity = "FATAL"
             self.send_error(msg.error)
             self.ended = True
             yield _FLUSH
