@@ -15,7 +15,7 @@ is refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import (
@@ -46,6 +46,7 @@ from dpsql.explain.tree import explain_tree
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import apply_bounds
+from dpsql.sql.bi_shapes import returns_no_rows
 from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.parse import Statement
@@ -128,6 +129,8 @@ def run_explain(
     opts = prepared.explain
     if isinstance(inner, DeferredQuery):  # LIMIT $1: explained as with its values inline
         inner, params = engine.bound_limit(inner, params), ()
+    if isinstance(inner, (PrivateQuery, TreeQuery)) and returns_no_rows(inner.tree, params):
+        return _explain_no_rows(opts)  # as it runs: no rows, nothing read or charged
     if isinstance(inner, (PrivateQuery, TreeQuery)):
         return _explain_private(engine, inner, opts, session, params)
     if isinstance(inner, CatalogQuery):
@@ -168,6 +171,37 @@ def _explain_private(
     doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
     if auto_text is not None:
         doc["Plan"]["Auto Contribution Bounds"] = auto_text
+    return _render(doc, opts, plan_lines)
+
+
+NO_ROWS = "LIMIT 0: no rows whatever the data"
+
+
+def _explain_no_rows(opts: ExplainOptions) -> Result:
+    """The plan of a private statement whose own LIMIT is 0: nothing read, nothing charged."""
+    doc: dict[str, Any] = {
+        "Plan": {
+            "Node Type": "DP Nothing",
+            "Reason": NO_ROWS,
+            "Privacy Cost Epsilon": 0,
+            "Privacy Cost Delta": 0,
+            "Plans": [],
+        }
+    }
+    return _render(
+        doc,
+        opts,
+        lambda _: [
+            f"DP Nothing  ({NO_ROWS})",
+            "  Privacy cost: epsilon=0, delta=0 (no data is read, nothing is charged)",
+        ],
+    )
+
+
+def _render(
+    doc: dict[str, Any], opts: ExplainOptions, lines: Callable[[dict[str, Any]], list[str]]
+) -> Result:
+    """An EXPLAIN document in the statement's FORMAT (``lines``: its FORMAT TEXT)."""
     col = (ResultColumn("QUERY PLAN", _FORMAT_OIDS.get(opts.format, TEXT_OID)),)
     if opts.format == "JSON":
         return Result(col, [([doc],)], "EXPLAIN")
@@ -179,7 +213,7 @@ def _explain_private(
         return Result(
             col, [(yaml.safe_dump([doc], sort_keys=False, allow_unicode=True).rstrip(),)], "EXPLAIN"
         )
-    return Result(col, [(line,) for line in plan_lines(doc)], "EXPLAIN")
+    return Result(col, [(line,) for line in lines(doc)], "EXPLAIN")
 
 
 def _check_confidence(conf: float) -> None:

@@ -223,3 +223,21 @@ def test_an_aggregate_with_limit_0_is_free(
     assert _history(conn) == before  # nothing released, nothing charged
     one = conn.execute(sql.replace("LIMIT 0", "LIMIT 1").replace("%s", "1"), ())
     assert len(one.fetchall()) == 1 and len(_history(conn)) > len(before)  # LIMIT 1 is charged
+
+
+def test_explain_of_an_aggregate_with_limit_0_says_it_costs_nothing(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """EXPLAIN's cost is what running charges: 0 for an aggregate whose own LIMIT is 0 (and the
+    full epsilon with LIMIT 1), in every FORMAT."""
+    sql = "SELECT category, COUNT(*) FROM purchases GROUP BY category LIMIT 0"
+    text = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql).fetchall())
+    assert text.startswith("DP Nothing  (LIMIT 0: no rows whatever the data)"), text
+    assert "epsilon=0, delta=0" in text
+    (doc,) = conn.execute("EXPLAIN (FORMAT JSON) " + sql).fetchone()[0]  # type: ignore[index]
+    assert doc["Plan"]["Privacy Cost Epsilon"] == 0 and doc["Plan"]["Node Type"] == "DP Nothing"
+    for fmt in ("XML", "YAML"):
+        (out,) = conn.execute(f"EXPLAIN (FORMAT {fmt}) {sql}").fetchone()  # type: ignore[misc]
+        assert "DP Nothing" in out
+    one = "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql.replace("0", "1")).fetchall())
+    assert one.startswith("DP Aggregate") and "epsilon=0," not in one, one
