@@ -97,6 +97,9 @@ def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
     )
 
 
+OWN_TIMEOUT_MS = 30_000  # dpsql's own reads (Backend.run_own)
+
+
 class Backend:
     def __init__(self, dsn: str, *, statement_timeout_ms: int = 30_000, max_size: int = 16) -> None:
         self.dsn = dsn
@@ -118,6 +121,23 @@ class Backend:
 
     def close(self) -> None:
         self.pool.close()
+
+    def run_own(self, query: str) -> Rows:
+        """A read dpsql makes for itself, not within an analyst's statement (the upstream's
+        identity at start-up): under :data:`OWN_TIMEOUT_MS`, not the policy's statement timeout,
+        which may be far shorter than a busy machine needs for even a trivial query."""
+        with self.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+            try:
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.execute(
+                        pgsql.SQL("SET LOCAL statement_timeout = {}").format(
+                            pgsql.Literal(OWN_TIMEOUT_MS)
+                        )
+                    )
+                    cur.execute(query)
+                    return Rows(_columns(cur), cur.fetchall(), cur.statusmessage or "")
+            except psycopg.Error as e:
+                raise _upstream(e, False, conn) from None
 
     def run(
         self,

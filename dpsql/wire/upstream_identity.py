@@ -30,7 +30,7 @@ def read_identity(engine: EngineAPI) -> UpstreamIdentity:
     the fallback for an engine that has none."""
     if not isinstance(engine, UpstreamEngine):
         return UpstreamIdentity(None, *FALLBACK_VERSION)
-    row = engine.backend.run(_QUERY, private=False).rows[0]
+    row = engine.backend.run_own(_QUERY).rows[0]
     return UpstreamIdentity(str(row[0]), str(row[1]), str(row[2]))
 
 
