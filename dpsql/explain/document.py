@@ -25,9 +25,13 @@ number. With ``COSTS OFF`` the four keys are left out, as PostgreSQL does.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 from xml.sax.saxutils import escape
 
+from dpsql.budget.api import BudgetLedger
+from dpsql.dp.accounting import Cost
+from dpsql.errors import BudgetExhausted
 from dpsql.explain.report import ExplainReport
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
@@ -284,3 +288,30 @@ def budget_lines(b: dict[str, Any]) -> list[str]:
             f"{s['Epsilon Remaining']:.6g} remaining (limit {s['Epsilon Limit']:.6g}){fits}"
         )
     return out
+
+
+def would_spend(
+    ledger: BudgetLedger, analyst: str, cost: Cost, rho_delta: Fraction | None
+) -> dict[str, Any]:
+    """What charging ``cost`` would spend and to which budgets (the ledger read only):
+    ``Would Spend Epsilon`` and ``Charged To``, or ``Refused`` when a budget cannot hold it.
+    "Epsilon Needed" is what the budget's privacy filter would count (docs/budget.md, units)."""
+    try:
+        spend = float(ledger.query_epsilon(analyst, cost, rho_delta))
+        needs = ledger.needs(analyst, cost)
+    except BudgetExhausted as e:
+        return {"Refused": f"{e.message} (SQLSTATE {e.sqlstate})"}
+    charged_to = [
+        {
+            "Budget": s.budget,
+            "Name": s.name,
+            "Period": s.period,
+            "Epsilon Needed": None if need is None else float(need),
+            "Epsilon Remaining": float(s.epsilon_remaining),
+            "Epsilon Limit": float(s.epsilon_limit),
+            "Delta Needed": float(cost.delta),
+            "Delta Remaining": float(s.delta_remaining),
+        }
+        for s, need in needs
+    ]
+    return {"Would Spend Epsilon": spend, "Charged To": charged_to}

@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import (
-    BudgetExhausted,
     DpsqlError,
     InvalidParameter,
     PrivacyViolation,
@@ -40,7 +39,7 @@ from dpsql.execute.prepared import (
     fingerprint,
 )
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
-from dpsql.explain.document import plan_document, plan_lines, plan_xml
+from dpsql.explain.document import plan_document, plan_lines, plan_xml, would_spend
 from dpsql.explain.report import report
 from dpsql.explain.tree import explain_tree
 from dpsql.result import Result, ResultColumn
@@ -237,28 +236,7 @@ def budget_status(
         return {"Ledger": False, "Note": "no budget ledger: nothing would be charged"}
     out: dict[str, Any] = {"Ledger": True}
     out["Free Repeat"] = _stored(ledger, session.analyst, cache_key(engine, inner, plan, params))
-    try:
-        out["Would Spend Epsilon"] = float(
-            ledger.query_epsilon(session.analyst, plan.cost, delta_for_rho(plan))
-        )
-        needs = ledger.needs(session.analyst, plan.cost)
-    except BudgetExhausted as e:
-        out["Refused"] = f"{e.message} (SQLSTATE {e.sqlstate})"
-        return out
-    # "Epsilon Needed": what the budget's privacy filter would count (docs/budget.md, units)
-    out["Charged To"] = [
-        {
-            "Budget": s.budget,
-            "Name": s.name,
-            "Period": s.period,
-            "Epsilon Needed": None if need is None else float(need),
-            "Epsilon Remaining": float(s.epsilon_remaining),
-            "Epsilon Limit": float(s.epsilon_limit),
-            "Delta Needed": float(plan.cost.delta),
-            "Delta Remaining": float(s.delta_remaining),
-        }
-        for s, need in needs
-    ]
+    out.update(would_spend(ledger, session.analyst, plan.cost, delta_for_rho(plan)))
     return out
 
 

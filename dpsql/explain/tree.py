@@ -9,11 +9,16 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import sequential
-from dpsql.errors import BudgetExhausted
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.execute.tree import bound_split, leaf_plans
 from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
-from dpsql.explain.document import budget_lines, plan_document, plan_lines, plan_xml
+from dpsql.explain.document import (
+    budget_lines,
+    plan_document,
+    plan_lines,
+    plan_xml,
+    would_spend,
+)
 from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -132,29 +137,8 @@ def _budget(
     if bounds:
         out["Auto Bound Releases"] = len(bounds)
         out["Auto Bound Epsilon"] = float(sum((c.epsilon for c in bounds), Fraction(0)))
-    try:
-        out["Would Spend Epsilon"] = float(
-            ledger.query_epsilon(
-                session.analyst, cost, sum(rho_deltas, Fraction(0)) if rho_deltas else None
-            )
-        )
-        needs = ledger.needs(session.analyst, cost)
-    except BudgetExhausted as e:
-        out["Refused"] = f"{e.message} (SQLSTATE {e.sqlstate})"
-        return out
-    out["Charged To"] = [
-        {
-            "Budget": s.budget,
-            "Name": s.name,
-            "Period": s.period,
-            "Epsilon Needed": None if need is None else float(need),
-            "Epsilon Remaining": float(s.epsilon_remaining),
-            "Epsilon Limit": float(s.epsilon_limit),
-            "Delta Needed": float(cost.delta),
-            "Delta Remaining": float(s.delta_remaining),
-        }
-        for s, need in needs
-    ]
+    rho_delta = sum(rho_deltas, Fraction(0)) if rho_deltas else None
+    out.update(would_spend(ledger, session.analyst, cost, rho_delta))
     return out
 
 
