@@ -11,7 +11,10 @@ columns it stays refused (42501).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
 import psycopg
@@ -20,7 +23,18 @@ from psycopg import errors as pe
 
 from dpsql.budget.ledger import Ledger
 from dpsql.server.run import ServerThread
+from tests.conftest import IN_CI
 from tests.helpers import analyst_dsn, served_engine
+
+
+def _need(module: str) -> ModuleType:
+    """A client library of the test extra: under CI its absence fails the test (never a skip)."""
+    if importlib.util.find_spec(module) is None:
+        if IN_CI:
+            pytest.fail(f"{module} is not installed (pip install -e '.[test]')")
+        pytest.skip(f"{module} is not installed")
+    return importlib.import_module(module)
+
 
 ZERO_ROWS = (
     "SELECT * FROM purchases LIMIT 0",
@@ -72,8 +86,8 @@ def test_zero_row_shapes_describe_for_free(
 
 
 def test_zero_rows_with_pandas_dtypes(served: ServerThread) -> None:
-    pd = pytest.importorskip("pandas")
-    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pd = _need("pandas")
+    sqlalchemy = _need("sqlalchemy")
     url = f"postgresql+psycopg://analyst:analyst@127.0.0.1:{served.port}/demo"
     engine = sqlalchemy.create_engine(url)
     try:
@@ -162,8 +176,8 @@ def test_sqlalchemy_limit_zero_with_a_bound_parameter(served: ServerThread) -> N
     """SQLAlchemy's ``select(...).limit(0)`` sends ``LIMIT %(param_1)s::INTEGER``, bound by
     psycopg as ``$1``: the column discovery pandas and BI tools do, answered for free; over an
     aggregate, its bound LIMIT and OFFSET page the noisy rows (was 0A000 'must be a constant')."""
-    pd = pytest.importorskip("pandas")
-    sqlalchemy = pytest.importorskip("sqlalchemy")
+    pd = _need("pandas")
+    sqlalchemy = _need("sqlalchemy")
     url = f"postgresql+psycopg://analyst:analyst@127.0.0.1:{served.port}/demo"
     engine = sqlalchemy.create_engine(url)
     purchases = sqlalchemy.table(
