@@ -5,7 +5,9 @@ of its own (valid, immediate, no predicate, no expression), holds exactly one ro
 touches one group with one row, within any R >= 1 and G >= 1, so ranking rows and groups per unit
 changes nothing and the bounded SQL is the plain aggregate over clamped values
 (:func:`dpsql.sql.rewrite.bound_contributions.bound_contributions` with ``unique_unit``). The
-sensitivity the plan states (G·R·c) still holds; it is not tightened.
+sensitivity the plan states (G·R·c) still holds; it is not tightened. Clamping still happens: a
+value clamped narrower than declared (``clamp: auto``) loses mass, which the same SQL measures
+for the interval (``_unique_dropped`` there); only rows and groups are never dropped.
 
 Only for a query over that one table (a join can give a unit several rows). A plain table must
 have no inheritance children (``SELECT`` from it reads theirs too, which its index does not

@@ -226,22 +226,45 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     else:
         out = _bounded(a, rows, gcols, measures, salt)
     if a.unique_unit:
-        out = _nothing_dropped(a, out)
+        out = _unique_dropped(a, out, values, raw_values)
     if gcols:
         out = out.group_by(*gcols)
     return out
 
 
-def _nothing_dropped(a: Analysis, q: exp.Select) -> exp.Select:
-    """With one row per unit bounding removes nothing: the removed mass the plan measures for
-    COUNT and SUM statistics (:func:`dpsql.sql.rewrite.measure_dropped.measure_dropped`'s
-    ``_dp_b<i>``, ``_dp_k<i>``) is exactly 0."""
+def _unique_dropped(
+    a: Analysis,
+    q: exp.Select,
+    values: Sequence[exp.Expr | None],
+    raw_values: dict[int, exp.Expr],
+) -> exp.Select:
+    """The removed-mass columns the plan measures (``_dp_b<i>``, ``_dp_k<i>``: see
+    :func:`dpsql.sql.rewrite.measure_dropped.measure_dropped`) when the catalog proves one row per
+    unit. No row and no group is dropped, so a count removes nothing (0); but a SUM (or AVG's
+    centred sum) clamped narrower than its declared range (``clamp: auto``) still loses what the
+    clamp cut off: each row (= unit, in its one group) loses ``raw - kept`` (its value clamped into
+    the declared range, less its value clamped into the chosen one), counted as for a unit of
+    the bounded path, in grid steps rounded up, up to the cap C (one unit, one group: the L1
+    sensitivity C of the plan's release holds; with a split cap too, as the unit is in one group
+    only); a unit past C is counted once in ``over_cap``."""
     from dpsql.sql.bias import bias_targets
+    from dpsql.sql.rewrite.measure_dropped import dropped_columns
 
     zero = exp.Literal.number(0)
-    cols = [
-        exp.alias_(zero.copy(), f"_dp_{c}{t.index}") for t in bias_targets(a) for c in ("b", "k")
-    ]
+    cols: list[exp.Expr] = []
+    for t in bias_targets(a):
+        kept, raw = values[t.index], raw_values.get(t.index)
+        if kept is None or raw is None:  # counts, and sums clamped to their declared range
+            cols += [exp.alias_(zero.copy(), f"_dp_{c}{t.index}") for c in ("b", "k")]
+            continue
+        d: exp.Expr = exp.Sub(this=raw.copy(), expression=kept.copy())
+        if t.sign < 0:
+            d = exp.Neg(this=exp.Paren(this=d))
+        if t.grid != 1:
+            d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
+        e = exp.cast(exp.Greatest(this=exp.Ceil(this=d), expressions=[zero.copy()]), "bigint")
+        got = dropped_columns(replace(t, split=1), e, None)
+        cols += [exp.alias_(got[0], f"_dp_b{t.index}"), exp.alias_(got[1], f"_dp_k{t.index}")]
     return q.select(*cols) if cols else q
 
 

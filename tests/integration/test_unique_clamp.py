@@ -1,0 +1,160 @@
+"""Error bars on a table the catalog proves one row per unit (dpsql.execute.unique_units) whose
+column is clamped narrower than declared (``clamp: auto``): clamping still removes value mass.
+
+Data: 3,000 units, ``uid`` the PRIMARY KEY (one row each), ``v`` declared [0, 10,000]; 300 units
+("whales", uid % 10 = 0) hold v = 350, the others 1 + uid % 50. The clamp is fixed at 100 for
+the test (as ``auto`` could choose it: :func:`dpsql.sql.auto_bounds.apply_bounds`), so each whale
+loses 250 to the clamp, below the cap C = 4 R c = 400, and SUM(v) is 75,000 below the truth: the
+noise alone (Laplace, scale about 111) can't reach it.
+
+Property: the 95% interval of SUM(v), SUM(v) by g and AVG(v) covers the truth (the query run as
+written on PostgreSQL) in at least 95% of independent releases. The private SQL (the catalog's
+unbounded path: asserted) runs once; its row is released ``DRAWS`` times by the engine's own
+``release``, fresh noise each time, as in tests/integration/test_error_bars.py. With coverage
+p >= 0.95, fewer than ``binom_min_successes(DRAWS, 0.95)`` covered releases has probability
+<= 1e-6: the false-failure rate.
+
+Broken twin: the same row with the removed-mass columns at 0 (what the unbounded path reported
+before: "one row per unit, nothing removed"): its SUM interval is the noise's alone, 75,000 below
+the truth, and it covers in none of the releases unless the Laplace noise passes 74,000 = 660
+scales (probability e^-660): it fails the same check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.execute.noise import release
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+from dpsql.sql.plan import Plan
+from tests.helpers import binom_min_successes, noiseless
+
+DRAWS = 400
+UNITS = 3000
+CLAMP = Fraction(100)
+POLICY = {
+    "version": 1,
+    "dataset": "uclamp",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.u": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 1,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["a", "b"]},
+                "v": {"type": "numeric", "bounds": [0, 10000]},  # clamp: auto (the default)
+            },
+        }
+    },
+    "analysts": {"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+}
+QUERIES = {
+    "sum": "SELECT SUM(v) FROM u",
+    "sum_by_g": "SELECT g, SUM(v) FROM u GROUP BY g",
+    "avg": "SELECT AVG(v) FROM u",
+}
+NEED = binom_min_successes(DRAWS, 0.95)
+
+
+def _value(u: int) -> int:
+    return 350 if u % 10 == 0 else 1 + u % 50
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("uclamp")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE u (uid integer PRIMARY KEY, g text NOT NULL, v numeric)")
+        with conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO u VALUES (%s, %s, %s)",
+                [(u, "a" if u % 3 else "b", _value(u)) for u in range(UNITS)],
+            )
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def engine(dsn: str) -> Iterator[Engine]:
+    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    yield e
+    e.close()
+
+
+def _clamped(engine: Engine, sql: str) -> tuple[Any, Plan]:
+    """The prepared statement and its plan with v clamped to at most ``CLAMP``."""
+    prepared = engine.prepare(sql)
+    a = prepared.analysis
+    assert a is not None
+    (item,) = [it for it in auto_items(a) if it.kind == "value_hi"]
+    chosen = ChosenBound("value_hi", item.column, CLAMP, Fraction(1, 5), 1, len(item.grid))
+    resolved = apply_bounds(a, AutoBounds((chosen,)))
+    plan = engine.plan(
+        prepared, SessionContext(analyst="a", epsilon=Fraction(1)), analysis=resolved
+    )
+    assert isinstance(plan, Plan)
+    return prepared, plan
+
+
+def _truth(engine: Engine, sql: str) -> dict[Any, float]:
+    rows = engine.backend.run(sql, private=False).rows
+    return {(r[0] if len(r) > 1 else None): float(r[-1]) for r in rows}
+
+
+def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
+    """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
+    only row). ``broken``: the removed-mass columns read 0 (the twin)."""
+    sql = QUERIES[name]
+    prepared, plan = _clamped(engine, sql)
+    assert plan.bias, "a clamped SUM or AVG estimates what clamping removed"
+    text = engine.private_sql(prepared, plan.analysis)
+    assert "_dp_parts" not in text, "the catalog proves one row per unit: the unbounded path"
+    row = list(engine.backend.run(text, private=True).rows[0])
+    if broken:
+        n = 2 * len(plan.bias)
+        row[-n:] = [0] * n
+    if plan.analysis.group_keys:
+        truth = _truth(engine, sql)[row[0]]
+        keyed = [(str(i), *row[1:]) for i in range(DRAWS)]
+        ivs = [iv[0] for iv in release(plan, keyed, ["text"], None, 0.95).intervals]
+    else:
+        truth = _truth(engine, sql)[None]
+        ivs = [release(plan, [tuple(row)], [], None, 0.95).intervals[0][0] for _ in range(DRAWS)]
+    return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
+
+
+@pytest.mark.parametrize("name", list(QUERIES))
+def test_interval_covers_what_the_clamp_removed(engine: Engine, name: str) -> None:
+    got = _coverage(engine, name)
+    assert got >= NEED, f"{name}: {got} of {DRAWS} covered, need {NEED}"
+
+
+@pytest.mark.parametrize("name", ["sum", "sum_by_g"])
+def test_nothing_removed_twin_fails_the_same_check(engine: Engine, name: str) -> None:
+    got = _coverage(engine, name, broken=True)
+    assert got < NEED, f"{name}: the nothing-removed twin covered {got} of {DRAWS}"
+
+
+def test_the_removed_mass_is_exactly_what_the_clamp_cut(dsn: str) -> None:
+    """Noise off: the released removed mass of SUM(v) is the clamped-off mass (deterministic),
+    over-cap 0 (each whale loses 250 < C = 400)."""
+    e = noiseless(Engine(Policy.model_validate(POLICY), dsn, pool_size=1))
+    try:
+        prepared, plan = _clamped(e, QUERIES["sum"])
+        row = e.backend.run(e.private_sql(prepared, plan.analysis), private=True).rows[0]
+        (b,) = plan.bias
+        steps, over = int(row[-2]), int(row[-1])
+        assert steps * b.target.grid == 300 * (350 - 100)
+        assert over == 0
+        assert float(row[0]) == sum(min(_value(u), 100) for u in range(UNITS))
+    finally:
+        e.close()
