@@ -13,7 +13,7 @@ generator, or throws the request's exception into it::
     reply = await perform(req)      # or gen.throw(error)
     req = gen.send(reply)
 
-So the whole protocol is testable with plain message sequences (``tests/unit/test_wire_protocol.py``).
+So the whole protocol is testable with plain message sequences (``tests/unit/wire/test_wire_protocol.py``).
 
 One Bind/Execute path serves every client: a portal runs once, on its first Execute (or on a
 Describe directly followed by its Execute: the Describe's answer waits for the next message, and

@@ -22,12 +22,12 @@ from fractions import Fraction
 import numpy as np
 import psycopg
 import pytest
-from auditing import epsilon_lower_bound, neighbouring_engines
 
 from dpsql.engine import Engine
 from dpsql.execute.bias import release_removed
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
+from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
 
 POLICY = {
     "version": 1,

@@ -24,12 +24,17 @@ from typing import Any
 import numpy as np
 import psycopg
 import pytest
-from auditing import broken_twins, choose_event, epsilon_lower_bound, neighbouring_engines
 
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
+from tests.dp_audit.auditing import (
+    broken_twins,
+    choose_event,
+    epsilon_lower_bound,
+    neighbouring_engines,
+)
 
 POLICY = {
     "version": 1,

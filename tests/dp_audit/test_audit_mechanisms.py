@@ -18,11 +18,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from auditing import choose_event, clopper_pearson, permute_and_flip_probabilities
 
 from dpsql.dp.mechanisms import Gaussian, Laplace, grid_for
 from dpsql.dp.partition import PartitionSelection
 from dpsql.dp.quantiles import Quantile
+from tests.dp_audit.auditing import choose_event, clopper_pearson, permute_and_flip_probabilities
 
 N = 100_000
 

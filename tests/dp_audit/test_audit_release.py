@@ -23,7 +23,6 @@ import math
 from fractions import Fraction
 
 import numpy as np
-from auditing import epsilon_lower_bound
 
 from dpsql.dp.accounting import rho_to_epsilon
 from dpsql.dp.mechanisms import Gaussian
@@ -31,6 +30,7 @@ from dpsql.release.aim import plan_aim, round_mechanism, select_marginal
 from dpsql.release.compress import plan_compression
 from dpsql.release.marginals import SCORE_GRID, measure
 from dpsql.release.measurement import Measurement
+from tests.dp_audit.auditing import epsilon_lower_bound
 
 N = 100_000
 

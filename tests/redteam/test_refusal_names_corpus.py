@@ -9,7 +9,7 @@ import yaml
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from tests.unit.test_refusal_names import names_leaked
+from tests.unit.sql.test_refusal_names import names_leaked
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "corpus.yaml").read_text())
 

@@ -1,0 +1,62 @@
+"""The bound_partials pass (and the row path of bound_contributions) against fixture SQL."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from dpsql.policy.load import parse_policy
+from dpsql.sql.analysis import decomposable, needs_group_rank
+from dpsql.sql.analyze import analyze
+from dpsql.sql.rewrite import private_query
+from tests.unit.sql.test_rewrite_passes import pairs
+
+POLICY = parse_policy(
+    """
+version: 1
+tables:
+  public.p:
+    privacy_unit: uid
+    max_rows_per_unit: 3
+    max_groups_per_unit: 2
+    columns:
+      uid: {type: integer, identifier: true}
+      x: {type: integer, bounds: [1, 10]}
+      y: {type: numeric, bounds: [-2, 4]}
+      g: {type: integer, keys: [1, 2]}
+      c: {type: text, keys: [a, b, c]}
+      f: {type: text}
+"""
+)
+
+
+def analysis(sql: str):  # type: ignore[no-untyped-def]
+    return analyze(sqlglot.parse_one(sql, read="postgres"), POLICY)
+
+
+@pytest.mark.parametrize(("given", "expected"), pairs("bound_partials.sql"))
+def test_bound_partials(given: str, expected: str) -> None:
+    assert private_query(analysis(given), "salt").sql("postgres") == expected
+
+
+@pytest.mark.parametrize(
+    ("sql", "partials", "rank"),
+    [
+        ("SELECT COUNT(*), SUM(x), AVG(y), VAR_POP(y) FROM p", True, False),
+        ("SELECT g, COUNT(DISTINCT uid) FROM p GROUP BY g", True, False),  # 2 keys <= G = 2
+        ("SELECT c, COUNT(*) FROM p GROUP BY c", True, True),  # 3 keys > G
+        ("SELECT g, c, COUNT(*) FROM p GROUP BY g, c", True, True),  # 6 combinations
+        ("SELECT f, COUNT(*) FROM p GROUP BY f", True, True),  # partition selection
+        ("SELECT c, COUNT(DISTINCT x) FROM p GROUP BY c", False, True),
+        ("SELECT MEDIAN(x) FROM p", False, False),
+    ],
+)
+def test_path_choice(sql: str, partials: bool, rank: bool) -> None:
+    a = analysis(sql)
+    assert decomposable(a) is partials
+    assert needs_group_rank(a) is rank
+    text = private_query(a, "salt").sql("postgres")
+    assert ("_dp_parts" in text) is partials
+    assert ("_dp_gr" in text) is rank
+    assert "RANDOM()" not in text  # rows and groups are chosen by keyed hashes
+    assert ("_dp_rt" in text) is (not partials)  # rows ranked by their identity's hash

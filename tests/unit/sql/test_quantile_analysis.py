@@ -1,0 +1,142 @@
+"""Quantiles, MIN/MAX and mode() in the analysis, the bucket_values pass and the plan."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+import sqlglot
+
+from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.errors import DpsqlError
+from dpsql.policy.load import parse_policy
+from dpsql.sql.analyze import analyze
+from dpsql.sql.analyze_quantiles import buckets_for
+from dpsql.sql.plan import make_plan
+from dpsql.sql.rewrite import private_query
+from dpsql.sql.rewrite.bucket_values import bucket_values
+from tests.unit.sql.test_rewrite_passes import pairs
+
+POLICY = parse_policy(
+    """
+version: 1
+tables:
+  public.t:
+    privacy_unit: row
+    columns:
+      x: {type: integer, bounds: [0, 10]}
+      y: {type: numeric, bounds: [0, 1]}
+      c: {type: text, keys: [a, b]}
+      g: {type: integer, keys: [1, 2]}
+      f: {type: text}
+  public.u:
+    privacy_unit: uid
+    max_rows_per_unit: 3
+    max_groups_per_unit: 2
+    columns:
+      uid: {type: integer, identifier: true}
+      x: {type: integer, bounds: [0, 10]}
+      g: {type: integer, keys: [1, 2]}
+"""
+)
+
+
+def analysis(sql: str):  # type: ignore[no-untyped-def]
+    return analyze(sqlglot.parse_one(sql, read="postgres"), POLICY)
+
+
+@pytest.mark.parametrize(("given", "expected"), pairs("bucket_values.sql"))
+def test_bucket_values(given: str, expected: str) -> None:
+    q = private_query(analysis(given), "salt")
+    q.set("with_", None)
+    assert q.sql("postgres") == expected
+
+
+def test_bucket_values_is_pure() -> None:
+    from dpsql.sql.rewrite.bound_contributions import bound_contributions
+
+    a = analysis("SELECT MEDIAN(x) FROM t")
+    q = bound_contributions(a, "s")
+    before = q.sql("postgres")
+    bucket_values(q, a)
+    assert q.sql("postgres") == before
+
+
+def test_statistics() -> None:
+    a = analysis(
+        "SELECT MEDIAN(x), PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY x DESC) AS p, MIN(x), "
+        "MAX(y), MODE() WITHIN GROUP (ORDER BY c), PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY x) "
+        "FROM t"
+    )
+    assert [s.func for s in a.statistics] == ["quantile"] * 4 + ["mode"]  # median deduplicated
+    qs = [m.quantile for m in a.measures if m.kind == "quantile"]
+    assert qs == [Fraction(1, 2), Fraction(3, 4), Fraction(0), Fraction(1)]
+    names = [e.alias_or_name for e in a.outer.expressions]
+    assert names == ["percentile_cont", "p", "min", "max", "mode", "percentile_cont"]
+    assert [s.pg_type for s in a.statistics] == ["float8", "float8", "int8", "numeric", "text"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "state"),
+    [
+        ("SELECT MEDIAN(f) FROM t", "42501"),  # unbounded
+        ("SELECT PERCENTILE_CONT(1.5) WITHIN GROUP (ORDER BY x) FROM t", "0A000"),
+        ("SELECT PERCENTILE_CONT(x) WITHIN GROUP (ORDER BY x) FROM t", "0A000"),
+        ("SELECT MODE() WITHIN GROUP (ORDER BY f) FROM t", "42501"),  # no declared keys
+        ("SELECT MODE() WITHIN GROUP (ORDER BY x + 1) FROM t", "0A000"),
+        ("SELECT MIN(uid) FROM u", "42501"),  # identifier
+        ("SELECT MODE() WITHIN GROUP (ORDER BY uid) FROM u", "42501"),
+    ],
+)
+def test_refusals(sql: str, state: str) -> None:
+    with pytest.raises(DpsqlError) as e:
+        analysis(sql)
+    assert e.value.sqlstate == state
+    assert e.value.hint
+
+
+def test_buckets_for() -> None:
+    assert buckets_for(Fraction(-5), Fraction(5), True) == (Fraction(6), 11)
+    hi, b = buckets_for(Fraction(0), Fraction(10**6), True)
+    assert b <= 1024 and (hi - 0) % b == 0 and hi > 10**6
+    assert buckets_for(Fraction(0), Fraction(1), False) == (Fraction(1), 1024)
+
+
+def test_plan_gives_each_selection_pure_epsilon() -> None:
+    a = analysis("SELECT g, MEDIAN(x), MAX(x), COUNT(*) FROM u GROUP BY g")
+    plan = make_plan(a, Fraction(3), Fraction(0))
+    mechs = [mp.mechanism for mp in plan.measures]
+    assert isinstance(mechs[0], Quantile) and isinstance(mechs[1], Quantile)
+    # each selection's share: half for the answer, a quarter for each end of its interval
+    assert mechs[0].epsilon == Fraction(1, 2) and plan.measures[0].bounds is not None
+    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(1, 4)] * 2
+    assert mechs[0].contribution_bound == 3 and mechs[0].max_groups == 2
+    assert mechs[0].integer and mechs[0].buckets == 11
+    assert plan.cost.epsilon == 3 and plan.cost.rho == 0
+    # Gaussian for the count: the selections keep their pure epsilon, the count gets the rest.
+    g = make_plan(a, Fraction(3), Fraction(1, 10**6), "gaussian")
+    assert g.mechanism == "gaussian"
+    assert g.cost.epsilon == 2 and g.cost.rho > 0
+    only = make_plan(analysis("SELECT MODE() WITHIN GROUP (ORDER BY c) FROM t"), Fraction(1), 0)
+    assert isinstance(only.measures[0].mechanism, Mode) and only.cost.epsilon == 1
+
+
+def test_explain_states_every_output_before_spending() -> None:
+    from dpsql.explain.report import explain
+    from dpsql.session import SessionContext
+
+    rep = explain(
+        POLICY,
+        "SELECT g, MEDIAN(x) AS m, COUNT(*) AS n, COUNT(*) * 2 AS n2, "
+        "CASE WHEN COUNT(*) > 1 THEN 1 END AS c, MODE() WITHIN GROUP (ORDER BY c) AS md "
+        "FROM t GROUP BY g",
+        SessionContext(confidence=0.9),
+    )
+    by = {o.column: o for o in rep.outputs}
+    assert by["m"].mechanism == "exponential" and "rank is within" in by["m"].half_width
+    assert "probability 0.9" in by["m"].half_width
+    assert by["n"].half_width.startswith("±")
+    assert "interval arithmetic" in by["n2"].half_width
+    assert "no interval" in by["c"].half_width
+    assert by["md"].mechanism == "report_noisy_max"
+    assert any(line.mechanism == "exponential" for line in rep.measures)
