@@ -25,7 +25,23 @@ from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 
 
-class EngineContext(Protocol):
+class Executes(Protocol):
+    """What runs a prepared statement: the engine as a stage, the wire server
+    (:class:`dpsql.wire.engine_api.EngineAPI`) and the timing padding
+    (:func:`dpsql.execute.timing.execute_padded`) call it."""
+
+    def execute(
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[object] = (),
+        cancel: CancelToken | None = None,
+    ) -> Result:
+        """Run ``prepared`` with ``params`` bound (a private one is charged, then answered)."""
+        ...
+
+
+class EngineContext(Executes, Protocol):
     """The engine as a stage sees it (implemented by :class:`dpsql.engine.Engine`)."""
 
     policy: Policy
@@ -47,14 +63,6 @@ class EngineContext(Protocol):
     def prepare_in_scope(self, text: str, scope: str = "") -> Prepared: ...
 
     def bound_limit(self, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared: ...
-
-    def execute(
-        self,
-        prepared: Prepared,
-        session: SessionContext,
-        params: Sequence[Any] = (),
-        cancel: CancelToken | None = None,
-    ) -> Result: ...
 
     def runnable_sql(
         self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from dpsql.policy.settings import Timing
 
 if TYPE_CHECKING:
     from dpsql.execute.backend import CancelToken
+    from dpsql.execute.context import Executes
     from dpsql.execute.prepared import Prepared
     from dpsql.result import Result
     from dpsql.session import SessionContext
@@ -109,20 +110,8 @@ def run_padded(work: Callable[[], T], timing: Timing | None) -> T:
     return result
 
 
-class _Executes(Protocol):
-    """The engine as :func:`execute_padded` calls it (:class:`dpsql.engine.Engine`)."""
-
-    def execute(
-        self,
-        prepared: Prepared,
-        session: SessionContext,
-        params: Sequence[object] = (),
-        cancel: CancelToken | None = None,
-    ) -> Result: ...
-
-
 def execute_padded(
-    engine: _Executes,
+    engine: Executes,
     prepared: Prepared,
     session: SessionContext,
     params: Sequence[object] = (),

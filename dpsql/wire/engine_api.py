@@ -25,9 +25,10 @@ import psycopg
 from dpsql.budget.api import BudgetLedger
 from dpsql.errors import DpsqlError, InternalError, sanitized_upstream
 from dpsql.execute.backend import Backend, CancelToken
+from dpsql.execute.context import Executes
 from dpsql.execute.prepared import Prepared
 from dpsql.policy.model import Policy
-from dpsql.result import Result, ResultColumn
+from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import too_complex
 from dpsql.wire.statements import SessionStatement
@@ -35,7 +36,7 @@ from dpsql.wire.statements import SessionStatement
 log = logging.getLogger("dpsql.wire.session")
 
 
-class EngineAPI(Protocol):
+class EngineAPI(Executes, Protocol):
     """The engine as the wire server calls it (:class:`dpsql.engine.Engine`; a test's fake).
 
     The calls block (the server runs them in worker threads) and are thread-safe. Every error
@@ -50,16 +51,6 @@ class EngineAPI(Protocol):
         self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]:
         """The result columns, reading no private data and spending no budget."""
-        ...
-
-    def execute(
-        self,
-        prepared: Prepared,
-        session: SessionContext,
-        params: Sequence[object] = (),
-        cancel: CancelToken | None = None,
-    ) -> Result:
-        """Run ``prepared`` with ``params`` bound (a private one is charged, then answered)."""
         ...
 
     def split(self, text: str) -> list[str]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
 from dpsql.errors import ProtocolViolation
+from dpsql.wire.messages._base import Empty, one_string
 from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr, frame
 
 _NULL = INT32.pack(-1)
@@ -254,7 +255,7 @@ class CommandComplete:
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
-        return cls(Reader(body).cstring())
+        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,45 +323,32 @@ class NegotiateProtocolVersion:
 
 
 @dataclass(frozen=True, slots=True)
-class _Empty:
-    code: ClassVar[bytes] = b"?"
-
-    def encode(self) -> bytes:
-        return frame(self.code, b"")
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        Reader(body).end()
-        return cls()
-
-
-@dataclass(frozen=True, slots=True)
-class EmptyQueryResponse(_Empty):
+class EmptyQueryResponse(Empty):
     code: ClassVar[bytes] = b"I"
 
 
 @dataclass(frozen=True, slots=True)
-class ParseComplete(_Empty):
+class ParseComplete(Empty):
     code: ClassVar[bytes] = b"1"
 
 
 @dataclass(frozen=True, slots=True)
-class BindComplete(_Empty):
+class BindComplete(Empty):
     code: ClassVar[bytes] = b"2"
 
 
 @dataclass(frozen=True, slots=True)
-class CloseComplete(_Empty):
+class CloseComplete(Empty):
     code: ClassVar[bytes] = b"3"
 
 
 @dataclass(frozen=True, slots=True)
-class NoData(_Empty):
+class NoData(Empty):
     code: ClassVar[bytes] = b"n"
 
 
 @dataclass(frozen=True, slots=True)
-class PortalSuspended(_Empty):
+class PortalSuspended(Empty):
     code: ClassVar[bytes] = b"s"
 
 

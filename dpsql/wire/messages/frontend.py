@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Self
 
 from dpsql.errors import ProtocolViolation
+from dpsql.wire.messages._base import Empty, Opaque, one_string
 from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr, frame
 
 PROTOCOL_3_0 = 196608  # 3 << 16
@@ -124,10 +125,7 @@ class Query:
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        sql = r.cstring()
-        r.end()
-        return cls(sql)
+        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,18 +193,11 @@ def _format(r: Reader) -> int:
     return f
 
 
-def _target(r: Reader) -> str:
-    kind = r.byte()
-    if kind not in (ord("S"), ord("P")):
-        raise ProtocolViolation(f"invalid DESCRIBE/CLOSE message subtype {kind}")
-    return chr(kind)
-
-
 @dataclass(frozen=True, slots=True)
-class Describe:
-    """Describe a prepared statement (kind 'S') or a portal (kind 'P')."""
+class _Target:
+    """A message naming a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    code: ClassVar[bytes] = b"D"
+    code: ClassVar[bytes] = b"?"
     kind: str
     name: str
 
@@ -216,9 +207,19 @@ class Describe:
     @classmethod
     def decode(cls, body: bytes) -> Self:
         r = Reader(body)
-        kind, name = _target(r), r.cstring()
+        kind = r.byte()
+        if kind not in (ord("S"), ord("P")):
+            raise ProtocolViolation(f"invalid DESCRIBE/CLOSE message subtype {kind}")
+        name = r.cstring()
         r.end()
-        return cls(kind, name)
+        return cls(chr(kind), name)
+
+
+@dataclass(frozen=True, slots=True)
+class Describe(_Target):
+    """Describe a prepared statement (kind 'S') or a portal (kind 'P')."""
+
+    code: ClassVar[bytes] = b"D"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,68 +242,30 @@ class Execute:
 
 
 @dataclass(frozen=True, slots=True)
-class Close:
+class Close(_Target):
     """Close a prepared statement (kind 'S') or a portal (kind 'P')."""
 
     code: ClassVar[bytes] = b"C"
-    kind: str
-    name: str
-
-    def encode(self) -> bytes:
-        return frame(self.code, self.kind.encode("ascii") + cstr(self.name))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        kind, name = _target(r), r.cstring()
-        r.end()
-        return cls(kind, name)
 
 
 @dataclass(frozen=True, slots=True)
-class _Empty:
-    code: ClassVar[bytes] = b"?"
-
-    def encode(self) -> bytes:
-        return frame(self.code, b"")
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        Reader(body).end()
-        return cls()
-
-
-@dataclass(frozen=True, slots=True)
-class Sync(_Empty):
+class Sync(Empty):
     code: ClassVar[bytes] = b"S"
 
 
 @dataclass(frozen=True, slots=True)
-class Flush(_Empty):
+class Flush(Empty):
     code: ClassVar[bytes] = b"H"
 
 
 @dataclass(frozen=True, slots=True)
-class Terminate(_Empty):
+class Terminate(Empty):
     code: ClassVar[bytes] = b"X"
 
 
 @dataclass(frozen=True, slots=True)
-class CopyDone(_Empty):
+class CopyDone(Empty):
     code: ClassVar[bytes] = b"c"
-
-
-@dataclass(frozen=True, slots=True)
-class _Bytes:
-    code: ClassVar[bytes] = b"?"
-    data: bytes
-
-    def encode(self) -> bytes:
-        return frame(self.code, self.data)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(bytes(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,10 +280,7 @@ class PasswordMessage:
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        pw = r.cstring()
-        r.end()
-        return cls(pw)
+        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,12 +307,12 @@ class SASLInitialResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class SASLResponse(_Bytes):
+class SASLResponse(Opaque):
     code: ClassVar[bytes] = b"p"
 
 
 @dataclass(frozen=True, slots=True)
-class CopyData(_Bytes):
+class CopyData(Opaque):
     code: ClassVar[bytes] = b"d"
 
 
@@ -366,14 +326,11 @@ class CopyFail:
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        m = r.cstring()
-        r.end()
-        return cls(m)
+        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
-class FunctionCall(_Bytes):
+class FunctionCall(Opaque):
     """The legacy fast-path function call; dpsql refuses it (the body is kept opaque)."""
 
     code: ClassVar[bytes] = b"F"
