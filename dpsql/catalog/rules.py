@@ -208,38 +208,32 @@ _NAMED = "dpsql_named_rel({s}, {n})"
 _NAMED_COL = "dpsql_named_att({s}, {n}, {c})"
 _NSP = "dpsql_named_nsp({s})"
 _CON = "dpsql_named_con({s}, {n})"
+# the columns most information_schema views name their object by
+_TABLE = _NAMED.format(s="t.table_schema", n="t.table_name")
+_COLUMN = _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name")
+_CONSTRAINT = _CON.format(s="t.constraint_schema", n="t.constraint_name")
 
 # information_schema views a catalog query may read, with their row filter.
 INFORMATION_SCHEMA_FILTERS: dict[str, str] = {
-    "tables": _NAMED.format(s="t.table_schema", n="t.table_name"),
-    "views": _NAMED.format(s="t.table_schema", n="t.table_name"),
-    "columns": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name"),
-    "column_privileges": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name"),
-    "column_udt_usage": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name"),
-    "key_column_usage": _NAMED_COL.format(s="t.table_schema", n="t.table_name", c="t.column_name")
-    + " AND "
-    + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
-    "constraint_column_usage": _NAMED_COL.format(
-        s="t.table_schema", n="t.table_name", c="t.column_name"
-    )
-    + " AND "
-    + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
-    "constraint_table_usage": _NAMED.format(s="t.table_schema", n="t.table_name"),
-    "table_constraints": _NAMED.format(s="t.table_schema", n="t.table_name")
-    + " AND "
-    + _CON.format(s="t.constraint_schema", n="t.constraint_name"),
-    "table_privileges": _NAMED.format(s="t.table_schema", n="t.table_name"),
-    "role_table_grants": _NAMED.format(s="t.table_schema", n="t.table_name"),
+    "tables": _TABLE,
+    "views": _TABLE,
+    "columns": _COLUMN,
+    "column_privileges": _COLUMN,
+    "column_udt_usage": _COLUMN,
+    "key_column_usage": f"{_COLUMN} AND {_CONSTRAINT}",
+    "constraint_column_usage": f"{_COLUMN} AND {_CONSTRAINT}",
+    "constraint_table_usage": _TABLE,
+    "table_constraints": f"{_TABLE} AND {_CONSTRAINT}",
+    "table_privileges": _TABLE,
+    "role_table_grants": _TABLE,
     "triggers": _NAMED.format(s="t.event_object_schema", n="t.event_object_table")
     + " AND EXISTS (SELECT 1 FROM __pg_trigger__ AS vt WHERE vt.tgname = t.trigger_name "
     "AND vt.tgrelid = to_regclass(quote_ident(t.event_object_schema) || '.' || "
     "quote_ident(t.event_object_table)))",
     "sequences": _NAMED.format(s="t.sequence_schema", n="t.sequence_name"),
-    "view_table_usage": _NAMED.format(s="t.view_schema", n="t.view_name")
-    + " AND "
-    + _NAMED.format(s="t.table_schema", n="t.table_name"),
-    "referential_constraints": _CON.format(s="t.constraint_schema", n="t.constraint_name"),
-    "check_constraints": _CON.format(s="t.constraint_schema", n="t.constraint_name"),
+    "view_table_usage": _NAMED.format(s="t.view_schema", n="t.view_name") + " AND " + _TABLE,
+    "referential_constraints": _CONSTRAINT,
+    "check_constraints": _CONSTRAINT,
     "schemata": _NSP.format(s="t.schema_name"),
     "routines": _NSP.format(s="t.routine_schema") + " AND " + PROC_BY_SPECIFIC_NAME,
     "parameters": _NSP.format(s="t.specific_schema") + " AND " + PROC_BY_SPECIFIC_NAME,

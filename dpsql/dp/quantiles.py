@@ -61,8 +61,31 @@ def _as_matrix(counts: np.ndarray) -> tuple[np.ndarray, bool]:
     return mat.astype(np.int64), single
 
 
+class _PerGroup:
+    """A choice made once per group: a privacy unit adds or removes at most
+    ``contribution_bound`` rows of a group and touches at most ``max_groups`` groups, so each
+    group's choice gets epsilon / max_groups (:attr:`group_epsilon`) and the release costs epsilon."""
+
+    epsilon: Fraction
+    contribution_bound: int
+    max_groups: int
+
+    def _check_groups(self) -> None:
+        if self.epsilon <= 0 or self.contribution_bound < 1 or self.max_groups < 1:
+            raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(epsilon=Fraction(self.epsilon))
+
+    @property
+    def group_epsilon(self) -> Fraction:
+        """epsilon / max_groups, rounded down to a 20-bit denominator (only ever smaller)."""
+        return round_down(Fraction(self.epsilon) / self.max_groups)
+
+
 @dataclass(frozen=True)
-class Quantile:
+class Quantile(_PerGroup):
     """The ``quantile``-th value (0 <= q <= 1) of each group, from its bucket counts.
 
     MEDIAN is q = 1/2, PERCENTILE_CONT(p) and PERCENTILE_DISC(p) are q = p, MIN is q = 0 and MAX is
@@ -101,20 +124,11 @@ class Quantile:
     def __post_init__(self) -> None:
         if not 0 <= self.quantile <= 1:
             raise ValueError("quantile must be in [0, 1]")
-        if self.epsilon <= 0 or self.contribution_bound < 1 or self.max_groups < 1:
-            raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
+        self._check_groups()
         if not self.lo < self.hi or self.buckets < 1:
             raise ValueError("needs lo < hi and at least one bucket")
         if self.integer and (Fraction(self.lo).denominator != 1 or self.width.denominator != 1):
             raise ValueError("integer quantiles need integer bounds and bucket width")
-
-    @property
-    def cost(self) -> Cost:
-        return Cost(epsilon=Fraction(self.epsilon))
-
-    @property
-    def group_epsilon(self) -> Fraction:
-        return round_down(Fraction(self.epsilon) / self.max_groups)
 
     @property
     def target(self) -> Fraction:
@@ -251,7 +265,7 @@ class Quantile:
 
 
 @dataclass(frozen=True)
-class Mode:
+class Mode(_PerGroup):
     """The most frequent value among public candidates (mode() WITHIN GROUP), report-noisy-max.
 
     Utility u(r) = count of rows with candidate value r (per group). A privacy unit adds or removes
@@ -267,16 +281,7 @@ class Mode:
     name: str = "report_noisy_max"
 
     def __post_init__(self) -> None:
-        if self.epsilon <= 0 or self.contribution_bound < 1 or self.max_groups < 1:
-            raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
-
-    @property
-    def cost(self) -> Cost:
-        return Cost(epsilon=Fraction(self.epsilon))
-
-    @property
-    def group_epsilon(self) -> Fraction:
-        return round_down(Fraction(self.epsilon) / self.max_groups)
+        self._check_groups()
 
     def count_error(self, confidence: float, candidates: int) -> float:
         """Rows g such that, with probability >= confidence, the chosen candidate's count is

@@ -38,59 +38,65 @@ class _Common:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrivateQuery(_Common):
+class _Parsed(_Common):
+    """A statement with a tree (its parameters numbered ``$1`` .. ``$param_count``)."""
+
+    tree: exp.Expr
+    param_count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Treeless(_Common):
+    """A statement with nothing to parse further and no parameters."""
+
+    tree: ClassVar[None] = None
+    param_count: ClassVar[int] = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivateQuery(_Parsed):
     """One flat aggregate block over private tables, analyzed: answered with DP noise."""
 
     kind: ClassVar[Literal["private"]] = "private"
-    tree: exp.Expr
     analysis: Analysis
-    param_count: int
     # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
     # the per-unit SELECT that stands for it in the bounded SQL
     units: tuple[tuple[str, exp.Select], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
-class TreeQuery(_Common):
+class TreeQuery(_Parsed):
     """A private statement of several DP leaves (dpsql.sql.tree): the split statement and each
     leaf prepared as a private query of its own; the rest runs over their noisy rows."""
 
     kind: ClassVar[Literal["private"]] = "private"
-    tree: exp.Expr
-    param_count: int
     split: Split
     leaves: tuple[PrivateQuery, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
-class PublicQuery(_Common):
+class PublicQuery(_Parsed):
     """A statement over public tables only (and zero-row shapes of private ones): run as is."""
 
     kind: ClassVar[Literal["public"]] = "public"
-    tree: exp.Expr
-    param_count: int
 
 
 @dataclass(frozen=True, kw_only=True)
-class DeferredQuery(_Common):
+class DeferredQuery(_Parsed):
     """A zero-row shape of a private table whose LIMIT is a parameter (``SELECT * FROM t LIMIT
     $1``, as SQLAlchemy sends it): classified when its values are bound, as the same statement
     with them written inline (:meth:`dpsql.engine.Engine.bound_limit`); ``deferred`` is the
     refusal of any value but 0."""
 
     kind: ClassVar[Literal["private"]] = "private"
-    tree: exp.Expr
-    param_count: int
     deferred: DpsqlError
 
 
 @dataclass(frozen=True, kw_only=True)
-class CatalogQuery(_Common):
+class CatalogQuery(_Parsed):
     """A statement over the system catalogs: rewritten to what the analyst may see."""
 
     kind: ClassVar[Literal["catalog"]] = "catalog"
-    tree: exp.Expr
-    param_count: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,21 +109,17 @@ class LedgerQuery(_Common):
 
 
 @dataclass(frozen=True, kw_only=True)
-class SessionCommand(_Common):
+class SessionCommand(_Treeless):
     """A session statement the engine does not answer (the wire session handles its own)."""
 
     kind: ClassVar[Literal["session"]] = "session"
-    tree: ClassVar[None] = None
-    param_count: ClassVar[int] = 0
 
 
 @dataclass(frozen=True, kw_only=True)
-class EmptyQuery(_Common):
+class EmptyQuery(_Treeless):
     """A statement of nothing but whitespace and comments."""
 
     kind: ClassVar[Literal["empty"]] = "empty"
-    tree: ClassVar[None] = None
-    param_count: ClassVar[int] = 0
 
 
 @dataclass(frozen=True, kw_only=True)

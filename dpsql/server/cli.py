@@ -21,10 +21,10 @@ from dpsql.policy.model import Policy
 from dpsql.policy.settings import Resolved, ServerSettings, parse_listen, resolve_server
 from dpsql.server.run import serve
 from dpsql.server.startup_checks import startup_problems
-from dpsql.server.workers import serve_workers
+from dpsql.server.workers import Workers
 from dpsql.wire.auth import AuthConfig
 from dpsql.wire.log import LineFormatter, set_statement_text
-from dpsql.wire.server import ServerConfig, freeze_startup_heap
+from dpsql.wire.server import Server, ServerConfig, freeze_startup_heap
 
 log = logging.getLogger("dpsql.serve")
 
@@ -234,12 +234,12 @@ def _run(policy: Policy, config: ServerConfig, st: ServerSettings) -> None:
             ledger = Ledger.open(ledger_dsn, policy)
             return Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
 
-        serve_workers(make_engine, policy, config, st.workers or 1, st.port_file)
+        Workers(make_engine, policy, config, st.workers or 1, st.port_file).run()
         return
     ledger = Ledger.open(ledger_dsn, policy)
     engine = Engine(policy, upstream, ledger=ledger, statement_timeout_ms=timeout_ms)
     freeze_startup_heap()
     try:
-        serve(engine, policy, config, port_file=st.port_file)
+        serve(Server(engine, policy, config), st.port_file)
     finally:
         engine.close()

@@ -14,10 +14,7 @@ from types import TracebackType
 from dpsql.policy.model import Policy
 from dpsql.policy.settings import parse_listen
 from dpsql.server.observe import start_metrics
-from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.engine_api import EngineAPI
-from dpsql.wire.limits import SessionLimits
-from dpsql.wire.relay import CancelRelay
 from dpsql.wire.server import Server, ServerConfig
 
 log = logging.getLogger("dpsql.serve")
@@ -70,23 +67,10 @@ async def _serve(server: Server, port_file: str | None = None) -> None:
         await server.shutdown()
 
 
-def serve(
-    engine: EngineAPI,
-    policy: Policy,
-    config: ServerConfig,
-    limits: SessionLimits | None = None,
-    relay: CancelRelay | None = None,
-    logins: LoginLimiter | None = None,
-    port_file: str | None = None,
-) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down gracefully.
-
-    Args:
-        limits, relay, logins: shared with the other ``--workers`` processes (None: this one only).
-        port_file: written with the bound port once the server accepts connections.
-    """
+def serve(server: Server, port_file: str | None = None) -> None:
+    """Run ``server`` until SIGTERM or SIGINT, then shut it down gracefully; ``port_file`` is
+    written with the bound port once it accepts connections."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        server = Server(engine, policy, config, limits, relay, logins)
         runner.run(_serve(server, port_file))
 
 
@@ -97,7 +81,7 @@ def serve_engine(
     --serve``), its upstream database under its own name."""
     host, port = parse_listen(listen)
     config = ServerConfig(host=host, port=port, database="")
-    serve(engine, policy, config, port_file=port_file)
+    serve(Server(engine, policy, config), port_file)
     return 0
 
 

@@ -37,7 +37,7 @@ from dpsql.wire.auth import LoginLimiter
 from dpsql.wire.engine_api import EngineAPI, UpstreamEngine
 from dpsql.wire.limits import SessionLimits
 from dpsql.wire.relay import CancelRelay
-from dpsql.wire.server import ServerConfig, freeze_startup_heap
+from dpsql.wire.server import Server, ServerConfig, freeze_startup_heap
 
 log = logging.getLogger("dpsql.wire.workers")
 RESTART_DELAY_S = 1.0
@@ -68,8 +68,8 @@ def _worker_main(
     engine = make_engine()
     freeze_startup_heap()
     try:
-        serve(engine, policy, config, limits.for_worker(index), relay.for_worker(index), logins,
-              port_file)  # fmt: skip
+        shared = limits.for_worker(index), relay.for_worker(index), logins
+        serve(Server(engine, policy, config, *shared), port_file)
     finally:
         if isinstance(engine, UpstreamEngine):
             engine.close()
@@ -155,14 +155,3 @@ class Workers:
                 proc.kill()
                 proc.join(5)
         log.info("all workers stopped")
-
-
-def serve_workers(
-    make_engine: Callable[[], EngineAPI],
-    policy: Policy,
-    config: ServerConfig,
-    count: int,
-    port_file: str | None = None,
-) -> None:
-    """Serve with ``count`` worker processes until SIGTERM/SIGINT (``dpsql serve --workers``)."""
-    Workers(make_engine, policy, config, count, port_file).run()

@@ -36,12 +36,13 @@ MAX_MAGNITUDE = 10**15  # largest |value| one row may add to a SUM/AVG/VAR
 _Ctx = Ctx  # the column resolver of dpsql.sql.sources (one or more joined tables)
 
 
-def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str) -> None:
+def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be used in") -> None:
+    """Refuse (42501) an identifier column in ``node``: it "can't {use} {where}"."""
     for c in node.find_all(exp.Column):
         col = ctx.column(c)
         if col.identifier:
             raise PrivacyViolation(
-                f"column {ctx.table}.{c.name} is an identifier and can't be used in {where}",
+                f"column {ctx.table}.{c.name} is an identifier and can't {use} {where}",
                 hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
                 f"{ctx.private.privacy_unit})",
             )
@@ -117,13 +118,7 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
 
 
 def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
-    for c in arg.find_all(exp.Column):
-        col = ctx.column(c)
-        if col.identifier:
-            raise PrivacyViolation(
-                f"column {ctx.table}.{c.name} is an identifier and can't be aggregated with {agg}",
-                hint="identifiers may only be counted, e.g. COUNT(DISTINCT ...)",
-            )
+    _refuse_identifiers(ctx, arg, agg, use="be aggregated with")
     r = value_range(arg, ctx.column)
     if r is None:
         for c in arg.find_all(exp.Column):

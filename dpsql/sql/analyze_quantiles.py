@@ -21,7 +21,6 @@ statistic its own pure epsilon.
 from __future__ import annotations
 
 import math
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
@@ -29,6 +28,7 @@ from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql.analysis import Measure, Statistic
+from dpsql.sql.sensitivity import literal_value
 
 MAX_BUCKETS = 1024  # grid resolution for quantiles (accuracy costs only ln(B) rows of rank)
 _HINT = (
@@ -76,16 +76,10 @@ def buckets_for(lo: Fraction, hi: Fraction, integral: bool) -> tuple[Fraction, i
 
 
 def _fraction(node: exp.Expr) -> Fraction | None:
+    """The constant fraction of ``percentile_cont(0.25)``, ``percentile_disc((0.5)::float8)``."""
     while isinstance(node, exp.Paren):
         node = node.this
-    if isinstance(node, exp.Cast):
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string:
-        try:
-            return Fraction(Decimal(node.this))
-        except (InvalidOperation, ValueError):
-            return None
-    return None
+    return literal_value(node.this if isinstance(node, exp.Cast) else node)
 
 
 def _ordered_arg(node: exp.WithinGroup) -> tuple[exp.Expr, bool]:
