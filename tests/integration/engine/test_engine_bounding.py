@@ -13,20 +13,17 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
 from sqlglot import exp
 
-from dpsql.demo import POLICY
 from dpsql.engine import Engine
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Measure, decomposable
-from tests.helpers import fixed_bounds_doc, noiseless
+from tests.helpers import noiseless
+from tests.policies import PolicyMaker, private_table
 
 R, G = 3, 2
 GROUPS = ("a", "b", "c", "d")
@@ -67,26 +64,20 @@ def partials_dsn(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def pengine(partials_dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"] = {
-        "public.t": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": R,
-            "max_groups_per_unit": G,
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "g": {"type": "text", "keys": list(GROUPS)},
-                "x": {"type": "numeric", "bounds": [int(X_LO), int(X_HI)]},
-                "k": {"type": "integer", "bounds": [int(K_LO), int(K_HI)]},
-                "s": {"type": "text", "keys": ["light", "heavy", "hop"]},
-            },
-        }
+def pengine(partials_dsn: str, make_policy: PolicyMaker) -> Iterator[Engine]:
+    columns = {
+        "g": {"type": "text", "keys": list(GROUPS)},
+        "x": {"type": "numeric", "bounds": [int(X_LO), int(X_HI)]},
+        "k": {"type": "integer", "bounds": [int(K_LO), int(K_HI)]},
+        "s": {"type": "text", "keys": ["light", "heavy", "hop"]},
     }
-    doc["public_tables"] = []
-    path = tmp_path_factory.mktemp("policy") / "partials.yaml"
-    path.write_text(yaml.safe_dump(fixed_bounds_doc(doc)))
-    e = noiseless(Engine(load_policy(path), partials_dsn, pool_size=2))
+    pf = make_policy(
+        "partials",
+        tables={"public.t": private_table("u", columns, rows=R, groups=G)},
+        public_tables=[],
+        fixed_bounds=True,
+    )
+    e = noiseless(Engine(pf.policy, partials_dsn, pool_size=2))
     yield e
     e.close()
 

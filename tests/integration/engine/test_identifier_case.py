@@ -15,14 +15,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker, private_table
 
 # (statement, private?) run through dpsql and directly on PostgreSQL: same labels or same SQLSTATE
 STATEMENTS = [
@@ -104,28 +103,18 @@ INSERT INTO "T" VALUES (1, 1, 'secret-3');
 
 @pytest.fixture(scope="module")
 def mixed_case_db(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
+    make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> Iterator[tuple[Path, str]]:
     """Declared: private t, public regions. Undeclared: "Regions" and "T" (mixed-case twins)."""
     dsn = make_db("casefold")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SETUP)
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"] = {
-        "public.t": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "x": {"type": "integer", "bounds": [0, 2]},
-            },
-        }
-    }
-    doc["public_tables"] = ["public.regions"]
-    path = tmp_path_factory.mktemp("policy") / "casefold.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    yield path, dsn
+    pf = make_policy(
+        "casefold",
+        tables={"public.t": private_table("u", {"x": {"type": "integer", "bounds": [0, 2]}})},
+        public_tables=["public.regions"],
+    )
+    yield pf.path, dsn
 
 
 @pytest.mark.parametrize(

@@ -12,19 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY, load_demo
+from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
-from tests.helpers import analyst_dsn, fixed_bounds_doc, noiseless, served_engine
+from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.policies import PolicyMaker, private_table
 
 VISITS = """
 CREATE TABLE zones (code text PRIMARY KEY);
@@ -46,27 +44,22 @@ CONFIDENCE = 1 - 1e-8
 
 
 @pytest.fixture(scope="module")
-def visits_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"]["public.visits"] = {
-        "privacy_unit": "user_id",
-        "max_rows_per_unit": 1,
-        "max_groups_per_unit": 1,
-        "columns": {
-            "user_id": {"type": "integer", "identifier": True},
-            "kind": {"type": "text", "keys": ["a", "b", "c", "d", "e"]},
-            "plan": {"type": "text"},
-            "tier": {"type": "integer", "keys": [1, 2, 3, 4]},
-            "score": {"type": "integer", "bounds": [0, 100]},
-            "zone": {"type": "text", "keys_from": "public.zones.code"},
-            "day": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
-            "spend": {"type": "numeric"},  # no bounds: only an analyst's own clamp bounds it
-        },
+def visits_policy(make_policy: PolicyMaker) -> Any:
+    columns = {
+        "kind": {"type": "text", "keys": ["a", "b", "c", "d", "e"]},
+        "plan": {"type": "text"},
+        "tier": {"type": "integer", "keys": [1, 2, 3, 4]},
+        "score": {"type": "integer", "bounds": [0, 100]},
+        "zone": {"type": "text", "keys_from": "public.zones.code"},
+        "day": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
+        "spend": {"type": "numeric"},  # no bounds: only an analyst's own clamp bounds it
     }
-    doc["public_tables"].append("public.zones")
-    path = tmp_path_factory.mktemp("policy") / "visits.yaml"
-    path.write_text(yaml.safe_dump(fixed_bounds_doc(doc)))  # purchases: R = 25, G = 5
-    return load_policy(path)
+    return make_policy(
+        "visits",
+        add_tables={"public.visits": private_table("user_id", columns)},
+        add_public_tables=["public.zones"],
+        fixed_bounds=True,  # purchases: R = 25, G = 5
+    ).policy
 
 
 @pytest.fixture(scope="module")

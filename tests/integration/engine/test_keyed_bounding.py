@@ -13,31 +13,21 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
 from dpsql.engine import Engine
 from dpsql.execute.private_sql import SALT_MARKER
 from dpsql.execute.unique_units import unit_is_unique
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from tests.helpers import noiseless
+from tests.policies import PolicyMaker, private_table
 
-POLICY = {
-    "version": 1,
-    "tables": {
-        name: {
-            "privacy_unit": "pid",
-            "max_rows_per_unit": 2,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "pid": {"type": "integer", "identifier": True},
-                "sex": {"type": "integer", "keys": [0, 1]},
-                "age": {"type": "integer", "bounds": [0, 100]},
-            },
-        }
-        for name in ("public.pk", "public.uq_null", "public.uq_pair", "public.parent", "public.t")
-    },
-    "analysts": {"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+COLUMNS = {
+    "sex": {"type": "integer", "keys": [0, 1]},
+    "age": {"type": "integer", "bounds": [0, 100]},
+}
+TABLES = {
+    name: private_table("pid", COLUMNS, rows=2)
+    for name in ("public.pk", "public.uq_null", "public.uq_pair", "public.parent", "public.t")
 }
 ROWS = [(i, i % 2, (i * 37) % 130) for i in range(1, 201)]  # ages up to 129: some clamped
 
@@ -65,10 +55,14 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def kengine(dsn: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
-    path = tmp_path_factory.mktemp("policy") / "keyed.yaml"
-    path.write_text(yaml.safe_dump(POLICY))
-    e = noiseless(Engine(load_policy(path), dsn, pool_size=2))
+def kengine(dsn: str, make_policy: PolicyMaker) -> Iterator[Engine]:
+    pf = make_policy(
+        "keyed",
+        base={"version": 1},
+        tables=TABLES,
+        analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+    )
+    e = noiseless(Engine(pf.policy, dsn, pool_size=2))
     yield e
     e.close()
 

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
-from dpsql.demo import POLICY, load_demo
+from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.policy import load_policy
+from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from tests.helpers import fixed_bounds_doc, noiseless
+from tests.helpers import noiseless
+from tests.policies import PolicyMaker, private_table
 
 WHALE = 100001
 USERS = """
@@ -33,21 +32,14 @@ FROM (SELECT DISTINCT user_id AS u FROM purchases) s;
 
 
 @pytest.fixture(scope="module")
-def join_policy(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"]["public.users"] = {
-        "privacy_unit": "user_id",
-        "max_rows_per_unit": 1,
-        "max_groups_per_unit": 3,
-        "columns": {
-            "user_id": {"type": "integer", "identifier": True},
-            "age": {"type": "integer", "bounds": [0, 120]},
-            "country": {"type": "text", "keys": ["fr", "de", "us"]},
-        },
+def join_policy(make_policy: PolicyMaker) -> Policy:
+    columns = {
+        "age": {"type": "integer", "bounds": [0, 120]},
+        "country": {"type": "text", "keys": ["fr", "de", "us"]},
     }
-    path = tmp_path_factory.mktemp("policy") / "joins.yaml"
-    path.write_text(yaml.safe_dump(fixed_bounds_doc(doc)))  # fixed bounds: exact sensitivities
-    return load_policy(path)
+    users = private_table("user_id", columns, rows=1, groups=3)
+    # fixed bounds: exact sensitivities
+    return make_policy("joins", add_tables={"public.users": users}, fixed_bounds=True).policy
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +52,7 @@ def join_dsn(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def jengine(join_policy, join_dsn: str) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+def jengine(join_policy: Policy, join_dsn: str) -> Iterator[Engine]:
     e = noiseless(Engine(join_policy, join_dsn, pool_size=2))
     yield e
     e.close()
