@@ -5,7 +5,7 @@ One statement is one trip through the pipeline::
     parse -> classify -> analyze -> rewrite -> plan -> charge -> execute -> noise -> post-process
 
 The engine is synchronous and thread-safe; the wire server calls it from worker threads. Its
-parts live in ``dpsql/execute/``: :mod:`~dpsql.execute.prepared` (the prepared statement),
+parts live in ``dpsql/execute/``: :mod:`~dpsql.execute.prepare` (text to a prepared statement, :mod:`~dpsql.execute.prepared`),
 :mod:`~dpsql.execute.privacy_params` (a query's epsilon and delta),
 :mod:`~dpsql.execute.public_sql` (public / catalog SQL and its fast paths),
 :mod:`~dpsql.execute.private_sql` and :mod:`~dpsql.execute.group_keys` (the private query's SQL
@@ -27,8 +27,8 @@ from dpsql.budget import route
 from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
-from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
-from dpsql.execute import group_keys, public_sql, shadows
+from dpsql.errors import InternalError, UnsupportedSql
+from dpsql.execute import group_keys, prepare, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
@@ -50,7 +50,7 @@ from dpsql.execute.prepared import (
 )
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import finish, run_private
-from dpsql.execute.tree import describe_tree, prepare_tree, run_tree
+from dpsql.execute.tree import describe_tree, run_tree
 from dpsql.execute.unique_units import unit_is_unique
 from dpsql.explain.run import describe_explain, prepare_explain, run_explain
 from dpsql.policy.model import Policy
@@ -58,21 +58,14 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
-from dpsql.sql.analyze_complexity import check_query_blocks
 from dpsql.sql.bi_shapes import (
-    distinct_as_group_by,
-    limit_param,
-    limit_params_zeroed,
     returns_no_rows,
-    zero_row_query,
 )
-from dpsql.sql.bind import bind, check_params, param_count
+from dpsql.sql.bind import bind, check_params
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
-from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.parse import parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
-from dpsql.sql.public import check_public
 
 Planner = Callable[[Analysis, Fraction, Fraction, str], Plan]
 """Plans a private measurement: (analysis, epsilon, delta, mechanism) -> plan."""
@@ -191,78 +184,12 @@ class Engine:
         st = parse_statement(text)
         if st.kind == "explain":
             return prepare_explain(self, text, scope)
-        if st.kind != "query" or st.tree is None:
-            cls = (
-                LedgerQuery  # SHOW dpsql.budget: the analyst's budget, from the ledger
-                if route.is_show_budget(text)
-                else EmptyQuery
-                if st.kind == "empty"
-                else SessionCommand
-            )
-            return cls(text=text, statement=st, fingerprint=fingerprint(None, text))
-        tree = st.tree
-        check_query_blocks(tree)  # every kind: PostgreSQL's planner is not bounded either
-        view = self.view(scope or None)
-        qkind = classify(tree, view)
-        analysis = None
-        if qkind == "private":
-            try:
-                tree, analysis = _private_shape(tree, view, self.column_order)
-            except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
-                try:
-                    return prepare_tree(self, st, tree, scope, error)
-                except DpsqlError as refused:
-                    zeroed = limit_params_zeroed(tree)
-                    if zeroed is None or zero_row_query(zeroed, view, self.column_order) is None:
-                        raise
-                    return DeferredQuery(
-                        text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
-                        tree=tree, param_count=param_count(tree), deferred=refused,
-                    )  # fmt: skip
-            if analysis is not None:
-                return PrivateQuery(
-                    text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
-                    tree=tree, analysis=analysis, param_count=param_count(tree),
-                )  # fmt: skip
-            qkind = "public"
-        if qkind == "dpsql":  # SELECT ... FROM dpsql.budget / dpsql.history
-            return LedgerQuery(
-                text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
-                tree=tree, param_count=param_count(tree),
-            )  # fmt: skip
-        if qkind == "public":
-            check_public(tree)
-        keep_call_labels(tree)  # SELECT now() is a column "now", as in PostgreSQL
-        query = PublicQuery if qkind == "public" else CatalogQuery
-        return query(
-            text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
-            tree=tree, param_count=param_count(tree),
-        )  # fmt: skip
+        return prepare.prepare_parsed(self, st, text, scope)
 
     def bound_limit(self, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared:
-        """A statement prepared with ``LIMIT $n`` (:class:`DeferredQuery`) with ``params``
-        written inline, prepared as such: ``LIMIT 0`` is the zero-row shape it was prepared
-        for; any other value gets the refusal the statement gets with that value inline.
-
-        Raises:
-            DpsqlError: that refusal (42501 for raw rows of a private table).
-        """
-        tree = prepared.tree.copy()
-        for key in ("limit", "offset"):  # the count as a literal (sent as text or cast too)
-            value = limit_param(tree, key)
-            param = value.this if isinstance(value, exp.Cast) else value
-            if value is None or not isinstance(param, exp.Parameter):
-                continue
-            i = int(param.this.this) - 1 if isinstance(param.this, exp.Literal) else -1
-            got = params[i] if 0 <= i < len(params) else None
-            if isinstance(got, str) and got.strip().lstrip("+-").isdigit():
-                got = int(got.strip())
-            if isinstance(got, int) and not isinstance(got, bool):
-                value.replace(exp.Literal.number(got))
-        bound = self.prepare_in_scope(bind(tree, params).sql("postgres"), prepared.scope)
-        if isinstance(bound, DeferredQuery) or bound.param_count:  # never: values inline
-            raise prepared.deferred
-        return bound
+        """A ``LIMIT $n`` statement with ``params`` written inline, prepared as such
+        (:func:`dpsql.execute.prepare.bound_limit`)."""
+        return prepare.bound_limit(self, prepared, params)
 
     # -- describe / execute ----------------------------------------------------------------------
     def describe(
@@ -469,26 +396,6 @@ class Engine:
     def resolve_keys_from(self, ref: str) -> tuple[str, ...]:
         """The distinct non-null values (as text, sorted) of the public column ``ref``."""
         return group_keys.resolve_keys_from(self, ref)
-
-
-def _private_shape(
-    tree: exp.Expr, view: Policy, order: Callable[[str], Sequence[str]]
-) -> tuple[exp.Expr, Analysis | None]:
-    """A private statement's tree and analysis; a zero-row shape (``LIMIT 0``, ``WHERE
-    false``) is a public statement over the declared columns (analysis None), ``SELECT
-    DISTINCT`` of columns with declared keys their GROUP BY (:mod:`dpsql.sql.bi_shapes`)."""
-    zero = zero_row_query(tree, view, order)
-    if zero is not None:
-        return zero, None
-    grouped = distinct_as_group_by(tree)
-    if grouped is not None:
-        try:
-            a = analyze(grouped, view)
-        except DpsqlError:
-            a = None
-        if a is not None and not a.needs_selection:  # the declared keys: free, no selection
-            return grouped, a
-    return tree, analyze(tree, view)
 
 
 def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:

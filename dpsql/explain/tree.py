@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import sequential
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
-from dpsql.execute.tree import bound_split, leaf_plans
 from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
+from dpsql.execute.tree_prepare import bound_split, leaf_plans
 from dpsql.explain.document import (
     budget_lines,
     plan_document,

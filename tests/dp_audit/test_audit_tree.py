@@ -29,7 +29,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.execute.private import measure
-from dpsql.execute.tree import leaf_plans
+from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.session import SessionContext
 from tests.dp_audit.auditing import broken_twins, epsilon_lower_bound, neighbouring_engines
 from tests.dp_audit.test_audit_engine import POLICY, _load, half_noise

@@ -32,7 +32,7 @@ from dpsql.execute.classify import classify
 from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.prepared import TreeQuery
 from dpsql.execute.private_sql import unsalted
-from dpsql.execute.tree import bound_split
+from dpsql.execute.tree_prepare import bound_split
 from dpsql.session import SessionContext
 
 SQLSTATES = re.compile(r"^[0-9A-Z]{5}(\|([0-9A-Z]{5}|dp))*$")

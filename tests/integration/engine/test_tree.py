@@ -33,7 +33,7 @@ import yaml
 from dpsql.budget.ledger import Ledger
 from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
-from dpsql.execute.tree import leaf_plans
+from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext

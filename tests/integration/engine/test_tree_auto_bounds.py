@@ -42,7 +42,7 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.execute import tree_budget
 from dpsql.execute.auto_bounds import pending
-from dpsql.execute.tree import leaf_plans
+from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext

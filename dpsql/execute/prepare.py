@@ -1,0 +1,150 @@
+"""Prepare: a statement's text to its :data:`~dpsql.execute.prepared.Prepared` (one class per kind).
+
+Parse, check the query's size, classify it under the analyst's view (:mod:`dpsql.execute.classify`)
+and, for a private statement, analyze it: one flat block is a
+:class:`~dpsql.execute.prepared.PrivateQuery`, several DP leaves a
+:class:`~dpsql.execute.prepared.TreeQuery` (:mod:`dpsql.execute.tree`), a zero-row shape a public
+statement and ``LIMIT $1`` over a private table a :class:`~dpsql.execute.prepared.DeferredQuery`
+that :func:`bound_limit` prepares again with its values. :class:`dpsql.engine.Engine` parses (and
+sends an EXPLAIN to :mod:`dpsql.explain`), calls :func:`prepare_parsed` and caches what it returns;
+nothing here reads data or spends budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from dpsql.budget import route
+from dpsql.errors import DpsqlError
+from dpsql.execute.classify import classify
+from dpsql.execute.prepared import (
+    CatalogQuery,
+    DeferredQuery,
+    EmptyQuery,
+    LedgerQuery,
+    Prepared,
+    PrivateQuery,
+    PublicQuery,
+    SessionCommand,
+    fingerprint,
+)
+from dpsql.execute.tree_prepare import prepare_tree
+from dpsql.policy.model import Policy
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.analyze import analyze
+from dpsql.sql.analyze_complexity import check_query_blocks
+from dpsql.sql.bi_shapes import (
+    distinct_as_group_by,
+    limit_param,
+    limit_params_zeroed,
+    zero_row_query,
+)
+from dpsql.sql.bind import bind, param_count
+from dpsql.sql.labels import keep_call_labels
+from dpsql.sql.parse import Statement
+from dpsql.sql.public import check_public
+
+if TYPE_CHECKING:
+    from dpsql.execute.context import EngineContext
+
+
+def prepare_parsed(engine: EngineContext, st: Statement, text: str, scope: str = "") -> Prepared:
+    """Classify (and analyze) the parsed statement ``st`` under ``scope``'s view
+    (:meth:`dpsql.engine.Engine.scope`); ``text`` is what was parsed. An EXPLAIN is
+    :func:`dpsql.explain.run.prepare_explain`'s."""
+    if st.kind != "query" or st.tree is None:
+        cls = (
+            LedgerQuery  # SHOW dpsql.budget: the analyst's budget, from the ledger
+            if route.is_show_budget(text)
+            else EmptyQuery
+            if st.kind == "empty"
+            else SessionCommand
+        )
+        return cls(text=text, statement=st, fingerprint=fingerprint(None, text))
+    tree = st.tree
+    check_query_blocks(tree)  # every kind: PostgreSQL's planner is not bounded either
+    view = engine.view(scope or None)
+    qkind = classify(tree, view)
+    analysis = None
+    if qkind == "private":
+        try:
+            tree, analysis = _private_shape(tree, view, engine.column_order)
+        except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused
+            try:
+                return prepare_tree(engine, st, tree, scope, error)
+            except DpsqlError as refused:
+                zeroed = limit_params_zeroed(tree)
+                if zeroed is None or zero_row_query(zeroed, view, engine.column_order) is None:
+                    raise
+                return DeferredQuery(
+                    text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+                    tree=tree, param_count=param_count(tree), deferred=refused,
+                )  # fmt: skip
+        if analysis is not None:
+            return PrivateQuery(
+                text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+                tree=tree, analysis=analysis, param_count=param_count(tree),
+            )  # fmt: skip
+        qkind = "public"
+    if qkind == "dpsql":  # SELECT ... FROM dpsql.budget / dpsql.history
+        return LedgerQuery(
+            text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+            tree=tree, param_count=param_count(tree),
+        )  # fmt: skip
+    if qkind == "public":
+        check_public(tree)
+    keep_call_labels(tree)  # SELECT now() is a column "now", as in PostgreSQL
+    query = PublicQuery if qkind == "public" else CatalogQuery
+    return query(
+        text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+        tree=tree, param_count=param_count(tree),
+    )  # fmt: skip
+
+
+def bound_limit(engine: EngineContext, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared:
+    """A statement prepared with ``LIMIT $n`` (:class:`DeferredQuery`) with ``params``
+    written inline, prepared as such: ``LIMIT 0`` is the zero-row shape it was prepared
+    for; any other value gets the refusal the statement gets with that value inline.
+
+    Raises:
+        DpsqlError: that refusal (42501 for raw rows of a private table).
+    """
+    tree = prepared.tree.copy()
+    for key in ("limit", "offset"):  # the count as a literal (sent as text or cast too)
+        value = limit_param(tree, key)
+        param = value.this if isinstance(value, exp.Cast) else value
+        if value is None or not isinstance(param, exp.Parameter):
+            continue
+        i = int(param.this.this) - 1 if isinstance(param.this, exp.Literal) else -1
+        got = params[i] if 0 <= i < len(params) else None
+        if isinstance(got, str) and got.strip().lstrip("+-").isdigit():
+            got = int(got.strip())
+        if isinstance(got, int) and not isinstance(got, bool):
+            value.replace(exp.Literal.number(got))
+    bound = engine.prepare_in_scope(bind(tree, params).sql("postgres"), prepared.scope)
+    if isinstance(bound, DeferredQuery) or bound.param_count:  # never: values inline
+        raise prepared.deferred
+    return bound
+
+
+def _private_shape(
+    tree: exp.Expr, view: Policy, order: Callable[[str], Sequence[str]]
+) -> tuple[exp.Expr, Analysis | None]:
+    """A private statement's tree and analysis; a zero-row shape (``LIMIT 0``, ``WHERE
+    false``) is a public statement over the declared columns (analysis None), ``SELECT
+    DISTINCT`` of columns with declared keys their GROUP BY (:mod:`dpsql.sql.bi_shapes`)."""
+    zero = zero_row_query(tree, view, order)
+    if zero is not None:
+        return zero, None
+    grouped = distinct_as_group_by(tree)
+    if grouped is not None:
+        try:
+            a = analyze(grouped, view)
+        except DpsqlError:
+            a = None
+        if a is not None and not a.needs_selection:  # the declared keys: free, no selection
+            return grouped, a
+    return tree, analyze(tree, view)
