@@ -18,6 +18,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -364,10 +365,23 @@ class Engine:
         """The DP plan of a private statement under the session's (epsilon, delta, mechanism).
 
         ``analysis``: the statement's analysis with its ``auto`` contribution bounds chosen
-        (:mod:`dpsql.execute.auto_bounds`); ``spent``: the epsilon choosing them took out of
-        the statement's, which the measurement then does not get.
+        (:mod:`dpsql.execute.auto_bounds`), derived from an earlier plan's; ``spent``: the
+        epsilon choosing them took out of the statement's, which the measurement then does not
+        get. Without ``analysis`` the catalog is read: when it proves one row per unit
+        (:mod:`dpsql.execute.unique_units`) the plan spends nothing on rows dropped by bounding
+        (none are: :func:`dpsql.sql.bias.bias_targets`), and :meth:`private_sql` checks the
+        proof again before the private query runs.
         """
-        a = analysis if analysis is not None else self.analysis(prepared, params)
+        if analysis is not None:
+            a = analysis
+        else:
+            a = self.analysis(prepared, params)
+            if unit_is_unique(self.backend, a):
+                a = (
+                    prepared.unique_analysis
+                    if a is prepared.analysis
+                    else replace(a, unique_unit=True)
+                )
         eps, delta = self.privacy_params(session, a)
         return self.plan_analysis(a, eps - spent, delta, session.mechanism)
 
@@ -381,9 +395,20 @@ class Engine:
 
     def private_sql(self, prepared: PrivateQuery, a: Analysis) -> str:
         """The bounded SQL of a private query (memoized for statements without parameters);
-        unbounded when the catalog proves one row per unit (reads the catalog each time)."""
-        unique = unit_is_unique(self.backend, a)
-        return private_sql_module.private_sql(self.caches.sql, prepared, a, unique=unique)
+        unbounded when its plan found that the catalog proves one row per unit
+        (``a.unique_unit``, :meth:`plan`): the catalog is read again here, just before the
+        private query runs, and a proof gone since (a dropped key) refuses the statement, whose
+        plan spent nothing on the rows bounding would now drop."""
+        known = a.one_row_per_unit  # per-unit derived tables: one row per unit by construction
+        if a.unique_unit and not known and not unit_is_unique(self.backend, a):
+            from dpsql.errors import ObjectNotInPrerequisiteState
+
+            raise ObjectNotInPrerequisiteState(
+                f"the key of {a.table} that proved one row per {a.private.privacy_unit} was "
+                "dropped while the statement was being planned",
+                hint="run the statement again",
+            )
+        return private_sql_module.private_sql(self.caches.sql, prepared, a)
 
     def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""

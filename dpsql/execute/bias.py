@@ -88,23 +88,35 @@ def parts(s: Statistic, plan: Plan) -> int:
     """How many intervals the statistic's interval rests on (its measures, plus the removed
     mass when it is a bias target, plus removed mass and rows for AVG): each holds at level
     1 - alpha/parts."""
-    if avg_targets(s, plan) is not None:
-        return 4
+    avg = avg_targets(s, plan)
+    if avg is not None:
+        return 4 if avg[1] is not None else 3
     return len(s.measures) + (1 if target_of(s, plan) is not None else 0)
 
 
-def avg_targets(s: Statistic, plan: Plan) -> tuple[BiasPlan, BiasPlan] | None:
-    """AVG's (plain value mass, rows) removed-mass releases, when estimated."""
+def avg_targets(s: Statistic, plan: Plan) -> tuple[BiasPlan, BiasPlan | None] | None:
+    """AVG's (plain value mass, rows) removed-mass releases, when estimated; rows None when
+    the rows are one per unit (none is dropped: only the clamp removes mass)."""
     if s.func != "avg" or len(s.measures) != 2:
         return None
     c, n = plan.bias_plan(s.measures[0]), plan.bias_plan(s.measures[1])
-    if c is None or n is None or c.target.count_index is None:
+    if c is None or c.target.count_index is None:
+        return None
+    if n is None and not one_row(plan.analysis):
         return None
     return c, n
 
 
-def _range(r: Removed, row: int, level: float) -> tuple[float, float]:
-    """The removed mass's interval in a group: [max(0, D - w) (0 off grid 1), max(0, D + w)]."""
+def one_row(a: Analysis) -> bool:
+    """The rows are one per unit (a per-unit derived table, or the catalog proves it)."""
+    return a.one_row_per_unit or a.unique_unit
+
+
+def _range(r: Removed | None, row: int, level: float) -> tuple[float, float]:
+    """The removed mass's interval in a group: [max(0, D - w) (0 off grid 1), max(0, D + w)];
+    [0, 0] when nothing is removed (None)."""
+    if r is None:
+        return 0.0, 0.0
     w = r.plan.dropped.half_width(level)
     d = float(r.dropped[row])
     return (max(0.0, d - w) if r.plan.target.grid == 1 else 0.0), max(0.0, d + w)
@@ -114,7 +126,7 @@ def avg_interval(
     s: Statistic,
     values: tuple[float, float],
     widths: tuple[float, float],
-    removed: tuple[Removed, Removed],
+    removed: tuple[Removed, Removed | None],
     row: int,
     level: float,
 ) -> Interval | None:
@@ -197,15 +209,27 @@ def accuracy_notes(
         head = f"{s.sql}: {confidence:.0%} interval: {noise}"
         avg = avg_targets(s, plan)
         if avg is not None:
-            mass, rows_ = (removed[x.target.key] for x in avg)
+            mass = removed[avg[0].target.key]
             total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
-            count = float(np.clip(rows_.dropped, 0, None).sum()) if rows else 0.0
             where = "" if not a.group_keys else " in all groups together"
+            w_mass = _fmt(avg[0].dropped.half_width(level))
+            if avg[1] is None:
+                left = (
+                    f"noise and what clamping cut off (about {_fmt(total)} of value{where}, "
+                    f"±{w_mass} per group; one row per {a.private.privacy_unit}: no row is "
+                    "dropped)"
+                )
+            else:
+                count_ = removed[avg[1].target.key].dropped
+                count = float(np.clip(count_, 0, None).sum()) if rows else 0.0
+                left = (
+                    "noise and what the contribution bounds and clamping left out (about "
+                    f"{_fmt(count)} rows and {_fmt(total)} of value{where}; "
+                    f"±{_fmt(avg[1].dropped.half_width(level))} rows and ±{w_mass} of value "
+                    "per group)"
+                )
             out.append(
-                f"{s.sql}: {confidence:.0%} interval: noise and what the contribution bounds and "
-                f"clamping left out (about {_fmt(count)} rows and {_fmt(total)} of value{where}; "
-                f"±{_fmt(avg[1].dropped.half_width(level))} rows and "
-                f"±{_fmt(avg[0].dropped.half_width(level))} of value per group); "
+                f"{s.sql}: {confidence:.0%} interval: {left}; "
                 + _over_cap(mass, confidence, rows, unit)
             )
             continue
@@ -261,7 +285,7 @@ def _over_cap(r: Removed, confidence: float, rows: int, unit: str) -> str:
 def _unestimated(a: Analysis, s: Statistic) -> str:
     if a.private.row_privacy:
         return "no contribution bounds apply"
-    if a.one_row_per_unit:
+    if one_row(a) and not _clamped_narrower(a, s):
         return f"one row per {a.private.privacy_unit}: the bounds remove nothing (no estimate is needed)"
     if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
         return "the contribution bounds remove no unit from a group here (G >= the groups)"
@@ -275,6 +299,19 @@ def _unestimated(a: Analysis, s: Statistic) -> str:
         "changed (they may move it either way, by an amount not estimated): the truth may lie "
         "outside it"
     )
+
+
+def _clamped_narrower(a: Analysis, s: Statistic) -> bool:
+    """Some value of ``s`` is clamped into a range narrower than its declared one (``clamp:
+    auto``): clamping moves it even with one row per unit."""
+    from dpsql.sql.bias import declared_range
+
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
+            if declared_range(a, m) != (m.lo, m.hi):
+                return True
+    return False
 
 
 def _counts_units(a: Analysis, s: Statistic) -> bool:

@@ -193,7 +193,7 @@ def _stat_interval(
         avg = avg_targets(s, plan)
         if avg is not None:
             vals = (float(noisy[s.measures[0]][r]), float(noisy[s.measures[1]][r]))
-            pair = (removed[avg[0].target.key], removed[avg[1].target.key])
+            pair = (removed[avg[0].target.key], removed[avg[1].target.key] if avg[1] else None)
             return avg_interval(s, vals, (ws[0], ws[1]), pair, r, lv)
         iv = derive(s, [noisy[m][r] for m in s.measures], ws)[1]
         b = target_of(s, plan)

@@ -8,8 +8,9 @@ logs and on the wire.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 from sqlglot import exp
@@ -62,6 +63,18 @@ class PrivateQuery(_Parsed):
     # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
     # the per-unit SELECT that stands for it in the bounded SQL
     units: tuple[tuple[str, exp.Select], ...] = ()
+
+    @functools.cached_property
+    def unique_analysis(self) -> Analysis:
+        """``analysis`` with the catalog's proof of one row per unit in force (``unique_unit``:
+        :mod:`dpsql.execute.unique_units`), one object per statement, so the SQL memoized for
+        the prepared analysis is memoized for this one too (:meth:`is_own`)."""
+        return replace(self.analysis, unique_unit=True)
+
+    def is_own(self, a: Analysis) -> bool:
+        """Whether ``a`` is this statement's own analysis (no parameters bound, no bounds
+        chosen), with or without the catalog's proof: what is derived from it may be memoized."""
+        return a is self.analysis or a is self.__dict__.get("unique_analysis")
 
 
 @dataclass(frozen=True, kw_only=True)

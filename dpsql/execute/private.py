@@ -411,7 +411,7 @@ def _outer_sql(
 ) -> str:
     """The post-processing SQL, memoized for the prepared statement's own analysis (the memo
     holds ``a`` itself, so its id can't be reused by another analysis while the entry lives)."""
-    stable = a is prepared.analysis
+    stable = prepared.is_own(a)
     key = ("outer", prepared.text, id(a), tuple(rel.key_types), with_rid, tuple(icols))
     hit = engine.caches.sql.get(key) if stable else None
     if hit is not None and hit[0] is a:

@@ -12,7 +12,6 @@ answered from the ledger as a free repeat runs nothing and draws nothing).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -44,17 +43,19 @@ def unsalted(text: str) -> str:
     return _SALTED.sub(f"CONCAT_WS('|', '{SALT_MARKER}',", text)
 
 
-def private_sql(memo: Memo, prepared: PrivateQuery, a: Analysis, *, unique: bool = False) -> str:
+def private_sql(memo: Memo, prepared: PrivateQuery, a: Analysis) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
-    prepared statement's own (not one with parameters bound); ``unique``: the catalog proves one
-    row per unit (:mod:`dpsql.execute.unique_units`), so bounding is skipped."""
-    key = ("private", prepared.text, unique)
-    if a is prepared.analysis:
+    prepared statement's own (not one with parameters bound or bounds chosen); with
+    ``a.unique_unit`` (the catalog proves one row per unit, :mod:`dpsql.execute.unique_units`:
+    the caller checked it again) bounding is skipped."""
+    key = ("private", prepared.text, a.unique_unit)
+    stable = prepared.is_own(a)
+    if stable:
         hit = memo.get(key)
         if hit is not None:
             return str(hit)
-    text = bounded_sql(prepared, replace(a, unique_unit=True) if unique else a)
-    if a is prepared.analysis:
+    text = bounded_sql(prepared, a)
+    if stable:
         memo.remember(key, text)
     return text
 

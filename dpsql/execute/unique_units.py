@@ -5,15 +5,17 @@ of its own (valid, immediate, no predicate, no expression), holds exactly one ro
 touches one group with one row, within any R >= 1 and G >= 1, so ranking rows and groups per unit
 changes nothing and the bounded SQL is the plain aggregate over clamped values
 (:func:`dpsql.sql.rewrite.bound_contributions.bound_contributions` with ``unique_unit``). The
-sensitivity the plan states (G·R·c) still holds; it is not tightened. Clamping still happens: a
+sensitivity the plan states (G·R·c) still holds (fixed numbers are not tightened). Clamping still happens: a
 value clamped narrower than declared (``clamp: auto``) loses mass, which the same SQL measures
 for the interval (``_unique_dropped`` there); only rows and groups are never dropped.
 
 Only for a query over that one table (a join can give a unit several rows). A plain table must
 have no inheritance children (``SELECT`` from it reads theirs too, which its index does not
-cover); a partitioned table's unique index spans its partitions. The catalog is read for every
-execution, just before the private query runs: a constraint dropped since is seen (dropping it
-needs an ACCESS EXCLUSIVE lock, which waits for a running query to end).
+cover); a partitioned table's unique index spans its partitions. The catalog is read when the
+statement is planned (:meth:`dpsql.engine.Engine.plan`: the plan then spends nothing on dropped
+rows, and ``auto`` R and G are 1 for free) and again just before the private query runs
+(:meth:`dpsql.engine.Engine.private_sql`): a constraint dropped since is seen and the statement
+refused (dropping it needs an ACCESS EXCLUSIVE lock, which waits for a running query to end).
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ UNIQUE_UNIT_SQL = pgsql.SQL(
 
 
 def eligible(a: Analysis) -> bool:
-    """A query over one private table with a privacy unit (no join, not ``privacy_unit: row``)."""
-    return not a.private.row_privacy and len(a.sources) <= 1 and not a.joins
+    """A query over one private table with a privacy unit (no join, not ``privacy_unit: row``),
+    without grouping sets (each set's SQL is bounded: :mod:`dpsql.execute.grouping_sets`)."""
+    return not a.private.row_privacy and len(a.sources) <= 1 and not a.joins and not a.grouping_sets
 
 
 def unit_is_unique(backend: Backend, a: Analysis) -> bool:

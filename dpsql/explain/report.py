@@ -264,6 +264,11 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         if a.private.row_privacy
         else f"{a.private.privacy_unit}: <= {a.max_rows} rows per group, <= {a.max_groups} groups"
     )
+    if a.unique_unit and not a.one_row_per_unit:
+        contribution += (
+            f" (the catalog proves one row per {a.private.privacy_unit}: a unique key; nothing "
+            "is dropped, so no epsilon is spent estimating dropped rows)"
+        )
     sel = None
     if plan.selection is not None:
         ps = plan.selection

@@ -166,7 +166,8 @@ class Analysis:
     # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.
     grouping_sets: tuple[tuple[int, ...], ...] = ()
     # The catalog proves one row per privacy unit (dpsql.execute.unique_units): set by the engine
-    # just before the private query runs, never by the analyzer. The rewrite then skips bounding.
+    # when it plans the statement (read again before the private query runs), never by the
+    # analyzer. The rewrite then skips bounding; the plan estimates clamped mass only.
     unique_unit: bool = False
     # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,

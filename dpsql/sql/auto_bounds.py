@@ -181,7 +181,13 @@ def auto_items(a: Analysis) -> tuple[AutoItem, ...]:
     p = a.private
     items: list[AutoItem] = []
     grouped_slice = _slice(a, True)
-    if p.auto_rows and any(m.kind != "count_units" for m in a.measures) and not ratio_rows(a):
+    one = one_row(a)  # R = G = 1, free (policy_choices)
+    if (
+        p.auto_rows
+        and not one
+        and any(m.kind != "count_units" for m in a.measures)
+        and not ratio_rows(a)
+    ):
         per_group = a.grouped and not a.grouping_sets
         grid = tuple(Fraction(v) for v in integer_grid(rows_ceiling(a)))
         sl = grouped_slice if per_group else _slice(a, False)
@@ -189,7 +195,7 @@ def auto_items(a: Analysis) -> tuple[AutoItem, ...]:
         # barely biases it while R multiplies its noise, so R aims at the median unit.
         ratios = all(s.func in _RATIOS for s in a.statistics)
         items.append(AutoItem("rows", grid, sl, per_group=per_group, median=ratios))
-    if p.auto_groups and a.grouped and declared_groups(a) is None:
+    if p.auto_groups and a.grouped and not one and declared_groups(a) is None:
         grid = tuple(Fraction(v) for v in integer_grid(groups_ceiling(a)))
         items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
@@ -268,6 +274,10 @@ def groups_ceiling(a: Analysis) -> int:
 RATIO_ROWS_GROUPS = 4
 """Per-group ratios keep R = 1 from this many groups per unit (:func:`ratio_rows`)."""
 DECLARED = "from the declared keys"
+ONE_ROW = (
+    "one row per unit (a unique key on the privacy unit, read from the catalog, or a per-unit "
+    "table): 1 row and 1 group per unit keep every row"
+)
 RATIO_ROWS = "for per-group averages and spreads: 1 row per unit per group gives the least noise"
 
 
@@ -277,12 +287,25 @@ def policy_choices(a: Analysis) -> tuple[ChosenBound, ...]:
     if private_tables(a) > 1:
         return ()
     out = []
+    if one_row(a):
+        if a.private.auto_rows:
+            out.append(ChosenBound("rows", "", Fraction(1), Fraction(0), 0, 0, rule=ONE_ROW))
+        if a.private.auto_groups and a.grouped:
+            out.append(ChosenBound("groups", "", Fraction(1), Fraction(0), 0, 0, rule=ONE_ROW))
+        return tuple(out)
     if ratio_rows(a):
         out.append(ChosenBound("rows", "", Fraction(1), Fraction(0), 0, 0, rule=RATIO_ROWS))
     n = declared_groups(a) if a.private.auto_groups else None
     if n is not None:
         out.append(ChosenBound("groups", "", Fraction(n), Fraction(0), 0, 0, rule=DECLARED))
     return tuple(out)
+
+
+def one_row(a: Analysis) -> bool:
+    """The rows are one per unit: a per-unit derived table, or the catalog proves it
+    (:mod:`dpsql.execute.unique_units`). Each unit then has one row in one group: R = G = 1
+    drop nothing, and the answer's noise is the least (sensitivity G R c)."""
+    return a.one_row_per_unit or a.unique_unit
 
 
 def fallback_note(a: Analysis) -> str:

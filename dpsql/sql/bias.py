@@ -134,7 +134,10 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
 
     None for row-level privacy (nothing is bounded), for the row path (COUNT(DISTINCT x),
     quantiles, mode), for joins of several private tables (each is capped before the join) and
-    for rows known to be one per unit (``one_row_per_unit``: the bounds remove nothing).
+    for rows known to be one per unit (``one_row_per_unit``: a per-unit derived table;
+    ``unique_unit``: the catalog proves it) the bounds drop no row and no group: only a SUM (or
+    AVG's centred sum) clamped narrower than declared (``clamp: auto``) still loses mass there,
+    and only those are measured (an AVG's rows then need no estimate: none is dropped).
     """
     if a.private.row_privacy or not decomposable(a):
         return ()
@@ -157,8 +160,11 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
             grid = Fraction(1) if m.integral else _grid(cap)
             steps = max(1, math.floor(cap / grid))
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
-    if a.one_row_per_unit and not any(_clamps_narrower(t) for t in out):
-        return ()  # one row per unit: no row beyond R, no group beyond G, no value clamped off
+    if a.one_row_per_unit or a.unique_unit:
+        # one row per unit: no row beyond R, no group beyond G; only clamping removes mass
+        out = [t for t in out if _clamps_narrower(t)]
+        if not out:
+            return ()
     out.sort(key=lambda t: t.index)
     k = _key_combinations(a)
     return tuple(replace(t, split=k) for t in out) if k > 1 else tuple(out)

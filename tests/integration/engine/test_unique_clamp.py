@@ -93,14 +93,12 @@ def engine(dsn: str) -> Iterator[Engine]:
 def _clamped(engine: Engine, sql: str) -> tuple[Any, Plan]:
     """The prepared statement and its plan with v clamped to at most ``CLAMP``."""
     prepared = engine.prepare(sql)
-    a = prepared.analysis
-    assert a is not None
+    session = SessionContext(analyst="a", epsilon=Fraction(1))
+    a = engine.plan(prepared, session).analysis  # reads the catalog: one row per unit
+    assert a.unique_unit
     (item,) = [it for it in auto_items(a) if it.kind == "value_hi"]
     chosen = ChosenBound("value_hi", item.column, CLAMP, Fraction(1, 5), 1, len(item.grid))
-    resolved = apply_bounds(a, AutoBounds((chosen,)))
-    plan = engine.plan(
-        prepared, SessionContext(analyst="a", epsilon=Fraction(1)), analysis=resolved
-    )
+    plan = engine.plan(prepared, session, analysis=apply_bounds(a, AutoBounds((chosen,))))
     assert isinstance(plan, Plan)
     return prepared, plan
 

@@ -1,0 +1,166 @@
+"""A table the catalog proves one row per privacy unit (PRIMARY KEY on the unit) spends nothing on
+what bounding would drop: the plan reads the proof (dpsql.execute.unique_units), and so does EXPLAIN.
+
+Deterministic properties of the plan and the ledger (no noisy output is asserted on):
+
+* COUNT(*) over the keyed table: no removed-rows estimate, its whole epsilon on the answer (the
+  twin without the key spends 1/10 on the estimate); ``auto`` R and G are 1, free (one row per
+  unit drops nothing); the ledger records exactly the statement's epsilon.
+* SUM of a column clamped narrower than declared (``clamp: auto``): only the clamped mass is
+  estimated (one target), not the rows.
+* The proof is read again just before the private query: a key dropped after planning refuses
+  the statement rather than running a plan that assumed one row per unit.
+* EXPLAIN shows what running would do: no removed-rows lines for the keyed table, and says why.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.errors import ObjectNotInPrerequisiteState
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.plan import Plan
+
+COLUMNS = {
+    "uid": {"type": "integer", "identifier": True},
+    "g": {"type": "text", "keys": ["a", "b"]},
+    "v": {"type": "numeric", "bounds": [0, 10000]},  # clamp: auto (the default)
+    "w": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
+}
+POLICY = {
+    "version": 1,
+    "dataset": "ubudget",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {f"public.{t}": {"privacy_unit": "uid", "columns": COLUMNS} for t in ("pk", "plain")},
+    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+}
+UNITS = 2000
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("ubudget")
+    rows = [
+        (u, "a" if u % 3 else "b", 350 if u % 10 == 0 else 1 + u % 50, u % 90) for u in range(UNITS)
+    ]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE pk (uid integer PRIMARY KEY, g text, v numeric, w numeric)")
+        conn.execute("CREATE TABLE plain (uid integer NOT NULL, g text, v numeric, w numeric)")
+        for table in ("pk", "plain"):
+            with conn.cursor() as cur:
+                cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s, %s)", rows)
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return Policy.model_validate(POLICY)
+
+
+@pytest.fixture
+def charged(dsn: str, policy: Policy) -> Iterator[tuple[Engine, Ledger]]:
+    ledger = Ledger.open(dsn, policy, schema=f"dpsql_ub{uuid.uuid4().hex[:8]}")
+    engine = Engine(policy, dsn, ledger, pool_size=2)
+    yield engine, ledger
+    engine.close()
+    ledger.close()
+
+
+def _plan(engine: Engine, sql: str) -> Plan:
+    plan = engine.plan(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    assert isinstance(plan, Plan)
+    return plan
+
+
+def _spent(ledger: Ledger) -> Fraction:
+    return sum((Fraction(h.epsilon) for h in ledger.history("analyst")), Fraction(0))
+
+
+def test_the_keyed_table_spends_nothing_on_dropped_rows(charged: tuple[Engine, Ledger]) -> None:
+    engine, _ = charged
+    keyed, twin = (
+        _plan(engine, "SELECT COUNT(*) FROM pk"),
+        _plan(engine, "SELECT COUNT(*) FROM plain"),
+    )
+    assert keyed.analysis.unique_unit and not twin.analysis.unique_unit
+    assert keyed.bias == () and len(twin.bias) == 1
+    (mk,), (mt,) = keyed.measures, twin.measures
+    assert Fraction(mk.mechanism.epsilon) == 1  # the whole epsilon measures the answer
+    assert Fraction(mt.mechanism.epsilon) == Fraction(9, 10)  # 1/10 estimates dropped rows
+    assert keyed.cost == twin.cost and keyed.cost.epsilon == 1  # the same charge
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_auto_bounds_are_one_row_one_group_free(
+    charged: tuple[Engine, Ledger], grouped: bool
+) -> None:
+    """Executed with a ledger: nothing is chosen (R = G = 1 by the proof), the ledger records
+    exactly the statement's epsilon in one release, and the notice says why."""
+    engine, ledger = charged
+    sql = "SELECT g, COUNT(*) FROM pk GROUP BY g" if grouped else "SELECT COUNT(*) FROM pk"
+    r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    assert [h.mechanism for h in ledger.history("analyst")].count("auto_bound") == 0
+    assert _spent(ledger) == 1 and r.epsilon_spent == pytest.approx(1.0)
+    assert "1 rows per unit" in r.notices[0] and "one row per unit" in r.notices[0], r.notices
+    if grouped:
+        assert "1 groups per unit" in r.notices[0]
+    count = next(n for n in r.notices if n.startswith("COUNT(*)"))
+    assert "one row per uid: the bounds remove nothing" in count, count
+
+
+def test_a_clamped_sum_estimates_the_clamp_only(charged: tuple[Engine, Ledger]) -> None:
+    """SUM(v) (clamp: auto) and COUNT(*): one estimate, of v's clamped mass; SUM(w) (clamp:
+    bounds): none."""
+    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+
+    engine, _ = charged
+    sql = "SELECT COUNT(*), SUM(v), SUM(w) FROM pk"
+    plan = _plan(engine, sql)
+    (item,) = auto_items(plan.analysis)  # v's upper clamp (R and G: one row per unit, free)
+    clamp = ChosenBound("value_hi", item.column, Fraction(100), Fraction(1, 5), 1, 10)
+    a = apply_bounds(plan.analysis, AutoBounds((clamp,)))
+    p = engine.plan(
+        engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)), analysis=a
+    )
+    assert [b.target.measure.kind for b in p.bias] == ["sum"]
+    assert p.bias[0].target.measure.arg is not None and p.bias[0].target.measure.hi == 100
+
+
+def test_a_key_dropped_after_planning_refuses(charged: tuple[Engine, Ledger], dsn: str) -> None:
+    engine, _ = charged
+    sql = "SELECT COUNT(*) FROM pk"
+    p = engine.prepare(sql, "analyst")
+    plan = _plan(engine, sql)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE pk DROP CONSTRAINT pk_pkey")
+        try:
+            with pytest.raises(ObjectNotInPrerequisiteState):
+                engine.private_sql(p, plan.analysis)
+            assert not _plan(engine, sql).analysis.unique_unit  # planned again: bounded
+        finally:
+            conn.execute("ALTER TABLE pk ADD PRIMARY KEY (uid)")
+
+
+def test_explain_reads_the_same_proof(charged: tuple[Engine, Ledger]) -> None:
+    engine, ledger = charged
+
+    def explain(table: str) -> str:
+        sql = f"EXPLAIN SELECT COUNT(*) FROM {table}"
+        r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+        return "\n".join(str(row[0]) for row in r.rows)
+
+    keyed, twin = explain("pk"), explain("plain")
+    assert "the catalog proves one row per uid" in keyed, keyed
+    assert "removed by bounds" not in keyed and "removed by bounds" in twin, twin
+    # the keyed table's answer gets the whole epsilon (nothing to choose, nothing to estimate);
+    # the twin's 0.8 (0.2 chooses R when it runs)
+    assert "Privacy cost: epsilon=1," in keyed and "Privacy cost: epsilon=0.8," in twin
+    assert _spent(ledger) == 0  # EXPLAIN spends nothing
