@@ -1,8 +1,9 @@
 """Policies for tests: one builder instead of one per module.
 
 ``policy_doc`` builds a policy document (YAML as dicts) from the demo policy or from scratch,
-``private_table`` one private table's entry; the ``make_policy`` fixture (tests/conftest.py)
-writes such a document to a file and loads it, as ``dpsql serve --policy FILE`` would::
+``private_table`` one private table's entry, ``build_policy`` parses such a document (no file); the
+``make_policy`` fixture (tests/conftest.py) writes it to a file and loads it, as
+``dpsql serve --policy FILE`` would::
 
     def test_x(make_policy: PolicyMaker) -> None:
         pf = make_policy(
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from dpsql.policy import load_policy
+from dpsql.policy import load_policy, parse_policy
 from dpsql.policy.model import Policy
 from tests.helpers import fixed_bounds_doc
 
@@ -44,16 +45,17 @@ def private_table(
     unit: str,
     columns: Mapping[str, Mapping[str, Any]],
     *,
-    rows: int | str = 1,
-    groups: int | str = 1,
+    rows: int | str | None = 1,
+    groups: int | str | None = 1,
     unit_type: str = "integer",
 ) -> Doc:
     """A private table's entry: its privacy unit ``unit`` (an identifier column of ``unit_type``,
-    listed first), then ``columns``; at most ``rows`` rows and ``groups`` groups per unit."""
+    listed first), then ``columns``; at most ``rows`` rows and ``groups`` groups per unit
+    (``None``: the key is left out, the policy's default applies: ``auto``)."""
+    bounds = {"max_rows_per_unit": rows, "max_groups_per_unit": groups}
     return {
         "privacy_unit": unit,
-        "max_rows_per_unit": rows,
-        "max_groups_per_unit": groups,
+        **{k: v for k, v in bounds.items() if v is not None},
         "columns": {unit: {"type": unit_type, "identifier": True}, **copy.deepcopy(dict(columns))},
     }
 
@@ -86,6 +88,11 @@ def policy_doc(
         doc["analysts"] = copy.deepcopy(dict(analysts))
     doc.update(copy.deepcopy(top))
     return fixed_bounds_doc(doc) if fixed_bounds else doc
+
+
+def build_policy(**kw: Any) -> Policy:
+    """:func:`policy_doc` (same arguments) parsed as a policy file's text is, without a file."""
+    return parse_policy(yaml.safe_dump(policy_doc(**kw)), "<test policy>")
 
 
 @dataclass(frozen=True)

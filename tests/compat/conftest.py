@@ -26,6 +26,7 @@ import pytest
 
 from tests.conftest import IN_CI
 from tests.helpers import start_serve
+from tests.policies import PolicyMaker
 
 ROOT = Path(__file__).resolve().parents[2]
 ANALYST, PASSWORD = "analyst", "analyst"  # the demo policy's analyst (demo only)
@@ -118,7 +119,7 @@ def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         if IN_CI:
             pytest.fail(msg)
         pytest.skip(msg)
-    from dpsql.demo import POLICY, load_demo
+    from dpsql.demo import load_demo
 
     make_db: Callable[[str], str] = request.getfixturevalue("make_db")
     upstream = make_db("compat")
@@ -129,12 +130,8 @@ def dpsql_server(request: pytest.FixtureRequest) -> Iterator[Server]:
         assert row is not None
     log = tempfile.TemporaryFile()  # not a pipe nobody reads: a full one would block the server
     # the demo policy with its former fixed bounds (one row per pid in pums: true_count)
-    import yaml
-
-    from tests.helpers import fixed_bounds_doc
-
-    fixed = Path(tempfile.mkdtemp(prefix="dpsql-compat-")) / "policy.yaml"
-    fixed.write_text(yaml.safe_dump(fixed_bounds_doc(yaml.safe_load(Path(POLICY).read_text()))))
+    make_policy: PolicyMaker = request.getfixturevalue("make_policy")
+    fixed = make_policy("compat", fixed_bounds=True).path
     proc, port = start_serve(
         ["--policy", str(fixed), "--upstream", upstream],
         stdout=log, stderr=subprocess.STDOUT,

@@ -23,25 +23,22 @@ import pytest
 
 from tests.helpers import db_name, start_serve
 from tests.integration.budget.ledger_support import release_sums
+from tests.policies import PolicyMaker
 
 USER = PASSWORD = "analyst"  # the demo policy's analyst
 EPSILON = Fraction(1, 10)
 
 
+@pytest.fixture(scope="module")
+def fixed(make_policy: PolicyMaker) -> Path:
+    """The demo policy with its former fixed contribution bounds (one release per statement; auto
+    bounds are charged as releases of their own: test_auto_bounds)."""
+    return make_policy("ledger-serve", fixed_bounds=True).path
+
+
 @contextmanager
-def serve(upstream: str, ledger: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """Start ``dpsql serve`` on the demo policy with its former fixed contribution bounds (one
-    release per statement; auto bounds are charged as releases of their own: test_auto_bounds);
-    yields (process, client DSN)."""
-    import tempfile
-
-    import yaml
-
-    from dpsql.demo import POLICY
-    from tests.helpers import fixed_bounds_doc
-
-    fixed = Path(tempfile.mkdtemp(prefix="dpsql-ledger-serve-")) / "policy.yaml"
-    fixed.write_text(yaml.safe_dump(fixed_bounds_doc(yaml.safe_load(Path(POLICY).read_text()))))
+def serve(fixed: Path, upstream: str, ledger: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """Start ``dpsql serve`` on the policy file ``fixed``; yields (process, client DSN)."""
     proc, port = start_serve(
         ["--policy", str(fixed), "--upstream", upstream, "--ledger", ledger],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -79,12 +76,12 @@ def _spent(ledger: str) -> Fraction:
 
 
 def test_kill_9_serve_every_received_answer_is_accounted(
-    demo_dsn: str, make_db: Callable[[str], str]
+    demo_dsn: str, make_db: Callable[[str], str], fixed: Path
 ) -> None:
     ledger = make_db("serve_ledger")
     got: dict[int, Any] = {}
     stop = threading.Event()
-    with serve(demo_dsn, ledger) as (proc, dsn):
+    with serve(fixed, demo_dsn, ledger) as (proc, dsn):
         threads = [
             threading.Thread(target=_client, args=(dsn, range(t * 1000, t * 1000 + 200), got, stop))
             for t in range(6)
@@ -104,7 +101,7 @@ def test_kill_9_serve_every_received_answer_is_accounted(
     spent = _spent(ledger)
     assert spent >= len(received) * EPSILON  # every answer given out was charged
 
-    with serve(demo_dsn, ledger) as (_, dsn), psycopg.connect(dsn, autocommit=True) as conn:
+    with serve(fixed, demo_dsn, ledger) as (_, dsn), psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"SET dpsql.epsilon = {float(EPSILON)}")
         for k, value in received.items():
             row = conn.execute(_query(k)).fetchone()
@@ -113,10 +110,10 @@ def test_kill_9_serve_every_received_answer_is_accounted(
 
 
 def test_show_and_select_budget_through_psql_protocol(
-    demo_dsn: str, make_db: Callable[[str], str]
+    demo_dsn: str, make_db: Callable[[str], str], fixed: Path
 ) -> None:
     ledger = make_db("serve_ledger")
-    with serve(demo_dsn, ledger) as (_, dsn), psycopg.connect(dsn, autocommit=True) as conn:
+    with serve(fixed, demo_dsn, ledger) as (_, dsn), psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SET dpsql.epsilon = 0.5")
         conn.execute(_query(1)).fetchone()
         (text,) = conn.execute("SHOW dpsql.budget").fetchone()  # type: ignore[misc]

@@ -22,21 +22,24 @@ from dpsql.errors import DpsqlError, PolicyError
 from dpsql.policy.load import parse_policy
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from tests.policies import PolicyMaker, demo_doc, policy_doc
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _policy_data(demo_policy: Policy) -> dict[str, Any]:
-    data = demo_policy.model_dump(mode="json", exclude_none=True)
-    base = data["analysts"]["analyst"]
-    data["analysts"]["bob"] = {**base, "tables": ["purchases", "public.regions"]}
-    data["analysts"]["carol"] = {**base, "tables": ["*.*"], "deny": ["public.reg*"]}
-    return data
+_DEMO_ANALYSTS = demo_doc()["analysts"]
+_ANALYST = _DEMO_ANALYSTS["analyst"]
+# the demo's analysts, and two with the same budget as its "analyst" who may use only some tables
+ANALYSTS = {
+    **_DEMO_ANALYSTS,
+    "bob": {**_ANALYST, "tables": ["purchases", "public.regions"]},
+    "carol": {**_ANALYST, "tables": ["*.*"], "deny": ["public.reg*"]},
+}
 
 
 @pytest.fixture(scope="module")
-def policy(demo_policy: Policy) -> Policy:
-    return Policy.model_validate(_policy_data(demo_policy))
+def policy(make_policy: PolicyMaker) -> Policy:
+    return make_policy("permissions", analysts=ANALYSTS, fixed_bounds=True).policy
 
 
 @pytest.fixture(scope="module")
@@ -176,9 +179,9 @@ def test_name_functions_answer_alike_for_hidden_and_missing(eng: Engine, sql: st
     assert hidden == outcome(eng, sql.format(t="pumz"), "bob", "pumz") == ("ok", [(None,)])
 
 
-def test_policy_rejects_unknown_tables(demo_policy: Policy) -> None:
+def test_policy_rejects_unknown_tables() -> None:
     for field, value in (("tables", ["purchases", "nosuch"]), ("deny", ["sales.*"])):
-        data = _policy_data(demo_policy)
+        data = policy_doc(analysts=ANALYSTS, fixed_bounds=True)
         data["analysts"]["bob"][field] = value
         with pytest.raises(PolicyError) as e:
             parse_policy(yaml.safe_dump(data), "p.yaml")
@@ -194,9 +197,8 @@ def test_deny_wins_and_default_is_everything(policy: Policy) -> None:
     assert policy.may_use("carol", "public.pums") and not policy.may_use("carol", "public.x")
 
 
-def test_cli_query_honours_analyst(demo_dsn: str, demo_policy: Policy, tmp_path: Path) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(_policy_data(demo_policy)))
+def test_cli_query_honours_analyst(demo_dsn: str, make_policy: PolicyMaker) -> None:
+    path = make_policy("permissions", analysts=ANALYSTS, fixed_bounds=True).path
     cmd = [sys.executable, "-m", "dpsql", "query", "--policy", str(path), "--upstream", demo_dsn]
     cmd += ["--no-ledger", "SELECT COUNT(*) FROM pums"]
     bob = subprocess.run([*cmd, "--analyst", "bob"], capture_output=True, text=True, cwd=ROOT)
@@ -256,13 +258,12 @@ def test_wire_session_is_bound_to_its_analyst(server: Any) -> None:
         assert conn.execute("SELECT rolname FROM pg_roles").fetchall() == [("bob",)]
 
 
-def test_check_lists_each_analysts_tables(demo_policy: Policy, tmp_path: Path) -> None:
+def test_check_lists_each_analysts_tables(make_policy: PolicyMaker) -> None:
     from rich.console import Console
 
     from dpsql.check import check_policy
 
-    path = tmp_path / "policy.yaml"
-    path.write_text(yaml.safe_dump(_policy_data(demo_policy)))
+    path = make_policy("permissions", analysts=ANALYSTS, fixed_bounds=True).path
     console = Console(record=True, width=200)
     assert check_policy(str(path), None, console) == 0
     out = console.export_text()

@@ -19,31 +19,33 @@ from typing import Any
 
 import psycopg
 import pytest
+import yaml
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.execute import timing as timing_module
 from dpsql.execute.timing import execute_padded
-from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.session import SessionContext
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig
+from tests.policies import build_policy, private_table
 
 Q = 500  # ms: generous, so that both queries end well inside the first quantum (big: ~0.15 s)
 TOLERANCE_MS = 250  # client-side overhead after the boundary (prepare, rows, scheduling)
 ATTEMPTS = 3
 ROUNDS = 4  # a check that load can only break (work or delivery late): retried, the twin is not
-_TABLE = "{privacy_unit: uid, max_rows_per_unit: 4, columns: {uid: {type: integer, identifier: " \
-         "true}, v: {type: integer, bounds: [0, 10]}}}"  # fmt: skip
+_TABLE = private_table("uid", {"v": {"type": "integer", "bounds": [0, 10]}}, rows=4, groups=None)
 
 
 def policy(timing: str = f"{{quantum_ms: {Q}}}") -> Policy:
-    return parse_policy(
-        f"tables:\n  small: {_TABLE}\n  big: {_TABLE}\n"
-        f'analysts:\n  zoe: {{credential: "{make_verifier("pw")}", budget: {{epsilon: 10000}}}}\n'
-        f"timing: {timing}\n"
+    """Tables small and big; ``timing`` is the policy's ``timing:`` value (YAML)."""
+    return build_policy(
+        base={},
+        tables={"small": _TABLE, "big": _TABLE},
+        analysts={"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": 10000}}},
+        timing=yaml.safe_load(timing),
     )
 
 

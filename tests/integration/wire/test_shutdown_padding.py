@@ -15,20 +15,23 @@ import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig
 from tests.integration.budget.ledger_support import states
+from tests.policies import build_policy, private_table
 
 
 def _policy(quantum_ms: int) -> Policy:
-    return parse_policy(
-        "tables:\n  t: {privacy_unit: uid, columns: {uid: {type: integer, identifier: true}, "
-        "v: {type: integer, bounds: [0, 10]}}}\n"
-        f'analysts:\n  zoe: {{credential: "{make_verifier("pw")}", budget: {{epsilon: 100}}}}\n'
-        f"timing: {{quantum_ms: {quantum_ms}}}\n"
+    table = private_table(
+        "uid", {"v": {"type": "integer", "bounds": [0, 10]}}, rows=None, groups=None
+    )
+    return build_policy(
+        base={},
+        tables={"t": table},
+        analysts={"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": 100}}},
+        timing={"quantum_ms": quantum_ms},
     )
 
 

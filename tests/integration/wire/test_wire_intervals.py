@@ -19,14 +19,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from dpsql.demo import POLICY as DEMO_POLICY
 from dpsql.dp import mechanisms
 from dpsql.engine import Engine
-from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
-from tests.helpers import binom_min_successes, fixed_bounds_doc
+from tests.helpers import binom_min_successes
+from tests.policies import build_policy, demo_doc, private_table
 
 STATS = ("n", "s", "a", "vp", "sd", "ratio", "n2")
 SQL = (
@@ -43,26 +42,17 @@ RUNS = 150
 
 
 def _policy() -> Policy:
-    demo = load_policy(DEMO_POLICY)
-    return Policy.model_validate(
-        fixed_bounds_doc(
-            {
-                "version": 1,
-                "dataset": "wi",
-                "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-                "tables": {
-                    "public.w": {
-                        "privacy_unit": "uid",
-                        "columns": {
-                            "uid": {"type": "integer", "identifier": True},
-                            "g": {"type": "text", "keys": ["a", "b"]},
-                            "v": {"type": "numeric", "bounds": [0, 10]},
-                        },
-                    }
-                },
-                "analysts": {"analyst": demo.analysts["analyst"].model_dump()},
-            }
-        )
+    columns = {
+        "g": {"type": "text", "keys": ["a", "b"]},
+        "v": {"type": "numeric", "bounds": [0, 10]},
+    }
+    return build_policy(
+        base={"version": 1},
+        dataset="wi",
+        defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+        tables={"public.w": private_table("uid", columns, rows=None, groups=None)},
+        analysts={"analyst": demo_doc()["analysts"]["analyst"]},
+        fixed_bounds=True,  # auto -> R = G = 1, clamp: bounds
     )
 
 

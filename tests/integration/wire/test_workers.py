@@ -24,27 +24,28 @@ from psycopg import errors as pe
 from dpsql.wire import messages as m
 from dpsql.wire.auth import make_verifier
 from tests.helpers import db_name, start_serve
+from tests.policies import PolicyMaker, private_table
 from tests.wire_support import RawClient
 
 BUDGET, EPSILON, CLIENTS = 2.0, 0.25, 24
 
 
 @pytest.fixture(scope="module")
-def setup(
-    make_db: Callable[[str], str], tmp_path_factory: pytest.TempPathFactory
-) -> tuple[str, Path]:
+def setup(make_db: Callable[[str], str], make_policy: PolicyMaker) -> tuple[str, Path]:
     upstream = make_db("wire_workers")
     with psycopg.connect(upstream, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 50 FROM "
                      "generate_series(1, 2000) g")  # fmt: skip
-    policy = tmp_path_factory.mktemp("workers") / "policy.yaml"
-    policy.write_text(
-        "version: 1\ntables:\n  t:\n    privacy_unit: uid\n    columns:\n"
-        "      uid: {type: integer, identifier: true}\n      v: {type: integer, bounds: [0, 50]}\n"
-        f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n'
-        f"    budget: {{epsilon: {BUDGET}}}\n"
+    table = private_table(
+        "uid", {"v": {"type": "integer", "bounds": [0, 50]}}, rows=None, groups=None
     )
-    return upstream, policy
+    pf = make_policy(
+        "workers",
+        base={"version": 1},
+        tables={"t": table},
+        analysts={"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": BUDGET}}},
+    )
+    return upstream, pf.path
 
 
 class Served:
