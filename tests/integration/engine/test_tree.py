@@ -28,10 +28,9 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
 from dpsql.budget.ledger import Ledger
-from dpsql.demo import POLICY, load_demo
+from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.policy.model import Policy
@@ -39,6 +38,7 @@ from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
 from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.policies import build_policy
 
 ALPHA = 1e-6
 CATEGORIES = ["books", "clothing", "electronics", "groceries", "travel"]
@@ -109,9 +109,7 @@ HAVING_TOP = (
 
 
 def tree_policy() -> Policy:
-    raw = yaml.safe_load(POLICY.read_text())
-    raw["tables"].update(ONE_ROW_TABLES)
-    return Policy.model_validate(raw)
+    return build_policy(add_tables=ONE_ROW_TABLES)
 
 
 def load_tree_db(dsn: str) -> None:

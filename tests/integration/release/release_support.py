@@ -8,8 +8,10 @@ marginals carry information an independent-marginals baseline misses.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
+import yaml
 
 from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
@@ -78,6 +80,9 @@ def people_dsn(make_db: Callable[[str], str]) -> str:
             conn.execute(SCHEMA)
         _CREATED[key] = dsn
     return _CREATED[key]
+
+
+POLICY_DOC: dict[str, Any] = yaml.safe_load(POLICY)  # for make_policy(base=...)
 
 
 def policy() -> Policy:

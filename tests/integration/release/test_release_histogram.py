@@ -26,6 +26,7 @@ from dpsql.release.histogram import LevelPlan, measure, plan_histogram, postproc
 from dpsql.release.jobs import resolve, run_histogram
 from dpsql.release.source import Bound, bounded_counts
 from tests.integration.release import release_support
+from tests.policies import PolicyMaker
 
 ALPHA = 1e-7  # each statistical assertion's false-failure probability (a few: < 1e-6 in all)
 
@@ -198,20 +199,14 @@ def test_postprocessed_levels_are_consistent(educ_region) -> None:  # type: igno
     assert abs(post.sum() - float(noisy["total"])) <= hw
 
 
-def _policy_file(tmp_path: Path) -> Path:
-    p = tmp_path / "policy.yaml"
-    p.write_text(release_support.POLICY)
-    return p
-
-
-def test_cli_histogram_end_to_end(people: str, tmp_path: Path) -> None:
+def test_cli_histogram_end_to_end(people: str, tmp_path: Path, make_policy: PolicyMaker) -> None:
     import pyarrow.parquet as pq
 
     out = tmp_path / "out"
     ledger_schema = "dpsql"
     rc = main(
         [
-            "release", "histogram", "--policy", str(_policy_file(tmp_path)), "--upstream", people,
+            "release", "histogram", "--policy", str(make_policy("release", base=release_support.POLICY_DOC).path), "--upstream", people,
             "--table", "people", "--columns", "income,region", "--bins", "income=20000",
             "--epsilon", "1", "--levels", "total,marginals,cells", "--out", str(out),
             "--to-table", "released.income_region", "--replace", "--analyst", "owner",

@@ -24,6 +24,7 @@ from dpsql.release.hierarchy import leaf_operator, plan_tree
 from dpsql.release.ranges import run_ranges
 from dpsql.session import SessionContext
 from tests.integration.release import release_support
+from tests.policies import PolicyMaker
 
 ALPHA = 1e-6  # Chebyshev on the noise: a tighter alpha would make the twin's margin thin
 
@@ -34,12 +35,14 @@ def people(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def released(people: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def released(  # type: ignore[no-untyped-def]
+    people: str, tmp_path_factory: pytest.TempPathFactory, make_policy: PolicyMaker
+):
     base = tmp_path_factory.mktemp("ranges")
-    (base / "policy.yaml").write_text(release_support.POLICY)
+    policy_file = make_policy("release", base=release_support.POLICY_DOC).path
     rc = main(
         [
-            "release", "ranges", "--policy", str(base / "policy.yaml"), "--upstream", people,
+            "release", "ranges", "--policy", str(policy_file), "--upstream", people,
             "--ledger", people, "--table", "people", "--column", "age", "--bins", "age=1",
             "--epsilon", "1", "--out", str(base / "out"), "--analyst", "owner",
             "--to-table", "released.people_age_ranges", "--replace", "--no-progress",

@@ -36,6 +36,7 @@ from dpsql.release.source import Bound, bounded_cells
 from dpsql.release.synthesis import fit_result, sample_result
 from dpsql.release.synthetic import run_synthetic
 from tests.integration.release import release_support
+from tests.policies import PolicyMaker
 
 # needs mbi/jax (the synthetic extra; CI runs these in a venv of their own)
 pytestmark = pytest.mark.synthetic
@@ -53,14 +54,16 @@ def people(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def released(people: str, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def released(  # type: ignore[no-untyped-def]
+    people: str, tmp_path_factory: pytest.TempPathFactory, make_policy: PolicyMaker
+):
     """One release through the CLI: (written metadata, quality report JSON, base dir, budgets)."""
     pol = release_support.policy()
     base = tmp_path_factory.mktemp("synthetic")
-    (base / "policy.yaml").write_text(release_support.POLICY)
+    policy_file = make_policy("release", base=release_support.POLICY_DOC).path
     rc = main(
         [
-            "release", "synthetic", "--policy", str(base / "policy.yaml"), "--upstream", people,
+            "release", "synthetic", "--policy", str(policy_file), "--upstream", people,
             "--ledger", people, "--table", "people", "--columns", ",".join(COLUMNS),
             "--epsilon", "1", "--delta", "1e-6", "--out", str(base / "out"), "--analyst", "owner",
             "--to-table", "released.people_synth", "--replace", "--iters", "300",
