@@ -138,7 +138,7 @@ def demo_dsn(make_db: Callable[[str], str]) -> str:
 def demo_policy():  # type: ignore[no-untyped-def]
     """The demo policy with fixed contribution bounds (its numbers before ``auto``): tests of
     other features get reproducible bounds; ``demo_policy_auto`` is the shipped one."""
-    from tests.helpers import fixed_demo_policy
+    from tests.policies import fixed_demo_policy
 
     return fixed_demo_policy()
 

@@ -17,42 +17,6 @@ from dpsql.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# The demo policy's contribution bounds before they became ``auto`` (chosen per query): tests of
-# other features run on these fixed numbers, so their answers and charges stay reproducible.
-DEMO_FIXED_BOUNDS = {"public.purchases": (25, 5), "public.pums": (1, 1)}
-
-
-def fixed_bounds_doc(doc: dict[str, Any]) -> dict[str, Any]:
-    """A policy document (YAML as dicts) with every ``auto`` contribution bound fixed: the demo
-    tables' former numbers (others: 1) and ``clamp: bounds`` on every bounded column."""
-    out = dict(doc)
-    tables = {}
-    for name, t in (doc.get("tables") or {}).items():
-        key = name if "." in name else f"public.{name}"
-        r, g = DEMO_FIXED_BOUNDS.get(key, (1, 1))
-        t = dict(t)
-        if t.get("max_rows_per_unit", "auto") == "auto" and t.get("privacy_unit") != "row":
-            t["max_rows_per_unit"] = r
-        if t.get("max_groups_per_unit", "auto") == "auto":
-            t["max_groups_per_unit"] = g
-        t["columns"] = {
-            c: {**v, "clamp": "bounds"} if v.get("bounds") and "clamp" not in v else v
-            for c, v in t["columns"].items()
-        }
-        tables[name] = t
-    out["tables"] = tables
-    return out
-
-
-def fixed_demo_policy() -> Any:
-    """The demo policy with its former fixed contribution bounds (:data:`DEMO_FIXED_BOUNDS`)."""
-    import yaml
-
-    from dpsql.demo import POLICY
-    from dpsql.policy.model import Policy
-
-    return Policy.model_validate(fixed_bounds_doc(yaml.safe_load(Path(POLICY).read_text())))
-
 
 @contextmanager
 def served_engine(

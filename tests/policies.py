@@ -12,7 +12,7 @@
         engine = Engine(pf.policy, dsn)          # or pf.path for a server process
 
 Nothing is implied: bounds stay what the caller wrote (``fixed_bounds=True`` fixes the demo's
-``auto`` contribution bounds, see :func:`tests.helpers.fixed_bounds_doc`).
+``auto`` contribution bounds, see :func:`fixed_bounds_doc`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ import yaml
 
 from dpsql.policy import load_policy, parse_policy
 from dpsql.policy.model import Policy
-from tests.helpers import fixed_bounds_doc
 
 Doc = dict[str, Any]
+
+# The demo policy's contribution bounds before they became ``auto`` (chosen per query): tests of
+# other features run on these fixed numbers, so their answers and charges stay reproducible.
+DEMO_FIXED_BOUNDS = {"public.purchases": (25, 5), "public.pums": (1, 1)}
 
 
 def demo_doc() -> Doc:
@@ -93,6 +96,33 @@ def policy_doc(
 def build_policy(**kw: Any) -> Policy:
     """:func:`policy_doc` (same arguments) parsed as a policy file's text is, without a file."""
     return parse_policy(yaml.safe_dump(policy_doc(**kw)), "<test policy>")
+
+
+def fixed_bounds_doc(doc: dict[str, Any]) -> dict[str, Any]:
+    """A policy document (YAML as dicts) with every ``auto`` contribution bound fixed: the demo
+    tables' former numbers (others: 1) and ``clamp: bounds`` on every bounded column."""
+    out = dict(doc)
+    tables = {}
+    for name, t in (doc.get("tables") or {}).items():
+        key = name if "." in name else f"public.{name}"
+        r, g = DEMO_FIXED_BOUNDS.get(key, (1, 1))
+        t = dict(t)
+        if t.get("max_rows_per_unit", "auto") == "auto" and t.get("privacy_unit") != "row":
+            t["max_rows_per_unit"] = r
+        if t.get("max_groups_per_unit", "auto") == "auto":
+            t["max_groups_per_unit"] = g
+        t["columns"] = {
+            c: {**v, "clamp": "bounds"} if v.get("bounds") and "clamp" not in v else v
+            for c, v in t["columns"].items()
+        }
+        tables[name] = t
+    out["tables"] = tables
+    return out
+
+
+def fixed_demo_policy() -> Policy:
+    """The demo policy with its former fixed contribution bounds (:data:`DEMO_FIXED_BOUNDS`)."""
+    return build_policy(fixed_bounds=True)
 
 
 @dataclass(frozen=True)

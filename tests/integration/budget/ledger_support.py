@@ -9,35 +9,32 @@ import psycopg
 
 from dpsql.budget.records import BudgetRow
 from dpsql.dp.accounting import Cost
-from dpsql.policy.model import Analyst, Budget, Policy
+from dpsql.policy.model import Policy
+from tests.policies import build_policy
 
 
 def policy(
     analysts: dict[str, dict[str, Any]] | None = None,
     dataset_budget: dict[str, Any] | None = None,
     explicit_share: float | None = None,
-    **kw: Any,
+    **top: Any,
 ) -> Policy:
-    """A policy with these analysts' budgets (``{"alice": {"epsilon": 1}}``)."""
+    """A policy with no tables and these analysts' budgets (``{"alice": {"epsilon": 1}}``, an
+    entry's ``max_epsilon`` is the analyst's), the dataset's budget, other top-level keys ``top``."""
     analysts = analysts if analysts is not None else {"alice": {"epsilon": 1.0, "delta": 1e-6}}
-    return Policy(
-        dataset="testdata",
-        analysts={
-            name: Analyst(
-                budget=Budget(
-                    **{
-                        k: v
-                        for k, v in b.items()
-                        if k in ("epsilon", "delta", "period", "renyi_order")
-                    },
-                    **({} if explicit_share is None else {"explicit_delta_share": explicit_share}),
-                ),
-                max_epsilon=b.get("max_epsilon"),
-            )
-            for name, b in analysts.items()
-        },
-        budget=Budget(**dataset_budget) if dataset_budget else None,
-        **kw,
+    share = {} if explicit_share is None else {"explicit_delta_share": explicit_share}
+
+    def analyst(b: dict[str, Any]) -> dict[str, Any]:
+        budget = {k: v for k, v in b.items() if k in ("epsilon", "delta", "period", "renyi_order")}
+        limit = {"max_epsilon": b["max_epsilon"]} if "max_epsilon" in b else {}
+        return {"budget": {**budget, **share}, **limit}
+
+    if dataset_budget:
+        top["budget"] = dataset_budget
+    return build_policy(
+        base={"dataset": "testdata"},
+        analysts={name: analyst(b) for name, b in analysts.items()},
+        **top,
     )
 
 

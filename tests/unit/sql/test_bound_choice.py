@@ -25,7 +25,7 @@ from dpsql.sql.auto_bounds import (
 )
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
-from tests.helpers import fixed_demo_policy
+from tests.policies import fixed_demo_policy
 
 
 def test_doctests() -> None:
@@ -82,20 +82,12 @@ def _analysis(sql: str, policy: object) -> object:
     return analyze(st.tree, policy)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def auto_policy():  # type: ignore[no-untyped-def]
-    from dpsql.demo import POLICY
-    from dpsql.policy import load_policy
-
-    return load_policy(POLICY)
-
-
-def test_items_and_resolution(auto_policy) -> None:  # type: ignore[no-untyped-def]
-    a = _analysis("SELECT category, SUM(amount) FROM purchases GROUP BY category", auto_policy)
+def test_items_and_resolution(demo_policy_auto) -> None:  # type: ignore[no-untyped-def]
+    a = _analysis("SELECT category, SUM(amount) FROM purchases GROUP BY category", demo_policy_auto)
     items = auto_items(a)  # type: ignore[arg-type]
     assert [(i.kind, i.median) for i in items] == [("rows", False), ("value_hi", False)]
     assert measure_bounds(a, items).sql("postgres").count("WIDTH_BUCKET") == 2  # type: ignore[arg-type]
-    ungrouped = _analysis("SELECT AVG(amount) FROM purchases", auto_policy)
+    ungrouped = _analysis("SELECT AVG(amount) FROM purchases", demo_policy_auto)
     assert [(i.kind, i.median) for i in auto_items(ungrouped)] == [  # type: ignore[arg-type]
         ("rows", True),  # a ratio without GROUP BY: R at the median unit
         ("value_hi", False),
@@ -114,22 +106,22 @@ def test_items_and_resolution(auto_policy) -> None:  # type: ignore[no-untyped-d
     assert "amount clamped to at most 120" in chosen.describe()
 
 
-def test_per_group_ratios_keep_one_row_without_spending(auto_policy) -> None:  # type: ignore[no-untyped-def]
+def test_per_group_ratios_keep_one_row_without_spending(demo_policy_auto) -> None:  # type: ignore[no-untyped-def]
     """AVG per group: R = 1 (the least noise, see ratio_rows) is set, not chosen: no rows item,
     and a policy choice that says why; declared keys set G the same way."""
-    a = _analysis("SELECT category, AVG(amount) FROM purchases GROUP BY category", auto_policy)
+    a = _analysis("SELECT category, AVG(amount) FROM purchases GROUP BY category", demo_policy_auto)
     assert [i.kind for i in auto_items(a)] == ["value_hi"]  # type: ignore[arg-type]
     rows, groups = policy_choices(a)  # type: ignore[arg-type]
     assert (rows.kind, rows.value, rows.epsilon, rows.rule) == ("rows", 1, 0, RATIO_ROWS)
     assert (groups.kind, groups.value, groups.rule) == ("groups", 5, DECLARED)
     mixed = _analysis(
-        "SELECT category, AVG(amount), COUNT(*) FROM purchases GROUP BY category", auto_policy
+        "SELECT category, AVG(amount), COUNT(*) FROM purchases GROUP BY category", demo_policy_auto
     )
     assert [i.kind for i in auto_items(mixed)][0] == "rows"  # type: ignore[arg-type]
     # few groups (sex: 2 < RATIO_ROWS_GROUPS): R at the median unit, as without GROUP BY
-    by_sex = _analysis("SELECT sex, AVG(income) FROM pums GROUP BY sex", auto_policy)
+    by_sex = _analysis("SELECT sex, AVG(income) FROM pums GROUP BY sex", demo_policy_auto)
     assert [(i.kind, i.median) for i in auto_items(by_sex)][0] == ("rows", True)  # type: ignore[arg-type]
-    by_educ = _analysis("SELECT educ, AVG(income) FROM pums GROUP BY educ", auto_policy)
+    by_educ = _analysis("SELECT educ, AVG(income) FROM pums GROUP BY educ", demo_policy_auto)
     assert [i.kind for i in auto_items(by_educ)] == ["value_hi"]  # type: ignore[arg-type]
 
 

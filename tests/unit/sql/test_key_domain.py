@@ -21,7 +21,7 @@ from dpsql.sql.date_domain import date_trunc_domain, trunc
 from dpsql.sql.key_domain import KeyFilter
 from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.parse import parse_statement
-from tests.helpers import fixed_demo_policy
+from tests.policies import fixed_demo_policy
 
 policy = fixed_demo_policy()  # the former fixed bounds (G = 5 declared)
 CATEGORIES = ("books", "clothing", "electronics", "groceries", "travel")
