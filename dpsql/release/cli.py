@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from dpsql.release.jobs import Job
 
 console = Console()
 
@@ -128,79 +134,73 @@ def _common(p: argparse.ArgumentParser, columns: bool = True) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def _open(args: argparse.Namespace) -> tuple[Any, Any]:
+@contextmanager
+def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
+    """The release's common options as a :class:`~dpsql.release.jobs.Job` (``changes``
+    replacing some), its ledger open (the upstream database unless ``--ledger``) until the end."""
     from dpsql.budget.ledger import Ledger
     from dpsql.policy import load_policy
+    from dpsql.release.jobs import Job
+    from dpsql.release.spec import parse_bins
 
+    bins = parse_bins(args.bins)
     policy = load_policy(args.policy)
-    return policy, Ledger.open(args.ledger or args.upstream, policy)
+    ledger = Ledger.open(args.ledger or args.upstream, policy)
+    try:
+        yield replace(
+            Job(
+                policy,
+                args.upstream,
+                table=args.table,
+                epsilon=args.epsilon,
+                out_dir=args.out,
+                delta=args.delta,
+                bins=bins,
+                analyst=args.analyst,
+                ledger=ledger,
+                to_table=args.to_table,
+                replace=args.replace,
+                console=console,
+                progress=not args.no_progress,
+            ),
+            **changes,
+        )
+    finally:
+        ledger.close()
 
 
 def cmd_histogram(args: argparse.Namespace) -> int:
     from dpsql.release.histogram import parse_levels, parse_weights
     from dpsql.release.jobs import run_histogram
-    from dpsql.release.spec import parse_bins
 
-    bins = parse_bins(args.bins)
     columns = args.columns.split(",")
-    policy, ledger = _open(args)
-    try:
+    with _job(args) as job:
         w = run_histogram(
-            policy,
-            args.upstream,
-            table=args.table,
-            columns=columns,
-            epsilon=args.epsilon,
-            delta=args.delta,
-            out_dir=args.out,
-            bins=bins,
+            job,
+            columns,
             levels=parse_levels(args.levels, len(columns)),
             optimize_for=args.optimize_for,
             weights=parse_weights(args.weights) if args.weights else None,
-            analyst=args.analyst,
-            ledger=ledger,
-            to_table=args.to_table,
-            replace=args.replace,
-            console=console,
-            progress=not args.no_progress,
         )
-    finally:
-        ledger.close()
     _print_written(w, f"{w.rows} cells")
     return 0
 
 
 def cmd_synthetic(args: argparse.Namespace) -> int:
-    from dpsql.release.spec import parse_bins
     from dpsql.release.synthetic import run_synthetic
 
-    bins = parse_bins(args.bins)
-    policy, ledger = _open(args)
-    try:
+    to_table = None if args.no_table else (args.to_table or _default_table(args.table))
+    with _job(args, to_table=to_table) as job:
         r = run_synthetic(
-            policy,
-            args.upstream,
-            table=args.table,
-            columns=args.columns.split(","),
-            epsilon=args.epsilon,
-            delta=args.delta,
-            out_dir=args.out,
-            bins=bins,
+            job,
+            args.columns.split(","),
             rows=args.rows,
-            analyst=args.analyst,
-            ledger=ledger,
-            to_table=None if args.no_table else (args.to_table or _default_table(args.table)),
-            replace=args.replace,
             quality_path=args.quality_report,
             iters=args.iters,
             synthesizer=args.synthesizer,
             compress=not args.no_compress,
             if_worse=args.if_worse,
-            console=console,
-            progress=not args.no_progress,
         )
-    finally:
-        ledger.close()
     _print_written(r.written, f"{r.written.rows:,} synthetic rows")
     _print_comparison(r.comparison, r.published)
     q = r.quality
@@ -242,30 +242,9 @@ def _print_comparison(c: Any, published: str) -> None:
 
 def cmd_ranges(args: argparse.Namespace) -> int:
     from dpsql.release.ranges import run_ranges
-    from dpsql.release.spec import parse_bins
 
-    bins = parse_bins(args.bins)
-    policy, ledger = _open(args)
-    try:
-        w = run_ranges(
-            policy,
-            args.upstream,
-            table=args.table,
-            column=args.column,
-            epsilon=args.epsilon,
-            delta=args.delta,
-            out_dir=args.out,
-            bins=bins,
-            branching=args.branching,
-            analyst=args.analyst,
-            ledger=ledger,
-            to_table=args.to_table,
-            replace=args.replace,
-            console=console,
-            progress=not args.no_progress,
-        )
-    finally:
-        ledger.close()
+    with _job(args) as job:
+        w = run_ranges(job, args.column, branching=args.branching)
     _print_written(w, f"{w.rows:,} bins")
     e = w.meta["range_error"]
     if e["rmse_over_all_ranges"] is not None:

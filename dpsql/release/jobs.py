@@ -1,7 +1,8 @@
 """End-to-end release jobs: resolve, plan, reserve, count in PostgreSQL, add noise, commit, write.
 
-``run_histogram`` and (in :mod:`dpsql.release.synthetic`) ``run_synthetic`` are what the CLI calls;
-tests call them too, with or without a ledger.
+``run_histogram`` here, ``run_synthetic`` (:mod:`dpsql.release.synthetic`) and ``run_ranges``
+(:mod:`dpsql.release.ranges`) are what the CLI calls, each with a :class:`Job` (what every release
+takes) and its own options; tests call them too, with or without a ledger.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import psycopg
 from psycopg import sql as pgsql
 from rich.console import Console
 
+from dpsql.budget.api import BudgetLedger
+from dpsql.dp.accounting import Cost
 from dpsql.errors import InvalidParameter
 from dpsql.policy.model import Policy
 from dpsql.release.charge import Charge, Steps
@@ -43,6 +46,45 @@ class Written:
     rows: int
     release_id: int | None
     meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Job:
+    """What every release takes, whatever it publishes: the private ``table`` on ``upstream``
+    under ``policy``, the privacy parameters, ``bins`` of its numeric columns, who is charged
+    (``analyst`` on ``ledger``; None: nothing is recorded, for library use), where the outputs go
+    (``out_dir``, and ``to_table`` in PostgreSQL) and the progress display."""
+
+    policy: Policy
+    upstream: str
+    table: str
+    epsilon: float
+    out_dir: Path
+    delta: float | None = None
+    bins: dict[str, Any] | None = None
+    analyst: str = "analyst"
+    ledger: BudgetLedger | None = None
+    to_table: str | None = None
+    replace: bool = False
+    console: Console | None = None
+    progress: bool = True
+
+    def target(self) -> str | None:
+        """The checked ``to_table`` (refused before anything is charged), or None."""
+        return check_target(self.policy, self.to_table) if self.to_table else None
+
+    def source(self, columns: Sequence[str]) -> Source:
+        """``columns`` of the table resolved under the analyst's view of the policy."""
+        return resolve(self.policy.for_analyst(self.analyst), self.upstream, self.table, columns,
+                       self.bins)  # fmt: skip
+
+    def steps(self, names: list[str]) -> Steps:
+        """The progress display over the release's named steps."""
+        return Steps(names, self.console, self.progress)
+
+    def charge(self, cost: Cost, fingerprint: str, delta: Fraction, label: str) -> Charge:
+        """Reserve ``cost`` for the analyst (nothing when there is no ledger)."""
+        return Charge(self.ledger, self.analyst, cost, fingerprint, delta, label)
 
 
 def keys_from_db(dsn: str) -> Any:
@@ -73,6 +115,16 @@ def resolve(
     return resolve_source(policy, table, columns, bins, keys_from_db(upstream))
 
 
+def meta_header(kind: str, src: Source) -> dict[str, Any]:
+    """The first entries of every release's JSON sidecar: what, when, from which table, axes."""
+    return {
+        "kind": kind,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "table": src.table,
+        "axes": [a.describe() for a in src.axes],
+    }
+
+
 def histogram_meta(plan: HistogramPlan, hist: Histogram, release_id: int | None) -> dict[str, Any]:
     src = plan.source
     levels = []
@@ -92,10 +144,7 @@ def histogram_meta(plan: HistogramPlan, hist: Histogram, release_id: int | None)
         )
     cost = plan.cost
     return {
-        "kind": "dpsql histogram",
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "table": src.table,
-        "axes": [a.describe() for a in src.axes],
+        **meta_header("dpsql histogram", src),
         "cells": src.cells,
         "total": int(hist.counts.sum()),
         "privacy": {
@@ -143,64 +192,47 @@ def histogram_columns(plan: HistogramPlan, counts: np.ndarray) -> list[OutColumn
 
 
 def run_histogram(
-    policy: Policy,
-    upstream: str,
-    *,
-    table: str,
+    job: Job,
     columns: Sequence[str],
-    epsilon: float,
-    out_dir: Path,
-    delta: float | None = None,
-    bins: dict[str, Any] | None = None,
+    *,
     levels: Sequence[str] = ("cells",),
     optimize_for: str = "balanced",
     weights: dict[str, Fraction] | None = None,
-    analyst: str = "analyst",
-    ledger: Any = None,
-    to_table: str | None = None,
-    replace: bool = False,
-    console: Console | None = None,
-    progress: bool = True,
 ) -> Written:
     """The whole ``dpsql release histogram`` job."""
-    eps, delta_f = check_epsilon(epsilon, delta)
-    target = check_target(policy, to_table) if to_table else None
-    src = resolve(policy.for_analyst(analyst), upstream, table, columns, bins)
+    eps, delta_f = check_epsilon(job.epsilon, job.delta)
+    target = job.target()
+    src = job.source(columns)
     plan = plan_histogram(
         src,
         Bound.for_source(src, "per_cell"),
         eps,
         delta_f,
         levels,
-        policy.defaults.confidence,
+        job.policy.defaults.confidence,
         optimize_for,
         weights,
     )
-    with Steps(["reserve budget", "count", "noise", "write"], console, progress) as steps:
+    with job.steps(["reserve budget", "count", "noise", "write"]) as steps:
         with steps.step("reserving the privacy budget"):
-            charge = Charge(ledger, analyst, plan.cost, plan.fingerprint(), delta_f, plan.mechanism)
+            charge = job.charge(plan.cost, plan.fingerprint(), delta_f, plan.mechanism)
         with steps.step(f"counting {src.cells:,} cells in PostgreSQL"):
-            counts = charge.before_noise(lambda: bounded_counts(upstream, src, plan.bound))
+            counts = charge.before_noise(lambda: bounded_counts(job.upstream, src, plan.bound))
         with steps.step("adding noise and post-processing"):
             hist = release_histogram(plan, counts)
             del counts
             charge.commit()
         with steps.step("writing outputs"):
-            written = _write_histogram(plan, hist, out_dir, upstream, target, replace, charge)
+            written = _write_histogram(plan, hist, job, target, charge)
     return written
 
 
 def _write_histogram(
-    plan: HistogramPlan,
-    hist: Histogram,
-    out_dir: Path,
-    upstream: str,
-    target: str | None,
-    replace: bool,
-    charge: Charge,
+    plan: HistogramPlan, hist: Histogram, job: Job, target: str | None, charge: Charge
 ) -> Written:
     meta = histogram_meta(plan, hist, charge.release_id)
     cols = histogram_columns(plan, hist.counts)
+    out_dir = job.out_dir
     files = write_table(out_dir, "histogram", cols)
     src = plan.source
     files.append(
@@ -213,10 +245,10 @@ def _write_histogram(
         )
     )
     if target:
-        write_pg_table(upstream, target, cols, files[0], replace=replace)
+        write_pg_table(job.upstream, target, cols, files[0], replace=job.replace)
         meta["table_written"] = target
     files.append(write_json(out_dir / "histogram.json", meta))
     return Written(tuple(files), target, int(hist.counts.size), charge.release_id, meta)
 
 
-__all__ = ["Written", "keys_from_db", "run_histogram"]
+__all__ = ["Job", "Written", "keys_from_db", "run_histogram"]

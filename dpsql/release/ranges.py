@@ -10,17 +10,12 @@ running sum, so a range [a, b] is ``cumulative(b) - cumulative(a - 1)``). Declar
 
 from __future__ import annotations
 
-import datetime as dt
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 
 from dpsql.errors import InvalidParameter
-from dpsql.policy.model import Policy
-from dpsql.release.charge import Charge, Steps
 from dpsql.release.hierarchy import (
     BRANCHINGS,
     TreePlan,
@@ -31,48 +26,31 @@ from dpsql.release.hierarchy import (
     measure_tree,
     plan_tree,
 )
-from dpsql.release.jobs import Written, resolve
-from dpsql.release.outputs import OutColumn, check_target, write_json, write_pg_table, write_table
+from dpsql.release.jobs import Job, Written, meta_header
+from dpsql.release.outputs import OutColumn, write_json, write_pg_table, write_table
 from dpsql.release.source import Bound, bounded_counts
 from dpsql.release.spec import Source, check_epsilon
 
 
-def run_ranges(
-    policy: Policy,
-    upstream: str,
-    *,
-    table: str,
-    column: str,
-    epsilon: float,
-    out_dir: Path,
-    delta: float | None = None,
-    bins: dict[str, Any] | None = None,
-    branching: int | None = None,
-    analyst: str = "analyst",
-    ledger: Any = None,
-    to_table: str | None = None,
-    replace: bool = False,
-    console: Console | None = None,
-    progress: bool = True,
-) -> Written:
-    """The whole ``dpsql release ranges`` job."""
-    eps, delta_f = check_epsilon(epsilon, delta)
+def run_ranges(job: Job, column: str, *, branching: int | None = None) -> Written:
+    """The whole ``dpsql release ranges`` job over the ordered ``column``."""
+    eps, delta_f = check_epsilon(job.epsilon, job.delta)
     if branching is not None and branching not in BRANCHINGS:
         raise InvalidParameter(
             f"--branching must be one of {', '.join(map(str, BRANCHINGS))}",
             hint="or omit it: the branching with the smallest mean range error is chosen",
         )
-    target = check_target(policy, to_table) if to_table else None
-    src = resolve(policy.for_analyst(analyst), upstream, table, [column], bins)
+    target = job.target()
+    src = job.source([column])
     bound = Bound.for_source(src, "per_unit")
     plan = plan_tree(src.shape[0], eps, delta_f, bound.rows, branching)
     shape = "flat" if plan.flat else f"B={plan.branching}"
     fingerprint = f"release ranges {src.table} [{src.axes[0].name}] {shape}"
-    with Steps(["reserve budget", "count", "noise", "write"], console, progress) as steps:
+    with job.steps(["reserve budget", "count", "noise", "write"]) as steps:
         with steps.step("reserving the privacy budget"):
-            charge = Charge(ledger, analyst, plan.cost, fingerprint, delta_f, "hierarchy")
+            charge = job.charge(plan.cost, fingerprint, delta_f, "hierarchy")
         with steps.step(f"counting {plan.n:,} bins in PostgreSQL"):
-            counts = charge.before_noise(lambda: bounded_counts(upstream, src, bound))
+            counts = charge.before_noise(lambda: bounded_counts(job.upstream, src, bound))
         with steps.step("measuring the tree and making it consistent"):
             noisy = measure_tree(plan, counts)
             del counts
@@ -80,12 +58,12 @@ def run_ranges(
             leaves = consistent_leaves(plan, noisy)
         with steps.step("writing outputs"):
             cols = _columns(src, leaves)
-            files = write_table(out_dir, "ranges", cols)
+            files = write_table(job.out_dir, "ranges", cols)
             meta = _meta(src, plan, bound, eps, delta_f, charge.release_id)
             if target:
-                write_pg_table(upstream, target, cols, files[0], replace=replace)
+                write_pg_table(job.upstream, target, cols, files[0], replace=job.replace)
                 meta["table_written"] = target
-            files.append(write_json(out_dir / "ranges.json", meta))
+            files.append(write_json(job.out_dir / "ranges.json", meta))
     return Written(tuple(files), target, plan.n, charge.release_id, meta)
 
 
@@ -111,10 +89,7 @@ def _meta(
     tree_rmse = math.sqrt(mean_range_variance(plan)) if exact else None
     flat = plan_tree(1, eps, delta, bound.rows, 2).mechanism  # one level: the whole budget
     return {
-        "kind": "dpsql ranges",
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "table": src.table,
-        "axes": [a.describe() for a in src.axes],
+        **meta_header("dpsql ranges", src),
         "bins": plan.n,
         "privacy": {
             "epsilon": float(eps),

@@ -11,7 +11,6 @@ rare values both do first.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -20,23 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 
 from dpsql.dp import rng
 from dpsql.dp.accounting import epsilon_to_rho
 from dpsql.errors import InvalidParameter
 from dpsql.policy.model import Policy
-from dpsql.release.charge import Charge, Steps
+from dpsql.release.charge import Charge
 from dpsql.release.compare import (
     IF_WORSE,
     Comparison,
     decide,
 )
-from dpsql.release.jobs import Written, resolve
+from dpsql.release.jobs import Job, Written, meta_header
 from dpsql.release.marginals import Synthesis, marginal
 from dpsql.release.outputs import (
     OutColumn,
-    check_target,
     plot_marginals,
     write_json,
     write_pg_table,
@@ -92,27 +89,15 @@ def _check_paths(out_dir: Path, quality_path: Path | None) -> None:
 
 
 def run_synthetic(
-    policy: Policy,
-    upstream: str,
-    *,
-    table: str,
+    job: Job,
     columns: Sequence[str],
-    epsilon: float,
-    out_dir: Path,
-    delta: float | None = None,
-    bins: dict[str, Any] | None = None,
+    *,
     rows: int | None = None,
-    analyst: str = "analyst",
-    ledger: Any = None,
-    to_table: str | None = None,
-    replace: bool = False,
     quality_path: Path | None = None,
     iters: int = 1000,
     synthesizer: str = "aim",
     compress: bool = True,
     if_worse: str = "baseline",
-    console: Console | None = None,
-    progress: bool = True,
 ) -> SyntheticRelease:
     """The whole ``dpsql release synthetic`` job; returns what was written and the owner report."""
     if synthesizer not in SYNTHESIZERS:
@@ -123,23 +108,23 @@ def run_synthetic(
         raise InvalidParameter(
             f"unknown --if-worse {if_worse!r}", hint="use baseline, stop or publish"
         )
-    eps, delta_f = check_epsilon(epsilon, _delta(policy, delta))
+    eps, delta_f = check_epsilon(job.epsilon, _delta(job.policy, job.delta))
     if rows is not None and not 1 <= rows <= MAX_ROWS:
         raise InvalidParameter(f"--rows must be in [1, {MAX_ROWS:,}]", hint="or omit it")
-    target = check_target(policy, to_table) if to_table else None
-    _check_paths(out_dir, quality_path)
-    src = resolve(policy.for_analyst(analyst), upstream, table, columns, bins)
+    target = job.target()
+    _check_paths(job.out_dir, quality_path)
+    src = job.source(columns)
     bound = Bound.for_source(src, "per_unit")
     names = [a.name for a in src.axes]
     plan = make_plan(
         synthesizer, names, src.shape, epsilon_to_rho(eps, delta_f), bound.rows, compress
     )
     steps = ["reserve", "count", "measure", "fit", "compare", "sample", "write"]
-    with Steps(steps, console, progress) as st:
+    with job.steps(steps) as st:
         with st.step("reserving the privacy budget"):
-            charge = Charge(ledger, analyst, plan.cost, _fingerprint(src), delta_f, synthesizer)
+            charge = job.charge(plan.cost, _fingerprint(src), delta_f, synthesizer)
         with st.step("counting bounded cells in PostgreSQL"):
-            idx, n = charge.before_noise(lambda: bounded_cells(upstream, src, bound))
+            idx, n = charge.before_noise(lambda: bounded_cells(job.upstream, src, bound))
         with st.step(f"measuring and selecting marginals ({synthesizer.upper()})"):
             result = run_plan(plan, idx, n)
             charge.commit()
@@ -155,12 +140,10 @@ def run_synthetic(
         )
         del idx, n
         with st.step("writing outputs"):
-            written = _write(
-                src, plan, result, synth, eps, delta_f, out_dir, upstream, target, replace, charge
-            )
+            written = _write(src, plan, result, synth, eps, delta_f, job, target, charge)
             written.meta["comparison"] = None if comparison is None else comparison.as_json()
             written.meta["published"] = published
-            write_json(out_dir / "synthetic.json", written.meta)
+            write_json(job.out_dir / "synthetic.json", written.meta)
     if quality_path is not None:
         write_private_json(quality_path, quality.as_json())
     return SyntheticRelease(written, quality, comparison, published, result, model)
@@ -225,11 +208,8 @@ def _meta(
     kind = plan.synthesizer
     comp = result.compression
     return {
-        "kind": "dpsql synthetic",
-        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "table": src.table,
+        **meta_header("dpsql synthetic", src),
         "rows": rows,
-        "axes": [a.describe() for a in src.axes],
         "values": "categorical: the key; binned numeric: uniform within the bin (integers for "
         "integer columns), a post-processing of the released bin",
         "privacy": {
@@ -285,14 +265,13 @@ def _write(
     synth: np.ndarray,
     eps: Fraction,
     delta: Fraction,
-    out_dir: Path,
-    upstream: str,
+    job: Job,
     target: str | None,
-    replace: bool,
     charge: Charge,
 ) -> Written:
     meta = _meta(src, plan, result, len(synth), eps, delta, charge.release_id)
     cols = synthetic_columns(src, synth)
+    out_dir = job.out_dir
     files = write_table(out_dir, "synthetic", cols)
     ones = np.ones(len(synth), dtype=np.int64)
     margs = [
@@ -307,7 +286,7 @@ def _write(
         )
     )
     if target:
-        write_pg_table(upstream, target, cols, files[0], replace=replace)
+        write_pg_table(job.upstream, target, cols, files[0], replace=job.replace)
         meta["table_written"] = target
     files.append(write_json(out_dir / "synthetic.json", meta))
     return Written(tuple(files), target, len(synth), charge.release_id, meta)

@@ -209,14 +209,13 @@ def test_cli_query_honours_analyst(demo_dsn: str, make_policy: PolicyMaker) -> N
 
 
 def test_release_honours_analyst(demo_dsn: str, policy: Policy, tmp_path: Path) -> None:
-    from dpsql.release.jobs import run_histogram
+    from dpsql.release.jobs import Job, run_histogram
 
     def refused(table: str) -> tuple[str, str, str | None]:
         with pytest.raises(DpsqlError) as e:
-            run_histogram(
-                policy, demo_dsn, table=table, columns=["sex"], epsilon=1.0,
-                out_dir=tmp_path, analyst="bob", progress=False,
-            )  # fmt: skip
+            job = Job(policy, demo_dsn, table=table, epsilon=1.0, out_dir=tmp_path, analyst="bob",
+                      progress=False)  # fmt: skip
+            run_histogram(job, ["sex"])
         return e.value.sqlstate, e.value.message.replace(table, "{t}"), e.value.hint
 
     assert refused("public.pums") == refused("public.pumz")

@@ -19,7 +19,7 @@ import pytest
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.accounting import epsilon_to_rho
 from dpsql.release.compare import DEFAULT_SHARE
-from dpsql.release.jobs import resolve
+from dpsql.release.jobs import Job, resolve
 from dpsql.release.quality import quality_report
 from dpsql.release.source import Bound, bounded_cells
 from dpsql.release.synthesis import sample_result
@@ -43,10 +43,9 @@ def released(people: str, tmp_path_factory: pytest.TempPathFactory):  # type: ig
     out = tmp_path_factory.mktemp("aim")
     with Ledger.open(people, pol) as ledger:
         before = next(b for b in ledger.remaining("owner") if b.budget == "analyst")
-        rel = run_synthetic(
-            pol, people, table="people", columns=COLUMNS, epsilon=1.0, delta=1e-6,
-            out_dir=out / "out", analyst="owner", ledger=ledger, iters=300, progress=False,
-        )  # fmt: skip
+        job = Job(pol, people, table="people", epsilon=1.0, delta=1e-6, out_dir=out / "out",
+                  analyst="owner", ledger=ledger, progress=False)  # fmt: skip
+        rel = run_synthetic(job, COLUMNS, iters=300)
         after = next(b for b in ledger.remaining("owner") if b.budget == "analyst")
     return rel, before, after, out
 
@@ -92,10 +91,9 @@ def test_unknown_if_worse_is_refused_before_anything(people: str, tmp_path: Path
 
     pol = release_support.policy()
     with pytest.raises(InvalidParameter, match="--if-worse"):
-        run_synthetic(
-            pol, people, table="people", columns=["age", "educ"], epsilon=1.0, delta=1e-6,
-            out_dir=tmp_path / "o", if_worse="maybe", progress=False,
-        )  # fmt: skip
+        job = Job(pol, people, table="people", epsilon=1.0, delta=1e-6, out_dir=tmp_path / "o",
+                  progress=False)  # fmt: skip
+        run_synthetic(job, ["age", "educ"], if_worse="maybe")
     assert not (tmp_path / "o").exists()
 
 

@@ -23,7 +23,7 @@ from dpsql.cli import main
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.errors import BudgetExhausted
 from dpsql.release.histogram import LevelPlan, measure, plan_histogram, postprocess
-from dpsql.release.jobs import resolve, run_histogram
+from dpsql.release.jobs import Job, resolve, run_histogram
 from dpsql.release.source import Bound, bounded_counts
 from tests.integration.release import release_support
 from tests.policies import PolicyMaker
@@ -238,10 +238,9 @@ def test_budget_refusal_writes_nothing(people: str, pol, tmp_path: Path) -> None
     ledger = Ledger.open(people, pol, schema="dpsql_refuse")
     try:
         with pytest.raises(BudgetExhausted) as e:
-            run_histogram(
-                pol, people, table="people", columns=["sex"], epsilon=1.0,
-                out_dir=tmp_path / "o", analyst="poor", ledger=ledger, progress=False,
-            )  # fmt: skip
+            job = Job(pol, people, table="people", epsilon=1.0, out_dir=tmp_path / "o",
+                      analyst="poor", ledger=ledger, progress=False)  # fmt: skip
+            run_histogram(job, ["sex"])
         assert e.value.sqlstate == "53400"
         assert not (tmp_path / "o").exists()
     finally:

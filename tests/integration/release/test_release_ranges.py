@@ -21,6 +21,7 @@ from dpsql.engine import Engine
 from dpsql.errors import InvalidParameter
 from dpsql.policy import parse_policy
 from dpsql.release.hierarchy import leaf_operator, plan_tree
+from dpsql.release.jobs import Job
 from dpsql.release.ranges import run_ranges
 from dpsql.session import SessionContext
 from tests.integration.release import release_support
@@ -118,6 +119,6 @@ def test_range_query_through_dpsql_is_free_and_accurate(released, people: str) -
 def test_refusals(people: str, tmp_path: Path) -> None:
     pol = release_support.policy()
     with pytest.raises(InvalidParameter, match="branching"):
-        run_ranges(pol, people, table="people", column="age", epsilon=1.0,
-                   out_dir=tmp_path / "o", branching=3, progress=False)  # fmt: skip
+        job = Job(pol, people, table="people", epsilon=1.0, out_dir=tmp_path / "o", progress=False)
+        run_ranges(job, "age", branching=3)
     assert not (tmp_path / "o").exists()

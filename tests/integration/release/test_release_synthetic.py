@@ -29,7 +29,7 @@ import pytest
 from dpsql.budget.ledger import Ledger
 from dpsql.cli import main
 from dpsql.errors import InvalidParameter, PrivacyViolation
-from dpsql.release.jobs import resolve
+from dpsql.release.jobs import Job, resolve
 from dpsql.release.mst import plan_mst, run_mst
 from dpsql.release.quality import quality_report
 from dpsql.release.source import Bound, bounded_cells
@@ -238,19 +238,13 @@ def test_mst_beats_the_independent_baseline(cells) -> None:  # type: ignore[no-u
 
 def test_refusals(people: str, tmp_path: Path) -> None:
     pol = release_support.policy()
-    common = {"table": "people", "epsilon": 1.0, "out_dir": tmp_path / "o", "progress": False}
+    job = Job(pol, people, table="people", epsilon=1.0, out_dir=tmp_path / "o", progress=False)
     with pytest.raises(PrivacyViolation, match="no declared keys or bounds"):
-        run_synthetic(pol, people, columns=["age", "note"], **common)  # type: ignore[arg-type]
+        run_synthetic(job, ["age", "note"])
     with pytest.raises(InvalidParameter, match="delta > 0"):
-        run_synthetic(pol, people, columns=["age"], delta=0.0, **common)  # type: ignore[arg-type]
+        run_synthetic(dataclasses.replace(job, delta=0.0), ["age"])
     with pytest.raises(InvalidParameter, match="inside the release directory"):
-        run_synthetic(
-            pol,
-            people,
-            columns=["age"],
-            quality_path=tmp_path / "o" / "q.json",
-            **common,  # type: ignore[arg-type]
-        )
+        run_synthetic(job, ["age"], quality_path=tmp_path / "o" / "q.json")
     with pytest.raises(PrivacyViolation, match="private table"):
-        run_synthetic(pol, people, columns=["age"], to_table="people", **common)  # type: ignore[arg-type]
+        run_synthetic(dataclasses.replace(job, to_table="people"), ["age"])
     assert not (tmp_path / "o").exists()
