@@ -255,8 +255,8 @@ def fixed(values: dict[tuple[str, str], Fraction]) -> AutoBounds:
 
 def tune(q: Query, start: dict[tuple[str, str], Fraction], runs: int) -> tuple[AutoBounds, str]:
     """Best fixed bounds by coordinate search (two passes), judged on the true answer."""
-    items = {(it.kind, it.column): it for it in auto_items(q.a)}
-    best = dict(start)
+    items = {(it.kind, it.column): it for it in auto_items(q.a, totals=False)}
+    best = {k: v for k, v in start.items() if k in items}
     score = q.run([fixed(best)] * runs).error
     for _ in range(2):
         for key, it in items.items():

@@ -265,6 +265,10 @@ class TailRank:
     rank: int  # the first of the two selections' target (at epsilon_s / 2)
     balance: int = 1
     single_rank: int = 0  # the one selection's target (at epsilon_s); 0: ``rank``
+    # the slope from which a tail is followed: SLOPE_MIN for row counts (small integers whose
+    # ranks straddle buckets), 1 for a clamp's values (a continuous scale: one step per
+    # quadrupling of the rank is a Pareto tail of index about 4, a real one)
+    slope_min: int = SLOPE_MIN
     name: str = "tail_rank"
 
     def __post_init__(self) -> None:
@@ -313,7 +317,9 @@ class TailRank:
     def steps(self, slope: np.ndarray) -> np.ndarray:
         """Grid steps to raise R given the slope (steps per quadrupling of the rank)."""
         quads = max(0.0, math.log(self.rank / max(self.balance, 1)) / math.log(4))
-        up: np.ndarray = np.minimum(np.floor(np.maximum(slope, 0) * quads), STEP_CAP)
+        # rows: rounded down; a clamp's values (slope_min 1): to the nearest step
+        half = 0.5 if self.slope_min < SLOPE_MIN else 0.0
+        up: np.ndarray = np.minimum(np.floor(np.maximum(slope, 0) * quads + half), STEP_CAP)
         return up.astype(np.int64)
 
     def combine(self, first: np.ndarray, second: np.ndarray, buckets: int) -> np.ndarray:
@@ -324,7 +330,7 @@ class TailRank:
         second = np.asarray(second, dtype=np.int64)
         ok = (out < buckets) & (second < buckets)
         slope = out - second
-        up = np.where(slope >= SLOPE_MIN, self.steps(slope), 0)
+        up = np.where(slope >= self.slope_min, self.steps(slope), 0)
         raised = np.where(slope > SLOPE_MAX, second, np.minimum(out + up, buckets - 1))
         out[ok] = raised[ok]
         return out

@@ -119,14 +119,21 @@ def mechanisms(p: Pending, epsilon: Fraction) -> list[Selection]:
 def _mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1) -> Selection:
     if it.median:
         return TopRank(each, 10**9, Fraction(1, 2))  # the median unit
-    if it.kind == "rows" and not it.per_group:
-        # R over all of a unit's rows: its best rank (``balance``) lies far below what one
-        # selection resolves; the tail's slope between two ranks says how far to go past it
+    if (it.kind == "rows" and not it.per_group) or it.kind == "total":
+        # R over all of a unit's rows, or an L1 cap over its groups: its best rank
+        # (``balance``) lies far below what one selection resolves; the tail's slope between
+        # two ranks says how far to go past it
         s = round_down(each * (1 - COUNT_SHARE))
         k2 = default_rank(round_down(s / 2), len(it.grid))  # each of two selections'
         k1 = default_rank(s, len(it.grid))  # one selection's, when too few units for two
         return TailRank(each, max(k2, at_least), balance, max(k1, at_least))
     k = default_rank(round_down(each * (1 - COUNT_SHARE)), len(it.grid))  # the selection's
+    if it.kind.startswith("value") and 0 < balance < k:
+        # a clamp whose balance lies below what one selection resolves (AVG, or SUM without
+        # GROUP BY): along the tail of the units' largest values, as R over all rows
+        s = round_down(each * (1 - COUNT_SHARE))
+        k2 = default_rank(round_down(s / 2), len(it.grid))
+        return TailRank(each, max(k2, balance), balance, k, slope_min=1)
     return TopRank(each, max(k, at_least))
 
 
@@ -155,6 +162,16 @@ def clamp_rank(a: Analysis, epsilon: Fraction) -> int:
     return _balance(a, epsilon, a.max_rows)
 
 
+def total_rank(a: Analysis, epsilon: Fraction) -> int:
+    """Units an L1 cap over groups may leave above it (:func:`_balance` with G·x = 1: raising
+    the cap by dL moves each group's noise by sqrt(2) dL / epsilon_m, whatever G)."""
+    eps_m = epsilon / max(1, len(a.measures))
+    if eps_m <= 0:
+        return 0
+    k = (declared_groups(a) or a.max_groups) if a.grouped else 1
+    return math.ceil(math.sqrt(2) * k / float(eps_m))
+
+
 def row_rank(a: Analysis, epsilon: Fraction) -> int:
     """Units R may leave above it given G (:func:`_balance` with x = 1 row: a COUNT's; for a
     SUM a row above R weighs at most the clamp, so this errs towards a higher R, less bias).
@@ -170,7 +187,8 @@ def choose(
     noiseless: bool = False,
 ) -> list[tuple[ChosenBound, Selection]]:
     """Each missing bound's choice (in ``p.missing`` order) and the mechanism that made it: G
-    first, then R aimed at :func:`row_rank` for the G in force, then the clamps, aimed at
+    first, then R aimed at :func:`row_rank` for the G in force, then the L1 caps over groups
+    (:func:`total_rank`), then the clamps, aimed at
     :func:`clamp_rank` for the R and G in force (post-processing of the earlier choices: each
     choice's privacy does not depend on its target rank)."""
     each = slice_epsilon(epsilon, p) / len(p.missing)
@@ -181,6 +199,8 @@ def choose(
         idx = m.exact(hist[i]) if noiseless else m.choose(hist[i])
         if idx >= len(it.grid):  # the guard: too few units to choose reliably at this epsilon
             default = it.grid[-1] if it.kind.startswith("value") else Fraction(1)
+            if it.kind == "total" and it.measure is not None:  # one row's worth: as R = G = 1
+                default = it.measure.per_row()
             c = ChosenBound(it.kind, it.column, default, each, m.rank, len(it.grid), fallback=True)
         else:
             c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
@@ -189,15 +209,16 @@ def choose(
     def in_force() -> Analysis:
         return apply_bounds(a, AutoBounds((*p.known.chosen, *(c for c, _ in out.values()))))
 
-    for kind in ("groups", "rows"):
+    for kind in ("groups", "rows", "total"):
         for i, it in enumerate(p.missing):
             if it.kind == kind:
-                at_least = row_rank(in_force(), rest) if kind == "rows" else 0
+                rank = {"rows": row_rank, "total": total_rank}.get(kind)
+                at_least = rank(in_force(), rest) if rank is not None else 0
                 pick(i, it, _mechanism(it, each, at_least, at_least))
     k = clamp_rank(in_force(), rest)
     for i, it in enumerate(p.missing):
         if i not in out:
-            pick(i, it, _mechanism(it, each, k))
+            pick(i, it, _mechanism(it, each, k, k))
     return [out[i] for i in range(len(p.missing))]
 
 
@@ -363,6 +384,7 @@ def _label(c: ChosenBound) -> str:
         "groups": "groups per unit",
         "value_hi": f"upper clamp of {col}",
         "value_lo": f"lower clamp of {col}",
+        "total": "cap per unit over all its groups",
     }[c.kind]
 
 

@@ -50,6 +50,9 @@ class Measure:
     grid_hi: Fraction | None = None  # quantile buckets cover [lo, grid_hi) (>= hi)
     candidates: tuple[str, ...] | None = None
     candidates_from: str | None = None
+    # COUNT and SUM over groups: one unit's partials summed over all its groups are scaled into
+    # this L1 cap (auto bounds, :mod:`dpsql.sql.auto_bounds`); None: the G·R·c of the bounds
+    total: Fraction | None = None
 
     @cached_property
     def key(self) -> str:
@@ -57,6 +60,8 @@ class Measure:
         in place, :func:`dataclasses.replace` makes a new measure)."""
         a = self.arg.sql("postgres") if self.arg is not None else ""
         base = f"{self.kind}({a})[{self.lo},{self.hi}]"
+        if self.total is not None:
+            base += f"L1={self.total}"
         if self.kind == "quantile":
             return f"{base}q={self.quantile},B={self.buckets}"
         if self.kind in ("mode", "count_keys"):

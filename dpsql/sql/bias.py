@@ -15,7 +15,9 @@ the same SQL (:mod:`dpsql.sql.rewrite.measure_dropped`):
   once: L1 sensitivity 1). Their sum tells whether the interval's assumption -- no unit lost
   more than C -- is plainly false.
 
-C = ``CAP_FACTOR`` · R · c (c: what one row adds, 1 for counts), a public number.
+C = ``CAP_FACTOR`` · R · c (c: what one row adds, 1 for counts), or ``CAP_FACTOR`` · L when the
+measure's partials are scaled into an L1 cap L over the unit's groups (``Measure.total``): a
+public number.
 The estimate costs ``BIAS_SHARE`` of the statement's epsilon (``dropped`` 3/4 of it, ``over_cap``
 1/4), split evenly over the measures estimated. ``BoundingStats`` is the hook for a private
 measurement of the data's spread (item 1 of issue 16, chosen bounds) to choose the cap instead.
@@ -155,8 +157,10 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
         if m.kind == "count_units" and not needs_group_rank(a):
             continue  # every unit counts once in each of its groups: nothing is removed
         if s and m.key in wanted:
-            # a unit loses at most R·c per group, or a whole group (1) for COUNT(DISTINCT unit)
-            cap = Fraction(factor) * (a.max_groups if m.kind == "count_units" else r * m.per_row())
+            # a unit loses at most R·c per group, or a whole group (1) for COUNT(DISTINCT unit);
+            # with an L1 cap L over its groups (Measure.total), C = factor · L over them all
+            per_unit = r * m.per_row() if m.total is None else min(r * m.per_row(), m.total)
+            cap = Fraction(factor) * (a.max_groups if m.kind == "count_units" else per_unit)
             grid = Fraction(1) if m.integral else _grid(cap)
             steps = max(1, math.floor(cap / grid))
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))

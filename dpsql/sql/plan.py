@@ -7,7 +7,9 @@ R = max_rows_per_unit and c the per-row contribution (G = 1 without GROUP BY; R 
 clamped into an interval of magnitude R·c (decomposable measures; the proof is in
 :mod:`dpsql.sql.rewrite.bound_partials`). A measure therefore has L1 sensitivity G·R·c and L2
 sensitivity sqrt(G)·R·c over the vector of all groups (count of distinct units: c = 1 per unit,
-so G and sqrt(G)).
+so G and sqrt(G)). A COUNT or SUM whose unit partials are scaled into an L1 cap L over the
+unit's groups (``Measure.total``: :mod:`dpsql.sql.rewrite.bound_partials`) moves by at most L in
+L1 and so in L2 too: its sensitivities are min(G·R·c, L) and min(sqrt(G)·R·c, L).
 
 The query's epsilon is split evenly over its measures (and DP partition selection, when a GROUP BY key
 is not public). With Laplace noise each measure is (epsilon/k)-DP; with Gaussian noise the query's
@@ -278,14 +280,16 @@ def _make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str) 
             plans.append(_selection_plan(a, m, eps_m / k))
             continue
         per_group = m.per_row() * (1 if m.kind == "count_units" else r)
+        # an L1 cap over a unit's groups (Measure.total) bounds both norms of its vector
+        cap = m.total if m.total is not None and m.kind != "count_units" else None
         if name == "laplace":
-            sens = g * per_group
+            sens = g * per_group if cap is None else min(g * per_group, cap)
             eps_i = eps_m / k
             grid = Fraction(1) if m.integral else grid_for(sens / eps_i)
             slack = Fraction(0) if m.integral else g * grid
             mech: Laplace | Gaussian = Laplace(sens + slack, eps_i, grid)
         else:
-            sens = sqrt_up(g) * per_group
+            sens = sqrt_up(g) * per_group if cap is None else min(sqrt_up(g) * per_group, cap)
             sigma = sqrt_up(sens * sens / (2 * rho))
             grid = Fraction(1) if m.integral else grid_for(sigma)
             slack = Fraction(0) if m.integral else sqrt_up(g) * grid

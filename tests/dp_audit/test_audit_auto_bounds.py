@@ -26,6 +26,7 @@ bucket's position from the top by one and the choice one bucket down).
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -81,8 +82,11 @@ TAIL_EPSILON = Fraction(20)  # the rows bound's share 4: each of its two selecti
 SPREAD = 25  # units on distinct buckets of the clamp's grid, from the top down
 STATEMENTS = (
     "SELECT COUNT(*), SUM(x) FROM t",  # rows per unit (all its rows), the clamp of x
-    "SELECT g, COUNT(*) FROM t GROUP BY g",  # rows per unit per group, groups per unit
+    # rows per unit per group, groups per unit, the clamp of x (an AVG beside: no L1 cap)
+    "SELECT g, COUNT(*), AVG(x) FROM t GROUP BY g",
     "SELECT AVG(x) FROM t",  # rows per unit aimed at the median unit, the clamp of x
+    # groups per unit, and L1 caps over a unit's groups: its rows, its sum of x
+    "SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g",
 )
 
 
@@ -187,18 +191,24 @@ def _all_items(engines: tuple[Engine, Engine]) -> list[tuple[str, TopRank, np.nd
             assert not np.array_equal(h1, h2), it.kind  # the neighbour shows in every count
             out.append((f"{sql}: {it.kind}", m, h1, h2))
     kinds = sorted(k.split(": ")[1] for k, *_ in out)
-    assert kinds == ["groups", "rows", "rows", "rows", "value_hi", "value_hi"]
+    assert (
+        kinds == ["groups", "groups", "rows", "rows", "rows", "total", "total"] + ["value_hi"] * 3
+    )
     assert any(m.top_share == Fraction(1, 2) for _, m, _, _ in out)  # the median variant
     assert any(isinstance(m, TailRank) for _, m, _, _ in out)  # R over all of a unit's rows
     return out
 
 
 def test_bound_choices_are_dp_at_their_charged_epsilon(engines: tuple[Engine, Engine]) -> None:
-    """Six bounds, two directions each: each check at level 1 - 1e-6/12 (false failure <= 1e-6
-    for the test; it was 1e-6 per check, 1.2e-5 for the test)."""
+    """Ten bounds, two directions each: each check at level 1 - 1e-6/20 (false failure <= 1e-6
+    for the test). The L1 caps over groups (``total``: TailRank over each unit's total rows or
+    sum of x) are audited on their post-processed output here; the pair of selections they
+    share with R over all rows is audited, with its broken twin, in test_tail_rank_is_dp_...
+    (the per-unit number differs, one bucket per unit either way)."""
     items = _all_items(engines)
     for name, mech, h_d, h_d2 in items:
-        assert mech.epsilon == EPSILON / 5 / 2  # two bounds per statement share the slice
+        share = 3 if name.startswith("SELECT g,") else 2  # bounds sharing the statement's slice
+        assert mech.epsilon == EPSILON / 5 / share, name
         lb = _audit(mech, h_d, h_d2, alpha=ALPHA / len(items))
         assert lb <= float(mech.epsilon), (name, lb, float(mech.epsilon))
 
@@ -217,10 +227,10 @@ def test_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
         # the selection at 4x the charged epsilon (its own share is 1 - COUNT_SHARE of it)
         broken = TopRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank)
         caught.append((name, _audit(broken, h_d, h_d2) > float(mech.epsilon)))
-    assert len(caught) == 3 and all(c for _, c in caught), caught
+    assert len(caught) == 4 and all(c for _, c in caught), caught
 
 
-def _clamp_choice(engine: Engine) -> tuple[TopRank, np.ndarray]:
+def _clamp_choice(engine: Engine) -> tuple[TailRank, np.ndarray]:
     """The clamp's mechanism as the statement aims it (:func:`auto_bounds.choose`: its target
     rank from the R and G in force) and its bucket counts on ``engine``'s database."""
     s = SessionContext(analyst="analyst", epsilon=EPSILON)
@@ -231,25 +241,30 @@ def _clamp_choice(engine: Engine) -> tuple[TopRank, np.ndarray]:
     (hist,) = auto_bounds.histograms(engine, a, pend.missing)
     ((_, mech),) = auto_bounds.choose(a, pend, [hist], EPSILON)
     assert auto_bounds.mechanisms(pend, EPSILON)[0].epsilon == mech.epsilon  # what is charged
+    # a SUM without GROUP BY: its balance (about 1 unit) lies below what one selection
+    # resolves, so the clamp follows the tail of the largest values (TailRank, slope_min 1)
+    assert isinstance(mech, TailRank) and mech.slope_min == 1, mech
     return mech, hist
 
 
 def test_clamp_choice_is_dp_and_its_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
-    """The clamp's own neighbours (table v): the correct choice's epsilon lower bound stays at
-    most its charge (false failure <= 1e-6), the 4x twin's exceeds it (it reads about 3.7 at a
-    charge of 2: the twin picks the bucket one below its target on D' ~96% of the time and on D
-    ~2%, a ratio near e^4)."""
+    """The clamp's own neighbours (table v): the pair of selections' epsilon lower bound stays
+    at most its charge, and so does the post-processed clamp's (false failure <= 1e-6: 1e-6/2
+    each); the twin whose selections run at 4x the charge exceeds it (the first, at rank k,
+    picks the bucket one below its target on D' far more often than on D)."""
     d, d2 = engines
     mech, h_d = _clamp_choice(d)
     mech2, h_d2 = _clamp_choice(d2)
     assert mech == mech2 and mech.epsilon == EPSILON / 5  # the clamp has the slice alone
-    # the target rank lies inside the spread, one unit per bucket there, below the top quarter
+    # the first target rank lies inside the spread, one unit per bucket there
     assert 2 <= mech.rank <= SPREAD - 3 and mech.rank < 300 / 4, mech.rank
     assert int(h_d2.sum()) == int(h_d.sum()) + 1 and h_d2[-1] == h_d[-1] + 1
-    correct = _audit(mech, h_d, h_d2, alpha=ALPHA)
+    b = len(h_d) + 1
+    correct = _audit(mech, h_d, h_d2, _pairs(mech, b), b * b, alpha=ALPHA / 2)
     assert correct <= float(mech.epsilon), correct
-    broken = TopRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank)
-    caught = _audit(broken, h_d, h_d2)
+    assert _audit(mech, h_d, h_d2, alpha=ALPHA / 2) <= float(mech.epsilon)
+    broken = dataclasses.replace(mech, epsilon=mech.epsilon * 4)
+    caught = _audit(broken, h_d, h_d2, _pairs(broken, b), b * b)
     assert caught > float(mech.epsilon), (caught, float(mech.epsilon))
 
 

@@ -235,3 +235,76 @@ def test_a_data_dependent_salt_is_caught(engine: Engine, demo_dsn: str) -> None:
     assert changed_units(demo_dsn, text, HEAVY[:1], thinned=False) == set()  # the honest salt
     assert len(changed_units(demo_dsn, broken, HEAVY[:1], thinned=False)) > 100
     assert len(changed_units(demo_dsn, broken, HEAVY[:1])) > 100  # the thinned D's check too
+
+
+# -- L1 caps over a unit's groups (auto bounds for per-group COUNT and SUM) ----------------------
+CAPPED = [
+    # declared keys (5 categories <= G): no group ranking, the cap reads all of a unit's partials
+    "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY category",
+    # private keys: groups ranked per unit, partition selection's unit count beside
+    "SELECT purchased_at, COUNT(*), SUM(quantity) FROM purchases GROUP BY purchased_at",
+]
+CAPS = {"count_rows": Fraction(7), "sum": Fraction(300)}  # well below G·R·c for heavy units
+
+
+def _capped(engine: Engine, sql: str, capped: bool = True) -> tuple[Analysis, Analysis]:
+    """(the analysis with every COUNT(*) / SUM capped at CAPS over a unit's groups, the one whose
+    SQL runs: the same, or -- the broken twin -- without the caps)."""
+    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, total_column
+
+    a = engine.prepare(sql).analysis
+    assert a is not None
+    chosen = tuple(
+        ChosenBound("total", total_column(m), CAPS[m.kind], Fraction(0), 0, 0)
+        for m in a.measures
+        if m.kind in CAPS
+    )
+    capped_a = apply_bounds(a, AutoBounds(chosen))
+    return capped_a, (capped_a if capped else a)
+
+
+def l1_ratio(engine: Engine, dsn: str, sql: str, units: tuple[int, ...], capped: bool) -> Fraction:
+    """The largest change, when one of ``units`` is removed, of a capped measure over all groups
+    (L1) or in one group, divided by the cap L (the sensitivity the plan states: it is
+    min(G·R·c, L), asserted below)."""
+    from dpsql.sql.plan import make_plan
+
+    claimed, run = _capped(engine, sql, capped)
+    plan = make_plan(claimed, Fraction(1), Fraction(1, 10**6), "laplace")
+    caps = {i: m.total for i, m in enumerate(claimed.measures) if m.total is not None}
+    assert sorted(caps.values()) == sorted(CAPS.values())
+    for i, cap in caps.items():
+        assert plan.measures[i].sensitivity == cap  # below G·R·c: the cap is what noise sees
+    text = salted(engine.private_sql(engine.prepare(sql), run))
+    keys, n = len(claimed.group_keys), len(_measures(claimed))
+    worst = Fraction(0)
+    zero = [Fraction(0)] * n
+    with psycopg.connect(dsn) as conn:
+        thin(conn, units)
+        full = _released(conn, text, keys, n)
+        for u in units:
+            conn.execute("SAVEPOINT one_unit")
+            conn.execute("DELETE FROM purchases WHERE user_id = %s", (u,))
+            less = _released(conn, text, keys, n)
+            conn.execute("ROLLBACK TO SAVEPOINT one_unit")
+            for i, cap in caps.items():
+                diffs = [abs(full.get(g, zero)[i] - less.get(g, zero)[i]) for g in {*full, *less}]
+                worst = max(worst, sum(diffs, Fraction(0)) / cap, max(diffs) / cap)
+        conn.rollback()
+    return worst
+
+
+@pytest.mark.parametrize("sql", CAPPED)
+def test_an_l1_cap_bounds_what_one_unit_moves_over_all_groups(
+    engine: Engine, demo_dsn: str, units: tuple[int, ...], sql: str
+) -> None:
+    """Exact (no randomness): each unit's partials scaled into the cap L over its kept groups
+    (dpsql.sql.rewrite.bound_partials._scaled) move the vector of groups by at most L in L1
+    when the unit is removed, for the heavy units (400 rows) and ordinary ones."""
+    assert l1_ratio(engine, demo_dsn, sql, HEAVY[2:3] + units, capped=True) <= 1
+
+
+def test_an_l1_cap_that_is_not_applied_is_caught(engine: Engine, demo_dsn: str) -> None:
+    """The broken twin: the plan claims the caps but the SQL does not scale the partials; a
+    heavy unit (25 rows in each of its groups) moves the COUNT by far more than 7."""
+    assert l1_ratio(engine, demo_dsn, CAPPED[0], HEAVY[:1], capped=False) > 1

@@ -44,7 +44,7 @@ from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
 
-def _value_sql(a: Analysis, m: Measure) -> exp.Expr:
+def value_sql(a: Analysis, m: Measure) -> exp.Expr:
     """A measure's per-row value: made total, clamped into its range for sums and quantiles.
 
     An integral SUM (integer columns and bounds, dpsql.sql.analyze_aggregates._integral) is also rounded
@@ -200,7 +200,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         if m.arg is None:
             values.append(None)
             continue
-        v = _value_sql(a, m)
+        v = value_sql(a, m)
         key = v.sql("postgres")
         if key not in vcols:
             vcols[key] = exp.column(f"_dp_v{len(vcols)}")
@@ -330,7 +330,7 @@ def _raw_values(
         if not t.raw_clamp or t.measure.arg is None:
             continue
         m = replace(t.measure, kind="sum", lo=t.raw_lo, hi=t.raw_hi)
-        v = _value_sql(a, m)
+        v = value_sql(a, m)
         key = v.sql("postgres")
         if key not in vcols:
             vcols[key] = exp.column(f"_dp_v{len(vcols)}")

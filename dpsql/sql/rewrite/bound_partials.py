@@ -33,6 +33,13 @@ Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its 
   the kept values. The clamp is a no-op for honest partials and makes the bound hold whatever the
   arithmetic does.
 
+An L1 cap over groups (``Measure.total`` = L, auto bounds for per-group COUNT and SUM: see
+:func:`dpsql.sql.auto_bounds.total_mode`): the unit's kept partials of such a measure are scaled
+by TRUNC(L / GREATEST(T, L), 18), T the sum of their absolute values over the unit's kept groups
+(a window per unit, :func:`_scaled`), and truncated towards 0 for integer measures; so they add
+up to at most L in absolute value, and each is at most its unscaled self. The factor is a
+function of the unit's own partials: the argument below holds with min(G·R·c, L) in L1 (and L2).
+
 Sensitivity (the plan's, unchanged): neighbouring databases differ by all rows of one unit. That
 unit has at most one partial row per group and keeps at most G = max_groups_per_unit of them (the
 ranking is a function of the unit's own groups only); every other unit's partials and choices are
@@ -105,6 +112,38 @@ def partial_sql(m: Measure, v: exp.Expr | None, r: int) -> exp.Expr | None:
     )
 
 
+def capped(m: Measure) -> bool:
+    """True when measure ``m``'s partials are scaled into an L1 cap over the unit's groups."""
+    return m.total is not None and m.kind in ("count_rows", "count_values", "sum")
+
+
+def _scaled(m: Measure, partial: str, keep: exp.Expr | None) -> exp.Expr:
+    """The unit's partial in the group scaled into the measure's L1 cap L over its groups::
+
+        p * TRUNC(L / GREATEST(T, L), 18),   T = SUM(|p|) OVER (PARTITION BY _dp_unit)
+
+    over the unit's kept groups only (``keep``), truncated towards 0 for integer measures. The
+    factor is rounded down (<= L / T), so the unit's kept scaled partials add up to at most L in
+    absolute value; a unit within the cap (T <= L) keeps its partials exactly (factor 1). Like
+    the partials, the factor is a function of the unit's own rows only.
+    """
+    assert m.total is not None
+    p = exp.column(partial)
+    size: exp.Expr = exp.Abs(this=p.copy())
+    if keep is not None:
+        size = exp.Case(ifs=[exp.If(this=keep.copy(), true=size)], default=exp.Literal.number(0))
+    total = exp.Window(this=exp.Sum(this=size), partition_by=[exp.column("_dp_unit")])
+    cap = numeric(m.total)
+    ratio = exp.Div(
+        this=cap, expression=exp.Greatest(this=total, expressions=[cap.copy()]), typed=True
+    )
+    factor = exp.Anonymous(this="trunc", expressions=[ratio, exp.Literal.number(18)])
+    out: exp.Expr = exp.Mul(this=p.copy(), expression=factor)
+    if m.integral:
+        out = exp.Anonymous(this="trunc", expressions=[out])
+    return out
+
+
 def bound_partials(
     a: Analysis,
     rows: exp.Select,
@@ -126,6 +165,7 @@ def bound_partials(
     parts: dict[str, exp.Expr] = {}
     kept: dict[int, str] = {}
     measures: list[exp.Expr] = []
+    scaled: list[exp.Expr] = []  # capped measures' partials scaled into their L1 cap
     for i, m in enumerate(a.measures):
         p = partial_sql(m, values[i], a.max_rows)
         if p is None:
@@ -135,7 +175,10 @@ def bound_partials(
             if key not in parts:
                 parts[key] = exp.alias_(p, f"_dp_p{len(parts)}")
             kept[i] = parts[key].alias
-            col = exp.column(parts[key].alias)
+            if capped(m):
+                scaled.append(exp.alias_(_scaled(m, parts[key].alias, keep), f"_dp_s{i}"))
+                kept[i] = f"_dp_s{i}"
+            col = exp.column(kept[i])
             out = exp.Coalesce(this=exp.Sum(this=col), expressions=[exp.Literal.number(0)])
         if targets:
             out = kept_only(out, keep)
@@ -147,10 +190,14 @@ def bound_partials(
     partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws).from_("_dp_rows")
     q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
     if not rank:
-        q = q.from_("_dp_parts")
+        src = "_dp_parts"
+        if scaled:
+            q = q.with_("_dp_scaled", as_=exp.select(exp.Star(), *scaled).from_(src))
+            src = "_dp_scaled"
+        q = q.from_(src)
         if targets:
             # declared keys leave <= G groups: each target splits its cap over them (no window)
-            q = measure_dropped(q, "_dp_parts", targets, kept, None, None, False)
+            q = measure_dropped(q, src, targets, kept, None, None, False)
         return q.group_by(*[g.copy() for g in gcols]) if gcols else q
     # Groups are ranked per unit on the partials (one row per unit and group), not on the rows:
     # the hash is computed, and the window sorts, once per partial.
@@ -167,10 +214,14 @@ def bound_partials(
     bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr")).from_("_dp_parts")
     assert keep is not None
     q = q.with_("_dp_bounded", as_=bounded)
-    q = q.from_("_dp_bounded")
+    src = "_dp_bounded"
+    if scaled:
+        q = q.with_("_dp_scaled", as_=exp.select(exp.Star(), *scaled).from_(src))
+        src = "_dp_scaled"
+    q = q.from_(src)
     if targets:
         order = [exp.column("_dp_gr")]
-        q = measure_dropped(q, "_dp_bounded", targets, kept, keep, order, a.needs_selection)
+        q = measure_dropped(q, src, targets, kept, keep, order, a.needs_selection)
     else:
         q = q.where(keep)
     return q.group_by(*[g.copy() for g in gcols])

@@ -25,7 +25,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoItem
-from dpsql.sql.rewrite.bound_contributions import source_select
+from dpsql.sql.rewrite.bound_contributions import source_select, value_sql
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
@@ -61,7 +61,11 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
         exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}") for i, g in enumerate(a.group_keys)
     ]
     values: dict[str, str] = {}
-    for it in items:
+    totals: dict[int, exp.Expr] = {}  # total items: each unit's L1 over all its groups
+    for i, it in enumerate(items):
+        if it.kind == "total":
+            totals[i] = _total_number(a, it, cols, i)
+            continue
         if it.arg is not None and it.column not in values:
             name = f"_dp_v{len(values)}"
             values[it.column] = name
@@ -96,6 +100,8 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     for name in values.values():
         xs.append(exp.alias_(exp.Max(this=exp.column(name)), f"{name}_max"))
         xs.append(exp.alias_(exp.Min(this=exp.column(name)), f"{name}_min"))
+    for i, per_unit_total in totals.items():
+        xs.append(exp.alias_(per_unit_total, f"_dp_t{i}_all"))
     per_value = exp.select(*xs).from_("_dp_rows").group_by(u.copy())
     parts = []
     for i, it in enumerate(items):
@@ -104,6 +110,8 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
             src, number = "_dp_u", exp.column("_dp_rows_max" if it.per_group else "_dp_rows_all")
         elif it.kind == "groups":
             src, number = "_dp_u", exp.column("_dp_groups")
+        elif it.kind == "total":
+            src, number = "_dp_x", exp.column(f"_dp_t{i}_all")
         else:
             src = "_dp_x"
             anchor = numeric(it.anchor)
@@ -133,6 +141,22 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     out = out.with_("_dp_rows", as_=rows)
     if any(it.kind in ("rows", "groups") for it in items):
         out = out.with_("_dp_ug", as_=ug).with_("_dp_u", as_=per_unit)
-    if values:
+    if values or totals:
         out = out.with_("_dp_x", as_=per_value)
     return out
+
+
+def _total_number(a: Analysis, it: AutoItem, cols: list[exp.Expr], i: int) -> exp.Expr:
+    """The per-unit aggregate of a total item (adds its row value to ``cols``): the unit's rows
+    (COUNT(*)), non-NULL values (COUNT(x)), or SUM(|x|) of its values clamped as the measure
+    clamps them -- at least the L1 norm of its partials over all its groups."""
+    m = it.measure
+    assert m is not None
+    if m.kind == "count_rows":
+        return exp.Count(this=exp.Star())
+    cols.append(exp.alias_(value_sql(a, m), f"_dp_t{i}"))
+    v = exp.column(f"_dp_t{i}")
+    if m.kind == "count_values":
+        return exp.Count(this=v)
+    total = exp.Sum(this=exp.Abs(this=v))
+    return exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])

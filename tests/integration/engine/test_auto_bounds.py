@@ -91,13 +91,15 @@ def test_explain_shows_the_choice_before_and_after(charged: tuple[Engine, Ledger
 
     before = explain()
     assert "Auto bounds: 5 groups per unit (stored or declared: free)" in before  # 5 categories
-    assert "rows per unit, upper clamp of amount: chosen from the data when the stat" in before
+    # per-group SUM: one L1 cap over a unit's groups, not R and a clamp
+    assert "amount summed per unit over all its groups: chosen from the data when" in before
     assert bound_releases(ledger) == []  # EXPLAIN spends nothing
     notice = ask(engine, sql).notices[0]
     after = explain()
     chosen = notice.split("contribution bounds: ")[1].split(" (")[0]
     assert f"Auto bounds: {chosen} (stored or declared: free)" in after, (notice, after)
-    assert "amount clamped to at most" in chosen and "5 groups per unit" in chosen
+    assert "amount summed to at most" in chosen and "5 groups per unit" in chosen
+    assert "per unit over all groups" in chosen and "rows per unit" not in chosen
 
 
 def test_fixed_numbers_choose_nothing(demo_dsn: str, demo_policy: Any) -> None:
@@ -128,13 +130,15 @@ def engine_auto(demo_dsn: str, demo_policy_auto: Any) -> Iterator[Engine]:
 def test_noiseless_choice_reads_the_data(
     demo_dsn: str, demo_policy_auto: Any, make_db: Callable[[str], str]
 ) -> None:
-    """PUMS has 1-4 rows a person: the noiseless choice keeps 3 or 4 per group (never 1)."""
+    """PUMS has 1-4 rows a person: the noiseless choice keeps 3 or 4 (never 1), over all of a
+    person's groups (a per-group COUNT: one L1 cap over the groups)."""
     from tests.helpers import noiseless
 
     e = noiseless(Engine(demo_policy_auto, demo_dsn, pool_size=2))
     try:
         r = e.execute(e.prepare("SELECT sex, COUNT(*) FROM pums GROUP BY sex"), SessionContext())
-        assert any(f"{n} rows per unit per group" in r.notices[0] for n in (3, 4)), r.notices
+        notice = r.notices[0]
+        assert any(f"at most {n} rows per unit over all groups" in notice for n in (3, 4)), notice
         assert "2 groups per unit" in r.notices[0]
     finally:
         e.close()
@@ -156,6 +160,10 @@ def test_noiseless_choice_reads_the_data(
             "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON p.region = r.code "
             "GROUP BY r.name",
             "rows per unit per group",
+        ),
+        (  # per-group COUNT on one table: an L1 cap over a unit's groups
+            "SELECT region, COUNT(*) FROM purchases GROUP BY region",
+            "rows per unit over all groups",
         ),
         (  # two private tables: today's default of 1, said plainly
             "SELECT COUNT(*) FROM purchases p JOIN pums q ON p.user_id = q.pid",

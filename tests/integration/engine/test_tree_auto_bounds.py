@@ -8,20 +8,24 @@ and 1 group per unit), silently: on the demo data ~180k per category against a t
 Data: ``visits``, N = 10,000 units, each with exactly 3 rows of value 100 in ONE (category,
 region) cell (category = u % 5, region = u / 5 % 2); the policy declares the 5 categories and 2
 regions (so G = 10 is free: :func:`dpsql.sql.auto_bounds.declared_groups`), ``auto`` rows per
-unit and ``clamp: auto`` on v in [0, 500]. The truth is the statement run on PostgreSQL.
+unit and ``clamp: auto`` on v in [0, 500]. The leaf is a per-group SUM: ``auto`` chooses one
+L1 cap L on what a unit adds over all its cells (:func:`dpsql.sql.auto_bounds.total_mode`; R is
+set to the rows ceiling and v keeps its declared range). The truth is the statement run on
+PostgreSQL.
 
 Property (the re-aggregation): every category's answer is within 2w of the truth, w the
 half-width of one leaf cell's noise at level 1 - alpha/10 (10 cells, alpha = 1e-6) as the plan
 with the chosen bounds states it (as tests/integration/engine/test_tree.py reads it). It rests on:
-(a) bounding removes nothing: a leaf cell's bounded sum is its true sum unless R < 3 or the clamp
-< 100 or a guard falls back. R < 3 and a clamp below 100 leave all N units above the bound: a
-gap >= N - N/4 = 7,500 from the best bucket (dpsql.dp.bounds: P(gap >= g) <= B exp(-eps_s
-min(g, 128 / eps_s) / 2) <= 40 e^-64 each at eps_s = 0.45); the guard falls back when N +
-DLap(1 / 0.05) < ~300 (P <= e^-480). So (a) fails with probability < 1e-25;
+(a) bounding removes nothing: a leaf cell's bounded sum is its true sum unless L < 300 (every
+unit's total) or the guard falls back. L < 300 needs both of TailRank's selections below the
+data's bucket (else L is the first, raised, or the second: dpsql.dp.bounds), each leaving all
+N units above it: a gap >= N - N/4 = 7,500 from the best bucket (P(gap >= g) <= B exp(-eps_s
+min(g, 128 / eps_s) / 2) <= 80 e^-64 at eps_s = 0.45 each); the guard falls back when N +
+DLap(1 / 0.1) < ~600 (P <= e^-900). So (a) fails with probability < 1e-25;
 (b) each cell's Laplace noise within w: probability >= 1 - alpha/10 each, 1 - alpha together.
 False failure <= 1e-6. The relative error is then at most 2w / T; at the bounds the data calls
-for (R = 3, a clamp between 100 and ~125) 2w is about 6% of T = 600,000 (measured: 2w =
-33,669, answers 599,069 .. 600,636).
+for (L = 300 or the next candidate, noise L per cell) 2w is about 0.5% of T = 600,000 (with R = 3
+and a clamp, before the L1 cap: 2w = 33,669).
 
 The broken twin: the tree path as it was (leaves planned with the defaults, R = 1): every
 category comes back at a third of the truth, far outside 2w, and carries no notice.
@@ -46,7 +50,7 @@ from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, total_column
 
 ALPHA = 1e-6
 UNITS = 10_000
@@ -114,6 +118,12 @@ def cell_half_width(engine: Engine) -> float:
     (leaf,) = prepared.leaves
     (share,) = leaf_plans(engine, prepared.leaves, SESSION)
     known = pending(engine, leaf, SESSION, share.analysis).known
+    if not any(c.kind == "total" for c in known.chosen):
+        # nothing stored (the broken twin never chooses): w at the cap the data calls for, each
+        # unit's total of 300 (R alone is set to the rows ceiling: w would be vacuous)
+        (m,) = [m for m in share.analysis.measures if m.kind == "sum"]
+        cap = ChosenBound("total", total_column(m), Fraction(300), Fraction(0), 0, 0)
+        known = AutoBounds((*known.chosen, cap))
     plan = engine.plan_analysis(
         apply_bounds(share.analysis, known), share.epsilon * 4 / 5, share.delta, "laplace"
     )
@@ -149,12 +159,13 @@ def test_reaggregation_uses_auto_bounds_within_its_error(
     engine, ledger = charged
     explain = engine.execute(engine.prepare(f"EXPLAIN {REAGGREGATE}", "analyst"), SESSION)
     text = "\n".join(r[0] for r in explain.rows)
-    assert "One charge includes 2 auto contribution bound choice(s), epsilon 1 in all" in text
+    assert "One charge includes 1 auto contribution bound choice(s), epsilon 1 in all" in text
     assert "Leaf 0 (derived table t)" in text and "epsilon=5 of" in text, text
     assert violations(engine, ledger, visits_dsn) == []
     history = ledger.history("analyst")
     bounds = sorted(Fraction(h.epsilon) for h in history if h.mechanism == "auto_bound")
-    assert bounds == [Fraction(1, 2)] * 2  # R and the clamp (G: the 10 declared cells, free)
+    # the L1 cap over a unit's cells (G: the 10 declared cells, free; R set; no clamp chosen)
+    assert bounds == [Fraction(1)]
     assert sum((Fraction(h.epsilon) for h in history), Fraction(0)) == EPSILON  # one charge
     again = engine.execute(engine.prepare(REAGGREGATE, "analyst"), SESSION)
     assert again.cached and again.epsilon_spent == 0
@@ -176,26 +187,26 @@ def test_the_broken_twin_without_auto_bounds_is_caught(
 
 
 def test_a_refused_tree_charges_nothing(charged: tuple[Engine, Ledger]) -> None:
-    """One statement, one charge: with 0.5 of the budget left, the tree at epsilon 5 is refused
-    whole before any data is read (nothing charged, no bound chosen: each bound's 0.5 slice
-    alone would have fit); the same tree at 0.5 is answered and uses the rest exactly."""
+    """One statement, one charge: with 1.5 of the budget left, the tree at epsilon 5 is refused
+    whole before any data is read (nothing charged, no bound chosen: the bound's slice of 1
+    alone would have fit); the same tree at 1.5 is answered and uses the rest exactly."""
     from dpsql.dp.accounting import Cost
     from dpsql.errors import BudgetExhausted
 
     engine, ledger = charged
-    for _ in range(10):  # 99.5 of the analyst's 100 in releases under the per-query maximum
-        ledger.commit(ledger.reserve("analyst", Cost(epsilon=Fraction(199, 20)), "fill"))
+    for _ in range(10):  # 98.5 of the analyst's 100 in releases under the per-query maximum
+        ledger.commit(ledger.reserve("analyst", Cost(epsilon=Fraction(197, 20)), "fill"))
     before = sum((Fraction(h.epsilon) for h in ledger.history("analyst")), Fraction(0))
-    assert before == Fraction(199, 2)
+    assert before == Fraction(197, 2)
     with pytest.raises(BudgetExhausted):
         engine.execute(engine.prepare(REAGGREGATE, "analyst"), SESSION)
     history = ledger.history("analyst")
     assert not [h for h in history if h.mechanism == "auto_bound"]
     assert sum((Fraction(h.epsilon) for h in history), Fraction(0)) == before
     assert {h.state for h in history} == {"committed"}
-    small = SessionContext(analyst="analyst", epsilon=Fraction(1, 2), mechanism="laplace")
+    small = SessionContext(analyst="analyst", epsilon=Fraction(3, 2), mechanism="laplace")
     res = engine.execute(engine.prepare(REAGGREGATE, "analyst"), small)
-    assert res.epsilon_spent == pytest.approx(0.5)
+    assert res.epsilon_spent == pytest.approx(1.5)
     total = sum((Fraction(h.epsilon) for h in ledger.history("analyst")), Fraction(0))
     assert total == 100
 
@@ -203,16 +214,16 @@ def test_a_refused_tree_charges_nothing(charged: tuple[Engine, Ledger]) -> None:
 def test_notice_reads_as_a_number_the_user_can_check(
     charged: tuple[Engine, Ledger], visits_dsn: str
 ) -> None:
-    """The leaf's notice names its bounds in the user's terms (3 rows per unit per group, the
-    clamp of v) with probability >= 1 - 1e-25 (module docstring (a): R >= 3 and the clamp
-    >= 100; R = 3 itself is not asserted: a bucket above the data has probability ~2%)."""
+    """The leaf's notice names its bounds in the user's terms (what a unit's v may add up to over
+    all its cells) with probability >= 1 - 1e-25 (module docstring (a): L >= 300, each unit's
+    total; L's exact bucket is not asserted: one above the data has probability ~2%)."""
     engine, _ = charged
     got = engine.execute(engine.prepare(REAGGREGATE, "analyst"), SESSION)
     head = got.notices[0]
     m = re.search(
-        r"derived table t: contribution bounds: (\d+) rows per unit per group, "
-        r"10 groups per unit, v clamped to at most ([\d.]+)",
+        r"derived table t: contribution bounds: v summed to at most ([\d.]+) per unit over all "
+        r"groups, 10 groups per unit",
         head,
     )
     assert m is not None, got.notices
-    assert int(m.group(1)) >= 3 and float(m.group(2)) >= 100, head
+    assert float(m.group(1)) >= 300, head

@@ -84,7 +84,11 @@ def _analysis(sql: str, policy: object) -> object:
 
 def test_items_and_resolution(demo_policy_auto) -> None:  # type: ignore[no-untyped-def]
     a = _analysis("SELECT category, SUM(amount) FROM purchases GROUP BY category", demo_policy_auto)
-    items = auto_items(a)  # type: ignore[arg-type]
+    # per-group COUNT / SUM: one L1 cap over a unit's groups (R = the rows ceiling, set; the
+    # declared range kept)
+    (total,) = auto_items(a)  # type: ignore[arg-type]
+    assert total.kind == "total" and total.measure is not None and total.measure.kind == "sum"
+    items = auto_items(a, totals=False)  # type: ignore[arg-type]
     assert [(i.kind, i.median) for i in items] == [("rows", False), ("value_hi", False)]
     assert measure_bounds(a, items).sql("postgres").count("WIDTH_BUCKET") == 2  # type: ignore[arg-type]
     ungrouped = _analysis("SELECT AVG(amount) FROM purchases", demo_policy_auto)
@@ -180,7 +184,9 @@ def test_the_grid_ceiling_is_a_policy_setting() -> None:
     d["tables"]["public.purchases"]["auto_max_groups_per_unit"] = 3
     a = _analysis(sql, Policy.model_validate(d))
     rows = auto_items(a)[0]  # type: ignore[arg-type]
-    assert rows.kind == "rows" and rows.grid[-1] == 20 and len(rows.grid) == 9
+    # COUNT(*) per group: the L1 cap over groups, on the rows grid
+    assert rows.kind == "total" and rows.grid[-1] == 20 and len(rows.grid) == 9
+    assert policy_choices(a)[0].value == 20  # type: ignore[arg-type]  # R = the ceiling, set
     grouped = _analysis(
         "SELECT quantity, COUNT(*) FROM purchases GROUP BY quantity", Policy.model_validate(d)
     )
