@@ -30,6 +30,8 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Literal
 
+from sqlglot import exp
+
 from dpsql.dp.accounting import Cost, sequential
 from dpsql.dp.mechanisms import Laplace
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
@@ -166,12 +168,24 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
     if a.one_row_per_unit or a.unique_unit:
         # one row per unit: no row beyond R, no group beyond G; only clamping removes mass
-        out = [t for t in out if _clamps_narrower(t)]
+        out = [t for t in out if _clamps_narrower(t) or _auto_clamped(a, t)]
         if not out:
             return ()
     out.sort(key=lambda t: t.index)
     k = _key_combinations(a)
     return tuple(replace(t, split=k) for t in out) if k > 1 else tuple(out)
+
+
+def _auto_clamped(a: Analysis, t: BiasTarget) -> bool:
+    """A SUM (or AVG's centred sum) of a column with ``clamp: auto`` still at its declared range:
+    its clamp is chosen when the statement runs (:mod:`dpsql.execute.auto_bounds`), after the
+    answer's cost is reserved, so the plan keeps the estimate it will need then (the same
+    releases, the same cost; it measures 0 if the choice keeps the declared range)."""
+    m = t.measure
+    if m.kind not in ("sum", "sum_centered") or not isinstance(m.arg, exp.Column):
+        return False
+    col = a.column(m.arg)
+    return col is not None and col.bounds is not None and col.clamp == "auto"
 
 
 def _clamps_narrower(t: BiasTarget) -> bool:

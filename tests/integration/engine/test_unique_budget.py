@@ -164,3 +164,21 @@ def test_explain_reads_the_same_proof(charged: tuple[Engine, Ledger]) -> None:
     # the twin's 0.8 (0.2 chooses R when it runs)
     assert "Privacy cost: epsilon=1," in keyed and "Privacy cost: epsilon=0.8," in twin
     assert _spent(ledger) == 0  # EXPLAIN spends nothing
+
+
+@pytest.mark.parametrize("mechanism", ["gaussian", "laplace"])
+def test_an_auto_clamped_sum_runs_within_its_reservation(
+    charged: tuple[Engine, Ledger], mechanism: str
+) -> None:
+    """The answer's cost is reserved before the clamp is chosen: the plan at the declared range
+    already holds the clamped-mass estimate the chosen clamp needs, so the final plan's cost is
+    the reserved one (a Gaussian answer beside a Laplace estimate: without it, 'the planned cost
+    exceeds the reserved' refused the statement). The ledger records epsilon 1, never more."""
+    engine, ledger = charged
+    session = SessionContext("analyst", Fraction(1), mechanism=mechanism, delta=Fraction(1, 10**6))
+    plan = _plan(engine, "SELECT SUM(v) FROM pk")
+    assert [b.target.measure.kind for b in plan.bias] == ["sum"]  # at the declared range
+    r = engine.execute(engine.prepare("SELECT SUM(v) FROM pk", "analyst"), session)
+    assert r.epsilon_spent == pytest.approx(1.0)
+    assert 1 - Fraction(1, 10**9) < _spent(ledger) <= 1  # (a Gaussian's as converted)
+    assert any(n.startswith("SUM(v)") and "left out" in n for n in r.notices), r.notices
