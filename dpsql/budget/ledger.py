@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import psycopg
 
-from dpsql.budget import admin, answers, charging, views
+from dpsql.budget import answers, charging, views
 from dpsql.budget import limits as policy_limits
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.records import (
@@ -234,7 +234,7 @@ class Ledger(LedgerStore):
         with self.connection() as conn:
             return answers.exists(self, conn, analyst, cache_key)
 
-    # --- views and admin (see dpsql.budget.views) --------------------------------------------
+    # --- views (see dpsql.budget.views; grants and resets: dpsql.budget.admin) --------------------------------------------
 
     def remaining(self, analyst: str) -> list[BudgetStatus]:
         """Rows for ``SHOW dpsql.budget`` / ``SELECT * FROM dpsql.budget`` (see views)."""
@@ -247,18 +247,3 @@ class Ledger(LedgerStore):
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
         """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""
         return views.history(self, analyst, limit)
-
-    def grant(
-        self,
-        actor: str,
-        analyst: str | None,
-        epsilon: Fraction,
-        delta: Fraction = Fraction(0),
-        reason: str = "",
-    ) -> None:
-        """Add to a budget for its current period (``analyst`` None: the dataset's)."""
-        admin.grant(self, actor, analyst, epsilon, delta, reason)
-
-    def reset(self, actor: str, analyst: str | None, reason: str = "") -> None:
-        """Zero what a budget has spent in its current period (audited; releases stay)."""
-        admin.reset(self, actor, analyst, reason)

@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from dpsql.budget import admin
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.accounting import Cost, default_order
@@ -35,12 +36,12 @@ def test_grant_extends_and_reset_zeroes_with_audit(make_db: Callable[[str], str]
         lg.commit(lg.reserve("alice", Cost(epsilon=E(1)), "q"))
         with pytest.raises(BudgetExhausted):
             lg.reserve("alice", Cost(epsilon=E(1, 2)), "q")
-        lg.grant("root", "alice", E(1, 2), reason="deadline")
+        admin.grant(lg, "root", "alice", E(1, 2), reason="deadline")
         lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 4)), "q"))
         open_res = lg.reserve("alice", Cost(epsilon=E(1, 4)), "q0")  # still open at the reset
         [mine, _] = lg.remaining("alice")
         assert mine.epsilon_limit == E(3, 2) and mine.epsilon_remaining == 0
-        lg.reset("root", "alice", reason="new project")
+        admin.reset(lg, "root", "alice", reason="new project")
         assert totals(dsn)[("analyst", "alice")] == Cost()
         assert totals(dsn)[("dataset", "testdata")].epsilon == E(3, 2)  # the dataset remembers
         lg.commit(lg.reserve("alice", Cost(epsilon=E(1, 2)), "q"))
@@ -64,17 +65,17 @@ def test_grant_extends_and_reset_zeroes_with_audit(make_db: Callable[[str], str]
 def test_dataset_grant_and_errors(make_db: Callable[[str], str]) -> None:
     dsn = make_db("admin")
     with Ledger.open(dsn, policy(dataset_budget={"epsilon": 1.0})) as lg:
-        lg.grant("root", None, E(2), E(1, 10**6))
+        admin.grant(lg, "root", None, E(2), E(1, 10**6))
         [_, ds] = lg.remaining("alice")
         assert ds.epsilon_limit == 3 and float(ds.delta_limit) == 1e-6
         with pytest.raises(InvalidParameter):
-            lg.grant("root", "alice", E(-1), E(0))
+            admin.grant(lg, "root", "alice", E(-1), E(0))
         with pytest.raises(InvalidParameter):
-            lg.grant("root", "alice", E(0), E(0))
+            admin.grant(lg, "root", "alice", E(0), E(0))
         with pytest.raises(UndefinedObject):
-            lg.grant("root", "mallory", E(1), E(0))
+            admin.grant(lg, "root", "mallory", E(1), E(0))
     with Ledger.open(make_db("admin"), policy()) as lg, pytest.raises(UndefinedObject):
-        lg.reset("root", None)
+        admin.reset(lg, "root", None)
 
 
 def _cli(tmp_path: Path, dsn: str, *argv: str) -> int:

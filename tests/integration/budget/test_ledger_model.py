@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from dpsql.budget import admin
 from dpsql.budget.filter import Filter, Spent, refund
 from dpsql.budget.ledger import Ledger, Reservation
 from dpsql.dp.accounting import Cost
@@ -132,11 +133,11 @@ def test_ledger_matches_model(dsn: str, sequence: list[tuple[object, ...]]) -> N
                 except InternalError:
                     assert not expected_open, op
             elif op[0] == "grant":
-                ledger.grant("t", op[1], Fraction(int(op[2]), 10))  # type: ignore[arg-type, call-overload]
+                admin.grant(ledger, "t", op[1], Fraction(int(op[2]), 10))  # type: ignore[arg-type, call-overload]
                 key = ("analyst", str(op[1])) if op[1] else ("dataset", "testdata")
                 model.granted[key] += Fraction(int(op[2]), 10)  # type: ignore[call-overload]
             elif op[0] == "reset":
-                ledger.reset("t", op[1])  # type: ignore[arg-type]
+                admin.reset(ledger, "t", op[1])  # type: ignore[arg-type]
                 key = ("analyst", str(op[1])) if op[1] else ("dataset", "testdata")
                 model.spent[key] = Spent()
                 model.generation[key] += 1
