@@ -22,7 +22,7 @@ three ways to bound contributions:
 * ``best hand-tuned``: fixed R, G and clamp chosen with the truth in hand (a coordinate search
   over the grids, each candidate judged on ``--tune-runs`` runs), all of epsilon on the answer.
 
-Reported per query and way: the coverage of the true (unbounded, noiseless) answer by the 95%
+Reported per query and way: the coverage of the true (unbounded, noise-free) answer by the 95%
 interval the engine reports, and the median relative error, over ``--runs`` runs and all output
 groups (a group partition selection suppressed counts as error 1 and not covered).
 
@@ -56,6 +56,7 @@ from typing import Any
 import numpy as np
 import psycopg
 
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
 from dpsql.execute.embedded import start_cluster
@@ -216,7 +217,7 @@ class Query:
         hits, errs = [], []
         for b in bounds:
             plan = self.plan(b)
-            rel = release(plan, self.rows(plan), self.key_types, self.declared, CONFIDENCE)
+            rel = release(plan, self.rows(plan), self.key_types, self.declared, CONFIDENCE, CSPRNG)
             got = {tuple(str(k) for k in g): (s[0], iv[0]) for g, s, iv in
                    zip(rel.groups, rel.stats, rel.intervals, strict=True)}  # fmt: skip
             for k, truth in self.truth.items():

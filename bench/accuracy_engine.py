@@ -16,8 +16,9 @@ repetitions and output cells of the relative error |dp - exact| / |exact| (quant
 divided by the declared range instead, since the exact answer can be 0; mode: the fraction of
 wrong answers), and for GROUP BY the fraction of true groups suppressed and of released groups
 that are not true groups (invented; with declared keys every key is returned, so empty keys
-count as invented). "bounding alone": the same error of the noiseless release with the bounds
-chosen most often at epsilon 1 (bounding and bucket resolution only).
+count as invented). "bounding alone": the same error of the release without noise (the tests'
+zero-noise source, tests.helpers.EXACT) with the bounds chosen most often at epsilon 1 (bounding
+and bucket resolution only).
 
     python -m bench.accuracy_engine [--reps 50] [--rows 1000000] [--out FILE]
 
@@ -37,6 +38,7 @@ import psycopg
 from bench.accuracy import Query as BenchQuery
 from bench.accuracy import auto_draws
 from dpsql.demo import POLICY, load_demo
+from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.engine import Engine
 from dpsql.execute.embedded import start_cluster
 from dpsql.execute.noise import release
@@ -44,6 +46,7 @@ from dpsql.execute.private import finish
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.sql.auto_bounds import AutoBounds
+from tests.helpers import EXACT
 
 EPSILONS = (Fraction(1, 10), Fraction(1), Fraction(10))
 
@@ -141,7 +144,7 @@ def run_query(engine: Engine, q: Query, dsn: str, reps: int) -> dict[Fraction, t
         if eps == 1:  # bounding alone: the most common choice at epsilon 1, no noise
             common = statistics.mode([b.describe() for b in draws])
             b = next(b for b in draws if b.describe() == common)
-            ref = _answer(engine, bq, b, grouped, noiseless=True)
+            ref = _answer(engine, bq, b, grouped, EXACT)
             bias = statistics.median(
                 [_error(ref[k], v, kind, span) for k, v in exact.items() if k in ref] or [0.0]
             )
@@ -154,11 +157,15 @@ def run_query(engine: Engine, q: Query, dsn: str, reps: int) -> dict[Fraction, t
 
 
 def _answer(
-    engine: Engine, q: BenchQuery, bounds: AutoBounds, grouped: bool, noiseless: bool = False
+    engine: Engine,
+    q: BenchQuery,
+    bounds: AutoBounds,
+    grouped: bool,
+    noise: NoiseSource = CSPRNG,
 ) -> dict[Any, float | str]:
     """One release and its post-processing, as the engine answers (rows memoized per bounds)."""
     plan = q.plan(bounds)
-    rel = release(plan, q.rows(plan), q.key_types, q.declared, 0.95, noiseless=noiseless)
+    rel = release(plan, q.rows(plan), q.key_types, q.declared, 0.95, noise)
     res = finish(engine, q.prepared, plan.analysis, rel, q.session, plan=plan, auto=bounds)
     return {(str(k) if k is not None else None): v for k, v in _cells(res.rows, grouped).items()}
 

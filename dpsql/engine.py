@@ -28,6 +28,7 @@ from dpsql.budget import route
 from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
+from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.errors import InternalError, UnsupportedSql
 from dpsql.execute import group_keys, prepare, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
@@ -88,6 +89,7 @@ class Engine:
         cache_size: int = 2048,
         statement_timeout_ms: int | None = None,
         planner: Planner = make_plan,
+        noise: NoiseSource = CSPRNG,
     ) -> None:
         """An engine answering under ``policy`` on ``upstream_dsn``.
 
@@ -95,9 +97,14 @@ class Engine:
             planner: plans a private measurement (and each grouping set's): always
                 :func:`~dpsql.sql.plan.make_plan`, except in a privacy audit that checks a
                 deliberately broken engine fails (tests/dp_audit).
+            noise: where every release draws its randomness: always
+                :data:`~dpsql.dp.noise_source.CSPRNG` (exact samplers on the operating system's
+                CSPRNG), except in tests that compare with an exact answer (a zero-noise source,
+                tests/helpers.py). Neither ``dpsql serve``, the CLI nor the policy sets it.
         """
         self.policy = policy
         self.planner = planner
+        self.noise = noise
         self.ledger = ledger
         self.backend = Backend(
             upstream_dsn,
@@ -111,12 +118,6 @@ class Engine:
         self._views: dict[str, Policy] = {}
         self._column_orders: dict[str, tuple[str, ...]] = {}  # table -> attnum order
         self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
-        self._noiseless = False  # test-only: set by tests.helpers.noiseless(); never by serve/CLI
-
-    @property
-    def noiseless(self) -> bool:
-        """Whether releases skip the noise (test-only, see :func:`tests.helpers.noiseless`)."""
-        return self._noiseless
 
     def close(self) -> None:
         self.backend.close()

@@ -6,6 +6,8 @@ Fixtures:
   make_db       (session)  factory: make_db("name") -> DSN of a fresh, empty database
   make_policy   (session)  factory: make_policy("name", tables=..., ...) -> PolicyFile (path, doc,
                            loaded Policy); the one policy builder (tests/policies.py)
+  exact_noise   (session)  the zero-noise source (tests.helpers.EXACT) to inject: Engine(noise=...)
+  exact_engine             the demo engine (fixed bounds) on the zero-noise source
 """
 
 from __future__ import annotations
@@ -165,5 +167,25 @@ def engine(demo_dsn: str, demo_policy):  # type: ignore[no-untyped-def]
     from dpsql.engine import Engine
 
     e = Engine(demo_policy, demo_dsn, pool_size=4)
+    yield e
+    e.close()
+
+
+@pytest.fixture(scope="session")
+def exact_noise():  # type: ignore[no-untyped-def]
+    """The zero-noise source (:class:`tests.helpers.ExactNoise`): a test that compares with the
+    exact answer injects it where it builds the engine (``Engine(..., noise=exact_noise)``) or
+    calls a release stage (``release(..., exact_noise)``). The product has no noiseless switch."""
+    from tests.helpers import EXACT
+
+    return EXACT
+
+
+@pytest.fixture
+def exact_engine(demo_dsn: str, demo_policy, exact_noise):  # type: ignore[no-untyped-def]
+    """The ``engine`` fixture's engine (demo data, fixed bounds) on the zero-noise source."""
+    from dpsql.engine import Engine
+
+    e = Engine(demo_policy, demo_dsn, pool_size=4, noise=exact_noise)
     yield e
     e.close()

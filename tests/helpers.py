@@ -13,6 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from dpsql.dp.bounds import Selection
+from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.dp.noise_source import CSPRNG, NoiseSource
+from dpsql.dp.partition import PartitionSelection
+from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.engine import Engine
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,15 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @contextmanager
 def served_engine(
-    policy: Any, upstream: str, *, grace_s: float = 2, ledger: Any | None = None
+    policy: Any,
+    upstream: str,
+    *,
+    grace_s: float = 2,
+    ledger: Any | None = None,
+    noise: NoiseSource = CSPRNG,
 ) -> Iterator[Any]:
-    """A real Engine on ``upstream`` (charging ``ledger`` if given) behind an in-process wire
-    server on a free port; yields the :class:`~dpsql.server.run.ServerThread` (its ``port``). Both are
-    closed at exit (the ledger is the caller's)."""
+    """A real Engine on ``upstream`` (charging ``ledger`` if given, drawing from ``noise``)
+    behind an in-process wire server on a free port; yields the
+    :class:`~dpsql.server.run.ServerThread` (its ``port``). Both are closed at exit (the ledger
+    is the caller's)."""
     from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
-    engine = Engine(policy, upstream, ledger, pool_size=2)
+    engine = Engine(policy, upstream, ledger, pool_size=2, noise=noise)
     srv = ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=grace_s)).start()
     try:
         yield srv
@@ -71,10 +84,38 @@ def analyst_dsn(port: int, user: str = "analyst", password: str = "analyst") -> 
     return f"host=127.0.0.1 port={port} user={user} password={password} dbname=demo"
 
 
-def noiseless(engine: Engine) -> Engine:
-    """Switch an engine's noise off (test-only; `dpsql serve` and the CLI can't reach this)."""
-    engine._noiseless = True
-    return engine
+class ExactNoise:
+    """A zero-noise :class:`~dpsql.dp.noise_source.NoiseSource`: what each mechanism releases
+    with noise 0, the exact answer tests compare with. Injected where a test builds an engine
+    (``Engine(..., noise=EXACT)``, the ``exact_noise`` fixture) or calls a release stage; the
+    product has no way to name it. Charges and intervals are the mechanism's own, unchanged (a
+    zero-noise engine reports the real noise's error bars).
+
+    * additive noise: the values as they are;
+    * partition selection: every group with a unit (not the noisy threshold);
+    * quantiles, interval ends, the mode: the best candidate (the first among ties);
+    * contribution bounds: the best bucket, the guard on the exact unit count
+      (``TopRank.exact`` / ``TailRank.exact``).
+    """
+
+    def add(self, mech: Laplace | Gaussian, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64)
+
+    def keep(self, selection: PartitionSelection, unit_counts: np.ndarray) -> np.ndarray:
+        return np.asarray(unit_counts) >= 1
+
+    def pick(self, mech: Quantile, utilities: np.ndarray) -> np.ndarray:
+        return np.asarray(np.argmax(utilities, axis=1), dtype=np.int64)
+
+    def mode(self, mech: Mode, counts: np.ndarray) -> np.ndarray:
+        return np.asarray(np.argmax(counts, axis=1), dtype=np.int64)
+
+    def bound(self, selection: Selection, counts: np.ndarray) -> int:
+        return selection.exact(counts)
+
+
+EXACT: NoiseSource = ExactNoise()
+"""The zero-noise source (see :class:`ExactNoise`)."""
 
 
 def binom_min_successes(n: int, p: float, alpha: float = 1e-6) -> int:

@@ -212,9 +212,10 @@ class TopRank:
         return choose_among_heads(heads)
 
     def exact(self, counts: np.ndarray) -> int:
-        """The best bucket (no noise): for the test-only noiseless engine. Ties go to the
-        highest bucket, so a noiseless bound clips nothing that the noisy one rarely would;
-        the guard compares the exact unit count with :meth:`min_units`."""
+        """The best bucket, without noise (what a zero-noise source answers: tests' exact
+        oracle, never the product's :class:`~dpsql.dp.noise_source.CsprngNoise`). Ties go to the
+        highest bucket, so this bound clips nothing that the noisy one rarely would; the guard
+        compares the exact unit count with :meth:`min_units`."""
         if int(np.asarray(counts).sum()) < self.min_units(len(counts)):
             return len(counts)  # FALLBACK
         g = self.gaps(counts)
@@ -366,8 +367,8 @@ class TailRank:
         return self.single.min_units(buckets)
 
     def exact(self, counts: np.ndarray) -> int:
-        """The noiseless choice (the test-only noiseless engine): the guard on the exact count
-        (without the margin), the best buckets."""
+        """The choice without noise (a zero-noise source's, as :meth:`TopRank.exact`): the
+        guard on the exact count (without the margin), the best buckets."""
         b = len(counts)
         total = int(np.asarray(counts).sum())
         a, c = self.parts

@@ -238,24 +238,28 @@ class Quantile(_PerGroup):
         gap = np.maximum(d * below - target, target - d * (below + full - 1))
         return np.asarray(-np.maximum(gap, 0), dtype=np.int64)
 
-    def end_values(self, counts: np.ndarray, noiseless: bool = False) -> np.ndarray:
-        """The interval end per group: the highest value of the chosen bucket (hi for the
-        virtual one) for k > 0, the lowest (lo) for k < 0."""
-        utilities = self.end_utilities(counts)
-        pick = np.argmax(utilities, axis=1) if noiseless else self.choose(counts, utilities)
+    def end_values(self, pick: np.ndarray) -> np.ndarray:
+        """The interval end per group for the candidates picked over :meth:`end_utilities`: the
+        highest value of the chosen bucket (hi for the virtual one) for k > 0, the lowest (lo)
+        for k < 0."""
         low, high = self.edges()
         ends = np.append(high, high[-1]) if self.offset > 0 else np.append(low[0], low)
-        return np.asarray(ends[pick], dtype=np.float64)
+        return np.asarray(ends[np.asarray(pick, dtype=np.int64)], dtype=np.float64)
 
     def choose(self, mat: np.ndarray, utilities: np.ndarray | None = None) -> np.ndarray:
-        """Permute-and-flip over buckets: the chosen bucket index per group."""
+        """Permute-and-flip over buckets: the chosen bucket index per group (over ``utilities``
+        when given, else the bucket counts' :meth:`scaled_utilities`)."""
+        return self.select(self.scaled_utilities(mat) if utilities is None else utilities)
+
+    def select(self, utilities: np.ndarray) -> np.ndarray:
+        """Permute-and-flip over the candidates of (groups, candidates) scaled ``utilities``:
+        the chosen candidate index per group."""
         d = self.target.denominator
         eps = self.group_epsilon
         r = self.contribution_bound
         # gamma = eps (u* - u) / (2R) = e_n (U* - U) / (2 R d e_d) with U = d u; clip U >= -C d.
         clip = math.ceil(Fraction(2 * r * _GAMMA_CLIP * d) / eps)
-        raw = self.scaled_utilities(mat) if utilities is None else utilities
-        scaled = np.maximum(raw, -clip)
+        scaled = np.maximum(utilities, -clip)
         gap = scaled.max(axis=1, keepdims=True) - scaled
         den = 2 * r * d * eps.denominator
         if den >= 2**48 or clip * eps.numerator >= 2**62:

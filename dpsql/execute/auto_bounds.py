@@ -27,6 +27,7 @@ import numpy as np
 
 from dpsql.dp.accounting import Cost
 from dpsql.dp.bounds import COUNT_SHARE, Selection, TailRank, TopRank, default_rank
+from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import PrivateQuery
@@ -184,7 +185,7 @@ def choose(
     p: Pending,
     hist: list[np.ndarray],
     epsilon: Fraction,
-    noiseless: bool = False,
+    noise: NoiseSource,
 ) -> list[tuple[ChosenBound, Selection]]:
     """Each missing bound's choice (in ``p.missing`` order) and the mechanism that made it: G
     first, then R aimed at :func:`row_rank` for the G in force, then the L1 caps over groups
@@ -196,7 +197,7 @@ def choose(
     out: dict[int, tuple[ChosenBound, Selection]] = {}
 
     def pick(i: int, it: AutoItem, m: Selection) -> None:
-        idx = m.exact(hist[i]) if noiseless else m.choose(hist[i])
+        idx = noise.bound(m, hist[i])
         if idx >= len(it.grid):  # the guard: too few units to choose reliably at this epsilon
             default = it.grid[-1] if it.kind.startswith("value") else Fraction(1)
             if it.kind == "total" and it.measure is not None:  # one row's worth: as R = G = 1
@@ -327,7 +328,7 @@ def choose_reserved(
         raise
     chosen = list(p.known.chosen)
     digest = engine.repeat_digest(prepared.scope)
-    picks = choose(a, p, hist, epsilon, engine.noiseless)
+    picks = choose(a, p, hist, epsilon, engine.noise)
     for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
         if ledger is not None and c.fallback:
             ledger.commit(reservations[i])  # spent, not stored: a larger epsilon may choose

@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsql.dp.noise_source import NoiseSource
 from dpsql.errors import InternalError
 from dpsql.sql.analysis import Analysis, Statistic, needs_group_rank
 from dpsql.sql.bias import BiasPlan
@@ -52,7 +53,7 @@ def _float(x: object) -> float:
 
 
 def release_removed(
-    plan: Plan, columns: Sequence[tuple[Sequence[object], Sequence[object]]], noiseless: bool
+    plan: Plan, columns: Sequence[tuple[Sequence[object], Sequence[object]]], noise: NoiseSource
 ) -> dict[str, Removed]:
     """Noisy removed mass per target from its two SQL columns per row (grid steps, unit counts).
 
@@ -63,8 +64,8 @@ def release_removed(
         grid = float(b.target.grid)
         d = np.array([_float(x) for x in steps], dtype=np.float64) * grid
         k = np.array([_float(x) for x in over], dtype=np.float64)
-        if not noiseless and d.size:
-            d, k = b.dropped.release(d), b.over_cap.release(k)
+        if d.size:
+            d, k = noise.add(b.dropped, d), noise.add(b.over_cap, k)
         out[b.target.key] = Removed(b, d, k)
     return out
 

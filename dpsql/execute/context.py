@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Any, Protocol
 
 from dpsql.budget.api import BudgetLedger
+from dpsql.dp.noise_source import NoiseSource
 from dpsql.execute.backend import Backend, CancelToken
 from dpsql.execute.caches import EngineCaches
 from dpsql.execute.prepared import DeferredQuery, Prepared, PrivateQuery
@@ -48,9 +49,7 @@ class EngineContext(Executes, Protocol):
     backend: Backend
     caches: EngineCaches
     ledger: BudgetLedger | None
-
-    @property
-    def noiseless(self) -> bool: ...
+    noise: NoiseSource  # every random choice of a release (the product's: dp.noise_source.CSPRNG)
 
     def view(self, analyst: str | None) -> Policy: ...
 

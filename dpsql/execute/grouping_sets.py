@@ -86,7 +86,7 @@ def release_sets(
     for sp, got, public in zip(plan.sets, rows, declared, strict=True):
         types = [key_types[i] for i in sp.keys]
         rel = release(
-            sp.plan, got.rows, types, public, confidence, engine.noiseless, candidates=candidates
+            sp.plan, got.rows, types, public, confidence, engine.noise, candidates=candidates
         )
         notes.update(dict.fromkeys(rel.notes))
         for pos in sp.positions:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
 from dpsql.execute.bias import (
@@ -89,11 +90,12 @@ def release(
     key_types: Sequence[str],
     declared_keys: list[tuple[str | None, ...]] | None,
     confidence: float,
-    noiseless: bool = False,
+    noise: NoiseSource,
     candidates: dict[str, tuple[str, ...]] | None = None,
 ) -> Release:
-    """Noisy statistics per released group (``candidates``: mode candidates from ``keys_from``,
-    resolved from the public table, by measure key)."""
+    """Noisy statistics per released group, every random choice drawn from ``noise`` (the
+    engine's source); ``candidates``: mode candidates from ``keys_from``, resolved from the
+    public table, by measure key."""
     a = plan.analysis
     nk = len(a.group_keys)
     nm = len(a.measures)
@@ -111,14 +113,14 @@ def release(
     if a.needs_selection and table:
         sel = np.array([float(v[nm]) for _, v in table])
         assert plan.selection is not None
-        keep = sel >= 1 if noiseless else plan.selection.keep(sel)
+        keep = noise.keep(plan.selection, sel)
         table = [t for t, k in zip(table, keep, strict=True) if k]
     b0 = nm + nsel  # the removed-mass columns of the bias targets follow the measures
     removed = release_removed(
         plan,
         [([v[b0 + 2 * i] for _, v in table], [v[b0 + 2 * i + 1] for _, v in table])
          for i in range(len(plan.bias))],
-        noiseless,
+        noise,
     )  # fmt: skip
     noisy: dict[str, np.ndarray | list[Any]] = {}  # a selected measure's values: a list
     # count_keys: noisy rows per (group, key); quantiles: (low, high) interval ends per group
@@ -128,21 +130,21 @@ def release(
             cands = mp.measure.candidates or (candidates or {}).get(mp.key, ())
             hists = [hist.get((j, k), {}) for k, _ in table]
             if mp.measure.kind == "count_keys":
-                present[mp.key] = key_rows(mp, hists, cands, noiseless)
+                present[mp.key] = key_rows(mp, hists, cands, noise)
                 noisy[mp.key] = np.array(
                     [present_keys(mp, row) for row in present[mp.key]], dtype=np.float64
                 )
                 continue
-            noisy[mp.key] = _select(mp, hists, cands, noiseless)
+            noisy[mp.key] = _select(mp, hists, cands, noise)
             if mp.bounds is not None:
-                present[mp.key] = quantile_ends(mp, hists, noiseless)
+                present[mp.key] = quantile_ends(mp, hists, noise)
             continue
         mech = mp.mechanism
         if isinstance(mech, (Quantile, Mode)):
             raise InternalError(f"{mp.key}: a selection mechanism on an additive measure")
         col = [_exact(v[j]) for _, v in table]
         vals = _snapped(col, mech.grid)
-        noisy[mp.key] = vals if noiseless else mech.release(vals)
+        noisy[mp.key] = noise.add(mech, vals)
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
     interval = _stat_interval(plan, noisy, removed, present)
@@ -247,9 +249,9 @@ def _spec_key(m: Any) -> tuple[str, ...]:
 
 
 def _select(
-    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noiseless: bool
+    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noise: NoiseSource
 ) -> list[Any]:
-    """Release a quantile or mode per group from its bucket counts (noiseless: the best bucket)."""
+    """Release a quantile or mode per group from its bucket counts."""
     mech = mp.mechanism
     if not hists:
         return []
@@ -258,29 +260,27 @@ def _select(
         for i, h in enumerate(hists):
             for b, c in h.items():
                 mat[i, int(b)] = c
-        if noiseless:
-            best = np.argmax(mech.scaled_utilities(mat), axis=1)
-            return [float(x) for x in mech.midpoints()[best]]
-        return [float(x) for x in np.atleast_1d(mech.release(mat))]
+        chosen = noise.pick(mech, mech.scaled_utilities(mat))
+        return [float(x) for x in mech.midpoints()[chosen]]
     assert isinstance(mech, Mode)
     cands = list(candidates)  # public: never derived from the data
     if not cands:
         return [None] * len(hists)
     mat = np.array([[h.get(c, 0) for c in cands] for h in hists], dtype=np.int64)
-    chosen = np.argmax(mat, axis=1) if noiseless else np.atleast_1d(mech.release(mat))
+    chosen = noise.mode(mech, mat)
     return [cands[int(c)] for c in chosen]
 
 
 def key_rows(
-    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noiseless: bool
+    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noise: NoiseSource
 ) -> np.ndarray:
     """COUNT(DISTINCT x) over declared keys: the rows of each (group, public key), with Laplace
     noise (a unit's kept rows in a group are <= R, spread over the keys: L1 <= G·R)."""
     mat = np.array([[h.get(c, 0) for c in candidates] for h in hists], dtype=np.float64)
     mat = mat.reshape(len(hists), len(candidates))
-    if noiseless or not mat.size:
+    if not mat.size:
         return mat
-    return np.asarray(mp.mechanism.release(mat), dtype=np.float64).reshape(mat.shape)
+    return np.asarray(noise.add(_additive(mp), mat), dtype=np.float64).reshape(mat.shape)
 
 
 def _additive(mp: MeasurePlan) -> Laplace | Gaussian:
@@ -310,7 +310,7 @@ def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[fl
     return float((row - w > 0).sum()), float((row + w >= 1).sum())
 
 
-def quantile_ends(mp: MeasurePlan, hists: list[dict[Any, int]], noiseless: bool) -> np.ndarray:
+def quantile_ends(mp: MeasurePlan, hists: list[dict[Any, int]], noise: NoiseSource) -> np.ndarray:
     """A quantile's interval per group, (groups, 2): the lowest value of the bucket chosen for
     the target OFFSET rows below, the highest of the one chosen OFFSET rows above. Each end
     is on the wrong side of the true quantile (of the kept rows) with probability at most
@@ -324,8 +324,8 @@ def quantile_ends(mp: MeasurePlan, hists: list[dict[Any, int]], noiseless: bool)
     out = np.zeros((len(hists), 2), dtype=np.float64)
     if not hists:
         return out
-    out[:, 0] = low_q.end_values(mat, noiseless)
-    out[:, 1] = high_q.end_values(mat, noiseless)
+    out[:, 0] = low_q.end_values(noise.pick(low_q, low_q.end_utilities(mat)))
+    out[:, 1] = high_q.end_values(noise.pick(high_q, high_q.end_utilities(mat)))
     return out
 
 

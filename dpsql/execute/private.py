@@ -298,9 +298,7 @@ def release_measured(
     }
     if isinstance(plan, SetsPlan):
         return release_sets(engine, plan, got, key_types, declared, confidence, cands)
-    return release(
-        plan, got.rows, key_types, declared, confidence, engine.noiseless, candidates=cands
-    )
+    return release(plan, got.rows, key_types, declared, confidence, engine.noise, candidates=cands)
 
 
 def finish(

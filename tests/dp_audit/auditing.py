@@ -135,9 +135,12 @@ def permute_and_flip_probabilities(coins: np.ndarray) -> np.ndarray:
     return out / out.sum()
 
 
-def neighbouring_engines(make_db, policy: dict, load, prefix: str):  # type: ignore[no-untyped-def]
+def neighbouring_engines(make_db, policy: dict, load, prefix: str, noise=None):  # type: ignore[no-untyped-def]
     """Engines on two neighbouring databases: ``load(dsn, with_extreme)`` fills each; the second
-    has one extra privacy unit. Yields (engine on D, engine on D'), closes both afterwards."""
+    has one extra privacy unit. Yields (engine on D, engine on D'), closes both afterwards.
+    ``noise``: the engines' noise source (default the product's; tests.helpers.EXACT for the
+    exact answers)."""
+    from dpsql.dp.noise_source import CSPRNG
     from dpsql.engine import Engine
     from dpsql.policy.model import Policy
 
@@ -145,7 +148,8 @@ def neighbouring_engines(make_db, policy: dict, load, prefix: str):  # type: ign
     dsn_d, dsn_d2 = make_db(f"{prefix}_d"), make_db(f"{prefix}_d2")
     load(dsn_d, False)
     load(dsn_d2, True)
-    d, d2 = Engine(pol, dsn_d, pool_size=2), Engine(pol, dsn_d2, pool_size=2)
+    src = CSPRNG if noise is None else noise
+    d, d2 = (Engine(pol, dsn, pool_size=2, noise=src) for dsn in (dsn_d, dsn_d2))
     try:
         yield d, d2
     finally:

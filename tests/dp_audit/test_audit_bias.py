@@ -23,6 +23,7 @@ import numpy as np
 import psycopg
 import pytest
 
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.bias import release_removed
 from dpsql.session import SessionContext
@@ -95,7 +96,7 @@ def _audit(engines: tuple[Engine, Engine], which: int, broken: bool = False) -> 
     hits = []
     for plan, (steps, over) in zip(plans, cols, strict=True):
         used = quarter_cap(plan) if broken else plan
-        got = release_removed(used, [([steps] * DRAWS, [over] * DRAWS)], noiseless=False)
+        got = release_removed(used, [([steps] * DRAWS, [over] * DRAWS)], CSPRNG)
         r = next(iter(got.values()))
         values = r.dropped if which == 0 else r.over_cap
         hits.append(int((np.asarray(values) >= threshold).sum()))

@@ -161,7 +161,9 @@ def _released(
     plan = engine.plan(prepared, session)
     row = next(r for r in _release_rows(engine, sql) if r[0] == "a")
     keyed = [(str(i), *row[1:]) for i in range(n)]
-    rel = release(plan, keyed, engine.group_types(prepared, plan.analysis), None, 0.95)
+    rel = release(
+        plan, keyed, engine.group_types(prepared, plan.analysis), None, 0.95, engine.noise
+    )
     return np.array([s[0] for s in rel.stats], dtype=float), plan
 
 

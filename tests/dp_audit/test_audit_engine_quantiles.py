@@ -125,7 +125,7 @@ def _released(engine: Engine, n: int) -> np.ndarray:
     mine = [r for r in rows if r[0] == "a"]
     assert len(mine) >= 2  # the group's row and its bucket rows
     keyed = [(str(i), *r[1:]) for i in range(n) for r in mine]
-    rel = release(plan, keyed, engine.group_types(prepared, a), None, 0.95)
+    rel = release(plan, keyed, engine.group_types(prepared, a), None, 0.95, engine.noise)
     return np.array([s[0] for s in rel.stats], dtype=float)
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.execute.private import measure
@@ -33,6 +34,7 @@ from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.session import SessionContext
 from tests.dp_audit.auditing import broken_twins, epsilon_lower_bound, neighbouring_engines
 from tests.dp_audit.test_audit_engine import POLICY, _load, half_noise
+from tests.helpers import EXACT
 
 SESSION = SessionContext(analyst="auditor", epsilon=Fraction(1), mechanism="laplace")
 
@@ -116,24 +118,25 @@ def _bound(hits_d: int, hits_d2: int, n: int) -> float:
     )
 
 
-def _leaf_draws(engine: Engine, n: int, noiseless: bool = False) -> tuple[list[np.ndarray], float]:
+def _leaf_draws(
+    engine: Engine, n: int, noise: NoiseSource = CSPRNG
+) -> tuple[list[np.ndarray], float]:
     """Each leaf of UNION, released n times on group 'a''s real upstream row (n groups of one
-    release: independent draws); and the epsilon the statement is charged."""
+    release: independent draws from ``noise``); and the epsilon the statement is charged."""
     prepared = engine.prepare(UNION)
     plans = leaf_plans(engine, prepared.leaves, SESSION)
     out = []
     for leaf, plan in zip(prepared.leaves, plans, strict=True):
         row = next(r for r in measure(engine, leaf, plan, None).rows if r[0] == "a")
-        copies = 1 if noiseless else n
-        keyed = [(str(i), *row[1:]) for i in range(copies)]
+        keyed = [(str(i), *row[1:]) for i in range(n)]
         types = engine.group_types(leaf, plan.analysis)
-        rel = release(plan, keyed, types, None, 0.95, noiseless=noiseless)
+        rel = release(plan, keyed, types, None, 0.95, noise)
         out.append(np.array([s[0] for s in rel.stats], dtype=float))
     return out, float(sum((p.cost.epsilon for p in plans), Fraction(0)))
 
 
 def _release_audit(engines: tuple[Engine, Engine], n: int) -> tuple[float, float]:
-    thresholds = [v[0] for v in _leaf_draws(engines[1], 1, noiseless=True)[0]]
+    thresholds = [v[0] for v in _leaf_draws(engines[1], 1, EXACT)[0]]
     hits, charged = [], 0.0
     for engine in engines:
         draws, charged = _leaf_draws(engine, n)
@@ -168,10 +171,8 @@ def _outputs(engine: Engine, name: str) -> tuple[list[float], float]:
 
 
 def _execute_audit(engines: tuple[Engine, Engine], name: str, runs: int) -> tuple[float, float]:
-    from tests.helpers import noiseless
-
     d, d2 = engines
-    exact = noiseless(Engine(d2.policy, d2.backend.dsn, pool_size=1))
+    exact = Engine(d2.policy, d2.backend.dsn, pool_size=1, noise=EXACT)
     try:
         thresholds, _ = _outputs(exact, name)
     finally:

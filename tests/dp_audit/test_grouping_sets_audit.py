@@ -1,7 +1,7 @@
 """Each grouping set bounds a unit's contribution on its own (neighbouring databases, no noise).
 
 D has 30 units with one row each; D' adds one unit with 5 rows in every (g1, g2) group, all at
-the upper bound of v. Per grouping set of ``GROUP BY ROLLUP (g1, g2)``, the noiseless answers on D
+the upper bound of v. Per grouping set of ``GROUP BY ROLLUP (g1, g2)``, the exact answers on D
 and D' differ, summed over the set's groups, by exactly that set's stated L1 sensitivity:
 G·R·c for the sets with keys (the extra unit keeps G = 2 groups and R = 2 rows in each), R·c for
 the grand total (G = 1). Computing the grand total from the finest set's bounded groups instead
@@ -31,7 +31,7 @@ from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
 from dpsql.sql.grouping_sets import SetsPlan, grouping_value, set_analysis
 from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 
 R, G, V = 2, 2, 10
 POLICY: dict[str, Any] = {
@@ -70,8 +70,7 @@ def _load(dsn: str, with_extreme: bool) -> None:
 
 @pytest.fixture(scope="module")
 def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
-    for d, d2 in neighbouring_engines(make_db, POLICY, _load, "gsets"):
-        yield noiseless(d), noiseless(d2)
+    yield from neighbouring_engines(make_db, POLICY, _load, "gsets", noise=EXACT)
 
 
 def _answer(e: Engine) -> dict[tuple[Any, ...], tuple[Any, ...]]:

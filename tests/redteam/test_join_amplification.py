@@ -22,7 +22,7 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
 
 R = 5
@@ -85,15 +85,15 @@ def test_one_unit_cannot_multiply_the_join_work(
 
 
 def test_capped_join_still_counts_every_light_unit(join_engine: tuple[Engine, str]) -> None:
-    """Noiseless: light units (2 rows, under the cap) keep every joined row; the heavy unit
+    """Zero noise: light units (2 rows, under the cap) keep every joined row; the heavy unit
     counts R rows (LEAST(n, R) per unit, as before the cap)."""
-    engine, _ = join_engine
-    noiseless(engine)
+    engine, dsn = join_engine
+    exact = Engine(engine.policy, dsn, pool_size=1, noise=EXACT)
     try:
-        p = engine.prepare("SELECT COUNT(*) FROM t a JOIN t b ON a.u = b.u WHERE a.x = 1")
-        rows = engine.execute(p, SessionContext(analyst="analyst")).rows
+        p = exact.prepare("SELECT COUNT(*) FROM t a JOIN t b ON a.u = b.u WHERE a.x = 1")
+        rows = exact.execute(p, SessionContext(analyst="analyst")).rows
     finally:
-        engine._noiseless = False
+        exact.close()
     assert rows == [(LIGHT_UNITS * min(LIGHT_ROWS**2, R) + R,)]
 
 

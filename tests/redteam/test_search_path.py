@@ -18,7 +18,7 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
-from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.helpers import EXACT, analyst_dsn, served_engine
 
 SECRET = "SECRET-ROW-of-a-shadowing-table"
 
@@ -55,7 +55,7 @@ def shadow_dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def shadow_engine(shadow_dsn: str, demo_policy: Any) -> Iterator[Engine]:
-    e = noiseless(Engine(demo_policy, shadow_dsn, pool_size=2))
+    e = Engine(demo_policy, shadow_dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 

@@ -21,7 +21,7 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
 
 R = 2
@@ -82,7 +82,7 @@ def special_engine(make_db: Callable[[str], str], make_policy: PolicyMaker) -> I
     # max 10 groups per unit: no unit is in more groups, nothing dropped, an exact reference
     table = private_table("u", columns, rows=R, groups=10)
     pf = make_policy("special", tables={"public.e": table}, public_tables=[])
-    e = noiseless(Engine(pf.policy, dsn, pool_size=2))
+    e = Engine(pf.policy, dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 
@@ -112,7 +112,7 @@ def _run(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
 
 def _close(got: Any, want: Fraction) -> bool:
     """Equal up to the release grid (a power of two <= 1, dpsql.dp.mechanisms.grid_for): a
-    noiseless sum is still snapped to it. A clamping mistake moves a sum by 2.5 or more."""
+    zero-noise sum is still snapped to it. A clamping mistake moves a sum by 2.5 or more."""
     return abs(Fraction(got) - want) <= Fraction(1, 2)
 
 

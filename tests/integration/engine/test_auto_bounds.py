@@ -127,14 +127,14 @@ def engine_auto(demo_dsn: str, demo_policy_auto: Any) -> Iterator[Engine]:
     e.close()
 
 
-def test_noiseless_choice_reads_the_data(
+def test_exact_choice_reads_the_data(
     demo_dsn: str, demo_policy_auto: Any, make_db: Callable[[str], str]
 ) -> None:
-    """PUMS has 1-4 rows a person: the noiseless choice keeps 3 or 4 (never 1), over all of a
+    """PUMS has 1-4 rows a person: the zero-noise choice keeps 3 or 4 (never 1), over all of a
     person's groups (a per-group COUNT: one L1 cap over the groups)."""
-    from tests.helpers import noiseless
+    from tests.helpers import EXACT
 
-    e = noiseless(Engine(demo_policy_auto, demo_dsn, pool_size=2))
+    e = Engine(demo_policy_auto, demo_dsn, pool_size=2, noise=EXACT)
     try:
         r = e.execute(e.prepare("SELECT sex, COUNT(*) FROM pums GROUP BY sex"), SessionContext())
         notice = r.notices[0]
@@ -229,12 +229,12 @@ def test_a_refused_statement_charges_nothing(charged: tuple[Engine, Ledger]) -> 
 
 
 def test_a_small_slice_keeps_the_defaults_and_says_so(demo_dsn: str, demo_policy_auto: Any) -> None:
-    """The guard of dpsql.dp.bounds, deterministic on the noiseless engine (exact unit count):
+    """The guard of dpsql.dp.bounds, deterministic on a zero-noise engine (exact unit count):
     PUMS's 201 people over 60 at a slice of 0.2 are fewer than the 341 a reliable choice needs,
     so R keeps its default of 1 and the notice says why; all 1,000 choose from the data."""
-    from tests.helpers import noiseless
+    from tests.helpers import EXACT
 
-    e = noiseless(Engine(demo_policy_auto, demo_dsn, pool_size=2))
+    e = Engine(demo_policy_auto, demo_dsn, pool_size=2, noise=EXACT)
     try:
         small = e.execute(e.prepare("SELECT COUNT(*) FROM pums WHERE age > 60"), SessionContext())
         assert "1 rows per unit" in small.notices[0], small.notices

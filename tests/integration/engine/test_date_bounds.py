@@ -1,7 +1,7 @@
 """Dates and timestamps take bounds (issue 16 item 4): MIN/MAX/percentiles over them, and
 ``date_trunc`` GROUP BY keys generated from the bounds, against a real PostgreSQL.
 
-Noiseless runs (tests.helpers.noiseless) check the rewrite gives the exact answer; noisy runs
+Zero-noise runs (an engine on tests.helpers.EXACT) check the rewrite gives the exact answer; noisy runs
 check types, bounds and that every declared month comes back (no partition selection).
 """
 
@@ -22,7 +22,7 @@ from dpsql.engine import Engine
 from dpsql.errors import PolicyError
 from dpsql.policy.load import parse_policy
 from dpsql.session import SessionContext
-from tests.helpers import ROOT, noiseless
+from tests.helpers import EXACT, ROOT
 
 POLICY_TEXT = """
 version: 1
@@ -57,12 +57,20 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     e.close()
 
 
+@pytest.fixture(scope="module")
+def quiet(engine: Engine) -> Iterator[Engine]:
+    """The same policy and data on the zero-noise source."""
+    e = Engine(engine.policy, engine.backend.dsn, pool_size=1, noise=EXACT)
+    yield e
+    e.close()
+
+
 def _ask(engine: Engine, sql: str) -> list[tuple[object, ...]]:
     s = SessionContext(analyst="a", epsilon=Fraction(5))
     return engine.execute(engine.prepare(sql), s).rows
 
 
-def test_min_max_median_of_dates_are_dates(engine: Engine) -> None:
+def test_min_max_median_of_dates_are_dates(engine: Engine, quiet: Engine) -> None:
     sql = "SELECT MIN(d), MAX(d), percentile_disc(0.5) WITHIN GROUP (ORDER BY d) FROM ev"
     exact = engine.backend.run(sql, private=False).rows[0]
     (row,) = _ask(engine, sql)
@@ -75,11 +83,8 @@ def test_min_max_median_of_dates_are_dates(engine: Engine) -> None:
     median = plan.measures[2].mechanism
     assert isinstance(median, Quantile) and median.rank_error(1 - 1e-6) <= 8 * 29, median
     assert abs((row[2] - exact[2]).days) <= 30
-    try:
-        (quiet,) = _ask(noiseless(engine), sql)
-    finally:
-        engine._noiseless = False
-    assert quiet[0] == exact[0] and quiet[1] == exact[1]
+    (got,) = _ask(quiet, sql)
+    assert got[0] == exact[0] and got[1] == exact[1]
 
 
 def test_max_of_timestamps_is_a_timestamp(engine: Engine) -> None:
@@ -90,7 +95,7 @@ def test_max_of_timestamps_is_a_timestamp(engine: Engine) -> None:
     assert row[1] >= datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def test_date_trunc_keys_come_from_the_bounds(engine: Engine) -> None:
+def test_date_trunc_keys_come_from_the_bounds(engine: Engine, quiet: Engine) -> None:
     """Twelve months, empty ones included, without partition selection (no delta spent)."""
     sql = "SELECT date_trunc('month', d) AS m, COUNT(*) AS n FROM ev GROUP BY 1 ORDER BY 1"
     p = engine.prepare(sql)
@@ -99,22 +104,16 @@ def test_date_trunc_keys_come_from_the_bounds(engine: Engine) -> None:
     rows = _ask(engine, sql)
     assert [r[0].month for r in rows] == list(range(1, 13))  # type: ignore[union-attr]
     exact = dict(engine.backend.run(sql, private=False).rows)
-    try:
-        quiet = _ask(noiseless(engine), sql)
-    finally:
-        engine._noiseless = False
-    assert {k: v for k, v in quiet if v} == exact
+    got = _ask(quiet, sql)
+    assert {k: v for k, v in got if v} == exact
 
 
 @pytest.mark.parametrize("col", ["ts", "tz"])
-def test_date_trunc_keys_of_timestamps(engine: Engine, col: str) -> None:
+def test_date_trunc_keys_of_timestamps(engine: Engine, quiet: Engine, col: str) -> None:
     sql = f"SELECT date_trunc('quarter', {col}) AS q, COUNT(*) FROM ev GROUP BY 1 ORDER BY 1"
     exact = dict(engine.backend.run(sql, private=False).rows)
-    try:
-        quiet = _ask(noiseless(engine), sql)
-    finally:
-        engine._noiseless = False
-    assert len(quiet) == 4 and {k: v for k, v in quiet if v} == exact
+    got = _ask(quiet, sql)
+    assert len(got) == 4 and {k: v for k, v in got if v} == exact
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,12 @@ import psycopg
 import pytest
 
 from dpsql.cli import EXAMPLES
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
-from tests.helpers import binom_min_successes, noiseless
+from tests.helpers import EXACT, binom_min_successes
 
 R = 25  # demo policy: max_rows_per_unit of purchases
 
@@ -61,12 +62,11 @@ def test_every_declared_key_is_returned(engine: Engine) -> None:
     assert sorted(row[0] for row in r.rows) == ["E", "N", "S", "W"]
 
 
-def test_noiseless_equals_bounded_aggregate(engine: Engine, demo_dsn: str) -> None:
-    noiseless(engine)
+def test_zero_noise_equals_bounded_aggregate(exact_engine: Engine, demo_dsn: str) -> None:
     got = dict(
         (c, (n, s))
         for c, n, s in ask(
-            engine, "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY category"
+            exact_engine, "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY category"
         ).rows
     )
     # Reference semantics (dpsql.sql.rewrite.bound_partials): per (user, category), the count
@@ -84,9 +84,8 @@ def test_noiseless_equals_bounded_aggregate(engine: Engine, demo_dsn: str) -> No
         assert abs(got[c][1] - s) <= Decimal("0.5"), c  # sums are released on a grid of 1 here
 
 
-def test_heavy_units_are_capped(engine: Engine) -> None:
-    noiseless(engine)
-    (avg,) = ask(engine, "SELECT AVG(amount) FROM purchases").rows[0]
+def test_heavy_units_are_capped(exact_engine: Engine) -> None:
+    (avg,) = ask(exact_engine, "SELECT AVG(amount) FROM purchases").rows[0]
     raw_avg = 1.2e7 / 1  # whales alone push the true mean above $10,000
     assert float(avg) < 100 < raw_avg
 
@@ -108,7 +107,7 @@ def test_sensitivity_holds_on_neighbouring_databases(make_db, demo_policy) -> No
     )
     out = []
     for dsn in (a_dsn, b_dsn):
-        e = noiseless(Engine(demo_policy, dsn, pool_size=2))
+        e = Engine(demo_policy, dsn, pool_size=2, noise=EXACT)
         out.append({r[0]: r[1:] for r in ask(e, sql).rows})
         e.close()
     l1 = [0, Decimal(0), 0]
@@ -171,7 +170,7 @@ def test_partition_selection_hides_single_person_groups(engine: Engine) -> None:
 
 
 def _coverage(engine: Engine, sql: str, runs: int, broken: bool = False) -> list[tuple[int, int]]:
-    """(hits, total) per measure column: how often its 95% intervals hold the noiseless answer."""
+    """(hits, total) per measure column: how often its 95% intervals hold the exact answer."""
     p = engine.prepare(sql)
     s = session()
     plan = engine.plan(p, s)
@@ -179,13 +178,13 @@ def _coverage(engine: Engine, sql: str, runs: int, broken: bool = False) -> list
     rows = engine.backend.run(engine.private_sql(p, a), private=True).rows
     keys = engine.declared_keys(a)
     types = engine.group_types(p, a)
-    truth = release(plan, rows, types, keys, 0.95, noiseless=True).stats
+    truth = release(plan, rows, types, keys, 0.95, EXACT).stats
     if broken:
         plan = _tripled_noise(plan)
     hits = [0] * len(truth[0])
     total = [0] * len(truth[0])
     for _ in range(runs):
-        rel = release(plan, rows, types, keys, 0.95)
+        rel = release(plan, rows, types, keys, 0.95, CSPRNG)
         for t_row, iv_row in zip(truth, rel.intervals, strict=True):
             for i, (t, iv) in enumerate(zip(t_row, iv_row, strict=True)):
                 if iv is None or t is None:
@@ -220,7 +219,7 @@ COVERAGE_SQL = (
 
 
 def test_intervals_cover_at_the_stated_rate(engine: Engine) -> None:
-    """Property: each 95% interval holds the noiseless (bounded) answer with probability >= 0.95.
+    """Property: each 95% interval holds the exact (bounded) answer with probability >= 0.95.
 
     Within one measure column, intervals of different groups and runs use independent noise, so
     its number covered out of n = 1000 is at least Binomial(n, 0.95). (AVG's interval is derived
@@ -249,8 +248,8 @@ def test_bad_epsilon_is_refused(engine: Engine, eps: Fraction) -> None:
     assert ask(engine, "SELECT COUNT(*) FROM purchases").rows  # the engine is unharmed
 
 
-def test_parameters(engine: Engine) -> None:
-    noiseless(engine)
+def test_parameters(exact_engine: Engine) -> None:
+    engine = exact_engine
     p = engine.prepare("SELECT COUNT(*) FROM purchases WHERE quantity > $1 AND category = $2")
     assert p.param_count == 2
     a = engine.execute(p, session(), (3, "books")).rows[0][0]

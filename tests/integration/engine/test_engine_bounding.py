@@ -22,7 +22,7 @@ from sqlglot import exp
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Measure, decomposable
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
 
 R, G = 3, 2
@@ -77,7 +77,7 @@ def pengine(partials_dsn: str, make_policy: PolicyMaker) -> Iterator[Engine]:
         public_tables=[],
         fixed_bounds=True,
     )
-    e = noiseless(Engine(pf.policy, partials_dsn, pool_size=2))
+    e = Engine(pf.policy, partials_dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 
@@ -149,7 +149,7 @@ def test_partials_equal_the_reference(pengine: Engine, partials_dsn: str) -> Non
             assert abs(got[g][i] - want[g][i]) <= tol, (g, m.key, got[g][i], want[g][i])
 
 
-def test_end_to_end_noiseless(pengine: Engine) -> None:
+def test_end_to_end_exact(pengine: Engine) -> None:
     sql = "SELECT g, COUNT(*), SUM(k), COUNT(DISTINCT u) FROM t WHERE s <> 'hop' GROUP BY g"
     p = pengine.prepare(sql)
     assert p.analysis is not None

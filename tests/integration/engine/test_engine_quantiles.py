@@ -1,6 +1,6 @@
 """Quantiles, MIN/MAX and mode() through the engine on a real PostgreSQL.
 
-* noiseless (test-only switch): the engine's answer is the exact quantile of the bounded data at
+* on the zero-noise source (tests.helpers.EXACT, injected): the engine's answer is the exact quantile of the bounded data at
   bucket resolution, on a database and on its neighbour (one more unit at the upper bound);
 * with noise, on the demo data: types, bounds, charged epsilon, mechanism names, notices, and the
   mechanism's stated rank accuracy at its stated rate (alpha 1e-6) — and a broken mechanism (a
@@ -17,12 +17,13 @@ import numpy as np
 import psycopg
 import pytest
 
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.dp.quantiles import Quantile
 from dpsql.engine import Engine
 from dpsql.execute.noise import release, split_bucket_rows
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from tests.helpers import binom_min_successes, noiseless
+from tests.helpers import EXACT, binom_min_successes
 
 POLICY = {
     "version": 1,
@@ -70,8 +71,8 @@ def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
     dsns = make_db("quant_d"), make_db("quant_d2")
     _load(dsns[0], False)
     _load(dsns[1], True)
-    out = Engine(policy, dsns[0], pool_size=2), Engine(policy, dsns[1], pool_size=2)
-    yield out
+    out = tuple(Engine(policy, dsn, pool_size=2, noise=EXACT) for dsn in dsns)
+    yield out[0], out[1]
     for e in out:
         e.close()
 
@@ -97,8 +98,8 @@ SQL = (
 
 
 @pytest.mark.parametrize("neighbour", [0, 1])
-def test_noiseless_equals_exact(engines: tuple[Engine, Engine], neighbour: int) -> None:
-    engine = noiseless(engines[neighbour])
+def test_zero_noise_equals_exact(engines: tuple[Engine, Engine], neighbour: int) -> None:
+    engine = engines[neighbour]
     got = engine.execute(engine.prepare(SQL), SessionContext(analyst="a")).rows
     assert [r[0] for r in got] == [1, 2, 3]  # every declared key, also the empty group 3
     data = _rows(bool(neighbour))
@@ -122,7 +123,7 @@ def test_noiseless_equals_exact(engines: tuple[Engine, Engine], neighbour: int) 
 
 def test_neighbour_moves_the_max_only_in_its_group(engines: tuple[Engine, Engine]) -> None:
     sql = "SELECT g, MAX(x) FROM q GROUP BY g ORDER BY g"
-    d, d2 = (noiseless(e).execute(e.prepare(sql), SessionContext()).rows for e in engines)
+    d, d2 = (e.execute(e.prepare(sql), SessionContext()).rows for e in engines)
     assert d2[0][1] == 100 and d[0][1] < 100 and d[1] == d2[1]
 
 
@@ -167,7 +168,7 @@ def _rank_hits(engine: Engine, n: int, broken: bool = False) -> tuple[int, int]:
     rows = list(engine.backend.run(engine.private_sql(prepared, a), private=True).rows)
     mine = [r for r in rows if r[0] == "1"]
     keyed = [(str(i), *r[1:]) for i in range(n) for r in mine]
-    rel = release(plan, keyed, ("text",), None, 0.95)
+    rel = release(plan, keyed, ("text",), None, 0.95, CSPRNG)
     _, hist = split_bucket_rows(plan, mine)
     counts = np.zeros(stated.buckets, dtype=np.int64)
     for b, c in hist[(0, ("1",))].items():
@@ -196,9 +197,9 @@ def test_median_rank_accuracy_flags_broken_mechanism(engine: Engine) -> None:
 
 
 def test_partition_selection_with_quantiles(engines: tuple[Engine, Engine]) -> None:
-    """GROUP BY a column without declared keys: groups chosen by partition selection (noiseless:
-    every group with a unit), each with its own quantile and mode."""
-    engine = noiseless(engines[0])
+    """GROUP BY a column without declared keys: groups chosen by partition selection (zero
+    noise: every group with a unit), each with its own quantile and mode."""
+    engine = engines[0]
     sql = "SELECT x, MAX(v), MODE() WITHIN GROUP (ORDER BY c) FROM q WHERE x < 5 GROUP BY x"
     got = sorted(engine.execute(engine.prepare(sql), SessionContext()).rows)
     data = _rows(False)

@@ -26,6 +26,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
@@ -107,10 +108,13 @@ def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     if plan.analysis.group_keys:
         truth = _truth(engine, sql)[row[0]]
         keyed = [(str(i), *row[1:]) for i in range(DRAWS)]
-        ivs = [iv[0] for iv in release(used, keyed, ["text"], None, 0.95).intervals]
+        ivs = [iv[0] for iv in release(used, keyed, ["text"], None, 0.95, CSPRNG).intervals]
     else:
         truth = _truth(engine, sql)[None]
-        ivs = [release(used, [tuple(row)], [], None, 0.95).intervals[0][0] for _ in range(DRAWS)]
+        ivs = [
+            release(used, [tuple(row)], [], None, 0.95, CSPRNG).intervals[0][0]
+            for _ in range(DRAWS)
+        ]
     return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
 
 
@@ -214,7 +218,7 @@ def _distinct_coverage(engine: Engine, broken: bool) -> int:
     rows = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows
     covered = 0
     for _ in range(DRAWS):
-        rel = release(plan, list(rows), [], None, 0.95)
+        rel = release(plan, list(rows), [], None, 0.95, CSPRNG)
         lo, hi = rel.intervals[0][0] or (math.nan, math.nan)
         if broken:
             lo = hi = rel.stats[0][0]
@@ -288,7 +292,7 @@ def _quantile_coverage(engine: Engine, agg: str, broken: bool) -> int:
     mech = plan.measures[0].mechanism
     covered = 0
     for _ in range(DRAWS):
-        rel = release(plan, rows, [], None, 0.95)
+        rel = release(plan, rows, [], None, 0.95, CSPRNG)
         lo, hi = rel.intervals[0][0] or (math.nan, math.nan)
         if broken:  # the answer's bucket
             v = float(rel.stats[0][0])

@@ -1,6 +1,6 @@
 """GROUP BY ROLLUP / CUBE / GROUPING SETS on a real PostgreSQL: shapes, budget, EXPLAIN, refusals.
 
-With noise switched off (tests.helpers.noiseless) and data that contribution bounding leaves
+On the zero-noise source (tests.helpers.EXACT) and data that contribution bounding leaves
 untouched (one row per unit, values inside the declared bounds, every declared key present),
 dpsql's answer must be PostgreSQL's own answer to the same statement: the same rows (NULLs in the
 rolled-up columns, GROUPING() values), the same column names and types.
@@ -24,7 +24,7 @@ from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.grouping_sets import SetsPlan
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 
 POLICY: dict[str, Any] = {
     "version": 1,
@@ -76,7 +76,7 @@ def policy() -> Policy:
 
 @pytest.fixture(scope="module")
 def exact(policy: Policy, sales_dsn: str) -> Iterator[Engine]:
-    e = noiseless(Engine(policy, sales_dsn, pool_size=2))
+    e = Engine(policy, sales_dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 
@@ -142,7 +142,7 @@ SHAPES = [
     "SELECT COUNT(*) FROM sales GROUP BY GROUPING SETS (())",
     "SELECT COUNT(*) FROM sales GROUP BY ROLLUP (cat)",
     "SELECT cat, COUNT(*) FROM sales GROUP BY ROLLUP (cat) HAVING GROUPING(cat) = 0 AND COUNT(*) > 1",
-    # keys only (no statistic): declared keys, or partition selection (noiseless: every key)
+    # keys only (no statistic): declared keys, or partition selection (zero noise: every key)
     "SELECT cat FROM sales GROUP BY ROLLUP (cat)",
     "SELECT DISTINCT cat FROM sales GROUP BY ROLLUP (cat, reg)",
     "SELECT shop FROM sales GROUP BY shop",
@@ -390,9 +390,9 @@ ROLLUP_PIVOT = (
 PLAIN_TOTAL = "SELECT count(*) AS count FROM purchases"
 
 
-def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine) -> None:
+def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine, exact_engine: Engine) -> None:
     """The ROLLUP answers Metabase's three pivot queries in one statement: the same groups, and
-    the same grand total. Noiseless the totals are equal; noisy each is within its own noise's
+    the same grand total. Without noise the totals are equal; noisy each is within its own noise's
     half-width at 1 - 5e-7 of that total (read from the plans), so the two differ by more than
     the sum with probability <= 1e-6. (The pivot's total groups by a constant, ABS(3): one
     public group, no partition selection, G = 1: sensitivity 25 at epsilon 1/3, Laplace scale
@@ -421,7 +421,7 @@ def test_bi_subtotals_metabase_pivot_and_rollup(engine: Engine) -> None:
         float(p.measures[0].mechanism.half_width(1 - 5e-7)) for p in (pivot_plan, grand)
     )  # about 1,100 + 1,200
     assert total[:2] == (None, None) and abs(total[3] - levels[2].rows[0][1]) <= w, (total, w)
-    quiet = noiseless(engine)
+    quiet = exact_engine
     exact = ask(quiet, METABASE_PIVOT[2]).rows[0][1]
     assert ask(quiet, ROLLUP_PIVOT).rows[-1][3] == exact > 100_000
 
@@ -464,7 +464,9 @@ CONSTANT_KEYS = [
 
 
 @pytest.mark.parametrize(("sql", "key"), CONSTANT_KEYS)
-def test_a_constant_group_key_is_one_public_group(engine: Engine, sql: str, key: Any) -> None:
+def test_a_constant_group_key_is_one_public_group(
+    engine: Engine, exact_engine: Engine, sql: str, key: Any
+) -> None:
     """A GROUP BY key that reads no column is one group whatever the data: no partition
     selection, no delta, G = 1, the sensitivity of the plain ``SELECT count(*)``; EXPLAIN says
     so; the answer is one row within its noise's half-width at 1 - 1e-6 of the true count."""
@@ -480,7 +482,7 @@ def test_a_constant_group_key_is_one_public_group(engine: Engine, sql: str, key:
         and report.cost == explain(engine.policy, PLAIN_TOTAL, session()).cost
     )
     r = ask(engine, sql)
-    truth = ask(noiseless(engine), sql).rows
+    truth = ask(exact_engine, sql).rows
     assert len(r.rows) == len(truth) == 1
     assert r.rows[0][0] == truth[0][0] and (key is None or r.rows[0][0] == key)
     half = float(plan.measures[0].mechanism.half_width(1 - 1e-6))

@@ -1,7 +1,7 @@
 """Key domains and constant expressions end to end, against the true answer of PostgreSQL.
 
 A table ``visits`` with one row per person (so contribution bounding removes nothing and the
-noiseless answer is PostgreSQL's own): filters on key columns release exactly the groups
+zero-noise answer is PostgreSQL's own): filters on key columns release exactly the groups
 PostgreSQL returns (no phantom groups of keys the WHERE clause excluded), CASE and listed keys
 need no partition selection, and date/time constants (TO_DATE, TO_TIMESTAMP, ::date, INTERVAL
 arithmetic, now()) are answered. With noise, every released value lies in its own stated
@@ -21,7 +21,7 @@ from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.helpers import EXACT, analyst_dsn, served_engine
 from tests.policies import PolicyMaker, private_table
 
 VISITS = """
@@ -74,7 +74,7 @@ def visits_dsn(make_db: Callable[[str], str]) -> str:
 @pytest.fixture(scope="module")
 def engines(visits_policy: Any, visits_dsn: str) -> Iterator[tuple[Engine, Engine]]:
     noisy = Engine(visits_policy, visits_dsn, pool_size=2)
-    exact = noiseless(Engine(visits_policy, visits_dsn, pool_size=2))
+    exact = Engine(visits_policy, visits_dsn, pool_size=2, noise=EXACT)
     yield noisy, exact
     noisy.close()
     exact.close()
@@ -210,7 +210,7 @@ def _counts(engine: Engine, sql: str) -> dict[Any, int]:
 def test_narrowed_sensitivity_holds_on_neighbouring_databases(
     engines: tuple[Engine, Engine], visits_dsn: str
 ) -> None:
-    """Removing the whale (30 rows in each of 5 categories) moves the noiseless release of the
+    """Removing the whale (30 rows in each of 5 categories) moves the zero-noise release of the
     narrowed query by at most its stated L1 sensitivity 2·R = 50; the same claim for the
     unfiltered query (a twin that narrows G without filtering the keys upstream) is broken by
     the same neighbour (5·R = 125 > 50): the check has teeth."""

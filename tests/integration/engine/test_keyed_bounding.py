@@ -18,7 +18,7 @@ from dpsql.engine import Engine
 from dpsql.execute.private_sql import SALT_MARKER
 from dpsql.execute.unique_units import unit_is_unique
 from dpsql.session import SessionContext
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
 
 COLUMNS = {
@@ -62,7 +62,7 @@ def kengine(dsn: str, make_policy: PolicyMaker) -> Iterator[Engine]:
         tables=TABLES,
         analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
     )
-    e = noiseless(Engine(pf.policy, dsn, pool_size=2))
+    e = Engine(pf.policy, dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 

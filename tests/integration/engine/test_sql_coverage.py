@@ -20,7 +20,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from tests.helpers import noiseless
+from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
 
 WHALE = 100001
@@ -53,7 +53,7 @@ def join_dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def jengine(join_policy: Policy, join_dsn: str) -> Iterator[Engine]:
-    e = noiseless(Engine(join_policy, join_dsn, pool_size=2))
+    e = Engine(join_policy, join_dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 

@@ -6,7 +6,7 @@ The true answer is the statement itself run directly on PostgreSQL. To compare a
 with it, the shapes run over two tables of the demo data with ONE row per privacy unit and every
 value inside its declared bounds (``people``: a row per person of pums; ``orders``: one purchase
 per user with amount <= 500), declared with ``max_rows_per_unit: 1``, ``max_groups_per_unit: 1``:
-contribution bounding and clamping change nothing there, so the noiseless answer IS PostgreSQL's
+contribution bounding and clamping change nothing there, so the zero-noise answer IS PostgreSQL's
 (checked) and a noisy one differs only by the leaves' noise.
 
 Property: every noisy cell a leaf releases is within ``w`` of its true value, where ``w`` is its
@@ -37,7 +37,7 @@ from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
-from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.helpers import EXACT, analyst_dsn, served_engine
 from tests.policies import build_policy
 
 ALPHA = 1e-6
@@ -259,9 +259,9 @@ def _categories(tree_dsn: str) -> None:
 
 
 def test_bounding_is_a_no_op_on_the_one_row_tables(tree_engine: Engine, tree_dsn: str) -> None:
-    """The premise of the comparisons: noiseless, every shape is PostgreSQL's answer (up to
+    """The premise of the comparisons: on zero noise, every shape is PostgreSQL's answer (up to
     the output grid real-valued sums are released on: at most 5 grid steps, 5 summed cells)."""
-    quiet = noiseless(Engine(tree_engine.policy, tree_dsn, pool_size=1))
+    quiet = Engine(tree_engine.policy, tree_dsn, pool_size=1, noise=EXACT)
     try:
         for sql in CHECKS:
             got = run(quiet, sql)
@@ -475,8 +475,8 @@ def _series_limit(rows: list[Any], dsn: str, engine: Engine) -> None:
         assert near(n, by_cell[(c, region)], w), (c, region, n, w)
 
 
-def test_series_limit_noiseless_is_postgresql(tree_dsn: str) -> None:
-    quiet = noiseless(Engine(tree_policy(), tree_dsn, pool_size=1))
+def test_series_limit_without_noise_is_postgresql(tree_dsn: str) -> None:
+    quiet = Engine(tree_policy(), tree_dsn, pool_size=1, noise=EXACT)
     try:
         assert run(quiet, SERIES_LIMIT).rows == direct(tree_dsn, SERIES_LIMIT)[0]
     finally:

@@ -29,13 +29,14 @@ from typing import Any
 import psycopg
 import pytest
 
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes, noiseless
+from tests.helpers import EXACT, binom_min_successes
 
 DRAWS = 400
 UNITS = 3000
@@ -123,10 +124,13 @@ def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     if plan.analysis.group_keys:
         truth = _truth(engine, sql)[row[0]]
         keyed = [(str(i), *row[1:]) for i in range(DRAWS)]
-        ivs = [iv[0] for iv in release(plan, keyed, ["text"], None, 0.95).intervals]
+        ivs = [iv[0] for iv in release(plan, keyed, ["text"], None, 0.95, CSPRNG).intervals]
     else:
         truth = _truth(engine, sql)[None]
-        ivs = [release(plan, [tuple(row)], [], None, 0.95).intervals[0][0] for _ in range(DRAWS)]
+        ivs = [
+            release(plan, [tuple(row)], [], None, 0.95, CSPRNG).intervals[0][0]
+            for _ in range(DRAWS)
+        ]
     return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
 
 
@@ -143,9 +147,9 @@ def test_nothing_removed_twin_fails_the_same_check(engine: Engine, name: str) ->
 
 
 def test_the_removed_mass_is_exactly_what_the_clamp_cut(dsn: str) -> None:
-    """Noise off: the released removed mass of SUM(v) is the clamped-off mass (deterministic),
+    """Zero-noise source: the released removed mass of SUM(v) is the clamped-off mass (deterministic),
     over-cap 0 (each whale loses 250 < C = 400)."""
-    e = noiseless(Engine(Policy.model_validate(POLICY), dsn, pool_size=1))
+    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=1, noise=EXACT)
     try:
         prepared, plan = _clamped(e, QUERIES["sum"])
         row = e.backend.run(e.private_sql(prepared, plan.analysis), private=True).rows[0]

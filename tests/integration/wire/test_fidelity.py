@@ -17,13 +17,12 @@ import pytest
 from psycopg import errors as pe
 
 from dpsql.server.run import ServerThread
-from tests.helpers import analyst_dsn, noiseless, served_engine
+from tests.helpers import EXACT, analyst_dsn, served_engine
 
 
 @pytest.fixture(scope="module")
 def served(demo_dsn: str, demo_policy: Any) -> Iterator[ServerThread]:
-    with served_engine(demo_policy, demo_dsn) as srv:
-        noiseless(srv.server.engine)  # type: ignore[arg-type]
+    with served_engine(demo_policy, demo_dsn, noise=EXACT) as srv:
         yield srv
 
 

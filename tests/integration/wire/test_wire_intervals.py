@@ -1,7 +1,7 @@
 """In-band accuracy through the real wire server: ``SET dpsql.confidence`` and
 ``SET dpsql.show_intervals`` with psycopg.
 
-The table has one row per unit (so contribution bounding keeps every row and the noiseless truth is
+The table has one row per unit (so contribution bounding keeps every row and the noise-free truth is
 the plain aggregate, computed here directly in PostgreSQL). Property checked: for each statistic,
 the true value lies inside ``[<col>_low, <col>_high]`` in at least the number of cells a
 Binomial(cells, confidence) reaches with probability 1 - 1e-6 (the intervals are conservative, so

@@ -211,7 +211,7 @@ def test_tail_rank_follows_the_tail_and_stays_put_without_one() -> None:
     assertion allows the binomial (40,000, p) count at its 1 - 1e-6 quantile (false failure <=
     1e-6). The broken twin without the slope check (R raised from any first choice) is caught:
     its first selection lands anywhere in the 20 empty buckets. With a heavy tail (geometric:
-    the count above each bucket halves per step) the noiseless choice is the first
+    the count above each bucket halves per step) the exact choice is the first
     selection's bucket raised by 4 (capped)."""
     from scipy import stats
 
@@ -267,7 +267,7 @@ def test_tail_rank_on_700_units_still_chooses() -> None:
     allowed = int(stats.binom.isf(1e-6, 2000, p))
     picks = m.choose_many(counts, 2000)
     assert int((picks == b).sum()) <= allowed
-    # noiseless (no margin): two selections, at rank 169 (the 4s) and at the quartile 174.75
+    # exact (no margin): two selections, at rank 169 (the 4s) and at the quartile 174.75
     # (the 3s just below): a slope of 1, no tail to follow (SLOPE_MIN)
     assert m.exact(counts) == 3
     twin = [TopRank(each / 2, k2).choose_many(counts, 2000)]
