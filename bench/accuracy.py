@@ -242,7 +242,7 @@ def auto_draws(q: Query, runs: int) -> tuple[list[AutoBounds], str]:
     spend = auto_bounds.slice_epsilon(q.epsilon, pend)
     out = []
     for _ in range(runs):
-        picks = auto_bounds.choose(q.a, pend, hist, q.epsilon) if pend.missing else []
+        picks = auto_bounds.choose(q.a, pend, hist, q.epsilon, CSPRNG) if pend.missing else []
         out.append(AutoBounds((*pend.known.chosen, *(c for c, _ in picks)), spend))
     typical = statistics.mode([b.describe() for b in out]) if out else ""
     return out, typical

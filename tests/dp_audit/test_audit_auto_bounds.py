@@ -38,6 +38,7 @@ import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.bounds import COUNT_SHARE, TailRank, TopRank, integer_grid, value_grid
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
 from dpsql.policy.model import Policy
@@ -239,7 +240,7 @@ def _clamp_choice(engine: Engine) -> tuple[TailRank, np.ndarray]:
     pend = auto_bounds.pending(engine, prepared, s, a)
     assert [it.kind for it in pend.missing] == ["value_hi"]
     (hist,) = auto_bounds.histograms(engine, a, pend.missing)
-    ((_, mech),) = auto_bounds.choose(a, pend, [hist], EPSILON)
+    ((_, mech),) = auto_bounds.choose(a, pend, [hist], EPSILON, CSPRNG)
     assert auto_bounds.mechanisms(pend, EPSILON)[0].epsilon == mech.epsilon  # what is charged
     # a SUM without GROUP BY: its balance (about 1 unit) lies below what one selection
     # resolves, so the clamp follows the tail of the largest values (TailRank, slope_min 1)
@@ -275,7 +276,7 @@ def _tail_choice(engine: Engine) -> tuple[TailRank, np.ndarray]:
     pend = auto_bounds.pending(engine, prepared, s, a)
     assert [(it.kind, it.per_group) for it in pend.missing] == [("rows", False)]
     (hist,) = auto_bounds.histograms(engine, a, pend.missing)
-    ((_, mech),) = auto_bounds.choose(a, pend, [hist], TAIL_EPSILON)
+    ((_, mech),) = auto_bounds.choose(a, pend, [hist], TAIL_EPSILON, CSPRNG)
     assert isinstance(mech, TailRank)
     assert auto_bounds.mechanisms(pend, TAIL_EPSILON)[0].cost == mech.cost  # what is charged
     return mech, hist
