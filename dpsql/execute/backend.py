@@ -16,10 +16,9 @@ import psycopg_pool
 from psycopg import sql as pgsql
 from psycopg_pool import ConnectionPool
 
-from dpsql.errors import DpsqlError, QueryCanceled, UpstreamError, sanitized_upstream
 from dpsql.result import ResultColumn
-from dpsql.upstream.faults import CONNECT_TIMEOUT_S, connection_lost, lost
-from dpsql.upstream.settings import output_statements
+from dpsql.upstream.faults import CONNECT_TIMEOUT_S, connection_lost, lost, upstream_error
+from dpsql.upstream.settings import session_settings
 
 
 class CancelToken:
@@ -65,38 +64,6 @@ def type_name(oid: int) -> str:
     return info.name if info is not None else "text"
 
 
-def session_settings(timeout_ms: int) -> tuple[pgsql.SQL | pgsql.Composed, ...]:
-    """What every upstream connection (the engine's pool and the wire fast path's) runs first.
-
-    Autocommit with read-only transactions by default: each statement is its own read-only
-    transaction, one round trip instead of BEGIN READ ONLY / query / ROLLBACK. Clients never reach
-    these settings (dpsql never forwards SET).
-
-    The search path is pinned to ``public`` (``pg_catalog`` is searched first implicitly, and
-    ``current_schema()`` stays ``public`` for clients that ask): dpsql classifies an unqualified
-    table name as ``public.<name>`` (:func:`dpsql.sql.tables.referenced_tables`) and public
-    statements run as written, so PostgreSQL must resolve names the same way. With the server's
-    default (``"$user", public``) or a role's own ``search_path``, a schema named after the
-    upstream role would shadow a public table and an unqualified ``SELECT * FROM regions`` would
-    return the raw rows of a table the policy never declared. ``standard_conforming_strings`` is
-    pinned ``on`` for the same reason: dpsql's parser reads string literals that way. How values
-    are written as text is pinned to what dpsql reports to its clients
-    (:data:`dpsql.upstream.settings.OUTPUT_SETTINGS`).
-    """
-    return (
-        pgsql.SQL("SET search_path = public"),
-        # dpsql parses and writes string literals as standard strings (a backslash is an
-        # ordinary character): with standard_conforming_strings = off (a database's or role's
-        # setting) a backslash before a quote escapes it, and a literal ending in a backslash would
-        # let the rest of the statement run as SQL (tests/redteam/test_string_settings.py)
-        pgsql.SQL("SET standard_conforming_strings = on"),
-        pgsql.SQL("SET default_transaction_read_only = on"),
-        pgsql.SQL("SET statement_timeout = {}").format(pgsql.Literal(timeout_ms)),
-        pgsql.SQL("SET application_name = 'dpsql'"),
-        *output_statements(),
-    )
-
-
 OWN_TIMEOUT_MS = 30_000  # dpsql's own reads (Backend.run_own)
 
 
@@ -137,7 +104,7 @@ class Backend:
                     cur.execute(query)
                     return Rows(_columns(cur), cur.fetchall(), cur.statusmessage or "")
             except psycopg.Error as e:
-                raise _upstream(e, False, conn) from None
+                raise upstream_error(e, False, conn) from None
 
     def run(
         self,
@@ -168,7 +135,7 @@ class Backend:
                     except psycopg.Error as e:
                         again = attempt == 1 and connection_lost(e, conn)
                         if not again or (cancel is not None and cancel.cancelled):
-                            raise _upstream(e, private, conn) from None
+                            raise upstream_error(e, private, conn) from None
                     finally:
                         if cancel is not None:
                             cancel.attach(None)
@@ -202,33 +169,7 @@ def describe_statement(
         except psycopg.Error as e:
             if connection_lost(e, conn):
                 backend.pool.check()
-            raise _upstream(e, False, conn) from None
+            raise upstream_error(e, False, conn) from None
         finally:
             if not conn.closed:
                 conn.rollback()
-
-
-def _upstream(e: psycopg.Error, private: bool, conn: Any = None) -> DpsqlError:
-    """The dpsql error for an upstream failure: 08006 / 57P01 for a lost connection (retryable,
-    without libpq's text), 57014 for a cancel or timeout (same text whatever the data), the
-    sanitized class of a private query's error, or a public one's own text."""
-    if connection_lost(e, conn):
-        return lost(e)
-    if isinstance(e, psycopg.errors.QueryCanceled):
-        return QueryCanceled(
-            "canceling statement due to user request or statement timeout",
-            hint="narrow the query or raise the policy's statement_timeout_ms",
-        )
-    if private:
-        return sanitized_upstream(e.sqlstate)
-    diag = e.diag
-    return UpstreamError(
-        diag.message_primary or str(e),
-        detail=diag.message_detail,
-        hint=diag.message_hint,
-        sqlstate=e.sqlstate or "XX000",
-    )
-
-
-# Public names for the wire server's asynchronous fast path (dpsql.wire.upstream).
-upstream_error = _upstream

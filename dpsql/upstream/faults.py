@@ -18,7 +18,13 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from dpsql.errors import ConnectionFailure
+from dpsql.errors import (
+    ConnectionFailure,
+    DpsqlError,
+    QueryCanceled,
+    UpstreamError,
+    sanitized_upstream,
+)
 
 log = logging.getLogger("dpsql.upstream")
 
@@ -83,3 +89,25 @@ def sweeping_check(
             raise
 
     return check
+
+
+def upstream_error(e: psycopg.Error, private: bool, conn: Any = None) -> DpsqlError:
+    """The dpsql error for an upstream failure: 08006 / 57P01 for a lost connection (retryable,
+    without libpq's text), 57014 for a cancel or timeout (same text whatever the data), the
+    sanitized class of a private query's error, or a public one's own text."""
+    if connection_lost(e, conn):
+        return lost(e)
+    if isinstance(e, psycopg.errors.QueryCanceled):
+        return QueryCanceled(
+            "canceling statement due to user request or statement timeout",
+            hint="narrow the query or raise the policy's statement_timeout_ms",
+        )
+    if private:
+        return sanitized_upstream(e.sqlstate)
+    diag = e.diag
+    return UpstreamError(
+        diag.message_primary or str(e),
+        detail=diag.message_detail,
+        hint=diag.message_hint,
+        sqlstate=e.sqlstate or "XX000",
+    )

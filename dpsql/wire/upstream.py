@@ -33,9 +33,10 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from dpsql.errors import AdminShutdown
-from dpsql.execute.backend import Rows, session_settings, upstream_error
+from dpsql.execute.backend import Rows
 from dpsql.result import Result
-from dpsql.upstream.faults import connection_lost, lost
+from dpsql.upstream.faults import connection_lost, lost, upstream_error
+from dpsql.upstream.settings import session_settings
 from dpsql.wire.upstream_conn import RawRows, UpstreamConn
 
 log = logging.getLogger("dpsql.wire.upstream")

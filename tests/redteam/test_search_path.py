@@ -5,7 +5,7 @@ resolves the name through the upstream connection's ``search_path``, by default 
 a schema named after the upstream role (or a role-level ``search_path``) holding a table of the
 same name shadowed the public table, and ``SELECT * FROM regions`` returned raw rows of a table
 the policy never declared, through the engine and through the wire fast path. Every upstream
-connection now pins ``search_path`` (dpsql.execute.backend.session_settings).
+connection now pins ``search_path`` (dpsql.upstream.settings.session_settings).
 """
 
 from __future__ import annotations
