@@ -208,7 +208,7 @@ GAUSS_EPS = 0.1
 
 
 def _gaussian_release_audit(engines: tuple[Engine, Engine], name: str, n: int) -> float:
-    from test_audit_mechanisms import _discrete_gaussian_delta
+    from tests.dp_audit.test_audit_mechanisms import _discrete_gaussian_delta
 
     sql = QUERIES[name]
     session = SessionContext(

@@ -238,7 +238,7 @@ def test_hierarchy_audit_flags_underdeclared_bound() -> None:
 # sample of the outputs (``auditing.choose_event``). Twin: every column measured with the whole
 # 1-way budget (the split forgotten: rho 3/2 in all, a shift of 1.73 sd): epsilon_lb ~ 2.0 (honest ~ 0.89).
 def _one_way_eps(n: int, broken: bool = False) -> float:
-    from auditing import choose_event
+    from tests.dp_audit.auditing import choose_event
 
     plan = plan_aim(["sex", "educ", "race"], [2, 16, 9], Fraction(1), 1)
     honest = plan.one_way(Fraction(1, 2))  # the small-data regime's split of 1/2
@@ -271,9 +271,8 @@ def test_aim_one_way_audit_flags_a_forgotten_split() -> None:
 # measurements' (1, delta(1)) (a post-processing of them). Honest: P(small) ~ 1/2 on both sides.
 # Twin: the rule applied to the true counts (small on D, never on D'): epsilon_lb ~ 4.8 > 1
 def _small_rule_eps(n: int, broken: bool = False) -> float:
-    from auditing import choose_event
-
     from dpsql.release.aim import small_data
+    from tests.dp_audit.auditing import choose_event
 
     plan = plan_aim(["a", "b"], [2, 2], Fraction(1), 1)
     sigma_full = math.sqrt(plan.d / (2 * float(plan.rho)))
