@@ -373,17 +373,10 @@ class Engine:
         (none are: :func:`dpsql.sql.bias.bias_targets`), and :meth:`private_sql` checks the
         proof again before the private query runs.
         """
-        if analysis is not None:
-            a = analysis
-        else:
-            a = self.analysis(prepared, params)
-            if unit_is_unique(self.backend, a):
-                a = (
-                    prepared.unique_analysis
-                    if a is prepared.analysis
-                    else replace(a, unique_unit=True)
-                )
-        eps, delta = self.privacy_params(session, a)
+        a = analysis if analysis is not None else self.analysis(prepared, params)
+        eps, delta = self.privacy_params(session, a)  # refused before anything is read
+        if analysis is None and unit_is_unique(self.backend, a):
+            a = prepared.unique_analysis if a is prepared.analysis else replace(a, unique_unit=True)
         return self.plan_analysis(a, eps - spent, delta, session.mechanism)
 
     def plan_analysis(
