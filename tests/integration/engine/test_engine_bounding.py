@@ -9,6 +9,7 @@ removing one unit must move each measure by at most its stated sensitivity.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from decimal import ROUND_HALF_UP, Decimal
@@ -19,9 +20,13 @@ import psycopg
 import pytest
 from sqlglot import exp
 
+from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
+from dpsql.execute.bias import avg_targets, target_of
+from dpsql.execute.noise import release
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Measure, decomposable
+from dpsql.sql.grouping_sets import SetsPlan
 from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
 
@@ -235,3 +240,38 @@ def _measures_direct(
     with psycopg.connect(dsn) as conn:
         rows = conn.execute(engine.private_sql(p, p.analysis)).fetchall()
     return p.analysis.measures, {r[0]: [Fraction(v) for v in r[1 : 1 + n]] for r in rows}
+
+
+def test_the_source_changes_neither_the_charge_nor_the_error_bars(pengine: Engine) -> None:
+    """The zero-noise source takes the noise away and nothing else: the statement is planned and
+    charged as on the product's source (same mechanisms, same epsilon spent), and the interval
+    of SUM(x) (mixed-sign values: no removed-mass estimate) is as wide on either source: twice
+    the mechanism's half-width at 0.95, up to the outward rounding of its ends (a step of about
+    1/100 of it), around the exact sum on the zero-noise source. Deterministic."""
+    sql = "SELECT g, SUM(x) FROM t GROUP BY g"
+    s = SessionContext()
+    noisy = Engine(pengine.policy, pengine.backend.dsn, pool_size=1)
+    try:
+        p, q = pengine.prepare(sql), noisy.prepare(sql)
+        plan, other = pengine.plan(p, s), noisy.plan(q, s)
+        assert not isinstance(plan, SetsPlan) and not isinstance(other, SetsPlan)
+        assert [m.mechanism for m in plan.measures] == [m.mechanism for m in other.measures]
+        assert (plan.epsilon, plan.delta) == (other.epsilon, other.delta)
+        spent = [e.execute(e.prepare(sql), s).epsilon_spent for e in (pengine, noisy)]
+        assert spent[0] == spent[1] > 0
+    finally:
+        noisy.close()
+    a = plan.analysis
+    (stat,) = a.statistics
+    assert target_of(stat, plan) is None and avg_targets(stat, plan) is None
+    rows = pengine.backend.run(pengine.private_sql(p, a), private=True).rows
+    args = (plan, rows, pengine.group_types(p, a), pengine.declared_keys(a), 0.95)
+    exact, drawn = release(*args, EXACT), release(*args, CSPRNG)
+    w = plan.measure_plan(stat.measures[0]).mechanism.half_width(0.95)
+    step = 10.0 ** (math.floor(math.log10(w)) - 2)
+    assert len(exact.stats) == len(drawn.stats) == len(GROUPS)
+    for value, (iv,), (div,) in zip(exact.stats, exact.intervals, drawn.intervals, strict=True):
+        assert iv is not None and div is not None
+        for lo, hi in (iv, div):
+            assert 2 * w <= hi - lo <= 2 * w + 2 * step + 1e-9, (lo, hi, w)
+        assert abs((iv[0] + iv[1]) / 2 - float(value[0])) <= step + 1e-9, (iv, value)
