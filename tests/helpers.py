@@ -85,10 +85,10 @@ def analyst_dsn(port: int, user: str = "analyst", password: str = "analyst") -> 
 
 
 class ExactNoise:
-    """A zero-noise :class:`~dpsql.dp.noise_source.NoiseSource`: what each mechanism releases
-    with noise 0, the exact answer tests compare with. Injected where a test builds an engine
-    (``Engine(..., noise=EXACT)``, the ``exact_noise`` fixture) or calls a release stage; the
-    product has no way to name it. Charges and intervals are the mechanism's own, unchanged (a
+    """A zero-noise :class:`~dpsql.dp.noise_source.NoiseSource`: the exact, un-noised answer
+    tests compare with (the engine's former test-only switch answered the same). Injected where
+    a test builds an engine (``Engine(..., noise=EXACT)``, the ``exact_noise`` fixture) or calls
+    a release stage; the product has no way to name it. Charges and intervals are the mechanism's own, unchanged (a
     zero-noise engine reports the real noise's error bars).
 
     * additive noise: the values as they are;

@@ -1,14 +1,20 @@
-"""The noise source: every random choice a release makes goes through one :class:`NoiseSource`.
+"""The noise source: every random choice of the engine's releases is drawn through a NoiseSource.
 
 The engine holds one (``Engine(noise=...)``, default :data:`CSPRNG`) and its stages
 (:mod:`dpsql.execute.noise`, :mod:`dpsql.execute.bias`, :mod:`dpsql.execute.auto_bounds`) draw
 through it unconditionally: there is no switch in the mechanisms or the stages. The product's
 only implementation is :class:`CsprngNoise`, which calls the mechanisms' own samplers (exact
 draws from :mod:`dpsql.dp.rng`, the CSPRNG-fed module). Tests inject another implementation
-where they build an engine (a zero-noise one, ``tests/helpers.py``'s ``EXACT``, answers what the
-mechanism would release with noise 0: the oracle their exact comparisons need). Neither
+where they build an engine (a zero-noise one, ``tests/helpers.py``'s ``EXACT``: the exact,
+un-noised answer, every group with a unit kept: the oracle their exact comparisons need). Neither
 ``dpsql serve`` nor the CLI nor the policy can name a source: a data owner's proxy always
 samples.
+
+Scope: the SQL engine's answers (noise, partition selection, quantiles and mode, ``auto``
+contribution bounds). Not routed through it: the salts that order contribution bounding
+(``rng.token_hex``: which rows a unit keeps, not noise) and the offline release jobs of
+:mod:`dpsql.release` (histograms, synthetic data), which call the mechanisms and
+:mod:`dpsql.dp.rng` directly (they have no test switch either).
 
 A source decides only the random part. What a release costs (the ledger's charge) and how wide
 its intervals are (``half_width``, the quantiles' miss probabilities) are properties of the
