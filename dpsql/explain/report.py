@@ -264,6 +264,10 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         if a.private.row_privacy
         else f"{a.private.privacy_unit}: <= {a.max_rows} rows per group, <= {a.max_groups} groups"
     )
+    capped = [(m.kind.split("_")[0].upper(), m.total) for m in a.measures if m.total is not None]
+    if capped and not a.private.row_privacy:
+        caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
+        contribution += f", and per unit over all its groups at most: {caps} (L1 cap)"
     if a.unique_unit and not a.one_row_per_unit:
         contribution += (
             f" (the catalog proves one row per {a.private.privacy_unit}: a unique key; nothing "

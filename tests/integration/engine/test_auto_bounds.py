@@ -99,6 +99,7 @@ def test_explain_shows_the_choice_before_and_after(charged: tuple[Engine, Ledger
     chosen = notice.split("contribution bounds: ")[1].split(" (")[0]
     assert f"Auto bounds: {chosen} (stored or declared: free)" in after, (notice, after)
     assert "amount summed to at most" in chosen and "5 groups per unit" in chosen
+    assert "per unit over all its groups at most: SUM " in after, after  # the plan's L1 cap
     assert "per unit over all groups" in chosen and "rows per unit" not in chosen
 
 
