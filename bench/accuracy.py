@@ -63,7 +63,7 @@ from dpsql.execute.embedded import start_cluster
 from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items, total_mode
 from dpsql.sql.plan import Plan
 
 EPSILON = Fraction(1)
@@ -257,7 +257,11 @@ def fixed(values: dict[tuple[str, str], Fraction]) -> AutoBounds:
 def tune(q: Query, start: dict[tuple[str, str], Fraction], runs: int) -> tuple[AutoBounds, str]:
     """Best fixed bounds by coordinate search (two passes), judged on the true answer."""
     items = {(it.kind, it.column): it for it in auto_items(q.a, totals=False)}
-    best = {k: v for k, v in start.items() if k in items}
+    # from auto's choice, less the L1 caps (no policy can fix one) and the rows ceiling set
+    # beside them: R is searched on its grid; G declared by the keys stays
+    best = {k: v for k, v in start.items() if k in items or k[0] == "groups"}
+    if total_mode(q.a):
+        best.pop(("rows", ""), None)
     score = q.run([fixed(best)] * runs).error
     for _ in range(2):
         for key, it in items.items():
