@@ -63,7 +63,14 @@ from dpsql.execute.embedded import start_cluster
 from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items, total_mode
+from dpsql.sql.auto_bounds import (
+    TOTAL_ROWS,
+    AutoBounds,
+    ChosenBound,
+    auto_items,
+    policy_choices,
+    total_mode,
+)
 from dpsql.sql.plan import Plan
 
 EPSILON = Fraction(1)
@@ -254,14 +261,22 @@ def fixed(values: dict[tuple[str, str], Fraction]) -> AutoBounds:
     )
 
 
-def tune(q: Query, start: dict[tuple[str, str], Fraction], runs: int) -> tuple[AutoBounds, str]:
-    """Best fixed bounds by coordinate search (two passes), judged on the true answer."""
+def classic_start(q: Query) -> tuple[ChosenBound, ...]:
+    """Where the hand-tuned search starts for a statement whose auto bounds are L1 caps (no
+    policy can fix one): the R, G and clamp auto chose before them, noiselessly (deterministic)."""
+    items = auto_items(q.a, totals=False)
+    known = tuple(c for c in policy_choices(q.a) if c.rule != TOTAL_ROWS)
+    pend = auto_bounds.Pending(AutoBounds(known), items)
+    hist = auto_bounds.histograms(q.engine, q.a, items)
+    picks = auto_bounds.choose(q.a, pend, hist, q.epsilon, noiseless=True)
+    return (*known, *(c for c, _ in picks))
+
+
+def tune(q: Query, start: tuple[ChosenBound, ...], runs: int) -> tuple[AutoBounds, str]:
+    """Best fixed bounds by coordinate search (two passes), judged on the true answer, from
+    ``start`` (auto's choice of R, G and clamps)."""
     items = {(it.kind, it.column): it for it in auto_items(q.a, totals=False)}
-    # from auto's choice, less the L1 caps (no policy can fix one) and the rows ceiling set
-    # beside them: R is searched on its grid; G declared by the keys stays
-    best = {k: v for k, v in start.items() if k in items or k[0] == "groups"}
-    if total_mode(q.a):
-        best.pop(("rows", ""), None)
+    best = {(c.kind, c.column): c.value for c in start if c.kind != "total"}
     score = q.run([fixed(best)] * runs).error
     for _ in range(2):
         for key, it in items.items():
@@ -312,7 +327,7 @@ def main() -> None:
             draws, typical = auto_draws(q, args.runs)
             auto = q.run(draws)
             dflt = q.run([defaults(q)] * args.runs)
-            start = {(c.kind, c.column): c.value for c in draws[0].chosen}
+            start = classic_start(q) if total_mode(q.a) else draws[0].chosen
             if args.tune_runs > 0:
                 best_b, best_text = tune(q, start, args.tune_runs)
                 best = q.run([best_b] * args.runs)
