@@ -56,7 +56,8 @@ from typing import Any
 import numpy as np
 import psycopg
 
-from dpsql.dp.noise_source import CSPRNG
+from dpsql.dp.bounds import Selection
+from dpsql.dp.noise_source import CSPRNG, CsprngNoise
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
 from dpsql.execute.embedded import start_cluster
@@ -261,6 +262,13 @@ def fixed(values: dict[tuple[str, str], Fraction]) -> AutoBounds:
     )
 
 
+class _ExactBounds(CsprngNoise):
+    """The product's noise, except that a bound choice is the best bucket (no noise)."""
+
+    def bound(self, selection: Selection, counts: np.ndarray) -> int:
+        return selection.exact(counts)
+
+
 def classic_start(q: Query) -> tuple[ChosenBound, ...]:
     """Where the hand-tuned search starts for a statement whose auto bounds are L1 caps (no
     policy can fix one): the R, G and clamp auto chose before them, noiselessly (deterministic)."""
@@ -268,7 +276,7 @@ def classic_start(q: Query) -> tuple[ChosenBound, ...]:
     known = tuple(c for c in policy_choices(q.a) if c.rule != TOTAL_ROWS)
     pend = auto_bounds.Pending(AutoBounds(known), items)
     hist = auto_bounds.histograms(q.engine, q.a, items)
-    picks = auto_bounds.choose(q.a, pend, hist, q.epsilon, noiseless=True)
+    picks = auto_bounds.choose(q.a, pend, hist, q.epsilon, _ExactBounds())
     return (*known, *(c for c, _ in picks))
 
 
