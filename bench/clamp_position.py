@@ -83,7 +83,7 @@ def row(engine: Engine, dsn: str, spec: tuple[str, ...], runs: int) -> str:
              if r[0] is not None]
         )  # fmt: skip
     if not clamps:
-        return f"| {label} | (no clamp chosen) |"
+        return f"| {label} | (no clamp chosen: a per-unit cap over its groups instead) |"
     top = next(float(it.grid[-1]) for it in auto_items(q.a) if it.kind == "value_hi")
     per_unit, values = np.minimum(per_unit, top), np.minimum(values, top)  # the declared range
     c = statistics.median(clamps)
