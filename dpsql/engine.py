@@ -392,7 +392,8 @@ class Engine:
         unbounded when its plan found that the catalog proves one row per unit
         (``a.unique_unit``, :meth:`plan`): the catalog is read again here, just before the
         private query runs, and a proof gone since (a dropped key) refuses the statement, whose
-        plan spent nothing on the rows bounding would now drop."""
+        plan spent nothing on the rows bounding would now drop. Keys of an integer type (the
+        memoized type probe) are filtered as integers (:attr:`Analysis.integer_keys`)."""
         known = a.one_row_per_unit  # per-unit derived tables: one row per unit by construction
         if a.unique_unit and not known and not unit_is_unique(self.backend, a):
             from dpsql.errors import ObjectNotInPrerequisiteState
@@ -402,7 +403,8 @@ class Engine:
                 "dropped while the statement was being planned",
                 hint="run the statement again",
             )
-        return private_sql_module.private_sql(self.caches.sql, prepared, a)
+        ints = private_sql_module.integer_keys(a, self.group_types(prepared, a))
+        return private_sql_module.private_sql(self.caches.sql, prepared, a, integer_keys=ints)
 
     def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""

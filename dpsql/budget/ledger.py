@@ -208,9 +208,17 @@ class Ledger(LedgerStore):
     # --- free repeats (see dpsql.budget.answers) ---------------------------------------------
 
     def lookup(self, analyst: str, cache_key: str) -> bytes | None:
-        """A stored noisy answer for this key, free; the repeat is recorded in the history."""
+        """A stored noisy answer for this key, free; the repeat is recorded in the history.
+
+        A miss (every statement not asked before) is one read outside a transaction: one round
+        trip instead of BEGIN, read, COMMIT. An answer stored concurrently just after it is found
+        by the commit instead (:meth:`commit` returns the earlier answer), as it would be if it
+        were stored just after the transaction."""
         if self.policy.repeats == "off":
             return None
+        with self.connection() as conn:
+            if not answers.exists(self, conn, analyst, cache_key):
+                return None
         return self.transact(lambda conn: answers.lookup(self, conn, analyst, cache_key))
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:

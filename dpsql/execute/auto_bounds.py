@@ -88,14 +88,31 @@ def from_payload(raw: bytes) -> ChosenBound:
 def pending(
     engine: EngineContext, prepared: PrivateQuery, session: SessionContext, a: Analysis
 ) -> Pending:
-    """What ``a`` needs, with the stored choices filled in (reads the ledger, spends nothing)."""
-    items = auto_items(a)
+    """What ``a`` needs, with the stored choices filled in (reads the ledger, spends nothing).
+
+    A stored choice is kept in the engine's memo once read: the ledger's answers are append-only
+    (inserted once, never updated or deleted) and keyed by the policy's digest, so the memo
+    holds exactly what reading the ledger again would return. A missing one is read each time.
+    """
+    stable = prepared.is_own(a)  # its items are memoized per statement
+    memo = engine.caches.sql
+    items_key = ("auto_items", prepared.text, a.unique_unit)
+    items = memo.get(items_key) if stable else None
+    if items is None:
+        items = auto_items(a)
+        if stable:
+            memo.remember(items_key, items)
     chosen = list(policy_choices(a))
     missing = []
     ledger = engine.ledger
     digest = engine.repeat_digest(prepared.scope)
     for it in items:
-        raw = ledger.peek(session.analyst, it.key(digest)) if ledger is not None else None
+        key = it.key(digest)
+        raw = memo.get(("auto_bound", session.analyst, key))
+        if raw is None and ledger is not None:
+            raw = ledger.peek(session.analyst, key)
+            if raw is not None:
+                memo.remember(("auto_bound", session.analyst, key), raw)
         if raw is None:
             missing.append(it)
         else:

@@ -32,6 +32,7 @@ from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
     from dpsql.budget.records import Reservation
+    from dpsql.execute import auto_bounds as auto_bounds_module
     from dpsql.execute.context import EngineContext
 
 
@@ -124,7 +125,9 @@ def run_private(
     statement_eps = plan.epsilon
     key = auto_cache_key(engine, prepared, plan, params, session.mechanism)
     if engine.ledger is not None and not pend.missing:
-        plan = engine.plan(prepared, session, params, analysis=apply_bounds(a, pend.known))
+        plan = engine.plan(
+            prepared, session, params, analysis=with_stored_bounds(engine, prepared, a, pend)
+        )
     elif engine.ledger is not None and engine.ledger.has_answer(session.analyst, key):
         pass  # answered from the store below: nothing measured
     else:
@@ -157,6 +160,26 @@ def run_private(
             engine, prepared, session, params, cancel, plan, (bounds, key), reserved
         )
     return _run_planned(engine, prepared, session, params, cancel, plan, (pend.known, key))
+
+
+def with_stored_bounds(
+    engine: EngineContext, prepared: PrivateQuery, a: Analysis, pend: auto_bounds_module.Pending
+) -> Analysis:
+    """``a`` with the stored bounds ``pend.known`` applied; for the prepared statement's own
+    analysis, memoized per (statement, bounds) and marked stable, so its bounded SQL is
+    memoized too (:func:`dpsql.execute.private_sql.private_sql`)."""
+    from dpsql.execute.private_sql import mark_stable
+    from dpsql.sql.auto_bounds import apply_bounds
+
+    if not prepared.is_own(a):
+        return apply_bounds(a, pend.known)
+    key = ("resolved", prepared.text, a.unique_unit, pend.known)
+    hit = engine.caches.sql.get(key)
+    if hit is None:
+        hit = apply_bounds(a, pend.known)
+        engine.caches.sql.remember(key, hit)
+        mark_stable(engine.caches.sql, hit)
+    return hit
 
 
 def precheck(

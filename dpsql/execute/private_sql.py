@@ -12,6 +12,7 @@ answered from the ledger as a free repeat runs nothing and draws nothing).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -43,21 +44,44 @@ def unsalted(text: str) -> str:
     return _SALTED.sub(f"CONCAT_WS('|', '{SALT_MARKER}',", text)
 
 
-def private_sql(memo: Memo, prepared: PrivateQuery, a: Analysis) -> str:
+INTEGER_TYPES = frozenset({"int2", "int4", "int8"})
+
+
+def integer_keys(a: Analysis, key_types: tuple[str, ...]) -> tuple[int, ...]:
+    """The group keys of ``a`` with declared ``keys`` whose PostgreSQL type (``key_types``: the
+    type probe's, :func:`dpsql.execute.group_keys.group_types`) is an integer type."""
+    return tuple(
+        i
+        for i, (g, t) in enumerate(zip(a.group_keys, key_types, strict=False))
+        if g.keys is not None and t in INTEGER_TYPES
+    )
+
+
+def private_sql(
+    memo: Memo, prepared: PrivateQuery, a: Analysis, *, integer_keys: tuple[int, ...] = ()
+) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
-    prepared statement's own (not one with parameters bound or bounds chosen); with
-    ``a.unique_unit`` (the catalog proves one row per unit, :mod:`dpsql.execute.unique_units`:
-    the caller checked it again) bounding is skipped."""
-    key = ("private", prepared.text, a.unique_unit)
-    stable = prepared.is_own(a)
+    prepared statement's own (not one with parameters bound) or one kept for reuse
+    (:func:`mark_stable`: stored ``auto`` bounds applied); with ``a.unique_unit`` (the catalog
+    proves one row per unit, :mod:`dpsql.execute.unique_units`: the caller checked it again)
+    bounding is skipped; ``integer_keys``: :attr:`Analysis.integer_keys`."""
+    key = ("private", prepared.text, a.unique_unit, integer_keys, id(a))
+    stable = prepared.is_own(a) or memo.get(("stable", id(a))) is a
     if stable:
         hit = memo.get(key)
-        if hit is not None:
-            return str(hit)
-    text = bounded_sql(prepared, a)
+        if hit is not None and hit[0] is a:
+            return str(hit[1])
+    text = bounded_sql(prepared, replace(a, integer_keys=integer_keys) if integer_keys else a)
     if stable:
-        memo.remember(key, text)
+        memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives
     return text
+
+
+def mark_stable(memo: Memo, a: Analysis) -> None:
+    """Let :func:`private_sql` memoize the SQL of ``a``, an analysis kept for reuse (the
+    prepared statement's with stored ``auto`` bounds applied:
+    :func:`dpsql.execute.private.with_stored_bounds`)."""
+    memo.remember(("stable", id(a)), a)
 
 
 def bounded_sql(prepared: PrivateQuery, a: Analysis) -> str:

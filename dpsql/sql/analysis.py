@@ -174,6 +174,13 @@ class Analysis:
     # when it plans the statement (read again before the private query runs), never by the
     # analyzer. The rewrite then skips bounding; the plan estimates clamped mass only.
     unique_unit: bool = False
+    # The group keys (indexes into group_keys) whose PostgreSQL type is an integer type (int2,
+    # int4, int8), from the engine's zero-row type probe (dpsql.execute.group_keys.group_types),
+    # set just before the private query runs. Their declared keys are then compared as integers
+    # (``k IN (0, 1)``) instead of as text (``CAST(k AS TEXT) IN ('0', '1')``), which selects the
+    # same rows when every key is an integer written canonically and spares a text conversion
+    # per row (dpsql.sql.rewrite.bound_contributions._key_filter).
+    integer_keys: tuple[int, ...] = ()
     # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
     # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).

@@ -37,7 +37,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
-from dpsql.sql.rewrite.bound_partials import bound_partials
+from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order
 from dpsql.sql.rewrite.literals import numeric
@@ -71,14 +71,7 @@ def _measure_sql(m: Measure, v: exp.Expr | None, unique: bool) -> exp.Expr:
         return exp.Count(this=v)
     if m.kind == "count_distinct":
         return exp.Count(this=exp.Distinct(expressions=[v]))
-    if m.kind == "sum":
-        body: exp.Expr = v
-    elif m.kind == "sum_centered":
-        body = exp.Sub(this=v, expression=numeric(m.mid))
-    else:
-        d = exp.Paren(this=exp.Sub(this=v, expression=numeric(m.mid)))
-        body = exp.Mul(this=d, expression=d.copy())
-    return exp.Coalesce(this=exp.Sum(this=body), expressions=[exp.Literal.number(0)])
+    return exp.Coalesce(this=sum_total(m, v), expressions=[exp.Literal.number(0)])
 
 
 def source_select(a: Analysis, salt: str, *columns: exp.Expr) -> exp.Select:
@@ -164,16 +157,33 @@ def make_join_total(j: exp.Join, a: Analysis) -> exp.Join:
     return out
 
 
+def canonical_integer(text: str) -> bool:
+    """True when ``text`` is how PostgreSQL prints an integer (``int8out``): ``0``, ``-12``;
+    not ``+1``, ``007``, ``-0``, ``1.0`` or `` 1``.
+
+    >>> [canonical_integer(t) for t in ("0", "-12", "+1", "007", "-0", "1.0", " 1", "")]
+    [True, True, False, False, False, False, False, False]
+    """
+    digits = text[1:] if text.startswith("-") else text
+    return (
+        digits.isascii()
+        and digits.isdigit()
+        and (digits == "0" or not digits.startswith("0"))
+        and text != "-0"
+    )
+
+
 def _key_filter(a: Analysis) -> exp.Expr | None:
+    """Rows whose declared keys are listed: ``CAST(k AS TEXT) IN (<keys>)``, or ``k IN (<keys as
+    integers>)`` for a key of an integer type (``Analysis.integer_keys``) whose keys are all
+    canonical integers: an integer's text is one of them exactly when the integer equals one."""
     conds: list[exp.Expr] = []
-    for g in a.group_keys:
+    for i, g in enumerate(a.group_keys):
         if g.keys is not None:
-            vals = [exp.Literal.string(k) for k in g.keys]
-            cond: exp.Expr = (
-                exp.In(this=exp.cast(g.expr.copy(), "text"), expressions=vals)
-                if vals
-                else exp.false()
-            )
+            as_int = i in a.integer_keys and all(canonical_integer(k) for k in g.keys)
+            key = g.expr.copy() if as_int else exp.cast(g.expr.copy(), "text")
+            vals = [exp.Literal.number(k) if as_int else exp.Literal.string(k) for k in g.keys]
+            cond: exp.Expr = exp.In(this=key, expressions=vals) if vals else exp.false()
             if g.null_key:
                 cond = exp.Paren(
                     this=exp.or_(cond, exp.Is(this=g.expr.copy(), expression=exp.null()))

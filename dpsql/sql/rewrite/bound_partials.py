@@ -63,22 +63,48 @@ from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.measure_dropped import kept_only, measure_dropped, raw_partial_sql
 
-__all__ = ["bound_partials", "group_hash", "partial_sql"]
+__all__ = ["bound_partials", "group_hash", "partial_sql", "sum_total"]
 
 
 def _least(node: exp.Expr, r: int) -> exp.Expr:
     return exp.Least(this=node, expressions=[exp.Literal.number(r)])
 
 
-def _summand(m: Measure, v: exp.Expr) -> tuple[exp.Expr, Fraction, Fraction]:
-    """The per-row summand of a sum measure and its range [a, c]."""
+def _summand_range(m: Measure) -> tuple[Fraction, Fraction]:
+    """The range [a, c] of a sum measure's per-row summand (``v``, ``v - mid``, ``(v - mid)^2``)."""
     if m.kind == "sum":
-        return v.copy(), m.lo, m.hi
-    d = exp.Paren(this=exp.Sub(this=v.copy(), expression=numeric(m.mid)))
+        return m.lo, m.hi
     half = (m.hi - m.lo) / 2
     if m.kind == "sum_centered":
-        return d.this, -half, half
-    return exp.Mul(this=d, expression=d.copy()), Fraction(0), half * half
+        return -half, half
+    return Fraction(0), half * half
+
+
+def sum_total(m: Measure, v: exp.Expr) -> exp.Expr:
+    """``SUM`` of a sum measure's per-row summand over NUMERIC values ``v`` (NULL when no value).
+
+    The centered sums are written from the plain sums, which PostgreSQL computes once however
+    many measures (and the removed-mass partials) read them, with no per-row subtraction::
+
+        SUM(v - mid)       = SUM(v) - mid * COUNT(v)
+        SUM((v - mid)^2)   = SUM(v * v) - 2 * mid * SUM(v) + mid^2 * COUNT(v)
+
+    exactly: ``v`` is NUMERIC (clamped: :func:`~dpsql.sql.rewrite.clamp_values.clamp`) and
+    NUMERIC addition and multiplication do not round. With no non-NULL value both sides are NULL.
+    """
+    s = exp.Sum(this=v.copy())
+    if m.kind == "sum":
+        return s
+    n = exp.Count(this=v.copy())
+    shift = exp.Mul(this=numeric(m.mid), expression=n)
+    if m.kind == "sum_centered":
+        return exp.Paren(this=exp.Sub(this=s, expression=shift))
+    squares = exp.Sum(this=exp.Mul(this=v.copy(), expression=v.copy()))
+    linear = exp.Mul(this=numeric(2 * m.mid), expression=s)
+    constant = exp.Mul(this=numeric(m.mid * m.mid), expression=n)
+    return exp.Paren(
+        this=exp.Add(this=exp.Sub(this=squares, expression=linear), expression=constant)
+    )
 
 
 def partial_sql(m: Measure, v: exp.Expr | None, r: int) -> exp.Expr | None:
@@ -91,8 +117,8 @@ def partial_sql(m: Measure, v: exp.Expr | None, r: int) -> exp.Expr | None:
     n = exp.Count(this=v.copy())
     if m.kind == "count_values":
         return _least(n, r)
-    body, a, c = _summand(m, v)
-    total = exp.Sum(this=body)
+    a, c = _summand_range(m)
+    total = sum_total(m, v)
     scaled: exp.Expr = exp.Div(
         this=exp.Mul(this=total.copy(), expression=exp.Literal.number(r)),
         # n > R >= 1 in this branch; NULLIF keeps the division total whatever the evaluation order

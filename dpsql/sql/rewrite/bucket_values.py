@@ -51,8 +51,45 @@ def _grid_hi(m: Measure) -> Fraction:
     return m.grid_hi if m.grid_hi is not None else m.hi
 
 
+def _finite_decimal(x: Fraction) -> bool:
+    """True when ``x`` is a finite decimal (its denominator has no prime factor but 2 and 5)."""
+    d = x.denominator
+    for p in (2, 5):
+        while d % p == 0:
+            d //= p
+    return d == 1
+
+
+def _scaled_bucket(m: Measure, v: exp.Expr) -> exp.Expr | None:
+    """``LEAST(GREATEST(CAST(FLOOR((v - lo) * k) AS INT), 0), B - 1)`` with ``k = B / (grid_hi -
+    lo)``, when ``k`` is a finite decimal (else None): the bucket ``width_bucket`` gives for
+    ``v`` in [lo, hi], without a NUMERIC division per row. For such ``v``, ``width_bucket(v, lo,
+    grid_hi, B)`` is ``trunc((v - lo) * B / (grid_hi - lo)) + 1`` below ``grid_hi`` and ``B + 1``
+    at or above it (PostgreSQL's ``compute_bucket``: exact, truncating); the product by ``k`` is
+    exact in NUMERIC and ``v - lo >= 0``, so ``FLOOR`` is that truncation. NULL goes to bucket 0,
+    as ``LEAST(GREATEST(NULL, 1), B) - 1`` did (its rows count nothing: ``COUNT(v)``). The
+    largest value before the ``LEAST``, ``(hi - lo) * k``, is known here: the ``INT`` cast can't
+    overflow for any row (else None)."""
+    width = _grid_hi(m) - m.lo
+    if width <= 0 or m.buckets < 1:
+        return None
+    k = Fraction(m.buckets) / width
+    if not _finite_decimal(k) or (m.hi - m.lo) * k >= 2**31 - 1:
+        return None
+    shifted = (
+        v.copy() if m.lo == 0 else exp.Paren(this=exp.Sub(this=v.copy(), expression=numeric(m.lo)))
+    )
+    scaled = shifted if k == 1 else exp.Mul(this=shifted, expression=numeric(k))
+    floor = exp.cast(exp.Floor(this=scaled), "int")
+    low = exp.Greatest(this=floor, expressions=[exp.Literal.number(0)])
+    return exp.Least(this=low, expressions=[exp.Literal.number(m.buckets - 1)])
+
+
 def _bucket(m: Measure, v: exp.Expr) -> exp.Expr:
     if m.kind == "quantile":
+        fast = _scaled_bucket(m, v)
+        if fast is not None:
+            return fast
         wb = exp.Anonymous(
             this="width_bucket",
             expressions=[v, numeric(m.lo), numeric(_grid_hi(m)), exp.Literal.number(m.buckets)],

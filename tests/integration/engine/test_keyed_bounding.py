@@ -29,6 +29,7 @@ TABLES = {
     name: private_table("pid", COLUMNS, rows=2)
     for name in ("public.pk", "public.uq_null", "public.uq_pair", "public.parent", "public.t")
 }
+TABLES["public.nk"] = private_table("pid", COLUMNS, rows=2)
 ROWS = [(i, i % 2, (i * 37) % 130) for i in range(1, 201)]  # ages up to 129: some clamped
 
 
@@ -46,11 +47,14 @@ def dsn(make_db: Callable[[str], str]) -> str:
             CREATE TABLE child () INHERITS (parent);
             CREATE TABLE t (pid integer NOT NULL, sex integer, age integer);
             CREATE UNIQUE INDEX t_pid ON t (pid);
+            CREATE TABLE nk (pid integer PRIMARY KEY, sex numeric, age integer);
             """
         )
-        for table in ("pk", "uq_null", "uq_pair", "parent", "t"):
+        for table in ("pk", "uq_null", "uq_pair", "parent", "t", "nk"):
             with conn.cursor() as cur:
                 cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", ROWS)
+        # a NUMERIC key column the policy declares integer: 1.0 is not the key '1' as text
+        conn.execute("UPDATE nk SET sex = 1.0 WHERE pid % 4 = 1")
     return dsn
 
 
@@ -140,3 +144,30 @@ def test_a_fresh_salt_for_every_execution(kengine: Engine) -> None:
     assert len(bounded) == 3 and len(salts) == 3, bounded
     assert not any(SALT_MARKER in q for q in sent)
     assert all(len(s) == 16 and int(s, 16) >= 0 for s in salts)
+
+
+def test_integer_keys_are_compared_as_integers(kengine: Engine, dsn: str) -> None:
+    """A key column of an integer type with canonical integer keys is filtered as integers (no
+    text conversion per row): the same rows, the same answer as the plain aggregate."""
+    sql = "SELECT sex, COUNT(*) FROM pk GROUP BY sex"
+    text = _sql(kengine, sql)
+    assert '"sex" IN (0, 1)' in text and "AS TEXT) IN" not in text, text
+    got = kengine.execute(kengine.prepare(sql), SessionContext(analyst="a")).rows
+    with psycopg.connect(dsn) as conn:
+        want = conn.execute("SELECT sex, COUNT(*) FROM pk GROUP BY sex ORDER BY 1").fetchall()
+    assert sorted((int(r[0]), int(r[1])) for r in got) == [(int(k), int(n)) for k, n in want]
+
+
+def test_other_key_types_are_compared_as_text(kengine: Engine, dsn: str) -> None:
+    """A NUMERIC column declared ``integer``: its keys stay compared as text, so 1.0 (text
+    '1.0') is in no declared group, exactly as before."""
+    sql = "SELECT sex, COUNT(*) FROM nk GROUP BY sex"
+    text = _sql(kengine, sql)
+    assert "CAST(\"nk\".\"sex\" AS TEXT) IN ('0', '1')" in text, text
+    got = kengine.execute(kengine.prepare(sql), SessionContext(analyst="a")).rows
+    with psycopg.connect(dsn) as conn:
+        want = conn.execute(
+            "SELECT sex::text, COUNT(*) FROM nk WHERE sex::text IN ('0', '1') GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+    assert sorted((str(r[0]), int(r[1])) for r in got) == [(k, int(n)) for k, n in want]
+    assert dict(want)["1"] < 100  # the 1.0 rows are left out
