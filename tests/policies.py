@@ -95,7 +95,7 @@ def policy_doc(
 
 def build_policy(**kw: Any) -> Policy:
     """:func:`policy_doc` (same arguments) parsed as a policy file's text is, without a file."""
-    return parse_policy(yaml.safe_dump(policy_doc(**kw)), "<test policy>")
+    return parse_policy(yaml.safe_dump(policy_doc(**kw), sort_keys=False), "<test policy>")
 
 
 def fixed_bounds_doc(doc: dict[str, Any]) -> dict[str, Any]:
@@ -160,5 +160,5 @@ class PolicyMaker:
             **top,
         )  # fmt: skip
         path = self.tmp.mktemp("policy") / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(doc))
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return PolicyFile(path, doc, load_policy(path))
