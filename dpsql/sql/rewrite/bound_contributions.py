@@ -264,7 +264,9 @@ def _unique_dropped(
     cols: list[exp.Expr] = []
     for t in bias_targets(a):
         kept, raw = values[t.index], raw_values.get(t.index)
-        if kept is None or raw is None:  # counts, and sums clamped to their declared range
+        # counts, sums clamped to their declared range, and a chosen clamp equal to it (the
+        # same value column: raw - kept is 0 on every row)
+        if kept is None or raw is None or raw.sql("postgres") == kept.sql("postgres"):
             cols += [exp.alias_(zero.copy(), f"_dp_{c}{t.index}") for c in ("b", "k")]
             continue
         d: exp.Expr = exp.Sub(this=raw.copy(), expression=kept.copy())
