@@ -67,6 +67,10 @@ class AutoItem:
     per_group: bool = True  # rows: per (unit, group); False: per unit over all its rows
     median: bool = False  # aim at the median unit (R when every statistic is a ratio: AVG, VAR)
     measure: Measure | None = None  # total: the COUNT or SUM whose L1 cap over groups this is
+    # a clamp of per-group ratios at R = 1 (ratio_rows): from each unit's largest (smallest)
+    # per-group mean, not its largest value: a unit's partial is the mean of its rows in the
+    # group, which the clamp moves by the share of those rows above it
+    group_mean: bool = False
 
     @property
     def thresholds(self) -> tuple[Fraction, ...]:
@@ -89,6 +93,8 @@ class AutoItem:
     def key(self, digest: str) -> str:
         """The ledger key of this choice (policy digest, kind, column, slice and target)."""
         body = f"{self.kind}|{self.column}|{self.slice}|{'median' if self.median else 'top'}"
+        if self.group_mean:
+            body += "|group-mean"
         return f"auto-bound:v1:{digest}:{hashlib.sha256(body.encode()).hexdigest()[:32]}"
 
 
@@ -230,12 +236,15 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         seen.add(text)
         anchor = min(max(Fraction(0), m.lo), m.hi)
         integer = col.family == "integer"
-        sl = _slice(a, False)
+        # AVG per group at R = 1: partials are per-group means (not VAR / STDDEV, where a lower
+        # clamp cuts the spread itself)
+        means = ratio_rows(a) and all(s.func == "avg" for s in a.statistics)
+        sl = grouped_slice if means else _slice(a, False)
         for kind, far in (("value_hi", m.hi), ("value_lo", m.lo)):
             if far != anchor:
                 grid = value_grid(anchor, far, integer)
                 items.append(
-                    AutoItem(kind, grid, sl, text, m.arg, anchor, integer)  # type: ignore[arg-type]
+                    AutoItem(kind, grid, sl, text, m.arg, anchor, integer, group_mean=means)  # type: ignore[arg-type]
                 )
     return tuple(items)
 

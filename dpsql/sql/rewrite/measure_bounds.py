@@ -14,7 +14,8 @@ public tables, WHERE and, for declared keys, the key filter), then the units per
     UNION ALL ...
 
 Each unit is counted once per item (one bucket), which is what the selection's sensitivity
-needs. Values are clamped into the declared bounds first and measured as distances from the
+needs. For a clamp of per-group ratios at one row per unit per group (``AutoItem.group_mean``)
+the unit's number is its largest (smallest) per-group mean instead of its largest value. Values are clamped into the declared bounds first and measured as distances from the
 grid's anchor (NULL: distance 0). Deterministic SQL (no random(), no salt): the counts are a
 function of the data only.
 """
@@ -102,7 +103,13 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
         xs.append(exp.alias_(exp.Min(this=exp.column(name)), f"{name}_min"))
     for i, per_unit_total in totals.items():
         xs.append(exp.alias_(per_unit_total, f"_dp_t{i}_all"))
-    per_value = exp.select(*xs).from_("_dp_rows").group_by(u.copy())
+    source: exp.Expr = exp.to_table("_dp_rows")
+    if any(it.group_mean for it in items):
+        # per-group ratios at R = 1: each unit's largest (smallest) per-group mean
+        means = [exp.alias_(exp.Avg(this=exp.column(n)), n) for n in values.values()]
+        gm = exp.select(u.copy(), *means).from_("_dp_rows")
+        source = gm.group_by(u.copy(), *[g.copy() for g in groups]).subquery("_dp_gm")
+    per_value = exp.select(*xs).from_(source).group_by(u.copy())
     parts = []
     for i, it in enumerate(items):
         number: exp.Expr

@@ -115,6 +115,13 @@ def test_per_group_ratios_keep_one_row_without_spending(demo_policy_auto) -> Non
     and a policy choice that says why; declared keys set G the same way."""
     a = _analysis("SELECT category, AVG(amount) FROM purchases GROUP BY category", demo_policy_auto)
     assert [i.kind for i in auto_items(a)] == ["value_hi"]  # type: ignore[arg-type]
+    # its clamp ranks units by their largest per-group mean (a partial at R = 1 is one)
+    (clamp,) = auto_items(a)  # type: ignore[arg-type]
+    assert clamp.group_mean and "_dp_gm" in measure_bounds(a, (clamp,)).sql("postgres")  # type: ignore[arg-type]
+    spread = _analysis(
+        "SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", demo_policy_auto
+    )
+    assert not any(i.group_mean for i in auto_items(spread))  # type: ignore[arg-type]
     rows, groups = policy_choices(a)  # type: ignore[arg-type]
     assert (rows.kind, rows.value, rows.epsilon, rows.rule) == ("rows", 1, 0, RATIO_ROWS)
     assert (groups.kind, groups.value, groups.rule) == ("groups", 5, DECLARED)
