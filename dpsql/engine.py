@@ -393,7 +393,9 @@ class Engine:
         (``a.unique_unit``, :meth:`plan`): the catalog is read again here, just before the
         private query runs, and a proof gone since (a dropped key) refuses the statement, whose
         plan spent nothing on the rows bounding would now drop. Keys of an integer type (the
-        memoized type probe) are filtered as integers (:attr:`Analysis.integer_keys`)."""
+        memoized type probe) are filtered as integers (:attr:`Analysis.integer_keys`), quantile
+        arguments of an integer type clamped and bucketed in integers
+        (:attr:`Analysis.integer_values`)."""
         known = a.one_row_per_unit  # per-unit derived tables: one row per unit by construction
         if a.unique_unit and not known and not unit_is_unique(self.backend, a):
             from dpsql.errors import ObjectNotInPrerequisiteState
@@ -404,7 +406,10 @@ class Engine:
                 hint="run the statement again",
             )
         ints = private_sql_module.integer_keys(a, self.group_types(prepared, a))
-        return private_sql_module.private_sql(self.caches.sql, prepared, a, integer_keys=ints)
+        values = private_sql_module.integer_values(group_keys.value_types(self, prepared, a))
+        return private_sql_module.private_sql(
+            self.caches.sql, prepared, a, integer_keys=ints, integer_values=values
+        )
 
     def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""

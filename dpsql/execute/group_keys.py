@@ -45,6 +45,31 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
     return types + set_type
 
 
+def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> dict[str, str]:
+    """The PostgreSQL type of each quantile argument of ``a`` (by its SQL text), from a zero-row
+    probe of the bounded source (reads no row), memoized per statement with the key types."""
+    args: dict[str, exp.Expr] = {}
+    for m in a.measures:
+        if m.kind == "quantile" and m.arg is not None:
+            args.setdefault(m.arg.sql("postgres"), m.arg)
+    if not args:
+        return {}
+    key = ("values", prepared.text, tuple(args))
+    cached = engine.caches.key_types.get(key)
+    if cached is not None:
+        return dict(cached)
+    cols = [exp.alias_(make_total(e, a.column), f"v{i}") for i, e in enumerate(args.values())]
+    q = source_select(a, "", *cols).limit(0)  # a type probe: reads no row
+    if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
+        from dpsql.sql.per_unit import substitute
+
+        q = substitute(q, prepared.units)  # type: ignore[assignment]
+    rows = engine.backend.run(q.sql("postgres"), private=True)
+    types = {text: type_name(c.type_oid) for text, c in zip(args, rows.columns, strict=True)}
+    engine.caches.key_types.remember(key, tuple(types.items()))
+    return types
+
+
 def declared_keys(engine: EngineContext, a: Analysis) -> list[tuple[str | None, ...]] | None:
     """Each group key's public domain (:meth:`GroupKey.domain`), or None when the query selects
     its keys from the data."""

@@ -57,21 +57,36 @@ def integer_keys(a: Analysis, key_types: tuple[str, ...]) -> tuple[int, ...]:
     )
 
 
+def integer_values(value_types: dict[str, str]) -> tuple[str, ...]:
+    """The quantile arguments (SQL texts) whose PostgreSQL type is an integer type."""
+    return tuple(sorted(text for text, t in value_types.items() if t in INTEGER_TYPES))
+
+
 def private_sql(
-    memo: Memo, prepared: PrivateQuery, a: Analysis, *, integer_keys: tuple[int, ...] = ()
+    memo: Memo,
+    prepared: PrivateQuery,
+    a: Analysis,
+    *,
+    integer_keys: tuple[int, ...] = (),
+    integer_values: tuple[str, ...] = (),
 ) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
     prepared statement's own (not one with parameters bound) or one kept for reuse
     (:func:`mark_stable`: stored ``auto`` bounds applied); with ``a.unique_unit`` (the catalog
     proves one row per unit, :mod:`dpsql.execute.unique_units`: the caller checked it again)
-    bounding is skipped; ``integer_keys``: :attr:`Analysis.integer_keys`."""
-    key = ("private", prepared.text, a.unique_unit, integer_keys, id(a))
+    bounding is skipped; ``integer_keys``, ``integer_values``: :attr:`Analysis.integer_keys`,
+    :attr:`Analysis.integer_values`."""
+    key = ("private", prepared.text, a.unique_unit, integer_keys, integer_values, id(a))
     stable = prepared.is_own(a) or memo.get(("stable", id(a))) is a
     if stable:
         hit = memo.get(key)
         if hit is not None and hit[0] is a:
             return str(hit[1])
-    text = bounded_sql(prepared, replace(a, integer_keys=integer_keys) if integer_keys else a)
+    typed = integer_keys or integer_values
+    text = bounded_sql(
+        prepared,
+        replace(a, integer_keys=integer_keys, integer_values=integer_values) if typed else a,
+    )
     if stable:
         memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives
     return text

@@ -181,6 +181,11 @@ class Analysis:
     # same rows when every key is an integer written canonically and spares a text conversion
     # per row (dpsql.sql.rewrite.bound_contributions._key_filter).
     integer_keys: tuple[int, ...] = ()
+    # The quantile arguments (their SQL text) whose PostgreSQL type is an integer type, from the
+    # same kind of zero-row probe (dpsql.execute.group_keys.value_types), set just before the
+    # private query runs: with integer bounds they are clamped and bucketed in integers (the same
+    # values and buckets as in NUMERIC, without a NUMERIC conversion per row).
+    integer_values: tuple[str, ...] = ()
     # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
     # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).

@@ -55,10 +55,38 @@ def value_sql(a: Analysis, m: Measure) -> exp.Expr:
     """
     assert m.arg is not None
     arg = make_total(m.arg, a.column)
+    if integer_quantile(a, m):
+        return integer_clamp(arg, m)
     if m.kind in ("sum", "sum_centered", "sum_sq_centered", "quantile"):
         v = clamp_values(arg, a.column, m.lo, m.hi)
         return exp.Round(this=v) if m.kind == "sum" and m.integral else v
     return arg
+
+
+def integer_quantile(a: Analysis, m: Measure) -> bool:
+    """A quantile over an argument of an integer type (``Analysis.integer_values``) with integer
+    bounds: clamped (:func:`integer_clamp`) and bucketed in integers."""
+    return (
+        m.kind == "quantile"
+        and m.arg is not None
+        and m.arg.sql("postgres") in a.integer_values
+        and m.lo.denominator == 1
+        and m.hi.denominator == 1
+    )
+
+
+def integer_clamp(arg: exp.Expr, m: Measure) -> exp.Expr:
+    """``CASE WHEN arg < lo THEN lo WHEN arg > hi THEN hi ELSE arg END`` for an integer ``arg``:
+    the value NUMERIC's clamp gives (an integer in [lo, hi]), NULL staying NULL (both tests are
+    NULL, so the ELSE branch returns it), in the argument's own type: no NUMERIC per row."""
+    lo, hi = exp.Literal.number(int(m.lo)), exp.Literal.number(int(m.hi))
+    return exp.Case(
+        ifs=[
+            exp.If(this=exp.LT(this=arg.copy(), expression=lo), true=lo.copy()),
+            exp.If(this=exp.GT(this=arg.copy(), expression=hi), true=hi.copy()),
+        ],
+        default=arg.copy(),
+    )
 
 
 def _measure_sql(m: Measure, v: exp.Expr | None, unique: bool) -> exp.Expr:

@@ -28,6 +28,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.rewrite.bound_contributions import integer_quantile
 from dpsql.sql.rewrite.literals import numeric
 
 
@@ -60,7 +61,7 @@ def _finite_decimal(x: Fraction) -> bool:
     return d == 1
 
 
-def _scaled_bucket(m: Measure, v: exp.Expr) -> exp.Expr | None:
+def _scaled_bucket(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr | None:
     """``LEAST(GREATEST(CAST(FLOOR((v - lo) * k) AS INT), 0), B - 1)`` with ``k = B / (grid_hi -
     lo)``, when ``k`` is a finite decimal (else None): the bucket ``width_bucket`` gives for
     ``v`` in [lo, hi], without a NUMERIC division per row. For such ``v``, ``width_bucket(v, lo,
@@ -76,6 +77,16 @@ def _scaled_bucket(m: Measure, v: exp.Expr) -> exp.Expr | None:
     k = Fraction(m.buckets) / width
     if not _finite_decimal(k) or (m.hi - m.lo) * k >= 2**31 - 1:
         return None
+    if integer and k.denominator == 1:
+        # an integer v in [lo, hi] (clamped in integers): (v - lo) * k is an integer in
+        # [0, (hi - lo) * k], below 2^31: no FLOOR, no NUMERIC, no overflow
+        d: exp.Expr = v.copy()
+        if m.lo != 0:
+            d = exp.Paren(this=exp.Sub(this=d, expression=exp.Literal.number(int(m.lo))))
+        if k != 1:
+            d = exp.Mul(this=d, expression=exp.Literal.number(int(k)))
+        low = exp.Greatest(this=d, expressions=[exp.Literal.number(0)])
+        return exp.Least(this=low, expressions=[exp.Literal.number(m.buckets - 1)])
     shifted = (
         v.copy() if m.lo == 0 else exp.Paren(this=exp.Sub(this=v.copy(), expression=numeric(m.lo)))
     )
@@ -85,11 +96,13 @@ def _scaled_bucket(m: Measure, v: exp.Expr) -> exp.Expr | None:
     return exp.Least(this=low, expressions=[exp.Literal.number(m.buckets - 1)])
 
 
-def _bucket(m: Measure, v: exp.Expr) -> exp.Expr:
+def _bucket(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
     if m.kind == "quantile":
-        fast = _scaled_bucket(m, v)
+        fast = _scaled_bucket(m, v, integer)
         if fast is not None:
             return fast
+        if integer:
+            v = exp.cast(v.copy(), "numeric")
         wb = exp.Anonymous(
             this="width_bucket",
             expressions=[v, numeric(m.lo), numeric(_grid_hi(m)), exp.Literal.number(m.buckets)],
@@ -129,7 +142,7 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
         if buckets[j] is None:
             count = items[f"_dp_m{i}"].this
             assert isinstance(count, exp.Count)
-            buckets[j] = _bucket(m, count.this)
+            buckets[j] = _bucket(m, count.this, integer_quantile(a, m))
     exprs = [b for b in buckets if b is not None]
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     if all(_summable(e.this) for e in q.expressions if isinstance(e, exp.Alias)):
