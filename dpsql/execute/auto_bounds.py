@@ -96,12 +96,16 @@ def pending(
     """
     stable = prepared.is_own(a)  # its items are memoized per statement
     memo = engine.caches.sql
-    items_key = ("auto_items", prepared.text, a.unique_unit)
-    items = memo.get(items_key) if stable else None
-    if items is None:
+    # keyed by the analysis itself, not the text alone: the same text prepared under another
+    # analyst's view (a denied keys_from table) has another analysis
+    items_key = ("auto_items", prepared.text, id(a))
+    hit = memo.get(items_key) if stable else None
+    if hit is not None and hit[0] is a:
+        items = hit[1]
+    else:
         items = auto_items(a)
         if stable:
-            memo.remember(items_key, items)
+            memo.remember(items_key, (a, items))  # holds ``a``: its id can't be reused meanwhile
     chosen = list(policy_choices(a))
     missing = []
     ledger = engine.ledger

@@ -29,16 +29,18 @@ def set_sql(
     engine: EngineContext, prepared: PrivateQuery, a: Analysis, keys: tuple[int, ...]
 ) -> str:
     """The bounded SQL of one grouping set (memoized per statement, like Engine.private_sql)."""
-    key = ("private-set", prepared.text, keys)
+    # keyed by the analysis itself, not the text alone: the same text prepared under another
+    # analyst's view (a denied keys_from table) has another analysis and another SQL
+    key = ("private-set", prepared.text, id(a), keys)
     stable = a is prepared.analysis
     memo = engine.caches.sql
     if stable:
         hit = memo.get(key)
-        if hit is not None:
-            return str(hit)
+        if hit is not None and hit[0] is a:
+            return str(hit[1])
     text = bounded_sql(prepared, set_analysis(a, keys))
     if stable:
-        memo.remember(key, text)
+        memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives
     return text
 
 

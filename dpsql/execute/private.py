@@ -173,13 +173,18 @@ def with_stored_bounds(
 
     if not prepared.is_own(a):
         return apply_bounds(a, pend.known)
-    key = ("resolved", prepared.text, a.unique_unit, pend.known)
+    # keyed by the analysis itself, not the text alone: the same text prepared under another
+    # analyst's view (a denied keys_from table: partition selection instead of the keys) has
+    # another analysis, which must not be swapped for this one
+    key = ("resolved", prepared.text, id(a), pend.known)
     hit = engine.caches.sql.get(key)
-    if hit is None:
-        hit = apply_bounds(a, pend.known)
-        engine.caches.sql.remember(key, hit)
-        mark_stable(engine.caches.sql, hit)
-    return hit
+    if hit is not None and hit[0] is a:
+        kept: Analysis = hit[1]
+        return kept
+    resolved = apply_bounds(a, pend.known)
+    engine.caches.sql.remember(key, (a, resolved))  # holds ``a``: its id can't be reused
+    mark_stable(engine.caches.sql, resolved)
+    return resolved
 
 
 def precheck(
