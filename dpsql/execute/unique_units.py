@@ -1,13 +1,19 @@
 """Whether the catalog proves one row per privacy unit, so contribution bounding can be skipped.
 
 A private table whose privacy unit is its PRIMARY KEY, or a NOT NULL column with a UNIQUE index
-of its own (valid, immediate, no predicate, no expression), holds exactly one row per unit: a unit
+of its own (valid, immediate, no predicate, no expression, the default operator class and the
+column's own collation), holds exactly one row per unit: a unit
 touches one group with one row, within any R >= 1 and G >= 1, so ranking rows and groups per unit
 changes nothing and the bounded SQL is the plain aggregate over clamped values
 (:func:`dpsql.sql.rewrite.bound_contributions.bound_contributions` with ``unique_unit``). The
 sensitivity the plan states (G·R·c) still holds (fixed numbers are not tightened). Clamping still happens: a
 value clamped narrower than declared (``clamp: auto``) loses mass, which the same SQL measures
 for the interval (``_unique_dropped`` there); only rows and groups are never dropped.
+
+The index must compare units as the bounded SQL does (``PARTITION BY`` the unit column: the
+type's default operator class under the column's collation): a unique index ``(email COLLATE
+"C")`` on a column whose collation is case-insensitive (nondeterministic) admits ``alice@x`` and
+``ALICE@x``, which the bounded SQL counts as one unit with two rows.
 
 Only for a query over that one table (a join can give a unit several rows). A plain table must
 have no inheritance children (``SELECT`` from it reads theirs too, which its index does not
@@ -34,8 +40,10 @@ UNIQUE_UNIT_SQL = pgsql.SQL(
   SELECT 1 FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+  JOIN pg_catalog.pg_opclass o ON o.oid = i.indclass[0]
   WHERE i.indrelid = pg_catalog.to_regclass({table}) AND i.indisunique AND i.indnkeyatts = 1
     AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
+    AND o.opcdefault AND i.indcollation[0] = a.attcollation
     AND a.attname = {column} AND a.attnotnull AND NOT a.attisdropped
     AND (c.relkind = 'p' OR (c.relkind = 'r' AND NOT c.relhassubclass)))"""
 )
