@@ -35,7 +35,7 @@ Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its 
 
 An L1 cap over groups (``Measure.total`` = L, auto bounds for per-group COUNT and SUM: see
 :func:`dpsql.sql.auto_bounds.total_mode`): the unit's kept partials of such a measure are scaled
-by TRUNC(L / GREATEST(T, L), 18), T the sum of their absolute values over the unit's kept groups
+by DIV(L·10^18, GREATEST(T, L))·10^-18 (exactly rounded down), T the sum of their absolute values over the unit's kept groups
 (a window per unit, :func:`_scaled`), and truncated towards 0 for integer measures; so they add
 up to at most L in absolute value, and each is at most its unscaled self. The factor is a
 function of the unit's own partials: the argument below holds with min(G·R·c, L) in L1 (and L2).
@@ -143,10 +143,13 @@ def capped(m: Measure) -> bool:
     return m.total is not None and m.kind in ("count_rows", "count_values", "sum")
 
 
+_FACTOR_DIGITS = 18  # the L1-cap factor's decimal digits (rounded down: <= L / T exactly)
+
+
 def _scaled(m: Measure, partial: str, keep: exp.Expr | None) -> exp.Expr:
     """The unit's partial in the group scaled into the measure's L1 cap L over its groups::
 
-        p * TRUNC(L / GREATEST(T, L), 18),   T = SUM(|p|) OVER (PARTITION BY _dp_unit)
+        p * DIV(L * 10^18, GREATEST(T, L)) / 10^18,   T = SUM(|p|) OVER (PARTITION BY _dp_unit)
 
     over the unit's kept groups only (``keep``), truncated towards 0 for integer measures. The
     factor is rounded down (<= L / T), so the unit's kept scaled partials add up to at most L in
@@ -160,10 +163,16 @@ def _scaled(m: Measure, partial: str, keep: exp.Expr | None) -> exp.Expr:
         size = exp.Case(ifs=[exp.If(this=keep.copy(), true=size)], default=exp.Literal.number(0))
     total = exp.Window(this=exp.Sum(this=size), partition_by=[exp.column("_dp_unit")])
     cap = numeric(m.total)
-    ratio = exp.Div(
-        this=cap, expression=exp.Greatest(this=total, expressions=[cap.copy()]), typed=True
+    # DIV(L·10^18, max(T, L)) / 10^18: NUMERIC division truncated exactly (``div``), not the
+    # division operator, which rounds its last digit and so could round L/T up to 1 when T
+    # exceeds L by less than its precision (T = 100.0000000000000000000001 for L = 100 gave
+    # TRUNC(L / T, 18) = 1: the unit kept T > L)
+    scaled_cap = exp.Mul(this=cap, expression=numeric(Fraction(10**_FACTOR_DIGITS)))
+    quotient = exp.Anonymous(
+        this="div",
+        expressions=[scaled_cap, exp.Greatest(this=total, expressions=[cap.copy()])],
     )
-    factor = exp.Anonymous(this="trunc", expressions=[ratio, exp.Literal.number(18)])
+    factor = exp.Mul(this=quotient, expression=numeric(Fraction(1, 10**_FACTOR_DIGITS)))
     out: exp.Expr = exp.Mul(this=p.copy(), expression=factor)
     if m.integral:
         out = exp.Anonymous(this="trunc", expressions=[out])
