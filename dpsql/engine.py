@@ -53,7 +53,7 @@ from dpsql.execute.prepared import (
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import finish, run_private
 from dpsql.execute.tree import describe_tree, run_tree
-from dpsql.execute.unique_units import unit_is_unique
+from dpsql.execute.unique_units import still_unique, unit_is_unique
 from dpsql.explain.run import describe_explain, prepare_explain, run_explain
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
@@ -396,15 +396,7 @@ class Engine:
         memoized type probe) are filtered as integers (:attr:`Analysis.integer_keys`), quantile
         arguments of an integer type clamped and bucketed in integers
         (:attr:`Analysis.integer_values`)."""
-        known = a.one_row_per_unit  # per-unit derived tables: one row per unit by construction
-        if a.unique_unit and not known and not unit_is_unique(self.backend, a):
-            from dpsql.errors import ObjectNotInPrerequisiteState
-
-            raise ObjectNotInPrerequisiteState(
-                f"the key of {a.table} that proved one row per {a.private.privacy_unit} was "
-                "dropped while the statement was being planned",
-                hint="run the statement again",
-            )
+        still_unique(self.backend, a, "while the statement was being planned")
         ints = private_sql_module.integer_keys(a, self.group_types(prepared, a))
         values = private_sql_module.integer_values(group_keys.value_types(self, prepared, a))
         return private_sql_module.private_sql(

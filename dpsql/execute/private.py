@@ -293,9 +293,15 @@ def measure(
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
     if isinstance(plan, SetsPlan):
         return run_sets(engine, prepared, plan, cancel)
+    from dpsql.execute.unique_units import still_unique
+
     a = plan.analysis
     text = salted(engine.private_sql(prepared, a))  # a fresh salt for each execution
-    return engine.backend.run(text, private=True, cancel=cancel)
+    got = engine.backend.run(text, private=True, cancel=cancel)
+    # the catalog's proof of one row per unit, read just before the query, is read again now,
+    # before anything is released (nothing of ``got`` leaves on a refusal)
+    still_unique(engine.backend, a, "while the statement ran")
+    return got
 
 
 def settle_failed(ledger: BudgetLedger, reservation: Reservation, error: BaseException) -> None:

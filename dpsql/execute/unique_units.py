@@ -20,8 +20,12 @@ have no inheritance children (``SELECT`` from it reads theirs too, which its ind
 cover); a partitioned table's unique index spans its partitions. The catalog is read when the
 statement is planned (:meth:`dpsql.engine.Engine.plan`: the plan then spends nothing on dropped
 rows, and ``auto`` R and G are 1 for free) and again just before the private query runs
-(:meth:`dpsql.engine.Engine.private_sql`): a constraint dropped since is seen and the statement
-refused (dropping it needs an ACCESS EXCLUSIVE lock, which waits for a running query to end).
+(:meth:`dpsql.engine.Engine.private_sql`) and once more just after it, before anything is released
+(:func:`still_unique`): a constraint dropped since is seen and the statement refused (dropping it
+needs an ACCESS EXCLUSIVE lock, which waits for a running query to end). The reads are separate
+statements from the query's: a change that is made and undone entirely while the query runs
+(drop the key, add a duplicate that the query reads, delete it, add the key back) is not seen;
+whoever can change the table's schema is trusted.
 """
 
 from __future__ import annotations
@@ -65,3 +69,20 @@ def unit_is_unique(backend: Backend, a: Analysis) -> bool:
     )
     rows = backend.run(q.as_string(None), private=False).rows
     return bool(rows and rows[0][0])
+
+
+def still_unique(backend: Backend, a: Analysis, when: str) -> None:
+    """Refuse (55000) a statement whose plan took the catalog's proof (``a.unique_unit``) when the
+    catalog no longer shows it (``when``: what the statement was doing meanwhile). Read just
+    before the private query runs and again just after it, before anything is released: a key
+    dropped in between (rows loaded with the index dropped, a table swapped by a rename) is seen
+    unless the whole change and its undoing fit inside the query's own run."""
+    # a per-unit derived table (one_row_per_unit) has one row per unit by construction
+    if not a.unique_unit or a.one_row_per_unit or unit_is_unique(backend, a):
+        return
+    from dpsql.errors import ObjectNotInPrerequisiteState
+
+    raise ObjectNotInPrerequisiteState(
+        f"the key of {a.table} that proved one row per {a.private.privacy_unit} was dropped {when}",
+        hint="run the statement again",
+    )

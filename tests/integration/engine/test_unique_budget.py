@@ -10,6 +10,8 @@ Deterministic properties of the plan and the ledger (no noisy output is asserted
   estimated (one target), not the rows.
 * The proof is read again just before the private query: a key dropped after planning refuses
   the statement rather than running a plan that assumed one row per unit.
+  And again just after it, before anything is released: a key dropped (and a unit given a
+  second row) between the check and the query refuses the statement too.
 * EXPLAIN shows what running would do: no removed-rows lines for the keyed table, and says why.
 """
 
@@ -25,8 +27,10 @@ import pytest
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import ObjectNotInPrerequisiteState
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.plan import Plan
 
 COLUMNS = {
@@ -146,6 +150,35 @@ def test_a_key_dropped_after_planning_refuses(charged: tuple[Engine, Ledger], ds
                 engine.private_sql(p, plan.analysis)
             assert not _plan(engine, sql).analysis.unique_unit  # planned again: bounded
         finally:
+            conn.execute("ALTER TABLE pk ADD PRIMARY KEY (uid)")
+
+
+def test_a_key_dropped_while_the_query_runs_refuses(
+    charged: tuple[Engine, Ledger], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The proof is read again after the private query, before anything is released: the key
+    dropped and a duplicate unit loaded right after the check before the query (the window
+    between two statements) refuses the statement (55000) instead of releasing a COUNT that
+    counts unit 0 twice under a sensitivity of 1 row."""
+    engine, _ = charged
+    sql = "SELECT COUNT(*) FROM pk"
+    checked = engine.private_sql
+
+    def drop_after_check(prepared: PrivateQuery, a: Analysis) -> str:
+        text = checked(prepared, a)  # reads the proof: the check before the query
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE pk DROP CONSTRAINT pk_pkey")
+            conn.execute("INSERT INTO pk VALUES (0, 'a', 1, 1)")
+        return text
+
+    monkeypatch.setattr(engine, "private_sql", drop_after_check)
+    try:
+        with pytest.raises(ObjectNotInPrerequisiteState, match="while the statement ran"):
+            engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    finally:
+        monkeypatch.undo()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DELETE FROM pk WHERE ctid = (SELECT max(ctid) FROM pk WHERE uid = 0)")
             conn.execute("ALTER TABLE pk ADD PRIMARY KEY (uid)")
 
 
