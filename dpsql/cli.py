@@ -179,6 +179,8 @@ def _print_report(rep: ExplainReport) -> None:
         f"[bold]Private query[/bold] (epsilon={float(rep.epsilon):g}, delta={float(rep.delta):g})"
     )
     console.print(f"  contribution bound: {rep.contribution}")
+    if rep.auto:
+        console.print(f"  auto bounds: {rep.auto}", markup=False, highlight=False)
     console.print(f"  total cost: {rep.cost}")
     if rep.selection:
         console.print(f"  partition selection: {rep.selection}")

@@ -10,6 +10,7 @@ from sqlglot import exp
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
+from dpsql.execute.auto_bounds import Pending, explain_text, slice_epsilon
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
@@ -17,6 +18,13 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
+from dpsql.sql.auto_bounds import (
+    AutoBounds,
+    apply_bounds,
+    auto_items,
+    fallback_note,
+    policy_choices,
+)
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.parse import parse_statement
@@ -71,6 +79,9 @@ class ExplainReport:
     outputs: tuple[OutputLine, ...]
     # GROUP BY ROLLUP / CUBE / GROUPING SETS: one line per measured set (its share of the budget)
     sets: tuple[str, ...] = ()
+    # ``auto`` contribution bounds: those fixed without data (in the plan) and those chosen when
+    # the statement runs (what that spends); None for fixed bounds
+    auto: str | None = None
 
 
 def _fmt(x: Fraction | float) -> str:
@@ -134,13 +145,30 @@ def explain_leaves(
     return out
 
 
+OFFLINE = (
+    "without an upstream no ledger is read: bounds stored by earlier statements are not shown "
+    "(EXPLAIN through dpsql serve shows them)"
+)
+
+
 def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext) -> ExplainReport:
+    """The report as the statement would be planned with no stored choices: the ``auto`` bounds
+    fixed without data (G from a few declared keys, R = 1 for per-group ratios) in place, the
+    epsilon choosing the others takes out of the measures' (as :mod:`dpsql.explain.run`)."""
     eps, delta = resolve_params(policy, session, a)
     d = policy.defaults
     conf = session.confidence or d.confidence
+    pend = Pending(AutoBounds(policy_choices(a), fallback=fallback_note(a)), auto_items(a))
+    note, spent = None, Fraction(0)
+    if pend.needed:
+        note = f"{explain_text(pend, eps)}; {OFFLINE}"
+        spent = slice_epsilon(eps, pend)
+        a = apply_bounds(a, pend.known)
     if a.grouping_sets:
-        return report(text, make_sets_plan(a, eps, delta, session.mechanism), conf)
-    return report(text, make_plan(a, eps, delta, session.mechanism), conf)
+        rep = report(text, make_sets_plan(a, eps - spent, delta, session.mechanism), conf)
+    else:
+        rep = report(text, make_plan(a, eps - spent, delta, session.mechanism), conf)
+    return replace(rep, epsilon=eps, auto=note)
 
 
 def report(text: str, plan: Plan | SetsPlan, conf: float) -> ExplainReport:

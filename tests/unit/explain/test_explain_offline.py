@@ -1,0 +1,51 @@
+"""``dpsql explain`` without an upstream (dpsql/explain/report.py): the plan it shows is the plan
+the statement runs with, as far as it can be known without data.
+
+Property (deterministic, from the plan alone): with ``auto`` bounds (the demo policy's default),
+the bounds fixed without data are in the plan (G = the number of declared keys when there are at
+most 32, R = 1 per group for an AVG over them), the epsilon of the bounds chosen when the
+statement runs is taken out of the measures' and said, and a statement with nothing to choose
+gets no such line. Before this, the offline plan showed G = 1 for ``GROUP BY category`` (5
+declared keys) and a 95% half-width 5 times smaller than the one the statement runs with.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from dpsql.demo import POLICY
+from dpsql.explain.report import explain, explain_leaves
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+from tests.policies import fixed_demo_policy
+
+SESSION = SessionContext(analyst="analyst", epsilon=Fraction(1))
+BY_CATEGORY = "SELECT category, AVG(amount) FROM purchases GROUP BY 1"
+
+
+def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
+    rep = explain(load_policy(POLICY), BY_CATEGORY, SESSION)
+    assert "<= 5 groups" in rep.contribution and "<= 1 rows per group" in rep.contribution
+    assert rep.auto is not None
+    assert "5 groups per unit (stored or declared: free)" in rep.auto
+    assert "upper clamp of amount: chosen from the data" in rep.auto
+    assert "epsilon 0.2 of its 1" in rep.auto and "no ledger is read" in rep.auto
+    assert rep.epsilon == 1 and rep.cost.startswith("epsilon=0.8,")
+    # the sum's sensitivity is G = 5 times one group's (the centered clamp [0, 500] and its grid)
+    total = next(m for m in rep.measures if m.measure.startswith("sum_centered"))
+    assert total.sensitivity == "L1=1255"
+
+
+def test_fixed_bounds_have_no_auto_line() -> None:
+    rep = explain(fixed_demo_policy(), BY_CATEGORY, SESSION)
+    assert rep.auto is None and rep.epsilon == 1 and rep.cost.startswith("epsilon=1,")
+
+
+def test_each_leaf_of_a_tree_gets_its_auto_line() -> None:
+    sql = (
+        "SELECT category, SUM(revenue) FROM (SELECT category, region, SUM(amount) AS revenue "
+        "FROM purchases GROUP BY 1, 2) AS v GROUP BY category"
+    )
+    leaves = explain_leaves(load_policy(POLICY), sql, SESSION)
+    assert len(leaves) == 1 and leaves[0][1].auto is not None
+    assert "chosen from the data when the statement runs" in leaves[0][1].auto
