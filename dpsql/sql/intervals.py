@@ -132,6 +132,8 @@ def _arith(node: exp.Expr, a: Iv, b: Iv) -> Iv | None:
             return None  # the divisor may be 0: no finite interval
         b = (1 / b[1], 1 / b[0])
     prods = [x * y for x in a for y in b]
+    if any(math.isnan(p) for p in prods):
+        return None  # 0 * inf (a divisor so close to 0 that its reciprocal overflows): no interval
     return min(prods), max(prods)
 
 

@@ -70,3 +70,10 @@ def test_interval_contains_every_value_of_the_box(
         return
     tol = 1e-9 * (1 + abs(value))
     assert got[0] - tol <= value <= got[1] + tol
+
+
+def test_a_divisor_whose_reciprocal_overflows_gives_no_interval() -> None:
+    """1 / 2.2e-309 overflows to inf and 0 * inf is nan: no interval, rather than a nan end that
+    every comparison treats as holding (Hypothesis found it for the box test above)."""
+    ivs = {0: (0.0, 1.0), 1: (1e-310, 2.2e-309)}
+    assert eval_interval(expr("_dp_s0 / _dp_s1"), ivs) is None
