@@ -267,4 +267,4 @@ def test_check_lists_each_analysts_tables(make_policy: PolicyMaker) -> None:
     assert check_policy(str(path), None, console) == 0
     out = console.export_text()
     assert "bob may use: public.purchases, public.regions" in out
-    assert "carol may use: public.pums, public.purchases" in out
+    assert "carol may use: public.purchases, public.pums" in out  # the policy file's order
