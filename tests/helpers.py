@@ -185,3 +185,27 @@ def _output(proc: subprocess.Popen[Any], stdout: Any) -> str:
     else:
         proc.wait()
     return out.decode(errors="replace") if isinstance(out, bytes) else str(out or "")
+
+
+def interval_coverage(engine: Engine, plan: Any, row: Sequence[Any], sql: str, draws: int) -> int:
+    """How many of ``draws`` releases' 95% intervals of the private row ``row`` (of ``plan``) hold
+    the truth: ``sql`` run as written on PostgreSQL (the first group's value, or the only row's).
+    Grouped, the row is released as ``draws`` independent groups of one release; ungrouped,
+    ``draws`` releases of the row. Fresh CSPRNG noise each time; only the noise is redrawn."""
+    from dpsql.execute.noise import release
+
+    truths = {
+        (r[0] if len(r) > 1 else None): float(r[-1])
+        for r in engine.backend.run(sql, private=False).rows
+    }
+    if plan.analysis.group_keys:
+        truth = truths[row[0]]
+        keyed = [(str(i), *row[1:]) for i in range(draws)]
+        ivs = [iv[0] for iv in release(plan, keyed, ["text"], None, 0.95, CSPRNG).intervals]
+    else:
+        truth = truths[None]
+        ivs = [
+            release(plan, [tuple(row)], [], None, 0.95, CSPRNG).intervals[0][0]
+            for _ in range(draws)
+        ]
+    return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])

@@ -21,7 +21,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from typing import Any
 
 import psycopg
 import pytest
@@ -32,7 +31,7 @@ from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes
+from tests.helpers import binom_min_successes, interval_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -90,11 +89,6 @@ def without_bias(plan: Plan) -> Plan:
     return dataclasses.replace(plan, bias=())
 
 
-def _truth(engine: Engine, sql: str) -> dict[Any, float]:
-    rows = engine.backend.run(sql, private=False).rows
-    return {(r[0] if len(r) > 1 else None): float(r[-1]) for r in rows}
-
-
 def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
     only row): grouped, the group's row is released as DRAWS independent groups of one release;
@@ -105,17 +99,7 @@ def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     assert isinstance(plan, Plan) and plan.bias, "COUNT and SUM estimate what bounding removed"
     used = without_bias(plan) if broken else plan
     row = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows[0]
-    if plan.analysis.group_keys:
-        truth = _truth(engine, sql)[row[0]]
-        keyed = [(str(i), *row[1:]) for i in range(DRAWS)]
-        ivs = [iv[0] for iv in release(used, keyed, ["text"], None, 0.95, CSPRNG).intervals]
-    else:
-        truth = _truth(engine, sql)[None]
-        ivs = [
-            release(used, [tuple(row)], [], None, 0.95, CSPRNG).intervals[0][0]
-            for _ in range(DRAWS)
-        ]
-    return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
+    return interval_coverage(engine, used, row, sql, DRAWS)
 
 
 NEED = binom_min_successes(DRAWS, 0.95)

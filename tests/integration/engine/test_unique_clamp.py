@@ -29,14 +29,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
-from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
 from dpsql.sql.plan import Plan
-from tests.helpers import EXACT, binom_min_successes
+from tests.helpers import EXACT, binom_min_successes, interval_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -104,11 +102,6 @@ def _clamped(engine: Engine, sql: str) -> tuple[Any, Plan]:
     return prepared, plan
 
 
-def _truth(engine: Engine, sql: str) -> dict[Any, float]:
-    rows = engine.backend.run(sql, private=False).rows
-    return {(r[0] if len(r) > 1 else None): float(r[-1]) for r in rows}
-
-
 def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
     only row). ``broken``: the removed-mass columns read 0 (the twin)."""
@@ -121,17 +114,7 @@ def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     if broken:
         n = 2 * len(plan.bias)
         row[-n:] = [0] * n
-    if plan.analysis.group_keys:
-        truth = _truth(engine, sql)[row[0]]
-        keyed = [(str(i), *row[1:]) for i in range(DRAWS)]
-        ivs = [iv[0] for iv in release(plan, keyed, ["text"], None, 0.95, CSPRNG).intervals]
-    else:
-        truth = _truth(engine, sql)[None]
-        ivs = [
-            release(plan, [tuple(row)], [], None, 0.95, CSPRNG).intervals[0][0]
-            for _ in range(DRAWS)
-        ]
-    return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
+    return interval_coverage(engine, plan, row, sql, DRAWS)
 
 
 @pytest.mark.parametrize("name", list(QUERIES))
