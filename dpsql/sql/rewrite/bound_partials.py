@@ -224,39 +224,32 @@ def bound_partials(
     keys = [unit, *gcols]
     partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws).from_("_dp_rows")
     q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
-    if not rank:
-        src = "_dp_parts"
-        if scaled:
-            q = q.with_("_dp_scaled", as_=exp.select(exp.Star(), *scaled).from_(src))
-            src = "_dp_scaled"
-        q = q.from_(src)
-        if targets:
-            # declared keys leave <= G groups: each target splits its cap over them (no window)
-            q = measure_dropped(q, src, targets, kept, None, None, False)
-        return q.group_by(*[g.copy() for g in gcols]) if gcols else q
-    # Groups are ranked per unit on the partials (one row per unit and group), not on the rows:
-    # the hash is computed, and the window sorts, once per partial.
-    ranking = exp.Window(
-        this=exp.RowNumber(),
-        partition_by=[unit.copy()],
-        order=exp.Order(
-            expressions=[
-                exp.Ordered(this=group_hash(salt, unit, gcols)),
-                *[exp.Ordered(this=g.copy()) for g in gcols],
-            ]
-        ),
-    )
-    bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr")).from_("_dp_parts")
-    assert keep is not None
-    q = q.with_("_dp_bounded", as_=bounded)
-    src = "_dp_bounded"
+    src = "_dp_parts"
+    if rank:
+        # Groups are ranked per unit on the partials (one row per unit and group), not on the
+        # rows: the hash is computed, and the window sorts, once per partial.
+        ranking = exp.Window(
+            this=exp.RowNumber(),
+            partition_by=[unit.copy()],
+            order=exp.Order(
+                expressions=[
+                    exp.Ordered(this=group_hash(salt, unit, gcols)),
+                    *[exp.Ordered(this=g.copy()) for g in gcols],
+                ]
+            ),
+        )
+        bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr")).from_(src)
+        q = q.with_("_dp_bounded", as_=bounded)
+        src = "_dp_bounded"
     if scaled:
         q = q.with_("_dp_scaled", as_=exp.select(exp.Star(), *scaled).from_(src))
         src = "_dp_scaled"
     q = q.from_(src)
     if targets:
-        order = [exp.column("_dp_gr")]
-        q = measure_dropped(q, src, targets, kept, keep, order, a.needs_selection)
-    else:
+        # without ranking, declared keys leave <= G groups: each target splits its cap over
+        # them (no window)
+        order = [exp.column("_dp_gr")] if rank else None
+        q = measure_dropped(q, src, targets, kept, keep, order, rank and a.needs_selection)
+    elif keep is not None:
         q = q.where(keep)
-    return q.group_by(*[g.copy() for g in gcols])
+    return q.group_by(*[g.copy() for g in gcols]) if gcols else q
