@@ -27,6 +27,17 @@ def cast_target(node: exp.Cast) -> str:
     return to.sql("postgres").lower()
 
 
+def qualified_call(node: exp.Func) -> exp.Expr:
+    """The call with its ``pg_catalog.`` qualifier (the Dot node) when it has one."""
+    parent = node.parent
+    return parent if isinstance(parent, exp.Dot) and parent.expression is node else node
+
+
+def replace_call(node: exp.Func, new: exp.Expr) -> None:
+    """Replace a function call, with its ``pg_catalog.`` qualifier if it has one."""
+    qualified_call(node).replace(new)
+
+
 @lru_cache(maxsize=16)
 def _type_node(name: str) -> exp.Expr:
     cast = sqlglot.parse_one(f"CAST(NULL AS {name})", read="postgres")

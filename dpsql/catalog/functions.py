@@ -15,6 +15,8 @@ from dpsql.catalog.build import (
     cast_to,
     column_visible,
     fill,
+    qualified_call,
+    replace_call,
     template,
     visible,
 )
@@ -119,7 +121,7 @@ def check_function(node: exp.Func) -> None:
         return
     name = node.name.lower()
     if name in function_rules.BLANKED_FUNCTIONS or name.startswith(function_rules.BLANKED_PREFIXES):
-        _replace_call(
+        replace_call(
             node, cast_to(exp.null(), function_rules.BLANKED_FUNCTIONS.get(name, "BIGINT"))
         )
     elif name == "set_config":
@@ -150,23 +152,6 @@ def reg_element(target: str) -> str | None:
     return base if base != target and base.startswith("reg") else None
 
 
-def _call_with_qualifier(node: exp.Func) -> exp.Expr:
-    """The call with its ``pg_catalog.`` qualifier (the Dot node) when it has one."""
-    parent = node.parent
-    if isinstance(parent, exp.Dot) and parent.expression is node:
-        return parent
-    return node
-
-
-def _replace_call(node: exp.Func, new: exp.Expr) -> None:
-    """Replace a function call, with its ``pg_catalog.`` qualifier if it has one."""
-    parent = node.parent
-    if isinstance(parent, exp.Dot) and parent.expression is node:
-        parent.replace(new)
-    else:
-        node.replace(new)
-
-
 def _display_name(node: exp.Func) -> str:
     return function_name(node)
 
@@ -186,7 +171,7 @@ def _emulate_set_config(node: exp.Anonymous) -> None:
             "set_config() is not allowed in a catalog query",
             hint="change settings with SET; dpsql accepts SET for session settings",
         )
-    _replace_call(node, cast_to(args[1], "TEXT"))
+    replace_call(node, cast_to(args[1], "TEXT"))
 
 
 def _check_current_setting(node: exp.Anonymous) -> None:
@@ -221,8 +206,8 @@ def _check_current_setting(node: exp.Anonymous) -> None:
                 ),
             )
             ok = exp.or_(allowed, exp.not_(exp.paren(denied)))
-            call = _call_with_qualifier(node).copy()
-            _replace_call(node, exp.Case(ifs=[exp.If(this=ok, true=call)]))
+            call = qualified_call(node).copy()
+            replace_call(node, exp.Case(ifs=[exp.If(this=ok, true=call)]))
             return
     inner = args[0] if args else None
     while isinstance(inner, exp.Cast):
@@ -286,7 +271,7 @@ def guard(node: exp.Func) -> bool:
     name = node.name.lower()
     if name in function_rules.GUARDED_RESULTS:
         kind = function_rules.GUARDED_RESULTS[name]
-        call = _call_with_qualifier(node)
+        call = qualified_call(node)
         guarded = exp.Case(ifs=[exp.If(this=visible(kind, call.copy()), true=call.copy())])
         call.replace(guarded)
         return True
@@ -355,7 +340,7 @@ def _guard_describe(node: exp.Anonymous) -> bool:
     obj = cast_to(args[1].copy(), "OID")
     cond = fill(template(describe_guard()), {"__1__": args[0].copy(), "__2__": obj})
     cond = exp.and_(cond, att_visible(args[1].copy(), args[2].copy()))
-    call = _call_with_qualifier(node)
+    call = qualified_call(node)
     call.replace(exp.Case(ifs=[exp.If(this=cond, true=call.copy())]))
     return True
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.catalog.build import cast_target, cast_to, fill, template
+from dpsql.catalog.build import cast_target, cast_to, fill, qualified_call, replace_call, template
 from dpsql.catalog.regrole import LABEL, OWN_OID, place_regrole
 from dpsql.errors import UndefinedObject
 
@@ -207,7 +207,7 @@ def guard_roles(node: exp.Func, analyst: str) -> None:
             ifs=[exp.If(this=exp.Is(this=args[0].copy(), expression=exp.null()), true=exp.null())],
             default=analyst_name(analyst),
         )
-        _replace(node, owner)
+        replace_call(node, owner)
     elif name == "to_regrole" and len(args) == 1:
         lit = _literal(args[0])
         wanted = _folded(lit.name) if lit is not None else None
@@ -217,7 +217,7 @@ def guard_roles(node: exp.Func, analyst: str) -> None:
             value = cast_to(exp.null(), "OID")  # missing, not an error
         else:
             value = _role_by_name(args[0], analyst, fold=True, public_ok=False)
-        place_regrole(_call(node), value, analyst)
+        place_regrole(qualified_call(node), value, analyst)
     elif name == "pg_has_role" and len(args) in (2, 3):
         roles = args[: len(args) - 1]
         for arg in roles:
@@ -225,7 +225,7 @@ def guard_roles(node: exp.Func, analyst: str) -> None:
         if any((lit := _literal(a)) is not None and _predefined(lit.name) for a in roles):
             # the analyst's role is a member of no predefined role (the upstream's would tell
             # how dpsql is deployed, e.g. as a superuser)
-            _replace(node, exp.false())
+            replace_call(node, exp.false())
     elif _ROLE_FIRST.get(name) == len(args):
         args[0].replace(_role_by_name(args[0], analyst, fold=False, public_ok=True))
     elif name == "shobj_description" and len(args) == 2:
@@ -245,17 +245,3 @@ def _guard_shobj_description(node: exp.Anonymous) -> None:
         {"__c__": catalog.copy(), "__o__": obj.copy()},
     )
     obj.replace(exp.Case(ifs=[exp.If(this=cond, true=cast_to(obj.copy(), "OID"))]))
-
-
-def _call(node: exp.Func) -> exp.Expr:
-    """The call with its ``pg_catalog.`` qualifier (the Dot node) when it has one."""
-    parent = node.parent
-    return parent if isinstance(parent, exp.Dot) and parent.expression is node else node
-
-
-def _replace(node: exp.Func, new: exp.Expr) -> None:
-    parent = node.parent
-    if isinstance(parent, exp.Dot) and parent.expression is node:
-        parent.replace(new)
-    else:
-        node.replace(new)
