@@ -13,7 +13,11 @@ bytes fetched) four ways, in one process, one after the other, against the same 
 * ``psycopg raw``: psycopg's own generators on its connection (``conn.wait(fetch_many)``) with
   the bytes kept as they are, no pool: psycopg's I/O without the fast path's reader;
 * ``psycopg_pool raw``: the same through ``psycopg_pool.AsyncConnectionPool`` (``getconn`` /
-  ``putconn``).
+  ``putconn``);
+* ``psycopg_pool + AsyncRawCursor``: nothing hand-driven, what replacing the fast path's client
+  with psycopg would run: ``async with pool.connection()``, ``AsyncRawCursor.execute(sql, params,
+  prepare=True)`` (``$n`` placeholders, as the fast path sends them) and the bytes read from its
+  ``pgresult`` (passed through, not loaded).
 
 CPU microseconds per statement of this process (``time.process_time``) are the number to
 compare: unlike wall time they hardly depend on what else the machine runs. Each variant runs
@@ -103,6 +107,21 @@ async def _round(dsn: str, n: int) -> dict[str, tuple[float, float]]:
             await pool.putconn(c)
 
     out["psycopg_pool raw"] = await _per_statement(pooled, n)
+    await pool.close()
+
+    pool = psycopg_pool.AsyncConnectionPool(
+        dsn, min_size=1, max_size=2, kwargs={"autocommit": True}, open=False
+    )
+    await pool.open(wait=True)
+
+    async def psycopg_only() -> Any:
+        async with pool.connection() as c:
+            cur = psycopg.AsyncRawCursor(c)
+            await cur.execute(SQL, ("N",), prepare=True)
+            assert cur.pgresult is not None
+            return _raw_rows([cur.pgresult])
+
+    out["psycopg_pool + AsyncRawCursor"] = await _per_statement(psycopg_only, n)
     await pool.close()
     return out
 
