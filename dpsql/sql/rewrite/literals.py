@@ -16,11 +16,20 @@ def number(value: Fraction | int) -> exp.Expr:
     >>> number(Fraction(5, 2)).sql()
     '2.5'
     """
-    f = Fraction(value)
-    d = _CTX.divide(Decimal(f.numerator), Decimal(f.denominator))
-    text = format(d.normalize(_CTX), "f")
+    text = number_text(value)
     lit = exp.Literal.number(text.lstrip("-"))
     return exp.Neg(this=lit) if text.startswith("-") else lit
+
+
+def number_text(value: Fraction | int) -> str:
+    """``value`` as exact decimal text (as :func:`number` writes it).
+
+    >>> number_text(Fraction(-3, 4))
+    '-0.75'
+    """
+    f = Fraction(value)
+    d = _CTX.divide(Decimal(f.numerator), Decimal(f.denominator))
+    return format(d.normalize(_CTX), "f")
 
 
 def numeric(value: Fraction | int) -> exp.Expr:

@@ -1,23 +1,30 @@
 """The SQL counting units per bucket of each ``auto`` bound's grid (:mod:`dpsql.sql.auto_bounds`).
 
 One number per privacy unit and item, over the rows the query reads (its tables, joins with
-public tables, WHERE and, for declared keys, the key filter), then the units per bucket::
+public tables, WHERE and, for declared keys, the key filter), then the units per bucket, all
+from one pass over the rows::
 
-    WITH _dp_rows AS (SELECT unit AS _dp_unit, <keys> AS _dp_g*, <clamped values> AS _dp_v*
-                      FROM ... WHERE ...),
-         _dp_ug AS (SELECT _dp_unit, COUNT(*) AS _dp_n FROM _dp_rows GROUP BY _dp_unit, _dp_g*),
-         _dp_u AS (SELECT _dp_unit, MAX(_dp_n) AS _dp_rows_max, COUNT(*) AS _dp_groups,
-                          SUM(_dp_n) AS _dp_rows_all FROM _dp_ug GROUP BY _dp_unit),
-         _dp_x AS (SELECT _dp_unit, MAX(_dp_v0) AS _dp_x0, MIN(_dp_v0) AS ... GROUP BY _dp_unit)
-    SELECT <item> AS _dp_item, width_bucket(<number>, ARRAY[<thresholds>]) AS _dp_b,
-           COUNT(*) AS _dp_c FROM _dp_u GROUP BY 2
-    UNION ALL ...
+    SELECT _dp_item, _dp_b, COUNT(*) AS _dp_c
+    FROM (SELECT _dp_unit, MAX(_dp_n) AS _dp_rows_max, COUNT(*) AS _dp_groups,
+                 SUM(_dp_n) AS _dp_rows_all, MAX(_dp_v0_max) AS _dp_v0_max, ...
+          FROM (SELECT _dp_unit, COUNT(*) AS _dp_n, MAX(_dp_v0) AS _dp_v0_max, ...
+                FROM (SELECT unit AS _dp_unit, <keys> AS _dp_g*, <clamped values> AS _dp_v*
+                      FROM ... WHERE ...) AS _dp_r
+                GROUP BY _dp_unit, _dp_g*) AS _dp_ug
+          GROUP BY _dp_unit) AS _dp_u
+    CROSS JOIN LATERAL (VALUES (0, width_bucket(<number>, '{<thresholds>}'::numeric[])),
+                               (1, ...)) AS _dp_h(_dp_item, _dp_b)
+    GROUP BY _dp_item, _dp_b
 
-Each unit is counted once per item (one bucket), which is what the selection's sensitivity
-needs. For a clamp of per-group ratios at one row per unit per group (``AutoItem.group_mean``)
-the unit's number is its largest (smallest) per-group mean instead of its largest value. Values are clamped into the declared bounds first and measured as distances from the
-grid's anchor (NULL: distance 0). Deterministic SQL (no random(), no salt): the counts are a
-function of the data only.
+The (unit, group) level is there only when a number needs it (rows per group, groups, a
+per-group mean); otherwise the rows are aggregated per unit directly. Each unit is counted once
+per item (one bucket), which is what the selection's sensitivity needs. For a clamp of per-group
+ratios at one row per unit per group (``AutoItem.group_mean``) the unit's number is its largest
+(smallest) per-group mean instead of its largest value. Values are clamped into the declared
+bounds first and measured as distances from the grid's anchor (NULL: distance 0). A unit's
+largest value is the largest of its per-group largest values, its total the sum of its
+per-group totals: the same numbers as aggregating its rows at once (NUMERIC: exact).
+Deterministic SQL (no random(), no salt): the counts are a function of the data only.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoItem
 from dpsql.sql.rewrite.bound_contributions import source_select, value_sql
 from dpsql.sql.rewrite.clamp_values import clamp_values
-from dpsql.sql.rewrite.literals import numeric
+from dpsql.sql.rewrite.literals import number_text, numeric
 from dpsql.sql.rewrite.make_total import make_total
 
 
@@ -45,11 +52,16 @@ def _key_filter(a: Analysis) -> list[exp.Expr]:
 
 
 def _bucket(number: exp.Expr, item: AutoItem) -> exp.Expr:
-    edges = exp.Array(expressions=[numeric(t) for t in item.thresholds])
-    arg = exp.cast(number, "numeric")
     if not item.thresholds:  # a one-candidate grid: every unit is in bucket 0
         return exp.Literal.number(0)
-    return exp.Anonymous(this="width_bucket", expressions=[arg, edges])
+    # one array literal of exact decimals (the same edges as ARRAY[CAST(t AS NUMERIC), ...])
+    edges = "{" + ",".join(number_text(t) for t in item.thresholds) + "}"
+    array = exp.cast(exp.Literal.string(edges), exp.DataType.build("numeric[]", "postgres"))
+    return exp.Anonymous(this="width_bucket", expressions=[exp.cast(number, "numeric"), array])
+
+
+def _agg(fn: type[exp.AggFunc], name: str) -> exp.Expr:
+    return fn(this=exp.column(name))
 
 
 def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
@@ -65,7 +77,7 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     totals: dict[int, exp.Expr] = {}  # total items: each unit's L1 over all its groups
     for i, it in enumerate(items):
         if it.kind == "total":
-            totals[i] = _total_number(a, it, cols, i)
+            totals[i] = _total_partial(a, it, cols, i)
             continue
         if it.arg is not None and it.column not in values:
             name = f"_dp_v{len(values)}"
@@ -80,47 +92,18 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     filters = ([a.where] if a.where is not None else []) + _key_filter(a)
     if filters:
         rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
-    u = exp.column("_dp_unit")
-    ug = (
-        exp.select(u.copy(), exp.alias_(exp.Count(this=exp.Star()), "_dp_n"))
-        .from_("_dp_rows")
-        .group_by(u.copy(), *[g.copy() for g in groups])
-    )
-    n = exp.column("_dp_n")
-    per_unit = (
-        exp.select(
-            u.copy(),
-            exp.alias_(exp.Max(this=n.copy()), "_dp_rows_max"),
-            exp.alias_(exp.Count(this=exp.Star()), "_dp_groups"),
-            exp.alias_(exp.Sum(this=n.copy()), "_dp_rows_all"),
-        )
-        .from_("_dp_ug")
-        .group_by(u.copy())
-    )
-    xs: list[exp.Expr] = [u.copy()]
-    for name in values.values():
-        xs.append(exp.alias_(exp.Max(this=exp.column(name)), f"{name}_max"))
-        xs.append(exp.alias_(exp.Min(this=exp.column(name)), f"{name}_min"))
-    for i, per_unit_total in totals.items():
-        xs.append(exp.alias_(per_unit_total, f"_dp_t{i}_all"))
-    source: exp.Expr = exp.to_table("_dp_rows")
-    if any(it.group_mean for it in items):
-        # per-group ratios at R = 1: each unit's largest (smallest) per-group mean
-        means = [exp.alias_(exp.Avg(this=exp.column(n)), n) for n in values.values()]
-        gm = exp.select(u.copy(), *means).from_("_dp_rows")
-        source = gm.group_by(u.copy(), *[g.copy() for g in groups]).subquery("_dp_gm")
-    per_value = exp.select(*xs).from_(source).group_by(u.copy())
-    parts = []
+    means = any(it.group_mean for it in items)
+    per_unit = _per_unit(rows, groups, values, totals, means, _needs_groups(items, groups, means))
+    hist: list[exp.Expr] = []
     for i, it in enumerate(items):
         number: exp.Expr
         if it.kind == "rows":
-            src, number = "_dp_u", exp.column("_dp_rows_max" if it.per_group else "_dp_rows_all")
+            number = exp.column("_dp_rows_max" if it.per_group else "_dp_rows_all")
         elif it.kind == "groups":
-            src, number = "_dp_u", exp.column("_dp_groups")
+            number = exp.column("_dp_groups")
         elif it.kind == "total":
-            src, number = "_dp_x", exp.column(f"_dp_t{i}_all")
+            number = exp.column(f"_dp_t{i}_all")
         else:
-            src = "_dp_x"
             anchor = numeric(it.anchor)
             if it.kind == "value_hi":
                 x = exp.column(f"{values[it.column]}_max")
@@ -132,31 +115,90 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
                 this=exp.Coalesce(this=d, expressions=[exp.Literal.number(0)]),
                 expressions=[exp.Literal.number(0)],
             )
-        parts.append(
-            exp.select(
-                exp.alias_(exp.Literal.number(i), "_dp_item"),
-                exp.alias_(_bucket(number, it), "_dp_b"),
-                exp.alias_(exp.Count(this=exp.Star()), "_dp_c"),
-            )
-            .from_(src)
-            .group_by(exp.Literal.number(1), exp.Literal.number(2))
-        )
-    body: exp.Query = parts[0]
-    for p in parts[1:]:
-        body = exp.union(body, p, distinct=False)
-    out = exp.select("_dp_item", "_dp_b", "_dp_c").from_(body.subquery("_dp_hist"))
-    out = out.with_("_dp_rows", as_=rows)
-    if any(it.kind in ("rows", "groups") for it in items):
-        out = out.with_("_dp_ug", as_=ug).with_("_dp_u", as_=per_unit)
-    if values or totals:
-        out = out.with_("_dp_x", as_=per_value)
-    return out
+        hist.append(exp.Tuple(expressions=[exp.Literal.number(i), _bucket(number, it)]))
+    # each unit's row of numbers, unpivoted to one (item, bucket) per item: one pass over them
+    unpivot = exp.Values(
+        expressions=hist,
+        alias=exp.TableAlias(
+            this=exp.to_identifier("_dp_h"),
+            columns=[exp.to_identifier("_dp_item"), exp.to_identifier("_dp_b")],
+        ),
+    )
+    return (
+        exp.select("_dp_item", "_dp_b", exp.alias_(exp.Count(this=exp.Star()), "_dp_c"))
+        .from_(per_unit.subquery("_dp_u"))
+        .join(exp.Lateral(this=unpivot), join_type="cross")
+        .group_by("_dp_item", "_dp_b")
+    )
 
 
-def _total_number(a: Analysis, it: AutoItem, cols: list[exp.Expr], i: int) -> exp.Expr:
-    """The per-unit aggregate of a total item (adds its row value to ``cols``): the unit's rows
-    (COUNT(*)), non-NULL values (COUNT(x)), or SUM(|x|) of its values clamped as the measure
-    clamps them -- at least the L1 norm of its partials over all its groups."""
+def _needs_groups(items: tuple[AutoItem, ...], groups: list[exp.Column], means: bool) -> bool:
+    """Whether a unit's numbers need its per-group counts or means (rows per group, groups, a
+    per-group mean), i.e. a (unit, group) level; without GROUP BY a unit is one group."""
+    per_group = any(it.kind == "groups" or (it.kind == "rows" and it.per_group) for it in items)
+    return bool(groups) and (per_group or means)
+
+
+def _per_unit(
+    rows: exp.Select,
+    groups: list[exp.Column],
+    values: dict[str, str],
+    totals: dict[int, exp.Expr],
+    means: bool,
+    per_group: bool,
+) -> exp.Select:
+    """One row of numbers per unit, from one pass over ``rows``: ``_dp_rows_max`` (its largest
+    row count in a group), ``_dp_rows_all``, ``_dp_groups``, ``<v>_max`` / ``<v>_min`` (its
+    largest and smallest value, or per-group mean with ``means``) and ``_dp_t<i>_all`` (a total
+    item's sum over its groups). With ``per_group`` the rows are first aggregated per (unit,
+    group) and those partials per unit; otherwise per unit directly (one group per unit)."""
+    u = exp.column("_dp_unit")
+    star = exp.Count(this=exp.Star())
+    zero = exp.Literal.number(0)
+    if not per_group:
+        out: list[exp.Expr] = [
+            u.copy(),
+            exp.alias_(star.copy(), "_dp_rows_max"),
+            exp.alias_(exp.Literal.number(1), "_dp_groups"),
+            exp.alias_(star.copy(), "_dp_rows_all"),
+        ]
+        for name in values.values():
+            hi = exp.Avg(this=exp.column(name)) if means else _agg(exp.Max, name)
+            lo = exp.Avg(this=exp.column(name)) if means else _agg(exp.Min, name)
+            out += [exp.alias_(hi, f"{name}_max"), exp.alias_(lo, f"{name}_min")]
+        for i, partial in totals.items():
+            total = exp.Coalesce(this=partial, expressions=[zero.copy()])
+            out.append(exp.alias_(total, f"_dp_t{i}_all"))
+        return exp.select(*out).from_(rows.subquery("_dp_r")).group_by(u.copy())
+    inner: list[exp.Expr] = [u.copy(), exp.alias_(star.copy(), "_dp_n")]
+    outer: list[exp.Expr] = [
+        u.copy(),
+        exp.alias_(_agg(exp.Max, "_dp_n"), "_dp_rows_max"),
+        exp.alias_(star.copy(), "_dp_groups"),
+        exp.alias_(_agg(exp.Sum, "_dp_n"), "_dp_rows_all"),
+    ]
+    for name in values.values():
+        if means:  # per-group ratios at R = 1: each unit's largest (smallest) per-group mean
+            inner.append(exp.alias_(exp.Avg(this=exp.column(name)), f"{name}_mean"))
+            hi, lo = _agg(exp.Max, f"{name}_mean"), _agg(exp.Min, f"{name}_mean")
+        else:
+            inner.append(exp.alias_(_agg(exp.Max, name), f"{name}_max"))
+            inner.append(exp.alias_(_agg(exp.Min, name), f"{name}_min"))
+            hi, lo = _agg(exp.Max, f"{name}_max"), _agg(exp.Min, f"{name}_min")
+        outer += [exp.alias_(hi, f"{name}_max"), exp.alias_(lo, f"{name}_min")]
+    for i, partial in totals.items():
+        inner.append(exp.alias_(partial, f"_dp_t{i}"))
+        total = exp.Coalesce(this=_agg(exp.Sum, f"_dp_t{i}"), expressions=[zero.copy()])
+        outer.append(exp.alias_(total, f"_dp_t{i}_all"))
+    ug = exp.select(*inner).from_(rows.subquery("_dp_r")).group_by(u.copy(), *groups)
+    return exp.select(*outer).from_(ug.subquery("_dp_ug")).group_by(u.copy())
+
+
+def _total_partial(a: Analysis, it: AutoItem, cols: list[exp.Expr], i: int) -> exp.Expr:
+    """The aggregate of a total item over some of a unit's rows (adds its row value to
+    ``cols``): their number (COUNT(*)), non-NULL values (COUNT(x)), or SUM(|x|) of the values
+    clamped as the measure clamps them; summed over a unit's groups (NULL as 0), at least the
+    L1 norm of its partials over all its groups."""
     m = it.measure
     assert m is not None
     if m.kind == "count_rows":
@@ -165,5 +207,4 @@ def _total_number(a: Analysis, it: AutoItem, cols: list[exp.Expr], i: int) -> ex
     v = exp.column(f"_dp_t{i}")
     if m.kind == "count_values":
         return exp.Count(this=v)
-    total = exp.Sum(this=exp.Abs(this=v))
-    return exp.Coalesce(this=total, expressions=[exp.Literal.number(0)])
+    return exp.Sum(this=exp.Abs(this=v))
