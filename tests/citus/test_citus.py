@@ -1,105 +1,234 @@
-"""The rewrite on a Citus cluster: per-unit work runs on the workers, and the keyed-hash
-selection passes the neighbouring-database audit there too.
+"""The rewrite on a Citus cluster: per-unit work runs on the workers, and the neighbouring-database
+audits pass there too.
 
 Opt-in tier (marker ``citus``): runs when ``DPSQL_CITUS_DSN`` names a Citus coordinator whose
-database may be overwritten with the demo tables, e.g.::
+database may be overwritten with the demo tables (one process: no ``-n``), e.g.::
 
-    ../shared/tools/citus-local.sh start
-    DPSQL_CITUS_DSN=$(../shared/tools/citus-local.sh dsn) python -m pytest -q -m citus tests/citus
+    tools/citus-local.sh start
+    DPSQL_CITUS_DSN=$(tools/citus-local.sh dsn) python -m pytest -q -m citus tests/citus
 
-Per-unit work is what reads one unit's rows: the windows that rank rows and groups by keyed hashes
-(partitioned by the unit), the aggregation into partials per (unit, group), the per-unit caps of
-joined private tables. In Citus's EXPLAIN, a worker's plan is indented under ``->  Task``; every
-other line is the coordinator's (including distributed subplans' final steps). None of the
-per-unit work may appear there. The broken twin, a private table distributed by another column
-than its unit, moves it to the coordinator and is caught by the same check.
+Every statement shape is run through the engine as an analyst runs it, under the demo policy as
+shipped (``auto`` bounds: the bound choices' per-unit histograms, then the L1-capped or ranked
+SQL) and with fixed bounds (the row- and group-ranking shapes); every SQL text the engine sends
+to read private rows is EXPLAINed on the cluster, and :func:`tests.citus.plans.problems` must
+find no per-unit work on the coordinator and no per-unit rows leaving the workers. Deterministic
+(plans, not timings). The broken twins: a private table distributed by another column than its
+unit, and a per-unit CTE Citus must plan as a subplan, are caught by the same check.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
+import sqlglot
+from sqlglot import exp
 
 from dpsql.check import catalog_findings
 from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
 from dpsql.execute.private_sql import salted
 from dpsql.policy import load_policy
-from tests.dp_audit.test_audit_neighbours import HEAVY, SHAPES, changed_units
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.auto_bounds import auto_items
+from dpsql.sql.rewrite.measure_bounds import measure_bounds
+from tests.citus.plans import problems
+from tests.dp_audit.test_audit_neighbours import (
+    CAPPED,
+    HEAVY,
+    QUERIES,
+    SHAPES,
+    TWIN,
+    changed_units,
+    l1_ratio,
+    worst_ratio,
+)
+from tests.policies import build_policy, private_table
 
 pytestmark = pytest.mark.citus
 
-SHAPES_CITUS = [
-    *SHAPES,
-    "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = p.region GROUP BY r.name",
+# Every shape of the rewrite (issue 19): decomposable measures (partials per unit and group),
+# declared keys, partition selection, joins with a reference table and of co-located private
+# tables, bucketed measures (quantiles, MIN/MAX, mode), COUNT(DISTINCT x) (rows ranked), grouping
+# sets, a unit declared unique (no bounding).
+STATEMENTS = [
+    "SELECT COUNT(*) FROM purchases",
+    "SELECT COUNT(*), SUM(amount) FROM purchases",
+    "SELECT AVG(amount), VAR_POP(quantity) FROM purchases",
+    "SELECT COUNT(DISTINCT user_id) FROM purchases",
+    "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY category",
+    "SELECT category, AVG(amount) FROM purchases GROUP BY category",
+    "SELECT region, COUNT(DISTINCT user_id) FROM purchases GROUP BY region",
+    "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
+    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM purchases",
+    "SELECT category, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM purchases "
+    "GROUP BY category",
+    "SELECT MIN(amount), MAX(amount), mode() WITHIN GROUP (ORDER BY category) FROM purchases",
+    "SELECT COUNT(DISTINCT region) FROM purchases",
+    "SELECT category, COUNT(DISTINCT region) FROM purchases GROUP BY category",
+    "SELECT r.name, COUNT(*), SUM(p.amount) FROM purchases p JOIN regions r ON r.code = p.region "
+    "GROUP BY r.name",
     "SELECT u.sex, SUM(p.quantity) FROM purchases p JOIN pums u ON p.user_id = u.pid "
     "GROUP BY u.sex",
-    "SELECT MIN(amount), MAX(amount), mode() WITHIN GROUP (ORDER BY category) FROM purchases",
+    "SELECT a.category, COUNT(DISTINCT b.amount) FROM purchases a "
+    "JOIN purchases b ON a.user_id = b.user_id GROUP BY a.category",
     "SELECT sex, AVG(income), STDDEV(age) FROM pums GROUP BY sex",
+    "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY ROLLUP(category)",
+    "SELECT sex, COUNT(*), AVG(age) FROM members GROUP BY sex",
 ]
-PER_UNIT = re.compile(r"WindowAgg|row_number|dense_rank|hashtextextended|_dp_unit|user_id|pid\b")
+MEMBERS = {
+    "age": {"type": "integer", "bounds": [0, 100]},
+    "sex": {"type": "integer", "keys": [0, 1]},
+}
+"""``members``: one row per unit (``uid`` its PRIMARY KEY): the unit-unique path."""
+
+
+def policies() -> dict[str, Policy]:
+    """The demo policy as shipped (``auto``) and with fixed bounds, both with ``members``."""
+    auto = build_policy(
+        add_tables={"public.members": private_table("uid", MEMBERS, rows=None, groups=None)}
+    )
+    fixed = build_policy(
+        fixed_bounds=True,
+        add_tables={"public.members": private_table("uid", MEMBERS, rows=1, groups=1)},
+    )
+    return {"auto": auto, "fixed": fixed}
+
+
+def citus_dsn_or_skip() -> str:
+    dsn = os.environ.get("DPSQL_CITUS_DSN")
+    if not dsn:
+        pytest.skip("needs a Citus coordinator: DPSQL_CITUS_DSN (tools/citus-local.sh)")
+    return dsn
+
+
+def load_members(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "DROP TABLE IF EXISTS members; "
+            "CREATE TABLE members (uid integer PRIMARY KEY, age integer, sex integer)"
+        )
+        conn.execute(
+            "SELECT create_distributed_table('members', 'uid', colocate_with => 'purchases')"
+        )
+        conn.execute(
+            "INSERT INTO members SELECT u, (u * 7) % 90, u % 2 FROM generate_series(1, 5000) u"
+        )
 
 
 @pytest.fixture(scope="module")
 def citus_dsn() -> str:
-    dsn = os.environ.get("DPSQL_CITUS_DSN")
-    if not dsn:
-        pytest.skip("needs a Citus coordinator: DPSQL_CITUS_DSN (../shared/tools/citus-local.sh)")
+    dsn = citus_dsn_or_skip()
     assert load_demo(dsn), "not a Citus coordinator (no citus extension)"
+    load_members(dsn)
     return dsn
 
 
 @pytest.fixture(scope="module")
-def cengine(citus_dsn: str) -> Iterator[Engine]:
-    e = Engine(load_policy(POLICY), citus_dsn, pool_size=2)
-    yield e
-    e.close()
+def coordinator(citus_dsn: str) -> str:
+    """The coordinator as Citus names it in EXPLAIN's ``Node:`` lines (it may hold tasks too)."""
+    with psycopg.connect(citus_dsn) as conn:
+        row = conn.execute(
+            "SELECT nodename, nodeport FROM pg_dist_node WHERE groupid = 0"
+        ).fetchone()
+    info = psycopg.conninfo.conninfo_to_dict(citus_dsn)
+    port = row[1] if row else info.get("port", 5432)
+    return f"port={port} "
 
 
-def coordinator_lines(plan: list[str]) -> list[str]:
-    """The lines of a Citus EXPLAIN that are not inside a worker's task plan."""
+@pytest.fixture(scope="module")
+def engines(citus_dsn: str) -> Iterator[dict[str, Engine]]:
+    es = {k: Engine(p, citus_dsn, pool_size=2) for k, p in policies().items()}
+    yield es
+    for e in es.values():
+        e.close()
+
+
+@pytest.fixture(scope="module")
+def cengine(engines: dict[str, Engine]) -> Engine:
+    """Fixed bounds (the neighbour audits' sensitivities are the policy's numbers)."""
+    return engines["fixed"]
+
+
+def sent(engine: Engine, sql: str) -> list[str]:
+    """Every SQL text the engine sends to read private rows while answering ``sql`` (without a
+    ledger: ``auto`` bounds are chosen from the data each time). Type probes (``LIMIT 0``) read
+    no rows and are left out."""
     out: list[str] = []
-    task: int | None = None
-    for line in plan:
-        indent = len(line) - len(line.lstrip(" "))
-        if task is not None and indent > task:
-            continue  # a worker's plan (and its Node: line)
-        task = None
-        if line.strip().startswith("->  Task"):
-            task = indent
-            continue
-        out.append(line)
+    run = engine.backend.run
+
+    def recording(query: str, params: Any = None, *, private: bool, **kw: Any) -> Any:
+        if private and not query.rstrip().endswith("LIMIT 0"):
+            out.append(query)
+        return run(query, params, private=private, **kw)
+
+    engine.backend.run = recording  # type: ignore[method-assign]
+    try:
+        engine.execute(engine.prepare(sql), SessionContext())
+    finally:
+        del engine.backend.run
     return out
 
 
-def per_unit_on_coordinator(engine: Engine, dsn: str, sql: str) -> list[str]:
-    p = engine.prepare(sql)
-    assert p.analysis is not None
-    text = salted(engine.private_sql(p, p.analysis))
+def explain(dsn: str, text: str) -> list[str]:
     with psycopg.connect(dsn) as conn:
-        plan = [str(r[0]) for r in conn.execute("EXPLAIN " + text).fetchall()]
-    assert any("Custom Scan (Citus" in line for line in plan), "\n".join(plan)
-    return [line for line in coordinator_lines(plan) if PER_UNIT.search(line)]
+        return [str(r[0]) for r in conn.execute("EXPLAIN " + text).fetchall()]
 
 
-@pytest.mark.parametrize("sql", SHAPES_CITUS)
-def test_per_unit_work_runs_on_the_workers(cengine: Engine, citus_dsn: str, sql: str) -> None:
-    assert per_unit_on_coordinator(cengine, citus_dsn, sql) == []
+@pytest.mark.parametrize("bounds", ["auto", "fixed"])
+@pytest.mark.parametrize("sql", STATEMENTS)
+def test_per_unit_work_runs_on_the_workers(
+    engines: dict[str, Engine], citus_dsn: str, coordinator: str, sql: str, bounds: str
+) -> None:
+    texts = sent(engines[bounds], sql)
+    assert texts, "nothing read private rows"
+    for text in texts:
+        plan = explain(citus_dsn, text)
+        assert any("Custom Scan (Citus" in line for line in plan), "\n".join(plan)
+        assert problems(plan, coordinator) == [], text + "\n" + "\n".join(plan)
 
 
-def test_a_table_not_distributed_by_its_unit_is_caught(cengine: Engine, citus_dsn: str) -> None:
+def test_the_auto_bounds_histogram_is_checked(
+    engines: dict[str, Engine], citus_dsn: str, coordinator: str
+) -> None:
+    """The auto tier does send a bound choice's per-unit histogram (so the test above checks it),
+    and its twin, a per-unit CTE that must be materialized (Citus plans it as a subplan: one
+    row per unit pulled to the coordinator), is caught."""
+    sql = "SELECT COUNT(*), SUM(amount) FROM purchases"
+    texts = sent(engines["auto"], sql)
+    assert any("WIDTH_BUCKET" in t for t in texts), texts
+    a = engines["auto"].prepare(sql).analysis
+    assert a is not None
+    text = measure_bounds(a, auto_items(a)).sql("postgres")
+    assert problems(explain(citus_dsn, text), coordinator) == []
+    assert problems(explain(citus_dsn, materialized(text)), coordinator) != []
+
+
+def materialized(text: str) -> str:
+    """The histogram SQL with its per-unit derived table ``_dp_u`` as a MATERIALIZED CTE."""
+    q = sqlglot.parse_one(text, read="postgres")
+    assert isinstance(q, exp.Select)
+    sub = q.args["from_"].this
+    assert isinstance(sub, exp.Subquery) and sub.alias == "_dp_u", text
+    q.set("from_", exp.From(this=exp.to_table("_dp_u")))
+    return q.with_("_dp_u", as_=sub.this.copy(), materialized=True).sql("postgres")
+
+
+def test_a_table_not_distributed_by_its_unit_is_caught(
+    cengine: Engine, citus_dsn: str, coordinator: str
+) -> None:
     """The twin: pums distributed by age. Its per-unit partials (GROUP BY pid) can't run on the
-    workers; the EXPLAIN check sees them on the coordinator and `dpsql check` warns."""
+    workers; the EXPLAIN check sees them leave the workers and `dpsql check` warns."""
     sql = "SELECT sex, AVG(income) FROM pums GROUP BY sex"
     with psycopg.connect(citus_dsn, autocommit=True) as conn:
         conn.execute("SELECT undistribute_table('pums')")
         conn.execute("SELECT create_distributed_table('pums', 'age')")
         try:
-            assert per_unit_on_coordinator(cengine, citus_dsn, sql) != []
+            assert any(problems(explain(citus_dsn, t), coordinator) for t in sent(cengine, sql))
             found = catalog_findings(load_policy(POLICY), citus_dsn)
             assert [f.table for f in found if f.warning] == ["public.pums"], found
         finally:
@@ -110,12 +239,53 @@ def test_a_table_not_distributed_by_its_unit_is_caught(cengine: Engine, citus_ds
     assert [f for f in catalog_findings(load_policy(POLICY), citus_dsn) if f.warning] == []
 
 
+# -- the neighbouring-database audits (tests/dp_audit/test_audit_neighbours.py) on the cluster ----
+
+
+@pytest.fixture(scope="module")
+def units(citus_dsn: str) -> tuple[int, ...]:
+    """As the plain audit's: two heavy units, the ordinary unit with the most rows, one in pums."""
+    with psycopg.connect(citus_dsn) as conn:
+        top = conn.execute(
+            "SELECT user_id FROM purchases GROUP BY user_id HAVING count(*) < 400 "
+            "ORDER BY count(*) DESC, user_id LIMIT 1"
+        ).fetchall()
+        both = conn.execute(
+            "SELECT min(pid) FROM pums WHERE pid IN (SELECT user_id FROM purchases)"
+        ).fetchone()
+    return HEAVY[:2] + tuple(u for (u,) in top) + ((both[0],) if both and both[0] else ())
+
+
+@pytest.mark.parametrize("sql", QUERIES)
+def test_one_unit_moves_each_measure_by_at_most_its_sensitivity_on_citus(
+    cengine: Engine, citus_dsn: str, units: tuple[int, ...], sql: str
+) -> None:
+    """Removing one unit (distributed DELETEs, rolled back) moves each bounded measure by at
+    most its sensitivity, per group and over groups: exact, no randomness."""
+    assert worst_ratio(cengine, citus_dsn, sql, units) <= 1
+
+
+def test_a_wrong_bound_is_caught_on_citus(cengine: Engine, citus_dsn: str) -> None:
+    assert worst_ratio(cengine, citus_dsn, TWIN, HEAVY[:1], rows_bound=1) > 1
+
+
+@pytest.mark.parametrize("sql", CAPPED)
+def test_an_l1_cap_bounds_what_one_unit_moves_on_citus(
+    cengine: Engine, citus_dsn: str, units: tuple[int, ...], sql: str
+) -> None:
+    assert l1_ratio(cengine, citus_dsn, sql, HEAVY[2:3] + units, capped=True) <= 1
+
+
+def test_an_l1_cap_that_is_not_applied_is_caught_on_citus(cengine: Engine, citus_dsn: str) -> None:
+    assert l1_ratio(cengine, citus_dsn, CAPPED[0], HEAVY[:1], capped=False) > 1
+
+
 @pytest.mark.parametrize("sql", SHAPES)
 def test_keyed_hash_selection_is_each_units_own_on_citus(
     cengine: Engine, citus_dsn: str, sql: str
 ) -> None:
-    """Removing one unit (a distributed DELETE, rolled back) leaves every other unit's kept rows
-    exactly as they were, on the cluster (tests/dp_audit/test_audit_neighbours.py)."""
+    """Removing one unit leaves every other unit's kept rows exactly as they were, on the
+    cluster."""
     p = cengine.prepare(sql)
     assert p.analysis is not None
     text = salted(cengine.private_sql(p, p.analysis))
