@@ -2,15 +2,17 @@
 
 For a COUNT or one-signed SUM (a bias target, :mod:`dpsql.sql.bias`) the truth T of a group is
 the bounded value B plus the removed mass D (>= 0 for counts and SUMs of non-negative values).
-The released B' = B + noise is within w_B of B, and the released D' (the removed mass of units
-within the cap C) within w_D of it, each with probability 1 - alpha/2. If no unit lost more than
+The released B' = B + noise is within w_B of B on each side, and the released D' (the removed
+mass of units within the cap C) below D + w_D+ and above D - w_D-, alpha split over these four
+one-sided tails in proportion to their noise (:func:`target_widths`). If no unit lost more than
 C, then with probability >= 1 - alpha (union bound)::
 
-    B' - w_B + max(0, D' - w_D)  <=  T  <=  B' + w_B + max(0, D' + w_D)
+    B' - w_B + max(0, D' - w_D-)  <=  T  <=  B' + w_B + max(0, D' + w_D+)
 
 (for a SUM on a finer grid than 1 the lower end keeps B' - w_B: its removed mass is rounded up,
 so D' is only an upper bound). The interval is asymmetric, reaching further on the side bounding
-pulled the answer from. The answer B' itself is unchanged. The over-cap count tells whether the
+pulled the answer from. The answer B' itself is unchanged. The notice that explains it in words is
+:mod:`dpsql.execute.accuracy_text`. The over-cap count tells whether the
 assumption is plainly false: when some group's count is above 0 beyond its noise, the notice says
 that the interval does not cover the truth.
 """
@@ -25,13 +27,15 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.errors import InternalError
-from dpsql.sql.analysis import Analysis, Statistic, needs_group_rank
+from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
 
 Interval = tuple[float, float]
+Mechanism = Laplace | Gaussian
 ALARM = 1e-3  # the over-cap alarm's false-alarm probability per answer
 
 
@@ -70,16 +74,60 @@ def release_removed(
     return out
 
 
-def widen(s: Statistic, iv: Interval | None, r: Removed, row: int, level: float) -> Interval | None:
-    """The interval of statistic ``s`` (a COUNT or SUM of target ``r``) at ``level`` widened by
-    the removed mass's interval at ``level`` (each part at its own level; see the module)."""
+@dataclass(frozen=True)
+class TargetWidths:
+    """One-sided reaches of a bias target's interval: the answer's noise (``b``, the same
+    below and above it) and the removed mass's below and above its release (``d_lo`` is 0 and
+    unused when the removed mass is rounded up, off grid 1)."""
+
+    b: float
+    d_lo: float
+    d_hi: float
+
+
+def target_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
+    """Split 1 - ``level`` over the interval's one-sided tails in proportion to their noise.
+
+    The interval (module docstring) misses the truth only if one of its tails does: the
+    answer's noise above or below its reach, the removed mass above its upper reach or, on
+    grid 1, below its lower reach. Union bound: any split of alpha over those tails that sums
+    to alpha keeps the level. A tail of probability a of a symmetric noise is its two-sided
+    half-width at 1 - 2a. Lagrange: the sum of the reaches, each about scale · ln(1/a), is
+    least when each tail's share is proportional to its noise's scale (here its half-width at
+    a common level: public, fixed before any release). Compared with alpha/4 on each tail, the
+    removed mass's noise (4x the answer's sensitivity at a tenth of its epsilon) then gets
+    nearly all of alpha: its reach shrinks by about ln(2/alpha) / ln(4/alpha) (0.81 at 95%),
+    the answer's grows by a few of its (much smaller) noise scales.
+    """
+    alpha = 1 - level
+    ref = 1 - alpha / 2
+    rb, rd = answer.half_width(ref), b.dropped.half_width(ref)
+    lower_d = b.target.grid == 1
+    tails = 2 * rb + (2 if lower_d else 1) * rd
+    if not (math.isfinite(tails) and rb > 0 and rd > 0):  # no scale to weigh by: equal shares
+        ab = ad = alpha / (4 if lower_d else 3)
+    else:
+        ab, ad = alpha * rb / tails, alpha * rd / tails
+    wd = b.dropped.half_width(1 - 2 * ad)
+    return TargetWidths(answer.half_width(1 - 2 * ab), wd if lower_d else 0.0, wd)
+
+
+def target_interval(
+    s: Statistic, value: float, answer: Mechanism, r: Removed, row: int, level: float
+) -> Interval | None:
+    """The interval of statistic ``s`` (a COUNT or SUM of target ``r``, released as ``value``)
+    at ``level``: the answer's noise and the removed mass, alpha split over their tails
+    (:func:`target_widths`). Bounding pulled the answer towards 0 on the side of the target's
+    sign: the interval reaches further on the other side."""
+    from dpsql.sql.postprocess import derive
+
+    w = target_widths(answer, r.plan, level)
+    iv = derive(s, [value], [w.b])[1]
     if iv is None:
         return None
-    t = r.plan.target
-    w = r.plan.dropped.half_width(level)
     d = float(r.dropped[row])
-    up, down = max(0.0, d + w), max(0.0, d - w) if t.grid == 1 else 0.0
-    lo, hi = (iv[0] + down, iv[1] + up) if t.sign > 0 else (iv[0] - up, iv[1] - down)
+    up, down = max(0.0, d + w.d_hi), max(0.0, d - w.d_lo) if r.plan.target.grid == 1 else 0.0
+    lo, hi = (iv[0] + down, iv[1] + up) if r.plan.target.sign > 0 else (iv[0] - up, iv[1] - down)
     if s.func in ("count", "count_distinct"):
         lo, hi = max(0.0, lo), max(0.0, hi)
     return lo, hi
@@ -183,137 +231,3 @@ def _outward(x: float, exponent: int, down: bool) -> float:
     if not down and y < x:
         y = math.nextafter(y, math.inf)
     return y
-
-
-def _fmt(x: float) -> str:
-    if not math.isfinite(x):
-        return str(x)
-    if abs(x) >= 1000 or x == int(x):
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
-
-
-def accuracy_notes(
-    a: Analysis, plan: Plan, removed: dict[str, Removed], confidence: float, rows: int
-) -> tuple[str, ...]:
-    """The accuracy summary, one line per statistic with a value interval: level, noise
-    half-width, estimated removed mass and whether the interval holds."""
-    unit = "rows" if a.private.row_privacy else f"units ({a.private.privacy_unit})"
-    out: list[str] = []
-    for s in a.statistics:
-        if s.func in ("quantile", "mode"):
-            continue
-        level = 1 - (1 - confidence) / parts(s, plan)
-        mechs = [plan.measure_plan(m).mechanism for m in s.measures]
-        hws = [m.half_width(level) for m in mechs if hasattr(m, "half_width")]
-        noise = f"noise ±{_fmt(hws[0])}" if len(hws) == 1 else "noise of its parts"
-        head = f"{s.sql}: {confidence:.0%} interval: {noise}"
-        avg = avg_targets(s, plan)
-        if avg is not None:
-            mass = removed[avg[0].target.key]
-            total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
-            where = "" if not a.group_keys else " in all groups together"
-            w_mass = _fmt(avg[0].dropped.half_width(level))
-            if avg[1] is None:
-                left = (
-                    f"noise and what clamping cut off (about {_fmt(total)} of value{where}, "
-                    f"±{w_mass} per group; one row per {a.private.privacy_unit}: no row is "
-                    "dropped)"
-                )
-            else:
-                count_ = removed[avg[1].target.key].dropped
-                count = float(np.clip(count_, 0, None).sum()) if rows else 0.0
-                left = (
-                    "noise and what the contribution bounds and clamping left out (about "
-                    f"{_fmt(count)} rows and {_fmt(total)} of value{where}; "
-                    f"±{_fmt(avg[1].dropped.half_width(level))} rows and ±{w_mass} of value "
-                    "per group)"
-                )
-            out.append(
-                f"{s.sql}: {confidence:.0%} interval: {left}; "
-                + _over_cap(mass, confidence, rows, unit)
-            )
-            continue
-        b = target_of(s, plan)
-        kind = plan.measure_plan(s.measures[0]).measure.kind
-        if kind == "count_keys":
-            out.append(
-                f"{s.sql}: {confidence:.0%} interval over the declared keys: a key counts when "
-                f"its noisy row count passes the noise level (rows per key ±{_fmt(hws[0])}); "
-                "keys with few rows may be missed (the interval allows for them)"
-            )
-            continue
-        if b is None:
-            out.append(f"{head}; {_unestimated(a, s)}")
-            continue
-        r = removed[b.target.key]
-        total = float(np.clip(r.dropped, 0, None).sum()) if rows else 0.0
-        w = b.dropped.half_width(level)
-        side = "above" if b.target.sign > 0 else "below"
-        where = "" if not a.group_keys else " in all groups together"
-        line = (
-            f"{head}; the contribution bounds left out about {_fmt(total)}{where} "
-            f"(±{_fmt(w)} per group): the interval reaches that much further {side} the answer"
-        )
-        out.append(line + "; " + _over_cap(r, confidence, rows, unit))
-    return tuple(out)
-
-
-def _over_cap(r: Removed, confidence: float, rows: int, unit: str) -> str:
-    t = r.plan.target
-    cap = _fmt(float(t.cap))
-    if t.split > 1:  # the cap is split evenly over the declared groups
-        cap = f"{_fmt(float(t.group_cap_steps * t.grid))} in one group"
-    if not rows:
-        return f"it assumes no one of the {unit} lost more than {cap} to the bounds"
-    level = 1 - (1 - confidence) / rows
-    w = r.plan.over_cap.half_width(level)
-    total = max(0.0, float(r.over_cap.sum()))
-    # "does NOT cover" only when some group's count is above 0 beyond its noise at 1 - 1e-3
-    # (over all groups): a false alarm at most once in a thousand answers
-    if float(r.over_cap.max()) - r.plan.over_cap.half_width(1 - ALARM / rows) > 0:
-        return (
-            f"it does NOT cover the truth: about {_fmt(total)} {unit} lost more than {cap} each "
-            "to the bounds, and what they lost beyond that is not counted (raise "
-            "max_rows_per_unit / max_groups_per_unit, or narrow the query)"
-        )
-    return (
-        f"it holds if no one of the {unit} lost more than {cap} to the bounds (estimated "
-        f"{_fmt(total)} did, ±{_fmt(w)} per group)"
-    )
-
-
-def _unestimated(a: Analysis, s: Statistic) -> str:
-    if a.private.row_privacy:
-        return "no contribution bounds apply"
-    if one_row(a) and not _clamped_narrower(a, s):
-        return f"one row per {a.private.privacy_unit}: the bounds remove nothing (no estimate is needed)"
-    if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
-        return "the contribution bounds remove no unit from a group here (G >= the groups)"
-    if s.func == "count_distinct":
-        return (
-            "the interval covers the noise only, NOT what the contribution bounds left out "
-            "(they can only lower it): the truth may be above it"
-        )
-    return (
-        "the interval covers the noise only, NOT what the contribution bounds and clamping "
-        "changed (they may move it either way, by an amount not estimated): the truth may lie "
-        "outside it"
-    )
-
-
-def _clamped_narrower(a: Analysis, s: Statistic) -> bool:
-    """Some value of ``s`` is clamped into a range narrower than its declared one (``clamp:
-    auto``): clamping moves it even with one row per unit."""
-    from dpsql.sql.bias import declared_range
-
-    for key in s.measures:
-        m = a.measure(key)
-        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
-            if declared_range(a, m) != (m.lo, m.hi):
-                return True
-    return False
-
-
-def _counts_units(a: Analysis, s: Statistic) -> bool:
-    return any(m.key == s.measures[0] and m.kind == "count_units" for m in a.measures)

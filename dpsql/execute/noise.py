@@ -20,16 +20,16 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
+from dpsql.execute.accuracy_text import accuracy_notes
 from dpsql.execute.bias import (
     Removed,
-    accuracy_notes,
     avg_interval,
     avg_targets,
     parts,
     release_removed,
     round_interval,
+    target_interval,
     target_of,
-    widen,
 )
 from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
@@ -156,7 +156,7 @@ def release(
             intervals[i].append(iv if iv is None else round_interval(s, iv, _half(iv)))
     groups = [list(k) for k, _ in table]
     derived = derived_intervals(a, len(table), confidence, interval)
-    notes = accuracy_notes(a, plan, removed, confidence, len(table))
+    notes = accuracy_notes(a, plan, removed, confidence, len(table), noisy, intervals)
     return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
 
 
@@ -190,6 +190,13 @@ def _stat_interval(
                 ok = level <= quantile_level(mp)
                 return (float(present[mp.key][r][0]), float(present[mp.key][r][1])) if ok else None
             return present_interval(mp, present[mp.key][r], level)
+        b = target_of(s, plan)
+        if b is not None:
+            mech = plan.measure_plan(s.measures[0]).mechanism
+            if not isinstance(mech, (Laplace, Gaussian)):
+                raise InternalError(f"{s.sql}: a bias target released by {mech.name}")
+            value = float(noisy[s.measures[0]][r])
+            return target_interval(s, value, mech, removed[b.target.key], r, level)
         lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
         avg = avg_targets(s, plan)
@@ -197,9 +204,7 @@ def _stat_interval(
             vals = (float(noisy[s.measures[0]][r]), float(noisy[s.measures[1]][r]))
             pair = (removed[avg[0].target.key], removed[avg[1].target.key] if avg[1] else None)
             return avg_interval(s, vals, (ws[0], ws[1]), pair, r, lv)
-        iv = derive(s, [noisy[m][r] for m in s.measures], ws)[1]
-        b = target_of(s, plan)
-        return widen(s, iv, removed[b.target.key], r, lv) if b is not None else iv
+        return derive(s, [noisy[m][r] for m in s.measures], ws)[1]
 
     return interval
 

@@ -9,7 +9,8 @@ transaction before it reads any data: one statement, one charge (:func:`run_priv
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
-from dpsql.sql.postprocess import outer_query, outer_sql, stat_outputs
+from dpsql.sql.postprocess import interval_is_integer, outer_query, outer_sql, stat_outputs
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
@@ -371,7 +372,11 @@ def finish(
     n = len(rel.groups)
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
-    for _, _, ivs in ivcols:
+    for _, label, ivs in ivcols:
+        if interval_is_integer(a, label):  # bigint ends, rounded outwards (never inwards)
+            arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
+            arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
+            continue
         arrays.append([iv[0] if iv else None for iv in ivs])
         arrays.append([iv[1] if iv else None for iv in ivs])
     if with_rid or len(arrays) == 0:
@@ -431,6 +436,11 @@ def finish(
         intervals=intervals,
         notices=notices,
     )
+
+
+def _whole(x: float, rounding: Callable[[float], int]) -> int | None:
+    """An interval end as a bigint (NULL when it is not finite: no bound on that side)."""
+    return rounding(x) if math.isfinite(x) else None
 
 
 def _outer_sql(

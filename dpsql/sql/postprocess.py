@@ -153,11 +153,12 @@ def outer_query(
         types.append(arr)
     extra: list[exp.Expr] = []
     for si, name in interval_columns:
+        end_type = "int8" if interval_is_integer(a, si) else "float8"
         for end in ("low", "high"):
             names.append(f"{end}{si}")
-            arrays.append(array("float8"))
+            arrays.append(array(end_type))
             casts.append(exp.alias_(exp.column(f"{end}{si}", "u"), f"_dp_{end}{si}"))
-            types.append("float8")
+            types.append(end_type)
             extra.append(
                 exp.alias_(exp.column(f"_dp_{end}{si}", "_dp"), f"{name}_{end}", quoted=True)
             )
@@ -180,6 +181,19 @@ def outer_query(
     if extra:
         q.set("expressions", [*q.expressions, *extra])
     return q, types
+
+
+def interval_is_integer(a: Analysis, si: int | str) -> bool:
+    """True when statistic ``si``'s interval ends are integers (a count, or another statistic
+    typed bigint: its truth is a whole number and the ends are rounded outwards to one,
+    :func:`dpsql.execute.bias.round_interval`), so its ``_low``/``_high`` columns are bigint.
+    Derived outputs (``si`` a label such as ``"d0"``) keep float8."""
+    if isinstance(si, str):
+        if not si.isdigit():
+            return False
+        si = int(si)
+    s = a.statistics[si]
+    return s.pg_type == "int8" and s.func != "mode"
 
 
 def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:

@@ -123,14 +123,18 @@ def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
     s = SessionContext(analyst="a", epsilon=Fraction(1))
     r = engine.execute(engine.prepare("SELECT COUNT(*), AVG(v) FROM t"), s)
     count = next(n for n in r.notices if n.startswith("COUNT(*)"))
-    assert "95% interval" in count and "noise ±" in count and "left out about" in count
+    assert "95% interval: noise ±" in count, count
+    # what the bounds keep and left out, in the user's terms
+    assert "plus what the bounds left out (they keep at most 1 row per uid): about " in count
+    assert " rows" in count and "so it reaches further above the answer" in count, count
     # no unit lost more than the cap (3 rows at most), so the interval's assumption is stated;
     # the over-cap alarm ("does NOT cover") is a noisy test that fires falsely with probability
     # <= dpsql.execute.bias.ALARM = 1e-3 per answer (asserting its absence failed that often)
-    assumption = "holds if no one of the units (uid) lost more than 4 to the bounds"
-    false_alarm = "does NOT cover the truth: about"
+    assumption = "It assumes no uid lost more than 4 rows (4x what the bounds keep of one uid)."
+    false_alarm = "But it does NOT cover the truth: about"
     assert assumption in count or false_alarm in count, count
-    assert any(n.startswith("AVG(v)") and "left out" in n for n in r.notices)
+    avg = next(n for n in r.notices if n.startswith("AVG(v)"))
+    assert "what the bounds left out (they keep at most 1 row per uid): about " in avg, avg
     assert isinstance(r.rows[0][0], int)
     r = engine.execute(engine.prepare("SELECT AVG(w) FROM t"), s)  # w in [-5, 5]: not estimated
     assert any(n.startswith("AVG(w)") and "noise only" in n and "NOT" in n for n in r.notices)
@@ -140,7 +144,7 @@ def test_interval_ends_are_rounded_outwards(engine: Engine) -> None:
     s = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
     r = engine.execute(engine.prepare("SELECT COUNT(*) AS n, SUM(v) AS s FROM t"), s)
     _, _, n_lo, n_hi, s_lo, s_hi = r.rows[0]
-    assert n_lo == int(n_lo) and n_hi == int(n_hi)  # a count's interval: whole numbers
+    assert type(n_lo) is int and type(n_hi) is int  # a count's interval: whole numbers
     # about 3 significant digits of the noise's half-width, not 17
     assert len(repr(s_lo).rstrip("0").rstrip(".")) <= 9 and len(repr(s_hi)) <= 11
 

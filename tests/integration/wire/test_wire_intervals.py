@@ -99,6 +99,8 @@ def _coverage(srv: ServerThread, truth: dict[str, tuple[float, ...]], runs: int)
                     t = truth[rec["g"]][i]
                     hits[i] += lo - 1e-9 * abs(t) <= t <= hi + 1e-9 * abs(t)
                 assert rec["m_low"] <= rec["m_high"]  # a quantile's interval (test_error_bars)
+                # a count and its interval ends are integers (bigint), not 1234.0
+                assert all(type(rec[k]) is int for k in ("n", "n_low", "n_high")), rec
                 assert "c_low" not in rec
     assert names[:10] == ["g", "n", "s", "a", "vp", "sd", "m", "ratio", "n2", "c"]
     assert any("m: the interval holds" in n for n in notices)

@@ -1,0 +1,328 @@
+"""The accuracy notice of a private answer, in the analyst's words (issue 16).
+
+One line per statistic with a value interval, read by a psql user in one pass: the level, the
+noise's half-width, what the contribution bounds left out (in the user's terms: rows per
+person, values above X, what a person adds over all groups), whether the interval includes it,
+the one assumption it rests on, and what to do when it matters. The numbers are those of
+:mod:`dpsql.execute.bias` (the intervals themselves).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from sqlglot import exp
+
+from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.execute.bias import (
+    ALARM,
+    Interval,
+    Removed,
+    avg_targets,
+    one_row,
+    parts,
+    target_of,
+    target_widths,
+)
+from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
+from dpsql.sql.bias import CAP_FACTOR, BiasPlan, BiasTarget
+from dpsql.sql.plan import Plan
+
+
+def fmt(x: float) -> str:
+    """A number as the notice prints it: thousands separated, about 3 significant digits."""
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1000 or x == int(x):
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def accuracy_notes(
+    a: Analysis,
+    plan: Plan,
+    removed: dict[str, Removed],
+    confidence: float,
+    rows: int,
+    noisy: Mapping[str, Any] | None = None,
+    intervals: Sequence[Sequence[Interval | None]] = (),
+) -> tuple[str, ...]:
+    """The accuracy summary, one line per statistic with a value interval. ``noisy`` (released
+    values per measure) and ``intervals`` (per row, per statistic) let an AVG say why its
+    interval is as wide as its declared range."""
+    out: list[str] = []
+    conf = f"{confidence:.0%}"
+    for si, s in enumerate(a.statistics):
+        if s.func in ("quantile", "mode"):
+            continue
+        mp = plan.measure_plan(s.measures[0])
+        if mp.measure.kind == "count_keys":
+            w = _half_widths(s, plan, confidence)
+            out.append(
+                f"{s.sql}: {conf} interval over the declared keys: a key counts when its noisy "
+                f"row count passes the noise (±{fmt(w[0]) if w else '?'} rows a key); keys with "
+                "few rows may be missed, and the interval allows for them"
+            )
+            continue
+        avg = avg_targets(s, plan)
+        if avg is not None:
+            ivs = [row[si] for row in intervals] if intervals else []
+            out.append(_avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy))
+            continue
+        b = target_of(s, plan)
+        if b is None:
+            w = _half_widths(s, plan, confidence)
+            noise = f" noise ±{fmt(w[0])};" if len(w) == 1 else ""
+            out.append(f"{s.sql}: {conf} interval:{noise} {_unestimated(a, s)}.")
+            continue
+        mech = mp.mechanism
+        if not isinstance(mech, (Laplace, Gaussian)):
+            continue
+        tw = target_widths(mech, b, confidence)
+        r = removed[b.target.key]
+        t = b.target
+        total = float(np.clip(r.dropped, 0, None).sum()) if rows else 0.0
+        answer = (
+            float(np.abs(np.asarray(noisy[s.measures[0]], dtype=np.float64)).sum())
+            if (noisy is not None and rows and s.measures[0] in noisy)
+            else 0.0
+        )
+        share = f" ({100 * total / answer:.2g}% of the answer)" if answer > 0 and total > 0 else ""
+        where = " in all groups together" if a.group_keys else ""
+        per = " a group" if a.group_keys else ""
+        far = "above" if t.sign > 0 else "below"
+        line = (
+            f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
+            f"(they keep {_kept(a, t)}): about {fmt(total)}{_of(a, t.measure)}{where}{share}, "
+            f"±{fmt(tw.d_hi)}{per}; so it reaches further {far} the answer. "
+        )
+        line += _assumption(a, r, t, rows)
+        if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows):
+            line += (
+                " Most of the width is that estimate (it gets a tenth of epsilon): raise "
+                "dpsql.epsilon to narrow it."
+            )
+        out.append(line)
+    return tuple(out)
+
+
+def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:
+    level = 1 - (1 - confidence) / parts(s, plan)
+    mechs = [plan.measure_plan(m).mechanism for m in s.measures]
+    return [m.half_width(level) for m in mechs if hasattr(m, "half_width")]
+
+
+def _col(m: Measure) -> str:
+    if isinstance(m.arg, exp.Column):
+        return m.arg.name
+    return m.arg.sql("postgres") if m.arg is not None else "the value"
+
+
+def _of(a: Analysis, m: Measure) -> str:
+    """The removed mass's unit, after its number."""
+    if m.kind in ("count_rows", "count_values"):
+        return " rows"
+    if m.kind == "count_units":
+        return f" {a.private.privacy_unit}"
+    return f" of {_col(m)}"
+
+
+def _rows_kept(a: Analysis) -> str:
+    unit = a.private.privacy_unit
+    r = a.max_rows
+    text = f"at most {r} row{'s' if r != 1 else ''} per {unit}" + (
+        " in a group" if a.group_keys else ""
+    )
+    if a.group_keys and needs_group_rank(a):
+        text += f", in at most {a.max_groups} groups"
+    return text
+
+
+def _clamp(m: Measure, raw_lo: float, raw_hi: float) -> str:
+    """The clamp in words when it is narrower than the declared range, else ''."""
+    col, parts_ = _col(m), []
+    lo, hi = float(m.lo), float(m.hi)
+    if hi < raw_hi:
+        parts_.append(f"values of {col} above {fmt(hi)} count as {fmt(hi)}")
+    if lo > raw_lo:
+        parts_.append(f"values of {col} below {fmt(lo)} count as {fmt(lo)}")
+    return ", ".join(parts_)
+
+
+def _kept(a: Analysis, t: BiasTarget) -> str:
+    """What the bounds keep of target ``t``, in the user's terms."""
+    m, unit = t.measure, a.private.privacy_unit
+    if m.kind == "count_units":
+        return f"each {unit} in at most {a.max_groups} groups"
+    if m.total is not None:
+        what = "rows" if m.kind != "sum" else f"of {_col(m)}"
+        return f"at most {fmt(float(m.total))} {what} per {unit} over all groups"
+    parts_ = [] if one_row(a) else [_rows_kept(a)]
+    if m.kind in ("sum", "sum_centered"):
+        c = _clamp(m, float(t.raw_lo), float(t.raw_hi))
+        if c:
+            parts_.append(c)
+    return "; ".join(parts_) or f"one row per {unit}"
+
+
+def _lost(a: Analysis, t: BiasTarget) -> str:
+    """The assumption's cap: 'lost more than C' in the user's terms."""
+    if t.measure.kind == "count_units":
+        return f"was left out of more than {fmt(float(t.cap_steps))} groups"
+    return f"lost more than {_cap(a, t)}"
+
+
+def _cap(a: Analysis, t: BiasTarget) -> str:
+    if t.split > 1:  # the cap is split evenly over the declared groups
+        return f"{fmt(float(t.group_cap_steps * t.grid))}{_of(a, t.measure)} in one group"
+    return f"{fmt(float(t.cap))}{_of(a, t.measure)}"
+
+
+def _alarm(r: Removed, rows: int) -> bool:
+    """Some group's over-cap count is above 0 beyond its noise (at 1 - 1e-3 over all groups:
+    a false alarm at most once in a thousand answers)."""
+    if not rows or not r.over_cap.size:
+        return False
+    return float(r.over_cap.max()) - r.plan.over_cap.half_width(1 - ALARM / rows) > 0
+
+
+def _assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
+    unit, lost = a.private.privacy_unit, _lost(a, t)
+    if _alarm(r, rows):
+        n = max(0.0, float(r.over_cap.sum()))
+        return (
+            f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond what it allows for. Raise max_rows_per_unit / max_groups_per_unit "
+            "in the policy, or ask about fewer rows."
+        )
+    return f"It assumes no {unit} {lost} ({CAP_FACTOR}x what the bounds keep of one {unit})."
+
+
+def _avg_line(
+    a: Analysis,
+    plan: Plan,
+    s: Statistic,
+    avg: tuple[BiasPlan, BiasPlan | None],
+    removed: dict[str, Removed],
+    confidence: float,
+    rows: int,
+    ivs: Sequence[Interval | None],
+    noisy: Mapping[str, Any] | None,
+) -> str:
+    """AVG: the noise of its sum and count, and the rows and value mass the bounds left out;
+    when its interval spans most of the declared range, why and what to do."""
+    level = 1 - (1 - confidence) / parts(s, plan)
+    c, n = avg
+    t, unit, col = c.target, a.private.privacy_unit, _col(c.target.measure)
+    mass = removed[t.key]
+    where = " in all groups together" if a.group_keys else ""
+    per = " a group" if a.group_keys else ""
+    total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
+    wm = fmt(c.dropped.half_width(level))
+    head = f"{s.sql}: {confidence:.0%} interval: the noise of its sum and count"
+    if n is None:
+        line = (
+            f"{head}, plus what clamping cut off (they keep {_kept(a, t)}): about "
+            f"{fmt(total)} of {col}{where}, ±{wm}{per}; one row per {unit}: no row is dropped. "
+        )
+    else:
+        dropped = removed[n.target.key].dropped
+        count = float(np.clip(dropped, 0, None).sum()) if rows else 0.0
+        wr = fmt(n.dropped.half_width(level))
+        line = (
+            f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "
+            f"{fmt(count)} rows and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
+            f"{col}{per}. "
+        )
+    line += _assumption(a, mass, t, rows)
+    return line + _avg_why_wide(a, plan, s, level, ivs, noisy, (float(t.raw_lo), float(t.raw_hi)))
+
+
+def _avg_why_wide(
+    a: Analysis,
+    plan: Plan,
+    s: Statistic,
+    level: float,
+    ivs: Sequence[Interval | None],
+    noisy: Mapping[str, Any] | None,
+    declared: tuple[float, float],
+) -> str:
+    """When an AVG's interval spans half its declared range or more (honest, not useful): why
+    (the noise alone, or the estimate of what the bounds left out) and what to do."""
+    from dpsql.sql.postprocess import derive
+
+    lo, hi = declared
+    wide = [r for r, iv in enumerate(ivs) if iv is not None and iv[1] - iv[0] >= (hi - lo) / 2]
+    if not wide or noisy is None or hi <= lo:
+        return ""
+    ws = [plan.measure_plan(m).mechanism for m in s.measures]
+    widths = [m.half_width(level) for m in ws if isinstance(m, (Laplace, Gaussian))]
+    if len(widths) != 2:
+        return ""
+    noise_wide, kept = 0, math.inf
+    for r in wide:
+        vals = [float(noisy[m][r]) for m in s.measures]
+        kept = min(kept, max(0.0, vals[1]))
+        iv = derive(s, vals, widths)[1]
+        noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
+    which = f"In {len(wide)} of {len(ivs)} groups it" if a.group_keys else "It"
+    why = (
+        "the noise alone is that wide"
+        if noise_wide == len(wide)
+        else "the estimate of what the bounds left out (a tenth of epsilon goes to it) is that wide"
+    )
+    return (
+        f" {which} spans most of {_col(a.measure(s.measures[0]))}'s declared range "
+        f"({fmt(lo)} to {fmt(hi)}): too few rows (about {fmt(kept)}) for this epsilon, {why}. "
+        "Raise dpsql.epsilon, or group less finely."
+    )
+
+
+def _unestimated(a: Analysis, s: Statistic) -> str:
+    """Why a statistic's interval has no removed-mass term, and what that means."""
+    unit = a.private.privacy_unit
+    if a.private.row_privacy:
+        return "no contribution bounds apply (row-level privacy)"
+    if one_row(a) and not _clamped_narrower(a, s):
+        return f"one row per {unit}: the bounds remove nothing (no estimate is needed)"
+    if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
+        return f"the bounds remove no {unit} from a group here"
+    kept = [_rows_kept(a)] if not one_row(a) else []
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
+            from dpsql.sql.bias import declared_range
+
+            c = _clamp(replace(m, kind="sum"), *map(float, declared_range(a, m)))
+            if c and c not in kept:
+                kept.append(c)
+    what = f" (they keep {'; '.join(kept)})" if kept else ""
+    if s.func == "count_distinct":
+        return (
+            f"it covers the noise only, NOT what the bounds left out{what}: they can only "
+            "lower the answer, so the truth may be above the interval"
+        )
+    return (
+        f"it covers the noise only, NOT what the bounds changed{what}: they can move the "
+        "answer either way, by an amount not estimated, so the truth may lie outside it"
+    )
+
+
+def _clamped_narrower(a: Analysis, s: Statistic) -> bool:
+    """Some value of ``s`` is clamped into a range narrower than its declared one (``clamp:
+    auto``): clamping moves it even with one row per unit."""
+    from dpsql.sql.bias import declared_range
+
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
+            if declared_range(a, m) != (m.lo, m.hi):
+                return True
+    return False
+
+
+def _counts_units(a: Analysis, s: Statistic) -> bool:
+    return any(m.key == s.measures[0] and m.kind == "count_units" for m in a.measures)
