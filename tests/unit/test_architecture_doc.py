@@ -7,6 +7,7 @@ top-level modules or packages (`wire.session`, `execute.backend.Backend.run`, `d
 of one; every file or folder
 path in backticks (`execute/prepare.py`, `server/`) must exist under dpsql/ or the repository. A
 module renamed, moved or deleted without the map fixed fails here, with the stale names listed.
+Every package's ``__init__`` says what the package owns (a docstring of a sentence at least).
 """
 
 from __future__ import annotations
@@ -78,3 +79,15 @@ def test_a_stale_name_is_caught() -> None:
         "wire.gone",
         "execute/gone.py",
     ]
+
+
+def packages() -> list[str]:
+    return sorted(m.name for m in pkgutil.walk_packages(dpsql.__path__, "dpsql.") if m.ispkg) + [
+        "dpsql"
+    ]
+
+
+def test_every_package_says_what_it_owns() -> None:
+    assert len(packages()) >= 10
+    silent = [p for p in packages() if len((importlib.import_module(p).__doc__ or "").split()) < 8]
+    assert silent == []
