@@ -53,7 +53,7 @@ from dpsql.execute.prepared import (
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import finish, run_private
 from dpsql.execute.tree import describe_tree, run_tree
-from dpsql.execute.unique_units import still_unique, unit_is_unique
+from dpsql.execute.unique_units import catalog_state, still_unique, tables
 from dpsql.explain.run import describe_explain, prepare_explain, run_explain
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
@@ -117,6 +117,8 @@ class Engine:
         self.caches = EngineCaches.sized(cache_size)  # what dpsql/execute/ reads and fills
         self._views: dict[str, Policy] = {}
         self._column_orders: dict[str, tuple[str, ...]] = {}  # table -> attnum order
+        # per worker thread: the catalog tokens read during the statement it runs now
+        self._catalog = threading.local()
         self.policy_digest = hashlib.sha256(policy.model_dump_json().encode()).hexdigest()[:16]
 
     def close(self) -> None:
@@ -203,6 +205,7 @@ class Engine:
         0 where unspecified), as PostgreSQL uses them to type the result columns.
         """
         self.check_scope(prepared, session)
+        self._catalog.tokens = {}  # read again for this statement
         match prepared:
             case DeferredQuery():  # a zero-row shape: its columns whatever the LIMIT
                 zero = self.bound_limit(prepared, [0] * prepared.param_count)
@@ -262,6 +265,7 @@ class Engine:
     ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
+        self._catalog.tokens = {}  # read again for this statement
         match prepared:
             case DeferredQuery():  # LIMIT $1: as the statement with its values inline
                 return self.execute(self.bound_limit(prepared, params), session, (), cancel)
@@ -375,8 +379,17 @@ class Engine:
         """
         a = analysis if analysis is not None else self.analysis(prepared, params)
         eps, delta = self.privacy_params(session, a)  # refused before anything is read
-        if analysis is None and unit_is_unique(self.backend, a):
-            a = prepared.unique_analysis if a is prepared.analysis else replace(a, unique_unit=True)
+        if analysis is None:
+            # one round trip: the proof of one row per unit, and the catalog token of the
+            # tables that keys what is memoized from the catalog (catalog_token)
+            unique, token = catalog_state(self.backend, a)
+            self._tokens()[tables(a)] = token
+            if unique:
+                a = (
+                    prepared.unique_analysis
+                    if a is prepared.analysis
+                    else replace(a, unique_unit=True)
+                )
         return self.plan_analysis(a, eps - spent, delta, session.mechanism)
 
     def plan_analysis(
@@ -402,6 +415,23 @@ class Engine:
         return private_sql_module.private_sql(
             self.caches.sql, prepared, a, integer_keys=ints, integer_values=values
         )
+
+    def _tokens(self) -> dict[tuple[str, ...], str]:
+        tokens: dict[tuple[str, ...], str] | None = getattr(self._catalog, "tokens", None)
+        if tokens is None:
+            tokens = self._catalog.tokens = {}
+        return tokens
+
+    def catalog_token(self, a: Analysis) -> str:
+        """The catalog state of ``a``'s tables (:data:`~dpsql.execute.unique_units.
+        CATALOG_TOKEN_SQL`) as read during the statement this thread runs now: by its plan, in
+        the round trip of the one-row-per-unit proof, else here (a tree's leaves, describe)."""
+        tokens = self._tokens()
+        key = tables(a)
+        hit = tokens.get(key)
+        if hit is None:
+            hit = tokens[key] = catalog_state(self.backend, a)[1]
+        return hit
 
     def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
         """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""

@@ -51,7 +51,8 @@ class EngineCaches:
     Attributes:
         sql: SQL texts per statement (public/catalog runnable SQL, a public statement's
             :class:`~dpsql.sql.bind.Template` and ``$n`` text, private and post-processing SQL).
-        key_types: a private statement's group keys' PostgreSQL types, per statement text.
+        key_types: a private statement's group keys' and quantile arguments' PostgreSQL types, per
+            analyst view, statement text and catalog state of its tables.
         keys_from: a ``keys_from`` column's public values, per ``table.column``.
     """
 

@@ -2,7 +2,10 @@
 
 Both are read without touching private values: the types from a zero-row probe of the bounded
 source, the values from the policy (``keys``) or a public key table (``keys_from``). Each is
-memoized in one of the engine's memos (``Engine.caches.key_types``, ``Engine.caches.keys_from``).
+memoized in one of the engine's memos (``Engine.caches.key_types``, ``Engine.caches.keys_from``);
+the types per analyst view, statement text and catalog state of the tables read
+(``EngineContext.catalog_token``: read with the plan's one-row-per-unit proof), so that a
+column's new type (``ALTER TABLE ... ALTER COLUMN ... TYPE``) is probed again.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
     set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
     if not a.group_keys:
         return set_type
-    cached = engine.caches.key_types.get(prepared.text)
+    # keyed by the analyst's view, the text and the catalog's state of the tables (an ALTER
+    # COLUMN ... TYPE since changes the token): never by the text alone
+    key = ("keys", prepared.scope, prepared.text, engine.catalog_token(a))
+    cached = engine.caches.key_types.get(key)
     if cached is not None:
         return tuple(cached) + set_type
     from dpsql.execute import shadows
@@ -41,20 +47,21 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
         q = substitute(q, prepared.units)  # type: ignore[assignment]
     rows = engine.backend.run(q.sql("postgres"), private=True)
     types = tuple(type_name(c.type_oid) for c in rows.columns)
-    engine.caches.key_types.remember(prepared.text, types)
+    engine.caches.key_types.remember(key, types)
     return types + set_type
 
 
 def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> dict[str, str]:
     """The PostgreSQL type of each quantile argument of ``a`` (by its SQL text), from a zero-row
-    probe of the bounded source (reads no row), memoized per statement with the key types."""
+    probe of the bounded source (reads no row), memoized per statement and catalog state with the
+    key types."""
     args: dict[str, exp.Expr] = {}
     for m in a.measures:
         if m.kind == "quantile" and m.arg is not None:
             args.setdefault(m.arg.sql("postgres"), m.arg)
     if not args:
         return {}
-    key = ("values", prepared.text, tuple(args))
+    key = ("values", prepared.scope, prepared.text, engine.catalog_token(a), tuple(args))
     cached = engine.caches.key_types.get(key)
     if cached is not None:
         return dict(cached)

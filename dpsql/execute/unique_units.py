@@ -53,6 +53,51 @@ UNIQUE_UNIT_SQL = pgsql.SQL(
 )
 
 
+CATALOG_TOKEN_SQL = pgsql.SQL(
+    """SELECT pg_catalog.string_agg(
+  c.oid::text || '.' || c.xmin::text || '.' || c.relfilenode::text || '.' || (
+    SELECT pg_catalog.string_agg(a.xmin::text, ',' ORDER BY a.attnum)
+    FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid),
+  ';' ORDER BY c.oid)
+FROM pg_catalog.pg_class c WHERE c.oid = ANY (ARRAY[{tables}]::pg_catalog.oid[])"""
+)
+"""The catalog state of the tables a statement reads, as one text: each table's oid, the xmin
+of its ``pg_class`` row and of its columns' ``pg_attribute`` rows (``ALTER TABLE ... ALTER
+COLUMN ... TYPE``, ``ADD``/``DROP COLUMN`` and a rename write new ones) and its file. What the
+engine memoizes from the catalog (the type probe's key and value types) is keyed by it."""
+
+
+def tables(a: Analysis) -> tuple[str, ...]:
+    """The tables ``a`` reads (its own, and those it joins)."""
+    return tuple(sorted({a.table, *(t for _, t, _ in a.sources)}))
+
+
+def _regclass(table: str) -> pgsql.Composable:
+    name = ".".join('"' + part.replace('"', '""') + '"' for part in table.split(".", 1))
+    return pgsql.SQL("pg_catalog.to_regclass({})::pg_catalog.oid").format(pgsql.Literal(name))
+
+
+def catalog_state(backend: Backend, a: Analysis) -> tuple[bool, str]:
+    """Whether the catalog proves one row per unit (:func:`unit_is_unique`) and the catalog
+    token of ``a``'s tables (:data:`CATALOG_TOKEN_SQL`), read in one round trip (a text that
+    starts with :data:`CATALOG_STATE_PREFIX`)."""
+    token = CATALOG_TOKEN_SQL.format(tables=pgsql.SQL(", ").join(map(_regclass, tables(a))))
+    unique = _unique_sql(a) if eligible(a) else pgsql.SQL("SELECT false")
+    q = pgsql.SQL("SELECT ({}), ({})").format(token, unique)
+    rows = backend.run(q.as_string(None), private=False).rows
+    return bool(rows and rows[0][1]), str(rows[0][0]) if rows else ""
+
+
+CATALOG_STATE_PREFIX = "SELECT (" + CATALOG_TOKEN_SQL.as_string(None).split("{")[0]
+
+
+def _unique_sql(a: Analysis) -> pgsql.Composed:
+    name = ".".join('"' + part.replace('"', '""') + '"' for part in a.table.split(".", 1))
+    return UNIQUE_UNIT_SQL.format(
+        table=pgsql.Literal(name), column=pgsql.Literal(a.private.privacy_unit)
+    )
+
+
 def eligible(a: Analysis) -> bool:
     """A query over one private table with a privacy unit (no join, not ``privacy_unit: row``),
     without grouping sets (each set's SQL is bounded: :mod:`dpsql.execute.grouping_sets`)."""
@@ -63,11 +108,7 @@ def unit_is_unique(backend: Backend, a: Analysis) -> bool:
     """True when the catalog proves that ``a``'s table has one row per privacy unit."""
     if not eligible(a):
         return False
-    name = ".".join('"' + part.replace('"', '""') + '"' for part in a.table.split(".", 1))
-    q = UNIQUE_UNIT_SQL.format(
-        table=pgsql.Literal(name), column=pgsql.Literal(a.private.privacy_unit)
-    )
-    rows = backend.run(q.as_string(None), private=False).rows
+    rows = backend.run(_unique_sql(a).as_string(None), private=False).rows
     return bool(rows and rows[0][0])
 
 

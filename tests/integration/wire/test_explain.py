@@ -25,7 +25,7 @@ from psycopg import errors as pe
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.execute.unique_units import UNIQUE_UNIT_SQL
+from dpsql.execute.unique_units import CATALOG_STATE_PREFIX, UNIQUE_UNIT_SQL
 from dpsql.server.run import ServerThread
 from dpsql.sql.shadowing import SHADOW_SQL
 from dpsql.wire.server import ServerConfig
@@ -35,7 +35,7 @@ USER = PASSWORD = "analyst"
 PRIVATE = "SELECT count(*) AS n, avg(income) AS mean_income FROM pums"
 
 
-CATALOG_PROBE = UNIQUE_UNIT_SQL.as_string(None).split("{")[0]
+CATALOG_PROBE = (UNIQUE_UNIT_SQL.as_string(None).split("{")[0], CATALOG_STATE_PREFIX)
 UPSTREAM: list[str] = []  # every statement the served engine sent to the data database
 
 
