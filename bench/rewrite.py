@@ -13,7 +13,7 @@ free repeat; contribution bounds the policy leaves ``auto`` are chosen by the fi
 execution and reused from the ledger, as in a deployment), and their ratio; and the per-unit
 floor: the plain query's rows grouped by (unit, keys), which any per-unit bounding must at least
 read and hash. ``--citus DSN`` runs the same on a Citus coordinator
-(tables distributed by their privacy unit; ``../shared/tools/citus-local.sh``). The load of the
+(tables distributed by their privacy unit; ``tools/citus-local.sh``, docs/deploy.md). The load of the
 machine (``uptime``) is printed before and after each scale: the machine may be shared.
 
 Generation is one ``INSERT ... SELECT`` per table (about 40 s for 10M rows on 2 cores).

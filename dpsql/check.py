@@ -34,7 +34,7 @@ class Finding:
 CITUS_SQL = """
 SELECT n.nspname || '.' || c.relname, p.partmethod,
        CASE WHEN p.partmethod = 'h' THEN column_to_column_name(p.logicalrelid, p.partkey) END,
-       p.colocationid
+       p.colocationid, p.repmodel
 FROM pg_dist_partition p
 JOIN pg_class c ON c.oid = p.logicalrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 """
@@ -48,7 +48,9 @@ def citus_findings(policy: Policy, conn: psycopg.Connection[tuple[object, ...]])
     repartitions; a reference table joins on every worker). Empty on plain PostgreSQL."""
     if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is None:
         return []
-    dist = {str(r[0]): (str(r[1]), r[2], r[3]) for r in conn.execute(CITUS_SQL).fetchall()}
+    dist = {
+        str(r[0]): (str(r[1]), r[2], r[3], str(r[4])) for r in conn.execute(CITUS_SQL).fetchall()
+    }
     out: list[Finding] = []
     groups: dict[object, list[str]] = {}
     for name, t in policy.tables.items():
@@ -58,8 +60,10 @@ def citus_findings(policy: Policy, conn: psycopg.Connection[tuple[object, ...]])
         hint = f"SELECT create_distributed_table('{name}', '{t.privacy_unit}')"
         if how is None:
             problem = "a local table on the Citus coordinator: its queries don't scale out"
-        elif how[0] == "n":
+        elif how[0] == "n" and how[3] == "t":
             problem = "a reference table: each query runs on one node, with every row"
+        elif how[0] == "n":
+            problem = "a single-shard table: each query runs on one node, with every row"
         elif how[0] != "h" or how[1] != t.privacy_unit:
             problem = (
                 f"distributed by {how[1] or how[0]}, not by its privacy unit "
