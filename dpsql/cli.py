@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from dpsql.demo import EXAMPLES
@@ -67,6 +68,8 @@ def print_result(r: Result, title: str | None = None) -> None:
             cells.append(cell)
         t.add_row(*cells)
     console.print(t)
+    for note in r.notices:  # what psql prints as NOTICE: the accuracy summary, chosen bounds
+        console.print(f"[dim]NOTICE: {escape(note)}[/dim]")
     if r.cached:
         console.print("[dim]repeat of an earlier query: stored answer, no budget spent[/dim]")
     elif r.epsilon_spent:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -29,8 +30,10 @@ from dpsql.execute.bias import (
     target_widths,
 )
 from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
-from dpsql.sql.bias import CAP_FACTOR, BiasPlan, BiasTarget
+from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
+
+_SHARE = "a tenth" if BIAS_SHARE == Fraction(1, 10) else f"{BIAS_SHARE}"  # of the epsilon
 
 
 def fmt(x: float) -> str:
@@ -103,7 +106,7 @@ def accuracy_notes(
         line += _assumption(a, r, t, rows)
         if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows):
             line += (
-                " Most of the width is that estimate (it gets a tenth of epsilon): raise "
+                f" Most of the width is that estimate (it gets {_SHARE} of epsilon): raise "
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)

@@ -131,6 +131,8 @@ def test_demo_answers_the_queries_passed_and_exits(tmp_path: Path) -> None:
     text = out.read_text(errors="replace")
     assert rc == 1, text  # the second query is refused (raw rows)
     assert "n (noisy)" in text and "spent epsilon=1" in text
+    # the accuracy summary psql shows as a NOTICE is printed too (rich wraps long lines)
+    assert "NOTICE: COUNT(*): 95% interval: noise ±" in " ".join(text.split()), text
     assert "ERROR 42501" in text
     assert "Example queries" not in text
 
