@@ -80,8 +80,10 @@ def _summand_range(m: Measure) -> tuple[Fraction, Fraction]:
     return Fraction(0), half * half
 
 
-def sum_total(m: Measure, v: exp.Expr) -> exp.Expr:
-    """``SUM`` of a sum measure's per-row summand over NUMERIC values ``v`` (NULL when no value).
+def sum_total(m: Measure, v: exp.Expr, n: exp.Expr | None = None) -> exp.Expr:
+    """``SUM`` of a sum measure's per-row summand over NUMERIC values ``v`` (NULL when no value);
+    ``n``: a column non-NULL exactly where ``v`` is (``COUNT(n)`` stands for ``COUNT(v)``: see
+    :func:`~dpsql.sql.rewrite.bound_contributions.count_column`).
 
     The centered sums are written from the plain sums, which PostgreSQL computes once however
     many measures (and the removed-mass partials) read them, with no per-row subtraction::
@@ -95,30 +97,34 @@ def sum_total(m: Measure, v: exp.Expr) -> exp.Expr:
     s = exp.Sum(this=v.copy())
     if m.kind == "sum":
         return s
-    n = exp.Count(this=v.copy())
-    shift = exp.Mul(this=numeric(m.mid), expression=n)
+    count = exp.Count(this=(v if n is None else n).copy())
+    shift = exp.Mul(this=numeric(m.mid), expression=count)
     if m.kind == "sum_centered":
         return exp.Paren(this=exp.Sub(this=s, expression=shift))
     squares = exp.Sum(this=exp.Mul(this=v.copy(), expression=v.copy()))
     linear = exp.Mul(this=numeric(2 * m.mid), expression=s)
-    constant = exp.Mul(this=numeric(m.mid * m.mid), expression=n)
+    constant = exp.Mul(this=numeric(m.mid * m.mid), expression=count.copy())
     return exp.Paren(
         this=exp.Add(this=exp.Sub(this=squares, expression=linear), expression=constant)
     )
 
 
-def partial_sql(m: Measure, v: exp.Expr | None, r: int) -> exp.Expr | None:
-    """One unit's partial of measure ``m`` in one group (None for COUNT(DISTINCT unit))."""
+def partial_sql(
+    m: Measure, v: exp.Expr | None, r: int, counted: exp.Expr | None = None
+) -> exp.Expr | None:
+    """One unit's partial of measure ``m`` in one group (None for COUNT(DISTINCT unit));
+    ``counted``: a column non-NULL exactly where ``v`` is, counted instead of ``v``
+    (:func:`sum_total`)."""
     if m.kind == "count_units":
         return None
     if m.kind == "count_rows":
         return _least(exp.Count(this=exp.Star()), r)
     assert v is not None
-    n = exp.Count(this=v.copy())
+    n = exp.Count(this=(v if counted is None else counted).copy())
     if m.kind == "count_values":
         return _least(n, r)
     a, c = _summand_range(m)
-    total = sum_total(m, v)
+    total = sum_total(m, v, counted)
     scaled: exp.Expr = exp.Div(
         this=exp.Mul(this=total.copy(), expression=exp.Literal.number(r)),
         # n > R >= 1 in this branch; NULLIF keeps the division total whatever the evaluation order
@@ -185,9 +191,11 @@ def bound_partials(
     values: list[exp.Expr | None],
     salt: str,
     raw_values: dict[int, exp.Expr] | None = None,
+    counts: list[exp.Expr | None] | None = None,
 ) -> exp.Select:
     """The private SQL for decomposable measures (``values[i]``: measure i's value column;
-    ``raw_values[i]``: the raw value column of bias target i when it differs)."""
+    ``raw_values[i]``: the raw value column of bias target i when it differs; ``counts[i]``: a
+    column non-NULL exactly where ``values[i]`` is, cheaper to count: :func:`sum_total`)."""
     unit = exp.column("_dp_unit")
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     targets = bias_targets(a)
@@ -202,7 +210,7 @@ def bound_partials(
     measures: list[exp.Expr] = []
     scaled: list[exp.Expr] = []  # capped measures' partials scaled into their L1 cap
     for i, m in enumerate(a.measures):
-        p = partial_sql(m, values[i], a.max_rows)
+        p = partial_sql(m, values[i], a.max_rows, counts[i] if counts else None)
         if p is None:
             out: exp.Expr = exp.Count(this=exp.Star())
         else:

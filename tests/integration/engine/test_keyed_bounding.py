@@ -8,14 +8,18 @@ statement is bounded again.
 
 from __future__ import annotations
 
+import re
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.execute.private_sql import SALT_MARKER
+from dpsql.execute.prepared import PrivateQuery
+from dpsql.execute.private_sql import SALT_MARKER, bounded_sql, integer_keys
 from dpsql.execute.unique_units import unit_is_unique
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
@@ -30,6 +34,12 @@ TABLES = {
     for name in ("public.pk", "public.uq_null", "public.uq_pair", "public.parent", "public.t")
 }
 TABLES["public.nk"] = private_table("pid", COLUMNS, rows=2)
+# keys 2, -1 and NULL are not declared; ages NULL, below 0 and above 100 (clamped)
+TABLES["public.k3"] = private_table("pid", COLUMNS, rows=2)  # PRIMARY KEY
+TABLES["public.k3n"] = private_table("pid", COLUMNS, rows=2, groups=2)  # units of ~5 rows
+K3 = """SELECT {pid}, CASE i % 5 WHEN 0 THEN 0 WHEN 1 THEN 1 WHEN 2 THEN 2 WHEN 3 THEN -1 END,
+               CASE WHEN i % 7 = 0 THEN NULL ELSE (i * 37) % 160 - 20 END
+        FROM generate_series(1, 300) i"""
 ROWS = [(i, i % 2, (i * 37) % 130) for i in range(1, 201)]  # ages up to 129: some clamped
 
 
@@ -55,6 +65,10 @@ def dsn(make_db: Callable[[str], str]) -> str:
                 cur.executemany(f"INSERT INTO {table} VALUES (%s, %s, %s)", ROWS)
         # a NUMERIC key column the policy declares integer: 1.0 is not the key '1' as text
         conn.execute("UPDATE nk SET sex = 1.0 WHERE pid % 4 = 1")
+        conn.execute("CREATE TABLE k3 (pid integer PRIMARY KEY, sex integer, age integer)")
+        conn.execute("CREATE TABLE k3n (pid integer NOT NULL, sex integer, age integer)")
+        conn.execute("INSERT INTO k3 " + K3.format(pid="i"))
+        conn.execute("INSERT INTO k3n " + K3.format(pid="i % 60"))
     return dsn
 
 
@@ -148,10 +162,14 @@ def test_a_fresh_salt_for_every_execution(kengine: Engine) -> None:
 
 def test_integer_keys_are_compared_as_integers(kengine: Engine, dsn: str) -> None:
     """A key column of an integer type with canonical integer keys is filtered as integers (no
-    text conversion per row): the same rows, the same answer as the plain aggregate."""
+    text conversion per row): the same rows, the same answer as the plain aggregate. With one
+    row per unit the groups are tested, not the rows (bound_contributions.late_keys)."""
     sql = "SELECT sex, COUNT(*) FROM pk GROUP BY sex"
     text = _sql(kengine, sql)
-    assert '"sex" IN (0, 1)' in text and "AS TEXT) IN" not in text, text
+    assert "OFFSET 0) AS _dp_groups WHERE _dp_g0 IN (0, 1)" in text, text
+    assert '"sex" IN' not in text and "AS TEXT) IN" not in text, text
+    bounded = _sql(kengine, "SELECT sex, COUNT(*) FROM uq_pair GROUP BY sex")
+    assert '"sex" IN (0, 1)' in bounded and "_dp_groups" not in bounded, bounded
     got = kengine.execute(kengine.prepare(sql), SessionContext(analyst="a")).rows
     with psycopg.connect(dsn) as conn:
         want = conn.execute("SELECT sex, COUNT(*) FROM pk GROUP BY sex ORDER BY 1").fetchall()
@@ -171,3 +189,95 @@ def test_other_key_types_are_compared_as_text(kengine: Engine, dsn: str) -> None
         ).fetchall()
     assert sorted((str(r[0]), int(r[1])) for r in got) == [(k, int(n)) for k, n in want]
     assert dict(want)["1"] < 100  # the 1.0 rows are left out
+
+
+def test_undeclared_keys_are_left_out_of_the_groups(kengine: Engine, dsn: str) -> None:
+    """One row per unit, keys tested on the groups (after GROUP BY): rows whose key is 2, -1 or
+    NULL are in no released group, exactly as when every row is tested: the plain aggregate
+    over the rows with a declared key."""
+    sql = "SELECT sex, COUNT(*), SUM(age), AVG(age) FROM k3 GROUP BY sex"
+    assert "_dp_groups WHERE _dp_g0 IN (0, 1)" in _sql(kengine, sql)
+    got = kengine.execute(kengine.prepare(sql), SessionContext(analyst="a")).rows
+    with psycopg.connect(dsn) as conn:
+        want = conn.execute(
+            "SELECT sex, COUNT(*), SUM(v), AVG(v) FROM (SELECT sex,"
+            " CASE WHEN age IS NOT NULL THEN LEAST(GREATEST(age, 0), 100) END AS v FROM k3) r"
+            " WHERE sex IN (0, 1) GROUP BY sex ORDER BY 1"
+        ).fetchall()
+    assert [(int(r[0]), int(r[1]), int(r[2])) for r in want] == sorted(
+        (int(r[0]), int(r[1]), int(r[2])) for r in got
+    )
+    mean = {int(r[0]): float(r[3]) for r in got}
+    assert all(abs(mean[int(r[0])] - float(r[3])) < 1e-9 for r in want), (got, want)
+
+
+# NULL where the clamp of age is 0 or 100: ages below 0 and above 100 too, but not their raw age
+NULLIF_SQL = "SELECT AVG(NULLIF(age, 0)), VARIANCE(NULLIF(age, 100)) FROM {t}"
+SUMS = [
+    "SELECT sex, SUM(age), AVG(age), VARIANCE(age), STDDEV(age) FROM {t} GROUP BY sex",
+    "SELECT AVG(age), COUNT(age) FROM {t}",
+    NULLIF_SQL,
+]
+
+
+@pytest.mark.parametrize("table", ["k3", "k3n"])
+@pytest.mark.parametrize("sql", SUMS)
+def test_counting_the_column_counts_the_clamped_values(
+    kengine: Engine, sql: str, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sum over a column counts its values with ``COUNT(column)``, not ``COUNT(clamped
+    value)`` (bound_contributions.count_column): the same noise-free outputs, on one row per unit
+    and on bounded partials, with NULLs and values clamped at both ends; an expression
+    (``NULLIF``, NULL for values whose clamp is not) keeps counting its clamped value."""
+    # the module (dpsql.sql.rewrite's attribute of that name is its function)
+    bound_contributions = sys.modules["dpsql.sql.rewrite.bound_contributions"]
+    sql = sql.format(t=table)
+    p = kengine.prepare(sql)
+    assert isinstance(p, PrivateQuery)
+    a = kengine.plan(p, SessionContext(analyst="a")).analysis
+    assert a.unique_unit is (table == "k3")
+    typed = replace(a, integer_keys=integer_keys(a, kengine.group_types(p, a)))
+    text = bounded_sql(p, typed).replace(SALT_MARKER, "0123456789abcdef")
+    with monkeypatch.context() as m:
+        m.setattr(bound_contributions, "count_column", lambda *args: None)
+        before = bounded_sql(p, typed).replace(SALT_MARKER, "0123456789abcdef")
+
+    def counted_clamps(q: str) -> set[str]:
+        """The value columns ``q`` counts that are not the bare column."""
+        return {v for v in re.findall(r"COUNT\((_dp_v\d+)\)", q) if f'"age" AS {v}' not in q}
+
+    if "NULLIF" in sql:
+        assert text == before  # nothing to spare: the expression's clamp is counted
+    else:
+        assert counted_clamps(before) and not counted_clamps(text), (before, text)
+    got = kengine.backend.run(text, private=True).rows
+    want = kengine.backend.run(before, private=True).rows
+    assert got == want and got, (got, want)
+
+
+@pytest.mark.parametrize("table", ["k3", "k3n"])
+def test_counting_an_expression_unclamped_is_caught(
+    kengine: Engine, table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broken twin of count_column: counting ``NULLIF(age, 0)`` unclamped counts the ages
+    below 0, whose clamp (0) the NULLIF makes NULL: the outputs differ from counting the clamped
+    value, so the comparison above can fail."""
+    bound_contributions = sys.modules["dpsql.sql.rewrite.bound_contributions"]
+    p = kengine.prepare(NULLIF_SQL.format(t=table))
+    assert isinstance(p, PrivateQuery)
+    a = kengine.plan(p, SessionContext(analyst="a")).analysis
+    right = bounded_sql(p, a).replace(SALT_MARKER, "0123456789abcdef")
+
+    def broken(a: Any, m: Any, inner: Any, vcols: Any) -> Any:
+        if m.arg is None or m.kind not in ("sum_centered", "sum_sq_centered"):
+            return None
+        return bound_contributions._value_column(
+            bound_contributions.make_total(m.arg, a.column), inner, vcols
+        )
+
+    with monkeypatch.context() as m:
+        m.setattr(bound_contributions, "count_column", broken)
+        wrong = bounded_sql(p, a).replace(SALT_MARKER, "0123456789abcdef")
+    got = kengine.backend.run(wrong, private=True).rows
+    want = kengine.backend.run(right, private=True).rows
+    assert got != want
