@@ -54,7 +54,7 @@ pytestmark = pytest.mark.citus
 # Every shape of the rewrite (issue 19): decomposable measures (partials per unit and group),
 # declared keys, partition selection, joins with a reference table and of co-located private
 # tables, bucketed measures (quantiles, MIN/MAX, mode), COUNT(DISTINCT x) (rows ranked), grouping
-# sets, a unit declared unique (no bounding).
+# sets, a unit declared unique (no bounding), per-unit derived tables, several DP leaves.
 STATEMENTS = [
     "SELECT COUNT(*) FROM purchases",
     "SELECT COUNT(*), SUM(amount) FROM purchases",
@@ -79,6 +79,13 @@ STATEMENTS = [
     "SELECT sex, AVG(income), STDDEV(age) FROM pums GROUP BY sex",
     "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY ROLLUP(category)",
     "SELECT sex, COUNT(*), AVG(age) FROM members GROUP BY sex",
+    # a per-unit derived table, a statement of several DP leaves, CUBE, a LEFT JOIN of private
+    # tables
+    "SELECT AVG(t) FROM (SELECT user_id, SUM(amount) AS t FROM purchases GROUP BY user_id) s",
+    "SELECT (SELECT COUNT(*) FROM purchases) AS a, (SELECT AVG(income) FROM pums) AS b",
+    "SELECT category, region, COUNT(*) FROM purchases GROUP BY CUBE(category, region)",
+    "SELECT p.category, COUNT(DISTINCT p.user_id) FROM purchases p "
+    "LEFT JOIN pums u ON u.pid = p.user_id GROUP BY p.category",
 ]
 MEMBERS = {
     "age": {"type": "integer", "bounds": [0, 100]},
