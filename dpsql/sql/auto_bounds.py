@@ -219,7 +219,9 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         grid = tuple(Fraction(v) for v in integer_grid(rows_ceiling(a)))
         sl = grouped_slice if per_group else _slice(a, False)
         # A ratio (AVG, VAR, STDDEV) counts a unit's extra rows at its own mean: capping rows
-        # barely biases it while R multiplies its noise, so R aims at the median unit.
+        # only reweights units while R multiplies its noise, so R aims at the median unit. Not
+        # lower: the reweighting's bias, chance alone when units' means do not depend on their
+        # rows, is as large as the noise saved (docs/accuracy.md, "The two misses").
         ratios = all(s.func in _RATIOS for s in a.statistics)
         items.append(AutoItem("rows", grid, sl, per_group=per_group, median=ratios))
     if p.auto_groups and a.grouped and not one and declared_groups(a) is None:
