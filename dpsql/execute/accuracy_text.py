@@ -22,7 +22,9 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.execute.bias import (
     ALARM,
     Interval,
+    Mechanism,
     Removed,
+    avg_levels,
     avg_targets,
     one_row,
     parts,
@@ -217,14 +219,17 @@ def _avg_line(
 ) -> str:
     """AVG: the noise of its sum and count, and the rows and value mass the bounds left out;
     when its interval spans most of the declared range, why and what to do."""
-    level = 1 - (1 - confidence) / parts(s, plan)
     c, n = avg
+    m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
+    if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
+        return f"{s.sql}: an average released by a selection has no value interval"
+    ls, ln, lm, lr = avg_levels((m0, m1), avg, confidence)
     t, unit, col = c.target, a.private.privacy_unit, _col(c.target.measure)
     mass = removed[t.key]
     where = " in all groups together" if a.group_keys else ""
     per = " a group" if a.group_keys else ""
     total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
-    wm = fmt(c.dropped.half_width(level))
+    wm = fmt(c.dropped.half_width(lm))
     head = f"{s.sql}: {confidence:.0%} interval: the noise of its sum and count"
     if n is None:
         line = (
@@ -234,21 +239,22 @@ def _avg_line(
     else:
         dropped = removed[n.target.key].dropped
         count = float(np.clip(dropped, 0, None).sum()) if rows else 0.0
-        wr = fmt(n.dropped.half_width(level))
+        wr = fmt(n.dropped.half_width(lr))
         line = (
             f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "
             f"{fmt(count)} rows and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
             f"{col}{per}. "
         )
     line += _assumption(a, mass, t, rows)
-    return line + _avg_why_wide(a, plan, s, level, ivs, noisy, (float(t.raw_lo), float(t.raw_hi)))
+    declared = (float(t.raw_lo), float(t.raw_hi))
+    return line + _avg_why_wide(a, (m0, m1), s, (ls, ln), ivs, noisy, declared)
 
 
 def _avg_why_wide(
     a: Analysis,
-    plan: Plan,
+    mechs: tuple[Mechanism, Mechanism],
     s: Statistic,
-    level: float,
+    levels: tuple[float, float],
     ivs: Sequence[Interval | None],
     noisy: Mapping[str, Any] | None,
     declared: tuple[float, float],
@@ -261,10 +267,7 @@ def _avg_why_wide(
     wide = [r for r, iv in enumerate(ivs) if iv is not None and iv[1] - iv[0] >= (hi - lo) / 2]
     if not wide or noisy is None or hi <= lo:
         return ""
-    ws = [plan.measure_plan(m).mechanism for m in s.measures]
-    widths = [m.half_width(level) for m in ws if isinstance(m, (Laplace, Gaussian))]
-    if len(widths) != 2:
-        return ""
+    widths = [mechs[0].half_width(levels[0]), mechs[1].half_width(levels[1])]
     noise_wide, kept = 0, math.inf
     for r in wide:
         vals = [float(noisy[m][r]) for m in s.measures]

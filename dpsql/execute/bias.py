@@ -171,18 +171,52 @@ def _range(r: Removed | None, row: int, level: float) -> tuple[float, float]:
     return (max(0.0, d - w) if r.plan.target.grid == 1 else 0.0), max(0.0, d + w)
 
 
+def avg_levels(
+    answer: tuple[Mechanism, Mechanism], avg: tuple[BiasPlan, BiasPlan | None], level: float
+) -> tuple[float, float, float, float]:
+    """AVG's parts' two-sided levels (centred sum, count, removed mass, removed rows; the last
+    is 1 when no row is dropped): 1 - ``level`` split over them in proportion to how far each
+    part's noise can move the ratio, in value units (a public weight, fixed before any
+    release): the sum's and the mass's half-widths, the count's times the clamp's half-range,
+    the removed rows' times the clamp's largest magnitude (a ratio near mid moves by about
+    (mean - mid) / N per kept row, by about mean / N per removed row). Union bound: any split
+    that sums to alpha keeps the level; Lagrange (each reach about scale · ln(1/share)): shares
+    proportional to the reaches minimise their sum. Before, alpha/4 each."""
+    c, n = avg
+    alpha = 1 - level
+    k = 4 if n is not None else 3
+    ref = 1 - alpha / k
+    m = c.target.measure
+    half = float(m.hi - m.lo) / 2
+    top = float(max(abs(m.lo), abs(m.hi)))
+    weights = [
+        answer[0].half_width(ref),
+        answer[1].half_width(ref) * half,
+        c.dropped.half_width(ref),
+        n.dropped.half_width(ref) * top if n is not None else 0.0,
+    ]
+    total = sum(weights)
+    if not (math.isfinite(total) and total > 0 and all(w > 0 for w in weights[:k])):
+        shares = [alpha / k] * k + [0.0] * (4 - k)
+    else:
+        shares = [alpha * w / total for w in weights]
+    a, b, d, e = (1 - x for x in shares)
+    return a, b, d, (e if n is not None else 1.0)
+
+
 def avg_interval(
     s: Statistic,
     values: tuple[float, float],
     widths: tuple[float, float],
     removed: tuple[Removed, Removed | None],
     row: int,
-    level: float,
+    levels: tuple[float, float],
 ) -> Interval | None:
     """AVG's interval including what bounding and clamping removed: the truth is
     (kept plain sum + removed mass) / (kept rows + removed rows), kept plain sum = centred sum +
-    mid · rows. Each of the four parts within its interval (level each), the ratio's range over
-    that box is at its corners (it is monotone in each part), clamped to the declared range."""
+    mid · rows. Each of the four parts within its interval (the sum and count at ``widths``,
+    the removed mass and rows at ``levels``: :func:`avg_levels`), the ratio's range over that
+    box is at its corners (it is monotone in each part), clamped to the declared range."""
     import itertools
 
     c, n = removed
@@ -195,7 +229,7 @@ def avg_interval(
     corners = [
         (a + mid * b + d) / (b + e)
         for a, b, d, e in itertools.product(
-            (sc - ws, sc + ws), ns, _range(c, row, level), _range(n, row, level)
+            (sc - ws, sc + ws), ns, _range(c, row, levels[0]), _range(n, row, levels[1])
         )
     ]
     lo, hi = float(t.raw_lo), float(t.raw_hi)

@@ -72,3 +72,34 @@ def test_narrower_than_equal_shares_when_the_removed_mass_dominates() -> None:
     equal_b, equal_d = answer.half_width(0.975), plan.dropped.half_width(0.975)
     assert w.b + w.d_hi < 0.9 * (equal_b + equal_d), (w, equal_b, equal_d)
     assert w.d_lo == w.d_hi  # grid 1: the lower reach of the removed mass is used too
+
+
+def test_avg_levels_split_alpha_over_its_parts() -> None:
+    """AVG's four parts' two-sided levels: their alphas sum to the statement's (a union bound
+    over the parts), the removed mass and rows (the noisiest, in value units) the larger shares;
+    with no rows dropped (one row per unit) three parts share it and the rows' level is 1."""
+    from dpsql.execute.bias import avg_levels
+
+    c = BiasTarget(
+        0,
+        Measure("sum_centered", None, Fraction(0), Fraction(50), False),
+        1,
+        2**20,
+        Fraction(1, 2**14),
+        Fraction(0),
+        Fraction(50),
+        1,
+    )
+    mass = BiasPlan(
+        c, Laplace(Fraction(200), Fraction(3, 80), c.grid), Laplace(Fraction(1), Fraction(1, 80))
+    )
+    rows = _plan(4, Fraction(1), Fraction(3, 80))
+    answer = (Laplace(Fraction(25), Fraction(7, 20)), Laplace(Fraction(1), Fraction(7, 20)))
+    for level in (0.9, 0.95, 0.99):
+        got = avg_levels(answer, (mass, rows), level)
+        assert sum(1 - x for x in got) == pytest.approx(1 - level, rel=1e-12)
+        # the removed mass and rows (4x the sensitivity at a tenth of the epsilon) get the
+        # larger shares of alpha: lower levels than the sum's and the count's
+        assert max(got[2], got[3]) < min(got[0], got[1]), got
+        one = avg_levels(answer, (mass, None), level)
+        assert one[3] == 1.0 and sum(1 - x for x in one) == pytest.approx(1 - level, rel=1e-12)
