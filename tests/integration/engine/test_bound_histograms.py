@@ -46,13 +46,14 @@ POLICY: dict[str, Any] = {
                 "g": {"type": "integer", "keys": [0, 1, 2, 3]},  # 4 is in the data, not declared
                 "h": {"type": "text"},
                 "x": {"type": "numeric", "bounds": [0, 100]},
+                "k": {"type": "integer", "keys": [0, 1]},  # 2 is in the data, not declared
             },
         }
     },
     "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-4}}},
 }
 
-Row = tuple[int, int, str, Decimal | None]
+Row = tuple[int, int, str, Decimal | None, int]
 
 
 def _rows() -> list[Row]:
@@ -63,7 +64,7 @@ def _rows() -> list[Row]:
         for k in range(1 + (u * 7) % 20):
             g = (u + k * k) % (1 + u % 5)
             x = None if (u + k) % 11 == 0 else Decimal((u * 13 + k * 29) % 201 - 20) / 2
-            out.append((u, g, f"h{(u * k) % (1 + u % 6)}", x))
+            out.append((u, g, f"h{(u * k) % (1 + u % 6)}", x, (u * 3 + k) % 3))
     return out
 
 
@@ -71,8 +72,8 @@ def _rows() -> list[Row]:
 def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     dsn = make_db("hist")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (u integer NOT NULL, g integer, h text, x numeric)")
-        with conn.cursor().copy("COPY t (u, g, h, x) FROM STDIN") as cp:
+        conn.execute("CREATE TABLE t (u integer NOT NULL, g integer, h text, x numeric, k int)")
+        with conn.cursor().copy("COPY t (u, g, h, x, k) FROM STDIN") as cp:
             for r in _rows():
                 cp.write_row(r)
     e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
@@ -142,6 +143,19 @@ CASES: list[tuple[str, Callable[[Row], bool], Callable[[Row], object], list[tupl
         _declared,
         lambda r: r[1],
         [("rows", False), ("value_hi", False)],
+    ),
+    # two declared key columns (8 combinations), and their per-group means
+    (
+        "SELECT g, k, COUNT(*), AVG(x) FROM t GROUP BY g, k",
+        lambda r: _declared(r) and r[4] in (0, 1),
+        lambda r: (r[1], r[4]),
+        [("rows", False), ("value_hi", False)],
+    ),
+    (
+        "SELECT g, k, AVG(x) FROM t WHERE x > 10 GROUP BY g, k",
+        lambda r: _declared(r) and r[4] in (0, 1) and r[3] is not None and r[3] > 10,
+        lambda r: (r[1], r[4]),
+        [("value_hi", True)],
     ),
     # G chosen too (no declared keys), with a WHERE clause
     (

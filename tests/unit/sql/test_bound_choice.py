@@ -117,7 +117,9 @@ def test_per_group_ratios_keep_one_row_without_spending(demo_policy_auto) -> Non
     assert [i.kind for i in auto_items(a)] == ["value_hi"]  # type: ignore[arg-type]
     # its clamp ranks units by their largest per-group mean (a partial at R = 1 is one)
     (clamp,) = auto_items(a)  # type: ignore[arg-type]
-    assert clamp.group_mean and "_dp_v0_mean" in measure_bounds(a, (clamp,)).sql("postgres")  # type: ignore[arg-type]
+    assert clamp.group_mean and "GREATEST(AVG(_dp_v0) FILTER" in measure_bounds(a, (clamp,)).sql(
+        "postgres"
+    )  # type: ignore[arg-type]
     spread = _analysis(
         "SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", demo_policy_auto
     )
