@@ -1,6 +1,7 @@
 """Private queries against the plain query, per measure kind, at 1M and 10M rows, in one run.
 
-    python bench/rewrite.py [--rows 1000000 10000000] [--repeat 5] [--dsn DSN] [--citus DSN]
+    python bench/rewrite.py [--rows 1000000 10000000] [--repeat 5] [--dsn DSN]
+                            [--citus DSN [--citus-only]]
 
 For each scale it (re)creates, in its own PostgreSQL (or at ``--dsn``), a table ``events`` of N
 rows from N/10 users (``user_id`` the privacy unit, about 10 rows each; 50 heavy users with
@@ -238,19 +239,27 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dsn", default=os.environ.get("DPSQL_BENCH_DSN"))
     ap.add_argument("--citus", default=None, help="a Citus coordinator's DSN")
+    ap.add_argument(
+        "--citus-only", action="store_true", help="with --citus: skip the plain PostgreSQL runs"
+    )
     ap.add_argument("--no-load", action="store_true", help="reuse the tables at --dsn")
     ap.add_argument("--only", default=None, help="run the measure kinds containing this text")
     args = ap.parse_args()
     cluster = None
     dsn = args.dsn
-    if not dsn:
+    plain = not (args.citus and args.citus_only)
+    if not dsn and plain:
         from dpsql.execute.embedded import start_cluster
 
         cluster = start_cluster()
         dsn = cluster.dsn()
     try:
         for rows in args.rows:
-            run_scale(dsn, rows, args.repeat, citus=False, reload=not args.no_load, only=args.only)
+            if plain:
+                assert dsn is not None
+                run_scale(
+                    dsn, rows, args.repeat, citus=False, reload=not args.no_load, only=args.only
+                )
             if args.citus:
                 run_scale(
                     args.citus,
