@@ -93,7 +93,8 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     rows = source_select(a, "", *cols)
     filters = ([a.where] if a.where is not None else []) + _key_filter(a)
     if filters:
-        rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
+        cond = exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters])
+        rows = rows.where(cond, copy=False)
     means = any(it.group_mean for it in items)
     per_group = _needs_groups(items, groups, means)
     combos = _key_combinations(a, items) if per_group else None
@@ -133,9 +134,9 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     )
     return (
         exp.select("_dp_item", "_dp_b", exp.alias_(exp.Count(this=exp.Star()), "_dp_c"))
-        .from_(per_unit.subquery("_dp_u"))
-        .join(exp.Lateral(this=unpivot), join_type="cross")
-        .group_by("_dp_item", "_dp_b")
+        .from_(per_unit.subquery("_dp_u", copy=False), copy=False)
+        .join(exp.Lateral(this=unpivot), join_type="cross", copy=False)
+        .group_by("_dp_item", "_dp_b", copy=False)
     )
 
 
@@ -213,7 +214,7 @@ def _per_unit_by_key(
     for i, partial in totals.items():
         total = exp.Coalesce(this=partial, expressions=[exp.Literal.number(0)])
         out.append(exp.alias_(total, f"_dp_t{i}_all"))
-    return exp.select(*out).from_(rows.subquery("_dp_r")).group_by(u.copy())
+    return _grouped(exp.select(*out), rows, "_dp_r", [u])
 
 
 def _per_unit(
@@ -246,7 +247,7 @@ def _per_unit(
         for i, partial in totals.items():
             total = exp.Coalesce(this=partial, expressions=[zero.copy()])
             out.append(exp.alias_(total, f"_dp_t{i}_all"))
-        return exp.select(*out).from_(rows.subquery("_dp_r")).group_by(u.copy())
+        return _grouped(exp.select(*out), rows, "_dp_r", [u])
     inner: list[exp.Expr] = [u.copy(), exp.alias_(star.copy(), "_dp_n")]
     outer: list[exp.Expr] = [
         u.copy(),
@@ -267,8 +268,15 @@ def _per_unit(
         inner.append(exp.alias_(partial, f"_dp_t{i}"))
         total = exp.Coalesce(this=_agg(exp.Sum, f"_dp_t{i}"), expressions=[zero.copy()])
         outer.append(exp.alias_(total, f"_dp_t{i}_all"))
-    ug = exp.select(*inner).from_(rows.subquery("_dp_r")).group_by(u.copy(), *groups)
-    return exp.select(*outer).from_(ug.subquery("_dp_ug")).group_by(u.copy())
+    ug = _grouped(exp.select(*inner), rows, "_dp_r", [u, *groups])
+    return _grouped(exp.select(*outer), ug, "_dp_ug", [u])
+
+
+def _grouped(q: exp.Select, source: exp.Select, alias: str, by: list[exp.Column]) -> exp.Select:
+    """``q FROM (source) AS alias GROUP BY by``, built in place: ``q`` and ``source`` are this
+    module's own fresh trees (no copy of the whole query at each step)."""
+    sub = source.subquery(alias, copy=False)
+    return q.from_(sub, copy=False).group_by(*[b.copy() for b in by], copy=False)
 
 
 def _total_partial(a: Analysis, it: AutoItem, cols: list[exp.Expr], i: int) -> exp.Expr:
