@@ -21,6 +21,22 @@ def to_fraction(v: float | Fraction | str) -> Fraction:
     return v if isinstance(v, Fraction) else Fraction(str(v))
 
 
+def confidence(policy: Policy, session: SessionContext) -> float:
+    """The confidence of a query's intervals: the session's (``SET dpsql.confidence``), else the
+    policy's default.
+
+    Raises:
+        InvalidParameter: not in ``(0, 1)`` (checked before any budget is reserved).
+    """
+    conf = session.confidence or policy.defaults.confidence
+    if not 0 < conf < 1:
+        raise InvalidParameter(
+            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
+            hint="SET dpsql.confidence = 0.95",
+        )
+    return conf
+
+
 def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction) -> None:
     """Refuse (22023) a per-query epsilon outside ``analyst_name``'s policy range.
 

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import Cost
+from dpsql.execute import privacy_params
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
@@ -198,16 +199,9 @@ def precheck(
 
     key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
     shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
-    confidence = session.confidence or engine.policy.defaults.confidence
-    if not 0 < confidence < 1:  # checked before any budget is reserved
-        from dpsql.errors import InvalidParameter
-
-        raise InvalidParameter(
-            f"confidence {confidence:g} is out of range: it must be > 0 and < 1",
-            hint="SET dpsql.confidence = 0.95",
-        )
+    conf = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
     check_join_fanout(engine, a)  # reads public tables only
-    return confidence
+    return conf
 
 
 def _within(cost: Cost, held: Cost) -> bool:
@@ -409,7 +403,7 @@ def finish(
         )
         for i, c in enumerate(cols)
     )
-    conf = session.confidence or engine.policy.defaults.confidence
+    conf = privacy_params.confidence(engine.policy, session)
     notices = (*rel.notes, *interval_notices(a, plan, conf))
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
         notices = (

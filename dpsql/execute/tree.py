@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from dpsql.dp.accounting import sequential
-from dpsql.errors import InternalError, InvalidParameter
+from dpsql.errors import InternalError
+from dpsql.execute import privacy_params
 from dpsql.execute.auto_bounds import choose_reserved, notice
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.noise import Release
@@ -58,16 +59,6 @@ if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
 
 
-def _confidence(engine: EngineContext, session: SessionContext) -> float:
-    conf = session.confidence or engine.policy.defaults.confidence
-    if not 0 < conf < 1:  # checked before any budget is reserved
-        raise InvalidParameter(
-            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
-            hint="SET dpsql.confidence = 0.95",
-        )
-    return conf
-
-
 def _declared(engine: EngineContext, plan: LeafPlan) -> Any:
     if isinstance(plan, SetsPlan):
         return [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
@@ -94,7 +85,7 @@ def run_tree(
         if g.keys_from
     )
     shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
-    confidence = _confidence(engine, session)
+    confidence = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
     budgets = [
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
     ]
@@ -210,7 +201,7 @@ def leaf_notices(
     """Each leaf's notices in its own name (its ``auto`` bounds when chosen now, its accuracy
     summary), and what they cover: the leaves' released values, not the statement's output
     that PostgreSQL computes from them."""
-    conf = session.confidence or engine.policy.defaults.confidence
+    conf = privacy_params.confidence(engine.policy, session)
     out: list[str] = []
     for i, rel in enumerate(run.releases):
         name = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"

@@ -20,12 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.errors import (
     DpsqlError,
-    InvalidParameter,
     PrivacyViolation,
     SqlSyntaxError,
     UnsupportedSql,
 )
-from dpsql.execute import auto_bounds
+from dpsql.execute import auto_bounds, privacy_params
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -149,9 +148,8 @@ def _explain_private(
     params: Sequence[Any],
 ) -> Result:
     """dpsql's plan of a private query, validated as its execution would be, without running."""
-    conf = session.confidence or engine.policy.defaults.confidence
     if isinstance(inner, TreeQuery):  # several DP leaves: dpsql.explain.tree
-        _check_confidence(conf)
+        conf = privacy_params.confidence(engine.policy, session)
         return explain_tree(engine, inner, opts, session, params, conf)
     plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
     auto_text, auto_key = None, None
@@ -162,7 +160,7 @@ def _explain_private(
         spent = auto_bounds.slice_epsilon(plan.epsilon, pend)
         resolved = apply_bounds(plan.analysis, pend.known)
         plan = engine.plan(inner, session, params, analysis=resolved, spent=spent)
-    _check_confidence(conf)
+    conf = privacy_params.confidence(engine.policy, session)
     rep = report(inner.text, plan, conf)
     budget = budget_status(engine, inner, session, plan, params)
     if auto_key is not None and engine.ledger is not None and session.analyst is not None:
@@ -213,14 +211,6 @@ def _render(
             col, [(yaml.safe_dump([doc], sort_keys=False, allow_unicode=True).rstrip(),)], "EXPLAIN"
         )
     return Result(col, [(line,) for line in lines(doc)], "EXPLAIN")
-
-
-def _check_confidence(conf: float) -> None:
-    if not 0 < conf < 1:
-        raise InvalidParameter(
-            f"confidence {conf:g} is out of range: it must be > 0 and < 1",
-            hint="SET dpsql.confidence = 0.95",
-        )
 
 
 def budget_status(

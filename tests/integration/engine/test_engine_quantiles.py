@@ -222,3 +222,28 @@ def test_confidence_out_of_range_is_refused_before_spending(engine: Engine) -> N
             SessionContext(analyst="analyst", confidence=1.0, show_intervals=True),
         )
     assert e.value.sqlstate == "22023"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT MEDIAN(age) FROM pums",  # one DP leaf
+        "SELECT AVG(n) AS avg_n FROM (SELECT category, COUNT(*) AS n FROM purchases "
+        "GROUP BY category) AS t",  # several DP leaves (dpsql.execute.tree)
+        "EXPLAIN SELECT COUNT(*) FROM purchases",
+        "EXPLAIN SELECT AVG(n) AS avg_n FROM (SELECT category, COUNT(*) AS n FROM purchases "
+        "GROUP BY category) AS t",
+    ],
+)
+def test_confidence_out_of_range_is_refused_on_every_path(engine: Engine, sql: str) -> None:
+    """A private statement, a statement of several DP leaves and EXPLAIN of either refuse a
+    confidence outside (0, 1) alike (22023, saying what to set), from the session's setting."""
+    from dpsql.errors import InvalidParameter
+
+    for conf in (1.0, -0.5):
+        session = SessionContext(analyst="analyst", confidence=conf)
+        with pytest.raises(InvalidParameter) as e:
+            engine.execute(engine.prepare(sql), session)
+        assert e.value.sqlstate == "22023"
+        assert "is out of range: it must be > 0 and < 1" in e.value.message
+        assert e.value.hint == "SET dpsql.confidence = 0.95"
