@@ -157,6 +157,20 @@ class Column(StrictModel):
         return _TYPE_FAMILIES[self.type]
 
     @property
+    def key_texts(self) -> tuple[str, ...] | None:
+        """The declared ``keys`` as PostgreSQL prints them (``col::text``, what key filters
+        compare), None without a list.
+
+        >>> Column(type="boolean", keys=(True, False)).key_texts
+        ('true', 'false')
+        """
+        if self.keys is None:
+            return None
+        return tuple(
+            ("true" if k else "false") if isinstance(k, bool) else str(k) for k in self.keys
+        )
+
+    @property
     def temporal(self) -> bool:
         """True for a date or timestamp column (its bounds are dates or timestamps)."""
         return self.family in ("date", "timestamp")

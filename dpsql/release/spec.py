@@ -241,19 +241,12 @@ def _axis(
 
 def _keys(col: Column, keys_from: Callable[[str], tuple[str, ...]]) -> tuple[str, ...] | None:
     if col.keys is not None:
-        return tuple(_key_text(k) for k in col.keys)
+        return col.key_texts
     if col.keys_from is not None:
         return keys_from(col.keys_from)
     if col.family == "boolean":
         return _BOOL_KEYS
     return None
-
-
-def _key_text(k: object) -> str:
-    """How PostgreSQL prints the key as text (``col::text``)."""
-    if isinstance(k, bool):
-        return "true" if k else "false"
-    return str(k)
 
 
 def _edges(

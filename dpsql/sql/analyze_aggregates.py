@@ -262,10 +262,10 @@ def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:
     if isinstance(inner, exp.Column):
         col = ctx.column(inner)
         if col is not None and not col.identifier and (col.keys or col.keys_from):
-            from dpsql.sql.analyze_quantiles import _key_text
-
-            keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
             return Measure(
-                "count_keys", ctx.qualify(inner), candidates=keys, candidates_from=col.keys_from
+                "count_keys",
+                ctx.qualify(inner),
+                candidates=col.key_texts,
+                candidates_from=col.keys_from,
             )
     return Measure("count_distinct", ctx.qualify(inner))

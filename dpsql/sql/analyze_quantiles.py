@@ -179,16 +179,9 @@ def _mode(
             "reveal a private value",
             hint=f"declare `keys: [...]` (public values) for {arg.name} in the policy",
         )
-    keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
-    m = Measure("mode", ctx.qualify(arg), candidates=keys, candidates_from=col.keys_from)
+    m = Measure("mode", ctx.qualify(arg), candidates=col.key_texts, candidates_from=col.keys_from)
     ptype = _FAMILY_TYPE.get(col.family, col.type)
     return Statistic("mode", (m.key,), Fraction(0), Fraction(0), ptype, sql), [m]
-
-
-def _key_text(k: object) -> str:
-    if isinstance(k, bool):
-        return "true" if k else "false"
-    return str(k)
 
 
 def epoch_value(arg: exp.Expr, family: str) -> exp.Expr:

@@ -20,12 +20,6 @@ from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.sources import Ctx
 
 
-def _key_text(k: object) -> str:
-    if isinstance(k, bool):
-        return "true" if k else "false"
-    return str(k)
-
-
 def group_key(ctx: Ctx, expr: exp.Expr, name: str) -> GroupKey:
     """The key ``expr`` (checked by the caller) with the domain the policy or its form gives."""
     qualified = ctx.qualify(expr)
@@ -34,8 +28,7 @@ def group_key(ctx: Ctx, expr: exp.Expr, name: str) -> GroupKey:
         source = ctx.source(expr)
         if source.private is None:  # a public table's column: its values are public keys
             return GroupKey(qualified, name, None, f"{source.table}.{expr.name}")
-        keys = None if col.keys is None else tuple(_key_text(k) for k in col.keys)
-        return GroupKey(qualified, name, keys, col.keys_from, col.family)
+        return GroupKey(qualified, name, col.key_texts, col.keys_from, col.family)
     case = case_domain(expr)
     if case is not None:
         texts, null, family = case
