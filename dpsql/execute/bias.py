@@ -250,7 +250,14 @@ def round_interval(s: Statistic, iv: Interval | None, noise_hw: float) -> Interv
     lo, hi = iv
     if s.func in ("count", "count_distinct") or s.pg_type == "int8":
         return float(math.ceil(lo - 1e-9)), float(math.floor(hi + 1e-9))
-    if not (noise_hw > 0 and math.isfinite(noise_hw)):
+    return round_outwards(iv, noise_hw)
+
+
+def round_outwards(iv: Interval, noise_hw: float) -> Interval:
+    """``iv``'s ends rounded outwards to a multiple of a power of ten about 1/100 of
+    ``noise_hw`` (unchanged when that is 0 or not finite)."""
+    lo, hi = iv
+    if not (noise_hw > 0 and math.isfinite(noise_hw) and math.isfinite(lo) and math.isfinite(hi)):
         return iv
     e = math.floor(math.log10(noise_hw)) - 2
     return _outward(lo, e, True), _outward(hi, e, False)

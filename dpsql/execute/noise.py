@@ -29,6 +29,7 @@ from dpsql.execute.bias import (
     parts,
     release_removed,
     round_interval,
+    round_outwards,
     target_interval,
     target_of,
 )
@@ -156,7 +157,10 @@ def release(
             iv = interval(i, si, confidence)
             intervals[i].append(iv if iv is None else round_interval(s, iv, _half(iv)))
     groups = [list(k) for k, _ in table]
-    derived = derived_intervals(a, len(table), confidence, interval)
+    derived = [  # an expression's interval: rounded outwards like a statistic's
+        [iv if iv is None else round_outwards(iv, _half(iv)) for iv in row]
+        for row in derived_intervals(a, len(table), confidence, interval)
+    ]
     notes = accuracy_notes(a, plan, removed, confidence, len(table), noisy, intervals)
     return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
 

@@ -29,7 +29,13 @@ from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
-from dpsql.sql.postprocess import interval_is_integer, outer_query, outer_sql, stat_outputs
+from dpsql.sql.postprocess import (
+    interval_is_integer,
+    interval_time_type,
+    outer_query,
+    outer_sql,
+    stat_outputs,
+)
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
@@ -368,6 +374,10 @@ def finish(
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
     for _, label, ivs in ivcols:
         if interval_is_integer(a, label):  # bigint ends, rounded outwards (never inwards)
+            arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
+            arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
+            continue
+        if interval_time_type(a, label) == "date":  # whole days, outwards (from_epoch: ::int)
             arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
             arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
             continue

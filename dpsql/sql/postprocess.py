@@ -154,10 +154,12 @@ def outer_query(
     extra: list[exp.Expr] = []
     for si, name in interval_columns:
         end_type = "int8" if interval_is_integer(a, si) else "float8"
+        when = interval_time_type(a, si)  # a date's (timestamp's) ends: days (seconds) since 1970
         for end in ("low", "high"):
             names.append(f"{end}{si}")
             arrays.append(array(end_type))
-            casts.append(exp.alias_(exp.column(f"{end}{si}", "u"), f"_dp_{end}{si}"))
+            col = exp.column(f"{end}{si}", "u")
+            casts.append(exp.alias_(from_epoch(col, when) if when else col, f"_dp_{end}{si}"))
             types.append(end_type)
             extra.append(
                 exp.alias_(exp.column(f"_dp_{end}{si}", "_dp"), f"{name}_{end}", quoted=True)
@@ -194,6 +196,18 @@ def interval_is_integer(a: Analysis, si: int | str) -> bool:
         si = int(si)
     s = a.statistics[si]
     return s.pg_type == "int8" and s.func != "mode"
+
+
+def interval_time_type(a: Analysis, si: int | str) -> str | None:
+    """The date or timestamp type of statistic ``si`` (MIN/MAX/a quantile over one), whose
+    interval ends are released as days or seconds since 1970-01-01 and typed back like its value;
+    None for other statistics and derived outputs."""
+    if isinstance(si, str):
+        if not si.isdigit():
+            return None
+        si = int(si)
+    t = a.statistics[si].pg_type
+    return t if t in ("date", "timestamp", "timestamptz") else None
 
 
 def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:

@@ -95,6 +95,32 @@ def test_max_of_timestamps_is_a_timestamp(engine: Engine) -> None:
     assert row[1] >= datetime(2024, 1, 1, tzinfo=UTC)
 
 
+def test_interval_ends_of_dates_and_timestamps_are_dates_and_timestamps(engine: Engine) -> None:
+    """With dpsql.show_intervals the ``_low``/``_high`` columns of a date (timestamp) statistic
+    are dates (timestamps) inside the declared bounds, not days (seconds) since 1970 as float8
+    (deterministic: the ends are bucket edges of the declared range, whose top a timestamp's
+    grid may round up by a few hours)."""
+    s = SessionContext(analyst="a", epsilon=Fraction(5), show_intervals=True)
+    sql = (
+        "SELECT MIN(d) AS a, percentile_disc(0.5) WITHIN GROUP (ORDER BY d) AS m, "
+        "MAX(ts) AS t, MAX(tz) AS z FROM ev"
+    )
+    r = engine.execute(engine.prepare(sql), s)
+    (row,) = r.rows
+    got = dict(zip([c.name for c in r.columns], row, strict=True))
+    first, last = datetime(2024, 1, 1), datetime(2025, 1, 2)
+    for col in ("a", "m", "t", "z"):
+        lo, hi = got[f"{col}_low"], got[f"{col}_high"]
+        for v in (lo, hi):
+            if col in ("a", "m"):
+                assert isinstance(v, date) and not isinstance(v, datetime), (col, v)
+                assert first.date() <= v <= last.date(), (col, v)
+            else:
+                assert isinstance(v, datetime) and (v.tzinfo is not None) == (col == "z"), v
+                assert first <= v.replace(tzinfo=None) <= last, (col, v)
+        assert lo <= hi, (col, lo, hi)
+
+
 def test_date_trunc_keys_come_from_the_bounds(engine: Engine, quiet: Engine) -> None:
     """Twelve months, empty ones included, without partition selection (no delta spent)."""
     sql = "SELECT date_trunc('month', d) AS m, COUNT(*) AS n FROM ev GROUP BY 1 ORDER BY 1"

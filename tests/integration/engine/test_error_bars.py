@@ -149,6 +149,22 @@ def test_interval_ends_are_rounded_outwards(engine: Engine) -> None:
     assert len(repr(s_lo).rstrip("0").rstrip(".")) <= 9 and len(repr(s_hi)) <= 11
 
 
+def test_interval_ends_of_expressions_are_rounded_outwards(engine: Engine) -> None:
+    """An output computed from several statistics (``SUM(v) / COUNT(*)``) gets its interval by
+    interval arithmetic (dpsql.sql.intervals); its ends are rounded like a statistic's: to a
+    multiple of a power of ten about 1/100 of the interval's half-width, not 17 digits.
+    Deterministic: a property of the rounding, whatever the noise."""
+    s = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
+    r = engine.execute(engine.prepare("SELECT SUM(v) / COUNT(*) AS r, 2 * AVG(v) AS a FROM t"), s)
+    got = dict(zip([c.name for c in r.columns], r.rows[0], strict=True))
+    for name in ("r", "a"):
+        lo, hi = float(got[f"{name}_low"]), float(got[f"{name}_high"])
+        assert lo < hi, (name, lo, hi)
+        step = 10.0 ** (math.floor(math.log10((hi - lo) / 2)) - 3)  # one digit of slack
+        for end in (lo, hi):
+            assert abs(end / step - round(end / step)) < 1e-6, (name, end, step)
+
+
 def test_plainly_says_when_the_interval_does_not_cover(make_db: Callable[[str], str]) -> None:
     """Every unit has 40 rows: each loses 39 > the cap 4, so the notice must say NOT (the
     over-cap count, 3,000 units, is far beyond its noise)."""
