@@ -70,6 +70,13 @@ class BudgetLedger(Protocol):
         """:meth:`commit` of a statement of several releases, each answer under its own key."""
         ...
 
+    def commit_many(
+        self, items: Sequence[tuple[Reservation, str | None, bytes | None]]
+    ) -> list[bytes | None]:
+        """:meth:`commit` of several reservations (each with its key and payload, or None), all
+        in one transaction; per item, the payload a concurrent twin stored first, or None."""
+        ...
+
     def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
         """Give a reservation back (when ``error`` cannot depend on private rows); whether it was."""
         ...

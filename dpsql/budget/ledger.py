@@ -171,6 +171,27 @@ class Ledger(LedgerStore):
 
         return self.transact(run)
 
+    def commit_many(
+        self, items: Sequence[tuple[Reservation, str | None, bytes | None]]
+    ) -> list[bytes | None]:
+        """:meth:`commit` of several reservations in one transaction (a statement's ``auto``
+        bound choices): each confirmed, and its payload stored under its key when both are
+        given. All or none: a crash leaves them all reserved (``dpsql budget reconcile``), as a
+        crash between separate commits would leave the rest. Returns, per item, None or the
+        payload a concurrent statement stored first."""
+
+        def run(conn: psycopg.Connection) -> list[bytes | None]:
+            out: list[bytes | None] = []
+            for res, key, payload in items:
+                charging.settle(self, conn, res, "committed")
+                if key is None or payload is None or self.policy.repeats == "off":
+                    out.append(None)
+                else:
+                    out.append(answers.store(self, conn, res.analyst, res.id, key, payload))
+            return out
+
+        return self.transact(run) if items else []
+
     def commit_answers(
         self, res: Reservation, stored: Sequence[tuple[str, bytes]]
     ) -> list[bytes | None]:

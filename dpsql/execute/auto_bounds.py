@@ -349,15 +349,19 @@ def choose_reserved(
         raise
     chosen = list(p.known.chosen)
     digest = engine.repeat_digest(prepared.scope)
-    picks = choose(a, p, hist, epsilon, engine.noise)
-    for i, (it, (c, _)) in enumerate(zip(p.missing, picks, strict=True)):
-        if ledger is not None and c.fallback:
-            ledger.commit(reservations[i])  # spent, not stored: a larger epsilon may choose
-        elif ledger is not None:
-            earlier = ledger.commit(reservations[i], it.key(digest), payload(c))
-            if earlier is not None:  # a concurrent statement stored its choice first
-                c = from_payload(earlier)
-        chosen.append(c)
+    picks = [c for c, _ in choose(a, p, hist, epsilon, engine.noise)]
+    if ledger is not None:
+        # every choice confirmed (and stored, unless it fell back to its default: spent, not
+        # stored, a larger epsilon may choose) in one ledger transaction
+        earlier = ledger.commit_many(
+            [
+                (r, None, None) if c.fallback else (r, it.key(digest), payload(c))
+                for r, it, c in zip(reservations, p.missing, picks, strict=True)
+            ]
+        )
+        # a concurrent statement stored its choice first: use that one
+        picks = [c if e is None else from_payload(e) for c, e in zip(picks, earlier, strict=True)]
+    chosen += picks
     return AutoBounds(tuple(chosen), slice_epsilon(epsilon, p), p.known.fallback)
 
 

@@ -112,6 +112,24 @@ def test_refund_restores_and_only_once(ledger: Ledger, dsn: str) -> None:
     assert states(dsn) == {"refunded": 1, "committed": 1}
 
 
+def test_commit_many_is_one_transaction_all_or_none(ledger: Ledger, dsn: str) -> None:
+    """A statement's auto bound choices are confirmed together: each stored under its key (or
+    only confirmed), a twin's stored payload returned; one reservation already settled rolls
+    the whole commit back (all stay reserved, nothing stored)."""
+    r1, r2, r3 = (ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q") for _ in range(3))
+    ledger.commit(r3)
+    with pytest.raises(InternalError, match="not open"):
+        ledger.commit_many([(r1, "k1", b"one"), (r3, None, None), (r2, None, None)])
+    assert states(dsn) == {"reserved": 2, "committed": 1}
+    assert ledger.peek("alice", "k1") is None
+    assert ledger.commit_many([(r1, "k1", b"one"), (r2, None, None)]) == [None, None]
+    assert states(dsn) == {"committed": 3} and ledger.peek("alice", "k1") == b"one"
+    r4 = ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q")
+    assert ledger.commit_many([(r4, "k1", b"two")]) == [b"one"]  # stored first by the other
+    assert ledger.commit_many([]) == []
+    assert totals(dsn)[("analyst", "alice")].epsilon == E(4, 10)
+
+
 def test_unconfirmed_reservation_stays_spent(dsn: str) -> None:
     pol = policy()
     with Ledger.open(dsn, pol) as lg:
