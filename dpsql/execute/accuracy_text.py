@@ -96,7 +96,7 @@ def accuracy_notes(
             if (noisy is not None and rows and s.measures[0] in noisy)
             else 0.0
         )
-        share = f" ({100 * total / answer:.2g}% of the answer)" if answer > 0 and total > 0 else ""
+        share = f" ({_percent(total / answer)} of the answer)" if answer > 0 and total > 0 else ""
         where = " in all groups together" if a.group_keys else ""
         per = " a group" if a.group_keys else ""
         far = "above" if t.sign > 0 else "below"
@@ -113,6 +113,12 @@ def accuracy_notes(
             )
         out.append(line)
     return tuple(out)
+
+
+def _percent(x: float) -> str:
+    """A ratio as a percentage with about two significant digits: 0.23%, 2.1%, 24%, 106%."""
+    p = 100 * x
+    return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
 
 
 def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:
@@ -278,7 +284,7 @@ def _avg_why_wide(
     why = (
         "the noise alone is that wide"
         if noise_wide == len(wide)
-        else "the estimate of what the bounds left out (a tenth of epsilon goes to it) is that wide"
+        else f"the estimate of what the bounds left out (it gets {_SHARE} of epsilon) is that wide"
     )
     return (
         f" {which} spans most of {_col(a.measure(s.measures[0]))}'s declared range "
