@@ -88,18 +88,8 @@ class Ledger(LedgerStore):
         Raises:
             BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
         """
-        if not isinstance(cost, Cost):
-            raise InternalError(f"reserve() needs a Cost, got {type(cost).__name__}")
         limits = self.limits(analyst)
-        qeps = self.query_epsilon(analyst, cost, delta_for_rho)
-        cap = self.max_epsilon(analyst)
-        if qeps > cap:
-            raise BudgetExhausted(
-                f"the query needs epsilon {fmt_up(qeps)}, more than the per-query maximum "
-                f"{fmt_down(cap)} for analyst {analyst}",
-                hint=f"SET dpsql.epsilon to at most {fmt_down(cap)}",
-            )
-        dfr = self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
+        dfr = self._per_query(analyst, cost, delta_for_rho, self.max_epsilon(analyst))
         return self.transact(
             lambda conn: charging.reserve(
                 self, conn, analyst, cost, fingerprint, limits, dfr, mechanism, statement
@@ -127,18 +117,7 @@ class Ledger(LedgerStore):
         """
         limits = self.limits(analyst)
         cap = self.max_epsilon(analyst)
-        dfrs = []
-        for cost, _, dfr in parts:
-            if not isinstance(cost, Cost):
-                raise InternalError(f"reserve() needs a Cost, got {type(cost).__name__}")
-            qeps = self.query_epsilon(analyst, cost, dfr)
-            if qeps > cap:
-                raise BudgetExhausted(
-                    f"the query needs epsilon {fmt_up(qeps)}, more than the per-query maximum "
-                    f"{fmt_down(cap)} for analyst {analyst}",
-                    hint=f"SET dpsql.epsilon to at most {fmt_down(cap)}",
-                )
-            dfrs.append(self.default_delta(analyst) if dfr is None else Fraction(dfr))
+        dfrs = [self._per_query(analyst, cost, dfr, cap) for cost, _, dfr in parts]
 
         def run(conn: psycopg.Connection) -> list[Reservation]:
             return [
@@ -147,6 +126,26 @@ class Ledger(LedgerStore):
             ]
 
         return self.transact(run)
+
+    def _per_query(
+        self, analyst: str, cost: Cost, delta_for_rho: Fraction | None, cap: Fraction
+    ) -> Fraction:
+        """Refuse a release whose epsilon on its own exceeds ``analyst``'s per-query maximum
+        ``cap``; the delta its rho is converted at (the analyst's default when None).
+
+        Raises:
+            BudgetExhausted: over the per-query maximum (nothing is charged).
+        """
+        if not isinstance(cost, Cost):
+            raise InternalError(f"reserve() needs a Cost, got {type(cost).__name__}")
+        qeps = self.query_epsilon(analyst, cost, delta_for_rho)
+        if qeps > cap:
+            raise BudgetExhausted(
+                f"the query needs epsilon {fmt_up(qeps)}, more than the per-query maximum "
+                f"{fmt_down(cap)} for analyst {analyst}",
+                hint=f"SET dpsql.epsilon to at most {fmt_down(cap)}",
+            )
+        return self.default_delta(analyst) if delta_for_rho is None else Fraction(delta_for_rho)
 
     def lock_budget(
         self, conn: psycopg.Connection, kind: str, name: str, start: datetime

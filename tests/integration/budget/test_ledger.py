@@ -96,6 +96,22 @@ def test_unknown_analyst_and_per_query_maximum(dsn: str) -> None:
             lg.reserve("alice", Cost(rho=rho * 2), "x", delta_for_rho=MICRO)
 
 
+def test_reserve_together_refuses_any_part_over_the_per_query_maximum(dsn: str) -> None:
+    """Several releases of one statement: each is checked against the per-query maximum as
+    reserve() checks one, and a refusal charges none of them."""
+    pol = policy({"alice": {"epsilon": 10.0, "delta": 1e-5, "max_epsilon": 1.0}})
+    with Ledger.open(dsn, pol) as lg:
+        parts = [
+            (Cost(epsilon=E(1, 2)), "laplace", None),
+            (Cost(epsilon=E(11, 10)), "laplace", None),
+        ]
+        with pytest.raises(BudgetExhausted, match="per-query maximum 1 for analyst alice"):
+            lg.reserve_together("alice", parts, "x")
+        assert all(s.epsilon_spent == 0 for s in lg.remaining("alice"))
+        held = lg.reserve_together("alice", parts[:1] * 2, "x")
+        assert len(held) == 2 and all(s.epsilon_spent == 1 for s in lg.remaining("alice"))
+
+
 def test_refund_restores_and_only_once(ledger: Ledger, dsn: str) -> None:
     res = ledger.reserve("alice", Cost(epsilon=E(1, 2), delta=MICRO / 2), "q")
     assert totals(dsn)[("analyst", "alice")].epsilon == E(1, 2)
