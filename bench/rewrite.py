@@ -15,7 +15,11 @@ execution and reused from the ledger, as in a deployment), and their ratio; and 
 floor: the plain query's rows grouped by (unit, keys), which any per-unit bounding must at least
 read and hash. ``--citus DSN`` runs the same on a Citus coordinator
 (tables distributed by their privacy unit; ``tools/citus-local.sh``, docs/deploy.md). The load of the
-machine (``uptime``) is printed before and after each scale: the machine may be shared.
+machine (``uptime``) is printed before and after each scale: the machine may be shared. When the
+PostgreSQL runs on this machine (its own, or ``--dsn`` to a local cluster whose data directory
+this user can read), the CPU each query cost is printed too: the cluster's processes' (backends
+and parallel workers) plus this process's (dpsql's engine), medians; on a shared machine the
+CPU ratio moves far less with the load than the wall-time ratio.
 
 Generation is one ``INSERT ... SELECT`` per table (about 40 s for 10M rows on 2 cores).
 """
@@ -147,14 +151,57 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
+def server_cpu(dsn: str) -> Callable[[], float] | None:
+    """Seconds of CPU the PostgreSQL cluster at ``dsn`` has used so far (every process the
+    postmaster started: backends, parallel workers, alive or reaped), when it runs on this machine
+    and its data directory is readable (else None). On a shared machine the CPU a query costs
+    moves far less with the load than its wall time does."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        pm = int((Path(str(row[0])) / "postmaster.pid").read_text().split()[0])
+        tick = os.sysconf("SC_CLK_TCK")
+    except (psycopg.Error, OSError, ValueError, IndexError):
+        return None
+
+    def fields(pid: str) -> list[str]:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+    def total() -> float:
+        f = fields(str(pm))  # its own time and its reaped children's (exited workers)
+        ticks = sum(int(x) for x in f[11:15])
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    g = fields(d)
+                except OSError:
+                    continue
+                if g[1] == str(pm):
+                    ticks += int(g[11]) + int(g[12])
+        return ticks / tick
+
+    try:
+        total()
+    except OSError:
+        return None
+    return total
+
+
+def timed(
+    fn: Callable[[], object], repeat: int, cpu: Callable[[], float] | None = None
+) -> tuple[float, float | None]:
+    """Median wall seconds of ``fn`` after a warm-up, and the median CPU seconds it cost: the
+    server's (``cpu``) plus this process's (dpsql's engine runs in it)."""
     fn()  # warm
-    out = []
+    out, used = [], []
     for _ in range(repeat):
+        c0, p0 = (cpu() if cpu else 0.0), time.process_time()
         t = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t)
-    return statistics.median(out)
+        if cpu:
+            used.append(cpu() - c0 + time.process_time() - p0)
+    return statistics.median(out), (statistics.median(used) if used else None)
 
 
 def load(dsn: str, rows: int, citus: bool) -> float:
@@ -193,9 +240,13 @@ def run_scale(
         return SessionContext(analyst="bench", epsilon=Fraction(1) + Fraction(next(calls), 10**16))
 
     out = []
+    cpu_out: list[tuple[str, float, float]] = []
+    cpu = server_cpu(dsn)
     print(
         "| measure kind | plain (ms) | dpsql (ms) | ratio | per-unit floor (ms) | dpsql / floor |"
-        "\n|---|---:|---:|---:|---:|---:|"
+        + (" CPU plain (ms) | CPU dpsql (ms) | CPU ratio | CPU floor (ms) |" if cpu else "")
+        + "\n|---|---:|---:|---:|---:|---:|"
+        + ("---:|---:|---:|---:|" if cpu else "")
     )
     try:
         with psycopg.connect(dsn) as conn:
@@ -203,17 +254,23 @@ def run_scale(
                 if only and only not in kind:
                     continue
                 p = engine.prepare(q)
-                plain = timed(lambda q=q: conn.execute(q).fetchall(), repeat)
-                full = timed(lambda p=p: engine.execute(p, session()), repeat)
+                plain, plain_cpu = timed(lambda q=q: conn.execute(q).fetchall(), repeat, cpu)
+                full, full_cpu = timed(lambda p=p: engine.execute(p, session()), repeat, cpu)
                 out.append((kind, plain, full))
                 line = (
                     f"| {kind} | {plain * 1000:,.0f} | {full * 1000:,.0f} | {full / plain:.2f}x |"
                 )
+                low_cpu = None
                 if floor is not None:
-                    low = timed(lambda f=floor: conn.execute(f).fetchall(), repeat)
+                    low, low_cpu = timed(lambda f=floor: conn.execute(f).fetchall(), repeat, cpu)
                     line += f" {low * 1000:,.0f} | {full / low:.2f}x |"
                 else:
                     line += " - | - |"
+                if plain_cpu is not None and full_cpu is not None:
+                    ratio = f"{full_cpu / plain_cpu:.2f}x" if plain_cpu else "-"
+                    line += f" {plain_cpu * 1000:,.0f} | {full_cpu * 1000:,.0f} | {ratio} |"
+                    line += f" {low_cpu * 1000:,.0f} |" if low_cpu is not None else " - |"
+                    cpu_out.append((kind, plain_cpu, full_cpu))
                 print(line)
                 sys.stdout.flush()
     finally:
@@ -229,6 +286,9 @@ def run_scale(
         ratios = [f / p for k, p, f in out if member(k)]
         if ratios:
             print(f"median ratio, {name}: {statistics.median(ratios):.2f}x")
+        ratios = [f / p for k, p, f in cpu_out if member(k) and p]
+        if ratios:
+            print(f"median CPU ratio, {name}: {statistics.median(ratios):.2f}x")
     print(f"load after: {uptime()}")
     return out
 
