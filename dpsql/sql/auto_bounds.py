@@ -139,7 +139,9 @@ class AutoBounds:
         parts = []
         rows, groups = self.get("rows"), self.get("groups")
         if rows is not None and rows.rule != TOTAL_ROWS:
-            parts.append(f"{_num(rows.value)} rows per unit{' per group' if groups else ''}")
+            r = _num(rows.value)
+            per = " per group" if groups else ""
+            parts.append(f"{r} row{'' if r == '1' else 's'} per unit{per}")
         for c in self.chosen:
             if c.kind == "total":
                 what = _total_label(c.column)
@@ -149,7 +151,8 @@ class AutoBounds:
                     text = f"at most {_num(c.value)} {what}"
                 parts.append(f"{text} per unit over all groups")
         if groups is not None:
-            parts.append(f"{_num(groups.value)} groups per unit")
+            g = _num(groups.value)
+            parts.append(f"{g} group{'' if g == '1' else 's'} per unit")
         cols: dict[str, list[ChosenBound]] = {}
         for c in self.chosen:
             if c.kind.startswith("value"):

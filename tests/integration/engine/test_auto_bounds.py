@@ -160,7 +160,7 @@ def test_exact_choice_reads_the_data(
         (  # a public table joined: the private table's own bounds are chosen
             "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON p.region = r.code "
             "GROUP BY r.name",
-            "rows per unit per group",
+            "per unit per group",  # "N rows" ("1 row" when R = 1)
         ),
         (  # per-group COUNT on one table: an L1 cap over a unit's groups
             "SELECT region, COUNT(*) FROM purchases GROUP BY region",
@@ -238,7 +238,7 @@ def test_a_small_slice_keeps_the_defaults_and_says_so(demo_dsn: str, demo_policy
     e = Engine(demo_policy_auto, demo_dsn, pool_size=2, noise=EXACT)
     try:
         small = e.execute(e.prepare("SELECT COUNT(*) FROM pums WHERE age > 60"), SessionContext())
-        assert "1 rows per unit" in small.notices[0], small.notices
+        assert "1 row per unit" in small.notices[0], small.notices
         assert "rows per unit: too few units to choose reliably" in small.notices[0]
         whole = e.execute(e.prepare("SELECT COUNT(*) FROM pums"), SessionContext())
         assert "too few units" not in whole.notices[0], whole.notices
