@@ -154,29 +154,41 @@ def uptime() -> str:
 def server_cpu(dsn: str) -> Callable[[], float] | None:
     """Seconds of CPU the PostgreSQL cluster at ``dsn`` has used so far (every process the
     postmaster started: backends, parallel workers, alive or reaped), when it runs on this machine
-    and its data directory is readable (else None). On a shared machine the CPU a query costs
-    moves far less with the load than its wall time does."""
+    and its data directory is readable (else None); on a Citus coordinator, the sum over the
+    coordinator and every node in ``pg_dist_node`` (the workers run the shards' tasks). On a
+    shared machine the CPU a query costs moves far less with the load than its wall time does."""
     try:
+        dsns = [dsn]
         with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute("SHOW data_directory").fetchone()
-        pm = int((Path(str(row[0])) / "postmaster.pid").read_text().split()[0])
+            if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone():
+                nodes = conn.execute(
+                    "SELECT nodename, nodeport FROM pg_dist_node WHERE isactive AND groupid <> 0"
+                ).fetchall()
+                dsns += [psycopg.conninfo.make_conninfo(dsn, host=h, port=p) for h, p in nodes]
+        pms = []
+        for d in dsns:
+            with psycopg.connect(d, autocommit=True) as conn:
+                row = conn.execute("SHOW data_directory").fetchone()
+            pms.append(int((Path(str(row[0])) / "postmaster.pid").read_text().split()[0]))
         tick = os.sysconf("SC_CLK_TCK")
-    except (psycopg.Error, OSError, ValueError, IndexError):
+    except (psycopg.Error, OSError, ValueError, IndexError, TypeError):
         return None
 
     def fields(pid: str) -> list[str]:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
     def total() -> float:
-        f = fields(str(pm))  # its own time and its reaped children's (exited workers)
-        ticks = sum(int(x) for x in f[11:15])
+        ticks = 0
+        for pm in pms:  # their own time and their reaped children's (exited workers)
+            ticks += sum(int(x) for x in fields(str(pm))[11:15])
+        parents = {str(pm) for pm in pms}
         for d in os.listdir("/proc"):
             if d.isdigit():
                 try:
                     g = fields(d)
                 except OSError:
                     continue
-                if g[1] == str(pm):
+                if g[1] in parents:
                     ticks += int(g[11]) + int(g[12])
         return ticks / tick
 
