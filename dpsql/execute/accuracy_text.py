@@ -81,7 +81,7 @@ def accuracy_notes(
         b = target_of(s, plan)
         if b is None:
             w = _half_widths(s, plan, confidence)
-            noise = f" noise ±{fmt(w[0])};" if len(w) == 1 else ""
+            noise = f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals)
             out.append(f"{s.sql}: {conf} interval:{noise} {_unestimated(a, s)}.")
             continue
         mech = mp.mechanism
@@ -119,6 +119,16 @@ def _percent(x: float) -> str:
     """A ratio as a percentage with about two significant digits: 0.23%, 2.1%, 24%, 106%."""
     p = 100 * x
     return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
+
+
+def _derived_width(a: Analysis, si: int, intervals: Sequence[Sequence[Interval | None]]) -> str:
+    """The half-width of a statistic of several noisy parts (AVG, VARIANCE, STDDEV): of its
+    interval, which combines them (widest over the groups); '' when it has none."""
+    ws = [(iv[1] - iv[0]) / 2 for row in intervals if (iv := row[si]) is not None]
+    ws = [w for w in ws if math.isfinite(w)]
+    if not ws:
+        return ""
+    return f" noise {'up to ' if a.group_keys else ''}±{fmt(max(ws))}{' a group' if a.group_keys else ''};"
 
 
 def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:
@@ -298,8 +308,13 @@ def _unestimated(a: Analysis, s: Statistic) -> str:
     unit = a.private.privacy_unit
     if a.private.row_privacy:
         return "no contribution bounds apply (row-level privacy)"
+    capped = _capped(a, s)
+    if capped:
+        return capped
     if one_row(a) and not _clamped_narrower(a, s):
-        return f"one row per {unit}: the bounds remove nothing (no estimate is needed)"
+        return f"one row per {unit}: the bounds remove nothing (no estimate is needed)" + (
+            _capped_key(a)
+        )
     if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
         return f"the bounds remove no {unit} from a group here"
     kept = [_rows_kept(a)] if not one_row(a) else []
@@ -321,6 +336,52 @@ def _unestimated(a: Analysis, s: Statistic) -> str:
         f"it covers the noise only, NOT what the bounds changed{what}: they can move the "
         "answer either way, by an amount not estimated, so the truth may lie outside it"
     )
+
+
+def _capped(a: Analysis, s: Statistic) -> str:
+    """Over a per-unit derived table: what capping each unit's value of a column ``s``
+    aggregates (a COUNT at R rows, a SUM at R rows' worth, dpsql.sql.per_unit) can change, not
+    estimated; '' when ``s`` reads no capped column."""
+    unit, out = a.private.privacy_unit, []
+    for key in s.measures:
+        m = a.measure(key)
+        if not (isinstance(m.arg, exp.Column) and m.arg.name in a.capped_columns):
+            continue
+        col = a.column(m.arg)
+        if col is None or col.bounds is None:
+            continue
+        lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
+        name = m.arg.name
+        if lo < 0:
+            out.append(f"each {unit}'s {name} is kept within {fmt(lo)} to {fmt(hi)}")
+        else:
+            out.append(
+                f"each {unit}'s {name} is capped at {fmt(hi)} (a {unit} with more counts as "
+                f"{fmt(hi)})"
+            )
+    if not out:
+        return ""
+    return (
+        f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: it "
+        "covers the noise only, NOT what that cap changed (not estimated), so the truth may "
+        "lie outside it"
+    )
+
+
+def _capped_key(a: Analysis) -> str:
+    """Over a per-unit derived table grouped by a capped column: its top group holds every
+    unit at the cap or above."""
+    out = []
+    for g in a.group_keys:
+        if isinstance(g.expr, exp.Column) and g.expr.name in a.capped_columns:
+            col = a.column(g.expr)
+            if col is not None and col.bounds is not None:
+                hi = fmt(float(col.bounds[1]))  # type: ignore[arg-type]
+                out.append(
+                    f"; the group {g.expr.name} = {hi} holds every {a.private.privacy_unit} "
+                    f"with {hi} or more"
+                )
+    return "".join(out)
 
 
 def _clamped_narrower(a: Analysis, s: Statistic) -> bool:

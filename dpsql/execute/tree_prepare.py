@@ -95,9 +95,12 @@ def _prepare_unit_leaf(
     """A leaf over per-unit derived tables (dpsql.sql.per_unit), analyzed with their synthetic
     tables declared (one row per unit: no contribution bounding needed)."""
     view = with_units(engine.view(scope or None), tuple(units))
-    a = dataclasses.replace(analyze(leaf, view), unique_unit=True, one_row_per_unit=True)
-    text = leaf.sql("postgres")
     used = {f"{t.db or 'public'}.{t.name}" for t in leaf.find_all(exp.Table)}
+    capped = tuple(c for u in units if u.name in used for c in u.capped)
+    a = dataclasses.replace(
+        analyze(leaf, view), unique_unit=True, one_row_per_unit=True, capped_columns=capped
+    )
+    text = leaf.sql("postgres")
     return PrivateQuery(
         text=text,
         statement=Statement("query", text, "SELECT", leaf),

@@ -190,6 +190,10 @@ class Analysis:
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
     # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).
     one_row_per_unit: bool = False
+    # Of a per-unit derived table (one_row_per_unit): its columns whose per-unit value is capped
+    # (a COUNT at R, a SUM at R times the bound, dpsql.sql.per_unit): nothing is dropped, but the
+    # cap can lower (raise) a unit's value, which no estimate measures; the notice says so.
+    capped_columns: tuple[str, ...] = ()
 
     def column(self, node: exp.Column) -> Column | None:
         """The policy column behind a qualified reference (None for public tables' columns)."""

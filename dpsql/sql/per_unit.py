@@ -50,6 +50,7 @@ class UnitSource:
     name: str  # schema.table of the synthetic table
     table: PrivateTable
     select: exp.Select  # the per-unit SELECT it stands for in the bounded SQL
+    capped: tuple[str, ...] = ()  # its columns whose per-unit value is capped (COUNT, SUM)
 
 
 def lift_units(
@@ -157,6 +158,7 @@ def _source(
     items: list[exp.Expr] = [
         exp.alias_(exp.column(private.privacy_unit, a.alias), unit_name, quoted=True)
     ]
+    capped: list[str] = []
     for pos, v in enumerate(values):
         name = v.alias_or_name
         if pos not in outputs:
@@ -170,6 +172,7 @@ def _source(
             low = 1 if m.kind == "count_rows" else 0
             keys = tuple(range(low, r + 1)) if r <= MAX_COUNT_KEYS else None
             columns[name] = Column(type="bigint", bounds=(low, r), keys=keys, clamp="bounds")
+            capped.append(name)
             items.append(
                 exp.alias_(exp.func("LEAST", agg, exp.Literal.number(r)), name, quoted=True)
             )
@@ -179,6 +182,7 @@ def _source(
                 "LEAST", exp.func("GREATEST", exp.Sum(this=clamped), _num(lo)), _num(hi)
             )
             columns[name] = Column(type="numeric", bounds=(float(lo), float(hi)), clamp="bounds")
+            capped.append(name)
             items.append(exp.alias_(total, name, quoted=True))
         elif stat.func == "avg":
             columns[name] = Column(
@@ -200,7 +204,7 @@ def _source(
     import hashlib
 
     digest = hashlib.sha256(select.sql("postgres").encode()).hexdigest()[:16]
-    return UnitSource(f"public.{UNIT_PREFIX}{digest}", table, select)
+    return UnitSource(f"public.{UNIT_PREFIX}{digest}", table, select, tuple(capped))
 
 
 def _num(v: Fraction) -> exp.Expr:

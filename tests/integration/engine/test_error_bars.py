@@ -140,6 +140,21 @@ def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
     assert any(n.startswith("AVG(w)") and "noise only" in n and "NOT" in n for n in r.notices)
 
 
+@pytest.mark.parametrize("group", ["", " GROUP BY g"])
+def test_every_statistic_states_its_half_width(engine: Engine, group: str) -> None:
+    """A statistic of several noisy parts whose bias is not estimated (VARIANCE, STDDEV, AVG of
+    values of both signs) still states its interval's half-width in its notice, not only that
+    it covers the noise. Deterministic (the notice's wording, whatever the noise)."""
+    s = SessionContext(analyst="a", epsilon=Fraction(1))
+    keys = "g, " if group else ""
+    sql = f"SELECT {keys}VARIANCE(v), STDDEV(v), AVG(w) FROM t{group}"
+    r = engine.execute(engine.prepare(sql), s)
+    for head in ("VAR_SAMP(v)", "STDDEV(v)", "AVG(w)"):
+        (line,) = [n for n in r.notices if n.startswith(head)]
+        assert "95% interval: noise " in line and "±" in line, line
+        assert "noise only" in line and "NOT" in line, line
+
+
 def test_interval_ends_are_rounded_outwards(engine: Engine) -> None:
     s = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
     r = engine.execute(engine.prepare("SELECT COUNT(*) AS n, SUM(v) AS s FROM t"), s)

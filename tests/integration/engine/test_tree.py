@@ -587,6 +587,25 @@ def test_per_unit_leaves_spend_nothing_on_a_removed_mass_estimate(tree_engine: E
         )
 
 
+def test_per_unit_notice_says_what_the_cap_of_a_count_changes(tree_engine: Engine) -> None:
+    """Each user's n = COUNT(*) is capped at R before the outer aggregate (a user with more
+    rows counts as R): nothing is dropped, but SUM(n) and AVG(n) can be below the truth by
+    what the cap removed, which is not estimated. Their notice says so plainly (it used to say
+    "the bounds remove nothing", and on the demo AVG(n) missed its truth 10.16 with an interval
+    of 9.94-10.05); COUNT(*) over the users (nothing capped) keeps saying nothing is removed;
+    the histogram says its top bucket holds everyone at R or more. Deterministic (wording)."""
+    got = run(tree_engine, PER_UNIT_STATS)
+    by = {n.split(": ")[1]: n for n in got.notices if ": " in n}
+    assert "one row per user_id: the bounds remove nothing" in by["COUNT(*)"], got.notices
+    for stat in ("SUM(n)", "AVG(n)"):
+        line = by[stat]
+        assert "the bounds remove nothing" not in line, line
+        assert f"each user_id's n is capped at {CAP}" in line and "NOT" in line, line
+    hist = run(tree_engine, PER_UNIT_HISTOGRAM)
+    line = next(n for n in hist.notices if "COUNT(*)" in n)
+    assert f"the group n = {CAP} holds every user_id with {CAP} or more" in line, line
+
+
 # the shapes whose truth is not the statement itself: (check, each column's type as psql text)
 MORE_CHECKS: dict[str, tuple[Callable[[list[Any], str, Engine], None], tuple[type, ...]]] = {
     SERIES_LIMIT: (_series_limit, (str, str, int)),
