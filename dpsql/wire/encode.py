@@ -9,6 +9,7 @@ Decimal). Parameters are decoded with psycopg's loaders for their type OID.
 from __future__ import annotations
 
 import datetime
+import math
 import struct
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -58,6 +59,32 @@ def _coerce(oid: int) -> Callable[[Any], Any]:
     if oid in _TEXTLIKE:
         return lambda v: v if isinstance(v, str) else str(v)
     return lambda v: v
+
+
+def float_text(v: Any) -> bytes:
+    """A float4/float8 as PostgreSQL writes it (extra_float_digits >= 1, the default since 12):
+    the shortest digits that read back the same, fixed notation for decimal exponents -4 to 14
+    and no trailing ``.0`` (``1801000``, not Python's ``1801000.0``), else ``1.5e+15`` /
+    ``1e-05``; ``NaN``, ``Infinity``, ``-Infinity``, ``-0``.
+
+    >>> [float_text(x) for x in (1801000.0, 2.5, 1e15, 123456789012345.0, 0.0001, 1e-05, -0.0)]
+    [b'1801000', b'2.5', b'1e+15', b'123456789012345', b'0.0001', b'1e-05', b'-0']
+    """
+    x = float(v)
+    if x != x:
+        return b"NaN"
+    if x in (math.inf, -math.inf):
+        return b"Infinity" if x > 0 else b"-Infinity"
+    d = Decimal(repr(x))
+    if d == 0:
+        return b"-0" if math.copysign(1.0, x) < 0 else b"0"
+    e = d.adjusted()
+    if -4 <= e < 15:
+        return format(d.normalize(), "f").encode("ascii")
+    sign, digits, _ = d.normalize().as_tuple()
+    text = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    exp = f"{'-' if e < 0 else '+'}{abs(e):02d}"
+    return f"{'-' if sign else ''}{text}e{exp}".encode("ascii")
 
 
 def _fallback_text(v: Any) -> bytes:
@@ -142,6 +169,8 @@ def encoder(oid: int, fmt: int) -> Encoder:
         return lambda v: b"\\x" + bytes(v).hex().encode("ascii")
     if oid in (1114, 1184) and not fmt:
         return timestamp_text
+    if oid in _FLOAT and not fmt:
+        return float_text
     arr = _binary_array(oid) if fmt else None
     if arr is not None:
         return arr

@@ -119,3 +119,31 @@ def test_call_labels_as_postgresql(conn: psycopg.Connection[Any], demo_dsn: str)
     with psycopg.connect(demo_dsn) as direct:
         want = direct.execute(sql)
         assert [d.name for d in got.description or []] == [d.name for d in want.description or []]
+
+
+FLOATS = [1801000.0, -1801000.0, 2.5, 0.1, 1 / 3, 1e15, 123456789012345.0, 1.234567890123456e15,
+          0.0001, 1e-05, -2.5e-07, 1e100, 5e-324, 1.7976931348623157e308, 0.0, -0.0, 12345.678,
+          float("inf"), float("-inf"), float("nan")]  # fmt: skip
+
+
+def test_float_text_as_postgresql(conn: psycopg.Connection[Any], demo_dsn: str) -> None:
+    """A float8 dpsql encodes itself (an interval end with SET dpsql.show_intervals) is written
+    as PostgreSQL writes it: ``1801000``, not Python's ``1801000.0``; the encoder agrees with
+    PostgreSQL's own float8 output on every value of FLOATS (exponent edges, -0, specials)."""
+    from dpsql.wire.encode import float_text
+
+    with psycopg.connect(demo_dsn, autocommit=True) as direct:
+        cur = direct.cursor()
+        cur.adapters.register_loader("text", psycopg.types.string.TextLoader)
+        want = [r[0] for r in cur.execute("SELECT unnest(%s::float8[])::text", [FLOATS])]
+    assert [float_text(x).decode() for x in FLOATS] == want
+    conn.execute("SET dpsql.show_intervals = on")
+    cur = conn.cursor()
+    cur.adapters.register_loader("float8", psycopg.types.string.TextLoader)
+    row = cur.execute("SELECT SUM(amount) AS s FROM purchases").fetchone()
+    assert row is not None
+    low = row[1]
+    assert isinstance(low, str) and not low.endswith(".0"), row
+    with psycopg.connect(demo_dsn, autocommit=True) as direct:
+        again = direct.execute("SELECT %s::float8::text", [float(low)]).fetchone()
+    assert again == (low,)
