@@ -35,8 +35,12 @@ direct over the null relay's at the same point. Every throughput row (and every 
 measures direct PostgreSQL just before its proxy, since on a shared machine the load drifts
 within seconds. ``--no-null-relay`` and ``--no-pgbouncer`` leave the references out.
 
+``--policy FILE`` runs the proxy (and writes the rewritten SQL) under another policy than the
+demo's, e.g. one with fixed contribution bounds: with the demo's ``auto`` bounds a fresh
+statement also runs the bound choice's per-unit histogram (its own scan; docs/accuracy.md).
+
 Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]
-[--clients 1,8,32] [--skip SCENARIOS] [--no-null-relay] [--no-pgbouncer]``
+[--clients 1,8,32] [--skip SCENARIOS] [--no-null-relay] [--no-pgbouncer] [--policy FILE]``
 """
 
 from __future__ import annotations
@@ -67,15 +71,22 @@ SETUP = "SET dpsql.epsilon = 0.001"  # fresh DP aggregates: a small charge each
 PRIVATE = "SELECT category, COUNT(*) AS n, AVG(amount) AS avg FROM purchases GROUP BY category"
 
 
+POLICY_FILE: list[str] = []  # --policy, when given
+
+
+def _policy_file() -> str:
+    from dpsql.demo import POLICY
+
+    return POLICY_FILE[0] if POLICY_FILE else str(POLICY)
+
+
 def _start_proxy(upstream: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     import tempfile
-
-    from dpsql.demo import POLICY
 
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="dpsql-bench-", suffix=".log", delete=False)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", str(POLICY), "--upstream", upstream,
+        [sys.executable, "-m", "dpsql", "serve", "--policy", _policy_file(), "--upstream", upstream,
          "--listen", f"127.0.0.1:{port}", "--log-level", "INFO",
          "--max-sessions-per-analyst", "100", *extra],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log,
@@ -188,12 +199,11 @@ def _tree_cpu(pid: int) -> float:
 
 def _engine_latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
     """engine.execute in-process (no wire): separates the engine's share of the added latency."""
-    from dpsql.demo import POLICY
     from dpsql.engine import Engine
     from dpsql.policy import load_policy
     from dpsql.session import SessionContext
 
-    engine = Engine(load_policy(POLICY), dsn, pool_size=2)
+    engine = Engine(load_policy(_policy_file()), dsn, pool_size=2)
     try:
         prepared = engine.prepare(sql.replace("%s", "$1"))
         session = SessionContext(analyst="analyst")
@@ -212,12 +222,11 @@ def _engine_qps(dsn: str, sql: str, params: tuple[object, ...], seconds: float) 
     """engine.execute from 8 threads in-process: the engine's own throughput ceiling."""
     import threading
 
-    from dpsql.demo import POLICY
     from dpsql.engine import Engine
     from dpsql.policy import load_policy
     from dpsql.session import SessionContext
 
-    engine = Engine(load_policy(POLICY), dsn, pool_size=8)
+    engine = Engine(load_policy(_policy_file()), dsn, pool_size=8)
     prepared = engine.prepare(sql.replace("%s", "$1"))
     counts: list[int] = []
 
@@ -249,10 +258,9 @@ def _report_latency(name: str, via: str, proxy: list[float], direct: list[float]
 
 @functools.cache
 def _policy() -> Any:
-    from dpsql.demo import POLICY
     from dpsql.policy import load_policy
 
-    return load_policy(POLICY)
+    return load_policy(_policy_file())
 
 
 def rewritten_sql(sql: str) -> str:
@@ -353,7 +361,12 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma-separated scenario names to leave out")
     ap.add_argument("--no-null-relay", action="store_true", help="leave out the null relay")
     ap.add_argument("--no-pgbouncer", action="store_true", help="leave out pgbouncer")
+    ap.add_argument(
+        "--policy", help="policy file (default: the demo's; its tables must be the demo's)"
+    )
     a = ap.parse_args()
+    if a.policy:
+        POLICY_FILE.append(str(Path(a.policy).resolve()))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-ups below
     from dpsql.demo import load_demo
 
