@@ -56,18 +56,32 @@ def _noisy(node: exp.Expr) -> bool:
     return any(c.name.startswith("_dp_s") for c in node.find_all(exp.Column))
 
 
+def _target(q: float) -> str:
+    """The quantile a statistic aims at, in words."""
+    if q == 0.5:
+        return "median"
+    if q == 1:
+        return "largest value"
+    if q == 0:
+        return "smallest value"
+    return f"{q:g} quantile"
+
+
 def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     """What a quantile's interval means (dpsql.execute.noise.quantile_ends), in words."""
-    level = quantile_level(plan.measure_plan(s.measures[0]))
+    mp = plan.measure_plan(s.measures[0])
+    level = quantile_level(mp)
+    mech = mp.mechanism
+    what = _target(float(mech.quantile)) if isinstance(mech, Quantile) else "quantile"
     if conf > level:
         return (
             f"no interval at {conf:g} (its interval holds at {level:.4g}: SET dpsql.confidence "
             f"to that or less); {selection_accuracy(plan, s, conf)}"
         )
     return (
-        f"the interval holds the quantile of the rows kept by the contribution bounds with "
-        f"probability >= {level:.4g} (two more selections aimed past the target, half of its "
-        f"budget); {selection_accuracy(plan, s, conf)}"
+        f"the interval holds the {what} of the rows the contribution bounds keep, with "
+        f"probability >= {level:.4g} (it comes from two more selections aimed past it, with half "
+        f"of its budget); {selection_accuracy(plan, s, conf)}"
     )
 
 
@@ -77,13 +91,16 @@ def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     mech = mp.mechanism
     if isinstance(mech, Quantile):
         t = mech.rank_error(conf)
+        what = _target(float(mech.quantile))
         return (
-            f"with probability {conf:g} its rank is within {t:.4g} rows of the target "
-            f"(q = {float(mech.quantile):g}) in its group, up to the bucket width "
-            f"{float(mech.width):.4g}"
+            f"with probability {conf:g} the answer's rank is within {t:.4g} rows of the "
+            f"{what}'s in its group, to the nearest bucket ({float(mech.width):.4g} wide)"
         )
     assert isinstance(mech, Mode)
     n = len(mp.measure.candidates) if mp.measure.candidates else None
     g = mech.count_error(conf, n) if n else None
     within = f"{g:.4g} rows" if g is not None else "2R ln(candidates/alpha)/epsilon rows"
-    return f"with probability {conf:g} its count is within {within} of the most frequent value's"
+    return (
+        f"with probability {conf:g} the answer's row count is within {within} of the most "
+        "frequent value's"
+    )
