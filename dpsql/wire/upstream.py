@@ -12,7 +12,7 @@ as values. The pool is a free list: taking and returning a connection is a list 
 
 Why not psycopg's ``AsyncConnection`` and ``psycopg_pool`` here, as everywhere else: this is the
 public fast path's hot loop. ``bench/upstream_client.py`` measured one public lookup at 27 us of
-CPU through this client against 54-61 us with psycopg's generators on its connection and 94 us
+CPU through this client against 54-63 us with psycopg's generators on its connection and 94-134 us
 with ``psycopg_pool`` + ``AsyncRawCursor`` (the bytes passed through); in the proxy, that
 psycopg-only client raised the CPU per public statement from 222 to 324 us (1 client) and from
 162 to 276 us (8 clients). Connecting, configuring, cancelling and errors are psycopg's (numbers
