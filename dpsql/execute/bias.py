@@ -93,23 +93,30 @@ def target_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
     grid 1, below its lower reach. Union bound: any split of alpha over those tails that sums
     to alpha keeps the level. A tail of probability a of a symmetric noise is its two-sided
     half-width at 1 - 2a. Lagrange: the sum of the reaches, each about scale · ln(1/a), is
-    least when each tail's share is proportional to its noise's scale (here its half-width at
-    a common level: public, fixed before any release). Compared with alpha/4 on each tail, the
-    removed mass's noise (4x the answer's sensitivity at a tenth of its epsilon) then gets
-    nearly all of alpha: its reach shrinks by about ln(2/alpha) / ln(4/alpha) (0.81 at 95%),
-    the answer's grows by a few of its (much smaller) noise scales.
+    least when each tail's share is proportional to its weight times its noise's scale (here
+    its half-width at a common level: public, fixed before any release). The removed mass's
+    upper tail weighs 3/2 and its lower 1/2: the upper reach widens every interval, the lower
+    one narrows it only when much was removed (when little was, D' - w_D- < 0 and only the
+    answer's noise sets the lower end). Compared with alpha/4 on each tail, the removed mass's
+    noise (4x the answer's sensitivity at a tenth of its epsilon) then gets nearly all of
+    alpha: its upper reach shrinks by about ln(1.33/alpha) / ln(4/alpha) (0.72 at 95%), the
+    answer's grows by a few of its (much smaller) noise scales.
     """
     alpha = 1 - level
     ref = 1 - alpha / 2
     rb, rd = answer.half_width(ref), b.dropped.half_width(ref)
     lower_d = b.target.grid == 1
-    tails = 2 * rb + (2 if lower_d else 1) * rd
+    # the removed mass's two tails weigh 3/2 and 1/2 of its scale: its lower reach only narrows
+    # the interval when much was removed, its upper reach always widens it
+    up, down = (1.5, 0.5) if lower_d else (1.0, 0.0)
+    tails = 2 * rb + (up + down) * rd
     if not (math.isfinite(tails) and rb > 0 and rd > 0):  # no scale to weigh by: equal shares
-        ab = ad = alpha / (4 if lower_d else 3)
+        n = 4 if lower_d else 3
+        ab, a_up, a_down = alpha / n, alpha / n, alpha / n
     else:
-        ab, ad = alpha * rb / tails, alpha * rd / tails
-    wd = b.dropped.half_width(1 - 2 * ad)
-    return TargetWidths(answer.half_width(1 - 2 * ab), wd if lower_d else 0.0, wd)
+        ab, a_up, a_down = (alpha * w / tails for w in (rb, up * rd, down * rd))
+    d_lo = b.dropped.half_width(1 - 2 * a_down) if lower_d else 0.0
+    return TargetWidths(answer.half_width(1 - 2 * ab), d_lo, b.dropped.half_width(1 - 2 * a_up))
 
 
 def target_interval(
