@@ -98,12 +98,13 @@ def accuracy_notes(
         )
         share = f" ({_percent(total / answer)} of the answer)" if answer > 0 and total > 0 else ""
         where = " in all groups together" if a.group_keys else ""
-        per = " a group" if a.group_keys else ""
+        per = " in a group" if a.group_keys else ""
         far = "above" if t.sign > 0 else "below"
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
             f"(they keep {_kept(a, t)}): about {fmt(total)}{_of(a, t.measure)}{where}{share}, "
-            f"±{fmt(tw.d_hi)}{per}; so it reaches further {far} the answer. "
+            f"and up to {fmt(tw.d_hi)} more{per} given that estimate's noise; so it reaches "
+            f"further {far} the answer. "
         )
         line += _assumption(a, r, t, rows)
         if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows):
