@@ -19,7 +19,7 @@ unit, and a per-unit CTE Citus must plan as a subplan, are caught by the same ch
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -92,6 +92,7 @@ MEMBERS = {
     "sex": {"type": "integer", "keys": [0, 1]},
 }
 """``members``: one row per unit (``uid`` its PRIMARY KEY): the unit-unique path."""
+MEMBERS_ROWS = "INSERT INTO members SELECT u, (u * 7) % 90, u % 2 FROM generate_series(1, 5000) u"
 
 
 def policies() -> dict[str, Policy]:
@@ -122,9 +123,7 @@ def load_members(dsn: str) -> None:
         conn.execute(
             "SELECT create_distributed_table('members', 'uid', colocate_with => 'purchases')"
         )
-        conn.execute(
-            "INSERT INTO members SELECT u, (u * 7) % 90, u % 2 FROM generate_series(1, 5000) u"
-        )
+        conn.execute(MEMBERS_ROWS)
 
 
 @pytest.fixture(scope="module")
@@ -186,17 +185,73 @@ def explain(dsn: str, text: str) -> list[str]:
         return [str(r[0]) for r in conn.execute("EXPLAIN " + text).fetchall()]
 
 
+SENT: dict[tuple[str, str], list[str]] = {}
+
+
+def sent_once(engines: dict[str, Engine], bounds: str, sql: str) -> list[str]:
+    """:func:`sent` of ``sql`` under ``bounds``, once per module (two tests read the texts)."""
+    if (bounds, sql) not in SENT:
+        SENT[bounds, sql] = sent(engines[bounds], sql)
+    return SENT[bounds, sql]
+
+
 @pytest.mark.parametrize("bounds", ["auto", "fixed"])
 @pytest.mark.parametrize("sql", STATEMENTS)
 def test_per_unit_work_runs_on_the_workers(
     engines: dict[str, Engine], citus_dsn: str, coordinator: str, sql: str, bounds: str
 ) -> None:
-    texts = sent(engines[bounds], sql)
+    texts = sent_once(engines, bounds, sql)
     assert texts, "nothing read private rows"
     for text in texts:
         plan = explain(citus_dsn, text)
         assert any("Custom Scan (Citus" in line for line in plan), "\n".join(plan)
         assert problems(plan, coordinator) == [], text + "\n" + "\n".join(plan)
+
+
+@pytest.fixture(scope="module")
+def plain_dsn(make_db: Callable[[str], str]) -> str:
+    """The same demo data (and ``members``) on plain PostgreSQL: the test cluster's."""
+    dsn = make_db("citus_twin")
+    assert not load_demo(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE members (uid integer PRIMARY KEY, age integer, sex integer)")
+        conn.execute(MEMBERS_ROWS)
+    return dsn
+
+
+def rows(dsn: str, text: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return sorted((tuple(r) for r in conn.execute(text).fetchall()), key=repr)
+
+
+@pytest.mark.parametrize("bounds", ["auto", "fixed"])
+@pytest.mark.parametrize("sql", STATEMENTS)
+def test_the_cluster_gives_plain_postgresqls_numbers(
+    engines: dict[str, Engine], citus_dsn: str, plain_dsn: str, sql: str, bounds: str
+) -> None:
+    """Every SQL text dpsql sends (salt included) gives exactly the same rows on the cluster as
+    on one PostgreSQL holding the same data: bounded sums and counts, removed mass, bucket
+    counts, histograms (the keyed-hash choices are a function of the rows and the salt only, and
+    the sums are NUMERIC: no order of addition shows)."""
+    for text in sent_once(engines, bounds, sql):
+        assert rows(citus_dsn, text) == rows(plain_dsn, text), text
+
+
+def test_a_choice_that_is_not_a_function_of_the_rows_is_caught(
+    cengine: Engine, citus_dsn: str, plain_dsn: str
+) -> None:
+    """The comparison's twin: groups (and rows) chosen by ``random()`` instead of the keyed hash
+    of the salt. Per date, COUNT(DISTINCT quantity) over the groups each unit keeps: a unit keeps
+    G = 5 of its dates, most units have about 10, so two independent draws keep other dates for
+    thousands of units and the per-date counts differ; they could agree only if the draws
+    happened to keep, date by date, the same numbers of rows (far below 1e-6)."""
+    sql = "SELECT purchased_at, COUNT(DISTINCT quantity) FROM purchases GROUP BY purchased_at"
+    text = sent_once({"fixed": cengine}, "fixed", sql)[-1]
+    salt = text.split("CONCAT_WS('|', '")[1][:16]
+    broken = text.replace(f"CONCAT_WS('|', '{salt}',", "CONCAT_WS('|', CAST(random() AS TEXT),")
+    assert broken != text
+    assert rows(citus_dsn, text) == rows(plain_dsn, text)  # the keyed hash: the same rows
+    assert rows(citus_dsn, broken) != rows(plain_dsn, broken)
 
 
 def test_the_auto_bounds_histogram_is_checked(
