@@ -1,6 +1,7 @@
 """What ``dpsql serve`` checks before it listens: the policy against the upstream's catalog, the
-upstream role's privileges, and the ledger's database. One line per problem, in the operator's
-terms, each saying what to do (docs/deploy.md); no traceback.
+upstream role's privileges, and the ledger's database; on a Citus coordinator, the tables'
+placement (``dpsql check``'s warnings, :func:`dpsql.check.citus_findings`: not fatal). One line
+per problem, in the operator's terms, each saying what to do (docs/deploy.md); no traceback.
 
 Read through ``pg_catalog`` (``to_regclass``, ``pg_attribute``, ``has_*_privilege``), not
 ``information_schema``, which hides what the connecting role may not read: a table the role lacks
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from dpsql.check import citus_findings
 from dpsql.policy.model import Policy
 
 # policy type family -> format_type() names that agree ("enum": any enum type)
@@ -58,6 +60,10 @@ def upstream_problems(policy: Policy, dsn: str) -> list[Problem]:
                                "SELECT on the policy's tables (docs/deploy.md)", fatal=False))  # fmt: skip
         for name in (*policy.tables, *policy.public_tables):
             out += _table_problems(conn, policy, name, str(role))
+        # on a Citus coordinator: tables placed so that per-unit work can't run on the workers
+        out += [
+            Problem(f"{f.table}: {f.problem}", fatal=False) for f in citus_findings(policy, conn)
+        ]
     return out
 
 

@@ -1,6 +1,6 @@
 """Setting dpsql up in front of Citus: ``dpsql demo --upstream`` distributes the demo tables by
-their units, ``dpsql check --upstream`` warns about every placement that keeps per-unit work off
-the workers (docs/deploy.md, "Citus"). Opt-in tier: ``DPSQL_CITUS_DSN`` (tests/citus/test_citus.py).
+their units, ``dpsql check --upstream`` (and ``dpsql serve``'s start-up checks) warn about every
+placement that keeps per-unit work off the workers (docs/deploy.md, "Citus"). Opt-in tier: ``DPSQL_CITUS_DSN`` (tests/citus/test_citus.py).
 
 The check's findings are compared for each placement of two private tables and a public one:
 local, reference, single-shard, distributed by another column, distributed by the unit but not
@@ -166,3 +166,22 @@ def test_check_cli_warns_in_yellow_and_exits_0(citus_dsn: str, scratch: PolicyFi
     r = dpsql("check", "--policy", str(scratch.path), "--upstream", citus_dsn)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "not co-located" in r.stdout and "colocate_with" in r.stdout, r.stdout
+
+
+def test_serve_logs_the_placement_warnings(citus_dsn: str, scratch: PolicyFile) -> None:
+    """`dpsql serve`'s start-up checks carry the same warnings, as warnings (it still starts)."""
+    from dpsql.server.startup_checks import startup_problems
+
+    for placement, expected in (
+        ("not co-located", 1),
+        ("by the unit, co-located, public reference", 0),
+    ):
+        steps, _ = PLACEMENTS[placement]
+        with psycopg.connect(citus_dsn, autocommit=True) as conn:
+            conn.execute(SCRATCH)
+            for step in steps:
+                conn.execute(step)
+        found = startup_problems(scratch.policy, citus_dsn, None)
+        assert [p for p in found if p.fatal] == [], found
+        placed = [p.text for p in found if "co-located" in p.text or "distributed" in p.text]
+        assert len(placed) == expected, found
