@@ -33,6 +33,7 @@ from dpsql.execute.bias import (
     target_interval,
     target_of,
 )
+from dpsql.execute.key_texts import canonical_rows, check_declared, key_name
 from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
@@ -101,6 +102,12 @@ def release(
     a = plan.analysis
     nk = len(a.group_keys)
     nm = len(a.measures)
+    names = [key_name(g.expr) for g in a.group_keys]
+    if declared_keys is not None:
+        # a group prints as its one declared text only if no two are one value (key_texts)
+        check_declared(declared_keys, key_types[:nk], names)
+    else:  # keys selected from the data: one text per value, not a row's (key_texts)
+        rows = canonical_rows(rows, key_types[:nk], names)
     rows, hist = split_bucket_rows(plan, rows)
     by_key: dict[tuple[str | None, ...], tuple[Any, ...]] = {
         tuple(r[:nk]): tuple(r[nk:]) for r in rows

@@ -15,7 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import Cost
-from dpsql.execute import privacy_params
+from dpsql.execute import key_texts, privacy_params
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
@@ -210,6 +210,19 @@ def precheck(
     return conf
 
 
+def _check_keys(
+    a: Analysis, key_types: Sequence[str], declared: list[tuple[str | None, ...]] | None
+) -> None:
+    """The release's key checks (:mod:`dpsql.execute.key_texts`) before any budget is reserved:
+    no two public keys one value; no key selected from the data without a canonical text."""
+    names = [key_texts.key_name(g.expr) for g in a.group_keys]
+    n = len(names)
+    if declared is not None:
+        key_texts.check_declared(declared, key_types[:n], names)
+    else:
+        key_texts.check_selectable(key_types[:n], names)
+
+
 def _within(cost: Cost, held: Cost) -> bool:
     return cost.epsilon <= held.epsilon and cost.delta <= held.delta and cost.rho <= held.rho
 
@@ -241,8 +254,11 @@ def _run_planned(
         key_types = engine.group_types(prepared, a)
         if isinstance(plan, SetsPlan):
             declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
+            for sp, public in zip(plan.sets, declared, strict=True):
+                _check_keys(sp.plan.analysis, [key_types[i] for i in sp.keys], public)
         else:
             declared = engine.declared_keys(a)
+            _check_keys(a, key_types, declared)
     except BaseException:
         if reserved is not None and ledger is not None:
             ledger.refund(reserved[0])

@@ -9,6 +9,7 @@ silently ignored setting. The policy as a whole is :mod:`dpsql.policy.model`.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Annotated, Literal
 
@@ -150,6 +151,18 @@ class Column(StrictModel):
                 )
             if self.family not in ("integer", "numeric", "date", "timestamp"):
                 raise ValueError(f"bounds only apply to numeric and date columns, not {self.type}")
+        if self.keys is not None and self.family in ("integer", "numeric"):
+            # two keys of one value (1 and 1.0) would be one group upstream, printed as the text
+            # of whichever row PostgreSQL kept: a choice of the data (dpsql.execute.key_texts)
+            seen: dict[Decimal, str] = {}
+            for k in self.key_texts or ():
+                try:
+                    v = Decimal(k)
+                except InvalidOperation:
+                    continue
+                if v in seen and seen[v] != k:
+                    raise ValueError(f"keys {seen[v]} and {k} are the same number: list it once")
+                seen.setdefault(v, k)
         return self
 
     @property

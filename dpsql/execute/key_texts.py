@@ -1,0 +1,116 @@
+"""Group keys as released: one text per group, whatever row PostgreSQL printed it from.
+
+The bounded SQL returns each group's key as ``CAST(key AS TEXT)`` of the row PostgreSQL kept
+for the group. For most types equal values print alike, but not for all: NUMERIC keeps each
+value's scale (``1.0 = 1.00``), float8 has ``-0 = 0``, ``bpchar`` ignores trailing spaces. A
+group's text would then be the text of one of its rows -- which row is the data's choice, so
+one unit could change a released key without any noise (the scale of one row's value, or
+``CASE WHEN age > 50 THEN 1.0 ELSE 1.00 END``, a bit of one row). So:
+
+- keys the query selects from the data (partition selection) are released as a canonical text
+  of their value (:func:`canonical`: trailing zeros of a NUMERIC dropped, ``-0`` as ``0``,
+  trailing spaces of a ``bpchar`` dropped); types without one (``timetz``: ``12:00+01`` =
+  ``11:00+00``; ``jsonb``: ``1.0`` = ``1``) are refused as keys the query selects;
+- public keys (the policy's, a key table's, a CASE's literals) are rows' texts filtered to the
+  declared texts, so a group prints as its one declared text as long as no two declared keys
+  are equal values (:func:`check_declared`: ``1`` and ``1.0`` of a NUMERIC key are refused).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.errors import UnsupportedSql
+
+NUMERIC = frozenset({"numeric"})
+FLOATS = frozenset({"float4", "float8"})
+PADDED = frozenset({"bpchar"})
+# equal values that stay different once read into Python (interval: a timedelta, one per value)
+NO_CANONICAL_TEXT = frozenset({"timetz", "jsonb"})
+_PLAIN_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
+
+
+def key_name(expr: exp.Expr) -> str:
+    """A GROUP BY key as the statement wrote it (shortened), for messages."""
+    text = expr.sql("postgres")
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def canonical(text: str | None, pg_type: str) -> str | None:
+    """One text per value of ``pg_type`` (equal values, one text).
+
+    >>> [canonical(t, "numeric") for t in ("1.00", "1.0", "10.50", "-0.0", "100", "NaN")]
+    ['1', '1', '10.5', '0', '100', 'NaN']
+    >>> canonical("-0", "float8"), canonical("a  ", "bpchar"), canonical("x", "text")
+    ('0', 'a', 'x')
+    """
+    if text is None:
+        return None
+    if pg_type in NUMERIC and _PLAIN_DECIMAL.fullmatch(text):
+        text = text.rstrip("0").rstrip(".")
+        return "0" if text == "-0" else text
+    if pg_type in FLOATS and text == "-0":
+        return "0"
+    if pg_type in PADDED:
+        return text.rstrip(" ")
+    return text
+
+
+def _value(text: str, pg_type: str) -> Any:
+    """What ``text`` equals as a value of ``pg_type`` (for the declared-key check)."""
+    if pg_type in NUMERIC or pg_type in FLOATS:
+        try:
+            return Decimal(text)  # Decimal('-0') == Decimal('0'), Decimal('1.0') == 1
+        except InvalidOperation:
+            return text
+    return canonical(text, pg_type)
+
+
+def check_declared(
+    declared: Sequence[Sequence[str | None]], key_types: Sequence[str], names: Sequence[str]
+) -> None:
+    """Refuse public keys of which two are one value of the key's type (a group would print as
+    the text of whichever of its rows PostgreSQL kept: a choice of the data)."""
+    for keys, pg_type, name in zip(declared, key_types, names, strict=False):
+        seen: dict[Any, str] = {}
+        for k in keys:
+            if k is None:
+                continue
+            v = _value(k, pg_type)
+            if v in seen and seen[v] != k:
+                raise UnsupportedSql(
+                    f"the keys {seen[v]!r} and {k!r} of {name} are the same {pg_type} value",
+                    hint=f"list each value of {name} once (in the policy's keys, its key "
+                    "table or the CASE's results)",
+                )
+            seen.setdefault(v, k)
+
+
+def check_selectable(key_types: Sequence[str], names: Sequence[str]) -> None:
+    """Refuse keys the query selects from the data whose type has no canonical text (before
+    any budget is reserved, where the caller knows the types)."""
+    for pg_type, name in zip(key_types, names, strict=False):
+        if pg_type in NO_CANONICAL_TEXT:
+            raise UnsupportedSql(
+                f"GROUP BY {name}: a {pg_type} key is not released from the data (equal "
+                f"{pg_type} values print differently, and which one is printed depends on the "
+                "rows)",
+                hint=f"group by a text or number computed from {name}, or declare its keys",
+            )
+
+
+def canonical_rows(
+    rows: list[tuple[Any, ...]], key_types: Sequence[str], names: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """``rows`` with their first ``len(key_types)`` columns (keys the query selects from the
+    data) as canonical texts; refused for a key type without one."""
+    nk = len(key_types)
+    check_selectable(key_types, names)
+    if not any(t in NUMERIC or t in FLOATS or t in PADDED for t in key_types):
+        return rows
+    return [(*(canonical(r[i], key_types[i]) for i in range(nk)), *r[nk:]) for r in rows]

@@ -1,0 +1,94 @@
+"""A released group key is one text per value, never the text of one of the group's rows.
+
+PostgreSQL prints a group's key from the row it kept for the group; for NUMERIC (``1.0 = 1.00``)
+and float8 (``-0 = 0``) equal values print differently, so which text a group got was a choice
+of the data. Two neighbouring databases (unit 0's age 30 or 80, the first row either way) must
+give the same answer with noise off (tests.helpers.EXACT): deterministic, no false failures.
+Before dpsql.execute.key_texts, ``CASE WHEN age > 50 THEN 1.0 ELSE 1.00 END`` released the group
+of all 51 units under '1.0' or '1.00' by unit 0's age alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.errors import UnsupportedSql
+from dpsql.session import SessionContext
+from tests.helpers import EXACT
+from tests.policies import PolicyMaker, private_table
+
+FIRST_AGES = (30, 80)  # unit 0's age in the two neighbouring databases
+
+
+@pytest.fixture(scope="module")
+def engines(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> Iterator[tuple[Engine, Engine]]:
+    pf = make_policy(
+        "keytexts",
+        base={"version": 1},
+        tables={
+            "public.t": private_table(
+                "pid",
+                {
+                    "age": {"type": "integer", "bounds": [0, 100]},
+                    "k": {"type": "numeric", "keys": ["1", "2.50"]},
+                },
+            )
+        },
+        analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+    )
+    out = []
+    for first in FIRST_AGES:
+        dsn = make_db("keytexts")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (pid integer PRIMARY KEY, age integer, k numeric)")
+            conn.execute(f"INSERT INTO t VALUES (0, {first}, 1)")  # the first row scanned
+            conn.execute("INSERT INTO t SELECT i, 30, 2.50 FROM generate_series(1, 50) i")
+        out.append(Engine(pf.policy, dsn, pool_size=2, noise=EXACT))
+    yield out[0], out[1]
+    for e in out:
+        e.close()
+
+
+def _answer(e: Engine, sql: str) -> list[tuple[str, ...]]:
+    rows = e.execute(e.prepare(sql), SessionContext(analyst="a")).rows
+    return sorted(tuple(str(v) for v in r) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("key", "want"),
+    [
+        # selected from the data (no public domain): NUMERIC scale, float8 sign of zero
+        ("COALESCE(CASE WHEN age > 50 THEN 1.0 ELSE 1.00 END, 2)", "1"),
+        ("COALESCE(CASE WHEN age > 50 THEN 1.0 ELSE 1.000 END, 2) * 2", "2"),
+        ("COALESCE(CASE WHEN age > 50 THEN -0.0::float8 ELSE 0.0::float8 END, 2)", "0.0"),
+    ],
+)
+def test_a_selected_key_is_one_text_per_value(
+    engines: tuple[Engine, Engine], key: str, want: str
+) -> None:
+    sql = f"SELECT {key} AS g, COUNT(*) FROM t GROUP BY 1"
+    a, b = (_answer(e, sql) for e in engines)
+    assert a == b, (a, b)
+    assert [r[0] for r in a] == [want], a
+
+
+def test_two_public_keys_of_one_value_are_refused(engines: tuple[Engine, Engine]) -> None:
+    """A CASE's literal results are its public keys: 1.0 and 1.00 would be one group upstream,
+    released under one of them by the data; refused (0A000) in both databases alike."""
+    sql = "SELECT CASE WHEN age > 50 THEN 1.0 ELSE 1.00 END AS g, COUNT(*) FROM t GROUP BY 1"
+    for e in engines:
+        with pytest.raises(UnsupportedSql, match="same numeric value") as err:
+            e.execute(e.prepare(sql), SessionContext(analyst="a"))
+        assert err.value.sqlstate == "0A000"
+
+
+def test_declared_numeric_keys_keep_their_text(engines: tuple[Engine, Engine]) -> None:
+    """Distinct declared keys are released as declared ('2.50', not '2.5')."""
+    a, b = (_answer(e, "SELECT k, COUNT(*) FROM t GROUP BY k") for e in engines)
+    assert a == b == [("1", "1"), ("2.50", "50")]
