@@ -271,20 +271,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
         if args.serve:
             from dpsql.server.run import serve_engine
 
-            host, _, port = args.listen.rpartition(":")
-            host = "127.0.0.1" if host in ("", "0.0.0.0", "::", "[::]") else host
+            listen_host = args.listen.rpartition(":")[0]
+            host = "127.0.0.1" if listen_host in ("", "0.0.0.0", "::", "[::]") else listen_host
             db = psycopg_dbname(dsn)
             mine = (
                 f"\n[dim]The examples were charged to analyst {EXAMPLES_ANALYST}, not to you.[/dim]"
             )
-            console.print(
-                f"[bold green]dpsql is serving on {args.listen}[/bold green]; connect with\n"
-                f'  psql "host={host} port={port} user=analyst password=analyst dbname={db}"\n'
-                "(or any PostgreSQL client with those settings)\n"
-                "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
-                "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
-            )
-            return serve_engine(engine, policy, args.listen, args.port_file)
+
+            def ready(port: int) -> None:  # the bound port: the kernel's pick for port 0
+                console.print(
+                    f"[bold green]dpsql is serving on {listen_host}:{port}[/bold green]; connect with\n"
+                    f'  psql "host={host} port={port} user=analyst password=analyst dbname={db}"\n'
+                    "(or any PostgreSQL client with those settings)\n"
+                    "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
+                    "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
+                )
+
+            return serve_engine(engine, policy, args.listen, args.port_file, ready)
         return rc if args.sql else 0
 
 

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 from dpsql.policy.model import Policy
@@ -52,13 +53,19 @@ async def start(server: Server) -> int | None:
     return start_metrics(server, server.config.metrics_listen)
 
 
-async def _serve(server: Server, port_file: str | None = None) -> None:
+async def _serve(
+    server: Server,
+    port_file: str | None = None,
+    on_ready: Callable[[int], None] | None = None,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await start(server)
-    if port_file:
+    if on_ready is not None:
+        on_ready(server.port)
+    if port_file:  # last: a script that waits for the file finds on_ready's output written
         write_port_file(port_file, server.port)
     try:
         await stop.wait()
@@ -67,21 +74,30 @@ async def _serve(server: Server, port_file: str | None = None) -> None:
         await server.shutdown()
 
 
-def serve(server: Server, port_file: str | None = None) -> None:
-    """Run ``server`` until SIGTERM or SIGINT, then shut it down gracefully; ``port_file`` is
-    written with the bound port once it accepts connections."""
+def serve(
+    server: Server,
+    port_file: str | None = None,
+    on_ready: Callable[[int], None] | None = None,
+) -> None:
+    """Run ``server`` until SIGTERM or SIGINT, then shut it down gracefully; once it accepts
+    connections, ``on_ready`` is called with the bound port (the kernel's pick when listening on
+    port 0) and ``port_file`` written with it."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        runner.run(_serve(server, port_file))
+        runner.run(_serve(server, port_file, on_ready))
 
 
 def serve_engine(
-    engine: EngineAPI, policy: Policy, listen: str, port_file: str | None = None
+    engine: EngineAPI,
+    policy: Policy,
+    listen: str,
+    port_file: str | None = None,
+    on_ready: Callable[[int], None] | None = None,
 ) -> int:
     """Serve ``engine`` on ``listen`` (host:port) until SIGTERM/SIGINT (used by ``dpsql demo
     --serve``), its upstream database under its own name."""
     host, port = parse_listen(listen)
     config = ServerConfig(host=host, port=port, database="")
-    serve(Server(engine, policy, config), port_file)
+    serve(Server(engine, policy, config), port_file, on_ready)
     return 0
 
 

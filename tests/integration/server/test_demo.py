@@ -117,6 +117,9 @@ def test_serve_starts_the_analyst_with_a_full_budget_and_empty_history(tmp_path:
         text = out.read_text(errors="replace")
     assert "ERROR 42501" in text  # the fifth example, SELECT *, is refused
     assert f"charged to analyst {EXAMPLES_ANALYST}, not to you" in text
+    # the connect hint names the port the kernel picked for --listen 127.0.0.1:0, not port 0
+    port = dsn.split("port=")[1].split()[0]
+    assert f"serving on 127.0.0.1:{port}" in text and f"host=127.0.0.1 port={port} " in text
 
 
 def test_demo_answers_the_queries_passed_and_exits(tmp_path: Path) -> None:
