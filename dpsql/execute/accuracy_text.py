@@ -31,6 +31,7 @@ from dpsql.execute.bias import (
     target_of,
     target_widths,
 )
+from dpsql.execute.declared_text import with_declared_premises
 from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
@@ -113,7 +114,7 @@ def accuracy_notes(
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
-    return tuple(out)
+    return with_declared_premises(a, out)
 
 
 def _percent(x: float) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.execute.declared_text import declared_premise
 from dpsql.execute.noise import quantile_level
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
@@ -32,7 +33,9 @@ def interval_notices(
         if pos in direct:
             s = a.statistics[direct[pos]]
             if s.func == "quantile" and plan is not None:
-                out.append(f"{names[pos]}: {quantile_note(plan, s, confidence)}")
+                premise = declared_premise(a, s)
+                note = quantile_note(plan, s, confidence)
+                out.append(f"{names[pos]}: {note}" + (f". {premise}" if premise else ""))
             elif s.func == "mode" and plan is not None:
                 out.append(
                     f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"

@@ -1,0 +1,76 @@
+"""The premise of a value interval that the policy, not the data, makes: a column's declared
+``bounds`` hold its values. A value outside them counts as the nearest end (clamping), and what
+that changes is not measured, so the accuracy notice says so in the analyst's words (issue 16):
+"It assumes every amount lies in its declared range 0 to 500 (larger values count as 500,
+smaller ones as 0)." Appended to each notice line of a statistic that clamps a column: SUM,
+AVG, VARIANCE, STDDEV and quantiles (MEDIAN, MIN, MAX); never to a COUNT.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import date
+
+from sqlglot import exp
+
+from dpsql.policy.tables import Column
+from dpsql.sql.analysis import Analysis, Statistic
+
+# the measures whose argument is clamped into its declared range before it is aggregated
+CLAMPED = ("sum", "sum_centered", "sum_sq_centered", "quantile")
+
+
+def _end(v: object) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        x = float(v)
+        if not math.isfinite(x) or abs(x) >= 1000 or x == int(x):
+            return f"{x:,.0f}" if math.isfinite(x) else str(x)
+        return f"{x:.6g}"
+    return str(v)
+
+
+def declared_columns(a: Analysis, s: Statistic) -> dict[str, Column]:
+    """The private columns whose values statistic ``s`` clamps into their declared bounds, by
+    name, in the order the statistic reads them (a per-unit derived table's capped columns are
+    said elsewhere: :func:`dpsql.execute.accuracy_text._capped`)."""
+    out: dict[str, Column] = {}
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind not in CLAMPED or m.arg is None:
+            continue
+        for c in m.arg.find_all(exp.Column):
+            col = a.column(c)
+            if col is None or col.bounds is None or c.name in a.capped_columns:
+                continue
+            out.setdefault(c.name, col)
+    return out
+
+
+def declared_premise(a: Analysis, s: Statistic, also: bool = False) -> str:
+    """One sentence: every value ``s`` clamps lies in its column's declared range (larger values
+    count as the upper end, smaller ones as the lower); '' when ``s`` clamps nothing."""
+    parts = []
+    for name, col in declared_columns(a, s).items():
+        assert col.bounds is not None
+        lo, hi = (_end(b) for b in col.bounds)
+        dated = isinstance(col.bounds[0], date)
+        big, small = ("later", "earlier") if dated else ("larger", "smaller")
+        parts.append(
+            f"every {name} lies in its declared range {lo} to {hi} ({big} values count as "
+            f"{hi}, {small} ones as {lo})"
+        )
+    if not parts:
+        return ""
+    return f"It {'also ' if also else ''}assumes {'; and '.join(parts)}."
+
+
+def with_declared_premises(a: Analysis, lines: Sequence[str]) -> tuple[str, ...]:
+    """The accuracy notice's lines (each begins with its statistic's SQL and a colon), each with
+    its statistic's declared-range premise appended."""
+    out = []
+    for line in lines:
+        s = next((s for s in a.statistics if line.startswith(f"{s.sql}: ")), None)
+        premise = declared_premise(a, s, "It assumes" in line) if s is not None else ""
+        out.append(f"{line.rstrip()} {premise}" if premise else line)
+    return tuple(out)

@@ -1,0 +1,60 @@
+"""The accuracy notice names the premise the policy makes: a column's declared bounds hold its
+values (issue 16). The demo's 5 whales have amounts of 250,000 to 1,250,000 against the declared
+``amount: bounds [0, 500]``: they count as 500, and no interval includes what they add beyond
+it, so every statistic that clamps amount says so in the analyst's words. Deterministic: the
+wording does not depend on the noise.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+
+AMOUNT = "every amount lies in its declared range 0 to 500 (larger values count as 500, smaller ones as 0)"
+# (statement, the start of each notice line that must state the premise)
+CLAMPING: list[tuple[str, tuple[str, ...]]] = [
+    ("SELECT SUM(amount) / COUNT(*) AS r FROM purchases", ("SUM(amount): ",)),
+    ("SELECT category, AVG(amount) FROM purchases GROUP BY category", ("AVG(amount): ",)),
+    ("SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", ("VAR_SAMP(amount): ",)),
+    ("SELECT MAX(amount) AS m FROM purchases", ("m: ",)),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def engine(demo_dsn: str, demo_policy_auto: Any) -> Iterator[Engine]:
+    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_dr{uuid.uuid4().hex[:8]}")
+    e = Engine(demo_policy_auto, demo_dsn, ledger, pool_size=2)
+    yield e
+    e.close()
+    ledger.close()
+
+
+def _notices(engine: Engine, sql: str) -> list[str]:
+    s = SessionContext("analyst", Fraction(1))
+    return list(engine.execute(engine.prepare(sql, "analyst"), s).notices)
+
+
+@pytest.mark.parametrize(("sql", "heads"), CLAMPING, ids=[s for s, _ in CLAMPING])
+def test_a_clamping_statistic_names_the_declared_range(
+    engine: Engine, sql: str, heads: tuple[str, ...]
+) -> None:
+    notes = _notices(engine, sql)
+    for head in heads:
+        mine = [n for n in notes if n.startswith(head)]
+        assert mine, (head, notes)
+        for line in mine:
+            assert AMOUNT in line, line
+
+
+def test_a_count_names_no_range(engine: Engine) -> None:
+    """COUNT clamps nothing: its line names no declared range."""
+    notes = _notices(engine, "SELECT COUNT(*), COUNT(amount) FROM purchases")
+    assert notes and not any("declared range" in n for n in notes), notes
