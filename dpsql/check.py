@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 
@@ -136,6 +137,56 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
     return out + citus
 
 
+def range_findings(policy: Policy, dsn: str) -> list[Finding]:
+    """Per private column with declared ``bounds``: how many rows lie below or above them (one
+    scan of each private table). The data owner reading their own data, never a release: each
+    such value counts as the nearest bound in every SUM, AVG, VARIANCE, STDDEV and quantile, and
+    no interval includes what it has beyond it (docs/accuracy.md). A warning, not an error."""
+    out: list[Finding] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, t in policy.tables.items():
+            cols = [(c, col.bounds) for c, col in t.columns.items() if col.bounds is not None]
+            if not cols:
+                continue
+            parts: list[sql.Composable] = []
+            params: list[object] = []
+            for c, (lo, hi) in cols:
+                ident = sql.Identifier(c)
+                parts += [
+                    sql.SQL("count(*) FILTER (WHERE {} < %s)").format(ident),
+                    sql.SQL("count(*) FILTER (WHERE {} > %s)").format(ident),
+                ]
+                params += [lo, hi]
+            q = sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(parts), sql.Identifier(*name.split("."))
+            )
+            try:
+                row = conn.execute(q, params).fetchone()
+            except psycopg.Error as e:
+                out.append(Finding(name, "", f"bounds not checked: {e}".strip(), warning=True))
+                continue
+            assert row is not None
+            for i, (c, (lo, hi)) in enumerate(cols):
+                below, above = int(row[2 * i]), int(row[2 * i + 1])
+                if below or above:
+                    out.append(Finding(name, c, _outside(below, above, lo, hi), warning=True))
+    return out
+
+
+def _outside(below: int, above: int, lo: object, hi: object) -> str:
+    """What the owner reads for a column with rows outside its declared bounds."""
+    where = []
+    if above:
+        where.append(f"{above:,} rows above the declared {_bound(hi)} (they count as {_bound(hi)})")
+    if below:
+        where.append(f"{below:,} rows below the declared {_bound(lo)} (they count as {_bound(lo)})")
+    return (
+        f"{'; '.join(where)}: no answer's interval includes what they have beyond the bounds. "
+        "Widen bounds from what the column can hold (not from these rows: the policy is "
+        "public), or accept that those values are clamped"
+    )
+
+
 def deployment_notes(policy: Policy, console: Console) -> None:
     """The ``server:`` keys the file sets (secrets hidden), unset ``${VAR}``s, and padding."""
     from dpsql.policy.settings import SECRET_KEYS
@@ -222,7 +273,15 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         )
     if not findings:
         console.print("[green]the catalog agrees with the policy[/green]")
-    return 1 if errors else 0
+    if errors:  # a missing table or column: its bounds can't be read
+        return 1
+    ranges = range_findings(policy, upstream)
+    for f in ranges:
+        where = f"{f.table}.{f.column}" if f.column else f.table
+        console.print(f"[yellow]{where}: {f.problem}[/yellow]", highlight=False)
+    if not ranges:
+        console.print("[green]every bounded column's values lie in its declared bounds[/green]")
+    return 0
 
 
 def _bound(v: object) -> str:

@@ -1,0 +1,76 @@
+"""``dpsql check POLICY --upstream DSN`` tells the data owner how many rows of each bounded
+column lie outside its declared bounds (issue 16): the demo's 5 whales have 2,000 purchases of
+250,000 to 1,250,000 against ``amount: bounds [0, 500]``. Exact counts (the owner reading their
+own data with their own credentials, not a release); the server never runs it for an analyst.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from dpsql.check import check_policy, range_findings
+from dpsql.demo import POLICY
+from dpsql.policy import load_policy
+
+WHALES = "public.purchases.amount: 2,000 rows above the declared 500 (they count as 500)"
+
+
+def _check(path: Path, dsn: str) -> tuple[int, str]:
+    console = Console(record=True, width=400)
+    status = check_policy(str(path), dsn, console)
+    return status, console.export_text()
+
+
+def test_check_counts_the_rows_outside_the_declared_bounds(demo_dsn: str) -> None:
+    status, out = _check(POLICY, demo_dsn)
+    assert status == 0, out  # a warning, not an error
+    assert WHALES in out, out
+    assert "Widen bounds from what the column can hold" in out, out
+    found = {(f.table, f.column) for f in range_findings(load_policy(POLICY), demo_dsn)}
+    # quantity, purchased_at and age hold their bounds: no line for them
+    assert ("public.purchases", "amount") in found and not found & {
+        ("public.purchases", "quantity"),
+        ("public.purchases", "purchased_at"),
+        ("public.pums", "age"),
+    }, found
+
+
+def test_bounds_that_hold_the_data_draw_no_warning(demo_dsn: str, tmp_path: Path) -> None:
+    text = POLICY.read_text().replace("bounds: [0, 500]}", "bounds: [0, 2000000]}")
+    text = text.replace("bounds: [0, 500000]}", "bounds: [0, 100000000]}")
+    path = tmp_path / "wide.yaml"
+    path.write_text(text)
+    status, out = _check(path, demo_dsn)
+    assert status == 0, out
+    assert "rows above the declared" not in out, out
+    assert "every bounded column's values lie in its declared bounds" in out, out
+
+
+def test_a_below_range_value_is_counted(demo_dsn: str, tmp_path: Path) -> None:
+    """The lower end too: quantity is 1 to 10 in the data; declared [2, 10], the rows with 1
+    lie below (their exact number from PostgreSQL)."""
+    import psycopg
+
+    with psycopg.connect(demo_dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM purchases WHERE quantity < 2").fetchone()
+    assert row is not None and row[0] > 0
+    path = tmp_path / "q.yaml"
+    path.write_text(POLICY.read_text().replace("bounds: [1, 10]}", "bounds: [2, 10]}"))
+    _, out = _check(path, demo_dsn)
+    assert (
+        f"public.purchases.quantity: {row[0]:,} rows below the declared 2 (they count as 2)" in out
+    )
+
+
+def test_no_analyst_path_runs_the_range_check() -> None:
+    """Only the owner's CLI reads raw ranges: nothing under dpsql/ but dpsql/check.py calls
+    range_findings (the server's start-up checks import citus_findings only)."""
+    root = Path(__file__).resolve().parents[3] / "dpsql"
+    users = [
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.py")
+        if "range_findings" in p.read_text() and p != root / "check.py"
+    ]
+    assert users == [], users
