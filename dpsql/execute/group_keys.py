@@ -128,3 +128,38 @@ def resolve_keys_from(engine: EngineContext, ref: str) -> tuple[str, ...]:
     keys = tuple(sorted(str(r[0]) for r in rows.rows))
     engine.caches.keys_from.remember(ref, keys)
     return keys
+
+
+NONDETERMINISTIC_SQL = """SELECT COALESCE(pg_catalog.bool_or(NOT c.collisdeterministic), false)
+FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+WHERE a.attrelid = ANY (ARRAY[{tables}]::pg_catalog.oid[]) AND a.attnum > 0
+  AND NOT a.attisdropped"""
+"""Whether a column of the given tables has a nondeterministic collation (case- or accent-
+insensitive): equal texts under it print differently (``'a' = 'A'``)."""
+
+TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
+
+
+def nondeterministic_text(engine: EngineContext, a: Analysis) -> bool:
+    """Whether a table ``a`` reads has a column with a nondeterministic collation (read from the
+    catalog, memoized per catalog state of its tables)."""
+    from psycopg import sql as pgsql
+
+    from dpsql.execute.unique_units import tables
+
+    names = tables(a)
+    key = ("nondeterministic", names, engine.catalog_token(a))
+    hit = engine.caches.key_types.get(key)
+    if hit is not None:
+        return bool(hit)
+    oids = pgsql.SQL(", ").join(
+        pgsql.SQL("pg_catalog.to_regclass({})::pg_catalog.oid").format(
+            pgsql.Literal(".".join('"' + p.replace('"', '""') + '"' for p in t.split(".", 1)))
+        )
+        for t in names
+    )
+    q = pgsql.SQL(NONDETERMINISTIC_SQL).format(tables=oids).as_string(None)
+    rows = engine.backend.run(q, private=False).rows
+    found = bool(rows and rows[0][0])
+    engine.caches.key_types.remember(key, found)
+    return found

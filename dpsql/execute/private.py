@@ -15,8 +15,10 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import Cost
+from dpsql.errors import UnsupportedSql
 from dpsql.execute import key_texts, privacy_params
 from dpsql.execute.backend import CancelToken, type_name
+from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
 from dpsql.execute.notices import interval_notices
@@ -210,13 +212,45 @@ def precheck(
     return conf
 
 
+def check_leaf_keys(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> None:
+    """:func:`_check_keys` for a leaf of a statement of several (dpsql.execute.tree), before its
+    charge (a leaf with grouping sets: the collation check; release() checks its sets' keys)."""
+    key_types = engine.group_types(prepared, a)
+    if a.grouping_sets:
+        _check_keys(engine, a, key_types, [])
+        return
+    _check_keys(engine, a, key_types, engine.declared_keys(a))
+
+
 def _check_keys(
-    a: Analysis, key_types: Sequence[str], declared: list[tuple[str | None, ...]] | None
+    engine: EngineContext,
+    a: Analysis,
+    key_types: Sequence[str],
+    declared: list[tuple[str | None, ...]] | None,
 ) -> None:
     """The release's key checks (:mod:`dpsql.execute.key_texts`) before any budget is reserved:
-    no two public keys one value; no key selected from the data without a canonical text."""
+    no two public keys one value; no key selected from the data without a canonical text; no
+    text key over a table with a nondeterministic collation (``'a' = 'A'``: a group would print
+    as whichever of its texts PostgreSQL kept, and a public key's filter would let the others
+    in)."""
     names = [key_texts.key_name(g.expr) for g in a.group_keys]
     n = len(names)
+    uses = [
+        f"GROUP BY {name}" for name, t in zip(names, key_types[:n], strict=True) if t in TEXT_TYPES
+    ]
+    uses += [  # public candidates compared as text, counted per text
+        f"{'mode()' if m.kind == 'mode' else 'COUNT(DISTINCT)'} of {key_texts.key_name(m.arg)}"
+        for m in a.measures
+        if m.kind in ("mode", "count_keys") and m.arg is not None
+    ]
+    if uses and nondeterministic_text(engine, a):
+        raise UnsupportedSql(
+            f"{uses[0]}: texts are not released from a table with a column of a "
+            "nondeterministic (case- or accent-insensitive) collation (equal texts print "
+            "differently, and which one is printed depends on the rows)",
+            hint="give its text columns a deterministic collation "
+            '(ALTER TABLE ... ALTER COLUMN ... TYPE text COLLATE "default")',
+        )
     if declared is not None:
         key_texts.check_declared(declared, key_types[:n], names)
     else:
@@ -255,10 +289,10 @@ def _run_planned(
         if isinstance(plan, SetsPlan):
             declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
             for sp, public in zip(plan.sets, declared, strict=True):
-                _check_keys(sp.plan.analysis, [key_types[i] for i in sp.keys], public)
+                _check_keys(engine, sp.plan.analysis, [key_types[i] for i in sp.keys], public)
         else:
             declared = engine.declared_keys(a)
-            _check_keys(a, key_types, declared)
+            _check_keys(engine, a, key_types, declared)
     except BaseException:
         if reserved is not None and ledger is not None:
             ledger.refund(reserved[0])

@@ -38,6 +38,7 @@ from dpsql.execute.private import (
     auto_cache_key,
     cache_key,
     check_join_fanout,
+    check_leaf_keys,
     delta_for_rho,
     measure,
     payload,
@@ -98,6 +99,7 @@ def run_tree(
     todo = [i for i, r in enumerate(run.releases) if r is None]
     for i in todo:
         check_join_fanout(engine, shares[i].analysis)  # public tables only, before the charge
+        check_leaf_keys(engine, probes[i], shares[i].analysis)  # types and keys, no row read
     reservation, held = _reserve(engine, prepared, session, [budgets[i] for i in todo])
     done = 0
     try:

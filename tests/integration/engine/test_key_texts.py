@@ -10,6 +10,7 @@ of all 51 units under '1.0' or '1.00' by unit 0's age alone.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import psycopg
@@ -92,3 +93,59 @@ def test_declared_numeric_keys_keep_their_text(engines: tuple[Engine, Engine]) -
     """Distinct declared keys are released as declared ('2.50', not '2.5')."""
     a, b = (_answer(e, "SELECT k, COUNT(*) FROM t GROUP BY k") for e in engines)
     assert a == b == [("1", "1"), ("2.50", "50")]
+
+
+@pytest.mark.parametrize("keys", [["a"], None])
+def test_a_text_key_under_a_nondeterministic_collation_is_refused(
+    make_db: Callable[[str], str], make_policy: PolicyMaker, keys: list[str] | None
+) -> None:
+    """Under a case-insensitive collation 'a' = 'A': the group printed as its first row's text
+    (selected key), or a declared key 'a' let 'A' in and got the group only when the first row
+    said 'a' (51 or 0). Both neighbouring databases now refuse it alike, before any charge."""
+    col: dict[str, object] = {"type": "text", **({"keys": keys} if keys else {})}
+    pf = make_policy(
+        "keyci",
+        base={"version": 1},
+        tables={"public.t": private_table("pid", {"name": col})},
+        analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+    )
+    for first in ("a", "A"):
+        dsn = make_db("keyci")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            try:
+                conn.execute(
+                    "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', "
+                    "deterministic = false)"
+                )
+            except psycopg.errors.FeatureNotSupported:
+                msg = "PostgreSQL built without ICU: no nondeterministic collation to test"
+                if os.environ.get("CI") == "true":
+                    pytest.fail(msg)
+                pytest.skip(msg)
+            conn.execute("CREATE TABLE t (pid integer PRIMARY KEY, name text COLLATE ci)")
+            conn.execute(f"INSERT INTO t VALUES (0, '{first}')")
+            conn.execute("INSERT INTO t SELECT i, 'a' FROM generate_series(1, 50) i")
+        e = Engine(pf.policy, dsn, pool_size=2, noise=EXACT)
+        try:
+            with pytest.raises(UnsupportedSql, match="nondeterministic") as err:
+                e.execute(
+                    e.prepare("SELECT name, COUNT(*) FROM t GROUP BY name"),
+                    SessionContext(analyst="a"),
+                )
+            assert err.value.sqlstate == "0A000"
+            # a statement of several DP leaves is refused alike (dpsql.execute.tree)
+            tree = (
+                "SELECT name, COUNT(*) AS n, SUM(COUNT(*)) OVER (ORDER BY name) AS running "
+                "FROM t GROUP BY name"
+            )
+            with pytest.raises(UnsupportedSql, match="nondeterministic"):
+                e.execute(e.prepare(tree), SessionContext(analyst="a"))
+            if keys:  # public candidates compared as text: mode() too
+                mode = "SELECT mode() WITHIN GROUP (ORDER BY name) FROM t"
+                with pytest.raises(UnsupportedSql, match="nondeterministic"):
+                    e.execute(e.prepare(mode), SessionContext(analyst="a"))
+            # no key at all still answers
+            got = e.execute(e.prepare("SELECT COUNT(*) FROM t"), SessionContext(analyst="a"))
+            assert int(got.rows[0][0]) == 51
+        finally:
+            e.close()
