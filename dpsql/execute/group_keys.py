@@ -130,12 +130,14 @@ def resolve_keys_from(engine: EngineContext, ref: str) -> tuple[str, ...]:
     return keys
 
 
-NONDETERMINISTIC_SQL = """SELECT COALESCE(pg_catalog.bool_or(NOT c.collisdeterministic), false)
-FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+NONDETERMINISTIC_SQL = """SELECT COALESCE(pg_catalog.bool_or(
+  NOT COALESCE(c.collisdeterministic, true) OR t.typname = 'citext'), false)
+FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
 WHERE a.attrelid = ANY (ARRAY[{tables}]::pg_catalog.oid[]) AND a.attnum > 0
   AND NOT a.attisdropped"""
 """Whether a column of the given tables has a nondeterministic collation (case- or accent-
-insensitive): equal texts under it print differently (``'a' = 'A'``)."""
+insensitive) or the ``citext`` type: equal texts under it print differently (``'a' = 'A'``)."""
 
 TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 
