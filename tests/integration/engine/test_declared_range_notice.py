@@ -25,6 +25,13 @@ CLAMPING: list[tuple[str, tuple[str, ...]]] = [
     ("SELECT category, AVG(amount) FROM purchases GROUP BY category", ("AVG(amount): ",)),
     ("SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", ("VAR_SAMP(amount): ",)),
     ("SELECT MAX(amount) AS m FROM purchases", ("m: ",)),
+    ("WITH c AS (SELECT category, SUM(amount) AS s FROM purchases GROUP BY category) SELECT category, s / 1000 FROM c", ("SUM(amount): ",)),
+    ("SELECT r.name, AVG(p.amount) FROM purchases p JOIN regions r ON p.region = r.code GROUP BY r.name", ("AVG(p.amount): ",)),
+]  # fmt: skip
+OTHERS = [  # (statement, the line's start, the premise it states)
+    ("SELECT (SELECT AVG(income) FROM pums) AS b", "AVG(income): ", "every income lies in its declared range 0 to 500,000 (larger values count as 500,000, smaller ones as 0)"),
+    ("SELECT MIN(purchased_at) AS first FROM purchases", "first: ", "every purchased_at lies in its declared range 2025-01-01 to 2025-12-31 (later values count as 2025-12-31, earlier ones as 2025-01-01)"),
+    ("SELECT category, STDDEV(quantity) FROM purchases GROUP BY category", "STDDEV(quantity): ", "every quantity lies in its declared range 1 to 10 (larger values count as 10, smaller ones as 1)"),
 ]  # fmt: skip
 
 
@@ -58,3 +65,12 @@ def test_a_count_names_no_range(engine: Engine) -> None:
     """COUNT clamps nothing: its line names no declared range."""
     notes = _notices(engine, "SELECT COUNT(*), COUNT(amount) FROM purchases")
     assert notes and not any("declared range" in n for n in notes), notes
+
+
+@pytest.mark.parametrize(("sql", "head", "premise"), OTHERS, ids=[s for s, _, _ in OTHERS])
+def test_other_columns_and_shapes_name_their_range(
+    engine: Engine, sql: str, head: str, premise: str
+) -> None:
+    notes = _notices(engine, sql)
+    mine = [n for n in notes if head in n]
+    assert mine and all(premise in n for n in mine), (head, notes)
