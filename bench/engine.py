@@ -1,12 +1,15 @@
 """Engine overhead: each query plain on PostgreSQL vs through the DP engine, in one run.
 
-    python bench/engine.py [--rows-scale N] [--repeat K]
+    python bench/engine.py [--repeat K] [--plan-repeat K] [--plan-only] [--policy FILE]
 
 Starts its own PostgreSQL with the demo data (or uses DPSQL_BENCH_DSN), then for each query prints
 the median time of: the plain SQL on PostgreSQL, the rewritten (bounded) SQL on PostgreSQL, and the
 whole engine (parse/plan/noise/post-process, no ledger); ratios are against the plain SQL.
 Decomposable measures (COUNT, SUM, AVG, VAR, STDDEV, COUNT(DISTINCT unit)) are bounded on partial
 aggregates per (unit, group) (dpsql/sql/rewrite/bound_partials.py); the last queries keep rows.
+Under the demo's ``auto`` bounds the engine (no ledger: nothing stored) chooses them at every
+execution, a per-unit histogram query each time, and "rewritten" is the SQL before they are
+chosen; ``--policy`` with fixed bounds (e.g. clamp: bounds) compares the SQL that really runs.
 """
 
 from __future__ import annotations
@@ -109,6 +112,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--plan-repeat", type=int, default=200)
     ap.add_argument("--plan-only", action="store_true", help="only the plan-time table")
+    ap.add_argument(
+        "--policy",
+        default=str(POLICY),
+        help="policy file over the demo's tables (default: the demo's, with auto bounds: without "
+        "a ledger the engine then chooses them again at every execution)",
+    )
     args = ap.parse_args()
     dsn = os.environ.get("DPSQL_BENCH_DSN")
     cluster = None
@@ -116,7 +125,7 @@ def main() -> None:
         cluster = start_cluster()
         dsn = cluster.dsn()
         load_demo(dsn)
-    engine = Engine(load_policy(POLICY), dsn)
+    engine = Engine(load_policy(args.policy), dsn)
     session = SessionContext(analyst="analyst")
     t = Table(title="dpsql engine overhead (median seconds; ratio vs plain PostgreSQL)")
     for h in ("query", "plain", "rewritten", "ratio", "engine", "ratio"):
