@@ -201,14 +201,16 @@ def precheck(
     engine: EngineContext, prepared: PrivateQuery, session: SessionContext, a: Analysis
 ) -> float:
     """What a private statement checks before any budget is reserved (no private row read):
-    key tables the analyst may read, the confidence, and a join's fan-out (public tables).
-    Returns the confidence."""
+    key tables the analyst may read, the confidence, a join's fan-out (public tables), and its
+    keys' types and public values (:func:`check_leaf_keys`; before ``auto`` bounds are chosen
+    too). Returns the confidence."""
     from dpsql.execute import shadows
 
     key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
     shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
     conf = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
     check_join_fanout(engine, a)  # reads public tables only
+    check_leaf_keys(engine, prepared, a)  # types and the catalog only
     return conf
 
 

@@ -155,3 +155,42 @@ def test_a_text_key_under_a_nondeterministic_collation_is_refused(
             assert int(got.rows[0][0]) == 51
         finally:
             e.close()
+
+
+def test_a_refused_key_is_refused_before_auto_bounds_are_chosen(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> None:
+    """With ``auto`` contribution bounds the bound choice is charged before the answer is
+    measured: the key checks come first, so a refused statement spends nothing."""
+    import uuid
+
+    from dpsql.budget.ledger import Ledger
+
+    dsn = make_db("keyauto")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (pid integer NOT NULL, age integer)")
+        conn.execute("INSERT INTO t SELECT i % 20, 30 + i % 40 FROM generate_series(1, 200) i")
+    pf = make_policy(
+        "keyauto",
+        base={"version": 1},
+        tables={
+            "public.t": private_table(
+                "pid", {"age": {"type": "integer", "bounds": [0, 100]}}, rows=None, groups=None
+            )
+        },
+        analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+    )
+    ledger = Ledger.open(dsn, pf.policy, schema=f"dpsql_kt{uuid.uuid4().hex[:8]}")
+    e = Engine(pf.policy, dsn, ledger, pool_size=2)
+    try:
+        sql = "SELECT CASE WHEN age > 50 THEN 1.0 ELSE 1.00 END AS g, COUNT(*) FROM t GROUP BY 1"
+        with pytest.raises(UnsupportedSql, match="same numeric value"):
+            e.execute(e.prepare(sql), SessionContext(analyst="a"))
+        assert ledger.history("a") == []
+        # the same statement with distinct keys is answered and charged (auto bounds chosen)
+        ok = sql.replace("1.00", "2.0")
+        e.execute(e.prepare(ok), SessionContext(analyst="a"))
+        assert "auto_bound" in [h.mechanism for h in ledger.history("a")]
+    finally:
+        e.close()
+        ledger.close()
