@@ -118,7 +118,10 @@ def release(
         zero = (0,) * (nm + nsel + 2 * len(plan.bias))
         table = [(k, by_key.get(k, zero)) for k in keys]
     else:
-        table = list(by_key.items())
+        # in key order, not PostgreSQL's: a hash aggregate's output order depends on every
+        # group it held, those partition selection drops too (one unit's own group can reorder
+        # the others): the order must be a function of the released keys only
+        table = sorted(by_key.items(), key=lambda t: tuple((v is None, v or "") for v in t[0]))
     if a.needs_selection and table:
         sel = np.array([float(v[nm]) for _, v in table])
         assert plan.selection is not None
