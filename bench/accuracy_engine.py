@@ -6,7 +6,7 @@ policy's ``auto`` contribution bounds chosen from the data at 1/5 of the epsilon
 (:mod:`dpsql.execute.auto_bounds`, one draw per repetition from the deterministic bucket
 counts), the plan at the rest, the bounded private SQL on PostgreSQL (memoized per bounds), the
 release (noise / exponential mechanism) and the post-processing query
-(:func:`dpsql.execute.private.finish`), repeated ``--reps`` times; one full ``Engine.execute``
+(:func:`dpsql.execute.finish.finish`), repeated ``--reps`` times; one full ``Engine.execute``
 per (query, epsilon) checks the path end to end. The machinery is bench/accuracy.py's
 (:class:`bench.accuracy.Query`, :func:`bench.accuracy.auto_draws`): that benchmark measures
 coverage and error of COUNT/SUM/AVG kinds against fixed and hand-tuned bounds at epsilon 1 (the
@@ -41,8 +41,8 @@ from dpsql.demo import POLICY, load_demo
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.engine import Engine
 from dpsql.execute.embedded import start_cluster
+from dpsql.execute.finish import finish
 from dpsql.execute.noise import release
-from dpsql.execute.private import finish
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.sql.auto_bounds import AutoBounds

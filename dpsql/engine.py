@@ -36,6 +36,7 @@ from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
 from dpsql.execute.caches import EngineCaches
 from dpsql.execute.classify import classify
+from dpsql.execute.finish import finish
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -51,7 +52,7 @@ from dpsql.execute.prepared import (
     fingerprint,
 )
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
-from dpsql.execute.private import finish, run_private
+from dpsql.execute.private import run_private
 from dpsql.execute.tree import describe_tree, run_tree
 from dpsql.execute.unique_units import catalog_state, still_unique, tables
 from dpsql.explain.run import describe_explain, prepare_explain, run_explain

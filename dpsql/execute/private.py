@@ -9,8 +9,7 @@ transaction before it reads any data: one statement, one charge (:func:`run_priv
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -18,26 +17,18 @@ from dpsql.dp.accounting import Cost
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import key_texts, privacy_params
 from dpsql.execute.backend import CancelToken, type_name
+from dpsql.execute.finish import finish
 from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.noise import Release, release
-from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
-from dpsql.result import Result, ResultColumn
+from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
-from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
-from dpsql.sql.postprocess import (
-    interval_is_integer,
-    interval_time_type,
-    outer_query,
-    outer_sql,
-    stat_outputs,
-)
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
@@ -388,145 +379,4 @@ def release_measured(
     return release(plan, got.rows, key_types, declared, confidence, engine.noise, candidates=cands)
 
 
-def finish(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    a: Analysis,
-    rel: Release,
-    session: SessionContext,
-    *,
-    describe_only: bool = False,
-    plan: Plan | SetsPlan | None = None,
-    cached: bool = False,
-    auto: AutoBounds | None = None,
-) -> Result:
-    """Run the post-processing query over the released values and type the result.
-
-    ``a`` is the analysis of ``prepared`` the values were released for (with parameters bound,
-    a new one each execution: its post-processing SQL is then not memoized).
-    """
-    outputs = stat_outputs(a)
-    names = [e.alias_or_name for e in a.outer.expressions]
-    derived = [pos for pos, _, _ in derived_outputs(a)]
-    # interval columns in output order: (position, array label, low/high values per row)
-    ivcols: list[tuple[int, str, list[tuple[float, float] | None]]] = []
-    if session.show_intervals:
-        ivcols += [(pos, str(si), [iv[si] for iv in rel.intervals]) for pos, si in outputs]
-        for k, pos in enumerate(derived):  # (a release cached before these existed has none)
-            ivs: list[tuple[float, float] | None] = (
-                [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
-            )
-            ivcols.append((pos, f"d{k}", ivs))
-        ivcols.sort(key=lambda c: c[0])
-    icols = [(label, names[pos]) for pos, label, _ in ivcols]
-    with_rid = not a.outer.args.get("distinct") and not describe_only
-    text = _outer_sql(engine, prepared, a, rel, with_rid, icols)
-    n = len(rel.groups)
-    arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
-    arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
-    for _, label, ivs in ivcols:
-        if interval_is_integer(a, label):  # bigint ends, rounded outwards (never inwards)
-            arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
-            arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
-            continue
-        if interval_time_type(a, label) == "date":  # whole days, outwards (from_epoch: ::int)
-            arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
-            arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
-            continue
-        arrays.append([iv[0] if iv else None for iv in ivs])
-        arrays.append([iv[1] if iv else None for iv in ivs])
-    if with_rid or len(arrays) == 0:
-        arrays.append(list(range(n)))
-    params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
-    rows = engine.backend.run(text, params, private=False)
-    cols = list(rows.columns)
-    data = rows.rows
-    intervals = None
-    if with_rid:
-        cols = cols[:-1]
-        rids = [r[-1] for r in data]
-        data = [tuple(r[:-1]) for r in data]
-        intervals = []
-        for rid in rids:
-            row_iv: list[tuple[float, float] | None] = [None] * len(cols)
-            for pos, si in outputs:
-                row_iv[pos] = rel.intervals[rid][si]
-            for k, pos in enumerate(derived):
-                if rel.derived:
-                    row_iv[pos] = rel.derived[rid][k]
-            intervals.append(tuple(row_iv))
-    stat_mech = dict(outputs)
-    typed = tuple(
-        ResultColumn(
-            c.name,
-            c.type_oid,
-            c.typmod,
-            _mechanism(plan, a, stat_mech[i]) if i in stat_mech else None,
-        )
-        for i, c in enumerate(cols)
-    )
-    conf = privacy_params.confidence(engine.policy, session)
-    notices = (*rel.notes, *interval_notices(a, plan, conf))
-    if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
-        notices = (
-            *notices,
-            f"free repeat of an earlier answer: its intervals are at confidence {rel.confidence:g}, "
-            f"not {conf:g} (the answer itself can't change; ask a different query to re-measure)",
-        )
-    # nothing to measure (GROUP BY / DISTINCT of declared keys alone): charged nothing
-    spent = plan is not None and not cached and plan.cost != Cost()
-    chose = auto.epsilon_spent if auto is not None else Fraction(0)
-    if auto is not None and plan is not None and not describe_only:
-        from dpsql.execute.auto_bounds import notice
-
-        stored = engine.ledger is not None and engine.policy.repeats != "off"
-        text = notice(auto, plan.epsilon + chose, stored)
-        notices = (text, *notices) if text else notices
-    return Result(
-        typed,
-        data,
-        f"SELECT {len(data)}",
-        epsilon_spent=float(plan.epsilon + chose) if spent and plan else float(chose),
-        delta_spent=float(plan.delta) if spent and plan else 0.0,
-        cached=cached,
-        intervals=intervals,
-        notices=notices,
-    )
-
-
-def _whole(x: float, rounding: Callable[[float], int]) -> int | None:
-    """An interval end as a bigint (NULL when it is not finite: no bound on that side)."""
-    return rounding(x) if math.isfinite(x) else None
-
-
-def _outer_sql(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    a: Analysis,
-    rel: Release,
-    with_rid: bool,
-    icols: list[tuple[str, str]],
-) -> str:
-    """The post-processing SQL, memoized for the prepared statement's own analysis (the memo
-    holds ``a`` itself, so its id can't be reused by another analysis while the entry lives)."""
-    stable = prepared.is_own(a)
-    key = ("outer", prepared.text, id(a), tuple(rel.key_types), with_rid, tuple(icols))
-    hit = engine.caches.sql.get(key) if stable else None
-    if hit is not None and hit[0] is a:
-        return str(hit[1])
-    q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
-    text = outer_sql(q)
-    if stable:
-        engine.caches.sql.remember(key, (a, text))
-    return text
-
-
-def _mechanism(plan: Plan | SetsPlan | None, a: Analysis, si: int) -> str | None:
-    """The mechanism that released statistic ``si`` (selection ones by their own name)."""
-    if plan is None:
-        return None
-    mp = plan.measure_plan(a.statistics[si].measures[0])
-    return mp.mechanism.name if mp.measure.selected else plan.mechanism
-
-
-__all__ = ["finish", "payload", "run_private", "type_name"]
+__all__ = ["payload", "run_private", "type_name"]
