@@ -29,6 +29,7 @@ import numpy as np
 from scipy import stats
 
 ALPHA = 1e-6
+SELECT_ALPHA = 1e-3  # choose_event's confidence bounds on the selection sample's rates
 
 
 def clopper_pearson(k: int, n: int, alpha: float) -> tuple[float, float]:
@@ -83,7 +84,8 @@ def choose_event(
     Candidates: ``out >= t`` and ``out <= t`` for t among the sample's values (at most ~400
     quantiles), in both directions. The score predicts the audit's own bound: the selection
     sample's hit rates scaled to ``n_measure`` draws (default: 5x the selection) at the audit's
-    level (alpha 1e-6), so an event too rare to measure, or lucky on a small count, loses.
+    level (alpha 1e-6), from the rates' own confidence bounds on the selection sample (level
+    1 - SELECT_ALPHA), so an event too rare to measure, or lucky on a small count, loses.
     Nothing here reads the mechanism: only its outputs on the two neighbours.
     """
     a = np.sort(np.asarray(sel_d, dtype=float).ravel())
@@ -101,8 +103,16 @@ def choose_event(
     for upper, (hits_a, hits_b) in ((True, (ge_a, ge_b)), (False, (le_a, le_b))):
         for flip in (False, True):
             num, den, n_num, n_den = (hits_a, hits_b, na, nb) if flip else (hits_b, hits_a, nb, na)
-            predicted_num = np.floor(num / n_num * m)
-            predicted_den = np.minimum(np.ceil((den + 0.5) / n_den * m), m)
+            # rates at their own confidence bounds (SELECT_ALPHA), not their point estimates:
+            # the maximum over ~1,600 candidates of point estimates picks a far-tail event whose
+            # few selection hits were lucky (winner's curse: the broken Laplace sum's twin then
+            # read 0.60 on fresh draws instead of ~1.9)
+            num_lo = np.where(num == 0, 0.0, stats.beta.ppf(SELECT_ALPHA / 2, num, n_num - num + 1))
+            den_hi = np.where(
+                den == n_den, 1.0, stats.beta.ppf(1 - SELECT_ALPHA / 2, den + 1, n_den - den)
+            )
+            predicted_num = np.floor(num_lo * m)
+            predicted_den = np.minimum(np.ceil(den_hi * m), m)
             score = _vector_bound(predicted_num, m, predicted_den, m, delta, ALPHA)
             i = int(np.argmax(score))
             if score[i] > best.score:
