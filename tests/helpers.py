@@ -8,19 +8,23 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from dpsql.budget.ledger import Ledger
 from dpsql.dp.bounds import Selection
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.dp.partition import PartitionSelection
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.engine import Engine
+from dpsql.session import SessionContext
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -209,3 +213,21 @@ def interval_coverage(engine: Engine, plan: Any, row: Sequence[Any], sql: str, d
             for _ in range(draws)
         ]
     return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
+
+
+@contextmanager
+def ledgered_engine(policy: Any, dsn: str, prefix: str) -> Iterator[Engine]:
+    """An engine over ``dsn`` with a ledger of its own (schema ``<prefix><random>``), closed after."""
+    ledger = Ledger.open(dsn, policy, schema=f"{prefix}{uuid.uuid4().hex[:8]}")
+    engine = Engine(policy, dsn, ledger, pool_size=2)
+    try:
+        yield engine
+    finally:
+        engine.close()
+        ledger.close()
+
+
+def notices_of(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> list[str]:
+    """The notices of one private answer to ``sql`` as the ``analyst`` analyst."""
+    s = SessionContext("analyst", epsilon)
+    return list(engine.execute(engine.prepare(sql, "analyst"), s).notices)

@@ -11,16 +11,13 @@ Deterministic: the notices' wording, whatever the noise.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 import pytest
 
-from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.session import SessionContext
+from tests.helpers import ledgered_engine, notices_of
 
 PER_UNIT = "(SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t"
 # (statement, the heads of the statistics' notice lines)
@@ -48,16 +45,8 @@ QUANTILES = [  # (statement, its quantiles)
 
 @pytest.fixture(scope="module")
 def engine(demo_dsn: str, demo_policy_auto: Any) -> Iterator[Engine]:
-    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_an{uuid.uuid4().hex[:8]}")
-    e = Engine(demo_policy_auto, demo_dsn, ledger, pool_size=2)
-    yield e
-    e.close()
-    ledger.close()
-
-
-def _notices(engine: Engine, sql: str) -> list[str]:
-    s = SessionContext("analyst", Fraction(1))
-    return list(engine.execute(engine.prepare(sql, "analyst"), s).notices)
+    with ledgered_engine(demo_policy_auto, demo_dsn, "dpsql_an") as e:
+        yield e
 
 
 def _stat(line: str) -> str:
@@ -70,7 +59,7 @@ def _stat(line: str) -> str:
 def test_every_statistic_has_a_level_and_a_half_width(
     engine: Engine, sql: str, heads: tuple[str, ...]
 ) -> None:
-    lines = [n for n in _notices(engine, sql) if ": 95% interval" in n]
+    lines = [n for n in notices_of(engine, sql) if ": 95% interval" in n]
     for head in heads:
         mine = [n for n in lines if _stat(n) == head]
         assert mine, (head, lines)
@@ -82,6 +71,6 @@ def test_every_statistic_has_a_level_and_a_half_width(
 def test_every_quantile_says_how_likely_its_interval_holds(
     engine: Engine, sql: str, count: int
 ) -> None:
-    notes = [n for n in _notices(engine, sql) if not n.startswith("contribution bounds")]
+    notes = [n for n in notices_of(engine, sql) if not n.startswith("contribution bounds")]
     holds = [n for n in notes if "the interval holds" in n and "with probability" in n]
     assert len(holds) == count, notes

@@ -7,16 +7,13 @@ wording does not depend on the noise.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from fractions import Fraction
 from typing import Any
 
 import pytest
 
-from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.session import SessionContext
+from tests.helpers import ledgered_engine, notices_of
 
 AMOUNT = "every amount lies in its declared range 0 to 500 (larger values count as 500, smaller ones as 0)"
 # (statement, the start of each notice line that must state the premise)
@@ -37,23 +34,15 @@ OTHERS = [  # (statement, the line's start, the premise it states)
 
 @pytest.fixture(scope="module")
 def engine(demo_dsn: str, demo_policy_auto: Any) -> Iterator[Engine]:
-    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_dr{uuid.uuid4().hex[:8]}")
-    e = Engine(demo_policy_auto, demo_dsn, ledger, pool_size=2)
-    yield e
-    e.close()
-    ledger.close()
-
-
-def _notices(engine: Engine, sql: str) -> list[str]:
-    s = SessionContext("analyst", Fraction(1))
-    return list(engine.execute(engine.prepare(sql, "analyst"), s).notices)
+    with ledgered_engine(demo_policy_auto, demo_dsn, "dpsql_dr") as e:
+        yield e
 
 
 @pytest.mark.parametrize(("sql", "heads"), CLAMPING, ids=[s for s, _ in CLAMPING])
 def test_a_clamping_statistic_names_the_declared_range(
     engine: Engine, sql: str, heads: tuple[str, ...]
 ) -> None:
-    notes = _notices(engine, sql)
+    notes = notices_of(engine, sql)
     for head in heads:
         mine = [n for n in notes if n.startswith(head)]
         assert mine, (head, notes)
@@ -63,7 +52,7 @@ def test_a_clamping_statistic_names_the_declared_range(
 
 def test_a_count_names_no_range(engine: Engine) -> None:
     """COUNT clamps nothing: its line names no declared range."""
-    notes = _notices(engine, "SELECT COUNT(*), COUNT(amount) FROM purchases")
+    notes = notices_of(engine, "SELECT COUNT(*), COUNT(amount) FROM purchases")
     assert notes and not any("declared range" in n for n in notes), notes
 
 
@@ -71,6 +60,6 @@ def test_a_count_names_no_range(engine: Engine) -> None:
 def test_other_columns_and_shapes_name_their_range(
     engine: Engine, sql: str, head: str, premise: str
 ) -> None:
-    notes = _notices(engine, sql)
+    notes = notices_of(engine, sql)
     mine = [n for n in notes if head in n]
     assert mine and all(premise in n for n in mine), (head, notes)
