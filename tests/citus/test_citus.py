@@ -43,6 +43,7 @@ from tests.dp_audit.test_audit_neighbours import (
     QUERIES,
     SHAPES,
     TWIN,
+    audit_units,
     changed_units,
     l1_ratio,
     worst_ratio,
@@ -307,15 +308,7 @@ def test_a_table_not_distributed_by_its_unit_is_caught(
 @pytest.fixture(scope="module")
 def units(citus_dsn: str) -> tuple[int, ...]:
     """As the plain audit's: two heavy units, the ordinary unit with the most rows, one in pums."""
-    with psycopg.connect(citus_dsn) as conn:
-        top = conn.execute(
-            "SELECT user_id FROM purchases GROUP BY user_id HAVING count(*) < 400 "
-            "ORDER BY count(*) DESC, user_id LIMIT 1"
-        ).fetchall()
-        both = conn.execute(
-            "SELECT min(pid) FROM pums WHERE pid IN (SELECT user_id FROM purchases)"
-        ).fetchone()
-    return HEAVY[:2] + tuple(u for (u,) in top) + ((both[0],) if both and both[0] else ())
+    return audit_units(citus_dsn)
 
 
 @pytest.mark.parametrize("sql", QUERIES)

@@ -104,8 +104,12 @@ def _released(
 
 @pytest.fixture(scope="module")
 def units(demo_dsn: str) -> tuple[int, ...]:
+    return audit_units(demo_dsn)
+
+
+def audit_units(dsn: str) -> tuple[int, ...]:
     """Two heavy units, the ordinary unit with the most rows, one that is in pums too."""
-    with psycopg.connect(demo_dsn) as conn:
+    with psycopg.connect(dsn) as conn:
         top = conn.execute(
             "SELECT user_id FROM purchases GROUP BY user_id HAVING count(*) < 400 "
             "ORDER BY count(*) DESC, user_id LIMIT 1"
