@@ -189,9 +189,12 @@ class FailureLog:
     def _now(self) -> float:
         return self._clock() - self._base
 
+    def _span(self, row: int) -> slice:
+        """Where row ``row``'s ``limit`` times stand in ``_times``."""
+        return slice(row * self.limit, (row + 1) * self.limit)
+
     def _newest(self, row: int) -> float:
-        start = row * self.limit
-        return max(self._times[start : start + self.limit])
+        return max(self._times[self._span(row)])
 
     def _find(self, h: int) -> int | None:
         """The row of hash ``h``, if it has one (the cheap path: keys only)."""
@@ -218,8 +221,7 @@ class FailureLog:
                 log.warning("failed-login table full: forgetting the failures of the keys "
                             "failing least recently")  # fmt: skip
         self._keys[stalest] = h
-        start = stalest * self.limit
-        self._times[start : start + self.limit] = [0.0] * self.limit
+        self._times[self._span(stalest)] = [0.0] * self.limit
         return stalest
 
     def count(self, key: str) -> int:
@@ -230,9 +232,8 @@ class FailureLog:
             row = self._find(h)
             if row is None:
                 return 0
-            start = row * self.limit
             recent = now - self.window_s
-            return sum(1 for t in self._times[start : start + self.limit] if t > recent)
+            return sum(1 for t in self._times[self._span(row)] if t > recent)
 
     def full(self, key: str) -> bool:
         """Whether ``key`` had ``limit`` failures within the window."""
@@ -246,9 +247,9 @@ class FailureLog:
             row = self._find(h)
             if row is None:
                 row = self._claim(h, now)
-            start = row * self.limit
-            times = self._times[start : start + self.limit]
-            self._times[start + times.index(min(times))] = now
+            span = self._span(row)
+            times = self._times[span]
+            self._times[span.start + times.index(min(times))] = now
 
     def clear(self, key: str) -> None:
         """Forget the failures of ``key``."""
@@ -257,5 +258,4 @@ class FailureLog:
             row = self._find(h)
             if row is not None:
                 self._keys[row] = 0
-                start = row * self.limit
-                self._times[start : start + self.limit] = [0.0] * self.limit
+                self._times[self._span(row)] = [0.0] * self.limit

@@ -150,28 +150,36 @@ def parse_session_statement(sql: str) -> SessionStatement | None:
     return parser(p)
 
 
+def _role_change() -> PrivacyViolation:
+    return PrivacyViolation(
+        "changing the role is not allowed through dpsql",
+        hint="connect as the analyst you want to be",
+    )
+
+
+def _time_zone(p: _P) -> bool:
+    """Whether the setting named next is ``TIME ZONE`` (PostgreSQL's spelling of ``timezone``)."""
+    if not p.accept("time"):
+        return False
+    if not p.accept("zone"):
+        raise p.error()
+    return True
+
+
 def _set(p: _P) -> SessionStatement:
     nxt = p.t[p.i + 1].text if p.i + 1 < len(p.t) else None
     if p.peek() == "session" and nxt == "characteristics":
         p.rest_words()
         return SessionStatement("noop", name="SET")
     if p.peek() == "role" or (p.peek() == "session" and nxt == "authorization"):
-        raise PrivacyViolation(
-            "changing the role is not allowed through dpsql",
-            hint="connect as the analyst you want to be",
-        )
+        raise _role_change()
     local = p.accept("local", "session") == "local"
-    if p.peek() in ("role", "session_authorization", "role"):
-        raise PrivacyViolation(
-            "changing the role is not allowed through dpsql",
-            hint="connect as the analyst you want to be",
-        )
+    if p.peek() in ("role", "session_authorization"):
+        raise _role_change()
     if p.accept("transaction"):
         p.rest_words()
         return SessionStatement("noop", name="SET")
-    if p.accept("time"):
-        if not p.accept("zone"):
-            raise p.error()
+    if _time_zone(p):
         name = "timezone"
     elif p.peek() in ("names", "schema") and p.i + 1 < len(p.t) and p.t[p.i + 1].kind == "str":
         name = "client_encoding" if p.ident() == "names" else "search_path"
@@ -206,20 +214,13 @@ def _reset(p: _P) -> SessionStatement:
     if p.accept("all"):
         p.end()
         return SessionStatement("reset", None)
-    if p.accept("time"):
-        if not p.accept("zone"):
-            raise p.error()
-        name = "timezone"
-    else:
-        name = p.dotted()
+    name = "timezone" if _time_zone(p) else p.dotted()
     p.end()
     return SessionStatement("reset", name)
 
 
 def _show(p: _P) -> SessionStatement:
-    if p.accept("time"):
-        if not p.accept("zone"):
-            raise p.error()
+    if _time_zone(p):
         name = "timezone"
     elif p.accept("transaction"):
         if not (p.accept("isolation") and p.accept("level")):
@@ -244,13 +245,18 @@ def _start(p: _P) -> SessionStatement:
     return SessionStatement("begin")
 
 
-def _commit(p: _P) -> SessionStatement:
-    p.accept("work", "transaction")
+def _and_chain(p: _P) -> None:
+    """The end of COMMIT / ROLLBACK: an optional ``AND [NO] CHAIN``."""
     if p.accept("and"):
         p.accept("no")
         if not p.accept("chain"):
             raise p.error()
     p.end()
+
+
+def _commit(p: _P) -> SessionStatement:
+    p.accept("work", "transaction")
+    _and_chain(p)
     return SessionStatement("commit")
 
 
@@ -258,28 +264,25 @@ def _rollback(p: _P) -> SessionStatement:
     p.accept("work", "transaction")
     if p.accept("to"):
         p.accept("savepoint")
-        name = p.ident()
-        p.end()
-        return SessionStatement("rollback_to", name)
-    if p.accept("and"):
-        p.accept("no")
-        if not p.accept("chain"):
-            raise p.error()
-    p.end()
+        return _named(p, "rollback_to")
+    _and_chain(p)
     return SessionStatement("rollback")
 
 
-def _savepoint(p: _P) -> SessionStatement:
+def _named(p: _P, kind: str) -> SessionStatement:
+    """The rest of a statement that names one object (a savepoint, a prepared statement)."""
     name = p.ident()
     p.end()
-    return SessionStatement("savepoint", name)
+    return SessionStatement(kind, name)
+
+
+def _savepoint(p: _P) -> SessionStatement:
+    return _named(p, "savepoint")
 
 
 def _release(p: _P) -> SessionStatement:
     p.accept("savepoint")
-    name = p.ident()
-    p.end()
-    return SessionStatement("release", name)
+    return _named(p, "release")
 
 
 def _discard(p: _P) -> SessionStatement:
@@ -295,9 +298,7 @@ def _deallocate(p: _P) -> SessionStatement:
     if p.accept("all"):
         p.end()
         return SessionStatement("deallocate", None)
-    name = p.ident()
-    p.end()
-    return SessionStatement("deallocate", name)
+    return _named(p, "deallocate")
 
 
 def _unlisten(p: _P) -> SessionStatement:
