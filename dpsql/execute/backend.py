@@ -64,6 +64,16 @@ def type_name(oid: int) -> str:
     return info.name if info is not None else "text"
 
 
+def key_type_name(oid: int) -> str | None:
+    """A group key's type name as :mod:`dpsql.execute.key_texts` checks it: ``name[]`` for an
+    array type (:func:`type_name` names an array by its element), ``None`` for a type psycopg
+    doesn't know (the caller reads its kind from the catalog)."""
+    info = psycopg.postgres.types.get(oid)
+    if info is None:
+        return None
+    return f"{info.name}[]" if info.array_oid == oid else info.name
+
+
 OWN_TIMEOUT_MS = 30_000  # dpsql's own reads (Backend.run_own)
 
 

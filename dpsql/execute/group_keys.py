@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.execute.backend import type_name
+from dpsql.execute.backend import key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.rewrite.bound_contributions import source_select
@@ -46,9 +46,36 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
 
         q = substitute(q, prepared.units)  # type: ignore[assignment]
     rows = engine.backend.run(q.sql("postgres"), private=True)
-    types = tuple(type_name(c.type_oid) for c in rows.columns)
+    types = _key_types(engine, [c.type_oid for c in rows.columns])
     engine.caches.key_types.remember(key, types)
     return types + set_type
+
+
+# pg_type.typtype / typcategory of a type psycopg doesn't know -> the name key_texts refuses
+_KINDS = {"c": "record", "p": "record", "r": "range", "m": "range"}
+
+
+def _key_types(engine: EngineContext, oids: list[int]) -> tuple[str, ...]:
+    """Key type names (:func:`key_type_name`); types psycopg doesn't know (enums, domains,
+    extension types, composite types, arrays of them) are read from the catalog: composite,
+    pseudo, range and array types are named so that :func:`key_texts.check_selectable` refuses
+    them, the others are ``text`` as before."""
+    names = [key_type_name(o) for o in oids]
+    unknown = sorted({o for o, n in zip(oids, names, strict=True) if n is None})
+    kinds: dict[int, str] = {}
+    if unknown:
+        got = engine.backend.run(
+            "SELECT oid::int8, typtype::text, typcategory::text FROM pg_catalog.pg_type "
+            "WHERE oid = ANY(%s::oid[])",
+            (unknown,),
+            private=False,
+        ).rows
+        for oid, typtype, category in got:
+            kind = "array" if category == "A" else _KINDS.get(str(typtype), "text")
+            kinds[int(oid)] = kind
+    return tuple(
+        n if n is not None else kinds.get(o, "text") for o, n in zip(oids, names, strict=True)
+    )
 
 
 def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> dict[str, str]:

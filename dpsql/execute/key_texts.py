@@ -32,6 +32,14 @@ FLOATS = frozenset({"float4", "float8"})
 PADDED = frozenset({"bpchar"})
 # equal values that stay different once read into Python (interval: a timedelta, one per value)
 NO_CANONICAL_TEXT = frozenset({"timetz", "jsonb"})
+# values made of values (a row, an array, a range: `(1.0,x)` = `(1.00,x)`): never keys
+NOT_KEYS = frozenset({"record", "array", "range", "numrange", "nummultirange"})
+
+
+def _not_a_key(pg_type: str) -> bool:
+    return pg_type in NOT_KEYS or pg_type.endswith("[]")
+
+
 _PLAIN_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
 
 
@@ -77,6 +85,7 @@ def check_declared(
     """Refuse public keys of which two are one value of the key's type (a group would print as
     the text of whichever of its rows PostgreSQL kept: a choice of the data)."""
     for keys, pg_type, name in zip(declared, key_types, names, strict=False):
+        _refuse_compound(pg_type, name)
         seen: dict[Any, str] = {}
         for k in keys:
             if k is None:
@@ -91,10 +100,21 @@ def check_declared(
             seen.setdefault(v, k)
 
 
+def _refuse_compound(pg_type: str, name: str) -> None:
+    if _not_a_key(pg_type):
+        what = "an array" if pg_type.endswith("[]") or pg_type == "array" else f"a {pg_type}"
+        raise UnsupportedSql(
+            f"GROUP BY {name}: {what} value is not supported as a group key of a private query "
+            "(equal values can print differently, and which one is printed depends on the rows)",
+            hint=f"group by a text or number computed from {name}",
+        )
+
+
 def check_selectable(key_types: Sequence[str], names: Sequence[str]) -> None:
     """Refuse keys the query selects from the data whose type has no canonical text (before
     any budget is reserved, where the caller knows the types)."""
     for pg_type, name in zip(key_types, names, strict=False):
+        _refuse_compound(pg_type, name)
         if pg_type in NO_CANONICAL_TEXT:
             raise UnsupportedSql(
                 f"GROUP BY {name}: a {pg_type} key is not released from the data (equal "

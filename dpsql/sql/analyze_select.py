@@ -192,6 +192,12 @@ def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expr) -> GroupKey:
             expr = aliases[g.name]
     while isinstance(expr, exp.Paren):  # GROUP BY (x) is GROUP BY x (a merged derived column)
         expr = expr.this
+    if isinstance(expr, exp.Tuple):  # a row value (1, x) from the select list
+        raise UnsupportedSql(
+            f"the row value {expr.sql('postgres')} is not supported as a GROUP BY key of a "
+            "private query",
+            hint="select and group by each of its parts instead: GROUP BY a, b",
+        )
     check_row_level(ctx, expr, "GROUP BY")
     _refuse_identifiers(ctx, expr, "GROUP BY")
     return group_key(ctx, expr, _output_name(expr))

@@ -88,9 +88,22 @@ def function_name(node: exp.Func) -> str:
     return m.group(0).lower() if m else node.sql_name().lower()
 
 
+_DECIMAL = re.compile(r"\bdecimal\b")
+
+
+def type_sql(to: exp.Expr) -> str:
+    """A type as PostgreSQL users write it (sqlglot spells ``numeric`` as ``DECIMAL``).
+
+    >>> import sqlglot
+    >>> type_sql(sqlglot.parse_one("SELECT x::numeric(10, 2)[]", read="postgres").selects[0].to)
+    'numeric(10, 2)[]'
+    """
+    return _DECIMAL.sub("numeric", to.sql("postgres").lower())
+
+
 def cast_sql(node: exp.Cast) -> str:
     """A cast as PostgreSQL users write it: ``x::type``, or ``CAST(x AS type)`` if written so."""
-    to = node.to.sql("postgres").lower()
+    to = type_sql(node.to)
     if "format" in node.args:  # sqlglot's CAST(...) parse sets format/safe/action; `::` doesn't
         return f"CAST({node.this.sql('postgres')} AS {to})"
     inner = node.this

@@ -302,7 +302,8 @@ def parse_statement(text: str) -> Statement:
             "cannot insert multiple commands into a prepared statement",
             hint="send one statement at a time",
         )
-    return Statement("query", text, word, spell_functions(fold_identifiers(found[0]), text))
+    tree = flatten_group_rows(fold_identifiers(found[0]))
+    return Statement("query", text, word, spell_functions(tree, text))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -322,6 +323,26 @@ def fold_identifiers(tree: exp.Expr) -> exp.Expr:
     for ident in tree.find_all(exp.Identifier):
         if not ident.quoted and isinstance(ident.this, str):
             ident.set("this", ident.this.translate(_ASCII_LOWER))
+    return tree
+
+
+def flatten_group_rows(tree: exp.Expr) -> exp.Expr:
+    """``GROUP BY (a, b)`` is ``GROUP BY a, b`` in PostgreSQL (a parenthesized list at the top
+    of GROUP BY is a list of keys, not a row value: parse_agg.c flatten_grouping_sets); sqlglot
+    reads it as one row-valued key. Flattened in place; ``GROUP BY ()`` and the lists inside
+    ROLLUP / CUBE / GROUPING SETS are left as they are.
+
+    >>> q = sqlglot.parse_one("SELECT a, b FROM t GROUP BY (a, b), c", read="postgres")
+    >>> flatten_group_rows(q).sql()
+    'SELECT a, b FROM t GROUP BY a, b, c'
+    """
+    for group in tree.find_all(exp.Group):
+        items = group.expressions
+        if any(isinstance(e, exp.Tuple) and e.expressions for e in items):
+            flat: list[exp.Expr] = []
+            for e in items:
+                flat.extend(e.expressions if isinstance(e, exp.Tuple) and e.expressions else [e])
+            group.set("expressions", flat)
     return tree
 
 

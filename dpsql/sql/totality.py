@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.errors import InvalidParameter, UnsupportedSql
 from dpsql.sql import functions as fn
-from dpsql.sql.names import cast_sql
+from dpsql.sql.names import cast_sql, type_sql
 from dpsql.sql.temporal import (
     MAX_INTERVALS,
     ColumnOf,
@@ -206,7 +206,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         _check_typmod(n)
         return
     raise UnsupportedSql(
-        f"casts to {n.to.sql('postgres').lower()} are not allowed in private queries",
+        f"casts to {type_sql(n.to)} are not allowed in private queries",
         hint="casts to numeric, integer, double precision, boolean, text, date and timestamp are "
         "allowed",
     )
@@ -240,8 +240,8 @@ def _check_typmod(n: exp.Cast) -> None:
         return
     vals = [_int_literal(p.this) for p in params]
     if n.to.this != exp.DataType.Type.DECIMAL or any(v is None for v in vals) or len(vals) > 2:
-        raise UnsupportedSql(f"the type {n.to.sql('postgres').lower()} is not supported here")
+        raise UnsupportedSql(f"the type {type_sql(n.to)} is not supported here")
     p = vals[0] or 0
     s = vals[1] if len(vals) > 1 else 0
     if not (1 <= p <= 1000 and 0 <= (s or 0) <= p):
-        raise UnsupportedSql(f"the type {n.to.sql('postgres').lower()} is not supported here")
+        raise UnsupportedSql(f"the type {type_sql(n.to)} is not supported here")

@@ -223,3 +223,82 @@ def test_selected_groups_come_in_key_order_not_postgresqls(
         assert keys == sorted(keys)
     finally:
         e.close()
+
+
+def test_a_row_value_key_is_refused_before_any_charge(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> None:
+    """``(1, age)`` is one row value: ``(1.0, x)`` = ``(1.00, x)`` print differently, and
+    before this check the statement was charged, then failed with an internal error. Now it
+    is refused (0A000) when prepared, and nothing is spent."""
+    import uuid
+
+    from dpsql.budget.ledger import Ledger
+
+    dsn = make_db("keyrow")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (pid integer NOT NULL, age integer)")
+        conn.execute("INSERT INTO t SELECT i % 20, 30 + i % 40 FROM generate_series(1, 200) i")
+    pf = make_policy(
+        "keyrow",
+        base={"version": 1},
+        tables={"public.t": private_table("pid", {"age": {"type": "integer", "bounds": [0, 100]}})},
+        analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+    )
+    ledger = Ledger.open(dsn, pf.policy, schema=f"dpsql_kr{uuid.uuid4().hex[:8]}")
+    e = Engine(pf.policy, dsn, ledger, pool_size=2)
+    try:
+        for sql in (
+            "SELECT (1, age > 50) AS g, COUNT(*) FROM t GROUP BY 1",
+            "SELECT (CASE WHEN age > 50 THEN 1.0 ELSE 1.00 END, 1) AS g, COUNT(*) FROM t GROUP BY g",
+        ):
+            with pytest.raises(UnsupportedSql, match="row value") as err:
+                e.execute(e.prepare(sql), SessionContext(analyst="a"))
+            assert err.value.sqlstate == "0A000"
+            assert "GROUP BY a, b" in (err.value.hint or "")
+        assert ledger.history("a") == []
+    finally:
+        e.close()
+        ledger.close()
+
+
+def test_group_by_a_parenthesized_list_is_a_list_of_keys(engines: tuple[Engine, Engine]) -> None:
+    """PostgreSQL reads ``GROUP BY (k, age > 50)`` as ``GROUP BY k, age > 50`` (a list, not a
+    row value); dpsql answers both alike (noise off: the same rows)."""
+    e = engines[0]
+    listed = _answer(e, "SELECT k, age > 50 AS old, COUNT(*) FROM t GROUP BY (k, age > 50)")
+    plain = _answer(e, "SELECT k, age > 50 AS old, COUNT(*) FROM t GROUP BY k, age > 50")
+    assert listed == plain, (listed, plain)
+    assert [r[1:] for r in listed] == [("False", "1"), ("False", "50")], listed
+
+
+def test_an_array_or_composite_key_is_refused(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> None:
+    """An owner's column of an array or composite type (``{1.0}`` = ``{1.00}``): whatever the
+    policy calls it, a key of that type is refused before it is measured, selected from the
+    data or declared."""
+    dsn = make_db("keyarr")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TYPE pair AS (a numeric, b integer)")
+        conn.execute("CREATE TABLE t (pid integer PRIMARY KEY, tags numeric[], p pair)")
+        conn.execute(
+            "INSERT INTO t SELECT i, ARRAY[1.0], ROW(1.0, 1)::pair FROM generate_series(1, 50) i"
+        )
+    for keys in (None, ["{1}"]):
+        col: dict[str, object] = {"type": "text", **({"keys": keys} if keys else {})}
+        pf = make_policy(
+            "keyarr",
+            base={"version": 1},
+            tables={"public.t": private_table("pid", {"tags": col, "p": col})},
+            analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+        )
+        e = Engine(pf.policy, dsn, pool_size=2, noise=EXACT)
+        try:
+            for name, what in (("tags", "an array"), ("p", "a record")):
+                sql = f"SELECT {name}, COUNT(*) FROM t GROUP BY {name}"
+                with pytest.raises(UnsupportedSql, match=f"{what} value") as err:
+                    e.execute(e.prepare(sql), SessionContext(analyst="a"))
+                assert err.value.sqlstate == "0A000"
+        finally:
+            e.close()

@@ -101,3 +101,16 @@ def test_the_check_catches_sqlglot_names() -> None:
     assert not called <= {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql)}
     assert "strtodate" in _CLASS_NAMES or "str_to_date" in called
     assert sqlglot.parse_one("to_date('x', 'YYYY')", read="postgres").sql_name() == "STR_TO_DATE"
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SELECT COUNT(*) FROM purchases WHERE amount::numeric[] IS NULL", "numeric[]"),
+        ("SELECT COUNT(*) FROM purchases WHERE category::numeric(4, 1) > 1", "numeric(4, 1)"),
+    ],
+)
+def test_a_cast_names_the_type_as_postgresql_spells_it(sql: str, want: str) -> None:
+    """sqlglot spells ``numeric`` as ``DECIMAL``: refusals say ``numeric`` (dpsql.sql.names.type_sql)."""
+    err = refusal(sql)
+    assert want in err.message and "decimal" not in err.message.lower(), err.message
