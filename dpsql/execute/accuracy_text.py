@@ -31,7 +31,7 @@ from dpsql.execute.bias import (
     target_of,
     target_widths,
 )
-from dpsql.execute.declared_text import with_declared_premises
+from dpsql.execute.declared_text import outside_warning, with_declared_premises
 from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
@@ -114,7 +114,25 @@ def accuracy_notes(
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
-    return with_declared_premises(a, out)
+    return with_declared_premises(a, out, _outside_warnings(a, plan, removed, rows))
+
+
+def _outside_warnings(
+    a: Analysis, plan: Plan, removed: dict[str, Removed], rows: int
+) -> dict[str, str]:
+    """By statistic SQL: the warning that about N units have a value outside its declared range
+    (:meth:`Removed.outside_alarm`), for the statistics whose count passed its threshold."""
+    out: dict[str, str] = {}
+    if not rows:
+        return out
+    for s in a.statistics:
+        avg = avg_targets(s, plan)
+        b = avg[0] if avg is not None else target_of(s, plan)
+        r = removed.get(b.target.key) if b is not None else None
+        n = r.outside_alarm() if r is not None else None
+        if n is not None and b is not None:
+            out[s.sql] = outside_warning(a, s, n, b.target.split)
+    return out
 
 
 def _percent(x: float) -> str:

@@ -39,14 +39,38 @@ Mechanism = Laplace | Gaussian
 ALARM = 1e-3  # the over-cap alarm's false-alarm probability per answer
 
 
+OUTSIDE_ALARM = 1e-6  # the outside-the-declared-range warning's false-alarm probability
+
+
 @dataclass(frozen=True)
 class Removed:
     """One target's released removed mass per group (measure units, >= 0 means 'removed on the
-    side of its sign') and over-cap unit counts."""
+    side of its sign'), over-cap unit counts and (when measured) counts of units with a value
+    outside the declared bounds."""
 
     plan: BiasPlan
     dropped: np.ndarray
     over_cap: np.ndarray
+    outside: np.ndarray | None = None
+
+    def outside_alarm(self) -> float | None:
+        """About how many units have a kept value outside the declared bounds (the released
+        counts over all groups, >= 0), when some group's count is above 0 beyond its noise;
+        else None. Threshold: with no such unit, a group's count passes it with probability at
+        most OUTSIDE_ALARM / groups (one-sided tail of its noise, 2 P(noise > t) = 1 - level),
+        so no warning fires with probability >= 1 - OUTSIDE_ALARM (union bound)."""
+        mech, x = self.plan.outside, self.outside
+        if mech is None or x is None or not x.size:
+            return None
+        t = mech.half_width(1 - 2 * OUTSIDE_ALARM / x.size)
+        if float(x.max()) <= t:
+            return None
+        return float(np.clip(x, 0, None).sum())
+
+
+def outside_plans(plan: Plan) -> tuple[BiasPlan, ...]:
+    """The bias plans whose outside count the SQL measures, in column order."""
+    return tuple(b for b in plan.bias if b.outside is not None)
 
 
 def _float(x: object) -> float:
@@ -57,20 +81,30 @@ def _float(x: object) -> float:
 
 
 def release_removed(
-    plan: Plan, columns: Sequence[tuple[Sequence[object], Sequence[object]]], noise: NoiseSource
+    plan: Plan,
+    columns: Sequence[tuple[Sequence[object], Sequence[object]]],
+    noise: NoiseSource,
+    outside: Sequence[Sequence[object]] = (),
 ) -> dict[str, Removed]:
     """Noisy removed mass per target from its two SQL columns per row (grid steps, unit counts).
 
-    ``columns[i]`` holds target i's (dropped steps, over-cap count) for every released row.
+    ``columns[i]`` holds target i's (dropped steps, over-cap count) for every released row;
+    ``outside[j]`` the outside counts of the j-th target that measures them (:func:`outside_plans`).
     """
     out: dict[str, Removed] = {}
+    xs = dict(zip((b.target.key for b in outside_plans(plan)), outside, strict=True))
     for b, (steps, over) in zip(plan.bias, columns, strict=True):
         grid = float(b.target.grid)
         d = np.array([_float(x) for x in steps], dtype=np.float64) * grid
         k = np.array([_float(x) for x in over], dtype=np.float64)
+        x = None
+        if b.outside is not None:
+            x = np.array([_float(v) for v in xs[b.target.key]], dtype=np.float64)
         if d.size:
             d, k = noise.add(b.dropped, d), noise.add(b.over_cap, k)
-        out[b.target.key] = Removed(b, d, k)
+            if b.outside is not None and x is not None:
+                x = noise.add(b.outside, x)
+        out[b.target.key] = Removed(b, d, k, x)
     return out
 
 

@@ -3,13 +3,16 @@
 that changes is not measured, so the accuracy notice says so in the analyst's words (issue 16):
 "It assumes every amount lies in its declared range 0 to 500 (larger values count as 500,
 smaller ones as 0)." Appended to each notice line of a statistic that clamps a column: SUM,
-AVG, VARIANCE, STDDEV and quantiles (MEDIAN, MIN, MAX); never to a COUNT.
+AVG, VARIANCE, STDDEV and quantiles (MEDIAN, MIN, MAX); never to a COUNT. When a private count
+of the units with a value outside the declared range (a SUM's or AVG's ``outside`` release,
+:mod:`dpsql.sql.bias`) is clearly above 0, the line says instead that the premise is false for
+about that many units and that the interval does not cover what their clamp changed.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date
 
 from sqlglot import exp
@@ -65,12 +68,39 @@ def declared_premise(a: Analysis, s: Statistic, also: bool = False) -> str:
     return f"It {'also ' if also else ''}assumes {'; and '.join(parts)}."
 
 
-def with_declared_premises(a: Analysis, lines: Sequence[str]) -> tuple[str, ...]:
+def outside_warning(a: Analysis, s: Statistic, units: float, split: int = 1) -> str:
+    """The premise plainly false: about ``units`` units have a value ``s`` clamps outside its
+    column's declared range (a private count, :mod:`dpsql.sql.bias`), so the interval does not
+    cover what that clamp changed, and what to do. ``split`` > 1: counted in each group."""
+    ranges = [
+        f"{name} outside its declared range {lo} to {hi} (counted as {hi} or {lo})"
+        for name, col in declared_columns(a, s).items()
+        if col.bounds is not None
+        for lo, hi in [(_end(col.bounds[0]), _end(col.bounds[1]))]
+    ]
+    if not ranges:
+        return ""
+    each = " (counted in each group where they have one)" if split > 1 else ""
+    return (
+        f"But about {units:,.0f} {a.private.privacy_unit}{each} have values of "
+        f"{', or of '.join(ranges)}: the interval does NOT cover what that clamp changed (a "
+        "value beyond its declared range is unbounded, so no interval can). See them with "
+        "`dpsql check POLICY --upstream DSN`, and declare bounds that hold the data (or filter "
+        "to them)."
+    )
+
+
+def with_declared_premises(
+    a: Analysis, lines: Sequence[str], outside: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
     """The accuracy notice's lines (each begins with its statistic's SQL and a colon), each with
-    its statistic's declared-range premise appended."""
+    its statistic's declared-range premise appended, or, where ``outside`` (by statistic SQL)
+    holds the warning that the premise is plainly false, that warning instead."""
     out = []
     for line in lines:
         s = next((s for s in a.statistics if line.startswith(f"{s.sql}: ")), None)
         premise = declared_premise(a, s, "It assumes" in line) if s is not None else ""
+        if s is not None and (outside or {}).get(s.sql):
+            premise = (outside or {})[s.sql]
         out.append(f"{line.rstrip()} {premise}" if premise else line)
     return tuple(out)

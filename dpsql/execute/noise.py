@@ -26,6 +26,7 @@ from dpsql.execute.bias import (
     avg_interval,
     avg_levels,
     avg_targets,
+    outside_plans,
     parts,
     release_removed,
     round_interval,
@@ -115,7 +116,7 @@ def release(
     nsel = 1 if a.needs_selection else 0
     if declared_keys is not None:
         keys = [tuple(k) for k in itertools.product(*declared_keys)] if nk else [()]
-        zero = (0,) * (nm + nsel + 2 * len(plan.bias))
+        zero = (0,) * (nm + nsel + len(outside_plans(plan)) + 2 * len(plan.bias))
         table = [(k, by_key.get(k, zero)) for k in keys]
     else:
         # in key order, not PostgreSQL's: a hash aggregate's output order depends on every
@@ -127,12 +128,15 @@ def release(
         assert plan.selection is not None
         keep = noise.keep(plan.selection, sel)
         table = [t for t, k in zip(table, keep, strict=True) if k]
-    b0 = nm + nsel  # the removed-mass columns of the bias targets follow the measures
+    # the bias targets' outside counts, then their removed-mass columns, follow the measures
+    x0 = nm + nsel
+    b0 = x0 + len(outside_plans(plan))
     removed = release_removed(
         plan,
         [([v[b0 + 2 * i] for _, v in table], [v[b0 + 2 * i + 1] for _, v in table])
          for i in range(len(plan.bias))],
         noise,
+        [[v[x0 + j] for _, v in table] for j in range(b0 - x0)],
     )  # fmt: skip
     noisy: dict[str, np.ndarray | list[Any]] = {}  # a selected measure's values: a list
     # count_keys: noisy rows per (group, key); quantiles: (low, high) interval ends per group

@@ -223,10 +223,17 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
             )
         )
     for b in plan.bias:  # what bounding removed: dpsql.sql.bias (the interval's far side)
-        for what, mech in (("removed", b.dropped), ("over cap", b.over_cap)):
+        cap = f"(cap {_fmt(b.target.cap)} per unit)"
+        alarms = [
+            (f"removed by bounds of {b.target.key} {cap}", b.dropped),
+            (f"over cap by bounds of {b.target.key} {cap}", b.over_cap),
+        ]
+        if b.outside is not None:  # units with a value outside the declared range
+            alarms.append((f"outside declared range by bounds of {b.target.key}", b.outside))
+        for what, mech in alarms:
             lines.append(
                 MeasureLine(
-                    f"{what} by bounds of {b.target.key} (cap {_fmt(b.target.cap)} per unit)",
+                    what,
                     mech.name,
                     f"L1={_fmt(mech.sensitivity)}",
                     mech.std,

@@ -15,11 +15,21 @@ the same SQL (:mod:`dpsql.sql.rewrite.measure_dropped`):
   once: L1 sensitivity 1). Their sum tells whether the interval's assumption -- no unit lost
   more than C -- is plainly false.
 
+* ``outside`` (a SUM, or AVG's centred sum, of columns with declared ``bounds``): per group, the
+  units with a kept value outside its column's declared range, each unit counted once (in the
+  first of its kept groups that holds one; in each such group when the cap is split over K
+  declared groups: L1 sensitivity ``split``). Clamping into the declared range is a premise of
+  the interval, not measured (a value beyond it is unbounded: no interval can hold what its
+  clamp removed), so this count only tells when the premise is plainly false
+  (:mod:`dpsql.execute.declared_text` then says so).
+
 C = ``CAP_FACTOR`` · R · c (c: what one row adds, 1 for counts), or ``CAP_FACTOR`` · L when the
 measure's partials are scaled into an L1 cap L over the unit's groups (``Measure.total``): a
 public number.
-The estimate costs ``BIAS_SHARE`` of the statement's epsilon (``dropped`` 3/4 of it, ``over_cap``
-1/4), split evenly over the measures estimated. ``BoundingStats`` is the hook for a private
+The estimate costs ``BIAS_SHARE`` of the statement's epsilon, split evenly over the measures
+estimated: ``dropped`` 3/4 of a measure's part, ``over_cap`` 1/4 (``OUTSIDE_SHARE`` of it goes to
+``outside`` when that is measured: the two alarms share it, the interval's own term keeps its
+epsilon). ``BoundingStats`` is the hook for a private
 measurement of the data's spread (item 1 of issue 16, chosen bounds) to choose the cap instead.
 """
 
@@ -38,10 +48,11 @@ from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 
 BIAS_SHARE = Fraction(1, 10)
 DROPPED_SHARE = Fraction(3, 4)  # of BIAS_SHARE; over_cap gets the rest
+OUTSIDE_SHARE = Fraction(1, 2)  # of over_cap's part, when the target's outside count is measured
 CAP_FACTOR = 4
 GRID_BITS = 20
 
-BiasKind = Literal["dropped", "over_cap"]
+BiasKind = Literal["dropped", "over_cap", "outside"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,9 @@ class BiasTarget:
     # C (ungrouped, or ranked groups: a window per unit); K when the declared keys leave at most
     # K <= G groups and nothing is ranked: C/K per group, no window (over_cap then has L1 <= K)
     split: int = 1
+    # the columns of the measure's argument with declared numeric bounds: the units with a kept
+    # value outside them are counted (``outside``); () when none (counts, capped columns)
+    declared: tuple[str, ...] = ()
 
     @property
     def group_cap_steps(self) -> int:
@@ -172,8 +186,24 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
         if not out:
             return ()
     out.sort(key=lambda t: t.index)
+    out = [replace(t, declared=declared_columns(a, t.measure)) for t in out]
     k = _key_combinations(a)
     return tuple(replace(t, split=k) for t in out) if k > 1 else tuple(out)
+
+
+def declared_columns(a: Analysis, m: Measure) -> tuple[str, ...]:
+    """The columns of a SUM's (or AVG's centred sum's) argument clamped into declared numeric
+    bounds (not a per-unit derived table's capped columns, whose cap is said elsewhere), in the
+    order the argument reads them."""
+    if m.kind not in ("sum", "sum_centered") or m.arg is None:
+        return ()
+    out: dict[str, None] = {}
+    for c in m.arg.find_all(exp.Column):
+        col = a.column(c)
+        if col is None or col.bounds is None or col.temporal or c.name in a.capped_columns:
+            continue
+        out.setdefault(c.name, None)
+    return tuple(out)
 
 
 def _auto_clamped(a: Analysis, t: BiasTarget) -> bool:
@@ -244,15 +274,17 @@ def statistic_target(
 
 @dataclass(frozen=True)
 class BiasPlan:
-    """The two releases estimating one target's removed mass (pure epsilon, Laplace)."""
+    """The releases estimating one target's removed mass (pure epsilon, Laplace)."""
 
     target: BiasTarget
     dropped: Laplace  # sensitivity C (L1 over groups), on the target's grid
-    over_cap: Laplace  # sensitivity 1
+    over_cap: Laplace  # sensitivity 1 (split: K)
+    outside: Laplace | None = None  # sensitivity 1 (split: K); None when not measured
 
     @property
     def cost(self) -> Cost:
-        return sequential([self.dropped.cost, self.over_cap.cost])
+        extra = [self.outside.cost] if self.outside is not None else []
+        return sequential([self.dropped.cost, self.over_cap.cost, *extra])
 
     @property
     def key(self) -> str:
@@ -268,11 +300,17 @@ def bias_plans(targets: tuple[BiasTarget, ...], epsilon: Fraction) -> tuple[Bias
     if not targets:
         return ()
     each = epsilon / len(targets)
-    return tuple(
-        BiasPlan(
-            t,
-            Laplace(t.cap, each * DROPPED_SHARE, t.grid),
-            Laplace(Fraction(t.split), each * (1 - DROPPED_SHARE), Fraction(1)),
+    out = []
+    for t in targets:
+        alarms = each * (1 - DROPPED_SHARE)
+        outside = alarms * OUTSIDE_SHARE if t.declared else Fraction(0)
+        k = Fraction(t.split)
+        out.append(
+            BiasPlan(
+                t,
+                Laplace(t.cap, each * DROPPED_SHARE, t.grid),
+                Laplace(k, alarms - outside, Fraction(1)),
+                Laplace(k, outside, Fraction(1)) if outside else None,
+            )
         )
-        for t in targets
-    )
+    return tuple(out)

@@ -280,6 +280,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         values.append(None if m.arg is None else _value_column(value_sql(a, m), inner, vcols))
     counts = [count_column(a, m, inner, vcols) for m in a.measures]
     raw_values = _raw_values(a, inner, vcols)
+    outside = _outside_flags(a, inner, vcols)
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
     late = late_keys(a)
@@ -290,7 +291,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
 
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
-        return bound_partials(a, rows, values, salt, raw_values, counts)
+        return bound_partials(a, rows, values, salt, raw_values, counts, outside)
     measures = [
         exp.alias_(_measure_sql(m, v, a.unique_unit, n), f"_dp_m{i}")
         for i, (m, v, n) in enumerate(zip(a.measures, values, counts, strict=True))
@@ -301,7 +302,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     else:
         out = _bounded(a, rows, gcols, measures, salt)
     if a.unique_unit:
-        out = _unique_dropped(a, out, values, raw_values)
+        out = _unique_dropped(a, out, values, raw_values, outside)
     if gcols:
         out = out.group_by(*gcols)
     return _test_groups(a, out, late) if late else out
@@ -312,8 +313,9 @@ def _unique_dropped(
     q: exp.Select,
     values: Sequence[exp.Expr | None],
     raw_values: dict[int, exp.Expr],
+    outside: dict[int, exp.Expr],
 ) -> exp.Select:
-    """The removed-mass columns the plan measures (``_dp_b<i>``, ``_dp_k<i>``: see
+    """The removed-mass columns the plan measures (``_dp_x<i>``, ``_dp_b<i>``, ``_dp_k<i>``: see
     :func:`dpsql.sql.rewrite.measure_dropped.measure_dropped`) when the catalog proves one row per
     unit. No row and no group is dropped, so a count removes nothing (0); but a SUM (or AVG's
     centred sum) clamped narrower than its declared range (``clamp: auto``) still loses what the
@@ -321,13 +323,19 @@ def _unique_dropped(
     the declared range, less its value clamped into the chosen one), counted as for a unit of
     the bounded path, in grid steps rounded up, up to the cap C (one unit, one group: the L1
     sensitivity C of the plan's release holds; with a split cap too, as the unit is in one group
-    only); a unit past C is counted once in ``over_cap``."""
+    only); a unit past C is counted once in ``over_cap``, and a unit whose value lies outside
+    its declared range once in ``outside``."""
     from dpsql.sql.bias import bias_targets
-    from dpsql.sql.rewrite.measure_dropped import dropped_columns
+    from dpsql.sql.rewrite.measure_dropped import dropped_columns, outside_count
 
     zero = exp.Literal.number(0)
-    cols: list[exp.Expr] = []
-    for t in bias_targets(a):
+    targets = bias_targets(a)
+    cols: list[exp.Expr] = [
+        exp.alias_(outside_count(outside[t.index]), f"_dp_x{t.index}")
+        for t in targets
+        if t.index in outside
+    ]
+    for t in targets:
         kept, raw = values[t.index], raw_values.get(t.index)
         # counts, sums clamped to their declared range, and a chosen clamp equal to it (the
         # same value column: raw - kept is 0 on every row)
@@ -408,6 +416,23 @@ def _raw_values(
             continue
         m = replace(t.measure, kind="sum", lo=t.raw_lo, hi=t.raw_hi)
         out[t.index] = _value_column(value_sql(a, m), inner, vcols)
+    return out
+
+
+def _outside_flags(
+    a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
+) -> dict[int, exp.Expr]:
+    """For each bias target with ``declared`` columns, a row-value column (added to ``inner``)
+    true when one of them lies outside its declared bounds (its clamp changes it); NULL
+    values are not outside (the clamp keeps them NULL)."""
+    from dpsql.sql.bias import bias_targets
+    from dpsql.sql.rewrite.measure_dropped import outside_sql
+
+    out: dict[int, exp.Expr] = {}
+    for t in bias_targets(a):
+        cond = outside_sql(a, t)
+        if cond is not None:
+            out[t.index] = _value_column(cond, inner, vcols)
     return out
 
 

@@ -192,10 +192,13 @@ def bound_partials(
     salt: str,
     raw_values: dict[int, exp.Expr] | None = None,
     counts: list[exp.Expr | None] | None = None,
+    outside: dict[int, exp.Expr] | None = None,
 ) -> exp.Select:
     """The private SQL for decomposable measures (``values[i]``: measure i's value column;
     ``raw_values[i]``: the raw value column of bias target i when it differs; ``counts[i]``: a
-    column non-NULL exactly where ``values[i]`` is, cheaper to count: :func:`sum_total`)."""
+    column non-NULL exactly where ``values[i]`` is, cheaper to count: :func:`sum_total`;
+    ``outside[i]``: a row column true when bias target i's value lies outside its declared
+    bounds)."""
     unit = exp.column("_dp_unit")
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     targets = bias_targets(a)
@@ -228,6 +231,8 @@ def bound_partials(
         measures.append(exp.alias_(out, f"_dp_m{i}"))
     raw_of = {**{t.index: values[t.index] for t in targets}, **(raw_values or {})}
     raws = [exp.alias_(raw_partial_sql(t, raw_of[t.index]), f"_dp_r{t.index}") for t in targets]
+    flags = {i: f"_dp_o{i}" for t in targets if (i := t.index) in (outside or {})}
+    raws += [exp.alias_(exp.LogicalOr(this=(outside or {})[i].copy()), c) for i, c in flags.items()]
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
     keys = [unit, *gcols]
     partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws).from_("_dp_rows")
@@ -257,7 +262,7 @@ def bound_partials(
         # without ranking, declared keys leave <= G groups: each target splits its cap over
         # them (no window)
         order = [exp.column("_dp_gr")] if rank else None
-        q = measure_dropped(q, src, targets, kept, keep, order, rank and a.needs_selection)
+        q = measure_dropped(q, src, targets, kept, keep, order, rank and a.needs_selection, flags)
     elif keep is not None:
         q = q.where(keep)
     return q.group_by(*[g.copy() for g in gcols]) if gcols else q

@@ -11,13 +11,23 @@ the unit's earlier groups (in its group order) already removed::
     dropped_t  = SUM(LEAST(e, GREATEST(C - before, 0)))      -- a unit counts <= C steps in all
     over_cap_t = SUM(CASE WHEN before <= C AND before + e > C THEN 1 ELSE 0 END)
 
-as the last columns (after the measures and the selection count), both integers: ``dropped``
+as the last columns (after the measures, the selection count and the targets' ``outside``
+counts), both integers: ``dropped``
 moves by at most C steps and ``over_cap`` by at most 1 (L1) when one unit comes or goes, and
 ``dropped`` * grid >= the removed mass of the units within the cap (exactly it for counts, grid
 1). For a non-positive SUM (``sign`` -1) ``d`` is negated first, so every ``e`` is >= 0. The bounded measures are unchanged: they read only the kept partials (``FILTER`` on the
 group rank instead of ``WHERE``, so the removed groups reach the window), and with partition
 selection a group only removed partials reach is left out (``HAVING``), so the candidate groups are
 the same as without this pass.
+
+A target with ``declared`` columns also gets ``outside_t`` (``_dp_x<t>``): its partials hold
+``_dp_o<t>`` = BOOL_OR(a row's value lies outside its declared bounds), in the same pass over
+the rows; a unit counts in the first of its kept groups (in its group order) where that holds,
+``f = keep AND _dp_o<t>`` and ``seen`` the same window sum of ``f`` as ``before``::
+
+    outside_t = COUNT(*) FILTER (WHERE f AND seen = 0)     -- each unit once: L1 sensitivity 1
+
+(without a group order: in each group where ``f`` holds, at most ``split`` groups: L1 <= split).
 """
 
 from __future__ import annotations
@@ -26,8 +36,38 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.bias import BiasTarget
 from dpsql.sql.rewrite.literals import numeric
+from dpsql.sql.rewrite.make_total import make_total
+
+
+def outside_sql(a: Analysis, t: BiasTarget) -> exp.Expr | None:
+    """A row-level condition, true when one of target ``t``'s ``declared`` columns lies outside
+    its declared bounds (``c > hi OR c < lo``, NULL for a NULL value); None without any."""
+    conds: list[exp.Expr] = []
+    seen: set[str] = set()
+    arg = t.measure.arg
+    if arg is None or not t.declared:
+        return None
+    for c in arg.find_all(exp.Column):
+        col = a.column(c)
+        if c.name not in t.declared or col is None or col.bounds is None:
+            continue
+        v = make_total(c, a.column)
+        if v.sql("postgres") in seen:
+            continue
+        seen.add(v.sql("postgres"))
+        conds += [
+            exp.GT(this=v.copy(), expression=numeric(col.hi)),
+            exp.LT(this=v.copy(), expression=numeric(col.lo)),
+        ]
+    return exp.Paren(this=exp.or_(*conds)) if conds else None
+
+
+def outside_count(flag: exp.Expr) -> exp.Expr:
+    """``COUNT(*) FILTER (WHERE flag)``: the rows (units, groups) where ``flag`` holds."""
+    return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=flag.copy()))
 
 
 def raw_partial_sql(t: BiasTarget, v: exp.Expr | None) -> exp.Expr:
@@ -89,14 +129,30 @@ def measure_dropped(
     keep: exp.Expr | None,
     order: Sequence[exp.Expr] | None,
     selecting: bool,
+    outside: dict[int, str] | None = None,
 ) -> exp.Select:
     """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
     ranked or plain partials, which holds ``_dp_r<i>``; ``kept[i]``: target i's bounded partial
-    column). ``order``: the order of a unit's groups (None: one group per unit). ``q``'s
-    measures must already read kept partials only (:func:`kept_only`)."""
+    column; ``outside[i]``: its BOOL_OR of values outside the declared bounds). ``order``: the
+    order of a unit's groups (None: one group per unit). ``q``'s measures must already read
+    kept partials only (:func:`kept_only`)."""
     cols: list[exp.Expr] = []
     steps: list[exp.Expr] = []
     befores: list[exp.Expr] = []
+    xcols: list[exp.Expr] = []
+    for i, flag in (outside or {}).items():
+        f: exp.Expr = exp.column(flag)
+        if keep is not None:
+            f = exp.and_(keep.copy(), f)
+        one = exp.Case(ifs=[exp.If(this=f, true=exp.Literal.number(1))],
+                       default=exp.Literal.number(0))  # fmt: skip
+        steps.append(exp.alias_(one, f"_dp_f{i}"))
+        first: exp.Expr = exp.EQ(this=exp.column(f"_dp_f{i}"), expression=exp.Literal.number(1))
+        if order is not None:
+            befores.append(exp.alias_(_before(exp.column(f"_dp_f{i}"), order), f"_dp_fc{i}"))
+            none = exp.EQ(this=exp.column(f"_dp_fc{i}"), expression=exp.Literal.number(0))
+            first = exp.and_(first, none)
+        xcols.append(exp.alias_(outside_count(first), f"_dp_x{i}"))
     for t in targets:
         p: exp.Expr = exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
         if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
@@ -114,18 +170,7 @@ def measure_dropped(
         ecol = exp.column(f"_dp_e{t.index}")
         before = None
         if order is not None:
-            w = exp.Window(
-                this=exp.Sum(this=ecol.copy()),
-                partition_by=[exp.column("_dp_unit")],
-                order=exp.Order(expressions=[exp.Ordered(this=o.copy()) for o in order]),
-                spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
-                                    end=exp.Literal.number(1), end_side="PRECEDING"),
-            )  # fmt: skip
-            befores.append(
-                exp.alias_(
-                    exp.Coalesce(this=w, expressions=[exp.Literal.number(0)]), f"_dp_c{t.index}"
-                )  # fmt: skip
-            )
+            befores.append(exp.alias_(_before(ecol, order), f"_dp_c{t.index}"))
             before = exp.column(f"_dp_c{t.index}")
         got = dropped_columns(t, ecol, before)
         cols += [exp.alias_(got[0], f"_dp_b{t.index}"), exp.alias_(got[1], f"_dp_k{t.index}")]
@@ -134,9 +179,22 @@ def measure_dropped(
         removed = exp.select(exp.Star(), *befores).from_(removed.subquery("_dp_removed"))
     q = q.with_("_dp_dropped", as_=removed, copy=False)
     q.set("from_", exp.From(this=exp.to_table("_dp_dropped")))
-    q.set("expressions", [*q.expressions, *cols])
+    q.set("expressions", [*q.expressions, *xcols, *cols])
     if selecting and keep is not None:
         kept_units = exp.Filter(this=exp.Count(this=exp.Star()),
                                 expression=exp.Where(this=keep.copy()))  # fmt: skip
         q = q.having(exp.GT(this=kept_units, expression=exp.Literal.number(0)), copy=False)
     return q
+
+
+def _before(col: exp.Expr, order: Sequence[exp.Expr]) -> exp.Expr:
+    """``COALESCE(SUM(col) OVER (PARTITION BY _dp_unit ORDER BY <order> ROWS BETWEEN UNBOUNDED
+    PRECEDING AND 1 PRECEDING), 0)``: ``col`` over the unit's earlier groups."""
+    w = exp.Window(
+        this=exp.Sum(this=col.copy()),
+        partition_by=[exp.column("_dp_unit")],
+        order=exp.Order(expressions=[exp.Ordered(this=o.copy()) for o in order]),
+        spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                            end=exp.Literal.number(1), end_side="PRECEDING"),
+    )  # fmt: skip
+    return exp.Coalesce(this=w, expressions=[exp.Literal.number(0)])

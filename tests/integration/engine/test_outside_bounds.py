@@ -1,0 +1,161 @@
+"""Values outside a column's declared bounds: counted privately, and said (issue 16).
+
+Clamping into the declared ``bounds`` is a premise of every interval (a value beyond them is
+unbounded: no interval can hold what its clamp removed). The plan counts, from the bias share
+it already has, the units with a kept value outside them (``outside``: dpsql.sql.bias), and
+the notice says so when that count is clearly above 0.
+
+Two tables of 20,000 units (1-3 rows each, 4 declared groups, R = 3, G = 2 fixed: a unit's
+groups are ranked), v declared [0, 100]: ``o`` where every 10th unit has all its values at 150
+(2,000 units), ``c`` where none is outside.
+
+Deterministic (no noise; false failure 0): the bounded SQL's outside columns count exactly
+2,000 units on ``o`` (each once, whatever its groups) and 0 on ``c``; the plan's charge is the
+statement's epsilon, the removed-mass release keeps its epsilon (3/4 of the target's share) and
+the over-cap and outside releases share the rest; the ledger records the statement's epsilon.
+
+Statistical (epsilon 10): the warning's threshold passes with probability at most 1e-6 per
+answer when no unit is outside (:meth:`dpsql.execute.bias.Removed.outside_alarm`), so the one
+answer on ``c`` has no warning except with probability <= 1e-6. On ``o`` each statement's
+outside release has epsilon 10 / 10 / T / 8 (T targets: 1 for SUM, 2 for AVG: its centred sum
+and its rows), Laplace scale <= 16, threshold <= 16 ln(4 / 2e-6) = 232 per group; some group holds
+>= 500 of the 2,000 units (4 groups), so the warning is missed only if that group's noise is
+below -268: probability <= 0.5 exp(-268 / 16) < 3e-8 per statement, 1.2e-7 for the four.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.execute.bias import outside_plans
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from dpsql.sql.bias import BIAS_SHARE, DROPPED_SHARE
+from dpsql.sql.plan import Plan
+from tests.helpers import ledgered_engine
+
+UNITS = 20_000
+EPS = Fraction(10)
+
+
+def _table(name: str) -> dict[str, Any]:
+    return {
+        "privacy_unit": "uid",
+        "max_rows_per_unit": 3,
+        "max_groups_per_unit": 2,
+        "columns": {
+            "uid": {"type": "integer", "identifier": True},
+            "g": {"type": "text", "keys": ["a", "b", "c", "d"]},
+            "v": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
+        },
+    }
+
+
+POLICY = {
+    "version": 1,
+    "dataset": "outside",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 1000.0, "delta": 1e-6},
+    "tables": {"public.o": _table("o"), "public.c": _table("c")},
+    "analysts": {"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
+}
+SQLS = [
+    "SELECT SUM(v) FROM {t}",
+    "SELECT g, SUM(v) FROM {t} GROUP BY g",
+    "SELECT AVG(v) FROM {t}",
+    "SELECT g, AVG(v) FROM {t} GROUP BY g",
+]
+WARNING = "have values of v outside its declared range 0 to 100 (counted as 100 or 0)"
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("outside")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t, outside in (("o", "150"), ("c", "100")):
+            conn.execute(f"CREATE TABLE {t} (uid integer NOT NULL, g text NOT NULL, v numeric)")
+            conn.execute(
+                f"INSERT INTO {t} SELECT u, (ARRAY['a','b','c','d'])[1 + (u + r) % 4], "
+                f"CASE WHEN u % 10 = 0 THEN {outside} ELSE u % 90 END "
+                f"FROM generate_series(0, {UNITS - 1}) u, generate_series(0, u % 3) r"
+            )
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def engine(dsn: str) -> Iterator[Engine]:
+    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_out") as e:
+        yield e
+
+
+def _plan(engine: Engine, sql: str) -> Plan:
+    plan = engine.plan(engine.prepare(sql, "analyst"), SessionContext("analyst", EPS))
+    assert isinstance(plan, Plan)
+    return plan
+
+
+def _outside_columns(engine: Engine, sql: str) -> list[int]:
+    """The bounded SQL's outside counts summed over its groups, one per target measuring them."""
+    plan = _plan(engine, sql)
+    a = plan.analysis
+    rows = engine.backend.run(
+        engine.private_sql(engine.prepare(sql, "analyst"), a), private=True
+    ).rows
+    x0 = len(a.group_keys) + len(a.measures) + (1 if a.needs_selection else 0)
+    n = len(outside_plans(plan))
+    assert n >= 1
+    return [sum(int(r[x0 + j]) for r in rows) for j in range(n)]
+
+
+@pytest.mark.parametrize("sql", SQLS)
+def test_the_sql_counts_each_unit_outside_once(engine: Engine, sql: str) -> None:
+    assert _outside_columns(engine, sql.format(t="o")) == [UNITS // 10] * len(
+        outside_plans(_plan(engine, sql.format(t="o")))
+    )
+    assert not any(_outside_columns(engine, sql.format(t="c")))
+
+
+@pytest.mark.parametrize("sql", SQLS)
+def test_the_charge_is_unchanged(engine: Engine, sql: str) -> None:
+    """The outside count takes half of the over-cap count's part of the target's share: the
+    removed-mass estimate (the interval's term) keeps its epsilon, the total is the statement's."""
+    plan = _plan(engine, sql.format(t="o"))
+    assert plan.cost.epsilon == EPS
+    each = EPS * BIAS_SHARE / len(plan.bias)
+    for b in plan.bias:
+        assert b.dropped.epsilon == each * DROPPED_SHARE
+        extra = b.outside.epsilon if b.outside is not None else 0
+        assert b.over_cap.epsilon + extra == each * (1 - DROPPED_SHARE)
+        assert (b.outside is not None) == (b.target.measure.kind != "count_values")
+
+
+def test_the_ledger_records_the_statement_epsilon(engine: Engine) -> None:
+    sql = "SELECT g, AVG(v) FROM o GROUP BY g"
+    before = _spent(engine)
+    r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", EPS))
+    assert _spent(engine) - before == EPS and r.epsilon_spent == pytest.approx(float(EPS))
+
+
+def _spent(engine: Engine) -> Fraction:
+    assert engine.ledger is not None
+    return sum((Fraction(h.epsilon) for h in engine.ledger.history("analyst")), Fraction(0))
+
+
+@pytest.mark.parametrize("sql", SQLS)
+def test_the_notice_warns_when_many_units_are_outside(engine: Engine, sql: str) -> None:
+    r = engine.execute(engine.prepare(sql.format(t="o"), "analyst"), SessionContext("analyst", EPS))
+    lines = [n for n in r.notices if n.startswith(("SUM(v): ", "AVG(v): "))]
+    assert lines and all(WARNING in n and "does NOT cover" in n for n in lines), r.notices
+    assert all("dpsql check POLICY --upstream" in n and "assumes every v" not in n for n in lines)
+
+
+def test_no_warning_when_no_unit_is_outside(engine: Engine) -> None:
+    sql = "SELECT g, AVG(v) FROM c GROUP BY g"
+    r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", EPS))
+    (line,) = [n for n in r.notices if n.startswith("AVG(v): ")]
+    assert WARNING not in line and "assumes every v lies in its declared range" in line, line
