@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from dpsql.policy.settings import ServerSettings, Timing
 from dpsql.policy.tables import PrivateTable, StrictModel
+from dpsql.policy.verifier import parse_verifier
 
 
 class Budget(StrictModel):
@@ -107,11 +108,16 @@ class Analyst(StrictModel):
     @field_validator("credential")
     @classmethod
     def _verifier(cls, v: str | None) -> str | None:
-        if v is not None and not v.startswith("SCRAM-SHA-256$"):
+        if v is None:
+            return v
+        try:
+            parse_verifier(v)
+        except ValueError:
             raise ValueError(
-                "credential must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$<iter>:<salt>$...); "
+                "credential must be a SCRAM-SHA-256 verifier (SCRAM-SHA-256$<iterations>:<salt>"
+                "$<StoredKey>:<ServerKey>, base64 fields, as in PostgreSQL's pg_authid); "
                 "make one with `dpsql verifier NAME`"
-            )
+            ) from None
         return v
 
 

@@ -24,7 +24,7 @@ from dpsql.sql.analyze_aggregates import (
     statistic_for,
 )
 from dpsql.sql.group_domain import group_key, narrow_by_where
-from dpsql.sql.names import describe, function_name
+from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 
 DP_TABLE = "_dp"
@@ -126,6 +126,9 @@ def _output_name(node: exp.Expr) -> str:
         inner = inner.this.this
     from dpsql.sql.analyze_quantiles import is_selection_aggregate, output_name
 
+    spelled = inner.meta.get(SPELLED)  # variance(x) is "variance", as PostgreSQL names it
+    if isinstance(spelled, str) and (fn.aggregate_name(inner) or isinstance(inner, exp.Median)):
+        return spelled.lower()
     if is_selection_aggregate(inner):
         return output_name(inner)
     name = fn.aggregate_name(inner)

@@ -30,6 +30,7 @@ from scramp import ScramException, ScramMechanism
 
 from dpsql.errors import AuthenticationFailed, InvalidAuthorization, ProtocolViolation
 from dpsql.policy.model import Policy
+from dpsql.policy.verifier import Verifier, parse_verifier
 from dpsql.wire import messages as m
 from dpsql.wire.conn import Channel
 from dpsql.wire.limits import FailureLog
@@ -46,37 +47,11 @@ AUTH_TIMEOUT_S = 60.0
 _MOCK_SECRET = secrets.token_bytes(32)
 
 
-@dataclass(frozen=True)
-class Verifier:
-    iterations: int
-    salt: bytes
-    stored_key: bytes
-    server_key: bytes
-
-
 def make_verifier(password: str, iterations: int = 4096) -> str:
     """A SCRAM-SHA-256 verifier for ``password``, for an analyst's ``credential`` in the policy."""
     salt, stored, server, it = _SCRAM.make_auth_info(password, iteration_count=iterations)
     b64 = base64.b64encode
     return f"SCRAM-SHA-256${it}:{b64(salt).decode()}${b64(stored).decode()}:{b64(server).decode()}"
-
-
-def parse_verifier(text: str) -> Verifier:
-    """Parse a verifier string.
-
-    Raises:
-        ValueError: not a SCRAM-SHA-256 verifier.
-    """
-    try:
-        scheme, iter_salt, keys = text.split("$")
-        it, salt = iter_salt.split(":")
-        stored, server = keys.split(":")
-        if scheme != _MECH:
-            raise ValueError(scheme)
-        b64d = base64.b64decode
-        return Verifier(int(it), b64d(salt), b64d(stored), b64d(server))
-    except Exception:
-        raise ValueError("not a SCRAM-SHA-256 verifier") from None
 
 
 def check_password(verifier: str, password: str) -> bool:

@@ -34,6 +34,19 @@ def test_names_are_qualified() -> None:
         (BASE.replace("privacy_unit: pid", "privacy_unit: person"), 3, "not among the columns"),
         (BASE.replace("columns:", "colums:"), 5, "unknown field"),
         (BASE + "analysts:\n  bob: {credential: hunter2, budget: {epsilon: 1}}\n", 9, "SCRAM"),
+        # the docs' placeholder: passed the old prefix check, then every login crashed
+        (
+            BASE
+            + 'analysts:\n  bob: {credential: "SCRAM-SHA-256$4096:...", budget: {epsilon: 1}}\n',
+            9,
+            "dpsql verifier",
+        ),
+        (
+            BASE + 'analysts:\n  bob: {credential: "SCRAM-SHA-256$4096:c2FsdA==$AA==:AA==", '
+            "budget: {epsilon: 1}}\n",
+            9,
+            "StoredKey",
+        ),
         (BASE + "analysts:\n  bob: {budget: {epsilon: -1}}\n", 9, "greater than 0"),
         ("tables: [", 1, "not valid YAML"),
     ],

@@ -153,3 +153,21 @@ def test_array_types_sqlglot_cannot_parse_are_respelled() -> None:
     assert st.tree is not None
     sql = st.tree.sql("postgres")
     assert "_oid" in sql and "'oid[]'" in sql  # string literals are left alone
+
+
+def test_output_columns_are_named_as_postgresql_names_them() -> None:
+    """An aggregate's column is named by the function as written (PostgreSQL's rule):
+    ``variance(x)`` is "variance", not sqlglot's VAR_SAMP; tools that read columns by name
+    depend on it."""
+    sql = (
+        "SELECT variance(quantity), VAR_SAMP(quantity), stddev(quantity), Avg(amount), "
+        "var_pop(quantity), percentile_cont(0.5) WITHIN GROUP (ORDER BY amount), COUNT(*) "
+        "FROM purchases"
+    )
+    st = parse_statement(sql)
+    assert st.tree is not None
+    a = analyze(st.tree, policy)
+    names = [s.alias_or_name for s in a.outer.expressions]
+    assert names == [
+        "variance", "var_samp", "stddev", "avg", "var_pop", "percentile_cont", "count",
+    ]  # fmt: skip
