@@ -239,7 +239,22 @@ def _assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
             f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond what it allows for. Raise max_rows_per_unit / max_groups_per_unit "
             "in the policy, or ask about fewer rows."
         )
-    return f"It assumes no {unit} {lost} ({CAP_FACTOR}x what the bounds keep of one {unit})."
+    return (
+        f"It assumes no {unit} {lost} ({CAP_FACTOR}x what the bounds keep of one {unit})"
+        f"{_pre_join(a)}."
+    )
+
+
+def _pre_join(a: Analysis) -> str:
+    """A join of private tables with ``auto`` R: each table keeps P rows per unit before the
+    join (dpsql.sql.join_cap), which the removed-mass estimate does not see: the assumption."""
+    if not a.pre_join_rows:
+        return ""
+    p, unit = a.pre_join_rows, a.private.privacy_unit
+    return (
+        f", and that none has more than {p} rows in one of the joined tables (each keeps at "
+        f"most {p} rows per {unit} before the join; what that leaves out is not estimated)"
+    )
 
 
 def _avg_line(

@@ -41,9 +41,9 @@ from dpsql.sql.auto_bounds import (
     apply_bounds,
     auto_items,
     declared_groups,
-    fallback_note,
     policy_choices,
 )
+from dpsql.sql.join_cap import fallback_note
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
 
 if TYPE_CHECKING:

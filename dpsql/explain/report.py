@@ -22,11 +22,11 @@ from dpsql.sql.auto_bounds import (
     AutoBounds,
     apply_bounds,
     auto_items,
-    fallback_note,
     policy_choices,
 )
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
+from dpsql.sql.join_cap import fallback_note
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.per_unit import substitute, with_units
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
@@ -303,6 +303,8 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     if capped and not a.private.row_privacy:
         caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
         contribution += f", and per unit over all its groups at most: {caps} (L1 cap)"
+    if a.pre_join_rows and not a.private.row_privacy:
+        contribution += f", each joined table first keeps <= {a.pre_join_rows} rows per unit"
     if a.unique_unit and not a.one_row_per_unit:
         contribution += (
             f" (the catalog proves one row per {a.private.privacy_unit}: a unique key; nothing "

@@ -166,6 +166,11 @@ class Analysis:
     # the checked JOIN clauses (ON qualified by alias). Empty for a single-table query.
     sources: tuple[tuple[str, str, PrivateTable | None], ...] = ()
     joins: tuple[exp.Join, ...] = ()
+    # A join of private tables that all leave max_rows_per_unit to ``auto``: each keeps at most
+    # this many rows per unit before the join (dpsql.sql.join_cap: public, from the number of
+    # private tables alone), and R (chosen) bounds the joined rows per unit and group after it.
+    # 0: each keeps R before the join, as with fixed bounds.
+    pre_join_rows: int = 0
     # GROUP BY ROLLUP / CUBE / GROUPING SETS (dpsql.sql.grouping_sets): the sets in PostgreSQL's
     # order, each as indexes into group_keys (which then hold every key of any set). Empty for a
     # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.

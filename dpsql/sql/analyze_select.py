@@ -24,6 +24,7 @@ from dpsql.sql.analyze_aggregates import (
     statistic_for,
 )
 from dpsql.sql.group_domain import group_key, narrow_by_where
+from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 
@@ -381,6 +382,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         private=ctx.private,
         sources=tuple((x.alias, x.table, x.private) for x in ctx.sources) if joins else (),
         joins=tuple(joins),
+        pre_join_rows=pre_join_rows([x.private for x in ctx.sources if x.private is not None]),
         where=where_expr,
         group_keys=tuple(keys),
         measures=tuple(outer.measures.values()),

@@ -22,8 +22,15 @@ later statements over the same slice reuse it free.
 
 Soundness does not depend on the choice: the rewrite and the plan read the same R, G and range
 from the resolved :class:`~dpsql.sql.analysis.Analysis` (:func:`apply_bounds`), as they read
-fixed numbers from the policy. Joins of several private tables keep R = G = 1 (today's default)
-and their declared ranges: there the notice says so.
+fixed numbers from the policy.
+
+Joins of several private tables (always on their privacy units: :mod:`dpsql.sql.sources`) choose
+the same way, from the joined rows: a joined row carries one unit's value, so each unit is still
+one number per item (docs/mechanisms.md). R is chosen when every joined private table leaves
+``max_rows_per_unit`` to ``auto`` (each then keeps a public P rows per unit before the join:
+:mod:`dpsql.sql.join_cap`), G when every one leaves ``max_groups_per_unit`` to it, a clamp per
+column as for one table; otherwise the smallest of the tables' numbers is kept (1 for ``auto``),
+and the notice says so. No L1 cap over groups for joins (:func:`total_mode`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from sqlglot import exp
 from dpsql.dp.bounds import integer_grid, value_grid
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis, Measure, Statistic, decomposable
+from dpsql.sql.join_cap import private_tables
+from dpsql.sql.join_cap import privates as _privates
 
 AUTO_SHARE = Fraction(1, 5)
 """The share of a statement's epsilon spent on the bounds it still needs (none when reused)."""
@@ -126,7 +135,7 @@ class AutoBounds:
 
     chosen: tuple[ChosenBound, ...] = ()
     epsilon_spent: Fraction = Fraction(0)
-    fallback: str = ""  # why some auto bound kept today's default (joins of private tables)
+    fallback: str = ""  # why some auto bound kept today's default (mixed joins, tiny epsilon)
 
     def get(self, kind: ItemKind, column: str = "") -> ChosenBound | None:
         for c in self.chosen:
@@ -196,24 +205,27 @@ def _slice(a: Analysis, groups: bool) -> str:
     return "\x1f".join(parts)
 
 
-def private_tables(a: Analysis) -> int:
-    return sum(1 for _, _, p in a.sources if p is not None) or 1
+def rows_auto(a: Analysis) -> bool:
+    """R is left to ``auto`` by every private table ``a`` reads (one, or a join of several)."""
+    return all(p.auto_rows for p in _privates(a))
+
+
+def groups_auto(a: Analysis) -> bool:
+    """G is left to ``auto`` by every private table ``a`` reads."""
+    return all(p.auto_groups for p in _privates(a))
 
 
 def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
-    """The bounds ``a`` needs chosen (none for fixed policies or joins of private tables);
-    ``totals=False``: R, G and clamps even where an L1 cap over groups applies (the bounds a
-    policy can fix: the accuracy benchmark's hand-tuned search)."""
-    if private_tables(a) > 1:
-        return ()
-    p = a.private
+    """The bounds ``a`` needs chosen (none for fixed policies); ``totals=False``: R, G and
+    clamps even where an L1 cap over groups applies (the bounds a policy can fix: the accuracy
+    benchmark's hand-tuned search)."""
     items: list[AutoItem] = []
     grouped_slice = _slice(a, True)
     if totals and total_mode(a):
         return _total_items(a, grouped_slice)
     one = one_row(a)  # R = G = 1, free (policy_choices)
     if (
-        p.auto_rows
+        rows_auto(a)
         and not one
         and any(m.kind != "count_units" for m in a.measures)
         and not ratio_rows(a)
@@ -227,7 +239,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         # rows, is as large as the noise saved (docs/accuracy.md, "The two misses").
         ratios = all(s.func in _RATIOS for s in a.statistics)
         items.append(AutoItem("rows", grid, sl, per_group=per_group, median=ratios))
-    if p.auto_groups and a.grouped and not one and declared_groups(a) is None:
+    if groups_auto(a) and a.grouped and not one and declared_groups(a) is None:
         grid = tuple(Fraction(v) for v in integer_grid(groups_ceiling(a)))
         items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
@@ -277,7 +289,7 @@ def total_mode(a: Analysis) -> bool:
     if not (p.auto_rows and a.grouped and not a.grouping_sets and a.statistics):
         return False
     if private_tables(a) > 1 or a.joins or not decomposable(a) or one_row(a):
-        return False  # joins: R bounds a unit's joined rows (dpsql.sql.join_fanout), kept
+        return False  # joins: R per group and G bound a unit's joined rows, as before
     if not all(s.func in ("count", "sum", "count_distinct") for s in a.statistics):
         return False
     return any(m.kind in TOTAL_KINDS for m in a.measures)
@@ -290,7 +302,7 @@ def total_column(m: Measure) -> str:
 
 def _total_items(a: Analysis, grouped_slice: str) -> tuple[AutoItem, ...]:
     items: list[AutoItem] = []
-    if a.private.auto_groups and declared_groups(a) is None:
+    if groups_auto(a) and declared_groups(a) is None:
         grid = tuple(Fraction(v) for v in integer_grid(groups_ceiling(a)))
         items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
@@ -348,22 +360,27 @@ def ratio_rows(a: Analysis) -> bool:
     least :data:`RATIO_ROWS_GROUPS` groups (G declared, or fixed, not chosen from the data);
     otherwise, and without GROUP BY, R is chosen at the median unit (:func:`auto_items`).
     """
-    if not (a.private.auto_rows and a.grouped and not a.grouping_sets and a.statistics):
+    if not (rows_auto(a) and a.grouped and not a.grouping_sets and a.statistics):
         return False
     if not all(s.func in _RATIOS for s in a.statistics):
         return False
-    g = declared_groups(a) if a.private.auto_groups else a.private.groups_bound
+    g = declared_groups(a) if groups_auto(a) else min(p.groups_bound for p in _privates(a))
     return g is not None and g >= RATIO_ROWS_GROUPS
 
 
 def rows_ceiling(a: Analysis) -> int:
-    """The top of auto R's grid: the table's ``auto_max_rows_per_unit`` (public)."""
-    return a.private.auto_max_rows_per_unit
+    """The top of auto R's grid: the tables' ``auto_max_rows_per_unit`` (public; the smallest
+    of a join's), and in a join at most P^k, the joined rows one unit can have
+    (:mod:`dpsql.sql.join_cap`)."""
+    top = min(p.auto_max_rows_per_unit for p in _privates(a))
+    if a.pre_join_rows:
+        top = min(top, a.pre_join_rows ** private_tables(a))
+    return top
 
 
 def groups_ceiling(a: Analysis) -> int:
-    """The top of auto G's grid: the table's ``auto_max_groups_per_unit`` (public)."""
-    return a.private.auto_max_groups_per_unit
+    """The top of auto G's grid: the tables' ``auto_max_groups_per_unit`` (public)."""
+    return min(p.auto_max_groups_per_unit for p in _privates(a))
 
 
 RATIO_ROWS_GROUPS = 4
@@ -380,13 +397,11 @@ TOTAL_ROWS = "per-group counts and sums: what a unit adds over all its groups is
 def policy_choices(a: Analysis) -> tuple[ChosenBound, ...]:
     """The auto bounds fixed without looking at the data (free): G from few declared keys, R = 1
     for per-group ratios (:func:`ratio_rows`)."""
-    if private_tables(a) > 1:
-        return ()
     out = []
     if one_row(a):
-        if a.private.auto_rows:
+        if rows_auto(a):
             out.append(ChosenBound("rows", "", Fraction(1), Fraction(0), 0, 0, rule=ONE_ROW))
-        if a.private.auto_groups and a.grouped:
+        if groups_auto(a) and a.grouped:
             out.append(ChosenBound("groups", "", Fraction(1), Fraction(0), 0, 0, rule=ONE_ROW))
         return tuple(out)
     if ratio_rows(a):
@@ -394,7 +409,7 @@ def policy_choices(a: Analysis) -> tuple[ChosenBound, ...]:
     if total_mode(a):
         ceiling = Fraction(rows_ceiling(a))
         out.append(ChosenBound("rows", "", ceiling, Fraction(0), 0, 0, rule=TOTAL_ROWS))
-    n = declared_groups(a) if a.private.auto_groups else None
+    n = declared_groups(a) if groups_auto(a) else None
     if n is not None:
         out.append(ChosenBound("groups", "", Fraction(n), Fraction(0), 0, 0, rule=DECLARED))
     return tuple(out)
@@ -405,19 +420,6 @@ def one_row(a: Analysis) -> bool:
     (:mod:`dpsql.execute.unique_units`). Each unit then has one row in one group: R = G = 1
     drop nothing, and the answer's noise is the least (sensitivity G R c)."""
     return a.one_row_per_unit or a.unique_unit
-
-
-def fallback_note(a: Analysis) -> str:
-    """Why an ``auto`` bound keeps today's default of 1 (joins of several private tables)."""
-    if private_tables(a) < 2:
-        return ""
-    if any(p is not None and (p.auto_rows or p.auto_groups) for _, _, p in a.sources):
-        return (
-            "auto contribution bounds are not chosen for joins of several private tables: "
-            "1 row and 1 group per unit are kept (declare max_rows_per_unit and "
-            "max_groups_per_unit for these tables to keep more)"
-        )
-    return ""
 
 
 def _auto_column(a: Analysis, m: Measure) -> Column | None:
@@ -453,7 +455,11 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
     if groups is not None:
         update["max_groups_per_unit"] = int(groups.value)
     private = a.private.model_copy(update=update) if update else a.private
-    sources = tuple((al, t, private if p is a.private else p) for al, t, p in a.sources)
+    # a join's private tables all take the chosen numbers (chosen only when all say auto)
+    sources = tuple(
+        (al, t, private if p is a.private else p.model_copy(update=update) if p else p)
+        for al, t, p in a.sources
+    )
     renamed: dict[str, Measure] = {}
     measures = []
     for m in a.measures:

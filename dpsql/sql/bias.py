@@ -151,7 +151,9 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
     those a COUNT or SUM statistic reads alone, when bounding moves them one way only.
 
     None for row-level privacy (nothing is bounded), for the row path (COUNT(DISTINCT x),
-    quantiles, mode), for joins of several private tables (each is capped before the join) and
+    quantiles, mode), for joins of several private tables with fixed R (each is capped at R
+    before the join; with ``auto`` R at a wider P, dpsql.sql.join_cap, whose removal is stated
+    as an assumption, and the raw partials are those of the P-capped join) and
     for rows known to be one per unit (``one_row_per_unit``: a per-unit derived table;
     ``unique_unit``: the catalog proves it) the bounds drop no row and no group: only a SUM (or
     AVG's centred sum) clamped narrower than declared (``clamp: auto``) still loses mass there,
@@ -159,8 +161,8 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
     """
     if a.private.row_privacy or not decomposable(a):
         return ()
-    if sum(1 for _, _, p in a.sources if p is not None) > 1:
-        return ()
+    if sum(1 for _, _, p in a.sources if p is not None) > 1 and not a.pre_join_rows:
+        return ()  # each table capped at R before the join: the raw partials would miss it
     factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
     r = a.max_rows
     wanted = {s.measures[0] for s in a.statistics if s.func in ("count", "sum", "count_distinct")}

@@ -1,7 +1,8 @@
 """How many joined rows one private row can become: the public tables' fan-out.
 
-Each private table of a join keeps at most R rows per unit before the join, so k private tables
-give at most R^k joined rows per unit (:func:`dpsql.sql.analyze_select.check_join_size`). Every
+Each private table of a join keeps at most R rows per unit before the join (P with ``auto`` R:
+:mod:`dpsql.sql.join_cap`), so k private tables give at most R^k (P^k) joined rows per unit
+(:func:`dpsql.sql.analyze_select.check_join_size`). Every
 *public* table of the join multiplies that again: a private row matches at most ``F(s)`` rows of
 public table ``s``, where
 
@@ -29,6 +30,7 @@ from sqlglot import exp
 
 from dpsql.errors import StatementTooComplex
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.join_cap import precap
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,7 @@ def check_fanout(a: Analysis, fanout: Callable[[PublicJoin], int]) -> None:
     if not joins:
         return
     k = sum(1 for _, _, p in a.sources if p is not None)
-    bound = a.max_rows**k
+    bound = precap(a) ** k
     for j in joins:
         f = fanout(j)
         bound *= max(f, 1) if j.left else f

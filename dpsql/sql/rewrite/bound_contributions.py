@@ -37,6 +37,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
+from dpsql.sql.join_cap import precap
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order
@@ -133,7 +134,8 @@ def source_select(a: Analysis, salt: str, *columns: exp.Expr) -> exp.Select:
 def capped_table(
     a: Analysis, alias: str, table: str, unit: str, salt: str, *, push: bool = True
 ) -> exp.Expr:
-    """``table AS alias`` keeping at most R = max_rows_per_unit rows per unit, chosen by a keyed
+    """``table AS alias`` keeping at most R = max_rows_per_unit rows per unit (with ``auto`` R:
+    the wider, public :func:`dpsql.sql.join_cap.precap`), chosen by a keyed
     hash of the whole row among the rows that pass the WHERE conditions reading this table only
     (``push``)::
 
@@ -159,7 +161,7 @@ def capped_table(
     own = _own_conditions(a.where, alias) if push else []
     if own:
         inner = inner.where(exp.and_(*[exp.Paren(this=make_total(c, a.column)) for c in own]))
-    keep = exp.LTE(this=exp.column("_dp_pre"), expression=exp.Literal.number(a.max_rows))
+    keep = exp.LTE(this=exp.column("_dp_pre"), expression=exp.Literal.number(precap(a)))
     outer = exp.select(exp.Star()).from_(inner.subquery(ident.copy())).where(keep)
     return outer.subquery(ident.copy())
 

@@ -1,8 +1,9 @@
 """The SQL counting units per bucket of each ``auto`` bound's grid (:mod:`dpsql.sql.auto_bounds`).
 
 One number per privacy unit and item, over the rows the query reads (its tables, joins with
-public tables, WHERE and, for declared keys, the key filter), then the units per bucket, all
-from one pass over the rows::
+public tables and, on their units, with other private tables, each capped at P rows per unit
+before the join: :mod:`dpsql.sql.join_cap`; WHERE and, for declared keys, the key filter), then
+the units per bucket, all from one pass over the rows::
 
     SELECT _dp_item, _dp_b, COUNT(*) AS _dp_c
     FROM (SELECT _dp_unit, MAX(_dp_n) AS _dp_rows_max, COUNT(*) AS _dp_groups,
@@ -89,7 +90,10 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
             assert col is not None and col.bounds is not None
             v = clamp_values(make_total(it.arg, a.column), a.column, col.lo, col.hi)
             cols.append(exp.alias_(v, name))
-    # one private table (auto_items): nothing is capped before a join, the salt is unused
+    # a join of private tables keeps P rows per unit of each before the join, as the answer's
+    # SQL does (dpsql.sql.join_cap); which ones, by an unsalted keyed hash of the unit's own
+    # rows: its numbers stay a function of its own rows (the answer's salt differs, so a unit
+    # above P may keep other rows there: the choice's accuracy, not its privacy)
     rows = source_select(a, "", *cols)
     filters = ([a.where] if a.where is not None else []) + _key_filter(a)
     if filters:

@@ -166,9 +166,9 @@ def test_exact_choice_reads_the_data(
             "SELECT region, COUNT(*) FROM purchases GROUP BY region",
             "rows per unit over all groups",
         ),
-        (  # two private tables: today's default of 1, said plainly
+        (  # two private tables joined on their units: R chosen from the joined rows
             "SELECT COUNT(*) FROM purchases p JOIN pums q ON p.user_id = q.pid",
-            "not chosen for joins of several private tables",
+            "rows per unit (chosen from the data",
         ),
     ],
 )
