@@ -10,7 +10,7 @@ a free repeat at another confidence) added. Nothing here reads a private row.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -75,16 +75,7 @@ def finish(
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
     for _, label, ivs in ivcols:
-        if interval_is_integer(a, label):  # bigint ends, rounded outwards (never inwards)
-            arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
-            arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
-            continue
-        if interval_time_type(a, label) == "date":  # whole days, outwards (from_epoch: ::int)
-            arrays.append([_whole(iv[0], math.floor) if iv else None for iv in ivs])
-            arrays.append([_whole(iv[1], math.ceil) if iv else None for iv in ivs])
-            continue
-        arrays.append([iv[0] if iv else None for iv in ivs])
-        arrays.append([iv[1] if iv else None for iv in ivs])
+        arrays += interval_arrays(a, label, ivs)
     if with_rid or len(arrays) == 0:
         arrays.append(list(range(n)))
     params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
@@ -142,6 +133,20 @@ def finish(
         intervals=intervals,
         notices=notices,
     )
+
+
+def interval_arrays(
+    a: Analysis, label: str, ivs: Sequence[tuple[float, float] | None]
+) -> list[list[Any]]:
+    """The low and high ends of one output's intervals as the arrays ``outer_query`` reads
+    (label: a statistic index, or ``d<k>`` for a derived output)."""
+    if interval_is_integer(a, label) or interval_time_type(a, label) == "date":
+        # bigint ends, or whole days (from_epoch: ::int), rounded outwards (never inwards)
+        return [
+            [_whole(iv[0], math.floor) if iv else None for iv in ivs],
+            [_whole(iv[1], math.ceil) if iv else None for iv in ivs],
+        ]
+    return [[iv[0] if iv else None for iv in ivs], [iv[1] if iv else None for iv in ivs]]
 
 
 def _whole(x: float, rounding: Callable[[float], int]) -> int | None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from dpsql.dp.accounting import sequential
-from dpsql.errors import InternalError
+from dpsql.errors import InternalError, UpstreamError
 from dpsql.execute import privacy_params
 from dpsql.execute.auto_bounds import choose_reserved, notice
 from dpsql.execute.backend import CancelToken
@@ -46,6 +46,14 @@ from dpsql.execute.private import (
     settle_failed,
 )
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
+from dpsql.execute.tree_intervals import (
+    Attached,
+    attach,
+    leaf_levels,
+    leaf_shape,
+    post_sql_iv,
+    row_bound,
+)
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -55,6 +63,7 @@ from dpsql.sql.bind import literal
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.tree import Split, fill
+from dpsql.sql.tree_intervals import IvPlan, plan_intervals
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -91,6 +100,7 @@ def run_tree(
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
     ]
     run = _Run(engine, sp, list(probes), budgets, session, prepared.scope)
+    ivplan, levels = _iv_plan(engine, sp, run, confidence, session.show_intervals)
     ledger = engine.ledger
     for i in range(len(probes)):
         link = sp.link(i)
@@ -124,7 +134,7 @@ def run_tree(
                 got,
                 engine.group_types(run.leaves[i], run.plans[i].analysis),
                 _declared(engine, run.plans[i]),
-                confidence,
+                levels[i],  # 1 - alpha/k when its values enter an output k at a time
             )
     except BaseException as error:
         for r in held:  # bound choices never made: nothing read for them
@@ -145,18 +155,64 @@ def run_tree(
             if earlier is not None:  # a concurrent identical leaf stored its answer first
                 run.releases[i] = Release.from_json(json.loads(earlier))
     final = [r for r in run.releases if r is not None]
-    rows_out = _post(engine, sp, run.plans, final, cancel)
     stored = ledger is not None and engine.policy.repeats != "off"
     notices = leaf_notices(sp, run, set(todo), stored, session, engine)
+    if ivplan is not None:
+        got = _post_iv(engine, sp, ivplan, run.plans, final, confidence, cancel)
+        columns, rows, intervals = got.columns, got.rows, got.intervals
+        notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
+    else:
+        rows_out = _post(engine, sp, run.plans, final, cancel)
+        columns, rows, intervals = rows_out.columns, rows_out.rows, None
     return Result(
-        rows_out.columns,
-        rows_out.rows,
-        f"SELECT {len(rows_out.rows)}",
+        columns,
+        rows,
+        f"SELECT {len(rows)}",
         epsilon_spent=float(sum((shares[i].epsilon for i in todo), Fraction(0))),
         delta_spent=float(sum((shares[i].delta for i in todo), Fraction(0))),
         cached=not todo,
         notices=notices,
+        intervals=intervals,
     )
+
+
+def _iv_plan(
+    engine: EngineContext, sp: Split, run: _Run, confidence: float, show: bool
+) -> tuple[IvPlan | None, list[float]]:
+    """With ``dpsql.show_intervals``: the interval columns' plan and each leaf's interval
+    level (:mod:`dpsql.execute.tree_intervals`); else None and the session's confidence."""
+    n = len(run.plans)
+    if not show:
+        return None, [confidence] * n
+    labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
+    shapes = [leaf_shape(p.analysis, labels[i]) for i, p in enumerate(run.plans)]
+    plan = plan_intervals(sp.post, shapes)
+    bounds = [row_bound(p.analysis, _declared(engine, p)) for p in run.plans]
+    return plan, leaf_levels(plan, bounds, confidence)
+
+
+def _post_iv(
+    engine: EngineContext,
+    sp: Split,
+    plan: IvPlan,
+    plans: Sequence[LeafPlan],
+    releases: Sequence[Release],
+    confidence: float,
+    cancel: CancelToken | None = None,
+) -> Attached:
+    """The post-processing with the interval columns; if PostgreSQL refuses the rewritten
+    query, the statement's own (its error, if any, is the user's) with NULL intervals."""
+    analyses = [p.analysis for p in plans]
+    plain = [_leaf_query(a, rel, 0) for a, rel in zip(analyses, releases, strict=True)]
+    text, params = post_sql_iv(plan, plain, analyses, releases)
+    labels = list(sp.labels) or [f"leaf {i}" for i in range(len(plans))]
+    try:
+        got = engine.backend.run(text, params, private=False, cancel=cancel)
+    except UpstreamError as e:
+        got = _post(engine, sp, plans, releases, cancel)
+        why = f"dpsql could not compute it ({e.message})"
+        return attach(plan, got.columns, got.rows, releases, labels, confidence, why)
+    return attach(plan, got.columns, got.rows, releases, labels, confidence)
 
 
 def _reserve(
@@ -216,15 +272,23 @@ def leaf_notices(
         if rel is not None:
             lines += list(rel.notes)
         plan = run.plans[i]
-        lines += list(interval_notices(plan.analysis, plan, conf))
+        level = rel.confidence if rel is not None and rel.confidence is not None else conf
+        lines += list(interval_notices(plan.analysis, plan, level))
         out += [f"{name}: {line}" for line in lines]
-    if out:
+    if out and session.show_intervals:
+        out.append(
+            "these intervals are of each aggregate's released values per group, at the level "
+            "each states; the statement's own intervals are its <column>_low/_high columns "
+            "(below: what each holds, or why it is NULL)"
+        )
+    elif out:
         out.append(
             "these intervals are of each aggregate's released values per group (as that "
             "aggregate alone would return them); the statement's output is computed from them "
             "in PostgreSQL and carries no interval of its own: a SUM of k released values "
             "lies within the SUM of their ends with probability at least 1 - k x "
-            f"{1 - conf:.2g} (union bound)"
+            f"{1 - conf:.2g} (union bound); SET dpsql.show_intervals = on returns the "
+            "statement's own intervals as columns where one can be computed"
         )
     return tuple(out)
 
@@ -384,7 +448,23 @@ def describe_tree(
         for leaf, a in zip(leaves, analyses, strict=True)
         if a is not None
     ]
-    text, params = post_sql(sp, [a for a in analyses if a is not None], rels)
+    present = [a for a in analyses if a is not None]
+    if session.show_intervals and len(present) == len(rels):
+        labels = list(sp.labels) or [f"leaf {i}" for i in range(len(rels))]
+        plan = plan_intervals(
+            sp.post, [leaf_shape(a, lb) for a, lb in zip(present, labels, strict=False)]
+        )
+        plain = [_leaf_query(a, rel, 0) for a, rel in zip(present, rels, strict=True)]
+        text, params = post_sql_iv(plan, plain, present, rels)
+        q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
+        try:
+            cols = engine.backend.run(q, params, private=False).columns
+        except UpstreamError:  # as run_tree: the statement's own columns, NULL intervals
+            text, params = post_sql(sp, present, rels)
+            q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
+            cols = engine.backend.run(q, params, private=False).columns
+        return attach(plan, cols, [], rels, labels, 0.0, "-").columns
+    text, params = post_sql(sp, present, rels)
     q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
     return engine.backend.run(q, params, private=False).columns
 

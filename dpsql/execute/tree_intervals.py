@@ -1,0 +1,392 @@
+"""The ``_low``/``_high`` interval columns of a tree statement (``SET dpsql.show_intervals``).
+
+:mod:`dpsql.sql.tree_intervals` rewrites the post-processing so that each noisy output value
+has its interval's ends beside it (hidden columns). Here, around the leaves' release:
+
+1. :func:`leaf_shapes`: what each leaf's released rows carry (which columns have intervals,
+   which rows the leaf has).
+2. :func:`leaf_levels`: the level each leaf's intervals are released at. An output built from
+   k leaf intervals holds when all k hold: at least 1 - k x (1 - level) by the union bound, so
+   a leaf whose values enter an output k at a time is asked for 1 - alpha/k (k counted with
+   the leaves' declared key combinations: a SUM over a leaf's rows reads all of them).
+3. :func:`post_sql_iv`: the post-processing SQL with each ``_dpsql_ivleaf_i`` placeholder
+   replaced by leaf i's rows *with* its interval columns.
+4. :func:`attach`: the hidden columns taken off the result and returned as ``<column>_low`` /
+   ``<column>_high`` after the statement's own columns (as on the flat path); an output whose
+   k intervals, at the levels they were actually released at (a stored leaf keeps its own),
+   reach less than the session's confidence gets NULL, and the notice says why.
+
+Nothing here reads a private row: it works on released values and their intervals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlglot import exp
+
+from dpsql.execute.bias import round_outwards
+from dpsql.execute.finish import interval_arrays
+from dpsql.execute.noise import Release
+from dpsql.result import ResultColumn
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.interval_sql import HIDDEN, IV_LEAF, Held, No
+from dpsql.sql.intervals import derived_outputs
+from dpsql.sql.postprocess import (
+    interval_is_integer,
+    interval_time_type,
+    outer_query,
+    outer_sql,
+    stat_outputs,
+)
+from dpsql.sql.tree_intervals import IvPlan, LeafCol, LeafShape, OutCol
+
+INT8, FLOAT8 = 20, 701
+OIDS = {"int8": INT8, "float8": FLOAT8, "date": 1082, "timestamp": 1114, "timestamptz": 1184}
+
+
+def leaf_shape(a: Analysis, label: str) -> LeafShape:
+    """What leaf ``a``'s released rows carry (:class:`dpsql.sql.tree_intervals.LeafShape`)."""
+    direct = dict(stat_outputs(a))
+    derived = {pos: k for k, (pos, _, _) in enumerate(derived_outputs(a))}
+    cols: list[LeafCol] = []
+    for pos, item in enumerate(a.outer.expressions):
+        name = item.alias_or_name
+        body = item.this if isinstance(item, exp.Alias) else item
+        if pos in direct:
+            si = direct[pos]
+            s = a.statistics[si]
+            if s.func == "mode":
+                why = "mode() carries a guarantee on its row count, not a value interval"
+                cols.append(LeafCol(name, True, None, why))
+                continue
+            additive = s.func in ("count", "count_distinct", "sum")
+            integral = interval_is_integer(a, si)
+            end = interval_time_type(a, si) or ("int8" if integral else "float8")
+            cols.append(LeafCol(name, True, str(si), "", additive, integral, end))
+        elif pos in derived:
+            cols.append(LeafCol(name, True, f"d{derived[pos]}"))
+        elif any(c.name.startswith("_dp_s") for c in body.find_all(exp.Column)):
+            why = f"{label} computes it from noisy statistics by an expression dpsql can't bound"
+            cols.append(LeafCol(name, True, None, why))
+        else:
+            cols.append(LeafCol(name, False))
+    o, why = a.outer, ""
+    if o.args.get("where") is not None:
+        why = "keeps the rows its HAVING chooses by their noisy values"
+    elif o.args.get("distinct") is not None:
+        why = "merges rows whose noisy values coincide (DISTINCT)"
+    elif o.args.get("limit") is not None or o.args.get("offset") is not None:
+        why = (
+            "keeps the rows its ORDER BY ... LIMIT chooses by their noisy values"
+            if o.args.get("order") is not None
+            else "keeps only part of its rows (LIMIT)"
+        )
+    if why:
+        rows = "chosen"
+    elif not a.group_keys:
+        rows = "one"
+    elif a.needs_selection:
+        rows = "selected"
+    else:
+        rows = "declared"
+    return LeafShape(label, tuple(cols), rows, why)
+
+
+def row_bound(a: Analysis, declared: Any) -> int | None:
+    """How many rows leaf ``a`` releases at most: 1 without GROUP BY, the declared key
+    combinations (summed over grouping sets), None when partition selection picks them."""
+    if not a.group_keys:
+        return 1
+    sets = declared if a.grouping_sets else [declared]
+    total = 0
+    for d in sets:
+        if d is None:
+            return None
+        total += math.prod(len(k) for k in d)
+    return total
+
+
+def _k(out: OutCol, rows: Sequence[int | None]) -> int | None:
+    """How many leaf intervals an output reads (None: a leaf's row count is not known)."""
+    if not isinstance(out.info, Held):
+        return 0
+    k = 0
+    for leaf, every in out.info.events:
+        n = rows[leaf] if every else 1
+        if n is None:
+            return None
+        k += max(1, n)
+    return k
+
+
+def leaf_levels(plan: IvPlan, rows: Sequence[int | None], confidence: float) -> list[float]:
+    """Each leaf's interval level: 1 - alpha/k for the largest k of the outputs it enters
+    (``rows[i]``: leaf i's rows, or a bound on them; None when unknown)."""
+    alpha = 1 - confidence
+    out = [confidence] * len(rows)
+    for o in plan.outputs:
+        k = _k(o, rows)
+        if not k or not isinstance(o.info, Held):
+            continue
+        for leaf, _ in o.info.events:
+            out[leaf] = max(out[leaf], 1 - alpha / k)
+    return out
+
+
+def _leaf_rows(a: Analysis, rel: Release, ivs: Sequence[tuple[str, int]], offset: int) -> Any:
+    """Leaf ``a``'s released rows with its interval columns, the arrays numbered from offset."""
+    names = [(label, f"_dpsql_iv{hid}") for label, hid in ivs]
+    q, _ = outer_query(a, rel.key_types, interval_columns=names)
+
+    def renumber(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
+            return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
+        return n
+
+    arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
+    arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
+    for label, _ in ivs:
+        if label.startswith("d"):
+            k = int(label[1:])
+            got = [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
+        else:
+            got = [row[int(label)] for row in rel.intervals]
+        arrays += interval_arrays(a, label, got)
+    if not arrays:
+        arrays.append(list(range(len(rel.groups))))
+    return q.transform(renumber), arrays
+
+
+def post_sql_iv(
+    plan: IvPlan,
+    plain: Sequence[tuple[exp.Expr, list[list[Any]]]],
+    analyses: Sequence[Analysis],
+    releases: Sequence[Release],
+) -> tuple[str, dict[str, list[Any]]]:
+    """The rewritten post-processing's SQL: each ``_dpsql_leaf_i`` placeholder replaced by the
+    leaf's rows (``plain[i]``: its query and arrays, numbered from 0), each
+    ``_dpsql_ivleaf_i`` by its rows with interval columns; and the array parameters."""
+    params: dict[str, list[Any]] = {}
+    out = plan.post.copy()
+
+    def add(q: exp.Expr, arrays: list[list[Any]], renumbered: bool) -> exp.Expr:
+        base = len(params)
+        if not renumbered:
+
+            def shift(n: exp.Expr) -> exp.Expr:
+                if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
+                    return exp.Placeholder(this=f"_dpsql_arr{base + int(str(n.this)[10:])}")
+                return n
+
+            q = q.transform(shift)
+        for arr in arrays:
+            params[f"_dpsql_arr{len(params)}"] = arr
+        return q
+
+    from dpsql.sql.tree import LEAF_PREFIX
+
+    def placeholder(s: exp.Select) -> tuple[str, int] | None:
+        src = s.args.get("from_")
+        t = src.this if src is not None else None
+        if not isinstance(t, exp.Table) or len(s.expressions) != 1:
+            return None
+        if not isinstance(s.expressions[0], exp.Star) or s.args.get("where"):
+            return None
+        for prefix in (IV_LEAF, LEAF_PREFIX):
+            if t.name.startswith(prefix) and t.name[len(prefix) :].isdigit():
+                return prefix, int(t.name[len(prefix) :])
+        return None
+
+    selects = [out] if isinstance(out, exp.Select) else []
+    selects += [s for s in out.find_all(exp.Select) if s is not out]
+    for s in selects:
+        hit = placeholder(s)
+        if hit is None:
+            continue
+        prefix, i = hit
+        if prefix == IV_LEAF:
+            q, arrays = _leaf_rows(analyses[i], releases[i], plan.leaf_ivs[i], len(params))
+            new = add(q, arrays, renumbered=True)
+        else:
+            new = add(plain[i][0], plain[i][1], renumbered=False)
+        if s is out:
+            out = new
+        else:
+            s.replace(new)
+    return outer_sql(out), params  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Attached:
+    """The statement's columns and rows with the interval columns, the per-row intervals (for
+    the CLI), and a notice line per noisy output column."""
+
+    columns: tuple[ResultColumn, ...]
+    rows: list[tuple[Any, ...]]
+    intervals: list[tuple[tuple[float, float] | None, ...]]
+    notes: tuple[str, ...]
+
+
+def attach(
+    plan: IvPlan,
+    columns: Sequence[ResultColumn],
+    rows: Sequence[Sequence[Any]],
+    releases: Sequence[Release | None],
+    labels: Sequence[str],
+    confidence: float,
+    failed: str = "",
+) -> Attached:
+    """Strip the hidden columns, add ``<column>_low``/``_high`` per noisy output (module doc).
+    ``failed``: why the rewritten query could not run (every interval then NULL)."""
+    hidden: dict[str, list[int]] = {}
+    visible: list[int] = []
+    for j, c in enumerate(columns):
+        m = HIDDEN.match(c.name)
+        if m:
+            hidden.setdefault(c.name, []).append(j)
+        else:
+            visible.append(j)
+    names = [columns[j].name for j in visible]
+    seen: dict[str, int] = {}
+    at: dict[int, OutCol] = {}  # visible position -> its noisy output
+    for out in plan.outputs:
+        k = seen.get(out.name.lower(), 0)
+        seen[out.name.lower()] = k + 1
+        same = [p for p, n in enumerate(names) if n.lower() == out.name.lower()]
+        if k < len(same):
+            at[same[k]] = out
+    counts = [max(1, len(r.groups)) if r is not None else None for r in releases]
+    extra_cols: list[ResultColumn] = []
+    getters: list[tuple[int, int] | None] = []
+    kinds: list[str] = []
+    notes: list[str] = []
+    for p, name in enumerate(names):
+        o = at.get(p)
+        if o is None:
+            continue
+        why = failed or _why_not(o, hidden, releases, counts, labels, confidence)
+        info = o.info if isinstance(o.info, Held) else None
+        if info is not None and info.passthrough:  # the type is the plan's: Describe's too
+            kind, oid = "keep", OIDS.get(info.end, FLOAT8)
+        elif info is not None and info.integral:
+            kind, oid = "int", INT8
+        elif info is None and columns[visible[p]].type_oid in (20, 21, 23):
+            kind, oid = "int", INT8
+        else:
+            kind, oid = "float", FLOAT8
+        src = None if why else info
+        lo = hidden.get(f"_dpsql_iv{src.hid}_low", [0])[0] if src else 0
+        hi = hidden.get(f"_dpsql_iv{src.hid}_high", [0])[0] if src else 0
+        extra_cols += [
+            ResultColumn(f"{name}_low", oid),
+            ResultColumn(f"{name}_high", oid),
+        ]
+        getters.append((lo, hi) if src is not None else None)
+        kinds.append(kind)
+        notes.append(
+            f"{name}_low, {name}_high are NULL: {why}"
+            if why
+            else f"{name}: {_what(o.info, labels, releases, counts, confidence)}"
+        )
+    out_rows: list[tuple[Any, ...]] = []
+    ivs: list[tuple[tuple[float, float] | None, ...]] = []
+    for r in rows:
+        ends: list[Any] = []
+        row_iv: list[tuple[float, float] | None] = [None] * len(visible)
+        slot = 0
+        for p in range(len(visible)):
+            if p not in at:
+                continue
+            g, kind = getters[slot], kinds[slot]
+            slot += 1
+            pair = _ends(r[g[0]], r[g[1]], kind) if g is not None else (None, None)
+            ends += pair
+            if kind != "keep" and pair[0] is not None and pair[1] is not None:
+                row_iv[p] = (float(pair[0]), float(pair[1]))
+        out_rows.append(tuple(r[j] for j in visible) + tuple(ends))
+        ivs.append(tuple(row_iv))
+    cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
+    return Attached(cols, out_rows, ivs, tuple(notes))
+
+
+def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
+    """One interval's ends as its column's type: rounded outwards, never inwards."""
+    if lo is None or hi is None or kind == "keep":
+        return lo, hi
+    if kind == "int":
+        return math.floor(Decimal(lo)), math.ceil(Decimal(hi))
+    a = math.nextafter(float(lo), -math.inf)  # a numeric's nearest float may lie inside
+    b = math.nextafter(float(hi), math.inf)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return None, None
+    return round_outwards((a, b), (b - a) / 2)
+
+
+def _level(o: Held, releases: Sequence[Release | None], counts: Sequence[int | None]) -> float:
+    """The level the output's interval holds at: 1 - the sum of its leaf intervals' misses."""
+    miss = 0.0
+    for leaf, every in o.events:
+        rel = releases[leaf]
+        n = counts[leaf] if every else 1
+        if rel is None or rel.confidence is None or n is None:
+            return 0.0
+        miss += n * (1 - rel.confidence)
+    return 1 - miss
+
+
+def _why_not(
+    o: OutCol,
+    hidden: dict[str, list[int]],
+    releases: Sequence[Release | None],
+    counts: Sequence[int | None],
+    labels: Sequence[str],
+    confidence: float,
+) -> str:
+    if isinstance(o.info, No):
+        return o.info.reason or "dpsql can't bound it"
+    h = o.info
+    if any(len(hidden.get(f"_dpsql_iv{h.hid}_{e}", [])) != 1 for e in ("low", "high")):
+        return "the statement repeats the column it comes from (SELECT * over a self-join)"
+    level = _level(h, releases, counts)
+    if level >= confidence - 1e-12:
+        return ""
+    k = sum(counts[leaf] or 0 if every else 1 for leaf, every in h.events)
+    held = sorted({(r.confidence or 0.0) if r else 0.0 for r in (releases[e[0]] for e in h.events)})
+    return (
+        f"it is computed from {k} released values, whose intervals all hold with probability "
+        f"only {max(level, 0):.4g} (a stored answer of {labels[h.events[0][0]]} keeps its "
+        f"intervals at {held[0]:.4g}; at {confidence:g} each would need 1 - "
+        f"{1 - confidence:.2g}/{k}): ask with another dpsql.epsilon to measure it anew"
+    )
+
+
+def _what(
+    o: Held | No,
+    labels: Sequence[str],
+    releases: Sequence[Release | None],
+    counts: Sequence[int | None],
+    confidence: float,
+) -> str:
+    assert isinstance(o, Held)
+    leaves = sorted({leaf for leaf, _ in o.events})
+    if o.passthrough:
+        rel = releases[leaves[0]]
+        level = rel.confidence if rel is not None and rel.confidence is not None else confidence
+        return f"the interval of {labels[leaves[0]]}'s released value, unchanged (at {level:.4g})"
+    k = sum((counts[leaf] or 1) if every else 1 for leaf, every in o.events)
+    lv = ", ".join(
+        f"{labels[i]} at {releases[i].confidence:.4g}"  # type: ignore[union-attr]
+        for i in leaves
+    )
+    return (
+        f"computed from {k} released values by interval arithmetic ({lv}): it holds the true "
+        f"value with probability >= {confidence:g} (union bound over the {k})"
+    )
+
+
+__all__ = ["Attached", "attach", "leaf_levels", "leaf_shape", "post_sql_iv"]

@@ -1,0 +1,422 @@
+"""Intervals for the output columns of a statement answered as a tree (docs/sql.md, the tree model).
+
+A tree's output is computed by PostgreSQL from its leaves' released rows. An output column that
+is a leaf's released value passed through (a CTE's COUNT paged with ORDER BY ... LIMIT), or a
+monotone expression of released values (a SUM of leaf values, ``x * 100.0 / SUM(x) OVER ()``, a
+ratio of two leaves' values), gets an interval by interval arithmetic over the leaves' intervals:
+the post-processing is rewritten to carry, beside each such value, a low and a high end
+(``_dpsql_iv<n>_low`` / ``_high`` hidden columns, computed by PostgreSQL in the same query). The
+true value lies between them whenever every leaf interval it is built from holds; with k of them,
+that is at least 1 - k x (1 - leaf level) (union bound), so the engine asks each leaf for its
+intervals at 1 - alpha/k (:func:`leaf_levels`) and checks the level reached before it reports one.
+
+No interval (the columns are NULL, the notice says why) where none is honest:
+
+* an expression dpsql can't bound (CASE, COALESCE, non-monotone functions), a rank or any
+  window that orders, partitions or frames rows by noisy values;
+* an aggregate over rows chosen by noisy values (a WHERE, HAVING, JOIN ON or ORDER BY ... LIMIT
+  on them, or groups kept by partition selection: the true answer may sum other rows);
+* over declared keys every key combination is a released row, empty or not (noise around 0):
+  a SUM of COUNT/SUM values is unchanged by them, but COUNT(*), AVG, MIN, MAX over the rows are
+  not PostgreSQL's own answer;
+* DISTINCT and UNION/INTERSECT/EXCEPT over noisy values (UNION ALL keeps its intervals).
+
+Everything here is a pure function of the post-processing tree and the leaves' shapes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from dpsql.sql.interval_sql import (
+    HIDDEN,
+    IV_LEAF,
+    Exprs,
+    Held,
+    Info,
+    Iv,
+    No,
+    Rel,
+    Scope,
+)
+from dpsql.sql.tables import cte_body
+from dpsql.sql.tree import LEAF_PREFIX, leaf_number
+
+
+@dataclass(frozen=True)
+class LeafCol:
+    """One output column of a leaf's released rows."""
+
+    name: str
+    noisy: bool
+    label: str | None = None  # its interval's label in the leaf's release (None: no interval)
+    reason: str = ""  # noisy without an interval: why
+    additive: bool = False  # a COUNT or SUM: a group the data lacks adds 0 to a SUM over rows
+    integral: bool = False  # the interval ends are whole numbers
+    end: str = "float8"  # the type of its interval's ends
+
+
+@dataclass(frozen=True)
+class LeafShape:
+    """A leaf's released rows: its columns and which rows it has (``rows``: "one" without GROUP
+    BY, "declared" every declared key combination, "selected" the groups partition selection
+    kept, "chosen" rows kept by noisy values: HAVING, ORDER BY ... LIMIT)."""
+
+    label: str
+    columns: tuple[LeafCol, ...]
+    rows: str
+    why: str = ""  # "chosen": which clause keeps its rows
+
+
+@dataclass(frozen=True)
+class OutCol:
+    """A noisy output column of the statement (in output order)."""
+
+    name: str
+    info: Held | No
+
+
+@dataclass(frozen=True)
+class IvPlan:
+    """The post-processing with hidden interval columns, and what each noisy output carries.
+
+    ``leaf_ivs[i]``: leaf i's interval columns ((label in its release, hid)) when a placeholder
+    ``_dpsql_ivleaf_i`` reads them."""
+
+    post: exp.Expr
+    outputs: tuple[OutCol, ...]
+    leaf_ivs: tuple[tuple[tuple[str, int], ...], ...]
+
+
+class _Abort(Exception):
+    """A shape the rewrite can't carry hidden columns through: the plain plan is used."""
+
+
+def plan_intervals(post: exp.Expr, leaves: Sequence[LeafShape]) -> IvPlan:
+    """The hidden-column rewrite of ``post`` (with ``_dpsql_leaf_i`` placeholders); when a part of
+    the statement can't carry them, every noisy output gets No with the reason."""
+    try:
+        return _Rewriter(leaves, hidden=True).plan(post.copy())
+    except _Abort as why:
+        out = _Rewriter(leaves, hidden=False, why=str(why)).plan(post.copy())
+        return IvPlan(post, out.outputs, tuple(() for _ in leaves))
+
+
+class _Rewriter:
+    def __init__(self, leaves: Sequence[LeafShape], hidden: bool, why: str = "") -> None:
+        self.leaves, self.hidden, self.why = leaves, hidden, why
+        self.next = 0
+        self.ctes: dict[int, Rel] = {}
+        self.leaf_hids: list[dict[str, int]] = [{} for _ in leaves]
+
+    def plan(self, post: exp.Expr) -> IvPlan:
+        rel = self.rel(post, self.hidden)
+        outputs = tuple(OutCol(n, i) for n, i in rel.cols if i is not None)
+        ivs = tuple(
+            tuple((c.label, h[c.name]) for c in leaf.columns if c.label is not None and c.name in h)
+            for leaf, h in zip(self.leaves, self.leaf_hids, strict=True)
+        )
+        return IvPlan(post, outputs, ivs)
+
+    def hid(self) -> int:
+        self.next += 1
+        return self.next
+
+    # -- relations ---------------------------------------------------------------------------
+
+    def rel(self, node: exp.Expr, hidden: bool) -> Rel:
+        if isinstance(node, exp.Subquery):
+            return self.rel(node.this, hidden)
+        if isinstance(node, exp.Select):
+            i = leaf_number(node)
+            if i is not None:
+                return self.leaf(node, i, hidden)
+            return self.select(node, hidden)
+        if isinstance(node, exp.SetOperation):
+            return self.setop(node, hidden)
+        raise _Abort("a part of the statement dpsql does not follow")
+
+    def leaf(self, node: exp.Select, i: int, hidden: bool) -> Rel:
+        shape = self.leaves[i]
+        if hidden:
+            node.args["from_"].this.set("this", exp.to_identifier(f"{IV_LEAF}{i}"))
+        cols: list[tuple[str, Info]] = []
+        for c in shape.columns:
+            if not c.noisy:
+                cols.append((c.name, None))
+            elif c.label is None:
+                cols.append((c.name, No(c.reason)))
+            elif not hidden:
+                cols.append(
+                    (c.name, No(self.why or "it is read through DISTINCT or a set operation"))
+                )
+            else:
+                h = self.leaf_hids[i].setdefault(c.name, self.hid())
+                cols.append((c.name, Held(h, ((i, False),), c.additive, c.integral, True, c.end)))
+        flags = {}
+        if shape.rows == "declared":
+            flags["declared"] = (
+                f"{shape.label} has a row for every declared key combination, empty or not"
+            )
+        elif shape.rows == "selected":
+            flags["selected"] = (
+                f"{shape.label} keeps only the groups partition selection let through: "
+                "the true answer also counts the others"
+            )
+        elif shape.rows == "chosen":
+            flags["chosen"] = f"{shape.label} {shape.why or 'keeps rows by their noisy values'}"
+        return Rel(cols, flags, hidden=hidden)
+
+    def cte(self, body: exp.Expr, hidden: bool) -> Rel:
+        key = id(body)
+        if key not in self.ctes:
+            self.ctes[key] = self.rel(body, self.hidden)
+        rel = self.ctes[key]
+        if hidden or not self.hidden:
+            return rel
+        # a plain reader of a CTE with hidden columns: it sees No for them
+        why = self.why or "it is read through DISTINCT or a set operation"
+        return Rel([(n, _plain(i, why)) for n, i in rel.cols], rel.flags, rel.unknown, True)
+
+    def setop(self, node: exp.SetOperation, hidden: bool) -> Rel:
+        keep = hidden and isinstance(node, exp.Union) and not node.args.get("distinct")
+        if keep:  # a leaf as a branch: its columns by name, so its intervals can line up
+            for side in ("this", "expression"):
+                b = node.args.get(side)
+                i = leaf_number(b) if isinstance(b, exp.Select) else None
+                names = [c.name for c in self.leaves[i].columns] if i is not None else []
+                if b is not None and i is not None and all(names) and len(set(names)) == len(names):
+                    named = [exp.column(n, quoted=True) for n in names]
+                    node.set(side, exp.select(*named).from_(b.subquery("_dpsql_u")))
+        left, right = node.this, node.expression
+        if keep and not (_explicit(left) and _explicit(right)):
+            keep = False
+        lrel, rrel = self.rel(left, keep), self.rel(right, keep)
+        if len(lrel.cols) != len(rrel.cols) and not (lrel.unknown or rrel.unknown):
+            raise _Abort("a UNION whose branches dpsql can't line up")
+        flags = {**lrel.flags, **rrel.flags}
+        what = type(node).__name__.upper()
+        cols: list[tuple[str, Info]] = []
+        if keep:
+            assert isinstance(left, exp.Select) and isinstance(right, exp.Select)
+            lext, rext = _strip_hidden(left), _strip_hidden(right)
+            for p, ((name, a), (_, b)) in enumerate(zip(lrel.cols, rrel.cols, strict=True)):
+                if a is None and b is None:
+                    cols.append((name, None))
+                    continue
+                if isinstance(a, No) or isinstance(b, No):
+                    cols.append((name, a if isinstance(a, No) else b))
+                    continue
+                h = self.hid()
+                for sel, ext, x in ((left, lext, a), (right, rext, b)):
+                    for end in ("low", "high"):
+                        if x is None:  # an exact value: its own interval
+                            item = sel.expressions[p]
+                            val = (item.this if isinstance(item, exp.Alias) else item).copy()
+                        else:
+                            val = ext[f"_dpsql_iv{x.hid}_{end}"].copy()
+                        sel.append("expressions", exp.alias_(val, f"_dpsql_iv{h}_{end}"))
+                ev = (a.events if a else ()) + (b.events if b else ())
+                add = bool(a and b and a.additive and b.additive)
+                integral = (a is None or a.integral) and (b is None or b.integral)
+                cols.append((name, Held(h, ev, add, integral, False)))
+        else:
+            reason = (
+                f"{what} compares rows by their noisy values"
+                if isinstance(node, (exp.Intersect, exp.Except))
+                else "UNION (without ALL) removes rows whose noisy values coincide"
+            )
+            if isinstance(node, exp.Union) and not node.args.get("distinct"):
+                reason = self.why or "a UNION ALL branch dpsql can't line up (SELECT *)"
+            for (name, a), (_, b) in zip(lrel.cols, rrel.cols, strict=False):
+                noisy = a is not None or b is not None
+                cols.append((name, No(reason) if noisy else None))
+            if isinstance(node, (exp.Intersect, exp.Except)) and any(i for _, i in cols):
+                flags["chosen"] = f"{what} keeps rows by their noisy values"
+        rel = Rel(cols, flags, lrel.unknown or rrel.unknown, keep)
+        self.order_limit(node, rel, dict(cols))
+        return rel
+
+    def select(self, s: exp.Select, hidden: bool) -> Rel:
+        scope: dict[str, Rel | None] = {}
+        order: list[str] = []
+        sources = []
+        src = s.args.get("from_")
+        if src is not None:
+            sources.append(src.this)
+        sources += [j.this for j in s.args.get("joins") or []]
+        flags: dict[str, str] = {}
+        for node in sources:
+            alias = node.alias_or_name
+            rel: Rel | None = None
+            if isinstance(node, exp.Subquery):
+                rel = self.rel(node.this, hidden)
+            elif isinstance(node, exp.Table):
+                body = cte_body(node)
+                if body is not None:
+                    rel = self.cte(body, hidden)
+                elif node.name.startswith((LEAF_PREFIX, IV_LEAF)):
+                    raise _Abort("a leaf read in an unexpected place")
+            elif any(True for _ in node.find_all(exp.Select)):
+                raise _Abort("a LATERAL or function source over aggregates")
+            scope[alias] = rel
+            order.append(alias)
+            if rel is not None:
+                flags.update(rel.flags)
+        ctx = Scope(scope, order)
+        conds = [("WHERE", s.args.get("where"))]
+        conds += [("JOIN ... ON", j.args.get("on")) for j in s.args.get("joins") or []]
+        before = next((k for k, c in conds if c is not None and ctx.noisy(c)), None)
+        if before is not None:
+            flags["chosen"] = f"its rows are chosen by noisy values ({before} on them)"
+        group = s.args.get("group")
+        grouped = group is not None or any(is_agg(e) for e in s.expressions)
+        distinct = s.args.get("distinct") is not None
+        add = hidden and not distinct
+        plain_why = self.why or (
+            "DISTINCT merges rows whose noisy values coincide"
+            if distinct
+            else "it is read through DISTINCT or a set operation"
+        )
+        cols: list[tuple[str, Info]] = []
+        extra: list[exp.Expr] = []
+        for item in s.expressions:
+            if isinstance(item, exp.Star) or (
+                isinstance(item, exp.Column) and isinstance(item.this, exp.Star)
+            ):
+                names = [item.table] if isinstance(item, exp.Column) and item.table else order
+                for n in names:
+                    r = scope.get(n)
+                    if r is None:
+                        continue
+                    if not add and r.hidden:
+                        raise _Abort(
+                            "SELECT * over released values where they can't carry intervals"
+                        )
+                    cols += r.cols
+                continue
+            body = item.this if isinstance(item, exp.Alias) else item
+            ev = Exprs(ctx, flags, grouped).ev(body, inside_agg=False)
+            if isinstance(ev, Iv):
+                if not add:
+                    cols.append((output_name(item), No(plain_why)))
+                    continue
+                h = self.hid()
+                extra += [
+                    exp.alias_(ev.lo, f"_dpsql_iv{h}_low"),
+                    exp.alias_(ev.hi, f"_dpsql_iv{h}_high"),
+                ]
+                end = ev.end if ev.passthrough else ""
+                held = Held(h, ev.events, ev.additive, ev.integral, ev.passthrough, end)
+                cols.append((output_name(item), held))
+            else:
+                cols.append((output_name(item), ev))
+        for e in extra:
+            s.append("expressions", e)
+        out = dict(flags)
+        after = [("HAVING", s.args.get("having")), ("QUALIFY", s.args.get("qualify"))]
+        late = next((k for k, c in after if c is not None and _noisy_after(ctx, c, cols)), None)
+        if late is not None:
+            out["chosen"] = f"its rows are chosen by noisy values ({late} on them)"
+        if group is not None and ctx.noisy(group):
+            out["chosen"] = "it groups rows by their noisy values"
+        if distinct and any(i for _, i in cols):
+            out["chosen"] = "DISTINCT merges rows whose noisy values coincide"
+        unknown = any(scope[n] is None for n in order)
+        rel = Rel(cols, out, unknown, add and (bool(extra) or any(
+            r is not None and r.hidden for r in scope.values()
+        )))  # fmt: skip
+        self.order_limit(s, rel, dict(cols), ctx)
+        return rel
+
+    def order_limit(
+        self, node: exp.Expr, rel: Rel, items: dict[str, Info], ctx: Scope | None = None
+    ) -> None:
+        """ORDER BY on noisy values with LIMIT/OFFSET: the rows kept are chosen by them."""
+        if node.args.get("limit") is None and node.args.get("offset") is None:
+            return
+        o = node.args.get("order")
+        if o is None:
+            return
+        names = list(items)
+        for ordered in o.expressions:
+            e = ordered.this
+            if isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit():
+                k = int(e.this) - 1
+                hit = items.get(names[k]) if 0 <= k < len(names) else None
+            elif isinstance(e, exp.Column) and not e.table and e.name in items:
+                hit = items[e.name]
+            else:
+                hit = No("") if ctx is not None and ctx.noisy(e) else None
+            if hit is not None:
+                rel.flags["chosen"] = "ORDER BY ... LIMIT keeps rows by their noisy values"
+                return
+
+
+def _noisy_after(ctx: Scope, cond: exp.Expr, cols: list[tuple[str, Info]]) -> bool:
+    """A HAVING or QUALIFY on noisy values: its sources' columns or aggregates of them."""
+    if ctx.noisy(cond):
+        return True
+    names = {n for n, i in cols if i is not None}
+    return any(isinstance(c, exp.Column) and not c.table and c.name in names for c in cond.walk())
+
+
+def _plain(i: Info, why: str) -> Info:
+    return (
+        No(why or "a part of the statement reads it without its interval")
+        if isinstance(i, Held)
+        else i
+    )
+
+
+def _explicit(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Select) and not any(
+        isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+        for e in node.expressions
+    )
+
+
+def _strip_hidden(s: exp.Select) -> dict[str, exp.Expr]:
+    """Remove a branch's hidden columns, returning their expressions by name (re-added in the
+    UNION's order)."""
+    out: dict[str, exp.Expr] = {}
+    keep = []
+    for e in s.expressions:
+        if isinstance(e, exp.Alias) and HIDDEN.match(e.alias):
+            out[e.alias] = e.this
+        else:
+            keep.append(e)
+    s.set("expressions", keep)
+    return out
+
+
+def is_agg(e: exp.Expr) -> bool:
+    for n in e.find_all(exp.AggFunc):
+        if not isinstance(n.parent, exp.Window) and n.find_ancestor(exp.Window) is None:
+            return True
+    return False
+
+
+def output_name(item: exp.Expr) -> str:
+    """The column name PostgreSQL gives a select item."""
+    if isinstance(item, exp.Alias):
+        return str(item.alias)
+    if isinstance(item, exp.Column):
+        return str(item.name)
+    if isinstance(item, exp.Window):
+        return output_name(item.this)
+    if isinstance(item, exp.Cast):
+        return output_name(item.this) if isinstance(item.this, exp.Column) else "?column?"
+    if isinstance(item, exp.Func):
+        return (
+            str(item.sql_name()).lower()
+            if not isinstance(item, exp.Anonymous)
+            else str(item.name).lower()
+        )
+    return "?column?"
+
+
+__all__ = ["IvPlan", "LeafCol", "LeafShape", "OutCol", "plan_intervals"]

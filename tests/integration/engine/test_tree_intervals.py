@@ -1,0 +1,250 @@
+"""Interval columns of statements answered as a tree (dpsql/sql/tree_intervals.py,
+dpsql/execute/tree_intervals.py): ``SET dpsql.show_intervals = on``.
+
+Data (a biased case, as tests/integration/engine/test_error_bars.py): 3,000 units with 1-4 rows
+(unit u has 1 + u % 4 rows, value 1 + u % 50, group 'a' or 'b'), the policy keeps 1 row and 1
+group per unit: bounding removes 60% of the rows, so COUNT and SUM answers are far below the
+truth, and only an interval that holds the removed mass covers it. The truth is the statement run
+as written on PostgreSQL.
+
+Property: each release's ``<col>_low``/``<col>_high`` holds the true value with probability >=
+0.95 (interval arithmetic over leaf intervals, each at 1 - alpha/k: the union bound over the k
+it reads). Over DRAWS independent executions (fresh noise each), fewer than
+``binom_min_successes(DRAWS, 0.95)`` covered has probability <= 1e-6 per shape (the two shapes
+share 1e-6: each at 5e-7). The broken twin -- the leaves released without the removed-mass
+estimate, the noise-only interval -- covers in none and must fail the same check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.execute import tree as tree_module
+from dpsql.execute.noise import Release
+from dpsql.execute.tree_intervals import attach, leaf_levels
+from dpsql.policy.model import Policy
+from dpsql.result import ResultColumn
+from dpsql.session import SessionContext
+from dpsql.sql.interval_sql import Held, No
+from dpsql.sql.tree_intervals import IvPlan, OutCol
+from tests.helpers import binom_min_successes
+
+DRAWS = 200
+UNITS = 3000
+ALPHA = 5e-7  # per shape: two shapes, 1e-6 in all
+POLICY = {
+    "version": 1,
+    "dataset": "treeiv",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "tables": {
+        "public.t": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 1,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["a", "b"]},
+                "v": {"type": "numeric", "bounds": [0, 50], "clamp": "bounds"},
+            },
+        }
+    },
+}
+# a re-aggregation SUM over the leaf's two declared groups (k = 2)
+TOTAL = "SELECT SUM(n) AS total FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS v"
+TOTAL_TRUTH = "SELECT COUNT(*) FROM t"
+# a ratio of two leaves (k = 2): the mean value, as a BI tool may compute it
+RATIO = (
+    "SELECT s.total / c.n AS mean FROM (SELECT SUM(v) AS total FROM t) AS s, "
+    "(SELECT COUNT(*) AS n FROM t) AS c"
+)
+RATIO_TRUTH = "SELECT SUM(v) / COUNT(*) FROM t"
+ON = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
+
+
+def _load(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (uid integer NOT NULL, g text NOT NULL, v numeric)")
+        rows = [
+            (u, "a" if u % 3 else "b", 1 + u % 50) for u in range(UNITS) for _ in range(1 + u % 4)
+        ]
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    d = make_db("treeiv")
+    _load(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def engine(dsn: str) -> Iterator[Engine]:
+    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    yield e
+    e.close()
+
+
+def _truth(dsn: str, sql: str) -> float:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(sql).fetchone()
+        assert row is not None
+        return float(row[0])
+
+
+def _covered(engine: Engine, sql: str, truth: float, draws: int) -> int:
+    prepared = engine.prepare(sql)
+    assert prepared.split is not None, "a tree statement"
+    hits = 0
+    for _ in range(draws):
+        r = engine.execute(prepared, ON)
+        names = [c.name for c in r.columns]
+        value, lo, hi = r.rows[0]
+        assert names[1:] == [f"{names[0]}_low", f"{names[0]}_high"], names
+        assert lo is not None and hi is not None, r.notices
+        hits += lo - 1e-9 * abs(truth) <= truth <= hi + 1e-9 * abs(truth)
+    return hits
+
+
+NEED = binom_min_successes(DRAWS, 0.95, alpha=ALPHA)
+
+
+@pytest.mark.parametrize(("sql", "truth_sql"), [(TOTAL, TOTAL_TRUTH), (RATIO, RATIO_TRUTH)])
+def test_tree_interval_covers_the_truth_on_a_biased_case(
+    engine: Engine, dsn: str, sql: str, truth_sql: str
+) -> None:
+    got = _covered(engine, sql, _truth(dsn, truth_sql), DRAWS)
+    assert got >= NEED, f"{sql}: {got} of {DRAWS} covered, need {NEED}"
+
+
+def test_noise_only_leaves_fail_the_same_check(
+    engine: Engine, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broken twin: the leaves' plans without their removed-mass estimate (noise-only
+    intervals, as before issue 16). Their sum is about 40% of the truth: never covered."""
+    honest = tree_module.release_measured
+
+    def noise_only(engine: Any, plan: Any, *args: Any) -> Release:
+        return honest(engine, dataclasses.replace(plan, bias=()), *args)
+
+    monkeypatch.setattr(tree_module, "release_measured", noise_only)
+    got = _covered(engine, TOTAL, _truth(dsn, TOTAL_TRUTH), DRAWS)
+    assert got < NEED, f"the noise-only twin covered {got} of {DRAWS}"
+
+
+def test_leaf_levels_split_alpha_over_what_an_output_reads(engine: Engine) -> None:
+    """Deterministic: a leaf whose values enter an output k at a time is released at
+    1 - alpha/k; a re-aggregation SUM reads all its rows, a row-level expression one."""
+    plan = IvPlan(
+        post=None,  # type: ignore[arg-type]
+        outputs=(
+            OutCol("total", Held(1, ((0, True),), True, True, False)),
+            OutCol("ratio", Held(2, ((1, False), (2, False)), False, False, False)),
+            OutCol("r", No("a rank")),
+        ),
+        leaf_ivs=((), (), ()),
+    )
+    assert leaf_levels(plan, [25, 1, 1], 0.95) == pytest.approx([1 - 0.05 / 25, 0.975, 0.975])
+    # the twin that ignores the union bound would keep 0.95 for all: caught here
+    assert leaf_levels(plan, [None, 1, 1], 0.95)[0] == 0.95  # unknown rows: checked at the end
+
+
+def test_a_stored_leaf_at_a_lower_level_gives_null_and_says_why() -> None:
+    """A leaf answer stored at 0.95 (a free repeat) read k = 5 at a time reaches only 0.75:
+    the output's interval columns are NULL, and the notice says why in words."""
+    plan = IvPlan(
+        post=None,  # type: ignore[arg-type]
+        outputs=(OutCol("total", Held(1, ((0, True),), True, True, False)),),
+        leaf_ivs=((),),
+    )
+    cols = [
+        ResultColumn("total", 1700),
+        ResultColumn("_dpsql_iv1_low", 20),
+        ResultColumn("_dpsql_iv1_high", 20),
+    ]
+    rel = Release(("text",), [["a"]] * 5, [[1]] * 5, [[(0.0, 2.0)]] * 5, confidence=0.95)
+    got = attach(plan, cols, [(10, 5, 20)], [rel], ["derived table v"], 0.95)
+    assert [c.name for c in got.columns] == ["total", "total_low", "total_high"]
+    assert [c.type_oid for c in got.columns[1:]] == [20, 20]  # bigint, as the flat path
+    assert got.rows == [(10, None, None)]
+    assert "probability only 0.75" in got.notes[0] and "NULL" in got.notes[0], got.notes
+    rel_ok = dataclasses.replace(rel, confidence=1 - 0.05 / 5)
+    got = attach(plan, cols, [(10, 5, 20)], [rel_ok], ["derived table v"], 0.95)
+    assert got.rows == [(10, 5, 20)]
+    assert "union bound over the 5" in got.notes[0], got.notes
+
+
+SHAPES = {
+    # leaves' values passed through (a join of two CTEs, paged by a noisy value): their own
+    # intervals, their own types
+    "WITH a AS (SELECT g, COUNT(*) AS n FROM t GROUP BY g), b AS (SELECT g, SUM(v) AS s FROM t "
+    "GROUP BY g) SELECT a.g, a.n, b.s FROM a JOIN b ON a.g = b.g ORDER BY a.n DESC LIMIT 1": {
+        "n": "interval",
+        "s": "interval",
+    },
+    # a window over released values: share of the total (k = 3: its own and both rows)
+    "SELECT g, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share FROM t GROUP BY g": {
+        "share": "interval"
+    },
+    # a rank orders rows by noisy values: NULL, and why
+    "SELECT g, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY g": {
+        "r": "orders rows by their noisy values"
+    },
+    # COUNT(*) over declared groups counts released rows, not PostgreSQL's
+    "SELECT COUNT(*) AS groups FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS v": {
+        "groups": "counts released rows"
+    },
+    # a SUM over rows chosen by their noisy values (ORDER BY ... LIMIT)
+    "SELECT SUM(n) AS top FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g "
+    "ORDER BY n DESC LIMIT 1) AS v": {"top": "chooses by their noisy values"},
+    # CASE of a noisy value is not monotone
+    "SELECT CASE WHEN a.n > b.n THEN 1 ELSE 0 END AS more_a FROM (SELECT COUNT(*) AS n FROM t "
+    "WHERE g = 'a') AS a, (SELECT COUNT(*) AS n FROM t WHERE g = 'b') AS b": {
+        "more_a": "can't bound"
+    },
+}
+
+
+@pytest.mark.parametrize("sql", list(SHAPES))
+def test_each_noisy_column_has_an_interval_or_says_why(engine: Engine, sql: str) -> None:
+    r = engine.execute(engine.prepare(sql), ON)
+    names = [c.name for c in r.columns]
+    described = [c.name for c in engine.describe(engine.prepare(sql), ON)]
+    assert described == names, (described, names)  # Describe and Execute agree
+    for col, want in SHAPES[sql].items():
+        lo, hi = names.index(f"{col}_low"), names.index(f"{col}_high")
+        if want == "interval":
+            for row in r.rows:
+                assert row[lo] is not None and row[lo] <= row[hi], (row, r.notices)
+            assert any(n.startswith(f"interval columns: {col}: ") for n in r.notices), r.notices
+        else:
+            assert all(row[lo] is None and row[hi] is None for row in r.rows), r.rows
+            note = next(n for n in r.notices if n.startswith(f"interval columns: {col}_low"))
+            assert want in note, note
+
+
+def test_types_follow_the_flat_path(engine: Engine) -> None:
+    """Counts' ends are bigint, other ends float8 (rounded outwards), never 17 digits."""
+    r = engine.execute(engine.prepare(TOTAL), ON)
+    assert [c.type_oid for c in r.columns[1:]] == [20, 20]
+    assert all(type(x) is int for x in r.rows[0][1:])
+    r = engine.execute(engine.prepare(RATIO), ON)
+    assert [c.type_oid for c in r.columns[1:]] == [701, 701]
+    lo, hi = r.rows[0][1:]
+    assert isinstance(lo, float) and math.isfinite(lo) and lo <= hi
+    assert len(repr(lo)) <= 12 and len(repr(hi)) <= 12, (lo, hi)
+
+
+def test_without_show_intervals_no_extra_columns(engine: Engine) -> None:
+    off = dataclasses.replace(ON, show_intervals=False)
+    r = engine.execute(engine.prepare(TOTAL), off)
+    assert [c.name for c in r.columns] == ["total"]
+    assert any("SET dpsql.show_intervals = on" in n for n in r.notices), r.notices
