@@ -277,15 +277,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
             mine = (
                 f"\n[dim]The examples were charged to analyst {EXAMPLES_ANALYST}, not to you.[/dim]"
             )
+            owner = (
+                ""
+                if args.upstream
+                else "\nThe data owner's connection (raw rows: dpsql check --upstream, dpsql "
+                f"budget, dpsql init):\n  export DSN='{cluster.url('demo')}'"
+            )
 
             def ready(port: int) -> None:  # the bound port: the kernel's pick for port 0
-                console.print(
+                console.print(  # unwrapped: lines to copy whole
                     f"[bold green]dpsql is serving on {listen_host}:{port}[/bold green]; connect with\n"
-                    f'  psql "host={host} port={port} user=analyst password=analyst dbname={db}"\n'
+                    f'  psql "host={host} port={port} user=analyst password=analyst dbname={db}"',
+                    soft_wrap=True,
+                )
+                console.print(
                     "(or any PostgreSQL client with those settings)\n"
                     "and try: SELECT category, AVG(amount) FROM purchases GROUP BY category;  "
                     "SHOW dpsql.budget;  \\dt   (Ctrl-C stops)" + ("" if args.sql else mine)
                 )
+                if owner:
+                    console.print(owner, soft_wrap=True)
 
             return serve_engine(engine, policy, args.listen, args.port_file, ready)
         return rc if args.sql else 0

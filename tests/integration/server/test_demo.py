@@ -9,6 +9,7 @@ PostgreSQL cluster of its own, about 10-20 s).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -115,6 +116,11 @@ def test_serve_starts_the_analyst_with_a_full_budget_and_empty_history(tmp_path:
                 dsn.replace("user=analyst", f"user={EXAMPLES_ANALYST}"), connect_timeout=20
             )
         text = out.read_text(errors="replace")
+        # the owner's connection it prints (for dpsql check --upstream) is one line that works
+        owner = re.search(r"export DSN='(postgresql://dpsql_admin:[^']+)'", text)
+        assert owner is not None, text
+        with psycopg.connect(owner.group(1), connect_timeout=20) as conn:
+            assert conn.execute("SELECT COUNT(*) FROM purchases").fetchone() == (122_000,)
     assert "ERROR 42501" in text  # the fifth example, SELECT *, is refused
     assert f"charged to analyst {EXAMPLES_ANALYST}, not to you" in text
     # the connect hint names the port the kernel picked for --listen 127.0.0.1:0, not port 0
