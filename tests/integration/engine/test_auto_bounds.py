@@ -82,6 +82,51 @@ def test_a_twin_that_never_reuses_is_caught(charged: tuple[Engine, Ledger]) -> N
     assert any("the same slice chose again" in b for b in bad), bad
 
 
+JOIN_COUNT = "SELECT COUNT(*) FROM purchases p JOIN pums q ON p.user_id = q.pid"
+JOIN_SAME = "SELECT COUNT(p.quantity) FROM purchases p JOIN pums q ON p.user_id = q.pid"
+
+
+def check_join_scope(engine: Engine, ledger: Ledger) -> list[str]:
+    """A join's bound is its own slice: chosen once for the join and reused by the join only;
+    the table alone chooses its own (and reuses that), never the join's (violations listed)."""
+    bad = []
+    first = ask(engine, JOIN_COUNT)
+    if bound_releases(ledger) != [Fraction(1, 5)] or "chosen from the data" not in first.notices[0]:
+        bad.append(f"join first: {bound_releases(ledger)} {first.notices[:1]}")
+    second = ask(engine, JOIN_SAME)
+    if bound_releases(ledger) != [Fraction(1, 5)] or "reused free" not in second.notices[0]:
+        bad.append(f"join again chose: {bound_releases(ledger)} {second.notices[:1]}")
+    alone = ask(engine, COUNT)
+    if bound_releases(ledger) != [Fraction(1, 5)] * 2:
+        bad.append(f"the table alone reused the join's bound: {alone.notices[:1]}")
+    ask(engine, SAME_SLICE)
+    ask(engine, "SELECT COUNT(q.age) FROM purchases p JOIN pums q ON p.user_id = q.pid")
+    if bound_releases(ledger) != [Fraction(1, 5)] * 2 or spent(ledger) != 5:
+        bad.append(f"reuse: {bound_releases(ledger)}, total {spent(ledger)}")
+    return bad
+
+
+def test_a_join_bound_is_charged_once_in_its_own_slice(charged: tuple[Engine, Ledger]) -> None:
+    engine, ledger = charged
+    assert check_join_scope(engine, ledger) == []
+
+
+def test_a_twin_whose_slice_ignores_the_join_is_caught(
+    charged: tuple[Engine, Ledger], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broken twin keys a choice by the table and filter only (no join, no alias): the
+    table alone then reuses the join's bound, and the check says so."""
+    from dpsql.sql import auto_bounds as sql_auto
+
+    def table_only(a: Any, groups: bool) -> str:
+        return a.table + (a.where.sql("postgres") if a.where is not None else "")
+
+    monkeypatch.setattr(sql_auto, "_slice", table_only)
+    engine, ledger = charged
+    bad = check_join_scope(engine, ledger)
+    assert any("the table alone reused the join's bound" in b for b in bad), bad
+
+
 def test_explain_shows_the_choice_before_and_after(charged: tuple[Engine, Ledger]) -> None:
     engine, ledger = charged
     sql = "SELECT category, SUM(amount) FROM purchases GROUP BY category"
