@@ -391,7 +391,16 @@ class Engine:
                     if a is prepared.analysis
                     else replace(a, unique_unit=True)
                 )
-        return self.plan_analysis(a, eps - spent, delta, session.mechanism)
+        eps, mech = eps - spent, session.mechanism
+        # a pure function of its inputs: memoized per stable analysis (whose identity is its
+        # bounds and the catalog's proof) and the session's epsilon, delta and mechanism
+        return private_sql_module.memoized(
+            self.caches.sql,
+            prepared,
+            a,
+            ("plan", eps, delta, mech),
+            lambda: self.plan_analysis(a, eps, delta, mech),
+        )
 
     def plan_analysis(
         self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str

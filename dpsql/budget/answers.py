@@ -61,24 +61,22 @@ def store(
 def lookup(
     ledger: LedgerStore, conn: psycopg.Connection, analyst: str, cache_key: str
 ) -> bytes | None:
-    """The stored answer for the key, recording the free repeat in the analyst's history."""
+    """The stored answer for the key, recording the free repeat in the analyst's history, in
+    one statement (one round trip, atomic on an autocommit connection: the repeat is recorded
+    exactly when the answer is returned; a miss records nothing)."""
     got = conn.execute(
         ledger.q(
-            "SELECT a.payload, r.fingerprint, r.statement FROM {s}.answer a JOIN {s}.release r"
-            " ON r.id = a.release_id WHERE a.dataset = %s AND a.scope = %s AND a.cache_key = %s"
+            "WITH hit AS (SELECT a.payload, r.fingerprint, r.statement FROM {s}.answer a"
+            " JOIN {s}.release r ON r.id = a.release_id"
+            " WHERE a.dataset = %s AND a.scope = %s AND a.cache_key = %s),"
+            " rec AS (INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
+            " state, statement) SELECT %s, %s, fingerprint, '0', '0', '0', 'repeat', statement"
+            " FROM hit)"
+            " SELECT payload FROM hit"
         ),
-        _key(ledger, analyst, cache_key),
+        [*_key(ledger, analyst, cache_key), ledger.dataset, analyst],
     ).fetchone()
-    if got is None:
-        return None
-    conn.execute(
-        ledger.q(
-            "INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
-            " state, statement) VALUES (%s, %s, %s, '0', '0', '0', 'repeat', %s)"
-        ),
-        [ledger.dataset, analyst, got[1], got[2]],
-    )
-    return bytes(got[0])
+    return bytes(got[0]) if got is not None else None
 
 
 def peek(

@@ -230,16 +230,14 @@ class Ledger(LedgerStore):
     def lookup(self, analyst: str, cache_key: str) -> bytes | None:
         """A stored noisy answer for this key, free; the repeat is recorded in the history.
 
-        A miss (every statement not asked before) is one read outside a transaction: one round
-        trip instead of BEGIN, read, COMMIT. An answer stored concurrently just after it is found
-        by the commit instead (:meth:`commit` returns the earlier answer), as it would be if it
-        were stored just after the transaction."""
+        One statement, hit or miss (:func:`dpsql.budget.answers.lookup`: one round trip). An
+        answer stored concurrently just after it is found by the commit instead (:meth:`commit`
+        returns the earlier answer), as it would be if it were stored just after the read."""
         if self.policy.repeats == "off":
             return None
-        with self.connection() as conn:
-            if not answers.exists(self, conn, analyst, cache_key):
-                return None
-        return self.transact(lambda conn: answers.lookup(self, conn, analyst, cache_key))
+        return self.transact(
+            lambda conn: answers.lookup(self, conn, analyst, cache_key), single=True
+        )
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:
         """The stored payload for ``cache_key`` the analyst may reuse, read only (records nothing).

@@ -84,6 +84,7 @@ class LedgerStore:
         self._pool = pool
         self.policy = policy
         self.schema = schema
+        self._texts: dict[str, sql.Composed] = {}  # q()'s statements, composed once each
 
     @classmethod
     def open(cls, dsn: str, policy: Policy, schema: str = "dpsql", *, pool_size: int = 8) -> Self:
@@ -131,8 +132,13 @@ class LedgerStore:
         return self.policy.dataset
 
     def q(self, text: str) -> sql.Composed:
-        """An internal statement with ``{s}`` bound to the ledger schema."""
-        return sql.SQL(text).format(s=sql.Identifier(self.schema))
+        """An internal statement with ``{s}`` bound to the ledger schema (composed once per text:
+        the same object each time, so psycopg converts it once and prepares it on each
+        connection after a few runs)."""
+        hit = self._texts.get(text)
+        if hit is None:
+            hit = self._texts[text] = sql.SQL(text).format(s=sql.Identifier(self.schema))
+        return hit
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -145,12 +151,20 @@ class LedgerStore:
         except (psycopg.OperationalError, psycopg_pool.PoolTimeout) as e:
             raise _unavailable(e) from e
 
-    def transact(self, fn: Callable[[psycopg.Connection], T], attempts: int = 5) -> T:
-        """Run ``fn(conn)`` in one transaction, retrying deadlocks and serialization failures."""
+    def transact(
+        self, fn: Callable[[psycopg.Connection], T], attempts: int = 5, *, single: bool = False
+    ) -> T:
+        """Run ``fn(conn)`` in one transaction, retrying deadlocks and serialization failures.
+
+        ``single``: ``fn`` runs one statement, atomic by itself on the pool's autocommit
+        connection, so no BEGIN and COMMIT (two round trips) are sent around it."""
         for attempt in range(attempts):
             try:
-                with self.connection() as conn, conn.transaction():
-                    return fn(conn)
+                with self.connection() as conn:
+                    if single:
+                        return fn(conn)
+                    with conn.transaction():
+                        return fn(conn)
             except _RETRY as e:
                 if attempt == attempts - 1:
                     raise _unavailable(e) from e

@@ -19,6 +19,7 @@ from dpsql.execute import privacy_params
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import PrivateQuery
+from dpsql.execute.private_sql import memoized
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -162,18 +163,15 @@ def _outer_sql(
     with_rid: bool,
     icols: list[tuple[str, str]],
 ) -> str:
-    """The post-processing SQL, memoized for the prepared statement's own analysis (the memo
-    holds ``a`` itself, so its id can't be reused by another analysis while the entry lives)."""
-    stable = prepared.is_own(a)
-    key = ("outer", prepared.text, id(a), tuple(rel.key_types), with_rid, tuple(icols))
-    hit = engine.caches.sql.get(key) if stable else None
-    if hit is not None and hit[0] is a:
-        return str(hit[1])
-    q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
-    text = outer_sql(q)
-    if stable:
-        engine.caches.sql.remember(key, (a, text))
-    return text
+    """The post-processing SQL, memoized for a stable analysis (the prepared statement's own, or
+    one with stored ``auto`` bounds applied: :func:`~dpsql.execute.private_sql.memoized`)."""
+
+    def make() -> str:
+        q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
+        return outer_sql(q)
+
+    key = ("outer", prepared.text, tuple(rel.key_types), with_rid, tuple(icols))
+    return memoized(engine.caches.sql, prepared, a, key, make)
 
 
 def _mechanism(plan: Plan | SetsPlan | None, a: Analysis, si: int) -> str | None:

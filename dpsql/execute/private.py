@@ -37,21 +37,35 @@ if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
 
 
+def repeat_key(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    params: Sequence[Any],
+    epsilon: Fraction,
+    delta: Fraction,
+    mechanism: str,
+) -> str:
+    """Same canonical query, parameters, epsilon, delta, mechanism and policy (as the analyst's
+    view changes answers) => same answer. The canonical form of the statement's tree is
+    memoized (a function of the tree alone; the memo holds the tree, so its id can't be reused)."""
+    from dpsql.sql.canonical import cache_key as key
+    from dpsql.sql.canonical import canonical
+
+    tree = prepared.tree
+    assert tree is not None
+    hit = engine.caches.sql.get(("canonical", id(tree)))
+    if hit is None or hit[0] is not tree:
+        hit = (tree, canonical(tree))
+        engine.caches.sql.remember(("canonical", id(tree)), hit)
+    extra = engine.repeat_digest(prepared.scope)
+    return key(hit[1], params, epsilon, delta, mechanism, extra=extra)
+
+
 def cache_key(
     engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, params: Sequence[Any]
 ) -> str:
-    """Same canonical query, parameters, epsilon, delta, mechanism and policy => same answer."""
-    from dpsql.sql.canonical import cache_key as key
-
-    assert prepared.tree is not None
-    return key(
-        prepared.tree,
-        params,
-        plan.epsilon,
-        plan.delta,
-        plan.mechanism,
-        extra=engine.repeat_digest(prepared.scope),
-    )
+    """The repeat key of a statement at its plan's epsilon, delta and mechanism."""
+    return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, plan.mechanism)
 
 
 def check_join_fanout(engine: EngineContext, a: Analysis) -> None:
@@ -99,13 +113,7 @@ def auto_cache_key(
     """The repeat key of a statement with ``auto`` bounds: its own epsilon (not what is left
     after choosing bounds, which differs between the first run and later ones) and the
     requested mechanism."""
-    from dpsql.sql.canonical import cache_key as key
-
-    assert prepared.tree is not None
-    return key(
-        prepared.tree, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}",
-        extra=engine.repeat_digest(prepared.scope),
-    )  # fmt: skip
+    return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}")
 
 
 def run_private(
@@ -169,7 +177,7 @@ def with_stored_bounds(
     """``a`` with the stored bounds ``pend.known`` applied; for the prepared statement's own
     analysis, memoized per (statement, bounds) and marked stable, so its bounded SQL is
     memoized too (:func:`dpsql.execute.private_sql.private_sql`)."""
-    from dpsql.execute.private_sql import mark_stable
+    from dpsql.execute.private_sql import mark_stable, memoized
     from dpsql.sql.auto_bounds import apply_bounds
 
     if not prepared.is_own(a):
@@ -177,14 +185,10 @@ def with_stored_bounds(
     # keyed by the analysis itself, not the text alone: the same text prepared under another
     # analyst's view (a denied keys_from table: partition selection instead of the keys) has
     # another analysis, which must not be swapped for this one
-    key = ("resolved", prepared.text, id(a), pend.known)
-    hit = engine.caches.sql.get(key)
-    if hit is not None and hit[0] is a:
-        kept: Analysis = hit[1]
-        return kept
-    resolved = apply_bounds(a, pend.known)
-    engine.caches.sql.remember(key, (a, resolved))  # holds ``a``: its id can't be reused
-    mark_stable(engine.caches.sql, resolved)
+    memo = engine.caches.sql
+    key = ("resolved", prepared.text, pend.known)
+    resolved = memoized(memo, prepared, a, key, lambda: apply_bounds(a, pend.known))
+    mark_stable(memo, resolved)  # (again: the mark may have left the memo before the entry)
     return resolved
 
 

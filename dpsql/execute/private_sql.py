@@ -12,8 +12,9 @@ answered from the ledger as a free repeat runs nothing and draws nothing).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Hashable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlglot import exp
 
@@ -25,6 +26,8 @@ from dpsql.sql.rewrite import private_query
 if TYPE_CHECKING:
     from dpsql.execute.caches import Memo
 
+
+T = TypeVar("T")
 
 SALT_MARKER = "dpsql_salt_" + rng.token_hex(12)
 """Stands for the salt in memoized SQL: random per process, so no statement text contains it."""
@@ -76,20 +79,46 @@ def private_sql(
     proves one row per unit, :mod:`dpsql.execute.unique_units`: the caller checked it again)
     bounding is skipped; ``integer_keys``, ``integer_values``: :attr:`Analysis.integer_keys`,
     :attr:`Analysis.integer_values`."""
-    key = ("private", prepared.text, a.unique_unit, integer_keys, integer_values, id(a))
-    stable = prepared.is_own(a) or memo.get(("stable", id(a))) is a
-    if stable:
-        hit = memo.get(key)
-        if hit is not None and hit[0] is a:
-            return str(hit[1])
     typed = integer_keys or integer_values
-    text = bounded_sql(
+    return memoized(
+        memo,
         prepared,
-        replace(a, integer_keys=integer_keys, integer_values=integer_values) if typed else a,
+        a,
+        ("private", prepared.text, a.unique_unit, integer_keys, integer_values),
+        lambda: bounded_sql(
+            prepared,
+            replace(a, integer_keys=integer_keys, integer_values=integer_values) if typed else a,
+        ),
     )
-    if stable:
-        memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives
-    return text
+
+
+def is_stable(memo: Memo, prepared: PrivateQuery, a: Analysis) -> bool:
+    """Whether what is derived from ``a`` alone may be memoized under ``id(a)``: the prepared
+    statement's own analysis, or one kept for reuse (:func:`mark_stable`). Not one with
+    parameters bound (a new one each execution: the memo would only fill up)."""
+    return prepared.is_own(a) or memo.get(("stable", id(a))) is a
+
+
+def memoized(
+    memo: Memo,
+    prepared: PrivateQuery,
+    a: Analysis,
+    key: tuple[Hashable, ...],
+    make: Callable[[], T],
+) -> T:
+    """``make()``, a function of ``a`` and ``key`` alone, kept in ``memo`` under ``key`` and
+    ``id(a)`` when ``a`` is stable (:func:`is_stable`), else made each time. The memo holds
+    ``a`` itself, so its id can't be reused by another analysis while the entry lives."""
+    if not is_stable(memo, prepared, a):
+        return make()
+    full = (*key, id(a))
+    hit = memo.get(full)
+    if hit is not None and hit[0] is a:
+        kept: T = hit[1]
+        return kept
+    value = make()
+    memo.remember(full, (a, value))
+    return value
 
 
 def mark_stable(memo: Memo, a: Analysis) -> None:

@@ -30,6 +30,7 @@ whoever can change the table's schema is trusted.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from psycopg import sql as pgsql
@@ -81,21 +82,31 @@ def catalog_state(backend: Backend, a: Analysis) -> tuple[bool, str]:
     """Whether the catalog proves one row per unit (:func:`unit_is_unique`) and the catalog
     token of ``a``'s tables (:data:`CATALOG_TOKEN_SQL`), read in one round trip (a text that
     starts with :data:`CATALOG_STATE_PREFIX`)."""
-    token = CATALOG_TOKEN_SQL.format(tables=pgsql.SQL(", ").join(map(_regclass, tables(a))))
-    unique = _unique_sql(a) if eligible(a) else pgsql.SQL("SELECT false")
-    q = pgsql.SQL("SELECT ({}), ({})").format(token, unique)
-    rows = backend.run(q.as_string(None), private=False).rows
+    unique = (a.table, a.private.privacy_unit) if eligible(a) else None
+    rows = backend.run(_state_sql(tables(a), unique), private=False).rows
     return bool(rows and rows[0][1]), str(rows[0][0]) if rows else ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _state_sql(names: tuple[str, ...], unique: tuple[str, str] | None) -> str:
+    """:func:`catalog_state`'s statement for tables ``names`` (and the proof of one row per
+    ``unique`` = (table, unit), else false), composed once per statement shape."""
+    token = CATALOG_TOKEN_SQL.format(tables=pgsql.SQL(", ").join(map(_regclass, names)))
+    proof = _unique_sql(*unique) if unique is not None else pgsql.SQL("SELECT false")
+    return pgsql.SQL("SELECT ({}), ({})").format(token, proof).as_string(None)
 
 
 CATALOG_STATE_PREFIX = "SELECT (" + CATALOG_TOKEN_SQL.as_string(None).split("{")[0]
 
 
-def _unique_sql(a: Analysis) -> pgsql.Composed:
-    name = ".".join('"' + part.replace('"', '""') + '"' for part in a.table.split(".", 1))
-    return UNIQUE_UNIT_SQL.format(
-        table=pgsql.Literal(name), column=pgsql.Literal(a.private.privacy_unit)
-    )
+@functools.lru_cache(maxsize=1024)
+def _proof_sql(table: str, unit: str) -> str:
+    return _unique_sql(table, unit).as_string(None)
+
+
+def _unique_sql(table: str, unit: str) -> pgsql.Composed:
+    name = ".".join('"' + part.replace('"', '""') + '"' for part in table.split(".", 1))
+    return UNIQUE_UNIT_SQL.format(table=pgsql.Literal(name), column=pgsql.Literal(unit))
 
 
 def eligible(a: Analysis) -> bool:
@@ -108,7 +119,7 @@ def unit_is_unique(backend: Backend, a: Analysis) -> bool:
     """True when the catalog proves that ``a``'s table has one row per privacy unit."""
     if not eligible(a):
         return False
-    rows = backend.run(_unique_sql(a).as_string(None), private=False).rows
+    rows = backend.run(_proof_sql(a.table, a.private.privacy_unit), private=False).rows
     return bool(rows and rows[0][0])
 
 

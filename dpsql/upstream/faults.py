@@ -12,6 +12,7 @@ is retried once; what still fails is :class:`~dpsql.errors.ConnectionFailure` (0
 from __future__ import annotations
 
 import logging
+import select
 from collections.abc import Callable
 from typing import Any
 
@@ -72,14 +73,34 @@ def lost(e: BaseException, what: str = "the database") -> ConnectionFailure:
     )
 
 
+def quiet(conn: psycopg.Connection[Any]) -> bool:
+    """Whether an idle pooled connection is open with nothing waiting on its socket: no round
+    trip, one ``poll()``. A connection the server closed (a restart, ``pg_terminate_backend``:
+    PostgreSQL sends its FATAL and closes) has something to read (the error, or the end of the
+    stream), and so has one with an asynchronous message (a NOTICE, a parameter change): those
+    get a real check. A server that vanished without closing (a network partition) is not seen
+    here; the statement then fails as a lost connection (a ping would have waited as long)."""
+    if conn.closed or conn.broken or conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+        return False
+    try:
+        p = select.poll()
+        p.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+        return not p.poll(0)
+    except (OSError, ValueError, psycopg.Error):
+        return False
+
+
 def sweeping_check(
     pool: Callable[[], psycopg_pool.ConnectionPool | None],
 ) -> Callable[[psycopg.Connection[Any]], None]:
-    """A pool ``check=`` callback that pings a connection before use and, when one is dead,
-    sweeps the pool's other idle ones too (so the pool's backoff between failed checks is paid
-    once, not once per dead connection). ``pool``: returns the pool (made after the callback)."""
+    """A pool ``check=`` callback run on every checkout: a :func:`quiet` connection is used as
+    it is (no round trip); any other is pinged, and when it is dead the pool's other idle ones
+    are swept too (so the pool's backoff between failed checks is paid once, not once per dead
+    connection). ``pool``: returns the pool (made after the callback)."""
 
     def check(conn: psycopg.Connection[Any]) -> None:
+        if quiet(conn):
+            return
         try:
             psycopg_pool.ConnectionPool.check_connection(conn)
         except Exception:
