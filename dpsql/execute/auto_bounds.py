@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -365,9 +366,23 @@ def choose_reserved(
     return AutoBounds(tuple(chosen), slice_epsilon(epsilon, p), p.known.fallback)
 
 
-def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
+def in_terms(text: str, unit: str) -> str:
+    """A bounds text in the user's terms: the policy's privacy unit column (``user_id``) where
+    it says "unit", as the accuracy notice does ("23 rows per user_id")."""
+    if not unit or unit == "unit":
+        return text
+    text = re.sub(r"(?<!privacy )\bunits\b", f"{unit} values", text)
+    return re.sub(r"(?<!privacy )\bunit\b", unit, text)
+
+
+def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, unit: str = "unit") -> str:
     """The notice a statement with ``auto`` bounds sends (which bounds, and what they cost);
-    ``stored``: the ledger keeps choices for later statements."""
+    ``stored``: the ledger keeps choices for later statements; ``unit``: the privacy unit's
+    column, the word the notice uses for one person."""
+    return in_terms(_notice(bounds, epsilon, stored), unit)
+
+
+def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
     parts = []
     text = bounds.describe()
     if text:
@@ -414,8 +429,13 @@ def _label(c: ChosenBound) -> str:
     }[c.kind]
 
 
-def explain_text(p: Pending, epsilon: Fraction) -> str:
-    """EXPLAIN's line: the stored choices, and what running would choose and spend."""
+def explain_text(p: Pending, epsilon: Fraction, unit: str = "unit") -> str:
+    """EXPLAIN's line: the stored choices, and what running would choose and spend (in the
+    words of the notice: ``unit`` is the privacy unit's column)."""
+    return in_terms(_explain_text(p, epsilon), unit)
+
+
+def _explain_text(p: Pending, epsilon: Fraction) -> str:
     parts = []
     known = p.known.describe()
     if known:

@@ -122,7 +122,7 @@ def finish(
         from dpsql.execute.auto_bounds import notice
 
         stored = engine.ledger is not None and engine.policy.repeats != "off"
-        text = notice(auto, plan.epsilon + chose, stored)
+        text = notice(auto, plan.epsilon + chose, stored, a.private.privacy_unit)
         notices = (text, *notices) if text else notices
     return Result(
         typed,

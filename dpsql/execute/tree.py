@@ -267,7 +267,7 @@ def leaf_notices(
         lines: list[str] = []
         used = run.bounds[i]
         if b.auto and i in measured and used is not None:
-            text = notice(used, b.share.epsilon, stored)
+            text = notice(used, b.share.epsilon, stored, run.plans[i].analysis.private.privacy_unit)
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)

@@ -118,9 +118,10 @@ def explain_text(budget: LeafBudget) -> str | None:
     """EXPLAIN's line on the leaf's ``auto`` bounds (None without any)."""
     if budget.pend is None:
         return None
+    unit = budget.share.analysis.private.privacy_unit
     if budget.small is not None:
-        return budget.small.fallback
-    return auto_bounds.explain_text(budget.pend, budget.share.epsilon)
+        return auto_bounds.in_terms(budget.small.fallback, unit)
+    return auto_bounds.explain_text(budget.pend, budget.share.epsilon, unit)
 
 
 __all__ = ["LeafBudget", "explain_text", "leaf_budget", "resolved_plan"]

@@ -161,7 +161,7 @@ def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext
     pend = Pending(AutoBounds(policy_choices(a), fallback=fallback_note(a)), auto_items(a))
     note, spent = None, Fraction(0)
     if pend.needed:
-        note = f"{explain_text(pend, eps)}; {OFFLINE}"
+        note = f"{explain_text(pend, eps, a.private.privacy_unit)}; {OFFLINE}"
         spent = slice_epsilon(eps, pend)
         a = apply_bounds(a, pend.known)
     if a.grouping_sets:

@@ -156,7 +156,7 @@ def _explain_private(
     pend = auto_bounds.pending(engine, inner, session, plan.analysis)
     if pend.needed:
         auto_key = auto_cache_key(engine, inner, plan, params, session.mechanism)
-        auto_text = auto_bounds.explain_text(pend, plan.epsilon)
+        auto_text = auto_bounds.explain_text(pend, plan.epsilon, plan.analysis.private.privacy_unit)
         spent = auto_bounds.slice_epsilon(plan.epsilon, pend)
         resolved = apply_bounds(plan.analysis, pend.known)
         plan = engine.plan(inner, session, params, analysis=resolved, spent=spent)

@@ -190,7 +190,8 @@ def _display(column_sql: str) -> str:
 
 
 def _num(v: Fraction) -> str:
-    return str(v.numerator) if v.denominator == 1 else f"{float(v):g}"
+    """A bound as the accuracy notice writes numbers (1,910, not 1910)."""
+    return f"{v.numerator:,}" if v.denominator == 1 else f"{float(v):,.6g}"
 
 
 def _slice(a: Analysis, groups: bool) -> str:

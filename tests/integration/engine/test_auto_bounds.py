@@ -135,17 +135,17 @@ def test_explain_shows_the_choice_before_and_after(charged: tuple[Engine, Ledger
         return "\n".join(r[0] for r in ask(engine, f"EXPLAIN {sql}").rows)
 
     before = explain()
-    assert "Auto bounds: 5 groups per unit (stored or declared: free)" in before  # 5 categories
+    assert "Auto bounds: 5 groups per user_id (stored or declared: free)" in before  # 5 categories
     # per-group SUM: one L1 cap over a unit's groups, not R and a clamp
-    assert "amount summed per unit over all its groups: chosen from the data when" in before
+    assert "amount summed per user_id over all its groups: chosen from the data when" in before
     assert bound_releases(ledger) == []  # EXPLAIN spends nothing
     notice = ask(engine, sql).notices[0]
     after = explain()
     chosen = notice.split("contribution bounds: ")[1].split(" (")[0]
     assert f"Auto bounds: {chosen} (stored or declared: free)" in after, (notice, after)
-    assert "amount summed to at most" in chosen and "5 groups per unit" in chosen
+    assert "amount summed to at most" in chosen and "5 groups per user_id" in chosen
     assert "per unit over all its groups at most: SUM " in after, after  # the plan's L1 cap
-    assert "per unit over all groups" in chosen and "rows per unit" not in chosen
+    assert "per user_id over all groups" in chosen and "rows per user_id" not in chosen
 
 
 def test_fixed_numbers_choose_nothing(demo_dsn: str, demo_policy: Any) -> None:
@@ -184,8 +184,8 @@ def test_exact_choice_reads_the_data(
     try:
         r = e.execute(e.prepare("SELECT sex, COUNT(*) FROM pums GROUP BY sex"), SessionContext())
         notice = r.notices[0]
-        assert any(f"at most {n} rows per unit over all groups" in notice for n in (3, 4)), notice
-        assert "2 groups per unit" in r.notices[0]
+        assert any(f"at most {n} rows per pid over all groups" in notice for n in (3, 4)), notice
+        assert "2 groups per pid" in r.notices[0]
     finally:
         e.close()
 
@@ -195,25 +195,25 @@ def test_exact_choice_reads_the_data(
     [
         (  # grouping sets: R over all of a unit's rows, G from the declared keys (5)
             "SELECT category, COUNT(*), SUM(amount) FROM purchases GROUP BY ROLLUP (category)",
-            "5 groups per unit",
+            "5 groups per user_id",
         ),
         (  # monthly keys without declared values: partition selection, G chosen
             "SELECT date_trunc('month', purchased_at) AS m, COUNT(DISTINCT user_id) "
             "FROM purchases GROUP BY 1",
-            "groups per unit",
+            "groups per user_id",
         ),
         (  # a public table joined: the private table's own bounds are chosen
             "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON p.region = r.code "
             "GROUP BY r.name",
-            "per unit per group",  # "N rows" ("1 row" when R = 1)
+            "per user_id per group",  # "N rows" ("1 row" when R = 1)
         ),
         (  # per-group COUNT on one table: an L1 cap over a unit's groups
             "SELECT region, COUNT(*) FROM purchases GROUP BY region",
-            "rows per unit over all groups",
+            "rows per user_id over all groups",
         ),
         (  # two private tables joined on their units: R chosen from the joined rows
             "SELECT COUNT(*) FROM purchases p JOIN pums q ON p.user_id = q.pid",
-            "rows per unit (chosen from the data",
+            "rows per user_id (chosen from the data",
         ),
     ],
 )
@@ -283,9 +283,9 @@ def test_a_small_slice_keeps_the_defaults_and_says_so(demo_dsn: str, demo_policy
     e = Engine(demo_policy_auto, demo_dsn, pool_size=2, noise=EXACT)
     try:
         small = e.execute(e.prepare("SELECT COUNT(*) FROM pums WHERE age > 60"), SessionContext())
-        assert "1 row per unit" in small.notices[0], small.notices
-        assert "rows per unit: too few units to choose reliably" in small.notices[0]
+        assert "1 row per pid" in small.notices[0], small.notices
+        assert "rows per pid: too few pid values to choose reliably" in small.notices[0]
         whole = e.execute(e.prepare("SELECT COUNT(*) FROM pums"), SessionContext())
-        assert "too few units" not in whole.notices[0], whole.notices
+        assert "too few pid values" not in whole.notices[0], whole.notices
     finally:
         e.close()

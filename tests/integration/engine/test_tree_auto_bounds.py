@@ -221,9 +221,9 @@ def test_notice_reads_as_a_number_the_user_can_check(
     got = engine.execute(engine.prepare(REAGGREGATE, "analyst"), SESSION)
     head = got.notices[0]
     m = re.search(
-        r"derived table t: contribution bounds: v summed to at most ([\d.]+) per unit over all "
-        r"groups, 10 groups per unit",
+        r"derived table t: contribution bounds: v summed to at most ([\d.,]+) per uid over all "
+        r"groups, 10 groups per uid",
         head,
     )
     assert m is not None, got.notices
-    assert float(m.group(1)) >= 300, head
+    assert float(m.group(1).replace(",", "")) >= 300, head

@@ -113,9 +113,9 @@ def test_auto_bounds_are_one_row_one_group_free(
     r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
     assert [h.mechanism for h in ledger.history("analyst")].count("auto_bound") == 0
     assert _spent(ledger) == 1 and r.epsilon_spent == pytest.approx(1.0)
-    assert "1 row per unit" in r.notices[0] and "one row per unit" in r.notices[0], r.notices
+    assert "1 row per uid" in r.notices[0] and "one row per uid" in r.notices[0], r.notices
     if grouped:
-        assert "1 group per unit" in r.notices[0]
+        assert "1 group per uid" in r.notices[0]
     count = next(n for n in r.notices if n.startswith("COUNT(*)"))
     assert "one row per uid: the bounds remove nothing" in count, count
 

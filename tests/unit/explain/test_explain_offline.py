@@ -27,7 +27,7 @@ def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
     rep = explain(load_policy(POLICY), BY_CATEGORY, SESSION)
     assert "<= 5 groups" in rep.contribution and "<= 1 rows per group" in rep.contribution
     assert rep.auto is not None
-    assert "5 groups per unit (stored or declared: free)" in rep.auto
+    assert "5 groups per user_id (stored or declared: free)" in rep.auto
     assert "upper clamp of amount: chosen from the data" in rep.auto
     assert "epsilon 0.2 of its 1" in rep.auto and "no ledger is read" in rep.auto
     assert rep.epsilon == 1 and rep.cost.startswith("epsilon=0.8,")
