@@ -134,7 +134,7 @@ def test_a_join_statement_chooses_and_says_so(engine: Engine) -> None:
     r = engine.execute(engine.prepare(QUERIES["count"]), SessionContext(epsilon=Fraction(1)))
     assert r.epsilon_spent == pytest.approx(1.0)
     head, count = r.notices[0], next(n for n in r.notices if n.startswith("COUNT(*)"))
-    assert "rows per unit (chosen from the data with epsilon 0.2" in head, head
+    assert "rows per uid (chosen from the data with epsilon 0.2" in head, head
     assert "plus what the bounds left out (they keep at most" in count, count
     assert "none has more than 128 rows in one of the joined tables" in count or (
         "does NOT cover" in count  # the over-cap alarm: false with probability <= 1e-3
