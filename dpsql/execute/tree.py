@@ -185,10 +185,15 @@ def _iv_plan(
     if not show:
         return None, [confidence] * n
     labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
-    shapes = [leaf_shape(p.analysis, labels[i]) for i, p in enumerate(run.plans)]
+    bounds = [_bound(engine, p.analysis) for p in run.plans]
+    shapes = [leaf_shape(p.analysis, labels[i], bounds[i]) for i, p in enumerate(run.plans)]
     plan = plan_intervals(sp.post, shapes)
-    bounds = [row_bound(p.analysis, _declared(engine, p)) for p in run.plans]
     return plan, leaf_levels(plan, bounds, confidence)
+
+
+def _bound(engine: EngineContext, a: Analysis) -> int | None:
+    """A leaf's rows at most, from its declared keys (None with grouping sets: not counted)."""
+    return None if a.grouping_sets else row_bound(a, engine.declared_keys(a))
 
 
 def _post_iv(
@@ -451,9 +456,10 @@ def describe_tree(
     present = [a for a in analyses if a is not None]
     if session.show_intervals and len(present) == len(rels):
         labels = list(sp.labels) or [f"leaf {i}" for i in range(len(rels))]
-        plan = plan_intervals(
-            sp.post, [leaf_shape(a, lb) for a, lb in zip(present, labels, strict=False)]
-        )
+        shapes = [
+            leaf_shape(a, lb, _bound(engine, a)) for a, lb in zip(present, labels, strict=False)
+        ]
+        plan = plan_intervals(sp.post, shapes)
         plain = [_leaf_query(a, rel, 0) for a, rel in zip(present, rels, strict=True)]
         text, params = post_sql_iv(plan, plain, present, rels)
         q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"

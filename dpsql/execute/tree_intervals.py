@@ -49,8 +49,9 @@ INT8, FLOAT8 = 20, 701
 OIDS = {"int8": INT8, "float8": FLOAT8, "date": 1082, "timestamp": 1114, "timestamptz": 1184}
 
 
-def leaf_shape(a: Analysis, label: str) -> LeafShape:
-    """What leaf ``a``'s released rows carry (:class:`dpsql.sql.tree_intervals.LeafShape`)."""
+def leaf_shape(a: Analysis, label: str, bound: int | None = None) -> LeafShape:
+    """What leaf ``a``'s released rows carry (:class:`dpsql.sql.tree_intervals.LeafShape`);
+    ``bound``: its rows at most (:func:`row_bound`), when known."""
     direct = dict(stat_outputs(a))
     derived = {pos: k for k, (pos, _, _) in enumerate(derived_outputs(a))}
     cols: list[LeafCol] = []
@@ -80,7 +81,7 @@ def leaf_shape(a: Analysis, label: str) -> LeafShape:
         why = "keeps the rows its HAVING chooses by their noisy values"
     elif o.args.get("distinct") is not None:
         why = "merges rows whose noisy values coincide (DISTINCT)"
-    elif o.args.get("limit") is not None or o.args.get("offset") is not None:
+    elif o.args.get("offset") is not None or not _keeps_all(o, bound):
         why = (
             "keeps the rows its ORDER BY ... LIMIT chooses by their noisy values"
             if o.args.get("order") is not None
@@ -95,6 +96,18 @@ def leaf_shape(a: Analysis, label: str) -> LeafShape:
     else:
         rows = "declared"
     return LeafShape(label, tuple(cols), rows, why)
+
+
+def _keeps_all(o: exp.Select, bound: int | None) -> bool:
+    """No LIMIT, or a LIMIT without ORDER BY at least the rows there are (Superset's
+    ``LIMIT 50000``): every row is kept."""
+    limit = o.args.get("limit")
+    if limit is None:
+        return True
+    n = limit.expression
+    if o.args.get("order") is not None or bound is None or not isinstance(n, exp.Literal):
+        return False
+    return n.is_int and int(n.this) >= bound
 
 
 def row_bound(a: Analysis, declared: Any) -> int | None:

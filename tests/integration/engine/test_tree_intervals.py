@@ -202,9 +202,17 @@ SHAPES = {
     "SELECT COUNT(*) AS groups FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS v": {
         "groups": "counts released rows"
     },
+    # Superset's pagination count: its LIMIT 50000 keeps every declared group, the reason is
+    # the declared keys' (not the LIMIT's)
+    "SELECT COUNT(*) AS rowcount FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g "
+    "LIMIT 50000) AS q": {"rowcount": "a row for every declared key combination"},
     # a SUM over rows chosen by their noisy values (ORDER BY ... LIMIT)
     "SELECT SUM(n) AS top FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g "
     "ORDER BY n DESC LIMIT 1) AS v": {"top": "chooses by their noisy values"},
+    # a SUM over groups partition selection kept: the truth also sums the groups it dropped
+    "SELECT SUM(n) AS s FROM (SELECT v, COUNT(*) AS n FROM t GROUP BY v) AS q": {
+        "s": "partition selection"
+    },
     # CASE of a noisy value is not monotone
     "SELECT CASE WHEN a.n > b.n THEN 1 ELSE 0 END AS more_a FROM (SELECT COUNT(*) AS n FROM t "
     "WHERE g = 'a') AS a, (SELECT COUNT(*) AS n FROM t WHERE g = 'b') AS b": {
