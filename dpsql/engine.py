@@ -418,12 +418,21 @@ class Engine:
         plan spent nothing on the rows bounding would now drop. Keys of an integer type (the
         memoized type probe) are filtered as integers (:attr:`Analysis.integer_keys`), quantile
         arguments of an integer type clamped and bucketed in integers
-        (:attr:`Analysis.integer_values`)."""
+        (:attr:`Analysis.integer_values`), keys of a type in
+        :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` hashed as values when a unit's groups
+        are ranked (:attr:`Analysis.hashed_keys`)."""
         still_unique(self.backend, a, "while the statement was being planned")
-        ints = private_sql_module.integer_keys(a, self.group_types(prepared, a))
+        types = self.group_types(prepared, a)
+        ints = private_sql_module.integer_keys(a, types)
         values = private_sql_module.integer_values(group_keys.value_types(self, prepared, a))
+        hashed = private_sql_module.hashed_keys(a, types)
         return private_sql_module.private_sql(
-            self.caches.sql, prepared, a, integer_keys=ints, integer_values=values
+            self.caches.sql,
+            prepared,
+            a,
+            integer_keys=ints,
+            integer_values=values,
+            hashed_keys=hashed,
         )
 
     def _tokens(self) -> dict[tuple[str, ...], str]:

@@ -10,11 +10,12 @@ post-processing query (HAVING, ORDER BY, LIMIT, GROUPING()) runs once over the n
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
-from dpsql.execute.private_sql import bounded_sql, salted
+from dpsql.execute.private_sql import bounded_sql, hashed_keys, salted
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis
 
@@ -38,7 +39,11 @@ def set_sql(
         hit = memo.get(key)
         if hit is not None and hit[0] is a:
             return str(hit[1])
-    text = bounded_sql(prepared, set_analysis(a, keys))
+    # the set's keys of a type hashed as values (as Engine.private_sql's)
+    types = engine.group_types(prepared, a)
+    one = set_analysis(a, keys)
+    one = replace(one, hashed_keys=hashed_keys(one, tuple(types[i] for i in keys)))
+    text = bounded_sql(prepared, one)
     if stable:
         memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives
     return text

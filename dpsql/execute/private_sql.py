@@ -22,6 +22,7 @@ from dpsql.dp import rng
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.rewrite import private_query
+from dpsql.sql.rewrite.keyed_hash import HASHED_TYPES
 
 if TYPE_CHECKING:
     from dpsql.execute.caches import Memo
@@ -60,6 +61,16 @@ def integer_keys(a: Analysis, key_types: tuple[str, ...]) -> tuple[int, ...]:
     )
 
 
+def hashed_keys(a: Analysis, key_types: tuple[str, ...]) -> tuple[int, ...]:
+    """The group keys of ``a`` whose PostgreSQL type (``key_types``: the type probe's) is one of
+    :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` (hashed as values when groups are ranked)."""
+    return tuple(
+        i
+        for i, (_, t) in enumerate(zip(a.group_keys, key_types, strict=False))
+        if t in HASHED_TYPES
+    )
+
+
 def integer_values(value_types: dict[str, str]) -> tuple[str, ...]:
     """The quantile arguments (SQL texts) whose PostgreSQL type is an integer type."""
     return tuple(sorted(text for text, t in value_types.items() if t in INTEGER_TYPES))
@@ -72,22 +83,27 @@ def private_sql(
     *,
     integer_keys: tuple[int, ...] = (),
     integer_values: tuple[str, ...] = (),
+    hashed_keys: tuple[int, ...] = (),
 ) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
     prepared statement's own (not one with parameters bound) or one kept for reuse
     (:func:`mark_stable`: stored ``auto`` bounds applied); with ``a.unique_unit`` (the catalog
     proves one row per unit, :mod:`dpsql.execute.unique_units`: the caller checked it again)
-    bounding is skipped; ``integer_keys``, ``integer_values``: :attr:`Analysis.integer_keys`,
-    :attr:`Analysis.integer_values`."""
-    typed = integer_keys or integer_values
+    bounding is skipped; ``integer_keys``, ``integer_values``, ``hashed_keys``:
+    :attr:`Analysis.integer_keys`, :attr:`Analysis.integer_values`, :attr:`Analysis.hashed_keys`."""
+    typed = integer_keys or integer_values or hashed_keys
     return memoized(
         memo,
         prepared,
         a,
-        ("private", prepared.text, a.unique_unit, integer_keys, integer_values),
+        ("private", prepared.text, a.unique_unit, integer_keys, integer_values, hashed_keys),
         lambda: bounded_sql(
             prepared,
-            replace(a, integer_keys=integer_keys, integer_values=integer_values) if typed else a,
+            replace(
+                a, integer_keys=integer_keys, integer_values=integer_values, hashed_keys=hashed_keys
+            )
+            if typed
+            else a,
         ),
     )
 

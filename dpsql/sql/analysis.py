@@ -191,6 +191,10 @@ class Analysis:
     # private query runs: with integer bounds they are clamped and bucketed in integers (the same
     # values and buckets as in NUMERIC, without a NUMERIC conversion per row).
     integer_values: tuple[str, ...] = ()
+    # The group keys (indexes into group_keys) whose PostgreSQL type (the same probe) is one of
+    # dpsql.sql.rewrite.keyed_hash.HASHED_TYPES: the keyed hash that ranks a unit's groups hashes
+    # them as values, so that equal keys printed differently (1.0, 1.00) are one group to it.
+    hashed_keys: tuple[int, ...] = ()
     # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
     # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).

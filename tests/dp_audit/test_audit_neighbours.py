@@ -69,6 +69,11 @@ SHAPES = [
     "GROUP BY category",
     "SELECT a.category, COUNT(DISTINCT b.amount) FROM purchases a "
     "JOIN purchases b ON a.user_id = b.user_id GROUP BY a.category",
+    # quantiles' rows ordered by a hash of their values (keyed_hash.value_order), without and
+    # with group ranking (partition selection)
+    "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM purchases",
+    "SELECT purchased_at, percentile_cont(0.9) WITHIN GROUP (ORDER BY quantity) FROM purchases "
+    "GROUP BY purchased_at",
 ]
 TWIN = "SELECT SUM(quantity * 2 - 3), COUNT(*) FROM purchases"
 HEAVY = (100001, 100002, 100003, 100004, 100005)

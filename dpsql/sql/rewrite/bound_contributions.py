@@ -40,7 +40,7 @@ from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 from dpsql.sql.join_cap import precap
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
 from dpsql.sql.rewrite.clamp_values import clamp_values
-from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order
+from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order, value_order
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -355,6 +355,12 @@ def _unique_dropped(
     return q.select(*cols) if cols else q
 
 
+VALUE_ORDERED = frozenset({"quantile", "count_rows", "count_units"})
+"""Measure kinds that read nothing of a row but its clamped quantile values' equality classes (a
+bucket of a NUMERIC, or of an integer clamped in integers) and its unit: rows of such statements
+are ordered by :func:`~dpsql.sql.rewrite.keyed_hash.value_order`."""
+
+
 def _bounded(
     a: Analysis,
     rows: exp.Select,
@@ -365,20 +371,30 @@ def _bounded(
     unit = exp.column("_dp_unit")
     h = exp.column("_dp_h")
     rank = needs_group_rank(a)
-    identity = row_identity([exp.column(e.alias_or_name) for e in rows.expressions])
+    names = [e.alias_or_name for e in rows.expressions]
+    typed = all(m.kind in VALUE_ORDERED for m in a.measures)
+    if typed:
+        # a quantile's rows: ordered by a hash of their values seeded with the group's hash
+        order = value_order(h, [exp.column(n) for n in names if n.startswith("_dp_v")])
+    else:
+        order = row_order(salt, exp.column("_dp_rt"))
     rn = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit, *([h] if rank else []), *gcols],
-        order=exp.Order(expressions=row_order(salt, exp.column("_dp_rt"))),
+        order=exp.Order(expressions=order),
     )
     extra = [exp.alias_(rn, "_dp_rn")]
     conds: list[exp.Expr] = [
         exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
     ]
-    ided = [exp.Star(), exp.alias_(identity, "_dp_rt")]
-    if rank:
+    ided: list[exp.Expr] = [exp.Star()]
+    if not typed:
+        identity = row_identity([exp.column(n) for n in names])
+        ided.append(exp.alias_(identity, "_dp_rt"))
+    if rank or typed:
         # The unit is part of the hash so each unit draws its own order of its groups.
-        ided.append(exp.alias_(group_hash(salt, unit, gcols), "_dp_h"))
+        ided.append(exp.alias_(group_hash(salt, unit, gcols, a.hashed_keys), "_dp_h"))
+    if rank:
         gr = exp.Window(
             this=exp.Anonymous(this="dense_rank"),
             partition_by=[unit.copy()],

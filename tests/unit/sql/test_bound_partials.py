@@ -59,4 +59,9 @@ def test_path_choice(sql: str, partials: bool, rank: bool) -> None:
     assert ("_dp_parts" in text) is partials
     assert ("_dp_gr" in text) is rank
     assert "RANDOM()" not in text  # rows and groups are chosen by keyed hashes
-    assert ("_dp_rt" in text) is (not partials)  # rows ranked by their identity's hash
+    # rows ranked by their identity's hash, a quantile's by its values' (keyed_hash.value_order)
+    quantiles = all(m.kind in ("quantile", "count_rows", "count_units") for m in a.measures)
+    assert ("_dp_rt" in text) is (not partials and not quantiles)
+    assert ("HASH_RECORD_EXTENDED(ROW(CAST(_dp_v0 AS DECIMAL)), _dp_h)" in text) is (
+        not partials and quantiles
+    )
