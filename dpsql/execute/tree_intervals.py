@@ -331,6 +331,8 @@ def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
     """One interval's ends as its column's type: rounded outwards, never inwards."""
     if lo is None or hi is None or kind == "keep":
         return lo, hi
+    if not all(isinstance(x, (int, float, Decimal)) for x in (lo, hi)):
+        return None, None  # never: dates keep their own type (interval_sql.TIME_ENDS)
     if kind == "int":
         return math.floor(Decimal(lo)), math.ceil(Decimal(hi))
     a = math.nextafter(float(lo), -math.inf)  # a numeric's nearest float may lie inside

@@ -69,6 +69,7 @@ class Rel:
     hidden: bool = False  # its rows carry hidden interval columns (SELECT * passes them on)
 
 
+TIME_ENDS = ("date", "timestamp", "timestamptz")
 _MONO = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc)
 _NUM_TYPES = {
     "INT", "BIGINT", "SMALLINT", "DECIMAL", "DOUBLE", "FLOAT", "NUMERIC", "BIGDECIMAL",
@@ -131,6 +132,20 @@ class Exprs:
         self.scope, self.rows, self.grouped = scope, rows, grouped
 
     def ev(self, n: exp.Expr, inside_agg: bool) -> Ev:
+        out = self._ev(n, inside_agg)
+        if isinstance(out, Iv) and not out.passthrough and self._timed(n):
+            return No("dpsql computes no interval for an expression over dates or times")
+        return out
+
+    def _timed(self, n: exp.Expr) -> bool:
+        """Whether ``n`` reads a released date or timestamp (its interval ends are such)."""
+        for c in n.find_all(exp.Column):
+            info = self.scope.resolve(c)[1] if not isinstance(c.this, exp.Star) else None
+            if isinstance(info, Held) and info.end in TIME_ENDS:
+                return True
+        return False
+
+    def _ev(self, n: exp.Expr, inside_agg: bool) -> Ev:
         if isinstance(n, exp.Column):
             if isinstance(n.this, exp.Star):
                 return None

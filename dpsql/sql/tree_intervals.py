@@ -34,6 +34,7 @@ from sqlglot import exp
 from dpsql.sql.interval_sql import (
     HIDDEN,
     IV_LEAF,
+    TIME_ENDS,
     Exprs,
     Held,
     Info,
@@ -222,7 +223,13 @@ class _Rewriter:
                 ev = (a.events if a else ()) + (b.events if b else ())
                 add = bool(a and b and a.additive and b.additive)
                 integral = (a is None or a.integral) and (b is None or b.integral)
-                cols.append((name, Held(h, ev, add, integral, False)))
+                ends = {x.end for x in (a, b) if x is not None and x.passthrough}
+                same = len(ends) == 1 and all(x is None or x.passthrough for x in (a, b))
+                end = ends.pop() if same else ""
+                if not same and any(x is not None and x.end in TIME_ENDS for x in (a, b)):
+                    cols.append((name, No("a UNION ALL of dates or times with other values")))
+                    continue
+                cols.append((name, Held(h, ev, add, integral, same, end)))
         else:
             reason = (
                 f"{what} compares rows by their noisy values"

@@ -18,6 +18,7 @@ estimate, the noise-only interval -- covers in none and must fail the same check
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -54,7 +55,17 @@ POLICY = {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "v": {"type": "numeric", "bounds": [0, 50], "clamp": "bounds"},
             },
-        }
+        },
+        "public.td": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 1,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["a", "b"]},
+                "d": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
+            },
+        },
     },
 }
 # a re-aggregation SUM over the leaf's two declared groups (k = 2)
@@ -77,6 +88,10 @@ def _load(dsn: str) -> None:
         ]
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+        conn.execute(
+            "CREATE TABLE td AS SELECT u AS uid, CASE WHEN u % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
+            "DATE '2025-01-01' + u % 365 AS d FROM generate_series(0, 1999) AS u"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -256,3 +271,26 @@ def test_without_show_intervals_no_extra_columns(engine: Engine) -> None:
     r = engine.execute(engine.prepare(TOTAL), off)
     assert [c.name for c in r.columns] == ["total"]
     assert any("SET dpsql.show_intervals = on" in n for n in r.notices), r.notices
+
+
+def test_dates_pass_through_as_dates_and_no_arithmetic_on_them(engine: Engine) -> None:
+    """A released date keeps its interval as dates; an expression over released dates gets
+    NULL (no float ends for a date), and Describe agrees."""
+    sql = (
+        "SELECT a.g, a.first, b.n FROM (SELECT g, MIN(d) AS first FROM td GROUP BY g) AS a "
+        "JOIN (SELECT g, COUNT(*) AS n FROM td GROUP BY g) AS b ON a.g = b.g"
+    )
+    r = engine.execute(engine.prepare(sql), ON)
+    cols = {c.name: c.type_oid for c in r.columns}
+    assert cols["first_low"] == cols["first_high"] == 1082, cols  # date
+    assert [c.name for c in engine.describe(engine.prepare(sql), ON)] == list(cols)
+    for row in r.rows:
+        lo, hi = row[list(cols).index("first_low")], row[list(cols).index("first_high")]
+        assert isinstance(lo, datetime.date) and lo <= hi, row
+    sql = (
+        "SELECT a.last - b.first AS span FROM (SELECT MAX(d) AS last FROM td) AS a, "
+        "(SELECT MIN(d) AS first FROM td) AS b"
+    )
+    r = engine.execute(engine.prepare(sql), ON)
+    assert r.rows[0][1:] == (None, None), r.rows
+    assert any("dates or times" in n for n in r.notices), r.notices
