@@ -27,8 +27,11 @@ if TYPE_CHECKING:
     from dpsql.explain.report import ExplainReport
     from dpsql.policy.model import Policy
 
-console = Console()
-err_console = Console(stderr=True)
+# Piped or redirected output (not a terminal, no COLUMNS): lines as long as their content,
+# not rich's 80 columns, which cut table cells to "..." (a number lost).
+PIPED_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000
+console = Console(width=PIPED_WIDTH)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else PIPED_WIDTH)
 
 
 def _session(args: argparse.Namespace) -> SessionContext:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -21,7 +22,9 @@ from rich.table import Table
 if TYPE_CHECKING:
     from dpsql.release.jobs import Job
 
-console = Console()
+console = Console(
+    width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 1000
+)  # piped: no 80-column cut (dpsql.cli.PIPED_WIDTH)
 
 
 def register(sub: Any) -> None:

@@ -37,3 +37,17 @@ def test_check_takes_the_policy_either_way() -> None:
     for words in (("check", str(POLICY)), ("check", "--policy", str(POLICY))):
         res = _dpsql(*words)
         assert res.returncode == 0, res.stderr[-2000:]
+
+
+def test_piped_tables_are_not_cut_to_80_columns() -> None:
+    """Piped (not a terminal, no COLUMNS), rich would cut table cells to "…" at 80 columns:
+    table names as ``public.…``, numbers as ``1.044e+…``. EXPLAIN's tables come out whole."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    sql = "SELECT category, AVG(amount) FROM purchases GROUP BY 1"
+    done = subprocess.run(
+        [sys.executable, "-m", "dpsql", "explain", "--policy", str(POLICY), sql],
+        cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=120, check=True,
+    )  # fmt: skip
+    assert "…" not in done.stdout, done.stdout
+    assert "AVG(amount)" in done.stdout and "sensitivity" in done.stdout
