@@ -324,6 +324,12 @@ def attach(
         out_rows.append(tuple(r[j] for j in visible) + tuple(ends))
         ivs.append(tuple(row_iv))
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
+    if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):
+        notes.append(
+            f"the rows shown are chosen by noisy values ({plan.chosen}): each row's interval "
+            "is about its own group, but which groups appear is itself noisy (the truly largest "
+            "may be missing)"
+        )
     return Attached(cols, out_rows, ivs, tuple(notes))
 
 

@@ -90,6 +90,8 @@ class IvPlan:
     post: exp.Expr
     outputs: tuple[OutCol, ...]
     leaf_ivs: tuple[tuple[tuple[str, int], ...], ...]
+    chosen: str = ""  # the output's rows are chosen by noisy values: why (each row's own
+    # interval still holds its group's truth; which groups are shown is the noisy part)
 
 
 class _Abort(Exception):
@@ -103,7 +105,7 @@ def plan_intervals(post: exp.Expr, leaves: Sequence[LeafShape]) -> IvPlan:
         return _Rewriter(leaves, hidden=True).plan(post.copy())
     except _Abort as why:
         out = _Rewriter(leaves, hidden=False, why=str(why)).plan(post.copy())
-        return IvPlan(post, out.outputs, tuple(() for _ in leaves))
+        return IvPlan(post, out.outputs, tuple(() for _ in leaves), out.chosen)
 
 
 class _Rewriter:
@@ -120,7 +122,7 @@ class _Rewriter:
             tuple((c.label, h[c.name]) for c in leaf.columns if c.label is not None and c.name in h)
             for leaf, h in zip(self.leaves, self.leaf_hids, strict=True)
         )
-        return IvPlan(post, outputs, ivs)
+        return IvPlan(post, outputs, ivs, rel.flags.get("chosen", ""))
 
     def hid(self) -> int:
         self.next += 1
