@@ -332,7 +332,8 @@ class Engine:
         """A private statement's analysis with ``params`` bound (the prepared one without)."""
         if not params:
             return prepared.analysis
-        return analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
+        a = analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
+        return group_keys.inline_key_tables(self, a, prepared.text, prepared.tree, prepared.scope)
 
     def column_order(self, table: str) -> tuple[str, ...]:
         """A table's column names in PostgreSQL's order (attnum), read once per table."""

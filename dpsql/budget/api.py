@@ -97,8 +97,11 @@ class BudgetLedger(Protocol):
         """Each budget ``analyst`` is charged to, with what is left of it."""
         ...
 
-    def needs(self, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, Fraction | None]]:
-        """Each budget with the epsilon ``cost`` would take of it (None: it does not fit)."""
+    def needs(
+        self, analyst: str, cost: Cost, *more: Cost
+    ) -> list[tuple[BudgetStatus, Fraction | None]]:
+        """Each budget with the epsilon ``cost`` (and ``more``, charged with it: a statement's
+        releases) would take of it (None: it does not fit)."""
         ...
 
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:

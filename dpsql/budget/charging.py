@@ -8,6 +8,7 @@ sessions and processes serialize on them and can never overspend.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -113,6 +114,31 @@ def reserve(
         ],
     ).fetchone()  # type: ignore[misc]
     return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)
+
+
+def check_together(
+    ledger: LedgerStore,
+    conn: psycopg.Connection,
+    analyst: str,
+    costs: Sequence[Cost],
+    limits: tuple[Limit, ...],
+) -> None:
+    """Check each budget's filter with all of a statement's releases added (locking its row, in
+    the order :func:`reserve` does), before any of them is reserved: a refusal then says what
+    the budget has left before the statement and what the whole statement needs.
+
+    Raises:
+        BudgetExhausted: a budget's filter refuses the new totals.
+    """
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    for lim in limits:
+        row = lock_budget(ledger, conn, lim.kind, lim.name, period_start(lim.period, now))
+        filt = row.filter(lim)
+        total = row.spent
+        for c in costs:
+            total = filt.add(total, c)
+        if not filt.admits(total):
+            raise exhausted(analyst, lim, row, costs[0], now, costs[1:])
 
 
 def settle(ledger: LedgerStore, conn: psycopg.Connection, res: Reservation, state: str) -> None:

@@ -160,12 +160,17 @@ class Filter:
         eps = self.epsilon_spent(spent)
         return Fraction(0) if eps is None else max(Fraction(0), self.epsilon - eps)
 
-    def need(self, spent: Spent, cost: Cost) -> Fraction | None:
-        """How much of epsilon_B a release would use: the increase of :meth:`epsilon_spent`.
+    def need(self, spent: Spent, cost: Cost, *more: Cost) -> Fraction | None:
+        """How much of epsilon_B a release would use: the increase of :meth:`epsilon_spent`;
+        with ``more``: what the releases would use together, charged one after the other (a
+        statement's ``auto`` bound choices and its answer: each release its own Renyi term).
 
         None when it can't be accounted at all (a zCDP release on a budget without Renyi order).
         """
-        before, after = self.epsilon_spent(spent), self.epsilon_spent(self.add(spent, cost))
+        total = spent
+        for c in (cost, *more):
+            total = self.add(total, c)
+        before, after = self.epsilon_spent(spent), self.epsilon_spent(total)
         if after is None:
             return None
         return max(Fraction(0), after - (before or Fraction(0)))

@@ -120,6 +120,8 @@ class Ledger(LedgerStore):
         dfrs = [self._per_query(analyst, cost, dfr, cap) for cost, _, dfr in parts]
 
         def run(conn: psycopg.Connection) -> list[Reservation]:
+            if len(parts) > 1:  # a refusal names the whole statement's need
+                charging.check_together(self, conn, analyst, [c for c, _, _ in parts], limits)
             return [
                 charging.reserve(self, conn, analyst, cost, fingerprint, limits, d, m, statement)
                 for (cost, m, _), d in zip(parts, dfrs, strict=True)
@@ -266,9 +268,12 @@ class Ledger(LedgerStore):
         """Rows for ``SHOW dpsql.budget`` / ``SELECT * FROM dpsql.budget`` (see views)."""
         return views.remaining(self, analyst)
 
-    def needs(self, analyst: str, cost: Cost) -> list[tuple[BudgetStatus, Fraction | None]]:
-        """Each budget's status and what ``cost`` would use of its epsilon now (read only)."""
-        return views.needs(self, analyst, cost)
+    def needs(
+        self, analyst: str, cost: Cost, *more: Cost
+    ) -> list[tuple[BudgetStatus, Fraction | None]]:
+        """Each budget's status and what ``cost`` (and ``more``, charged with it) would use of
+        its epsilon now (read only)."""
+        return views.needs(self, analyst, cost, *more)
 
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
         """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -152,14 +153,18 @@ def exhausted(
     row: BudgetRow,
     cost: Cost,
     now: datetime,
+    more: Sequence[Cost] = (),
 ) -> BudgetExhausted:
-    """The 53400 refusal: what the budget has left and what the query needs, in its units."""
+    """The 53400 refusal: what the budget has left (``row``: before the statement, as ``SHOW
+    dpsql.budget`` says) and what the query needs, in its units: all of its releases (``cost``
+    and ``more``: its ``auto`` bound choices and its answer, reserved together)."""
     f = row.filter(lim)
     spent = f.epsilon_spent(row.spent)
     spent = f.epsilon if spent is None else spent
     left_eps = f.epsilon_remaining(row.spent)
     left_delta = max(Fraction(0), f.delta_explicit - row.spent.cost.delta)
-    need = f.need(row.spent, cost)
+    need = f.need(row.spent, cost, *more)
+    cost = sum(more, cost)
     end = period_end(lim.period, now)
     when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
     who = "you have" if lim.kind == "analyst" else f"the {lim.label} has"

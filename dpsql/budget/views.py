@@ -81,16 +81,17 @@ def statuses(ledger: LedgerStore, limits: tuple[Limit, ...]) -> list[BudgetStatu
 
 
 def needs(
-    ledger: LedgerStore, analyst: str, cost: Cost
+    ledger: LedgerStore, analyst: str, cost: Cost, *more: Cost
 ) -> list[tuple[BudgetStatus, Fraction | None]]:
-    """Each of the analyst's budgets, and how much of its epsilon ``cost`` would use now.
+    """Each of the analyst's budgets, and how much of its epsilon ``cost`` (and ``more``, the
+    statement's other releases charged with it) would use now.
 
     The need is the increase of ``epsilon_spent`` (see :meth:`Filter.need`); None when the budget
     can't account the cost at all (a Gaussian release on a budget with no delta to convert it).
     Read only: nothing is reserved, so a concurrent release may change it.
     """
     return [
-        (_status(lim, row, start, end), row.filter(lim).need(row.spent, cost))
+        (_status(lim, row, start, end), row.filter(lim).need(row.spent, cost, *more))
         for lim, row, start, end in _rows(ledger, ledger.limits(analyst))
     ]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -125,6 +125,28 @@ def pending(
     return Pending(AutoBounds(tuple(chosen), fallback=fallback_note(a)), tuple(missing))
 
 
+def default_bound(it: AutoItem) -> ChosenBound:
+    """The bound ``it`` keeps when too few units choose it (:func:`choose`'s guard): 1 row, 1
+    group, the declared range, a cap of one row's worth over all groups (as R = G = 1)."""
+    value = it.grid[-1] if it.kind.startswith("value") else Fraction(1)
+    if it.kind == "total" and it.measure is not None:
+        value = it.measure.per_row()
+    return ChosenBound(it.kind, it.column, value, Fraction(0), 0, len(it.grid), fallback=True)
+
+
+def with_defaults(p: Pending) -> AutoBounds:
+    """The known bounds with each missing one at its default (:func:`default_bound`): what
+    EXPLAIN plans with before the statement chooses them (nothing chosen, nothing spent)."""
+    return AutoBounds((*p.known.chosen, *map(default_bound, p.missing)), fallback=p.known.fallback)
+
+
+UNTIL_CHOSEN = (
+    "at the default bounds shown (not the statement's: it depends on the bounds chosen when it "
+    "runs)"
+)
+"""EXPLAIN's note beside an error planned with :func:`with_defaults`."""
+
+
 def slice_epsilon(epsilon: Fraction, p: Pending) -> Fraction:
     """What choosing the missing bounds costs out of a statement's ``epsilon``."""
     return epsilon * AUTO_SHARE if p.missing else Fraction(0)
@@ -221,10 +243,7 @@ def choose(
     def pick(i: int, it: AutoItem, m: Selection) -> None:
         idx = noise.bound(m, hist[i])
         if idx >= len(it.grid):  # the guard: too few units to choose reliably at this epsilon
-            default = it.grid[-1] if it.kind.startswith("value") else Fraction(1)
-            if it.kind == "total" and it.measure is not None:  # one row's worth: as R = G = 1
-                default = it.measure.per_row()
-            c = ChosenBound(it.kind, it.column, default, each, m.rank, len(it.grid), fallback=True)
+            c = replace(default_bound(it), epsilon=each, rank=m.rank)
         else:
             c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
         out[i] = (c, m)
@@ -445,7 +464,8 @@ def _explain_text(p: Pending, epsilon: Fraction) -> str:
         parts.append(
             f"{what}: chosen from the data when the statement runs, with epsilon "
             f"{float(slice_epsilon(epsilon, p)):.4g} of its {float(epsilon):.4g} (the plan "
-            "below gets the rest; until chosen it shows 1 row, 1 group and the declared range)"
+            "below gets the rest; until chosen it shows each at its default: 1 row, 1 group, "
+            "the declared range, one row's worth over all groups; so do its errors)"
         )
     if p.known.fallback:
         parts.append(p.known.fallback)

@@ -157,6 +157,42 @@ def resolve_keys_from(engine: EngineContext, ref: str) -> tuple[str, ...]:
     return keys
 
 
+KEYS_FROM_INLINE_MAX = 1000
+"""A ``keys_from`` domain of at most this many keys (after the WHERE clause narrows it) is written
+into the statement's analysis as its keys (:func:`inline_key_tables`); a longer one stays read at
+release time (its rows are not filtered upstream, and G is not narrowed by it)."""
+
+
+def inline_key_tables(
+    engine: EngineContext, a: Analysis, text: str, tree: exp.Expr | None, scope: str
+) -> Analysis:
+    """``a`` with each ``keys_from`` key's public values (narrowed by the WHERE clause) as its
+    ``keys``, as if the policy listed them (``keys_from`` is kept: the table is checked again
+    before the statement runs). The key table is public, so its values and their number are
+    too: rows outside them are filtered upstream, G is at most their combinations
+    (:attr:`Analysis.max_groups`), and with few of them an ``auto`` G is set, not chosen
+    (:func:`dpsql.sql.auto_bounds.declared_groups`). The key table passes the statement's
+    shadowing check (a view of protected data is refused, 42501) before it is read. Not for a
+    statement that selects its groups from the data (some key without public values): its
+    ``keys_from`` keys are released above the threshold as before."""
+    todo = [i for i, g in enumerate(a.group_keys) if g.keys is None and g.keys_from is not None]
+    if not todo or a.needs_selection:
+        return a
+    from dataclasses import replace
+
+    from dpsql.execute import shadows
+
+    tables = tuple(str(a.group_keys[i].keys_from).rsplit(".", 1)[0] for i in todo)
+    shadows.check(engine, text, tree, tables, scope)
+    keys = list(a.group_keys)
+    for i in todo:
+        g = keys[i]
+        domain = g.domain(resolve_keys_from(engine, str(g.keys_from)))
+        if len(domain) <= KEYS_FROM_INLINE_MAX:
+            keys[i] = replace(g, keys=tuple(k for k in domain if k is not None), narrow=None)
+    return replace(a, group_keys=tuple(keys))
+
+
 NONDETERMINISTIC_SQL = """SELECT COALESCE(pg_catalog.bool_or(
   NOT COALESCE(c.collisdeterministic, true) OR t.typname = 'citext'), false)
 FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid

@@ -20,6 +20,7 @@ from sqlglot import exp
 from dpsql.budget import route
 from dpsql.errors import DpsqlError
 from dpsql.execute.classify import classify
+from dpsql.execute.group_keys import inline_key_tables
 from dpsql.execute.prepared import (
     CatalogQuery,
     DeferredQuery,
@@ -84,6 +85,8 @@ def prepare_parsed(engine: EngineContext, st: Statement, text: str, scope: str =
                     tree=tree, param_count=param_count(tree), deferred=refused,
                 )  # fmt: skip
         if analysis is not None:
+            # a key table's values are public: read now, they narrow G (group_keys.py)
+            analysis = inline_key_tables(engine, analysis, text, tree, scope)
             return PrivateQuery(
                 text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
                 tree=tree, analysis=analysis, param_count=param_count(tree),

@@ -25,12 +25,13 @@ number. With ``COSTS OFF`` the four keys are left out, as PostgreSQL does.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 from xml.sax.saxutils import escape
 
 from dpsql.budget.api import BudgetLedger
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import ZERO, Cost, sequential
 from dpsql.errors import BudgetExhausted
 from dpsql.explain.report import ExplainReport
 from dpsql.sql.analysis import Analysis
@@ -224,7 +225,8 @@ def plan_lines(doc: dict[str, Any]) -> list[str]:
         f"DP Aggregate  (mechanism={root['Mechanism']} epsilon={root['Epsilon']:.6g} "
         f"delta={root['Delta']:.6g})",
         f"  Privacy cost: epsilon={root['Privacy Cost Epsilon']:.6g}, "
-        f"delta={root['Privacy Cost Delta']:.6g}, rho={root['Privacy Cost Rho']:.6g}",
+        f"delta={root['Privacy Cost Delta']:.6g}, rho={root['Privacy Cost Rho']:.6g}"
+        + (f" ({root['Privacy Cost Detail']})" if root.get("Privacy Cost Detail") else ""),
         f"  Contribution bound: {root['Contribution Bound']}",
         *(
             [f"  Auto bounds: {root['Auto Contribution Bounds']}"]
@@ -291,14 +293,19 @@ def budget_lines(b: dict[str, Any]) -> list[str]:
 
 
 def would_spend(
-    ledger: BudgetLedger, analyst: str, cost: Cost, rho_delta: Fraction | None
+    ledger: BudgetLedger, analyst: str, parts: Sequence[tuple[Cost, Fraction | None]]
 ) -> dict[str, Any]:
-    """What charging ``cost`` would spend and to which budgets (the ledger read only):
-    ``Would Spend Epsilon`` and ``Charged To``, or ``Refused`` when a budget cannot hold it.
-    "Epsilon Needed" is what the budget's privacy filter would count (docs/budget.md, units)."""
+    """What charging a statement's releases ``parts`` ((cost, delta its rho was calibrated at)
+    each: its ``auto`` bound choices and its answer, reserved together; none for a free repeat)
+    would spend and to which budgets (the ledger read only): ``Would Spend Epsilon`` (the
+    epsilons ``dpsql.history`` would list, summed) and ``Charged To``, or ``Refused`` when a
+    budget cannot hold it. "Epsilon Needed" is what the budget's privacy filter would count
+    for all of them (docs/budget.md, units)."""
+    costs = [c for c, _ in parts] or [ZERO]
+    cost = sequential(costs)
     try:
-        spend = float(ledger.query_epsilon(analyst, cost, rho_delta))
-        needs = ledger.needs(analyst, cost)
+        spend = float(sum((ledger.query_epsilon(analyst, c, d) for c, d in parts), Fraction(0)))
+        needs = ledger.needs(analyst, *costs)
     except BudgetExhausted as e:
         return {"Refused": f"{e.message} (SQLSTATE {e.sqlstate})"}
     charged_to = [

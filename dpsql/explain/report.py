@@ -10,7 +10,14 @@ from sqlglot import exp
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
-from dpsql.execute.auto_bounds import Pending, explain_text, slice_epsilon
+from dpsql.execute.auto_bounds import (
+    UNTIL_CHOSEN,
+    Pending,
+    explain_text,
+    slice_epsilon,
+    too_small,
+    with_defaults,
+)
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
@@ -159,15 +166,35 @@ def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext
     d = policy.defaults
     conf = session.confidence or d.confidence
     pend = Pending(AutoBounds(policy_choices(a), fallback=fallback_note(a)), auto_items(a))
-    note, spent = None, Fraction(0)
+    note, spent, bounds = None, Fraction(0), Fraction(0)
     if pend.needed:
-        note = f"{explain_text(pend, eps, a.private.privacy_unit)}; {OFFLINE}"
-        spent = slice_epsilon(eps, pend)
-        a = apply_bounds(a, pend.known)
+        small = too_small(pend, eps) if pend.missing else None
+        if small is None:
+            note = f"{explain_text(pend, eps, a.private.privacy_unit)}; {OFFLINE}"
+            spent = bounds = slice_epsilon(eps, pend)  # their releases' epsilons add up to it
+        else:
+            note = f"{small.fallback}; {OFFLINE}"
+        a = apply_bounds(a, small if small is not None else with_defaults(pend))
     if a.grouping_sets:
-        rep = report(text, make_sets_plan(a, eps - spent, delta, session.mechanism), conf)
+        plan: Plan | SetsPlan = make_sets_plan(a, eps - spent, delta, session.mechanism)
     else:
-        rep = report(text, make_plan(a, eps - spent, delta, session.mechanism), conf)
+        plan = make_plan(a, eps - spent, delta, session.mechanism)
+    rep = report(text, plan, conf)
+    if bounds:  # the total cost: what running it would charge, the bound choices included
+        c = plan.cost
+        outs = tuple(
+            replace(o, half_width=f"{o.half_width} {UNTIL_CHOSEN}")
+            if o.half_width.startswith(("±", "about"))
+            else o
+            for o in rep.outputs
+        )
+        rep = replace(
+            rep,
+            outputs=outs,
+            cost=f"epsilon={_fmt(c.epsilon + bounds)}, delta={_fmt(c.delta)}, rho={_fmt(c.rho)} "
+            f"(epsilon {_fmt(c.epsilon)} for the answer and {_fmt(bounds)} for choosing "
+            "contribution bounds)",
+        )
     return replace(rep, epsilon=eps, auto=note)
 
 

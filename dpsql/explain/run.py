@@ -16,8 +16,10 @@ is refused.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from dpsql.dp.accounting import ZERO, Cost, sequential
 from dpsql.errors import (
     DpsqlError,
     PrivacyViolation,
@@ -152,23 +154,57 @@ def _explain_private(
         conf = privacy_params.confidence(engine.policy, session)
         return explain_tree(engine, inner, opts, session, params, conf)
     plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
-    auto_text, auto_key = None, None
+    auto_text = None
+    key = cache_key(engine, inner, plan, params)
+    bounds: list[Cost] = []  # the bound choices running it would charge (one release each)
     pend = auto_bounds.pending(engine, inner, session, plan.analysis)
-    if pend.needed:
-        auto_key = auto_cache_key(engine, inner, plan, params, session.mechanism)
-        auto_text = auto_bounds.explain_text(pend, plan.epsilon, plan.analysis.private.privacy_unit)
-        spent = auto_bounds.slice_epsilon(plan.epsilon, pend)
-        resolved = apply_bounds(plan.analysis, pend.known)
+    if pend.needed:  # planned as run_private runs it
+        key = auto_cache_key(engine, inner, plan, params, session.mechanism)
+        small = auto_bounds.too_small(pend, plan.epsilon) if pend.missing else None
+        spent = Fraction(0)
+        if small is None:
+            auto_text = auto_bounds.explain_text(
+                pend, plan.epsilon, plan.analysis.private.privacy_unit
+            )
+            spent = auto_bounds.slice_epsilon(plan.epsilon, pend)
+            bounds = [m.cost for m in auto_bounds.mechanisms(pend, plan.epsilon)]
+        else:
+            auto_text = small.fallback
+        shown = small if small is not None else auto_bounds.with_defaults(pend)
+        resolved = apply_bounds(plan.analysis, shown)
         plan = engine.plan(inner, session, params, analysis=resolved, spent=spent)
     conf = privacy_params.confidence(engine.policy, session)
     rep = report(inner.text, plan, conf)
-    budget = budget_status(engine, inner, session, plan, params)
-    if auto_key is not None and engine.ledger is not None and session.analyst is not None:
-        budget["Free Repeat"] = _stored(engine.ledger, session.analyst, auto_key)
+    budget = budget_status(engine, session, plan, key, bounds)
     doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
-    if auto_text is not None:
+    _statement_cost(doc, plan.cost, bounds, budget.get("Free Repeat") is True)
+    if auto_text:
         doc["Plan"]["Auto Contribution Bounds"] = auto_text
+    if pend.missing and bounds:  # the errors shown are those of the default bounds
+        for o in doc["Outputs"]:
+            if str(o["Error Interval"]).startswith(("±", "about")):
+                o["Error Interval"] = f"{o['Error Interval']} {auto_bounds.UNTIL_CHOSEN}"
     return _render(doc, opts, plan_lines)
+
+
+def _statement_cost(doc: dict[str, Any], answer: Cost, bounds: Sequence[Cost], free: bool) -> None:
+    """The plan's "Privacy Cost" as what running the statement would charge: its answer and the
+    ``auto`` bound choices it would make, reserved together; nothing for a free repeat."""
+    root = doc["Plan"]
+    total = ZERO if free else sequential([answer, *bounds])
+    root["Privacy Cost Epsilon"] = float(total.epsilon)
+    root["Privacy Cost Delta"] = float(total.delta)
+    root["Privacy Cost Rho"] = float(total.rho)
+    if free:
+        root["Privacy Cost Detail"] = "a free repeat: the stored answer, nothing is charged"
+    elif bounds:
+        each = sum((c.epsilon for c in bounds), Fraction(0))
+        root["Auto Bound Epsilon"] = float(each)
+        root["Privacy Cost Detail"] = (
+            f"epsilon {float(answer.epsilon):.6g} for the answer and {float(each):.6g} for "
+            f"choosing {len(bounds)} contribution bound{'s' if len(bounds) > 1 else ''}, "
+            "reserved together"
+        )
 
 
 NO_ROWS = "LIMIT 0: no rows whatever the data"
@@ -215,18 +251,24 @@ def _render(
 
 def budget_status(
     engine: EngineContext,
-    inner: PrivateQuery,
     session: SessionContext,
     plan: Plan | SetsPlan,
-    params: Sequence[Any],
+    key: str,
+    bounds: Sequence[Cost] = (),
 ) -> dict[str, Any]:
-    """What running the query would charge and to which budgets (read from the ledger only)."""
+    """What running the query would charge and to which budgets (read from the ledger only):
+    nothing when ``key`` (its repeat key) holds a stored answer, else its answer's cost and the
+    ``bounds`` choices it would make (their costs), reserved together."""
     ledger = engine.ledger
     if ledger is None or session.analyst is None:
         return {"Ledger": False, "Note": "no budget ledger: nothing would be charged"}
-    out: dict[str, Any] = {"Ledger": True}
-    out["Free Repeat"] = _stored(ledger, session.analyst, cache_key(engine, inner, plan, params))
-    out.update(would_spend(ledger, session.analyst, plan.cost, delta_for_rho(plan)))
+    free = _stored(ledger, session.analyst, key)
+    out: dict[str, Any] = {"Ledger": True, "Free Repeat": free}
+    parts = [] if free else [(plan.cost, delta_for_rho(plan)), *((c, None) for c in bounds)]
+    if bounds and not free:
+        out["Auto Bound Releases"] = len(bounds)
+        out["Auto Bound Epsilon"] = float(sum((c.epsilon for c in bounds), Fraction(0)))
+    out.update(would_spend(ledger, session.analyst, parts))
     return out
 
 

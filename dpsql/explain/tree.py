@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
-from dpsql.dp.accounting import sequential
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
 from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
@@ -132,13 +131,11 @@ def _budget(
         return out
     answers = [b.answer for b in charged]
     bounds = [c for b in charged for c in b.bound_costs()]
-    cost = sequential([*(p.cost for p in answers), *bounds])
-    rho_deltas = [d for d in (delta_for_rho(p) for p in answers) if d is not None]
     if bounds:
         out["Auto Bound Releases"] = len(bounds)
         out["Auto Bound Epsilon"] = float(sum((c.epsilon for c in bounds), Fraction(0)))
-    rho_delta = sum(rho_deltas, Fraction(0)) if rho_deltas else None
-    out.update(would_spend(ledger, session.analyst, cost, rho_delta))
+    parts = [*((p.cost, delta_for_rho(p)) for p in answers), *((c, None) for c in bounds)]
+    out.update(would_spend(ledger, session.analyst, parts))
     return out
 
 

@@ -220,6 +220,8 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
     """The bounds ``a`` needs chosen (none for fixed policies); ``totals=False``: R, G and
     clamps even where an L1 cap over groups applies (the bounds a policy can fix: the accuracy
     benchmark's hand-tuned search)."""
+    if not a.measures:
+        return ()  # nothing measured (SELECT DISTINCT of public keys): no bound to choose
     items: list[AutoItem] = []
     grouped_slice = _slice(a, True)
     if totals and total_mode(a):
@@ -328,8 +330,10 @@ def _total_items(a: Analysis, grouped_slice: str) -> tuple[AutoItem, ...]:
 
 
 DECLARED_GROUPS_MAX = 32
-"""With declared ``keys:`` on every GROUP BY key and at most this many combinations, auto G is
-their number: no unit can touch more, nothing is dropped, and nothing is spent choosing it."""
+"""With declared keys on every GROUP BY key (``keys:``, or a ``keys_from`` table's, read when the
+statement is prepared: :func:`dpsql.execute.group_keys.inline_key_tables`) and at most this many
+combinations, auto G is their number: no unit can touch more, nothing is dropped, and nothing is
+spent choosing it."""
 
 
 def declared_groups(a: Analysis) -> int | None:
@@ -342,7 +346,7 @@ def declared_groups(a: Analysis) -> int | None:
         if size is None:
             return None
         n *= size
-    return n if 1 <= n <= DECLARED_GROUPS_MAX else None
+    return max(n, 1) if n <= DECLARED_GROUPS_MAX else None  # none left by WHERE: one
 
 
 def ratio_rows(a: Analysis) -> bool:

@@ -30,7 +30,12 @@ def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
     assert "5 groups per user_id (stored or declared: free)" in rep.auto
     assert "upper clamp of amount: chosen from the data" in rep.auto
     assert "epsilon 0.2 of its 1" in rep.auto and "no ledger is read" in rep.auto
-    assert rep.epsilon == 1 and rep.cost.startswith("epsilon=0.8,")
+    # the cost is what running it charges: the answer at 0.8 and the bound choice at 0.2
+    assert rep.epsilon == 1 and rep.cost.startswith("epsilon=1,")
+    assert "epsilon 0.8 for the answer and 0.2 for choosing contribution bounds" in rep.cost
+    # until chosen, the clamp is at its default (the declared range): its error says so
+    [out] = [o for o in rep.outputs if o.column == "avg"]
+    assert "at the default bounds shown" in out.half_width
     # the sum's sensitivity is G = 5 times one group's (the centered clamp [0, 500] and its grid)
     total = next(m for m in rep.measures if m.measure.startswith("sum_centered"))
     assert total.sensitivity == "L1=1255"
