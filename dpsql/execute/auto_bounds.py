@@ -32,6 +32,7 @@ from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import PrivateQuery
+from dpsql.execute.unique_units import still_unique
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import (
@@ -270,9 +271,16 @@ def histograms(
     items: tuple[AutoItem, ...],
     cancel: CancelToken | None = None,
 ) -> list[np.ndarray]:
-    """Units per bucket of each item's grid, counted by PostgreSQL (private rows stay there)."""
+    """Units per bucket of each item's grid, counted by PostgreSQL (private rows stay there).
+
+    When the catalog proved one row per unit (``a.unique_unit``), the SQL reads each unit's
+    numbers off its row, with no grouping (:mod:`dpsql.sql.rewrite.measure_bounds`): the proof
+    is read again just before and just after it runs (as for the private query:
+    :func:`dpsql.execute.unique_units.still_unique`), so no unit is counted twice."""
     sql = measure_bounds(a, items).sql("postgres")
+    still_unique(engine.backend, a, "while contribution bounds were being planned")
     rows = engine.backend.run(sql, private=True, cancel=cancel).rows
+    still_unique(engine.backend, a, "while contribution bounds were being chosen")
     hist = [np.zeros(len(it.grid), dtype=np.int64) for it in items]
     for item, bucket, count in rows:
         b = min(max(int(bucket), 0), len(hist[int(item)]) - 1)

@@ -35,7 +35,7 @@ from itertools import product
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bounds import AutoItem
+from dpsql.sql.auto_bounds import AutoItem, one_row
 from dpsql.sql.rewrite.bound_contributions import source_select, value_sql
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.literals import number_text, numeric
@@ -102,10 +102,12 @@ def measure_bounds(a: Analysis, items: tuple[AutoItem, ...]) -> exp.Select:
     means = any(it.group_mean for it in items)
     per_group = _needs_groups(items, groups, means)
     combos = _key_combinations(a, items) if per_group else None
-    if combos is not None:
-        per_unit = _per_unit_by_key(rows, combos, values, totals, means)
+    if one_row(a):  # the catalog proves one row per unit: nothing to group
+        per_unit = _one_row_per_unit(rows, values, totals)
+    elif per_group and combos is None:
+        per_unit = _per_unit_and_group(rows, groups, values, totals, means)
     else:
-        per_unit = _per_unit(rows, groups, values, totals, means, per_group)
+        per_unit = _per_unit(rows, combos, values, totals, means)
     hist: list[exp.Expr] = []
     for i, it in enumerate(items):
         number: exp.Expr
@@ -181,20 +183,28 @@ def _key_combinations(a: Analysis, items: tuple[AutoItem, ...]) -> list[exp.Expr
     return [exp.and_(*parts) if len(parts) > 1 else parts[0] for parts in product(*domains)]
 
 
-def _per_unit_by_key(
+def _per_unit(
     rows: exp.Select,
-    combos: list[exp.Expr],
+    combos: list[exp.Expr] | None,
     values: dict[str, str],
     totals: dict[int, exp.Expr],
     means: bool,
 ) -> exp.Select:
-    """:func:`_per_unit`'s numbers from one aggregate per unit: a group's count or mean is the
-    unit's aggregate over the rows of its key combination (``FILTER``), the largest (smallest)
-    of them ``GREATEST`` (``LEAST``, both ignoring NULL: a combination without rows or values)."""
+    """One row of numbers per unit from one aggregate per unit: ``_dp_rows_max`` (its largest
+    row count in a group), ``_dp_rows_all``, ``<v>_max`` / ``<v>_min`` (its largest and smallest
+    value, or per-group mean with ``means``), ``_dp_t<i>_all`` (a total item's sum over its
+    groups), and ``_dp_groups`` without ``combos``.
+
+    ``combos`` (:func:`_key_combinations`): a group's count or mean is the unit's aggregate over
+    the rows of its key combination (``FILTER``), the largest (smallest) of them ``GREATEST``
+    (``LEAST``, both ignoring NULL: a combination without rows or values); None: the unit is
+    one group (no GROUP BY, or no number needs its groups)."""
     u = exp.column("_dp_unit")
     star = exp.Count(this=exp.Star())
 
-    def per_combo(agg: exp.Expr) -> list[exp.Expr]:
+    def per_group(agg: exp.Expr) -> list[exp.Expr]:
+        if combos is None:
+            return [agg.copy()]
         return [exp.Filter(this=agg.copy(), expression=exp.Where(this=c.copy())) for c in combos]
 
     def greatest(xs: list[exp.Expr]) -> exp.Expr:
@@ -203,15 +213,14 @@ def _per_unit_by_key(
     def least(xs: list[exp.Expr]) -> exp.Expr:
         return exp.Least(this=xs[0], expressions=xs[1:]) if len(xs) > 1 else xs[0]
 
-    out: list[exp.Expr] = [
-        u.copy(),
-        exp.alias_(greatest(per_combo(star)), "_dp_rows_max"),
-        exp.alias_(star.copy(), "_dp_rows_all"),
-    ]
+    out: list[exp.Expr] = [u.copy(), exp.alias_(greatest(per_group(star)), "_dp_rows_max")]
+    if combos is None:
+        out.append(exp.alias_(exp.Literal.number(1), "_dp_groups"))
+    out.append(exp.alias_(star.copy(), "_dp_rows_all"))
     for name in values.values():
         if means:  # per-group ratios at R = 1: each unit's largest (smallest) per-group mean
             avg = exp.Avg(this=exp.column(name))
-            hi, lo = greatest(per_combo(avg)), least(per_combo(avg))
+            hi, lo = greatest(per_group(avg)), least(per_group(avg))
         else:
             hi, lo = _agg(exp.Max, name), _agg(exp.Min, name)
         out += [exp.alias_(hi, f"{name}_max"), exp.alias_(lo, f"{name}_min")]
@@ -221,37 +230,51 @@ def _per_unit_by_key(
     return _grouped(exp.select(*out), rows, "_dp_r", [u])
 
 
-def _per_unit(
+def _one_row_per_unit(
+    rows: exp.Select, values: dict[str, str], totals: dict[int, exp.Expr]
+) -> exp.Select:
+    """:func:`_per_unit`'s numbers when each unit has one row (the catalog proves it, or a
+    per-unit derived table: :func:`dpsql.sql.auto_bounds.one_row`), read off the row itself, with
+    no aggregate: 1 row in 1 group, its value as its largest and smallest value (and as its
+    one group's mean), a total item's partial over that row (:func:`_one_row_partial`). The same
+    numbers as aggregating per unit, without a hash aggregate over every unit."""
+    out: list[exp.Expr] = [
+        exp.column("_dp_unit"),
+        *[exp.alias_(exp.Literal.number(1), n) for n in ("_dp_rows_max", "_dp_groups")],
+        exp.alias_(exp.Literal.number(1), "_dp_rows_all"),
+    ]
+    for name in values.values():
+        out += [exp.alias_(exp.column(name), f"{name}_{end}") for end in ("max", "min")]
+    for i, partial in totals.items():
+        total = exp.Coalesce(this=_one_row_partial(partial), expressions=[exp.Literal.number(0)])
+        out.append(exp.alias_(total, f"_dp_t{i}_all"))
+    return exp.select(*out).from_(rows.subquery("_dp_r", copy=False), copy=False)
+
+
+def _one_row_partial(partial: exp.Expr) -> exp.Expr:
+    """A total item's aggregate (:func:`_total_partial`) over one row, as that row's value:
+    ``COUNT(*)`` is 1, ``COUNT(x)`` 1 or 0 as x is NULL or not, ``SUM(ABS(x))`` ``ABS(x)``."""
+    if isinstance(partial, exp.Count):
+        if isinstance(partial.this, exp.Star):
+            return exp.Literal.number(1)
+        null = exp.Is(this=partial.this.copy(), expression=exp.null())
+        return exp.Case(ifs=[exp.If(this=null, true=exp.Literal.number(0))],
+                        default=exp.Literal.number(1))  # fmt: skip
+    assert isinstance(partial, exp.Sum) and isinstance(partial.this, exp.Expr)
+    return partial.this.copy()
+
+
+def _per_unit_and_group(
     rows: exp.Select,
     groups: list[exp.Column],
     values: dict[str, str],
     totals: dict[int, exp.Expr],
     means: bool,
-    per_group: bool,
 ) -> exp.Select:
-    """One row of numbers per unit, from one pass over ``rows``: ``_dp_rows_max`` (its largest
-    row count in a group), ``_dp_rows_all``, ``_dp_groups``, ``<v>_max`` / ``<v>_min`` (its
-    largest and smallest value, or per-group mean with ``means``) and ``_dp_t<i>_all`` (a total
-    item's sum over its groups). With ``per_group`` the rows are first aggregated per (unit,
-    group) and those partials per unit; otherwise per unit directly (one group per unit)."""
+    """:func:`_per_unit`'s numbers (and ``_dp_groups``, the unit's number of groups) from two
+    levels: the rows aggregated per (unit, group), those partials per unit."""
     u = exp.column("_dp_unit")
     star = exp.Count(this=exp.Star())
-    zero = exp.Literal.number(0)
-    if not per_group:
-        out: list[exp.Expr] = [
-            u.copy(),
-            exp.alias_(star.copy(), "_dp_rows_max"),
-            exp.alias_(exp.Literal.number(1), "_dp_groups"),
-            exp.alias_(star.copy(), "_dp_rows_all"),
-        ]
-        for name in values.values():
-            hi = exp.Avg(this=exp.column(name)) if means else _agg(exp.Max, name)
-            lo = exp.Avg(this=exp.column(name)) if means else _agg(exp.Min, name)
-            out += [exp.alias_(hi, f"{name}_max"), exp.alias_(lo, f"{name}_min")]
-        for i, partial in totals.items():
-            total = exp.Coalesce(this=partial, expressions=[zero.copy()])
-            out.append(exp.alias_(total, f"_dp_t{i}_all"))
-        return _grouped(exp.select(*out), rows, "_dp_r", [u])
     inner: list[exp.Expr] = [u.copy(), exp.alias_(star.copy(), "_dp_n")]
     outer: list[exp.Expr] = [
         u.copy(),
@@ -270,7 +293,7 @@ def _per_unit(
         outer += [exp.alias_(hi, f"{name}_max"), exp.alias_(lo, f"{name}_min")]
     for i, partial in totals.items():
         inner.append(exp.alias_(partial, f"_dp_t{i}"))
-        total = exp.Coalesce(this=_agg(exp.Sum, f"_dp_t{i}"), expressions=[zero.copy()])
+        total = exp.Coalesce(this=_agg(exp.Sum, f"_dp_t{i}"), expressions=[exp.Literal.number(0)])
         outer.append(exp.alias_(total, f"_dp_t{i}_all"))
     ug = _grouped(exp.select(*inner), rows, "_dp_r", [u, *groups])
     return _grouped(exp.select(*outer), ug, "_dp_ug", [u])

@@ -196,3 +196,74 @@ def test_histograms_equal_the_reference(engine: Engine, case: int) -> None:
         want = _expected(it, keep, group)
         assert h.sum() > 100 and np.count_nonzero(want) > 1, it.kind  # the data spreads
         assert h.tolist() == want.tolist(), (it.kind, it.column)
+
+
+# -- a unit the catalog proves unique: each unit's numbers read off its one row ------------------
+UNIQUE_SQLS = [
+    "SELECT g, COUNT(*), AVG(x) FROM p GROUP BY g",  # clamp (per-group mean at R = 1)
+    "SELECT g, SUM(x), COUNT(x), COUNT(*) FROM p WHERE x < 90 GROUP BY g",  # totals, NULLs
+    "SELECT COUNT(*), AVG(x), SUM(x) FROM p",
+]
+
+
+@pytest.fixture(scope="module")
+def unique_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
+    """``p``: the rows of ``t`` with the first row of each unit, unit PRIMARY KEY; ``t`` too."""
+    dsn = make_db("histu")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer NOT NULL, g integer, h text, x numeric, k int)")
+        with conn.cursor().copy("COPY t (u, g, h, x, k) FROM STDIN") as cp:
+            for r in _rows():
+                cp.write_row(r)
+        conn.execute(
+            "CREATE TABLE p AS SELECT DISTINCT ON (u) * FROM t ORDER BY u, g, h, x, k; "
+            "ALTER TABLE p ADD PRIMARY KEY (u)"
+        )
+    doc = {**POLICY, "tables": {**POLICY["tables"], "public.p": POLICY["tables"]["public.t"]}}
+    e = Engine(Policy.model_validate(doc), dsn, pool_size=2)
+    try:
+        yield e
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("sql", UNIQUE_SQLS)
+def test_unique_unit_histograms_without_grouping(unique_engine: Engine, sql: str) -> None:
+    """With the catalog's proof the SQL has no GROUP BY of the unit, and counts the same units
+    per bucket as the grouped SQL (run on the same, unique, rows)."""
+    from dataclasses import replace
+
+    from dpsql.sql.rewrite.measure_bounds import measure_bounds
+
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1))
+    prepared = unique_engine.prepare(sql, "analyst")
+    plan = unique_engine.plan(prepared, s, [])  # type: ignore[arg-type]
+    a = plan.analysis
+    assert a.unique_unit  # the PRIMARY KEY, read from the catalog
+    pend = auto_bounds.pending(unique_engine, prepared, s, a)  # type: ignore[arg-type]
+    assert pend.missing and not any(it.kind in ("rows", "groups") for it in pend.missing)
+    assert "GROUP BY _dp_unit" not in measure_bounds(a, pend.missing).sql("postgres")
+    got = auto_bounds.histograms(unique_engine, a, pend.missing)  # type: ignore[arg-type]
+    grouped = replace(a, unique_unit=False)
+    assert "GROUP BY _dp_unit" in measure_bounds(grouped, pend.missing).sql("postgres")
+    want = auto_bounds.histograms(unique_engine, grouped, pend.missing)  # type: ignore[arg-type]
+    for it, h, w in zip(pend.missing, got, want, strict=True):
+        assert h.sum() > 100 and np.count_nonzero(w) > 1, it.kind  # the data spreads
+        assert h.tolist() == w.tolist(), (it.kind, it.column)
+
+
+def test_unique_unit_histograms_refused_without_the_proof(unique_engine: Engine) -> None:
+    """The twin: the same SQL over ``t`` (several rows per unit) under a claimed proof would
+    count a unit once per row; the catalog is read again before it runs, and it is refused."""
+    from dataclasses import replace
+
+    from dpsql.errors import ObjectNotInPrerequisiteState
+
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1))
+    prepared = unique_engine.prepare("SELECT COUNT(*), AVG(x) FROM t", "analyst")
+    a = unique_engine.plan(prepared, s, []).analysis  # type: ignore[arg-type]
+    assert not a.unique_unit
+    claimed = replace(a, unique_unit=True)
+    pend = auto_bounds.pending(unique_engine, prepared, s, claimed)  # type: ignore[arg-type]
+    with pytest.raises(ObjectNotInPrerequisiteState):
+        auto_bounds.histograms(unique_engine, claimed, pend.missing)  # type: ignore[arg-type]
