@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from dpsql.dp.accounting import sequential
+from dpsql.execute import auto_bounds
 from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
-from dpsql.execute.tree_budget import LeafBudget, explain_text, leaf_budget
+from dpsql.execute.tree_budget import LeafBudget, LeafPlan, explain_text, leaf_budget
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
 from dpsql.explain.document import (
     budget_lines,
@@ -21,6 +23,7 @@ from dpsql.explain.document import (
 from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.auto_bounds import apply_bounds
 from dpsql.sql.explain_options import ExplainOptions
 
 if TYPE_CHECKING:
@@ -44,7 +47,7 @@ def explain_tree(
     budgets = [
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(leaves, shares, strict=True)
     ]
-    plans = [b.answer for b in budgets]
+    plans = [_shown(engine, b, session) for b in budgets]
     ledger = engine.ledger
     nodes: list[dict[str, Any]] = []
     stored: list[bool] = []
@@ -83,6 +86,10 @@ def explain_tree(
                 f"{link.expr.sql('postgres')} IN (the {link.column} values leaf {link.source} "
                 "releases)"
             )
+        if b.choosing:  # its errors are the defaults' until the bounds are chosen
+            for o in doc["Outputs"]:
+                if str(o["Error Interval"]).startswith(("±", "about")):
+                    o["Error Interval"] = f"{o['Error Interval']} {auto_bounds.UNTIL_CHOSEN}"
         node["Outputs"] = doc["Outputs"]
         if "Rewritten SQL" in doc:
             node["Rewritten SQL"] = doc["Rewritten SQL"]
@@ -134,9 +141,22 @@ def _budget(
     if bounds:
         out["Auto Bound Releases"] = len(bounds)
         out["Auto Bound Epsilon"] = float(sum((c.epsilon for c in bounds), Fraction(0)))
-    parts = [*((p.cost, delta_for_rho(p)) for p in answers), *((c, None) for c in bounds)]
+    # the releases as dpsql.execute.tree reserves them: the answers as one, each bound choice
+    rho_deltas = [d for d in (delta_for_rho(p) for p in answers) if d is not None]
+    answer = (sequential(p.cost for p in answers), sum(rho_deltas, Fraction(0)) or None)
+    parts = [answer, *((c, None) for c in bounds)]
     out.update(would_spend(ledger, session.analyst, parts))
     return out
+
+
+def _shown(engine: EngineContext, b: LeafBudget, session: SessionContext) -> LeafPlan:
+    """The plan EXPLAIN shows of a leaf: its answer's, with the bounds it would choose at their
+    defaults (1 row, 1 group, the declared range: :func:`auto_bounds.with_defaults`), as its
+    ``auto`` line says, rather than the ceilings it runs without bounds at."""
+    if not b.choosing or b.pend is None:
+        return b.answer
+    a = apply_bounds(b.share.analysis, auto_bounds.with_defaults(b.pend))
+    return engine.plan_analysis(a, b.answer.epsilon, b.share.delta, session.mechanism)
 
 
 def tree_lines(doc: dict[str, Any]) -> list[str]:

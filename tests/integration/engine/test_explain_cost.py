@@ -195,3 +195,29 @@ def test_refusal_says_what_show_says_and_the_whole_need(demo_dsn: str) -> None:
         assert _number(r"the query needs epsilon ([0-9.e+-]+)", msg) == pytest.approx(need)
         assert need == pytest.approx(1.0) and left == pytest.approx(0.6)
         assert history(engine) == before  # nothing charged
+
+
+TREE = (
+    "SELECT 'many' AS k, COUNT(*) AS n FROM purchases WHERE quantity > 3 "
+    "UNION ALL SELECT 'few', COUNT(*) FROM purchases WHERE quantity <= 3"
+)
+
+
+def test_tree_explain_states_its_one_charge(auto_engine: Engine) -> None:
+    doc = explain(auto_engine, TREE)
+    budget = doc["Budget"]
+    assert budget["Free Repeat"] is False and budget["Auto Bound Releases"] == 2
+    assert budget["Would Spend Epsilon"] == pytest.approx(1.0)
+    needed = {s["Budget"]: s["Epsilon Needed"] for s in budget["Charged To"]}
+    for leaf in doc["Plan"]["Plans"]:  # R at its default until chosen, and said so
+        assert "<= 1 rows per group" in leaf["Contribution Bound"]
+        [n] = [o for o in leaf["Outputs"] if o["From"] == "COUNT(*)"]
+        assert "at the default bounds shown" in n["Error Interval"]
+    before = spent(auto_engine)
+    run(auto_engine, TREE)
+    after = spent(auto_engine)
+    assert sum(e for _, e in history(auto_engine)) == 1
+    for name, need in needed.items():
+        assert float(after[name] - before[name]) == pytest.approx(need, abs=1e-9), name
+    again = explain(auto_engine, TREE)["Budget"]
+    assert again["Free Repeat"] is True and "Would Spend Epsilon" not in again

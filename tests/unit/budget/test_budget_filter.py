@@ -250,3 +250,19 @@ def test_documented_counts() -> None:
         if first is None and f.epsilon_spent(s) < s.cost.epsilon:
             first = n
     assert first == 99
+
+
+def test_need_of_a_statement_s_releases_is_their_charge_one_by_one() -> None:
+    """A statement reserves its ``auto`` bound choices and its answer as separate releases: what
+    it needs is the increase of epsilon_spent after all of them, each with its own Renyi term
+    (what EXPLAIN and the 53400 message state), not that of one release of their summed cost."""
+    f = Filter.configure(F(10), F(1, 10**6))
+    assert f.overhead is not None and f.order is not None
+    spent = Spent(Cost(epsilon=F(9)), renyi=F(1))  # many small pure releases: (R) is smaller
+    assert f.epsilon_spent(spent) == 1 + f.overhead < 9
+    bound, answer = Cost(epsilon=F(1, 10)), Cost(epsilon=F(2, 5))
+    need = f.need(spent, bound, answer)
+    after = f.epsilon_spent(f.add(f.add(spent, bound), answer))
+    assert after is not None and need == after - f.epsilon_spent(spent)
+    assert need != f.need(spent, bound + answer)  # one release of 0.5 counts more under (R)
+    assert f.need(Spent(), bound, answer) == F(1, 2)  # (P) on a fresh budget: the sum
