@@ -29,6 +29,9 @@
 #   CITUS_DB          database to create/use       (default citus)
 #   CITUS_OS_USER     OS user running postgres when invoked as root (default postgres)
 #   CITUS_JOBS        make -j                       (default 2)
+#   CITUS_MAKE_ARGS   extra make arguments          (default "with_llvm=no COPT=-g0": no LLVM
+#                     bitcode, which only PostgreSQL's JIT inlining reads, and no debug info;
+#                     half the build's CPU: 130 s -> 63 s. CITUS_MAKE_ARGS= builds as upstream does)
 #   CITUS_FORCE_BUILD=1 rebuild from CITUS_TARBALL even if citus.so is installed
 #
 # Install note: PostgreSQL 15 only loads extensions from its own sharedir/pkglibdir, so
@@ -57,6 +60,7 @@ CITUS_TARBALL=${CITUS_TARBALL:-}
 CITUS_DB=${CITUS_DB:-citus}
 CITUS_OS_USER=${CITUS_OS_USER:-postgres}
 CITUS_JOBS=${CITUS_JOBS:-2}
+read -r -a MAKE_ARGS <<<"${CITUS_MAKE_ARGS-with_llvm=no COPT=-g0}"
 NODES=(coord worker1 worker2)
 # Ports: CITUS_PORTS, else those of the last `start` on this data dir, else the defaults.
 if [ -z "${CITUS_PORTS:-}" ] && [ -f "$CITUS_DATA_DIR/ports" ]; then CITUS_PORTS=$(cat "$CITUS_DATA_DIR/ports"); fi
@@ -84,7 +88,7 @@ build() {
   fi
   if [ -z "${CITUS_FORCE_BUILD:-}" ] && [ -f "$stamp" ] && [ -d "$(cat "$stamp")" ]; then
     log "cached build found, citus.so missing in $pkglib: make install"
-    make -C "$(cat "$stamp")" install >"$CITUS_CACHE_DIR/install.log" 2>&1
+    make -C "$(cat "$stamp")" install "${MAKE_ARGS[@]}" >"$CITUS_CACHE_DIR/install.log" 2>&1
     return 0
   fi
   [ -n "$CITUS_TARBALL" ] || die "Citus is not installed for $("$PG_CONFIG" --version): install Citus's \
@@ -106,11 +110,12 @@ package for PostgreSQL 15 (https://docs.citusdata.com/), or download its source 
   fi
   log "configure + make -j$CITUS_JOBS in $srcdir (logs in $CITUS_CACHE_DIR)"
   (cd "$srcdir" && ./configure PG_CONFIG="$PG_CONFIG" >"$CITUS_CACHE_DIR/configure.log" 2>&1) \
-    || die "configure failed: see $CITUS_CACHE_DIR/configure.log (build deps: libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev)"
-  make -C "$srcdir" -j"$CITUS_JOBS" >"$CITUS_CACHE_DIR/make.log" 2>&1 \
-    || die "make failed: see $CITUS_CACHE_DIR/make.log"
-  make -C "$srcdir" install >"$CITUS_CACHE_DIR/install.log" 2>&1 \
-    || die "make install failed (needs write access to $pkglib): see $CITUS_CACHE_DIR/install.log"
+    || { tail -n 30 "$CITUS_CACHE_DIR/configure.log" >&2; false; } || die "configure failed: see $CITUS_CACHE_DIR/configure.log (build deps: libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev)"
+  make -C "$srcdir" -j"$CITUS_JOBS" "${MAKE_ARGS[@]}" >"$CITUS_CACHE_DIR/make.log" 2>&1 \
+    || { tail -n 30 "$CITUS_CACHE_DIR/make.log" >&2; die "make failed: see $CITUS_CACHE_DIR/make.log"; }
+  make -C "$srcdir" install "${MAKE_ARGS[@]}" >"$CITUS_CACHE_DIR/install.log" 2>&1 \
+    || { tail -n 30 "$CITUS_CACHE_DIR/install.log" >&2
+         die "make install failed (needs write access to $pkglib): see $CITUS_CACHE_DIR/install.log"; }
   echo "$srcdir" >"$stamp"
   log "built and installed citus in $((SECONDS - t0)) s"
 }

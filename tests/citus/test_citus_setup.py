@@ -1,6 +1,7 @@
 """Setting dpsql up in front of Citus: ``dpsql demo --upstream`` distributes the demo tables by
 their units, ``dpsql check --upstream`` (and ``dpsql serve``'s start-up checks) warn about every
-placement that keeps per-unit work off the workers (docs/deploy.md, "Citus"). Opt-in tier: ``DPSQL_CITUS_DSN`` (tests/citus/test_citus.py).
+placement that keeps per-unit work off the workers (docs/deploy.md, "Citus"). The Citus tier:
+``DPSQL_CITUS_DSN`` (tests/citus/test_citus.py).
 
 The check's findings are compared for each placement of two private tables and a public one:
 local, reference, single-shard, distributed by another column, distributed by the unit but not
@@ -20,6 +21,7 @@ import psycopg
 import pytest
 
 from dpsql.check import catalog_findings
+from tests.citus.test_citus import citus_dsn_or_skip
 from tests.policies import PolicyFile, PolicyMaker, private_table
 
 pytestmark = pytest.mark.citus
@@ -29,10 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def citus_dsn() -> str:
-    dsn = os.environ.get("DPSQL_CITUS_DSN")
-    if not dsn:
-        pytest.skip("needs a Citus coordinator: DPSQL_CITUS_DSN (tools/citus-local.sh)")
-    return dsn
+    return citus_dsn_or_skip()
 
 
 def dpsql(*args: str) -> subprocess.CompletedProcess[str]:
