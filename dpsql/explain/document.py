@@ -31,6 +31,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from dpsql.budget.api import BudgetLedger
+from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.dp.accounting import ZERO, Cost, sequential
 from dpsql.errors import BudgetExhausted
 from dpsql.explain.report import ExplainReport
@@ -286,10 +287,21 @@ def budget_lines(b: dict[str, Any]) -> list[str]:
         )
         fits = " (exceeds the remaining budget)" if over else ""
         out.append(
-            f"Charged to: {s['Budget']} {s['Name']!r} (period: {s['Period']}): epsilon={spend:.6g} of "
-            f"{s['Epsilon Remaining']:.6g} remaining (limit {s['Epsilon Limit']:.6g}){fits}"
+            f"Charged to: {s['Budget']} {s['Name']!r} (period: {s['Period']}): "
+            f"epsilon={_up(spend)} of {_down(s['Epsilon Remaining'])} remaining (limit "
+            f"{_down(s['Epsilon Limit'])}){fits}"
         )
     return out
+
+
+def _up(x: float) -> str:
+    """A need as the ledger words it (:func:`fmt_up`: 6 digits rounded up), from the JSON float."""
+    return fmt_up(Fraction(repr(float(x))))
+
+
+def _down(x: float) -> str:
+    """What is left as ``SHOW dpsql.budget`` words it (:func:`fmt_down`)."""
+    return fmt_down(Fraction(repr(float(x))))
 
 
 def would_spend(

@@ -169,10 +169,14 @@ SMALL = {
 }
 
 
-def _number(pattern: str, text: str) -> float:
+def _word(pattern: str, text: str) -> str:
     got = re.search(pattern, text)
     assert got is not None, (pattern, text)
-    return float(got.group(1))
+    return got.group(1)
+
+
+def _number(pattern: str, text: str) -> float:
+    return float(_word(pattern, text))
 
 
 def test_refusal_says_what_show_says_and_the_whole_need(demo_dsn: str) -> None:
@@ -195,6 +199,14 @@ def test_refusal_says_what_show_says_and_the_whole_need(demo_dsn: str) -> None:
         assert _number(r"the query needs epsilon ([0-9.e+-]+)", msg) == pytest.approx(need)
         assert need == pytest.approx(1.0) and left == pytest.approx(0.6)
         assert history(engine) == before  # nothing charged
+        # the three say it in the same words: SHOW's left, the refusal's, EXPLAIN's
+        words = _word(r"analyst analyst: epsilon ([0-9.e+-]+) of", show)
+        assert _word(r"you have epsilon ([0-9.e+-]+) left", msg) == words
+        text = [r[0] for r in run(engine, f"EXPLAIN {other}").rows]
+        [line] = [t for t in text if "Charged to: analyst" in t]
+        assert f"of {words} remaining" in line and "(exceeds the remaining budget)" in line
+        needs = _word(r"the query needs epsilon ([0-9.e+-]+)", msg)
+        assert f"epsilon={needs} of" in line
 
 
 TREE = (
