@@ -8,7 +8,8 @@ starts:
   40, sigma 1.2, declared bounds [0, 10000]) and a day in 2025 (each unit active in 1-10
   months; whales in all 12);
 * ``people``: 1-4 rows per unit (as a census household file), a sex (keys 0/1) and an income
-  (log-normal, median 35,000, sigma 0.8, declared bounds [0, 500000]).
+  (log-normal, median 35,000, sigma 0.8, declared bounds [0, 500000]); its ``pid`` is the same
+  person as ``events.uid`` (the ``join:`` queries join the two on it).
 
 For each query (COUNT, SUM, AVG, COUNT(DISTINCT unit), per group and per month) at epsilon 1,
 three ways to bound contributions:
@@ -110,6 +111,7 @@ POLICY: dict[str, Any] = {
 }
 
 MONTH = "date_trunc('month', day)"
+JOINED = "events e JOIN people p ON e.uid = p.pid"
 # (label, dpsql SQL, exact SQL with the keys as text)
 QUERIES: tuple[tuple[str, str, str], ...] = (
     ("COUNT(*)", "SELECT COUNT(*) FROM events", ""),
@@ -138,6 +140,11 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
     ("people: COUNT(*) by sex", "SELECT sex, COUNT(*) FROM people GROUP BY sex", ""),
     ("people: AVG(income)", "SELECT AVG(income) FROM people", ""),
     ("people: SUM(income) by sex", "SELECT sex, SUM(income) FROM people GROUP BY sex", ""),
+    # two private tables joined on their units (events.uid = people.pid): 1-4 people rows times
+    # a unit's events, the whales' 1,000 events capped at 128 before the join
+    ("join: COUNT(*)", f"SELECT COUNT(*) FROM {JOINED}", ""),
+    ("join: SUM(amount) by sex", f"SELECT p.sex, SUM(e.amount) FROM {JOINED} GROUP BY p.sex", ""),
+    ("join: AVG(income)", f"SELECT AVG(p.income) FROM {JOINED}", ""),
 )
 
 

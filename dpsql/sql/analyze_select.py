@@ -382,7 +382,10 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         private=ctx.private,
         sources=tuple((x.alias, x.table, x.private) for x in ctx.sources) if joins else (),
         joins=tuple(joins),
-        pre_join_rows=pre_join_rows([x.private for x in ctx.sources if x.private is not None]),
+        pre_join_rows=pre_join_rows(
+            [x.private for x in ctx.sources if x.private is not None],
+            public=any(x.private is None for x in ctx.sources),
+        ),
         where=where_expr,
         group_keys=tuple(keys),
         measures=tuple(outer.measures.values()),

@@ -279,7 +279,8 @@ def total_mode(a: Analysis) -> bool:
     """True when ``auto`` bounds a unit's COUNT and SUM partials by an L1 cap over all its groups
     (Amin et al. 2019: a bound on the L1 norm of a user's contribution vector) instead of R rows
     in each of G groups: per-group COUNT and SUM statistics only (COUNT(DISTINCT unit) beside
-    them keeps G), on partials (decomposable), one private table, no grouping sets.
+    them keeps G), on partials (decomposable), one private table or a join of private tables
+    with ``auto`` R (each keeps P rows per unit before the join), no grouping sets.
 
     Why: the noise of G·R·c assumes a unit fills every one of its G groups with R rows of the
     clamp c, while a unit rarely does; a cap L on what it adds over all its groups bounds the
@@ -288,11 +289,12 @@ def total_mode(a: Analysis) -> bool:
     Rows per group are then not bounded apart (R = the rows ceiling, ``auto_max_rows_per_unit``)
     and values keep their declared range (no clamp to choose): both only add bias under L.
     """
-    p = a.private
-    if not (p.auto_rows and a.grouped and not a.grouping_sets and a.statistics):
+    if not (rows_auto(a) and a.grouped and not a.grouping_sets and a.statistics):
         return False
-    if private_tables(a) > 1 or a.joins or not decomposable(a) or one_row(a):
-        return False  # joins: R per group and G bound a unit's joined rows, as before
+    if (a.joins and not a.pre_join_rows) or not decomposable(a) or one_row(a):
+        # a public table's fan-out is bounded by R (join_fanout), which this sets to its
+        # ceiling; a join of private tables with auto R keeps P before the join (join_cap)
+        return False
     if not all(s.func in ("count", "sum", "count_distinct") for s in a.statistics):
         return False
     return any(m.kind in TOTAL_KINDS for m in a.measures)

@@ -8,13 +8,15 @@ itself (``max_rows_per_unit``), as it always was.
 
 With ``auto`` R (every joined private table leaves ``max_rows_per_unit`` to ``auto``) R is
 chosen from the joined rows (:mod:`dpsql.sql.auto_bounds`), so the tables keep a wider, public
-``P`` before the join: the largest P with P^k <= :data:`PRE_JOIN_JOINED` for k private tables
-(128 for two, 25 for three) and at most the tables' ``auto_max_rows_per_unit``. The chosen R
-then bounds each unit's joined rows per group after the join, exactly as it bounds a single
-table's rows: the sensitivity argument reads R and G after the join and does not depend on P.
-P^k leaves a factor 4 below ``MAX_JOINED_ROWS_PER_UNIT`` (2^16) for the fan-out of public tables
-of the same join (:mod:`dpsql.sql.join_fanout`). What P removes (rows of a unit beyond P in one
-table) is not in the removed-mass estimate: the notice states it as an assumption.
+``P`` before the join: the largest P with P^k <= 2^16 (``MAX_JOINED_ROWS_PER_UNIT``, the most
+joined rows per unit a fixed R may make: 256 for two tables, 40 for three) when the join reads
+no public table, 2^14 when it does (128 for two: a factor 4 left for the public tables' fan-out,
+:mod:`dpsql.sql.join_fanout`), and at most the tables' ``auto_max_rows_per_unit``: public
+numbers of the statement's text and the policy. The chosen R then bounds each unit's joined
+rows per group after the join, exactly as it bounds a single table's rows: the sensitivity
+argument reads R and G after the join and does not depend on P. What P removes (rows of a unit
+beyond P in one table) is not in the removed-mass estimate: the notice states it as an
+assumption.
 """
 
 from __future__ import annotations
@@ -24,23 +26,29 @@ from collections.abc import Sequence
 from dpsql.policy.tables import PrivateTable
 from dpsql.sql.analysis import Analysis
 
-PRE_JOIN_JOINED = 2**14
+PRE_JOIN_JOINED = 2**16
 """P^k may not exceed this: a unit's joined rows before bounding (k private tables)."""
+WITH_PUBLIC = 2**14
+"""... nor this when the join reads a public table too (its fan-out multiplies P^k)."""
 
 
-def pre_join_rows(privates: Sequence[PrivateTable]) -> int:
-    """P for a join of these private tables when all leave R to ``auto`` (else 0: R is kept).
+def pre_join_rows(privates: Sequence[PrivateTable], public: bool = False) -> int:
+    """P for a join of these private tables when all leave R to ``auto`` (else 0: R is kept);
+    ``public``: the join reads a public table too.
 
     >>> from dpsql.policy.tables import PrivateTable
-    >>> t = PrivateTable(privacy_unit="u")
-    >>> pre_join_rows([t, t]), pre_join_rows([t, t, t]), pre_join_rows([t])
-    (128, 25, 0)
+    >>> t = PrivateTable(privacy_unit="u", columns={"u": {"type": "integer", "identifier": True}})
+    >>> pre_join_rows([t, t]), pre_join_rows([t, t], True), pre_join_rows([t, t, t])
+    (256, 128, 40)
+    >>> pre_join_rows([t])
+    0
     """
     k = len(privates)
     if k < 2 or not all(p.auto_rows for p in privates):
         return 0
+    top = WITH_PUBLIC if public else PRE_JOIN_JOINED
     p = 1
-    while (p + 1) ** k <= PRE_JOIN_JOINED:
+    while (p + 1) ** k <= top:
         p += 1
     return min(p, *(t.auto_max_rows_per_unit for t in privates))
 

@@ -70,6 +70,8 @@ STATEMENTS = (
     f"SELECT COUNT(*), SUM(a.x) FROM {JOIN}",  # R over all joined rows (TailRank), x's clamp
     f"SELECT a.g, COUNT(*), AVG(a.x) FROM {JOIN} GROUP BY a.g",  # R per group, G, x's clamp
     f"SELECT AVG(a.x) FROM {JOIN}",  # R at the median unit, x's clamp
+    # G, and L1 caps over a unit's groups (its joined rows, its sum of x)
+    f"SELECT a.g, COUNT(*), SUM(a.x) FROM {JOIN} GROUP BY a.g",
 )
 
 
@@ -105,7 +107,7 @@ def _items(engine: Engine, sql: str) -> tuple[Any, list[Any], list[np.ndarray]]:
     s = SessionContext(analyst="analyst", epsilon=EPSILON)
     prepared = engine.prepare(sql, "analyst")
     a = engine.analysis(prepared, [])
-    assert a.pre_join_rows == 128  # two private tables, both auto: P = 128 before the join
+    assert a.pre_join_rows == 256  # two private tables, both auto, no public: P = 256
     pend = auto_bounds.pending(engine, prepared, s, a)
     mechs = auto_bounds.mechanisms(pend, EPSILON)
     return pend, mechs, auto_bounds.histograms(engine, a, pend.missing)
@@ -124,7 +126,9 @@ def _all_items(engines: tuple[Engine, Engine]) -> list[tuple[str, Any, np.ndarra
             assert int(np.abs(h2 - h1).sum()) in (1, 2), (sql, it.kind)
             out.append((f"{sql}: {it.kind}", m, h1, h2))
     kinds = sorted(k.split(": ")[1] for k, *_ in out)
-    assert kinds == ["groups", "rows", "rows", "rows"] + ["value_hi"] * 3, kinds
+    assert (
+        kinds == ["groups", "groups", "rows", "rows", "rows", "total", "total"] + ["value_hi"] * 3
+    ), kinds
     assert any(isinstance(m, TailRank) for _, m, _, _ in out)
     return out
 
@@ -132,11 +136,11 @@ def _all_items(engines: tuple[Engine, Engine]) -> list[tuple[str, Any, np.ndarra
 def test_join_bound_choices_are_dp_at_their_charged_epsilon(
     engines: tuple[Engine, Engine],
 ) -> None:
-    """Seven bounds over the join, each at level 1 - 1e-6/7 on its output (a TailRank's also on
+    """Ten bounds over the join, each at level 1 - 1e-6/10 on its output (a TailRank's also on
     its pair of selections, sharing that bound's share): false failure <= 1e-6."""
     items = _all_items(engines)
     for name, mech, h_d, h_d2 in items:
-        share = 3 if ", COUNT(*), AVG" in name else 2  # bounds sharing the statement's slice
+        share = 3 if name.startswith("SELECT a.g") else 2  # bounds sharing the slice
         assert mech.epsilon == EPSILON / 5 / share, name
         alpha = ALPHA / len(items)
         if isinstance(mech, TailRank):
@@ -149,16 +153,16 @@ def test_join_bound_choices_are_dp_at_their_charged_epsilon(
 
 
 def test_join_broken_twin_is_caught(engines: tuple[Engine, Engine]) -> None:
-    """The per-group row bound and the group bound run at 4x their charge (a quarter of the
-    noise): the audit flags both on these neighbours."""
+    """The per-group row bound and the group bounds run at 4x their charge (a quarter of the
+    noise): the audit flags them on these neighbours."""
     caught = []
     for name, mech, h_d, h_d2 in _all_items(engines):
-        if not name.startswith("SELECT a.g") or name.endswith("value_hi"):
+        if not name.startswith("SELECT a.g") or not name.endswith(("rows", "groups")):
             continue
         assert isinstance(mech, TopRank)
         broken = TopRank(mech.epsilon * 4 / (1 - COUNT_SHARE), mech.rank)
         caught.append((name, _audit(broken, h_d, h_d2) > float(mech.epsilon)))
-    assert len(caught) == 2 and all(c for _, c in caught), caught
+    assert len(caught) == 3 and all(c for _, c in caught), caught
 
 
 def test_join_ledger_charges_the_audited_epsilons(

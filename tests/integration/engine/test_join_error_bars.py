@@ -2,7 +2,7 @@
 
 Data: 3,000 units with 1-4 rows in ``s`` (1 + u % 4) and 1-3 in ``t`` (1 + (u // 4) % 3), joined
 on the unit: 1-12 joined rows per unit (their product), 15,000 in all. Both tables say ``auto``,
-so each keeps at most P = 128 rows per unit before the join (nothing here) and R bounds the
+so each keeps at most P = 256 rows per unit before the join (nothing here) and R bounds the
 joined rows after it. R is planted at 4, as a choice would set it (the interval holds for any
 R the choice makes, given it: the choice is a release of its own), so COUNT(*) over the join
 is 35% below the truth -- a biased case in which no unit loses more than 8 rows, within the cap
@@ -94,10 +94,10 @@ def _plan(engine: Engine, sql: str) -> Plan:
     """The statement's plan with R planted as a choice (and G from the declared keys, free)."""
     prepared = engine.prepare(sql)
     a = engine.analysis(prepared, [])
-    assert a.pre_join_rows == 128 and a.max_rows == 1  # auto: not chosen yet
+    assert a.pre_join_rows == 256 and a.max_rows == 1  # auto: not chosen yet
     rows = ChosenBound("rows", "", Fraction(PLANTED_R), Fraction(1, 5), 85, 20)
     chosen = apply_bounds(a, AutoBounds((rows, *policy_choices(a))))
-    assert chosen.max_rows == PLANTED_R and chosen.pre_join_rows == 128
+    assert chosen.max_rows == PLANTED_R and chosen.pre_join_rows == 256
     plan = engine.plan(prepared, SessionContext(analyst="a", epsilon=Fraction(1)), analysis=chosen)
     assert isinstance(plan, Plan) and plan.bias, "the join's COUNT and SUM estimate what it lost"
     return plan
@@ -136,6 +136,6 @@ def test_a_join_statement_chooses_and_says_so(engine: Engine) -> None:
     head, count = r.notices[0], next(n for n in r.notices if n.startswith("COUNT(*)"))
     assert "rows per uid (chosen from the data with epsilon 0.2" in head, head
     assert "plus what the bounds left out (they keep at most" in count, count
-    assert "none has more than 128 rows in one of the joined tables" in count or (
+    assert "none has more than 256 rows in one of the joined tables" in count or (
         "does NOT cover" in count  # the over-cap alarm: false with probability <= 1e-3
     ), count
