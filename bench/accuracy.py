@@ -45,6 +45,9 @@ configuration, which moves the bounded aggregate only among equally likely choic
 bounds the hand-tuned search finds best); ``--whales 0`` drops the whale units.
 
 ``--tune-runs 0`` skips the hand-tuned search (its columns read nan) while iterating.
+``--bias-share 1/5`` plans with another epsilon share for the removed-mass estimate (the
+product's is ``dpsql.sql.bias.BIAS_SHARE``); the last column is auto's median interval width
+relative to the truth.
 
 Not part of pytest; bounded in time (about 20 minutes at the defaults on a loaded 2-core
 machine; ``--runs 30 --tune-runs 20 --units 3000`` takes about a minute while developing).
@@ -188,6 +191,7 @@ def load(dsn: str, units: int, seed: float = 0.16, whales: int = 5) -> None:
 class Outcome:
     coverage: float
     error: float
+    width: float = float("nan")  # median interval width / |truth|
 
 
 class Query:
@@ -235,7 +239,7 @@ class Query:
 
     def run(self, bounds: Sequence[AutoBounds]) -> Outcome:
         """Coverage and median relative error over one release per element of ``bounds``."""
-        hits, errs = [], []
+        hits, errs, widths = [], [], []
         for b in bounds:
             plan = self.plan(b)
             rel = release(plan, self.rows(plan), self.key_types, self.declared, CONFIDENCE, CSPRNG)
@@ -253,7 +257,10 @@ class Query:
                     continue
                 hits.append(iv is not None and iv[0] <= truth <= iv[1])
                 errs.append(abs(float(v) - truth) / abs(truth) if truth else abs(float(v)))
-        return Outcome(float(np.mean(hits)), statistics.median(errs))
+                if iv is not None and truth:
+                    widths.append((iv[1] - iv[0]) / abs(truth))
+        width = statistics.median(widths) if widths else float("nan")
+        return Outcome(float(np.mean(hits)), statistics.median(errs), width)
 
 
 def auto_draws(q: Query, runs: int) -> tuple[list[AutoBounds], str]:
@@ -332,15 +339,24 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--seed", type=float, default=0.16, help="the data's setseed (-1..1)")
     ap.add_argument("--whales", type=int, default=5, help="units of events with 1,000 rows")
+    ap.add_argument(
+        "--bias-share",
+        default="",
+        help="the epsilon share of the removed-mass estimate (e.g. 1/5; default the product's)",
+    )
     args = ap.parse_args()
+    if args.bias_share:
+        import dpsql.sql.plan
+
+        dpsql.sql.plan.BIAS_SHARE = Fraction(args.bias_share)
     t0 = time.monotonic()
     cluster = start_cluster()
     lines = [
         "| query | auto: coverage | auto: median rel. error | auto, reused: coverage | "
         "auto, reused: error | fixed defaults: coverage | fixed defaults: error | "
         "best hand-tuned: coverage | best hand-tuned: error | auto / best | reused / best | "
-        "bounds auto chose (most often) | best hand-tuned bounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "bounds auto chose (most often) | best hand-tuned bounds | auto: width / truth |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     try:
         dsn = cluster.dsn()
@@ -368,7 +384,7 @@ def main() -> None:
                 f"| {label} | {auto.coverage:.3f} | {auto.error:.3g} | {reused.coverage:.3f} | "
                 f"{reused.error:.3g} | {dflt.coverage:.3f} | {dflt.error:.3g} | "
                 f"{best.coverage:.3f} | {best.error:.3g} | {ratio:.2f} | {ratio_r:.2f} | "
-                f"{typical} | {best_text} |"
+                f"{typical} | {best_text} | {auto.width:.3g} |"
             )
             lines.append(line)
             print(line, f"({time.monotonic() - t0:.0f} s)", flush=True)
