@@ -239,7 +239,10 @@ class _Rewriter:
                 else "UNION (without ALL) removes rows whose noisy values coincide"
             )
             if isinstance(node, exp.Union) and not node.args.get("distinct"):
-                reason = self.why or "a UNION ALL branch dpsql can't line up (SELECT *)"
+                reason = self.why or (
+                    "dpsql lines up the intervals of a UNION ALL of two SELECTs that name their "
+                    "columns, not of SELECT * or of three or more"
+                )
             for (name, a), (_, b) in zip(lrel.cols, rrel.cols, strict=False):
                 noisy = a is not None or b is not None
                 cols.append((name, No(reason) if noisy else None))
