@@ -322,7 +322,7 @@ def attach(
             if kind != "keep" and pair[0] is not None and pair[1] is not None:
                 row_iv[p] = (float(pair[0]), float(pair[1]))
         out_rows.append(tuple(r[j] for j in visible) + tuple(ends))
-        ivs.append(tuple(row_iv))
+        ivs.append((*row_iv, *([None] * len(ends))))  # one per column, as the rows
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
     if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):
         notes.append(

@@ -221,6 +221,24 @@ class Exprs:
                 False,
                 all(x.integral for x in ivs),
             )
+        if isinstance(n, exp.Coalesce) and len(n.expressions) == 1:
+            # COALESCE(SUM(x), 0): where the value is NULL the fallback is exact, else its ends
+            a, fallback = self.ev(n.this, inside_agg), n.expressions[0]
+            if not isinstance(a, Iv) or self.scope.noisy(fallback):
+                return a if not isinstance(a, Iv) else No("COALESCE with a noisy fallback")
+            is_null = exp.Is(this=n.this.copy(), expression=exp.Null())
+
+            def pick(end: exp.Expr) -> exp.Expr:
+                return exp.Case(
+                    ifs=[exp.If(this=is_null.copy(), true=fallback.copy())], default=end
+                )
+
+            zero = _int_literal(fallback)
+            return replace(
+                a, lo=pick(a.lo), hi=pick(a.hi), passthrough=False,
+                additive=a.additive and zero and int(fallback.this) == 0,
+                integral=a.integral and zero,
+            )  # fmt: skip
         if isinstance(n, exp.Nullif):
             if self.scope.noisy(n.expression):
                 return No("NULLIF compares with a noisy value")

@@ -209,6 +209,9 @@ SHAPES = {
     "SELECT g, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share FROM t GROUP BY g": {
         "share": "interval"
     },
+    # BI tools' COALESCE(SUM(...), 0) over a re-aggregation
+    "SELECT g, COALESCE(SUM(n), 0) AS total FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS v "
+    "GROUP BY g": {"total": "interval"},
     # a rank orders rows by noisy values: NULL, and why
     "SELECT g, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY g": {
         "r": "orders rows by their noisy values"

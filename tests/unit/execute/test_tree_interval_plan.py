@@ -45,6 +45,9 @@ CASES = {
     # re-aggregation of SUM over (category, region): 25 leaf values
     "SELECT category, SUM(revenue) AS r FROM (SELECT category, region, SUM(amount) AS revenue "
     "FROM purchases GROUP BY 1, 2) AS v GROUP BY category": {"r": 25},
+    # BI tools' COALESCE(SUM(...), 0): the ends where the value is not NULL
+    "SELECT category, COALESCE(SUM(revenue), 0) AS r FROM (SELECT category, region, SUM(amount) "
+    "AS revenue FROM purchases GROUP BY 1, 2) AS v GROUP BY category": {"r": 25},
     # a window share: the row's own value and the 5 rows' sum
     "SELECT category, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share FROM purchases "
     "GROUP BY category": {"share": 6},
