@@ -185,70 +185,81 @@ class _Rewriter:
         return Rel([(n, _plain(i, why)) for n, i in rel.cols], rel.flags, rel.unknown, True)
 
     def setop(self, node: exp.SetOperation, hidden: bool) -> Rel:
-        keep = hidden and isinstance(node, exp.Union) and not node.args.get("distinct")
+        all_ = isinstance(node, exp.Union) and not node.args.get("distinct")
+        slots = (
+            _branches(node)
+            if isinstance(node, exp.Union) and all_
+            else [(node, "this"), (node, "expression")]
+        )
+        keep = hidden and all_
         if keep:  # a leaf as a branch: its columns by name, so its intervals can line up
-            for side in ("this", "expression"):
-                b = node.args.get(side)
+            for holder, side in slots:
+                b = holder.args.get(side)
                 i = leaf_number(b) if isinstance(b, exp.Select) else None
                 names = [c.name for c in self.leaves[i].columns] if i is not None else []
                 if b is not None and i is not None and all(names) and len(set(names)) == len(names):
                     named = [exp.column(n, quoted=True) for n in names]
-                    node.set(side, exp.select(*named).from_(b.subquery("_dpsql_u")))
-        left, right = node.this, node.expression
-        if keep and not (_explicit(left) and _explicit(right)):
-            keep = False
-        lrel, rrel = self.rel(left, keep), self.rel(right, keep)
-        if len(lrel.cols) != len(rrel.cols) and not (lrel.unknown or rrel.unknown):
+                    holder.set(side, exp.select(*named).from_(b.subquery("_dpsql_u")))
+        parts = [holder.args[side] for holder, side in slots]
+        keep = keep and all(_explicit(b) for b in parts)
+        rels = [self.rel(b, keep) for b in parts]
+        width = {len(r.cols) for r in rels}
+        if len(width) != 1 and not any(r.unknown for r in rels):
             raise _Abort("a UNION whose branches dpsql can't line up")
-        flags = {**lrel.flags, **rrel.flags}
+        flags = {k: v for r in rels for k, v in r.flags.items()}
         what = type(node).__name__.upper()
         cols: list[tuple[str, Info]] = []
         if keep:
-            assert isinstance(left, exp.Select) and isinstance(right, exp.Select)
-            lext, rext = _strip_hidden(left), _strip_hidden(right)
-            for p, ((name, a), (_, b)) in enumerate(zip(lrel.cols, rrel.cols, strict=True)):
-                if a is None and b is None:
-                    cols.append((name, None))
-                    continue
-                if isinstance(a, No) or isinstance(b, No):
-                    cols.append((name, a if isinstance(a, No) else b))
+            sels = [b for b in parts if isinstance(b, exp.Select)]
+            exts = [_strip_hidden(b) for b in sels]
+            for p, name in enumerate(n for n, _ in rels[0].cols):
+                infos = [r.cols[p][1] for r in rels]
+                bad = next((x for x in infos if isinstance(x, No)), None)
+                if bad is not None or all(x is None for x in infos):
+                    cols.append((name, bad))
                     continue
                 h = self.hid()
-                for sel, ext, x in ((left, lext, a), (right, rext, b)):
+                for sel, ext, x in zip(sels, exts, infos, strict=True):
                     for end in ("low", "high"):
                         if x is None:  # an exact value: its own interval
                             item = sel.expressions[p]
                             val = (item.this if isinstance(item, exp.Alias) else item).copy()
                         else:
+                            assert isinstance(x, Held)
                             val = ext[f"_dpsql_iv{x.hid}_{end}"].copy()
                         sel.append("expressions", exp.alias_(val, f"_dpsql_iv{h}_{end}"))
-                ev = (a.events if a else ()) + (b.events if b else ())
-                add = bool(a and b and a.additive and b.additive)
-                integral = (a is None or a.integral) and (b is None or b.integral)
-                ends = {x.end for x in (a, b) if x is not None and x.passthrough}
-                same = len(ends) == 1 and all(x is None or x.passthrough for x in (a, b))
-                end = ends.pop() if same else ""
-                if not same and any(x is not None and x.end in TIME_ENDS for x in (a, b)):
+                held = [x for x in infos if isinstance(x, Held)]
+                ends = {x.end for x in held if x.passthrough}
+                same = len(ends) == 1 and all(x.passthrough for x in held)
+                if not same and any(x.end in TIME_ENDS for x in held):
                     cols.append((name, No("a UNION ALL of dates or times with other values")))
                     continue
-                cols.append((name, Held(h, ev, add, integral, same, end)))
+                cols.append((name, Held(
+                    h, tuple(e for x in held for e in x.events),
+                    len(held) == len(infos) and all(x.additive for x in held),
+                    all(x.integral for x in held) and all(
+                        x is not None or _int_item(sel.expressions[p])
+                        for x, sel in zip(infos, sels, strict=True)
+                    ),
+                    same, ends.pop() if same else "",
+                )))  # fmt: skip
         else:
             reason = (
                 f"{what} compares rows by their noisy values"
                 if isinstance(node, (exp.Intersect, exp.Except))
                 else "UNION (without ALL) removes rows whose noisy values coincide"
             )
-            if isinstance(node, exp.Union) and not node.args.get("distinct"):
+            if all_:
                 reason = self.why or (
-                    "dpsql lines up the intervals of a UNION ALL of two SELECTs that name their "
-                    "columns, not of SELECT * or of three or more"
+                    "dpsql lines up the intervals of a UNION ALL of SELECTs that name their "
+                    "columns, not of SELECT *"
                 )
-            for (name, a), (_, b) in zip(lrel.cols, rrel.cols, strict=False):
-                noisy = a is not None or b is not None
+            for p, (name, _) in enumerate(rels[0].cols):
+                noisy = any(p < len(r.cols) and r.cols[p][1] is not None for r in rels)
                 cols.append((name, No(reason) if noisy else None))
             if isinstance(node, (exp.Intersect, exp.Except)) and any(i for _, i in cols):
                 flags["chosen"] = f"{what} keeps rows by their noisy values"
-        rel = Rel(cols, flags, lrel.unknown or rrel.unknown, keep)
+        rel = Rel(cols, flags, any(r.unknown for r in rels), keep)
         self.order_limit(node, rel, dict(cols))
         return rel
 
@@ -382,6 +393,22 @@ def _plain(i: Info, why: str) -> Info:
         if isinstance(i, Held)
         else i
     )
+
+
+def _branches(u: exp.Union) -> list[tuple[exp.Expr, str]]:
+    """The parts of a chain of UNION ALL (``a UNION ALL b UNION ALL c`` nests to the left), as
+    (holder, side) so a part can be replaced; a nested one with its own ORDER BY or LIMIT is
+    one part."""
+    left = u.this
+    plain = not any(left.args.get(k) for k in ("order", "limit", "offset"))
+    if isinstance(left, exp.Union) and not left.args.get("distinct") and plain:
+        return [*_branches(left), (u, "expression")]
+    return [(u, "this"), (u, "expression")]
+
+
+def _int_item(item: exp.Expr) -> bool:
+    body = item.this if isinstance(item, exp.Alias) else item
+    return isinstance(body, exp.Literal) and body.is_int
 
 
 def _explicit(node: exp.Expr) -> bool:

@@ -212,6 +212,9 @@ SHAPES = {
     # BI tools' COALESCE(SUM(...), 0) over a re-aggregation
     "SELECT g, COALESCE(SUM(n), 0) AS total FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS v "
     "GROUP BY g": {"total": "interval"},
+    # a UNION ALL of three parts, one a constant (its interval: itself)
+    "SELECT 'a' AS g, COUNT(*) AS n FROM t WHERE g = 'a' UNION ALL SELECT 'b', COUNT(*) FROM t "
+    "WHERE g = 'b' UNION ALL SELECT 'none', 0": {"n": "interval"},
     # a rank orders rows by noisy values: NULL, and why
     "SELECT g, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY g": {
         "r": "orders rows by their noisy values"

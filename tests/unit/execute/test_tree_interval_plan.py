@@ -60,6 +60,10 @@ CASES = {
     # UNION ALL of two leaves: row by row
     "SELECT 'books' AS c, COUNT(*) AS n FROM purchases WHERE category = 'books' UNION ALL "
     "SELECT 'travel', COUNT(*) FROM purchases WHERE category = 'travel'": {"n": 2},
+    # three parts, one exact (a public constant): row by row
+    "SELECT 'books' AS c, COUNT(*) AS n FROM purchases WHERE category = 'books' UNION ALL "
+    "SELECT 'travel', COUNT(*) FROM purchases WHERE category = 'travel' UNION ALL "
+    "SELECT 'none', 0": {"n": 2},
     # no interval, and why
     "SELECT category, RANK() OVER (ORDER BY COUNT(*) DESC) AS r FROM purchases GROUP BY 1": {
         "r": "orders rows by their noisy values"
@@ -123,6 +127,11 @@ def test_hidden_columns_line_up_in_a_union() -> None:
     assert len(names[0]) == len(names[1])
     hidden = [[n for n in ns if HIDDEN.match(n)] for ns in names]
     assert hidden[0] == hidden[1] and len(hidden[0]) == 2, names
+    p, _ = _plan(f"{sql} UNION ALL SELECT 'none', 0")
+    parts = [p.post.this.this, p.post.this.expression, p.post.expression]  # type: ignore[union-attr]
+    names = [[e.alias_or_name for e in b.expressions] for b in parts]
+    assert len({len(ns) for ns in names}) == 1, names
+    assert len({tuple(n for n in ns if HIDDEN.match(n)) for ns in names}) == 1, names
 
 
 def test_without_intervals_the_statement_is_unchanged() -> None:
