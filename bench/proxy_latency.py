@@ -39,6 +39,10 @@ within seconds. ``--no-null-relay`` and ``--no-pgbouncer`` leave the references 
 demo's, e.g. one with fixed contribution bounds: with the demo's ``auto`` bounds a fresh
 statement also runs the bound choice's per-unit histogram (its own scan; docs/accuracy.md).
 
+The private cached statement's proxy CPU at 5e50bd1 and now, interleaved on one cluster (issue
+18: the repeated statement's memos, one-round-trip ledger lookup): docs/architecture.md, "A
+repeated statement".
+
 Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]
 [--clients 1,8,32] [--skip SCENARIOS] [--no-null-relay] [--no-pgbouncer] [--policy FILE]``
 """
