@@ -193,11 +193,30 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
     return tuple(replace(t, split=k) for t in out) if k > 1 else tuple(out)
 
 
+_ARITHMETIC = (
+    exp.Column,
+    exp.Identifier,
+    exp.Literal,
+    exp.Paren,
+    exp.Neg,
+    exp.Add,
+    exp.Sub,
+    exp.Mul,
+    exp.Div,
+    exp.Cast,
+    exp.DataType,
+)
+
+
 def declared_columns(a: Analysis, m: Measure) -> tuple[str, ...]:
     """The columns of a SUM's (or AVG's centred sum's) argument clamped into declared numeric
     bounds (not a per-unit derived table's capped columns, whose cap is said elsewhere), in the
-    order the argument reads them."""
+    order the argument reads them; () unless the argument is arithmetic over columns and
+    literals, where a value outside its bounds always enters the sum (not in a CASE branch or a
+    FILTER a row may skip: its value would be counted as outside though never summed)."""
     if m.kind not in ("sum", "sum_centered") or m.arg is None:
+        return ()
+    if not all(isinstance(n, _ARITHMETIC) for n in m.arg.walk()):
         return ()
     out: dict[str, None] = {}
     for c in m.arg.find_all(exp.Column):
