@@ -20,7 +20,8 @@ answer on ``c`` has no warning except with probability <= 1e-6. On ``o`` each st
 outside release has epsilon 10 / 10 / T / 8 (T targets: 1 for SUM, 2 for AVG: its centred sum
 and its rows), Laplace scale <= 16, threshold <= 16 ln(4 / 2e-6) = 232 per group; some group holds
 >= 500 of the 2,000 units (4 groups), so the warning is missed only if that group's noise is
-below -268: probability <= 0.5 exp(-268 / 16) < 3e-8 per statement, 1.2e-7 for the four.
+below -268: probability <= 0.5 exp(-268 / 16) < 3e-8 per statement, 1.2e-7 for the four
+(the filtered SUM by g: >= 1,800 units over 3 groups, threshold 116 at scale 8: < 1e-17).
 """
 
 from __future__ import annotations
@@ -159,3 +160,13 @@ def test_no_warning_when_no_unit_is_outside(engine: Engine) -> None:
     r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", EPS))
     (line,) = [n for n in r.notices if n.startswith("AVG(v): ")]
     assert WARNING not in line and "assumes every v lies in its declared range" in line, line
+
+
+def test_a_declared_group_without_rows_gets_zero_counts(engine: Engine) -> None:
+    """A declared key with no row is released from zeros: its outside count among them (the
+    row layout: measures, outside counts, removed-mass pairs)."""
+    sql = "SELECT g, SUM(v) FROM o WHERE g <> 'a' OR v < 0 GROUP BY g"
+    r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", EPS))
+    assert sorted(str(row[0]) for row in r.rows) == ["a", "b", "c", "d"], r.rows
+    (line,) = [n for n in r.notices if n.startswith("SUM(v): ")]
+    assert WARNING in line, line
