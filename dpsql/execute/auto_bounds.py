@@ -437,8 +437,9 @@ def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
         what = ", ".join(_label(c) for c in kept)
         parts.append(
             f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
-            "decided), the fixed defaults are used; raise dpsql.epsilon or set the bounds in "
-            "the policy"
+            "decided), the fixed defaults are used: they may leave out more than the intervals "
+            "allow for (each assumes no unit lost more than 4x what they keep); raise "
+            "dpsql.epsilon or set the bounds in the policy"
         )
     if bounds.fallback:
         parts.append(bounds.fallback)
