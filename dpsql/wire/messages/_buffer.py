@@ -44,11 +44,14 @@ class Reader:
         self._pos += 1
         return b
 
-    def int16(self) -> int:
-        self._need(2, "an Int16")
-        (v,) = INT16.unpack_from(self._body, self._pos)
-        self._pos += 2
+    def _number(self, fmt: struct.Struct, what: str) -> int:
+        self._need(fmt.size, what)
+        (v,) = fmt.unpack_from(self._body, self._pos)
+        self._pos += fmt.size
         return int(v)
+
+    def int16(self) -> int:
+        return self._number(INT16, "an Int16")
 
     def count16(self, what: str) -> int:
         """An Int16 element count, which may not be negative."""
@@ -58,16 +61,10 @@ class Reader:
         return v
 
     def int32(self) -> int:
-        self._need(4, "an Int32")
-        (v,) = INT32.unpack_from(self._body, self._pos)
-        self._pos += 4
-        return int(v)
+        return self._number(INT32, "an Int32")
 
     def uint32(self) -> int:
-        self._need(4, "an Int32")
-        (v,) = UINT32.unpack_from(self._body, self._pos)
-        self._pos += 4
-        return int(v)
+        return self._number(UINT32, "an Int32")
 
     def raw(self, n: int) -> bytes:
         self._need(n, f"a {n}-byte value")

@@ -1,95 +1,79 @@
 """Messages the server sends, one class each, named as in the PostgreSQL protocol documentation.
 
-Same shape as :mod:`dpsql.wire.messages.frontend`: ``encode()`` gives the whole message,
-``decode(body)`` reads the body back. :class:`DataRow` is the hot path and encodes its values
-(already-encoded ``bytes`` or None for NULL) with one join.
+Declared as in :mod:`dpsql.wire.messages.frontend` (a type byte and a layout each, see
+:mod:`dpsql.wire.messages._base`). The rows of large results are the hot path: they are written by
+:func:`raw_data_row` and :func:`data_row` without a :class:`DataRow` object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any
 
 from dpsql.errors import ProtocolViolation
-from dpsql.wire.messages._base import Empty, one_string
-from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr, frame
-
-_NULL = INT32.pack(-1)
+from dpsql.wire.messages._base import (
+    CHAR,
+    I32,
+    NULL,
+    REST,
+    STRING,
+    STRINGS,
+    U32,
+    Codec,
+    Message,
+    array,
+    nullable,
+)
+from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr
 
 
 @dataclass(frozen=True, slots=True)
-class AuthenticationOk:
-    code: ClassVar[bytes] = b"R"
-    subtype: ClassVar[int] = 0
-
-    def encode(self) -> bytes:
-        return frame(self.code, INT32.pack(self.subtype))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls()
+class AuthenticationOk(Message):
+    code = b"R"
+    head = 0
 
 
 @dataclass(frozen=True, slots=True)
 class AuthenticationCleartextPassword(AuthenticationOk):
-    subtype: ClassVar[int] = 3
+    head = 3
+
+
+def _salt(r: Reader) -> bytes:
+    return r.raw(4)
 
 
 @dataclass(frozen=True, slots=True)
-class AuthenticationMD5Password:
-    code: ClassVar[bytes] = b"R"
-    subtype: ClassVar[int] = 5
+class AuthenticationMD5Password(Message):
+    code = b"R"
+    head = 5
+    layout = (Codec(bytes, _salt),)
     salt: bytes
 
-    def encode(self) -> bytes:
-        return frame(self.code, INT32.pack(self.subtype) + self.salt)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(bytes(body[4:8]))
-
 
 @dataclass(frozen=True, slots=True)
-class AuthenticationSASL:
-    code: ClassVar[bytes] = b"R"
-    subtype: ClassVar[int] = 10
+class AuthenticationSASL(Message):
+    code = b"R"
+    head = 10
+    layout = (STRINGS,)
     mechanisms: tuple[str, ...]
 
-    def encode(self) -> bytes:
-        body = INT32.pack(self.subtype) + b"".join(cstr(m) for m in self.mechanisms) + b"\x00"
-        return frame(self.code, body)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body[4:])
-        mechs = []
-        while (m := r.cstring()) != "":
-            mechs.append(m)
-        return cls(tuple(mechs))
-
 
 @dataclass(frozen=True, slots=True)
-class AuthenticationSASLContinue:
-    code: ClassVar[bytes] = b"R"
-    subtype: ClassVar[int] = 11
+class AuthenticationSASLContinue(Message):
+    code = b"R"
+    head = 11
+    layout = (REST,)
     data: bytes
-
-    def encode(self) -> bytes:
-        return frame(self.code, INT32.pack(self.subtype) + self.data)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(bytes(body[4:]))
 
 
 @dataclass(frozen=True, slots=True)
 class AuthenticationSASLFinal(AuthenticationSASLContinue):
-    subtype: ClassVar[int] = 12
+    head = 12
 
 
-_AUTH: dict[int, Any] = {
-    c.subtype: c
+_AUTH: dict[int | None, type[Message]] = {
+    c.head: c
     for c in (
         AuthenticationOk,
         AuthenticationCleartextPassword,
@@ -102,48 +86,28 @@ _AUTH: dict[int, Any] = {
 
 
 @dataclass(frozen=True, slots=True)
-class ParameterStatus:
-    code: ClassVar[bytes] = b"S"
+class ParameterStatus(Message):
+    code = b"S"
+    layout = (STRING, STRING)
     name: str
     value: str
 
-    def encode(self) -> bytes:
-        return frame(self.code, cstr(self.name) + cstr(self.value))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        return cls(r.cstring(), r.cstring())
-
 
 @dataclass(frozen=True, slots=True)
-class BackendKeyData:
-    code: ClassVar[bytes] = b"K"
+class BackendKeyData(Message):
+    code = b"K"
+    layout = (I32, I32)
     process_id: int
     secret_key: int
 
-    def encode(self) -> bytes:
-        return frame(self.code, INT32.pack(self.process_id) + INT32.pack(self.secret_key))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        return cls(r.int32(), r.int32())
-
 
 @dataclass(frozen=True, slots=True)
-class ReadyForQuery:
+class ReadyForQuery(Message):
     """Transaction status: 'I' idle, 'T' in a transaction block, 'E' in a failed block."""
 
-    code: ClassVar[bytes] = b"Z"
+    code = b"Z"
+    layout = (CHAR,)
     status: str = "I"
-
-    def encode(self) -> bytes:
-        return frame(self.code, self.status.encode("ascii"))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(chr(Reader(body).byte()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,54 +123,37 @@ class FieldDescription:
     column_number: int = 0
 
 
+def _put_field(f: FieldDescription) -> bytes:
+    return b"".join(
+        [
+            cstr(f.name),
+            UINT32.pack(f.table_oid) + INT16.pack(f.column_number),
+            UINT32.pack(f.type_oid) + INT16.pack(f.type_size),
+            INT32.pack(f.typmod) + INT16.pack(f.format),
+        ]
+    )
+
+
+def _get_field(r: Reader) -> FieldDescription:
+    name, table, col = r.cstring(), r.uint32(), r.int16()
+    oid, size, mod, fmt = r.uint32(), r.int16(), r.int32(), r.int16()
+    return FieldDescription(name, oid, mod, size, fmt, table, col)
+
+
 @dataclass(frozen=True, slots=True)
-class RowDescription:
-    code: ClassVar[bytes] = b"T"
+class RowDescription(Message):
+    code = b"T"
+    layout = (array(Codec(_put_field, _get_field), "field"),)
     fields: tuple[FieldDescription, ...]
 
-    def encode(self) -> bytes:
-        parts = [INT16.pack(len(self.fields))]
-        for f in self.fields:
-            parts.append(cstr(f.name))
-            parts.append(UINT32.pack(f.table_oid) + INT16.pack(f.column_number))
-            parts.append(UINT32.pack(f.type_oid) + INT16.pack(f.type_size))
-            parts.append(INT32.pack(f.typmod) + INT16.pack(f.format))
-        return frame(self.code, b"".join(parts))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        out = []
-        for _ in range(r.count16("field")):
-            name, table, col = r.cstring(), r.uint32(), r.int16()
-            oid, size, mod, fmt = r.uint32(), r.int16(), r.int32(), r.int16()
-            out.append(FieldDescription(name, oid, mod, size, fmt, table, col))
-        r.end()
-        return cls(tuple(out))
-
 
 @dataclass(frozen=True, slots=True)
-class DataRow:
-    code: ClassVar[bytes] = b"D"
+class DataRow(Message):
+    """One row: each value already encoded, or None for NULL."""
+
+    code = b"D"
+    layout = (array(nullable("invalid DataRow value length {}"), "column"),)
     values: tuple[bytes | None, ...]
-
-    def encode(self) -> bytes:
-        parts = [INT16.pack(len(self.values))]
-        for v in self.values:
-            parts.append(_NULL if v is None else INT32.pack(len(v)) + v)
-        return frame(self.code, b"".join(parts))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        vals: list[bytes | None] = []
-        for _ in range(r.count16("column")):
-            n = r.int32()
-            if n < -1:
-                raise ProtocolViolation(f"invalid DataRow value length {n}")
-            vals.append(None if n == -1 else r.raw(n))
-        r.end()
-        return cls(tuple(vals))
 
 
 def raw_data_row(row: Sequence[bytes | None]) -> bytes:
@@ -218,7 +165,7 @@ def raw_data_row(row: Sequence[bytes | None]) -> bytes:
     parts = [INT16.pack(len(row))]
     for v in row:
         if v is None:
-            parts.append(_NULL)
+            parts.append(NULL)
         else:
             parts.append(INT32.pack(len(v)))
             parts.append(v)
@@ -236,7 +183,7 @@ def data_row(row: Sequence[Any], encoders: Sequence[Callable[[Any], bytes]]) -> 
     parts = [INT16.pack(len(row))]
     for v, enc in zip(row, encoders, strict=True):
         if v is None:
-            parts.append(_NULL)
+            parts.append(NULL)
         else:
             b = enc(v)
             parts.append(INT32.pack(len(b)))
@@ -246,113 +193,93 @@ def data_row(row: Sequence[Any], encoders: Sequence[Callable[[Any], bytes]]) -> 
 
 
 @dataclass(frozen=True, slots=True)
-class CommandComplete:
-    code: ClassVar[bytes] = b"C"
+class CommandComplete(Message):
+    code = b"C"
+    layout = (STRING,)
     tag: str
 
-    def encode(self) -> bytes:
-        return frame(self.code, cstr(self.tag))
 
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(one_string(body))
+def _put_fields(v: dict[str, str]) -> bytes:
+    return b"".join([k.encode("ascii") + cstr(s) for k, s in v.items()]) + b"\x00"
+
+
+def _get_fields(r: Reader) -> dict[str, str]:
+    out: dict[str, str] = {}
+    while (k := r.byte()) != 0:
+        out[chr(k)] = r.cstring()
+    return out
 
 
 @dataclass(frozen=True, slots=True)
-class ErrorResponse:
+class ErrorResponse(Message):
     """Fields by PostgreSQL field code: S severity, C SQLSTATE, M message, D detail, H hint, ..."""
 
-    code: ClassVar[bytes] = b"E"
+    code = b"E"
+    layout = (Codec(_put_fields, _get_fields),)
     fields: dict[str, str] = field(default_factory=dict)
-
-    def encode(self) -> bytes:
-        body = b"".join(k.encode("ascii") + cstr(v) for k, v in self.fields.items())
-        return frame(self.code, body + b"\x00")
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        out: dict[str, str] = {}
-        while (k := r.byte()) != 0:
-            out[chr(k)] = r.cstring()
-        r.end()
-        return cls(out)
 
 
 @dataclass(frozen=True, slots=True)
 class NoticeResponse(ErrorResponse):
-    code: ClassVar[bytes] = b"N"
+    code = b"N"
 
 
 @dataclass(frozen=True, slots=True)
-class ParameterDescription:
-    code: ClassVar[bytes] = b"t"
+class ParameterDescription(Message):
+    code = b"t"
+    layout = (array(U32, "parameter"),)
     type_oids: tuple[int, ...]
 
-    def encode(self) -> bytes:
-        body = INT16.pack(len(self.type_oids)) + b"".join(UINT32.pack(t) for t in self.type_oids)
-        return frame(self.code, body)
 
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        oids = tuple(r.uint32() for _ in range(r.count16("parameter")))
-        r.end()
-        return cls(oids)
+def _put_options(v: tuple[str, ...]) -> bytes:
+    return INT32.pack(len(v)) + b"".join([cstr(o) for o in v])
+
+
+def _get_options(r: Reader) -> tuple[str, ...]:
+    return tuple([r.cstring() for _ in range(r.int32())])
 
 
 @dataclass(frozen=True, slots=True)
-class NegotiateProtocolVersion:
+class NegotiateProtocolVersion(Message):
     """The newest minor version we support and the protocol options (_pq_.*) we don't."""
 
-    code: ClassVar[bytes] = b"v"
+    code = b"v"
+    layout = (I32, Codec(_put_options, _get_options))  # Int32 count, then Strings
     newest_minor: int
     unsupported: tuple[str, ...] = ()
 
-    def encode(self) -> bytes:
-        body = INT32.pack(self.newest_minor) + INT32.pack(len(self.unsupported))
-        return frame(self.code, body + b"".join(cstr(o) for o in self.unsupported))
 
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        minor, n = r.int32(), r.int32()
-        opts = tuple(r.cstring() for _ in range(n))
-        r.end()
-        return cls(minor, opts)
+@dataclass(frozen=True, slots=True)
+class EmptyQueryResponse(Message):
+    code = b"I"
 
 
 @dataclass(frozen=True, slots=True)
-class EmptyQueryResponse(Empty):
-    code: ClassVar[bytes] = b"I"
+class ParseComplete(Message):
+    code = b"1"
 
 
 @dataclass(frozen=True, slots=True)
-class ParseComplete(Empty):
-    code: ClassVar[bytes] = b"1"
+class BindComplete(Message):
+    code = b"2"
 
 
 @dataclass(frozen=True, slots=True)
-class BindComplete(Empty):
-    code: ClassVar[bytes] = b"2"
+class CloseComplete(Message):
+    code = b"3"
 
 
 @dataclass(frozen=True, slots=True)
-class CloseComplete(Empty):
-    code: ClassVar[bytes] = b"3"
+class NoData(Message):
+    code = b"n"
 
 
 @dataclass(frozen=True, slots=True)
-class NoData(Empty):
-    code: ClassVar[bytes] = b"n"
+class PortalSuspended(Message):
+    code = b"s"
 
 
-@dataclass(frozen=True, slots=True)
-class PortalSuspended(Empty):
-    code: ClassVar[bytes] = b"s"
-
-
-_BY_CODE: dict[bytes, Any] = {
+_BY_CODE: dict[bytes, type[Message]] = {
     c.code: c
     for c in (
         ParameterStatus,
@@ -375,7 +302,7 @@ _BY_CODE: dict[bytes, Any] = {
 }
 
 
-def decode_backend(code: bytes, body: bytes) -> object:
+def decode_backend(code: bytes, body: bytes) -> Message:
     """Decode a server message (used by tests and the benchmark's client side)."""
     if code == b"R":
         sub = Reader(body).int32()

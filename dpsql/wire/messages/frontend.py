@@ -1,8 +1,9 @@
 """Messages a client sends, one class each, named as in the PostgreSQL protocol documentation.
 
-Each class has ``encode() -> bytes`` (the whole message, type byte and length included) and
-``decode(body) -> message`` (the body after the length word), so ``decode(encode()[5:])`` round-trips.
-Startup packets (:class:`StartupMessage`, :class:`SSLRequest`, :class:`GSSENCRequest`,
+Each class declares its type byte and the wire type of each field (its ``layout``);
+:class:`dpsql.wire.messages._base.Message` gives it ``encode() -> bytes`` (the whole message, type
+byte and length included) and ``decode(body) -> message`` (the body after the length word), so
+``decode(encode()[5:])`` round-trips. Startup packets (:class:`StartupMessage`, :class:`SSLRequest`, :class:`GSSENCRequest`,
 :class:`CancelRequest`) have no type byte: their body starts after the length word and begins with a
 request code.
 """
@@ -10,11 +11,20 @@ request code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Self
+from typing import Self
 
 from dpsql.errors import ProtocolViolation
-from dpsql.wire.messages._base import Empty, Opaque, one_string
-from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr, frame
+from dpsql.wire.messages._base import (
+    I32,
+    STRING,
+    U32,
+    Codec,
+    Message,
+    Opaque,
+    array,
+    nullable,
+)
+from dpsql.wire.messages._buffer import INT16, INT32, Reader, cstr
 
 PROTOCOL_3_0 = 196608  # 3 << 16
 SSL_REQUEST_CODE = 80877103
@@ -22,72 +32,73 @@ GSSENC_REQUEST_CODE = 80877104
 CANCEL_REQUEST_CODE = 80877102
 
 
-def _startup_frame(body: bytes) -> bytes:
-    return UINT32.pack(len(body) + 4) + body
+def _put_parameters(v: dict[str, str]) -> bytes:
+    return b"".join([cstr(k) + cstr(v) for k, v in v.items()]) + b"\x00"
+
+
+def _get_parameters(r: Reader) -> dict[str, str]:
+    params: dict[str, str] = {}
+    while (key := r.cstring()) != "":
+        params[key] = r.cstring()
+    return params
+
+
+def _format(r: Reader) -> int:
+    f = r.int16()
+    if f not in (0, 1):
+        raise ProtocolViolation(f"unsupported format code: {f}", hint="use 0 (text) or 1 (binary)")
+    return f
+
+
+def _target_kind(r: Reader) -> str:
+    kind = r.byte()
+    if kind not in (ord("S"), ord("P")):
+        raise ProtocolViolation(f"invalid DESCRIBE/CLOSE message subtype {kind}")
+    return chr(kind)
+
+
+def _row_limit(r: Reader) -> int:
+    return max(r.int32(), 0)
+
+
+# Name=value pairs ended by an empty name (a startup packet's parameters).
+PARAMETERS: Codec[dict[str, str]] = Codec(_put_parameters, _get_parameters)
+FORMAT: Codec[int] = Codec(INT16.pack, _format)  # 0 text, 1 binary
+TARGET_KIND: Codec[str] = Codec(lambda v: v.encode("ascii"), _target_kind)  # 'S' or 'P'
+ROW_LIMIT: Codec[int] = Codec(INT32.pack, _row_limit)  # a negative one is read as 0 (all rows)
 
 
 @dataclass(frozen=True, slots=True)
-class StartupMessage:
+class StartupMessage(Message):
     """The first packet of a session: protocol version and parameters (user, database, ...)."""
 
+    code = b""
+    layout = (U32, PARAMETERS)
     protocol: int = PROTOCOL_3_0
     parameters: dict[str, str] = field(default_factory=dict)
 
-    def encode(self) -> bytes:
-        body = UINT32.pack(self.protocol)
-        body += b"".join(cstr(k) + cstr(v) for k, v in self.parameters.items()) + b"\x00"
-        return _startup_frame(body)
 
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        protocol = r.uint32()
-        params: dict[str, str] = {}
-        while True:
-            key = r.cstring()
-            if key == "":
-                break
-            params[key] = r.cstring()
-        r.end()
-        return cls(protocol, params)
+@dataclass(frozen=True, slots=True)
+class SSLRequest(Message):
+    code = b""
+    head = SSL_REQUEST_CODE
 
 
 @dataclass(frozen=True, slots=True)
-class SSLRequest:
-    def encode(self) -> bytes:
-        return _startup_frame(UINT32.pack(SSL_REQUEST_CODE))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        r.uint32()
-        r.end()
-        return cls()
+class GSSENCRequest(Message):
+    code = b""
+    head = GSSENC_REQUEST_CODE
 
 
 @dataclass(frozen=True, slots=True)
-class GSSENCRequest:
-    def encode(self) -> bytes:
-        return _startup_frame(UINT32.pack(GSSENC_REQUEST_CODE))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        r.uint32()
-        r.end()
-        return cls()
-
-
-@dataclass(frozen=True, slots=True)
-class CancelRequest:
+class CancelRequest(Message):
     """Sent on a fresh connection: cancel the query running in session (process_id, secret_key)."""
 
+    code = b""
+    head = CANCEL_REQUEST_CODE
+    layout = (I32, I32)
     process_id: int
     secret_key: int
-
-    def encode(self) -> bytes:
-        body = UINT32.pack(CANCEL_REQUEST_CODE) + INT32.pack(self.process_id)
-        return _startup_frame(body + INT32.pack(self.secret_key))
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
@@ -116,224 +127,134 @@ def decode_startup(body: bytes) -> StartupPacket:
 
 
 @dataclass(frozen=True, slots=True)
-class Query:
-    code: ClassVar[bytes] = b"Q"
+class Query(Message):
+    code = b"Q"
+    layout = (STRING,)
     sql: str
-
-    def encode(self) -> bytes:
-        return frame(self.code, cstr(self.sql))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
-class Parse:
-    code: ClassVar[bytes] = b"P"
+class Parse(Message):
+    code = b"P"
+    layout = (STRING, STRING, array(U32, "parameter type"))
     statement: str
     sql: str
     param_types: tuple[int, ...] = ()
 
-    def encode(self) -> bytes:
-        body = cstr(self.statement) + cstr(self.sql) + INT16.pack(len(self.param_types))
-        body += b"".join(UINT32.pack(t) for t in self.param_types)
-        return frame(self.code, body)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        name, sql = r.cstring(), r.cstring()
-        types = tuple(r.uint32() for _ in range(r.count16("parameter type")))
-        r.end()
-        return cls(name, sql, types)
-
 
 @dataclass(frozen=True, slots=True)
-class Bind:
+class Bind(Message):
     """Bind a statement's parameters into a portal. Formats: 0 text, 1 binary."""
 
-    code: ClassVar[bytes] = b"B"
+    code = b"B"
+    layout = (
+        STRING,
+        STRING,
+        array(FORMAT, "parameter format"),
+        array(nullable("invalid message format: parameter length {}"), "parameter"),
+        array(FORMAT, "result format"),
+    )
     portal: str
     statement: str
     param_formats: tuple[int, ...] = ()
     params: tuple[bytes | None, ...] = ()
     result_formats: tuple[int, ...] = ()
 
-    def encode(self) -> bytes:
-        parts = [cstr(self.portal), cstr(self.statement), INT16.pack(len(self.param_formats))]
-        parts += [INT16.pack(f) for f in self.param_formats]
-        parts.append(INT16.pack(len(self.params)))
-        for p in self.params:
-            parts.append(INT32.pack(-1) if p is None else INT32.pack(len(p)) + p)
-        parts.append(INT16.pack(len(self.result_formats)))
-        parts += [INT16.pack(f) for f in self.result_formats]
-        return frame(self.code, b"".join(parts))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        portal, statement = r.cstring(), r.cstring()
-        pformats = tuple(_format(r) for _ in range(r.count16("parameter format")))
-        params: list[bytes | None] = []
-        for _ in range(r.count16("parameter")):
-            n = r.int32()
-            if n < -1:
-                raise ProtocolViolation(f"invalid message format: parameter length {n}")
-            params.append(None if n == -1 else r.raw(n))
-        rformats = tuple(_format(r) for _ in range(r.count16("result format")))
-        r.end()
-        return cls(portal, statement, pformats, tuple(params), rformats)
-
-
-def _format(r: Reader) -> int:
-    f = r.int16()
-    if f not in (0, 1):
-        raise ProtocolViolation(f"unsupported format code: {f}", hint="use 0 (text) or 1 (binary)")
-    return f
-
 
 @dataclass(frozen=True, slots=True)
-class _Target:
+class _Target(Message):
     """A message naming a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    code: ClassVar[bytes] = b"?"
+    layout = (TARGET_KIND, STRING)
     kind: str
     name: str
-
-    def encode(self) -> bytes:
-        return frame(self.code, self.kind.encode("ascii") + cstr(self.name))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        kind = r.byte()
-        if kind not in (ord("S"), ord("P")):
-            raise ProtocolViolation(f"invalid DESCRIBE/CLOSE message subtype {kind}")
-        name = r.cstring()
-        r.end()
-        return cls(chr(kind), name)
 
 
 @dataclass(frozen=True, slots=True)
 class Describe(_Target):
     """Describe a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    code: ClassVar[bytes] = b"D"
+    code = b"D"
 
 
 @dataclass(frozen=True, slots=True)
-class Execute:
+class Execute(Message):
     """Run a portal; ``max_rows`` 0 means all rows."""
 
-    code: ClassVar[bytes] = b"E"
+    code = b"E"
+    layout = (STRING, ROW_LIMIT)
     portal: str
     max_rows: int = 0
-
-    def encode(self) -> bytes:
-        return frame(self.code, cstr(self.portal) + INT32.pack(self.max_rows))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        portal, n = r.cstring(), r.int32()
-        r.end()
-        return cls(portal, max(n, 0))
 
 
 @dataclass(frozen=True, slots=True)
 class Close(_Target):
     """Close a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    code: ClassVar[bytes] = b"C"
+    code = b"C"
 
 
 @dataclass(frozen=True, slots=True)
-class Sync(Empty):
-    code: ClassVar[bytes] = b"S"
+class Sync(Message):
+    code = b"S"
 
 
 @dataclass(frozen=True, slots=True)
-class Flush(Empty):
-    code: ClassVar[bytes] = b"H"
+class Flush(Message):
+    code = b"H"
 
 
 @dataclass(frozen=True, slots=True)
-class Terminate(Empty):
-    code: ClassVar[bytes] = b"X"
+class Terminate(Message):
+    code = b"X"
 
 
 @dataclass(frozen=True, slots=True)
-class CopyDone(Empty):
-    code: ClassVar[bytes] = b"c"
+class CopyDone(Message):
+    code = b"c"
 
 
 @dataclass(frozen=True, slots=True)
-class PasswordMessage:
+class PasswordMessage(Message):
     """A cleartext (or md5) password response."""
 
-    code: ClassVar[bytes] = b"p"
+    code = b"p"
+    layout = (STRING,)
     password: str
-
-    def encode(self) -> bytes:
-        return frame(self.code, cstr(self.password))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
-class SASLInitialResponse:
+class SASLInitialResponse(Message):
     """The client's first SASL message: the chosen mechanism and its initial data."""
 
-    code: ClassVar[bytes] = b"p"
+    code = b"p"
+    layout = (STRING, nullable("invalid SASL initial response length {}"))
     mechanism: str
     data: bytes | None
-
-    def encode(self) -> bytes:
-        tail = INT32.pack(-1) if self.data is None else INT32.pack(len(self.data)) + self.data
-        return frame(self.code, cstr(self.mechanism) + tail)
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        r = Reader(body)
-        mech, n = r.cstring(), r.int32()
-        if n < -1:
-            raise ProtocolViolation(f"invalid SASL initial response length {n}")
-        data = None if n == -1 else r.raw(n)
-        r.end()
-        return cls(mech, data)
 
 
 @dataclass(frozen=True, slots=True)
 class SASLResponse(Opaque):
-    code: ClassVar[bytes] = b"p"
+    code = b"p"
 
 
 @dataclass(frozen=True, slots=True)
 class CopyData(Opaque):
-    code: ClassVar[bytes] = b"d"
+    code = b"d"
 
 
 @dataclass(frozen=True, slots=True)
-class CopyFail:
-    code: ClassVar[bytes] = b"f"
+class CopyFail(Message):
+    code = b"f"
+    layout = (STRING,)
     message: str
-
-    def encode(self) -> bytes:
-        return frame(self.code, cstr(self.message))
-
-    @classmethod
-    def decode(cls, body: bytes) -> Self:
-        return cls(one_string(body))
 
 
 @dataclass(frozen=True, slots=True)
 class FunctionCall(Opaque):
     """The legacy fast-path function call; dpsql refuses it (the body is kept opaque)."""
 
-    code: ClassVar[bytes] = b"F"
+    code = b"F"
 
 
 FrontendMessage = (
