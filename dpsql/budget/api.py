@@ -24,7 +24,11 @@ from dpsql.dp.accounting import Cost
 
 
 class BudgetLedger(Protocol):
-    """Durable reservations, confirmations and stored answers (free repeats) of releases."""
+    """Durable reservations, confirmations and stored answers (free repeats) of releases.
+
+    The one place the contract is written: :class:`dpsql.budget.ledger.Ledger` declares that it
+    implements it and inherits these docstrings (``help(Ledger.reserve)`` shows them).
+    """
 
     def query_epsilon(self, analyst: str, cost: Cost, delta_for_rho: Fraction | None) -> Fraction:
         """The epsilon of one release on its own (its rho converted at ``delta_for_rho``)."""
@@ -40,7 +44,16 @@ class BudgetLedger(Protocol):
         mechanism: str = "",
         statement: str = "",
     ) -> Reservation:
-        """Check every budget the release is charged to and reserve its cost, atomically.
+        """Atomically check every budget the release is charged to, and reserve its cost.
+
+        Args:
+            analyst: who asks (charged to their budget and to the dataset's).
+            cost: the release's total cost (already composed over its aggregates).
+            fingerprint: the query's canonical fingerprint (for history and audit).
+            delta_for_rho: the delta at which the query's rho was calibrated (display and the
+                per-query maximum); the analyst's default delta when None.
+            mechanism: a label for the audit log.
+            statement: the statement's text (the analyst's own history shows it).
 
         Raises:
             BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
@@ -55,55 +68,90 @@ class BudgetLedger(Protocol):
         *,
         statement: str = "",
     ) -> list[Reservation]:
-        """:meth:`reserve` of several releases of one statement, all or none."""
+        """:meth:`reserve` of several releases of one statement, all or none, in one transaction.
+
+        ``parts``: (cost, mechanism, delta_for_rho) per release (each is checked against the
+        per-query maximum as :meth:`reserve` does, then all are added to every budget in one
+        transaction). A statement that chooses its ``auto`` bounds reserves the choices and its
+        answer together before it reads any data: refused, it charges nothing; admitted, no
+        other statement can take the budget its answer needs (one statement, one charge).
+
+        Raises:
+            BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
+        """
         ...
 
     def commit(
         self, res: Reservation, cache_key: str | None = None, payload: bytes | None = None
     ) -> bytes | None:
-        """Confirm the spend and store the answer; the payload a concurrent twin stored, or None."""
+        """Confirm the spend and store the noisy answer for free repeats, in one transaction.
+
+        Call it BEFORE any noisy row leaves dpsql. Returns None, or, when a concurrent identical
+        query stored its answer first, that stored payload (return it instead, so repeats agree).
+        """
         ...
 
     def commit_answers(
         self, res: Reservation, stored: Sequence[tuple[str, bytes]]
     ) -> list[bytes | None]:
-        """:meth:`commit` of a statement of several releases, each answer under its own key."""
+        """:meth:`commit` for a statement of several releases (a tree of DP leaves, one charge):
+        confirm the spend and store each leaf's noisy answer under its own key, in one
+        transaction. Returns, per key, None or the payload a concurrent query stored first."""
         ...
 
     def commit_many(
         self, items: Sequence[tuple[Reservation, str | None, bytes | None]]
     ) -> list[bytes | None]:
-        """:meth:`commit` of several reservations (each with its key and payload, or None), all
-        in one transaction; per item, the payload a concurrent twin stored first, or None."""
+        """:meth:`commit` of several reservations in one transaction (a statement's ``auto``
+        bound choices): each confirmed, and its payload stored under its key when both are
+        given. All or none: a crash leaves them all reserved (``dpsql budget reconcile``), as a
+        crash between separate commits would leave the rest. Returns, per item, None or the
+        payload a concurrent statement stored first."""
         ...
 
     def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
-        """Give a reservation back (when ``error`` cannot depend on private rows); whether it was."""
+        """Give a reservation back: only when the query failed before any result was computed.
+
+        A failure that depends on the private data (a division by zero on some row, a timeout)
+        is itself a release and must stay charged: pass the ``error`` and, unless it is
+        :func:`~dpsql.budget.records.refundable`, the reservation is confirmed as spent instead.
+        Returns whether it was refunded.
+        """
         ...
 
     def lookup(self, analyst: str, cache_key: str) -> bytes | None:
-        """A stored answer of ``analyst`` for a free repeat (recorded as a repeat), or None."""
+        """A stored noisy answer for this key, free (the repeat is recorded in the history), or
+        None."""
         ...
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:
-        """A stored answer without recording a repeat (internal reads), or None."""
+        """The stored payload for ``cache_key`` the analyst may reuse, read only (records
+        nothing), or None; None when ``repeats: off``.
+
+        For stored contribution bounds (:mod:`dpsql.execute.auto_bounds`), reused by every later
+        statement over the same slice.
+        """
         ...
 
     def has_answer(self, analyst: str, cache_key: str) -> bool:
-        """Whether a free repeat is stored for ``analyst`` under ``cache_key``."""
+        """Whether a repeat of ``cache_key`` by ``analyst`` would be answered free from the store.
+
+        Read only: unlike :meth:`lookup` it records nothing (EXPLAIN uses it).
+        """
         ...
 
     def remaining(self, analyst: str) -> list[BudgetStatus]:
-        """Each budget ``analyst`` is charged to, with what is left of it."""
+        """Each budget ``analyst`` is charged to, with what is left of it (the rows of ``SHOW
+        dpsql.budget`` / ``SELECT * FROM dpsql.budget``)."""
         ...
 
     def needs(
         self, analyst: str, cost: Cost, *more: Cost
     ) -> list[tuple[BudgetStatus, Fraction | None]]:
-        """Each budget with the epsilon ``cost`` (and ``more``, charged with it: a statement's
-        releases) would take of it (None: it does not fit)."""
+        """Each budget's status and the epsilon ``cost`` (and ``more``, charged with it: a
+        statement's releases) would take of it now (None: it does not fit); read only."""
         ...
 
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
-        """``analyst``'s own releases, newest first."""
+        """``analyst``'s own releases, newest first (``SELECT * FROM dpsql.history``)."""
         ...

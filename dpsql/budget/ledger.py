@@ -34,6 +34,7 @@ import psycopg
 
 from dpsql.budget import answers, charging, views
 from dpsql.budget import limits as policy_limits
+from dpsql.budget.api import BudgetLedger
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.records import (
     BudgetRow,
@@ -47,8 +48,10 @@ from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, InternalError
 
 
-class Ledger(LedgerStore):
-    """The privacy budget ledger: reserve, commit, refund and free repeats over a :class:`LedgerStore`."""
+class Ledger(LedgerStore, BudgetLedger):
+    """The privacy budget ledger: reserve, commit, refund and free repeats over a
+    :class:`LedgerStore`. The contract, and the docstrings of its methods, are
+    :class:`dpsql.budget.api.BudgetLedger`'s."""
 
     # --- policy (see dpsql.budget.limits) ---------------------------------------------------
 
@@ -59,7 +62,6 @@ class Ledger(LedgerStore):
         return policy_limits.default_delta(self.policy, analyst)
 
     def query_epsilon(self, analyst: str, cost: Cost, delta_for_rho: Fraction | None) -> Fraction:
-        """The epsilon of one release on its own (its rho converted at ``delta_for_rho``)."""
         return policy_limits.query_epsilon(self.policy, analyst, cost, delta_for_rho)
 
     # --- the protocol (see dpsql.budget.charging) --------------------------------------------
@@ -74,20 +76,6 @@ class Ledger(LedgerStore):
         mechanism: str = "",
         statement: str = "",
     ) -> Reservation:
-        """Atomically check every budget the release is charged to, and reserve its cost.
-
-        Args:
-            analyst: who asks (charged to their budget and to the dataset's).
-            cost: the release's total cost (already composed over its aggregates).
-            fingerprint: the query's canonical fingerprint (for history and audit).
-            delta_for_rho: the delta at which the query's rho was calibrated (display and the
-                per-query maximum); the analyst's default delta when None.
-            mechanism: a label for the audit log.
-            statement: the statement's text (the analyst's own history shows it).
-
-        Raises:
-            BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
-        """
         limits = self.limits(analyst)
         dfr = self._per_query(analyst, cost, delta_for_rho, self.max_epsilon(analyst))
         return self.transact(
@@ -104,17 +92,6 @@ class Ledger(LedgerStore):
         *,
         statement: str = "",
     ) -> list[Reservation]:
-        """:meth:`reserve` of several releases of one statement, all or none, in one transaction.
-
-        ``parts``: (cost, mechanism, delta_for_rho) per release (each is checked against the
-        per-query maximum as :meth:`reserve` does, then all are added to every budget in one
-        transaction). A statement that chooses its ``auto`` bounds reserves the choices and its
-        answer together before it reads any data: refused, it charges nothing; admitted, no
-        other statement can take the budget its answer needs (one statement, one charge).
-
-        Raises:
-            BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
-        """
         limits = self.limits(analyst)
         cap = self.max_epsilon(analyst)
         dfrs = [self._per_query(analyst, cost, dfr, cap) for cost, _, dfr in parts]
@@ -158,12 +135,6 @@ class Ledger(LedgerStore):
     def commit(
         self, res: Reservation, cache_key: str | None = None, payload: bytes | None = None
     ) -> bytes | None:
-        """Confirm the spend and store the noisy answer for free repeats, in one transaction.
-
-        Call it BEFORE any noisy row leaves dpsql. Returns None, or, when a concurrent identical
-        query stored its answer first, that stored payload (return it instead, so repeats agree).
-        """
-
         def run(conn: psycopg.Connection) -> bytes | None:
             charging.settle(self, conn, res, "committed")
             if cache_key is None or payload is None or self.policy.repeats == "off":
@@ -175,12 +146,6 @@ class Ledger(LedgerStore):
     def commit_many(
         self, items: Sequence[tuple[Reservation, str | None, bytes | None]]
     ) -> list[bytes | None]:
-        """:meth:`commit` of several reservations in one transaction (a statement's ``auto``
-        bound choices): each confirmed, and its payload stored under its key when both are
-        given. All or none: a crash leaves them all reserved (``dpsql budget reconcile``), as a
-        crash between separate commits would leave the rest. Returns, per item, None or the
-        payload a concurrent statement stored first."""
-
         def run(conn: psycopg.Connection) -> list[bytes | None]:
             out: list[bytes | None] = []
             for res, key, payload in items:
@@ -196,10 +161,6 @@ class Ledger(LedgerStore):
     def commit_answers(
         self, res: Reservation, stored: Sequence[tuple[str, bytes]]
     ) -> list[bytes | None]:
-        """:meth:`commit` for a statement of several releases (a tree of DP leaves, one charge):
-        confirm the spend and store each leaf's noisy answer under its own key, in one
-        transaction. Returns, per key, None or the payload a concurrent query stored first."""
-
         def run(conn: psycopg.Connection) -> list[bytes | None]:
             charging.settle(self, conn, res, "committed")
             if self.policy.repeats == "off":
@@ -209,13 +170,6 @@ class Ledger(LedgerStore):
         return self.transact(run)
 
     def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
-        """Give a reservation back: only when the query failed before any result was computed.
-
-        A failure that depends on the private data (a division by zero on some row, a timeout)
-        is itself a release and must stay charged: pass the ``error`` and, unless it is
-        :func:`refundable`, the reservation is confirmed as spent instead. Returns whether it
-        was refunded.
-        """
         if error is not None and not refundable(error):
             self.commit(res)
             return False
@@ -230,11 +184,9 @@ class Ledger(LedgerStore):
     # --- free repeats (see dpsql.budget.answers) ---------------------------------------------
 
     def lookup(self, analyst: str, cache_key: str) -> bytes | None:
-        """A stored noisy answer for this key, free; the repeat is recorded in the history.
-
-        One statement, hit or miss (:func:`dpsql.budget.answers.lookup`: one round trip). An
-        answer stored concurrently just after it is found by the commit instead (:meth:`commit`
-        returns the earlier answer), as it would be if it were stored just after the read."""
+        # One statement, hit or miss (dpsql.budget.answers.lookup: one round trip). An answer
+        # stored concurrently just after it is found by the commit instead (commit returns the
+        # earlier answer), as it would be if it were stored just after the read.
         if self.policy.repeats == "off":
             return None
         return self.transact(
@@ -242,21 +194,12 @@ class Ledger(LedgerStore):
         )
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:
-        """The stored payload for ``cache_key`` the analyst may reuse, read only (records nothing).
-
-        For stored contribution bounds (:mod:`dpsql.execute.auto_bounds`), reused by every later
-        statement over the same slice; None when ``repeats: off``.
-        """
         if self.policy.repeats == "off":
             return None
         with self.connection() as conn:
             return answers.peek(self, conn, analyst, cache_key)
 
     def has_answer(self, analyst: str, cache_key: str) -> bool:
-        """Whether a repeat of ``cache_key`` by ``analyst`` would be answered free from the store.
-
-        Read only: unlike :meth:`lookup` it records nothing (EXPLAIN uses it).
-        """
         if self.policy.repeats == "off":
             return False
         with self.connection() as conn:
@@ -265,16 +208,12 @@ class Ledger(LedgerStore):
     # --- views (see dpsql.budget.views; grants and resets: dpsql.budget.admin) --------------------------------------------
 
     def remaining(self, analyst: str) -> list[BudgetStatus]:
-        """Rows for ``SHOW dpsql.budget`` / ``SELECT * FROM dpsql.budget`` (see views)."""
         return views.remaining(self, analyst)
 
     def needs(
         self, analyst: str, cost: Cost, *more: Cost
     ) -> list[tuple[BudgetStatus, Fraction | None]]:
-        """Each budget's status and what ``cost`` (and ``more``, charged with it) would use of
-        its epsilon now (read only)."""
         return views.needs(self, analyst, cost, *more)
 
     def history(self, analyst: str, limit: int = 1000) -> list[HistoryEntry]:
-        """Rows for ``SELECT * FROM dpsql.history``: the analyst's own releases, newest first."""
         return views.history(self, analyst, limit)
