@@ -146,8 +146,36 @@ def gaussian_half_steps(sigma2: Fraction, alpha: float) -> int:
     return m
 
 
+class _OnGrid:
+    """What Laplace and Gaussian share: the true values snapped to ``grid``, integer noise (in
+    grid steps) from the mechanism's exact sampler added, and the half-width of the noise's
+    exact tail plus grid/2 for the snapping. A mechanism supplies ``_noise`` and ``_tail_steps``."""
+
+    sensitivity: Fraction
+    grid: Fraction
+
+    def _noise(self, n: int) -> np.ndarray:
+        """``n`` integer noise draws, in grid steps."""
+        raise NotImplementedError
+
+    def _tail_steps(self, alpha: float) -> int:
+        """The smallest m >= 0 with P(|noise| > m grid steps) <= alpha."""
+        raise NotImplementedError
+
+    def release(self, values: np.ndarray) -> np.ndarray:
+        snapped = _snap(values, self.grid)
+        if self.sensitivity == 0:
+            return snapped.astype(np.float64) * float(self.grid)
+        noise = self._noise(snapped.size).reshape(snapped.shape)
+        return np.asarray((snapped + noise).astype(np.float64) * float(self.grid))
+
+    def half_width(self, confidence: float) -> float:
+        """t with P(|released - true| <= t) >= confidence: exact noise tail + grid/2 snapping."""
+        return _half_width(self, confidence)
+
+
 @dataclass(frozen=True)
-class Laplace:
+class Laplace(_OnGrid):
     """Discrete Laplace noise: P(k·grid) ∝ exp(-|k|·grid / scale), scale = sensitivity / epsilon.
 
     Privacy map: neighbours (one privacy unit added or removed) whose released vectors differ by at
@@ -187,20 +215,15 @@ class Laplace:
         r = math.exp(-1 / float(self.noise_scale))
         return math.sqrt(2 * r) / (1 - r) * float(self.grid)
 
-    def release(self, values: np.ndarray) -> np.ndarray:
-        snapped = _snap(values, self.grid)
-        if self.sensitivity == 0:
-            return snapped.astype(np.float64) * float(self.grid)
-        noise = rng.discrete_laplace(self.noise_scale, snapped.size).reshape(snapped.shape)
-        return np.asarray((snapped + noise).astype(np.float64) * float(self.grid))
+    def _noise(self, n: int) -> np.ndarray:
+        return rng.discrete_laplace(self.noise_scale, n)
 
-    def half_width(self, confidence: float) -> float:
-        """t with P(|released - true| <= t) >= confidence: exact noise tail + grid/2 snapping."""
-        return _laplace_half_width(self, confidence)
+    def _tail_steps(self, alpha: float) -> int:
+        return laplace_half_steps(self.noise_scale, alpha)
 
 
 @dataclass(frozen=True)
-class Gaussian:
+class Gaussian(_OnGrid):
     """Discrete Gaussian noise with sigma² = sensitivity² / (2 rho) (Canonne-Kamath-Steinke 2020).
 
     Privacy map: neighbours (one privacy unit added or removed) whose released vectors differ by at
@@ -237,37 +260,21 @@ class Gaussian:
     def cost(self) -> Cost:
         return Cost(rho=Fraction(self.rho))
 
-    def release(self, values: np.ndarray) -> np.ndarray:
-        snapped = _snap(values, self.grid)
-        if self.sensitivity == 0:
-            return snapped.astype(np.float64) * float(self.grid)
-        noise = rng.discrete_gaussian(self.noise_sigma2, snapped.size)
-        out = (snapped + noise.reshape(snapped.shape)).astype(np.float64)
-        return np.asarray(out * float(self.grid))
+    def _noise(self, n: int) -> np.ndarray:
+        return rng.discrete_gaussian(self.noise_sigma2, n)
 
-    def half_width(self, confidence: float) -> float:
-        """t with P(|released - true| <= t) >= confidence: discrete tail + grid/2 snapping."""
-        return _gaussian_half_width(self, confidence)
+    def _tail_steps(self, alpha: float) -> int:
+        return gaussian_half_steps(self.noise_sigma2, alpha)
 
 
 # Half-widths are exact tail computations in Fractions (~0.3 ms each); a GROUP BY releases the
 # same mechanism for every group, so they are computed once per (mechanism, confidence).
 @functools.lru_cache(maxsize=4096)
-def _laplace_half_width(mech: Laplace, confidence: float) -> float:
+def _half_width(mech: _OnGrid, confidence: float) -> float:
     alpha = _check_confidence(confidence)
     if mech.sensitivity == 0:
         return float(mech.grid) / 2
-    m = laplace_half_steps(mech.noise_scale, alpha)
-    return (m + 0.5) * float(mech.grid)
-
-
-@functools.lru_cache(maxsize=4096)
-def _gaussian_half_width(mech: Gaussian, confidence: float) -> float:
-    alpha = _check_confidence(confidence)
-    if mech.sensitivity == 0:
-        return float(mech.grid) / 2
-    m = gaussian_half_steps(mech.noise_sigma2, alpha)
-    return (m + 0.5) * float(mech.grid)
+    return (mech._tail_steps(alpha) + 0.5) * float(mech.grid)
 
 
 Mechanism = Laplace | Gaussian
