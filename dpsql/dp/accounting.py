@@ -150,6 +150,16 @@ class Cost:
         return eps, delta
 
 
+class PureEpsilon:
+    """A mechanism that is epsilon-DP: it costs its ``epsilon`` and nothing else."""
+
+    epsilon: Fraction
+
+    @property
+    def cost(self) -> Cost:
+        return Cost(epsilon=Fraction(self.epsilon))
+
+
 ZERO = Cost()
 
 

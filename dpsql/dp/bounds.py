@@ -51,7 +51,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsql.dp import rng
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import PureEpsilon
 from dpsql.dp.quantiles import choose_among_heads, round_down
 
 BETA = Fraction(1, 50)  # chance that the choice lands among the empty buckets above the data
@@ -119,8 +119,22 @@ def value_grid(
     return tuple(out)
 
 
+class _Guarded(PureEpsilon):
+    """A choice guarded by a noisy unit count: ``COUNT_SHARE`` of epsilon counts the units, the
+    rest selects (both rounded down to a 20-bit denominator, which only strengthens them)."""
+
+    @property
+    def select_epsilon(self) -> Fraction:
+        """The selection's share (the rest is the guard's unit count)."""
+        return round_down(Fraction(self.epsilon) * (1 - COUNT_SHARE))
+
+    @property
+    def count_epsilon(self) -> Fraction:
+        return round_down(Fraction(self.epsilon) * COUNT_SHARE)
+
+
 @dataclass(frozen=True)
-class TopRank:
+class TopRank(_Guarded):
     """Choose a bucket of an ascending grid with about ``rank`` units above it (epsilon-DP).
 
     Privacy map: epsilon (rounded down to a 20-bit denominator, which only strengthens it) for
@@ -137,19 +151,6 @@ class TopRank:
             raise ValueError("needs epsilon > 0 and rank >= 0")
         if self.top_share not in (Fraction(1, 4), Fraction(1, 2)):
             raise ValueError("top_share is 1/4 or 1/2 (4t stays an integer)")
-
-    @property
-    def cost(self) -> Cost:
-        return Cost(epsilon=Fraction(self.epsilon))
-
-    @property
-    def select_epsilon(self) -> Fraction:
-        """The selection's share (the rest is the guard's unit count)."""
-        return round_down(Fraction(self.epsilon) * (1 - COUNT_SHARE))
-
-    @property
-    def count_epsilon(self) -> Fraction:
-        return round_down(Fraction(self.epsilon) * COUNT_SHARE)
 
     def min_units(self, buckets: int) -> int:
         """Units needed for the target to reach k_s (empty buckets above the data unlikely)."""
@@ -228,7 +229,7 @@ SLOPE_MAX = 4  # steps per quadrupling of the rank beyond which the first choice
 
 
 @dataclass(frozen=True)
-class TailRank:
+class TailRank(_Guarded):
     """R aimed past the rank one selection can resolve, along the tail's own slope (epsilon-DP).
 
     Why: the best R for a COUNT or SUM without GROUP BY leaves only about sqrt(2) / epsilon_m
@@ -280,18 +281,6 @@ class TailRank:
     @property
     def top_share(self) -> Fraction:
         return Fraction(1, 4)
-
-    @property
-    def cost(self) -> Cost:
-        return Cost(epsilon=Fraction(self.epsilon))
-
-    @property
-    def count_epsilon(self) -> Fraction:
-        return round_down(Fraction(self.epsilon) * COUNT_SHARE)
-
-    @property
-    def select_epsilon(self) -> Fraction:
-        return round_down(Fraction(self.epsilon) * (1 - COUNT_SHARE))
 
     def _selection(self, share: Fraction, rank: int) -> TopRank:
         """A selection at ``share`` of epsilon_s (its epsilon set so its selection share is

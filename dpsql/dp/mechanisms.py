@@ -32,7 +32,7 @@ from statistics import NormalDist
 import numpy as np
 
 from dpsql.dp import rng
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import Cost, PureEpsilon
 
 _ROUND_BITS = 20
 _EXACT_GAUSS_SIGMA = 10_000
@@ -175,7 +175,7 @@ class _OnGrid:
 
 
 @dataclass(frozen=True)
-class Laplace(_OnGrid):
+class Laplace(_OnGrid, PureEpsilon):
     """Discrete Laplace noise: P(k·grid) ∝ exp(-|k|·grid / scale), scale = sensitivity / epsilon.
 
     Privacy map: neighbours (one privacy unit added or removed) whose released vectors differ by at
@@ -202,10 +202,6 @@ class Laplace(_OnGrid):
     def noise_scale(self) -> Fraction:
         """The scale sampled, in grid steps: scale / grid rounded up."""
         return round_up(self.scale / Fraction(self.grid))
-
-    @property
-    def cost(self) -> Cost:
-        return Cost(epsilon=Fraction(self.epsilon))
 
     @property
     def std(self) -> float:

@@ -26,7 +26,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsql.dp import rng
-from dpsql.dp.accounting import Cost
+from dpsql.dp.accounting import PureEpsilon
 
 _EPS_BITS = 20  # per-group epsilon is rounded down to this many denominator bits
 _GAMMA_CLIP = 64  # utilities are clipped so that no exponent exceeds this (see Quantile)
@@ -61,7 +61,7 @@ def _as_matrix(counts: np.ndarray) -> tuple[np.ndarray, bool]:
     return mat.astype(np.int64), single
 
 
-class _PerGroup:
+class _PerGroup(PureEpsilon):
     """A choice made once per group: a privacy unit adds or removes at most
     ``contribution_bound`` rows of a group and touches at most ``max_groups`` groups, so each
     group's choice gets epsilon / max_groups (:attr:`group_epsilon`) and the release costs epsilon."""
@@ -73,10 +73,6 @@ class _PerGroup:
     def _check_groups(self) -> None:
         if self.epsilon <= 0 or self.contribution_bound < 1 or self.max_groups < 1:
             raise ValueError("needs epsilon > 0, contribution_bound >= 1, max_groups >= 1")
-
-    @property
-    def cost(self) -> Cost:
-        return Cost(epsilon=Fraction(self.epsilon))
 
     @property
     def group_epsilon(self) -> Fraction:
