@@ -14,9 +14,11 @@ the rest of ``delta_limit`` converts the Renyi bound. Spent is rounded up and re
 
 from __future__ import annotations
 
-from dataclasses import astuple
+from dataclasses import astuple, fields
 from datetime import datetime
+from decimal import Decimal
 from fractions import Fraction
+from typing import get_args, get_type_hints
 
 from dpsql.budget.api import BudgetLedger
 from dpsql.budget.filter import Spent
@@ -28,46 +30,33 @@ from dpsql.dp.accounting import Cost
 from dpsql.result import Result, ResultColumn
 
 TEXT, INT8, BOOL, NUMERIC, TIMESTAMPTZ = 25, 20, 16, 1700, 1184
+# The PostgreSQL type of each field type of the records (a field that may be None: its other type).
+_OIDS: dict[object, int] = {
+    str: TEXT,
+    int: INT8,
+    bool: BOOL,
+    Decimal: NUMERIC,
+    datetime: TIMESTAMPTZ,
+}
 
 
-BUDGET_COLUMNS = tuple(
-    ResultColumn(name, oid)
-    for name, oid in [
-        ("budget", TEXT),
-        ("name", TEXT),
-        ("period", TEXT),
-        ("period_start", TIMESTAMPTZ),
-        ("period_end", TIMESTAMPTZ),
-        ("epsilon_limit", NUMERIC),
-        ("epsilon_spent", NUMERIC),
-        ("epsilon_remaining", NUMERIC),
-        ("delta_limit", NUMERIC),
-        ("delta_explicit_limit", NUMERIC),
-        ("delta_spent", NUMERIC),
-        ("delta_remaining", NUMERIC),
-        ("rho_spent", NUMERIC),
-        ("renyi_order", NUMERIC),
-        ("renyi_spent", NUMERIC),
-        ("releases", INT8),
-    ]
-)
+def columns_of(record: type) -> tuple[ResultColumn, ...]:
+    """The columns of a view whose rows are ``astuple`` of ``record`` (a dataclass): its fields,
+    in order, each with the PostgreSQL type of its Python type.
+
+    >>> [(c.name, c.type_oid) for c in columns_of(HistoryEntry)][:3]
+    [('id', 20), ('released_at', 1184), ('fingerprint', 25)]
+    """
+    hints = get_type_hints(record)
+    out = []
+    for f in fields(record):
+        types = [t for t in get_args(hints[f.name]) or (hints[f.name],) if t is not type(None)]
+        out.append(ResultColumn(f.name, _OIDS[types[0]]))
+    return tuple(out)
 
 
-HISTORY_COLUMNS = tuple(
-    ResultColumn(name, oid)
-    for name, oid in [
-        ("id", INT8),
-        ("released_at", TIMESTAMPTZ),
-        ("fingerprint", TEXT),
-        ("mechanism", TEXT),
-        ("epsilon", NUMERIC),
-        ("delta", NUMERIC),
-        ("rho", NUMERIC),
-        ("cached", BOOL),
-        ("state", TEXT),
-        ("statement", TEXT),
-    ]
-)
+BUDGET_COLUMNS = columns_of(BudgetStatus)
+HISTORY_COLUMNS = columns_of(HistoryEntry)
 
 
 def remaining(ledger: LedgerStore, analyst: str) -> list[BudgetStatus]:
