@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from statistics import NormalDist
+from typing import ClassVar
 
 import numpy as np
 
@@ -153,6 +154,13 @@ class _OnGrid:
 
     sensitivity: Fraction
     grid: Fraction
+    budget_field: ClassVar[str]  # the name of the field the noise is calibrated to (epsilon, rho)
+
+    def __post_init__(self) -> None:
+        if getattr(self, self.budget_field) <= 0 or self.sensitivity < 0 or self.grid <= 0:
+            raise ValueError(
+                f"{type(self).__name__} needs {self.budget_field} > 0, sensitivity >= 0, grid > 0"
+            )
 
     def _noise(self, n: int) -> np.ndarray:
         """``n`` integer noise draws, in grid steps."""
@@ -188,10 +196,7 @@ class Laplace(_OnGrid, PureEpsilon):
     epsilon: Fraction
     grid: Fraction = Fraction(1)
     name: str = "laplace"
-
-    def __post_init__(self) -> None:
-        if self.epsilon <= 0 or self.sensitivity < 0 or self.grid <= 0:
-            raise ValueError("Laplace needs epsilon > 0, sensitivity >= 0, grid > 0")
+    budget_field: ClassVar[str] = "epsilon"
 
     @property
     def scale(self) -> Fraction:
@@ -232,10 +237,7 @@ class Gaussian(_OnGrid):
     rho: Fraction
     grid: Fraction = Fraction(1)
     name: str = "gaussian"
-
-    def __post_init__(self) -> None:
-        if self.rho <= 0 or self.sensitivity < 0 or self.grid <= 0:
-            raise ValueError("Gaussian needs rho > 0, sensitivity >= 0, grid > 0")
+    budget_field: ClassVar[str] = "rho"
 
     @property
     def sigma2(self) -> Fraction:
