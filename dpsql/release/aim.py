@@ -63,6 +63,7 @@ from dpsql.release.compress import Compression, compress_cells
 from dpsql.release.marginals import (
     SCORE_GRID,
     Synthesis,
+    SynthesisPlan,
     exponential_mechanism,
     l1_score,
     marginal,
@@ -77,13 +78,9 @@ SMALL_DATA = 4  # C of the small-data rule: set on tuning data by bench/small_da
 
 
 @dataclass(frozen=True)
-class AimPlan:
+class AimPlan(SynthesisPlan):
     """AIM's parameters (fixed before any data is read)."""
 
-    names: tuple[str, ...]
-    shape: tuple[int, ...]
-    rho: Fraction
-    rows_bound: int
     rounds: int  # T: the nominal number of rounds (4 d; 16 d in the paper)
     max_model_mb: float = 80.0
     round_iters: int = 100  # Private-PGM iterations per round (warm-started)
@@ -91,10 +88,6 @@ class AimPlan:
     one_way_share: Fraction = Fraction(1, 2)  # of rho, for the initial 1-way marginals
     spare: Fraction = Fraction(0)  # rho the small-data regime may use too (the comparison's)
     small_rule: float = SMALL_DATA  # 0: never small, inf: always (bench/small_data.py)
-
-    @property
-    def d(self) -> int:
-        return len(self.shape)
 
     @property
     def cost(self) -> Cost:

@@ -29,6 +29,22 @@ SCORE_GRID = 1024  # model marginals are rounded to 1/1024 so that scores are ex
 
 
 @dataclass(frozen=True)
+class SynthesisPlan:
+    """What every synthesizer's plan starts with (fixed before any data is read): the domain
+    (column names and sizes), the zCDP budget, and the public bound on a unit's rows."""
+
+    names: tuple[str, ...]
+    shape: tuple[int, ...]
+    rho: Fraction
+    rows_bound: int
+
+    @property
+    def d(self) -> int:
+        """The number of columns."""
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
 class Synthesis:
     """What a synthesizer measured: everything later steps (fit, sample, write) may read.
 

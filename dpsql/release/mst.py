@@ -43,6 +43,7 @@ from dpsql.release.compress import (
 from dpsql.release.marginals import (
     SCORE_GRID,
     Synthesis,
+    SynthesisPlan,
     exponential_mechanism,
     independent,
     l1_score,
@@ -53,21 +54,13 @@ from dpsql.release.measurement import Measurement
 
 
 @dataclass(frozen=True)
-class MstPlan:
+class MstPlan(SynthesisPlan):
     """The budget split of one MST run (fixed before any data is read)."""
 
-    names: tuple[str, ...]
-    shape: tuple[int, ...]
-    rho: Fraction
-    rows_bound: int
     one_way: Gaussian
     two_way: Gaussian | None
     select_epsilon: Fraction
     compress: bool = True
-
-    @property
-    def d(self) -> int:
-        return len(self.shape)
 
     @property
     def cost(self) -> Cost:
