@@ -101,11 +101,18 @@ class _Abort(Exception):
 def plan_intervals(post: exp.Expr, leaves: Sequence[LeafShape]) -> IvPlan:
     """The hidden-column rewrite of ``post`` (with ``_dpsql_leaf_i`` placeholders); when a part of
     the statement can't carry them, every noisy output gets No with the reason."""
+    none = tuple(() for _ in leaves)
     try:
         return _Rewriter(leaves, hidden=True).plan(post.copy())
     except _Abort as why:
-        out = _Rewriter(leaves, hidden=False, why=str(why)).plan(post.copy())
-        return IvPlan(post, out.outputs, tuple(() for _ in leaves), out.chosen)
+        reason = str(why)
+    except Exception:  # a shape this module does not know: the statement runs without intervals
+        reason = "dpsql does not follow this statement's shape"
+    try:
+        out = _Rewriter(leaves, hidden=False, why=reason).plan(post.copy())
+    except Exception:  # not even which outputs are noisy: no interval columns at all
+        return IvPlan(post, (), none)
+    return IvPlan(post, out.outputs, none, out.chosen)
 
 
 class _Rewriter:

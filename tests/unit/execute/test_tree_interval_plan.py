@@ -144,3 +144,18 @@ def test_without_intervals_the_statement_is_unchanged() -> None:
     p, _ = _plan(sql)
     assert not any(HIDDEN.match(e.alias_or_name) for e in p.post.find_all(exp.Alias))
     assert isinstance(_outputs(p)["n"], No)
+
+
+def test_an_unknown_shape_never_fails_the_statement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the rewrite meets something it does not know (here: it raises), the statement keeps
+    its own post-processing and its noisy outputs say why they have no interval."""
+    from dpsql.sql import tree_intervals
+
+    def broken(self: object, *args: object) -> None:
+        raise RuntimeError("an unknown node")
+
+    monkeypatch.setattr(tree_intervals._Rewriter, "select", broken)
+    sql = next(iter(CASES))
+    p, _ = _plan(sql)
+    assert not any(HIDDEN.match(e.alias_or_name) for e in p.post.find_all(exp.Alias))
+    assert p.outputs == ()  # not even which are noisy: no interval columns, the query runs
