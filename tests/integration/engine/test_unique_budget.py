@@ -194,8 +194,9 @@ def test_explain_reads_the_same_proof(charged: tuple[Engine, Ledger]) -> None:
     assert "the catalog proves one row per uid" in keyed, keyed
     assert "removed by bounds" not in keyed and "removed by bounds" in twin, twin
     # the keyed table's answer gets the whole epsilon (nothing to choose, nothing to estimate);
-    # the twin's 0.8 (0.2 chooses R when it runs)
-    assert "Privacy cost: epsilon=1," in keyed and "Privacy cost: epsilon=0.8," in twin
+    # the twin's 0.8 (0.2 chooses R when it runs: the cost line is the whole charge, 89d21c4)
+    assert "Privacy cost: epsilon=1, delta=0, rho=0\n" in keyed, keyed
+    assert "Privacy cost: epsilon=1, delta=0, rho=0 (epsilon 0.8 for the" in twin, twin
     assert _spent(ledger) == 0  # EXPLAIN spends nothing
 
 
