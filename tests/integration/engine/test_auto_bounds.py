@@ -250,6 +250,30 @@ def test_an_epsilon_too_small_to_choose_keeps_the_defaults(
         e.close()
 
 
+def test_a_join_of_auto_and_fixed_tables_keeps_the_smallest_and_says_so(
+    demo_dsn: str, demo_policy_auto: Any
+) -> None:
+    """pums fixes max_rows_per_unit (3) while purchases says auto: the join's R is not chosen
+    (the smallest number is kept, 1 for auto, as before auto existed for joins), nothing is
+    spent on it, each table keeps R before the join (no P), nothing is estimated, and the
+    notice says why and what to do."""
+    tables = dict(demo_policy_auto.tables)
+    tables["public.pums"] = tables["public.pums"].model_copy(update={"max_rows_per_unit": 3})
+    policy = demo_policy_auto.model_copy(update={"tables": tables})
+    e = Engine(policy, demo_dsn, pool_size=2)
+    try:
+        prepared = e.prepare(JOIN_COUNT)
+        a = e.analysis(prepared, [])
+        assert a.pre_join_rows == 0 and a.max_rows == 1
+        r = e.execute(prepared, SessionContext(epsilon=Fraction(1)))
+        assert "max_rows_per_unit is auto for some of the joined private tables" in r.notices[0]
+        count = next(n for n in r.notices if n.startswith("COUNT(*)"))
+        assert "covers the noise only" in count and "at most 1 row per user_id" in count, count
+        assert r.epsilon_spent == pytest.approx(1.0)
+    finally:
+        e.close()
+
+
 def test_a_refused_statement_charges_nothing(charged: tuple[Engine, Ledger]) -> None:
     """One statement, one charge: the bound choice and the answer are reserved together before
     any data is read. With 0.5 of the budget left, a statement at epsilon 1 that must choose
