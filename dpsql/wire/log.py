@@ -118,6 +118,20 @@ def statement_text(sql: str) -> str | None:
         sql = sql[:MAX_LOGGED_TEXT] + f"... ({len(sql)} characters)"
     if mode == "text":
         return sql
+    return _redacted(sql) if len(sql) <= _MEMO_TEXT else _redact(sql)
+
+
+_MEMO_TEXT = 4096  # a redacted text up to this long is kept (a prepared statement's, each run)
+
+
+@lru_cache(maxsize=512)
+def _redacted(sql: str) -> str:
+    """:func:`_redact`, memoized: a function of the text alone."""
+    return _redact(sql)
+
+
+def _redact(sql: str) -> str:
+    """``sql`` with every literal replaced by ``?``."""
     try:
         toks = _DIALECT.tokenize(sql)
     except Exception:
