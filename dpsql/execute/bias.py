@@ -45,8 +45,9 @@ OUTSIDE_ALARM = 1e-6  # the outside-the-declared-range warning's false-alarm pro
 @dataclass(frozen=True)
 class Removed:
     """One target's released removed mass per group (measure units, >= 0 means 'removed on the
-    side of its sign'), over-cap unit counts and (when measured) counts of units with a value
-    outside the declared bounds."""
+    side of its sign'), over-cap unit counts and (when measured) the count of units with a value
+    outside the declared bounds, one total over all groups (an array of one, empty with no
+    group)."""
 
     plan: BiasPlan
     dropped: np.ndarray
@@ -55,17 +56,15 @@ class Removed:
 
     def outside_alarm(self) -> float | None:
         """About how many units have a kept value outside the declared bounds (the released
-        counts over all groups, >= 0), when some group's count is above 0 beyond its noise;
-        else None. Threshold: with no such unit, a group's count passes it with probability at
-        most OUTSIDE_ALARM / groups (one-sided tail of its noise, 2 P(noise > t) = 1 - level),
-        so no warning fires with probability >= 1 - OUTSIDE_ALARM (union bound)."""
+        total over all groups), when it is above 0 beyond its noise; else None. Threshold: with
+        no such unit, the total passes it with probability at most OUTSIDE_ALARM (one-sided
+        tail of its noise: 2 P(noise > t) = 1 - level)."""
         mech, x = self.plan.outside, self.outside
         if mech is None or x is None or not x.size:
             return None
-        t = mech.half_width(1 - 2 * OUTSIDE_ALARM / x.size)
-        if float(x.max()) <= t:
+        if float(x.sum()) <= mech.half_width(1 - 2 * OUTSIDE_ALARM):
             return None
-        return float(np.clip(x, 0, None).sum())
+        return float(x.sum())
 
 
 def outside_plans(plan: Plan) -> tuple[BiasPlan, ...]:
@@ -99,11 +98,16 @@ def release_removed(
         k = np.array([_float(x) for x in over], dtype=np.float64)
         x = None
         if b.outside is not None:
-            x = np.array([_float(v) for v in xs[b.target.key]], dtype=np.float64)
+            # one total over the groups: the groups' counts move by at most the sensitivity in
+            # L1 when one unit comes or goes, so their sum does too (one noise draw, not one a
+            # group: a warning needs the same number of units outside however many groups)
+            x = np.array([sum(_float(v) for v in xs[b.target.key])], dtype=np.float64)
         if d.size:
             d, k = noise.add(b.dropped, d), noise.add(b.over_cap, k)
             if b.outside is not None and x is not None:
                 x = noise.add(b.outside, x)
+        elif x is not None:
+            x = x[:0]
         out[b.target.key] = Removed(b, d, k, x)
     return out
 

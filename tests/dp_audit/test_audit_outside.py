@@ -14,8 +14,8 @@ Laplace noise of L1 sensitivity 1 (K) at its epsilon (dpsql.sql.bias.bias_plans)
   such a value (the "first group" test dropped) moves the ranked count by 2 and is caught.
 * **Epsilon, statistically.** D has 60 units within bounds, D' one more with a value of 5,000
   (declared [0, 100]): D''s count is 1 higher, the extreme shift. The released count reaching
-  D''s exact value, 30,000 draws each by the engine's own
-  :func:`dpsql.execute.bias.release_removed`: the Clopper-Pearson lower bound on the realized
+  D''s exact value, 30,000 draws each of the mechanism the engine's
+  :func:`dpsql.execute.bias.release_removed` adds to the groups' total: the Clopper-Pearson lower bound on the realized
   epsilon (level 1 - 1e-6 over both directions) must not exceed the epsilon the plan charges
   for it; a twin released with a quarter of its sensitivity (4x the realized epsilon: 0.5 x 4 =
   2 against 0.5) must be flagged (its bound reads about 1.9).
@@ -187,15 +187,17 @@ def _audit(engines: tuple[Engine, Engine], broken: bool) -> tuple[float, float]:
     cols = [_columns(e, p) for e, p in zip(engines, plans, strict=True)]
     assert (cols[0][0], cols[1][0]) == (0, 1), cols  # the extreme shift
     hits = []
-    for plan, (x, steps, over) in zip(plans, cols, strict=True):
+    for plan, (x, _, _) in zip(plans, cols, strict=True):
         b = plan.bias[0]
         assert b.outside is not None
         if broken:
             weak = dataclasses.replace(b.outside, sensitivity=b.outside.sensitivity / 4)
             plan = dataclasses.replace(plan, bias=(dataclasses.replace(b, outside=weak),))
-        got = release_removed(plan, [([steps] * DRAWS, [over] * DRAWS)], CSPRNG, [[x] * DRAWS])
-        out = next(iter(got.values())).outside
-        assert out is not None
+        # release_removed adds b.outside's noise to the groups' total (one here): drawn DRAWS
+        # times at once from the same mechanism (test_the_release_is_one_total_over_the_groups)
+        b = plan.bias[0]
+        assert b.outside is not None
+        out = CSPRNG.add(b.outside, np.full(DRAWS, float(x)))
         hits.append(int((np.asarray(out) >= cols[1][0]).sum()))
     b = plans[0].bias[0]
     assert b.outside is not None
@@ -214,3 +216,25 @@ def test_the_outside_release_is_dp_at_its_charge(engines: tuple[Engine, Engine])
 def test_the_audit_flags_a_quarter_of_the_noise(engines: tuple[Engine, Engine]) -> None:
     bound, charged = _audit(engines, broken=True)
     assert bound > charged, (bound, charged)
+
+
+def test_the_release_is_one_total_over_the_groups(engine: Engine, dsn: str) -> None:
+    """release_removed releases the outside counts' total over the groups (no noise here:
+    tests.helpers.EXACT), whose sensitivity is the groups' L1 one (checked above)."""
+    from tests.helpers import EXACT
+
+    sql = SQLS[1]
+    plan = _plan(engine, sql)
+    a = plan.analysis
+    text = salted(engine.private_sql(engine.prepare(sql), a))
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(text).fetchall()
+    keys, x0 = len(a.group_keys), len(a.group_keys) + len(a.measures)
+    b0 = x0 + len(outside_plans(plan))
+    pairs = [([r[b0 + 2 * i] for r in rows], [r[b0 + 2 * i + 1] for r in rows])
+             for i in range(len(plan.bias))]  # fmt: skip
+    got = release_removed(plan, pairs, EXACT, [[r[x0] for r in rows]])
+    (b,) = outside_plans(plan)
+    out = got[b.target.key].outside
+    assert out is not None and list(out) == [sum(int(r[x0]) for r in rows)] and len(rows) == 4
+    assert keys == 1

@@ -15,13 +15,12 @@ statement's epsilon, the removed-mass release keeps its epsilon (3/4 of the targ
 the over-cap and outside releases share the rest; the ledger records the statement's epsilon.
 
 Statistical (epsilon 10): the warning's threshold passes with probability at most 1e-6 per
-answer when no unit is outside (:meth:`dpsql.execute.bias.Removed.outside_alarm`), so the one
-answer on ``c`` has no warning except with probability <= 1e-6. On ``o`` each statement's
-outside release has epsilon 10 / 10 / T / 8 (T targets: 1 for SUM, 2 for AVG: its centred sum
-and its rows), Laplace scale <= 16, threshold <= 16 ln(4 / 2e-6) = 232 per group; some group holds
->= 500 of the 2,000 units (4 groups), so the warning is missed only if that group's noise is
-below -268: probability <= 0.5 exp(-268 / 16) < 3e-8 per statement, 1.2e-7 for the four
-(the filtered SUM by g: >= 1,800 units over 3 groups, threshold 116 at scale 8: < 1e-17).
+answer when no unit is outside (:meth:`dpsql.execute.bias.Removed.outside_alarm`: one total
+over the groups, one noise draw), so the one answer on ``c`` has no warning except with
+probability <= 1e-6. On ``o`` each statement's outside release has epsilon 10 / 10 / T / 8 (T
+targets: 1 for SUM, 2 for AVG: its centred sum and its rows), Laplace scale <= 16, threshold <=
+16 ln(1 / 2e-6) = 210 on a total of 2,000 (>= 1,800 for the filtered SUM by g): missed only if
+its noise is below -1,590, probability < 0.5 exp(-99), for each of the five.
 """
 
 from __future__ import annotations
