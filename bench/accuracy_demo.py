@@ -5,7 +5,7 @@ policy, ``auto`` bounds; no ledger, so every run chooses its bounds again and pa
 statement does), with ``show_intervals`` on. Reported per query: how many output rows' 95%
 intervals held the true answer (PostgreSQL on the raw demo tables) and the median relative error.
 
-    python -m bench.accuracy_demo [--runs 20]
+    python -m bench.accuracy_demo [--runs 20] [--only TEXT]
 
 Not part of pytest; about a minute.
 """
