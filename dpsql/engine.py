@@ -117,6 +117,7 @@ class Engine:
         self._lock = threading.Lock()
         self.caches = EngineCaches.sized(cache_size)  # what dpsql/execute/ reads and fills
         self._views: dict[str, Policy] = {}
+        self._digests: dict[str, str] = {}  # repeat_digest per scope
         self._column_orders: dict[str, tuple[str, ...]] = {}  # table -> attnum order
         # per worker thread: the catalog tokens read during the statement it runs now
         self._catalog = threading.local()
@@ -140,7 +141,14 @@ class Engine:
     def repeat_digest(self, scope: str) -> str:
         """The policy digest for the repeat cache under ``scope``'s view: the analyst's view
         changes answers only where it drops a ``keys_from`` (a denied key table), so such a
-        view gets its own digest and never reads a stored answer that listed those keys."""
+        view gets its own digest and never reads a stored answer that listed those keys.
+        A function of the engine's policy and ``scope`` alone: computed once per scope."""
+        hit = self._digests.get(scope)
+        if hit is None:
+            hit = self._digests[scope] = self._repeat_digest(scope)
+        return hit
+
+    def _repeat_digest(self, scope: str) -> str:
         view = self.view(scope or None)
         dropped = sorted(
             f"{t}.{c}"

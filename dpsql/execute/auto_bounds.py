@@ -114,15 +114,16 @@ def pending(
     digest = engine.repeat_digest(prepared.scope)
     for it in items:
         key = it.key(digest)
-        raw = memo.get(("auto_bound", session.analyst, key))
-        if raw is None and ledger is not None:
+        bound: ChosenBound | None = memo.get(("auto_bound", session.analyst, key))
+        if bound is None and ledger is not None:
             raw = ledger.peek(session.analyst, key)
             if raw is not None:
-                memo.remember(("auto_bound", session.analyst, key), raw)
-        if raw is None:
+                bound = from_payload(raw)  # frozen: kept as read
+                memo.remember(("auto_bound", session.analyst, key), bound)
+        if bound is None:
             missing.append(it)
         else:
-            chosen.append(from_payload(raw))
+            chosen.append(bound)
     return Pending(AutoBounds(tuple(chosen), fallback=fallback_note(a)), tuple(missing))
 
 
