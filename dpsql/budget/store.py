@@ -158,6 +158,7 @@ class LedgerStore:
 
         ``single``: ``fn`` runs one statement, atomic by itself on the pool's autocommit
         connection, so no BEGIN and COMMIT (two round trips) are sent around it."""
+        restarted = False
         for attempt in range(attempts):
             try:
                 with self.connection() as conn:
@@ -168,8 +169,17 @@ class LedgerStore:
             except _RETRY as e:
                 if attempt == attempts - 1:
                     raise _unavailable(e) from e
-            except DpsqlError:
-                raise
+            except DpsqlError as e:
+                # A pooled connection the server terminated (a restart, pg_terminate_backend:
+                # 57P01-57P03) can look idle until its FATAL arrives, and is then used: the server
+                # ran nothing of fn (or rolled it back), so fn runs once more on a new connection.
+                # A connection lost without the server's word (08006) is not retried: a COMMIT
+                # may have happened.
+                cause = e.__cause__
+                if restarted or getattr(cause, "sqlstate", None) not in SHUTDOWN_STATES:
+                    raise
+                restarted = True
+                log.info("ledger connection terminated by the server; running the step again")
             except psycopg.Error as e:
                 raise InternalError(
                     "the privacy ledger failed", detail=f"{type(e).__name__}: {e}"

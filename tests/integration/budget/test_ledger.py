@@ -372,15 +372,20 @@ def test_refund_with_a_data_dependent_error_stays_charged(ledger: Ledger, dsn: s
 
 
 def test_survives_ledger_connections_being_killed(ledger: Ledger, dsn: str) -> None:
-    """After the ledger database drops every connection (a restart), the next call still works."""
-    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q"))
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q"))
-    assert totals(dsn)[("analyst", "alice")].epsilon == E(2, 10)
+    """After the ledger database drops every connection (a restart), the next call still works.
+
+    A terminated connection can look idle until its FATAL arrives (the pool's check then lets it
+    through): the step is run again on a new connection (LedgerStore.transact). The race lost
+    1 time in 15 before that; 20 rounds here."""
+    ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 100)), "q"))
+    for _ in range(20):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 100)), "q"))
+    assert totals(dsn)[("analyst", "alice")].epsilon == E(21, 100)
 
 
 def test_order_is_fixed_for_a_period_across_policy_reloads(dsn: str) -> None:
