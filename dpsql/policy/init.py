@@ -1,11 +1,17 @@
 """``dpsql init --upstream DSN``: a starting policy written from the database's catalog.
 
-Every table of the chosen schemas becomes a private table, except small tables that other tables
-reference (lookups: public, their values the keys of the referencing columns). Guesses, each
-marked ``# REVIEW`` in the file:
+Every table of the chosen schemas becomes a private table, except small tables (at most
+:data:`SMALL_TABLE` rows) that other tables reference and that do not look like tables of people
+(lookups: public, their values the keys of the referencing columns). A referenced table is one of
+people when it has a personal column (email, phone, ssn, address ...; a lookup's ``name`` is not
+one), a name like users or customers, or a referencing column named like ``user_id``. Guesses,
+each marked ``# REVIEW`` in the file:
 
-* the privacy unit: the column referencing the most-referenced table (the "person" table: users,
-  customers ...), that table's own primary key, else ``row``;
+* the privacy unit: the column referencing the most-referenced table of people, that table's own
+  primary key, else a column named like a person's id (``user_id``, ``customer_id``,
+  ``patient_id``, ``account_id``, ``pid`` ...), else ``row``. A column referencing a lookup is a
+  key, never the unit (a policy protecting regions protects no one);
+* column types as PostgreSQL names them (``bigint`` stays ``bigint``);
 * identifiers: primary and foreign keys, unique columns, and names like email or phone;
 * bounds from ``CHECK (col >= lo AND col <= hi)`` constraints (a column without them can be
   counted but not summed until bounds are written);
@@ -22,14 +28,27 @@ from dataclasses import dataclass, field
 import psycopg
 
 TYPES = {
-    "smallint": "integer", "integer": "integer", "bigint": "integer",
-    "numeric": "numeric", "real": "numeric", "double precision": "numeric",
-    "boolean": "boolean", "text": "text", "character varying": "text", "character": "text",
-    "uuid": "text", "citext": "text", "date": "date",
-    "timestamp without time zone": "timestamp", "timestamp with time zone": "timestamp",
+    "smallint": ("smallint", "integer"), "integer": ("integer", "integer"),
+    "bigint": ("bigint", "integer"), "numeric": ("numeric", "numeric"),
+    "real": ("real", "numeric"), "double precision": ("double precision", "numeric"),
+    "boolean": ("boolean", "boolean"), "text": ("text", "text"),
+    "character varying": ("varchar", "text"), "character": ("char", "text"),
+    "uuid": ("uuid", "text"), "citext": ("text", "text"), "date": ("date", "date"),
+    "timestamp without time zone": ("timestamp", "timestamp"),
+    "timestamp with time zone": ("timestamptz", "timestamp"),
 }  # fmt: skip
+"""PostgreSQL type -> (the policy's name for it, its family)."""
 SMALL_TABLE = 1000  # rows: a referenced table this small is taken for a public lookup
 _IDENTIFYING = re.compile(r"(e?mail|phone|ssn|name|address|ip|token|password)", re.I)
+_PERSONAL = re.compile(r"(e?mail|phone|ssn|address|password|birth|first_?name|last_?name)", re.I)
+"""Column names only a table of people has (a lookup's ``name`` or ``label`` is not one)."""
+_PERSON_TABLE = re.compile(
+    r"(^|_)(users?|persons?|people|customers?|patients?|accounts?|members?|clients?|employees?"
+    r"|students?|subscribers?|individuals?|respondents?|households?)$", re.I)  # fmt: skip
+_UNIT_NAME = re.compile(
+    r"^(p|u)id$|^(user|person|customer|patient|account|member|client|employee|student"
+    r"|subscriber|individual|respondent|household|people)_?(id|no|num|number|key)$", re.I)  # fmt: skip
+"""Column names that identify a person: a privacy unit when no foreign key names one."""
 _BOUND = re.compile(r"\(?\(?(\w+) (>=|>|<=|<) \(?'?(-?[0-9.]+)'?(?:::\w+)?\)?\)?")
 
 
@@ -58,7 +77,7 @@ def read_catalog(dsn: str, schemas: tuple[str, ...]) -> list[TableInfo]:
         tables = {
             f"{ns}.{rel}": TableInfo(f"{ns}.{rel}", float(rows), [])
             for ns, rel, rows in conn.execute(
-                "SELECT n.nspname, c.relname, greatest(c.reltuples, 0) FROM pg_class c"
+                "SELECT n.nspname, c.relname, c.reltuples FROM pg_class c"
                 " JOIN pg_namespace n ON n.oid = c.relnamespace"
                 " WHERE c.relkind IN ('r', 'p', 'v', 'm') AND n.nspname = ANY(%s)"
                 " ORDER BY 1, 2",
@@ -98,7 +117,23 @@ def read_catalog(dsn: str, schemas: tuple[str, ...]) -> list[TableInfo]:
                     by_name[names[0]].references = ref
                 elif kind == "c":
                     t.checks.append(str(definition))
+        referenced = {c.references.rsplit(".", 1)[0] for t in tables.values()
+                      for c in t.columns if c.references}  # fmt: skip
+        for name in sorted(referenced & tables.keys()):
+            t = tables[name]
+            if t.rows < 0:  # never analyzed: count, up to one row past a lookup's size
+                row = conn.execute(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {_quoted(name)} LIMIT %s) s",
+                    [SMALL_TABLE + 1],
+                ).fetchone()
+                t.rows = float(row[0]) if row else 0.0
+        for t in tables.values():
+            t.rows = max(t.rows, 0.0)
     return list(tables.values())
+
+
+def _quoted(name: str) -> str:
+    return ".".join('"' + part.replace('"', '""') + '"' for part in name.split(".", 1))
 
 
 def bounds_from_checks(column: str, checks: list[str]) -> tuple[float, float] | None:
@@ -130,9 +165,10 @@ def write_policy(tables: list[TableInfo], dataset: str) -> str:
                 target = c.references.rsplit(".", 1)[0]
                 referenced[target] = referenced.get(target, 0) + 1
     by_name = {t.name: t for t in tables}
+    people = {n for n in referenced if by_name.get(n) and _is_person_table(by_name[n], tables)}
     lookups = {n for n in referenced if by_name.get(n) and by_name[n].rows <= SMALL_TABLE
-               and not _has_person_column(by_name[n])}  # fmt: skip
-    persons = sorted((n for n in referenced if n not in lookups), key=lambda n: -referenced[n])
+               and n not in people}  # fmt: skip
+    persons = sorted(people, key=lambda n: (-referenced[n], n))
     person = persons[0] if persons else None
     out = [
         "# A starting policy written by `dpsql init` from the database's catalog.",
@@ -160,27 +196,43 @@ def write_policy(tables: list[TableInfo], dataset: str) -> str:
     return "\n".join(out)
 
 
-def _has_person_column(t: TableInfo) -> bool:
-    return any(_IDENTIFYING.search(c.name) for c in t.columns)
+def _is_person_table(t: TableInfo, tables: list[TableInfo]) -> bool:
+    """Whether a referenced table looks like one of people: a personal column (email, phone ...),
+    a name like users or customers, or a referencing column named like user_id."""
+    if any(_PERSONAL.search(c.name) for c in t.columns):
+        return True
+    if _PERSON_TABLE.search(t.name.rsplit(".", 1)[-1]):
+        return True
+    return any(c.references and c.references.rsplit(".", 1)[0] == t.name
+               and _UNIT_NAME.match(c.name) for u in tables for c in u.columns)  # fmt: skip
+
+
+def _unit(t: TableInfo, person: str | None, lookups: set[str]) -> tuple[str, str]:
+    """The guessed privacy unit of ``t`` and why. A column referencing a lookup is a key, never
+    the unit."""
+    for c in t.columns:
+        if c.references and person and c.references.rsplit(".", 1)[0] == person:
+            return c.name, f"references {person}, the most referenced table of people"
+    if t.name == person and len(t.primary_key) == 1:
+        return t.primary_key[0], "the primary key of the most referenced table of people"
+    for c in t.columns:
+        if _UNIT_NAME.match(c.name) and not (c.references and c.references.rsplit(".", 1)[0]
+                                             in lookups):  # fmt: skip
+            return c.name, "its name says it identifies a person"
+    return "row", "no column identifies a person: each row is one"
 
 
 def _table(t: TableInfo, person: str | None, lookups: set[str]) -> list[str]:
-    unit, why = "row", "no column identifies a person: each row is one"
-    for c in t.columns:
-        if c.references and person and c.references.rsplit(".", 1)[0] == person:
-            unit, why = c.name, f"references {person}, the most referenced table"
-            break
-    else:
-        if t.name == person and len(t.primary_key) == 1:
-            unit, why = t.primary_key[0], "the primary key of the most referenced table"
+    unit, why = _unit(t, person, lookups)
     out = [f"  {t.name}:", f"    privacy_unit: {unit}   # REVIEW: {why}",
            "    max_rows_per_unit: auto", "    max_groups_per_unit: auto", "    columns:"]  # fmt: skip
     for c in t.columns:
-        family = "text" if c.type == "enum" else TYPES.get(c.type)
-        if family is None:
+        typed = ("text", "text") if c.type == "enum" else TYPES.get(c.type)
+        if typed is None:
             out.append(f"      # {c.name}: type {c.type} is not supported; left out")
             continue
-        attrs, notes = [f"type: {family}"], []
+        type_name, family = typed
+        attrs, notes = [f"type: {type_name}"], []
         target = c.references.rsplit(".", 1)[0] if c.references else None
         if c.name == unit:
             attrs.append("identifier: true")

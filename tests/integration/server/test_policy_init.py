@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 
+from dpsql.demo import SCHEMA as DEMO_SCHEMA
 from dpsql.policy import load_policy
 from dpsql.server.startup_checks import startup_problems
 from tests.helpers import ROOT
@@ -30,17 +31,59 @@ ANALYZE;
 """
 
 
+def _init(dsn: str, out: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSQL_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--output", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+PRODUCTS = """
+CREATE TABLE products (sku text PRIMARY KEY, name text);
+INSERT INTO products SELECT 'p' || g, 'product ' || g FROM generate_series(1, 1500) g;
+CREATE TABLE reviews (customer_no integer, sku text REFERENCES products (sku), stars integer);
+"""
+
+
+def test_init_on_the_demo_schema(make_db: Callable[[str], str], tmp_path: Path) -> None:
+    """The demo's tables (never analyzed), no users table to reference: purchases' unit is
+    user_id (its name), never region (a key into the small lookup regions, which is public);
+    pums' is pid; bigint stays bigint. A column referencing a large table that is not one of
+    people (products) is an identifier, not the unit."""
+    dsn = make_db("init_demo")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(DEMO_SCHEMA)  # type: ignore[call-overload]
+        conn.execute(PRODUCTS)  # type: ignore[call-overload]
+    out = tmp_path / "policy.yaml"
+    res = _init(dsn, out)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = out.read_text()
+    policy = load_policy(str(out))
+    purchases = policy.tables["public.purchases"]
+    assert purchases.privacy_unit == "user_id"
+    assert policy.tables["public.pums"].privacy_unit == "pid"
+    assert policy.public_tables == ("public.regions",)
+    assert "public.regions" not in policy.tables
+    assert purchases.columns["region"].keys_from == "public.regions.code"
+    assert not purchases.columns["region"].identifier
+    assert purchases.columns["id"].type == "bigint" and purchases.columns["id"].identifier
+    assert purchases.columns["user_id"].type == "integer"
+    assert policy.tables["public.reviews"].privacy_unit == "customer_no"
+    assert policy.tables["public.reviews"].columns["sku"].identifier
+    assert policy.tables["public.products"].privacy_unit == "row"
+    for unit in ("user_id", "pid", "customer_no", "row"):
+        assert f"privacy_unit: {unit}   # REVIEW" in text
+    assert [p.text for p in startup_problems(policy, dsn, dsn) if p.fatal] == []
+
+
 def test_init_writes_a_policy_that_serves(make_db: Callable[[str], str], tmp_path: Path) -> None:
     dsn = make_db("init")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)  # type: ignore[call-overload]
     out = tmp_path / "policy.yaml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DPSQL_")}
-    env["PYTHONPATH"] = str(ROOT)
-    res = subprocess.run(
-        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--output", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    res = _init(dsn, out)
     assert res.returncode == 0, res.stderr[-2000:]
     text = out.read_text()
     policy = load_policy(str(out))
@@ -57,8 +100,5 @@ def test_init_writes_a_policy_that_serves(make_db: Callable[[str], str], tmp_pat
     assert "raw" not in orders.columns and "bytea is not supported" in text
     assert text.count("# REVIEW") >= 8
     assert [p.text for p in startup_problems(policy, dsn, dsn) if p.fatal] == []
-    again = subprocess.run(
-        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--output", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    again = _init(dsn, out)
     assert again.returncode == 1 and "exists" in again.stdout + again.stderr
