@@ -38,9 +38,9 @@
 # `make install` writes into /usr/lib/postgresql/15/lib and /usr/share/postgresql/15/extension
 # (needs root, or write access there). The build itself stays in CITUS_CACHE_DIR.
 #
-# Build dependencies (Debian 12): apt-get update && apt-get install -y postgresql-server-dev-15
-#   libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev libxslt1-dev
-#   libpam0g-dev libreadline-dev zlib1g-dev autoconf flex bison
+# Build dependencies (Debian 12; what a traced build opened, .ci/install-system installs them):
+#   apt-get update && apt-get install -y build-essential postgresql-server-dev-15 libpq-dev
+#   libssl-dev libkrb5-dev libicu-dev libcurl4-openssl-dev liblz4-dev libzstd-dev
 # Caveat: postgresql-server-dev-15 must match the installed server's version (apt-cache policy
 # postgresql-15; e.g. apt-get install postgresql-server-dev-15=15.18-0+deb12u1): a newer one
 # upgrades the postgresql-15 package itself, and a server started before the upgrade then fails to
@@ -110,7 +110,7 @@ package for PostgreSQL 15 (https://docs.citusdata.com/), or download its source 
   fi
   log "configure + make -j$CITUS_JOBS in $srcdir (logs in $CITUS_CACHE_DIR)"
   (cd "$srcdir" && ./configure PG_CONFIG="$PG_CONFIG" >"$CITUS_CACHE_DIR/configure.log" 2>&1) \
-    || { tail -n 30 "$CITUS_CACHE_DIR/configure.log" >&2; false; } || die "configure failed: see $CITUS_CACHE_DIR/configure.log (build deps: libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libssl-dev libselinux1-dev libxslt1-dev libpam0g-dev libreadline-dev zlib1g-dev)"
+    || { tail -n 30 "$CITUS_CACHE_DIR/configure.log" >&2; false; } || die "configure failed: see $CITUS_CACHE_DIR/configure.log (build deps: see this script's header)"
   make -C "$srcdir" -j"$CITUS_JOBS" "${MAKE_ARGS[@]}" >"$CITUS_CACHE_DIR/make.log" 2>&1 \
     || { tail -n 30 "$CITUS_CACHE_DIR/make.log" >&2; die "make failed: see $CITUS_CACHE_DIR/make.log"; }
   make -C "$srcdir" install "${MAKE_ARGS[@]}" >"$CITUS_CACHE_DIR/install.log" 2>&1 \
