@@ -158,7 +158,7 @@ class LedgerStore:
 
         ``single``: ``fn`` runs one statement, atomic by itself on the pool's autocommit
         connection, so no BEGIN and COMMIT (two round trips) are sent around it."""
-        restarted = False
+        restarts = 0
         for attempt in range(attempts):
             try:
                 with self.connection() as conn:
@@ -172,14 +172,16 @@ class LedgerStore:
             except DpsqlError as e:
                 # A pooled connection the server terminated (a restart, pg_terminate_backend:
                 # 57P01-57P03) can look idle until its FATAL arrives, and is then used: the server
-                # ran nothing of fn (or rolled it back), so fn runs once more on a new connection.
-                # A connection lost without the server's word (08006) is not retried: a COMMIT
+                # ran nothing of fn (or rolled it back), so fn runs again once the pool has
+                # checked its idle connections (the others were likely terminated too). A
+                # connection lost without the server's word (08006) is not retried: a COMMIT
                 # may have happened.
                 cause = e.__cause__
-                if restarted or getattr(cause, "sqlstate", None) not in SHUTDOWN_STATES:
+                if restarts == 3 or getattr(cause, "sqlstate", None) not in SHUTDOWN_STATES:
                     raise
-                restarted = True
+                restarts += 1
                 log.info("ledger connection terminated by the server; running the step again")
+                self._pool.check()
             except psycopg.Error as e:
                 raise InternalError(
                     "the privacy ledger failed", detail=f"{type(e).__name__}: {e}"

@@ -28,6 +28,7 @@ from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import (
+    interval_base,
     interval_is_integer,
     interval_time_type,
     outer_query,
@@ -69,7 +70,7 @@ def finish(
             )
             ivcols.append((pos, f"d{k}", ivs))
         ivcols.sort(key=lambda c: c[0])
-    icols = [(label, names[pos]) for pos, label, _ in ivcols]
+    icols = [(label, interval_base(names, pos)) for pos, label, _ in ivcols]
     with_rid = not a.outer.args.get("distinct") and not describe_only
     text = _outer_sql(engine, prepared, a, rel, with_rid, icols)
     n = len(rel.groups)

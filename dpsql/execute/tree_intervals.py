@@ -37,6 +37,7 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.interval_sql import HIDDEN, IV_LEAF, Held, No
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.postprocess import (
+    interval_base,
     interval_is_integer,
     interval_time_type,
     outer_query,
@@ -278,7 +279,7 @@ def attach(
     getters: list[tuple[int, int] | None] = []
     kinds: list[str] = []
     notes: list[str] = []
-    for p, name in enumerate(names):
+    for p in range(len(names)):
         o = at.get(p)
         if o is None:
             continue
@@ -295,16 +296,17 @@ def attach(
         src = None if why else info
         lo = hidden.get(f"_dpsql_iv{src.hid}_low", [0])[0] if src else 0
         hi = hidden.get(f"_dpsql_iv{src.hid}_high", [0])[0] if src else 0
+        base = interval_base(names, p)
         extra_cols += [
-            ResultColumn(f"{name}_low", oid),
-            ResultColumn(f"{name}_high", oid),
+            ResultColumn(f"{base}_low", oid),
+            ResultColumn(f"{base}_high", oid),
         ]
         getters.append((lo, hi) if src is not None else None)
         kinds.append(kind)
         notes.append(
-            f"{name}_low, {name}_high are NULL: {why}"
+            f"{base}_low, {base}_high are NULL: {why}"
             if why
-            else f"{name}: {_what(o.info, labels, releases, counts, confidence)}"
+            else f"{base}: {_what(o.info, labels, releases, counts, confidence)}"
         )
     out_rows: list[tuple[Any, ...]] = []
     ivs: list[tuple[tuple[float, float] | None, ...]] = []

@@ -116,6 +116,18 @@ def stat_outputs(a: Analysis) -> list[tuple[int, int]]:
     return out
 
 
+def interval_base(names: Sequence[str], pos: int) -> str:
+    """The name an output column's ``_low`` / ``_high`` columns start with: the column's own
+    name, or, when another output has the same name (``COUNT(email), COUNT(*)``), the name and
+    its 1-based position, so each interval says which column it belongs to.
+
+    >>> interval_base(["region", "count", "count"], 2), interval_base(["region", "n"], 1)
+    ('count_3', 'n')
+    """
+    name = names[pos]
+    return name if names.count(name) == 1 else f"{name}_{pos + 1}"
+
+
 def outer_query(
     a: Analysis,
     key_types: Sequence[str],

@@ -375,10 +375,13 @@ def test_survives_ledger_connections_being_killed(ledger: Ledger, dsn: str) -> N
     """After the ledger database drops every connection (a restart), the next call still works.
 
     A terminated connection can look idle until its FATAL arrives (the pool's check then lets it
-    through): the step is run again on a new connection (LedgerStore.transact). The race lost
-    1 time in 15 before that; 20 rounds here."""
+    through): the step is run again once the pool has checked its idle connections
+    (LedgerStore.transact). The race lost 1 time in 15 before that; 20 rounds here, each with
+    three idle connections terminated."""
     ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 100)), "q"))
     for _ in range(20):
+        with ledger.pool.connection(), ledger.pool.connection(), ledger.pool.connection():
+            pass  # three idle connections in the pool, all terminated below
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

@@ -164,6 +164,23 @@ def test_interval_ends_are_rounded_outwards(engine: Engine) -> None:
     assert len(repr(s_lo).rstrip("0").rstrip(".")) <= 9 and len(repr(s_hi)) <= 11
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(v), COUNT(*) FROM t",  # one flat statement
+        "WITH x AS (SELECT COUNT(v) AS n, COUNT(*) AS m FROM t) SELECT n AS c, m AS c FROM x",
+    ],
+)
+def test_interval_columns_say_which_column_they_belong_to(engine: Engine, sql: str) -> None:
+    """Two outputs of one name (``count``, ``count``) got ``count_low, count_high`` twice: no
+    way to tell which interval was whose. Then the position is in the name."""
+    s = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
+    r = engine.execute(engine.prepare(sql), s)
+    names = [c.name for c in r.columns]
+    base = names[0]
+    assert names == [base, base] + [f"{base}_{i}_{e}" for i in (1, 2) for e in ("low", "high")]
+
+
 def test_interval_ends_of_expressions_are_rounded_outwards(engine: Engine) -> None:
     """An output computed from several statistics (``SUM(v) / COUNT(*)``) gets its interval by
     interval arithmetic (dpsql.sql.intervals); its ends are rounded like a statistic's: to a
