@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -325,19 +325,32 @@ def test_ledger_charges_what_the_mechanisms_spend(
     ``auto_bound`` release per bound at exactly the mechanism's epsilon, and the statement's
     total is the epsilon it asked for."""
     d, _ = engines
-    policy = Policy.model_validate(POLICY)
-    ledger = Ledger.open(d.backend.dsn, policy, schema=f"dpsql_a{uuid.uuid4().hex[:8]}")
-    e = Engine(policy, d.backend.dsn, ledger, pool_size=2)
+    total = _charged_as_audited(d.backend.dsn, POLICY, STATEMENTS, _items, EPSILON)
+    assert total == len(STATEMENTS) * EPSILON
+
+
+def _charged_as_audited(
+    dsn: str,
+    policy_dict: dict[str, Any],
+    statements: Sequence[str],
+    items: Callable[[Engine, str], tuple[Any, Sequence[Any], Any]],
+    epsilon: Fraction,
+) -> Fraction:
+    """Run each statement on a ledgered engine: it spends ``epsilon`` and records one
+    ``auto_bound`` release per bound at exactly its audited mechanism's epsilon (``items``).
+    Returns the ledger's total."""
+    policy = Policy.model_validate(policy_dict)
+    ledger = Ledger.open(dsn, policy, schema=f"dpsql_a{uuid.uuid4().hex[:8]}")
+    e = Engine(policy, dsn, ledger, pool_size=2)
     try:
-        for sql in STATEMENTS:
-            _, mechs, _ = _items(e, sql)
-            res = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", epsilon=EPSILON))
-            assert res.epsilon_spent == pytest.approx(float(EPSILON))
+        for sql in statements:
+            _, mechs, _ = items(e, sql)
+            res = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", epsilon=epsilon))
+            assert res.epsilon_spent == pytest.approx(float(epsilon))
             hist = sorted(ledger.history("analyst"), key=lambda h: h.id)
             autos = [Fraction(h.epsilon) for h in hist if h.mechanism == "auto_bound"]
             assert autos[len(autos) - len(mechs) :] == [m.epsilon for m in mechs]
-        total = sum(Fraction(h.epsilon) for h in ledger.history("analyst"))
-        assert total == len(STATEMENTS) * EPSILON
+        return sum((Fraction(h.epsilon) for h in ledger.history("analyst")), Fraction(0))
     finally:
         e.close()
         ledger.close()

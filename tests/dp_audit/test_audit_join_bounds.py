@@ -23,7 +23,6 @@ charged epsilon) must be flagged on the per-group row and group bounds.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
@@ -32,14 +31,12 @@ import numpy as np
 import psycopg
 import pytest
 
-from dpsql.budget.ledger import Ledger
 from dpsql.dp.bounds import COUNT_SHARE, TailRank, TopRank
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from tests.dp_audit.auditing import ALPHA, neighbouring_engines
-from tests.dp_audit.test_audit_auto_bounds import _audit, _pairs
+from tests.dp_audit.test_audit_auto_bounds import _audit, _charged_as_audited, _pairs
 
 EPSILON = Fraction(10)
 POLICY: dict[str, Any] = {
@@ -171,17 +168,4 @@ def test_join_ledger_charges_the_audited_epsilons(
     """Running each statement records one ``auto_bound`` release per bound at exactly the
     audited mechanism's epsilon; the statement's total is the epsilon it asked for."""
     d, _ = engines
-    policy = Policy.model_validate(POLICY)
-    ledger = Ledger.open(d.backend.dsn, policy, schema=f"dpsql_j{uuid.uuid4().hex[:8]}")
-    e = Engine(policy, d.backend.dsn, ledger, pool_size=2)
-    try:
-        for sql in STATEMENTS:
-            _, mechs, _ = _items(e, sql)
-            res = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", epsilon=EPSILON))
-            assert res.epsilon_spent == pytest.approx(float(EPSILON))
-            hist = sorted(ledger.history("analyst"), key=lambda h: h.id)
-            autos = [Fraction(h.epsilon) for h in hist if h.mechanism == "auto_bound"]
-            assert autos[len(autos) - len(mechs) :] == [m.epsilon for m in mechs]
-    finally:
-        e.close()
-        ledger.close()
+    _charged_as_audited(d.backend.dsn, POLICY, STATEMENTS, _items, EPSILON)
