@@ -11,7 +11,7 @@ request code.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Self
+from typing import Self, get_args
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.messages._base import (
@@ -274,24 +274,7 @@ FrontendMessage = (
 )
 
 # 'p' is not here: its meaning depends on the authentication step (see dpsql.wire.auth).
-_BY_CODE: dict[bytes, type[FrontendMessage]] = {
-    c.code: c
-    for c in (
-        Query,
-        Parse,
-        Bind,
-        Describe,
-        Execute,
-        Close,
-        Sync,
-        Flush,
-        Terminate,
-        CopyData,
-        CopyDone,
-        CopyFail,
-        FunctionCall,
-    )
-}
+_BY_CODE: dict[bytes, type[FrontendMessage]] = {c.code: c for c in get_args(FrontendMessage)}
 
 
 def decode_frontend(code: bytes, body: bytes) -> FrontendMessage:
