@@ -28,6 +28,8 @@ class BudgetLedger(Protocol):
 
     The one place the contract is written: :class:`dpsql.budget.ledger.Ledger` declares that it
     implements it and inherits these docstrings (``help(Ledger.reserve)`` shows them).
+    :meth:`reserve` and :meth:`commit` are written here, once for any implementation, as the
+    one-release case of :meth:`reserve_together` and :meth:`commit_many`.
     """
 
     def query_epsilon(self, analyst: str, cost: Cost, delta_for_rho: Fraction | None) -> Fraction:
@@ -58,7 +60,8 @@ class BudgetLedger(Protocol):
         Raises:
             BudgetExhausted: over the per-query maximum or any budget (nothing is charged).
         """
-        ...
+        part = (cost, mechanism, delta_for_rho)
+        return self.reserve_together(analyst, [part], fingerprint, statement=statement)[0]
 
     def reserve_together(
         self,
@@ -89,7 +92,7 @@ class BudgetLedger(Protocol):
         Call it BEFORE any noisy row leaves dpsql. Returns None, or, when a concurrent identical
         query stored its answer first, that stored payload (return it instead, so repeats agree).
         """
-        ...
+        return self.commit_many([(res, cache_key, payload)])[0]
 
     def commit_answers(
         self, res: Reservation, stored: Sequence[tuple[str, bytes]]

@@ -66,24 +66,6 @@ class Ledger(LedgerStore, BudgetLedger):
 
     # --- the protocol (see dpsql.budget.charging) --------------------------------------------
 
-    def reserve(
-        self,
-        analyst: str,
-        cost: Cost,
-        fingerprint: str,
-        *,
-        delta_for_rho: Fraction | None = None,
-        mechanism: str = "",
-        statement: str = "",
-    ) -> Reservation:
-        limits = self.limits(analyst)
-        dfr = self._per_query(analyst, cost, delta_for_rho, self.max_epsilon(analyst))
-        return self.transact(
-            lambda conn: charging.reserve(
-                self, conn, analyst, cost, fingerprint, limits, dfr, mechanism, statement
-            )
-        )
-
     def reserve_together(
         self,
         analyst: str,
@@ -131,17 +113,6 @@ class Ledger(LedgerStore, BudgetLedger):
     ) -> BudgetRow:
         """Create-or-lock one budget row (held until the transaction ends) and read it."""
         return charging.lock_budget(self, conn, kind, name, start)
-
-    def commit(
-        self, res: Reservation, cache_key: str | None = None, payload: bytes | None = None
-    ) -> bytes | None:
-        def run(conn: psycopg.Connection) -> bytes | None:
-            charging.settle(self, conn, res, "committed")
-            if cache_key is None or payload is None or self.policy.repeats == "off":
-                return None
-            return answers.store(self, conn, res.analyst, res.id, cache_key, payload)
-
-        return self.transact(run)
 
     def commit_many(
         self, items: Sequence[tuple[Reservation, str | None, bytes | None]]
