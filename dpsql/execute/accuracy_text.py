@@ -35,6 +35,7 @@ from dpsql.execute.declared_text import outside_warning, with_declared_premises
 from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
+from dpsql.sql.wording import plain_sql, plural
 
 _SHARE = "a tenth" if BIAS_SHARE == Fraction(1, 10) else f"{BIAS_SHARE}"  # of the epsilon
 
@@ -70,7 +71,7 @@ def accuracy_notes(
             w = _half_widths(s, plan, confidence)
             out.append(
                 f"{s.sql}: {conf} interval over the declared keys: a key counts when its noisy "
-                f"row count passes the noise (±{fmt(w[0]) if w else '?'} rows a key); keys with "
+                f"row count passes the noise (±{_rows(w[0]) if w else '? rows'} a key); keys with "
                 "few rows may be missed, and the interval allows for them"
             )
             continue
@@ -103,7 +104,7 @@ def accuracy_notes(
         far = "above" if t.sign > 0 else "below"
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
-            f"(they keep {_kept(a, t)}): about {fmt(total)}{_of(a, t.measure)}{where}{share}, "
+            f"(they keep {_kept(a, t)}): about {_qty(a, t.measure, total)}{where}{share}, "
             f"and up to {fmt(tw.d_hi)} more{per} given that estimate's noise; so it reaches "
             f"further {far} the answer. "
         )
@@ -160,26 +161,28 @@ def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:
 def _col(m: Measure) -> str:
     if isinstance(m.arg, exp.Column):
         return m.arg.name
-    return m.arg.sql("postgres") if m.arg is not None else "the value"
+    return plain_sql(m.arg) if m.arg is not None else "the value"
 
 
-def _of(a: Analysis, m: Measure) -> str:
-    """The removed mass's unit, after its number."""
+def _rows(x: float) -> str:
+    return plural(float(fmt(x).replace(",", "")), "row") if math.isfinite(x) else f"{x} rows"
+
+
+def _qty(a: Analysis, m: Measure, x: float) -> str:
+    """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount'."""
     if m.kind in ("count_rows", "count_values"):
-        return " rows"
+        return _rows(x)
     if m.kind == "count_units":
-        return f" {a.private.privacy_unit}"
-    return f" of {_col(m)}"
+        return f"{fmt(x)} {a.private.privacy_unit}"
+    return f"{fmt(x)} of {_col(m)}"
 
 
 def _rows_kept(a: Analysis) -> str:
     unit = a.private.privacy_unit
     r = a.max_rows
-    text = f"at most {r} row{'s' if r != 1 else ''} per {unit}" + (
-        " in a group" if a.group_keys else ""
-    )
+    text = f"at most {plural(r, 'row')} per {unit}" + (" in a group" if a.group_keys else "")
     if a.group_keys and needs_group_rank(a):
-        text += f", in at most {a.max_groups} groups"
+        text += f", in at most {plural(a.max_groups, 'group')}"
     return text
 
 
@@ -198,10 +201,9 @@ def _kept(a: Analysis, t: BiasTarget) -> str:
     """What the bounds keep of target ``t``, in the user's terms."""
     m, unit = t.measure, a.private.privacy_unit
     if m.kind == "count_units":
-        return f"each {unit} in at most {a.max_groups} groups"
+        return f"each {unit} in at most {plural(a.max_groups, 'group')}"
     if m.total is not None:
-        what = "rows" if m.kind != "sum" else f"of {_col(m)}"
-        return f"at most {fmt(float(m.total))} {what} per {unit} over all groups"
+        return f"at most {_qty(a, m, float(m.total))} per {unit} over all groups"
     parts_ = [] if one_row(a) else [_rows_kept(a)]
     if m.kind in ("sum", "sum_centered"):
         c = _clamp(m, float(t.raw_lo), float(t.raw_hi))
@@ -213,14 +215,31 @@ def _kept(a: Analysis, t: BiasTarget) -> str:
 def _lost(a: Analysis, t: BiasTarget) -> str:
     """The assumption's cap: 'lost more than C' in the user's terms."""
     if t.measure.kind == "count_units":
-        return f"was left out of more than {fmt(float(t.cap_steps))} groups"
+        return f"was left out of more than {plural(t.cap_steps, 'group')}"
     return f"lost more than {_cap(a, t)}"
 
 
 def _cap(a: Analysis, t: BiasTarget) -> str:
     if t.split > 1:  # the cap is split evenly over the declared groups
-        return f"{fmt(float(t.group_cap_steps * t.grid))}{_of(a, t.measure)} in one group"
-    return f"{fmt(float(t.cap))}{_of(a, t.measure)}"
+        return f"{_qty(a, t.measure, float(t.group_cap_steps * t.grid))} in one group"
+    return _qty(a, t.measure, float(t.cap))
+
+
+def _cap_source(a: Analysis, t: BiasTarget) -> str:
+    """Where the assumption's cap comes from, in words that agree with its figure: C is
+    CAP_FACTOR times what the bounds keep of one unit (dpsql.sql.bias.bias_targets), and with
+    the cap split over K declared groups, C / K in each group (at least one step)."""
+    m, unit = t.measure, a.private.privacy_unit
+    if m.kind == "count_units":
+        return f"{CAP_FACTOR}x the {plural(a.max_groups, 'group')} the bounds keep of one {unit}"
+    kept = _qty(a, m, float(t.cap) / CAP_FACTOR)
+    scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
+    text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
+    if t.split > 1:
+        text += f", shared evenly over the {t.split} groups"
+        if t.group_cap_steps * t.split > t.cap_steps:
+            text += f", at least {_qty(a, m, float(t.grid))}"
+    return text
 
 
 def _alarm(r: Removed, rows: int) -> bool:
@@ -239,10 +258,7 @@ def _assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
             f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond what it allows for. Raise max_rows_per_unit / max_groups_per_unit "
             "in the policy, or ask about fewer rows."
         )
-    return (
-        f"It assumes no {unit} {lost} ({CAP_FACTOR}x what the bounds keep of one {unit})"
-        f"{_pre_join(a)}."
-    )
+    return f"It assumes no {unit} {lost} ({_cap_source(a, t)}){_pre_join(a)}."
 
 
 def _pre_join(a: Analysis) -> str:
@@ -252,8 +268,9 @@ def _pre_join(a: Analysis) -> str:
         return ""
     p, unit = a.pre_join_rows, a.private.privacy_unit
     return (
-        f", and that none has more than {p} rows in one of the joined tables (each keeps at "
-        f"most {p} rows per {unit} before the join; what that leaves out is not estimated)"
+        f", and that none has more than {plural(p, 'row')} in one of the joined tables (each "
+        f"keeps at most {plural(p, 'row')} per {unit} before the join; what that leaves out is "
+        "not estimated)"
     )
 
 
@@ -293,7 +310,7 @@ def _avg_line(
         wr = fmt(n.dropped.half_width(lr))
         line = (
             f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "
-            f"{fmt(count)} rows and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
+            f"{_rows(count)} and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
             f"{col}{per}. "
         )
     line += _assumption(a, mass, t, rows)
@@ -325,7 +342,7 @@ def _avg_why_wide(
         kept = min(kept, max(0.0, vals[1]))
         iv = derive(s, vals, widths)[1]
         noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
-    which = f"In {len(wide)} of {len(ivs)} groups it" if a.group_keys else "It"
+    which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
     why = (
         "the noise alone is that wide"
         if noise_wide == len(wide)

@@ -19,6 +19,7 @@ from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, outer_columns
 from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
+from dpsql.sql.wording import user_sql
 
 __all__ = ["check_row_level", "statistic_for"]
 
@@ -191,7 +192,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
 
     if aq.is_selection_aggregate(node):
         return aq.selection_statistic(ctx, node, check_row_level, _arg_interval, _integral)
-    sql = node.sql("postgres")
+    sql = user_sql(node)
     name = fn.aggregate_name(node)
     if name is None:
         _refuse_aggregate(node)
@@ -244,7 +245,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
 
 
 def _refuse_aggregate(node: exp.Expr) -> NoReturn:
-    sql = node.sql("postgres")
+    sql = user_sql(node)
     if isinstance(node, fn.RAW_VALUE_AGGREGATES):
         raise PrivacyViolation(
             f"{sql} would return raw private values",

@@ -29,6 +29,7 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.sensitivity import literal_value
+from dpsql.sql.wording import user_sql
 
 MAX_BUCKETS = 1024  # grid resolution for quantiles (accuracy costs only ln(B) rows of rank)
 _HINT = (
@@ -86,7 +87,7 @@ def _ordered_arg(node: exp.WithinGroup) -> tuple[exp.Expr, bool]:
     order = node.expression
     items = order.expressions if isinstance(order, exp.Order) else []
     if len(items) != 1:
-        raise UnsupportedSql(f"{node.sql('postgres')}: WITHIN GROUP needs one ORDER BY expression")
+        raise UnsupportedSql(f"{user_sql(node)}: WITHIN GROUP needs one ORDER BY expression")
     item = items[0]
     if isinstance(item, exp.Ordered):
         return item.this, bool(item.args.get("desc"))
@@ -107,7 +108,7 @@ def _target(node: exp.Expr) -> tuple[exp.Expr, Fraction, str]:
     p = _fraction(fn.this) if fn.this is not None else None
     if p is None or not 0 <= p <= 1:
         raise UnsupportedSql(
-            f"{node.sql('postgres')}: the fraction must be a constant between 0 and 1",
+            f"{user_sql(node)}: the fraction must be a constant between 0 and 1",
             hint=_HINT,
         )
     return arg, (1 - p if desc else p), output_name(node)
@@ -121,7 +122,7 @@ def selection_statistic(
     ``ctx`` is the analyzer's column resolver; the three callables are the analyzer's own checks
     (passed in so this module stays independent of the analyzer's internals).
     """
-    sql = node.sql("postgres")
+    sql = user_sql(node)
     if isinstance(node, (exp.Min, exp.Max)) and isinstance(node.this, exp.Distinct):
         node = node.__class__(this=node.this.expressions[0])
     if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.Mode):

@@ -20,6 +20,7 @@ import re
 from sqlglot import exp
 
 SPELLED = "dpsql_spelled"
+WRITTEN = "dpsql_written"  # an aggregate call's text as written (whitespace collapsed)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 # Operators and clauses sqlglot gives a node of their own, as PostgreSQL users write them.
@@ -65,14 +66,74 @@ _SYNTAX: dict[type[exp.Expr], str] = {
 
 
 def spell_functions(tree: exp.Expr, text: str) -> exp.Expr:
-    """Record in place, on every function call of ``tree``, its name as written in ``text``."""
+    """Record in place, on every function call of ``tree``, its name as written in ``text``;
+    on every aggregate call, also its whole text as written (``WRITTEN``: the call with its
+    ``WITHIN GROUP (...)`` and ``FILTER (...)``, whitespace collapsed), read back by
+    :func:`dpsql.sql.wording.user_sql` for notices and messages.
+
+    >>> import sqlglot
+    >>> text = "SELECT variance(amount),  MEDIAN( x ) FILTER (WHERE y > ')')"
+    >>> tree = spell_functions(sqlglot.parse_one(text, read="postgres"), text)
+    >>> [f.meta[WRITTEN] for f in tree.find_all(exp.AggFunc)]
+    ['variance(amount)', "MEDIAN( x ) FILTER (WHERE y > ')')"]
+    """
     for node in tree.find_all(exp.Func):
         start, end = node.meta.get("start"), node.meta.get("end")
         if isinstance(start, int) and isinstance(end, int) and 0 <= start <= end < len(text):
             word = text[start : end + 1]
             if _NAME.fullmatch(word) and text[end + 1 :].lstrip().startswith("("):
                 node.meta[SPELLED] = word
+                if isinstance(node, (exp.AggFunc, exp.Anonymous)):
+                    stop = _call_end(text, end + 1)
+                    if stop is not None:
+                        node.meta[WRITTEN] = " ".join(text[start:stop].split())
     return tree
+
+
+_TRAILER = re.compile(r"\s*(WITHIN\s+GROUP|FILTER)\s*(?=\()", re.IGNORECASE)
+
+
+def _call_end(text: str, i: int) -> int | None:
+    """The end of the call whose argument list opens at or after ``i`` (after its ``WITHIN
+    GROUP (...)`` and ``FILTER (...)``), or None when its brackets don't close."""
+    stop = _bracket_end(text, i)
+    while stop is not None:
+        m = _TRAILER.match(text, stop)
+        if m is None:
+            return stop
+        stop = _bracket_end(text, m.end())
+    return None
+
+
+def _bracket_end(text: str, i: int) -> int | None:
+    """The index after the bracket that closes the first ``(`` at or after ``i`` (skipping
+    quoted strings, quoted identifiers and comments)."""
+    depth, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in "'\"":
+            j = text.find(c, i + 1)
+            while j != -1 and text.startswith(c, j + 1):  # '' and "" escape the quote
+                j = text.find(c, j + 2)
+            if j == -1:
+                return None
+            i = j
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j == -1 else j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = n if j == -1 else j + 1
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        elif depth == 0 and not c.isspace():
+            return None
+        i += 1
+    return None
 
 
 def function_name(node: exp.Func) -> str:

@@ -20,7 +20,7 @@ AMOUNT = "every amount lies in its declared range 0 to 500 (larger values count 
 CLAMPING: list[tuple[str, tuple[str, ...]]] = [
     ("SELECT SUM(amount) / COUNT(*) AS r FROM purchases", ("SUM(amount): ",)),
     ("SELECT category, AVG(amount) FROM purchases GROUP BY category", ("AVG(amount): ",)),
-    ("SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", ("VAR_SAMP(amount): ",)),
+    ("SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", ("VARIANCE(amount): ",)),
     ("SELECT MAX(amount) AS m FROM purchases", ("m: ",)),
     ("WITH c AS (SELECT category, SUM(amount) AS s FROM purchases GROUP BY category) SELECT category, s / 1000 FROM c", ("SUM(amount): ",)),
     ("SELECT r.name, AVG(p.amount) FROM purchases p JOIN regions r ON p.region = r.code GROUP BY r.name", ("AVG(p.amount): ",)),

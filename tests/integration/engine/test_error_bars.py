@@ -130,7 +130,9 @@ def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
     # no unit lost more than the cap (3 rows at most), so the interval's assumption is stated;
     # the over-cap alarm ("does NOT cover") is a noisy test that fires falsely with probability
     # <= dpsql.execute.bias.ALARM = 1e-3 per answer (asserting its absence failed that often)
-    assumption = "It assumes no uid lost more than 4 rows (4x what the bounds keep of one uid)."
+    assumption = (
+        "It assumes no uid lost more than 4 rows (4x the 1 row the bounds keep of one uid)."
+    )
     false_alarm = "But it does NOT cover the truth: about"
     assert assumption in count or false_alarm in count, count
     avg = next(n for n in r.notices if n.startswith("AVG(v)"))
@@ -149,7 +151,7 @@ def test_every_statistic_states_its_half_width(engine: Engine, group: str) -> No
     keys = "g, " if group else ""
     sql = f"SELECT {keys}VARIANCE(v), STDDEV(v), AVG(w) FROM t{group}"
     r = engine.execute(engine.prepare(sql), s)
-    for head in ("VAR_SAMP(v)", "STDDEV(v)", "AVG(w)"):
+    for head in ("VARIANCE(v)", "STDDEV(v)", "AVG(w)"):
         (line,) = [n for n in r.notices if n.startswith(head)]
         assert "95% interval: noise " in line and "±" in line, line
         assert "noise only" in line and "NOT" in line, line
