@@ -54,7 +54,7 @@ from dpsql.execute.prepared import (
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import run_private
 from dpsql.execute.tree import describe_tree, run_tree
-from dpsql.execute.unique_units import catalog_state, still_unique, tables
+from dpsql.execute.unique_units import catalog_state, recheck, tables
 from dpsql.explain.run import describe_explain, prepare_explain, run_explain
 from dpsql.policy.model import Policy
 from dpsql.result import Result, ResultColumn
@@ -392,13 +392,13 @@ class Engine:
         if analysis is None:
             # one round trip: the proof of one row per unit, and the catalog token of the
             # tables that keys what is memoized from the catalog (catalog_token)
-            unique, token = catalog_state(self.backend, a)
-            self._tokens()[tables(a)] = token
-            if unique:
+            state = catalog_state(self.backend, a)
+            self._tokens()[tables(a)] = state.token
+            if state.unique or state.proven:
                 a = (
-                    prepared.unique_analysis
+                    prepared.catalog_analysis(state.unique, state.proven)
                     if a is prepared.analysis
-                    else replace(a, unique_unit=True)
+                    else replace(a, unique_unit=state.unique, proven_bounds=state.proven)
                 )
         eps, mech = eps - spent, session.mechanism
         # a pure function of its inputs: memoized per stable analysis (whose identity is its
@@ -430,12 +430,19 @@ class Engine:
         (:attr:`Analysis.integer_values`), keys of a type in
         :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` hashed as values when a unit's groups
         are ranked (:attr:`Analysis.hashed_keys`)."""
-        still_unique(self.backend, a, "while the statement was being planned")
+        return self.checked_sql(prepared, a)[0]
+
+    def checked_sql(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]:
+        """:meth:`private_sql`, and the analysis it was written from: ``a`` with the catalog's
+        proofs read again (:func:`~dpsql.execute.unique_units.recheck`: a column whose CHECK
+        constraint is gone since the plan is clamped again), which the caller checks once more
+        after the query ran (:func:`~dpsql.execute.unique_units.still_proven`)."""
+        a = recheck(self.backend, a, "while the statement was being planned")
         types = self.group_types(prepared, a)
         ints = private_sql_module.integer_keys(a, types)
         values = private_sql_module.integer_values(group_keys.value_types(self, prepared, a))
         hashed = private_sql_module.hashed_keys(a, types)
-        return private_sql_module.private_sql(
+        text = private_sql_module.private_sql(
             self.caches.sql,
             prepared,
             a,
@@ -443,6 +450,7 @@ class Engine:
             integer_values=values,
             hashed_keys=hashed,
         )
+        return text, a
 
     def _tokens(self) -> dict[tuple[str, ...], str]:
         tokens: dict[tuple[str, ...], str] | None = getattr(self._catalog, "tokens", None)
@@ -458,7 +466,7 @@ class Engine:
         key = tables(a)
         hit = tokens.get(key)
         if hit is None:
-            hit = tokens[key] = catalog_state(self.backend, a)[1]
+            hit = tokens[key] = catalog_state(self.backend, a).token
         return hit
 
     def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:

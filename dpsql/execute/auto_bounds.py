@@ -278,7 +278,9 @@ def histograms(
     numbers off its row, with no grouping (:mod:`dpsql.sql.rewrite.measure_bounds`): the proof
     is read again just before and just after it runs (as for the private query:
     :func:`dpsql.execute.unique_units.still_unique`), so no unit is counted twice."""
-    sql = measure_bounds(a, items).sql("postgres")
+    # clamped whatever the catalog proves of the values (proven_bounds): that proof is read
+    # again only for the answer's own SQL (dpsql.engine.Engine.checked_sql)
+    sql = measure_bounds(replace(a, proven_bounds=()), items).sql("postgres")
     still_unique(engine.backend, a, "while contribution bounds were being planned")
     rows = engine.backend.run(sql, private=True, cancel=cancel).rows
     still_unique(engine.backend, a, "while contribution bounds were being chosen")

@@ -71,10 +71,29 @@ class PrivateQuery(_Parsed):
         the prepared analysis is memoized for this one too (:meth:`is_own`)."""
         return replace(self.analysis, unique_unit=True)
 
+    def catalog_analysis(self, unique: bool, proven: tuple[str, ...]) -> Analysis:
+        """``analysis`` with the catalog's proofs in force: one row per unit (``unique``), the
+        values of columns ``proven`` within their declared bounds (``proven_bounds``:
+        :mod:`dpsql.sql.check_bounds`); one object per statement and proofs, as
+        :attr:`unique_analysis`."""
+        if not proven:
+            return self.unique_analysis if unique else self.analysis
+        variants: dict[tuple[bool, tuple[str, ...]], Analysis] = self.__dict__.setdefault(
+            "_catalog_variants", {}
+        )
+        hit = variants.get((unique, proven))
+        if hit is None:
+            hit = replace(self.analysis, unique_unit=unique, proven_bounds=proven)
+            hit = variants.setdefault((unique, proven), hit)
+        return hit
+
     def is_own(self, a: Analysis) -> bool:
         """Whether ``a`` is this statement's own analysis (no parameters bound, no bounds
-        chosen), with or without the catalog's proof: what is derived from it may be memoized."""
-        return a is self.analysis or a is self.__dict__.get("unique_analysis")
+        chosen), with or without the catalog's proofs: what is derived from it may be
+        memoized."""
+        if a is self.analysis or a is self.__dict__.get("unique_analysis"):
+            return True
+        return any(a is v for v in self.__dict__.get("_catalog_variants", {}).values())
 
 
 @dataclass(frozen=True, kw_only=True)

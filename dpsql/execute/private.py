@@ -341,14 +341,14 @@ def measure(
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
     if isinstance(plan, SetsPlan):
         return run_sets(engine, prepared, plan, cancel)
-    from dpsql.execute.unique_units import still_unique
+    from dpsql.execute.unique_units import still_proven
 
-    a = plan.analysis
-    text = salted(engine.private_sql(prepared, a))  # a fresh salt for each execution
-    got = engine.backend.run(text, private=True, cancel=cancel)
-    # the catalog's proof of one row per unit, read just before the query, is read again now,
-    # before anything is released (nothing of ``got`` leaves on a refusal)
-    still_unique(engine.backend, a, "while the statement ran")
+    text, a = engine.checked_sql(prepared, plan.analysis)
+    got = engine.backend.run(salted(text), private=True, cancel=cancel)  # a fresh salt each time
+    # the catalog's proofs the SQL took (one row per unit, values within their bounds), read
+    # just before the query, are read again now, before anything is released (nothing of
+    # ``got`` leaves on a refusal)
+    still_proven(engine.backend, a, "while the statement ran")
     return got
 
 

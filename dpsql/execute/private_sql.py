@@ -96,7 +96,15 @@ def private_sql(
         memo,
         prepared,
         a,
-        ("private", prepared.text, a.unique_unit, integer_keys, integer_values, hashed_keys),
+        (
+            "private",
+            prepared.text,
+            a.unique_unit,
+            a.proven_bounds,
+            integer_keys,
+            integer_values,
+            hashed_keys,
+        ),
         lambda: bounded_sql(
             prepared,
             replace(

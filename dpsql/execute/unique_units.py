@@ -31,10 +31,13 @@ whoever can change the table's schema is trusted.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, NoReturn
 
 from psycopg import sql as pgsql
 
+from dpsql.execute import checked_bounds
+from dpsql.sql import check_bounds
 from dpsql.sql.analysis import Analysis
 
 if TYPE_CHECKING:
@@ -78,22 +81,43 @@ def _regclass(table: str) -> pgsql.Composable:
     return pgsql.SQL("pg_catalog.to_regclass({})::pg_catalog.oid").format(pgsql.Literal(name))
 
 
-def catalog_state(backend: Backend, a: Analysis) -> tuple[bool, str]:
-    """Whether the catalog proves one row per unit (:func:`unit_is_unique`) and the catalog
-    token of ``a``'s tables (:data:`CATALOG_TOKEN_SQL`), read in one round trip (a text that
-    starts with :data:`CATALOG_STATE_PREFIX`)."""
+@dataclass(frozen=True)
+class CatalogState:
+    """What the engine reads of the catalog when it plans a statement (one round trip)."""
+
+    unique: bool  # one row per unit (:func:`unit_is_unique`)
+    token: str  # :data:`CATALOG_TOKEN_SQL`
+    proven: tuple[str, ...]  # columns within their declared bounds (dpsql.sql.check_bounds)
+
+
+def catalog_state(backend: Backend, a: Analysis) -> CatalogState:
+    """Whether the catalog proves one row per unit (:func:`unit_is_unique`), which columns'
+    values it proves within their declared bounds (:mod:`dpsql.execute.checked_bounds`) and the
+    catalog token of ``a``'s tables (:data:`CATALOG_TOKEN_SQL`), read in one round trip (a text
+    that starts with :data:`CATALOG_STATE_PREFIX`)."""
     unique = (a.table, a.private.privacy_unit) if eligible(a) else None
-    rows = backend.run(_state_sql(tables(a), unique), private=False).rows
-    return bool(rows and rows[0][1]), str(rows[0][0]) if rows else ""
+    columns = check_bounds.candidates(a)
+    checks = (a.table, columns) if columns else None
+    rows = backend.run(_state_sql(tables(a), unique, checks), private=False).rows
+    if not rows:
+        return CatalogState(False, "", ())
+    proven = checked_bounds.proven(a, columns, rows[0][2]) if columns else ()
+    return CatalogState(bool(rows[0][1]), str(rows[0][0]), proven)
 
 
 @functools.lru_cache(maxsize=1024)
-def _state_sql(names: tuple[str, ...], unique: tuple[str, str] | None) -> str:
+def _state_sql(
+    names: tuple[str, ...],
+    unique: tuple[str, str] | None,
+    checks: tuple[str, tuple[str, ...]] | None = None,
+) -> str:
     """:func:`catalog_state`'s statement for tables ``names`` (and the proof of one row per
-    ``unique`` = (table, unit), else false), composed once per statement shape."""
+    ``unique`` = (table, unit), else false; the CHECK constraints of ``checks`` = (table,
+    columns), else NULL), composed once per statement shape."""
     token = CATALOG_TOKEN_SQL.format(tables=pgsql.SQL(", ").join(map(_regclass, names)))
     proof = _unique_sql(*unique) if unique is not None else pgsql.SQL("SELECT false")
-    return pgsql.SQL("SELECT ({}), ({})").format(token, proof).as_string(None)
+    bounds = checked_bounds.checks_sql(*checks) if checks else pgsql.SQL("SELECT NULL")
+    return pgsql.SQL("SELECT ({}), ({}), ({})").format(token, proof, bounds).as_string(None)
 
 
 CATALOG_STATE_PREFIX = "SELECT (" + CATALOG_TOKEN_SQL.as_string(None).split("{")[0]
@@ -132,9 +156,57 @@ def still_unique(backend: Backend, a: Analysis, when: str) -> None:
     # a per-unit derived table (one_row_per_unit) has one row per unit by construction
     if not a.unique_unit or a.one_row_per_unit or unit_is_unique(backend, a):
         return
+    _gone(a, when)
+
+
+def _gone(a: Analysis, when: str) -> NoReturn:
     from dpsql.errors import ObjectNotInPrerequisiteState
 
     raise ObjectNotInPrerequisiteState(
         f"the key of {a.table} that proved one row per {a.private.privacy_unit} was dropped {when}",
         hint="run the statement again",
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _recheck_sql(unique: tuple[str, str] | None, checks: tuple[str, tuple[str, ...]] | None) -> str:
+    proof = _unique_sql(*unique) if unique is not None else pgsql.SQL("SELECT true")
+    bounds = checked_bounds.checks_sql(*checks) if checks else pgsql.SQL("SELECT NULL")
+    return pgsql.SQL("SELECT ({}), ({})").format(proof, bounds).as_string(None)
+
+
+def recheck(backend: Backend, a: Analysis, when: str) -> Analysis:
+    """The catalog's proofs the plan of ``a`` took, read again (one statement, none when it took
+    none): a unique key gone refuses the statement (55000, as :func:`still_unique`); a column no
+    longer proven within its bounds (a CHECK constraint dropped, or replaced by a NOT VALID
+    one) is dropped from ``a.proven_bounds``, so the SQL clamps it again. ``a`` itself when
+    nothing changed (what is memoized for it stays in use)."""
+    need_unique = a.unique_unit and not a.one_row_per_unit
+    if not need_unique and not a.proven_bounds:
+        return a
+    if need_unique and not eligible(a):
+        _gone(a, when)
+    unique = (a.table, a.private.privacy_unit) if need_unique else None
+    checks = (a.table, a.proven_bounds) if a.proven_bounds else None
+    rows = backend.run(_recheck_sql(unique, checks), private=False).rows
+    if need_unique and not (rows and rows[0][0]):
+        _gone(a, when)
+    now = checked_bounds.proven(a, a.proven_bounds, rows[0][1] if rows else None)
+    return a if now == a.proven_bounds else replace(a, proven_bounds=now)
+
+
+def still_proven(backend: Backend, a: Analysis, when: str) -> None:
+    """Refuse (55000) a statement whose private query ran with the catalog's proofs in ``a``
+    (one row per unit; the values of ``a.proven_bounds`` within their bounds, unclamped) when
+    the catalog no longer shows one of them (read after the query, before anything is
+    released)."""
+    now = recheck(backend, a, when).proven_bounds
+    if now != a.proven_bounds:
+        from dpsql.errors import ObjectNotInPrerequisiteState
+
+        gone = ", ".join(c for c in a.proven_bounds if c not in now)
+        raise ObjectNotInPrerequisiteState(
+            f"the CHECK constraint of {a.table} that proved the declared bounds of {gone} was "
+            f"dropped {when}",
+            hint="run the statement again",
+        )

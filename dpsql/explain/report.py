@@ -337,6 +337,13 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
             f" (the catalog proves one row per {a.private.privacy_unit}: a unique key; nothing "
             "is dropped, so no epsilon is spent estimating dropped rows)"
         )
+    proven = [(c, a.private.columns[c]) for c in a.proven_bounds if c in a.private.columns]
+    if proven:
+        ranges = ", ".join(f"{c} in [{_fmt(col.lo)}, {_fmt(col.hi)}]" for c, col in proven)
+        contribution += (
+            f" (the catalog proves {ranges}: a validated CHECK constraint; values clamped into "
+            "exactly these declared bounds are read unclamped)"
+        )
     sel = None
     if plan.selection is not None:
         ps = plan.selection

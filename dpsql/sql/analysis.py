@@ -179,6 +179,13 @@ class Analysis:
     # when it plans the statement (read again before the private query runs), never by the
     # analyzer. The rewrite then skips bounding; the plan estimates clamped mass only.
     unique_unit: bool = False
+    # The columns of ``table`` whose values the catalog proves lie within their declared bounds
+    # (validated CHECK constraints: dpsql.sql.check_bounds), set by the engine when it plans the
+    # statement and read again just before the private query runs (a proof gone since is dropped
+    # from here: those columns are clamped again) and once more after it (dpsql.execute.
+    # unique_units.still_proven). The rewrite emits such a column's value without its clamp when
+    # the clamp is into exactly the declared bounds (dpsql.sql.rewrite.clamp_values).
+    proven_bounds: tuple[str, ...] = ()
     # The group keys (indexes into group_keys) whose PostgreSQL type is an integer type (int2,
     # int4, int8), from the engine's zero-row type probe (dpsql.execute.group_keys.group_types),
     # set just before the private query runs. Their declared keys are then compared as integers

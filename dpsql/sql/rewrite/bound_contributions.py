@@ -57,11 +57,20 @@ def value_sql(a: Analysis, m: Measure) -> exp.Expr:
     assert m.arg is not None
     arg = make_total(m.arg, a.column)
     if integer_quantile(a, m):
-        return integer_clamp(arg, m)
+        return arg if _proven_column(a, arg, m) else integer_clamp(arg, m)
     if m.kind in ("sum", "sum_centered", "sum_sq_centered", "quantile"):
-        v = clamp_values(arg, a.column, m.lo, m.hi)
+        v = clamp_values(arg, a.column, m.lo, m.hi, a.proven_bounds)
         return exp.Round(this=v) if m.kind == "sum" and m.integral else v
     return arg
+
+
+def _proven_column(a: Analysis, arg: exp.Expr, m: Measure) -> bool:
+    """``arg`` is a column whose values the catalog proves lie in its declared bounds
+    (``a.proven_bounds``), and ``m`` clamps it into exactly those bounds."""
+    if not isinstance(arg, exp.Column) or arg.name not in a.proven_bounds:
+        return False
+    col = a.column(arg)
+    return col is not None and col.bounds is not None and (col.lo, col.hi) == (m.lo, m.hi)
 
 
 def integer_quantile(a: Analysis, m: Measure) -> bool:
@@ -444,13 +453,14 @@ def _outside_flags(
     true when one of them lies outside its declared bounds (its clamp changes it); NULL
     values are not outside (the clamp keeps them NULL)."""
     from dpsql.sql.bias import bias_targets
-    from dpsql.sql.rewrite.measure_dropped import outside_sql
+    from dpsql.sql.rewrite.measure_dropped import never, outside_sql
 
     out: dict[int, exp.Expr] = {}
     for t in bias_targets(a):
         cond = outside_sql(a, t)
         if cond is not None:
-            out[t.index] = _value_column(cond, inner, vcols)
+            # the constant FALSE of proven columns needs no column of its own
+            out[t.index] = cond if never(cond) else _value_column(cond, inner, vcols)
     return out
 
 

@@ -44,15 +44,21 @@ from dpsql.sql.rewrite.make_total import make_total
 
 def outside_sql(a: Analysis, t: BiasTarget) -> exp.Expr | None:
     """A row-level condition, true when one of target ``t``'s ``declared`` columns lies outside
-    its declared bounds (``c > hi OR c < lo``, NULL for a NULL value); None without any."""
+    its declared bounds (``c > hi OR c < lo``, NULL for a NULL value); None without any;
+    ``FALSE`` when the catalog proves every one of them within its bounds (``a.proven_bounds``:
+    :mod:`dpsql.sql.check_bounds`), so no row is outside."""
     conds: list[exp.Expr] = []
     seen: set[str] = set()
     arg = t.measure.arg
     if arg is None or not t.declared:
         return None
+    proven = False
     for c in arg.find_all(exp.Column):
         col = a.column(c)
         if c.name not in t.declared or col is None or col.bounds is None:
+            continue
+        if c.name in a.proven_bounds:
+            proven = True
             continue
         v = make_total(c, a.column)
         if v.sql("postgres") in seen:
@@ -62,11 +68,21 @@ def outside_sql(a: Analysis, t: BiasTarget) -> exp.Expr | None:
             exp.GT(this=v.copy(), expression=numeric(col.hi)),
             exp.LT(this=v.copy(), expression=numeric(col.lo)),
         ]
-    return exp.Paren(this=exp.or_(*conds)) if conds else None
+    if not conds:
+        return exp.false() if proven else None
+    return exp.Paren(this=exp.or_(*conds))
+
+
+def never(flag: exp.Expr) -> bool:
+    """``flag`` is the constant ``FALSE`` (:func:`outside_sql` of proven columns)."""
+    return isinstance(flag, exp.Boolean) and not flag.this
 
 
 def outside_count(flag: exp.Expr) -> exp.Expr:
-    """``COUNT(*) FILTER (WHERE flag)``: the rows (units, groups) where ``flag`` holds."""
+    """``COUNT(*) FILTER (WHERE flag)``: the rows (units, groups) where ``flag`` holds (0 for
+    the constant ``FALSE``)."""
+    if never(flag):
+        return exp.Literal.number(0)
     return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=flag.copy()))
 
 

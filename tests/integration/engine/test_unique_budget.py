@@ -162,16 +162,16 @@ def test_a_key_dropped_while_the_query_runs_refuses(
     counts unit 0 twice under a sensitivity of 1 row."""
     engine, _ = charged
     sql = "SELECT COUNT(*) FROM pk"
-    checked = engine.private_sql
+    checked = engine.checked_sql
 
-    def drop_after_check(prepared: PrivateQuery, a: Analysis) -> str:
-        text = checked(prepared, a)  # reads the proof: the check before the query
+    def drop_after_check(prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]:
+        got = checked(prepared, a)  # reads the proof: the check before the query
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ALTER TABLE pk DROP CONSTRAINT pk_pkey")
             conn.execute("INSERT INTO pk VALUES (0, 'a', 1, 1)")
-        return text
+        return got
 
-    monkeypatch.setattr(engine, "private_sql", drop_after_check)
+    monkeypatch.setattr(engine, "checked_sql", drop_after_check)
     try:
         with pytest.raises(ObjectNotInPrerequisiteState, match="while the statement ran"):
             engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
