@@ -18,7 +18,6 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -30,7 +29,7 @@ from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.errors import InternalError, UnsupportedSql
-from dpsql.execute import group_keys, prepare, public_sql, shadows
+from dpsql.execute import group_keys, planning, prepare, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
@@ -368,48 +367,7 @@ class Engine:
         """The query's (epsilon, delta) from the session, the analyst and the policy, validated."""
         return privacy_params_module.privacy_params(self.policy, session, a)
 
-    def plan(
-        self,
-        prepared: PrivateQuery,
-        session: SessionContext,
-        params: Sequence[Any] = (),
-        *,
-        analysis: Analysis | None = None,
-        spent: Fraction = Fraction(0),
-    ) -> Plan | SetsPlan:
-        """The DP plan of a private statement under the session's (epsilon, delta, mechanism).
-
-        ``analysis``: the statement's analysis with its ``auto`` contribution bounds chosen
-        (:mod:`dpsql.execute.auto_bounds`), derived from an earlier plan's; ``spent``: the
-        epsilon choosing them took out of the statement's, which the measurement then does not
-        get. Without ``analysis`` the catalog is read: when it proves one row per unit
-        (:mod:`dpsql.execute.unique_units`) the plan spends nothing on rows dropped by bounding
-        (none are: :func:`dpsql.sql.bias.bias_targets`), and :meth:`private_sql` checks the
-        proof again before the private query runs.
-        """
-        a = analysis if analysis is not None else self.analysis(prepared, params)
-        eps, delta = self.privacy_params(session, a)  # refused before anything is read
-        if analysis is None:
-            # one round trip: the proof of one row per unit, and the catalog token of the
-            # tables that keys what is memoized from the catalog (catalog_token)
-            state = catalog_state(self.backend, a)
-            self._tokens()[tables(a)] = state.token
-            if state.unique or state.proven:
-                a = (
-                    prepared.catalog_analysis(state.unique, state.proven)
-                    if a is prepared.analysis
-                    else replace(a, unique_unit=state.unique, proven_bounds=state.proven)
-                )
-        eps, mech = eps - spent, session.mechanism
-        # a pure function of its inputs: memoized per stable analysis (whose identity is its
-        # bounds and the catalog's proof) and the session's epsilon, delta and mechanism
-        return private_sql_module.memoized(
-            self.caches.sql,
-            prepared,
-            a,
-            ("plan", eps, delta, mech),
-            lambda: self.plan_analysis(a, eps, delta, mech),
-        )
+    plan = planning.plan  # the DP plan of a private statement (dpsql.execute.planning)
 
     def plan_analysis(
         self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str
@@ -452,7 +410,9 @@ class Engine:
         )
         return text, a
 
-    def _tokens(self) -> dict[tuple[str, ...], str]:
+    def catalog_tokens(self) -> dict[tuple[str, ...], str]:
+        """The catalog tokens (:meth:`catalog_token`) read during the statement this thread
+        runs now, by the tables they are of."""
         tokens: dict[tuple[str, ...], str] | None = getattr(self._catalog, "tokens", None)
         if tokens is None:
             tokens = self._catalog.tokens = {}
@@ -462,7 +422,7 @@ class Engine:
         """The catalog state of ``a``'s tables (:data:`~dpsql.execute.unique_units.
         CATALOG_TOKEN_SQL`) as read during the statement this thread runs now: by its plan, in
         the round trip of the one-row-per-unit proof, else here (a tree's leaves, describe)."""
-        tokens = self._tokens()
+        tokens = self.catalog_tokens()
         key = tables(a)
         hit = tokens.get(key)
         if hit is None:

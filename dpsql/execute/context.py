@@ -4,7 +4,7 @@
 with itself; they see it through :class:`EngineContext`, so no stage imports :mod:`dpsql.engine`
 (the engine imports the stages, never the reverse: no import circle). The members are the
 engine's state (policy, backend, caches, ledger) and the steps a stage repeats for a part of its
-statement (a tree's leaf, an EXPLAIN's inner statement): scope, prepare, plan, run.
+statement (a tree's leaf, an EXPLAIN's inner statement): scope, prepare, analyze, plan, run.
 """
 
 from __future__ import annotations
@@ -71,15 +71,7 @@ class EngineContext(Executes, Protocol):
 
     def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]: ...
 
-    def plan(
-        self,
-        prepared: PrivateQuery,
-        session: SessionContext,
-        params: Sequence[Any] = (),
-        *,
-        analysis: Analysis | None = None,
-        spent: Fraction = Fraction(0),
-    ) -> Plan | SetsPlan: ...
+    def analysis(self, prepared: PrivateQuery, params: Sequence[Any]) -> Analysis: ...
 
     def plan_analysis(
         self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str
@@ -90,6 +82,8 @@ class EngineContext(Executes, Protocol):
     def checked_sql(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]: ...
 
     def catalog_token(self, a: Analysis) -> str: ...
+
+    def catalog_tokens(self) -> dict[tuple[str, ...], str]: ...
 
     def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]: ...
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import Cost
 from dpsql.errors import UnsupportedSql
-from dpsql.execute import key_texts, privacy_params
+from dpsql.execute import key_texts, planning, privacy_params
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish
 from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
@@ -126,7 +126,7 @@ def run_private(
     from dpsql.execute import auto_bounds
     from dpsql.sql.auto_bounds import apply_bounds
 
-    plan = engine.plan(prepared, session, params)
+    plan = planning.plan(engine, prepared, session, params)
     a = plan.analysis
     pend = auto_bounds.pending(engine, prepared, session, a)
     if not pend.needed:
@@ -134,8 +134,12 @@ def run_private(
     statement_eps = plan.epsilon
     key = auto_cache_key(engine, prepared, plan, params, session.mechanism)
     if engine.ledger is not None and not pend.missing:
-        plan = engine.plan(
-            prepared, session, params, analysis=with_stored_bounds(engine, prepared, a, pend)
+        plan = planning.plan(
+            engine,
+            prepared,
+            session,
+            params,
+            analysis=with_stored_bounds(engine, prepared, a, pend),
         )
     elif engine.ledger is not None and engine.ledger.has_answer(session.analyst, key):
         pass  # answered from the store below: nothing measured
@@ -143,7 +147,8 @@ def run_private(
         # one statement, one charge: the answer's cost (the statement's epsilon less the slice;
         # it does not depend on the bounds chosen) is reserved with the bound choices, before
         # any data is read (auto_bounds.measure); the checks that need no budget come first
-        rest = engine.plan(
+        rest = planning.plan(
+            engine,
             prepared,
             session,
             params,
@@ -157,8 +162,8 @@ def run_private(
         )
         resolved = apply_bounds(a, bounds)
         try:
-            plan = engine.plan(
-                prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent
+            plan = planning.plan(
+                engine, prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent
             )
         except BaseException:
             if held is not None and engine.ledger is not None:

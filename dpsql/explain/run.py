@@ -26,7 +26,7 @@ from dpsql.errors import (
     SqlSyntaxError,
     UnsupportedSql,
 )
-from dpsql.execute import auto_bounds, privacy_params
+from dpsql.execute import auto_bounds, planning, privacy_params
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -153,7 +153,7 @@ def _explain_private(
     if isinstance(inner, TreeQuery):  # several DP leaves: dpsql.explain.tree
         conf = privacy_params.confidence(engine.policy, session)
         return explain_tree(engine, inner, opts, session, params, conf)
-    plan = engine.plan(inner, session, params)  # epsilon/delta refused as at execution
+    plan = planning.plan(engine, inner, session, params)  # epsilon/delta refused as at execution
     auto_text = None
     key = cache_key(engine, inner, plan, params)
     bounds: list[Cost] = []  # the bound choices running it would charge (one release each)
@@ -172,7 +172,7 @@ def _explain_private(
             auto_text = small.fallback
         shown = small if small is not None else auto_bounds.with_defaults(pend)
         resolved = apply_bounds(plan.analysis, shown)
-        plan = engine.plan(inner, session, params, analysis=resolved, spent=spent)
+        plan = planning.plan(engine, inner, session, params, analysis=resolved, spent=spent)
     conf = privacy_params.confidence(engine.policy, session)
     rep = report(inner.text, plan, conf)
     budget = budget_status(engine, session, plan, key, bounds)
