@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -21,10 +20,11 @@ class ResultColumn:
 
 @dataclass(frozen=True)
 class Result:
-    """A statement's outcome. ``rows`` hold Python values (psycopg's loaders decoded them)."""
+    """A statement's outcome. ``rows`` hold Python values (psycopg's loaders decoded them;
+    the wire encodes each by its column's type)."""
 
     columns: tuple[ResultColumn, ...]
-    rows: list[tuple[Any, ...]]
+    rows: list[tuple[object, ...]]
     command_tag: str
     notices: tuple[str, ...] = ()
     epsilon_spent: float = 0.0

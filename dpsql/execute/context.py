@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any, Protocol
+from typing import Protocol
 
 from dpsql.budget.api import BudgetLedger
 from dpsql.dp.noise_source import NoiseSource
@@ -63,15 +63,15 @@ class EngineContext(Executes, Protocol):
 
     def column_order(self, table: str) -> tuple[str, ...]: ...
 
-    def bound_limit(self, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared: ...
+    def bound_limit(self, prepared: DeferredQuery, params: Sequence[object]) -> Prepared: ...
 
     def runnable_sql(
-        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
     ) -> str: ...
 
     def privacy_params(self, session: SessionContext, a: Analysis) -> tuple[Fraction, Fraction]: ...
 
-    def analysis(self, prepared: PrivateQuery, params: Sequence[Any]) -> Analysis: ...
+    def analysis(self, prepared: PrivateQuery, params: Sequence[object]) -> Analysis: ...
 
     def plan_analysis(
         self, a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str
