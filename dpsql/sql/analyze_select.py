@@ -26,6 +26,7 @@ from dpsql.sql.analyze_aggregates import (
 from dpsql.sql.group_domain import group_key, narrow_by_where
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
+from dpsql.sql.refusal_text import raw_column
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 
 DP_TABLE = "_dp"
@@ -262,17 +263,9 @@ class _Outer:
                     return n
                 col = self.ctx.column(n)
                 src = self.ctx.source(n)
-                what = (
-                    "an identifier"
-                    if col.identifier
-                    else "a private column"
-                    if src.private
-                    else "a column of a joined table"
-                )
-                raise PrivacyViolation(
-                    f"column {src.table}.{n.name} is {what} and can't be selected raw in {where}",
-                    hint="aggregate it (COUNT, SUM, AVG...) or GROUP BY a column with declared keys",
-                )
+                table = src.table.removeprefix("public.")
+                grouped = bool(self.keys or self.sets)
+                raise raw_column(n.name, table, col, src.private is not None, where, grouped)
             if isinstance(n, (exp.Select, exp.Subquery)):
                 raise UnsupportedSql(
                     f"subqueries are not supported in {where} yet",

@@ -40,6 +40,7 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.blocks import contains, is_aggregate_block, private_tables, selects_below
 from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
+from dpsql.sql.refusal_text import answer_in_expression
 from dpsql.sql.tables import cte_body, referenced_tables
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
@@ -222,6 +223,10 @@ def series_limit(s: exp.Select, leaves: Sequence[exp.Select], policy: Policy) ->
     Raises:
         UnsupportedSql: any other way of reading a leaf's answer inside a private block.
     """
+    for sub in s.find_all(exp.Select):
+        n = leaf_number(sub)
+        if n is not None and not _in_from(sub, s):
+            raise answer_in_expression(s, sub, leaves[n])
     found = []
     for j in s.args.get("joins") or []:
         body = j.this.this if isinstance(j.this, exp.Subquery) else None
@@ -259,6 +264,15 @@ def series_limit(s: exp.Select, leaves: Sequence[exp.Select], policy: Policy) ->
     out = standalone(s)
     out.set("joins", [x.copy() for x in block.args.get("joins") or []] or None)
     return KeyLink(source, column or "", expr.copy(), out)
+
+
+def _in_from(node: exp.Expr, block: exp.Select) -> bool:
+    """``node`` is (inside) a FROM or JOIN item of ``block``, not an expression of it."""
+    while node.parent is not None and node is not block:
+        if isinstance(node, (exp.From, exp.Join)) and node.parent is block:
+            return True
+        node = node.parent
+    return False
 
 
 def _leaf_key_column(leaf: exp.Select) -> str | None:

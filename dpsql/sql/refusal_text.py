@@ -1,0 +1,156 @@
+"""Refusals that say plainly why and what to write instead, in the user's own SQL.
+
+Two shapes a new user tries first and used to get a hint about something else:
+
+* a raw column of a private table in the select list (``SELECT email FROM purchases``): why
+  (its values are never returned, one row or one person at a time) and what answers the same
+  question (:func:`raw_column`);
+* another query's answer inside a private block (``WHERE amount > (SELECT AVG(amount) FROM
+  purchases)``, ``HAVING COUNT(*) > (SELECT ...)``): why (that answer is itself a noisy release,
+  and the rows a private query aggregates are chosen by constants and public tables only) and
+  what to write instead, with the user's own subquery (:func:`answer_in_expression`).
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.policy import Column as PolicyColumn
+from dpsql.sql.wording import plain_sql
+
+_SHORT = 100
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
+
+
+def raw_column(
+    name: str, table: str, col: PolicyColumn | None, private: bool, where: str, grouped: bool
+) -> PrivacyViolation:
+    """A column of ``table`` selected raw in ``where`` (not aggregated, not a GROUP BY key).
+
+    >>> from dpsql.policy import Column
+    >>> e = raw_column("email", "purchases", Column(type="text", identifier=True), True, "the select list", False)
+    >>> e.message
+    'column email of private table purchases identifies a person: dpsql never returns its values, only noisy aggregates'
+    >>> e.hint
+    'count them instead: SELECT COUNT(DISTINCT email) FROM purchases'
+    """
+    if col is not None and col.identifier:
+        return PrivacyViolation(
+            f"column {name} of private table {table} identifies a person: dpsql never returns "
+            "its values, only noisy aggregates",
+            hint=f"count them instead: SELECT COUNT(DISTINCT {name}) FROM {table}",
+        )
+    if not private:
+        return PrivacyViolation(
+            f"column {name} of public table {table} is not a GROUP BY key of this query: joined "
+            "to private rows, selecting it raw would return them row by row",
+            hint=f"GROUP BY it: SELECT {name}, COUNT(*) FROM ... GROUP BY {name}",
+        )
+    why = (
+        f"column {name} of private table {table} can't be returned row by row: dpsql answers "
+        "with noisy aggregates only"
+    )
+    if grouped:
+        why += f", and {name} is not a GROUP BY key of this query"
+    if col is not None and (col.keys or col.keys_from):
+        hint = f"group by it and count: SELECT {name}, COUNT(*) FROM {table} GROUP BY {name}"
+    elif col is not None and col.bounds is not None and col.family in ("integer", "numeric"):
+        hint = (
+            f"aggregate it: SELECT AVG({name}), SUM({name}), MEDIAN({name}) FROM {table}; or "
+            f"count its values: SELECT {name}, COUNT(*) FROM {table} GROUP BY {name}"
+        )
+    elif col is not None and col.bounds is not None:  # dates and timestamps
+        hint = (
+            f"aggregate it: SELECT MIN({name}), MAX({name}) FROM {table}; or count by period: "
+            f"SELECT date_trunc('month', {name}), COUNT(*) FROM {table} GROUP BY 1"
+        )
+    else:
+        hint = (
+            f"aggregate it (SELECT COUNT({name}) FROM {table}), or count its values: "
+            f"SELECT {name}, COUNT(*) FROM {table} GROUP BY {name}"
+        )
+    if grouped:
+        numeric = (
+            col is not None and col.bounds is not None and col.family in ("integer", "numeric")
+        )
+        keyed = col is not None and bool(col.keys or col.keys_from)
+        call = (
+            f"AVG({name})" if numeric else f"COUNT(DISTINCT {name})" if keyed else f"COUNT({name})"
+        )
+        hint = f"add {name} to GROUP BY, or aggregate it, e.g. {call}"
+    return PrivacyViolation(why, hint=hint)
+
+
+def answer_in_expression(block: exp.Select, sub: exp.Expr, inner: exp.Select) -> UnsupportedSql:
+    """``sub`` (a placeholder of the aggregate ``inner``) is read inside an expression of the
+    private ``block`` (WHERE, HAVING, the select list), not joined to it."""
+    holder = sub.parent if isinstance(sub.parent, exp.Subquery) else sub
+    use = holder.parent if holder.parent is not None else holder
+    clause = "the select list"
+    node: exp.Expr | None = holder
+    while node is not None and node is not block:
+        if isinstance(node, exp.Where):
+            clause = "WHERE"
+            break
+        if isinstance(node, exp.Having):
+            clause = "HAVING"
+            break
+        node = node.parent
+    inner_sql = _short(plain_sql(inner))
+    many = isinstance(use, exp.In)
+    shown = use.copy()
+    for s in list(shown.find_all(exp.Subquery, exp.Select)):
+        if any(_placeholder(t) for t in s.find_all(exp.Table)):
+            s.replace(exp.var(f"({inner_sql})"))
+            break
+    written = _short(plain_sql(shown)) if use is not block else f"({inner_sql})"
+    if clause == "WHERE":
+        constant = use.copy()
+        for s in list(constant.find_all(exp.Subquery, exp.Select)):
+            if any(_placeholder(t) for t in s.find_all(exp.Table)):
+                s.replace(exp.var("(<its values>)" if many else "<its answer>"))
+                break
+        after = _short(plain_sql(constant)) if use is not block else "a constant"
+        return UnsupportedSql(
+            f"WHERE {written} is not supported: the rows a private query aggregates are chosen "
+            "by constants and public tables only, and another aggregate's answer is itself a "
+            "noisy release",
+            hint=f"run {inner_sql} on its own first, then write its answer"
+            f"{'s' if many else ''} into the filter as {'constants' if many else 'a constant'}: "
+            f"WHERE {after}"
+            + ("; a column with declared keys is filtered by its keys at no cost" if many else ""),
+        )
+    outer = block.copy()
+    if clause == "HAVING":
+        outer.set("having", None)
+    else:
+        outer.set(
+            "expressions",
+            [
+                e
+                for e in outer.expressions
+                if not any(_placeholder(t) for t in e.find_all(exp.Table))
+            ],
+        )
+    b = inner.copy()
+    if len(b.expressions) == 1 and not isinstance(b.expressions[0], exp.Alias):
+        b.set("expressions", [exp.alias_(b.expressions[0], "v")])
+    a_sql = plain_sql(outer) if outer.expressions else "SELECT ... FROM ... GROUP BY ..."
+    having = clause == "HAVING"
+    where = f"HAVING {written}" if having else f"a subquery in the select list, {written},"
+    return UnsupportedSql(
+        f"{where} is not supported: a private aggregate can't read another query's answer "
+        "inside its own SELECT",
+        hint=f"compute each in a CTE of its own and {'compare' if having else 'combine'} them "
+        f"in the outer SELECT: WITH a AS ({_short(a_sql)}), b AS ({_short(plain_sql(b))}) "
+        f"SELECT {'... FROM a CROSS JOIN b WHERE ...' if having else 'a.*, b.v FROM a CROSS JOIN b'}"
+        " (each CTE is answered privately; the outer SELECT only reads their noisy answers)",
+    )
+
+
+def _placeholder(t: exp.Table) -> bool:
+    return str(t.name).startswith("_dpsql_")

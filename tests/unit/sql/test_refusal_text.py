@@ -1,0 +1,114 @@
+"""Refusals a new user meets first say plainly why and what to write instead (dpsql/sql/refusal_text.py).
+
+A raw column of a private table, and another query's answer read inside a private block: each
+keeps its SQLSTATE; the message says why in the user's terms (their column and table, their
+subquery), the hint gives a statement to write instead. The hints' statements are themselves
+answered (checked by parsing and analysing them). No database.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dpsql.demo import POLICY
+from dpsql.errors import DpsqlError
+from dpsql.policy import load_policy
+from dpsql.sql.analyze import analyze
+from dpsql.sql.parse import parse_statement
+from dpsql.sql.tree import split
+
+POL = load_policy(POLICY)
+
+
+def refusal(sql: str) -> DpsqlError:
+    tree = parse_statement(sql).tree
+    assert tree is not None
+    with pytest.raises(DpsqlError) as info:
+        if split(tree, POL, analyze) is None:
+            analyze(tree, POL)
+    return info.value
+
+
+def answered(sql: str) -> None:
+    tree = parse_statement(sql).tree
+    assert tree is not None
+    if split(tree, POL, analyze) is None:
+        assert analyze(tree, POL).statistics
+
+
+RAW = [  # (statement, sqlstate, words of the message, the statement the hint suggests)
+    ("SELECT email FROM purchases", "42501", "email of private table purchases identifies a person",
+     "SELECT COUNT(DISTINCT email) FROM purchases"),
+    ("SELECT user_id FROM purchases", "42501", "user_id of private table purchases identifies a person",
+     "SELECT COUNT(DISTINCT user_id) FROM purchases"),
+    ("SELECT amount FROM purchases", "42501", "amount of private table purchases can't be returned row by row",
+     "SELECT AVG(amount), SUM(amount), MEDIAN(amount) FROM purchases"),
+    ("SELECT category FROM public.purchases ORDER BY category LIMIT 1000", "42501",
+     "category of private table purchases can't be returned row by row",
+     "SELECT category, COUNT(*) FROM purchases GROUP BY category"),
+    ("SELECT purchased_at FROM purchases", "42501", "can't be returned row by row",
+     "SELECT MIN(purchased_at), MAX(purchased_at) FROM purchases"),
+    ("SELECT category, amount FROM purchases GROUP BY category", "42501",
+     "amount is not a GROUP BY key of this query", None),
+    ("SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = p.region", "42501",
+     "name of public table regions is not a GROUP BY key", None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "state", "why", "instead"), RAW)
+def test_a_raw_column_says_why_and_what_to_write(
+    sql: str, state: str, why: str, instead: str | None
+) -> None:
+    err = refusal(sql)
+    assert err.sqlstate == state, err
+    assert why in err.message, err.message
+    assert "public.purchases" not in err.message and "aggregate it (COUNT, SUM" not in (
+        err.hint or ""
+    ), err
+    if instead is not None:
+        assert instead in (err.hint or ""), err.hint
+        answered(instead)
+
+
+SUBQUERY = [  # (statement, the message's start, the hint's words)
+    ("SELECT COUNT(*) FROM purchases WHERE amount > (SELECT AVG(amount) FROM purchases)",
+     "WHERE amount > (SELECT AVG(amount) FROM purchases) is not supported: the rows a private "
+     "query aggregates are chosen by constants and public tables only",
+     "run SELECT AVG(amount) FROM purchases on its own first, then write its answer into the "
+     "filter as a constant: WHERE amount > <its answer>"),
+    ("SELECT COUNT(*) FROM purchases WHERE category IN (SELECT category FROM purchases GROUP BY category)",
+     "WHERE category IN (SELECT category FROM purchases GROUP BY category) is not supported",
+     "WHERE category IN (<its values>)"),
+    ("SELECT category, COUNT(*) FROM purchases GROUP BY category HAVING COUNT(*) > (SELECT COUNT(*) / 5 FROM purchases)",
+     "HAVING COUNT(*) > (SELECT COUNT(*) / 5 FROM purchases) is not supported",
+     "WITH a AS (SELECT category, COUNT(*) FROM purchases GROUP BY category), b AS (SELECT "
+     "COUNT(*) / 5 AS v FROM purchases) SELECT ... FROM a CROSS JOIN b WHERE ..."),
+    ("SELECT COUNT(*), (SELECT AVG(amount) FROM purchases) FROM purchases WHERE amount > 3",
+     "a subquery in the select list, (SELECT AVG(amount) FROM purchases), is not supported",
+     "WITH a AS (SELECT COUNT(*) FROM purchases WHERE amount > 3), b AS (SELECT AVG(amount) AS v "
+     "FROM purchases) SELECT a.*, b.v FROM a CROSS JOIN b"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "message", "hint"), SUBQUERY)
+def test_another_answer_inside_a_private_block_says_why_and_what_to_write(
+    sql: str, message: str, hint: str
+) -> None:
+    """It said "supported as a series limit only (one JOIN to one aggregate ...)" and hinted at
+    a JOIN the user never wrote."""
+    err = refusal(sql)
+    assert err.sqlstate == "0A000", err
+    assert err.message.startswith(message), err.message
+    assert hint in (err.hint or ""), err.hint
+    assert "series limit" not in err.message and "_dpsql" not in f"{err.message} {err.hint}"
+
+
+def test_the_suggested_ctes_are_answered() -> None:
+    answered(
+        "WITH a AS (SELECT COUNT(*) AS n FROM purchases WHERE amount > 3), b AS (SELECT "
+        "AVG(amount) AS v FROM purchases) SELECT a.*, b.v FROM a CROSS JOIN b"
+    )
+    answered(
+        "WITH a AS (SELECT category, COUNT(*) AS n FROM purchases GROUP BY category), b AS "
+        "(SELECT COUNT(*) / 5 AS v FROM purchases) SELECT a.* FROM a CROSS JOIN b WHERE n > v"
+    )
