@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.messages._base import (
@@ -70,19 +70,6 @@ class AuthenticationSASLContinue(Message):
 @dataclass(frozen=True, slots=True)
 class AuthenticationSASLFinal(AuthenticationSASLContinue):
     head = 12
-
-
-_AUTH: dict[int | None, type[Message]] = {
-    c.head: c
-    for c in (
-        AuthenticationOk,
-        AuthenticationCleartextPassword,
-        AuthenticationMD5Password,
-        AuthenticationSASL,
-        AuthenticationSASLContinue,
-        AuthenticationSASLFinal,
-    )
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,30 +266,41 @@ class PortalSuspended(Message):
     code = b"s"
 
 
-_BY_CODE: dict[bytes, type[Message]] = {
-    c.code: c
-    for c in (
-        ParameterStatus,
-        BackendKeyData,
-        ReadyForQuery,
-        RowDescription,
-        DataRow,
-        CommandComplete,
-        ErrorResponse,
-        NoticeResponse,
-        ParameterDescription,
-        NegotiateProtocolVersion,
-        EmptyQueryResponse,
-        ParseComplete,
-        BindComplete,
-        CloseComplete,
-        NoData,
-        PortalSuspended,
-    )
+BackendMessage = (
+    AuthenticationOk
+    | AuthenticationCleartextPassword
+    | AuthenticationMD5Password
+    | AuthenticationSASL
+    | AuthenticationSASLContinue
+    | AuthenticationSASLFinal
+    | ParameterStatus
+    | BackendKeyData
+    | ReadyForQuery
+    | RowDescription
+    | DataRow
+    | CommandComplete
+    | ErrorResponse
+    | NoticeResponse
+    | ParameterDescription
+    | NegotiateProtocolVersion
+    | EmptyQueryResponse
+    | ParseComplete
+    | BindComplete
+    | CloseComplete
+    | NoData
+    | PortalSuspended
+)
+
+# Authentication requests share the type byte 'R' and differ by their subtype (``head``).
+_AUTH: dict[int | None, type[BackendMessage]] = {
+    c.head: c for c in get_args(BackendMessage) if c.code == b"R"
+}
+_BY_CODE: dict[bytes, type[BackendMessage]] = {
+    c.code: c for c in get_args(BackendMessage) if c.code != b"R"
 }
 
 
-def decode_backend(code: bytes, body: bytes) -> Message:
+def decode_backend(code: bytes, body: bytes) -> BackendMessage:
     """Decode a server message (used by tests and the benchmark's client side)."""
     if code == b"R":
         sub = Reader(body).int32()
