@@ -174,6 +174,9 @@ class ExplainQuery(_Common):
 Explained = PrivateQuery | TreeQuery | PublicQuery | CatalogQuery | DeferredQuery
 """What EXPLAIN explains: a query."""
 
+PrivateStatement = PrivateQuery | TreeQuery | DeferredQuery
+"""The statements over private tables (``kind`` "private"): ``isinstance(p, PrivateStatement)``."""
+
 Prepared = (
     PrivateQuery
     | TreeQuery

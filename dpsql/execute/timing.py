@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from dpsql.execute.prepared import PrivateStatement
 from dpsql.policy.settings import Timing
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ def execute_padded(
     cancel: CancelToken | None = None,
 ) -> Result:
     """``engine.execute``, padded when the statement reads a private table and padding is on."""
-    timing = timing_of(engine) if prepared.kind == "private" else None
+    timing = timing_of(engine) if isinstance(prepared, PrivateStatement) else None
     return run_padded(lambda: engine.execute(prepared, session, params, cancel), timing)
 
 

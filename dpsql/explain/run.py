@@ -35,6 +35,7 @@ from dpsql.execute.prepared import (
     LedgerQuery,
     Prepared,
     PrivateQuery,
+    PrivateStatement,
     PublicQuery,
     TreeQuery,
     fingerprint,
@@ -87,7 +88,7 @@ def prepare_explain(engine: EngineContext, text: str, scope: str) -> ExplainQuer
             position=ex.offset + 1,
             hint="EXPLAIN takes a query: EXPLAIN SELECT count(*) FROM t",
         )
-    if opts.analyze and inner.kind == "private":
+    if opts.analyze and isinstance(inner, PrivateStatement):
         raise PrivacyViolation(
             "EXPLAIN ANALYZE of a query on a private table is not allowed: it would run the "
             "query on the raw rows and report their counts and timings",

@@ -23,7 +23,7 @@ from typing import Any, ParamSpec, TypeVar
 from dpsql.budget.route import is_show_budget
 from dpsql.errors import AdminShutdown, DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute.backend import CancelToken
-from dpsql.execute.prepared import Prepared
+from dpsql.execute.prepared import Prepared, SessionCommand
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -373,7 +373,7 @@ class Session:
 
 
 def _engine_statement(text: str, prepared: Prepared) -> Statement:
-    if prepared.kind == "session":
+    if isinstance(prepared, SessionCommand):
         raise UnsupportedSql(
             "this session statement is not supported by dpsql",
             hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, "
