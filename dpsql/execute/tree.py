@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -46,14 +47,8 @@ from dpsql.execute.private import (
     settle_failed,
 )
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
-from dpsql.execute.tree_intervals import (
-    Attached,
-    attach,
-    leaf_levels,
-    leaf_shape,
-    post_sql_iv,
-    row_bound,
-)
+from dpsql.execute.tree_intervals import Attached, attach, leaf_shape, post_sql_iv, row_bound
+from dpsql.execute.tree_levels import counted_reads, key_rows, leaf_levels, static_reads
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
@@ -61,6 +56,7 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.bind import literal
 from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.interval_sql import Held
 from dpsql.sql.postprocess import outer_query, outer_sql
 from dpsql.sql.tree import Split, fill
 from dpsql.sql.tree_intervals import IvPlan, plan_intervals
@@ -100,7 +96,7 @@ def run_tree(
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
     ]
     run = _Run(engine, sp, list(probes), budgets, session, prepared.scope)
-    ivplan, levels = _iv_plan(engine, sp, run, confidence, session.show_intervals)
+    ivplan, levels, reads = _iv_plan(engine, sp, run, confidence, session.show_intervals)
     ledger = engine.ledger
     for i in range(len(probes)):
         link = sp.link(i)
@@ -158,7 +154,7 @@ def run_tree(
     stored = ledger is not None and engine.policy.repeats != "off"
     notices = leaf_notices(sp, run, set(todo), stored, session, engine)
     if ivplan is not None:
-        got = _post_iv(engine, sp, ivplan, run.plans, final, confidence, cancel)
+        got = _post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
         columns, rows, intervals = got.columns, got.rows, got.intervals
         notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
     else:
@@ -178,17 +174,54 @@ def run_tree(
 
 def _iv_plan(
     engine: EngineContext, sp: Split, run: _Run, confidence: float, show: bool
-) -> tuple[IvPlan | None, list[float]]:
-    """With ``dpsql.show_intervals``: the interval columns' plan and each leaf's interval
-    level (:mod:`dpsql.execute.tree_intervals`); else None and the session's confidence."""
+) -> tuple[IvPlan | None, list[float], dict[int, int | None]]:
+    """With ``dpsql.show_intervals``: the interval columns' plan, each leaf's interval level
+    and the leaf intervals an output row reads at most, by output
+    (:mod:`dpsql.execute.tree_intervals`); else None and the session's confidence."""
     n = len(run.plans)
     if not show:
-        return None, [confidence] * n
+        return None, [confidence] * n, {}
     labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
     bounds = [_bound(engine, p.analysis) for p in run.plans]
     shapes = [leaf_shape(p.analysis, labels[i], bounds[i]) for i, p in enumerate(run.plans)]
     plan = plan_intervals(sp.post, shapes)
-    return plan, leaf_levels(plan, bounds, confidence)
+    static = static_reads(plan, bounds)
+    counted = _counted(engine, plan, run, bounds) if _reads_many(plan, bounds) else {}
+    reads = {h: counted.get(h) or k for h, k in static.items()}
+    return plan, leaf_levels(plan, bounds, confidence, counted), reads
+
+
+def _reads_many(plan: IvPlan, bounds: Sequence[int | None]) -> bool:
+    """Whether an output aggregates over a leaf of several known rows (else the static count
+    is exact: one value per leaf a row reads)."""
+    return any(
+        every and (bounds[leaf] or 0) > 1
+        for o in plan.outputs
+        if isinstance(o.info, Held)
+        for leaf, every in o.info.events
+    )
+
+
+def _counted(
+    engine: EngineContext, plan: IvPlan, run: _Run, bounds: Sequence[int | None]
+) -> dict[int, int]:
+    """The leaf intervals each output's rows read, counted by the rewritten post-processing
+    over the leaves' public rows (:func:`~dpsql.execute.tree_levels.key_rows`), before any
+    release; only for outputs whose leaves' rows are all known (static count not None)."""
+    analyses = [p.analysis for p in run.plans]
+    rels = [
+        key_rows(a, engine.group_types(leaf, a), _declared(engine, p))
+        for leaf, a, p in zip(run.leaves, analyses, run.plans, strict=True)
+    ]
+    plain = [_leaf_query(a, rel, 0) for a, rel in zip(analyses, rels, strict=True)]
+    text, params = post_sql_iv(plan, plain, analyses, rels, [Decimal(1)] * len(rels))
+    try:
+        got = engine.backend.run(text, params, private=False)
+    except UpstreamError:  # the statement's own error, if any, is reported when it runs
+        return {}
+    static = static_reads(plan, bounds)
+    counted = counted_reads(plan, got.columns, got.rows)
+    return {h: k for h, k in counted.items() if static.get(h) is not None}
 
 
 def _bound(engine: EngineContext, a: Analysis) -> int | None:
@@ -203,6 +236,7 @@ def _post_iv(
     plans: Sequence[LeafPlan],
     releases: Sequence[Release],
     confidence: float,
+    reads: dict[int, int | None],
     cancel: CancelToken | None = None,
 ) -> Attached:
     """The post-processing with the interval columns; if PostgreSQL refuses the rewritten
@@ -216,8 +250,8 @@ def _post_iv(
     except UpstreamError as e:
         got = _post(engine, sp, plans, releases, cancel)
         why = f"dpsql could not compute it ({e.message})"
-        return attach(plan, got.columns, got.rows, releases, labels, confidence, why)
-    return attach(plan, got.columns, got.rows, releases, labels, confidence)
+        return attach(plan, got.columns, got.rows, releases, labels, confidence, why, reads)
+    return attach(plan, got.columns, got.rows, releases, labels, confidence, reads=reads)
 
 
 def _reserve(

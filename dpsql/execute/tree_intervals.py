@@ -5,16 +5,23 @@ has its interval's ends beside it (hidden columns). Here, around the leaves' rel
 
 1. :func:`leaf_shapes`: what each leaf's released rows carry (which columns have intervals,
    which rows the leaf has).
-2. :func:`leaf_levels`: the level each leaf's intervals are released at. An output built from
-   k leaf intervals holds when all k hold: at least 1 - k x (1 - level) by the union bound, so
-   a leaf whose values enter an output k at a time is asked for 1 - alpha/k (k counted with
-   the leaves' declared key combinations: a SUM over a leaf's rows reads all of them).
+2. :func:`~dpsql.execute.tree_levels.leaf_levels`: the level each leaf's intervals are released at. An output row built
+   from k leaf intervals holds when all k hold: at least 1 - k x (1 - level) by the union
+   bound, so a leaf whose values enter an output row k at a time is asked for 1 - alpha/k.
+   k is counted per output row, before any release, by running the rewritten post-processing
+   over the leaves' public rows (``key_rows``: every declared key combination, values
+   NULL) with each leaf interval's miss set to 1 (``counted_reads``): a re-aggregation
+   ``SUM(n) ... GROUP BY category`` over (category, region) rows reads one category's rows,
+   not all of them. Where that count is not known (no rows, the query failed) k is the static
+   one (``static_reads``: all of a leaf's declared rows).
 3. :func:`post_sql_iv`: the post-processing SQL with each ``_dpsql_ivleaf_i`` placeholder
-   replaced by leaf i's rows *with* its interval columns.
+   replaced by leaf i's rows *with* its interval columns, and its miss (1 - its level).
 4. :func:`attach`: the hidden columns taken off the result and returned as ``<column>_low`` /
-   ``<column>_high`` after the statement's own columns (as on the flat path); an output whose
-   k intervals, at the levels they were actually released at (a stored leaf keeps its own),
-   reach less than the session's confidence gets NULL, and the notice says why.
+   ``<column>_high`` after the statement's own columns (as on the flat path). Each row's value
+   carries its miss, the sum of the misses of the leaf intervals it read at the levels they
+   were actually released at (a stored leaf keeps its own): a row whose miss exceeds
+   1 - confidence gets NULL, and the notice says why. That check, on the real rows, is what
+   makes the level honest; the count in step 2 only chooses levels that pass it.
 
 Nothing here reads a private row: it works on released values and their intervals.
 """
@@ -32,9 +39,10 @@ from sqlglot import exp
 from dpsql.execute.bias import round_outwards
 from dpsql.execute.finish import interval_arrays
 from dpsql.execute.noise import Release
+from dpsql.execute.tree_levels import static_reads
 from dpsql.result import ResultColumn
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.interval_sql import HIDDEN, IV_LEAF, Held, No
+from dpsql.sql.interval_sql import ENDS, HIDDEN, IV_LEAF, Held, No
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.postprocess import (
     interval_base,
@@ -125,37 +133,23 @@ def row_bound(a: Analysis, declared: Any) -> int | None:
     return total
 
 
-def _k(out: OutCol, rows: Sequence[int | None]) -> int | None:
-    """How many leaf intervals an output reads (None: a leaf's row count is not known)."""
-    if not isinstance(out.info, Held):
-        return 0
-    k = 0
-    for leaf, every in out.info.events:
-        n = rows[leaf] if every else 1
-        if n is None:
-            return None
-        k += max(1, n)
-    return k
+def miss_of(rel: Release | None) -> Decimal:
+    """A leaf interval's miss probability, exactly as its level says (1: no level known)."""
+    if rel is None or rel.confidence is None:
+        return Decimal(1)
+    return Decimal(1) - Decimal(rel.confidence)
 
 
-def leaf_levels(plan: IvPlan, rows: Sequence[int | None], confidence: float) -> list[float]:
-    """Each leaf's interval level: 1 - alpha/k for the largest k of the outputs it enters
-    (``rows[i]``: leaf i's rows, or a bound on them; None when unknown)."""
-    alpha = 1 - confidence
-    out = [confidence] * len(rows)
-    for o in plan.outputs:
-        k = _k(o, rows)
-        if not k or not isinstance(o.info, Held):
-            continue
-        for leaf, _ in o.info.events:
-            out[leaf] = max(out[leaf], 1 - alpha / k)
-    return out
-
-
-def _leaf_rows(a: Analysis, rel: Release, ivs: Sequence[tuple[str, int]], offset: int) -> Any:
-    """Leaf ``a``'s released rows with its interval columns, the arrays numbered from offset."""
+def _leaf_rows(
+    a: Analysis, rel: Release, ivs: Sequence[tuple[str, int]], offset: int, miss: Decimal
+) -> Any:
+    """Leaf ``a``'s released rows with its interval columns (each with its ``_miss``), the
+    arrays numbered from offset."""
     names = [(label, f"_dpsql_iv{hid}") for label, hid in ivs]
     q, _ = outer_query(a, rel.key_types, interval_columns=names)
+    for _, hid in ivs:  # our own number, not user data: a numeric literal
+        m = exp.cast(exp.Literal.string(format(miss, "f")), "numeric")
+        q.append("expressions", exp.alias_(m, f"_dpsql_iv{hid}_miss"))
 
     def renumber(n: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
@@ -181,10 +175,13 @@ def post_sql_iv(
     plain: Sequence[tuple[exp.Expr, list[list[Any]]]],
     analyses: Sequence[Analysis],
     releases: Sequence[Release],
+    misses: Sequence[Decimal] | None = None,
 ) -> tuple[str, dict[str, list[Any]]]:
     """The rewritten post-processing's SQL: each ``_dpsql_leaf_i`` placeholder replaced by the
     leaf's rows (``plain[i]``: its query and arrays, numbered from 0), each
-    ``_dpsql_ivleaf_i`` by its rows with interval columns; and the array parameters."""
+    ``_dpsql_ivleaf_i`` by its rows with interval columns; and the array parameters.
+    ``misses[i]``: leaf i's interval miss (default: from its release's level)."""
+    miss = list(misses) if misses is not None else [miss_of(r) for r in releases]
     params: dict[str, list[Any]] = {}
     out = plan.post.copy()
 
@@ -224,7 +221,7 @@ def post_sql_iv(
             continue
         prefix, i = hit
         if prefix == IV_LEAF:
-            q, arrays = _leaf_rows(analyses[i], releases[i], plan.leaf_ivs[i], len(params))
+            q, arrays = _leaf_rows(analyses[i], releases[i], plan.leaf_ivs[i], len(params), miss[i])
             new = add(q, arrays, renumbered=True)
         else:
             new = add(plain[i][0], plain[i][1], renumbered=False)
@@ -254,9 +251,12 @@ def attach(
     labels: Sequence[str],
     confidence: float,
     failed: str = "",
+    reads: dict[int, int | None] | None = None,
 ) -> Attached:
     """Strip the hidden columns, add ``<column>_low``/``_high`` per noisy output (module doc).
-    ``failed``: why the rewritten query could not run (every interval then NULL)."""
+    ``failed``: why the rewritten query could not run (every interval then NULL); ``reads``:
+    per output (hid) the leaf intervals a row reads at most, for the notice (default: counted
+    from the plan, :func:`static_reads`)."""
     hidden: dict[str, list[int]] = {}
     visible: list[int] = []
     for j, c in enumerate(columns):
@@ -275,15 +275,17 @@ def attach(
         if k < len(same):
             at[same[k]] = out
     counts = [max(1, len(r.groups)) if r is not None else None for r in releases]
+    ks = dict(reads) if reads is not None else static_reads(plan, counts)
+    alpha = Decimal(1) - Decimal(confidence)
     extra_cols: list[ResultColumn] = []
-    getters: list[tuple[int, int] | None] = []
+    getters: list[tuple[int, int, int] | None] = []
     kinds: list[str] = []
-    notes: list[str] = []
+    whys: list[str] = []
     for p in range(len(names)):
         o = at.get(p)
         if o is None:
             continue
-        why = failed or _why_not(o, hidden, releases, counts, labels, confidence)
+        why = failed or _why_not(o, hidden)
         info = o.info if isinstance(o.info, Held) else None
         if info is not None and info.passthrough:  # the type is the plan's: Describe's too
             kind, oid = "keep", OIDS.get(info.end, FLOAT8)
@@ -294,22 +296,21 @@ def attach(
         else:
             kind, oid = "float", FLOAT8
         src = None if why else info
-        lo = hidden.get(f"_dpsql_iv{src.hid}_low", [0])[0] if src else 0
-        hi = hidden.get(f"_dpsql_iv{src.hid}_high", [0])[0] if src else 0
         base = interval_base(names, p)
         extra_cols += [
             ResultColumn(f"{base}_low", oid),
             ResultColumn(f"{base}_high", oid),
         ]
-        getters.append((lo, hi) if src is not None else None)
+        if src is not None:
+            lo, hi, ms = (hidden[f"_dpsql_iv{src.hid}_{e}"][0] for e in ENDS)
+            getters.append((lo, hi, ms))
+        else:
+            getters.append(None)
         kinds.append(kind)
-        notes.append(
-            f"{base}_low, {base}_high are NULL: {why}"
-            if why
-            else f"{base}: {_what(o.info, labels, releases, counts, confidence)}"
-        )
+        whys.append(why)
     out_rows: list[tuple[Any, ...]] = []
     ivs: list[tuple[tuple[float, float] | None, ...]] = []
+    short: list[list[Decimal]] = [[] for _ in getters]  # per output: the rows' misses over alpha
     for r in rows:
         ends: list[Any] = []
         row_iv: list[tuple[float, float] | None] = [None] * len(visible)
@@ -318,13 +319,39 @@ def attach(
             if p not in at:
                 continue
             g, kind = getters[slot], kinds[slot]
+            pair: tuple[Any, Any] = (None, None)
+            if g is not None:
+                miss = Decimal(1) if r[g[2]] is None else Decimal(r[g[2]])
+                if miss <= alpha + _SLACK:  # the union bound over what this row read
+                    pair = _ends(r[g[0]], r[g[1]], kind)
+                elif r[g[0]] is not None and r[g[1]] is not None:
+                    short[slot].append(miss)
             slot += 1
-            pair = _ends(r[g[0]], r[g[1]], kind) if g is not None else (None, None)
             ends += pair
             if kind != "keep" and pair[0] is not None and pair[1] is not None:
                 row_iv[p] = (float(pair[0]), float(pair[1]))
         out_rows.append(tuple(r[j] for j in visible) + tuple(ends))
         ivs.append((*row_iv, *([None] * len(ends))))  # one per column, as the rows
+    notes: list[str] = []
+    slot = 0
+    for p in range(len(names)):
+        o = at.get(p)
+        if o is None:
+            continue
+        base, why, over = interval_base(names, p), whys[slot], short[slot]
+        if why:
+            notes.append(f"{base}_low, {base}_high are NULL: {why}")
+        elif over:
+            assert isinstance(o.info, Held)
+            notes.append(
+                f"{base}_low, {base}_high are NULL"
+                + (f" in {len(over)} of {len(rows)} rows" if len(over) < len(rows) else "")
+                + ": "
+                + _short(o.info, max(over), releases, labels, confidence)
+            )
+        else:
+            notes.append(f"{base}: {_what(o.info, labels, releases, ks, confidence)}")
+        slot += 1
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
     if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):
         notes.append(
@@ -333,6 +360,9 @@ def attach(
             "may be missing)"
         )
     return Attached(cols, out_rows, ivs, tuple(notes))
+
+
+_SLACK = Decimal("1e-12")  # a level's float rounding, summed over the intervals a row reads
 
 
 def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
@@ -350,41 +380,31 @@ def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
     return round_outwards((a, b), (b - a) / 2)
 
 
-def _level(o: Held, releases: Sequence[Release | None], counts: Sequence[int | None]) -> float:
-    """The level the output's interval holds at: 1 - the sum of its leaf intervals' misses."""
-    miss = 0.0
-    for leaf, every in o.events:
-        rel = releases[leaf]
-        n = counts[leaf] if every else 1
-        if rel is None or rel.confidence is None or n is None:
-            return 0.0
-        miss += n * (1 - rel.confidence)
-    return 1 - miss
-
-
-def _why_not(
-    o: OutCol,
-    hidden: dict[str, list[int]],
-    releases: Sequence[Release | None],
-    counts: Sequence[int | None],
-    labels: Sequence[str],
-    confidence: float,
-) -> str:
+def _why_not(o: OutCol, hidden: dict[str, list[int]]) -> str:
     if isinstance(o.info, No):
         return o.info.reason or "dpsql can't bound it"
     h = o.info
-    if any(len(hidden.get(f"_dpsql_iv{h.hid}_{e}", [])) != 1 for e in ("low", "high")):
+    if any(len(hidden.get(f"_dpsql_iv{h.hid}_{e}", [])) != 1 for e in ENDS):
         return "the statement repeats the column it comes from (SELECT * over a self-join)"
-    level = _level(h, releases, counts)
-    if level >= confidence - 1e-12:
-        return ""
-    k = sum(counts[leaf] or 0 if every else 1 for leaf, every in h.events)
+    return ""
+
+
+def _short(
+    h: Held,
+    miss: Decimal,
+    releases: Sequence[Release | None],
+    labels: Sequence[str],
+    confidence: float,
+) -> str:
+    """Why a row's interval is NULL: the leaf intervals it read hold together with probability
+    below the session's confidence (a stored leaf answer keeps the level it was released at)."""
+    level = max(float(1 - miss), 0.0)
     held = sorted({(r.confidence or 0.0) if r else 0.0 for r in (releases[e[0]] for e in h.events)})
     return (
-        f"it is computed from {k} released values, whose intervals all hold with probability "
-        f"only {max(level, 0):.4g} (a stored answer of {labels[h.events[0][0]]} keeps its "
-        f"intervals at {held[0]:.4g}; at {confidence:g} each would need 1 - "
-        f"{1 - confidence:.2g}/{k}): ask with another dpsql.epsilon to measure it anew"
+        f"it is computed from released values whose intervals all hold with probability "
+        f"only {level:.4g} (a stored answer of {labels[h.events[0][0]]} keeps its intervals "
+        f"at {held[0]:.4g}; at {confidence:g} the values a row reads, k of them, would each "
+        f"need 1 - {1 - confidence:.2g}/k): ask with another dpsql.epsilon to measure it anew"
     )
 
 
@@ -392,7 +412,7 @@ def _what(
     o: Held | No,
     labels: Sequence[str],
     releases: Sequence[Release | None],
-    counts: Sequence[int | None],
+    ks: dict[int, int | None],
     confidence: float,
 ) -> str:
     assert isinstance(o, Held)
@@ -401,15 +421,22 @@ def _what(
         rel = releases[leaves[0]]
         level = rel.confidence if rel is not None and rel.confidence is not None else confidence
         return f"the interval of {labels[leaves[0]]}'s released value, unchanged (at {level:.4g})"
-    k = sum((counts[leaf] or 1) if every else 1 for leaf, every in o.events)
+    k = ks.get(o.hid)
+    many = f"up to {k}" if k else "the"
     lv = ", ".join(
         f"{labels[i]} at {releases[i].confidence:.4g}"  # type: ignore[union-attr]
         for i in leaves
     )
     return (
-        f"computed from {k} released values by interval arithmetic ({lv}): it holds the true "
-        f"value with probability >= {confidence:g} (union bound over the {k})"
+        f"computed from {many} released values a row reads, by interval arithmetic ({lv}): it "
+        f"holds the true value with probability >= {confidence:g} (union bound over {'the ' + str(k) if k else 'them'})"
     )
 
 
-__all__ = ["Attached", "attach", "leaf_levels", "leaf_shape", "post_sql_iv"]
+__all__ = [
+    "Attached",
+    "attach",
+    "leaf_shape",
+    "miss_of",
+    "post_sql_iv",
+]

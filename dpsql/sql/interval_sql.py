@@ -8,6 +8,13 @@ both ends, SUM/AVG/MIN/MAX over rows (also as windows) aggregate the ends, NULL 
 none. The true value is between the ends whenever each value it reads is inside its own
 interval (the inclusion property of interval arithmetic: conservative, never optimistic).
 Anything else that reads a noisy value has no interval (:class:`No`, with the reason).
+
+Beside the ends travels a third hidden column, ``_dpsql_iv<n>_miss``: the sum, over the leaf
+intervals this row's value reads, of each one's miss probability (a leaf row carries its
+leaf's 1 - level, a numeric). Sums and products add their parts' misses, an aggregate or a
+window sums them over exactly the rows (or the frame) it reads: by the union bound the row's
+interval holds with probability at least 1 - miss. With every leaf's miss set to 1 the same
+column counts the leaf values a row reads (how the engine chooses the leaves' levels).
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ from sqlglot import exp
 from dpsql.sql.tree import LEAF_PREFIX
 
 IV_LEAF = "_dpsql_ivleaf_"  # a placeholder whose leaf's rows carry their interval columns
-HIDDEN = re.compile(r"^_dpsql_iv(\d+)_(low|high)$")
+HIDDEN = re.compile(r"^_dpsql_iv(\d+)_(low|high|miss)$")
+ENDS = ("low", "high", "miss")  # the hidden columns of one interval
 
 Event = tuple[int, bool]  # (leaf, over all its rows): one leaf interval, or one per row
 
@@ -56,6 +64,7 @@ class Iv:
     passthrough: bool = False
     hid: int | None = None
     end: str = ""
+    miss: exp.Expr = field(default_factory=lambda: exp.Literal.number(0))  # module doc
 
 
 Ev = Iv | No | None
@@ -163,6 +172,7 @@ class Exprs:
                 info.passthrough,
                 info.hid,
                 info.end,
+                _hcol(f"_dpsql_iv{info.hid}_miss", table),
             )
         if isinstance(n, (exp.Literal, exp.Null, exp.Boolean, exp.Star)):
             return None
@@ -220,6 +230,7 @@ class Exprs:
                 tuple(e for x in ivs for e in x.events),
                 False,
                 all(x.integral for x in ivs),
+                miss=_add_misses([x.miss for x in ivs]),
             )
         if isinstance(n, exp.Coalesce) and len(n.expressions) == 1:
             # COALESCE(SUM(x), 0): where the value is NULL the fallback is exact, else its ends
@@ -264,17 +275,18 @@ class Exprs:
         y = b if isinstance(b, Iv) else _exact(n.expression)
         events = x.events + y.events
         integral = x.integral and y.integral
+        miss = _add_misses([v.miss for v in (a, b) if isinstance(v, Iv)])
         if isinstance(n, exp.Add):
             return Iv(exp.Add(this=x.lo, expression=y.lo), exp.Add(this=x.hi, expression=y.hi),
-                       events, x.additive and y.additive, integral)  # fmt: skip
+                       events, x.additive and y.additive, integral, miss=miss)  # fmt: skip
         if isinstance(n, exp.Sub):
             return Iv(exp.Sub(this=x.lo, expression=y.hi), exp.Sub(this=x.hi, expression=y.lo),
-                       events, False, integral)  # fmt: skip
+                       events, False, integral, miss=miss)  # fmt: skip
         mul = isinstance(n, exp.Mul)
         if _positive_literal(n.expression) is not None and b is None:
             # x * 2, x / 100: the order of the ends is known
             return Iv(_op(n, x.lo, y.lo), _op(n, x.hi, y.hi), events,
-                       x.additive and mul, integral and mul)  # fmt: skip
+                       x.additive and mul, integral and mul, miss=miss)  # fmt: skip
         divisor = isinstance(n, exp.Div) and isinstance(b, Iv)
         corners = [
             _op(n, p, _nonzero(q) if divisor else q) for p in (x.lo, x.hi) for q in (y.lo, y.hi)
@@ -290,7 +302,7 @@ class Exprs:
             )
             lo = exp.Case(ifs=[exp.If(this=ok, true=lo)])
             hi = exp.Case(ifs=[exp.If(this=ok.copy(), true=hi)])
-        return Iv(lo, hi, events, False, integral and mul)
+        return Iv(lo, hi, events, False, integral and mul, miss=miss)
 
     def agg(self, n: exp.AggFunc, window: exp.Window | None) -> Ev:
         arg = n.this
@@ -340,6 +352,7 @@ class Exprs:
             tuple((leaf, True) for leaf, _ in a.events),
             a.additive and isinstance(n, exp.Sum),
             a.integral and not isinstance(n, exp.Avg),
+            miss=over(exp.Sum(this=a.miss.copy())),  # the misses of exactly the rows it reads
         )
 
     def window(self, w: exp.Window) -> Ev:
@@ -371,6 +384,14 @@ def _exact(e: exp.Expr) -> Iv:
     return Iv(e.copy(), e.copy(), (), False, _int_literal(e))
 
 
+def _add_misses(misses: list[exp.Expr]) -> exp.Expr:
+    """The union bound over the parts' leaf intervals: their misses added."""
+    out: exp.Expr | None = None
+    for m in misses:
+        out = m.copy() if out is None else exp.Add(this=out, expression=m.copy())
+    return out if out is not None else exp.Literal.number(0)
+
+
 def _int_literal(e: exp.Expr) -> bool:
     return isinstance(e, exp.Literal) and not e.is_string and str(e.this).isdigit()
 
@@ -397,4 +418,4 @@ def _nonzero(e: exp.Expr) -> exp.Expr:
     return exp.Nullif(this=e.copy(), expression=exp.Literal.number(0))
 
 
-__all__ = ["HIDDEN", "IV_LEAF", "Exprs", "Held", "Iv", "No", "Rel", "Scope"]
+__all__ = ["ENDS", "HIDDEN", "IV_LEAF", "Exprs", "Held", "Iv", "No", "Rel", "Scope"]

@@ -7,8 +7,12 @@ ratio of two leaves' values), gets an interval by interval arithmetic over the l
 the post-processing is rewritten to carry, beside each such value, a low and a high end
 (``_dpsql_iv<n>_low`` / ``_high`` hidden columns, computed by PostgreSQL in the same query). The
 true value lies between them whenever every leaf interval it is built from holds; with k of them,
-that is at least 1 - k x (1 - leaf level) (union bound), so the engine asks each leaf for its
-intervals at 1 - alpha/k (:func:`leaf_levels`) and checks the level reached before it reports one.
+that is at least 1 - k x (1 - leaf level) (union bound). A third hidden column (``_miss``,
+:mod:`dpsql.sql.interval_sql`) sums, per output row, the misses of exactly the leaf intervals
+that row reads (a re-aggregation's group, a window's frame): the engine counts them on the
+leaves' public key rows before any release, asks each leaf for 1 - alpha/k with k the most any
+output row reads of it (:mod:`dpsql.execute.tree_intervals`), and reports a row's interval only
+when its miss is at most alpha.
 
 No interval (the columns are NULL, the notice says why) where none is honest:
 
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.sql.interval_sql import (
+    ENDS,
     HIDDEN,
     IV_LEAF,
     TIME_ENDS,
@@ -227,8 +232,11 @@ class _Rewriter:
                     continue
                 h = self.hid()
                 for sel, ext, x in zip(sels, exts, infos, strict=True):
-                    for end in ("low", "high"):
-                        if x is None:  # an exact value: its own interval
+                    for end in ENDS:
+                        val: exp.Expr
+                        if x is None and end == "miss":  # an exact value never misses
+                            val = exp.Literal.number(0)
+                        elif x is None:  # an exact value: its own interval
                             item = sel.expressions[p]
                             val = (item.this if isinstance(item, exp.Alias) else item).copy()
                         else:
@@ -338,6 +346,7 @@ class _Rewriter:
                 extra += [
                     exp.alias_(ev.lo, f"_dpsql_iv{h}_low"),
                     exp.alias_(ev.hi, f"_dpsql_iv{h}_high"),
+                    exp.alias_(ev.miss, f"_dpsql_iv{h}_miss"),
                 ]
                 end = ev.end if ev.passthrough else ""
                 held = Held(h, ev.events, ev.additive, ev.integral, ev.passthrough, end)

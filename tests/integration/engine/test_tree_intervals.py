@@ -9,9 +9,9 @@ as written on PostgreSQL.
 
 Property: each release's ``<col>_low``/``<col>_high`` holds the true value with probability >=
 0.95 (interval arithmetic over leaf intervals, each at 1 - alpha/k: the union bound over the k
-it reads). Over DRAWS independent executions (fresh noise each), fewer than
-``binom_min_successes(DRAWS, 0.95)`` covered has probability <= 1e-6 per shape (the two shapes
-share 1e-6: each at 5e-7). The broken twin -- the leaves released without the removed-mass
+it reads: per output row, what that row reads). Over DRAWS independent executions (fresh noise
+each), fewer than ``binom_min_successes(DRAWS, 0.95)`` covered has probability <= ALPHA per
+checked row (four rows share 1e-6). The broken twin -- the leaves released without the removed-mass
 estimate, the noise-only interval -- covers in none and must fail the same check.
 """
 
@@ -21,6 +21,7 @@ import dataclasses
 import datetime
 import math
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -30,7 +31,8 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.execute import tree as tree_module
 from dpsql.execute.noise import Release
-from dpsql.execute.tree_intervals import attach, leaf_levels
+from dpsql.execute.tree_intervals import attach
+from dpsql.execute.tree_levels import leaf_levels
 from dpsql.policy.model import Policy
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
@@ -40,7 +42,7 @@ from tests.helpers import binom_min_successes
 
 DRAWS = 200
 UNITS = 3000
-ALPHA = 5e-7  # per shape: two shapes, 1e-6 in all
+ALPHA = 2.5e-7  # per checked row: TOTAL, RATIO and REAGG's two groups, 1e-6 in all
 POLICY = {
     "version": 1,
     "dataset": "treeiv",
@@ -53,6 +55,7 @@ POLICY = {
             "columns": {
                 "uid": {"type": "integer", "identifier": True},
                 "g": {"type": "text", "keys": ["a", "b"]},
+                "h": {"type": "text", "keys": ["x", "y", "z"]},
                 "v": {"type": "numeric", "bounds": [0, 50], "clamp": "bounds"},
             },
         },
@@ -77,17 +80,28 @@ RATIO = (
     "(SELECT COUNT(*) AS n FROM t) AS c"
 )
 RATIO_TRUTH = "SELECT SUM(v) / COUNT(*) FROM t"
+# a re-aggregation by one of the leaf's two keys: the leaf has 2 x 3 declared rows, each output
+# row reads the 3 of its g (k = 3 per row, where the count over all the leaf's rows said 6)
+REAGG = (
+    "SELECT g, SUM(n) AS total FROM (SELECT g, h, COUNT(*) AS n FROM t GROUP BY g, h) AS v "
+    "GROUP BY g ORDER BY g"
+)
+REAGG_TRUTH = "SELECT g, COUNT(*) FROM t GROUP BY g ORDER BY g"
 ON = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
 
 
 def _load(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (uid integer NOT NULL, g text NOT NULL, v numeric)")
+        conn.execute(
+            "CREATE TABLE t (uid integer NOT NULL, g text NOT NULL, v numeric, h text NOT NULL)"
+        )
         rows = [
-            (u, "a" if u % 3 else "b", 1 + u % 50) for u in range(UNITS) for _ in range(1 + u % 4)
+            (u, "a" if u % 3 else "b", 1 + u % 50, "xyz"[u % 7 % 3])
+            for u in range(UNITS)
+            for _ in range(1 + u % 4)
         ]
         with conn.cursor() as cur:
-            cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+            cur.executemany("INSERT INTO t VALUES (%s, %s, %s, %s)", rows)
         conn.execute(
             "CREATE TABLE td AS SELECT u AS uid, CASE WHEN u % 2 = 0 THEN 'a' ELSE 'b' END AS g, "
             "DATE '2025-01-01' + u % 365 AS d FROM generate_series(0, 1999) AS u"
@@ -108,36 +122,54 @@ def engine(dsn: str) -> Iterator[Engine]:
     e.close()
 
 
-def _truth(dsn: str, sql: str) -> float:
+def _truths(dsn: str, sql: str) -> dict[Any, float]:
+    """The truth per output row: by its key (the first column) when the statement has one."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute(sql).fetchone()
-        assert row is not None
-        return float(row[0])
+        rows = conn.execute(sql).fetchall()
+    return {(r[0] if len(r) > 1 else None): float(r[-1]) for r in rows}
 
 
-def _covered(engine: Engine, sql: str, truth: float, draws: int) -> int:
+def _covered(engine: Engine, sql: str, truths: dict[Any, float], draws: int) -> dict[Any, int]:
+    """Per output row (by key), in how many of ``draws`` executions its interval held the truth."""
     prepared = engine.prepare(sql)
     assert prepared.split is not None, "a tree statement"
-    hits = 0
+    hits = dict.fromkeys(truths, 0)
     for _ in range(draws):
         r = engine.execute(prepared, ON)
         names = [c.name for c in r.columns]
-        value, lo, hi = r.rows[0]
-        assert names[1:] == [f"{names[0]}_low", f"{names[0]}_high"], names
-        assert lo is not None and hi is not None, r.notices
-        hits += lo - 1e-9 * abs(truth) <= truth <= hi + 1e-9 * abs(truth)
+        assert names[-2:] == [f"{names[-3]}_low", f"{names[-3]}_high"], names
+        for row in r.rows:
+            key = row[0] if len(row) > 3 else None
+            value, lo, hi = row[-3:]
+            truth = truths[key]
+            assert lo is not None and hi is not None, r.notices
+            hits[key] += lo - 1e-9 * abs(truth) <= truth <= hi + 1e-9 * abs(truth)
     return hits
 
 
 NEED = binom_min_successes(DRAWS, 0.95, alpha=ALPHA)
 
 
-@pytest.mark.parametrize(("sql", "truth_sql"), [(TOTAL, TOTAL_TRUTH), (RATIO, RATIO_TRUTH)])
+@pytest.mark.parametrize(
+    ("sql", "truth_sql"), [(TOTAL, TOTAL_TRUTH), (RATIO, RATIO_TRUTH), (REAGG, REAGG_TRUTH)]
+)
 def test_tree_interval_covers_the_truth_on_a_biased_case(
     engine: Engine, dsn: str, sql: str, truth_sql: str
 ) -> None:
-    got = _covered(engine, sql, _truth(dsn, truth_sql), DRAWS)
-    assert got >= NEED, f"{sql}: {got} of {DRAWS} covered, need {NEED}"
+    """Each output row (REAGG: both groups, each read as k = 3 leaf rows) at ALPHA."""
+    got = _covered(engine, sql, _truths(dsn, truth_sql), DRAWS)
+    assert all(n >= NEED for n in got.values()), f"{sql}: {got} of {DRAWS} covered, need {NEED}"
+
+
+def test_a_reaggregation_row_reads_its_own_group_only(engine: Engine) -> None:
+    """Deterministic (the plan and the leaves' declared keys): the leaf of REAGG has 6 rows,
+    each output row sums the 3 of its g, so the leaf is released at 1 - 0.05/3 (the count over
+    all the leaf's rows, the twin, said 1 - 0.05/6: wider intervals for nothing), and the note
+    says what each row reads."""
+    r = engine.execute(engine.prepare(REAGG), ON)
+    note = next(n for n in r.notices if n.startswith("interval columns: total: "))
+    assert "up to 3 released values" in note and f"at {1 - 0.05 / 3:.4g}" in note, note
+    assert all(row[2] is not None for row in r.rows), r.notices
 
 
 def test_noise_only_leaves_fail_the_same_check(
@@ -151,7 +183,7 @@ def test_noise_only_leaves_fail_the_same_check(
         return honest(engine, dataclasses.replace(plan, bias=()), *args)
 
     monkeypatch.setattr(tree_module, "release_measured", noise_only)
-    got = _covered(engine, TOTAL, _truth(dsn, TOTAL_TRUTH), DRAWS)
+    (got,) = _covered(engine, TOTAL, _truths(dsn, TOTAL_TRUTH), DRAWS).values()
     assert got < NEED, f"the noise-only twin covered {got} of {DRAWS}"
 
 
@@ -173,8 +205,10 @@ def test_leaf_levels_split_alpha_over_what_an_output_reads(engine: Engine) -> No
 
 
 def test_a_stored_leaf_at_a_lower_level_gives_null_and_says_why() -> None:
-    """A leaf answer stored at 0.95 (a free repeat) read k = 5 at a time reaches only 0.75:
-    the output's interval columns are NULL, and the notice says why in words."""
+    """A leaf answer stored at 0.95 (a free repeat) read k = 5 at a time reaches only 0.75 (the
+    row's ``_miss``, computed by the post-processing, is 5 x 0.05): the output's interval
+    columns are NULL, and the notice says why in words. A row whose miss is within alpha keeps
+    its interval; the check is per row."""
     plan = IvPlan(
         post=None,  # type: ignore[arg-type]
         outputs=(OutCol("total", Held(1, ((0, True),), True, True, False)),),
@@ -184,17 +218,23 @@ def test_a_stored_leaf_at_a_lower_level_gives_null_and_says_why() -> None:
         ResultColumn("total", 1700),
         ResultColumn("_dpsql_iv1_low", 20),
         ResultColumn("_dpsql_iv1_high", 20),
+        ResultColumn("_dpsql_iv1_miss", 1700),
     ]
     rel = Release(("text",), [["a"]] * 5, [[1]] * 5, [[(0.0, 2.0)]] * 5, confidence=0.95)
-    got = attach(plan, cols, [(10, 5, 20)], [rel], ["derived table v"], 0.95)
+    got = attach(plan, cols, [(10, 5, 20, Decimal("0.25"))], [rel], ["derived table v"], 0.95)
     assert [c.name for c in got.columns] == ["total", "total_low", "total_high"]
     assert [c.type_oid for c in got.columns[1:]] == [20, 20]  # bigint, as the flat path
     assert got.rows == [(10, None, None)]
     assert "probability only 0.75" in got.notes[0] and "NULL" in got.notes[0], got.notes
     rel_ok = dataclasses.replace(rel, confidence=1 - 0.05 / 5)
-    got = attach(plan, cols, [(10, 5, 20)], [rel_ok], ["derived table v"], 0.95)
+    got = attach(plan, cols, [(10, 5, 20, Decimal("0.05"))], [rel_ok], ["derived table v"], 0.95)
     assert got.rows == [(10, 5, 20)]
     assert "union bound over the 5" in got.notes[0], got.notes
+    # per row: one row within alpha, one over (it read more leaf values than its level allows)
+    two = [(10, 5, 20, Decimal("0.05")), (12, 6, 22, Decimal("0.0500001"))]
+    got = attach(plan, cols, two, [rel_ok], ["derived table v"], 0.95)
+    assert got.rows == [(10, 5, 20), (12, None, None)]
+    assert "NULL in 1 of 2 rows" in got.notes[0], got.notes
 
 
 SHAPES = {
