@@ -247,6 +247,8 @@ class Exprs:
             zero = _int_literal(fallback)
             return replace(
                 a, lo=pick(a.lo), hi=pick(a.hi), passthrough=False,
+                miss=exp.Case(ifs=[exp.If(this=is_null.copy(), true=exp.Literal.number(0))],
+                              default=a.miss),  # the fallback is exact: it never misses
                 additive=a.additive and zero and int(fallback.this) == 0,
                 integral=a.integral and zero,
             )  # fmt: skip
