@@ -19,6 +19,20 @@ class ResultColumn:
 
 
 @dataclass(frozen=True)
+class IntervalFallback:
+    """Why a statement's interval columns (``SET dpsql.show_intervals``) fell back: NULL with
+    the reason in the notice, or none at all. ``expected``: a case dpsql knows has no honest
+    interval (a shape its rewrite can't carry interval columns through, the interval ends'
+    arithmetic failing on the values: PostgreSQL's data exceptions). Otherwise something dpsql
+    did not expect (``error``: the exception, a bug to fix): the statement is still answered,
+    the event is logged at ERROR with the statement's fingerprint, and tests assert none."""
+
+    reason: str
+    expected: bool
+    error: str = ""
+
+
+@dataclass(frozen=True)
 class Result:
     """A statement's outcome. ``rows`` hold Python values (psycopg's loaders decoded them;
     the wire encodes each by its column's type)."""
@@ -31,3 +45,5 @@ class Result:
     delta_spent: float = 0.0
     cached: bool = False
     intervals: list[tuple[tuple[float, float] | None, ...]] | None = field(default=None)
+    # the interval columns' fallbacks, if any (:class:`IntervalFallback`)
+    interval_fallbacks: tuple[IntervalFallback, ...] = ()

@@ -47,10 +47,18 @@ from dpsql.execute.private import (
     settle_failed,
 )
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
-from dpsql.execute.tree_intervals import Attached, attach, leaf_shape, post_sql_iv, row_bound
+from dpsql.execute.tree_intervals import (
+    Attached,
+    attach,
+    leaf_shape,
+    post_sql_iv,
+    reported,
+    row_bound,
+    upstream_fallback,
+)
 from dpsql.execute.tree_levels import counted_reads, key_rows, leaf_levels, static_reads
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
-from dpsql.result import Result, ResultColumn
+from dpsql.result import IntervalFallback, Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoBounds
@@ -96,7 +104,7 @@ def run_tree(
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
     ]
     run = _Run(engine, sp, list(probes), budgets, session, prepared.scope)
-    ivplan, levels, reads = _iv_plan(engine, sp, run, confidence, session.show_intervals)
+    ivplan, levels, reads, fallbacks = _iv_plan(engine, sp, run, confidence, session.show_intervals)
     ledger = engine.ledger
     for i in range(len(probes)):
         link = sp.link(i)
@@ -154,12 +162,14 @@ def run_tree(
     stored = ledger is not None and engine.policy.repeats != "off"
     notices = leaf_notices(sp, run, set(todo), stored, session, engine)
     if ivplan is not None:
-        got = _post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
+        got, failed = _post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
         columns, rows, intervals = got.columns, got.rows, got.intervals
         notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
+        fallbacks += (failed,) if failed is not None else ()
     else:
         rows_out = _post(engine, sp, run.plans, final, cancel)
         columns, rows, intervals = rows_out.columns, rows_out.rows, None
+    reported(fallbacks, prepared.fingerprint)
     return Result(
         columns,
         rows,
@@ -169,26 +179,31 @@ def run_tree(
         cached=not todo,
         notices=notices,
         intervals=intervals,
+        interval_fallbacks=fallbacks,
     )
 
 
 def _iv_plan(
     engine: EngineContext, sp: Split, run: _Run, confidence: float, show: bool
-) -> tuple[IvPlan | None, list[float], dict[int, int | None]]:
-    """With ``dpsql.show_intervals``: the interval columns' plan, each leaf's interval level
-    and the leaf intervals an output row reads at most, by output
-    (:mod:`dpsql.execute.tree_intervals`); else None and the session's confidence."""
+) -> tuple[IvPlan | None, list[float], dict[int, int | None], tuple[IntervalFallback, ...]]:
+    """With ``dpsql.show_intervals``: the interval columns' plan, each leaf's interval level,
+    the leaf intervals an output row reads at most, by output
+    (:mod:`dpsql.execute.tree_intervals`), and the fallbacks so far; else None and the
+    session's confidence."""
     n = len(run.plans)
     if not show:
-        return None, [confidence] * n, {}
+        return None, [confidence] * n, {}, ()
     labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
     bounds = [_bound(engine, p.analysis) for p in run.plans]
     shapes = [leaf_shape(p.analysis, labels[i], bounds[i]) for i, p in enumerate(run.plans)]
     plan = plan_intervals(sp.post, shapes)
     static = static_reads(plan, bounds)
-    counted = _counted(engine, plan, run, bounds) if _reads_many(plan, bounds) else {}
+    counted, failed = (
+        _counted(engine, plan, run, bounds) if _reads_many(plan, bounds) else ({}, None)
+    )
     reads = {h: counted.get(h) or k for h, k in static.items()}
-    return plan, leaf_levels(plan, bounds, confidence, counted), reads
+    fallbacks = tuple(f for f in (plan.fallback, failed) if f is not None)
+    return plan, leaf_levels(plan, bounds, confidence, counted), reads, fallbacks
 
 
 def _reads_many(plan: IvPlan, bounds: Sequence[int | None]) -> bool:
@@ -204,10 +219,11 @@ def _reads_many(plan: IvPlan, bounds: Sequence[int | None]) -> bool:
 
 def _counted(
     engine: EngineContext, plan: IvPlan, run: _Run, bounds: Sequence[int | None]
-) -> dict[int, int]:
+) -> tuple[dict[int, int], IntervalFallback | None]:
     """The leaf intervals each output's rows read, counted by the rewritten post-processing
     over the leaves' public rows (:func:`~dpsql.execute.tree_levels.key_rows`), before any
-    release; only for outputs whose leaves' rows are all known (static count not None)."""
+    release; only for outputs whose leaves' rows are all known (static count not None). If
+    PostgreSQL refuses that query: nothing counted (the static count holds) and why."""
     analyses = [p.analysis for p in run.plans]
     rels = [
         key_rows(a, engine.group_types(leaf, a), _declared(engine, p))
@@ -217,11 +233,11 @@ def _counted(
     text, params = post_sql_iv(plan, plain, analyses, rels, [Decimal(1)] * len(rels))
     try:
         got = engine.backend.run(text, params, private=False)
-    except UpstreamError:  # the statement's own error, if any, is reported when it runs
-        return {}
+    except UpstreamError as e:  # the statement's own error, if any, is reported when it runs
+        return {}, upstream_fallback(e, "counting the leaf values an output row reads")
     static = static_reads(plan, bounds)
     counted = counted_reads(plan, got.columns, got.rows)
-    return {h: k for h, k in counted.items() if static.get(h) is not None}
+    return {h: k for h, k in counted.items() if static.get(h) is not None}, None
 
 
 def _bound(engine: EngineContext, a: Analysis) -> int | None:
@@ -238,9 +254,10 @@ def _post_iv(
     confidence: float,
     reads: dict[int, int | None],
     cancel: CancelToken | None = None,
-) -> Attached:
+) -> tuple[Attached, IntervalFallback | None]:
     """The post-processing with the interval columns; if PostgreSQL refuses the rewritten
-    query, the statement's own (its error, if any, is the user's) with NULL intervals."""
+    query, the statement's own (its error, if any, is the user's) with NULL intervals, and
+    why (:func:`~dpsql.execute.tree_intervals.upstream_fallback`)."""
     analyses = [p.analysis for p in plans]
     plain = [_leaf_query(a, rel, 0) for a, rel in zip(analyses, releases, strict=True)]
     text, params = post_sql_iv(plan, plain, analyses, releases)
@@ -249,9 +266,12 @@ def _post_iv(
         got = engine.backend.run(text, params, private=False, cancel=cancel)
     except UpstreamError as e:
         got = _post(engine, sp, plans, releases, cancel)
-        why = f"dpsql could not compute it ({e.message})"
-        return attach(plan, got.columns, got.rows, releases, labels, confidence, why, reads)
-    return attach(plan, got.columns, got.rows, releases, labels, confidence, reads=reads)
+        failed = upstream_fallback(e, "the interval columns' query")
+        out = attach(
+            plan, got.columns, got.rows, releases, labels, confidence, failed.reason, reads
+        )
+        return out, failed
+    return attach(plan, got.columns, got.rows, releases, labels, confidence, reads=reads), None
 
 
 def _reserve(
@@ -497,9 +517,11 @@ def describe_tree(
         plain = [_leaf_query(a, rel, 0) for a, rel in zip(present, rels, strict=True)]
         text, params = post_sql_iv(plan, plain, present, rels)
         q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
+        reported((plan.fallback,) if plan.fallback else (), prepared.fingerprint)
         try:
             cols = engine.backend.run(q, params, private=False).columns
-        except UpstreamError:  # as run_tree: the statement's own columns, NULL intervals
+        except UpstreamError as e:  # as run_tree: the statement's own columns, NULL intervals
+            reported((upstream_fallback(e, "describing"),), prepared.fingerprint)
             text, params = post_sql(sp, present, rels)
             q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
             cols = engine.backend.run(q, params, private=False).columns

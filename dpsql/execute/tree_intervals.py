@@ -28,6 +28,7 @@ Nothing here reads a private row: it works on released values and their interval
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,11 +37,12 @@ from typing import Any
 
 from sqlglot import exp
 
+from dpsql.errors import UpstreamError
 from dpsql.execute.bias import round_outwards
 from dpsql.execute.finish import interval_arrays
 from dpsql.execute.noise import Release
 from dpsql.execute.tree_levels import static_reads
-from dpsql.result import ResultColumn
+from dpsql.result import IntervalFallback, ResultColumn
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.interval_sql import ENDS, HIDDEN, IV_LEAF, Held, No
 from dpsql.sql.intervals import derived_outputs
@@ -54,6 +56,7 @@ from dpsql.sql.postprocess import (
 )
 from dpsql.sql.tree_intervals import IvPlan, LeafCol, LeafShape, OutCol
 
+log = logging.getLogger("dpsql.execute.intervals")
 INT8, FLOAT8 = 20, 701
 OIDS = {"int8": INT8, "float8": FLOAT8, "date": 1082, "timestamp": 1114, "timestamptz": 1184}
 
@@ -230,6 +233,31 @@ def post_sql_iv(
         else:
             s.replace(new)
     return outer_sql(out), params  # type: ignore[arg-type]
+
+
+def upstream_fallback(e: UpstreamError, what: str) -> IntervalFallback:
+    """PostgreSQL refused a query of the interval columns (``what``). Expected for a data
+    exception (class 22: the ends' arithmetic overflowed, a value out of a function's range):
+    these values have no computable interval. Any other (an undefined function, a type
+    mismatch) means the rewrite wrote SQL PostgreSQL can't run: unexpected, a bug."""
+    expected = (e.sqlstate or "").startswith("22")
+    return IntervalFallback(
+        f"dpsql could not compute it ({e.message})",
+        expected,
+        "" if expected else f"{what}: {e.sqlstate}: {e.message}",
+    )
+
+
+def reported(fallbacks: Sequence[IntervalFallback], fingerprint: str) -> None:
+    """Log each unexpected fallback at ERROR with the statement's fingerprint (the statement
+    is still answered: its intervals NULL, the notice says why)."""
+    for f in fallbacks:
+        if not f.expected:
+            log.error(
+                "interval columns fell back to NULL on an unexpected error (statement %s): %s",
+                fingerprint,
+                f.error,
+            )
 
 
 @dataclass(frozen=True)
@@ -439,4 +467,6 @@ __all__ = [
     "leaf_shape",
     "miss_of",
     "post_sql_iv",
+    "reported",
+    "upstream_fallback",
 ]

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from dpsql.result import IntervalFallback
 from dpsql.sql.interval_sql import (
     ENDS,
     HIDDEN,
@@ -97,6 +98,7 @@ class IvPlan:
     leaf_ivs: tuple[tuple[tuple[str, int], ...], ...]
     chosen: str = ""  # the output's rows are chosen by noisy values: why (each row's own
     # interval still holds its group's truth; which groups are shown is the noisy part)
+    fallback: IntervalFallback | None = None  # the rewrite fell back to the plain plan: why
 
 
 class _Abort(Exception):
@@ -105,19 +107,30 @@ class _Abort(Exception):
 
 def plan_intervals(post: exp.Expr, leaves: Sequence[LeafShape]) -> IvPlan:
     """The hidden-column rewrite of ``post`` (with ``_dpsql_leaf_i`` placeholders); when a part of
-    the statement can't carry them, every noisy output gets No with the reason."""
+    the statement can't carry them (:class:`_Abort`: expected), every noisy output gets No with
+    the reason. Any other exception is a bug in the rewrite: the statement still runs (its
+    intervals NULL, or no interval columns when not even which outputs are noisy is known),
+    and ``fallback`` says so, unexpected, for the engine to log and tests to catch."""
     none = tuple(() for _ in leaves)
     try:
         return _Rewriter(leaves, hidden=True).plan(post.copy())
     except _Abort as why:
-        reason = str(why)
-    except Exception:  # a shape this module does not know: the statement runs without intervals
-        reason = "dpsql does not follow this statement's shape"
+        fallback = IntervalFallback(str(why), expected=True)
+    except Exception as e:  # never fail the statement: typed, logged, tested
+        fallback = _unexpected(e)
     try:
-        out = _Rewriter(leaves, hidden=False, why=reason).plan(post.copy())
-    except Exception:  # not even which outputs are noisy: no interval columns at all
-        return IvPlan(post, (), none)
-    return IvPlan(post, out.outputs, none, out.chosen)
+        out = _Rewriter(leaves, hidden=False, why=fallback.reason).plan(post.copy())
+    except Exception as e:  # not even which outputs are noisy: no columns
+        return IvPlan(post, (), none, fallback=_unexpected(e))
+    return IvPlan(post, out.outputs, none, out.chosen, fallback)
+
+
+def _unexpected(e: Exception) -> IntervalFallback:
+    return IntervalFallback(
+        "dpsql does not follow this statement's shape",
+        expected=False,
+        error=f"{type(e).__name__}: {e}",
+    )
 
 
 class _Rewriter:

@@ -13,7 +13,9 @@ that carries a hint. Statements whose shapes belong to other work in progress ar
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +99,45 @@ def test_statement(conn: psycopg.Connection[Any], item: dict[str, Any]) -> None:
     assert res.error_field(pq.DiagnosticField.MESSAGE_HINT), message
     if conn.info.transaction_status == pq.TransactionStatus.INERROR:
         conn.pgconn.exec_(b"ROLLBACK")  # the tool would roll back; the replay goes on
+
+
+def test_no_unexpected_interval_fallback_over_the_corpus(
+    demo_dsn: str, demo_policy: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every answer statement the engine runs privately, flat or as a tree (CTEs, windows,
+    re-aggregations, series limits), with ``show_intervals`` on: answered, and no interval
+    column fell back on an
+    unexpected error (typed: ``Result.interval_fallbacks``; logged at ERROR with the
+    statement's fingerprint: none logged). An expected fallback (a shape with no honest
+    interval) is fine: its notice says why."""
+    from dpsql.engine import Engine
+    from dpsql.errors import DpsqlError
+    from dpsql.session import SessionContext
+
+    on = SessionContext(analyst="analyst", epsilon=Fraction(1), show_intervals=True)
+    trees: list[int] = []
+    engine = Engine(demo_policy, demo_dsn, pool_size=2)
+    try:
+        for item in STATEMENTS:
+            if item["expect"] != "answer" or int(item["n"]) in PARAMS:
+                continue
+            try:
+                prepared = engine.prepare(item["sql"])
+            except DpsqlError:
+                continue  # a catalog or session statement: the wire's, no interval columns
+            if type(prepared).__name__ not in ("PrivateQuery", "TreeQuery"):
+                continue
+            with caplog.at_level(logging.ERROR, logger="dpsql.execute"):
+                r = engine.execute(prepared, on)
+            bad = [f for f in r.interval_fallbacks if not f.expected]
+            assert not bad, (item["n"], item["sql"], bad)
+            if getattr(prepared, "split", None) is not None:
+                trees.append(int(item["n"]))
+    finally:
+        engine.close()
+    assert len(trees) >= 3, trees  # the corpus's tree statements were run (3 of them)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
 
 
 def test_the_corpus_is_the_shared_one() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import math
 from collections.abc import Callable, Iterator
 from decimal import Decimal
@@ -122,6 +123,35 @@ def engine(dsn: str) -> Iterator[Engine]:
     e.close()
 
 
+def assert_no_unexpected_fallback(r: Any) -> None:
+    """No interval column fell back on an error dpsql did not expect (a bug in the rewrite)."""
+    bad = [f for f in r.interval_fallbacks if not f.expected]
+    assert not bad, bad
+
+
+def test_an_unexpected_error_is_typed_logged_and_the_statement_answered(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The rewrite raising something it does not know (planted here) never fails the statement:
+    it is answered, its Result says the fallback was unexpected (with the exception), and an
+    ERROR names the statement's fingerprint. Without the plant (every other test here) there
+    is none: assert_no_unexpected_fallback."""
+    from dpsql.sql import tree_intervals
+
+    def broken(self: object, *args: object) -> None:
+        raise RuntimeError("an unknown node")
+
+    monkeypatch.setattr(tree_intervals._Rewriter, "select", broken)
+    prepared = engine.prepare(TOTAL)
+    with caplog.at_level(logging.ERROR, logger="dpsql.execute"):
+        r = engine.execute(prepared, ON)
+    assert len(r.rows) == 1 and r.rows[0][0] is not None
+    (f,) = r.interval_fallbacks
+    assert not f.expected and f.error == "RuntimeError: an unknown node", f
+    logged = [x.getMessage() for x in caplog.records if x.levelno == logging.ERROR]
+    assert any(prepared.fingerprint in m and "an unknown node" in m for m in logged), logged
+
+
 def _truths(dsn: str, sql: str) -> dict[Any, float]:
     """The truth per output row: by its key (the first column) when the statement has one."""
     with psycopg.connect(dsn) as conn:
@@ -136,6 +166,7 @@ def _covered(engine: Engine, sql: str, truths: dict[Any, float], draws: int) -> 
     hits = dict.fromkeys(truths, 0)
     for _ in range(draws):
         r = engine.execute(prepared, ON)
+        assert_no_unexpected_fallback(r)
         names = [c.name for c in r.columns]
         assert names[-2:] == [f"{names[-3]}_low", f"{names[-3]}_high"], names
         for row in r.rows:
@@ -285,6 +316,7 @@ SHAPES = {
 @pytest.mark.parametrize("sql", list(SHAPES))
 def test_each_noisy_column_has_an_interval_or_says_why(engine: Engine, sql: str) -> None:
     r = engine.execute(engine.prepare(sql), ON)
+    assert_no_unexpected_fallback(r)
     names = [c.name for c in r.columns]
     described = [c.name for c in engine.describe(engine.prepare(sql), ON)]
     assert described == names, (described, names)  # Describe and Execute agree

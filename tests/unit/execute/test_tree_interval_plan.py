@@ -160,3 +160,37 @@ def test_an_unknown_shape_never_fails_the_statement(monkeypatch: pytest.MonkeyPa
     p, _ = _plan(sql)
     assert not any(HIDDEN.match(e.alias_or_name) for e in p.post.find_all(exp.Alias))
     assert p.outputs == ()  # not even which are noisy: no interval columns, the query runs
+    # typed: unexpected, with the exception, for the engine to log and tests to catch
+    assert p.fallback is not None and not p.fallback.expected, p.fallback
+    assert p.fallback.error == "RuntimeError: an unknown node", p.fallback
+
+
+def test_a_known_shape_without_intervals_is_an_expected_fallback(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rewrite's own "can't carry hidden columns here" (_Abort) is expected: the outputs
+    say why, nothing is logged as an error. The twin (an unknown exception) is the test above."""
+    from dpsql.sql import tree_intervals
+
+    p, _ = _plan(
+        "SELECT * FROM (SELECT category, COUNT(*) AS n FROM purchases GROUP BY 1) AS a "
+        "UNION SELECT * FROM (SELECT category, COUNT(*) AS n FROM purchases GROUP BY 1) AS b"
+    )
+    assert p.fallback is None or p.fallback.expected, p.fallback
+    honest = tree_intervals._Rewriter.select
+
+    def abort(self: tree_intervals._Rewriter, s: exp.Select, hidden: bool) -> object:
+        if hidden:
+            raise tree_intervals._Abort("a LATERAL or function source over aggregates")
+        return honest(self, s, hidden)
+
+    monkeypatch.setattr(tree_intervals._Rewriter, "select", abort)
+    p, _ = _plan(next(iter(CASES)))
+    assert p.fallback is not None and p.fallback.expected and not p.fallback.error, p.fallback
+    assert isinstance(_outputs(p)["r"], No) and "LATERAL" in _outputs(p)["r"].reason
+
+
+@pytest.mark.parametrize("sql", list(CASES))
+def test_no_case_falls_back_unexpectedly(sql: str) -> None:
+    p, _ = _plan(sql)
+    assert p.fallback is None or p.fallback.expected, p.fallback
