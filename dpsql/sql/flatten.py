@@ -124,10 +124,12 @@ def _substitute(
     proj: dict[str, exp.Expr],
     star: bool,
     keep: frozenset[str] = frozenset(),
+    table: str = "",
 ) -> exp.Expr:
     """Replace references to the derived table's columns by their defining expressions.
 
     ``keep``: output aliases of the outer select, which ORDER BY/GROUP BY/HAVING may name.
+    ``table``: the qualifier of a column ``*`` passes through ('' leaves it unqualified).
     """
 
     def fix(n: exp.Expr) -> exp.Expr:
@@ -142,7 +144,8 @@ def _substitute(
                     e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
                 )
             if star:
-                return exp.column(n.name, quoted=n.this.quoted if n.this else False)
+                quoted = n.this.quoted if n.this else False
+                return exp.column(n.name, table=table or None, quoted=quoted)
             raise UnsupportedSql(
                 f'column {alias}.{n.name} does not exist in the derived table "{alias}"',
                 hint="refer to the columns the subquery selects",
@@ -290,6 +293,12 @@ def flatten(tree: exp.Expr) -> exp.Expr:
         return tree
     q = _inline_ctes(tree)
     for _ in range(MAX_DEPTH):
+        if q.args.get("joins"):
+            merged = None if q.args.get("with_") else _merge_joined(q)
+            if merged is None:
+                return q
+            q = merged
+            continue
         src = q.args.get("from_")
         sub = src.this if src is not None else None
         if not isinstance(sub, exp.Subquery) or not isinstance(sub.this, exp.Select):
@@ -308,6 +317,102 @@ def flatten(tree: exp.Expr) -> exp.Expr:
         else:
             return q
     raise UnsupportedSql("subqueries are nested too deeply", hint=f"use at most {MAX_DEPTH} levels")
+
+
+def _merge_joined(q: exp.Select) -> exp.Select | None:
+    """``q`` with one row-level derived table of its joins merged, or None when none can be.
+
+    ``FROM (SELECT user_id, amount * 2 AS v, region FROM purchases WHERE c) p JOIN regions r
+    ON r.code = p.region`` reads the same rows as ``FROM purchases AS p JOIN regions r ON
+    r.code = p.region WHERE c`` with ``p.v`` read as ``(p.amount * 2)``: the derived table is
+    a view of one table's rows. Merged where that holds exactly: the derived table is in FROM
+    with no RIGHT or FULL join after it, or is an inner (or comma) join; no USING or NATURAL
+    join (they name columns on both sides by the derived table's output names).
+    """
+    joins = list(q.args.get("joins") or [])
+    if any(j.args.get("using") or j.args.get("method") for j in joins):
+        return None
+    items: list[exp.Expr] = [q.args["from_"], *joins]
+    for pos, item in enumerate(items):
+        sub = item.this
+        if not isinstance(sub, exp.Subquery) or not isinstance(sub.this, exp.Select):
+            continue
+        if pos == 0:
+            outer = any(str(j.args.get("side") or "").upper() in ("RIGHT", "FULL") for j in joins)
+        else:
+            kind = str(item.args.get("kind") or "").upper()
+            outer = bool(item.args.get("side")) or kind not in ("", "INNER", "CROSS")
+        inner = flatten(sub.this)
+        if outer or not isinstance(inner, exp.Select) or not _is_row_level(inner):
+            continue
+        if not isinstance(inner.args["from_"].this, exp.Table):
+            continue
+        check_mergeable(inner)
+        return _merge_joined_at(q, pos, sub.alias_or_name, inner)
+    return None
+
+
+def _merge_joined_at(q: exp.Select, pos: int, alias: str, inner: exp.Select) -> exp.Select:
+    """:func:`_merge_joined` of the derived table ``alias`` (item ``pos`` of FROM and JOINs),
+    whose flat row-level body is ``inner``: its table takes the alias, its columns are
+    qualified by it, and its WHERE joins the outer one (an inner join: same rows)."""
+    inner = inner.copy()
+    table = inner.args["from_"].this
+    mine = {"", table.alias_or_name, table.name}
+    for part in [*inner.expressions, inner.args.get("where")]:
+        for c in _own_columns(part, inner):
+            if c.table in mine:
+                c.set("table", exp.to_identifier(alias))
+    proj, star = _projection(inner), _has_star(inner)
+    out = q.copy()
+    items = []
+    for e in out.expressions:
+        sub_e = _substitute(e, alias, proj, star, table=alias)
+        items.append(e.copy() if _is_star(e) else _keep_name(e, sub_e))
+    out.set("expressions", items)
+    names = frozenset(e.alias for e in q.expressions if isinstance(e, exp.Alias))
+    for key in ("where", "group", "having", "order", "qualify"):
+        v = out.args.get(key)
+        if v is not None:
+            keep = names if key != "where" else frozenset()
+            out.set(key, _substitute(v, alias, proj, star, keep, table=alias))
+    joins = out.args.get("joins") or []
+    for j in joins:
+        on = j.args.get("on")
+        if on is not None:
+            j.set("on", _substitute(on, alias, proj, star, table=alias))
+    plain = exp.Table(
+        this=table.this.copy(),
+        db=table.args.get("db"),
+        catalog=table.args.get("catalog"),
+        alias=exp.TableAlias(this=exp.to_identifier(alias)),
+    )
+    slot = out.args["from_"] if pos == 0 else joins[pos - 1]
+    slot.set("this", plain)
+    iw = inner.args.get("where")
+    if iw is not None:
+        ow = out.args.get("where")
+        cond = (
+            iw.this.copy()
+            if ow is None
+            else exp.and_(exp.Paren(this=iw.this.copy()), exp.Paren(this=ow.this))
+        )
+        out.set("where", exp.Where(this=cond))
+    return out
+
+
+def _own_columns(node: exp.Expr | None, select: exp.Select) -> list[exp.Column]:
+    """The columns of ``node`` that belong to ``select``'s own FROM (not to a subquery's)."""
+    if node is None:
+        return []
+    out = []
+    for c in node.find_all(exp.Column):
+        if isinstance(c.this, exp.Star):
+            continue
+        scope = c.find_ancestor(exp.Select)
+        if scope is None or scope is select:
+            out.append(c)
+    return out
 
 
 def _is_row_level_wrapper(q: exp.Select) -> bool:

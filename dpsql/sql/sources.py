@@ -53,6 +53,8 @@ def table_name(t: exp.Table) -> str:
 
 
 def source_of(t: exp.Expr, policy: Policy) -> Source:
+    if isinstance(t, exp.Subquery) and isinstance(t.this, exp.Select):
+        raise _unmerged(t)
     if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
         raise UnsupportedSql(
             "only plain tables (and subqueries that filter them) are supported in FROM of a "
@@ -64,6 +66,35 @@ def source_of(t: exp.Expr, policy: Policy) -> Source:
     if private is None and not policy.is_public(name):
         raise UndefinedTable(f'relation "{t.name}" does not exist')
     return Source(t.alias_or_name, name, private)
+
+
+def _unmerged(t: exp.Subquery) -> UnsupportedSql:
+    """A derived table (or CTE) left in a private query's FROM by :mod:`dpsql.sql.flatten`."""
+    alias, inner = t.alias_or_name, t.this
+    src = inner.args.get("from_")
+    table = src.this.sql("postgres") if src is not None and isinstance(src.this, exp.Table) else ""
+    where = inner.args.get("where")
+    example = (
+        f"FROM {table} AS {alias} JOIN ... ON ...{' WHERE ' + where.this.sql('postgres') if where else ''}"
+        if table
+        else "FROM the_table AS t JOIN ... ON ... WHERE ..."
+    )
+    if any(inner.args.get(k) for k in ("group", "having", "distinct", "limit", "offset")):
+        return UnsupportedSql(
+            f"the subquery or CTE {alias} can't be joined here: it has GROUP BY, DISTINCT or "
+            "LIMIT, so its rows are not rows of the private table, and it is not an aggregate "
+            "dpsql answers on its own",
+            hint="aggregate inside it (SELECT key, COUNT(*) ... GROUP BY key: an aggregated CTE "
+            "can be joined to public tables), or drop DISTINCT/LIMIT and join the table itself",
+        )
+    return UnsupportedSql(
+        f"the subquery or CTE {alias} can't be merged into this private query: dpsql reads one "
+        "only as a view of a single table's rows (it filters and computes columns, without "
+        "GROUP BY, DISTINCT, LIMIT or windows), in FROM or an inner JOIN (not on the side of "
+        "an outer JOIN that keeps unmatched rows, nor joined by USING or NATURAL)",
+        hint=f"join the table itself and move the subquery's filter into WHERE: {example}; "
+        "or aggregate inside the subquery (an aggregated CTE can be joined to public tables)",
+    )
 
 
 class Ctx:
