@@ -124,12 +124,10 @@ def _substitute(
     proj: dict[str, exp.Expr],
     star: bool,
     keep: frozenset[str] = frozenset(),
-    table: str = "",
 ) -> exp.Expr:
     """Replace references to the derived table's columns by their defining expressions.
 
     ``keep``: output aliases of the outer select, which ORDER BY/GROUP BY/HAVING may name.
-    ``table``: the qualifier of a column ``*`` passes through ('' leaves it unqualified).
     """
 
     def fix(n: exp.Expr) -> exp.Expr:
@@ -144,8 +142,7 @@ def _substitute(
                     e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
                 )
             if star:
-                quoted = n.this.quoted if n.this else False
-                return exp.column(n.name, table=table or None, quoted=quoted)
+                return exp.column(n.name, quoted=n.this.quoted if n.this else False)
             raise UnsupportedSql(
                 f'column {alias}.{n.name} does not exist in the derived table "{alias}"',
                 hint="refer to the columns the subquery selects",
@@ -348,11 +345,61 @@ def _merge_joined(q: exp.Select) -> exp.Select | None:
         if not isinstance(inner.args["from_"].this, exp.Table):
             continue
         check_mergeable(inner)
-        return _merge_joined_at(q, pos, sub.alias_or_name, inner)
+        others = [i.this.alias_or_name for k, i in enumerate(items) if k != pos]
+        try:
+            return _merge_joined_at(q, pos, sub.alias_or_name, inner, others)
+        except _Unmergeable:
+            return None
     return None
 
 
-def _merge_joined_at(q: exp.Select, pos: int, alias: str, inner: exp.Select) -> exp.Select:
+class _Unmergeable(Exception):
+    """An unqualified column the merge could not keep bound to the table it names."""
+
+
+def _substitute_joined(
+    node: exp.Expr,
+    alias: str,
+    proj: dict[str, exp.Expr],
+    star: bool,
+    keep: frozenset[str],
+    others: list[str],
+) -> exp.Expr:
+    """:func:`_substitute` in a join: an unqualified column the derived table does not select
+    belongs to another table of the join, and stays bound to it once the derived table's
+    table (whose other columns were hidden) joins: qualified by that table when it is the
+    only other one, else the merge is given up. Columns of nested SELECTs are theirs."""
+
+    def fix(n: exp.Expr) -> exp.Expr:
+        if not isinstance(n, exp.Column) or isinstance(n.this, exp.Star):
+            return n
+        if n.find_ancestor(exp.Select) is not None or (n.table and n.table != alias):
+            return n
+        if not n.table and n.name in keep and n.name not in proj:
+            return n
+        if n.name in proj:
+            e = proj[n.name].copy()
+            return e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
+        quoted = n.this.quoted if n.this else False
+        if n.table:  # alias.x, not selected by the derived table
+            if star:
+                return exp.column(n.name, table=alias, quoted=quoted)
+            raise UnsupportedSql(
+                f'column {alias}.{n.name} does not exist in the derived table "{alias}"',
+                hint="refer to the columns the subquery selects",
+            )
+        if star:  # every column of the table was visible through *: bound as before
+            return n
+        if len(others) == 1:
+            return exp.column(n.name, table=others[0], quoted=quoted)
+        raise _Unmergeable(n.name)
+
+    return node.transform(fix, copy=True)
+
+
+def _merge_joined_at(
+    q: exp.Select, pos: int, alias: str, inner: exp.Select, others: list[str]
+) -> exp.Select:
     """:func:`_merge_joined` of the derived table ``alias`` (item ``pos`` of FROM and JOINs),
     whose flat row-level body is ``inner``: its table takes the alias, its columns are
     qualified by it, and its WHERE joins the outer one (an inner join: same rows)."""
@@ -366,21 +413,22 @@ def _merge_joined_at(q: exp.Select, pos: int, alias: str, inner: exp.Select) -> 
     proj, star = _projection(inner), _has_star(inner)
     out = q.copy()
     items = []
+    none: frozenset[str] = frozenset()
     for e in out.expressions:
-        sub_e = _substitute(e, alias, proj, star, table=alias)
+        sub_e = _substitute_joined(e, alias, proj, star, none, others)
         items.append(e.copy() if _is_star(e) else _keep_name(e, sub_e))
     out.set("expressions", items)
     names = frozenset(e.alias for e in q.expressions if isinstance(e, exp.Alias))
     for key in ("where", "group", "having", "order", "qualify"):
         v = out.args.get(key)
         if v is not None:
-            keep = names if key != "where" else frozenset()
-            out.set(key, _substitute(v, alias, proj, star, keep, table=alias))
+            keep = names if key != "where" else none
+            out.set(key, _substitute_joined(v, alias, proj, star, keep, others))
     joins = out.args.get("joins") or []
     for j in joins:
         on = j.args.get("on")
         if on is not None:
-            j.set("on", _substitute(on, alias, proj, star, table=alias))
+            j.set("on", _substitute_joined(on, alias, proj, star, none, others))
     plain = exp.Table(
         this=table.this.copy(),
         db=table.args.get("db"),
