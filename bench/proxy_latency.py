@@ -54,11 +54,11 @@ import functools
 import multiprocessing as mp
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,8 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from references import free_port, start_references  # noqa: E402  (bench/ is the script's dir)
+from proxy_compare import Route, compare, start_proxy, tree_cpu  # noqa: E402  (bench/ is the script's dir)
+from references import start_references  # noqa: E402
 
 PUBLIC = "SELECT name FROM regions WHERE code = %s"
 FRESH = 200
@@ -85,27 +86,7 @@ def _policy_file() -> str:
 
 
 def _start_proxy(upstream: str, extra: list[str]) -> tuple[subprocess.Popen[bytes], str]:
-    import tempfile
-
-    port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix="dpsql-bench-", suffix=".log", delete=False)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dpsql", "serve", "--policy", _policy_file(), "--upstream", upstream,
-         "--listen", f"127.0.0.1:{port}", "--log-level", "INFO",
-         "--max-sessions-per-analyst", "100", *extra],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=log,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit("dpsql serve did not start")
-        time.sleep(0.1)
-    db = psycopg.conninfo.conninfo_to_dict(upstream)["dbname"]  # the one dpsql serves
-    dsn = f"host=127.0.0.1 port={port} user=analyst password=analyst dbname={db} sslmode=disable"
-    return proc, dsn
+    return start_proxy(ROOT, _policy_file(), upstream, extra)
 
 
 def _latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
@@ -181,24 +162,6 @@ def _qps(dsn: str, load: Load, clients: int, seconds: float) -> tuple[float, lis
         p.join()
     lats = [x for lat, _ in got for x in lat]
     return len(lats) / max(e for _, e in got), lats
-
-
-def _tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by process ``pid`` and its descendants (Linux)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
 
 
 def _engine_latencies(dsn: str, sql: str, params: tuple[object, ...], n: int) -> list[float]:
@@ -280,6 +243,30 @@ def _fresh(n: int, start: int = 0) -> list[str]:
     return [f"{head} WHERE amount < {1000 + start + i} GROUP BY category" for i in range(n)]
 
 
+def routes(rewrite: Callable[[str], str]) -> list[Route]:
+    """Every path ``--compare`` measures: (public lookup, private repeat, private fresh) x
+    (simple, extended unnamed, prepared); a fresh statement is never prepared."""
+    literal = PUBLIC.replace("%s", "'N'")
+    public = PUBLIC.replace("%s", "$1")
+    cached = [(PRIVATE, rewrite(PRIVATE))]
+    repeat: dict[str, Any] = {"n_scale": 0.1, "direct_n": 5}
+    once: dict[str, Any] = {"n_scale": 0.01, "direct_n": 5}
+
+    def fresh(route: int) -> Callable[[int, int], list[tuple[str, str]]]:
+        return lambda r, n: [(q, rewrite(q)) for q in _fresh(n, 100_000 * (2 * r + route + 1))]
+
+    return [
+        Route("public simple", "simple", lambda r, n: [(literal, literal)] * n),
+        Route("public extended", "extended", lambda r, n: [(public, public)] * n, ("N",)),
+        Route("public prepared", "prepared", lambda r, n: [(public, public)] * n, ("N",)),
+        Route("private cached simple", "simple", lambda r, n: cached * n, **repeat),
+        Route("private cached extended", "extended", lambda r, n: cached * n, **repeat),
+        Route("private cached prepared", "prepared", lambda r, n: cached * n, **repeat),
+        Route("private fresh simple", "simple", fresh(0), setup=SETUP, **once),
+        Route("private fresh extended", "extended", fresh(1), setup=SETUP, **once),
+    ]
+
+
 @dataclass(frozen=True)
 class Target:
     """Where clients connect: dpsql (one per ``--workers`` count, dpsql's load) or a reference
@@ -311,9 +298,9 @@ def _throughput(
                 if not t.reference and pload.sqls and pload.setup:  # fresh: new ones every run
                     run += 1
                     load = Load(sqls=tuple(_fresh(FRESH, 10_000 * run)), setup=pload.setup)
-                cpu0 = _tree_cpu(t.pid)
+                cpu0 = tree_cpu(t.pid)
                 p, pl = _qps(t.dsn, load, c, a.seconds)
-                cpu = (_tree_cpu(t.pid) - cpu0) / max(len(pl), 1) * 1e6
+                cpu = (tree_cpu(t.pid) - cpu0) / max(len(pl), 1) * 1e6
                 relay = p / d if t.proxy == "null relay" and d else relay
                 head = f"| {name} | {c} | {d:,.1f} | {t.proxy} | {t.workers} | {p:,.1f}"
                 if not pl or not dl:
@@ -368,6 +355,14 @@ def main() -> None:
     ap.add_argument(
         "--policy", help="policy file (default: the demo's; its tables must be the demo's)"
     )
+    ap.add_argument(
+        "--compare",
+        metavar="REV",
+        help="instead: every path at git revision REV (or a checkout's path) against this tree, "
+        "interleaved, proxy CPU per statement (bench/proxy_compare.py)",
+    )
+    ap.add_argument("--rounds", type=int, default=5, help="--compare: interleaved rounds")
+    ap.add_argument("--only", default="", help="--compare: comma-separated paths to measure")
     a = ap.parse_args()
     if a.policy:
         POLICY_FILE.append(str(Path(a.policy).resolve()))
@@ -381,6 +376,16 @@ def main() -> None:
 
         cluster = start_cluster()
         dsn = cluster.dsn()
+    if a.compare:
+        try:
+            only = {x.strip() for x in a.only.split(",") if x.strip()}
+            compare(
+                a.compare, dsn, a.n, a.rounds, POLICY_FILE[0] if a.policy else None, only, routes
+            )
+        finally:
+            if cluster is not None:
+                cluster.stop()
+        return
     procs, refs = [], []
     try:
         load_demo(dsn)
