@@ -2,7 +2,8 @@
 
 One PostgreSQL, the demo data; two ``dpsql serve`` processes (REV's code and this tree's), each
 with a ledger database of its own, under the same policy (by default REV's demo policy: an older
-policy file loads in newer code, not always the other way round). Every path a client can take
+policy file loads in newer code, not always the other way round; ``--policy-now`` gives this
+tree another, e.g. REV's with a setting REV did not know that keeps this tree's behaviour REV's). Every path a client can take
 is measured sequentially (one client, libpq calls, no client-side caching):
 
 * ``simple``: the simple-query protocol (Query), the value written into the text;
@@ -236,6 +237,7 @@ def compare(
     n: int,
     rounds: int,
     policy: str | None,
+    policy_now: str | None,
     only: set[str],
     paths_of: Callable[[Callable[[str], str]], list[Route]],
 ) -> None:
@@ -253,17 +255,18 @@ def compare(
     targets: list[Target] = []
     with checkout(rev) as base:
         pol = policy or str(base / "dpsql" / "demo" / "policy.yaml")
+        pols = {"base": pol, "now": policy_now or pol}
         label = _short(base)
         try:
             for key, root in (("base", base), ("now", ROOT)):
-                proc, pdsn = start_proxy(root, pol, dsn, ["--workers", "1"], ledger[key])
+                proc, pdsn = start_proxy(root, pols[key], dsn, ["--workers", "1"], ledger[key])
                 procs.append(proc)
                 targets.append(Target(key, pdsn, proc.pid))
             direct = Target("direct", dsn, None)
-            rewrite = _rewriter(pol)
+            rewrite = _rewriter(pols["now"])
             paths = [p for p in paths_of(rewrite) if not only or p.name in only]
             print(f"{label} against this tree ({_short(ROOT)}, uncommitted changes included); "
-                  f"policy {pol}; "
+                  f"policy {pol}{f' (this tree: {policy_now})' if policy_now else ''}; "
                   f"PostgreSQL {psycopg.connect(dsn).info.server_version}, {os.cpu_count()} CPUs, "
                   f"n={n}, {rounds} rounds; load average before: "
                   f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n", flush=True)  # fmt: skip

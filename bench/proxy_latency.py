@@ -361,6 +361,9 @@ def main() -> None:
         help="instead: every path at git revision REV (or a checkout's path) against this tree, "
         "interleaved, proxy CPU per statement (bench/proxy_compare.py)",
     )
+    ap.add_argument(
+        "--policy-now", help="--compare: this tree's policy file (default: the same as REV's)"
+    )
     ap.add_argument("--rounds", type=int, default=5, help="--compare: interleaved rounds")
     ap.add_argument("--only", default="", help="--compare: comma-separated paths to measure")
     a = ap.parse_args()
@@ -379,9 +382,9 @@ def main() -> None:
     if a.compare:
         try:
             only = {x.strip() for x in a.only.split(",") if x.strip()}
-            compare(
-                a.compare, dsn, a.n, a.rounds, POLICY_FILE[0] if a.policy else None, only, routes
-            )
+            now = str(Path(a.policy_now).resolve()) if a.policy_now else None
+            base = POLICY_FILE[0] if a.policy else None
+            compare(a.compare, dsn, a.n, a.rounds, base, now, only, routes)
         finally:
             if cluster is not None:
                 cluster.stop()
