@@ -215,6 +215,39 @@ def interval_coverage(engine: Engine, plan: Any, row: Sequence[Any], sql: str, d
     return sum(1 for iv in ivs if iv is not None and iv[0] <= truth <= iv[1])
 
 
+def release_coverage(engine: Engine, sql: str, plan: Any, draws: int, broken: bool = False) -> int:
+    """:func:`interval_coverage` of ``plan`` (a flat statement's, COUNT/SUM/AVG with bias
+    estimates) for ``sql``: its bounded SQL run once, its first row released ``draws`` times.
+    ``broken``: the noise-only twin, the same plan without its removed-mass estimate."""
+    import dataclasses
+
+    used = dataclasses.replace(plan, bias=()) if broken else plan
+    prepared = engine.prepare(sql)
+    row = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows[0]
+    return interval_coverage(engine, used, row, sql, draws)
+
+
+class Coverage:
+    """The one coverage check of the error-bar tests (flat, joins, trees): an interval at
+    ``level`` holds the truth in each of ``draws`` independent releases with probability >=
+    ``level``; fewer than :attr:`need` covered has probability <= ``alpha`` under that property
+    (the false-failure rate, binomial). :meth:`holds` is the test, :meth:`caught` its broken
+    twin's (which must cover fewer)."""
+
+    def __init__(self, draws: int, level: float = 0.95, alpha: float = 1e-6) -> None:
+        self.draws, self.level, self.alpha = draws, level, alpha
+        self.need = binom_min_successes(draws, level, alpha)
+
+    def holds(self, hits: int, what: str) -> None:
+        assert hits >= self.need, f"{what}: {hits} of {self.draws} covered, need {self.need}"
+
+    def caught(self, hits: int, what: str) -> None:
+        assert hits < self.need, (
+            f"{what}: the broken twin covered {hits} of {self.draws} (a correct interval "
+            f"needs {self.need}): the check can't tell it from a correct one"
+        )
+
+
 @contextmanager
 def ledgered_engine(policy: Any, dsn: str, prefix: str) -> Iterator[Engine]:
     """An engine over ``dsn`` with a ledger of its own (schema ``<prefix><random>``), closed after."""

@@ -17,7 +17,6 @@ fail the same check.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Iterator
 from fractions import Fraction
@@ -31,7 +30,7 @@ from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes, interval_coverage
+from tests.helpers import Coverage, release_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -84,37 +83,27 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     e.close()
 
 
-def without_bias(plan: Plan) -> Plan:
-    """The broken twin: the same release with noise-only intervals (no removed-mass estimate)."""
-    return dataclasses.replace(plan, bias=())
-
-
 def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
     only row): grouped, the group's row is released as DRAWS independent groups of one release;
-    ungrouped, DRAWS releases of the row."""
+    ungrouped, DRAWS releases of the row (:func:`tests.helpers.release_coverage`)."""
     sql = QUERIES[name]
-    prepared = engine.prepare(sql)
-    plan = engine.plan(prepared, SessionContext(analyst="a", epsilon=Fraction(1)))
+    plan = engine.plan(engine.prepare(sql), SessionContext(analyst="a", epsilon=Fraction(1)))
     assert isinstance(plan, Plan) and plan.bias, "COUNT and SUM estimate what bounding removed"
-    used = without_bias(plan) if broken else plan
-    row = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows[0]
-    return interval_coverage(engine, used, row, sql, DRAWS)
+    return release_coverage(engine, sql, plan, DRAWS, broken)
 
 
-NEED = binom_min_successes(DRAWS, 0.95)
+COVERAGE = Coverage(DRAWS)
 
 
 @pytest.mark.parametrize("name", list(QUERIES))
 def test_interval_covers_the_truth_on_a_biased_case(engine: Engine, name: str) -> None:
-    got = _coverage(engine, name)
-    assert got >= NEED, f"{name}: {got} of {DRAWS} covered, need {NEED}"
+    COVERAGE.holds(_coverage(engine, name), name)
 
 
 @pytest.mark.parametrize("name", ["count", "sum_by_g"])
 def test_noise_only_interval_fails_the_same_check(engine: Engine, name: str) -> None:
-    got = _coverage(engine, name, broken=True)
-    assert got < NEED, f"{name}: the noise-only twin covered {got} of {DRAWS}"
+    COVERAGE.caught(_coverage(engine, name, broken=True), name)
 
 
 def test_every_answer_says_how_accurate_it_is(engine: Engine) -> None:
@@ -266,12 +255,12 @@ def _distinct_coverage(engine: Engine, broken: bool) -> int:
 
 def test_count_distinct_over_keys_interval_covers(keys_engine: Engine) -> None:
     got = _distinct_coverage(keys_engine, broken=False)
-    assert got >= NEED, f"{got} of {DRAWS}"
+    COVERAGE.holds(got, "COUNT(DISTINCT) over declared keys")
 
 
 def test_count_distinct_over_keys_point_interval_fails(keys_engine: Engine) -> None:
     got = _distinct_coverage(keys_engine, broken=True)
-    assert got < NEED, f"{got} of {DRAWS}"
+    COVERAGE.caught(got, "a point interval at the answer")
 
 
 def test_count_distinct_over_keys_answers_the_keys_present(keys_engine: Engine) -> None:
@@ -342,12 +331,12 @@ def _quantile_coverage(engine: Engine, agg: str, broken: bool) -> int:
 @pytest.mark.parametrize("agg", ["MAX(v)", "MEDIAN(v)", "MIN(v)"])
 def test_quantile_interval_covers(q_engine: Engine, agg: str) -> None:
     got = _quantile_coverage(q_engine, agg, broken=False)
-    assert got >= NEED, f"{agg}: {got} of {DRAWS}"
+    COVERAGE.holds(got, agg)
 
 
 def test_quantile_answer_bucket_as_interval_fails(q_engine: Engine) -> None:
     got = _quantile_coverage(q_engine, "MAX(v)", broken=True)
-    assert got < NEED, f"{got} of {DRAWS}"
+    COVERAGE.caught(got, "a point interval at the answer")
 
 
 def test_removed_mass_counts_what_a_narrower_clamp_cut_off(engine: Engine) -> None:

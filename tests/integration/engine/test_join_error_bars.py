@@ -19,7 +19,6 @@ must fail the same check.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
@@ -31,7 +30,7 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, policy_choices
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes, interval_coverage
+from tests.helpers import Coverage, release_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -105,26 +104,20 @@ def _plan(engine: Engine, sql: str) -> Plan:
 
 def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
     sql = QUERIES[name]
-    plan = _plan(engine, sql)
-    used = dataclasses.replace(plan, bias=()) if broken else plan
-    prepared = engine.prepare(sql)
-    row = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows[0]
-    return interval_coverage(engine, used, row, sql, DRAWS)
+    return release_coverage(engine, sql, _plan(engine, sql), DRAWS, broken)
 
 
-NEED = binom_min_successes(DRAWS, 0.95)
+COVERAGE = Coverage(DRAWS)
 
 
 @pytest.mark.parametrize("name", list(QUERIES))
 def test_join_interval_covers_the_truth_on_a_biased_case(engine: Engine, name: str) -> None:
-    got = _coverage(engine, name)
-    assert got >= NEED, f"{name}: {got} of {DRAWS} covered, need {NEED}"
+    COVERAGE.holds(_coverage(engine, name), name)
 
 
 @pytest.mark.parametrize("name", ["count", "sum_by_g"])
 def test_join_noise_only_interval_fails_the_same_check(engine: Engine, name: str) -> None:
-    got = _coverage(engine, name, broken=True)
-    assert got < NEED, f"{name}: the noise-only twin covered {got} of {DRAWS}"
+    COVERAGE.caught(_coverage(engine, name, broken=True), name)
 
 
 def test_a_join_statement_chooses_and_says_so(engine: Engine) -> None:

@@ -34,7 +34,7 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
 from dpsql.sql.plan import Plan
-from tests.helpers import EXACT, binom_min_successes, interval_coverage
+from tests.helpers import EXACT, Coverage, interval_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -62,7 +62,7 @@ QUERIES = {
     "sum_by_g": "SELECT g, SUM(v) FROM u GROUP BY g",
     "avg": "SELECT AVG(v) FROM u",
 }
-NEED = binom_min_successes(DRAWS, 0.95)
+COVERAGE = Coverage(DRAWS)
 
 
 def _value(u: int) -> int:
@@ -119,14 +119,12 @@ def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
 
 @pytest.mark.parametrize("name", list(QUERIES))
 def test_interval_covers_what_the_clamp_removed(engine: Engine, name: str) -> None:
-    got = _coverage(engine, name)
-    assert got >= NEED, f"{name}: {got} of {DRAWS} covered, need {NEED}"
+    COVERAGE.holds(_coverage(engine, name), name)
 
 
 @pytest.mark.parametrize("name", ["sum", "sum_by_g"])
 def test_nothing_removed_twin_fails_the_same_check(engine: Engine, name: str) -> None:
-    got = _coverage(engine, name, broken=True)
-    assert got < NEED, f"{name}: the nothing-removed twin covered {got} of {DRAWS}"
+    COVERAGE.caught(_coverage(engine, name, broken=True), f"{name}, nothing removed")
 
 
 def test_the_removed_mass_is_exactly_what_the_clamp_cut(dsn: str) -> None:
