@@ -227,7 +227,10 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         if e.detail:
             console.print(e.detail)
         return 1
-    t = Table(title=f"{path}: valid", title_justify="left")
+    console.print(
+        f"{path}: valid", highlight=False
+    )  # its own line: a table title pads to the table's width
+    t = Table()
     for h in (
         "table",
         "privacy unit",

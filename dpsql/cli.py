@@ -247,6 +247,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
         return run
 
+    if args.serve:  # a busy port is said before PostgreSQL starts and the examples run
+        from dpsql.policy.settings import parse_listen
+        from dpsql.server.run import ensure_port_free
+
+        try:
+            ensure_port_free(*parse_listen(args.listen))
+        except ValueError as e:
+            raise InvalidParameter(str(e), hint="--listen HOST:PORT") from None
     if threading.current_thread() is threading.main_thread():  # SIGTERM: clean up as for Ctrl-C
         signal.signal(signal.SIGTERM, on_sigterm)
     # everything after the cluster starts is inside the stack: a SIGTERM or Ctrl-C at any point
@@ -388,8 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="validate a policy (and, with --upstream, against the catalog)"
     )
     c.add_argument("policy", nargs="?", help="the policy YAML file (or --policy)")
-    c.add_argument("--policy", dest="policy_option", help=argparse.SUPPRESS)
-    c.add_argument("--upstream")
+    c.add_argument(
+        "--policy", dest="policy_option", help="the policy YAML file (as the others take it)"
+    )
+    c.add_argument(
+        "--upstream", help="PostgreSQL DSN: also check tables, columns, types and grants there"
+    )
     c.set_defaults(func=cmd_check)
     _extensions(sub)
     return p

@@ -15,6 +15,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 _PLACES = Decimal(1).scaleb(-12)
+_ONE = Decimal(1)
 
 
 def _fmt(x: Fraction | int, rounding: str) -> str:
@@ -42,7 +43,9 @@ def _dec(x: Fraction | int, rounding: str) -> Decimal:
     x = Fraction(x)
     ctx = decimal.Context(prec=60, rounding=rounding)
     d = ctx.divide(Decimal(x.numerator), Decimal(x.denominator))
-    return d.quantize(_PLACES, rounding=rounding, context=ctx).normalize(ctx)
+    d = d.quantize(_PLACES, rounding=rounding, context=ctx).normalize(ctx)
+    # normalize() writes 1000 as 1E+3: a whole number keeps its digits, as PostgreSQL prints it
+    return d.quantize(_ONE, context=ctx) if d == d.to_integral_value() else d
 
 
 def dec_up(x: Fraction | int) -> Decimal:

@@ -43,8 +43,8 @@ _SHOW = re.compile(r"^\s*show\s+dpsql\.budget\s*;?\s*$", re.IGNORECASE)
 _TABLES = {"budget": views.BUDGET_COLUMNS, "history": views.HISTORY_COLUMNS}
 _ALLOWED = frozenset({"expressions", "from", "from_", "order", "limit", "offset"})
 _SHAPE_HINT = (
-    "dpsql.budget and dpsql.history answer SELECT <columns> FROM dpsql.budget [ORDER BY ...] "
-    "[LIMIT n]; filter or join in your client"
+    "dpsql.budget and dpsql.history answer SELECT <columns> FROM dpsql.budget (or "
+    "dpsql.history) [ORDER BY ...] [LIMIT n]; filter or join in your client"
 )
 
 

@@ -19,7 +19,7 @@ from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.policy.settings import Resolved, ServerSettings, parse_listen, resolve_server
-from dpsql.server.run import serve
+from dpsql.server.run import ensure_port_free, serve
 from dpsql.server.startup_checks import startup_problems
 from dpsql.server.workers import Workers
 from dpsql.wire.auth import AuthConfig
@@ -197,6 +197,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ", ".join(f"{k}={src}" for k, src in sorted(got.sources.items())) or "nowhere",
     )
     config = config_from_settings(st)
+    ensure_port_free(config.host, config.port)
     set_statement_text(st.log_statements or "redacted")
     if not _startup_checks(policy, st):
         return 1

@@ -5,13 +5,16 @@ endpoint when the configuration asks for one."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from dpsql.errors import InvalidParameter
 from dpsql.policy.model import Policy
 from dpsql.policy.settings import parse_listen
 from dpsql.server.observe import start_metrics
@@ -19,6 +22,27 @@ from dpsql.wire.engine_api import EngineAPI
 from dpsql.wire.server import Server, ServerConfig
 
 log = logging.getLogger("dpsql.serve")
+
+
+def ensure_port_free(host: str, port: int) -> None:
+    """Refuse at once, in words, a listen address another process holds (``dpsql serve`` before
+    its start-up checks, ``dpsql demo --serve`` before it starts PostgreSQL and runs its
+    examples), instead of a traceback when the server binds. Port 0 (any free port) passes."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise InvalidParameter(f"can't listen on {host}:{port}: {e.strerror}") from None
+            raise InvalidParameter(
+                f"{host}:{port} is already in use by another process",
+                hint=f"stop that process, or give --listen {host}:PORT with another port "
+                f"(--listen {host}:0 takes any free port; --port-file FILE writes it down)",
+            ) from None
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
