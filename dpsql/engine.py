@@ -19,7 +19,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from fractions import Fraction
-from typing import Any
 
 from sqlglot import exp
 
@@ -198,7 +197,7 @@ class Engine:
             return prepare_explain(self, text, scope)
         return prepare.prepare_parsed(self, st, text, scope)
 
-    def bound_limit(self, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared:
+    def bound_limit(self, prepared: DeferredQuery, params: Sequence[object]) -> Prepared:
         """A ``LIMIT $n`` statement with ``params`` written inline, prepared as such
         (:func:`dpsql.execute.prepare.bound_limit`)."""
         return prepare.bound_limit(self, prepared, params)
@@ -268,7 +267,7 @@ class Engine:
         self,
         prepared: Prepared,
         session: SessionContext,
-        params: Sequence[Any] = (),
+        params: Sequence[object] = (),
         cancel: CancelToken | None = None,
     ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
@@ -303,7 +302,7 @@ class Engine:
                 )
 
     def runnable_sql(
-        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
     ) -> str:
         """The SQL a public or catalog statement runs upstream with ``params`` bound.
 
@@ -317,7 +316,7 @@ class Engine:
         return public_sql.runnable_sql(self, prepared, session, params)
 
     def cached_sql(
-        self, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
     ) -> str | None:
         """:meth:`runnable_sql` when it is cheap (memoized, or a public statement's
         :class:`~dpsql.sql.bind.Template` filled in), else None. Never slow, never raises for
@@ -335,7 +334,7 @@ class Engine:
         return public_sql.parameterized_sql(self, prepared, session)
 
     # -- helpers used by the private path ----------------------------------------------------------
-    def analysis(self, prepared: PrivateQuery, params: Sequence[Any]) -> Analysis:
+    def analysis(self, prepared: PrivateQuery, params: Sequence[object]) -> Analysis:
         """A private statement's analysis with ``params`` bound (the prepared one without)."""
         if not params:
             return prepared.analysis

@@ -119,7 +119,7 @@ class Backend:
     def run(
         self,
         query: str,
-        params: Sequence[Any] | Mapping[str, Any] | None = None,
+        params: Sequence[object] | Mapping[str, Any] | None = None,
         *,
         private: bool,
         cancel: CancelToken | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpsql.execute import private_sql
 from dpsql.execute.prepared import PrivateQuery
@@ -29,7 +29,7 @@ def plan(
     engine: EngineContext,
     prepared: PrivateQuery,
     session: SessionContext,
-    params: Sequence[Any] = (),
+    params: Sequence[object] = (),
     *,
     analysis: Analysis | None = None,
     spent: Fraction = Fraction(0),

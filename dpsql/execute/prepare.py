@@ -13,7 +13,7 @@ nothing here reads data or spends budget.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -107,7 +107,9 @@ def prepare_parsed(engine: EngineContext, st: Statement, text: str, scope: str =
     )  # fmt: skip
 
 
-def bound_limit(engine: EngineContext, prepared: DeferredQuery, params: Sequence[Any]) -> Prepared:
+def bound_limit(
+    engine: EngineContext, prepared: DeferredQuery, params: Sequence[object]
+) -> Prepared:
     """A statement prepared with ``LIMIT $n`` (:class:`DeferredQuery`) with ``params``
     written inline, prepared as such: ``LIMIT 0`` is the zero-row shape it was prepared
     for; any other value gets the refusal the statement gets with that value inline.

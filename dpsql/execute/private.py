@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 def repeat_key(
     engine: EngineContext,
     prepared: PrivateQuery,
-    params: Sequence[Any],
+    params: Sequence[object],
     epsilon: Fraction,
     delta: Fraction,
     mechanism: str,
@@ -62,7 +62,7 @@ def repeat_key(
 
 
 def cache_key(
-    engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, params: Sequence[Any]
+    engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, params: Sequence[object]
 ) -> str:
     """The repeat key of a statement at its plan's epsilon, delta and mechanism."""
     return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, plan.mechanism)
@@ -107,7 +107,7 @@ def auto_cache_key(
     engine: EngineContext,
     prepared: PrivateQuery,
     plan: Plan | SetsPlan,
-    params: Sequence[Any],
+    params: Sequence[object],
     mech: str,
 ) -> str:
     """The repeat key of a statement with ``auto`` bounds: its own epsilon (not what is left
@@ -120,7 +120,7 @@ def run_private(
     engine: EngineContext,
     prepared: PrivateQuery,
     session: SessionContext,
-    params: Sequence[Any],
+    params: Sequence[object],
     cancel: CancelToken | None,
 ) -> Result:
     from dpsql.execute import auto_bounds
@@ -267,7 +267,7 @@ def _run_planned(
     engine: EngineContext,
     prepared: PrivateQuery,
     session: SessionContext,
-    params: Sequence[Any],
+    params: Sequence[object],
     cancel: CancelToken | None,
     plan: Plan | SetsPlan,
     auto: tuple[AutoBounds, str] | None,

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 
 
 def runnable_sql(
-    engine: EngineContext, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    engine: EngineContext,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[object] = (),
 ) -> str:
     """See :meth:`dpsql.engine.Engine.runnable_sql`."""
     check_params(prepared.tree, prepared.param_count, len(params))
@@ -41,7 +44,10 @@ def runnable_sql(
 
 
 def cached_sql(
-    engine: EngineContext, prepared: Prepared, session: SessionContext, params: Sequence[Any] = ()
+    engine: EngineContext,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[object] = (),
 ) -> str | None:
     """See :meth:`dpsql.engine.Engine.cached_sql`."""
     if prepared.scope != engine.scope(session.analyst):
@@ -87,7 +93,7 @@ def parameterized_sql(
 
 
 def runnable_tree(
-    engine: EngineContext, prepared: Prepared, params: Sequence[Any], session: SessionContext
+    engine: EngineContext, prepared: Prepared, params: Sequence[object], session: SessionContext
 ) -> exp.Expr:
     """The tree a public or catalog statement runs: ``params`` bound, catalog checks applied.
 
@@ -122,7 +128,7 @@ _CONSTANT_SYNTAX = (exp.Neg, exp.Ordered, exp.Group, exp.Distinct, exp.Rollup, e
 
 
 def sql_key(
-    prepared: Prepared, session: SessionContext, params: Sequence[Any]
+    prepared: Prepared, session: SessionContext, params: Sequence[object]
 ) -> tuple[Any, ...] | None:
     """The memo key of a statement's runnable SQL: its text, the analyst, each parameter's
     type and repr (so 1, True and 1.0 differ) and, for a text that may call a session function

@@ -83,7 +83,7 @@ def run_tree(
     engine: EngineContext,
     prepared: TreeQuery,
     session: SessionContext,
-    params: Sequence[Any],
+    params: Sequence[object],
     cancel: CancelToken | None,
 ) -> Result:
     """Charge once, release every leaf, post-process in PostgreSQL (module docstring)."""

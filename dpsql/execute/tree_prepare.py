@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
@@ -114,7 +114,7 @@ def _prepare_unit_leaf(
 
 
 def bound_split(
-    engine: EngineContext, prepared: TreeQuery, params: Sequence[Any]
+    engine: EngineContext, prepared: TreeQuery, params: Sequence[object]
 ) -> tuple[Split, tuple[PrivateQuery, ...]]:
     """The split and leaves with ``params`` bound (the prepared ones without parameters)."""
     if not params:

@@ -122,7 +122,7 @@ def run_explain(
     engine: EngineContext,
     prepared: ExplainQuery,
     session: SessionContext,
-    params: Sequence[Any],
+    params: Sequence[object],
     cancel: CancelToken | None,
 ) -> Result:
     """Answer a prepared EXPLAIN with ``params`` bound into the explained statement."""
@@ -148,7 +148,7 @@ def _explain_private(
     inner: PrivateQuery | TreeQuery,
     opts: ExplainOptions,
     session: SessionContext,
-    params: Sequence[Any],
+    params: Sequence[object],
 ) -> Result:
     """dpsql's plan of a private query, validated as its execution would be, without running."""
     if isinstance(inner, TreeQuery):  # several DP leaves: dpsql.explain.tree

@@ -38,7 +38,7 @@ def explain_tree(
     inner: TreeQuery,
     opts: ExplainOptions,
     session: SessionContext,
-    params: Sequence[Any],
+    params: Sequence[object],
     conf: float,
 ) -> Result:
     """dpsql's plan of a tree statement, validated as its execution would be, without running."""

@@ -133,7 +133,7 @@ def check_params(tree: exp.Expr | None, expected: int, given: int) -> None:
     )
 
 
-def bind(tree: exp.Expr, params: Sequence[Any]) -> exp.Expr:
+def bind(tree: exp.Expr, params: Sequence[object]) -> exp.Expr:
     """A copy of ``tree`` with each $n replaced by the literal of params[n-1]."""
 
     def fix(n: exp.Expr) -> exp.Expr:
@@ -163,7 +163,7 @@ class Template:
     slots: tuple[int, ...]
     param_count: int
 
-    def render(self, params: Sequence[Any]) -> str:
+    def render(self, params: Sequence[object]) -> str:
         """The SQL with each slot filled by its parameter's literal (rendered by sqlglot).
 
         Raises:

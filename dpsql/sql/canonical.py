@@ -111,7 +111,7 @@ def fingerprint(statement: str | exp.Expr) -> str:
 
 def cache_key(
     statement: str | exp.Expr | Canonical,
-    params: Sequence[Any] = (),
+    params: Sequence[object] = (),
     epsilon: Fraction | float | int | str = 0,
     delta: Fraction | float | int | str = 0,
     mechanism: str = "",

@@ -106,7 +106,7 @@ class Session:
     async def _run_engine(
         self,
         stmt: Statement,
-        params: Sequence[Any],
+        params: Sequence[object],
         formats: Sequence[int] | None = None,
         fast: bool = False,
     ) -> Result:
@@ -320,7 +320,7 @@ class Session:
     async def execute(
         self,
         stmt: Statement,
-        params: Sequence[Any],
+        params: Sequence[object],
         formats: Sequence[int] | None = None,
         where: Route | None = None,
     ) -> Result | Outcome:
