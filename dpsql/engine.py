@@ -301,37 +301,10 @@ class Engine:
                     hint="connect through `dpsql serve`",
                 )
 
-    def runnable_sql(
-        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
-    ) -> str:
-        """The SQL a public or catalog statement runs upstream with ``params`` bound.
-
-        This is all :meth:`execute` does for these kinds before running it, so a caller with its
-        own (asynchronous) connection to the upstream may run the text itself.
-
-        Raises:
-            UndefinedParameter, ProtocolViolation: wrong number of parameters (42P02, 08P01).
-            PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement.
-        """
-        return public_sql.runnable_sql(self, prepared, session, params)
-
-    def cached_sql(
-        self, prepared: Prepared, session: SessionContext, params: Sequence[object] = ()
-    ) -> str | None:
-        """:meth:`runnable_sql` when it is cheap (memoized, or a public statement's
-        :class:`~dpsql.sql.bind.Template` filled in), else None. Never slow, never raises for
-        a statement :meth:`runnable_sql` accepts."""
-        return public_sql.cached_sql(self, prepared, session, params)
-
-    def parameterized_sql(self, prepared: Prepared, session: SessionContext) -> str | None:
-        """A public statement's SQL with its ``$n`` placeholders kept (memoized), for a caller
-        that passes the parameters to PostgreSQL as values; None when that is not equivalent to
-        :meth:`runnable_sql`: not a public statement (a catalog statement's checks read the
-        parameter values), prepared under another analyst's view, a placeholder that is not a
-        plain ``$n``, or an unused number (``SELECT $2``: PostgreSQL could not type ``$1``
-        from an untyped value). A public statement's checks ran at prepare time on the tree with its
-        placeholders, so nothing checked depends on the values."""
-        return public_sql.parameterized_sql(self, prepared, session)
+    # the SQL of a public or catalog statement, for a caller that runs it on its own connection
+    runnable_sql = public_sql.runnable_sql
+    cached_sql = public_sql.cached_sql
+    parameterized_sql = public_sql.parameterized_sql
 
     # -- helpers used by the private path ----------------------------------------------------------
     def analysis(self, prepared: PrivateQuery, params: Sequence[object]) -> Analysis:
@@ -428,17 +401,10 @@ class Engine:
             hit = tokens[key] = catalog_state(self.backend, a).token
         return hit
 
-    def group_types(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, ...]:
-        """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
-        return group_keys.group_types(self, prepared, a)
-
-    def declared_keys(self, a: Analysis) -> list[tuple[str | None, ...]] | None:
-        """Each group key's declared values, or None when the query selects its keys."""
-        return group_keys.declared_keys(self, a)
-
-    def resolve_keys_from(self, ref: str) -> tuple[str, ...]:
-        """The distinct non-null values (as text, sorted) of the public column ``ref``."""
-        return group_keys.resolve_keys_from(self, ref)
+    # a private statement's group keys (dpsql.execute.group_keys)
+    group_types = group_keys.group_types
+    declared_keys = group_keys.declared_keys
+    resolve_keys_from = group_keys.resolve_keys_from
 
 
 def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:

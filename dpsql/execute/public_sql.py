@@ -31,7 +31,16 @@ def runnable_sql(
     session: SessionContext,
     params: Sequence[object] = (),
 ) -> str:
-    """See :meth:`dpsql.engine.Engine.runnable_sql`."""
+    """The SQL a public or catalog statement runs upstream with ``params`` bound
+    (:meth:`dpsql.engine.Engine.runnable_sql`).
+
+    This is all the engine's ``execute`` does for these kinds before running it, so a caller
+    with its own (asynchronous) connection to the upstream may run the text itself.
+
+    Raises:
+        UndefinedParameter, ProtocolViolation: wrong number of parameters (42P02, 08P01).
+        PrivacyViolation, UnsupportedSql: the catalog checks refuse the bound statement.
+    """
     check_params(prepared.tree, prepared.param_count, len(params))
     engine.check_scope(prepared, session)
     text = cached_sql(engine, prepared, session, params)
@@ -49,7 +58,9 @@ def cached_sql(
     session: SessionContext,
     params: Sequence[object] = (),
 ) -> str | None:
-    """See :meth:`dpsql.engine.Engine.cached_sql`."""
+    """:func:`runnable_sql` when it is cheap (memoized, or a public statement's
+    :class:`~dpsql.sql.bind.Template` filled in), else None. Never slow, never raises for
+    a statement :func:`runnable_sql` accepts."""
     if prepared.scope != engine.scope(session.analyst):
         return None  # prepared under another analyst's view: runnable_sql checks it
     if not shadows.checked(engine, prepared.text, prepared.scope):
@@ -71,7 +82,13 @@ def cached_sql(
 def parameterized_sql(
     engine: EngineContext, prepared: Prepared, session: SessionContext
 ) -> str | None:
-    """See :meth:`dpsql.engine.Engine.parameterized_sql`."""
+    """A public statement's SQL with its ``$n`` placeholders kept (memoized), for a caller
+    that passes the parameters to PostgreSQL as values; None when that is not equivalent to
+    :func:`runnable_sql`: not a public statement (a catalog statement's checks read the
+    parameter values), prepared under another analyst's view, a placeholder that is not a
+    plain ``$n``, or an unused number (``SELECT $2``: PostgreSQL could not type ``$1``
+    from an untyped value). A public statement's checks ran at prepare time on the tree with
+    its placeholders, so nothing checked depends on the values."""
     if not isinstance(prepared, PublicQuery) or not prepared.param_count:
         return None
     if prepared.scope != engine.scope(session.analyst):
