@@ -26,6 +26,7 @@ from dpsql.sql.parse import Statement
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units
 from dpsql.sql.public import check_public
 from dpsql.sql.tree import Split, fill, split, split_budget
+from dpsql.sql.wording import spelled_sql
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -63,7 +64,7 @@ def _split(
     prepared = [
         _prepare_unit_leaf(engine, leaf, sp.units, scope)
         if _reads_units(leaf)
-        else engine.prepare_in_scope(leaf.sql("postgres"), scope)
+        else engine.prepare_in_scope(spelled_sql(leaf), scope)
         for leaf in sp.leaves
     ]
     leaves = tuple(p for p in prepared if isinstance(p, PrivateQuery))

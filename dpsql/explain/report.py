@@ -39,6 +39,7 @@ from dpsql.sql.per_unit import substitute, with_units
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 from dpsql.sql.rewrite import private_query
 from dpsql.sql.tree import split, split_budget
+from dpsql.sql.wording import plural
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ def _selection_line(mp: MeasurePlan, conf: float) -> MeasureLine:
         n = len(mp.measure.candidates or ()) or 1
         grid, err = "candidates", m.count_error(conf, n)
     return MeasureLine(
-        mp.key,
+        mp.measure.shown,
         m.name,
         f"utility={_fmt(mp.sensitivity)} per group",
         float("nan"),
@@ -240,7 +241,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         budget = f"rho={_fmt(m.rho)}" if isinstance(m, Gaussian) else f"eps={_fmt(m.epsilon)}"
         lines.append(
             MeasureLine(
-                mp.key,
+                mp.measure.shown,
                 m.name,
                 f"{'L2' if isinstance(m, Gaussian) else 'L1'}={_fmt(m.sensitivity)}",
                 m.std,
@@ -252,11 +253,13 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     for b in plan.bias:  # what bounding removed: dpsql.sql.bias (the interval's far side)
         cap = f"(cap {_fmt(b.target.cap)} per unit)"
         alarms = [
-            (f"removed by bounds of {b.target.key} {cap}", b.dropped),
-            (f"over cap by bounds of {b.target.key} {cap}", b.over_cap),
+            (f"removed by bounds of {b.target.measure.shown} {cap}", b.dropped),
+            (f"over cap by bounds of {b.target.measure.shown} {cap}", b.over_cap),
         ]
         if b.outside is not None:  # units with a value outside the declared range
-            alarms.append((f"outside declared range by bounds of {b.target.key}", b.outside))
+            alarms.append(
+                (f"outside declared range by bounds of {b.target.measure.shown}", b.outside)
+            )
         for what, mech in alarms:
             lines.append(
                 MeasureLine(
@@ -324,14 +327,17 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     contribution = (
         "row-level privacy (each row is a different person)"
         if a.private.row_privacy
-        else f"{a.private.privacy_unit}: <= {a.max_rows} rows per group, <= {a.max_groups} groups"
+        else f"{a.private.privacy_unit}: <= {plural(a.max_rows, 'row')} per group, "
+        f"<= {plural(a.max_groups, 'group')}"
     )
     capped = [(m.kind.split("_")[0].upper(), m.total) for m in a.measures if m.total is not None]
     if capped and not a.private.row_privacy:
         caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
         contribution += f", and per unit over all its groups at most: {caps} (L1 cap)"
     if a.pre_join_rows and not a.private.row_privacy:
-        contribution += f", each joined table first keeps <= {a.pre_join_rows} rows per unit"
+        contribution += (
+            f", each joined table first keeps <= {plural(a.pre_join_rows, 'row')} per unit"
+        )
     if a.unique_unit and not a.one_row_per_unit:
         contribution += (
             f" (the catalog proves one row per {a.private.privacy_unit}: a unique key; nothing "
@@ -404,8 +410,8 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
     contribution = (
         "row-level privacy (each row is a different person)"
         if a.private.row_privacy
-        else f"{a.private.privacy_unit}: <= {a.max_rows} rows per group, "
-        f"<= {a.max_groups} groups, in each grouping set (the sets compose sequentially)"
+        else f"{a.private.privacy_unit}: <= {plural(a.max_rows, 'row')} per group, "
+        f"<= {plural(a.max_groups, 'group')}, in each grouping set (the sets compose sequentially)"
     )
     return ExplainReport(
         text,

@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column, PrivateTable, TypeFamily
 from dpsql.sql.key_domain import KeyFilter
+from dpsql.sql.wording import plain_sql
 
 MeasureKind = Literal[
     "count_rows",  # COUNT(*)
@@ -58,7 +59,15 @@ class Measure:
     def key(self) -> str:
         """The measure's identity (computed once: a frozen measure's argument is never edited
         in place, :func:`dataclasses.replace` makes a new measure)."""
-        a = self.arg.sql("postgres") if self.arg is not None else ""
+        return self._text(self.arg.sql("postgres") if self.arg is not None else "")
+
+    @property
+    def shown(self) -> str:
+        """The measure for EXPLAIN: its key with the argument as the user would write it
+        (``sum_centered(amount)[0,500]``, not ``sum_centered("purchases"."amount")[0,500]``)."""
+        return self._text(plain_sql(self.arg) if self.arg is not None else "")
+
+    def _text(self, a: str) -> str:
         base = f"{self.kind}({a})[{self.lo},{self.hi}]"
         if self.total is not None:
             base += f"L1={self.total}"

@@ -42,6 +42,7 @@ from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
 from dpsql.sql.refusal_text import answer_in_expression
 from dpsql.sql.tables import cte_body, referenced_tables
+from dpsql.sql.wording import spelled_sql, user_sql
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
 LEAF_PREFIX = "_dpsql_leaf_"
@@ -165,12 +166,12 @@ def leaf_label(s: exp.Select) -> str:
         return f"the aggregate over {units[0].alias_or_name} (one row per person)"
     if isinstance(p, exp.Subquery) and p.alias == WINDOW_ALIAS:
         aggs = [
-            e.this.sql("postgres")
+            user_sql(e.this)
             for e in s.expressions
             if isinstance(e, exp.Alias) and e.alias.startswith("_dp_a")
         ]
         return _short(f"the statement's aggregates {', '.join(aggs)} (before its windows)")
-    return _short(s.sql("postgres"))
+    return _short(spelled_sql(s))
 
 
 def _short(text: str, limit: int = 80) -> str:

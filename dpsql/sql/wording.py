@@ -41,8 +41,9 @@ _RENAMED = (
 
 def plural(n: float, noun: str, many: str | None = None) -> str:
     """``n`` and its noun, singular for exactly 1: "1 row", "3 rows", "1,200 rows"."""
-    shown = f"{n:,.0f}" if float(n) == int(n) else f"{n:,.3g}"
-    return f"{shown} {noun if float(n) == 1 else (many or noun + 's')}"
+    x = float(n)
+    shown = f"{x:,.0f}" if x == int(x) else f"{x:,.3g}"
+    return f"{shown} {noun if x == 1 else (many or noun + 's')}"
 
 
 def user_sql(node: exp.Expr) -> str:
@@ -74,12 +75,32 @@ def plain_sql(node: exp.Expr) -> str:
             c = shown
         else:
             cast.replace(shown)
+    return _DECIMAL.sub("numeric", _respelled(c).sql("postgres"))
+
+
+def spelled_sql(node: exp.Expr) -> str:
+    """``node`` as PostgreSQL SQL with the aggregates sqlglot renames spelled as written
+    (``variance(x)``, not ``VAR_SAMP(x)``): it parses back to the same tree, so a statement
+    re-read from it (a tree's leaf, :mod:`dpsql.execute.tree_prepare`) names them as the user
+    did. Nothing else is changed.
+
+    >>> from dpsql.sql.parse import parse_statement
+    >>> spelled_sql(parse_statement("SELECT MEDIAN(x), variance(y) FROM t").tree)
+    'SELECT MEDIAN(x), VARIANCE(y) FROM t'
+    """
+    return _respelled(node.copy()).sql("postgres")
+
+
+def _respelled(c: exp.Expr) -> exp.Expr:
+    """``c`` (a copy, changed in place) with the ``_RENAMED`` aggregates under their spelled
+    names."""
     for f in list(c.find_all(*_RENAMED)):
         spelled = f.meta.get(SPELLED)
-        if isinstance(spelled, str):
+        if isinstance(spelled, str) and not f.args.get("expressions"):
             call = exp.Anonymous(this=spelled.upper(), expressions=[f.this])
+            call.meta.update(f.meta)
             if f is c:
                 c = call
             else:
                 f.replace(call)
-    return _DECIMAL.sub("numeric", c.sql("postgres"))
+    return c

@@ -171,3 +171,6 @@ def test_explain_names_the_statistics_as_written(engine: Engine) -> None:
     text = "\n".join(str(row[0]) for row in r.rows)
     assert "MEDIAN(amount)" in text and "variance(amount)" in text, text
     assert "PERCENTILE_CONT" not in text and "VAR_SAMP" not in text, text
+    # measures name their column as written, counts agree with their nouns (was
+    # quantile("purchases"."amount") and "<= 1 rows per group")
+    assert "quantile(amount)" in text and not _FOREIGN.search(text), text

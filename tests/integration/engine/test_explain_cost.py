@@ -156,7 +156,7 @@ def test_plan_before_the_bounds_are_chosen_shows_the_defaults(auto_engine: Engin
     [out] = [o for o in doc["Outputs"] if o["Column"] == "sum"]
     assert "at the default bounds shown" in out["Error Interval"]
     count = explain(auto_engine, "SELECT COUNT(*) FROM purchases")["Plan"]
-    assert "<= 1 rows per group" in count["Contribution Bound"]
+    assert "<= 1 row per group" in count["Contribution Bound"]
     assert "until chosen it shows each at its default" in count["Auto Contribution Bounds"]
 
 
@@ -222,7 +222,7 @@ def test_tree_explain_states_its_one_charge(auto_engine: Engine) -> None:
     assert budget["Would Spend Epsilon"] == pytest.approx(1.0)
     needed = {s["Budget"]: s["Epsilon Needed"] for s in budget["Charged To"]}
     for leaf in doc["Plan"]["Plans"]:  # R at its default until chosen, and said so
-        assert "<= 1 rows per group" in leaf["Contribution Bound"]
+        assert "<= 1 row per group" in leaf["Contribution Bound"]
         [n] = [o for o in leaf["Outputs"] if o["From"] == "COUNT(*)"]
         assert "at the default bounds shown" in n["Error Interval"]
     before = spent(auto_engine)

@@ -81,7 +81,7 @@ def test_private_text_plan_charges_nothing(conn: Any, served: Any) -> None:
     text = "\n".join(lines)
     assert lines[0].startswith("DP Aggregate")
     for want in ("Privacy cost: epsilon=1", "Contribution bound: pid", "Measure count",
-                 "sum_centered(\"pums\".\"income\")[0,500000]", "Output n", "Output mean_income", "Free repeat: no",
+                 "sum_centered(income)[0,500000]", "Output n", "Output mean_income", "Free repeat: no",
                  "Charged to: analyst 'analyst'", "95% error"):  # fmt: skip
         assert want in text, (want, text)
     assert "Rewritten SQL" not in text

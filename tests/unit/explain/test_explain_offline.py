@@ -25,7 +25,7 @@ BY_CATEGORY = "SELECT category, AVG(amount) FROM purchases GROUP BY 1"
 
 def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
     rep = explain(load_policy(POLICY), BY_CATEGORY, SESSION)
-    assert "<= 5 groups" in rep.contribution and "<= 1 rows per group" in rep.contribution
+    assert "<= 5 groups" in rep.contribution and "<= 1 row per group" in rep.contribution
     assert rep.auto is not None
     assert "5 groups per user_id (stored or declared: free)" in rep.auto
     assert "upper clamp of amount: chosen from the data" in rep.auto
