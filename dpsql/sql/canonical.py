@@ -22,8 +22,8 @@ PostgreSQL, and is skipped when it might not be:
 The key is a hash of a structural serialization of the normalized tree (unambiguous, unlike SQL
 text regenerated without the dropped parentheses).
 
->>> fingerprint("SELECT count(*) FROM people p WHERE (p.age > 30) AND 1=1") == fingerprint(
-...     "select COUNT(*) from People AS x where 30 < x.age -- adults")
+>>> canonical("SELECT count(*) FROM people p WHERE (p.age > 30) AND 1=1").digest == canonical(
+...     "select COUNT(*) from People AS x where 30 < x.age -- adults").digest
 True
 """
 
@@ -102,11 +102,6 @@ def canonical(statement: str | exp.Expr) -> Canonical:
     if isinstance(where, exp.Where) and _is_true(where.this):
         where.pop()
     return Canonical(tree, serialize(tree))
-
-
-def fingerprint(statement: str | exp.Expr) -> str:
-    """A short, stable identifier of the query's canonical form (for history and audit)."""
-    return canonical(statement).digest[:16]
 
 
 def cache_key(

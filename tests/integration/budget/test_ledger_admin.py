@@ -16,7 +16,7 @@ from dpsql.budget import schema as ledger_schema
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.accounting import Cost, default_order
 from dpsql.errors import BudgetExhausted, InvalidParameter, UndefinedObject
-from dpsql.sql.canonical import cache_key, fingerprint
+from dpsql.sql.canonical import cache_key, canonical
 from tests.integration.budget.ledger_support import policy, totals
 
 E = Fraction
@@ -138,7 +138,7 @@ def test_repeats_flow_with_canonical_keys(make_db: Callable[[str], str]) -> None
         hit = lg.lookup("alice", key)
         if hit is not None:
             return hit, True
-        res = lg.reserve("alice", Cost(epsilon=eps), fingerprint(q))
+        res = lg.reserve("alice", Cost(epsilon=eps), canonical(q).digest[:16])
         payload = f"noisy {uuid.uuid4()}".encode()
         return lg.commit(res, key, payload) or payload, False
 
