@@ -51,7 +51,8 @@ class BudgetLedger(Protocol):
         Args:
             analyst: who asks (charged to their budget and to the dataset's).
             cost: the release's total cost (already composed over its aggregates).
-            fingerprint: the query's canonical fingerprint (for history and audit).
+            fingerprint: the statement's fingerprint (for history and audit: the engine passes
+                :func:`dpsql.execute.prepared.fingerprint`'s short id of its shape).
             delta_for_rho: the delta at which the query's rho was calibrated (display and the
                 per-query maximum); the analyst's default delta when None.
             mechanism: a label for the audit log.
