@@ -210,6 +210,11 @@ def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
             keep = names if key != "where" else frozenset()
             out.set(key, _substitute(v, alias, proj, star, keep))
     out.set("from_", inner.args["from_"].copy())
+    return _and_inner_where(out, inner)
+
+
+def _and_inner_where(out: exp.Select, inner: exp.Select) -> exp.Select:
+    """``out`` with the inner block's WHERE ANDed to its own (``out`` is changed and returned)."""
     iw = inner.args.get("where")
     if iw is not None:
         ow = out.args.get("where")
@@ -437,16 +442,7 @@ def _merge_joined_at(
     )
     slot = out.args["from_"] if pos == 0 else joins[pos - 1]
     slot.set("this", plain)
-    iw = inner.args.get("where")
-    if iw is not None:
-        ow = out.args.get("where")
-        cond = (
-            iw.this.copy()
-            if ow is None
-            else exp.and_(exp.Paren(this=iw.this.copy()), exp.Paren(this=ow.this))
-        )
-        out.set("where", exp.Where(this=cond))
-    return out
+    return _and_inner_where(out, inner)
 
 
 def _own_columns(node: exp.Expr | None, select: exp.Select) -> list[exp.Column]:
