@@ -347,7 +347,8 @@ def _merge_joined(q: exp.Select) -> exp.Select | None:
         inner = flatten(sub.this)
         if outer or not isinstance(inner, exp.Select) or not _is_row_level(inner):
             continue
-        if not isinstance(inner.args["from_"].this, exp.Table):
+        src = inner.args.get("from_")  # (SELECT 1) reads no table: nothing to merge
+        if src is None or not isinstance(src.this, exp.Table):
             continue
         check_mergeable(inner)
         others = [i.this.alias_or_name for k, i in enumerate(items) if k != pos]
