@@ -8,7 +8,12 @@ Accepted shape (everything else is refused): ``SELECT <alias>.<column> FROM <pub
 [WHERE <row-level predicate>]`` (for EXISTS the select list may be a constant), with
 
 * every column qualified by the subquery's own alias, different from the outer query's aliases,
-  so PostgreSQL can't resolve a name to the outer (private) row: the subquery is uncorrelated;
+  so PostgreSQL can't resolve a name to the outer (private) row; the one exception, the usual
+  correlated semi-join ``EXISTS (SELECT 1 FROM regions r WHERE r.code = p.region AND ...)``: a
+  top-level conjunct of the WHERE clause ``<subquery column> = <outer expression>`` (either
+  side), whose outer expression is qualified by an outer alias and checked like any row-level
+  expression of the outer query. It still depends on one private row and public data only (the
+  same as ``p.region IN (SELECT r.code FROM regions r WHERE ...)``), and an equality can't fail;
 * the WHERE clause checked like any row-level expression, with the public table's columns typed
   as opaque values (no arithmetic or casts on them), so it can't fail at run time. A failing
   subquery would otherwise be a data-gated error: it runs only when some private row needs it.
@@ -20,7 +25,7 @@ from collections.abc import Callable
 
 from sqlglot import exp
 
-from dpsql.errors import UndefinedColumn, UnsupportedSql
+from dpsql.errors import PrivacyViolation, UndefinedColumn, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql.sources import Ctx, Source, source_of
 
@@ -83,12 +88,25 @@ def check_public_subquery(
             f'the subquery\'s table alias "{s.alias}" is also used by the outer query',
             hint="give the subquery's table its own alias",
         )
-    for c in q.find_all(exp.Column):
+    where = q.args.get("where")
+    inner_where, links = _correlations(where.this if where is not None else None, s, outer)
+    for link in links:
+        check_row_level(outer, link, "a subquery's correlation")
+        for c in link.find_all(exp.Column):  # as the outer WHERE's own columns are checked
+            if outer.column(c).identifier:
+                raise PrivacyViolation(
+                    f"column {outer.source(c).table}.{c.name} is an identifier and can't be "
+                    "filtered on",
+                    hint="identifiers may only be tested with IS [NOT] NULL or counted",
+                )
+    checked: list[exp.Expr] = [*q.expressions, *([inner_where] if inner_where else [])]
+    for c in (c for e in checked for c in e.find_all(exp.Column)):
         if c.table != s.alias:
             raise UndefinedColumn(
                 f"column {c.sql('postgres')} in a subquery must be qualified by the subquery's "
                 f'alias "{s.alias}"',
-                hint=_HINT,
+                hint=_HINT + "; a correlation is written <alias>.<column> = <outer alias>.<column> "
+                "in the subquery's WHERE",
             )
     items = q.expressions
     if exists:
@@ -98,9 +116,46 @@ def check_public_subquery(
     if not ok:
         raise UnsupportedSql("the subquery must select one column of its table", hint=_HINT)
     inner = _PublicCtx([s])
-    where = q.args.get("where")
-    if where is not None:
-        check_row_level(inner, where.this, "a subquery's WHERE")
+    if inner_where is not None:
+        check_row_level(inner, inner_where, "a subquery's WHERE")
+
+
+def _correlations(
+    where: exp.Expr | None, s: Source, outer: Ctx
+) -> tuple[exp.Expr | None, list[exp.Expr]]:
+    """The subquery's WHERE without its correlations, and their outer expressions.
+
+    A correlation is a top-level conjunct ``<s.alias>.<column> = <expression>`` (either side) whose
+    expression names only columns qualified by an outer table's alias or name; any other conjunct
+    stays in the WHERE that is checked over the public table alone."""
+    if where is None:
+        return None, []
+    names = {x.alias for x in outer.sources} | {x.table.split(".")[1] for x in outer.sources}
+    kept: list[exp.Expr] = []
+    links: list[exp.Expr] = []
+    for part in where.flatten() if isinstance(where, exp.And) else [where]:
+        link = _link(part.unnest(), s.alias, names)
+        if link is None:
+            kept.append(part)
+        else:
+            links.append(link)
+    if not links:
+        return where, []
+    return (exp.and_(*kept) if kept else None), links
+
+
+def _link(part: exp.Expr, alias: str, outer: set[str]) -> exp.Expr | None:
+    if not isinstance(part, exp.EQ):
+        return None
+    for mine, other in ((part.this, part.expression), (part.expression, part.this)):
+        if not (isinstance(mine, exp.Column) and mine.table == alias):
+            continue
+        cols = list(other.find_all(exp.Column))
+        if cols and all(c.table in outer and c.table != alias for c in cols):
+            if not any(isinstance(n, (exp.Select, exp.Subquery)) for n in other.walk()):
+                found: exp.Expr = other
+                return found
+    return None
 
 
 class _PublicCtx(Ctx):
