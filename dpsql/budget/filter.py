@@ -48,10 +48,10 @@ from fractions import Fraction
 from dpsql.dp.accounting import (
     ZERO,
     Cost,
+    cap_denominator,
     default_order,
     renyi_conversion,
     renyi_divergence,
-    round_up,
 )
 
 # The share of a budget's delta reserved for explicit deltas when the policy does not say.
@@ -189,7 +189,7 @@ def charge(spent: Spent, cost: Cost, order: Fraction | None) -> Spent:
     """The totals with one more release (Renyi part at ``order``; untracked without one)."""
     r = tracked_renyi(spent, order)
     if r is not None and order is not None:
-        r = round_up(r + renyi_divergence(cost, order))
+        r = cap_denominator(r + renyi_divergence(cost, order))
     return Spent((spent.cost + cost).rounded_up(), r)
 
 
@@ -197,5 +197,5 @@ def refund(spent: Spent, cost: Cost, order: Fraction | None) -> Spent:
     """The totals without a refunded release (never below zero)."""
     r = tracked_renyi(spent, order)
     if r is not None and order is not None:
-        r = round_up(max(Fraction(0), r - renyi_divergence(cost, order)))
+        r = cap_denominator(max(Fraction(0), r - renyi_divergence(cost, order)))
     return Spent((spent.cost - cost).rounded_up(), r)

@@ -90,7 +90,7 @@ def exact(value: Fraction | int | float | str) -> Fraction:
     return Fraction(value)
 
 
-def round_up(x: Fraction) -> Fraction:
+def cap_denominator(x: Fraction) -> Fraction:
     """x itself, or when its denominator exceeds 1e30 the next multiple of 1e-30 above it."""
     if x.denominator <= _MAX_DENOM:
         return x
@@ -133,8 +133,10 @@ class Cost:
         return self.epsilon == 0 and self.delta == 0 and self.rho == 0
 
     def rounded_up(self) -> Cost:
-        """Bound the denominators of a running total (see :func:`round_up`)."""
-        return Cost(round_up(self.epsilon), round_up(self.delta), round_up(self.rho))
+        """Bound the denominators of a running total (see :func:`cap_denominator`)."""
+        return Cost(
+            cap_denominator(self.epsilon), cap_denominator(self.delta), cap_denominator(self.rho)
+        )
 
     def as_approx_dp(self, delta_for_rho: Fraction) -> tuple[Fraction, Fraction]:
         """(epsilon, delta) of this cost, spending ``delta_for_rho`` to convert the rho part.

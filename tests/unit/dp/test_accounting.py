@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dpsql.dp.accounting import (
     Cost,
+    cap_denominator,
     default_order,
     epsilon_to_rho,
     exact,
@@ -20,7 +21,6 @@ from dpsql.dp.accounting import (
     renyi_conversion,
     renyi_divergence,
     rho_to_epsilon,
-    round_up,
     sequential,
 )
 
@@ -192,9 +192,9 @@ def test_exact_reads_the_decimal_written() -> None:
 
 def test_round_up_bounds_denominators_against_the_analyst() -> None:
     x = F(1, 3) + F(1, 10**40 + 7)
-    r = round_up(x)
+    r = cap_denominator(x)
     assert r >= x and r - x <= F(1, 10**30) and r.denominator <= 10**30
-    assert round_up(F(1, 7)) == F(1, 7)
+    assert cap_denominator(F(1, 7)) == F(1, 7)
 
 
 def test_conversion_arguments_are_checked() -> None:
