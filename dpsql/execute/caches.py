@@ -10,7 +10,7 @@ read from a private row.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +28,9 @@ class Memo:
         self._limit = limit
         self._items: dict[Hashable, Any] = {}
         self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any | None:
-        """The value remembered for ``key``, or None."""
-        return self._items.get(key)
+        # The value remembered for a key, or None: the dictionary's own ``get`` (read on every
+        # execution of a repeated statement, several times: no Python frame of its own).
+        self.get: Callable[[Hashable], Any | None] = self._items.get
 
     def remember(self, key: Hashable, value: Any) -> None:
         """Keep ``value`` for ``key`` (None can't be told from a miss: remember False instead)."""

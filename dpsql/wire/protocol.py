@@ -27,7 +27,7 @@ discarded until Sync, which answers ReadyForQuery.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from dpsql.errors import (
@@ -43,7 +43,7 @@ from dpsql.errors import (
 from dpsql.result import Result, ResultColumn
 from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
-from dpsql.wire.batch import BindParts
+from dpsql.wire.batch import DESCRIBE, BindParts
 from dpsql.wire.encode import (
     Encoder,
     command_complete,
@@ -154,7 +154,7 @@ class Protocol:
             yield from self._ready()
         # anything else (COPY messages outside COPY mode, as PostgreSQL) is ignored
 
-    def handle_batch(self, bind: BindParts, tail: Iterable[m.FrontendMessage]) -> Steps:
+    def handle_batch(self, bind: BindParts, tail: Sequence[m.FrontendMessage]) -> Steps:
         """A Bind (its fields, as :func:`dpsql.wire.batch.decode_bind` gives them) and the
         messages right behind it, handled exactly as one by one (the usual run of a prepared
         statement, without building the Bind)."""
@@ -167,6 +167,9 @@ class Protocol:
                 self.send_error(e)
                 self.failed()
                 yield _FLUSH
+        if not self.skipping and tail[0] is DESCRIBE:
+            self._describe_portal(DESCRIBE)  # handle(DESCRIBE) of the portal just bound
+            tail = tail[1:]
         for msg in tail:
             yield from self.handle(msg)
 
@@ -311,12 +314,11 @@ class Protocol:
             raise ProtocolViolation(
                 f"bind message has {len(pf)} parameter formats but {n} parameters"
             )
-        params = tuple(
-            decode_param(
-                v, prep.param_types[i], pf[i] if len(pf) > 1 else (pf[0] if pf else 0), i + 1
-            )  # fmt: skip
+        types = prep.param_types
+        params = tuple([
+            decode_param(v, types[i], pf[i] if len(pf) > 1 else (pf[0] if pf else 0), i + 1)
             for i, v in enumerate(values)
-        )
+        ])  # fmt: skip
         # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
         # the extra values, so the engine gets only the statement's own.
         used = params[: prep.stmt.param_count]

@@ -212,7 +212,7 @@ class Session:
             code = frame.code or b"?"
             if code == b"X":
                 return
-            if proto.discards(code):
+            if proto.skipping and proto.discards(code):
                 continue  # after an error, discard until Sync without even decoding
             if code == b"B":  # the usual run of a prepared statement: one batch
                 batch = _batch(frame.body, decoder)

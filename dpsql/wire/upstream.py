@@ -230,45 +230,34 @@ class AsyncUpstream:
             QueryCanceled: 57014, cancelled or timed out.
             UpstreamError: PostgreSQL refused it (its text kept: no private data here).
         """
-        try:
-            return await self._run(query, params, types, cancel, fmt)
-        except _Lost:  # a dead connection (the upstream restarted): drop the idle ones, again
+        retry = True  # a dead connection (the upstream restarted) is retried once
+        while True:  # one coroutine: this runs once per public statement
+            try:
+                c = self._idle.pop() if self._idle else await self._acquire()
+            except psycopg.OperationalError as e:  # could not connect
+                raise lost(e) from None
+            ok = False
+            if cancel is not None:
+                cancel.attach(c.conn)
+            try:
+                self.statements += 1
+                res, columns = await c.execute(query, params, types, fmt or 0)
+                ok = True
+                return c.rows(res, columns, fmt)
+            except psycopg.Error as e:
+                ok = True  # an error result leaves the connection usable (checked on release)
+                if not connection_lost(e, broken=not c.healthy()):
+                    raise upstream_error(e, False) from None
+                if not retry or (cancel is not None and cancel.cancelled):
+                    raise lost(e) from None
+            finally:
+                if cancel is not None and cancel.detach():
+                    await cancel.sent()
+                self._release(c, ok=ok)
+            # the connection was dead: drop the idle ones (opened before it), run it again
             self.lost += 1
             self._sweep()
-            return await self._run(query, params, types, cancel, fmt, retry=False)
-
-    async def _run(
-        self,
-        query: str,
-        params: Sequence[bytes | None],
-        types: Sequence[int],
-        cancel: AsyncCancel | None,
-        fmt: int | None,
-        retry: bool = True,
-    ) -> Rows:
-        try:
-            c = self._idle.pop() if self._idle else await self._acquire()
-        except psycopg.OperationalError as e:  # could not connect
-            raise lost(e) from None
-        ok = False
-        if cancel is not None:
-            cancel.attach(c.conn)
-        try:
-            self.statements += 1
-            res, columns = await c.execute(query, params, types, fmt or 0)
-            ok = True
-            return c.rows(res, columns, fmt)
-        except psycopg.Error as e:
-            ok = True  # an error result leaves the connection usable (checked on release)
-            if connection_lost(e, broken=not c.healthy()):
-                if retry and not (cancel is not None and cancel.cancelled):
-                    raise _Lost from None
-                raise lost(e) from None
-            raise upstream_error(e, False) from None
-        finally:
-            if cancel is not None and cancel.detach():
-                await cancel.sent()
-            self._release(c, ok=ok)
+            retry = False
 
     def _sweep(self) -> None:
         """Close every idle connection: they were opened before the one that just died."""
@@ -277,10 +266,6 @@ class AsyncUpstream:
             self._size -= 1
             c.abandon()
             self._wake_one()
-
-
-class _Lost(Exception):
-    """A statement met a dead connection (raised to retry it once on a fresh one)."""
 
 
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
