@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from dpsql.execute.prepared import PrivateStatement
 from dpsql.policy.settings import Timing
 
 if TYPE_CHECKING:
-    from dpsql.execute.backend import CancelToken
     from dpsql.execute.context import Executes
     from dpsql.execute.prepared import Prepared
     from dpsql.result import Result
@@ -111,16 +110,11 @@ def run_padded(work: Callable[[], T], timing: Timing | None) -> T:
     return result
 
 
-def execute_padded(
-    engine: Executes,
-    prepared: Prepared,
-    session: SessionContext,
-    params: Sequence[object] = (),
-    cancel: CancelToken | None = None,
-) -> Result:
-    """``engine.execute``, padded when the statement reads a private table and padding is on."""
+def execute_padded(engine: Executes, prepared: Prepared, session: SessionContext) -> Result:
+    """``engine.execute(prepared, session)`` (a statement without parameters, as ``dpsql query``
+    runs them), padded when it reads a private table and padding is on."""
     timing = timing_of(engine) if isinstance(prepared, PrivateStatement) else None
-    return run_padded(lambda: engine.execute(prepared, session, params, cancel), timing)
+    return run_padded(lambda: engine.execute(prepared, session), timing)
 
 
 __all__ = [
