@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
+from dpsql.sql.names import function_name
 from dpsql.sql.tree import LEAF_PREFIX
 
 IV_LEAF = "_dpsql_ivleaf_"  # a placeholder whose leaf's rows carry their interval columns
@@ -261,7 +262,7 @@ class Exprs:
         if isinstance(n, exp.AggFunc):
             return self.agg(n, None)
         if self.scope.noisy(n):
-            what = n.key.upper() if not isinstance(n, exp.Func) else n.sql_name()
+            what = n.key.upper() if not isinstance(n, exp.Func) else function_name(n).upper()
             if isinstance(n, (exp.Subquery, exp.Select)):
                 what = "a scalar subquery"
             return No(f"{what} of a noisy value is not monotone: dpsql can't bound it")
@@ -329,9 +330,9 @@ class Exprs:
                 return No(f"it sums values that are not 0 for an empty group ({rows['declared']})")
         elif isinstance(n, (exp.Avg, exp.Min, exp.Max)):
             if "declared" in rows:
-                return No(f"{n.sql_name()} over the rows: {rows['declared']}")
+                return No(f"{function_name(n).upper()} over the rows: {rows['declared']}")
         else:
-            return No(f"{n.sql_name()} of noisy values: dpsql can't bound it")
+            return No(f"{function_name(n).upper()} of noisy values: dpsql can't bound it")
 
         def over(f: exp.Expr) -> exp.Expr:
             if window is None:
@@ -368,7 +369,7 @@ class Exprs:
         if ordered:
             return No("a window that partitions or orders rows by their noisy values")
         if not isinstance(f, (exp.Sum, exp.Avg, exp.Min, exp.Max)):
-            return No(f"{f.sql_name()} reads another row's noisy value")
+            return No(f"{function_name(f).upper()} reads another row's noisy value")
         spec = w.args.get("spec")
         if spec is not None and "declared" in self.rows:
             return No(f"a window frame counted in rows: {self.rows['declared']}")

@@ -15,6 +15,7 @@ from dpsql.policy.model import Policy
 from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.blocks import is_aggregate_block, own_nodes, private_tables, selects_below
+from dpsql.sql.names import SPELLED
 
 WINDOW_ALIAS = "_dp_w"
 
@@ -114,6 +115,9 @@ def _figure_name(e: exp.Expr) -> str | None:
     if fn.is_aggregate(inner):
         if isinstance(inner, exp.WithinGroup):
             inner = inner.this
+        spelled = inner.meta.get(SPELLED)  # variance(x) is "variance", as PostgreSQL names it
+        if isinstance(spelled, str) and (fn.aggregate_name(inner) or isinstance(inner, exp.Median)):
+            return spelled.lower()
         name = fn.aggregate_name(inner)
         return name or (inner.sql_name().lower() if isinstance(inner, exp.Func) else None)
     return None

@@ -38,6 +38,7 @@ from dpsql.errors import DpsqlError, PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.blocks import contains, is_aggregate_block, private_tables, selects_below
+from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
 from dpsql.sql.refusal_text import answer_in_expression
@@ -148,7 +149,7 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
             )
     if not leaves:
         return None
-    post = prune_ctes(post)
+    post = keep_call_labels(prune_ctes(post))  # variance(n) over a leaf is "variance"
     _refuse_private_rest(post, policy, analyze)
     return Split(post, tuple(leaves), tuple(links), units, tuple(labels))
 

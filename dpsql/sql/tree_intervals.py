@@ -49,6 +49,7 @@ from dpsql.sql.interval_sql import (
     Rel,
     Scope,
 )
+from dpsql.sql.names import SPELLED
 from dpsql.sql.tables import cte_body
 from dpsql.sql.tree import LEAF_PREFIX, leaf_number
 
@@ -479,6 +480,9 @@ def output_name(item: exp.Expr) -> str:
     if isinstance(item, exp.Cast):
         return output_name(item.this) if isinstance(item.this, exp.Column) else "?column?"
     if isinstance(item, exp.Func):
+        spelled = item.meta.get(SPELLED)  # variance(x) is "variance", as PostgreSQL names it
+        if isinstance(spelled, str):
+            return spelled.lower()
         return (
             str(item.sql_name()).lower()
             if not isinstance(item, exp.Anonymous)

@@ -97,7 +97,7 @@ def _respelled(c: exp.Expr) -> exp.Expr:
     for f in list(c.find_all(*_RENAMED)):
         spelled = f.meta.get(SPELLED)
         if isinstance(spelled, str) and not f.args.get("expressions"):
-            call = exp.Anonymous(this=spelled.upper(), expressions=[f.this])
+            call = exp.Anonymous(this=spelled, expressions=[f.this])
             call.meta.update(f.meta)
             if f is c:
                 c = call

@@ -174,3 +174,33 @@ def test_explain_names_the_statistics_as_written(engine: Engine) -> None:
     # measures name their column as written, counts agree with their nouns (was
     # quantile("purchases"."amount") and "<= 1 rows per group")
     assert "quantile(amount)" in text and not _FOREIGN.search(text), text
+
+
+@pytest.mark.parametrize(
+    ("sql", "names"),
+    [
+        ("SELECT category, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share, variance(amount) "
+         "FROM purchases GROUP BY category",
+         ["category", "share", "variance", "share_low", "share_high", "variance_low", "variance_high"]),
+        ("SELECT AVG(n), variance(n) FROM (SELECT educ, COUNT(*) AS n FROM pums GROUP BY educ) t",
+         ["avg", "variance", "avg_low", "avg_high", "variance_low", "variance_high"]),
+    ],
+)  # fmt: skip
+def test_a_tree_statement_names_columns_as_postgresql_does(
+    engine: Engine, sql: str, names: list[str]
+) -> None:
+    """``variance(x)`` over a tree's leaf is a column ``variance`` (PostgreSQL's label), its
+    interval columns ``variance_low``/``_high``, and a NULL interval says why under that name
+    (the post-processing SQL was rendered as VAR_SAMP: a column ``var_samp``, and its NULL
+    reason was missing)."""
+    from dpsql.session import SessionContext
+
+    s = SessionContext("analyst", Fraction(1), show_intervals=True)
+    r = engine.execute(engine.prepare(sql, "analyst"), s)
+    assert [c.name for c in r.columns] == names
+    for line in r.notices:
+        assert not _FOREIGN.search(line), line
+    if "FROM (SELECT educ" in sql:
+        assert any(
+            "variance_low, variance_high are NULL: VARIANCE of noisy values" in n for n in r.notices
+        ), r.notices
