@@ -27,6 +27,7 @@ from dpsql.execute.bias import (
     avg_levels,
     avg_targets,
     one_row,
+    outside_alarm,
     parts,
     target_of,
     target_widths,
@@ -57,10 +58,12 @@ def accuracy_notes(
     rows: int,
     noisy: Mapping[str, Any] | None = None,
     intervals: Sequence[Sequence[Interval | None]] = (),
+    alarms: Mapping[str, float] | None = None,
 ) -> tuple[str, ...]:
     """The accuracy summary, one line per statistic with a value interval. ``noisy`` (released
     values per measure) and ``intervals`` (per row, per statistic) let an AVG say why its
-    interval is as wide as its declared range."""
+    interval is as wide as its declared range; ``alarms``: the VARIANCE alarms' released
+    outside counts, by measure key (:func:`dpsql.execute.bias.release_alarms`)."""
     out: list[str] = []
     conf = f"{confidence:.0%}"
     for si, s in enumerate(a.statistics):
@@ -115,17 +118,27 @@ def accuracy_notes(
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
-    return with_declared_premises(a, out, _outside_warnings(a, plan, removed, rows))
+    return with_declared_premises(a, out, _outside_warnings(a, plan, removed, rows, alarms))
 
 
 def _outside_warnings(
-    a: Analysis, plan: Plan, removed: dict[str, Removed], rows: int
+    a: Analysis,
+    plan: Plan,
+    removed: dict[str, Removed],
+    rows: int,
+    alarms: Mapping[str, float] | None = None,
 ) -> dict[str, str]:
     """By statistic SQL: the warning that about N units have a value outside its declared range
-    (:meth:`Removed.outside_alarm`), for the statistics whose count passed its threshold."""
+    (:meth:`Removed.outside_alarm`, or a VARIANCE's alarm: :func:`outside_alarm`), for the
+    statistics whose count passed its threshold."""
     out: dict[str, str] = {}
     if not rows:
         return out
+    for x in plan.alarms:
+        n = outside_alarm(x.outside, (alarms or {}).get(x.key))
+        for s in a.statistics:
+            if n is not None and x.key in s.measures:
+                out[s.sql] = outside_warning(a, s, n, int(x.outside.sensitivity))
     for s in a.statistics:
         avg = avg_targets(s, plan)
         b = avg[0] if avg is not None else target_of(s, plan)

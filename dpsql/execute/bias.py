@@ -59,12 +59,36 @@ class Removed:
         total over all groups), when it is above 0 beyond its noise; else None. Threshold: with
         no such unit, the total passes it with probability at most OUTSIDE_ALARM (one-sided
         tail of its noise: 2 P(noise > t) = 1 - level)."""
-        mech, x = self.plan.outside, self.outside
-        if mech is None or x is None or not x.size:
+        x = self.outside
+        if x is None or not x.size:
             return None
-        if float(x.sum()) <= mech.half_width(1 - 2 * OUTSIDE_ALARM):
-            return None
-        return float(x.sum())
+        return outside_alarm(self.plan.outside, float(x.sum()))
+
+
+def outside_alarm(mech: Laplace | None, total: float | None) -> float | None:
+    """About how many units have a kept value outside the declared bounds (a released total
+    over all groups), when it is above 0 beyond its noise; else None. Threshold: with no such
+    unit, the total passes it with probability at most OUTSIDE_ALARM (one-sided tail of its
+    noise: 2 P(noise > t) = 1 - level)."""
+    if mech is None or total is None:
+        return None
+    if total <= mech.half_width(1 - 2 * OUTSIDE_ALARM):
+        return None
+    return total
+
+
+def release_alarms(
+    plan: Plan, columns: Sequence[Sequence[object]], noise: NoiseSource
+) -> dict[str, float]:
+    """The VARIANCE alarms' outside counts (:class:`dpsql.sql.bias.AlarmPlan`), by measure key:
+    each one total over the released rows' counts (``columns[j]``: the j-th alarm's), one noise
+    draw; none without a released row."""
+    out: dict[str, float] = {}
+    for x, col in zip(plan.alarms, columns, strict=True):
+        if col:
+            total = np.array([sum(_float(v) for v in col)], dtype=np.float64)
+            out[x.key] = float(noise.add(x.outside, total)[0])
+    return out
 
 
 def outside_plans(plan: Plan) -> tuple[BiasPlan, ...]:

@@ -28,6 +28,7 @@ from dpsql.execute.bias import (
     avg_targets,
     outside_plans,
     parts,
+    release_alarms,
     release_removed,
     round_interval,
     round_outwards,
@@ -116,7 +117,7 @@ def release(
     nsel = 1 if a.needs_selection else 0
     if declared_keys is not None:
         keys = [tuple(k) for k in itertools.product(*declared_keys)] if nk else [()]
-        zero = (0,) * (nm + nsel + len(outside_plans(plan)) + 2 * len(plan.bias))
+        zero = (0,) * (nm + nsel + len(outside_plans(plan)) + len(plan.alarms) + 2 * len(plan.bias))
         table = [(k, by_key.get(k, zero)) for k in keys]
     else:
         # in key order, not PostgreSQL's: a hash aggregate's output order depends on every
@@ -128,16 +129,19 @@ def release(
         assert plan.selection is not None
         keep = noise.keep(plan.selection, sel)
         table = [t for t, k in zip(table, keep, strict=True) if k]
-    # the bias targets' outside counts, then their removed-mass columns, follow the measures
+    # the bias targets' outside counts, the VARIANCE alarms' (dpsql.sql.bias.AlarmPlan), then
+    # the targets' removed-mass columns follow the measures
     x0 = nm + nsel
-    b0 = x0 + len(outside_plans(plan))
+    a0 = x0 + len(outside_plans(plan))
+    b0 = a0 + len(plan.alarms)
     removed = release_removed(
         plan,
         [([v[b0 + 2 * i] for _, v in table], [v[b0 + 2 * i + 1] for _, v in table])
          for i in range(len(plan.bias))],
         noise,
-        [[v[x0 + j] for _, v in table] for j in range(b0 - x0)],
+        [[v[x0 + j] for _, v in table] for j in range(a0 - x0)],
     )  # fmt: skip
+    alarms = release_alarms(plan, [[v[a0 + j] for _, v in table] for j in range(b0 - a0)], noise)
     noisy: dict[str, np.ndarray | list[Any]] = {}  # a selected measure's values: a list
     # count_keys: noisy rows per (group, key); quantiles: (low, high) interval ends per group
     present: dict[str, np.ndarray] = {}
@@ -175,7 +179,7 @@ def release(
         [iv if iv is None else round_outwards(iv, _half(iv)) for iv in row]
         for row in derived_intervals(a, len(table), confidence, interval)
     ]
-    notes = accuracy_notes(a, plan, removed, confidence, len(table), noisy, intervals)
+    notes = accuracy_notes(a, plan, removed, confidence, len(table), noisy, intervals, alarms)
     return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
 
 

@@ -284,6 +284,80 @@ def _avg_targets(a: Analysis, factor: Fraction, wanted: set[str]) -> list[BiasTa
     return out
 
 
+ALARM_SHARE = BIAS_SHARE * (1 - DROPPED_SHARE) * OUTSIDE_SHARE  # 1/80: a SUM's outside count's
+
+
+@dataclass(frozen=True)
+class AlarmPlan:
+    """The outside count of a statistic whose bias is not estimated (VARIANCE, STDDEV): the
+    units with a kept value of a ``declared`` column outside its declared range, one total over
+    the groups (each unit once in its first kept group that holds one: L1 sensitivity 1; without
+    a group order, in each such group, at most ``split`` declared groups), as a SUM's
+    ``outside`` count (:class:`BiasTarget`) but at ``ALARM_SHARE`` of the statement's epsilon
+    taken from the answer (the charge is unchanged). ``index``: the measure whose argument
+    holds the columns (its centred sum)."""
+
+    index: int
+    measure: Measure
+    declared: tuple[str, ...]
+    outside: Laplace
+
+    @property
+    def key(self) -> str:
+        return self.measure.key
+
+    @property
+    def cost(self) -> Cost:
+        return self.outside.cost
+
+
+def alarm_measures(a: Analysis) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """(measure index, declared columns) for each VARIANCE/STDDEV statistic's centred sum whose
+    declared columns no bias target's outside count already holds; () off the partials path
+    (row privacy, one row per unit, grouping sets, the row path, joins capped before joining),
+    where nothing is measured this way."""
+    if a.private.row_privacy or a.unique_unit or a.grouping_sets or not decomposable(a):
+        return ()
+    if sum(1 for _, _, p in a.sources if p is not None) > 1 and not a.pre_join_rows:
+        return ()
+    counted = {c for t in bias_targets(a) for c in t.declared}
+    index = {m.key: i for i, m in enumerate(a.measures)}
+    out: dict[int, tuple[str, ...]] = {}
+    for s in a.statistics:
+        if s.func not in ("var_samp", "var_pop", "stddev_samp", "stddev_pop", "variance", "stddev"):
+            continue
+        for key in s.measures:
+            i = index[key]
+            m = a.measures[i]
+            if m.kind != "sum_centered" or i in out:
+                continue
+            cols = tuple(c for c in declared_columns(a, m) if c not in counted)
+            if cols:
+                out[i] = cols
+                counted.update(cols)
+    return tuple(out.items())
+
+
+def alarm_plans(a: Analysis, epsilon: Fraction) -> tuple[AlarmPlan, ...]:
+    """The outside counts of :func:`alarm_measures`, sharing ``epsilon`` evenly."""
+    wanted = alarm_measures(a)
+    if not wanted:
+        return ()
+    k = Fraction(1 if needs_group_rank(a) else _domain_combinations(a))
+    each = epsilon / len(wanted)
+    return tuple(
+        AlarmPlan(i, a.measures[i], cols, Laplace(k, each, Fraction(1))) for i, cols in wanted
+    )
+
+
+def _domain_combinations(a: Analysis) -> int:
+    """The groups a unit may touch without ranking: the declared key combinations (<= G)."""
+    k = 1
+    for g in a.group_keys:
+        k *= g.domain_size or 1
+    return max(1, min(k, a.max_groups))
+
+
 def statistic_target(
     targets: tuple[BiasTarget, ...], measures: tuple[str, ...], func: str
 ) -> BiasTarget | None:

@@ -37,7 +37,16 @@ from dpsql.dp.quantiles import _GAMMA_CLIP as GAMMA_CLIP  # the sampler's clip, 
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.bias import BIAS_SHARE, BiasPlan, bias_plans, bias_targets
+from dpsql.sql.bias import (
+    ALARM_SHARE,
+    BIAS_SHARE,
+    AlarmPlan,
+    BiasPlan,
+    alarm_measures,
+    alarm_plans,
+    bias_plans,
+    bias_targets,
+)
 
 MechanismName = Literal["laplace", "gaussian"]
 
@@ -78,6 +87,8 @@ class Plan:
     selection: PartitionSelection | None
     # estimates of what contribution bounding removed (dpsql.sql.bias), from BIAS_SHARE of epsilon
     bias: tuple[BiasPlan, ...] = ()
+    # outside counts of statistics without a bias estimate (VARIANCE, STDDEV), from ALARM_SHARE
+    alarms: tuple[AlarmPlan, ...] = ()
 
     @property
     def cost(self) -> Cost:
@@ -85,6 +96,7 @@ class Plan:
         if self.selection is not None:
             costs.append(self.selection.cost)
         costs += [b.cost for b in self.bias]
+        costs += [x.cost for x in self.alarms]
         return sequential(costs)
 
     def bias_plan(self, key: str) -> BiasPlan | None:
@@ -239,11 +251,19 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
     if 0 < delta < MIN_DELTA:
         raise _too_small("delta", delta, MIN_DELTA, "SET dpsql.delta = 1e-6 (or similar)")
     targets = bias_targets(a)
-    if not targets:
+    # ALARM_SHARE counts the units outside a VARIANCE's declared range (dpsql.sql.bias)
+    alarm = epsilon * ALARM_SHARE if alarm_measures(a) else Fraction(0)
+    if not targets and not alarm:
         return check_noise(_make_plan(a, epsilon, delta, mechanism))
     # BIAS_SHARE of epsilon measures what bounding removed; the rest is planned as before
-    main = _make_plan(a, epsilon * (1 - BIAS_SHARE), delta, mechanism)
-    plan = replace(main, epsilon=epsilon, bias=bias_plans(targets, epsilon * BIAS_SHARE))
+    share = BIAS_SHARE if targets else Fraction(0)
+    main = _make_plan(a, epsilon * (1 - share) - alarm, delta, mechanism)
+    plan = replace(
+        main,
+        epsilon=epsilon,
+        bias=bias_plans(targets, epsilon * share),
+        alarms=alarm_plans(a, alarm) if alarm else (),
+    )
     return check_noise(plan)
 
 

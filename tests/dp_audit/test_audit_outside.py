@@ -19,6 +19,10 @@ Laplace noise of L1 sensitivity 1 (K) at its epsilon (dpsql.sql.bias.bias_plans)
   epsilon (level 1 - 1e-6 over both directions) must not exceed the epsilon the plan charges
   for it; a twin released with a quarter of its sensitivity (4x the realized epsilon: 0.5 x 4 =
   2 against 0.5) must be flagged (its bound reads about 1.9).
+
+Both also for a VARIANCE's or STDDEV's alarm (dpsql.sql.bias.AlarmPlan: the same count with an
+epsilon of its own, 1/80 of the statement's): the last two SQLS, and the epsilon check on
+VARIANCE(v) at 40, whose alarm gets 0.5 as the SUM's count does.
 """
 
 from __future__ import annotations
@@ -105,8 +109,9 @@ def _largest_move(engine: Engine, dsn: str, sql: str) -> tuple[int, int]:
     sensitivity of their release."""
     plan = _plan(engine, sql)
     a = plan.analysis
-    (b,) = outside_plans(plan)
-    assert b.outside is not None
+    mechs = [b.outside for b in outside_plans(plan)] + [x.outside for x in plan.alarms]
+    (mech,) = mechs  # a SUM's or AVG's bias target's, or a VARIANCE's alarm's
+    assert mech is not None
     text = salted(engine.private_sql(engine.prepare(sql), a))
     keys, x0 = len(a.group_keys), len(a.group_keys) + len(a.measures)
 
@@ -123,10 +128,11 @@ def _largest_move(engine: Engine, dsn: str, sql: str) -> tuple[int, int]:
                 less = columns(conn)
             moved = sum(abs(full.get(g, 0) - less.get(g, 0)) for g in set(full) | set(less))
             worst = max(worst, moved)
-    return worst, int(b.outside.sensitivity)
+    return worst, int(mech.sensitivity)
 
 
-SQLS = ["SELECT SUM(v) FROM t", "SELECT g, SUM(v) FROM t GROUP BY g", "SELECT g, AVG(v) FROM t GROUP BY g"]  # fmt: skip
+SQLS = ["SELECT SUM(v) FROM t", "SELECT g, SUM(v) FROM t GROUP BY g", "SELECT g, AVG(v) FROM t GROUP BY g",
+        "SELECT VARIANCE(v) FROM t", "SELECT g, STDDEV(v) FROM t GROUP BY g"]  # fmt: skip
 
 
 @pytest.mark.parametrize("sql", SQLS)
@@ -211,6 +217,46 @@ def _audit(engines: tuple[Engine, Engine], broken: bool) -> tuple[float, float]:
 def test_the_outside_release_is_dp_at_its_charge(engines: tuple[Engine, Engine]) -> None:
     bound, charged = _audit(engines, broken=False)
     assert charged == 0.5 and bound <= charged, (bound, charged)
+
+
+VAR_SQL = "SELECT VARIANCE(v) FROM t"  # its alarm: 40 / 80 = 0.5, as the SUM's outside count
+
+
+def _alarm_audit(engines: tuple[Engine, Engine], broken: bool) -> tuple[float, float]:
+    """(epsilon lower bound, epsilon charged) of a VARIANCE's alarm (dpsql.sql.bias.AlarmPlan):
+    its column is the bounded SQL's last (no bias target), released as
+    :func:`dpsql.execute.bias.release_alarms` does (one total, the alarm's mechanism)."""
+    plans = [_plan(e, VAR_SQL, EPS) for e in engines]
+    xs = []
+    for e, p in zip(engines, plans, strict=True):
+        (row,) = e.backend.run(e.private_sql(e.prepare(VAR_SQL), p.analysis), private=True).rows
+        xs.append(int(row[-1]))
+    assert xs == [0, 1], xs  # the extreme shift
+    hits = []
+    for plan, x in zip(plans, xs, strict=True):
+        (alarm,) = plan.alarms
+        mech = alarm.outside
+        if broken:
+            mech = dataclasses.replace(mech, sensitivity=mech.sensitivity / 4)
+        out = CSPRNG.add(mech, np.full(DRAWS, float(x)))
+        hits.append(int((np.asarray(out) >= xs[1]).sum()))
+    bound = max(
+        epsilon_lower_bound(hits[0], DRAWS, hits[1], DRAWS, alpha=5e-7),
+        epsilon_lower_bound(hits[1], DRAWS, hits[0], DRAWS, alpha=5e-7),
+    )
+    return bound, float(plans[0].alarms[0].outside.epsilon)
+
+
+def test_a_variance_alarm_is_dp_at_its_charge(engines: tuple[Engine, Engine]) -> None:
+    bound, charged = _alarm_audit(engines, broken=False)
+    assert charged == 0.5 and bound <= charged, (bound, charged)
+
+
+def test_the_audit_flags_a_variance_alarm_with_a_quarter_of_the_noise(
+    engines: tuple[Engine, Engine],
+) -> None:
+    bound, charged = _alarm_audit(engines, broken=True)
+    assert bound > charged, (bound, charged)
 
 
 def test_the_audit_flags_a_quarter_of_the_noise(engines: tuple[Engine, Engine]) -> None:

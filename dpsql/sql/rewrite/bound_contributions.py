@@ -449,18 +449,21 @@ def _raw_values(
 def _outside_flags(
     a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
 ) -> dict[int, exp.Expr]:
-    """For each bias target with ``declared`` columns, a row-value column (added to ``inner``)
-    true when one of them lies outside its declared bounds (its clamp changes it); NULL
-    values are not outside (the clamp keeps them NULL)."""
-    from dpsql.sql.bias import bias_targets
+    """For each bias target with ``declared`` columns, then each VARIANCE's or STDDEV's alarm
+    (:func:`dpsql.sql.bias.alarm_measures`), by measure index, a row-value column (added to
+    ``inner``) true when one of them lies outside its declared bounds (its clamp changes it);
+    NULL values are not outside (the clamp keeps them NULL)."""
+    from dpsql.sql.bias import alarm_measures, bias_targets
     from dpsql.sql.rewrite.measure_dropped import never, outside_sql
 
     out: dict[int, exp.Expr] = {}
-    for t in bias_targets(a):
-        cond = outside_sql(a, t)
+    wanted = [(t.index, t.measure, t.declared) for t in bias_targets(a)]
+    wanted += [(i, a.measures[i], cols) for i, cols in alarm_measures(a)]
+    for i, m, declared in wanted:
+        cond = outside_sql(a, m, declared)
         if cond is not None:
             # the constant FALSE of proven columns needs no column of its own
-            out[t.index] = cond if never(cond) else _value_column(cond, inner, vcols)
+            out[i] = cond if never(cond) else _value_column(cond, inner, vcols)
     return out
 
 

@@ -226,12 +226,14 @@ def bound_partials(
                 kept[i] = f"_dp_s{i}"
             col = exp.column(kept[i])
             out = exp.Coalesce(this=exp.Sum(this=col), expressions=[exp.Literal.number(0)])
-        if targets:
+        if targets or outside:
             out = kept_only(out, keep)
         measures.append(exp.alias_(out, f"_dp_m{i}"))
     raw_of = {**{t.index: values[t.index] for t in targets}, **(raw_values or {})}
     raws = [exp.alias_(raw_partial_sql(t, raw_of[t.index]), f"_dp_r{t.index}") for t in targets]
-    flags = {i: f"_dp_o{i}" for t in targets if (i := t.index) in (outside or {})}
+    # the outside flags: the bias targets', then the VARIANCE alarms' (dpsql.sql.bias), in the
+    # order of ``outside`` (their _dp_x columns' order: dpsql.execute.noise)
+    flags = {i: f"_dp_o{i}" for i in (outside or {})}
     raws += [exp.alias_(exp.LogicalOr(this=(outside or {})[i].copy()), c) for i, c in flags.items()]
     q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
     keys = [unit, *gcols]
@@ -258,7 +260,7 @@ def bound_partials(
         q = q.with_("_dp_scaled", as_=exp.select(exp.Star(), *scaled).from_(src))
         src = "_dp_scaled"
     q = q.from_(src)
-    if targets:
+    if targets or flags:
         # without ranking, declared keys leave <= G groups: each target splits its cap over
         # them (no window)
         order = [exp.column("_dp_gr")] if rank else None

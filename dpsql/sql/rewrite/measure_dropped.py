@@ -36,26 +36,27 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from dpsql.sql.analysis import Analysis
+from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.bias import BiasTarget
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
 
-def outside_sql(a: Analysis, t: BiasTarget) -> exp.Expr | None:
-    """A row-level condition, true when one of target ``t``'s ``declared`` columns lies outside
+def outside_sql(a: Analysis, m: Measure, declared: tuple[str, ...]) -> exp.Expr | None:
+    """A row-level condition, true when one of measure ``m``'s ``declared`` columns (a bias
+    target's, or a VARIANCE's alarm's: :func:`dpsql.sql.bias.alarm_measures`) lies outside
     its declared bounds (``c > hi OR c < lo``, NULL for a NULL value); None without any;
     ``FALSE`` when the catalog proves every one of them within its bounds (``a.proven_bounds``:
     :mod:`dpsql.sql.check_bounds`), so no row is outside."""
     conds: list[exp.Expr] = []
     seen: set[str] = set()
-    arg = t.measure.arg
-    if arg is None or not t.declared:
+    arg = m.arg
+    if arg is None or not declared:
         return None
     proven = False
     for c in arg.find_all(exp.Column):
         col = a.column(c)
-        if c.name not in t.declared or col is None or col.bounds is None:
+        if c.name not in declared or col is None or col.bounds is None:
             continue
         if c.name in a.proven_bounds:
             proven = True
