@@ -162,13 +162,18 @@ def _parents(node: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
 def _integral(ctx: _Ctx, arg: exp.Expr, r: Interval) -> bool:
     if r.lo.denominator != 1 or r.hi.denominator != 1:
         return False
-    for n in arg.walk():
+    stack = [arg]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, exp.Cast) and n.to.is_type(*exp.DataType.INTEGER_TYPES):
+            continue  # quantity::bigint, amount::int: whole numbers whatever is inside
         if isinstance(n, exp.Column) and ctx.column(n).family != "integer":
             return False
         if isinstance(n, exp.Literal) and not n.is_string and not n.this.lstrip("-").isdigit():
             return False
         if isinstance(n, (exp.Div, exp.Round, exp.Cast)):
             return False
+        stack.extend(n.iter_expressions())
     return True
 
 

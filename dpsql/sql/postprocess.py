@@ -39,6 +39,16 @@ def _var(s2: float, s: float, n: float, half: float, sample: bool) -> float | No
     return v
 
 
+def _to_resolution(v: float, span: float) -> float:
+    """A quantile of a numeric column to the decimal digit of a 10,240th of its declared range
+    (370.85, not the bucket midpoint 370.849609375): its buckets are 1,024 over the range (or
+    over a narrower chosen clamp), so no digit kept is finer than a tenth of a bucket."""
+    if not (math.isfinite(v) and span > 0):
+        return v
+    digits = -math.floor(math.log10(span / 10240))
+    return round(v, digits) if digits > 0 else float(round(v, digits))
+
+
 def derive(
     stat: Statistic, values: Sequence[float], widths: Sequence[float]
 ) -> tuple[Any, Interval | None]:
@@ -50,6 +60,8 @@ def derive(
         v = values[0]
         if f == "quantile" and stat.pg_type in ("int8", "date") and v is not None:
             v = round(v)
+        elif f == "quantile" and stat.pg_type in ("numeric", "float8") and v is not None:
+            v = _to_resolution(v, float(stat.hi - stat.lo))
         return v, None
     lo, hi = float(stat.lo), float(stat.hi)
     if f in ("count", "count_distinct"):

@@ -171,3 +171,29 @@ def test_output_columns_are_named_as_postgresql_names_them() -> None:
     assert names == [
         "variance", "var_samp", "stddev", "avg", "var_pop", "percentile_cont", "count",
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("sql", "pg_type"),
+    [
+        ("SELECT SUM(quantity) FROM purchases", "int8"),
+        # a cast to an integer type is whole whatever it casts (was numeric: 360617.25 answered)
+        ("SELECT SUM(quantity::bigint) FROM purchases", "int8"),
+        ("SELECT SUM(CAST(amount AS int)) FROM purchases", "int8"),
+        ("SELECT SUM(quantity::numeric) FROM purchases", "numeric"),
+        ("SELECT SUM(amount) FROM purchases", "numeric"),
+        ("SELECT SUM(quantity / 2) FROM purchases", "numeric"),
+    ],
+)
+def test_sum_of_whole_numbers_is_a_whole_number(sql: str, pg_type: str) -> None:
+    a = analyze(sqlglot.parse_one(sql, read="postgres"), policy)
+    assert [s.pg_type for s in a.statistics] == [pg_type]
+
+
+def test_a_numeric_quantile_keeps_the_digits_its_buckets_resolve() -> None:
+    from dpsql.sql.postprocess import _to_resolution
+
+    # 1,024 buckets over [0, 500]: about 0.49 wide; a tenth of a bucket is the 0.01 digit
+    assert _to_resolution(370.849609375, 500.0) == 370.85
+    assert _to_resolution(22216.796875, 500000.0) == 22220.0
+    assert abs(_to_resolution(0.123456789, 1.0) - 0.12346) < 1e-12
