@@ -272,6 +272,19 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                     mech.half_width(conf),
                 )
             )
+    for x in plan.alarms:  # a VARIANCE's count of units outside the declared range
+        m = x.outside
+        lines.append(
+            MeasureLine(
+                f"outside declared range of {x.key}",
+                m.name,
+                f"L1={_fmt(m.sensitivity)}",
+                m.std,
+                f"eps={_fmt(m.epsilon)}",
+                _fmt(m.grid),
+                m.half_width(conf),
+            )
+        )
     outs = []
     names = [e.alias_or_name for e in a.outer.expressions]
     derived = {pos: len(sis) for pos, _, sis in derived_outputs(a)}

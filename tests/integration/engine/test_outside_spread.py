@@ -111,3 +111,12 @@ def test_no_warning_when_no_unit_is_outside(engine: Engine, sql: str) -> None:
     lines = [n for n in r.notices if n.startswith(("VARIANCE(v): ", "STDDEV(v): "))]
     assert lines and all(WARNING not in n for n in lines), r.notices
     assert all("assumes every v lies in its declared range" in n for n in lines), lines
+
+
+def test_explain_lists_the_count_and_its_epsilon(engine: Engine) -> None:
+    """EXPLAIN shows the count among the statement's releases, at its 1/80 (nothing spent)."""
+    sql = "EXPLAIN " + SQLS[0].format(t="o")
+    r = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", EPS))
+    text = "\n".join(str(row[0]) for row in r.rows)
+    line = next((ln for ln in text.splitlines() if "outside declared range of" in ln), "")
+    assert f"eps={float(EPS * ALARM_SHARE):g}" in line, text
