@@ -359,7 +359,8 @@ class Engine:
         arguments of an integer type clamped and bucketed in integers
         (:attr:`Analysis.integer_values`), keys of a type in
         :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` hashed as values when a unit's groups
-        are ranked (:attr:`Analysis.hashed_keys`)."""
+        are ranked (:attr:`Analysis.hashed_keys`), and the unit too when its type is one of them
+        (:attr:`Analysis.unit_type`)."""
         return self.checked_sql(prepared, a)[0]
 
     def checked_sql(self, prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]:
@@ -379,6 +380,7 @@ class Engine:
             integer_keys=ints,
             integer_values=values,
             hashed_keys=hashed,
+            unit_type=group_keys.unit_type(self, prepared, a),
         )
         return text, a
 

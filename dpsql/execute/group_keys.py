@@ -104,6 +104,31 @@ def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> d
     return types
 
 
+def unit_type(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> str:
+    """The privacy unit's PostgreSQL type name, from a zero-row probe of the bounded source
+    (reads no row), memoized per statement and catalog state with the key types: a built-in
+    type's name (:func:`key_type_name`; an array's ends in ``[]``), ``""`` for any other (a
+    domain, an enum, an extension's type) and with row privacy (no unit). The keyed hashes
+    hash a unit of a type in :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` as a value
+    (``Analysis.unit_type``), any other as text."""
+    if a.private.row_privacy or a.unique_unit:
+        return ""
+    key = ("unit", prepared.scope, prepared.text, engine.catalog_token(a))
+    cached = engine.caches.key_types.get(key)
+    if cached is not None:
+        return str(cached[0])
+    unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
+    q = source_select(a, "", exp.alias_(unit, "u")).limit(0)  # a type probe: reads no row
+    if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
+        from dpsql.sql.per_unit import substitute
+
+        q = substitute(q, prepared.units)  # type: ignore[assignment]
+    rows = engine.backend.run(q.sql("postgres"), private=True)
+    name = key_type_name(rows.columns[0].type_oid) or ""
+    engine.caches.key_types.remember(key, (name,))
+    return name
+
+
 def declared_keys(engine: EngineContext, a: Analysis) -> list[tuple[str | None, ...]] | None:
     """Each group key's public domain (:meth:`GroupKey.domain`), or None when the query selects
     its keys from the data."""

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from dpsql.execute import group_keys
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
 from dpsql.execute.private_sql import bounded_sql, hashed_keys, salted
@@ -42,7 +43,8 @@ def set_sql(
     # the set's keys of a type hashed as values (as Engine.private_sql's)
     types = engine.group_types(prepared, a)
     one = set_analysis(a, keys)
-    one = replace(one, hashed_keys=hashed_keys(one, tuple(types[i] for i in keys)))
+    unit = group_keys.unit_type(engine, prepared, a)
+    one = replace(one, hashed_keys=hashed_keys(one, tuple(types[i] for i in keys)), unit_type=unit)
     text = bounded_sql(prepared, one)
     if stable:
         memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives

@@ -39,7 +39,7 @@ from dpsql.execute.key_texts import canonical_rows, check_declared, key_name
 from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
-from dpsql.sql.rewrite.bucket_values import bucket_specs
+from dpsql.sql.rewrite.buckets import bucket_specs
 
 
 @dataclass(frozen=True)
@@ -276,9 +276,9 @@ def split_bucket_rows(
 
 
 def _spec_key(m: Any) -> tuple[str, ...]:
-    from dpsql.sql.rewrite.bucket_values import _spec
+    from dpsql.sql.rewrite.buckets import spec
 
-    return _spec(m)
+    return spec(m)
 
 
 def _select(

@@ -39,13 +39,21 @@ def salted(text: str) -> str:
     return text.replace(f"'{SALT_MARKER}'", f"'{rng.token_hex(8)}'")
 
 
-_SALTED = re.compile(r"CONCAT_WS\('\|', '[0-9a-f]{16}',")
+_SALTED = re.compile(r"(CONCAT_WS\('\|', |HASHTEXTEXTENDED\()'[0-9a-f]{16}'")
 
 
 def unsalted(text: str) -> str:
     """The memoized form of a :func:`salted` text (for checks that compare SQL texts): every
-    keyed hash's salt (``CONCAT_WS('|', '<salt>', ...``) back to the marker."""
-    return _SALTED.sub(f"CONCAT_WS('|', '{SALT_MARKER}',", text)
+    keyed hash's salt (``CONCAT_WS('|', '<salt>', ...`` or ``HASHTEXTEXTENDED('<salt>', 0)``)
+    back to the marker."""
+    return _SALTED.sub(lambda m: f"{m[1]}'{SALT_MARKER}'", text)
+
+
+def salt_of(text: str) -> str:
+    """The salt of a :func:`salted` text (for checks that replace it)."""
+    m = _SALTED.search(text)
+    assert m is not None, "no salted keyed hash"
+    return m[0][len(m[1]) + 1 : -1]
 
 
 INTEGER_TYPES = frozenset({"int2", "int4", "int8"})
@@ -84,14 +92,16 @@ def private_sql(
     integer_keys: tuple[int, ...] = (),
     integer_values: tuple[str, ...] = (),
     hashed_keys: tuple[int, ...] = (),
+    unit_type: str = "",
 ) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
     prepared statement's own (not one with parameters bound) or one kept for reuse
     (:func:`mark_stable`: stored ``auto`` bounds applied); with ``a.unique_unit`` (the catalog
     proves one row per unit, :mod:`dpsql.execute.unique_units`: the caller checked it again)
-    bounding is skipped; ``integer_keys``, ``integer_values``, ``hashed_keys``:
-    :attr:`Analysis.integer_keys`, :attr:`Analysis.integer_values`, :attr:`Analysis.hashed_keys`."""
-    typed = integer_keys or integer_values or hashed_keys
+    bounding is skipped; ``integer_keys``, ``integer_values``, ``hashed_keys``, ``unit_type``:
+    :attr:`Analysis.integer_keys`, :attr:`Analysis.integer_values`, :attr:`Analysis.hashed_keys`,
+    :attr:`Analysis.unit_type`."""
+    typed = integer_keys or integer_values or hashed_keys or unit_type
     return memoized(
         memo,
         prepared,
@@ -104,11 +114,16 @@ def private_sql(
             integer_keys,
             integer_values,
             hashed_keys,
+            unit_type,
         ),
         lambda: bounded_sql(
             prepared,
             replace(
-                a, integer_keys=integer_keys, integer_values=integer_values, hashed_keys=hashed_keys
+                a,
+                integer_keys=integer_keys,
+                integer_values=integer_values,
+                hashed_keys=hashed_keys,
+                unit_type=unit_type,
             )
             if typed
             else a,

@@ -211,6 +211,10 @@ class Analysis:
     # dpsql.sql.rewrite.keyed_hash.HASHED_TYPES: the keyed hash that ranks a unit's groups hashes
     # them as values, so that equal keys printed differently (1.0, 1.00) are one group to it.
     hashed_keys: tuple[int, ...] = ()
+    # The privacy unit's PostgreSQL type (the same kind of probe, dpsql.execute.group_keys.
+    # unit_type; "" before it is known): of a type in dpsql.sql.rewrite.keyed_hash.HASHED_TYPES,
+    # the keyed hashes that choose a unit's rows and groups hash it as a value instead of as text.
+    unit_type: str = ""
     # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
     # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).

@@ -32,7 +32,7 @@ from sqlglot import exp
 from dpsql.check import catalog_findings
 from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
-from dpsql.execute.private_sql import salted
+from dpsql.execute.private_sql import salt_of, salted
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
@@ -257,8 +257,8 @@ def test_a_choice_that_is_not_a_function_of_the_rows_is_caught(
     happened to keep, date by date, the same numbers of rows (far below 1e-6)."""
     sql = "SELECT purchased_at, COUNT(DISTINCT quantity) FROM purchases GROUP BY purchased_at"
     text = sent_once({"fixed": cengine}, "fixed", sql)[-1]
-    salt = text.split("CONCAT_WS('|', '")[1][:16]
-    broken = text.replace(f"CONCAT_WS('|', '{salt}',", "CONCAT_WS('|', CAST(random() AS TEXT),")
+    salt = salt_of(text)
+    broken = text.replace(f"'{salt}'", "CAST(random() AS TEXT)")
     assert broken != text
     assert rows(citus_dsn, text) == rows(plain_dsn, text)  # the keyed hash: the same rows
     assert rows(citus_dsn, broken) != rows(plain_dsn, broken)
@@ -361,6 +361,6 @@ def test_a_data_dependent_salt_is_caught_on_citus(cengine: Engine, citus_dsn: st
     p = cengine.prepare(sql)
     assert p.analysis is not None
     text = salted(cengine.private_sql(p, p.analysis))
-    salt = text.split("CONCAT_WS('|', '")[1][:16]
+    salt = salt_of(text)
     broken = text.replace(f"'{salt}'", "CAST((SELECT COUNT(*) FROM purchases) AS TEXT)")
     assert len(changed_units(citus_dsn, broken, HEAVY[:1])) > 100

@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.engine import Engine
-from dpsql.execute.private_sql import SALT_MARKER, salted
+from dpsql.execute.private_sql import SALT_MARKER, salt_of, salted
 from dpsql.sql.analysis import Analysis, Measure
 
 QUERIES = [
@@ -228,18 +228,26 @@ def test_keyed_hash_selection_is_each_units_own(
     assert changed_units(demo_dsn, text, HEAVY[2:3] + units) == set()
 
 
-def test_a_data_dependent_salt_is_caught(engine: Engine, demo_dsn: str) -> None:
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT category, COUNT(DISTINCT region) FROM purchases GROUP BY category",
+        # a quantile's rows (values hashed, buckets carried through the sort), groups ranked
+        "SELECT purchased_at, percentile_cont(0.9) WITHIN GROUP (ORDER BY quantity) "
+        "FROM purchases GROUP BY purchased_at",
+    ],
+)
+def test_a_data_dependent_salt_is_caught(engine: Engine, demo_dsn: str, sql: str) -> None:
     """The broken twin: a salt read from the data (the row count) re-draws every unit's choice
     when one unit is removed: the units with more groups than G (5) or more rows in a group than
     R (25) keep other ones (the heavy units don't: their 400 rows are alike in category and
     region, so any 25 of them are the same rows)."""
-    sql = "SELECT category, COUNT(DISTINCT region) FROM purchases GROUP BY category"
     prepared = engine.prepare(sql)
     assert prepared.analysis is not None
     text = engine.private_sql(prepared, prepared.analysis)
     assert f"'{SALT_MARKER}'" in text
     text = salted(text)
-    salt = text.split("CONCAT_WS('|', '")[1][:16]
+    salt = salt_of(text)
     broken = text.replace(f"'{salt}'", "CAST((SELECT COUNT(*) FROM purchases) AS TEXT)")
     assert changed_units(demo_dsn, text, HEAVY[:1], thinned=False) == set()  # the honest salt
     assert len(changed_units(demo_dsn, broken, HEAVY[:1], thinned=False)) > 100

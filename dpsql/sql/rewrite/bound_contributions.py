@@ -24,6 +24,9 @@ than ``max_groups_per_unit``). ``_dp_h`` is a function of (unit, keys), so parti
 first window by it too changes nothing, but makes both windows read one sort order
 (unit, hash, keys, row hash): PostgreSQL sorts the rows once instead of twice, in parallel
 workers when it likes (nothing is volatile).
+When every measure is a quantile (or a count of rows or units: :func:`pre_bucketed`), the
+rows are ordered by a keyed hash of their clamped values instead of their text, and each row
+carries its buckets (``_dp_q<j>``) through the sort instead of the NUMERIC values.
 With ``privacy_unit: row``, or when the catalog proves one row per unit (``unique_unit``:
 :mod:`dpsql.execute.unique_units`), no bounding is needed: the plain aggregate of clamped values.
 The proxy receives one row per group whatever the table size.
@@ -39,8 +42,15 @@ from sqlglot import exp
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 from dpsql.sql.join_cap import precap
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
+from dpsql.sql.rewrite.buckets import bucket_specs, pre_bucket, spec
 from dpsql.sql.rewrite.clamp_values import clamp_values
-from dpsql.sql.rewrite.keyed_hash import group_hash, row_identity, row_order, value_order
+from dpsql.sql.rewrite.keyed_hash import (
+    group_hash,
+    row_identity,
+    row_order,
+    value_hash_order,
+    value_order,
+)
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -303,15 +313,16 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
 
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
         return bound_partials(a, rows, values, salt, raw_values, counts, outside)
+    counted, buckets = _pre_buckets(a, values) if pre_bucketed(a) else (values, [])
     measures = [
         exp.alias_(_measure_sql(m, v, a.unique_unit, n), f"_dp_m{i}")
-        for i, (m, v, n) in enumerate(zip(a.measures, values, counts, strict=True))
+        for i, (m, v, n) in enumerate(zip(a.measures, counted, counts, strict=True))
     ]
     if a.private.row_privacy or a.unique_unit:  # nothing to bound: one row per unit
         src: exp.Expr = rows.subquery("_dp_rows")
         out = exp.select(*gcols, *measures).from_(src)
     else:
-        out = _bounded(a, rows, gcols, measures, salt)
+        out = _bounded(a, rows, gcols, measures, salt, buckets)
     if a.unique_unit:
         out = _unique_dropped(a, out, values, raw_values, outside)
     if gcols:
@@ -370,21 +381,66 @@ bucket of a NUMERIC, or of an integer clamped in integers) and its unit: rows of
 are ordered by :func:`~dpsql.sql.rewrite.keyed_hash.value_order`."""
 
 
+def pre_bucketed(a: Analysis) -> bool:
+    """Rows bounded per unit (:func:`_bounded`) whose measures are all :data:`VALUE_ORDERED`:
+    each row's quantile buckets are computed before the rows are ranked (:func:`_pre_buckets`),
+    and the rows are ranked by their values' hash, ties broken by those buckets: the sort
+    carries an integer per bucketing instead of the NUMERIC values (14% of the CPU of a median
+    at 1M rows)."""
+    return (
+        not a.private.row_privacy
+        and not a.unique_unit
+        and not decomposable(a)
+        and all(m.kind in VALUE_ORDERED for m in a.measures)
+    )
+
+
+def _pre_buckets(
+    a: Analysis, values: Sequence[exp.Expr | None]
+) -> tuple[list[exp.Expr | None], list[exp.Expr]]:
+    """(what each measure counts, the bucket columns): a quantile counts its bucketing's column
+    ``_dp_q<j>`` (:func:`~dpsql.sql.rewrite.buckets.pre_bucket` of its clamped value: NULL
+    exactly when the value is, so its COUNT is the value's), ``j`` its bucketing's index in
+    :func:`~dpsql.sql.rewrite.buckets.bucket_specs` (as ``bucket_values`` numbers its cells)."""
+    specs = bucket_specs(a)
+    counted = list(values)
+    made: dict[int, exp.Expr] = {}
+    for i, (m, v) in enumerate(zip(a.measures, values, strict=True)):
+        if m.kind != "quantile" or v is None:
+            continue
+        j = specs.index(spec(m))
+        if j not in made:
+            made[j] = exp.alias_(pre_bucket(m, v, integer_quantile(a, m)), f"_dp_q{j}")
+        counted[i] = exp.column(f"_dp_q{j}")
+    return counted, list(made.values())
+
+
 def _bounded(
     a: Analysis,
     rows: exp.Select,
     gcols: Sequence[exp.Expr],
     measures: list[exp.Expr],
     salt: str,
+    buckets: Sequence[exp.Expr] = (),
 ) -> exp.Select:
     unit = exp.column("_dp_unit")
     h = exp.column("_dp_h")
     rank = needs_group_rank(a)
     names = [e.alias_or_name for e in rows.expressions]
     typed = all(m.kind in VALUE_ORDERED for m in a.measures)
+    ghash = group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type)
+    ided: list[exp.Expr] = [exp.Star()]
     if typed:
         # a quantile's rows: ordered by a hash of their values seeded with the group's hash
-        order = value_order(h, [exp.column(n) for n in names if n.startswith("_dp_v")])
+        # (its expression: a column of this subquery can't be read in its own SELECT), ties
+        # broken by their buckets; the rows carry their unit, keys, order and buckets only
+        values = [exp.column(n) for n in names if n.startswith("_dp_v")]
+        ties = [exp.column(b.alias) for b in buckets] if buckets else values
+        order = value_order(exp.column("_dp_o"), ties)
+        kept = [n for n in names if not buckets or not n.startswith("_dp_v")]
+        ided = [exp.column(n) for n in kept]
+        ided.append(exp.alias_(value_hash_order(ghash, values), "_dp_o"))
+        ided += [b.copy() for b in buckets]
     else:
         order = row_order(salt, exp.column("_dp_rt"))
     rn = exp.Window(
@@ -396,14 +452,12 @@ def _bounded(
     conds: list[exp.Expr] = [
         exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
     ]
-    ided: list[exp.Expr] = [exp.Star()]
     if not typed:
         identity = row_identity([exp.column(n) for n in names])
         ided.append(exp.alias_(identity, "_dp_rt"))
-    if rank or typed:
-        # The unit is part of the hash so each unit draws its own order of its groups.
-        ided.append(exp.alias_(group_hash(salt, unit, gcols, a.hashed_keys), "_dp_h"))
     if rank:
+        # The unit is part of the hash so each unit draws its own order of its groups.
+        ided.append(exp.alias_(ghash.copy(), "_dp_h"))
         gr = exp.Window(
             this=exp.Anonymous(this="dense_rank"),
             partition_by=[unit.copy()],

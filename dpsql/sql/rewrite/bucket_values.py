@@ -17,114 +17,23 @@ and for mode() over a column with public keys ``CASE WHEN CAST(v AS TEXT) IN (<k
 CAST(v AS TEXT) END``, so a value outside the keys is never returned. Rows of the grouping set
 (_dp_g*) (``_dp_set`` = 2^n - 1) carry the measures as before; a row of set j carries bucket
 ``_dp_b<j>`` and, in each ``_dp_m<i>`` of that bucketing, the number of rows in that bucket.
+When the rows were ranked by their values' hash (quantiles alone, bounded per unit:
+:func:`~dpsql.sql.rewrite.bound_contributions.pre_bucketed`), each row already carries its
+bucket, ``_dp_q<j>`` (NULL for a NULL value; computed before the sort, which then carries an
+integer instead of the NUMERIC value): the measure is ``COUNT(_dp_q<j>)`` and the cell
+``COALESCE(_dp_q<j>, 0)``, the same rows in the same cells (:mod:`dpsql.sql.rewrite.buckets`).
 The proxy receives at most one row per group and bucket, never a row of the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.rewrite.bound_contributions import integer_quantile
-from dpsql.sql.rewrite.literals import numeric
-
-
-def bucket_specs(a: Analysis) -> list[tuple[str, ...]]:
-    """The distinct bucketings of the analysis's quantile/mode measures, in order of first use."""
-    out: list[tuple[str, ...]] = []
-    for m in a.measures:
-        if m.selected and _spec(m) not in out:
-            out.append(_spec(m))
-    return out
-
-
-def _spec(m: Measure) -> tuple[str, ...]:
-    arg = m.arg.sql("postgres") if m.arg is not None else ""
-    if m.kind == "quantile":
-        return ("quantile", arg, str(m.lo), str(_grid_hi(m)), str(m.buckets))
-    return ("mode", arg, repr(m.candidates), str(m.candidates_from))  # count_keys: the same
-
-
-def _grid_hi(m: Measure) -> Fraction:
-    return m.grid_hi if m.grid_hi is not None else m.hi
-
-
-def _finite_decimal(x: Fraction) -> bool:
-    """True when ``x`` is a finite decimal (its denominator has no prime factor but 2 and 5)."""
-    d = x.denominator
-    for p in (2, 5):
-        while d % p == 0:
-            d //= p
-    return d == 1
-
-
-def _scaled_bucket(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr | None:
-    """``LEAST(GREATEST(CAST(FLOOR((v - lo) * k) AS INT), 0), B - 1)`` with ``k = B / (grid_hi -
-    lo)``, when ``k`` is a finite decimal (else None): the bucket ``width_bucket`` gives for
-    ``v`` in [lo, hi], without a NUMERIC division per row. For such ``v``, ``width_bucket(v, lo,
-    grid_hi, B)`` is ``trunc((v - lo) * B / (grid_hi - lo)) + 1`` below ``grid_hi`` and ``B + 1``
-    at or above it (PostgreSQL's ``compute_bucket``: exact, truncating); the product by ``k`` is
-    exact in NUMERIC and ``v - lo >= 0``, so ``FLOOR`` is that truncation. NULL goes to bucket 0,
-    as ``LEAST(GREATEST(NULL, 1), B) - 1`` did (its rows count nothing: ``COUNT(v)``). The
-    largest value before the ``LEAST``, ``(hi - lo) * k``, is known here: the ``INT`` cast can't
-    overflow for any row (else None)."""
-    width = _grid_hi(m) - m.lo
-    if width <= 0 or m.buckets < 1:
-        return None
-    k = Fraction(m.buckets) / width
-    if not _finite_decimal(k) or (m.hi - m.lo) * k >= 2**31 - 1:
-        return None
-    if integer and k.denominator == 1:
-        # an integer v in [lo, hi] (clamped in integers): (v - lo) * k is an integer in
-        # [0, (hi - lo) * k], below 2^31: no FLOOR, no NUMERIC, no overflow
-        d: exp.Expr = v.copy()
-        if m.lo != 0:
-            d = exp.Paren(this=exp.Sub(this=d, expression=exp.Literal.number(int(m.lo))))
-        if k != 1:
-            d = exp.Mul(this=d, expression=exp.Literal.number(int(k)))
-        low = exp.Greatest(this=d, expressions=[exp.Literal.number(0)])
-        return exp.Least(this=low, expressions=[exp.Literal.number(m.buckets - 1)])
-    shifted = (
-        v.copy() if m.lo == 0 else exp.Paren(this=exp.Sub(this=v.copy(), expression=numeric(m.lo)))
-    )
-    scaled = shifted if k == 1 else exp.Mul(this=shifted, expression=numeric(k))
-    floor = exp.cast(exp.Floor(this=scaled), "int")
-    low = exp.Greatest(this=floor, expressions=[exp.Literal.number(0)])
-    return exp.Least(this=low, expressions=[exp.Literal.number(m.buckets - 1)])
-
-
-def _bucket(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
-    if m.kind == "quantile":
-        fast = _scaled_bucket(m, v, integer)
-        if fast is not None:
-            return fast
-        if integer:
-            v = exp.cast(v.copy(), "numeric")
-        wb = exp.Anonymous(
-            this="width_bucket",
-            expressions=[v, numeric(m.lo), numeric(_grid_hi(m)), exp.Literal.number(m.buckets)],
-        )
-        one = exp.Literal.number(1)
-        clamped = exp.Least(
-            this=exp.Greatest(this=wb, expressions=[one]),
-            expressions=[exp.Literal.number(m.buckets)],
-        )
-        return exp.Sub(this=clamped, expression=one.copy())
-    text = exp.cast(v.copy(), "text")
-    if m.candidates is not None:
-        cond: exp.Expr = exp.In(
-            this=text, expressions=[exp.Literal.string(c) for c in m.candidates]
-        )
-    else:
-        assert m.candidates_from is not None
-        parts = m.candidates_from.split(".")
-        col = exp.cast(exp.column(parts[-1], quoted=True), "text")
-        public = exp.select(col).from_(exp.to_table(".".join(parts[:-1])))
-        cond = exp.In(this=text, query=public.subquery())
-    return exp.Case(ifs=[exp.If(this=cond, true=text.copy())])
+from dpsql.sql.rewrite.buckets import bucket_specs, cell_of, spec
 
 
 def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
@@ -138,11 +47,11 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
     for i, m in enumerate(a.measures):
         if not m.selected:
             continue
-        j = specs.index(_spec(m))
+        j = specs.index(spec(m))
         if buckets[j] is None:
             count = items[f"_dp_m{i}"].this
             assert isinstance(count, exp.Count)
-            buckets[j] = _bucket(m, count.this, integer_quantile(a, m))
+            buckets[j] = cell_of(m, count.this, integer_quantile(a, m))
     exprs = [b for b in buckets if b is not None]
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     if all(_summable(e.this) for e in q.expressions if isinstance(e, exp.Alias)):

@@ -19,7 +19,7 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.execute.private_sql import SALT_MARKER, bounded_sql, integer_keys
+from dpsql.execute.private_sql import SALT_MARKER, bounded_sql, integer_keys, salt_of
 from dpsql.execute.unique_units import unit_is_unique
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
@@ -154,7 +154,7 @@ def test_a_fresh_salt_for_every_execution(kengine: Engine) -> None:
     finally:
         kengine.backend.run = run  # type: ignore[method-assign]
     bounded = [q for q in sent if "_dp_rows" in q]  # (not the key-type probe)
-    salts = {q.split("CONCAT_WS('|', '")[1][:16] for q in bounded}
+    salts = {salt_of(q) for q in bounded}
     assert len(bounded) == 3 and len(salts) == 3, bounded
     assert not any(SALT_MARKER in q for q in sent)
     assert all(len(s) == 16 and int(s, 16) >= 0 for s in salts)

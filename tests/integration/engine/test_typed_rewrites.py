@@ -66,7 +66,7 @@ def test_integer_quantiles_give_the_numeric_cells(qengine: Engine, sql: str) -> 
     p = qengine.prepare(sql)
     a = qengine.plan(p, SessionContext(analyst="a")).analysis
     typed = qengine.private_sql(p, a)
-    assert "CASE WHEN" in typed and 'WHEN "q"."n"' not in typed, typed
+    assert 'CASE WHEN "q".' in typed and 'WHEN "q"."n"' not in typed, typed
     numeric = private_query(dataclasses.replace(a, integer_values=()), "s4lt").sql("postgres")
     ints = integer_values(value_types(qengine, p, a))
     assert ints and not any("n" in t.replace('"q"', "") for t in ints), ints  # n is NUMERIC
