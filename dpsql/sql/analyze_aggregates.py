@@ -19,7 +19,7 @@ from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, outer_columns
 from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
-from dpsql.sql.wording import user_sql
+from dpsql.sql.wording import plain_sql, user_sql
 
 __all__ = ["check_row_level", "statistic_for"]
 
@@ -42,10 +42,20 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
     for c in node.find_all(exp.Column):
         col = ctx.column(c)
         if col.identifier:
+            table = ctx.table.removeprefix("public.")
+            hint = f"identifiers may only be counted: SELECT COUNT(DISTINCT {c.name}) FROM {table}"
+            unit = ctx.private.privacy_unit
+            if where == "GROUP BY" and c.name == unit:
+                hint = (
+                    f"count people with COUNT(DISTINCT {unit}); to group them by what each did, "
+                    f"aggregate per {unit} in a derived table and filter or group outside it: "
+                    f"SELECT n, COUNT(*) FROM (SELECT {unit}, COUNT(*) AS n FROM {table} GROUP "
+                    f"BY {unit}) t WHERE n > 5 GROUP BY n"
+                )
             raise PrivacyViolation(
-                f"column {ctx.table}.{c.name} is an identifier and can't {use} {where}",
-                hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
-                f"{ctx.private.privacy_unit})",
+                f"column {c.name} of private table {table} identifies a person and can't {use} "
+                f"{where}",
+                hint=hint,
             )
 
 
@@ -71,8 +81,7 @@ def _refuse_computed_identifiers(ctx: _Ctx, arg: exp.Expr, agg: str) -> None:
             raise PrivacyViolation(
                 f"column {ctx.source(c).table}.{c.name} is an identifier and can't be compared "
                 f"or computed on inside {agg}",
-                hint="identifiers may only be counted, e.g. COUNT(DISTINCT "
-                f"{ctx.private.privacy_unit})",
+                hint=f"identifiers may only be counted, e.g. COUNT(DISTINCT {c.name})",
             )
 
 
@@ -102,8 +111,10 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
             raise UnsupportedSql(f"aggregate functions are not allowed in {where}")
         if isinstance(n, exp.Window):
             raise PrivacyViolation(
-                "window functions over private rows are not allowed",
-                hint="aggregate with GROUP BY instead",
+                "window functions over private rows are not allowed: each would return a "
+                "value per private row",
+                hint="aggregate with GROUP BY; windows over the aggregates are answered, e.g. "
+                "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM t GROUP BY category",
             )
         if not isinstance(n, fn.ROW_LEVEL_NODES):
             raise UnsupportedSql(
@@ -208,7 +219,12 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
             return Statistic("count", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
         if isinstance(arg, exp.Distinct):
             if len(arg.expressions) != 1:
-                raise UnsupportedSql("COUNT(DISTINCT a, b) is not supported")
+                cols = ", ".join(plain_sql(e) for e in arg.expressions)
+                raise UnsupportedSql(
+                    f"{user_sql(node)}: COUNT(DISTINCT ...) of several columns is not supported",
+                    hint=f"count one: COUNT(DISTINCT {plain_sql(arg.expressions[0])}); or count "
+                    f"the rows of each combination: SELECT {cols}, COUNT(*) ... GROUP BY {cols}",
+                )
             inner = arg.expressions[0]
             check_row_level(ctx, inner, "COUNT(DISTINCT ...)")
             _refuse_computed_identifiers(ctx, inner, "COUNT(DISTINCT ...)")
@@ -251,15 +267,24 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
 
 def _refuse_aggregate(node: exp.Expr) -> NoReturn:
     sql = user_sql(node)
+    first = node.this.this if isinstance(node.this, exp.Distinct) else node.this
+    arg = plain_sql(first) if isinstance(first, exp.Expr) else "col"
     if isinstance(node, fn.RAW_VALUE_AGGREGATES):
         raise PrivacyViolation(
             f"{sql} would return raw private values",
-            hint="use COUNT, SUM, AVG, VAR or STDDEV",
+            hint=f"count the values instead: SELECT {arg}, COUNT(*) FROM ... GROUP BY {arg}; "
+            f"or summarise them: {_SUPPORTED}",
         )
     raise UnsupportedSql(
         f"the aggregate {sql} is not supported in private queries",
-        hint="use COUNT, COUNT(DISTINCT unit), SUM, AVG, VAR_POP/VAR_SAMP, STDDEV_POP/STDDEV_SAMP",
+        hint=f"use {_SUPPORTED}",
     )
+
+
+_SUPPORTED = (
+    "COUNT, COUNT(DISTINCT ...), SUM, AVG, VARIANCE/VAR_POP, STDDEV/STDDEV_POP, MEDIAN, "
+    "PERCENTILE_CONT/PERCENTILE_DISC, MIN, MAX or mode()"
+)
 
 
 def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:

@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql.analysis import Measure, Statistic
+from dpsql.sql.names import function_name
 from dpsql.sql.sensitivity import literal_value
 from dpsql.sql.wording import user_sql
 
@@ -128,10 +129,12 @@ def selection_statistic(
     if isinstance(node, exp.WithinGroup) and isinstance(node.this, exp.Mode):
         return _mode(ctx, node, sql, check_row_level)
     arg, q, name = _target(node)
-    check_row_level(ctx, arg, f"{name.upper()}(...)")
+    call = node.this if isinstance(node, exp.WithinGroup) else node
+    label = function_name(call).upper() if isinstance(call, exp.Func) else name.upper()
+    check_row_level(ctx, arg, f"{label}(...)")
     if isinstance(arg, exp.Column) and ctx.column(arg).temporal:
         return _temporal(ctx, arg, q, name, sql)
-    r = arg_interval(ctx, arg, name.upper())
+    r = arg_interval(ctx, arg, label)
     exact = bool(integral(ctx, arg, r))
     if r.lo == r.hi and not exact:
         raise UnsupportedSql(
@@ -172,7 +175,7 @@ def _mode(
     if col.identifier:
         raise PrivacyViolation(
             f"column {ctx.table}.{arg.name} is an identifier and can't be aggregated with mode()",
-            hint="identifiers may only be counted, e.g. COUNT(DISTINCT ...)",
+            hint=f"identifiers may only be counted, e.g. COUNT(DISTINCT {arg.name})",
         )
     if col.keys is None and col.keys_from is None:
         raise PrivacyViolation(

@@ -48,10 +48,14 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
                 f"{what} is not supported in private queries yet",
                 hint="query one private table at a time",
             )
-    if tree.args.get("with_"):
+    w = tree.args.get("with_")
+    if w:
+        what = "WITH RECURSIVE" if w.args.get("recursive") else "a CTE read other than in FROM"
         raise UnsupportedSql(
-            "WITH is not supported in private queries yet",
-            hint="write the filter in the WHERE clause of one SELECT over the private table",
+            f"{what} is not supported in private queries",
+            hint="read each CTE once, in FROM or a JOIN (WITH t AS (SELECT ... FROM private_table "
+            "WHERE ...) SELECT COUNT(*) FROM t); or write its filter in the WHERE clause of one "
+            "SELECT over the private table",
         )
     src = tree.args.get("from_")
     if src is None:
@@ -239,8 +243,11 @@ class _Outer:
                 return exp.column(n.name, quoted=True)
             if isinstance(n, exp.Window):
                 raise PrivacyViolation(
-                    "window functions over private rows are not allowed",
-                    hint="aggregate with GROUP BY instead",
+                    "window functions over private rows are not allowed: each would return a "
+                    "value per private row",
+                    hint="aggregate with GROUP BY; windows over the aggregates are answered, e.g. "
+                    "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM t GROUP BY "
+                    "category",
                 )
             if isinstance(n, exp.Star):
                 raise PrivacyViolation(

@@ -83,12 +83,14 @@ def spell_functions(tree: exp.Expr, text: str) -> exp.Expr:
             word = text[start : end + 1]
             if _NAME.fullmatch(word) and text[end + 1 :].lstrip().startswith("("):
                 node.meta[SPELLED] = word
-                if isinstance(node, (exp.AggFunc, exp.Anonymous)):
+                if isinstance(node, (exp.AggFunc, exp.Anonymous, *_RAW)):
                     stop = _call_end(text, end + 1)
                     if stop is not None:
                         node.meta[WRITTEN] = " ".join(text[start:stop].split())
     return tree
 
+
+_RAW = (exp.GroupConcat, exp.ArrayAgg)  # string_agg, array_agg: named in their refusal
 
 _TRAILER = re.compile(r"\s*(WITHIN\s+GROUP|FILTER)\s*(?=\()", re.IGNORECASE)
 

@@ -79,9 +79,15 @@ def check_public_subquery(
         raise UnsupportedSql("a subquery needs a FROM clause", hint=_HINT)
     s = source_of(src.this, policy)
     if s.private is not None:
+        name = s.table.removeprefix("public.")
         raise UnsupportedSql(
-            "subqueries over private tables are not supported",
-            hint="subqueries may read public tables only",
+            f"a subquery in a filter may read public tables only, not private table {name}: "
+            "which rows pass would depend on other rows of private data",
+            hint="filter with constants (col IN ('a', 'b')) or a public table (col IN (SELECT "
+            "code FROM a_public_table WHERE ...)); to filter people by what each did, "
+            f"aggregate per person in a derived table: SELECT COUNT(*) FROM (SELECT "
+            f"{s.private.privacy_unit}, COUNT(*) AS n FROM {name} GROUP BY "
+            f"{s.private.privacy_unit}) t WHERE n > 5",
         )
     if s.alias in {x.alias for x in outer.sources} | {x.table.split(".")[1] for x in outer.sources}:
         raise UnsupportedSql(

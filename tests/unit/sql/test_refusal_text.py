@@ -112,3 +112,52 @@ def test_the_suggested_ctes_are_answered() -> None:
         "WITH a AS (SELECT category, COUNT(*) AS n FROM purchases GROUP BY category), b AS "
         "(SELECT COUNT(*) / 5 AS v FROM purchases) SELECT a.* FROM a CROSS JOIN b WHERE n > v"
     )
+
+
+MORE = [  # (statement, sqlstate, words of the message, words of the hint)
+    ("SELECT MEDIAN(email) FROM purchases", "42501",
+     "column email of private table purchases identifies a person and can't be aggregated with MEDIAN",
+     "SELECT COUNT(DISTINCT email) FROM purchases"),
+    ("SELECT user_id, COUNT(*) FROM purchases GROUP BY user_id", "42501",
+     "column user_id of private table purchases identifies a person and can't be used in GROUP BY",
+     "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t"),
+    ("SELECT COUNT(DISTINCT category, region) FROM purchases", "0A000",
+     "COUNT(DISTINCT category, region): COUNT(DISTINCT ...) of several columns is not supported",
+     "SELECT category, region, COUNT(*) ... GROUP BY category, region"),
+    ("SELECT string_agg(category, ',') FROM purchases", "42501",
+     "string_agg(category, ',') would return raw private values",
+     "SELECT category, COUNT(*) FROM ... GROUP BY category"),
+    ("SELECT corr(amount, quantity) FROM purchases", "0A000",
+     "the aggregate corr(amount, quantity) is not supported", "MEDIAN"),
+    ("SELECT COUNT(*) FROM purchases WHERE category IN (SELECT category FROM purchases)", "0A000",
+     "a subquery in a filter may read public tables only, not private table purchases",
+     "SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t WHERE n > 5"),
+    ("SELECT SUM(amount) OVER (PARTITION BY category) FROM purchases", "42501",
+     "window functions over private rows are not allowed",
+     "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM t GROUP BY category"),
+    ("WITH RECURSIVE r AS (SELECT 1) SELECT COUNT(*) FROM purchases", "0A000",
+     "WITH RECURSIVE is not supported", "read each CTE once, in FROM or a JOIN"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "state", "why", "instead"), MORE)
+def test_other_first_refusals_say_why_and_what_to_write(
+    sql: str, state: str, why: str, instead: str
+) -> None:
+    err = refusal(sql)
+    assert err.sqlstate == state, err
+    assert why.lower() in err.message.lower(), err.message
+    assert instead in (err.hint or ""), err.hint
+    assert "PERCENTILE_CONT" not in err.message, err
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t WHERE n > 5 GROUP BY n",
+        "SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t WHERE n > 5",
+        "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM purchases GROUP BY category",
+    ],
+)
+def test_the_suggested_statements_are_answered(sql: str) -> None:
+    answered(sql)
