@@ -51,7 +51,8 @@ from dpsql.execute.prepared import (
 )
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import run_private
-from dpsql.execute.tree import describe_tree, run_tree
+from dpsql.execute.tree import run_tree
+from dpsql.execute.tree_post import describe_tree
 from dpsql.execute.unique_units import catalog_state, recheck, tables
 from dpsql.explain.run import describe_explain, prepare_explain, run_explain
 from dpsql.policy.model import Policy

@@ -14,7 +14,8 @@ Steps 1 and 2 are :mod:`dpsql.execute.tree_prepare`'s.
    before any row leaves.
 5. The post-processing statement runs upstream with each leaf replaced by its released rows: the
    leaf's own post-processing SELECT over typed arrays of its noisy values (passed as
-   parameters, never formatted into the SQL). PostgreSQL applies its own types and rules.
+   parameters, never formatted into the SQL: :mod:`dpsql.execute.tree_post`). PostgreSQL
+   applies its own types and rules.
 """
 
 from __future__ import annotations
@@ -53,20 +54,19 @@ from dpsql.execute.tree_intervals import (
     leaf_shape,
     post_sql_iv,
     reported,
-    row_bound,
     upstream_fallback,
 )
 from dpsql.execute.tree_levels import counted_reads, key_rows, leaf_levels, static_reads
+from dpsql.execute.tree_post import leaf_query, leaf_row_bound, run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
-from dpsql.result import IntervalFallback, Result, ResultColumn
+from dpsql.result import IntervalFallback, Result
 from dpsql.session import SessionContext
-from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.bind import literal
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.interval_sql import Held
-from dpsql.sql.postprocess import outer_query, outer_sql
-from dpsql.sql.tree import Split, fill
+from dpsql.sql.postprocess import outer_sql
+from dpsql.sql.tree import Split
 from dpsql.sql.tree_intervals import IvPlan, plan_intervals
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def run_tree(
         notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
         fallbacks += (failed,) if failed is not None else ()
     else:
-        rows_out = _post(engine, sp, run.plans, final, cancel)
+        rows_out = run_post(engine, sp, run.plans, final, cancel)
         columns, rows, intervals = rows_out.columns, rows_out.rows, None
     reported(fallbacks, prepared.fingerprint)
     return Result(
@@ -194,7 +194,7 @@ def _iv_plan(
     if not show:
         return None, [confidence] * n, {}, ()
     labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
-    bounds = [_bound(engine, p.analysis) for p in run.plans]
+    bounds = [leaf_row_bound(engine, p.analysis) for p in run.plans]
     shapes = [leaf_shape(p.analysis, labels[i], bounds[i]) for i, p in enumerate(run.plans)]
     plan = plan_intervals(sp.post, shapes)
     static = static_reads(plan, bounds)
@@ -229,7 +229,7 @@ def _counted(
         key_rows(a, engine.group_types(leaf, a), _declared(engine, p))
         for leaf, a, p in zip(run.leaves, analyses, run.plans, strict=True)
     ]
-    plain = [_leaf_query(a, rel, 0) for a, rel in zip(analyses, rels, strict=True)]
+    plain = [leaf_query(a, rel, 0) for a, rel in zip(analyses, rels, strict=True)]
     text, params = post_sql_iv(plan, plain, analyses, rels, [Decimal(1)] * len(rels))
     try:
         got = engine.backend.run(text, params, private=False)
@@ -238,11 +238,6 @@ def _counted(
     static = static_reads(plan, bounds)
     counted = counted_reads(plan, got.columns, got.rows)
     return {h: k for h, k in counted.items() if static.get(h) is not None}, None
-
-
-def _bound(engine: EngineContext, a: Analysis) -> int | None:
-    """A leaf's rows at most, from its declared keys (None with grouping sets: not counted)."""
-    return None if a.grouping_sets else row_bound(a, engine.declared_keys(a))
 
 
 def _post_iv(
@@ -259,13 +254,13 @@ def _post_iv(
     query, the statement's own (its error, if any, is the user's) with NULL intervals, and
     why (:func:`~dpsql.execute.tree_intervals.upstream_fallback`)."""
     analyses = [p.analysis for p in plans]
-    plain = [_leaf_query(a, rel, 0) for a, rel in zip(analyses, releases, strict=True)]
+    plain = [leaf_query(a, rel, 0) for a, rel in zip(analyses, releases, strict=True)]
     text, params = post_sql_iv(plan, plain, analyses, releases)
     labels = list(sp.labels) or [f"leaf {i}" for i in range(len(plans))]
     try:
         got = engine.backend.run(text, params, private=False, cancel=cancel)
     except UpstreamError as e:
-        got = _post(engine, sp, plans, releases, cancel)
+        got = run_post(engine, sp, plans, releases, cancel)
         failed = upstream_fallback(e, "the interval columns' query")
         out = attach(
             plan, got.columns, got.rows, releases, labels, confidence, failed.reason, reads
@@ -424,7 +419,7 @@ class _Run:
         rel = self.releases[source]
         assert rel is not None
         a = self.plans[source].analysis
-        q, arrays = _leaf_query(a, rel, 0)
+        q, arrays = leaf_query(a, rel, 0)
         outer = (
             exp.select(exp.column(column, "_dp_src", quoted=True))
             .distinct()
@@ -450,85 +445,4 @@ def _within(cost: Any, reserved: Any) -> bool:
     )
 
 
-def _leaf_query(a: Analysis, rel: Release, offset: int) -> tuple[exp.Select, list[list[Any]]]:
-    """A leaf's released rows as its own post-processing SELECT over typed arrays, the array
-    parameters numbered from ``offset``; and the arrays."""
-    q, _ = outer_query(a, rel.key_types)
-
-    def renumber(n: exp.Expr) -> exp.Expr:
-        if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
-            return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
-        return n
-
-    renumbered = q.transform(renumber)
-    if not isinstance(renumbered, exp.Select):
-        raise InternalError("renumbering a leaf's parameters changed its SELECT")
-    arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
-    arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
-    if not arrays:
-        arrays.append(list(range(len(rel.groups))))
-    return renumbered, arrays
-
-
-def post_sql(
-    sp: Split, analyses: Sequence[Analysis], releases: Sequence[Release]
-) -> tuple[str, dict[str, list[Any]]]:
-    """The post-processing SQL over the released leaves, and its array parameters."""
-    queries: list[exp.Expr] = []
-    params: dict[str, list[Any]] = {}
-    for a, rel in zip(analyses, releases, strict=True):
-        q, arrays = _leaf_query(a, rel, len(params))
-        for arr in arrays:
-            params[f"_dpsql_arr{len(params)}"] = arr
-        queries.append(q)
-    return outer_sql(fill(sp.post, queries)), params  # type: ignore[arg-type]
-
-
-def _post(
-    engine: EngineContext,
-    sp: Split,
-    plans: Sequence[LeafPlan],
-    releases: Sequence[Release],
-    cancel: CancelToken | None = None,
-) -> Any:
-    text, params = post_sql(sp, [p.analysis for p in plans], releases)
-    return engine.backend.run(text, params, private=False, cancel=cancel)
-
-
-def describe_tree(
-    engine: EngineContext, prepared: TreeQuery, session: SessionContext
-) -> tuple[ResultColumn, ...]:
-    """The result columns: the post-processing over empty releases, LIMIT 0 (no data read)."""
-    # $n placeholders (PostgreSQL types them from their use) as NULLs: the rows are empty anyway
-    sp, leaves = bound_split(engine, prepared, [None] * prepared.param_count)
-    analyses = [leaf.analysis for leaf in leaves]
-    rels = [
-        Release(engine.group_types(leaf, a), [], [], [])
-        for leaf, a in zip(leaves, analyses, strict=True)
-        if a is not None
-    ]
-    present = [a for a in analyses if a is not None]
-    if session.show_intervals and len(present) == len(rels):
-        labels = list(sp.labels) or [f"leaf {i}" for i in range(len(rels))]
-        shapes = [
-            leaf_shape(a, lb, _bound(engine, a)) for a, lb in zip(present, labels, strict=False)
-        ]
-        plan = plan_intervals(sp.post, shapes)
-        plain = [_leaf_query(a, rel, 0) for a, rel in zip(present, rels, strict=True)]
-        text, params = post_sql_iv(plan, plain, present, rels)
-        q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
-        reported((plan.fallback,) if plan.fallback else (), prepared.fingerprint)
-        try:
-            cols = engine.backend.run(q, params, private=False).columns
-        except UpstreamError as e:  # as run_tree: the statement's own columns, NULL intervals
-            reported((upstream_fallback(e, "describing"),), prepared.fingerprint)
-            text, params = post_sql(sp, present, rels)
-            q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
-            cols = engine.backend.run(q, params, private=False).columns
-        return attach(plan, cols, [], rels, labels, 0.0, "-").columns
-    text, params = post_sql(sp, present, rels)
-    q = f"SELECT * FROM ({text}) AS _dp_describe LIMIT 0"
-    return engine.backend.run(q, params, private=False).columns
-
-
-__all__ = ["describe_tree", "post_sql", "run_tree"]
+__all__ = ["run_tree"]
