@@ -18,7 +18,7 @@ from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
 from dpsql.execute.private_sql import bounded_sql, hashed_keys, salted
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis
+from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis, set_label
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -97,7 +97,8 @@ def release_sets(
         rel = release(
             sp.plan, got.rows, types, public, confidence, engine.noise, candidates=candidates
         )
-        notes.update(dict.fromkeys(rel.notes))
+        label = set_label(plan.analysis, sp.keys)
+        notes.update(dict.fromkeys(f"grouping set {label}: {note}" for note in rel.notes))
         for pos in sp.positions:
             by_position[pos] = rel
     for pos in sorted(by_position):

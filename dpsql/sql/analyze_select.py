@@ -26,7 +26,7 @@ from dpsql.sql.analyze_aggregates import (
 from dpsql.sql.group_domain import group_key, narrow_by_where
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
-from dpsql.sql.refusal_text import raw_column
+from dpsql.sql.refusal_text import raw_column, star_refusal
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 
 DP_TABLE = "_dp"
@@ -250,10 +250,7 @@ class _Outer:
                     "category",
                 )
             if isinstance(n, exp.Star):
-                raise PrivacyViolation(
-                    f"SELECT * would return raw rows of private table {self.ctx.table}",
-                    hint="ask for aggregates, e.g. SELECT COUNT(*), AVG(col) FROM ... GROUP BY ...",
-                )
+                raise star_refusal(self.ctx.table, self.ctx.private)
             if isinstance(n, exp.Grouping):
                 return self.grouping(n)
             if fn.is_aggregate(n):

@@ -157,7 +157,8 @@ class AutoBounds:
                 if what.endswith(" summed"):
                     text = f"{what} to at most {_num(c.value)}"
                 else:
-                    text = f"at most {_num(c.value)} {what}"
+                    one = _num(c.value) == "1" and what == "rows"
+                    text = f"at most {_num(c.value)} {'row' if one else what}"
                 parts.append(f"{text} per unit over all groups")
         if groups is not None:
             g = _num(groups.value)

@@ -36,6 +36,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.errors import GroupingError, ProgramLimitExceeded, UnsupportedSql
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
+from dpsql.sql.wording import plain_sql
 
 MAX_GROUPING_SETS = 16  # per statement: each set is one more measurement sharing the epsilon
 MAX_GROUPING_ARGS = 31  # PostgreSQL's own limit for GROUPING(...)
@@ -162,7 +163,8 @@ def set_analysis(a: Analysis, keys: tuple[int, ...]) -> Analysis:
 
 
 def set_label(a: Analysis, keys: tuple[int, ...]) -> str:
-    return "(" + ", ".join(a.group_keys[i].expr.sql("postgres") for i in keys) + ")"
+    """A grouping set as the user writes it: ``(category, region)``, ``()``."""
+    return "(" + ", ".join(plain_sql(a.group_keys[i].expr) for i in keys) + ")"
 
 
 @dataclass(frozen=True)

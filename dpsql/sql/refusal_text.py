@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy import Column as PolicyColumn
+from dpsql.policy.tables import PrivateTable
 from dpsql.sql.wording import plain_sql
 
 _SHORT = 100
@@ -83,6 +84,32 @@ def raw_column(
         )
         hint = f"add {name} to GROUP BY, or aggregate it, e.g. {call}"
     return PrivacyViolation(why, hint=hint)
+
+
+def star_refusal(qualified: str, table: PrivateTable) -> PrivacyViolation:
+    """``SELECT *`` over a private table: an example aggregate over its own columns, and the
+    zero-row query that lists its columns.
+
+    >>> from dpsql.demo import POLICY
+    >>> from dpsql.policy import load_policy
+    >>> e = star_refusal("public.pums", load_policy(POLICY).private_table("public.pums"))
+    >>> e.message, e.hint
+    ('SELECT * would return raw rows of private table pums', 'ask for aggregates, e.g. SELECT COUNT(*), AVG(age) FROM pums, or SELECT sex, COUNT(*) FROM pums GROUP BY sex; to see its columns: SELECT * FROM pums LIMIT 0')
+    """
+    name = qualified.removeprefix("public.")
+    cols = table.columns
+    num = next(
+        (c for c, v in cols.items() if v.bounds is not None and v.family in ("integer", "numeric")),
+        None,
+    )
+    key = next((c for c, v in cols.items() if v.keys or v.keys_from), None)
+    example = f"SELECT COUNT(*){f', AVG({num})' if num else ''} FROM {name}"
+    if key:
+        example += f", or SELECT {key}, COUNT(*) FROM {name} GROUP BY {key}"
+    return PrivacyViolation(
+        f"SELECT * would return raw rows of private table {name}",
+        hint=f"ask for aggregates, e.g. {example}; to see its columns: SELECT * FROM {name} LIMIT 0",
+    )
 
 
 def answer_in_expression(block: exp.Select, sub: exp.Expr, inner: exp.Select) -> UnsupportedSql:

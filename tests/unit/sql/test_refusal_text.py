@@ -48,6 +48,8 @@ RAW = [  # (statement, sqlstate, words of the message, the statement the hint su
      "SELECT category, COUNT(*) FROM purchases GROUP BY category"),
     ("SELECT purchased_at FROM purchases", "42501", "can't be returned row by row",
      "SELECT MIN(purchased_at), MAX(purchased_at) FROM purchases"),
+    ("SELECT * FROM pums", "42501", "SELECT * would return raw rows of private table pums",
+     "SELECT COUNT(*), AVG(age) FROM pums"),
     ("SELECT category, amount FROM purchases GROUP BY category", "42501",
      "amount is not a GROUP BY key of this query", None),
     ("SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = p.region", "42501",
