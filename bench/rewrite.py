@@ -1,7 +1,7 @@
 """Private queries against the plain query, per measure kind, at 1M and 10M rows, in one run.
 
     python bench/rewrite.py [--rows 1000000 10000000] [--repeat 5] [--dsn DSN]
-                            [--citus DSN [--citus-only]]
+                            [--citus DSN [--citus-only]] [--only TEXT] [--before DIR]
 
 For each scale it (re)creates, in its own PostgreSQL (or at ``--dsn``), a table ``events`` of N
 rows from N/10 users (``user_id`` the privacy unit, about 10 rows each; 50 heavy users with
@@ -21,6 +21,13 @@ this user can read), the CPU each query cost is printed too: the cluster's proce
 and parallel workers) plus this process's (dpsql's engine), medians; on a shared machine the
 CPU ratio moves far less with the load than the wall-time ratio.
 
+The queries of one measure kind run interleaved (plain, dpsql, [before,] floor, then again),
+so that a change in the machine's load falls on all of them alike. ``--before DIR`` (a checkout
+of an earlier dpsql, e.g. ``git worktree add /tmp/before <commit>``) also times the private SQL
+that checkout's engine writes for each query (the literal SQL, a fresh salt each execution; no
+plan or noise, which take milliseconds), in the same rounds: before and after measured at the
+same load.
+
 Generation is one ``INSERT ... SELECT`` per table (about 40 s for 10M rows on 2 cores).
 """
 
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import statistics
 import subprocess
@@ -200,20 +208,63 @@ def server_cpu(dsn: str) -> Callable[[], float] | None:
 
 
 def timed(
-    fn: Callable[[], object], repeat: int, cpu: Callable[[], float] | None = None
-) -> tuple[float, float | None]:
-    """Median wall seconds of ``fn`` after a warm-up, and the median CPU seconds it cost: the
-    server's (``cpu``) plus this process's (dpsql's engine runs in it)."""
-    fn()  # warm
-    out, used = [], []
-    for _ in range(repeat):
-        c0, p0 = (cpu() if cpu else 0.0), time.process_time()
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-        if cpu:
-            used.append(cpu() - c0 + time.process_time() - p0)
-    return statistics.median(out), (statistics.median(used) if used else None)
+    fns: list[Callable[[], object]], repeat: int, cpu: Callable[[], float] | None = None
+) -> list[tuple[float, float | None]]:
+    """For each of ``fns``, run interleaved (one round runs each once, in order; a first round
+    warms up), the median wall seconds and the median CPU seconds it cost: the server's (``cpu``)
+    plus this process's (dpsql's engine runs in it)."""
+    walls: list[list[float]] = [[] for _ in fns]
+    used: list[list[float]] = [[] for _ in fns]
+    for r in range(repeat + 1):
+        for i, fn in enumerate(fns):
+            c0, p0 = (cpu() if cpu else 0.0), time.process_time()
+            t = time.perf_counter()
+            fn()
+            if r:  # round 0 warms up
+                walls[i].append(time.perf_counter() - t)
+                if cpu:
+                    used[i].append(cpu() - c0 + time.process_time() - p0)
+    return [
+        (statistics.median(w), statistics.median(u) if u else None)
+        for w, u in zip(walls, used, strict=True)
+    ]
+
+
+BEFORE_SQL = """
+import json, sys, tempfile
+from pathlib import Path
+from dpsql.engine import Engine
+from dpsql.execute.private_sql import SALT_MARKER
+from dpsql.policy import load_policy
+from dpsql.session import SessionContext
+dsn, policy, queries = json.loads(sys.stdin.read())
+path = Path(tempfile.mkdtemp(prefix="dpsql-bench-before-")) / "policy.yaml"
+path.write_text(policy)
+engine = Engine(load_policy(path), dsn)
+out = {}
+for q in queries:
+    p = engine.prepare(q)
+    a = engine.plan(p, SessionContext(analyst="bench")).analysis
+    out[q] = engine.private_sql(p, a)
+engine.close()
+print(json.dumps([SALT_MARKER, out]))
+"""
+
+
+def before_sql(before: str, dsn: str, queries: list[str]) -> dict[str, Callable[[str], str]]:
+    """The private SQL the dpsql checkout at ``before`` writes for each query, as a function of
+    a salt (its marker replaced): read by that checkout's own engine, in a subprocess."""
+    run = subprocess.run(
+        [sys.executable, "-c", BEFORE_SQL],
+        input=json.dumps([dsn, POLICY, queries]),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": before},
+        cwd=before,  # (python -c imports from its working directory first)
+        check=True,
+    )
+    marker, texts = json.loads(run.stdout)
+    return {q: (lambda salt, t=t: t.replace(f"'{marker}'", f"'{salt}'")) for q, t in texts.items()}
 
 
 def load(dsn: str, rows: int, citus: bool) -> float:
@@ -235,7 +286,13 @@ def load(dsn: str, rows: int, citus: bool) -> float:
 
 
 def run_scale(
-    dsn: str, rows: int, repeat: int, citus: bool, reload: bool = True, only: str | None = None
+    dsn: str,
+    rows: int,
+    repeat: int,
+    citus: bool,
+    reload: bool = True,
+    only: str | None = None,
+    before: str | None = None,
 ) -> list[tuple[str, float, float]]:
     secs = load(dsn, rows, citus) if reload else 0.0
     print(f"\n## {rows:,} rows{' (Citus)' if citus else ''}: loaded in {secs:.0f} s")
@@ -254,34 +311,51 @@ def run_scale(
     out = []
     cpu_out: list[tuple[str, float, float]] = []
     cpu = server_cpu(dsn)
+    chosen = [(k, q, f) for k, q, f in QUERIES if not only or only in k]
+    old = before_sql(before, dsn, [q for _, q, _ in chosen]) if before else {}
     print(
         "| measure kind | plain (ms) | dpsql (ms) | ratio | per-unit floor (ms) | dpsql / floor |"
+        + (" before (ms) |" if before else "")
         + (" CPU plain (ms) | CPU dpsql (ms) | CPU ratio | CPU floor (ms) |" if cpu else "")
+        + (" CPU before (ms) |" if cpu and before else "")
         + "\n|---|---:|---:|---:|---:|---:|"
+        + ("---:|" if before else "")
         + ("---:|---:|---:|---:|" if cpu else "")
+        + ("---:|" if cpu and before else "")
     )
     try:
         with psycopg.connect(dsn) as conn:
-            for kind, q, floor in QUERIES:
-                if only and only not in kind:
-                    continue
+            for kind, q, floor in chosen:
                 p = engine.prepare(q)
-                plain, plain_cpu = timed(lambda q=q: conn.execute(q).fetchall(), repeat, cpu)
-                full, full_cpu = timed(lambda p=p: engine.execute(p, session()), repeat, cpu)
+                fns: list[Callable[[], object]] = [
+                    lambda q=q: conn.execute(q).fetchall(),
+                    lambda p=p: engine.execute(p, session()),
+                ]
+                if before:
+                    text = old[q]
+                    fns.append(lambda t=text: conn.execute(t(rng.token_hex(8))).fetchall())
+                if floor is not None:
+                    fns.append(lambda f=floor: conn.execute(f).fetchall())
+                got = timed(fns, repeat, cpu)
+                (plain, plain_cpu), (full, full_cpu) = got[0], got[1]
+                was, was_cpu = got[2] if before else (None, None)
+                low, low_cpu = got[-1] if floor is not None else (None, None)
                 out.append((kind, plain, full))
                 line = (
                     f"| {kind} | {plain * 1000:,.0f} | {full * 1000:,.0f} | {full / plain:.2f}x |"
                 )
-                low_cpu = None
-                if floor is not None:
-                    low, low_cpu = timed(lambda f=floor: conn.execute(f).fetchall(), repeat, cpu)
+                if low is not None:
                     line += f" {low * 1000:,.0f} | {full / low:.2f}x |"
                 else:
                     line += " - | - |"
+                if was is not None:
+                    line += f" {was * 1000:,.0f} |"
                 if plain_cpu is not None and full_cpu is not None:
                     ratio = f"{full_cpu / plain_cpu:.2f}x" if plain_cpu else "-"
                     line += f" {plain_cpu * 1000:,.0f} | {full_cpu * 1000:,.0f} | {ratio} |"
                     line += f" {low_cpu * 1000:,.0f} |" if low_cpu is not None else " - |"
+                    if was_cpu is not None:
+                        line += f" {was_cpu * 1000:,.0f} |"
                     cpu_out.append((kind, plain_cpu, full_cpu))
                 print(line)
                 sys.stdout.flush()
@@ -316,6 +390,11 @@ def main() -> None:
     )
     ap.add_argument("--no-load", action="store_true", help="reuse the tables at --dsn")
     ap.add_argument("--only", default=None, help="run the measure kinds containing this text")
+    ap.add_argument(
+        "--before",
+        default=None,
+        help="a checkout of an earlier dpsql: time its private SQL too, interleaved",
+    )
     args = ap.parse_args()
     cluster = None
     dsn = args.dsn
@@ -330,7 +409,13 @@ def main() -> None:
             if plain:
                 assert dsn is not None
                 run_scale(
-                    dsn, rows, args.repeat, citus=False, reload=not args.no_load, only=args.only
+                    dsn,
+                    rows,
+                    args.repeat,
+                    citus=False,
+                    reload=not args.no_load,
+                    only=args.only,
+                    before=args.before,
                 )
             if args.citus:
                 run_scale(
