@@ -25,6 +25,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import apply_bounds
 from dpsql.sql.explain_options import ExplainOptions
+from dpsql.sql.wording import plain_sql
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -83,8 +84,7 @@ def explain_tree(
         if link is not None:  # a series limit: planned on its probe, run on the released keys
             node["Keys From Leaf"] = link.source
             node["Key Filter"] = (
-                f"{link.expr.sql('postgres')} IN (the {link.column} values leaf {link.source} "
-                "releases)"
+                f"{plain_sql(link.expr)} IN (the {link.column} values leaf {link.source} releases)"
             )
         if b.choosing:  # its errors are the defaults' until the bounds are chosen
             for o in doc["Outputs"]:

@@ -146,7 +146,7 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
                         hint=f"declare `bounds: [lo, hi]` for {c.name} in the policy",
                     )
         raise PrivacyViolation(
-            f"the range of {arg.sql('postgres')} can't be bounded from the declared bounds",
+            f"the range of {plain_sql(arg)} can't be bounded from the declared bounds",
             hint="use +, -, *, division by a constant, CASE and COALESCE over bounded columns",
         )
     reach = r.magnitude
@@ -154,7 +154,7 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
         reach = max(reach, r.half_width * r.half_width)  # sums of squared deviations
     if reach > MAX_MAGNITUDE:
         raise PrivacyViolation(
-            f"one row could move {agg}({arg.sql('postgres')}) by more than {MAX_MAGNITUDE:.0e}, "
+            f"one row could move {agg}({plain_sql(arg)}) by more than {MAX_MAGNITUDE:.0e}, "
             "far too much to hide with noise",
             hint="aggregate smaller values (scale them down, or clamp with LEAST/GREATEST)",
         )

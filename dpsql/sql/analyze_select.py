@@ -28,6 +28,7 @@ from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.refusal_text import raw_column, star_refusal
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
+from dpsql.sql.wording import plain_sql
 
 DP_TABLE = "_dp"
 
@@ -203,7 +204,7 @@ def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expr) -> GroupKey:
         expr = expr.this
     if isinstance(expr, exp.Tuple):  # a row value (1, x) from the select list
         raise UnsupportedSql(
-            f"the row value {expr.sql('postgres')} is not supported as a GROUP BY key of a "
+            f"the row value {plain_sql(expr)} is not supported as a GROUP BY key of a "
             "private query",
             hint="select and group by each of its parts instead: GROUP BY a, b",
         )
@@ -298,7 +299,7 @@ class _Outer:
             ref = self._key_ref(arg)
             if ref is None:
                 raise GroupingError(
-                    f"the argument {arg.sql('postgres')} of GROUPING is not a GROUP BY expression",
+                    f"the argument {plain_sql(arg)} of GROUPING is not a GROUP BY expression",
                     hint="pass GROUPING the columns or expressions grouped by",
                 )
             args.append(int(ref.name[len("_dp_g") :]))

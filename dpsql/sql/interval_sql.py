@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
-from dpsql.sql.names import function_name
+from dpsql.sql.names import function_name, type_sql
 from dpsql.sql.tree import LEAF_PREFIX
 
 IV_LEAF = "_dpsql_ivleaf_"  # a placeholder whose leaf's rows carry their interval columns
@@ -195,7 +195,7 @@ class Exprs:
                 return a
             t = n.to.this.name if n.to.this is not None else ""
             if t not in _NUM_TYPES:
-                return No(f"a cast of a noisy value to {n.to.sql('postgres')}")
+                return No(f"a cast of a noisy value to {type_sql(n.to)}")
             to = n.to
             return replace(
                 a,

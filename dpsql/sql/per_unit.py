@@ -37,6 +37,7 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.postprocess import stat_outputs
 from dpsql.sql.rewrite.make_total import make_total
 from dpsql.sql.tables import cte_body
+from dpsql.sql.wording import plain_sql
 
 UNIT_PREFIX = "_dpsql_units_"
 MAX_COUNT_KEYS = 1000  # a per-unit count's key domain 1..R is declared when R is at most this
@@ -223,7 +224,7 @@ def _refuse(v: exp.Expr, why: str) -> DpsqlError:
     from dpsql.errors import UnsupportedSql
 
     return UnsupportedSql(
-        f"{v.sql('postgres')} in a derived table grouped by the privacy unit {why}",
+        f"{plain_sql(v)} in a derived table grouped by the privacy unit {why}",
         hint="per person, use COUNT(*), COUNT(col), SUM(col) or AVG(col) of bounded columns",
     )
 

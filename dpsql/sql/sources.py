@@ -34,6 +34,7 @@ from dpsql.errors import (
 )
 from dpsql.policy.model import Policy, qualify_name
 from dpsql.policy.tables import Column, PrivateTable
+from dpsql.sql.wording import plain_sql
 
 PUBLIC_COLUMN = Column(type="text")  # a column of a public table: no bounds, not an identifier
 
@@ -72,10 +73,10 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
     """A derived table (or CTE) left in a private query's FROM by :mod:`dpsql.sql.flatten`."""
     alias, inner = t.alias_or_name, t.this
     src = inner.args.get("from_")
-    table = src.this.sql("postgres") if src is not None and isinstance(src.this, exp.Table) else ""
+    table = plain_sql(src.this) if src is not None and isinstance(src.this, exp.Table) else ""
     where = inner.args.get("where")
     example = (
-        f"FROM {table} AS {alias} JOIN ... ON ...{' WHERE ' + where.this.sql('postgres') if where else ''}"
+        f"FROM {table} AS {alias} JOIN ... ON ...{' WHERE ' + plain_sql(where.this) if where else ''}"
         if table
         else "FROM the_table AS t JOIN ... ON ... WHERE ..."
     )

@@ -17,6 +17,7 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.tables import Column
 from dpsql.sql.constants import constant
+from dpsql.sql.wording import plain_sql
 
 ColumnOf = Callable[[exp.Column], Column]
 
@@ -115,7 +116,7 @@ def check_interval(n: exp.Interval) -> None:
         or abs(amount) * _UNIT_YEARS[unit] > MAX_INTERVAL_YEARS
     ):
         raise UnsupportedSql(
-            f"the interval {n.sql('postgres')} is not supported in private queries",
+            f"the interval {plain_sql(n)} is not supported in private queries",
             hint=f"write INTERVAL '<number> <unit>' of at most {MAX_INTERVAL_YEARS} years",
         )
 
@@ -153,7 +154,7 @@ def check_str_to_time(n: exp.StrToTime | exp.StrToDate) -> None:
         "'2025-03-01 00:00:00'"
     )
     raise UnsupportedSql(
-        f"{n.sql('postgres')} is not supported in private queries",
+        f"{plain_sql(n)} is not supported in private queries",
         detail=f"{name} is supported with a constant date in one of the formats YYYY-MM-DD, "
         "YYYYMMDD, YYYY/MM/DD (with HH24:MI[:SS[.US]] for to_timestamp), and a valid date",
         hint=f"e.g. {example}",
