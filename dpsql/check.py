@@ -12,6 +12,7 @@ from rich.table import Table
 from dpsql.errors import PolicyError
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
+from dpsql.sql.wording import plural
 
 # policy type family -> PostgreSQL data_type values (information_schema.columns) that agree
 _AGREE = {
@@ -177,9 +178,13 @@ def _outside(below: int, above: int, lo: object, hi: object) -> str:
     """What the owner reads for a column with rows outside its declared bounds."""
     where = []
     if above:
-        where.append(f"{above:,} rows above the declared {_bound(hi)} (they count as {_bound(hi)})")
+        where.append(
+            f"{plural(above, 'row')} above the declared {_bound(hi)} (they count as {_bound(hi)})"
+        )
     if below:
-        where.append(f"{below:,} rows below the declared {_bound(lo)} (they count as {_bound(lo)})")
+        where.append(
+            f"{plural(below, 'row')} below the declared {_bound(lo)} (they count as {_bound(lo)})"
+        )
     return (
         f"{'; '.join(where)}: no answer's interval includes what they have beyond the bounds. "
         "Widen bounds from what the column can hold (not from these rows: the policy is "

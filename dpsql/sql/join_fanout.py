@@ -31,6 +31,7 @@ from sqlglot import exp
 from dpsql.errors import StatementTooComplex
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.join_cap import precap
+from dpsql.sql.wording import plural
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def check_fanout(a: Analysis, fanout: Callable[[PublicJoin], int]) -> None:
         f = fanout(j)
         bound *= max(f, 1) if j.left else f
         if bound > MAX_JOINED_ROWS_PER_UNIT:
-            how = f"{j.key} values shared by up to {f} rows" if j.key else f"{f} rows, no key"
+            rows = plural(f, "row")
+            how = f"{j.key} values shared by up to {rows}" if j.key else f"{rows}, no key"
             raise StatementTooComplex(
                 f"joining {j.table} ({how}) lets one person's rows become more than "
                 f"{MAX_JOINED_ROWS_PER_UNIT} joined rows",
