@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.execute.backend import key_type_name, type_name
+from dpsql.errors import UpstreamError
+from dpsql.execute.backend import Rows, key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.rewrite.bound_contributions import source_select
@@ -28,6 +29,11 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
     """The keys' PostgreSQL types (with grouping sets, then the set number's: int4)."""
     set_type: tuple[str, ...] = ("int4",) if a.grouping_sets else ()
     if not a.group_keys:
+        if a.where is not None and not prepared.param_count:
+            key = ("where", prepared.scope, prepared.text, engine.catalog_token(a))
+            if engine.caches.key_types.get(key) is None:
+                _probe(engine, prepared, a, [exp.alias_(exp.Literal.number(1), "one")])
+                engine.caches.key_types.remember(key, ())
         return set_type
     # keyed by the analyst's view, the text and the catalog's state of the tables (an ALTER
     # COLUMN ... TYPE since changes the token): never by the text alone
@@ -40,15 +46,42 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
     # PostgreSQL folds constants when planning the probe
     shadows.check(engine, prepared.text, prepared.tree, scope=prepared.scope)
     cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
-    q = source_select(a, "", *cols).limit(0)  # a type probe: reads no row
+    rows = _probe(engine, prepared, a, cols)
+    types = _key_types(engine, [c.type_oid for c in rows.columns])
+    engine.caches.key_types.remember(key, types)
+    return types + set_type
+
+
+def _probe(
+    engine: EngineContext, prepared: PrivateQuery, a: Analysis, cols: list[exp.Expr]
+) -> Rows:
+    """``SELECT cols FROM <the statement's tables> WHERE <its WHERE> LIMIT 0``: typed columns,
+    and the statement's constants checked against its columns' types (``amount > 'abc'``,
+    ``purchased_at > 'notadate'``: PostgreSQL coerces or folds them while it plans), reading no
+    row, before any budget is reserved. A failure here says nothing of the private rows, so it
+    is refused as such (nothing charged) instead of failing the charged query later. With
+    parameters the WHERE is left out (their values are not known when this is memoized)."""
+    q = source_select(a, "", *cols)
+    if a.where is not None and not prepared.param_count:
+        q = q.where(make_total(a.where, a.column))
+    q = q.limit(0)  # a probe: reads no row
     if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
         from dpsql.sql.per_unit import substitute
 
         q = substitute(q, prepared.units)  # type: ignore[assignment]
-    rows = engine.backend.run(q.sql("postgres"), private=True)
-    types = _key_types(engine, [c.type_oid for c in rows.columns])
-    engine.caches.key_types.remember(key, types)
-    return types + set_type
+    try:
+        return engine.backend.run(q.sql("postgres"), private=True)
+    except UpstreamError as e:
+        if not e.sqlstate.startswith(("22", "42")):
+            raise
+        raise UpstreamError(
+            "PostgreSQL refused this statement while planning it, before reading any row: "
+            "nothing was charged",
+            detail=f"error class {e.sqlstate}; the database's message is withheld",
+            hint="check each constant against its column's type (a number compared with "
+            "'abc', a date with 'notadate'), and the casts of constants",
+            sqlstate=e.sqlstate,
+        ) from None
 
 
 # pg_type.typtype / typcategory of a type psycopg doesn't know -> the name key_texts refuses
@@ -93,12 +126,7 @@ def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> d
     if cached is not None:
         return dict(cached)
     cols = [exp.alias_(make_total(e, a.column), f"v{i}") for i, e in enumerate(args.values())]
-    q = source_select(a, "", *cols).limit(0)  # a type probe: reads no row
-    if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
-        from dpsql.sql.per_unit import substitute
-
-        q = substitute(q, prepared.units)  # type: ignore[assignment]
-    rows = engine.backend.run(q.sql("postgres"), private=True)
+    rows = _probe(engine, prepared, a, cols)
     types = {text: type_name(c.type_oid) for text, c in zip(args, rows.columns, strict=True)}
     engine.caches.key_types.remember(key, tuple(types.items()))
     return types
