@@ -110,6 +110,8 @@ def finish(
     )
     conf = privacy_params.confidence(engine.policy, session)
     notices = (*rel.notes, *interval_notices(a, plan, conf))
+    if plan is not None and not describe_only:
+        notices = (*notices, *_selection_notices(a, plan, len(data)))
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
         notices = (
             *notices,
@@ -134,6 +136,29 @@ def finish(
         cached=cached,
         intervals=intervals,
         notices=notices,
+    )
+
+
+def _selection_notices(a: Analysis, plan: Plan | SetsPlan, shown: int) -> tuple[str, ...]:
+    """What partition selection leaves out, said once: groups chosen from the data appear only
+    past a noisy threshold, so small groups are missing without a trace (a statement that
+    answered 0 rows read as "no such groups")."""
+    plans = [sp.plan for sp in plan.sets] if isinstance(plan, SetsPlan) else [plan]
+    taus = sorted({p.selection.threshold for p in plans if p.selection is not None})
+    if not taus:
+        return ()
+    from dpsql.execute.key_texts import key_name
+
+    unit = a.private.privacy_unit
+    keys = ", ".join(key_name(g.expr) for g in a.group_keys)
+    tau = taus[-1]
+    none = " (none did here)" if shown == 0 else ""
+    return (
+        f"groups of {keys} come from the data (no declared keys): a group is shown only when "
+        f"its noisy count of {unit} passes a threshold of {tau:,}{none}, so groups of fewer "
+        f"than about {tau:,} {unit} are left out, and no row says so. Declare the keys "
+        "(keys: or keys_from: in the policy) to get every group, counted with noise even when "
+        "it is small or empty",
     )
 
 
