@@ -1,6 +1,7 @@
 """Engine overhead: each query plain on PostgreSQL vs through the DP engine, in one run.
 
     python bench/engine.py [--repeat K] [--plan-repeat K] [--plan-only] [--policy FILE]
+    python bench/engine.py --compare REV [--rounds N] [--repeat K] [--policy FILE] [--policy-now FILE]
 
 Starts its own PostgreSQL with the demo data (or uses DPSQL_BENCH_DSN), then for each query prints
 the median time of: the plain SQL on PostgreSQL, the rewritten (bounded) SQL on PostgreSQL, and the
@@ -10,6 +11,15 @@ aggregates per (unit, group) (dpsql/sql/rewrite/bound_partials.py); the last que
 Under the demo's ``auto`` bounds the engine (no ledger: nothing stored) chooses them at every
 execution, a per-unit histogram query each time, and "rewritten" is the SQL before they are
 chosen; ``--policy`` with fixed bounds (e.g. clamp: bounds) compares the SQL that really runs.
+
+``--compare REV``: the engine at git revision REV (or a checkout's path) against this tree, on
+one PostgreSQL, in ``--rounds`` interleaved rounds (a process per tree and round, each importing
+its own tree's dpsql; the order alternates). Per query: the plain SQL's median time (measured by
+both processes), the engine's median wall time and its median CPU time per execution (the
+benchmark process's ``time.process_time``: parse, plan, noise, post-processing and the client
+side, not PostgreSQL's), and the ratios now / REV (median over rounds, with their range).
+Policy: REV's demo policy unless ``--policy``; ``--policy-now`` gives this tree another (e.g.
+REV's with ``clamp: bounds``, REV's behaviour where this tree has a new default).
 """
 
 from __future__ import annotations
@@ -25,7 +35,10 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# this tree's dpsql, or (a --compare round) the tree the environment names
+sys.path.insert(
+    0, os.environ.get("DPSQL_BENCH_TREE") or str(Path(__file__).resolve().parent.parent)
+)
 
 from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
@@ -97,14 +110,90 @@ def plan_table(engine: Engine, session: SessionContext, repeat: int) -> Table:
     return t
 
 
-def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+def timed(fn, repeat: int, clock=time.perf_counter) -> float:  # type: ignore[no-untyped-def]
     fn()  # warm
     out = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         fn()
-        out.append(time.perf_counter() - t)
+        out.append(clock() - t)
     return statistics.median(out)
+
+
+def measure_json(dsn: str, policy: str, repeat: int) -> None:
+    """One --compare round in this process: per query, plain and engine medians, as JSON."""
+    import json
+
+    engine = Engine(load_policy(policy), dsn)
+    session = SessionContext(analyst="analyst")
+    out = {}
+    try:
+        with psycopg.connect(dsn) as conn:
+            for q in QUERIES:
+                p = engine.prepare(q)
+                plain = timed(lambda q=q: conn.execute(q).fetchall(), repeat)
+                cpu = timed(lambda p=p: engine.execute(p, session), repeat, time.process_time)
+                full = timed(lambda p=p: engine.execute(p, session), repeat)
+                out[q] = {"plain": plain, "engine": full, "cpu": cpu}
+    finally:
+        engine.close()
+    print(json.dumps(out))
+
+
+def compare(rev: str, rounds: int, repeat: int, policy: str | None, now: str | None) -> None:
+    """``--compare``: see the module's docstring."""
+    import json
+    import subprocess
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from proxy_compare import ROOT, checkout
+
+    dsn = os.environ.get("DPSQL_BENCH_DSN")
+    cluster = None
+    if not dsn:
+        cluster = start_cluster()
+        dsn = cluster.dsn()
+        load_demo(dsn)
+    med = statistics.median
+    try:
+        with checkout(rev) as base:
+            pols = {"base": policy or str(base / "dpsql" / "demo" / "policy.yaml")}
+            pols["now"] = now or pols["base"]
+            label = subprocess.run(["git", "-C", str(base), "rev-parse", "--short", "HEAD"],
+                                   capture_output=True, text=True).stdout.strip()  # fmt: skip
+            print(f"engine at {label} against this tree; policy {pols['base']}"
+                  f"{f' (this tree: {now})' if now else ''}; {rounds} rounds of --repeat "
+                  f"{repeat}; load average before: {os.getloadavg()[0]:.2f}", flush=True)  # fmt: skip
+            got: dict[str, list[dict[str, dict[str, float]]]] = {"base": [], "now": []}
+            for r in range(rounds):
+                for key in ("base", "now") if r % 2 == 0 else ("now", "base"):
+                    tree = base if key == "base" else ROOT
+                    cmd = [sys.executable, __file__, "--measure-json", "--repeat", str(repeat),
+                           "--policy", pols[key]]  # fmt: skip
+                    env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
+                           "PYTHONPATH": str(tree)}  # fmt: skip
+                    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+                    got[key].append(json.loads(res.stdout.strip().splitlines()[-1]))
+                print(f"round {r + 1}/{rounds}, load {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        if cluster:
+            cluster.stop()
+    print(
+        f"\n| query | plain ms | {label} ms | now ms | {label} / plain | now / plain "
+        f"| wall now/{label} (range) | {label} CPU ms | now CPU ms | CPU now/{label} (range) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for q in QUERIES:
+        b, n = [x[q] for x in got["base"]], [x[q] for x in got["now"]]
+        plain = med([x["plain"] for x in b + n]) * 1000
+        be, ne = med([x["engine"] for x in b]) * 1000, med([x["engine"] for x in n]) * 1000
+        bc, nc = med([x["cpu"] for x in b]) * 1000, med([x["cpu"] for x in n]) * 1000
+        wr = [y["engine"] / x["engine"] for x, y in zip(b, n, strict=True)]
+        cr = [y["cpu"] / x["cpu"] for x, y in zip(b, n, strict=True)]
+        print(f"| {q[:70]} | {plain:.1f} | {be:.1f} | {ne:.1f} | {be / plain:.2f} "
+              f"| {ne / plain:.2f} | {med(wr):.2f} ({min(wr):.2f}-{max(wr):.2f}) | {bc:.1f} "
+              f"| {nc:.1f} | {med(cr):.2f} ({min(cr):.2f}-{max(cr):.2f}) |")  # fmt: skip
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:
@@ -118,8 +207,21 @@ def main() -> None:
         help="policy file over the demo's tables (default: the demo's, with auto bounds: without "
         "a ledger the engine then chooses them again at every execution)",
     )
+    ap.add_argument("--compare", metavar="REV", help="this tree against REV (see above)")
+    ap.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
+    ap.add_argument("--policy-now", help="--compare: this tree's policy (default: REV's)")
+    ap.add_argument("--measure-json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.compare:
+        pol = args.policy if args.policy != str(POLICY) else None
+        now = str(Path(args.policy_now).resolve()) if args.policy_now else None
+        compare(args.compare, args.rounds, args.repeat, pol and str(Path(pol).resolve()), now)
+        return
     dsn = os.environ.get("DPSQL_BENCH_DSN")
+    if args.measure_json:
+        assert dsn
+        measure_json(dsn, args.policy, args.repeat)
+        return
     cluster = None
     if not dsn:
         cluster = start_cluster()

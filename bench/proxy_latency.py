@@ -250,7 +250,7 @@ def routes(rewrite: Callable[[str], str]) -> list[Route]:
     public = PUBLIC.replace("%s", "$1")
     cached = [(PRIVATE, rewrite(PRIVATE))]
     repeat: dict[str, Any] = {"n_scale": 0.1, "direct_n": 5}
-    once: dict[str, Any] = {"n_scale": 0.01, "direct_n": 5}
+    once: dict[str, Any] = {"n_scale": 0.004, "direct_n": 5}
 
     def fresh(route: int) -> Callable[[int, int], list[tuple[str, str]]]:
         return lambda r, n: [(q, rewrite(q)) for q in _fresh(n, 100_000 * (2 * r + route + 1))]
