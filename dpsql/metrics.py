@@ -55,20 +55,20 @@ class StatementStats(Collector):
         self.cached: dict[str, int] = {}
 
     def observe(self, fields: dict[str, Any]) -> None:
-        get = fields.get
-        kind = get("kind", "")
-        key = (kind, get("outcome", ""))
+        """Count one statement from its log line's fields (``kind``, ``outcome``,
+        ``latency_ms``, ``epsilon``, ``delta``, ``cached``, ``analyst``: every line has them)."""
+        kind = fields["kind"]
+        key = (kind, fields["outcome"])
         st = self.statements
         st[key] = st.get(key, 0) + 1
-        seconds = (get("latency_ms") or 0) / 1000
         counts = self.latency.get(kind)
         if counts is None:
             counts = self.latency[kind] = [0.0] * (len(BUCKETS) + 2)
+        seconds = fields["latency_ms"] / 1000
         counts[bisect_left(BUCKETS, seconds)] += 1
         counts[-1] += seconds
-        eps, delta = get("epsilon"), get("delta")
-        if eps or delta or get("cached"):
-            self._charged(get("analyst", ""), eps or 0.0, delta or 0.0, bool(get("cached")))
+        if fields["epsilon"] or fields["delta"] or fields["cached"]:
+            self._charged(fields["analyst"], fields["epsilon"], fields["delta"], fields["cached"])
 
     def _charged(self, analyst: str, eps: float, delta: float, cached: bool) -> None:
         if eps > 0:

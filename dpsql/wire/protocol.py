@@ -121,7 +121,9 @@ class Protocol:
             if self.skipping:
                 return
             try:
-                if cls is m.Bind:
+                if cls is m.Execute:  # the usual one first
+                    yield from self._execute(msg)  # type: ignore[arg-type]
+                elif cls is m.Bind:
                     b: m.Bind = msg  # type: ignore[assignment]
                     self._bind(b.portal, b.statement, b.param_formats, b.params, b.result_formats)
                 elif cls is m.Close:

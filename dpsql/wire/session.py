@@ -238,10 +238,7 @@ class Session:
                 try:
                     cls = type(req)
                     if cls is Run:  # the usual requests first, without a call of their own
-                        run: Run = req  # type: ignore[assignment]
-                        reply = await self.execute(
-                            run.statement, run.params, run.formats, run.route
-                        )
+                        reply = await self.execute(*req)  # type: ignore[misc]
                     elif cls is Flush and not self._large:
                         await self.ch.flush()
                         reply = None
