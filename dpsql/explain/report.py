@@ -276,7 +276,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         m = x.outside
         lines.append(
             MeasureLine(
-                f"outside declared range of {x.key}",
+                f"outside declared range of {x.measure.shown}",
                 m.name,
                 f"L1={_fmt(m.sensitivity)}",
                 m.std,

@@ -53,7 +53,7 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
                     f"BY {unit}) t WHERE n > 5 GROUP BY n"
                 )
             raise PrivacyViolation(
-                f"column {c.name} of private table {table} identifies a person and can't {use} "
+                f"column {c.name} of private table {table} is an identifier and can't {use} "
                 f"{where}",
                 hint=hint,
             )

@@ -333,8 +333,12 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         for c in outer_columns(where.this):
             if ctx.column(c).identifier and not isinstance(c.parent, exp.Is):
                 raise PrivacyViolation(
-                    f"column {table}.{c.name} is an identifier and can't be filtered on",
-                    hint="identifiers may only be tested with IS [NOT] NULL or counted",
+                    f"column {c.name} of private table {table.removeprefix('public.')} is an "
+                    "identifier and can't be filtered on: a filter on it would single out the "
+                    "rows of one person or a few",
+                    hint="identifiers may only be tested with IS [NOT] NULL (SELECT COUNT(*) "
+                    f"FROM {table.removeprefix('public.')} WHERE {c.name} IS NOT NULL) or counted "
+                    f"(COUNT(DISTINCT {c.name})); filter on other columns",
                 )
         where_expr = ctx.qualify(where.this)
     keys, sets = _group_keys(tree, ctx)

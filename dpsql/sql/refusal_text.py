@@ -35,13 +35,13 @@ def raw_column(
     >>> from dpsql.policy import Column
     >>> e = raw_column("email", "purchases", Column(type="text", identifier=True), True, "the select list", False)
     >>> e.message
-    'column email of private table purchases identifies a person: dpsql never returns its values, only noisy aggregates'
+    'column email of private table purchases is an identifier: dpsql never returns its values, only noisy aggregates'
     >>> e.hint
     'count them instead: SELECT COUNT(DISTINCT email) FROM purchases'
     """
     if col is not None and col.identifier:
         return PrivacyViolation(
-            f"column {name} of private table {table} identifies a person: dpsql never returns "
+            f"column {name} of private table {table} is an identifier: dpsql never returns "
             "its values, only noisy aggregates",
             hint=f"count them instead: SELECT COUNT(DISTINCT {name}) FROM {table}",
         )

@@ -37,9 +37,9 @@ def answered(sql: str) -> None:
 
 
 RAW = [  # (statement, sqlstate, words of the message, the statement the hint suggests)
-    ("SELECT email FROM purchases", "42501", "email of private table purchases identifies a person",
+    ("SELECT email FROM purchases", "42501", "email of private table purchases is an identifier",
      "SELECT COUNT(DISTINCT email) FROM purchases"),
-    ("SELECT user_id FROM purchases", "42501", "user_id of private table purchases identifies a person",
+    ("SELECT user_id FROM purchases", "42501", "user_id of private table purchases is an identifier",
      "SELECT COUNT(DISTINCT user_id) FROM purchases"),
     ("SELECT amount FROM purchases", "42501", "amount of private table purchases can't be returned row by row",
      "SELECT AVG(amount), SUM(amount), MEDIAN(amount) FROM purchases"),
@@ -50,6 +50,9 @@ RAW = [  # (statement, sqlstate, words of the message, the statement the hint su
      "SELECT MIN(purchased_at), MAX(purchased_at) FROM purchases"),
     ("SELECT * FROM pums", "42501", "SELECT * would return raw rows of private table pums",
      "SELECT COUNT(*), AVG(age) FROM pums"),
+    ("SELECT COUNT(*) FROM purchases WHERE user_id = 5", "42501",
+     "column user_id of private table purchases is an identifier and can't be filtered on",
+     "SELECT COUNT(*) FROM purchases WHERE user_id IS NOT NULL"),
     ("SELECT category, amount FROM purchases GROUP BY category", "42501",
      "amount is not a GROUP BY key of this query", None),
     ("SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = p.region", "42501",
@@ -118,10 +121,10 @@ def test_the_suggested_ctes_are_answered() -> None:
 
 MORE = [  # (statement, sqlstate, words of the message, words of the hint)
     ("SELECT MEDIAN(email) FROM purchases", "42501",
-     "column email of private table purchases identifies a person and can't be aggregated with MEDIAN",
+     "column email of private table purchases is an identifier and can't be aggregated with MEDIAN",
      "SELECT COUNT(DISTINCT email) FROM purchases"),
     ("SELECT user_id, COUNT(*) FROM purchases GROUP BY user_id", "42501",
-     "column user_id of private table purchases identifies a person and can't be used in GROUP BY",
+     "column user_id of private table purchases is an identifier and can't be used in GROUP BY",
      "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t"),
     ("SELECT COUNT(DISTINCT category, region) FROM purchases", "0A000",
      "COUNT(DISTINCT category, region): COUNT(DISTINCT ...) of several columns is not supported",
