@@ -122,6 +122,14 @@ def _half_range(node: exp.Expr, columns: Columns) -> Half | None:
     return None
 
 
+def _whole(node: exp.Expr, columns: Columns) -> bool:
+    """``node`` is a column of the integer family (its values are whole numbers)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    col = lookup(columns, node) if isinstance(node, exp.Column) else None
+    return col is not None and col.family == "integer"
+
+
 def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
     """The range of ``node`` over all rows, given the (clamped) columns' declared bounds."""
     v = literal_value(node)
@@ -158,8 +166,14 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
     if isinstance(node, (exp.Div, exp.IntDiv)):
         a = value_range(node.this, columns)
         d = literal_value(node.expression)
+        if a is not None and d is None:  # by an expression: bounded when its range excludes 0
+            b = value_range(node.expression, columns)
+            if b is None or b.lo <= 0 <= b.hi:
+                return None  # near zero the quotient is unbounded; the rewrite guards zero
+            q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
+            return Interval(min(q) - (1 if isinstance(node, exp.IntDiv) else 0), max(q))
         if a is None or d is None or d == 0:
-            return None  # division by a column is unbounded; the rewrite guards zero
+            return None
         q = [a.lo / d, a.hi / d]
         # integer division truncates toward zero: still inside [min(q), max(q)] widened to ints
         return Interval(min(q) - (1 if isinstance(node, exp.IntDiv) else 0), max(q))
@@ -187,7 +201,15 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
             joined = joined | r
         return joined
     if isinstance(node, exp.Nullif):
-        return value_range(node.this, columns)
+        r = value_range(node.this, columns)
+        v = literal_value(node.expression)
+        if r is not None and v is not None and _whole(node.this, columns):
+            # NULLIF(quantity, 0) over whole numbers in [0, 10]: never 0, so [1, 10]
+            if v == r.lo and r.lo < r.hi:
+                return Interval(r.lo + 1, r.hi)
+            if v == r.hi and r.lo < r.hi:
+                return Interval(r.lo, r.hi - 1)
+        return r
     if isinstance(node, (exp.Case, exp.If)):
         branches = [i.args.get("true") for i in node.args.get("ifs") or []]
         default = node.args.get("default")

@@ -15,6 +15,8 @@ COLS = {
     "q": Column(type="integer", bounds=(1, 10)),
     "x": Column(type="numeric"),  # no bounds
     "t": Column(type="text"),
+    "z": Column(type="integer", bounds=(0, 10)),
+    "n": Column(type="numeric", bounds=(0, 10)),
 }
 
 
@@ -34,6 +36,13 @@ COLS = {
         ("CEIL(a / 3)", 0, 167),
         ("CAST(a / 3 AS integer)", 0, 167),
         ("(a / 4)::numeric", 0, 125),
+        # by a column whose range excludes 0 (the columns are clamped into their bounds first)
+        ("a / q", 0, 500),
+        ("a::float / NULLIF(q, 0)", 0, 500),
+        ("a / NULLIF(z, 0)", 0, 500),  # whole numbers in [0, 10] that are not 0: [1, 10]
+        ("NULLIF(z, 10)", 0, 9),
+        ("(a - 500) / q", -500, 0),
+        ("a / (0 - q)", -500, 0),
     ],
 )
 def test_bounds_flow(sql: str, lo: Fraction, hi: Fraction) -> None:
@@ -49,7 +58,10 @@ def test_bounds_flow(sql: str, lo: Fraction, hi: Fraction) -> None:
         "LEAST(x, 100)",  # no lower bound
         "GREATEST(LEAST(t, 100), 0)",  # text compares as text
         "COALESCE(x, 0)",
-        "a / q",  # division by a column
+        "a / z",  # by a column whose range holds 0
+        "a / (q - 5)",
+        "q / a",
+        "a / NULLIF(n, 0)",  # numeric: 0.001 is not 0
     ],
 )
 def test_unbounded_stays_unbounded(sql: str) -> None:
