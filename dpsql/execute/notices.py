@@ -16,6 +16,7 @@ from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import stat_outputs
+from dpsql.sql.wording import plural
 
 
 def interval_notices(
@@ -88,6 +89,17 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     )
 
 
+def _width(s: Any, w: float) -> str:
+    """A bucket's width in the statistic's own unit: days for a date, seconds for a timestamp
+    (its quantile is of the epoch number, dpsql.sql.analyze_quantiles)."""
+    t = str(getattr(s, "pg_type", ""))
+    if t == "date":
+        return plural(w, "day")
+    if t.startswith("timestamp"):
+        return plural(w, "second")
+    return f"{w:.4g}"
+
+
 def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     """The accuracy guarantee of a quantile or mode statistic, in words."""
     mp = plan.measure_plan(s.measures[0])
@@ -97,7 +109,7 @@ def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
         what = _target(float(mech.quantile))
         return (
             f"with probability {conf:g} the answer's rank is within {t:.4g} rows of the "
-            f"{what}'s in its group, to the nearest bucket ({float(mech.width):.4g} wide)"
+            f"{what}'s in its group, to the nearest bucket ({_width(s, float(mech.width))} wide)"
         )
     assert isinstance(mech, Mode)
     n = len(mp.measure.candidates) if mp.measure.candidates else None

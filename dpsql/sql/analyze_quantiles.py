@@ -133,7 +133,7 @@ def selection_statistic(
     label = function_name(call).upper() if isinstance(call, exp.Func) else name.upper()
     check_row_level(ctx, arg, f"{label}(...)")
     if isinstance(arg, exp.Column) and ctx.column(arg).temporal:
-        return _temporal(ctx, arg, q, name, sql)
+        return _temporal(ctx, arg, q, label, sql)
     r = arg_interval(ctx, arg, label)
     exact = bool(integral(ctx, arg, r))
     if r.lo == r.hi and not exact:

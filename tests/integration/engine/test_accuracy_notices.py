@@ -204,3 +204,11 @@ def test_a_tree_statement_names_columns_as_postgresql_does(
         assert any(
             "variance_low, variance_high are NULL: VARIANCE of noisy values" in n for n in r.notices
         ), r.notices
+
+
+def test_a_date_quantile_states_its_bucket_in_days(engine: Engine) -> None:
+    """MIN/MAX of a date: the bucket the rank error rounds to is in days (was "(1 wide)")."""
+    notes = notices_of(engine, "SELECT MIN(purchased_at), MAX(purchased_at) FROM purchases")
+    widths = [m.group(0) for n in notes if (m := re.search(r"nearest bucket \([^)]*\)", n))]
+    assert len(widths) == 2, notes
+    assert all(re.fullmatch(r"nearest bucket \([\d,]+ days? wide\)", w) for w in widths), widths
