@@ -72,8 +72,29 @@ def test_narrower_than_equal_shares_when_the_removed_mass_dominates() -> None:
     w = target_widths(answer, plan, 0.95)
     equal_b, equal_d = answer.half_width(0.975), plan.dropped.half_width(0.975)
     assert w.b + w.d_hi < 0.9 * (equal_b + equal_d), (w, equal_b, equal_d)
-    # grid 1: the lower reach of the removed mass is used too, with a third of its alpha
+    # grid 1: the lower reach of the removed mass is used too, at RAISE_SHARE of alpha
     assert w.d_hi < w.d_lo < math.inf
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_lower_reach_holds_at_a_tiny_share(
+    case: tuple[int, Fraction, int, Fraction, Fraction],
+) -> None:
+    """The removed mass's lower tail, the only one that can lift the lower end above the answer,
+    has probability at most alpha · RAISE_SHARE (1e-6 at 95%): a lower end lies above its
+    answer without bounding having removed that much at most once in a million rows. The
+    old split (a share in proportion to its noise: about alpha / 4) passes 1e-4."""
+    from dpsql.execute.bias import RAISE_SHARE
+
+    sens, eps, cap, grid, eps_d = case
+    answer, plan = Laplace(Fraction(sens), eps, grid), _plan(cap, grid, eps_d)
+    if grid != 1:
+        assert target_widths(answer, plan, 0.95).d_lo == 0.0  # rounded up: no lower reach
+        return
+    w = target_widths(answer, plan, 0.95)
+    assert _one_sided(plan.dropped, w.d_lo) <= 0.05 * RAISE_SHARE * (1 + 1e-9)
+    old = plan.dropped.half_width(1 - 2 * 0.05 / 4)
+    assert _one_sided(plan.dropped, old) > 1e-4
 
 
 def test_avg_levels_split_alpha_over_its_parts() -> None:
