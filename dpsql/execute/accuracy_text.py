@@ -50,6 +50,16 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def level_text(confidence: float) -> str:
+    """A confidence level as a percentage, never rounded to a level it is not: '95%', '99.8%',
+    '99.99%' (was '{:.0%}': 0.998 printed as '100%', a claim of certainty)."""
+    for digits in range(4, 16):
+        text = f"{100 * confidence:.{digits}g}"
+        if float(text) < 100 or confidence >= 1:
+            break
+    return f"{text}%"
+
+
 def accuracy_notes(
     a: Analysis,
     plan: Plan,
@@ -65,7 +75,7 @@ def accuracy_notes(
     interval is as wide as its declared range; ``alarms``: the VARIANCE alarms' released
     outside counts, by measure key (:func:`dpsql.execute.bias.release_alarms`)."""
     out: list[str] = []
-    conf = f"{confidence:.0%}"
+    conf = level_text(confidence)
     for si, s in enumerate(a.statistics):
         if s.func in ("quantile", "mode"):
             continue
@@ -311,7 +321,7 @@ def _avg_line(
     per = " a group" if a.group_keys else ""
     total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
     wm = fmt(c.dropped.half_width(lm))
-    head = f"{s.sql}: {confidence:.0%} interval: the noise of its sum and count"
+    head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
     if n is None:
         line = (
             f"{head}, plus what clamping cut off (they keep {_kept(a, t)}): about "

@@ -394,3 +394,14 @@ def test_a_wide_average_says_why(engine: Engine) -> None:
         else:
             assert "spans most" not in note, (r.rows, note)
     assert seen, "no release was wide"
+
+
+def test_the_notice_states_the_level_asked_for(engine: Engine) -> None:
+    """SET dpsql.confidence = 0.998: the notice says '99.8% interval', not '100%' (a claim of
+    certainty: '{:.0%}' rounded it). Deterministic (the text, not the noise)."""
+    s = SessionContext(analyst="a", epsilon=Fraction(1), confidence=0.998)
+    notes = list(engine.execute(engine.prepare(QUERIES["count_by_g"]), s).notices)
+    line = next(n for n in notes if n.startswith("COUNT(*): "))
+    assert line.startswith("COUNT(*): 99.8% interval"), line
+    avg = list(engine.execute(engine.prepare(QUERIES["avg"]), s).notices)
+    assert any(n.startswith("AVG(v): 99.8% interval") for n in avg), avg
