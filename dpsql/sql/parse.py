@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 import sqlglot
@@ -203,10 +204,28 @@ def split_statements(text: str) -> list[str]:
     >>> split_statements("select 'a;b'; select 2;")
     ["select 'a;b'", 'select 2']
 
+    A text up to 4096 characters is split once and remembered (a client's simple queries
+    repeat: the same text gives the same statements); a refused one is not remembered.
+
     Raises:
         ProgramLimitExceeded, StatementTooComplex: the text is over a limit of
             :func:`dpsql.sql.prescan.prescan` (checked before tokenizing).
+        SqlSyntaxError: the text cannot be tokenized (an unterminated quote or comment).
     """
+    if len(text) <= _MEMO_SPLIT:
+        return list(_split_memo(text))
+    return list(_split(text))
+
+
+_MEMO_SPLIT = 4096  # characters of a text whose split is remembered
+
+
+@lru_cache(maxsize=1024)
+def _split_memo(text: str) -> tuple[str, ...]:
+    return _split(text)
+
+
+def _split(text: str) -> tuple[str, ...]:
     prescan(text)
     tokens = tokenize(text)
     out: list[str] = []
@@ -223,7 +242,7 @@ def split_statements(text: str) -> list[str]:
         end = tok.end + 1
     if start is not None:
         out.append(text[start:end].strip())
-    return out
+    return tuple(out)
 
 
 def _token_start(text: str, tok: Token) -> int:

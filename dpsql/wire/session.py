@@ -242,6 +242,8 @@ class Session:
                     elif cls is Flush and not self._large:
                         await self.ch.flush()
                         reply = None
+                    elif cls is Prepare:  # every Parse, every simple Query's statement
+                        reply = await self.prepare(req.sql)  # type: ignore[union-attr]
                     else:
                         reply = await self._perform(req)
                 except Exception as e:
