@@ -16,16 +16,19 @@ The bounded SQL runs once per database on PostgreSQL; its removed-mass columns a
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
 import numpy as np
 import psycopg
 import pytest
+from sqlglot import exp
 
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.bias import release_removed
+from dpsql.execute.private_sql import bounded_sql
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
@@ -174,3 +177,52 @@ def test_split_cap_moves_the_removed_vector_by_at_most_its_sensitivity(
     assert moved == 2 * b.target.group_cap_steps <= b.target.cap_steps
     assert b.dropped.sensitivity == b.target.cap * 1  # L1 = C
     assert over == 2 == b.over_cap.sensitivity
+
+
+# -- grouped with a group ranking (K = 2 > G = 1): removed steps per (unit, group), capped per
+# unit over its groups in its group order (measure_dropped) ----------------------------------
+@pytest.fixture(scope="module")
+def ranked_engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
+    yield from neighbouring_engines(make_db, POLICY, _load_both_groups, "audit_ranked")
+
+
+def _ranked_moves(engines: tuple[Engine, Engine]) -> tuple[int, int, Plan]:
+    """(L1 move of the removed-steps vector, of the over-cap vector, D's plan) between the two
+    databases, from the bounded SQL (not memoized: :func:`bounded_sql`)."""
+    cols = []
+    for e in engines:
+        prepared = e.prepare(GROUPED)
+        plan = e.plan(prepared, SessionContext(analyst="auditor", epsilon=Fraction(1)))
+        assert isinstance(plan, Plan) and plan.bias[0].target.split == 1  # ranked: no split
+        rows = e.backend.run(bounded_sql(prepared, plan.analysis), private=True).rows
+        cols.append({r[0]: (int(r[-2]), int(r[-1])) for r in rows})
+    moved = sum(abs(cols[1][g][0] - cols[0].get(g, (0, 0))[0]) for g in cols[1])
+    over = sum(abs(cols[1][g][1] - cols[0].get(g, (0, 0))[1]) for g in cols[1])
+    return moved, over, plan
+
+
+def test_ranked_groups_move_the_removed_vector_by_at_most_its_sensitivity(
+    ranked_engines: tuple[Engine, Engine],
+) -> None:
+    """The extra unit keeps one of its two groups (37 rows removed there) and loses the other
+    (40 rows): 77 steps removed, counted up to C = 12 over both groups; the removed-mass vector
+    moves by exactly C in L1 (the plan's sensitivity, reached) and the over-cap vector by 1."""
+    moved, over, plan = _ranked_moves(ranked_engines)
+    b = plan.bias[0]
+    assert moved == b.target.cap_steps == 12
+    assert b.dropped.sensitivity == b.target.cap * 1  # L1 = C
+    assert over == 1 == b.over_cap.sensitivity
+
+
+def test_ranked_sensitivity_check_catches_a_cap_per_group(
+    ranked_engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broken twin: each group's removed steps capped on their own (no running sum over the
+    unit's earlier groups): the unit counts C in each of its groups, 2C in all."""
+    monkeypatch.setattr(
+        importlib.import_module("dpsql.sql.rewrite.measure_dropped"),
+        "_before",
+        lambda col, order: exp.Literal.number(0),
+    )
+    moved, _, plan = _ranked_moves(ranked_engines)
+    assert moved == 2 * plan.bias[0].target.cap_steps

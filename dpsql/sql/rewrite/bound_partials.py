@@ -61,7 +61,13 @@ from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
 from dpsql.sql.bias import bias_targets
 from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
-from dpsql.sql.rewrite.measure_dropped import kept_only, measure_dropped, raw_partial_sql
+from dpsql.sql.rewrite.measure_dropped import (
+    kept_only,
+    kept_partial,
+    measure_dropped,
+    raw_partial_sql,
+    removed_steps,
+)
 
 __all__ = ["bound_partials", "group_hash", "partial_sql", "sum_total"]
 
@@ -193,12 +199,16 @@ def bound_partials(
     raw_values: dict[int, exp.Expr] | None = None,
     counts: list[exp.Expr | None] | None = None,
     outside: dict[int, exp.Expr] | None = None,
+    *,
+    steps_with_partials: bool = True,
 ) -> exp.Select:
     """The private SQL for decomposable measures (``values[i]``: measure i's value column;
     ``raw_values[i]``: the raw value column of bias target i when it differs; ``counts[i]``: a
     column non-NULL exactly where ``values[i]`` is, cheaper to count: :func:`sum_total`;
     ``outside[i]``: a row column true when bias target i's value lies outside its declared
-    bounds)."""
+    bounds). ``steps_with_partials``: compute the removed steps of the targets that allow it
+    with the partials (False: all of them after the ranking, as before; the same columns, for
+    tests that compare the two)."""
     unit = exp.column("_dp_unit")
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     targets = bias_targets(a)
@@ -230,7 +240,29 @@ def bound_partials(
             out = kept_only(out, keep)
         measures.append(exp.alias_(out, f"_dp_m{i}"))
     raw_of = {**{t.index: values[t.index] for t in targets}, **(raw_values or {})}
-    raws = [exp.alias_(raw_partial_sql(t, raw_of[t.index]), f"_dp_r{t.index}") for t in targets]
+    # A target whose bounded partials are the partials themselves (not scaled into an L1 cap
+    # by a window) has its removed steps computed with them, once per (unit, group), if its
+    # group is kept and if it is dropped (measure_dropped.removed_steps); the others from
+    # their raw partial ``_dp_r<i>`` after the ranking.
+    exprs = {alias.alias: alias.this for alias in parts.values()}
+    steps_of: dict[int, tuple[str, str | None]] = {}
+    steps: list[exp.Expr] = []
+    raws: list[exp.Expr] = []
+    for t in targets:
+        raw = raw_partial_sql(t, raw_of[t.index])
+        uses = [i for i in (t.index, t.count_index) if i is not None and i in kept]
+        in_cap = any(kept[i] not in exprs for i in uses)  # scaled into an L1 cap: after the window
+        if in_cap or not steps_with_partials:
+            raws.append(exp.alias_(raw, f"_dp_r{t.index}"))
+            continue
+        cap = t.cap_steps if rank else t.group_cap_steps
+        of_kept = None if t.index not in kept else lambda i: exprs[kept[i]]
+        names = (f"_dp_ek{t.index}", f"_dp_ed{t.index}" if rank else None)
+        steps.append(exp.alias_(removed_steps(t, raw, kept_partial(t, of_kept), cap), names[0]))
+        if names[1] is not None:
+            steps.append(exp.alias_(removed_steps(t, raw, None, cap), names[1]))
+        steps_of[t.index] = names
+    raws += steps
     # the outside flags: the bias targets', then the VARIANCE alarms' (dpsql.sql.bias), in the
     # order of ``outside`` (their _dp_x columns' order: dpsql.execute.noise)
     flags = {i: f"_dp_o{i}" for i in (outside or {})}
@@ -264,7 +296,8 @@ def bound_partials(
         # without ranking, declared keys leave <= G groups: each target splits its cap over
         # them (no window)
         order = [exp.column("_dp_gr")] if rank else None
-        q = measure_dropped(q, src, targets, kept, keep, order, rank and a.needs_selection, flags)
+        selecting = rank and a.needs_selection
+        q = measure_dropped(q, src, targets, kept, keep, order, selecting, flags, steps_of)
     elif keep is not None:
         q = q.where(keep)
     return q.group_by(*[g.copy() for g in gcols]) if gcols else q

@@ -28,11 +28,17 @@ the rows; a unit counts in the first of its kept groups (in its group order) whe
     outside_t = COUNT(*) FILTER (WHERE f AND seen = 0)     -- each unit once: L1 sensitivity 1
 
 (without a group order: in each group where ``f`` holds, at most ``split`` groups: L1 <= split).
+
+Where a target's bounded partial is a column of the partials themselves (not scaled into an L1
+cap by a window over the unit's groups), ``e`` is computed with the partials, once per (unit,
+group), for a kept and for a dropped group (:func:`removed_steps`, capped at C + 1 as an
+``integer``: the same columns, the running sums in ``bigint``); the ranking then only picks one of
+the two. Otherwise it is computed from ``_dp_r<t>`` after the ranking.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sqlglot import exp
 
@@ -101,6 +107,33 @@ def raw_partial_sql(t: BiasTarget, v: exp.Expr | None) -> exp.Expr:
     return total if t.sign > 0 else exp.Neg(this=exp.Paren(this=total))
 
 
+INT4_MAX = 2**31 - 1
+
+
+def removed_steps(t: BiasTarget, raw: exp.Expr, kept: exp.Expr | None, cap: int) -> exp.Expr:
+    """A unit's removed mass of target ``t`` in one group, in grid steps (>= 0), capped at
+    ``cap`` + 1: ``LEAST(GREATEST(CEIL((raw - kept) / grid), 0), cap + 1)`` as an ``integer``
+    (``bigint`` past its range); ``raw``: the unit's raw partial in the group (sign-adjusted:
+    :func:`raw_partial_sql`), ``kept``: its bounded partial if the group is kept (None: the group
+    is dropped, all of ``raw`` is removed). Written over the partials' aggregates, so it is
+    computed once per (unit, group) (:func:`dpsql.sql.rewrite.bound_partials.bound_partials`).
+
+    The cap changes no column :func:`dropped_columns` makes of it, with ``cap`` the C they count
+    up to: a unit's earlier groups' capped steps add up to at most C exactly when their steps do,
+    and to the same number then (every one of them is <= C); past C both give 0 and "not passing";
+    and ``LEAST(e, x)``, ``e > x`` for any x <= C are the same for e and ``LEAST(e, C + 1)``. It
+    keeps the running sums over a unit's groups in ``bigint`` (``SUM(integer)``), not NUMERIC.
+    """
+    d: exp.Expr = raw.copy()
+    if kept is not None:
+        d = exp.Sub(this=d, expression=exp.Paren(this=kept.copy()))
+    if t.grid != 1:
+        d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
+    e = exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
+    capped = exp.Least(this=e, expressions=[exp.Literal.number(cap + 1)])
+    return exp.cast(capped, "int" if cap + 1 <= INT4_MAX else "bigint")
+
+
 def dropped_columns(
     t: BiasTarget, e: exp.Expr, before: exp.Expr | None
 ) -> tuple[exp.Expr, exp.Expr]:
@@ -147,12 +180,15 @@ def measure_dropped(
     order: Sequence[exp.Expr] | None,
     selecting: bool,
     outside: dict[int, str] | None = None,
+    steps_of: dict[int, tuple[str, str | None]] | None = None,
 ) -> exp.Select:
     """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
     ranked or plain partials, which holds ``_dp_r<i>``; ``kept[i]``: target i's bounded partial
     column; ``outside[i]``: its BOOL_OR of values outside the declared bounds). ``order``: the
     order of a unit's groups (None: one group per unit). ``q``'s measures must already read
-    kept partials only (:func:`kept_only`)."""
+    kept partials only (:func:`kept_only`). ``steps_of[i]``: the partials' columns holding
+    target i's :func:`removed_steps` if the group is kept and if it is dropped (None without
+    a group rank), computed with the partials; target i then needs no ``_dp_r<i>``."""
     cols: list[exp.Expr] = []
     steps: list[exp.Expr] = []
     befores: list[exp.Expr] = []
@@ -171,20 +207,18 @@ def measure_dropped(
             first = exp.and_(first, none)
         xcols.append(exp.alias_(outside_count(first), f"_dp_x{i}"))
     for t in targets:
-        p: exp.Expr = exp.Literal.number(1) if t.index not in kept else exp.column(kept[t.index])
-        if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
-            mid = exp.Mul(this=numeric(t.measure.mid), expression=exp.column(kept[t.count_index]))
-            p = exp.Add(this=p, expression=mid)
-        if t.sign < 0:
-            p = exp.Neg(this=p)
-        if keep is not None:
-            p = exp.Case(ifs=[exp.If(this=keep.copy(), true=p)], default=exp.Literal.number(0))
-        d: exp.Expr = exp.Sub(this=exp.column(f"_dp_r{t.index}"), expression=exp.Paren(this=p))
-        if t.grid != 1:
-            d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
-        e = exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
-        steps.append(exp.alias_(exp.cast(e, "bigint"), f"_dp_e{t.index}"))
         ecol = exp.column(f"_dp_e{t.index}")
+        precomputed = (steps_of or {}).get(t.index)
+        if precomputed is not None:
+            if_kept, if_dropped = precomputed
+            step: exp.Expr = exp.column(if_kept)
+            if keep is not None:
+                assert if_dropped is not None
+                step = exp.Case(ifs=[exp.If(this=keep.copy(), true=step)],
+                                default=exp.column(if_dropped))  # fmt: skip
+            steps.append(exp.alias_(step, ecol.name))
+        else:
+            steps.append(exp.alias_(exp.cast(_steps(t, kept, keep), "bigint"), ecol.name))
         before = None
         if order is not None:
             befores.append(exp.alias_(_before(ecol, order), f"_dp_c{t.index}"))
@@ -202,6 +236,30 @@ def measure_dropped(
                                 expression=exp.Where(this=keep.copy()))  # fmt: skip
         q = q.having(exp.GT(this=kept_units, expression=exp.Literal.number(0)), copy=False)
     return q
+
+
+def kept_partial(t: BiasTarget, partial: Callable[[int], exp.Expr] | None) -> exp.Expr:
+    """Target ``t``'s bounded partial in a kept group, made >= 0 by its sign like its raw
+    partial: ``partial(i)`` is measure i's bounded partial (None: COUNT(DISTINCT unit), whose
+    partial is 1); AVG's plain sum is its centred sum + mid · its count."""
+    p: exp.Expr = exp.Literal.number(1) if partial is None else partial(t.index)
+    if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
+        assert partial is not None
+        mid = exp.Mul(this=numeric(t.measure.mid), expression=partial(t.count_index))
+        p = exp.Add(this=p, expression=mid)
+    return exp.Neg(this=p) if t.sign < 0 else p
+
+
+def _steps(t: BiasTarget, kept: dict[int, str], keep: exp.Expr | None) -> exp.Expr:
+    """``GREATEST(CEIL((_dp_r<t> - kept) / grid), 0)``: the removed steps of target ``t`` from
+    the columns of ranked partials (``kept``: its bounded partial, 0 in a dropped group)."""
+    p = kept_partial(t, None if t.index not in kept else lambda i: exp.column(kept[i]))
+    if keep is not None:
+        p = exp.Case(ifs=[exp.If(this=keep.copy(), true=p)], default=exp.Literal.number(0))
+    d: exp.Expr = exp.Sub(this=exp.column(f"_dp_r{t.index}"), expression=exp.Paren(this=p))
+    if t.grid != 1:
+        d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
+    return exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
 
 
 def _before(col: exp.Expr, order: Sequence[exp.Expr]) -> exp.Expr:
