@@ -65,15 +65,18 @@ def derive(
         return v, None
     lo, hi = float(stat.lo), float(stat.hi)
     if f in ("count", "count_distinct"):
+        # the truth t >= 0: if |v - t| <= w, t lies in [max(0, v - w), max(0, v) + w] (for v < 0:
+        # t <= v + w < w). Clipping the upper end at 0 instead ([0, 0] for v < -w) claimed a
+        # certainty the noise does not give
         v, w = values[0], widths[0]
-        return max(0, round(v)), (max(0.0, v - w), max(0.0, v + w))
+        return max(0, round(v)), (max(0.0, v - w), max(0.0, v) + w)
     if f == "sum":
         v, w = values[0], widths[0]
         a, b = v - w, v + w
-        if lo >= 0:
-            v, a, b = max(0.0, v), max(0.0, a), max(0.0, b)
+        if lo >= 0:  # the truth is >= 0: as a count's
+            v, a, b = max(0.0, v), max(0.0, a), max(0.0, v) + w
         if hi <= 0:
-            v, a, b = min(0.0, v), min(0.0, a), min(0.0, b)
+            v, a, b = min(0.0, v), min(0.0, v) - w, min(0.0, b)
         return (round(v) if stat.pg_type == "int8" else v), (a, b)
     mid, half = (lo + hi) / 2, (hi - lo) / 2
     if f == "avg":
