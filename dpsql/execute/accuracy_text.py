@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -69,11 +70,14 @@ def accuracy_notes(
     noisy: Mapping[str, Any] | None = None,
     intervals: Sequence[Sequence[Interval | None]] = (),
     alarms: Mapping[str, float] | None = None,
+    values: Sequence[Sequence[Any]] = (),
 ) -> tuple[str, ...]:
     """The accuracy summary, one line per statistic with a value interval. ``noisy`` (released
     values per measure) and ``intervals`` (per row, per statistic) let an AVG say why its
     interval is as wide as its declared range; ``alarms``: the VARIANCE alarms' released
-    outside counts, by measure key (:func:`dpsql.execute.bias.release_alarms`)."""
+    outside counts, by measure key (:func:`dpsql.execute.bias.release_alarms`); ``values``
+    (per row, per statistic: the released values) how far an interval of several noisy parts
+    reaches below and above its answer."""
     out: list[str] = []
     conf = level_text(confidence)
     for si, s in enumerate(a.statistics):
@@ -96,7 +100,9 @@ def accuracy_notes(
         b = target_of(s, plan)
         if b is None:
             w = _half_widths(s, plan, confidence)
-            noise = f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals)
+            noise = (
+                f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
+            )
             out.append(f"{s.sql}: {conf} interval:{noise} {_unestimated(a, s)}.")
             continue
         mech = mp.mechanism
@@ -165,14 +171,47 @@ def _percent(x: float) -> str:
     return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
 
 
-def _derived_width(a: Analysis, si: int, intervals: Sequence[Sequence[Interval | None]]) -> str:
-    """The half-width of a statistic of several noisy parts (AVG, VARIANCE, STDDEV): of its
-    interval, which combines them (widest over the groups); '' when it has none."""
-    ws = [(iv[1] - iv[0]) / 2 for row in intervals if (iv := row[si]) is not None]
-    ws = [w for w in ws if math.isfinite(w)]
-    if not ws:
+def _derived_width(
+    a: Analysis,
+    si: int,
+    intervals: Sequence[Sequence[Interval | None]],
+    values: Sequence[Sequence[Any]] = (),
+) -> str:
+    """How far the interval of a statistic of several noisy parts (AVG, VARIANCE, STDDEV) reaches
+    from its answer (widest over the groups); '' when it has none. '±w' only when it reaches
+    about as far on both sides; else each side's reach: such an interval is not centred on its
+    answer (a STDDEV's stops at 0, an AVG's at its declared range, a ratio's is skewed), and
+    half its width ('±13.8' beside 17.51 [0, 27.6]) would state neither."""
+    below: list[float] = []
+    above: list[float] = []
+    for i, row in enumerate(intervals):
+        iv = row[si]
+        if iv is None or not all(map(math.isfinite, iv)):
+            continue
+        v = _number(values[i][si]) if i < len(values) and si < len(values[i]) else None
+        if v is None or not iv[0] <= v <= iv[1]:
+            v = (iv[0] + iv[1]) / 2  # no released value to measure from: half the width
+        below.append(v - iv[0])
+        above.append(iv[1] - v)
+    if not below:
         return ""
-    return f" noise {'up to ' if a.group_keys else ''}±{fmt(max(ws))}{' a group' if a.group_keys else ''};"
+    down, up = max(below), max(above)
+    grouped = bool(a.group_keys)
+    each = " a group" if grouped else ""
+    if abs(down - up) <= 0.05 * max(down, up):
+        return f" noise {'up to ' if grouped else ''}±{fmt(max(down, up))}{each};"
+    most = "up to " if grouped else ""
+    return (
+        f" noise: it reaches {most}{fmt(down)} below the answer and {most}{fmt(up)} above it{each};"
+    )
+
+
+def _number(x: Any) -> float | None:
+    """A released value as a float (None when it is not a finite number)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, Fraction, Decimal)):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
 
 
 def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:

@@ -179,7 +179,9 @@ def release(
         [iv if iv is None else round_outwards(iv, _half(iv)) for iv in row]
         for row in derived_intervals(a, len(table), confidence, interval)
     ]
-    notes = accuracy_notes(a, plan, removed, confidence, len(table), noisy, intervals, alarms)
+    notes = accuracy_notes(
+        a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
+    )
     return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
 
 
