@@ -379,7 +379,13 @@ def _substitute_joined(
     def fix(n: exp.Expr) -> exp.Expr:
         if not isinstance(n, exp.Column) or isinstance(n.this, exp.Star):
             return n
-        if n.find_ancestor(exp.Select) is not None or (n.table and n.table != alias):
+        if n.table and n.table != alias:
+            return n
+        if n.find_ancestor(exp.Select) is not None:
+            # a nested SELECT's own column, or a correlated reference alias.x: once merged, the
+            # alias names the table itself, so alias.x must be the table's own column x
+            if n.table and not _same_column(n.name, proj, star):
+                raise _Unmergeable(n.name)
             return n
         if not n.table and n.name in keep and n.name not in proj:
             return n
@@ -401,6 +407,14 @@ def _substitute_joined(
         raise _Unmergeable(n.name)
 
     return node.transform(fix, copy=True)
+
+
+def _same_column(name: str, proj: dict[str, exp.Expr], star: bool) -> bool:
+    """The derived table's output column ``name`` is its table's own column ``name``."""
+    e = proj.get(name)
+    if e is None:
+        return star
+    return isinstance(e, exp.Column) and e.name == name
 
 
 def _merge_joined_at(

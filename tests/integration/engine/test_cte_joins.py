@@ -91,3 +91,38 @@ def test_what_is_not_a_view_of_one_table_says_what_to_write(
     assert info.value.sqlstate == "0A000", info.value
     assert words in (info.value.hint or ""), info.value.hint
     assert "query the private table directly" not in (info.value.hint or "")
+
+
+# a nested subquery's correlated reference p.x to the merged derived table: after the merge
+# ``p`` names the table itself, so p.x reads the table's own column x. Merged only when that is
+# what the derived table's x was (0606a57 merged always: p.region below read purchases.region,
+# not the CTE's constant 'N', and the answer counted North purchases only)
+CORRELATED = (
+    "WITH p AS (SELECT user_id, {col} AS region FROM purchases) SELECT r.name, COUNT(*) "
+    "FROM p JOIN regions r ON r.code = p.region WHERE EXISTS "
+    "(SELECT 1 FROM regions x WHERE x.code = p.region AND x.name = 'North') GROUP BY r.name"
+)
+
+
+def test_a_correlated_reference_keeps_the_derived_tables_column(exact_engine: Engine) -> None:
+    def rows(sql: str) -> list[tuple[object, ...]]:
+        return sorted(exact_engine.execute(exact_engine.prepare(sql), SESSION).rows)
+
+    # the derived table's region is the table's region: merged, answered as the plain join
+    same = rows(CORRELATED.format(col="region"))
+    assert same == rows(
+        "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = p.region "
+        "WHERE p.region = 'N' GROUP BY r.name"
+    )
+    # a constant 'N': every purchase joins North and passes the EXISTS; never read as the
+    # table's own region (which would keep North purchases only)
+    everyone = rows(
+        "SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = 'N' GROUP BY r.name"
+    )
+    assert everyone != same
+    try:
+        got = rows(CORRELATED.format(col="'N'"))
+    except DpsqlError as e:
+        assert e.sqlstate == "0A000", e
+    else:
+        assert got == everyone
