@@ -156,13 +156,12 @@ def _old_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
     alpha = 1 - level
     ref = 1 - alpha / 2
     rb, rd = answer.half_width(ref), b.dropped.half_width(ref)
-    tails = 2 * rb + 2 * rd
-    ab, a_up, a_down = (alpha * w / tails for w in (rb, 1.5 * rd, 0.5 * rd))
-    return TargetWidths(
-        answer.half_width(1 - 2 * ab),
-        b.dropped.half_width(1 - 2 * a_down),
-        b.dropped.half_width(1 - 2 * a_up),
-    )
+    lower_d = b.target.grid == 1
+    up, down = (1.5, 0.5) if lower_d else (1.0, 0.0)
+    tails = 2 * rb + (up + down) * rd
+    ab, a_up, a_down = (alpha * w / tails for w in (rb, up * rd, down * rd))
+    d_lo = b.dropped.half_width(1 - 2 * a_down) if lower_d else 0.0
+    return TargetWidths(answer.half_width(1 - 2 * ab), d_lo, b.dropped.half_width(1 - 2 * a_up))
 
 
 def _check(c: Counts) -> list[str]:
