@@ -316,9 +316,18 @@ def _assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
     unit, lost = a.private.privacy_unit, _lost(a, t)
     if _alarm(r, rows):
         n = max(0.0, float(r.over_cap.sum()))
+        auto = "auto" in (a.private.max_rows_per_unit, a.private.max_groups_per_unit)
+        what = (
+            "The bounds were chosen from the data (auto): raise dpsql.epsilon for a surer "
+            "choice, ask the data owner to set max_rows_per_unit / max_groups_per_unit to "
+            "numbers in the policy, or ask about fewer rows."
+            if auto
+            else "Raise max_rows_per_unit / max_groups_per_unit in the policy, or ask about "
+            "fewer rows."
+        )
         return (
-            f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond what it allows for. Raise max_rows_per_unit / max_groups_per_unit "
-            "in the policy, or ask about fewer rows."
+            f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond "
+            f"what it allows for. {what}"
         )
     return f"It assumes no {unit} {lost} ({_cap_source(a, t)}){_pre_join(a)}."
 

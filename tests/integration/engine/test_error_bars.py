@@ -197,6 +197,10 @@ def test_plainly_says_when_the_interval_does_not_cover(make_db: Callable[[str], 
     try:
         r = e.execute(e.prepare("SELECT COUNT(*) FROM t"), SessionContext(analyst="a"))
         assert any("does NOT cover the truth" in n for n in r.notices), r.notices
+        # fixed bounds: what to change is the policy's numbers (with auto: dpsql.epsilon first)
+        assert any(
+            "Raise max_rows_per_unit / max_groups_per_unit in the policy" in n for n in r.notices
+        )
     finally:
         e.close()
 
