@@ -263,6 +263,12 @@ class UndefinedObject(SyntaxErrorOrAccessRuleViolation):
     sqlstate = "42704"
 
 
+class UndefinedFunction(SyntaxErrorOrAccessRuleViolation):
+    """A function PostgreSQL doesn't have for these argument types, e.g. avg(date) (42883)."""
+
+    sqlstate = "42883"
+
+
 class GroupingError(SyntaxErrorOrAccessRuleViolation):
     """A GROUP BY / GROUPING() misuse PostgreSQL would reject as well (42803)."""
 

@@ -386,7 +386,24 @@ def _avg_line(
         )
     line += _assumption(a, mass, t, rows)
     declared = (float(t.raw_lo), float(t.raw_hi))
-    return line + _avg_why_wide(a, (m0, m1), s, (ls, ln), ivs, noisy, declared)
+    line += _avg_why_wide(a, (m0, m1), s, (ls, ln), ivs, noisy, declared)
+    return line + _avg_nulls(a, s, noisy)
+
+
+def _avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str:
+    """Groups whose AVG is NULL: their noisy row count came out below 1 (no average)."""
+    if noisy is None or len(s.measures) < 2:
+        return ""
+    counts = [float(v) for v in noisy[s.measures[1]]]
+    k = sum(1 for v in counts if v < 1)
+    if not k:
+        return ""
+    where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
+    return (
+        f" It is NULL {where}".rstrip()
+        + ": the noisy count of rows there came out below 1, so no average is released "
+        "(too few rows for this epsilon)."
+    )
 
 
 def _avg_why_wide(
@@ -421,7 +438,8 @@ def _avg_why_wide(
     )
     return (
         f" {which} spans most of {_col(a.measure(s.measures[0]))}'s declared range "
-        f"({fmt(lo)} to {fmt(hi)}): too few rows (about {fmt(kept)}) for this epsilon, {why}. "
+        f"({fmt(lo)} to {fmt(hi)}): too few rows (as few as about {fmt(kept)}, noisy) for this "
+        f"epsilon, {why}. "
         "Raise dpsql.epsilon, or group less finely."
     )
 

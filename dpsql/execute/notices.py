@@ -4,6 +4,7 @@ or a mode (also in EXPLAIN's plan, :mod:`dpsql.explain.report`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sqlglot import exp
@@ -108,13 +109,17 @@ def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
         t = mech.rank_error(conf)
         what = _target(float(mech.quantile))
         return (
-            f"with probability {conf:g} the answer's rank is within {t:.4g} rows of the "
+            f"with probability {conf:g} the answer's rank is within {plural(math.ceil(t), 'row')} of the "
             f"{what}'s in its group, to the nearest bucket ({_width(s, float(mech.width))} wide)"
         )
     assert isinstance(mech, Mode)
     n = len(mp.measure.candidates) if mp.measure.candidates else None
     g = mech.count_error(conf, n) if n else None
-    within = f"{g:.4g} rows" if g is not None else "2R ln(candidates/alpha)/epsilon rows"
+    within = (
+        plural(math.ceil(g), "row")
+        if g is not None
+        else "2R ln(values / (1 - confidence)) / epsilon rows (R: rows kept per unit)"
+    )
     return (
         f"with probability {conf:g} the answer's row count is within {within} of the most "
         "frequent value's"

@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.names import describe
@@ -127,6 +127,27 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
         check_total(n, ctx.column)
     if sum(1 for _ in node.find_all(exp.Interval)) > MAX_INTERVALS:
         raise UnsupportedSql(f"at most {MAX_INTERVALS} INTERVAL constants per expression")
+
+
+def _refuse_temporal_arithmetic(ctx: _Ctx, arg: exp.Expr, written: str) -> None:
+    """SUM / AVG / VARIANCE / STDDEV of a date or timestamp: PostgreSQL has none (42883), so say
+    that, and what to ask instead, rather than "its range can't be bounded"."""
+    node = arg
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Column):
+        return
+    family = ctx.column(node).family
+    if family not in ("date", "timestamp"):
+        return
+    func = written.split("(", 1)[0]
+    raise UndefinedFunction(
+        f"{written}: PostgreSQL has no {func} of a {family}",
+        hint=f"for dates use MIN({node.name}), MAX({node.name}), MEDIAN({node.name}) or "
+        f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {node.name}); or count by period: "
+        f"SELECT date_trunc('month', {node.name}) AS month, COUNT(*) FROM {ctx.table.split('.')[-1]} "
+        "GROUP BY 1",
+    )
 
 
 def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
@@ -248,6 +269,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
             hint=f"use {name.upper()}(...) without DISTINCT",
         )
     check_row_level(ctx, arg, f"{name.upper()}(...)")
+    _refuse_temporal_arithmetic(ctx, arg, sql)
     r = _arg_interval(ctx, arg, name.upper())
     q = ctx.qualify(arg)
     integral = _integral(ctx, arg, r)

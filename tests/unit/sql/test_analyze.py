@@ -64,7 +64,7 @@ REFUSED = [
     ("SELECT array_agg(amount) FROM purchases", "42501"),
     ("SELECT string_agg(email, ',') FROM purchases", "42501"),
     ("SELECT SUM(amount / (quantity - 5)) FROM purchases", "42501"),  # the divisor may be 0
-    ("SELECT AVG(purchased_at) FROM purchases", "42501"),
+    ("SELECT AVG(purchased_at) FROM purchases", "42883"),  # PostgreSQL has no avg(date)
     ("SELECT amount FROM purchases ORDER BY amount LIMIT 1", "42501"),
     ("SELECT DISTINCT category FROM purchases", "42501"),
     ("SELECT COUNT(*) OVER () FROM purchases", "42501"),
