@@ -2,12 +2,15 @@
 
     python bench/rewrite.py [--rows 1000000 10000000] [--repeat 5] [--dsn DSN]
                             [--citus DSN [--citus-only]] [--only TEXT] [--before DIR]
+                            [--check-rounds N]
 
 For each scale it (re)creates, in its own PostgreSQL (or at ``--dsn``), a table ``events`` of N
 rows from N/10 users (``user_id`` the privacy unit, about 10 rows each; 50 heavy users with
 N/50,000 rows each) and a table
-``people`` of N/10 rows whose privacy unit ``pid`` is its PRIMARY KEY, plus a public table
-``items``; then prints, for every measure kind, the median time of the query as written on
+``people`` of N/10 rows whose privacy unit ``pid`` is its PRIMARY KEY and whose CHECK
+constraints keep ``age`` and ``income`` inside their declared bounds (dpsql reads them unclamped:
+``dpsql/sql/check_bounds.py``; ``--check-rounds N`` compares, interleaved, with the constraints
+dropped), plus a public table ``items``; then prints, for every measure kind, the median time of the query as written on
 PostgreSQL (``plain``) and of the same query through dpsql's engine (plan, bounded SQL, noise,
 post-processing, the ledger's charge; each execution at a slightly different epsilon, so none is a
 free repeat; contribution bounds the policy leaves ``auto`` are chosen by the first, warm-up
@@ -91,7 +94,10 @@ DROP TABLE IF EXISTS events, people, items;
 CREATE TABLE items (id integer PRIMARY KEY, name text NOT NULL, price numeric NOT NULL);
 CREATE TABLE events (id bigint NOT NULL, user_id integer NOT NULL, kind text NOT NULL,
                      region text NOT NULL, item_id integer NOT NULL, amount numeric(10,2));
-CREATE TABLE people (pid integer PRIMARY KEY, age integer, sex integer, income numeric(12,2));
+CREATE TABLE people (pid integer PRIMARY KEY, sex integer,
+                     age integer CONSTRAINT people_age_bounds CHECK (age BETWEEN 0 AND 100),
+                     income numeric(12,2) CONSTRAINT people_income_bounds
+                       CHECK (income >= 0 AND income <= 500000));
 """
 
 LOAD = """
@@ -103,7 +109,7 @@ SELECT g, CASE WHEN g % 1000 = 0 THEN (g / 1000) % 50 + 1 ELSE 51 + (hashint4(g:
        1 + (hashint4(g::int + 3) & 1023) % 1000,
        round(((hashint4(g::int + 11) & 65535) / 65.0)::numeric, 2)
 FROM generate_series(1, %(rows)s) g;
-INSERT INTO people
+INSERT INTO people (pid, age, sex, income)
 SELECT p, (hashint4(p + 1) & 127) % 101, hashint4(p + 2) & 1,
        round(((hashint4(p + 5) & 1048575) / 2.5)::numeric, 2)
 FROM generate_series(1, %(units)s) p;
@@ -379,6 +385,79 @@ def run_scale(
     return out
 
 
+CHECKS = {
+    "people_age_bounds": "CHECK (age BETWEEN 0 AND 100)",
+    "people_income_bounds": "CHECK (income >= 0 AND income <= 500000)",
+}
+
+
+def check_rounds(dsn: str, rounds: int, repeat: int) -> None:
+    """The unique-unit queries with the ``people`` table's CHECK constraints (which prove its
+    values inside their declared bounds: dpsql reads them unclamped) and without them (dropped:
+    dpsql clamps), interleaved with the plain query over ``rounds`` rounds on the tables as
+    loaded: per round and kind, plain, proven and clamped medians of ``repeat`` executions (wall
+    and CPU), and the ratios of each to the plain query of the same round."""
+    print(f"\n## CHECK constraints on people: proven vs clamped, {rounds} rounds")
+    print(f"load before: {uptime()}")
+    policy_file = Path(tempfile.mkdtemp(prefix="dpsql-bench-")) / "policy.yaml"
+    policy_file.write_text(POLICY)
+    policy = load_policy(policy_file)
+    engine = Engine(policy, dsn, ledger=Ledger.open(dsn, policy))
+    calls = itertools.count(int(rng.token_hex(5), 16) * 1000)
+    cpu = server_cpu(dsn)
+
+    def session() -> SessionContext:
+        return SessionContext(analyst="bench", epsilon=Fraction(1) + Fraction(next(calls), 10**16))
+
+    def constraints(on: bool) -> None:
+        with psycopg.connect(dsn, autocommit=True) as c:
+            for name, check in CHECKS.items():
+                c.execute(f"ALTER TABLE people DROP CONSTRAINT IF EXISTS {name}")
+                if on:
+                    c.execute(f"ALTER TABLE people ADD CONSTRAINT {name} {check}")
+
+    def ms(x: float | None) -> str:
+        return "-" if x is None else f"{x * 1000:,.0f}"
+
+    print(
+        "| round | measure kind | plain | proven | clamped | proven / plain | clamped / plain |"
+        " CPU plain | CPU proven | CPU clamped | CPU proven / plain | CPU clamped / plain |"
+        "\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    )
+    try:
+        # autocommit: an open transaction's lock on people would block ALTER TABLE
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for r in range(rounds):
+                for kind, q, _ in QUERIES:
+                    if not kind.startswith("unit unique"):
+                        continue
+                    p = engine.prepare(q)
+                    got: dict[str, tuple[float, float | None]] = {}
+                    for label in ("plain", "proven", "clamped"):
+                        if label == "plain":
+                            got[label] = timed(lambda q=q: conn.execute(q).fetchall(), repeat, cpu)
+                            continue
+                        constraints(label == "proven")
+                        got[label] = timed(lambda p=p: engine.execute(p, session()), repeat, cpu)
+                    (pw, pc), (vw, vc), (cw, cc) = got["plain"], got["proven"], got["clamped"]
+                    line = (
+                        f"| {r + 1} | {kind} | {ms(pw)} | {ms(vw)} | {ms(cw)} | {vw / pw:.2f}x |"
+                        f" {cw / pw:.2f}x |"
+                    )
+                    if pc and vc is not None and cc is not None:
+                        line += (
+                            f" {ms(pc)} | {ms(vc)} | {ms(cc)} | {vc / pc:.2f}x | {cc / pc:.2f}x |"
+                        )
+                    else:
+                        line += " - | - | - | - | - |"
+                    print(line)
+                    sys.stdout.flush()
+    finally:
+        constraints(True)
+        engine.close()
+    print(f"load after: {uptime()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
@@ -394,6 +473,13 @@ def main() -> None:
         "--before",
         default=None,
         help="a checkout of an earlier dpsql: time its private SQL too, interleaved",
+    )
+    ap.add_argument(
+        "--check-rounds",
+        type=int,
+        default=0,
+        help="then N rounds of the unit-unique queries with and without people's CHECK "
+        "constraints, interleaved with the plain query (plain PostgreSQL only)",
     )
     args = ap.parse_args()
     cluster = None
@@ -417,6 +503,8 @@ def main() -> None:
                     only=args.only,
                     before=args.before,
                 )
+                if args.check_rounds:
+                    check_rounds(dsn, args.check_rounds, args.repeat)
             if args.citus:
                 run_scale(
                     args.citus,
