@@ -111,7 +111,7 @@ def accuracy_notes(
         tw = target_widths(mech, b, confidence)
         r = removed[b.target.key]
         t = b.target
-        total = float(np.clip(r.dropped, 0, None).sum()) if rows else 0.0
+        total = _total_removed(r.dropped) if rows else 0.0
         answer = (
             float(np.abs(np.asarray(noisy[s.measures[0]], dtype=np.float64)).sum())
             if (noisy is not None and rows and s.measures[0] in noisy)
@@ -163,6 +163,15 @@ def _outside_warnings(
         if n is not None and b is not None:
             out[s.sql] = outside_warning(a, s, n, b.target.split)
     return out
+
+
+def _total_removed(dropped: np.ndarray) -> float:
+    """The removed mass over all groups: the sum of the groups' released estimates, at 0 if
+    below. Each group's estimate is the truth plus noise of mean 0, so their sum is too; each
+    clipped at 0 first (as before) added about half a noise scale per group where little was
+    removed (the demo's 11 months: 'about 6,436 rows' against about 1,400, at a scale of
+    1,067 a group)."""
+    return max(0.0, float(np.asarray(dropped, dtype=np.float64).sum()))
 
 
 def _percent(x: float) -> str:
@@ -367,7 +376,7 @@ def _avg_line(
     mass = removed[t.key]
     where = " in all groups together" if a.group_keys else ""
     per = " a group" if a.group_keys else ""
-    total = float(np.clip(mass.dropped, 0, None).sum()) if rows else 0.0
+    total = _total_removed(mass.dropped) if rows else 0.0
     wm = fmt(c.dropped.half_width(lm))
     head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
     if n is None:
@@ -377,7 +386,7 @@ def _avg_line(
         )
     else:
         dropped = removed[n.target.key].dropped
-        count = float(np.clip(dropped, 0, None).sum()) if rows else 0.0
+        count = _total_removed(dropped) if rows else 0.0
         wr = fmt(n.dropped.half_width(lr))
         line = (
             f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "

@@ -11,32 +11,42 @@ reach's tail (at 1.2% of alpha's share) the row's interval lay above its answer 
 such rows missed the truth (``10 | 10076 | 17273 | 24612``, truth 10,195): the level held over
 all rows, never for the rows a reader notices.
 
-Data: 30 declared groups, each unit in one group. Group 'h': 1,500 units of L + 2 = 10 rows (the
+Data: 16 declared groups, each unit in one group. Group 'h': 1,500 units of L + 2 = 10 rows (the
 cap L = 8 over a unit's groups keeps 8: 3,000 rows removed, far beyond the estimate's noise);
-the 29 others: 100 units of 1-4 rows each (nothing removed). Policy: R auto, G fixed (4 ranked
-groups per unit, or 30: the cap split over the declared groups); the plan takes L = 8 as auto
-would have chosen it (fixed here: a test assuming one sensitivity must not let it be noisy),
-epsilon 4. The bounded SQL runs once; its rows are released DRAWS times with fresh noise.
+the 15 others: 100 units of 1-4 rows each (nothing removed). Policy: R auto, G fixed (4 ranked
+groups per unit, or 16: the cap split over the declared groups, 2 rows a unit in one group);
+the plan takes L = 8 as auto would have chosen it (fixed here: a test assuming one sensitivity
+must not let it be noisy), epsilon 4. The bounded SQL runs once; its rows are released DRAWS
+times with fresh noise.
 
-Property: every row's 95% interval holds the truth with probability >= 0.95; and given that its
-lower end lies above its answer ("raised"), still >= 0.95. Rows' noises are independent, a row
-is raised or not by its own noise, so given which rows were raised their coverage indicators
-are independent, each >= 0.95 if the property holds: fewer than ``binom_min_successes(n, 0.95)``
-covered of n has probability <= 1e-6 (the false-failure rate), for the raised rows and for all.
-Why the raised rows hold here: 'h' is raised in nearly every release and its interval misses
-only in its tails (<= 5%); a light group is raised only when the estimate's noise passes its
-lower reach, at 1e-6 of alpha (about 0.1 such rows expected in 116,000): each such row misses.
-The broken twin -- the old split (the lower tail at alpha / 2 · its share of the noise: 1.2%)
--- raises about 0.3 light rows per release, nearly all missing: about 75% of the raised rows
-cover, and the check must fail it.
+Property: every row's 95% interval holds the truth with probability >= 0.95, and so do the rows
+whose lower end lies above their answer ("raised"), taken together. Rows' noises are
+independent and a row is raised or not by its own noise. 'h' is raised in nearly every release
+and, given that, misses only in its interval's tails (<= 5%): given which 'h' rows were raised,
+fewer than ``binom_min_successes(n, 0.95, 9.8e-7)`` of them covered has probability
+<= 9.8e-7. A light row is raised only when its estimate's noise passes the lower reach (1e-6
+of alpha): < 0.008 for one of the 6,000 in a run, and it adds one miss, which fails a run
+otherwise passing with probability < 2e-8 (< 3e-6 of the binomial's tail moves by one step).
+False failure <= 1e-6; the same for all rows (``binom_min_successes(rows, 0.95)``).
+The broken twin -- the old split (the lower tail at a share in proportion to its noise: 1.2%)
+-- raises about 0.17 light rows per release, nearly all missing: about 81% of the raised rows
+cover (379 of 470), and the check must fail it.
+
+The notice's 'about N rows in all groups together' is the sum of the groups' estimates
+(:func:`_total_check`: unbiased, at epsilon 10 over 400 releases +6,485 rows in all against an
+allowed ±29,600); the broken twin clipped each group's at 0 first, adding half a noise scale
+per light group (+130,393: caught).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -63,6 +73,7 @@ DRAWS = 400
 KEYS = ["h", *(f"g{i:02d}" for i in range(15))]
 L = 8  # rows a unit keeps over all its groups
 SQL = "SELECT g, COUNT(*) FROM t GROUP BY g"
+TOTAL = re.compile(r"about ([\d,.]+) rows? in all groups together")
 
 
 def _policy(groups: int) -> Policy:
@@ -110,13 +121,15 @@ class Counts:
     raised_covered: int
     rows: int
     covered: int
+    stated: tuple[float, ...] = ()  # each release's notice: 'about N rows in all groups together'
+    scale: float = 0.0  # the removed-mass estimate's noise scale (grid steps of 1 row)
 
 
-def _counts(dsn: str, groups: int) -> Counts:
+def _counts(dsn: str, groups: int, epsilon: int = 4) -> Counts:
     e = Engine(_policy(groups), dsn, pool_size=2)
     try:
         prepared = e.prepare(SQL)
-        session = SessionContext(analyst="a", epsilon=Fraction(4))
+        session = SessionContext(analyst="a", epsilon=Fraction(epsilon))
         a = make_plan(e, prepared, session).analysis
         m = a.measures[0]
         chosen = (*policy_choices(a), ChosenBound("total", total_column(m), Fraction(L), *_free))
@@ -133,8 +146,11 @@ def _counts(dsn: str, groups: int) -> Counts:
         assert truth["h"] - kept["h"] == 3000 and all(kept[k] == truth[k] for k in KEYS[1:])
         declared: list[tuple[str | None, ...]] = [tuple(KEYS)]
         raised = raised_covered = n = covered = 0
+        stated: list[float] = []
         for _ in range(DRAWS):
             rel = release(plan, [tuple(r) for r in rows], ["text"], declared, 0.95, CSPRNG)
+            got = next(m for x in rel.notes if (m := TOTAL.search(x)))
+            stated.append(float(got.group(1).replace(",", "")))
             for key, stats, ivs in zip(rel.groups, rel.stats, rel.intervals, strict=True):
                 assert ivs[0] is not None
                 lo, hi = ivs[0]
@@ -142,7 +158,8 @@ def _counts(dsn: str, groups: int) -> Counts:
                 n, covered = n + 1, covered + hit
                 if lo > float(stats[0]):
                     raised, raised_covered = raised + 1, raised_covered + hit
-        return Counts(raised, raised_covered, n, covered)
+        scale = float(plan.bias[0].dropped.noise_scale)
+        return Counts(raised, raised_covered, n, covered, tuple(stated), scale)
     finally:
         e.close()
 
@@ -167,7 +184,7 @@ def _old_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
 def _check(c: Counts) -> list[str]:
     """What fails the property (empty: holds)."""
     out = []
-    need = binom_min_successes(c.raised, 0.95)
+    need = binom_min_successes(c.raised, 0.95, 9.8e-7)
     if c.raised_covered < need:
         out.append(f"raised rows: {c.raised_covered} of {c.raised} covered, need {need}")
     if c.covered < binom_min_successes(c.rows, 0.95):
@@ -189,3 +206,56 @@ def test_the_old_split_fails_the_same_check(
     monkeypatch.setattr(bias_module, "target_widths", _old_widths)
     c = _counts(dsn, groups)
     assert _check(c), f"the old split passed the check: {c}"
+
+
+def _sum_tail(scale: float, n: int, t: float) -> float:
+    """A Chernoff bound on P(S > t) (= P(S < -t)) for S the sum of n independent discrete
+    Laplace noises of ``scale`` (P(k) ∝ exp(-|k| / scale)): min over l of
+    exp(-l t) M(l)^n, M(l) = (1 - r)^2 / ((1 - r e^l)(1 - r e^-l)), r = exp(-1 / scale)."""
+    r = math.exp(-1 / scale)
+
+    def log_bound(lam: float) -> float:
+        m = 2 * math.log1p(-r) - math.log1p(-r * math.exp(lam)) - math.log1p(-r * math.exp(-lam))
+        return -lam * t + n * m
+
+    top = 1 / scale  # the MGF is finite for l < -ln r = 1 / scale
+    return math.exp(min(log_bound(top * i / 1000) for i in range(1, 1000)))
+
+
+def _total_check(c: Counts) -> str:
+    """What fails 'the notice's total removed is the truth (3,000) plus noise of mean 0'.
+
+    Each release states max(0, S + 3000) rounded to the notice's digits (|error| <= 5), S the
+    sum of the 16 groups' noises (independent discrete Laplace of ``c.scale``). With no S below
+    -3000 (probability <= DRAWS · P(S < -3000), a Chernoff bound) the stated totals add up to
+    DRAWS · 3000 + sum S within 5 DRAWS; the check fails when they are off by more than
+    t + 5 DRAWS, of probability <= P(|sum S| > t) (Chernoff, both sides); t is chosen so that
+    the three add up to <= 1e-6."""
+    n = DRAWS * len(KEYS)
+    t = 1000.0
+    while _sum_tail(c.scale, n, t) > 2.5e-7:
+        t *= 1.05
+    clip = DRAWS * _sum_tail(c.scale, len(KEYS), 3000)
+    assert 2 * _sum_tail(c.scale, n, t) + clip <= 1e-6, (t, clip)
+    err = sum(c.stated) - DRAWS * 3000
+    if abs(err) > t + 5 * DRAWS:
+        return f"stated totals add up to {err:+,.0f} from the truth (allowed ±{t + 5 * DRAWS:,.0f})"
+    return ""
+
+
+def test_the_notice_states_the_total_removed_without_bias(dsn: str) -> None:
+    """'about N rows in all groups together': the groups' estimates summed, not each clipped at
+    0 first (the demo's 11 months said 'about 6,436 rows' against about 1,400)."""
+    c = _counts(dsn, 4, epsilon=10)
+    assert len(c.stated) == DRAWS and not _total_check(c), _total_check(c)
+
+
+def test_clipping_each_group_first_is_caught(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpsql.execute import accuracy_text
+
+    def clipped(dropped: object) -> float:
+        return float(np.clip(np.asarray(dropped, dtype=np.float64), 0, None).sum())
+
+    monkeypatch.setattr(accuracy_text, "_total_removed", clipped)
+    c = _counts(dsn, 4, epsilon=10)
+    assert _total_check(c), "clipping each group's estimate at 0 first passed the check"
