@@ -289,7 +289,41 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         console.print(f"[yellow]{where}: {f.problem}[/yellow]", highlight=False)
     if not ranges:
         console.print("[green]every bounded column's values lie in its declared bounds[/green]")
+    for f in proof_findings(policy, upstream):
+        style = "dim" if f.warning else "green"
+        console.print(f"[{style}]{f.table}.{f.column}: {f.problem}[/{style}]", highlight=False)
     return 0
+
+
+def proof_findings(policy: Policy, dsn: str) -> list[Finding]:
+    """Per private table, its bounded columns whose values validated CHECK constraints prove
+    inside the declared bounds (read unclamped: :mod:`dpsql.sql.check_bounds`), and those they
+    don't (a note: such a constraint would make queries cheaper). Reads the catalog only."""
+    from dpsql.execute.checked_bounds import checks_sql, proven_columns
+
+    out: list[Finding] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, t in policy.tables.items():
+            cols = tuple(
+                sorted(c for c, col in t.columns.items() if col.bounds and not col.temporal)
+            )
+            if not cols:
+                continue
+            row = conn.execute(sql.SQL("SELECT ({})").format(checks_sql(name, cols))).fetchone()
+            proven = proven_columns(t, cols, row[0] if row else None)
+            for c in cols:
+                col = t.columns[c]
+                assert col.bounds is not None
+                lo, hi = _bound(col.bounds[0]), _bound(col.bounds[1])
+                if c in proven:
+                    what = f"the catalog proves it in [{lo}, {hi}] (a CHECK constraint): read unclamped"
+                else:
+                    what = (
+                        f"clamped into [{lo}, {hi}] in every query; a validated CHECK ({c} >= {lo} "
+                        f"AND {c} <= {hi}) would make its queries cheaper (docs/policy.md)"
+                    )
+                out.append(Finding(name, c, what, warning=c not in proven))
+    return out
 
 
 def _bound(v: object) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from psycopg import sql as pgsql
 
+from dpsql.policy.tables import PrivateTable
 from dpsql.sql import check_bounds
 from dpsql.sql.analysis import Analysis
 
@@ -64,6 +65,13 @@ def checks_sql(table: str, columns: tuple[str, ...]) -> pgsql.Composed:
 def proven(a: Analysis, columns: tuple[str, ...], value: object) -> tuple[str, ...]:
     """Of ``columns``, those the catalog read ``value`` (:data:`CHECKS_SQL`'s, decoded) proves
     within their declared bounds in ``a``'s table."""
+    return proven_columns(a.private, columns, value)
+
+
+def proven_columns(
+    private: PrivateTable, columns: tuple[str, ...], value: object
+) -> tuple[str, ...]:
+    """:func:`proven` for the policy table ``private`` (``dpsql check --upstream`` too)."""
     if isinstance(value, str):  # a connection that loads jsonb as text
         value = json.loads(value)
     if not columns or not isinstance(value, Mapping):
@@ -79,7 +87,7 @@ def proven(a: Analysis, columns: tuple[str, ...], value: object) -> tuple[str, .
         rels.append((str(r[0]), tuple(str(d) for d in r[1])))
     declared = {}
     for c in columns:
-        col = a.private.columns.get(c)
+        col = private.columns.get(c)
         if col is not None and col.bounds is not None and not col.temporal:
             declared[c] = (col.lo, col.hi)
     return check_bounds.proven(columns, declared, {str(k): str(v) for k, v in types.items()}, rels)

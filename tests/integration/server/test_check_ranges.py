@@ -6,11 +6,12 @@ own data with their own credentials, not a release); the server never runs it fo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
 
-from dpsql.check import check_policy, range_findings
+from dpsql.check import check_policy, proof_findings, range_findings
 from dpsql.demo import POLICY
 from dpsql.policy import load_policy
 
@@ -74,3 +75,36 @@ def test_no_analyst_path_runs_the_range_check() -> None:
         if "range_findings" in p.read_text() and p != root / "check.py"
     ]
     assert users == [], users
+
+
+def test_check_says_which_columns_the_catalog_proves(
+    make_db: Callable[[str], str], tmp_path: Path
+) -> None:
+    """``amount`` has a validated CHECK within its declared bounds: proven (read unclamped);
+    ``fee`` has a NOT VALID one and ``tip`` none: a note says what would make them cheaper."""
+    import psycopg
+
+    dsn = make_db("checkproof")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE pay (uid integer PRIMARY KEY, amount numeric "
+            "CHECK (amount BETWEEN 0 AND 500), fee numeric, tip numeric)"
+        )
+        conn.execute("ALTER TABLE pay ADD CHECK (fee >= 0 AND fee <= 10) NOT VALID")
+    path = tmp_path / "pay.yaml"
+    path.write_text(
+        "version: 1\ndataset: pay\ntables:\n  public.pay:\n    privacy_unit: uid\n"
+        "    columns:\n      uid: {type: integer, identifier: true}\n"
+        "      amount: {type: numeric, bounds: [0, 500]}\n"
+        "      fee: {type: numeric, bounds: [0, 10]}\n"
+        "      tip: {type: numeric, bounds: [0, 100]}\n"
+    )
+    found = {f.column: f for f in proof_findings(load_policy(path), dsn)}
+    assert (
+        not found["amount"].warning
+        and "the catalog proves it in [0, 500]" in found["amount"].problem
+    )
+    assert found["fee"].warning and "CHECK (fee >= 0 AND fee <= 10)" in found["fee"].problem
+    assert found["tip"].warning
+    status, out = _check(path, dsn)
+    assert status == 0 and "public.pay.amount: the catalog proves it in [0, 500]" in out, out
