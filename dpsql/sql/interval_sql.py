@@ -246,10 +246,19 @@ class Exprs:
                 )
 
             zero = _int_literal(fallback)
+            # the fallback is exact (it never misses) only where the NULL is the truth's too:
+            # not where rows are missing because partition selection or noisy values dropped
+            # them (a LEFT JOIN to such a leaf: the true statement has a row, 0 is no bound)
+            public = not any(k in self.rows for k in ("selected", "chosen"))
+            miss = (
+                exp.Case(
+                    ifs=[exp.If(this=is_null.copy(), true=exp.Literal.number(0))], default=a.miss
+                )
+                if public
+                else a.miss
+            )
             return replace(
-                a, lo=pick(a.lo), hi=pick(a.hi), passthrough=False,
-                miss=exp.Case(ifs=[exp.If(this=is_null.copy(), true=exp.Literal.number(0))],
-                              default=a.miss),  # the fallback is exact: it never misses
+                a, lo=pick(a.lo), hi=pick(a.hi), passthrough=False, miss=miss,
                 additive=a.additive and zero and int(fallback.this) == 0,
                 integral=a.integral and zero,
             )  # fmt: skip
