@@ -28,6 +28,21 @@ from sqlglot import exp
 from dpsql.sql.names import function_name, type_sql
 from dpsql.sql.tree import LEAF_PREFIX
 
+# operators sqlglot names by its own node keys, as the user writes them (reasons a NULL interval)
+_OPERATORS = {
+    "dpipe": "the operator ||",
+    "mod": "the operator %",
+    "pow": "the operator ^",
+    "bitwiseand": "the operator &",
+    "bitwiseor": "the operator |",
+    "bitwisexor": "the operator #",
+    "like": "LIKE",
+    "ilike": "ILIKE",
+    "is": "IS",
+    "in": "IN",
+    "between": "BETWEEN",
+}
+
 IV_LEAF = "_dpsql_ivleaf_"  # a placeholder whose leaf's rows carry their interval columns
 HIDDEN = re.compile(r"^_dpsql_iv(\d+)_(low|high|miss)$")
 ENDS = ("low", "high", "miss")  # the hidden columns of one interval
@@ -271,7 +286,11 @@ class Exprs:
         if isinstance(n, exp.AggFunc):
             return self.agg(n, None)
         if self.scope.noisy(n):
-            what = n.key.upper() if not isinstance(n, exp.Func) else function_name(n).upper()
+            what = (
+                function_name(n).upper()
+                if isinstance(n, exp.Func)
+                else _OPERATORS.get(n.key, n.key.upper())
+            )
             if isinstance(n, (exp.Subquery, exp.Select)):
                 what = "a scalar subquery"
             return No(f"{what} of a noisy value is not monotone: dpsql can't bound it")
