@@ -43,6 +43,11 @@ The private cached statement's proxy CPU at 5e50bd1 and now, interleaved on one 
 18: the repeated statement's memos, one-round-trip ledger lookup): docs/architecture.md, "A
 repeated statement".
 
+``--compare REV [--rounds 5] [--only PATHS] [--policy-now FILE]`` measures instead every path
+(public lookup, private repeat, private fresh; simple, extended, prepared) at git revision REV and
+at this tree, interleaved, proxy CPU per statement (``bench/proxy_compare.py``); the instructions
+per statement, which do not move with the load: ``bench/proxy_instructions.py``.
+
 Usage: ``python bench/proxy_latency.py [--dsn DSN] [--n 2000] [--seconds 5] [--workers 1,2]
 [--clients 1,8,32] [--skip SCENARIOS] [--no-null-relay] [--no-pgbouncer] [--policy FILE]``
 """
