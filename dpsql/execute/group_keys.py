@@ -18,8 +18,8 @@ from dpsql.errors import UpstreamError
 from dpsql.execute.backend import Rows, key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.rewrite.bound_contributions import source_select
 from dpsql.sql.rewrite.make_total import make_total
+from dpsql.sql.rewrite.source_rows import source_select
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext

@@ -90,7 +90,7 @@ def check_join_size(ctx: Ctx) -> None:
     """Refuse joins whose size one privacy unit could blow up past the statement timeout.
 
     Each private table of a join keeps at most R rows per unit before the join
-    (:func:`dpsql.sql.rewrite.bound_contributions.capped_table`), but k of them still give R^k
+    (:func:`dpsql.sql.rewrite.source_rows.capped_table`), but k of them still give R^k
     joined rows per unit, and every joined table multiplies each private row by its fan-out.
     With R = 25, seven copies of a table joined on the unit turned ONE row passing the WHERE
     clause into 25^6 = 2.4e8 joined rows: the query timed out (57014, an exact bit) if and only

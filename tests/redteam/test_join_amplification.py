@@ -7,7 +7,7 @@ run past the statement timeout while the same query without them finished: wheth
 (57014, an exact bit, not noised) said whether some unit had many rows matching the WHERE
 clause; charging epsilon for the timeout does not make that bit private, and padding can't hide
 an error. Each private table of such a join now keeps at most R rows per unit before the join
-(dpsql.sql.rewrite.bound_contributions.capped_table). Measured with EXPLAIN ANALYZE of the
+(dpsql.sql.rewrite.source_rows.capped_table). Measured with EXPLAIN ANALYZE of the
 rewritten SQL: the join's intermediate rows (deterministic, no timing).
 """
 

@@ -1,8 +1,9 @@
 """Rewrite passes: one pass per module, each a pure function over sqlglot trees.
 
 The pipeline (``private_query``) turns an :class:`~dpsql.sql.analysis.Analysis` into the SQL that
-PostgreSQL runs: total row-level expressions, clamped values, bounded contributions, one row per
-group (and, for quantiles and mode, one row per group and bucket: ``bucket_values``).
+PostgreSQL runs: the rows read (``source_rows``: tables and joins, joined private tables capped
+per unit), total row-level expressions, clamped values, bounded contributions, one row per group
+(and, for quantiles and mode, one row per group and bucket: ``bucket_values``).
 """
 
 from sqlglot import exp
