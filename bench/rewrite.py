@@ -435,10 +435,14 @@ def check_rounds(dsn: str, rounds: int, repeat: int) -> None:
                     got: dict[str, tuple[float, float | None]] = {}
                     for label in ("plain", "proven", "clamped"):
                         if label == "plain":
-                            got[label] = timed(lambda q=q: conn.execute(q).fetchall(), repeat, cpu)
+                            (got[label],) = timed(
+                                [lambda q=q: conn.execute(q).fetchall()], repeat, cpu
+                            )
                             continue
                         constraints(label == "proven")
-                        got[label] = timed(lambda p=p: engine.execute(p, session()), repeat, cpu)
+                        (got[label],) = timed(
+                            [lambda p=p: engine.execute(p, session())], repeat, cpu
+                        )
                     (pw, pc), (vw, vc), (cw, cc) = got["plain"], got["proven"], got["clamped"]
                     line = (
                         f"| {r + 1} | {kind} | {ms(pw)} | {ms(vw)} | {ms(cw)} | {vw / pw:.2f}x |"
