@@ -339,6 +339,7 @@ def attach(
     out_rows: list[tuple[Any, ...]] = []
     ivs: list[tuple[tuple[float, float] | None, ...]] = []
     short: list[list[Decimal]] = [[] for _ in getters]  # per output: the rows' misses over alpha
+    absent = [0 for _ in getters]  # per output: rows that read a leaf value with no release
     for r in rows:
         ends: list[Any] = []
         row_iv: list[tuple[float, float] | None] = [None] * len(visible)
@@ -352,6 +353,8 @@ def attach(
                 miss = Decimal(1) if r[g[2]] is None else Decimal(r[g[2]])
                 if miss <= alpha + _SLACK:  # the union bound over what this row read
                     pair = _ends(r[g[0]], r[g[1]], kind)
+                elif r[g[2]] is None and r[g[0]] is not None and r[g[1]] is not None:
+                    absent[slot] += 1  # e.g. COALESCE(x, 0) where x's group was not released
                 elif r[g[0]] is not None and r[g[1]] is not None:
                     short[slot].append(miss)
             slot += 1
@@ -369,13 +372,20 @@ def attach(
         base, why, over = interval_base(names, p), whys[slot], short[slot]
         if why:
             notes.append(f"{base}_low, {base}_high are NULL: {why}")
-        elif over:
+        elif over or absent[slot]:
             assert isinstance(o.info, Held)
+            n = len(over) + absent[slot]
+            reasons = [_short(o.info, max(over), releases, labels, confidence)] if over else []
+            if absent[slot]:
+                reasons.append(
+                    "it reads a value whose group was not released (partition selection or a "
+                    "choice by noisy values left it out), so its true value is not known"
+                )
             notes.append(
                 f"{base}_low, {base}_high are NULL"
-                + (f" in {len(over)} of {len(rows)} rows" if len(over) < len(rows) else "")
+                + (f" in {n} of {len(rows)} rows" if n < len(rows) else "")
                 + ": "
-                + _short(o.info, max(over), releases, labels, confidence)
+                + "; and ".join(reasons)
             )
         else:
             notes.append(f"{base}: {_what(o.info, labels, releases, ks, confidence)}")

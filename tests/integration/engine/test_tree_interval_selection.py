@@ -79,3 +79,4 @@ def test_a_dropped_groups_fallback_is_not_exact(engine: Engine) -> None:
         assert row[hi] is None
         note = next(n for n in r.notices if n.startswith("interval columns: n_low"))
         assert "NULL in 1 of 2 rows" in note, note
+        assert "group was not released" in note, note
