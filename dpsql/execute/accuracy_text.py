@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.execute.bias import (
@@ -33,22 +31,22 @@ from dpsql.execute.bias import (
     target_of,
     target_widths,
 )
+from dpsql.execute.bounds_text import (
+    clamp_text,
+    col_name,
+    fmt,
+    qty_text,
+    rows_kept,
+    rows_text,
+    unestimated,
+)
 from dpsql.execute.declared_text import outside_warning, with_declared_premises
-from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
+from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
-from dpsql.sql.wording import plain_sql, plural
+from dpsql.sql.wording import plural
 
 _SHARE = "a tenth" if BIAS_SHARE == Fraction(1, 10) else f"{BIAS_SHARE}"  # of the epsilon
-
-
-def fmt(x: float) -> str:
-    """A number as the notice prints it: thousands separated, about 3 significant digits."""
-    if not math.isfinite(x):
-        return str(x)
-    if abs(x) >= 1000 or x == int(x):
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
 
 
 def level_text(confidence: float) -> str:
@@ -88,7 +86,7 @@ def accuracy_notes(
             w = _half_widths(s, plan, confidence)
             out.append(
                 f"{s.sql}: {conf} interval over the declared keys: a key counts when its noisy "
-                f"row count passes the noise (±{_rows(w[0]) if w else '? rows'} a key); keys with "
+                f"row count passes the noise (±{rows_text(w[0]) if w else '? rows'} a key); keys with "
                 "few rows may be missed, and the interval allows for them"
             )
             continue
@@ -103,7 +101,7 @@ def accuracy_notes(
             noise = (
                 f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
             )
-            out.append(f"{s.sql}: {conf} interval:{noise} {_unestimated(a, s)}.")
+            out.append(f"{s.sql}: {conf} interval:{noise} {unestimated(a, s)}.")
             continue
         mech = mp.mechanism
         if not isinstance(mech, (Laplace, Gaussian)):
@@ -123,7 +121,7 @@ def accuracy_notes(
         far = "above" if t.sign > 0 else "below"
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
-            f"(they keep {_kept(a, t)}): about {_qty(a, t.measure, total)}{where}{share}, "
+            f"(they keep {_kept(a, t)}): about {qty_text(a, t.measure, total)}{where}{share}, "
             f"and up to {fmt(tw.d_hi)} more{per} given that estimate's noise; so it reaches "
             f"further {far} the answer. "
         )
@@ -229,55 +227,16 @@ def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:
     return [m.half_width(level) for m in mechs if hasattr(m, "half_width")]
 
 
-def _col(m: Measure) -> str:
-    if isinstance(m.arg, exp.Column):
-        return m.arg.name
-    return plain_sql(m.arg) if m.arg is not None else "the value"
-
-
-def _rows(x: float) -> str:
-    return plural(float(fmt(x).replace(",", "")), "row") if math.isfinite(x) else f"{x} rows"
-
-
-def _qty(a: Analysis, m: Measure, x: float) -> str:
-    """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount'."""
-    if m.kind in ("count_rows", "count_values"):
-        return _rows(x)
-    if m.kind == "count_units":
-        return f"{fmt(x)} {a.private.privacy_unit}"
-    return f"{fmt(x)} of {_col(m)}"
-
-
-def _rows_kept(a: Analysis) -> str:
-    unit = a.private.privacy_unit
-    r = a.max_rows
-    text = f"at most {plural(r, 'row')} per {unit}" + (" in a group" if a.group_keys else "")
-    if a.group_keys and needs_group_rank(a):
-        text += f", in at most {plural(a.max_groups, 'group')}"
-    return text
-
-
-def _clamp(m: Measure, raw_lo: float, raw_hi: float) -> str:
-    """The clamp in words when it is narrower than the declared range, else ''."""
-    col, parts_ = _col(m), []
-    lo, hi = float(m.lo), float(m.hi)
-    if hi < raw_hi:
-        parts_.append(f"values of {col} above {fmt(hi)} count as {fmt(hi)}")
-    if lo > raw_lo:
-        parts_.append(f"values of {col} below {fmt(lo)} count as {fmt(lo)}")
-    return ", ".join(parts_)
-
-
 def _kept(a: Analysis, t: BiasTarget) -> str:
     """What the bounds keep of target ``t``, in the user's terms."""
     m, unit = t.measure, a.private.privacy_unit
     if m.kind == "count_units":
         return f"each {unit} in at most {plural(a.max_groups, 'group')}"
     if m.total is not None:
-        return f"at most {_qty(a, m, float(m.total))} per {unit} over all groups"
-    parts_ = [] if one_row(a) else [_rows_kept(a)]
+        return f"at most {qty_text(a, m, float(m.total))} per {unit} over all groups"
+    parts_ = [] if one_row(a) else [rows_kept(a)]
     if m.kind in ("sum", "sum_centered"):
-        c = _clamp(m, float(t.raw_lo), float(t.raw_hi))
+        c = clamp_text(m, float(t.raw_lo), float(t.raw_hi))
         if c:
             parts_.append(c)
     return "; ".join(parts_) or f"one row per {unit}"
@@ -292,8 +251,8 @@ def _lost(a: Analysis, t: BiasTarget) -> str:
 
 def _cap(a: Analysis, t: BiasTarget) -> str:
     if t.split > 1:  # the cap is split evenly over the declared groups
-        return f"{_qty(a, t.measure, float(t.group_cap_steps * t.grid))} in one group"
-    return _qty(a, t.measure, float(t.cap))
+        return f"{qty_text(a, t.measure, float(t.group_cap_steps * t.grid))} in one group"
+    return qty_text(a, t.measure, float(t.cap))
 
 
 def _cap_source(a: Analysis, t: BiasTarget) -> str:
@@ -303,13 +262,13 @@ def _cap_source(a: Analysis, t: BiasTarget) -> str:
     m, unit = t.measure, a.private.privacy_unit
     if m.kind == "count_units":
         return f"{CAP_FACTOR}x the {plural(a.max_groups, 'group')} the bounds keep of one {unit}"
-    kept = _qty(a, m, float(t.cap) / CAP_FACTOR)
+    kept = qty_text(a, m, float(t.cap) / CAP_FACTOR)
     scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
     text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
     if t.split > 1:
         text += f", shared evenly over the {t.split} groups"
         if t.group_cap_steps * t.split > t.cap_steps:
-            text += f", at least {_qty(a, m, float(t.grid))}"
+            text += f", at least {qty_text(a, m, float(t.grid))}"
     return text
 
 
@@ -372,7 +331,7 @@ def _avg_line(
     if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
         return f"{s.sql}: an average released by a selection has no value interval"
     ls, ln, lm, lr = avg_levels((m0, m1), avg, confidence)
-    t, unit, col = c.target, a.private.privacy_unit, _col(c.target.measure)
+    t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
     mass = removed[t.key]
     where = " in all groups together" if a.group_keys else ""
     per = " a group" if a.group_keys else ""
@@ -390,7 +349,7 @@ def _avg_line(
         wr = fmt(n.dropped.half_width(lr))
         line = (
             f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "
-            f"{_rows(count)} and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
+            f"{rows_text(count)} and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
             f"{col}{per}. "
         )
     line += _assumption(a, mass, t, rows)
@@ -446,106 +405,8 @@ def _avg_why_wide(
         else f"the estimate of what the bounds left out (it gets {_SHARE} of epsilon) is that wide"
     )
     return (
-        f" {which} spans most of {_col(a.measure(s.measures[0]))}'s declared range "
+        f" {which} spans most of {col_name(a.measure(s.measures[0]))}'s declared range "
         f"({fmt(lo)} to {fmt(hi)}): too few rows (as few as about {fmt(kept)}, noisy) for this "
         f"epsilon, {why}. "
         "Raise dpsql.epsilon, or group less finely."
     )
-
-
-def _unestimated(a: Analysis, s: Statistic) -> str:
-    """Why a statistic's interval has no removed-mass term, and what that means."""
-    unit = a.private.privacy_unit
-    if a.private.row_privacy:
-        return "no contribution bounds apply (row-level privacy)"
-    capped = _capped(a, s)
-    if capped:
-        return capped
-    if one_row(a) and not _clamped_narrower(a, s):
-        return f"one row per {unit}: the bounds remove nothing (no estimate is needed)" + (
-            _capped_key(a)
-        )
-    if s.func == "count_distinct" and _counts_units(a, s) and not needs_group_rank(a):
-        return f"the bounds remove no {unit} from a group here"
-    kept = [_rows_kept(a)] if not one_row(a) else []
-    for key in s.measures:
-        m = a.measure(key)
-        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
-            from dpsql.sql.bias import declared_range
-
-            c = _clamp(replace(m, kind="sum"), *map(float, declared_range(a, m)))
-            if c and c not in kept:
-                kept.append(c)
-    what = f" (they keep {'; '.join(kept)})" if kept else ""
-    if s.func == "count_distinct":
-        return (
-            f"it covers the noise only, NOT what the bounds left out{what}: they can only "
-            "lower the answer, so the truth may be above the interval"
-        )
-    return (
-        f"it covers the noise only, NOT what the bounds changed{what}: they can move the "
-        "answer either way, by an amount not estimated, so the truth may lie outside it"
-    )
-
-
-def _capped(a: Analysis, s: Statistic) -> str:
-    """Over a per-unit derived table: what capping each unit's value of a column ``s``
-    aggregates (a COUNT at R rows, a SUM at R rows' worth, dpsql.sql.per_unit) can change, not
-    estimated; '' when ``s`` reads no capped column."""
-    unit, out = a.private.privacy_unit, []
-    for key in s.measures:
-        m = a.measure(key)
-        if not (isinstance(m.arg, exp.Column) and m.arg.name in a.capped_columns):
-            continue
-        col = a.column(m.arg)
-        if col is None or col.bounds is None:
-            continue
-        lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
-        name = m.arg.name
-        if lo < 0:
-            out.append(f"each {unit}'s {name} is kept within {fmt(lo)} to {fmt(hi)}")
-        else:
-            out.append(
-                f"each {unit}'s {name} is capped at {fmt(hi)} (a {unit} with more counts as "
-                f"{fmt(hi)})"
-            )
-    if not out:
-        return ""
-    return (
-        f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: it "
-        "covers the noise only, NOT what that cap changed (not estimated), so the truth may "
-        "lie outside it"
-    )
-
-
-def _capped_key(a: Analysis) -> str:
-    """Over a per-unit derived table grouped by a capped column: its top group holds every
-    unit at the cap or above."""
-    out = []
-    for g in a.group_keys:
-        if isinstance(g.expr, exp.Column) and g.expr.name in a.capped_columns:
-            col = a.column(g.expr)
-            if col is not None and col.bounds is not None:
-                hi = fmt(float(col.bounds[1]))  # type: ignore[arg-type]
-                out.append(
-                    f"; the group {g.expr.name} = {hi} holds every {a.private.privacy_unit} "
-                    f"with {hi} or more"
-                )
-    return "".join(out)
-
-
-def _clamped_narrower(a: Analysis, s: Statistic) -> bool:
-    """Some value of ``s`` is clamped into a range narrower than its declared one (``clamp:
-    auto``): clamping moves it even with one row per unit."""
-    from dpsql.sql.bias import declared_range
-
-    for key in s.measures:
-        m = a.measure(key)
-        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
-            if declared_range(a, m) != (m.lo, m.hi):
-                return True
-    return False
-
-
-def _counts_units(a: Analysis, s: Statistic) -> bool:
-    return any(m.key == s.measures[0] and m.kind == "count_units" for m in a.measures)

@@ -36,7 +36,7 @@ def _end(v: object) -> str:
 def declared_columns(a: Analysis, s: Statistic) -> dict[str, Column]:
     """The private columns whose values statistic ``s`` clamps into their declared bounds, by
     name, in the order the statistic reads them (a per-unit derived table's capped columns are
-    said elsewhere: :func:`dpsql.execute.accuracy_text._capped`)."""
+    said elsewhere: :func:`dpsql.execute.bounds_text.capped_text`)."""
     out: dict[str, Column] = {}
     for key in s.measures:
         m = a.measure(key)

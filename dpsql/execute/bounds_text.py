@@ -1,0 +1,161 @@
+"""The words of accuracy notices about contribution bounds: numbers as a notice prints them,
+what the bounds keep (rows per unit, a clamp narrower than the declared range), and why an
+interval has no estimate of what the bounds removed (:func:`unestimated`). Used by
+:mod:`dpsql.execute.accuracy_text`, which builds the notice lines."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from sqlglot import exp
+
+from dpsql.execute.bias import one_row
+from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
+from dpsql.sql.wording import plain_sql, plural
+
+
+def fmt(x: float) -> str:
+    """A number as the notice prints it: thousands separated, about 3 significant digits."""
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1000 or x == int(x):
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def col_name(m: Measure) -> str:
+    if isinstance(m.arg, exp.Column):
+        return m.arg.name
+    return plain_sql(m.arg) if m.arg is not None else "the value"
+
+
+def rows_text(x: float) -> str:
+    return plural(float(fmt(x).replace(",", "")), "row") if math.isfinite(x) else f"{x} rows"
+
+
+def qty_text(a: Analysis, m: Measure, x: float) -> str:
+    """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount'."""
+    if m.kind in ("count_rows", "count_values"):
+        return rows_text(x)
+    if m.kind == "count_units":
+        return f"{fmt(x)} {a.private.privacy_unit}"
+    return f"{fmt(x)} of {col_name(m)}"
+
+
+def rows_kept(a: Analysis) -> str:
+    unit = a.private.privacy_unit
+    r = a.max_rows
+    text = f"at most {plural(r, 'row')} per {unit}" + (" in a group" if a.group_keys else "")
+    if a.group_keys and needs_group_rank(a):
+        text += f", in at most {plural(a.max_groups, 'group')}"
+    return text
+
+
+def clamp_text(m: Measure, raw_lo: float, raw_hi: float) -> str:
+    """The clamp in words when it is narrower than the declared range, else ''."""
+    col, parts_ = col_name(m), []
+    lo, hi = float(m.lo), float(m.hi)
+    if hi < raw_hi:
+        parts_.append(f"values of {col} above {fmt(hi)} count as {fmt(hi)}")
+    if lo > raw_lo:
+        parts_.append(f"values of {col} below {fmt(lo)} count as {fmt(lo)}")
+    return ", ".join(parts_)
+
+
+def unestimated(a: Analysis, s: Statistic) -> str:
+    """Why a statistic's interval has no removed-mass term, and what that means."""
+    unit = a.private.privacy_unit
+    if a.private.row_privacy:
+        return "no contribution bounds apply (row-level privacy)"
+    capped = capped_text(a, s)
+    if capped:
+        return capped
+    if one_row(a) and not clamped_narrower(a, s):
+        return f"one row per {unit}: the bounds remove nothing (no estimate is needed)" + (
+            capped_key(a)
+        )
+    if s.func == "count_distinct" and counts_units(a, s) and not needs_group_rank(a):
+        return f"the bounds remove no {unit} from a group here"
+    kept = [rows_kept(a)] if not one_row(a) else []
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
+            from dpsql.sql.bias import declared_range
+
+            c = clamp_text(replace(m, kind="sum"), *map(float, declared_range(a, m)))
+            if c and c not in kept:
+                kept.append(c)
+    what = f" (they keep {'; '.join(kept)})" if kept else ""
+    if s.func == "count_distinct":
+        return (
+            f"it covers the noise only, NOT what the bounds left out{what}: they can only "
+            "lower the answer, so the truth may be above the interval"
+        )
+    return (
+        f"it covers the noise only, NOT what the bounds changed{what}: they can move the "
+        "answer either way, by an amount not estimated, so the truth may lie outside it"
+    )
+
+
+def capped_text(a: Analysis, s: Statistic) -> str:
+    """Over a per-unit derived table: what capping each unit's value of a column ``s``
+    aggregates (a COUNT at R rows, a SUM at R rows' worth, dpsql.sql.per_unit) can change, not
+    estimated; '' when ``s`` reads no capped column."""
+    unit, out = a.private.privacy_unit, []
+    for key in s.measures:
+        m = a.measure(key)
+        if not (isinstance(m.arg, exp.Column) and m.arg.name in a.capped_columns):
+            continue
+        col = a.column(m.arg)
+        if col is None or col.bounds is None:
+            continue
+        lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
+        name = m.arg.name
+        if lo < 0:
+            out.append(f"each {unit}'s {name} is kept within {fmt(lo)} to {fmt(hi)}")
+        else:
+            out.append(
+                f"each {unit}'s {name} is capped at {fmt(hi)} (a {unit} with more counts as "
+                f"{fmt(hi)})"
+            )
+    if not out:
+        return ""
+    return (
+        f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: it "
+        "covers the noise only, NOT what that cap changed (not estimated), so the truth may "
+        "lie outside it"
+    )
+
+
+def capped_key(a: Analysis) -> str:
+    """Over a per-unit derived table grouped by a capped column: its top group holds every
+    unit at the cap or above."""
+    out = []
+    for g in a.group_keys:
+        if isinstance(g.expr, exp.Column) and g.expr.name in a.capped_columns:
+            col = a.column(g.expr)
+            if col is not None and col.bounds is not None:
+                hi = fmt(float(col.bounds[1]))  # type: ignore[arg-type]
+                out.append(
+                    f"; the group {g.expr.name} = {hi} holds every {a.private.privacy_unit} "
+                    f"with {hi} or more"
+                )
+    return "".join(out)
+
+
+def clamped_narrower(a: Analysis, s: Statistic) -> bool:
+    """Some value of ``s`` is clamped into a range narrower than its declared one (``clamp:
+    auto``): clamping moves it even with one row per unit."""
+    from dpsql.sql.bias import declared_range
+
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind in ("sum", "sum_centered", "sum_sq_centered") and m.arg is not None:
+            if declared_range(a, m) != (m.lo, m.hi):
+                return True
+    return False
+
+
+def counts_units(a: Analysis, s: Statistic) -> bool:
+    return any(m.key == s.measures[0] and m.kind == "count_units" for m in a.measures)
