@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from datetime import date
+from fractions import Fraction
 
 from sqlglot import exp
 
@@ -54,11 +55,19 @@ def declared_premise(a: Analysis, s: Statistic, also: bool = False) -> str:
     """One sentence: every value ``s`` clamps lies in its column's declared range (larger values
     count as the upper end, smaller ones as the lower); '' when ``s`` clamps nothing."""
     parts = []
+    narrower = _clamped_inside(a, s)
     for name, col in declared_columns(a, s).items():
         assert col.bounds is not None
         lo, hi = (_end(b) for b in col.bounds)
         dated = isinstance(col.bounds[0], date)
         big, small = ("later", "earlier") if dated else ("larger", "smaller")
+        if name in narrower:  # "larger values count as 500" would contradict the clamp at 354
+            clo, chi = (_end(float(x)) for x in narrower[name])
+            parts.append(
+                f"every {name} lies in its declared range {lo} to {hi} (a value outside it "
+                f"counts as {chi} or {clo}, the clamp's ends)"
+            )
+            continue
         parts.append(
             f"every {name} lies in its declared range {lo} to {hi} ({big} values count as "
             f"{hi}, {small} ones as {lo})"
@@ -66,6 +75,23 @@ def declared_premise(a: Analysis, s: Statistic, also: bool = False) -> str:
     if not parts:
         return ""
     return f"It {'also ' if also else ''}assumes {'; and '.join(parts)}."
+
+
+def _clamped_inside(a: Analysis, s: Statistic) -> dict[str, tuple[Fraction, Fraction]]:
+    """The columns ``s`` reads as themselves with a clamp narrower than their declared range
+    (``clamp: auto``), and that clamp: a value beyond the declared range counts as its ends."""
+    out: dict[str, tuple[Fraction, Fraction]] = {}
+    for key in s.measures:
+        m = a.measure(key)
+        if m.kind == "quantile" or m.kind not in CLAMPED or not isinstance(m.arg, exp.Column):
+            continue  # a quantile's notice names no clamp of its own
+        col = a.column(m.arg)
+        if col is None or col.bounds is None or isinstance(col.bounds[0], date):
+            continue
+        lo, hi = (float(b) for b in col.bounds)
+        if float(m.lo) > lo or float(m.hi) < hi:
+            out[m.arg.name] = (m.lo, m.hi)
+    return out
 
 
 def outside_warning(a: Analysis, s: Statistic, units: float, split: int = 1) -> str:
