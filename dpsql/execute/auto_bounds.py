@@ -44,6 +44,7 @@ from dpsql.sql.auto_bounds import (
     auto_items,
     declared_groups,
     policy_choices,
+    total_label,
 )
 from dpsql.sql.join_cap import fallback_note
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
@@ -456,7 +457,7 @@ def _label(c: ChosenBound) -> str:
         "groups": "groups per unit",
         "value_hi": f"upper clamp of {col}",
         "value_lo": f"lower clamp of {col}",
-        "total": "cap per unit over all its groups",
+        "total": f"cap of {total_label(c.column)} per unit over all its groups",
     }[c.kind]
 
 

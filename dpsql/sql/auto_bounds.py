@@ -96,7 +96,7 @@ class AutoItem:
             "groups": "groups per unit",
             "value_hi": f"upper clamp of {_display(self.column)}",
             "value_lo": f"lower clamp of {_display(self.column)}",
-            "total": f"{_total_label(self.column)} per unit over all its groups",
+            "total": f"{total_label(self.column)} per unit over all its groups",
         }[self.kind]
 
     def key(self, digest: str) -> str:
@@ -153,7 +153,7 @@ class AutoBounds:
             parts.append(f"{r} row{'' if r == '1' else 's'} per unit{per}")
         for c in self.chosen:
             if c.kind == "total":
-                what = _total_label(c.column)
+                what = total_label(c.column)
                 if what.endswith(" summed"):
                     text = f"{what} to at most {_num(c.value)}"
                 else:
@@ -178,7 +178,7 @@ class AutoBounds:
         return ", ".join(parts)
 
 
-def _total_label(column: str) -> str:
+def total_label(column: str) -> str:
     """The quantity an L1 cap bounds, in words: rows, values of x, or the sum of x."""
     kind, _, arg = column.partition("(")
     arg = _display(arg[:-1]) if arg.endswith(")") else arg

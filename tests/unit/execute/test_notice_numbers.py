@@ -39,3 +39,17 @@ def test_arithmetic_of_a_date_is_refused_as_postgresql_does(func: str) -> None:
     assert e.value.sqlstate == "42883"
     assert f"{func}(purchased_at): PostgreSQL has no {func} of a date" in e.value.message
     assert "MEDIAN(purchased_at)" in (e.value.hint or "")
+
+
+def test_two_fallen_back_caps_say_which() -> None:
+    """A COUNT's and a SUM's caps over all groups fell back: each names what it caps (was 'cap
+    per user_id over all its groups' twice)."""
+    from fractions import Fraction
+
+    from dpsql.execute.auto_bounds import _label
+    from dpsql.sql.auto_bounds import ChosenBound
+
+    rows = ChosenBound("total", "count_rows", Fraction(1), Fraction(0), 0, 0, fallback=True)
+    amount = ChosenBound("total", 'sum("p"."amount")', Fraction(500), Fraction(0), 0, 0)
+    assert _label(rows) == "cap of rows per unit over all its groups"
+    assert _label(amount) == "cap of amount summed per unit over all its groups"
