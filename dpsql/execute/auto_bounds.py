@@ -406,14 +406,21 @@ def in_terms(text: str, unit: str) -> str:
     return re.sub(r"(?<!privacy )\bunit\b", unit, text)
 
 
-def notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, unit: str = "unit") -> str:
+def notice(
+    bounds: AutoBounds,
+    epsilon: Fraction,
+    stored: bool,
+    unit: str = "unit",
+    whose: str = "this statement's",
+) -> str:
     """The notice a statement with ``auto`` bounds sends (which bounds, and what they cost);
     ``stored``: the ledger keeps choices for later statements; ``unit``: the privacy unit's
-    column, the word the notice uses for one person."""
-    return in_terms(_notice(bounds, epsilon, stored), unit)
+    column, the word the notice uses for one person; ``whose``: what ``epsilon`` is the budget
+    of (a part of a statement of several aggregates: "this part's")."""
+    return in_terms(_notice(bounds, epsilon, stored, whose), unit)
 
 
-def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
+def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> str:
     parts = []
     text = bounds.describe()
     if text:
@@ -423,13 +430,12 @@ def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool) -> str:
         chose = any(not c.reused and not c.fallback and not c.rule for c in bounds.chosen)
         if fresh and chose:
             how.append(
-                f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of this "
-                f"statement's {float(epsilon):.4g}"
-                + (", stored for later statements" if stored else "")
+                f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
+                f"{float(epsilon):.4g}" + (", stored for later statements" if stored else "")
             )
         elif fresh:  # every bound measured now fell back to its default (not stored)
             how.append(
-                f"epsilon {float(bounds.epsilon_spent):.4g} of this statement's "
+                f"epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
                 f"{float(epsilon):.4g} spent on a count of units that was too small"
             )
         if reused:

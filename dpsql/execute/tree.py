@@ -321,7 +321,9 @@ def leaf_notices(
         lines: list[str] = []
         used = run.bounds[i]
         if b.auto and i in measured and used is not None:
-            text = notice(used, b.share.epsilon, stored, run.plans[i].analysis.private.privacy_unit)
+            unit = run.plans[i].analysis.private.privacy_unit
+            whose = "this part's" if len(run.releases) > 1 else "this statement's"
+            text = notice(used, b.share.epsilon, stored, unit, whose)
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)

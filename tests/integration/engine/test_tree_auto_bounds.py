@@ -227,3 +227,18 @@ def test_notice_reads_as_a_number_the_user_can_check(
     )
     assert m is not None, got.notices
     assert float(m.group(1).replace(",", "")) >= 300, head
+
+
+def test_a_part_names_its_own_share_of_epsilon(charged: tuple[Engine, Ledger]) -> None:
+    """Two parts (UNION ALL): each chooses its bounds from its own share, and its notice says
+    "of this part's 0.5", not "of this statement's 0.5" (the statement's epsilon is 1).
+    Deterministic: the wording, whatever the noise."""
+    engine, _ = charged
+    sql = (
+        "SELECT 'a' AS c, COUNT(*) FROM visits WHERE category = 'a' UNION ALL "
+        "SELECT 'b', COUNT(*) FROM visits WHERE category = 'b'"
+    )
+    got = engine.execute(engine.prepare(sql, "analyst"), SESSION)
+    chose = [n for n in got.notices if "contribution bounds:" in n and " of this " in n]
+    assert chose and all("of this part's" in n for n in chose), got.notices
+    assert not any("of this statement's" in n for n in got.notices), got.notices
