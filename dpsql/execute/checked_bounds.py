@@ -16,6 +16,12 @@ round trip):
   may break it.
 
 A table that is gone (dropped, renamed) reads as no relation: nothing is proven.
+
+* ``ids``: the identity of what proved it, each relation's oid and the oids of its validated
+  CHECK constraints (:func:`proof_id`). A constraint dropped and added again (or a relation
+  swapped) has new oids, so a proof read after the private query that equals the one read
+  before it in text, but not in identity, is not the same proof: rows loaded while it was gone
+  may have been read unclamped (:func:`dpsql.execute.unique_units.recheck`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,15 @@ CHECKS_SQL = pgsql.SQL(
         SELECT pg_catalog.pg_get_constraintdef(k.oid) FROM pg_catalog.pg_constraint k
         WHERE k.conrelid = c.oid AND k.contype = 'c' AND k.convalidated
         ORDER BY k.conname)) ORDER BY c.oid)
+    FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid),
+  'ids', (WITH RECURSIVE tree(oid) AS (
+      SELECT pg_catalog.to_regclass({table})::pg_catalog.oid
+      UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
+    SELECT pg_catalog.string_agg(c.oid::pg_catalog.text || ':' || COALESCE((
+        SELECT pg_catalog.string_agg(k.oid::pg_catalog.text, ',' ORDER BY k.oid)
+        FROM pg_catalog.pg_constraint k
+        WHERE k.conrelid = c.oid AND k.contype = 'c' AND k.convalidated), ''),
+      ';' ORDER BY c.oid)
     FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid))"""
 )
 
@@ -91,6 +106,14 @@ def proven_columns(
         if col is not None and col.bounds is not None and not col.temporal:
             declared[c] = (col.lo, col.hi)
     return check_bounds.proven(columns, declared, {str(k): str(v) for k, v in types.items()}, rels)
+
+
+def proof_id(value: object) -> str:
+    """The ``ids`` of a :data:`CHECKS_SQL` read (decoded or text): '' when there is none."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    ids = value.get("ids") if isinstance(value, Mapping) else None
+    return ids if isinstance(ids, str) else ""
 
 
 def read(backend: Backend, a: Analysis, columns: tuple[str, ...]) -> tuple[str, ...]:

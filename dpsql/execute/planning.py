@@ -54,9 +54,14 @@ def plan(
         engine.catalog_tokens()[tables(a)] = state.token
         if state.unique or state.proven:
             a = (
-                prepared.catalog_analysis(state.unique, state.proven)
+                prepared.catalog_analysis(state.unique, state.proven, state.proof_id)
                 if a is prepared.analysis
-                else replace(a, unique_unit=state.unique, proven_bounds=state.proven)
+                else replace(
+                    a,
+                    unique_unit=state.unique,
+                    proven_bounds=state.proven,
+                    proof_id=state.proof_id,
+                )
             )
     eps, mech = eps - spent, session.mechanism
     # a pure function of its inputs: memoized per stable analysis (whose identity is its

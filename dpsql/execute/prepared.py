@@ -71,20 +71,25 @@ class PrivateQuery(_Parsed):
         the prepared analysis is memoized for this one too (:meth:`is_own`)."""
         return replace(self.analysis, unique_unit=True)
 
-    def catalog_analysis(self, unique: bool, proven: tuple[str, ...]) -> Analysis:
+    def catalog_analysis(
+        self, unique: bool, proven: tuple[str, ...], proof_id: str = ""
+    ) -> Analysis:
         """``analysis`` with the catalog's proofs in force: one row per unit (``unique``), the
         values of columns ``proven`` within their declared bounds (``proven_bounds``:
         :mod:`dpsql.sql.check_bounds`); one object per statement and proofs, as
         :attr:`unique_analysis`."""
         if not proven:
             return self.unique_analysis if unique else self.analysis
-        variants: dict[tuple[bool, tuple[str, ...]], Analysis] = self.__dict__.setdefault(
+        variants: dict[tuple[bool, tuple[str, ...], str], Analysis] = self.__dict__.setdefault(
             "_catalog_variants", {}
         )
-        hit = variants.get((unique, proven))
+        key = (unique, proven, proof_id)
+        hit = variants.get(key)
         if hit is None:
-            hit = replace(self.analysis, unique_unit=unique, proven_bounds=proven)
-            hit = variants.setdefault((unique, proven), hit)
+            hit = replace(
+                self.analysis, unique_unit=unique, proven_bounds=proven, proof_id=proof_id
+            )
+            hit = variants.setdefault(key, hit)
         return hit
 
     def is_own(self, a: Analysis) -> bool:

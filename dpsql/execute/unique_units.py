@@ -88,6 +88,7 @@ class CatalogState:
     unique: bool  # one row per unit (:func:`unit_is_unique`)
     token: str  # :data:`CATALOG_TOKEN_SQL`
     proven: tuple[str, ...]  # columns within their declared bounds (dpsql.sql.check_bounds)
+    proof_id: str = ""  # what proved them (checked_bounds.proof_id): the constraints' oids
 
 
 def catalog_state(backend: Backend, a: Analysis) -> CatalogState:
@@ -102,7 +103,8 @@ def catalog_state(backend: Backend, a: Analysis) -> CatalogState:
     if not rows:
         return CatalogState(False, "", ())
     proven = checked_bounds.proven(a, columns, rows[0][2]) if columns else ()
-    return CatalogState(bool(rows[0][1]), str(rows[0][0]), proven)
+    ids = checked_bounds.proof_id(rows[0][2]) if proven else ""
+    return CatalogState(bool(rows[0][1]), str(rows[0][0]), proven, ids)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -152,7 +154,7 @@ def still_unique(backend: Backend, a: Analysis, when: str) -> None:
     catalog no longer shows it (``when``: what the statement was doing meanwhile). Read just
     before the private query runs and again just after it, before anything is released: a key
     dropped in between (rows loaded with the index dropped, a table swapped by a rename) is seen
-    unless the whole change and its undoing fit inside the query's own run."""
+    unless the whole change and its undoing fit inside the query's own run (the CHECK proof, whose constraints are compared by identity, has no such gap: :func:`recheck`)."""
     # a per-unit derived table (one_row_per_unit) has one row per unit by construction
     if not a.unique_unit or a.one_row_per_unit or unit_is_unique(backend, a):
         return
@@ -191,7 +193,10 @@ def recheck(backend: Backend, a: Analysis, when: str) -> Analysis:
     rows = backend.run(_recheck_sql(unique, checks), private=False).rows
     if need_unique and not (rows and rows[0][0]):
         _gone(a, when)
-    now = checked_bounds.proven(a, a.proven_bounds, rows[0][1] if rows else None)
+    value = rows[0][1] if rows else None
+    now = checked_bounds.proven(a, a.proven_bounds, value)
+    if now and a.proof_id and checked_bounds.proof_id(value) != a.proof_id:
+        now = ()  # the same text, other constraints: dropped and added again since the plan
     return a if now == a.proven_bounds else replace(a, proven_bounds=now)
 
 

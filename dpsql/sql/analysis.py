@@ -195,6 +195,11 @@ class Analysis:
     # unique_units.still_proven). The rewrite emits such a column's value without its clamp when
     # the clamp is into exactly the declared bounds (dpsql.sql.rewrite.clamp_values).
     proven_bounds: tuple[str, ...] = ()
+    # What proved them when the statement was planned: the oids of the relations and of their
+    # validated CHECK constraints (dpsql.execute.checked_bounds.proof_id). Read again just before
+    # and after the private query: other oids (a constraint dropped and added again) mean rows
+    # may have come in while it was gone, and the proof no longer holds.
+    proof_id: str = ""
     # The group keys (indexes into group_keys) whose PostgreSQL type is an integer type (int2,
     # int4, int8), from the engine's zero-row type probe (dpsql.execute.group_keys.group_types),
     # set just before the private query runs. Their declared keys are then compared as integers

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from fractions import Fraction
+from typing import Any
 
 import psycopg
 import pytest
@@ -290,6 +291,40 @@ def test_dropped_while_the_query_runs_refuses(
     finally:
         monkeypatch.undo()
         _restore(dsn)
+
+
+def test_dropped_and_added_again_while_the_query_runs_refuses(
+    engine: Engine, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The privacy review's sequence: the check before the query passes; the constraint is
+    dropped and a value of 100,000 loaded; the query reads it unclamped; the row is deleted and
+    the constraint added again (validly) before the check after the query. The constraint's text
+    is the same, its identity (oid) is not: refused (55000), nothing released. (Before, the
+    check after the query read the same text and the answer went out with the row unclamped.)"""
+    import dpsql.execute.unique_units as unique_units
+
+    checked = engine.checked_sql
+    after = unique_units.still_proven
+
+    def drop_after(prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]:
+        got = checked(prepared, a)
+        assert bare(got[0], "dropped")
+        _drop_and_load(dsn)
+        return got
+
+    def undo_then_check(backend: Any, a: Analysis, when: str) -> None:
+        _restore(dsn)  # the row gone, the constraint back: the same text, a new oid
+        after(backend, a, when)
+
+    monkeypatch.setattr(engine, "checked_sql", drop_after)
+    monkeypatch.setattr(unique_units, "still_proven", undo_then_check)
+    try:
+        with pytest.raises(ObjectNotInPrerequisiteState, match="while the statement ran"):
+            engine.execute(engine.prepare("SELECT AVG(amount) FROM dropped"), SESSION)
+    finally:
+        monkeypatch.undo()
+        _restore(dsn)
+    assert bare(_text(engine, "dropped"), "dropped")  # proven again for the next statement
 
 
 def test_explain_says_what_the_catalog_proves(engine: Engine) -> None:
