@@ -23,27 +23,24 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "coalsel",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    dataset="coalsel",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {
                 "g": {"type": "text", "keys": ["1", "2"]},
                 "w": {"type": "text"},  # no keys: partition selection
             },
-        },
+        )
     },
-    "analysts": {"a": {"budget": {"epsilon": 100000, "delta": 0.5}}},
-}
+    public_tables=[],
+    analysts={"a": {"budget": {"epsilon": 100000, "delta": 0.5}}},
+)
 ON = SessionContext(analyst="a", epsilon=Fraction(1), show_intervals=True)
 SQL = (
     "SELECT a.g, COALESCE(b.n, 0) AS n FROM (SELECT g, COUNT(*) AS c FROM t GROUP BY g) a "
@@ -63,7 +60,7 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
         )
         truth = conn.execute(SQL + " ORDER BY 1").fetchall()
     assert truth == [("1", 1999), ("2", 1)]
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 
