@@ -156,6 +156,13 @@ class OperatorIntervention(DpsqlError):
     sqlstate = "57000"
 
 
+class ExternalSystemError(DpsqlError):
+    """Class 58: a failure outside dpsql and its statement, e.g. the privacy ledger's database
+    unavailable (58000 system_error)."""
+
+    sqlstate = "58000"
+
+
 class ConfigFileError(DpsqlError):
     """Class F0: the policy file is invalid (F0000)."""
 

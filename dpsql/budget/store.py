@@ -22,7 +22,7 @@ from psycopg import sql
 from dpsql.budget import limits as policy_limits
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.records import Limit
-from dpsql.errors import DpsqlError, InternalError
+from dpsql.errors import ConnectionFailure, DpsqlError, ExternalSystemError, InternalError
 from dpsql.policy.model import Policy
 from dpsql.upstream.faults import (
     CONNECT_TIMEOUT_S,
@@ -38,22 +38,21 @@ _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _RETRY = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
-def _unavailable(e: Exception) -> InternalError:
+def _unavailable(e: Exception) -> ExternalSystemError | ConnectionFailure:
     """58000 naming what failed: the ledger database's own message for connection, resource,
     system and configuration errors (classes 08, 53, 57, 58, 28, 3D, 42: about the ledger
-    database, never a value of anyone's data); only the SQLSTATE for the others. The full text
-    goes to the server's log."""
+    database, never a value of anyone's data); only the SQLSTATE for the others. A lost
+    connection is a retryable :class:`ConnectionFailure` instead: 08006, or PostgreSQL's own
+    57P01-57P03. The full text goes to the server's log."""
     log.warning("privacy ledger unavailable: %s: %s", type(e).__name__, str(e).strip()[:500])
-    state = "58000"
-    if connection_lost(e, broken=True):  # retryable: 08006, or PostgreSQL's 57P01-57P03
+    message = "the privacy ledger is unavailable"
+    detail = ledger_cause(e)
+    hint = "the query was not answered; retry when the ledger database is reachable"
+    if connection_lost(e, broken=True):
         sqlstate = getattr(e, "sqlstate", None)
-        state = sqlstate if sqlstate in SHUTDOWN_STATES else "08006"
-    return InternalError(
-        "the privacy ledger is unavailable",
-        detail=ledger_cause(e),
-        hint="the query was not answered; retry when the ledger database is reachable",
-        sqlstate=state,
-    )
+        shutdown = sqlstate if sqlstate in SHUTDOWN_STATES else None
+        return ConnectionFailure(message, detail=detail, hint=hint, sqlstate=shutdown)
+    return ExternalSystemError(message, detail=detail, hint=hint)
 
 
 _SAFE_CLASSES = ("08", "53", "57", "58", "28", "3D", "42")

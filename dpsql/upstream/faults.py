@@ -22,6 +22,7 @@ import psycopg_pool
 from dpsql.errors import (
     ConnectionFailure,
     DpsqlError,
+    InternalError,
     QueryCanceled,
     UpstreamError,
     sanitized_upstream,
@@ -130,5 +131,5 @@ def upstream_error(e: psycopg.Error, private: bool, conn: Any = None) -> DpsqlEr
         diag.message_primary or str(e),
         detail=diag.message_detail,
         hint=diag.message_hint,
-        sqlstate=e.sqlstate or "XX000",
+        sqlstate=e.sqlstate or InternalError.sqlstate,
     )

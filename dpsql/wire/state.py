@@ -18,6 +18,7 @@ from typing import Any
 from dpsql.errors import (
     ActiveSqlTransaction,
     CantChangeRuntimeParam,
+    DpsqlError,
     InFailedTransaction,
     InvalidParameter,
     InvalidSavepointSpecification,
@@ -98,8 +99,9 @@ class Outcome:
     is_deallocate: bool = False
 
 
-def _warning(code: str, msg: str) -> tuple[str, str, str]:
-    return ("WARNING", code, msg)
+def _warning(cls: type[DpsqlError], msg: str) -> tuple[str, str, str]:
+    """A WARNING notice with the SQLSTATE of ``cls`` (PostgreSQL warns, not errs, here)."""
+    return ("WARNING", cls.sqlstate, msg)
 
 
 class SessionState:
@@ -197,7 +199,10 @@ class SessionState:
     def _do_begin(self, st: SessionStatement) -> Outcome:
         if self.status != "I":
             return Outcome(
-                "BEGIN", notices=(_warning("25001", "there is already a transaction in progress"),)
+                "BEGIN",
+                notices=(
+                    _warning(ActiveSqlTransaction, "there is already a transaction in progress"),
+                ),
             )
         self.status = "T"
         self._begin = self._snapshot()
@@ -218,7 +223,8 @@ class SessionState:
     def _do_commit(self, st: SessionStatement) -> Outcome:
         if self.status == "I":
             return Outcome(
-                "COMMIT", notices=(_warning("25P01", "there is no transaction in progress"),)
+                "COMMIT",
+                notices=(_warning(NoActiveSqlTransaction, "there is no transaction in progress"),),
             )
         failed = self.status == "E"
         changed = self._end(rollback=failed)
@@ -227,7 +233,8 @@ class SessionState:
     def _do_rollback(self, st: SessionStatement) -> Outcome:
         if self.status == "I":
             return Outcome(
-                "ROLLBACK", notices=(_warning("25P01", "there is no transaction in progress"),)
+                "ROLLBACK",
+                notices=(_warning(NoActiveSqlTransaction, "there is no transaction in progress"),),
             )
         return Outcome("ROLLBACK", parameter_status=self._end(rollback=True))
 
@@ -307,7 +314,10 @@ class SessionState:
                 return Outcome(
                     tag,
                     notices=(
-                        _warning("25P01", "SET LOCAL can only be used in transaction blocks"),
+                        _warning(
+                            NoActiveSqlTransaction,
+                            "SET LOCAL can only be used in transaction blocks",
+                        ),
                     ),
                 )
             self._local.setdefault(key, self.settings.get(key, ""))
