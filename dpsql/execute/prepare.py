@@ -45,14 +45,16 @@ from dpsql.sql.bi_shapes import (
 )
 from dpsql.sql.bind import bind, param_count
 from dpsql.sql.labels import keep_call_labels
-from dpsql.sql.parse import Statement
+from dpsql.sql.parse import ParsedStatement
 from dpsql.sql.public import check_public
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
 
 
-def prepare_parsed(engine: EngineContext, st: Statement, text: str, scope: str = "") -> Prepared:
+def prepare_parsed(
+    engine: EngineContext, st: ParsedStatement, text: str, scope: str = ""
+) -> Prepared:
     """Classify (and analyze) the parsed statement ``st`` under ``scope``'s view
     (:meth:`dpsql.engine.Engine.scope`); ``text`` is what was parsed. An EXPLAIN is
     :func:`dpsql.explain.run.prepare_explain`'s."""

@@ -18,7 +18,7 @@ from sqlglot import exp
 from dpsql.errors import DpsqlError
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.explain_options import ExplainOptions
-from dpsql.sql.parse import Statement
+from dpsql.sql.parse import ParsedStatement
 from dpsql.sql.tree import Split
 
 Kind = Literal["private", "public", "catalog", "dpsql", "session", "empty", "explain"]
@@ -29,7 +29,7 @@ class _Common:
     """What every prepared statement has (the wire reads these of any kind)."""
 
     text: str
-    statement: Statement
+    statement: ParsedStatement
     fingerprint: str  # a short stable id of the statement's shape (logs, the ledger)
     scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
 

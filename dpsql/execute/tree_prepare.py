@@ -22,7 +22,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count
-from dpsql.sql.parse import Statement
+from dpsql.sql.parse import ParsedStatement
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units
 from dpsql.sql.public import check_public
 from dpsql.sql.tree import Split, fill, split, split_budget
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 def prepare_tree(
-    engine: EngineContext, st: Statement, tree: exp.Expr, scope: str, error: DpsqlError
+    engine: EngineContext, st: ParsedStatement, tree: exp.Expr, scope: str, error: DpsqlError
 ) -> TreeQuery:
     """Prepare a private statement that is not one flat block as a tree of DP leaves.
 
@@ -104,7 +104,7 @@ def _prepare_unit_leaf(
     text = leaf.sql("postgres")
     return PrivateQuery(
         text=text,
-        statement=Statement("query", text, "SELECT", leaf),
+        statement=ParsedStatement("query", text, "SELECT", leaf),
         fingerprint=fingerprint(leaf, text),
         scope=scope,
         tree=leaf,

@@ -256,8 +256,11 @@ def _token_start(text: str, tok: Token) -> int:
 
 
 @dataclass(frozen=True)
-class Statement:
-    """One statement: its kind by first word, its text, and (for queries) the sqlglot tree."""
+class ParsedStatement:
+    """What :func:`parse_statement` makes of one statement's text: its kind by first word, the
+    text, and (for queries) the sqlglot tree. The engine classifies it into a
+    :data:`dpsql.execute.prepared.Prepared`; the wire keeps either in its
+    :class:`dpsql.wire.engine_api.Statement`."""
 
     kind: StatementKind
     text: str
@@ -274,16 +277,16 @@ def first_word(tokens: list[Token]) -> str:
     return t.text.upper()
 
 
-def parse_statement(text: str) -> Statement:
+def parse_statement(text: str) -> ParsedStatement:
     """Parse one statement. Raises SqlSyntaxError (42601), a refusal for writes, or 54000/54001
     for a statement over the limits of :func:`dpsql.sql.prescan.prescan` (checked first)."""
     prescan(text)
     tokens = tokenize(text)
     word = first_word(tokens)
     if not tokens:
-        return Statement("empty", text, "")
+        return ParsedStatement("empty", text, "")
     if word in SESSION_WORDS:
-        return Statement("session", text, word)
+        return ParsedStatement("session", text, word)
     if word in SQL_PREPARED_WORDS:
         raise _sql_prepared_refusal(word, tokens)
     if word in ("COPY", "DO"):
@@ -295,7 +298,7 @@ def parse_statement(text: str) -> Statement:
             "by its owner",
         )
     if word == "EXPLAIN":
-        return Statement("explain", text, word)
+        return ParsedStatement("explain", text, word)
     if word not in QUERY_WORDS:
         raise SqlSyntaxError(
             f'syntax error at or near "{tokens[0].text}"',
@@ -322,7 +325,7 @@ def parse_statement(text: str) -> Statement:
             hint="send one statement at a time",
         )
     tree = flatten_group_rows(fold_identifiers(found[0]))
-    return Statement("query", text, word, spell_functions(tree, text))
+    return ParsedStatement("query", text, word, spell_functions(tree, text))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
