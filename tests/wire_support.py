@@ -9,7 +9,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -18,9 +17,20 @@ from typing import Any
 from scramp import ScramClient
 
 from dpsql.errors import PrivacyViolation, QueryCanceled, SqlSyntaxError
+from dpsql.execute.prepared import (
+    CatalogQuery,
+    EmptyQuery,
+    ExplainQuery,
+    LedgerQuery,
+    Prepared,
+    PublicQuery,
+    TreeQuery,
+)
 from dpsql.policy.model import Analyst, Budget, Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
+from dpsql.sql.explain_options import ExplainOptions
+from dpsql.sql.parse import ParsedStatement
 from dpsql.wire import messages as m
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.framing import FrameDecoder
@@ -56,12 +66,25 @@ class CancelToken:
         self.event.set()
 
 
-@dataclass(frozen=True)
-class FakePrepared:
-    sql: str
-    kind: str
-    param_count: int
-    tree: Any = None
+def fake_prepared(sql: str, kind: str, param_count: int = 0) -> Prepared:
+    """A real :data:`~dpsql.execute.prepared.Prepared` of ``kind`` for the fake engine (the
+    wire routes on its class): "public", "catalog", "private" (a ``TreeQuery``), "explain" (of a
+    public statement), "dpsql" or "empty". The fake parses nothing: its tree is None (the wire
+    then infers no parameter type, as for a statement without parameters), and a private
+    one's split and leaves are empty (only the fake engine runs it)."""
+    parsed = ParsedStatement("empty" if kind == "empty" else "query", sql, "SELECT")
+    common: dict[str, Any] = {"text": sql, "statement": parsed, "fingerprint": "fp"}
+    query = {"tree": None, "param_count": param_count}
+    if kind == "empty":
+        return EmptyQuery(**common)
+    if kind == "dpsql":
+        return LedgerQuery(**common, param_count=param_count)
+    if kind == "private":
+        return TreeQuery(**common, **query, split=None, leaves=())
+    if kind == "explain":
+        inner = PublicQuery(**common, **query)
+        return ExplainQuery(**common, inner=inner, explain=ExplainOptions())
+    return {"public": PublicQuery, "catalog": CatalogQuery}[kind](**common, **query)
 
 
 class FakeEngine:
@@ -76,7 +99,7 @@ class FakeEngine:
     def split(self, sql: str) -> list[str]:
         return [s.strip() for s in sql.split(";") if s.strip()]
 
-    def prepare(self, sql: str, analyst: str | None = None) -> FakePrepared:
+    def prepare(self, sql: str, analyst: str | None = None) -> Prepared:
         self.prepares[sql] += 1
         low = sql.lower().strip()
         if ";" in low.rstrip(";"):
@@ -88,10 +111,10 @@ class FakeEngine:
         if not low.startswith("select"):
             raise SqlSyntaxError(f'syntax error at or near "{low.split()[0]}"')
         nparams = max((int(x) for x in re.findall(r"\$(\d+)", sql)), default=0)
-        return FakePrepared(sql, "private" if "count" in low else "public", nparams)
+        return fake_prepared(sql, "private" if "count" in low else "public", nparams)
 
-    def _columns(self, p: FakePrepared) -> tuple[ResultColumn, ...]:
-        low = p.sql.lower()
+    def _columns(self, p: Prepared) -> tuple[ResultColumn, ...]:
+        low = p.text.lower()
         if "count" in low:
             return (ResultColumn("count", 20),)
         if "gen" in low:
@@ -103,21 +126,21 @@ class FakeEngine:
         return (ResultColumn("?column?", 23),)
 
     def describe(
-        self, prepared: FakePrepared, session: SessionContext, param_types: Sequence[int] = ()
+        self, prepared: Prepared, session: SessionContext, param_types: Sequence[int] = ()
     ) -> tuple[ResultColumn, ...]:
-        self.describes[prepared.sql] += 1
+        self.describes[prepared.text] += 1
         return self._columns(prepared)
 
     def execute(
         self,
-        prepared: FakePrepared,
+        prepared: Prepared,
         session: SessionContext,
         params: Sequence[Any] = (),
         cancel: Any = None,
     ) -> Result:
-        self.executed.append((prepared.sql, session, tuple(params)))
+        self.executed.append((prepared.text, session, tuple(params)))
         self.last_epsilon = session.epsilon
-        low = prepared.sql.lower()
+        low = prepared.text.lower()
         cols = self._columns(prepared)
         if "sleep" in low:
             deadline = time.monotonic() + 5

@@ -110,7 +110,9 @@ class Statement:
     session: SessionStatement | None
     prepared: Prepared | None
     fingerprint: str
-    kind: str = field(init=False)  # "session", or the engine's kind (read on every message)
+    # "session", or the engine's kind: the label of the statement's log line and metrics (where
+    # it runs is decided by the class of ``prepared``: dpsql.wire.requests.route)
+    kind: str = field(init=False)
 
     def __post_init__(self) -> None:
         if self.session is not None or self.prepared is None:

@@ -61,6 +61,7 @@ from dpsql.wire.requests import (
     Outbox,
     Prepare,
     Request,
+    Route,
     Run,
     Split,
     Steps,
@@ -238,8 +239,9 @@ class Protocol:
         for text in texts:
             try:
                 stmt: Statement = yield Prepare(text)
-                res = yield Run(stmt, (), (), route(stmt, self.fast_path))
-                if stmt.kind == "empty":
+                where = route(stmt, self.fast_path)
+                res = yield Run(stmt, (), (), where)
+                if where is Route.EMPTY:
                     self.out.send(_EMPTY_QUERY)
                     continue
                 self._notices(res)
@@ -280,15 +282,14 @@ class Protocol:
             )  # fmt: skip
         stmt: Statement = yield Prepare(msg.sql)
         self._check_txn(stmt)
-        if stmt.kind != "empty":  # PostgreSQL types the parameters at Parse
+        where = route(stmt, self.fast_path)
+        if where is not Route.EMPTY:  # PostgreSQL types the parameters at Parse
             tree = stmt.prepared.tree if stmt.prepared is not None else None
             check_param_types(tree, stmt.param_count, msg.param_types)
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
         oids = param_oids(stmt, declared)
-        self.statements[msg.statement] = PreparedStatement(
-            stmt, oids, route(stmt, self.fast_path), declared=declared
-        )
+        self.statements[msg.statement] = PreparedStatement(stmt, oids, where, declared=declared)
         self.out.send(_PARSE_COMPLETE)
 
     def _bind(
@@ -339,7 +340,7 @@ class Protocol:
             if st.name == "all":
                 return tuple(ResultColumn(n, TEXT_OID) for n in ("name", "setting", "description"))
             return (ResultColumn(st.name or "", TEXT_OID),)
-        if stmt.kind == "empty":
+        if prep.route is Route.EMPTY:
             return ()
         key = bool(self.state.ctx.show_intervals)
         cols = prep.described.get(key)
@@ -407,7 +408,7 @@ class Protocol:
         if portal.result is None:
             portal.result = yield self._portal_run(portal)
             self._notices(portal.result)
-        if portal.prepared.stmt.kind == "empty":
+        if portal.prepared.route is Route.EMPTY:
             self.out.send(_EMPTY_QUERY)
             return
         res = portal.result

@@ -14,9 +14,16 @@ from typing import Any, NamedTuple
 from typing import Protocol as TypingProtocol
 
 from dpsql.errors import DpsqlError
+from dpsql.execute.prepared import (
+    CatalogQuery,
+    DeferredQuery,
+    EmptyQuery,
+    PrivateQuery,
+    PublicQuery,
+    SessionCommand,
+    TreeQuery,
+)
 from dpsql.wire.engine_api import Statement
-
-FAST_KINDS = frozenset({"public", "catalog"})
 
 
 class Outbox(TypingProtocol):
@@ -117,17 +124,21 @@ class Malformed:
 
 
 def route(stmt: Statement, fast_path: bool) -> Route:
-    """Where ``stmt`` runs: the one place that chooses the fast path."""
-    kind = stmt.kind
-    if kind == "session":
+    """Where ``stmt`` runs, by the class of what the engine prepared: the one place that
+    chooses the fast path."""
+    if stmt.session is not None:
         return Route.SESSION
-    if kind == "empty":
-        return Route.EMPTY
-    if kind == "private":
-        return Route.PRIVATE
-    if fast_path and kind in FAST_KINDS:
-        return Route.UPSTREAM
-    return Route.ENGINE
+    match stmt.prepared:
+        case None | SessionCommand():
+            return Route.SESSION
+        case EmptyQuery():
+            return Route.EMPTY
+        case PrivateQuery() | TreeQuery() | DeferredQuery():
+            return Route.PRIVATE
+        case PublicQuery() | CatalogQuery() if fast_path:
+            return Route.UPSTREAM
+        case _:  # EXPLAIN, the ledger's views, public and catalog without the fast path
+            return Route.ENGINE
 
 
 def uniform(formats: Sequence[int] | None) -> int | None:

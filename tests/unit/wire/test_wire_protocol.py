@@ -28,7 +28,7 @@ from dpsql.wire.requests import (
 )
 from dpsql.wire.state import SessionState
 from dpsql.wire.statements import parse_session_statement
-from tests.wire_support import FakeEngine, FakePrepared
+from tests.wire_support import FakeEngine, fake_prepared
 
 FLUSH = "<flush>"
 
@@ -53,7 +53,7 @@ class Driver:
             if st is not None:
                 return Statement(req.sql, st, None, "fp")
             if not req.sql.strip():
-                return Statement(req.sql, None, FakePrepared(req.sql, "empty", 0), "fp")
+                return Statement(req.sql, None, fake_prepared(req.sql, "empty"), "fp")
             return Statement(req.sql, None, self.engine.prepare(req.sql), "fp")
         if isinstance(req, DescribeColumns):
             return self.engine.describe(req.statement.prepared, self.state.ctx, req.param_types)
@@ -321,7 +321,7 @@ def test_session_statements_run_in_the_protocol_with_their_effects() -> None:
 
 def test_route_is_decided_once_by_kind_and_fast_path() -> None:
     def stmt(kind: str) -> Statement:
-        return Statement("x", None, FakePrepared("x", kind, 0), "fp")
+        return Statement("x", None, fake_prepared("x", kind), "fp")
 
     set_x = Statement("SET a = 1", parse_session_statement("SET a = 1"), None, "fp")
     assert route(set_x, True) is Route.SESSION
@@ -330,6 +330,9 @@ def test_route_is_decided_once_by_kind_and_fast_path() -> None:
     assert route(stmt("public"), False) is Route.ENGINE
     assert route(stmt("private"), True) is Route.PRIVATE
     assert route(stmt("explain"), True) is Route.ENGINE
+    assert route(stmt("dpsql"), True) is Route.ENGINE
+    assert route(stmt("catalog"), False) is Route.ENGINE
+    assert route(stmt("empty"), True) is Route.EMPTY
     d = Driver(fast_path=True)
     d.feed(m.Query("SELECT 1; SELECT count FROM people"))
     assert [r.route for r in d.runs()] == [Route.UPSTREAM, Route.PRIVATE]
