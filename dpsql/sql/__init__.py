@@ -4,7 +4,8 @@ Owns parsing (:mod:`.parse`, :mod:`.prescan`, :mod:`.explain_options`, :mod:`.bi
 a statement reads (:mod:`.tables`, :mod:`.names`, :mod:`.sources`), the analysis of a private
 statement (:mod:`.analyze` and its ``analyze_*`` parts -> :class:`.analysis.Analysis`: measures,
 groups, contribution bounds, key domains), its DP plan (:mod:`.plan`, :mod:`.sensitivity`,
-:mod:`.grouping_sets`), statements of several DP leaves (:mod:`.tree`, :mod:`.flatten`,
+:mod:`.grouping_sets`), CTEs and derived tables merged into one SELECT (:mod:`.flatten`,
+:mod:`.derived`, :mod:`.filters_to_case`), statements of several DP leaves (:mod:`.tree`,
 :mod:`.per_unit`), the rewrite passes into bounded SQL (:mod:`.rewrite`, one pass per module) and
 the post-processing SQL (:mod:`.postprocess`). Reads the policy, never the network: nothing here
 opens a connection or imports the engine, the wire, the budget or the catalog emulation.

@@ -15,7 +15,8 @@ from dpsql.policy.model import Policy
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze_complexity import check_complexity
 from dpsql.sql.analyze_select import analyze_select
-from dpsql.sql.flatten import filters_to_case, flatten
+from dpsql.sql.filters_to_case import filters_to_case
+from dpsql.sql.flatten import flatten
 
 
 def analyze(tree: exp.Expr, policy: Policy) -> Analysis:

@@ -12,7 +12,11 @@ Two shapes are merged, repeatedly, until the FROM clause holds tables only:
 Both are pure rewrites to an equivalent query (same rows, same names), so the flat query goes
 through the usual analysis and its sensitivity argument; nothing here is trusted for privacy.
 A CTE is inlined only where it is referenced in FROM; anything else (a CTE used twice, in a
-subquery, RECURSIVE) is left as is and refused by the analyzer.
+subquery, RECURSIVE) is left as is and refused by the analyzer. A row-level derived table that is
+joined is merged too, as its table under the derived table's alias (:func:`_merge_joined`).
+What a merge reads of the derived table (its columns, whether it is row-level, whether merging
+keeps the row count) is :mod:`dpsql.sql.derived`'s; ``FILTER`` is
+:mod:`dpsql.sql.filters_to_case`'s.
 """
 
 from __future__ import annotations
@@ -21,101 +25,19 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
 from dpsql.sql import functions as fn
+from dpsql.sql.derived import (
+    and_inner_where,
+    check_mergeable,
+    has_star,
+    is_aggregate_query,
+    is_row_level,
+    is_star,
+    keep_name,
+    projection,
+)
 from dpsql.sql.tables import visible_ctes
 
 MAX_DEPTH = 16
-
-
-# PostgreSQL's set-returning functions that can appear in a select list (one input row -> many)
-SET_RETURNING = frozenset(
-    """generate_series generate_subscripts unnest json_array_elements json_array_elements_text
-    jsonb_array_elements jsonb_array_elements_text json_each json_each_text jsonb_each
-    jsonb_each_text json_object_keys jsonb_object_keys json_populate_recordset
-    jsonb_populate_recordset json_to_recordset jsonb_to_recordset jsonb_path_query
-    regexp_matches regexp_split_to_table string_to_table ts_stat ts_debug ts_parse
-    ts_token_type aclexplode pg_get_keywords pg_options_to_table pg_listening_channels
-    pg_get_catalog_foreign_keys pg_ls_dir pg_timezone_names pg_timezone_abbrevs
-    pg_cursor pg_prepared_statement pg_show_all_settings pg_expandarray""".split()
-)
-_SET_RETURNING_NODES = (exp.Unnest, exp.Explode, exp.GenerateSeries, exp.ExplodingGenerateSeries)
-
-
-def _set_returning(q: exp.Select) -> exp.Expr | None:
-    """The first set-returning function call in ``q``'s select list, if any."""
-    for e in q.expressions:
-        for n in e.walk():
-            if isinstance(n, _SET_RETURNING_NODES):
-                return n
-            if isinstance(n, exp.Func) and n.sql_name().lower() in SET_RETURNING:
-                return n
-            if isinstance(n, exp.Anonymous) and str(n.name).lower() in SET_RETURNING:
-                return n
-    return None
-
-
-def check_mergeable(inner: exp.Select) -> None:
-    """Refuse a derived table whose merge would change the row count PostgreSQL computes.
-
-    A set-returning function in a derived table's select list multiplies its rows (``COUNT(*)``
-    over ``SELECT generate_series(1, 3) ...`` counts three rows per input row) even when the outer
-    query never reads its column; merging the derived table would drop it silently. A row lock
-    (``FOR UPDATE``/``FOR SHARE``) would be dropped the same way.
-
-    Raises:
-        UnsupportedSql: either shape (0A000).
-    """
-    if inner.args.get("locks"):
-        raise UnsupportedSql(
-            "row locks (FOR UPDATE, FOR SHARE) over private rows are not supported",
-            hint="remove the FOR UPDATE/FOR SHARE clause: dpsql runs read-only",
-        )
-    srf = _set_returning(inner)
-    if srf is not None:
-        name = (
-            srf.sql_name().lower()
-            if isinstance(srf, exp.Func) and not isinstance(srf, exp.Anonymous)
-            else str(srf.name)
-        )
-        name = {"explode": "unnest", "exploding_generate_series": "generate_series"}.get(name, name)
-        raise UnsupportedSql(
-            f"the set-returning function {name.lower()}() in a derived table over private rows is "
-            "not supported",
-            hint="aggregate the private table directly; a set-returning function would multiply "
-            "each row",
-        )
-
-
-def _is_row_level(q: exp.Select) -> bool:
-    if any(q.args.get(k) for k in ("group", "having", "distinct", "limit", "offset", "windows")):
-        return False
-    if q.args.get("joins") or q.args.get("with_"):
-        return False
-    return not any(fn.is_aggregate(n) or isinstance(n, exp.Window) for n in q.walk())
-
-
-def _is_aggregate_query(q: exp.Select) -> bool:
-    return bool(q.args.get("group")) or any(
-        fn.is_aggregate(n) for e in q.expressions for n in e.walk()
-    )
-
-
-def _projection(q: exp.Select) -> dict[str, exp.Expr]:
-    """Output name -> expression of a derived table's select list (``*`` passes columns through)."""
-    out: dict[str, exp.Expr] = {}
-    for e in q.expressions:
-        if isinstance(e, exp.Alias):
-            out[e.alias] = e.this
-        elif isinstance(e, exp.Column) and not isinstance(e.this, exp.Star):
-            out[e.name] = e
-    return out
-
-
-def _is_star(e: exp.Expr) -> bool:
-    return isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
-
-
-def _has_star(q: exp.Select) -> bool:
-    return any(_is_star(e) for e in q.expressions)
 
 
 def _substitute(
@@ -194,14 +116,14 @@ def _under(node: exp.Expr, ancestor: exp.Expr) -> bool:
 def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
     inner = sub.this
     alias = sub.alias_or_name
-    proj, star = _projection(inner), _has_star(inner)
+    proj, star = projection(inner), has_star(inner)
     out = outer.copy()
     items: list[exp.Expr] = []
     for e in out.expressions:
-        if _is_star(e):
+        if is_star(e):
             items += [x.copy() for x in inner.expressions]  # SELECT * passes the projection on
         else:
-            items.append(_keep_name(e, _substitute(e, alias, proj, star)))
+            items.append(keep_name(e, _substitute(e, alias, proj, star)))
     out.set("expressions", items)
     names = frozenset(e.alias for e in outer.expressions if isinstance(e, exp.Alias))
     for key in ("where", "group", "having", "order", "qualify"):
@@ -210,31 +132,7 @@ def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
             keep = names if key != "where" else frozenset()
             out.set(key, _substitute(v, alias, proj, star, keep))
     out.set("from_", inner.args["from_"].copy())
-    return _and_inner_where(out, inner)
-
-
-def _and_inner_where(out: exp.Select, inner: exp.Select) -> exp.Select:
-    """``out`` with the inner block's WHERE ANDed to its own (``out`` is changed and returned)."""
-    iw = inner.args.get("where")
-    if iw is not None:
-        ow = out.args.get("where")
-        cond = (
-            iw.this.copy()
-            if ow is None
-            else exp.and_(exp.Paren(this=iw.this.copy()), exp.Paren(this=ow.this))
-        )
-        out.set("where", exp.Where(this=cond))
-    return out
-
-
-def _keep_name(before: exp.Expr, after: exp.Expr) -> exp.Expr:
-    """A substituted select item keeps the output name it had."""
-    if isinstance(before, exp.Alias) or not isinstance(before, exp.Column):
-        return after
-    inner = after.this if isinstance(after, exp.Paren) else after
-    if isinstance(inner, exp.Column) and inner.name == before.name:
-        return inner
-    return exp.alias_(inner, before.name, quoted=True)
+    return and_inner_where(out, inner)
 
 
 def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
@@ -245,10 +143,10 @@ def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
         proj[e.alias_or_name] = e.this if isinstance(e, exp.Alias) else e
     items: list[exp.Expr] = []
     for e in outer.expressions:
-        if _is_star(e):
+        if is_star(e):
             items += [x.copy() for x in inner.expressions]
         else:
-            items.append(_keep_name(e, _substitute(e, alias, proj, False)))
+            items.append(keep_name(e, _substitute(e, alias, proj, False)))
     inner.set("expressions", items)
     ow = outer.args.get("where")
     if ow is not None:
@@ -312,9 +210,9 @@ def flatten(tree: exp.Expr) -> exp.Expr:
             return q
         sub = exp.Subquery(this=inner, alias=sub.args.get("alias"))
         check_mergeable(inner)
-        if _is_row_level(inner):
+        if is_row_level(inner):
             q = _merge_row_level(q, sub)
-        elif _is_aggregate_query(inner) and _is_row_level_wrapper(q):
+        elif is_aggregate_query(inner) and _is_row_level_wrapper(q):
             q = _merge_wrapper(q, sub)
         else:
             return q
@@ -345,7 +243,7 @@ def _merge_joined(q: exp.Select) -> exp.Select | None:
             kind = str(item.args.get("kind") or "").upper()
             outer = bool(item.args.get("side")) or kind not in ("", "INNER", "CROSS")
         inner = flatten(sub.this)
-        if outer or not isinstance(inner, exp.Select) or not _is_row_level(inner):
+        if outer or not isinstance(inner, exp.Select) or not is_row_level(inner):
             continue
         src = inner.args.get("from_")  # (SELECT 1) reads no table: nothing to merge
         if src is None or not isinstance(src.this, exp.Table):
@@ -430,13 +328,13 @@ def _merge_joined_at(
         for c in _own_columns(part, inner):
             if c.table in mine:
                 c.set("table", exp.to_identifier(alias))
-    proj, star = _projection(inner), _has_star(inner)
+    proj, star = projection(inner), has_star(inner)
     out = q.copy()
     items = []
     none: frozenset[str] = frozenset()
     for e in out.expressions:
         sub_e = _substitute_joined(e, alias, proj, star, none, others)
-        items.append(e.copy() if _is_star(e) else _keep_name(e, sub_e))
+        items.append(e.copy() if is_star(e) else keep_name(e, sub_e))
     out.set("expressions", items)
     names = frozenset(e.alias for e in q.expressions if isinstance(e, exp.Alias))
     for key in ("where", "group", "having", "order", "qualify"):
@@ -457,7 +355,7 @@ def _merge_joined_at(
     )
     slot = out.args["from_"] if pos == 0 else joins[pos - 1]
     slot.set("this", plain)
-    return _and_inner_where(out, inner)
+    return and_inner_where(out, inner)
 
 
 def _own_columns(node: exp.Expr | None, select: exp.Select) -> list[exp.Column]:
@@ -485,30 +383,3 @@ def _is_row_level_wrapper(q: exp.Select) -> bool:
         if p is not None
         for n in p.walk()
     )
-
-
-def filters_to_case(tree: exp.Expr) -> exp.Expr:
-    """``AGG(x) FILTER (WHERE c)`` -> ``AGG(CASE WHEN c THEN x END)`` (``COUNT(*)``: ``THEN 1``).
-
-    Equivalent: rows the filter drops become NULL, which every DP aggregate ignores; the CASE then
-    goes through the usual row-level checks and interval analysis.
-    """
-
-    def fix(n: exp.Expr) -> exp.Expr:
-        if not isinstance(n, exp.Filter):
-            return n
-        agg, where = n.this, n.expression
-        cond = where.this if isinstance(where, exp.Where) else where
-        if not isinstance(agg, exp.AggFunc):
-            raise UnsupportedSql("FILTER applies to aggregates only")
-        out = agg.copy()
-        arg = out.this
-        distinct = isinstance(arg, exp.Distinct)
-        value = arg.expressions[0] if distinct and len(arg.expressions) == 1 else arg
-        if isinstance(value, exp.Star) or value is None:
-            value = exp.Literal.number(1)
-        case = exp.Case(ifs=[exp.If(this=cond.copy(), true=value.copy())])
-        out.set("this", exp.Distinct(expressions=[case]) if distinct else case)
-        return out
-
-    return tree.transform(fix, copy=True)

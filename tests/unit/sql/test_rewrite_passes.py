@@ -57,6 +57,7 @@ def test_clamp_values(given: str, expected: str) -> None:
 
 @pytest.mark.parametrize(("given", "expected"), pairs("flatten.sql"))
 def test_flatten(given: str, expected: str) -> None:
-    from dpsql.sql.flatten import filters_to_case, flatten
+    from dpsql.sql.filters_to_case import filters_to_case
+    from dpsql.sql.flatten import flatten
 
     assert filters_to_case(flatten(parse(given))).sql("postgres") == expected
