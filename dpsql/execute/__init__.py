@@ -4,7 +4,8 @@ Owns the statement value (:mod:`.prepared`, made by :mod:`.prepare`), which path
 (:mod:`.classify`), the upstream PostgreSQL (:mod:`.backend`: psycopg pool, read-only
 transactions, timeouts, sanitized errors), the public and catalog SQL (:mod:`.public_sql`), the private path (:mod:`.private`:
 plan (:mod:`.planning`), charge, run the bounded SQL of :mod:`.private_sql`, add noise in :mod:`.noise`, post-process;
-:mod:`.grouping_sets`, :mod:`.group_keys`, :mod:`.auto_bounds`, :mod:`.bias`), statements of
+:mod:`.grouping_sets`, :mod:`.group_keys`, :mod:`.auto_bounds` and its words
+:mod:`.auto_bounds_text`, :mod:`.bias`), statements of
 several DP leaves (:mod:`.tree_prepare`, :mod:`.tree`, :mod:`.tree_budget`,
 :mod:`.tree_post`), the privacy parameters
 (:mod:`.privacy_params`), timing padding (:mod:`.timing`) and the engine's memos (:mod:`.caches`).

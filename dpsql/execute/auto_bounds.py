@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -44,7 +43,6 @@ from dpsql.sql.auto_bounds import (
     auto_items,
     declared_groups,
     policy_choices,
-    total_label,
 )
 from dpsql.sql.join_cap import fallback_note
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
@@ -395,97 +393,3 @@ def choose_reserved(
         picks = [c if e is None else from_payload(e) for c, e in zip(picks, earlier, strict=True)]
     chosen += picks
     return AutoBounds(tuple(chosen), slice_epsilon(epsilon, p), p.known.fallback)
-
-
-def in_terms(text: str, unit: str) -> str:
-    """A bounds text in the user's terms: the policy's privacy unit column (``user_id``) where
-    it says "unit", as the accuracy notice does ("23 rows per user_id")."""
-    if not unit or unit == "unit":
-        return text
-    text = re.sub(r"(?<!privacy )\bunits\b", f"{unit} values", text)
-    return re.sub(r"(?<!privacy )\bunit\b", unit, text)
-
-
-def notice(
-    bounds: AutoBounds,
-    epsilon: Fraction,
-    stored: bool,
-    unit: str = "unit",
-    whose: str = "this statement's",
-) -> str:
-    """The notice a statement with ``auto`` bounds sends (which bounds, and what they cost);
-    ``stored``: the ledger keeps choices for later statements; ``unit``: the privacy unit's
-    column, the word the notice uses for one person; ``whose``: what ``epsilon`` is the budget
-    of (a part of a statement of several aggregates: "this part's")."""
-    return in_terms(_notice(bounds, epsilon, stored, whose), unit)
-
-
-def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> str:
-    parts = []
-    text = bounds.describe()
-    if text:
-        fresh = bounds.epsilon_spent > 0
-        reused = any(c.reused for c in bounds.chosen)
-        how = []
-        chose = any(not c.reused and not c.fallback and not c.rule for c in bounds.chosen)
-        if fresh and chose:
-            how.append(
-                f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
-                f"{float(epsilon):.4g}" + (", stored for later statements" if stored else "")
-            )
-        elif fresh:  # every bound measured now fell back to its default (not stored)
-            how.append(
-                f"epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
-                f"{float(epsilon):.4g} spent on a count of units that was too small"
-            )
-        if reused:
-            how.append("some reused free from earlier statements" if fresh else "reused free")
-        how += sorted({c.rule for c in bounds.chosen if c.rule})  # set without the data
-        parts.append(f"contribution bounds: {text} ({'; '.join(how)})")
-    kept = [c for c in bounds.chosen if c.fallback]
-    if kept:
-        what = ", ".join(_label(c) for c in kept)
-        parts.append(
-            f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
-            "decided), the fixed defaults are used: they may leave out more than the intervals "
-            "allow for (each assumes no unit lost more than 4x what they keep); raise "
-            "dpsql.epsilon or set the bounds in the policy"
-        )
-    if bounds.fallback:
-        parts.append(bounds.fallback)
-    return "; ".join(parts)
-
-
-def _label(c: ChosenBound) -> str:
-    col = c.column.rsplit(".", 1)[-1].strip('"')
-    return {
-        "rows": "rows per unit",
-        "groups": "groups per unit",
-        "value_hi": f"upper clamp of {col}",
-        "value_lo": f"lower clamp of {col}",
-        "total": f"cap of {total_label(c.column)} per unit over all its groups",
-    }[c.kind]
-
-
-def explain_text(p: Pending, epsilon: Fraction, unit: str = "unit") -> str:
-    """EXPLAIN's line: the stored choices, and what running would choose and spend (in the
-    words of the notice: ``unit`` is the privacy unit's column)."""
-    return in_terms(_explain_text(p, epsilon), unit)
-
-
-def _explain_text(p: Pending, epsilon: Fraction) -> str:
-    parts = []
-    known = p.known.describe()
-    if known:
-        parts.append(f"{known} (stored or declared: free)")
-    if p.missing:
-        what = ", ".join(it.label for it in p.missing)
-        parts.append(
-            f"{what}: chosen from the data when the statement runs, with epsilon "
-            f"{float(slice_epsilon(epsilon, p)):.4g} of its {float(epsilon):.4g} (the plan "
-            "below gets the rest; until chosen it shows each at its default: 1 row, 1 group, "
-            "the declared range, one row's worth over all groups; so do its errors)"
-        )
-    if p.known.fallback:
-        parts.append(p.known.fallback)
-    return "; ".join(parts)

@@ -122,7 +122,7 @@ def finish(
     spent = plan is not None and not cached and plan.cost != Cost()
     chose = auto.epsilon_spent if auto is not None else Fraction(0)
     if auto is not None and plan is not None and not describe_only:
-        from dpsql.execute.auto_bounds import notice
+        from dpsql.execute.auto_bounds_text import notice
 
         stored = engine.ledger is not None and engine.policy.repeats != "off"
         text = notice(auto, plan.epsilon + chose, stored, a.private.privacy_unit)

@@ -31,7 +31,8 @@ from sqlglot import exp
 from dpsql.dp.accounting import sequential
 from dpsql.errors import InternalError, UpstreamError
 from dpsql.execute import privacy_params
-from dpsql.execute.auto_bounds import choose_reserved, notice
+from dpsql.execute.auto_bounds import choose_reserved
+from dpsql.execute.auto_bounds_text import notice
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import interval_notices

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from dpsql.dp.accounting import Cost
-from dpsql.execute import auto_bounds
+from dpsql.execute import auto_bounds, auto_bounds_text
 from dpsql.execute.auto_bounds import Pending
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
@@ -120,8 +120,8 @@ def explain_text(budget: LeafBudget) -> str | None:
         return None
     unit = budget.share.analysis.private.privacy_unit
     if budget.small is not None:
-        return auto_bounds.in_terms(budget.small.fallback, unit)
-    return auto_bounds.explain_text(budget.pend, budget.share.epsilon, unit)
+        return auto_bounds_text.in_terms(budget.small.fallback, unit)
+    return auto_bounds_text.explain_text(budget.pend, budget.share.epsilon, unit)
 
 
 __all__ = ["LeafBudget", "explain_text", "leaf_budget", "resolved_plan"]

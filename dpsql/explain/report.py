@@ -13,11 +13,11 @@ from dpsql.errors import DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute.auto_bounds import (
     UNTIL_CHOSEN,
     Pending,
-    explain_text,
     slice_epsilon,
     too_small,
     with_defaults,
 )
+from dpsql.execute.auto_bounds_text import explain_text
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params

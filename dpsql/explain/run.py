@@ -26,7 +26,7 @@ from dpsql.errors import (
     SqlSyntaxError,
     UnsupportedSql,
 )
-from dpsql.execute import auto_bounds, planning, privacy_params
+from dpsql.execute import auto_bounds, auto_bounds_text, planning, privacy_params
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -164,7 +164,7 @@ def _explain_private(
         small = auto_bounds.too_small(pend, plan.epsilon) if pend.missing else None
         spent = Fraction(0)
         if small is None:
-            auto_text = auto_bounds.explain_text(
+            auto_text = auto_bounds_text.explain_text(
                 pend, plan.epsilon, plan.analysis.private.privacy_unit
             )
             spent = auto_bounds.slice_epsilon(plan.epsilon, pend)

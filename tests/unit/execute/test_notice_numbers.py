@@ -46,7 +46,7 @@ def test_two_fallen_back_caps_say_which() -> None:
     per user_id over all its groups' twice)."""
     from fractions import Fraction
 
-    from dpsql.execute.auto_bounds import _label
+    from dpsql.execute.auto_bounds_text import _label
     from dpsql.sql.auto_bounds import ChosenBound
 
     rows = ChosenBound("total", "count_rows", Fraction(1), Fraction(0), 0, 0, fallback=True)
