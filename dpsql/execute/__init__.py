@@ -7,7 +7,8 @@ plan (:mod:`.planning`), charge, run the bounded SQL of :mod:`.private_sql`, add
 :mod:`.grouping_sets`, :mod:`.group_keys`, :mod:`.auto_bounds` and its words
 :mod:`.auto_bounds_text`, :mod:`.bias`), statements of
 several DP leaves (:mod:`.tree_prepare`, :mod:`.tree`, :mod:`.tree_budget`,
-:mod:`.tree_post`), the privacy parameters
+:mod:`.tree_post`; their intervals :mod:`.tree_intervals`, :mod:`.tree_levels`,
+:mod:`.tree_interval_text`), the privacy parameters
 (:mod:`.privacy_params`), timing padding (:mod:`.timing`) and the engine's memos (:mod:`.caches`).
 A stage sees the engine through :class:`.context.EngineContext` and never imports
 :mod:`dpsql.engine`.

@@ -41,10 +41,11 @@ from dpsql.errors import UpstreamError
 from dpsql.execute.bias import round_outwards
 from dpsql.execute.finish import interval_arrays
 from dpsql.execute.noise import Release
+from dpsql.execute.tree_interval_text import short_of, what_of, why_not
 from dpsql.execute.tree_levels import static_reads
 from dpsql.result import IntervalFallback, ResultColumn
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.interval_sql import ENDS, HIDDEN, IV_LEAF, Held, No
+from dpsql.sql.interval_sql import ENDS, HIDDEN, IV_LEAF, Held
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.postprocess import (
     interval_base,
@@ -313,7 +314,7 @@ def attach(
         o = at.get(p)
         if o is None:
             continue
-        why = failed or _why_not(o, hidden)
+        why = failed or why_not(o, hidden)
         info = o.info if isinstance(o.info, Held) else None
         if info is not None and info.passthrough:  # the type is the plan's: Describe's too
             kind, oid = "keep", OIDS.get(info.end, FLOAT8)
@@ -375,7 +376,7 @@ def attach(
         elif over or absent[slot]:
             assert isinstance(o.info, Held)
             n = len(over) + absent[slot]
-            reasons = [_short(o.info, max(over), releases, labels, confidence)] if over else []
+            reasons = [short_of(o.info, max(over), releases, labels, confidence)] if over else []
             if absent[slot]:
                 reasons.append(
                     "it reads a value whose group was not released (partition selection or a "
@@ -388,7 +389,7 @@ def attach(
                 + "; and ".join(reasons)
             )
         else:
-            notes.append(f"{base}: {_what(o.info, labels, releases, ks, confidence)}")
+            notes.append(f"{base}: {what_of(o.info, labels, releases, ks, confidence)}")
         slot += 1
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
     if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):
@@ -416,59 +417,6 @@ def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
     if not (math.isfinite(a) and math.isfinite(b)):
         return None, None
     return round_outwards((a, b), (b - a) / 2)
-
-
-def _why_not(o: OutCol, hidden: dict[str, list[int]]) -> str:
-    if isinstance(o.info, No):
-        return o.info.reason or "dpsql can't bound it"
-    h = o.info
-    if any(len(hidden.get(f"_dpsql_iv{h.hid}_{e}", [])) != 1 for e in ENDS):
-        return "the statement repeats the column it comes from (SELECT * over a self-join)"
-    return ""
-
-
-def _short(
-    h: Held,
-    miss: Decimal,
-    releases: Sequence[Release | None],
-    labels: Sequence[str],
-    confidence: float,
-) -> str:
-    """Why a row's interval is NULL: the leaf intervals it read hold together with probability
-    below the session's confidence (a stored leaf answer keeps the level it was released at)."""
-    level = max(float(1 - miss), 0.0)
-    held = sorted({(r.confidence or 0.0) if r else 0.0 for r in (releases[e[0]] for e in h.events)})
-    return (
-        f"it is computed from released values whose intervals all hold with probability "
-        f"only {level:.4g} (a stored answer of {labels[h.events[0][0]]} keeps its intervals "
-        f"at {held[0]:.4g}; at {confidence:g} the values a row reads, k of them, would each "
-        f"need 1 - {1 - confidence:.2g}/k): ask with another dpsql.epsilon to measure it anew"
-    )
-
-
-def _what(
-    o: Held | No,
-    labels: Sequence[str],
-    releases: Sequence[Release | None],
-    ks: dict[int, int | None],
-    confidence: float,
-) -> str:
-    assert isinstance(o, Held)
-    leaves = sorted({leaf for leaf, _ in o.events})
-    if o.passthrough:
-        rel = releases[leaves[0]]
-        level = rel.confidence if rel is not None and rel.confidence is not None else confidence
-        return f"the interval of {labels[leaves[0]]}'s released value, unchanged (at {level:.4g})"
-    k = ks.get(o.hid)
-    many = f"up to {k}" if k else "the"
-    lv = ", ".join(
-        f"{labels[i]} at {releases[i].confidence:.4g}"  # type: ignore[union-attr]
-        for i in leaves
-    )
-    return (
-        f"computed from {many} released values a row reads, by interval arithmetic ({lv}): it "
-        f"holds the true value with probability >= {confidence:g} (union bound over {'the ' + str(k) if k else 'them'})"
-    )
 
 
 __all__ = [
