@@ -23,8 +23,8 @@ from dpsql.execute.bias import (
     Interval,
     Mechanism,
     Removed,
-    avg_levels,
     avg_targets,
+    avg_widths,
     one_row,
     outside_alarm,
     parts,
@@ -330,31 +330,31 @@ def _avg_line(
     m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
     if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
         return f"{s.sql}: an average released by a selection has no value interval"
-    ls, ln, lm, lr = avg_levels((m0, m1), avg, confidence)
+    aw = avg_widths((m0, m1), avg, confidence)
     t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
     mass = removed[t.key]
     where = " in all groups together" if a.group_keys else ""
     per = " a group" if a.group_keys else ""
     total = _total_removed(mass.dropped) if rows else 0.0
-    wm = fmt(c.dropped.half_width(lm))
+    wm = fmt(aw.mass_up)
     head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
     if n is None:
         line = (
             f"{head}, plus what clamping cut off (they keep {_kept(a, t)}): about "
-            f"{fmt(total)} of {col}{where}, ±{wm}{per}; one row per {unit}: no row is dropped. "
+            f"{fmt(total)} of {col}{where} (up to {wm} more{per} given that estimate's "
+            f"noise); one row per {unit}: no row is dropped. "
         )
     else:
         dropped = removed[n.target.key].dropped
         count = _total_removed(dropped) if rows else 0.0
-        wr = fmt(n.dropped.half_width(lr))
         line = (
             f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "
-            f"{rows_text(count)} and {fmt(total)} of {col}{where}, ±{wr} rows and ±{wm} of "
-            f"{col}{per}. "
+            f"{rows_text(count)} and {fmt(total)} of {col}{where} (±{fmt(aw.rows_up)} rows and "
+            f"up to {wm} more of {col}{per} given those estimates' noise). "
         )
     line += _assumption(a, mass, t, rows)
     declared = (float(t.raw_lo), float(t.raw_hi))
-    line += _avg_why_wide(a, (m0, m1), s, (ls, ln), ivs, noisy, declared)
+    line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
     return line + _avg_nulls(a, s, noisy)
 
 

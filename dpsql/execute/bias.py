@@ -10,8 +10,8 @@ C, then with probability >= 1 - alpha (union bound)::
 
     B' - w_B + max(0, D' - w_D-)  <=  T  <=  B' + w_B + max(0, D' + w_D+)
 
-(for a SUM on a finer grid than 1 the lower end keeps B' - w_B: its removed mass is rounded up,
-so D' is only an upper bound). The interval is asymmetric, reaching further on the side bounding
+(for a SUM that is not an integer measure on grid 1 the lower end keeps B' - w_B: its removed
+mass is rounded up, so D' is only an upper bound: :func:`exact_steps`). The interval is asymmetric, reaching further on the side bounding
 pulled the answer from. The answer B' itself is unchanged. The notice that explains it in words is
 :mod:`dpsql.execute.accuracy_text`. The over-cap count tells whether the
 assumption is plainly false: when some group's count is above 0 beyond its noise, the notice says
@@ -32,7 +32,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.errors import InternalError
 from dpsql.sql.analysis import Analysis, Statistic
-from dpsql.sql.bias import BiasPlan
+from dpsql.sql.bias import BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
 
 Interval = tuple[float, float]
@@ -181,7 +181,7 @@ def target_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
     alpha = 1 - level
     ref = 1 - alpha / 2
     rb, rd = answer.half_width(ref), b.dropped.half_width(ref)
-    lower_d = b.target.grid == 1
+    lower_d = exact_steps(b.target)
     a_down = alpha * RAISE_SHARE if lower_d else 0.0
     rest = alpha - a_down
     tails = 2 * rb + rd
@@ -207,7 +207,7 @@ def target_interval(
     if iv is None:
         return None
     d = float(r.dropped[row])
-    up, down = max(0.0, d + w.d_hi), max(0.0, d - w.d_lo) if r.plan.target.grid == 1 else 0.0
+    up, down = max(0.0, d + w.d_hi), max(0.0, d - w.d_lo) if exact_steps(r.plan.target) else 0.0
     lo, hi = (iv[0] + down, iv[1] + up) if r.plan.target.sign > 0 else (iv[0] - up, iv[1] - down)
     if s.func in ("count", "count_distinct"):
         lo, hi = max(0.0, lo), max(0.0, hi)
@@ -242,47 +242,85 @@ def one_row(a: Analysis) -> bool:
     return a.one_row_per_unit or a.unique_unit
 
 
-def _range(r: Removed | None, row: int, level: float) -> tuple[float, float]:
-    """The removed mass's interval in a group: [max(0, D - w) (0 off grid 1), max(0, D + w)];
-    [0, 0] when nothing is removed (None)."""
-    if r is None:
-        return 0.0, 0.0
-    w = r.plan.dropped.half_width(level)
-    d = float(r.dropped[row])
-    return (max(0.0, d - w) if r.plan.target.grid == 1 else 0.0), max(0.0, d + w)
+@dataclass(frozen=True)
+class AvgWidths:
+    """AVG's parts' reaches (:func:`avg_widths`): the centred sum's and the count's two-sided
+    levels, and the reaches of the removed mass and rows above and below their releases
+    (``math.inf`` below: that lower end is 0, not used; all 0 for rows when none is dropped)."""
+
+    sum_level: float
+    count_level: float
+    mass_up: float
+    mass_down: float
+    rows_up: float
+    rows_down: float
 
 
-def avg_levels(
+def exact_steps(t: BiasTarget) -> bool:
+    """The target's released steps are its removed mass exactly (an integer measure on grid 1:
+    counts, integer SUMs), not rounded up (``CEIL`` per unit and group), so its release less
+    its lower reach is a lower bound too. AVG's value mass (kept plain partial: the centred one
+    plus mid times the count, scaled at R / n) is rounded up on every grid: an upper bound only."""
+    return t.grid == 1 and t.measure.integral and t.count_index is None
+
+
+def avg_widths(
     answer: tuple[Mechanism, Mechanism], avg: tuple[BiasPlan, BiasPlan | None], level: float
-) -> tuple[float, float, float, float]:
-    """AVG's parts' two-sided levels (centred sum, count, removed mass, removed rows; the last
-    is 1 when no row is dropped): 1 - ``level`` split over them in proportion to how far each
-    part's noise can move the ratio, in value units (a public weight, fixed before any
+) -> AvgWidths:
+    """Split 1 - ``level`` over AVG's interval's one-sided tails (:func:`avg_interval`).
+
+    The truth (P + D) / (N + E) (P the kept plain sum, D, E the removed mass and rows) rises
+    with D and falls with E. The interval misses only if one of its tails does: the centred
+    sum's and the count's noise below or above their reaches, the removed mass above its upper
+    reach, the removed rows above or below theirs (the mass has no lower reach: rounded up,
+    :func:`exact_steps`). Union bound: any split summing to alpha keeps the level.
+
+    The removed rows' lower tail gets ``RAISE_SHARE`` of alpha (1e-6 at 95%), as a COUNT's
+    removed mass's does (:func:`target_widths`): with the mass at 0 below, the lower end is at
+    most the answer (every lower corner has D = 0), and only E's lower end, max(0, E' - w_E-),
+    can pull the upper end below the answer; when few rows were removed that happens only when
+    E's noise is in this tail. Such an interval must hold the truth as often as any other, so
+    it lies below its answer only on near-certain evidence that bounding removed that many
+    rows (at a low mean). The rest of alpha goes to the other six tails in proportion to how far
+    each one's noise can move the ratio, in value units (public weights, fixed before any
     release): the sum's and the mass's half-widths, the count's times the clamp's half-range,
     the removed rows' times the clamp's largest magnitude (a ratio near mid moves by about
-    (mean - mid) / N per kept row, by about mean / N per removed row). Union bound: any split
-    that sums to alpha keeps the level; Lagrange (each reach about scale · ln(1/share)): shares
-    proportional to the reaches minimise their sum. Before, alpha/4 each."""
+    (mean - mid) / N per kept row, by about mean / N per removed row); Lagrange (each reach
+    about scale · ln(1/share)): shares proportional to the reaches minimise their sum. Before,
+    each part's two tails shared its part alike: the rows' and, on grid 1, the mass's lower
+    tails at about 1.2% each (docs/accuracy.md, "AVG: which tails")."""
     c, n = avg
     alpha = 1 - level
-    k = 4 if n is not None else 3
-    ref = 1 - alpha / k
+    ref = 1 - alpha / (4 if n is not None else 3)
     m = c.target.measure
     half = float(m.hi - m.lo) / 2
     top = float(max(abs(m.lo), abs(m.hi)))
-    weights = [
-        answer[0].half_width(ref),
-        answer[1].half_width(ref) * half,
-        c.dropped.half_width(ref),
-        n.dropped.half_width(ref) * top if n is not None else 0.0,
-    ]
-    total = sum(weights)
-    if not (math.isfinite(total) and total > 0 and all(w > 0 for w in weights[:k])):
-        shares = [alpha / k] * k + [0.0] * (4 - k)
+    ws, wn = answer[0].half_width(ref), answer[1].half_width(ref) * half
+    wd = c.dropped.half_width(ref)
+    we = n.dropped.half_width(ref) * top if n is not None else 0.0
+    a_down = alpha * RAISE_SHARE if n is not None else 0.0
+    rest = alpha - a_down
+    tails = 2 * ws + 2 * wn + wd + we
+    used = [ws, wn, wd] + ([we] if n is not None else [])
+    if not (math.isfinite(tails) and all(w > 0 for w in used)):  # no scale: equal shares
+        k = 5 + (1 if n is not None else 0)
+        a_s, a_n, a_d, a_e = rest / k, rest / k, rest / k, (rest / k if n is not None else 0.0)
     else:
-        shares = [alpha * w / total for w in weights]
-    a, b, d, e = (1 - x for x in shares)
-    return a, b, d, (e if n is not None else 1.0)
+        a_s, a_n, a_d, a_e = (rest * w / tails for w in (ws, wn, wd, we))
+    rows_up = n.dropped.half_width(1 - 2 * a_e) if n is not None else 0.0
+    rows_down = n.dropped.half_width(1 - 2 * a_down) if n is not None else 0.0
+    return AvgWidths(
+        1 - 2 * a_s, 1 - 2 * a_n, c.dropped.half_width(1 - 2 * a_d), math.inf, rows_up, rows_down
+    )
+
+
+def _range(r: Removed | None, row: int, up: float, down: float) -> tuple[float, float]:
+    """The removed mass's interval in a group: [max(0, D - down), max(0, D + up)] (``down``
+    inf: 0 below); [0, 0] when nothing is removed (None)."""
+    if r is None:
+        return 0.0, 0.0
+    d = float(r.dropped[row])
+    return max(0.0, d - down), max(0.0, d + up)
 
 
 def avg_interval(
@@ -291,13 +329,13 @@ def avg_interval(
     widths: tuple[float, float],
     removed: tuple[Removed, Removed | None],
     row: int,
-    levels: tuple[float, float],
+    w: AvgWidths,
 ) -> Interval | None:
     """AVG's interval including what bounding and clamping removed: the truth is
     (kept plain sum + removed mass) / (kept rows + removed rows), kept plain sum = centred sum +
     mid · rows. Each of the four parts within its interval (the sum and count at ``widths``,
-    the removed mass and rows at ``levels``: :func:`avg_levels`), the ratio's range over that
-    box is at its corners (it is monotone in each part), clamped to the declared range."""
+    the removed mass and rows at ``w``'s reaches: :func:`avg_widths`), the ratio's range over
+    that box is at its corners (it is monotone in each part), clamped to the declared range."""
     import itertools
 
     c, n = removed
@@ -310,7 +348,10 @@ def avg_interval(
     corners = [
         (a + mid * b + d) / (b + e)
         for a, b, d, e in itertools.product(
-            (sc - ws, sc + ws), ns, _range(c, row, levels[0]), _range(n, row, levels[1])
+            (sc - ws, sc + ws),
+            ns,
+            _range(c, row, w.mass_up, w.mass_down),
+            _range(n, row, w.rows_up, w.rows_down),
         )
     ]
     lo, hi = float(t.raw_lo), float(t.raw_hi)

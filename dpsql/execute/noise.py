@@ -24,8 +24,8 @@ from dpsql.execute.accuracy_text import accuracy_notes
 from dpsql.execute.bias import (
     Removed,
     avg_interval,
-    avg_levels,
     avg_targets,
+    avg_widths,
     outside_plans,
     parts,
     release_alarms,
@@ -227,11 +227,11 @@ def _stat_interval(
             m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
             if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
                 raise InternalError(f"{s.sql}: an AVG released by a selection")
-            ls, ln, lm, lr = avg_levels((m0, m1), avg, level)
+            aw = avg_widths((m0, m1), avg, level)
             vals = (float(noisy[s.measures[0]][r]), float(noisy[s.measures[1]][r]))
             pair = (removed[avg[0].target.key], removed[avg[1].target.key] if avg[1] else None)
-            ws2 = (width(s.measures[0], ls), width(s.measures[1], ln))
-            return avg_interval(s, vals, ws2, pair, r, (lm, lr))
+            ws2 = (width(s.measures[0], aw.sum_level), width(s.measures[1], aw.count_level))
+            return avg_interval(s, vals, ws2, pair, r, aw)
         lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
         return derive(s, [noisy[m][r] for m in s.measures], ws)[1]

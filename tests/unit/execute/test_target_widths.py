@@ -97,12 +97,7 @@ def test_the_lower_reach_holds_at_a_tiny_share(
     assert _one_sided(plan.dropped, old) > 1e-4
 
 
-def test_avg_levels_split_alpha_over_its_parts() -> None:
-    """AVG's four parts' two-sided levels: their alphas sum to the statement's (a union bound
-    over the parts), the removed mass and rows (the noisiest, in value units) the larger shares;
-    with no rows dropped (one row per unit) three parts share it and the rows' level is 1."""
-    from dpsql.execute.bias import avg_levels
-
+def _avg_plans() -> tuple[tuple[Laplace, Laplace], BiasPlan, BiasPlan]:
     c = BiasTarget(
         0,
         Measure("sum_centered", None, Fraction(0), Fraction(50), False),
@@ -118,11 +113,53 @@ def test_avg_levels_split_alpha_over_its_parts() -> None:
     )
     rows = _plan(4, Fraction(1), Fraction(3, 80))
     answer = (Laplace(Fraction(25), Fraction(7, 20)), Laplace(Fraction(1), Fraction(7, 20)))
-    for level in (0.9, 0.95, 0.99):
-        got = avg_levels(answer, (mass, rows), level)
-        assert sum(1 - x for x in got) == pytest.approx(1 - level, rel=1e-12)
-        # the removed mass and rows (4x the sensitivity at a tenth of the epsilon) get the
-        # larger shares of alpha: lower levels than the sum's and the count's
-        assert max(got[2], got[3]) < min(got[0], got[1]), got
-        one = avg_levels(answer, (mass, None), level)
-        assert one[3] == 1.0 and sum(1 - x for x in one) == pytest.approx(1 - level, rel=1e-12)
+    return answer, mass, rows
+
+
+def _avg_miss(
+    answer: tuple[Laplace, Laplace], mass: BiasPlan, rows: BiasPlan | None, level: float
+) -> float:
+    """An upper bound on P(AVG's interval misses): the sum of its one-sided tails (the sum's
+    and the count's two each, the mass above, the rows above and below)."""
+    from dpsql.execute.bias import avg_widths
+
+    w = avg_widths(answer, (mass, rows), level)
+    p = 2 * _one_sided(answer[0], answer[0].half_width(w.sum_level))
+    p += 2 * _one_sided(answer[1], answer[1].half_width(w.count_level))
+    p += _one_sided(mass.dropped, w.mass_up)
+    if rows is not None:
+        p += _one_sided(rows.dropped, w.rows_up) + _one_sided(rows.dropped, w.rows_down)
+    return p
+
+
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.99])
+def test_avg_tails_sum_to_at_most_alpha(level: float) -> None:
+    """AVG's one-sided tails (exact discrete Laplace tails) sum to at most alpha, with rows
+    dropped or not; the twin (the split of twice the alpha, as if the union bound were
+    loose by half) exceeds it."""
+    answer, mass, rows = _avg_plans()
+    for r in (rows, None):
+        assert _avg_miss(answer, mass, r, level) <= (1 - level) * (1 + 1e-9)
+        assert _avg_miss(answer, mass, r, 1 - 2 * (1 - level)) > 1 - level
+
+
+def test_avg_lower_reaches_hold_at_a_tiny_share() -> None:
+    """The removed rows' lower reach, the only part that can pull AVG's upper end below its
+    answer, misses with probability at most alpha · RAISE_SHARE; the removed mass has none (it
+    is rounded up: an upper bound only), on grid 1 too. The old split gave the rows' lower
+    tail about half the rows' share (above 1e-3 here); the removed mass and rows, the noisiest
+    in value units, still get the larger shares of the rest."""
+    import dataclasses
+
+    from dpsql.execute.bias import RAISE_SHARE, avg_widths
+
+    answer, mass, rows = _avg_plans()
+    w = avg_widths(answer, (mass, rows), 0.95)
+    assert _one_sided(rows.dropped, w.rows_down) <= 0.05 * RAISE_SHARE * (1 + 1e-9)
+    assert _one_sided(rows.dropped, w.rows_up) > 1e-3
+    assert w.mass_down == math.inf
+    assert max(w.sum_level, w.count_level) > 1 - 2 * _one_sided(rows.dropped, w.rows_up)
+    grid1 = dataclasses.replace(mass, target=dataclasses.replace(mass.target, grid=Fraction(1)))
+    assert avg_widths(answer, (grid1, rows), 0.95).mass_down == math.inf
+    one = avg_widths(answer, (mass, None), 0.95)
+    assert one.rows_up == one.rows_down == 0.0
