@@ -178,15 +178,22 @@ def exhausted(
             f"; what the query needs includes the one-time conversion cost epsilon "
             f"{fmt_up(f.overhead)} that the period's first Gaussian release pays"
         )
-    order = f"Renyi order {fmt_down(f.order)}" if f.order is not None else "no Renyi order"
+    per = f"per {lim.period}" if lim.period != "none" else "in all"
+    gauss = ""
+    if row.spent.cost.rho > 0 or cost.rho > 0:
+        # the Renyi order is the accounting's term (docs/budget.md explains it): say what it does
+        gauss = (
+            f", and Gaussian noise of rho {fmt_up(row.spent.cost.rho)} (Gaussian answers are "
+            "counted against epsilon by a conversion fixed when the budget first paid for one: "
+            'docs/budget.md, "The privacy filter")'
+        )
     return BudgetExhausted(
         f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} left, and delta "
         f"{fmt_down(left_delta)} for partition selection{when}; {needs}",
-        detail=f"{lim.label} ({analyst} asked): limit epsilon {fmt_down(f.epsilon)}, delta "
-        f"{fmt_down(f.delta)} ({fmt_down(f.delta_explicit)} of it for explicit deltas) per "
-        f"{lim.period if lim.period != 'none' else 'lifetime'}; {order}; spent epsilon "
-        f"{fmt_up(spent)}, explicit delta {fmt_up(row.spent.cost.delta)}, rho "
-        f"{fmt_up(row.spent.cost.rho)}{why}",
+        detail=f"{lim.label} ({analyst} asked): epsilon {fmt_down(f.epsilon)} and delta "
+        f"{fmt_down(f.delta)} {per} ({fmt_down(f.delta_explicit)} of that delta for "
+        f"partition selection); spent so far: epsilon {fmt_up(spent)}, delta "
+        f"{fmt_up(row.spent.cost.delta)} for partition selection{gauss}{why}",
         hint="lower SET dpsql.epsilon, repeat an earlier query (repeats are free), "
         + ("use SET dpsql.mechanism = laplace, " if cost.rho > 0 else "")
         + (f"wait for the budget to renew at {end:%Y-%m-%d %H:%M} UTC, " if end else "")

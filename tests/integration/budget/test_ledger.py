@@ -67,6 +67,8 @@ def test_reserve_commit_and_exhaustion_message(ledger: Ledger, dsn: str) -> None
     assert "epsilon 0.1 left, and delta 5e-7 for partition selection" in err.message
     assert "the query needs epsilon 0.2 and delta 0" in err.message
     assert err.hint and "grant" in err.hint
+    assert err.detail and "spent so far: epsilon 0.9" in err.detail
+    assert "Renyi" not in err.detail and "Gaussian" not in err.detail, err.detail
     # exactly the rest still fits (exact fractions: 3 * 3/10 + 1/10 == 1)
     ledger.commit(ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q3"))
     assert totals(dsn)[("analyst", "alice")] == Cost(epsilon=E(1))
@@ -186,8 +188,14 @@ def test_gaussian_releases_compose_in_zcdp(dsn: str) -> None:
         # realized-total check allowed 47 in all, at the full delta)
         for _ in range(43):
             lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
-        with pytest.raises(BudgetExhausted, match="the query needs epsilon 0.07668"):
+        with pytest.raises(BudgetExhausted, match="the query needs epsilon 0.07668") as info:
             lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO)
+        # the detail in the analyst's words: what the budget is and what was spent, Gaussian
+        # noise named as such, the accounting's term (Renyi order) left to docs/budget.md
+        detail = info.value.detail or ""
+        assert "Renyi" not in detail and "order" not in detail, detail
+        assert "epsilon 7 and delta 0.00001 in all" in detail, detail
+        assert "spent so far: epsilon 6.9" in detail and "Gaussian noise of rho" in detail
 
 
 def test_gaussian_needs_delta_in_the_budget(dsn: str) -> None:
