@@ -54,11 +54,12 @@ def plan(
         engine.catalog_tokens()[tables(a)] = state.token
         if state.unique or state.proven:
             a = (
-                prepared.catalog_analysis(state.unique, state.proven, state.proof_id)
+                prepared.catalog_analysis(state.unique_id, state.proven, state.proof_id)
                 if a is prepared.analysis
                 else replace(
                     a,
                     unique_unit=state.unique,
+                    unique_proof_id=state.unique_id,
                     proven_bounds=state.proven,
                     proof_id=state.proof_id,
                 )

@@ -8,7 +8,6 @@ logs and on the wire.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
@@ -54,6 +53,9 @@ class _Treeless(_Common):
     param_count: ClassVar[int] = 0
 
 
+_VARIANTS = 16  # catalog variants kept per statement (catalog_analysis)
+
+
 @dataclass(frozen=True, kw_only=True)
 class PrivateQuery(_Parsed):
     """One flat aggregate block over private tables, analyzed: answered with DP noise."""
@@ -64,39 +66,41 @@ class PrivateQuery(_Parsed):
     # the per-unit SELECT that stands for it in the bounded SQL
     units: tuple[tuple[str, exp.Select], ...] = ()
 
-    @functools.cached_property
-    def unique_analysis(self) -> Analysis:
-        """``analysis`` with the catalog's proof of one row per unit in force (``unique_unit``:
-        :mod:`dpsql.execute.unique_units`), one object per statement, so the SQL memoized for
-        the prepared analysis is memoized for this one too (:meth:`is_own`)."""
-        return replace(self.analysis, unique_unit=True)
-
     def catalog_analysis(
-        self, unique: bool, proven: tuple[str, ...], proof_id: str = ""
+        self, unique_id: str, proven: tuple[str, ...], proof_id: str = ""
     ) -> Analysis:
-        """``analysis`` with the catalog's proofs in force: one row per unit (``unique``), the
+        """``analysis`` with the catalog's proofs in force: one row per unit (``unique_id``, the
+        proof's identity: :data:`dpsql.execute.unique_units.UNIQUE_UNIT_SQL`; '' for none), the
         values of columns ``proven`` within their declared bounds (``proven_bounds``:
-        :mod:`dpsql.sql.check_bounds`); one object per statement and proofs, as
-        :attr:`unique_analysis`."""
-        if not proven:
-            return self.unique_analysis if unique else self.analysis
-        variants: dict[tuple[bool, tuple[str, ...], str], Analysis] = self.__dict__.setdefault(
+        :mod:`dpsql.sql.check_bounds`, proved by ``proof_id``); one object per statement and
+        proofs' identities, so what is memoized for it (:meth:`is_own`) is never reused under
+        another proof: a plan that took one key is not run after that key was dropped and made
+        again (its check would refuse every run)."""
+        if not unique_id and not proven:
+            return self.analysis
+        variants: dict[tuple[str, tuple[str, ...], str], Analysis] = self.__dict__.setdefault(
             "_catalog_variants", {}
         )
-        key = (unique, proven, proof_id)
+        key = (unique_id, proven, proof_id)
         hit = variants.get(key)
         if hit is None:
             hit = replace(
-                self.analysis, unique_unit=unique, proven_bounds=proven, proof_id=proof_id
+                self.analysis,
+                unique_unit=bool(unique_id),
+                unique_proof_id=unique_id,
+                proven_bounds=proven,
+                proof_id=proof_id,
             )
             hit = variants.setdefault(key, hit)
+            for old in list(variants)[:-_VARIANTS]:  # proofs of the past (each DDL makes one)
+                variants.pop(old, None)
         return hit
 
     def is_own(self, a: Analysis) -> bool:
         """Whether ``a`` is this statement's own analysis (no parameters bound, no bounds
         chosen), with or without the catalog's proofs: what is derived from it may be
         memoized."""
-        if a is self.analysis or a is self.__dict__.get("unique_analysis"):
+        if a is self.analysis:
             return True
         return any(a is v for v in self.__dict__.get("_catalog_variants", {}).values())
 

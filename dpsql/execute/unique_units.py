@@ -21,11 +21,22 @@ cover); a partitioned table's unique index spans its partitions. The catalog is 
 statement is planned (:meth:`dpsql.engine.Engine.plan`: the plan then spends nothing on dropped
 rows, and ``auto`` R and G are 1 for free) and again just before the private query runs
 (:meth:`dpsql.engine.Engine.private_sql`) and once more just after it, before anything is released
-(:func:`still_unique`): a constraint dropped since is seen and the statement refused (dropping it
-needs an ACCESS EXCLUSIVE lock, which waits for a running query to end). The reads are separate
-statements from the query's: a change that is made and undone entirely while the query runs
-(drop the key, add a duplicate that the query reads, delete it, add the key back) is not seen;
-whoever can change the table's schema is trusted.
+(:func:`recheck`, :func:`still_unique`, :func:`still_proven`).
+
+What is compared is the proof's identity, not a yes/no (:data:`UNIQUE_UNIT_SQL`): the oids of
+the table and of the index that proves it, and the ``xmin`` of the catalog rows that carry what
+the proof rests on (the table's ``pg_class`` row: its inheritance children; the index's
+``pg_index`` row: valid, unique, immediate; the unit column's ``pg_attribute`` row: NOT NULL,
+collation). Read in the plan's own catalog round trip (:func:`catalog_state`) and kept in the
+analysis (:attr:`~dpsql.sql.analysis.Analysis.unique_proof_id`): the checks refuse the statement
+(55000, "run the statement again"; nothing released) when the catalog shows no proof or another
+one. Dropping the key or the NOT NULL waits for a running query to end (its lock conflicts with
+the query's), so a change can only come between two of dpsql's statements; a change made there and undone before
+the next check (drop the key, load a second row of a unit that the query then reads, delete it,
+add the key back; or drop and set NOT NULL, or add and drop an inheritance child) leaves a new
+oid or a new ``xmin`` behind, and is seen. ``VACUUM`` and ``ANALYZE`` leave the identity as it
+is; DDL that writes the table's ``pg_class`` row (``TRUNCATE``, ``GRANT``, a CHECK constraint
+added) in that window refuses the statement too.
 """
 
 from __future__ import annotations
@@ -44,8 +55,10 @@ if TYPE_CHECKING:
     from dpsql.execute.backend import Backend
 
 UNIQUE_UNIT_SQL = pgsql.SQL(
-    """SELECT EXISTS (
-  SELECT 1 FROM pg_catalog.pg_index i
+    """SELECT pg_catalog.string_agg(c.oid::pg_catalog.text || '.' || c.xmin::pg_catalog.text
+    || '.' || a.xmin::pg_catalog.text || '.' || i.indexrelid::pg_catalog.text
+    || '.' || i.xmin::pg_catalog.text, ';' ORDER BY i.indexrelid)
+  FROM pg_catalog.pg_index i
   JOIN pg_catalog.pg_class c ON c.oid = i.indrelid
   JOIN pg_catalog.pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
   JOIN pg_catalog.pg_opclass o ON o.oid = i.indclass[0]
@@ -53,8 +66,20 @@ UNIQUE_UNIT_SQL = pgsql.SQL(
     AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL
     AND o.opcdefault AND i.indcollation[0] = a.attcollation
     AND a.attname = {column} AND a.attnotnull AND NOT a.attisdropped
-    AND (c.relkind = 'p' OR (c.relkind = 'r' AND NOT c.relhassubclass)))"""
+    AND (c.relkind = 'p' OR (c.relkind = 'r' AND NOT c.relhassubclass))"""
 )
+"""The identity of the catalog's proof of one row per unit, as one text (NULL: no proof): for
+each index that proves it, the table's oid and the ``xmin`` of its ``pg_class`` row, the
+``xmin`` of the unit column's ``pg_attribute`` row, the index's oid and the ``xmin`` of its
+``pg_index`` row. A row's ``xmin`` changes whenever the row is updated, so the text changes
+when the index is dropped and created again (a new oid), when the unit column's NOT NULL is
+dropped and set again (``attnotnull`` is a flag of the ``pg_attribute`` row), when the index is
+made invalid and valid again, and when the table gains an inheritance child (``relhassubclass``)
+and loses it again; ``VACUUM`` and ``ANALYZE`` update ``pg_class`` in place (its ``xmin``
+stays), ``CREATE INDEX`` and ``REINDEX`` of another index leave it too. ``TRUNCATE``,
+``CLUSTER``, ``VACUUM FULL`` and ``GRANT`` write a new ``pg_class`` row: a statement whose
+plan took the proof before one of them, and that runs after it, is refused (55000: run it
+again)."""
 
 
 CATALOG_TOKEN_SQL = pgsql.SQL(
@@ -85,10 +110,15 @@ def _regclass(table: str) -> pgsql.Composable:
 class CatalogState:
     """What the engine reads of the catalog when it plans a statement (one round trip)."""
 
-    unique: bool  # one row per unit (:func:`unit_is_unique`)
+    unique_id: str  # what proves one row per unit (:data:`UNIQUE_UNIT_SQL`); '' when nothing
     token: str  # :data:`CATALOG_TOKEN_SQL`
     proven: tuple[str, ...]  # columns within their declared bounds (dpsql.sql.check_bounds)
     proof_id: str = ""  # what proved them (checked_bounds.proof_id): the constraints' oids
+
+    @property
+    def unique(self) -> bool:
+        """One row per unit (:func:`unit_is_unique`)."""
+        return bool(self.unique_id)
 
 
 def catalog_state(backend: Backend, a: Analysis) -> CatalogState:
@@ -101,10 +131,15 @@ def catalog_state(backend: Backend, a: Analysis) -> CatalogState:
     checks = (a.table, columns) if columns else None
     rows = backend.run(_state_sql(tables(a), unique, checks), private=False).rows
     if not rows:
-        return CatalogState(False, "", ())
+        return CatalogState("", "", ())
     proven = checked_bounds.proven(a, columns, rows[0][2]) if columns else ()
     ids = checked_bounds.proof_id(rows[0][2]) if proven else ""
-    return CatalogState(bool(rows[0][1]), str(rows[0][0]), proven, ids)
+    return CatalogState(_identity(rows[0][1]), str(rows[0][0]), proven, ids)
+
+
+def _identity(value: object) -> str:
+    """The text of a :data:`UNIQUE_UNIT_SQL` read ('' for NULL: no proof)."""
+    return value if isinstance(value, str) else ""
 
 
 @functools.lru_cache(maxsize=1024)
@@ -114,10 +149,10 @@ def _state_sql(
     checks: tuple[str, tuple[str, ...]] | None = None,
 ) -> str:
     """:func:`catalog_state`'s statement for tables ``names`` (and the proof of one row per
-    ``unique`` = (table, unit), else false; the CHECK constraints of ``checks`` = (table,
+    ``unique`` = (table, unit), else NULL; the CHECK constraints of ``checks`` = (table,
     columns), else NULL), composed once per statement shape."""
     token = CATALOG_TOKEN_SQL.format(tables=pgsql.SQL(", ").join(map(_regclass, names)))
-    proof = _unique_sql(*unique) if unique is not None else pgsql.SQL("SELECT false")
+    proof = _unique_sql(*unique) if unique is not None else pgsql.SQL("SELECT NULL")
     bounds = checked_bounds.checks_sql(*checks) if checks else pgsql.SQL("SELECT NULL")
     return pgsql.SQL("SELECT ({}), ({}), ({})").format(token, proof, bounds).as_string(None)
 
@@ -141,31 +176,45 @@ def eligible(a: Analysis) -> bool:
     return not a.private.row_privacy and len(a.sources) <= 1 and not a.joins and not a.grouping_sets
 
 
+def unique_proof(backend: Backend, a: Analysis) -> str:
+    """The identity of the catalog's proof that ``a``'s table has one row per privacy unit
+    (:data:`UNIQUE_UNIT_SQL`), '' when it proves nothing."""
+    if not eligible(a):
+        return ""
+    rows = backend.run(_proof_sql(a.table, a.private.privacy_unit), private=False).rows
+    return _identity(rows[0][0]) if rows else ""
+
+
 def unit_is_unique(backend: Backend, a: Analysis) -> bool:
     """True when the catalog proves that ``a``'s table has one row per privacy unit."""
-    if not eligible(a):
-        return False
-    rows = backend.run(_proof_sql(a.table, a.private.privacy_unit), private=False).rows
-    return bool(rows and rows[0][0])
+    return bool(unique_proof(backend, a))
 
 
 def still_unique(backend: Backend, a: Analysis, when: str) -> None:
     """Refuse (55000) a statement whose plan took the catalog's proof (``a.unique_unit``) when the
-    catalog no longer shows it (``when``: what the statement was doing meanwhile). Read just
-    before the private query runs and again just after it, before anything is released: a key
-    dropped in between (rows loaded with the index dropped, a table swapped by a rename) is seen
-    unless the whole change and its undoing fit inside the query's own run (the CHECK proof, whose constraints are compared by identity, has no such gap: :func:`recheck`)."""
+    catalog no longer shows that same proof (``a.unique_proof_id``; ``when``: what the
+    statement was doing meanwhile). Read just before the private query runs and again just
+    after it, before anything is released: a key dropped in between, even one created again
+    (and its unit column's NOT NULL, and the table itself) since, has another identity."""
     # a per-unit derived table (one_row_per_unit) has one row per unit by construction
-    if not a.unique_unit or a.one_row_per_unit or unit_is_unique(backend, a):
+    if not a.unique_unit or a.one_row_per_unit:
         return
-    _gone(a, when)
+    if unique_proof(backend, a) != a.unique_proof_id or not a.unique_proof_id:
+        _gone(a, when)
 
 
 def _gone(a: Analysis, when: str) -> NoReturn:
     from dpsql.errors import ObjectNotInPrerequisiteState
 
+    unit = a.private.privacy_unit
     raise ObjectNotInPrerequisiteState(
-        f"the key of {a.table} that proved one row per {a.private.privacy_unit} was dropped {when}",
+        f"the key of {a.table} that proved one row per {unit} was dropped or changed {when}",
+        detail=(
+            f"The statement was planned for one row per {unit} (a unique index on {unit}, "
+            f"NOT NULL). That index, the NOT NULL of {unit} or the table is not the one it was "
+            f"planned with: rows added meanwhile may give one {unit} several rows. Nothing was "
+            "released."
+        ),
         hint="run the statement again",
     )
 
@@ -179,7 +228,8 @@ def _recheck_sql(unique: tuple[str, str] | None, checks: tuple[str, tuple[str, .
 
 def recheck(backend: Backend, a: Analysis, when: str) -> Analysis:
     """The catalog's proofs the plan of ``a`` took, read again (one statement, none when it took
-    none): a unique key gone refuses the statement (55000, as :func:`still_unique`); a column no
+    none): a unique key gone, or not the plan's (:attr:`Analysis.unique_proof_id`), refuses the
+    statement (55000, as :func:`still_unique`); a column no
     longer proven within its bounds (a CHECK constraint dropped, or replaced by a NOT VALID
     one) is dropped from ``a.proven_bounds``, so the SQL clamps it again. ``a`` itself when
     nothing changed (what is memoized for it stays in use)."""
@@ -191,8 +241,8 @@ def recheck(backend: Backend, a: Analysis, when: str) -> Analysis:
     unique = (a.table, a.private.privacy_unit) if need_unique else None
     checks = (a.table, a.proven_bounds) if a.proven_bounds else None
     rows = backend.run(_recheck_sql(unique, checks), private=False).rows
-    if need_unique and not (rows and rows[0][0]):
-        _gone(a, when)
+    if need_unique and (not a.unique_proof_id or not rows or rows[0][0] != a.unique_proof_id):
+        _gone(a, when)  # gone, or another proof than the plan's: dropped and made again since
     value = rows[0][1] if rows else None
     now = checked_bounds.proven(a, a.proven_bounds, value)
     if now and a.proof_id and checked_bounds.proof_id(value) != a.proof_id:

@@ -188,6 +188,12 @@ class Analysis:
     # when it plans the statement (read again before the private query runs), never by the
     # analyzer. The rewrite then skips bounding; the plan estimates clamped mass only.
     unique_unit: bool = False
+    # What proved it when the statement was planned (dpsql.execute.unique_units.UNIQUE_UNIT_SQL):
+    # the oids of the table and of its unique index, and the xmin of their catalog rows and of
+    # the unit column's (its NOT NULL). Read again just before and after the private query:
+    # another identity (the index dropped and created again, NOT NULL dropped and set again)
+    # means rows may have come in while the proof was gone; the statement is refused.
+    unique_proof_id: str = ""
     # The columns of ``table`` whose values the catalog proves lie within their declared bounds
     # (validated CHECK constraints: dpsql.sql.check_bounds), set by the engine when it plans the
     # statement and read again just before the private query runs (a proof gone since is dropped
