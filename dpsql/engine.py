@@ -65,7 +65,7 @@ from dpsql.sql.bi_shapes import (
 )
 from dpsql.sql.bind import bind, check_params
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
-from dpsql.sql.parse import parse_statement, split_statements
+from dpsql.sql.parse import ParsedExplain, parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
 
@@ -193,10 +193,11 @@ class Engine:
 
     def prepare_in_scope(self, text: str, scope: str = "") -> Prepared:
         """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached."""
-        st = parse_statement(text)
-        if st.kind == "explain":
-            return prepare_explain(self, text, scope)
-        return prepare.prepare_parsed(self, st, text, scope)
+        match parse_statement(text):
+            case ParsedExplain():
+                return prepare_explain(self, text, scope)
+            case st:
+                return prepare.prepare_parsed(self, st, text, scope)
 
     def bound_limit(self, prepared: DeferredQuery, params: Sequence[object]) -> Prepared:
         """A ``LIMIT $n`` statement with ``params`` written inline, prepared as such

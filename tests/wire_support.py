@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from scramp import ScramClient
+from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, QueryCanceled, SqlSyntaxError
 from dpsql.execute.prepared import (
@@ -30,7 +31,7 @@ from dpsql.policy.model import Analyst, Budget, Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.explain_options import ExplainOptions
-from dpsql.sql.parse import ParsedStatement
+from dpsql.sql.parse import ParsedEmpty, ParsedQuery
 from dpsql.wire import messages as m
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.framing import FrameDecoder
@@ -70,9 +71,10 @@ def fake_prepared(sql: str, kind: str, param_count: int = 0) -> Prepared:
     """A real :data:`~dpsql.execute.prepared.Prepared` of ``kind`` for the fake engine (the
     wire routes on its class): "public", "catalog", "private" (a ``TreeQuery``), "explain" (of a
     public statement), "dpsql" or "empty". The fake parses nothing: its tree is None (the wire
-    then infers no parameter type, as for a statement without parameters), and a private
-    one's split and leaves are empty (only the fake engine runs it)."""
-    parsed = ParsedStatement("empty" if kind == "empty" else "query", sql, "SELECT")
+    then infers no parameter type, as for a statement without parameters; the parsed statement,
+    which the wire never reads, holds ``SELECT 1``), and a private one's split and leaves are
+    empty (only the fake engine runs it)."""
+    parsed = ParsedEmpty(sql) if kind == "empty" else ParsedQuery(sql, "SELECT", exp.select("1"))
     common: dict[str, Any] = {"text": sql, "statement": parsed, "fingerprint": "fp"}
     query = {"tree": None, "param_count": param_count}
     if kind == "empty":

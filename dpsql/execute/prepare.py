@@ -45,7 +45,7 @@ from dpsql.sql.bi_shapes import (
 )
 from dpsql.sql.bind import bind, param_count
 from dpsql.sql.labels import keep_call_labels
-from dpsql.sql.parse import ParsedStatement
+from dpsql.sql.parse import ParsedEmpty, ParsedQuery, ParsedStatement
 from dpsql.sql.public import check_public
 
 if TYPE_CHECKING:
@@ -58,12 +58,12 @@ def prepare_parsed(
     """Classify (and analyze) the parsed statement ``st`` under ``scope``'s view
     (:meth:`dpsql.engine.Engine.scope`); ``text`` is what was parsed. An EXPLAIN is
     :func:`dpsql.explain.run.prepare_explain`'s."""
-    if st.kind != "query" or st.tree is None:
+    if not isinstance(st, ParsedQuery):
         cls = (
             LedgerQuery  # SHOW dpsql.budget: the analyst's budget, from the ledger
             if route.is_show_budget(text)
             else EmptyQuery
-            if st.kind == "empty"
+            if isinstance(st, ParsedEmpty)
             else SessionCommand
         )
         return cls(text=text, statement=st, fingerprint=fingerprint(None, text))

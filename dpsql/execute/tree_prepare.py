@@ -22,7 +22,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count
-from dpsql.sql.parse import ParsedStatement
+from dpsql.sql.parse import ParsedQuery, ParsedStatement
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units
 from dpsql.sql.public import check_public
 from dpsql.sql.tree import Split, fill, split, split_budget
@@ -104,7 +104,7 @@ def _prepare_unit_leaf(
     text = leaf.sql("postgres")
     return PrivateQuery(
         text=text,
-        statement=ParsedStatement("query", text, "SELECT", leaf),
+        statement=ParsedQuery(text, "SELECT", leaf),
         fingerprint=fingerprint(leaf, text),
         scope=scope,
         tree=leaf,

@@ -34,7 +34,7 @@ from dpsql.sql.auto_bounds import (
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.join_cap import fallback_note
-from dpsql.sql.parse import parse_statement
+from dpsql.sql.parse import ParsedQuery, parse_statement
 from dpsql.sql.per_unit import substitute, with_units
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
 from dpsql.sql.rewrite import private_query
@@ -99,7 +99,7 @@ def _fmt(x: Fraction | float) -> str:
 def explain(policy: Policy, text: str, session: SessionContext) -> ExplainReport:
     """Plan a private query without touching any data."""
     st = parse_statement(text)
-    if st.kind != "query" or st.tree is None:
+    if not isinstance(st, ParsedQuery):
         raise UnsupportedSql("EXPLAIN takes a SELECT")
     view = policy.for_analyst(session.analyst)
     kind = classify(st.tree, view)
@@ -119,7 +119,7 @@ def explain_leaves(
     import dataclasses
 
     st = parse_statement(text)
-    if st.kind != "query" or st.tree is None:
+    if not isinstance(st, ParsedQuery):
         raise UnsupportedSql("EXPLAIN takes a SELECT")
     view = policy.for_analyst(session.analyst)
     try:

@@ -50,7 +50,7 @@ from dpsql.sql.auto_bounds import apply_bounds
 from dpsql.sql.bi_shapes import returns_no_rows
 from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan
-from dpsql.sql.parse import ParsedStatement
+from dpsql.sql.parse import ParsedExplain
 from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def prepare_explain(engine: EngineContext, text: str, scope: str) -> ExplainQuer
         )
     return ExplainQuery(
         text=text,
-        statement=ParsedStatement("explain", text, "EXPLAIN"),
+        statement=ParsedExplain(text),
         fingerprint=fingerprint(None, "EXPLAIN " + inner.fingerprint),
         scope=inner.scope,
         inner=inner,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import ClassVar
 
 import sqlglot
 from sqlglot import exp
@@ -26,8 +26,6 @@ from dpsql.sql.prescan import prescan
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 DIALECT = Postgres()
-
-StatementKind = Literal["query", "session", "empty", "write", "explain"]
 
 # First words of statements the wire session answers itself (never sent upstream as typed).
 SESSION_WORDS = frozenset(
@@ -256,16 +254,47 @@ def _token_start(text: str, tok: Token) -> int:
 
 
 @dataclass(frozen=True)
-class ParsedStatement:
-    """What :func:`parse_statement` makes of one statement's text: its kind by first word, the
-    text, and (for queries) the sqlglot tree. The engine classifies it into a
-    :data:`dpsql.execute.prepared.Prepared`; the wire keeps either in its
-    :class:`dpsql.wire.engine_api.Statement`."""
+class ParsedQuery:
+    """A query (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``): its text (array types and
+    ``U&""`` identifiers spelled out), first word and sqlglot tree."""
 
-    kind: StatementKind
     text: str
     first_word: str
-    tree: exp.Expr | None = None
+    tree: exp.Expr
+
+
+@dataclass(frozen=True)
+class ParsedExplain:
+    """``EXPLAIN <statement>``: :func:`dpsql.explain.run.prepare_explain` reads the rest."""
+
+    text: str
+    first_word: str = "EXPLAIN"
+    tree: ClassVar[None] = None
+
+
+@dataclass(frozen=True)
+class ParsedSession:
+    """A statement of the session (``SET``, ``SHOW``, ``BEGIN``, ...: :data:`SESSION_WORDS`)."""
+
+    text: str
+    first_word: str
+    tree: ClassVar[None] = None
+
+
+@dataclass(frozen=True)
+class ParsedEmpty:
+    """A statement of nothing but whitespace and comments."""
+
+    text: str
+    first_word: str = ""
+    tree: ClassVar[None] = None
+
+
+ParsedStatement = ParsedQuery | ParsedExplain | ParsedSession | ParsedEmpty
+"""What :func:`parse_statement` makes of one statement's text, one class per kind (by its first
+word; ``match`` on the class). The engine classifies it into a
+:data:`dpsql.execute.prepared.Prepared`; the wire keeps either in its
+:class:`dpsql.wire.engine_api.Statement`."""
 
 
 def first_word(tokens: list[Token]) -> str:
@@ -284,9 +313,9 @@ def parse_statement(text: str) -> ParsedStatement:
     tokens = tokenize(text)
     word = first_word(tokens)
     if not tokens:
-        return ParsedStatement("empty", text, "")
+        return ParsedEmpty(text)
     if word in SESSION_WORDS:
-        return ParsedStatement("session", text, word)
+        return ParsedSession(text, word)
     if word in SQL_PREPARED_WORDS:
         raise _sql_prepared_refusal(word, tokens)
     if word in ("COPY", "DO"):
@@ -298,7 +327,7 @@ def parse_statement(text: str) -> ParsedStatement:
             "by its owner",
         )
     if word == "EXPLAIN":
-        return ParsedStatement("explain", text, word)
+        return ParsedExplain(text, word)
     if word not in QUERY_WORDS:
         raise SqlSyntaxError(
             f'syntax error at or near "{tokens[0].text}"',
@@ -325,7 +354,7 @@ def parse_statement(text: str) -> ParsedStatement:
             hint="send one statement at a time",
         )
     tree = flatten_group_rows(fold_identifiers(found[0]))
-    return ParsedStatement("query", text, word, spell_functions(tree, text))
+    return ParsedQuery(text, word, spell_functions(tree, text))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
