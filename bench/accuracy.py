@@ -219,7 +219,7 @@ class Query:
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
 
     def plan(self, bounds: AutoBounds) -> Plan:
-        from dpsql.sql.auto_bounds import apply_bounds
+        from dpsql.sql.apply_bounds import apply_bounds
 
         resolved = apply_bounds(self.a, bounds)
         p = self.engine.plan(

@@ -34,12 +34,12 @@ from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.unique_units import still_unique
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import (
     AUTO_SHARE,
     AutoBounds,
     AutoItem,
     ChosenBound,
-    apply_bounds,
     auto_items,
     declared_groups,
     policy_choices,

@@ -124,7 +124,7 @@ def run_private(
     cancel: CancelToken | None,
 ) -> Result:
     from dpsql.execute import auto_bounds
-    from dpsql.sql.auto_bounds import apply_bounds
+    from dpsql.sql.apply_bounds import apply_bounds
 
     plan = planning.plan(engine, prepared, session, params)
     a = plan.analysis
@@ -183,7 +183,7 @@ def with_stored_bounds(
     analysis, memoized per (statement, bounds) and marked stable, so its bounded SQL is
     memoized too (:func:`dpsql.execute.private_sql.private_sql`)."""
     from dpsql.execute.private_sql import mark_stable, memoized
-    from dpsql.sql.auto_bounds import apply_bounds
+    from dpsql.sql.apply_bounds import apply_bounds
 
     if not prepared.is_own(a):
         return apply_bounds(a, pend.known)

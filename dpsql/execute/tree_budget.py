@@ -25,7 +25,8 @@ from dpsql.execute import auto_bounds, auto_bounds_text
 from dpsql.execute.auto_bounds import Pending
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, apply_bounds
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 

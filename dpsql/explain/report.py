@@ -25,9 +25,9 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
+from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import (
     AutoBounds,
-    apply_bounds,
     auto_items,
     policy_choices,
 )

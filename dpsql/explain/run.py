@@ -46,7 +46,7 @@ from dpsql.explain.report import report
 from dpsql.explain.tree import explain_tree
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import apply_bounds
+from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.bi_shapes import returns_no_rows
 from dpsql.sql.explain_options import ExplainOptions, parse_explain
 from dpsql.sql.grouping_sets import SetsPlan

@@ -23,7 +23,7 @@ from dpsql.explain.document import (
 from dpsql.explain.report import report
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import apply_bounds
+from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.explain_options import ExplainOptions
 from dpsql.sql.wording import plain_sql
 

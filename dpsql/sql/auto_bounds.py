@@ -1,4 +1,4 @@
-"""Contribution bounds chosen per query (``auto`` in the policy): what to choose, and using them.
+"""Contribution bounds chosen per query (``auto`` in the policy): what to choose.
 
 A private query over a table whose policy says ``max_rows_per_unit: auto``,
 ``max_groups_per_unit: auto`` or (a column's) ``clamp: auto`` needs, before it is planned:
@@ -21,8 +21,8 @@ execution side (:mod:`dpsql.execute.auto_bounds`) charges and stores each choice
 later statements over the same slice reuse it free.
 
 Soundness does not depend on the choice: the rewrite and the plan read the same R, G and range
-from the resolved :class:`~dpsql.sql.analysis.Analysis` (:func:`apply_bounds`), as they read
-fixed numbers from the policy.
+from the resolved :class:`~dpsql.sql.analysis.Analysis`
+(:func:`dpsql.sql.apply_bounds.apply_bounds`), as they read fixed numbers from the policy.
 
 Joins of several private tables (always on their privacy units: :mod:`dpsql.sql.sources`) choose
 the same way, from the joined rows: a joined row carries one unit's value, so each unit is still
@@ -36,7 +36,7 @@ and the notice says so. No L1 cap over groups for joins (:func:`total_mode`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
@@ -44,7 +44,7 @@ from sqlglot import exp
 
 from dpsql.dp.bounds import integer_grid, value_grid
 from dpsql.policy.tables import Column
-from dpsql.sql.analysis import Analysis, Measure, Statistic, decomposable
+from dpsql.sql.analysis import Analysis, Measure, decomposable
 from dpsql.sql.join_cap import private_tables
 from dpsql.sql.join_cap import privates as _privates
 
@@ -52,7 +52,7 @@ AUTO_SHARE = Fraction(1, 5)
 """The share of a statement's epsilon spent on the bounds it still needs (none when reused)."""
 
 ItemKind = Literal["rows", "groups", "value_hi", "value_lo", "total"]
-_CLAMPED = ("sum", "sum_centered", "sum_sq_centered")
+CLAMPED_KINDS = ("sum", "sum_centered", "sum_sq_centered")
 _RATIOS = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 
@@ -248,7 +248,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
     for m in a.measures:
-        col = _auto_column(a, m)
+        col = auto_column(a, m)
         if col is None or m.arg is None:
             continue
         text = m.arg.sql("postgres")
@@ -430,9 +430,9 @@ def one_row(a: Analysis) -> bool:
     return a.one_row_per_unit or a.unique_unit
 
 
-def _auto_column(a: Analysis, m: Measure) -> Column | None:
+def auto_column(a: Analysis, m: Measure) -> Column | None:
     """The policy column behind a clamped measure of one plain column with ``clamp: auto``."""
-    if m.kind not in _CLAMPED or not isinstance(m.arg, exp.Column):
+    if m.kind not in CLAMPED_KINDS or not isinstance(m.arg, exp.Column):
         return None
     col = a.column(m.arg)
     if col is None or col.bounds is None or col.clamp != "auto":
@@ -440,59 +440,3 @@ def _auto_column(a: Analysis, m: Measure) -> Column | None:
     if (m.lo, m.hi) != (col.lo, col.hi):
         return None
     return col
-
-
-def chosen_value(item: AutoItem, index: int) -> Fraction:
-    """The bound of bucket ``index`` of ``item``'s grid."""
-    return item.grid[index]
-
-
-def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
-    """``a`` with the chosen R, G and clamping ranges in place of ``auto`` (pure).
-
-    The policy table is copied with the numbers (so the rewrite and the plan read them as fixed
-    ones); clamped measures of a column get the chosen range, and their statistics' keys, range
-    and AVG/VAR midpoints follow.
-    """
-    if not bounds.chosen:
-        return a
-    update: dict[str, int] = {}
-    rows, groups = bounds.get("rows"), bounds.get("groups")
-    if rows is not None:
-        update["max_rows_per_unit"] = int(rows.value)
-    if groups is not None:
-        update["max_groups_per_unit"] = int(groups.value)
-    private = a.private.model_copy(update=update) if update else a.private
-    # a join's private tables all take the chosen numbers (chosen only when all say auto)
-    sources = tuple(
-        (al, t, private if p is a.private else p.model_copy(update=update) if p else p)
-        for al, t, p in a.sources
-    )
-    renamed: dict[str, Measure] = {}
-    measures = []
-    for m in a.measures:
-        new = m
-        if _auto_column(a, m) is not None and m.arg is not None:
-            text = m.arg.sql("postgres")
-            lo, hi = bounds.get("value_lo", text), bounds.get("value_hi", text)
-            new = replace(
-                m,
-                lo=lo.value if lo is not None else m.lo,
-                hi=hi.value if hi is not None else m.hi,
-            )
-        total = bounds.get("total", total_column(m)) if m.kind in TOTAL_KINDS else None
-        if total is not None:
-            new = replace(new, total=total.value)
-        renamed[m.key] = new
-        measures.append(new)
-    stats = tuple(_restat(s, renamed) for s in a.statistics)
-    return replace(a, private=private, sources=sources, measures=tuple(measures), statistics=stats)
-
-
-def _restat(s: Statistic, renamed: dict[str, Measure]) -> Statistic:
-    keys = tuple(renamed[k].key if k in renamed else k for k in s.measures)
-    if keys == s.measures:
-        return s
-    first = renamed[s.measures[0]]
-    lo, hi = (first.lo, first.hi) if first.kind in _CLAMPED else (s.lo, s.hi)
-    return replace(s, measures=keys, lo=lo, hi=hi)

@@ -267,7 +267,8 @@ CAPS = {"count_rows": Fraction(7), "sum": Fraction(300)}  # well below G·R·c f
 def _capped(engine: Engine, sql: str, capped: bool = True) -> tuple[Analysis, Analysis]:
     """(the analysis with every COUNT(*) / SUM capped at CAPS over a unit's groups, the one whose
     SQL runs: the same, or -- the broken twin -- without the caps)."""
-    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, total_column
+    from dpsql.sql.apply_bounds import apply_bounds
+    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_column
 
     a = engine.prepare(sql).analysis
     assert a is not None

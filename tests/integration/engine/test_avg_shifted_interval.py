@@ -52,7 +52,8 @@ from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, policy_choices
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, policy_choices
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes

@@ -33,7 +33,8 @@ from dpsql.execute.prepared import PrivateQuery
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT
 

@@ -353,7 +353,7 @@ def test_removed_mass_counts_what_a_narrower_clamp_cut_off(engine: Engine) -> No
     from dataclasses import replace
 
     from dpsql.execute.private_sql import bounded_sql
-    from dpsql.sql.auto_bounds import _restat
+    from dpsql.sql.apply_bounds import _restat
     from dpsql.sql.bias import bias_targets
 
     prepared = engine.prepare("SELECT SUM(v) FROM t")

@@ -28,7 +28,8 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, policy_choices
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, policy_choices
 from dpsql.sql.plan import Plan
 from tests.helpers import Coverage, release_coverage
 

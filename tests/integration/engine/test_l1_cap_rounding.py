@@ -20,7 +20,8 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.execute.private_sql import salted
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, total_column
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_column
 from tests.policies import PolicyMaker, private_table
 
 CAP = Fraction(100)

@@ -58,10 +58,10 @@ from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import (
     AutoBounds,
     ChosenBound,
-    apply_bounds,
     policy_choices,
     total_column,
 )

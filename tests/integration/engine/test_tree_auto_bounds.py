@@ -50,7 +50,8 @@ from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, total_column
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_column
 
 ALPHA = 1e-6
 UNITS = 10_000

@@ -123,7 +123,8 @@ def test_auto_bounds_are_one_row_one_group_free(
 def test_a_clamped_sum_estimates_the_clamp_only(charged: tuple[Engine, Ledger]) -> None:
     """SUM(v) (clamp: auto) and COUNT(*): one estimate, of v's clamped mass; SUM(w) (clamp:
     bounds): none."""
-    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+    from dpsql.sql.apply_bounds import apply_bounds
+    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
 
     engine, _ = charged
     sql = "SELECT COUNT(*), SUM(v), SUM(w) FROM pk"

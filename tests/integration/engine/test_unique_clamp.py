@@ -3,7 +3,7 @@ column is clamped narrower than declared (``clamp: auto``): clamping still remov
 
 Data: 3,000 units, ``uid`` the PRIMARY KEY (one row each), ``v`` declared [0, 10,000]; 300 units
 ("whales", uid % 10 = 0) hold v = 350, the others 1 + uid % 50. The clamp is fixed at 100 for
-the test (as ``auto`` could choose it: :func:`dpsql.sql.auto_bounds.apply_bounds`), so each whale
+the test (as ``auto`` could choose it: :func:`dpsql.sql.apply_bounds.apply_bounds`), so each whale
 loses 250 to the clamp, below the cap C = 4 R c = 400, and SUM(v) is 75,000 below the truth: the
 noise alone (Laplace, scale about 111) can't reach it.
 
@@ -32,7 +32,8 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, apply_bounds, auto_items
+from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT, Coverage, interval_coverage
 

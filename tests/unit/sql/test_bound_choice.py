@@ -14,12 +14,12 @@ from dpsql.dp import bounds
 from dpsql.dp.bounds import TopRank, default_rank, integer_grid, value_grid
 from dpsql.sql import auto_bounds
 from dpsql.sql.analyze import analyze
+from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import (
     DECLARED,
     RATIO_ROWS,
     AutoBounds,
     ChosenBound,
-    apply_bounds,
     auto_items,
     policy_choices,
 )
