@@ -69,7 +69,7 @@ from dpsql.wire.requests import (
     uniform,
 )
 from dpsql.wire.state import TEXT_OID, Outcome, SessionState
-from dpsql.wire.statements import SessionStatement
+from dpsql.wire.statements import SessionKind, SessionStatement
 
 _BATCH_CODES = frozenset(b"PBDECH")  # extended-protocol messages discarded after an error
 _PARSE_COMPLETE = m.ParseComplete().encode()
@@ -81,7 +81,9 @@ _SUSPENDED = m.PortalSuspended().encode()
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
 _FLUSH = Flush()
 _READY_FLUSH = Flush(ready=True)
-_TXN_KINDS = frozenset({"begin", "commit", "rollback", "rollback_to", "savepoint", "release"})
+_TXN_KINDS: frozenset[SessionKind] = frozenset(
+    {"begin", "commit", "rollback", "rollback_to", "savepoint", "release"}
+)
 
 
 def _undefined(kind: str, name: str, cls: type[DpsqlError]) -> DpsqlError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, assert_never
 
 from dpsql.errors import (
     ActiveSqlTransaction,
@@ -192,9 +192,33 @@ class SessionState:
         """
         if self.status == "E" and st.kind not in ("rollback", "rollback_to", "commit"):
             self.check_not_failed()
-        handler = getattr(self, "_do_" + st.kind)
-        out: Outcome = handler(st)
-        return out
+        match st.kind:
+            case "set":
+                return self._do_set(st)
+            case "reset":
+                return self._do_reset(st)
+            case "show":
+                return self._do_show(st)
+            case "begin":
+                return self._do_begin(st)
+            case "commit":
+                return self._do_commit(st)
+            case "rollback":
+                return self._do_rollback(st)
+            case "rollback_to":
+                return self._do_rollback_to(st)
+            case "savepoint":
+                return self._do_savepoint(st)
+            case "release":
+                return self._do_release(st)
+            case "discard":
+                return self._do_discard(st)
+            case "deallocate":
+                return self._do_deallocate(st)
+            case "noop":
+                return self._do_noop(st)
+            case _:
+                assert_never(st.kind)
 
     def _do_begin(self, st: SessionStatement) -> Outcome:
         if self.status != "I":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
 
 from dpsql.errors import PrivacyViolation, SqlSyntaxError
 
@@ -37,16 +38,22 @@ _FIRST_WORDS = frozenset(
 )
 
 
+SessionKind = Literal[
+    "set", "reset", "show", "begin", "commit", "rollback", "rollback_to", "savepoint", "release",
+    "discard", "deallocate", "noop",
+]  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class SessionStatement:
     """A parsed session statement.
 
-    ``kind`` is one of set, reset, show, begin, commit, rollback, rollback_to, savepoint, release,
-    discard, deallocate, noop. ``name`` is the setting / savepoint / statement name (lower-cased
+    ``kind`` says which (:data:`SessionKind`: :meth:`dpsql.wire.state.SessionState.apply`
+    matches on it). ``name`` is the setting / savepoint / statement name (lower-cased
     unless quoted), ``value`` the new setting value (None for DEFAULT).
     """
 
-    kind: str
+    kind: SessionKind
     name: str | None = None
     value: str | None = None
     local: bool = False
@@ -269,7 +276,7 @@ def _rollback(p: _P) -> SessionStatement:
     return SessionStatement("rollback")
 
 
-def _named(p: _P, kind: str) -> SessionStatement:
+def _named(p: _P, kind: SessionKind) -> SessionStatement:
     """The rest of a statement that names one object (a savepoint, a prepared statement)."""
     name = p.ident()
     p.end()
