@@ -3,8 +3,10 @@
 Owns framing (:mod:`.framing`) and the messages (:mod:`.messages`, one class per message, named
 as in the PostgreSQL docs), the connection as bytes in and out (:mod:`.conn`: the only I/O layer),
 startup, TLS negotiation and authentication (:mod:`.startup`, :mod:`.startup_options`,
-:mod:`.auth`), the query protocols as a sans-IO state machine (:mod:`.protocol`) driven by the
-session (:mod:`.session`: simple and extended query, portals, errors until Sync), the statements a
+:mod:`.auth`), the query protocols as a sans-IO state machine (:mod:`.protocol`, and what it asks
+of its driver: :mod:`.requests`, where :func:`~.requests.route` decides where each statement runs)
+driven by the session (:mod:`.session`: simple and extended query, portals, errors until Sync),
+the statements a
 session answers itself (:mod:`.statements`, :mod:`.state`), encoding values (:mod:`.encode`), the
 public fast path (:mod:`.fastpath`, :mod:`.upstream`), the asyncio listener (:mod:`.server`) and
 the structured statement log (:mod:`.log`). What it needs of the engine is a typed Protocol
