@@ -13,15 +13,24 @@ round trip):
   relation's rows are proven by its own constraints only: an inherited constraint has a copy
   in each child (``coninhcount``), a ``NO INHERIT`` one has none (it proves the parent's rows
   only), and a ``NOT VALID`` one (``convalidated`` false) proves nothing, as rows from before it
-  may break it.
+  may break it. A ``NO INHERIT`` constraint proves nothing either on a relation that has
+  inheritance children (``relhassubclass``): a child attached to it needs no copy, so one
+  attached and detached again between two of the engine's reads would leave no trace (a
+  child attached to a relation with none sets ``relhassubclass``, which writes its row: below).
 
 A table that is gone (dropped, renamed) reads as no relation: nothing is proven.
 
-* ``ids``: the identity of what proved it, each relation's oid and the oids of its validated
-  CHECK constraints (:func:`proof_id`). A constraint dropped and added again (or a relation
-  swapped) has new oids, so a proof read after the private query that equals the one read
-  before it in text, but not in identity, is not the same proof: rows loaded while it was gone
-  may have been read unclamped (:func:`dpsql.execute.unique_units.recheck`).
+* ``ids``: the identity of what proved it, each relation's oid and the ``xmin`` of its
+  ``pg_class`` row and the oids of its validated CHECK constraints (:func:`proof_id`). A
+  constraint dropped and added again (or a relation swapped) has new oids, and a child added
+  to a relation that had none (and dropped again) leaves a new ``xmin`` (``relhassubclass``;
+  ``VACUUM`` and ``ANALYZE`` update the row in place and leave it), so a proof read after the
+  private query that equals the one read before it in text, but not in identity, is not the
+  same proof: rows loaded while it was gone may have been read unclamped
+  (:func:`dpsql.execute.unique_units.recheck`). Not seen: a *foreign* table (whose CHECK
+  constraints PostgreSQL does not enforce) attached as a child or partition of a relation that
+  already has some, and detached again, between two reads: it leaves no row of the proof's
+  relations changed.
 """
 
 from __future__ import annotations
@@ -51,12 +60,14 @@ CHECKS_SQL = pgsql.SQL(
     SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_array(c.relkind::pg_catalog.text, ARRAY(
         SELECT pg_catalog.pg_get_constraintdef(k.oid) FROM pg_catalog.pg_constraint k
         WHERE k.conrelid = c.oid AND k.contype = 'c' AND k.convalidated
+          AND (NOT k.connoinherit OR NOT c.relhassubclass)
         ORDER BY k.conname)) ORDER BY c.oid)
     FROM tree JOIN pg_catalog.pg_class c ON c.oid = tree.oid),
   'ids', (WITH RECURSIVE tree(oid) AS (
       SELECT pg_catalog.to_regclass({table})::pg_catalog.oid
       UNION SELECT i.inhrelid FROM pg_catalog.pg_inherits i JOIN tree ON i.inhparent = tree.oid)
-    SELECT pg_catalog.string_agg(c.oid::pg_catalog.text || ':' || COALESCE((
+    SELECT pg_catalog.string_agg(c.oid::pg_catalog.text || '.' || c.xmin::pg_catalog.text
+      || ':' || COALESCE((
         SELECT pg_catalog.string_agg(k.oid::pg_catalog.text, ',' ORDER BY k.oid)
         FROM pg_catalog.pg_constraint k
         WHERE k.conrelid = c.oid AND k.contype = 'c' AND k.convalidated), ''),

@@ -9,12 +9,15 @@ Deterministic properties of the SQL the engine writes and of answers with the ze
   with one row per unit and on one without (the bounded path);
 * the clamp stays for a NOT VALID constraint, a wider one, none, an OR, a constraint of another
   table's column, a lower bound alone on a float column (which admits NaN), an inheritance
-  child the parent's NO INHERIT constraint does not cover, and a ``clamp: auto`` range chosen
+  child the parent's NO INHERIT constraint does not cover, a NO INHERIT constraint of a table
+  with children (another child could come and go unseen), and a ``clamp: auto`` range chosen
   narrower than the declared one (whose removed-mass column, clamped into the declared range,
   is then read unclamped);
 * the proof is read again just before the query: a constraint dropped after planning (and a
   value outside loaded) clamps again and the answer is the clamped one; dropped after that
   check, before the query runs, the statement is refused (55000) before anything is released;
+  so is one whose NO INHERIT proof got a child (with a value outside) after that check, dropped
+  again before the check after the query;
 * EXPLAIN says what the catalog proves.
 """
 
@@ -78,7 +81,7 @@ def _table(name: str, rows: int = 1) -> dict[str, object]:
     }
 
 
-NAMES = [*TABLES, *NOT_UNIQUE, "parent", "parent2", "parted"]
+NAMES = [*TABLES, *NOT_UNIQUE, "parent", "parent2", "parted", "noinh", "noinhp"]
 POLICY = {
     "version": 1,
     "dataset": "checks",
@@ -123,6 +126,17 @@ def dsn(make_db: Callable[[str], str]) -> str:
             f"CREATE TABLE parted (uid integer, g integer, amount numeric {BOTH}) "
             "PARTITION BY RANGE (uid)"
         )
+        # NO INHERIT on a table without children proves its rows (a child added flips
+        # relhassubclass, which writes the table's pg_class row: the proof's identity changes);
+        # on one with children, nothing: another child needs no copy of it
+        conn.execute("CREATE TABLE noinh (uid integer NOT NULL, g integer, amount numeric)")
+        conn.execute(f"ALTER TABLE noinh ADD CONSTRAINT noinh_c {BOTH} NO INHERIT")
+        conn.execute("INSERT INTO noinh SELECT u, u % 2, u % 400 FROM generate_series(1, 200) u")
+        conn.execute("CREATE TABLE noinhp (uid integer, g integer, amount numeric)")
+        conn.execute(f"ALTER TABLE noinhp ADD CONSTRAINT noinhp_c {BOTH} NO INHERIT")
+        conn.execute(f"CREATE TABLE noinhp_child (uid integer, g integer, amount numeric {BOTH})")
+        conn.execute("ALTER TABLE noinhp_child INHERIT noinhp")
+        conn.execute("INSERT INTO noinhp_child VALUES (1, 0, 10)")
         conn.execute("CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)")
         conn.execute("CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (100) TO (1000)")
         conn.execute("INSERT INTO parted SELECT u, u % 2, u % 400 FROM generate_series(1, 200) u")
@@ -164,7 +178,7 @@ def bare(text: str, table: str) -> bool:
     return read and "NUMERIC_LARGER" not in text and f"CASE WHEN {col} <" not in text
 
 
-@pytest.mark.parametrize("table", ["proven", "btw", "floatboth", "parent2", "parted"])
+@pytest.mark.parametrize("table", ["proven", "btw", "floatboth", "parent2", "parted", "noinh"])
 @pytest.mark.parametrize(
     "query",
     [
@@ -192,7 +206,7 @@ def test_the_bounded_path_too(engine: Engine) -> None:
 
 
 @pytest.mark.parametrize(
-    "table", ["notvalid", "wider", "missing", "ored", "other", "floatlo", "parent"]
+    "table", ["notvalid", "wider", "missing", "ored", "other", "floatlo", "parent", "noinhp"]
 )
 def test_the_clamp_stays_without_a_proof(engine: Engine, table: str) -> None:
     prepared, plan = _planned(engine, f"SELECT SUM(amount) FROM {table}")
@@ -313,6 +327,46 @@ def test_dropped_while_the_query_runs_refuses(
         monkeypatch.undo()
         _restore(dsn)
     assert bare(_text(engine, "dropped"), "dropped")  # proven again for the next statement
+
+
+def test_a_child_added_and_dropped_while_the_query_runs_refuses(
+    engine: Engine, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``noinh``'s NO INHERIT constraint proves its own rows. After the check before the query,
+    a child (which needs no copy of it) is added with a value of 100,000, which the query reads
+    unclamped; it is dropped before the check after the query, which then reads the same
+    relations and constraints. The child flipped ``relhassubclass``: the table's ``pg_class``
+    row has another ``xmin``, the proof another identity: refused (55000), nothing released.
+    (Before, the identity was the oids alone and the answer was released.)"""
+    import dpsql.execute.unique_units as unique_units
+
+    checked = engine.checked_sql
+    after = unique_units.still_proven
+
+    def add_child(prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]:
+        got = checked(prepared, a)
+        assert bare(got[0], "noinh")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE TABLE noinh_child () INHERITS (noinh)")
+            conn.execute("INSERT INTO noinh_child VALUES (100000, 0, 100000)")
+        return got
+
+    def drop_then_check(backend: Any, a: Analysis, when: str) -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE noinh_child")
+        after(backend, a, when)
+
+    monkeypatch.setattr(engine, "checked_sql", add_child)
+    monkeypatch.setattr(unique_units, "still_proven", drop_then_check)
+    try:
+        with pytest.raises(ObjectNotInPrerequisiteState, match="while the statement ran"):
+            engine.execute(engine.prepare("SELECT SUM(amount) FROM noinh"), SESSION)
+    finally:
+        monkeypatch.undo()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE IF EXISTS noinh_child")
+            conn.execute("ANALYZE noinh")  # no child left: relhassubclass cleared
+    assert bare(_text(engine, "noinh"), "noinh")  # proven again for the next statement
 
 
 def test_explain_says_what_the_catalog_proves(engine: Engine) -> None:
