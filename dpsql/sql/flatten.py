@@ -59,19 +59,27 @@ def _substitute(
             if not n.table and n.name in keep and n.name not in proj:
                 return n
             if n.name in proj:
-                e = proj[n.name].copy()
-                return (
-                    e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
-                )
+                return _definition(proj, n.name)
             if star:
                 return exp.column(n.name, quoted=n.this.quoted if n.this else False)
-            raise UnsupportedSql(
-                f'column {alias}.{n.name} does not exist in the derived table "{alias}"',
-                hint="refer to the columns the subquery selects",
-            )
+            raise _no_column(alias, n.name)
         return n
 
     return node.transform(fix, copy=True)
+
+
+def _definition(proj: dict[str, exp.Expr], name: str) -> exp.Expr:
+    """A copy of the derived table's expression for its output column ``name``, parenthesized
+    unless it is a column, a literal or already parenthesized."""
+    e = proj[name].copy()
+    return e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
+
+
+def _no_column(alias: str, name: str) -> UnsupportedSql:
+    return UnsupportedSql(
+        f'column {alias}.{name} does not exist in the derived table "{alias}"',
+        hint="refer to the columns the subquery selects",
+    )
 
 
 def _inline_ctes(tree: exp.Select) -> exp.Select:
@@ -288,16 +296,12 @@ def _substitute_joined(
         if not n.table and n.name in keep and n.name not in proj:
             return n
         if n.name in proj:
-            e = proj[n.name].copy()
-            return e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
+            return _definition(proj, n.name)
         quoted = n.this.quoted if n.this else False
         if n.table:  # alias.x, not selected by the derived table
             if star:
                 return exp.column(n.name, table=alias, quoted=quoted)
-            raise UnsupportedSql(
-                f'column {alias}.{n.name} does not exist in the derived table "{alias}"',
-                hint="refer to the columns the subquery selects",
-            )
+            raise _no_column(alias, n.name)
         if star:  # every column of the table was visible through *: bound as before
             return n
         if len(others) == 1:
