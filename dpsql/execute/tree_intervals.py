@@ -53,6 +53,7 @@ from dpsql.sql.postprocess import (
     interval_time_type,
     outer_query,
     outer_sql,
+    shift_arrays,
     stat_outputs,
 )
 from dpsql.sql.tree_intervals import IvPlan, LeafCol, LeafShape, OutCol
@@ -154,12 +155,6 @@ def _leaf_rows(
     for _, hid in ivs:  # our own number, not user data: a numeric literal
         m = exp.cast(exp.Literal.string(format(miss, "f")), "numeric")
         q.append("expressions", exp.alias_(m, f"_dpsql_iv{hid}_miss"))
-
-    def renumber(n: exp.Expr) -> exp.Expr:
-        if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
-            return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
-        return n
-
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
     arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
     for label, _ in ivs:
@@ -171,7 +166,7 @@ def _leaf_rows(
         arrays += interval_arrays(a, label, got)
     if not arrays:
         arrays.append(list(range(len(rel.groups))))
-    return q.transform(renumber), arrays
+    return shift_arrays(q, offset), arrays
 
 
 def post_sql_iv(
@@ -192,13 +187,7 @@ def post_sql_iv(
     def add(q: exp.Expr, arrays: list[list[Any]], renumbered: bool) -> exp.Expr:
         base = len(params)
         if not renumbered:
-
-            def shift(n: exp.Expr) -> exp.Expr:
-                if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
-                    return exp.Placeholder(this=f"_dpsql_arr{base + int(str(n.this)[10:])}")
-                return n
-
-            q = q.transform(shift)
+            q = shift_arrays(q, base)
         for arr in arrays:
             params[f"_dpsql_arr{len(params)}"] = arr
         return q

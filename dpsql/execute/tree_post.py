@@ -28,7 +28,7 @@ from dpsql.execute.tree_prepare import bound_split
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.postprocess import outer_query, outer_sql
+from dpsql.sql.postprocess import outer_query, outer_sql, shift_arrays
 from dpsql.sql.tree import Split, fill
 from dpsql.sql.tree_intervals import plan_intervals
 
@@ -45,13 +45,7 @@ def leaf_query(a: Analysis, rel: Release, offset: int) -> tuple[exp.Select, list
     """A leaf's released rows as its own post-processing SELECT over typed arrays, the array
     parameters numbered from ``offset``; and the arrays."""
     q, _ = outer_query(a, rel.key_types)
-
-    def renumber(n: exp.Expr) -> exp.Expr:
-        if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
-            return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
-        return n
-
-    renumbered = q.transform(renumber)
+    renumbered = shift_arrays(q, offset)
     if not isinstance(renumbered, exp.Select):
         raise InternalError("renumbering a leaf's parameters changed its SELECT")
     arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]

@@ -255,6 +255,23 @@ def _type(name: str) -> exp.DataType:
     return exp.DataType.build(name, dialect="postgres")
 
 
+def shift_arrays(q: exp.Expr, offset: int) -> exp.Expr:
+    """``q`` (a copy) with its array placeholders numbered from ``offset``: ``%(_dpsql_arrN)s``
+    becomes ``%(_dpsql_arr<offset + N>)s``, so several queries' arrays can be one statement's
+    parameters.
+
+    >>> shift_arrays(exp.Placeholder(this="_dpsql_arr1"), 3).this
+    '_dpsql_arr4'
+    """
+
+    def renumber(n: exp.Expr) -> exp.Expr:
+        if isinstance(n, exp.Placeholder) and str(n.this).startswith("_dpsql_arr"):
+            return exp.Placeholder(this=f"_dpsql_arr{offset + int(str(n.this)[10:])}")
+        return n
+
+    return q.transform(renumber)
+
+
 def outer_sql(q: exp.Select) -> str:
     """SQL text for psycopg: literal '%' escaped, our %(_dpsql_arrN)s placeholders kept."""
     import re
