@@ -16,6 +16,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.names import describe
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
+from dpsql.sql.refusal_text import window_over_rows
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, outer_columns
 from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
@@ -110,12 +111,7 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
         if fn.is_aggregate(n):
             raise UnsupportedSql(f"aggregate functions are not allowed in {where}")
         if isinstance(n, exp.Window):
-            raise PrivacyViolation(
-                "window functions over private rows are not allowed: each would return a "
-                "value per private row",
-                hint="aggregate with GROUP BY; windows over the aggregates are answered, e.g. "
-                "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM t GROUP BY category",
-            )
+            raise window_over_rows()
         if not isinstance(n, fn.ROW_LEVEL_NODES):
             raise UnsupportedSql(
                 f"{describe(n)} is not supported in {where} of a private query",

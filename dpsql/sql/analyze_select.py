@@ -26,7 +26,7 @@ from dpsql.sql.analyze_aggregates import (
 from dpsql.sql.group_domain import group_key, narrow_by_where
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
-from dpsql.sql.refusal_text import raw_column, star_refusal
+from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 from dpsql.sql.wording import plain_sql
 
@@ -243,13 +243,7 @@ class _Outer:
             if isinstance(n, exp.Column) and not n.table and n.name in aliases:
                 return exp.column(n.name, quoted=True)
             if isinstance(n, exp.Window):
-                raise PrivacyViolation(
-                    "window functions over private rows are not allowed: each would return a "
-                    "value per private row",
-                    hint="aggregate with GROUP BY; windows over the aggregates are answered, e.g. "
-                    "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM t GROUP BY "
-                    "category",
-                )
+                raise window_over_rows()
             if isinstance(n, exp.Star):
                 raise star_refusal(self.ctx.table, self.ctx.private)
             if isinstance(n, exp.Grouping):

@@ -86,6 +86,16 @@ def raw_column(
     return PrivacyViolation(why, hint=hint)
 
 
+def window_over_rows() -> PrivacyViolation:
+    """A window function over a private block's rows (each would return a value per row)."""
+    return PrivacyViolation(
+        "window functions over private rows are not allowed: each would return a value per "
+        "private row",
+        hint="aggregate with GROUP BY; windows over the aggregates are answered, e.g. "
+        "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM t GROUP BY category",
+    )
+
+
 def star_refusal(qualified: str, table: PrivateTable) -> PrivacyViolation:
     """``SELECT *`` over a private table: an example aggregate over its own columns, and the
     zero-row query that lists its columns.
