@@ -245,6 +245,14 @@ class InvalidSavepointSpecification(SavepointException):
     sqlstate = "3B001"
 
 
+# ---- class 3F ----------------------------------------------------------------------------
+class InvalidSchemaName(DpsqlError):
+    """Class 3F: a schema that does not exist, or holds nothing to read (3F000
+    invalid_schema_name)."""
+
+    sqlstate = "3F000"
+
+
 # ---- class 42 ----------------------------------------------------------------------------
 class PrivacyViolation(SyntaxErrorOrAccessRuleViolation):
     """Raw-row access, identifier use, an unbounded column (42501 insufficient_privilege)."""
@@ -352,6 +360,19 @@ class CannotConnectNow(OperatorIntervention):
     """The server is starting or stopping and takes no new connection (57P03)."""
 
     sqlstate = "57P03"
+
+
+# ---- class 58 ----------------------------------------------------------------------------
+class IoError(ExternalSystemError):
+    """A file could not be written or read (58030 io_error)."""
+
+    sqlstate = "58030"
+
+
+class DuplicateFile(ExternalSystemError):
+    """A file to write exists already (58P02 duplicate_file)."""
+
+    sqlstate = "58P02"
 
 
 # ---- class F0 ----------------------------------------------------------------------------

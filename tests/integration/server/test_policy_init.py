@@ -102,3 +102,45 @@ def test_init_writes_a_policy_that_serves(make_db: Callable[[str], str], tmp_pat
     assert [p.text for p in startup_problems(policy, dsn, dsn) if p.fatal] == []
     again = _init(dsn, out)
     assert again.returncode == 1 and "exists" in again.stdout + again.stderr
+
+
+def _refusal(res: subprocess.CompletedProcess[str], sqlstate: str, words: str) -> None:
+    """A refusal as every dpsql command gives one: exit status 1, 'ERROR <SQLSTATE>: ...' in the
+    user's words and a HINT saying what to do instead, no traceback."""
+    assert res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+    assert f"ERROR {sqlstate}: " in res.stderr and words in res.stderr, res.stderr
+    assert "HINT: " in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_init_refusals_have_a_sqlstate_and_say_what_to_do(
+    make_db: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Bad arguments, an existing file, a DSN that is not one, a database that does not answer,
+    a directory that does not exist, a schema with no table: each a refusal with its SQLSTATE
+    (before: a psycopg traceback for the DSN and connection cases, exit status 1 with no
+    SQLSTATE for an unwritable output)."""
+    out = tmp_path / "policy.yaml"
+    out.write_text("keep: me\n")
+    dsn = make_db("init_refusals")
+    _refusal(_init(dsn, out), "58P02", "exists")
+    assert out.read_text() == "keep: me\n"  # not overwritten
+    _refusal(_init("garbage===", tmp_path / "a.yaml"), "22023", "not a connection string")
+    down = f"postgresql://127.0.0.1:{_closed_port()}/x"
+    _refusal(_init(down, tmp_path / "b.yaml"), "08006", "could not connect")
+    _refusal(_init(dsn, tmp_path / "no" / "dir.yaml"), "58030", "does not exist")
+    res = subprocess.run(
+        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--schema", "nosuch",
+         "--output", str(tmp_path / "c.yaml")],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    _refusal(res, "3F000", "no table or view in schema nosuch")
+    assert not any((tmp_path / n).exists() for n in ("a.yaml", "b.yaml", "c.yaml"))
