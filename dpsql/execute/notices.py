@@ -34,14 +34,13 @@ def interval_notices(
         body = item.this if isinstance(item, exp.Alias) else item
         if pos in direct:
             s = a.statistics[direct[pos]]
+            head = _head(s.sql, item)
             if s.func == "quantile" and plan is not None:
                 premise = declared_premise(a, s)
                 note = quantile_note(plan, s, confidence)
-                out.append(f"{names[pos]}: {note}" + (f". {premise}" if premise else ""))
+                out.append(f"{head}: {note}" + (f". {premise}" if premise else ""))
             elif s.func == "mode" and plan is not None:
-                out.append(
-                    f"{names[pos]}: no value interval; {selection_accuracy(plan, s, confidence)}"
-                )
+                out.append(f"{head}: no value interval; {selection_accuracy(plan, s, confidence)}")
         elif (
             pos not in with_interval
             and _noisy(body)
@@ -54,6 +53,17 @@ def interval_notices(
             "bound, no interval is reported (ask for the statistics themselves to get theirs)"
         )
     return tuple(out)
+
+
+def _head(sql: str, item: exp.Expr) -> str:
+    """A quantile's or mode's notice starts with the aggregate as the user wrote it, as every
+    other statistic's does (``MEDIAN(income)``, not the column label ``median``), and names its
+    column when the user gave it one (``MEDIAN(age) (column m)``: its _low/_high columns)."""
+    if isinstance(item, exp.Alias) and item.args.get("alias") is not None:
+        name = item.alias
+        if name and not name.startswith("_dp") and name.lower() != sql.split("(", 1)[0].lower():
+            return f"{sql} (column {name})"
+    return sql
 
 
 def _noisy(node: exp.Expr) -> bool:

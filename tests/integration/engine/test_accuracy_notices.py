@@ -212,3 +212,31 @@ def test_a_date_quantile_states_its_bucket_in_days(engine: Engine) -> None:
     widths = [m.group(0) for n in notes if (m := re.search(r"nearest bucket \([^)]*\)", n))]
     assert len(widths) == 2, notes
     assert all(re.fullmatch(r"nearest bucket \([\d,]+ days? wide\)", w) for w in widths), widths
+
+
+QUANTILE_HEADS = [
+    ("SELECT MEDIAN(income) FROM pums", "MEDIAN(income): the interval holds"),
+    (
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY income) FROM pums",
+        "percentile_cont(0.5) WITHIN GROUP (ORDER BY income): the interval holds",
+    ),
+    (
+        "SELECT sex, percentile_cont(0.9) WITHIN GROUP (ORDER BY income) AS p90 FROM pums "
+        "GROUP BY sex",
+        "percentile_cont(0.9) WITHIN GROUP (ORDER BY income) (column p90): the interval holds",
+    ),
+    (
+        "SELECT MODE() WITHIN GROUP (ORDER BY educ) FROM pums",
+        "MODE() WITHIN GROUP (ORDER BY educ): no value interval",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sql", "head"), QUANTILE_HEADS, ids=[s for s, _ in QUANTILE_HEADS])
+def test_quantile_notices_name_the_aggregate_as_written(
+    engine: Engine, sql: str, head: str
+) -> None:
+    """A quantile's or mode's notice starts with the aggregate in the user's words, as the other
+    statistics' do (before: the column label, 'median: ...', 'percentile_cont: ...')."""
+    notes = notices_of(engine, sql)
+    assert any(n.startswith(head) for n in notes), notes

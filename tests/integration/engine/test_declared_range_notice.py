@@ -24,13 +24,13 @@ CLAMPING: list[tuple[str, tuple[str, ...]]] = [
     ("SELECT SUM(amount) / COUNT(*) AS r FROM purchases", ("SUM(amount): ",)),
     ("SELECT category, AVG(amount) FROM purchases GROUP BY category", ("AVG(amount): ",)),
     ("SELECT category, VARIANCE(amount) FROM purchases GROUP BY category", ("VARIANCE(amount): ",)),
-    ("SELECT MAX(amount) AS m FROM purchases", ("m: ",)),
+    ("SELECT MAX(amount) AS m FROM purchases", ("MAX(amount) (column m): ",)),
     ("WITH c AS (SELECT category, SUM(amount) AS s FROM purchases GROUP BY category) SELECT category, s / 1000 FROM c", ("SUM(amount): ",)),
     ("SELECT r.name, AVG(p.amount) FROM purchases p JOIN regions r ON p.region = r.code GROUP BY r.name", ("AVG(p.amount): ",)),
 ]  # fmt: skip
 OTHERS = [  # (statement, the line's start, the premise it states)
     ("SELECT (SELECT AVG(income) FROM pums) AS b", "AVG(income): ", "every income lies in its declared range 0 to 500,000 (larger values count as 500,000, smaller ones as 0)"),
-    ("SELECT MIN(purchased_at) AS first FROM purchases", "first: ", "every purchased_at lies in its declared range 2025-01-01 to 2025-12-31 (later values count as 2025-12-31, earlier ones as 2025-01-01)"),
+    ("SELECT MIN(purchased_at) AS first FROM purchases", "MIN(purchased_at) (column first): ", "every purchased_at lies in its declared range 2025-01-01 to 2025-12-31 (later values count as 2025-12-31, earlier ones as 2025-01-01)"),
     ("SELECT category, STDDEV(quantity) FROM purchases GROUP BY category", "STDDEV(quantity): ", "every quantity lies in its declared range 1 to 10 (larger values count as 10, smaller ones as 1)"),
 ]  # fmt: skip
 

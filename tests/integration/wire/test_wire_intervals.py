@@ -103,7 +103,7 @@ def _coverage(srv: ServerThread, truth: dict[str, tuple[float, ...]], runs: int)
                 assert all(type(rec[k]) is int for k in ("n", "n_low", "n_high")), rec
                 assert "c_low" not in rec
     assert names[:10] == ["g", "n", "s", "a", "vp", "sd", "m", "ratio", "n2", "c"]
-    assert any("m: the interval holds" in n for n in notices)
+    assert any("MEDIAN(v) (column m): the interval holds" in n for n in notices)
     assert any(n.startswith("c:") for n in notices)
     assert not any(n.startswith(("n2:", "ratio:")) for n in notices)
     return hits
