@@ -60,6 +60,7 @@ from dpsql.execute.tree_intervals import (
 from dpsql.execute.tree_levels import counted_reads, key_rows, leaf_levels, static_reads
 from dpsql.execute.tree_post import leaf_query, leaf_row_bound, run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
+from dpsql.execute.tree_rounding import column_resolutions, round_rows
 from dpsql.result import IntervalFallback, Result
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds
@@ -171,6 +172,8 @@ def run_tree(
         rows_out = run_post(engine, sp, run.plans, final, cancel)
         columns, rows, intervals = rows_out.columns, rows_out.rows, None
     reported(fallbacks, prepared.fingerprint)
+    outputs = _noisy_outputs(engine, sp, run, ivplan)
+    rows = round_rows([c.name for c in columns], rows, column_resolutions(outputs, final))
     return Result(
         columns,
         rows,
@@ -182,6 +185,23 @@ def run_tree(
         intervals=intervals,
         interval_fallbacks=fallbacks,
     )
+
+
+def _noisy_outputs(
+    engine: EngineContext, sp: Split, run: _Run, plan: IvPlan | None
+) -> list[tuple[str, Held | None]]:
+    """The statement's noisy output columns and the leaves each reads (None: not known), from
+    the interval columns' plan (made here without ``dpsql.show_intervals``: the rewrite alone,
+    no SQL)."""
+    if plan is None:
+        n = len(run.plans)
+        labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
+        shapes = [
+            leaf_shape(p.analysis, labels[i], leaf_row_bound(engine, p.analysis))
+            for i, p in enumerate(run.plans)
+        ]
+        plan = plan_intervals(sp.post, shapes)
+    return [(o.name, o.info if isinstance(o.info, Held) else None) for o in plan.outputs]
 
 
 def _iv_plan(
