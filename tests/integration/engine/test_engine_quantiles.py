@@ -150,8 +150,14 @@ def test_noisy_answers_on_demo_data(engine: Engine) -> None:
         assert row[4] in range(1, 17)
         m_low, m_high = row[names.index("m_low")], row[names.index("m_high")]
         assert 0 <= m_low <= m_high <= 100 and row[names.index("n_low")] is not None
-    assert any(n.startswith("MEDIAN(age) (column m): the interval holds") and "rank" in n for n in r.notices)
-    assert any(n.startswith("MODE() WITHIN GROUP (ORDER BY educ) (column e): no value interval") for n in r.notices)
+    assert any(
+        n.startswith("MEDIAN(age) (column m): the interval holds") and "rank" in n
+        for n in r.notices
+    )
+    assert any(
+        n.startswith("MODE() WITHIN GROUP (ORDER BY educ) (column e): no value interval")
+        for n in r.notices
+    )
 
 
 def _rank_hits(engine: Engine, n: int, broken: bool = False) -> tuple[int, int]:
