@@ -8,6 +8,7 @@ period has spent (releases stay in the log). Neither is reachable by an analyst:
 
 from __future__ import annotations
 
+from datetime import datetime
 from fractions import Fraction
 
 import psycopg
@@ -71,6 +72,16 @@ def _row_detail(row: BudgetRow) -> dict[str, object]:
     }
 
 
+def _lock_current(
+    ledger: LedgerStore, conn: psycopg.Connection, lim: Limit
+) -> tuple[BudgetRow, datetime]:
+    """The budget's row of its period at the database's now, locked until the transaction ends
+    (:func:`dpsql.budget.charging.lock_budget`), and that period's start."""
+    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    start = period_start(lim.period, now)
+    return charging.lock_budget(ledger, conn, lim.kind, lim.name, start), start
+
+
 def grant(
     ledger: LedgerStore,
     actor: str,
@@ -90,9 +101,7 @@ def grant(
     lim = _limit(ledger, analyst)
 
     def run(conn: psycopg.Connection) -> None:
-        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        start = period_start(lim.period, now)
-        row = charging.lock_budget(ledger, conn, lim.kind, lim.name, start)
+        row, start = _lock_current(ledger, conn, lim)
         geps, gdelta = row.epsilon_granted + epsilon, row.delta_granted + delta
         conn.execute(
             ledger.q(
@@ -123,9 +132,7 @@ def reset(ledger: LedgerStore, actor: str, analyst: str | None, reason: str = ""
     lim = _limit(ledger, analyst)
 
     def run(conn: psycopg.Connection) -> None:
-        now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
-        start = period_start(lim.period, now)
-        row = charging.lock_budget(ledger, conn, lim.kind, lim.name, start)
+        row, start = _lock_current(ledger, conn, lim)
         conn.execute(
             ledger.q(
                 "UPDATE {s}.budget SET epsilon_spent = '0', delta_spent = '0', rho_spent = '0',"
