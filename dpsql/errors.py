@@ -290,6 +290,13 @@ class GroupingError(SyntaxErrorOrAccessRuleViolation):
     sqlstate = "42803"
 
 
+class WrongObjectType(SyntaxErrorOrAccessRuleViolation):
+    """An object used as what it is not, e.g. an ordered-set aggregate without WITHIN GROUP
+    (42809)."""
+
+    sqlstate = "42809"
+
+
 class UndefinedTable(SyntaxErrorOrAccessRuleViolation):
     sqlstate = "42P01"
 

@@ -29,12 +29,12 @@ from sqlglot.errors import ParseError
 from dpsql.budget import views
 from dpsql.errors import (
     InvalidColumnReference,
-    SqlSyntaxError,
     UndefinedColumn,
     UndefinedTable,
     UnsupportedSql,
 )
 from dpsql.result import Result, ResultColumn
+from dpsql.sql.syntax_errors import syntax_error
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
@@ -61,7 +61,7 @@ def _parse(statement: exp.Expr | str) -> exp.Expr | None:
         try:
             tree: exp.Expr = sqlglot.parse_one(statement, read="postgres")
         except ParseError as e:
-            raise SqlSyntaxError(f"syntax error: {e}") from e
+            raise syntax_error(statement, e) from e
     else:
         tree = statement
     if isinstance(tree, exp.Command) and _SHOW.match(

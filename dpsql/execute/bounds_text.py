@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from dpsql.execute.bias import one_row
 from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
+from dpsql.sql.names import WRITTEN
 from dpsql.sql.wording import plain_sql, plural
 
 
@@ -27,6 +28,8 @@ def fmt(x: float) -> str:
 def col_name(m: Measure) -> str:
     if isinstance(m.arg, exp.Column):
         return m.arg.name
+    if m.arg is not None and isinstance(m.arg.meta.get(WRITTEN), str):
+        return str(m.arg.meta[WRITTEN])  # as the user wrote it (CAST(amount AS integer))
     return plain_sql(m.arg) if m.arg is not None else "the value"
 
 

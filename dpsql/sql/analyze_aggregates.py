@@ -11,7 +11,7 @@ from typing import NoReturn
 
 from sqlglot import exp
 
-from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql
+from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql, WrongObjectType
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.names import describe
@@ -228,7 +228,7 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
     sql = user_sql(node)
     name = fn.aggregate_name(node)
     if name is None:
-        _refuse_aggregate(node)
+        _refuse_aggregate(ctx, node)
     arg = node.this
     if isinstance(node, exp.Count):
         if isinstance(arg, exp.Star) or arg is None:
@@ -283,10 +283,36 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
     return stat, [s2, s1, cnt]
 
 
-def _refuse_aggregate(node: exp.Expr) -> NoReturn:
+def _refuse_aggregate(ctx: _Ctx, node: exp.Expr) -> NoReturn:
     sql = user_sql(node)
     first = node.this.this if isinstance(node.this, exp.Distinct) else node.this
     arg = plain_sql(first) if isinstance(first, exp.Expr) else "col"
+    ordered: dict[type[exp.Expr], str] = {
+        exp.PercentileCont: "percentile_cont",
+        exp.PercentileDisc: "percentile_disc",
+    }
+    if type(node) in ordered or isinstance(node, exp.Mode):
+        name = ordered.get(type(node), "mode")
+        call = f"{name}({plain_sql(first) if isinstance(first, exp.Expr) else ''})"
+        raise WrongObjectType(
+            f"WITHIN GROUP is required for ordered-set aggregate {name}",
+            hint=f"write {call} WITHIN GROUP (ORDER BY col), with the column to take it of",
+        )
+    if isinstance(node, fn.RAW_VALUE_AGGREGATES) and _whole_row(ctx, first):
+        table = ctx.table.split(".")[-1] + (
+            "" if ctx.alias == ctx.table.split(".")[-1] else f" {ctx.alias}"
+        )
+        keyed = [n for n, c in ctx.cols.items() if c.keys or c.keys_from]
+        by = (
+            f", or a column's values: SELECT {keyed[0]}, COUNT(*) FROM {table} GROUP BY {keyed[0]}"
+            if keyed
+            else ""
+        )
+        raise PrivacyViolation(
+            f"{sql} would return raw private rows",
+            hint=f"count the rows instead: SELECT COUNT(*) FROM {table}{by}; "
+            f"or summarise a column: {_SUPPORTED}",
+        )
     if isinstance(node, fn.RAW_VALUE_AGGREGATES):
         raise PrivacyViolation(
             f"{sql} would return raw private values",
@@ -296,6 +322,21 @@ def _refuse_aggregate(node: exp.Expr) -> NoReturn:
     raise UnsupportedSql(
         f"the aggregate {sql} is not supported in private queries",
         hint=f"use {_SUPPORTED}",
+    )
+
+
+def _whole_row(ctx: _Ctx, arg: object) -> bool:
+    """Whether ``arg`` names a whole row (``p`` or ``p.*`` for a table or alias p), not a column."""
+    if isinstance(arg, exp.Star):
+        return True
+    if isinstance(arg, exp.Column) and isinstance(arg.this, exp.Star):
+        return True
+    names = {s.alias for s in ctx.sources} | {s.table.split(".")[-1] for s in ctx.sources}
+    return (
+        isinstance(arg, exp.Column)
+        and not arg.table
+        and arg.name in names
+        and not any(s.private is not None and arg.name in s.private.columns for s in ctx.sources)
     )
 
 

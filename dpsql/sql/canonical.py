@@ -45,7 +45,7 @@ from sqlglot.errors import ParseError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
 from dpsql.dp.accounting import exact
-from dpsql.errors import SqlSyntaxError
+from dpsql.sql.syntax_errors import syntax_error
 
 VERSION = 1
 _FRESH = re.compile(r"^_[tc]\d+$")
@@ -87,7 +87,7 @@ def canonical(statement: str | exp.Expr) -> Canonical:
         try:
             tree = sqlglot.parse_one(statement, read="postgres")
         except ParseError as e:
-            raise SqlSyntaxError(f"syntax error: {e}", hint="check the statement") from e
+            raise syntax_error(statement, e) from e
     else:
         tree = statement.copy()
     for node in tree.walk():

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+import sqlglot
+import sqlglot.errors
 from sqlglot import exp
 
 SPELLED = "dpsql_spelled"
@@ -87,7 +89,34 @@ def spell_functions(tree: exp.Expr, text: str) -> exp.Expr:
                     stop = _call_end(text, end + 1)
                     if stop is not None:
                         node.meta[WRITTEN] = " ".join(text[start:stop].split())
+                        _spell_argument(node, text, end + 1)
     return tree
+
+
+def _spell_argument(node: exp.Func, text: str, i: int) -> None:
+    """Record on an aggregate's one computed argument (``CAST(amount AS integer)``) its text as
+    written, for notices that name the value summed (``of CAST(amount AS integer)``)."""
+    arg = node.this
+    if not isinstance(node, exp.AggFunc) or not isinstance(arg, exp.Expr) or node.expressions:
+        return
+    if isinstance(arg, (exp.Column, exp.Star, exp.Distinct, exp.Literal)):
+        return
+    stop = _bracket_end(text, i)
+    if stop is None:
+        return
+    inner = text[text.index("(", i) + 1 : stop - 1].strip()
+    try:
+        again = sqlglot.parse_one(inner, read="postgres")
+    except sqlglot.errors.SqlglotError:
+        return
+    for ident in again.find_all(exp.Identifier):
+        if not ident.quoted and isinstance(ident.this, str):
+            ident.set("this", ident.this.translate(_ASCII_LOWER))
+    if again == arg:
+        arg.meta[WRITTEN] = " ".join(inner.split())
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 _RAW = (exp.GroupConcat, exp.ArrayAgg)  # string_agg, array_agg: named in their refusal

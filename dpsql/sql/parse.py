@@ -22,6 +22,7 @@ from dpsql.errors import (
 )
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
+from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -193,7 +194,7 @@ def tokenize(text: str) -> list[Token]:
     try:
         return list(DIALECT.tokenize(text))
     except TokenError as e:
-        raise SqlSyntaxError(f"syntax error: {e}", hint="check quotes and comments") from e
+        raise syntax_error(text, e) from e
 
 
 def split_statements(text: str) -> list[str]:
@@ -340,19 +341,14 @@ def parse_statement(text: str) -> ParsedStatement:
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:
-        err = e.errors[0] if e.errors else {}
-        hl = err.get("highlight") or ""
-        raise SqlSyntaxError(
-            f'syntax error at or near "{hl}"' if hl else "syntax error",
-            position=_offset(text, err.get("line"), err.get("col"), len(hl)),
-            detail=str(err.get("description", ""))[:300] or None,
-        ) from e
+        raise syntax_error(text, e) from e
     found = [t for t in trees if t is not None]
     if len(found) != 1:
         raise SqlSyntaxError(
             "cannot insert multiple commands into a prepared statement",
             hint="send one statement at a time",
         )
+    check_empty_clauses(found[0], text, tokens)
     tree = flatten_group_rows(fold_identifiers(found[0]))
     return ParsedQuery(text, word, spell_functions(tree, text))
 
@@ -421,13 +417,3 @@ def _spell_array_types(text: str, tokens: list[Token]) -> str:
     for start, end, repl in reversed(edits):
         text = text[:start] + repl + text[end:]
     return text
-
-
-def _offset(text: str, line: object, col: object, width: int) -> int | None:
-    """1-based character position (as in ErrorResponse) of the start of a highlighted token."""
-    if not isinstance(line, int) or not isinstance(col, int):
-        return None
-    lines = text.split("\n")
-    if line < 1 or line > len(lines):
-        return None
-    return sum(len(x) + 1 for x in lines[: line - 1]) + max(1, col - width + 1)

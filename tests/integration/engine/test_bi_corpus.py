@@ -143,3 +143,91 @@ def test_no_unexpected_interval_fallback_over_the_corpus(
 def test_the_corpus_is_the_shared_one() -> None:
     assert len(STATEMENTS) >= 100
     assert {s["expect"] for s in STATEMENTS} == {"answer", "refuse"}
+
+
+# Statements that do not parse, as a newcomer types them: each is refused with PostgreSQL's
+# words (42601 syntax error, 42883 for a function given the wrong number of arguments) and a hint.
+BROKEN: list[tuple[str, str, str]] = [
+    ("SELECT AVG(amount) FROM purchases WHERE", "42601", "syntax error at end of input"),
+    ("SELECT AVG(amount) FROM purchases HAVING;", "42601", "syntax error at end of input"),
+    ("SELECT category, COUNT(*) FROM purchases GROUP BY", "42601", "syntax error at end of input"),
+    (
+        "SELECT category, COUNT(*) FROM purchases GROUP BY ORDER BY 1",
+        "42601",
+        'syntax error at or near "ORDER BY"',
+    ),
+    (
+        "SELECT COUNT(*) FROM purchases p JOIN regions r ON",
+        "42601",
+        "syntax error at end of input",
+    ),
+    (
+        "SELECT VAR_SAMP(amount, 2) FROM purchases",
+        "42883",
+        "function var_samp with 2 arguments does not exist",
+    ),
+    ("SELECT SUM(amount, 1) FROM purchases", "42883", "function sum with 2 arguments"),
+    ("SELECT COUNT(*) FROM purchases WHERE amount =", "42601", "syntax error at end of input"),
+    ("SELECT COUNT(*) FROM purchases ORDER BY", "42601", "syntax error at end of input"),
+    ("SELECT COUNT(*) FROM purchases LIMIT", "42601", "syntax error at end of input"),
+    ("SELECT COUNT(*) FROM purchases p q r", "42601", 'syntax error at or near "q"'),
+    ("SELECT FROM WHERE", "42601", 'syntax error at or near "WHERE"'),
+    ("SELECT (COUNT(*) FROM purchases", "42601", 'syntax error at or near "FROM"'),
+    ("SELECT CAST(amount AS) FROM purchases", "42601", 'syntax error at or near ")"'),
+    ("SELECT COUNT(*) FROM purchases WHERE amount BETWEEN 1", "42601", "at end of input"),
+    ("SELECT CASE WHEN amount > 1 THEN 1 FROM purchases", "42601", "syntax error at or near"),
+    ("SELECT COUNT(*) FROM purchases UNION", "42601", "syntax error at end of input"),
+    ("SELECT LEFT(category) FROM purchases", "42883", "function left with 1 argument"),
+    ("SELECT 'abc FROM purchases", "42601", "unterminated quoted string"),
+]
+_INTERNAL = ("sqlglot", "<class", "<Token", "TokenType")
+
+
+def _words(res: pq.abc.PGresult) -> list[str]:
+    fields = (
+        pq.DiagnosticField.MESSAGE_PRIMARY,
+        pq.DiagnosticField.MESSAGE_DETAIL,
+        pq.DiagnosticField.MESSAGE_HINT,
+    )
+    return [(res.error_field(f) or b"").decode() for f in fields]
+
+
+@pytest.mark.parametrize(("sql", "sqlstate", "message"), BROKEN)
+def test_broken_statement_in_postgresql_words(
+    conn: psycopg.Connection[Any], sql: str, sqlstate: str, message: str
+) -> None:
+    res = _run(conn, 0, sql)
+    assert res.status == pq.ExecStatus.FATAL_ERROR, sql
+    got = (res.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
+    primary, detail, hint = _words(res)
+    assert (got, message) == (sqlstate, primary[: len(message)]) or (
+        got == sqlstate and message in primary
+    ), (got, primary)
+    assert hint, primary
+    assert not any(w in t for t in (primary, detail, hint) for w in _INTERNAL), (primary, detail)
+    if res.error_field(pq.DiagnosticField.STATEMENT_POSITION) is None:
+        assert "unterminated" in primary  # every other one points at where it went wrong
+
+
+def test_no_internal_words_in_errors_over_the_corpus(demo_dsn: str, demo_policy: Any) -> None:
+    """Every corpus statement cut short at each of 4 points (a broken statement, or a shorter
+    one that parses): whatever is refused at preparation says it without sqlglot's words."""
+    from dpsql.engine import Engine
+    from dpsql.errors import DpsqlError
+
+    engine = Engine(demo_policy, demo_dsn, pool_size=1)
+    refused = 0
+    try:
+        for item in STATEMENTS:
+            sql = item["sql"].strip().rstrip(";")
+            for cut in (0.25, 0.5, 0.75, 0.9):
+                text = sql[: max(1, int(len(sql) * cut))]
+                try:
+                    engine.prepare(text)
+                except DpsqlError as e:
+                    refused += 1
+                    words = (e.message, e.detail or "", e.hint or "")
+                    assert not any(w in t for t in words for w in _INTERNAL), (text, words)
+    finally:
+        engine.close()
+    assert refused >= 200, refused  # most cut statements do not parse
