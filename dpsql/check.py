@@ -46,8 +46,10 @@ def citus_findings(policy: Policy, conn: psycopg.Connection[tuple[object, ...]])
     """On a Citus coordinator: private tables not distributed by their privacy unit (per-unit
     bounding then runs on the coordinator, after every row was pulled there), private tables
     distributed by their unit but not co-located (a join of two of them on the unit can't run on
-    the workers), and public tables that are hash-distributed (a join with a private table
-    repartitions; a reference table joins on every worker). Empty on plain PostgreSQL."""
+    the workers), and public tables that are not reference tables (hash-distributed: a join with
+    a private table repartitions; single-shard: it can't run on the workers; local: sent to the
+    workers by each query, and refused in a correlated subquery; a reference table joins on
+    every worker). Empty on plain PostgreSQL."""
     if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'citus'").fetchone() is None:
         return []
     dist = {
@@ -88,17 +90,32 @@ def citus_findings(policy: Policy, conn: psycopg.Connection[tuple[object, ...]])
         )
     for name in policy.public_tables:
         how = dist.get(name)
+        fix = f"SELECT create_reference_table('{name}')"
         if how is not None and how[0] == "h":
-            out.append(
-                Finding(
-                    name,
-                    "",
-                    "a hash-distributed public table: joins with private tables repartition "
-                    f"(SELECT undistribute_table('{name}'); SELECT create_reference_table('{name}'))",
-                    warning=True,
-                )
+            problem = (
+                "a hash-distributed public table: joins with private tables repartition "
+                f"(SELECT undistribute_table('{name}'); {fix})"
             )
+        elif how is not None and how[0] == "n" and how[3] != "t":
+            problem = (
+                "a single-shard public table: a join with a private table can't run on the "
+                f"workers (SELECT undistribute_table('{name}'); {fix})"
+            )
+        elif how is None and _exists(conn, name):
+            problem = (
+                "a local public table on the Citus coordinator: each private query joining it "
+                "sends its rows to the workers, and Citus refuses a correlated subquery "
+                f"(EXISTS, IN) over it ({fix})"
+            )
+        else:
+            continue
+        out.append(Finding(name, "", problem, warning=True))
     return out
+
+
+def _exists(conn: psycopg.Connection[tuple[object, ...]], name: str) -> bool:
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+    return bool(row and row[0])
 
 
 def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:

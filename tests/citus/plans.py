@@ -10,9 +10,13 @@ In Citus's EXPLAIN a task's plan is indented under ``->  Task`` (its ``Node:`` l
 runs); every other line is the coordinator's. A plan breaks the rule when
 
 * a per-unit operator is on a coordinator line;
-* a task that reads ``read_intermediate_result`` (rows a distributed subplan brought to the
-  coordinator) or that runs on the coordinator's own node does per-unit work: the rows it works
-  on were pulled through the coordinator;
+* a task that runs on the coordinator's own node, or that reads ``read_intermediate_result``
+  (rows a subplan brought to the coordinator) and no shard, does per-unit work: the rows it
+  works on were pulled through the coordinator. A task that scans a shard and reads an
+  intermediate result too is checked as a task over shards: its per-unit work runs on the
+  shard's rows, joined with rows the coordinator sent (a public table local to the coordinator,
+  which Citus broadcasts; or a distributed subplan's rows, which this rule requires to be
+  aggregated past the unit, as every task over shards sends);
 * a task over shards sends rows that are not aggregated past the unit: its top node is not an
   aggregate (raw rows, e.g. a CTE Citus planned as a subplan), or an aggregate whose group key
   is the unit (one row per unit).
@@ -23,6 +27,8 @@ from __future__ import annotations
 import re
 
 PER_UNIT = re.compile(r"WindowAgg|row_number|dense_rank|hashtextextended|_dp_unit|user_id|pid\b")
+SHARD_SCAN = re.compile(r"Scan (using \S+ )?on \S+_\d+\b")
+"""A scan of a shard (Citus names a shard ``<table>_<shard id>``)."""
 AGGREGATE = re.compile(
     r"^(Finalize |Partial )?(Aggregate|HashAggregate|GroupAggregate|MixedAggregate)\b"
 )
@@ -72,7 +78,10 @@ def problems(plan: list[str], coordinator: str) -> list[str]:
     bad = [f"on the coordinator: {line.strip()}" for line in coordinator_lines(plan)]
     bad = [b for b in bad if PER_UNIT.search(b)]
     for node, body in tasks(plan):
-        pulled = coordinator in node or any("read_intermediate_result" in b for b in body)
+        pulled = coordinator in node or (
+            any("read_intermediate_result" in b for b in body)
+            and not any(SHARD_SCAN.search(b) for b in body)
+        )
         if pulled:
             bad += [f"on pulled rows: {b.strip()}" for b in body if PER_UNIT.search(b)]
             continue

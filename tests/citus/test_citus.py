@@ -46,8 +46,10 @@ from tests.dp_audit.test_audit_neighbours import (
     QUERIES,
     SHAPES,
     TWIN,
+    UNITS_TWIN,
     audit_units,
     changed_units,
+    count_every_row,
     l1_ratio,
     worst_ratio,
 )
@@ -90,23 +92,60 @@ STATEMENTS = [
     "SELECT category, region, COUNT(*) FROM purchases GROUP BY CUBE(category, region)",
     "SELECT p.category, COUNT(DISTINCT p.user_id) FROM purchases p "
     "LEFT JOIN pums u ON u.pid = p.user_id GROUP BY p.category",
+    # date_trunc keys from the column's bounds, a row-level CTE, a correlated EXISTS over a
+    # public table, a window over released values, post-processing over a DP leaf, a UNION of
+    # private parts, a join with a public table local to the coordinator, bounds a CHECK proves
+    "SELECT date_trunc('month', purchased_at) AS m, COUNT(*), SUM(amount) FROM purchases "
+    "GROUP BY 1",
+    "WITH big AS (SELECT user_id, category, amount FROM purchases WHERE amount > 100) "
+    "SELECT category, COUNT(*), AVG(amount) FROM big GROUP BY category",
+    "SELECT category, COUNT(*) FROM purchases p WHERE EXISTS "
+    "(SELECT 1 FROM regions r WHERE r.code = p.region AND r.name <> 'x') GROUP BY category",
+    "SELECT category, COUNT(*), RANK() OVER (ORDER BY COUNT(*) DESC) FROM purchases "
+    "GROUP BY category",
+    "SELECT category, c / SUM(c) OVER () FROM "
+    "(SELECT category, COUNT(*) AS c FROM purchases GROUP BY category) t",
+    "SELECT 'p' AS t, COUNT(*) FROM purchases UNION ALL SELECT 'u', COUNT(*) FROM pums",
+    "SELECT l.name, MAX(p.amount) FROM purchases p JOIN regions_local l ON l.code = p.region "
+    "GROUP BY l.name",
+    "SELECT sex, SUM(score), AVG(score) FROM members GROUP BY sex",
+    # bucketed measures beside a unit count (partition selection's, or asked for) and beside a
+    # COUNT(DISTINCT x) of a column without keys: cells summed, not grouping sets over rows
+    "SELECT purchased_at, MAX(amount), percentile_disc(0.9) WITHIN GROUP (ORDER BY quantity) "
+    "FROM purchases GROUP BY purchased_at",
+    "SELECT COUNT(DISTINCT user_id), COUNT(DISTINCT category) FROM purchases "
+    "WHERE amount BETWEEN 10 AND 200",
+    "SELECT category, COUNT(DISTINCT quantity), percentile_cont(0.5) WITHIN GROUP "
+    "(ORDER BY amount) FROM purchases GROUP BY category",
 ]
 MEMBERS = {
     "age": {"type": "integer", "bounds": [0, 100]},
     "sex": {"type": "integer", "keys": [0, 1]},
+    "score": {"type": "integer", "bounds": [0, 10]},
 }
-"""``members``: one row per unit (``uid`` its PRIMARY KEY): the unit-unique path."""
-MEMBERS_ROWS = "INSERT INTO members SELECT u, (u * 7) % 90, u % 2 FROM generate_series(1, 5000) u"
+"""``members``: one row per unit (``uid`` its PRIMARY KEY): the unit-unique path; ``score``'s
+bounds proven by a CHECK (no clamp)."""
+MEMBERS_TABLE = (
+    "CREATE TABLE members (uid integer PRIMARY KEY, age integer, sex integer, "
+    "score integer CHECK (score BETWEEN 0 AND 10))"
+)
+MEMBERS_ROWS = (
+    "INSERT INTO members SELECT u, (u * 7) % 90, u % 2, u % 11 FROM generate_series(1, 5000) u"
+)
+LOCAL_PUBLIC = "DROP TABLE IF EXISTS regions_local; CREATE TABLE regions_local AS TABLE regions"
+"""``regions_local``: a public table left local to the coordinator (not a reference table)."""
 
 
 def policies() -> dict[str, Policy]:
     """The demo policy as shipped (``auto``) and with fixed bounds, both with ``members``."""
     auto = build_policy(
-        add_tables={"public.members": private_table("uid", MEMBERS, rows=None, groups=None)}
+        add_tables={"public.members": private_table("uid", MEMBERS, rows=None, groups=None)},
+        add_public_tables=["public.regions_local"],
     )
     fixed = build_policy(
         fixed_bounds=True,
         add_tables={"public.members": private_table("uid", MEMBERS, rows=1, groups=1)},
+        add_public_tables=["public.regions_local"],
     )
     return {"auto": auto, "fixed": fixed}
 
@@ -126,14 +165,12 @@ def citus_dsn_or_skip() -> str:
 
 def load_members(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "DROP TABLE IF EXISTS members; "
-            "CREATE TABLE members (uid integer PRIMARY KEY, age integer, sex integer)"
-        )
+        conn.execute("DROP TABLE IF EXISTS members; " + MEMBERS_TABLE)
         conn.execute(
             "SELECT create_distributed_table('members', 'uid', colocate_with => 'purchases')"
         )
         conn.execute(MEMBERS_ROWS)
+        conn.execute(LOCAL_PUBLIC)
 
 
 @pytest.fixture(scope="module")
@@ -224,8 +261,9 @@ def plain_dsn(make_db: Callable[[str], str]) -> str:
     dsn = make_db("citus_twin")
     assert not load_demo(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE members (uid integer PRIMARY KEY, age integer, sex integer)")
+        conn.execute(MEMBERS_TABLE)
         conn.execute(MEMBERS_ROWS)
+        conn.execute(LOCAL_PUBLIC)
     return dsn
 
 
@@ -338,6 +376,10 @@ def test_an_l1_cap_bounds_what_one_unit_moves_on_citus(
     cengine: Engine, citus_dsn: str, units: tuple[int, ...], sql: str
 ) -> None:
     assert l1_ratio(cengine, citus_dsn, sql, HEAVY[2:3] + units, capped=True) <= 1
+
+
+def test_a_unit_count_of_rows_is_caught_on_citus(cengine: Engine, citus_dsn: str) -> None:
+    assert worst_ratio(cengine, citus_dsn, UNITS_TWIN, HEAVY[:1], broken=count_every_row) > 1
 
 
 def test_an_l1_cap_that_is_not_applied_is_caught_on_citus(cengine: Engine, citus_dsn: str) -> None:

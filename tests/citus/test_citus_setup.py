@@ -100,7 +100,7 @@ A = "SELECT create_distributed_table('dp_chk_a', 'uid')"
 B = "SELECT create_distributed_table('dp_chk_b', 'uid', colocate_with => 'dp_chk_a')"
 PUB = "SELECT create_reference_table('dp_chk_pub')"
 PLACEMENTS = {
-    "local": ([], ["a local table", "a local table"]),
+    "local": ([], ["a local table", "a local table", "a local public table"]),
     "reference": (
         [
             "SELECT create_reference_table('dp_chk_a')",
@@ -128,6 +128,11 @@ PLACEMENTS = {
     "not co-located": (
         [A, "SELECT create_distributed_table('dp_chk_b', 'uid', colocate_with => 'none')", PUB],
         ["not co-located"],
+    ),
+    "public table local": ([A, B], ["a local public table"]),
+    "public table single-shard": (
+        [A, B, "SELECT create_distributed_table('dp_chk_pub', NULL)"],
+        ["a single-shard public table"],
     ),
     "public table hash-distributed": (
         [A, B, "SELECT create_distributed_table('dp_chk_pub', 'id')"],

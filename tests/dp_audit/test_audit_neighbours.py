@@ -26,6 +26,7 @@ thinned D's units, ~10,500 of the whole data's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -55,7 +56,18 @@ QUERIES = [
     "SELECT category, COUNT(DISTINCT region), COUNT(*) FROM purchases GROUP BY category",
     "SELECT purchased_at, COUNT(DISTINCT quantity) FROM purchases GROUP BY purchased_at",
     "SELECT COUNT(DISTINCT b.amount) FROM purchases a JOIN purchases b ON a.user_id = b.user_id",
+    # a unit count over ranked rows (each unit's first row in the group: first_rows), beside
+    # partition selection's; bucketed measures' cells summed into the groups, with a unit count
+    # and a COUNT(DISTINCT x) of a column without keys (x a key of the cells)
+    "SELECT purchased_at, COUNT(DISTINCT user_id), COUNT(DISTINCT quantity) FROM purchases "
+    "GROUP BY purchased_at",
+    "SELECT category, COUNT(DISTINCT user_id), COUNT(DISTINCT quantity), MAX(amount) "
+    "FROM purchases GROUP BY category",
+    "SELECT purchased_at, MIN(amount), percentile_cont(0.5) WITHIN GROUP (ORDER BY quantity) "
+    "FROM purchases GROUP BY purchased_at",
 ]
+UNITS_TWIN = QUERIES[-2]
+"""The unit-count twin: counting every kept row (``_dp_rn >= 1``) instead of a unit's first."""
 # every shape of the rewrite, for the selection check: partials with and without group ranking,
 # rows with and without group ranking, quantile buckets (grouping sets), capped joins, and
 # partition selection (purchased_at has no declared keys)
@@ -102,8 +114,15 @@ def _bound(a: Analysis, m: Measure) -> Fraction:
 def _released(
     conn: psycopg.Connection[Any], sql: str, keys: int, n: int
 ) -> dict[tuple[Any, ...], list]:
-    """Each group's ``n`` measures (not the removed-mass columns that follow: _dp_b*, _dp_k*)."""
-    rows = conn.execute(sql).fetchall()
+    """Each group's ``n`` measures (not the removed-mass columns that follow: _dp_b*, _dp_k*;
+    with bucketed measures, the rows of the groups' own grouping set, not the buckets')."""
+    cur = conn.execute(sql)
+    rows = cur.fetchall()
+    names = [d.name for d in cur.description or []]
+    if "_dp_set" in names:
+        i = names.index("_dp_set")
+        full = max((r[i] for r in rows), default=0)
+        rows = [r for r in rows if r[i] == full]
     return {tuple(r[:keys]): [Fraction(str(v)) for v in r[keys : keys + n]] for r in rows}
 
 
@@ -126,15 +145,24 @@ def audit_units(dsn: str) -> tuple[int, ...]:
 
 
 def worst_ratio(
-    engine: Engine, dsn: str, sql: str, units: tuple[int, ...], rows_bound: int | None = None
+    engine: Engine,
+    dsn: str,
+    sql: str,
+    units: tuple[int, ...],
+    rows_bound: int | None = None,
+    broken: Callable[[str], str] | None = None,
 ) -> Fraction:
     """The largest (change when one of ``units`` is removed) / (its bound), over groups (Linf)
     and over the sum of groups (L1 against G times the bound); ``rows_bound`` replaces R (to
-    check that a wrong bound is caught)."""
+    check that a wrong bound is caught); ``broken`` rewrites the SQL (a broken twin)."""
     prepared = engine.prepare(sql)
     a = prepared.analysis
     assert a is not None
     text = salted(engine.private_sql(prepared, a))  # one salt, for D and its neighbours
+    if broken is not None:
+        twin = broken(text)
+        assert twin != text
+        text = twin
     assert "random" not in text.lower() and "ctid" not in text.lower()
     measures = _measures(a)
     bounds = [_bound(a, m) * (rows_bound or a.max_rows) / a.max_rows for m in measures]
@@ -173,6 +201,17 @@ def test_one_unit_moves_each_measure_by_at_most_its_sensitivity(
 def test_a_wrong_bound_is_caught(engine: Engine, demo_dsn: str) -> None:
     """The check can fail: claiming R = 1 for a heavy unit's 25 kept rows exceeds the bound."""
     assert worst_ratio(engine, demo_dsn, TWIN, HEAVY[:1], rows_bound=1) > 1
+
+
+def count_every_row(text: str) -> str:
+    """The unit-count twin's SQL: every kept row counted as a unit."""
+    return text.replace("_dp_rn = 1 AND", "_dp_rn >= 1 AND")
+
+
+def test_a_unit_count_of_rows_is_caught(engine: Engine, demo_dsn: str) -> None:
+    """The check can fail on a unit count: counting a heavy unit's kept rows of its category
+    (R = 25 of its 400 rows, alike in category) instead of the unit once moves the count by 25."""
+    assert worst_ratio(engine, demo_dsn, UNITS_TWIN, HEAVY[:1], broken=count_every_row) > 1
 
 
 def kept_sql(private_sql: str) -> str:

@@ -29,6 +29,15 @@ CASES = {
     "histogram_cte_read_twice": {SENDS, PULLED},
     # pums distributed by age: per-unit partials merged on the coordinator, ranked there
     "distributed_by_another_column": {SENDS, PULLED, ON_COORDINATOR},
+    # MAX by region name from a public table local to the coordinator: Citus sends its rows to
+    # the tasks (an intermediate result), which rank each unit's rows of their shard
+    "local_public_table_join": set(),
+    # MAX and a quantile by date (partition selection's unit count beside them): cells counted
+    # on the workers, a unit as its first kept row
+    "bucket_cells_with_unit_count": set(),
+    # the same before the unit count added up over cells: grouping sets over the ranked rows,
+    # every row pulled to the coordinator and ranked there
+    "grouping_sets_over_rows": {SENDS, PULLED},
 }
 
 

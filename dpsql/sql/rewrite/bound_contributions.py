@@ -110,10 +110,16 @@ def integer_clamp(arg: exp.Expr, m: Measure) -> exp.Expr:
 
 
 def _measure_sql(
-    m: Measure, v: exp.Expr | None, unique: bool, counted: exp.Expr | None = None
+    m: Measure,
+    v: exp.Expr | None,
+    unique: bool,
+    counted: exp.Expr | None = None,
+    ranked: bool = False,
 ) -> exp.Expr:
     if m.kind == "count_rows" or (m.kind == "count_units" and unique):
         return exp.Count(this=exp.Star())  # a unique, NOT NULL unit: one row per unit
+    if m.kind == "count_units" and ranked:
+        return first_rows()
     if m.kind == "count_units":
         return exp.Count(this=exp.Distinct(expressions=[exp.column("_dp_unit")]))
     assert v is not None
@@ -122,6 +128,24 @@ def _measure_sql(
     if m.kind == "count_distinct":
         return exp.Count(this=exp.Distinct(expressions=[v]))
     return exp.Coalesce(this=sum_total(m, v, counted), expressions=[exp.Literal.number(0)])
+
+
+def first_rows() -> exp.Expr:
+    """The units of a group among rows ranked by :func:`_bounded`: ``COUNT(*) FILTER (WHERE
+    _dp_rn = 1 AND _dp_unit IS NOT NULL)``. ``_dp_rn`` numbers a unit's rows in one group (its
+    window is partitioned by the unit, the group's hash -- a function of unit and keys -- and
+    the keys), so each unit with a kept row in the group has exactly one row numbered 1, and it
+    is kept (``max_rows_per_unit`` >= 1, the group rank is the same on all the unit's rows of the
+    group): the same number as ``COUNT(DISTINCT _dp_unit)``, NULL units left out as there. But a
+    count of rows adds up over any split of the group's rows: over bucket cells
+    (:func:`~dpsql.sql.rewrite.bucket_values.bucket_values` sums cells, which Citus aggregates on
+    the workers; a ``COUNT(DISTINCT)`` there needs grouping sets over the rows, which Citus runs
+    on the coordinator) and without a sort for the DISTINCT."""
+    cond = exp.and_(
+        exp.EQ(this=exp.column("_dp_rn"), expression=exp.Literal.number(1)),
+        exp.Not(this=exp.Is(this=exp.column("_dp_unit"), expression=exp.Null())),
+    )
+    return exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=cond))
 
 
 def canonical_integer(text: str) -> bool:
@@ -230,11 +254,12 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
         return bound_partials(a, rows, values, salt, raw_values, counts, outside)
     counted, buckets = _pre_buckets(a, values) if pre_bucketed(a) else (values, [])
+    ranked = not a.private.row_privacy and not a.unique_unit  # rows ranked by _bounded
     measures = [
-        exp.alias_(_measure_sql(m, v, a.unique_unit, n), f"_dp_m{i}")
+        exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}")
         for i, (m, v, n) in enumerate(zip(a.measures, counted, counts, strict=True))
     ]
-    if a.private.row_privacy or a.unique_unit:  # nothing to bound: one row per unit
+    if not ranked:  # nothing to bound: one row per unit
         src: exp.Expr = rows.subquery("_dp_rows")
         out = exp.select(*gcols, *measures).from_(src)
     else:

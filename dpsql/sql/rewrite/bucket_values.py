@@ -54,7 +54,11 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
             buckets[j] = cell_of(m, count.this, integer_quantile(a, m))
     exprs = [b for b in buckets if b is not None]
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
-    if all(_summable(e.this) for e in q.expressions if isinstance(e, exp.Alias)):
+    if all(
+        _summable(e.this) or _distinct_of(e.this) is not None
+        for e in q.expressions
+        if isinstance(e, exp.Alias)
+    ):
         return _summed_cells(q, gcols, exprs)
     sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in exprs]
@@ -66,10 +70,21 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
 
 
 def _summable(e: exp.Expr) -> bool:
-    """A measure whose per-group value is the sum of its per-(group, bucket) values."""
+    """A measure whose per-group value is the sum of its per-(group, bucket) values (a count of
+    units is one, counted as rows: :func:`~dpsql.sql.rewrite.bound_contributions.first_rows`)."""
+    if isinstance(e, exp.Filter):
+        e = e.this
     if isinstance(e, exp.Count):
         return not isinstance(e.this, exp.Distinct)
     return isinstance(e, exp.Coalesce) and isinstance(e.this, exp.Sum)
+
+
+def _distinct_of(e: exp.Expr) -> exp.Expr | None:
+    """``x`` of a ``COUNT(DISTINCT x)`` measure, else None."""
+    if isinstance(e, exp.Count) and isinstance(e.this, exp.Distinct):
+        xs = e.this.expressions
+        return xs[0] if len(xs) == 1 else None
+    return None
 
 
 def _summed_cells(
@@ -85,20 +100,35 @@ def _summed_cells(
     so a group's value is the sum over its cells), but the rows are aggregated by one plain
     GROUP BY, which Citus runs on the workers (it can't push GROUPING SETS down unless they
     group by the distribution column); the grouping sets then read one row per cell.
+    A ``COUNT(DISTINCT x)`` measure (of a column without public keys) does not add up over
+    cells: ``x`` becomes one more key of the cells (``x AS _dp_m<i>``) and the grouping sets
+    count its distinct values, ``COUNT(DISTINCT _dp_m<i>)``: the same distinct values, NULL
+    left out as before, in a set's cells as in its rows (more cells, never a unit's row).
     """
     cells = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
     inner = q.copy()
     ctes = inner.args.get("with_")
     inner.set("with_", None)
-    inner.set("expressions", [*inner.expressions, *cells])
-    keys = [g.copy() for g in gcols] + [exp.column(c.alias) for c in cells]
+    distinct: list[str] = []
+    cols: list[exp.Expr] = []
+    for e in inner.expressions:
+        x = _distinct_of(e.this) if isinstance(e, exp.Alias) else None
+        if x is not None:
+            distinct.append(e.alias)
+            e = exp.alias_(x.copy(), e.alias)
+        cols.append(e)
+    inner.set("expressions", [*cols, *cells])
+    keys = [g.copy() for g in gcols] + [exp.column(c) for c in distinct]
+    keys += [exp.column(c.alias) for c in cells]
     inner.set("group", exp.Group(expressions=keys))
     outer_cols: list[exp.Expr] = [g.copy() for g in gcols]
     for e in q.expressions:
         if not isinstance(e, exp.Alias) or e.alias.startswith("_dp_g"):
             continue
         total: exp.Expr = exp.Sum(this=exp.column(e.alias))
-        if isinstance(e.this, exp.Count):
+        if e.alias in distinct:
+            total = exp.Count(this=exp.Distinct(expressions=[exp.column(e.alias)]))
+        elif isinstance(e.this, (exp.Count, exp.Filter)):  # a count, or a count of units
             total = exp.cast(
                 exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), "bigint"
             )
