@@ -23,7 +23,7 @@ from dpsql.sql.analyze_aggregates import (
     check_row_level,
     statistic_for,
 )
-from dpsql.sql.group_domain import group_key, narrow_by_where
+from dpsql.sql.group_domain import check_some_key_left, group_key, narrow_by_where
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
@@ -336,7 +336,11 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 )
         where_expr = ctx.qualify(where.this)
     keys, sets = _group_keys(tree, ctx)
-    keys = [narrow_by_where(k, where_expr, ctx.column) for k in keys]
+    narrowed = [narrow_by_where(k, where_expr, ctx.column) for k in keys]
+    if not sets:  # (a grouping set without the key still has its rows)
+        for before, after in zip(keys, narrowed, strict=True):
+            check_some_key_left(before, after, where_expr)
+    keys = narrowed
     outer = _Outer(ctx, keys, sets)
     selects: list[exp.Expr] = []
     for s in tree.expressions:

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 from sqlglot import exp
 
+from dpsql.errors import InvalidParameter
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.constants import is_public_constant
@@ -70,3 +71,30 @@ def narrow_by_where(
     if listed is not None:
         return replace(g, keys=f.narrow(listed))
     return g
+
+
+def check_some_key_left(before: GroupKey, after: GroupKey, where: exp.Expr | None) -> None:
+    """Refuse (22023, before anything is charged) a GROUP BY key whose declared keys the WHERE
+    clause rules out one and all (``WHERE category = 'Books'`` when the keys are lower-case):
+    the answer would have no row whatever the data, and the likely cause is a value that is not
+    one of the keys. The refusal names them (they are public: the policy's)."""
+    if not before.keys or after.keys or after.null_key:
+        return
+    name = before.expr.name if isinstance(before.expr, exp.Column) else before.name
+    shown = ", ".join(before.keys[:20]) + (", ..." if len(before.keys) > 20 else "")
+    lower = {k.lower(): k for k in before.keys}
+    near = [
+        lower[lit.this.lower()]
+        for lit in (where.find_all(exp.Literal) if where is not None else ())
+        if lit.is_string and lit.this not in before.keys and lit.this.lower() in lower
+    ]
+    hint = (
+        f"keys are compared exactly: write '{near[0]}'"
+        if near
+        else f"filter on declared keys of {name}, e.g. WHERE {name} = '{before.keys[0]}'"
+    )
+    raise InvalidParameter(
+        f"the WHERE clause leaves no declared key of {name}: the answer would have no rows",
+        detail=f"the declared keys of {name}: {shown}",
+        hint=hint,
+    )

@@ -101,8 +101,10 @@ def bucket_sql(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
         return exp.Sub(this=clamped, expression=one.copy())
     text = exp.cast(v.copy(), "text")
     if m.candidates is not None:
-        cond: exp.Expr = exp.In(
-            this=text, expressions=[exp.Literal.string(c) for c in m.candidates]
+        cond: exp.Expr = (
+            exp.In(this=text, expressions=[exp.Literal.string(c) for c in m.candidates])
+            if m.candidates
+            else exp.false()  # no candidate: no value is ever returned
         )
     else:
         assert m.candidates_from is not None

@@ -50,6 +50,8 @@ def _key_filter(a: Analysis) -> list[exp.Expr]:
             this=exp.cast(make_total(g.expr, a.column), "text"),
             expressions=[exp.Literal.string(k) for k in g.keys],
         )
+        if g.keys
+        else exp.false()  # no declared key left (WHERE k = 'a value not declared'): no row
         for g in a.group_keys
         if g.keys is not None
     ]

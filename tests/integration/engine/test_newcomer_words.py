@@ -72,3 +72,43 @@ def test_notice_echoes_the_users_expression(engine: Engine) -> None:
     line = next(n for n in notes if n.startswith("SUM("))
     assert "of CAST(amount AS integer)" in line, line
     assert "AS int)" not in line, line
+
+
+def _spent(engine: Engine) -> list[object]:
+    assert engine.ledger is not None
+    return [s.epsilon_spent for s in engine.ledger.remaining("analyst")]
+
+
+@pytest.mark.parametrize(
+    ("where", "hint"),
+    [
+        ("category = 'Books'", "write 'books'"),  # a key's case mistyped
+        ("category = 'nonexistent'", "WHERE category = 'books'"),
+        ("category IN ('Books', 'Travel')", "write 'books'"),
+    ],
+)
+def test_where_leaving_no_declared_key(engine: Engine, where: str, hint: str) -> None:
+    """A WHERE clause that rules out every declared key of a GROUP BY column: refused before
+    anything is charged, naming the declared keys (was: 'the private query failed in the
+    database', the bounded SQL's empty IN () list)."""
+    before = _spent(engine)
+    sql = f"SELECT category, COUNT(*) FROM purchases WHERE {where} GROUP BY category"
+    e = _refusal(engine, sql)
+    assert e.sqlstate == "22023", e
+    assert e.message.startswith("the WHERE clause leaves no declared key of category"), e
+    assert e.detail == (
+        "the declared keys of category: books, clothing, electronics, groceries, travel"
+    )
+    assert e.hint is not None and hint in e.hint, e.hint
+    assert _spent(engine) == before
+    fixed = sql.replace("'Books'", "'books'").replace("'Travel'", "'travel'")
+    if fixed != sql:
+        notices_of(engine, fixed)  # the hinted statement is answered
+
+
+def test_rollup_over_no_declared_key_keeps_its_total(engine: Engine) -> None:
+    """Under ROLLUP the grand total has rows whatever the key's domain: answered."""
+    sql = "SELECT category, COUNT(*) FROM purchases WHERE category = 'Books' GROUP BY ROLLUP (category)"
+    s = SessionContext("analyst", Fraction(1))
+    r = engine.execute(engine.prepare(sql, "analyst"), s)
+    assert [row[0] for row in r.rows] == [None]

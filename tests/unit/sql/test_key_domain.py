@@ -13,6 +13,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from dpsql.errors import InvalidParameter
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
@@ -34,7 +35,13 @@ def run(sql: str) -> Analysis:
 
 
 def domain(sql: str, i: int = 0) -> tuple[str, ...] | None:
-    return run(sql).group_keys[i].keys
+    """The key domain; () when the WHERE clause leaves none (refused before any charge, 22023,
+    naming the declared keys: the answer would have no rows whatever the data)."""
+    try:
+        return run(sql).group_keys[i].keys
+    except InvalidParameter as e:
+        assert "leaves no declared key" in e.message and e.detail and e.hint, e
+        return ()
 
 
 NARROWED = [
