@@ -55,13 +55,13 @@ from dpsql.wire.engine_api import Statement, as_dpsql_error
 from dpsql.wire.messages.backend import data_row, raw_data_row
 from dpsql.wire.portals import Portal, PreparedStatement, check_formats, param_oids
 from dpsql.wire.requests import (
+    ROUTE_EMPTY,
     DescribeColumns,
     Flush,
     Malformed,
     Outbox,
     Prepare,
     Request,
-    Route,
     Run,
     Split,
     Steps,
@@ -243,7 +243,7 @@ class Protocol:
                 stmt: Statement = yield Prepare(text)
                 where = route(stmt, self.fast_path)
                 res = yield Run(stmt, (), (), where)
-                if where is Route.EMPTY:
+                if where is ROUTE_EMPTY:
                     self.out.send(_EMPTY_QUERY)
                     continue
                 self._notices(res)
@@ -285,7 +285,7 @@ class Protocol:
         stmt: Statement = yield Prepare(msg.sql)
         self._check_txn(stmt)
         where = route(stmt, self.fast_path)
-        if where is not Route.EMPTY:  # PostgreSQL types the parameters at Parse
+        if where is not ROUTE_EMPTY:  # PostgreSQL types the parameters at Parse
             tree = stmt.prepared.tree if stmt.prepared is not None else None
             check_param_types(tree, stmt.param_count, msg.param_types)
         n = max(stmt.param_count, len(msg.param_types))
@@ -342,7 +342,7 @@ class Protocol:
             if st.name == "all":
                 return tuple(ResultColumn(n, TEXT_OID) for n in ("name", "setting", "description"))
             return (ResultColumn(st.name or "", TEXT_OID),)
-        if prep.route is Route.EMPTY:
+        if prep.route is ROUTE_EMPTY:
             return ()
         key = bool(self.state.ctx.show_intervals)
         cols = prep.described.get(key)
@@ -410,7 +410,7 @@ class Protocol:
         if portal.result is None:
             portal.result = yield self._portal_run(portal)
             self._notices(portal.result)
-        if portal.prepared.route is Route.EMPTY:
+        if portal.prepared.route is ROUTE_EMPTY:
             self.out.send(_EMPTY_QUERY)
             return
         res = portal.result

@@ -38,6 +38,10 @@ from dpsql.wire.log import fingerprint, log_statement, statement_text
 from dpsql.wire.parsing import parse_pool
 from dpsql.wire.protocol import Protocol
 from dpsql.wire.requests import (
+    ROUTE_EMPTY,
+    ROUTE_PRIVATE,
+    ROUTE_SESSION,
+    ROUTE_UPSTREAM,
     DescribeColumns,
     Flush,
     Malformed,
@@ -332,7 +336,7 @@ class Session:
         if where is None:
             where = route(stmt, self.protocol.fast_path)
         try:
-            if where is Route.SESSION:
+            if where is ROUTE_SESSION:
                 assert stmt.session is not None
                 res = self.protocol.apply_session(stmt.session)
                 return res
@@ -340,14 +344,14 @@ class Session:
             if self.closing:  # else charged, then cut off when the sessions are closed
                 raise AdminShutdown("terminating connection due to administrator command",
                                     hint="reconnect when the server is back")  # fmt: skip
-            if where is Route.EMPTY:
+            if where is ROUTE_EMPTY:
                 res = Result((), [], "")
                 return res
-            if where is Route.PRIVATE:  # delivered at a data-independent moment (timing:)
+            if where is ROUTE_PRIVATE:  # delivered at a data-independent moment (timing:)
                 with self._busy_until_delivered():  # a shutdown's grace covers the wait too
                     res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
             else:
-                res = await self._run_engine(stmt, params, formats, where is Route.UPSTREAM)
+                res = await self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
             return res
         except BaseException as e:
             outcome = getattr(e, "sqlstate", None) or (

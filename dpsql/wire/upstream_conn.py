@@ -26,6 +26,11 @@ from dpsql.result import ResultColumn
 
 PREPARED_MAX = 256  # statements remembered per connection
 _Key = tuple[str, tuple[int, ...]]
+# psycopg's status enums as module constants: on Python 3.11 reading an Enum class's attribute
+# (``ExecStatus.FATAL_ERROR``) takes EnumType.__getattr__'s slow hook; these run per statement.
+_FATAL_ERROR = ExecStatus.FATAL_ERROR
+_CONN_OK = ConnStatus.OK
+_IDLE = TransactionStatus.IDLE
 _counter = [0]  # prepared-statement name numbers, unique in the process
 _new = object.__new__
 
@@ -101,7 +106,7 @@ class UpstreamConn:
         if pg.is_busy():
             await self._readable_and_done()
         res = pg.get_result()
-        if res is None or res.status == ExecStatus.FATAL_ERROR or pg.is_busy():
+        if res is None or res.status == _FATAL_ERROR or pg.is_busy():
             return _check([res, *await self._results()] if res is not None else [])
         end = pg.get_result()
         return res if end is None else _check([res, end, *await self._results()])
@@ -212,8 +217,8 @@ class UpstreamConn:
         return (
             not self._broken
             and self._waiter is None
-            and pg.status == ConnStatus.OK
-            and pg.transaction_status == TransactionStatus.IDLE
+            and pg.status == _CONN_OK
+            and pg.transaction_status == _IDLE
         )
 
     def abandon(self) -> None:
@@ -232,7 +237,7 @@ class UpstreamConn:
 
 def _check(results: list[PGresult]) -> PGresult:
     for res in results:
-        if res.status == ExecStatus.FATAL_ERROR:
+        if res.status == _FATAL_ERROR:
             raise psycopg.errors.error_from_result(res)
     if not results:
         raise psycopg.OperationalError("the upstream sent no result")
