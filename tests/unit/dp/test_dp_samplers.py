@@ -105,6 +105,39 @@ def test_slow_path_for_huge_parameters_is_the_same_law() -> None:
     assert laplace_p(draws, scale) > ALPHA
 
 
+M = 20_000  # scalar draws (about 15 us each)
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 3), Fraction(1), Fraction(37, 3), Fraction(1000)],
+                         ids=str)  # fmt: skip
+def test_few_draws_are_the_same_law(scale: Fraction) -> None:
+    """Up to ``_SCALAR_MAX`` draws come from the scalar algorithm (Python integers): the same law
+    (chi-square at alpha 1e-6 as above, over M draws made 1, 2 and 3 at a time)."""
+    sizes = [1 + i % rng._SCALAR_MAX for i in range(M // 2)]
+    draws = np.concatenate([rng.discrete_laplace(scale, k) for k in sizes])
+    assert laplace_p(draws, scale) > ALPHA
+
+
+@pytest.mark.parametrize("scale", [Fraction(1), Fraction(37, 3), Fraction(1000)], ids=str)
+def test_chi_square_catches_halved_scalar_laplace(scale: Fraction) -> None:
+    """The broken twin of the scalar path (scale halved) is rejected (M draws: p-value far
+    below 1e-6)."""
+    draws = np.array([rng._discrete_laplace_one(scale / 2) for _ in range(M)])
+    assert laplace_p(draws, scale) < ALPHA
+
+
+def test_few_draws_take_the_scalar_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to ``_SCALAR_MAX`` draws never run a numpy batch; more do."""
+    batches: list[int] = []
+    real = rng._laplace_batch
+    monkeypatch.setattr(rng, "_laplace_batch", lambda p, q, n: batches.append(n) or real(p, q, n))
+    for k in range(rng._SCALAR_MAX + 1):
+        assert rng.discrete_laplace(Fraction(7, 2), k).shape == (k,)
+    assert batches == []
+    assert rng.discrete_laplace(Fraction(7, 2), rng._SCALAR_MAX + 1).shape == (4,)
+    assert batches
+
+
 def test_geometric_exp1_distribution() -> None:
     """P(V = v) = (1 - e^-1) e^-v."""
     support = np.arange(0, 60)
