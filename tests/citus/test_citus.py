@@ -111,7 +111,7 @@ STATEMENTS = [
     "SELECT sex, SUM(score), AVG(score) FROM members GROUP BY sex",
     # bucketed measures beside a unit count (partition selection's, or asked for) and beside a
     # COUNT(DISTINCT x) of a column without keys: cells summed, not grouping sets over rows
-    "SELECT purchased_at, MAX(amount), percentile_disc(0.9) WITHIN GROUP (ORDER BY quantity) "
+    "SELECT purchased_at, MIN(quantity), percentile_disc(0.9) WITHIN GROUP (ORDER BY quantity) "
     "FROM purchases GROUP BY purchased_at",
     "SELECT COUNT(DISTINCT user_id), COUNT(DISTINCT category) FROM purchases "
     "WHERE amount BETWEEN 10 AND 200",
