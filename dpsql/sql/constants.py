@@ -280,3 +280,18 @@ def is_public_constant(node: exp.Expr) -> bool:
 def as_utc(t: datetime) -> datetime:
     """A naive UTC datetime (aware ones converted; dpsql's upstream sessions run in UTC)."""
     return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo else t
+
+
+def as_point(v: object) -> datetime | None:
+    """A date or timestamp as a naive UTC point in time (a date at its midnight); None for
+    anything else.
+
+    >>> as_point(date(2024, 2, 29)), as_point("2024-02-29")
+    (datetime.datetime(2024, 2, 29, 0, 0), None)
+    """
+    return as_datetime(v) if isinstance(v, date) else None
+
+
+def as_datetime(v: date) -> datetime:
+    """A date (at its midnight) or a timestamp as a naive UTC datetime."""
+    return as_utc(v) if isinstance(v, datetime) else datetime(v.year, v.month, v.day)

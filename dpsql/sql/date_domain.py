@@ -16,12 +16,12 @@ add groups. The keys are printed as PostgreSQL prints the result in dpsql's upst
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlglot import exp
 
 from dpsql.policy.tables import Column
-from dpsql.sql.constants import add_months, as_utc, constant, parse_timestamp
+from dpsql.sql.constants import add_months, as_point, constant, parse_timestamp
 
 MAX_KEYS = 5000  # a longer domain (days over decades, seconds) is left to partition selection
 
@@ -70,14 +70,6 @@ def trunc(t: datetime, unit: str) -> datetime:
     return day.replace(year=max(year, 1), month=1, day=1)
 
 
-def _point(v: object) -> datetime | None:
-    if isinstance(v, datetime):
-        return as_utc(v)
-    if isinstance(v, date):
-        return datetime(v.year, v.month, v.day)
-    return None
-
-
 def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, datetime | None]:
     """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
     lo: datetime | None = None
@@ -105,7 +97,7 @@ def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, da
                 bounds = [("lo", bounds[0][1]), ("hi", bounds[0][1])] if bounds else []
         for side, value in bounds:
             v = constant(value)
-            p = _point(parse_timestamp(v) if isinstance(v, str) else v)
+            p = as_point(parse_timestamp(v) if isinstance(v, str) else v)
             if p is None:
                 continue
             if side == "lo":
@@ -130,7 +122,7 @@ def date_trunc_domain(
     if col.family not in ("date", "timestamp"):
         return None
     declared = col.bounds if col.bounds is not None else (None, None)
-    lo, hi = (_point(declared[0]), _point(declared[1]))
+    lo, hi = (as_point(declared[0]), as_point(declared[1]))
     wlo, whi = _where_range(where, base.sql("postgres"))
     lo = wlo if lo is None else lo if wlo is None else max(lo, wlo)
     hi = whi if hi is None else hi if whi is None else min(hi, whi)

@@ -24,7 +24,8 @@ from dpsql.sql.constants import (
     Value,
     _Null,
     _Unknown,
-    as_utc,
+    as_datetime,
+    as_point,
     constant,
     parse_timestamp,
 )
@@ -99,15 +100,9 @@ def coerce(v: Value, c: Const) -> Const:
     if isinstance(v, (date, datetime)):
         if isinstance(c, str):
             c = parse_timestamp(c) or UNKNOWN
-        if isinstance(c, datetime):
-            return as_utc(c)
-        if isinstance(c, date):
-            return datetime(c.year, c.month, c.day)
+        point = as_point(c)
+        return UNKNOWN if point is None else point
     return UNKNOWN
-
-
-def _as_datetime(v: date | datetime) -> datetime:
-    return as_utc(v) if isinstance(v, datetime) else datetime(v.year, v.month, v.day)
 
 
 _ORDER: dict[type[exp.Expr], Callable[[Any, Any], bool]] = {
@@ -124,7 +119,7 @@ def _compare(op: type[exp.Expr], v: Value, c: Const) -> Truth:
     c = coerce(v, c)
     if isinstance(c, _Unknown) or isinstance(c, _Null):
         return _ANY if isinstance(c, _Unknown) else _N
-    a: object = _as_datetime(v) if isinstance(v, (date, datetime)) else v
+    a: object = as_datetime(v) if isinstance(v, (date, datetime)) else v
     if op is exp.EQ:
         return _T if a == c else _F
     if op is exp.NEQ:
