@@ -26,6 +26,7 @@ The jobs live apart: :mod:`dpsql.budget.limits` (what the policy charges a relea
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import datetime
 from fractions import Fraction
@@ -46,6 +47,8 @@ from dpsql.budget.records import (
 from dpsql.budget.store import LedgerStore
 from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, InternalError
+
+log = logging.getLogger("dpsql.budget.ledger")
 
 
 class Ledger(LedgerStore, BudgetLedger):
@@ -143,6 +146,17 @@ class Ledger(LedgerStore, BudgetLedger):
     def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
         if error is not None and not refundable(error):
             self.commit(res)
+            # an operator must see probing: a failure that may depend on the data is itself a
+            # (noiseless) release, charged in full
+            log.error(
+                "a private query failed in a way that may depend on the private data "
+                "(SQLSTATE %s): charged, not refunded; analyst %s, statement fingerprint %s, "
+                "release %s",
+                getattr(error, "sqlstate", type(error).__name__),
+                res.analyst,
+                res.fingerprint,
+                res.id,
+            )
             return False
 
         def run(conn: psycopg.Connection) -> None:

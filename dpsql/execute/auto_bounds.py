@@ -335,9 +335,11 @@ def measure(
         main = got[len(mechs)] if answer is not None else None
     try:
         bounds = choose_reserved(engine, prepared, a, p, epsilon, reservations, cancel)
-    except BaseException:
+    except BaseException as error:
         if ledger is not None and main is not None:
-            ledger.refund(main)  # the answer's mechanism never ran: nothing of it was released
+            # the answer's mechanism never ran, but a failure reading the rows (a data exception)
+            # is itself a release: the whole statement stays charged (Ledger.refund's rule)
+            ledger.refund(main, error)
         raise
     return bounds, main
 

@@ -360,12 +360,7 @@ def measure(
 def settle_failed(ledger: BudgetLedger, reservation: Reservation, error: BaseException) -> None:
     """A reservation whose measurement failed: refunded when the failure can't depend on the
     private rows (:func:`dpsql.budget.ledger.refundable`), else confirmed as spent."""
-    from dpsql.budget.records import refundable
-
-    if refundable(error):
-        ledger.refund(reservation)
-    else:
-        ledger.commit(reservation)  # confirmed as spent (history: committed)
+    ledger.refund(reservation, error)  # or confirmed as spent (history: committed), logged
 
 
 def release_measured(

@@ -29,6 +29,11 @@ NUM_LITS = [
     "0.000001",
     "1e-300",
     "(-2147483648)::int4",
+    # a constant expression near NUMERIC's limit (10^131069: a data-gated overflow once)
+    "("
+    + " * ".join(["(1e1000 * 1e1000 * 1e1000 * 1e1000 * 1e1000 * 1e1000 * 1e1000)"] * 18)
+    + " * (1e1000 * 1e1000 * 1e1000 * 1e1000 * 1e1000 * 1e69))",
+    "'1e131069'",
 ]
 TEXT_LITS = ["'books'", "'a%'", "'%'", "'x\\'", "''", "'it''s'", "'('", "'2025-13-45'", "$$x$$"]
 UNITS = ["'month'", "'day'", "'year'", "'week'", "'foo'", "'hour'", "'quarter'"]

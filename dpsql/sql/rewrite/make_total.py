@@ -5,17 +5,32 @@ An error that happens for some rows and not others is a one-bit channel around t
 some row is evaluated (a data-gated error). This pass makes every row-level operation the analyzer
 allows total for every input value:
 
-* arithmetic runs in NUMERIC on *safe* operands: each operand of ``+ - * / % div`` that reads a
-  column is clamped (NULL staying NULL: ``clamp_strict``) into [-10^1000, 10^1000] and rounded to 100 decimals (NaN and ±Infinity are
-  clamped too); literal operands are folded at plan time (data-independent). Then every product or
-  quotient stays below 10^2100 and every sum of such terms far below NUMERIC's 10^131072 limit,
-  so arithmetic never overflows;
+* arithmetic runs in NUMERIC on *safe* operands: each operand of ``+ - * / % div`` over a column
+  is clamped (NULL staying NULL: ``clamp_strict``) into [-10^1000, 10^1000] and rounded to 100
+  decimals (NaN and ±Infinity are clamped too), **constant operands included**: only a plain
+  number literal is left as it is, and it is at most 10^1000 (:func:`dpsql.sql.totality.
+  check_literal`, checked again once bound parameters are replaced by literals). A constant
+  *expression* is not bounded by its literals: a balanced product of 131 copies of ``1e1000``
+  folds to 10^131000, and ``CASE WHEN amount > T THEN (amount + 1000) * C END`` then overflowed
+  only when a row's amount was above T (a binary search on one person's value). Clamped, the
+  constant is folded before any row is read (its own overflow fails whatever the data), then
+  bounded like a column. So every operand is a number of magnitude at most 10^1000 with at
+  most 100 decimals (or 0), or a nonzero literal between 10^-16383 (NUMERIC's smallest) and
+  10^1000 in magnitude: every product is at most 10^2000, every quotient below 10^1000 /
+  10^-16383 = 10^17383 (a divisor rounded to 100 decimals is 0, then NULL, or at least
+  10^-100), a sum of two such terms below 10^17384, and each result is re-clamped before it
+  enters the next operation. Nothing comes near NUMERIC's 10^131072, whatever the data;
+* constant arithmetic that PostgreSQL does not fold (it reads ``now()``, ``extract(... FROM
+  now())``...: stable functions are evaluated per row) is made total the same way; constant
+  arithmetic of literals is folded by the planner before any row is read: if it fails, it
+  fails whatever the data;
 * division and modulo divide by ``NULLIF(divisor, 0)`` (division by zero gives NULL, which
   aggregates ignore);
 * ``/`` between two integer-typed operands keeps PostgreSQL's integer semantics (truncation toward
   zero) as ``TRUNC(a / b)`` in NUMERIC, so ``INT_MIN / -1`` can't overflow;
-* constant subexpressions are left to PostgreSQL's planner, which folds them before any row is
-  read: if they fail, they fail whatever the data;
+* date and time arithmetic is never mixed with a column (:mod:`dpsql.sql.totality` refuses date
+  columns in arithmetic, and a cast of one to a number fails while the statement is planned);
+  its constants are bounded there (:mod:`dpsql.sql.temporal`);
 * casts to integer types clamp their (rounded) input into the type's range, casts to
   ``real``/``double precision`` into the finite range, rounded so they can't underflow, and casts to
   ``numeric(p, s)`` into the largest value of that precision.
@@ -71,8 +86,10 @@ def _round(node: exp.Expr, decimals: int) -> exp.Round:
 
 def _num(node: exp.Expr) -> exp.Expr:
     """``node`` typed NUMERIC (no cast added when it already is). Takes ``node`` (no copy)."""
-    if isinstance(node, (exp.Literal, exp.Round)) or (
-        isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL
+    if (
+        (isinstance(node, exp.Literal) and not node.is_string)
+        or isinstance(node, exp.Round)
+        or (isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL)
     ):
         return node
     return exp.cast(node, "numeric", copy=False)
@@ -81,14 +98,109 @@ def _num(node: exp.Expr) -> exp.Expr:
 def _safe(node: exp.Expr) -> exp.Expr:
     """A NUMERIC operand that can't make arithmetic overflow: clamped and rounded.
 
-    Constants are left as they are: the planner folds them before reading any row (and the
-    analyzer caps the size of numeric literals).
+    Every operand is clamped, constants included, except a plain number literal (at most 10^1000
+    by :func:`dpsql.sql.totality.check_literal`, checked again once parameters are bound): a
+    constant *expression* folds to any value up to NUMERIC's limit (a balanced product of 131
+    copies of ``1e1000`` is 10^131000), and ``(amount + 1000) * C`` would then overflow only for
+    the rows that reach it. A constant that can't be folded (its own overflow) fails while the
+    statement is planned, whatever the data.
     """
-    if not node.find(exp.Column):
+    if _plain_number(node):
         return node
     big = _pow10(SAFE_EXP)
     clamped = _clamp(_num(node), exp.Neg(this=big), big.copy())
     return _round(clamped, SAFE_SCALE)
+
+
+# Nodes PostgreSQL's planner folds when their arguments are constants (immutable), as dpsql
+# writes them: a constant tree of only these is evaluated once, before any row is read.
+_FOLDED = (
+    exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv,
+    exp.Nullif, exp.Abs, exp.Null, exp.Round,
+)  # fmt: skip
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
+_OWN_FUNCTIONS = frozenset({"div", "trunc", "numeric_larger", "numeric_smaller"})
+_TIME_NODES = (
+    exp.Interval, exp.CurrentTimestamp, exp.CurrentDate, exp.Localtimestamp, exp.StrToTime,
+    exp.StrToDate, exp.TimestampTrunc, exp.DateTrunc,
+)  # fmt: skip
+_TIME_TYPES = frozenset(
+    {
+        exp.DataType.Type.DATE,
+        exp.DataType.Type.TIMESTAMP,
+        exp.DataType.Type.TIMESTAMPTZ,
+        exp.DataType.Type.INTERVAL,
+    }
+)
+_NUMBER_NODES = (
+    exp.Extract, exp.Length, exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Abs, exp.Mod,
+    exp.IntDiv,
+)  # fmt: skip
+
+
+def _folded(node: exp.Expr) -> bool:
+    """Is ``node`` (no column) folded by the planner before any row is read? Only arithmetic,
+    number literals and casts to number types (immutable) are; ``now()``, ``extract`` and
+    friends are stable, evaluated per row."""
+
+    def immutable(x: exp.Expr) -> bool:
+        if isinstance(x, exp.Literal) and x.is_string:
+            return isinstance(x.parent, exp.Cast)
+        if isinstance(x, exp.Cast):
+            return x.to.this in fn.NUMERIC_TYPES or x.to.this in fn.INTEGER_TYPES
+        if isinstance(x, (exp.DataType, exp.DataTypeParam)):
+            return True
+        return isinstance(x, _FOLDED) or (
+            isinstance(x, exp.Anonymous) and str(x.name).lower() in _OWN_FUNCTIONS
+        )
+
+    return all(immutable(x) for x in node.walk())
+
+
+def kind(node: exp.Expr) -> str | None:
+    """'number' or 'time' (a date, timestamp or interval) when ``node``'s type is clear from its
+    shape, else None (a string literal, a column, NULL...).
+
+    >>> import sqlglot
+    >>> [kind(sqlglot.parse_one(s, read="postgres")) for s in
+    ...  ("now() - INTERVAL '1 day'", "current_date - DATE '2020-01-01'", "extract(year FROM now()) * 2", "'5'")]
+    ['time', 'number', 'number', None]
+    """
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    if isinstance(node, exp.Literal):
+        return None if node.is_string else "number"
+    if isinstance(node, _TIME_NODES):
+        return "time"
+    if isinstance(node, exp.Cast):
+        return (
+            "time"
+            if node.to.this in _TIME_TYPES
+            else "number"
+            if (node.to.this in fn.NUMERIC_TYPES or node.to.this in fn.INTEGER_TYPES)
+            else None
+        )
+    if isinstance(node, _NUMBER_NODES) or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in _OWN_FUNCTIONS
+    ):
+        return "number"
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        kinds = {kind(node.this), kind(node.expression)}
+        if isinstance(node, exp.Sub) and kinds == {"time"}:
+            return "number" if _date(node.this) and _date(node.expression) else "time"
+        return "time" if "time" in kinds else "number" if "number" in kinds else None
+    if isinstance(node, (exp.Nullif, exp.Coalesce, exp.Greatest, exp.Least)):
+        return kind(node.this)
+    return None
+
+
+def _date(node: exp.Expr) -> bool:
+    """Is ``node`` a date (date - date is an integer number of days)?"""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, (exp.CurrentDate, exp.StrToDate)) or (
+        isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE
+    )
 
 
 def _plain_number(node: exp.Expr) -> bool:
@@ -166,6 +278,15 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
 
     def fix(n: exp.Expr, both_int: bool) -> exp.Expr:
         if not n.find(exp.Column) and not isinstance(n, exp.Cast):
+            if (
+                isinstance(n, _ARITHMETIC)
+                and not _folded(n)
+                and kind(n) == "number"
+                and "time" not in (kind(n.this), kind(n.expression))
+            ):
+                # Constant but evaluated per row (now(), extract(... FROM now()) are not
+                # folded): as total as arithmetic over a column
+                return fix_numeric(n, both_int)
             # Constant: folded by the planner before any row is read, so it fails (or not)
             # whatever the data. Only division by zero is turned into NULL, as for rows.
             if isinstance(n, (exp.Div, exp.Mod)):
@@ -173,6 +294,16 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if isinstance(n, exp.IntDiv):
                 return exp.Anonymous(this="div", expressions=[n.this, _guard(n.expression)])
             return n
+        if isinstance(n, (exp.Div, exp.Mod, exp.IntDiv, exp.Add, exp.Sub, exp.Mul)):
+            return fix_numeric(n, both_int)
+        if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this):
+            n.set("this", _num(n.this))
+            return n
+        if isinstance(n, exp.Cast):
+            return _cast_total(n)
+        return n
+
+    def fix_numeric(n: exp.Expr, both_int: bool) -> exp.Expr:
         if isinstance(n, exp.Div):
             n.set("this", _safe(n.this))
             n.set("expression", _guard(_safe(n.expression)))
@@ -185,15 +316,8 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             return exp.Anonymous(
                 this="div", expressions=[_num(_safe(n.this)), _guard(_safe(n.expression))]
             )
-        if isinstance(n, (exp.Add, exp.Sub, exp.Mul)):
-            n.set("this", _num(_safe(n.this)))
-            n.set("expression", _safe(n.expression))
-            return n
-        if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this):
-            n.set("this", _num(n.this))
-            return n
-        if isinstance(n, exp.Cast):
-            return _cast_total(n)
+        n.set("this", _num(_safe(n.this)))
+        n.set("expression", _safe(n.expression))
         return n
 
     def visit(n: exp.Expr) -> exp.Expr:  # bottom-up: children are made total first

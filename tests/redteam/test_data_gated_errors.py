@@ -1,0 +1,214 @@
+"""Data-gated errors: whether a private query fails must not depend on one row's value.
+
+The attack (found on the demo): a constant *expression* folds to a huge number (a balanced product
+of 131 copies of ``1e1000`` and one ``1e69`` is 10^131069, NUMERIC's limit is 10^131072), and
+``CASE WHEN amount > T THEN (amount + 1000) * C ELSE 0 END > 0`` overflows only when the row's
+amount is above T: answered or "the private query failed", a noiseless bit per statement, and a
+binary search reads one person's value. The rewrite (dpsql.sql.rewrite.make_total) now clamps every
+operand of arithmetic over a column, constants included, so no row can make it overflow.
+
+Each probe runs on two neighbouring databases (one row's value differs, on either side of the
+probe's threshold); the outcome class (answered, or the SQLSTATE of the refusal/failure) must be
+the same on both. Deterministic: no noise is involved in the outcome class (the engines draw from
+the zero-noise source, whose answers are never compared here).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.session import SessionContext
+from tests.helpers import EXACT, ledgered_engine
+from tests.policies import PolicyMaker, private_table
+
+
+def balanced(factors: list[str]) -> str:
+    """``f1 * f2 * ...`` as a balanced tree of products (about log2(n) levels deep)."""
+    if len(factors) == 1:
+        return factors[0]
+    m = len(factors) // 2
+    return f"({balanced(factors[:m])} * {balanced(factors[m:])})"
+
+
+HUGE = balanced(["1e1000"] * 131 + ["1e69"])  # folds to 1e131069, just below NUMERIC's limit
+HUGE_TEXT = "'1e131069'"  # a string constant PostgreSQL reads as a number
+
+# The target row (u = 1) has x = LOW in one database and HIGH in its neighbour; every probe gates
+# on x > 50 (or on the row's other columns, which differ the same way).
+LOW, HIGH = 10, 90
+PROBES = {
+    "huge constant product": (
+        f"SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN (x + 1000) * {HUGE} ELSE 0 END > 0"
+    ),
+    "huge constant product, parenthesised on the left": (
+        f"SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN {HUGE} * (x + 1000) ELSE 0 END > 0"
+    ),
+    "huge constant quotient": (
+        f"SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN x / (1 / {HUGE}) ELSE 0 END > 0"
+    ),
+    "huge constant in SUM": (
+        f"SELECT SUM(x) FROM t WHERE (CASE WHEN x > 50 THEN (x + 1000) * {HUGE} ELSE 0 END) > 0"
+    ),
+    "huge constant in a group key": (
+        f"SELECT COUNT(*) FROM t GROUP BY CASE WHEN x > 50 THEN (x + 1000) * {HUGE} ELSE 0 END > 0"
+    ),
+    "huge string constant": (
+        f"SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN (x + 1000) * {HUGE_TEXT} "
+        "ELSE 0 END > 0"
+    ),
+    "huge constant not folded (now())": (
+        "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN (x + 1000) * (extract(epoch FROM "
+        f"now()) * {balanced(['1e1000'] * 131 + ['1e60'])}) ELSE 0 END > 0"
+    ),
+    "integer overflow of a constant product": (
+        "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN q * (2147483647 * 1) ELSE 0 END > 0"
+    ),
+}
+
+
+def _load(dsn: str, target: int) -> None:
+    """40 units, one row each; unit 1 holds ``target`` (and, in the high database, a date past
+    the timestamp range: date columns reach 5874897 AD, timestamps only 294276 AD)."""
+    far = "2020-01-01" if target == LOW else "200000-01-01"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t (u integer NOT NULL, x numeric, q integer, d date, ts timestamp, "
+            "s text)"
+        )
+        conn.execute(
+            "INSERT INTO t SELECT u, CASE WHEN u = 1 THEN %s ELSE 5 END, "
+            "CASE WHEN u = 1 THEN %s ELSE 5 END, "
+            "CASE WHEN u = 1 THEN %s::date ELSE DATE '2020-01-01' END, "
+            "TIMESTAMP '2020-01-01 10:00', 'abc' FROM generate_series(1, 40) u",
+            (target, target, far),
+        )
+
+
+@pytest.fixture(scope="module")
+def neighbours(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> Iterator[tuple[Engine, Engine]]:
+    columns = {
+        "x": {"type": "numeric", "bounds": [0, 100]},
+        "q": {"type": "integer", "bounds": [0, 100]},
+        "d": {"type": "date"},
+        "ts": {"type": "timestamp"},
+        "s": {"type": "text"},
+    }
+    pf = make_policy("gated", tables={"public.t": private_table("u", columns)}, public_tables=[])
+    engines = []
+    for target in (LOW, HIGH):
+        dsn = make_db("gated")
+        _load(dsn, target)
+        engines.append(Engine(pf.policy, dsn, pool_size=1, noise=EXACT))
+    yield engines[0], engines[1]
+    for e in engines:
+        e.close()
+
+
+def outcome(engine: Engine, sql: str, params: tuple[Any, ...] = ()) -> str:
+    """'answered', or the SQLSTATE of the refusal or failure."""
+    try:
+        p = engine.prepare(sql)
+        engine.execute(p, SessionContext(analyst="analyst"), params)
+    except DpsqlError as e:
+        return e.sqlstate
+    return "answered"
+
+
+@pytest.mark.parametrize("name", sorted(PROBES))
+def test_outcome_does_not_depend_on_one_row(neighbours: tuple[Engine, Engine], name: str) -> None:
+    low, high = neighbours
+    sql = PROBES[name]
+    assert outcome(low, sql) == outcome(high, sql)
+
+
+@pytest.mark.parametrize("name", ["huge constant product", "huge string constant"])
+def test_huge_constants_are_answered(neighbours: tuple[Engine, Engine], name: str) -> None:
+    """Not refused either: the operand is clamped into [-1e1000, 1e1000] like any other."""
+    low, high = neighbours
+    assert outcome(low, PROBES[name]) == outcome(high, PROBES[name]) == "answered"
+
+
+def test_a_constant_that_overflows_by_itself_fails_whatever_the_data(
+    neighbours: tuple[Engine, Engine],
+) -> None:
+    """132 copies of 1e1000 overflow while PostgreSQL folds the constant, before any row."""
+    low, high = neighbours
+    sql = (
+        "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN x * "
+        f"{balanced(['1e1000'] * 132)} ELSE 0 END > 0"
+    )
+    assert outcome(low, sql) == outcome(high, sql) != "answered"
+
+
+def test_bound_parameters_are_clamped_too(neighbours: tuple[Engine, Engine]) -> None:
+    """$1 is replaced by its literal (checked again: at most 200 characters); a product with a
+    parameter is a constant expression, clamped like one."""
+    low, high = neighbours
+    sql = (
+        "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN (x + 1000) * "
+        f"{balanced(['1e1000'] * 131 + ['$1'])} ELSE 0 END > 0"
+    )
+    params = (Decimal("1e69"),)
+    assert outcome(low, sql, params) == outcome(high, sql, params) == "answered"
+
+
+# --- the ledger: a failure that may depend on the data is charged in full, and logged ----------
+
+
+@pytest.fixture(scope="module")
+def failing_view(make_db: Callable[[str], str]) -> str:
+    """A database whose private table is a view that divides by zero on one row (u = 1): a
+    data-dependent failure dpsql can't rewrite away (it happens inside the view)."""
+    dsn = make_db("gatedview")
+    _load(dsn, LOW)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE VIEW v AS SELECT u, x, 100 / (x - {LOW}) AS y FROM t")
+    return dsn
+
+
+@pytest.mark.parametrize("bounds", ["fixed", "auto"])
+def test_a_data_dependent_failure_is_not_refunded(
+    failing_view: str,
+    make_policy: PolicyMaker,
+    caplog: pytest.LogCaptureFixture,
+    bounds: str,
+) -> None:
+    """Before, with ``auto`` bounds, the answer's reservation (0.8 of the statement's epsilon) was
+    refunded when the bound-choice query failed: probing cost 0.2 of the price. Now every
+    reservation of the statement stays charged, and the failure is logged at ERROR with the
+    statement's fingerprint."""
+    rows = 1 if bounds == "fixed" else "auto"
+    columns = {
+        "x": {"type": "numeric", "bounds": [0, 100]},
+        "y": {"type": "numeric", "bounds": [-100, 100]},
+    }
+    pf = make_policy(
+        f"gatedview{bounds}",
+        tables={"public.v": private_table("u", columns, rows=rows, groups=1)},
+        public_tables=[],
+    )
+    s = SessionContext(analyst="analyst")
+    with ledgered_engine(pf.policy, failing_view, "dpsql_gated") as engine:
+        p = engine.prepare("SELECT SUM(y) FROM v")
+        with caplog.at_level(logging.ERROR, logger="dpsql.budget.ledger"):
+            with pytest.raises(DpsqlError) as e:
+                engine.execute(p, s)
+        assert e.value.sqlstate == "22000"
+        history = engine.execute(engine.prepare("SELECT * FROM dpsql.history"), s).rows
+        states = [r[8] for r in history]
+        assert states and set(states) == {"committed"}, history
+        assert sum(Fraction(r[4]) for r in history) >= 1  # the statement's whole epsilon
+        logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+        assert logged and all(p.fingerprint in r.getMessage() for r in logged)
+        assert "22000" in logged[0].getMessage()
