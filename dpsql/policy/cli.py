@@ -120,8 +120,9 @@ def _read(dsn: str, schemas: tuple[str, ...]) -> list[TableInfo]:
 
 
 def _upstream(e: BaseException) -> DpsqlError:
-    """A PostgreSQL error while reading the catalog (e.g. 28P01 bad password, 3D000 no such
-    database, 42501 no privilege), with PostgreSQL's own SQLSTATE and message."""
+    """A PostgreSQL error while reading the catalog once connected (e.g. 42501 no privilege),
+    with PostgreSQL's own SQLSTATE and message (a refused connection -- no such database, a
+    wrong password -- is 08006 above: the driver reports it without a SQLSTATE)."""
     import psycopg
 
     state = getattr(e, "sqlstate", None) or "58000"

@@ -135,6 +135,10 @@ def test_init_refusals_have_a_sqlstate_and_say_what_to_do(
     _refusal(_init("garbage===", tmp_path / "a.yaml"), "22023", "not a connection string")
     down = f"postgresql://127.0.0.1:{_closed_port()}/x"
     _refusal(_init(down, tmp_path / "b.yaml"), "08006", "could not connect")
+    nodb = psycopg.conninfo.make_conninfo(dsn, dbname="nosuchdb_init")
+    res = _init(nodb, tmp_path / "b.yaml")
+    _refusal(res, "08006", "could not connect")
+    assert 'database "nosuchdb_init" does not exist' in res.stderr  # the reason, in DETAIL
     _refusal(_init(dsn, tmp_path / "no" / "dir.yaml"), "58030", "does not exist")
     res = subprocess.run(
         [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--schema", "nosuch",
