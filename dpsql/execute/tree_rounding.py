@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from dpsql.execute.noise import Release
@@ -51,10 +51,13 @@ def round_value(v: Any, r: float) -> Any:
         return v
     e = math.floor(math.log10(r * x)) - 2
     if isinstance(v, Decimal):
-        q = v.quantize(Decimal(1).scaleb(e), rounding=ROUND_HALF_EVEN) if e < 0 else None
-        if q is None:  # a step of 1 or more: to an integral value, no exponent notation
-            q = (v.scaleb(-e).to_integral_value(ROUND_HALF_EVEN)).scaleb(e).quantize(Decimal(1))
-        return q
+        try:
+            if e < 0:
+                return v.quantize(Decimal(1).scaleb(e), rounding=ROUND_HALF_EVEN)
+            # a step of 1 or more: to an integral value, no exponent notation
+            return v.scaleb(-e).to_integral_value(ROUND_HALF_EVEN).scaleb(e).quantize(Decimal(1))
+        except InvalidOperation:  # more digits than the context holds: as it came
+            return v
     return round(v, -e)
 
 

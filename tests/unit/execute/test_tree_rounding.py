@@ -22,6 +22,8 @@ def test_round_value_to_a_hundredth_of_its_relative_noise() -> None:
     assert str(round_value(Decimal("24014.000000000000"), 0.01)) == "24014"  # step 1
     assert str(round_value(Decimal("1823456.5"), 0.45)) == "1823000"  # step 1,000
     assert round_value(3.14159, 0.1) == 3.142
+    huge = Decimal("1234567890123456789012345678.5")  # 29 digits, a step of 1e-5: kept as is
+    assert round_value(huge, 1e-30) == huge
     for v in (None, 7, True, "text", Decimal(0), 0.0):
         assert round_value(v, 0.01) == v
 
