@@ -47,8 +47,8 @@ def round_value(v: Any, r: float) -> Any:
     if isinstance(v, bool) or not isinstance(v, (float, Decimal)):
         return v
     x = abs(float(v))
-    if not (x > 0 and math.isfinite(x) and r > 0 and math.isfinite(r)):
-        return v
+    if not (x > 0 and math.isfinite(x) and r > 0 and math.isfinite(r) and r * x > 0):
+        return v  # (r x underflows to 0 for tiny values: no step)
     e = math.floor(math.log10(r * x)) - 2
     if isinstance(v, Decimal):
         try:

@@ -24,6 +24,7 @@ def test_round_value_to_a_hundredth_of_its_relative_noise() -> None:
     assert round_value(3.14159, 0.1) == 3.142
     huge = Decimal("1234567890123456789012345678.5")  # 29 digits, a step of 1e-5: kept as is
     assert round_value(huge, 1e-30) == huge
+    assert round_value(1e-200, 1e-200) == 1e-200  # r |v| underflows: no step
     for v in (None, 7, True, "text", Decimal(0), 0.0):
         assert round_value(v, 0.01) == v
 
