@@ -344,16 +344,21 @@ def measure(
     engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
-    if isinstance(plan, SetsPlan):
-        return run_sets(engine, prepared, plan, cancel)
-    from dpsql.execute.unique_units import still_proven
+    from dpsql.execute.unique_units import keyed, still_proven
 
+    # the catalog state the key checks (precheck) were made under: read by the plan, in the
+    # round trip of the proofs
+    token = engine.catalog_token(plan.analysis) if keyed(plan.analysis) else ""
+    if isinstance(plan, SetsPlan):
+        sets = run_sets(engine, prepared, plan, cancel)
+        still_proven(engine.backend, plan.analysis, "while the statement ran", token)
+        return sets
     text, a = engine.checked_sql(prepared, plan.analysis)
     got = engine.backend.run(salted(text), private=True, cancel=cancel)  # a fresh salt each time
     # the catalog's proofs the SQL took (one row per unit, values within their bounds), read
-    # just before the query, are read again now, before anything is released (nothing of
-    # ``got`` leaves on a refusal)
-    still_proven(engine.backend, a, "while the statement ran")
+    # just before the query, and the catalog state of its key checks, are read again now,
+    # before anything is released (nothing of ``got`` leaves on a refusal)
+    still_proven(engine.backend, a, "while the statement ran", token)
     return got
 
 

@@ -220,29 +220,50 @@ def _gone(a: Analysis, when: str) -> NoReturn:
 
 
 @functools.lru_cache(maxsize=1024)
-def _recheck_sql(unique: tuple[str, str] | None, checks: tuple[str, tuple[str, ...]] | None) -> str:
+def _recheck_sql(
+    unique: tuple[str, str] | None,
+    checks: tuple[str, tuple[str, ...]] | None,
+    names: tuple[str, ...] = (),
+) -> str:
     proof = _unique_sql(*unique) if unique is not None else pgsql.SQL("SELECT true")
     bounds = checked_bounds.checks_sql(*checks) if checks else pgsql.SQL("SELECT NULL")
-    return pgsql.SQL("SELECT ({}), ({})").format(proof, bounds).as_string(None)
+    token = (
+        CATALOG_TOKEN_SQL.format(tables=pgsql.SQL(", ").join(map(_regclass, names)))
+        if names
+        else pgsql.SQL("SELECT NULL")
+    )
+    return pgsql.SQL("SELECT ({}), ({}), ({})").format(proof, bounds, token).as_string(None)
 
 
-def recheck(backend: Backend, a: Analysis, when: str) -> Analysis:
+def keyed(a: Analysis) -> bool:
+    """Whether what ``a`` releases depends on the catalog state its key checks read
+    (:data:`CATALOG_TOKEN_SQL`): group keys, whose printed text and grouping follow the type
+    and collation of their columns (:func:`dpsql.execute.private.precheck`: no text key under a
+    nondeterministic collation; texts by key type), or public candidates compared as text."""
+    return bool(a.group_keys) or any(m.kind in ("mode", "count_keys") for m in a.measures)
+
+
+def recheck(backend: Backend, a: Analysis, when: str, token: str = "") -> Analysis:
     """The catalog's proofs the plan of ``a`` took, read again (one statement, none when it took
     none): a unique key gone, or not the plan's (:attr:`Analysis.unique_proof_id`), refuses the
     statement (55000, as :func:`still_unique`); a column no
     longer proven within its bounds (a CHECK constraint dropped, or replaced by a NOT VALID
     one) is dropped from ``a.proven_bounds``, so the SQL clamps it again. ``a`` itself when
-    nothing changed (what is memoized for it stays in use)."""
+    nothing changed (what is memoized for it stays in use). ``token``: the catalog token of
+    ``a``'s tables (:data:`CATALOG_TOKEN_SQL`) its key checks were made under, read again in
+    the same round trip (another one refuses the statement, 55000: :func:`_changed`)."""
     need_unique = a.unique_unit and not a.one_row_per_unit
-    if not need_unique and not a.proven_bounds:
+    if not need_unique and not a.proven_bounds and not token:
         return a
     if need_unique and not eligible(a):
         _gone(a, when)
     unique = (a.table, a.private.privacy_unit) if need_unique else None
     checks = (a.table, a.proven_bounds) if a.proven_bounds else None
-    rows = backend.run(_recheck_sql(unique, checks), private=False).rows
+    rows = backend.run(_recheck_sql(unique, checks, tables(a) if token else ()), private=False).rows
     if need_unique and (not a.unique_proof_id or not rows or rows[0][0] != a.unique_proof_id):
         _gone(a, when)  # gone, or another proof than the plan's: dropped and made again since
+    if token and (not rows or str(rows[0][2]) != token):  # read as catalog_state reads it
+        _changed(a, when)
     value = rows[0][1] if rows else None
     now = checked_bounds.proven(a, a.proven_bounds, value)
     if now and a.proof_id and checked_bounds.proof_id(value) != a.proof_id:
@@ -250,12 +271,29 @@ def recheck(backend: Backend, a: Analysis, when: str) -> Analysis:
     return a if now == a.proven_bounds else replace(a, proven_bounds=now)
 
 
-def still_proven(backend: Backend, a: Analysis, when: str) -> None:
+def _changed(a: Analysis, when: str) -> NoReturn:
+    from dpsql.errors import ObjectNotInPrerequisiteState
+
+    raise ObjectNotInPrerequisiteState(
+        f"a column or the definition of {', '.join(tables(a))} was changed {when}",
+        detail=(
+            "The statement's group keys were checked against the columns' types and "
+            "collations as they were when it was planned (a text key under a case-insensitive "
+            "collation, for one, is refused). Nothing was released."
+        ),
+        hint="run the statement again",
+    )
+
+
+def still_proven(backend: Backend, a: Analysis, when: str, token: str = "") -> None:
     """Refuse (55000) a statement whose private query ran with the catalog's proofs in ``a``
     (one row per unit; the values of ``a.proven_bounds`` within their bounds, unclamped) when
     the catalog no longer shows one of them (read after the query, before anything is
-    released)."""
-    now = recheck(backend, a, when).proven_bounds
+    released); and, given ``token`` (the catalog token its key checks were made under), when
+    its tables' catalog state is another one: a column's collation or type changed between
+    those checks and the query (a change made and undone leaves a new ``xmin``; one made while
+    the query runs waits for it), in the same round trip."""
+    now = recheck(backend, a, when, token).proven_bounds
     if now != a.proven_bounds:
         from dpsql.errors import ObjectNotInPrerequisiteState
 

@@ -313,9 +313,9 @@ def test_dropped_while_the_query_runs_refuses(
         _drop_and_load(dsn)
         return got
 
-    def undo_then_check(backend: Any, a: Analysis, when: str) -> None:
+    def undo_then_check(backend: Any, a: Analysis, when: str, token: str = "") -> None:
         _restore(dsn)  # the row gone, the constraint back: the same text, a new oid
-        after(backend, a, when)
+        after(backend, a, when, token)
 
     monkeypatch.setattr(engine, "checked_sql", drop_after)
     if undone:
@@ -351,10 +351,10 @@ def test_a_child_added_and_dropped_while_the_query_runs_refuses(
             conn.execute("INSERT INTO noinh_child VALUES (100000, 0, 100000)")
         return got
 
-    def drop_then_check(backend: Any, a: Analysis, when: str) -> None:
+    def drop_then_check(backend: Any, a: Analysis, when: str, token: str = "") -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DROP TABLE noinh_child")
-        after(backend, a, when)
+        after(backend, a, when, token)
 
     monkeypatch.setattr(engine, "checked_sql", add_child)
     monkeypatch.setattr(unique_units, "still_proven", drop_then_check)

@@ -173,10 +173,10 @@ def test_made_again_while_the_query_runs_refuses(
         ran.append("changed")
         return got
 
-    def undo_then_check(backend: Any, a: Analysis, when: str) -> None:
+    def undo_then_check(backend: Any, a: Analysis, when: str, token: str = "") -> None:
         _run(dsn, undo)  # one row per unit again, shown by a key of another identity
         ran.append("undone")
-        after(backend, a, when)
+        after(backend, a, when, token)
 
     monkeypatch.setattr(engine, "checked_sql", change_after_check)
     monkeypatch.setattr(unique_units, "still_proven", undo_then_check)
@@ -261,9 +261,9 @@ def test_maintenance_in_the_windows_is_not_refused(
         seen.append(a)
         return checked(prepared, a)
 
-    def before_after(backend: Any, a: Analysis, when: str) -> None:
+    def before_after(backend: Any, a: Analysis, when: str, token: str = "") -> None:
         _run(dsn, after_query)
-        after(backend, a, when)
+        after(backend, a, when, token)
 
     monkeypatch.setattr(engine, "checked_sql", before_check)
     monkeypatch.setattr(unique_units, "still_proven", before_after)
