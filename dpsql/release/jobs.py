@@ -86,6 +86,21 @@ class Job:
         """Reserve ``cost`` for the analyst (nothing when there is no ledger)."""
         return Charge(self.ledger, self.analyst, cost, fingerprint, delta, label)
 
+    def publish(
+        self,
+        kind: str,
+        target: str | None,
+        cols: Sequence[OutColumn],
+        files: Sequence[Path],
+        meta: dict[str, Any],
+    ) -> tuple[Path, ...]:
+        """A release's last outputs: the table ``target`` in PostgreSQL (from the CSV
+        ``files[0]``; ``meta`` then names it) and ``<kind>.json`` with ``meta``; all its files."""
+        if target:
+            write_pg_table(self.upstream, target, cols, files[0], replace=self.replace)
+            meta["table_written"] = target
+        return (*files, write_json(self.out_dir / f"{kind}.json", meta))
+
 
 def keys_from_db(dsn: str) -> Any:
     """A resolver for ``keys_from: schema.table.column`` (a public table) over ``dsn``."""
@@ -244,11 +259,8 @@ def _write_histogram(
             f"{src.table}: DP histogram (epsilon={float(plan.epsilon):g})",
         )
     )
-    if target:
-        write_pg_table(job.upstream, target, cols, files[0], replace=job.replace)
-        meta["table_written"] = target
-    files.append(write_json(out_dir / "histogram.json", meta))
-    return Written(tuple(files), target, int(hist.counts.size), charge.release_id, meta)
+    written = job.publish("histogram", target, cols, files, meta)
+    return Written(written, target, int(hist.counts.size), charge.release_id, meta)
 
 
 __all__ = ["Job", "Written", "keys_from_db", "run_histogram"]

@@ -27,7 +27,7 @@ from dpsql.release.hierarchy import (
     plan_tree,
 )
 from dpsql.release.jobs import Job, Written, meta_header
-from dpsql.release.outputs import OutColumn, write_json, write_pg_table, write_table
+from dpsql.release.outputs import OutColumn, write_table
 from dpsql.release.source import Bound, bounded_counts
 from dpsql.release.spec import Source, check_epsilon
 
@@ -60,11 +60,8 @@ def run_ranges(job: Job, column: str, *, branching: int | None = None) -> Writte
             cols = _columns(src, leaves)
             files = write_table(job.out_dir, "ranges", cols)
             meta = _meta(src, plan, bound, eps, delta_f, charge.release_id)
-            if target:
-                write_pg_table(job.upstream, target, cols, files[0], replace=job.replace)
-                meta["table_written"] = target
-            files.append(write_json(job.out_dir / "ranges.json", meta))
-    return Written(tuple(files), target, plan.n, charge.release_id, meta)
+            written = job.publish("ranges", target, cols, files, meta)
+    return Written(written, target, plan.n, charge.release_id, meta)
 
 
 def _columns(src: Source, leaves: np.ndarray) -> list[OutColumn]:

@@ -36,7 +36,6 @@ from dpsql.release.outputs import (
     OutColumn,
     plot_marginals,
     write_json,
-    write_pg_table,
     write_private_json,
     write_table,
 )
@@ -285,8 +284,5 @@ def _write(
             f"{src.table}: synthetic data (epsilon={float(eps):g})",
         )
     )
-    if target:
-        write_pg_table(job.upstream, target, cols, files[0], replace=job.replace)
-        meta["table_written"] = target
-    files.append(write_json(out_dir / "synthetic.json", meta))
-    return Written(tuple(files), target, len(synth), charge.release_id, meta)
+    written = job.publish("synthetic", target, cols, files, meta)
+    return Written(written, target, len(synth), charge.release_id, meta)
