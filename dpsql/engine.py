@@ -382,6 +382,7 @@ class Engine:
             integer_keys=ints,
             integer_values=values,
             hashed_keys=hashed,
+            hashed_key_types=private_sql_module.hashed_key_types(a, types),
             unit_type=group_keys.unit_type(self, prepared, a),
         )
         return text, a

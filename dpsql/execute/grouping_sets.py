@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from dpsql.execute import group_keys
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
-from dpsql.execute.private_sql import bounded_sql, hashed_keys, salted
+from dpsql.execute.private_sql import bounded_sql, hashed_key_types, hashed_keys, salted
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis, set_label
 
@@ -44,7 +44,13 @@ def set_sql(
     types = engine.group_types(prepared, a)
     one = set_analysis(a, keys)
     unit = group_keys.unit_type(engine, prepared, a)
-    one = replace(one, hashed_keys=hashed_keys(one, tuple(types[i] for i in keys)), unit_type=unit)
+    set_types = tuple(types[i] for i in keys)
+    one = replace(
+        one,
+        hashed_keys=hashed_keys(one, set_types),
+        hashed_key_types=hashed_key_types(one, set_types),
+        unit_type=unit,
+    )
     text = bounded_sql(prepared, one)
     if stable:
         memo.remember(key, (a, text))  # holds ``a``: its id can't be reused while the entry lives

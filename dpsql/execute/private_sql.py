@@ -79,6 +79,11 @@ def hashed_keys(a: Analysis, key_types: tuple[str, ...]) -> tuple[int, ...]:
     )
 
 
+def hashed_key_types(a: Analysis, key_types: tuple[str, ...]) -> tuple[str, ...]:
+    """The PostgreSQL types of :func:`hashed_keys`' keys, in the same order."""
+    return tuple(key_types[i] for i in hashed_keys(a, key_types))
+
+
 def integer_values(value_types: dict[str, str]) -> tuple[str, ...]:
     """The quantile arguments (SQL texts) whose PostgreSQL type is an integer type."""
     return tuple(sorted(text for text, t in value_types.items() if t in INTEGER_TYPES))
@@ -92,16 +97,18 @@ def private_sql(
     integer_keys: tuple[int, ...] = (),
     integer_values: tuple[str, ...] = (),
     hashed_keys: tuple[int, ...] = (),
+    hashed_key_types: tuple[str, ...] = (),
     unit_type: str = "",
 ) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
     prepared statement's own (not one with parameters bound) or one kept for reuse
     (:func:`mark_stable`: stored ``auto`` bounds applied); with ``a.unique_unit`` (the catalog
     proves one row per unit, :mod:`dpsql.execute.unique_units`: the caller checked it again)
-    bounding is skipped; ``integer_keys``, ``integer_values``, ``hashed_keys``, ``unit_type``:
-    :attr:`Analysis.integer_keys`, :attr:`Analysis.integer_values`, :attr:`Analysis.hashed_keys`,
+    bounding is skipped; ``integer_keys``, ``integer_values``, ``hashed_keys``,
+    ``hashed_key_types``, ``unit_type``: :attr:`Analysis.integer_keys`,
+    :attr:`Analysis.integer_values`, :attr:`Analysis.hashed_keys`, :attr:`Analysis.hashed_key_types`,
     :attr:`Analysis.unit_type`."""
-    typed = integer_keys or integer_values or hashed_keys or unit_type
+    typed = integer_keys or integer_values or hashed_keys or hashed_key_types or unit_type
     return memoized(
         memo,
         prepared,
@@ -114,6 +121,7 @@ def private_sql(
             integer_keys,
             integer_values,
             hashed_keys,
+            hashed_key_types,
             unit_type,
         ),
         lambda: bounded_sql(
@@ -123,6 +131,7 @@ def private_sql(
                 integer_keys=integer_keys,
                 integer_values=integer_values,
                 hashed_keys=hashed_keys,
+                hashed_key_types=hashed_key_types,
                 unit_type=unit_type,
             )
             if typed

@@ -222,6 +222,10 @@ class Analysis:
     # dpsql.sql.rewrite.keyed_hash.HASHED_TYPES: the keyed hash that ranks a unit's groups hashes
     # them as values, so that equal keys printed differently (1.0, 1.00) are one group to it.
     hashed_keys: tuple[int, ...] = ()
+    # The PostgreSQL types of hashed_keys (the same probe), in the same order: one hashed key of
+    # a type with its own extended hash function is hashed by that function
+    # (dpsql.sql.rewrite.keyed_hash.group_hash: the number its record hash gives, cheaper).
+    hashed_key_types: tuple[str, ...] = ()
     # The privacy unit's PostgreSQL type (the same kind of probe, dpsql.execute.group_keys.
     # unit_type; "" before it is known): of a type in dpsql.sql.rewrite.keyed_hash.HASHED_TYPES,
     # the keyed hashes that choose a unit's rows and groups hash it as a value instead of as text.

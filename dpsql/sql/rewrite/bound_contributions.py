@@ -242,6 +242,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     counts = [count_column(a, m, inner, vcols) for m in a.measures]
     raw_values = _raw_values(a, inner, vcols)
     outside = _outside_flags(a, inner, vcols)
+    hashed = _hashed_values(a, inner, vcols) if pre_bucketed(a) else {}
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
     late = late_keys(a)
@@ -253,7 +254,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
 
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
         return bound_partials(a, rows, values, salt, raw_values, counts, outside)
-    counted, buckets = _pre_buckets(a, values) if pre_bucketed(a) else (values, [])
+    counted, buckets = _pre_buckets(a, values, hashed) if hashed else (values, [])
     ranked = not a.private.row_privacy and not a.unique_unit  # rows ranked by _bounded
     measures = [
         exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}")
@@ -263,7 +264,8 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         src: exp.Expr = rows.subquery("_dp_rows")
         out = exp.select(*gcols, *measures).from_(src)
     else:
-        out = _bounded(a, rows, gcols, measures, salt, buckets)
+        order_values = list({c.name: c for c in hashed.values()}.values())
+        out = _bounded(a, rows, gcols, measures, salt, buckets, order_values)
     if a.unique_unit:
         out = _unique_dropped(a, out, values, raw_values, outside)
     if gcols:
@@ -336,24 +338,70 @@ def pre_bucketed(a: Analysis) -> bool:
     )
 
 
+def _hashed_values(
+    a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
+) -> dict[int, exp.Expr]:
+    """For each quantile measure, by index, a row-value column (added to ``inner``) holding its
+    argument unclamped, as NUMERIC (``CAST(x AS NUMERIC)``: a no-op for a NUMERIC column): what
+    a pre-bucketed statement's rows are ordered by the hash of (:func:`_bounded`), and what its
+    buckets test for NULL (the clamp is strict: NULL exactly when the argument is). The clamp
+    is then computed once per row, for the bucket (PostgreSQL inlines the rows' columns into
+    every expression that reads them: hashing and testing the clamped value computed it three
+    times)."""
+    out: dict[int, exp.Expr] = {}
+    for i, m in enumerate(a.measures):
+        if m.kind == "quantile" and m.arg is not None:
+            raw = exp.cast(make_total(m.arg, a.column), "numeric")
+            out[i] = _value_column(raw, inner, vcols)
+    return out
+
+
 def _pre_buckets(
-    a: Analysis, values: Sequence[exp.Expr | None]
-) -> tuple[list[exp.Expr | None], list[exp.Expr]]:
-    """(what each measure counts, the bucket columns): a quantile counts its bucketing's column
-    ``_dp_q<j>`` (:func:`~dpsql.sql.rewrite.buckets.pre_bucket` of its clamped value: NULL
-    exactly when the value is, so its COUNT is the value's), ``j`` its bucketing's index in
+    a: Analysis, values: Sequence[exp.Expr | None], hashed: dict[int, exp.Expr]
+) -> tuple[list[exp.Expr | None], list[tuple[exp.Alias, int]]]:
+    """(what each measure counts, the bucket columns and their bucket counts): a quantile
+    counts its bucketing's column ``_dp_q<j>`` (:func:`~dpsql.sql.rewrite.buckets.pre_bucket`
+    of its clamped value: NULL exactly when the value is, so its COUNT is the value's; tested on
+    its argument unclamped, ``hashed``), ``j`` its bucketing's index in
     :func:`~dpsql.sql.rewrite.buckets.bucket_specs` (as ``bucket_values`` numbers its cells)."""
     specs = bucket_specs(a)
     counted = list(values)
-    made: dict[int, exp.Expr] = {}
+    made: dict[int, tuple[exp.Alias, int]] = {}
     for i, (m, v) in enumerate(zip(a.measures, values, strict=True)):
         if m.kind != "quantile" or v is None:
             continue
         j = specs.index(spec(m))
         if j not in made:
-            made[j] = exp.alias_(pre_bucket(m, v, integer_quantile(a, m)), f"_dp_q{j}")
+            b = pre_bucket(m, v, integer_quantile(a, m), hashed.get(i))
+            made[j] = (exp.Alias(this=b, alias=exp.to_identifier(f"_dp_q{j}")), m.buckets)
         counted[i] = exp.column(f"_dp_q{j}")
     return counted, list(made.values())
+
+
+PACKED_BITS = 31
+"""A bucketing of at most 2^PACKED_BITS - 1 buckets is packed into the low bits of the order
+hash (:func:`_packed_order`)."""
+
+
+def _packed_order(hv: exp.Expr, bucket: exp.Alias, size: int) -> tuple[exp.Expr, exp.Expr] | None:
+    """(the order key, the bucket read back from it) for one bucketing of ``size`` buckets
+    (None when it doesn't fit): with ``b`` the bit length of ``size``, the key is
+    ``(hv & -2^b) | COALESCE(bucket, size)`` (the value's hash ``hv`` with its low ``b`` bits
+    replaced by the row's bucket, ``size`` for a NULL value), and the bucket after the ranking
+    ``NULLIF(CAST(key & (2^b - 1) AS INT), size)``. The rows then sort by one bigint where they
+    sorted by the hash and the bucket (a narrower sort: 10-15% of a median's CPU); two rows
+    tie on it only when they agree on the hash's high bits *and* on the bucket, the only thing
+    their measures read of them."""
+    if size < 1 or size.bit_length() > PACKED_BITS:
+        return None
+    bits = size.bit_length()
+    size_lit = exp.Literal.number(size)
+    cell = exp.Coalesce(this=bucket.this.copy(), expressions=[size_lit.copy()])
+    high = exp.BitwiseAnd(this=exp.Paren(this=hv), expression=exp.Literal.number(-(2**bits)))
+    key = exp.BitwiseOr(this=exp.Paren(this=high), expression=cell)
+    low = exp.BitwiseAnd(this=exp.column("_dp_o"), expression=exp.Literal.number(2**bits - 1))
+    back = exp.Nullif(this=exp.cast(exp.Paren(this=low), "int"), expression=size_lit.copy())
+    return key, back
 
 
 def _bounded(
@@ -362,26 +410,36 @@ def _bounded(
     gcols: Sequence[exp.Expr],
     measures: list[exp.Expr],
     salt: str,
-    buckets: Sequence[exp.Expr] = (),
+    buckets: Sequence[tuple[exp.Alias, int]] = (),
+    order_values: Sequence[exp.Expr] = (),
 ) -> exp.Select:
     unit = exp.column("_dp_unit")
     h = exp.column("_dp_h")
     rank = needs_group_rank(a)
     names = [e.alias_or_name for e in rows.expressions]
     typed = all(m.kind in VALUE_ORDERED for m in a.measures)
-    ghash = group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type)
+    ghash = group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type, a.hashed_key_types)
     ided: list[exp.Expr] = [exp.Star()]
+    unpacked: list[exp.Expr] = []
     if typed:
-        # a quantile's rows: ordered by a hash of their values seeded with the group's hash
-        # (its expression: a column of this subquery can't be read in its own SELECT), ties
-        # broken by their buckets; the rows carry their unit, keys, order and buckets only
-        values = [exp.column(n) for n in names if n.startswith("_dp_v")]
-        ties = [exp.column(b.alias) for b in buckets] if buckets else values
-        order = value_order(exp.column("_dp_o"), ties)
+        # a quantile's rows: ordered by a hash of their values (unclamped: order_values)
+        # seeded with the group's hash (its expression: a column of this subquery can't be
+        # read in its own SELECT), ties broken by their buckets; the rows carry their unit,
+        # keys, order and buckets only (one bucketing: packed into the order, _packed_order)
+        values = list(order_values) or [exp.column(n) for n in names if n.startswith("_dp_v")]
+        hv = value_hash_order(ghash, values)
         kept = [n for n in names if not buckets or not n.startswith("_dp_v")]
         ided = [exp.column(n) for n in kept]
-        ided.append(exp.alias_(value_hash_order(ghash, values), "_dp_o"))
-        ided += [b.copy() for b in buckets]
+        packed = _packed_order(hv, *buckets[0]) if len(buckets) == 1 else None
+        if packed is not None:
+            order = value_order(exp.column("_dp_o"), [])
+            ided.append(exp.alias_(packed[0], "_dp_o"))
+            unpacked.append(exp.alias_(packed[1], buckets[0][0].alias))
+        else:
+            ties = [exp.column(b.alias) for b, _ in buckets] if buckets else values
+            order = value_order(exp.column("_dp_o"), ties)
+            ided.append(exp.alias_(hv, "_dp_o"))
+            ided += [b.copy() for b, _ in buckets]
     else:
         order = row_order(salt, exp.column("_dp_rt"))
     rn = exp.Window(
@@ -415,9 +473,15 @@ def _bounded(
         )
     src = exp.select(*ided).from_("_dp_rows").subquery("_dp_hashed")
     bounded = exp.select(exp.Star(), *extra).from_(src)
+    ranked: exp.Expr = exp.to_table("_dp_bounded")
+    if unpacked:
+        # read back after the ranking, from the ranked rows' column: in the ranking's own
+        # SELECT it would make PostgreSQL carry the unit and value through the sort and
+        # compute the packed key again
+        ranked = exp.select(exp.Star(), *unpacked).from_("_dp_bounded").subquery("_dp_kept")
     return (
         exp.select(*gcols, *measures)
-        .from_("_dp_bounded")
+        .from_(ranked)
         .where(exp.and_(*conds))
         .with_("_dp_rows", as_=rows)
         .with_("_dp_bounded", as_=bounded)

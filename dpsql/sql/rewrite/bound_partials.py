@@ -280,7 +280,11 @@ def bound_partials(
             partition_by=[unit.copy()],
             order=exp.Order(
                 expressions=[
-                    exp.Ordered(this=group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type)),
+                    exp.Ordered(
+                        this=group_hash(
+                            salt, unit, gcols, a.hashed_keys, a.unit_type, a.hashed_key_types
+                        )
+                    ),
                     *[exp.Ordered(this=g.copy()) for g in gcols],
                 ]
             ),

@@ -120,11 +120,15 @@ PRE_BUCKETED = "_dp_q"
 (:func:`pre_bucket`): ``_dp_q<j>`` for the bucketing ``j`` of :func:`bucket_specs`."""
 
 
-def pre_bucket(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
+def pre_bucket(
+    m: Measure, v: exp.Expr, integer: bool = False, raw: exp.Expr | None = None
+) -> exp.Expr:
     """``CASE WHEN v IS NULL THEN NULL ELSE <bucket of v> END``: a quantile's bucket of the
     clamped value ``v`` (:func:`bucket_sql`), NULL exactly when ``v`` is, so that ``COUNT`` of it
-    is ``COUNT(v)`` (:func:`bucket_sql` puts NULL in bucket 0, whose count it doesn't add to)."""
-    null = exp.Is(this=v.copy(), expression=exp.null())
+    is ``COUNT(v)`` (:func:`bucket_sql` puts NULL in bucket 0, whose count it doesn't add to).
+    ``raw``: the value unclamped, NULL exactly when ``v`` is (the clamp is strict), tested
+    instead of ``v`` (which PostgreSQL would compute for the test too)."""
+    null = exp.Is(this=(v if raw is None else raw).copy(), expression=exp.null())
     return exp.Case(ifs=[exp.If(this=null, true=exp.null())], default=bucket_sql(m, v, integer))
 
 

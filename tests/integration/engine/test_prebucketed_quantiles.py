@@ -2,13 +2,15 @@
 
 The rewrite ranks a quantile's rows with hashes written for speed: the unit hashed as a value
 with its type's own extended hash function (``keyed_hash.value_hash``; as text when the type
-has no hash function), the value hashed with ``hash_numeric_extended``, the bucket computed
-before the sort and carried instead of the value, ties broken by the buckets
-(``bound_contributions.pre_bucketed``). The reference below writes the selection as documented
-(docs/mechanisms.md, "Choosing rows and groups"), in plain SQL and the slow way: record hashes
-of the unit, the keys and the values (``hash_record_extended``), each unit's rows ranked by
-(hash of the values, the values), groups by (hash of unit and keys, keys), buckets by
-``width_bucket`` on the kept values afterwards. Both must give the same count in every (group,
+has no hash function), one text key with ``hashtextextended``, the unclamped value (as NUMERIC)
+hashed with ``hash_numeric_extended``, the bucket computed before the sort and carried instead
+of the value: packed into the hash's low bits when the statement has one bucketing, else ties
+broken by the buckets (``bound_contributions.pre_bucketed``, ``_packed_order``). The reference
+below writes the selection as documented (docs/mechanisms.md, "Choosing rows and groups"), in
+plain SQL and the slow way: record hashes of the unit, the keys and the values
+(``hash_record_extended``), each unit's rows ranked by (hash of the values with its low bits
+replaced by the bucket) or (hash of the values, buckets), groups by (hash of unit and keys,
+keys), buckets by ``width_bucket`` on the clamped values. Both must give the same count in every (group,
 bucket) cell, on data with NULLs, repeated values, units over R rows and over G groups, a
 numeric unit written ``1.0`` and ``1.00`` (one unit: one partition, one hash), for units of an
 integer type, text, uuid, numeric, a domain over an integer, money and varbit (no hash
@@ -133,13 +135,24 @@ def reference_cells(
     }
     grouped = bool(a.group_keys)
     h = f"hash_record_extended(ROW(g), {seed})" if grouped else seed
-    values = ", ".join(f"v_{c}" for c in cols)
+    raw = ", ".join(f"r_{c}" for c in cols)
     key = "g" if grouped else "''"
-    clamped = ", ".join(f"{clamp[c]} AS v_{c}" for c in cols)
+    clamped = ", ".join(f"{clamp[c]} AS v_{c}, {c}::numeric AS r_{c}" for c in cols)
+    bucket = {  # NULL for a NULL value
+        spec: f"CASE WHEN v_{c} IS NOT NULL THEN "
+        f"LEAST(GREATEST(width_bucket(v_{c}, {lo}, {hi}, {b}), 1), {b}) - 1 END"
+        for spec in specs
+        for c, lo, hi, b in [spec]
+    }
+    value_hash = f"hash_record_extended(ROW({raw}), {'h' if group_seed else seed})"
+    if len(specs) == 1:  # one bucketing: in the hash's low bits, NULL as b (its bit length)
+        (b,) = [spec[3] for spec in specs]
+        order = f"({value_hash} & {-(2 ** b.bit_length())}) | COALESCE({bucket[specs[0]]}, {b})"
+    else:
+        order = ", ".join([value_hash, *bucket.values()])
     rows = f"SELECT uid, {key} AS g, {clamped}, {h} AS h FROM t WHERE g IN ('a', 'b', 'c', 'd')"
     ranked = (
-        "SELECT *, row_number() OVER (PARTITION BY uid, g ORDER BY "
-        f"hash_record_extended(ROW({values}), {'h' if group_seed else seed}), {values}) AS rn, "
+        f"SELECT *, row_number() OVER (PARTITION BY uid, g ORDER BY {order}) AS rn, "
         f"dense_rank() OVER (PARTITION BY uid ORDER BY h, g) AS gr FROM ({rows}) AS r"
     )
     kept = f"SELECT * FROM ({ranked}) AS k WHERE rn <= {R}"
@@ -148,9 +161,8 @@ def reference_cells(
     out: dict[tuple[Any, ...], int] = {}
     with psycopg.connect(dsn) as conn:
         for spec in specs:
-            c, lo, hi, b = spec
-            bucket = f"LEAST(GREATEST(width_bucket(v_{c}, {lo}, {hi}, {b}), 1), {b}) - 1"
-            sql = f"SELECT g, {bucket}, count(v_{c}) FROM ({kept}) AS s GROUP BY 1, 2"
+            c = spec[0]
+            sql = f"SELECT g, {bucket[spec]}, count(v_{c}) FROM ({kept}) AS s GROUP BY 1, 2"
             for g, bk, n in conn.execute(sql).fetchall():
                 if n:
                     out[(spec, g, bk)] = n
@@ -184,6 +196,8 @@ def test_cells_equal_the_reference_selection(
     assert (name in HASHED_TYPES) is want_value, name
     assert ("CAST(_dp_unit AS TEXT)" in text) is not want_value
     assert "_dp_q0" in text and "ORDER BY _dp_o" in text  # buckets before the sort
+    # one bucketing: packed into the order key, read back after the ranking
+    assert ("NULLIF(CAST((_dp_o & " in text) is (len(_specs(a)) == 1)
     want = reference_cells(dsn, a, _unit_seed(name))
     assert got == want
     assert len(want) > 20

@@ -62,6 +62,8 @@ def test_path_choice(sql: str, partials: bool, rank: bool) -> None:
     # rows ranked by their identity's hash, a quantile's by its values' (keyed_hash.value_order)
     quantiles = all(m.kind in ("quantile", "count_rows", "count_units") for m in a.measures)
     assert ("_dp_rt" in text) is (not partials and not quantiles)
-    # ... hashed before the sort, which carries their buckets instead (_dp_q0)
-    assert ("HASH_NUMERIC_EXTENDED(CAST(_dp_v0 AS DECIMAL)" in text) is (not partials and quantiles)
-    assert ("ORDER BY _dp_o, _dp_q0" in text) is (not partials and quantiles)
+    # ... unclamped (_dp_v1: the value as NUMERIC), hashed before the sort, with their one
+    # bucketing packed into the hash's low bits (read back after the ranking as _dp_q0)
+    assert ("HASH_NUMERIC_EXTENDED(CAST(_dp_v1 AS DECIMAL)" in text) is (not partials and quantiles)
+    assert ("ORDER BY _dp_o) AS _dp_rn" in text) is (not partials and quantiles)
+    assert ("NULLIF(CAST((_dp_o & " in text) is (not partials and quantiles)
