@@ -19,7 +19,7 @@ from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.refusal_text import window_over_rows
 from dpsql.sql.sensitivity import Interval, value_range
 from dpsql.sql.sources import Ctx, outer_columns
-from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total
+from dpsql.sql.totality import MAX_INTERVALS, check_cast, check_total, time_constants
 from dpsql.sql.wording import plain_sql, user_sql
 
 __all__ = ["check_row_level", "statistic_for"]
@@ -121,8 +121,12 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
         if isinstance(n, exp.Cast):
             check_cast(n, ctx.column)
         check_total(n, ctx.column)
-    if sum(1 for _ in node.find_all(exp.Interval)) > MAX_INTERVALS:
-        raise UnsupportedSql(f"at most {MAX_INTERVALS} INTERVAL constants per expression")
+    if time_constants(node) > MAX_INTERVALS:
+        raise UnsupportedSql(
+            f"at most {MAX_INTERVALS} INTERVAL constants (or numbers of days added to dates) per "
+            "expression",
+            hint="write each offset as one constant, e.g. INTERVAL '2 years 3 months'",
+        )
 
 
 def _refuse_temporal_arithmetic(ctx: _Ctx, arg: exp.Expr, written: str) -> None:

@@ -2,8 +2,10 @@
 
 Part of the totality checks (:mod:`dpsql.sql.totality`): ``date_trunc`` units and ``extract``
 fields must be valid for their argument's type (an invalid one fails only when a row reaches it),
-constants stay within years 1..9999 and intervals within 100 years each, so ``now() ± interval``,
-evaluated per row, can never overflow.
+constants stay within years 1..9999 and intervals within 100 years each, an interval is never
+multiplied or divided and a date moves by at most 36525 days at a time
+(:func:`check_time_arithmetic`), so ``now() ± interval`` and ``current_date ± n``, evaluated per
+row (``now()`` is stable, not folded by the planner), can never overflow.
 """
 
 from __future__ import annotations
@@ -195,3 +197,133 @@ def check_extract(n: exp.Extract, column: ColumnOf) -> None:
             f"field {field!r} is not supported for type {kind} in extract/date_part",
             hint="use one of: " + ", ".join(sorted(allowed)),
         )
+
+
+# --- date/time arithmetic between constants (no column can take part: dpsql.sql.totality) -------
+
+_TIME_NODES = (
+    exp.Interval, exp.CurrentTimestamp, exp.CurrentDate, exp.Localtimestamp, exp.StrToTime,
+    exp.StrToDate, exp.TimestampTrunc, exp.DateTrunc,
+)  # fmt: skip
+_TIME_TYPES = frozenset(
+    {
+        exp.DataType.Type.DATE,
+        exp.DataType.Type.TIMESTAMP,
+        exp.DataType.Type.TIMESTAMPTZ,
+        exp.DataType.Type.INTERVAL,
+    }
+)
+_NUMBER_TYPES = frozenset(
+    {
+        exp.DataType.Type.DECIMAL, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
+        exp.DataType.Type.BIGDECIMAL, exp.DataType.Type.INT, exp.DataType.Type.BIGINT,
+        exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT,
+    }
+)  # fmt: skip
+_NUMBER_NODES = (
+    exp.Extract, exp.Length, exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Abs, exp.Mod,
+    exp.IntDiv,
+)  # fmt: skip
+# dpsql's own total forms (dpsql.sql.rewrite.make_total): numbers
+_NUMBER_FUNCTIONS = frozenset({"div", "trunc", "numeric_larger", "numeric_smaller"})
+MAX_DAYS = 36525  # a number of days added to a date: at most 100 years, as one INTERVAL
+
+
+def value_kind(node: exp.Expr) -> str | None:
+    """'number' or 'time' (a date, timestamp or interval) when ``node``'s type is clear from its
+    shape, else None (a string literal, a column, NULL...).
+
+    >>> import sqlglot
+    >>> [value_kind(sqlglot.parse_one(s, read="postgres")) for s in (
+    ...     "now() - INTERVAL '1 day'", "current_date - DATE '2020-01-01'",
+    ...     "extract(year FROM now()) * 2", "'5'")]
+    ['time', 'number', 'number', None]
+    """
+    while isinstance(node, (exp.Paren, exp.Neg)):
+        node = node.this
+    if isinstance(node, exp.Literal):
+        return None if node.is_string else "number"
+    if isinstance(node, _TIME_NODES):
+        return "time"
+    if isinstance(node, exp.Cast):
+        to = node.to.this
+        return "time" if to in _TIME_TYPES else "number" if to in _NUMBER_TYPES else None
+    if isinstance(node, _NUMBER_NODES) or (
+        isinstance(node, exp.Anonymous) and str(node.name).lower() in _NUMBER_FUNCTIONS
+    ):
+        return "number"
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        kinds = {value_kind(node.this), value_kind(node.expression)}
+        if isinstance(node, exp.Sub) and kinds == {"time"}:
+            return "number" if _is_date(node.this) and _is_date(node.expression) else "time"
+        return "time" if "time" in kinds else "number" if "number" in kinds else None
+    if isinstance(node, (exp.Nullif, exp.Coalesce, exp.Greatest, exp.Least)):
+        return value_kind(node.this)
+    return None
+
+
+def _is_date(node: exp.Expr) -> bool:
+    """Is ``node`` a date (date - date is an integer number of days)?"""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, (exp.CurrentDate, exp.StrToDate)) or (
+        isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE
+    )
+
+
+def _days(node: exp.Expr) -> int | None:
+    neg = False
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        neg = neg != isinstance(node, exp.Neg)
+        node = node.this
+    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
+        return -int(node.this) if neg else int(node.this)
+    return None
+
+
+def check_time_arithmetic(n: exp.Expr) -> None:
+    """Date/time arithmetic must stay within the bounded constants.
+
+    ``now()``, ``current_date`` and ``to_timestamp`` are stable: PostgreSQL evaluates
+    ``now() + x`` for each row that reaches it, so an out-of-range result (``now() + INTERVAL
+    '100 years' * 3000``, ``current_date + 2147483647``) failed only when some row reached it,
+    e.g. behind ``CASE WHEN amount > T``: a data-gated error. Intervals are at most 100 years
+    each (:func:`check_interval`), a number of days added to a date at most :data:`MAX_DAYS`, at
+    most ``MAX_INTERVALS`` of both per expression, and an interval is never multiplied or
+    divided, so the result stays within years 1..9999 ± 2000, far inside PostgreSQL's range.
+    """
+    if n.find(exp.Column):
+        return  # a column in arithmetic is numeric (dpsql.sql.totality._check_arithmetic)
+    sides = (n.this, n.expression)
+    kinds = [value_kind(x) for x in sides]
+    if "time" not in kinds:
+        return
+    if not isinstance(n, (exp.Add, exp.Sub)):
+        raise UnsupportedSql(
+            f"{plain_sql(n)}: multiplying or dividing an interval is not supported in private "
+            "queries",
+            hint=f"write the interval as one constant, e.g. INTERVAL '90 days' (at most "
+            f"{MAX_INTERVAL_YEARS} years)",
+        )
+    for side, k in zip(sides, kinds, strict=True):
+        if k == "time":
+            continue
+        days = _days(side)
+        if days is None or abs(days) > MAX_DAYS:
+            raise UnsupportedSql(
+                f"{plain_sql(n)} is not supported in private queries",
+                detail=f"a date may be moved by a whole number of days up to {MAX_DAYS} or by "
+                f"an INTERVAL constant of at most {MAX_INTERVAL_YEARS} years",
+                hint="e.g. current_date - 30, or now() - INTERVAL '3 months'",
+            )
+
+
+def time_constants(node: exp.Expr) -> int:
+    """INTERVAL constants and numbers of days added to dates in ``node`` (at most
+    ``MAX_INTERVALS`` per expression)."""
+    count = sum(1 for _ in node.find_all(exp.Interval))
+    for n in node.find_all(exp.Add, exp.Sub):
+        sides = (n.this, n.expression)
+        if "time" in (value_kind(sides[0]), value_kind(sides[1])):
+            count += sum(1 for x in sides if _days(x) is not None)
+    return count

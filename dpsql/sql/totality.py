@@ -7,10 +7,16 @@ can't repair is refused here, before anything reaches PostgreSQL:
   ``LIKE 'a\\'``, ``extract(hour FROM date)``) fails only when some row reaches it, so *whether* a
   row passes the rest of a filter leaks. Units, fields and patterns must be valid literals;
 * casts that fail on some values (text to numbers or dates, numbers to booleans);
-* literals PostgreSQL can't hold (numbers beyond 10^1000 or with over 200 characters).
+* literals PostgreSQL can't hold (numbers beyond 10^1000 or with over 200 characters);
+* date/time arithmetic that could leave PostgreSQL's range when evaluated per row
+  (``now() + INTERVAL '100 years' * 3000``, ``current_date + 2147483647``): intervals are not
+  multiplied, days added to dates are small constants (:mod:`dpsql.sql.temporal`).
 
 Immutable functions on constants are folded by PostgreSQL's planner before any row is read, so a
-failing constant expression fails whatever the data (a data-independent error).
+failing constant expression fails whatever the data (a data-independent error). Stable ones
+(``now()``, ``current_date``, ``to_timestamp``, ``extract`` of a timestamptz) are not: they are
+evaluated for each row that reaches them, so an expression over them must be total like one over
+a column (numeric arithmetic: :mod:`dpsql.sql.rewrite.make_total`; dates: above).
 """
 
 from __future__ import annotations
@@ -28,16 +34,25 @@ from dpsql.sql.temporal import (
     check_extract,
     check_interval,
     check_str_to_time,
+    check_time_arithmetic,
     check_to_char,
     check_trunc,
     check_year,
     temporal_type,
+    time_constants,
 )
 
 MAX_LITERAL_CHARS = 200
 MAX_LITERAL = Decimal("1e1000")
 
-__all__ = ["MAX_INTERVALS", "check_cast", "check_literal", "check_total", "temporal_type"]
+__all__ = [
+    "MAX_INTERVALS",
+    "check_cast",
+    "check_literal",
+    "check_total",
+    "temporal_type",
+    "time_constants",
+]
 _BOUND = (exp.Parameter, exp.Placeholder)  # replaced by literals (and checked again) when bound
 
 
@@ -130,6 +145,8 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
     """Refuse ``n`` (one node of a row-level expression) when it could raise depending on data."""
     if isinstance(n, _ARITHMETIC):
         _check_arithmetic(n, column)
+        if n.args.get("expression") is not None:
+            check_time_arithmetic(n)
     if isinstance(n, exp.Literal):
         check_literal(n)
     elif isinstance(n, (exp.Like, exp.ILike)):

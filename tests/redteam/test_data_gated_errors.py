@@ -73,6 +73,37 @@ PROBES = {
         "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN q * (2147483647 * 1) ELSE 0 END > 0"
     ),
 }
+GATE = "SELECT COUNT(*) FROM t WHERE CASE WHEN x > 50 THEN {} ELSE NULL END IS NOT NULL"
+# now() and current_date are stable: evaluated for each row that reaches them, not folded
+TIME_PROBES = {
+    "interval times a number": "now() + INTERVAL '100 years' * 3000",
+    "a sum of intervals times a number": (
+        "now() + (INTERVAL '100 years' + INTERVAL '100 years') * 1500"
+    ),
+    "interval divided by a small number": "now() + INTERVAL '100 years' / 0.0003",
+    "days added to current_date": "current_date + 2147483647",
+    "days added to a cast of now()": "CAST(now() AS date) + 2147483647",
+    "days subtracted from current_date": "current_date - 2000000000",
+    "computed days": "current_date + CAST(extract(epoch FROM now()) * 1e300 AS int)",
+    "to_char of an overflowing now()": "to_char(now() + INTERVAL '100 years' * 3000, 'YYYY')",
+    "date_trunc of an overflowing now()": (
+        "date_trunc('month', now() + INTERVAL '100 years' * 3000)"
+    ),
+    "extract of an overflowing now()": "extract(epoch FROM now() + INTERVAL '100 years' * 3000)",
+    "a string interval": "now() - '300000 years'",
+    "many small intervals": "now() + " + " + ".join(["INTERVAL '100 years'"] * 25),
+    "many small day counts": "current_date + " + " + ".join(["36525"] * 25),
+}
+PROBES.update({f"time: {k}": GATE.format(v) for k, v in TIME_PROBES.items()})
+# constructs that must stay answered (the refusals above must not catch them)
+ANSWERED = [
+    "SELECT COUNT(*) FROM t WHERE d >= current_date - 30",
+    "SELECT COUNT(*) FROM t WHERE ts > now() - INTERVAL '3 months' - INTERVAL '1 day'",
+    "SELECT COUNT(*) FROM t WHERE d > now() + INTERVAL '-12 month'",
+    "SELECT COUNT(*) FROM t WHERE d < DATE '2025-01-01' + 36525",
+    "SELECT COUNT(*) FROM t WHERE x * (extract(epoch FROM now()) * 1e1000) > 0",
+    "SELECT COUNT(*) FROM t GROUP BY date_trunc('month', d)",
+]
 
 
 def _load(dsn: str, target: int) -> None:
@@ -130,6 +161,23 @@ def test_outcome_does_not_depend_on_one_row(neighbours: tuple[Engine, Engine], n
     low, high = neighbours
     sql = PROBES[name]
     assert outcome(low, sql) == outcome(high, sql)
+
+
+@pytest.mark.parametrize("name", sorted(TIME_PROBES))
+def test_unbounded_date_arithmetic_is_refused(neighbours: tuple[Engine, Engine], name: str) -> None:
+    """Refused before anything reaches PostgreSQL (0A000, nothing charged), on both databases."""
+    low, high = neighbours
+    sql = PROBES[f"time: {name}"]
+    assert outcome(low, sql) == outcome(high, sql) == "0A000"
+    with pytest.raises(DpsqlError) as e:
+        low.prepare(sql)
+    assert "sqlglot" not in e.value.message and (e.value.hint or e.value.detail)
+
+
+@pytest.mark.parametrize("sql", ANSWERED)
+def test_bounded_date_arithmetic_is_answered(neighbours: tuple[Engine, Engine], sql: str) -> None:
+    low, high = neighbours
+    assert outcome(low, sql) == outcome(high, sql) == "answered"
 
 
 @pytest.mark.parametrize("name", ["huge constant product", "huge string constant"])

@@ -52,6 +52,7 @@ from sqlglot import exp
 from dpsql.sql import functions as fn
 from dpsql.sql.rewrite.literals import clamp_strict, number
 from dpsql.sql.sensitivity import Columns, lookup
+from dpsql.sql.temporal import value_kind as kind
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
 SAFE_SCALE = 100  # and rounded to this many decimals
@@ -120,22 +121,6 @@ _FOLDED = (
 )  # fmt: skip
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
 _OWN_FUNCTIONS = frozenset({"div", "trunc", "numeric_larger", "numeric_smaller"})
-_TIME_NODES = (
-    exp.Interval, exp.CurrentTimestamp, exp.CurrentDate, exp.Localtimestamp, exp.StrToTime,
-    exp.StrToDate, exp.TimestampTrunc, exp.DateTrunc,
-)  # fmt: skip
-_TIME_TYPES = frozenset(
-    {
-        exp.DataType.Type.DATE,
-        exp.DataType.Type.TIMESTAMP,
-        exp.DataType.Type.TIMESTAMPTZ,
-        exp.DataType.Type.INTERVAL,
-    }
-)
-_NUMBER_NODES = (
-    exp.Extract, exp.Length, exp.Round, exp.Floor, exp.Ceil, exp.Sign, exp.Abs, exp.Mod,
-    exp.IntDiv,
-)  # fmt: skip
 
 
 def _folded(node: exp.Expr) -> bool:
@@ -155,52 +140,6 @@ def _folded(node: exp.Expr) -> bool:
         )
 
     return all(immutable(x) for x in node.walk())
-
-
-def kind(node: exp.Expr) -> str | None:
-    """'number' or 'time' (a date, timestamp or interval) when ``node``'s type is clear from its
-    shape, else None (a string literal, a column, NULL...).
-
-    >>> import sqlglot
-    >>> [kind(sqlglot.parse_one(s, read="postgres")) for s in
-    ...  ("now() - INTERVAL '1 day'", "current_date - DATE '2020-01-01'", "extract(year FROM now()) * 2", "'5'")]
-    ['time', 'number', 'number', None]
-    """
-    while isinstance(node, (exp.Paren, exp.Neg)):
-        node = node.this
-    if isinstance(node, exp.Literal):
-        return None if node.is_string else "number"
-    if isinstance(node, _TIME_NODES):
-        return "time"
-    if isinstance(node, exp.Cast):
-        return (
-            "time"
-            if node.to.this in _TIME_TYPES
-            else "number"
-            if (node.to.this in fn.NUMERIC_TYPES or node.to.this in fn.INTEGER_TYPES)
-            else None
-        )
-    if isinstance(node, _NUMBER_NODES) or (
-        isinstance(node, exp.Anonymous) and str(node.name).lower() in _OWN_FUNCTIONS
-    ):
-        return "number"
-    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-        kinds = {kind(node.this), kind(node.expression)}
-        if isinstance(node, exp.Sub) and kinds == {"time"}:
-            return "number" if _date(node.this) and _date(node.expression) else "time"
-        return "time" if "time" in kinds else "number" if "number" in kinds else None
-    if isinstance(node, (exp.Nullif, exp.Coalesce, exp.Greatest, exp.Least)):
-        return kind(node.this)
-    return None
-
-
-def _date(node: exp.Expr) -> bool:
-    """Is ``node`` a date (date - date is an integer number of days)?"""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    return isinstance(node, (exp.CurrentDate, exp.StrToDate)) or (
-        isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DATE
-    )
 
 
 def _plain_number(node: exp.Expr) -> bool:
