@@ -411,10 +411,17 @@ def sanitized_upstream(sqlstate: str | None) -> UpstreamError:
     """
     cls = (sqlstate or "XX")[:2]
     code = cls + "000"
+    hint = "check casts and divisions in the query; make expressions total (e.g. NULLIF guards)"
+    if cls == "0A":  # feature_not_supported: the statement's form, not its data
+        hint = (
+            "the database does not support this form of statement; on a Citus coordinator, a "
+            "correlated subquery (EXISTS, IN) over a table local to the coordinator is one: make "
+            "it a reference table (dpsql check --upstream lists such tables)"
+        )
     return UpstreamError(
         "the private query failed in the database",
         detail=f"error class {code}; the database's message is withheld because it may contain "
         "private values",
-        hint="check casts and divisions in the query; make expressions total (e.g. NULLIF guards)",
+        hint=hint,
         sqlstate=code,
     )

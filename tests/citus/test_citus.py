@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import psycopg
@@ -32,6 +33,7 @@ from sqlglot import exp
 from dpsql.check import catalog_findings
 from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
+from dpsql.errors import UpstreamError
 from dpsql.execute.private_sql import salt_of, salted
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
@@ -53,6 +55,7 @@ from tests.dp_audit.test_audit_neighbours import (
     l1_ratio,
     worst_ratio,
 )
+from tests.helpers import ledgered_engine
 from tests.policies import build_policy, private_table
 
 pytestmark = pytest.mark.citus
@@ -347,6 +350,26 @@ def test_a_table_not_distributed_by_its_unit_is_caught(
                 "SELECT create_distributed_table('pums', 'pid', colocate_with => 'purchases')"
             )
     assert [f for f in catalog_findings(load_policy(POLICY), citus_dsn) if f.warning] == []
+
+
+@pytest.mark.parametrize("bounds", ["auto", "fixed"])
+def test_a_correlated_subquery_over_a_local_table_is_refused_and_refunded(
+    citus_dsn: str, bounds: str
+) -> None:
+    """What Citus can't run: a correlated EXISTS over a public table local to the coordinator
+    (``dpsql check`` warns about such a table). The statement fails with SQLSTATE 0A000, whose
+    hint says to make it a reference table, and nothing is charged (0A is refunded: the form
+    of a statement, not its data)."""
+    sql = (
+        "SELECT COUNT(*) FROM purchases p "
+        "WHERE EXISTS (SELECT 1 FROM regions_local l WHERE l.code = p.region)"
+    )
+    with ledgered_engine(policies()[bounds], citus_dsn, "dpsql_citus") as engine:
+        with pytest.raises(UpstreamError) as err:
+            engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+        assert err.value.sqlstate == "0A000" and "reference table" in (err.value.hint or "")
+        assert engine.ledger is not None
+        assert all(b.epsilon_spent == 0 for b in engine.ledger.remaining("analyst"))
 
 
 # -- the neighbouring-database audits (tests/dp_audit/test_audit_neighbours.py) on the cluster ----
