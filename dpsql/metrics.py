@@ -48,8 +48,8 @@ class StatementStats(Collector):
     a scrape copies them."""
 
     def __init__(self) -> None:
-        self.statements: dict[tuple[str, str], int] = {}
-        self.latency: dict[str, list[float]] = {}  # kind -> per-bucket counts, +Inf, sum
+        # (kind, outcome) -> per-bucket latency counts, +Inf, sum of seconds, statements
+        self.by_outcome: dict[tuple[str, str], list[float]] = {}
         self.epsilon: dict[str, float] = {}
         self.delta: dict[str, float] = {}
         self.cached: dict[str, int] = {}
@@ -57,16 +57,14 @@ class StatementStats(Collector):
     def observe(self, fields: dict[str, Any]) -> None:
         """Count one statement from its log line's fields (``kind``, ``outcome``,
         ``latency_ms``, ``epsilon``, ``delta``, ``cached``, ``analyst``: every line has them)."""
-        kind = fields["kind"]
-        key = (kind, fields["outcome"])
-        st = self.statements
-        st[key] = st.get(key, 0) + 1
-        counts = self.latency.get(kind)
-        if counts is None:
-            counts = self.latency[kind] = [0.0] * (len(BUCKETS) + 2)
+        key = (fields["kind"], fields["outcome"])
+        rec = self.by_outcome.get(key)
+        if rec is None:
+            rec = self.by_outcome[key] = [0.0] * (len(BUCKETS) + 3)
         seconds = fields["latency_ms"] / 1000
-        counts[bisect_left(BUCKETS, seconds)] += 1
-        counts[-1] += seconds
+        rec[bisect_left(BUCKETS, seconds)] += 1
+        rec[-2] += seconds
+        rec[-1] += 1
         if fields["epsilon"] or fields["delta"] or fields["cached"]:
             self._charged(fields["analyst"], fields["epsilon"], fields["delta"], fields["cached"])
 
@@ -81,13 +79,17 @@ class StatementStats(Collector):
     def collect(self) -> Iterator[Metric]:
         st = CounterMetricFamily("dpsql_statements", "Statements by kind and outcome (SQLSTATE, "
                                  "00000: ok)", labels=["kind", "sqlstate"])  # fmt: skip
-        for (kind, outcome), n in _copy(self.statements).items():
-            st.add_metric([str(kind), "00000" if outcome == "ok" else str(outcome)], n)
+        by_kind: dict[str, list[float]] = {}  # kind -> per-bucket counts, +Inf, sum
+        for (kind, outcome), rec in _copy(self.by_outcome).items():
+            rec = list(rec)
+            st.add_metric([str(kind), "00000" if outcome == "ok" else str(outcome)], int(rec[-1]))
+            acc = by_kind.setdefault(kind, [0.0] * (len(BUCKETS) + 2))
+            for i, n in enumerate(rec[:-1]):
+                acc[i] += n
         yield st
         lat = HistogramMetricFamily("dpsql_statement_seconds", "Statement latency by kind",
                                     labels=["kind"])  # fmt: skip
-        for kind, counts in _copy(self.latency).items():
-            counts = list(counts)
+        for kind, counts in by_kind.items():
             cumulative, buckets = 0.0, []
             for bound, n in zip((*map(str, BUCKETS), "+Inf"), counts[:-1], strict=True):
                 cumulative += n

@@ -87,7 +87,7 @@ def log_statement(**fields: Any) -> None:
     """
     observe(fields)
     if log.isEnabledFor(logging.INFO):
-        record = _record(_encode(fields))
+        record = _record("".join(_chunks(fields, 0)) if _chunks is not None else _encode(fields))
         if log.filters or log.disabled:
             log.handle(record)
         else:  # what handle() does for a logger without filters, one call less
@@ -216,6 +216,19 @@ def _task_name() -> str | None:
 _JSON = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
+def _c_encoder() -> Callable[[dict[str, Any], int], Any] | None:
+    """The C encoder ``JSONEncoder.encode`` builds on every call, built once (no circular
+    check: the fields are flat), or None without the C accelerator. ``"".join(enc(fields, 0))``
+    is ``_JSON.encode(fields)``'s text."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    enc: Callable[[dict[str, Any], int], Any] = make(
+        None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+    return enc
+
+
 def _line_encoder() -> Callable[[dict[str, Any]], str]:
     """``_JSON.encode`` for a log line's fields: the C encoder ``JSONEncoder.encode`` builds on
     every call, built once (no circular check: the fields are flat). The same text.
@@ -225,14 +238,14 @@ def _line_encoder() -> Callable[[dict[str, Any]], str]:
     >>> _line_encoder()(f) == _JSON.encode(f)
     True
     """
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # no C accelerator: the standard path
+    enc = _c_encoder()
+    if enc is None:  # no C accelerator: the standard path
         return _JSON.encode
-    enc = make(None, str, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True)
     return lambda fields: "".join(enc(fields, 0))
 
 
 _encode = _line_encoder()
+_chunks = _c_encoder()  # log_statement joins its chunks itself: one Python call less
 
 
 class LineFormatter(logging.Formatter):
@@ -268,5 +281,10 @@ class LineFormatter(logging.Formatter):
         if record.exc_info or record.exc_text or record.stack_info:
             return super().format(record)
         record.message = msg = record.getMessage()
-        record.asctime = stamp = self.formatTime(record)
+        sec = int(record.created)  # formatTime(record), written out (one call less per line)
+        cached = self._second
+        if cached[0] != sec:
+            cached = (sec, time.strftime(self.default_time_format, self.converter(sec)))
+            self._second = cached
+        record.asctime = stamp = f"{cached[1]},{int(record.msecs):03d}"
         return f"{stamp} {record.levelname} {record.name} {msg}"

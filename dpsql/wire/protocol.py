@@ -140,12 +140,7 @@ class Protocol:
                 self.failed()
                 yield _FLUSH  # as PostgreSQL, an error goes out at once
         elif cls is m.Sync:
-            self.skipping = False
-            if self.state.status == "I":
-                self.portals.clear()  # portals live until their transaction ends
-            else:
-                self.portals.pop("", None)
-            self.out.send(_READY[self.state.status])
+            self._sync()
             yield _READY_FLUSH
         elif cls is m.Query:
             yield from self._query(msg.sql)  # type: ignore[union-attr]
@@ -175,8 +170,24 @@ class Protocol:
         if not self.skipping and tail[0] is DESCRIBE:
             self._describe_portal(DESCRIBE)  # handle(DESCRIBE) of the portal just bound
             tail = tail[1:]
-        for msg in tail:
-            yield from self.handle(msg)
+        for msg in tail:  # handle(msg), the usual Execute and Sync written out (a generator less)
+            cls = msg.__class__
+            if cls is m.Execute:
+                if self._describing is not None:
+                    yield from self._settle_describe(msg)
+                if self.skipping:
+                    continue
+                try:
+                    yield from self._execute(msg)  # type: ignore[arg-type]
+                except Exception as e:
+                    self.send_error(e)
+                    self.failed()
+                    yield _FLUSH
+            elif cls is m.Sync and self._describing is None:
+                self._sync()
+                yield _READY_FLUSH
+            else:
+                yield from self.handle(msg)
 
     def apply_session(self, st: SessionStatement) -> Outcome:
         """Run a session statement (the driver's answer to a :class:`Run` of
@@ -211,6 +222,16 @@ class Protocol:
         self.skipping = True
         self.state.fail()
 
+    def _sync(self) -> None:
+        """A Sync: the end of an extended-protocol error, the transaction's portals, and
+        ReadyForQuery (flushed by the caller's ``_READY_FLUSH``)."""
+        self.skipping = False
+        if self.state.status == "I":
+            self.portals.clear()  # portals live until their transaction ends
+        else:
+            self.portals.pop("", None)
+        self.out.send(_READY[self.state.status])
+
     def _ready(self) -> Steps:
         self.out.send(_READY[self.state.status])
         yield _READY_FLUSH
@@ -222,7 +243,9 @@ class Protocol:
             raise _undefined("prepared statement", name, InvalidSqlStatementName)
 
     def _check_txn(self, stmt: Statement) -> None:
-        if stmt.session is None or stmt.session.kind not in _TXN_KINDS:
+        if self.state.status == "E" and (
+            stmt.session is None or stmt.session.kind not in _TXN_KINDS
+        ):  # the status first: check_not_failed's own test, without its call
             self.state.check_not_failed()
 
     # ---- simple query ----------------------------------------------------------------------
