@@ -50,12 +50,15 @@ class Rows:
 
 
 def _columns(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> tuple[ResultColumn, ...]:
-    if cur.description is None:
+    return _described(cur.description)
+
+
+def _described(desc: list[psycopg.Column] | None) -> tuple[ResultColumn, ...]:
+    """Result columns of a cursor's ``description`` (read it once: psycopg builds its Column
+    objects again at every read)."""
+    if desc is None:
         return ()
-    return tuple(
-        ResultColumn(c.name, int(c.type_code), int(getattr(c, "_fmod", -1)))
-        for c in cur.description
-    )
+    return tuple(ResultColumn(c.name, int(c.type_code), int(getattr(c, "_fmod", -1))) for c in desc)
 
 
 def type_name(oid: int) -> str:
@@ -139,9 +142,10 @@ class Backend:
                     try:
                         with conn.cursor(binary=binary) as cur:
                             cur.execute(query, params or None)
-                            rows = cur.fetchall() if cur.description is not None else []
+                            desc = cur.description  # built at every read: once
+                            rows = cur.fetchall() if desc is not None else []
                             status = cur.statusmessage or ""
-                            return Rows(_columns(cur), rows, status)
+                            return Rows(_described(desc), rows, status)
                     except psycopg.Error as e:
                         again = attempt == 1 and connection_lost(e, conn)
                         if not again or (cancel is not None and cancel.cancelled):

@@ -28,6 +28,7 @@ import math
 from dataclasses import dataclass, replace
 from decimal import Decimal, localcontext
 from fractions import Fraction
+from functools import cached_property
 from typing import Literal
 
 from dpsql.dp.accounting import Cost, epsilon_to_rho, sequential
@@ -90,8 +91,10 @@ class Plan:
     # outside counts of statistics without a bias estimate (VARIANCE, STDDEV), from ALARM_SHARE
     alarms: tuple[AlarmPlan, ...] = ()
 
-    @property
+    @cached_property
     def cost(self) -> Cost:
+        """What the plan spends (a pure function of its mechanisms; the plan is memoized per
+        statement, analysis and privacy parameters, so this is summed once per plan)."""
         costs = [c for mp in self.measures for c in mp.costs]
         if self.selection is not None:
             costs.append(self.selection.cost)
