@@ -246,14 +246,24 @@ def inline_key_tables(
     return replace(a, group_keys=tuple(keys))
 
 
-NONDETERMINISTIC_SQL = """SELECT COALESCE(pg_catalog.bool_or(
-  NOT COALESCE(c.collisdeterministic, true) OR t.typname = 'citext'), false)
-FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
-WHERE a.attrelid = ANY (ARRAY[{tables}]::pg_catalog.oid[]) AND a.attnum > 0
-  AND NOT a.attisdropped"""
+NONDETERMINISTIC_SQL = """WITH RECURSIVE cols AS (
+  SELECT a.atttypid AS typ, a.attcollation AS coll FROM pg_catalog.pg_attribute a
+  WHERE a.attrelid = ANY (ARRAY[{tables}]::pg_catalog.oid[]) AND a.attnum > 0
+    AND NOT a.attisdropped
+), types(typ) AS (
+  SELECT typ FROM cols
+  UNION
+  SELECT t.typbasetype FROM pg_catalog.pg_type t JOIN types ON t.oid = types.typ
+  WHERE t.typbasetype <> 0
+)
+SELECT COALESCE((SELECT pg_catalog.bool_or(NOT COALESCE(c.collisdeterministic, true))
+  FROM cols LEFT JOIN pg_catalog.pg_collation c ON c.oid = cols.coll), false)
+  OR EXISTS (SELECT 1 FROM types JOIN pg_catalog.pg_type t ON t.oid = types.typ
+    WHERE t.typname = 'citext')"""
 """Whether a column of the given tables has a nondeterministic collation (case- or accent-
-insensitive) or the ``citext`` type: equal texts under it print differently (``'a' = 'A'``)."""
+insensitive) or the ``citext`` type, also under a domain (``CREATE DOMAIN email AS citext``:
+the column's type is the domain, its base types are followed): equal texts under it print
+differently (``'a' = 'A'``)."""
 
 TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 
