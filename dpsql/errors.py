@@ -205,6 +205,12 @@ class CharacterNotInRepertoire(DataException, ProtocolViolation):
     sqlstate = "22021"
 
 
+class DivisionByZero(DataException):
+    """A division by a literal zero, refused before anything is charged (22012)."""
+
+    sqlstate = "22012"
+
+
 class InvalidTextRepresentation(DataException):
     """A parameter value that does not parse as its type (22P02)."""
 
@@ -395,7 +401,7 @@ class UpstreamError(DpsqlError):
 def lookup(sqlstate: str) -> type[DpsqlError]:
     """The class of ``sqlstate``: its own, else its family's, else :class:`DpsqlError`.
 
-    >>> lookup("57014").__name__, lookup("22012").__name__, lookup("P0001").__name__
+    >>> lookup("57014").__name__, lookup("22008").__name__, lookup("P0001").__name__
     ('QueryCanceled', 'DataException', 'DpsqlError')
     """
     return _BY_SQLSTATE.get(sqlstate) or _BY_SQLSTATE.get(sqlstate[:2] + "000") or DpsqlError

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from dpsql.dp.accounting import Cost
 from dpsql.execute import privacy_params
 from dpsql.execute.noise import Release
-from dpsql.execute.notices import interval_notices
+from dpsql.execute.notices import guard_notices, interval_notices
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
 from dpsql.result import Result, ResultColumn
@@ -109,7 +109,7 @@ def finish(
         for i, c in enumerate(cols)
     )
     conf = privacy_params.confidence(engine.policy, session)
-    notices = (*rel.notes, *interval_notices(a, plan, conf))
+    notices = (*rel.notes, *interval_notices(a, plan, conf), *guard_notices(a, data))
     if plan is not None and not describe_only:
         notices = (*notices, *_selection_notices(a, plan, len(data)))
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:

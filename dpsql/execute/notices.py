@@ -5,6 +5,7 @@ or a mode (also in EXPLAIN's plan, :mod:`dpsql.explain.report`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from sqlglot import exp
@@ -16,6 +17,7 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
+from dpsql.sql.post_guards import guard_note, has_guard
 from dpsql.sql.postprocess import stat_outputs
 from dpsql.sql.wording import plural
 
@@ -53,6 +55,19 @@ def interval_notices(
             "bound, no interval is reported (ask for the statistics themselves to get theirs)"
         )
     return tuple(out)
+
+
+def guard_notices(a: Analysis, rows: Sequence[Sequence[object]]) -> tuple[str, ...]:
+    """Why an output is NULL in some row: a guarded operation over a noisy value
+    (:mod:`dpsql.sql.post_guards`) met a value where it is undefined."""
+    guarded = [pos for pos, item in enumerate(a.outer.expressions) if has_guard(item)]
+    null_rows = [r for r in rows if any(p < len(r) and r[p] is None for p in guarded)]
+    names = [
+        a.outer.expressions[p].alias_or_name
+        for p in guarded
+        if any(p < len(r) and r[p] is None for r in null_rows)
+    ]
+    return (guard_note(names, len(null_rows), len(rows)),) if names else ()
 
 
 def _head(sql: str, item: exp.Expr) -> str:

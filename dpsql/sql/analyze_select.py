@@ -26,6 +26,7 @@ from dpsql.sql.analyze_aggregates import (
 from dpsql.sql.group_domain import check_some_key_left, group_key, narrow_by_where
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
+from dpsql.sql.post_guards import check_constant_divisors, guard
 from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 from dpsql.sql.wording import plain_sql
@@ -272,6 +273,7 @@ class _Outer:
                 )
             return n
 
+        check_constant_divisors(node)  # certain to fail: refused before any charge
         out = node.copy().transform(fix, copy=False)
         for n in out.walk():
             if not isinstance(n, (*fn.POST_NODES, exp.Alias, exp.Ordered, exp.Order)):
@@ -279,7 +281,7 @@ class _Outer:
                     f"{describe(n)} is not supported in {where} of a private query",
                     hint="use aggregates, arithmetic, ROUND, CASE, COALESCE and casts",
                 )
-        return out
+        return guard(out)  # the rest gives NULL, never an error after the charge
 
     def grouping(self, n: exp.Grouping) -> exp.Expr:
         """GROUPING(args): a constant per grouping set, read from the row's set number."""

@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.functions import INTEGER_TYPES
+from dpsql.sql.post_guards import guarded_value
 
 Iv = tuple[float, float]
 
@@ -50,19 +51,34 @@ _MONO = (exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Cast)
 
 
 def _supported(node: exp.Expr) -> bool:
-    for n in node.walk():
-        if isinstance(n, exp.Column):
-            if stat_index(n) is None:
-                return False
-        elif not isinstance(
-            n,
-            (exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.DataType,
-             exp.Identifier, *_MONO),
-        ):  # fmt: skip
-            return False
-        if isinstance(n, exp.Literal) and n.is_string:
-            return False
-    return True
+    inner = _guarded(node)  # a guard (NULLIF(x, 0), CASE WHEN x >= 0 THEN ...): its value
+    if inner is not None:
+        return _supported(inner)
+    if isinstance(node, exp.Column):
+        return stat_index(node) is not None
+    return _shallow(node) and all(_supported(k) for k in node.iter_expressions())
+
+
+def _guarded(node: exp.Expr) -> exp.Expr | None:
+    """The value a guard of :mod:`dpsql.sql.post_guards`, or the user's own ``NULLIF(x, 0)``,
+    has where it is not NULL."""
+    inner = guarded_value(node)
+    if inner is None and isinstance(node, exp.Nullif) and _zero(node.expression):
+        inner = node.this
+    return inner
+
+
+def _zero(e: object) -> bool:
+    return isinstance(e, exp.Literal) and not e.is_string and e.this in ("0", "0.0")
+
+
+def _shallow(n: exp.Expr) -> bool:
+    """The node alone (not its children) is of a supported kind."""
+    return isinstance(
+        n,
+        (exp.Literal, exp.Paren, exp.Neg, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.DataType,
+         exp.Identifier, *_MONO),
+    ) and not (isinstance(n, exp.Literal) and n.is_string)  # fmt: skip
 
 
 def is_integer(node: exp.Expr, int_stats: frozenset[int]) -> bool:
@@ -72,6 +88,9 @@ def is_integer(node: exp.Expr, int_stats: frozenset[int]) -> bool:
         return i in int_stats
     if isinstance(node, exp.Literal):
         return not node.is_string and node.this.isdigit()
+    inner = _guarded(node)
+    if inner is not None:
+        return is_integer(inner, int_stats)
     if isinstance(node, (exp.Paren, exp.Neg)):
         return is_integer(node.this, int_stats)
     if isinstance(node, exp.Cast):
@@ -93,6 +112,9 @@ def eval_interval(
     i = stat_index(node)
     if i is not None:
         return ivs.get(i)
+    inner = _guarded(node)
+    if inner is not None:  # where it is not NULL, its value is the guarded child's
+        return ev(inner)
     if isinstance(node, exp.Literal):
         v = float(node.this)
         return v, v

@@ -112,3 +112,44 @@ def test_rollup_over_no_declared_key_keeps_its_total(engine: Engine) -> None:
     s = SessionContext("analyst", Fraction(1))
     r = engine.execute(engine.prepare(sql, "analyst"), s)
     assert [row[0] for row in r.rows] == [None]
+
+
+def test_literal_zero_divisor_refused_before_the_charge(engine: Engine) -> None:
+    """COUNT(*) / 0 fails whatever the noise: 22012 before anything is charged (was: charged,
+    then PostgreSQL's division by zero, and a free repeat failing the same way)."""
+    before = _spent(engine)
+    e = _refusal(engine, "SELECT COUNT(*) / 0 FROM purchases")
+    assert e.sqlstate == "22012" and "COUNT(*) / 0" in e.message, e
+    assert e.hint and "NULLIF" in e.hint
+    assert _spent(engine) == before
+
+
+def test_post_processing_errors_give_null_and_a_notice(engine: Engine) -> None:
+    """A division by a noisy 0 (COUNT(*) - COUNT(*): exactly 0 after noise, both read the same
+    noisy count) and the square root of a noisy value far below 0 (SUM(amount) <= 61M, its
+    noise at epsilon 1 under 1M with probability 1 - 1e-100) give NULL and a notice, after the
+    charge, never an error."""
+    s = SessionContext("analyst", Fraction(1))
+    sql = (
+        "SELECT SUM(amount) / (COUNT(*) - COUNT(*)) AS d, SQRT(SUM(amount) - 1e12) AS q, "
+        "LN(COUNT(*) - 1e12) AS l, CAST(SUM(amount) * 1e6 AS integer) AS c FROM purchases"
+    )
+    r = engine.execute(engine.prepare(sql, "analyst"), s)
+    assert r.rows == [(None, None, None, None)]
+    assert r.epsilon_spent > 0
+    assert any(n.startswith("d, q, l, c: NULL: computed from noisy values") for n in r.notices), (
+        r.notices
+    )
+    again = engine.execute(engine.prepare(sql, "analyst"), s)  # the free repeat: the same
+    assert again.rows == r.rows and again.cached
+
+
+def test_user_nullif_divisor_keeps_the_interval(engine: Engine) -> None:
+    """SUM(amount) / NULLIF(COUNT(*), 0): an interval like SUM(amount) / COUNT(*)'s (was: 'an
+    expression dpsql can't bound')."""
+    for sql in (
+        "SELECT SUM(amount) / NULLIF(COUNT(*), 0) AS r FROM purchases",
+        "SELECT SUM(amount) / COUNT(*) AS r FROM purchases",
+    ):
+        notes = notices_of(engine, sql)
+        assert not any(n.startswith("r: computed from noisy") for n in notes), notes
