@@ -115,13 +115,25 @@ def accuracy_notes(
             if (noisy is not None and rows and s.measures[0] in noisy)
             else 0.0
         )
-        share = f" ({_percent(total / answer)} of the answer)" if answer > 0 and total > 0 else ""
+        # the total's own noise: each group's estimate has r.plan.dropped's; over G groups
+        # sqrt(G) times one group's half-width (conservative for Laplace sums)
+        # (one total: its noise is the 'up to ... more' below)
+        grouped = bool(a.group_keys) and rows > 0
+        spread = r.plan.dropped.half_width(confidence) * math.sqrt(rows) if grouped else tw.d_hi
+        share = (
+            f"{_percent(total / answer)} of the answer"
+            if answer > 0 and total > spread and total > 0
+            else ""
+        )  # a percentage only where the estimate is above its noise
+        parts = [f"a noisy estimate, ±{fmt(spread)}"] if grouped else []
+        parts += [share] if share else []
+        estimate = f" ({'; '.join(parts)})" if parts else ""
         where = " in all groups together" if a.group_keys else ""
         per = " in a group" if a.group_keys else ""
         far = "above" if t.sign > 0 else "below"
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
-            f"(they keep {_kept(a, t)}): about {qty_text(a, t.measure, total)}{where}{share}, "
+            f"(they keep {_kept(a, t)}): about {qty_text(a, t.measure, total)}{where}{estimate}, "
             f"and up to {fmt(tw.d_hi)} more{per} given that estimate's noise; so it reaches "
             f"further {far} the answer. "
         )
@@ -266,9 +278,10 @@ def _cap_source(a: Analysis, t: BiasTarget) -> str:
     scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
     text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
     if t.split > 1:
-        text += f", shared evenly over the {t.split} groups"
+        total = qty_text(a, m, float(t.cap))
+        text += f", {total}, shared over the {t.split} groups a {unit} can reach"
         if t.group_cap_steps * t.split > t.cap_steps:
-            text += f", at least {qty_text(a, m, float(t.grid))}"
+            text += f", at least {qty_text(a, m, float(t.grid))} in each"
     return text
 
 
@@ -399,14 +412,16 @@ def _avg_why_wide(
         iv = derive(s, vals, widths)[1]
         noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
     which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
+    smallest = "the smallest group" if len(wide) > 1 else "it"
     why = (
-        "the noise alone is that wide"
+        f"too few rows for this epsilon ({smallest} has about {fmt(kept)}, a noisy count): the "
+        "noise alone is that wide"
         if noise_wide == len(wide)
-        else f"the estimate of what the bounds left out (it gets {_SHARE} of epsilon) is that wide"
+        else f"the estimate of what the bounds left out (it gets {_SHARE} of epsilon) is that "
+        f"wide ({smallest} has about {fmt(kept)} rows, a noisy count)"
     )
     return (
         f" {which} spans most of {col_name(a.measure(s.measures[0]))}'s declared range "
-        f"({fmt(lo)} to {fmt(hi)}): too few rows (as few as about {fmt(kept)}, noisy) for this "
-        f"epsilon, {why}. "
+        f"({fmt(lo)} to {fmt(hi)}): {why}. "
         "Raise dpsql.epsilon, or group less finely."
     )

@@ -117,7 +117,8 @@ def test_a_statistic_is_named_as_written(engine: Engine, sql: str, heads: tuple[
 
 _SPLIT = re.compile(
     r"lost more than ([\d,.]+) rows? in one group \(4x the ([\d,.]+) rows? the bounds keep of "
-    r"one user_id (?:over all groups|in a group), shared evenly over the (\d+) groups(, at least 1 row)?\)"
+    r"one user_id (?:over all groups|in a group), ([\d,.]+) rows?, shared over the (\d+) groups a "
+    r"user_id can reach(, at least 1 row in each)?\)"
 )
 _WHOLE = re.compile(
     r"lost more than ([\d,.]+) rows? \(4x the ([\d,.]+) rows? the bounds keep of one user_id\)"
@@ -137,7 +138,7 @@ def _num(x: str) -> float:
 )
 def test_the_assumed_cap_agrees_with_its_words_per_group(engine: Engine, sql: str) -> None:
     """Split over K declared groups, the assumption's figure is 4x what the bounds keep of one
-    user, shared evenly over the K groups (at least one row): the figure and its words agree
+    user, shared over the K groups (at least one row in each): the figure and its words agree
     (it said "(4x what the bounds keep)" beside 4x / K of it). Deterministic given the bounds
     chosen (whatever they are)."""
     (line,) = [n for n in notices_of(engine, sql) if n.startswith("COUNT(*): ")]
@@ -145,9 +146,10 @@ def test_the_assumed_cap_agrees_with_its_words_per_group(engine: Engine, sql: st
         return
     m = _SPLIT.search(line)
     assert m, line
-    cap, kept, k = _num(m[1]), _num(m[2]), int(m[3])
+    cap, kept, total, k = _num(m[1]), _num(m[2]), _num(m[3]), int(m[4])
+    assert total == 4 * kept, line
     assert cap == max(1, (4 * kept) // k), line
-    assert (m[4] is not None) == (4 * kept < k), line
+    assert (m[5] is not None) == (4 * kept < k), line
 
 
 def test_the_assumed_cap_agrees_with_its_words(engine: Engine) -> None:
