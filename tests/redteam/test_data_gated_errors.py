@@ -95,6 +95,21 @@ TIME_PROBES = {
     "many small day counts": "current_date + " + " + ".join(["36525"] * 25),
 }
 PROBES.update({f"time: {k}": GATE.format(v) for k, v in TIME_PROBES.items()})
+# a date after 294276 AD in the data (the high database's unit 1): converting it to a timestamp
+# failed for that row only
+PROBES.update(
+    {
+        "far date: cast to timestamp": (
+            "SELECT COUNT(*) FROM t WHERE CAST(d AS timestamp) > TIMESTAMP '2020-01-01'"
+        ),
+        "far date: cast to timestamptz": GATE.format("CAST(d AS timestamptz)"),
+        "far date: date_trunc": "SELECT COUNT(*) FROM t GROUP BY date_trunc('month', d)",
+        "far date: date_trunc gated": GATE.format("date_trunc('year', (d))"),
+        "far date: to_char": "SELECT COUNT(*) FROM t GROUP BY to_char(d, 'YYYY')",
+        "far date: extract": "SELECT COUNT(*) FROM t GROUP BY extract(epoch FROM d)",
+        "far date: comparison with now()": "SELECT COUNT(*) FROM t WHERE d > now()",
+    }
+)
 # constructs that must stay answered (the refusals above must not catch them)
 ANSWERED = [
     "SELECT COUNT(*) FROM t WHERE d >= current_date - 30",
@@ -109,7 +124,7 @@ ANSWERED = [
 def _load(dsn: str, target: int) -> None:
     """40 units, one row each; unit 1 holds ``target`` (and, in the high database, a date past
     the timestamp range: date columns reach 5874897 AD, timestamps only 294276 AD)."""
-    far = "2020-01-01" if target == LOW else "200000-01-01"
+    far = "2020-01-01" if target == LOW else "300000-01-01"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE t (u integer NOT NULL, x numeric, q integer, d date, ts timestamp, "

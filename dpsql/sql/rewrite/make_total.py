@@ -142,6 +142,29 @@ def _folded(node: exp.Expr) -> bool:
     return all(immutable(x) for x in node.walk())
 
 
+_TIMESTAMP_TYPES = frozenset({exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ})
+LAST_TIMESTAMP_DATE = "294276-12-31"  # dates go on to 5874897 AD, timestamps stop here
+
+
+def _timestamp_range(node: exp.Expr, columns: Columns | None) -> exp.Expr:
+    """A date column that PostgreSQL converts to a timestamp (a cast, ``date_trunc``,
+    ``to_char``) clamped to the last date a timestamp holds (infinity and NULL kept): a row
+    dated after 294276 AD made the conversion fail ("date out of range for timestamp") for that
+    row only, a data-dependent error."""
+    inner = node
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    col = lookup(columns, inner) if columns is not None and isinstance(inner, exp.Column) else None
+    if col is None or col.family != "date":
+        return node
+    last = exp.cast(exp.Literal.string(LAST_TIMESTAMP_DATE), "date")
+    beyond = exp.and_(
+        exp.GT(this=inner.copy(), expression=last.copy()),
+        exp.Anonymous(this="isfinite", expressions=[inner.copy()]),
+    )
+    return exp.Case(ifs=[exp.If(this=beyond, true=last)], default=inner.copy())
+
+
 def _plain_number(node: exp.Expr) -> bool:
     while isinstance(node, (exp.Neg, exp.Paren)):
         node = node.this
@@ -239,7 +262,11 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             n.set("this", _num(n.this))
             return n
         if isinstance(n, exp.Cast):
+            if n.to.this in _TIMESTAMP_TYPES:
+                n.set("this", _timestamp_range(n.this, columns))
             return _cast_total(n)
+        if isinstance(n, (exp.TimestampTrunc, exp.DateTrunc, exp.TimeToStr)):
+            n.set("this", _timestamp_range(n.this, columns))
         return n
 
     def fix_numeric(n: exp.Expr, both_int: bool) -> exp.Expr:
