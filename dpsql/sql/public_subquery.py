@@ -94,6 +94,7 @@ def check_public_subquery(
             f'the subquery\'s table alias "{s.alias}" is also used by the outer query',
             hint="give the subquery's table its own alias",
         )
+    _qualify_own_columns(q, s, outer)
     where = q.args.get("where")
     inner_where, links = _correlations(where.this if where is not None else None, s, outer)
     for link in links:
@@ -108,11 +109,13 @@ def check_public_subquery(
     checked: list[exp.Expr] = [*q.expressions, *([inner_where] if inner_where else [])]
     for c in (c for e in checked for c in e.find_all(exp.Column)):
         if c.table != s.alias:
+            name = s.table.removeprefix("public.")
             raise UndefinedColumn(
-                f"column {c.sql('postgres')} in a subquery must be qualified by the subquery's "
-                f'alias "{s.alias}"',
-                hint=_HINT + "; a correlation is written <alias>.<column> = <outer alias>.<column> "
-                "in the subquery's WHERE",
+                f"column {c.sql('postgres')} in a subquery is not known to be a column of "
+                f"{name}: the outer query has a column of that name too (dpsql does not read "
+                "public tables' columns), or it names the outer query's table",
+                hint=f"qualify it: {s.alias}.{c.name} for {name}'s column; a correlation is "
+                "written <alias>.<column> = <outer alias>.<column> in the subquery's WHERE",
             )
     items = q.expressions
     if exists:
@@ -124,6 +127,21 @@ def check_public_subquery(
     inner = _PublicCtx([s])
     if inner_where is not None:
         check_row_level(inner, inner_where, "a subquery's WHERE")
+
+
+def _qualify_own_columns(q: exp.Select, s: Source, outer: Ctx) -> None:
+    """Qualify, in place, the subquery's unqualified columns that can only be its own table's:
+    no outer table has a column of that name (every outer table is private, its columns known).
+    PostgreSQL resolves an unqualified name in the innermost scope first, so this is what it
+    reads (``region IN (SELECT code FROM regions WHERE name = 'North')``)."""
+    if any(x.private is None for x in outer.sources):
+        return  # a public outer table's columns are not known: leave them to be qualified
+    known = {c for x in outer.sources if x.private is not None for c in x.private.columns}
+    where = q.args.get("where")
+    parts = [*q.expressions, *([where.this] if where is not None else [])]
+    for c in [c for e in parts for c in e.find_all(exp.Column)]:
+        if not c.table and isinstance(c.this, exp.Identifier) and c.name not in known:
+            c.set("table", exp.to_identifier(s.alias))
 
 
 def _correlations(

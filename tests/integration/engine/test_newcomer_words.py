@@ -186,3 +186,19 @@ def test_removed_mass_is_stated_as_a_noisy_estimate(engine: Engine, sql: str) ->
             assert total > spread, line
     for line in notes:
         assert "shared evenly" not in line and "as few as" not in line, line
+
+
+def test_in_subquery_over_a_public_table_with_its_own_columns_unqualified(engine: Engine) -> None:
+    """An uncorrelated IN-subquery over a public table whose unqualified columns the private
+    table does not have: answered, as PostgreSQL resolves them (the subquery's table), the same
+    count as the qualified form (was: 42703 'must be qualified by the subquery's alias
+    "regions"', an alias never written)."""
+    s = SessionContext("analyst", Fraction(1))
+    plain = "SELECT COUNT(*) FROM purchases WHERE region IN (SELECT code FROM regions WHERE name = 'North')"
+    r = engine.execute(engine.prepare(plain, "analyst"), s)
+    assert len(r.rows) == 1 and r.epsilon_spent > 0
+    e = _refusal(
+        engine, "SELECT COUNT(*) FROM purchases WHERE region IN (SELECT region FROM regions)"
+    )
+    assert e.sqlstate == "42703" and "the outer query has a column of that name" in e.message, e
+    assert e.hint is not None and "regions.region" in e.hint
