@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from sqlglot import exp
+
 from dpsql.dp.accounting import Cost
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import key_texts, planning, privacy_params
@@ -55,10 +57,33 @@ def repeat_key(
     assert tree is not None
     hit = engine.caches.sql.get(("canonical", id(tree)))
     if hit is None or hit[0] is not tree:
-        hit = (tree, canonical(tree))
+        hit = (tree, canonical(released_part(tree)))
         engine.caches.sql.remember(("canonical", id(tree)), hit)
     extra = engine.repeat_digest(prepared.scope)
     return key(hit[1], params, epsilon, delta, mechanism, extra=extra)
+
+
+def released_part(tree: exp.Expr) -> exp.Expr:
+    """What a statement's release depends on: ``tree`` without the LIMIT and OFFSET of its
+    SELECT, nor an ORDER BY that reads no aggregate (keys, output names, ordinals). They only
+    shape the post-processing query over the released groups (dpsql.sql.analyze_select puts
+    them on the outer query alone), so pages of one grouped answer (``LIMIT 5 OFFSET 0``,
+    ``OFFSET 5``, no LIMIT) share one release: one charge, the same numbers on every page. An
+    ORDER BY with an aggregate stays: it can add a statistic to the release."""
+    from dpsql.sql import functions as fn
+
+    if not isinstance(tree, exp.Select):
+        return tree
+    order = tree.args.get("order")
+    strip = [k for k in ("limit", "offset") if tree.args.get(k) is not None]
+    if order is not None and not any(fn.is_aggregate(n) for n in order.walk()):
+        strip.append("order")
+    if not strip:
+        return tree
+    out = tree.copy()
+    for k in strip:
+        out.set(k, None)
+    return out
 
 
 def cache_key(

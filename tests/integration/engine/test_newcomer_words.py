@@ -202,3 +202,26 @@ def test_in_subquery_over_a_public_table_with_its_own_columns_unqualified(engine
     )
     assert e.sqlstate == "42703" and "the outer query has a column of that name" in e.message, e
     assert e.hint is not None and "regions.region" in e.hint
+
+
+def test_pages_of_one_grouped_answer_share_one_release(engine: Engine) -> None:
+    """LIMIT/OFFSET (and an ORDER BY of keys) over a private aggregate page over one release:
+    the first page is charged, the next page and the whole answer are free repeats with the
+    same numbers (was: each page charged, books/C 4672 on page 1 and 4228 in the whole)."""
+    s = SessionContext("analyst", Fraction(1, 4))
+    base = (
+        "SELECT category, region, COUNT(*) FROM purchases WHERE quantity > 1 "
+        "GROUP BY category, region ORDER BY category, region"
+    )
+    before = _spent(engine)
+    pages = []
+    for sql in (f"{base} LIMIT 5 OFFSET 0", f"{base} LIMIT 5 OFFSET 5", base):
+        pages.append(engine.execute(engine.prepare(sql, "analyst"), s))
+    assert [p.cached for p in pages] == [False, True, True]
+    after = _spent(engine)
+    assert [float(a - b) for a, b in zip(after, before, strict=True)] == [0.25] * len(after)
+    whole = pages[2].rows
+    assert pages[0].rows == whole[:5] and pages[1].rows == whole[5:10]
+    by_count = f"{base.split(' ORDER BY')[0]} ORDER BY COUNT(*) DESC LIMIT 3"
+    top = engine.execute(engine.prepare(by_count, "analyst"), s)  # an aggregate order: its own
+    assert len(top.rows) == 3
