@@ -59,22 +59,29 @@ def store(
 
 
 def lookup(
-    ledger: LedgerStore, conn: psycopg.Connection, analyst: str, cache_key: str
+    ledger: LedgerStore,
+    conn: psycopg.Connection,
+    analyst: str,
+    cache_key: str,
+    statement: str | None = None,
 ) -> bytes | None:
     """The stored answer for the key, recording the free repeat in the analyst's history, in
     one statement (one round trip, atomic on an autocommit connection: the repeat is recorded
-    exactly when the answer is returned; a miss records nothing)."""
+    exactly when the answer is returned; a miss records nothing). The history row shows
+    ``statement``, the text the analyst ran (another page of an answer, a statement of several
+    whose part was answered before), else the stored answer's own."""
     got = conn.execute(
         ledger.q(
             "WITH hit AS (SELECT a.payload, r.fingerprint, r.statement FROM {s}.answer a"
             " JOIN {s}.release r ON r.id = a.release_id"
             " WHERE a.dataset = %s AND a.scope = %s AND a.cache_key = %s),"
             " rec AS (INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
-            " state, statement) SELECT %s, %s, fingerprint, '0', '0', '0', 'repeat', statement"
+            " state, statement) SELECT %s, %s, fingerprint, '0', '0', '0', 'repeat',"
+            " COALESCE(%s, statement)"
             " FROM hit)"
             " SELECT payload FROM hit"
         ),
-        [*_key(ledger, analyst, cache_key), ledger.dataset, analyst],
+        [*_key(ledger, analyst, cache_key), ledger.dataset, analyst, statement],
     ).fetchone()
     return bytes(got[0]) if got is not None else None
 

@@ -123,9 +123,9 @@ class BudgetLedger(Protocol):
         """
         ...
 
-    def lookup(self, analyst: str, cache_key: str) -> bytes | None:
-        """A stored noisy answer for this key, free (the repeat is recorded in the history), or
-        None."""
+    def lookup(self, analyst: str, cache_key: str, statement: str | None = None) -> bytes | None:
+        """A stored noisy answer for this key, free (the repeat is recorded in the history, as
+        ``statement`` when given: the text the analyst ran), or None."""
         ...
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:

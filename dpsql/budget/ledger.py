@@ -168,14 +168,14 @@ class Ledger(LedgerStore, BudgetLedger):
 
     # --- free repeats (see dpsql.budget.answers) ---------------------------------------------
 
-    def lookup(self, analyst: str, cache_key: str) -> bytes | None:
+    def lookup(self, analyst: str, cache_key: str, statement: str | None = None) -> bytes | None:
         # One statement, hit or miss (dpsql.budget.answers.lookup: one round trip). An answer
         # stored concurrently just after it is found by the commit instead (commit returns the
         # earlier answer), as it would be if it were stored just after the read.
         if self.policy.repeats == "off":
             return None
         return self.transact(
-            lambda conn: answers.lookup(self, conn, analyst, cache_key), single=True
+            lambda conn: answers.lookup(self, conn, analyst, cache_key, statement), single=True
         )
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:

@@ -328,7 +328,7 @@ def _run_planned(
     if ledger is not None:
         key = auto[1] if auto is not None else cache_key(engine, prepared, plan, params)
     if ledger is not None and key is not None and reserved is None:
-        stored = ledger.lookup(session.analyst, key)
+        stored = ledger.lookup(session.analyst, key, prepared.text)
         if stored is not None:
             rel = Release.from_json(json.loads(stored))
             return finish(engine, prepared, a, rel, session, plan=plan, cached=True)

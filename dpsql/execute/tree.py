@@ -105,7 +105,7 @@ def run_tree(
     budgets = [
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
     ]
-    run = _Run(engine, sp, list(probes), budgets, session, prepared.scope)
+    run = _Run(engine, sp, list(probes), budgets, session, prepared.scope, prepared.text)
     ivplan, levels, reads, fallbacks = _iv_plan(engine, sp, run, confidence, session.show_intervals)
     ledger = engine.ledger
     for i in range(len(probes)):
@@ -384,8 +384,10 @@ class _Run:
         budgets: list[LeafBudget],
         session: SessionContext,
         scope: str,
+        text: str = "",
     ) -> None:
         self.engine, self.sp, self.session, self.scope = engine, sp, session, scope
+        self.text = text  # the statement the analyst ran (its repeats' history rows)
         self.leaves, self.budgets = leaves, budgets
         self.plans: list[LeafPlan] = [b.answer for b in budgets]
         self.releases: list[Release | None] = [None] * len(leaves)
@@ -414,7 +416,7 @@ class _Run:
             key = cache_key(engine, self.leaves[i], self._share_plan(i), ())
         self.keys[i] = key
         if lookup:
-            stored = ledger.lookup(self.session.analyst, key)
+            stored = ledger.lookup(self.session.analyst, key, self.text or None)
             if stored is not None:
                 self.releases[i] = Release.from_json(json.loads(stored))
                 self.plans[i] = self._share_plan(i)

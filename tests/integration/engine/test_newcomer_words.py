@@ -222,6 +222,12 @@ def test_pages_of_one_grouped_answer_share_one_release(engine: Engine) -> None:
     assert [float(a - b) for a, b in zip(after, before, strict=True)] == [0.25] * len(after)
     whole = pages[2].rows
     assert pages[0].rows == whole[:5] and pages[1].rows == whole[5:10]
+    assert engine.ledger is not None  # dpsql.history shows each repeat as the analyst ran it
+    repeats = [h.statement for h in engine.ledger.history("analyst") if h.state == "repeat"]
+    assert repeats[-2:] == [f"{base} LIMIT 5 OFFSET 5", base] or set(repeats[:2]) == {
+        f"{base} LIMIT 5 OFFSET 5",
+        base,
+    }, repeats
     by_count = f"{base.split(' ORDER BY')[0]} ORDER BY COUNT(*) DESC LIMIT 3"
     top = engine.execute(engine.prepare(by_count, "analyst"), s)  # an aggregate order: its own
     assert len(top.rows) == 3
