@@ -197,9 +197,10 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
             check_year(str(src.this), sql)
             return  # parsed when the query is planned: fails (or not) whatever the data
         if temporal_type(src, column) is not None:
-            # between date/timestamp types: a date column past 294276 AD (the last timestamp) is
-            # clamped by the rewrite (make_total._timestamp_range), constants stay within years
-            # 1..9999 +- the bounded intervals
+            # between date/timestamp types: a date or time a timestamp can't hold (a date column
+            # past 294276 AD or near 4714 BC) is moved to +-infinity by the rewrite
+            # (make_total.within_timestamps), constants stay within years 1..9999 +- the bounded
+            # intervals
             return
         raise fails
     numeric_target = (

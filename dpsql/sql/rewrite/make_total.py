@@ -31,6 +31,12 @@ allows total for every input value:
 * date and time arithmetic is never mixed with a column (:mod:`dpsql.sql.totality` refuses date
   columns in arithmetic, and a cast of one to a number fails while the statement is planned);
   its constants are bounded there (:mod:`dpsql.sql.temporal`);
+* a date or time read where PostgreSQL converts it to a timestamp (a cast to ``timestamp`` or
+  ``timestamptz``; ``date_trunc`` and ``to_char``, which take a timestamp) is first moved into
+  the range both types share, with a day's margin for the time zone (:func:`within_timestamps`:
+  later than 294276-12-29 reads as ``'infinity'``, earlier than 4713-11-26 BC as
+  ``'-infinity'``, which those functions take). A date column reaches 5874897 AD, a timestamp
+  294276 AD: ``CAST(d AS timestamp)`` failed only when a row held such a date;
 * casts to integer types clamp their (rounded) input into the type's range, casts to
   ``real``/``double precision`` into the finite range, rounded so they can't underflow, and casts to
   ``numeric(p, s)`` into the largest value of that precision.
@@ -142,29 +148,6 @@ def _folded(node: exp.Expr) -> bool:
     return all(immutable(x) for x in node.walk())
 
 
-_TIMESTAMP_TYPES = frozenset({exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ})
-LAST_TIMESTAMP_DATE = "294276-12-31"  # dates go on to 5874897 AD, timestamps stop here
-
-
-def _timestamp_range(node: exp.Expr, columns: Columns | None) -> exp.Expr:
-    """A date column that PostgreSQL converts to a timestamp (a cast, ``date_trunc``,
-    ``to_char``) clamped to the last date a timestamp holds (infinity and NULL kept): a row
-    dated after 294276 AD made the conversion fail ("date out of range for timestamp") for that
-    row only, a data-dependent error."""
-    inner = node
-    while isinstance(inner, exp.Paren):
-        inner = inner.this
-    col = lookup(columns, inner) if columns is not None and isinstance(inner, exp.Column) else None
-    if col is None or col.family != "date":
-        return node
-    last = exp.cast(exp.Literal.string(LAST_TIMESTAMP_DATE), "date")
-    beyond = exp.and_(
-        exp.GT(this=inner.copy(), expression=last.copy()),
-        exp.Anonymous(this="isfinite", expressions=[inner.copy()]),
-    )
-    return exp.Case(ifs=[exp.If(this=beyond, true=last)], default=inner.copy())
-
-
 def _plain_number(node: exp.Expr) -> bool:
     while isinstance(node, (exp.Neg, exp.Paren)):
         node = node.this
@@ -211,6 +194,47 @@ def _cast_total(n: exp.Cast) -> exp.Expr:
         inner = _clamp(_num(n.this), exp.Neg(this=top), top.copy())
         return exp.Cast(this=_round(inner, s), to=n.to)
     return n
+
+
+# The dates and times every date, timestamp and timestamptz conversion takes in any time zone
+# (a timestamp reaches 294276-12-31 and 4714-11-24 BC, a date 5874897 AD; a zone moves them by
+# under a day)
+_LATEST = "294276-12-29"
+_EARLIEST = "4713-11-26 BC"
+_TO_TIMESTAMP = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ)
+
+
+def within_timestamps(x: exp.Expr) -> exp.Expr:
+    """``x`` (a date, timestamp or timestamptz read from a row) as a value every timestamp
+    conversion takes: ``CASE WHEN x > '294276-12-29' THEN 'infinity' WHEN x < '4713-11-26 BC'
+    THEN '-infinity' ELSE x END`` (the literals take ``x``'s type; infinities convert, and
+    ``date_trunc``/``to_char`` give infinity/NULL for them). Values in range are unchanged.
+
+    >>> import sqlglot
+    >>> within_timestamps(sqlglot.parse_one("d")).sql("postgres")
+    "CASE WHEN d > '294276-12-29' THEN 'infinity' WHEN d < '4713-11-26 BC' THEN '-infinity' ELSE d END"
+    """
+    return exp.Case(
+        ifs=[
+            exp.If(
+                this=exp.GT(this=x.copy(), expression=exp.Literal.string(_LATEST)),
+                true=exp.Literal.string("infinity"),
+            ),
+            exp.If(
+                this=exp.LT(this=x.copy(), expression=exp.Literal.string(_EARLIEST)),
+                true=exp.Literal.string("-infinity"),
+            ),
+        ],
+        default=x.copy(),
+    )
+
+
+def _timestamp_input(n: exp.Expr) -> bool:
+    """``n`` converts what it reads of a row to a timestamp: a cast to ``timestamp`` or
+    ``timestamptz``, ``date_trunc``, ``to_char``."""
+    if isinstance(n, exp.Cast):
+        return n.to.this in _TO_TIMESTAMP
+    return isinstance(n, (exp.DateTrunc, exp.TimestampTrunc, exp.TimeToStr))
 
 
 def _largest_numeric(p: int, s: int) -> exp.Expr:
@@ -261,12 +285,11 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
         if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this):
             n.set("this", _num(n.this))
             return n
+        if _timestamp_input(n) and isinstance(n.this, exp.Expr) and n.this.find(exp.Column):
+            n.set("this", within_timestamps(n.this))
+            return n
         if isinstance(n, exp.Cast):
-            if n.to.this in _TIMESTAMP_TYPES:
-                n.set("this", _timestamp_range(n.this, columns))
             return _cast_total(n)
-        if isinstance(n, (exp.TimestampTrunc, exp.DateTrunc, exp.TimeToStr)):
-            n.set("this", _timestamp_range(n.this, columns))
         return n
 
     def fix_numeric(n: exp.Expr, both_int: bool) -> exp.Expr:
