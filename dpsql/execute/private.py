@@ -69,14 +69,21 @@ def released_part(tree: exp.Expr) -> exp.Expr:
     shape the post-processing query over the released groups (dpsql.sql.analyze_select puts
     them on the outer query alone), so pages of one grouped answer (``LIMIT 5 OFFSET 0``,
     ``OFFSET 5``, no LIMIT) share one release: one charge, the same numbers on every page. An
-    ORDER BY with an aggregate stays: it can add a statistic to the release."""
+    ORDER BY with an aggregate stays: it can add a statistic to the release; so does one that
+    reads anything but the SELECT's own outputs (an ordinal, an output name, a selected
+    expression): ``ORDER BY s`` over a derived table's ``SUM(amount) AS s`` that the SELECT does
+    not list adds that sum, and reusing the release of the statement without it failed."""
     from dpsql.sql import functions as fn
 
     if not isinstance(tree, exp.Select):
         return tree
     order = tree.args.get("order")
     strip = [k for k in ("limit", "offset") if tree.args.get(k) is not None]
-    if order is not None and not any(fn.is_aggregate(n) for n in order.walk()):
+    if (
+        order is not None
+        and not any(fn.is_aggregate(n) for n in order.walk())
+        and all(_an_output(tree, o.this) for o in order.expressions)
+    ):
         strip.append("order")
     if not strip:
         return tree
@@ -84,6 +91,22 @@ def released_part(tree: exp.Expr) -> exp.Expr:
     for k in strip:
         out.set(k, None)
     return out
+
+
+def _an_output(tree: exp.Select, e: exp.Expr) -> bool:
+    """``e`` (an ORDER BY term of ``tree``) is one of its outputs: an ordinal, an output's name
+    (unqualified), or an expression ``tree`` selects."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Literal):
+        return e.is_int
+    if (
+        isinstance(e, exp.Column)
+        and not e.table
+        and e.name in {s.alias_or_name for s in tree.expressions}
+    ):
+        return True
+    return any(e == s.unalias() for s in tree.expressions)
 
 
 def cache_key(

@@ -231,3 +231,19 @@ def test_pages_of_one_grouped_answer_share_one_release(engine: Engine) -> None:
     by_count = f"{base.split(' ORDER BY')[0]} ORDER BY COUNT(*) DESC LIMIT 3"
     top = engine.execute(engine.prepare(by_count, "analyst"), s)  # an aggregate order: its own
     assert len(top.rows) == 3
+
+
+def test_an_order_by_a_column_not_selected_has_its_own_release(engine: Engine) -> None:
+    """ORDER BY s, a derived table's SUM that the SELECT does not list, adds that sum to the
+    release: the statement is not a page of the one without it (was: it reused that release,
+    which has no sum, and failed with IndexError 'list index out of range')."""
+    s = SessionContext("analyst", Fraction(1, 4))
+    inner = (
+        "(SELECT category, SUM(amount) AS s FROM purchases WHERE quantity > 2 GROUP BY category)"
+    )
+    plain = engine.execute(engine.prepare(f"SELECT category FROM {inner} q", "analyst"), s)
+    assert len(plain.rows) == 5
+    top = engine.execute(
+        engine.prepare(f"SELECT category FROM {inner} q ORDER BY s DESC LIMIT 3", "analyst"), s
+    )
+    assert not top.cached and len(top.rows) == 3
