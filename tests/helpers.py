@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.dp.bounds import Selection
@@ -264,3 +265,17 @@ def notices_of(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> lis
     """The notices of one private answer to ``sql`` as the ``analyst`` analyst."""
     s = SessionContext("analyst", epsilon)
     return list(engine.execute(engine.prepare(sql, "analyst"), s).notices)
+
+
+def unrounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turn off the presentation rounding of released values to their noise's resolution
+    (dpsql.execute.bias.round_nearest in the release, execute.flat_rounding and
+    execute.tree_rounding after the post-processing), for a test that compares the mechanism's
+    zero-noise answer with PostgreSQL's exactly: the rounding moves a value by up to 1/200 of its
+    stated half-width however little noise was drawn (tests/integration/engine/
+    test_flat_rounding.py checks the rounding itself)."""
+    from dpsql.execute import finish, noise, tree
+
+    monkeypatch.setattr(noise, "round_nearest", lambda v, hw: v)
+    monkeypatch.setattr(finish, "round_outputs", lambda a, rel, rows, rids: list(rows))
+    monkeypatch.setattr(tree, "round_rows", lambda names, rows, res: [tuple(r) for r in rows])

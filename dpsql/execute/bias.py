@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, ROUND_HALF_EVEN, Decimal, InvalidOperation
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -381,8 +382,40 @@ def round_outwards(iv: Interval, noise_hw: float) -> Interval:
     lo, hi = iv
     if not (noise_hw > 0 and math.isfinite(noise_hw) and math.isfinite(lo) and math.isfinite(hi)):
         return iv
-    e = math.floor(math.log10(noise_hw)) - 2
+    e = step_exponent(noise_hw)
     return _outward(lo, e, True), _outward(hi, e, False)
+
+
+def step_exponent(noise_hw: float) -> int:
+    """The one presentation step of the project: 10 ** this, a power of ten about 1/100 of a
+    noise half-width ``noise_hw`` (> 0, finite): interval ends round outwards to it, released
+    values to its nearest multiple (:func:`round_nearest`)."""
+    return math.floor(math.log10(noise_hw)) - 2
+
+
+def round_nearest(v: Any, noise_hw: float) -> Any:
+    """A released value (float or numeric, keeping its type) to the nearest multiple of the
+    step of ``noise_hw`` (:func:`step_exponent`): the digits below it are noise. Integers,
+    booleans, NULL, text, non-finite values, and any value when ``noise_hw`` is 0 or not
+    finite, unchanged. The value moves by at most half a step (<= ``noise_hw`` / 200); a value
+    inside an interval rounded outwards at the same step stays inside it."""
+    if isinstance(v, bool) or not isinstance(v, (float, Decimal)):
+        return v
+    if not (noise_hw > 0 and math.isfinite(noise_hw) and math.isfinite(float(v))):
+        return v
+    e = step_exponent(noise_hw)
+    if isinstance(v, Decimal):
+        if v.as_tuple().exponent >= e:  # type: ignore[operator]
+            return v  # no digit below the step (ROUND(x, 1) stays 75.5, not 75.50)
+        try:
+            if e < 0:
+                return v.quantize(Decimal(1).scaleb(e), rounding=ROUND_HALF_EVEN)
+            # a step of 1 or more: to an integral value, no exponent notation
+            return v.scaleb(-e).to_integral_value(ROUND_HALF_EVEN).scaleb(e).quantize(Decimal(1))
+        except InvalidOperation:  # more digits than the context holds: as it came
+            return v
+    out = round(v, -e)
+    return float(out)
 
 
 def _outward(x: float, exponent: int, down: bool) -> float:

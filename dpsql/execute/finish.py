@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import Cost
 from dpsql.execute import privacy_params
+from dpsql.execute.flat_rounding import round_outputs
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import guard_notices, interval_notices
 from dpsql.execute.prepared import PrivateQuery
@@ -85,10 +86,14 @@ def finish(
     cols = list(rows.columns)
     data = rows.rows
     intervals = None
+    rids: list[int] | None = None
     if with_rid:
         cols = cols[:-1]
         rids = [r[-1] for r in data]
         data = [tuple(r[:-1]) for r in data]
+    if not describe_only:  # expressions over the statistics: to their noise's resolution
+        data = round_outputs(a, rel, data, rids)
+    if rids is not None:
         intervals = []
         for rid in rids:
             row_iv: list[tuple[float, float] | None] = [None] * len(cols)

@@ -31,6 +31,7 @@ from dpsql.execute.bias import (
     release_alarms,
     release_removed,
     round_interval,
+    round_nearest,
     round_outwards,
     target_interval,
     target_of,
@@ -171,9 +172,13 @@ def release(
     for si, s in enumerate(a.statistics):
         for i in range(len(table)):
             v, _ = derive(s, [noisy[m][i] for m in s.measures], [0.0] * len(s.measures))
-            stats[i].append(v)
             iv = interval(i, si, confidence)
-            intervals[i].append(iv if iv is None else round_interval(s, iv, _half(iv)))
+            iv = iv if iv is None else round_interval(s, iv, _half(iv))
+            # presentation: the digits below the step of its noise are dropped (a function of
+            # the released value and interval only; stored so, a free repeat reads the same)
+            selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
+            stats[i].append(v if iv is None or selected else round_nearest(v, _half(iv)))
+            intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
     derived = [  # an expression's interval: rounded outwards like a statistic's
         [iv if iv is None else round_outwards(iv, _half(iv)) for iv in row]

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
+from dpsql.execute.bias import round_nearest
 from dpsql.execute.noise import Release
 from dpsql.sql.interval_sql import Held
 
@@ -42,23 +43,15 @@ def relative_resolution(releases: Iterable[Release]) -> float | None:
 
 
 def round_value(v: Any, r: float) -> Any:
-    """``v`` (numeric or float) to a multiple of 10^(floor(log10(r |v|)) - 2), nearest; other
+    """``v`` (numeric or float) to a multiple of 10^(floor(log10(r |v|)) - 2), nearest: the
+    step of a noise half-width ``r |v|`` (:func:`dpsql.execute.bias.round_nearest`); other
     values, integers and 0 unchanged."""
     if isinstance(v, bool) or not isinstance(v, (float, Decimal)):
         return v
     x = abs(float(v))
     if not (x > 0 and math.isfinite(x) and r > 0 and math.isfinite(r) and r * x > 0):
         return v  # (r x underflows to 0 for tiny values: no step)
-    e = math.floor(math.log10(r * x)) - 2
-    if isinstance(v, Decimal):
-        try:
-            if e < 0:
-                return v.quantize(Decimal(1).scaleb(e), rounding=ROUND_HALF_EVEN)
-            # a step of 1 or more: to an integral value, no exponent notation
-            return v.scaleb(-e).to_integral_value(ROUND_HALF_EVEN).scaleb(e).quantize(Decimal(1))
-        except InvalidOperation:  # more digits than the context holds: as it came
-            return v
-    return round(v, -e)
+    return round_nearest(v, r * x)
 
 
 def column_resolutions(

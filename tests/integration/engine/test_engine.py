@@ -14,7 +14,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
-from tests.helpers import EXACT, binom_min_successes
+from tests.helpers import EXACT, binom_min_successes, unrounded
 
 R = 25  # demo policy: max_rows_per_unit of purchases
 
@@ -62,7 +62,10 @@ def test_every_declared_key_is_returned(engine: Engine) -> None:
     assert sorted(row[0] for row in r.rows) == ["E", "N", "S", "W"]
 
 
-def test_zero_noise_equals_bounded_aggregate(exact_engine: Engine, demo_dsn: str) -> None:
+def test_zero_noise_equals_bounded_aggregate(
+    exact_engine: Engine, demo_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unrounded(monkeypatch)
     got = dict(
         (c, (n, s))
         for c, n, s in ask(

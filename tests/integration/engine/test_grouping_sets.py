@@ -24,7 +24,7 @@ from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.grouping_sets import SetsPlan
-from tests.helpers import EXACT
+from tests.helpers import EXACT, unrounded
 
 POLICY: dict[str, Any] = {
     "version": 1,
@@ -151,7 +151,10 @@ SHAPES = [
 
 
 @pytest.mark.parametrize("sql", SHAPES)
-def test_shape_is_postgresql(sql: str, exact: Engine, sales_dsn: str) -> None:
+def test_shape_is_postgresql(
+    sql: str, exact: Engine, sales_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unrounded(monkeypatch)
     got = ask(exact, sql)
     want, cols = postgres(sales_dsn, sql)
     assert [(c.name, c.type_oid) for c in got.columns] == cols

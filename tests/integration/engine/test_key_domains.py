@@ -21,7 +21,7 @@ from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import EXACT, analyst_dsn, served_engine
+from tests.helpers import EXACT, analyst_dsn, served_engine, unrounded
 from tests.policies import PolicyMaker, private_table
 
 VISITS = """
@@ -157,8 +157,9 @@ SELECTION_FREE = [
 
 @pytest.mark.parametrize("sql", SELECTION_FREE)
 def test_released_groups_are_postgresqls(
-    sql: str, engines: tuple[Engine, Engine], visits_dsn: str
+    sql: str, engines: tuple[Engine, Engine], visits_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    unrounded(monkeypatch)
     noisy, exact = engines
     want = truth(visits_dsn, sql)
     assert want, "every query here has groups in the data"

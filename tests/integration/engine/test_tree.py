@@ -37,7 +37,7 @@ from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
-from tests.helpers import EXACT, analyst_dsn, served_engine
+from tests.helpers import EXACT, analyst_dsn, served_engine, unrounded
 from tests.policies import build_policy
 
 ALPHA = 1e-6
@@ -264,11 +264,10 @@ def test_bounding_is_a_no_op_on_the_one_row_tables(
     """The premise of the comparisons: on zero noise, every shape is PostgreSQL's answer (up to
     the output grid real-valued sums are released on: at most 5 grid steps, 5 summed cells).
     Before the presentation's rounding of derived values to their noise's resolution (about
-    1/100 of their stated half-width, dpsql.execute.tree_rounding; test_tree_rounding), which
+    1/100 of their stated half-width, dpsql.execute.tree_rounding, and of the leaves' released
+    values, tests.helpers.unrounded), which
     moves a value by at most 1/200 of that half-width however little noise was drawn."""
-    from dpsql.execute import tree as tree_module
-
-    monkeypatch.setattr(tree_module, "round_rows", lambda names, rows, res: rows)
+    unrounded(monkeypatch)
     quiet = Engine(tree_engine.policy, tree_dsn, pool_size=1, noise=EXACT)
     try:
         for sql in CHECKS:

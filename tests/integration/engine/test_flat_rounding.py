@@ -1,0 +1,84 @@
+"""A flat statement's non-integer values carry the digits their noise supports, not 13-17
+(issue 16, item 5: ``AVG(amount)`` answered 75.5042735042735).
+
+Property (deterministic, zero noise: the values are the exact bounded aggregates, the intervals
+the mechanism's own): every released value v of an output with an interval of half-width h is a
+multiple of the step 10^(floor(log10 h) - 2) (the step its interval's ends are rounded outwards
+to), so it prints no digit below it, and it lies within h / 200 of the unrounded value, far
+inside its interval. Checked for AVG, STDDEV, VARIANCE, a SUM of numerics and expressions over
+the statistics (a ratio with an interval, a square root without one: the tree statements' rule,
+relative half-width of what it reads). The broken twin (tests.helpers.unrounded: no rounding)
+keeps 13-17 digits and fails the digit check.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+from tests.helpers import unrounded
+
+SQL = (
+    "SELECT category, AVG(amount) AS a, STDDEV(amount) AS sd, VARIANCE(amount) AS v, "
+    "SUM(amount) AS s, SUM(amount) / COUNT(*) AS ratio, SQRT(VARIANCE(amount)) AS root, "
+    "COUNT(*) AS n FROM purchases GROUP BY category ORDER BY category"
+)
+
+
+def _ask(engine: Engine) -> Any:
+    s = SessionContext(analyst="analyst")
+    s.show_intervals = False
+    return engine.execute(engine.prepare(SQL), s)
+
+
+def _on_step(v: Any, h: float) -> bool:
+    """v (numeric or float) is a multiple of 10^(floor(log10 h) - 2)."""
+    e = math.floor(math.log10(h)) - 2
+    if isinstance(v, Decimal):
+        return v == v.quantize(Decimal(1).scaleb(e)) if e < 0 else v % Decimal(10) ** e == 0
+    q = v / 10.0**e
+    return abs(q - round(q)) <= 1e-6 * max(1.0, abs(q))
+
+
+def _violations(res: Any) -> list[tuple[str, Any, float]]:
+    names = [c.name for c in res.columns]
+    bad = []
+    for row, ivs in zip(res.rows, res.intervals, strict=True):
+        for name, v, iv in zip(names, row, ivs, strict=True):
+            if iv is None or v is None or isinstance(v, (int, str)):
+                continue
+            h = (iv[1] - iv[0]) / 2
+            if not _on_step(v, h):
+                bad.append((name, v, h))
+    return bad
+
+
+def test_values_keep_the_digits_their_noise_supports(
+    exact_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got = _ask(exact_engine)
+    assert got.intervals is not None and got.rows
+    names = [c.name for c in got.columns]
+    checked = {n for row in got.intervals for n, iv in zip(names, row, strict=True) if iv}
+    assert {"a", "sd", "v", "s", "ratio"} <= checked  # each output with an interval is checked
+    assert _violations(got) == []
+    with monkeypatch.context() as m:  # the twin: unrounded
+        unrounded(m)
+        raw = _ask(exact_engine)
+    assert len(_violations(raw)) >= len(got.rows) * 4  # the check catches 17 digits
+    for row, twin, ivs in zip(got.rows, raw.rows, got.intervals, strict=True):
+        assert row[0] == twin[0] and row[-1] == twin[-1]  # keys and counts untouched
+        for name, v, w, iv in zip(names, row, twin, ivs, strict=True):
+            if isinstance(v, (Decimal, float)) and iv is not None:
+                h = (iv[1] - iv[0]) / 2
+                assert abs(float(v) - float(w)) <= h / 200 + 1e-9 * abs(float(w)), name
+                assert type(v) is type(w), name  # numeric stays numeric, double stays double
+        # no interval (SQRT): rounded by the relative half-width of VARIANCE, to <= 1e-4 of it
+        root, twin_root = row[names.index("root")], twin[names.index("root")]
+        assert abs(float(root) - float(twin_root)) <= 1e-2 * abs(float(twin_root))
+        assert len(str(root)) < len(str(twin_root)), (root, twin_root)
