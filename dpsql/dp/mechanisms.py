@@ -39,11 +39,30 @@ _ROUND_BITS = 20
 _EXACT_GAUSS_SIGMA = 10_000
 
 
+def floor_log2(x: Fraction) -> int:
+    """floor(log2(x)) of a positive rational, as ``math.floor(math.log2(float(x)))`` when ``x``
+    is a normal float, exact when it is not (1e-400 underflows to 0.0, 1e400 overflows: the
+    value range of ``SUM(amount / 1e1000)`` or of a constant near NUMERIC's limit).
+
+    >>> floor_log2(Fraction(3)), floor_log2(Fraction(1, 10**400)), floor_log2(Fraction(10**400))
+    (1, -1329, 1328)
+    """
+    try:
+        f = float(x)
+    except OverflowError:
+        f = math.inf
+    if 0 < f < math.inf:
+        return math.floor(math.log2(f))
+    n, d = x.numerator, x.denominator
+    k = n.bit_length() - d.bit_length()  # 2^(k-1) < n/d < 2^(k+1)
+    return k if (n >= d << k if k >= 0 else n << -k >= d) else k - 1
+
+
 def grid_for(scale: Fraction) -> Fraction:
     """A power-of-two grid about 1/1024 of the noise scale (1 for integer-sized scales >= 1024)."""
     if scale <= 0:
         return Fraction(1)
-    k = math.floor(math.log2(float(scale))) - 10
+    k = floor_log2(Fraction(scale)) - 10
     return Fraction(2) ** k if k < 0 else Fraction(1)
 
 

@@ -31,6 +31,15 @@ MeasureKind = Literal[
 ]
 
 
+def _q(x: Fraction | None) -> str:
+    """``str(x)``, or hexadecimal when its digits are too many for Python's decimal conversion
+    (a bound from a constant near NUMERIC's limit, 10^131069: str() raises ValueError past 4300
+    digits)."""
+    if x is None or max(x.numerator.bit_length(), x.denominator.bit_length()) < 10_000:
+        return str(x)
+    return f"0x{x.numerator:x}/0x{x.denominator:x}"
+
+
 @dataclass(frozen=True)
 class Measure:
     """A primitive aggregate computed per group upstream and released with noise.
@@ -68,9 +77,9 @@ class Measure:
         return self._text(plain_sql(self.arg) if self.arg is not None else "")
 
     def _text(self, a: str) -> str:
-        base = f"{self.kind}({a})[{self.lo},{self.hi}]"
+        base = f"{self.kind}({a})[{_q(self.lo)},{_q(self.hi)}]"
         if self.total is not None:
-            base += f"L1={self.total}"
+            base += f"L1={_q(self.total)}"
         if self.kind == "quantile":
             return f"{base}q={self.quantile},B={self.buckets}"
         if self.kind in ("mode", "count_keys"):

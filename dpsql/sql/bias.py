@@ -43,7 +43,7 @@ from typing import Literal
 from sqlglot import exp
 
 from dpsql.dp.accounting import Cost, sequential
-from dpsql.dp.mechanisms import Laplace
+from dpsql.dp.mechanisms import Laplace, floor_log2
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 
 BIAS_SHARE = Fraction(1, 10)
@@ -119,7 +119,7 @@ def _grid(cap: Fraction) -> Fraction:
     """A power of two with cap / grid between 2**20 and 2**21 (a value-free, exact step)."""
     if cap <= 0:
         return Fraction(1)
-    return Fraction(2) ** (math.floor(math.log2(cap)) - GRID_BITS)
+    return Fraction(2) ** (floor_log2(Fraction(cap)) - GRID_BITS)
 
 
 def direction(m: Measure, lo: Fraction | None = None, hi: Fraction | None = None) -> int:

@@ -108,6 +108,10 @@ PROBES.update(
         "far date: to_char": "SELECT COUNT(*) FROM t GROUP BY to_char(d, 'YYYY')",
         "far date: extract": "SELECT COUNT(*) FROM t GROUP BY extract(epoch FROM d)",
         "far date: comparison with now()": "SELECT COUNT(*) FROM t WHERE d > now()",
+        # a timestamp of 4714 BC truncated to its month (or year...) falls before the first one
+        "far past: date_trunc month": "SELECT COUNT(*) FROM t GROUP BY date_trunc('month', ts)",
+        "far past: date_trunc millennium gated": GATE.format("date_trunc('millennium', ts)"),
+        "far past: to_char": GATE.format("to_char(ts, 'YYYY-MM')"),
     }
 )
 # constructs that must stay answered (the refusals above must not catch them)
@@ -125,6 +129,7 @@ def _load(dsn: str, target: int) -> None:
     """40 units, one row each; unit 1 holds ``target`` (and, in the high database, a date past
     the timestamp range: date columns reach 5874897 AD, timestamps only 294276 AD)."""
     far = "2020-01-01" if target == LOW else "300000-01-01"
+    past = "2020-01-01 10:00" if target == LOW else "4714-11-25 10:00 BC"  # the first timestamps
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE t (u integer NOT NULL, x numeric, q integer, d date, ts timestamp, "
@@ -134,8 +139,9 @@ def _load(dsn: str, target: int) -> None:
             "INSERT INTO t SELECT u, CASE WHEN u = 1 THEN %s ELSE 5 END, "
             "CASE WHEN u = 1 THEN %s ELSE 5 END, "
             "CASE WHEN u = 1 THEN %s::date ELSE DATE '2020-01-01' END, "
-            "TIMESTAMP '2020-01-01 10:00', 'abc' FROM generate_series(1, 40) u",
-            (target, target, far),
+            "CASE WHEN u = 1 THEN %s::timestamp ELSE TIMESTAMP '2020-01-01 10:00' END, 'abc' "
+            "FROM generate_series(1, 40) u",
+            (target, target, far, past),
         )
 
 
