@@ -22,7 +22,7 @@ from dpsql.errors import (
 )
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
-from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
+from dpsql.sql.syntax_errors import check_arities, check_empty_clauses, syntax_error
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -349,6 +349,7 @@ def parse_statement(text: str) -> ParsedStatement:
             hint="send one statement at a time",
         )
     check_empty_clauses(found[0], text, tokens)
+    check_arities(tokens)
     tree = flatten_group_rows(fold_identifiers(found[0]))
     return ParsedQuery(text, word, spell_functions(tree, text))
 

@@ -1,0 +1,64 @@
+"""A call with more arguments than PostgreSQL's function takes is refused as PostgreSQL would
+refuse it (42883), never run as something else: sqlglot drops the surplus of these functions
+(``round(a, 1, 2)`` was written ``ROUND(a, 1)``) or reads them as another function (``min(a, b)``
+became ``LEAST(a, b)``)."""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+
+from dpsql.errors import UndefinedFunction
+from dpsql.sql.parse import parse_statement
+from dpsql.sql.syntax_errors import MAX_ARGS
+
+SURPLUS = [
+    ("SELECT COUNT(*), round(AVG(amount), 1, 2) FROM purchases", "round", 3),
+    ("SELECT SUM(length(substring(s, 1, 2, 3))) FROM t", "substring", 4),
+    ("SELECT SUM(length(substr(s, 1, 2, 3))) FROM t", "substr", 4),
+    ("SELECT MIN(amount, 1) FROM purchases", "min", 2),
+    ("SELECT MAX(amount, quantity) FROM purchases", "max", 2),
+    ("SELECT COUNT(*) FROM t WHERE lpad(s, 3, 'x', 'y') = 'a'", "lpad", 4),
+    ("SELECT date_trunc('month', d, 'UTC', 1), COUNT(*) FROM t GROUP BY 1", "date_trunc", 4),
+    ("SELECT COUNT(*) FROM t WHERE mod(q, 2, 3) = 0", "mod", 3),
+    ("SELECT COUNT(*) FROM t WHERE to_date(s, 'YYYY', 'x') > now()", "to_date", 3),
+    ("SELECT COUNT(*) FROM t WHERE ROUND(a, (1, 2)[1], 2) > 0", "round", 3),
+]
+
+
+@pytest.mark.parametrize(("sql", "name", "n"), SURPLUS)
+def test_surplus_arguments_refused(sql: str, name: str, n: int) -> None:
+    with pytest.raises(UndefinedFunction) as e:
+        parse_statement(sql)
+    assert str(e.value) == f"function {name} with {n} arguments does not exist"
+    assert e.value.hint == f"{name.upper()} takes at most " + (
+        f"{MAX_ARGS[name]} argument" + ("" if MAX_ARGS[name] == 1 else "s")
+    )
+    assert e.value.sqlstate == "42883"
+
+
+def test_sqlglot_still_drops_them() -> None:
+    """The twin: without the check these statements would run as something else (if sqlglot stops
+    dropping surplus arguments, the check is still right: PostgreSQL refuses them)."""
+    changed = 0
+    for sql, _, _ in SURPLUS:
+        out = sqlglot.parse_one(sql, read="postgres").sql("postgres")
+        changed += "LEAST" in out or "GREATEST" in out or out.count(",") < sql.count(",")
+    assert changed >= 6
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT round(AVG(amount), 1), round(SUM(amount)) FROM purchases",
+        "SELECT COUNT(*) FROM t WHERE substring(s FROM 1 FOR 2) = 'ab'",
+        "SELECT COUNT(*) FROM t WHERE substring(s, 1, 2) = 'ab' AND lpad(s, 3, 'x') > ''",
+        "SELECT date_trunc('month', d, 'UTC'), MIN(a), MAX(a) FROM t GROUP BY 1",
+        "SELECT MAX(a) OVER (PARTITION BY b, c ORDER BY d, e) FROM t",
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY a, b) FROM t",
+        "SELECT COUNT(*) FROM t WHERE a IN (1, 2, 3) AND ARRAY[1, 2] @> ARRAY[round(a)]",
+        "SELECT length(s, 'UTF8'), mod(q, 2), to_timestamp(s, 'YYYY') FROM t",
+    ],
+)
+def test_written_arities_pass(sql: str) -> None:
+    parse_statement(sql)  # no refusal: PostgreSQL takes these
