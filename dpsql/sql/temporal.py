@@ -271,7 +271,8 @@ def _is_date(node: exp.Expr) -> bool:
     )
 
 
-def _days(node: exp.Expr) -> int | None:
+def int_literal(node: exp.Expr | None) -> int | None:
+    """The value of an integer literal (signs and parentheses read), else None."""
     neg = False
     while isinstance(node, (exp.Neg, exp.Paren)):
         neg = neg != isinstance(node, exp.Neg)
@@ -308,7 +309,7 @@ def check_time_arithmetic(n: exp.Expr) -> None:
     for side, k in zip(sides, kinds, strict=True):
         if k == "time":
             continue
-        days = _days(side)
+        days = int_literal(side)
         if days is None or abs(days) > MAX_DAYS:
             raise UnsupportedSql(
                 f"{plain_sql(n)} is not supported in private queries",
@@ -325,5 +326,5 @@ def time_constants(node: exp.Expr) -> int:
     for n in node.find_all(exp.Add, exp.Sub):
         sides = (n.this, n.expression)
         if "time" in (value_kind(sides[0]), value_kind(sides[1])):
-            count += sum(1 for x in sides if _days(x) is not None)
+            count += sum(1 for x in sides if int_literal(x) is not None)
     return count

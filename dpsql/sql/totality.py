@@ -38,6 +38,7 @@ from dpsql.sql.temporal import (
     check_to_char,
     check_trunc,
     check_year,
+    int_literal,
     temporal_type,
     time_constants,
 )
@@ -89,22 +90,12 @@ def _check_like(n: exp.Like | exp.ILike) -> None:
         )
 
 
-def _int_literal(node: exp.Expr | None) -> int | None:
-    neg = False
-    while isinstance(node, (exp.Neg, exp.Paren)):
-        neg = neg != isinstance(node, exp.Neg)
-        node = node.this
-    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
-        return -int(node.this) if neg else int(node.this)
-    return None
-
-
 def _check_substring(n: exp.Substring) -> None:
     for key in ("start", "length"):
         arg = n.args.get(key)
         if arg is None or isinstance(arg, _BOUND):
             continue
-        v = _int_literal(arg)
+        v = int_literal(arg)
         if v is None or abs(v) > 2**31 - 1:
             raise UnsupportedSql(
                 "substring positions and lengths must be integer constants in private queries",
@@ -118,7 +109,7 @@ def _check_round(n: exp.Round) -> None:
     d = n.args.get("decimals")
     if d is None or isinstance(d, _BOUND):
         return
-    v = _int_literal(d)
+    v = int_literal(d)
     if v is None or abs(v) > 1000:
         raise UnsupportedSql(
             "ROUND's number of decimals must be an integer constant in private queries"
@@ -259,7 +250,7 @@ def _check_typmod(n: exp.Cast) -> None:
     params = n.to.expressions
     if not params:
         return
-    vals = [_int_literal(p.this) for p in params]
+    vals = [int_literal(p.this) for p in params]
     if n.to.this != exp.DataType.Type.DECIMAL or any(v is None for v in vals) or len(vals) > 2:
         raise UnsupportedSql(f"the type {type_sql(n.to)} is not supported here")
     p = vals[0] or 0
