@@ -21,7 +21,7 @@ from dpsql.catalog.build import (
     visible,
 )
 from dpsql.catalog.objects import OBJECT_FILTERS, describe_guard
-from dpsql.errors import PrivacyViolation, UnsupportedSql
+from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql
 from dpsql.sql.names import function_name
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
@@ -230,6 +230,12 @@ def _check_current_setting(node: exp.Anonymous) -> None:
 
 def _obj_description_kind(node: exp.Anonymous) -> str | None:
     args = node.expressions
+    if not args or len(args) > 2:
+        n = len(args)
+        raise UndefinedFunction(
+            f"function obj_description with {n} argument{'' if n == 1 else 's'} does not exist",
+            hint="call obj_description(oid, 'pg_class')",
+        )
     if len(args) == 1:
         return "rel"
     inner = args[1]

@@ -20,9 +20,10 @@ from dpsql.errors import (
     SqlSyntaxError,
     UnsupportedSql,
 )
+from dpsql.sql.arities import check_calls, faithful_calls
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
-from dpsql.sql.syntax_errors import check_arities, check_empty_clauses, syntax_error
+from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
 
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
@@ -338,6 +339,7 @@ def parse_statement(text: str) -> ParsedStatement:
     text = _spell_array_types(text, tokens)
     if '&"' in text:  # U&"..." identifiers (rare: no second tokenizing otherwise)
         text = _unicode_escapes(text, tokenize(text))
+    check_calls(tokens)  # before sqlglot reads (and rewrites) the calls
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:
@@ -349,9 +351,8 @@ def parse_statement(text: str) -> ParsedStatement:
             hint="send one statement at a time",
         )
     check_empty_clauses(found[0], text, tokens)
-    check_arities(tokens)
     tree = flatten_group_rows(fold_identifiers(found[0]))
-    return ParsedQuery(text, word, spell_functions(tree, text))
+    return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

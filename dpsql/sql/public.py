@@ -22,7 +22,7 @@ SAFE_FUNCTIONS = frozenset(
     replace left right lpad rpad ltrim rtrim btrim initcap reverse repeat position strpos md5
     to_char to_date to_timestamp to_number date_part age justify_days make_date make_timestamp
     now clock_timestamp statement_timestamp transaction_timestamp timeofday
-    width_bucket div gcd lcm factorial pi radians degrees sin cos tan
+    to_hex width_bucket div gcd lcm factorial pi radians degrees sin cos tan
     asin acos atan atan2 cot mod power exp ln log log10 cbrt sqrt sign trunc round floor ceil ceiling abs
     jsonb_build_object json_build_object jsonb_build_array json_build_array to_json to_jsonb
     row_number rank dense_rank lag lead first_value last_value ntile percent_rank cume_dist

@@ -6,9 +6,8 @@ that reaches a user. :func:`syntax_error` says what PostgreSQL says (``syntax er
 input``, ``syntax error at or near "X"`` with the position, ``function f(...) does not exist``)
 with a hint in the statement's own terms, and :func:`check_empty_clauses` refuses the clauses
 sqlglot accepts empty (``GROUP BY`` or ``JOIN t ON`` with nothing after them, which it would
-read as no grouping and a cross join). :func:`check_arities` refuses calls with more arguments
-than PostgreSQL's function takes where sqlglot would drop the surplus silently (``round(a, 1, 2)``
-ran as ``ROUND(a, 1)``, ``min(a, b)`` as ``LEAST(a, b)``): a statement must run as written.
+read as no grouping and a cross join). Calls PostgreSQL would refuse that sqlglot would run as
+something else are refused by :func:`dpsql.sql.arities.check_calls`.
 """
 
 from __future__ import annotations
@@ -149,49 +148,6 @@ def check_empty_clauses(tree: exp.Expr, text: str, tokens: list[Token]) -> None:
             position=after.start + 1,
             hint=f"write {what}",
         )
-
-
-# PostgreSQL's largest number of arguments, for the functions whose surplus arguments sqlglot
-# drops (or reads as another function) when it writes PostgreSQL.
-MAX_ARGS = {
-    "round": 2, "substring": 3, "substr": 3, "strpos": 2, "to_char": 2, "date_trunc": 3,
-    "length": 2, "btrim": 2, "ltrim": 2, "rtrim": 2, "lpad": 3, "rpad": 3, "mod": 2,
-    "to_date": 2, "to_timestamp": 2, "initcap": 1, "min": 1, "max": 1,
-}  # fmt: skip
-_OPEN = (TokenType.L_PAREN, TokenType.L_BRACKET)
-_CLOSE = (TokenType.R_PAREN, TokenType.R_BRACKET)
-
-
-def check_arities(tokens: list[Token]) -> None:
-    """Refuse (42883) a call of a :data:`MAX_ARGS` function with more arguments than PostgreSQL's
-    takes, counted on the tokens the user wrote (top-level commas between its parentheses).
-
-    >>> from dpsql.sql.parse import tokenize
-    >>> check_arities(tokenize("SELECT round(a, 1), substring(s FROM 1 FOR 2) FROM t"))
-    >>> check_arities(tokenize("SELECT ROUND(a, (1, 2)[1], 2) FROM t"))
-    Traceback (most recent call last):
-    ...
-    dpsql.errors.UndefinedFunction: function round with 3 arguments does not exist
-    """
-    frames: list[tuple[str, int, int]] = []  # (function name or "", commas, position)
-    for i, tok in enumerate(tokens):
-        if tok.token_type in _OPEN:
-            before = tokens[i - 1] if i > 0 and tok.token_type == TokenType.L_PAREN else None
-            name = before.text.lower() if before is not None else ""
-            frames.append((name if name in MAX_ARGS else "", 0, before.start + 1 if before else 0))
-        elif tok.token_type == TokenType.COMMA and frames:
-            name, commas, at = frames[-1]
-            frames[-1] = (name, commas + 1, at)
-        elif tok.token_type in _CLOSE and frames:
-            name, commas, at = frames.pop()
-            if name and commas + 1 > MAX_ARGS[name]:
-                limit = MAX_ARGS[name]
-                takes = f"{limit} argument" + ("" if limit == 1 else "s")
-                raise UndefinedFunction(
-                    f"function {name} with {commas + 1} arguments does not exist",
-                    position=at,
-                    hint=f"{name.upper()} takes at most {takes}",
-                )
 
 
 def _empty_group(group: exp.Group) -> bool:

@@ -9,8 +9,8 @@ import pytest
 import sqlglot
 
 from dpsql.errors import UndefinedFunction
+from dpsql.sql.arities import ARITY
 from dpsql.sql.parse import parse_statement
-from dpsql.sql.syntax_errors import MAX_ARGS
 
 SURPLUS = [
     ("SELECT COUNT(*), round(AVG(amount), 1, 2) FROM purchases", "round", 3),
@@ -31,8 +31,9 @@ def test_surplus_arguments_refused(sql: str, name: str, n: int) -> None:
     with pytest.raises(UndefinedFunction) as e:
         parse_statement(sql)
     assert str(e.value) == f"function {name} with {n} arguments does not exist"
+    most = ARITY[name][1]
     assert e.value.hint == f"{name.upper()} takes at most " + (
-        f"{MAX_ARGS[name]} argument" + ("" if MAX_ARGS[name] == 1 else "s")
+        f"{most} argument" + ("" if most == 1 else "s")
     )
     assert e.value.sqlstate == "42883"
 
