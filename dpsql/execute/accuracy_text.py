@@ -149,7 +149,15 @@ def accuracy_notes(
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
-    return with_declared_premises(a, out, _outside_warnings(a, plan, removed, rows, alarms))
+    warned = _outside_warnings(a, plan, removed, rows, alarms)
+    # a quantile's line is the interval notice's (dpsql.execute.notices): its warning is a line
+    # of its own here (stored with the release), which that notice says instead of the premise
+    quantiles = tuple(
+        f"{s.sql}: {warned[s.sql]}"
+        for s in a.statistics
+        if s.func == "quantile" and warned.get(s.sql)
+    )
+    return (*with_declared_premises(a, out, warned), *quantiles)
 
 
 def _outside_warnings(
@@ -168,7 +176,7 @@ def _outside_warnings(
     for x in plan.alarms:
         n = outside_alarm(x.outside, (alarms or {}).get(x.key))
         for s in a.statistics:
-            if n is not None and x.key in s.measures:
+            if n is not None and any(k in s.measures for k in x.keys):
                 out[s.sql] = outside_warning(a, s, n, int(x.outside.sensitivity))
     for s in a.statistics:
         avg = avg_targets(s, plan)

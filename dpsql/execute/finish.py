@@ -114,7 +114,7 @@ def finish(
         for i, c in enumerate(cols)
     )
     conf = privacy_params.confidence(engine.policy, session)
-    notices = (*rel.notes, *interval_notices(a, plan, conf), *guard_notices(a, data))
+    notices = (*rel.notes, *interval_notices(a, plan, conf, rel.notes), *guard_notices(a, data))
     if plan is not None and not describe_only:
         notices = (*notices, *_selection_notices(a, plan, len(data)))
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:

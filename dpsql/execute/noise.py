@@ -40,7 +40,7 @@ from dpsql.execute.key_texts import canonical_rows, check_declared, key_name
 from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
-from dpsql.sql.rewrite.buckets import bucket_specs
+from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket
 
 
 @dataclass(frozen=True)
@@ -278,7 +278,12 @@ def split_bucket_rows(
         key = tuple(r[:nk])
         for j, sj in spec_of.items():
             if sj == b:
-                hist.setdefault((j, key), {})[bucket] = int(r[nk + j])
+                m = a.measures[j]
+                # a value outside a quantile's range has a code of its own (an outside count
+                # reads it): counted in the bucket its clamped value is in
+                cell = code_bucket(m, int(bucket)) if m.kind == "quantile" else bucket
+                h = hist.setdefault((j, key), {})
+                h[cell] = h.get(cell, 0) + int(r[nk + j])
     return main, hist
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
-from dpsql.execute.declared_text import declared_premise
+from dpsql.execute.declared_text import declared_premise, warned
 from dpsql.execute.noise import quantile_level
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
@@ -23,9 +23,10 @@ from dpsql.sql.wording import plural
 
 
 def interval_notices(
-    a: Analysis, plan: Plan | SetsPlan | None, confidence: float
+    a: Analysis, plan: Plan | SetsPlan | None, confidence: float, notes: Sequence[str] = ()
 ) -> tuple[str, ...]:
-    """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead."""
+    """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead.
+    ``notes``: the release's (a quantile's outside warning there replaces its premise here)."""
     direct = dict(stat_outputs(a))
     with_interval = {pos for pos, _, _ in derived_outputs(a)}
     names = [e.alias_or_name for e in a.outer.expressions]
@@ -38,7 +39,7 @@ def interval_notices(
             s = a.statistics[direct[pos]]
             head = _head(s.sql, item)
             if s.func == "quantile" and plan is not None:
-                premise = declared_premise(a, s)
+                premise = "" if warned(s, notes) else declared_premise(a, s)
                 note = quantile_note(plan, s, confidence)
                 out.append(f"{head}: {note}" + (f". {premise}" if premise else ""))
             elif s.func == "mode" and plan is not None:

@@ -350,7 +350,8 @@ def leaf_notices(
             lines += list(rel.notes)
         plan = run.plans[i]
         level = rel.confidence if rel is not None and rel.confidence is not None else conf
-        lines += list(interval_notices(plan.analysis, plan, level))
+        notes = rel.notes if rel is not None else ()
+        lines += list(interval_notices(plan.analysis, plan, level, notes))
         out += [f"{name}: {line}" for line in lines]
     if out and session.show_intervals:
         out.append(

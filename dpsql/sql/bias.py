@@ -301,10 +301,18 @@ class AlarmPlan:
     measure: Measure
     declared: tuple[str, ...]
     outside: Laplace
+    # a quantile's alarm (:func:`quantile_alarms`): the keys of the other quantile measures
+    # of the same bucketing (MIN(x) beside MAX(x)), whose statistics it speaks for too
+    also: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         return self.measure.key
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The measures whose statistics this count speaks for."""
+        return (self.measure.key, *self.also)
 
     @property
     def cost(self) -> Cost:
@@ -338,15 +346,70 @@ def alarm_measures(a: Analysis) -> tuple[tuple[int, tuple[str, ...]], ...]:
     return tuple(out.items())
 
 
+_RANKED_BY_VALUE = frozenset({"quantile", "count_rows", "count_units"})  # bound_contributions'
+
+
+def quantile_alarms(a: Analysis) -> tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...]:
+    """(measure index, declared columns, the other measures' keys) for each bucketing of a
+    quantile (MEDIAN, percentiles, MIN, MAX) whose argument reads columns with declared
+    bounds the catalog does not prove, when the rows are ranked per unit by their values'
+    hash with their buckets computed first (every measure a quantile or a count of rows or
+    units: :func:`dpsql.sql.rewrite.bound_contributions.pre_bucketed`), on one private table.
+
+    Its count: the units whose first kept row (in the keyed-hash order of their rows) in
+    their first kept group (the group rank's first; in each group when nothing is ranked, at
+    most the declared combinations) has a value outside the range the quantile clamps into,
+    which the row's bucket code says (:func:`dpsql.sql.rewrite.buckets.pre_bucket`): each
+    unit once, a lower bound on the units with a kept value outside. Other paths (one row
+    per unit, row privacy, a quantile beside a SUM, grouping sets): none; their notice states
+    the premise."""
+    if a.private.row_privacy or a.unique_unit or a.grouping_sets or decomposable(a):
+        return ()
+    if sum(1 for _, _, p in a.sources if p is not None) > 1 or a.pre_join_rows:
+        return ()
+    if not all(m.kind in _RANKED_BY_VALUE for m in a.measures):
+        return ()
+    out: dict[tuple[str, ...], tuple[int, tuple[str, ...], tuple[str, ...]]] = {}
+    for i, m in enumerate(a.measures):
+        if m.kind != "quantile" or m.arg is None:
+            continue
+        shape = (m.arg.sql("postgres"), str(m.lo), str(m.hi), str(m.grid_hi), str(m.buckets))
+        if shape in out:
+            j, cols, also = out[shape]
+            out[shape] = (j, cols, (*also, m.key))
+            continue
+        cols = _bounded_columns(a, m)
+        if cols:
+            out[shape] = (i, cols, ())
+    return tuple(out.values())
+
+
+def _bounded_columns(a: Analysis, m: Measure) -> tuple[str, ...]:
+    """The columns of ``m``'s argument with declared bounds, not a per-unit table's capped
+    ones, and none of them proven by the catalog (then no value is outside: ())."""
+    assert m.arg is not None
+    out: dict[str, None] = {}
+    for c in m.arg.find_all(exp.Column):
+        col = a.column(c)
+        if col is None or col.bounds is None or c.name in a.capped_columns:
+            continue
+        if c.name in a.proven_bounds:
+            return ()
+        out.setdefault(c.name, None)
+    return tuple(out)
+
+
 def alarm_plans(a: Analysis, epsilon: Fraction) -> tuple[AlarmPlan, ...]:
-    """The outside counts of :func:`alarm_measures`, sharing ``epsilon`` evenly."""
-    wanted = alarm_measures(a)
+    """The outside counts of :func:`alarm_measures` and :func:`quantile_alarms`, sharing
+    ``epsilon`` evenly."""
+    wanted = [(i, cols, ()) for i, cols in alarm_measures(a)] + list(quantile_alarms(a))
     if not wanted:
         return ()
     k = Fraction(1 if needs_group_rank(a) else _domain_combinations(a))
     each = epsilon / len(wanted)
     return tuple(
-        AlarmPlan(i, a.measures[i], cols, Laplace(k, each, Fraction(1))) for i, cols in wanted
+        AlarmPlan(i, a.measures[i], cols, Laplace(k, each, Fraction(1)), also)
+        for i, cols, also in wanted
     )
 
 

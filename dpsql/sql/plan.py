@@ -47,6 +47,7 @@ from dpsql.sql.bias import (
     alarm_plans,
     bias_plans,
     bias_targets,
+    quantile_alarms,
 )
 
 MechanismName = Literal["laplace", "gaussian"]
@@ -255,7 +256,8 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
         raise _too_small("delta", delta, MIN_DELTA, "SET dpsql.delta = 1e-6 (or similar)")
     targets = bias_targets(a)
     # ALARM_SHARE counts the units outside a VARIANCE's declared range (dpsql.sql.bias)
-    alarm = epsilon * ALARM_SHARE if alarm_measures(a) else Fraction(0)
+    # and a quantile's (its rows' bucket codes say which are outside)
+    alarm = epsilon * ALARM_SHARE if alarm_measures(a) or quantile_alarms(a) else Fraction(0)
     if not targets and not alarm:
         return check_noise(_make_plan(a, epsilon, delta, mechanism))
     # BIAS_SHARE of epsilon measures what bounding removed; the rest is planned as before

@@ -41,7 +41,12 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
-from dpsql.sql.rewrite.buckets import bucket_specs, pre_bucket, spec
+from dpsql.sql.rewrite.buckets import (
+    bucket_specs,
+    outside_counts,
+    pre_bucket,
+    spec,
+)
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.keyed_hash import (
     group_hash,
@@ -243,6 +248,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     raw_values = _raw_values(a, inner, vcols)
     outside = _outside_flags(a, inner, vcols)
     hashed = _hashed_values(a, inner, vcols) if pre_bucketed(a) else {}
+    alarmed = _alarmed_values(a, inner, vcols, hashed) if hashed else {}
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
     late = late_keys(a)
@@ -254,12 +260,13 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
 
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
         return bound_partials(a, rows, values, salt, raw_values, counts, outside)
-    counted, buckets = _pre_buckets(a, values, hashed) if hashed else (values, [])
+    counted, buckets = _pre_buckets(a, values, hashed, alarmed) if hashed else (values, [])
     ranked = not a.private.row_privacy and not a.unique_unit  # rows ranked by _bounded
     measures = [
         exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}")
         for i, (m, v, n) in enumerate(zip(a.measures, counted, counts, strict=True))
     ]
+    measures += outside_counts(a, counted, alarmed)
     if not ranked:  # nothing to bound: one row per unit
         src: exp.Expr = rows.subquery("_dp_rows")
         out = exp.select(*gcols, *measures).from_(src)
@@ -356,24 +363,53 @@ def _hashed_values(
     return out
 
 
+def _alarmed_values(
+    a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr], hashed: dict[int, exp.Expr]
+) -> dict[int, exp.Expr]:
+    """For each quantile whose outside count is released (:func:`dpsql.sql.bias.quantile_alarms`:
+    the first measure of its bucketing), by measure index, its value unclamped in the type it is
+    bucketed in: the NUMERIC of ``hashed``, or for an :func:`integer_quantile` its argument (a
+    row-value column added to ``inner``), which :func:`~dpsql.sql.rewrite.buckets.pre_bucket`
+    tests against the range and buckets instead of the clamped value."""
+    from dpsql.sql.bias import quantile_alarms
+
+    out: dict[int, exp.Expr] = {}
+    for i, _, _ in quantile_alarms(a):
+        m = a.measures[i]
+        if integer_quantile(a, m):
+            assert m.arg is not None
+            out[i] = _value_column(make_total(m.arg, a.column), inner, vcols)
+        else:
+            out[i] = hashed[i]
+    return out
+
+
 def _pre_buckets(
-    a: Analysis, values: Sequence[exp.Expr | None], hashed: dict[int, exp.Expr]
-) -> tuple[list[exp.Expr | None], list[tuple[exp.Alias, int]]]:
+    a: Analysis,
+    values: Sequence[exp.Expr | None],
+    hashed: dict[int, exp.Expr],
+    alarmed: dict[int, exp.Expr] | None = None,
+) -> tuple[list[exp.Expr | None], list[tuple[exp.Alias, int, bool]]]:
     """(what each measure counts, the bucket columns and their bucket counts): a quantile
     counts its bucketing's column ``_dp_q<j>`` (:func:`~dpsql.sql.rewrite.buckets.pre_bucket`
     of its clamped value: NULL exactly when the value is, so its COUNT is the value's; tested on
     its argument unclamped, ``hashed``), ``j`` its bucketing's index in
-    :func:`~dpsql.sql.rewrite.buckets.bucket_specs` (as ``bucket_values`` numbers its cells)."""
+    :func:`~dpsql.sql.rewrite.buckets.bucket_specs` (as ``bucket_values`` numbers its cells).
+    A bucketing with an outside count (``alarmed``, by its first measure's index) codes values
+    outside the range as -1 and B (:func:`~dpsql.sql.rewrite.buckets.pre_bucket`): the third
+    element says so (:func:`_packed_order` then shifts the codes by one)."""
     specs = bucket_specs(a)
     counted = list(values)
-    made: dict[int, tuple[exp.Alias, int]] = {}
+    made: dict[int, tuple[exp.Alias, int, bool]] = {}
     for i, (m, v) in enumerate(zip(a.measures, values, strict=True)):
         if m.kind != "quantile" or v is None:
             continue
         j = specs.index(spec(m))
         if j not in made:
-            b = pre_bucket(m, v, integer_quantile(a, m), hashed.get(i))
-            made[j] = (exp.Alias(this=b, alias=exp.to_identifier(f"_dp_q{j}")), m.buckets)
+            out = (alarmed or {}).get(i)
+            b = pre_bucket(m, v, integer_quantile(a, m), hashed.get(i), out)
+            alias = exp.Alias(this=b, alias=exp.to_identifier(f"_dp_q{j}"))
+            made[j] = (alias, m.buckets, out is not None)
         counted[i] = exp.column(f"_dp_q{j}")
     return counted, list(made.values())
 
@@ -383,7 +419,9 @@ PACKED_BITS = 31
 hash (:func:`_packed_order`)."""
 
 
-def _packed_order(hv: exp.Expr, bucket: exp.Alias, size: int) -> tuple[exp.Expr, exp.Expr] | None:
+def _packed_order(
+    hv: exp.Expr, bucket: exp.Alias, size: int, coded: bool = False
+) -> tuple[exp.Expr, exp.Expr] | None:
     """(the order key, the bucket read back from it) for one bucketing of ``size`` buckets
     (None when it doesn't fit): with ``b`` the bit length of ``size``, the key is
     ``(hv & -2^b) | COALESCE(bucket, size)`` (the value's hash ``hv`` with its low ``b`` bits
@@ -391,16 +429,28 @@ def _packed_order(hv: exp.Expr, bucket: exp.Alias, size: int) -> tuple[exp.Expr,
     ``NULLIF(CAST(key & (2^b - 1) AS INT), size)``. The rows then sort by one bigint where they
     sorted by the hash and the bucket (a narrower sort: 10-15% of a median's CPU); two rows
     tie on it only when they agree on the hash's high bits *and* on the bucket, the only thing
-    their measures read of them."""
-    if size < 1 or size.bit_length() > PACKED_BITS:
+    their measures read of them.
+
+    ``coded``: the bucket codes values outside the range as -1 and ``size``
+    (:func:`~dpsql.sql.rewrite.buckets.pre_bucket`); the key then holds the code plus one
+    (``b`` the bit length of ``size + 2``, a NULL's), read back as ``NULLIF(..., size + 2) -
+    1``: rows tied on the hash's high bits (``hash_numeric`` ignores the sign: 0.7 and -0.7
+    tie) sort as their clamped values' buckets did, so the kept rows are the same."""
+    null = size + 2 if coded else size
+    bits = null.bit_length()
+    if size < 1 or bits > PACKED_BITS:
         return None
-    bits = size.bit_length()
-    size_lit = exp.Literal.number(size)
-    cell = exp.Coalesce(this=bucket.this.copy(), expressions=[size_lit.copy()])
+    null_lit = exp.Literal.number(null)
+    code = bucket.this.copy()
+    if coded:
+        code = exp.Add(this=code, expression=exp.Literal.number(1))
+    cell = exp.Coalesce(this=code, expressions=[null_lit.copy()])
     high = exp.BitwiseAnd(this=exp.Paren(this=hv), expression=exp.Literal.number(-(2**bits)))
     key = exp.BitwiseOr(this=exp.Paren(this=high), expression=cell)
     low = exp.BitwiseAnd(this=exp.column("_dp_o"), expression=exp.Literal.number(2**bits - 1))
-    back = exp.Nullif(this=exp.cast(exp.Paren(this=low), "int"), expression=size_lit.copy())
+    back: exp.Expr = exp.Nullif(this=exp.cast(exp.Paren(this=low), "int"), expression=null_lit)
+    if coded:
+        back = exp.Sub(this=back, expression=exp.Literal.number(1))
     return key, back
 
 
@@ -410,7 +460,7 @@ def _bounded(
     gcols: Sequence[exp.Expr],
     measures: list[exp.Expr],
     salt: str,
-    buckets: Sequence[tuple[exp.Alias, int]] = (),
+    buckets: Sequence[tuple[exp.Alias, int, bool]] = (),
     order_values: Sequence[exp.Expr] = (),
 ) -> exp.Select:
     unit = exp.column("_dp_unit")
@@ -436,10 +486,10 @@ def _bounded(
             ided.append(exp.alias_(packed[0], "_dp_o"))
             unpacked.append(exp.alias_(packed[1], buckets[0][0].alias))
         else:
-            ties = [exp.column(b.alias) for b, _ in buckets] if buckets else values
+            ties = [exp.column(b.alias) for b, _, _ in buckets] if buckets else values
             order = value_order(exp.column("_dp_o"), ties)
             ided.append(exp.alias_(hv, "_dp_o"))
-            ided += [b.copy() for b, _ in buckets]
+            ided += [b.copy() for b, _, _ in buckets]
     else:
         order = row_order(salt, exp.column("_dp_rt"))
     rn = exp.Window(

@@ -10,11 +10,13 @@ the rows are ranked, so that the sort carries an integer (``pre_bucketed``).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
 from dpsql.sql.rewrite.literals import numeric
 
 
@@ -121,15 +123,67 @@ PRE_BUCKETED = "_dp_q"
 
 
 def pre_bucket(
-    m: Measure, v: exp.Expr, integer: bool = False, raw: exp.Expr | None = None
+    m: Measure,
+    v: exp.Expr,
+    integer: bool = False,
+    raw: exp.Expr | None = None,
+    outside: exp.Expr | None = None,
 ) -> exp.Expr:
     """``CASE WHEN v IS NULL THEN NULL ELSE <bucket of v> END``: a quantile's bucket of the
     clamped value ``v`` (:func:`bucket_sql`), NULL exactly when ``v`` is, so that ``COUNT`` of it
     is ``COUNT(v)`` (:func:`bucket_sql` puts NULL in bucket 0, whose count it doesn't add to).
     ``raw``: the value unclamped, NULL exactly when ``v`` is (the clamp is strict), tested
-    instead of ``v`` (which PostgreSQL would compute for the test too)."""
+    instead of ``v`` (which PostgreSQL would compute for the test too).
+
+    ``outside``: the value unclamped in the type ``v`` is bucketed in (given with ``raw``):
+    a value below ``lo`` gets the code -1, one above ``hi`` the code B (:func:`outside_codes`),
+    any other the bucket of ``outside`` itself (it equals its clamp there)::
+
+        CASE WHEN raw IS NULL THEN NULL WHEN outside < lo THEN -1
+             WHEN outside > hi THEN B ELSE <bucket of outside> END
+
+    so the row says whether its clamp changed it (a quantile's outside count reads that:
+    dpsql.sql.bias.quantile_alarms) at no more cost than the clamp (the same two tests); the
+    codes sort as the clamped values' buckets (0, the bucket of ``hi``) do among themselves and
+    the other buckets, so rows ranked by them are ranked as before; :func:`code_bucket` maps a
+    code back to the bucket its clamped value is in."""
     null = exp.Is(this=(v if raw is None else raw).copy(), expression=exp.null())
-    return exp.Case(ifs=[exp.If(this=null, true=exp.null())], default=bucket_sql(m, v, integer))
+    if outside is None:
+        return exp.Case(ifs=[exp.If(this=null, true=exp.null())], default=bucket_sql(m, v, integer))
+    below, above = outside_codes(m)
+    lo, hi = (exp.Literal.number(int(x)) if integer else numeric(x) for x in (m.lo, m.hi))
+    return exp.Case(
+        ifs=[
+            exp.If(this=null, true=exp.null()),
+            exp.If(this=exp.LT(this=outside.copy(), expression=lo), true=_number(below)),
+            exp.If(this=exp.GT(this=outside.copy(), expression=hi), true=_number(above)),
+        ],
+        default=bucket_sql(m, outside, integer),
+    )
+
+
+def _number(n: int) -> exp.Expr:
+    return exp.Literal.number(n)
+
+
+def outside_codes(m: Measure) -> tuple[int, int]:
+    """The bucket codes of a value below and above a quantile's range (:func:`pre_bucket`):
+    -1 and B (the buckets are 0 .. B - 1)."""
+    return -1, m.buckets
+
+
+def code_bucket(m: Measure, code: int) -> int:
+    """The bucket of a code :func:`pre_bucket` gives: itself for a bucket, else the bucket of
+    the clamped value: 0 for ``lo``, ``min(floor((hi - lo) B / (grid_hi - lo)), B - 1)`` for
+    ``hi`` (what :func:`bucket_sql` gives ``hi``: ``width_bucket`` truncates, and a value at
+    ``grid_hi`` or above goes to the last bucket)."""
+    below, above = outside_codes(m)
+    if code == below:
+        return 0
+    if code == above:
+        width = grid_hi(m) - m.lo
+        return min(math.floor((m.hi - m.lo) * m.buckets / width), m.buckets - 1)
+    return code
 
 
 def cell_of(m: Measure, counted: exp.Expr, integer: bool = False) -> exp.Expr:
@@ -139,3 +193,39 @@ def cell_of(m: Measure, counted: exp.Expr, integer: bool = False) -> exp.Expr:
     if isinstance(counted, exp.Column) and counted.name.startswith(PRE_BUCKETED):
         return exp.Coalesce(this=counted.copy(), expressions=[exp.Literal.number(0)])
     return bucket_sql(m, counted, integer)
+
+
+def outside_counts(
+    a: Analysis, counted: Sequence[exp.Expr | None], alarmed: dict[int, exp.Expr]
+) -> list[exp.Expr]:
+    """Each quantile alarm's count, ``_dp_x<i>`` after the measures: ``COUNT(*) FILTER (WHERE
+    _dp_rn = 1 [AND _dp_gr = 1] AND (_dp_q<j> = -1 OR _dp_q<j> = B))``, the units whose
+    first kept row (of their first kept group when groups are ranked) lies outside the range
+    (its bucket code,
+    :func:`pre_bucket`), ``alarmed`` by the index of their bucketing's first measure, whose
+    ``counted`` is the bucket column: one row per unit (per declared group when nothing is
+    ranked, at most K of them), so L1 sensitivity 1 (K). A count of rows: it adds up over the
+    bucket cells (:mod:`dpsql.sql.rewrite.bucket_values`)."""
+    out: list[exp.Expr] = []
+    for i in alarmed:
+        q = counted[i]
+        assert isinstance(q, exp.Column)
+        conds: list[exp.Expr] = [
+            exp.EQ(this=exp.column("_dp_rn"), expression=exp.Literal.number(1))
+        ]
+        if needs_group_rank(a):
+            conds.append(exp.EQ(this=exp.column("_dp_gr"), expression=exp.Literal.number(1)))
+        below, above = outside_codes(a.measures[i])
+        conds.append(
+            exp.Paren(
+                this=exp.or_(
+                    exp.EQ(this=q.copy(), expression=_number(below)),
+                    exp.EQ(this=q.copy(), expression=_number(above)),
+                )
+            )
+        )
+        count = exp.Filter(
+            this=exp.Count(this=exp.Star()), expression=exp.Where(this=exp.and_(*conds))
+        )
+        out.append(exp.alias_(count, f"_dp_x{i}"))
+    return out

@@ -107,16 +107,24 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     plan = make_plan(a, Fraction(3), Fraction(0))
     mechs = [mp.mechanism for mp in plan.measures]
     assert isinstance(mechs[0], Quantile) and isinstance(mechs[1], Quantile)
-    # each selection's share: half for the answer, a quarter for each end of its interval
-    assert mechs[0].epsilon == Fraction(1, 2) and plan.measures[0].bounds is not None
-    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(1, 4)] * 2
+    # the count of units outside x's declared range (one for MEDIAN(x) and MAX(x), the same
+    # bucketing: dpsql.sql.bias.quantile_alarms) takes 1/80 of the epsilon from the answer
+    (alarm,) = plan.alarms
+    assert alarm.outside.epsilon == Fraction(3, 80) and alarm.keys == tuple(
+        m.key for m in a.measures[:2]
+    )
+    # each selection's share of the rest: half for the answer, a quarter for each end of its
+    # interval
+    assert mechs[0].epsilon == Fraction(79, 160) and plan.measures[0].bounds is not None
+    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(79, 320)] * 2
     assert mechs[0].contribution_bound == 3 and mechs[0].max_groups == 2
     assert mechs[0].integer and mechs[0].buckets == 11
     assert plan.cost.epsilon == 3 and plan.cost.rho == 0
-    # Gaussian for the count: the selections keep their pure epsilon, the count gets the rest.
+    # Gaussian for the count: the selections and the alarm keep their pure epsilon, the count
+    # gets the rest.
     g = make_plan(a, Fraction(3), Fraction(1, 10**6), "gaussian")
     assert g.mechanism == "gaussian"
-    assert g.cost.epsilon == 2 and g.cost.rho > 0
+    assert g.cost.epsilon == 2 * Fraction(79, 80) + Fraction(3, 80) and g.cost.rho > 0
     only = make_plan(analysis("SELECT MODE() WITHIN GROUP (ORDER BY c) FROM t"), Fraction(1), 0)
     assert isinstance(only.measures[0].mechanism, Mode) and only.cost.epsilon == 1
 
