@@ -142,3 +142,13 @@ class Opaque(Message):
 
     layout = (REST,)
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class KeyData(Message):
+    """A session's cancel key: the process id and secret key dpsql sends in BackendKeyData and a
+    client sends back in a CancelRequest."""
+
+    layout = (I32, I32)
+    process_id: int
+    secret_key: int

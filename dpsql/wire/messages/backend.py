@@ -21,6 +21,7 @@ from dpsql.wire.messages._base import (
     STRINGS,
     U32,
     Codec,
+    KeyData,
     Message,
     array,
     nullable,
@@ -81,11 +82,8 @@ class ParameterStatus(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class BackendKeyData(Message):
+class BackendKeyData(KeyData):
     code = b"K"
-    layout = (I32, I32)
-    process_id: int
-    secret_key: int
 
 
 @dataclass(frozen=True, slots=True)

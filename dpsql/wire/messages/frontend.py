@@ -15,10 +15,10 @@ from typing import Self, get_args
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.messages._base import (
-    I32,
     STRING,
     U32,
     Codec,
+    KeyData,
     Message,
     Opaque,
     array,
@@ -91,14 +91,11 @@ class GSSENCRequest(Message):
 
 
 @dataclass(frozen=True, slots=True)
-class CancelRequest(Message):
+class CancelRequest(KeyData):
     """Sent on a fresh connection: cancel the query running in session (process_id, secret_key)."""
 
     code = b""
     head = CANCEL_REQUEST_CODE
-    layout = (I32, I32)
-    process_id: int
-    secret_key: int
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
