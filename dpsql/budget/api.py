@@ -22,6 +22,8 @@ from typing import Protocol
 from dpsql.budget.records import BudgetStatus, HistoryEntry, Reservation
 from dpsql.dp.accounting import Cost
 
+ReleasePart = tuple[Cost, str, Fraction | None]  # (cost, mechanism, delta_for_rho) of a release
+
 
 class BudgetLedger(Protocol):
     """Durable reservations, confirmations and stored answers (free repeats) of releases.
@@ -65,12 +67,7 @@ class BudgetLedger(Protocol):
         return self.reserve_together(analyst, [part], fingerprint, statement=statement)[0]
 
     def reserve_together(
-        self,
-        analyst: str,
-        parts: Sequence[tuple[Cost, str, Fraction | None]],
-        fingerprint: str,
-        *,
-        statement: str = "",
+        self, analyst: str, parts: Sequence[ReleasePart], fingerprint: str, *, statement: str = ""
     ) -> list[Reservation]:
         """:meth:`reserve` of several releases of one statement, all or none, in one transaction.
 

@@ -35,7 +35,7 @@ import psycopg
 
 from dpsql.budget import answers, charging, views
 from dpsql.budget import limits as policy_limits
-from dpsql.budget.api import BudgetLedger
+from dpsql.budget.api import BudgetLedger, ReleasePart
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.records import (
     BudgetRow,
@@ -70,12 +70,7 @@ class Ledger(LedgerStore, BudgetLedger):
     # --- the protocol (see dpsql.budget.charging) --------------------------------------------
 
     def reserve_together(
-        self,
-        analyst: str,
-        parts: Sequence[tuple[Cost, str, Fraction | None]],
-        fingerprint: str,
-        *,
-        statement: str = "",
+        self, analyst: str, parts: Sequence[ReleasePart], fingerprint: str, *, statement: str = ""
     ) -> list[Reservation]:
         limits = self.limits(analyst)
         cap = self.max_epsilon(analyst)

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dpsql.dp.accounting import Cost
 from dpsql.dp.bounds import COUNT_SHARE, Selection, TailRank, TopRank, default_rank
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import round_down
@@ -48,6 +47,7 @@ from dpsql.sql.join_cap import fallback_note
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
 
 if TYPE_CHECKING:
+    from dpsql.budget.api import ReleasePart
     from dpsql.budget.records import Reservation
     from dpsql.execute.context import EngineContext
 
@@ -290,9 +290,6 @@ def histograms(
     return hist
 
 
-Part = tuple[Cost, str, Fraction | None]  # (cost, mechanism, delta_for_rho) of a release
-
-
 def measure(
     engine: EngineContext,
     prepared: PrivateQuery,
@@ -301,7 +298,7 @@ def measure(
     p: Pending,
     epsilon: Fraction,
     cancel: CancelToken | None = None,
-    answer: Part | None = None,
+    answer: ReleasePart | None = None,
 ) -> tuple[AutoBounds, Reservation | None]:
     """Choose the missing bounds at ``slice_epsilon(epsilon)`` (charged, stored) and return all,
     with the reservation of the statement's ``answer`` (its cost after the slice) when given.
@@ -324,7 +321,7 @@ def measure(
     reservations: list[Reservation] = []
     main: Reservation | None = None
     if ledger is not None:
-        parts: list[Part] = [(m.cost, "auto_bound", None) for m in mechs]
+        parts: list[ReleasePart] = [(m.cost, "auto_bound", None) for m in mechs]
         got = ledger.reserve_together(
             session.analyst,
             [*parts, *([answer] if answer is not None else [])],
