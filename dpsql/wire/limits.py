@@ -23,8 +23,8 @@ import multiprocessing as mp
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, MutableSequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator, MutableSequence
+from contextlib import AbstractContextManager, contextmanager
 
 log = logging.getLogger("dpsql.wire.limits")
 
@@ -224,15 +224,19 @@ class FailureLog:
         self._times[self._span(stalest)] = [0.0] * self.limit
         return stalest
 
-    def count(self, key: str) -> int:
-        """Failures of ``key`` within the window (at most ``limit``)."""
+    @contextmanager
+    def _row(self, key: str) -> Iterator[tuple[int, int | None]]:
+        """Under the lock: the hash of ``key`` and its row, if it has one."""
         h = self._hash(key)
         with self._lock:
-            now = self._now()
-            row = self._find(h)
+            yield h, self._find(h)
+
+    def count(self, key: str) -> int:
+        """Failures of ``key`` within the window (at most ``limit``)."""
+        with self._row(key) as (_, row):
             if row is None:
                 return 0
-            recent = now - self.window_s
+            recent = self._now() - self.window_s
             return sum(1 for t in self._times[self._span(row)] if t > recent)
 
     def full(self, key: str) -> bool:
@@ -241,10 +245,8 @@ class FailureLog:
 
     def add(self, key: str) -> None:
         """Record a failure of ``key`` now (replacing its oldest recorded one)."""
-        h = self._hash(key)
-        with self._lock:
+        with self._row(key) as (h, row):
             now = self._now()
-            row = self._find(h)
             if row is None:
                 row = self._claim(h, now)
             span = self._span(row)
@@ -253,9 +255,7 @@ class FailureLog:
 
     def clear(self, key: str) -> None:
         """Forget the failures of ``key``."""
-        h = self._hash(key)
-        with self._lock:
-            row = self._find(h)
+        with self._row(key) as (_, row):
             if row is not None:
                 self._keys[row] = 0
                 self._times[self._span(row)] = [0.0] * self.limit
