@@ -47,6 +47,11 @@ configuration, which moves the bounded aggregate only among equally likely choic
 ``--seed`` draws another data set from the same recipe (the realized data decide which fixed
 bounds the hand-tuned search finds best); ``--whales 0`` drops the whale units.
 
+``--unrounded`` judges every released value before the presentation rounding (a value is
+printed to the nearest multiple of about 1/100 of its interval's half-width: 100 or 1,000 for
+an AVG of incomes near 48,000, as large as its error; a lucky rounding can make a bound look
+best).
+
 ``--tune-runs 0`` skips the hand-tuned search (its columns read nan) while iterating.
 ``--bias-share 1/5`` plans with another epsilon share for the removed-mass estimate (the
 product's is ``dpsql.sql.bias.BIAS_SHARE``); the last column is auto's median interval width
@@ -360,7 +365,17 @@ def main() -> None:
         default="",
         help="the epsilon share of the removed-mass estimate (e.g. 1/5; default the product's)",
     )
+    ap.add_argument(
+        "--unrounded",
+        action="store_true",
+        help="judge the released values before the presentation rounding (to 1/100 of the "
+        "interval's half-width): an AVG's rounding step can be as large as its error",
+    )
     args = ap.parse_args()
+    if args.unrounded:
+        import dpsql.execute.noise
+
+        dpsql.execute.noise.round_nearest = lambda v, hw: v  # type: ignore[assignment]
     if args.bias_share:
         import dpsql.sql.plan
 
