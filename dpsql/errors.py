@@ -30,6 +30,10 @@ class DpsqlError(Exception):
 
     sqlstate: str = "XX000"  # a class's own; an instance's when PostgreSQL sent the code
     severity: str = "ERROR"
+    # set on a refusal dpsql decided before anything ran on the private rows, while a budget
+    # was already reserved (a catalog check just before the private query): nothing was read,
+    # so the reservation is refunded (dpsql.budget.records.before_the_data, refundable)
+    before_data: bool = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -13,7 +14,13 @@ from dpsql.budget.filter import DEFAULT_DELTA_SHARE, Filter, Spent
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.periods import period_end
 from dpsql.dp.accounting import Cost, default_order
-from dpsql.errors import BudgetExhausted
+from dpsql.errors import (
+    BudgetExhausted,
+    ConnectionException,
+    DpsqlError,
+    OperatorIntervention,
+    UpstreamError,
+)
 
 
 @dataclass(frozen=True)
@@ -232,9 +239,36 @@ def refundable(error: BaseException) -> bool:
     (True, False)
     >>> refundable(QueryCanceled("canceled")), refundable(ValueError("bug"))
     (False, False)
-    """
-    from dpsql.errors import DpsqlError
 
+    A refusal dpsql decided before anything ran on the private rows (:func:`before_the_data`) is
+    refunded whatever its class: 55000 "the key ... was dropped or changed while the statement
+    was being planned" is read from the catalog alone.
+    """
     if not isinstance(error, DpsqlError):
         return False
-    return error.sqlstate[:2] in _REFUNDABLE_CLASSES
+    return error.before_data or error.sqlstate[:2] in _REFUNDABLE_CLASSES
+
+
+@contextmanager
+def before_the_data() -> Iterator[None]:
+    """Marks dpsql's own refusals raised inside as decided before anything ran on the private
+    rows (:attr:`~dpsql.errors.DpsqlError.before_data`), so that a reservation made for the
+    statement is refunded (:func:`refundable`). Only for code that sends nothing to run on the
+    private rows (catalog reads, zero-row probes, SQL building). PostgreSQL's own errors keep
+    their class's rule (a probe's data exception, a timeout: :class:`UpstreamError`,
+    57014), and so do lost connections.
+
+    >>> from dpsql.errors import ObjectNotInPrerequisiteState
+    >>> try:
+    ...     with before_the_data():
+    ...         raise ObjectNotInPrerequisiteState("the key was dropped")
+    ... except ObjectNotInPrerequisiteState as e:
+    ...     (e.sqlstate, refundable(e))
+    ('55000', True)
+    """
+    try:
+        yield
+    except DpsqlError as e:
+        if not isinstance(e, UpstreamError | OperatorIntervention | ConnectionException):
+            e.before_data = True
+        raise

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpsql.budget.records import before_the_data
 from dpsql.dp.bounds import COUNT_SHARE, Selection, TailRank, TopRank, default_rank
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import round_down
@@ -279,8 +280,9 @@ def histograms(
     :func:`dpsql.execute.unique_units.still_unique`), so no unit is counted twice."""
     # clamped whatever the catalog proves of the values (proven_bounds): that proof is read
     # again only for the answer's own SQL (dpsql.engine.Engine.checked_sql)
-    sql = measure_bounds(replace(a, proven_bounds=()), items).sql("postgres")
-    still_unique(engine.backend, a, "while contribution bounds were being planned")
+    with before_the_data():  # nothing read yet: a refusal here is refunded (55000)
+        sql = measure_bounds(replace(a, proven_bounds=()), items).sql("postgres")
+        still_unique(engine.backend, a, "while contribution bounds were being planned")
     rows = engine.backend.run(sql, private=True, cancel=cancel).rows
     still_unique(engine.backend, a, "while contribution bounds were being chosen")
     hist = [np.zeros(len(it.grid), dtype=np.int64) for it in items]

@@ -64,17 +64,16 @@ def private_sqls(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> 
     return [set_sql(engine, prepared, a, keys) for keys in dedupe(a.grouping_sets)]
 
 
-def run_sets(
-    engine: EngineContext, prepared: PrivateQuery, plan: SetsPlan, cancel: CancelToken | None
-) -> list[Rows]:
-    """Every set's upstream rows (one row per group of that set, never a row of a table)."""
-    a = plan.analysis
-    return [
-        engine.backend.run(
-            salted(set_sql(engine, prepared, a, sp.keys)), private=True, cancel=cancel
-        )
-        for sp in plan.sets
-    ]
+def set_texts(engine: EngineContext, prepared: PrivateQuery, plan: SetsPlan) -> list[str]:
+    """Every set's bounded SQL (:func:`set_sql`, in the plan's order), all written before the
+    first runs (nothing is read while they are written: zero-row probes at most)."""
+    return [set_sql(engine, prepared, plan.analysis, sp.keys) for sp in plan.sets]
+
+
+def run_sets(engine: EngineContext, texts: Sequence[str], cancel: CancelToken | None) -> list[Rows]:
+    """Every set's upstream rows (one row per group of that set, never a row of a table) from
+    its SQL (:func:`set_texts`), each with a fresh salt."""
+    return [engine.backend.run(salted(text), private=True, cancel=cancel) for text in texts]
 
 
 def release_sets(

@@ -21,7 +21,7 @@ from dpsql.execute import key_texts, planning, privacy_params
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish
 from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
-from dpsql.execute.grouping_sets import release_sets, run_sets
+from dpsql.execute.grouping_sets import release_sets, run_sets, set_texts
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
@@ -392,16 +392,23 @@ def measure(
     engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
+    from dpsql.budget.records import before_the_data
     from dpsql.execute.unique_units import keyed, still_proven
 
-    # the catalog state the key checks (precheck) were made under: read by the plan, in the
-    # round trip of the proofs
-    token = engine.catalog_token(plan.analysis) if keyed(plan.analysis) else ""
+    # nothing below runs on the private rows until the query is sent: a refusal here (the
+    # catalog's proof gone since the plan: 55000) is refunded, not charged
+    with before_the_data():
+        # the catalog state the key checks (precheck) were made under: read by the plan, in
+        # the round trip of the proofs
+        token = engine.catalog_token(plan.analysis) if keyed(plan.analysis) else ""
+        if isinstance(plan, SetsPlan):
+            texts = set_texts(engine, prepared, plan)
+        else:
+            text, a = engine.checked_sql(prepared, plan.analysis)
     if isinstance(plan, SetsPlan):
-        sets = run_sets(engine, prepared, plan, cancel)
+        sets = run_sets(engine, texts, cancel)
         still_proven(engine.backend, plan.analysis, "while the statement ran", token)
         return sets
-    text, a = engine.checked_sql(prepared, plan.analysis)
     got = engine.backend.run(salted(text), private=True, cancel=cancel)  # a fresh salt each time
     # the catalog's proofs the SQL took (one row per unit, values within their bounds), read
     # just before the query, and the catalog state of its key checks, are read again now,
