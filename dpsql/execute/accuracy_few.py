@@ -17,7 +17,9 @@ answer, i.e. a few units may hold most of what the query selects -- the releases
 cannot check the assumption and the interval may miss the truth by any amount (the demo's
 ``SELECT COUNT(*) FROM purchases WHERE quantity > 5`` answered ``5 [4, 56]`` against 1,001:
 5 units hold 1,000 of those rows, R = 1 keeps one of each). Then the notice says so in the
-analyst's words and what to do. Everything here is a released value or a public bound, so
+analyst's words and what to do. Otherwise the notice still says how many units beyond the
+cap the releases could miss (:func:`reach_text`: *Up to 39 user_id could have lost more than
+that without the estimates showing it*), so the assumption is never stated without its limit. Everything here is a released value or a public bound, so
 saying it costs no privacy. On a large answer (12,000 units, ``bench/accuracy.py``'s COUNT(*),
 k K about a tenth of the answer) it stays silent. Grouped, each group is checked on its
 own: a per-group cap is smaller and its estimate noisier, so it speaks up more often there
@@ -39,6 +41,24 @@ from dpsql.sql.wording import plural
 SHARE = 1.0  # the share of the answer the unseen units must be able to make up: all of it
 
 
+def reach(t: BiasTarget, r: Removed, tw: TargetWidths, confidence: float) -> list[float]:
+    """Per output row: the most units that can be beyond the cap without the releases showing
+    it, k = min(the over-cap count's upper reach, the removed-mass estimate's upper reach / C)
+    (released values, clipped at 0, and public widths only)."""
+    cap_g = float(t.group_cap_steps * t.grid) if t.split > 1 else float(t.cap)
+    if cap_g <= 0:
+        return []
+    over_reach = r.plan.over_cap.half_width(confidence)
+    dropped = np.asarray(r.dropped, dtype=np.float64).reshape(-1)
+    over = np.asarray(r.over_cap, dtype=np.float64).reshape(-1)
+    out = []
+    for i in range(max(dropped.size, over.size)):
+        d = float(dropped[i]) if i < dropped.size else 0.0
+        oc = float(over[i]) if i < over.size else 0.0
+        out.append(min(max(oc, 0.0) + over_reach, (max(d, 0.0) + tw.d_hi) / cap_g))
+    return out
+
+
 def unseen(
     t: BiasTarget, r: Removed, tw: TargetWidths, answers: np.ndarray, confidence: float
 ) -> list[tuple[int, float, float]]:
@@ -46,26 +66,35 @@ def unseen(
     see: (row, fewest units the answer can come from, most units beyond the cap unseen). From
     released values (answers, removed mass, over-cap counts) and public bounds only."""
     kept_one = float(t.cap) / CAP_FACTOR  # the most one unit adds to a group's kept answer
-    cap_g = float(t.group_cap_steps * t.grid) if t.split > 1 else float(t.cap)
-    if kept_one <= 0 or cap_g <= 0:
+    if kept_one <= 0:
         return []
-    over_reach = r.plan.over_cap.half_width(confidence)
+    ks = reach(t, r, tw, confidence)
     out: list[tuple[int, float, float]] = []
     a = np.asarray(answers, dtype=np.float64).reshape(-1)
-    dropped = np.asarray(r.dropped, dtype=np.float64).reshape(-1)
-    over = np.asarray(r.over_cap, dtype=np.float64).reshape(-1)
     for i, v in enumerate(a):
-        if not math.isfinite(v):
+        if not math.isfinite(v) or i >= len(ks):
             continue
-        d = float(dropped[i]) if i < dropped.size else 0.0
-        oc = float(over[i]) if i < over.size else 0.0
-        k = min(max(oc, 0.0) + over_reach, (max(d, 0.0) + tw.d_hi) / cap_g)
+        k = ks[i]
         if k < 1:
             continue  # not one unit beyond the cap fits the releases
         kept = max(t.sign * float(v), 0.0)
         if kept * SHARE <= k * kept_one:
             out.append((i, max(1.0, math.ceil(kept / kept_one)), math.floor(k)))
     return out
+
+
+def reach_text(a: Analysis, ks: list[float]) -> str:
+    """The sentence after the assumption when :func:`unseen` is silent: how many units beyond
+    the cap the releases could miss ('' when not one fits them)."""
+    k = math.floor(max(ks, default=0.0))
+    if k < 1:
+        return ""
+    unit = a.private.privacy_unit
+    where = " in a group" if a.group_keys else ""
+    return (
+        f" Up to {fmt(k)} {unit}{where} could have lost more than that without the estimates "
+        "showing it (what they lost beyond it is not in the interval)."
+    )
 
 
 def unseen_text(

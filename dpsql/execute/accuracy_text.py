@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
-from dpsql.execute.accuracy_few import unseen, unseen_text
+from dpsql.execute.accuracy_few import reach, reach_text, unseen, unseen_text
 from dpsql.execute.bias import (
     ALARM,
     Interval,
@@ -142,7 +142,7 @@ def accuracy_notes(
         found = []  # answers the releases cannot check: a few units may hold most of them
         if rows and noisy is not None and s.measures[0] in noisy and not _alarm(r, rows):
             found = unseen(t, r, tw, np.asarray(noisy[s.measures[0]]), confidence)
-            line += unseen_text(a, t, found, rows)
+            line += unseen_text(a, t, found, rows) or reach_text(a, reach(t, r, tw, confidence))
         if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows) and not found:
             line += (
                 f" Most of the width is that estimate (it gets {_SHARE} of epsilon): raise "

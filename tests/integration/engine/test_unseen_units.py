@@ -28,6 +28,7 @@ answer carries it.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
@@ -143,6 +144,10 @@ def test_no_notice_on_a_clean_table(engine: Engine) -> None:
     line = _line(engine, CLEAN)
     assert SAYS not in line and ALARM not in line, line
     assert "It assumes no uid lost more than 12 rows" in line
+    # how many units beyond the cap the releases could miss: at least min(the over-cap count's
+    # reach, the estimate's reach / 12) >= 1 whatever the noise (deterministic), so always said
+    m = re.search(r"Up to ([\d,]+) uid could have lost more than that without the estimates", line)
+    assert m and int(m[1].replace(",", "")) >= 1, line
 
 
 def test_broken_twin_without_the_rule(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -154,3 +159,8 @@ def test_broken_twin_without_the_rule(engine: Engine, monkeypatch: pytest.Monkey
 def test_broken_twin_that_always_speaks(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accuracy_few, "SHARE", 0.0)
     assert SAYS in _line(engine, f"{CLEAN} WHERE q <> -1")
+
+
+def test_broken_twin_without_the_reach(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(accuracy_text, "reach_text", lambda *a, **k: "")
+    assert "could have lost more than that" not in _line(engine, f"{CLEAN} WHERE q <> -2")
