@@ -24,6 +24,7 @@ from dpsql.execute.bias import (
     Interval,
     Mechanism,
     Removed,
+    TargetWidths,
     avg_targets,
     avg_widths,
     one_row,
@@ -379,6 +380,8 @@ def _avg_line(
             f"up to {wm} more of {col}{per} given those estimates' noise). "
         )
     line += _assumption(a, mass, t, rows)
+    if rows and not _alarm(mass, rows):  # how many units beyond the mass cap could hide
+        line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
     declared = (float(t.raw_lo), float(t.raw_hi))
     line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
     return line + _avg_nulls(a, s, noisy)

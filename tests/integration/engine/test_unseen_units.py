@@ -164,3 +164,13 @@ def test_broken_twin_that_always_speaks(engine: Engine, monkeypatch: pytest.Monk
 def test_broken_twin_without_the_reach(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accuracy_text, "reach_text", lambda *a, **k: "")
     assert "could have lost more than that" not in _line(engine, f"{CLEAN} WHERE q <> -2")
+
+
+def test_an_average_says_its_reach_too(engine: Engine) -> None:
+    """AVG's line: how many units beyond the value-mass cap could hide (k >= 1 whatever the
+    noise, as for the count: deterministic)."""
+    r = engine.execute(
+        engine.prepare("SELECT AVG(q) FROM c", "analyst"), SessionContext("analyst", Fraction(1))
+    )
+    (line,) = [n for n in r.notices if n.startswith("AVG(q): ")]
+    assert re.search(r"Up to [\d,]+ uid could have lost more than that without the", line), line
