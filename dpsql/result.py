@@ -35,7 +35,9 @@ class IntervalFallback:
 @dataclass(frozen=True)
 class Result:
     """A statement's outcome. ``rows`` hold Python values (psycopg's loaders decoded them;
-    the wire encodes each by its column's type)."""
+    the wire encodes each by its column's type); a value Python's types can't hold (an
+    ``infinity`` date, an interval) is PostgreSQL's own text
+    (:class:`dpsql.upstream.loaders.PgText`)."""
 
     columns: tuple[ResultColumn, ...]
     rows: list[tuple[object, ...]]

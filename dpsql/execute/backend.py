@@ -18,6 +18,7 @@ from psycopg_pool import ConnectionPool
 
 from dpsql.result import ResultColumn
 from dpsql.upstream.faults import CONNECT_TIMEOUT_S, connection_lost, lost, upstream_error
+from dpsql.upstream.loaders import register_lossless
 from dpsql.upstream.settings import session_settings
 
 
@@ -96,6 +97,7 @@ class Backend:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.autocommit = True
+        register_lossless(conn)  # 'infinity', dates after 9999...: PostgreSQL's text, not a failure
         for statement in session_settings(self.timeout_ms):
             conn.execute(statement)
 

@@ -27,6 +27,8 @@ from dpsql.errors import (
     ProtocolViolation,
 )
 from dpsql.result import ResultColumn
+from dpsql.upstream.loaders import LOSSLESS_OIDS, PgText
+from dpsql.wire.pg_binary import special_binary
 
 Encoder = Callable[[Any], bytes]
 
@@ -36,6 +38,8 @@ _NUMERIC = 1700
 _BOOL = 16
 _TEXTLIKE = frozenset({18, 19, 25, 142, 1042, 1043})  # xml (142) is sent as its text
 _TRANSFORMER = Transformer()
+_NUMERIC_INF = {"Infinity": bytes.fromhex("00000000d0000020"),
+                "-Infinity": bytes.fromhex("00000000f0000020")}  # fmt: skip
 
 # typlen for RowDescription's "data type size" field (-1 variable, -2 cstring).
 _TYPE_SIZES = {16: 1, 18: 1, 19: 64, 20: 8, 21: 2, 23: 4, 26: 4, 700: 4, 701: 8, 1082: 4,
@@ -158,11 +162,57 @@ def _binary_array(oid: int) -> Encoder | None:
 def encoder(oid: int, fmt: int) -> Encoder:
     """The encoder of a value of type ``oid`` in format 0 (text) or 1 (binary).
 
+    A :class:`~dpsql.upstream.loaders.PgText` (a date, time or interval Python can't hold, kept as
+    PostgreSQL's text) is sent as that text, or in binary as PostgreSQL's ``*_send`` writes it
+    (:func:`dpsql.wire.pg_binary.special_binary`); in an array too.
+
     >>> encoder(20, 1)(5)
     b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x05'
     >>> encoder(20, 0)(4.6)
     b'5'
+    >>> encoder(1082, 0)(PgText("infinity")), encoder(1082, 1)(PgText("infinity"))
+    (b'infinity', b'\\x7f\\xff\\xff\\xff')
+    >>> import datetime as dt
+    >>> encoder(1182, 0)([dt.date(2025, 1, 2), PgText("infinity"), None])
+    b'{2025-01-02,infinity,NULL}'
     """
+    base = _encoder(oid, fmt)
+    if oid == _NUMERIC and fmt:  # PostgreSQL's numeric_send writes ±Infinity with dscale 32
+        return lambda v: _NUMERIC_INF.get(str(v)) or base(v) if isinstance(v, Decimal) else base(v)
+    if oid in LOSSLESS_OIDS:
+        if fmt:
+            return lambda v: special_binary(oid, v) if isinstance(v, PgText) else base(v)
+        return lambda v: v.encode("utf-8") if isinstance(v, PgText) else base(v)
+    info = pg_types.get(oid)
+    if not fmt and info is not None and info.array_oid == oid and info.oid in LOSSLESS_OIDS:
+        elem = encoder(info.oid, 0)
+        return lambda v: _array_text(v, elem) if _holds_text(v) else base(v)
+    return base
+
+
+def _holds_text(v: Any) -> bool:
+    """Whether an array value holds a :class:`PgText` (at any depth)."""
+    return isinstance(v, list | tuple) and any(isinstance(x, PgText) or _holds_text(x) for x in v)
+
+
+def _array_text(v: Any, elem: Encoder) -> bytes:
+    """An array in PostgreSQL's text form (``{a,"b c",NULL}``), its elements by ``elem``."""
+    out = []
+    for x in v:
+        if x is None:
+            out.append(b"NULL")
+        elif isinstance(x, list | tuple):
+            out.append(_array_text(x, elem))
+        else:
+            t = elem(x)
+            if not t or t.upper() == b"NULL" or any(c in t for c in b'{},"\\ \t\n'):
+                t = b'"' + t.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+            out.append(t)
+    return b"{" + b",".join(out) + b"}"
+
+
+def _encoder(oid: int, fmt: int) -> Encoder:
+    """:func:`encoder` for the values psycopg's dumpers write."""
     pq_fmt = Format.BINARY if fmt else Format.TEXT
     coerce = _coerce(oid)
     if oid == 17 and not fmt:
