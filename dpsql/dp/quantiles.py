@@ -19,6 +19,7 @@ uniform order is uniform over the set of heads. No Gumbel or floating-point samp
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -137,18 +138,15 @@ class Quantile(_PerGroup):
         return (Fraction(self.hi) - Fraction(self.lo)) / self.buckets
 
     def midpoints(self) -> np.ndarray:
-        """The value reported per bucket: midpoints (or middle integers), as floats."""
-        lo, w = Fraction(self.lo), self.width
-        if self.integer:
-            return np.array([float(lo + j * w + (w - 1) // 2) for j in range(self.buckets)])
-        return np.array([float(lo + (j + Fraction(1, 2)) * w) for j in range(self.buckets)])
+        """The value reported per bucket: midpoints (or middle integers), as floats (read-only)."""
+        return _bucket_values(Fraction(self.lo), Fraction(self.hi), self.buckets, self.integer)[0]
 
     def edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per bucket, the smallest and largest value it can hold (integers: whole numbers)."""
-        lo, w = Fraction(self.lo), self.width
-        low = np.array([float(lo + j * w) for j in range(self.buckets)])
-        top = 1 if self.integer else 0
-        high = np.array([float(lo + (j + 1) * w - top) for j in range(self.buckets)])
+        """Per bucket, the smallest and largest value it can hold (integers: whole numbers),
+        as read-only float arrays."""
+        _, low, high = _bucket_values(
+            Fraction(self.lo), Fraction(self.hi), self.buckets, self.integer
+        )
         return low, high
 
     def gap_bound(self, alpha: float) -> float:
@@ -262,6 +260,37 @@ class Quantile(_PerGroup):
             raise ValueError("quantile parameters too large for exact sampling")
         heads = rng.bernoulli_exp(gap.reshape(-1) * eps.numerator, den).reshape(gap.shape)
         return choose_among_heads(heads)
+
+
+@functools.lru_cache(maxsize=256)
+def _bucket_values(
+    lo: Fraction, hi: Fraction, buckets: int, integer: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per bucket j of width w = (hi - lo) / B: the reported value (lo + (j + 1/2) w, or for
+    integers lo + j w + floor((w - 1) / 2)), the lowest value lo + j w and the highest
+    lo + (j + 1) w (minus 1 for integers), each the float nearest the exact rational.
+
+    In integers over the common denominator b d (lo = a / b, w = c / d): Python's int / int is
+    correctly rounded, as ``float(Fraction)`` is (it divides numerator by denominator), so the
+    floats are those of the per-bucket Fraction arithmetic. A statement's quantiles share a
+    column's bounds and bucket count: computed once per (lo, hi, B, integer), read-only."""
+    w = (hi - lo) / buckets
+    a, b, c, d = lo.numerator, lo.denominator, w.numerator, w.denominator
+    base, step, den = a * d, c * b, b * d
+    if integer:  # lo and w are integers (Quantile.__post_init__)
+        lo_i, w_i = int(lo), int(w)
+        half = (w_i - 1) // 2
+        mid = [float(lo_i + j * w_i + half) for j in range(buckets)]
+        low = [float(lo_i + j * w_i) for j in range(buckets)]
+        high = [float(lo_i + (j + 1) * w_i - 1) for j in range(buckets)]
+    else:
+        mid = [(2 * base + (2 * j + 1) * step) / (2 * den) for j in range(buckets)]
+        low = [(base + j * step) / den for j in range(buckets)]
+        high = [(base + (j + 1) * step) / den for j in range(buckets)]
+    out = (np.array(mid), np.array(low), np.array(high))
+    for arr in out:
+        arr.setflags(write=False)
+    return out
 
 
 @dataclass(frozen=True)

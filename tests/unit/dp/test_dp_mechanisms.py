@@ -266,6 +266,42 @@ def test_integer_quantile_reports_integers() -> None:
         Quantile(Fraction(1, 2), Fraction(1), Fraction(0), Fraction(10), 4, integer=True)
 
 
+def _bucket_values_by_fractions(q: Quantile) -> tuple[list[float], list[float], list[float]]:
+    """The reported value and edges of each bucket by per-bucket Fraction arithmetic (the
+    definition :func:`dpsql.dp.quantiles._bucket_values` computes in integers)."""
+    lo, w, top = Fraction(q.lo), q.width, 1 if q.integer else 0
+    if q.integer:
+        mid = [float(lo + j * w + (w - 1) // 2) for j in range(q.buckets)]
+    else:
+        mid = [float(lo + (j + Fraction(1, 2)) * w) for j in range(q.buckets)]
+    low = [float(lo + j * w) for j in range(q.buckets)]
+    high = [float(lo + (j + 1) * w - top) for j in range(q.buckets)]
+    return mid, low, high
+
+
+def test_quantile_bucket_values_equal_the_fraction_arithmetic() -> None:
+    """Midpoints and edges (computed once per bounds and bucket count, in integers over a common
+    denominator) are bit for bit the floats of the exact rationals, over bounds of every size
+    and denominator; the shared arrays are read-only. Deterministic (a seeded case list)."""
+    gen = np.random.default_rng(18)
+    dens = [1, 3, 7, 10, 1000, 2**20, 10**9, 12345]
+    for _ in range(400):
+        b = int(gen.choice([1, 2, 3, 7, 10, 64, 100, 1000]))
+        if gen.random() < 0.3:
+            lo = Fraction(int(gen.integers(-(10**12), 10**6)))
+            hi = lo + b * int(gen.integers(1, 10 ** int(gen.integers(1, 9))))
+            q = Quantile(Fraction(1, 2), Fraction(1), lo, hi, b, integer=True)
+        else:
+            lo = Fraction(int(gen.integers(-(10**9), 10**9)), int(gen.choice(dens)))
+            hi = lo + Fraction(int(gen.integers(1, 10**12)), int(gen.choice(dens)))
+            q = Quantile(Fraction(1, 2), Fraction(1), lo, hi, b)
+        mid, low, high = _bucket_values_by_fractions(q)
+        assert q.midpoints().tolist() == mid
+        assert q.edges()[0].tolist() == low and q.edges()[1].tolist() == high
+    with pytest.raises(ValueError):
+        q.midpoints()[0] = 0.0  # shared by every release over the same bounds
+
+
 def test_quantile_accepts_float_derived_fractions() -> None:
     mech = Quantile(Fraction(0.123456), Fraction(1, 3), Fraction(0), Fraction(10), 10)
     assert mech.target.denominator <= 2**16
