@@ -295,9 +295,8 @@ def _check(name: str, args: int, special: bool, tokens: list[Token], at: int, en
         raise WrongObjectType(
             f"WITHIN GROUP is required for ordered-set aggregate {name}",
             position=position,
-            hint=f"write {name}(0.5) WITHIN GROUP (ORDER BY x)"
-            if name != "mode"
-            else "write mode() WITHIN GROUP (ORDER BY x)",
+            hint=f"write {name}({_text(tokens, at, end)}) WITHIN GROUP (ORDER BY col), "
+            "with the column to take it of",
         )
     if special:
         return  # substring(s FROM 1 FOR 2), trim(BOTH 'x' FROM s): the grammar's own forms
