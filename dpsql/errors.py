@@ -411,6 +411,16 @@ def lookup(sqlstate: str) -> type[DpsqlError]:
     return _BY_SQLSTATE.get(sqlstate) or _BY_SQLSTATE.get(sqlstate[:2] + "000") or DpsqlError
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's text, '' when it has none: a driver's message without the
+    lines of context after it (psycopg's first line never holds the connection's password).
+
+    >>> first_line(ValueError("syntax error\\nLINE 1: ...")), first_line(ValueError())
+    ('syntax error', '')
+    """
+    return next(iter(str(e).strip().splitlines()), "")
+
+
 def sanitized_upstream(sqlstate: str | None) -> UpstreamError:
     """An upstream error on a private query, stripped of its text (which may contain row values).
 

@@ -22,7 +22,13 @@ from psycopg import sql
 from dpsql.budget import limits as policy_limits
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.records import Limit
-from dpsql.errors import ConnectionFailure, DpsqlError, ExternalSystemError, InternalError
+from dpsql.errors import (
+    ConnectionFailure,
+    DpsqlError,
+    ExternalSystemError,
+    InternalError,
+    first_line,
+)
 from dpsql.policy.model import Policy
 from dpsql.upstream.faults import (
     CONNECT_TIMEOUT_S,
@@ -71,7 +77,7 @@ def ledger_cause(e: BaseException) -> str:
     if state is None and isinstance(e, psycopg.OperationalError):
         return f"{name}: the connection to the ledger database failed"
     if state and state[:2] in _SAFE_CLASSES and isinstance(e, psycopg.Error):
-        primary = e.diag.message_primary or str(e).strip().splitlines()[0]
+        primary = e.diag.message_primary or first_line(e)
         return f"{name} ({state}): {primary}"
     return f"{name} ({state})" if state else name
 

@@ -16,6 +16,7 @@ from dpsql.errors import (
     InvalidParameter,
     InvalidSchemaName,
     IoError,
+    first_line,
 )
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def _dbname(dsn: str) -> str | None:
     except psycopg.ProgrammingError as e:
         raise InvalidParameter(
             "--upstream is not a connection string PostgreSQL understands",
-            detail=str(e).strip().splitlines()[0],
+            detail=first_line(e),
             hint="give a URI (postgresql://user@host:5432/dbname) or key=value pairs "
             "(host=... dbname=... user=...)",
         ) from None
@@ -110,7 +111,7 @@ def _read(dsn: str, schemas: tuple[str, ...]) -> list[TableInfo]:
         if e.sqlstate is None or e.sqlstate.startswith("08"):
             raise ConnectionFailure(
                 "could not connect to the database given by --upstream",
-                detail=str(e).strip().splitlines()[0],
+                detail=first_line(e),
                 hint="check its host, port, database name and credentials (psql with the same "
                 "connection string should connect), then run dpsql init again",
             ) from None
@@ -129,7 +130,7 @@ def _upstream(e: BaseException) -> DpsqlError:
     primary = e.diag.message_primary if isinstance(e, psycopg.Error) else None
     return ExternalSystemError(
         f"could not read the catalog of the database given by --upstream: "
-        f"{primary or str(e).strip().splitlines()[0]}",
+        f"{primary or first_line(e)}",
         hint="connect as a user that may read the catalog of those schemas, to an existing "
         "database",
         sqlstate=state,
