@@ -169,7 +169,9 @@ def gaussian_half_steps(sigma2: Fraction, alpha: float) -> int:
 class _OnGrid:
     """What Laplace and Gaussian share: the true values snapped to ``grid``, integer noise (in
     grid steps) from the mechanism's exact sampler added, and the half-width of the noise's
-    exact tail plus grid/2 for the snapping. A mechanism supplies ``_noise`` and ``_tail_steps``."""
+    exact tail plus grid/2 for the snapping. A mechanism supplies ``_noise`` and ``_tail_steps``.
+    Its fields are frozen, so what is derived from them (scale, std, half-widths) is computed
+    once per instance."""
 
     sensitivity: Fraction
     grid: Fraction
@@ -197,8 +199,18 @@ class _OnGrid:
         return np.asarray((snapped + noise).astype(np.float64) * float(self.grid))
 
     def half_width(self, confidence: float) -> float:
-        """t with P(|released - true| <= t) >= confidence: exact noise tail + grid/2 snapping."""
-        return _half_width(self, confidence)
+        """t with P(|released - true| <= t) >= confidence: exact noise tail + grid/2 snapping.
+
+        Kept on the instance per confidence (a statement asks its mechanisms for the same few
+        levels dozens of times; :func:`_half_width`'s cache key hashes every Fraction field)."""
+        memo: dict[float, float] | None = self.__dict__.get("_half_widths")
+        if memo is None:
+            memo = {}
+            object.__setattr__(self, "_half_widths", memo)
+        hw = memo.get(confidence)
+        if hw is None:
+            hw = memo[confidence] = _half_width(self, confidence)
+        return hw
 
 
 @dataclass(frozen=True)
@@ -217,17 +229,17 @@ class Laplace(_OnGrid, PureEpsilon):
     name: str = "laplace"
     budget_field: ClassVar[str] = "epsilon"
 
-    @property
+    @functools.cached_property
     def scale(self) -> Fraction:
         """sensitivity / epsilon, in value units (exact)."""
         return Fraction(self.sensitivity) / Fraction(self.epsilon)
 
-    @property
+    @functools.cached_property
     def noise_scale(self) -> Fraction:
         """The scale sampled, in grid steps: scale / grid rounded up."""
         return round_up(self.scale / Fraction(self.grid))
 
-    @property
+    @functools.cached_property
     def std(self) -> float:
         """Standard deviation of the noise in value units: sqrt(2 r)/(1 - r) grid steps."""
         if self.sensitivity == 0:
@@ -258,17 +270,17 @@ class Gaussian(_OnGrid):
     name: str = "gaussian"
     budget_field: ClassVar[str] = "rho"
 
-    @property
+    @functools.cached_property
     def sigma2(self) -> Fraction:
         """sensitivity² / (2 rho), in squared value units (exact)."""
         return Fraction(self.sensitivity) ** 2 / (2 * Fraction(self.rho))
 
-    @property
+    @functools.cached_property
     def noise_sigma2(self) -> Fraction:
         """The sigma² sampled, in squared grid steps: sigma2 / grid² rounded up."""
         return round_up(self.sigma2 / Fraction(self.grid) ** 2)
 
-    @property
+    @functools.cached_property
     def std(self) -> float:
         """sigma in value units (the discrete Gaussian's standard deviation is at most this)."""
         return math.sqrt(float(self.noise_sigma2)) * float(self.grid)

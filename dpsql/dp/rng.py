@@ -41,10 +41,11 @@ _LAPLACE_MAX = 2**47  # numerator and denominator bound of a fast discrete Lapla
 _GAUSS_NUM_MAX = 2**47
 _GAUSS_DEN_MAX = 2**24
 _GEO_TABLE = 45  # floor(exp(-45) 2**64) == 0
-# Up to this many discrete Laplace draws take the scalar algorithm (Python integers, ~15 us a
-# draw) rather than a numpy batch (~60-130 us of numpy calls whatever its size): one per
-# released statistic and noised bias measure of an ungrouped private statement.
-_SCALAR_MAX = 3
+# Up to this many discrete Laplace draws take the scalar algorithm (Python integers, ~13 us a
+# draw) rather than a numpy batch (~120-190 us of numpy calls up to a few dozen draws): one per
+# released statistic and noised bias measure of an ungrouped private statement, or per group of
+# a GROUP BY of a few declared keys (5 categories, 2 sexes). Measured crossover: 8-12 draws.
+_SCALAR_MAX = 8
 
 
 def token_hex(nbytes: int = 16) -> str:
