@@ -43,6 +43,7 @@ from dpsql.budget.records import (
     HistoryEntry,
     Reservation,
     refundable,
+    say_spent,
 )
 from dpsql.budget.store import LedgerStore
 from dpsql.dp.accounting import Cost
@@ -141,6 +142,7 @@ class Ledger(LedgerStore, BudgetLedger):
     def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
         if error is not None and not refundable(error):
             self.commit(res)
+            say_spent(error)  # the analyst is told the budget stays spent, and why
             # an operator must see probing: a failure that may depend on the data is itself a
             # (noiseless) release, charged in full
             log.error(

@@ -249,6 +249,28 @@ def refundable(error: BaseException) -> bool:
     return error.before_data or error.sqlstate[:2] in _REFUNDABLE_CLASSES
 
 
+SPENT_NOTE = (
+    "The privacy budget reserved for this statement stays spent: whether and when a private "
+    "query fails (a data error, a timeout, a cancel, whoever sent it) can depend on the private "
+    'rows, so the failure counts as a release (docs/budget.md, "Crash safety"); '
+    "SELECT * FROM dpsql.history shows the charge."
+)
+
+
+def say_spent(error: BaseException) -> None:
+    """Tell the analyst that a failed statement's budget stays spent, and why (appended to the
+    error's detail, once), when its reservation was confirmed instead of refunded.
+
+    >>> from dpsql.errors import QueryCanceled
+    >>> e = QueryCanceled("canceling statement due to user request or statement timeout")
+    >>> say_spent(e); say_spent(e)
+    >>> e.detail.count("stays spent")
+    1
+    """
+    if isinstance(error, DpsqlError) and SPENT_NOTE not in (error.detail or ""):
+        error.detail = f"{error.detail} {SPENT_NOTE}" if error.detail else SPENT_NOTE
+
+
 @contextmanager
 def before_the_data() -> Iterator[None]:
     """Marks dpsql's own refusals raised inside as decided before anything ran on the private

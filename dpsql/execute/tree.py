@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from dpsql.budget.records import say_spent
 from dpsql.dp.accounting import sequential
 from dpsql.errors import InternalError, UpstreamError
 from dpsql.execute import privacy_params
@@ -149,6 +150,7 @@ def run_tree(
         if ledger is not None and reservation is not None:
             if done:  # a leaf read the private rows: spent, whatever failed after
                 ledger.commit(reservation)
+                say_spent(error)
             else:
                 settle_failed(ledger, reservation, error)
         raise

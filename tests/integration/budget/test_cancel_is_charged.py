@@ -1,0 +1,177 @@
+"""A cancelled private query stays charged, and the analyst is told so, plainly.
+
+Whether and when a private query is cancelled can depend on the private rows (how long it runs
+does), so a cancel is never refunded (docs/budget.md, "Crash safety"): whoever cancels it.
+Three ways, on a private table that is a view sleeping 50 ms per row (100 rows, 5 s; nothing
+else in the statement reads a row, the bounds are fixed):
+
+* the policy's ``statement_timeout_ms`` (1 s) runs out;
+* the client's CancelRequest through the wire (psycopg's ``cancel_safe``) while it runs;
+* an administrator's ``pg_cancel_backend`` of the upstream query.
+
+Each: SQLSTATE 57014, the release committed in the ledger (``dpsql.history``: ``committed``,
+the statement's epsilon spent), and the error's text says the budget was spent and why.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.session import SessionContext
+from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker, private_table
+
+SQL = "SELECT SUM(x) FROM slow"
+SPENT = "privacy budget"  # what the error's text must speak of
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("cancel")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer NOT NULL, x numeric)")
+        conn.execute("INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u")
+        conn.execute(  # volatile: run for each row read
+            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
+            "AS 'SELECT pg_sleep(0.05); SELECT v'"
+        )
+        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
+    return dsn
+
+
+def _policy(make_policy: PolicyMaker, timeout_ms: int) -> Any:
+    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+    return make_policy(
+        f"cancel{timeout_ms}",
+        tables={"public.slow": private_table("u", columns, rows=1, groups=1)},
+        public_tables=[],
+        defaults={"epsilon": 1.0, "max_epsilon": 5.0, "delta": 1e-6,
+                  "statement_timeout_ms": timeout_ms},
+    ).policy  # fmt: skip
+
+
+def _history(ledger: Ledger) -> list[tuple[str, Fraction]]:
+    return [(h.state, Fraction(h.epsilon)) for h in ledger.history("analyst")]
+
+
+def _said(e: Any) -> str:
+    return " ".join(str(x) for x in (getattr(e, "message", e), e.detail, e.hint) if x)
+
+
+@pytest.fixture
+def ledger(dsn: str, make_policy: PolicyMaker) -> Iterator[Callable[[Any], Ledger]]:
+    opened: list[Ledger] = []
+
+    def open_(policy: Any) -> Ledger:
+        led = Ledger.open(dsn, policy, schema=f"dpsql_cx{uuid.uuid4().hex[:8]}")
+        opened.append(led)
+        return led
+
+    yield open_
+    for led in opened:
+        led.close()
+
+
+def test_statement_timeout_is_charged_and_said(
+    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+) -> None:
+    policy = _policy(make_policy, 1000)
+    led = ledger(policy)
+    engine = Engine(policy, dsn, led, pool_size=2)
+    try:
+        with pytest.raises(DpsqlError) as e:
+            engine.execute(engine.prepare(SQL, "analyst"), SessionContext("analyst"))
+    finally:
+        engine.close()
+    assert e.value.sqlstate == "57014"
+    assert _history(led) == [("committed", Fraction(1))]
+    assert SPENT in _said(e.value), _said(e.value)
+
+
+def _when_running(dsn: str) -> int:
+    """The upstream backend running the private query over the view, once it reads rows."""
+    deadline = time.monotonic() + 60
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                # only the private query reads the view's rows (pg_sleep in slowly())
+                "SELECT pid FROM pg_stat_activity WHERE state = 'active' "
+                "AND application_name = 'dpsql' AND wait_event = 'PgSleep'"
+            ).fetchone()
+            if row is not None:
+                return int(row[0])
+            time.sleep(0.05)
+    raise AssertionError("the private query never ran")
+
+
+def test_admin_cancel_is_charged_and_said(
+    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+) -> None:
+    policy = _policy(make_policy, 60_000)
+    led = ledger(policy)
+    engine = Engine(policy, dsn, led, pool_size=2)
+    got: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            engine.execute(engine.prepare(SQL, "analyst"), SessionContext("analyst"))
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        pid = _when_running(dsn)
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        t.join(60)
+    finally:
+        engine.close()
+    assert not t.is_alive()
+    assert len(got) == 1 and isinstance(got[0], DpsqlError), got
+    assert got[0].sqlstate == "57014"
+    assert _history(led) == [("committed", Fraction(1))]
+    assert SPENT in _said(got[0]), _said(got[0])
+
+
+def test_client_cancel_is_charged_and_said(
+    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+) -> None:
+    policy = _policy(make_policy, 60_000)
+    led = ledger(policy)
+    with (
+        served_engine(policy, dsn, ledger=led) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        got: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                conn.execute(SQL)
+            except BaseException as e:
+                got.append(e)
+
+        t = threading.Thread(target=run)
+        t.start()
+        _when_running(dsn)
+        conn.cancel_safe()
+        t.join(60)
+        assert not t.is_alive()
+        assert len(got) == 1 and isinstance(got[0], psycopg.Error), got
+        err = got[0]
+        assert err.sqlstate == "57014"
+        said = " ".join(x or "" for x in (err.diag.message_primary, err.diag.message_detail,
+                                           err.diag.message_hint))  # fmt: skip
+        assert SPENT in said, said
+        assert _history(led) == [("committed", Fraction(1))]
