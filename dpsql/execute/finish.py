@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import Cost
+from dpsql.errors import ConnectionException, DpsqlError
 from dpsql.execute import privacy_params
 from dpsql.execute.flat_rounding import round_outputs
 from dpsql.execute.noise import Release
@@ -82,7 +83,13 @@ def finish(
     if with_rid or len(arrays) == 0:
         arrays.append(list(range(n)))
     params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
-    rows = engine.backend.run(text, params, private=False)
+    try:
+        rows = engine.backend.run(text, params, private=False)
+    except DpsqlError as e:
+        charged = plan is not None and (cached or plan.cost != Cost())
+        if engine.ledger is not None and not describe_only and charged:
+            say_stored(e, cached)
+        raise
     cols = list(rows.columns)
     data = rows.rows
     intervals = None
@@ -142,6 +149,32 @@ def finish(
         intervals=intervals,
         notices=notices,
     )
+
+
+def say_stored(e: DpsqlError, cached: bool) -> None:
+    """Tell the analyst, on an error of the post-processing query (after the release was
+    charged and stored), what was spent and what asking again does: a lost connection's
+    statement is answered free when asked again; a refused expression over the released values
+    (``ts - TIMESTAMP '2000-01-01'`` over a released ``-infinity``: 22008) fails the same way
+    again, so the way out is to change it."""
+    if isinstance(e, ConnectionException):
+        note = (
+            "The answer was released and stored before the connection was lost: the same "
+            "statement asked again returns it at no cost."
+        )
+    else:
+        when = (
+            "This was a free repeat of a stored answer"
+            if cached
+            else "The answer was released (its privacy budget spent) and stored"
+        )
+        note = (
+            f"{when}; PostgreSQL refused the statement's own expressions over the released "
+            "values (group keys and noisy results), so the same statement fails the same way "
+            "when asked again. Change the failing expression (for instance guard it: CASE WHEN "
+            "isfinite(x) THEN ... END); a changed statement is a new query."
+        )
+    e.detail = f"{e.detail} {note}" if e.detail else note
 
 
 def _selection_notices(a: Analysis, plan: Plan | SetsPlan, shown: int) -> tuple[str, ...]:

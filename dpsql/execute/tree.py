@@ -30,11 +30,12 @@ from sqlglot import exp
 
 from dpsql.budget.records import say_spent
 from dpsql.dp.accounting import sequential
-from dpsql.errors import InternalError, UpstreamError
+from dpsql.errors import DpsqlError, InternalError, UpstreamError
 from dpsql.execute import privacy_params
 from dpsql.execute.auto_bounds import choose_reserved
 from dpsql.execute.auto_bounds_text import notice
 from dpsql.execute.backend import CancelToken
+from dpsql.execute.finish import say_stored
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import PrivateQuery, TreeQuery
@@ -165,14 +166,19 @@ def run_tree(
     final = [r for r in run.releases if r is not None]
     stored = ledger is not None and engine.policy.repeats != "off"
     notices = leaf_notices(sp, run, set(todo), stored, session, engine)
-    if ivplan is not None:
-        got, failed = _post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
-        columns, rows, intervals = got.columns, got.rows, got.intervals
-        notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
-        fallbacks += (failed,) if failed is not None else ()
-    else:
-        rows_out = run_post(engine, sp, run.plans, final, cancel)
-        columns, rows, intervals = rows_out.columns, rows_out.rows, None
+    try:
+        if ivplan is not None:
+            got, failed = _post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
+            columns, rows, intervals = got.columns, got.rows, got.intervals
+            notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
+            fallbacks += (failed,) if failed is not None else ()
+        else:
+            rows_out = run_post(engine, sp, run.plans, final, cancel)
+            columns, rows, intervals = rows_out.columns, rows_out.rows, None
+    except DpsqlError as e:  # after the leaves' answers were charged and stored
+        if engine.ledger is not None:
+            say_stored(e, cached=not todo)
+        raise
     reported(fallbacks, prepared.fingerprint)
     outputs = _noisy_outputs(engine, sp, run, ivplan)
     rows = round_rows([c.name for c in columns], rows, column_resolutions(outputs, final))

@@ -33,6 +33,7 @@ from psycopg.pq import Format
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
 from dpsql.upstream.loaders import PgText, register_lossless
 from dpsql.upstream.settings import output_statements
@@ -248,3 +249,38 @@ def test_asyncpg_reads_as_from_postgresql(dsn: str, server: int, name: str) -> N
         fetch(host="127.0.0.1", port=server, user="analyst", password="analyst", database="demo")
     )
     assert got == want
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT ts - TIMESTAMP '2000-01-01' AS age, COUNT(*) FROM t GROUP BY ts",
+        "WITH a AS (SELECT ts, COUNT(*) AS n FROM t GROUP BY ts), "
+        "b AS (SELECT COUNT(*) AS m FROM t) "
+        "SELECT ts - TIMESTAMP '2000-01-01' AS age, n, m FROM a, b",
+    ],
+    ids=["flat", "tree"],
+)
+def test_post_processing_refused_over_released_values_says_what_was_spent(
+    dsn: str, policy: Any, ledger: Ledger, sql: str
+) -> None:
+    """An expression PostgreSQL refuses over a released key (``ts - TIMESTAMP`` over
+    ``-infinity``: 22008) fails after the release was charged and stored; the error says so,
+    and that asking the same again is free but fails the same way (it does: no new charge)."""
+    s = SessionContext("analyst", Fraction(1))
+    engine = Engine(policy, dsn, ledger, pool_size=2)
+    try:
+        errors = []
+        spent = []
+        for _ in range(2):
+            with pytest.raises(DpsqlError) as e:
+                engine.execute(engine.prepare(sql, "analyst"), s)
+            errors.append(e.value)
+            spent.append(_spent(engine, s))
+    finally:
+        engine.close()
+    assert [x.sqlstate for x in errors] == ["22008", "22008"]
+    assert "infinite" in errors[0].message  # PostgreSQL's own reason
+    assert "privacy budget spent" in (errors[0].detail or "")
+    assert "free repeat" in (errors[1].detail or "")
+    assert spent[0] == spent[1]  # the second was a free repeat
