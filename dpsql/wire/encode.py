@@ -237,9 +237,9 @@ def _encoder(oid: int, fmt: int) -> Encoder:
             try:
                 out = dump(coerce(v))
                 return b"" if out is None else bytes(out)
-            except Exception:
-                if fmt:
-                    raise
+            except Exception as e:
+                if fmt:  # a value psycopg can't write in binary: say so, never "internal error"
+                    raise _unsendable(oid, type(e).__name__) from None
                 return _fallback_text(v)
 
         return enc
@@ -249,12 +249,21 @@ def _encoder(oid: int, fmt: int) -> Encoder:
         return lambda v: str(v).encode("utf-8")
 
     def refuse(v: Any) -> bytes:
-        raise InternalError(
-            f"values of type oid {oid} cannot be sent in binary format",
-            hint="request text format for this column",
-        )
+        raise _unsendable(oid)
 
     return refuse
+
+
+def _unsendable(oid: int, why: str = "") -> InternalError:
+    """A result value dpsql can't write in binary. A private answer is stored before its rows
+    are sent (docs/budget.md): asked again with text results, it is answered at no cost."""
+    name = pg_types.get(oid)
+    return InternalError(
+        f"values of type {name.name if name else f'oid {oid}'} cannot be sent in binary format"
+        + (f" ({why})" if why else ""),
+        hint="request text format for this column; a private answer was stored before its "
+        "rows were sent, so asking again is free",
+    )
 
 
 def row_encoders(columns: Sequence[ResultColumn], formats: Sequence[int]) -> list[Encoder]:

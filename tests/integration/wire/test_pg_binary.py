@@ -80,3 +80,15 @@ def test_binary_is_postgresqls(conn: Any, type_: str, value: str) -> None:
 def test_a_text_it_cannot_read_is_refused_plainly() -> None:
     with pytest.raises(InternalError, match="cannot be sent in binary format"):
         special_binary(1082, "not a date")
+
+
+def test_a_value_psycopg_cannot_write_in_binary_is_refused_plainly() -> None:
+    """Not "internal error in dpsql": the type, the way out (text format) and that a private
+    answer, stored before its rows were sent, is free to ask for again."""
+    from dpsql.wire.encode import encoder
+
+    for oid, value in ((1082, "not a date"), (600, (1, 2))):
+        with pytest.raises(InternalError) as e:
+            encoder(oid, 1)(value)
+        assert "cannot be sent in binary format" in e.value.message
+        assert e.value.hint is not None and "asking again is free" in e.value.hint
