@@ -134,14 +134,19 @@ def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> d
 
 def unit_type(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> str:
     """The privacy unit's PostgreSQL type name, from a zero-row probe of the bounded source
-    (reads no row), memoized per statement and catalog state with the key types: a built-in
-    type's name (:func:`key_type_name`; an array's ends in ``[]``), ``""`` for any other (a
-    domain, an enum, an extension's type) and with row privacy (no unit). The keyed hashes
-    hash a unit of a type in :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` as a value
-    (``Analysis.unit_type``), any other as text."""
+    (reads no row): a built-in type's name (:func:`key_type_name`; an array's ends in ``[]``),
+    ``""`` for any other (a domain, an enum, an extension's type) and with row privacy (no
+    unit). The keyed hashes hash a unit of a type in
+    :data:`~dpsql.sql.rewrite.keyed_hash.HASHED_TYPES` as a value (``Analysis.unit_type``), any
+    other as text.
+
+    Memoized per statement text and catalog state of the tables read, and per probe text: the
+    probe names the statement's source alone (no WHERE, no measure), so a new statement over the
+    same tables and joins reuses the answer of the same probe instead of sending it again."""
     if a.private.row_privacy or a.unique_unit:
         return ""
-    key = ("unit", prepared.scope, prepared.text, engine.catalog_token(a))
+    token = engine.catalog_token(a)
+    key = ("unit", prepared.scope, prepared.text, token)
     cached = engine.caches.key_types.get(key)
     if cached is not None:
         return str(cached[0])
@@ -151,10 +156,15 @@ def unit_type(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> str
         from dpsql.sql.per_unit import substitute
 
         q = substitute(q, prepared.units)  # type: ignore[assignment]
-    rows = engine.backend.run(q.sql("postgres"), private=True)
-    name = key_type_name(rows.columns[0].type_oid) or ""
-    engine.caches.key_types.remember(key, (name,))
-    return name
+    text = q.sql("postgres")
+    probe_key = ("unit-probe", prepared.scope, text, token)
+    cached = engine.caches.key_types.get(probe_key)
+    if cached is None:
+        rows = engine.backend.run(text, private=True)
+        cached = (key_type_name(rows.columns[0].type_oid) or "",)
+        engine.caches.key_types.remember(probe_key, cached)
+    engine.caches.key_types.remember(key, cached)
+    return str(cached[0])
 
 
 def declared_keys(engine: EngineContext, a: Analysis) -> list[tuple[str | None, ...]] | None:

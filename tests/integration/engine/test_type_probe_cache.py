@@ -76,3 +76,34 @@ def test_quantile_argument_types_follow_alter_column_type(engine: Engine) -> Non
     assert value_types(engine, p, p.analysis) == {'"q"."x"': "numeric"}
     text = engine.private_sql(p, p.analysis)
     assert "NUMERIC_LARGER" in text and 'CASE WHEN "q"."x"' not in text  # NUMERIC clamp
+
+
+def test_unit_type_probe_shared_by_new_statements_follows_the_catalog(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The unit's type probe names the source alone: a new statement over the same table reuses
+    its answer (no probe sent), and after ``ALTER COLUMN uid TYPE`` a new statement probes
+    again and gets the new type (the catalog token is part of the key)."""
+    from dpsql.execute.group_keys import unit_type
+
+    sent: list[str] = []
+    real = engine.backend.run
+    monkeypatch.setattr(
+        engine.backend, "run", lambda text, *a, **k: sent.append(text) or real(text, *a, **k)
+    )
+
+    def probes() -> int:
+        return sum(1 for t in sent if t.endswith(' AS u FROM public.q AS "q" LIMIT 0'))
+
+    s = SessionContext(analyst="a", epsilon=1)  # type: ignore[arg-type]
+    engine.execute(engine.prepare("SELECT COUNT(*) AS n FROM q WHERE x > 1", "a"), s)
+    assert probes() == 1
+    p = engine.prepare("SELECT g, SUM(x) AS t FROM q WHERE x < 9 GROUP BY g", "a")
+    assert isinstance(p, PrivateQuery)
+    engine.execute(p, s)
+    assert probes() == 1 and unit_type(engine, p, p.analysis) == "int4"
+    _alter(engine, "ALTER TABLE q ALTER COLUMN uid TYPE bigint")
+    p = engine.prepare("SELECT COUNT(*) AS n FROM q WHERE x > 2", "a")
+    assert isinstance(p, PrivateQuery)
+    engine.execute(p, s)
+    assert probes() == 2 and unit_type(engine, p, p.analysis) == "int8"
