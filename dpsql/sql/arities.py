@@ -131,7 +131,6 @@ _SPECIAL = frozenset(
         TokenType.IN,
         TokenType.SIMILAR_TO,
         TokenType.ESCAPE,
-        TokenType.DISTINCT,  # COUNT(DISTINCT a, b): refused later with what to write instead
     }
 )
 _SPECIAL_WORDS = frozenset({"placing", "both", "leading", "trailing", "similar", "from", "for"})
@@ -167,7 +166,7 @@ NOT_POSTGRES = _sqlglot_names() - set(ARITY) - set(_NO_CALL) - set(_KEYWORD_FORM
 }  # fmt: skip
 
 
-def check_calls(tokens: list[Token]) -> None:
+def check_calls(tokens: list[Token], text: str = "") -> None:
     """Refuse a call PostgreSQL would refuse where sqlglot would run something else (see the
     module docstring): a wrong number of arguments (42883), a name PostgreSQL has no function of
     (42883), a keyword or type called as a function (42601), an ordered-set aggregate without
@@ -193,7 +192,7 @@ def check_calls(tokens: list[Token]) -> None:
             frames.pop()
             if frame.name:
                 args = 0 if i == frame.at + 1 else frame.commas + 1
-                _check(frame.name, args, frame.special, tokens, frame.at, i)
+                _check(frame.name, args, frame.special, tokens, frame.at, i, text)
                 if frame.name == "regexp_like" and args == 3:
                     _check_flags(tokens[frame.last_comma + 1 : i], tokens[frame.at - 1])
         elif not frame.name or frame.ordered:
@@ -258,7 +257,9 @@ def _called(tokens: list[Token], i: int) -> str:
     return name
 
 
-def _check(name: str, args: int, special: bool, tokens: list[Token], at: int, end: int) -> None:
+def _check(
+    name: str, args: int, special: bool, tokens: list[Token], at: int, end: int, text: str
+) -> None:
     position = tokens[at - 1].start + 1
     after = tokens[end + 1] if end + 1 < len(tokens) else None
     if name in _NO_CALL:
@@ -295,11 +296,12 @@ def _check(name: str, args: int, special: bool, tokens: list[Token], at: int, en
         raise WrongObjectType(
             f"WITHIN GROUP is required for ordered-set aggregate {name}",
             position=position,
-            hint=f"write {name}({_text(tokens, at, end)}) WITHIN GROUP (ORDER BY col), "
-            "with the column to take it of",
+            hint=_within_group_hint(name, _arguments(tokens, at, end, text)),
         )
     if special:
         return  # substring(s FROM 1 FOR 2), trim(BOTH 'x' FROM s): the grammar's own forms
+    if name == "count" and args > 1 and tokens[at + 1].token_type == TokenType.DISTINCT:
+        raise _several_distinct(tokens, at, end, text)
     low, high = ARITY[name]
     if args < low or (high is not None and args > high):
         raise _count_error(name, args, low, high, position)
@@ -315,6 +317,59 @@ def _check_flags(flags: list[Token], name: Token) -> None:
         position=name.start + 1,
         hint="write regexp_like(s, pattern) or regexp_like(s, pattern, 'i'), or the operators "
         "s ~ pattern and s ~* pattern",
+    )
+
+
+def _arguments(tokens: list[Token], at: int, end: int, text: str) -> list[str]:
+    """The texts of the call's top-level arguments, as written in ``text`` (else the tokens
+    joined by spaces)."""
+    bounds, depth = [at], 0
+    for j in range(at + 1, end):
+        t = tokens[j]
+        depth += t.token_type in _OPEN
+        depth -= t.token_type in _CLOSE
+        if depth == 0 and t.token_type == TokenType.COMMA:
+            bounds.append(j)
+    bounds.append(end)
+    out = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        if b == a + 1:
+            continue
+        if text:
+            out.append(text[tokens[a].end + 1 : tokens[b].start].strip())
+        else:
+            out.append(" ".join(t.text for t in tokens[a + 1 : b]))
+    return out
+
+
+def _within_group_hint(name: str, args: list[str]) -> str:
+    """``percentile_cont(0.5)`` -> ``percentile_cont(0.5) WITHIN GROUP (ORDER BY col)``;
+    ``percentile_cont(x, 0.5)`` -> ``percentile_cont(0.5) WITHIN GROUP (ORDER BY x)``;
+    ``mode(x)`` -> ``mode() WITHIN GROUP (ORDER BY x)``."""
+    if name == "mode":
+        direct, of = "", args[0] if args else "col"
+    elif len(args) == 2:
+        direct, of = args[1], args[0]
+    else:
+        direct, of = ", ".join(args), "col"
+    tail = ", with the column to take it of" if of == "col" else ""
+    return f"write {name}({direct}) WITHIN GROUP (ORDER BY {of}){tail}"
+
+
+def _several_distinct(tokens: list[Token], at: int, end: int, text: str) -> DpsqlError:
+    """``COUNT(DISTINCT a, b)``: sqlglot counts the distinct rows (a, b), which PostgreSQL's
+    count of one argument does not take; said as the private path says it (0A000)."""
+    args = _arguments(tokens, at, end, text)
+    args[0] = args[0].split(None, 1)[1] if " " in args[0] else args[0]  # after DISTINCT
+    cols = ", ".join(args)
+    written = (
+        text[tokens[at - 1].start : tokens[end].end + 1] if text else f"COUNT(DISTINCT {cols})"
+    )
+    return FeatureNotSupported(
+        f"{' '.join(written.split())}: COUNT(DISTINCT ...) of several columns is not supported",
+        position=tokens[at - 1].start + 1,
+        hint=f"count one: COUNT(DISTINCT {args[0]}); or count the rows of each combination: "
+        f"SELECT {cols}, COUNT(*) ... GROUP BY {cols}",
     )
 
 

@@ -336,10 +336,10 @@ def parse_statement(text: str) -> ParsedStatement:
             position=tokens[0].start + 1,
             hint="dpsql answers SELECT queries",
         )
+    check_calls(tokens, text)  # before sqlglot reads (and rewrites) the calls
     text = _spell_array_types(text, tokens)
     if '&"' in text:  # U&"..." identifiers (rare: no second tokenizing otherwise)
         text = _unicode_escapes(text, tokenize(text))
-    check_calls(tokens)  # before sqlglot reads (and rewrites) the calls
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:

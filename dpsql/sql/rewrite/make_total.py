@@ -174,6 +174,31 @@ def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
     return isinstance(node, exp.Length)
 
 
+def _outermost_integer(n: exp.Expr, columns: Columns | None) -> bool:
+    """``n`` is integer arithmetic (``i % 3``, ``(i + 1) * 2``, ``i / 2``) whose value is not
+    itself an operand of integer arithmetic: where its NUMERIC result (made total) goes back to
+    PostgreSQL's integer type, so ``(i % 3)::text`` is '0', not '0.000...' with 100 decimals."""
+    if not isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        return False
+    if not is_integer(n, columns):
+        return False
+    up = n.parent
+    while isinstance(up, exp.Paren):
+        up = up.parent
+    return not (isinstance(up, _ARITHMETIC) and is_integer(up, columns))
+
+
+_BIGINT = fn.INTEGER_RANGE[exp.DataType.Type.BIGINT]
+
+
+def _as_bigint(n: exp.Expr) -> exp.Expr:
+    """An integral NUMERIC value as ``bigint``, clamped into its range first (where PostgreSQL's
+    integer arithmetic would overflow, an error that depends on the data)."""
+    return exp.Cast(
+        this=_clamp(n, number(_BIGINT[0]), number(_BIGINT[1])), to=exp.DataType.build("bigint")
+    )
+
+
 def _cast_total(n: exp.Cast) -> exp.Expr:
     to = n.to.this
     if to in fn.INTEGER_TYPES:
@@ -317,11 +342,13 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             and is_integer(n.this, columns)
             and is_integer(n.expression, columns)
         )
+        whole_int = _outermost_integer(n, columns)
         for child in list(n.iter_expressions()):
             key, index = child.arg_key, child.index
             new = visit(child)
             if new is not child and key is not None:
                 n.set(key, new, index)
-        return fix(n, both_int)
+        out = fix(n, both_int)
+        return _as_bigint(out) if whole_int and out.find(exp.Round) is not None else out
 
     return visit(node.copy())

@@ -109,6 +109,10 @@ min(i) | min(i, 2) | max(i, n) | count(i) | count(i, 2) | sum(i, 2) | avg(n, 2)
 string_agg(s, ',') | string_agg(s) | string_agg(s, ',' ORDER BY i, n) | array_agg(i ORDER BY n, i)
 array_agg(i, n) | percentile_cont(0.5) WITHIN GROUP (ORDER BY n) | percentile_cont(n, 0.5)
 percentile_disc(0.5) WITHIN GROUP (ORDER BY i) | mode() WITHIN GROUP (ORDER BY i) | mode(i)
+concat(VARIADIC ARRAY['a', 'b']) | format('%s-%s', VARIADIC ARRAY['a', 'b']) | count(DISTINCT i)
+json_extract_path_text('{"a": {"b": 1}}'::json, VARIADIC ARRAY['a', 'b']) | count(DISTINCT i, s)
+count(*) FILTER (WHERE i > 0) | sum(n) FILTER (WHERE s IS NOT NULL) | string_agg(DISTINCT s, ',')
+array_agg(DISTINCT i) | string_agg(s, ',') FILTER (WHERE i > 0) | max(n ORDER BY i)
 """
 FORM_REFUSED = {  # PostgreSQL runs these; dpsql's public allowlist does not name them (42501)
     # PostgreSQL's other flags ('x': expanded syntax): sqlglot writes the call as ~ and drops them
