@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from dpsql.budget.records import before_the_data, say_spent
 from dpsql.dp.accounting import Cost
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import key_texts, planning, privacy_params
@@ -377,7 +378,15 @@ def _run_planned(
         if ledger is not None and reservation is not None:
             settle_failed(ledger, reservation, error)
         raise
-    rel = release_measured(engine, plan, got, key_types, declared, confidence)
+    try:
+        rel = release_measured(engine, plan, got, key_types, declared, confidence)
+    except BaseException as error:
+        # the rows were read: spent, whatever failed after (left open, the reservation would
+        # look like a crash to `dpsql budget reconcile`, whose --refund would make it free)
+        if ledger is not None and reservation is not None:
+            ledger.commit(reservation)
+            say_spent(error)
+        raise
     if ledger is not None and reservation is not None:
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
@@ -392,7 +401,6 @@ def measure(
     engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
-    from dpsql.budget.records import before_the_data
     from dpsql.execute.unique_units import keyed, still_proven
 
     # nothing below runs on the private rows until the query is sent: a refusal here (the

@@ -181,3 +181,27 @@ def test_refused_before_the_bounds_histogram_is_refunded(
         assert _budgets(engine) == before
         states = _states(ledger)
         assert len(states) >= 2 and set(states) == {"refunded"}, states
+
+
+def test_a_failure_after_the_rows_were_read_is_committed(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side: a failure after the private query read the rows (here a bug injected in
+    the release step) is charged, and the reservation is committed, not left open (an open one
+    looks like a crash to ``dpsql budget reconcile``, whose ``--refund`` would make the failure
+    a free probe); the error says the budget stays spent."""
+    import dpsql.execute.private as private
+    from dpsql.errors import InternalError
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise InternalError("injected: the release step failed")
+
+    with _engine(dsn, "fixed") as (engine, ledger):
+        monkeypatch.setattr(private, "release_measured", broken)
+        try:
+            with pytest.raises(InternalError) as e:
+                engine.execute(engine.prepare("SELECT COUNT(*) FROM pk", "analyst"), SESSION)
+        finally:
+            monkeypatch.undo()
+        assert _states(ledger) == ["committed"]
+        assert "stays spent" in (e.value.detail or "")
