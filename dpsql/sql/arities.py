@@ -134,6 +134,10 @@ _SPECIAL = frozenset(
     }
 )
 _SPECIAL_WORDS = frozenset({"placing", "both", "leading", "trailing", "similar", "from", "for"})
+# The calls whose grammar takes those keywords in place of commas: only there do they make the
+# comma count meaningless (round(x, 1, 2 IN (2)) has 3 arguments: were it skipped, sqlglot
+# dropped the third).
+_FORMS = frozenset({"substring", "trim", "position", "overlay", "extract"})
 _NOT_NAMES = frozenset(
     {
         TokenType.STRING,
@@ -166,15 +170,22 @@ NOT_POSTGRES = _sqlglot_names() - set(ARITY) - set(_NO_CALL) - set(_KEYWORD_FORM
 }  # fmt: skip
 
 
-def check_calls(tokens: list[Token], text: str = "") -> None:
+def check_calls(tokens: list[Token], text: str = "") -> bool:
     """Refuse a call PostgreSQL would refuse where sqlglot would run something else (see the
     module docstring): a wrong number of arguments (42883), a name PostgreSQL has no function of
-    (42883), a keyword or type called as a function (42601), an ordered-set aggregate without
-    ``WITHIN GROUP`` (42809).
+    (42883), a quoted name that is not in lowercase (42883: ``"ROUND"(a)`` is not round), a
+    keyword or type called as a function (42601), an ordered-set aggregate without
+    ``WITHIN GROUP`` (42809). Returns whether a bracket is left open (PostgreSQL refuses the
+    statement; sqlglot closes some calls itself: ``string_agg(s FROM t`` was read as
+    ``STRING_AGG(s, ',') FROM t``): the caller refuses it (:func:`unclosed`).
 
     >>> from dpsql.sql.parse import tokenize
     >>> check_calls(tokenize("SELECT round(a, 1), substring(s FROM 1 FOR 2) FROM t"))
+    False
     >>> check_calls(tokenize("SELECT string_agg(s, ',' ORDER BY a, b) FROM t"))
+    False
+    >>> check_calls(tokenize("SELECT string_agg(s FROM t"))
+    True
     >>> check_calls(tokenize("SELECT ROUND(a, (1, 2)[1], 2) FROM t"))
     Traceback (most recent call last):
     ...
@@ -202,8 +213,20 @@ def check_calls(tokens: list[Token], text: str = "") -> None:
             frame.last_comma = i
         elif tok.token_type == TokenType.ORDER_BY:
             frame.ordered = True  # string_agg(s, ',' ORDER BY a, b): the arguments end here
-        elif tok.token_type in _SPECIAL or tok.text.lower() in _SPECIAL_WORDS:
+        elif frame.name in _FORMS and (
+            tok.token_type in _SPECIAL or tok.text.lower() in _SPECIAL_WORDS
+        ):
             frame.special = True
+    return bool(frames)
+
+
+def unclosed(tokens: list[Token]) -> SqlSyntaxError:
+    """The refusal of a statement whose brackets are not all closed (:func:`check_calls`)."""
+    return SqlSyntaxError(
+        "syntax error at end of input",
+        position=tokens[-1].end + 2 if tokens else 1,
+        hint="close every parenthesis the statement opens",
+    )
 
 
 @dataclass
@@ -254,6 +277,14 @@ def _called(tokens: list[Token], i: int) -> str:
     prev = tokens[i - 2] if i >= 2 else None
     if prev is not None and prev.token_type in (TokenType.DCOLON, TokenType.ALIAS, TokenType.DOT):
         return ""  # x::numeric(10, 2), CAST(x AS char(2)), AS t(a, b), schema.f(...)
+    if before.token_type == TokenType.IDENTIFIER and before.text != name and name not in _NO_CALL:
+        # "ROUND"(a, 1) calls a function named ROUND, which PostgreSQL does not have; sqlglot
+        # reads it as round and wrote ROUND(a, 1)
+        raise UndefinedFunction(
+            f'function "{before.text}" does not exist',
+            position=before.start + 1,
+            hint=f"PostgreSQL's functions are named in lowercase: write {name}(...)",
+        )
     return name
 
 

@@ -20,7 +20,7 @@ from dpsql.errors import (
     SqlSyntaxError,
     UnsupportedSql,
 )
-from dpsql.sql.arities import check_calls, faithful_calls
+from dpsql.sql.arities import check_calls, faithful_calls, unclosed
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
 from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
@@ -336,14 +336,21 @@ def parse_statement(text: str) -> ParsedStatement:
             position=tokens[0].start + 1,
             hint="dpsql answers SELECT queries",
         )
-    check_calls(tokens, text)  # before sqlglot reads (and rewrites) the calls
-    text = _spell_array_types(text, tokens)
-    if '&"' in text:  # U&"..." identifiers (rare: no second tokenizing otherwise)
-        text = _unicode_escapes(text, tokenize(text))
+    spelled = _spell_array_types(text, tokens)
+    if '&"' in spelled:  # U&"..." identifiers (rare: no second tokenizing otherwise)
+        spelled = _unicode_escapes(spelled, tokenize(spelled))
+        # before sqlglot reads (and rewrites) the calls, on the text it reads: U&"r\006Fund"(a,
+        # 1, 2) is round(a, 1, 2)
+        left_open = check_calls(tokenize(spelled), spelled)
+    else:
+        left_open = check_calls(tokens, text)  # positions and arguments as the user wrote them
+    text = spelled
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:
         raise syntax_error(text, e) from e
+    if left_open:  # sqlglot closed a call PostgreSQL leaves open
+        raise unclosed(tokenize(text))
     found = [t for t in trees if t is not None]
     if len(found) != 1:
         raise SqlSyntaxError(

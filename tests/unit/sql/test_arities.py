@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from dpsql.errors import UndefinedFunction
+from dpsql.errors import SqlSyntaxError, UndefinedFunction
 from dpsql.sql.arities import ARITY
 from dpsql.sql.parse import parse_statement
 
@@ -63,3 +63,49 @@ def test_sqlglot_still_drops_them() -> None:
 )
 def test_written_arities_pass(sql: str) -> None:
     parse_statement(sql)  # no refusal: PostgreSQL takes these
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        # a keyword of another call's grammar (IN, DISTINCT) does not stop the count
+        ("SELECT string_agg(DISTINCT s) FROM t", "function string_agg with 1 argument"),
+        ("SELECT round(AVG(a), 1, 2 IN (2)) FROM t", "function round with 3 arguments"),
+        ("SELECT log10(a, 1 IN (1)) FROM t", "function log10 with 2 arguments"),
+        ("SELECT array_agg(DISTINCT a, b) FROM t", "function array_agg with 2 arguments"),
+        # the name sqlglot reads: U&"r\006Fund" is round, "ROUND" is not
+        ('SELECT U&"r\\006Fund"(AVG(a), 1, 2) FROM t', "function round with 3 arguments"),
+        ('SELECT U&"\\0069fnull"(a, 1) FROM t', "function ifnull does not exist"),
+        ('SELECT "ROUND"(AVG(a), 1) FROM t', 'function "ROUND" does not exist'),
+    ],
+)
+def test_calls_sqlglot_would_change_are_refused(sql: str, message: str) -> None:
+    """Each ran as another statement (sqlglot dropped or filled an argument, or called round
+    for "ROUND"); PostgreSQL refuses each with 42883."""
+    with pytest.raises(UndefinedFunction) as e:
+        parse_statement(sql)
+    assert str(e.value).startswith(message)
+    assert e.value.sqlstate == "42883"
+
+
+def test_a_call_left_open_is_refused() -> None:
+    """sqlglot closes string_agg(s FROM t itself (it ran as STRING_AGG(s, ',') FROM t)."""
+    twin = sqlglot.parse_one("SELECT string_agg(s FROM t", read="postgres").sql("postgres")
+    assert twin == "SELECT STRING_AGG(s, ',') FROM t"
+    with pytest.raises(SqlSyntaxError) as e:
+        parse_statement("SELECT string_agg(s FROM t")
+    assert (str(e.value), e.value.sqlstate) == ("syntax error at end of input", "42601")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t WHERE position('b' IN s) > 0 AND trim(BOTH 'x' FROM s) = ''",
+        "SELECT COUNT(*) FROM t WHERE overlay(s PLACING 'x' FROM 1 FOR 2) = 'ab'",
+        "SELECT COUNT(*) FROM t WHERE EXTRACT(year FROM d) = 2024 AND coalesce(a IN (1), true)",
+        "SELECT SUM(DISTINCT a), string_agg(DISTINCT s, ',') FROM t",
+        'SELECT "round"(AVG(a), 1) FROM t',
+    ],
+)
+def test_grammar_forms_still_pass(sql: str) -> None:
+    parse_statement(sql)
