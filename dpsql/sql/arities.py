@@ -263,6 +263,11 @@ def faithful_calls(tree: exp.Expr) -> exp.Expr:
     return tree
 
 
+# Tokens after which a quoted name with a column list is a name, not a call: FROM t "Sum"(a),
+# (SELECT ...) "Sum"(a), WITH "Sum"(a) AS (...)
+_BEFORE_ALIAS = (TokenType.VAR, TokenType.IDENTIFIER, TokenType.R_PAREN, TokenType.WITH)
+
+
 def _called(tokens: list[Token], i: int) -> str:
     """The function name before ``tokens[i]`` (an opening bracket), or "" when it opens no
     call this module checks (a type's modifiers after ``::`` or ``AS``, a typed literal)."""
@@ -277,7 +282,12 @@ def _called(tokens: list[Token], i: int) -> str:
     prev = tokens[i - 2] if i >= 2 else None
     if prev is not None and prev.token_type in (TokenType.DCOLON, TokenType.ALIAS, TokenType.DOT):
         return ""  # x::numeric(10, 2), CAST(x AS char(2)), AS t(a, b), schema.f(...)
-    if before.token_type == TokenType.IDENTIFIER and before.text != name and name not in _NO_CALL:
+    if (
+        before.token_type == TokenType.IDENTIFIER
+        and before.text != name
+        and name not in _NO_CALL
+        and not (prev is not None and prev.token_type in _BEFORE_ALIAS)
+    ):
         # "ROUND"(a, 1) calls a function named ROUND, which PostgreSQL does not have; sqlglot
         # reads it as round and wrote ROUND(a, 1)
         raise UndefinedFunction(

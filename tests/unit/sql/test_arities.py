@@ -105,6 +105,10 @@ def test_a_call_left_open_is_refused() -> None:
         "SELECT COUNT(*) FROM t WHERE EXTRACT(year FROM d) = 2024 AND coalesce(a IN (1), true)",
         "SELECT SUM(DISTINCT a), string_agg(DISTINCT s, ',') FROM t",
         'SELECT "round"(AVG(a), 1) FROM t',
+        # a quoted name with a column list: an alias, not a call
+        'WITH "Sum"(x) AS (SELECT 1) SELECT x FROM "Sum"',
+        'SELECT COUNT(*) FROM t "Round"(a, b)',
+        'SELECT COUNT(*) FROM (SELECT 1, 2) "Round"(a, b)',
     ],
 )
 def test_grammar_forms_still_pass(sql: str) -> None:
