@@ -21,6 +21,7 @@ from sqlglot import exp
 from dpsql.dp import rng
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis, Measure
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite import private_query
 from dpsql.sql.rewrite.keyed_hash import HASHED_TYPES
 
@@ -191,8 +192,8 @@ def bounded_sql(prepared: PrivateQuery, a: Analysis) -> str:
     q.set(
         "expressions",
         [
-            exp.alias_(exp.cast(e.copy(), "text"), f"_dp_t{i}") if i < n else e
+            exp.alias_(cast(e.copy(), "text"), f"_dp_t{i}", copy=False) if i < n else e
             for i, e in enumerate(q.expressions)
         ],
     )
-    return q.sql("postgres")
+    return q.sql("postgres", copy=False)  # q is this function's own: generated in place

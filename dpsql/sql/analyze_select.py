@@ -26,6 +26,7 @@ from dpsql.sql.analyze_aggregates import (
 from dpsql.sql.group_domain import check_some_key_left, group_key, narrow_by_where
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
+from dpsql.sql.nodes import table as table_node
 from dpsql.sql.post_guards import check_constant_divisors, guard
 from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
@@ -357,7 +358,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
             f"this query would return raw rows of private table {table}",
             hint="ask for aggregates, e.g. SELECT COUNT(*), AVG(col) FROM ... GROUP BY ...",
         )
-    q = exp.select(*selects).from_(DP_TABLE)
+    q = exp.select(*selects).from_(table_node(DP_TABLE), copy=False)  # q is new: no copy
     if tree.args.get("distinct"):
         if tree.args["distinct"].args.get("on"):
             raise UnsupportedSql("DISTINCT ON is not supported")

@@ -146,7 +146,26 @@ def declared_range(a: Analysis, m: Measure) -> tuple[Fraction, Fraction]:
     return (r.lo, r.hi) if r is not None else (m.lo, m.hi)
 
 
+_MEMO: dict[int, tuple[Analysis, BoundingStats | None, tuple[BiasTarget, ...]]] = {}
+_MEMO_SIZE = 256
+
+
 def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTarget, ...]:
+    """:func:`targets_of`, kept for the analysis object ``a`` itself (the rewrite and the plan
+    ask for one statement's targets several times): an entry holds ``a`` (so its id is not
+    reused while it lives) and is used for that very object with equal ``stats`` only. ``a``
+    is frozen, and the targets a function of ``a`` and ``stats`` alone."""
+    hit = _MEMO.get(id(a))
+    if hit is not None and hit[0] is a and hit[1] == stats:
+        return hit[2]
+    out = targets_of(a, stats)
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[id(a)] = (a, stats, out)
+    return out
+
+
+def targets_of(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTarget, ...]:
     """The measures of ``a`` whose removed mass the private SQL measures (in measure order):
     those a COUNT or SUM statistic reads alone, when bounding moves them one way only.
 

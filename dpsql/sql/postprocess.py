@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from sqlglot import exp
@@ -164,12 +165,14 @@ def outer_query(
 
     def array(t: str) -> exp.Expr:
         ph = exp.Placeholder(this=f"_dpsql_arr{len(arrays)}")
-        return exp.cast(ph, _type(t + "[]"))
+        return exp.cast(ph, _type(t + "[]"), copy=False)
 
     for i, t in enumerate(key_types):
         names.append(f"g{i}")
         arrays.append(array("text"))
-        casts.append(exp.alias_(exp.cast(exp.column(f"g{i}", "u"), _type(t)), f"_dp_g{i}"))
+        casts.append(
+            exp.alias_(exp.cast(exp.column(f"g{i}", "u"), _type(t), copy=False), f"_dp_g{i}")
+        )
         types.append("text")
     for i, s in enumerate(a.statistics):
         names.append(f"s{i}")
@@ -206,7 +209,7 @@ def outer_query(
     )
     inner = exp.select(*(casts or [exp.Literal.number(1)])).from_(unnest)
     q = a.outer.copy()
-    q.set("from_", exp.From(this=inner.subquery("_dp")))
+    q.set("from_", exp.From(this=inner.subquery("_dp", copy=False)))
     if extra:
         q.set("expressions", [*q.expressions, *extra])
     return q, types
@@ -251,8 +254,14 @@ def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:
     return exp.cast(value, _type(pg_type))
 
 
-def _type(name: str) -> exp.DataType:
+@lru_cache(maxsize=64)
+def _built_type(name: str) -> exp.DataType:
     return exp.DataType.build(name, dialect="postgres")
+
+
+def _type(name: str) -> exp.DataType:
+    """PostgreSQL's type ``name`` as a node (a copy of the one parsed for it once)."""
+    return _built_type(name).copy()
 
 
 def shift_arrays(q: exp.Expr, offset: int) -> exp.Expr:

@@ -40,6 +40,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
+from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
 from dpsql.sql.rewrite.buckets import (
     bucket_specs,
@@ -129,9 +130,9 @@ def _measure_sql(
         return exp.Count(this=exp.Distinct(expressions=[exp.column("_dp_unit")]))
     assert v is not None
     if m.kind in ("count_values", "quantile", "mode", "count_keys"):  # per bucket: bucket_values
-        return exp.Count(this=v)
+        return exp.Count(this=v.copy())
     if m.kind == "count_distinct":
-        return exp.Count(this=exp.Distinct(expressions=[v]))
+        return exp.Count(this=exp.Distinct(expressions=[v.copy()]))
     return exp.Coalesce(this=sum_total(m, v, counted), expressions=[exp.Literal.number(0)])
 
 
@@ -187,15 +188,16 @@ def _key_filter(
         if g.keys is not None and (only is None or i in only):
             e = (on[i] if on is not None else g.expr).copy()
             as_int = _as_integers(a, i)
-            key = e.copy() if as_int else exp.cast(e.copy(), "text")
+            key = e.copy() if as_int else cast(e.copy(), "text")
             vals = [exp.Literal.number(k) if as_int else exp.Literal.string(k) for k in g.keys]
             cond: exp.Expr = exp.In(this=key, expressions=vals) if vals else exp.false()
             if g.null_key:
-                cond = exp.Paren(this=exp.or_(cond, exp.Is(this=e.copy(), expression=exp.null())))
+                null = exp.Is(this=e.copy(), expression=exp.null())
+                cond = exp.Paren(this=exp.or_(cond, null, copy=False))
             conds.append(cond)
     if not conds:
         return None
-    return exp.and_(*conds)
+    return exp.and_(*conds, copy=False)
 
 
 def late_keys(a: Analysis) -> tuple[int, ...]:
@@ -226,8 +228,9 @@ def _test_groups(a: Analysis, q: exp.Select, late: Sequence[int]) -> exp.Select:
     gcols = [exp.column(f"_dp_g{i}") for i in range(len(a.group_keys))]
     cond = _key_filter(a, on=gcols, only=late)
     assert cond is not None
-    inner = q.offset(exp.Literal.number(0)).subquery("_dp_groups")
-    return exp.select(*[exp.column(n) for n in names]).from_(inner).where(cond)
+    inner = q.offset(exp.Literal.number(0), copy=False).subquery("_dp_groups", copy=False)
+    out = exp.select(*[exp.column(n) for n in names]).from_(inner, copy=False)
+    return out.where(cond, copy=False)
 
 
 def bound_contributions(a: Analysis, salt: str) -> exp.Select:
@@ -236,9 +239,10 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     inner: list[exp.Expr] = []
     if not a.private.row_privacy:
         unit = exp.column(a.private.privacy_unit, table=a.alias, quoted=True)
-        inner.append(exp.alias_(unit, "_dp_unit"))
+        inner.append(exp.alias_(unit, "_dp_unit", copy=False))
     inner += [
-        exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}") for i, g in enumerate(a.group_keys)
+        exp.alias_(make_total(g.expr, a.column), f"_dp_g{i}", copy=False)
+        for i, g in enumerate(a.group_keys)
     ]
     vcols: dict[str, exp.Expr] = {}
     values: list[exp.Expr | None] = []
@@ -250,33 +254,34 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     hashed = _hashed_values(a, inner, vcols) if pre_bucketed(a) else {}
     alarmed = _alarmed_values(a, inner, vcols, hashed) if hashed else {}
     if not inner:
-        inner.append(exp.alias_(exp.Literal.number(1), "_dp_one"))
+        inner.append(exp.alias_(exp.Literal.number(1), "_dp_one", copy=False))
     late = late_keys(a)
     early = [i for i in range(len(a.group_keys)) if i not in late]
     filters = [c for c in (a.where, _key_filter(a, only=early)) if c is not None]
     rows = source_select(a, salt, *inner)
     if filters:
-        rows = rows.where(exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters]))
+        cond = exp.and_(*[exp.Paren(this=make_total(f, a.column)) for f in filters], copy=False)
+        rows = rows.where(cond, copy=False)
 
     if not a.private.row_privacy and not a.unique_unit and decomposable(a):
         return bound_partials(a, rows, values, salt, raw_values, counts, outside)
     counted, buckets = _pre_buckets(a, values, hashed, alarmed) if hashed else (values, [])
     ranked = not a.private.row_privacy and not a.unique_unit  # rows ranked by _bounded
     measures = [
-        exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}")
+        exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}", copy=False)
         for i, (m, v, n) in enumerate(zip(a.measures, counted, counts, strict=True))
     ]
     measures += outside_counts(a, counted, alarmed)
     if not ranked:  # nothing to bound: one row per unit
-        src: exp.Expr = rows.subquery("_dp_rows")
-        out = exp.select(*gcols, *measures).from_(src)
+        src: exp.Expr = rows.subquery("_dp_rows", copy=False)
+        out = exp.select(*gcols, *measures).from_(src, copy=False)
     else:
         order_values = list({c.name: c for c in hashed.values()}.values())
         out = _bounded(a, rows, gcols, measures, salt, buckets, order_values)
     if a.unique_unit:
         out = _unique_dropped(a, out, values, raw_values, outside)
     if gcols:
-        out = out.group_by(*gcols)
+        out = out.group_by(*[g.copy() for g in gcols], copy=False)
     return _test_groups(a, out, late) if late else out
 
 
@@ -319,10 +324,10 @@ def _unique_dropped(
             d = exp.Neg(this=exp.Paren(this=d))
         if t.grid != 1:
             d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
-        e = exp.cast(exp.Greatest(this=exp.Ceil(this=d), expressions=[zero.copy()]), "bigint")
+        e = cast(exp.Greatest(this=exp.Ceil(this=d), expressions=[zero.copy()]), "bigint")
         got = dropped_columns(replace(t, split=1), e, None)
         cols += [exp.alias_(got[0], f"_dp_b{t.index}"), exp.alias_(got[1], f"_dp_k{t.index}")]
-    return q.select(*cols) if cols else q
+    return q.select(*cols, copy=False) if cols else q
 
 
 VALUE_ORDERED = frozenset({"quantile", "count_rows", "count_units"})
@@ -358,7 +363,7 @@ def _hashed_values(
     out: dict[int, exp.Expr] = {}
     for i, m in enumerate(a.measures):
         if m.kind == "quantile" and m.arg is not None:
-            raw = exp.cast(make_total(m.arg, a.column), "numeric")
+            raw = cast(make_total(m.arg, a.column), "numeric")
             out[i] = _value_column(raw, inner, vcols)
     return out
 
@@ -448,7 +453,7 @@ def _packed_order(
     high = exp.BitwiseAnd(this=exp.Paren(this=hv), expression=exp.Literal.number(-(2**bits)))
     key = exp.BitwiseOr(this=exp.Paren(this=high), expression=cell)
     low = exp.BitwiseAnd(this=exp.column("_dp_o"), expression=exp.Literal.number(2**bits - 1))
-    back: exp.Expr = exp.Nullif(this=exp.cast(exp.Paren(this=low), "int"), expression=null_lit)
+    back: exp.Expr = exp.Nullif(this=cast(exp.Paren(this=low), "int"), expression=null_lit)
     if coded:
         back = exp.Sub(this=back, expression=exp.Literal.number(1))
     return key, back
@@ -521,21 +526,20 @@ def _bounded(
         conds.append(
             exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
         )
-    src = exp.select(*ided).from_("_dp_rows").subquery("_dp_hashed")
-    bounded = exp.select(exp.Star(), *extra).from_(src)
-    ranked: exp.Expr = exp.to_table("_dp_bounded")
+    src = exp.select(*ided).from_(table("_dp_rows"), copy=False)
+    hashed_rows = src.subquery("_dp_hashed", copy=False)
+    bounded = exp.select(exp.Star(), *extra).from_(hashed_rows, copy=False)
+    ranked: exp.Expr = table("_dp_bounded")
     if unpacked:
         # read back after the ranking, from the ranked rows' column: in the ranking's own
         # SELECT it would make PostgreSQL carry the unit and value through the sort and
         # compute the packed key again
-        ranked = exp.select(exp.Star(), *unpacked).from_("_dp_bounded").subquery("_dp_kept")
-    return (
-        exp.select(*gcols, *measures)
-        .from_(ranked)
-        .where(exp.and_(*conds))
-        .with_("_dp_rows", as_=rows)
-        .with_("_dp_bounded", as_=bounded)
-    )
+        unpack = exp.select(exp.Star(), *unpacked).from_(table("_dp_bounded"), copy=False)
+        ranked = unpack.subquery("_dp_kept", copy=False)
+    out = exp.select(*[g.copy() for g in gcols], *measures).from_(ranked, copy=False)
+    out = out.where(exp.and_(*conds, copy=False), copy=False)
+    out = out.with_(cte_name("_dp_rows"), as_=rows, copy=False)
+    return out.with_(cte_name("_dp_bounded"), as_=bounded, copy=False)
 
 
 def _raw_values(
@@ -578,10 +582,10 @@ def _outside_flags(
 
 def _value_column(v: exp.Expr, inner: list[exp.Expr], vcols: dict[str, exp.Expr]) -> exp.Expr:
     """The row-value column ``_dp_v<k>`` computing ``v`` (added to ``inner`` the first time)."""
-    key = v.sql("postgres")
+    key = v.sql("postgres", copy=False)  # v is fresh: generated in place
     if key not in vcols:
         vcols[key] = exp.column(f"_dp_v{len(vcols)}")
-        inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}"))
+        inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}", copy=False))
     return vcols[key]
 
 

@@ -59,6 +59,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
 from dpsql.sql.bias import bias_targets
+from dpsql.sql.nodes import cte_name, table
 from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.measure_dropped import (
@@ -227,18 +228,20 @@ def bound_partials(
         if p is None:
             out: exp.Expr = exp.Count(this=exp.Star())
         else:
-            key = p.sql("postgres")
+            key = p.sql("postgres", copy=False)  # p is fresh: generated in place
             if key not in parts:
-                parts[key] = exp.alias_(p, f"_dp_p{len(parts)}")
+                parts[key] = exp.alias_(p, f"_dp_p{len(parts)}", copy=False)
             kept[i] = parts[key].alias
             if capped(m):
-                scaled.append(exp.alias_(_scaled(m, parts[key].alias, keep), f"_dp_s{i}"))
+                scaled.append(
+                    exp.alias_(_scaled(m, parts[key].alias, keep), f"_dp_s{i}", copy=False)
+                )
                 kept[i] = f"_dp_s{i}"
             col = exp.column(kept[i])
             out = exp.Coalesce(this=exp.Sum(this=col), expressions=[exp.Literal.number(0)])
         if targets or outside:
             out = kept_only(out, keep)
-        measures.append(exp.alias_(out, f"_dp_m{i}"))
+        measures.append(exp.alias_(out, f"_dp_m{i}", copy=False))
     raw_of = {**{t.index: values[t.index] for t in targets}, **(raw_values or {})}
     # A target whose bounded partials are the partials themselves (not scaled into an L1 cap
     # by a window) has its removed steps computed with them, once per (unit, group), if its
@@ -253,24 +256,32 @@ def bound_partials(
         uses = [i for i in (t.index, t.count_index) if i is not None and i in kept]
         in_cap = any(kept[i] not in exprs for i in uses)  # scaled into an L1 cap: after the window
         if in_cap or not steps_with_partials:
-            raws.append(exp.alias_(raw, f"_dp_r{t.index}"))
+            raws.append(exp.alias_(raw, f"_dp_r{t.index}", copy=False))
             continue
         cap = t.cap_steps if rank else t.group_cap_steps
         of_kept = None if t.index not in kept else lambda i: exprs[kept[i]]
         names = (f"_dp_ek{t.index}", f"_dp_ed{t.index}" if rank else None)
-        steps.append(exp.alias_(removed_steps(t, raw, kept_partial(t, of_kept), cap), names[0]))
+        if_kept = removed_steps(t, raw, kept_partial(t, of_kept), cap)
+        steps.append(exp.alias_(if_kept, names[0], copy=False))
         if names[1] is not None:
-            steps.append(exp.alias_(removed_steps(t, raw, None, cap), names[1]))
+            steps.append(exp.alias_(removed_steps(t, raw, None, cap), names[1], copy=False))
         steps_of[t.index] = names
     raws += steps
     # the outside flags: the bias targets', then the VARIANCE alarms' (dpsql.sql.bias), in the
     # order of ``outside`` (their _dp_x columns' order: dpsql.execute.noise)
     flags = {i: f"_dp_o{i}" for i in (outside or {})}
-    raws += [exp.alias_(exp.LogicalOr(this=(outside or {})[i].copy()), c) for i, c in flags.items()]
-    q = exp.select(*[g.copy() for g in gcols], *measures).with_("_dp_rows", as_=rows)
+    raws += [
+        exp.alias_(exp.LogicalOr(this=(outside or {})[i].copy()), c, copy=False)
+        for i, c in flags.items()
+    ]
+    # every node below is fresh (built here or handed over by the caller): no builder copies
+    q = exp.select(*[g.copy() for g in gcols], *measures)
+    q = q.with_(cte_name("_dp_rows"), as_=rows, copy=False)
     keys = [unit, *gcols]
-    partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws).from_("_dp_rows")
-    q = q.with_("_dp_parts", as_=partial.group_by(*[k.copy() for k in keys]))
+    partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
+    partial = partial.from_(table("_dp_rows"), copy=False)
+    partial = partial.group_by(*[k.copy() for k in keys], copy=False)
+    q = q.with_(cte_name("_dp_parts"), as_=partial, copy=False)
     src = "_dp_parts"
     if rank:
         # Groups are ranked per unit on the partials (one row per unit and group), not on the
@@ -289,13 +300,15 @@ def bound_partials(
                 ]
             ),
         )
-        bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr")).from_(src)
-        q = q.with_("_dp_bounded", as_=bounded)
+        bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr", copy=False))
+        bounded = bounded.from_(table(src), copy=False)
+        q = q.with_(cte_name("_dp_bounded"), as_=bounded, copy=False)
         src = "_dp_bounded"
     if scaled:
-        q = q.with_("_dp_scaled", as_=exp.select(exp.Star(), *scaled).from_(src))
+        scaling = exp.select(exp.Star(), *scaled).from_(table(src), copy=False)
+        q = q.with_(cte_name("_dp_scaled"), as_=scaling, copy=False)
         src = "_dp_scaled"
-    q = q.from_(src)
+    q = q.from_(table(src), copy=False)
     if targets or flags:
         # without ranking, declared keys leave <= G groups: each target splits its cap over
         # them (no window)
@@ -303,5 +316,5 @@ def bound_partials(
         selecting = rank and a.needs_selection
         q = measure_dropped(q, src, targets, kept, keep, order, selecting, flags, steps_of)
     elif keep is not None:
-        q = q.where(keep)
-    return q.group_by(*[g.copy() for g in gcols]) if gcols else q
+        q = q.where(keep, copy=False)
+    return q.group_by(*[g.copy() for g in gcols], copy=False) if gcols else q

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.bound_contributions import integer_quantile
 from dpsql.sql.rewrite.buckets import bucket_specs, cell_of, spec
 
@@ -41,7 +42,6 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
     specs = bucket_specs(a)
     if not specs:
         return q
-    q = q.copy()
     items = {e.alias: e for e in q.expressions if isinstance(e, exp.Alias)}
     buckets: list[exp.Expr | None] = [None] * len(specs)
     for i, m in enumerate(a.measures):
@@ -59,7 +59,8 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
         for e in q.expressions
         if isinstance(e, exp.Alias)
     ):
-        return _summed_cells(q, gcols, exprs)
+        return _summed_cells(q, gcols, exprs)  # reads q, changes a copy
+    q = q.copy()
     sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in exprs]
     extra = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
@@ -129,16 +130,14 @@ def _summed_cells(
         if e.alias in distinct:
             total = exp.Count(this=exp.Distinct(expressions=[exp.column(e.alias)]))
         elif isinstance(e.this, (exp.Count, exp.Filter)):  # a count, or a count of units
-            total = exp.cast(
-                exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), "bigint"
-            )
-        outer_cols.append(exp.alias_(total, e.alias))
+            total = cast(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), "bigint")
+        outer_cols.append(exp.alias_(total, e.alias, copy=False))
     bcols = [exp.column(c.alias) for c in cells]
     outer_cols += [exp.alias_(b.copy(), b.name) for b in bcols]
     outer_cols.append(exp.alias_(exp.Grouping(expressions=[b.copy() for b in bcols]), "_dp_set"))
     sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in bcols]
-    out = exp.select(*outer_cols).from_(inner.subquery("_dp_cells"))
+    out = exp.select(*outer_cols).from_(inner.subquery("_dp_cells", copy=False), copy=False)
     out.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
     if ctes is not None:
         out.set("with_", ctes)

@@ -17,6 +17,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.literals import numeric
 
 
@@ -79,7 +80,7 @@ def _scaled_bucket(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr |
         v.copy() if m.lo == 0 else exp.Paren(this=exp.Sub(this=v.copy(), expression=numeric(m.lo)))
     )
     scaled = shifted if k == 1 else exp.Mul(this=shifted, expression=numeric(k))
-    floor = exp.cast(exp.Floor(this=scaled), "int")
+    floor = cast(exp.Floor(this=scaled), "int")
     low = exp.Greatest(this=floor, expressions=[exp.Literal.number(0)])
     return exp.Least(this=low, expressions=[exp.Literal.number(m.buckets - 1)])
 
@@ -90,7 +91,7 @@ def bucket_sql(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
         if fast is not None:
             return fast
         if integer:
-            v = exp.cast(v.copy(), "numeric")
+            v = cast(v.copy(), "numeric")
         wb = exp.Anonymous(
             this="width_bucket",
             expressions=[v, numeric(m.lo), numeric(grid_hi(m)), exp.Literal.number(m.buckets)],
@@ -101,7 +102,7 @@ def bucket_sql(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
             expressions=[exp.Literal.number(m.buckets)],
         )
         return exp.Sub(this=clamped, expression=one.copy())
-    text = exp.cast(v.copy(), "text")
+    text = cast(v.copy(), "text")
     if m.candidates is not None:
         cond: exp.Expr = (
             exp.In(this=text, expressions=[exp.Literal.string(c) for c in m.candidates])
@@ -111,7 +112,7 @@ def bucket_sql(m: Measure, v: exp.Expr, integer: bool = False) -> exp.Expr:
     else:
         assert m.candidates_from is not None
         parts = m.candidates_from.split(".")
-        col = exp.cast(exp.column(parts[-1], quoted=True), "text")
+        col = cast(exp.column(parts[-1], quoted=True), "text")
         public = exp.select(col).from_(exp.to_table(".".join(parts[:-1])))
         cond = exp.In(this=text, query=public.subquery())
     return exp.Case(ifs=[exp.If(this=cond, true=text.copy())])

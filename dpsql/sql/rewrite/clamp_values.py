@@ -12,6 +12,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.literals import clamp_strict, numeric
 from dpsql.sql.sensitivity import Columns, lookup
 
@@ -23,7 +24,7 @@ def clamp(node: exp.Expr, lo: Fraction, hi: Fraction) -> exp.Expr:
     >>> clamp(sqlglot.parse_one("x"), Fraction(0), Fraction(9)).sql("postgres")
     'NUMERIC_SMALLER(NUMERIC_LARGER(CAST(x AS DECIMAL), CAST(0 AS DECIMAL)), CAST(9 AS DECIMAL))'
     """
-    return clamp_strict(exp.cast(node, "numeric"), numeric(lo), numeric(hi))
+    return clamp_strict(cast(node.copy(), "numeric"), numeric(lo), numeric(hi))
 
 
 def clamp_values(
@@ -53,13 +54,13 @@ def clamp_values(
             col = lookup(columns, n)
             if col is not None and col.bounds is not None and not col.temporal:
                 if n.name in proven:
-                    return exp.cast(n, "numeric")
+                    return cast(n.copy(), "numeric")
                 return clamp(n, col.lo, col.hi)
         return n
 
     col = lookup(columns, node) if isinstance(node, exp.Column) else None
     if col is not None and col.bounds is not None and (col.lo, col.hi) == (lo, hi):
         if not col.temporal and isinstance(node, exp.Column) and node.name in proven:
-            return exp.cast(node.copy(), "numeric")  # the catalog proves it: no clamp needed
-        return clamp(node.copy(), lo, hi)  # one clamp is enough
+            return cast(node.copy(), "numeric")  # the catalog proves it: no clamp needed
+        return clamp(node, lo, hi)  # one clamp is enough
     return clamp(node.copy().transform(fix, copy=False), lo, hi)

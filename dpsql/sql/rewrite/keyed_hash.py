@@ -27,6 +27,8 @@ from collections.abc import Collection, Sequence
 
 from sqlglot import exp
 
+from dpsql.sql.nodes import cast
+
 HASHED_TYPES = frozenset(
     {
         "int2", "int4", "int8", "oid", "numeric", "float4", "float8", "bool", "text", "varchar",
@@ -96,11 +98,11 @@ def group_hash(
     number, without a record per row (a text key: 50-60 ms of CPU per million rows, twice
     per row in a quantile's ranking)."""
     as_value = unit_type in HASHED_TYPES
-    parts: list[exp.Expr] = [] if as_value else [exp.cast(unit.copy(), "text")]
+    parts: list[exp.Expr] = [] if as_value else [cast(unit.copy(), "text")]
     for i, g in enumerate(gcols):
         if i in hashed:
             continue
-        text = exp.DPipe(this=exp.Literal.string("v"), expression=exp.cast(g.copy(), "text"))
+        text = exp.DPipe(this=exp.Literal.string("v"), expression=cast(g.copy(), "text"))
         parts.append(exp.Coalesce(this=text, expressions=[exp.Literal.string("n")]))
     digest: exp.Expr = exp.Literal.string(salt)
     if parts:
@@ -130,10 +132,10 @@ def value_hash_order(seed: exp.Expr, values: Sequence[exp.Expr]) -> exp.Expr:
     integer clamped in integers (``Analysis.integer_values``) is ordered as the same value
     clamped in NUMERIC: the same rows are kept, the same cells returned. One value is hashed
     by :func:`value_hash` (the same number)."""
-    cast = [exp.cast(v.copy(), "numeric") for v in values]
-    if len(cast) == 1:
-        return value_hash(cast[0], "numeric", seed)
-    row = exp.Anonymous(this="ROW", expressions=cast)
+    cast_ = [cast(v.copy(), "numeric") for v in values]
+    if len(cast_) == 1:
+        return value_hash(cast_[0], "numeric", seed)
+    row = exp.Anonymous(this="ROW", expressions=cast_)
     return exp.Anonymous(this="hash_record_extended", expressions=[row, seed.copy()])
 
 
@@ -149,7 +151,7 @@ def value_order(order: exp.Expr, ties: Sequence[exp.Expr]) -> list[exp.Ordered]:
 
 def row_identity(columns: list[exp.Expr]) -> exp.Expr:
     """``CAST(ROW(columns...) AS TEXT)``: a row's values as unambiguous text."""
-    return exp.cast(exp.Anonymous(this="ROW", expressions=[c.copy() for c in columns]), "text")
+    return cast(exp.Anonymous(this="ROW", expressions=[c.copy() for c in columns]), "text")
 
 
 def row_order(salt: str, identity: exp.Expr) -> list[exp.Ordered]:

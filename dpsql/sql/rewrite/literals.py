@@ -7,6 +7,8 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.sql.nodes import cast
+
 _CTX = Context(prec=80)
 
 
@@ -35,7 +37,7 @@ def number_text(value: Fraction | int) -> str:
 def numeric(value: Fraction | int) -> exp.Expr:
     """``CAST(<value> AS NUMERIC)``, so arithmetic stays exact and typed."""
     n = number(value)
-    return exp.cast(exp.Paren(this=n) if isinstance(n, exp.Neg) else n, "numeric")
+    return cast(exp.Paren(this=n) if isinstance(n, exp.Neg) else n, "numeric")
 
 
 def clamp_strict(node: exp.Expr, lo: exp.Expr, hi: exp.Expr) -> exp.Expr:

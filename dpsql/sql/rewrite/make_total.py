@@ -56,6 +56,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.sql import functions as fn
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.literals import clamp_strict, number
 from dpsql.sql.sensitivity import Columns, lookup
 from dpsql.sql.temporal import value_kind as kind
@@ -99,7 +100,7 @@ def _num(node: exp.Expr) -> exp.Expr:
         or (isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL)
     ):
         return node
-    return exp.cast(node, "numeric", copy=False)
+    return cast(node, "numeric")
 
 
 def _safe(node: exp.Expr) -> exp.Expr:

@@ -36,6 +36,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoItem, one_row
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.bound_contributions import value_sql
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.literals import number_text, numeric
@@ -47,7 +48,7 @@ def _key_filter(a: Analysis) -> list[exp.Expr]:
     """Rows whose declared keys (as text) are listed: as the bounded query filters them."""
     return [
         exp.In(
-            this=exp.cast(make_total(g.expr, a.column), "text"),
+            this=cast(make_total(g.expr, a.column), "text"),
             expressions=[exp.Literal.string(k) for k in g.keys],
         )
         if g.keys
@@ -63,7 +64,7 @@ def _bucket(number: exp.Expr, item: AutoItem) -> exp.Expr:
     # one array literal of exact decimals (the same edges as ARRAY[CAST(t AS NUMERIC), ...])
     edges = "{" + ",".join(number_text(t) for t in item.thresholds) + "}"
     array = exp.cast(exp.Literal.string(edges), exp.DataType.build("numeric[]", "postgres"))
-    return exp.Anonymous(this="width_bucket", expressions=[exp.cast(number, "numeric"), array])
+    return exp.Anonymous(this="width_bucket", expressions=[cast(number.copy(), "numeric"), array])
 
 
 def _agg(fn: type[exp.AggFunc], name: str) -> exp.Expr:

@@ -44,6 +44,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.bias import BiasTarget
+from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -68,9 +69,10 @@ def outside_sql(a: Analysis, m: Measure, declared: tuple[str, ...]) -> exp.Expr 
             proven = True
             continue
         v = make_total(c, a.column)
-        if v.sql("postgres") in seen:
+        text = v.sql("postgres", copy=False)  # v is fresh: generated in place
+        if text in seen:
             continue
-        seen.add(v.sql("postgres"))
+        seen.add(text)
         conds += [
             exp.GT(this=v.copy(), expression=numeric(col.hi)),
             exp.LT(this=v.copy(), expression=numeric(col.lo)),
@@ -131,7 +133,7 @@ def removed_steps(t: BiasTarget, raw: exp.Expr, kept: exp.Expr | None, cap: int)
         d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
     e = exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
     capped = exp.Least(this=e, expressions=[exp.Literal.number(cap + 1)])
-    return exp.cast(capped, "int" if cap + 1 <= INT4_MAX else "bigint")
+    return cast(capped, "int" if cap + 1 <= INT4_MAX else "bigint")
 
 
 def dropped_columns(
@@ -153,6 +155,7 @@ def dropped_columns(
         passes = exp.and_(
             exp.LTE(this=before.copy(), expression=cap.copy()),
             exp.GT(this=exp.Add(this=before.copy(), expression=e.copy()), expression=cap.copy()),
+            copy=False,
         )
     over = exp.Case(ifs=[exp.If(this=passes, true=exp.Literal.number(1))], default=zero.copy())
     return (
@@ -196,16 +199,17 @@ def measure_dropped(
     for i, flag in (outside or {}).items():
         f: exp.Expr = exp.column(flag)
         if keep is not None:
-            f = exp.and_(keep.copy(), f)
+            f = exp.and_(keep.copy(), f, copy=False)
         one = exp.Case(ifs=[exp.If(this=f, true=exp.Literal.number(1))],
                        default=exp.Literal.number(0))  # fmt: skip
-        steps.append(exp.alias_(one, f"_dp_f{i}"))
+        steps.append(exp.alias_(one, f"_dp_f{i}", copy=False))
         first: exp.Expr = exp.EQ(this=exp.column(f"_dp_f{i}"), expression=exp.Literal.number(1))
         if order is not None:
-            befores.append(exp.alias_(_before(exp.column(f"_dp_f{i}"), order), f"_dp_fc{i}"))
+            fc = _before(exp.column(f"_dp_f{i}"), order)
+            befores.append(exp.alias_(fc, f"_dp_fc{i}", copy=False))
             none = exp.EQ(this=exp.column(f"_dp_fc{i}"), expression=exp.Literal.number(0))
-            first = exp.and_(first, none)
-        xcols.append(exp.alias_(outside_count(first), f"_dp_x{i}"))
+            first = exp.and_(first, none, copy=False)
+        xcols.append(exp.alias_(outside_count(first), f"_dp_x{i}", copy=False))
     for t in targets:
         ecol = exp.column(f"_dp_e{t.index}")
         precomputed = (steps_of or {}).get(t.index)
@@ -216,20 +220,24 @@ def measure_dropped(
                 assert if_dropped is not None
                 step = exp.Case(ifs=[exp.If(this=keep.copy(), true=step)],
                                 default=exp.column(if_dropped))  # fmt: skip
-            steps.append(exp.alias_(step, ecol.name))
+            steps.append(exp.alias_(step, ecol.name, copy=False))
         else:
-            steps.append(exp.alias_(exp.cast(_steps(t, kept, keep), "bigint"), ecol.name))
+            steps.append(exp.alias_(cast(_steps(t, kept, keep), "bigint"), ecol.name, copy=False))
         before = None
         if order is not None:
-            befores.append(exp.alias_(_before(ecol, order), f"_dp_c{t.index}"))
+            befores.append(exp.alias_(_before(ecol, order), f"_dp_c{t.index}", copy=False))
             before = exp.column(f"_dp_c{t.index}")
         got = dropped_columns(t, ecol, before)
-        cols += [exp.alias_(got[0], f"_dp_b{t.index}"), exp.alias_(got[1], f"_dp_k{t.index}")]
-    removed = exp.select(exp.Star(), *steps).from_(source)
+        cols += [
+            exp.alias_(got[0], f"_dp_b{t.index}", copy=False),
+            exp.alias_(got[1], f"_dp_k{t.index}", copy=False),
+        ]
+    removed = exp.select(exp.Star(), *steps).from_(table(source), copy=False)
     if befores:
-        removed = exp.select(exp.Star(), *befores).from_(removed.subquery("_dp_removed"))
-    q = q.with_("_dp_dropped", as_=removed, copy=False)
-    q.set("from_", exp.From(this=exp.to_table("_dp_dropped")))
+        sub = removed.subquery("_dp_removed", copy=False)
+        removed = exp.select(exp.Star(), *befores).from_(sub, copy=False)
+    q = q.with_(cte_name("_dp_dropped"), as_=removed, copy=False)
+    q.set("from_", exp.From(this=table("_dp_dropped")))
     q.set("expressions", [*q.expressions, *xcols, *cols])
     if selecting and keep is not None:
         kept_units = exp.Filter(this=exp.Count(this=exp.Star()),

@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.join_cap import precap
+from dpsql.sql.nodes import table as table_node
 from dpsql.sql.rewrite.keyed_hash import row_identity, row_order
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -24,10 +25,10 @@ def source_select(a: Analysis, salt: str, *columns: exp.Expr) -> exp.Select:
     """
     alias, table = (a.sources[0][0], a.sources[0][1]) if a.sources else (a.alias, a.table)
     cap = sum(1 for _, _, p in a.sources if p is not None) > 1
-    first: exp.Expr = exp.to_table(table).as_(alias, quoted=True)
+    first: exp.Expr = table_node(table).as_(alias, quoted=True, copy=False)
     if cap and a.sources[0][2] is not None:
         first = capped_table(a, alias, table, a.sources[0][2].privacy_unit, salt)
-    q = exp.select(*columns).from_(first)
+    q = exp.select(*columns).from_(first, copy=False)
     for j, (jalias, jtable, private) in zip(a.joins, a.sources[1:], strict=True):
         out = make_join_total(j, a)
         if cap and private is not None:
@@ -36,7 +37,7 @@ def source_select(a: Analysis, salt: str, *columns: exp.Expr) -> exp.Select:
             left = (j.args.get("side") or "").upper() == "LEFT"
             capped = capped_table(a, jalias, jtable, private.privacy_unit, salt, push=not left)
             out.set("this", capped)
-        q = q.join(out)
+        q = q.join(out, copy=False)
     return q
 
 
@@ -65,14 +66,15 @@ def capped_table(
         partition_by=[exp.column(unit, table=ident.copy(), quoted=True)],
         order=exp.Order(expressions=row_order(salt, whole)),
     )
-    inner = exp.select(exp.Star(), exp.alias_(rank, "_dp_pre"))
-    inner = inner.from_(exp.to_table(table).as_(alias, quoted=True))
+    inner = exp.select(exp.Star(), exp.alias_(rank, "_dp_pre", copy=False))
+    inner = inner.from_(table_node(table).as_(alias, quoted=True, copy=False), copy=False)
     own = _own_conditions(a.where, alias) if push else []
     if own:
-        inner = inner.where(exp.and_(*[exp.Paren(this=make_total(c, a.column)) for c in own]))
+        cond = exp.and_(*[exp.Paren(this=make_total(c, a.column)) for c in own], copy=False)
+        inner = inner.where(cond, copy=False)
     keep = exp.LTE(this=exp.column("_dp_pre"), expression=exp.Literal.number(precap(a)))
-    outer = exp.select(exp.Star()).from_(inner.subquery(ident.copy())).where(keep)
-    return outer.subquery(ident.copy())
+    outer = exp.select(exp.Star()).from_(inner.subquery(ident.copy(), copy=False), copy=False)
+    return outer.where(keep, copy=False).subquery(ident.copy(), copy=False)
 
 
 def _own_conditions(where: exp.Expr | None, alias: str) -> list[exp.Expr]:
