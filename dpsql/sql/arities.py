@@ -324,7 +324,8 @@ def _check(
             if instead
             else f"{name} is not a PostgreSQL function: dpsql runs your statement on PostgreSQL",
         )
-    if name in _KEYWORD_FORM and not special and args > 0:
+    if name in _KEYWORD_FORM and (args > 1 or (not special and args > 0)):
+        # position(a IN b), EXTRACT(f FROM x): never a comma, even beside an IN or a FROM
         comma = next(
             (t for t in tokens[at + 1 : end] if t.token_type == TokenType.COMMA), tokens[end]
         )

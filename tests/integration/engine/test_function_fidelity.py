@@ -117,6 +117,7 @@ string_agg(DISTINCT s) | array_agg(DISTINCT i, n) | sum(DISTINCT i)
 round(n, 1, 2 IN (2)) | round(n, 1 IN (1)) | log10(n, 1 IN (1)) | coalesce(s SIMILAR TO 'a%', true)
 "ROUND"(n, 1) | "round"(n, 1) | U&"r\\006Fund"(n, 1, 2) | U&"\\0069fnull"(s, 'z') | string_agg(s
 percentile_cont(0.5, i IN (1)) WITHIN GROUP (ORDER BY n) | substr(s FROM 2) | upper(s FOR 2)
+position('b', s IN ('x')) | extract(year, d IN (d)) | position('b' IN s, 1)
 """
 FORM_REFUSED = {  # PostgreSQL runs these; dpsql's public allowlist does not name them (42501)
     # PostgreSQL's other flags ('x': expanded syntax): sqlglot writes the call as ~ and drops them

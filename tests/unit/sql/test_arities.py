@@ -88,6 +88,14 @@ def test_calls_sqlglot_would_change_are_refused(sql: str, message: str) -> None:
     assert e.value.sqlstate == "42883"
 
 
+def test_keyword_forms_take_no_comma() -> None:
+    """position('b', s IN ('x')) ran (sqlglot read it as a call of two arguments): the IN
+    beside the comma made it look like position(a IN b)."""
+    with pytest.raises(SqlSyntaxError) as e:
+        parse_statement("SELECT COUNT(*) FROM t WHERE position('b', s IN ('x')) > 0")
+    assert (str(e.value), e.value.sqlstate) == ('syntax error at or near ","', "42601")
+
+
 def test_a_call_left_open_is_refused() -> None:
     """sqlglot closes string_agg(s FROM t itself (it ran as STRING_AGG(s, ',') FROM t)."""
     twin = sqlglot.parse_one("SELECT string_agg(s FROM t", read="postgres").sql("postgres")
