@@ -75,8 +75,9 @@ def check_function(node: exp.Func) -> None:
     qual = _qualifier(node)
     if qual is not None and qual not in SYSTEM_SCHEMAS:
         raise PrivacyViolation(
-            f"function {qual}.{_display_name(node)} is not allowed in a catalog query",
-            hint="catalog queries may call PostgreSQL's built-in catalog functions only",
+            f"function {qual}.{_display_name(node)}() is not allowed through dpsql",
+            hint="a statement that reads no private table may call PostgreSQL's built-in "
+            "functions only",
         )
     if isinstance(node, exp.Cast):
         target = cast_target(node)
@@ -114,9 +115,10 @@ def check_function(node: exp.Func) -> None:
     if not isinstance(node, exp.Anonymous):
         if type(node).__name__ not in SAFE_NODES:
             raise UnsupportedSql(
-                f"function {_display_name(node)} is not allowed in a catalog query",
-                hint="catalog queries may call the catalog and string/array functions "
-                "that clients use (format_type, pg_get_expr, obj_description, ...)",
+                f"function {_display_name(node)}() is not allowed through dpsql",
+                hint="a statement that reads no private table may call the catalog and "
+                "string/array functions that clients use (format_type, pg_get_expr, "
+                "obj_description, ...)",
             )
         return
     name = node.name.lower()
@@ -140,9 +142,10 @@ def check_function(node: exp.Func) -> None:
         and name not in function_rules.GUARDED_FUNCTIONS
     ):
         raise PrivacyViolation(
-            f"function {name} is not allowed in a catalog query",
-            hint="catalog queries may call the catalog and string/array functions that "
-            "clients use (format_type, pg_get_expr, obj_description, has_table_privilege, ...)",
+            f"function {name}() is not allowed through dpsql",
+            hint="a statement that reads no private table may call the catalog and "
+            "string/array functions that clients use (format_type, pg_get_expr, "
+            "obj_description, has_table_privilege, ...)",
         )
 
 

@@ -361,7 +361,7 @@ def _avg_line(
     t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
     mass = removed[t.key]
     where = " in all groups together" if a.group_keys else ""
-    per = " a group" if a.group_keys else ""
+    per = " in a group" if a.group_keys else ""
     total = _total_removed(mass.dropped) if rows else 0.0
     wm = fmt(aw.mass_up)
     head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"

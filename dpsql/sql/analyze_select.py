@@ -6,6 +6,7 @@ from sqlglot import exp
 
 from dpsql.errors import (
     GroupingError,
+    InvalidColumnReference,
     PrivacyViolation,
     SqlSyntaxError,
     StatementTooComplex,
@@ -196,7 +197,10 @@ def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expr) -> GroupKey:
     if isinstance(g, exp.Literal):
         i = int(g.this)
         if not 1 <= i <= len(selects):
-            raise UnsupportedSql(f"GROUP BY position {i} is not in select list")
+            raise InvalidColumnReference(
+                f"GROUP BY position {i} is not in select list",
+                hint=f"positions run from 1 to {len(selects)}; or GROUP BY the column by name",
+            )
         s = selects[i - 1]
         expr = s.this if isinstance(s, exp.Alias) else s
     elif isinstance(g, exp.Column) and not g.table and g.name in aliases:

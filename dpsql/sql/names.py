@@ -209,6 +209,9 @@ def describe(node: exp.Expr) -> str:
     """``node`` named for a message: "function to_date()", "x::regtype", "SIMILAR TO", ..."""
     if isinstance(node, (exp.RegexpLike, exp.RegexpILike)) and isinstance(node.parent, exp.Not):
         return _SYNTAX[type(node)].replace("~", "!~")  # a !~ 'x' parses as NOT (a ~ 'x')
+    spelled = node.meta.get(SPELLED)
+    if isinstance(node, exp.Func) and isinstance(spelled, str):
+        return f"function {spelled.lower()}()"  # power(a, b), not the operator ^ sqlglot reads
     for cls in type(node).__mro__:
         if cls in _SYNTAX:
             return _SYNTAX[cls]

@@ -247,3 +247,37 @@ def test_an_order_by_a_column_not_selected_has_its_own_release(engine: Engine) -
         engine.prepare(f"SELECT category FROM {inner} q ORDER BY s DESC LIMIT 3", "analyst"), s
     )
     assert not top.cached and len(top.rows) == 3
+
+
+# session 19 (words19): a newcomer's second round on the demo
+
+
+def test_group_by_position_out_of_range_is_42p10(engine: Engine) -> None:
+    """PostgreSQL's 42P10 with a hint naming the positions (was: 0A000, no hint)."""
+    e = _refusal(engine, "SELECT category, COUNT(*) FROM purchases GROUP BY 3")
+    assert (e.sqlstate, e.message) == ("42P10", "GROUP BY position 3 is not in select list"), e
+    assert e.hint is not None and "1 to 2" in e.hint, e.hint
+
+
+def test_power_is_named_as_written(engine: Engine) -> None:
+    """power(amount, 5000) is refused naming power(), not the operator ^ sqlglot reads."""
+    e = _refusal(engine, "SELECT SUM(power(amount, 5000)) FROM purchases")
+    assert "power()" in e.message and "^" not in e.message, e
+
+
+@pytest.mark.parametrize("call", ["pg_sleep(1)", "pg_read_file('x')", "pg_backend_pid()"])
+def test_refused_function_without_tables_is_not_a_catalog_query(engine: Engine, call: str) -> None:
+    """A statement reading no table that calls a refused function: named as such, without
+    speaking of a catalog query the user never wrote."""
+    e = _refusal(engine, f"SELECT {call}")
+    name = call.split("(")[0]
+    assert e.sqlstate == "42501", e
+    assert e.message == f"function {name}() is not allowed through dpsql", e
+    assert "catalog query" not in e.message
+
+
+def test_avg_notice_reads_in_a_group(engine: Engine) -> None:
+    """The AVG notice's 'up to ... more of amount in a group' (was: 'more of amount a group')."""
+    notes = notices_of(engine, "SELECT category, AVG(amount) FROM purchases GROUP BY category")
+    text = " ".join(notes)
+    assert " a group given" not in text.replace(" in a group given", ""), text
