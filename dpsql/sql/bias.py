@@ -365,28 +365,23 @@ def alarm_measures(a: Analysis) -> tuple[tuple[int, tuple[str, ...]], ...]:
     return tuple(out.items())
 
 
-_RANKED_BY_VALUE = frozenset({"quantile", "count_rows", "count_units"})  # bound_contributions'
-
-
 def quantile_alarms(a: Analysis) -> tuple[tuple[int, tuple[str, ...], tuple[str, ...]], ...]:
     """(measure index, declared columns, the other measures' keys) for each bucketing of a
     quantile (MEDIAN, percentiles, MIN, MAX) whose argument reads columns with declared
-    bounds the catalog does not prove, when the rows are ranked per unit by their values'
-    hash with their buckets computed first (every measure a quantile or a count of rows or
-    units: :func:`dpsql.sql.rewrite.bound_contributions.pre_bucketed`), on one private table.
+    bounds the catalog does not prove, when the rows are ranked per unit (the row path), on
+    one private table.
 
     Its count: the units whose first kept row (in the keyed-hash order of their rows) in
     their first kept group (the group rank's first; in each group when nothing is ranked, at
     most the declared combinations) has a value outside the range the quantile clamps into,
-    which the row's bucket code says (:func:`dpsql.sql.rewrite.buckets.pre_bucket`): each
-    unit once, a lower bound on the units with a kept value outside. Other paths (one row
-    per unit, row privacy, a quantile beside a SUM, grouping sets): none; their notice states
-    the premise."""
+    which the row's bucket code says (:func:`dpsql.sql.rewrite.buckets.pre_bucket`, every
+    measure a quantile or a count: :func:`dpsql.sql.rewrite.bound_contributions.pre_bucketed`)
+    or its unclamped value (beside other measures): each unit once, a lower bound on the
+    units with a kept value outside. Other paths (one row per unit, row privacy, grouping
+    sets, joins of private tables): none; their notice states the premise."""
     if a.private.row_privacy or a.unique_unit or a.grouping_sets or decomposable(a):
         return ()
     if sum(1 for _, _, p in a.sources if p is not None) > 1 or a.pre_join_rows:
-        return ()
-    if not all(m.kind in _RANKED_BY_VALUE for m in a.measures):
         return ()
     out: dict[tuple[str, ...], tuple[int, tuple[str, ...], tuple[str, ...]]] = {}
     for i, m in enumerate(a.measures):
@@ -400,7 +395,25 @@ def quantile_alarms(a: Analysis) -> tuple[tuple[int, tuple[str, ...], tuple[str,
         cols = _bounded_columns(a, m)
         if cols:
             out[shape] = (i, cols, ())
-    return tuple(out.values())
+    # beside other measures (the row path): a SUM, AVG, VARIANCE or STDDEV of the same argument
+    # has no count of its own there (no bias target, no VARIANCE alarm): the quantile's speaks
+    # for it too (the same values, the same range)
+    return tuple((j, cols, (*also, *_same_values(a, j))) for j, cols, also in out.values())
+
+
+def _same_values(a: Analysis, j: int) -> tuple[str, ...]:
+    """The keys of the SUM-like measures (sums, AVG's and VARIANCE's centred sums) of quantile
+    ``j``'s argument clamped into its range."""
+    q = a.measures[j]
+    assert q.arg is not None
+    return tuple(
+        m.key
+        for m in a.measures
+        if m.kind in ("sum", "sum_centered", "sum_sq_centered")
+        and m.arg is not None
+        and m.arg.sql("postgres") == q.arg.sql("postgres")
+        and (m.lo, m.hi) == (q.lo, q.hi)
+    )
 
 
 def _bounded_columns(a: Analysis, m: Measure) -> tuple[str, ...]:

@@ -44,6 +44,7 @@ from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
 from dpsql.sql.rewrite.buckets import (
     bucket_specs,
+    outside_codes,
     outside_counts,
     pre_bucket,
     spec,
@@ -253,6 +254,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     outside = _outside_flags(a, inner, vcols)
     hashed = _hashed_values(a, inner, vcols) if pre_bucketed(a) else {}
     alarmed = _alarmed_values(a, inner, vcols, hashed) if hashed else {}
+    flagged = {} if hashed else _flagged_values(a, inner, vcols)
     if not inner:
         inner.append(exp.alias_(exp.Literal.number(1), "_dp_one", copy=False))
     late = late_keys(a)
@@ -271,7 +273,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}", copy=False)
         for i, (m, v, n) in enumerate(zip(a.measures, counted, counts, strict=True))
     ]
-    measures += outside_counts(a, counted, alarmed)
+    measures += outside_counts(a, _outside_conditions(a, counted, alarmed, flagged))
     if not ranked:  # nothing to bound: one row per unit
         src: exp.Expr = rows.subquery("_dp_rows", copy=False)
         out = exp.select(*gcols, *measures).from_(src, copy=False)
@@ -386,6 +388,50 @@ def _alarmed_values(
             out[i] = _value_column(make_total(m.arg, a.column), inner, vcols)
         else:
             out[i] = hashed[i]
+    return out
+
+
+def _flagged_values(
+    a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
+) -> dict[int, exp.Expr]:
+    """On the row path without pre-bucketing (a quantile beside a SUM, AVG or COUNT(DISTINCT
+    x), ...): for each quantile whose outside count is released, by measure index, its value
+    unclamped as NUMERIC (a row-value column added to ``inner``), which the count tests against
+    the range."""
+    from dpsql.sql.bias import quantile_alarms
+
+    out: dict[int, exp.Expr] = {}
+    for i, _, _ in quantile_alarms(a):
+        arg = a.measures[i].arg
+        assert arg is not None
+        out[i] = _value_column(exp.cast(make_total(arg, a.column), "numeric"), inner, vcols)
+    return out
+
+
+def _outside_conditions(
+    a: Analysis,
+    counted: Sequence[exp.Expr | None],
+    alarmed: dict[int, exp.Expr],
+    flagged: dict[int, exp.Expr],
+) -> dict[int, exp.Expr]:
+    """Each quantile alarm's test of a kept row, by measure index: its bucket code below or
+    above the range (pre-bucketed: ``(_dp_q<j> = -1 OR _dp_q<j> = B)``), else its unclamped
+    value (``(raw < lo OR raw > hi)``; NULL for a NULL value: not counted)."""
+    out: dict[int, exp.Expr] = {}
+    for i in alarmed:
+        q = counted[i]
+        assert isinstance(q, exp.Column)
+        below, above = outside_codes(a.measures[i])
+        codes = [exp.EQ(this=q.copy(), expression=exp.Literal.number(c)) for c in (below, above)]
+        out[i] = exp.Paren(this=exp.or_(*codes))
+    for i, raw in flagged.items():
+        m = a.measures[i]
+        out[i] = exp.Paren(
+            this=exp.or_(
+                exp.LT(this=raw.copy(), expression=numeric(m.lo)),
+                exp.GT(this=raw.copy(), expression=numeric(m.hi)),
+            )
+        )
     return out
 
 

@@ -11,7 +11,6 @@ the rows are ranked, so that the sort carries an integer (``pre_bucketed``).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from fractions import Fraction
 
 from sqlglot import exp
@@ -196,35 +195,22 @@ def cell_of(m: Measure, counted: exp.Expr, integer: bool = False) -> exp.Expr:
     return bucket_sql(m, counted, integer)
 
 
-def outside_counts(
-    a: Analysis, counted: Sequence[exp.Expr | None], alarmed: dict[int, exp.Expr]
-) -> list[exp.Expr]:
+def outside_counts(a: Analysis, conditions: dict[int, exp.Expr]) -> list[exp.Expr]:
     """Each quantile alarm's count, ``_dp_x<i>`` after the measures: ``COUNT(*) FILTER (WHERE
-    _dp_rn = 1 [AND _dp_gr = 1] AND (_dp_q<j> = -1 OR _dp_q<j> = B))``, the units whose
-    first kept row (of their first kept group when groups are ranked) lies outside the range
-    (its bucket code,
-    :func:`pre_bucket`), ``alarmed`` by the index of their bucketing's first measure, whose
-    ``counted`` is the bucket column: one row per unit (per declared group when nothing is
-    ranked, at most K of them), so L1 sensitivity 1 (K). A count of rows: it adds up over the
-    bucket cells (:mod:`dpsql.sql.rewrite.bucket_values`)."""
+    _dp_rn = 1 [AND _dp_gr = 1] AND <outside>)``, the units whose first kept row (of their first
+    kept group when groups are ranked) lies outside the range (``conditions``, by the index of
+    the bucketing's first measure: its bucket code, :func:`pre_bucket`, or its unclamped
+    value): one row per unit (per declared group when nothing is ranked, at most K of them), so
+    L1 sensitivity 1 (K). A count of rows: it adds up over the bucket cells
+    (:mod:`dpsql.sql.rewrite.bucket_values`)."""
     out: list[exp.Expr] = []
-    for i in alarmed:
-        q = counted[i]
-        assert isinstance(q, exp.Column)
+    for i, cond in conditions.items():
         conds: list[exp.Expr] = [
             exp.EQ(this=exp.column("_dp_rn"), expression=exp.Literal.number(1))
         ]
         if needs_group_rank(a):
             conds.append(exp.EQ(this=exp.column("_dp_gr"), expression=exp.Literal.number(1)))
-        below, above = outside_codes(a.measures[i])
-        conds.append(
-            exp.Paren(
-                this=exp.or_(
-                    exp.EQ(this=q.copy(), expression=_number(below)),
-                    exp.EQ(this=q.copy(), expression=_number(above)),
-                )
-            )
-        )
+        conds.append(cond.copy())
         count = exp.Filter(
             this=exp.Count(this=exp.Star()), expression=exp.Where(this=exp.and_(*conds))
         )
