@@ -111,7 +111,13 @@ def _snap(values: np.ndarray, grid: Fraction) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64)
     if not np.isfinite(arr).all():
         raise ValueError("cannot release non-finite values")
-    return np.rint(arr / float(grid)).astype(np.int64)
+    step = float(grid)
+    if step == 0.0:
+        # A grid below float64's range (a column's range near 1e-300): every value and every
+        # release is 0 in float64, so the snapped steps are 0 too (they were 0 / 0 -> NaN cast
+        # to int64's minimum, multiplied by 0 on the way out: the same 0, with warnings).
+        return np.zeros(arr.shape, dtype=np.int64)
+    return np.rint(arr / step).astype(np.int64)
 
 
 def _check_confidence(confidence: float) -> float:

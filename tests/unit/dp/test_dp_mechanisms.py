@@ -314,3 +314,14 @@ def test_small_sigma_with_large_denominator_takes_the_exact_path() -> None:
     sigma2 = Fraction(2**22 + 1, 2**23 + 3)  # 2ab >= 2**48: scalar path, same law
     draws = rng.discrete_gaussian(sigma2, 2000)
     assert set(np.unique(draws)) <= set(range(-6, 7))
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_grid_below_float_range_snaps_to_zero() -> None:
+    """A grid under float64's smallest value (a column's range near 1e-300; red-team attempts
+    291-292) snaps every value to 0 steps, without 0/0 cast to int64's minimum and its warnings."""
+    from dpsql.dp.mechanisms import Laplace
+
+    mech = Laplace(Fraction(1, 10**400), Fraction(1), grid=Fraction(1, 10**402))
+    out = mech.release(np.array([0.0, 1e-300]))
+    assert out.tolist() == [0.0, 0.0]
