@@ -21,6 +21,7 @@ from dpsql.errors import (
     UnsupportedSql,
 )
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
+from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
 from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
@@ -358,6 +359,7 @@ def parse_statement(text: str) -> ParsedStatement:
             hint="send one statement at a time",
         )
     check_empty_clauses(found[0], text, tokens)
+    check_known_functions(found[0])
     tree = flatten_group_rows(fold_identifiers(found[0]))
     return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 

@@ -281,3 +281,20 @@ def test_avg_notice_reads_in_a_group(engine: Engine) -> None:
     notes = notices_of(engine, "SELECT category, AVG(amount) FROM purchases GROUP BY category")
     text = " ".join(notes)
     assert " a group given" not in text.replace(" in a group given", ""), text
+
+
+@pytest.mark.parametrize(
+    ("sql", "name", "mean"),
+    [
+        ("SELECT AVERAGE(amount) FROM purchases", "average", "did you mean AVG?"),
+        ("SELECT avgg(amount) FROM purchases", "avgg", "did you mean AVG?"),
+        ("SELECT foo(code) FROM regions", "foo", ""),
+    ],
+)
+def test_unknown_function_is_42883(engine: Engine, sql: str, name: str, mean: str) -> None:
+    """A function PostgreSQL doesn't have: 42883, with the aggregates dpsql answers (was: 42501
+    'column amount ... can't be returned row by row' / 'function foo() is not allowed')."""
+    e = _refusal(engine, sql)
+    assert (e.sqlstate, e.message) == ("42883", f"function {name} does not exist"), e
+    assert e.hint is not None and "dpsql answers the aggregates COUNT, SUM, AVG" in e.hint
+    assert mean in e.hint, e.hint
