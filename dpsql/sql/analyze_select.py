@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.errors import (
+    DpsqlError,
     GroupingError,
     InvalidColumnReference,
     PrivacyViolation,
@@ -70,7 +71,7 @@ def _from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
     joins = tree.args.get("joins") or []
     sources = [source_of(src.this, policy)] + [source_of(j.this, policy) for j in joins]
     if not any(s.private for s in sources):
-        raise UndefinedTable("a private query must read a private table")
+        raise _private_rows_in_subquery(tree, policy)
     ctx = Ctx(sources, policy)
     check_join_size(ctx)
     checked = []
@@ -401,3 +402,34 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         grouped=bool(keys),
         grouping_sets=sets,
     )
+
+
+def _private_rows_in_subquery(tree: exp.Select, policy: Policy) -> DpsqlError:
+    """A statement over public tables whose subquery reads a private table's rows (``WHERE code
+    IN (SELECT region FROM purchases ...)``): 42501, with the private table's own aggregate as
+    hint (was: 42P01 'a private query must read a private table', no hint)."""
+    for sub in tree.find_all(exp.Select):
+        src = sub.args.get("from_")
+        if sub is tree or src is None or not isinstance(src.this, exp.Table):
+            continue
+        private = source_of(src.this, policy).private
+        if private is None or sub.args.get("joins"):
+            continue
+        table = src.this.name
+        where = sub.args.get("where")
+        cond = f" WHERE {plain_sql(where.this)}" if where is not None else ""
+        cols = [c for c in sub.selects if isinstance(c, exp.Column)]
+        outer = [] if where is None else [c for c in where.find_all(exp.Column)]
+        correlated = any(c.name not in private.columns or c.table not in ("", table) for c in outer)
+        if correlated or not cols:
+            cond = "" if correlated else cond  # the outer query's columns are not the table's
+            hint = f"aggregate the private table itself, e.g. SELECT COUNT(*) FROM {table}{cond}"
+        else:
+            col = cols[0].name
+            hint = f"aggregate it instead: SELECT {col}, COUNT(*) FROM {table}{cond} GROUP BY {col}"
+        return PrivacyViolation(
+            f"a subquery returns raw private rows of {table}: dpsql answers with noisy aggregates "
+            "only",
+            hint=hint,
+        )
+    return UndefinedTable("a private query must read a private table")

@@ -298,3 +298,27 @@ def test_unknown_function_is_42883(engine: Engine, sql: str, name: str, mean: st
     assert (e.sqlstate, e.message) == ("42883", f"function {name} does not exist"), e
     assert e.hint is not None and "dpsql answers the aggregates COUNT, SUM, AVG" in e.hint
     assert mean in e.hint, e.hint
+
+
+@pytest.mark.parametrize(
+    ("sql", "hint"),
+    [
+        (
+            "SELECT name FROM regions WHERE code IN "
+            "(SELECT region FROM purchases WHERE amount > 1000000)",
+            "SELECT region, COUNT(*) FROM purchases WHERE amount > 1000000 GROUP BY region",
+        ),
+        (
+            "SELECT name FROM regions WHERE EXISTS "
+            "(SELECT 1 FROM purchases WHERE amount > 1000000 AND region = code)",
+            "SELECT COUNT(*) FROM purchases",
+        ),
+    ],
+)
+def test_private_rows_in_a_subquery_of_a_public_query(engine: Engine, sql: str, hint: str) -> None:
+    """42501 with a hint that is answered (was: 42P01 'a private query must read a private
+    table', no hint)."""
+    e = _refusal(engine, sql)
+    assert e.sqlstate == "42501" and "raw private rows of purchases" in e.message, e
+    assert e.hint is not None and e.hint.endswith(hint), e.hint
+    notices_of(engine, hint)
