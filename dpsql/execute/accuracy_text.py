@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -62,24 +61,6 @@ def level_text(confidence: float) -> str:
     return f"{text}%"
 
 
-Disowned = dict[int, frozenset[int] | None]
-"""By statistic index: the rows whose interval the notice says does NOT hold (None: every row)."""
-
-
-@dataclass(frozen=True)
-class Accuracy:
-    """The accuracy notice's lines, and the intervals those lines disown: a statistic's
-    ``_low``/``_high`` are NULL exactly where its line says the interval does NOT cover the
-    truth (the over-cap alarm; units with a value outside the declared range the clamp moved):
-    a BI tool that reads the columns only must not see a confident interval the notice
-    retracts. (Not yet disowned, though the line warns: a few units beyond the cap that the
-    releases cannot see, and 'covers the noise only' where the bounds' change is not
-    estimated.)"""
-
-    notes: tuple[str, ...]
-    disowned: Disowned
-
-
 def accuracy_notes(
     a: Analysis,
     plan: Plan,
@@ -90,7 +71,7 @@ def accuracy_notes(
     intervals: Sequence[Sequence[Interval | None]] = (),
     alarms: Mapping[str, float] | None = None,
     values: Sequence[Sequence[Any]] = (),
-) -> Accuracy:
+) -> tuple[str, ...]:
     """The accuracy summary, one line per statistic with a value interval. ``noisy`` (released
     values per measure) and ``intervals`` (per row, per statistic) let an AVG say why its
     interval is as wide as its declared range; ``alarms``: the VARIANCE alarms' released
@@ -98,13 +79,10 @@ def accuracy_notes(
     (per row, per statistic: the released values) how far an interval of several noisy parts
     reaches below and above its answer."""
     out: list[str] = []
-    line_si: list[int] = []  # the statistic of each line of ``out``
-    disowned: dict[int, frozenset[int] | None] = {}
     conf = level_text(confidence)
     for si, s in enumerate(a.statistics):
         if s.func in ("quantile", "mode"):
             continue
-        line_si.append(si)  # (popped again where a statistic gets no line)
         mp = plan.measure_plan(s.measures[0])
         if mp.measure.kind == "count_keys":
             w = _half_widths(s, plan, confidence)
@@ -118,8 +96,6 @@ def accuracy_notes(
         if avg is not None:
             ivs = [row[si] for row in intervals] if intervals else []
             out.append(_avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy))
-            if _alarm(removed[avg[0].target.key], rows):
-                disowned[si] = None  # 'But it does NOT cover the truth'
             continue
         b = target_of(s, plan)
         if b is None:
@@ -131,7 +107,6 @@ def accuracy_notes(
             continue
         mech = mp.mechanism
         if not isinstance(mech, (Laplace, Gaussian)):
-            line_si.pop()
             continue
         tw = target_widths(mech, b, confidence)
         r = removed[b.target.key]
@@ -169,8 +144,6 @@ def accuracy_notes(
         if rows and noisy is not None and s.measures[0] in noisy and not _alarm(r, rows):
             found = unseen(t, r, tw, np.asarray(noisy[s.measures[0]]), confidence)
             line += unseen_text(a, t, found, rows) or reach_text(a, reach(t, r, tw, confidence))
-        if _alarm(r, rows):
-            disowned[si] = None  # 'But it does NOT cover the truth'
         if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows) and not found:
             line += (
                 f" Most of the width is that estimate (it gets {_SHARE} of epsilon): raise "
@@ -178,9 +151,6 @@ def accuracy_notes(
             )
         out.append(line)
     warned = _outside_warnings(a, plan, removed, rows, alarms)
-    for si, s in enumerate(a.statistics):
-        if s.func not in ("quantile", "mode") and warned.get(s.sql):
-            disowned[si] = None  # 'the interval does NOT cover what that clamp changed'
     # a quantile's line is the interval notice's (dpsql.execute.notices): its warning is a line
     # of its own here (stored with the release), which that notice says instead of the premise
     quantiles = tuple(
@@ -188,21 +158,7 @@ def accuracy_notes(
         for s in a.statistics
         if s.func == "quantile" and warned.get(s.sql)
     )
-    lines = with_declared_premises(a, out, warned)
-    lines = tuple(
-        line + _nulled(a, disowned[si], rows) if si in disowned else line
-        for line, si in zip(lines, line_si, strict=True)
-    )
-    return Accuracy((*lines, *quantiles), disowned)
-
-
-def _nulled(a: Analysis, which: frozenset[int] | None, rows: int) -> str:
-    """The sentence that says a disowned interval's columns are NULL (:class:`Accuracy`)."""
-    where = f" in those {plural(len(which), 'group')}" if which is not None and a.group_keys else ""
-    return (
-        f" So its _low/_high interval columns are NULL{where} (dpsql.show_intervals): an "
-        "interval that does not hold is not shown as one."
-    )
+    return (*with_declared_premises(a, out, warned), *quantiles)
 
 
 def _outside_warnings(

@@ -20,7 +20,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
-from dpsql.execute.accuracy_text import Disowned, accuracy_notes
+from dpsql.execute.accuracy_text import accuracy_notes
 from dpsql.execute.bias import (
     Removed,
     avg_interval,
@@ -180,35 +180,14 @@ def release(
             stats[i].append(v if iv is None or selected else round_nearest(v, _half(iv)))
             intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
-    acc = accuracy_notes(
-        a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
-    )
-    held = _held(acc.disowned, interval)
     derived = [  # an expression's interval: rounded outwards like a statistic's
         [iv if iv is None else round_outwards(iv, _half(iv)) for iv in row]
-        for row in derived_intervals(a, len(table), confidence, held)
+        for row in derived_intervals(a, len(table), confidence, interval)
     ]
-    intervals = [  # an interval the notice says does not hold: NULL columns (issue 16)
-        [None if _disowned(acc.disowned, r, si) else iv for si, iv in enumerate(row)]
-        for r, row in enumerate(intervals)
-    ]
-    return Release(tuple(key_types), groups, stats, intervals, derived, confidence, acc.notes)
-
-
-def _held(
-    disowned: Disowned, interval: Callable[[int, int, float], tuple[float, float] | None]
-) -> Callable[[int, int, float], tuple[float, float] | None]:
-    """``interval``, None where the accuracy notice says the interval does not hold."""
-
-    def held(r: int, si: int, level: float) -> tuple[float, float] | None:
-        return None if _disowned(disowned, r, si) else interval(r, si, level)
-
-    return held
-
-
-def _disowned(disowned: Disowned, r: int, si: int) -> bool:
-    rows = disowned.get(si, frozenset())
-    return rows is None or r in rows
+    notes = accuracy_notes(
+        a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
+    )
+    return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
 
 
 def _half(iv: tuple[float, float]) -> float:
