@@ -137,21 +137,32 @@ def answer_in_expression(block: exp.Select, sub: exp.Expr, inner: exp.Select) ->
             clause = "HAVING"
             break
         node = node.parent
-    inner_sql = _short(plain_sql(inner))
+    inner_sql = _short(plain_sql(inner, qualified=True))
     many = isinstance(use, exp.In)
     shown = use.copy()
     for s in list(shown.find_all(exp.Subquery, exp.Select)):
         if any(_placeholder(t) for t in s.find_all(exp.Table)):
             s.replace(exp.var(f"({inner_sql})"))
             break
-    written = _short(plain_sql(shown)) if use is not block else f"({inner_sql})"
+    written = _short(plain_sql(shown, qualified=True)) if use is not block else f"({inner_sql})"
     if clause == "WHERE":
         constant = use.copy()
         for s in list(constant.find_all(exp.Subquery, exp.Select)):
             if any(_placeholder(t) for t in s.find_all(exp.Table)):
                 s.replace(exp.var("(<its values>)" if many else "<its answer>"))
                 break
-        after = _short(plain_sql(constant)) if use is not block else "a constant"
+        after = _short(plain_sql(constant, qualified=True)) if use is not block else "a constant"
+        per_key = _per_key(inner)
+        if per_key is not None and not many:
+            grouped, outer_col = per_key
+            return UnsupportedSql(
+                f"WHERE {written} is not supported: the rows a private query aggregates are "
+                "chosen by constants and public tables only, and another aggregate's answer is "
+                "itself a noisy release",
+                hint=f"run {_short(plain_sql(grouped, qualified=True))} on its own first (one "
+                f"answer per {outer_col}), then write each answer into the filter as a "
+                f"constant: WHERE {outer_col} = <a value> AND {after}",
+            )
         return UnsupportedSql(
             f"WHERE {written} is not supported: the rows a private query aggregates are chosen "
             "by constants and public tables only, and another aggregate's answer is itself a "
@@ -176,17 +187,51 @@ def answer_in_expression(block: exp.Select, sub: exp.Expr, inner: exp.Select) ->
     b = inner.copy()
     if len(b.expressions) == 1 and not isinstance(b.expressions[0], exp.Alias):
         b.set("expressions", [exp.alias_(b.expressions[0], "v")])
-    a_sql = plain_sql(outer) if outer.expressions else "SELECT ... FROM ... GROUP BY ..."
+    a_sql = (
+        plain_sql(outer, qualified=True)
+        if outer.expressions
+        else "SELECT ... FROM ... GROUP BY ..."
+    )
     having = clause == "HAVING"
     where = f"HAVING {written}" if having else f"a subquery in the select list, {written},"
     return UnsupportedSql(
         f"{where} is not supported: a private aggregate can't read another query's answer "
         "inside its own SELECT",
         hint=f"compute each in a CTE of its own and {'compare' if having else 'combine'} them "
-        f"in the outer SELECT: WITH a AS ({_short(a_sql)}), b AS ({_short(plain_sql(b))}) "
+        f"in the outer SELECT: WITH a AS ({_short(a_sql)}), b AS ({_short(plain_sql(b, qualified=True))}) "
         f"SELECT {'... FROM a CROSS JOIN b WHERE ...' if having else 'a.*, b.v FROM a CROSS JOIN b'}"
         " (each CTE is answered privately; the outer SELECT only reads their noisy answers)",
     )
+
+
+def _per_key(inner: exp.Select) -> tuple[exp.Select, str] | None:
+    """A correlated aggregate ``SELECT AVG(amount) FROM purchases c WHERE p.category =
+    c.category [AND ...]`` as the grouped query that answers it for every key at once (``SELECT
+    c.category, AVG(amount) FROM purchases AS c GROUP BY c.category``) and the outer column
+    (``p.category``); None when it is not correlated by one equality of columns, or is grouped."""
+    where = inner.args.get("where")
+    if where is None or inner.args.get("group") or len(inner.expressions) != 1:
+        return None
+    own = {t.alias_or_name for t in inner.find_all(exp.Table)}
+    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+
+    def outer(c: exp.Expr) -> bool:
+        return isinstance(c, exp.Column) and bool(c.table) and c.table not in own
+
+    links = [x for x in conjuncts if any(outer(c) for c in x.find_all(exp.Column))]
+    if len(links) != 1 or not isinstance(links[0], exp.EQ):
+        return None
+    sides = [links[0].this, links[0].expression]
+    ours = [x for x in sides if isinstance(x, exp.Column) and not outer(x)]
+    theirs = [x for x in sides if outer(x)]
+    if len(ours) != 1 or len(theirs) != 1:
+        return None
+    grouped = inner.copy()
+    rest = [x.copy() for x in conjuncts if x is not links[0]]
+    grouped.set("where", exp.Where(this=exp.and_(*rest)) if rest else None)
+    grouped.set("expressions", [ours[0].copy(), *(e.copy() for e in inner.expressions)])
+    grouped.set("group", exp.Group(expressions=[ours[0].copy()]))
+    return grouped, plain_sql(theirs[0], qualified=True)
 
 
 def _placeholder(t: exp.Table) -> bool:

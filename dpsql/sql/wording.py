@@ -55,10 +55,12 @@ def user_sql(node: exp.Expr) -> str:
     return plain_sql(node)
 
 
-def plain_sql(node: exp.Expr) -> str:
-    """``node`` in PostgreSQL's terms, without dpsql's internals (see the module docstring)."""
+def plain_sql(node: exp.Expr, *, qualified: bool = False) -> str:
+    """``node`` in PostgreSQL's terms, without dpsql's internals (see the module docstring).
+    ``qualified``: keep the columns' qualifiers, for a node read from the user's own tree (a
+    correlated subquery's ``p.category = c.category`` means nothing without them)."""
     c = node.copy()
-    for col in list(c.find_all(exp.Column)):
+    for col in list(c.find_all(exp.Column)) if not qualified else ():
         for part in ("table", "db", "catalog"):
             col.set(part, None)
     for ident in c.find_all(exp.Identifier):

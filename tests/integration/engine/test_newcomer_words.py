@@ -322,3 +322,39 @@ def test_private_rows_in_a_subquery_of_a_public_query(engine: Engine, sql: str, 
     assert e.sqlstate == "42501" and "raw private rows of purchases" in e.message, e
     assert e.hint is not None and e.hint.endswith(hint), e.hint
     notices_of(engine, hint)
+
+
+@pytest.mark.parametrize(
+    ("condition", "written", "grouped"),
+    [
+        (
+            "p.category = c.category",
+            "(SELECT AVG(amount) FROM purchases AS c WHERE p.category = c.category)",
+            "SELECT c.category, AVG(amount) FROM purchases AS c GROUP BY c.category",
+        ),
+        (
+            "c.category = p.category AND c.quantity > 1",
+            "(SELECT AVG(amount) FROM purchases AS c WHERE c.category = p.category AND "
+            "c.quantity > 1)",
+            "SELECT c.category, AVG(amount) FROM purchases AS c WHERE c.quantity > 1 "
+            "GROUP BY c.category",
+        ),
+    ],
+)
+def test_correlated_subquery_is_quoted_as_written(
+    engine: Engine, condition: str, written: str, grouped: str
+) -> None:
+    """A correlated aggregate in WHERE is quoted with the user's own qualifiers (was: 'WHERE
+    category = category'), and the hint's grouped query (one answer per key) is answered."""
+    e = _refusal(
+        engine,
+        "SELECT category, COUNT(*) FROM purchases p WHERE amount > "
+        f"(SELECT AVG(amount) FROM purchases c WHERE {condition}) GROUP BY category",
+    )
+    assert e.sqlstate == "0A000" and e.message.startswith(f"WHERE amount > {written} "), e
+    assert e.hint == (
+        f"run {grouped} on its own first (one answer per p.category), then write each answer "
+        "into the filter as a constant: WHERE p.category = <a value> AND amount > <its answer>"
+    ), e.hint
+    notices_of(engine, grouped)
+    notices_of(engine, "SELECT COUNT(*) FROM purchases p WHERE p.category = 'books' AND amount > 3")
