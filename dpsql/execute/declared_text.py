@@ -107,18 +107,20 @@ def outside_warning(a: Analysis, s: Statistic, units: float, split: int = 1) -> 
     if not ranges:
         return ""
     each = " (counted in each group where they have one)" if split > 1 else ""
+    # privacy_unit: row: each row is a unit (its values counted one by one)
+    who = "rows" if a.private.row_privacy else a.private.privacy_unit
     if s.func == "quantile":
         # counted by their first kept row (dpsql.sql.bias.quantile_alarms): a lower bound; the
         # clamp keeps the order, so a quantile inside the range is right, one beyond it is not
         return (
-            f"{OUTSIDE_LEAD}{units:,.0f} or more {a.private.privacy_unit}{each} have values of "
+            f"{OUTSIDE_LEAD}{units:,.0f} or more {who}{each} have values of "
             f"{', or of '.join(ranges)}: the answer and its interval count them so, and do NOT "
             "cover a value beyond that range (where the true value lies among them, it is "
             "outside the interval). See them with `dpsql check POLICY --upstream DSN`, and "
             "declare bounds that hold the data (or filter to them)."
         )
     return (
-        f"{OUTSIDE_LEAD}{units:,.0f} {a.private.privacy_unit}{each} have values of "
+        f"{OUTSIDE_LEAD}{units:,.0f} {who}{each} have values of "
         f"{', or of '.join(ranges)}: the interval does NOT cover what that clamp changed (a "
         "value beyond its declared range is unbounded, so no interval can). See them with "
         "`dpsql check POLICY --upstream DSN`, and declare bounds that hold the data (or filter "
@@ -132,8 +134,17 @@ premise when the release's notes hold this warning for it (:func:`warned`)."""
 
 
 def warned(s: Statistic, notes: Sequence[str]) -> bool:
-    """The release's notes hold the outside warning for ``s`` (a line of its own)."""
-    return any(n.startswith(f"{s.sql}: {OUTSIDE_LEAD}") for n in notes)
+    """The release's notes hold the outside warning for ``s`` (a line of its own; with grouping
+    sets, a set's line, ``grouping set (k): <line>``: the sets read the same rows, so one set's
+    count says the premise is false for the statement)."""
+    line = f"{s.sql}: {OUTSIDE_LEAD}"
+    return any(
+        n.startswith(line) or (n.startswith(GROUPING_SET) and f"): {line}" in n) for n in notes
+    )
+
+
+GROUPING_SET = "grouping set ("
+"""How a grouping set's note begins (:func:`dpsql.execute.grouping_sets.release_sets`)."""
 
 
 def with_declared_premises(

@@ -377,11 +377,14 @@ def quantile_alarms(a: Analysis) -> tuple[tuple[int, tuple[str, ...], tuple[str,
     which the row's bucket code says (:func:`dpsql.sql.rewrite.buckets.pre_bucket`, every
     measure a quantile or a count: :func:`dpsql.sql.rewrite.bound_contributions.pre_bucketed`)
     or its unclamped value (beside other measures): each unit once, a lower bound on the
-    units with a kept value outside. Other paths (one row per unit, row privacy, grouping
-    sets, joins of private tables): none; their notice states the premise."""
-    if a.private.row_privacy or a.unique_unit or a.grouping_sets or decomposable(a):
-        return ()
-    if sum(1 for _, _, p in a.sources if p is not None) > 1 or a.pre_join_rows:
+    units with a kept value outside. After a join (of private tables, on their units; or with
+    public ones) the rows are bounded per unit as one table's are, so the same count holds.
+
+    Nothing ranked (``privacy_unit: row``, or one row per unit proven by the catalog:
+    :func:`unranked`): every row outside is counted, in its one group (the unit's one row):
+    L1 sensitivity 1, the exact number. Grouping sets: each set's own analysis
+    (:func:`dpsql.sql.grouping_sets.set_analysis`) has its count, in that set's plan."""
+    if a.grouping_sets or decomposable(a):
         return ()
     out: dict[tuple[str, ...], tuple[int, tuple[str, ...], tuple[str, ...]]] = {}
     for i, m in enumerate(a.measures):
@@ -431,13 +434,20 @@ def _bounded_columns(a: Analysis, m: Measure) -> tuple[str, ...]:
     return tuple(out)
 
 
+def unranked(a: Analysis) -> bool:
+    """Rows not bounded per unit: each row is its own unit (``privacy_unit: row``), or the
+    catalog proves one row per unit (``unique_unit``); a unit then lies in one group."""
+    return a.private.row_privacy or a.unique_unit
+
+
 def alarm_plans(a: Analysis, epsilon: Fraction) -> tuple[AlarmPlan, ...]:
     """The outside counts of :func:`alarm_measures` and :func:`quantile_alarms`, sharing
     ``epsilon`` evenly."""
     wanted = [(i, cols, ()) for i, cols in alarm_measures(a)] + list(quantile_alarms(a))
     if not wanted:
         return ()
-    k = Fraction(1 if needs_group_rank(a) else _domain_combinations(a))
+    one = needs_group_rank(a) or unranked(a)  # each unit counted once (in one group)
+    k = Fraction(1 if one else _domain_combinations(a))
     each = epsilon / len(wanted)
     return tuple(
         AlarmPlan(i, a.measures[i], cols, Laplace(k, each, Fraction(1)), also)

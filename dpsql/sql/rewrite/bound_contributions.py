@@ -395,16 +395,20 @@ def _flagged_values(
     a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
 ) -> dict[int, exp.Expr]:
     """On the row path without pre-bucketing (a quantile beside a SUM, AVG or COUNT(DISTINCT
-    x), ...): for each quantile whose outside count is released, by measure index, its value
-    unclamped as NUMERIC (a row-value column added to ``inner``), which the count tests against
-    the range."""
+    x), ...; every quantile of rows not ranked per unit): for each quantile whose outside count
+    is released, by measure index, its value unclamped as NUMERIC (an
+    :func:`integer_quantile`'s in its own integer type: no NUMERIC per row), a row-value column
+    added to ``inner``, which the count tests against the range."""
     from dpsql.sql.bias import quantile_alarms
 
     out: dict[int, exp.Expr] = {}
     for i, _, _ in quantile_alarms(a):
-        arg = a.measures[i].arg
-        assert arg is not None
-        out[i] = _value_column(exp.cast(make_total(arg, a.column), "numeric"), inner, vcols)
+        m = a.measures[i]
+        assert m.arg is not None
+        raw = make_total(m.arg, a.column)
+        if not integer_quantile(a, m):
+            raw = exp.cast(raw, "numeric")
+        out[i] = _value_column(raw, inner, vcols)
     return out
 
 
@@ -426,10 +430,11 @@ def _outside_conditions(
         out[i] = exp.Paren(this=exp.or_(*codes))
     for i, raw in flagged.items():
         m = a.measures[i]
+        integer = integer_quantile(a, m)
+        lo, hi = (exp.Literal.number(int(x)) if integer else numeric(x) for x in (m.lo, m.hi))
         out[i] = exp.Paren(
             this=exp.or_(
-                exp.LT(this=raw.copy(), expression=numeric(m.lo)),
-                exp.GT(this=raw.copy(), expression=numeric(m.hi)),
+                exp.LT(this=raw.copy(), expression=lo), exp.GT(this=raw.copy(), expression=hi)
             )
         )
     return out
@@ -474,7 +479,7 @@ def _packed_order(
     hv: exp.Expr, bucket: exp.Alias, size: int, coded: bool = False
 ) -> tuple[exp.Expr, exp.Expr] | None:
     """(the order key, the bucket read back from it) for one bucketing of ``size`` buckets
-    (None when it doesn't fit): with ``b`` the bit length of ``size``, the key is
+    (None when it doesn't fit): with ``b`` the bit length of ``size + 2``, the key is
     ``(hv & -2^b) | COALESCE(bucket, size)`` (the value's hash ``hv`` with its low ``b`` bits
     replaced by the row's bucket, ``size`` for a NULL value), and the bucket after the ranking
     ``NULLIF(CAST(key & (2^b - 1) AS INT), size)``. The rows then sort by one bigint where they
@@ -484,11 +489,16 @@ def _packed_order(
 
     ``coded``: the bucket codes values outside the range as -1 and ``size``
     (:func:`~dpsql.sql.rewrite.buckets.pre_bucket`); the key then holds the code plus one
-    (``b`` the bit length of ``size + 2``, a NULL's), read back as ``NULLIF(..., size + 2) -
-    1``: rows tied on the hash's high bits (``hash_numeric`` ignores the sign: 0.7 and -0.7
-    tie) sort as their clamped values' buckets did, so the kept rows are the same."""
+    (0 .. ``size + 1``; ``size + 2`` for a NULL), read back as ``NULLIF(..., size + 2) - 1``:
+    rows tied on the hash's high bits (``hash_numeric`` ignores the sign: 0.7 and -0.7 tie)
+    sort as their clamped values' buckets did. ``b`` is the width the codes need whether or not
+    the statement codes them (``size + 2`` may need one more bit than ``size``: 7 buckets fit
+    in 3 bits, their codes in 4), so the same high bits of the hash decide in both keys and the
+    kept rows hold the same buckets (rows ordered differently tie on everything the measures
+    read: a value below the range and one in bucket 0, one above and one in the bucket of
+    ``hi``)."""
     null = size + 2 if coded else size
-    bits = null.bit_length()
+    bits = (size + 2).bit_length()
     if size < 1 or bits > PACKED_BITS:
         return None
     null_lit = exp.Literal.number(null)

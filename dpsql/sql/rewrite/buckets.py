@@ -201,15 +201,19 @@ def outside_counts(a: Analysis, conditions: dict[int, exp.Expr]) -> list[exp.Exp
     kept group when groups are ranked) lies outside the range (``conditions``, by the index of
     the bucketing's first measure: its bucket code, :func:`pre_bucket`, or its unclamped
     value): one row per unit (per declared group when nothing is ranked, at most K of them), so
-    L1 sensitivity 1 (K). A count of rows: it adds up over the bucket cells
+    L1 sensitivity 1 (K). Rows not bounded per unit (``privacy_unit: row``, or one row per unit
+    proven: :func:`dpsql.sql.bias.unranked`) have no row number: ``COUNT(*) FILTER (WHERE
+    <outside>)`` counts every row outside, each unit's one row in its one group (L1
+    sensitivity 1). A count of rows: it adds up over the bucket cells
     (:mod:`dpsql.sql.rewrite.bucket_values`)."""
+    ranked = not a.private.row_privacy and not a.unique_unit  # as dpsql.sql.bias.unranked
     out: list[exp.Expr] = []
     for i, cond in conditions.items():
-        conds: list[exp.Expr] = [
-            exp.EQ(this=exp.column("_dp_rn"), expression=exp.Literal.number(1))
-        ]
-        if needs_group_rank(a):
-            conds.append(exp.EQ(this=exp.column("_dp_gr"), expression=exp.Literal.number(1)))
+        conds: list[exp.Expr] = []
+        if ranked:
+            conds.append(exp.EQ(this=exp.column("_dp_rn"), expression=exp.Literal.number(1)))
+            if needs_group_rank(a):
+                conds.append(exp.EQ(this=exp.column("_dp_gr"), expression=exp.Literal.number(1)))
         conds.append(cond.copy())
         count = exp.Filter(
             this=exp.Count(this=exp.Star()), expression=exp.Where(this=exp.and_(*conds))

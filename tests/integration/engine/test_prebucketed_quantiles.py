@@ -145,9 +145,11 @@ def reference_cells(
         for c, lo, hi, b in [spec]
     }
     value_hash = f"hash_record_extended(ROW({raw}), {'h' if group_seed else seed})"
-    if len(specs) == 1:  # one bucketing: in the hash's low bits, NULL as b (its bit length)
+    if len(specs) == 1:  # one bucketing: in the hash's low bits (as many as b + 2 needs), NULL as b
         (b,) = [spec[3] for spec in specs]
-        order = f"({value_hash} & {-(2 ** b.bit_length())}) | COALESCE({bucket[specs[0]]}, {b})"
+        order = (
+            f"({value_hash} & {-(2 ** (b + 2).bit_length())}) | COALESCE({bucket[specs[0]]}, {b})"
+        )
     else:
         order = ", ".join([value_hash, *bucket.values()])
     rows = f"SELECT uid, {key} AS g, {clamped}, {h} AS h FROM t WHERE g IN ('a', 'b', 'c', 'd')"
