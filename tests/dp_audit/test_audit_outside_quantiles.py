@@ -41,10 +41,12 @@ from sqlglot import exp
 
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
+from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import salted
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.bias import ALARM_SHARE
+from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
 from tests.dp_audit.auditing import epsilon_lower_bound
@@ -210,3 +212,111 @@ def test_the_count_is_dp_at_its_charge(engines: tuple[Engine, Engine]) -> None:
 def test_the_audit_flags_a_quarter_of_the_noise(engines: tuple[Engine, Engine]) -> None:
     bound, charged = _audit(engines, broken=True)
     assert bound > charged, (bound, charged)
+
+
+# -- the other shapes ---------------------------------------------------------------------------
+# One row per unit (``tu``: uid a primary key, each unit's first row of t), ``privacy_unit: row``
+# (``tr``: a copy of t, each row its own unit), a ROLLUP (each grouping set's own count), a join
+# of t with ``t2`` (a copy of t) on the unit, and t with the public ``names``: for each, the
+# count's L1 change over the groups when one unit is removed (from every table: a unit of tr is
+# a row, removed by its ctid) must stay within each measurement's sensitivity and reach it
+# (exactly: no noise). Twins caught: the join's count without the row-number test (every kept
+# joined row of a unit outside) and the ROLLUP's without the group-rank test.
+def _shape_policy() -> dict[str, Any]:
+    pol = _policy(2)
+    t = pol["tables"]["public.t"]
+    pol["tables"]["public.tu"] = t
+    pol["tables"]["public.t2"] = t
+    pol["tables"]["public.tr"] = {
+        "privacy_unit": "row",
+        "columns": {k: v for k, v in t["columns"].items() if k != "uid"},
+    }
+    pol["public_tables"] = ["public.names"]
+    return pol
+
+
+@pytest.fixture(scope="module")
+def shapes(dsn: str) -> Iterator[Engine]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE tu (uid integer PRIMARY KEY, g text NOT NULL, v numeric)")
+        conn.execute("INSERT INTO tu SELECT DISTINCT ON (uid) * FROM t ORDER BY uid, ctid")
+        conn.execute("CREATE TABLE t2 AS SELECT * FROM t")
+        conn.execute("CREATE TABLE tr AS SELECT * FROM t")
+        conn.execute("CREATE TABLE names (g text, name text)")
+        conn.execute("INSERT INTO names VALUES ('a', 'A'), ('b', 'B'), ('c', 'C'), ('d', 'D')")
+    e = Engine(Policy.model_validate(_shape_policy()), dsn, pool_size=1)
+    yield e
+    e.close()
+
+
+SHAPES = {  # statement, the tables a unit's rows are removed from (tr: by row)
+    "unique unit": ("SELECT g, MAX(v) FROM tu GROUP BY g", ("tu",)),
+    "row privacy": ("SELECT g, MEDIAN(v), AVG(v) FROM tr GROUP BY g", ("tr",)),
+    "rollup": ("SELECT g, MIN(v) FROM t GROUP BY ROLLUP (g)", ("t",)),
+    "private join": ("SELECT x.g, MEDIAN(x.v) FROM t AS x JOIN t2 AS y ON x.uid = y.uid GROUP BY x.g", ("t", "t2")),
+    "public join": ("SELECT n.name, MAX(x.v) FROM t AS x JOIN names AS n ON x.g = n.g GROUP BY n.name", ("t",)),
+}  # fmt: skip
+
+
+def _shape_moves(engine: Engine, dsn: str, shape: str) -> list[tuple[int, int]]:
+    """Per measurement (each grouping set's; one without), the largest L1 change of its count
+    over the groups when one unit is removed, and its release's sensitivity."""
+    sql, tables = SHAPES[shape]
+    p = engine.prepare(sql)
+    plan = engine.plan(p, SessionContext(analyst="auditor", epsilon=Fraction(1)))
+    subs = [s.plan for s in plan.sets] if isinstance(plan, SetsPlan) else [plan]
+    # the unranked path: the catalog's proof of one row per unit; each row its own unit
+    assert plan.analysis.unique_unit is (shape == "unique unit"), shape
+    assert plan.analysis.private.row_privacy is (shape == "row privacy"), shape
+    texts = [salted(t) for t in private_sqls(engine, p, plan.analysis)]
+    out = []
+    with psycopg.connect(dsn) as conn:
+        if tables == ("tr",):
+            units = [
+                (f"DELETE FROM tr WHERE ctid = '{c}'",)
+                for (c,) in conn.execute("SELECT ctid FROM tr")
+            ]
+        else:
+            units = [
+                tuple(f"DELETE FROM {t} WHERE uid = {u}" for t in tables) for u in range(UNITS)
+            ]
+        for sub, text in zip(subs, texts, strict=True):
+            (alarm,) = sub.alarms
+            a = sub.analysis
+            keys, x0 = len(a.group_keys), len(a.group_keys) + len(a.measures)
+            x0 += 1 if a.needs_selection else 0
+
+            def counts(x0: int = x0, keys: int = keys, text: str = text) -> dict[Any, int]:
+                return _counts(list(conn.execute(text).fetchall()), keys, x0)
+
+            full, worst = counts(), 0
+            assert sum(full.values()) > 0
+            for deletes in units:
+                with conn.transaction(force_rollback=True):
+                    for d in deletes:
+                        conn.execute(d)  # type: ignore[arg-type]
+                    less = counts()
+                moved = sum(abs(full.get(g, 0) - less.get(g, 0)) for g in set(full) | set(less))
+                worst = max(worst, moved)
+            out.append((worst, int(alarm.outside.sensitivity)))
+    return out
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_shape_moves_by_its_sensitivity(shapes: Engine, dsn: str, shape: str) -> None:
+    moves = _shape_moves(shapes, dsn, shape)
+    assert len(moves) == (2 if shape == "rollup" else 1), moves
+    assert all(m == s == 1 for m, s in moves), moves  # within it, and reached
+
+
+@pytest.mark.parametrize(("shape", "drop"), [("private join", "_dp_rn"), ("rollup", "_dp_gr")])
+def test_the_shapes_twins_are_caught(
+    shapes: Engine, dsn: str, monkeypatch: pytest.MonkeyPatch, shape: str, drop: str
+) -> None:
+    _twin(monkeypatch, drop)
+    e = Engine(Policy.model_validate(_shape_policy()), dsn, pool_size=1)  # SQL written anew
+    try:
+        moves = _shape_moves(e, dsn, shape)
+    finally:
+        e.close()
+    assert any(m > s for m, s in moves), moves
