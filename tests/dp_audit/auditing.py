@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -129,6 +130,61 @@ def _vector_bound(
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.log((num_lo - delta) / den_hi)
     return np.where(num_lo - delta <= 0, -np.inf, out)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A curtailed two-sided audit's outcome: ``exceeds`` is the full audit's verdict (its
+    epsilon lower bound at ``runs`` runs a side above the claim); ``used`` the runs a side it
+    took to know it; ``hits`` the events counted on (D, D') by then."""
+
+    exceeds: bool
+    used: int
+    runs: int
+    hits: tuple[int, int]
+
+
+def curtailed_audit(
+    event: Callable[[int], bool], runs: int, claimed: float, alpha: float = ALPHA / 2
+) -> Verdict:
+    """Whether ``max(lb(D -> D'), lb(D' -> D))``, the Clopper-Pearson epsilon lower bounds (each
+    at level 1 - ``alpha``) from ``runs`` runs a side of ``event(i)`` (one run on database i: 0
+    is D, 1 is D'; True when the fixed event occurred), exceeds ``claimed``: the same test as
+    counting all ``runs`` a side, with the runs drawn in pairs and stopped as soon as the runs
+    left cannot change the verdict (curtailed sampling). Each bound grows with its numerator's
+    hits and falls with its denominator's, so after m pairs with hits (a, b) and r = runs - m
+    left, every completion's final bound is at most ``high`` (each direction at its best
+    completion: its numerator's runs all hits, its denominator's none) and at least ``low`` (each
+    direction at its worst): once both lie on one side of the claim, so does the full test's. The verdict is thus
+    the full test's for every sequence of outcomes: its false-failure probability (2 alpha for a
+    correct mechanism) and its power on a broken twin are the full test's, and a correct
+    mechanism is usually settled after a quarter to a half of the runs (the expensive part
+    of an end-to-end audit: one statement through the engine per run)."""
+
+    def bound(hits_d: int, hits_d2: int) -> float:
+        return max(
+            epsilon_lower_bound(hits_d, runs, hits_d2, runs, alpha=alpha),
+            epsilon_lower_bound(hits_d2, runs, hits_d, runs, alpha=alpha),
+        )
+
+    a = b = 0
+    for m in range(1, runs + 1):
+        a += bool(event(0))
+        b += bool(event(1))
+        r = runs - m
+        # the largest and the smallest final bound over the completions of the remaining runs
+        high = max(
+            epsilon_lower_bound(a, runs, b + r, runs, alpha=alpha),
+            epsilon_lower_bound(b, runs, a + r, runs, alpha=alpha),
+        )
+        low = max(
+            epsilon_lower_bound(a + r, runs, b, runs, alpha=alpha),
+            epsilon_lower_bound(b + r, runs, a, runs, alpha=alpha),
+        )
+        if high <= claimed or low > claimed or r == 0:
+            assert r > 0 or (low == high == bound(a, b))
+            return Verdict(low > claimed, m, runs, (a, b))
+    raise ValueError("runs must be positive")
 
 
 def permute_and_flip_probabilities(coins: np.ndarray) -> np.ndarray:
