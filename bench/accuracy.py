@@ -263,9 +263,11 @@ class Query:
                     hits.append(False)
                     errs.append(1.0)
                     continue
+                # an interval the notice disowns (NULL columns) counts as a miss; one whose
+                # high end it disowns (infinite) by its low end, which it stands by
                 hits.append(iv is not None and iv[0] <= truth <= iv[1])
                 errs.append(abs(float(v) - truth) / abs(truth) if truth else abs(float(v)))
-                if iv is not None and truth:
+                if iv is not None and truth and (iv[1] - iv[0]) < float("inf"):
                     widths.append((iv[1] - iv[0]) / abs(truth))
         width = statistics.median(widths) if widths else float("nan")
         return Outcome(float(np.mean(hits)), statistics.median(errs), width)

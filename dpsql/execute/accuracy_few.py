@@ -17,7 +17,8 @@ answer, i.e. a few units may hold most of what the query selects -- the releases
 cannot check the assumption and the interval may miss the truth by any amount (the demo's
 ``SELECT COUNT(*) FROM purchases WHERE quantity > 5`` answered ``5 [4, 56]`` against 1,001:
 5 units hold 1,000 of those rows, R = 1 keeps one of each). Then the notice says so in the
-analyst's words and what to do. Otherwise the notice still says how many units beyond the
+analyst's words and what to do, and the interval's high end is NULL in those rows (its low end
+still holds: dpsql.execute.disowned). Otherwise the notice still says how many units beyond the
 cap the releases could miss (:func:`reach_text`: *Up to 39 user_id could have lost more than
 that without the estimates showing it*), so the assumption is never stated without its limit. Everything here is a released value or a public bound, so
 saying it costs no privacy. On a large answer (12,000 units, ``bench/accuracy.py``'s COUNT(*),

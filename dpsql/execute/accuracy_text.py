@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -34,6 +35,8 @@ from dpsql.execute.bias import (
     target_widths,
 )
 from dpsql.execute.bounds_text import (
+    LOWER_ONLY,
+    NOISE_ONLY,
     clamp_text,
     col_name,
     fmt,
@@ -43,6 +46,7 @@ from dpsql.execute.bounds_text import (
     unestimated,
 )
 from dpsql.execute.declared_text import outside_warning, with_declared_premises
+from dpsql.execute.disowned import Disown, Disowned, Keep, disown, nulled
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
@@ -61,6 +65,20 @@ def level_text(confidence: float) -> str:
     return f"{text}%"
 
 
+@dataclass(frozen=True)
+class Accuracy:
+    """The accuracy notice's lines, and the intervals those lines disown: a statistic's
+    ``_low``/``_high`` are NULL exactly where its line says the interval does NOT cover the
+    truth (the over-cap alarm; units with a value outside the declared range the clamp moved;
+    units beyond the cap the releases cannot see; an interval that covers the noise only):
+    a BI tool that reads the columns only must not see a confident interval the notice
+    retracts. Where the bounds can only have pulled the answer one way (a COUNT, a SUM of
+    non-negative values) the end on the other side still holds and stays (docs/accuracy.md)."""
+
+    notes: tuple[str, ...]
+    disowned: Disowned
+
+
 def accuracy_notes(
     a: Analysis,
     plan: Plan,
@@ -71,7 +89,7 @@ def accuracy_notes(
     intervals: Sequence[Sequence[Interval | None]] = (),
     alarms: Mapping[str, float] | None = None,
     values: Sequence[Sequence[Any]] = (),
-) -> tuple[str, ...]:
+) -> Accuracy:
     """The accuracy summary, one line per statistic with a value interval. ``noisy`` (released
     values per measure) and ``intervals`` (per row, per statistic) let an AVG say why its
     interval is as wide as its declared range; ``alarms``: the VARIANCE alarms' released
@@ -79,10 +97,13 @@ def accuracy_notes(
     (per row, per statistic: the released values) how far an interval of several noisy parts
     reaches below and above its answer."""
     out: list[str] = []
+    line_si: list[int] = []  # the statistic of each line of ``out``
+    disowned: Disowned = {}
     conf = level_text(confidence)
     for si, s in enumerate(a.statistics):
         if s.func in ("quantile", "mode"):
             continue
+        line_si.append(si)  # (popped again where a statistic gets no line)
         mp = plan.measure_plan(s.measures[0])
         if mp.measure.kind == "count_keys":
             w = _half_widths(s, plan, confidence)
@@ -96,6 +117,8 @@ def accuracy_notes(
         if avg is not None:
             ivs = [row[si] for row in intervals] if intervals else []
             out.append(_avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy))
+            if _alarm(removed[avg[0].target.key], rows):  # 'But it does NOT cover the truth'
+                disown(disowned, si, Disown(None, "none"))  # (an average: either way)
             continue
         b = target_of(s, plan)
         if b is None:
@@ -103,10 +126,14 @@ def accuracy_notes(
             noise = (
                 f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
             )
-            out.append(f"{s.sql}: {conf} interval:{noise} {unestimated(a, s)}.")
+            why = unestimated(a, s)
+            out.append(f"{s.sql}: {conf} interval:{noise} {why}.")
+            if NOISE_ONLY in why:  # what the bounds changed is not in it
+                disown(disowned, si, Disown(None, "low" if LOWER_ONLY in why else "none"))
             continue
         mech = mp.mechanism
         if not isinstance(mech, (Laplace, Gaussian)):
+            line_si.pop()
             continue
         tw = target_widths(mech, b, confidence)
         r = removed[b.target.key]
@@ -144,6 +171,13 @@ def accuracy_notes(
         if rows and noisy is not None and s.measures[0] in noisy and not _alarm(r, rows):
             found = unseen(t, r, tw, np.asarray(noisy[s.measures[0]]), confidence)
             line += unseen_text(a, t, found, rows) or reach_text(a, reach(t, r, tw, confidence))
+        # the bounds only pull the answer towards 0 on the side of its sign: the end on the
+        # other side never rests on the assumption (docs/accuracy.md), so it stays
+        held: Keep = "low" if t.sign > 0 else "high"
+        if _alarm(r, rows):  # 'But it does NOT cover the truth'
+            disown(disowned, si, Disown(None, held))
+        if found:  # 'the truth can lie far beyond the interval', in those rows
+            disown(disowned, si, Disown(frozenset(f[0] for f in found), held))
         if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows) and not found:
             line += (
                 f" Most of the width is that estimate (it gets {_SHARE} of epsilon): raise "
@@ -151,6 +185,11 @@ def accuracy_notes(
             )
         out.append(line)
     warned = _outside_warnings(a, plan, removed, rows, alarms)
+    for si, s in enumerate(a.statistics):
+        if s.func not in ("quantile", "mode") and warned.get(s.sql):
+            # 'the interval does NOT cover what that clamp changed': a value beyond the range
+            # can lie on either side of it, by any amount
+            disown(disowned, si, Disown(None, "none"))
     # a quantile's line is the interval notice's (dpsql.execute.notices): its warning is a line
     # of its own here (stored with the release), which that notice says instead of the premise
     quantiles = tuple(
@@ -158,7 +197,12 @@ def accuracy_notes(
         for s in a.statistics
         if s.func == "quantile" and warned.get(s.sql)
     )
-    return (*with_declared_premises(a, out, warned), *quantiles)
+    lines = with_declared_premises(a, out, warned)
+    lines = tuple(
+        line + nulled(a, disowned[si]) if si in disowned else line
+        for line, si in zip(lines, line_si, strict=True)
+    )
+    return Accuracy((*lines, *quantiles), disowned)
 
 
 def _outside_warnings(

@@ -66,6 +66,13 @@ def clamp_text(m: Measure, raw_lo: float, raw_hi: float) -> str:
     return ", ".join(parts_)
 
 
+NOISE_ONLY = "covers the noise only"
+"""In :func:`unestimated`'s words: the interval does not include what the bounds changed (its
+columns are NULL: dpsql.execute.accuracy_text.Accuracy)."""
+LOWER_ONLY = "they can only lower the answer"
+"""In :func:`unestimated`'s words: what the bounds changed is on one side (its low end holds)."""
+
+
 def unestimated(a: Analysis, s: Statistic) -> str:
     """Why a statistic's interval has no removed-mass term, and what that means."""
     unit = a.private.privacy_unit
@@ -90,13 +97,14 @@ def unestimated(a: Analysis, s: Statistic) -> str:
             if c and c not in kept:
                 kept.append(c)
     what = f" (they keep {'; '.join(kept)})" if kept else ""
-    if s.func == "count_distinct":
+    counts = all(a.measure(k).kind in ("count_rows", "count_values") for k in s.measures)
+    if s.func == "count_distinct" or counts:  # the bounds only drop rows (or units)
         return (
-            f"it covers the noise only, NOT what the bounds left out{what}: they can only "
-            "lower the answer, so the truth may be above the interval"
+            f"it {NOISE_ONLY}, NOT what the bounds left out{what}: {LOWER_ONLY}, so the "
+            "truth may be above the interval"
         )
     return (
-        f"it covers the noise only, NOT what the bounds changed{what}: they can move the "
+        f"it {NOISE_ONLY}, NOT what the bounds changed{what}: they can move the "
         "answer either way, by an amount not estimated, so the truth may lie outside it"
     )
 
@@ -126,7 +134,7 @@ def capped_text(a: Analysis, s: Statistic) -> str:
         return ""
     return (
         f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: it "
-        "covers the noise only, NOT what that cap changed (not estimated), so the truth may "
+        f"{NOISE_ONLY}, NOT what that cap changed (not estimated), so the truth may "
         "lie outside it"
     )
 

@@ -211,7 +211,11 @@ def interval_arrays(
             [_whole(iv[0], math.floor) if iv else None for iv in ivs],
             [_whole(iv[1], math.ceil) if iv else None for iv in ivs],
         ]
-    return [[iv[0] if iv else None for iv in ivs], [iv[1] if iv else None for iv in ivs]]
+    # an infinite end: no bound on that side (the end a disowned interval no longer has)
+    return [
+        [iv[0] if iv and math.isfinite(iv[0]) else None for iv in ivs],
+        [iv[1] if iv and math.isfinite(iv[1]) else None for iv in ivs],
+    ]
 
 
 def _whole(x: float, rounding: Callable[[float], int]) -> int | None:

@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.execute.bias import round_nearest
 from dpsql.execute.noise import Release
-from dpsql.execute.tree_rounding import relative_resolution, round_value
+from dpsql.execute.tree_rounding import half_widths, relative_resolution, round_value
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.intervals import derived_outputs, stat_index
 from dpsql.sql.postprocess import stat_outputs
@@ -55,6 +55,14 @@ def round_outputs(
             if iv is not None:
                 cells[pos] = round_nearest(cells[pos], (iv[1] - iv[0]) / 2)
                 continue
+            half = (  # its interval disowned (NULL columns): the noise's resolution stays
+                rel.derived_half_widths[rid][k]
+                if rid is not None and k is not None and rel.derived_half_widths
+                else None
+            )
+            if half is not None:
+                cells[pos] = round_nearest(cells[pos], half)
+                continue
             r = _relative(rel, sis, [rid]) if rid is not None else every[pos]
             if r is not None:
                 cells[pos] = round_value(cells[pos], r)
@@ -64,10 +72,12 @@ def round_outputs(
 
 def _relative(rel: Release, sis: Sequence[int], rids: Sequence[int]) -> float | None:
     """The smallest relative half-width of statistics ``sis`` in release rows ``rids``."""
+    halves = half_widths(rel)
     picked = Release(
         rel.key_types,
         [],
         [[rel.stats[i][s] for s in sis] for i in rids],
         [[rel.intervals[i][s] for s in sis] for i in rids],
+        half_widths=[[halves[i][s] for s in sis] for i in rids],
     )
     return relative_resolution([picked])

@@ -17,6 +17,7 @@ from dpsql.execute import group_keys
 from dpsql.execute.backend import CancelToken, Rows
 from dpsql.execute.noise import Release, release
 from dpsql.execute.private_sql import bounded_sql, hashed_key_types, hashed_keys, salted
+from dpsql.execute.tree_rounding import half_widths
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan, dedupe, set_analysis, set_label
 
@@ -95,6 +96,7 @@ def release_sets(
     stats: list[list[Any]] = []
     intervals: list[list[tuple[float, float] | None]] = []
     derived: list[list[tuple[float, float] | None]] = []
+    halves: list[list[float | None]] = []  # (presentation rounding: Release.half_widths)
     by_position: dict[int, Release] = {}
     notes: dict[str, None] = {}  # the sets' accuracy summaries, each line once, in order
     for sp, got, public in zip(plan.sets, rows, declared, strict=True):
@@ -117,7 +119,10 @@ def release_sets(
             stats.append(list(rel.stats[r]))
             intervals.append(list(rel.intervals[r]))
             derived.append(list(rel.derived[r]) if rel.derived else [])
-    return Release(tuple(key_types), groups, stats, intervals, derived, confidence, tuple(notes))
+            halves.append(list(half_widths(rel)[r]))
+    return Release(
+        tuple(key_types), groups, stats, intervals, derived, confidence, tuple(notes), halves
+    )
 
 
 def _set_of(plan: SetsPlan, position: int) -> int:

@@ -36,7 +36,9 @@ from dpsql.execute.bias import (
     target_interval,
     target_of,
 )
+from dpsql.execute.disowned import Disowned, owned
 from dpsql.execute.key_texts import canonical_rows, check_declared, key_name
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
@@ -56,6 +58,11 @@ class Release:
     derived: list[list[tuple[float, float] | None]] = field(default_factory=list)
     confidence: float | None = None  # the level of the stored intervals
     notes: tuple[str, ...] = ()  # the accuracy summary (dpsql.execute.bias.accuracy_notes)
+    # per row, per statistic: its interval's half-width before the accuracy notice disowned
+    # it (dpsql.execute.disowned): the noise's resolution, for presentation rounding only
+    # (a release stored before these existed has none: its intervals' are used)
+    half_widths: list[list[float | None]] = field(default_factory=list)
+    derived_half_widths: list[list[float | None]] = field(default_factory=list)  # (the same)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +73,8 @@ class Release:
             "derived": [[list(i) if i else None for i in row] for row in self.derived],
             "confidence": self.confidence,
             "notes": list(self.notes),
+            "half_widths": self.half_widths,
+            "derived_half_widths": self.derived_half_widths,
         }
 
     @classmethod
@@ -78,6 +87,8 @@ class Release:
             [[tuple(i) if i else None for i in row] for row in d.get("derived", [])],
             d.get("confidence"),
             tuple(d.get("notes", ())),
+            d.get("half_widths", []),
+            d.get("derived_half_widths", []),
         )
 
 
@@ -180,14 +191,63 @@ def release(
             stats[i].append(v if iv is None or selected else round_nearest(v, _half(iv)))
             intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
-    derived = [  # an expression's interval: rounded outwards like a statistic's
-        [iv if iv is None else round_outwards(iv, _half(iv)) for iv in row]
-        for row in derived_intervals(a, len(table), confidence, interval)
-    ]
-    notes = accuracy_notes(
+    acc = accuracy_notes(
         a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
     )
-    return Release(tuple(key_types), groups, stats, intervals, derived, confidence, notes)
+    derived, derived_halves = _derived(a, len(table), confidence, interval, acc.disowned)
+    halves = [[None if iv is None else _half(iv) for iv in row] for row in intervals]
+    intervals = [  # an interval the notice says does not hold: NULL columns (issue 16)
+        [owned(acc.disowned, r, si, iv) for si, iv in enumerate(row)]
+        for r, row in enumerate(intervals)
+    ]
+    return Release(
+        tuple(key_types),
+        groups,
+        stats,
+        intervals,
+        derived,
+        confidence,
+        acc.notes,
+        halves,
+        derived_halves,
+    )
+
+
+Ivs = list[list[tuple[float, float] | None]]
+
+
+def _derived(
+    a: Analysis,
+    rows: int,
+    confidence: float,
+    interval: Callable[[int, int, float], tuple[float, float] | None],
+    disowned: Disowned,
+) -> tuple[Ivs, list[list[float | None]]]:
+    """The expressions' intervals (none over a statistic the notice disowns), rounded outwards
+    like a statistic's, and their half-widths over every statistic's interval (presentation
+    rounding: :attr:`Release.derived_half_widths`; empty when nothing is disowned)."""
+
+    def rounded(ivs: Ivs) -> Ivs:
+        return [[iv if iv is None else round_outwards(iv, _half(iv)) for iv in row] for row in ivs]
+
+    derived = rounded(derived_intervals(a, rows, confidence, _held(disowned, interval)))
+    if not disowned or not derived or not any(derived):
+        return derived, []
+    every = rounded(derived_intervals(a, rows, confidence, interval))
+    return derived, [[None if iv is None else _half(iv) for iv in row] for row in every]
+
+
+def _held(
+    disowned: Disowned, interval: Callable[[int, int, float], tuple[float, float] | None]
+) -> Callable[[int, int, float], tuple[float, float] | None]:
+    """``interval``, None where the accuracy notice disowns it (an expression over it has no
+    interval either, even where one end of it still holds: interval arithmetic needs both)."""
+
+    def held(r: int, si: int, level: float) -> tuple[float, float] | None:
+        d = disowned.get(si)
+        return None if d is not None and d.at(r) is not None else interval(r, si, level)
+
+    return held
 
 
 def _half(iv: tuple[float, float]) -> float:

@@ -39,6 +39,7 @@ from sqlglot import exp
 
 from dpsql.errors import UpstreamError
 from dpsql.execute.bias import round_outwards
+from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.finish import interval_arrays
 from dpsql.execute.noise import Release
 from dpsql.execute.tree_interval_text import short_of, what_of, why_not
@@ -162,11 +163,34 @@ def _leaf_rows(
             k = int(label[1:])
             got = [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
         else:
-            got = [row[int(label)] for row in rel.intervals]
+            # one end only (the other disowned by the leaf's accuracy notice): no interval
+            # here, interval arithmetic needs both ends (LEAST/GREATEST skip a NULL)
+            got = [_both(row[int(label)]) for row in rel.intervals]
         arrays += interval_arrays(a, label, got)
     if not arrays:
         arrays.append(list(range(len(rel.groups))))
     return shift_arrays(q, offset), arrays
+
+
+def nulled_text(base: str, n: int, rows: int, releases: Sequence[Release | None]) -> str:
+    """Why ``n`` of ``rows`` rows have NULL interval columns though what they read is covered
+    by the union bound, when a leaf's accuracy notice disowns an interval (NULL there, so NULL
+    in what reads it: issue 16); '' when none does (a divisor whose interval holds 0)."""
+    if not any(
+        rel is not None and any(w in x for x in rel.notes for w in NULLED_WORDS) for rel in releases
+    ):
+        return ""
+    where = f" in {n} of {rows} rows" if n < rows else ""
+    return (
+        f"{base}_low, {base}_high are NULL{where}: a value it reads has an interval its "
+        "part's accuracy notice (above) says does NOT hold, so none is shown for what is "
+        "computed from it (or a divisor's interval holds 0)"
+    )
+
+
+def _both(iv: tuple[float, float] | None) -> tuple[float, float] | None:
+    """A leaf interval with both ends finite, else None."""
+    return iv if iv is not None and all(map(math.isfinite, iv)) else None
 
 
 def post_sql_iv(
@@ -330,6 +354,7 @@ def attach(
     ivs: list[tuple[tuple[float, float] | None, ...]] = []
     short: list[list[Decimal]] = [[] for _ in getters]  # per output: the rows' misses over alpha
     absent = [0 for _ in getters]  # per output: rows that read a leaf value with no release
+    nulled = [0 for _ in getters]  # per output: rows whose interval came out NULL
     for r in rows:
         ends: list[Any] = []
         row_iv: list[tuple[float, float] | None] = [None] * len(visible)
@@ -343,6 +368,8 @@ def attach(
                 miss = Decimal(1) if r[g[2]] is None else Decimal(r[g[2]])
                 if miss <= alpha + _SLACK:  # the union bound over what this row read
                     pair = _ends(r[g[0]], r[g[1]], kind)
+                    if pair == (None, None) and r[visible[p]] is not None:
+                        nulled[slot] += 1  # a leaf interval disowned, or a divisor's holds 0
                 elif r[g[2]] is None and r[g[0]] is not None and r[g[1]] is not None:
                     absent[slot] += 1  # e.g. COALESCE(x, 0) where x's group was not released
                 elif r[g[0]] is not None and r[g[1]] is not None:
@@ -379,6 +406,8 @@ def attach(
             )
         else:
             notes.append(f"{base}: {what_of(o.info, labels, releases, ks, confidence)}")
+        if nulled[slot] and not why:
+            notes += [t] if (t := nulled_text(base, nulled[slot], len(rows), releases)) else []
         slot += 1
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
     if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):

@@ -32,14 +32,25 @@ def relative_resolution(releases: Iterable[Release]) -> float | None:
     """The smallest half-width / |value| over the released values' intervals (None: none)."""
     best: float | None = None
     for rel in releases:
-        for stats, ivs in zip(rel.stats, rel.intervals, strict=False):
-            for v, iv in zip(stats, ivs, strict=False):
-                if iv is None or isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
+        for stats, halves in zip(rel.stats, half_widths(rel), strict=False):
+            for v, half in zip(stats, halves, strict=False):
+                if half is None or isinstance(v, bool) or not isinstance(v, (int, float, Decimal)):
                     continue
-                x, half = abs(float(v)), (float(iv[1]) - float(iv[0])) / 2
+                x = abs(float(v))
                 if x > 0 and half > 0 and math.isfinite(x) and math.isfinite(half):
                     best = half / x if best is None else min(best, half / x)
     return best
+
+
+def half_widths(rel: Release) -> list[list[float | None]]:
+    """Per row, per statistic: its interval's half-width, also where the accuracy notice
+    disowned the interval (NULL columns: the noise's resolution is still the same)."""
+    if rel.half_widths:
+        return rel.half_widths
+    return [
+        [None if iv is None else (float(iv[1]) - float(iv[0])) / 2 for iv in row]
+        for row in rel.intervals
+    ]
 
 
 def round_value(v: Any, r: float) -> Any:

@@ -50,6 +50,7 @@ from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute import noise as noise_module
 from dpsql.execute.bias import AvgWidths, Mechanism, exact_steps
+from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.policy.model import Policy
@@ -58,7 +59,7 @@ from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, policy_choices
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes
+from tests.helpers import binom_min_successes, release_intervals
 
 DRAWS = 400
 LIGHT = 47  # light groups
@@ -143,8 +144,17 @@ def _counts(dsn: str) -> Counts:
         shifted = checked = checked_covered = n = covered = h_shifted = 0
         for _ in range(DRAWS):
             rel = release(plan, [tuple(r) for r in rows], ["text"], declared, 0.95, CSPRNG)
+            # NULL exactly where the notice says so (a one-ended COUNT counts by its low end)
+            release_intervals(rel, 0, plan.analysis.statistics[0].sql)
             for key, stats, ivs in zip(rel.groups, rel.stats, rel.intervals, strict=True):
-                assert ivs[0] is not None and stats[0] is not None
+                assert stats[0] is not None
+                if ivs[0] is None:
+                    # disowned: the over-cap alarm fired (falsely, at most 1e-3 a release) and
+                    # its notice says the interval does NOT hold. The alarm reads its own noise
+                    # draw, independent of the answer's and the estimates': leaving these rows
+                    # out biases no coverage count
+                    assert any(w in x for x in rel.notes for w in NULLED_WORDS), rel.notes
+                    continue
                 lo, hi = ivs[0]
                 hit = lo <= truth[str(key[0])] <= hi
                 n, covered = n + 1, covered + hit

@@ -14,7 +14,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
-from tests.helpers import EXACT, binom_min_successes, unrounded
+from tests.helpers import EXACT, binom_min_successes, release_intervals, unrounded
 
 R = 25  # demo policy: max_rows_per_unit of purchases
 
@@ -188,6 +188,8 @@ def _coverage(engine: Engine, sql: str, runs: int, broken: bool = False) -> list
     total = [0] * len(truth[0])
     for _ in range(runs):
         rel = release(plan, rows, types, keys, 0.95, CSPRNG)
+        for si, st in enumerate(a.statistics):  # NULL exactly where the notice says so
+            release_intervals(rel, si, st.sql)
         for t_row, iv_row in zip(truth, rel.intervals, strict=True):
             for i, (t, iv) in enumerate(zip(t_row, iv_row, strict=True)):
                 if iv is None or t is None:
@@ -233,7 +235,10 @@ def test_intervals_cover_at_the_stated_rate(engine: Engine) -> None:
     column fails below its (1e-6 / 3)-quantile: a false failure has probability < 1e-6.
     """
     got = _coverage(engine, COVERAGE_SQL, runs=200)
-    assert [t for _, t in got] == [200 * 5] * 3
+    # every interval is checked, but those a (false, <= 1e-3 a release) over-cap alarm
+    # disowned (NULL columns: the notice says they do NOT hold; the alarm's own noise draw is
+    # independent of the answer's): more than 20 of the 200 releases with one, < 1e-40
+    assert all(900 <= t <= 200 * 5 for _, t in got), got
     for hits, total in got:
         assert hits >= binom_min_successes(total, 0.95, alpha=1e-6 / 3), got
 

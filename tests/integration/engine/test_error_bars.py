@@ -30,7 +30,7 @@ from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
-from tests.helpers import Coverage, release_coverage
+from tests.helpers import Coverage, Tally, release_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -83,7 +83,7 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     e.close()
 
 
-def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
+def _coverage(engine: Engine, name: str, broken: bool = False) -> Tally:
     """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
     only row): grouped, the group's row is released as DRAWS independent groups of one release;
     ungrouped, DRAWS releases of the row (:func:`tests.helpers.release_coverage`)."""

@@ -21,6 +21,7 @@ import pytest
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
+from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.grouping_sets import SetsPlan
@@ -230,7 +231,11 @@ def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str
     e = Engine(policy, sales_dsn, pool_size=1)
     try:
         sql = "SELECT cat, COUNT(*), SUM(amt) / COUNT(*) AS mean FROM sales GROUP BY ROLLUP (cat)"
-        r = ask(e, sql, show_intervals=True, epsilon=Fraction(2))
+        for _ in range(3):  # a set's false over-cap alarm (<= 1e-3) disowns its intervals
+            r = ask(e, sql, show_intervals=True, epsilon=Fraction(2))
+            if all(x is not None for row in r.rows for x in row[3:]):
+                break
+            assert any(w in n for n in r.notices for w in NULLED_WORDS), r.notices
     finally:
         e.close()
     names = [c.name for c in r.columns]

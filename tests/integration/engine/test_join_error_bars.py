@@ -31,7 +31,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, policy_choices
 from dpsql.sql.plan import Plan
-from tests.helpers import Coverage, release_coverage
+from tests.helpers import Coverage, Tally, release_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -103,7 +103,7 @@ def _plan(engine: Engine, sql: str) -> Plan:
     return plan
 
 
-def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
+def _coverage(engine: Engine, name: str, broken: bool = False) -> Tally:
     sql = QUERIES[name]
     return release_coverage(engine, sql, _plan(engine, sql), DRAWS, broken)
 

@@ -10,6 +10,7 @@ interval at confidence 1 - 1e-8 (at most ~80 values: false failure <= 1e-6).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
@@ -173,7 +174,7 @@ def test_released_groups_are_postgresqls(
     assert {tuple(row[:nk]) for row in r.rows} == set(want)  # same groups, no phantom
     assert r.intervals is not None
     for row, ivs in zip(r.rows, r.intervals, strict=True):
-        lo, hi = ivs[nk]
+        lo, hi = ivs[nk]  # (one end infinite where the notice disowns the other: it holds)
         assert lo <= float(want[tuple(row[:nk])][0]) <= hi, (row, ivs)
 
 
@@ -315,7 +316,11 @@ def _covers(
     by_key = {str(k[0]): float(v[0]) for k, v in want.items()}
     for r in rows:
         t = by_key[next(iter(r.values()))]
-        assert float(r["count_low"]) <= t <= float(r["count_high"]), (sql, r, t)
+        # a (false, <= 1e-3) over-cap alarm disowns a COUNT's high end: NULL, its low end
+        # still holds at the level (docs/accuracy.md); the low end is never NULL here
+        high = r["count_high"]
+        top = math.inf if high in (None, "", "None") else float(high)
+        assert float(r["count_low"]) <= t <= top, (sql, r, t)
 
 
 def test_shapes_through_psycopg_and_psql(visits_policy: Any, visits_dsn: str) -> None:

@@ -55,6 +55,7 @@ from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute import bias as bias_module
 from dpsql.execute.bias import Mechanism, TargetWidths
+from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.policy.model import Policy
@@ -68,7 +69,7 @@ from dpsql.sql.auto_bounds import (
 )
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes
+from tests.helpers import binom_min_successes, release_intervals
 
 DRAWS = 400
 KEYS = ["h", *(f"g{i:02d}" for i in range(15))]
@@ -152,8 +153,16 @@ def _counts(dsn: str, groups: int, epsilon: int = 4) -> Counts:
             rel = release(plan, [tuple(r) for r in rows], ["text"], declared, 0.95, CSPRNG)
             got = next(m for x in rel.notes if (m := TOTAL.search(x)))
             stated.append(float(got.group(1).replace(",", "")))
+            # NULL exactly where the notice says so (a one-ended COUNT counts by its low end)
+            release_intervals(rel, 0, plan.analysis.statistics[0].sql)
             for key, stats, ivs in zip(rel.groups, rel.stats, rel.intervals, strict=True):
-                assert ivs[0] is not None
+                if ivs[0] is None:
+                    # disowned: the over-cap alarm fired (falsely: 'h' lost within the cap; at
+                    # most 1e-3 a release) and its notice says the interval does NOT hold. The
+                    # alarm reads its own noise draw, independent of the answer's and the
+                    # removed-mass estimate's: leaving these rows out biases no coverage count
+                    assert any(w in x for x in rel.notes for w in NULLED_WORDS), rel.notes
+                    continue
                 lo, hi = ivs[0]
                 hit = lo <= truth[str(key[0])] <= hi
                 n, covered = n + 1, covered + hit

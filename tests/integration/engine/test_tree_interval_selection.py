@@ -76,4 +76,5 @@ def test_a_dropped_groups_fallback_is_not_exact(engine: Engine) -> None:
         assert row[hi] is None
         note = next(n for n in r.notices if n.startswith("interval columns: n_low"))
         assert "NULL in 1 of 2 rows" in note, note
-        assert "group was not released" in note, note
+        # (or, at most 1e-3: a false over-cap alarm disowned the leaf's interval, said so)
+        assert "group was not released" in note or "accuracy notice (above)" in note, note

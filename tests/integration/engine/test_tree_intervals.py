@@ -30,7 +30,9 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
+from dpsql.execute import noise as noise_module
 from dpsql.execute import tree as tree_module
+from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import Release
 from dpsql.execute.tree_intervals import attach
 from dpsql.execute.tree_levels import leaf_levels
@@ -39,7 +41,7 @@ from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.interval_sql import Held, No
 from dpsql.sql.tree_intervals import IvPlan, OutCol
-from tests.helpers import Coverage
+from tests.helpers import Coverage, Tally, kept
 
 DRAWS = 200
 UNITS = 3000
@@ -159,11 +161,17 @@ def _truths(dsn: str, sql: str) -> dict[Any, float]:
     return {(r[0] if len(r) > 1 else None): float(r[-1]) for r in rows}
 
 
-def _covered(engine: Engine, sql: str, truths: dict[Any, float], draws: int) -> dict[Any, int]:
-    """Per output row (by key), in how many of ``draws`` executions its interval held the truth."""
+def _covered(engine: Engine, sql: str, truths: dict[Any, float], draws: int) -> dict[Any, Tally]:
+    """Per output row (by key), in how many of ``draws`` executions its interval held the
+    truth, of those its notices stand by. A leaf's over-cap alarm fires falsely in at most
+    1e-3 of its releases (no unit here loses more than the cap) and disowns that leaf's
+    interval: the row's columns are then NULL and the notices say so (checked); that alarm
+    reads its own noise draw, independent of the answers', so leaving the row out biases no
+    count (:class:`tests.helpers.Coverage`)."""
     prepared = engine.prepare(sql)
     assert prepared.split is not None, "a tree statement"
     hits = dict.fromkeys(truths, 0)
+    usable = dict.fromkeys(truths, 0)
     for _ in range(draws):
         r = engine.execute(prepared, ON)
         assert_no_unexpected_fallback(r)
@@ -173,9 +181,14 @@ def _covered(engine: Engine, sql: str, truths: dict[Any, float], draws: int) -> 
             key = row[0] if len(row) > 3 else None
             value, lo, hi = row[-3:]
             truth = truths[key]
-            assert lo is not None and hi is not None, r.notices
+            if lo is None or hi is None:
+                assert lo is None and hi is None, row
+                assert any(w in n for n in r.notices for w in NULLED_WORDS), r.notices
+                assert any("part's accuracy notice (above) says" in n for n in r.notices)
+                continue
+            usable[key] += 1
             hits[key] += lo - 1e-9 * abs(truth) <= truth <= hi + 1e-9 * abs(truth)
-    return hits
+    return {k: Tally(hits[k], usable[k]) for k in truths}
 
 
 COVERAGE = Coverage(DRAWS, 0.95, ALPHA)
@@ -200,7 +213,22 @@ def test_a_reaggregation_row_reads_its_own_group_only(engine: Engine) -> None:
     r = engine.execute(engine.prepare(REAGG), ON)
     note = next(n for n in r.notices if n.startswith("interval columns: total: "))
     assert "up to 3 released values" in note and f"at {1 - 0.05 / 3:.4g}" in note, note
-    assert all(row[2] is not None for row in r.rows), r.notices
+    assert all(_held(r, row, 2, 3, "total") for row in r.rows), r.notices
+
+
+def _held(r: Any, row: Any, lo: int, hi: int, col: str) -> bool:
+    """Whether ``row`` has both interval ends; if not, both are NULL and the notices say a
+    leaf's accuracy notice disowned what it reads (a false over-cap alarm, <= 1e-3 a leaf
+    release, here: no unit loses more than the cap)."""
+    if row[lo] is not None and row[hi] is not None:
+        return True
+    assert row[lo] is None and row[hi] is None, row
+    assert any(
+        n.startswith(f"interval columns: {col}_low, {col}_high are NULL")
+        and "part's accuracy notice (above) says does NOT hold" in n
+        for n in r.notices
+    ), r.notices
+    return False
 
 
 def test_noise_only_leaves_fail_the_same_check(
@@ -214,6 +242,7 @@ def test_noise_only_leaves_fail_the_same_check(
         return honest(engine, dataclasses.replace(plan, bias=()), *args)
 
     monkeypatch.setattr(tree_module, "release_measured", noise_only)
+    kept(monkeypatch)  # (their notice now disowns them: shown as before, to be caught)
     (got,) = _covered(engine, TOTAL, _truths(dsn, TOTAL_TRUTH), DRAWS).values()
     COVERAGE.caught(got, TOTAL)
 
@@ -324,7 +353,8 @@ def test_each_noisy_column_has_an_interval_or_says_why(engine: Engine, sql: str)
         lo, hi = names.index(f"{col}_low"), names.index(f"{col}_high")
         if want == "interval":
             for row in r.rows:
-                assert row[lo] is not None and row[lo] <= row[hi], (row, r.notices)
+                if _held(r, row, lo, hi, col):
+                    assert row[lo] <= row[hi], (row, r.notices)
             assert any(n.startswith(f"interval columns: {col}: ") for n in r.notices), r.notices
         else:
             assert all(row[lo] is None and row[hi] is None for row in r.rows), r.rows
@@ -334,11 +364,17 @@ def test_each_noisy_column_has_an_interval_or_says_why(engine: Engine, sql: str)
 
 def test_types_follow_the_flat_path(engine: Engine) -> None:
     """Counts' ends are bigint, other ends float8 (rounded outwards), never 17 digits."""
-    r = engine.execute(engine.prepare(TOTAL), ON)
-    assert [c.type_oid for c in r.columns[1:]] == [20, 20]
+    for _ in range(3):  # (a leaf's false over-cap alarm, <= 1e-3, NULLs them: asked again)
+        r = engine.execute(engine.prepare(TOTAL), ON)
+        assert [c.type_oid for c in r.columns[1:]] == [20, 20]
+        if _held(r, r.rows[0], 1, 2, "total"):
+            break
     assert all(type(x) is int for x in r.rows[0][1:])
-    r = engine.execute(engine.prepare(RATIO), ON)
-    assert [c.type_oid for c in r.columns[1:]] == [701, 701]
+    for _ in range(3):
+        r = engine.execute(engine.prepare(RATIO), ON)
+        assert [c.type_oid for c in r.columns[1:]] == [701, 701]
+        if _held(r, r.rows[0], 1, 2, "mean"):
+            break
     lo, hi = r.rows[0][1:]
     assert isinstance(lo, float) and math.isfinite(lo) and lo <= hi
     assert len(repr(lo)) <= 12 and len(repr(hi)) <= 12, (lo, hi)
@@ -372,3 +408,34 @@ def test_dates_pass_through_as_dates_and_no_arithmetic_on_them(engine: Engine) -
     r = engine.execute(engine.prepare(sql), ON)
     assert r.rows[0][1:] == (None, None), r.rows
     assert any("dates or times" in n for n in r.notices), r.notices
+
+
+# VARIANCE over 1-4 rows a unit kept at 1: its interval covers the noise only (the notice
+# disowns it, NULL columns); an expression over it has none either (issue 16)
+OVER_DISOWNED = (
+    "SELECT a.x / b.n AS s FROM (SELECT VARIANCE(v) AS x FROM t) AS a, "
+    "(SELECT COUNT(*) AS n FROM t) AS b"
+)
+
+
+def test_an_expression_over_a_disowned_leaf_has_null_columns(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Deterministic (the plan's words): the leaf's line says its interval covers the noise
+    only and its columns are NULL, so the ratio over it has NULL columns and a note that says
+    why. Twin: the leaf's interval kept (as before) gives it an interval: caught."""
+
+    def ask() -> tuple[Any, list[Any]]:
+        r = engine.execute(engine.prepare(OVER_DISOWNED), ON)
+        assert_no_unexpected_fallback(r)
+        names = [c.name for c in r.columns]
+        return r, [(row[names.index("s_low")], row[names.index("s_high")]) for row in r.rows]
+
+    r, ends = ask()
+    assert any("covers the noise only" in n and "columns are NULL" in n for n in r.notices)
+    assert ends == [(None, None)], ends
+    note = next(n for n in r.notices if n.startswith("interval columns: s_low, s_high"))
+    assert "part's accuracy notice (above) says does NOT hold" in note, note
+    monkeypatch.setattr(noise_module, "owned", lambda d, row, si, iv: iv)
+    _, ends = ask()
+    assert ends[0][0] is not None and ends[0][1] is not None, ends

@@ -35,7 +35,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
 from dpsql.sql.plan import Plan
-from tests.helpers import EXACT, Coverage, interval_coverage
+from tests.helpers import EXACT, Coverage, Tally, interval_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -103,7 +103,7 @@ def _clamped(engine: Engine, sql: str) -> tuple[Any, Plan]:
     return prepared, plan
 
 
-def _coverage(engine: Engine, name: str, broken: bool = False) -> int:
+def _coverage(engine: Engine, name: str, broken: bool = False) -> Tally:
     """How many of DRAWS releases' 95% intervals hold the truth (of the first group, or of the
     only row). ``broken``: the removed-mass columns read 0 (the twin)."""
     sql = QUERIES[name]
