@@ -58,6 +58,24 @@ def store(
     return bytes(prev[0]) if prev is not None else None
 
 
+def alias(
+    ledger: LedgerStore, conn: psycopg.Connection, analyst: str, stored_key: str, cache_key: str
+) -> bool:
+    """Store the answer kept under ``stored_key`` under ``cache_key`` too (the same release:
+    its payload and release id); an answer already under ``cache_key`` stays. Whether
+    ``cache_key`` now has an answer."""
+    src, dst = _key(ledger, analyst, stored_key), _key(ledger, analyst, cache_key)
+    conn.execute(
+        ledger.q(
+            "INSERT INTO {s}.answer (dataset, scope, cache_key, payload, release_id)"
+            " SELECT dataset, scope, %s, payload, release_id FROM {s}.answer"
+            " WHERE dataset = %s AND scope = %s AND cache_key = %s ON CONFLICT DO NOTHING"
+        ),
+        [dst[2], *src],
+    )
+    return exists(ledger, conn, analyst, cache_key)
+
+
 def lookup(
     ledger: LedgerStore,
     conn: psycopg.Connection,

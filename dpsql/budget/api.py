@@ -134,6 +134,12 @@ class BudgetLedger(Protocol):
         """
         ...
 
+    def alias_answer(self, analyst: str, stored_key: str, cache_key: str) -> bool:
+        """Keep the answer stored under ``stored_key`` under ``cache_key`` too: a statement
+        measuring exactly that release (:mod:`dpsql.execute.fetch_stored`) is then its free
+        repeat. An answer already under ``cache_key`` stays. Whether ``cache_key`` has one now."""
+        ...
+
     def has_answer(self, analyst: str, cache_key: str) -> bool:
         """Whether a repeat of ``cache_key`` by ``analyst`` would be answered free from the store.
 

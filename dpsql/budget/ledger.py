@@ -181,6 +181,14 @@ class Ledger(LedgerStore, BudgetLedger):
         with self.connection() as conn:
             return answers.peek(self, conn, analyst, cache_key)
 
+    def alias_answer(self, analyst: str, stored_key: str, cache_key: str) -> bool:
+        """Keep the answer stored under ``stored_key`` under ``cache_key`` too (a statement
+        that measures exactly that release: :mod:`dpsql.execute.fetch_stored`); whether
+        ``cache_key`` has an answer now (an earlier one of its own stays)."""
+        if self.policy.repeats == "off":
+            return False
+        return self.transact(lambda conn: answers.alias(self, conn, analyst, stored_key, cache_key))
+
     def has_answer(self, analyst: str, cache_key: str) -> bool:
         if self.policy.repeats == "off":
             return False

@@ -9,15 +9,17 @@ transaction before it reads any data: one statement, one charge (:func:`run_priv
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from fractions import Fraction
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
 from dpsql.budget.records import before_the_data, say_spent
 from dpsql.dp.accounting import Cost
-from dpsql.errors import UnsupportedSql
+from dpsql.errors import DpsqlError, UnsupportedSql
 from dpsql.execute import key_texts, planning, privacy_params
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish
@@ -163,6 +165,17 @@ def auto_cache_key(
     after choosing bounds, which differs between the first run and later ones) and the
     requested mechanism."""
     return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}")
+
+
+def flat_key(engine: EngineContext, prepared: PrivateQuery, session: SessionContext) -> str:
+    """The free-repeat key :func:`run_private` computes for ``prepared`` (no parameters) in
+    ``session``."""
+    from dpsql.execute import auto_bounds
+
+    plan = planning.plan(engine, prepared, session, ())
+    if auto_bounds.pending(engine, prepared, session, plan.analysis).needed:
+        return auto_cache_key(engine, prepared, plan, (), session.mechanism)
+    return cache_key(engine, prepared, plan, ())
 
 
 def run_private(
@@ -355,7 +368,8 @@ def _run_planned(
         stored = ledger.lookup(session.analyst, key, prepared.text)
         if stored is not None:
             rel = Release.from_json(json.loads(stored))
-            return finish(engine, prepared, a, rel, session, plan=plan, cached=True)
+            with _fetch_offered(engine, prepared, session, a, key):
+                return finish(engine, prepared, a, rel, session, plan=plan, cached=True)
     reservation = (
         reserved[0]
         if reserved is not None
@@ -391,7 +405,34 @@ def _run_planned(
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
             rel = Release.from_json(json.loads(earlier))
-    return finish(engine, prepared, a, rel, session, plan=plan, auto=auto[0] if auto else None)
+    with _fetch_offered(engine, prepared, session, a, key if reservation is not None else None):
+        return finish(engine, prepared, a, rel, session, plan=plan, auto=auto[0] if auto else None)
+
+
+@contextmanager
+def _fetch_offered(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    session: SessionContext,
+    a: Analysis,
+    key: str | None,
+) -> Iterator[None]:
+    """On an error of the post-processing over a stored release (``key``): its hint names the
+    statement returning the released rows themselves, free (:mod:`dpsql.execute.fetch_stored`)."""
+    try:
+        yield
+    except DpsqlError as e:
+        if key is not None and engine.ledger is not None:
+            from dpsql.execute import fetch_stored
+
+            text = fetch_stored.bare_sql(a)
+            if text is not None and text != prepared.text:
+                eps, _ = engine.privacy_params(session, a)
+                got = fetch_stored.offer(
+                    engine, session, prepared.scope, text, a, key, eps, partial(flat_key, engine)
+                )
+                fetch_stored.hint(e, [("", got)] if got else [])
+        raise
 
 
 Measured = Any  # the upstream rows of a plan: Rows, or one Rows per grouping set

@@ -24,6 +24,7 @@ import json
 from collections.abc import Sequence
 from decimal import Decimal
 from fractions import Fraction
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -31,7 +32,7 @@ from sqlglot import exp
 from dpsql.budget.records import say_spent
 from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError, InternalError, UpstreamError
-from dpsql.execute import privacy_params
+from dpsql.execute import fetch_stored, privacy_params
 from dpsql.execute.auto_bounds import choose_reserved
 from dpsql.execute.auto_bounds_text import notice
 from dpsql.execute.backend import CancelToken
@@ -45,6 +46,7 @@ from dpsql.execute.private import (
     check_join_fanout,
     check_leaf_keys,
     delta_for_rho,
+    flat_key,
     measure,
     payload,
     release_measured,
@@ -178,6 +180,7 @@ def run_tree(
     except DpsqlError as e:  # after the leaves' answers were charged and stored
         if engine.ledger is not None:
             say_stored(e, cached=not todo)
+            fetch_stored.hint(e, _offers(engine, sp, run, prepared.scope))
         raise
     reported(fallbacks, prepared.fingerprint)
     outputs = _noisy_outputs(engine, sp, run, ivplan)
@@ -193,6 +196,26 @@ def run_tree(
         intervals=intervals,
         interval_fallbacks=fallbacks,
     )
+
+
+def _offers(engine: EngineContext, sp: Split, run: _Run, scope: str) -> list[tuple[str, str]]:
+    """Each leaf's statement that returns its stored released rows free, by label
+    (:mod:`dpsql.execute.fetch_stored`)."""
+    out = []
+    for i, leaf in enumerate(sp.leaves):
+        key = run.keys[i]
+        if not key or sp.link(i) is not None or i >= len(run.plans):
+            continue  # a series limit's leaf reads keys this statement chose: not offered
+        a = run.plans[i].analysis
+        eps = run.budgets[i].share.epsilon
+        text = leaf.sql("postgres")
+        got = fetch_stored.offer(
+            engine, run.session, scope, text, a, key, eps, partial(flat_key, engine)
+        )
+        if got is not None:
+            label = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
+            out.append((label, got))
+    return out
 
 
 def _noisy_outputs(

@@ -284,3 +284,102 @@ def test_post_processing_refused_over_released_values_says_what_was_spent(
     assert "privacy budget spent" in (errors[0].detail or "")
     assert "free repeat" in (errors[1].detail or "")
     assert spent[0] == spent[1]  # the second was a free repeat
+
+
+REFUSED = {
+    "flat": "SELECT ts - TIMESTAMP '2000-01-01' AS age, COUNT(*) FROM t GROUP BY ts",
+    "derived": "SELECT ts - TIMESTAMP '2000-01-01', n FROM (SELECT ts, COUNT(*) AS n FROM t "
+    "GROUP BY ts) s",
+    "tree": "WITH a AS (SELECT ts, COUNT(*) AS n FROM t GROUP BY ts), "
+    "b AS (SELECT COUNT(*) AS m FROM t) SELECT ts - TIMESTAMP '2000-01-01' AS age, n, m FROM a, b",
+}
+
+
+def _offered(hint: str | None) -> list[tuple[Fraction | None, str]]:
+    """The statements the hint names, each with the epsilon its ``SET`` gives (None: none)."""
+    assert hint is not None
+    out: list[tuple[Fraction | None, str]] = []
+    for line in hint.splitlines()[1:]:
+        line = line.strip()
+        if not line:
+            continue
+        if not line.upper().startswith(("SET", "SELECT")):
+            line = line.split(": ", 1)[1]  # a leaf's label
+        eps = None
+        if line.startswith("SET dpsql.epsilon = "):
+            setting, line = line.split("; ", 1)
+            eps = Fraction(setting.removeprefix("SET dpsql.epsilon = ").strip("'"))
+        out.append((eps, line))
+    return out
+
+
+@pytest.mark.parametrize("shape", list(REFUSED))
+def test_post_processing_refused_offers_the_released_rows_free(
+    dsn: str, policy: Any, shape: str
+) -> None:
+    """PostgreSQL refuses the statement's expression over a released ``-infinity`` (22008,
+    its words) after the charge: charged once (epsilon 1), the repeat free and the same error;
+    the hint names the statement(s) returning the released rows themselves, and each is a free
+    repeat of what was paid (cached, epsilon 0, the budget unchanged), the keys as released.
+    Before: the hint named nothing, and the leaf alone was charged again (epsilon 1)."""
+    led = Ledger.open(dsn, policy, schema=f"dpsql_refused_{shape}")
+    s = SessionContext("analyst", Fraction(1))
+    engine = Engine(policy, dsn, led, pool_size=2)
+    try:
+        before = _spent(engine, s)
+        errors = []
+        for _ in range(2):
+            with pytest.raises(DpsqlError) as e:
+                engine.execute(engine.prepare(REFUSED[shape], "analyst"), s)
+            errors.append(e.value)
+        after = _spent(engine, s)
+        offered = _offered(errors[0].hint)
+        assert _offered(errors[1].hint) == offered
+        assert len(offered) == (2 if shape == "tree" else 1)
+        for eps, text in offered:
+            assert eps == (Fraction(1, 2) if shape == "tree" else None)
+            mine = SessionContext("analyst", eps or Fraction(1))
+            got = [engine.execute(engine.prepare(text, "analyst"), mine) for _ in range(2)]
+            assert [(r.cached, r.epsilon_spent) for r in got] == [(True, 0.0)] * 2
+            assert got[0].rows == got[1].rows
+            if "ts" in text:
+                assert sorted(str(r[0]) for r in got[0].rows) == [
+                    "-infinity", "0044-03-15 12:00:00 BC"
+                ]  # fmt: skip
+        final = _spent(engine, s)
+    finally:
+        engine.close()
+        led.close()
+    assert [x.sqlstate for x in errors] == ["22008", "22008"]
+    assert errors[0].message == "cannot subtract infinite timestamps"  # PostgreSQL's words
+    assert [r[2] for r in before] in ([], [0, 0]) and [r[2] for r in after] == [1, 1]
+    assert final == after
+
+
+def test_post_processing_refused_offer_through_psycopg(dsn: str, policy: Any) -> None:
+    """Through the wire: psycopg reads 22008 with PostgreSQL's message and the hint; the
+    hinted ``SET`` and statements return the released rows free (the budget view unchanged:
+    charged once, epsilon 1)."""
+    led = Ledger.open(dsn, policy, schema="dpsql_refused_wire")
+    try:
+        with (
+            served_engine(policy, dsn, ledger=led) as srv,
+            _raw(psycopg.connect(analyst_dsn(srv.port), autocommit=True)) as conn,
+        ):  # raw loaders: psycopg's own can't hold -infinity (as from PostgreSQL directly)
+            budget = "SELECT epsilon_spent FROM dpsql.budget ORDER BY budget"
+            with pytest.raises(psycopg.errors.DatetimeFieldOverflow) as e:
+                conn.execute(REFUSED["tree"])
+            assert e.value.diag.message_primary == "cannot subtract infinite timestamps"
+            spent = conn.execute(budget).fetchall()
+            offered = _offered(e.value.diag.message_hint)
+            for eps, text in offered:
+                assert eps is not None
+                conn.execute(f"SET dpsql.epsilon = '{eps}'")
+                rows = conn.execute(text).fetchall()
+                if "ts" in text:
+                    assert sorted(r[0] for r in rows) == [b"-infinity", b"0044-03-15 12:00:00 BC"]
+                else:
+                    assert len(rows) == 1
+            assert conn.execute(budget).fetchall() == spent == [(b"1",), (b"1",)]
+    finally:
+        led.close()
