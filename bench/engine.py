@@ -70,6 +70,48 @@ TREE_QUERIES = [
 ]
 
 
+# fresh private statements: a new text each time (the constant {k} differs), so nothing of an
+# earlier statement's preparation, plan or SQL is reused; in-process, no ledger
+FRESH = {
+    "COUNT": "SELECT COUNT(*) FROM purchases WHERE amount < {k}",
+    "perf18": "SELECT category, COUNT(*), AVG(amount) FROM purchases WHERE amount < {k} "
+    "GROUP BY category",
+    "by category": "SELECT category, COUNT(*), SUM(amount), AVG(amount) FROM purchases "
+    "WHERE amount < {k} GROUP BY category",
+    "partition selection": "SELECT purchased_at, COUNT(*) FROM purchases WHERE amount < {k} "
+    "GROUP BY purchased_at",
+    "COUNT DISTINCT": "SELECT region, COUNT(DISTINCT user_id) FROM purchases "
+    "WHERE amount < {k} GROUP BY region",
+    "percentile": "SELECT category, PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY amount) "
+    "FROM purchases WHERE amount < {k} GROUP BY category",
+    "join": "SELECT r.name, COUNT(*) FROM purchases AS p JOIN regions AS r ON p.region = r.code "
+    "WHERE p.amount < {k} GROUP BY r.name",
+    "pums": "SELECT sex, AVG(income), STDDEV(age) FROM pums WHERE income < {k} GROUP BY sex",
+}
+
+
+def fresh_json(dsn: str, policy: str, repeat: int, start: int) -> None:
+    """One --fresh round: per shape, the median process CPU of ``engine.prepare`` + ``execute``
+    of ``repeat`` new texts (after one warm-up text), as JSON."""
+    import json
+
+    engine = Engine(load_policy(policy), dsn)
+    session = SessionContext(analyst="analyst")
+    out = {}
+    try:
+        for name, shape in FRESH.items():
+            texts = iter(shape.format(k=1_000_000 + start + i) for i in range(repeat + 1))
+
+            def once(texts=texts) -> None:  # type: ignore[no-untyped-def]
+                engine.execute(engine.prepare(next(texts), "analyst"), session)
+
+            out[name] = {"cpu": timed(once, repeat, time.process_time), "plain": 1.0,
+                         "engine": 1.0}  # fmt: skip
+    finally:
+        engine.close()
+    print(json.dumps(out))
+
+
 def plan_time(engine: Engine, session: SessionContext, q: str, repeat: int) -> float:
     """Median seconds to prepare (parse, classify, analyze or split) and plan ``q``, uncached."""
 
@@ -140,7 +182,9 @@ def measure_json(dsn: str, policy: str, repeat: int) -> None:
     print(json.dumps(out))
 
 
-def compare(rev: str, rounds: int, repeat: int, policy: str | None, now: str | None) -> None:
+def compare(
+    rev: str, rounds: int, repeat: int, policy: str | None, now: str | None, fresh: bool = False
+) -> None:
     """``--compare``: see the module's docstring."""
     import json
     import subprocess
@@ -170,6 +214,8 @@ def compare(rev: str, rounds: int, repeat: int, policy: str | None, now: str | N
                     tree = base if key == "base" else ROOT
                     cmd = [sys.executable, __file__, "--measure-json", "--repeat", str(repeat),
                            "--policy", pols[key]]  # fmt: skip
+                    if fresh:  # new texts in every process
+                        cmd += ["--fresh", "--start", str(1000 * (2 * r + (key == "now")))]
                     env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
                            "PYTHONPATH": str(tree)}  # fmt: skip
                     res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -178,6 +224,16 @@ def compare(rev: str, rounds: int, repeat: int, policy: str | None, now: str | N
     finally:
         if cluster:
             cluster.stop()
+    if fresh:
+        print(f"\n| fresh shape | {label} CPU ms | now CPU ms | CPU now/{label} (range) |")
+        print("|---|---|---|---|")
+        for q in FRESH:
+            b, n = [x[q]["cpu"] for x in got["base"]], [x[q]["cpu"] for x in got["now"]]
+            cr = [y / x for x, y in zip(b, n, strict=True)]
+            print(f"| {q} | {med(b) * 1000:.2f} | {med(n) * 1000:.2f} | {med(cr):.2f} "
+                  f"({min(cr):.2f}-{max(cr):.2f}) |")  # fmt: skip
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+        return
     print(
         f"\n| query | plain ms | {label} ms | now ms | {label} / plain | now / plain "
         f"| wall now/{label} (range) | {label} CPU ms | now CPU ms | CPU now/{label} (range) |"
@@ -211,22 +267,37 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="--compare: interleaved rounds")
     ap.add_argument("--policy-now", help="--compare: this tree's policy (default: REV's)")
     ap.add_argument("--measure-json", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--fresh", action="store_true",
+                    help="fresh private statements (a new text each, prepared and executed; "
+                    "CPU per statement): alone, or with --compare")  # fmt: skip
+    ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.compare:
         pol = args.policy if args.policy != str(POLICY) else None
         now = str(Path(args.policy_now).resolve()) if args.policy_now else None
-        compare(args.compare, args.rounds, args.repeat, pol and str(Path(pol).resolve()), now)
+        pol = pol and str(Path(pol).resolve())
+        compare(args.compare, args.rounds, args.repeat, pol, now, args.fresh)
         return
     dsn = os.environ.get("DPSQL_BENCH_DSN")
     if args.measure_json:
         assert dsn
-        measure_json(dsn, args.policy, args.repeat)
+        if args.fresh:
+            fresh_json(dsn, args.policy, args.repeat, args.start)
+        else:
+            measure_json(dsn, args.policy, args.repeat)
         return
     cluster = None
     if not dsn:
         cluster = start_cluster()
         dsn = cluster.dsn()
         load_demo(dsn)
+    if args.fresh:
+        try:
+            fresh_json(dsn, args.policy, args.repeat, args.start)
+        finally:
+            if cluster:
+                cluster.stop()
+        return
     engine = Engine(load_policy(args.policy), dsn)
     session = SessionContext(analyst="analyst")
     t = Table(title="dpsql engine overhead (median seconds; ratio vs plain PostgreSQL)")

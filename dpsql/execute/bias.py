@@ -195,15 +195,22 @@ def target_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
 
 
 def target_interval(
-    s: Statistic, value: float, answer: Mechanism, r: Removed, row: int, level: float
+    s: Statistic,
+    value: float,
+    answer: Mechanism,
+    r: Removed,
+    row: int,
+    level: float,
+    widths: TargetWidths | None = None,
 ) -> Interval | None:
     """The interval of statistic ``s`` (a COUNT or SUM of target ``r``, released as ``value``)
     at ``level``: the answer's noise and the removed mass, alpha split over their tails
-    (:func:`target_widths`). Bounding pulled the answer towards 0 on the side of the target's
-    sign: the interval reaches further on the other side."""
+    (:func:`target_widths`; ``widths``: those already computed, the same for every row).
+    Bounding pulled the answer towards 0 on the side of the target's sign: the interval
+    reaches further on the other side."""
     from dpsql.sql.postprocess import derive
 
-    w = target_widths(answer, r.plan, level)
+    w = widths if widths is not None else target_widths(answer, r.plan, level)
     iv = derive(s, [value], [w.b])[1]
     if iv is None:
         return None

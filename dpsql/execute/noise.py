@@ -20,6 +20,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
+from dpsql.execute import bias as bias_module
 from dpsql.execute.accuracy_text import accuracy_notes
 from dpsql.execute.bias import (
     Removed,
@@ -272,34 +273,48 @@ def _stat_interval(
             )
         return widths[key, level]
 
-    def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
+    # what a statistic's interval needs besides the row's values is the same for every row:
+    # worked out once per (statistic, level), as a function of the row
+    rules: dict[tuple[int, float], Callable[[int], tuple[float, float] | None]] = {}
+
+    def rule(si: int, level: float) -> Callable[[int], tuple[float, float] | None]:
         s = plan.analysis.statistics[si]
         if present and s.measures[0] in present:
             mp = plan.measure_plan(s.measures[0])
+            ends = present[mp.key]
             if s.func == "quantile":
                 ok = level <= quantile_level(mp)
-                return (float(present[mp.key][r][0]), float(present[mp.key][r][1])) if ok else None
-            return present_interval(mp, present[mp.key][r], level)
+                return lambda r: (float(ends[r][0]), float(ends[r][1])) if ok else None
+            return lambda r: present_interval(mp, ends[r], level)
         b = target_of(s, plan)
         if b is not None:
             mech = plan.measure_plan(s.measures[0]).mechanism
             if not isinstance(mech, (Laplace, Gaussian)):
                 raise InternalError(f"{s.sql}: a bias target released by {mech.name}")
-            value = float(noisy[s.measures[0]][r])
-            return target_interval(s, value, mech, removed[b.target.key], r, level)
+            rm = removed[b.target.key]
+            tw = bias_module.target_widths(mech, rm.plan, level)  # (read from its module)
+            col = noisy[s.measures[0]]
+            return lambda r: target_interval(s, float(col[r]), mech, rm, r, level, tw)
         avg = avg_targets(s, plan)
         if avg is not None:
             m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
             if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
                 raise InternalError(f"{s.sql}: an AVG released by a selection")
             aw = avg_widths((m0, m1), avg, level)
-            vals = (float(noisy[s.measures[0]][r]), float(noisy[s.measures[1]][r]))
             pair = (removed[avg[0].target.key], removed[avg[1].target.key] if avg[1] else None)
             ws2 = (width(s.measures[0], aw.sum_level), width(s.measures[1], aw.count_level))
-            return avg_interval(s, vals, ws2, pair, r, aw)
+            c0, c1 = noisy[s.measures[0]], noisy[s.measures[1]]
+            return lambda r: avg_interval(s, (float(c0[r]), float(c1[r])), ws2, pair, r, aw)
         lv = 1 - (1 - level) / parts(s, plan)
         ws = [width(m, lv) for m in s.measures]
-        return derive(s, [noisy[m][r] for m in s.measures], ws)[1]
+        cols = [noisy[m] for m in s.measures]
+        return lambda r: derive(s, [c[r] for c in cols], ws)[1]
+
+    def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
+        got = rules.get((si, level))
+        if got is None:
+            got = rules[si, level] = rule(si, level)
+        return got(r)
 
     return interval
 

@@ -182,7 +182,8 @@ def bounded_sql(prepared: PrivateQuery, a: Analysis) -> str:
     extra: tuple[Measure, ...] = ()
     if a.needs_selection:
         extra = (Measure("count_rows" if a.private.row_privacy else "count_units"),)
-    full = Analysis(**{**a.__dict__, "measures": a.measures + extra})
+    # ``a`` itself when nothing is added: what is memoized for it (its bias targets) is reused
+    full = Analysis(**{**a.__dict__, "measures": a.measures + extra}) if extra else a
     q = private_query(full, SALT_MARKER)
     if prepared.units:  # synthetic per-unit tables: their per-unit SELECTs (dpsql.sql.per_unit)
         from dpsql.sql.per_unit import substitute
