@@ -236,7 +236,7 @@ def _outer_sql(
 
     def make() -> str:
         q, _ = outer_query(a, rel.key_types, with_rid=with_rid, interval_columns=icols)
-        return outer_sql(q)
+        return outer_sql(q, copy=False)  # q is make's own
 
     key = ("outer", prepared.text, tuple(rel.key_types), with_rid, tuple(icols))
     return memoized(engine.caches.sql, prepared, a, key, make)

@@ -127,18 +127,31 @@ def private_sql(
         ),
         lambda: bounded_sql(
             prepared,
-            replace(
+            _typed(
                 a,
-                integer_keys=integer_keys,
-                integer_values=integer_values,
-                hashed_keys=hashed_keys,
-                hashed_key_types=hashed_key_types,
-                unit_type=unit_type,
+                replace(
+                    a,
+                    integer_keys=integer_keys,
+                    integer_values=integer_values,
+                    hashed_keys=hashed_keys,
+                    hashed_key_types=hashed_key_types,
+                    unit_type=unit_type,
+                ),
             )
             if typed
             else a,
         ),
     )
+
+
+def _typed(a: Analysis, typed: Analysis) -> Analysis:
+    """``typed``, ``a`` with the SQL's types set (:data:`dpsql.sql.bias.SQL_TYPING`), sharing
+    the bias targets already worked out for ``a`` (its plan's) instead of working them out
+    again."""
+    from dpsql.sql.bias import share_targets
+
+    share_targets(a, typed)
+    return typed
 
 
 def is_stable(memo: Memo, prepared: PrivateQuery, a: Analysis) -> bool:

@@ -36,7 +36,7 @@ measurement of the data's spread (item 1 of issue 16, chosen bounds) to choose t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from typing import Literal
 
@@ -163,6 +163,31 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
         _MEMO.clear()
     _MEMO[id(a)] = (a, stats, out)
     return out
+
+
+SQL_TYPING = frozenset(
+    {"integer_keys", "integer_values", "hashed_keys", "hashed_key_types", "unit_type"}
+)
+"""The fields of :class:`Analysis` that only say how the SQL is typed (from the zero-row
+probes): none of them is read by :func:`targets_of`."""
+
+
+def share_targets(a: Analysis, typed: Analysis) -> None:
+    """Let ``typed``, a copy of ``a`` that differs from it in :data:`SQL_TYPING` fields only
+    (the bounded SQL's typed analysis), use the targets already worked out for ``a`` (with no
+    ``stats``) instead of working them out again."""
+    hit = _MEMO.get(id(a))
+    if hit is None or hit[0] is not a or hit[1] is not None:
+        return
+    if any(
+        getattr(a, f.name) != getattr(typed, f.name)
+        for f in fields(a)
+        if f.name not in SQL_TYPING and getattr(a, f.name) is not getattr(typed, f.name)
+    ):
+        return  # differs elsewhere: worked out for itself
+    if len(_MEMO) >= _MEMO_SIZE:
+        _MEMO.clear()
+    _MEMO[id(typed)] = (typed, None, hit[2])
 
 
 def targets_of(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTarget, ...]:

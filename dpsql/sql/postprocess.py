@@ -171,7 +171,9 @@ def outer_query(
         names.append(f"g{i}")
         arrays.append(array("text"))
         casts.append(
-            exp.alias_(exp.cast(exp.column(f"g{i}", "u"), _type(t), copy=False), f"_dp_g{i}")
+            exp.alias_(
+                exp.cast(exp.column(f"g{i}", "u"), _type(t), copy=False), f"_dp_g{i}", copy=False
+            )
         )
         types.append("text")
     for i, s in enumerate(a.statistics):
@@ -179,7 +181,7 @@ def outer_query(
         arr = "text" if s.func == "mode" else "int8" if s.pg_type in ("int8", "date") else "float8"
         arrays.append(array(arr))
         cast = from_epoch(exp.column(f"s{i}", "u"), s.pg_type)
-        casts.append(exp.alias_(cast, f"_dp_s{i}"))
+        casts.append(exp.alias_(cast, f"_dp_s{i}", copy=False))
         types.append(arr)
     extra: list[exp.Expr] = []
     for si, name in interval_columns:
@@ -189,25 +191,29 @@ def outer_query(
             names.append(f"{end}{si}")
             arrays.append(array(end_type))
             col = exp.column(f"{end}{si}", "u")
-            casts.append(exp.alias_(from_epoch(col, when) if when else col, f"_dp_{end}{si}"))
+            value = from_epoch(col, when) if when else col
+            casts.append(exp.alias_(value, f"_dp_{end}{si}", copy=False))
             types.append(end_type)
             extra.append(
-                exp.alias_(exp.column(f"_dp_{end}{si}", "_dp"), f"{name}_{end}", quoted=True)
+                exp.alias_(
+                    exp.column(f"_dp_{end}{si}", "_dp"), f"{name}_{end}", quoted=True, copy=False
+                )
             )
     if with_rid or not names:
         names.append("rid")
         arrays.append(array("int8"))
-        casts.append(exp.alias_(exp.column("rid", "u"), "_dp_rid"))
+        casts.append(exp.alias_(exp.column("rid", "u"), "_dp_rid", copy=False))
         types.append("int8")
         if with_rid:
-            extra.append(exp.alias_(exp.column("_dp_rid", "_dp"), "_dp_rid"))
+            extra.append(exp.alias_(exp.column("_dp_rid", "_dp"), "_dp_rid", copy=False))
     unnest = exp.Unnest(
         expressions=arrays,
         alias=exp.TableAlias(
             this=exp.to_identifier("u"), columns=[exp.to_identifier(n) for n in names]
         ),
     )
-    inner = exp.select(*(casts or [exp.Literal.number(1)])).from_(unnest)
+    # every node above is this function's own: built in place, not copied
+    inner = exp.select(*(casts or [exp.Literal.number(1)]), copy=False).from_(unnest, copy=False)
     q = a.outer.copy()
     q.set("from_", exp.From(this=inner.subquery("_dp", copy=False)))
     if extra:
@@ -242,7 +248,8 @@ def interval_time_type(a: Analysis, si: int | str) -> str | None:
 
 def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:
     """A released value as its statistic's type; dates and timestamps come back from days and
-    seconds since 1970-01-01 (UTC), see dpsql.sql.analyze_quantiles.epoch_value."""
+    seconds since 1970-01-01 (UTC), see dpsql.sql.analyze_quantiles.epoch_value. ``value``
+    becomes part of the result (not copied)."""
     if pg_type == "date":
         days = exp.cast(value, "int")  # date + integer (there is no date + bigint)
         return exp.Add(this=exp.cast(exp.Literal.string("1970-01-01"), "date"), expression=days)
@@ -251,7 +258,7 @@ def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:
         if pg_type == "timestamp":
             ts = exp.AtTimeZone(this=ts, zone=exp.Literal.string("UTC"))
         return exp.cast(ts, _type(pg_type))
-    return exp.cast(value, _type(pg_type))
+    return exp.cast(value, _type(pg_type), copy=False)  # (the caller's own node, in place)
 
 
 @lru_cache(maxsize=64)
@@ -281,11 +288,12 @@ def shift_arrays(q: exp.Expr, offset: int) -> exp.Expr:
     return q.transform(renumber)
 
 
-def outer_sql(q: exp.Select) -> str:
-    """SQL text for psycopg: literal '%' escaped, our %(_dpsql_arrN)s placeholders kept."""
+def outer_sql(q: exp.Select, *, copy: bool = True) -> str:
+    """SQL text for psycopg: literal '%' escaped, our %(_dpsql_arrN)s placeholders kept;
+    ``copy=False``: ``q`` is the caller's own, generated in place (the generator may change it)."""
     import re
 
-    text = q.sql("postgres").replace("%", "%%")
+    text = q.sql("postgres", copy=copy).replace("%", "%%")
     return re.sub(r"%%\((_dpsql_arr\d+)\)s", r"%(\1)s", text)
 
 
