@@ -5,7 +5,9 @@
 
 CPU time on a shared machine moves with the load (other processes' cache and memory traffic,
 frequency); the number of instructions does not. For each path (``public-simple``,
-``public-extended``, ``public-prepared``, ``private-cached-simple``, ``private-cached-prepared``)
+``public-extended``, ``public-prepared``, ``private-cached-simple``, ``private-cached-prepared``,
+``private-fresh-simple``: a new DP aggregate each time, charged, run upstream and noised; not in
+the default ``--paths``: pass it)
 ``dpsql serve`` runs under ``valgrind --tool=callgrind --instr-atstart=no`` as in production
 (statement log on, one process), 50 statements warm it up, instrumentation is switched on
 (``callgrind_control -i on``) for ``--n`` sequential statements of one libpq client and off
@@ -18,6 +20,7 @@ the same way, under REV's demo policy by default (``--policy-now`` for this tree
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import signal
@@ -37,11 +40,17 @@ from references import free_port  # noqa: E402
 
 PUBLIC = b"SELECT name FROM regions WHERE code = $1"
 PRIVATE = b"SELECT category, COUNT(*) AS n, AVG(amount) AS avg FROM purchases GROUP BY category"
+FRESH = ("SELECT category, COUNT(*) AS n, AVG(amount) AS avg FROM purchases WHERE amount < %d "
+         "GROUP BY category")  # fmt: skip
 PATHS = ("public-simple", "public-extended", "public-prepared", "private-cached-simple",
          "private-cached-prepared")  # fmt: skip
 
 
 def _runner(pg: pq.PGconn, path: str):  # type: ignore[no-untyped-def]
+    if path == "private-fresh-simple":  # a new text each time (none a free repeat of another)
+        pg.exec_(b"SET dpsql.epsilon = 0.001")  # a small charge each
+        texts = ((FRESH % (1_000_000 + i)).encode() for i in itertools.count())
+        return lambda: pg.exec_(next(texts))
     if path == "public-simple":
         return lambda: pg.exec_(b"SELECT name FROM regions WHERE code = 'N'")
     if path == "public-extended":

@@ -43,10 +43,23 @@ def _not_a_key(pg_type: str) -> bool:
 _PLAIN_DECIMAL = re.compile(r"-?[0-9]+\.[0-9]+")
 
 
+_NAMES: dict[int, tuple[exp.Expr, str]] = {}
+_NAMES_SIZE = 1024
+
+
 def key_name(expr: exp.Expr) -> str:
-    """A GROUP BY key as the statement wrote it (shortened), for messages."""
+    """A GROUP BY key as the statement wrote it (shortened), for messages. Kept for the node
+    itself (an analysis's key, named by each check and the release of one statement): an entry
+    holds the node, so its id is not reused while it lives."""
+    hit = _NAMES.get(id(expr))
+    if hit is not None and hit[0] is expr:
+        return hit[1]
     text = expr.sql("postgres")
-    return text if len(text) <= 60 else text[:57] + "..."
+    name = text if len(text) <= 60 else text[:57] + "..."
+    if len(_NAMES) >= _NAMES_SIZE:
+        _NAMES.clear()
+    _NAMES[id(expr)] = (expr, name)
+    return name
 
 
 def canonical(text: str | None, pg_type: str) -> str | None:
