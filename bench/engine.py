@@ -2,6 +2,7 @@
 
     python bench/engine.py [--repeat K] [--plan-repeat K] [--plan-only] [--policy FILE]
     python bench/engine.py --compare REV [--rounds N] [--repeat K] [--policy FILE] [--policy-now FILE]
+    python bench/engine.py --fresh [--compare REV ...]   # new texts: prepare + execute, CPU
 
 Starts its own PostgreSQL with the demo data (or uses DPSQL_BENCH_DSN), then for each query prints
 the median time of: the plain SQL on PostgreSQL, the rewritten (bounded) SQL on PostgreSQL, and the
@@ -20,6 +21,11 @@ benchmark process's ``time.process_time``: parse, plan, noise, post-processing a
 side, not PostgreSQL's), and the ratios now / REV (median over rounds, with their range).
 Policy: REV's demo policy unless ``--policy``; ``--policy-now`` gives this tree another (e.g.
 REV's with ``clamp: bounds``, REV's behaviour where this tree has a new default).
+
+``--fresh``: fresh private statements instead (:data:`FRESH`: 8 shapes, a new text each time,
+so nothing prepared, planned or written for an earlier one is reused): the median process CPU
+of ``engine.prepare`` + ``execute`` per statement, no ledger; with ``--compare``, per shape and
+tree, and the ratios now / REV.
 """
 
 from __future__ import annotations
