@@ -16,6 +16,7 @@ with probability >= 1 - 1e-6, and fails.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
@@ -74,7 +75,10 @@ def test_a_dropped_groups_fallback_is_not_exact(engine: Engine) -> None:
         assert row[lo] <= 1 <= row[hi], (row, r.notices)
     else:
         assert row[hi] is None
-        note = next(n for n in r.notices if n.startswith("interval columns: n_low"))
-        assert "NULL in 1 of 2 rows" in note, note
-        # (or, at most 1e-3: a false over-cap alarm disowned the leaf's interval, said so)
-        assert "group was not released" in note or "accuracy notice (above)" in note, note
+        notes = [n for n in r.notices if n.startswith("interval columns: n_low")]
+        # NULL because the group was not released, or (at most 1e-3 a release) because a false
+        # over-cap alarm disowned a leaf's interval: then the other row may be NULL too
+        assert re.search(r"NULL in [12] of 2 rows", " ".join(notes)), notes
+        assert any(
+            "group was not released" in n or "accuracy notice (above)" in n for n in notes
+        ), notes
