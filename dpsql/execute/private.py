@@ -32,6 +32,7 @@ from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.bind import param_numbers
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 
@@ -60,10 +61,19 @@ def repeat_key(
     assert tree is not None
     hit = engine.caches.sql.get(("canonical", id(tree)))
     if hit is None or hit[0] is not tree:
-        hit = (tree, canonical(released_part(tree)))
+        part = released_part(tree)
+        hit = (tree, canonical(part), frozenset(param_numbers(part)))
         engine.caches.sql.remember(("canonical", id(tree)), hit)
     extra = engine.repeat_digest(prepared.scope)
-    return key(hit[1], params, epsilon, delta, mechanism, extra=extra)
+    return key(hit[1], released_params(params, hit[2]), epsilon, delta, mechanism, extra=extra)
+
+
+def released_params(params: Sequence[object], used: frozenset[int]) -> list[object]:
+    """``params`` as the release sees them: a value only the page reads (``LIMIT $2 OFFSET
+    $3``, stripped by :func:`released_part`) is left out, so pages sent with bound parameters
+    share one release as literal pages do; a parameter of the private part (``WHERE amount >
+    $1``) stays, a different value a different release. Positions are kept (``$n``)."""
+    return [p if i + 1 in used else None for i, p in enumerate(params)]
 
 
 def released_part(tree: exp.Expr) -> exp.Expr:
