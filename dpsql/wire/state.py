@@ -104,6 +104,10 @@ def _warning(cls: type[DpsqlError], msg: str) -> tuple[str, str, str]:
     return ("WARNING", cls.sqlstate, msg)
 
 
+def _set_local_outside() -> tuple[str, str, str]:
+    return _warning(NoActiveSqlTransaction, "SET LOCAL can only be used in transaction blocks")
+
+
 class SessionState:
     """Settings, privacy parameters and transaction status of one session."""
 
@@ -130,7 +134,8 @@ class SessionState:
         self._initial = (dict(self.settings), self._privacy())
         self._begin: tuple[dict[str, str], tuple[Any, ...]] | None = None
         self._savepoints: list[tuple[str, tuple[dict[str, str], tuple[Any, ...]]]] = []
-        self._local: dict[str, str] = {}
+        self._local: dict[str, str] = {}  # SET LOCAL's settings: their values before the block
+        self._local_privacy: dict[int, Any] = {}  # and dpsql settings' (index in _privacy())
         self._sync_ctx()
 
     def apply_startup(self, settings: tuple[tuple[str, str], ...]) -> None:
@@ -230,18 +235,22 @@ class SessionState:
             )
         self.status = "T"
         self._begin = self._snapshot()
-        self._local = {}
+        self._local, self._local_privacy = {}, {}
         return Outcome("BEGIN")
 
     def _end(self, rollback: bool) -> tuple[tuple[str, str], ...]:
         changed: tuple[tuple[str, str], ...] = ()
         if rollback and self._begin is not None:
             changed = self._restore(self._begin)
-        elif self._local:
+        elif self._local or self._local_privacy:  # COMMIT: SET LOCAL ends with its block
             snap = dict(self.settings)
             snap.update(self._local)
-            changed = self._restore((snap, self._privacy()))
-        self.status, self._begin, self._savepoints, self._local = "I", None, [], {}
+            priv = list(self._privacy())
+            for i, old in self._local_privacy.items():
+                priv[i] = old
+            changed = self._restore((snap, tuple(priv)))
+        self.status, self._begin, self._savepoints = "I", None, []
+        self._local, self._local_privacy = {}, {}
         return changed
 
     def _do_commit(self, st: SessionStatement) -> Outcome:
@@ -318,12 +327,24 @@ class SessionState:
         return self._do_set(SessionStatement("set", st.name, None, st.local), tag="RESET")
 
     def _do_set(self, st: SessionStatement, tag: str = "SET") -> Outcome:
+        """SET / RESET of one setting, ``dpsql.*`` ones included, with PostgreSQL's scoping:
+        SET LOCAL lasts until the block ends (COMMIT too) and outside a block only warns
+        (25P01) and changes nothing; any SET in a block is undone by its ROLLBACK."""
         name = st.name or ""
         if name.startswith("dpsql."):
+            before = self._privacy()
             if st.value is None and name in _PRIVACY:  # RESET: the session's starting value
                 self._set_privacy(name, self._starting_privacy(name))
             else:
                 self._set_privacy(name, st.value)
+            i = _PRIVACY.index(name)
+            if st.local and self.status == "I":  # checked (a bad value errs), then no effect
+                self._restore((dict(self.settings), before))
+                return Outcome(tag, notices=(_set_local_outside(),))
+            if st.local:
+                self._local_privacy.setdefault(i, before[i])
+            elif i in self._local_privacy:  # a plain SET after SET LOCAL outlives the block
+                self._local_privacy[i] = self._privacy()[i]
             return Outcome(tag)
         key = _canon(name)
         if key in _READ_ONLY:
@@ -335,16 +356,10 @@ class SessionState:
         value = self._initial[0].get(key, "") if st.value is None else _check(key, st.value)
         if st.local:
             if self.status == "I":
-                return Outcome(
-                    tag,
-                    notices=(
-                        _warning(
-                            NoActiveSqlTransaction,
-                            "SET LOCAL can only be used in transaction blocks",
-                        ),
-                    ),
-                )
+                return Outcome(tag, notices=(_set_local_outside(),))
             self._local.setdefault(key, self.settings.get(key, ""))
+        elif key in self._local:  # a plain SET after SET LOCAL outlives the block
+            self._local[key] = value
         old = self.settings.get(key)
         self.settings[key] = value
         self._sync_ctx()
