@@ -25,6 +25,7 @@ from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish
 from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
 from dpsql.execute.grouping_sets import release_sets, run_sets, set_texts
+from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
@@ -374,6 +375,30 @@ def _run_planned(
     key = None
     if ledger is not None:
         key = auto[1] if auto is not None else cache_key(engine, prepared, plan, params)
+    if ledger is None or key is None or reserved is not None:
+        return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
+                        confidence, key_types, declared)  # fmt: skip
+    with one_release(key, cancel):  # an identical statement in flight: wait for its release
+        return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
+                        confidence, key_types, declared)  # fmt: skip
+
+
+def _release(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    session: SessionContext,
+    cancel: CancelToken | None,
+    plan: Plan | SetsPlan,
+    auto: tuple[AutoBounds, str] | None,
+    reserved: tuple[Reservation, Cost] | None,
+    key: str | None,
+    a: Analysis,
+    confidence: float,
+    key_types: Sequence[str],
+    declared: Any,
+) -> Result:
+    """The repeat store's answer for ``key``, or reserve, measure, release and commit."""
+    ledger = engine.ledger
     if ledger is not None and key is not None and reserved is None:
         stored = ledger.lookup(session.analyst, key, prepared.text)
         if stored is not None:
