@@ -107,11 +107,54 @@ PROBES.update(
         "far date: date_trunc gated": GATE.format("date_trunc('year', (d))"),
         "far date: to_char": "SELECT COUNT(*) FROM t GROUP BY to_char(d, 'YYYY')",
         "far date: extract": "SELECT COUNT(*) FROM t GROUP BY extract(epoch FROM d)",
+        "far date: date_part": "SELECT COUNT(*) FROM t GROUP BY date_part('year', d)",
+        "far date: date_part gated": GATE.format("date_part('epoch', d)"),
         "far date: comparison with now()": "SELECT COUNT(*) FROM t WHERE d > now()",
         # a timestamp of 4714 BC truncated to its month (or year...) falls before the first one
         "far past: date_trunc month": "SELECT COUNT(*) FROM t GROUP BY date_trunc('month', ts)",
         "far past: date_trunc millennium gated": GATE.format("date_trunc('millennium', ts)"),
         "far past: to_char": GATE.format("to_char(ts, 'YYYY-MM')"),
+    }
+)
+# a NUMERIC meeting a float is converted to it (dpsql.sql.rewrite.float_safe): a value beyond
+# the float's range (or below its smallest) failed for that row only, and a constant factor moved
+# the threshold anywhere (x * 1e307 overflows double precision for x > 18)
+PROBES.update(
+    {
+        "float overflow: a product compared with a double": (
+            "SELECT COUNT(*) FROM t WHERE x * 1e307 > 1.5::float8"
+        ),
+        "float overflow: a double compared with a product": (
+            "SELECT COUNT(*) FROM t WHERE CAST(q AS double precision) < x * 1e307"
+        ),
+        "float overflow: BETWEEN doubles": (
+            "SELECT COUNT(*) FROM t WHERE x * 1e307 BETWEEN 1.5::float8 AND 2"
+        ),
+        "float overflow: IN a list of doubles": (
+            "SELECT COUNT(*) FROM t WHERE x * 1e307 IN (1.5::float8, 2.5::float8)"
+        ),
+        "float overflow: IS DISTINCT FROM a double": (
+            "SELECT COUNT(*) FROM t WHERE x * 1e307 IS DISTINCT FROM 1.5::float8"
+        ),
+        "float overflow: NULLIF with a double": (
+            "SELECT COUNT(*) FROM t WHERE NULLIF(x * 1e307, 1.5::float8) IS NULL"
+        ),
+        "float overflow: COALESCE with a double": (
+            "SELECT COUNT(*) FROM t WHERE COALESCE(x * 1e307, 1.5::float8) > 1"
+        ),
+        "float overflow: GREATEST with a real": (
+            "SELECT COUNT(*) FROM t WHERE GREATEST(x * 1e37, 1.5::real) > 1"
+        ),
+        "float overflow: CASE with a real": (
+            "SELECT COUNT(*) FROM t WHERE CASE WHEN q > 0 THEN x * 1e37 ELSE 1.5::real END > 1"
+        ),
+        "float overflow: in a group key": (
+            "SELECT COUNT(*) FROM t GROUP BY x * 1e307 > 1.5::float8"
+        ),
+        "float underflow: a tiny product compared with a double": (
+            "SELECT COUNT(*) FROM t WHERE (CASE WHEN x > 50 THEN x ELSE 0 END) * 1e-330 "
+            "> 1.5::float8"
+        ),
     }
 )
 # constructs that must stay answered (the refusals above must not catch them)

@@ -32,14 +32,18 @@ allows total for every input value:
   columns in arithmetic, and a cast of one to a number fails while the statement is planned);
   its constants are bounded there (:mod:`dpsql.sql.temporal`);
 * a date or time read where PostgreSQL converts it to a timestamp (a cast to ``timestamp`` or
-  ``timestamptz``; ``date_trunc`` and ``to_char``, which take a timestamp) is first moved into
-  the range both types share, with a day's margin for the time zone (:func:`within_timestamps`:
+  ``timestamptz``; ``date_trunc``, ``to_char`` and ``date_part``, which take a timestamp) is
+  first moved into the range both types share, with a day's margin for the time zone
+  (:func:`within_timestamps`:
   later than 294276-12-29 reads as ``'infinity'``, earlier than 4713-11-26 BC as
   ``'-infinity'``, which those functions take). A date column reaches 5874897 AD, a timestamp
   294276 AD: ``CAST(d AS timestamp)`` failed only when a row held such a date;
 * casts to integer types clamp their (rounded) input into the type's range, casts to
   ``real``/``double precision`` into the finite range, rounded so they can't underflow, and casts to
-  ``numeric(p, s)`` into the largest value of that precision.
+  ``numeric(p, s)`` into the largest value of that precision;
+* a NUMERIC that PostgreSQL converts to a float beside one (``amount * 1e303 > 1.5::float8``,
+  ``GREATEST(x, r)`` of a ``real``) is first clamped into the float's range and rounded as such
+  a cast is (:mod:`dpsql.sql.rewrite.float_safe`).
 
 The analyzer (:mod:`dpsql.sql.analyze`) refuses what can't be made total here (casts from text,
 regular expressions, LIKE patterns from data, unknown date units...).
@@ -57,6 +61,7 @@ from sqlglot import exp
 
 from dpsql.sql import functions as fn
 from dpsql.sql.nodes import cast
+from dpsql.sql.rewrite.float_safe import float_safe
 from dpsql.sql.rewrite.literals import clamp_strict, number
 from dpsql.sql.sensitivity import Columns, lookup
 from dpsql.sql.temporal import value_kind as kind
@@ -263,6 +268,12 @@ def _timestamp_input(n: exp.Expr) -> bool:
     return isinstance(n, (exp.DateTrunc, exp.TimestampTrunc, exp.TimeToStr))
 
 
+def _date_part(n: exp.Expr) -> bool:
+    """``n`` is ``date_part(field, x)`` as written (:mod:`dpsql.sql.faithful` marks the EXTRACT
+    node sqlglot reads it into, and writes it back as date_part)."""
+    return isinstance(n, exp.Extract) and n.meta.get("dpsql_called") == "date_part"
+
+
 def _largest_numeric(p: int, s: int) -> exp.Expr:
     """The largest value of ``numeric(p, s)``, 10^(p-s) - 10^-s, as an exact literal.
 
@@ -314,6 +325,12 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
         if _timestamp_input(n) and isinstance(n.this, exp.Expr) and n.this.find(exp.Column):
             n.set("this", within_timestamps(n.this))
             return n
+        value = n.args.get("expression")
+        if _date_part(n) and isinstance(value, exp.Expr) and value.find(exp.Column):
+            # date_part(text, date) is date_part(text, timestamp) of the date converted: a date
+            # after 294276 AD failed for that row only (EXTRACT reads the date itself)
+            n.set("expression", within_timestamps(value))
+            return n
         if isinstance(n, exp.Cast):
             return _cast_total(n)
         return n
@@ -349,7 +366,7 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             new = visit(child)
             if new is not child and key is not None:
                 n.set(key, new, index)
-        out = fix(n, both_int)
+        out = float_safe(fix(n, both_int), columns)  # a NUMERIC meeting a float
         return _as_bigint(out) if whole_int and out.find(exp.Round) is not None else out
 
     return visit(node.copy())
