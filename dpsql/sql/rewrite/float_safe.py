@@ -33,7 +33,15 @@ from dpsql.sql.sensitivity import Columns, lookup
 
 _FLOATS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
 _FLOAT_COLUMNS = {"real", "float", "float4", "float8", "double", "double precision"}
-_FLOAT_FUNCTIONS = {"random", "pi", "float8", "float4", "date_part"}
+_FLOAT_FUNCTIONS = {
+    "random",
+    "pi",
+    "float8",
+    "float4",
+    "date_part",
+    "float8larger",
+    "float8smaller",
+}
 _OPERATORS = (
     exp.EQ,
     exp.NEQ,
