@@ -109,6 +109,9 @@ PROBES.update(
         "far date: extract": "SELECT COUNT(*) FROM t GROUP BY extract(epoch FROM d)",
         "far date: date_part": "SELECT COUNT(*) FROM t GROUP BY date_part('year', d)",
         "far date: date_part gated": GATE.format("date_part('epoch', d)"),
+        # a date quantile reads its epoch (date_part, a timestamp) of a column with bounds
+        "far date: MIN": "SELECT MIN(db) FROM t",
+        "far date: MEDIAN": "SELECT MEDIAN(db) FROM t",
         "far date: comparison with now()": "SELECT COUNT(*) FROM t WHERE d > now()",
         # a timestamp of 4714 BC truncated to its month (or year...) falls before the first one
         "far past: date_trunc month": "SELECT COUNT(*) FROM t GROUP BY date_trunc('month', ts)",
@@ -176,15 +179,16 @@ def _load(dsn: str, target: int) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE t (u integer NOT NULL, x numeric, q integer, d date, ts timestamp, "
-            "s text)"
+            "s text, db date)"
         )
         conn.execute(
             "INSERT INTO t SELECT u, CASE WHEN u = 1 THEN %s ELSE 5 END, "
             "CASE WHEN u = 1 THEN %s ELSE 5 END, "
             "CASE WHEN u = 1 THEN %s::date ELSE DATE '2020-01-01' END, "
-            "CASE WHEN u = 1 THEN %s::timestamp ELSE TIMESTAMP '2020-01-01 10:00' END, 'abc' "
+            "CASE WHEN u = 1 THEN %s::timestamp ELSE TIMESTAMP '2020-01-01 10:00' END, 'abc', "
+            "CASE WHEN u = 1 THEN %s::date ELSE DATE '2020-01-01' END "
             "FROM generate_series(1, 40) u",
-            (target, target, far, past),
+            (target, target, far, past, far),
         )
 
 
@@ -198,6 +202,7 @@ def neighbours(
         "d": {"type": "date"},
         "ts": {"type": "timestamp"},
         "s": {"type": "text"},
+        "db": {"type": "date", "bounds": ["2019-01-01", "2021-12-31"]},  # d, with bounds
     }
     pf = make_policy("gated", tables={"public.t": private_table("u", columns)}, public_tables=[])
     engines = []

@@ -274,6 +274,15 @@ def _date_part(n: exp.Expr) -> bool:
     return isinstance(n, exp.Extract) and n.meta.get("dpsql_called") == "date_part"
 
 
+def _own_date_part(n: exp.Expr) -> bool:
+    """``n`` is a ``date_part(field, x)`` call dpsql wrote (a function node of that name)."""
+    return (
+        isinstance(n, exp.Anonymous)
+        and str(n.name).lower() == "date_part"
+        and len(n.expressions) == 2
+    )
+
+
 def _largest_numeric(p: int, s: int) -> exp.Expr:
     """The largest value of ``numeric(p, s)``, 10^(p-s) - 10^-s, as an exact literal.
 
@@ -330,6 +339,10 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             # date_part(text, date) is date_part(text, timestamp) of the date converted: a date
             # after 294276 AD failed for that row only (EXTRACT reads the date itself)
             n.set("expression", within_timestamps(value))
+            return n
+        if _own_date_part(n) and n.expressions[1].find(exp.Column):
+            # dpsql's own (a date quantile's epoch: dpsql.sql.analyze_quantiles.epoch_value)
+            n.set("expressions", [n.expressions[0], within_timestamps(n.expressions[1])])
             return n
         if isinstance(n, exp.Cast):
             return _cast_total(n)
