@@ -363,25 +363,39 @@ class AlarmPlan:
         return self.outside.cost
 
 
+VARIANCES = ("var_samp", "var_pop", "stddev_samp", "stddev_pop", "variance", "stddev")
+
+
 def alarm_measures(a: Analysis) -> tuple[tuple[int, tuple[str, ...]], ...]:
     """(measure index, declared columns) for each VARIANCE/STDDEV statistic's centred sum whose
-    declared columns no bias target's outside count already holds; () off the partials path
-    (row privacy, one row per unit, grouping sets, the row path, joins capped before joining),
-    where nothing is measured this way."""
-    if a.private.row_privacy or a.unique_unit or a.grouping_sets or not decomposable(a):
+    declared columns no bias target's outside count already holds, on the partials path.
+
+    Rows not ranked per unit (``privacy_unit: row``, or one row per unit proven by the catalog:
+    :func:`unranked`): also each SUM's sum and AVG's centred sum (no bias target measures them
+    there, unless clamped narrower than declared): every row outside is counted, in its one
+    group (the unit's one row), L1 sensitivity 1
+    (:func:`dpsql.sql.rewrite.bound_contributions.bound_contributions`).
+
+    () for grouping sets and joins capped before joining (nothing is measured this way there:
+    the notice says the outside values are not counted) and the ranked row path."""
+    if a.grouping_sets:
+        return ()
+    flat = unranked(a)
+    if not flat and (a.private.row_privacy or not decomposable(a)):
         return ()
     if sum(1 for _, _, p in a.sources if p is not None) > 1 and not a.pre_join_rows:
         return ()
     counted = {c for t in bias_targets(a) for c in t.declared}
     index = {m.key: i for i, m in enumerate(a.measures)}
     out: dict[int, tuple[str, ...]] = {}
+    funcs = VARIANCES + (("sum", "avg") if flat else ())
     for s in a.statistics:
-        if s.func not in ("var_samp", "var_pop", "stddev_samp", "stddev_pop", "variance", "stddev"):
+        if s.func not in funcs:
             continue
         for key in s.measures:
             i = index[key]
             m = a.measures[i]
-            if m.kind != "sum_centered" or i in out:
+            if m.kind not in ("sum_centered", "sum") or i in out:
                 continue
             cols = tuple(c for c in declared_columns(a, m) if c not in counted)
             if cols:

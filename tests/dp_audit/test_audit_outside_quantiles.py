@@ -45,10 +45,11 @@ from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import salted
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.bias import ALARM_SHARE
+from dpsql.sql.bias import ALARM_SHARE, alarm_plans
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
+from dpsql.sql.rewrite.bound_contributions import bound_contributions
 from tests.dp_audit.auditing import epsilon_lower_bound
 from tests.dp_audit.test_audit_outside import DRAWS, _policy
 from tests.dp_audit.test_audit_outside import engines as engines  # D and D'
@@ -255,20 +256,36 @@ SHAPES = {  # statement, the tables a unit's rows are removed from (tr: by row)
     "rollup": ("SELECT g, MIN(v) FROM t GROUP BY ROLLUP (g)", ("t",)),
     "private join": ("SELECT x.g, MEDIAN(x.v) FROM t AS x JOIN t2 AS y ON x.uid = y.uid GROUP BY x.g", ("t", "t2")),
     "public join": ("SELECT n.name, MAX(x.v) FROM t AS x JOIN names AS n ON x.g = n.g GROUP BY n.name", ("t",)),
+    # SUM / AVG / VARIANCE where no bias target counts (dpsql.sql.bias.alarm_measures)
+    "unique unit SUM": ("SELECT g, SUM(v), VARIANCE(v) FROM tu GROUP BY g", ("tu",)),
+    "row privacy SUM": ("SELECT g, SUM(v) FROM tr GROUP BY g", ("tr",)),
 }  # fmt: skip
 
 
-def _shape_moves(engine: Engine, dsn: str, shape: str) -> list[tuple[int, int]]:
-    """Per measurement (each grouping set's; one without), the largest L1 change of its count
-    over the groups when one unit is removed, and its release's sensitivity."""
+def _shape_moves(
+    engine: Engine, dsn: str, shape: str, unproven: bool = False
+) -> list[tuple[int, int]]:
+    """Per count (each grouping set's; one without; each alarm's), the largest L1 change of
+    its count over the groups when one unit is removed, and its release's sensitivity.
+    ``unproven``: the broken twin that takes one row per unit as proven on ``t`` (1-3 rows a
+    unit) and counts every row outside."""
     sql, tables = SHAPES[shape]
+    if unproven:
+        sql, tables = sql.replace("FROM tu", "FROM t"), ("t",)
     p = engine.prepare(sql)
     plan = engine.plan(p, SessionContext(analyst="auditor", epsilon=Fraction(1)))
     subs = [s.plan for s in plan.sets] if isinstance(plan, SetsPlan) else [plan]
+    a = plan.analysis
+    if unproven:
+        a = dataclasses.replace(a, unique_unit=True)
+        subs = [dataclasses.replace(plan, analysis=a, alarms=alarm_plans(a, Fraction(1)))]
     # the unranked path: the catalog's proof of one row per unit; each row its own unit
-    assert plan.analysis.unique_unit is (shape == "unique unit"), shape
-    assert plan.analysis.private.row_privacy is (shape == "row privacy"), shape
-    texts = [salted(t) for t in private_sqls(engine, p, plan.analysis)]
+    assert a.unique_unit is shape.startswith("unique unit"), shape
+    assert a.private.row_privacy is shape.startswith("row privacy"), shape
+    if unproven:  # the rewrite itself: the engine refuses to run without the catalog's proof
+        texts = [bound_contributions(a, "s").sql("postgres")]
+    else:
+        texts = [salted(t) for t in private_sqls(engine, p, a)]
     out = []
     with psycopg.connect(dsn) as conn:
         if tables == ("tr",):
@@ -281,31 +298,43 @@ def _shape_moves(engine: Engine, dsn: str, shape: str) -> list[tuple[int, int]]:
                 tuple(f"DELETE FROM {t} WHERE uid = {u}" for t in tables) for u in range(UNITS)
             ]
         for sub, text in zip(subs, texts, strict=True):
-            (alarm,) = sub.alarms
-            a = sub.analysis
+            a = sub.analysis if not unproven else a
             keys, x0 = len(a.group_keys), len(a.group_keys) + len(a.measures)
             x0 += 1 if a.needs_selection else 0
+            quantile = any(m.kind == "quantile" for m in a.measures)
+            n = len(sub.alarms)
 
-            def counts(x0: int = x0, keys: int = keys, text: str = text) -> dict[Any, int]:
-                return _counts(list(conn.execute(text).fetchall()), keys, x0)
+            def counts(
+                x0: int = x0,
+                keys: int = keys,
+                text: str = text,
+                n: int = n,
+                quantile: bool = quantile,
+            ) -> list[dict[Any, int]]:
+                rows = list(conn.execute(text).fetchall())  # type: ignore[call-overload]
+                if quantile:
+                    return [_counts(rows, keys, x0 + j) for j in range(n)]
+                return [{tuple(r[:keys]): int(r[x0 + j]) for r in rows} for j in range(n)]
 
-            full, worst = counts(), 0
-            assert sum(full.values()) > 0
+            full, worst = counts(), [0] * n
+            assert all(sum(f.values()) > 0 for f in full)
             for deletes in units:
                 with conn.transaction(force_rollback=True):
                     for d in deletes:
                         conn.execute(d)  # type: ignore[arg-type]
                     less = counts()
-                moved = sum(abs(full.get(g, 0) - less.get(g, 0)) for g in set(full) | set(less))
-                worst = max(worst, moved)
-            out.append((worst, int(alarm.outside.sensitivity)))
+                for j in range(n):
+                    f, m = full[j], less[j]
+                    moved = sum(abs(f.get(g, 0) - m.get(g, 0)) for g in set(f) | set(m))
+                    worst[j] = max(worst[j], moved)
+            out += [(w, int(x.outside.sensitivity)) for w, x in zip(worst, sub.alarms, strict=True)]
     return out
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_every_shape_moves_by_its_sensitivity(shapes: Engine, dsn: str, shape: str) -> None:
     moves = _shape_moves(shapes, dsn, shape)
-    assert len(moves) == (2 if shape == "rollup" else 1), moves
+    assert len(moves) == (2 if shape in ("rollup", "row privacy") else 1), moves
     assert all(m == s == 1 for m, s in moves), moves  # within it, and reached
 
 
@@ -319,4 +348,11 @@ def test_the_shapes_twins_are_caught(
         moves = _shape_moves(e, dsn, shape)
     finally:
         e.close()
+    assert any(m > s for m, s in moves), moves
+
+
+def test_the_unique_units_twin_is_caught(shapes: Engine, dsn: str) -> None:
+    """SUM's count over every row outside holds only where a unit has one row: taken as proven
+    on t (1-3 rows a unit), removing one unit moves it by more than the sensitivity 1."""
+    moves = _shape_moves(shapes, dsn, "unique unit SUM", unproven=True)
     assert any(m > s for m, s in moves), moves

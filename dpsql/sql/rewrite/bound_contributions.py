@@ -273,7 +273,12 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         exp.alias_(_measure_sql(m, v, a.unique_unit, n, ranked), f"_dp_m{i}", copy=False)
         for i, (m, v, n) in enumerate(zip(a.measures, counted, counts, strict=True))
     ]
-    measures += outside_counts(a, _outside_conditions(a, counted, alarmed, flagged))
+    alarm_counts = [
+        *_unranked_alarms(a, outside),
+        *outside_counts(a, _outside_conditions(a, counted, alarmed, flagged)),
+    ]
+    if not a.unique_unit:  # (one row per unit: after the targets' own outside counts)
+        measures += alarm_counts
     if not ranked:  # nothing to bound: one row per unit
         src: exp.Expr = rows.subquery("_dp_rows", copy=False)
         out = exp.select(*gcols, *measures).from_(src, copy=False)
@@ -281,7 +286,7 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         order_values = list({c.name: c for c in hashed.values()}.values())
         out = _bounded(a, rows, gcols, measures, salt, buckets, order_values)
     if a.unique_unit:
-        out = _unique_dropped(a, out, values, raw_values, outside)
+        out = _unique_dropped(a, out, values, raw_values, outside, alarm_counts)
     if gcols:
         out = out.group_by(*[g.copy() for g in gcols], copy=False)
     return _test_groups(a, out, late) if late else out
@@ -293,6 +298,7 @@ def _unique_dropped(
     values: Sequence[exp.Expr | None],
     raw_values: dict[int, exp.Expr],
     outside: dict[int, exp.Expr],
+    alarm_counts: Sequence[exp.Expr] = (),
 ) -> exp.Select:
     """The removed-mass columns the plan measures (``_dp_x<i>``, ``_dp_b<i>``, ``_dp_k<i>``: see
     :func:`dpsql.sql.rewrite.measure_dropped.measure_dropped`) when the catalog proves one row per
@@ -314,6 +320,7 @@ def _unique_dropped(
         for t in targets
         if t.index in outside
     ]
+    cols += [c.copy() for c in alarm_counts]  # then the alarms' (dpsql.execute.noise's order)
     for t in targets:
         kept, raw = values[t.index], raw_values.get(t.index)
         # counts, sums clamped to their declared range, and a chosen clamp equal to it (the
@@ -634,6 +641,19 @@ def _outside_flags(
             # the constant FALSE of proven columns needs no column of its own
             out[i] = cond if never(cond) else _value_column(cond, inner, vcols)
     return out
+
+
+def _unranked_alarms(a: Analysis, outside: dict[int, exp.Expr]) -> list[exp.Expr]:
+    """Rows not ranked per unit (:func:`dpsql.sql.bias.unranked`): each SUM/AVG/VARIANCE alarm's
+    count (:func:`dpsql.sql.bias.alarm_measures`, in its order, before the quantiles'),
+    ``_dp_x<i>`` = ``COUNT(*) FILTER (WHERE <a declared column outside its bounds>)``: every row
+    outside, each unit's one row in its one group (L1 sensitivity 1)."""
+    from dpsql.sql.bias import alarm_measures, unranked
+    from dpsql.sql.rewrite.measure_dropped import outside_count
+
+    if not unranked(a):
+        return []
+    return [exp.alias_(outside_count(outside[i]), f"_dp_x{i}") for i, _ in alarm_measures(a)]
 
 
 def _value_column(v: exp.Expr, inner: list[exp.Expr], vcols: dict[str, exp.Expr]) -> exp.Expr:

@@ -38,6 +38,7 @@ import pytest
 from sqlglot import exp
 
 from dpsql.engine import Engine
+from dpsql.execute.bias import outside_plans
 from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import SALT_MARKER
 from dpsql.policy.model import Policy
@@ -292,6 +293,15 @@ SHAPES = {  # (statement over {t} = o or c, what its count counts on o)
     "rollup": ("SELECT g, MIN(v) FROM {t} GROUP BY ROLLUP (g)", None),
     "private join": ("SELECT MEDIAN(x.v) FROM {t} AS x JOIN o AS y ON x.uid = y.uid", None),
     "public join": ("SELECT n.name, MAX(x.v) FROM {t} AS x JOIN names AS n ON x.g = n.g GROUP BY n.name", None),
+    # SUM, AVG, VARIANCE, STDDEV where no bias target counts (rows not ranked per unit, no
+    # clamp: auto): each its own count, every row outside (dpsql.sql.bias.alarm_measures)
+    "unique unit SUM": ("SELECT g, SUM(v) FROM u{t} GROUP BY g", "SELECT count(*) FROM uo WHERE v > 100"),
+    "unique unit AVG": ("SELECT AVG(v) FROM u{t}", "SELECT count(*) FROM uo WHERE v > 100"),
+    "unique unit VARIANCE": ("SELECT g, VARIANCE(v) FROM u{t} GROUP BY g", "SELECT count(*) FROM uo WHERE v > 100"),
+    "row privacy SUM": ("SELECT g, SUM(v) FROM r{t} GROUP BY g", "SELECT count(*) FROM ro WHERE v > 100"),
+    "row privacy STDDEV": ("SELECT STDDEV(v) FROM r{t}", "SELECT count(*) FROM ro WHERE v > 100"),
+    "rollup SUM": ("SELECT g, SUM(v) FROM {t} GROUP BY ROLLUP (g)", None),
+    "rollup VARIANCE": ("SELECT g, VARIANCE(v) FROM {t} GROUP BY ROLLUP (g)", None),
 }  # fmt: skip
 SHAPE_EPS = Fraction(4)
 
@@ -318,13 +328,19 @@ def _set_totals(engine: Engine, sql: str) -> list[int]:
     texts = private_sqls(engine, p, plan.analysis)
     out = []
     for sub, text in zip(subs, texts, strict=True):
-        (x,) = sub.alarms
-        assert x.outside.sensitivity == 1 and x.outside.epsilon == sub.cost.epsilon * ALARM_SHARE
+        # the bias targets' outside counts (a SUM, AVG on the ranked path), then the alarms'
+        mechs = [b.outside for b in outside_plans(sub)] + [x.outside for x in sub.alarms]
+        assert mechs and all(m is not None and m.sensitivity == 1 for m in mechs)
+        if sub.alarms:
+            share = sub.cost.epsilon * ALARM_SHARE / len(sub.alarms)
+            assert all(x.outside.epsilon == share for x in sub.alarms)
         a = sub.analysis
         rows = engine.backend.run(text.replace(SALT_MARKER, "s"), private=True).rows
         x0 = len(a.group_keys) + len(a.measures) + (1 if a.needs_selection else 0)
-        full = max(int(r[-1]) for r in rows)
-        out.append(sum(int(r[x0]) for r in rows if int(r[-1]) == full))
+        if any(m.kind == "quantile" for m in a.measures):  # GROUPING(buckets) last
+            full = max(int(r[-1]) for r in rows)
+            rows = [r for r in rows if int(r[-1]) == full]
+        out += [sum(int(r[x0 + j]) for r in rows) for j in range(len(mechs))]
     return out
 
 
@@ -339,6 +355,9 @@ def test_every_shape_counts_and_says_it(shapes: Engine, dsn: str, shape: str) ->
     assert got and all(n == want for n in got), (got, want)
     assert not any(_set_totals(shapes, sql.format(t="c")))
     s = SessionContext("analyst", SHAPE_EPS)
+    explain = shapes.execute(shapes.prepare(f"EXPLAIN {sql.format(t='o')}", "analyst"), s)
+    listed = [str(r[0]) for r in explain.rows if "outside declared range" in str(r[0])]
+    assert len(listed) == len(got), (listed, got)  # EXPLAIN lists each count
     for t, outside in (("o", True), ("c", False)):
         notes = shapes.execute(shapes.prepare(sql.format(t=t), "analyst"), s).notices
         warned = [n for n in notes if WARNING in n]
