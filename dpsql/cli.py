@@ -83,11 +83,13 @@ def print_result(r: Result, title: str | None = None) -> None:
 
 
 def print_error(e: DpsqlError) -> None:
-    err_console.print(f"[bold red]ERROR {e.sqlstate}:[/bold red] {e.message}")
+    from rich.markup import escape  # an error's words are text, not markup ('dpsql[release]')
+
+    err_console.print(f"[bold red]ERROR {e.sqlstate}:[/bold red] {escape(e.message)}")
     if e.detail:
-        err_console.print(f"[red]DETAIL:[/red] {e.detail}")
+        err_console.print(f"[red]DETAIL:[/red] {escape(e.detail)}")
     if e.hint:
-        err_console.print(f"[yellow]HINT:[/yellow] {e.hint}")
+        err_console.print(f"[yellow]HINT:[/yellow] {escape(e.hint)}")
 
 
 def cmd_query(args: argparse.Namespace) -> int:

@@ -137,6 +137,55 @@ def _common(p: argparse.ArgumentParser, columns: bool = True) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
+_EXTRA = ("pyarrow", "pyarrow.csv", "pyarrow.parquet", "matplotlib")  # every release's writers
+
+
+def preflight(out: Path, *, synthetic: bool = False) -> None:
+    """What a release needs that no data decides, checked before the ledger is charged: the
+    ``release`` extra's modules (a missing one was a ModuleNotFoundError traceback after the
+    charge, charged again on every retry) and an output directory that can be written.
+
+    Raises:
+        FeatureNotSupported: a module of the extra is missing (0A000).
+        IoError: ``out`` cannot be created or written (58030).
+    """
+    import importlib
+    import importlib.util
+
+    from dpsql.errors import FeatureNotSupported, IoError
+
+    missing = []
+    for name in _EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name.split(".")[0])
+    if synthetic:
+        try:
+            found = importlib.util.find_spec("mbi") is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append("mbi")
+    if missing:
+        raise FeatureNotSupported(
+            f"dpsql release needs {', '.join(dict.fromkeys(missing))}, which is not installed: "
+            "nothing was charged",
+            hint="install the release extra: pip install 'dpsql[release]'",
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".dpsql-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise IoError(
+            f'could not write to the output directory "{out}": {e.strerror or e}: '
+            "nothing was charged",
+            hint="choose a directory you can write with --out",
+        ) from None
+
+
 @contextmanager
 def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
     """The release's common options as a :class:`~dpsql.release.jobs.Job` (``changes``
@@ -146,6 +195,7 @@ def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
     from dpsql.release.jobs import Job
     from dpsql.release.spec import parse_bins
 
+    preflight(args.out, synthetic=args.func is cmd_synthetic)  # before any budget is charged
     bins = parse_bins(args.bins)
     policy = load_policy(args.policy)
     ledger = Ledger.open(args.ledger or args.upstream, policy)
