@@ -74,6 +74,11 @@ def _probe(
     except UpstreamError as e:
         if not e.sqlstate.startswith(("22", "42")):
             raise
+        from dpsql.execute.constant_probe import constant_error
+
+        own = constant_error(engine, prepared.tree)  # PostgreSQL's words, from constants alone
+        if own is not None:
+            raise own from None
         raise UpstreamError(
             "PostgreSQL refused this statement while planning it, before reading any row: "
             "nothing was charged",

@@ -81,6 +81,9 @@ def prepare_parsed(
             except DpsqlError as refused:
                 zeroed = limit_params_zeroed(tree)
                 if zeroed is None or zero_row_query(zeroed, view, engine.column_order) is None:
+                    own = _constant_error(engine, tree, refused)
+                    if own is not None:
+                        raise own from None
                     raise
                 return DeferredQuery(
                     text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
@@ -107,6 +110,23 @@ def prepare_parsed(
         text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
         tree=tree, param_count=param_count(tree),
     )  # fmt: skip
+
+
+_CONSTANT_REFUSALS = frozenset({"22023", "0A000", "22007", "22008", "22P02", "42501"})
+
+
+def _constant_error(
+    engine: EngineContext, tree: exp.Expr, refused: DpsqlError
+) -> DpsqlError | None:
+    """PostgreSQL's own error for a private statement's constants
+    (:mod:`dpsql.execute.constant_probe`), for a refusal of the analyzer's that may be about a
+    constant (``CAST('1.5x' AS int)``, ``TO_DATE('xx', 'YYYY')``): PostgreSQL raises it from the
+    constant alone, before reading a row."""
+    if refused.sqlstate not in _CONSTANT_REFUSALS:
+        return None
+    from dpsql.execute.constant_probe import constant_error
+
+    return constant_error(engine, tree)
 
 
 def bound_limit(

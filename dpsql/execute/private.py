@@ -284,7 +284,26 @@ def precheck(
     conf = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
     check_join_fanout(engine, a)  # reads public tables only
     check_leaf_keys(engine, prepared, a)  # types and the catalog only
+    check_having_constants(engine, prepared)
     return conf
+
+
+def check_having_constants(engine: EngineContext, prepared: PrivateQuery) -> None:
+    """A HAVING's constants checked by PostgreSQL before any budget is reserved
+    (:mod:`dpsql.execute.constant_probe`): ``HAVING COUNT(*) > 'abc'`` is PostgreSQL's 22P02
+    from the constant alone, not an error after the answer was charged. Once per statement."""
+    having = prepared.tree.find(exp.Having)
+    if having is None or having.find(exp.Literal) is None or prepared.param_count:
+        return
+    key = ("having", prepared.scope, prepared.text)
+    if engine.caches.key_types.get(key) is not None:
+        return
+    from dpsql.execute.constant_probe import constant_error
+
+    own = constant_error(engine, prepared.tree)
+    if own is not None:
+        raise own
+    engine.caches.key_types.remember(key, ())
 
 
 def check_leaf_keys(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> None:
