@@ -10,6 +10,7 @@ from typing import Any
 
 from dpsql.errors import ProtocolViolation
 from dpsql.result import Result, ResultColumn
+from dpsql.wire.cursors import CursorStatement
 from dpsql.wire.engine_api import Statement
 from dpsql.wire.params import infer_param_types
 from dpsql.wire.requests import Route
@@ -33,7 +34,9 @@ class Portal:
     params: tuple[Any, ...]
     formats: tuple[int, ...]
     result: Result | Outcome | None = None
-    pos: int = 0
+    pos: int = 0  # the next row's index; a cursor's: PostgreSQL's position (dpsql.wire.cursors)
+    cursor: CursorStatement | None = None  # a SQL cursor's DECLARE (the portal is the cursor)
+    in_block: bool = False  # a cursor declared in the transaction block now open
 
 
 def param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:

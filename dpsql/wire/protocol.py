@@ -44,6 +44,8 @@ from dpsql.result import Result, ResultColumn
 from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
 from dpsql.wire.batch import DESCRIBE, BindParts
+from dpsql.wire.cursor_run import columns as cursor_columns
+from dpsql.wire.cursor_run import end_of_transaction, run_cursor
 from dpsql.wire.encode import (
     Encoder,
     command_complete,
@@ -196,7 +198,10 @@ class Protocol:
         Raises:
             DpsqlError: as :meth:`SessionState.apply`; 26000 for DEALLOCATE of an unknown name.
         """
+        before = self.state.status
         out = self.state.apply(st)
+        if before != "I" and self.state.status == "I":
+            end_of_transaction(self.portals, committed=before == "T" and st.kind == "commit")
         for severity, code, msg in out.notices:
             self.send_notice(severity, code, msg)
         for name, value in out.parameter_status:
@@ -207,6 +212,11 @@ class Protocol:
         if out.is_deallocate:
             self._deallocate(out.deallocate or None)
         return out
+
+    @property
+    def _held(self) -> dict[str, Portal]:
+        """The cursors WITH HOLD open outside a transaction block (they outlive Sync)."""
+        return {k: v for k, v in self.portals.items() if v.cursor is not None and v.cursor.hold}
 
     # ---- small pieces ----------------------------------------------------------------------
     def send_error(self, err: BaseException) -> DpsqlError:
@@ -227,7 +237,10 @@ class Protocol:
         ReadyForQuery (flushed by the caller's ``_READY_FLUSH``)."""
         self.skipping = False
         if self.state.status == "I":
+            held = self._held if self.portals else None  # cursors WITH HOLD stay
             self.portals.clear()  # portals live until their transaction ends
+            if held:
+                self.portals.update(held)
         else:
             self.portals.pop("", None)
         self.out.send(_READY[self.state.status])
@@ -264,6 +277,10 @@ class Protocol:
         for text in texts:
             try:
                 stmt: Statement = yield Prepare(text)
+                if stmt.cursor is not None:  # DECLARE / FETCH / MOVE / CLOSE
+                    self._check_txn(stmt)
+                    yield from run_cursor(self, stmt, (), None)
+                    continue
                 where = route(stmt, self.fast_path)
                 res = yield Run(stmt, (), (), where)
                 if where is ROUTE_EMPTY:
@@ -380,6 +397,10 @@ class Protocol:
         prep = self.statements.get(msg.name)
         if prep is None:
             raise _undefined("prepared statement", msg.name, InvalidSqlStatementName)
+        if prep.stmt.cursor is not None:
+            self.out.send(m.ParameterDescription(prep.param_types).encode())
+            self._row_description(cursor_columns(self, prep.stmt.cursor), ())
+            return
         cols = yield from self._columns(prep)
         self.out.send(m.ParameterDescription(prep.param_types).encode())
         self._row_description(cols, ())
@@ -388,6 +409,10 @@ class Protocol:
         portal = self.portals.get(msg.name)
         if portal is None:
             raise _undefined("portal", msg.name, InvalidCursorName)
+        cur = portal.prepared.stmt.cursor
+        if cur is not None and portal.cursor is None:  # a FETCH's portal: the cursor's columns
+            self._row_description(cursor_columns(self, cur), portal.formats)
+            return
         if portal.result is None:
             self._describing = (msg, portal)  # answered when the next message is known
             return
@@ -430,6 +455,10 @@ class Protocol:
         portal = self.portals.get(msg.portal)
         if portal is None:
             raise _undefined("portal", msg.portal, InvalidCursorName)
+        if portal.prepared.stmt.cursor is not None and portal.cursor is None:
+            self._check_txn(portal.prepared.stmt)
+            yield from run_cursor(self, portal.prepared.stmt, portal.params, portal.formats)
+            return
         if portal.result is None:
             portal.result = yield self._portal_run(portal)
             self._notices(portal.result)

@@ -23,7 +23,16 @@ from typing import Any, ParamSpec, TypeVar
 from dpsql.budget.route import is_show_budget
 from dpsql.errors import AdminShutdown, DpsqlError, InternalError, UnsupportedSql
 from dpsql.execute.backend import CancelToken
-from dpsql.execute.prepared import Prepared, SessionCommand
+from dpsql.execute.prepared import (
+    CatalogQuery,
+    DeferredQuery,
+    LedgerQuery,
+    Prepared,
+    PrivateQuery,
+    PublicQuery,
+    SessionCommand,
+    TreeQuery,
+)
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -31,6 +40,7 @@ from dpsql.sql.prescan import prescan, too_complex
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
+from dpsql.wire.cursors import CursorStatement, parse_cursor_statement
 from dpsql.wire.engine_api import EngineAPI, Statement, UpstreamEngine, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
 from dpsql.wire.fastpath import run_fast
@@ -295,9 +305,13 @@ class Session:
             st = parse_session_statement(text)
             if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
                 return Statement(text, st, None, fingerprint(text))
+            cur = parse_cursor_statement(text)
+            if cur is not None and cur.kind != "declare":
+                return Statement(text, None, None, fingerprint(text), cur)
             self.state.check_not_failed()
-            prepared = await self.call(self.engine.prepare, text, self.ctx.analyst)
-            return _engine_statement(text, prepared)
+            query = cur.query if cur is not None else text  # a DECLARE's own query
+            prepared = await self.call(self.engine.prepare, query, self.ctx.analyst)
+            return _engine_statement(text, prepared, cur)
         except Exception as e:
             err = too_complex(e) if isinstance(e, RecursionError) else e
             log_statement(
@@ -317,8 +331,12 @@ class Session:
         st = parse_session_statement(text)
         if st is not None and not is_show_budget(text):
             return Statement(text, st, None, fingerprint(text))
+        cur = parse_cursor_statement(text)
+        if cur is not None and cur.kind != "declare":
+            return Statement(text, None, None, fingerprint(text), cur)
         self.state.check_not_failed()
-        return _engine_statement(text, self.engine.prepare(text, self.ctx.analyst))
+        query = cur.query if cur is not None else text
+        return _engine_statement(text, self.engine.prepare(query, self.ctx.analyst), cur)
 
     async def execute(
         self,
@@ -377,14 +395,23 @@ class Session:
             )
 
 
-def _engine_statement(text: str, prepared: Prepared) -> Statement:
+def _engine_statement(
+    text: str, prepared: Prepared, cursor: CursorStatement | None = None
+) -> Statement:
+    if cursor is not None and not isinstance(prepared, _CURSOR_QUERIES):
+        raise UnsupportedSql(
+            "DECLARE CURSOR is supported for queries dpsql answers (SELECT, VALUES)",
+            hint="declare the cursor for a SELECT",
+        )
     if isinstance(prepared, SessionCommand):
         raise UnsupportedSql(
             "this session statement is not supported by dpsql",
             hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, "
             "DISCARD, DEALLOCATE",
         )
-    return Statement(text, None, prepared, fingerprint(text))
+    return Statement(text, None, prepared, fingerprint(text), cursor)
 
+
+_CURSOR_QUERIES = (PublicQuery, CatalogQuery, PrivateQuery, TreeQuery, DeferredQuery, LedgerQuery)
 
 __all__ = ["ConnectionClosed", "EngineAPI", "Session", "Statement", "as_dpsql_error"]
