@@ -283,13 +283,20 @@ def test_describe_reads_nothing(engine: Engine) -> None:
     assert cols[1].type_oid == 20  # bigint, as PostgreSQL types COUNT
 
 
-def test_upstream_errors_are_sanitized(engine: Engine) -> None:
+def test_a_constants_error_is_postgresqls_own(engine: Engine) -> None:
+    """A constant PostgreSQL can't read fails from the statement alone: its words are
+    PostgreSQL's (the constant is the user's own text, checked with no row read:
+    dpsql.execute.constant_probe); an error of the private query itself keeps only its class
+    (tests/redteam/test_data_gated_errors.py)."""
     with pytest.raises(DpsqlError) as e:
         ask(
             engine,
             "SELECT COUNT(*) FROM purchases WHERE CAST(amount AS INT) > 1 AND purchased_at > DATE '2025-13-45'",
         )
-    assert "2025-13-45" not in e.value.message
+    assert (e.value.sqlstate, e.value.message) == (
+        "22008",
+        'date/time field value out of range: "2025-13-45"',
+    )
 
 
 def test_the_planner_seam_plans_every_private_query(demo_dsn: str, demo_policy) -> None:  # type: ignore[no-untyped-def]
