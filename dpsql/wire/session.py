@@ -63,8 +63,9 @@ from dpsql.wire.requests import (
     Steps,
     route,
 )
-from dpsql.wire.state import REPORTED, Outcome, SessionState
+from dpsql.wire.state import REPORTED, Outcome, SessionState, timeout_ms
 from dpsql.wire.statements import parse_session_statement
+from dpsql.wire.timeouts import private_notice, within
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
 log = logging.getLogger("dpsql.wire.session")
@@ -106,6 +107,8 @@ class Session:
         self._delivering: asyncio.Task[Any] | None = None  # waiting out a padded answer's moment
         self.closing = False  # the server is shutting down: run (and charge) nothing new
         self._large = False  # a large statement was parsed since the last ReadyForQuery
+        self._policy_ms = _policy_timeout_ms(engine)
+        self._timeout_noted: str | None = None  # the client's timeout last said not to apply
         ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -288,6 +291,23 @@ class Session:
             return self.engine.split(req.sql)
         raise AssertionError(f"unknown request {req!r}")
 
+    # ---- the client's statement_timeout (dpsql.wire.timeouts) ------------------------------
+    def _user_timeout_ms(self) -> int:
+        """The client's statement_timeout when it is shorter than the policy's, else 0."""
+        shown = self.state.settings.get("statement_timeout", "0")
+        if shown == "0":
+            return 0
+        ms = timeout_ms(self.state.settings)
+        policy = self._policy_ms
+        return ms if policy is None or ms < policy else 0
+
+    def _note_private_timeout(self, ms: int) -> None:
+        """Say once per value that a private query keeps the policy's timeout."""
+        shown = self.state.settings.get("statement_timeout", "0")
+        if self._timeout_noted != shown and self._policy_ms is not None:
+            self._timeout_noted = shown
+            self.protocol.send_notice("NOTICE", "00000", private_notice(shown, self._policy_ms))
+
     # ---- running statements ----------------------------------------------------------------
     async def prepare(self, text: str) -> Statement:
         """Parse ``text`` once: a session statement, or the engine's ``Prepared``.
@@ -365,9 +385,15 @@ class Session:
             if where is ROUTE_EMPTY:
                 res = Result((), [], "")
                 return res
+            user_ms = self._user_timeout_ms()
             if where is ROUTE_PRIVATE:  # delivered at a data-independent moment (timing:)
+                if user_ms:
+                    self._note_private_timeout(user_ms)
                 with self._busy_until_delivered():  # a shutdown's grace covers the wait too
                     res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
+            elif user_ms:  # public or catalog: the shorter of the client's and the policy's
+                run = self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
+                res = await within(run, user_ms, self.cancel)
             else:
                 res = await self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
             return res
@@ -393,6 +419,13 @@ class Session:
                 latency_ms=round((time.perf_counter() - t0) * 1e6) / 1000,
                 statement=statement_text(stmt.sql),
             )
+
+
+def _policy_timeout_ms(engine: EngineAPI) -> int | None:
+    """The policy's statement timeout (the engine's backend's), if the engine has one."""
+    if isinstance(engine, UpstreamEngine):
+        return engine.backend.timeout_ms
+    return None
 
 
 def _engine_statement(

@@ -10,6 +10,7 @@ when it happens; rolling back never refunds budget.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -459,7 +460,53 @@ def _check(key: str, value: str) -> str:
         return f"ISO, {order}"
     if key == "IntervalStyle" and v.lower() != "postgres":
         raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
+    if key in _TIME_SETTINGS:
+        return _show_ms(_ms(key, v))
     return value
+
+
+_TIME_SETTINGS = frozenset(
+    {"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"}
+)
+_TIME = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-z]*)\s*")
+_UNITS_MS = {"": 1.0, "us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
+             "d": 86_400_000.0}  # fmt: skip
+_INT_MAX = 2**31 - 1
+
+
+def _ms(key: str, value: str) -> int:
+    """A time setting's value in milliseconds, read as PostgreSQL reads it (``5s``, ``5000``,
+    ``1.5 min``; no unit: ms), with its words for a bad one (22023)."""
+    m = _TIME.fullmatch(value)
+    if m is None or m.group(2) not in _UNITS_MS:
+        raise InvalidParameter(
+            f'invalid value for parameter "{key}": "{value}"',
+            hint='Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".'
+            if m is not None
+            else None,
+        )
+    ms = round(float(m.group(1)) * _UNITS_MS[m.group(2)])
+    if not 0 <= ms <= _INT_MAX:
+        raise InvalidParameter(
+            f'{ms} ms is outside the valid range for parameter "{key}" (0 .. {_INT_MAX})'
+        )
+    return ms
+
+
+def _show_ms(ms: int) -> str:
+    """As SHOW prints a time setting: in the largest unit that holds it exactly (``5s``,
+    ``1min``, ``1500ms``, ``0``)."""
+    if ms == 0:
+        return "0"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def timeout_ms(settings: dict[str, str]) -> int:
+    """The session's ``statement_timeout`` in milliseconds (0: none), as SHOW prints it."""
+    return _ms("statement_timeout", settings.get("statement_timeout", "0"))
 
 
 def _bool(name: str, value: str) -> bool:
