@@ -143,7 +143,7 @@ def test_set_local_ends_with_the_transaction(state: SessionState) -> None:
     assert run(state, "SET LOCAL statement_timeout = 5").notices
     run(state, "BEGIN")
     run(state, "SET LOCAL statement_timeout = 5")
-    assert state.settings["statement_timeout"] == "5"
+    assert state.settings["statement_timeout"] == "5ms"  # as PostgreSQL shows it
     run(state, "COMMIT")
     assert state.settings["statement_timeout"] == "0"
 
