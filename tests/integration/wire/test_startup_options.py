@@ -122,7 +122,7 @@ def test_postgresql_settings_and_application_name(served: ServerThread) -> None:
     with _connect(served, options=opts, application_name="superset") as conn:
         assert _show(conn, "TimeZone") == "Europe/Paris"
         assert conn.info.parameter_status("TimeZone") == "Europe/Paris"
-        assert _show(conn, "statement_timeout") == "5000"
+        assert _show(conn, "statement_timeout") == "5s"  # as PostgreSQL shows 5000 ms
         assert _show(conn, "search_path") == "public,pg_catalog"
         assert _show(conn, "application_name") == "superset"
         assert conn.info.parameter_status("application_name") == "superset"
