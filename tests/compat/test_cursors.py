@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from tests.compat.conftest import Server, require
+from tests.compat.test_external_clients import psql
 
 REGIONS = "SELECT code, name FROM regions ORDER BY code"
 HISTORY_SQL = "SELECT * FROM dpsql.history"  # the analyst's releases (costs no budget)
@@ -118,3 +119,15 @@ def test_sqlalchemy_stream_results_and_pandas_chunks(dpsql_server: Server) -> No
             assert grouped["sex"].tolist() == [0, 1]
     finally:
         engine.dispose()
+
+
+def test_psql_fetch_count(dpsql_server: Server) -> None:
+    """psql with FETCH_COUNT reads a query through a cursor (BEGIN; DECLARE _psql_cursor NO
+    SCROLL CURSOR FOR ...; FETCH FORWARD n ...; CLOSE; COMMIT)."""
+    require("psql")
+    out = psql(dpsql_server, "-A", "-t", "-v", "FETCH_COUNT=2", "-v", "ON_ERROR_STOP=1",
+               "-c", REGIONS, "-c", GROUPED)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.split()
+    assert lines[:5] == ["C|Central", "E|East", "N|North", "S|South", "W|West"], out.stdout
+    assert [line.split("|")[0] for line in lines[5:]] == ["0", "1"], out.stdout
