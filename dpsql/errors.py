@@ -397,6 +397,13 @@ PolicyError = ConfigFileError
 
 
 # ---- from PostgreSQL -----------------------------------------------------------------------
+class ConstantRejected(DataException):
+    """PostgreSQL's own error for a statement's constants (``amount > 'abc'``: 22P02 "invalid
+    input syntax for type numeric"), from a probe that reads no table
+    (:mod:`dpsql.execute.constant_probe`): relayed with its SQLSTATE (``sqlstate=``) and words,
+    decided from the statement alone, before anything is charged."""
+
+
 class UpstreamError(DpsqlError):
     """An error from PostgreSQL (its own SQLSTATE, given as ``sqlstate=``). On private queries
     the text is replaced, the class kept."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.errors import DpsqlError, UpstreamError
+from dpsql.errors import ConstantRejected, DpsqlError, UpstreamError
 from dpsql.sql.public import check_public
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ TypesOf = Callable[[str], dict[str, str]]
 _OPAQUE = (exp.Subquery, exp.Exists, exp.Parameter, exp.Placeholder, exp.Table)
 
 
-def constant_error(engine: EngineContext, tree: exp.Expr) -> UpstreamError | None:
+def constant_error(engine: EngineContext, tree: exp.Expr) -> ConstantRejected | None:
     """PostgreSQL's own error (class 22) for ``tree``'s constants, or None when its constants
     are fine, not understood, or the check could not run."""
     try:
@@ -50,7 +50,16 @@ def constant_error(engine: EngineContext, tree: exp.Expr) -> UpstreamError | Non
             return None
         engine.backend.run(sql, private=False)
     except UpstreamError as e:
-        return e if e.sqlstate.startswith("22") else None
+        if not e.sqlstate.startswith("22"):
+            return None
+        return ConstantRejected(
+            e.message,
+            detail=e.detail,
+            hint=e.hint
+            or "PostgreSQL refuses this constant by itself, before reading any row: "
+            "correct it (nothing was charged)",
+            sqlstate=e.sqlstate,
+        )
     except DpsqlError:
         return None  # the catalog read failed: dpsql's own refusal stands
     return None

@@ -112,7 +112,7 @@ def prepare_parsed(
     )  # fmt: skip
 
 
-_CONSTANT_REFUSALS = frozenset({"22023", "0A000", "22007", "22008", "22P02", "42501"})
+_CONSTANT_REFUSALS = frozenset({"22023", "0A000", "22007", "22008", "22P02"})
 
 
 def _constant_error(
