@@ -76,7 +76,7 @@ def test_set_local_ends_with_commit(
         ("dpsql.mechanism", "gaussian", "gaussian"),
         ("dpsql.show_intervals", "on", "on"),
         ("dpsql.confidence", "0.9", "0.9"),
-        ("statement_timeout", "5000", "5000"),
+        ("statement_timeout", "5000", "5s"),  # shown as PostgreSQL shows 5000 ms
     ],
 )
 def test_every_setting_one_rule(
