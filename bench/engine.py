@@ -224,7 +224,9 @@ def compare(
                         cmd += ["--fresh", "--start", str(1000 * (2 * r + (key == "now")))]
                     env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
                            "PYTHONPATH": str(tree)}  # fmt: skip
-                    res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+                    res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                    if res.returncode != 0:  # say why (a round's process failed)
+                        raise SystemExit(f"round {r + 1}, {key} tree failed:\n{res.stderr[-3000:]}")
                     got[key].append(json.loads(res.stdout.strip().splitlines()[-1]))
                 print(f"round {r + 1}/{rounds}, load {os.getloadavg()[0]:.2f}", flush=True)
     finally:
