@@ -154,6 +154,12 @@ PROBES.update(
         "float overflow: in a group key": (
             "SELECT COUNT(*) FROM t GROUP BY x * 1e307 > 1.5::float8"
         ),
+        "float overflow: a row of values compared with doubles": (
+            "SELECT COUNT(*) FROM t WHERE (x * 1e307, q) = (1.5::float8, 90)"
+        ),
+        "float overflow: a row of values IN rows of doubles": (
+            "SELECT COUNT(*) FROM t WHERE (x * 1e307, q) IN ((1.5::float8, 1), (2.5::float8, 2))"
+        ),
         "float underflow: a tiny product compared with a double": (
             "SELECT COUNT(*) FROM t WHERE (CASE WHEN x > 50 THEN x ELSE 0 END) * 1e-330 "
             "> 1.5::float8"

@@ -128,26 +128,48 @@ def _numeric(x: exp.Expr, columns: Columns | None) -> bool:
 
 def float_safe(n: exp.Expr, columns: Columns | None) -> exp.Expr:
     """``n`` (in place) with each NUMERIC operand clamped into the range of the float it is
-    converted to, when ``n`` compares it with (or chooses a common type with) a float."""
+    converted to, when ``n`` compares it with (or chooses a common type with) a float. Rows of
+    values (``(a, b) = (c, d)``, ``(a, b) IN ((c, d), ...)``) are compared position by position;
+    ``x IN (SELECT ...)`` reads a column of unknown type: ``x`` is clamped as for a float."""
     if not isinstance(n, (*_OPERATORS, *_COMMON)):
         return n
-    values = _values(n)
-    if not any(maybe_float(v, columns) for v in values):
+    if isinstance(n, exp.In) and n.args.get("query") is not None:
+        if _numeric(n.this, columns):
+            _clamp(n.this, _DOUBLE)
         return n
-    e, decimals = _DOUBLE if isinstance(n, _OPERATORS) else _REAL
-    for v in values:
-        if _numeric(v, columns):
-            inner = _strip(v)
-            typed = (
-                v.copy()
-                if isinstance(inner, (exp.Cast, exp.Anonymous))  # NUMERIC already (_numeric)
-                else exp.Cast(this=v.copy(), to=exp.DataType.build("numeric"))
-            )
-            hi = exp.Literal.number(f"1e{e}")
-            r = exp.Round(
-                this=clamp_strict(typed, exp.Neg(this=hi), hi.copy()),
-                decimals=exp.Literal.number(decimals),
-            )
-            r.type = exp.DataType.build("numeric")  # (the generator need not annotate it)
-            v.replace(r)
+    values = _values(n)
+    rows = [_strip(v) for v in values]
+    if len(rows) > 1 and all(isinstance(r, exp.Tuple) for r in rows):
+        width = len(rows[0].expressions)
+        if all(len(r.expressions) == width for r in rows):
+            for i in range(width):
+                _safe_values([r.expressions[i] for r in rows], _DOUBLE, columns)
+        return n
+    _safe_values(values, _DOUBLE if isinstance(n, _OPERATORS) else _REAL, columns)
     return n
+
+
+def _safe_values(values: list[exp.Expr], limit: tuple[int, int], columns: Columns | None) -> None:
+    """Clamp the NUMERIC ones of ``values`` (brought to one type) when one may be a float."""
+    if any(maybe_float(v, columns) for v in values):
+        for v in values:
+            if _numeric(v, columns):
+                _clamp(v, limit)
+
+
+def _clamp(v: exp.Expr, limit: tuple[int, int]) -> None:
+    """Replace NUMERIC ``v`` by itself clamped into ±10^e, rounded to d decimals."""
+    e, decimals = limit
+    inner = _strip(v)
+    typed = (
+        v.copy()
+        if isinstance(inner, (exp.Cast, exp.Anonymous))  # NUMERIC already (_numeric)
+        else exp.Cast(this=v.copy(), to=exp.DataType.build("numeric"))
+    )
+    hi = exp.Literal.number(f"1e{e}")
+    r = exp.Round(
+        this=clamp_strict(typed, exp.Neg(this=hi), hi.copy()),
+        decimals=exp.Literal.number(decimals),
+    )
+    r.type = exp.DataType.build("numeric")  # (the generator need not annotate it)
+    v.replace(r)
