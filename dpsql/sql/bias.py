@@ -376,19 +376,21 @@ def alarm_measures(a: Analysis) -> tuple[tuple[int, tuple[str, ...]], ...]:
     group (the unit's one row), L1 sensitivity 1
     (:func:`dpsql.sql.rewrite.bound_contributions.bound_contributions`).
 
-    () for grouping sets and joins capped before joining (nothing is measured this way there:
-    the notice says the outside values are not counted) and the ranked row path."""
+    A join of private tables capped at R before joining has no bias target: its SUM's and
+    AVG's centred sums get the alarm too (the joined rows are ranked per unit as one table's).
+    () for grouping sets (each set's own plan counts) and the ranked row path."""
     if a.grouping_sets:
         return ()
     flat = unranked(a)
     if not flat and (a.private.row_privacy or not decomposable(a)):
         return ()
-    if sum(1 for _, _, p in a.sources if p is not None) > 1 and not a.pre_join_rows:
-        return ()
+    # a join of private tables capped at R before joining: no bias target (its removal is not
+    # measured), but the joined rows are ranked per unit as one table's: the same count holds
+    capped = sum(1 for _, _, p in a.sources if p is not None) > 1 and not a.pre_join_rows
     counted = {c for t in bias_targets(a) for c in t.declared}
     index = {m.key: i for i, m in enumerate(a.measures)}
     out: dict[int, tuple[str, ...]] = {}
-    funcs = VARIANCES + (("sum", "avg") if flat else ())
+    funcs = VARIANCES + (("sum", "avg") if flat or capped else ())
     for s in a.statistics:
         if s.func not in funcs:
             continue

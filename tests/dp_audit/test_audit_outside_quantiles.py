@@ -259,6 +259,7 @@ SHAPES = {  # statement, the tables a unit's rows are removed from (tr: by row)
     # SUM / AVG / VARIANCE where no bias target counts (dpsql.sql.bias.alarm_measures)
     "unique unit SUM": ("SELECT g, SUM(v), VARIANCE(v) FROM tu GROUP BY g", ("tu",)),
     "row privacy SUM": ("SELECT g, SUM(v) FROM tr GROUP BY g", ("tr",)),
+    "private join SUM": ("SELECT x.g, SUM(x.v) FROM t AS x JOIN t2 AS y ON x.uid = y.uid GROUP BY x.g", ("t", "t2")),
 }  # fmt: skip
 
 

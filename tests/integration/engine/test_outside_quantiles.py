@@ -300,6 +300,8 @@ SHAPES = {  # (statement over {t} = o or c, what its count counts on o)
     "unique unit VARIANCE": ("SELECT g, VARIANCE(v) FROM u{t} GROUP BY g", "SELECT count(*) FROM uo WHERE v > 100"),
     "row privacy SUM": ("SELECT g, SUM(v) FROM r{t} GROUP BY g", "SELECT count(*) FROM ro WHERE v > 100"),
     "row privacy STDDEV": ("SELECT STDDEV(v) FROM r{t}", "SELECT count(*) FROM ro WHERE v > 100"),
+    "private join SUM": ("SELECT x.g, SUM(x.v) FROM {t} AS x JOIN o AS y ON x.uid = y.uid GROUP BY x.g", None),
+    "private join AVG": ("SELECT AVG(x.v) FROM {t} AS x JOIN o AS y ON x.uid = y.uid", None),
     "rollup SUM": ("SELECT g, SUM(v) FROM {t} GROUP BY ROLLUP (g)", None),
     "rollup VARIANCE": ("SELECT g, VARIANCE(v) FROM {t} GROUP BY ROLLUP (g)", None),
 }  # fmt: skip
