@@ -215,6 +215,12 @@ class DivisionByZero(DataException):
     sqlstate = "22012"
 
 
+class NumericValueOutOfRange(DataException):
+    """A number outside its type's range, e.g. a numeric literal PostgreSQL cannot hold (22003)."""
+
+    sqlstate = "22003"
+
+
 class InvalidTextRepresentation(DataException):
     """A parameter value that does not parse as its type (22P02)."""
 

@@ -108,9 +108,18 @@ def has_star(q: exp.Select) -> bool:
 
 
 def keep_name(before: exp.Expr, after: exp.Expr) -> exp.Expr:
-    """A substituted select item keeps the output name it had."""
-    if isinstance(before, exp.Alias) or not isinstance(before, exp.Column):
+    """A substituted select item keeps the output name it had: PostgreSQL names a column, and a
+    cast of one (``CAST(rev AS bigint)``, ``rev::bigint``), by the column (``rev``), not by what
+    the derived table computes it from (``sum``)."""
+    if isinstance(before, exp.Alias):
         return after
+    col = before
+    while isinstance(col, (exp.Cast, exp.Paren)):
+        col = col.this
+    if not isinstance(col, exp.Column) or isinstance(col.this, exp.Star):
+        return after
+    if col is not before:
+        return exp.alias_(after, col.name, quoted=True)
     inner = after.this if isinstance(after, exp.Paren) else after
     if isinstance(inner, exp.Column) and inner.name == before.name:
         return inner

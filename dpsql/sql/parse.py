@@ -21,6 +21,7 @@ from dpsql.errors import (
     UnsupportedSql,
 )
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
+from dpsql.sql.faithful import mark_calls, refuse_unreadable
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
@@ -337,6 +338,7 @@ def parse_statement(text: str) -> ParsedStatement:
             position=tokens[0].start + 1,
             hint="dpsql answers SELECT queries",
         )
+    spelled_from = text
     spelled = _spell_array_types(text, tokens)
     if '&"' in spelled:  # U&"..." identifiers (rare: no second tokenizing otherwise)
         spelled = _unicode_escapes(spelled, tokenize(spelled))
@@ -349,6 +351,7 @@ def parse_statement(text: str) -> ParsedStatement:
     try:
         trees = sqlglot.parse(text, read=DIALECT)
     except ParseError as e:
+        refuse_unreadable(tokens if text is spelled_from else tokenize(text))
         raise syntax_error(text, e) from e
     if left_open:  # sqlglot closed a call PostgreSQL leaves open
         raise unclosed(tokenize(text))
@@ -361,6 +364,7 @@ def parse_statement(text: str) -> ParsedStatement:
     check_empty_clauses(found[0], text, tokens)
     check_known_functions(found[0])
     tree = flatten_group_rows(fold_identifiers(found[0]))
+    tree = mark_calls(tree, text, tokens if text is spelled_from else None)
     return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 
 

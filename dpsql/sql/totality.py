@@ -25,7 +25,7 @@ from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from dpsql.errors import InvalidParameter, UnsupportedSql
+from dpsql.errors import InvalidParameter, NumericValueOutOfRange, UnsupportedSql
 from dpsql.sql import functions as fn
 from dpsql.sql.names import cast_sql, type_sql
 from dpsql.sql.temporal import (
@@ -45,6 +45,7 @@ from dpsql.sql.temporal import (
 
 MAX_LITERAL_CHARS = 200
 MAX_LITERAL = Decimal("1e1000")
+NUMERIC_MAX_EXP = 131072  # PostgreSQL numeric: up to 131072 digits before the point
 
 __all__ = [
     "MAX_INTERVALS",
@@ -65,7 +66,16 @@ def check_literal(n: exp.Literal) -> None:
         value = Decimal(text)
     except InvalidOperation:
         raise UnsupportedSql(f"the number {text[:40]} is not valid") from None
-    if len(text) > MAX_LITERAL_CHARS or not value.is_finite() or abs(value) > MAX_LITERAL:
+    exponent = value.as_tuple().exponent  # an int for a finite number
+    if isinstance(exponent, int) and (value.adjusted() >= NUMERIC_MAX_EXP or -exponent > 16383):
+        # PostgreSQL's numeric holds < 1e131072 with at most 16383 digits after the point;
+        # decided on the exponent (abs() of such a Decimal overflows its context: was XX000)
+        raise NumericValueOutOfRange(
+            "value overflows numeric format",
+            hint="write a number below 1e131072 with at most 16383 digits after the point "
+            "(private queries allow up to 1e1000)",
+        )
+    if len(text) > MAX_LITERAL_CHARS or not value.is_finite() or value.copy_abs() > MAX_LITERAL:
         raise InvalidParameter(
             f"the number {text[:40]}... is too large or too long for a private query",
             hint=f"numbers up to 1e1000 with at most {MAX_LITERAL_CHARS} characters are allowed",

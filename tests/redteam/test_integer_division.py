@@ -21,8 +21,8 @@ EXPRS = (
     "-quantity / abs(quantity - 3)",
     "quantity / (quantity - 5) / 2",
     "(quantity * 7) / 4 + quantity / 3",
-    "amount / (quantity - 5)",  # numeric: exact division, no TRUNC (PostgreSQL keeps fewer
-    # digits of a numeric quotient: compared to 12 decimals)
+    "amount / (quantity - 5)",  # numeric: PostgreSQL's own numeric quotient (its digits)
+    "amount * 1.5 - quantity / 7.0",
 )
 
 
@@ -53,7 +53,24 @@ def test_division_matches_postgresql(expr: str, demo_dsn: str, demo_policy: Any)
     with psycopg.connect(demo_dsn) as conn:
         q = (
             f"SELECT count(*) FROM (SELECT ({guarded.sql('postgres')}) AS a, ({total}) AS b "
-            "FROM purchases) t WHERE round(a, 12) IS DISTINCT FROM round(b, 12)"
+            "FROM purchases) t WHERE a::text IS DISTINCT FROM b::text"
         )
         (differ,) = conn.execute(q).fetchone()  # type: ignore[misc]
     assert differ == 0, (expr, total)
+
+
+def test_bigint_division_truncates_exactly(demo_dsn: str) -> None:
+    """The integer quotient of int8 extremes: 2^63 - 1 over 2^62 is 1 (a NUMERIC quotient
+    rounded to PostgreSQL's 16 significant digits is 2.0000000000000000, TRUNC 2)."""
+    tree = sqlglot.parse_one("CAST(a AS BIGINT) / CAST(b AS BIGINT)", read="postgres")
+    total = make_total(tree).sql("postgres")
+    values = "(9223372036854775807, 4611686018427387904), (-9223372036854775808, -1),"
+    values += " (9223372036854775806, 9223372036854775807), (-7, 2), (7, 0)"
+    with psycopg.connect(demo_dsn) as conn:
+        rows = conn.execute(
+            f"SELECT ({total})::text, CASE WHEN b <> 0 AND NOT (a = -9223372036854775808 AND"
+            f" b = -1) THEN (a::bigint / b::bigint)::text END FROM (VALUES {values}) v(a, b)"
+        ).fetchall()
+    assert rows[0] == ("1", "1") and rows[3] == ("-3", "-3"), rows
+    assert all(got == want for got, want in rows if want is not None), rows
+    assert rows[1][0] == "9223372036854775807" and rows[4][0] is None  # clamped; x / 0 is NULL

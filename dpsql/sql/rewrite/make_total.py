@@ -6,20 +6,22 @@ some row is evaluated (a data-gated error). This pass makes every row-level oper
 allows total for every input value:
 
 * arithmetic runs in NUMERIC on *safe* operands: each operand of ``+ - * / % div`` over a column
-  is clamped (NULL staying NULL: ``clamp_strict``) into [-10^1000, 10^1000] and rounded to 100
-  decimals (NaN and ±Infinity are clamped too), **constant operands included**: only a plain
-  number literal is left as it is, and it is at most 10^1000 (:func:`dpsql.sql.totality.
-  check_literal`, checked again once bound parameters are replaced by literals). A constant
-  *expression* is not bounded by its literals: a balanced product of 131 copies of ``1e1000``
-  folds to 10^131000, and ``CASE WHEN amount > T THEN (amount + 1000) * C END`` then overflowed
-  only when a row's amount was above T (a binary search on one person's value). Clamped, the
-  constant is folded before any row is read (its own overflow fails whatever the data), then
-  bounded like a column. So every operand is a number of magnitude at most 10^1000 with at
-  most 100 decimals (or 0), or a nonzero literal between 10^-16383 (NUMERIC's smallest) and
-  10^1000 in magnitude: every product is at most 10^2000, every quotient below 10^1000 /
-  10^-16383 = 10^17383 (a divisor rounded to 100 decimals is 0, then NULL, or at least
-  10^-100), a sum of two such terms below 10^17384, and each result is re-clamped before it
-  enters the next operation. Nothing comes near NUMERIC's 10^131072, whatever the data;
+  is clamped (NULL staying NULL: ``clamp_strict``) into [-10^1000, 10^1000] (NaN and ±Infinity
+  are clamped too), **constant operands included**: only a plain number literal is left as it
+  is, and it is at most 10^1000 (:func:`dpsql.sql.totality.check_literal`, checked again once
+  bound parameters are replaced by literals). A constant *expression* is not bounded by its
+  literals: a balanced product of 131 copies of ``1e1000`` folds to 10^131000, and ``CASE WHEN
+  amount > T THEN (amount + 1000) * C END`` then overflowed only when a row's amount was above T
+  (a binary search on one person's value). Clamped, the constant is folded before any row is
+  read (its own overflow fails whatever the data), then bounded like a column. So every operand
+  is a number of magnitude at most 10^1000, or 0, or at least 10^-16383 (NUMERIC's smallest, its
+  scale at most 16,383): every product is at most 10^2000 (PostgreSQL rounds a product's scale
+  to 16,383, no error), every quotient below 10^1000 / 10^-16383 = 10^17383, a sum of two such
+  terms below 10^17384, and each result is re-clamped before it enters the next operation.
+  Nothing comes near NUMERIC's 10^131072, whatever the data. The clamp returns its input
+  itself, so the operation is PostgreSQL's own on the same values: the same digits and the
+  same scale (``n + 1`` keeps ``n``'s scale, ``n / 3`` PostgreSQL's quotient scale) wherever no
+  value passes 10^1000;
 * constant arithmetic that PostgreSQL does not fold (it reads ``now()``, ``extract(... FROM
   now())``...: stable functions are evaluated per row) is made total the same way; constant
   arithmetic of literals is folded by the planner before any row is read: if it fails, it
@@ -27,7 +29,8 @@ allows total for every input value:
 * division and modulo divide by ``NULLIF(divisor, 0)`` (division by zero gives NULL, which
   aggregates ignore);
 * ``/`` between two integer-typed operands keeps PostgreSQL's integer semantics (truncation toward
-  zero) as ``TRUNC(a / b)`` in NUMERIC, so ``INT_MIN / -1`` can't overflow;
+  zero) as ``div(a, b)`` in NUMERIC (exact), so ``INT_MIN / -1`` can't overflow; integer
+  arithmetic goes back to ``bigint`` (clamped into its range);
 * date and time arithmetic is never mixed with a column (:mod:`dpsql.sql.totality` refuses date
   columns in arithmetic, and a cast of one to a number fails while the statement is planned);
   its constants are bounded there (:mod:`dpsql.sql.temporal`);
@@ -52,7 +55,7 @@ regular expressions, LIKE patterns from data, unknown date units...).
 >>> make_total(sqlglot.parse_one("7 % 2", read="postgres")).sql("postgres")
 '7 % NULLIF(2, 0)'
 >>> make_total(sqlglot.parse_one("a * 2", read="postgres")).sql("postgres")
-'ROUND(NUMERIC_SMALLER(NUMERIC_LARGER(CAST(a AS DECIMAL), -1e1000), 1e1000), 100) * 2'
+'NUMERIC_SMALLER(NUMERIC_LARGER(CAST(a AS DECIMAL), -1e1000), 1e1000) * 2'
 """
 
 from __future__ import annotations
@@ -67,7 +70,6 @@ from dpsql.sql.sensitivity import Columns, lookup
 from dpsql.sql.temporal import value_kind as kind
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
-SAFE_SCALE = 100  # and rounded to this many decimals
 FLOAT_LIMITS = {
     exp.DataType.Type.DOUBLE: (300, 300),  # |x| <= 1e300, rounded to 300 decimals (> DBL_MIN)
     exp.DataType.Type.FLOAT: (38, 37),  # real: |x| <= 1e38, rounded to 37 decimals (> FLT_MIN)
@@ -97,11 +99,17 @@ def _round(node: exp.Expr, decimals: int) -> exp.Round:
     return r
 
 
+def _is_clamp(node: exp.Expr) -> bool:
+    """``node`` is :func:`clamp_strict`'s outer call (NUMERIC)."""
+    return isinstance(node, exp.Anonymous) and str(node.name).lower() == "numeric_smaller"
+
+
 def _num(node: exp.Expr) -> exp.Expr:
     """``node`` typed NUMERIC (no cast added when it already is). Takes ``node`` (no copy)."""
     if (
         (isinstance(node, exp.Literal) and not node.is_string)
         or isinstance(node, exp.Round)
+        or _is_clamp(node)
         or (isinstance(node, exp.Cast) and node.to.this == exp.DataType.Type.DECIMAL)
     ):
         return node
@@ -109,7 +117,7 @@ def _num(node: exp.Expr) -> exp.Expr:
 
 
 def _safe(node: exp.Expr) -> exp.Expr:
-    """A NUMERIC operand that can't make arithmetic overflow: clamped and rounded.
+    """A NUMERIC operand that can't make arithmetic overflow: clamped (its value and scale kept).
 
     Every operand is clamped, constants included, except a plain number literal (at most 10^1000
     by :func:`dpsql.sql.totality.check_literal`, checked again once parameters are bound): a
@@ -122,7 +130,8 @@ def _safe(node: exp.Expr) -> exp.Expr:
         return node
     big = _pow10(SAFE_EXP)
     clamped = _clamp(_num(node), exp.Neg(this=big), big.copy())
-    return _round(clamped, SAFE_SCALE)
+    clamped.type = _NUMERIC.copy()
+    return clamped
 
 
 # Nodes PostgreSQL's planner folds when their arguments are constants (immutable), as dpsql
@@ -175,7 +184,7 @@ def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
         return is_integer(node.this, columns)
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
         return is_integer(node.this, columns) and is_integer(node.expression, columns)
-    if isinstance(node, exp.Anonymous):  # our own TRUNC(a / b) and DIV(a, b) of integers
+    if isinstance(node, exp.Anonymous):  # our own DIV(a, b) of integers (TRUNC: older forms)
         return str(node.name).lower() in ("trunc", "div")
     return isinstance(node, exp.Length)
 
@@ -350,9 +359,14 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
 
     def fix_numeric(n: exp.Expr, both_int: bool) -> exp.Expr:
         if isinstance(n, exp.Div):
+            if both_int:  # PostgreSQL's integer quotient: div() truncates exactly (a rounded
+                # NUMERIC quotient, 2^63 - 1 over 2^62 = 1.99...98 kept to 16 decimals, is 2.0)
+                return exp.Anonymous(
+                    this="div", expressions=[_num(_safe(n.this)), _guard(_safe(n.expression))]
+                )
             n.set("this", _safe(n.this))
             n.set("expression", _guard(_safe(n.expression)))
-            return exp.Anonymous(this="trunc", expressions=[n]) if both_int else n
+            return n
         if isinstance(n, exp.Mod):
             n.set("this", _safe(n.this))
             n.set("expression", _guard(_safe(n.expression)))
@@ -380,6 +394,8 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if new is not child and key is not None:
                 n.set(key, new, index)
         out = float_safe(fix(n, both_int), columns)  # a NUMERIC meeting a float
-        return _as_bigint(out) if whole_int and out.find(exp.Round) is not None else out
+        if whole_int and any(_is_clamp(x) for x in out.walk()):
+            return _as_bigint(out)
+        return out
 
     return visit(node.copy())

@@ -58,7 +58,8 @@ CATALOG = {
 VOLATILE = {"random", "clock_timestamp", "timeofday", "gen_random_uuid", "statement_timestamp"}
 # Calls dpsql refuses though PostgreSQL runs them (sqlglot cannot parse them, or sends them
 # in a form PostgreSQL 15 does not run): refused or an upstream error, never another value.
-NOT_RUN = {"overlaps", "convert", "json_object", "log10"}
+# json_object: its one-argument form (0A000; the two-argument form runs as written).
+NOT_RUN = {"overlaps", "convert", "json_object"}
 
 # The grammar's special forms and the renames to check (over the table pt, see _database).
 FORMS = """
@@ -115,6 +116,10 @@ count(*) FILTER (WHERE i > 0) | sum(n) FILTER (WHERE s IS NOT NULL) | string_agg
 array_agg(DISTINCT i) | string_agg(s, ',') FILTER (WHERE i > 0) | max(n ORDER BY i)
 string_agg(DISTINCT s) | array_agg(DISTINCT i, n) | sum(DISTINCT i)
 round(n, 1, 2 IN (2)) | round(n, 1 IN (1)) | log10(n, 1 IN (1)) | coalesce(s SIMILAR TO 'a%', true)
+log10(f) | log10(i) | log10(n)::text | pg_typeof(log10(i)) | date_part('epoch', ts)::text
+pg_typeof(date_part('dow', d)) | date_part('DOW', ts)::text | date_part('epoch', ts + INTERVAL '1 day')
+date_part('year', CURRENT_DATE) | date_part(s, ts) | date_part('dow', date_part('epoch', ts)::int)
+json_object(ARRAY['a', s], ARRAY['1', s]) | json_object(ARRAY['k'], ARRAY[s])::text
 "ROUND"(n, 1) | "round"(n, 1) | U&"r\\006Fund"(n, 1, 2) | U&"\\0069fnull"(s, 'z') | string_agg(s
 percentile_cont(0.5, i IN (1)) WITHIN GROUP (ORDER BY n) | substr(s FROM 2) | upper(s FOR 2)
 position('b', s IN ('x')) | extract(year, d IN (d)) | position('b' IN s, 1)

@@ -67,7 +67,7 @@ def test_a_plain_number_literal_is_left_as_written(sql: str) -> None:
 def test_unfolded_constant_arithmetic_is_clamped() -> None:
     """extract(epoch FROM now()) is stable: evaluated per row, so made total like a column."""
     out = _total("extract(epoch FROM now()) * 1e1000")
-    assert out.startswith("ROUND(" + CLAMP), out
+    assert out.startswith(CLAMP), out
 
 
 @pytest.mark.parametrize("sql", ["(1 + 2) * 3", "7 % 2", "now() - INTERVAL '1 day'"])

@@ -1,0 +1,194 @@
+"""Calls sqlglot reads into another function's node, written back as the user wrote them.
+
+sqlglot reads ``date_part('dow', x)`` into the node of ``EXTRACT(dow FROM x)`` and writes it back
+as ``EXTRACT``, which is ``numeric`` where ``date_part`` is ``double precision`` (PostgreSQL 14
+on: ``date_part('epoch', ts)`` is ``1710498030``, ``EXTRACT`` ``1710498030.000000``); it reads
+``log10(x)`` as ``LOG(10, x)`` (``numeric``; ``log(integer, double precision)`` does not exist, so
+``log10(f)`` over a ``double precision`` failed) and ``json_object(keys, values)`` as the SQL/JSON
+``JSON_OBJECT(keys: values)``, which PostgreSQL 15 does not have. The node stays (the analysis
+knows an ``EXTRACT`` over a private column); :func:`mark_calls` records on it what was written,
+and the PostgreSQL generator's transforms registered here write the call back as written.
+
+>>> import sqlglot
+>>> text = "SELECT date_part('dow', ts), extract(dow FROM ts), log10(n), json_object(k, v) FROM t"
+>>> mark_calls(sqlglot.parse_one(text, read="postgres"), text).sql("postgres")
+"SELECT DATE_PART('dow', ts), EXTRACT(DOW FROM ts), LOG10(n), JSON_OBJECT(k, v) FROM t"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.generator import Generator
+from sqlglot.tokenizer_core import Token, TokenType
+
+from dpsql.errors import FeatureNotSupported
+
+CALLED = "dpsql_called"  # the function written, on a node sqlglot shares between two forms
+FIELD = "dpsql_field"  # date_part's first argument, as a string literal
+
+_NAMES = {exp.Extract: ("date_part", "extract"), exp.JSONObject: ("json_object",)}
+
+
+@dataclass
+class _Call:
+    name: str
+    at: int  # the name's offset (for messages: 1-based)
+    start: int  # the opening bracket's offset
+    end: int  # the closing bracket's offset
+    first: list[Token]  # the tokens of the first argument
+    several: bool  # a comma at the call's own level (more than one argument)
+    taken: bool = False
+
+
+def _calls(tokens: list[Token], names: set[str]) -> list[_Call]:
+    out: list[_Call] = []
+    stack: list[tuple[str, int, list[Token], bool]] = []  # name, its index, first arg, open
+    for i, tok in enumerate(tokens):
+        if tok.token_type == TokenType.L_PAREN:
+            before = tokens[i - 1] if i else None
+            name = before.text.lower() if before and before.token_type != TokenType.STRING else ""
+            if i >= 2 and tokens[i - 2].token_type in (TokenType.DOT, TokenType.DCOLON):
+                name = ""
+            if stack and stack[-1][3]:
+                stack[-1][2].append(tok)
+            stack.append((name, i, [], True))
+        elif tok.token_type == TokenType.R_PAREN and stack:
+            name, at, first, still_first = stack.pop()
+            if stack and stack[-1][3]:
+                stack[-1][2].append(tok)
+            if name in names:
+                where = tokens[at - 1].start + 1
+                out.append(_Call(name, where, tokens[at].start, tok.start, first, not still_first))
+        elif tok.token_type == TokenType.COMMA and stack and stack[-1][3]:
+            name, at, first, _ = stack[-1]
+            stack[-1] = (name, at, first, False)
+        elif stack and stack[-1][3]:
+            stack[-1][2].append(tok)
+    return out
+
+
+def _field(call: _Call) -> str:
+    """A ``date_part`` call's field (its first argument) as a string literal; 0A000 when it is
+    not a string constant."""
+    first = call.first
+    if len(first) != 1 or first[0].token_type != TokenType.STRING:
+        raise FeatureNotSupported(
+            "date_part with a field that is not a string constant is not supported by dpsql",
+            position=call.at,
+            hint="write the field as a string, e.g. date_part('year', d), or EXTRACT(year FROM d)",
+        )
+    return "'" + first[0].text.replace("'", "''") + "'"
+
+
+def refuse_unreadable(tokens: list[Token]) -> None:
+    """Called when sqlglot can't read a statement: 0A000 for a call PostgreSQL runs that sqlglot
+    reads as another form (``json_object('{a,1}')``, its one-argument form: sqlglot expects the
+    SQL/JSON ``JSON_OBJECT(key: value)``), instead of a syntax error."""
+    for call in _calls(tokens, {"json_object"}):
+        if not call.several:
+            raise FeatureNotSupported(
+                "json_object with one argument is not supported by dpsql",
+                position=call.at,
+                hint="write json_object(keys, values) with two text arrays, or "
+                "json_build_object('a', 1, 'b', 2)",
+            )
+
+
+def _depth(node: exp.Expr) -> int:
+    d = 0
+    while node.parent is not None:
+        node, d = node.parent, d + 1
+    return d
+
+
+def mark_calls(tree: exp.Expr, text: str, tokens: list[Token] | None = None) -> exp.Expr:
+    """Record on each ``EXTRACT`` node read from ``date_part(...)`` and each ``JSON_OBJECT``
+    node read from ``json_object(...)`` what was written (in place; the nodes are matched to the
+    calls of ``tokens``, ``text``'s tokens, by the offsets of what they contain). Raises 0A000
+    for a ``date_part`` whose field is not a string constant (sqlglot reads ``date_part(f, x)``
+    as ``EXTRACT(f FROM x)``: the column ``f`` would be taken for a field named f)."""
+    lowered = text.lower()
+    if "log10" in lowered:
+        for log in tree.find_all(exp.Log):
+            start, end = log.meta.get("start"), log.meta.get("end")
+            if isinstance(start, int) and isinstance(end, int):
+                if lowered[start : end + 1] == "log10":
+                    log.meta[CALLED] = "log10"
+    if "date_part" not in lowered and "json_object" not in lowered:
+        return tree
+    if tokens is None:
+        tokens = list(Postgres().tokenize(text))
+    calls = _calls(tokens, {"date_part", "extract", "json_object"})
+    nodes = sorted(tree.find_all(exp.Extract, exp.JSONObject), key=_depth, reverse=True)
+    for node in nodes:
+        offsets = [x.meta["start"] for x in node.walk() if isinstance(x.meta.get("start"), int)]
+        if not offsets:
+            continue
+        lo, hi = min(offsets), max(offsets)
+        names = _NAMES[type(node)]
+        inside = [
+            c for c in calls if c.name in names and not c.taken and c.start < lo <= hi < c.end
+        ]
+        if not inside:
+            continue
+        call = max(inside, key=lambda c: c.start)
+        call.taken = True
+        if call.name in ("date_part", "json_object"):
+            node.meta[CALLED] = call.name
+        if call.name == "date_part":
+            node.meta[FIELD] = _field(call)
+    left = [c for c in calls if c.name in ("date_part", "extract") and not c.taken]
+    unplaced = [n for n in tree.find_all(exp.Extract) if CALLED not in n.meta]
+    if left and all(c.name == "date_part" for c in left) and len(left) == len(unplaced):
+        # calls of constants only (date_part('dow', CURRENT_DATE)): no offsets inside, and
+        # every EXTRACT node left is one of them (none was written EXTRACT)
+        for call, node in zip(left, unplaced, strict=True):
+            _field(call)
+            call.taken = True
+            node.meta[CALLED] = "date_part"
+            node.meta[FIELD] = "'" + node.this.name.lower().replace("'", "''") + "'"
+    for call in calls:
+        if call.name == "date_part" and not call.taken:
+            raise FeatureNotSupported(
+                "this form of date_part is not supported by dpsql",
+                position=call.at,
+                hint="write EXTRACT(field FROM value), e.g. EXTRACT(year FROM d)",
+            )
+    return tree
+
+
+_Transform = Callable[[Generator, exp.Expr], str]
+_TRANSFORMS = Postgres.Generator.TRANSFORMS
+
+
+def _extract_sql(self: Generator, e: exp.Expr) -> str:
+    if e.meta.get(CALLED) == "date_part" and isinstance(e.meta.get(FIELD), str):
+        return f"DATE_PART({e.meta[FIELD]}, {self.sql(e, 'expression')})"
+    return str(self.extract_sql(e))  # type: ignore[arg-type]
+
+
+def _log_sql(self: Generator, e: exp.Expr) -> str:
+    if e.meta.get(CALLED) == "log10" and e.args.get("expression") is not None:
+        return self.func("LOG10", e.args["expression"])
+    return str(self.log_sql(e))  # type: ignore[arg-type]
+
+
+_JSON_OBJECT: _Transform = _TRANSFORMS[exp.JSONObject]
+
+
+def _json_object_sql(self: Generator, e: exp.Expr) -> str:
+    pairs = e.expressions
+    if e.meta.get(CALLED) == "json_object" and len(pairs) == 1:
+        pair = pairs[0]
+        if isinstance(pair, exp.JSONKeyValue):
+            return self.func("JSON_OBJECT", pair.this, pair.expression)
+    return _JSON_OBJECT(self, e)
+
+
+_TRANSFORMS[exp.Extract] = _extract_sql
+_TRANSFORMS[exp.Log] = _log_sql
+_TRANSFORMS[exp.JSONObject] = _json_object_sql
