@@ -185,6 +185,19 @@ def _grouping_sets(
     return keys, tuple(sets)
 
 
+def _check_order_positions(order: exp.Order, width: int) -> None:
+    """``ORDER BY 5`` with fewer output columns: PostgreSQL's 42P10, before anything runs or is
+    charged (was: the position silently ignored)."""
+    for o in order.expressions:
+        k = o.this if isinstance(o, exp.Ordered) else o
+        if isinstance(k, exp.Literal) and not k.is_string and str(k.this).isdigit():
+            if not 1 <= int(k.this) <= width:
+                raise InvalidColumnReference(
+                    f"ORDER BY position {int(k.this)} is not in select list",
+                    hint=f"positions run from 1 to {width}; or ORDER BY the column by name",
+                )
+
+
 def _group_key(tree: exp.Select, ctx: _Ctx, g: exp.Expr) -> GroupKey:
     """One GROUP BY expression (a select-list position or alias resolved), checked."""
     selects = tree.expressions
@@ -373,6 +386,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         q = q.where(outer.rewrite(having.this, "HAVING"))
     order = tree.args.get("order")
     if order is not None:
+        _check_order_positions(order, len(tree.expressions))
         names = frozenset(s.alias for s in selects if isinstance(s, exp.Alias))
         q.set("order", outer.rewrite(order, "ORDER BY", names))
     for key in ("limit", "offset"):

@@ -41,7 +41,9 @@ from dpsql.sql.temporal import (
     int_literal,
     temporal_type,
     time_constants,
+    value_kind,
 )
+from dpsql.sql.wording import plain_sql
 
 MAX_LITERAL_CHARS = 200
 MAX_LITERAL = Decimal("1e1000")
@@ -129,7 +131,51 @@ def _check_round(n: exp.Round) -> None:
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv, exp.Neg, exp.Abs)
 
 
+def _time_operand(arg: exp.Expr | None, column: ColumnOf) -> exp.Column | None:
+    """The column in ``arg`` when ``arg`` is a date, time or interval value read from a row."""
+    while isinstance(arg, exp.Paren):
+        arg = arg.this
+    if arg is None:
+        return None
+    col = arg if isinstance(arg, exp.Column) else arg.find(exp.Column)
+    if col is None:
+        return None
+    if arg is col:
+        return col if column(col).family in ("date", "timestamp") else None
+    return col if value_kind(arg) == "time" else None
+
+
+def _check_time_columns(n: exp.Expr, column: ColumnOf) -> None:
+    """Date/time arithmetic with a column (``purchased_at::timestamp + INTERVAL '1 day'``,
+    ``INTERVAL '1 day' * quantity``) is refused: the rewrite makes row-level arithmetic total in
+    NUMERIC, and a timestamp cast to NUMERIC failed while PostgreSQL planned the statement
+    (42000, in PostgreSQL's words). Moving the constant to the other side of the comparison
+    asks the same question."""
+    sides = (n.args.get("this"), n.args.get("expression"))
+    cols = [_time_operand(x, column) for x in sides]
+    col = next((c for c in cols if c is not None), None)
+    if col is None and n.find(exp.Column) is not None:
+        if "time" in (value_kind(x) for x in sides if x is not None):
+            col = n.find(exp.Column)
+    if col is None:
+        return
+    if column(col).family in ("date", "timestamp"):
+        hint = (
+            f"compare the column itself with a constant, e.g. WHERE {col.name} > now() - "
+            "INTERVAL '1 day' instead of adding the interval to the column; group with "
+            "date_trunc or extract"
+        )
+    else:
+        hint = f"compare {col.name} with a number instead of multiplying an interval by it"
+    raise UnsupportedSql(
+        f"{plain_sql(n)}: date/time arithmetic on the column {col.name} is not supported in "
+        "private queries",
+        hint=hint,
+    )
+
+
 def _check_arithmetic(n: exp.Expr, column: ColumnOf) -> None:
+    _check_time_columns(n, column)
     for key in ("this", "expression"):
         arg = n.args.get(key)
         while isinstance(arg, exp.Paren):

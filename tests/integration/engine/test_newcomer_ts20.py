@@ -1,0 +1,93 @@
+"""A newcomer's findings (session 20): date/time arithmetic over a private column, ORDER BY
+positions beyond the select list, COUNT(DISTINCT) of a column with a small declared domain.
+
+Deterministic: refusals' words and SQLSTATEs, and a clamp that holds whatever the noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.session import SessionContext
+from tests.helpers import ledgered_engine, notices_of
+
+
+@pytest.fixture(scope="module")
+def engine(demo_dsn: str, demo_policy: Any) -> Iterator[Engine]:
+    with ledgered_engine(demo_policy, demo_dsn, "dpsql_ts20") as e:
+        yield e
+
+
+def _refusal(engine: Engine, sql: str) -> DpsqlError:
+    with pytest.raises(DpsqlError) as e:
+        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    return e.value
+
+
+def _spent(engine: Engine) -> list[object]:
+    assert engine.ledger is not None
+    return [s.epsilon_spent for s in engine.ledger.remaining("analyst")]
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "purchased_at::timestamp + INTERVAL '1 day' > now()",
+        "purchased_at::timestamp + INTERVAL '1 day' * quantity > now()",
+        "purchased_at::timestamp - INTERVAL '1 day' > now()",
+        "now() - purchased_at::timestamp > INTERVAL '1 day'",
+        "purchased_at + 1 > current_date",
+        "CAST(purchased_at AS date) - DATE '2025-01-01' > 30",
+        "INTERVAL '1 day' * quantity > INTERVAL '3 days'",
+    ],
+)
+def test_time_arithmetic_over_a_column_refused_in_own_words(engine: Engine, where: str) -> None:
+    """Date/time arithmetic with a private column (was: a cast of the timestamp to NUMERIC in
+    the rewritten SQL, PostgreSQL's planning error 42000): refused before anything runs, in
+    dpsql's words, with a hint that compares the column with a constant; nothing charged."""
+    before = _spent(engine)
+    e = _refusal(engine, f"SELECT COUNT(*) FROM purchases WHERE {where}")
+    assert e.sqlstate == "0A000", e
+    assert "date/time arithmetic" in e.message and "not supported" in e.message, e
+    assert "planning" not in e.message and "DECIMAL" not in str(e), e
+    assert e.hint is not None, e
+    if "purchased_at" in where:
+        assert "WHERE purchased_at > now() - INTERVAL '1 day'" in e.hint, e
+    assert _spent(engine) == before
+
+
+def test_the_hints_statement_is_answered(engine: Engine) -> None:
+    """The refusal's hint (the constant moved to the other side) is a statement that runs."""
+    assert notices_of(
+        engine, "SELECT COUNT(*) FROM purchases WHERE purchased_at > now() - INTERVAL '1 day'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "k", "width"),
+    [
+        ("SELECT COUNT(*) FROM purchases ORDER BY 5", 5, 1),
+        ("SELECT category, COUNT(*) FROM purchases GROUP BY category ORDER BY 1, 3 DESC", 3, 2),
+        ("SELECT category, COUNT(*) AS n FROM purchases GROUP BY 1 ORDER BY 0", 0, 2),
+    ],
+)
+def test_order_by_position_beyond_the_select_list(
+    engine: Engine, sql: str, k: int, width: int
+) -> None:
+    """PostgreSQL's words and SQLSTATE 42P10, nothing charged (was: silently ignored)."""
+    before = _spent(engine)
+    e = _refusal(engine, sql)
+    assert e.sqlstate == "42P10", e
+    assert e.message == f"ORDER BY position {k} is not in select list", e
+    assert e.hint is not None and f"positions run from 1 to {width}" in e.hint
+    assert _spent(engine) == before
+
+
+def test_order_by_positions_in_range_still_sort(engine: Engine) -> None:
+    notices_of(engine, "SELECT category, COUNT(*) FROM purchases GROUP BY 1 ORDER BY 2 DESC, 1")
