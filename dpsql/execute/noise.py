@@ -181,6 +181,7 @@ def release(
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
     interval = _stat_interval(plan, noisy, removed, present)
+    clamped: set[int] = set()  # statistics the declared domain's size clamped
     for si, s in enumerate(a.statistics):
         for i in range(len(table)):
             v, _ = derive(s, [noisy[m][i] for m in s.measures], [0.0] * len(s.measures))
@@ -189,16 +190,31 @@ def release(
             # presentation: the digits below the step of its noise are dropped (a function of
             # the released value and interval only; stored so, a free repeat reads the same)
             selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
-            stats[i].append(v if iv is None or selected else round_nearest(v, _half(iv)))
+            v = v if iv is None or selected else round_nearest(v, _half(iv))
+            if s.at_most is not None:  # the declared domain's size (post-processing)
+                cap = s.at_most
+                if (v is not None and v > cap) or (iv is not None and iv[1] > cap):
+                    clamped.add(si)
+                v = v if v is None else min(v, cap)
+                iv = iv if iv is None else (min(iv[0], float(cap)), min(iv[1], float(cap)))
+            stats[i].append(v)
             intervals[i].append(iv)
     groups = [list(k) for k, _ in table]
     acc = accuracy_notes(
         a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
     )
+    capped = tuple(
+        f"{s.sql}: value and interval clamped to at most {s.at_most}, the number of distinct "
+        "values the policy declares for the column (its keys, or the whole numbers within its "
+        f"bounds): that upper end holds whatever the bounds left out, so _high shows "
+        f"{s.at_most}, not NULL"
+        for si, s in enumerate(a.statistics)
+        if si in clamped
+    )
     derived, derived_halves = _derived(a, len(table), confidence, interval, acc.disowned)
     halves = [[None if iv is None else _half(iv) for iv in row] for row in intervals]
     intervals = [  # an interval the notice says does not hold: NULL columns (issue 16)
-        [owned(acc.disowned, r, si, iv) for si, iv in enumerate(row)]
+        [_capped(a, si, owned(acc.disowned, r, si, iv)) for si, iv in enumerate(row)]
         for r, row in enumerate(intervals)
     ]
     return Release(
@@ -208,13 +224,23 @@ def release(
         intervals,
         derived,
         confidence,
-        acc.notes,
+        acc.notes + capped,
         halves,
         derived_halves,
     )
 
 
 Ivs = list[list[tuple[float, float] | None]]
+
+
+def _capped(a: Analysis, si: int, iv: tuple[float, float] | None) -> tuple[float, float] | None:
+    """A COUNT(DISTINCT) interval's end within its declared domain's size, also the end a
+    disowned interval leaves open (the truth is at most that many values whatever the bounds
+    dropped)."""
+    cap = a.statistics[si].at_most
+    if iv is None or cap is None:
+        return iv
+    return (min(iv[0], float(cap)), min(iv[1], float(cap)))
 
 
 def _derived(

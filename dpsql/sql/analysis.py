@@ -123,6 +123,10 @@ class Statistic:
     hi: Fraction
     pg_type: str  # the PostgreSQL type of the output (int8, numeric, float8)
     sql: str  # the aggregate as written, for plans and messages
+    # COUNT(DISTINCT col): the size of col's declared domain (its keys, or the whole numbers
+    # of an integer column's bounds), at most that many distinct values: value and interval
+    # are clamped to it (post-processing)
+    at_most: int | None = None
 
 
 @dataclass(frozen=True)

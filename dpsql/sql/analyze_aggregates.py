@@ -6,6 +6,7 @@ Part of the analysis (:func:`dpsql.sql.analyze.analyze`, :mod:`dpsql.sql.analyze
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import NoReturn
 
@@ -255,7 +256,9 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
                 m = Measure("count_units")
             else:
                 m = _count_distinct(ctx, inner)
-            return Statistic("count_distinct", (m.key,), Fraction(0), Fraction(0), "int8", sql), [m]
+            cap = _domain_size(ctx, inner) if m.kind in ("count_distinct", "count_keys") else None
+            st = Statistic("count_distinct", (m.key,), Fraction(0), Fraction(0), "int8", sql, cap)
+            return st, [m]
         check_row_level(ctx, arg, "COUNT(...)")
         _refuse_computed_identifiers(ctx, arg, "COUNT(...)")
         if isinstance(arg, exp.Literal) and not arg.is_string:
@@ -348,6 +351,23 @@ _SUPPORTED = (
     "COUNT, COUNT(DISTINCT ...), SUM, AVG, VARIANCE/VAR_POP, STDDEV/STDDEV_POP, MEDIAN, "
     "PERCENTILE_CONT/PERCENTILE_DISC, MIN, MAX or mode()"
 )
+
+
+def _domain_size(ctx: _Ctx, inner: exp.Expr) -> int | None:
+    """How many distinct non-null values ``inner`` (a column) may hold by the policy: its keys,
+    or the whole numbers within an integer column's bounds; None when not declared."""
+    if not isinstance(inner, exp.Column):
+        return None
+    col = ctx.column(inner)
+    if col is None or col.identifier:
+        return None
+    if col.keys and not col.keys_from:
+        return len(set(col.key_texts or ()))
+    if col.family == "integer" and col.bounds is not None:
+        lo, hi = col.bounds
+        if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
+            return max(0, math.floor(hi) - math.ceil(lo) + 1)
+    return None
 
 
 def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:

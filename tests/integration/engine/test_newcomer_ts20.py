@@ -91,3 +91,31 @@ def test_order_by_position_beyond_the_select_list(
 
 def test_order_by_positions_in_range_still_sort(engine: Engine) -> None:
     notices_of(engine, "SELECT category, COUNT(*) FROM purchases GROUP BY 1 ORDER BY 2 DESC, 1")
+
+
+def test_count_distinct_clamped_to_the_declared_domain(engine: Engine) -> None:
+    """quantity is an integer declared within [1, 10]: at most 10 distinct values. The answer
+    and its interval are clamped to 10 (was 89 [0, 227]: an interval far beyond what the
+    policy allows), and the notice says so. Deterministic: the accuracy notice leaves the upper
+    end open (what the contribution bounds left out) whatever the draw, so the clamp always
+    acts; the ends must hold whatever the noise."""
+    sql = "SELECT COUNT(DISTINCT quantity) FROM purchases"
+    prepared = engine.prepare(sql, "analyst")
+    result = engine.execute(prepared, SessionContext("analyst", Fraction(1)))
+    value = result.rows[0][0]
+    assert result.intervals is not None
+    iv = result.intervals[0][0]
+    assert iv is not None and isinstance(value, int), (value, iv)
+    assert 0 <= value <= 10 and 0 <= iv[0] <= iv[1] <= 10, (value, iv)
+    notes = [n for n in result.notices if "clamped to at most 10" in n]
+    assert notes, result.notices
+
+
+def test_count_distinct_of_keys_at_most_the_keys(engine: Engine) -> None:
+    sql = "SELECT COUNT(DISTINCT category) FROM purchases"
+    result = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    value = result.rows[0][0]
+    assert isinstance(value, int) and 0 <= value <= 5, value
+    assert result.intervals is not None
+    iv = result.intervals[0][0]
+    assert iv is None or 0 <= iv[0] <= iv[1] <= 5, iv
