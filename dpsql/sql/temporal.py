@@ -225,7 +225,9 @@ _NUMBER_NODES = (
     exp.IntDiv,
 )  # fmt: skip
 # dpsql's own total forms (dpsql.sql.rewrite.make_total): numbers
-_NUMBER_FUNCTIONS = frozenset({"div", "trunc", "numeric_larger", "numeric_smaller"})
+_NUMBER_FUNCTIONS = frozenset(
+    {"div", "trunc", "numeric_larger", "numeric_smaller", "float8larger", "float8smaller"}
+)
 MAX_DAYS = 36525  # a number of days added to a date: at most 100 years, as one INTERVAL
 
 

@@ -66,6 +66,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.float_safe import float_safe
 from dpsql.sql.rewrite.literals import clamp_strict, number
+from dpsql.sql.rewrite.total_float import float_operation, is_float8
 from dpsql.sql.sensitivity import Columns, lookup
 from dpsql.sql.temporal import value_kind as kind
 
@@ -310,6 +311,27 @@ def _largest_numeric(p: int, s: int) -> exp.Expr:
     return exp.Literal.number(f"{digits[: p - s]}.{digits[p - s :]}")
 
 
+_FloatFlags = tuple[tuple[bool, bool, bool], tuple[bool, bool, bool]]
+
+
+def _float_flags(n: exp.Expr, columns: Columns | None) -> _FloatFlags | None:
+    """For ``+ - * /`` over a column that PostgreSQL computes in float8: (float8, integer,
+    float8 column) of each operand as written; else None."""
+    if not isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Div)) or not n.find(exp.Column):
+        return None
+    if not is_float8(n, columns):
+        return None
+
+    def flags(x: exp.Expr) -> tuple[bool, bool, bool]:
+        inner = x
+        while isinstance(inner, (exp.Paren, exp.Neg, exp.Abs)):
+            inner = inner.this
+        leaf = isinstance(inner, exp.Column) and is_float8(inner, columns)
+        return is_float8(x, columns), is_integer(x, columns), leaf
+
+    return flags(n.this), flags(n.expression)
+
+
 def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
     """A copy of ``node`` in which no operation can raise for any row (see the module docstring).
 
@@ -317,7 +339,7 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
     keeps its truncating semantics; without it, ``/`` divides exactly.
     """
 
-    def fix(n: exp.Expr, both_int: bool) -> exp.Expr:
+    def fix(n: exp.Expr, both_int: bool, floats: _FloatFlags | None, float_unary: bool) -> exp.Expr:
         if not n.find(exp.Column) and not isinstance(n, exp.Cast):
             if (
                 isinstance(n, _ARITHMETIC)
@@ -335,9 +357,11 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if isinstance(n, exp.IntDiv):
                 return exp.Anonymous(this="div", expressions=[n.this, _guard(n.expression)])
             return n
+        if floats is not None:  # PostgreSQL's float8 arithmetic (dpsql.sql.rewrite.total_float)
+            return float_operation(n, floats)
         if isinstance(n, (exp.Div, exp.Mod, exp.IntDiv, exp.Add, exp.Sub, exp.Mul)):
             return fix_numeric(n, both_int)
-        if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this):
+        if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this) and not float_unary:
             n.set("this", _num(n.this))
             return n
         if _timestamp_input(n) and isinstance(n.this, exp.Expr) and n.this.find(exp.Column):
@@ -388,12 +412,15 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             and is_integer(n.expression, columns)
         )
         whole_int = _outermost_integer(n, columns)
+        floats = _float_flags(n, columns)
+        # -x and abs(x) of a double precision never raise: kept in float8
+        float_unary = isinstance(n, (exp.Neg, exp.Abs)) and is_float8(n.this, columns)
         for child in list(n.iter_expressions()):
             key, index = child.arg_key, child.index
             new = visit(child)
             if new is not child and key is not None:
                 n.set(key, new, index)
-        out = float_safe(fix(n, both_int), columns)  # a NUMERIC meeting a float
+        out = float_safe(fix(n, both_int, floats, float_unary), columns)  # NUMERIC meets float
         if whole_int and any(_is_clamp(x) for x in out.walk()):
             return _as_bigint(out)
         return out

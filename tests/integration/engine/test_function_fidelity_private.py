@@ -38,18 +38,15 @@ CASE WHEN i > 2 THEN 'p' ELSE 'n' END | n::int | f::int | f::numeric(10, 1) | s:
 d::timestamp | ts::date | i::text | n::numeric(10, 1) | d + 1 | d - DATE '2024-01-01'
 f * 2 | f + 0.1 | n + 1 | n * 2 | n - i | (i + 1) * 2 | -(i + 1) | abs(i - 3) | i * 2 + n
 round(f, 1) | round(i, 1) | trunc(n, 1) | ts + INTERVAL '1 month' | i IS DISTINCT FROM 3
+f / 3 | f - n | f * i + 1 | -f * 2 | abs(f) / 7 | round(f * 1.1) | date_part('dow', ts) + 0.5
 s LIKE 'a%' | s ILIKE 'A%' | i BETWEEN 1 AND 4
 """
 
 
-# Known deviations, left as they are: double precision arithmetic runs in NUMERIC
-# (dpsql/sql/rewrite/make_total.py: each operand clamped so that no row can make it overflow),
-# so f + 0.1 is -2.45 (PostgreSQL's -2.4499999999999997) and f * 2 is -5.10 ('-5.1').
-# Only their NULLs are compared; test_known_deviations_still_differ keeps this list honest.
-# Numeric arithmetic is PostgreSQL's own on the same values ((n + 1)::text is '-0.37', n / 3
-# keeps PostgreSQL's 20 decimals); integer arithmetic goes back to an integer type
-# ((i % 3)::text is '0'): both compared fully.
-SCALE_ONLY = {"f * 2", "f + 0.1"}
+# Arithmetic is PostgreSQL's own on the same values (dpsql/sql/rewrite/make_total.py makes each
+# operand safe, so that no row can make it fail): numeric ((n + 1)::text is '-0.37', n / 3
+# keeps PostgreSQL's 20 decimals), double precision in float8 (f + 0.1 is -2.4499999999999997),
+# integer back to an integer type ((i % 3)::text is '0'): every value compared as text.
 
 
 @pytest.fixture(scope="module")
@@ -119,9 +116,7 @@ def test_row_level_functions_filter_as_written(
         except psycopg.Error:
             values = []
         conditions = [f"({e}) IS NULL"] + [
-            f"({e})::text = '{str(v).replace(chr(39), chr(39) * 2)}'"
-            for (v,) in values
-            if e not in SCALE_ONLY
+            f"({e})::text = '{str(v).replace(chr(39), chr(39) * 2)}'" for (v,) in values
         ]
         for where in conditions:
             want, got = _count(conn, where), _dpsql(engine, where)
@@ -133,19 +128,6 @@ def test_row_level_functions_filter_as_written(
                     bad.append((where, want, got))
     assert not bad, "\n".join(map(str, bad))
     assert answered > 150
-
-
-def test_known_deviations_still_differ(
-    private: tuple[Engine, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Each SCALE_ONLY expression still differs in its text (when one stops, take it off the
-    list: the full comparison then covers it)."""
-    unrounded(monkeypatch)
-    engine, conn = private
-    for e in sorted(SCALE_ONLY):
-        (v,) = conn.execute(f"SELECT ({e})::text FROM priv WHERE u = 1").fetchone()
-        where = f"({e})::text = '{v}'"
-        assert _count(conn, where) != _dpsql(engine, where), e
 
 
 def test_calls_postgresql_refuses_are_refused_before_running(private: tuple[Engine, Any]) -> None:
