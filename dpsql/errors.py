@@ -227,6 +227,12 @@ class InvalidTextRepresentation(DataException):
     sqlstate = "22P02"
 
 
+class InvalidBinaryRepresentation(DataException):
+    """A binary parameter value that is not its type's binary format (22P03)."""
+
+    sqlstate = "22P03"
+
+
 # ---- class 25 ----------------------------------------------------------------------------
 class ActiveSqlTransaction(InvalidTransactionState):
     """A statement that cannot run inside a transaction block (25001)."""

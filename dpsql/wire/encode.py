@@ -23,6 +23,7 @@ from psycopg.pq import Format
 
 from dpsql.errors import (
     InternalError,
+    InvalidBinaryRepresentation,
     InvalidTextRepresentation,
     ProtocolViolation,
 )
@@ -310,10 +311,19 @@ def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
         if fmt and size > 0 and oid != 19 and len(data) != size:
             raise ValueError(f"binary value of {len(data)} bytes, expected {size}")
         return _loader(oid, fmt)(data)
-    except Exception as e:
+    except Exception:
+        # PostgreSQL's own words (never the Python exception's name)
+        if fmt:
+            raise InvalidBinaryRepresentation(
+                f"incorrect binary data format in bind parameter {index}",
+                hint="check the parameter's type and format",
+            ) from None
+        info = pg_types.get(oid)
+        name = info.regtype if info is not None else f"oid {oid}"
+        text = bytes(data).decode("utf-8", errors="replace")
         raise InvalidTextRepresentation(
-            f"invalid value for parameter ${index} of type oid {oid}",
-            detail=type(e).__name__,
+            f'invalid input syntax for type {name}: "{text}"',
+            detail=f"in parameter ${index}",
             hint="check the parameter's type and format",
         ) from None
 

@@ -9,7 +9,7 @@ import pytest
 from psycopg.adapt import Transformer
 from psycopg.pq import Format
 
-from dpsql.errors import InvalidTextRepresentation, ProtocolViolation
+from dpsql.errors import InvalidBinaryRepresentation, InvalidTextRepresentation, ProtocolViolation
 from dpsql.wire.auth import LoginLimiter, check_password, make_verifier, parse_verifier
 from dpsql.wire.encode import decode_param, encoder, result_format
 from dpsql.wire.log import fingerprint
@@ -64,14 +64,22 @@ def test_decode_param_errors() -> None:
     assert decode_param(b"12", 23, 0, 1) == 12
     assert decode_param(None, 23, 0, 1) is None
     assert decode_param(b"x", 0, 0, 1) == "x"
-    with pytest.raises(InvalidTextRepresentation) as e:  # as PostgreSQL: 22P02
+    with pytest.raises(InvalidTextRepresentation) as e:  # as PostgreSQL: 22P02, its words
         decode_param(b"12x", 23, 0, 2)
-    assert e.value.sqlstate == "22P02" and "$2" in e.value.message
+    assert e.value.sqlstate == "22P02"
+    assert e.value.message == 'invalid input syntax for type integer: "12x"'
+    assert e.value.detail == "in parameter $2"
+    with pytest.raises(InvalidTextRepresentation) as e:  # no Python exception names (newcomer20)
+        decode_param(b"abc", 1700, 0, 1)
+    assert e.value.message == 'invalid input syntax for type numeric: "abc"'
+    assert "Operation" not in str(e.value.detail)
     with pytest.raises(ProtocolViolation) as p:  # binary without a type: 08P01
         decode_param(b"\x00\x01", 0, 1, 1)
     assert p.value.sqlstate == "08P01"
-    with pytest.raises(InvalidTextRepresentation):
+    with pytest.raises(InvalidBinaryRepresentation) as b:  # as PostgreSQL: 22P03
         decode_param(b"\x00", 23, 1, 1)
+    assert b.value.sqlstate == "22P03"
+    assert b.value.message == "incorrect binary data format in bind parameter 1"
 
 
 def test_result_format() -> None:
