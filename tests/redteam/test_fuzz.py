@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 import sqlglot
@@ -25,9 +24,8 @@ from sqlglot import exp
 
 from dpsql.demo import POLICY
 from dpsql.engine import Engine
-from dpsql.errors import ConstantRejected, DpsqlError, UpstreamError
+from dpsql.errors import DpsqlError, UpstreamError
 from dpsql.execute.classify import classify
-from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.prepared import TreeQuery
 from dpsql.execute.private_sql import unsalted
 from dpsql.policy import load_policy
@@ -35,9 +33,8 @@ from dpsql.session import SessionContext
 from dpsql.sql.analyze import analyze
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.rewrite import private_query
-from dpsql.sql.rewrite.make_total import make_total
 from tests.redteam.sqlgrammar import query
-from tests.redteam.test_redteam import Recorder, _is_type_probe, empty_engine
+from tests.redteam.test_redteam import Recorder, _is_type_probe, empty_engine, unit_allowed
 
 __all__ = ["empty_engine"]  # fixture: the demo schema with no rows
 
@@ -87,17 +84,6 @@ def fuzz_engine(demo_dsn: str, demo_policy) -> Iterator[tuple[Engine, Recorder]]
     e.close()
 
 
-def _bounded_sqls(engine: Engine, unit: Any) -> list[str]:
-    """The validated SQL texts of one private statement (or leaf); when PostgreSQL refused its
-    zero-row probe at plan time (or its constants), that probe, carrying the statement's own
-    WHERE made total, is the only private SQL it sent (as test_redteam._allowed)."""
-    a = engine.analysis(unit, ())
-    try:
-        return private_sqls(engine, unit, a)
-    except (UpstreamError, ConstantRejected):
-        return [make_total(a.where, a.column).sql("postgres")] if a.where is not None else []
-
-
 @pytest.mark.parametrize("examples", [pytest.param(60), pytest.param(400, marks=pytest.mark.slow)])
 def test_fuzz_against_the_database(
     examples: int, fuzz_engine: tuple[Engine, Recorder], empty_engine: Engine
@@ -128,7 +114,7 @@ def test_fuzz_against_the_database(
             assert prepared is not None and prepared.kind == "private"
             # a tree statement runs each DP leaf's SQL
             units = prepared.leaves if isinstance(prepared, TreeQuery) else (prepared,)
-            allowed = [q for u in units for q in _bounded_sqls(engine, u)]
+            allowed = [q for u in units for q in unit_allowed(engine, u, ())]
             for q in private:
                 assert unsalted(q) in allowed or _is_type_probe(q, allowed), (
                     f"unvalidated SQL upstream: {q}"

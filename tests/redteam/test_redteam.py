@@ -111,13 +111,18 @@ def _allowed(engine: Engine, prepared: Any, params: tuple[Any, ...]) -> list[str
     """The bounded SQL texts of a private statement (one per grouping set, per leaf of a tree)."""
     if isinstance(prepared, TreeQuery):
         _, leaves = bound_split(engine, prepared, params)
-        return [q for lf in leaves for q in private_sqls(engine, lf, engine.analysis(lf, ()))]
-    a = engine.analysis(prepared, params)
+        return [q for lf in leaves for q in unit_allowed(engine, lf, ())]
+    return unit_allowed(engine, prepared, params)
+
+
+def unit_allowed(engine: Engine, unit: Any, params: tuple[Any, ...]) -> list[str]:
+    """The bounded SQL texts of one flat private statement (or a tree's leaf). When PostgreSQL
+    refused its zero-row probe at plan time, or its constants (dpsql.execute.constant_probe),
+    that probe, carrying the statement's own WHERE made total, is the only private SQL sent."""
+    a = engine.analysis(unit, params)
     try:
-        return private_sqls(engine, prepared, a)
-    except ConstantRejected:
-        # refused from its constants once the zero-row probe failed (dpsql.execute.
-        # constant_probe): that probe carried the statement's own WHERE, made total
+        return private_sqls(engine, unit, a)
+    except (UpstreamError, ConstantRejected):
         return [make_total(a.where, a.column).sql("postgres")] if a.where is not None else []
 
 
