@@ -28,6 +28,7 @@ from dpsql.errors import (
     UndefinedObject,
     UnsupportedSql,
 )
+from dpsql.execute.privacy_params import MAX_DELTA
 from dpsql.policy.model import DPSQL_SETTINGS
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
@@ -375,7 +376,9 @@ class SessionState:
                 self._check_epsilon(c.analyst, eps)
             c.epsilon = eps
         elif name == "dpsql.delta":
-            c.delta = None if value is None else _fraction(name, value, lo=0, hi=1)
+            # checked now against the range every statement takes, as PostgreSQL checks its
+            # settings at SET (was: accepted, then every private statement refused it)
+            c.delta = None if value is None else _delta(name, value)
         elif name == "dpsql.mechanism":
             v = (value or "auto").lower()
             if v not in ("auto", "laplace", "gaussian"):
@@ -516,6 +519,23 @@ def _bool(name: str, value: str) -> bool:
     if v in _FALSE:
         return False
     raise InvalidParameter(f'parameter "{name}" requires a Boolean value', hint="use on or off")
+
+
+def _delta(name: str, value: str) -> Fraction:
+    """``dpsql.delta``'s value, in [0, MAX_DELTA] (:mod:`dpsql.execute.privacy_params`), with
+    PostgreSQL's words for a setting out of its range: ``0.5 is outside the valid range for
+    parameter "dpsql.delta" (0 .. 0.01)`` (22023)."""
+    try:
+        f = Fraction(value.strip())
+    except (ValueError, ZeroDivisionError):
+        f = _fraction(name, value, lo=0)  # raises PostgreSQL's "invalid value for parameter"
+    if not 0 <= f <= MAX_DELTA:
+        raise InvalidParameter(
+            f'{float(f):g} is outside the valid range for parameter "{name}" '
+            f"(0 .. {float(MAX_DELTA):g})",
+            hint="use a delta far below 1/(number of people), e.g. 1e-6",
+        )
+    return f
 
 
 def _fraction(
