@@ -30,7 +30,7 @@ from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
-from tests.helpers import Coverage, Tally, release_coverage
+from tests.helpers import DISOWNING, Coverage, Tally, release_coverage
 
 DRAWS = 400
 UNITS = 3000
@@ -184,6 +184,11 @@ def test_interval_ends_of_expressions_are_rounded_outwards(engine: Engine) -> No
     r = engine.execute(engine.prepare("SELECT SUM(v) / COUNT(*) AS r, 2 * AVG(v) AS a FROM t"), s)
     got = dict(zip([c.name for c in r.columns], r.rows[0], strict=True))
     for name in ("r", "a"):
+        if got[f"{name}_low"] is None or got[f"{name}_high"] is None:
+            # disowned: AVG's over-cap alarm fired falsely (at most 1e-3 a release) and the
+            # notice says the interval does NOT hold (issue 16): no ends to round
+            assert any(w in n for n in r.notices for w in DISOWNING), r.notices
+            continue
         lo, hi = float(got[f"{name}_low"]), float(got[f"{name}_high"])
         assert lo < hi, (name, lo, hi)
         step = 10.0 ** (math.floor(math.log10((hi - lo) / 2)) - 3)  # one digit of slack

@@ -22,7 +22,7 @@ from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import EXACT, analyst_dsn, served_engine, unrounded
+from tests.helpers import DISOWNING, EXACT, analyst_dsn, served_engine, unrounded
 from tests.policies import PolicyMaker, private_table
 
 VISITS = """
@@ -174,6 +174,11 @@ def test_released_groups_are_postgresqls(
     assert {tuple(row[:nk]) for row in r.rows} == set(want)  # same groups, no phantom
     assert r.intervals is not None
     for row, ivs in zip(r.rows, r.intervals, strict=True):
+        if ivs[nk] is None:
+            # disowned: an AVG's over-cap alarm fired (falsely here, at most 1e-3 a release; it
+            # reads its own noise draw) and the notice says the interval does NOT hold (issue 16)
+            assert any(w in n for n in r.notices for w in DISOWNING), r.notices
+            continue
         lo, hi = ivs[nk]  # (one end infinite where the notice disowns the other: it holds)
         assert lo <= float(want[tuple(row[:nk])][0]) <= hi, (row, ivs)
 
