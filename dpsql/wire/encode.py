@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 import struct
 from collections.abc import Callable, Sequence
 from decimal import Decimal
@@ -290,7 +291,27 @@ def _loader(oid: int, fmt: int) -> Callable[[bytes], Any]:
     pq_fmt = Format.BINARY if fmt else Format.TEXT
     if oid == 0 and not fmt:
         return lambda b: bytes(b).decode("utf-8")
+    if oid == _DATE_OID and not fmt:
+        return _load_date_text
     return _TRANSFORMER.get_loader(oid, pq_fmt).load
+
+
+_DATE_OID = 1082
+_DATE_WITH_TIME = re.compile(
+    rb"\s*(\d{4,}-\d{1,2}-\d{1,2})(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?"
+    rb"\s*(?:Z|[+-]\d{1,2}(?::?\d{2}){0,2})?\s*"
+)
+
+
+def _load_date_text(data: bytes) -> Any:
+    """A date parameter's text as PostgreSQL's ``date_in`` reads it: an ISO date, also followed
+    by a time and a zone, which it drops. PgJDBC's ``setDate`` sends ``2025-01-01 +00`` and
+    ``setTimestamp`` ``2025-06-01 00:00:00+00`` (type unspecified), node-postgres a ``Date`` as
+    ``2025-06-01T00:00:00.000+00:00``: PostgreSQL takes each as that day, psycopg's date loader
+    only the bare date. Anything else is the date loader's to accept or refuse."""
+    load = _TRANSFORMER.get_loader(_DATE_OID, Format.TEXT).load
+    m = _DATE_WITH_TIME.fullmatch(bytes(data))
+    return load(m.group(1) if m else data)
 
 
 def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:

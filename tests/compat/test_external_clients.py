@@ -108,6 +108,23 @@ def test_psql_explain(dpsql_server: Server) -> None:
     assert "HINT:" in refused.stderr
 
 
+DATE_FILTERS = (
+    "SELECT count(*) FROM purchases WHERE purchased_at >= ?",
+    "SELECT DATE '2025-06-01' = ? AS same",
+)
+
+
+def date_filters_answered(steps: list[dict[str, Any]]) -> None:
+    """A date filter's parameter as JDBC and node-postgres send it (text with a time and zone,
+    type unspecified) is the day PostgreSQL's date input makes of it (newcomer21: 22P02 before,
+    so no JDBC or node dashboard could filter by a date parameter)."""
+    assert len(steps) >= len(DATE_FILTERS), steps
+    for step in steps:
+        assert step["ok"], step
+        if "purchases" not in step["step"]:  # the public one: the same day
+            assert step["rows"] in ([[True]], [{"same": True}]), step
+
+
 def _json_lines(out: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -119,11 +136,13 @@ def test_jdbc(dpsql_server: Server) -> None:
     res = subprocess.run(
         ["java", "-cp", JDBC_JAR, str(HERE / "clients" / "Client.java"), s.host, str(s.port),
          s.dbname, s.user, s.password, "meta", f"sql:{AGGREGATE}", f"stmt:{AGGREGATE}", f"sql:{RAW}",
-         f"sql:{RAW} LIMIT 0"],
+         f"sql:{RAW} LIMIT 0", *(f"{kind}:{v}|{sql}" for sql in DATE_FILTERS
+                                 for kind, v in (("date", "2025-06-01"), ("ts", "2025-06-01 00:00:00")))],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    meta, prepared, plain, raw, zero = _json_lines(res.stdout)
+    meta, prepared, plain, raw, zero, *dated = _json_lines(res.stdout)
+    date_filters_answered(dated)  # setDate sends '2025-06-01 +00', setTimestamp '... 00:00:00+00'
     assert meta["ok"], meta
     assert meta["catalogs"] == [[s.dbname]]  # the database the client named (issue 17)
     assert {"int4", "text", "numeric", "timestamptz"} <= {t[0] for t in meta["type_info"]}
@@ -209,11 +228,13 @@ def test_node_pg(dpsql_server: Server) -> None:
     require(str(HERE / "node" / "node_modules" / "pg"))
     res = subprocess.run(
         ["node", str(HERE / "node" / "client.js"), dpsql_server.url + "?sslmode=disable", "meta",
-         f"sql:{AGGREGATE}", f"simple:{AGGREGATE}", f"sql:{RAW}"],
+         f"sql:{AGGREGATE}", f"simple:{AGGREGATE}", f"sql:{RAW}",
+         *(f"date:2025-06-01T00:00:00Z|{sql.replace('?', '$1')}" for sql in DATE_FILTERS)],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
-    meta, prepared, simple, raw = _json_lines(res.stdout)
+    meta, prepared, simple, raw, *dated = _json_lines(res.stdout)
+    date_filters_answered(dated)  # a JS Date is sent as '2025-06-01T00:00:00.000+00:00'
     assert meta["ok"], meta
     assert {t["table_name"] for t in meta["tables"]} == VISIBLE_TABLES
     plausible_count(prepared["rows"][0][0], dpsql_server)

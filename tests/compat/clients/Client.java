@@ -5,7 +5,8 @@
 //
 // STEP is `meta` (DatabaseMetaData introspection), `sql:<text>` (a PreparedStatement),
 // `stmt:<text>` (a plain Statement), `int:<n>:<text>` / `str:<s>:<text>` (a PreparedStatement
-// with one `?` parameter set by setInt / setString) or `xml:<text>` (an EXPLAIN (FORMAT XML) read
+// with one `?` parameter set by setInt / setString), `date:<d>|<text>` / `ts:<t>|<text>` (setDate /
+// setTimestamp) or `xml:<text>` (an EXPLAIN (FORMAT XML) read
 // as DBeaver reads it: in a transaction, getSQLXML, DOM <explain><Query><Plan>, nested
 // <Plans><Plan>, rolled back). One JSON object per step is printed on stdout.
 import java.sql.*;
@@ -120,6 +121,18 @@ public class Client {
         try {
             if (step.equals("meta")) return meta(c);
             if (step.startsWith("xml:")) return xml(c, step, step.substring(4));
+            if (step.startsWith("date:") || step.startsWith("ts:")) {
+                // `date:<yyyy-mm-dd>|<text>` / `ts:<yyyy-mm-dd hh:mm:ss>|<text>`: setDate / setTimestamp,
+                // which PgJDBC sends as text of unspecified type with a zone ("2025-06-01 +00")
+                int colon = step.indexOf(':'), bar = step.indexOf('|');
+                String value = step.substring(colon + 1, bar);
+                PreparedStatement ps = c.prepareStatement(step.substring(bar + 1));
+                if (step.startsWith("date:")) ps.setDate(1, java.sql.Date.valueOf(value));
+                else ps.setTimestamp(1, Timestamp.valueOf(value));
+                ResultSet rs = ps.executeQuery();
+                String cols = columns(rs.getMetaData());
+                return "{\"step\":" + q(step) + ",\"ok\":true,\"columns\":" + cols + ",\"rows\":" + rows(rs) + "}";
+            }
             if (step.startsWith("int:") || step.startsWith("str:")) {
                 String[] parts = step.split(":", 3);
                 PreparedStatement ps = c.prepareStatement(parts[2]);

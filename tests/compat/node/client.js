@@ -1,7 +1,8 @@
 // A real node-postgres client for dpsql's compatibility tests.
 //   node client.js '<connection string>' STEP...
 // STEP is `sql:<text>` (extended protocol: parse/bind/execute), `param:<value>:<text>` (the same
-// with one parameter $1, sent as text of unknown type), `simple:<text>` (simple query protocol),
+// with one parameter $1, sent as text of unknown type), `date:<ISO>|<text>` (one JS Date $1),
+// `simple:<text>` (simple query protocol),
 // `meta` (information_schema introspection as node ORMs do it) or `types` (a pg_type lookup with
 // an array parameter).
 // One JSON object per step is printed on stdout.
@@ -25,6 +26,12 @@ async function step(client, s) {
     if (s === "types") {
       const types = await client.query(META[2], [["int4", "text", "numeric"]]);
       return { step: s, ok: true, types: types.rows };
+    }
+    if (s.startsWith("date:")) {  // `date:<ISO>|<text>`: a JS Date parameter
+      const bar = s.indexOf("|");
+      const values = [new Date(s.slice(5, bar))];
+      const res = await client.query({ text: s.slice(bar + 1), values, rowMode: "array" });
+      return { step: s, ok: true, columns: res.fields.map((f) => f.name), rows: res.rows };
     }
     if (s.startsWith("param:")) {
       const i = s.indexOf(":", 6);

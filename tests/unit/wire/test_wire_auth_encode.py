@@ -82,6 +82,30 @@ def test_decode_param_errors() -> None:
     assert b.value.message == "incorrect binary data format in bind parameter 1"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        b"2025-06-01",
+        b"2025-06-01 +00",  # PgJDBC setDate (type unspecified)
+        b"2025-06-01 00:00:00+00",  # PgJDBC setTimestamp on a date column
+        b"2025-06-01T23:30:00.000-05:00",  # node-postgres: a JS Date (date_in drops time, zone)
+        b"2025-06-01 23:59:59.999",
+    ],
+)
+def test_date_parameter_text_is_read_as_date_in_reads_it(text: bytes) -> None:
+    """PostgreSQL's ``'<text>'::date`` is 2025-06-01 for each (checked on PostgreSQL 15);
+    psycopg's date loader took the bare date only (newcomer21: every JDBC and node date filter
+    was 22P02)."""
+    assert decode_param(text, 1082, 0, 1) == dt.date(2025, 6, 1)
+
+
+def test_date_parameter_text_still_refuses_what_postgresql_refuses() -> None:
+    for bad in (b"abc", b"2025-06-01 +00 x", b"June"):
+        with pytest.raises(InvalidTextRepresentation) as e:
+            decode_param(bad, 1082, 0, 1)
+        assert e.value.message == f'invalid input syntax for type date: "{bad.decode()}"'
+
+
 def test_result_format() -> None:
     assert [result_format((), 3), result_format((1,), 3), result_format((0, 1), 1)] == [0, 1, 1]
 
