@@ -113,6 +113,27 @@ PROBES.update(
         "far date: MIN": "SELECT MIN(db) FROM t",
         "far date: MEDIAN": "SELECT MEDIAN(db) FROM t",
         "far date: comparison with now()": "SELECT COUNT(*) FROM t WHERE d > now()",
+        # CASE, COALESCE, GREATEST and LEAST give a date beside a timestamp the timestamp type:
+        # the date was converted, and failed for that row only (review21)
+        "far date: COALESCE with a timestamp column": (
+            "SELECT COUNT(*) FROM t WHERE COALESCE(d, ts) > now()"
+        ),
+        "far date: GREATEST with a timestamp constant": (
+            "SELECT COUNT(*) FROM t WHERE GREATEST(d, TIMESTAMP '2000-01-01') > now()"
+        ),
+        "far date: LEAST with now()": "SELECT COUNT(*) FROM t WHERE LEAST(d, now()) > now()",
+        "far date: CASE with a timestamp": (
+            "SELECT COUNT(*) FROM t WHERE CASE WHEN q > 50 THEN d ELSE ts END > now()"
+        ),
+        "far date: nested in COALESCE": (
+            "SELECT COUNT(*) FROM t WHERE COALESCE(CASE WHEN q > 50 THEN d END, ts) > now()"
+        ),
+        "far date: COALESCE in a group key": (
+            "SELECT COUNT(*) FROM t GROUP BY COALESCE(d, localtimestamp) > now()"
+        ),
+        "far date: GREATEST in SUM": (
+            "SELECT SUM(x) FROM t WHERE GREATEST(d, ts) > TIMESTAMP '2000-01-01'"
+        ),
         # a timestamp of 4714 BC truncated to its month (or year...) falls before the first one
         "far past: date_trunc month": "SELECT COUNT(*) FROM t GROUP BY date_trunc('month', ts)",
         "far past: date_trunc millennium gated": GATE.format("date_trunc('millennium', ts)"),

@@ -68,6 +68,7 @@ from dpsql.sql.rewrite.float_safe import float_safe
 from dpsql.sql.rewrite.literals import clamp_strict, number
 from dpsql.sql.rewrite.total_float import float_operation, is_float8
 from dpsql.sql.sensitivity import Columns, lookup
+from dpsql.sql.temporal import temporal_type
 from dpsql.sql.temporal import value_kind as kind
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
@@ -270,6 +271,62 @@ def within_timestamps(x: exp.Expr) -> exp.Expr:
     )
 
 
+_COMMON_TYPE = (exp.Coalesce, exp.Greatest, exp.Least, exp.Case)
+
+
+class _Untyped:
+    """What :func:`dpsql.sql.temporal.temporal_type` reads of a column the policy doesn't know."""
+
+    family = None
+    type = ""
+
+
+def _chosen_values(n: exp.Expr) -> list[exp.Expr]:
+    """The values ``n`` (CASE, COALESCE, GREATEST, LEAST) brings to one type."""
+    if isinstance(n, exp.Case):
+        out = [i.args["true"] for i in n.args.get("ifs") or []]
+        return out + ([n.args["default"]] if n.args.get("default") is not None else [])
+    return [n.this, *n.expressions]
+
+
+def _time_of(x: exp.Expr, columns: Columns | None) -> str | None:
+    """'date', 'timestamp' (or timestamptz), 'null' (NULL or a string literal: it takes the
+    others' type), or None (unknown or not a date/time) for a value of a common-type choice."""
+    while isinstance(x, exp.Paren):
+        x = x.this
+    if isinstance(x, exp.Null) or (isinstance(x, exp.Literal) and x.is_string):
+        return "null"
+    if isinstance(x, _COMMON_TYPE):
+        kinds = {_time_of(v, columns) for v in _chosen_values(x)}
+        return next((k for k in ("timestamp", None, "date") if k in kinds), "null")
+    if isinstance(x, exp.Nullif):
+        return _time_of(x.this, columns)
+
+    def column(c: exp.Column) -> object:
+        found = lookup(columns, c) if columns is not None else None
+        return found if found is not None else _Untyped()
+
+    t = temporal_type(x, column)  # type: ignore[arg-type]
+    return "timestamp" if t in ("timestamp", "timestamptz") else t
+
+
+def _dates_within_timestamps(n: exp.Expr, columns: Columns | None) -> exp.Expr:
+    """``n`` (in place): a date read from a row that CASE, COALESCE, GREATEST or LEAST may
+    convert to a timestamp (another value is one, or of a type not known here) is read through
+    :func:`within_timestamps`. ``COALESCE(d, ts)`` converted a date after 294276 AD to a
+    timestamp and failed for that row only."""
+    if not isinstance(n, _COMMON_TYPE):
+        return n
+    values = _chosen_values(n)
+    kinds = [_time_of(v, columns) for v in values]
+    if "date" not in kinds or all(k in ("date", "null") for k in kinds):
+        return n
+    for v, k in zip(values, kinds, strict=True):
+        if k == "date" and v.find(exp.Column):
+            v.replace(within_timestamps(v))
+    return n
+
+
 def _timestamp_input(n: exp.Expr) -> bool:
     """``n`` converts what it reads of a row to a timestamp: a cast to ``timestamp`` or
     ``timestamptz``, ``date_trunc``, ``to_char``."""
@@ -421,6 +478,7 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if new is not child and key is not None:
                 n.set(key, new, index)
         out = float_safe(fix(n, both_int, floats, float_unary), columns)  # NUMERIC meets float
+        out = _dates_within_timestamps(out, columns)  # a date meets a timestamp
         if whole_int and any(_is_clamp(x) for x in out.walk()):
             return _as_bigint(out)
         return out
