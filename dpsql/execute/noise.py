@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
@@ -44,6 +45,7 @@ from dpsql.sql.intervals import derived_intervals
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
 from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket
+from dpsql.sql.wording import plain_sql
 
 
 @dataclass(frozen=True)
@@ -203,14 +205,7 @@ def release(
     acc = accuracy_notes(
         a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
     )
-    capped = tuple(
-        f"{s.sql}: value and interval clamped to at most {s.at_most}, the number of distinct "
-        "values the policy declares for the column (its keys, or the whole numbers within its "
-        f"bounds): that upper end holds whatever the bounds left out, so _high shows "
-        f"{s.at_most}, not NULL"
-        for si, s in enumerate(a.statistics)
-        if si in clamped
-    )
+    capped = tuple(_cap_note(a, si) for si in sorted(clamped))
     derived, derived_halves = _derived(a, len(table), confidence, interval, acc.disowned)
     halves = [[None if iv is None else _half(iv) for iv in row] for row in intervals]
     intervals = [  # an interval the notice says does not hold: NULL columns (issue 16)
@@ -231,6 +226,39 @@ def release(
 
 
 Ivs = list[list[tuple[float, float] | None]]
+
+
+def _cap_note(a: Analysis, si: int) -> str:
+    """What clamping a COUNT(DISTINCT) to its declared domain's size assumes. Its keys: nothing
+    (only declared keys are counted). The whole numbers within an integer column's bounds: that
+    no value lies outside them, unless the database's CHECK constraint proves it
+    (``a.proven_bounds``); PostgreSQL's COUNT(DISTINCT) counts the values outside them too."""
+    s = a.statistics[si]
+    head = f"{s.sql}: value and interval clamped to at most {s.at_most}, the number of "
+    m = next((m for m in a.measures if m.key == s.measures[0]), None)
+    col = m.arg if m is not None and isinstance(m.arg, exp.Column) else None
+    if m is None or m.kind == "count_keys":
+        return (
+            head + "keys the policy declares for the column (only those are counted): that "
+            f"upper end holds whatever the bounds left out, so _high shows {s.at_most}, not NULL"
+        )
+    declared = a.column(col) if col is not None else None
+    where = (
+        f" {declared.bounds[0]} to {declared.bounds[1]}"
+        if declared is not None and declared.bounds is not None
+        else ""
+    )
+    head += f"whole numbers within the declared range{where} of {plain_sql(col) if col else 'it'}"
+    if col is not None and not a.joins and col.name in a.proven_bounds:
+        return (
+            head + " (a CHECK constraint of the table enforces it): that upper end holds "
+            f"whatever the bounds left out, so _high shows {s.at_most}, not NULL"
+        )
+    return (
+        head + ". It assumes every value lies in that range: the database does not enforce "
+        "it, and COUNT(DISTINCT) counts the values outside it too, so the truth can exceed "
+        f"{s.at_most} if some do"
+    )
 
 
 def _capped(a: Analysis, si: int, iv: tuple[float, float] | None) -> tuple[float, float] | None:

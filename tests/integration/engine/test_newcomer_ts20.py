@@ -6,7 +6,7 @@ Deterministic: refusals' words and SQLSTATEs, and a clamp that holds whatever th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
@@ -16,6 +16,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
 from tests.helpers import ledgered_engine, notices_of
+from tests.policies import PolicyMaker
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +120,35 @@ def test_count_distinct_of_keys_at_most_the_keys(engine: Engine) -> None:
     assert result.intervals is not None
     iv = result.intervals[0][0]
     assert iv is None or 0 <= iv[0] <= iv[1] <= 5, iv
+
+
+def test_count_distinct_cap_states_the_declared_range_premise(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> None:
+    """review21: an integer column's bounds are a declaration, not a constraint: COUNT(DISTINCT)
+    counts the values outside them too. 40 distinct values under bounds [1, 3]: the answer is
+    clamped to 3, and the notice must say that this assumes every value lies in the range (it
+    said 'that upper end holds whatever the bounds left out': a confident bar around a wrong
+    number). Deterministic: the zero-noise source releases 40, always above the cap."""
+    import psycopg
+
+    from dpsql.engine import Engine
+    from tests.helpers import EXACT
+    from tests.policies import private_table
+
+    dsn = make_db("cdcap")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t AS SELECT u, u AS q FROM generate_series(1, 40) u")
+    columns = {"q": {"type": "integer", "bounds": [1, 3]}}
+    pf = make_policy("cdcap", tables={"public.t": private_table("u", columns)}, public_tables=[])
+    e = Engine(pf.policy, dsn, pool_size=1, noise=EXACT)
+    try:
+        sql = "SELECT COUNT(DISTINCT q) FROM t"
+        result = e.execute(e.prepare(sql), SessionContext("analyst", Fraction(1)))
+    finally:
+        e.close()
+    assert result.rows[0][0] == 3, result.rows
+    notes = [n for n in result.notices if "clamped to at most 3" in n]
+    assert len(notes) == 1, result.notices
+    assert "It assumes every value lies in that range" in notes[0], notes[0]
+    assert "holds" not in notes[0], notes[0]
