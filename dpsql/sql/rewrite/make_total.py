@@ -314,7 +314,9 @@ def _dates_within_timestamps(n: exp.Expr, columns: Columns | None) -> exp.Expr:
     """``n`` (in place): a date read from a row that CASE, COALESCE, GREATEST or LEAST may
     convert to a timestamp (another value is one, or of a type not known here) is read through
     :func:`within_timestamps`. ``COALESCE(d, ts)`` converted a date after 294276 AD to a
-    timestamp and failed for that row only."""
+    timestamp and failed for that row only. The dates are wrapped where they are read (a
+    column, a cast), once each: a choice among choices wraps nothing twice, so nested ones
+    don't multiply the SQL (within_timestamps reads its value three times)."""
     if not isinstance(n, _COMMON_TYPE):
         return n
     values = _chosen_values(n)
@@ -322,9 +324,33 @@ def _dates_within_timestamps(n: exp.Expr, columns: Columns | None) -> exp.Expr:
     if "date" not in kinds or all(k in ("date", "null") for k in kinds):
         return n
     for v, k in zip(values, kinds, strict=True):
-        if k == "date" and v.find(exp.Column):
-            v.replace(within_timestamps(v))
+        if k == "date":
+            for leaf in _date_leaves(v, columns):
+                wrapped = within_timestamps(leaf)
+                wrapped.meta["dpsql_within"] = True
+                leaf.replace(wrapped)
     return n
+
+
+def _date_leaves(v: exp.Expr, columns: Columns | None) -> list[exp.Expr]:
+    """Where the dates of value ``v`` are read from a row: through parentheses and the values
+    (not the conditions) of CASE, COALESCE, GREATEST, LEAST and NULLIF, the date-typed parts
+    that read a column and are not wrapped already."""
+    out: list[exp.Expr] = []
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x.meta.get("dpsql_within") or not x.find(exp.Column):
+            continue
+        if isinstance(x, exp.Paren):
+            todo.append(x.this)
+        elif isinstance(x, _COMMON_TYPE):
+            todo += _chosen_values(x)
+        elif isinstance(x, exp.Nullif):
+            todo.append(x.this)
+        elif _time_of(x, columns) == "date":
+            out.append(x)
+    return out
 
 
 def _timestamp_input(n: exp.Expr) -> bool:
