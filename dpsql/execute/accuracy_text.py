@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.dp.quantiles import Quantile
 from dpsql.execute.accuracy_few import reach, reach_text, unseen, unseen_text
 from dpsql.execute.bias import (
     ALARM,
@@ -46,7 +47,7 @@ from dpsql.execute.bounds_text import (
     unestimated,
 )
 from dpsql.execute.declared_text import outside_warning, with_declared_premises
-from dpsql.execute.disowned import Disown, Disowned, Keep, disown, nulled
+from dpsql.execute.disowned import Disown, Disowned, Keep, disown, nulled, quantile_disown
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
@@ -184,6 +185,12 @@ def accuracy_notes(
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
+    for si, s in enumerate(a.statistics):
+        qm = plan.measure_plan(s.measures[0]).mechanism if s.func == "quantile" else None
+        if isinstance(qm, Quantile):  # (its notice says so: dpsql.execute.notices)
+            d = quantile_disown(a, float(qm.quantile))
+            if d is not None:
+                disown(disowned, si, d)
     warned = _outside_warnings(a, plan, removed, rows, alarms)
     for si, s in enumerate(a.statistics):
         if s.func not in ("quantile", "mode") and warned.get(s.sql):

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dpsql.execute.bias import Interval
-from dpsql.sql.analysis import Analysis
+from dpsql.sql.analysis import Analysis, needs_group_rank
+from dpsql.sql.bias import unranked
 
 Keep = Literal["none", "low", "high"]
 """The end of a disowned interval that still holds: none, or the one on the side the bounds
@@ -85,3 +86,34 @@ def nulled(a: Analysis, d: Disown) -> str:
         f"column still holds at the stated level: the bounds can only {way} this answer, so "
         f"the truth is {side} {kept} (that end holds however much they changed it)."
     )
+
+
+def quantile_disown(a: Analysis, q: float) -> Disown | None:
+    """Where a quantile's interval (MEDIAN, a percentile, MIN at ``q`` 0, MAX at 1) does NOT
+    hold the truth: None where it does, else the end that still holds.
+
+    The interval holds the ``q``-quantile of the rows the contribution bounds keep
+    (:func:`dpsql.execute.noise.quantile_ends`). With each row its own unit or one row per unit
+    (:func:`dpsql.sql.bias.unranked`, or a per-unit derived table) the bounds keep every row,
+    so that is the quantile of all the rows (a clamp moves no rank: a quantile inside the
+    declared range is unchanged, the premise the notice states). Otherwise a unit's rows past
+    R in a group, or its groups past G, are left out, and the quantile of what is kept can lie
+    on either side of the true one, by any number of ranks: both ends go.
+
+    MIN and MAX keep one end. Leaving rows out can only raise the smallest value and lower the
+    largest: if the kept rows K are a non-empty subset of the group's rows T, then min(T) <=
+    min(K) and max(T) >= max(K) (after the same clamp, which is monotone). MIN's high end H is
+    at or above min(K) except with the mechanism's miss probability of that end (at most 1 -
+    the stated level), so P(H < min(T)) <= P(H < min(K)) <= 1 - level: ``_high`` still holds;
+    for MAX the same with the low end. K is non-empty wherever T is when no unit can lose a
+    whole group (:func:`dpsql.sql.analysis.needs_group_rank` is False: every unit keeps at
+    least one of its rows, R >= 1, in each of its groups) and the private rows are capped
+    after any join (several private tables are capped before joining: the kept rows of a unit
+    may then join nothing while its others did). Otherwise an empty K has an interval drawn
+    from no rows at all, and both ends go."""
+    if unranked(a) or a.one_row_per_unit:
+        return None
+    several = sum(1 for _, _, p in a.sources if p is not None) > 1
+    if q in (0, 1) and not several and not needs_group_rank(a):
+        return Disown(None, "high" if q == 0 else "low")
+    return Disown(None, "none")

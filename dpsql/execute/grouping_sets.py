@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from dpsql.dp.quantiles import Quantile
 from dpsql.execute import group_keys
 from dpsql.execute.backend import CancelToken, Rows
+from dpsql.execute.disowned import quantile_disown
 from dpsql.execute.noise import Release, release
 from dpsql.execute.private_sql import bounded_sql, hashed_key_types, hashed_keys, salted
 from dpsql.execute.tree_rounding import half_widths
@@ -120,9 +122,27 @@ def release_sets(
             intervals.append(list(rel.intervals[r]))
             derived.append(list(rel.derived[r]) if rel.derived else [])
             halves.append(list(half_widths(rel)[r]))
+    _quantiles_as_noticed(plan, intervals)
     return Release(
         tuple(key_types), groups, stats, intervals, derived, confidence, tuple(notes), halves
     )
+
+
+def _quantiles_as_noticed(
+    plan: SetsPlan, intervals: list[list[tuple[float, float] | None]]
+) -> None:
+    """A quantile's columns as its one notice over all the sets says (dpsql.execute.notices:
+    :func:`~dpsql.execute.disowned.quantile_disown` of the whole statement): a set that cannot
+    lose a whole group keeps MIN's high end (MAX's low end) in its own release, but where
+    another set can, the notice NULLs both ends, so every set's do."""
+    for si, s in enumerate(plan.analysis.statistics):
+        mech = plan.measure_plan(s.measures[0]).mechanism if s.func == "quantile" else None
+        if not isinstance(mech, Quantile):
+            continue
+        d = quantile_disown(plan.analysis, float(mech.quantile))
+        if d is not None and d.keep == "none":
+            for row in intervals:
+                row[si] = None
 
 
 def _set_of(plan: SetsPlan, position: int) -> int:

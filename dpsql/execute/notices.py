@@ -11,7 +11,9 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.execute.bounds_text import rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
+from dpsql.execute.disowned import nulled, quantile_disown
 from dpsql.execute.noise import quantile_level
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
@@ -41,7 +43,9 @@ def interval_notices(
             if s.func == "quantile" and plan is not None:
                 premise = "" if warned(s, notes) else declared_premise(a, s)
                 note = quantile_note(plan, s, confidence)
-                out.append(f"{head}: {note}" + (f". {premise}" if premise else ""))
+                cover = quantile_cover(plan, s, confidence)
+                end = f". {premise}" if premise else ("." if cover else "")
+                out.append(f"{head}: {note}{end}{cover}")
             elif s.func == "mode" and plan is not None:
                 out.append(f"{head}: no value interval; {selection_accuracy(plan, s, confidence)}")
         elif (
@@ -113,6 +117,29 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
         f"the interval holds the {what} of the rows the contribution bounds keep, with "
         f"probability >= {level:.4g} (it comes from two more selections aimed past it, with half "
         f"of its budget); {selection_accuracy(plan, s, conf)}"
+    )
+
+
+def quantile_cover(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
+    """Whether a quantile's interval holds the truth, the quantile of all the rows, and which
+    of its columns are NULL where it does not (:func:`dpsql.execute.disowned.quantile_disown`,
+    the same rule the release applies to the columns); '' where it holds or there is none."""
+    mp = plan.measure_plan(s.measures[0])
+    mech = mp.mechanism
+    q = float(mech.quantile) if isinstance(mech, Quantile) else 0.5
+    a = plan.analysis
+    d = quantile_disown(a, q)
+    if d is None or conf > quantile_level(mp):
+        return ""
+    what = _target(q) if isinstance(mech, Quantile) else "quantile"
+    way = ""
+    if d.keep != "none":
+        way = " (leaving rows out can only " + (
+            "raise the smallest value)" if q == 0 else "lower the largest value)"
+        )
+    return (
+        f" The bounds may leave rows out (they keep {rows_kept(a)}), so it does NOT cover "
+        f"the {what} of all the rows{way}." + nulled(a, d)
     )
 
 

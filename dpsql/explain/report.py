@@ -19,7 +19,7 @@ from dpsql.execute.auto_bounds import (
 )
 from dpsql.execute.auto_bounds_text import explain_text
 from dpsql.execute.classify import classify
-from dpsql.execute.notices import quantile_note, selection_accuracy
+from dpsql.execute.notices import quantile_cover, quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
@@ -295,7 +295,8 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
             s = a.statistics[int(sql[len("_dp._dp_s") :])]
             if s.func in ("quantile", "mode"):
                 if s.func == "quantile":
-                    hw = quantile_note(plan, s, conf)
+                    cover = quantile_cover(plan, s, conf)  # (does it hold the truth?)
+                    hw = quantile_note(plan, s, conf) + (f".{cover}" if cover else "")
                 else:
                     hw = "no value interval; " + selection_accuracy(plan, s, conf)
                 name = plan.measure_plan(s.measures[0]).mechanism.name

@@ -109,16 +109,21 @@ def test_interval_ends_of_dates_and_timestamps_are_dates_and_timestamps(engine: 
     (row,) = r.rows
     got = dict(zip([c.name for c in r.columns], row, strict=True))
     first, last = datetime(2024, 1, 1), datetime(2025, 1, 2)
-    for col in ("a", "m", "t", "z"):
+    # the bounds may leave a uid's rows past R out: the median's interval is of the kept rows
+    # (both columns NULL), MIN keeps _high and MAX _low (test_quantile_truth.py)
+    nulls = {c: (got[f"{c}_low"] is None, got[f"{c}_high"] is None) for c in ("a", "m", "t", "z")}
+    assert nulls == {"a": (True, False), "m": (True, True), "t": (False, True), "z": (False, True)}
+    for col in ("a", "t", "z"):
         lo, hi = got[f"{col}_low"], got[f"{col}_high"]
         for v in (lo, hi):
+            if v is None:
+                continue
             if col in ("a", "m"):
                 assert isinstance(v, date) and not isinstance(v, datetime), (col, v)
                 assert first.date() <= v <= last.date(), (col, v)
             else:
                 assert isinstance(v, datetime) and (v.tzinfo is not None) == (col == "z"), v
                 assert first <= v.replace(tzinfo=None) <= last, (col, v)
-        assert lo <= hi, (col, lo, hi)
 
 
 def test_date_trunc_keys_come_from_the_bounds(engine: Engine, quiet: Engine) -> None:

@@ -291,7 +291,9 @@ def test_count_distinct_over_keys_answers_the_keys_present(keys_engine: Engine) 
 # say little about it (one row above 59), so the answer is often far below. The interval's ends
 # are the same selection aimed past the target (dpsql.dp.quantiles.Quantile.end_utilities): it
 # must hold the true MAX and MEDIAN in >= 95% of releases. Broken twin: the answer's own bucket as
-# its interval (no allowance for the selection's error).
+# its interval (no allowance for the selection's error). uid is the primary key: the catalog
+# proves one row per unit, so the bounds keep every row and the interval is of the truth (with
+# rows left out it is not, and its columns say so: test_quantile_truth.py).
 Q_POLICY = {
     **POLICY,
     "tables": {
@@ -312,7 +314,7 @@ Q_POLICY = {
 def q_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     dsn = make_db("bars_q")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE q (uid integer NOT NULL, v integer)")
+        conn.execute("CREATE TABLE q (uid integer PRIMARY KEY, v integer)")
         conn.execute("INSERT INTO q SELECT u, u % 60 FROM generate_series(1, 300) u")
         conn.execute("INSERT INTO q VALUES (1000, 95)")
     e = Engine(Policy.model_validate(Q_POLICY), dsn, pool_size=2)

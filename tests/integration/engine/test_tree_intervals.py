@@ -62,12 +62,9 @@ POLICY = {
                 "v": {"type": "numeric", "bounds": [0, 50], "clamp": "bounds"},
             },
         },
-        "public.td": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
+        "public.td": {  # each row its own unit: a MIN's interval is of all the rows (whole)
+            "privacy_unit": "row",
             "columns": {
-                "uid": {"type": "integer", "identifier": True},
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "d": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
             },
