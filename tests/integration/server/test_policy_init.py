@@ -10,7 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import pytest
 
+from dpsql.cli import main
 from dpsql.demo import SCHEMA as DEMO_SCHEMA
 from dpsql.policy import load_policy
 from dpsql.server.startup_checks import startup_problems
@@ -31,13 +33,35 @@ ANALYZE;
 """
 
 
-def _init(dsn: str, out: Path) -> subprocess.CompletedProcess[str]:
+def _command(dsn: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m dpsql init` as a user runs it (a process of its own: ~1 s of CPU for the
+    interpreter and dpsql's imports), once in this module; the other calls run the same
+    ``dpsql.cli.main`` in this process (:func:`_init`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DPSQL_")}
     env["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--output", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+
+
+def _init(
+    dsn: str, out: Path, *extra: str, capsys: pytest.CaptureFixture[str]
+) -> subprocess.CompletedProcess[str]:
+    """``dpsql init --upstream dsn --output out`` through the command's own entry point
+    (``dpsql.cli.main``, what ``python -m dpsql`` calls): its exit status and what it printed.
+    An exception it lets through (a traceback for the user) fails the test here."""
+    capsys.readouterr()
+    argv = ["init", "--upstream", dsn, *extra, "--output", str(out)]
+    with pytest.MonkeyPatch.context() as mp:
+        for k in [k for k in os.environ if k.startswith("DPSQL_")]:
+            mp.delenv(k)
+        try:
+            code = main(argv)
+        except SystemExit as e:  # argparse's own refusals
+            code = e.code if isinstance(e.code, int) else 1
+    got = capsys.readouterr()
+    return subprocess.CompletedProcess(["dpsql", *argv], code, got.out, got.err)
 
 
 PRODUCTS = """
@@ -47,7 +71,9 @@ CREATE TABLE reviews (customer_no integer, sku text REFERENCES products (sku), s
 """
 
 
-def test_init_on_the_demo_schema(make_db: Callable[[str], str], tmp_path: Path) -> None:
+def test_init_on_the_demo_schema(
+    make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The demo's tables (never analyzed), no users table to reference: purchases' unit is
     user_id (its name), never region (a key into the small lookup regions, which is public);
     pums' is pid; bigint stays bigint. A column referencing a large table that is not one of
@@ -57,7 +83,7 @@ def test_init_on_the_demo_schema(make_db: Callable[[str], str], tmp_path: Path) 
         conn.execute(DEMO_SCHEMA)  # type: ignore[call-overload]
         conn.execute(PRODUCTS)  # type: ignore[call-overload]
     out = tmp_path / "policy.yaml"
-    res = _init(dsn, out)
+    res = _init(dsn, out, capsys=capsys)
     assert res.returncode == 0, res.stderr[-2000:]
     text = out.read_text()
     policy = load_policy(str(out))
@@ -78,12 +104,14 @@ def test_init_on_the_demo_schema(make_db: Callable[[str], str], tmp_path: Path) 
     assert [p.text for p in startup_problems(policy, dsn, dsn) if p.fatal] == []
 
 
-def test_init_writes_a_policy_that_serves(make_db: Callable[[str], str], tmp_path: Path) -> None:
+def test_init_writes_a_policy_that_serves(
+    make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     dsn = make_db("init")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SCHEMA)  # type: ignore[call-overload]
     out = tmp_path / "policy.yaml"
-    res = _init(dsn, out)
+    res = _command(dsn, out)  # the command itself, in a process of its own
     assert res.returncode == 0, res.stderr[-2000:]
     text = out.read_text()
     policy = load_policy(str(out))
@@ -100,7 +128,7 @@ def test_init_writes_a_policy_that_serves(make_db: Callable[[str], str], tmp_pat
     assert "raw" not in orders.columns and "bytea is not supported" in text
     assert text.count("# REVIEW") >= 8
     assert [p.text for p in startup_problems(policy, dsn, dsn) if p.fatal] == []
-    again = _init(dsn, out)
+    again = _init(dsn, out, capsys=capsys)
     assert again.returncode == 1 and "exists" in again.stdout + again.stderr
 
 
@@ -122,7 +150,7 @@ def _closed_port() -> int:
 
 
 def test_init_refusals_have_a_sqlstate_and_say_what_to_do(
-    make_db: Callable[[str], str], tmp_path: Path
+    make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Bad arguments, an existing file, a DSN that is not one, a database that does not answer,
     a directory that does not exist, a schema with no table: each a refusal with its SQLSTATE
@@ -131,22 +159,19 @@ def test_init_refusals_have_a_sqlstate_and_say_what_to_do(
     out = tmp_path / "policy.yaml"
     out.write_text("keep: me\n")
     dsn = make_db("init_refusals")
-    _refusal(_init(dsn, out), "58P02", "exists")
+    _refusal(_init(dsn, out, capsys=capsys), "58P02", "exists")
     assert out.read_text() == "keep: me\n"  # not overwritten
-    _refusal(_init("garbage===", tmp_path / "a.yaml"), "22023", "not a connection string")
+    garbage = _init("garbage===", tmp_path / "a.yaml", capsys=capsys)
+    _refusal(garbage, "22023", "not a connection string")
     down = f"postgresql://127.0.0.1:{_closed_port()}/x"
-    _refusal(_init(down, tmp_path / "b.yaml"), "08006", "could not connect")
+    _refusal(_init(down, tmp_path / "b.yaml", capsys=capsys), "08006", "could not connect")
     nodb = psycopg.conninfo.make_conninfo(dsn, dbname="nosuchdb_init")
-    res = _init(nodb, tmp_path / "b.yaml")
+    res = _init(nodb, tmp_path / "b.yaml", capsys=capsys)
     _refusal(res, "08006", "could not connect")
     flat = " ".join(res.stderr.split())
     assert 'database "nosuchdb_init" does not exist' in flat, res.stderr  # the reason, in DETAIL
-    _refusal(_init(dsn, tmp_path / "no" / "dir.yaml"), "58030", "does not exist")
-    res = subprocess.run(
-        [sys.executable, "-m", "dpsql", "init", "--upstream", dsn, "--schema", "nosuch",
-         "--output", str(tmp_path / "c.yaml")],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=120, check=False,
-    )  # fmt: skip
+    nodir = _init(dsn, tmp_path / "no" / "dir.yaml", capsys=capsys)
+    _refusal(nodir, "58030", "does not exist")
+    res = _init(dsn, tmp_path / "c.yaml", "--schema", "nosuch", capsys=capsys)
     _refusal(res, "3F000", "no table or view in schema nosuch")
     assert not any((tmp_path / n).exists() for n in ("a.yaml", "b.yaml", "c.yaml"))
