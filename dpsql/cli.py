@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -57,17 +58,28 @@ def _fmt(v: Any) -> str:
     return f"{x:.4g}"
 
 
+def _end(x: Any) -> str:
+    """An interval end: 'unknown' where the accuracy notice says that end does not hold (an
+    infinite end here, a NULL ``_low``/``_high`` column over the wire)."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "unknown"
+    return _fmt(x)
+
+
 def print_result(r: Result, title: str | None = None) -> None:
     t = Table(title=title, title_justify="left", show_lines=False)
     for c in r.columns:
         t.add_column(c.name + (" (noisy)" if c.mechanism else ""), justify="right")
+    unknown = False  # an end printed 'unknown'
     for i, row in enumerate(r.rows):
         cells = []
         for j, v in enumerate(row):
             iv = r.intervals[i][j] if r.intervals and i < len(r.intervals) else None
             cell = _fmt(v)
             if iv is not None and v is not None:
-                cell += f"  [dim][{_fmt(iv[0])}, {_fmt(iv[1])}][/dim]"
+                # (escaped: '[unknown, 14.65]' would read as a rich markup tag and vanish)
+                cell += f"  [dim]{escape(f'[{_end(iv[0])}, {_end(iv[1])}]')}[/dim]"
+                unknown = unknown or "unknown" in (_end(iv[0]), _end(iv[1]))
             cells.append(cell)
         t.add_row(*cells)
     console.print(t)
@@ -78,7 +90,9 @@ def print_result(r: Result, title: str | None = None) -> None:
     elif r.epsilon_spent:
         console.print(
             f"[dim]spent epsilon={r.epsilon_spent:g}, delta={r.delta_spent:g}; "
-            "brackets: 95% intervals (noise, and what bounding removed where estimated)[/dim]"
+            "brackets: 95% intervals (noise, and what bounding removed where estimated)"
+            + ("; unknown: an end its notice says does not hold" if unknown else "")
+            + "[/dim]"
         )
 
 

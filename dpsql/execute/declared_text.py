@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis, Statistic
+from dpsql.sql.bias import unranked
 
 # the measures whose argument is clamped into its declared range before it is aggregated
 CLAMPED = ("sum", "sum_centered", "sum_sq_centered", "quantile")
@@ -111,9 +112,12 @@ def outside_warning(a: Analysis, s: Statistic, units: float, split: int = 1) -> 
     who = "rows" if a.private.row_privacy else a.private.privacy_unit
     if s.func == "quantile":
         # counted by their first kept row (dpsql.sql.bias.quantile_alarms): a lower bound; the
-        # clamp keeps the order, so a quantile inside the range is right, one beyond it is not
+        # clamp keeps the order, so a quantile inside the range is right, one beyond it is not.
+        # Nothing ranked (each row its own unit, or one row per unit): every row outside is
+        # counted, so the count is not a lower bound: no 'or more'
+        more = "" if unranked(a) else " or more"
         return (
-            f"{OUTSIDE_LEAD}{units:,.0f} or more {who}{each} have values of "
+            f"{OUTSIDE_LEAD}{units:,.0f}{more} {who}{each} have values of "
             f"{', or of '.join(ranges)}: the answer and its interval count them so, and do NOT "
             "cover a value beyond that range (where the true value lies among them, it is "
             "outside the interval). See them with `dpsql check POLICY --upstream DSN`, and "

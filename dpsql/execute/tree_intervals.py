@@ -163,9 +163,10 @@ def _leaf_rows(
             k = int(label[1:])
             got = [row[k] for row in rel.derived] if rel.derived else [None] * len(rel.groups)
         else:
-            # one end only (the other disowned by the leaf's accuracy notice): no interval
-            # here, interval arithmetic needs both ends (LEAST/GREATEST skip a NULL)
-            got = [_both(row[int(label)]) for row in rel.intervals]
+            # one end only (the other disowned by the leaf's accuracy notice): that end is NULL
+            # here, no bound on that side, and the interval arithmetic keeps it NULL wherever
+            # it could move what is computed (dpsql.sql.interval_sql)
+            got = [row[int(label)] for row in rel.intervals]
         arrays += interval_arrays(a, label, got)
     if not arrays:
         arrays.append(list(range(len(rel.groups))))
@@ -188,9 +189,20 @@ def nulled_text(base: str, n: int, rows: int, releases: Sequence[Release | None]
     )
 
 
-def _both(iv: tuple[float, float] | None) -> tuple[float, float] | None:
-    """A leaf interval with both ends finite, else None."""
-    return iv if iv is not None and all(map(math.isfinite, iv)) else None
+def one_end_text(base: str, end: str, n: int, rows: int) -> str:
+    """Why ``n`` of ``rows`` rows have one interval column NULL (``end``) and the other kept:
+    a value it reads has an interval of which its part's accuracy notice keeps one end only;
+    interval arithmetic over the ends that hold (a NULL end unbounded: dpsql.sql.interval_sql,
+    module doc) still bounds it on the other side, where the expression allows (a sum, a
+    positive multiple; a product's corners do not: both NULL)."""
+    kept = "high" if end == "low" else "low"
+    where = f" in {n} of {rows} rows" if n < rows else ""
+    side = "at or above" if kept == "low" else "at or below"
+    return (
+        f"{base}_{end} is NULL{where}: a value it reads has an interval of which its part's "
+        "accuracy notice (above) keeps one end only, so nothing bounds it on that side; "
+        f"{base}_{kept} still holds at the stated level (the truth is {side} it)"
+    )
 
 
 def post_sql_iv(
@@ -355,6 +367,8 @@ def attach(
     short: list[list[Decimal]] = [[] for _ in getters]  # per output: the rows' misses over alpha
     absent = [0 for _ in getters]  # per output: rows that read a leaf value with no release
     nulled = [0 for _ in getters]  # per output: rows whose interval came out NULL
+    # per output: rows with one end only, by the end that is NULL ("low", "high")
+    halved: list[dict[str, int]] = [{"low": 0, "high": 0} for _ in getters]
     for r in rows:
         ends: list[Any] = []
         row_iv: list[tuple[float, float] | None] = [None] * len(visible)
@@ -370,14 +384,20 @@ def attach(
                     pair = _ends(r[g[0]], r[g[1]], kind)
                     if pair == (None, None) and r[visible[p]] is not None:
                         nulled[slot] += 1  # a leaf interval disowned, or a divisor's holds 0
+                    elif (pair[0] is None) != (pair[1] is None) and r[visible[p]] is not None:
+                        halved[slot]["low" if pair[0] is None else "high"] += 1
                 elif r[g[2]] is None and r[g[0]] is not None and r[g[1]] is not None:
                     absent[slot] += 1  # e.g. COALESCE(x, 0) where x's group was not released
                 elif r[g[0]] is not None and r[g[1]] is not None:
                     short[slot].append(miss)
             slot += 1
             ends += pair
-            if kind != "keep" and pair[0] is not None and pair[1] is not None:
-                row_iv[p] = (float(pair[0]), float(pair[1]))
+            if kind != "keep" and (pair[0] is not None or pair[1] is not None):
+                # (for the CLI: an infinite end is one that does not hold, as on the flat path)
+                row_iv[p] = (
+                    -math.inf if pair[0] is None else float(pair[0]),
+                    math.inf if pair[1] is None else float(pair[1]),
+                )
         out_rows.append(tuple(r[j] for j in visible) + tuple(ends))
         ivs.append((*row_iv, *([None] * len(ends))))  # one per column, as the rows
     notes: list[str] = []
@@ -408,6 +428,9 @@ def attach(
             notes.append(f"{base}: {what_of(o.info, labels, releases, ks, confidence)}")
         if nulled[slot] and not why:
             notes += [t] if (t := nulled_text(base, nulled[slot], len(rows), releases)) else []
+        for end, n in halved[slot].items():
+            if n and not why:
+                notes.append(one_end_text(base, end, n, len(rows)))
         slot += 1
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
     if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):
@@ -423,17 +446,24 @@ _SLACK = Decimal("1e-12")  # a level's float rounding, summed over the intervals
 
 
 def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
-    """One interval's ends as its column's type: rounded outwards, never inwards."""
-    if lo is None or hi is None or kind == "keep":
+    """One interval's ends as its column's type: rounded outwards, never inwards. A NULL end
+    is no bound on that side (the other end still holds)."""
+    if (lo is None and hi is None) or kind == "keep":
         return lo, hi
-    if not all(isinstance(x, (int, float, Decimal)) for x in (lo, hi)):
+    if not all(isinstance(x, (int, float, Decimal)) for x in (lo, hi) if x is not None):
         return None, None  # never: dates keep their own type (interval_sql.TIME_ENDS)
     if kind == "int":
-        return math.floor(Decimal(lo)), math.ceil(Decimal(hi))
-    a = math.nextafter(float(lo), -math.inf)  # a numeric's nearest float may lie inside
-    b = math.nextafter(float(hi), math.inf)
-    if not (math.isfinite(a) and math.isfinite(b)):
+        return (
+            None if lo is None else math.floor(Decimal(lo)),
+            None if hi is None else math.ceil(Decimal(hi)),
+        )
+    # a numeric's nearest float may lie inside
+    a = None if lo is None else math.nextafter(float(lo), -math.inf)
+    b = None if hi is None else math.nextafter(float(hi), math.inf)
+    if not all(math.isfinite(x) for x in (a, b) if x is not None):
         return None, None
+    if a is None or b is None:
+        return a, b  # (no width to round to: the end as it came, one ulp outwards)
     return round_outwards((a, b), (b - a) / 2)
 
 

@@ -7,6 +7,10 @@ none), monotone functions (ROUND, FLOOR, CEIL, TRUNC, numeric casts, GREATEST, L
 both ends, SUM/AVG/MIN/MAX over rows (also as windows) aggregate the ends, NULL when a row has
 none. The true value is between the ends whenever each value it reads is inside its own
 interval (the inclusion property of interval arithmetic: conservative, never optimistic).
+A NULL end is no bound on that side (a leaf interval of which one end holds: dpsql.execute.
+disowned): sums, differences, scaling by a constant, monotone functions and aggregates carry it
+(NULL in, NULL out), and where an operation would skip it (LEAST, GREATEST, a product's or a
+quotient's corners) the end it could move is NULL too.
 Anything else that reads a noisy value has no interval (:class:`No`, with the reason).
 
 Beside the ends travels a third hidden column, ``_dpsql_iv<n>_miss``: the sum, over the leaf
@@ -240,9 +244,17 @@ class Exprs:
             los = [x.lo if isinstance(x, Iv) else a.copy() for x, a in zip(evs, args, strict=True)]
             his = [x.hi if isinstance(x, Iv) else a.copy() for x, a in zip(evs, args, strict=True)]
             k = type(n)
+            lo_: exp.Expr = k(this=los[0], expressions=los[1:])
+            hi_: exp.Expr = k(this=his[0], expressions=his[1:])
+            # a NULL end is no bound on that side (module doc), which GREATEST and LEAST skip:
+            # GREATEST's high end (LEAST's low end) is unbounded when any argument's is
+            if k is exp.Greatest:
+                hi_ = _strict(hi_, his)
+            else:
+                lo_ = _strict(lo_, los)
             return Iv(
-                k(this=los[0], expressions=los[1:]),
-                k(this=his[0], expressions=his[1:]),
+                lo_,
+                hi_,
                 tuple(e for x in ivs for e in x.events),
                 False,
                 all(x.integral for x in ivs),
@@ -326,6 +338,10 @@ class Exprs:
         hi: exp.Expr = exp.Greatest(
             this=corners[0].copy(), expressions=[c.copy() for c in corners[1:]]
         )
+        # an operand's NULL end is no bound on that side: the corners then bound nothing
+        # (LEAST and GREATEST would skip the NULL corner)
+        ends = [x.lo, x.hi, y.lo, y.hi]
+        lo, hi = _strict(lo, ends), _strict(hi, ends)
         if divisor:  # no interval when the divisor's may hold 0
             ok = exp.or_(
                 exp.GT(this=y.lo.copy(), expression=exp.Literal.number(0)),
@@ -409,6 +425,15 @@ def _map(ev: Ev, f: Callable[[exp.Expr], exp.Expr], passthrough: bool | None = N
         return ev
     keep = ev.passthrough if passthrough is None else passthrough
     return replace(ev, lo=f(ev.lo), hi=f(ev.hi), passthrough=keep)
+
+
+def _strict(f: exp.Expr, ends: list[exp.Expr]) -> exp.Expr:
+    """``f``, or NULL (no bound) when any of ``ends`` is NULL (an unbounded end)."""
+    known = [exp.Not(this=exp.Is(this=e.copy(), expression=exp.Null())) for e in ends]
+    cond: exp.Expr = known[0]
+    for k in known[1:]:
+        cond = exp.and_(cond, k)
+    return exp.Case(ifs=[exp.If(this=cond, true=f)])
 
 
 def _exact(e: exp.Expr) -> Iv:

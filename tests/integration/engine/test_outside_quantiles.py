@@ -369,3 +369,14 @@ def test_every_shape_counts_and_says_it(shapes: Engine, dsn: str, shape: str) ->
         assert any("assumes every v" in n for n in notes) is not outside, notes
         if outside and shape == "row privacy":  # each row its own unit
             assert all(" rows have values of v" in n for n in warned), warned
+        quantile = [
+            n
+            for n in warned
+            if any(f"{f}(" in n.split(WARNING)[0] for f in ("MEDIAN", "MIN", "MAX"))
+        ]
+        if outside and shape in ("unique unit", "row privacy"):
+            # nothing ranked: every row outside is counted, not a lower bound: no 'or more'
+            assert quantile and not any(" or more " in n for n in quantile), quantile
+        elif outside and shape in ("rollup", "private join", "public join"):
+            # ranked: each unit counted by its first kept row, a lower bound
+            assert quantile and all(" or more " in n for n in quantile), quantile
