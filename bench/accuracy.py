@@ -30,7 +30,12 @@ three ways to bound contributions:
 
 Reported per query and way: the coverage of the true (unbounded, noise-free) answer by the 95%
 interval the engine reports, and the median relative error, over ``--runs`` runs and all output
-groups (a group partition selection suppressed counts as error 1 and not covered).
+groups (a group partition selection suppressed counts as error 1 and not covered). An interval
+whose columns are NULL (its notice says it does not hold) counts as not covered; one with one
+end NULL (the notice keeps the end on the side the bounds cannot have moved the truth to)
+counts as covered only when that end is on the right side of the truth. The last column says
+how many of auto's answers had no usable interval (no answer, or both ends NULL), and how many
+had one end only.
 
 Statistical shortcut (equivalent in distribution): every run of a statement executes the same
 bounded SQL and then draws noise. The bound-choosing SQL (:func:`auto_bounds.histograms`) is
@@ -64,6 +69,7 @@ machine; ``--runs 30 --tune-runs 20 --units 3000`` takes about a minute while de
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -147,6 +153,14 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
         f"SELECT {MONTH} AS m, COUNT(DISTINCT uid) FROM events GROUP BY 1",
         f"SELECT {MONTH}::text AS m, COUNT(DISTINCT uid) FROM events GROUP BY 1",
     ),
+    # quantiles: the interval holds the kept rows' quantile; with rows left out the notice
+    # says it does not hold the truth (MEDIAN: both ends NULL; MAX: its low end kept)
+    (
+        "MEDIAN(amount)",
+        "SELECT MEDIAN(amount) FROM events",
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM events",
+    ),
+    ("MAX(amount) by category", "SELECT category, MAX(amount) FROM events GROUP BY category", ""),
     ("people: COUNT(*)", "SELECT COUNT(*) FROM people", ""),
     ("people: COUNT(*) by sex", "SELECT sex, COUNT(*) FROM people GROUP BY sex", ""),
     ("people: AVG(income)", "SELECT AVG(income) FROM people", ""),
@@ -200,6 +214,18 @@ class Outcome:
     coverage: float
     error: float
     width: float = float("nan")  # median interval width / |truth|
+    # of the answers (runs x output rows): those with no usable interval (a group not answered,
+    # no value, or both interval columns NULL: the notice disowns it), and those with one end
+    # only (the notice keeps the end on the side the bounds cannot have moved the truth to)
+    answers: int = 0
+    unusable: int = 0
+    one_end: int = 0
+
+    def usable_text(self) -> str:
+        """'no interval in N of M answers (K one-ended)', or '-' when every answer had both ends."""
+        if not self.unusable and not self.one_end:
+            return "-"
+        return f"{self.unusable:,} of {self.answers:,} ({self.one_end:,} one-ended)"
 
 
 class Query:
@@ -248,6 +274,7 @@ class Query:
     def run(self, bounds: Sequence[AutoBounds]) -> Outcome:
         """Coverage and median relative error over one release per element of ``bounds``."""
         hits, errs, widths = [], [], []
+        unusable = one_end = 0
         for b in bounds:
             plan = self.plan(b)
             rel = release(plan, self.rows(plan), self.key_types, self.declared, CONFIDENCE, CSPRNG)
@@ -257,20 +284,27 @@ class Query:
                 if k not in got:
                     hits.append(False)
                     errs.append(1.0)
+                    unusable += 1
                     continue
                 v, iv = got[k]
                 if v is None:  # e.g. AVG over a noisy count <= 0: no answer
                     hits.append(False)
                     errs.append(1.0)
+                    unusable += 1
                     continue
-                # an interval the notice disowns (NULL columns) counts as a miss; one whose
-                # high end it disowns (infinite) by its low end, which it stands by
+                # an interval the notice disowns (NULL columns) counts as a miss (and as no
+                # usable interval); one whose other end it disowns (infinite) is covered only
+                # when the end it keeps is on the right side of the truth
                 hits.append(iv is not None and iv[0] <= truth <= iv[1])
+                unusable += iv is None
+                one_end += iv is not None and not all(map(math.isfinite, iv))
                 errs.append(abs(float(v) - truth) / abs(truth) if truth else abs(float(v)))
                 if iv is not None and truth and (iv[1] - iv[0]) < float("inf"):
                     widths.append((iv[1] - iv[0]) / abs(truth))
         width = statistics.median(widths) if widths else float("nan")
-        return Outcome(float(np.mean(hits)), statistics.median(errs), width)
+        return Outcome(
+            float(np.mean(hits)), statistics.median(errs), width, len(hits), unusable, one_end
+        )
 
 
 def auto_draws(q: Query, runs: int) -> tuple[list[AutoBounds], str]:
@@ -390,8 +424,8 @@ def main() -> None:
         "best hand-tuned: coverage | best hand-tuned: error | auto / best | reused / best | "
         "bounds auto chose (most often) | best hand-tuned bounds | auto: width / truth | "
         "best honest hand-tuned (covers >= 0.90): coverage | best honest: error | "
-        "auto / best honest | best honest bounds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "auto / best honest | best honest bounds | auto: no usable interval (one-ended) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     try:
         dsn = cluster.dsn()
@@ -423,7 +457,7 @@ def main() -> None:
                 f"{reused.error:.3g} | {dflt.coverage:.3f} | {dflt.error:.3g} | "
                 f"{best.coverage:.3f} | {best.error:.3g} | {ratio:.2f} | {ratio_r:.2f} | "
                 f"{typical} | {best_text} | {auto.width:.3g} | {honest.coverage:.3f} | "
-                f"{honest.error:.3g} | {ratio_h:.2f} | {honest_text} |"
+                f"{honest.error:.3g} | {ratio_h:.2f} | {honest_text} | {auto.usable_text()} |"
             )
             lines.append(line)
             print(line, f"({time.monotonic() - t0:.0f} s)", flush=True)
