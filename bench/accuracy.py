@@ -33,9 +33,9 @@ interval the engine reports, and the median relative error, over ``--runs`` runs
 groups (a group partition selection suppressed counts as error 1 and not covered). An interval
 whose columns are NULL (its notice says it does not hold) counts as not covered; one with one
 end NULL (the notice keeps the end on the side the bounds cannot have moved the truth to)
-counts as covered only when that end is on the right side of the truth. The last column says
-how many of auto's answers had no usable interval (no answer, or both ends NULL), and how many
-had one end only.
+counts as covered only when that end is on the right side of the truth. The last two columns
+say how many of auto's (the fixed defaults') answers had no usable interval (no answer, or both
+ends NULL), and how many had one end only.
 
 Statistical shortcut (equivalent in distribution): every run of a statement executes the same
 bounded SQL and then draws noise. The bound-choosing SQL (:func:`auto_bounds.histograms`) is
@@ -424,8 +424,9 @@ def main() -> None:
         "best hand-tuned: coverage | best hand-tuned: error | auto / best | reused / best | "
         "bounds auto chose (most often) | best hand-tuned bounds | auto: width / truth | "
         "best honest hand-tuned (covers >= 0.90): coverage | best honest: error | "
-        "auto / best honest | best honest bounds | auto: no usable interval (one-ended) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "auto / best honest | best honest bounds | auto: no usable interval (one-ended) | "
+        "fixed defaults: no usable interval (one-ended) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     try:
         dsn = cluster.dsn()
@@ -457,7 +458,8 @@ def main() -> None:
                 f"{reused.error:.3g} | {dflt.coverage:.3f} | {dflt.error:.3g} | "
                 f"{best.coverage:.3f} | {best.error:.3g} | {ratio:.2f} | {ratio_r:.2f} | "
                 f"{typical} | {best_text} | {auto.width:.3g} | {honest.coverage:.3f} | "
-                f"{honest.error:.3g} | {ratio_h:.2f} | {honest_text} | {auto.usable_text()} |"
+                f"{honest.error:.3g} | {ratio_h:.2f} | {honest_text} | {auto.usable_text()} | "
+                f"{dflt.usable_text()} |"
             )
             lines.append(line)
             print(line, f"({time.monotonic() - t0:.0f} s)", flush=True)
