@@ -38,29 +38,33 @@ def conn(make_db: Callable[[str], str]) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
+def rewritten(sql: str) -> str:
+    return check_catalog_query(sqlglot.parse_one(sql, read="postgres"), POLICY, "ann").sql(
+        "postgres"
+    )
+
+
 def run(
     conn: psycopg.Connection[Any], sql: str, params: tuple[str | None, ...] = ()
 ) -> list[tuple[Any, ...]]:
     """Rewrite ``sql`` and run it upstream with text parameters bound as a driver would."""
-    tree = check_catalog_query(sqlglot.parse_one(sql, read="postgres"), POLICY, "ann")
-    text = tree.sql("postgres").encode()
+    return run_rewritten(conn, rewritten(sql), params)
+
+
+def run_rewritten(
+    conn: psycopg.Connection[Any], sql: str, params: tuple[str | None, ...] = ()
+) -> list[tuple[Any, ...]]:
+    """Run the rewritten ``sql`` upstream with text parameters bound as a driver would."""
+    text = sql.encode()
     res = conn.pgconn.exec_params(text, [None if p is None else p.encode() for p in params])
     if res.status not in (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK):
-        raise AssertionError((res.error_message or b"").decode() + "\n" + text.decode())
+        raise AssertionError((res.error_message or b"").decode() + "\n" + sql)
     return [
         tuple(
             None if (v := res.get_value(r, c)) is None else v.decode() for c in range(res.nfields)
         )
         for r in range(res.ntuples)
     ]
-
-
-@pytest.mark.parametrize("query", all_catalog_queries(), ids=lambda q: q.id)
-def test_fixture_runs_and_leaks_nothing(conn: psycopg.Connection[Any], query: CatalogQuery) -> None:
-    rows = run(conn, parsable(query.text) if query.id in UNPARSABLE else query.text, query.params)
-    text = repr(rows).lower()
-    for word in HIDDEN_WORDS:
-        assert word not in text, f"{query.id} shows {word!r}"
 
 
 def test_tables_listed_are_the_policys(conn: psycopg.Connection[Any]) -> None:
@@ -205,13 +209,17 @@ def reader(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
         yield c
 
 
-@pytest.mark.parametrize(
-    "query", [q for q in all_catalog_queries() if q.id not in UNPARSABLE], ids=lambda q: q.id
-)
-def test_fixture_runs_as_unprivileged_role(
-    reader: psycopg.Connection[Any], query: CatalogQuery
+@pytest.mark.parametrize("query", all_catalog_queries(), ids=lambda q: q.id)
+def test_fixture_runs_and_leaks_nothing(
+    conn: psycopg.Connection[Any], reader: psycopg.Connection[Any], query: CatalogQuery
 ) -> None:
-    rows = run(reader, query.text, query.params)
-    text = repr(rows).lower()
-    for word in HIDDEN_WORDS:
-        assert word not in text, f"{query.id} shows {word!r}"
+    """The rewrite of each collected query runs, as the superuser and as a plain login role
+    with SELECT on the tables (as a production upstream role would be), and shows no hidden
+    name. One rewrite for both runs (it is most of the test's CPU)."""
+    parsed = query.id not in UNPARSABLE
+    sql = rewritten(query.text if parsed else parsable(query.text))
+    roles = (conn, reader) if parsed else (conn,)
+    for role in roles:
+        text = repr(run_rewritten(role, sql, query.params)).lower()
+        for word in HIDDEN_WORDS:
+            assert word not in text, f"{query.id} shows {word!r} ({role.info.user})"
