@@ -48,6 +48,7 @@ class Rows:
     columns: tuple[ResultColumn, ...]
     rows: list[tuple[Any, ...]]
     status: str
+    then: list[tuple[Any, ...]] | None = None  # the rows of :meth:`Backend.run`'s ``then``
 
 
 def _columns(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> tuple[ResultColumn, ...]:
@@ -129,8 +130,15 @@ class Backend:
         private: bool,
         cancel: CancelToken | None = None,
         binary: bool = False,
+        then: str | None = None,
     ) -> Rows:
         """Run one read-only statement and fetch everything (private results are one row/group).
+
+        ``then``: a statement of dpsql's own (a catalog read, no parameters) run right after
+        ``query`` (which then has no parameters either) in the same round trip, its rows in
+        :attr:`Rows.then`: the two go as one simple-protocol message, so they run in one implicit
+        transaction, ``then`` only once ``query`` has completed, and an error of either fails
+        both (as ``query``'s: sanitized when ``private``).
 
         A statement that meets a dead pooled connection (the upstream restarted) is run once more
         on a fresh one, after the pool's other dead connections are swept
@@ -143,11 +151,19 @@ class Backend:
                         cancel.attach(conn)
                     try:
                         with conn.cursor(binary=binary) as cur:
-                            cur.execute(query, params or None)
+                            if then is None:
+                                cur.execute(query, params or None)
+                            else:
+                                assert not params and not binary, "then: one simple message"
+                                cur.execute(f"{query}\n;\n{then}")
                             desc = cur.description  # built at every read: once
                             rows = cur.fetchall() if desc is not None else []
                             status = cur.statusmessage or ""
-                            return Rows(_described(desc), rows, status)
+                            after = None
+                            if then is not None:
+                                assert cur.nextset(), "no result of then"
+                                after = cur.fetchall()
+                            return Rows(_described(desc), rows, status, after)
                     except psycopg.Error as e:
                         again = attempt == 1 and connection_lost(e, conn)
                         if not again or (cancel is not None and cancel.cancelled):

@@ -496,7 +496,7 @@ def measure(
     engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
-    from dpsql.execute.unique_units import keyed, still_proven
+    from dpsql.execute.unique_units import keyed, recheck_sql, still_proven
 
     # nothing below runs on the private rows until the query is sent: a refusal here (the
     # catalog's proof gone since the plan: 55000) is refunded, not charged
@@ -512,11 +512,13 @@ def measure(
         sets = run_sets(engine, texts, cancel)
         still_proven(engine.backend, plan.analysis, "while the statement ran", token)
         return sets
-    got = engine.backend.run(salted(text), private=True, cancel=cancel)  # a fresh salt each time
     # the catalog's proofs the SQL took (one row per unit, values within their bounds), read
-    # just before the query, and the catalog state of its key checks, are read again now,
-    # before anything is released (nothing of ``got`` leaves on a refusal)
-    still_proven(engine.backend, a, "while the statement ran", token)
+    # just before the query, and the catalog state of its key checks, are read again right
+    # after it, in its round trip, before anything is released (nothing of ``got`` leaves on a
+    # refusal)
+    after = recheck_sql(a, token)
+    got = engine.backend.run(salted(text), private=True, cancel=cancel, then=after)  # fresh salt
+    still_proven(engine.backend, a, "while the statement ran", token, got.then)
     return got
 
 

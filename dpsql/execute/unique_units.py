@@ -243,7 +243,13 @@ def keyed(a: Analysis) -> bool:
     return bool(a.group_keys) or any(m.kind in ("mode", "count_keys") for m in a.measures)
 
 
-def recheck(backend: Backend, a: Analysis, when: str, token: str = "") -> Analysis:
+def recheck(
+    backend: Backend,
+    a: Analysis,
+    when: str,
+    token: str = "",
+    rows: list[tuple[object, ...]] | None = None,
+) -> Analysis:
     """The catalog's proofs the plan of ``a`` took, read again (one statement, none when it took
     none): a unique key gone, or not the plan's (:attr:`Analysis.unique_proof_id`), refuses the
     statement (55000, as :func:`still_unique`); a column no
@@ -251,15 +257,17 @@ def recheck(backend: Backend, a: Analysis, when: str, token: str = "") -> Analys
     one) is dropped from ``a.proven_bounds``, so the SQL clamps it again. ``a`` itself when
     nothing changed (what is memoized for it stays in use). ``token``: the catalog token of
     ``a``'s tables (:data:`CATALOG_TOKEN_SQL`) its key checks were made under, read again in
-    the same round trip (another one refuses the statement, 55000: :func:`_changed`)."""
-    need_unique = a.unique_unit and not a.one_row_per_unit
-    if not need_unique and not a.proven_bounds and not token:
+    the same round trip (another one refuses the statement, 55000: :func:`_changed`).
+    ``rows``: what :func:`recheck_sql` read, sent by the caller (with its private query, in
+    the same round trip: :meth:`~dpsql.execute.backend.Backend.run`'s ``then``)."""
+    text = recheck_sql(a, token)
+    if text is None:
         return a
+    need_unique = a.unique_unit and not a.one_row_per_unit
     if need_unique and not eligible(a):
         _gone(a, when)
-    unique = (a.table, a.private.privacy_unit) if need_unique else None
-    checks = (a.table, a.proven_bounds) if a.proven_bounds else None
-    rows = backend.run(_recheck_sql(unique, checks, tables(a) if token else ()), private=False).rows
+    if rows is None:
+        rows = backend.run(text, private=False).rows
     if need_unique and (not a.unique_proof_id or not rows or rows[0][0] != a.unique_proof_id):
         _gone(a, when)  # gone, or another proof than the plan's: dropped and made again since
     if token and (not rows or str(rows[0][2]) != token):  # read as catalog_state reads it
@@ -269,6 +277,16 @@ def recheck(backend: Backend, a: Analysis, when: str, token: str = "") -> Analys
     if now and a.proof_id and checked_bounds.proof_id(value) != a.proof_id:
         now = ()  # the same text, other constraints: dropped and added again since the plan
     return a if now == a.proven_bounds else replace(a, proven_bounds=now)
+
+
+def recheck_sql(a: Analysis, token: str = "") -> str | None:
+    """The statement :func:`recheck` reads (None: nothing to read again)."""
+    need_unique = a.unique_unit and not a.one_row_per_unit
+    if not need_unique and not a.proven_bounds and not token:
+        return None
+    unique = (a.table, a.private.privacy_unit) if need_unique and eligible(a) else None
+    checks = (a.table, a.proven_bounds) if a.proven_bounds else None
+    return _recheck_sql(unique, checks, tables(a) if token else ())
 
 
 def _changed(a: Analysis, when: str) -> NoReturn:
@@ -285,15 +303,21 @@ def _changed(a: Analysis, when: str) -> NoReturn:
     )
 
 
-def still_proven(backend: Backend, a: Analysis, when: str, token: str = "") -> None:
+def still_proven(
+    backend: Backend,
+    a: Analysis,
+    when: str,
+    token: str = "",
+    rows: list[tuple[object, ...]] | None = None,
+) -> None:
     """Refuse (55000) a statement whose private query ran with the catalog's proofs in ``a``
     (one row per unit; the values of ``a.proven_bounds`` within their bounds, unclamped) when
     the catalog no longer shows one of them (read after the query, before anything is
     released); and, given ``token`` (the catalog token its key checks were made under), when
     its tables' catalog state is another one: a column's collation or type changed between
     those checks and the query (a change made and undone leaves a new ``xmin``; one made while
-    the query runs waits for it), in the same round trip."""
-    now = recheck(backend, a, when, token).proven_bounds
+    the query runs waits for it), in the same round trip. ``rows``: :func:`recheck`'s."""
+    now = recheck(backend, a, when, token, rows).proven_bounds
     if now != a.proven_bounds:
         from dpsql.errors import ObjectNotInPrerequisiteState
 

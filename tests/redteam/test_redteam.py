@@ -49,6 +49,8 @@ class Recorder:
 
         def run(query: str, params: Any = None, **kw: Any) -> Any:
             self.calls.append((bool(kw.get("private")), query))
+            if kw.get("then") is not None:  # dpsql's own catalog read, in the same round trip
+                self.calls.append((False, kw["then"]))
             return self._run(query, params, **kw)
 
         engine.backend.run = run  # type: ignore[method-assign]
