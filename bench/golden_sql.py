@@ -153,6 +153,8 @@ def run(engine: Engine, out: Any, label: str, limit: int | None) -> int:
 
     def record(query: str, params: Any = None, **kw: Any) -> Any:
         calls.append(f"{'P' if kw.get('private') else 'p'} {query}")
+        if kw.get("then") is not None:  # dpsql's own read in the same round trip
+            calls.append(f"+p {kw['then']}")
         return inner(query, params, **kw)
 
     engine.backend.run = record  # type: ignore[method-assign]

@@ -155,7 +155,10 @@ def main() -> None:
         cells = []
         for x in labels:
             t = results[x]["trips"].get(name, {})
-            cells += [f"{t.get('engine', float('nan')):.1f}", f"{t.get('ledger', float('nan')):.1f}"]
+            cells += [
+                f"{t.get('engine', float('nan')):.1f}",
+                f"{t.get('ledger', float('nan')):.1f}",
+            ]
         print(f"| {name} | " + " | ".join(cells) + " |")
     if args.show:
         for x in labels:

@@ -10,11 +10,12 @@ column's new type (``ALTER TABLE ... ALTER COLUMN ... TYPE``) is probed again.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.errors import UpstreamError
+from dpsql.errors import DpsqlError, UpstreamError
 from dpsql.execute.backend import Rows, key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
@@ -45,11 +46,91 @@ def group_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> t
 
     # PostgreSQL folds constants when planning the probe
     shadows.check(engine, prepared.text, prepared.tree, scope=prepared.scope)
-    cols = [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
-    rows = _probe(engine, prepared, a, cols)
+    rows = _probe(engine, prepared, a, _key_cols(a))
     types = _key_types(engine, [c.type_oid for c in rows.columns])
     engine.caches.key_types.remember(key, types)
     return types + set_type
+
+
+def _probe_sql(prepared: PrivateQuery, a: Analysis, cols: list[exp.Expr]) -> str:
+    """:func:`_probe`'s statement."""
+    q = source_select(a, "", *cols)
+    if a.where is not None and not prepared.param_count:
+        q = q.where(make_total(a.where, a.column))
+    q = q.limit(0)  # a probe: reads no row
+    if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
+        from dpsql.sql.per_unit import substitute
+
+        q = substitute(q, prepared.units)  # type: ignore[assignment]
+    return q.sql("postgres")
+
+
+def _key_cols(a: Analysis) -> list[exp.Expr]:
+    return [exp.alias_(make_total(g.expr, a.column), f"g{i}") for i, g in enumerate(a.group_keys)]
+
+
+def _value_args(a: Analysis) -> dict[str, exp.Expr]:
+    """The quantile arguments of ``a`` by their SQL text (:func:`value_types`)."""
+    args: dict[str, exp.Expr] = {}
+    for m in a.measures:
+        if m.kind == "quantile" and m.arg is not None:
+            args.setdefault(m.arg.sql("postgres"), m.arg)
+    return args
+
+
+def _value_cols(a: Analysis, args: dict[str, exp.Expr]) -> list[exp.Expr]:
+    return [exp.alias_(make_total(e, a.column), f"v{i}") for i, e in enumerate(args.values())]
+
+
+@dataclass(frozen=True)
+class FirstProbe:
+    """The zero-row probe a statement not probed before needs (its keys' types, its quantile
+    arguments' types, or its WHERE's constants alone), as one statement (``sql``), sent by the
+    plan in the round trip of its catalog read (:func:`dpsql.execute.planning.plan`), whose
+    token keys what :meth:`store` remembers: :func:`group_types` and :func:`value_types` then
+    find it, as if they had probed."""
+
+    prepared: PrivateQuery
+    a: Analysis
+    sql: str
+    args: tuple[str, ...]
+
+    def store(self, engine: EngineContext, token: str, rows: Rows) -> None:
+        prepared, a = self.prepared, self.a
+        scope, text, memo = prepared.scope, prepared.text, engine.caches.key_types
+        n = len(a.group_keys)
+        oids = [c.type_oid for c in rows.columns]
+        if n:
+            memo.remember(("keys", scope, text, token), _key_types(engine, oids[:n]))
+        elif a.where is not None and not prepared.param_count:
+            memo.remember(("where", scope, text, token), ())
+        if self.args:
+            types = tuple((t, type_name(o)) for t, o in zip(self.args, oids[n:], strict=True))
+            memo.remember(("values", scope, text, token, self.args), types)
+        memo.remember(("probed", scope, text), True)
+
+
+def first_probe(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> FirstProbe | None:
+    """The :class:`FirstProbe` of a statement whose text was never probed (in this analyst's
+    view), None when there is nothing to probe, when it was probed before (its types are
+    memoized per catalog token: a changed catalog is probed again on its own), or when the
+    statement fails the shadowing check the probe must pass first (refused later, where it was
+    before)."""
+    if engine.caches.key_types.get(("probed", prepared.scope, prepared.text)) is not None:
+        return None
+    args = _value_args(a)
+    cols = _key_cols(a) + _value_cols(a, args)
+    if not cols:
+        if a.where is None or prepared.param_count:
+            return None
+        cols = [exp.alias_(exp.Literal.number(1), "one")]
+    from dpsql.execute import shadows
+
+    try:  # PostgreSQL folds constants when planning the probe
+        shadows.check(engine, prepared.text, prepared.tree, scope=prepared.scope)
+    except DpsqlError:
+        return None
+    return FirstProbe(prepared, a, _probe_sql(prepared, a, cols), tuple(args))
 
 
 def _probe(
@@ -61,16 +142,8 @@ def _probe(
     row, before any budget is reserved. A failure here says nothing of the private rows, so it
     is refused as such (nothing charged) instead of failing the charged query later. With
     parameters the WHERE is left out (their values are not known when this is memoized)."""
-    q = source_select(a, "", *cols)
-    if a.where is not None and not prepared.param_count:
-        q = q.where(make_total(a.where, a.column))
-    q = q.limit(0)  # a probe: reads no row
-    if prepared.units:  # synthetic per-unit tables (dpsql.sql.per_unit)
-        from dpsql.sql.per_unit import substitute
-
-        q = substitute(q, prepared.units)  # type: ignore[assignment]
     try:
-        return engine.backend.run(q.sql("postgres"), private=True)
+        return engine.backend.run(_probe_sql(prepared, a, cols), private=True)
     except UpstreamError as e:
         if not e.sqlstate.startswith(("22", "42")):
             raise
@@ -120,18 +193,14 @@ def value_types(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> d
     """The PostgreSQL type of each quantile argument of ``a`` (by its SQL text), from a zero-row
     probe of the bounded source (reads no row), memoized per statement and catalog state with the
     key types."""
-    args: dict[str, exp.Expr] = {}
-    for m in a.measures:
-        if m.kind == "quantile" and m.arg is not None:
-            args.setdefault(m.arg.sql("postgres"), m.arg)
+    args = _value_args(a)
     if not args:
         return {}
     key = ("values", prepared.scope, prepared.text, engine.catalog_token(a), tuple(args))
     cached = engine.caches.key_types.get(key)
     if cached is not None:
         return dict(cached)
-    cols = [exp.alias_(make_total(e, a.column), f"v{i}") for i, e in enumerate(args.values())]
-    rows = _probe(engine, prepared, a, cols)
+    rows = _probe(engine, prepared, a, _value_cols(a, args))
     types = {text: type_name(c.type_oid) for text, c in zip(args, rows.columns, strict=True)}
     engine.caches.key_types.remember(key, tuple(types.items()))
     return types

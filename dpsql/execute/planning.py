@@ -13,9 +13,9 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
-from dpsql.execute import private_sql
+from dpsql.execute import group_keys, private_sql
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.execute.unique_units import catalog_state, tables
+from dpsql.execute.unique_units import catalog_state, catalog_state_probed, tables
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
@@ -33,6 +33,7 @@ def plan(
     *,
     analysis: Analysis | None = None,
     spent: Fraction = Fraction(0),
+    probe: bool = False,
 ) -> Plan | SetsPlan:
     """The DP plan of a private statement under the session's (epsilon, delta, mechanism).
 
@@ -43,14 +44,22 @@ def plan(
     (:mod:`dpsql.execute.unique_units`) the plan spends nothing on rows dropped by bounding
     (none are: :func:`dpsql.sql.bias.bias_targets`), and the engine's
     :meth:`~dpsql.execute.context.EngineContext.private_sql` checks the proof again before the
-    private query runs.
+    private query runs. ``probe``: the statement is about to run (not EXPLAIN): the zero-row
+    probe it needs the first time (:func:`~dpsql.execute.group_keys.first_probe`) goes in the
+    catalog read's round trip.
     """
     a = analysis if analysis is not None else engine.analysis(prepared, params)
     eps, delta = engine.privacy_params(session, a)  # refused before anything is read
     if analysis is None:
         # one round trip: the proof of one row per unit, and the catalog token of the
         # tables that keys what is memoized from the catalog (catalog_token)
-        state = catalog_state(engine.backend, a)
+        first = group_keys.first_probe(engine, prepared, a) if probe else None
+        if first is None:
+            state = catalog_state(engine.backend, a)
+        else:
+            state, got = catalog_state_probed(engine.backend, a, first.sql)
+            if got is not None:
+                first.store(engine, state.token, got)
         engine.catalog_tokens()[tables(a)] = state.token
         if state.unique or state.proven:
             a = (

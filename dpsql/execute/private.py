@@ -199,7 +199,7 @@ def run_private(
     from dpsql.execute import auto_bounds
     from dpsql.sql.apply_bounds import apply_bounds
 
-    plan = planning.plan(engine, prepared, session, params)
+    plan = planning.plan(engine, prepared, session, params, probe=True)
     a = plan.analysis
     pend = auto_bounds.pending(engine, prepared, session, a)
     if not pend.needed:

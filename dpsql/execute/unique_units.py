@@ -52,7 +52,7 @@ from dpsql.sql import check_bounds
 from dpsql.sql.analysis import Analysis
 
 if TYPE_CHECKING:
-    from dpsql.execute.backend import Backend
+    from dpsql.execute.backend import Backend, Rows
 
 UNIQUE_UNIT_SQL = pgsql.SQL(
     """SELECT pg_catalog.string_agg(c.oid::pg_catalog.text || '.' || c.xmin::pg_catalog.text
@@ -126,10 +126,37 @@ def catalog_state(backend: Backend, a: Analysis) -> CatalogState:
     values it proves within their declared bounds (:mod:`dpsql.execute.checked_bounds`) and the
     catalog token of ``a``'s tables (:data:`CATALOG_TOKEN_SQL`), read in one round trip (a text
     that starts with :data:`CATALOG_STATE_PREFIX`)."""
+    text, columns = _state_text(a)
+    return _state(a, columns, backend.run(text, private=False).rows)
+
+
+def catalog_state_probed(
+    backend: Backend, a: Analysis, probe: str
+) -> tuple[CatalogState, Rows | None]:
+    """:func:`catalog_state`, read in the round trip of ``probe`` (a zero-row probe of the
+    statement's private tables: :class:`dpsql.execute.group_keys.FirstProbe`), which runs
+    first: its plan takes the tables' locks, held to the end of the message's transaction, so
+    the catalog read after it sees the definitions it was planned with. The probe's rows, or
+    None when PostgreSQL refused the message (the catalog is then read alone, and the probe is
+    sent again where the statement needs its types, refused there as before)."""
+    from dpsql.errors import DpsqlError
+
+    text, columns = _state_text(a)
+    try:
+        got = backend.run(probe, private=True, then=text)
+    except DpsqlError:
+        return _state(a, columns, backend.run(text, private=False).rows), None
+    return _state(a, columns, got.then or []), got
+
+
+def _state_text(a: Analysis) -> tuple[str, tuple[str, ...]]:
     unique = (a.table, a.private.privacy_unit) if eligible(a) else None
     columns = check_bounds.candidates(a)
     checks = (a.table, columns) if columns else None
-    rows = backend.run(_state_sql(tables(a), unique, checks), private=False).rows
+    return _state_sql(tables(a), unique, checks), columns
+
+
+def _state(a: Analysis, columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> CatalogState:
     if not rows:
         return CatalogState("", "", ())
     proven = checked_bounds.proven(a, columns, rows[0][2]) if columns else ()

@@ -1,9 +1,9 @@
 """Round trips to PostgreSQL of a fresh private statement (issue 18: no slower than 5e50bd1).
 
 Each ``Backend.run`` is one round trip (one message, one wait). A fresh statement (a text never
-seen, so nothing memoized for it applies) under fixed bounds, no ledger, makes: the catalog read,
-the zero-row probe, the private query with the catalog's re-read after it (the same message), and
-the post-processing. ``bench/trips.py`` counts them at psycopg's libpq binding, ledger included.
+seen, so nothing memoized for it applies) under fixed bounds, no ledger, makes three: the
+zero-row probe with the catalog read after it (one message), the private query with the
+catalog's re-read after it (one message), and the post-processing. ``bench/trips.py`` counts them at psycopg's libpq binding, ledger included.
 """
 
 from __future__ import annotations
@@ -52,4 +52,42 @@ def test_grouped_statement_reads_the_catalog_again_in_the_query_round_trip(
     then = private[0][1].get("then")
     assert then is not None and "pg_catalog.pg_class" in then
     assert not any("pg_class" in q for q in queries[queries.index(private[0][0]) + 1 :]), queries
-    assert len(queries) == 4, queries  # catalog, probe, query + re-read, post-processing
+    assert len(queries) == 3, queries  # probe + catalog, query + re-read, post-processing
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "SELECT COUNT(*) FROM purchases WHERE amount < {k}",
+        "SELECT category, PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY amount) FROM purchases "
+        "WHERE amount < {k} GROUP BY category",
+    ],
+    ids=["where", "keys-and-values"],
+)
+def test_first_probe_rides_with_the_catalog_read(
+    engine: Engine, sent: list[tuple[str, dict[str, Any]]], text: str
+) -> None:
+    """The zero-row probe a new text needs (its WHERE's constants; its keys' and quantile
+    arguments' types: one probe for all) goes in the plan's catalog read's message, the probe
+    first; nothing else is probed."""
+    queries = _fresh(engine, sent, text)
+    probes = [(q, kw) for q, kw in sent if q.rstrip().endswith("LIMIT 0")]
+    assert len(probes) == 1, queries
+    q, kw = probes[0]
+    assert kw.get("private") and "pg_catalog.pg_class" in (kw.get("then") or "")
+    assert "amount" in q and "< 999" in q  # the statement's own WHERE
+    assert len(queries) == 3, queries
+
+
+def test_a_refused_probe_is_refused_where_it_was(
+    engine: Engine, sent: list[tuple[str, dict[str, Any]]]
+) -> None:
+    """A constant PostgreSQL refuses while planning fails the probe's message: the catalog is
+    read alone, and the statement is refused as before (PostgreSQL's words, nothing charged)."""
+    from dpsql.errors import DpsqlError
+
+    s = SessionContext(analyst="analyst")
+    with pytest.raises(DpsqlError) as e:
+        engine.execute(engine.prepare("SELECT COUNT(*) FROM purchases WHERE amount > 'abc'"), s)
+    assert e.value.sqlstate == "22P02" and "abc" in e.value.message
+    assert not any(kw.get("private") and "LIMIT 0" not in q for q, kw in sent)
