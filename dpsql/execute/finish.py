@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 from dpsql.dp.accounting import Cost
 from dpsql.errors import ConnectionException, DpsqlError
 from dpsql.execute import privacy_params
+from dpsql.execute.backend import Rows
 from dpsql.execute.flat_rounding import round_outputs
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import guard_notices, interval_notices
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
+from dpsql.execute.projection import project, projection
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -84,7 +86,9 @@ def finish(
         arrays.append(list(range(n)))
     params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
     try:
-        rows = engine.backend.run(text, params, private=False)
+        rows = _projected(engine, prepared, a, rel) if with_rid and not icols else None
+        if rows is None:
+            rows = engine.backend.run(text, params, private=False)
     except DpsqlError as e:
         charged = plan is not None and (cached or plan.cost != Cost())
         if engine.ledger is not None and not describe_only and charged:
@@ -240,6 +244,19 @@ def _outer_sql(
 
     key = ("outer", prepared.text, tuple(rel.key_types), with_rid, tuple(icols))
     return memoized(engine.caches.sql, prepared, a, key, make)
+
+
+def _projected(
+    engine: EngineContext, prepared: PrivateQuery, a: Analysis, rel: Release
+) -> Rows | None:
+    """The post-processing query's rows computed here when it only lists released values
+    (:mod:`dpsql.execute.projection`: exactly PostgreSQL's), else None."""
+    key = ("projection", prepared.text, tuple(rel.key_types))
+    (p,) = memoized(engine.caches.sql, prepared, a, key, lambda: (projection(a, rel.key_types),))
+    if p is None:
+        return None
+    data = project(p, rel.groups, rel.stats)
+    return None if data is None else Rows(p.columns, data, f"SELECT {len(data)}")
 
 
 def _mechanism(plan: Plan | SetsPlan | None, a: Analysis, si: int) -> str | None:
