@@ -344,10 +344,8 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         else f"{a.private.privacy_unit}: <= {plural(a.max_rows, 'row')} per group, "
         f"<= {plural(a.max_groups, 'group')}"
     )
-    capped = [(m.kind.split("_")[0].upper(), m.total) for m in a.measures if m.total is not None]
-    if capped and not a.private.row_privacy:
-        caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
-        contribution += f", and per unit over all its groups at most: {caps} (L1 cap)"
+    if not a.private.row_privacy:
+        contribution += _l1_caps(a)
     if a.pre_join_rows and not a.private.row_privacy:
         contribution += (
             f", each joined table first keeps <= {plural(a.pre_join_rows, 'row')} per unit"
@@ -425,7 +423,8 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
         "row-level privacy (each row is a different person)"
         if a.private.row_privacy
         else f"{a.private.privacy_unit}: <= {plural(a.max_rows, 'row')} per group, "
-        f"<= {plural(a.max_groups, 'group')}, in each grouping set (the sets compose sequentially)"
+        f"<= {plural(a.max_groups, 'group')}{_l1_caps(a)}, in each grouping set (the sets "
+        "compose sequentially)"
     )
     return ExplainReport(
         text,
@@ -440,6 +439,15 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
         tuple(outputs),
         tuple(sets),
     )
+
+
+def _l1_caps(a: Analysis) -> str:
+    """The L1 caps over a unit's groups (auto bounds for per-group COUNT and SUM), as text."""
+    capped = [(m.kind.split("_")[0].upper(), m.total) for m in a.measures if m.total is not None]
+    if not capped:
+        return ""
+    caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
+    return f", and per unit over all its groups at most: {caps} (L1 cap)"
 
 
 def _half_width(mech: Laplace | Gaussian | Quantile | Mode, level: float) -> float:

@@ -281,7 +281,11 @@ def total_mode(a: Analysis) -> bool:
     (Amin et al. 2019: a bound on the L1 norm of a user's contribution vector) instead of R rows
     in each of G groups: per-group COUNT and SUM statistics only (COUNT(DISTINCT unit) beside
     them keeps G), on partials (decomposable), one private table or a join of private tables
-    with ``auto`` R (each keeps P rows per unit before the join), no grouping sets.
+    with ``auto`` R (each keeps P rows per unit before the join). With grouping sets, one L
+    per measure serves every set (each set's partials are scaled into L over that set's
+    groups, as a plain GROUP BY's): a unit's total (its rows, its values, or SUM(|x|) of its
+    clamped values: the number L is chosen from) bounds the L1 norm of its partials over the
+    groups of any set, since each row lies in one group of each set.
 
     Why: the noise of G·R·c assumes a unit fills every one of its G groups with R rows of the
     clamp c, while a unit rarely does; a cap L on what it adds over all its groups bounds the
@@ -290,7 +294,7 @@ def total_mode(a: Analysis) -> bool:
     Rows per group are then not bounded apart (R = the rows ceiling, ``auto_max_rows_per_unit``)
     and values keep their declared range (no clamp to choose): both only add bias under L.
     """
-    if not (rows_auto(a) and a.grouped and not a.grouping_sets and a.statistics):
+    if not (rows_auto(a) and a.grouped and a.statistics):
         return False
     if (a.joins and not a.pre_join_rows) or not decomposable(a) or one_row(a):
         # a public table's fan-out is bounded by R (join_fanout), which this sets to its

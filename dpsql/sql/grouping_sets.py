@@ -9,8 +9,10 @@ the bit mask of the arguments left out of the row's set (first argument = most s
 
 Privacy: a unit's rows feed every set, so the sets compose sequentially. Each distinct set is its
 own measurement, planned by :func:`dpsql.sql.plan.make_plan` exactly as the single GROUP BY over
-its keys (its own contribution bounding: <= R rows per group and <= G groups of that set; the
-empty set ``()`` is the grand total, G = 1, always released, no partition selection). The
+its keys (its own contribution bounding: <= R rows per group and <= G groups of that set, or,
+for per-group COUNT and SUM with ``auto`` bounds, the same L1 cap L over the unit's groups of
+that set as the plain GROUP BY gets: :func:`dpsql.sql.auto_bounds.total_mode`; the empty set
+``()`` is the grand total, G = 1, always released, no partition selection). The
 statement's epsilon is split evenly over the k distinct sets (epsilon/k each). Its delta goes,
 in equal parts, to the sets that need it: the sets with partition selection (a key without
 declared values); to every set when none does or when Gaussian noise is requested. A duplicate

@@ -333,20 +333,33 @@ def l1_ratio(engine: Engine, dsn: str, sql: str, units: tuple[int, ...], capped:
     for i, cap in caps.items():
         assert plan.measures[i].sensitivity == cap  # below G·R·c: the cap is what noise sees
     text = salted(engine.private_sql(engine.prepare(sql), run))
-    keys, n = len(claimed.group_keys), len(_measures(claimed))
+    return _cap_ratio(dsn, [(text, len(claimed.group_keys))], len(_measures(claimed)), caps, units)
+
+
+def _cap_ratio(
+    dsn: str,
+    texts: list[tuple[str, int]],
+    n: int,
+    caps: dict[int, Fraction],
+    units: tuple[int, ...],
+) -> Fraction:
+    """:func:`l1_ratio`'s check over bounded SQL texts (each with its number of group keys: one
+    text, or one per grouping set)."""
     worst = Fraction(0)
     zero = [Fraction(0)] * n
     with psycopg.connect(dsn) as conn:
         thin(conn, units)
-        full = _released(conn, text, keys, n)
-        for u in units:
-            conn.execute("SAVEPOINT one_unit")
-            conn.execute("DELETE FROM purchases WHERE user_id = %s", (u,))
-            less = _released(conn, text, keys, n)
-            conn.execute("ROLLBACK TO SAVEPOINT one_unit")
-            for i, cap in caps.items():
-                diffs = [abs(full.get(g, zero)[i] - less.get(g, zero)[i]) for g in {*full, *less}]
-                worst = max(worst, sum(diffs, Fraction(0)) / cap, max(diffs) / cap)
+        for text, keys in texts:
+            full = _released(conn, text, keys, n)
+            for u in units:
+                conn.execute("SAVEPOINT one_unit")
+                conn.execute("DELETE FROM purchases WHERE user_id = %s", (u,))
+                less = _released(conn, text, keys, n)
+                conn.execute("ROLLBACK TO SAVEPOINT one_unit")
+                for i, cap in caps.items():
+                    groups = {*full, *less}
+                    diffs = [abs(full.get(g, zero)[i] - less.get(g, zero)[i]) for g in groups]
+                    worst = max(worst, sum(diffs, Fraction(0)) / cap, max(diffs) / cap)
         conn.rollback()
     return worst
 
@@ -365,3 +378,36 @@ def test_an_l1_cap_that_is_not_applied_is_caught(engine: Engine, demo_dsn: str) 
     """The broken twin: the plan claims the caps but the SQL does not scale the partials; a
     heavy unit (25 rows in each of its groups) moves the COUNT by far more than 7."""
     assert l1_ratio(engine, demo_dsn, CAPPED[0], HEAVY[:1], capped=False) > 1
+
+
+ROLLUP_CAPPED = (
+    "SELECT category, region, COUNT(*), SUM(amount) FROM purchases "
+    "GROUP BY ROLLUP (category, region)"
+)
+
+
+def rollup_ratio(engine: Engine, dsn: str, units: tuple[int, ...], capped: bool) -> Fraction:
+    """:func:`l1_ratio` for each grouping set of :data:`ROLLUP_CAPPED`: each set's partials are
+    scaled into the one cap L over that set's groups, each set's plan states L."""
+    from dpsql.execute.grouping_sets import set_sql
+    from dpsql.sql.grouping_sets import make_sets_plan
+
+    claimed, run = _capped(engine, ROLLUP_CAPPED, capped)
+    plan = make_sets_plan(claimed, Fraction(1), Fraction(1, 10**6), "laplace")
+    caps = {i: m.total for i, m in enumerate(claimed.measures) if m.total is not None}
+    assert sorted(caps.values()) == sorted(CAPS.values())
+    for sp in plan.sets:
+        for i, cap in caps.items():
+            assert sp.plan.measures[i].sensitivity == cap
+    prepared = engine.prepare(ROLLUP_CAPPED)
+    texts = [(salted(set_sql(engine, prepared, run, sp.keys)), len(sp.keys)) for sp in plan.sets]
+    return _cap_ratio(dsn, texts, len(claimed.measures), caps, units)
+
+
+def test_an_l1_cap_bounds_what_one_unit_moves_in_each_grouping_set(
+    engine: Engine, demo_dsn: str, units: tuple[int, ...]
+) -> None:
+    """Exact: under ROLLUP each set (category, region), (category), () moves by at most L when
+    one unit goes (the plain GROUP BY's check, per set); its twin without the scaling is caught."""
+    assert rollup_ratio(engine, demo_dsn, HEAVY[2:3] + units, capped=True) <= 1
+    assert rollup_ratio(engine, demo_dsn, HEAVY[:1], capped=False) > 1
