@@ -159,13 +159,10 @@ def accuracy_notes(
         parts += [share] if share else []
         estimate = f" ({'; '.join(parts)})" if parts else ""
         where = " in all groups together" if a.group_keys else ""
-        per = " in a group" if a.group_keys else ""
-        far = "above" if t.sign > 0 else "below"
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
-            f"(they keep {_kept(a, t)}): about {qty_text(a, t.measure, total)}{where}{estimate}, "
-            f"and up to {fmt(tw.d_hi)} more{per} given that estimate's noise; so it reaches "
-            f"further {far} the answer. "
+            f"(they keep {_kept(a, t)}): about {qty_text(a, t.measure, total)}{where}{estimate}"
+            f"{_reach_text(a, t, r.dropped[:rows], tw.d_hi)} "
         )
         line += _assumption(a, r, t, rows)
         found = []  # answers the releases cannot check: a few units may hold most of them
@@ -179,7 +176,8 @@ def accuracy_notes(
             disown(disowned, si, Disown(None, held))
         if found:  # 'the truth can lie far beyond the interval', in those rows
             disown(disowned, si, Disown(frozenset(f[0] for f in found), held))
-        if rows and tw.d_hi > 4 * tw.b and not _alarm(r, rows) and not found:
+        reaches = np.maximum(0.0, np.asarray(r.dropped[:rows], dtype=np.float64) + tw.d_hi)
+        if rows and reaches.max() > 4 * tw.b and not _alarm(r, rows) and not found:
             line += (
                 f" Most of the width is that estimate (it gets {_SHARE} of epsilon): raise "
                 "dpsql.epsilon to narrow it."
@@ -210,6 +208,53 @@ def accuracy_notes(
         for line, si in zip(lines, line_si, strict=True)
     )
     return Accuracy((*lines, *quantiles), disowned)
+
+
+def _reach_text(a: Analysis, t: BiasTarget, dropped: np.ndarray, d_hi: float) -> str:
+    """How far the interval reaches beyond the answer for what the bounds left out, as the
+    interval columns do (:func:`dpsql.execute.bias.target_interval`): in a group, the removed
+    mass's estimate plus its noise's reach ``d_hi``, at 0 if below. An estimate below 0 (its
+    noise, when little was removed) shortens that reach by as much, to nothing when it lies
+    below -``d_hi``: the words say so rather than promise ``d_hi`` the columns lack."""
+    far = "above" if t.sign > 0 else "below"
+    per = " in a group" if a.group_keys else ""
+    d = np.asarray(dropped, dtype=np.float64)
+    negative = int((d < 0).sum())
+    beyond = int((d + d_hi <= 0).sum())
+    if not a.group_keys and d.size == 1 and negative:
+        est, reach = float(d[0]), max(0.0, float(d[0]) + d_hi)
+        if not reach:
+            return (
+                f" (its noisy estimate came out at {fmt(est)}, below 0 by more than that "
+                f"estimate's noise reaches, {fmt(d_hi)}); so it reaches no further {far} the "
+                "answer than the noise does."
+            )
+        return (
+            f" (its noisy estimate came out at {fmt(est)}, below 0), and up to {fmt(reach)} "
+            f"more given that estimate's noise (its reach, {fmt(d_hi)}, less the "
+            f"{fmt(-est)} below 0); so it reaches further {far} the answer."
+        )
+    if not negative:
+        return (
+            f", and up to {fmt(d_hi)} more{per} given that estimate's noise; so it reaches "
+            f"further {far} the answer."
+        )
+    n = d.size
+    text = (
+        f", and up to {fmt(d_hi)} more{per} given that estimate's noise, less by as much where a "
+        f"group's estimate came out below 0 ({negative} of {n} {'group' if n == 1 else 'groups'})"
+    )
+    if beyond == n:
+        return text + (
+            f"; in every group it came out below 0 by more than that, so it reaches no further "
+            f"{far} the answer than the noise does."
+        )
+    if beyond:
+        return text + (
+            f"; so it reaches further {far} the answer, except in {beyond} of them, where it "
+            "came out below 0 by more than that: there it reaches no further than the noise does."
+        )
+    return text + f"; so it reaches further {far} the answer."
 
 
 def _outside_warnings(
