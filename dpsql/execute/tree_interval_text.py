@@ -32,12 +32,21 @@ def short_of(
     """Why a row's interval is NULL: the leaf intervals it read hold together with probability
     below the session's confidence (a stored leaf answer keeps the level it was released at)."""
     level = max(float(1 - miss), 0.0)
-    held = sorted({(r.confidence or 0.0) if r else 0.0 for r in (releases[e[0]] for e in h.events)})
+    read = sorted({e[0] for e in h.events})
+    levels = {i: (r.confidence or 0.0) if (r := releases[i]) is not None else 0.0 for i in read}
+    low = min(levels.values())
+    # the stored answers held at the lowest level fall short (not merely the first one read)
+    names = [labels[i] for i in read if levels[i] == low]
+    who = (
+        f"a stored answer of {names[0]} keeps its intervals"
+        if len(names) == 1
+        else f"the stored answers of {', '.join(names[:-1])} and {names[-1]} keep their intervals"
+    )
     return (
         f"it is computed from released values whose intervals all hold with probability "
-        f"only {level:.4g} (a stored answer of {labels[h.events[0][0]]} keeps its intervals "
-        f"at {held[0]:.4g}; at {confidence:g} the values a row reads, k of them, would each "
-        f"need 1 - {1 - confidence:.2g}/k): ask with another dpsql.epsilon to measure it anew"
+        f"only {level:.4g} ({who} at {low:.4g}; at {confidence:g} the values a row reads, k of "
+        f"them, would each need 1 - {1 - confidence:.2g}/k): ask with another dpsql.epsilon to "
+        "measure it anew"
     )
 
 

@@ -388,7 +388,9 @@ def attach(
                         halved[slot]["low" if pair[0] is None else "high"] += 1
                 elif r[g[2]] is None and r[g[0]] is not None and r[g[1]] is not None:
                     absent[slot] += 1  # e.g. COALESCE(x, 0) where x's group was not released
-                elif r[g[0]] is not None and r[g[1]] is not None:
+                elif r[g[2]] is not None:
+                    # short of the level (ends NULL too when a leaf's notice disowns one: the
+                    # row must not count as held at the session's level either)
                     short[slot].append(miss)
             slot += 1
             ends += pair
