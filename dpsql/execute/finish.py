@@ -104,15 +104,21 @@ def finish(
         data = [tuple(r[:-1]) for r in data]
     if not describe_only:  # expressions over the statistics: to their noise's resolution
         data = round_outputs(a, rel, data, rids)
+    ends = [pos for pos, _, _ in ivcols]
+    if ends and len(cols) == len(names) + 2 * len(ends):
+        data = null_with_value(data, ends, len(names))
     if rids is not None:
         intervals = []
-        for rid in rids:
+        for r, rid in zip(data, rids, strict=True):
             row_iv: list[tuple[float, float] | None] = [None] * len(cols)
             for pos, si in outputs:
                 row_iv[pos] = rel.intervals[rid][si]
             for k, pos in enumerate(derived):
                 if rel.derived:
                     row_iv[pos] = rel.derived[rid][k]
+            for pos in range(len(names)):
+                if r[pos] is None:  # no value, no interval (as its _low/_high columns)
+                    row_iv[pos] = None
             intervals.append(tuple(row_iv))
     stat_mech = dict(outputs)
     typed = tuple(
@@ -153,6 +159,27 @@ def finish(
         intervals=intervals,
         notices=notices,
     )
+
+
+def null_with_value(
+    data: Sequence[tuple[Any, ...]], positions: Sequence[int], width: int
+) -> list[tuple[Any, ...]]:
+    """Rows whose ``_low``/``_high`` columns (after the ``width`` outputs, a pair per output in
+    ``positions``' order) are NULL where their output's value is: ``CAST(AVG(x) AS smallint)``
+    NULL (its noisy value out of the type's range, :mod:`dpsql.sql.post_guards`), or an AVG
+    whose noisy count came out below 1, beside an interval of its released parts read as one
+    that holds the truth of a value not shown. Whatever the expression, value and interval
+    agree: no value, no interval."""
+    out: list[tuple[Any, ...]] = []
+    for row in data:
+        if any(row[pos] is None for pos in positions):
+            cells = list(row)
+            for k, pos in enumerate(positions):
+                if row[pos] is None:
+                    cells[width + 2 * k] = cells[width + 2 * k + 1] = None
+            row = tuple(cells)
+        out.append(row)
+    return out
 
 
 def say_stored(e: DpsqlError, cached: bool) -> None:

@@ -392,6 +392,8 @@ def attach(
                     # short of the level (ends NULL too when a leaf's notice disowns one: the
                     # row must not count as held at the session's level either)
                     short[slot].append(miss)
+            if r[visible[p]] is None:
+                pair = (None, None)  # no value, no interval (finish.null_with_value)
             slot += 1
             ends += pair
             if kind != "keep" and (pair[0] is not None or pair[1] is not None):

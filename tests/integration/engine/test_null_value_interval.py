@@ -1,0 +1,51 @@
+"""A NULL value never sits beside a non-NULL interval (SET dpsql.show_intervals).
+
+``CAST(AVG(income) AS smallint)``: the noisy average (about 46,000 for one group) is out of
+smallint's range, so dpsql answers NULL where PostgreSQL would error (post_guards), while its ``c_low`` /
+``c_high`` were the interval of the average ([0, 500,000], not even smallints): an interval of a
+value not shown. Whatever the expression, value and interval agree: both NULL. Deterministic
+(the zero-noise engine: one true average is above 32,767, the other below).
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+
+
+def test_a_null_cast_has_no_interval(exact_engine: Engine) -> None:
+    sql = (
+        "SELECT sex, CAST(AVG(income) AS smallint) AS c, CAST(AVG(income) AS int) AS i "
+        "FROM pums GROUP BY sex"
+    )
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1), show_intervals=True)
+    r = exact_engine.execute(exact_engine.prepare(sql, "analyst"), s)
+    names = [c.name for c in r.columns]
+    assert names == ["sex", "c", "i", "c_low", "c_high", "i_low", "i_high"]
+    assert len(r.rows) == 2
+    nulls = 0
+    for row, iv in zip(r.rows, r.intervals or [], strict=True):
+        assert row[2] is not None and row[5] is not None  # int holds every average
+        if row[1] is None:  # smallint does not hold this one: no interval either
+            nulls += 1
+            assert row[3] is None and row[4] is None and iv[1] is None, row
+        else:
+            assert row[3] is not None and row[4] is not None, row
+    assert nulls == 1, r.rows  # (the true averages: about 46,000 and 24,000)
+    assert any(n.startswith("c: NULL") for n in r.notices), r.notices
+
+
+def test_a_null_cast_over_a_cte_has_no_interval(exact_engine: Engine) -> None:
+    """The same through post-processing over a released part (a tree statement)."""
+    sql = (
+        "WITH q AS (SELECT sex, AVG(income) AS m FROM pums GROUP BY sex) "
+        "SELECT sex, CAST(m AS smallint) AS c FROM q"
+    )
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1), show_intervals=True)
+    r = exact_engine.execute(exact_engine.prepare(sql, "analyst"), s)
+    assert [c.name for c in r.columns] == ["sex", "c", "c_low", "c_high"]
+    assert any(row[1] is None for row in r.rows), r.rows
+    for row in r.rows:
+        assert (row[1] is None) == (row[2] is None) == (row[3] is None), r.rows
