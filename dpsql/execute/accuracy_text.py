@@ -128,7 +128,7 @@ def accuracy_notes(
                 f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
             )
             why = unestimated(a, s)
-            out.append(f"{s.sql}: {conf} interval:{noise} {why}.")
+            out.append(f"{s.sql}: {conf} interval:{noise} {why}." + _avg_nulls(a, s, noisy))
             if NOISE_ONLY in why:  # what the bounds changed is not in it
                 disown(disowned, si, Disown(None, "low" if LOWER_ONLY in why else "none"))
             continue
@@ -483,18 +483,25 @@ def _avg_line(
     return line + _avg_nulls(a, s, noisy)
 
 
+_NULL_BELOW_ONE = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+
+
 def _avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str:
-    """Groups whose AVG is NULL: their noisy row count came out below 1 (no average)."""
-    if noisy is None or len(s.measures) < 2:
+    """Groups whose AVG (VARIANCE, STDDEV) is NULL: their noisy row count, the statistic's last
+    measure, came out below 1 (:func:`dpsql.sql.postprocess.derive`: no value)."""
+    if noisy is None or len(s.measures) < 2 or s.func not in _NULL_BELOW_ONE:
         return ""
-    counts = [float(v) for v in noisy[s.measures[1]]]
+    if s.measures[-1] not in noisy:
+        return ""
+    counts = [float(v) for v in noisy[s.measures[-1]]]
     k = sum(1 for v in counts if v < 1)
     if not k:
         return ""
     where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
+    what = "average" if s.func == "avg" else "spread"
     return (
         f" It is NULL {where}".rstrip()
-        + ": the noisy count of rows there came out below 1, so no average is released "
+        + f": the noisy count of rows there came out below 1, so no {what} is released "
         "(too few rows for this epsilon)."
     )
 

@@ -49,3 +49,24 @@ def test_a_null_cast_over_a_cte_has_no_interval(exact_engine: Engine) -> None:
     assert any(row[1] is None for row in r.rows), r.rows
     for row in r.rows:
         assert (row[1] is None) == (row[2] is None) == (row[3] is None), r.rows
+
+
+def test_every_null_average_or_spread_says_why(exact_engine: Engine) -> None:
+    """A group whose AVG (STDDEV) is NULL says so in its statistic's notice line, on every path
+    of that line: AVG(income - 5) has no estimate of what the bounds changed (its line is the
+    noise's only) and said nothing of its NULL groups (session 20's newcomer)."""
+    sql = (
+        "SELECT sex, AVG(income - 5) AS a, STDDEV(age) AS d, AVG(income) AS m FROM pums "
+        "WHERE age < 0 GROUP BY sex"  # no row: every noisy count (exact here) is 0
+    )
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1))
+    r = exact_engine.execute(exact_engine.prepare(sql, "analyst"), s)
+    assert len(r.rows) == 2 and all(x is None for row in r.rows for x in row[1:]), r.rows
+    for stat, what in [("AVG(income - 5)", "average"), ("STDDEV(age)", "spread")]:
+        (line,) = [n for n in r.notices if n.startswith(f"{stat}: ")]
+        assert (
+            f"It is NULL in 2 of 2 groups: the noisy count of rows there came out below 1, so no {what}"
+            in line
+        ), line
+    (line,) = [n for n in r.notices if n.startswith("AVG(income): ")]
+    assert "It is NULL in 2 of 2 groups" in line, line
