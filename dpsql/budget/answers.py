@@ -8,10 +8,12 @@ the dataset) or ``off``.
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import psycopg
 
+from dpsql.budget.records import Stored
 from dpsql.policy.model import Policy
 
 if TYPE_CHECKING:
@@ -82,26 +84,31 @@ def lookup(
     analyst: str,
     cache_key: str,
     statement: str | None = None,
-) -> bytes | None:
-    """The stored answer for the key, recording the free repeat in the analyst's history, in
-    one statement (one round trip, atomic on an autocommit connection: the repeat is recorded
-    exactly when the answer is returned; a miss records nothing). The history row shows
-    ``statement``, the text the analyst ran (another page of an answer, a statement of several
-    whose part was answered before), else the stored answer's own."""
+) -> Stored | None:
+    """The stored answer for the key and the release it repeats, recording the free repeat in
+    the analyst's history, in one statement (one round trip, atomic on an autocommit
+    connection: the repeat is recorded exactly when the answer is returned; a miss records
+    nothing). The history row shows ``statement``, the text the analyst ran (another page of
+    an answer, a statement of several whose part was answered before), else the stored
+    answer's own."""
     got = conn.execute(
         ledger.q(
-            "WITH hit AS (SELECT a.payload, r.fingerprint, r.statement FROM {s}.answer a"
+            "WITH hit AS (SELECT a.payload, r.fingerprint, r.statement, r.id, r.created_at,"
+            " r.epsilon, r.analyst FROM {s}.answer a"
             " JOIN {s}.release r ON r.id = a.release_id"
             " WHERE a.dataset = %s AND a.scope = %s AND a.cache_key = %s),"
             " rec AS (INSERT INTO {s}.release (dataset, analyst, fingerprint, epsilon, delta, rho,"
             " state, statement) SELECT %s, %s, fingerprint, '0', '0', '0', 'repeat',"
             " COALESCE(%s, statement)"
             " FROM hit)"
-            " SELECT payload FROM hit"
+            " SELECT payload, id, created_at, epsilon, analyst FROM hit"
         ),
         [*_key(ledger, analyst, cache_key), ledger.dataset, analyst, statement],
     ).fetchone()
-    return bytes(got[0]) if got is not None else None
+    if got is None:
+        return None
+    payload, rid, at, eps, who = got
+    return Stored(bytes(payload), int(rid), at, Fraction(eps), who == analyst)
 
 
 def peek(

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Protocol
 
-from dpsql.budget.records import BudgetStatus, HistoryEntry, Reservation
+from dpsql.budget.records import BudgetStatus, HistoryEntry, Reservation, Stored
 from dpsql.dp.accounting import Cost
 
 ReleasePart = tuple[Cost, str, Fraction | None]  # (cost, mechanism, delta_for_rho) of a release
@@ -123,6 +123,13 @@ class BudgetLedger(Protocol):
     def lookup(self, analyst: str, cache_key: str, statement: str | None = None) -> bytes | None:
         """A stored noisy answer for this key, free (the repeat is recorded in the history, as
         ``statement`` when given: the text the analyst ran), or None."""
+        ...
+
+    def lookup_stored(
+        self, analyst: str, cache_key: str, statement: str | None = None
+    ) -> Stored | None:
+        """:meth:`lookup`, with the release it repeats (its id, time, epsilon) for the
+        notice that says so."""
         ...
 
     def peek(self, analyst: str, cache_key: str) -> bytes | None:

@@ -42,6 +42,7 @@ from dpsql.budget.records import (
     BudgetStatus,
     HistoryEntry,
     Reservation,
+    Stored,
     refundable,
     say_spent,
 )
@@ -166,6 +167,12 @@ class Ledger(LedgerStore, BudgetLedger):
     # --- free repeats (see dpsql.budget.answers) ---------------------------------------------
 
     def lookup(self, analyst: str, cache_key: str, statement: str | None = None) -> bytes | None:
+        got = self.lookup_stored(analyst, cache_key, statement)
+        return got.payload if got is not None else None
+
+    def lookup_stored(
+        self, analyst: str, cache_key: str, statement: str | None = None
+    ) -> Stored | None:
         # One statement, hit or miss (dpsql.budget.answers.lookup: one round trip). An answer
         # stored concurrently just after it is found by the commit instead (commit returns the
         # earlier answer), as it would be if it were stored just after the read.

@@ -24,6 +24,28 @@ from dpsql.errors import (
 
 
 @dataclass(frozen=True)
+class Stored:
+    """A stored answer found for a free repeat: its payload and the release it repeats (its id
+    in ``dpsql.history``, when it was released, at what epsilon, and whether it was this
+    analyst's own: with ``repeats: global`` it may be another analyst's on the dataset)."""
+
+    payload: bytes
+    release_id: int
+    released_at: datetime
+    epsilon: Fraction
+    own: bool
+
+    def notice(self) -> str:
+        """The free repeat's notice: a repeat, free, and of which release."""
+        whose = "" if self.own else " (another analyst's: repeats are shared on this dataset)"
+        return (
+            f"free repeat of release {self.release_id}{whose}, answered "
+            f"{self.released_at:%Y-%m-%d %H:%M:%S} UTC at epsilon {fmt_up(self.epsilon)}: the "
+            "same answer again, no privacy budget spent (SELECT * FROM dpsql.history lists it)"
+        )
+
+
+@dataclass(frozen=True)
 class Limit:
     """One budget that a release is charged to: an analyst's or the whole dataset's."""
 

@@ -41,6 +41,7 @@ from dpsql.sql.postprocess import (
 )
 
 if TYPE_CHECKING:
+    from dpsql.budget.records import Stored
     from dpsql.execute.context import EngineContext
 
 
@@ -55,11 +56,13 @@ def finish(
     plan: Plan | SetsPlan | None = None,
     cached: bool = False,
     auto: AutoBounds | None = None,
+    repeat: Stored | None = None,
 ) -> Result:
     """Run the post-processing query over the released values and type the result.
 
     ``a`` is the analysis of ``prepared`` the values were released for (with parameters bound,
-    a new one each execution: its post-processing SQL is then not memoized).
+    a new one each execution: its post-processing SQL is then not memoized); ``repeat``: the
+    stored release a free repeat answers from (its notice says so, and which one).
     """
     outputs = stat_outputs(a)
     names = [e.alias_or_name for e in a.outer.expressions]
@@ -134,6 +137,8 @@ def finish(
     notices = (*rel.notes, *interval_notices(a, plan, conf, rel.notes), *guard_notices(a, data))
     if plan is not None and not describe_only:
         notices = (*notices, *_selection_notices(a, plan, len(data)))
+    if cached and repeat is not None:
+        notices = (*notices, repeat.notice())
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
         notices = (
             *notices,

@@ -419,11 +419,13 @@ def _release(
     """The repeat store's answer for ``key``, or reserve, measure, release and commit."""
     ledger = engine.ledger
     if ledger is not None and key is not None and reserved is None:
-        stored = ledger.lookup(session.analyst, key, prepared.text)
+        stored = ledger.lookup_stored(session.analyst, key, prepared.text)
         if stored is not None:
-            rel = Release.from_json(json.loads(stored))
+            rel = Release.from_json(json.loads(stored.payload))
             with _fetch_offered(engine, prepared, session, a, key):
-                return finish(engine, prepared, a, rel, session, plan=plan, cached=True)
+                return finish(
+                    engine, prepared, a, rel, session, plan=plan, cached=True, repeat=stored
+                )
     reservation = (
         reserved[0]
         if reserved is not None

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from dpsql.budget.records import say_spent
+from dpsql.budget.records import Stored, say_spent
 from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError, InternalError, UpstreamError
 from dpsql.execute import fetch_stored, privacy_params
@@ -379,6 +379,9 @@ def leaf_notices(
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)
+        repeat = run.repeats[i]
+        if repeat is not None and i not in measured:
+            lines.append(repeat.notice())
         plan = run.plans[i]
         level = rel.confidence if rel is not None and rel.confidence is not None else conf
         notes = rel.notes if rel is not None else ()
@@ -425,6 +428,7 @@ class _Run:
         self.releases: list[Release | None] = [None] * len(leaves)
         self.keys: list[str | None] = [None] * len(leaves)
         self.bounds: list[AutoBounds | None] = [None] * len(leaves)  # the auto bounds used
+        self.repeats: list[Stored | None] = [None] * len(leaves)  # a free repeat's release
 
     def resolve(self, i: int, lookup: bool = True) -> None:
         """Leaf i's real SQL (a series limit's from its source's released keys), its
@@ -448,9 +452,10 @@ class _Run:
             key = cache_key(engine, self.leaves[i], self._share_plan(i), ())
         self.keys[i] = key
         if lookup:
-            stored = ledger.lookup(self.session.analyst, key, self.text or None)
+            stored = ledger.lookup_stored(self.session.analyst, key, self.text or None)
             if stored is not None:
-                self.releases[i] = Release.from_json(json.loads(stored))
+                self.releases[i] = Release.from_json(json.loads(stored.payload))
+                self.repeats[i] = stored
                 self.plans[i] = self._share_plan(i)
 
     def _share_plan(self, i: int) -> LeafPlan:

@@ -61,9 +61,22 @@ def what_of(
     assert isinstance(o, Held)
     leaves = sorted({leaf for leaf, _ in o.events})
     if o.passthrough:
-        rel = releases[leaves[0]]
-        level = rel.confidence if rel is not None and rel.confidence is not None else confidence
-        return f"the interval of {labels[leaves[0]]}'s released value, unchanged (at {level:.4g})"
+
+        def level(i: int) -> float:
+            rel = releases[i]
+            return rel.confidence if rel is not None and rel.confidence is not None else confidence
+
+        if len(leaves) == 1:
+            return (
+                f"the interval of {labels[leaves[0]]}'s released value, unchanged (at "
+                f"{level(leaves[0]):.4g})"
+            )
+        # UNION ALL of parts: each row's interval is its own part's (named, every one)
+        parts = "; ".join(f"{labels[i]} at {level(i):.4g}" for i in leaves)
+        return (
+            "the interval of the released value each row comes from, unchanged, at the level of "
+            f"its part ({parts})"
+        )
     k = ks.get(o.hid)
     many = f"up to {k}" if k else "the"
     lv = ", ".join(

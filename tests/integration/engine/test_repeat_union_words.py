@@ -1,0 +1,69 @@
+"""Notices of free repeats and of UNION ALL parts say what they are about.
+
+* A free repeat of a released statement said nothing (its numbers came back, no charge, no
+  word): it now says it is a repeat, free, and of which release (its id in dpsql.history), for
+  a flat statement and for each part of a statement of several.
+* The interval of a UNION ALL's column comes from each row's own part: the notice named the
+  first part only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+from tests.helpers import ledgered_engine
+
+FLAT = "SELECT category, COUNT(*) FROM purchases GROUP BY category"
+CTE = (
+    "WITH a AS (SELECT COUNT(*) AS n FROM purchases WHERE quantity > 3), "
+    "b AS (SELECT COUNT(*) AS m FROM purchases WHERE quantity > 2) "
+    "SELECT n + m AS t FROM a, b"
+)
+UNION = (
+    "SELECT category, COUNT(*) FROM purchases GROUP BY category UNION ALL "
+    "SELECT region, COUNT(*) FROM purchases GROUP BY region"
+)
+
+
+@pytest.fixture
+def engine(demo_policy: Any, demo_dsn: str) -> Iterator[Engine]:
+    with ledgered_engine(demo_policy, demo_dsn, "dpsql_rw") as e:
+        yield e
+
+
+def _ask(engine: Engine, sql: str, **kw: Any) -> Any:
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1), **kw)
+    return engine.execute(engine.prepare(sql, "analyst"), s)
+
+
+def _released(engine: Engine) -> list[int]:
+    """The ids of the analyst's charged releases (dpsql.history), oldest first."""
+    hist = engine.ledger.history("analyst")  # type: ignore[union-attr]
+    return sorted(h.id for h in hist if h.state == "committed" and h.mechanism != "auto_bound")
+
+
+@pytest.mark.parametrize("sql", [FLAT, CTE])
+def test_a_free_repeat_says_so_and_of_which_release(engine: Engine, sql: str) -> None:
+    first = _ask(engine, sql)
+    assert not first.cached and not any("free repeat" in n for n in first.notices)
+    (rid,) = _released(engine)
+    again = _ask(engine, sql)
+    assert again.cached and again.epsilon_spent == 0 and again.rows == first.rows
+    said = [n for n in again.notices if f"free repeat of release {rid}," in n]
+    assert all("no privacy budget spent" in n for n in said)
+    if sql == CTE:  # each part says it (both were released together)
+        assert [n.split(":")[0] for n in said] == ["CTE a", "CTE b"], again.notices
+    else:
+        assert len(said) == 1, again.notices
+
+
+def test_a_union_alls_interval_names_every_part(engine: Engine) -> None:
+    r = _ask(engine, UNION, show_intervals=True)
+    (line,) = [n for n in r.notices if n.startswith("interval columns: count:")]
+    assert "GROUP BY category" in line and "GROUP BY region" in line, line
