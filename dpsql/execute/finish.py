@@ -221,18 +221,21 @@ def _selection_notices(a: Analysis, plan: Plan | SetsPlan, shown: int) -> tuple[
     taus = sorted({p.selection.threshold for p in plans if p.selection is not None})
     if not taus:
         return ()
-    from dpsql.execute.key_texts import key_name
+    from dpsql.sql.refusal_text import period_hint
+    from dpsql.sql.wording import plain_sql
 
     unit = a.private.privacy_unit
-    keys = ", ".join(key_name(g.expr) for g in a.group_keys)
+    keys = ", ".join(plain_sql(g.expr, qualified=True) for g in a.group_keys)
     tau = taus[-1]
     none = " (none did here)" if shown == 0 else ""
+    period = period_hint(a)
     return (
         f"groups of {keys} come from the data (no declared keys): a group is shown only when "
         f"its noisy count of {unit} passes a threshold of {tau:,}{none}, so groups of fewer "
-        f"than about {tau:,} {unit} are left out, and no row says so. Declare the keys "
-        "(keys: or keys_from: in the policy) to get every group, counted with noise even when "
-        "it is small or empty",
+        f"than about {tau:,} {unit} are left out, and no row says so. "
+        + (f"{period[0].upper()}{period[1:]}; or declare" if period else "Declare")
+        + " the keys (keys: or keys_from: in the policy) to get every group, counted with noise "
+        "even when it is small or empty",
     )
 
 

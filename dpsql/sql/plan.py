@@ -280,10 +280,14 @@ def _make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str) 
     eps_m, delta_m = epsilon, delta
     if a.needs_selection:
         if delta <= 0:
+            from dpsql.sql.refusal_text import period_hint
+
+            period = period_hint(a)
             raise InvalidParameter(
                 "grouping by a column without declared keys needs delta > 0 "
                 "(partition selection may reveal a group with probability delta)",
-                hint="SET dpsql.delta = 1e-6, or declare `keys:` for the GROUP BY column",
+                hint=(f"{period}; or " if period else "")
+                + "SET dpsql.delta = 1e-6, or declare `keys:` for the GROUP BY column",
             )
         eps_sel = epsilon / (k + 1)
         eps_m = epsilon - eps_sel

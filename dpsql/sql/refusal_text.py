@@ -13,12 +13,17 @@ Two shapes a new user tries first and used to get a hint about something else:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy import Column as PolicyColumn
 from dpsql.policy.tables import PrivateTable
 from dpsql.sql.wording import plain_sql
+
+if TYPE_CHECKING:
+    from dpsql.sql.analysis import Analysis
 
 _SHORT = 100
 
@@ -236,3 +241,39 @@ def _per_key(inner: exp.Select) -> tuple[exp.Select, str] | None:
 
 def _placeholder(t: exp.Table) -> bool:
     return str(t.name).startswith("_dpsql_")
+
+
+def period_hint(a: Analysis) -> str:
+    """For GROUP BY keys without declared values that are a date or timestamp column with
+    declared bounds (``GROUP BY purchased_at``): group by its month instead, in the user's own
+    column name, ``date_trunc('month', purchased_at)``, whose months the bounds make public
+    (:mod:`dpsql.sql.date_domain`: every month released, none chosen by the data); '' otherwise.
+
+    >>> from dpsql.demo import POLICY
+    >>> from dpsql.policy import load_policy
+    >>> from dpsql.sql.analyze import analyze
+    >>> from dpsql.sql.parse import parse_statement
+    >>> sql = "SELECT p.purchased_at, COUNT(*) FROM purchases p GROUP BY 1"
+    >>> period_hint(analyze(parse_statement(sql).tree, load_policy(POLICY)))
+    "GROUP BY date_trunc('month', p.purchased_at) instead: the policy bounds purchased_at (2025-01-01 to 2025-12-31), so its months are public keys, each released with noise"
+    """
+    for g in a.group_keys:
+        if g.declared:
+            continue
+        node = g.expr
+        while isinstance(node, (exp.Cast, exp.Paren)):
+            node = node.this
+        if not isinstance(node, exp.Column):
+            continue
+        col = a.column(node)
+        if col is None or col.bounds is None or col.family not in ("date", "timestamp"):
+            continue
+        lo, hi = (str(b).split(" ")[0] if col.family == "date" else str(b) for b in col.bounds)
+        # as written: qualified by the user's alias (p.purchased_at), else the bare name
+        own = node.table and node.table != a.table.split(".")[-1]
+        name = plain_sql(node, qualified=bool(own))
+        return (
+            f"GROUP BY date_trunc('month', {name}) instead: the policy bounds {node.name} "
+            f"({lo} to {hi}), so its months are public keys, each released with noise"
+        )
+    return ""

@@ -67,3 +67,13 @@ def test_a_union_alls_interval_names_every_part(engine: Engine) -> None:
     r = _ask(engine, UNION, show_intervals=True)
     (line,) = [n for n in r.notices if n.startswith("interval columns: count:")]
     assert "GROUP BY category" in line and "GROUP BY region" in line, line
+
+
+def test_partition_selection_suggests_months_of_a_bounded_date(exact_engine: Engine) -> None:
+    """GROUP BY a bounded date without keys: the notice names the key as written and suggests
+    its months (public keys: every month released), in the user's own column name."""
+    sql = "SELECT p.purchased_at, COUNT(*) FROM purchases p GROUP BY 1"
+    r = _ask(exact_engine, sql)
+    (line,) = [n for n in r.notices if "come from the data (no declared keys)" in n]
+    assert line.startswith("groups of p.purchased_at come from the data"), line
+    assert "GROUP BY date_trunc('month', p.purchased_at) instead" in line, line
