@@ -11,6 +11,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
+from dpsql.execute.accuracy_text import level_text
 from dpsql.execute.bounds_text import rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
 from dpsql.execute.disowned import nulled, quantile_disown
@@ -108,15 +109,16 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     level = quantile_level(mp)
     mech = mp.mechanism
     what = _target(float(mech.quantile)) if isinstance(mech, Quantile) else "quantile"
+    # the level in the words every accuracy line uses ('95% interval'), as its columns hold
     if conf > level:
         return (
-            f"no interval at {conf:g} (its interval holds at {level:.4g}: SET dpsql.confidence "
-            f"to that or less); {selection_accuracy(plan, s, conf)}"
+            f"no {level_text(conf)} interval (its interval holds at {level_text(level)} only: "
+            f"SET dpsql.confidence = {level:.4g} or less); {selection_accuracy(plan, s, conf)}"
         )
     return (
-        f"the interval holds the {what} of the rows the contribution bounds keep, with "
-        f"probability >= {level:.4g} (it comes from two more selections aimed past it, with half "
-        f"of its budget); {selection_accuracy(plan, s, conf)}"
+        f"the interval holds the {what} of the rows the contribution bounds keep with "
+        f"probability {level_text(conf)} or more (at {level_text(level)}: it comes from two more "
+        f"selections aimed past it, with half of its budget); {selection_accuracy(plan, s, conf)}"
     )
 
 
@@ -162,7 +164,7 @@ def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
         t = mech.rank_error(conf)
         what = _target(float(mech.quantile))
         return (
-            f"with probability {conf:g} the answer's rank is within {plural(math.ceil(t), 'row')} of the "
+            f"with probability {level_text(conf)} the answer's rank is within {plural(math.ceil(t), 'row')} of the "
             f"{what}'s in its group, to the nearest bucket ({_width(s, float(mech.width))} wide)"
         )
     assert isinstance(mech, Mode)
@@ -174,6 +176,7 @@ def selection_accuracy(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
         else "2R ln(values / (1 - confidence)) / epsilon rows (R: rows kept per unit)"
     )
     return (
-        f"with probability {conf:g} the answer's row count is within {within} of the most "
+        f"with probability {level_text(conf)} the answer's row count is within {within} of the "
+        "most "
         "frequent value's"
     )

@@ -77,3 +77,34 @@ def test_partition_selection_suggests_months_of_a_bounded_date(exact_engine: Eng
     (line,) = [n for n in r.notices if "come from the data (no declared keys)" in n]
     assert line.startswith("groups of p.purchased_at come from the data"), line
     assert "GROUP BY date_trunc('month', p.purchased_at) instead" in line, line
+
+
+@pytest.mark.parametrize("confidence", [0.9, 0.999])
+def test_max_and_min_say_the_level_their_columns_hold(
+    exact_engine: Engine, confidence: float
+) -> None:
+    """MAX/MIN lines state the level in the words every other line uses ('90%'), the level
+    the statement's interval columns are at: they said 'with probability >= 0.995' beside
+    'COUNT(*): 90% interval'. Where the interval does not reach the level, the line says there
+    is none at it, and the columns are NULL."""
+    sql = "SELECT MAX(amount) AS mx, MIN(quantity) AS mn, COUNT(*) AS n FROM purchases"
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1), show_intervals=True)
+    s.confidence = confidence
+    r = exact_engine.execute(exact_engine.prepare(sql, "analyst"), s)
+    words = "90%" if confidence == 0.9 else "99.9%"
+    (row,) = r.rows
+    for head in ("MAX(amount) (column mx): ", "MIN(quantity) (column mn): "):
+        (line,) = [n for n in r.notices if n.startswith(head)]
+        assert "probability >= 0.995" not in line and "probability 0.9 " not in line, line
+        if confidence == 0.9:
+            assert "the interval holds the" in line and f"with probability {words} or more" in line
+        else:
+            assert line.startswith(f"{head}no {words} interval"), line
+    ends = row[3:7]
+    if confidence == 0.9:
+        assert all(x is not None for x in ends), row
+    else:
+        assert all(x is None for x in ends), row
+    assert any(n.startswith(f"COUNT(*) (column n): {words} interval") for n in r.notices) or any(
+        f": {words} interval" in n for n in r.notices
+    ), r.notices

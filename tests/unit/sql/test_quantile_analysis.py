@@ -142,7 +142,7 @@ def test_explain_states_every_output_before_spending() -> None:
     )
     by = {o.column: o for o in rep.outputs}
     assert by["m"].mechanism == "exponential" and "rank is within" in by["m"].half_width
-    assert "probability 0.9" in by["m"].half_width
+    assert "probability 90%" in by["m"].half_width  # the session's level, as every line says it
     assert by["n"].half_width.startswith("±")
     assert "interval arithmetic" in by["n2"].half_width
     assert "no interval" in by["c"].half_width
