@@ -225,10 +225,16 @@ class Server:
         return session
 
     def _initial_settings(self, analyst: str, startup: Startup) -> tuple[tuple[str, str], ...]:
-        """The analyst's settings from the policy, then the client's ``options`` (PGOPTIONS)."""
+        """The analyst's settings from the policy, then the client's ``options`` (PGOPTIONS),
+        then ``dpsql.*`` settings sent as startup parameters of their own (asyncpg's
+        ``server_settings``), which PostgreSQL also applies after ``options``: each applied or
+        the connection refused, never ignored."""
         own = self.policy.analysts.get(analyst)
         from_policy = tuple(own.settings.items()) if own is not None else ()
-        return from_policy + parse_options(startup.parameters.get("options", ""))
+        own_params = tuple(
+            (k, v) for k, v in startup.parameters.items() if k.lower().startswith("dpsql.")
+        )
+        return from_policy + parse_options(startup.parameters.get("options", "")) + own_params
 
     def _new_pid(self) -> int:
         while True:

@@ -14,6 +14,7 @@ client sends none and the client's options override them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -180,3 +181,45 @@ def test_pgoptions_with_psql(served: ServerThread) -> None:
     )  # fmt: skip
     assert out.returncode != 0
     assert 'unrecognized configuration parameter "dpsql.nonsense"' in out.stderr
+
+
+def test_asyncpg_server_settings_apply_or_refuse(served: ServerThread) -> None:
+    """``dpsql.*`` sent as startup parameters of their own (asyncpg's ``server_settings``,
+    SQLAlchemy+asyncpg's ``connect_args``) are applied as ``options`` are, after them, or refuse
+    the connection: never ignored (they were: the session spent the policy's default)."""
+    asyncpg = pytest.importorskip("asyncpg")
+
+    async def go() -> None:
+        dsn = dict(host="127.0.0.1", port=served.port, user="analyst", password="analyst",
+                   database="demo", ssl=False)  # fmt: skip
+        conn = await asyncpg.connect(
+            **dsn, server_settings={"dpsql.epsilon": "0.3", "dpsql.confidence": "0.99"}
+        )
+        try:
+            assert await conn.fetchval("SHOW dpsql.epsilon") == "0.3"
+            assert await conn.fetchval("SHOW dpsql.confidence") == "0.99"
+            await conn.execute("RESET dpsql.epsilon")  # back to the value it started with
+            assert await conn.fetchval("SHOW dpsql.epsilon") == "0.3"
+            await conn.fetch(COUNT + " WHERE quantity = 1 AND region = 'S'")
+            spent = await conn.fetchval(
+                "SELECT epsilon FROM dpsql.history ORDER BY id DESC LIMIT 1"
+            )
+            assert Decimal(str(spent)) == Decimal("0.3")
+        finally:
+            await conn.close()
+        conn = await asyncpg.connect(  # after options, as PostgreSQL applies them
+            **dsn, server_settings={"options": "-c dpsql.epsilon=0.5", "dpsql.epsilon": "0.25"}
+        )
+        try:
+            assert await conn.fetchval("SHOW dpsql.epsilon") == "0.25"
+        finally:
+            await conn.close()
+        for settings, message in (
+            ({"dpsql.epsilon": "9"}, "is out of range"),
+            ({"dpsql.epsilom": "0.5"}, 'unrecognized configuration parameter "dpsql.epsilom"'),
+        ):
+            with pytest.raises(asyncpg.PostgresError) as e:
+                await asyncpg.connect(**dsn, server_settings=settings)
+            assert message in str(e.value), str(e.value)
+
+    asyncio.run(go())
