@@ -59,6 +59,20 @@ def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction) -> None:
         )
 
 
+def starting_values(policy: Policy, analyst_name: str) -> dict[str, Fraction | float]:
+    """What ``SHOW`` says of a dpsql setting the session has not set: the value the next
+    statement takes from the policy (the analyst's defaults, else the policy's). Delta is the one
+    a statement that needs one takes (Gaussian noise, groups from the data); one that needs none
+    spends 0."""
+    analyst = policy.analysts.get(analyst_name)
+    delta = analyst.default_delta if analyst is not None else None
+    return {
+        "dpsql.epsilon": to_fraction(policy.epsilon_range(analyst_name)[1]),
+        "dpsql.delta": to_fraction(policy.defaults.delta if delta is None else delta),
+        "dpsql.confidence": policy.defaults.confidence,
+    }
+
+
 def resolve_params(
     policy: Policy, session: SessionContext, a: Analysis
 ) -> tuple[Fraction, Fraction]:

@@ -214,7 +214,7 @@ class Server:
         if not self.config.server_version:
             params["server_version_num"] = self.identity.server_version_num
         check = self.engine.check_epsilon if isinstance(self.engine, UpstreamEngine) else None
-        state = SessionState(ctx, params, check)
+        state = SessionState(ctx, params, check, self.policy)
         state.apply_startup(self._initial_settings(analyst, startup))
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)

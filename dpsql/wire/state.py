@@ -28,8 +28,8 @@ from dpsql.errors import (
     UndefinedObject,
     UnsupportedSql,
 )
-from dpsql.execute.privacy_params import MAX_DELTA
-from dpsql.policy.model import DPSQL_SETTINGS
+from dpsql.execute.privacy_params import MAX_DELTA, starting_values
+from dpsql.policy.model import DPSQL_SETTINGS, Policy
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.wire.statements import SessionStatement
@@ -118,6 +118,7 @@ class SessionState:
         ctx: SessionContext,
         startup: dict[str, str],
         check_epsilon: Callable[[str, Fraction], None] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         """Args:
         ctx: the session's context (analyst and privacy settings), changed in place.
@@ -125,8 +126,11 @@ class SessionState:
         check_epsilon: the engine's policy check of a per-query epsilon for an analyst
             (raises 22023), applied on ``SET dpsql.epsilon`` so a refused value never replaces
             the previous one; queries check again when they run.
+        policy: where SHOW reads the value a dpsql setting the session has not set takes (the
+            analyst's defaults, else the policy's); without one SHOW says ``default``.
         """
         self.ctx = ctx
+        self._policy = policy
         self._check_epsilon = check_epsilon
         self.status = "I"
         self.settings: dict[str, str] = dict(DEFAULTS)
@@ -436,6 +440,8 @@ class SessionState:
             raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
                                   hint="dpsql settings: " + ", ".join(_PRIVACY))  # fmt: skip
         v = values[name]
+        if v is None and self._policy is not None:
+            v = starting_values(self._policy, c.analyst).get(name)
         if v is None:
             return "default"
         if isinstance(v, Fraction):

@@ -67,7 +67,7 @@ def test_below_the_analyst_minimum_is_refused_at_set(conn: psycopg.Connection[An
         "epsilon 0.01 is below the policy's per-query minimum 0.25"
     )
     assert e.value.diag.message_hint == "SET dpsql.epsilon to at least 0.25"
-    assert _show(conn) == "default"
+    assert _show(conn) == "1"  # the analyst's default_epsilon (was "default")
     conn.execute("SET dpsql.epsilon = 0.25")  # the minimum itself is allowed
     assert _show(conn) == "0.25"
     assert conn.execute("EXPLAIN " + PRIVATE).fetchall()[0][0].find("epsilon=0.25") >= 0
@@ -92,7 +92,27 @@ def test_refusal_in_a_transaction_block(conn: psycopg.Connection[Any]) -> None:
 def test_reset_and_default_still_work(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET dpsql.epsilon = 3")
     conn.execute("SET dpsql.epsilon TO DEFAULT")
-    assert _show(conn) == "default"
+    assert _show(conn) == "1"
     conn.execute("SET dpsql.epsilon = 3")
     conn.execute("RESET dpsql.epsilon")
-    assert _show(conn) == "default"
+    assert _show(conn) == "1"
+
+
+def test_show_says_the_value_the_next_statement_takes(conn: psycopg.Connection[Any]) -> None:
+    """SHOW (and SHOW ALL) of a dpsql setting the session has not set say the policy's value,
+    as PostgreSQL shows a setting's value (they said ``default``): the analyst's default_epsilon
+    (what EXPLAIN and the charge use), the policy's delta and confidence; RESET returns to them."""
+    want = {"dpsql.epsilon": "1", "dpsql.delta": "1e-06", "dpsql.confidence": "0.95"}
+    for name, value in want.items():
+        row = conn.execute(f"SHOW {name}").fetchone()
+        assert row == (value,), (name, row)
+    shown = {r[0]: r[1] for r in conn.execute("SHOW ALL").fetchall()}
+    assert {k: shown[k] for k in want} == want
+    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + PRIVATE).fetchall())
+    assert "epsilon=1," in plan or "epsilon=1\n" in plan or "epsilon=1 " in plan, plan
+    conn.execute("SET dpsql.confidence = 0.9")
+    conn.execute("SET dpsql.epsilon = 2")
+    conn.execute("RESET dpsql.confidence")
+    conn.execute("SET dpsql.epsilon TO DEFAULT")
+    assert conn.execute("SHOW dpsql.confidence").fetchone() == ("0.95",)
+    assert _show(conn) == "1"

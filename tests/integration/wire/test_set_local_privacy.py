@@ -111,4 +111,4 @@ def test_every_setting_one_rule(
 def test_a_bad_value_is_refused_outside_a_block_too(conn: psycopg.Connection[Any]) -> None:
     with pytest.raises(psycopg.errors.InvalidParameterValue):
         conn.execute("SET LOCAL dpsql.epsilon = -1")
-    assert _show(conn, "dpsql.epsilon") == "default"
+    assert _show(conn, "dpsql.epsilon") == "1"  # the policy's default_epsilon (was "default")

@@ -110,7 +110,9 @@ def test_policy_settings_apply_and_options_override(served: ServerThread) -> Non
     with _connect(served) as conn:  # the analyst's settings from the policy
         assert _show(conn, "dpsql.confidence") == "0.9"
         assert _show(conn, "dpsql.mechanism") == "laplace"
-        assert _show(conn, "dpsql.epsilon") == "default"
+        assert (
+            _show(conn, "dpsql.epsilon") == "1"
+        )  # the policy's, as the next statement takes it (was "default")
     with _connect(served, options="-c dpsql.confidence=0.99 -cdpsql.show_intervals=on") as conn:
         assert _show(conn, "dpsql.confidence") == "0.99"
         assert _show(conn, "dpsql.show_intervals") == "on"

@@ -152,7 +152,9 @@ def test_dpsql_settings_reach_the_engine(server: ServerThread, engine: FakeEngin
         assert conn.info.parameter_status("application_name") == "x y"
         assert conn.execute("SHOW application_name").fetchone() == ("x y",)
         conn.execute("DISCARD ALL")
-        assert conn.execute("SHOW dpsql.epsilon").fetchone() == ("default",)
+        assert conn.execute("SHOW dpsql.epsilon").fetchone() == (
+            "1",
+        )  # the policy's default epsilon
 
 
 def test_notices_are_forwarded(server: ServerThread) -> None:
