@@ -2,29 +2,45 @@
 
 A COUNT's or one-signed SUM's interval holds what bounding removed only up to a cap per unit:
 it assumes no unit lost more than C (``CAP_FACTOR`` times what the bounds keep of one unit).
-The over-cap count (released) says when that is plainly false; a few units beyond the cap
-stay below its noise (group privacy: no DP count sees 5 units). Whether that matters depends
-on how many units the answer rests on. The released values bound both sides:
+The over-cap count (released) says when that is plainly false. But a unit beyond the cap can
+hide ANY amount (400 rows, or 10^6), and a few such units stay below every release's noise:
+group privacy, no DP release can tell a database from the same plus one unit with 10^6 rows.
+So the interval's far end (above the answer for a COUNT or a SUM of values >= 0) is an
+assumption, never a measurement, wherever at least one unit beyond the cap fits the releases:
 
-* at most ``k`` units can be beyond the cap without the releases showing it, ``k`` the smaller
-  of the over-cap count's upper reach and the removed-mass estimate's upper reach over C (a
-  unit beyond the cap adds C to that estimate);
-* the answer ``A`` (kept mass) can come from as few as ``A / K`` units, ``K`` the most one unit
-  adds to a group's kept answer (a public bound of the plan).
+* ``k``, the most units that can be beyond the cap without the releases showing it
+  (:func:`reach`): the smaller of the over-cap count's upper reach and the removed-mass
+  estimate's upper reach over C (a unit beyond the cap adds C to that estimate), released
+  values clipped at 0 and public widths only. ``k < 1``: the releases rule such a unit out.
 
-When ``A <= k K`` -- units the releases cannot see beyond the cap could make up all of the
-answer, i.e. a few units may hold most of what the query selects -- the releases
-cannot check the assumption and the interval may miss the truth by any amount (the demo's
-``SELECT COUNT(*) FROM purchases WHERE quantity > 5`` answered ``5 [4, 56]`` against 1,001:
-5 units hold 1,000 of those rows, R = 1 keeps one of each). Then the notice says so in the
-analyst's words and what to do, and the interval's high end is NULL in those rows (its low end
-still holds: dpsql.execute.disowned). Otherwise the notice still says how many units beyond the
-cap the releases could miss (:func:`reach_text`: *Up to 39 user_id could have lost more than
-that without the estimates showing it*), so the assumption is never stated without its limit. Everything here is a released value or a public bound, so
-saying it costs no privacy. On a large answer (12,000 units, ``bench/accuracy.py``'s COUNT(*),
-k K about a tenth of the answer) it stays silent. Grouped, each group is checked on its
-own: a per-group cap is smaller and its estimate noisier, so it speaks up more often there
-(the demo's SUM(amount) by month at epsilon 1: every month).
+Design (docs/accuracy.md, "When the interval columns are NULL"): of the two honest choices
+(a rule from released evidence of heavy tails, or no far end wherever ``k >= 1``), this is the
+second, because the evidence is not there. On the demo at epsilon 1 the 5 "whales" (400 rows
+each, beyond the cap C = 4R) hold half of ``WHERE category = 'travel' AND June``'s rows and
+41% of travel's SUM(amount); their over-cap count is 5 under noise of about +-40 and they add
+5 C to a removed-mass estimate of noise +-300 to +-8,000: no released value shows them, and a
+rule that waited for evidence would keep the confident upper end that missed the truth by
+1.6-4x (issue 16's newcomer21 #1, 4, 7, 23, 31; SUM by category missed travel in 10 of 10).
+Nothing in the releases tells those rows from ordinary ones, so a rule that flags them must
+flag ordinary rows too. Hence:
+
+* bounds chosen from the data (``auto`` R or G, :func:`chosen`): C is four times what the
+  data suggested, nobody declared it. Every row with ``k >= 1`` loses its far end
+  (:func:`open_rows`; ``_high`` NULL for a COUNT, its ``_low`` still holds: the bounds only
+  lower the answer, dpsql.execute.disowned), and the notice says so for those rows in plain
+  words (:func:`open_text`). Under ``auto`` that is nearly every COUNT and SUM row: ``k`` is
+  below 1 only when the over-cap count's noise is under one unit (epsilon in the tens). It is
+  said up front in docs/accuracy.md.
+* a join of private tables capped before the join (``pre_join_rows``): what that cap leaves out
+  is not estimated at all, so the far end goes in every row, whatever ``k``.
+* fixed bounds (the policy declares max_rows_per_unit / max_groups_per_unit as numbers): the
+  assumption is the data owner's, and the far end stays with the assumption stated as one and
+  its limit (:func:`reach_text`: *Up to 39 user_id could have lost more than that without the
+  estimates showing it (what they lost beyond it is not in the interval)*). Where the answer
+  could all come from units the releases cannot see (``A <= k K``, ``K`` the most one unit
+  adds to a group's kept answer: :func:`unseen`) the far end goes there too, as before.
+
+Everything here is a released value, a public bound or the policy, so it costs no privacy.
 """
 
 from __future__ import annotations
@@ -82,6 +98,81 @@ def unseen(
         if kept * SHARE <= k * kept_one:
             out.append((i, max(1.0, math.ceil(kept / kept_one)), math.floor(k)))
     return out
+
+
+def chosen(a: Analysis, t: BiasTarget) -> bool:
+    """True when target ``t``'s cap rests on contribution bounds ``auto`` chose and that can
+    leave rows out (R, G, a unit's total over groups; G alone for a count of units:
+    Analysis.auto_bounded): no number the data owner declared. False where the catalog proves
+    one row per unit (nothing is bounded) or the rows are one per unit."""
+    if a.unique_unit or a.one_row_per_unit:
+        return False
+    # still ``auto`` in the policy table: not resolved (its default stands: 1), not declared
+    tables = [p for _, _, p in a.sources if p is not None] or [a.private]
+    groups = "groups" in a.auto_bounded or (a.grouped and any(p.auto_groups for p in tables))
+    if t.measure.kind == "count_units":  # (only G leaves a unit out of a group's count)
+        return groups
+    return groups or bool(a.auto_bounded) or any(p.auto_rows for p in tables)
+
+
+def open_rows(
+    a: Analysis, t: BiasTarget, ks: list[float], answers: np.ndarray
+) -> list[tuple[int, float, float]]:
+    """The output rows whose far end is an assumption only (module docstring): under bounds
+    chosen from the data, those with ``k >= 1`` unit beyond the cap fitting the releases
+    (``ks``: :func:`reach`'s); every row after a join capped before joining. As
+    :func:`unseen`'s: (row, 0, k)."""
+    a_ = np.asarray(answers, dtype=np.float64).reshape(-1)
+    rows = [i for i, v in enumerate(a_) if math.isfinite(v)]
+    if a.pre_join_rows:
+        return [(i, 0.0, ks[i] if i < len(ks) else 0.0) for i in rows]
+    if not chosen(a, t):
+        return []
+    return [(i, 0.0, ks[i]) for i in rows if i < len(ks) and ks[i] >= 1]
+
+
+def open_text(
+    a: Analysis, t: BiasTarget, found: list[tuple[int, float, float]], ks: list[float], rows: int
+) -> str:
+    """The notice's sentence for :func:`open_rows`' rows ('' when none): which rows, why their
+    far end is not shown, and how to get one."""
+    if not found:
+        return ""
+    unit = a.private.privacy_unit
+    where = (
+        f"In {fmt(len(found))} of {plural(rows, 'group')} the released values cannot check it"
+        if a.group_keys
+        else "The released values cannot check it here"
+    )
+    far = "above" if t.sign > 0 else "below"
+    end = "upper" if t.sign > 0 else "lower"
+    if t.measure.kind in ("count_rows", "count_values"):
+        by, held = "any number of rows", "however many rows they hold"
+    elif t.measure.kind == "count_units":
+        by, held = "any number of groups", "however many groups they are in"
+    else:
+        by, held = "any amount", f"however much {col_name(t.measure)} they hold"
+    k = math.floor(max((f[2] for f in found), default=0.0))
+    per = " in a group" if a.group_keys else ""
+    why = (
+        f": each joined table kept at most {plural(a.pre_join_rows, 'row')} per {unit} before "
+        "the join, and what that left out is not estimated"
+        if a.pre_join_rows
+        else ": the bounds were chosen from the data (auto), not declared"
+    )
+    seen = (
+        f", and up to {fmt(k)} {unit}{per} could have lost more than that, each by {by}, "
+        "without any estimate showing it"
+        if k >= 1
+        else ""
+    )
+    return (
+        f" {where}{why}{seen}. No private count can tell a few {unit} from none, {held}, so "
+        f"the truth can lie far beyond the interval {far} the answer: it gives no {end} end "
+        "there. To get one, ask the data owner to declare max_rows_per_unit "
+        f"(and max_groups_per_unit) in the policy as numbers, no fewer than the most one {unit} "
+        "has: the assumption is then the policy's."
+    )
 
 
 def reach_text(a: Analysis, ks: list[float]) -> str:

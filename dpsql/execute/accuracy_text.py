@@ -20,7 +20,14 @@ import numpy as np
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
-from dpsql.execute.accuracy_few import reach, reach_text, unseen, unseen_text
+from dpsql.execute.accuracy_few import (
+    open_rows,
+    open_text,
+    reach,
+    reach_text,
+    unseen,
+    unseen_text,
+)
 from dpsql.execute.bias import (
     ALARM,
     Interval,
@@ -167,8 +174,17 @@ def accuracy_notes(
         line += _assumption(a, r, t, rows)
         found = []  # answers the releases cannot check: a few units may hold most of them
         if rows and noisy is not None and s.measures[0] in noisy and not _alarm(r, rows):
-            found = unseen(t, r, tw, np.asarray(noisy[s.measures[0]]), confidence)
-            line += unseen_text(a, t, found, rows) or reach_text(a, reach(t, r, tw, confidence))
+            answers = np.asarray(noisy[s.measures[0]])
+            ks = reach(t, r, tw, confidence)
+            # bounds chosen from the data: the upper end is an assumption wherever a unit
+            # beyond the cap fits the releases (accuracy_few's docstring); fixed bounds: the
+            # policy's, the old check of answers a few units could make up
+            found = open_rows(a, t, ks, answers)
+            text = open_text(a, t, found, ks, rows)
+            if not found:
+                found = unseen(t, r, tw, answers, confidence)
+                text = unseen_text(a, t, found, rows) or reach_text(a, ks)
+            line += text
         # the bounds only pull the answer towards 0 on the side of its sign: the end on the
         # other side never rests on the assumption (docs/accuracy.md), so it stays
         held: Keep = "low" if t.sign > 0 else "high"

@@ -193,6 +193,13 @@ class Analysis:
     # private tables alone), and R (chosen) bounds the joined rows per unit and group after it.
     # 0: each keeps R before the join, as with fixed bounds.
     pre_join_rows: int = 0
+    # The contribution bounds among R ("rows"), G ("groups") and a unit's total over groups
+    # ("total") that came from ``auto`` and may leave rows out (chosen from the data now, stored
+    # by an earlier statement, or a default; not G from the declared keys nor one row per unit,
+    # which leave nothing out): set by dpsql.sql.apply_bounds, never by the analyzer. The
+    # interval's far end then rests on no number the data owner declared
+    # (dpsql.execute.accuracy_few.chosen).
+    auto_bounded: tuple[str, ...] = ()
     # GROUP BY ROLLUP / CUBE / GROUPING SETS (dpsql.sql.grouping_sets): the sets in PostgreSQL's
     # order, each as indexes into group_keys (which then hold every key of any set). Empty for a
     # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.

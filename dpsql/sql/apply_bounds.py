@@ -14,11 +14,16 @@ from dataclasses import replace
 from dpsql.sql.analysis import Analysis, Measure, Statistic
 from dpsql.sql.auto_bounds import (
     CLAMPED_KINDS,
+    DECLARED,
+    ONE_ROW,
     TOTAL_KINDS,
     AutoBounds,
     auto_column,
     total_column,
 )
+
+LOSSY = ("rows", "groups", "total")
+"""The bounds that can leave a unit's rows or groups out (Analysis.auto_bounded)."""
 
 
 def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
@@ -60,7 +65,16 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
         renamed[m.key] = new
         measures.append(new)
     stats = tuple(_restat(s, renamed) for s in a.statistics)
-    return replace(a, private=private, sources=sources, measures=tuple(measures), statistics=stats)
+    exact = (DECLARED, ONE_ROW)  # no unit can lose a row or a group to these
+    auto = {c.kind for c in bounds.chosen if c.kind in LOSSY and c.rule not in exact}
+    return replace(
+        a,
+        private=private,
+        sources=sources,
+        measures=tuple(measures),
+        statistics=stats,
+        auto_bounded=tuple(sorted(set(a.auto_bounded) | auto)),
+    )
 
 
 def _restat(s: Statistic, renamed: dict[str, Measure]) -> Statistic:
