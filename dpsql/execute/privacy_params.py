@@ -37,26 +37,32 @@ def confidence(policy: Policy, session: SessionContext) -> float:
     return conf
 
 
-def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction) -> None:
-    """Refuse (22023) a per-query epsilon outside ``analyst_name``'s policy range.
+def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction, written: str = "") -> None:
+    """Refuse (22023) a per-query epsilon outside ``analyst_name``'s policy range, one range in
+    PostgreSQL's words whichever end it misses: ``1e-09 is outside the valid range for parameter
+    "dpsql.epsilon" (0.001 .. 5)`` (``written``: the value as the analyst wrote it, else the
+    exact value's shortest decimal).
 
     Raises:
-        InvalidParameter: ``eps`` is not in ``(0, max_epsilon]`` or is below ``min_epsilon``.
+        InvalidParameter: ``eps`` is not in ``[min_epsilon, max_epsilon]``.
     """
     lo, _, hi = policy.epsilon_range(analyst_name)
     min_eps, max_eps = to_fraction(lo), to_fraction(hi)
-    if not 0 < eps <= max_eps:
-        raise InvalidParameter(
-            f"epsilon {float(eps):g} is out of range: it must be > 0 and <= {float(max_eps):g}",
-            hint="SET dpsql.epsilon = 0.5 (smaller is more private and noisier)",
-        )
-    if eps < min_eps:
-        raise InvalidParameter(
-            f"epsilon {float(eps):g} is below the policy's per-query minimum {float(min_eps):g}",
-            detail="a nearly free query would still run the private SQL: its run time is a "
-            "nearly free measurement of the data (docs/timing.md)",
-            hint=f"SET dpsql.epsilon to at least {float(min_eps):g}",
-        )
+    if min_eps <= eps <= max_eps:
+        return
+    shown = written.strip() or (str(eps.numerator) if eps.denominator == 1 else repr(float(eps)))
+    below = 0 < eps < min_eps
+    raise InvalidParameter(
+        f'{shown} is outside the valid range for parameter "dpsql.epsilon" '
+        f"({lo:g} .. {hi:g})",
+        detail=f"the policy's per-query minimum is {lo:g}: a nearly free query would still run "
+        "the private SQL, and its run time is a nearly free measurement of the data "
+        "(docs/timing.md)"
+        if below
+        else None,
+        hint=f"SET dpsql.epsilon to a value between {lo:g} and {hi:g} (smaller is more private "
+        "and noisier)",
+    )
 
 
 def starting_values(policy: Policy, analyst_name: str) -> dict[str, Fraction | float]:

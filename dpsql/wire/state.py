@@ -28,7 +28,7 @@ from dpsql.errors import (
     UndefinedObject,
     UnsupportedSql,
 )
-from dpsql.execute.privacy_params import MAX_DELTA, starting_values
+from dpsql.execute.privacy_params import MAX_DELTA, check_epsilon, starting_values
 from dpsql.policy.model import DPSQL_SETTINGS, Policy
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
@@ -375,9 +375,13 @@ class SessionState:
     def _set_privacy(self, name: str, value: str | None) -> None:
         c = self.ctx
         if name == "dpsql.epsilon":
-            eps = None if value is None else _fraction(name, value, lo=0, lo_open=True)
-            if eps is not None and self._check_epsilon is not None:
+            eps = None if value is None else _fraction(name, value, lo=None)
+            if eps is not None and self._policy is not None:  # one range, the policy's
+                check_epsilon(self._policy, c.analyst, eps, value or "")
+            elif eps is not None and self._check_epsilon is not None:
                 self._check_epsilon(c.analyst, eps)
+            elif eps is not None:
+                _fraction(name, value or "", lo=0, lo_open=True)
             c.epsilon = eps
         elif name == "dpsql.delta":
             # checked now against the range every statement takes, as PostgreSQL checks its
@@ -397,7 +401,7 @@ class SessionState:
             c.show_intervals = False if value is None else _bool(name, value)
         else:
             raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
-                                  hint="dpsql settings: " + ", ".join(_PRIVACY))  # fmt: skip
+                                  hint=_UNKNOWN_HINT)  # fmt: skip
 
     def _do_show(self, st: SessionStatement) -> Outcome:
         name = st.name or ""
@@ -438,7 +442,7 @@ class SessionState:
         }  # fmt: skip
         if name not in values:
             raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
-                                  hint="dpsql settings: " + ", ".join(_PRIVACY))  # fmt: skip
+                                  hint=_UNKNOWN_HINT)  # fmt: skip
         v = values[name]
         if v is None and self._policy is not None:
             v = starting_values(self._policy, c.analyst).get(name)
@@ -447,6 +451,12 @@ class SessionState:
         if isinstance(v, Fraction):
             return str(float(v)) if v.denominator != 1 else str(v.numerator)
         return str(v)
+
+
+_UNKNOWN_HINT = (
+    "dpsql settings: " + ", ".join(_PRIVACY) + "; what is left of your budget: SHOW "
+    "dpsql.budget; what you spent: SELECT * FROM dpsql.history"
+)
 
 
 def _canon(name: str) -> str:
@@ -545,13 +555,15 @@ def _delta(name: str, value: str) -> Fraction:
 
 
 def _fraction(
-    name: str, value: str, lo: int, hi: int | None = None, lo_open: bool = False
+    name: str, value: str, lo: int | None, hi: int | None = None, lo_open: bool = False
 ) -> Fraction:
     try:
         f = Fraction(value.strip())
     except (ValueError, ZeroDivisionError):
         raise InvalidParameter(f'invalid value for parameter "{name}": "{value}"',
                                hint="give a decimal number such as 0.5") from None  # fmt: skip
+    if lo is None:
+        return f
     if f < lo or (lo_open and f == lo) or (hi is not None and f >= hi):
         rng = f"{'>' if lo_open else '>='} {lo}" + (f" and < {hi}" if hi is not None else "")
         raise InvalidParameter(f'{value} is outside the valid range for parameter "{name}"',

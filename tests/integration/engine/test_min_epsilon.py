@@ -45,8 +45,11 @@ def test_below_the_minimum_is_refused_before_budget_or_data(
             with pytest.raises(InvalidParameter) as e:
                 engine.execute(engine.prepare(SQL), s)
             assert e.value.sqlstate == "22023"
-            assert "minimum 0.001" in str(e.value)
-            assert e.value.hint is not None and "at least 0.001" in e.value.hint
+            assert str(e.value) == (  # one range, PostgreSQL's words
+                '1e-06 is outside the valid range for parameter "dpsql.epsilon" (0.001 .. 5)'
+            )
+            assert e.value.detail is not None and "minimum is 0.001" in e.value.detail
+            assert e.value.hint is not None and "between 0.001 and 5" in e.value.hint
             assert sent == []  # nothing ran upstream
             assert ledger.history("analyst") == []  # nothing reserved or charged
             s = SessionContext(analyst="analyst", epsilon=Fraction(1, 1000))  # the minimum runs
@@ -62,7 +65,7 @@ def test_analyst_minimum_overrides_the_default(demo_dsn: str, demo_policy: Any) 
     engine = Engine(pol, demo_dsn, pool_size=1)
     try:
         s = SessionContext(analyst="analyst", epsilon=Fraction(1, 5))
-        with pytest.raises(InvalidParameter, match="minimum 0.25"):
+        with pytest.raises(InvalidParameter, match=r"\(0\.25 \.\. 5\)"):
             engine.privacy_params(s, engine.prepare(SQL).analysis)  # type: ignore[arg-type]
         s = SessionContext(analyst="analyst", epsilon=Fraction(1, 4))
         assert engine.privacy_params(s, engine.prepare(SQL).analysis)[0] == Fraction(1, 4)  # type: ignore[arg-type]

@@ -49,10 +49,10 @@ def test_above_the_maximum_is_refused_at_set(conn: psycopg.Connection[Any]) -> N
         conn.execute("SET dpsql.epsilon = 50")
     assert e.value.sqlstate == "22023"
     assert str(e.value.diag.message_primary) == (
-        "epsilon 50 is out of range: it must be > 0 and <= 5"
+        '50 is outside the valid range for parameter "dpsql.epsilon" (0.25 .. 5)'
     )
-    assert (
-        e.value.diag.message_hint is not None and "SET dpsql.epsilon" in e.value.diag.message_hint
+    assert e.value.diag.message_hint == (
+        "SET dpsql.epsilon to a value between 0.25 and 5 (smaller is more private and noisier)"
     )
     assert _show(conn) == "0.5"  # the previous value stays
     assert conn.execute(PRIVATE).fetchone() is not None  # the session still works
@@ -64,9 +64,12 @@ def test_below_the_analyst_minimum_is_refused_at_set(conn: psycopg.Connection[An
     with pytest.raises(pe.InvalidParameterValue) as e:
         conn.execute("SET dpsql.epsilon = 0.01")  # above defaults.min_epsilon, below the analyst's
     assert str(e.value.diag.message_primary) == (
-        "epsilon 0.01 is below the policy's per-query minimum 0.25"
+        '0.01 is outside the valid range for parameter "dpsql.epsilon" (0.25 .. 5)'
     )
-    assert e.value.diag.message_hint == "SET dpsql.epsilon to at least 0.25"
+    assert "minimum is 0.25" in str(e.value.diag.message_detail)
+    assert e.value.diag.message_hint == (
+        "SET dpsql.epsilon to a value between 0.25 and 5 (smaller is more private and noisier)"
+    )
     assert _show(conn) == "1"  # the analyst's default_epsilon (was "default")
     conn.execute("SET dpsql.epsilon = 0.25")  # the minimum itself is allowed
     assert _show(conn) == "0.25"
@@ -116,3 +119,27 @@ def test_show_says_the_value_the_next_statement_takes(conn: psycopg.Connection[A
     conn.execute("SET dpsql.epsilon TO DEFAULT")
     assert conn.execute("SHOW dpsql.confidence").fetchone() == ("0.95",)
     assert _show(conn) == "1"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1e-9", "10", "5.0000000001"])
+def test_one_range_in_every_refusal(conn: psycopg.Connection[Any], value: str) -> None:
+    """Zero, a value below the minimum and one above the maximum get the same words, the
+    policy's one range in PostgreSQL's shape, the value as written (was: 'give a value > 0', then
+    'below the policy's per-query minimum', then 'must be > 0 and <= 5'; 5.0000000001 was
+    printed '5')."""
+    with pytest.raises(pe.InvalidParameterValue) as e:
+        conn.execute(f"SET dpsql.epsilon = {value}")
+    assert e.value.diag.message_primary == (
+        f'{value} is outside the valid range for parameter "dpsql.epsilon" (0.25 .. 5)'
+    )
+    assert e.value.diag.message_hint == (
+        "SET dpsql.epsilon to a value between 0.25 and 5 (smaller is more private and noisier)"
+    )
+
+
+@pytest.mark.parametrize("name", ["dpsql.history", "dpsql.budget_left"])
+def test_unknown_setting_names_budget_and_history(conn: psycopg.Connection[Any], name: str) -> None:
+    with pytest.raises(pe.UndefinedObject) as e:
+        conn.execute(f"SHOW {name}")
+    hint = str(e.value.diag.message_hint)
+    assert "SHOW dpsql.budget" in hint and "SELECT * FROM dpsql.history" in hint, hint
