@@ -53,8 +53,7 @@ def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction, written: str
     shown = written.strip() or (str(eps.numerator) if eps.denominator == 1 else repr(float(eps)))
     below = 0 < eps < min_eps
     raise InvalidParameter(
-        f'{shown} is outside the valid range for parameter "dpsql.epsilon" '
-        f"({lo:g} .. {hi:g})",
+        f'{shown} is outside the valid range for parameter "dpsql.epsilon" ({lo:g} .. {hi:g})',
         detail=f"the policy's per-query minimum is {lo:g}: a nearly free query would still run "
         "the private SQL, and its run time is a nearly free measurement of the data "
         "(docs/timing.md)"
