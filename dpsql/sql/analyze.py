@@ -13,7 +13,7 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.analyze_complexity import check_complexity
+from dpsql.sql.analyze_complexity import check_complexity, check_time_nesting
 from dpsql.sql.analyze_select import analyze_select
 from dpsql.sql.filters_to_case import filters_to_case
 from dpsql.sql.flatten import flatten
@@ -23,6 +23,7 @@ def analyze(tree: exp.Expr, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
     check_complexity(tree)
     tree = filters_to_case(flatten(tree))
+    check_time_nesting(tree)  # on the flat statement: derived columns are their expressions
     if not isinstance(tree, exp.Select):
         raise UnsupportedSql(
             f"{type(tree).__name__.upper()} over private tables is not supported",

@@ -25,6 +25,13 @@ from dpsql.errors import StatementTooComplex
 MAX_STATEMENT_NODES = 10_000
 MAX_ARITHMETIC_NODES = 256
 MAX_ARITHMETIC_DEPTH = 64
+MAX_TIME_NESTING = 3
+"""Date/time conversions of a row's value (``date_trunc``, ``to_char``, ``date_part``, casts to
+``timestamp``/``timestamptz``) nested in one another. Each reads its argument through
+:func:`dpsql.sql.rewrite.make_total.within_timestamps`, which reads its value three times, so n
+nested ones are 3^n copies of the innermost: ``date_trunc`` nested 10 deep (160 characters) took
+178 s of proxy CPU holding the interpreter lock, and PostgreSQL evaluated the 59,049 copies for
+each row that reached them (a row made slow on purpose: a timing channel)."""
 MAX_QUERY_BLOCKS = 128
 """SELECTs (subqueries, CTEs, set-operation branches) in any statement, public ones included:
 PostgreSQL plans a chain of n inlined CTEs in time that grows steeply with n (100: 0.3 s,
@@ -77,6 +84,51 @@ def check_complexity(tree: exp.Expr) -> None:
                 raise StatementTooComplex(
                     f"arithmetic is nested more than {MAX_ARITHMETIC_DEPTH} levels deep",
                     hint=_HINT,
+                )
+        if up:
+            depth[id(node)] = up
+
+
+_TO_TIMESTAMP = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ)
+
+
+def _converts_time(n: exp.Expr) -> bool:
+    """``n`` converts its argument to a timestamp (what make_total reads within_timestamps)."""
+    if isinstance(n, exp.Cast):
+        return n.to.this in _TO_TIMESTAMP
+    if isinstance(n, (exp.DateTrunc, exp.TimestampTrunc, exp.TimeToStr)):
+        return True
+    if isinstance(n, exp.Extract):
+        return n.meta.get("dpsql_called") == "date_part"
+    return isinstance(n, exp.Anonymous) and str(n.name).lower() == "date_part"
+
+
+def check_time_nesting(tree: exp.Expr) -> None:
+    """Refuse date/time conversions nested more than :data:`MAX_TIME_NESTING` deep (checked on
+    the flattened statement: a derived table's column is its expression there).
+
+    Raises:
+        StatementTooComplex: conversions nested too deeply.
+
+    >>> import sqlglot
+    >>> check_time_nesting(sqlglot.parse_one("SELECT to_char(date_trunc('day', d), 'YYYY') FROM t"))
+    >>> deep = "date_trunc('day', " * 4 + "d" + ")" * 4
+    >>> check_time_nesting(sqlglot.parse_one(f"SELECT COUNT(*) FROM t GROUP BY {deep}"))
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.StatementTooComplex: date/time conversions (date_trunc, to_char, date_part, casts to timestamp) are nested more than 3 deep
+    """
+    depth: dict[int, int] = {}
+    for node in tree.bfs():
+        up = depth.get(id(node.parent), 0) if node.parent is not None else 0
+        if _converts_time(node):
+            up += 1
+            if up > MAX_TIME_NESTING:
+                raise StatementTooComplex(
+                    "date/time conversions (date_trunc, to_char, date_part, casts to timestamp) "
+                    f"are nested more than {MAX_TIME_NESTING} deep",
+                    hint="truncate or format once: date_trunc('month', d) already is a "
+                    "timestamp, to_char(d, 'YYYY-MM') a text",
                 )
         if up:
             depth[id(node)] = up

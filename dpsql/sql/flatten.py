@@ -21,9 +21,11 @@ keeps the row count) is :mod:`dpsql.sql.derived`'s; ``FILTER`` is
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 from sqlglot import exp
 
-from dpsql.errors import UnsupportedSql
+from dpsql.errors import StatementTooComplex, UnsupportedSql
 from dpsql.sql import functions as fn
 from dpsql.sql.derived import (
     and_inner_where,
@@ -38,6 +40,31 @@ from dpsql.sql.derived import (
 from dpsql.sql.tables import visible_ctes
 
 MAX_DEPTH = 16
+MAX_COPIED_NODES = 40_000
+"""Syntax nodes one flattening may copy into the statement (each reference to a derived
+table's column is replaced by a copy of its expression, each CTE reference by its body): a
+chain of 16 derived tables each selecting ``a + a AS a`` from the next is 2^16 copies of the
+innermost expression, 430 characters that took minutes of proxy CPU (holding the interpreter
+lock: every session stalled) and sent PostgreSQL an expression it evaluated per row. Four
+times :data:`dpsql.sql.analyze_complexity.MAX_STATEMENT_NODES`: BI tools' wrappers copy each
+column once per level."""
+_copied: ContextVar[list[int] | None] = ContextVar("dpsql_flatten_copied", default=None)
+
+
+def _copy(e: exp.Expr) -> exp.Expr:
+    """``e.copy()``, counted against :data:`MAX_COPIED_NODES` (within :func:`flatten`)."""
+    box = _copied.get()
+    if box is not None:
+        box[0] += sum(1 for _ in e.walk())
+        if box[0] > MAX_COPIED_NODES:
+            raise StatementTooComplex(
+                "the statement's derived tables and CTEs expand to more than "
+                f"{MAX_COPIED_NODES} syntax nodes (each reference to a derived column is a copy "
+                "of its expression)",
+                hint="refer to each computed column of a subquery once, or compute it in the "
+                "outer query; split the computation into several simpler queries",
+            )
+    return e.copy()
 
 
 def _substitute(
@@ -71,7 +98,7 @@ def _substitute(
 def _definition(proj: dict[str, exp.Expr], name: str) -> exp.Expr:
     """A copy of the derived table's expression for its output column ``name``, parenthesized
     unless it is a column, a literal or already parenthesized."""
-    e = proj[name].copy()
+    e = _copy(proj[name])
     return e if isinstance(e, (exp.Column, exp.Literal, exp.Paren)) else exp.Paren(this=e)
 
 
@@ -98,9 +125,9 @@ def _inline_ctes(tree: exp.Select) -> exp.Select:
             continue
         body = defs[t.name]
         # a CTE's body sees the CTEs before it: inline them first
-        inner = body.copy()
+        inner = _copy(body)
         if isinstance(inner, exp.Select):
-            earlier = [c.copy() for c in w.expressions[: list(defs).index(t.name)]]
+            earlier = [_copy(c) for c in w.expressions[: list(defs).index(t.name)]]
             if earlier:
                 inner.set("with_", exp.With(expressions=earlier))
                 inner = _inline_ctes(inner)
@@ -196,7 +223,21 @@ def _int_limit(node: exp.Expr | None) -> int | None:
 
 
 def flatten(tree: exp.Expr) -> exp.Expr:
-    """The flat equivalent of a private SELECT (unchanged when there is nothing to merge)."""
+    """The flat equivalent of a private SELECT (unchanged when there is nothing to merge).
+
+    Raises:
+        StatementTooComplex: merging would copy more than :data:`MAX_COPIED_NODES` nodes.
+    """
+    if _copied.get() is not None:
+        return _flatten(tree)
+    token = _copied.set([0])
+    try:
+        return _flatten(tree)
+    finally:
+        _copied.reset(token)
+
+
+def _flatten(tree: exp.Expr) -> exp.Expr:
     if not isinstance(tree, exp.Select):
         return tree
     q = _inline_ctes(tree)
