@@ -397,7 +397,11 @@ def _run_planned(
     if ledger is None or key is None or reserved is not None:
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
-    with one_release(key, cancel):  # an identical statement in flight: wait for its release
+    # an identical statement in flight whose release this one may read (the same analyst's, or
+    # any analyst's with ``repeats: global``): wait for it. Another analyst's is never read, so
+    # waiting for it would only tell this one that it runs (and when it ends)
+    slot = key if engine.policy.repeats == "global" else f"{session.analyst}\x1f{key}"
+    with one_release(slot, cancel):
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
 

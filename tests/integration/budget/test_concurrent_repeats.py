@@ -10,14 +10,19 @@ released together by a barrier; deterministic (charges and history, whatever the
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
 import psycopg
 
 from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
 from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker, private_table
 
 SQL = (
     "SELECT region, COUNT(*) FROM purchases WHERE quantity <= 2 AND amount >= 0.7 "
@@ -63,3 +68,55 @@ def test_concurrent_identical_statements_are_charged_once(demo_dsn: str, demo_po
     assert answers[0] == answers[1] == answers[2]
     assert spent == Fraction(3, 10)  # one release, charged once
     assert states == ["committed", "repeat", "repeat"], states
+
+
+def test_another_analysts_identical_statement_does_not_wait(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> None:
+    """review21: under ``repeats: analyst`` two analysts never share a release, but the second
+    of two identical statements waited in dpsql for the other analyst's release to end (one
+    in-flight slot per repeat key): its delay told it that another analyst was running the very
+    same statement, and when that ended. Now each analyst's statement goes its own way: both
+    reach PostgreSQL. Deterministic: a table lock holds both measurements in PostgreSQL, where
+    pg_locks shows each one waiting (before: one waiter, the other held in dpsql)."""
+    dsn = make_db("crwait")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t AS SELECT u, u % 3 AS g FROM generate_series(1, 30) u")
+    columns = {"g": {"type": "integer", "keys": [0, 1, 2]}}
+    pf = make_policy("crwait", tables={"public.t": private_table("u", columns)}, public_tables=[])
+    assert pf.policy.repeats == "analyst"
+    ledger = Ledger.open(dsn, pf.policy, schema=f"dpsql_crw{uuid.uuid4().hex[:8]}")
+    engine = Engine(pf.policy, dsn, ledger, pool_size=4)
+    sql = "SELECT g, COUNT(*) FROM t GROUP BY g"
+    try:
+        # the checks before the charge (types, catalog) once, at another epsilon (another key)
+        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+        done: dict[str, Any] = {}
+
+        def run(who: str) -> None:
+            try:
+                done[who] = engine.execute(
+                    engine.prepare(sql, who), SessionContext(who, Fraction(1, 2))
+                ).rows
+            except BaseException as e:  # (reported by the assertions below)
+                done[who] = e
+
+        with psycopg.connect(dsn, autocommit=True) as admin, psycopg.connect(dsn) as holder:
+            holder.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+            threads = [threading.Thread(target=run, args=(w,)) for w in ("analyst", "examples")]
+            for th in threads:
+                th.start()
+            waiting, deadline = 0, time.monotonic() + 90  # (a guard, not a measurement)
+            while waiting < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                waiting = admin.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 't'::regclass"
+                ).fetchone()[0]  # type: ignore[index]
+            holder.rollback()  # the lock goes: both statements finish
+            for th in threads:
+                th.join(timeout=120)
+    finally:
+        engine.close()
+        ledger.close()
+    assert waiting == 2, waiting
+    assert all(isinstance(done.get(w), list) for w in ("analyst", "examples")), done
