@@ -23,7 +23,10 @@ def analyze(tree: exp.Expr, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
     check_complexity(tree)
     tree = filters_to_case(flatten(tree))
-    check_time_nesting(tree)  # on the flat statement: derived columns are their expressions
+    # again on the flat statement: a derived table's column is its expression there, copied
+    # once per reference (a chain of ``a + a AS a`` doubles it per level)
+    check_complexity(tree)
+    check_time_nesting(tree)
     if not isinstance(tree, exp.Select):
         raise UnsupportedSql(
             f"{type(tree).__name__.upper()} over private tables is not supported",
