@@ -181,6 +181,24 @@ PROBES.update(
         "float overflow: a row of values IN rows of doubles": (
             "SELECT COUNT(*) FROM t WHERE (x * 1e307, q) IN ((1.5::float8, 1), (2.5::float8, 2))"
         ),
+        # review21: a simple CASE compares its operand with each WHEN value; sign() of a
+        # double is a double
+        "float overflow: simple CASE of a product, WHEN a double": (
+            "SELECT COUNT(*) FROM t WHERE CASE x * 1e307 WHEN 1.5::float8 THEN 1 ELSE 0 END = 1"
+        ),
+        "float overflow: simple CASE of a double, WHEN a product": (
+            "SELECT COUNT(*) FROM t WHERE CASE CAST(q AS double precision) WHEN x * 1e307 "
+            "THEN 1 ELSE 0 END = 1"
+        ),
+        "float overflow: simple CASE in a group key": (
+            "SELECT COUNT(*) FROM t GROUP BY CASE x * 1e307 WHEN 1.5::float8 THEN 1 END"
+        ),
+        "float overflow: simple CASE in SUM": (
+            "SELECT SUM(CASE x * 1e307 WHEN 1.5::float8 THEN 1 ELSE 0 END) FROM t"
+        ),
+        "float overflow: a product compared with sign() of a double": (
+            "SELECT COUNT(*) FROM t WHERE x * 1e307 > sign(CAST(q AS double precision))"
+        ),
         "float underflow: a tiny product compared with a double": (
             "SELECT COUNT(*) FROM t WHERE (CASE WHEN x > 50 THEN x ELSE 0 END) * 1e-330 "
             "> 1.5::float8"

@@ -1,7 +1,8 @@
 """NUMERIC values that meet a float kept where PostgreSQL's conversion to it can't overflow.
 
 PostgreSQL compares a NUMERIC with a ``real`` or ``double precision`` value in ``double
-precision`` (``amount * 1e305 > 1.5::float8``, ``BETWEEN``, ``NULLIF``, ``IS DISTINCT FROM``),
+precision`` (``amount * 1e305 > 1.5::float8``, ``BETWEEN``, ``NULLIF``, ``IS DISTINCT FROM``, a
+simple ``CASE amount WHEN 1.5::float8``; ``sign()``, like ``abs()``, is a float of a float),
 and gives ``CASE``, ``COALESCE``, ``GREATEST``, ``LEAST`` and an ``IN`` list the common type of
 their values, ``real`` for a NUMERIC beside a ``real``: the NUMERIC is converted, and a value
 beyond the float's range (1.8e308, 3.4e38) fails ("value out of range"), for that row only.
@@ -55,8 +56,8 @@ _OPERATORS = (
     exp.Nullif,
 )
 _COMMON = (exp.Coalesce, exp.Greatest, exp.Least, exp.In, exp.Case)
-_ARITHMETIC = (exp.Abs, exp.Neg, exp.Round, exp.Ceil, exp.Floor, exp.Add, exp.Sub, exp.Mul,
-               exp.Div, exp.Mod)  # fmt: skip
+_ARITHMETIC = (exp.Abs, exp.Neg, exp.Round, exp.Ceil, exp.Floor, exp.Sign, exp.Add, exp.Sub,
+               exp.Mul, exp.Div, exp.Mod)  # fmt: skip
 # as a cast to double precision / real is made total (dpsql.sql.rewrite.make_total.FLOAT_LIMITS):
 # |x| <= 10^e, rounded to d decimals (a NUMERIC below the float's smallest fails too: 1e-400)
 _DOUBLE = (300, 300)
@@ -131,6 +132,11 @@ def float_safe(n: exp.Expr, columns: Columns | None) -> exp.Expr:
     converted to, when ``n`` compares it with (or chooses a common type with) a float. Rows of
     values (``(a, b) = (c, d)``, ``(a, b) IN ((c, d), ...)``) are compared position by position;
     ``x IN (SELECT ...)`` reads a column of unknown type: ``x`` is clamped as for a float."""
+    if isinstance(n, exp.Case) and isinstance(n.this, exp.Expr):
+        # CASE x WHEN v THEN ...: x = v for each WHEN, in double precision when one is a float
+        # (CASE amount * 1e307 WHEN 1.5::float8 failed for amount > 18: review21)
+        whens = [i.this for i in n.args.get("ifs") or [] if isinstance(i.this, exp.Expr)]
+        _safe_values([n.this, *whens], _DOUBLE, columns)
     if not isinstance(n, (*_OPERATORS, *_COMMON)):
         return n
     if isinstance(n, exp.In) and n.args.get("query") is not None:
