@@ -23,6 +23,8 @@ _AGREE = {
     "date": {"date"},
     "timestamp": {"timestamp without time zone", "timestamp with time zone"},
 }
+# a float column must be declared as one (any of these names: dpsql.sql.rewrite.float_safe)
+_FLOAT_NAMES = frozenset({"real", "float", "float4", "float8", "double", "double precision"})
 
 
 @dataclass(frozen=True)
@@ -142,6 +144,16 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
                 out.append(Finding(name, cname, "column does not exist upstream"))
             elif ty not in _AGREE[col.family]:
                 out.append(Finding(name, cname, f"policy says {col.type}, database has {ty}"))
+            elif ty in ("real", "double precision") and col.type not in _FLOAT_NAMES:
+                out.append(
+                    Finding(
+                        name,
+                        cname,
+                        f"policy says {col.type}, database has {ty}: write type: {ty} "
+                        "(comparisons with a float column are made safe only where the policy "
+                        "says it is one)",
+                    )
+                )
         undeclared = sorted(set(cols) - set(t.columns))
         if undeclared:
             out.append(

@@ -40,3 +40,15 @@ def test_a_float_column_must_be_declared_as_a_float(
     ]
     assert all(p.fatal for p in problems), problems
     assert "write type: double precision" in next(p.text for p in problems if ".f:" in p.text)
+
+
+def test_dpsql_check_reports_it(make_db: Callable[[str], str], make_policy: PolicyMaker) -> None:
+    from dpsql.check import catalog_findings
+
+    dsn = make_db("floatchk")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer, f double precision, g double precision)")
+    columns = {"f": {"type": "numeric"}, "g": {"type": "float8"}}
+    pf = make_policy("floatchk", tables={"public.t": private_table("u", columns)}, public_tables=[])
+    found = [f for f in catalog_findings(pf.policy, dsn) if f.table == "public.t"]
+    assert [f.column for f in found] == ["f"], found
