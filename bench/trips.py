@@ -6,7 +6,7 @@
         --tree dccf066=bench/policy_5e50bd1.yaml   # the same bounds in every tree
 
 A round trip is one exchange the client waits on (a simple Query; Parse/Bind/Describe/Execute/
-Sync for one psycopg ``execute``; a Parse or a Describe alone), counted at psycopg's libpq
+Sync for one psycopg ``execute``; a Parse or a Describe alone; in pipeline mode, each Sync and flush request), counted at psycopg's libpq
 binding for every connection the process opens (the engine's pool and the ledger's), so
 nothing of dpsql is patched. Counts are per statement over ``--repeat`` new texts after one
 warm-up text (the first of a process reads what later ones reuse). ``--tree``: also at git
@@ -49,11 +49,25 @@ def _traced() -> list[tuple[str, str]]:
             text = a[0] if a and isinstance(a[0], bytes) else b""
             if _name in ("prepare", "send_prepare") and len(a) > 1:
                 text = a[1]
-            calls.append((_name, text.decode(errors="replace")))
+            piped = "(piped) " if self.pipeline_status else ""
+            calls.append((piped + _name, text.decode(errors="replace")))
             return _real(self, *a, **kw)
 
         setattr(pq_ctypes.PGconn, name, wrapped)
+    for name in ("pipeline_sync", "send_flush_request"):  # a pipeline's waits
+        real = getattr(pq_ctypes.PGconn, name)
+
+        def waited(self, _real=real, _name=name):  # type: ignore[no-untyped-def]
+            calls.append((_name, ""))
+            return _real(self)
+
+        setattr(pq_ctypes.PGconn, name, waited)
     return calls
+
+
+def _trips(calls: list[tuple[str, str]]) -> int:
+    """Round trips: each call outside a pipeline, each pipeline's sync."""
+    return sum(not k.startswith("(piped)") for k, _ in calls)
 
 
 def count_json(dsn: str, policy: str, repeat: int, show: bool) -> None:
@@ -86,7 +100,7 @@ def count_json(dsn: str, policy: str, repeat: int, show: bool) -> None:
                     text = shape.format(k=base + 1 + j)
                     mark = len(calls)
                     engine.execute(engine.prepare(text, "analyst"), session)
-                trips = len(calls) - before
+                trips = _trips(calls[before:])
                 out.setdefault(name, {})["ledger" if with_ledger else "engine"] = trips / repeat
                 if show:
                     shown[f"{name} ({'ledger' if with_ledger else 'engine'})"] = [

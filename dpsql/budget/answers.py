@@ -60,6 +60,43 @@ def store(
     return bytes(prev[0]) if prev is not None else None
 
 
+def settle_and_store(
+    ledger: LedgerStore,
+    conn: psycopg.Connection,
+    analyst: str,
+    release_id: int,
+    cache_key: str,
+    payload: bytes,
+) -> tuple[bool, bytes | None]:
+    """Mark reservation ``release_id`` committed and store ``payload`` for the key in ONE
+    statement (atomic on its own: no BEGIN and COMMIT round trips), the answer stored only when
+    the reservation was open. Returns whether it was, and None or the payload a concurrent
+    identical query stored first (read after, as :func:`store` reads it)."""
+    key = _key(ledger, analyst, cache_key)
+    row = conn.execute(
+        ledger.q(
+            "WITH settled AS (UPDATE {s}.release SET state = 'committed',"
+            " settled_at = clock_timestamp() WHERE id = %s AND state = 'reserved' RETURNING id),"
+            " stored AS (INSERT INTO {s}.answer (dataset, scope, cache_key, payload, release_id)"
+            " SELECT %s, %s, %s, %s, id FROM settled ON CONFLICT DO NOTHING RETURNING release_id)"
+            " SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM stored)"
+        ),
+        [release_id, *key, payload],
+    ).fetchone()
+    assert row is not None
+    if not row[0]:
+        return False, None
+    if row[1]:
+        return True, None
+    prev = conn.execute(
+        ledger.q(
+            "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
+        ),
+        key,
+    ).fetchone()
+    return True, bytes(prev[0]) if prev is not None else None
+
+
 def alias(
     ledger: LedgerStore, conn: psycopg.Connection, analyst: str, stored_key: str, cache_key: str
 ) -> bool:

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from dpsql.budget import filter as budget_filter
-from dpsql.budget.periods import period_start
+from dpsql.budget.periods import EPOCH, period_start
 from dpsql.budget.records import (
     BudgetRow,
     Charged,
@@ -67,8 +67,9 @@ def reserve(
     Raises:
         BudgetExhausted: a budget's filter refuses the new totals (the transaction rolls back).
     """
-    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    now = _now(conn, limits)
     charged: list[Charged] = []
+    updates: list[object] = []
     for lim in limits:
         start = period_start(lim.period, now)
         row = lock_budget(ledger, conn, lim.kind, lim.name, start)
@@ -76,33 +77,23 @@ def reserve(
         total = filt.add(row.spent, cost)
         if not filt.admits(total):
             raise exhausted(analyst, lim, row, cost, now)
-        conn.execute(
-            ledger.q(
-                "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
-                " renyi_spent = %s, renyi_order = coalesce(renyi_order, %s),"
-                " delta_share = coalesce(delta_share, %s),"
-                " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
-                " AND name = %s AND period_start = %s"
-            ),
-            [
-                *cost_text(total.cost),
-                opt_text(total.renyi),
-                opt_text(filt.order),
-                frac_text(filt.delta_share),
-                ledger.dataset,
-                lim.kind,
-                lim.name,
-                start,
-            ],
-        )
+        updates += [
+            *cost_text(total.cost),
+            opt_text(total.renyi),
+            opt_text(filt.order),
+            frac_text(filt.delta_share),
+            ledger.dataset,
+            lim.kind,
+            lim.name,
+            start,
+        ]
         charged.append(Charged(lim.kind, lim.name, start, row.generation))
+    # every budget's new totals and the release's log in one statement (its data-modifying
+    # WITH parts run once each, to completion, on the rows locked above)
     rid, created = conn.execute(
-        ledger.q(
-            "INSERT INTO {s}.release (dataset, analyst, fingerprint, mechanism, epsilon, delta,"
-            " rho, delta_for_rho, state, charged, statement) VALUES (%s, %s, %s, %s, %s, %s, %s,"
-            " %s, 'reserved', %s, %s) RETURNING id, created_at"
-        ),
+        ledger.q(_charge_sql(len(limits))),
         [
+            *updates,
             ledger.dataset,
             analyst,
             fingerprint,
@@ -114,6 +105,36 @@ def reserve(
         ],
     ).fetchone()  # type: ignore[misc]
     return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)
+
+
+_UPDATE_BUDGET = (
+    "UPDATE {s}.budget SET epsilon_spent = %s, delta_spent = %s, rho_spent = %s,"
+    " renyi_spent = %s, renyi_order = coalesce(renyi_order, %s),"
+    " delta_share = coalesce(delta_share, %s),"
+    " releases = releases + 1, updated_at = now() WHERE dataset = %s AND kind = %s"
+    " AND name = %s AND period_start = %s"
+)
+
+
+def _charge_sql(n: int) -> str:
+    """:func:`reserve`'s one writing statement for ``n`` budgets: each budget row's update,
+    then the ``reserved`` release logged, its id and time returned."""
+    with_ = ", ".join(f"u{i} AS ({_UPDATE_BUDGET})" for i in range(n))
+    return (f"WITH {with_} " if n else "") + (
+        "INSERT INTO {s}.release (dataset, analyst, fingerprint, mechanism, epsilon, delta,"
+        " rho, delta_for_rho, state, charged, statement) VALUES (%s, %s, %s, %s, %s, %s, %s,"
+        " %s, 'reserved', %s, %s) RETURNING id, created_at"
+    )
+
+
+def _now(conn: psycopg.Connection, limits: Sequence[Limit]) -> datetime:
+    """The transaction's ``now()``, read only when a budget renews (its period's start is
+    ``now``'s): a budget of period ``none`` starts at the epoch whatever the time, and a
+    refusal names no end for it (:func:`~dpsql.budget.periods.period_end`), so nothing reads
+    the time then."""
+    if all(lim.period == "none" for lim in limits):
+        return EPOCH
+    return conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index,no-any-return]
 
 
 def check_together(
@@ -130,7 +151,7 @@ def check_together(
     Raises:
         BudgetExhausted: a budget's filter refuses the new totals.
     """
-    now = conn.execute("SELECT now()").fetchone()[0]  # type: ignore[index]
+    now = _now(conn, limits)
     for lim in limits:
         row = lock_budget(ledger, conn, lim.kind, lim.name, period_start(lim.period, now))
         filt = row.filter(lim)

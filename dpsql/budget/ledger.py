@@ -117,6 +117,9 @@ class Ledger(LedgerStore, BudgetLedger):
     def commit_many(
         self, items: Sequence[tuple[Reservation, str | None, bytes | None]]
     ) -> list[bytes | None]:
+        if len(items) == 1:  # one statement: no BEGIN and COMMIT round trips
+            return [self._commit_one(*items[0])]
+
         def run(conn: psycopg.Connection) -> list[bytes | None]:
             out: list[bytes | None] = []
             for res, key, payload in items:
@@ -128,6 +131,21 @@ class Ledger(LedgerStore, BudgetLedger):
             return out
 
         return self.transact(run) if items else []
+
+    def _commit_one(self, res: Reservation, key: str | None, payload: bytes | None) -> bytes | None:
+        """:meth:`commit` of one reservation as one statement (settle, and store the answer
+        only when it settled: :func:`~dpsql.budget.answers.settle_and_store`); a reservation
+        that is not open raises as :func:`~dpsql.budget.charging.settle` does, nothing stored."""
+        if key is None or payload is None or self.policy.repeats == "off":
+            self.transact(lambda conn: charging.settle(self, conn, res, "committed"), single=True)
+            return None
+        settled, earlier = self.transact(
+            lambda conn: answers.settle_and_store(self, conn, res.analyst, res.id, key, payload),
+            single=True,
+        )
+        if not settled:
+            raise InternalError(f"reservation {res.id} is not open (committed or refunded)")
+        return earlier
 
     def commit_answers(
         self, res: Reservation, stored: Sequence[tuple[str, bytes]]
