@@ -20,8 +20,8 @@ unit, and a per-unit CTE Citus must plan as a subplan, are caught by the same ch
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -34,14 +34,15 @@ from dpsql.check import catalog_findings
 from dpsql.demo import POLICY, load_demo
 from dpsql.engine import Engine
 from dpsql.errors import UpstreamError
+from dpsql.execute.backend import Backend, Rows
 from dpsql.execute.private_sql import salt_of, salted
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import auto_items
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
+from tests.citus.conftest import Demo
 from tests.citus.plans import problems
-from tests.conftest import IN_CI
 from tests.dp_audit.test_audit_neighbours import (
     CAPPED,
     HEAVY,
@@ -153,19 +154,6 @@ def policies() -> dict[str, Policy]:
     return {"auto": auto, "fixed": fixed}
 
 
-def citus_dsn_or_skip() -> str:
-    """The coordinator's DSN. Without one the tier skips, except under CI, where `.ci/run`
-    builds Citus, starts a cluster and runs the tier with ``-m citus`` (its main run leaves the
-    tier out): there a missing DSN means the tier was run the wrong way, and fails."""
-    dsn = os.environ.get("DPSQL_CITUS_DSN")
-    if not dsn:
-        why = "needs a Citus coordinator: DPSQL_CITUS_DSN (tools/citus-local.sh; .ci/citus test)"
-        if IN_CI:
-            pytest.fail(why)
-        pytest.skip(why)
-    return dsn
-
-
 def load_members(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS members; " + MEMBERS_TABLE)
@@ -177,11 +165,14 @@ def load_members(dsn: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def citus_dsn() -> str:
-    dsn = citus_dsn_or_skip()
-    assert load_demo(dsn), "not a Citus coordinator (no citus extension)"
-    load_members(dsn)
-    return dsn
+def citus_dsn(citus_demo: Demo) -> str:
+    """The coordinator with the demo tables (loaded once for the tier by `dpsql demo
+    --upstream`: tests/citus/conftest.py) and ``members``."""
+    cli = citus_demo.cli
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    assert "Citus: distributed by their privacy units" in cli.stdout, "not a Citus coordinator"
+    load_members(citus_demo.dsn)
+    return citus_demo.dsn
 
 
 @pytest.fixture(scope="module")
@@ -210,17 +201,29 @@ def cengine(engines: dict[str, Engine]) -> Engine:
     return engines["fixed"]
 
 
-def sent(engine: Engine, sql: str) -> list[str]:
+@dataclass(frozen=True)
+class Sent:
+    """One SQL text the engine sent to read private rows, as it sent it, and what the cluster
+    answered."""
+
+    text: str
+    params: Any
+    kw: dict[str, Any]
+    rows: Rows
+
+
+def sent(engine: Engine, sql: str) -> list[Sent]:
     """Every SQL text the engine sends to read private rows while answering ``sql`` (without a
-    ledger: ``auto`` bounds are chosen from the data each time). Type probes (``LIMIT 0``) read
-    no rows and are left out."""
-    out: list[str] = []
+    ledger: ``auto`` bounds are chosen from the data each time), with the cluster's answer to
+    it. Type probes (``LIMIT 0``) read no rows and are left out."""
+    out: list[Sent] = []
     run = engine.backend.run
 
     def recording(query: str, params: Any = None, *, private: bool, **kw: Any) -> Any:
+        got = run(query, params, private=private, **kw)
         if private and not query.rstrip().endswith("LIMIT 0"):
-            out.append(query)
-        return run(query, params, private=private, **kw)
+            out.append(Sent(query, params, kw, Rows(got.columns, list(got.rows), got.status)))
+        return got
 
     engine.backend.run = recording  # type: ignore[method-assign]
     try:
@@ -230,15 +233,22 @@ def sent(engine: Engine, sql: str) -> list[str]:
     return out
 
 
-def explain(dsn: str, text: str) -> list[str]:
-    with psycopg.connect(dsn) as conn:
-        return [str(r[0]) for r in conn.execute("EXPLAIN " + text).fetchall()]
+@pytest.fixture(scope="module")
+def coordinator_conn(citus_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """One session on the coordinator for the EXPLAINs (Citus caches its connections to the
+    workers per session)."""
+    with psycopg.connect(citus_dsn, autocommit=True) as conn:
+        yield conn
 
 
-SENT: dict[tuple[str, str], list[str]] = {}
+def explain(conn: psycopg.Connection[Any], text: str) -> list[str]:
+    return [str(r[0]) for r in conn.execute("EXPLAIN " + text).fetchall()]
 
 
-def sent_once(engines: dict[str, Engine], bounds: str, sql: str) -> list[str]:
+SENT: dict[tuple[str, str], list[Sent]] = {}
+
+
+def sent_once(engines: dict[str, Engine], bounds: str, sql: str) -> list[Sent]:
     """:func:`sent` of ``sql`` under ``bounds``, once per module (two tests read the texts)."""
     if (bounds, sql) not in SENT:
         SENT[bounds, sql] = sent(engines[bounds], sql)
@@ -248,12 +258,16 @@ def sent_once(engines: dict[str, Engine], bounds: str, sql: str) -> list[str]:
 @pytest.mark.parametrize("bounds", ["auto", "fixed"])
 @pytest.mark.parametrize("sql", STATEMENTS)
 def test_per_unit_work_runs_on_the_workers(
-    engines: dict[str, Engine], citus_dsn: str, coordinator: str, sql: str, bounds: str
+    engines: dict[str, Engine],
+    coordinator_conn: psycopg.Connection[Any],
+    coordinator: str,
+    sql: str,
+    bounds: str,
 ) -> None:
-    texts = sent_once(engines, bounds, sql)
+    texts = [s.text for s in sent_once(engines, bounds, sql)]
     assert texts, "nothing read private rows"
     for text in texts:
-        plan = explain(citus_dsn, text)
+        plan = explain(coordinator_conn, text)
         assert any("Custom Scan (Citus" in line for line in plan), "\n".join(plan)
         assert problems(plan, coordinator) == [], text + "\n" + "\n".join(plan)
 
@@ -270,26 +284,35 @@ def plain_dsn(make_db: Callable[[str], str]) -> str:
     return dsn
 
 
-def rows(dsn: str, text: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return sorted((tuple(r) for r in conn.execute(text).fetchall()), key=repr)
+@pytest.fixture(scope="module")
+def plain(plain_dsn: str) -> Iterator[Backend]:
+    """The plain PostgreSQL read as the engine reads the cluster (its session settings and type
+    loaders), with no statement timeout."""
+    backend = Backend(plain_dsn, statement_timeout_ms=0, max_size=1)
+    yield backend
+    backend.close()
+
+
+def same_rows(cluster: Rows, plain: Rows) -> bool:
+    return sorted(map(tuple, cluster.rows), key=repr) == sorted(map(tuple, plain.rows), key=repr)
 
 
 @pytest.mark.parametrize("bounds", ["auto", "fixed"])
 @pytest.mark.parametrize("sql", STATEMENTS)
 def test_the_cluster_gives_plain_postgresqls_numbers(
-    engines: dict[str, Engine], citus_dsn: str, plain_dsn: str, sql: str, bounds: str
+    engines: dict[str, Engine], plain: Backend, sql: str, bounds: str
 ) -> None:
     """Every SQL text dpsql sends (salt included) gives exactly the same rows on the cluster as
     on one PostgreSQL holding the same data: bounded sums and counts, removed mass, bucket
     counts, histograms (the keyed-hash choices are a function of the rows and the salt only, and
-    the sums are NUMERIC: no order of addition shows)."""
-    for text in sent_once(engines, bounds, sql):
-        assert rows(citus_dsn, text) == rows(plain_dsn, text), text
+    the sums are NUMERIC: no order of addition shows). The cluster's rows are those it gave the
+    engine (:func:`sent`), not a second run."""
+    for s in sent_once(engines, bounds, sql):
+        assert same_rows(s.rows, plain.run(s.text, s.params, private=True, **s.kw)), s.text
 
 
 def test_a_choice_that_is_not_a_function_of_the_rows_is_caught(
-    cengine: Engine, citus_dsn: str, plain_dsn: str
+    cengine: Engine, plain: Backend
 ) -> None:
     """The comparison's twin: groups (and rows) chosen by ``random()`` instead of the keyed hash
     of the salt. Per date, COUNT(DISTINCT quantity) over the groups each unit keeps: a unit keeps
@@ -297,28 +320,30 @@ def test_a_choice_that_is_not_a_function_of_the_rows_is_caught(
     thousands of units and the per-date counts differ; they could agree only if the draws
     happened to keep, date by date, the same numbers of rows (far below 1e-6)."""
     sql = "SELECT purchased_at, COUNT(DISTINCT quantity) FROM purchases GROUP BY purchased_at"
-    text = sent_once({"fixed": cengine}, "fixed", sql)[-1]
-    salt = salt_of(text)
-    broken = text.replace(f"'{salt}'", "CAST(random() AS TEXT)")
-    assert broken != text
-    assert rows(citus_dsn, text) == rows(plain_dsn, text)  # the keyed hash: the same rows
-    assert rows(citus_dsn, broken) != rows(plain_dsn, broken)
+    s = sent_once({"fixed": cengine}, "fixed", sql)[-1]
+    salt = salt_of(s.text)
+    broken = s.text.replace(f"'{salt}'", "CAST(random() AS TEXT)")
+    assert broken != s.text
+    # the keyed hash: the same rows
+    assert same_rows(s.rows, plain.run(s.text, s.params, private=True, **s.kw))
+    on_cluster = cengine.backend.run(broken, s.params, private=True, **s.kw)
+    assert not same_rows(on_cluster, plain.run(broken, s.params, private=True, **s.kw))
 
 
 def test_the_auto_bounds_histogram_is_checked(
-    engines: dict[str, Engine], citus_dsn: str, coordinator: str
+    engines: dict[str, Engine], coordinator_conn: psycopg.Connection[Any], coordinator: str
 ) -> None:
     """The auto tier does send a bound choice's per-unit histogram (so the test above checks it),
     and its twin, a per-unit CTE that must be materialized (Citus plans it as a subplan: one
     row per unit pulled to the coordinator), is caught."""
     sql = "SELECT COUNT(*), SUM(amount) FROM purchases"
-    texts = sent(engines["auto"], sql)
+    texts = [s.text for s in sent(engines["auto"], sql)]
     assert any("WIDTH_BUCKET" in t for t in texts), texts
     a = engines["auto"].prepare(sql).analysis
     assert a is not None
     text = measure_bounds(a, auto_items(a)).sql("postgres")
-    assert problems(explain(citus_dsn, text), coordinator) == []
-    assert problems(explain(citus_dsn, materialized(text)), coordinator) != []
+    assert problems(explain(coordinator_conn, text), coordinator) == []
+    assert problems(explain(coordinator_conn, materialized(text)), coordinator) != []
 
 
 def materialized(text: str) -> str:
@@ -341,7 +366,7 @@ def test_a_table_not_distributed_by_its_unit_is_caught(
         conn.execute("SELECT undistribute_table('pums')")
         conn.execute("SELECT create_distributed_table('pums', 'age')")
         try:
-            assert any(problems(explain(citus_dsn, t), coordinator) for t in sent(cengine, sql))
+            assert any(problems(explain(conn, s.text), coordinator) for s in sent(cengine, sql))
             found = catalog_findings(load_policy(POLICY), citus_dsn)
             assert [f.table for f in found if f.warning] == ["public.pums"], found
         finally:

@@ -11,22 +11,16 @@ wrong placement is reported, the right one is not.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 
 from dpsql.check import catalog_findings
-from tests.citus.test_citus import citus_dsn_or_skip
+from tests.citus.conftest import Demo, citus_dsn_or_skip, dpsql
 from tests.policies import PolicyFile, PolicyMaker, private_table
 
 pytestmark = pytest.mark.citus
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -34,41 +28,19 @@ def citus_dsn() -> str:
     return citus_dsn_or_skip()
 
 
-def dpsql(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "dpsql", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-    )
-
-
-def test_demo_upstream_distributes_the_tables_by_their_units(citus_dsn: str) -> None:
-    """`dpsql demo --upstream DSN` on a coordinator: purchases and pums hash-distributed by
-    their privacy units and co-located, regions a reference table; the examples run; `dpsql
-    check` then finds nothing to warn about."""
-    r = dpsql("demo", "--upstream", citus_dsn)
+def test_demo_upstream_distributes_the_tables_by_their_units(citus_demo: Demo) -> None:
+    """`dpsql demo --upstream DSN` on a coordinator (run once for the tier: tests/citus/
+    conftest.py): purchases and pums hash-distributed by their privacy units and co-located,
+    regions a reference table; the examples run; `dpsql check` then finds nothing to warn
+    about."""
+    r, placed = citus_demo.cli, citus_demo.placed
     assert r.returncode == 0, r.stdout + r.stderr
     assert "Citus: distributed by their privacy units" in r.stdout, r.stdout
-    with psycopg.connect(citus_dsn) as conn:
-        placed = {
-            str(t): (str(m), c, g, str(rep))
-            for t, m, c, g, rep in conn.execute(
-                "SELECT logicalrelid::regclass::text, partmethod, "
-                "CASE WHEN partmethod = 'h' THEN column_to_column_name(logicalrelid, partkey) END, "
-                "colocationid, repmodel FROM pg_dist_partition "
-                "WHERE logicalrelid::regclass::text IN ('purchases', 'pums', 'regions')"
-            ).fetchall()
-        }
-        rows = conn.execute("SELECT count(*) FROM purchases").fetchone()
     assert placed["purchases"][:2] == ("h", "user_id") and placed["pums"][:2] == ("h", "pid")
     assert placed["purchases"][2] == placed["pums"][2]  # co-located
     assert placed["regions"][0] == "n" and placed["regions"][3] == "t"  # a reference table
-    assert rows is not None and rows[0] == 122_000
-    c = dpsql("check", "--policy", "dpsql/demo/policy.yaml", "--upstream", citus_dsn)
+    assert citus_demo.purchases == 122_000
+    c = dpsql("check", "--policy", "dpsql/demo/policy.yaml", "--upstream", citus_demo.dsn)
     assert c.returncode == 0 and "the catalog agrees with the policy" in c.stdout, c.stdout
 
 
