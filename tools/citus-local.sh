@@ -33,6 +33,8 @@
 #                     bitcode, which only PostgreSQL's JIT inlining reads, and no debug info;
 #                     half the build's CPU: 130 s -> 63 s. CITUS_MAKE_ARGS= builds as upstream does)
 #   CITUS_FORCE_BUILD=1 rebuild from CITUS_TARBALL even if citus.so is installed
+#   CITUS_PG_OPTIONS  server options for `start`    (default none; e.g. .ci/citus, a throwaway
+#                     cluster: "-c fsync=off -c citus.shard_count=4")
 #
 # Install note: PostgreSQL 15 only loads extensions from its own sharedir/pkglibdir, so
 # `make install` writes into /usr/lib/postgresql/15/lib and /usr/share/postgresql/15/extension
@@ -60,6 +62,7 @@ CITUS_TARBALL=${CITUS_TARBALL:-}
 CITUS_DB=${CITUS_DB:-citus}
 CITUS_OS_USER=${CITUS_OS_USER:-postgres}
 CITUS_JOBS=${CITUS_JOBS:-2}
+CITUS_PG_OPTIONS=${CITUS_PG_OPTIONS:-}
 read -r -a MAKE_ARGS <<<"${CITUS_MAKE_ARGS-with_llvm=no COPT=-g0}"
 NODES=(coord worker1 worker2)
 # Ports: CITUS_PORTS, else those of the last `start` on this data dir, else the defaults.
@@ -155,7 +158,8 @@ start() {
     if as_pg "$PG_BIN/pg_ctl" -D "$d" status >/dev/null 2>&1; then
       log "${NODES[$i]} already running"
     else
-      as_pg "$PG_BIN/pg_ctl" -D "$d" -l "$d.log" -w -t 60 start >/dev/null || die "start failed: $d.log"
+      as_pg "$PG_BIN/pg_ctl" -D "$d" -l "$d.log" -w -t 60 ${CITUS_PG_OPTIONS:+-o "$CITUS_PG_OPTIONS"} start >/dev/null \
+        || die "start failed: $d.log"
     fi
   done
   for i in 0 1 2; do
