@@ -208,7 +208,7 @@ class Sent:
 
     text: str
     params: Any
-    kw: dict[str, Any]
+    binary: bool
     rows: Rows
 
 
@@ -222,7 +222,8 @@ def sent(engine: Engine, sql: str) -> list[Sent]:
     def recording(query: str, params: Any = None, *, private: bool, **kw: Any) -> Any:
         got = run(query, params, private=private, **kw)
         if private and not query.rstrip().endswith("LIMIT 0"):
-            out.append(Sent(query, params, kw, Rows(got.columns, list(got.rows), got.status)))
+            rows = Rows(got.columns, list(got.rows), got.status)  # not ``then``'s catalog rows
+            out.append(Sent(query, params, kw.get("binary", False), rows))
         return got
 
     engine.backend.run = recording  # type: ignore[method-assign]
@@ -308,7 +309,7 @@ def test_the_cluster_gives_plain_postgresqls_numbers(
     the sums are NUMERIC: no order of addition shows). The cluster's rows are those it gave the
     engine (:func:`sent`), not a second run."""
     for s in sent_once(engines, bounds, sql):
-        assert same_rows(s.rows, plain.run(s.text, s.params, private=True, **s.kw)), s.text
+        assert same_rows(s.rows, plain.run(s.text, s.params, private=True, binary=s.binary)), s.text
 
 
 def test_a_choice_that_is_not_a_function_of_the_rows_is_caught(
@@ -325,9 +326,9 @@ def test_a_choice_that_is_not_a_function_of_the_rows_is_caught(
     broken = s.text.replace(f"'{salt}'", "CAST(random() AS TEXT)")
     assert broken != s.text
     # the keyed hash: the same rows
-    assert same_rows(s.rows, plain.run(s.text, s.params, private=True, **s.kw))
-    on_cluster = cengine.backend.run(broken, s.params, private=True, **s.kw)
-    assert not same_rows(on_cluster, plain.run(broken, s.params, private=True, **s.kw))
+    assert same_rows(s.rows, plain.run(s.text, s.params, private=True, binary=s.binary))
+    on_cluster = cengine.backend.run(broken, s.params, private=True, binary=s.binary)
+    assert not same_rows(on_cluster, plain.run(broken, s.params, private=True, binary=s.binary))
 
 
 def test_the_auto_bounds_histogram_is_checked(
