@@ -284,7 +284,7 @@ def say_spent(error: BaseException) -> None:
     error's detail, once), when its reservation was confirmed instead of refunded.
 
     >>> from dpsql.errors import QueryCanceled
-    >>> e = QueryCanceled("canceling statement due to user request or statement timeout")
+    >>> e = QueryCanceled("canceling statement due to user request")
     >>> say_spent(e); say_spent(e)
     >>> e.detail.count("stays spent")
     1

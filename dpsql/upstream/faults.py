@@ -113,17 +113,39 @@ def sweeping_check(
     return check
 
 
+CANCEL_HINT = (
+    "a private statement is charged when it starts: a cancel does not give its budget back "
+    "(SELECT * FROM dpsql.history shows the charge)"
+)
+
+
+def user_cancel() -> QueryCanceled:
+    """57014 of a cancel (the client's CancelRequest, psql's Ctrl-C, an administrator's
+    pg_cancel_backend), in PostgreSQL's words, with what it costs."""
+    return QueryCanceled("canceling statement due to user request", hint=CANCEL_HINT)
+
+
+def timed_out() -> QueryCanceled:
+    """57014 of the policy's statement timeout, in PostgreSQL's words."""
+    return QueryCanceled(
+        "canceling statement due to statement timeout",
+        hint="narrow the query or ask the data owner to raise the policy's statement_timeout_ms",
+    )
+
+
 def upstream_error(e: psycopg.Error, private: bool, conn: Any = None) -> DpsqlError:
     """The dpsql error for an upstream failure: 08006 / 57P01 for a lost connection (retryable,
-    without libpq's text), 57014 for a cancel or timeout (same text whatever the data), the
-    sanitized class of a private query's error, or a public one's own text."""
+    without libpq's text), 57014 for a cancel or timeout, the
+    sanitized class of a private query's error, or a public one's own text. A cancel and the
+    policy's timeout are told apart as PostgreSQL tells them (neither is the analyst's choice of
+    time: the session says "user request" whenever its client asked to cancel, see
+    :meth:`dpsql.wire.session.Session.cancel`)."""
     if connection_lost(e, conn):
         return lost(e)
     if isinstance(e, psycopg.errors.QueryCanceled):
-        return QueryCanceled(
-            "canceling statement due to user request or statement timeout",
-            hint="narrow the query or raise the policy's statement_timeout_ms",
-        )
+        if "statement timeout" in (e.diag.message_primary or ""):
+            return timed_out()
+        return user_cancel()
     if private:
         return sanitized_upstream(e.sqlstate)
     diag = e.diag

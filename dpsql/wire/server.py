@@ -252,7 +252,7 @@ class Server:
         )
         if ok and s is not None:
             log.info("cancel request pid=%d", req.process_id)
-            s.cancel()
+            s.cancel(by_client=True)
         elif (
             s is None
             and self.relay is not None

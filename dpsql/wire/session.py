@@ -21,7 +21,7 @@ from concurrent.futures import Executor
 from typing import Any, ParamSpec, TypeVar
 
 from dpsql.budget.route import is_show_budget
-from dpsql.errors import AdminShutdown, DpsqlError, InternalError, UnsupportedSql
+from dpsql.errors import AdminShutdown, DpsqlError, InternalError, QueryCanceled, UnsupportedSql
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -37,6 +37,7 @@ from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import prescan, too_complex
+from dpsql.upstream.faults import CANCEL_HINT
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
@@ -109,6 +110,7 @@ class Session:
         self._large = False  # a large statement was parsed since the last ReadyForQuery
         self._policy_ms = _policy_timeout_ms(engine)
         self._timeout_noted: str | None = None  # the client's timeout last said not to apply
+        self._client_cancelled = False  # the client asked to cancel the running statement
         ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -181,8 +183,15 @@ class Session:
             log.info("client went away mid-query; cancelling pid=%d", self.process_id)
             self.cancel()
 
-    def cancel(self) -> None:
-        """Cancel the running upstream query (from a CancelRequest or shutdown)."""
+    def cancel(self, by_client: bool = False) -> None:
+        """Cancel the running upstream query (from a CancelRequest, ``by_client``, or shutdown).
+
+        A client's request while a statement runs or waits for its delivery moment makes its
+        57014 say "canceling statement due to user request" whatever ended the query: whether
+        the policy's timeout fired first depends on how long the query ran (private rows), the
+        client's request does not."""
+        if by_client and self.busy:
+            self._client_cancelled = True
         token = self._cancel
         if token is None:
             return
@@ -386,6 +395,7 @@ class Session:
                 res = Result((), [], "")
                 return res
             user_ms = self._user_timeout_ms()
+            self._client_cancelled = False
             if where is ROUTE_PRIVATE:  # delivered at a data-independent moment (timing:)
                 if user_ms:
                     self._note_private_timeout(user_ms)
@@ -398,6 +408,8 @@ class Session:
                 res = await self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
             return res
         except BaseException as e:
+            if self._client_cancelled and isinstance(e, QueryCanceled):
+                e.message, e.hint = "canceling statement due to user request", CANCEL_HINT
             outcome = getattr(e, "sqlstate", None) or (
                 "XX000" if isinstance(e, Exception) else "cancelled"
             )

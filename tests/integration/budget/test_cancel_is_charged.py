@@ -9,7 +9,8 @@ else in the statement reads a row, the bounds are fixed):
 * the client's CancelRequest through the wire (psycopg's ``cancel_safe``) while it runs;
 * an administrator's ``pg_cancel_backend`` of the upstream query.
 
-Each: SQLSTATE 57014, the release committed in the ledger (``dpsql.history``: ``committed``,
+Each: SQLSTATE 57014 in PostgreSQL's words for its cause ("canceling statement due to user
+request" / "... statement timeout"), the release committed in the ledger (``dpsql.history``: ``committed``,
 the statement's epsilon spent), and the error's text says the budget was spent and why.
 """
 
@@ -95,6 +96,8 @@ def test_statement_timeout_is_charged_and_said(
     finally:
         engine.close()
     assert e.value.sqlstate == "57014"
+    assert e.value.message == "canceling statement due to statement timeout"  # PostgreSQL's
+    assert e.value.hint is not None and "statement_timeout_ms" in e.value.hint
     assert _history(led) == [("committed", Fraction(1))]
     assert SPENT in _said(e.value), _said(e.value)
 
@@ -141,6 +144,7 @@ def test_admin_cancel_is_charged_and_said(
     assert not t.is_alive()
     assert len(got) == 1 and isinstance(got[0], DpsqlError), got
     assert got[0].sqlstate == "57014"
+    assert got[0].message == "canceling statement due to user request"  # as PostgreSQL says
     assert _history(led) == [("committed", Fraction(1))]
     assert SPENT in _said(got[0]), _said(got[0])
 
@@ -174,4 +178,8 @@ def test_client_cancel_is_charged_and_said(
         said = " ".join(x or "" for x in (err.diag.message_primary, err.diag.message_detail,
                                            err.diag.message_hint))  # fmt: skip
         assert SPENT in said, said
+        # PostgreSQL's words for a cancel (was "... user request or statement timeout", with a
+        # hint to raise the timeout), the hint about what the cancel costs
+        assert err.diag.message_primary == "canceling statement due to user request"
+        assert "cancel does not give its budget back" in str(err.diag.message_hint)
         assert _history(led) == [("committed", Fraction(1))]
