@@ -82,7 +82,9 @@ def resolve_params(
     policy: Policy, session: SessionContext, a: Analysis
 ) -> tuple[Fraction, Fraction]:
     """The query's (epsilon, delta), not validated: the session's values, else the analyst's
-    defaults, else the policy's (delta is 0 unless the query needs partition selection)."""
+    defaults, else the policy's (delta is 0 unless the query needs partition selection or the
+    session asked for Gaussian noise: then the policy's ``defaults.delta``, its default delta
+    for Gaussian answers as docs/policy.md says)."""
     eps = session.epsilon
     if eps is None:
         eps = to_fraction(policy.epsilon_range(session.analyst)[1])
@@ -91,7 +93,8 @@ def resolve_params(
     if delta is None and analyst is not None and analyst.default_delta is not None:
         delta = to_fraction(analyst.default_delta)
     if delta is None:
-        delta = to_fraction(policy.defaults.delta) if a.needs_selection else Fraction(0)
+        needs = a.needs_selection or session.mechanism == "gaussian"
+        delta = to_fraction(policy.defaults.delta) if needs else Fraction(0)
     return eps, delta
 
 

@@ -241,6 +241,18 @@ def test_gaussian_plan_states_rho(conn: Any) -> None:
     assert all(m["Sensitivity"].startswith("L1=") for m in measures if m not in answers)
 
 
+def test_gaussian_alone_takes_the_policy_delta(conn: Any) -> None:
+    """``SET dpsql.mechanism = gaussian`` alone answers at the policy's ``defaults.delta``
+    (1e-06 in the demo), its default delta for Gaussian answers (docs/policy.md); it was refused
+    with 22023 "Gaussian noise needs delta > 0"."""
+    conn.execute("SET dpsql.mechanism = gaussian")
+    assert conn.execute("SHOW dpsql.delta").fetchone() == ("1e-06",)
+    [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) " + PRIVATE).fetchall()
+    plan = doc[0]["Plan"]
+    assert plan["Mechanism"] == "gaussian" and plan["Delta"] == pytest.approx(1e-6), plan
+    assert conn.execute(PRIVATE + " WHERE age > 30").fetchall()  # answered, not refused
+
+
 def test_grouping_sets_split(conn: Any) -> None:
     text = "\n".join(_plan(conn, "EXPLAIN SELECT sex, married, count(*) FROM pums "
                                  "GROUP BY ROLLUP (sex, married)"))  # fmt: skip
