@@ -11,7 +11,7 @@ not known to be free of data), and the analyzer's words are dpsql's.
 Here the statement's expressions are sent with every column replaced by a NULL of the column's
 type (read from the catalog) and no FROM: ``SELECT CAST(NULL AS numeric) > 'abc'``. PostgreSQL
 coerces and folds the constants exactly as it would in the statement, and no table, statistic or
-row is read, so its error (class 22 only) is a function of the statement and the schema: it is
+row is read, so its error (class 22, or 42883 for an operator the types lack) is a function of the statement and the schema: it is
 relayed as PostgreSQL wrote it, and refused before any budget is reserved (nothing charged). The
 probe is checked as a public statement (:func:`dpsql.sql.public.check_public`: no function with
 side effects) before it is sent, an expression that is not is left out, as is an expression with a subquery, a parameter or a column of no
@@ -28,6 +28,7 @@ from sqlglot import exp
 
 from dpsql.errors import ConstantRejected, DpsqlError, UpstreamError
 from dpsql.sql.public import check_public
+from dpsql.sql.rewrite.make_total import checked_divisor, folded
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -41,16 +42,21 @@ TypesOf = Callable[[str], dict[str, str]]
 _OPAQUE = (exp.Subquery, exp.Exists, exp.Parameter, exp.Placeholder, exp.Table)
 
 
-def constant_error(engine: EngineContext, tree: exp.Expr) -> ConstantRejected | None:
-    """PostgreSQL's own error (class 22) for ``tree``'s constants, or None when its constants
-    are fine, not understood, or the check could not run."""
+def constant_error(
+    engine: EngineContext, tree: exp.Expr, operators: bool = False
+) -> ConstantRejected | None:
+    """PostgreSQL's own error (class 22; with ``operators``, 42883, an operator its types lack:
+    ``f % 2`` of a float) for ``tree``'s constants, or None when its constants are fine, not
+    understood, or the check could not run."""
     try:
         sql = probe_sql(tree, lambda name: column_types(engine, name))
         if sql is None:
             return None
         engine.backend.run(sql, private=False)
     except UpstreamError as e:
-        if not e.sqlstate.startswith("22"):
+        # 42883 (an operator the types lack: f % 2 of a float) only where the analyzer refused
+        # one: the probe's own items (GROUP BY ROLLUP (1) as SELECT ROLLUP(1)) raise it too
+        if not (e.sqlstate.startswith("22") or (operators and e.sqlstate == "42883")):
             return None
         return ConstantRejected(
             e.message,
@@ -87,7 +93,7 @@ def probe_sql(tree: exp.Expr, types_of: TypesOf) -> str | None:
         for item in _items(block):
             if not any(isinstance(n, exp.Literal) for n in item.walk()):
                 continue
-            typed = _typed(item, block, types)
+            typed = _typed(_divisors_checked(item), block, types)
             if typed is not None and _public(typed):
                 items.append(typed)
             # PostgreSQL folds NULL > f(...) to NULL without calling f: each constant part of
@@ -120,6 +126,58 @@ def _constant_parts(item: exp.Expr) -> list[exp.Expr]:
                 out.append(node)
             continue
         todo += [c for c in node.iter_expressions()]
+    return out
+
+
+def folded_constants(tree: exp.Expr) -> bool:
+    """Whether ``tree`` computes a constant the planner folds (``1/0``, ``1e30::int``,
+    ``'1e400'::float8``) or divides a row's value by a constant that may be 0 (``amount % 0``):
+    PostgreSQL's error for it comes from the statement alone, and :func:`constant_error` says
+    it before anything is charged."""
+    for block in tree.find_all(exp.Select):
+        for item in _items(block):
+            if not any(isinstance(n, exp.Literal) for n in item.walk()):
+                continue
+            parts = _constant_parts(item)
+            if not item.find(exp.Column, exp.Star, *_OPAQUE):
+                parts.append(item)
+            if any(not _plain(p) and folded(p) for p in parts):
+                return True
+            if _zero_divisors(item):
+                return True
+    return False
+
+
+def _plain(node: exp.Expr) -> bool:
+    """A number as written (``5``, ``-5``, ``(5)``): nothing for the planner to compute."""
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    return isinstance(node, exp.Literal)
+
+
+def _divisors_checked(item: exp.Expr) -> exp.Expr:
+    """A copy of ``item`` in which a row's value divided by a constant that may be 0 (``amount
+    % 0``) has the divisor dpsql sends (:func:`checked_divisor`): PostgreSQL fails on the first
+    row it divides, dpsql while planning, where the division is reached (not in ``CASE WHEN
+    false THEN amount % 0 END``, whose arm the planner drops unread)."""
+    out = item.copy()
+    for n in list(out.find_all(exp.Div, exp.Mod, exp.IntDiv)):
+        if n.this.find(exp.Column):
+            n.set("expression", checked_divisor(n.expression))
+    return out
+
+
+def _zero_divisors(item: exp.Expr) -> list[exp.Expr]:
+    """For each ``/``, ``%`` or ``div`` in ``item`` by a constant that may be 0, the check that
+    fails with PostgreSQL's 22012 when it is (:func:`checked_divisor`)."""
+    out = []
+    for n in item.find_all(exp.Div, exp.Mod, exp.IntDiv):
+        if not n.this.find(exp.Column):
+            continue  # a constant division: in the item itself, as PostgreSQL folds it
+        d = n.expression.copy()
+        checked = checked_divisor(d)
+        if checked is not d:
+            out.append(checked)
     return out
 
 

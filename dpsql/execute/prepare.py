@@ -112,7 +112,8 @@ def prepare_parsed(
     )  # fmt: skip
 
 
-_CONSTANT_REFUSALS = frozenset({"22023", "0A000", "22007", "22008", "22P02"})
+# 42501: a range the analyzer can't bound (SUM(amount % 0)) may be a constant PostgreSQL refuses
+_CONSTANT_REFUSALS = frozenset({"22023", "0A000", "22007", "22008", "22P02", "42501", "42883"})
 
 
 def _constant_error(
@@ -126,7 +127,7 @@ def _constant_error(
         return None
     from dpsql.execute.constant_probe import constant_error
 
-    return constant_error(engine, tree)
+    return constant_error(engine, tree, operators=refused.sqlstate == "42883")
 
 
 def bound_limit(

@@ -27,7 +27,7 @@ from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
 from dpsql.execute.grouping_sets import release_sets, run_sets, set_texts
 from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
-from dpsql.execute.prepared import PrivateQuery
+from dpsql.execute.prepared import PrivateQuery, TreeQuery
 from dpsql.execute.private_sql import salted
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -288,12 +288,19 @@ def precheck(
     return conf
 
 
-def check_having_constants(engine: EngineContext, prepared: PrivateQuery) -> None:
+def check_having_constants(engine: EngineContext, prepared: PrivateQuery | TreeQuery) -> None:
     """A HAVING's constants checked by PostgreSQL before any budget is reserved
     (:mod:`dpsql.execute.constant_probe`): ``HAVING COUNT(*) > 'abc'`` is PostgreSQL's 22P02
-    from the constant alone, not an error after the answer was charged. Once per statement."""
+    from the constant alone, not an error after the answer was charged. So are the constants
+    the planner folds anywhere in the statement (``COUNT(1/0)``, ``SUM(amount % 0)``,
+    ``COUNT(1e30::int)``: 22012, 22003), which made_total leaves as written: they would fail
+    the charged query. Once per statement."""
+    from dpsql.execute.constant_probe import folded_constants
+
     having = prepared.tree.find(exp.Having)
-    if having is None or having.find(exp.Literal) is None or prepared.param_count:
+    if prepared.param_count:
+        return
+    if (having is None or having.find(exp.Literal) is None) and not folded_constants(prepared.tree):
         return
     key = ("having", prepared.scope, prepared.text)
     if engine.caches.key_types.get(key) is not None:

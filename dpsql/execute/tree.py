@@ -43,6 +43,7 @@ from dpsql.execute.prepared import PrivateQuery, TreeQuery
 from dpsql.execute.private import (
     auto_cache_key,
     cache_key,
+    check_having_constants,
     check_join_fanout,
     check_leaf_keys,
     delta_for_rho,
@@ -117,6 +118,8 @@ def run_tree(
         if link is None or run.releases[link.source] is not None:
             run.resolve(i)  # its SQL is known now: a stored answer is free
     todo = [i for i, r in enumerate(run.releases) if r is None]
+    if todo:
+        check_having_constants(engine, prepared)  # PostgreSQL's words for 1/0, before the charge
     for i in todo:
         check_join_fanout(engine, shares[i].analysis)  # public tables only, before the charge
         check_leaf_keys(engine, probes[i], shares[i].analysis)  # types and keys, no row read

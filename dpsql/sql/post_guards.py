@@ -48,7 +48,8 @@ def check_constant_divisors(node: exp.Expr) -> None:
             d = d.this
         if isinstance(d, exp.Literal) and not d.is_string and _zero(d.this):
             raise DivisionByZero(
-                f"division by zero: {plain_sql(n)} divides by 0",
+                "division by zero",  # PostgreSQL's words; which division, in the detail
+                detail=f"{plain_sql(n)} divides by 0 whatever the data",
                 hint="divide by a nonzero constant, or by NULLIF(x, 0) for a value that may be 0",
             )
 

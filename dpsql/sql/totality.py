@@ -25,7 +25,12 @@ from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
-from dpsql.errors import InvalidParameter, NumericValueOutOfRange, UnsupportedSql
+from dpsql.errors import (
+    InvalidParameter,
+    NumericValueOutOfRange,
+    UndefinedFunction,
+    UnsupportedSql,
+)
 from dpsql.sql import functions as fn
 from dpsql.sql.names import cast_sql, type_sql
 from dpsql.sql.temporal import (
@@ -188,9 +193,59 @@ def _check_arithmetic(n: exp.Expr, column: ColumnOf) -> None:
             )
 
 
+_FLOAT8 = frozenset({"float8", "double", "double precision", "float"})
+_FLOAT4 = frozenset({"float4", "real"})
+_CAST_NAMES = {
+    exp.DataType.Type.DOUBLE: "double precision", exp.DataType.Type.FLOAT: "real",
+    exp.DataType.Type.INT: "integer", exp.DataType.Type.BIGINT: "bigint",
+    exp.DataType.Type.SMALLINT: "smallint", exp.DataType.Type.DECIMAL: "numeric",
+}  # fmt: skip
+
+
+def _type_name(x: exp.Expr, column: ColumnOf) -> str | None:
+    """PostgreSQL's name of ``x``'s number type where it is plain from the statement (a column,
+    a cast, a literal, arithmetic of floats), else None."""
+    while isinstance(x, (exp.Paren, exp.Neg)):
+        x = x.this
+    if isinstance(x, exp.Column):
+        t = column(x).type.lower()
+        return "double precision" if t in _FLOAT8 else "real" if t in _FLOAT4 else None
+    if isinstance(x, exp.Cast):
+        return _CAST_NAMES.get(x.to.this)
+    if isinstance(x, exp.Literal) and not x.is_string:
+        text = str(x.this)
+        if text.isdigit():
+            return "integer" if int(text) < 2**31 else "bigint" if int(text) < 2**63 else "numeric"
+        return "numeric"
+    if isinstance(x, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        sides = {_type_name(x.this, column), _type_name(x.expression, column)}
+        return next((f for f in ("double precision", "real") if f in sides), None)
+    return None
+
+
+def _check_float_modulo(n: exp.Mod | exp.IntDiv, column: ColumnOf) -> None:
+    """``%``, ``mod()`` and ``div()`` have no float version in PostgreSQL: ``f % 2`` over a
+    ``double precision`` (or ``real``) value fails while the statement is parsed, 42883
+    ``operator does not exist: double precision % integer`` (was: computed in NUMERIC and
+    answered)."""
+    left, right = _type_name(n.this, column), _type_name(n.expression, column)
+    if not {left, right} & {"double precision", "real"}:
+        return
+    names = f"{left or 'unknown'}, {right or 'unknown'}"
+    if isinstance(n, exp.IntDiv):
+        message = f"function div({names}) does not exist"
+        hint = "No function matches the given name and argument types."
+    else:
+        message = f"operator does not exist: {left or 'unknown'} % {right or 'unknown'}"
+        hint = "No operator matches the given name and argument types."
+    raise UndefinedFunction(message, hint=hint + " You might need to add explicit type casts.")
+
+
 def check_total(n: exp.Expr, column: ColumnOf) -> None:
     """Refuse ``n`` (one node of a row-level expression) when it could raise depending on data."""
     if isinstance(n, _ARITHMETIC):
+        if isinstance(n, (exp.Mod, exp.IntDiv)):
+            _check_float_modulo(n, column)
         _check_arithmetic(n, column)
         if n.args.get("expression") is not None:
             check_time_arithmetic(n)

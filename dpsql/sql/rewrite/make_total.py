@@ -25,9 +25,11 @@ allows total for every input value:
 * constant arithmetic that PostgreSQL does not fold (it reads ``now()``, ``extract(... FROM
   now())``...: stable functions are evaluated per row) is made total the same way; constant
   arithmetic of literals is folded by the planner before any row is read: if it fails, it
-  fails whatever the data;
+  fails whatever the data, and it is left as written so that it fails as in PostgreSQL
+  (``amount > 1/0``, ``'1e400'::float8``, ``1e30::int``: 22012, 22003 with its words);
 * division and modulo divide by ``NULLIF(divisor, 0)`` (division by zero gives NULL, which
-  aggregates ignore);
+  aggregates ignore); a constant divisor that may be 0 (``amount % 0``) is first checked while
+  the statement is planned (:func:`checked_divisor`): PostgreSQL's 22012 whatever the data;
 * ``/`` between two integer-typed operands keeps PostgreSQL's integer semantics (truncation toward
   zero) as ``div(a, b)`` in NUMERIC (exact), so ``INT_MIN / -1`` can't overflow; integer
   arithmetic goes back to ``bigint`` (clamped into its range);
@@ -52,8 +54,10 @@ The analyzer (:mod:`dpsql.sql.analyze`) refuses what can't be made total here (c
 regular expressions, LIKE patterns from data, unknown date units...).
 
 >>> import sqlglot
->>> make_total(sqlglot.parse_one("7 % 2", read="postgres")).sql("postgres")
-'7 % NULLIF(2, 0)'
+>>> make_total(sqlglot.parse_one("a % 2", read="postgres")).sql("postgres")
+'NUMERIC_SMALLER(NUMERIC_LARGER(CAST(a AS DECIMAL), -1e1000), 1e1000) % NULLIF(2, 0)'
+>>> make_total(sqlglot.parse_one("7 % 0", read="postgres")).sql("postgres")
+'7 % 0'
 >>> make_total(sqlglot.parse_one("a * 2", read="postgres")).sql("postgres")
 'NUMERIC_SMALLER(NUMERIC_LARGER(CAST(a AS DECIMAL), -1e1000), 1e1000) * 2'
 """
@@ -80,6 +84,41 @@ FLOAT_LIMITS = {
 
 def _guard(divisor: exp.Expr) -> exp.Expr:
     return exp.Nullif(this=divisor, expression=exp.Literal.number(0))
+
+
+def checked_divisor(d: exp.Expr) -> exp.Expr:
+    """Divisor ``d`` (made total) of an operation over a row: when it is a constant the planner
+    folds and not a plain nonzero number, ``CASE WHEN d = 0 THEN 1 / 0 ELSE d END``.
+
+    PostgreSQL divides ``amount % 0`` row by row and fails on the first row it reaches: an error
+    a row decides (whether the WHERE keeps one), never sent as such. The CASE is folded while
+    the statement is planned, before any row is read: to ``d`` itself, or to PostgreSQL's own
+    22012 ``division by zero`` whatever the data (``CASE WHEN false THEN amount % 0 END``: the
+    arm is dropped unread, as PostgreSQL drops it). Any other divisor is returned as it is.
+
+    >>> import sqlglot
+    >>> checked_divisor(sqlglot.parse_one("1 - 1")).sql("postgres")
+    'CASE WHEN (1 - 1) = 0 THEN 1 / 0 ELSE 1 - 1 END'
+    >>> checked_divisor(sqlglot.parse_one("2")).sql("postgres")
+    '2'
+    """
+    if d.find(exp.Column) or not folded(d):
+        return d
+    if _plain_number(d) and not _zero_number(d):
+        return d
+    tested = d.copy() if isinstance(d, (exp.Paren, exp.Literal)) else exp.Paren(this=d.copy())
+    zero = exp.EQ(this=tested, expression=exp.Literal.number(0))
+    fail = exp.Div(this=exp.Literal.number(1), expression=exp.Literal.number(0), typed=True)
+    return exp.Case(ifs=[exp.If(this=zero, true=fail)], default=d)
+
+
+def _zero_number(d: exp.Expr) -> bool:
+    while isinstance(d, (exp.Neg, exp.Paren)):
+        d = d.this
+    try:
+        return float(str(d.this)) == 0
+    except ValueError:
+        return True  # not read here: checked by PostgreSQL
 
 
 def _pow10(e: int) -> exp.Expr:
@@ -146,7 +185,7 @@ _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.IntDiv)
 _OWN_FUNCTIONS = frozenset({"div", "trunc", "numeric_larger", "numeric_smaller"})
 
 
-def _folded(node: exp.Expr) -> bool:
+def folded(node: exp.Expr) -> bool:
     """Is ``node`` (no column) folded by the planner before any row is read? Only arithmetic,
     number literals and casts to number types (immutable) are; ``now()``, ``extract`` and
     friends are stable, evaluated per row."""
@@ -426,7 +465,7 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
         if not n.find(exp.Column) and not isinstance(n, exp.Cast):
             if (
                 isinstance(n, _ARITHMETIC)
-                and not _folded(n)
+                and not folded(n)
                 and kind(n) == "number"
                 and "time" not in (kind(n.this), kind(n.expression))
             ):
@@ -434,13 +473,13 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
                 # folded): as total as arithmetic over a column
                 return fix_numeric(n, both_int)
             # Constant: folded by the planner before any row is read, so it fails (or not)
-            # whatever the data. Only division by zero is turned into NULL, as for rows.
-            if isinstance(n, (exp.Div, exp.Mod)):
-                n.set("expression", _guard(n.expression))
+            # whatever the data: left as written, PostgreSQL's own error (1 / 0: 22012)
             if isinstance(n, exp.IntDiv):
-                return exp.Anonymous(this="div", expressions=[n.this, _guard(n.expression)])
+                return exp.Anonymous(this="div", expressions=[n.this, n.expression])
             return n
         if floats is not None:  # PostgreSQL's float8 arithmetic (dpsql.sql.rewrite.total_float)
+            if isinstance(n, exp.Div):
+                n.set("expression", checked_divisor(n.expression))
             return float_operation(n, floats)
         if isinstance(n, (exp.Div, exp.Mod, exp.IntDiv, exp.Add, exp.Sub, exp.Mul)):
             return fix_numeric(n, both_int)
@@ -461,27 +500,29 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             n.set("expressions", [n.expressions[0], within_timestamps(n.expressions[1])])
             return n
         if isinstance(n, exp.Cast):
+            if not n.find(exp.Column) and folded(n):
+                # a constant cast ('1e400'::float8, 1e30::int) is folded while the statement is
+                # planned: it fails (PostgreSQL's 22003) or not whatever the data
+                return n
             return _cast_total(n)
         return n
 
     def fix_numeric(n: exp.Expr, both_int: bool) -> exp.Expr:
+        if isinstance(n, (exp.Div, exp.Mod, exp.IntDiv)):
+            divisor = _guard(_safe(checked_divisor(n.expression)))
         if isinstance(n, exp.Div):
             if both_int:  # PostgreSQL's integer quotient: div() truncates exactly (a rounded
                 # NUMERIC quotient, 2^63 - 1 over 2^62 = 1.99...98 kept to 16 decimals, is 2.0)
-                return exp.Anonymous(
-                    this="div", expressions=[_num(_safe(n.this)), _guard(_safe(n.expression))]
-                )
+                return exp.Anonymous(this="div", expressions=[_num(_safe(n.this)), divisor])
             n.set("this", _safe(n.this))
-            n.set("expression", _guard(_safe(n.expression)))
+            n.set("expression", divisor)
             return n
         if isinstance(n, exp.Mod):
             n.set("this", _safe(n.this))
-            n.set("expression", _guard(_safe(n.expression)))
+            n.set("expression", divisor)
             return n
         if isinstance(n, exp.IntDiv):
-            return exp.Anonymous(
-                this="div", expressions=[_num(_safe(n.this)), _guard(_safe(n.expression))]
-            )
+            return exp.Anonymous(this="div", expressions=[_num(_safe(n.this)), divisor])
         n.set("this", _num(_safe(n.this)))
         n.set("expression", _safe(n.expression))
         return n
