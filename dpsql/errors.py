@@ -421,6 +421,49 @@ class UpstreamError(DpsqlError):
     the text is replaced, the class kept."""
 
 
+# A catalog statement's lookup of a name that is missing or hidden fails upstream with this text
+# (:mod:`dpsql.catalog.missing`): PostgreSQL's 22P02 for an oid input, ``invalid input syntax
+# for type oid: "dpsql: no such object: 42P01 relation "x" does not exist"``, read back here
+# as the error PostgreSQL gives for a missing name (42P01 ``relation "x" does not exist``).
+NO_SUCH_OBJECT = "dpsql: no such object: "
+_NO_SUCH_OBJECT_TEXT = f'invalid input syntax for type oid: "{NO_SUCH_OBJECT}'
+
+
+class NoSuchObject(DpsqlError):
+    """A name written as a literal in a catalog statement that is missing or hidden: PostgreSQL's
+    error for a missing one (its SQLSTATE given as ``sqlstate=``), decided by dpsql's catalog
+    guards (:mod:`dpsql.catalog.missing`) from the name alone, not by the data."""
+
+
+def no_such_object(sqlstate: str | None, message: str) -> DpsqlError | None:
+    """The error a public statement's upstream failure stands for when it is dpsql's failing
+    lookup of a missing or hidden name (:data:`NO_SUCH_OBJECT`), else None.
+
+    >>> e = no_such_object("22P02", 'invalid input syntax for type oid: '
+    ...     '"dpsql: no such object: 42P01 relation "x" does not exist"')
+    >>> e.sqlstate, e.message
+    ('42P01', 'relation "x" does not exist')
+    """
+    if sqlstate != "22P02" or not message.startswith(_NO_SUCH_OBJECT_TEXT):
+        return None
+    rest = message[len(_NO_SUCH_OBJECT_TEXT) :].removesuffix('"')
+    code, _, words = rest.partition(" ")
+    if len(code) != 5 or not words:
+        return None
+    hint = _NO_SUCH_OBJECT_HINTS.get(code)  # one per kind: the same for hidden and missing
+    return NoSuchObject(words, hint=hint, sqlstate=code)  # ERROR (InvalidCatalogName's is FATAL)
+
+
+_NO_SUCH_OBJECT_HINTS = {
+    "42P01": "check the name: \\dt lists the tables you can read",
+    "3F000": "check the schema's name: \\dn lists the schemas you can see",
+    "42704": "check the type's name: \\dT lists the types you can see",
+    "42883": "check the function's name and argument types: \\df lists the functions you can see",
+    "42703": "check the column's name: \\d with the table's name lists its columns",
+    "3D000": "this server serves one database: current_database() names it",
+}
+
+
 def lookup(sqlstate: str) -> type[DpsqlError]:
     """The class of ``sqlstate``: its own, else its family's, else :class:`DpsqlError`.
 

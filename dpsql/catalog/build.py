@@ -121,7 +121,11 @@ def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
         return x
     inner = _strip_casts(x)
     out: exp.Expr
-    if isinstance(inner, (exp.Placeholder, exp.Parameter, exp.Null)) or (
+    if x.meta.get(_SAFE) or _object_id_cast(x):
+        # already an object id of another kind ('purchases'::regclass given to format_type):
+        # its number, not its printed name (which would name the table's row type)
+        out = cast_to(cast_to(x, "OID"), type_name)
+    elif isinstance(inner, (exp.Placeholder, exp.Parameter, exp.Null)) or (
         isinstance(x, exp.Literal) and (not x.is_string or x.name.strip().isdigit())
     ):
         out = cast_to(x, type_name)  # an id: the cast reads no name, it can't raise "missing"
@@ -140,6 +144,13 @@ def as_object(x: exp.Expr, type_name: str) -> exp.Expr:
         )
     out.meta[_SAFE] = type_name
     return out
+
+
+def _object_id_cast(x: exp.Expr) -> bool:
+    """``x`` is a cast to ``oid`` or to an object-identifier type (its value is a number)."""
+    return isinstance(x, exp.Cast) and (
+        cast_target(x) == "oid" or cast_target(x) in function_rules.GUARDED_CASTS
+    )
 
 
 def visible(kind: str, x: exp.Expr) -> exp.Expr:

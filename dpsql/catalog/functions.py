@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.catalog import function_rules, rules
+from dpsql.catalog import function_rules, missing, rules
 from dpsql.catalog.build import (
     LOOKUP,
     as_object,
@@ -271,7 +271,10 @@ def guard(node: exp.Func) -> bool:
         if kind is None:
             return False
         value = as_object(node.this.copy(), target.upper())
-        guarded = exp.Case(ifs=[exp.If(this=visible(kind, value.copy()), true=value)])
+        guarded = exp.Case(
+            ifs=[exp.If(this=visible(kind, value.copy()), true=value)],
+            default=missing.missing_name(node.this, target.upper()),  # 'x'::regclass: 42P01
+        )
         guarded.meta.update(value.meta)  # already a safe object id for an enclosing guard
         node.replace(guarded)
         return True
@@ -308,7 +311,18 @@ def guard(node: exp.Func) -> bool:
     cond = visible(kind, then.copy())
     if name == "col_description" and len(args) > 1:
         cond = exp.and_(cond, att_visible(then.copy(), args[1].copy()))
-    arg.replace(exp.Case(ifs=[exp.If(this=cond, true=then.copy())]))
+    # pg_get_viewdef('v') reads a name (its text form): PostgreSQL's 42P01 when missing
+    named = None
+    if name == "pg_get_viewdef" and (gone := missing.missing_name(arg, type_name)) is not None:
+        # a listed view whose definition is withheld keeps NULL; one not listed is missing
+        named = exp.Case(ifs=[exp.If(this=visible("rel", then.copy()), true=exp.null())],
+                         default=gone)  # fmt: skip
+    if name == "format_type":  # no such type (hidden or missing): PostgreSQL's '???'
+        named = exp.Case(
+            ifs=[exp.If(this=exp.not_(exp.Is(this=arg.copy(), expression=exp.null())),
+                        true=cast_to(cast_to(exp.Literal.number(1), "OID"), type_name))]
+        )  # fmt: skip
+    arg.replace(exp.Case(ifs=[exp.If(this=cond, true=then.copy())], default=named))
     return True
 
 
@@ -322,21 +336,43 @@ def _guard_privilege(node: exp.Anonymous, name: str) -> bool:
         return False
     obj = as_object(args[pos].copy(), type_name)
     cond = visible(kind, obj.copy())
+    # a name written as a literal, missing or hidden: PostgreSQL's error for a missing one
+    otherwise = missing.missing_name(args[pos], type_name)
     if with_column:
         cond = exp.and_(cond, column_visible(obj.copy(), args[pos + 1].copy()))
-    args[pos].replace(exp.Case(ifs=[exp.If(this=cond, true=obj)]))
+        otherwise = _column_missing(obj, args[pos], args[pos + 1], otherwise, type_name)
+    args[pos].replace(exp.Case(ifs=[exp.If(this=cond, true=obj)], default=otherwise))
     return True
 
 
+def _column_missing(
+    obj: exp.Expr, table: exp.Expr, column: exp.Expr, otherwise: exp.Expr | None, type_name: str
+) -> exp.Expr | None:
+    """Where a table and its column are not both visible: the table's own failure (or NULL)
+    when the table is not visible, else 42703 for a column named as a literal (NULL for one
+    given by number, as PostgreSQL answers for a missing one)."""
+    col = missing.missing_column(table, column, type_name)
+    if col is None and otherwise is None:
+        return None
+    col = col if col is not None else exp.null()
+    return exp.Case(ifs=[exp.If(this=visible("rel", obj.copy()), true=col)], default=otherwise)
+
+
 def _guard_serial_sequence(node: exp.Anonymous) -> bool:
-    """pg_get_serial_sequence('table', 'column'): NULL unless both are visible (a missing table
-    or column answers NULL too, where PostgreSQL raises: hidden and missing stay alike)."""
+    """pg_get_serial_sequence('table', 'column'): NULL unless both are visible; a table or
+    column named as a literal that is missing or hidden fails as a missing one does in
+    PostgreSQL (42P01, 42703: :mod:`dpsql.catalog.missing`): hidden and missing stay alike."""
     args = node.expressions
     if len(args) != 2:
         return False
     rel = as_object(args[0].copy(), "REGCLASS")
     cond = exp.and_(visible("rel", rel.copy()), column_visible(rel.copy(), args[1].copy()))
-    args[0].replace(exp.Case(ifs=[exp.If(this=cond, true=cast_to(args[0].copy(), "TEXT"))]))
+    otherwise = _column_missing(
+        rel, args[0], args[1], missing.missing_name(args[0], "REGCLASS", "TEXT"), "TEXT"
+    )
+    args[0].replace(
+        exp.Case(ifs=[exp.If(this=cond, true=cast_to(args[0].copy(), "TEXT"))], default=otherwise)
+    )
     return True
 
 
@@ -366,7 +402,8 @@ def _guard_database(node: exp.Anonymous) -> bool:
         "WHERE d.datname = current_database()) AS TEXT))"
     )
     cond = fill(cond, {"__x__": text})
-    args[pos].replace(exp.Case(ifs=[exp.If(this=cond, true=args[pos].copy())]))
+    otherwise = missing.missing_database(args[pos])  # 3D000, hidden or missing alike
+    args[pos].replace(exp.Case(ifs=[exp.If(this=cond, true=args[pos].copy())], default=otherwise))
     return True
 
 

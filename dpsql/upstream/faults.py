@@ -25,6 +25,7 @@ from dpsql.errors import (
     InternalError,
     QueryCanceled,
     UpstreamError,
+    no_such_object,
     sanitized_upstream,
 )
 
@@ -149,6 +150,9 @@ def upstream_error(e: psycopg.Error, private: bool, conn: Any = None) -> DpsqlEr
     if private:
         return sanitized_upstream(e.sqlstate)
     diag = e.diag
+    missing = no_such_object(e.sqlstate, diag.message_primary or "")
+    if missing is not None:  # a catalog lookup of a missing or hidden name (dpsql.catalog)
+        return missing
     return UpstreamError(
         diag.message_primary or str(e),
         detail=diag.message_detail,

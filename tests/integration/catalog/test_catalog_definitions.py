@@ -119,7 +119,10 @@ QUERIES = [
 
 @pytest.mark.parametrize("text", QUERIES)
 def test_definitions_name_nothing_hidden(eng: Engine, text: str) -> None:
-    got = repr(rows(eng, text))
+    try:
+        got = repr(rows(eng, text))
+    except AssertionError as refused:  # a name not listed fails as a missing one (42883 ...)
+        got = str(refused)
     for secret in SECRETS:
         assert secret not in got, (secret, got)
 
