@@ -200,6 +200,10 @@ def _items(block: exp.Select) -> list[exp.Expr]:
     group = block.args.get("group")
     if group is not None:
         out += [g for g in group.expressions if not isinstance(g, exp.Literal)]
+    for part in (block.args.get("limit"), block.args.get("offset")):  # LIMIT 1/0: 22012
+        count = part.args.get("expression") if part is not None else None
+        if isinstance(count, exp.Expr) and not isinstance(count, exp.Literal):
+            out.append(count)
     return out
 
 

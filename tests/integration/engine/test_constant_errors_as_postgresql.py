@@ -44,6 +44,8 @@ REFUSED = [
     "SELECT COUNT(*) FROM purchases WHERE (amount::float8 + 1) % 2 = 1",
     "SELECT COUNT(*) FROM purchases WHERE div(amount::float8, 2) = 1",
     "SELECT SUM(quantity % 2.5::float8) FROM purchases",
+    "SELECT COUNT(*) FROM purchases LIMIT 1/0",
+    "SELECT category, COUNT(*) FROM purchases GROUP BY category OFFSET 1e30::int",
 ]
 ANSWERED = [
     "SELECT COUNT(*) FROM purchases WHERE amount % 2 = 1",
