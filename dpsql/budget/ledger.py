@@ -160,7 +160,18 @@ class Ledger(LedgerStore, BudgetLedger):
 
     def refund(self, res: Reservation, error: BaseException | None = None) -> bool:
         if error is not None and not refundable(error):
-            self.commit(res)
+            sqlstate = str(getattr(error, "sqlstate", None) or "XX000")
+
+            def spent(conn: psycopg.Connection) -> None:  # charged, and known as failed
+                charging.settle(self, conn, res, "committed")
+                conn.execute(
+                    self.q(
+                        "INSERT INTO {s}.release_failure (release_id, sqlstate) VALUES (%s, %s)"
+                    ),
+                    [res.id, sqlstate],
+                )
+
+            self.transact(spent)
             say_spent(error)  # the analyst is told the budget stays spent, and why
             # an operator must see probing: a failure that may depend on the data is itself a
             # (noiseless) release, charged in full

@@ -174,6 +174,10 @@ class HistoryEntry:
     cached: bool
     state: str  # committed | reserved (never confirmed: counted) | refunded | repeat
     statement: str = ""  # the statement's text ("" for releases made before it was kept)
+    # what the analyst got: 'answered', 'failed (SQLSTATE 22000): charged', 'canceled (SQLSTATE
+    # 57014): charged', 'refunded', 'not confirmed: charged'; NULL for a release committed before
+    # dpsql kept failures apart (ledger version 5)
+    outcome: str | None = None
 
 
 def exhausted(

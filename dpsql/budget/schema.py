@@ -13,6 +13,7 @@ Tables (all in the ledger schema, ``dpsql`` by default):
 - ``release``: the append-only audit log of every release (who, when, fingerprint, cost, state).
   Only ``reserved -> committed | refunded`` may change; deletes and truncation are refused.
 - ``answer``: stored noisy answers for free repeats (never the true values).
+- ``release_failure``: append-only, the charged releases whose query failed (and its SQLSTATE).
 - ``admin_audit``: append-only record of every grant and reset.
 """
 
@@ -123,7 +124,24 @@ _V3 = (
 # (the fingerprint alone does not say what was asked). Releases from before have ''.
 _V4 = ("ALTER TABLE {s}.release ADD COLUMN statement text NOT NULL DEFAULT ''",)
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+# A charged release whose query then failed (a data error, a timeout, a cancel: charged because
+# whether it fails may depend on the private rows) is committed like an answered one; this
+# append-only table says which failed, and how (its SQLSTATE), so dpsql.history tells them apart.
+# Releases from before have no row here and are not known either way.
+_V5 = (
+    """CREATE TABLE {s}.release_failure (
+        release_id bigint PRIMARY KEY REFERENCES {s}.release (id),
+        sqlstate text NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )""",
+    "REVOKE ALL ON {s}.release_failure FROM PUBLIC",
+    """CREATE TRIGGER release_failure_change BEFORE UPDATE OR DELETE ON {s}.release_failure
+        FOR EACH ROW EXECUTE FUNCTION {s}.refuse_change()""",
+    """CREATE TRIGGER release_failure_truncate BEFORE TRUNCATE ON {s}.release_failure
+        FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change()""",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 VERSION = len(MIGRATIONS)
 
 

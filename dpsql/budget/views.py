@@ -139,14 +139,17 @@ def history(ledger: LedgerStore, analyst: str, limit: int = 1000) -> list[Histor
     with ledger.connection() as conn:
         rows = conn.execute(
             ledger.q(
-                "SELECT id, created_at, fingerprint, mechanism, epsilon, delta, rho, delta_for_rho,"
-                " state, statement FROM {s}.release WHERE dataset = %s AND analyst = %s"
-                " ORDER BY id DESC LIMIT %s"
+                "SELECT r.id, r.created_at, r.fingerprint, r.mechanism, r.epsilon, r.delta,"
+                " r.rho, r.delta_for_rho, r.state, r.statement, f.sqlstate,"
+                " r.created_at >= (SELECT v.applied_at FROM {s}.schema_version AS v"
+                " WHERE v.version = 5) AS kept"
+                " FROM {s}.release AS r LEFT JOIN {s}.release_failure AS f ON f.release_id = r.id"
+                " WHERE r.dataset = %s AND r.analyst = %s ORDER BY r.id DESC LIMIT %s"
             ),
             [ledger.dataset, analyst, limit],
         ).fetchall()
     out = []
-    for rid, at, fp, mech, eps, delta, rho, dfr, state, text in rows:
+    for rid, at, fp, mech, eps, delta, rho, dfr, state, text, failed, kept in rows:
         cost = Cost(Fraction(eps), Fraction(delta), Fraction(rho))
         d = Fraction(dfr)
         e_eps, e_delta = (
@@ -164,9 +167,30 @@ def history(ledger: LedgerStore, analyst: str, limit: int = 1000) -> list[Histor
                 cached=state == "repeat",
                 state=state,
                 statement=text,
+                outcome=_outcome(state, failed, bool(kept)),
             )
         )
     return out
+
+
+def _outcome(state: str, failed: str | None, kept: bool) -> str | None:
+    """What the analyst got of one release (:class:`HistoryEntry`'s ``outcome``).
+
+    >>> _outcome("committed", None, True), _outcome("committed", "57014", True)
+    ('answered', 'canceled or timed out (SQLSTATE 57014): charged')
+    >>> _outcome("committed", "22000", True), _outcome("committed", None, False)
+    ('failed (SQLSTATE 22000): charged', None)
+    """
+    if state == "repeat":
+        return "answered (free repeat)"
+    if state == "refunded":
+        return "refunded"
+    if state == "reserved":
+        return "not confirmed: charged"
+    if failed is not None:
+        what = "canceled or timed out" if failed == "57014" else "failed"
+        return f"{what} (SQLSTATE {failed}): charged"
+    return "answered" if kept else None
 
 
 def budget_result(ledger: BudgetLedger, analyst: str) -> Result:

@@ -183,3 +183,26 @@ def test_client_cancel_is_charged_and_said(
         assert err.diag.message_primary == "canceling statement due to user request"
         assert "cancel does not give its budget back" in str(err.diag.message_hint)
         assert _history(led) == [("committed", Fraction(1))]
+
+
+def test_history_tells_a_failed_release_from_an_answered_one(
+    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+) -> None:
+    """``dpsql.history``'s ``outcome``: a release charged for a query that then timed out is
+    ``canceled or timed out (SQLSTATE 57014): charged``, an answered one ``answered`` (both
+    were ``committed`` with nothing else to tell them apart: newcomer20)."""
+    policy = _policy(make_policy, 1000)
+    led = ledger(policy)
+    engine = Engine(policy, dsn, led, pool_size=2)
+    s = SessionContext("analyst")
+    try:
+        with pytest.raises(DpsqlError):
+            engine.execute(engine.prepare(SQL, "analyst"), s)
+        engine.execute(engine.prepare("SELECT COUNT(*) FROM slow WHERE false", "analyst"), s)
+        view = engine.execute(engine.prepare("SELECT state, outcome FROM dpsql.history"), s)
+    finally:
+        engine.close()
+    assert view.rows == [
+        ("committed", "answered"),
+        ("committed", "canceled or timed out (SQLSTATE 57014): charged"),
+    ]

@@ -177,7 +177,7 @@ def test_migrates_an_older_ledger(
     alpha = default_order(E(1), E(1, 2 * 10**6))
     with Ledger.open(dsn, pol) as lg:
         with psycopg.connect(dsn) as conn:
-            assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION == 4
+            assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION == 5
         [st] = lg.remaining("alice")
         bound = E(1, 3) + alpha / 1000
         assert st.renyi_order == alpha and E(st.renyi_spent) - E(1, 10**12) < bound
