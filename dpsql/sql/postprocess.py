@@ -134,14 +134,25 @@ def stat_outputs(a: Analysis) -> list[tuple[int, int]]:
 
 def interval_base(names: Sequence[str], pos: int) -> str:
     """The name an output column's ``_low`` / ``_high`` columns start with: the column's own
-    name, or, when another output has the same name (``COUNT(email), COUNT(*)``), the name and
-    its 1-based position, so each interval says which column it belongs to.
+    name, or, when another output has the same name (``COUNT(email), COUNT(*)``) or an output
+    already has one of its interval columns' names (``COUNT(*), 1 AS count_low``), the name and
+    its 1-based position, so each interval says which column it belongs to and no two result
+    columns share a name because of dpsql.
 
     >>> interval_base(["region", "count", "count"], 2), interval_base(["region", "n"], 1)
     ('count_3', 'n')
+    >>> interval_base(["count", "count_low"], 0)
+    'count_1'
     """
     name = names[pos]
-    return name if names.count(name) == 1 else f"{name}_{pos + 1}"
+    taken = set(names)
+    if names.count(name) == 1 and not {f"{name}_low", f"{name}_high"} & taken:
+        return name
+    base, n = f"{name}_{pos + 1}", 1
+    while {f"{base}_low", f"{base}_high"} & taken:  # ``count_1_low`` was an output's name too
+        n += 1
+        base = f"{name}_{pos + 1}_{n}"
+    return base
 
 
 def outer_query(
@@ -184,19 +195,21 @@ def outer_query(
         casts.append(exp.alias_(cast, f"_dp_s{i}", copy=False))
         types.append(arr)
     extra: list[exp.Expr] = []
-    for si, name in interval_columns:
+    # numbered by their place in interval_columns, not by statistic: one statistic can be
+    # listed twice (``SUM(amount) AS s, SUM(amount) AS s2`` share a statistic)
+    for j, (si, name) in enumerate(interval_columns):
         end_type = "int8" if interval_is_integer(a, si) else "float8"
         when = interval_time_type(a, si)  # a date's (timestamp's) ends: days (seconds) since 1970
         for end in ("low", "high"):
-            names.append(f"{end}{si}")
+            names.append(f"{end}{j}")
             arrays.append(array(end_type))
-            col = exp.column(f"{end}{si}", "u")
+            col = exp.column(f"{end}{j}", "u")
             value = from_epoch(col, when) if when else col
-            casts.append(exp.alias_(value, f"_dp_{end}{si}", copy=False))
+            casts.append(exp.alias_(value, f"_dp_{end}{j}", copy=False))
             types.append(end_type)
             extra.append(
                 exp.alias_(
-                    exp.column(f"_dp_{end}{si}", "_dp"), f"{name}_{end}", quoted=True, copy=False
+                    exp.column(f"_dp_{end}{j}", "_dp"), f"{name}_{end}", quoted=True, copy=False
                 )
             )
     if with_rid or not names:

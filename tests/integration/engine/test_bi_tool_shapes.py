@@ -1,0 +1,59 @@
+"""Statement shapes BI tools and ORMs send that dpsql refused or answered badly (newcomer 21).
+
+Real engine and PostgreSQL, demo data. Properties, one per finding:
+- 33: with ``show_intervals`` on, the same aggregate twice in the select list answers (it failed
+  with dpsql's internal ``low0`` after charging), and no two result columns share a name because of
+  the interval columns (``COUNT(*), 1 AS count_low``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+
+
+@pytest.fixture(scope="module")
+def engine(demo_dsn: str, demo_policy: Any) -> Iterator[Engine]:
+    e = Engine(demo_policy, demo_dsn, None, pool_size=2)
+    yield e
+    e.close()
+
+
+def _session(intervals: bool = True) -> SessionContext:
+    s = SessionContext("analyst", Fraction(1))
+    s.show_intervals = intervals
+    return s
+
+
+REPEATED = [
+    (
+        "SELECT category, SUM(amount) AS s, SUM(amount) AS s2 FROM purchases GROUP BY category",
+        ["category", "s", "s2", "s_low", "s_high", "s2_low", "s2_high"],
+    ),
+    (
+        "SELECT COUNT(*), COUNT(*) FROM purchases WHERE quantity = 3",
+        ["count", "count", "count_1_low", "count_1_high", "count_2_low", "count_2_high"],
+    ),
+    (
+        "SELECT COUNT(*), 1 AS count_low FROM purchases",
+        ["count", "count_low", "count_1_low", "count_1_high"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("sql", "names"), REPEATED)
+def test_repeated_aggregate_with_intervals(engine: Engine, sql: str, names: list[str]) -> None:
+    got = engine.execute(engine.prepare(sql, "analyst"), _session())
+    assert [c.name for c in got.columns] == names
+    assert got.rows
+    for row in got.rows:  # the two copies of one statistic: one value, one interval
+        if names[1] == "s":
+            assert row[1] == row[2] and row[3:5] == row[5:7]
+        if names[:2] == ["count", "count"]:
+            assert row[0] == row[1] and row[2:4] == row[4:6]
