@@ -264,7 +264,8 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
     elif isinstance(n, exp.Interval):
         check_interval(n)
     elif isinstance(n, (exp.StrToTime, exp.StrToDate)):
-        check_str_to_time(n)
+        if not isinstance(n.this, _BOUND):  # a parameter: checked once bound (a literal)
+            check_str_to_time(n)
     elif isinstance(n, exp.TimeToStr):
         check_to_char(n, column)
 
@@ -295,6 +296,10 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
     if to in fn.TEXT_TYPES:
         return  # every value has a text form (varchar(n) truncates silently on explicit casts)
     if to in (exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ):
+        if isinstance(src, _BOUND):
+            # a parameter is a constant: bound before anything reads a row, as a literal the
+            # bound statement's analysis checks again (year range; parsed when planned)
+            return
         if isinstance(src, exp.Literal) and src.is_string:
             check_year(str(src.this), sql)
             return  # parsed when the query is planned: fails (or not) whatever the data

@@ -3,24 +3,40 @@
 Real engine and PostgreSQL (demo data) behind the in-process server. Properties:
 - 33: with ``SET dpsql.show_intervals = on`` the same aggregate twice answers, each output with
   its own uniquely named interval columns (was 42702 ``low0`` is ambiguous, after charging).
+- 10: a cast of a bound parameter (``%s::date``, ``CAST(%s AS date)``, ``TO_DATE(%s, ...)``)
+  answers as the same statement with the value written inline; a value that is not a valid
+  date is refused before any charge (the bound statement is checked again, as a literal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import datetime as dt
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
+from dpsql.budget.ledger import Ledger
 from dpsql.server.run import ServerThread
 from tests.helpers import analyst_dsn, served_engine
 
 
 @pytest.fixture(scope="module")
-def served(demo_dsn: str, demo_policy: Any) -> Iterator[ServerThread]:
-    with served_engine(demo_policy, demo_dsn) as srv:
+def ledger(make_db: Callable[[str], str], demo_policy: Any) -> Iterator[Ledger]:
+    led = Ledger.open(make_db("bi_tool_ledger"), demo_policy)
+    yield led
+    led.close()
+
+
+@pytest.fixture(scope="module")
+def served(demo_dsn: str, demo_policy: Any, ledger: Ledger) -> Iterator[ServerThread]:
+    with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
         yield srv
+
+
+def _charges(conn: psycopg.Connection[Any]) -> int:
+    return len(conn.execute("SELECT id FROM dpsql.history").fetchall())
 
 
 @pytest.fixture
@@ -41,3 +57,39 @@ def test_repeated_aggregate_with_intervals(conn: psycopg.Connection[Any]) -> Non
     cur = conn.execute("SELECT COUNT(*), 1 AS count_low FROM purchases")
     names = [d.name for d in cur.description or ()]
     assert len(set(names)) == len(names), names
+
+
+CAST_PARAMS = [
+    ("SELECT COUNT(*) FROM purchases WHERE purchased_at >= %s::date", "2025-06-01"),
+    ("SELECT COUNT(*) FROM purchases WHERE purchased_at >= CAST(%s AS date)", dt.date(2025, 6, 1)),
+    (
+        "SELECT COUNT(*) FROM purchases WHERE purchased_at >= TO_DATE(%s, 'YYYY-MM-DD')",
+        "2025-06-01",
+    ),
+]
+
+
+@pytest.mark.parametrize(("sql", "value"), CAST_PARAMS)
+def test_cast_of_a_parameter_answers(conn: psycopg.Connection[Any], sql: str, value: Any) -> None:
+    conn.execute("SET dpsql.epsilon = 0.1")
+    (n,) = conn.execute(sql, [value]).fetchone()  # type: ignore[misc]
+    assert 0 < n < 200_000
+
+
+@pytest.mark.parametrize(
+    ("sql", "value"),
+    [
+        ("SELECT COUNT(*) FROM purchases WHERE purchased_at >= %s::date", "20250-06-01"),
+        ("SELECT COUNT(*) FROM purchases WHERE purchased_at >= %s::date", "not a date"),
+        ("SELECT COUNT(*) FROM purchases WHERE purchased_at >= CAST(%s AS date)", "2025-02-30"),
+        ("SELECT COUNT(*) FROM purchases WHERE purchased_at >= TO_DATE(%s, 'YYYY-MM-DD')", "x"),
+    ],
+)
+def test_bad_parameter_date_is_refused_before_charging(
+    conn: psycopg.Connection[Any], sql: str, value: str
+) -> None:
+    before = _charges(conn)
+    with pytest.raises(psycopg.Error) as e:
+        conn.execute(sql, [value])
+    assert e.value.sqlstate in ("0A000", "22007", "22008", "22023", "22P02"), e.value
+    assert _charges(conn) == before
