@@ -338,8 +338,31 @@ class _Outer:
         return exp.column(f"_dp_g{i}", table=DP_TABLE) if i is not None else None
 
 
+def _strip_identity_casts(tree: exp.Select, ctx: Ctx) -> None:
+    """Drop, in place, casts of a private column to the type the policy declares for it
+    (Tableau's ``CAST(category AS TEXT)`` of a text column): PostgreSQL's identity cast changes
+    nothing, and the column keeps its declared keys, bounds and WHERE narrowing (was: a key
+    without a domain, left to partition selection). Only this SELECT's own columns (not a
+    subquery's), only a type without modifiers; ``tree`` is the analysis's own copy."""
+    for n in list(tree.find_all(exp.Cast)):
+        col = n.this
+        if not isinstance(col, exp.Column) or n.to.expressions or n.args.get("format"):
+            continue
+        if n.find_ancestor(exp.Select) is not tree or isinstance(n, exp.TryCast):
+            continue
+        try:
+            source = ctx.source(col)
+            declared = ctx.column(col).type if source.private is not None else None
+            same = declared is not None and exp.DataType.build(declared, dialect="postgres")
+        except Exception:  # not a column of this FROM (or an unknown type): left as written
+            continue
+        if isinstance(same, exp.DataType) and same.this == n.to.this and not same.expressions:
+            n.replace(col)
+
+
 def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     ctx, joins = _from_table(tree, policy)
+    _strip_identity_casts(tree, ctx)
     table = ctx.table
     where = tree.args.get("where")
     where_expr = None

@@ -57,3 +57,31 @@ def test_repeated_aggregate_with_intervals(engine: Engine, sql: str, names: list
             assert row[1] == row[2] and row[3:5] == row[5:7]
         if names[:2] == ["count", "count"]:
             assert row[0] == row[1] and row[2:4] == row[4:6]
+
+
+def _notes(got: Any) -> str:
+    return " ".join(got.notices)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT CAST("purchases"."category" AS TEXT) AS "category", SUM(1) AS "cnt" '
+        'FROM "public"."purchases" "purchases" GROUP BY 1',
+        "SELECT category::text, COUNT(*) FROM purchases WHERE category::text IN ('books', 'travel')"
+        " GROUP BY category::text",
+    ],
+)
+def test_cast_to_the_columns_own_type_keeps_its_keys(engine: Engine, sql: str) -> None:
+    """Tableau's ``CAST(category AS TEXT)`` of a text column with declared keys: the declared
+    keys (every one, narrowed by WHERE), no partition selection."""
+    got = engine.execute(engine.prepare(sql, "analyst"), _session(False))
+    assert [c.name for c in got.columns][0] == "category"
+    keys = sorted(r[0] for r in got.rows)
+    want = (
+        ["books", "travel"]
+        if "IN" in sql
+        else ["books", "clothing", "electronics", "groceries", "travel"]
+    )
+    assert keys == want
+    assert "threshold" not in _notes(got)
