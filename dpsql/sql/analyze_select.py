@@ -415,6 +415,11 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     for key in ("limit", "offset"):
         node = tree.args.get(key)
         if node is not None:
+            if isinstance(node, exp.Fetch):  # what fetch_as_limit leaves: not a LIMIT
+                raise UnsupportedSql(
+                    "FETCH FIRST ... WITH TIES / PERCENT is not supported in private queries",
+                    hint="write FETCH FIRST n ROWS ONLY, or LIMIT n",
+                )
             val = node.expression if isinstance(node, (exp.Limit, exp.Offset)) else node
             if not all(isinstance(n, _LIMIT_NODES) for n in val.walk()):
                 raise UnsupportedSql(

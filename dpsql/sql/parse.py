@@ -363,7 +363,7 @@ def parse_statement(text: str) -> ParsedStatement:
         )
     check_empty_clauses(found[0], text, tokens)
     check_known_functions(found[0])
-    tree = flatten_group_rows(fold_identifiers(found[0]))
+    tree = fetch_as_limit(flatten_group_rows(fold_identifiers(found[0])))
     tree = mark_calls(tree, text, tokens if text is spelled_from else None)
     return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 
@@ -405,6 +405,25 @@ def flatten_group_rows(tree: exp.Expr) -> exp.Expr:
             for e in items:
                 flat.extend(e.expressions if isinstance(e, exp.Tuple) and e.expressions else [e])
             group.set("expressions", flat)
+    return tree
+
+
+def fetch_as_limit(tree: exp.Expr) -> exp.Expr:
+    """``FETCH FIRST n ROWS ONLY`` (SQL standard; Hibernate 6 sends ``fetch first ? rows
+    only``) is ``LIMIT n``, ``FETCH FIRST ROW ONLY`` ``LIMIT 1``, as PostgreSQL reads them;
+    rewritten in place so every later stage sees one LIMIT. ``WITH TIES`` and ``PERCENT`` are
+    not a LIMIT and are left as written.
+
+    >>> q = sqlglot.parse_one("SELECT a FROM t OFFSET 1 ROWS FETCH NEXT 2 ROWS ONLY", read="postgres")
+    >>> fetch_as_limit(q).sql("postgres")
+    'SELECT a FROM t LIMIT 2 OFFSET 1'
+    """
+    for node in list(tree.find_all(exp.Fetch)):
+        opts = node.args.get("limit_options")
+        if opts is not None and (opts.args.get("with_ties") or opts.args.get("percent")):
+            continue
+        count = node.args.get("count")
+        node.replace(exp.Limit(expression=count if count is not None else exp.Literal.number(1)))
     return tree
 
 

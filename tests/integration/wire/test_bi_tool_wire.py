@@ -3,6 +3,7 @@
 Real engine and PostgreSQL (demo data) behind the in-process server. Properties:
 - 33: with ``SET dpsql.show_intervals = on`` the same aggregate twice answers, each output with
   its own uniquely named interval columns (was 42702 ``low0`` is ambiguous, after charging).
+- 19: ``FETCH FIRST n ROWS ONLY`` (and Hibernate's ``fetch first ? rows only``) is a LIMIT.
 - 10: a cast of a bound parameter (``%s::date``, ``CAST(%s AS date)``, ``TO_DATE(%s, ...)``)
   answers as the same statement with the value written inline; a value that is not a valid
   date is refused before any charge (the bound statement is checked again, as a literal).
@@ -93,3 +94,29 @@ def test_bad_parameter_date_is_refused_before_charging(
         conn.execute(sql, [value])
     assert e.value.sqlstate in ("0A000", "22007", "22008", "22023", "22P02"), e.value
     assert _charges(conn) == before
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        (
+            "SELECT category, COUNT(*) FROM purchases GROUP BY category "
+            "ORDER BY COUNT(*) DESC FETCH FIRST 2 ROWS ONLY",
+            None,
+        ),
+        (  # Hibernate 6's PostgreSQL dialect
+            "select category, count(*) from purchases group by category order by 2 desc "
+            "fetch first %s rows only",
+            [2],
+        ),
+    ],
+)
+def test_fetch_first_is_a_limit(
+    conn: psycopg.Connection[Any], sql: str, params: list[int] | None
+) -> None:
+    """19: ``FETCH FIRST n ROWS ONLY`` answers as ``LIMIT n`` (was 0A000 "LIMIT must be a
+    constant")."""
+    conn.execute("SET dpsql.epsilon = 0.1")
+    rows = conn.execute(sql, params).fetchall()
+    assert len(rows) == 2
+    assert rows[0][1] >= rows[1][1]
