@@ -221,6 +221,18 @@ class NumericValueOutOfRange(DataException):
     sqlstate = "22003"
 
 
+class InvalidRowCountInLimitClause(DataException):
+    """A negative constant LIMIT, refused before anything is charged (2201W)."""
+
+    sqlstate = "2201W"
+
+
+class InvalidRowCountInResultOffsetClause(DataException):
+    """A negative constant OFFSET, refused before anything is charged (2201X)."""
+
+    sqlstate = "2201X"
+
+
 class InvalidTextRepresentation(DataException):
     """A parameter value that does not parse as its type (22P02)."""
 

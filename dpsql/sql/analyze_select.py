@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
 from sqlglot import exp
 
 from dpsql.errors import (
     DpsqlError,
     GroupingError,
     InvalidColumnReference,
+    InvalidRowCountInLimitClause,
+    InvalidRowCountInResultOffsetClause,
+    NumericValueOutOfRange,
     PrivacyViolation,
     SqlSyntaxError,
     StatementTooComplex,
@@ -338,6 +343,51 @@ class _Outer:
         return exp.column(f"_dp_g{i}", table=DP_TABLE) if i is not None else None
 
 
+def _constant_count(val: exp.Expr) -> Decimal | None:
+    """A LIMIT/OFFSET written as a number (``-1``, ``(2.7)``) as PostgreSQL's bigint reads it
+    (rounded half away from zero), None for anything else (a cast or an expression is left to
+    :mod:`dpsql.execute.constant_probe`, which gets PostgreSQL's own error for it)."""
+    while isinstance(val, exp.Paren):
+        val = val.this
+    sign = 1
+    while isinstance(val, exp.Neg):
+        sign, val = -sign, val.this
+        while isinstance(val, exp.Paren):
+            val = val.this
+    if not isinstance(val, exp.Literal) or val.is_string:
+        return None
+    try:
+        return sign * Decimal(str(val.this)).to_integral_value(rounding=ROUND_HALF_UP)
+    except InvalidOperation:
+        return None
+
+
+def _check_count(key: str, val: exp.Expr) -> None:
+    """PostgreSQL's refusal of a constant LIMIT/OFFSET it rejects before reading any row
+    (negative, beyond bigint), raised here before anything is charged."""
+    n = _constant_count(val)
+    if n is None:
+        return
+    word = key.upper()
+    if not -(2**63) <= n < 2**63:
+        raise NumericValueOutOfRange(
+            "bigint out of range",
+            detail=f"in {word} (nothing was charged)",
+            hint=f"{word} takes a whole number below 9223372036854775808; leave it out for all rows",
+        )
+    if n < 0:
+        err = (
+            InvalidRowCountInLimitClause if key == "limit" else InvalidRowCountInResultOffsetClause
+        )
+        raise err(
+            f"{word} must not be negative",
+            detail="PostgreSQL refuses this constant by itself, before reading any row "
+            "(nothing was charged)",
+            hint=f"write {word} 0 or more"
+            + (", or LIMIT ALL for every row" if key == "limit" else ""),
+        )
+
+
 def _strip_identity_casts(tree: exp.Select, ctx: Ctx) -> None:
     """Drop, in place, casts of a private column to the type the policy declares for it
     (Tableau's ``CAST(category AS TEXT)`` of a text column): PostgreSQL's identity cast changes
@@ -425,6 +475,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 raise UnsupportedSql(
                     f"{key.upper()} must be a constant", hint=f"e.g. {key.upper()} 10"
                 )
+            _check_count(key, val)
             q.set(key, node.copy())
     return Analysis(
         table=table,

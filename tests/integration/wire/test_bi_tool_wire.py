@@ -3,6 +3,7 @@
 Real engine and PostgreSQL (demo data) behind the in-process server. Properties:
 - 33: with ``SET dpsql.show_intervals = on`` the same aggregate twice answers, each output with
   its own uniquely named interval columns (was 42702 ``low0`` is ambiguous, after charging).
+- 18: a negative (or beyond bigint) constant LIMIT/OFFSET is refused before any charge.
 - 19: ``FETCH FIRST n ROWS ONLY`` (and Hibernate's ``fetch first ? rows only``) is a LIMIT.
 - 10: a cast of a bound parameter (``%s::date``, ``CAST(%s AS date)``, ``TO_DATE(%s, ...)``)
   answers as the same statement with the value written inline; a value that is not a valid
@@ -120,3 +121,27 @@ def test_fetch_first_is_a_limit(
     rows = conn.execute(sql, params).fetchall()
     assert len(rows) == 2
     assert rows[0][1] >= rows[1][1]
+
+
+@pytest.mark.parametrize(
+    ("page", "sqlstate"),
+    [
+        ("LIMIT -1", "2201W"),
+        ("LIMIT (-2)", "2201W"),
+        ("OFFSET -1", "2201X"),
+        ("LIMIT 99999999999999999999", "22003"),
+    ],
+)
+def test_bad_constant_page_is_refused_before_charging(
+    conn: psycopg.Connection[Any], page: str, sqlstate: str
+) -> None:
+    """18: a LIMIT/OFFSET PostgreSQL refuses by itself is refused with its code before any
+    charge (was: charged, then PostgreSQL's error with "the answer was released")."""
+    conn.execute("SET dpsql.epsilon = 0.1")
+    before = _charges(conn)
+    with pytest.raises(psycopg.Error) as e:
+        conn.execute(f"SELECT category, COUNT(*) FROM purchases GROUP BY 1 {page}")
+    assert e.value.sqlstate == sqlstate, e.value
+    assert _charges(conn) == before
+    rows = conn.execute("SELECT category, COUNT(*) FROM purchases GROUP BY 1 LIMIT 2.7").fetchall()
+    assert len(rows) == 3  # PostgreSQL rounds a fractional count
