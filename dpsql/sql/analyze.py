@@ -15,6 +15,7 @@ from dpsql.policy.model import Policy
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze_complexity import check_complexity, check_time_nesting
 from dpsql.sql.analyze_select import analyze_select
+from dpsql.sql.any_lists import any_as_in
 from dpsql.sql.filters_to_case import filters_to_case
 from dpsql.sql.flatten import flatten
 
@@ -22,7 +23,7 @@ from dpsql.sql.flatten import flatten
 def analyze(tree: exp.Expr, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
     check_complexity(tree)
-    tree = filters_to_case(flatten(tree))
+    tree = any_as_in(filters_to_case(flatten(tree)))
     # again on the flat statement: a derived table's column is its expression there, copied
     # once per reference (a chain of ``a + a AS a`` doubles it per level)
     check_complexity(tree)

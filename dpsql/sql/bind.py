@@ -49,6 +49,10 @@ def literal(value: Any) -> exp.Expr:
         )
     if isinstance(value, dt.date):
         return exp.cast(exp.Literal.string(value.isoformat()), "date")
+    if isinstance(value, (list, tuple)):  # an array parameter (psycopg's x = ANY(%s) lists)
+        if not value:
+            return exp.Literal.string("{}")  # ARRAY[] has no type; '{}' takes the context's
+        return exp.Array(expressions=[literal(v) for v in value])
     if isinstance(value, str):
         if "\x00" in value:
             raise InvalidParameter("parameter values may not contain NUL characters")

@@ -145,3 +145,29 @@ def test_bad_constant_page_is_refused_before_charging(
     assert _charges(conn) == before
     rows = conn.execute("SELECT category, COUNT(*) FROM purchases GROUP BY 1 LIMIT 2.7").fetchall()
     assert len(rows) == 3  # PostgreSQL rounds a fractional count
+
+
+ANY_LISTS = [
+    ("SELECT category, COUNT(*) FROM purchases WHERE category = ANY(%s) GROUP BY category",
+     [["books", "travel"]], ["books", "travel"]),
+    ("SELECT category, COUNT(*) FROM purchases WHERE category = ANY(%s::text[]) "
+     "GROUP BY category", [["books", "travel"]], ["books", "travel"]),
+    ("SELECT category, COUNT(*) FROM purchases WHERE category = ANY(ARRAY['books', 'travel']) "
+     "GROUP BY category", None, ["books", "travel"]),
+    ("SELECT category, COUNT(*) FROM purchases WHERE category = ANY('{books,travel}') "
+     "GROUP BY category", None, ["books", "travel"]),
+    ("SELECT category, COUNT(*) FROM purchases WHERE category <> ALL(ARRAY['books']) "
+     "GROUP BY category", None, ["clothing", "electronics", "groceries", "travel"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sql", "params", "keys"), ANY_LISTS)
+def test_any_of_a_list_is_an_in_list(
+    conn: psycopg.Connection[Any], sql: str, params: Any, keys: list[str]
+) -> None:
+    """40: ``= ANY(<list parameter or array constant>)`` is an IN list (it narrows the declared
+    keys as IN does), ``<> ALL(...)`` NOT IN (was 0A000 "ANY is not supported", "function
+    all() is not supported")."""
+    conn.execute("SET dpsql.epsilon = 0.1")
+    rows = conn.execute(sql, params).fetchall()
+    assert sorted(r[0] for r in rows) == keys
