@@ -18,11 +18,12 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.budget import route
+from dpsql.budget import overcharge, route
 from dpsql.budget.api import BudgetLedger
 from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
@@ -281,10 +282,12 @@ class Engine:
             case TreeQuery() | PrivateQuery() if returns_no_rows(prepared.tree, params):
                 # LIMIT 0: no rows whatever the data: the columns only, nothing read or charged
                 return Result(self.describe(prepared, session), [], "SELECT 0")
-            case TreeQuery():
-                return run_tree(self, prepared, session, params, cancel)
-            case PrivateQuery():
-                return run_private(self, prepared, session, params, cancel)
+            case TreeQuery() | PrivateQuery():
+                run = run_tree if isinstance(prepared, TreeQuery) else run_private
+                with overcharge.watching() as got:
+                    res = run(self, prepared, session, params, cancel)  # type: ignore[arg-type]
+                more = overcharge.notices(got, res.epsilon_spent) if got else ()
+                return replace(res, notices=res.notices + more) if more else res
             case PublicQuery() | CatalogQuery():
                 text = self.runnable_sql(prepared, session, params)
                 rows = self.backend.run(text, private=False, cancel=cancel)

@@ -70,6 +70,7 @@ def reserve(
     now = _now(conn, limits)
     charged: list[Charged] = []
     updates: list[object] = []
+    used: list[tuple[str, str, Fraction, bool]] = []
     for lim in limits:
         start = period_start(lim.period, now)
         row = lock_budget(ledger, conn, lim.kind, lim.name, start)
@@ -77,6 +78,10 @@ def reserve(
         total = filt.add(row.spent, cost)
         if not filt.admits(total):
             raise exhausted(analyst, lim, row, cost, now)
+        before, after = filt.epsilon_spent(row.spent), filt.epsilon_spent(total)
+        if after is not None:
+            first = row.spent.cost.rho == 0 and total.cost.rho > 0 and before is not None
+            used.append((lim.kind, lim.name, after - (before or Fraction(0)), first))
         updates += [
             *cost_text(total.cost),
             opt_text(total.renyi),
@@ -104,7 +109,9 @@ def reserve(
             statement,
         ],
     ).fetchone()  # type: ignore[misc]
-    return Reservation(int(rid), analyst, cost, fingerprint, tuple(charged), created)
+    return Reservation(
+        int(rid), analyst, cost, fingerprint, tuple(charged), created, used=tuple(used)
+    )
 
 
 _UPDATE_BUDGET = (

@@ -33,7 +33,7 @@ from fractions import Fraction
 
 import psycopg
 
-from dpsql.budget import answers, charging, views
+from dpsql.budget import answers, charging, overcharge, views
 from dpsql.budget import limits as policy_limits
 from dpsql.budget.api import BudgetLedger, ReleasePart
 from dpsql.budget.format import fmt_down, fmt_up
@@ -86,7 +86,9 @@ class Ledger(LedgerStore, BudgetLedger):
                 for (cost, m, _), d in zip(parts, dfrs, strict=True)
             ]
 
-        return self.transact(run)
+        got = self.transact(run)
+        overcharge.seen(got)
+        return got
 
     def _per_query(
         self, analyst: str, cost: Cost, delta_for_rho: Fraction | None, cap: Fraction

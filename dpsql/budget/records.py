@@ -82,6 +82,9 @@ class Reservation:
     fingerprint: str
     charged: tuple[Charged, ...]
     created_at: datetime
+    # what it used of each budget: (kind, name, increase of epsilon_spent, whether it moved
+    # the budget from pure to Renyi accounting), for the over-charge NOTICE (budget.overcharge)
+    used: tuple[tuple[str, str, Fraction, bool], ...] = ()
 
 
 @dataclass(frozen=True)
