@@ -50,7 +50,8 @@ def check_epsilon(policy: Policy, analyst_name: str, eps: Fraction, written: str
     min_eps, max_eps = to_fraction(lo), to_fraction(hi)
     if min_eps <= eps <= max_eps:
         return
-    shown = written.strip() or (str(eps.numerator) if eps.denominator == 1 else repr(float(eps)))
+    exact = isinstance(eps, Fraction) and eps.denominator == 1  # a float (nan, inf) too
+    shown = written.strip() or (str(eps.numerator) if exact else repr(float(eps)))
     below = 0 < eps < min_eps
     raise InvalidParameter(
         f'{shown} is outside the valid range for parameter "dpsql.epsilon" ({lo:g} .. {hi:g})',
