@@ -37,9 +37,23 @@ def rows_text(x: float) -> str:
     return plural(float(fmt(x).replace(",", "")), "row") if math.isfinite(x) else f"{x} rows"
 
 
+def sums_ones(m: Measure) -> bool:
+    """A SUM of the constant 1 (``SUM(1)``, ``SUM(CAST(1 AS BIGINT))``: Tableau's record count),
+    which counts rows: its amounts are worded in rows, as COUNT(*)'s."""
+    arg = m.arg
+    while isinstance(arg, (exp.Cast, exp.Paren)):
+        arg = arg.this
+    if not (m.kind == "sum" and isinstance(arg, exp.Literal) and not arg.is_string):
+        return False
+    try:
+        return float(arg.this) == 1
+    except ValueError:
+        return False
+
+
 def qty_text(a: Analysis, m: Measure, x: float) -> str:
     """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount'."""
-    if m.kind in ("count_rows", "count_values"):
+    if m.kind in ("count_rows", "count_values") or sums_ones(m):
         return rows_text(x)
     if m.kind == "count_units":
         return f"{fmt(x)} {a.private.privacy_unit}"

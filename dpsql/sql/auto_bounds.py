@@ -36,6 +36,7 @@ and the notice says so. No L1 cap over groups for joins (:func:`total_mode`).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -182,7 +183,29 @@ def total_label(column: str) -> str:
     """The quantity an L1 cap bounds, in words: rows, values of x, or the sum of x."""
     kind, _, arg = column.partition("(")
     arg = _display(arg[:-1]) if arg.endswith(")") else arg
+    if kind.startswith("sum") and _one(arg):  # SUM(1), SUM(CAST(1 AS BIGINT)): rows
+        return "rows"
     return {"count_rows": "rows", "count_values": f"values of {arg}"}.get(kind, f"{arg} summed")
+
+
+_CAST = re.compile(r"^CAST\((.*) AS [A-Z0-9_ ]+\)$|^(.*)::[A-Z0-9_ ]+$", re.IGNORECASE)
+
+
+def _one(arg: str) -> bool:
+    """Whether a summed argument's SQL is the constant 1 (through casts and parentheses)."""
+    t = arg.strip()
+    while True:
+        m = _CAST.match(t)
+        if m is not None:
+            t = (m.group(1) or m.group(2) or "").strip()
+        elif t.startswith("(") and t.endswith(")"):
+            t = t[1:-1].strip()
+        else:
+            break
+    try:
+        return float(t) == 1
+    except ValueError:
+        return False
 
 
 def _display(column_sql: str) -> str:
