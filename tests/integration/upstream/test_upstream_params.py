@@ -67,12 +67,17 @@ def _literal(pg: psycopg.Connection[Any], sql: str, values: Sequence[Any]) -> An
 
 
 def test_upstream_param_refuses_what_literal_refuses() -> None:
-    for bad in (float("inf"), float("nan"), Decimal("NaN"), "a\x00b", b"x", [1], dt.time(1)):
+    for bad in (float("inf"), float("nan"), Decimal("NaN"), "a\x00b", b"x", dt.time(1)):
         with pytest.raises(InvalidParameter) as want:
             literal(bad)
         with pytest.raises(InvalidParameter) as got:
             upstream_param(bad)
         assert got.value.message == want.value.message
+    # a list (x = ANY(%s), 1a8b787) has a literal, ARRAY[...], and no upstream parameter form
+    # (a public statement with one: test_bi_tool_wire.test_any_of_a_list_in_a_public_statement)
+    assert literal([1, 2]).sql("postgres") == "ARRAY[1, 2]"
+    with pytest.raises(InvalidParameter):
+        upstream_param([1])
 
 
 def test_parameters_read_as_the_inlined_literals(pg_admin_dsn: str) -> None:

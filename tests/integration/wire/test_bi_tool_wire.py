@@ -171,3 +171,15 @@ def test_any_of_a_list_is_an_in_list(
     conn.execute("SET dpsql.epsilon = 0.1")
     rows = conn.execute(sql, params).fetchall()
     assert sorted(r[0] for r in rows) == keys
+
+
+def test_any_of_a_list_in_a_public_statement(conn: psycopg.Connection[Any]) -> None:
+    """A public statement with a list parameter (``code = ANY(%s)``) answers as PostgreSQL does
+    (prepared: the extended protocol with a named statement)."""
+    for _ in range(2):
+        rows = conn.execute(
+            "SELECT code FROM regions WHERE code = ANY(%s) ORDER BY code",
+            [["N", "S"]],
+            prepare=True,
+        ).fetchall()
+        assert rows == [("N",), ("S",)], rows
