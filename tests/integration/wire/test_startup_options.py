@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
+import asyncpg  # a pinned test dependency (.ci/requirements.lock): never skipped, in CI or not
 import psycopg
 import pytest
 
@@ -193,7 +194,6 @@ def test_asyncpg_server_settings_apply_or_refuse(served: ServerThread) -> None:
     """``dpsql.*`` sent as startup parameters of their own (asyncpg's ``server_settings``,
     SQLAlchemy+asyncpg's ``connect_args``) are applied as ``options`` are, after them, or refuse
     the connection: never ignored (they were: the session spent the policy's default)."""
-    asyncpg = pytest.importorskip("asyncpg")
 
     async def go() -> None:
         dsn = dict(host="127.0.0.1", port=served.port, user="analyst", password="analyst",
