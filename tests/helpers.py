@@ -356,6 +356,13 @@ def notices_of(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> lis
     return list(engine.execute(engine.prepare(sql, "analyst"), s).notices)
 
 
+def with_intervals(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> Any:
+    """One answer to ``sql`` as the ``analyst`` analyst with its interval columns
+    (``dpsql.show_intervals = on``): a :class:`dpsql.result.Result`."""
+    s = SessionContext("analyst", epsilon, show_intervals=True)
+    return engine.execute(engine.prepare(sql, "analyst"), s)
+
+
 def unrounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Turn off the presentation rounding of released values to their noise's resolution
     (dpsql.execute.bias.round_nearest in the release, execute.flat_rounding and

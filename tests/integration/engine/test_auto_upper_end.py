@@ -39,10 +39,15 @@ from dpsql.execute import accuracy_text
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.policy.model import Policy
-from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
-from tests.helpers import binom_min_successes, interval_columns, ledgered_engine, line_of
+from tests.helpers import (
+    binom_min_successes,
+    interval_columns,
+    ledgered_engine,
+    line_of,
+    with_intervals,
+)
 
 
 def _table(rows: int | str, groups: int | str) -> dict[str, Any]:
@@ -93,9 +98,7 @@ def engine(dsn: str) -> Iterator[Engine]:
         yield e
 
 
-def _run(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> Result:
-    s = SessionContext("analyst", epsilon, show_intervals=True)
-    return engine.execute(engine.prepare(sql, "analyst"), s)
+_run = with_intervals  # (tests.helpers)
 
 
 def test_the_data(dsn: str) -> None:

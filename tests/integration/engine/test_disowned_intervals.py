@@ -62,6 +62,7 @@ from tests.helpers import (
     interval_columns,
     ledgered_engine,
     line_of,
+    with_intervals,
 )
 
 
@@ -128,9 +129,7 @@ def engine(dsn: str) -> Iterator[Engine]:
         yield e
 
 
-def _run(engine: Engine, sql: str, epsilon: Fraction = Fraction(1)) -> Result:
-    s = SessionContext("analyst", epsilon, show_intervals=True)
-    return engine.execute(engine.prepare(sql, "analyst"), s)
+_run = with_intervals  # (tests.helpers)
 
 
 def _check(r: Result, stats: dict[str, str]) -> dict[str, tuple[bool, bool]]:
