@@ -74,14 +74,15 @@ def _skip(timing: Timing, result: object) -> bool:
     return not timing.pad_repeats and bool(getattr(result, "cached", False))
 
 
-async def padded(work: Awaitable[T], timing: Timing | None) -> T:
-    """Await ``work`` and deliver its result or its error at the padded moment.
+async def padded(work: Awaitable[T], timing: Timing | None, started_ns: int | None = None) -> T:
+    """Await ``work`` and deliver its result or its error at the padded moment, counted from
+    ``started_ns`` (monotonic_ns; now when None).
 
-    Cancellation of the awaiting task (shutdown, a client gone) is not delayed.
+    Cancellation of the awaiting task (shutdown past its grace) is not delayed.
     """
     if timing is None:
         return await work
-    started = time.monotonic_ns()
+    started = time.monotonic_ns() if started_ns is None else started_ns
     try:
         result = await work
     except asyncio.CancelledError:

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from dpsql.budget.route import is_show_budget
 from dpsql.errors import AdminShutdown, DpsqlError, InternalError, QueryCanceled, UnsupportedSql
@@ -33,7 +33,7 @@ from dpsql.execute.prepared import (
     SessionCommand,
     TreeQuery,
 )
-from dpsql.execute.timing import padded, timing_of
+from dpsql.execute.timing import padded, remaining_s, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import prescan, too_complex
@@ -68,6 +68,9 @@ from dpsql.wire.state import REPORTED, Outcome, SessionState, timeout_ms
 from dpsql.wire.statements import parse_session_statement
 from dpsql.wire.timeouts import private_notice, within
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
+
+if TYPE_CHECKING:
+    from dpsql.policy.settings import Timing
 
 log = logging.getLogger("dpsql.wire.session")
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
@@ -111,6 +114,9 @@ class Session:
         self._policy_ms = _policy_timeout_ms(engine)
         self._timeout_noted: str | None = None  # the client's timeout last said not to apply
         self._client_cancelled = False  # the client asked to cancel the running statement
+        # a padded private statement in flight: its timing and arrival (monotonic_ns), so that
+        # the client's cancel takes effect at its delivery moment (:meth:`cancel`)
+        self._padding: tuple[Timing, int] | None = None
         ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -178,23 +184,45 @@ class Session:
 
     def _client_gone(self) -> None:
         """The client's connection ended (EOF or reset, seen by the channel as it happens, also
-        while a statement runs): cancel the running statement, if any."""
+        while a statement runs): cancel the running statement, if any (a padded private one at
+        its delivery moment, as a CancelRequest: :meth:`cancel`)."""
         if self._cancel is not None:
             log.info("client went away mid-query; cancelling pid=%d", self.process_id)
-            self.cancel()
+            self.cancel(by_client=True)
 
     def cancel(self, by_client: bool = False) -> None:
-        """Cancel the running upstream query (from a CancelRequest, ``by_client``, or shutdown).
+        """Cancel the running upstream query (from a CancelRequest or a client gone,
+        ``by_client``, or shutdown).
 
         A client's request while a statement runs or waits for its delivery moment makes its
         57014 say "canceling statement due to user request" whatever ended the query: whether
         the policy's timeout fired first depends on how long the query ran (private rows), the
-        client's request does not."""
+        client's request does not.
+
+        With timing padding, a client's cancel of a private statement takes effect at the
+        statement's next delivery moment (the one its answer would have waited for), not when
+        it arrives: a cancel at a moment T the analyst picks cut the query short only if it
+        still ran at T, so 57014 or the answer (and the history's outcome, and whether a free
+        repeat is stored) told whether the run time exceeded T, which the padding hides
+        (review22, tests/redteam/test_cancel_timing.py). At a delivery moment that is what the
+        delivery already shows; with ``min_ms`` above the statement timeout, nothing."""
         if by_client and self.busy:
             self._client_cancelled = True
         token = self._cancel
         if token is None:
             return
+        padding = self._padding
+        if by_client and padding is not None:
+            delay = remaining_s(*padding)
+            if delay > 0:
+                asyncio.get_running_loop().call_later(delay, self._cancel_now, token)
+                return
+        self._cancel_now(token)
+
+    def _cancel_now(self, token: AsyncCancel | CancelToken) -> None:
+        """Cancel ``token``'s statement, if it still runs (repeated until it has ended)."""
+        if self._cancel is not token:
+            return  # ended since (a deferred cancel: its answer was ready in time)
         token.cancel()
         if not isinstance(token, AsyncCancel) and self._retry is None:
             self._retry = asyncio.ensure_future(self._cancel_again(token))
@@ -399,8 +427,13 @@ class Session:
             if where is ROUTE_PRIVATE:  # delivered at a data-independent moment (timing:)
                 if user_ms:
                     self._note_private_timeout(user_ms)
-                with self._busy_until_delivered():  # a shutdown's grace covers the wait too
-                    res = await padded(self._run_engine(stmt, params), timing_of(self.engine))
+                timing, started = timing_of(self.engine), time.monotonic_ns()
+                self._padding = None if timing is None else (timing, started)
+                try:
+                    with self._busy_until_delivered():  # a shutdown's grace covers the wait
+                        res = await padded(self._run_engine(stmt, params), timing, started)
+                finally:
+                    self._padding = None
             elif user_ms:  # public or catalog: the shorter of the client's and the policy's
                 run = self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
                 res = await within(run, user_ms, self.cancel)

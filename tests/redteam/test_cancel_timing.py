@@ -1,0 +1,157 @@
+"""A client's cancel must not read the run time that timing padding hides (review22).
+
+With ``timing: {min_ms: M}`` every private answer is delivered M ms after its statement arrived
+whatever its run time below M (docs/timing.md), so the moment says nothing of the rows. But a
+CancelRequest the analyst sends at a moment T of its choosing cut the upstream query short when
+it was still running, and was a no-op when it had ended: 57014 or the answer, the bit "ran longer
+than T" (any T, below the padding's grid), for the statement's epsilon (at least min_epsilon). The
+client's own ``statement_timeout`` is not applied to private queries for this very reason; a
+cancel was the same oracle, and a client that hung up at T left it in ``dpsql.history`` (the
+outcome column: canceled or answered) and in the repeat store (a free repeat or not).
+
+Now a client's cancel (or its going away) takes effect at the padded statement's next delivery
+moment: what it can tell is what the delivery moment already tells. Deterministic: a view that
+sleeps per row (a query's run time that the data decides), no noise in the outcome.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker, private_table
+
+MIN_MS = 4000  # every private answer is delivered 4 s after its statement arrived
+CANCEL_AT = 0.3  # s: the analyst's chosen moment, while the slow statement runs
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    """quick: a plain table; slow: 10 rows of 30 ms each (0.3 s, well below MIN_MS); slowish: 40
+    (1.2 s, below it); slower: 200 rows (6 s, past MIN_MS)."""
+    dsn = make_db("canceltiming")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE quick (u integer NOT NULL, x numeric)")
+        conn.execute("INSERT INTO quick SELECT u, u % 7 FROM generate_series(1, 10) u")
+        conn.execute("CREATE TABLE t200 AS SELECT u, (u % 7)::numeric AS x "
+                     "FROM generate_series(1, 200) u")  # fmt: skip
+        conn.execute(  # volatile: run for each row read
+            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
+            "AS 'SELECT pg_sleep(0.03); SELECT v'"
+        )
+        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM quick")
+        conn.execute("CREATE VIEW slower AS SELECT u, slowly(x) AS x FROM t200")
+        conn.execute("CREATE VIEW slowish AS SELECT u, slowly(x) AS x FROM t200 WHERE u <= 40")
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def served(dsn: str, make_policy: PolicyMaker) -> Iterator[tuple[Any, Ledger, str]]:
+    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+    table = private_table("u", columns, rows=1, groups=1)
+    policy = make_policy(
+        "canceltiming",
+        tables={f"public.{t}": table for t in ("quick", "slow", "slowish", "slower")},
+        public_tables=[],
+        timing={"min_ms": MIN_MS},
+    ).policy
+    led = Ledger.open(dsn, policy, schema=f"dpsql_ct{uuid.uuid4().hex[:8]}")
+    try:
+        with served_engine(policy, dsn, ledger=led) as srv:
+            yield srv, led, dsn
+    finally:
+        led.close()
+
+
+def _cancelled_at(
+    port: int, sql: str, then: Callable[[psycopg.Connection[Any]], None], wait: float = CANCEL_AT
+) -> str:
+    """Run ``sql`` on a fresh connection and call ``then`` on it ``wait`` s later: the
+    statement's outcome, 'answered' or its SQLSTATE."""
+    with psycopg.connect(analyst_dsn(port), autocommit=True) as conn:
+        timer = threading.Timer(wait, then, (conn,))
+        timer.start()
+        try:
+            conn.execute(sql).fetchall()
+            return "answered"
+        except psycopg.Error as e:
+            return e.sqlstate or "?"
+        finally:
+            timer.cancel()
+            timer.join()
+
+
+def test_a_cancel_tells_nothing_the_padding_hides(served: tuple[Any, Ledger, str]) -> None:
+    """Both statements end before their delivery moment (4 s): the padding shows them alike,
+    and so does a cancel at 0.3 s, while the slow one still runs (before: 57014 for it,
+    the answer for the quick one). A statement still running at its delivery moment is
+    cancelled there (57014), not before it."""
+    srv, _, _ = served
+    got: dict[str, Any] = {}
+
+    def run(table: str) -> None:
+        t0 = time.monotonic()
+        got[table] = (
+            _cancelled_at(srv.port, f"SELECT SUM(x) FROM {table}", lambda c: c.cancel_safe()),
+            time.monotonic() - t0,
+        )
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in ("quick", "slow", "slower")]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert got["quick"][0] == got["slow"][0] == "answered", got
+    assert got["slower"][0] == "57014", got
+    assert got["slower"][1] >= MIN_MS / 1000, got  # cut at its delivery moment, never before
+
+
+def test_a_client_gone_mid_statement_leaves_no_trace_of_its_run_time(
+    served: tuple[Any, Ledger, str],
+) -> None:
+    """A client that hangs up while a statement of 1.2 s runs (below MIN_MS): its release is
+    answered and stored as if it had stayed (before: cancelled at once, 'canceled or timed out'
+    in dpsql.history, while a quick statement's hang-up left 'answered')."""
+    srv, led, dsn = served
+
+    def hang_up(conn: psycopg.Connection[Any]) -> None:
+        _when_running(dsn)
+        sock = socket.socket(fileno=conn.pgconn.socket)  # the client's own socket: cut it
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+
+    sql = "SELECT SUM(x) FROM slowish"
+    outcome = _cancelled_at(srv.port, sql, hang_up, 0)
+    assert outcome != "answered"  # (the client is gone)
+    deadline = time.monotonic() + 60  # the statement ends without the client: wait for it
+    while time.monotonic() < deadline:
+        done = [h for h in led.history("analyst") if h.statement == sql and h.state != "reserved"]
+        if done:
+            break
+        time.sleep(0.1)
+    assert [h.outcome for h in done] == ["answered"], done
+
+
+def _when_running(dsn: str) -> None:
+    """Once the private query over a sleeping view reads its rows (pg_sleep in slowly())."""
+    deadline = time.monotonic() + 60
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
+                "AND application_name = 'dpsql' AND wait_event = 'PgSleep'"
+            ).fetchone():
+                return
+            time.sleep(0.02)
+    raise AssertionError("the private query never ran")
