@@ -197,15 +197,50 @@ def run_private(
     cancel: CancelToken | None,
 ) -> Result:
     from dpsql.execute import auto_bounds
-    from dpsql.sql.apply_bounds import apply_bounds
 
     plan = planning.plan(engine, prepared, session, params, probe=True)
     a = plan.analysis
     pend = auto_bounds.pending(engine, prepared, session, a)
     if not pend.needed:
         return _run_planned(engine, prepared, session, params, cancel, plan, None)
-    statement_eps = plan.epsilon
     key = auto_cache_key(engine, prepared, plan, params, session.mechanism)
+    if engine.ledger is None:
+        return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
+    # the whole statement (its bound choices, answer and commit) holds the in-flight slot: an
+    # identical statement run at once waits, then finds the choices and the answer stored (a
+    # free repeat) instead of choosing and answering again (newcomer21 #28: 4 sessions, 4
+    # charges for one answer)
+    with one_release(_slot(engine, session, key), cancel):
+        if pend.missing:  # read again: the statement waited for may have stored them
+            pend = auto_bounds.pending(engine, prepared, session, a)
+        return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
+
+
+def _slot(engine: EngineContext, session: SessionContext, key: str) -> str:
+    """The in-flight slot of a repeat key: an identical statement whose release this one may
+    read (the same analyst's, or any analyst's with ``repeats: global``) waits for it. Another
+    analyst's is never read, so waiting for it would only tell this one that it runs (and when
+    it ends)."""
+    return key if engine.policy.repeats == "global" else f"{session.analyst}\x1f{key}"
+
+
+def _run_auto(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    session: SessionContext,
+    params: Sequence[object],
+    cancel: CancelToken | None,
+    plan: Plan | SetsPlan,
+    pend: auto_bounds_module.Pending,
+    key: str,
+) -> Result:
+    """A statement with ``auto`` bounds, run holding its in-flight slot (when charged)."""
+    from dpsql.execute import auto_bounds
+    from dpsql.sql.apply_bounds import apply_bounds
+
+    a = plan.analysis
+    statement_eps = plan.epsilon
+    run = partial(_run_planned, engine, prepared, session, params, cancel, in_slot=True)
     if engine.ledger is not None and not pend.missing:
         plan = planning.plan(
             engine,
@@ -243,10 +278,8 @@ def run_private(
                 engine.ledger.refund(held)  # nothing of the answer was measured
             raise
         reserved = (held, rest.cost) if held is not None else None
-        return _run_planned(
-            engine, prepared, session, params, cancel, plan, (bounds, key), reserved
-        )
-    return _run_planned(engine, prepared, session, params, cancel, plan, (pend.known, key))
+        return run(plan, (bounds, key), reserved)
+    return run(plan, (pend.known, key))
 
 
 def with_stored_bounds(
@@ -371,10 +404,13 @@ def _run_planned(
     plan: Plan | SetsPlan,
     auto: tuple[AutoBounds, str] | None,
     reserved: tuple[Reservation, Cost] | None = None,
+    *,
+    in_slot: bool = False,
 ) -> Result:
     """Run a planned statement; ``reserved``: its answer's reservation, made before the bounds
     were chosen (with the cost it holds): used instead of reserving, refunded when the answer
-    is never measured, and the plan must not cost more than it holds."""
+    is never measured, and the plan must not cost more than it holds. ``in_slot``: the caller
+    holds the statement's in-flight slot (:func:`run_private`)."""
     a = plan.analysis
     ledger = engine.ledger
     try:
@@ -401,14 +437,10 @@ def _run_planned(
     key = None
     if ledger is not None:
         key = auto[1] if auto is not None else cache_key(engine, prepared, plan, params)
-    if ledger is None or key is None or reserved is not None:
+    if ledger is None or key is None or in_slot:
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
-    # an identical statement in flight whose release this one may read (the same analyst's, or
-    # any analyst's with ``repeats: global``): wait for it. Another analyst's is never read, so
-    # waiting for it would only tell this one that it runs (and when it ends)
-    slot = key if engine.policy.repeats == "global" else f"{session.analyst}\x1f{key}"
-    with one_release(slot, cancel):
+    with one_release(_slot(engine, session, key), cancel):
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
 

@@ -120,3 +120,52 @@ def test_another_analysts_identical_statement_does_not_wait(
         ledger.close()
     assert waiting == 2, waiting
     assert all(isinstance(done.get(w), list) for w in ("analyst", "examples")), done
+
+
+AUTO_SQL = (
+    "SELECT category, COUNT(*), AVG(quantity) FROM purchases WHERE quantity <= 7 GROUP BY category"
+)
+
+
+def test_concurrent_statements_choosing_auto_bounds_are_charged_once(
+    demo_dsn: str, demo_policy_auto: Any
+) -> None:
+    """newcomer21 #28: with the shipped policy (``max_rows_per_unit: auto``) four sessions at
+    ``SET dpsql.epsilon = 0.15`` running one new statement at once (a dashboard's tiles) got one
+    answer and were charged four times (4 x the bound choices + 4 x laplace = 0.6): the
+    statement's bound choices and answer were reserved before the in-flight slot was taken.
+    Now the first chooses and answers (0.15 in all), the three others are free repeats."""
+    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_cr{uuid.uuid4().hex[:8]}")
+    try:
+        with served_engine(demo_policy_auto, demo_dsn, ledger=ledger) as srv:
+            conns = [psycopg.connect(analyst_dsn(srv.port), autocommit=True) for _ in range(4)]
+            try:
+                for c in conns:
+                    c.execute("SET dpsql.epsilon = 0.15")
+                before = _dataset_spent(ledger)
+                barrier = threading.Barrier(len(conns))
+                answers: list[Any] = [None] * len(conns)
+
+                def run(i: int) -> None:
+                    barrier.wait()
+                    answers[i] = sorted(conns[i].execute(AUTO_SQL).fetchall())
+
+                threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(timeout=120)
+                assert all(a is not None for a in answers), answers
+                spent = _dataset_spent(ledger) - before
+            finally:
+                for c in conns:
+                    c.close()
+        rows = [h for h in ledger.history("analyst") if h.statement == AUTO_SQL]
+    finally:
+        ledger.close()
+    assert all(a == answers[0] for a in answers)
+    assert spent == Fraction(15, 100), spent  # one statement's epsilon, charged once
+    assert sorted(h.state for h in rows if h.mechanism != "auto_bound") == [
+        "committed", "repeat", "repeat", "repeat",
+    ], rows  # fmt: skip
+    assert sum(h.mechanism == "auto_bound" for h in rows) == 2, rows  # chosen once
