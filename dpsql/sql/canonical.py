@@ -12,6 +12,9 @@ PostgreSQL, and is skipped when it might not be:
   ``x AND TRUE = x``), ``WHERE TRUE`` disappears, duplicate conjuncts collapse;
 - order of commutative predicates: AND / OR operands are flattened and sorted; ``=``, ``<>`` and
   ``IS NOT DISTINCT FROM`` operands are sorted; ``1 < a`` becomes ``a > 1``; IN lists are sorted;
+- ``GROUP BY 1`` is the first output's expression (:func:`resolve_group_positions`);
+- over one table (no join, subquery, CTE), its name or alias as a column qualifier is dropped,
+  then the alias itself (:func:`drop_single_table_qualifiers`);
 - table aliases are renamed ``_t1, _t2, ...`` (skipped when an alias name is used as anything but an
   alias or a column qualifier);
 - the outermost SELECT's outputs are named ``_c1, ...`` by position, aliased or not (skipped when
@@ -95,6 +98,8 @@ def canonical(statement: str | exp.Expr) -> Canonical:
     tree = normalize_identifiers(tree, dialect="postgres")
     for paren in list(tree.find_all(exp.Paren)):
         paren.replace(paren.this)
+    resolve_group_positions(tree)
+    drop_single_table_qualifiers(tree)
     rename_aliases(tree)
     rename_outputs(tree)
     tree = _bottom_up(tree)
@@ -164,6 +169,82 @@ def serialize(node: Any) -> str:
 
 
 # --- aliases -----------------------------------------------------------------------------------
+
+
+def resolve_group_positions(tree: exp.Expr) -> None:
+    """``GROUP BY 1`` becomes the first output's expression (``GROUP BY region``), in every
+    SELECT of the tree, when that provably keeps its meaning.
+
+    PostgreSQL reads a bare integer constant in GROUP BY as the position of an output and
+    groups by that output's expression, exactly as if it were written there; a bare name in
+    GROUP BY is an input column first. So the output's expression written in its place means
+    the same, unless it is a bare name that is also another output's alias (an outer query's
+    column of that name would then lose to the alias): left as written. Nothing is done when
+    the list has a ``*`` (positions count its expansion), or the constant is not a position.
+    """
+    for sel in list(tree.find_all(exp.Select)):
+        group = sel.args.get("group")
+        if group is None or not group.expressions:
+            continue
+        items = sel.expressions
+        if any(_expands(i) for i in items):
+            continue
+        aliases = {i.alias for i in items if isinstance(i, exp.Alias)}
+        for g in list(group.expressions):
+            if not (isinstance(g, exp.Literal) and not g.is_string and g.this.isdigit()):
+                continue
+            pos = int(g.this)
+            if not 1 <= pos <= len(items):
+                continue
+            item = items[pos - 1]
+            target = item.this if isinstance(item, exp.Alias) else item
+            if isinstance(target, exp.Literal) or target.find(exp.Placeholder) is not None:
+                continue  # a constant output: PostgreSQL's own rules for it are left as written
+            if isinstance(target, exp.Column) and not target.table and target.name in aliases:
+                continue
+            g.replace(target.copy())
+
+
+def _expands(item: exp.Expr) -> bool:
+    """``*``, ``t.*`` or ``(row).*``: an output list item that is several columns."""
+    inner = item.this if isinstance(item, exp.Alias) else item
+    return (
+        isinstance(inner, exp.Star)
+        or (isinstance(inner, exp.Column | exp.Dot) and isinstance(inner.this, exp.Star))
+        or (isinstance(inner, exp.Dot) and isinstance(inner.expression, exp.Star))
+    )
+
+
+def drop_single_table_qualifiers(tree: exp.Expr) -> None:
+    """A statement over one table (no join, no subquery, CTE or set operation) names its
+    columns the same with or without the table's name or alias: ``SELECT p.region FROM
+    purchases p`` and ``SELECT region FROM purchases`` are one query. The qualifiers that name
+    the table are dropped, then its alias when nothing else uses that name (a bare ``p`` is the
+    whole row: kept). Schema-qualified columns and tables are left as written."""
+    if not isinstance(tree, exp.Select) or sum(1 for _ in tree.find_all(exp.Select)) != 1:
+        return
+    if tree.args.get("joins") or tree.args.get("with") or tree.find(exp.Subquery) is not None:
+        return
+    from_ = tree.args.get("from_") or tree.args.get("from")
+    if not isinstance(from_, exp.From) or not isinstance(from_.this, exp.Table):
+        return
+    table = from_.this
+    if table.args.get("joins") or not isinstance(table.this, exp.Identifier):
+        return
+    alias = table.args.get("alias")
+    if alias is not None and (
+        alias.args.get("columns") or not isinstance(alias.this, exp.Identifier)
+    ):
+        return
+    name = alias.this.name if alias is not None else table.name
+    columns = list(tree.find_all(exp.Column))
+    if any(c.args.get("db") or c.args.get("catalog") for c in columns):
+        return
+    for c in columns:
+        if c.table == name:
+            c.set("table", None)
+    if alias is not None and not any(c.table == name or c.name == name for c in columns):
+        table.set("alias", None)
 
 
 def rename_aliases(tree: exp.Expr) -> None:

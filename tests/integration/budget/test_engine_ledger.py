@@ -52,6 +52,27 @@ def test_repeats_are_free_and_identical(charged: Engine) -> None:
         assert again.cached and again.rows == first.rows
 
 
+def test_equivalent_spellings_are_free_repeats(charged: Engine) -> None:
+    """newcomer21 #27: ``GROUP BY 1`` and ``GROUP BY category`` (and the table's name or alias
+    as a qualifier) are one query, one charge; another position or an output alias that
+    PostgreSQL reads as another column stays another query, charged on its own."""
+    first = q(charged, "SELECT category, AVG(amount) FROM purchases GROUP BY category")
+    assert not first.cached
+    for same in (
+        "SELECT category, AVG(amount) FROM purchases GROUP BY 1",
+        "SELECT p.category, avg(p.amount) AS a FROM purchases p GROUP BY 1",
+        "SELECT purchases.category, AVG(amount) FROM purchases GROUP BY purchases.category",
+    ):
+        again = q(charged, same)
+        assert again.cached and again.rows == first.rows, same
+    # the negative direction in full: tests/fixtures/canonical.sql (GROUP BY 2, an alias)
+    assert not q(
+        charged, "SELECT category, AVG(amount) FROM purchases WHERE amount > 1 GROUP BY 1"
+    ).cached
+    spent = [s.epsilon_spent for s in charged.ledger.remaining("alice") if s.budget == "analyst"]
+    assert [Fraction(x) for x in spent] == [2]  # two queries at epsilon 1
+
+
 def test_budget_exhausted(charged: Engine) -> None:
     for i in range(3):
         q(charged, f"SELECT COUNT(*) FROM purchases WHERE amount > {i}")
