@@ -66,25 +66,59 @@ class Pending:
 
 
 def payload(c: ChosenBound) -> bytes:
-    return json.dumps(
-        {
-            "kind": c.kind,
-            "column": c.column,
-            "value": str(c.value),
-            "epsilon": str(c.epsilon),
-            "rank": c.rank,
-            "buckets": c.buckets,
-        },
-        separators=(",", ":"),
-    ).encode()
+    d: dict[str, object] = {
+        "kind": c.kind,
+        "column": c.column,
+        "value": str(c.value),
+        "epsilon": str(c.epsilon),
+        "rank": c.rank,
+        "buckets": c.buckets,
+    }
+    if c.fallback:
+        d["fallback"] = True
+    return json.dumps(d, separators=(",", ":")).encode()
 
 
 def from_payload(raw: bytes) -> ChosenBound:
     d = json.loads(raw)
     return ChosenBound(
         d["kind"], d["column"], Fraction(d["value"]), Fraction(d["epsilon"]),
-        int(d["rank"]), int(d["buckets"]), reused=True,
+        int(d["rank"]), int(d["buckets"]), reused=True, fallback=bool(d.get("fallback")),
     )  # fmt: skip
+
+
+def fallback_key(key: str, epsilon: Fraction) -> str:
+    """The ledger key of a choice that fell back to its default at ``epsilon`` (the guard's
+    noisy count of units said too few): reused only at that same epsilon (a retry of the
+    statement), as a larger one may choose."""
+    return f"{key}:fallback@{epsilon}"
+
+
+def with_fallbacks(
+    engine: EngineContext, prepared: PrivateQuery, session: SessionContext, p: Pending,
+    epsilon: Fraction,
+) -> Pending:  # fmt: skip
+    """``p`` with the missing bounds whose choice fell back to its default at this statement's
+    epsilon for each (stored by an earlier run of it: a cancelled statement's retry) taken as
+    known: the guard's outcome is a release already charged; asking it again at the same
+    epsilon would charge the retry for what it was told (newcomer21 #8). Nothing found: ``p``."""
+    ledger = engine.ledger
+    if not p.missing or ledger is None:
+        return p
+    each = slice_epsilon(epsilon, p) / len(p.missing)
+    digest = engine.repeat_digest(prepared.scope)
+    found: list[ChosenBound] = []
+    missing = []
+    for it in p.missing:
+        raw = ledger.peek(session.analyst, fallback_key(it.key(digest), each))
+        if raw is None:
+            missing.append(it)
+        else:
+            found.append(from_payload(raw))
+    if not found:
+        return p
+    known = AutoBounds((*p.known.chosen, *found), fallback=p.known.fallback)
+    return Pending(known, tuple(missing))
 
 
 def pending(
@@ -382,11 +416,13 @@ def choose_reserved(
     digest = engine.repeat_digest(prepared.scope)
     picks = [c for c, _ in choose(a, p, hist, epsilon, engine.noise)]
     if ledger is not None:
-        # every choice confirmed (and stored, unless it fell back to its default: spent, not
-        # stored, a larger epsilon may choose) in one ledger transaction
+        # every choice confirmed and stored in one ledger transaction (one that fell back to
+        # its default under its own key, reused at that epsilon only: a larger one may choose)
         earlier = ledger.commit_many(
             [
-                (r, None, None) if c.fallback else (r, it.key(digest), payload(c))
+                (r, fallback_key(it.key(digest), c.epsilon), payload(c))
+                if c.fallback
+                else (r, it.key(digest), payload(c))
                 for r, it, c in zip(reservations, p.missing, picks, strict=True)
             ]
         )

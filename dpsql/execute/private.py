@@ -213,6 +213,7 @@ def run_private(
     with one_release(_slot(engine, session, key), cancel):
         if pend.missing:  # read again: the statement waited for may have stored them
             pend = auto_bounds.pending(engine, prepared, session, a)
+            pend = auto_bounds.with_fallbacks(engine, prepared, session, pend, plan.epsilon)
         return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
 
 

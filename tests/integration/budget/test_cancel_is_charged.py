@@ -48,6 +48,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
             "AS 'SELECT pg_sleep(0.05); SELECT v'"
         )
         conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
+        conn.execute("CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20")
     return dsn
 
 
@@ -206,3 +207,67 @@ def test_history_tells_a_failed_release_from_an_answered_one(
         ("committed", "answered"),
         ("committed", "canceled or timed out (SQLSTATE 57014): charged"),
     ]
+
+
+def _history_rows(ledger: Ledger) -> list[tuple[str, str, str | None]]:
+    return [(h.mechanism, h.state, h.outcome) for h in ledger.history("analyst")]
+
+
+def test_a_cancelled_statements_chosen_bounds_are_reused_by_its_retry(
+    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+) -> None:
+    """newcomer21 #8: a statement with ``auto`` bounds cancelled while its answer runs has
+    already chosen its bounds (a release, charged, in dpsql.history): its retry reuses them
+    free and pays only for its answer (was: ``auto_bound`` charged again on every retry). Here
+    (20 units) the choice falls back to the default (the guard's noisy count said too few),
+    which was not stored at all; it is now, for a statement at the same epsilon. The cancel
+    itself stays charged (the whole statement's epsilon), and says so."""
+    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+    policy = make_policy(
+        "cancelauto",
+        tables={"public.slow20": private_table("u", columns, rows="auto", groups=1)},
+        public_tables=[],
+        defaults={"epsilon": 1.0, "max_epsilon": 5.0, "delta": 1e-6,
+                  "statement_timeout_ms": 60_000},
+    ).policy  # fmt: skip
+    led = ledger(policy)
+    engine = Engine(policy, dsn, led, pool_size=2)
+    sql = "SELECT SUM(x) FROM slow20"
+    got: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        deadline = time.monotonic() + 60  # (a guard, not a measurement)
+        while time.monotonic() < deadline and not any(
+            m == "auto_bound" and s == "committed" for m, s, _ in _history_rows(led)
+        ):
+            time.sleep(0.05)
+        pid = _when_running(dsn)  # the answer's query, once it reads rows
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        t.join(60)
+        assert len(got) == 1 and isinstance(got[0], DpsqlError), got
+        assert got[0].sqlstate == "57014"
+        assert SPENT in _said(got[0]), _said(got[0])
+        cancelled = _history_rows(led)
+        retry = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
+    finally:
+        engine.close()
+    assert not t.is_alive()
+    bounds = [r for r in cancelled if r[0] == "auto_bound"]
+    assert bounds and all(s == "committed" for _, s, _ in bounds), cancelled
+    answers = [r for r in cancelled if r[0] != "auto_bound"]
+    assert [(s, o) for _, s, o in answers] == [
+        ("committed", "canceled or timed out (SQLSTATE 57014): charged")
+    ], cancelled
+    after = _history_rows(led)
+    assert [r for r in after if r[0] == "auto_bound"] == bounds, after  # reused, not chosen again
+    assert len(after) == len(cancelled) + 1 and after[0][1:] == ("committed", "answered"), after
+    assert any("(reused free)" in n for n in retry.notices), retry.notices
