@@ -123,34 +123,15 @@ def _upstream_of(
     args: argparse.Namespace, policy: Policy, env: Mapping[str, str]
 ) -> argparse.Namespace:
     """``upstream`` and ``ledger`` for ``dpsql query``, as ``dpsql serve`` takes them: the flag,
-    else ``DPSQL_UPSTREAM`` / ``DPSQL_LEDGER``, else the policy's ``server:`` section.
-
-    Raises:
-        InvalidParameter: a bad value, or no upstream anywhere.
-        PolicyError: only the file gives the upstream, from a ``${VAR}`` that is unset.
+    else ``DPSQL_UPSTREAM`` / ``DPSQL_LEDGER``, else the policy's ``server:`` section
+    (:func:`dpsql.policy.settings.upstream_and_ledger`).
     """
-    from dpsql.errors import InvalidParameter, PolicyError
-    from dpsql.policy.settings import resolve_server
+    from dpsql.policy.settings import upstream_and_ledger
 
     flags = {"upstream": args.upstream, "ledger": args.ledger}
-    try:
-        got = resolve_server(flags, env, policy.server, keys=("upstream", "ledger"))
-    except ValueError as e:
-        raise InvalidParameter(str(e), hint="see `dpsql query --help`") from None
-    for key in ("upstream", "ledger"):
-        if key in got.unresolved:
-            raise PolicyError(
-                got.unresolved[key],
-                hint=f"export the variable, give --{key}, or write ${{VAR:-default}} in the file",
-            )
-    if got.settings.upstream is None:
-        raise InvalidParameter(
-            "no upstream PostgreSQL: give --upstream, DPSQL_UPSTREAM or server.upstream",
-            hint='e.g. `server: {upstream: "${DPSQL_UPSTREAM}"}` in the policy file',
-        )
+    upstream, ledger = upstream_and_ledger(flags, env, policy.server, command="dpsql query")
     no_ledger = getattr(args, "no_ledger", False)
-    st = got.settings
-    return argparse.Namespace(upstream=st.upstream, ledger=st.ledger, no_ledger=no_ledger)
+    return argparse.Namespace(upstream=upstream, ledger=ledger, no_ledger=no_ledger)
 
 
 def _ledger(args: argparse.Namespace, policy: Policy) -> Ledger | None:

@@ -247,6 +247,46 @@ def resolve_server(
     return Resolved(ServerSettings.model_validate(merged), sources, unresolved)
 
 
+def upstream_and_ledger(
+    flags: Mapping[str, str | None],
+    env: Mapping[str, str],
+    file: ServerSettings | None,
+    *,
+    command: str,
+) -> tuple[str, str]:
+    """The upstream DSN and the ledger's for a command that runs without ``dpsql serve``
+    (``dpsql query``, ``dpsql release``): each from its flag, else ``DPSQL_UPSTREAM`` /
+    ``DPSQL_LEDGER``, else the policy's ``server:`` section, as ``dpsql serve`` takes them;
+    the ledger defaults to the upstream database. Every command that charges a budget finds the
+    one ledger the same way: a release that opened the upstream while the server charged
+    ``DPSQL_LEDGER`` spent every analyst's budget twice.
+
+    Raises:
+        InvalidParameter: a bad value, or no upstream anywhere.
+        PolicyError: only the file gives a value, from a ``${VAR}`` that is unset.
+    """
+    from dpsql.errors import InvalidParameter, PolicyError
+
+    keys = ("upstream", "ledger")
+    try:
+        got = resolve_server(dict(flags), env, file, keys=keys)
+    except ValueError as e:
+        raise InvalidParameter(str(e), hint=f"see `{command} --help`") from None
+    for key in keys:
+        if key in got.unresolved:
+            raise PolicyError(
+                got.unresolved[key],
+                hint=f"export the variable, give --{key}, or write ${{VAR:-default}} in the file",
+            )
+    upstream = got.settings.upstream
+    if upstream is None:
+        raise InvalidParameter(
+            "no upstream PostgreSQL: give --upstream, DPSQL_UPSTREAM or server.upstream",
+            hint='e.g. `server: {upstream: "${DPSQL_UPSTREAM}"}` in the policy file',
+        )
+    return upstream, got.settings.ledger or upstream
+
+
 def _layer(values: Mapping[str, object], name: Callable[[str], str]) -> ServerSettings:
     try:
         return ServerSettings.model_validate(dict(values))

@@ -1,7 +1,8 @@
 """``dpsql release histogram|synthetic``: subcommands registered into the main CLI.
 
-Both load the policy, open the ledger (the upstream database by default, or ``--ledger``), charge
-the release to ``--analyst`` and the dataset, then write CSV, Parquet, a JSON sidecar and a PNG to
+Both load the policy, open the ledger (the one ``dpsql serve`` charges: ``--ledger``, else
+DPSQL_LEDGER, else ``server.ledger``, else the upstream), charge the release to ``--analyst``
+and the dataset, then write CSV, Parquet, a JSON sidecar and a PNG to
 ``--out`` and, with ``--to-table``, a PostgreSQL table that analysts may query freely.
 """
 
@@ -111,10 +112,12 @@ def register(sub: Any) -> None:
 def _common(p: argparse.ArgumentParser, columns: bool = True) -> None:
     env = os.environ
     p.add_argument("--policy", required="DPSQL_POLICY" not in env, default=env.get("DPSQL_POLICY"))
+    p.add_argument("--upstream", help="DSN of the data (else DPSQL_UPSTREAM, else server.upstream)")
     p.add_argument(
-        "--upstream", required="DPSQL_UPSTREAM" not in env, default=env.get("DPSQL_UPSTREAM")
+        "--ledger",
+        help="DSN of the budget ledger: the one `dpsql serve` charges (else DPSQL_LEDGER, "
+        "else server.ledger, else the upstream)",
     )
-    p.add_argument("--ledger", help="DSN of the budget ledger (default: the upstream)")
     p.add_argument("--table", required=True, help="the private table (schema.table)")
     if columns:
         p.add_argument("--columns", required=True, help="comma-separated columns to release")
@@ -189,21 +192,30 @@ def preflight(out: Path, *, synthetic: bool = False) -> None:
 @contextmanager
 def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
     """The release's common options as a :class:`~dpsql.release.jobs.Job` (``changes``
-    replacing some), its ledger open (the upstream database unless ``--ledger``) until the end."""
+    replacing some), its ledger open until the end: the one ``dpsql serve`` and ``dpsql query``
+    charge (``--ledger``, else DPSQL_LEDGER, else ``server.ledger``, else the upstream)."""
     from dpsql.budget.ledger import Ledger
     from dpsql.policy import load_policy
+    from dpsql.policy.settings import upstream_and_ledger
     from dpsql.release.jobs import Job
     from dpsql.release.spec import parse_bins
 
     preflight(args.out, synthetic=args.func is cmd_synthetic)  # before any budget is charged
     bins = parse_bins(args.bins)
     policy = load_policy(args.policy)
-    ledger = Ledger.open(args.ledger or args.upstream, policy)
+    upstream, where = upstream_and_ledger(
+        {"upstream": args.upstream, "ledger": args.ledger},
+        os.environ,
+        policy.server,
+        command="dpsql release",
+    )
+    ledger = Ledger.open(where, policy)
+    console.print(f"charging the ledger in {_place(where)} (analyst {args.analyst})")
     try:
         yield replace(
             Job(
                 policy,
-                args.upstream,
+                upstream,
                 table=args.table,
                 epsilon=args.epsilon,
                 out_dir=args.out,
@@ -306,6 +318,19 @@ def cmd_ranges(args: argparse.Namespace) -> int:
             f"(a flat histogram at the same budget: {e['flat_histogram_rmse_over_all_ranges']:.1f})"
         )
     return 0
+
+
+def _place(dsn: str) -> str:
+    """Where a DSN points, without its password: 'database "x" on host:port'."""
+    import psycopg
+
+    try:
+        d = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "the given database"
+    host = d.get("host") or d.get("hostaddr") or "localhost"
+    port = d.get("port") or "5432"
+    return f'database "{d.get("dbname") or d.get("user") or "postgres"}" on {host}:{port}'
 
 
 def _default_table(table: str) -> str:

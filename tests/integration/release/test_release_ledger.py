@@ -1,0 +1,78 @@
+"""``dpsql release`` charges the ledger ``dpsql serve`` charges: ``--ledger``, else DPSQL_LEDGER,
+else the policy's ``server.ledger``, else the upstream (newcomer22 #6: it ignored both and
+opened the upstream, so with the owner's DSN as DPSQL_UPSTREAM it created a second, empty
+ledger in the data's database: bob's epsilon-2 budget released epsilon 4 there and through the
+server). Real CLI in-process, real PostgreSQL, a small table and policy of its own;
+deterministic (which database holds the release).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+import pytest
+
+POLICY = """
+dataset: release_ledger
+budget: {epsilon: 10}
+tables:
+  public.visits:
+    privacy_unit: pid
+    max_rows_per_unit: 2
+    max_groups_per_unit: 1
+    columns:
+      pid: {type: integer, identifier: true}
+      dept: {type: text, keys: [a, b]}
+analysts:
+  bob: {budget: {epsilon: 2}}
+"""
+
+
+def _releases(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT to_regclass('dpsql.release') IS NOT NULL").fetchone()
+        if row is None or not row[0]:
+            return 0
+        got = conn.execute("SELECT count(*) FROM dpsql.release").fetchone()
+        return int(got[0]) if got else 0
+
+
+@pytest.mark.parametrize("how", ["env", "file"])
+def test_a_release_charges_the_servers_ledger(
+    make_db: Callable[[str], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    how: str,
+) -> None:
+    from dpsql.cli import main
+
+    upstream, ledger = make_db("rel_data"), make_db("rel_ledger")
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE visits (pid int, dept text);"
+            "INSERT INTO visits SELECT g % 50, (ARRAY['a','b'])[1 + g % 2]"
+            " FROM generate_series(1, 200) g"
+        )
+    policy = tmp_path / "policy.yaml"
+    text = POLICY
+    if how == "file":
+        text += 'server:\n  ledger: "${REL_LEDGER}"\n'
+        monkeypatch.setenv("REL_LEDGER", ledger)
+    else:
+        monkeypatch.setenv("DPSQL_LEDGER", ledger)
+    policy.write_text(text)
+    monkeypatch.setenv("DPSQL_UPSTREAM", upstream)
+    argv = ["release", "histogram", "--policy", str(policy), "--table", "visits",
+            "--columns", "dept", "--epsilon", "1", "--analyst", "bob",
+            "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0
+    assert (_releases(ledger), _releases(upstream)) == (1, 0)
+    out = capsys.readouterr().out
+    assert "charging the ledger in database" in out and "rel_ledger" in out
+    # bob has 1 of 2 left in the one ledger: a second release of 1 fits, a third does not.
+    assert main(argv) == 0
+    assert main(argv) == 1
+    assert (_releases(ledger), _releases(upstream)) == (2, 0)
