@@ -151,6 +151,13 @@ class Column(StrictModel):
                 )
             if self.family not in ("integer", "numeric", "date", "timestamp"):
                 raise ValueError(f"bounds only apply to numeric and date columns, not {self.type}")
+        if self.keys is not None:
+            # one key listed twice would be released twice, each with its own noise: its
+            # group's units would pay twice the statement's epsilon, charged once
+            texts = self.key_texts or ()
+            twice = [k for i, k in enumerate(texts) if k in texts[:i]]
+            if twice:
+                raise ValueError(f"key {twice[0]!r} is listed twice: list each key once")
         if self.keys is not None and self.family in ("integer", "numeric"):
             # two keys of one value (1 and 1.0) would be one group upstream, printed as the text
             # of whichever row PostgreSQL kept: a choice of the data (dpsql.execute.key_texts)

@@ -170,6 +170,7 @@ class GroupKey:
         keys = self.keys if self.keys is not None else resolved or ()
         if self.keys is None and self.narrow is not None:
             keys = self.narrow.narrow(keys)
+        keys = tuple(dict.fromkeys(keys))  # a key twice would be two releases of one group
         return (*keys, None) if self.null_key else keys
 
 

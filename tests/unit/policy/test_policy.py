@@ -49,6 +49,11 @@ def test_names_are_qualified() -> None:
         ),
         (BASE + "analysts:\n  bob: {budget: {epsilon: -1}}\n", 9, "greater than 0"),
         ("tables: [", 1, "not valid YAML"),
+        # a key listed twice was two releases of one group, each with its own noise: the
+        # group's units paid twice the statement's epsilon, charged once (newcomer22 #23)
+        (BASE + "      sex: {type: text, keys: [F, M, F]}\n", 8, "key 'F' is listed twice"),
+        (BASE + "      ok: {type: boolean, keys: [true, false, true]}\n", 8, "'true' is listed"),
+        (BASE + "      n: {type: integer, keys: [1, 2, 1]}\n", 8, "key '1' is listed twice"),
     ],
 )
 def test_errors_name_file_line_field(text: str, line: int, words: str) -> None:
