@@ -9,7 +9,8 @@ one unit could change a released key without any noise (the scale of one row's v
 
 - keys the query selects from the data (partition selection) are released as a canonical text
   of their value (:func:`canonical`: trailing zeros of a NUMERIC dropped, ``-0`` as ``0``,
-  trailing spaces of a ``bpchar`` dropped); types without one (``timetz``: ``12:00+01`` =
+  trailing spaces of a ``bpchar`` dropped, an interval in days and time: ``'24:00:00'`` and
+  ``'1 day'`` are one value, ``'1 day'``); types without one (``timetz``: ``12:00+01`` =
   ``11:00+00``; ``jsonb``: ``1.0`` = ``1``) are refused as keys the query selects;
 - public keys (the policy's, a key table's, a CASE's literals) are rows' texts filtered to the
   declared texts, so a group prints as its one declared text as long as no two declared keys
@@ -30,6 +31,8 @@ from dpsql.errors import UnsupportedSql
 NUMERIC = frozenset({"numeric"})
 FLOATS = frozenset({"float4", "float8"})
 PADDED = frozenset({"bpchar"})
+INTERVALS = frozenset({"interval"})  # '1 day' = '24:00:00', '1 mon' = '30 days'
+_CANONICAL = NUMERIC | FLOATS | PADDED | INTERVALS  # types whose texts canonical() rewrites
 # equal values that stay different once read into Python (interval: a timedelta, one per value)
 NO_CANONICAL_TEXT = frozenset({"timetz", "jsonb"})
 # values made of values (a row, an array, a range: `(1.0,x)` = `(1.00,x)`): never keys
@@ -79,7 +82,66 @@ def canonical(text: str | None, pg_type: str) -> str | None:
         return "0"
     if pg_type in PADDED:
         return text.rstrip(" ")
+    if pg_type in INTERVALS:
+        return canonical_interval(text)
     return text
+
+
+# PostgreSQL's interval output (IntervalStyle postgres, the upstream's: EncodeInterval): signed
+# "N year(s)", "N mon(s)", "N day(s)" where not 0, then [+-]H:MM:SS[.ffffff] where not 0 (or
+# alone: 00:00:00)
+_INTERVAL = re.compile(
+    r"(?:(?P<y>[+-]?\d+) years? ?)?(?:(?P<mo>[+-]?\d+) mons? ?)?(?:(?P<d>[+-]?\d+) days? ?)?"
+    r"(?:(?P<ts>[+-]?)(?P<h>\d+):(?P<mi>\d\d):(?P<s>\d\d)(?:\.(?P<f>\d{1,6}))?)?"
+)
+_DAY_US = 86_400_000_000
+
+
+def interval_span(text: str) -> int | None:
+    """The value PostgreSQL compares intervals by (interval_cmp_value: months of 30 days, days
+    of 24 hours), in microseconds, of an interval as PostgreSQL prints it (IntervalStyle
+    postgres); None for 'infinity' / '-infinity' or any other text.
+
+    >>> [interval_span(t) for t in ("1 day", "24:00:00", "1 mon", "30 days", "-1 days +02:00:00")]
+    [86400000000, 86400000000, 2592000000000, 2592000000000, -79200000000]
+    """
+    m = _INTERVAL.fullmatch(text)
+    if m is None or not text:
+        return None
+    months = 12 * int(m["y"] or 0) + int(m["mo"] or 0)
+    us = 0
+    if m["h"] is not None:
+        us = ((int(m["h"]) * 60 + int(m["mi"])) * 60 + int(m["s"])) * 1_000_000
+        us += int((m["f"] or "0").ljust(6, "0"))
+        us = -us if m["ts"] == "-" else us
+    return (months * 30 + int(m["d"] or 0)) * _DAY_US + us
+
+
+def canonical_interval(text: str) -> str:
+    """One text per interval value: equal intervals print differently (``'1 day'`` and
+    ``'24:00:00'``, ``'1 mon'`` and ``'30 days'`` are one value, one group), so a group's text
+    would be that of whichever of its rows PostgreSQL kept, a choice one row can make
+    (review22). The value in days and time, as PostgreSQL prints such an interval: the
+    ``days`` and time of ``justify_hours`` with months counted as 30 days, one sign.
+
+    >>> [canonical_interval(t) for t in ("24:00:00", "1 mon", "1 year", "36:30:00.5", "00:00:00")]
+    ['1 day', '30 days', '360 days', '1 day 12:30:00.5', '00:00:00']
+    >>> canonical_interval("-1 days +02:00:00"), canonical_interval("infinity")
+    ('-22:00:00', 'infinity')
+    """
+    span = interval_span(text)
+    if span is None:
+        return text  # 'infinity', '-infinity': one text per value already
+    sign = "-" if span < 0 else ""
+    days, us = divmod(abs(span), _DAY_US)
+    parts = [f"{sign}{days} day{'' if days == 1 and not sign else 's'}"] if days else []
+    if us or not days:
+        secs, frac = divmod(us, 1_000_000)
+        mins, sec = divmod(secs, 60)
+        hours, mins = divmod(mins, 60)
+        tail = f".{frac:06d}".rstrip("0") if frac else ""
+        parts.append(f"{sign if us else ''}{hours:02d}:{mins:02d}:{sec:02d}{tail}")
+    return " ".join(parts)
 
 
 def _value(text: str, pg_type: str) -> Any:
@@ -144,6 +206,6 @@ def canonical_rows(
     data) as canonical texts; refused for a key type without one."""
     nk = len(key_types)
     check_selectable(key_types, names)
-    if not any(t in NUMERIC or t in FLOATS or t in PADDED for t in key_types):
+    if not any(t in _CANONICAL for t in key_types):
         return rows
     return [(*(canonical(r[i], key_types[i]) for i in range(nk)), *r[nk:]) for r in rows]
