@@ -229,10 +229,18 @@ def _selection_notices(a: Analysis, plan: Plan | SetsPlan, shown: int) -> tuple[
     tau = taus[-1]
     none = " (none did here)" if shown == 0 else ""
     period = period_hint(a)
+    whys = [
+        f" The policy gives the keys of {plain_sql(g.expr, qualified=True)}, but {g.why}: they "
+        "are not listed (a narrower range in the WHERE clause or a coarser unit brings them "
+        "under the limit)."
+        for g in a.group_keys
+        if g.why is not None
+    ]
+    why = "".join(whys)
     return (
         f"groups of {keys} come from the data (no declared keys): a group is shown only when "
         f"its noisy count of {unit} passes a threshold of {tau:,}{none}, so groups of fewer "
-        f"than about {tau:,} {unit} are left out, and no row says so. "
+        f"than about {tau:,} {unit} are left out, and no row says so.{why} "
         + (f"{period[0].upper()}{period[1:]}; or declare" if period else "Declare")
         + " the keys (keys: or keys_from: in the policy) to get every group, counted with noise "
         "even when it is small or empty",

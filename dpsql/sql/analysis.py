@@ -150,6 +150,7 @@ class GroupKey:
     null_key: bool = False
     narrow: KeyFilter | None = None
     constant: bool = False
+    why: str | None = None  # why a domain the policy implies was not used (too many keys)
 
     @property
     def declared(self) -> bool:

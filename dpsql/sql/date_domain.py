@@ -70,10 +70,13 @@ def trunc(t: datetime, unit: str) -> datetime:
     return day.replace(year=max(year, 1), month=1, day=1)
 
 
-def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, datetime | None]:
-    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
-    lo: datetime | None = None
-    hi: datetime | None = None
+def where_bounds(
+    where: exp.Expr | None, base: str
+) -> tuple[tuple[datetime, bool] | None, tuple[datetime, bool] | None]:
+    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions, each
+    with whether it is strict (``>``, ``<``); None for a side without one."""
+    lo: tuple[datetime, bool] | None = None
+    hi: tuple[datetime, bool] | None = None
     node = where
     while isinstance(node, exp.Paren):
         node = node.this
@@ -83,57 +86,52 @@ def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, da
             c = c.this
         if c.args.get("negate"):
             continue
-        bounds: list[tuple[str, exp.Expr]] = []
+        bounds: list[tuple[str, exp.Expr, bool]] = []
         if isinstance(c, exp.Between) and not c.args.get("symmetric"):
             if c.this.sql("postgres") == base:
-                bounds = [("lo", c.args["low"]), ("hi", c.args["high"])]
+                bounds = [("lo", c.args["low"], False), ("hi", c.args["high"], False)]
         elif isinstance(c, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ)):
             low = isinstance(c, (exp.GT, exp.GTE))
+            strict = isinstance(c, (exp.GT, exp.LT))
             if c.this.sql("postgres") == base:
-                bounds = [("lo" if low else "hi", c.expression)]
+                bounds = [("lo" if low else "hi", c.expression, strict)]
             elif c.expression.sql("postgres") == base:
-                bounds = [("hi" if low else "lo", c.this)]
+                bounds = [("hi" if low else "lo", c.this, strict)]
             if isinstance(c, exp.EQ):
-                bounds = [("lo", bounds[0][1]), ("hi", bounds[0][1])] if bounds else []
-        for side, value in bounds:
+                bounds = (
+                    [("lo", bounds[0][1], False), ("hi", bounds[0][1], False)] if bounds else []
+                )
+        for side, value, strict in bounds:
             v = constant(value)
             p = as_point(parse_timestamp(v) if isinstance(v, str) else v)
             if p is None:
                 continue
             if side == "lo":
-                lo = p if lo is None else max(lo, p)
-            else:
-                hi = p if hi is None else min(hi, p)
+                if lo is None or p > lo[0] or (p == lo[0] and strict):
+                    lo = (p, strict)
+            elif hi is None or p < hi[0] or (p == hi[0] and strict):
+                hi = (p, strict)
     return lo, hi
+
+
+def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, datetime | None]:
+    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
+    lo, hi = where_bounds(where, base)
+    return (lo[0] if lo else None, hi[0] if hi else None)
 
 
 def date_trunc_domain(
     expr: exp.Expr, column: Callable[[exp.Column], Column], where: exp.Expr | None
 ) -> tuple[str, ...] | None:
-    """The generated keys of ``date_trunc(unit, d)`` (qualified), or None when unbounded."""
-    if not isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)) or expr.args.get("zone"):
+    """The generated keys of ``date_trunc(unit, d)`` (qualified) in UTC, or None when unbounded
+    or longer than :data:`MAX_KEYS` (:func:`dpsql.sql.derived_keys.derived_domain`, which the
+    analysis calls with the session's zone)."""
+    from dpsql.sql.derived_keys import TooMany, derived_domain
+
+    if not isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)):
         return None
-    base = expr.this
-    unit_node = expr.args.get("unit")
-    unit = str(unit_node.this).lower() if isinstance(unit_node, (exp.Var, exp.Literal)) else ""
-    if not isinstance(base, exp.Column) or (unit not in _MONTHS and unit not in _STEPS):
+    try:
+        got = derived_domain(expr, column, where)
+    except TooMany:
         return None
-    col = column(base)
-    if col.family not in ("date", "timestamp"):
-        return None
-    declared = col.bounds if col.bounds is not None else (None, None)
-    lo, hi = (as_point(declared[0]), as_point(declared[1]))
-    wlo, whi = _where_range(where, base.sql("postgres"))
-    lo = wlo if lo is None else lo if wlo is None else max(lo, wlo)
-    hi = whi if hi is None else hi if whi is None else min(hi, whi)
-    if lo is None or hi is None or lo > hi:
-        return None if lo is None or hi is None else ()
-    zone = "" if col.family == "timestamp" and col.type == "timestamp" else "+00"
-    keys: list[str] = []
-    t = trunc(lo, unit)
-    while t <= hi:
-        if len(keys) >= MAX_KEYS:
-            return None
-        keys.append(f"{t.isoformat(sep=' ')}{zone}")
-        t = unit_end(t, unit)
-    return tuple(keys)
+    return None if got is None else got.keys

@@ -15,10 +15,10 @@ from dpsql.errors import InvalidParameter
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.constants import is_public_constant
-from dpsql.sql.date_domain import date_trunc_domain
+from dpsql.sql.derived_keys import TooMany, derived_domain
 from dpsql.sql.key_domain import KeyFilter
 from dpsql.sql.key_literals import case_domain, listed_domain
-from dpsql.sql.sources import Ctx
+from dpsql.sql.sources import PUBLIC_COLUMN, Ctx
 
 
 def group_key(ctx: Ctx, expr: exp.Expr, name: str) -> GroupKey:
@@ -49,15 +49,28 @@ def _trunc_parts(expr: exp.Expr) -> tuple[exp.Expr | None, str | None]:
 
 
 def narrow_by_where(
-    g: GroupKey, where: exp.Expr | None, column: Callable[[exp.Column], Column]
+    g: GroupKey,
+    where: exp.Expr | None,
+    column: Callable[[exp.Column], Column],
+    zone: str = "UTC",
 ) -> GroupKey:
-    """``g`` with its domain narrowed by the (qualified) WHERE clause, or given one by it (or,
-    for ``date_trunc`` of a date, by the date's declared bounds: :mod:`dpsql.sql.date_domain`)."""
+    """``g`` with its domain narrowed by the (qualified) WHERE clause, or given one by it, or by
+    the policy through the key's expression (:mod:`dpsql.sql.derived_keys`: ``date_trunc`` of a
+    bounded date, ``EXTRACT``, casts, booleans, ... in time zone ``zone``)."""
     base, unit = _trunc_parts(g.expr)
-    if g.keys is None and g.keys_from is None and base is not None:
-        generated = date_trunc_domain(g.expr, column, where)
-        if generated is not None:
-            g = replace(g, keys=generated, family="timestamp")
+    if g.keys is None and g.keys_from is None and not g.constant:
+
+        def private(c: exp.Column) -> Column | None:
+            col = column(c)
+            return None if col is PUBLIC_COLUMN else col
+
+        try:
+            got = derived_domain(g.expr, private, where, zone)
+        except TooMany as e:
+            got = None
+            g = replace(g, why=e.why)
+        if got is not None:
+            g = replace(g, keys=got.keys, family=got.family, null_key=got.null)
     if where is None or g.family is None:
         return g
     is_date = isinstance(base, exp.Column) and column(base).family == "date"

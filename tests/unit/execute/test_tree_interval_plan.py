@@ -79,7 +79,7 @@ CASES = {
     "ORDER BY n DESC LIMIT 2) AS t": {"s": "ORDER BY ... LIMIT"},
     "SELECT SUM(n) AS s FROM (SELECT category, COUNT(*) AS n FROM purchases GROUP BY 1) AS t "
     "WHERE n > 100": {"s": "WHERE on them"},
-    "SELECT SUM(n) AS s FROM (SELECT quantity * 2 AS q, COUNT(*) AS n FROM purchases "
+    "SELECT SUM(n) AS s FROM (SELECT amount * 2 AS q, COUNT(*) AS n FROM purchases "
     "GROUP BY 1) AS t": {"s": "partition selection"},
     "SELECT DISTINCT n FROM (SELECT category, COUNT(*) AS n FROM purchases GROUP BY 1) AS t": {
         "n": "DISTINCT"
