@@ -15,12 +15,10 @@ add groups. The keys are printed as PostgreSQL prints the result in dpsql's upst
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from sqlglot import exp
 
-from dpsql.policy.tables import Column
 from dpsql.sql.constants import add_months, as_point, constant, parse_timestamp
 
 MAX_KEYS = 5000  # a longer domain (days over decades, seconds) is left to partition selection
@@ -118,20 +116,3 @@ def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, da
     """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
     lo, hi = where_bounds(where, base)
     return (lo[0] if lo else None, hi[0] if hi else None)
-
-
-def date_trunc_domain(
-    expr: exp.Expr, column: Callable[[exp.Column], Column], where: exp.Expr | None
-) -> tuple[str, ...] | None:
-    """The generated keys of ``date_trunc(unit, d)`` (qualified) in UTC, or None when unbounded
-    or longer than :data:`MAX_KEYS` (:func:`dpsql.sql.derived_keys.derived_domain`, which the
-    analysis calls with the session's zone)."""
-    from dpsql.sql.derived_keys import TooMany, derived_domain
-
-    if not isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)):
-        return None
-    try:
-        got = derived_domain(expr, column, where)
-    except TooMany:
-        return None
-    return None if got is None else got.keys

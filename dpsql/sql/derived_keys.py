@@ -147,6 +147,21 @@ def derived_domain(
     return Derived(tuple(dict.fromkeys(texts)), got.null, _FAMILY[got.kind])
 
 
+def date_trunc_domain(
+    expr: exp.Expr, column: Callable[[exp.Column], Column], where: exp.Expr | None
+) -> tuple[str, ...] | None:
+    """The generated keys of ``date_trunc(unit, d)`` (qualified) in UTC, or None when unbounded
+    or longer than :data:`MAX_KEYS` (:func:`derived_domain`, which the analysis calls with the
+    session's zone)."""
+    if not isinstance(expr, (exp.TimestampTrunc, exp.DateTrunc)):
+        return None
+    try:
+        got = derived_domain(expr, column, where)
+    except TooMany:
+        return None
+    return None if got is None else got.keys
+
+
 _INTS = {exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMALLINT}
 _FLOATS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
 _TEXTS = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR}

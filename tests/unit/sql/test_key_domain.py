@@ -18,7 +18,8 @@ from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.constants import NULL, UNKNOWN, constant
-from dpsql.sql.date_domain import date_trunc_domain, trunc
+from dpsql.sql.date_domain import trunc
+from dpsql.sql.derived_keys import date_trunc_domain
 from dpsql.sql.key_domain import KeyFilter
 from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.parse import parse_statement
