@@ -289,7 +289,9 @@ class Engine:
                 more = overcharge.notices(got, res.epsilon_spent) if got else ()
                 return replace(res, notices=res.notices + more) if more else res
             case PublicQuery() | CatalogQuery():
-                text = self.runnable_sql(prepared, session, params)
+                text = public_sql.signalling_sql(self, prepared, session, params, cancel)
+                if text is None:
+                    text = self.runnable_sql(prepared, session, params)
                 rows = self.backend.run(text, private=False, cancel=cancel)
                 return _result(rows)
             case ExplainQuery():  # the plan only: no private data read, no budget spent

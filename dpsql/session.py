@@ -4,6 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One of an analyst's own wire sessions, as its ``pg_stat_activity`` row shows it."""
+
+    pid: int  # its process id (BackendKeyData, pg_backend_pid())
+    database: str
+    application_name: str
+    state: str  # 'active' (a statement runs) or 'idle'
+    backend_start: str  # ISO 8601, UTC
+
+
+class SessionDirectory(Protocol):
+    """The wire server's sessions as one analyst may see and signal them: only the analyst's
+    own, never another analyst's (``pg_stat_activity``, ``pg_cancel_backend``,
+    ``pg_terminate_backend``: :mod:`dpsql.catalog.session_functions`)."""
+
+    def activity(self, analyst: str) -> tuple[Activity, ...]:
+        """The analyst's sessions in this process."""
+        ...
+
+    def signal(self, analyst: str, pid: int, terminate: bool) -> bool:
+        """Cancel the running statement of the analyst's session ``pid`` (``terminate``: and end
+        the session, as PostgreSQL's pg_terminate_backend does); False when ``pid`` is not one
+        of the analyst's sessions."""
+        ...
 
 
 @dataclass
@@ -23,3 +51,5 @@ class SessionContext:
     settings: dict[str, str] = field(default_factory=dict)
     database: str = ""  # the database the client named at startup ("" outside a wire session)
     backend_pid: int = 0  # the wire session's process id (BackendKeyData), 0 outside one
+    # the server's sessions, as this analyst may see and signal them (None outside a server)
+    directory: SessionDirectory | None = field(default=None, repr=False, compare=False)

@@ -48,7 +48,11 @@ from dpsql.catalog.functions import (
 )
 from dpsql.catalog.literals import check_untyped_literals
 from dpsql.catalog.regrole import pg_label
-from dpsql.catalog.session_functions import SessionInfo, replace_session_functions
+from dpsql.catalog.session_functions import (
+    SessionInfo,
+    activity_rows,
+    replace_session_functions,
+)
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 
@@ -87,6 +91,9 @@ def check_catalog_query(
     overridden = overrides.overridden_tables(query, tables)
     used = False
     for table in tables:
+        if session is not None and session.activity and _is_activity(table):
+            _activity_relation(table, session)
+            continue
         used |= _rewrite_relation(table, policy, analyst, id(table) in overridden)
     for node in reversed([f for f in funcs if f.root() is query]):
         roles.guard_roles(node, analyst)
@@ -238,6 +245,26 @@ def _catalog_name(table: exp.Table) -> tuple[str, str] | None:
     if db == "information_schema" and name in rules.INFORMATION_SCHEMA_FILTERS:
         return "information_schema", name
     return None
+
+
+def _is_activity(table: exp.Table) -> bool:
+    return _catalog_name(table) == ("pg_catalog", "pg_stat_activity")
+
+
+def _activity_relation(table: exp.Table, session: SessionInfo) -> None:
+    """``pg_stat_activity`` as the rows of the analyst's own sessions on this dpsql process
+    (:func:`dpsql.catalog.session_functions.activity_rows`), in its row type: never another
+    analyst's session, nor an upstream backend."""
+    alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier("pg_stat_activity"))
+    rows = exp.Anonymous(
+        this="jsonb_populate_recordset",
+        expressions=[
+            cast_to(exp.null(), "pg_catalog.pg_stat_activity"),
+            cast_to(exp.Literal.string(activity_rows(session)), "JSONB"),
+        ],
+    )
+    source = exp.Table(this=rows, alias=exp.TableAlias(this=exp.to_identifier("r")))
+    table.replace(exp.Subquery(this=exp.select("r.*").from_(source), alias=alias))
 
 
 def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden: bool) -> bool:

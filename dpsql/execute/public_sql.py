@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from dpsql.catalog.check import check_catalog_query
-from dpsql.catalog.session_functions import SessionInfo, session_key
+from dpsql.catalog.session_functions import (
+    SessionInfo,
+    memoizable,
+    session_key,
+    signal_targets,
+)
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import shadows
+from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import CatalogQuery, Prepared, PublicQuery
 from dpsql.session import SessionContext
 from dpsql.sql.bind import Template, bind, check_params, param_numbers, template
@@ -109,8 +115,53 @@ def parameterized_sql(
     return str(hit) if hit else None
 
 
+def signalling_sql(
+    engine: EngineContext,
+    prepared: Prepared,
+    session: SessionContext,
+    params: Sequence[object],
+    cancel: CancelToken | None = None,
+) -> str | None:
+    """The SQL of a catalog statement calling ``pg_cancel_backend`` / ``pg_terminate_backend``
+    in a wire session, after the signals it asks for are sent; None for any other statement.
+
+    PostgreSQL's calls signal a backend as the row is computed; dpsql's sessions are not
+    upstream backends, so the pids the calls are given are read first, by the statement with
+    its select list replaced by the calls' arguments
+    (:func:`dpsql.catalog.session_functions.signal_targets`, run over the same snapshot of
+    ``pg_stat_activity``), each one of the analyst's other sessions is signalled (the
+    server's :class:`~dpsql.session.SessionDirectory`: only the analyst's own), and the
+    statement runs with the calls true exactly for those. Superset SQL Lab's Stop."""
+    d = session.directory
+    if d is None or not isinstance(prepared, CatalogQuery) or memoizable(prepared.text):
+        return None
+    check_params(prepared.tree, prepared.param_count, len(params))
+    engine.check_scope(prepared, session)
+    info = SessionInfo.of(session)  # one snapshot of the sessions, for the probe and the answer
+    tree = runnable_tree(engine, prepared, params, session, raw=True)
+    got = signal_targets(tree)
+    signalled: set[int] = set()
+    if got is not None:
+        probe, terminate = got
+        view = engine.view(session.analyst)
+        sql = check_catalog_query(probe, view, session.analyst, info).sql("postgres")
+        others = {a.pid for a in info.activity} - {session.backend_pid}
+        for row in engine.backend.run(sql, private=False, cancel=cancel).rows:
+            for pid, end in zip(row, terminate, strict=True):
+                if pid in others and d.signal(session.analyst, pid, end):
+                    signalled.add(pid)
+    info = info.with_signalled(frozenset(signalled))
+    view = engine.view(session.analyst)
+    return check_catalog_query(tree, view, session.analyst, info).sql("postgres")
+
+
 def runnable_tree(
-    engine: EngineContext, prepared: Prepared, params: Sequence[object], session: SessionContext
+    engine: EngineContext,
+    prepared: Prepared,
+    params: Sequence[object],
+    session: SessionContext,
+    *,
+    raw: bool = False,
 ) -> exp.Expr:
     """The tree a public or catalog statement runs: ``params`` bound, catalog checks applied.
 
@@ -123,6 +174,8 @@ def runnable_tree(
     scope = engine.scope(session.analyst)
     shadows.check(engine, prepared.text, prepared.tree, scope=scope)  # before it runs
     tree = bind(prepared.tree, params) if params else prepared.tree
+    if raw:
+        return tree  # checked, bound: the catalog checks are the caller's
     if isinstance(prepared, CatalogQuery):
         info = SessionInfo.of(session)
         return check_catalog_query(tree, engine.view(session.analyst), session.analyst, info)
@@ -154,7 +207,7 @@ def sql_key(
     if not isinstance(prepared, (PublicQuery, CatalogQuery)):
         return None
     values = tuple((type(v).__name__, repr(v)) for v in params)
-    if sum(len(r) for _, r in values) > 256:
+    if sum(len(r) for _, r in values) > 256 or not memoizable(prepared.text):
         return None
     own = session_key(prepared.text, session)
     if own is not None:

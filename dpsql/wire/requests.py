@@ -145,10 +145,18 @@ def route(stmt: Statement, fast_path: bool) -> Route:
             return ROUTE_EMPTY
         case PrivateQuery() | TreeQuery() | DeferredQuery():
             return ROUTE_PRIVATE
-        case PublicQuery() | CatalogQuery() if fast_path:
+        case PublicQuery() | CatalogQuery() if fast_path and not _signals(stmt.prepared.text):
             return ROUTE_UPSTREAM
         case _:  # EXPLAIN, the ledger's views, public and catalog without the fast path
             return ROUTE_ENGINE
+
+
+def _signals(text: str) -> bool:
+    """A statement calling ``pg_cancel_backend`` / ``pg_terminate_backend``: the engine sends
+    the signals to the analyst's other sessions before it runs
+    (``dpsql.execute.public_sql.signalling_sql``), which the fast path would not."""
+    low = text.lower()
+    return "pg_cancel_backend" in low or "pg_terminate_backend" in low
 
 
 def uniform(formats: Sequence[int] | None) -> int | None:

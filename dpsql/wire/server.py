@@ -24,7 +24,7 @@ from dpsql.errors import (
     TooManyConnections,
 )
 from dpsql.policy.model import Policy
-from dpsql.session import SessionContext
+from dpsql.session import Activity, SessionContext
 from dpsql.wire import messages as m
 from dpsql.wire.auth import AuthConfig, Authenticator, LoginLimiter
 from dpsql.wire.conn import Channel, ConnectionClosed
@@ -124,6 +124,7 @@ class Server:
         self._logins = 0  # connections authenticating now (this process)
         self.upstream: AsyncUpstream | None = None
         self.identity = UpstreamIdentity(None, *FALLBACK_VERSION)
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def port(self) -> int:
@@ -132,6 +133,7 @@ class Server:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._loop = loop
         self.identity = await loop.run_in_executor(self.executor, read_identity, self.engine)
         self.upstream = _async_upstream(self.engine) if self.config.fast_path else None
         if self.upstream is not None:
@@ -165,10 +167,12 @@ class Server:
                 self._cancel(got)
                 return
             session = await self._open(ch, got)
+            session.task = task
             await session.serve()
         except (ConnectionClosed, TimeoutError):
             pass
         except asyncio.CancelledError:
+            # shutdown, or pg_terminate_backend from another of the analyst's sessions
             await _fatal(ch, AdminShutdown("terminating connection due to administrator command"))  # fmt: skip
         except DpsqlError as e:
             await _fatal(ch, e)
@@ -209,6 +213,7 @@ class Server:
     def _session(self, ch: Channel, startup: Startup, analyst: str) -> Session:
         pid = self._new_pid()
         ctx = SessionContext(analyst=analyst, database=startup.database, backend_pid=pid)
+        ctx.directory = self
         params = {k: v for k, v in startup.parameters.items() if k in _STARTUP_SETTINGS}
         params["server_version"] = self.config.server_version or self.identity.server_version
         if not self.config.server_version:
@@ -262,6 +267,40 @@ class Server:
                 log.warning("cancel request for pid=%d could not be relayed", req.process_id)
         else:
             log.warning("cancel request with a wrong key for pid=%d", req.process_id)
+
+    # ---- SessionDirectory (dpsql.session): an analyst's own sessions, for pg_stat_activity
+    # and pg_cancel_backend / pg_terminate_backend. Called from the engine's threads.
+    def activity(self, analyst: str) -> tuple[Activity, ...]:
+        """The analyst's sessions on this server (this process: another ``--workers``
+        process's are not listed)."""
+        return tuple(
+            Activity(
+                s.process_id,
+                s.ctx.database,
+                s.state.settings.get("application_name", ""),
+                "active" if s.busy else "idle",
+                s.started,
+            )
+            for s in list(self.sessions.values())
+            if s.ctx.analyst == analyst
+        )
+
+    def signal(self, analyst: str, pid: int, terminate: bool) -> bool:
+        """Cancel the running statement of the analyst's session ``pid`` (as its CancelRequest
+        would) and, ``terminate``, end the session (FATAL 57P01, as pg_terminate_backend)."""
+        s = self.sessions.get(pid)
+        loop = self._loop
+        if s is None or s.ctx.analyst != analyst or loop is None:
+            return False
+        loop.call_soon_threadsafe(self._signal, s, terminate)
+        return True
+
+    def _signal(self, s: Session, terminate: bool) -> None:
+        log.info("%s pid=%d by the analyst's own session",
+                 "terminate" if terminate else "cancel", s.process_id)  # fmt: skip
+        s.cancel(by_client=True)
+        if terminate and s.task is not None:
+            s.task.cancel()
 
     def _relayed(self) -> None:
         """Cancel requests other workers received for this worker's sessions (SIGUSR1)."""

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from dpsql.budget.route import is_show_budget
@@ -117,6 +118,8 @@ class Session:
         # a padded private statement in flight: its timing and arrival (monotonic_ns), so that
         # the client's cancel takes effect at its delivery moment (:meth:`cancel`)
         self._padding: tuple[Timing, int] | None = None
+        self.started = datetime.now(UTC).isoformat()  # pg_stat_activity's backend_start
+        self.task: asyncio.Task[None] | None = None  # the server's task serving it
         ch.on_eof = self._client_gone
 
     # ---- helpers ---------------------------------------------------------------------------

@@ -12,9 +12,12 @@ test runs only when ``DPSQL_SUPERSET_PYTHON`` names that venv's Python (see the 
 dpsql.epsilon=0.5`` in its engine parameters and runs the connection test, the dataset editor's
 listings through PostgresEngineSpec, column discovery (``SELECT * ... LIMIT 0``), SQL Lab's
 ``execute_sql_statements`` (``SELECT pg_backend_pid()`` first, then the query) for an aggregate
-and for a raw read, and SQL Lab's Stop (``cancel_query``). Properties: each step succeeds, the
-epsilon from the connection's options is the session's, the aggregate has the declared keys, the
-raw read fails in SQL Lab with dpsql's message and hint, and no hidden name is listed.
+and for a raw read, and SQL Lab's Stop (``cancel_query`` from another connection while a
+statement runs on the SQL Lab one). Properties: each step succeeds, the epsilon from the
+connection's options is the session's, the aggregate has the declared keys, the raw read fails in
+SQL Lab with dpsql's message and hint, no hidden name is listed, and Stop stops the running
+statement (it was True whatever happened: the statement ran on). Without Superset, the same two
+statements through psycopg: tests/integration/wire/test_stop_from_another_session.py.
 """
 
 from __future__ import annotations
@@ -58,4 +61,6 @@ def test_superset_engine_spec_and_sql_lab(dpsql_server: Server, tmp_path: Path) 
     categories = {row["category"] for row in aggregate["data"]}
     assert categories == {"books", "clothing", "electronics", "groceries", "travel"}
     assert raw["status"] == "failed" and "raw rows" in raw["error"] and "HINT" in raw["error"]
-    assert steps["cancel"][0]["ok"] is True
+    stop = steps["cancel"][0]  # SQL Lab's Stop stops the running statement (newcomer21 #38)
+    assert stop["ok"] is True and stop["seen"] == "active", stop
+    assert "terminating connection" in stop["outcome"], stop  # not "answered": it stopped

@@ -99,15 +99,47 @@ def run(host: str, port: str, dbname: str) -> None:
     cancel(database)
 
 
+# long enough to be stopped mid-way (seconds on the demo data: each whale pairs 400 x 400 rows)
+SLOW = "SELECT COUNT(*) FROM purchases a JOIN purchases b ON a.user_id = b.user_id"
+
+
 def cancel(database: object) -> None:
-    """SQL Lab's Stop button: PostgresEngineSpec.cancel_query from another connection."""
+    """SQL Lab's Stop: a statement runs on one connection, whose pid was read as SQL Lab reads
+    it (get_cancel_query_id), and PostgresEngineSpec.cancel_query runs from another connection
+    (``SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='...'``). Emits what
+    cancel_query returned, the running statement's state in pg_stat_activity when Stop was
+    pressed, and how the statement ended: ``answered`` means Stop did nothing."""
+    import threading
+
     from superset.models.sql_lab import Query
 
-    with database.get_raw_connection() as conn:  # type: ignore[attr-defined]
-        cur = conn.cursor()
-        pid = database.db_engine_spec.get_cancel_query_id(cur, Query())  # type: ignore[attr-defined]
-        done = database.db_engine_spec.cancel_query(cur, Query(), str(pid))  # type: ignore[attr-defined]
-        emit("cancel", pid=pid, ok=done)
+    spec = database.db_engine_spec  # type: ignore[attr-defined]
+    with database.get_raw_connection() as lab, database.get_raw_connection() as stop:  # type: ignore[attr-defined]
+        lab_cur = lab.cursor()
+        pid = spec.get_cancel_query_id(lab_cur, Query())
+        ended: dict[str, str] = {}
+
+        def run() -> None:
+            try:
+                lab_cur.execute(SLOW)
+                lab_cur.fetchall()
+                ended["outcome"] = "answered"
+            except Exception as e:  # the statement stopped (or failed)
+                ended["outcome"] = f"{type(e).__name__}: {str(e)[:300]}"
+
+        t = threading.Thread(target=run)
+        t.start()
+        cur = stop.cursor()
+        state, deadline = None, time.monotonic() + 60  # (a guard, not a measurement)
+        while time.monotonic() < deadline and state != "active":
+            cur.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,))
+            row = cur.fetchone()
+            state = row[0] if row else None
+            if state != "active":
+                time.sleep(0.05)
+        done = spec.cancel_query(cur, Query(), str(pid))
+        t.join(300)
+        emit("cancel", pid=pid, ok=done, seen=state, outcome=ended.get("outcome", "running"))
 
 
 def _has_tables(db: object) -> bool:

@@ -68,13 +68,19 @@ def test_backend_pid_is_the_sessions_own(served: ServerThread, upstream_db: str)
             assert cur.description[0].type_code == 23  # int4, as PostgreSQL's
         assert _one(a, f"SELECT pg_cancel_backend({a.info.backend_pid})") is True
         assert _one(a, "SELECT pg_cancel_backend(pg_backend_pid())") is True
-        assert _one(a, f"SELECT pg_cancel_backend({b.info.backend_pid})") is False
-        assert _one(a, f"SELECT pg_terminate_backend({b.info.backend_pid})") is False
+        # another of the analyst's sessions: signalled (newcomer21 #38; b runs nothing: the
+        # cancel finds nothing to cancel, as PostgreSQL's); a pid of no session: false
+        assert _one(a, f"SELECT pg_cancel_backend({b.info.backend_pid})") is True
+        assert _one(a, f"SELECT pg_cancel_backend({b.info.backend_pid ^ 1})") is False
+        assert _one(a, f"SELECT pg_terminate_backend({a.info.backend_pid})") is False
+        assert _one(b, "SELECT 1") == 1
         superset_stop = (  # SQL Lab's Stop button (PostgresEngineSpec.cancel_query)
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             f"WHERE pid='{b.info.backend_pid}'"
         )
-        assert a.execute(superset_stop).fetchall() == []
+        assert a.execute(superset_stop).fetchall() == [(True,)]
+        with pytest.raises(psycopg.OperationalError):  # b was ended (57P01)
+            b.execute("SELECT 1")
         assert _one(a, "SELECT 1") == 1  # the session still works
 
 

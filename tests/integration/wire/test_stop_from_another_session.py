@@ -1,0 +1,161 @@
+"""Stopping a running statement from another of the analyst's sessions, as Superset SQL Lab's
+Stop does it (newcomer21 #38).
+
+Superset's PostgresEngineSpec reads ``SELECT pg_backend_pid()`` on the SQL Lab connection before
+the query (get_cancel_query_id), and Stop runs, on another connection,
+``SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='<that pid>'``
+(cancel_query), succeeding whenever that does not raise. Through dpsql ``pg_stat_activity`` was
+empty and the statement ran on (charged) while Stop said it was done. Now the analyst's own
+sessions are rows of ``pg_stat_activity`` and the call ends that session's statement; another
+analyst's sessions are neither listed nor signalled.
+
+Real wire server, psycopg sessions, PostgreSQL; a private table that is a view sleeping 50 ms a
+row (100 rows: 5 s). Deterministic: the statement stopped is an error instead of its answer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.wire.auth import make_verifier
+from tests.helpers import analyst_dsn, served_engine
+from tests.policies import PolicyMaker, demo_doc, private_table
+
+SLOW = "SELECT SUM(x) FROM slow"
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("stop")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer NOT NULL, x numeric)")
+        conn.execute("INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u")
+        conn.execute(  # volatile: run for each row read
+            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
+            "AS 'SELECT pg_sleep(0.05); SELECT v'"
+        )
+        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
+        conn.execute("CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20")
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def port(dsn: str, make_policy: PolicyMaker) -> Iterator[int]:
+    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+    analysts = {
+        "analyst": demo_doc()["analysts"]["analyst"],
+        "bob": {"credential": make_verifier("bob"), "budget": {"epsilon": 100}},
+    }
+    policy = make_policy(
+        "stop",
+        tables={
+            "public.slow": private_table("u", columns, rows=1, groups=1),
+            "public.slow20": private_table("u", columns, rows=1, groups=1),
+        },
+        public_tables=[],
+        analysts=analysts,
+    ).policy
+    with served_engine(policy, dsn) as srv:
+        yield srv.port
+
+
+def _running(conn: psycopg.Connection[Any], pid: int) -> None:
+    """Wait until session ``pid`` runs a statement, as seen in (dpsql's) pg_stat_activity."""
+    deadline = time.monotonic() + 60  # (a guard, not a measurement)
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        if row is not None and row[0] == "active":
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"session {pid} never showed as active")
+
+
+def _in_thread(conn: psycopg.Connection[Any], sql: str) -> tuple[threading.Thread, list[Any]]:
+    got: list[Any] = []
+
+    def run() -> None:
+        try:
+            got.append(conn.execute(sql).fetchall())
+        except BaseException as e:
+            got.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, got
+
+
+def test_superset_sql_lab_stop_ends_the_running_statement(port: int) -> None:
+    """Superset's two statements, verbatim: the SQL Lab session's statement ends (57P01, its
+    connection closed, as PostgreSQL's pg_terminate_backend) and Stop's row is true (was: no
+    row, the statement ran to its end)."""
+    with (
+        psycopg.connect(analyst_dsn(port), autocommit=True) as lab,
+        psycopg.connect(analyst_dsn(port), autocommit=True) as stop,
+    ):
+        pid = lab.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        rows = stop.execute("SELECT pid, usename, state, backend_type FROM pg_stat_activity")
+        listed = {r[0]: r[1:] for r in rows.fetchall()}
+        assert listed[pid] == ("analyst", "idle", "client backend"), listed
+        assert len(listed) == 2  # the analyst's two sessions, nothing else
+        t, got = _in_thread(lab, SLOW)
+        _running(stop, pid)
+        done = stop.execute(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='{pid}'"
+        ).fetchall()
+        t.join(60)
+        assert done == [(True,)]
+        assert not t.is_alive() and len(got) == 1
+        assert isinstance(got[0], psycopg.Error), got  # not the answer: the statement stopped
+        assert got[0].sqlstate in ("57P01", None), got[0]  # None: the connection closed first
+        assert lab.closed or lab.broken
+        assert pid not in {r[0] for r in stop.execute("SELECT pid FROM pg_stat_activity")}
+
+
+def test_cancel_backend_of_an_own_session_cancels_its_statement(port: int) -> None:
+    """pg_cancel_backend of another of the analyst's sessions cancels its running statement
+    (57014, the session goes on), as PostgreSQL's (was: false, nothing cancelled)."""
+    with (
+        psycopg.connect(analyst_dsn(port), autocommit=True) as a,
+        psycopg.connect(analyst_dsn(port), autocommit=True) as b,
+    ):
+        pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        t, got = _in_thread(a, SLOW)
+        _running(b, pid)
+        assert b.execute("SELECT pg_cancel_backend(%s)", (pid,)).fetchone() == (True,)
+        t.join(60)
+        assert not t.is_alive() and len(got) == 1
+        assert isinstance(got[0], psycopg.errors.QueryCanceled), got
+        assert a.execute("SELECT 1").fetchone() == (1,)  # the session goes on
+
+
+def test_another_analysts_sessions_are_not_listed_nor_signalled(port: int) -> None:
+    """bob sees only his own session and can't stop the analyst's statement, which answers."""
+    bob_dsn = analyst_dsn(port, "bob", "bob")
+    with (
+        psycopg.connect(analyst_dsn(port), autocommit=True) as a,
+        psycopg.connect(analyst_dsn(port), autocommit=True) as watch,
+        psycopg.connect(bob_dsn, autocommit=True) as bob,
+    ):
+        pid = a.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        own = bob.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        t, got = _in_thread(a, "SELECT SUM(x) FROM slow20")
+        _running(watch, pid)
+        seen = [r[0] for r in bob.execute("SELECT pid FROM pg_stat_activity").fetchall()]
+        assert seen == [own]
+        assert (
+            bob.execute(
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='{pid}'"
+            ).fetchall()
+            == []
+        )
+        assert bob.execute(
+            "SELECT pg_cancel_backend(%s), pg_terminate_backend(%s)", (pid, pid)
+        ).fetchone() == (False, False)
+        t.join(60)
+        assert len(got) == 1 and isinstance(got[0], list), got  # answered, not stopped
