@@ -97,7 +97,7 @@ def unestimated(a: Analysis, s: Statistic) -> str:
         return capped
     if one_row(a) and not clamped_narrower(a, s):
         return f"one row per {unit}: the bounds remove nothing (no estimate is needed)" + (
-            capped_key(a)
+            capped_key(a) + exact_text(a)
         )
     if s.func == "count_distinct" and counts_units(a, s) and not needs_group_rank(a):
         return f"the bounds remove no {unit} from a group here"
@@ -127,7 +127,7 @@ def capped_text(a: Analysis, s: Statistic) -> str:
     """Over a per-unit derived table: what capping each unit's value of a column ``s``
     aggregates (a COUNT at R rows, a SUM at R rows' worth, dpsql.sql.per_unit) can change, not
     estimated; '' when ``s`` reads no capped column."""
-    unit, out = a.private.privacy_unit, []
+    unit, out, lowered, premise = a.private.privacy_unit, [], False, ""
     for key in s.measures:
         m = a.measure(key)
         if not (isinstance(m.arg, exp.Column) and m.arg.name in a.capped_columns):
@@ -137,7 +137,13 @@ def capped_text(a: Analysis, s: Statistic) -> str:
             continue
         lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
         name = m.arg.name
+        if col.type != "bigint":  # a per-unit SUM: its rows' values were clamped too
+            premise = (
+                f" (if every value summed into each {unit}'s {name} lies in its declared range: "
+                "one below it counts as its low end)"
+            )
         if lo < 0:
+            lowered = True
             out.append(f"each {unit}'s {name} is kept within {fmt(lo)} to {fmt(hi)}")
         else:
             out.append(
@@ -146,10 +152,48 @@ def capped_text(a: Analysis, s: Statistic) -> str:
             )
     if not out:
         return ""
+    if s.func in ("sum", "count") and not lowered:  # a cap at or above 0 only lowers a unit's
+        return (  # value, and each unit adds its value (never less than 0) to this answer
+            f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: "
+            f"it {NOISE_ONLY}, NOT what that cap changed (not estimated): {LOWER_ONLY}{premise}, "
+            "so the truth may be above the interval" + exact_text(a)
+        )
     return (
         f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: it "
         f"{NOISE_ONLY}, NOT what that cap changed (not estimated), so the truth may "
-        "lie outside it"
+        "lie outside it" + exact_text(a)
+    )
+
+
+def exact_text(a: Analysis) -> str:
+    """Over a per-unit derived table: its values the statement's conditions compare (WHERE, a
+    CASE's WHEN, a comparison in a key) are each unit's exact values, not the capped ones
+    (dpsql.sql.per_unit.exact_filters); '' when it compares none."""
+    from dpsql.sql.per_unit import EXACT_PREFIX
+
+    nodes: list[exp.Expr] = [a.where] if a.where is not None else []
+    nodes += [g.expr for g in a.group_keys]
+    names = {
+        c.name[len(EXACT_PREFIX) :]
+        for n in nodes
+        for c in n.find_all(exp.Column)
+        if c.name.startswith(EXACT_PREFIX)
+    }
+    if not names:
+        return ""
+    unit = a.private.privacy_unit
+    parts = []
+    for name in sorted(names):
+        col = a.private.columns.get(name)
+        bounds = col.bounds if col is not None and name in a.capped_columns else None
+        parts.append(
+            f"{name} (not capped at {fmt(float(bounds[1]))})"  # type: ignore[arg-type]
+            if bounds is not None
+            else name
+        )
+    return (
+        f"; its conditions (WHERE, CASE WHEN) compare each {unit}'s exact {', '.join(parts)}, "
+        f"as PostgreSQL computes it, so each {unit} is filtered and bucketed by its true value"
     )
 
 
@@ -158,15 +202,21 @@ def capped_key(a: Analysis) -> str:
     unit at the cap or above."""
     out = []
     for g in a.group_keys:
-        if isinstance(g.expr, exp.Column) and g.expr.name in a.capped_columns:
-            col = a.column(g.expr)
-            if col is not None and col.bounds is not None:
-                hi = fmt(float(col.bounds[1]))  # type: ignore[arg-type]
-                out.append(
-                    f"; the group {g.expr.name} = {hi} holds every {a.private.privacy_unit} "
-                    f"with {hi} or more"
-                )
-    return "".join(out)
+        for c in g.expr.find_all(exp.Column):
+            if c.name not in a.capped_columns:
+                continue
+            col = a.column(c)
+            if col is None or col.bounds is None:
+                continue
+            hi = fmt(float(col.bounds[1]))  # type: ignore[arg-type]
+            unit = a.private.privacy_unit
+            out.append(
+                f"; the group {c.name} = {hi} holds every {unit} with {hi} or more"
+                if c is g.expr
+                else f"; the group of {c.name} = {hi} holds every {unit} with {hi} or more "
+                f"({c.name} is capped at {hi} before {plain_sql(g.expr)})"
+            )
+    return "".join(dict.fromkeys(out))
 
 
 def clamped_narrower(a: Analysis, s: Statistic) -> bool:

@@ -108,10 +108,11 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
                 f"names starting with _dpsql_ are reserved ({ident.this})",
                 hint="rename the CTE, alias or column",
             )
-    post, units = lift_units(lift_windows(tree.copy(), policy), policy, analyze)
+    post, units = lift_units(tree.copy(), policy, analyze)
     if units:
         post = prune_ctes(post)  # a per-unit CTE read only as a synthetic table
     policy = with_units(policy, units)
+    post = lift_windows(post, policy)  # (over a per-unit table too: its windows run over groups)
     leaves: list[exp.Select] = []
     links: list[KeyLink | None] = []
     labels: list[str] = []

@@ -1,0 +1,205 @@
+"""Two-level per-user aggregates (dpsql.sql.per_unit, newcomer21 #37): conditions on a
+per-user value read its exact value, HAVING per user, first-purchase cohorts (MIN per user),
+distinct counts per user, windows over the per-user histogram.
+
+Table ``p``: 300 users with one purchase of 10 on a date of their cohort (January, February or
+March, by uid), 40 "whales" with 3 purchases of 450 each (total 1,350, first in June). The
+policy declares R = 2 rows per user, amount in [0, 500]: a user's SUM(amount) is capped at
+2 x 500 = 1,000 before an outer aggregate reads it; its COUNT(*) at 2.
+
+Every answer runs at epsilon 50 (Laplace, scale 1/50 per count: |noise| > 0.5 with probability
+exp(-25) < 1e-10 per cell, so a rounded count IS the truth barring a 1e-6 event over the cells
+these tests read); the truth is PostgreSQL's answer to the same statement. Before this change
+``WHERE t > 1200`` counted 0 (the capped total never passes 1,000, whatever the data) with a
+confident interval and "the bounds remove nothing"; HAVING, MIN(d) per user, COUNT(DISTINCT)
+per user and the window were refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+from typing import Any
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
+from dpsql.policy.model import Policy
+from dpsql.session import SessionContext
+from tests.helpers import ledgered_engine
+
+POLICY = {
+    "version": 1,
+    "dataset": "per_unit_filters",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+    "tables": {
+        "public.p": {
+            "privacy_unit": "uid",
+            "max_rows_per_unit": 2,
+            "max_groups_per_unit": 1,
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "amount": {"type": "numeric", "bounds": [0, 500], "clamp": "bounds"},
+                "cat": {"type": "text", "keys": ["a", "b", "c"]},
+                "d": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
+            },
+        }
+    },
+    "analysts": {"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
+}
+TOTALS = "(SELECT uid, SUM(amount) AS t FROM p GROUP BY uid) u"
+COUNTS = "(SELECT uid, COUNT(*) AS n FROM p GROUP BY uid) s"
+
+
+@pytest.fixture(scope="module")
+def db(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("per_unit_filters")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE p (uid integer NOT NULL, amount numeric, cat text, d date)")
+        conn.execute(
+            "INSERT INTO p SELECT u, 10, 'a', DATE '2025-01-15' + (u % 3) * 31 "
+            "FROM generate_series(1, 300) u"
+        )
+        conn.execute(
+            "INSERT INTO p SELECT u, 450, (ARRAY['a','b','c'])[k], DATE '2025-06-10' + k "
+            "FROM generate_series(1001, 1040) u, generate_series(1, 3) k"
+        )
+    return dsn
+
+
+@pytest.fixture(scope="module")
+def engine(db: str) -> Iterator[Engine]:
+    with ledgered_engine(Policy.model_validate(POLICY), db, "dpsql_per_unit") as e:
+        yield e
+
+
+def _ask(engine: Engine, sql: str) -> tuple[list[str], list[tuple[Any, ...]], list[str]]:
+    s = SessionContext("analyst", Fraction(50), show_intervals=True)
+    r = engine.execute(engine.prepare(sql, "analyst"), s)
+    return [c.name for c in r.columns], [tuple(x) for x in r.rows], list(r.notices)
+
+
+def _truth(dsn: str, sql: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return [tuple(r) for r in conn.execute(sql).fetchall()]
+
+
+def test_a_filter_above_the_cap_counts_the_users_above_it(engine: Engine, db: str) -> None:
+    """``WHERE t > 1200`` compares each user's exact total: the 40 whales (was 0: the total
+    capped at 1,000 never passed), the interval holds it, and the notice says the conditions
+    read the exact value, not the cap."""
+    sql = f"SELECT COUNT(*) AS n FROM {TOTALS} WHERE t > 1200"
+    assert _truth(db, sql) == [(40,)]
+    names, rows, notes = _ask(engine, sql)
+    assert names == ["n", "n_low", "n_high"]
+    ((n, lo, hi),) = rows
+    assert n == 40 and lo <= 40 <= hi, (rows, notes)
+    line = next(x for x in notes if "COUNT(*)" in x and "interval" in x)
+    assert "exact t (not capped at 1,000)" in line, line
+
+
+def test_buckets_above_the_cap(engine: Engine, db: str) -> None:
+    """A CASE histogram of per-user totals with a bucket above the cap: each user in the
+    bucket of its exact total (whale: 40, was 0 with mid 340)."""
+    sql = (
+        "SELECT CASE WHEN t < 100 THEN 'small' WHEN t < 1200 THEN 'mid' ELSE 'whale' END AS b, "
+        f"COUNT(*) AS users FROM {TOTALS} GROUP BY 1 ORDER BY 1"
+    )
+    truth = dict(_truth(db, sql))
+    assert truth == {"small": 300, "whale": 40}
+    _, rows, notes = _ask(engine, sql)
+    got = {r[0]: r[1] for r in rows}
+    assert got == {"mid": 0, "small": 300, "whale": 40}, (rows, notes)
+
+
+def test_a_capped_sum_keeps_its_low_end(engine: Engine, db: str) -> None:
+    """SUM(t) of totals capped at 1,000 (each whale counts 1,000 of its 1,350): the cap only
+    lowers a non-negative total, so _low holds (below the truth 57,000) and _high is NULL,
+    as the notice says (both were NULL)."""
+    sql = f"SELECT SUM(t) AS s FROM {TOTALS}"
+    assert _truth(db, sql) == [(57000,)]
+    _, ((s, lo, hi),), notes = _ask(engine, sql)
+    assert hi is None and lo is not None and lo <= 57000, (s, lo, hi, notes)
+    assert abs(float(s) - 43000) < 1000, s  # 300 x 10 + 40 x 1,000, noise 1,000/50 a unit
+    line = next(x for x in notes if "SUM(t)" in x)
+    assert "capped at 1,000" in line and "they can only lower the answer" in line, line
+
+
+def test_having_per_user(engine: Engine, db: str) -> None:
+    """``GROUP BY uid HAVING COUNT(*) >= 3`` in the derived table keeps a user by its exact
+    count (3 rows, above R = 2): 40 (was 42501 'uid ... can't be used in GROUP BY')."""
+    for sql, want in (
+        ("SELECT COUNT(*) AS n FROM (SELECT uid FROM p GROUP BY uid HAVING COUNT(*) >= 3) h", 40),
+        (
+            "SELECT COUNT(*) AS n FROM (SELECT uid, SUM(amount) AS t FROM p GROUP BY uid "
+            "HAVING SUM(amount) > 100 AND MIN(d) >= DATE '2025-06-01') h",
+            40,
+        ),
+    ):
+        assert _truth(db, sql) == [(want,)], sql
+        _, ((n, lo, hi),), notes = _ask(engine, sql)
+        assert n == want and lo <= want <= hi, (sql, n, lo, hi, notes)
+
+
+def test_first_purchase_cohorts(engine: Engine, db: str) -> None:
+    """MIN(d) per user, counted by the month of it: each month of the year is a public key
+    (d's declared bounds), each user in the month of its first purchase (was 0A000)."""
+    sql = (
+        "SELECT date_trunc('month', f) AS cohort, COUNT(*) AS users FROM (SELECT uid, MIN(d) AS "
+        "f FROM p GROUP BY uid) c GROUP BY 1 ORDER BY 1"
+    )
+    truth = {r[0].date(): r[1] for r in _truth(db, sql)}
+    _, rows, notes = _ask(engine, sql)
+    got = {r[0].date(): r[1] for r in rows}
+    assert len(got) == 12, rows
+    assert {k: v for k, v in got.items() if v} == truth, (rows, truth, notes)
+
+
+def test_distinct_count_per_user_averaged(engine: Engine, db: str) -> None:
+    """COUNT(DISTINCT cat) per user (at most its 3 declared keys), averaged: 1 for 300 users,
+    3 for 40: 1.235 (was 0A000); both interval ends hold (a count of declared keys is not
+    capped)."""
+    sql = "SELECT AVG(c) AS a FROM (SELECT uid, COUNT(DISTINCT cat) AS c FROM p GROUP BY uid) x"
+    ((truth,),) = _truth(db, sql)
+    _, ((a, lo, hi),), notes = _ask(engine, sql)
+    assert abs(float(a) - float(truth)) < 0.02, (a, truth)
+    assert lo is not None and hi is not None and lo <= truth <= hi, (a, lo, hi, notes)
+
+
+def test_window_over_the_per_user_histogram(engine: Engine, db: str) -> None:
+    """Users by purchase count with a running total (a window over the outer groups; was
+    42501 'window functions over private rows'). R = 2: the bucket 2 holds every user with 2
+    or more, which the notice says."""
+    sql = (
+        f"SELECT n, COUNT(*) AS users, SUM(COUNT(*)) OVER (ORDER BY n) AS cum FROM {COUNTS} "
+        "GROUP BY n ORDER BY n"
+    )
+    _, rows, notes = _ask(engine, sql)
+    assert [(r[0], r[1], int(r[2])) for r in rows] == [(1, 300, 300), (2, 40, 340)], rows
+    assert any("the group n = 2 holds every uid with 2 or more" in x for x in notes), notes
+
+
+def test_a_count_compared_below_its_cap_still_narrows_the_keys(engine: Engine) -> None:
+    """``WHERE n >= 2 GROUP BY n``: the same users pass on the capped count, so the declared
+    keys 1..R are narrowed to 2 as before (one row, not R)."""
+    _, rows, _ = _ask(engine, f"SELECT n, COUNT(*) AS users FROM {COUNTS} WHERE n >= 2 GROUP BY n")
+    assert [r[:2] for r in rows] == [(2, 40)], rows
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM (SELECT uid FROM p GROUP BY uid HAVING uid > 5) h",
+        "SELECT COUNT(*) FROM (SELECT uid FROM p GROUP BY uid HAVING MAX(uid) > 5) h",
+        "SELECT AVG(t) FROM (SELECT uid, MIN(cat) AS t FROM p GROUP BY uid) h",
+    ],
+)
+def test_who_a_user_is_stays_private(engine: Engine, sql: str) -> None:
+    """HAVING compares what each user did, never who it is; MIN per user of a column without
+    bounds is refused as before. Nothing is charged."""
+    with pytest.raises(DpsqlError) as e:
+        engine.prepare(sql, "analyst")
+    assert e.value.sqlstate in ("0A000", "42501"), (sql, e.value.sqlstate)
+    assert e.value.hint, sql
