@@ -35,7 +35,12 @@ from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.nodes import table as table_node
 from dpsql.sql.post_guards import check_constant_divisors, guard
-from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
+from dpsql.sql.refusal_text import (
+    raw_column,
+    row_list_refusal,
+    star_refusal,
+    window_over_rows,
+)
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 from dpsql.sql.wording import plain_sql
 
@@ -437,6 +442,12 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     keys = narrowed
     outer = _Outer(ctx, keys, sets)
     selects: list[exp.Expr] = []
+    if not keys and not sets and not joins and ctx.private is not None:
+        rows = row_list_refusal(
+            ctx.table, ctx.private, list(tree.expressions), where.this if where else None
+        )
+        if rows is not None:
+            raise rows
     for s in tree.expressions:
         name = _output_name(s)
         body = s.this if isinstance(s, exp.Alias) else s

@@ -127,6 +127,60 @@ def star_refusal(qualified: str, table: PrivateTable) -> PrivacyViolation:
     )
 
 
+def row_list_refusal(
+    qualified: str, table: PrivateTable, items: list[exp.Expr], where: exp.Expr | None = None
+) -> PrivacyViolation | None:
+    """A select list of two or more plain columns of private table ``qualified`` with no
+    aggregate and no GROUP BY (a table preview: Superset's ``SELECT id, user_id, email, ...
+    LIMIT 100``, an ORM's ``SELECT t.id, t.col ... FROM t``): refused as the raw rows it asks
+    for, as ``SELECT *`` is (it was refused on its first identifier, with a hint to count it),
+    with an aggregate over the same columns and filter as the example; None for any other
+    select list.
+
+    >>> from dpsql.demo import POLICY
+    >>> from dpsql.policy import load_policy
+    >>> import sqlglot
+    >>> t = load_policy(POLICY).private_table("public.purchases")
+    >>> q = sqlglot.parse_one("SELECT email, category, amount FROM purchases WHERE amount > 400")
+    >>> e = row_list_refusal("public.purchases", t, q.expressions, q.args["where"].this)
+    >>> e.message, e.hint
+    ('SELECT email, category, amount would return raw rows of private table purchases', 'ask for aggregates over them, e.g. SELECT category, COUNT(*), AVG(amount) FROM purchases WHERE amount > 400 GROUP BY category; to see its columns: SELECT * FROM purchases LIMIT 0')
+    """
+    cols: list[str] = []
+    for e in items:
+        body = e.this if isinstance(e, exp.Alias) else e
+        if not isinstance(body, exp.Column) or isinstance(body.this, exp.Star):
+            return None
+        if body.name not in table.columns:
+            return None
+        cols.append(body.name)
+    if len(cols) < 2:
+        return None
+    name = qualified.removeprefix("public.")
+    shown = ", ".join(cols) if len(cols) <= 4 else ", ".join(cols[:3]) + ", ..."
+    declared = [table.columns[c] for c in cols]
+    keys = [c for c, v in zip(cols, declared, strict=True) if v.keys or v.keys_from][:2]
+    num = next(
+        (
+            c
+            for c, v in zip(cols, declared, strict=True)
+            if v.bounds is not None and v.family in ("integer", "numeric") and not v.identifier
+        ),
+        None,
+    )
+    parts = [*keys, "COUNT(*)"] + ([f"AVG({num})"] if num else [])
+    example = f"SELECT {', '.join(parts)} FROM {name}"
+    if where is not None:
+        example += f" WHERE {_short(plain_sql(where))}"
+    if keys:
+        example += f" GROUP BY {', '.join(keys)}"
+    return PrivacyViolation(
+        f"SELECT {shown} would return raw rows of private table {name}",
+        hint=f"ask for aggregates over them, e.g. {example}; to see its columns: "
+        f"SELECT * FROM {name} LIMIT 0",
+    )
+
+
 def answer_in_expression(block: exp.Select, sub: exp.Expr, inner: exp.Select) -> UnsupportedSql:
     """``sub`` (a placeholder of the aggregate ``inner``) is read inside an expression of the
     private ``block`` (WHERE, HAVING, the select list), not joined to it."""

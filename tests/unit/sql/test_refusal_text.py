@@ -57,6 +57,25 @@ RAW = [  # (statement, sqlstate, words of the message, the statement the hint su
      "amount is not a GROUP BY key of this query", None),
     ("SELECT r.name, COUNT(*) FROM purchases p JOIN regions r ON r.code = p.region", "42501",
      "name of public table regions is not a GROUP BY key", None),
+    # a table preview (BI corpus #51: Superset's dataset preview; #110: an ORM's query; #41:
+    # a raw-mode table chart; #86: pandas read_sql): the raw rows it asks for, with an
+    # aggregate over its own columns and filter (was: its first identifier, 'count them
+    # instead: SELECT COUNT(DISTINCT id)')
+    ("SELECT id AS id, user_id AS user_id, email AS email, category AS category, region AS "
+     "region, amount AS amount, quantity AS quantity, purchased_at AS purchased_at FROM "
+     "public.purchases LIMIT 100", "42501",
+     "SELECT id, user_id, email, ... would return raw rows of private table purchases",
+     "SELECT category, region, COUNT(*), AVG(amount) FROM purchases GROUP BY category, region"),
+    ("SELECT purchases.id, purchases.user_id, purchases.email, purchases.category FROM purchases",
+     "42501", "SELECT id, user_id, email, category would return raw rows of private table purchases",
+     "SELECT category, COUNT(*) FROM purchases GROUP BY category"),
+    ("SELECT category AS category, region AS region, amount AS amount, purchased_at AS "
+     "purchased_at FROM public.purchases LIMIT 1000", "42501",
+     "SELECT category, region, amount, purchased_at would return raw rows",
+     "SELECT category, region, COUNT(*), AVG(amount) FROM purchases GROUP BY category, region"),
+    ("SELECT email, amount FROM purchases WHERE amount > 400", "42501",
+     "SELECT email, amount would return raw rows of private table purchases",
+     "SELECT COUNT(*), AVG(amount) FROM purchases WHERE amount > 400"),
 ]  # fmt: skip
 
 
