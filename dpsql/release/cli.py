@@ -131,6 +131,20 @@ def _common(p: argparse.ArgumentParser, columns: bool = True) -> None:
         help="bins of a numeric column: a width over its declared bounds, or increasing edges "
         "(default: 10 bins over the bounds); repeat for several columns",
     )
+    p.add_argument(
+        "--rows-per-unit",
+        type=int,
+        metavar="R",
+        help="for a table whose max_rows_per_unit is auto: the rows of one privacy unit counted "
+        "(in each cell for a histogram, in all for synthetic data and ranges); more are left out",
+    )
+    p.add_argument(
+        "--cells-per-unit",
+        type=int,
+        metavar="G",
+        help="histogram, for a table whose max_groups_per_unit is auto: the cells one privacy "
+        "unit counts in at most",
+    )
     p.add_argument("--epsilon", type=float, required=True)
     p.add_argument("--delta", type=float, help="delta (histogram: > 0 selects Gaussian noise)")
     p.add_argument("--out", type=Path, required=True, help="output directory")
@@ -227,6 +241,8 @@ def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
                 replace=args.replace,
                 console=console,
                 progress=not args.no_progress,
+                rows_per_unit=args.rows_per_unit,
+                cells_per_unit=args.cells_per_unit,
             ),
             **changes,
         )
@@ -344,6 +360,8 @@ def _print_written(w: Any, what: str) -> None:
         f"[green]released[/green] {what}: epsilon={p['epsilon']:g}, delta={p['delta']:g}, "
         f"{p['mechanism']}; ledger release #{w.release_id}"
     )
+    if p.get("counts"):
+        console.print(f"  count = {p['counts']}", markup=False)
     for f in w.files:
         console.print(f"  {f}")
     if w.table:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace as with_changes
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from dpsql.release.outputs import (
     write_pg_table,
     write_table,
 )
-from dpsql.release.source import Bound, bounded_counts
+from dpsql.release.source import Bound, bounded_counts, counted
 from dpsql.release.spec import Source, check_epsilon, resolve_source
 
 
@@ -68,15 +69,38 @@ class Job:
     replace: bool = False
     console: Console | None = None
     progress: bool = True
+    # the numbers for a policy's ``auto`` contribution bounds (dpsql.release.source): R, G
+    rows_per_unit: int | None = None
+    cells_per_unit: int | None = None
 
     def target(self) -> str | None:
         """The checked ``to_table`` (refused before anything is charged), or None."""
         return check_target(self.policy, self.to_table) if self.to_table else None
 
     def source(self, columns: Sequence[str]) -> Source:
-        """``columns`` of the table resolved under the analyst's view of the policy."""
-        return resolve(self.policy.for_analyst(self.analyst), self.upstream, self.table, columns,
-                       self.bins)  # fmt: skip
+        """``columns`` of the table resolved under the analyst's view of the policy, with the
+        job's numbers for its ``auto`` contribution bounds (a fixed one is the policy's: a
+        number given for it is refused)."""
+        src = resolve(self.policy.for_analyst(self.analyst), self.upstream, self.table, columns,
+                      self.bins)  # fmt: skip
+        p, update = src.private, {}
+        for option, key, n in (
+            ("--rows-per-unit", "max_rows_per_unit", self.rows_per_unit),
+            ("--cells-per-unit", "max_groups_per_unit", self.cells_per_unit),
+        ):
+            if n is None:
+                continue
+            if getattr(p, key) != "auto" or p.row_privacy:
+                raise InvalidParameter(
+                    f"{option} {n}: {src.table}'s {key} is not auto in the policy "
+                    f"({'privacy_unit: row' if p.row_privacy else getattr(p, key)})",
+                    hint=f"drop {option}: the policy's number is used",
+                )
+            if n < 1:
+                raise InvalidParameter(f"{option} must be at least 1, got {n}",
+                                       hint=f"pass {option} 1 or more")  # fmt: skip
+            update[key] = n
+        return with_changes(src, private=p.model_copy(update=update)) if update else src
 
     def steps(self, names: list[str]) -> Steps:
         """The progress display over the release's named steps."""
@@ -172,6 +196,7 @@ def histogram_meta(plan: HistogramPlan, hist: Histogram, release_id: int | None)
                 "rows_per_unit_per_cell": plan.bound.rows,
                 "cells_per_unit": plan.bound.cells,
             },
+            "counts": counted(src, plan.bound),
             "ledger_release_id": release_id,
         },
         "levels": levels,

@@ -28,7 +28,7 @@ from dpsql.release.hierarchy import (
 )
 from dpsql.release.jobs import Job, Written, meta_header
 from dpsql.release.outputs import OutColumn, write_table
-from dpsql.release.source import Bound, bounded_counts
+from dpsql.release.source import Bound, bounded_counts, counted
 from dpsql.release.spec import Source, check_epsilon
 
 
@@ -102,6 +102,7 @@ def _meta(
             ),
             "privacy_unit": src.private.privacy_unit,
             "contribution_bound": {"rows_per_unit": bound.rows},
+            "counts": counted(src, bound),
             "ledger_release_id": release_id,
         },
         "node_noise_std": plan.mechanism.std,

@@ -11,8 +11,11 @@ Two ways to bound what one privacy unit adds to the vector x of cell counts:
   PostgreSQL). Every marginal of x then moves by at most R in L1 and in L2.
 
 With ``privacy_unit: row`` no bounding is needed (R = G = 1). A policy's ``auto`` bound (chosen
-per query by the engine) is 1 here, as the policy's default was before ``auto``: declare a number
-for releases that need more. The SQL is composed with
+per query by the engine from the data) is refused here unless the release names a number
+(``--rows-per-unit`` / ``--cells-per-unit``, :class:`dpsql.release.jobs.Job`): a published count
+must say what it counts, and R = 1 (the engine's default before ``auto``) counts people, not
+rows (newcomer21 #29: the demo's sex x educ cells 88 "count" where the table has 216 rows). The
+SQL is composed with
 :mod:`psycopg.sql` (identifiers and literals quoted by psycopg), runs in a read-only transaction
 with a statement timeout, and an upstream error keeps only its SQLSTATE class.
 """
@@ -25,7 +28,7 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
-from dpsql.errors import QueryCanceled, sanitized_upstream
+from dpsql.errors import InvalidParameter, QueryCanceled, sanitized_upstream
 from dpsql.release.spec import Source
 
 
@@ -39,12 +42,57 @@ class Bound:
 
     @classmethod
     def for_source(cls, src: Source, mode: str) -> Bound:
+        """The bounds of the table's policy (with the release's numbers for ``auto``).
+
+        Raises:
+            InvalidParameter: 22023, a bound the release needs is ``auto``.
+        """
         p = src.private
         if p.row_privacy:
             return cls(mode, 1, 1)
+        auto = ["max_rows_per_unit"] if p.max_rows_per_unit == "auto" else []
+        if mode == "per_cell" and p.max_groups_per_unit == "auto":
+            auto.append("max_groups_per_unit")
+        if auto:
+            raise _auto_refused(src, auto)
         if mode == "per_cell":
             return cls(mode, p.rows_bound, min(p.groups_bound, src.cells))
         return cls(mode, p.rows_bound, 1)
+
+
+def _auto_refused(src: Source, auto: list[str]) -> InvalidParameter:
+    unit = src.private.privacy_unit
+    options = {
+        "max_rows_per_unit": "--rows-per-unit R",
+        "max_groups_per_unit": "--cells-per-unit G",
+    }
+    return InvalidParameter(
+        f"{src.table} has {' and '.join(f'{a}: auto' for a in auto)} in the policy (chosen per "
+        "query by the engine, from the data); a release is computed once and published, so it "
+        "needs the number",
+        detail=f"each {unit} counts at most R of its rows in a cell and in at most G cells: a "
+        f"{unit} with more rows counts less, so the released counts are of rows kept that way "
+        f"(R = 1 counts {unit} values, not rows)",
+        hint=f"pass {' '.join(options[a] for a in auto)} (for instance the most rows one {unit} "
+        "has in a cell, and the cells it spans; the noise grows with R x G), or declare the "
+        f"numbers for {src.table} in the policy",
+    )
+
+
+def counted(src: Source, bound: Bound) -> str:
+    """What a released count counts, in words (the CLI, the JSON sidecar)."""
+    p = src.private
+    if p.row_privacy:
+        return f"rows of {src.table}"
+    unit = p.privacy_unit
+    rows = "1 row" if bound.rows == 1 else f"{bound.rows} rows"
+    if bound.mode == "per_unit":
+        return f"rows of {src.table}, at most {rows} of each {unit} (the others left out)"
+    cells = "1 cell" if bound.cells == 1 else f"{bound.cells} cells"
+    return (
+        f"rows of {src.table}, at most {rows} of each {unit} in a cell and in at most {cells} "
+        f"per {unit} (the others left out)"
+    )
 
 
 def _table(name: str) -> pgsql.Identifier:

@@ -21,7 +21,7 @@ from scipy import stats
 from dpsql.budget.ledger import Ledger
 from dpsql.cli import main
 from dpsql.dp.mechanisms import Gaussian, Laplace
-from dpsql.errors import BudgetExhausted
+from dpsql.errors import BudgetExhausted, InvalidParameter
 from dpsql.release.histogram import LevelPlan, measure, plan_histogram, postprocess
 from dpsql.release.jobs import Job, resolve, run_histogram
 from dpsql.release.source import Bound, bounded_counts
@@ -247,23 +247,67 @@ def test_budget_refusal_writes_nothing(people: str, pol, tmp_path: Path) -> None
         ledger.close()
 
 
-def test_cli_on_the_demo(demo_dsn: str, make_db: Callable[[str], str], tmp_path: Path) -> None:
-    """The demo policy: keys_from a public table, G x R bounding of the heavy users."""
+def test_cli_on_the_demo(
+    demo_dsn: str, make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo policy (max_rows_per_unit and max_groups_per_unit: auto): keys_from a public
+    table, G x R bounding of the heavy users with the numbers the owner gives; the CLI and the
+    JSON say what a count counts."""
     from dpsql.demo import POLICY
-    from dpsql.policy import load_policy
 
     ledger = make_db("release_ledger")
     out = tmp_path / "demo"
     argv = ["release", "histogram", "--policy", str(POLICY), "--upstream", demo_dsn,
             "--ledger", ledger, "--table", "purchases", "--columns", "region,category",
+            "--rows-per-unit", "16", "--cells-per-unit", "5",
             "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     meta = json.loads((out / "histogram.json").read_text())
     assert meta["axes"][0]["keys"] == ["C", "E", "N", "S", "W"]  # from public.regions
-    t = load_policy(POLICY).tables["public.purchases"]
-    r, g = t.rows_bound, min(t.groups_bound, 25)  # auto is 1 for releases (release/source.py)
     assert meta["privacy"]["contribution_bound"] == {
-        "rows_per_unit_per_cell": r, "cells_per_unit": g,
+        "rows_per_unit_per_cell": 16, "cells_per_unit": 5,
     }  # fmt: skip
-    assert meta["levels"][0]["sensitivity"] == str(r * g)
+    assert meta["levels"][0]["sensitivity"] == str(16 * 5)
+    counts = (
+        "rows of public.purchases, at most 16 rows of each user_id in a cell and in at most 5 "
+        "cells per user_id (the others left out)"
+    )
+    assert meta["privacy"]["counts"] == counts
+    assert f"count = {counts}" in " ".join(capsys.readouterr().out.split())
     assert _one(ledger, "SELECT count(*) FROM dpsql.release WHERE state = 'committed'")[0][0] == 1
+
+
+def test_auto_bounds_are_refused_with_words_asking_for_numbers(
+    demo_dsn: str, make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """newcomer21 #29: the demo policy's ``auto`` bounds were 1 in a release, so the sex x educ
+    histogram published 88 as the "count" of a cell with 216 rows (the pid with a row there),
+    with an error_95 of 6.5 and nothing saying so. A release now asks for the numbers (22023,
+    before any budget is charged, nothing written); a number for a bound the policy fixes is
+    refused too."""
+    from dpsql.demo import POLICY
+
+    ledger = make_db("release_auto")
+    out = tmp_path / "auto"
+    argv = ["release", "histogram", "--policy", str(POLICY), "--upstream", demo_dsn,
+            "--ledger", ledger, "--table", "pums", "--columns", "sex,educ",
+            "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        "ERROR 22023: public.pums has max_rows_per_unit: auto and max_groups_per_unit: auto" in said
+    )
+    assert "R = 1 counts pid values, not rows" in said
+    assert "--rows-per-unit R --cells-per-unit G" in said
+    assert main([*argv, "--rows-per-unit", "4"]) == 1  # G still auto
+    assert "max_groups_per_unit: auto" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())
+    assert _one(ledger, "SELECT count(*) FROM dpsql.release")[0][0] == 0
+
+
+def test_a_number_for_a_fixed_bound_is_refused(people: str, pol, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    job = Job(pol, people, table="people", epsilon=1.0, out_dir=tmp_path / "o", progress=False,
+              rows_per_unit=5)  # fmt: skip
+    with pytest.raises(InvalidParameter) as e:
+        job.source(["sex"])
+    assert "max_rows_per_unit is not auto in the policy (2)" in e.value.message

@@ -40,6 +40,7 @@ def _argv(demo_dsn: str, ledger: str, out: Path) -> list[str]:
 
     return ["release", "histogram", "--policy", str(POLICY), "--upstream", demo_dsn,
             "--ledger", ledger, "--table", "pums", "--columns", "sex,educ",
+            "--rows-per-unit", "4", "--cells-per-unit", "4",
             "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
 
 
