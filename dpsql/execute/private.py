@@ -210,14 +210,14 @@ def run_private(
     # identical statement run at once waits, then finds the choices and the answer stored (a
     # free repeat) instead of choosing and answering again (newcomer21 #28: 4 sessions, 4
     # charges for one answer)
-    with one_release(_slot(engine, session, key), cancel):
+    with one_release(slot(engine, session, key), cancel):
         if pend.missing:  # read again: the statement waited for may have stored them
             pend = auto_bounds.pending(engine, prepared, session, a)
             pend = auto_bounds.with_fallbacks(engine, prepared, session, pend, plan.epsilon)
         return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
 
 
-def _slot(engine: EngineContext, session: SessionContext, key: str) -> str:
+def slot(engine: EngineContext, session: SessionContext, key: str) -> str:
     """The in-flight slot of a repeat key: an identical statement whose release this one may
     read (the same analyst's, or any analyst's with ``repeats: global``) waits for it. Another
     analyst's is never read, so waiting for it would only tell this one that it runs (and when
@@ -441,7 +441,7 @@ def _run_planned(
     if ledger is None or key is None or in_slot:
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
-    with one_release(_slot(engine, session, key), cancel):
+    with one_release(slot(engine, session, key), cancel):
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
 

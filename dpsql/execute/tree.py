@@ -37,6 +37,7 @@ from dpsql.execute.auto_bounds import choose_reserved
 from dpsql.execute.auto_bounds_text import notice
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.finish import say_stored
+from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release
 from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import PrivateQuery, TreeQuery
@@ -52,6 +53,7 @@ from dpsql.execute.private import (
     payload,
     release_measured,
     settle_failed,
+    slot,
 )
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
 from dpsql.execute.tree_intervals import (
@@ -93,7 +95,45 @@ def run_tree(
     params: Sequence[object],
     cancel: CancelToken | None,
 ) -> Result:
-    """Charge once, release every leaf, post-process in PostgreSQL (module docstring)."""
+    """Charge once, release every leaf, post-process in PostgreSQL (module docstring).
+
+    An identical statement in flight in another session (a dashboard's tiles) is waited for
+    (:func:`dpsql.execute.in_flight.one_release`, the flat path's slot): its leaves' bounds
+    and answers are then stored, and this one's are free repeats (newcomer21 #28: three
+    sessions at once were charged three times for one answer)."""
+    if engine.ledger is None:
+        return _run_tree(engine, prepared, session, params, cancel)
+    with one_release(slot(engine, session, _tree_key(engine, prepared, session, params)), cancel):
+        return _run_tree(engine, prepared, session, params, cancel)
+
+
+def _tree_key(
+    engine: EngineContext, prepared: TreeQuery, session: SessionContext, params: Sequence[object]
+) -> str:
+    """What makes two tree statements the same release: the canonical statement, parameters,
+    the session's privacy settings and the analyst's view (only a slot's name: two statements
+    sharing it just run one after the other)."""
+    from dpsql.sql.canonical import cache_key as canonical_key
+    from dpsql.sql.canonical import canonical
+
+    memo = ("tree-canonical", id(prepared.tree))
+    hit = engine.caches.sql.get(memo)
+    if hit is None or hit[0] is not prepared.tree:
+        hit = (prepared.tree, canonical(prepared.tree))  # holds the tree: its id can't be reused
+        engine.caches.sql.remember(memo, hit)
+    return canonical_key(
+        hit[1], params, session.epsilon or 0, session.delta or 0, f"tree:{session.mechanism}",
+        extra=engine.repeat_digest(prepared.scope),
+    )  # fmt: skip
+
+
+def _run_tree(
+    engine: EngineContext,
+    prepared: TreeQuery,
+    session: SessionContext,
+    params: Sequence[object],
+    cancel: CancelToken | None,
+) -> Result:
     from dpsql.execute import shadows
 
     sp, probes = bound_split(engine, prepared, params)

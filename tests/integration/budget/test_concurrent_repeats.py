@@ -169,3 +169,46 @@ def test_concurrent_statements_choosing_auto_bounds_are_charged_once(
         "committed", "repeat", "repeat", "repeat",
     ], rows  # fmt: skip
     assert sum(h.mechanism == "auto_bound" for h in rows) == 2, rows  # chosen once
+
+
+TREE_SQL = (
+    "SELECT category, SUM(revenue) FROM (SELECT category, region, SUM(amount) AS revenue "
+    "FROM purchases WHERE quantity <= 6 GROUP BY 1, 2) t GROUP BY category"
+)
+
+
+def test_concurrent_statements_of_several_parts_are_charged_once(
+    demo_dsn: str, demo_policy_auto: Any
+) -> None:
+    """The same for a statement of several parts (a virtual dataset re-aggregated: a tree
+    statement, dpsql.execute.tree), which took no in-flight slot at all: three sessions at once
+    were charged three times for one answer."""
+    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_cr{uuid.uuid4().hex[:8]}")
+    try:
+        with served_engine(demo_policy_auto, demo_dsn, ledger=ledger) as srv:
+            conns = [psycopg.connect(analyst_dsn(srv.port), autocommit=True) for _ in range(3)]
+            try:
+                for c in conns:
+                    c.execute("SET dpsql.epsilon = 0.2")
+                before = _dataset_spent(ledger)
+                barrier = threading.Barrier(len(conns))
+                answers: list[Any] = [None] * len(conns)
+
+                def run(i: int) -> None:
+                    barrier.wait()
+                    answers[i] = sorted(conns[i].execute(TREE_SQL).fetchall())
+
+                threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(timeout=120)
+                assert all(a is not None for a in answers), answers
+                spent = _dataset_spent(ledger) - before
+            finally:
+                for c in conns:
+                    c.close()
+    finally:
+        ledger.close()
+    assert all(a == answers[0] for a in answers)
+    assert spent == Fraction(1, 5), spent  # one statement's epsilon, charged once
