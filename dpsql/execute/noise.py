@@ -41,7 +41,7 @@ from dpsql.execute.bias import (
 from dpsql.execute.disowned import Disowned, owned
 from dpsql.execute.key_texts import canonical_rows, check_declared, key_name
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.intervals import derived_intervals
+from dpsql.sql.intervals import derived_intervals, derived_outputs
 from dpsql.sql.plan import MeasurePlan, Plan
 from dpsql.sql.postprocess import derive
 from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket
@@ -219,10 +219,35 @@ def release(
         intervals,
         derived,
         confidence,
-        acc.notes + capped,
+        acc.notes + capped + _one_end_notes(a, derived),
         halves,
         derived_halves,
     )
+
+
+def _one_end_notes(a: Analysis, derived: Ivs) -> tuple[str, ...]:
+    """Which expressions over a statistic whose notice keeps one end only kept that end (in
+    which rows): their other interval column is NULL, and the words say why."""
+    out = []
+    for k, (pos, _, sis) in enumerate(derived_outputs(a)):
+        ends = [iv for row in derived if k < len(row) and (iv := row[k]) is not None]
+        for gone, kept, side, end in (
+            ("_high", "_low", "at or above", 1),
+            ("_low", "_high", "at or below", 0),
+        ):
+            n = sum(1 for iv in ends if math.isinf(iv[end]))
+            if not n:
+                continue
+            where = f" in {n:,} of {len(derived):,} rows" if a.group_keys else ""
+            reads = ", ".join(dict.fromkeys(a.statistics[si].sql for si in sis))
+            name = a.outer.expressions[pos].alias_or_name
+            out.append(
+                f"interval columns: {name}{gone} is NULL{where}: {name} is computed from "
+                f"{reads}, whose accuracy notice (above) keeps one end only, so nothing bounds "
+                f"it on that side; {name}{kept} still holds at the stated level (the truth is "
+                f"{side} it)"
+            )
+    return tuple(out)
 
 
 Ivs = list[list[tuple[float, float] | None]]
@@ -289,18 +314,32 @@ def _derived(
     if not disowned or not derived or not any(derived):
         return derived, []
     every = rounded(derived_intervals(a, rows, confidence, interval))
-    return derived, [[None if iv is None else _half(iv) for iv in row] for row in every]
+    halves = [[None if iv is None else _half(iv) for iv in row] for row in every]
+    # a one-ended interval's end rounds outwards at the step of the interval it would have
+    derived = [
+        [_one_end_rounded(iv, hw) for iv, hw in zip(row, hrow, strict=True)]
+        for row, hrow in zip(derived, halves, strict=True)
+    ]
+    return derived, halves
+
+
+def _one_end_rounded(iv: tuple[float, float] | None, hw: float | None) -> Any:
+    if iv is None or hw is None or all(map(math.isfinite, iv)):
+        return iv
+    lo, hi = round_outwards((iv[0] if math.isfinite(iv[0]) else iv[1],) * 2, hw)
+    return (lo, iv[1]) if math.isfinite(iv[0]) else (iv[0], hi)
 
 
 def _held(
     disowned: Disowned, interval: Callable[[int, int, float], tuple[float, float] | None]
 ) -> Callable[[int, int, float], tuple[float, float] | None]:
-    """``interval``, None where the accuracy notice disowns it (an expression over it has no
-    interval either, even where one end of it still holds: interval arithmetic needs both)."""
+    """``interval`` as its columns show it (:func:`~dpsql.execute.disowned.owned`): None where
+    the accuracy notice disowns it, the end that still holds with an infinite other end where
+    one does (an expression over it keeps that end where it is monotone in it:
+    :mod:`dpsql.sql.intervals`)."""
 
     def held(r: int, si: int, level: float) -> tuple[float, float] | None:
-        d = disowned.get(si)
-        return None if d is not None and d.at(r) is not None else interval(r, si, level)
+        return owned(disowned, r, si, interval(r, si, level))
 
     return held
 

@@ -9,6 +9,17 @@ so the interval is honest at the session's confidence, conservative (never optim
 Supported: literals, the statistics, + - * /, unary minus, parentheses, casts and ROUND / FLOOR /
 CEIL / TRUNC (widened to whole units, which covers any rounding and integer division). Anything
 else (CASE, functions, group keys) gets no interval; the engine says so in a notice.
+
+An infinite end is no bound on that side: a statistic whose accuracy notice keeps one end only
+(a COUNT's ``_low`` where the bounds may have left out any number of rows:
+:mod:`dpsql.execute.disowned`) enters as ``(low, inf)``. Sums, differences, negation, scaling
+by a constant and the monotone functions carry it (``COUNT(*) * 2``, ``COUNT(*) + 1``,
+``SUM(x) - 10`` keep ``_low``; ``-COUNT(*)`` keeps ``_high``); a product or a quotient of two
+intervals has no end once one of them is unbounded (a corner ``0 * inf`` bounds nothing), as in
+a tree statement (:mod:`dpsql.sql.interval_sql`). The true value lies between the ends whenever
+each statistic lies in its own (the inclusion property of interval arithmetic, with the
+extended reals: a low end is finite or -inf, a high end finite or +inf, so no sum or difference
+of ends is ``inf - inf``).
 """
 
 from __future__ import annotations
@@ -132,16 +143,21 @@ def eval_interval(
         r = ev(node.this)
         if isinstance(node, exp.Cast) and node.to.this not in INTEGER_TYPES:
             return r
-        return (math.floor(r[0]), math.ceil(r[1])) if r else None
+        return (_whole(r[0], math.floor), _whole(r[1], math.ceil)) if r else None
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         a, b = ev(node.this), ev(node.expression)
         if a is None or b is None:
             return None
         out = _arith(node, a, b)
         if out is not None and isinstance(node, exp.Div) and is_integer(node, int_stats):
-            return math.floor(out[0]), math.ceil(out[1])  # truncating integer division
+            return _whole(out[0], math.floor), _whole(out[1], math.ceil)  # truncating division
         return out
     return None
+
+
+def _whole(x: float, rounding: Callable[[float], int]) -> float:
+    """``x`` rounded to a whole number (an infinite end stays: no bound on that side)."""
+    return float(rounding(x)) if math.isfinite(x) else x
 
 
 def _arith(node: exp.Expr, a: Iv, b: Iv) -> Iv | None:
@@ -149,6 +165,15 @@ def _arith(node: exp.Expr, a: Iv, b: Iv) -> Iv | None:
         return a[0] + b[0], a[1] + b[1]
     if isinstance(node, exp.Sub):
         return a[0] - b[1], a[1] - b[0]
+    if not all(map(math.isfinite, (*a, *b))):
+        # an unbounded end: scaling by a constant carries it, a product or a quotient of two
+        # intervals bounds nothing (module doc)
+        if isinstance(node, exp.Mul) and a[0] == a[1]:
+            a, b = b, a  # the constant second
+        if b[0] != b[1] or not math.isfinite(b[0]) or b[0] == 0:
+            return None
+        c = b[0] if isinstance(node, exp.Mul) else 1 / b[0]
+        return (a[0] * c, a[1] * c) if c > 0 else (a[1] * c, a[0] * c)
     if isinstance(node, exp.Div):
         if b[0] <= 0 <= b[1]:
             return None  # the divisor may be 0: no finite interval
@@ -177,5 +202,13 @@ def derived_intervals(
         for r in range(rows):
             ivs = {si: stat_interval(r, si, level) for si in sis}
             got = eval_interval(body, ivs, ints)
-            table[r].append(got if got is None or all(map(math.isfinite, got)) else None)
+            table[r].append(got if got is not None and _bounded(got) else None)
     return table
+
+
+def _bounded(iv: Iv) -> bool:
+    """An interval with at least one finite end (the other may be unbounded: module doc)."""
+    lo, hi = iv
+    if math.isnan(lo) or math.isnan(hi) or lo == math.inf or hi == -math.inf:
+        return False
+    return math.isfinite(lo) or math.isfinite(hi)
