@@ -14,6 +14,7 @@ intervals only; integer, text, boolean and NULL values are untouched.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from sqlglot import exp
 
 from dpsql.execute.bias import round_nearest
 from dpsql.execute.noise import Release
-from dpsql.execute.tree_rounding import half_widths, relative_resolution, round_value
+from dpsql.execute.tree_rounding import half_widths, relative_resolution, round_value, whole
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.intervals import derived_outputs, stat_index
 from dpsql.sql.postprocess import stat_outputs
@@ -52,7 +53,10 @@ def round_outputs(
         for pos, sis in reads.items():
             k = derived.get(pos)
             iv = rel.derived[rid][k] if rid is not None and k is not None and rel.derived else None
-            if iv is not None:
+            if whole(cells[pos]):  # adds up with what it is computed from (tree_rounding.whole)
+                cells[pos] = round_value(cells[pos], 0.0)
+                continue
+            if iv is not None and all(map(math.isfinite, iv)):
                 cells[pos] = round_nearest(cells[pos], (iv[1] - iv[0]) / 2)
                 continue
             half = (  # its interval disowned (NULL columns): the noise's resolution stays
