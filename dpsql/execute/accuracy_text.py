@@ -162,13 +162,26 @@ def accuracy_notes(
             if answer > 0 and total > spread and total > 0
             else ""
         )  # a percentage only where the estimate is above its noise
-        parts = [f"a noisy estimate, ±{fmt(spread)}"] if grouped else []
-        parts += [share] if share else []
-        estimate = f" ({'; '.join(parts)})" if parts else ""
         where = " in all groups together" if a.group_keys else ""
+        # the estimate's own noise (over all groups: sqrt(G) times one group's half-width; one
+        # total: its reach, the 'up to ... more' below): where the estimate is within it, it
+        # says nothing clear, and the words say so
+        own = spread
+        sum_d = float(np.asarray(r.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        if sum_d > own:
+            parts = [f"a noisy estimate, ±{fmt(spread)}"] if grouped else []
+            parts += [share] if share else []
+            estimate = f" ({'; '.join(parts)})" if parts else ""
+            said = f"about {qty_text(a, t.measure, total)}{where}{estimate}"
+        elif not grouped and sum_d < 0:  # _reach_text says where it came out
+            said = "no clear estimate"
+        else:
+            said = (
+                f"no clear estimate{where} ({_unclear(qty_text(a, t.measure, sum_d), sum_d, own)})"
+            )
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
-            f"(they keep {_kept(a, t)}): about {qty_text(a, t.measure, total)}{where}{estimate}"
+            f"(they keep {_kept(a, t)}): {said}"
             f"{_reach_text(a, t, r.dropped[:rows], tw.d_hi)} "
         )
         line += _assumption(a, r, t, rows)
@@ -299,6 +312,16 @@ def _outside_warnings(
         if n is not None and b is not None:
             out[s.sql] = outside_warning(a, s, n, b.target.split)
     return out
+
+
+def _unclear(qty: str, est: float, noise: float) -> str:
+    """Why an estimate of what the bounds left out says nothing clear: it is within its noise
+    (or below 0 by more: noise too, as the bounds only ever leave out)."""
+    if est < -noise:
+        return (
+            f"its noisy estimate came out at {qty}, below 0 by more than its noise, ±{fmt(noise)}"
+        )
+    return f"its noisy estimate, {qty}, is within its noise, ±{fmt(noise)}"
 
 
 def _total_removed(dropped: np.ndarray) -> float:
@@ -478,18 +501,46 @@ def _avg_line(
     wm = fmt(aw.mass_up)
     head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
     if n is None:
+        est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))
+        said = (
+            f"about {fmt(total)} of {col}{where}"
+            if est > own
+            else f"no clear estimate{where} ({_unclear(f'{fmt(est)} of {col}', est, own)})"
+        )
         line = (
-            f"{head}, plus what clamping cut off (they keep {_kept(a, t)}): about "
-            f"{fmt(total)} of {col}{where} (up to {wm} more{per} given that estimate's "
-            f"noise); one row per {unit}: no row is dropped. "
+            f"{head}, plus what clamping cut off (they keep {_kept(a, t)}): {said} (up to "
+            f"{wm} more{per} given that estimate's noise); one row per {unit}: no row is "
+            "dropped. "
         )
     else:
         dropped = removed[n.target.key].dropped
-        count = _total_removed(dropped) if rows else 0.0
+        g = math.sqrt(max(rows, 1))
+        est_rows = float(np.asarray(dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        est_mass = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        noise_rows = removed[n.target.key].plan.dropped.half_width(confidence) * g
+        noise_mass = mass.plan.dropped.half_width(confidence) * g
+        clear = [
+            f"about {rows_text(est_rows)}" if est_rows > noise_rows else "",
+            f"about {fmt(est_mass)} of {col}" if est_mass > noise_mass else "",
+        ]
+        unclear = [
+            _unclear(rows_text(est_rows), est_rows, noise_rows) if not clear[0] else "",
+            _unclear(f"{fmt(est_mass)} of {col}", est_mass, noise_mass) if not clear[1] else "",
+        ]
+        if all(clear):
+            said = f"{clear[0]} and {clear[1]}{where}"
+        elif any(clear):
+            said = (
+                f"{clear[0] or clear[1]}{where}, and no clear estimate of the "
+                f"{'value mass' if clear[0] else 'rows'} ({unclear[1] or unclear[0]})"
+            )
+        else:
+            said = f"no clear estimate{where} (of the rows: {unclear[0]}; of {col}: {unclear[1]})"
         line = (
-            f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): about "
-            f"{rows_text(count)} and {fmt(total)} of {col}{where} (±{fmt(aw.rows_up)} rows and "
-            f"up to {wm} more of {col}{per} given those estimates' noise). "
+            f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): {said}; the "
+            f"interval allows for ±{fmt(aw.rows_up)} rows and up to {wm} more of {col}{per} "
+            "given those estimates' noise. "
         )
     line += _assumption(a, mass, t, rows)
     if rows and not _alarm(mass, rows):  # how many units beyond the mass cap could hide

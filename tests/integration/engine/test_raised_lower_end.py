@@ -75,7 +75,10 @@ DRAWS = 400
 KEYS = ["h", *(f"g{i:02d}" for i in range(15))]
 L = 8  # rows a unit keeps over all its groups
 SQL = "SELECT g, COUNT(*) FROM t GROUP BY g"
-TOTAL = re.compile(r"about ([\d,.]+) rows? in all groups together")
+TOTAL = re.compile(  # clear, or within its noise ('no clear estimate ...')
+    r"(?:about (-?[\d,.]+) rows? in all groups together|in all groups together "
+    r"\(its noisy estimate(?:,| came out at) (-?[\d,.]+) rows?)"
+)
 
 
 def _policy(groups: int) -> Policy:
@@ -152,7 +155,7 @@ def _counts(dsn: str, groups: int, epsilon: int = 4) -> Counts:
         for _ in range(DRAWS):
             rel = release(plan, [tuple(r) for r in rows], ["text"], declared, 0.95, CSPRNG)
             got = next(m for x in rel.notes if (m := TOTAL.search(x)))
-            stated.append(float(got.group(1).replace(",", "")))
+            stated.append(float((got.group(1) or got.group(2)).replace(",", "")))
             # NULL exactly where the notice says so (a one-ended COUNT counts by its low end)
             release_intervals(rel, 0, plan.analysis.statistics[0].sql)
             for key, stats, ivs in zip(rel.groups, rel.stats, rel.intervals, strict=True):
