@@ -251,12 +251,13 @@ class Engine:
             return self.backend.run(q.sql("postgres"), private=False).columns
         # With parameters, checks that need their values run at Execute; PostgreSQL
         # describes the statement without running it.
-        tree = prepared.tree
+        tree, fresh = prepared.tree, isinstance(prepared, CatalogQuery)
         if isinstance(prepared, CatalogQuery):
             info = SessionInfo.of(session)
             tree = check_catalog_query(tree, self.view(session.analyst), session.analyst, info)
         oids = _describe_oids(prepared.param_count, param_types)
-        return describe_statement(self.backend, tree.sql("postgres"), oids)
+        # check_catalog_query's tree is new: rendered without the generator's copy of it
+        return describe_statement(self.backend, tree.sql("postgres", copy=not fresh), oids)
 
     def _require_ledger(self) -> BudgetLedger:
         if self.ledger is None:

@@ -4,7 +4,7 @@ the policy's names as literals (sqlglot builders, never string formatting of inp
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 
 import sqlglot
@@ -181,10 +181,18 @@ def column_visible(rel: exp.Expr, column: exp.Expr) -> exp.Expr:
 
 
 def filtered_relation(schema: str, name: str) -> exp.Select:
+    """The allowed catalog relation ``schema.name`` as a client may see it (a fresh copy)."""
+    return _filtered_relation(schema, name).copy()
+
+
+@lru_cache(maxsize=256)
+def _filtered_relation(schema: str, name: str) -> exp.Select:
+    """:func:`filtered_relation`, built once per relation (a function of the constant rules
+    alone); never handed out."""
     source = exp.table_(name, db=schema, alias="t")
     if schema == "pg_catalog" and name == "pg_class":
         cols: list[exp.Expr] = [
-            exp.alias_(sqlglot.parse_one(rules.PG_CLASS_BLANKED[c], read="postgres"), c)
+            exp.alias_(_parsed(rules.PG_CLASS_BLANKED[c]).copy(), c)
             if c in rules.PG_CLASS_BLANKED
             else exp.column(c, table="t")
             for c in rules.PG_CLASS_COLUMNS
@@ -223,13 +231,34 @@ def relation_filter(schema: str, name: str) -> exp.Expr:
 # -- visibility CTEs and templates ------------------------------------------------------------
 
 
+# the parser's source positions (for error carets): a template's are of dpsql's own text, never
+# shown, and copying their dicts was most of a copy's cost (copy.deepcopy of each node's meta)
+_POSITIONS = ("line", "col", "start", "end")
+
+
 @lru_cache(maxsize=256)
 def _parsed(sql: str) -> exp.Expr:
-    return sqlglot.parse_one(sql, read="postgres")
+    """``sql`` parsed once, without source positions; never handed out (copy it)."""
+    tree = sqlglot.parse_one(sql, read="postgres")
+    for node in tree.walk():
+        meta = node._meta
+        if meta is not None:
+            for key in _POSITIONS:
+                meta.pop(key, None)
+            if not meta:
+                node._meta = None
+    return tree
 
 
 def template(sql: str) -> exp.Expr:
     """A fresh copy of a constant SQL fragment, with dpsql's named predicates expanded."""
+    return _expanded(sql).copy()
+
+
+@lru_cache(maxsize=512)
+def _expanded(sql: str) -> exp.Expr:
+    """``sql`` parsed, its named predicates and filtered relations expanded, once (a function
+    of the constant text alone); never handed out: :func:`template` copies it."""
     tree = _parsed(sql).copy()
     for node in list(tree.find_all(exp.Anonymous)):
         if node.name.lower().startswith("dpsql_named_"):
@@ -276,20 +305,32 @@ def _regclass_of(qualified: str) -> exp.Expr:
     return exp.Anonymous(this="to_regclass", expressions=[exp.Literal.string(quoted)])
 
 
-def _visible_tables(policy: Policy) -> Iterator[str]:
-    yield from policy.tables
-    yield from policy.public_tables
-
-
 def attach_visibility(query: exp.Expr, policy: Policy) -> None:
+    """Prepend the visibility CTEs (:data:`.visibility.VISIBILITY_CTES`, over the policy's
+    tables and columns) to ``query``'s WITH."""
+    shown = tuple((q, tuple(t.columns)) for q, t in policy.tables.items())
+    ctes = [cte.copy() for cte in _visibility_ctes(shown, tuple(policy.public_tables))]
+    existing = query.args.get("with_")
+    if existing is not None:
+        existing.set("expressions", ctes + list(existing.expressions))
+    else:
+        query.set("with_", exp.With(expressions=ctes))
+
+
+@lru_cache(maxsize=64)
+def _visibility_ctes(
+    tables: tuple[tuple[str, tuple[str, ...]], ...], public: tuple[str, ...]
+) -> tuple[exp.CTE, ...]:
+    """The visibility CTEs for the private ``tables`` (with their columns) and ``public``
+    tables, built once per such policy; never handed out (:func:`attach_visibility` copies)."""
     oid = exp.column("oid", table="c")
-    names = list(_visible_tables(policy))
+    names = [q for q, _ in tables] + list(public)
     visible: exp.Expr = (
         exp.In(this=oid, expressions=[_regclass_of(q) for q in names]) if names else exp.false()
     )
     hidden: list[exp.Expr] = []
-    for qualified, table in policy.tables.items():
-        cols = [exp.Literal.string(c) for c in table.columns]
+    for qualified, columns in tables:
+        cols = [exp.Literal.string(c) for c in columns]
         cond = exp.and_(
             exp.EQ(this=exp.column("attrelid", table="a"), expression=_regclass_of(qualified)),
             exp.GT(this=exp.column("attnum", table="a"), expression=exp.Literal.number(0)),
@@ -303,12 +344,7 @@ def attach_visibility(query: exp.Expr, policy: Policy) -> None:
         "__visible_tables__": visible,
         "__hidden_columns__": exp.or_(*hidden) if hidden else exp.false(),
     }
-    ctes = [
+    return tuple(
         exp.CTE(this=fill(template(body), values), alias=exp.TableAlias(this=exp.to_identifier(n)))
         for n, body in visibility.VISIBILITY_CTES
-    ]
-    existing = query.args.get("with_")
-    if existing is not None:
-        existing.set("expressions", ctes + list(existing.expressions))
-    else:
-        query.set("with_", exp.With(expressions=ctes))
+    )

@@ -51,7 +51,10 @@ def runnable_sql(
     engine.check_scope(prepared, session)
     text = cached_sql(engine, prepared, session, params)
     if text is None:
-        text = runnable_tree(engine, prepared, params, session).sql("postgres")
+        tree = runnable_tree(engine, prepared, params, session)
+        # a catalog statement's tree is check_catalog_query's new one: rendered without the
+        # generator's copy of it (most of the rendering's CPU; a public one may be prepared's)
+        text = tree.sql("postgres", copy=not isinstance(prepared, CatalogQuery))
         key = sql_key(prepared, session, params)
         if key is not None:
             engine.caches.sql.remember(key, text)
