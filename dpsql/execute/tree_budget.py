@@ -76,6 +76,8 @@ def leaf_budget(
     """A leaf's budget at its ``share`` (reads the ledger's stored bounds, spends nothing)."""
     a = share.analysis
     pend = auto_bounds.pending(engine, leaf, session, a)
+    if pend.missing:  # a choice that fell back at this epsilon is reused (a retry: free)
+        pend = auto_bounds.with_fallbacks(engine, leaf, session, pend, share.epsilon)
     if not pend.needed:
         return LeafBudget(share, None, Fraction(0), share)
     small = auto_bounds.too_small(pend, share.epsilon) if pend.missing else None

@@ -159,6 +159,8 @@ def _explain_private(
     key = cache_key(engine, inner, plan, params)
     bounds: list[Cost] = []  # the bound choices running it would charge (one release each)
     pend = auto_bounds.pending(engine, inner, session, plan.analysis)
+    if pend.missing:  # a choice that fell back at this epsilon is reused, as run_private does
+        pend = auto_bounds.with_fallbacks(engine, inner, session, pend, plan.epsilon)
     if pend.needed:  # planned as run_private runs it
         key = auto_cache_key(engine, inner, plan, params, session.mechanism)
         small = auto_bounds.too_small(pend, plan.epsilon) if pend.missing else None

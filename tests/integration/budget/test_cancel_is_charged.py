@@ -257,6 +257,11 @@ def test_a_cancelled_statements_chosen_bounds_are_reused_by_its_retry(
         assert got[0].sqlstate == "57014"
         assert SPENT in _said(got[0]), _said(got[0])
         cancelled = _history_rows(led)
+        explain = engine.execute(
+            engine.prepare(f"EXPLAIN {sql}", "analyst"), SessionContext("analyst")
+        )
+        plan = "\n".join(str(r[0]) for r in explain.rows)
+        assert "(stored or declared: free)" in plan and "when the statement runs" not in plan, plan
         retry = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
     finally:
         engine.close()
