@@ -65,6 +65,7 @@ from dpsql.sql.bi_shapes import (
     returns_no_rows,
 )
 from dpsql.sql.bind import bind, check_params
+from dpsql.sql.group_domain import empty_domain_notice
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import ParsedExplain, parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
@@ -283,6 +284,10 @@ class Engine:
             case TreeQuery() | PrivateQuery() if returns_no_rows(prepared.tree, params):
                 # LIMIT 0: no rows whatever the data: the columns only, nothing read or charged
                 return Result(self.describe(prepared, session), [], "SELECT 0")
+            case PrivateQuery() if (empty := self._no_keys_left(prepared, params)) is not None:
+                # the WHERE clause leaves a GROUP BY key no public value: no rows whatever
+                # the data (as PostgreSQL answers), said in a notice; nothing read or charged
+                return Result(self.describe(prepared, session), [], "SELECT 0", (empty,))
             case TreeQuery() | PrivateQuery():
                 run = run_tree if isinstance(prepared, TreeQuery) else run_private
                 with overcharge.watching() as got:
@@ -308,6 +313,15 @@ class Engine:
                     f"{prepared.first_word} is handled by the dpsql session, not the engine",
                     hint="connect through `dpsql serve`",
                 )
+
+    def _no_keys_left(self, prepared: PrivateQuery, params: Sequence[object]) -> str | None:
+        """The notice of a statement whose WHERE clause leaves some GROUP BY key (declared keys,
+        ``keys_from`` values, a date range's buckets) without a value, None otherwise (also
+        with grouping sets: their total rows remain)."""
+        a = self.analysis(prepared, params)
+        if a.grouping_sets:
+            return None
+        return empty_domain_notice(a.group_keys, a.no_keys)
 
     # the SQL of a public or catalog statement, for a caller that runs it on its own connection
     runnable_sql = public_sql.runnable_sql

@@ -206,6 +206,9 @@ class Analysis:
     # order, each as indexes into group_keys (which then hold every key of any set). Empty for a
     # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.
     grouping_sets: tuple[tuple[int, ...], ...] = ()
+    # The WHERE clause leaves no declared key of a GROUP BY column: the notice of the free, empty
+    # answer (dpsql.sql.group_domain.no_key_left; a keys_from key's: empty_domain_notice)
+    no_keys: str | None = None
     # The catalog proves one row per privacy unit (dpsql.execute.unique_units): set by the engine
     # when it plans the statement (read again before the private query runs), never by the
     # analyzer. The rewrite then skips bounding; the plan estimates clamped mass only.

@@ -11,7 +11,6 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from dpsql.errors import InvalidParameter
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.constants import is_public_constant
@@ -19,6 +18,7 @@ from dpsql.sql.derived_keys import TooMany, derived_domain
 from dpsql.sql.key_domain import KeyFilter
 from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.sources import PUBLIC_COLUMN, Ctx
+from dpsql.sql.wording import plain_sql
 
 
 def group_key(ctx: Ctx, expr: exp.Expr, name: str) -> GroupKey:
@@ -86,13 +86,14 @@ def narrow_by_where(
     return g
 
 
-def check_some_key_left(before: GroupKey, after: GroupKey, where: exp.Expr | None) -> None:
-    """Refuse (22023, before anything is charged) a GROUP BY key whose declared keys the WHERE
-    clause rules out one and all (``WHERE category = 'Books'`` when the keys are lower-case):
-    the answer would have no row whatever the data, and the likely cause is a value that is not
-    one of the keys. The refusal names them (they are public: the policy's)."""
+def no_key_left(before: GroupKey, after: GroupKey, where: exp.Expr | None) -> str | None:
+    """The notice for a GROUP BY key whose declared keys the WHERE clause rules out one and all
+    (``WHERE category = 'Books'`` when the keys are lower-case), None when some key is left: the
+    answer has no rows whatever the data, as PostgreSQL's would, and is given free (the engine:
+    nothing read, nothing charged; a ``keys_from`` key or a date range left empty alike). The
+    notice names the keys (they are public: the policy's) and the likely typo."""
     if not before.keys or after.keys or after.null_key:
-        return
+        return None
     name = before.expr.name if isinstance(before.expr, exp.Column) else before.name
     shown = ", ".join(before.keys[:20]) + (", ..." if len(before.keys) > 20 else "")
     lower = {k.lower(): k for k in before.keys}
@@ -106,8 +107,24 @@ def check_some_key_left(before: GroupKey, after: GroupKey, where: exp.Expr | Non
         if near
         else f"filter on declared keys of {name}, e.g. WHERE {name} = '{before.keys[0]}'"
     )
-    raise InvalidParameter(
-        f"the WHERE clause leaves no declared key of {name}: the answer would have no rows",
-        detail=f"the declared keys of {name}: {shown}",
-        hint=hint,
+    return (
+        f"the WHERE clause leaves no declared key of {name} (the declared keys: {shown}), so "
+        f"the answer has no rows whatever the data (nothing was read or charged); {hint}"
     )
+
+
+def empty_domain_notice(keys: tuple[GroupKey, ...], note: str | None) -> str | None:
+    """``note`` (:func:`no_key_left`'s), or a general one, when some key's public domain is
+    empty after the WHERE clause (a ``keys_from`` value or a date range no key is in): the
+    answer has no rows whatever the data; None when every key has some value left."""
+    for g in keys:
+        if g.keys == () and not g.null_key and not g.constant:
+            if note is not None:
+                return note
+            name = g.expr.name if isinstance(g.expr, exp.Column) else plain_sql(g.expr)
+            source = f" (the values of {g.keys_from})" if g.keys_from else ""
+            return (
+                f"the WHERE clause leaves none of the keys of {name} the policy gives{source}, "
+                "so the answer has no rows whatever the data (nothing was read or charged)"
+            )
+    return None
