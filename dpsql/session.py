@@ -13,8 +13,8 @@ class Activity:
 
     pid: int  # its process id (BackendKeyData, pg_backend_pid())
     database: str
-    application_name: str
-    state: str  # 'active' (a statement runs) or 'idle'
+    application_name: str | None  # None: unknown (another worker process's session)
+    state: str | None  # 'active' (a statement runs), 'idle'; None: unknown (another worker's)
     backend_start: str  # ISO 8601, UTC
 
 

@@ -4,11 +4,19 @@ A CancelRequest arrives on a new connection, which the kernel may give to any wo
 hands out process ids ``== its index (mod the number of workers)``, so the worker that receives
 a request for another worker's session knows the owner: it puts the (process id, secret key) pair
 in the owner's row of a shared-memory table and signals it (SIGUSR1); the owner checks the secret
-key as for a local request (constant time) and cancels. Nothing else crosses processes.
+key as for a local request (constant time) and cancels.
+
+For ``pg_stat_activity`` and ``pg_cancel_backend`` / ``pg_terminate_backend`` across workers
+(:mod:`dpsql.catalog.session_functions`), each worker also lists its sessions in a shared table
+(process id, a keyed hash of the analyst's name, start time), and a signal for another worker's
+session is queued for its owner with that hash, which checks it against the session's analyst:
+an analyst lists and signals only their own sessions, whichever worker holds them. Nothing else
+crosses processes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import multiprocessing as mp
 import os
@@ -17,6 +25,7 @@ from typing import Any
 
 log = logging.getLogger("dpsql.wire.relay")
 SLOTS = 32  # pending forwarded requests per worker
+SESSIONS = 1024  # sessions of a worker listed for the others
 SIGNAL = signal.SIGUSR1
 
 
@@ -35,6 +44,15 @@ class CancelRelay:
         table = ctx.Array("q", workers * SLOTS * 2, lock=True)
         self._lock: Any = table.get_lock()
         self._table: Any = table.get_obj()
+        # each worker's sessions: (process id, analyst key, start in ms since the epoch)
+        reg = ctx.Array("q", workers * SESSIONS * 3, lock=True)
+        self._reg_lock: Any = reg.get_lock()
+        self._reg: Any = reg.get_obj()
+        # signals queued for each worker: (process id, analyst key, terminate)
+        sig = ctx.Array("q", workers * SLOTS * 3, lock=True)
+        self._sig_lock: Any = sig.get_lock()
+        self._sig: Any = sig.get_obj()
+        self._salt = os.urandom(16)  # made before the fork: every worker's keys agree
 
     def for_worker(self, worker: int) -> CancelRelay:
         self.worker = worker
@@ -94,3 +112,90 @@ class CancelRelay:
         with self._lock:
             for i in range(base, base + SLOTS * 2):
                 self._table[i] = 0
+        with self._reg_lock:
+            for i in range(worker * SESSIONS * 3, (worker + 1) * SESSIONS * 3):
+                self._reg[i] = 0
+        with self._sig_lock:
+            for i in range(worker * SLOTS * 3, (worker + 1) * SLOTS * 3):
+                self._sig[i] = 0
+
+    # ---- the analysts' sessions across workers ------------------------------------------
+    def analyst_key(self, analyst: str) -> int:
+        """A keyed hash of the analyst's name (non-zero, 63 bits): names never cross processes."""
+        h = hashlib.blake2b(analyst.encode(), key=self._salt, digest_size=8).digest()
+        return int.from_bytes(h, "big") >> 1 or 1
+
+    def register(self, process_id: int, analyst: str, start_ms: int) -> None:
+        """List this worker's new session (silently not, when its table is full)."""
+        base = self.worker * SESSIONS * 3
+        key = self.analyst_key(analyst)
+        with self._reg_lock:
+            for i in range(base, base + SESSIONS * 3, 3):
+                if self._reg[i] == 0:
+                    self._reg[i], self._reg[i + 1], self._reg[i + 2] = process_id, key, start_ms
+                    return
+        log.warning("session table full for worker %d: pid=%d not listed", self.worker, process_id)
+
+    def unregister(self, process_id: int) -> None:
+        base = self.worker * SESSIONS * 3
+        with self._reg_lock:
+            for i in range(base, base + SESSIONS * 3, 3):
+                if self._reg[i] == process_id:
+                    self._reg[i] = self._reg[i + 1] = self._reg[i + 2] = 0
+                    return
+
+    def sessions_of(self, analyst: str) -> list[tuple[int, int]]:
+        """The analyst's sessions on the other workers: (process id, start in ms)."""
+        key = self.analyst_key(analyst)
+        out = []
+        with self._reg_lock:
+            for w in range(self.workers):
+                if w == self.worker:
+                    continue
+                for i in range(w * SESSIONS * 3, (w + 1) * SESSIONS * 3, 3):
+                    if self._reg[i] and self._reg[i + 1] == key:
+                        out.append((int(self._reg[i]), int(self._reg[i + 2])))
+        return out
+
+    def forward_signal(self, process_id: int, analyst: str, terminate: bool) -> bool:
+        """Queue a cancel (``terminate``: and end) of another worker's session for its owner,
+        which checks that the session is ``analyst``'s; False when it is not listed as theirs
+        or the owner can't be reached."""
+        owner = self.owner(process_id)
+        key = self.analyst_key(analyst)
+        with self._reg_lock:
+            listed = any(
+                self._reg[i] == process_id and self._reg[i + 1] == key
+                for i in range(owner * SESSIONS * 3, (owner + 1) * SESSIONS * 3, 3)
+            )
+        os_pid = self._pids[owner]
+        if not listed or not os_pid or owner == self.worker:
+            return False
+        with self._sig_lock:
+            for i in range(owner * SLOTS * 3, (owner + 1) * SLOTS * 3, 3):
+                if self._sig[i] == 0:
+                    self._sig[i], self._sig[i + 1], self._sig[i + 2] = (
+                        process_id,
+                        key,
+                        int(terminate),
+                    )
+                    break
+            else:
+                log.warning("signal relay full for worker %d; request dropped", owner)
+                return False
+        try:
+            os.kill(os_pid, SIGNAL)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def take_signals(self) -> list[tuple[int, int, bool]]:
+        """This worker's queued signals (emptied): (process id, analyst key, terminate)."""
+        base = self.worker * SLOTS * 3
+        out = []
+        with self._sig_lock:
+            for i in range(base, base + SLOTS * 3, 3):
+                if self._sig[i]:
+                    out.append((int(self._sig[i]), int(self._sig[i + 1]), bool(self._sig[i + 2])))
+                    self._sig[i] = self._sig[i + 1] = self._sig[i + 2] = 0
+        return out

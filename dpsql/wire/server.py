@@ -13,8 +13,10 @@ import hmac
 import logging
 import secrets
 import ssl
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from dpsql.errors import (
     AdminShutdown,
@@ -183,6 +185,8 @@ class Server:
             self.limits.disconnect()
             if session is not None:
                 self.sessions.pop(session.process_id, None)
+                if self.relay is not None:
+                    self.relay.unregister(session.process_id)
                 self.limits.remove_session(session.ctx.analyst)
                 session.cancel()
                 self._track(session.retry_task)
@@ -224,6 +228,8 @@ class Server:
         secret = secrets.randbits(32) - 2**31
         session = Session(ch, self.engine, self.executor, ctx, state, pid, secret, self.upstream)
         self.sessions[pid] = session
+        if self.relay is not None:  # listed for the other workers (pg_stat_activity)
+            self.relay.register(pid, analyst, int(time.time() * 1000))
         session.closing = self._stopping
         log.info("session opened analyst=%s pid=%d peer=%s tls=%s worker=%d", analyst, pid,
                  ch.peer, ch.tls, self.limits.worker)  # fmt: skip
@@ -271,9 +277,9 @@ class Server:
     # ---- SessionDirectory (dpsql.session): an analyst's own sessions, for pg_stat_activity
     # and pg_cancel_backend / pg_terminate_backend. Called from the engine's threads.
     def activity(self, analyst: str) -> tuple[Activity, ...]:
-        """The analyst's sessions on this server (this process: another ``--workers``
-        process's are not listed)."""
-        return tuple(
+        """The analyst's sessions on this server; with ``--workers``, those of the other
+        worker processes too (their state and application_name unknown here: NULL)."""
+        own = tuple(
             Activity(
                 s.process_id,
                 s.ctx.database,
@@ -284,12 +290,21 @@ class Server:
             for s in list(self.sessions.values())
             if s.ctx.analyst == analyst
         )
+        if self.relay is None:
+            return own
+        others = tuple(
+            Activity(pid, "", None, None, datetime.fromtimestamp(ms / 1000, UTC).isoformat())
+            for pid, ms in self.relay.sessions_of(analyst)
+        )
+        return own + others
 
     def signal(self, analyst: str, pid: int, terminate: bool) -> bool:
         """Cancel the running statement of the analyst's session ``pid`` (as its CancelRequest
         would) and, ``terminate``, end the session (FATAL 57P01, as pg_terminate_backend)."""
         s = self.sessions.get(pid)
         loop = self._loop
+        if s is None and self.relay is not None and self.relay.owner(pid) != self.relay.worker:
+            return self.relay.forward_signal(pid, analyst, terminate)  # another worker's
         if s is None or s.ctx.analyst != analyst or loop is None:
             return False
         loop.call_soon_threadsafe(self._signal, s, terminate)
@@ -307,6 +322,10 @@ class Server:
         assert self.relay is not None
         for pid, key in self.relay.take():
             self._cancel(m.CancelRequest(pid, key))
+        for pid, analyst_key, terminate in self.relay.take_signals():
+            s = self.sessions.get(pid)  # signalled from the analyst's session on another worker
+            if s is not None and self.relay.analyst_key(s.ctx.analyst) == analyst_key:
+                self._signal(s, terminate)
 
     def _track(self, task: asyncio.Task[None] | None) -> None:
         """Keep a session's cancel-retry task until it ends, so shutdown can cancel it."""

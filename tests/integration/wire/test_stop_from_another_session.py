@@ -15,6 +15,8 @@ row (100 rows: 5 s). Deterministic: the statement stopped is an error instead of
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,13 +48,13 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def port(dsn: str, make_policy: PolicyMaker) -> Iterator[int]:
+def policy_file(make_policy: PolicyMaker) -> Any:
     columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
     analysts = {
         "analyst": demo_doc()["analysts"]["analyst"],
         "bob": {"credential": make_verifier("bob"), "budget": {"epsilon": 100}},
     }
-    policy = make_policy(
+    return make_policy(
         "stop",
         tables={
             "public.slow": private_table("u", columns, rows=1, groups=1),
@@ -60,8 +62,12 @@ def port(dsn: str, make_policy: PolicyMaker) -> Iterator[int]:
         },
         public_tables=[],
         analysts=analysts,
-    ).policy
-    with served_engine(policy, dsn) as srv:
+    )
+
+
+@pytest.fixture(scope="module")
+def port(dsn: str, policy_file: Any) -> Iterator[int]:
+    with served_engine(policy_file.policy, dsn) as srv:
         yield srv.port
 
 
@@ -159,3 +165,64 @@ def test_another_analysts_sessions_are_not_listed_nor_signalled(port: int) -> No
         ).fetchone() == (False, False)
         t.join(60)
         assert len(got) == 1 and isinstance(got[0], list), got  # answered, not stopped
+
+
+def _upstream_running(dsn: str) -> None:
+    """Until the private query reads the view's rows upstream (pg_sleep in slowly())."""
+    deadline = time.monotonic() + 60  # (a guard, not a measurement)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND wait_event = 'PgSleep'"
+            ).fetchone():
+                return
+            time.sleep(0.05)
+    raise AssertionError("the private query never ran")
+
+
+def test_superset_stop_across_worker_processes(dsn: str, policy_file: Any) -> None:
+    """``dpsql serve --workers 2``: SQL Lab's connection and Stop's may land on different
+    worker processes (the kernel spreads them). The other worker's sessions of the analyst are
+    listed (state NULL: unknown there) and Superset's Stop reaches the statement through the
+    relay; another analyst's are not listed."""
+    from tests.helpers import db_name, start_serve
+
+    proc, port = start_serve(["--policy", str(policy_file.path), "--upstream", dsn,
+                              "--workers", "2"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        dsn_a = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
+        deadline = time.monotonic() + 60  # (a guard: the kernel picks the worker)
+        while time.monotonic() < deadline:
+            conns.append(psycopg.connect(dsn_a, autocommit=True))
+            workers = {c.info.backend_pid % 2 for c in conns}  # pid mod 2: the owning worker
+            if len(workers) == 2:
+                break
+        lab = conns[-1]
+        stop = next(c for c in conns if c.info.backend_pid % 2 != lab.info.backend_pid % 2)
+        pid = lab.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        listed = dict(stop.execute("SELECT pid, usename FROM pg_stat_activity").fetchall())
+        assert listed == {c.info.backend_pid: "analyst" for c in conns}, listed
+        bob_dsn = analyst_dsn(port, "bob", "bob").replace("dbname=demo", f"dbname={db_name(dsn)}")
+        conns.append(bob := psycopg.connect(bob_dsn, autocommit=True))
+        seen = [r[0] for r in bob.execute("SELECT pid FROM pg_stat_activity").fetchall()]
+        assert seen == [bob.info.backend_pid]  # another analyst's, on either worker: not listed
+        others = [c.info.backend_pid for c in conns[:-1]]
+        signals = [f"pg_cancel_backend({p}), pg_terminate_backend({p})" for p in others]
+        row = bob.execute(f"SELECT {', '.join(signals)}").fetchone()
+        assert row is not None and not any(row)  # and not signalled
+        assert lab.execute("SELECT 1").fetchone() == (1,)
+        t, got = _in_thread(lab, SLOW)
+        _upstream_running(dsn)
+        done = stop.execute(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid='{pid}'"
+        ).fetchall()
+        t.join(60)
+        assert done == [(True,)]
+        assert not t.is_alive() and len(got) == 1 and isinstance(got[0], psycopg.Error), got
+    finally:
+        for c in conns:
+            c.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
