@@ -9,14 +9,23 @@ this process: the second looks up after the first committed (a free repeat, reco
 its analyst's history, the dataset charged once) or, when the first released nothing (refused,
 failed, refunded), is charged for a release of its own. Nothing free is ever an answer that was
 not released before: the second only reads what the ledger stored.
+
+With ``dpsql serve --workers N`` the slot holds across the worker processes too: a worker that
+got a key's in-process slot also takes the key in a shared table made before the fork
+(:class:`SharedSlots`, by a hash of the key); a worker finding it taken waits, as a thread does.
+A full table, or no table (one process), leaves it to the in-process slot.
 """
 
 from __future__ import annotations
 
+import hashlib
+import multiprocessing as mp
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from dpsql.errors import QueryCanceled
 from dpsql.execute.backend import CancelToken
@@ -32,6 +41,81 @@ class _Slot:
 
 _slots: dict[str, _Slot] = {}
 _guard = threading.Lock()
+
+
+class SharedSlots:
+    """The keys in flight in any worker process: (hash of the key, owning worker + 1) pairs in
+    shared memory, made in the parent before the fork (``dpsql.server.workers``)."""
+
+    SIZE = 256
+
+    def __init__(self) -> None:
+        table = mp.get_context("fork").Array("q", self.SIZE * 2, lock=True)
+        self._lock: Any = table.get_lock()
+        self._table: Any = table.get_obj()
+        self.worker = 0
+
+    def for_worker(self, worker: int) -> SharedSlots:
+        self.worker = worker
+        return self
+
+    def try_hold(self, h: int) -> bool | None:
+        """Take ``h``: True, False when a worker holds it, None when the table is full."""
+        with self._lock:
+            free = None
+            for i in range(0, self.SIZE * 2, 2):
+                if self._table[i] == h:
+                    return False
+                if free is None and self._table[i] == 0:
+                    free = i
+            if free is None:
+                return None
+            self._table[free], self._table[free + 1] = h, self.worker + 1
+            return True
+
+    def release(self, h: int) -> None:
+        with self._lock:
+            for i in range(0, self.SIZE * 2, 2):
+                if self._table[i] == h and self._table[i + 1] == self.worker + 1:
+                    self._table[i] = self._table[i + 1] = 0
+
+    def reset_worker(self, worker: int) -> None:
+        """A worker died: the keys it held are free."""
+        with self._lock:
+            for i in range(0, self.SIZE * 2, 2):
+                if self._table[i + 1] == worker + 1:
+                    self._table[i] = self._table[i + 1] = 0
+
+
+_shared: SharedSlots | None = None
+
+
+def share(slots: SharedSlots) -> None:
+    """This worker process's view of the slots shared with the other workers."""
+    global _shared
+    _shared = slots
+
+
+def _key_hash(key: str) -> int:
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") >> 1 or 1
+
+
+def _hold_shared(h: int, cancel: CancelToken | None) -> bool:
+    """Wait until no other worker holds ``h``, then hold it; False: not held (no table, or a
+    full one)."""
+    shared = _shared
+    if shared is None:
+        return False
+    while True:
+        got = shared.try_hold(h)
+        if got is not False:
+            return bool(got)
+        if cancel is not None and cancel.cancelled:
+            raise QueryCanceled(
+                "canceling statement due to user request",
+                hint="an identical statement was still being answered; run it again",
+            )
+        time.sleep(_WAIT_S)
 
 
 @contextmanager
@@ -52,7 +136,13 @@ def one_release(key: str, cancel: CancelToken | None) -> Iterator[None]:
                     hint="an identical statement was still being answered; run it again",
                 )
         try:
-            yield
+            h = _key_hash(key)
+            held = _hold_shared(h, cancel)  # another worker's identical statement first
+            try:
+                yield
+            finally:
+                if held and _shared is not None:
+                    _shared.release(h)
         finally:
             slot.lock.release()
     finally:

@@ -31,6 +31,8 @@ from dataclasses import replace
 from multiprocessing.connection import wait
 from typing import Any
 
+from dpsql.execute import in_flight
+from dpsql.execute.in_flight import SharedSlots
 from dpsql.policy.model import Policy
 from dpsql.server.run import serve
 from dpsql.wire.auth import LoginLimiter
@@ -62,9 +64,11 @@ def _worker_main(
     relay: CancelRelay,
     logins: LoginLimiter,
     port_file: str | None,
+    slots: SharedSlots,
 ) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    in_flight.share(slots.for_worker(index))  # identical statements across the workers
     engine = make_engine()
     freeze_startup_heap()
     try:
@@ -96,6 +100,7 @@ class Workers:
         self.count = count
         self.limits = SessionLimits(policy.analysts, count, shared=True)
         self.relay = CancelRelay(count)
+        self.slots = SharedSlots()
         self.logins = LoginLimiter.for_config(config.auth, shared=True)
         self.port_file = port_file  # each worker writes it once listening
         self._ctx = mp.get_context("fork")
@@ -104,7 +109,7 @@ class Workers:
 
     def _start(self, index: int) -> None:
         args = (index, self.make_engine, self.policy, self.config, self.limits, self.relay,
-                self.logins, self.port_file)  # fmt: skip
+                self.logins, self.port_file, self.slots)  # fmt: skip
         proc = self._ctx.Process(target=_worker_main, args=args, name=f"dpsql-worker-{index}")
         proc.start()
         self.procs[index] = proc
@@ -142,6 +147,7 @@ class Workers:
                 proc.join()
                 self.limits.reset_worker(i)
                 self.relay.reset_worker(i)
+                self.slots.reset_worker(i)
                 time.sleep(RESTART_DELAY_S)
                 if not self._stopping:
                     self._start(i)

@@ -226,3 +226,49 @@ def test_superset_stop_across_worker_processes(dsn: str, policy_file: Any) -> No
             c.close()
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+
+
+def test_identical_statements_on_two_workers_are_charged_once(dsn: str, policy_file: Any) -> None:
+    """newcomer21 #28 with ``dpsql serve --workers 2``: four sessions of a dashboard spread by
+    the kernel over both workers run one statement at once; the in-flight slot now holds across
+    the worker processes (dpsql.execute.in_flight.SharedSlots), so one release is charged and the
+    three others are free repeats (was: one release per worker, each charged). The statement
+    reads a 1-second view, so all four arrive while the first runs."""
+    from tests.helpers import db_name, start_serve
+
+    proc, port = start_serve(["--policy", str(policy_file.path), "--upstream", dsn,
+                              "--workers", "2"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    sql = "SELECT SUM(x) FROM slow20 WHERE x >= 0"
+    conns: list[psycopg.Connection[Any]] = []
+    try:
+        dsn_a = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
+        deadline = time.monotonic() + 60  # (a guard: the kernel picks the worker)
+        while time.monotonic() < deadline:
+            conns.append(psycopg.connect(dsn_a, autocommit=True))
+            per = [sum(c.info.backend_pid % 2 == w for c in conns) for w in (0, 1)]
+            if min(per) >= 2:
+                break
+        tiles = [c for c in conns if c.info.backend_pid % 2 == 0][:2]
+        tiles += [c for c in conns if c.info.backend_pid % 2 == 1][:2]
+        barrier = threading.Barrier(len(tiles))
+        answers: list[Any] = [None] * len(tiles)
+
+        def run(i: int) -> None:
+            barrier.wait()
+            answers[i] = tiles[i].execute(sql).fetchall()
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(len(tiles))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        rows = tiles[0].execute("SELECT statement, state FROM dpsql.history").fetchall()
+        states = sorted(state for text, state in rows if text == sql)
+    finally:
+        for c in conns:
+            c.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert all(a is not None and a == answers[0] for a in answers), answers
+    assert states == ["committed", "repeat", "repeat", "repeat"], states
