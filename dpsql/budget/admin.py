@@ -65,6 +65,7 @@ def _row_detail(row: BudgetRow) -> dict[str, object]:
         "rho_spent": str(row.spent.cost.rho),
         "renyi_spent": None if row.spent.renyi is None else str(row.spent.renyi),
         "renyi_order": None if row.order is None else str(row.order),
+        "more_orders": [str(o) for o in row.more],
         "epsilon_granted": str(row.epsilon_granted),
         "delta_granted": str(row.delta_granted),
         "releases": row.releases,

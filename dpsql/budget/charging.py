@@ -85,7 +85,7 @@ def reserve(
         updates += [
             *cost_text(total.cost),
             opt_text(total.renyi),
-            opt_text(filt.order),
+            filt.orders_text,
             frac_text(filt.delta_share),
             ledger.dataset,
             lim.kind,

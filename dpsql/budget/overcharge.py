@@ -1,8 +1,10 @@
 """A statement charged to a budget more than its own epsilon says so, in a NOTICE.
 
 Under Renyi accounting (docs/budget.md, "Units") the first Gaussian release of a period moves
-a budget from pure summation to the Renyi bound and pays the conversion cost once: a statement
-at ``dpsql.epsilon = 0.5`` can use ~30 of the dataset's epsilon, shared by every analyst. The
+a budget from pure summation to the Renyi bound and pays a conversion cost once: with a
+policy's single ``renyi_order`` a statement at ``dpsql.epsilon = 0.5`` can use ~30-77 of the
+dataset's epsilon, shared by every analyst (by default, with more orders, about its own
+epsilon: :func:`dpsql.budget.filter.extra_orders`). The
 ledger records what each reservation used of each budget (:attr:`Reservation.used`);
 :func:`watching` collects the reservations a statement makes (the engine wraps each statement in
 it) and :func:`notices` words those that used more than the statement's epsilon.

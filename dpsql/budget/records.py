@@ -13,7 +13,7 @@ from typing import Any
 from dpsql.budget.filter import DEFAULT_DELTA_SHARE, Filter, Spent
 from dpsql.budget.format import fmt_down, fmt_up
 from dpsql.budget.periods import period_end
-from dpsql.dp.accounting import Cost, default_order
+from dpsql.dp.accounting import Cost
 from dpsql.errors import (
     BudgetExhausted,
     ConnectionException,
@@ -102,6 +102,7 @@ class BudgetRow:
     releases: int
     order: Fraction | None = None
     delta_share: Fraction | None = None
+    more: tuple[Fraction, ...] = ()  # the period's more orders (the ledger's renyi_order text)
 
     COLUMNS = (
         "epsilon_spent, delta_spent, rho_spent, epsilon_granted, delta_granted, generation,"
@@ -111,6 +112,7 @@ class BudgetRow:
     @classmethod
     def parse(cls, row: tuple[Any, ...]) -> BudgetRow:
         eps, delta, rho, geps, gdelta, generation, releases, renyi, order, share = row
+        orders = [Fraction(o) for o in str(order).split()] if order is not None else []
         return cls(
             Spent(
                 Cost(Fraction(eps), Fraction(delta), Fraction(rho)),
@@ -120,25 +122,27 @@ class BudgetRow:
             Fraction(gdelta),
             int(generation),
             int(releases),
-            None if order is None else Fraction(order),
+            orders[0] if orders else None,
             None if share is None else Fraction(share),
+            tuple(orders[1:]),
         )
 
     def filter(self, lim: Limit) -> Filter:
         """This period's filter: the stored order and share, else what the first release fixes.
 
-        A new period takes the policy's ``renyi_order`` or the default order for its limits
-        (grants included) and the policy's ``explicit_delta_share``.
+        A new period takes the policy's ``renyi_order`` alone, or the default order for its
+        limits (grants included) with :func:`~dpsql.budget.filter.extra_orders` beside it
+        (:meth:`Filter.configure`), and the policy's ``explicit_delta_share``. A period begun
+        with one order only keeps it alone.
         """
         share = lim.delta_share if self.delta_share is None else self.delta_share
         eps, delta = lim.epsilon + self.epsilon_granted, lim.delta + self.delta_granted
         f = Filter(eps, delta, None, share)
         if f.delta_conversion <= 0:
             return f
-        order = self.order if self.order is not None else lim.renyi_order
-        if order is None:
-            order = default_order(eps, f.delta_conversion)
-        return Filter(eps, delta, order, share)
+        if self.order is not None:
+            return Filter(eps, delta, self.order, share, self.more)
+        return Filter.configure(eps, delta, lim.renyi_order, share)
 
 
 @dataclass(frozen=True)
@@ -211,8 +215,8 @@ def exhausted(
     why = ""
     if need is not None and cost.rho > 0 and row.spent.cost.rho == 0 and f.overhead is not None:
         why = (
-            f"; what the query needs includes the one-time conversion cost epsilon "
-            f"{fmt_up(f.overhead)} that the period's first Gaussian release pays"
+            "; what the query needs includes the one-time conversion cost that the period's "
+            f"first Gaussian release pays (at most epsilon {fmt_up(f.overhead)})"
         )
     per = f"per {lim.period}" if lim.period != "none" else "in all"
     gauss = ""

@@ -141,7 +141,16 @@ _V5 = (
         FOR EACH STATEMENT EXECUTE FUNCTION {s}.refuse_change()""",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# More Renyi orders beside a period's main one (dpsql.budget.filter.extra_orders): renyi_order
+# holds the main order, then the others, space-separated ('547/500 2/1 4/1 ...'); a row with one
+# order (every row from before) keeps it alone. A dpsql older than this would misread the new
+# rows, so the version says so (it refuses a newer ledger).
+_V6 = (
+    "COMMENT ON COLUMN {s}.budget.renyi_order IS 'the Renyi order of the period''s filter, then "
+    "its more orders (space-separated fractions); renyi_spent is at the first'",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 VERSION = len(MIGRATIONS)
 
 

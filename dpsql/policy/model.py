@@ -23,8 +23,9 @@ class Budget(StrictModel):
     period: Literal["none", "day", "week", "month", "year"] = "none"
     renyi_order: Annotated[float, Field(gt=1)] | None = Field(
         default=None,
-        description="the Renyi order of this budget's privacy filter (default: chosen from epsilon"
-        " and delta); fixed for a period once it is used (see docs/budget.md)",
+        description="the Renyi order of this budget's privacy filter, alone (default: a main"
+        " order chosen from epsilon and delta, with more orders beside it); fixed for a period"
+        " once it is used (see docs/budget.md)",
     )
     explicit_delta_share: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5,

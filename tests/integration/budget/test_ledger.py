@@ -161,10 +161,14 @@ def test_unconfirmed_reservation_stays_spent(dsn: str) -> None:
 def test_gaussian_releases_compose_in_zcdp(dsn: str) -> None:
     """Ten Gaussian releases of (1, 1e-6) each fit a budget of (7, 1e-5), not 10.
 
-    The filter: order alpha = default_order(7, 5e-6) = 4.39 (half of delta converts), each release
-    costs alpha rho, plus the conversion c(4.39, 5e-6) = 2.90573... once: 0.76688 + 2.90573 = 3.6726.
+    The filter: order alpha = default_order(7, 5e-6) = 4.39 (half of delta converts), set as the
+    policy's renyi_order (one order, all of the conversion delta: the default adds more orders,
+    tests/unit/budget/test_budget_filter.py), each release costs alpha rho, plus the conversion
+    c(4.39, 5e-6) = 2.90573... once: 0.76688 + 2.90573 = 3.6726.
     """
-    pol = policy({"alice": {"epsilon": 7.0, "delta": 1e-5, "max_epsilon": 2.0}})
+    pol = policy(
+        {"alice": {"epsilon": 7.0, "delta": 1e-5, "max_epsilon": 2.0, "renyi_order": 4.39}}
+    )
     rho = epsilon_to_rho(E(1), MICRO)
     alpha = default_order(E(7), E(5, 10**6))
     assert alpha == E(439, 100)

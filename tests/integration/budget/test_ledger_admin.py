@@ -174,10 +174,13 @@ def test_migrates_an_older_ledger(
             " '1/1000', 2)"
         )
     pol = policy({"alice": {"epsilon": 1.0, "delta": 1e-6}})
-    alpha = default_order(E(1), E(1, 2 * 10**6))
+    # a row with no order yet: the period takes the default, the main order for 3/4 of the
+    # conversion delta with the more orders beside it (dpsql.budget.filter.extra_orders)
+    alpha = default_order(E(1), E(3, 8 * 10**6))
+    more = " ".join(f"{o}/1" for o in (32, 64, 128, 256))
     with Ledger.open(dsn, pol) as lg:
         with psycopg.connect(dsn) as conn:
-            assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION == 5
+            assert ledger_schema.current_version(conn, "dpsql") == ledger_schema.VERSION == 6
         [st] = lg.remaining("alice")
         bound = E(1, 3) + alpha / 1000
         assert st.renyi_order == alpha and E(st.renyi_spent) - E(1, 10**12) < bound
@@ -187,7 +190,7 @@ def test_migrates_an_older_ledger(
             renyi, order = conn.execute(
                 "SELECT renyi_spent, renyi_order FROM dpsql.budget"
             ).fetchone()  # type: ignore[misc]
-        assert E(order) == alpha
+        assert order == f"{alpha.numerator}/{alpha.denominator} {more}"
         assert E(renyi) == E(1, 3) + alpha / 1000 + min(E(1, 100), alpha / 2 / 100**2)
         assert totals(dsn)[("analyst", "alice")] == Cost(E(1, 3) + E(1, 100), rho=E(1, 1000))
 

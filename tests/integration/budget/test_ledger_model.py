@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dpsql.budget import admin
-from dpsql.budget.filter import Filter, Spent, refund
+from dpsql.budget.filter import DEFAULT_DELTA_SHARE, Filter, Spent, refund
 from dpsql.budget.ledger import Ledger, Reservation
 from dpsql.dp.accounting import Cost
 from dpsql.errors import BudgetExhausted, InternalError
@@ -54,7 +54,10 @@ class Model:
     def __init__(self) -> None:
         self.spent = {k: Spent() for k in LIMITS}
         self.granted = {k: Fraction(0) for k in LIMITS}
-        self.order: dict[tuple[str, str], Fraction | None] = dict.fromkeys(LIMITS)
+        # the period's orders, fixed by its first release: (main, more), None before
+        self.order: dict[tuple[str, str], tuple[Fraction, tuple[Fraction, ...]] | None] = (
+            dict.fromkeys(LIMITS)
+        )
         self.generation = dict.fromkeys(LIMITS, 0)
         self.open: dict[int, tuple[str, Cost, dict[tuple[str, str], int]]] = {}
 
@@ -63,9 +66,10 @@ class Model:
 
     def filter(self, k: tuple[str, str]) -> Filter:
         eps, delta = LIMITS[k]
-        f = Filter.configure(eps + self.granted[k], delta, self.order[k])
-        assert self.order[k] is None or f.order == self.order[k]
-        return f
+        fixed = self.order[k]
+        if fixed is None:
+            return Filter.configure(eps + self.granted[k], delta)
+        return Filter(eps + self.granted[k], delta, fixed[0], DEFAULT_DELTA_SHARE, fixed[1])
 
     def reserve(self, rid: int, analyst: str, cost: Cost) -> bool:
         filters = {k: self.filter(k) for k in self.keys(analyst)}
@@ -73,7 +77,7 @@ class Model:
             return False
         for k, f in filters.items():
             self.spent[k] = f.add(self.spent[k], cost)
-            self.order[k] = f.order
+            self.order[k] = None if f.order is None else (f.order, f.more)
         self.open[rid] = (analyst, cost, {k: self.generation[k] for k in self.keys(analyst)})
         return True
 
@@ -83,7 +87,8 @@ class Model:
         analyst, cost, gens = self.open.pop(rid)
         for k, g in gens.items():
             if self.generation[k] == g:
-                self.spent[k] = refund(self.spent[k], cost, self.order[k])
+                fixed = self.order[k]
+                self.spent[k] = refund(self.spent[k], cost, None if fixed is None else fixed[0])
         return True
 
 
@@ -148,6 +153,11 @@ def test_ledger_matches_model(dsn: str, sequence: list[tuple[object, ...]]) -> N
     for k, spent in model.spent.items():
         assert stored.get(k, Cost()) == spent.cost, k
         r, o = renyi.get(k, ("0", None))
-        assert (r and Fraction(r), o and Fraction(o)) == (spent.renyi, model.order[k]), k
+        orders = o and [Fraction(x) for x in o.split()]
+        fixed = model.order[k]
+        assert (r and Fraction(r), orders) == (
+            spent.renyi,
+            fixed and [fixed[0], *fixed[1]],
+        ), k
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")

@@ -99,9 +99,9 @@ def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], st
     from dpsql.errors import BudgetExhausted
 
     micro = Fraction(1, 10**6)
-    pol = policy(
-        {"alice": {"epsilon": 1.0, "delta": 1e-6}},
-        dataset_budget={"epsilon": 5.0, "delta": 1e-5},
+    pol = policy(  # one order each (the policy's own): hand-computed below
+        {"alice": {"epsilon": 1.0, "delta": 1e-6, "renyi_order": 23.3}},
+        dataset_budget={"epsilon": 5.0, "delta": 1e-5, "renyi_order": 5.0},
     )
     with Ledger.open(make_db("views"), pol) as lg:
         lg.commit(lg.reserve("alice", Cost(epsilon=Fraction(1, 10)), "p"))
@@ -109,7 +109,7 @@ def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], st
         gauss = Cost(rho=Fraction(1, 1000))
         lg.commit(lg.reserve("alice", gauss, "g", delta_for_rho=micro))
         [me, ds] = lg.remaining("alice")
-        f = Filter.configure(Fraction(1), micro)  # order 23.3, c = 0.46556
+        f = Filter.configure(Fraction(1), micro, Fraction(233, 10))  # c = 0.46556
         assert f.overhead is not None and me.renyi_order == f.order
         # r(0.1) = 0.1 (< 23.3 * 0.01 / 2), r(0.05) = 23.3 * 0.0025 / 2 = 0.029125, r(gauss) = a rho
         spent = Fraction(1, 10) + Fraction(29125, 10**6) + f.order * Fraction(1, 1000) + f.overhead
@@ -117,7 +117,7 @@ def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], st
         assert abs(me.epsilon_spent + me.epsilon_remaining - 1) <= Fraction(1, 10**12)
         assert (me.delta_limit, me.delta_explicit_limit) == (micro, micro / 2)
         assert (me.delta_spent, me.delta_remaining) == (micro / 4, micro / 4)
-        g = Filter.configure(Fraction(5), Fraction(1, 10**5))  # the dataset's own filter
+        g = Filter.configure(Fraction(5), Fraction(1, 10**5), Fraction(5))  # the dataset's
         assert g.overhead is not None and ds.renyi_order == g.order != f.order
         pure = [Cost(epsilon=Fraction(1, 10)), Cost(epsilon=Fraction(1, 20))]
         ds_spent = sum(min(c.epsilon, g.order * c.epsilon**2 / 2) for c in pure) + g.overhead
