@@ -119,6 +119,25 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
         f"the interval holds the {what} of the rows the contribution bounds keep with "
         f"probability {level_text(conf)} or more (at {level_text(level)}: it comes from two more "
         f"selections aimed past it, with half of its budget); {selection_accuracy(plan, s, conf)}"
+        + _why_wider(mp, what)
+    )
+
+
+def _why_wider(mp: Any, what: str) -> str:
+    """Why a quantile's interval is much wider than the answer's rank error (newcomer21 #30:
+    'within 348 rows of the median's' beside an interval of ages 9 to 91): each end is its own
+    selection, at a quarter of the budget, aimed k rows past the target so that it misses at
+    most QUANTILE_END_ALPHA, and may land further out still; a side with fewer than about k rows
+    ends at the declared bound. k is the plan's (public) offset."""
+    if not mp.bounds:
+        return ""
+    k = max(abs(b.offset) for b in mp.bounds)
+    return (
+        f". Its interval is wider than that: each end is a selection of its own, with a quarter "
+        f"of the budget, aimed {plural(k, 'row')} past the {what} on its side (so that it lies "
+        f"beyond it with probability 99.75%), and it may land further out; where fewer rows than "
+        "that lie on a side, that end is the column's declared bound. More rows in the group or "
+        "a larger dpsql.epsilon narrow it"
     )
 
 

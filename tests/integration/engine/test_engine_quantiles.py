@@ -260,3 +260,20 @@ def test_confidence_out_of_range_is_refused_on_every_path(engine: Engine, sql: s
         assert e.value.sqlstate == "22023"
         assert "is out of range: it must be > 0 and < 1" in e.value.message
         assert e.value.hint == "SET dpsql.confidence = 0.95"
+
+
+def test_the_notice_says_why_the_interval_is_wider_than_the_rank_error(engine: Engine) -> None:
+    """newcomer21 #30: 'within 348 rows of the median's' beside an interval of ages 9 to 91
+    read as a contradiction. The notice names the ends' own offset (the plan's, public) and why
+    an end can be the declared bound; the offset is larger than the rank error it follows."""
+    sql = "SELECT sex, MEDIAN(age) FROM pums GROUP BY sex"
+    plan = engine.plan(engine.prepare(sql), SessionContext(analyst="analyst"))
+    mp = plan.measures[0]
+    assert mp.bounds is not None and isinstance(mp.mechanism, Quantile)
+    k = abs(mp.bounds[1].offset)
+    assert k > mp.mechanism.rank_error(0.95)
+    r = engine.execute(engine.prepare(sql), SessionContext(analyst="analyst"))
+    (line,) = [n for n in r.notices if n.startswith("MEDIAN(age)")]
+    assert "Its interval is wider than that: each end is a selection of its own" in line, line
+    assert f"aimed {k:,} rows past the median on its side" in line, line
+    assert "that end is the column's declared bound" in line, line
