@@ -167,6 +167,33 @@ def test_another_analysts_sessions_are_not_listed_nor_signalled(port: int) -> No
         assert len(got) == 1 and isinstance(got[0], list), got  # answered, not stopped
 
 
+@pytest.fixture(scope="module")
+def workers(dsn: str, policy_file: Any) -> Iterator[str]:
+    """``dpsql serve --workers 2`` on the module's database: the analyst's DSN."""
+    from tests.helpers import db_name, start_serve
+
+    proc, port = start_serve(["--policy", str(policy_file.path), "--upstream", dsn,
+                              "--workers", "2"], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        yield analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def _spread(dsn: str, each: int) -> list[psycopg.Connection[Any]]:
+    """Sessions until each of the 2 workers holds ``each`` (the kernel picks the worker; a
+    session's pid mod 2 is its worker's number)."""
+    conns: list[psycopg.Connection[Any]] = []
+    deadline = time.monotonic() + 60  # (a guard)
+    while time.monotonic() < deadline:
+        conns.append(psycopg.connect(dsn, autocommit=True))
+        if min(sum(c.info.backend_pid % 2 == w for c in conns) for w in (0, 1)) >= each:
+            return conns
+    raise AssertionError("the kernel never gave the second worker a session")
+
+
 def _upstream_running(dsn: str) -> None:
     """Until the private query reads the view's rows upstream (pg_sleep in slowly())."""
     deadline = time.monotonic() + 60  # (a guard, not a measurement)
@@ -180,31 +207,19 @@ def _upstream_running(dsn: str) -> None:
     raise AssertionError("the private query never ran")
 
 
-def test_superset_stop_across_worker_processes(dsn: str, policy_file: Any) -> None:
+def test_superset_stop_across_worker_processes(dsn: str, workers: str) -> None:
     """``dpsql serve --workers 2``: SQL Lab's connection and Stop's may land on different
     worker processes (the kernel spreads them). The other worker's sessions of the analyst are
     listed (state NULL: unknown there) and Superset's Stop reaches the statement through the
     relay; another analyst's are not listed."""
-    from tests.helpers import db_name, start_serve
-
-    proc, port = start_serve(["--policy", str(policy_file.path), "--upstream", dsn,
-                              "--workers", "2"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)  # fmt: skip
-    conns: list[psycopg.Connection[Any]] = []
+    conns = _spread(workers, 1)
     try:
-        dsn_a = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
-        deadline = time.monotonic() + 60  # (a guard: the kernel picks the worker)
-        while time.monotonic() < deadline:
-            conns.append(psycopg.connect(dsn_a, autocommit=True))
-            workers = {c.info.backend_pid % 2 for c in conns}  # pid mod 2: the owning worker
-            if len(workers) == 2:
-                break
         lab = conns[-1]
         stop = next(c for c in conns if c.info.backend_pid % 2 != lab.info.backend_pid % 2)
         pid = lab.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
         listed = dict(stop.execute("SELECT pid, usename FROM pg_stat_activity").fetchall())
         assert listed == {c.info.backend_pid: "analyst" for c in conns}, listed
-        bob_dsn = analyst_dsn(port, "bob", "bob").replace("dbname=demo", f"dbname={db_name(dsn)}")
+        bob_dsn = workers.replace("user=analyst password=analyst", "user=bob password=bob")
         conns.append(bob := psycopg.connect(bob_dsn, autocommit=True))
         seen = [r[0] for r in bob.execute("SELECT pid FROM pg_stat_activity").fetchall()]
         assert seen == [bob.info.backend_pid]  # another analyst's, on either worker: not listed
@@ -224,31 +239,17 @@ def test_superset_stop_across_worker_processes(dsn: str, policy_file: Any) -> No
     finally:
         for c in conns:
             c.close()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
 
 
-def test_identical_statements_on_two_workers_are_charged_once(dsn: str, policy_file: Any) -> None:
+def test_identical_statements_on_two_workers_are_charged_once(workers: str) -> None:
     """newcomer21 #28 with ``dpsql serve --workers 2``: four sessions of a dashboard spread by
     the kernel over both workers run one statement at once; the in-flight slot now holds across
     the worker processes (dpsql.execute.in_flight.SharedSlots), so one release is charged and the
     three others are free repeats (was: one release per worker, each charged). The statement
     reads a 1-second view, so all four arrive while the first runs."""
-    from tests.helpers import db_name, start_serve
-
-    proc, port = start_serve(["--policy", str(policy_file.path), "--upstream", dsn,
-                              "--workers", "2"], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)  # fmt: skip
     sql = "SELECT SUM(x) FROM slow20 WHERE x >= 0"
-    conns: list[psycopg.Connection[Any]] = []
+    conns = _spread(workers, 2)
     try:
-        dsn_a = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
-        deadline = time.monotonic() + 60  # (a guard: the kernel picks the worker)
-        while time.monotonic() < deadline:
-            conns.append(psycopg.connect(dsn_a, autocommit=True))
-            per = [sum(c.info.backend_pid % 2 == w for c in conns) for w in (0, 1)]
-            if min(per) >= 2:
-                break
         tiles = [c for c in conns if c.info.backend_pid % 2 == 0][:2]
         tiles += [c for c in conns if c.info.backend_pid % 2 == 1][:2]
         barrier = threading.Barrier(len(tiles))
@@ -268,7 +269,5 @@ def test_identical_statements_on_two_workers_are_charged_once(dsn: str, policy_f
     finally:
         for c in conns:
             c.close()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
     assert all(a is not None and a == answers[0] for a in answers), answers
     assert states == ["committed", "repeat", "repeat", "repeat"], states
