@@ -331,13 +331,14 @@ def check_having_constants(engine: EngineContext, prepared: PrivateQuery | TreeQ
     the charged query. Once per statement."""
     from dpsql.execute.constant_probe import folded_constants
 
-    having = prepared.tree.find(exp.Having)
     if prepared.param_count:
         return
-    if (having is None or having.find(exp.Literal) is None) and not folded_constants(prepared.tree):
-        return
-    key = ("having", prepared.scope, prepared.text)
+    key = ("having", prepared.scope, prepared.text)  # checked (or nothing to check): once
     if engine.caches.key_types.get(key) is not None:
+        return
+    having = prepared.tree.find(exp.Having)
+    if (having is None or having.find(exp.Literal) is None) and not folded_constants(prepared.tree):
+        engine.caches.key_types.remember(key, ())
         return
     from dpsql.execute.constant_probe import constant_error
 
@@ -428,9 +429,8 @@ def _run_planned(
             declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
             for sp, public in zip(plan.sets, declared, strict=True):
                 _check_keys(engine, sp.plan.analysis, [key_types[i] for i in sp.keys], public)
-        else:
+        else:  # (its keys were checked by precheck's check_leaf_keys, as here)
             declared = engine.declared_keys(a)
-            _check_keys(engine, a, key_types, declared)
     except BaseException:
         if reserved is not None and ledger is not None:
             ledger.refund(reserved[0])
