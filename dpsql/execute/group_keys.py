@@ -170,7 +170,10 @@ def _key_types(engine: EngineContext, oids: list[int]) -> tuple[str, ...]:
     """Key type names (:func:`key_type_name`); types psycopg doesn't know (enums, domains,
     extension types, composite types, arrays of them) are read from the catalog: composite,
     pseudo, range and array types are named so that :func:`key_texts.check_selectable` refuses
-    them, the others are ``text`` as before."""
+    them, the others ``other``: released by their text, and hashed as their text when groups
+    are ranked (named ``text`` they were hashed by ``hashtextextended``, which an enum or a
+    domain over a number does not take: MIN/MEDIAN by an enum column failed upstream, charged,
+    newcomer22 #29)."""
     names = [key_type_name(o) for o in oids]
     unknown = sorted({o for o, n in zip(oids, names, strict=True) if n is None})
     kinds: dict[int, str] = {}
@@ -182,10 +185,10 @@ def _key_types(engine: EngineContext, oids: list[int]) -> tuple[str, ...]:
             private=False,
         ).rows
         for oid, typtype, category in got:
-            kind = "array" if category == "A" else _KINDS.get(str(typtype), "text")
+            kind = "array" if category == "A" else _KINDS.get(str(typtype), "other")
             kinds[int(oid)] = kind
     return tuple(
-        n if n is not None else kinds.get(o, "text") for o, n in zip(oids, names, strict=True)
+        n if n is not None else kinds.get(o, "other") for o, n in zip(oids, names, strict=True)
     )
 
 

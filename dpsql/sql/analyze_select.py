@@ -393,15 +393,26 @@ def _check_count(key: str, val: exp.Expr) -> None:
         )
 
 
+_KEY_PLACES = (exp.Alias, exp.Group, exp.Select, exp.EQ, exp.NEQ, exp.In, exp.Is)
+
+
 def _strip_identity_casts(tree: exp.Select, ctx: Ctx) -> None:
     """Drop, in place, casts of a private column to the type the policy declares for it
     (Tableau's ``CAST(category AS TEXT)`` of a text column): PostgreSQL's identity cast changes
     nothing, and the column keeps its declared keys, bounds and WHERE narrowing (was: a key
     without a domain, left to partition selection). Only this SELECT's own columns (not a
-    subquery's), only a type without modifiers; ``tree`` is the analysis's own copy."""
+    subquery's), only a type without modifiers; ``tree`` is the analysis's own copy.
+
+    Only where the cast stands as a key (a select item, a GROUP BY item) or as an operand of
+    ``=``, ``<>``, ``IN``, ``IS``: a column the policy calls ``text`` may be an enum upstream
+    (``dpsql init`` declares one so), for which ``LIKE``, ``upper()``, ``||`` and ordering
+    comparisons need the text the analyst's cast gives (``department::text LIKE 'o%'`` failed
+    upstream once the cast was dropped: newcomer22 #29)."""
     for n in list(tree.find_all(exp.Cast)):
         col = n.this
         if not isinstance(col, exp.Column) or n.to.expressions or n.args.get("format"):
+            continue
+        if not isinstance(n.parent, _KEY_PLACES):
             continue
         if n.find_ancestor(exp.Select) is not tree or isinstance(n, exp.TryCast):
             continue

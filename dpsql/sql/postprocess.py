@@ -183,7 +183,9 @@ def outer_query(
         arrays.append(array("text"))
         casts.append(
             exp.alias_(
-                exp.cast(exp.column(f"g{i}", "u"), _type(t), copy=False), f"_dp_g{i}", copy=False
+                exp.cast(exp.column(f"g{i}", "u"), _type(_released_type(t)), copy=False),
+                f"_dp_g{i}",
+                copy=False,
             )
         )
         types.append("text")
@@ -272,6 +274,12 @@ def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:
             ts = exp.AtTimeZone(this=ts, zone=exp.Literal.string("UTC"))
         return exp.cast(ts, _type(pg_type))
     return exp.cast(value, _type(pg_type), copy=False)  # (the caller's own node, in place)
+
+
+def _released_type(key_type: str) -> str:
+    """The type a group key is released as: its own, or ``text`` for a type PostgreSQL's
+    catalog names but dpsql does not (``other``: an enum, a domain, an extension's type)."""
+    return "text" if key_type == "other" else key_type
 
 
 @lru_cache(maxsize=64)
