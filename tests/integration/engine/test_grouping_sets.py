@@ -231,8 +231,11 @@ def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str
     e = Engine(policy, sales_dsn, pool_size=1)
     try:
         sql = "SELECT cat, COUNT(*), SUM(amt) / COUNT(*) AS mean FROM sales GROUP BY ROLLUP (cat)"
-        for _ in range(3):  # a set's false over-cap alarm (<= 1e-3) disowns its intervals
-            r = ask(e, sql, show_intervals=True, epsilon=Fraction(2))
+        # a small group's answer may all come from units beyond the cap (9362b34): its mean's
+        # interval is NULL, with a notice that says so (about 3 runs in 10 here); try again at
+        # another epsilon for a run with every interval, and accept the NULL where it is said
+        for k in range(3):
+            r = ask(e, sql, show_intervals=True, epsilon=Fraction(2000 + k, 1000))
             if all(x is not None for row in r.rows for x in row[3:]):
                 break
             assert any(w in n for n in r.notices for w in NULLED_WORDS), r.notices
@@ -243,7 +246,11 @@ def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str
     assert r.intervals is not None and len(r.intervals) == len(r.rows) == 4
     for row, iv in zip(r.rows, r.intervals, strict=True):
         assert iv[1] == (row[3], row[4]) and row[3] <= row[4] and row[1] <= row[4]
-        assert iv[2] is not None and iv[2] == (row[5], row[6])
+        if iv[2] is None:
+            assert row[5] is None and row[6] is None
+            assert any(w in n for n in r.notices for w in NULLED_WORDS), r.notices
+        else:
+            assert iv[2] == (row[5], row[6])
     # every set has epsilon 1 and count sensitivity 1: the same count noise half-width in every
     # set's accuracy notice (the intervals themselves also hold each group's removed rows)
     import re
