@@ -51,7 +51,7 @@ log = logging.getLogger("dpsql.wire.server")
 
 # Startup parameters taken over as session settings (others are ignored, as a pooler would).
 _STARTUP_SETTINGS = ("application_name", "TimeZone", "timezone", "extra_float_digits",
-                     "search_path")  # fmt: skip
+                     "search_path", "DateStyle", "datestyle")  # fmt: skip
 
 
 @dataclass(frozen=True)

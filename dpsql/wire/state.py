@@ -135,7 +135,10 @@ class SessionState:
         self.status = "I"
         self.settings: dict[str, str] = dict(DEFAULTS)
         for k, v in startup.items():
-            self.settings[_canon(k)] = v
+            key = _canon(k)
+            # a startup DateStyle (libpq's PGDATESTYLE) is checked as SET checks it: one
+            # dpsql cannot honour refuses the connection instead of being dropped
+            self.settings[key] = _check(key, v) if key == "DateStyle" else v
         self.settings["session_authorization"] = ctx.analyst
         self._initial = (dict(self.settings), self._privacy())
         self._begin: tuple[dict[str, str], tuple[Any, ...]] | None = None
@@ -476,6 +479,16 @@ def _check(key: str, value: str) -> str:
             raise UnsupportedSql(f"DateStyle {value!r} is not supported",
                                  hint="use ISO (dpsql sends dates in ISO format)")  # fmt: skip
         order = next((p for p in parts if p in ("MDY", "DMY", "YMD")), "MDY")
+        if order != "MDY":
+            # dpsql reads the statement's date constants itself (key domains, date bounds)
+            # and upstream in MDY: accepted, '01/12/2025' was 12 January, not 1 December
+            # (an 11x wrong count, silently: newcomer22 #33)
+            raise UnsupportedSql(
+                f"DateStyle {value!r} is not supported: dpsql reads dates like 01/12/2025 in "
+                "month/day/year order (January 12)",
+                hint="write dates as 'YYYY-MM-DD' (e.g. '2025-12-01'), which every DateStyle "
+                "reads alike; keep DateStyle ISO, MDY",
+            )
         return f"ISO, {order}"
     if key == "IntervalStyle" and v.lower() != "postgres":
         raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")

@@ -84,6 +84,20 @@ def test_backend_pid_is_the_sessions_own(served: ServerThread, upstream_db: str)
         assert _one(a, "SELECT 1") == 1  # the session still works
 
 
+def test_a_datestyle_dpsql_cannot_honour_refuses_the_connection(
+    served: ServerThread, upstream_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq's PGDATESTYLE (a startup parameter) in day/month order: refused with the words of
+    SET, not dropped (was: SHOW said ISO, MDY and '01/12/2025' was 12 January: newcomer22 #33)."""
+    monkeypatch.setenv("PGDATESTYLE", "ISO, DMY")
+    with pytest.raises(psycopg.OperationalError) as e:
+        psycopg.connect(_dsn(served, upstream_db))
+    assert "DateStyle 'ISO, DMY' is not supported" in str(e.value)
+    monkeypatch.setenv("PGDATESTYLE", "ISO, MDY")
+    with psycopg.connect(_dsn(served, upstream_db)) as conn:
+        assert _one(conn, "SHOW DateStyle") == "ISO, MDY"
+
+
 def test_database_is_the_one_the_client_named(served: ServerThread, upstream_db: str) -> None:
     with psycopg.connect(_dsn(served, upstream_db), autocommit=True) as conn:
         row = conn.execute("SELECT current_database(), current_catalog").fetchone()

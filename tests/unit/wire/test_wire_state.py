@@ -88,9 +88,15 @@ def test_privacy_settings(state: SessionState) -> None:
 
 
 def test_settings_report_and_validate(state: SessionState) -> None:
-    out = run(state, "SET DateStyle = 'ISO, DMY'")
-    assert out.parameter_status == (("DateStyle", "ISO, DMY"),)
-    assert run(state, "SHOW datestyle").rows == [("ISO, DMY",)]
+    run(state, "SET DateStyle = 'ISO, MDY'")
+    assert run(state, "SHOW datestyle").rows == [("ISO, MDY",)]
+    # dpsql reads date constants in MDY order: another order is refused, not ignored (was: SET,
+    # SHOW said DMY, and '01/12/2025' was still 12 January: newcomer22 #33)
+    for order in ("'ISO, DMY'", "'ISO, YMD'", "DMY"):
+        with pytest.raises(DpsqlError) as e:
+            run(state, f"SET DateStyle = {order}")
+        assert e.value.sqlstate == "0A000" and "YYYY-MM-DD" in (e.value.hint or "")
+    assert run(state, "SHOW datestyle").rows == [("ISO, MDY",)]
     with pytest.raises(DpsqlError):
         run(state, "SET DateStyle = German")
     with pytest.raises(DpsqlError):
