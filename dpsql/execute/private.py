@@ -372,7 +372,9 @@ def _check_keys(
     names = [key_texts.key_name(g.expr) for g in a.group_keys]
     n = len(names)
     uses = [
-        f"GROUP BY {name}" for name, t in zip(names, key_types[:n], strict=True) if t in TEXT_TYPES
+        f"GROUP BY {name}"
+        for name, t in zip(names, key_types[:n], strict=True)
+        if t in TEXT_TYPES or t == "other"  # (citext, a domain over it: released as text)
     ]
     uses += [  # public candidates compared as text, counted per text
         f"{'mode()' if m.kind == 'mode' else 'COUNT(DISTINCT)'} of {key_texts.key_name(m.arg)}"
