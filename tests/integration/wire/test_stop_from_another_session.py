@@ -186,11 +186,18 @@ def _spread(dsn: str, each: int) -> list[psycopg.Connection[Any]]:
     """Sessions until each of the 2 workers holds ``each`` (the kernel picks the worker; a
     session's pid mod 2 is its worker's number)."""
     conns: list[psycopg.Connection[Any]] = []
-    deadline = time.monotonic() + 60  # (a guard)
+    deadline = time.monotonic() + 60  # (a guard: the second worker may still be starting)
     while time.monotonic() < deadline:
-        conns.append(psycopg.connect(dsn, autocommit=True))
-        if min(sum(c.info.backend_pid % 2 == w for c in conns) for w in (0, 1)) >= each:
+        c = psycopg.connect(dsn, autocommit=True)
+        if sum(k.info.backend_pid % 2 == c.info.backend_pid % 2 for k in conns) < each:
+            conns.append(c)
+        else:  # that worker has its share: keep within the analyst's session limit
+            c.close()
+            time.sleep(0.05)
+        if len(conns) == 2 * each:
             return conns
+    for c in conns:
+        c.close()
     raise AssertionError("the kernel never gave the second worker a session")
 
 
