@@ -17,6 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
@@ -115,8 +116,12 @@ def accuracy_notes(
         mp = plan.measure_plan(s.measures[0])
         if mp.measure.kind == "count_keys":
             w = _half_widths(s, plan, confidence)
+            over = "the declared keys"
+            col = a.column(mp.measure.arg) if isinstance(mp.measure.arg, exp.Column) else None
+            if col is not None and col.keys is None and not col.keys_from and col.bounds:
+                over = f"the {len(mp.measure.candidates or ())} values its bounds allow"
             out.append(
-                f"{s.sql}: {conf} interval over the declared keys: a key counts when its noisy "
+                f"{s.sql}: {conf} interval over {over}: a key counts when its noisy "
                 f"row count passes the noise (±{rows_text(w[0]) if w else '? rows'} a key); keys with "
                 "few rows may be missed, and the interval allows for them"
             )

@@ -273,7 +273,8 @@ def _cap_note(a: Analysis, si: int) -> str:
         if declared is not None and declared.bounds is not None
         else ""
     )
-    head += f"whole numbers within the declared range{where} of {plain_sql(col) if col else 'it'}"
+    unit = "days" if declared is not None and declared.family == "date" else "whole numbers"
+    head += f"{unit} within the declared range{where} of {plain_sql(col) if col else 'it'}"
     if col is not None and not a.joins and col.name in a.proven_bounds:
         return (
             head + " (a CHECK constraint of the table enforces it): that upper end holds "

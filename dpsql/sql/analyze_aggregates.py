@@ -7,6 +7,7 @@ Part of the analysis (:func:`dpsql.sql.analyze.analyze`, :mod:`dpsql.sql.analyze
 from __future__ import annotations
 
 import math
+from datetime import date
 from fractions import Fraction
 from typing import NoReturn
 
@@ -15,6 +16,7 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql, WrongObjectType
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
+from dpsql.sql.derived_keys import bounded_keys
 from dpsql.sql.names import describe
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.refusal_text import window_over_rows
@@ -367,12 +369,18 @@ def _domain_size(ctx: _Ctx, inner: exp.Expr) -> int | None:
         lo, hi = col.bounds
         if isinstance(lo, (int, float)) and isinstance(hi, (int, float)):
             return max(0, math.floor(hi) - math.ceil(lo) + 1)
+    if col.family == "date" and col.bounds is not None:  # the days within its bounds
+        first, last = col.bounds
+        if isinstance(first, date) and isinstance(last, date):
+            return max(0, (last - first).days + 1)
     return None
 
 
 def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:
-    """COUNT(DISTINCT x): over a column with declared keys, the keys whose noisy row count
-    passes a threshold (``count_keys``, see dpsql.execute.noise); else distinct values counted."""
+    """COUNT(DISTINCT x): over a column with declared keys, or with bounds that allow at most
+    :data:`~dpsql.sql.derived_keys.COUNT_KEYS_MAX` values (whole numbers, days), the keys whose
+    noisy row count passes a threshold (``count_keys``, see dpsql.execute.noise); else distinct
+    values counted."""
     if isinstance(inner, exp.Column):
         col = ctx.column(inner)
         if col is not None and not col.identifier and (col.keys or col.keys_from):
@@ -382,4 +390,7 @@ def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:
                 candidates=col.key_texts,
                 candidates_from=col.keys_from,
             )
+        keys = bounded_keys(col) if col is not None else None
+        if keys is not None:
+            return Measure("count_keys", ctx.qualify(inner), candidates=keys)
     return Measure("count_distinct", ctx.qualify(inner))

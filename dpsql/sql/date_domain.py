@@ -110,9 +110,3 @@ def where_bounds(
             elif hi is None or p < hi[0] or (p == hi[0] and strict):
                 hi = (p, strict)
     return lo, hi
-
-
-def _where_range(where: exp.Expr | None, base: str) -> tuple[datetime | None, datetime | None]:
-    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions."""
-    lo, hi = where_bounds(where, base)
-    return (lo[0] if lo else None, hi[0] if hi else None)

@@ -195,8 +195,9 @@ def test_removing_a_unit_moves_each_measure_by_at_most_its_sensitivity(
 
 
 def test_row_path_sorts_once_and_matches(pengine: Engine, partials_dsn: str) -> None:
-    """COUNT(DISTINCT x) keeps rows (not decomposable); light units are all kept: exact."""
-    sql = "SELECT g, COUNT(DISTINCT k) FROM t WHERE s = 'light' GROUP BY g"
+    """COUNT(DISTINCT x) keeps rows (not decomposable); light units are all kept: exact. (x:
+    numeric; k's few bounded values are counted per key, :func:`derived_keys.bounded_keys`.)"""
+    sql = "SELECT g, COUNT(DISTINCT x) FROM t WHERE s = 'light' GROUP BY g"
     text = _private_sql(pengine, sql)
     with psycopg.connect(partials_dsn) as conn:
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + text).fetchall())
@@ -206,9 +207,9 @@ def test_row_path_sorts_once_and_matches(pengine: Engine, partials_dsn: str) -> 
     # function, seeded by the unit's keyed hash: 057de7a)
     assert len(sorts) == 1 and "t.u, (COALESCE(hashtextextended(t.g," in sorts[0], plan
     want: dict[str, set[int]] = defaultdict(set)
-    for u, g, _, k in _rows():
-        if u < 1000 and k is not None:
-            want[g].add(k)
+    for u, g, x, _ in _rows():
+        if u < 1000 and x is not None:
+            want[g].add(x)
     assert got == {g: len(v) for g, v in want.items()}
 
 

@@ -95,21 +95,22 @@ def test_order_by_positions_in_range_still_sort(engine: Engine) -> None:
 
 
 def test_count_distinct_clamped_to_the_declared_domain(engine: Engine) -> None:
-    """quantity is an integer declared within [1, 10]: at most 10 distinct values. The answer
-    and its interval are clamped to 10 (was 89 [0, 227]: an interval far beyond what the
-    policy allows), and the notice says so. Deterministic: the accuracy notice leaves the upper
-    end open (what the contribution bounds left out) whatever the draw, so the clamp always
-    acts; the ends must hold whatever the noise."""
-    sql = "SELECT COUNT(DISTINCT quantity) FROM purchases"
+    """age is an integer declared within [0, 100]: at most 101 distinct values. The answer
+    and its interval are clamped to 101 (quantity, [1, 10], was 89 [0, 227]: an interval far
+    beyond what the policy allows; its 10 values are now counted per key), and the notice says
+    so whenever the answer is clamped (with noise ±3.5 only when it comes near 101;
+    test_count_distinct_cap_states_the_declared_range_premise makes it act every time). The
+    ends must hold whatever the noise."""
+    sql = "SELECT COUNT(DISTINCT age) FROM pums"
     prepared = engine.prepare(sql, "analyst")
     result = engine.execute(prepared, SessionContext("analyst", Fraction(1)))
     value = result.rows[0][0]
     assert result.intervals is not None
     iv = result.intervals[0][0]
     assert iv is not None and isinstance(value, int), (value, iv)
-    assert 0 <= value <= 10 and 0 <= iv[0] <= iv[1] <= 10, (value, iv)
-    notes = [n for n in result.notices if "clamped to at most 10" in n]
-    assert notes, result.notices
+    assert 0 <= value <= 101 and 0 <= iv[0] <= iv[1] <= 101, (value, iv)
+    notes = [n for n in result.notices if "clamped to at most 101" in n]
+    assert notes or value < 101, (value, iv, result.notices)  # (an open end shows 101)
 
 
 def test_count_distinct_of_keys_at_most_the_keys(engine: Engine) -> None:
@@ -126,10 +127,11 @@ def test_count_distinct_cap_states_the_declared_range_premise(
     make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> None:
     """review21: an integer column's bounds are a declaration, not a constraint: COUNT(DISTINCT)
-    counts the values outside them too. 40 distinct values under bounds [1, 3]: the answer is
-    clamped to 3, and the notice must say that this assumes every value lies in the range (it
+    counts the values outside them too. 80 distinct values under bounds [1, 40]: the answer is
+    clamped to 40, and the notice must say that this assumes every value lies in the range (it
     said 'that upper end holds whatever the bounds left out': a confident bar around a wrong
-    number). Deterministic: the zero-noise source releases 40, always above the cap."""
+    number). Deterministic: the zero-noise source releases 80, always above the cap (bounds
+    [1, 40]: more values than are counted per key, derived_keys.COUNT_KEYS_MAX)."""
     import psycopg
 
     from dpsql.engine import Engine
@@ -138,8 +140,8 @@ def test_count_distinct_cap_states_the_declared_range_premise(
 
     dsn = make_db("cdcap")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t AS SELECT u, u AS q FROM generate_series(1, 40) u")
-    columns = {"q": {"type": "integer", "bounds": [1, 3]}}
+        conn.execute("CREATE TABLE t AS SELECT u, u AS q FROM generate_series(1, 80) u")
+    columns = {"q": {"type": "integer", "bounds": [1, 40]}}
     pf = make_policy("cdcap", tables={"public.t": private_table("u", columns)}, public_tables=[])
     e = Engine(pf.policy, dsn, pool_size=1, noise=EXACT)
     try:
@@ -147,8 +149,8 @@ def test_count_distinct_cap_states_the_declared_range_premise(
         result = e.execute(e.prepare(sql), SessionContext("analyst", Fraction(1)))
     finally:
         e.close()
-    assert result.rows[0][0] == 3, result.rows
-    notes = [n for n in result.notices if "clamped to at most 3" in n]
+    assert result.rows[0][0] == 40, result.rows
+    notes = [n for n in result.notices if "clamped to at most 40" in n]
     assert len(notes) == 1, result.notices
     assert "It assumes every value lies in that range" in notes[0], notes[0]
     assert "holds" not in notes[0], notes[0]
