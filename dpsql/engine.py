@@ -65,7 +65,7 @@ from dpsql.sql.bi_shapes import (
     returns_no_rows,
 )
 from dpsql.sql.bind import bind, check_params
-from dpsql.sql.group_domain import empty_domain_notice
+from dpsql.sql.group_domain import empty_domain_notice, unfiltered_keys_notice
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import ParsedExplain, parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
@@ -293,6 +293,12 @@ class Engine:
                 with overcharge.watching() as got:
                     res = run(self, prepared, session, params, cancel)  # type: ignore[arg-type]
                 more = overcharge.notices(got, res.epsilon_spent) if got else ()
+                if isinstance(prepared, PrivateQuery) and not prepared.analysis.measures:
+                    a = self.analysis(prepared, params)  # keys listed from their domain
+                    note = unfiltered_keys_notice(a.group_keys, a.where)
+                    # nothing is measured: no contribution bound applies to the answer
+                    kept = tuple(n for n in res.notices if not n.startswith("contribution bounds:"))
+                    res = replace(res, notices=kept + ((note,) if note is not None else ()))
                 return replace(res, notices=res.notices + more) if more else res
             case PublicQuery() | CatalogQuery():
                 text = public_sql.signalling_sql(self, prepared, session, params, cancel)

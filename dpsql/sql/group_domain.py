@@ -15,8 +15,9 @@ from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.constants import is_public_constant
 from dpsql.sql.derived_keys import TooMany, derived_domain
-from dpsql.sql.key_domain import KeyFilter
+from dpsql.sql.key_domain import KeyFilter, key_value
 from dpsql.sql.key_literals import case_domain, listed_domain
+from dpsql.sql.key_truth import Hypothesis, truth
 from dpsql.sql.sources import PUBLIC_COLUMN, Ctx
 from dpsql.sql.wording import plain_sql
 
@@ -128,3 +129,33 @@ def empty_domain_notice(keys: tuple[GroupKey, ...], note: str | None) -> str | N
                 "so the answer has no rows whatever the data (nothing was read or charged)"
             )
     return None
+
+
+def unfiltered_keys_notice(keys: tuple[GroupKey, ...], where: exp.Expr | None) -> str | None:
+    """The notice of a statement that lists keys and measures nothing (``SELECT DISTINCT
+    category FROM purchases WHERE amount > 100000``, or a GROUP BY without aggregates) when its
+    WHERE clause says something the keys' domains can't decide: it is answered from the public
+    domain (free, nothing read or released), so a key is listed whether or not any row passing
+    that WHERE clause has it; None when the WHERE clause is decided for every listed key (only
+    conditions on the one key column, each exactly true or false for each key: ``WHERE
+    category IN ('books', 'travel')``). Which keys have such rows is private: finding out is a
+    release, so the notice says how to ask for it (counted, with noise)."""
+    if where is None or not keys:
+        return None
+    g = keys[0]
+    if len(keys) == 1 and g.keys is not None and g.family is not None:
+        key_sql, family = g.expr.sql("postgres"), g.family
+        cols = {c.sql("postgres") for c in where.find_all(exp.Column)}
+        values = [key_value(k, family) for k in g.keys]
+        if cols <= {key_sql} and all(
+            v is not None and truth(where, Hypothesis(key_sql, v)) == frozenset("t") for v in values
+        ):
+            return None
+    names = ", ".join(plain_sql(g.expr) for g in keys)
+    return (
+        f"the rows list the keys of {names} the policy gives (narrowed by what the WHERE clause "
+        f"says of {names} itself), free, nothing read: whether rows passing the rest of the "
+        "WHERE clause have each key is private and is not tested, so a key is listed even when "
+        f"no such row has it. To count each key's rows, with noise (charged): SELECT {names}, "
+        f"COUNT(*) ... WHERE ... GROUP BY {names}"
+    )
