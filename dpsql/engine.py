@@ -70,6 +70,7 @@ from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import ParsedExplain, parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
+from dpsql.upstream.zone import UTC_NAME, ZONE, session_zone, statement_zone
 
 Planner = Callable[[Analysis, Fraction, Fraction, str], Plan]
 """Plans a private measurement: (analysis, epsilon, delta, mechanism) -> plan."""
@@ -113,7 +114,7 @@ class Engine:
             statement_timeout_ms=statement_timeout_ms or policy.defaults.statement_timeout_ms,
             max_size=pool_size,
         )
-        self._cache: OrderedDict[tuple[str, str], Prepared] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, ...], Prepared] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
         self.caches = EngineCaches.sized(cache_size)  # what dpsql/execute/ reads and fills
@@ -178,7 +179,8 @@ class Engine:
         prepare time as PostgreSQL refuses it at Parse.
         """
         scope = self.scope(analyst)
-        key = (scope, text)
+        zone = ZONE.get()
+        key = (scope, text) if zone == UTC_NAME else (scope, text, zone)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
@@ -194,12 +196,16 @@ class Engine:
         return p
 
     def prepare_in_scope(self, text: str, scope: str = "") -> Prepared:
-        """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached."""
+        """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached;
+        analyzed in the time zone of the statement this thread runs
+        (:data:`dpsql.upstream.zone.ZONE`)."""
         match parse_statement(text):
             case ParsedExplain():
-                return prepare_explain(self, text, scope)
+                p: Prepared = prepare_explain(self, text, scope)
             case st:
-                return prepare.prepare_parsed(self, st, text, scope)
+                p = prepare.prepare_parsed(self, st, text, scope)
+        zone = ZONE.get()
+        return p if zone == UTC_NAME else replace(p, zone=zone)
 
     def bound_limit(self, prepared: DeferredQuery, params: Sequence[object]) -> Prepared:
         """A ``LIMIT $n`` statement with ``params`` written inline, prepared as such
@@ -275,12 +281,30 @@ class Engine:
         params: Sequence[object] = (),
         cancel: CancelToken | None = None,
     ) -> Result:
+        """Run ``prepared`` for ``session``, in the session's time zone (``SET TIME ZONE``):
+        every upstream statement runs in it, and a private statement analyzed in another zone
+        is analyzed again in it (its generated ``date_trunc`` keys are the zone's)."""
+        zone = session_zone(session.settings)
+        if zone == UTC_NAME and prepared.zone == UTC_NAME:
+            return self._execute(prepared, session, params, cancel)
+        with statement_zone(zone):
+            if prepared.zone != zone and isinstance(prepared, _ZONED):
+                prepared = self.prepare(prepared.text, session.analyst)
+            return self._execute(prepared, session, params, cancel)
+
+    def _execute(
+        self,
+        prepared: Prepared,
+        session: SessionContext,
+        params: Sequence[object],
+        cancel: CancelToken | None,
+    ) -> Result:
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
         self._catalog.tokens = {}  # read again for this statement
         match prepared:
             case DeferredQuery():  # LIMIT $1: as the statement with its values inline
-                return self.execute(self.bound_limit(prepared, params), session, (), cancel)
+                return self._execute(self.bound_limit(prepared, params), session, (), cancel)
             case TreeQuery() | PrivateQuery() if returns_no_rows(prepared.tree, params):
                 # LIMIT 0: no rows whatever the data: the columns only, nothing read or charged
                 return Result(self.describe(prepared, session), [], "SELECT 0")
@@ -436,6 +460,10 @@ class Engine:
     group_types = group_keys.group_types
     declared_keys = group_keys.declared_keys
     resolve_keys_from = group_keys.resolve_keys_from
+
+
+# the statements whose analysis depends on the time zone (generated date_trunc keys)
+_ZONED = (PrivateQuery, TreeQuery, ExplainQuery, DeferredQuery)
 
 
 def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:

@@ -16,10 +16,27 @@ import psycopg_pool
 from psycopg import sql as pgsql
 from psycopg_pool import ConnectionPool
 
+from dpsql.errors import InvalidParameter
 from dpsql.result import ResultColumn
 from dpsql.upstream.faults import CONNECT_TIMEOUT_S, connection_lost, lost, upstream_error
 from dpsql.upstream.loaders import register_lossless
 from dpsql.upstream.settings import session_settings
+from dpsql.upstream.zone import UTC_NAME, wanted
+
+_SET_ZONE = "SELECT pg_catalog.set_config('TimeZone', %s, false)"
+_CHECK_ZONE = "SELECT pg_catalog.set_config('TimeZone', %s, true)"
+
+
+def use_zone(conn: psycopg.Connection[Any], zone: str | None) -> bool:
+    """Set the pooled connection ``conn`` to ``zone`` (None: UTC, every connection's own) when
+    it is in another (a round trip only then: PostgreSQL reports the zone it is in). True when
+    the statement may be prepared on the connection: only in UTC, as PostgreSQL reads a
+    timestamptz constant in the zone it is prepared in, and a statement psycopg prepared in one
+    zone would keep that zone's reading when run in another."""
+    want = zone or UTC_NAME
+    if conn.info.parameter_status("TimeZone") != want:
+        conn.execute(_SET_ZONE, (want,), prepare=False)
+    return zone is None
 
 
 class CancelToken:
@@ -111,6 +128,7 @@ class Backend:
         which may be far shorter than a busy machine needs for even a trivial query."""
         with self.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
             try:
+                use_zone(conn, None)
                 with conn.transaction(), conn.cursor() as cur:
                     cur.execute(
                         pgsql.SQL("SET LOCAL statement_timeout = {}").format(
@@ -121,6 +139,27 @@ class Backend:
                     return Rows(_columns(cur), cur.fetchall(), cur.statusmessage or "")
             except psycopg.Error as e:
                 raise upstream_error(e, False, conn) from None
+
+    def time_zone(self, value: str) -> str:
+        """``value`` as PostgreSQL names the time zone it sets for it (``america/new_york`` ->
+        ``America/New_York``, ``-5`` -> ``<-05>+05``), read on a pooled connection and left
+        unset there (``set_config`` local to its one-statement transaction).
+
+        Raises:
+            InvalidParameter: 22023 with PostgreSQL's words, for a zone it doesn't know.
+        """
+        with self.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
+            try:
+                row = conn.execute(_CHECK_ZONE, (value,), prepare=False).fetchone()
+            except psycopg.errors.InvalidParameterValue:
+                raise InvalidParameter(
+                    f'invalid value for parameter "TimeZone": "{value}"',
+                    hint="give a time zone name, e.g. 'America/New_York', 'Europe/Berlin' or "
+                    "'UTC' (SELECT name FROM pg_timezone_names lists them)",
+                ) from None
+            except psycopg.Error as e:
+                raise upstream_error(e, False, conn) from None
+        return str(row[0]) if row is not None else value
 
     def run(
         self,
@@ -143,19 +182,24 @@ class Backend:
         A statement that meets a dead pooled connection (the upstream restarted) is run once more
         on a fresh one, after the pool's other dead connections are swept
         (:mod:`dpsql.upstream.faults`): it is a read, so running it again is safe.
+
+        It runs in the time zone of the statement this thread runs
+        (:data:`dpsql.upstream.zone.ZONE`, the session's ``TimeZone``).
         """
+        zone = wanted()
         for attempt in (1, 2):
             try:
                 with self.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
                     if cancel is not None:
                         cancel.attach(conn)
                     try:
+                        prepare = None if use_zone(conn, zone) else False
                         with conn.cursor(binary=binary) as cur:
                             if then is None:
-                                cur.execute(query, params or None)
+                                cur.execute(query, params or None, prepare=prepare)
                             else:
                                 assert not params and not binary, "then: one simple message"
-                                cur.execute(f"{query}\n;\n{then}")
+                                cur.execute(f"{query}\n;\n{then}", prepare=prepare)
                             desc = cur.description  # built at every read: once
                             rows = cur.fetchall() if desc is not None else []
                             status = cur.statusmessage or ""
@@ -188,6 +232,7 @@ def describe_statement(
 
     with backend.pool.connection(timeout=CONNECT_TIMEOUT_S) as conn:
         try:
+            use_zone(conn, wanted())
             pg = conn.pgconn
             res = pg.prepare(b"", query.encode(), list(param_oids) or None)
             if res.status != ExecStatus.COMMAND_OK:

@@ -31,6 +31,8 @@ class _Common:
     statement: ParsedStatement
     fingerprint: str  # a short stable id of the statement's shape (logs, the ledger)
     scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
+    # the time zone it was analyzed in (dpsql.upstream.zone.ZONE: generated date_trunc keys)
+    zone: str = "UTC"
 
     @property
     def first_word(self) -> str:

@@ -36,6 +36,8 @@ from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.bind import param_numbers
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
+from dpsql.sql.zone_identity import zone_matters
+from dpsql.upstream.zone import UTC_NAME, ZONE
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
@@ -52,8 +54,9 @@ def repeat_key(
     delta: Fraction,
     mechanism: str,
 ) -> str:
-    """Same canonical query, parameters, epsilon, delta, mechanism and policy (as the analyst's
-    view changes answers) => same answer. The canonical form of the statement's tree is
+    """Same canonical query, parameters, epsilon, delta, mechanism, policy (as the analyst's
+    view changes answers) and time zone where it matters (:mod:`dpsql.sql.zone_identity`) =>
+    same answer. The canonical form of the statement's tree is
     memoized (a function of the tree alone; the memo holds the tree, so its id can't be reused)."""
     from dpsql.sql.canonical import cache_key as key
     from dpsql.sql.canonical import canonical
@@ -66,6 +69,9 @@ def repeat_key(
         hit = (tree, canonical(part), frozenset(param_numbers(part)))
         engine.caches.sql.remember(("canonical", id(tree)), hit)
     extra = engine.repeat_digest(prepared.scope)
+    zone = ZONE.get()
+    if zone != UTC_NAME and zone_matters(hit[0], engine.policy):  # another zone, another answer
+        extra += f":TimeZone={zone}"
     return key(hit[1], released_params(params, hit[2]), epsilon, delta, mechanism, extra=extra)
 
 

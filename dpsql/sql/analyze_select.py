@@ -43,6 +43,7 @@ from dpsql.sql.refusal_text import (
 )
 from dpsql.sql.sources import Ctx, check_join, outer_columns, source_of
 from dpsql.sql.wording import plain_sql
+from dpsql.upstream.zone import ZONE
 
 DP_TABLE = "_dp"
 
@@ -446,7 +447,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 )
         where_expr = ctx.qualify(where.this)
     keys, sets = _group_keys(tree, ctx)
-    narrowed = [narrow_by_where(k, where_expr, ctx.column) for k in keys]
+    narrowed = [narrow_by_where(k, where_expr, ctx.column, ZONE.get()) for k in keys]
     no_keys = None
     if not sets:  # (a grouping set without the key still has its rows)
         for before, after in zip(keys, narrowed, strict=True):

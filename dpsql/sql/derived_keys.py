@@ -59,6 +59,7 @@ from dpsql.sql.constants import as_point
 from dpsql.sql.date_domain import MAX_KEYS, trunc, unit_end, where_bounds
 from dpsql.sql.key_domain import KeyFilter
 from dpsql.sql.key_literals import literal_text
+from dpsql.upstream.zone import key_texts, tzinfo_of
 
 MAX_DAYS = 40_000  # about 110 years of days enumerated for EXTRACT / to_char
 
@@ -135,13 +136,22 @@ def derived_domain(
         expr = expr.this
     if isinstance(expr, exp.Column):
         return None  # a bare column keeps its declared keys or partition selection, as before
-    d = _Deriver(column, where, ZoneInfo(zone))
+    d = _Deriver(column, where, zone)
     got = d.derive(expr)
     if isinstance(got, Span):
         got = d.days(got) if got.kind == "date" else None
     if not isinstance(got, Domain):
         return None
-    texts = tuple(d.text(got, v) for v in got.values)
+    texts: list[str] = []
+    for v in got.values:
+        if got.kind == "tstz":  # one text, or two for a time the clock turns back over
+            assert isinstance(v, datetime)
+            zoned = key_texts(v, zone)
+            if zoned is None:  # a zone Python can't read: from the data, never a wrong key
+                return None
+            texts += zoned
+        else:
+            texts.append(d.text(got, v))
     if len(set(texts)) > MAX_KEYS:
         raise TooMany(f"they are {len(set(texts)):,}, above the limit of {MAX_KEYS:,}")
     return Derived(tuple(dict.fromkeys(texts)), got.null, _FAMILY[got.kind])
@@ -213,11 +223,11 @@ class _Deriver:
         self,
         column: Callable[[exp.Column], Column | None],
         where: exp.Expr | None,
-        zone: ZoneInfo,
+        zone: str,
     ) -> None:
         self.column = column
         self.where = where
-        self.zone = zone
+        self.zone = tzinfo_of(zone)  # None: a zone Python can't read
 
     # -- printing -------------------------------------------------------------------------
     def text(self, d: Domain, v: object) -> str:
@@ -230,7 +240,7 @@ class _Deriver:
         if d.kind == "ts":
             assert isinstance(v, datetime)
             return v.isoformat(sep=" ")
-        if d.kind == "tstz":
+        if d.kind == "tstz":  # (derived_domain prints these: dpsql.upstream.zone.key_texts)
             assert isinstance(v, datetime)
             return v.isoformat(sep=" ") + _offset(v.replace(tzinfo=self.zone).utcoffset())
         if d.kind == "num":
@@ -344,6 +354,8 @@ class _Deriver:
         else:  # timestamptz bounds are instants (naive: UTC): as this zone's wall clock
             kind = "tstz"
             utc = ZoneInfo("UTC")
+            if self.zone is None:
+                return None
             if lo is not None:
                 lo = lo.replace(tzinfo=utc).astimezone(self.zone).replace(tzinfo=None)
             if hi is not None:

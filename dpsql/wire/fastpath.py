@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 from dpsql.errors import UpstreamError
 from dpsql.result import Result
 from dpsql.session import SessionContext
+from dpsql.upstream.zone import session_zone
 from dpsql.wire.params import upstream_params
 from dpsql.wire.requests import uniform
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream, raw_result
@@ -51,6 +52,7 @@ async def run_fast(
     """Run a public or catalog statement on the event loop. When the client wants every column
     in one format, PostgreSQL's bytes in that format are passed through as they are."""
     fmt = uniform(formats)
+    zone = session_zone(session.ctx.settings)
     rows = None
     sql = _parameterized(engine, prepared, session, params)
     if sql is not None:
@@ -58,7 +60,7 @@ async def run_fast(
         key = (sql, types)
         if key not in upstream.literal_only:
             try:
-                rows = await upstream.run(sql, values, types, cancel=token, fmt=fmt)
+                rows = await upstream.run(sql, values, types, cancel=token, fmt=fmt, zone=zone)
             except UpstreamError as e:
                 if not e.sqlstate.startswith("42"):
                     raise
@@ -71,7 +73,7 @@ async def run_fast(
         text = engine.cached_sql(prepared, session.ctx, params)
         if text is None:
             text = await session.call(engine.runnable_sql, prepared, session.ctx, tuple(params))
-        rows = await upstream.run(text, cancel=token, fmt=fmt)
+        rows = await upstream.run(text, cancel=token, fmt=fmt, zone=zone)
     if fmt is None:
         return Result(rows.columns, rows.rows, rows.status)
     return raw_result(rows.columns, rows.rows, rows.status, fmt)

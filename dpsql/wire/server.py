@@ -209,10 +209,17 @@ class Server:
         if full is not None:
             raise _too_many(None if full == "total" else analyst)
         try:
-            return self._session(ch, startup, analyst)
+            session = self._session(ch, startup, analyst)
         except BaseException:
             self.limits.remove_session(analyst)
             raise
+        try:
+            await session.check_startup_zone()
+        except BaseException:
+            self.sessions.pop(session.process_id, None)
+            self.limits.remove_session(analyst)
+            raise
+        return session
 
     def _session(self, ch: Channel, startup: Startup, analyst: str) -> Session:
         pid = self._new_pid()

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -39,6 +40,7 @@ from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import prescan, too_complex
 from dpsql.upstream.faults import CANCEL_HINT
+from dpsql.upstream.zone import is_utc
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
@@ -66,7 +68,7 @@ from dpsql.wire.requests import (
     route,
 )
 from dpsql.wire.state import REPORTED, Outcome, SessionState, timeout_ms
-from dpsql.wire.statements import parse_session_statement
+from dpsql.wire.statements import SessionStatement, parse_session_statement
 from dpsql.wire.timeouts import private_notice, within
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
@@ -349,6 +351,29 @@ class Session:
             self.protocol.send_notice("NOTICE", "00000", private_notice(shown, self._policy_ms))
 
     # ---- running statements ----------------------------------------------------------------
+    async def _zone_named(self, st: SessionStatement) -> SessionStatement:
+        """``SET TIME ZONE`` / ``SET TimeZone``'s value as the upstream names it (22023 in
+        PostgreSQL's words for a zone it doesn't know): the zone every statement of the session
+        then runs in (:mod:`dpsql.upstream.zone`). Other statements as they are."""
+        engine = self.fast_engine
+        if (
+            engine is None
+            or st.kind != "set"
+            or st.value is None
+            or (st.name or "").lower() != "timezone"
+            or self.state.status == "E"
+        ):
+            return st
+        return replace(st, value=await self.call(engine.backend.time_zone, st.value))
+
+    async def check_startup_zone(self) -> None:
+        """The ``TimeZone`` the session starts with (a startup parameter: PgJDBC sends the
+        JVM's, libpq PGTZ's; or ``options``) as the upstream names it; a zone it doesn't know
+        refuses the connection (22023), as PostgreSQL does."""
+        zone = self.state.settings.get("TimeZone", "UTC")
+        if self.fast_engine is not None and not is_utc(zone):
+            self.state.start_zone(await self.call(self.fast_engine.backend.time_zone, zone))
+
     async def prepare(self, text: str) -> Statement:
         """Parse ``text`` once: a session statement, or the engine's ``Prepared``.
 
@@ -416,7 +441,7 @@ class Session:
         try:
             if where is ROUTE_SESSION:
                 assert stmt.session is not None
-                res = self.protocol.apply_session(stmt.session)
+                res = self.protocol.apply_session(await self._zone_named(stmt.session))
                 return res
             self.state.check_not_failed()
             if self.closing:  # else charged, then cut off when the sessions are closed

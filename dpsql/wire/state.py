@@ -163,6 +163,13 @@ class SessionState:
                 self._do_set(SessionStatement("set", name, value, False))
         self._initial = (dict(self.settings), self._privacy())
 
+    def start_zone(self, zone: str) -> None:
+        """The session starts in time zone ``zone`` (the upstream's name for the one the
+        client sent): set, and kept as the session's default (RESET, DISCARD ALL)."""
+        self.settings["TimeZone"] = zone
+        self._initial[0]["TimeZone"] = zone
+        self._sync_ctx()
+
     # ---- snapshots -------------------------------------------------------------------------
     def _privacy(self) -> tuple[Any, ...]:
         c = self.ctx

@@ -188,6 +188,9 @@ def _set(p: _P) -> SessionStatement:
         return SessionStatement("noop", name="SET")
     if _time_zone(p):
         name = "timezone"
+        if p.accept("local"):  # SET TIME ZONE LOCAL: the default, as SET TIME ZONE DEFAULT
+            p.end()
+            return SessionStatement("set", name, None, local)
     elif p.peek() in ("names", "schema") and p.i + 1 < len(p.t) and p.t[p.i + 1].kind == "str":
         name = "client_encoding" if p.ident() == "names" else "search_path"
     else:

@@ -215,6 +215,7 @@ class AsyncUpstream:
         *,
         cancel: AsyncCancel | None = None,
         fmt: int | None = None,
+        zone: str = "UTC",
     ) -> Rows:
         """Run one read-only public/catalog statement and fetch all its rows.
 
@@ -225,6 +226,8 @@ class AsyncUpstream:
             cancel: cancelled from the event loop (CancelRequest, client gone, shutdown).
             fmt: 0 or 1 to get the values as PostgreSQL sent them in that format (bytes, to
                 pass through: see :class:`RawRows`), None to load them as Python values.
+            zone: the session's time zone (PostgreSQL's text of it), set on the connection
+                for the statement.
 
         Raises:
             QueryCanceled: 57014, cancelled or timed out.
@@ -241,7 +244,7 @@ class AsyncUpstream:
                 cancel.attach(c.conn)
             try:
                 self.statements += 1
-                res, columns = await c.execute(query, params, types, fmt or 0)
+                res, columns = await c.execute(query, params, types, fmt or 0, zone)
                 ok = True
                 return c.rows(res, columns, fmt)
             except psycopg.Error as e:

@@ -25,7 +25,10 @@ from dpsql.execute.backend import Rows
 from dpsql.result import ResultColumn
 
 PREPARED_MAX = 256  # statements remembered per connection
-_Key = tuple[str, tuple[int, ...]]
+# (text, parameter types, time zone): PostgreSQL reads a timestamptz constant in the zone the
+# statement is prepared in, and keeps that reading for every run of it
+_Key = tuple[str, tuple[int, ...], str]
+_SET_ZONE = b"SELECT pg_catalog.set_config('TimeZone', $1, false)"
 # psycopg's status enums as module constants: on Python 3.11 reading an Enum class's attribute
 # (``ExecStatus.FATAL_ERROR``) takes EnumType.__getattr__'s slow hook; these run per statement.
 _FATAL_ERROR = ExecStatus.FATAL_ERROR
@@ -52,7 +55,8 @@ class UpstreamConn:
         loop: the event loop every statement runs on.
     """
 
-    __slots__ = ("_broken", "_closing", "_columns", "_seen", "_waiter", "conn", "fd", "loop", "pg")
+    __slots__ = ("_broken", "_closing", "_columns", "_seen", "_waiter", "conn", "fd", "loop", "pg",
+                 "zone")  # fmt: skip
 
     def __init__(self, conn: psycopg.AsyncConnection[Any], loop: asyncio.AbstractEventLoop) -> None:
         self.conn = conn
@@ -64,6 +68,7 @@ class UpstreamConn:
         self._seen: OrderedDict[_Key, bytes | None] = OrderedDict()  # None: seen once
         self._columns: dict[bytes, tuple[ResultColumn, ...]] = {}  # prepared name -> columns
         self._closing: list[bytes] = []  # evicted: closed before the next statement
+        self.zone = "UTC"  # the connection's TimeZone (dpsql.upstream.settings pins UTC)
         loop.add_reader(self.fd, self._readable)
 
     # ---- I/O ----------------------------------------------------------------------------------
@@ -132,9 +137,15 @@ class UpstreamConn:
 
     # ---- statements ---------------------------------------------------------------------------
     async def execute(
-        self, query: str, params: Sequence[bytes | None], types: Sequence[int], fmt: int
+        self,
+        query: str,
+        params: Sequence[bytes | None],
+        types: Sequence[int],
+        fmt: int,
+        zone: str = "UTC",
     ) -> tuple[PGresult, tuple[ResultColumn, ...]]:
-        """Run ``query`` with ``params`` (text format) and return its result and columns.
+        """Run ``query`` with ``params`` (text format) in time zone ``zone`` (the session's)
+        and return its result and columns.
 
         Raises:
             psycopg.Error: PostgreSQL's error (the connection stays usable).
@@ -143,7 +154,11 @@ class UpstreamConn:
         while self._closing:
             pg.send_close_prepared(self._closing.pop())
             _check(await self._results())
-        key = (query, tuple(types))
+        if zone != self.zone:
+            pg.send_query_params(_SET_ZONE, [zone.encode()])
+            _check(await self._results())
+            self.zone = zone
+        key = (query, tuple(types), zone)
         name = self._name(key)
         if name is not None and name not in self._columns:
             pg.send_prepare(name, query.encode(), param_types=types or None)

@@ -161,6 +161,32 @@ def test_jdbc(dpsql_server: Server) -> None:
     assert not raw["ok"] and raw["sqlstate"] == REFUSED_SQLSTATE
 
 
+# PostgreSQL's own month labels of the demo's dates in New York (checked on the upstream by
+# tests/integration/wire/test_session_zone_wire.py): DST from March 9 to November 2, 2025 (November 1 is still -04)
+NY_MONTHS = [f"2025-{m:02d}-01 00:00:00{'-04' if 4 <= m <= 11 else '-05'}" for m in range(1, 13)]
+
+
+def test_jdbc_time_zone(dpsql_server: Server) -> None:
+    """PgJDBC sends the JVM's zone as the TimeZone startup parameter: a JVM in New York gets
+    PostgreSQL's New York month buckets (finding 32: January was 2024-12-31 19:00-05)."""
+    require("java")
+    require(JDBC_JAR)
+    s = dpsql_server
+    months = ("SELECT date_trunc('month', purchased_at)::text AS m, COUNT(*) AS n FROM purchases "
+              "GROUP BY 1 ORDER BY 1")  # fmt: skip
+    res = subprocess.run(
+        ["java", "-Duser.timezone=America/New_York", "-cp", JDBC_JAR,
+         str(HERE / "clients" / "Client.java"), s.host, str(s.port), s.dbname, s.user, s.password,
+         "stmt:SHOW TimeZone", f"sql:{months}"],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    zone, grouped = _json_lines(res.stdout)
+    assert zone["ok"] and zone["rows"] == [["America/New_York"]], zone
+    assert grouped["ok"], grouped
+    assert [r[0] for r in grouped["rows"]] == NY_MONTHS
+
+
 def _lines(step: dict[str, Any]) -> list[str]:
     assert step["ok"], step
     assert step["columns"] == ["QUERY PLAN"], step
