@@ -227,6 +227,7 @@ def unit_source(
         DpsqlError: the derived table's own refusal (a row-level check of its WHERE or of an
             aggregate's argument, an unbounded column, an aggregate dpsql can't bound per unit).
     """
+    body = _distinct_units(body)
     group = body.args.get("group")
     if group is None or len(group.expressions) != 1 or body.args.get("joins"):
         return None
@@ -258,15 +259,15 @@ def unit_source(
             values.append(e)
     having = body.args.get("having")
     conditions = _having_aggregates(having.this, key.name) if having is not None else []
-    if not values and not conditions:
-        return None
     check = body.copy()
     check.set("group", None)
     check.set("having", None)
     named = [
         exp.alias_(h.copy(), f"{HAVING_PREFIX}{i}", quoted=True) for i, h in enumerate(conditions)
     ]
-    check.set("expressions", [v.copy() for v in values] + named)
+    # the units alone (SELECT DISTINCT user_id ... WHERE ...): an aggregate for the checks only
+    only = [] if values or conditions else [exp.Count(this=exp.Star())]
+    check.set("expressions", [v.copy() for v in values] + named + only)
     a = analyze(check, policy)  # the row-level checks and bounds of a flat private query
     return _source(
         a,
@@ -280,6 +281,25 @@ def unit_source(
 
 
 HAVING_PREFIX = "_dpsql_having_"
+
+
+def _distinct_units(body: exp.Select) -> exp.Select:
+    """``SELECT DISTINCT user_id FROM t WHERE ...`` (the units that did something: "how many
+    users bought over 400" as ``SELECT COUNT(*) FROM (SELECT DISTINCT user_id ...) x``) read
+    as ``... GROUP BY user_id``: the same rows; any other SELECT unchanged."""
+    distinct = body.args.get("distinct")
+    if distinct is None or distinct.args.get("on") or body.args.get("group"):
+        return body
+    if len(body.expressions) != 1:
+        return body
+    item = body.expressions[0]
+    col = item.this if isinstance(item, exp.Alias) else item
+    if not isinstance(col, exp.Column) or isinstance(col.this, exp.Star):
+        return body
+    out = body.copy()
+    out.set("distinct", None)
+    out.set("group", exp.Group(expressions=[col.copy()]))
+    return out
 
 
 def _having_aggregates(cond: exp.Expr, unit: str) -> list[exp.Expr]:

@@ -80,6 +80,25 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
         if table
         else "FROM the_table AS t JOIN ... ON ... WHERE ..."
     )
+    distinct = inner.args.get("distinct")
+    outer = t.parent.parent if t.parent is not None else None
+    if (
+        distinct is not None
+        and not distinct.args.get("on")
+        and not any(inner.args.get(k) for k in ("group", "having", "limit", "offset"))
+        and len(inner.expressions) == 1
+        and isinstance(outer, exp.Select)
+        and not outer.args.get("joins")
+        and table
+    ):  # SELECT COUNT(*) FROM (SELECT DISTINCT category FROM purchases) x: a distinct count
+        col = inner.expressions[0]
+        col = col.this if isinstance(col, exp.Alias) else col
+        return UnsupportedSql(
+            f"the subquery or CTE {alias} lists the DISTINCT values of {plain_sql(col)} in "
+            "private rows: dpsql does not read such a list as a table",
+            hint=f"count them directly: SELECT COUNT(DISTINCT {plain_sql(col)}) FROM {table}"
+            + (f" WHERE {plain_sql(where.this)}" if where else ""),
+        )
     if any(inner.args.get(k) for k in ("group", "having", "distinct", "limit", "offset")):
         return UnsupportedSql(
             f"the subquery or CTE {alias} can't be joined here: it has GROUP BY, DISTINCT or "

@@ -143,6 +143,19 @@ def test_having_per_user(engine: Engine, db: str) -> None:
         assert n == want and lo <= want <= hi, (sql, n, lo, hi, notes)
 
 
+def test_the_users_who_did_something(engine: Engine, db: str) -> None:
+    """``SELECT COUNT(*) FROM (SELECT DISTINCT uid FROM p WHERE ...) x`` ("how many users bought
+    over 100") and the per-user table without values count users (were 0A000 'x can't be
+    joined here: it has GROUP BY, DISTINCT or LIMIT' for a statement without a join)."""
+    for sql, want in (
+        ("SELECT COUNT(*) AS n FROM (SELECT DISTINCT uid FROM p WHERE amount > 100) x", 40),
+        ("SELECT COUNT(*) AS n FROM (SELECT uid FROM p GROUP BY uid) x", 340),
+    ):
+        assert _truth(db, sql) == [(want,)], sql
+        _, ((n, lo, hi),), notes = _ask(engine, sql)
+        assert n == want and lo <= want <= hi, (sql, n, lo, hi, notes)
+
+
 def test_first_purchase_cohorts(engine: Engine, db: str) -> None:
     """MIN(d) per user, counted by the month of it: each month of the year is a public key
     (d's declared bounds), each user in the month of its first purchase (was 0A000)."""

@@ -107,6 +107,10 @@ SUBQUERY = [  # (statement, the message's start, the hint's words)
      "HAVING COUNT(*) > (SELECT COUNT(*) / 5 FROM purchases) is not supported",
      "WITH a AS (SELECT category, COUNT(*) FROM purchases GROUP BY category), b AS (SELECT "
      "COUNT(*) / 5 AS v FROM purchases) SELECT ... FROM a CROSS JOIN b WHERE ..."),
+    # counting a DISTINCT list (was: 'x can't be joined here', and no join was written)
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT category FROM purchases WHERE amount > 10) x",
+     "the subquery or CTE x lists the DISTINCT values of category in private rows",
+     "count them directly: SELECT COUNT(DISTINCT category) FROM purchases WHERE amount > 10"),
     ("SELECT COUNT(*), (SELECT AVG(amount) FROM purchases) FROM purchases WHERE amount > 3",
      "a subquery in the select list, (SELECT AVG(amount) FROM purchases), is not supported",
      "WITH a AS (SELECT COUNT(*) FROM purchases WHERE amount > 3), b AS (SELECT AVG(amount) AS v "
