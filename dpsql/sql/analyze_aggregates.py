@@ -50,7 +50,7 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
             hint = f"identifiers may only be counted: SELECT COUNT(DISTINCT {c.name}) FROM {table}"
             unit = ctx.private.privacy_unit
             if where == "GROUP BY" and c.name == unit:
-                hint = (
+                hint = _per_unit_and_more(ctx, c, unit, table) or (
                     f"count people with COUNT(DISTINCT {unit}); to group them by what each did, "
                     f"aggregate per {unit} in a derived table and filter or group outside it: "
                     f"SELECT n, COUNT(*) FROM (SELECT {unit}, COUNT(*) AS n FROM {table} GROUP "
@@ -61,6 +61,47 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
                 f"{where}",
                 hint=hint,
             )
+
+
+def _per_unit_and_more(ctx: _Ctx, c: exp.Column, unit: str, table: str) -> str | None:
+    """The hint for a block grouped by the privacy unit AND other keys (``SELECT user_id,
+    region, SUM(amount) ... GROUP BY user_id, region``, as a derived table to aggregate again):
+    a row per person per region, which dpsql does not read as a per-person table; grouped by
+    the unit alone, with the other key split out by FILTER, it answers. None for any other
+    GROUP BY."""
+    block = c.find_ancestor(exp.Select)
+    group = block.args.get("group") if block is not None else None
+    if block is None or group is None:
+        return None
+    keys_written = []
+    for g in group.expressions:  # GROUP BY 1, 2: the select list's items
+        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
+            i = int(g.this) - 1
+            if 0 <= i < len(block.expressions):
+                item = block.expressions[i]
+                g = item.this if isinstance(item, exp.Alias) else item
+        keys_written.append(g)
+    others = [g for g in keys_written if not (isinstance(g, exp.Column) and g.name == unit)]
+    if not others or len(others) == len(keys_written):
+        return None
+    key = others[0]
+    value = "<a value>"
+    if isinstance(key, exp.Column):
+        try:
+            keys = ctx.column(key).keys
+        except Exception:  # not a column of this table: the generic words
+            keys = None
+        if keys:
+            value = f"'{keys[0]}'" if isinstance(keys[0], str) else str(keys[0])
+    agg = next((n for e in block.expressions for n in e.walk() if fn.is_aggregate(n)), None)
+    call = plain_sql(agg) if agg is not None and not agg.args.get("filter") else "COUNT(*)"
+    ks = ", ".join(plain_sql(g) for g in others)
+    return (
+        f"grouped by {unit} and {ks}, it has a row per {unit} for each {ks}; per person, dpsql "
+        f"answers a derived table grouped by {unit} alone (one row per person): split {ks} out "
+        f"with FILTER, e.g. SELECT AVG(v) FROM (SELECT {unit}, {call} FILTER (WHERE "
+        f"{plain_sql(key)} = {value}) AS v FROM {table} GROUP BY {unit}) t"
+    )
 
 
 def _as_value(c: exp.Expr, top: exp.Expr) -> bool:

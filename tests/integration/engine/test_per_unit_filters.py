@@ -216,3 +216,23 @@ def test_who_a_user_is_stays_private(engine: Engine, sql: str) -> None:
         engine.prepare(sql, "analyst")
     assert e.value.sqlstate in ("0A000", "42501"), (sql, e.value.sqlstate)
     assert e.value.hint, sql
+
+
+def test_a_per_user_per_key_table_points_to_the_filter_that_answers(engine: Engine) -> None:
+    """A derived table grouped by the user AND another key (a row per user per key) is refused
+    42501 with a hint that splits the key out with FILTER per user (it said: 'count people
+    with COUNT(DISTINCT uid) ... SELECT n, COUNT(*) FROM ...', unrelated to the key); the
+    hinted statement answers."""
+    sql = "SELECT AVG(n) FROM (SELECT uid, cat, COUNT(*) AS n FROM p GROUP BY 1, 2) x"
+    with pytest.raises(DpsqlError) as e:
+        engine.prepare(sql, "analyst")
+    assert e.value.sqlstate == "42501", e.value
+    hint = e.value.hint or ""
+    assert "split cat out with FILTER" in hint, hint
+    instead = hint.split("e.g. ", 1)[1]
+    assert instead == (
+        "SELECT AVG(v) FROM (SELECT uid, COUNT(*) FILTER (WHERE cat = 'a') AS v FROM p "
+        "GROUP BY uid) t"
+    ), instead
+    _, ((avg, _, _),), _ = _ask(engine, instead)
+    assert abs(float(avg) - (300 + 40) / 340) < 0.05, avg  # 'a': 1 row of each of the 340 users
