@@ -236,3 +236,19 @@ def test_a_per_user_per_key_table_points_to_the_filter_that_answers(engine: Engi
     ), instead
     _, ((avg, _, _),), _ = _ask(engine, instead)
     assert abs(float(avg) - (300 + 40) / 340) < 0.05, avg  # 'a': 1 row of each of the 340 users
+
+
+def test_conditions_on_exact_values_never_fail_on_the_data(engine: Engine, db: str) -> None:
+    """A condition on a per-user exact value that divides by zero for some user (the whales'
+    total is 1,350) would be a one-bit oracle on whether such a user exists: it is made total
+    as any WHERE (the division by NULLIF: no row passes), so both answer, 0 users, as PostgreSQL
+    itself refuses (22012 division by zero)."""
+    for sql in (
+        "SELECT COUNT(*) AS n FROM (SELECT uid FROM p GROUP BY uid HAVING 1 / (SUM(amount) - "
+        "1350) > 0) h",
+        f"SELECT COUNT(*) AS n FROM {TOTALS} WHERE 1 / (t - 1350) > 0",
+    ):
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            _truth(db, sql)
+        _, ((n, lo, hi),), _ = _ask(engine, sql)
+        assert n == 0 and lo <= 0 <= hi, (sql, n, lo, hi)
