@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import ClassVar
@@ -301,6 +302,36 @@ word; ``match`` on the class). The engine classifies it into a
 :class:`dpsql.wire.engine_api.Statement`."""
 
 
+_CREATE_AS = re.compile(
+    r"create\s+(?:or\s+replace\s+)?(?:(?:temp|temporary|unlogged|materialized)\s+)*"
+    r"(view|table)\b.*?\bas\s*\(?\s*((?:select|with)\b.*)$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+def _create_as_hint(text: str, tokens: list[Token]) -> str | None:
+    """The hint for ``CREATE VIEW/TABLE ... AS <query>`` (dbt's view and table models, a BI
+    tool's saved dataset): dpsql stores nothing, the query itself is what it answers; with
+    dbt's comment, how to run the model without a write. None for any other write."""
+    if not tokens or tokens[0].text.upper() != "CREATE":
+        return None
+    m = _CREATE_AS.match(text, tokens[0].start)  # (from CREATE: a leading comment is no token)
+    if m is None:
+        return None
+    kind, query = m.group(1).lower(), m.group(2).strip().rstrip(";").strip()
+    if m.group(0).lower().split(kind, 1)[1].split("as", 1)[1].strip().startswith("("):
+        query = query.removesuffix(")").strip()
+    query = " ".join(query.split())
+    short = query if len(query) <= 200 else query[:197] + "..."
+    hint = f"dpsql never stores a {kind}; run its query itself: {short}"
+    if '"app": "dbt"' in text or "__dbt_tmp" in text:  # (a client may drop the comment)
+        hint += (
+            "; with dbt, materialize the model as ephemeral ({{ config(materialized="
+            "'ephemeral') }}) or preview it with dbt show: both send only its SELECT"
+        )
+    return hint
+
+
 def first_word(tokens: list[Token]) -> str:
     if not tokens:
         return ""
@@ -327,8 +358,9 @@ def parse_statement(text: str) -> ParsedStatement:
     if word in WRITE_WORDS:
         raise ReadOnlyTransaction(
             f"{word} is not allowed: dpsql answers read-only queries only",
-            hint="run SELECT queries with aggregates; data changes are made directly on the database "
-            "by its owner",
+            hint=_create_as_hint(text, tokens)
+            or "run SELECT queries with aggregates; data changes are made directly on the "
+            "database by its owner",
         )
     if word == "EXPLAIN":
         return ParsedExplain(text, word)

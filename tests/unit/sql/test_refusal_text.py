@@ -189,3 +189,32 @@ def test_other_first_refusals_say_why_and_what_to_write(
 )
 def test_the_suggested_statements_are_answered(sql: str) -> None:
     answered(sql)
+
+
+def test_a_create_as_points_to_its_query() -> None:
+    """``CREATE VIEW ... AS (<query>)`` (dbt's view model, BI corpus #117) stays 25006, its hint
+    the query itself (answered) and, for dbt, how to run the model without a write (it said
+    'run SELECT queries with aggregates; data changes are made directly on the database by its
+    owner'). A CREATE without a query keeps the general hint."""
+    dbt = (
+        '/* {"app": "dbt", "dbt_version": "1.9.11", "node_id": "model.dpdemo.by_category"} */\n\n'
+        '  create view "demo"."public"."by_category__dbt_tmp"\n    \n  as (\n    select '
+        'category, count(*) as n, avg(amount) as avg_amount from "demo"."public"."purchases" '
+        "group by 1\n  );"
+    )
+    query = (
+        'select category, count(*) as n, avg(amount) as avg_amount from "demo"."public".'
+        '"purchases" group by 1'
+    )
+    err = refusal(dbt)
+    assert err.sqlstate == "25006", err
+    assert f"dpsql never stores a view; run its query itself: {query};" in (err.hint or ""), err
+    assert "materialized='ephemeral'" in (err.hint or "") and "dbt show" in (err.hint or "")
+    answered(query)
+    assert "materialized='ephemeral'" in (refusal(dbt.split("*/", 1)[1]).hint or "")  # no comment
+    err = refusal("CREATE TABLE t AS SELECT category, COUNT(*) FROM purchases GROUP BY 1")
+    assert err.hint == (
+        "dpsql never stores a table; run its query itself: SELECT category, COUNT(*) FROM "
+        "purchases GROUP BY 1"
+    ), err.hint
+    assert "data changes are made directly" in (refusal("CREATE TABLE t (a int)").hint or "")
