@@ -220,7 +220,7 @@ def accuracy_notes(
     for si, s in enumerate(a.statistics):
         qm = plan.measure_plan(s.measures[0]).mechanism if s.func == "quantile" else None
         if isinstance(qm, Quantile):  # (its notice says so: dpsql.execute.notices)
-            d = quantile_disown(a, float(qm.quantile))
+            d = quantile_disown(a, float(qm.quantile), s)
             if d is not None:
                 disown(disowned, si, d)
     warned = _outside_warnings(a, plan, removed, rows, alarms)

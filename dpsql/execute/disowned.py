@@ -15,8 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from sqlglot import exp
+
 from dpsql.execute.bias import Interval
-from dpsql.sql.analysis import Analysis, needs_group_rank
+from dpsql.sql.analysis import Analysis, Statistic, needs_group_rank
 from dpsql.sql.bias import unranked
 
 Keep = Literal["none", "low", "high"]
@@ -88,7 +90,20 @@ def nulled(a: Analysis, d: Disown) -> str:
     )
 
 
-def quantile_disown(a: Analysis, q: float) -> Disown | None:
+def capped_quantile(a: Analysis, s: Statistic | None) -> str | None:
+    """The capped per-unit column a quantile statistic ``s`` ranks (``MAX(n)`` over
+    ``(SELECT user_id, COUNT(*) AS n ... GROUP BY user_id)``), None when it ranks none."""
+    if s is None or not a.one_row_per_unit or not a.capped_columns:
+        return None
+    arg = a.measure(s.measures[0]).arg
+    while isinstance(arg, (exp.Paren, exp.Cast)):
+        arg = arg.this
+    if isinstance(arg, exp.Column) and arg.name in a.capped_columns:
+        return arg.name
+    return None
+
+
+def quantile_disown(a: Analysis, q: float, s: Statistic | None = None) -> Disown | None:
     """Where a quantile's interval (MEDIAN, a percentile, MIN at ``q`` 0, MAX at 1) does NOT
     hold the truth: None where it does, else the end that still holds.
 
@@ -111,6 +126,11 @@ def quantile_disown(a: Analysis, q: float) -> Disown | None:
     after any join (several private tables are capped before joining: the kept rows of a unit
     may then join nothing while its others did). Otherwise an empty K has an interval drawn
     from no rows at all, and both ends go."""
+    if capped_quantile(a, s) is not None:
+        # each unit's value is capped at X (a unit with more counts as X): a quantile of the
+        # capped values is at most the true one (min(v, X) is monotone), and equal to it below
+        # X, so _low holds; _high does not (the true quantile may lie above X by any amount)
+        return Disown(None, "low")
     if unranked(a) or a.one_row_per_unit:
         return None
     several = sum(1 for _, _, p in a.sources if p is not None) > 1

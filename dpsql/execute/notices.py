@@ -12,9 +12,9 @@ from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.execute.accuracy_text import level_text
-from dpsql.execute.bounds_text import rows_kept
+from dpsql.execute.bounds_text import fmt, rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
-from dpsql.execute.disowned import nulled, quantile_disown
+from dpsql.execute.disowned import capped_quantile, nulled, quantile_disown
 from dpsql.execute.noise import quantile_level
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
@@ -149,10 +149,20 @@ def quantile_cover(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     mech = mp.mechanism
     q = float(mech.quantile) if isinstance(mech, Quantile) else 0.5
     a = plan.analysis
-    d = quantile_disown(a, q)
+    d = quantile_disown(a, q, s)
     if d is None or conf > quantile_level(mp):
         return ""
     what = _target(q) if isinstance(mech, Quantile) else "quantile"
+    capped = capped_quantile(a, s)
+    if capped is not None:
+        col = a.private.columns.get(capped)
+        cap = fmt(float(col.bounds[1])) if col is not None and col.bounds else "its cap"  # type: ignore[arg-type]
+        unit = a.private.privacy_unit
+        return (
+            f" But each {unit}'s {capped} is capped at {cap} before it (a {unit} with more "
+            f"counts as {cap}): the {what} of the capped values is at most the true one, and "
+            f"the same below {cap}, so it does NOT cover a {what} above {cap}." + nulled(a, d)
+        )
     way = ""
     if d.keep != "none":
         way = " (leaving rows out can only " + (

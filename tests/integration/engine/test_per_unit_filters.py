@@ -252,3 +252,16 @@ def test_conditions_on_exact_values_never_fail_on_the_data(engine: Engine, db: s
             _truth(db, sql)
         _, ((n, lo, hi),), _ = _ask(engine, sql)
         assert n == 0 and lo <= 0 <= hi, (sql, n, lo, hi)
+
+
+def test_a_quantile_of_capped_values_keeps_its_low_end_only(engine: Engine, db: str) -> None:
+    """MAX(t) of totals capped at 1,000 (the whales' 1,350 count as 1,000): the capped
+    maximum is at most the true one, so _low holds and _high is NULL, as the notice says (it
+    was an interval reaching at most 1,000 for a truth of 1,350, 'holds the largest value of the
+    rows the contribution bounds keep' and both ends shown)."""
+    sql = f"SELECT MAX(t) AS mx FROM {TOTALS}"
+    assert _truth(db, sql) == [(1350,)]
+    _, ((mx, lo, hi),), notes = _ask(engine, sql)
+    assert hi is None and lo is not None and lo <= 1350, (mx, lo, hi, notes)
+    line = next(x for x in notes if "MAX(t)" in x and "interval" in x)
+    assert "each uid's t is capped at 1,000 before it" in line and "_high" in line, line
