@@ -69,7 +69,8 @@ def lift_units(
     units: list[UnitSource] = []
     for s in list(tree.find_all(exp.Select)):
         src = s.args.get("from_")
-        if src is None or s.args.get("joins") or not _aggregates(s):
+        view = not _aggregates(s) and _row_view(s)  # a row-level view of it, aggregated above
+        if src is None or s.args.get("joins") or not (_aggregates(s) or view):
             continue
         ref = src.this
         body = ref.this if isinstance(ref, exp.Subquery) else None
@@ -86,7 +87,7 @@ def lift_units(
         table = exp.to_table(unit.name)
         table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
         ref.replace(table)
-        exact_filters(s, alias, unit)
+        exact_filters(s, alias, unit, view)
         if unit.having is not None:
             s.where(unit.having.copy(), copy=False)
     return tree, tuple(units)
@@ -95,7 +96,19 @@ def lift_units(
 EXACT_PREFIX = "_dpsql_exact_"
 
 
-def exact_filters(s: exp.Select, alias: str, unit: UnitSource) -> None:
+def _row_view(s: exp.Select) -> bool:
+    """``s`` only filters and computes columns of its FROM (a Superset virtual dataset
+    ``SELECT CASE WHEN t < 1000 THEN 'small' ELSE 'big' END AS band FROM (per-user totals) u``
+    that a chart then groups by ``band``): no grouping, aggregate, window, DISTINCT or LIMIT
+    of its own."""
+    keys = ("group", "having", "distinct", "limit", "offset", "windows", "joins")
+    if any(s.args.get(k) for k in keys) or not isinstance(s.parent, (exp.Subquery, exp.CTE)):
+        return False
+    own = [*s.expressions, *([s.args["where"]] if s.args.get("where") else [])]
+    return not any(fn.is_aggregate(n) or isinstance(n, exp.Window) for e in own for n in e.walk())
+
+
+def exact_filters(s: exp.Select, alias: str, unit: UnitSource, view: bool = False) -> None:
     """Make the outer block ``s``'s conditions on per-unit values read their exact values.
 
     A condition (WHERE, a CASE's WHEN, a comparison in a grouping key) sends each unit, one row
@@ -106,7 +119,9 @@ def exact_filters(s: exp.Select, alias: str, unit: UnitSource) -> None:
     key takes as its value (``GROUP BY n``, ``AVG(t)``) stays capped, its bounds are the
     policy's. A COUNT column compared only with numbers below its cap R keeps the capped
     column (the same rows pass: a count is exact below R) so that ``WHERE n > 5 GROUP BY n``
-    still narrows the declared keys 1..R."""
+    still narrows the declared keys 1..R. In a row-level ``view`` of the per-unit table every
+    select item's conditions read exact values (its items are what the block above groups by
+    or aggregates)."""
     exact, caps = dict(unit.exact), dict(unit.caps)
     if not exact:
         return
@@ -114,18 +129,37 @@ def exact_filters(s: exp.Select, alias: str, unit: UnitSource) -> None:
     def ours(c: exp.Column) -> bool:
         return c.name in exact and (not c.table or c.table == alias)
 
-    roots: list[exp.Expr] = []
+    # (root, whole): in WHERE and in a grouping key every condition reads the exact value; in
+    # any other select item or ORDER BY item (computed from the keys after grouping) only the
+    # conditions inside an aggregate's argument do: the rest must read the key as grouped
+    roots: list[tuple[exp.Expr, bool]] = []
     where = s.args.get("where")
     if where is not None:
-        roots.append(where)
+        roots.append((where, True))
     group = s.args.get("group")
-    roots += [*s.expressions, *(group.expressions if group is not None else [])]
+    keys = list(group.expressions) if group is not None else []
+    texts = {g.sql() for g in keys}
+    named: set[str] = set()
+    for g in keys:
+        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
+            i = int(g.this) - 1
+            if 0 <= i < len(s.expressions):
+                named.add(s.expressions[i].alias_or_name)
+        elif isinstance(g, exp.Column) and not g.table:
+            named.add(g.name)
+    for e in s.expressions:
+        body = e.this if isinstance(e, exp.Alias) else e
+        key = view or body.sql() in texts or (isinstance(e, exp.Alias) and e.alias in named)
+        roots.append((e, key))  # (a row view's items are the keys and values read above)
+    roots += [(g, True) for g in keys]
     order = s.args.get("order")
-    if order is not None:
-        roots.append(order)
-    for root in roots:
+    for o in order.expressions if order is not None else []:
+        roots.append((o, o.this.sql() in texts))
+    for root, whole in roots:
         for c in list(root.find_all(exp.Column)):
             if not ours(c) or _in_subquery(c, root):
+                continue
+            if not whole and not _in_aggregate(c, root):
                 continue
             pred = _predicate(c, root, filtering=root is where)
             if pred is None:
@@ -135,6 +169,15 @@ def exact_filters(s: exp.Select, alias: str, unit: UnitSource) -> None:
                 continue
             new = exp.column(exact[c.name], c.table or None, quoted=True)
             c.replace(new)
+
+
+def _in_aggregate(c: exp.Expr, root: exp.Expr) -> bool:
+    n = c.parent
+    while n is not None and n is not root.parent:
+        if fn.is_aggregate(n):
+            return True
+        n = n.parent
+    return False
 
 
 def _in_subquery(c: exp.Expr, root: exp.Expr) -> bool:

@@ -265,3 +265,23 @@ def test_a_quantile_of_capped_values_keeps_its_low_end_only(engine: Engine, db: 
     assert hi is None and lo is not None and lo <= 1350, (mx, lo, hi, notes)
     line = next(x for x in notes if "MAX(t)" in x and "interval" in x)
     assert "each uid's t is capped at 1,000 before it" in line and "_high" in line, line
+
+
+def test_a_row_view_of_per_user_totals(engine: Engine, db: str) -> None:
+    """A virtual dataset that buckets per-user totals (a row-level SELECT over the per-user
+    table), grouped by a chart: each user in the bucket of its exact total (was 42501 'uid
+    ... can't be used in GROUP BY'). A CASE over the grouped (capped) count in the select list
+    reads the key as grouped (it was rewritten to the exact value and refused)."""
+    sql = (
+        "SELECT band, COUNT(*) AS users FROM (SELECT CASE WHEN t < 1200 THEN 'small' ELSE "
+        f"'whale' END AS band FROM {TOTALS}) v GROUP BY band ORDER BY band"
+    )
+    assert dict(_truth(db, sql)) == {"small": 300, "whale": 40}
+    _, rows, notes = _ask(engine, sql)
+    assert {r[0]: r[1] for r in rows} == {"small": 300, "whale": 40}, (rows, notes)
+    sql = (
+        "SELECT n, CASE WHEN n >= 5 THEN 'many' ELSE 'few' END AS k, COUNT(*) AS users "
+        f"FROM {COUNTS} GROUP BY n ORDER BY n"
+    )
+    _, rows, _ = _ask(engine, sql)
+    assert [r[:3] for r in rows] == [(1, "few", 300), (2, "few", 40)], rows
