@@ -70,7 +70,7 @@ from dpsql.wire.requests import (
     route,
     uniform,
 )
-from dpsql.wire.state import TEXT_OID, Outcome, SessionState
+from dpsql.wire.state import TEXT_OID, Outcome, SessionState, notice_wanted
 from dpsql.wire.statements import SessionKind, SessionStatement
 
 _BATCH_CODES = frozenset(b"PBDECH")  # extended-protocol messages discarded after an error
@@ -225,6 +225,11 @@ class Protocol:
         return e
 
     def send_notice(self, severity: str, code: str, message: str) -> None:
+        """A NoticeResponse, unless the session's ``client_min_messages`` is above its severity
+        (PostgreSQL's rule: ``SET client_min_messages = warning`` quiets NOTICEs, dpsql's
+        accuracy notices included, and still sends WARNINGs; INFO is always sent)."""
+        if not notice_wanted(severity, self.state.settings.get("client_min_messages", "notice")):
+            return
         fields = {"S": severity, "V": severity, "C": code, "M": message}
         self.out.send(m.NoticeResponse(fields).encode())
 

@@ -469,6 +469,27 @@ _UNKNOWN_HINT = (
 )
 
 
+# client_min_messages' levels, lowest first (PostgreSQL's order; LOG sits below NOTICE here)
+MESSAGE_LEVELS = ("debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning",
+                  "error")  # fmt: skip
+_LEVEL = {name: i for i, name in enumerate(MESSAGE_LEVELS)} | {"debug": 3, "info": 6}
+
+
+def notice_wanted(severity: str, min_messages: str) -> bool:
+    """Whether a notice of ``severity`` reaches a client whose ``client_min_messages`` is
+    ``min_messages``, as PostgreSQL decides: INFO always, others from that level up.
+
+    >>> [notice_wanted(s, "warning") for s in ("NOTICE", "WARNING", "INFO")]
+    [False, True, True]
+    >>> notice_wanted("NOTICE", "notice"), notice_wanted("WARNING", "error")
+    (True, False)
+    """
+    sev = severity.lower()
+    if sev == "info":
+        return True
+    return _LEVEL.get(sev, _LEVEL["notice"]) >= _LEVEL.get(min_messages.lower(), _LEVEL["notice"])
+
+
 def _canon(name: str) -> str:
     return _CANON.get(name.lower(), name.lower())
 
@@ -501,6 +522,14 @@ def _check(key: str, value: str) -> str:
         raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
     if key in _TIME_SETTINGS:
         return _show_ms(_ms(key, v))
+    if key == "client_min_messages":
+        level = v.lower()
+        if level not in _LEVEL:
+            raise InvalidParameter(
+                f'invalid value for parameter "client_min_messages": "{value}"',
+                hint="Available values: " + ", ".join(MESSAGE_LEVELS) + ".",
+            )
+        return "debug2" if level == "debug" else level
     return value
 
 
