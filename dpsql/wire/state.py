@@ -145,6 +145,7 @@ class SessionState:
         self._savepoints: list[tuple[str, tuple[dict[str, str], tuple[Any, ...]]]] = []
         self._local: dict[str, str] = {}  # SET LOCAL's settings: their values before the block
         self._local_privacy: dict[int, Any] = {}  # and dpsql settings' (index in _privacy())
+        self.isolation: str | None = None  # the block's own level (BEGIN ISOLATION LEVEL ...)
         self._sync_ctx()
 
     def apply_startup(self, settings: tuple[tuple[str, str], ...]) -> None:
@@ -249,9 +250,11 @@ class SessionState:
                     _warning(ActiveSqlTransaction, "there is already a transaction in progress"),
                 ),
             )
+        level = None if st.value is None else _isolation("transaction_isolation", st.value)
         self.status = "T"
         self._begin = self._snapshot()
         self._local, self._local_privacy = {}, {}
+        self.isolation = level
         return Outcome("BEGIN")
 
     def _end(self, rollback: bool) -> tuple[tuple[str, str], ...]:
@@ -267,6 +270,7 @@ class SessionState:
             changed = self._restore((snap, tuple(priv)))
         self.status, self._begin, self._savepoints = "I", None, []
         self._local, self._local_privacy = {}, {}
+        self.isolation = None
         return changed
 
     def _do_commit(self, st: SessionStatement) -> Outcome:
@@ -363,6 +367,13 @@ class SessionState:
                 self._local_privacy[i] = self._privacy()[i]
             return Outcome(tag)
         key = _canon(name)
+        if key == "transaction_isolation":  # SET TRANSACTION ISOLATION LEVEL: this block only
+            level = _isolation(key, st.value or self.settings["default_transaction_isolation"])
+            if self.status == "I":
+                return Outcome(tag, notices=(_warning(NoActiveSqlTransaction,
+                               "SET TRANSACTION can only be used in transaction blocks"),))  # fmt: skip
+            self.isolation = level
+            return Outcome(tag)
         if key in _READ_ONLY:
             raise CantChangeRuntimeParam(f'parameter "{name}" cannot be changed',
                                          hint="it is fixed by the server")  # fmt: skip
@@ -430,6 +441,8 @@ class SessionState:
                 raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
                                       hint="SHOW ALL lists the parameters dpsql knows")  # fmt: skip
             value = self.settings[key]
+            if key == "transaction_isolation":  # the block's level, else the default's
+                value = self.isolation or self.settings["default_transaction_isolation"]
         col_name = _CANON.get(name.lower(), name).lower() if not name.startswith("dpsql.") else name
         return Outcome("SHOW", (ResultColumn(col_name, TEXT_OID),), [(value,)])
 
@@ -522,6 +535,8 @@ def _check(key: str, value: str) -> str:
         raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
     if key in _TIME_SETTINGS:
         return _show_ms(_ms(key, v))
+    if key == "default_transaction_isolation":
+        return _isolation(key, v)
     if key == "client_min_messages":
         level = v.lower()
         if level not in _LEVEL:
@@ -531,6 +546,35 @@ def _check(key: str, value: str) -> str:
             )
         return "debug2" if level == "debug" else level
     return value
+
+
+_ISOLATIONS = ("serializable", "repeatable read", "read committed", "read uncommitted")
+
+
+def _isolation(key: str, value: str) -> str:
+    """An isolation level dpsql keeps: read committed (or read uncommitted, which PostgreSQL
+    runs as read committed). Each statement runs upstream in a snapshot of its own, on whichever
+    pooled connection is free, so a snapshot shared by a block's statements (repeatable read,
+    serializable) is refused, not silently given as read committed.
+
+    Raises:
+        InvalidParameter: 22023, a level PostgreSQL doesn't know.
+        UnsupportedSql: 0A000, repeatable read and serializable.
+    """
+    level = " ".join(value.lower().split())
+    if level not in _ISOLATIONS:
+        raise InvalidParameter(f'invalid value for parameter "{key}": "{value}"',
+                               hint="Available values: " + ", ".join(_ISOLATIONS) + ".")  # fmt: skip
+    if level in ("serializable", "repeatable read"):
+        raise UnsupportedSql(
+            f"transaction isolation level {level} is not supported by dpsql",
+            detail="dpsql runs each statement in a snapshot of its own (read committed): the "
+            "statements of a transaction block do not share one, and each private answer is a "
+            "release of its own",
+            hint="use BEGIN (read committed, the default); to see rows as of one moment, ask "
+            "for them in one statement",
+        )
+    return level
 
 
 _TIME_SETTINGS = frozenset(

@@ -176,16 +176,26 @@ def _time_zone(p: _P) -> bool:
 def _set(p: _P) -> SessionStatement:
     nxt = p.t[p.i + 1].text if p.i + 1 < len(p.t) else None
     if p.peek() == "session" and nxt == "characteristics":
-        p.rest_words()
-        return SessionStatement("noop", name="SET")
+        p.i += 2
+        if not (p.accept("as") and p.accept("transaction")):
+            raise p.error()
+        level = _modes(p)
+        if level is None:
+            return SessionStatement("noop", name="SET")
+        return SessionStatement("set", "default_transaction_isolation", level)
     if p.peek() == "role" or (p.peek() == "session" and nxt == "authorization"):
         raise _role_change()
     local = p.accept("local", "session") == "local"
     if p.peek() in ("role", "session_authorization"):
         raise _role_change()
     if p.accept("transaction"):
-        p.rest_words()
-        return SessionStatement("noop", name="SET")
+        if p.peek() == "snapshot":
+            p.rest_words()
+            return SessionStatement("noop", name="SET")
+        level = _modes(p)
+        if level is None:  # READ ONLY / DEFERRABLE: the proxy is read-only anyway
+            return SessionStatement("noop", name="SET")
+        return SessionStatement("set", "transaction_isolation", level, local)
     if _time_zone(p):
         name = "timezone"
         if p.accept("local"):  # SET TIME ZONE LOCAL: the default, as SET TIME ZONE DEFAULT
@@ -242,17 +252,50 @@ def _show(p: _P) -> SessionStatement:
     return SessionStatement("show", name)
 
 
+def _modes(p: _P) -> str | None:
+    """The rest of the statement as PostgreSQL's transaction modes (``ISOLATION LEVEL ...``,
+    ``READ ONLY`` / ``READ WRITE``, ``[NOT] DEFERRABLE``, optionally comma-separated): the
+    isolation level named (lower case, ``read committed``), or None. The proxy is read-only
+    whatever the access mode says (writes are refused as statements)."""
+    level: str | None = None
+    while not p.done():
+        if p.accept("isolation"):
+            if not p.accept("level"):
+                raise p.error()
+            if p.accept("serializable"):
+                level = "serializable"
+            elif p.accept("repeatable"):
+                if not p.accept("read"):
+                    raise p.error()
+                level = "repeatable read"
+            elif p.accept("read"):
+                which = p.accept("committed", "uncommitted")
+                if which is None:
+                    raise p.error()
+                level = f"read {which}"
+            else:
+                raise p.error()
+        elif p.accept("read"):
+            if p.accept("only", "write") is None:
+                raise p.error()
+        elif p.accept("not"):
+            if not p.accept("deferrable"):
+                raise p.error()
+        elif not p.accept("deferrable"):
+            raise p.error()
+        p.accept(",")
+    return level
+
+
 def _begin(p: _P) -> SessionStatement:
     p.accept("work", "transaction")
-    p.rest_words()  # isolation level / read only / deferrable: the proxy is read-only anyway
-    return SessionStatement("begin")
+    return SessionStatement("begin", value=_modes(p))
 
 
 def _start(p: _P) -> SessionStatement:
     if not p.accept("transaction"):
         raise p.error()
-    p.rest_words()
-    return SessionStatement("begin")
+    return SessionStatement("begin", value=_modes(p))
 
 
 def _and_chain(p: _P) -> None:

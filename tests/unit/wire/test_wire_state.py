@@ -31,7 +31,7 @@ def state() -> SessionState:
         ("SET LOCAL statement_timeout = 5000", SessionStatement("set", "statement_timeout", "5000", True)),
         ("SET x.y TO DEFAULT", SessionStatement("set", "x.y", None)),
         ("SHOW TRANSACTION ISOLATION LEVEL", SessionStatement("show", "transaction_isolation")),
-        ("BEGIN ISOLATION LEVEL SERIALIZABLE", SessionStatement("begin")),
+        ("BEGIN ISOLATION LEVEL SERIALIZABLE", SessionStatement("begin", value="serializable")),
         ("START TRANSACTION READ ONLY", SessionStatement("begin")),
         ("END", SessionStatement("commit")),
         ("ABORT", SessionStatement("rollback")),
