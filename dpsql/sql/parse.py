@@ -109,7 +109,8 @@ def _sql_prepared_refusal(word: str, tokens: list[Token]) -> UnsupportedSql:
 
 
 def _copy_or_do_refusal(word: str, tokens: list[Token]) -> DpsqlError:
-    """``COPY ... TO`` (a query's or table's rows out) is not supported (0A000): run the query
+    """``COPY ... TO`` reaching the engine (a form the wire's :mod:`dpsql.wire.copy_out` does
+    not answer, or a client of the engine alone) is not supported (0A000): run the query
     itself; ``COPY ... FROM`` writes (25006); ``DO`` runs procedural code, not allowed (42501)."""
     if word == "DO":
         return PrivacyViolation(
@@ -128,9 +129,10 @@ def _copy_or_do_refusal(word: str, tokens: list[Token]) -> DpsqlError:
                 hint="data changes are made directly on the database by its owner",
             )
     return UnsupportedSql(
-        "COPY is not supported by dpsql",
-        hint="run the SELECT itself (with aggregates for private tables) and save its result "
-        "with your client (psql: \\o FILE or \\g FILE)",
+        "COPY is not supported here",
+        hint="through `dpsql serve`, COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER) "
+        "answers (psql: \\copy); or run the SELECT itself and save its result with your "
+        "client (psql: \\o FILE or \\g FILE)",
     )
 
 

@@ -31,6 +31,7 @@ from dpsql.policy.model import Policy
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import too_complex
+from dpsql.wire.copy_out import CopyStatement
 from dpsql.wire.cursors import CursorStatement
 from dpsql.wire.statements import SessionStatement
 
@@ -113,6 +114,8 @@ class Statement:
     fingerprint: str
     # DECLARE / FETCH / MOVE / CLOSE (dpsql.wire.cursors); a DECLARE's ``prepared`` is its query's
     cursor: CursorStatement | None = None
+    # COPY ... TO STDOUT (dpsql.wire.copy_out): ``prepared`` is its query's, answered as such
+    copy: CopyStatement | None = None
     # "session", or the engine's kind: the label of the statement's log line and metrics (where
     # it runs is decided by the class of ``prepared``: dpsql.wire.requests.route)
     kind: str = field(init=False)

@@ -44,12 +44,14 @@ from dpsql.result import Result, ResultColumn
 from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
 from dpsql.wire.batch import DESCRIBE, BindParts
+from dpsql.wire.copy_out import COPY_DONE, CopyStatement, copy_data, copy_lines, copy_out_response
 from dpsql.wire.cursor_run import columns as cursor_columns
 from dpsql.wire.cursor_run import end_of_transaction, run_cursor
 from dpsql.wire.encode import (
     Encoder,
     command_complete,
     decode_param,
+    encode_row,
     row_description,
     row_encoders,
 )
@@ -292,6 +294,9 @@ class Protocol:
                     self.out.send(_EMPTY_QUERY)
                     continue
                 self._notices(res)
+                if stmt.copy is not None:  # COPY ... TO STDOUT: the rows as COPY writes them
+                    yield from self._copy_out(stmt.copy, res)
+                    continue
                 columns, rows, tag = _shape(res)
                 if columns:
                     self.out.send(row_description(tuple(columns), ()))
@@ -406,6 +411,10 @@ class Protocol:
             self.out.send(m.ParameterDescription(prep.param_types).encode())
             self._row_description(cursor_columns(self, prep.stmt.cursor), ())
             return
+        if prep.stmt.copy is not None:  # COPY returns no rows (its data goes as CopyData)
+            self.out.send(m.ParameterDescription(prep.param_types).encode())
+            self.out.send(_NO_DATA)
+            return
         cols = yield from self._columns(prep)
         self.out.send(m.ParameterDescription(prep.param_types).encode())
         self._row_description(cols, ())
@@ -417,6 +426,9 @@ class Protocol:
         cur = portal.prepared.stmt.cursor
         if cur is not None and portal.cursor is None:  # a FETCH's portal: the cursor's columns
             self._row_description(cursor_columns(self, cur), portal.formats)
+            return
+        if portal.prepared.stmt.copy is not None:
+            self.out.send(_NO_DATA)
             return
         if portal.result is None:
             self._describing = (msg, portal)  # answered when the next message is known
@@ -467,6 +479,10 @@ class Protocol:
         if portal.result is None:
             portal.result = yield self._portal_run(portal)
             self._notices(portal.result)
+        copy = portal.prepared.stmt.copy
+        if copy is not None:
+            yield from self._copy_out(copy, portal.result)
+            return
         if portal.prepared.route is ROUTE_EMPTY:
             self.out.send(_EMPTY_QUERY)
             return
@@ -508,6 +524,22 @@ class Protocol:
         if isinstance(res, Result):
             for notice in res.notices:
                 self.send_notice("NOTICE", "00000", notice)
+
+    def _copy_out(self, copy: CopyStatement, res: Result | Outcome) -> Steps:
+        """The answer ``res`` of a ``COPY ... TO STDOUT`` as PostgreSQL sends a COPY's data:
+        CopyOutResponse, a CopyData per line (text or CSV, :mod:`dpsql.wire.copy_out`),
+        CopyDone, ``COPY n``."""
+        columns, rows, _ = _shape(res)
+        encs = self._encoders(columns, (), res)
+        texts = rows if encs is None else [encode_row(r, encs) for r in rows]
+        out = self.out
+        out.send(copy_out_response(len(columns)))
+        for line in copy_lines(copy, [c.name for c in columns], texts):
+            out.send(copy_data(line))
+            if out.should_flush:
+                yield _FLUSH
+        out.send(COPY_DONE)
+        out.send(command_complete(f"COPY {len(rows)}"))
 
     def _encoders(
         self, columns: Sequence[ResultColumn], formats: tuple[int, ...], res: Result | Outcome

@@ -23,7 +23,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from dpsql.budget.route import is_show_budget
-from dpsql.errors import AdminShutdown, DpsqlError, InternalError, QueryCanceled, UnsupportedSql
+from dpsql.errors import (
+    AdminShutdown,
+    DpsqlError,
+    InternalError,
+    PrivacyViolation,
+    QueryCanceled,
+    UnsupportedSql,
+)
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -44,6 +51,7 @@ from dpsql.upstream.zone import is_utc
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
+from dpsql.wire.copy_out import CopyStatement, parse_copy, private_table_refusal
 from dpsql.wire.cursors import CursorStatement, parse_cursor_statement
 from dpsql.wire.engine_api import EngineAPI, Statement, UpstreamEngine, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
@@ -393,7 +401,10 @@ class Session:
             cur = parse_cursor_statement(text)
             if cur is not None and cur.kind != "declare":
                 return Statement(text, None, None, fingerprint(text), cur)
+            copy = parse_copy(text) if cur is None else None
             self.state.check_not_failed()
+            if copy is not None:
+                return await self.call(self._copy_statement, text, copy)
             query = cur.query if cur is not None else text  # a DECLARE's own query
             prepared = await self.call(self.engine.prepare, query, self.ctx.analyst)
             return _engine_statement(text, prepared, cur)
@@ -419,9 +430,39 @@ class Session:
         cur = parse_cursor_statement(text)
         if cur is not None and cur.kind != "declare":
             return Statement(text, None, None, fingerprint(text), cur)
+        copy = parse_copy(text) if cur is None else None
         self.state.check_not_failed()
+        if copy is not None:
+            return self._copy_statement(text, copy)
         query = cur.query if cur is not None else text
         return _engine_statement(text, self.engine.prepare(query, self.ctx.analyst), cur)
+
+    def _key_column(self, table: str) -> str | None:
+        """A column of private ``table`` (as written) with declared keys, for a hint."""
+        if self.fast_engine is None:
+            return None
+        name = table.replace('"', "").lower()
+        for full, t in self.fast_engine.policy.tables.items():
+            if name in (full.lower(), full.split(".", 1)[-1].lower()):
+                for col, c in t.columns.items():
+                    if (c.keys is not None or c.keys_from is not None) and not c.identifier:
+                        return col
+        return None
+
+    def _copy_statement(self, text: str, copy: CopyStatement) -> Statement:
+        """``COPY ... TO STDOUT`` prepared as its query (refused as that query would be; a
+        private table's rows in COPY's own words)."""
+        try:
+            prepared = self.engine.prepare(copy.query, self.ctx.analyst)
+        except PrivacyViolation as e:
+            if copy.table is None:
+                raise
+            raise private_table_refusal(copy, e, self._key_column(copy.table)) from None
+        stmt = _engine_statement(text, prepared)
+        if not isinstance(prepared, _CURSOR_QUERIES):  # what a query answers, nothing else
+            raise UnsupportedSql("COPY takes a query: COPY (SELECT ...) TO STDOUT",
+                                 hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)")  # fmt: skip
+        return replace(stmt, copy=copy)
 
     async def execute(
         self,
