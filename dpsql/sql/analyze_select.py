@@ -30,7 +30,7 @@ from dpsql.sql.analyze_aggregates import (
     check_row_level,
     statistic_for,
 )
-from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left
+from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left, uncrossed
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.nodes import table as table_node
@@ -447,7 +447,9 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 )
         where_expr = ctx.qualify(where.this)
     keys, sets = _group_keys(tree, ctx)
-    narrowed = [narrow_by_where(k, where_expr, ctx.column, ZONE.get()) for k in keys]
+    narrowed = uncrossed(
+        keys, [narrow_by_where(k, where_expr, ctx.column, ZONE.get()) for k in keys]
+    )
     no_keys = None
     if not sets:  # (a grouping set without the key still has its rows)
         for before, after in zip(keys, narrowed, strict=True):

@@ -159,3 +159,38 @@ def unfiltered_keys_notice(keys: tuple[GroupKey, ...], where: exp.Expr | None) -
         f"no such row has it. To count each key's rows, with noise (charged): SELECT {names}, "
         f"COUNT(*) ... WHERE ... GROUP BY {names}"
     )
+
+
+def _uncast(expr: exp.Expr) -> str:
+    """``expr``'s SQL with every cast taken off (``date_trunc('month', d::timestamptz)`` and
+    ``date_trunc('month', d::timestamp)`` both read ``date_trunc('month', d)``)."""
+    bare = expr.copy()
+    for c in list(bare.find_all(exp.Cast)):
+        if c is bare:
+            bare = c.this
+        else:
+            c.replace(c.this)
+    return bare.sql("postgres")
+
+
+def uncrossed(before: list[GroupKey], after: list[GroupKey]) -> list[GroupKey]:
+    """``after`` (the keys with their domains) without a domain derived from the statement
+    (``before`` had none) for a key that is another key with a domain but for casts:
+    ``date_trunc('month', d::timestamptz), date_trunc('month', d::timestamp)`` are one value
+    pair per row (one instant, two types), but their domains' product released every pair, each
+    with noise: (January, February) and the like, pairs no row can have, ahead of PostgreSQL's
+    own (test_fidelity). Such a key is left to partition selection, which releases only the
+    pairs rows have, as before 2e40899. Keys of different fields of one column (``EXTRACT(year
+    FROM d), EXTRACT(quarter FROM d)``) keep their product: most pairs can occur, and those the
+    bounds rule out come back as empty groups (0 with noise), as declared keys' do."""
+    out = list(after)
+    bare = [_uncast(g.expr) for g in after]
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        if b.keys is not None or a.keys is None:
+            continue
+        if any(
+            j != i and bare[j] == bare[i] and (out[j].keys is not None or out[j].keys_from)
+            for j in range(len(out))
+        ):
+            out[i] = b
+    return out
