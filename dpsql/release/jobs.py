@@ -22,13 +22,14 @@ from rich.console import Console
 
 from dpsql.budget.api import BudgetLedger
 from dpsql.dp.accounting import Cost
-from dpsql.errors import InvalidParameter
+from dpsql.errors import DpsqlError, InvalidParameter
 from dpsql.policy.model import Policy
 from dpsql.release.charge import Charge, Steps
 from dpsql.release.histogram import Histogram, HistogramPlan, plan_histogram, release_histogram
 from dpsql.release.outputs import (
     OutColumn,
     check_target,
+    check_writable,
     plot_counts,
     write_json,
     write_pg_table,
@@ -74,8 +75,14 @@ class Job:
     cells_per_unit: int | None = None
 
     def target(self) -> str | None:
-        """The checked ``to_table`` (refused before anything is charged), or None."""
-        return check_target(self.policy, self.to_table) if self.to_table else None
+        """The checked ``to_table``, or None: a table of the policy, one that exists (without
+        ``replace``) or one the upstream won't let us write is refused before anything is
+        charged."""
+        if not self.to_table:
+            return None
+        name = check_target(self.policy, self.to_table)
+        check_writable(self.upstream, name, replace=self.replace)
+        return name
 
     def source(self, columns: Sequence[str]) -> Source:
         """``columns`` of the table resolved under the analyst's view of the policy, with the
@@ -121,7 +128,23 @@ class Job:
         """A release's last outputs: the table ``target`` in PostgreSQL (from the CSV
         ``files[0]``; ``meta`` then names it) and ``<kind>.json`` with ``meta``; all its files."""
         if target:
-            write_pg_table(self.upstream, target, cols, files[0], replace=self.replace)
+            try:
+                write_pg_table(self.upstream, target, cols, files[0], replace=self.replace)
+            except DpsqlError as e:
+                meta["table_written"] = None
+                sidecar = write_json(self.out_dir / f"{kind}.json", meta)
+                release = (meta.get("privacy") or {}).get("ledger_release_id")
+                e.detail = "; ".join(
+                    d
+                    for d in (
+                        e.detail,
+                        f"the release was charged (ledger release #{release}) and its files "
+                        f"were written: {', '.join(str(f) for f in (*files, sidecar))}",
+                    )
+                    if d
+                )
+                e.hint = f"write the table from {files[0]} (COPY ... FROM with CSV HEADER)"
+                raise
             meta["table_written"] = target
         return (*files, write_json(self.out_dir / f"{kind}.json", meta))
 

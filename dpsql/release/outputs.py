@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,8 +19,8 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
-from dpsql.errors import InvalidParameter, PrivacyViolation
-from dpsql.policy.model import Policy, qualify_name
+from dpsql.errors import DpsqlError, InvalidParameter, PrivacyViolation
+from dpsql.policy.model import Policy
 
 _PG_TYPES = {
     "integer": "bigint",
@@ -159,42 +160,158 @@ def plot_marginals(
     return path
 
 
+_PLAIN = re.compile(r"[a-z_][a-z0-9_$]*")
+_UNQUOTED = re.compile(r"[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*")
+
+
+def parse_table_name(name: str) -> tuple[str, str]:
+    """``[schema.]table`` read as PostgreSQL reads it: a part in double quotes is kept as written
+    (``""`` is a quote), an unquoted part is folded to lower case; the schema defaults to public.
+
+    >>> parse_table_name('"public"."Visits"'), parse_table_name("PUBLIC.visits")
+    (('public', 'Visits'), ('public', 'visits'))
+
+    Raises:
+        ValueError: not one or two identifiers separated by a dot.
+    """
+    parts: list[str] = []
+    i, s = 0, name.strip()
+    while True:
+        if s.startswith('"', i):
+            j, part = i + 1, []
+            while True:
+                k = s.find('"', j)
+                if k < 0:
+                    raise ValueError(f"{name!r}: a double quote is not closed")
+                part.append(s[j:k])
+                if s.startswith('"', k + 1):
+                    part.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            if not "".join(part):
+                raise ValueError(f"{name!r}: a quoted name is empty")
+            parts.append("".join(part))
+        else:
+            m = _UNQUOTED.match(s, i)
+            if m is None:
+                raise ValueError(f"{name!r} is not a table name")
+            parts.append(m.group().lower())
+            i = m.end()
+        if i == len(s):
+            break
+        if s[i] != ".":
+            raise ValueError(f"{name!r} is not a table name")
+        i += 1
+    if len(parts) > 2:
+        raise ValueError(f"table name {name!r} must be table or schema.table")
+    return ("public", parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+
+
+def _sql_name(part: str) -> str:
+    return part if _PLAIN.fullmatch(part) else '"' + part.replace('"', '""') + '"'
+
+
 def check_target(policy: Policy, name: str) -> str:
-    """The qualified name of an output table, refusing the policy's private tables."""
+    """The qualified name of an output table (quoted where PostgreSQL needs quotes), refusing
+    every table the policy names (private tables, public tables, keys_from's among them: a
+    release written over one would replace data analysts read) and dpsql's own and system
+    schemas."""
     try:
-        q = qualify_name(name)
+        schema, table = parse_table_name(name)
     except ValueError as e:
-        raise InvalidParameter(str(e), hint="name the output table schema.name") from None
+        raise InvalidParameter(
+            f"--to-table {e}: nothing was charged",
+            hint='name the output table schema.table (quote a part as in SQL: "My Schema".t)',
+        ) from None
+    q = f"{schema}.{table}"
+    shown = f"{_sql_name(schema)}.{_sql_name(table)}"
     if policy.private_table(q) is not None:
-        raise PrivacyViolation(
-            f"{q} is a private table of the policy; a release can't be written over it",
-            hint="choose another --to-table name",
-        )
-    return q
+        what = "a private table of the policy"
+    elif policy.is_public(q):
+        what = "a public table of the policy (analysts query it; keys_from reads one)"
+    elif schema in ("dpsql", "information_schema") or schema.startswith("pg_"):
+        what = f"in the schema {schema}, which belongs to dpsql or PostgreSQL"
+    else:
+        return shown
+    raise PrivacyViolation(
+        f"{shown} is {what}; a release can't be written over it: nothing was charged",
+        hint="choose another --to-table name, e.g. releases.<name>",
+    )
+
+
+def _ddl(conn: psycopg.Connection[Any], schema: str, table: str, replace: bool, defs: Any) -> None:
+    """CREATE SCHEMA IF NOT EXISTS, DROP TABLE IF EXISTS (``replace``), CREATE TABLE."""
+    ident = pgsql.Identifier(schema, table)
+    conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
+    if replace:
+        conn.execute(pgsql.SQL("DROP TABLE IF EXISTS {}").format(ident))
+    conn.execute(pgsql.SQL("CREATE TABLE {} ({})").format(ident, defs))
+
+
+def _table_error(name: str, e: psycopg.Error, after: str) -> DpsqlError:
+    diag = e.diag
+    return DpsqlError(
+        f"the release table {name} can't be written: {diag.message_primary or e}{after}",
+        detail=diag.message_detail,
+        hint="pass --replace to replace a table, choose another --to-table name, or ask the "
+        "upstream's admin for CREATE on the schema",
+        sqlstate=e.sqlstate or "58000",
+    )
+
+
+def check_writable(dsn: str, name: str, *, replace: bool) -> None:
+    """Refuse, before anything is charged, an output table that exists (without ``replace``)
+    or that the upstream would not let this role create or replace: the same DDL as the write,
+    rolled back (a failed write after the charge was charged for nothing)."""
+    schema, table = parse_table_name(name)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET LOCAL lock_timeout = '5s'")
+        exists = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL",
+            [pgsql.Identifier(schema, table).as_string(conn)],
+        ).fetchone()
+        if exists and exists[0] and not replace:
+            raise DpsqlError(
+                f"table {name} already exists: nothing was charged",
+                hint="pass --replace to replace it, or choose another --to-table name",
+                sqlstate="42P07",
+            )
+        try:
+            _ddl(conn, schema, table, replace, pgsql.SQL("_dpsql_write_check integer"))
+        except psycopg.Error as e:
+            raise _table_error(name, e, ": nothing was charged") from None
+        finally:
+            conn.rollback()
 
 
 def write_pg_table(
     dsn: str, name: str, columns: Sequence[OutColumn], csv: Path, *, replace: bool
 ) -> None:
-    """Create ``name`` (schema.table) and COPY the released CSV (written by :func:`write_table`)."""
-    schema, table = name.split(".", 1)
+    """Create ``name`` ([schema.]table, as SQL writes it) and COPY the released CSV (written by
+    :func:`write_table`), in one transaction: a failure leaves the upstream as it was.
+
+    Raises:
+        DpsqlError: PostgreSQL refused the write (its SQLSTATE and words).
+    """
+    schema, table = parse_table_name(name)
     ident = pgsql.Identifier(schema, table)
     defs = pgsql.SQL(", ").join(
         pgsql.SQL("{} {}").format(pgsql.Identifier(c.name), pgsql.SQL(_PG_TYPES[c.family]))
         for c in columns
     )
     names = pgsql.SQL(", ").join(pgsql.Identifier(c.name) for c in columns)
-    with psycopg.connect(dsn) as conn:
-        conn.execute(pgsql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(pgsql.Identifier(schema)))
-        if replace:
-            conn.execute(pgsql.SQL("DROP TABLE IF EXISTS {}").format(ident))
-        try:
-            conn.execute(pgsql.SQL("CREATE TABLE {} ({})").format(ident, defs))
-        except psycopg.errors.DuplicateTable:
-            raise InvalidParameter(
-                f"table {name} already exists", hint="pass --replace, or choose another name"
-            ) from None
-        copy = pgsql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER true)")
-        with conn.cursor() as cur, cur.copy(copy.format(ident, names)) as cp, csv.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                cp.write(chunk)
+    try:
+        with psycopg.connect(dsn) as conn:
+            _ddl(conn, schema, table, replace, defs)
+            copy = pgsql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT csv, HEADER true)")
+            with (
+                conn.cursor() as cur,
+                cur.copy(copy.format(ident, names)) as cp,
+                csv.open("rb") as f,
+            ):
+                while chunk := f.read(1 << 20):
+                    cp.write(chunk)
+    except psycopg.Error as e:
+        raise _table_error(name, e, "") from None

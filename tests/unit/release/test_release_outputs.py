@@ -15,6 +15,7 @@ from dpsql.policy import parse_policy
 from dpsql.release.outputs import (
     OutColumn,
     check_target,
+    parse_table_name,
     plot_counts,
     write_private_json,
     write_table,
@@ -33,10 +34,12 @@ tables:
       pid: {type: integer, identifier: true}
       sex: {type: text, keys: [F, M]}
       age: {type: integer, bounds: [0, 99]}
+      region: {type: text, keys_from: lookups.regions.code}
   rows:
     privacy_unit: row
     columns:
       sex: {type: text, keys: [F, M]}
+public_tables: [lookups.regions]
 """
 )
 
@@ -72,6 +75,21 @@ def test_output_table_can_never_be_a_private_table() -> None:
     with pytest.raises(PrivacyViolation):
         check_target(POLICY, "PUBLIC.People")
     assert check_target(POLICY, "releases.people") == "releases.people"
+
+
+def test_output_table_names_read_as_sql_and_never_a_policy_table() -> None:
+    assert parse_table_name('"public"."People"') == ("public", "People")
+    assert parse_table_name('S."a ""b"".c"') == ("s", 'a "b".c')
+    assert parse_table_name("Rows") == ("public", "rows")
+    for bad in ('"public', "a.b.c", "a..b", "a b", '""', "1x"):
+        with pytest.raises(ValueError):
+            parse_table_name(bad)
+    for name in ('"public"."people"', "PUBLIC.ROWS", "lookups.regions", "dpsql.ledger",
+                 "pg_catalog.x"):  # fmt: skip
+        with pytest.raises(PrivacyViolation):
+            check_target(POLICY, name)
+    assert check_target(POLICY, 'releases."People"') == 'releases."People"'
+    assert check_target(POLICY, '"public"."people_hist"') == "public.people_hist"
 
 
 def test_writers(tmp_path: Path) -> None:
