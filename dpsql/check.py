@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psycopg
@@ -11,7 +13,7 @@ from rich.table import Table
 
 from dpsql.errors import PolicyError
 from dpsql.policy import load_policy
-from dpsql.policy.model import Policy
+from dpsql.policy.model import Policy, keys_from_table
 from dpsql.sql.wording import plural
 
 # policy type family -> PostgreSQL data_type values (information_schema.columns) that agree
@@ -163,8 +165,38 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
             )
     for name in policy.public_tables:
         if name not in actual:
-            out.append(Finding(name, "", "public table does not exist upstream"))
+            out.append(
+                Finding(
+                    name, "", f"public table does not exist upstream{did_you_mean(name, actual)}"
+                )
+            )
+    out += [
+        Finding(
+            table,
+            col,
+            f"column does not exist upstream{did_you_mean(col, cols)}: "
+            f"it is the keys_from of {user}",
+        )  # fmt: skip
+        for user, table, col in keys_from_refs(policy)
+        if (cols := actual.get(table)) is not None and col not in cols
+    ]
     return out + citus
+
+
+def keys_from_refs(policy: Policy) -> list[tuple[str, str, str]]:
+    """Each ``keys_from``: (the private column, its keys table, the keys column)."""
+    return [
+        (f"{name}.{cname}", keys_from_table(c.keys_from), c.keys_from.rsplit(".", 1)[1])
+        for name, t in policy.tables.items()
+        for cname, c in t.columns.items()
+        if c.keys_from
+    ]
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean x?)`` for the closest of ``known``, or nothing."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def range_findings(policy: Policy, dsn: str) -> list[Finding]:

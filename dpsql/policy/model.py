@@ -7,6 +7,7 @@ reject unknown fields, so a typo in the YAML is an error rather than a silently 
 
 from __future__ import annotations
 
+import difflib
 from fnmatch import fnmatchcase
 from typing import Annotated, Literal
 
@@ -185,6 +186,32 @@ class Policy(StrictModel):
         both = set(self.tables) & set(self.public_tables)
         if both:
             raise ValueError(f"tables declared both private and public: {sorted(both)}")
+        return self
+
+    @model_validator(mode="after")
+    def _keys_from_public(self) -> Policy:
+        """A ``keys_from`` table is one of ``public_tables`` (docs/policy.md): its values are
+        released as group keys, and analysts are granted or denied it like any public table."""
+        for name, t in self.tables.items():
+            for cname, c in t.columns.items():
+                if not c.keys_from:
+                    continue
+                table = keys_from_table(c.keys_from)
+                if table in self.public_tables:
+                    continue
+                if table in self.tables:
+                    raise ValueError(
+                        f"tables.{name}.columns.{cname}: keys_from {c.keys_from} reads the "
+                        f"private table {table}: keys come from a public table (list it under "
+                        "public_tables:) or from keys:"
+                    )
+                close = difflib.get_close_matches(table, self.public_tables, n=1)
+                guess = f" (did you mean {close[0]}?)" if close else ""
+                raise ValueError(
+                    f"tables.{name}.columns.{cname}: keys_from {c.keys_from}: {table} is not "
+                    f"one of public_tables{guess}: list the table of the keys under "
+                    "public_tables:"
+                )
         return self
 
     @model_validator(mode="after")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from dpsql.check import citus_findings
+from dpsql.check import citus_findings, did_you_mean, keys_from_refs
 from dpsql.policy.model import Policy
 
 # policy type family -> format_type() names that agree ("enum": any enum type)
@@ -62,6 +62,14 @@ def upstream_problems(policy: Policy, dsn: str) -> list[Problem]:
                                "SELECT on the policy's tables (docs/deploy.md)", fatal=False))  # fmt: skip
         for name in (*policy.tables, *policy.public_tables):
             out += _table_problems(conn, policy, name, str(role))
+        for user, table, col in keys_from_refs(policy):
+            found = conn.execute("SELECT to_regclass(%s)::oid", [table]).fetchone()
+            if found is None or found[0] is None:
+                continue  # said above: the public table does not exist
+            cols = [str(r[0]) for r in conn.execute(_COLUMNS, [found[0]]).fetchall()]
+            if col not in cols:
+                out.append(Problem(f"column {table}.{col} named in the policy (the keys_from of "
+                                   f"{user}) does not exist upstream{did_you_mean(col, cols)}"))  # fmt: skip
         # on a Citus coordinator: tables placed so that per-unit work can't run on the workers
         out += [
             Problem(f"{f.table}: {f.problem}", fatal=False) for f in citus_findings(policy, conn)
@@ -74,7 +82,13 @@ def _table_problems(
 ) -> list[Problem]:
     found = conn.execute("SELECT to_regclass(%s)::oid", [name]).fetchone()
     if found is None or found[0] is None:
-        return [Problem(f"table {name} named in the policy does not exist upstream")]
+        names = conn.execute(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind IN "
+            "('r', 'p', 'v', 'm', 'f') AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
+        ).fetchall()
+        guess = did_you_mean(name, [str(r[0]) for r in names])
+        return [Problem(f"table {name} named in the policy does not exist upstream{guess}")]
     oid = found[0]
     out: list[Problem] = []
     readable = conn.execute("SELECT has_table_privilege(%s, 'SELECT')", [oid]).fetchone()

@@ -67,3 +67,32 @@ def test_errors_name_file_line_field(text: str, line: int, words: str) -> None:
 def test_identifier_cannot_have_bounds() -> None:
     with pytest.raises(PolicyError, match="identifier"):
         parse_policy(BASE.replace("identifier: true", "identifier: true, bounds: [0, 1]"))
+
+
+@pytest.mark.parametrize(
+    ("public", "words"),
+    [
+        ("[public.regions]", "keys_from public.region.code: public.region is not one of "
+         "public_tables (did you mean public.regions?)"),
+        ("[]", "public.region is not one of public_tables: list the table of the keys under"),
+    ],
+)  # fmt: skip
+def test_keys_from_names_a_public_table(public: str, words: str) -> None:
+    """docs/policy.md: keys_from is ``schema.table.column`` of a public table (newcomer22 #24:
+    a misspelt table passed every check; analysts then got 42P01 for a table they never wrote)."""
+    doc = (
+        "tables:\n  people:\n    privacy_unit: pid\n    columns:\n"
+        "      pid: {type: integer, identifier: true}\n"
+        "      region: {type: text, keys_from: public.region.code}\n"
+        f"public_tables: {public}\n"
+    )
+    with pytest.raises(PolicyError) as e:
+        parse_policy(doc, "p.yaml")
+    assert words in e.value.message, e.value.message
+    with pytest.raises(PolicyError) as e:
+        parse_policy(doc.replace("public.region.code", "people.pid"), "p.yaml")
+    assert "keys_from people.pid reads the private table public.people" in e.value.message
+    if public == "[]":
+        return
+    ok = parse_policy(doc.replace("public.region.code", "regions.code"), "p.yaml")
+    assert ok.tables["public.people"].columns["region"].keys_from == "regions.code"
