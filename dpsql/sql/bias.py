@@ -416,7 +416,7 @@ def quantile_alarms(a: Analysis) -> tuple[tuple[int, tuple[str, ...], tuple[str,
     their first kept group (the group rank's first; in each group when nothing is ranked, at
     most the declared combinations) has a value outside the range the quantile clamps into,
     which the row's bucket code says (:func:`dpsql.sql.rewrite.buckets.pre_bucket`, every
-    measure a quantile or a count: :func:`dpsql.sql.rewrite.bound_contributions.pre_bucketed`)
+    measure a quantile or a count: :func:`dpsql.sql.rewrite.rank_rows.pre_bucketed`)
     or its unclamped value (beside other measures): each unit once, a lower bound on the
     units with a kept value outside. After a join (of private tables, on their units; or with
     public ones) the rows are bounded per unit as one table's are, so the same count holds.

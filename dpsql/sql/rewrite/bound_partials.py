@@ -90,7 +90,7 @@ def _summand_range(m: Measure) -> tuple[Fraction, Fraction]:
 def sum_total(m: Measure, v: exp.Expr, n: exp.Expr | None = None) -> exp.Expr:
     """``SUM`` of a sum measure's per-row summand over NUMERIC values ``v`` (NULL when no value);
     ``n``: a column non-NULL exactly where ``v`` is (``COUNT(n)`` stands for ``COUNT(v)``: see
-    :func:`~dpsql.sql.rewrite.bound_contributions.count_column`).
+    :func:`~dpsql.sql.rewrite.row_values.count_column`).
 
     The centered sums are written from the plain sums, which PostgreSQL computes once however
     many measures (and the removed-mass partials) read them, with no per-row subtraction::

@@ -18,7 +18,7 @@ CAST(v AS TEXT) END``, so a value outside the keys is never returned. Rows of th
 (_dp_g*) (``_dp_set`` = 2^n - 1) carry the measures as before; a row of set j carries bucket
 ``_dp_b<j>`` and, in each ``_dp_m<i>`` of that bucketing, the number of rows in that bucket.
 When the rows were ranked by their values' hash (quantiles alone, bounded per unit:
-:func:`~dpsql.sql.rewrite.bound_contributions.pre_bucketed`), each row already carries its
+:func:`~dpsql.sql.rewrite.rank_rows.pre_bucketed`), each row already carries its
 bucket, ``_dp_q<j>`` (NULL for a NULL value; computed before the sort, which then carries an
 integer instead of the NUMERIC value): the measure is ``COUNT(_dp_q<j>)`` and the cell
 ``COALESCE(_dp_q<j>, 0)``, the same rows in the same cells (:mod:`dpsql.sql.rewrite.buckets`).
@@ -33,8 +33,8 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.nodes import cast
-from dpsql.sql.rewrite.bound_contributions import integer_quantile
 from dpsql.sql.rewrite.buckets import bucket_specs, cell_of, spec
+from dpsql.sql.rewrite.row_values import integer_quantile
 
 
 def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:

@@ -37,10 +37,10 @@ from sqlglot import exp
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoItem, one_row
 from dpsql.sql.nodes import cast
-from dpsql.sql.rewrite.bound_contributions import value_sql
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.literals import number_text, numeric
 from dpsql.sql.rewrite.make_total import make_total
+from dpsql.sql.rewrite.row_values import value_sql
 from dpsql.sql.rewrite.source_rows import source_select
 
 

@@ -229,7 +229,7 @@ def test_counting_the_column_counts_the_clamped_values(
     kengine: Engine, sql: str, table: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A sum over a column counts its values with ``COUNT(column)``, not ``COUNT(clamped
-    value)`` (bound_contributions.count_column): the same noise-free outputs, on one row per unit
+    value)`` (row_values.count_column): the same noise-free outputs, on one row per unit
     and on bounded partials, with NULLs and values clamped at both ends; an expression
     (``NULLIF``, NULL for values whose clamp is not) keeps counting its clamped value."""
     # the module (dpsql.sql.rewrite's attribute of that name is its function)
@@ -274,7 +274,7 @@ def test_counting_an_expression_unclamped_is_caught(
     def broken(a: Any, m: Any, inner: Any, vcols: Any) -> Any:
         if m.arg is None or m.kind not in ("sum_centered", "sum_sq_centered"):
             return None
-        return bound_contributions._value_column(
+        return bound_contributions.value_column(
             bound_contributions.make_total(m.arg, a.column), inner, vcols
         )
 

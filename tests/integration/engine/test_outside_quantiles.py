@@ -47,7 +47,7 @@ from dpsql.sql.bias import ALARM_SHARE
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
-from dpsql.sql.rewrite.bound_contributions import _packed_order
+from dpsql.sql.rewrite.rank_rows import packed_order
 from tests.helpers import EXACT, ledgered_engine
 from tests.integration.engine.test_outside_bounds import POLICY, UNITS, WARNING
 from tests.integration.engine.test_outside_bounds import dsn as dsn  # the same tables
@@ -186,8 +186,8 @@ def test_the_below_only_twin_is_caught(dsn: str, monkeypatch: pytest.MonkeyPatch
 
 
 # -- the packed order key's width (review19) ---------------------------------------------------
-# One bucketing of B buckets is packed into the order hash's low bits (bound_contributions.
-# _packed_order): the clamped value's bucket (0 .. B - 1, NULL as B) without an outside count,
+# One bucketing of B buckets is packed into the order hash's low bits (rank_rows.
+# packed_order): the clamped value's bucket (0 .. B - 1, NULL as B) without an outside count,
 # its code + 1 (0 .. B + 1, NULL as B + 2) with one. Both keys must mask the same hash bits, the
 # width B + 2 needs, so that the rows of a unit sort the same wherever their buckets differ:
 # then the kept rows hold the same buckets with or without the count. Checked in PostgreSQL on
@@ -215,8 +215,8 @@ def _keys(dsn: str, size: int, narrow: bool) -> list[tuple[Any, ...]]:
     """The two packed keys (without, with codes) of each row of :func:`_pairs`, and the
     bucket and code each reads back; ``narrow``: the broken twin's key without codes."""
     hv = exp.column("hv")
-    plain = _packed_order(hv, exp.alias_(exp.column("c"), "_dp_q0"), size)
-    coded = _packed_order(hv, exp.alias_(exp.column("code"), "_dp_q0"), size, coded=True)
+    plain = packed_order(hv, exp.alias_(exp.column("c"), "_dp_q0"), size)
+    coded = packed_order(hv, exp.alias_(exp.column("code"), "_dp_q0"), size, coded=True)
     assert plain is not None and coded is not None
     key = plain[0]
     if narrow:

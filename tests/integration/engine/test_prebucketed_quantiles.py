@@ -5,7 +5,7 @@ with its type's own extended hash function (``keyed_hash.value_hash``; as text w
 has no hash function), one text key with ``hashtextextended``, the unclamped value (as NUMERIC)
 hashed with ``hash_numeric_extended``, the bucket computed before the sort and carried instead
 of the value: packed into the hash's low bits when the statement has one bucketing, else ties
-broken by the buckets (``bound_contributions.pre_bucketed``, ``_packed_order``). The reference
+broken by the buckets (``rank_rows.pre_bucketed``, ``packed_order``). The reference
 below writes the selection as documented (docs/mechanisms.md, "Choosing rows and groups"), in
 plain SQL and the slow way: record hashes of the unit, the keys and the values
 (``hash_record_extended``), each unit's rows ranked by (hash of the values with its low bits
