@@ -51,6 +51,11 @@ def store(
     ).fetchone()
     if stored is not None:
         return None
+    return _payload(ledger, conn, key)
+
+
+def _payload(ledger: LedgerStore, conn: psycopg.Connection, key: list[str]) -> bytes | None:
+    """The payload stored under ``key`` (:func:`_key`), if any."""
     prev = conn.execute(
         ledger.q(
             "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
@@ -88,13 +93,7 @@ def settle_and_store(
         return False, None
     if row[1]:
         return True, None
-    prev = conn.execute(
-        ledger.q(
-            "SELECT payload FROM {s}.answer WHERE dataset = %s AND scope = %s AND cache_key = %s"
-        ),
-        key,
-    ).fetchone()
-    return True, bytes(prev[0]) if prev is not None else None
+    return True, _payload(ledger, conn, key)
 
 
 def alias(

@@ -10,6 +10,19 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+# The comparisons (=, <>, <, <=, >, >=, IS [NOT] DISTINCT FROM): allowed in row-level
+# expressions, and their operands brought to one type (dpsql.sql.rewrite.float_safe).
+COMPARISONS: tuple[type[exp.Expr], ...] = (
+    exp.EQ,
+    exp.NEQ,
+    exp.GT,
+    exp.GTE,
+    exp.LT,
+    exp.LTE,
+    exp.NullSafeEQ,  # IS NOT DISTINCT FROM
+    exp.NullSafeNEQ,  # IS DISTINCT FROM
+)
+
 # Structural nodes allowed in row-level expressions.
 ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Column,
@@ -28,15 +41,8 @@ ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Div,
     exp.Mod,
     exp.IntDiv,
-    exp.EQ,
-    exp.NEQ,
-    exp.GT,
-    exp.GTE,
-    exp.LT,
-    exp.LTE,
+    *COMPARISONS,
     exp.Is,
-    exp.NullSafeEQ,  # IS NOT DISTINCT FROM
-    exp.NullSafeNEQ,  # IS DISTINCT FROM
     exp.In,
     exp.Between,
     exp.Like,

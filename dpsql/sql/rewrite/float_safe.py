@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from dpsql.sql.functions import COMPARISONS
 from dpsql.sql.rewrite.literals import clamp_strict
 from dpsql.sql.sensitivity import Columns, lookup
 
@@ -43,18 +44,7 @@ _FLOAT_FUNCTIONS = {
     "float8larger",
     "float8smaller",
 }
-_OPERATORS = (
-    exp.EQ,
-    exp.NEQ,
-    exp.GT,
-    exp.GTE,
-    exp.LT,
-    exp.LTE,
-    exp.NullSafeEQ,
-    exp.NullSafeNEQ,
-    exp.Between,
-    exp.Nullif,
-)
+_OPERATORS = (*COMPARISONS, exp.Between, exp.Nullif)
 _COMMON = (exp.Coalesce, exp.Greatest, exp.Least, exp.In, exp.Case)
 _ARITHMETIC = (exp.Abs, exp.Neg, exp.Round, exp.Ceil, exp.Floor, exp.Sign, exp.Add, exp.Sub,
                exp.Mul, exp.Div, exp.Mod)  # fmt: skip
