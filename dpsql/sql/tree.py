@@ -38,6 +38,7 @@ from dpsql.errors import DpsqlError, PrivacyViolation, UnsupportedSql
 from dpsql.policy.model import Policy
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.blocks import contains, is_aggregate_block, private_tables, selects_below
+from dpsql.sql.group_domain import unfiltered_keys_notice
 from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
 from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
@@ -123,6 +124,7 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
         if not leaves and not units and any(s is post for s in found):
             return None  # the statement is one flat block: the flat analysis's refusal stands
         for s in found:
+            _refuse_listed_keys_in_set_operation(s, policy, analyze)
             link = series_limit(s, leaves, policy) if _reads_leaf(s) else None
             links.append(link)
             labels.append(
@@ -153,6 +155,37 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
     post = keep_call_labels(prune_ctes(post))  # variance(n) over a leaf is "variance"
     _refuse_private_rest(post, policy, analyze)
     return Split(post, tuple(leaves), tuple(links), units, tuple(labels))
+
+
+def _refuse_listed_keys_in_set_operation(
+    s: exp.Select, policy: Policy, analyze: Callable[..., Analysis]
+) -> None:
+    """Refuse a block that only lists keys (``SELECT k ... GROUP BY k`` or ``SELECT DISTINCT
+    k``, no aggregate) under INTERSECT or EXCEPT when its WHERE clause says something its keys'
+    domain can't decide. Such a list is the public domain, free: every key whether or not a row
+    passing that WHERE clause has it (:func:`~dpsql.sql.group_domain.unfiltered_keys_notice`);
+    a flat statement says so in a notice, but under EXCEPT the list removes every key the other
+    side lists (newcomer22 #21: ``... EXCEPT SELECT department ... WHERE cost > 100000 GROUP BY
+    department`` answered no rows, the truth 4) and under INTERSECT it keeps them all: a
+    confident wrong answer. Which keys have such rows is private: counting them is a release."""
+    op = s.find_ancestor(exp.Intersect, exp.Except)
+    if op is None or any(True for _ in s.find_all(exp.AggFunc)):
+        return
+    try:
+        a = analyze(standalone(s), policy)
+    except DpsqlError:
+        return  # the leaf's own refusal comes when it is analysed as a leaf
+    if a.measures or unfiltered_keys_notice(a.group_keys, a.where) is None:
+        return
+    names = ", ".join(user_sql(g.expr) for g in a.group_keys)
+    word = "INTERSECT" if isinstance(op, exp.Intersect) else "EXCEPT"
+    raise UnsupportedSql(
+        f"{word} over a list of {names} filtered by other columns can't be answered: the list is "
+        f"the keys of {names} the policy gives, whether or not a row passing the WHERE clause has "
+        f"them (which keys have such rows is private), so the {word} would be wrong",
+        hint=f"count each key's rows, with noise (charged): SELECT {names}, COUNT(*) ... WHERE "
+        f"... GROUP BY {names}, and keep the keys whose count is large enough for you",
+    )
 
 
 def leaf_label(s: exp.Select) -> str:
