@@ -46,6 +46,9 @@ class CancelToken:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self.cancelled = False
+        # a padded statement's arrival (monotonic_ns), from which its delivery moment counts
+        # (dpsql.execute.in_flight: a statement waiting for it goes on at that moment)
+        self.pad_start_ns: int | None = None
 
     def attach(self, conn: psycopg.Connection[Any] | None) -> None:
         with self._lock:

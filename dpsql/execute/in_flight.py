@@ -29,14 +29,18 @@ from typing import Any
 
 from dpsql.errors import QueryCanceled
 from dpsql.execute.backend import CancelToken
+from dpsql.policy.settings import Timing
 
 _WAIT_S = 0.05  # how often a waiter checks for its own cancel
+_MS = 1_000_000  # ns
 
 
 @dataclass
 class _Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
     users: int = 0
+    # the holder's padded arrival (monotonic_ns; CancelToken.pad_start_ns), when padded
+    anchor: int | None = None
 
 
 _slots: dict[str, _Slot] = {}
@@ -119,8 +123,16 @@ def _hold_shared(h: int, cancel: CancelToken | None) -> bool:
 
 
 @contextmanager
-def one_release(key: str, cancel: CancelToken | None) -> Iterator[None]:
+def one_release(
+    key: str, cancel: CancelToken | None, timing: Timing | None = None
+) -> Iterator[None]:
     """Hold ``key`` (a repeat key) for the block; waits while another session holds it.
+
+    With timing padding (``timing``), a statement that waited goes on only at the holder's
+    delivery moment (the first moment of the holder's padding grid, counted from its arrival,
+    not before the holder ended): the end of the wait is the end of the holder's work, and on
+    the waiter's own grid, started whenever the analyst chose, a few waiters at staggered
+    moments read the holder's run time finer than its padding shows (review22).
 
     Raises:
         QueryCanceled: the waiting statement was cancelled (57014), nothing charged.
@@ -129,16 +141,17 @@ def one_release(key: str, cancel: CancelToken | None) -> Iterator[None]:
         slot = _slots.setdefault(key, _Slot())
         slot.users += 1
     try:
+        waited = False
         while not slot.lock.acquire(timeout=_WAIT_S):
-            if cancel is not None and cancel.cancelled:
-                raise QueryCanceled(
-                    "canceling statement due to user request",
-                    hint="an identical statement was still being answered; run it again",
-                )
+            waited = True
+            _check(cancel)
         try:
+            holder, slot.anchor = slot.anchor, getattr(cancel, "pad_start_ns", None)
             h = _key_hash(key)
             held = _hold_shared(h, cancel)  # another worker's identical statement first
             try:
+                if waited and timing is not None and holder is not None:
+                    _until_delivered(timing, holder, cancel)
                 yield
             finally:
                 if held and _shared is not None:
@@ -150,3 +163,24 @@ def one_release(key: str, cancel: CancelToken | None) -> Iterator[None]:
             slot.users -= 1
             if slot.users == 0:
                 del _slots[key]
+
+
+def _check(cancel: CancelToken | None) -> None:
+    if cancel is not None and cancel.cancelled:
+        raise QueryCanceled(
+            "canceling statement due to user request",
+            hint="an identical statement was still being answered; run it again",
+        )
+
+
+def _until_delivered(timing: Timing, anchor_ns: int, cancel: CancelToken | None) -> None:
+    """Wait (cancellable) until the delivery moment of a statement that arrived at
+    ``anchor_ns`` and whose work has ended now (:func:`dpsql.execute.timing.delivery_delay_ns`)."""
+    from dpsql.execute.timing import delivery_delay_ns
+
+    now = time.monotonic_ns()
+    until = now + delivery_delay_ns(max(0, now - anchor_ns), timing.quantum_ms, timing.min_ms)
+    while (left := until - time.monotonic_ns()) > 0:
+        _check(cancel)
+        time.sleep(min(_WAIT_S, left / 1e9))
+    _check(cancel)

@@ -29,6 +29,7 @@ from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import PrivateQuery, TreeQuery
 from dpsql.execute.private_sql import salted
+from dpsql.execute.timing import timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -216,7 +217,7 @@ def run_private(
     # identical statement run at once waits, then finds the choices and the answer stored (a
     # free repeat) instead of choosing and answering again (newcomer21 #28: 4 sessions, 4
     # charges for one answer)
-    with one_release(slot(engine, session, key), cancel):
+    with one_release(slot(engine, session, key), cancel, timing_of(engine)):
         if pend.missing:  # read again: the statement waited for may have stored them
             pend = auto_bounds.pending(engine, prepared, session, a)
             pend = auto_bounds.with_fallbacks(engine, prepared, session, pend, plan.epsilon)
@@ -449,7 +450,7 @@ def _run_planned(
     if ledger is None or key is None or in_slot:
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
-    with one_release(slot(engine, session, key), cancel):
+    with one_release(slot(engine, session, key), cancel, timing_of(engine)):
         return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
                         confidence, key_types, declared)  # fmt: skip
 

@@ -55,6 +55,7 @@ from dpsql.execute.private import (
     settle_failed,
     slot,
 )
+from dpsql.execute.timing import timing_of
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
 from dpsql.execute.tree_intervals import (
     Attached,
@@ -103,7 +104,8 @@ def run_tree(
     sessions at once were charged three times for one answer)."""
     if engine.ledger is None:
         return _run_tree(engine, prepared, session, params, cancel)
-    with one_release(slot(engine, session, _tree_key(engine, prepared, session, params)), cancel):
+    key = slot(engine, session, _tree_key(engine, prepared, session, params))
+    with one_release(key, cancel, timing_of(engine)):
         return _run_tree(engine, prepared, session, params, cancel)
 
 

@@ -152,6 +152,8 @@ class Session:
         cancellable; cancelled if the client disconnects while it runs (:meth:`_client_gone`)."""
         fast_token = AsyncCancel() if fast else None
         token = None if fast else _new_cancel_token()
+        if token is not None and self._padding is not None:
+            token.pad_start_ns = self._padding[1]  # (dpsql.execute.in_flight's waiters)
         self._cancel = fast_token if fast_token is not None else token
         self.busy = True
         self.idle.clear()

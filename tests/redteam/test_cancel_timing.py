@@ -21,12 +21,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.execute.backend import CancelToken
+from dpsql.session import SessionContext
 from tests.helpers import analyst_dsn, served_engine
 from tests.policies import PolicyMaker, private_table
 
@@ -155,3 +159,63 @@ def _when_running(dsn: str) -> None:
                 return
             time.sleep(0.02)
     raise AssertionError("the private query never ran")
+
+
+QUANTUM_MS = 1000
+
+
+def test_a_statement_waiting_for_an_identical_one_goes_on_at_its_delivery_moment(
+    dsn: str, make_policy: PolicyMaker
+) -> None:
+    """With ``timing: {quantum_ms: 1000}`` a statement of 1.2 s is delivered at 2 s: its padding
+    shows 'between 1 and 2 s'. The same analyst's identical statements sent while it ran wait
+    for its release and answer from it (free repeats), each padded on its own grid, from its
+    own arrival: their wait ended when the first statement's work ended, so a few of them at
+    staggered moments read that moment to a fraction of the quantum. Now a waiter goes on at
+    the first statement's delivery moment, never before it. Engine level (the session's
+    padding comes after): the first statement's arrival is the anchor its token carries, as
+    the wire session sets it; each waiter's execute returns no earlier than 2 s after it (its
+    work, 1.2 s of pg_sleep, ends after its arrival: the first grid moment after that is at
+    2 s; a lower bound that load cannot break). Before: returned at the end of the first's
+    work, about 1.3 s."""
+    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+    policy = make_policy(
+        "waitertiming",
+        tables={"public.slowish": private_table("u", columns, rows=1, groups=1)},
+        public_tables=[],
+        timing={"quantum_ms": QUANTUM_MS},
+    ).policy
+    led = Ledger.open(dsn, policy, schema=f"dpsql_wt{uuid.uuid4().hex[:8]}")
+    engine = Engine(policy, dsn, led, pool_size=4)
+    sql = "SELECT SUM(x) FROM slowish WHERE x >= 0"
+    returned: dict[int, float] = {}
+    try:
+        # the checks before the charge (types, catalog) once, at another epsilon (another key)
+        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+
+        def run(i: int, token: CancelToken) -> None:
+            session = SessionContext("analyst", Fraction(1, 2))
+            engine.execute(engine.prepare(sql, "analyst"), session, (), token)
+            returned[i] = time.monotonic()
+
+        first = CancelToken()
+        first.pad_start_ns = time.monotonic_ns()
+        anchor = first.pad_start_ns / 1e9
+        threads = [threading.Thread(target=run, args=(0, first))]
+        threads[0].start()
+        _when_running(dsn)  # the first statement reads its rows
+        for i in (1, 2, 3):  # staggered by a third of the quantum
+            token = CancelToken()
+            token.pad_start_ns = time.monotonic_ns()
+            threads.append(threading.Thread(target=run, args=(i, token)))
+            threads[-1].start()
+            time.sleep(QUANTUM_MS / 3000)
+        for th in threads:
+            th.join(120)
+    finally:
+        engine.close()
+        led.close()
+    assert sorted(returned) == [0, 1, 2, 3], returned
+    boundary = anchor + 2 * QUANTUM_MS / 1000  # the first's delivery moment
+    early = {i: round(boundary - t, 3) for i, t in returned.items() if i and t < boundary}
+    assert not early, early  # (seconds before the first statement's delivery moment)
