@@ -24,7 +24,14 @@ class Charge:
     """One reservation on a ledger (or a no-op when ``ledger`` is None, for library use)."""
 
     def __init__(
-        self, ledger: Any, analyst: str, cost: Cost, fingerprint: str, delta: Fraction, label: str
+        self,
+        ledger: Any,
+        analyst: str,
+        cost: Cost,
+        fingerprint: str,
+        delta: Fraction,
+        label: str,
+        statement: str = "",
     ) -> None:
         self.ledger = ledger
         self.reservation = (
@@ -34,6 +41,7 @@ class Charge:
                 fingerprint,
                 delta_for_rho=delta if cost.rho else None,
                 mechanism=label,
+                statement=statement,  # the analyst's dpsql.history shows it
             )
             if ledger is not None
             else None

@@ -264,6 +264,7 @@ def cmd_histogram(args: argparse.Namespace) -> int:
             weights=parse_weights(args.weights) if args.weights else None,
         )
     _print_written(w, f"{w.rows} cells")
+    _print_charged(job, w)
     return 0
 
 
@@ -283,6 +284,7 @@ def cmd_synthetic(args: argparse.Namespace) -> int:
             if_worse=args.if_worse,
         )
     _print_written(r.written, f"{r.written.rows:,} synthetic rows")
+    _print_charged(job, r.written)
     _print_comparison(r.comparison, r.published)
     q = r.quality
     t = Table(
@@ -327,6 +329,7 @@ def cmd_ranges(args: argparse.Namespace) -> int:
     with _job(args) as job:
         w = run_ranges(job, args.column, branching=args.branching)
     _print_written(w, f"{w.rows:,} bins")
+    _print_charged(job, w)
     e = w.meta["range_error"]
     if e["rmse_over_all_ranges"] is not None:
         console.print(
@@ -366,3 +369,44 @@ def _print_written(w: Any, what: str) -> None:
         console.print(f"  {f}")
     if w.table:
         console.print(f"  table {w.table} (declare it in public_tables to serve it through dpsql)")
+
+
+def charged_words(job: Job, privacy: dict[str, Any]) -> list[str]:
+    """What the job's charges used of each budget, one line each (a first Gaussian release's
+    one-time conversion to Renyi accounting included: docs/budget.md, "Units"); ``privacy``:
+    the release's ``privacy`` metadata (its epsilon and delta)."""
+    from fractions import Fraction
+
+    from dpsql.budget.format import fmt_up
+
+    out = []
+    eps = Fraction(privacy["epsilon"]).limit_denominator(10**12)
+    for c in job.charges:
+        r = c.reservation
+        if r is None:
+            continue
+        own = f"epsilon {privacy['epsilon']:g}"
+        if privacy.get("delta"):
+            own += f", delta {privacy['delta']:g}"
+        if r.cost.rho:
+            own += f": zCDP rho {fmt_up(r.cost.rho)}"
+        parts = []
+        for kind, name, more, first in r.used:
+            why = (
+                " (its one-time conversion to Renyi accounting: the first Gaussian release of "
+                'the period moved this budget to it, docs/budget.md "Units")'
+                if first and more > eps + Fraction(1, 10**9)
+                else ""
+            )
+            parts.append(f"epsilon {fmt_up(more)} of the {kind} budget {name}{why}")
+        used = f"; it used {', '.join(parts)}" if parts else ""
+        out.append(
+            f"charged ledger release #{r.id} ({own}) to analyst {r.analyst}{used}; "
+            "dpsql budget show shows what is left"
+        )
+    return out
+
+
+def _print_charged(job: Job, written: Any) -> None:
+    for line in charged_words(job, written.meta["privacy"]):
+        console.print(line, markup=False, highlight=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import replace as with_changes
 from fractions import Fraction
 from pathlib import Path
@@ -73,6 +73,7 @@ class Job:
     # the numbers for a policy's ``auto`` contribution bounds (dpsql.release.source): R, G
     rows_per_unit: int | None = None
     cells_per_unit: int | None = None
+    charges: list[Charge] = field(default_factory=list, compare=False, repr=False)
 
     def target(self) -> str | None:
         """The checked ``to_table``, or None: a table of the policy, one that exists (without
@@ -113,9 +114,15 @@ class Job:
         """The progress display over the release's named steps."""
         return Steps(names, self.console, self.progress)
 
-    def charge(self, cost: Cost, fingerprint: str, delta: Fraction, label: str) -> Charge:
-        """Reserve ``cost`` for the analyst (nothing when there is no ledger)."""
-        return Charge(self.ledger, self.analyst, cost, fingerprint, delta, label)
+    def charge(
+        self, cost: Cost, fingerprint: str, delta: Fraction, label: str, *, statement: str
+    ) -> Charge:
+        """Reserve ``cost`` for the analyst (nothing when there is no ledger); ``statement``
+        says what was released in the analyst's ``dpsql.history`` ("release histogram of ...").
+        The charge is kept in :attr:`charges` (the CLI says what it used of each budget)."""
+        charge = Charge(self.ledger, self.analyst, cost, fingerprint, delta, label, statement)
+        self.charges.append(charge)
+        return charge
 
     def publish(
         self,
@@ -278,7 +285,13 @@ def run_histogram(
     )
     with job.steps(["reserve budget", "count", "noise", "write"]) as steps:
         with steps.step("reserving the privacy budget"):
-            charge = job.charge(plan.cost, plan.fingerprint(), delta_f, plan.mechanism)
+            charge = job.charge(
+                plan.cost,
+                plan.fingerprint(),
+                delta_f,
+                plan.mechanism,
+                statement=f"release histogram of {src.table} ({', '.join(a.name for a in src.axes)})",
+            )
         with steps.step(f"counting {src.cells:,} cells in PostgreSQL"):
             counts = charge.before_noise(lambda: bounded_counts(job.upstream, src, plan.bound))
         with steps.step("adding noise and post-processing"):

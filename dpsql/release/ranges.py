@@ -48,7 +48,13 @@ def run_ranges(job: Job, column: str, *, branching: int | None = None) -> Writte
     fingerprint = f"release ranges {src.table} [{src.axes[0].name}] {shape}"
     with job.steps(["reserve budget", "count", "noise", "write"]) as steps:
         with steps.step("reserving the privacy budget"):
-            charge = job.charge(plan.cost, fingerprint, delta_f, "hierarchy")
+            charge = job.charge(
+                plan.cost,
+                fingerprint,
+                delta_f,
+                "hierarchy",
+                statement=f"release ranges of {src.table} ({src.axes[0].name})",
+            )
         with steps.step(f"counting {plan.n:,} bins in PostgreSQL"):
             counts = charge.before_noise(lambda: bounded_counts(job.upstream, src, bound))
         with steps.step("measuring the tree and making it consistent"):

@@ -121,7 +121,13 @@ def run_synthetic(
     steps = ["reserve", "count", "measure", "fit", "compare", "sample", "write"]
     with job.steps(steps) as st:
         with st.step("reserving the privacy budget"):
-            charge = job.charge(plan.cost, _fingerprint(src), delta_f, synthesizer)
+            charge = job.charge(
+                plan.cost,
+                _fingerprint(src),
+                delta_f,
+                synthesizer,
+                statement=f"release synthetic ({synthesizer}) of {src.table} ({', '.join(names)})",
+            )
         with st.step("counting bounded cells in PostgreSQL"):
             idx, n = charge.before_noise(lambda: bounded_cells(job.upstream, src, bound))
         with st.step(f"measuring and selecting marginals ({synthesizer.upper()})"):

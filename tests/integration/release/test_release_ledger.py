@@ -76,3 +76,43 @@ def test_a_release_charges_the_servers_ledger(
     assert main(argv) == 0
     assert main(argv) == 1
     assert (_releases(ledger), _releases(upstream)) == (2, 0)
+
+
+def test_a_release_says_what_it_charged_and_history_names_it(
+    make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI prints what the release used of each budget, the one-time conversion of a
+    budget's first Gaussian release to Renyi accounting included, and the ledger records a
+    statement the analyst can read in dpsql.history (newcomer22 #14: the dataset budget moved
+    by ~8 epsilon silently; history rows of releases had an empty statement)."""
+    from dpsql.cli import main
+
+    upstream = make_db("rel_charged")
+    with psycopg.connect(upstream, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE visits (pid int, dept text);"
+            "INSERT INTO visits SELECT g % 50, (ARRAY['a','b'])[1 + g % 2]"
+            " FROM generate_series(1, 200) g"
+        )
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        POLICY.replace("budget: {epsilon: 10}", "budget: {epsilon: 100, delta: 1.0e-3, "
+                       "renyi_order: 2}")  # one low order: the conversion costs ~7 epsilon
+        .replace("bob: {budget: {epsilon: 2}}", "bob: {budget: {epsilon: 50, delta: 1.0e-4}}")
+    )  # fmt: skip
+    argv = ["release", "histogram", "--policy", str(policy), "--upstream", upstream,
+            "--table", "visits", "--columns", "dept", "--analyst", "bob",
+            "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    assert main([*argv, "--epsilon", "0.5"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert (
+        "charged ledger release #1 (epsilon 0.5) to analyst bob; it used epsilon 0.5 of the "
+        "analyst budget bob, epsilon 0.5 of the dataset budget release_ledger;" in out
+    ), out
+    assert main([*argv, "--epsilon", "0.5", "--delta", "1e-6"]) == 0  # Gaussian
+    out = " ".join(capsys.readouterr().out.split())
+    assert "charged ledger release #2 (epsilon 0.5, delta 1e-06: zCDP rho " in out, out
+    assert "of the dataset budget release_ledger (its one-time conversion to Renyi" in out, out
+    with psycopg.connect(upstream) as conn:
+        rows = conn.execute("SELECT statement FROM dpsql.release ORDER BY id").fetchall()
+    assert rows == [("release histogram of public.visits (dept)",)] * 2
