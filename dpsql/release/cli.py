@@ -224,7 +224,6 @@ def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
         command="dpsql release",
     )
     ledger = Ledger.open(where, policy)
-    console.print(f"charging the ledger in {_place(where)} (analyst {args.analyst})")
     try:
         yield replace(
             Job(
@@ -243,6 +242,7 @@ def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
                 progress=not args.no_progress,
                 rows_per_unit=args.rows_per_unit,
                 cells_per_unit=args.cells_per_unit,
+                ledger_place=_place(where),
             ),
             **changes,
         )

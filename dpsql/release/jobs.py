@@ -74,6 +74,7 @@ class Job:
     rows_per_unit: int | None = None
     cells_per_unit: int | None = None
     charges: list[Charge] = field(default_factory=list, compare=False, repr=False)
+    ledger_place: str | None = None  # where the ledger is, said when it is charged
 
     def target(self) -> str | None:
         """The checked ``to_table``, or None: a table of the policy, one that exists (without
@@ -120,6 +121,13 @@ class Job:
         """Reserve ``cost`` for the analyst (nothing when there is no ledger); ``statement``
         says what was released in the analyst's ``dpsql.history`` ("release histogram of ...").
         The charge is kept in :attr:`charges` (the CLI says what it used of each budget)."""
+        if self.ledger is not None and self.ledger_place and self.console is not None:
+            # said when it happens: a refusal before it charges nothing and says nothing of it
+            self.console.print(
+                f"charging the ledger in {self.ledger_place} (analyst {self.analyst})",
+                markup=False,
+                highlight=False,
+            )
         charge = Charge(self.ledger, self.analyst, cost, fingerprint, delta, label, statement)
         self.charges.append(charge)
         return charge

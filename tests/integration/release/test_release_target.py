@@ -66,8 +66,10 @@ def test_a_table_of_the_policy_or_a_bad_name_is_refused_before_any_charge(
     words: str,
 ) -> None:
     assert _release(demo_dsn, ledger, tmp_path, "--to-table", target, "--replace") == 1
-    err = " ".join(capsys.readouterr().err.split())
+    got = capsys.readouterr()
+    err = " ".join(got.err.split())
     assert words in err and "nothing was charged" in err, err
+    assert "charging the ledger" not in got.out, got.out  # it charged nothing
     assert _releases(ledger) == 0
     with psycopg.connect(demo_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM regions").fetchone() == (5,)
