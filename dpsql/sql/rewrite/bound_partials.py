@@ -36,9 +36,14 @@ Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its 
 An L1 cap over groups (``Measure.total`` = L, auto bounds for per-group COUNT and SUM: see
 :func:`dpsql.sql.auto_bounds.total_mode`): the unit's kept partials of such a measure are scaled
 by DIV(L·10^18, GREATEST(T, L))·10^-18 (exactly rounded down), T the sum of their absolute values over the unit's kept groups
-(a window per unit, :func:`_scaled`), and truncated towards 0 for integer measures; so they add
-up to at most L in absolute value, and each is at most its unscaled self. The factor is a
-function of the unit's own partials: the argument below holds with min(G·R·c, L) in L1 (and L2).
+(a window per unit, :func:`_scaled`); integer measures (COUNT, SUM of integers) are apportioned
+exactly instead: each share floored, and the FLOOR(L) - SUM(floors) left over added one by one to
+the unit's groups with the largest remainders, ties by the salted hash of (unit, keys)
+(:func:`_apportioned`), so a unit above the cap keeps exactly FLOOR(L) (truncating each share
+kept 0 of 2 + 1 rows under L = 1). Either way the kept partials add up to at most L in absolute
+value, and each is at most its unscaled self in magnitude, with its sign. The factor and the
+apportionment are functions of the unit's own partials and the salt: the argument below holds
+with min(G·R·c, L) in L1 (and L2).
 
 Sensitivity (the plan's, unchanged): neighbouring databases differ by all rows of one unit. That
 unit has at most one partial row per group and keeps at most G = max_groups_per_unit of them (the
@@ -53,6 +58,7 @@ holding. Integer sums stay integers (rounded partials), so the release grid of 1
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 from sqlglot import exp
@@ -160,21 +166,18 @@ _FACTOR_DIGITS = 18  # the L1-cap factor's decimal digits (rounded down: <= L / 
 
 
 def _scaled(m: Measure, partial: str, keep: exp.Expr | None) -> exp.Expr:
-    """The unit's partial in the group scaled into the measure's L1 cap L over its groups::
+    """The unit's partial in the group scaled into the measure's L1 cap L over its groups, for a
+    non-integer measure (SUM of NUMERIC or float values; integer measures are apportioned:
+    :func:`_apportioned`)::
 
         p * DIV(L * 10^18, GREATEST(T, L)) / 10^18,   T = SUM(|p|) OVER (PARTITION BY _dp_unit)
 
-    over the unit's kept groups only (``keep``), truncated towards 0 for integer measures. The
-    factor is rounded down (<= L / T), so the unit's kept scaled partials add up to at most L in
-    absolute value; a unit within the cap (T <= L) keeps its partials exactly (factor 1). Like
-    the partials, the factor is a function of the unit's own rows only.
+    over the unit's kept groups only (``keep``). The factor is rounded down (<= L / T), so the
+    unit's kept scaled partials add up to at most L in absolute value; a unit within the cap
+    (T <= L) keeps its partials exactly (factor 1). Like the partials, the factor is a function of
+    the unit's own rows only.
     """
     assert m.total is not None
-    p = exp.column(partial)
-    size: exp.Expr = exp.Abs(this=p.copy())
-    if keep is not None:
-        size = exp.Case(ifs=[exp.If(this=keep.copy(), true=size)], default=exp.Literal.number(0))
-    total = exp.Window(this=exp.Sum(this=size), partition_by=[exp.column("_dp_unit")])
     cap = numeric(m.total)
     # DIV(L·10^18, max(T, L)) / 10^18: NUMERIC division truncated exactly (``div``), not the
     # division operator, which rounds its last digit and so could round L/T up to 1 when T
@@ -183,13 +186,110 @@ def _scaled(m: Measure, partial: str, keep: exp.Expr | None) -> exp.Expr:
     scaled_cap = exp.Mul(this=cap, expression=numeric(Fraction(10**_FACTOR_DIGITS)))
     quotient = exp.Anonymous(
         this="div",
-        expressions=[scaled_cap, exp.Greatest(this=total, expressions=[cap.copy()])],
+        expressions=[
+            scaled_cap,
+            exp.Greatest(this=_unit_total(partial, keep), expressions=[cap.copy()]),
+        ],
     )
     factor = exp.Mul(this=quotient, expression=numeric(Fraction(1, 10**_FACTOR_DIGITS)))
-    out: exp.Expr = exp.Mul(this=p.copy(), expression=factor)
-    if m.integral:
-        out = exp.Anonymous(this="trunc", expressions=[out])
-    return out
+    return exp.Mul(this=exp.column(partial), expression=factor)
+
+
+def _unit_total(partial: str, keep: exp.Expr | None) -> exp.Expr:
+    """``T = SUM(|p|) OVER (PARTITION BY _dp_unit)`` over the unit's kept groups (``keep``)."""
+    size: exp.Expr = exp.Abs(this=exp.column(partial))
+    if keep is not None:
+        size = exp.Case(ifs=[exp.If(this=keep.copy(), true=size)], default=exp.Literal.number(0))
+    return exp.Window(this=exp.Sum(this=size), partition_by=[exp.column("_dp_unit")])
+
+
+def _apportioned(
+    m: Measure, partial: str, i: int, keep: exp.Expr | None, tiebreak: list[exp.Expr]
+) -> tuple[exp.Expr, list[exp.Expr], exp.Expr]:
+    """An integer measure's partials apportioned into its L1 cap L over the unit's groups, exactly.
+
+    With ``p`` the unit's partial in a group (an integer), ``T`` = SUM(|p|) over the unit's kept
+    groups and ``D`` = GREATEST(T, L) (NUMERIC: exact)::
+
+        q = DIV(|p| * L, D)         -- the floor of |p| · L / D
+        r = MOD(|p| * L, D)         -- its remainder (q · D + r = |p| · L)
+        leftover = FLOOR(L) - SUM(q) OVER (the unit's kept groups)
+        kept = sign(p) * (q + 1 if r > 0 and the group is among the unit's ``leftover``
+                                  kept groups with the largest r, else q)
+
+    the ``leftover`` ranked by ROW_NUMBER() OVER (PARTITION BY _dp_unit ORDER BY r DESC,
+    ``tiebreak``): the salted hash of (unit, keys) the groups are ranked by (``_dp_gr``, or the
+    hash itself where no group is dropped), then the keys. A unit within the cap (T <= L) has
+    q = |p|, r = 0: it keeps its partials exactly. Above it (T > L) its kept partials add up to
+    exactly FLOOR(L) (largest remainders: sum of r / D = L - sum of q >= leftover, each
+    r / D < 1, so at least ``leftover`` groups have r > 0), where truncating each share
+    (TRUNC(p · L / T)) lost up to one row per group (2 + 1 rows under L = 1 kept 0).
+
+    Privacy (the plan's bounds unchanged): ``q <= |p| · L / D <= |p|`` and a share gets 1 more
+    only where ``r > 0``, i.e. ``q < |p| · L / D <= |p|``, so ``q + 1 <= |p|``: each kept share is
+    at most the partial in magnitude, with its sign (the per-group bound R·c holds); the shares
+    add up to at most ``SUM(q) + leftover = FLOOR(L) <= L`` whatever the ranking (the L1 bound).
+    Every input (p, T, the keep rank, the hash of the unit's own keys and the statement's salt)
+    is a function of the unit's own rows and the salt: removing a unit changes no other unit's
+    shares, so the neighbouring argument of the module docstring holds as it did.
+
+    Returns the column of T, the columns of q, r, leftover and rank over it (the windows write
+    q and r again: a column of the same SELECT can't be read) and the kept share over those:
+    three SELECTs, since a window can't read another window's result.
+    """
+    assert m.total is not None
+    cap = numeric(m.total)
+    total = f"_dp_tot{i}"
+    p = exp.column(partial)
+    size = exp.Abs(this=p.copy())
+    denom = exp.Greatest(this=exp.column(total), expressions=[cap.copy()])
+    product = exp.Mul(this=size, expression=cap.copy())
+    q = exp.Anonymous(this="div", expressions=[product.copy(), denom.copy()])
+    r = exp.Anonymous(this="mod", expressions=[product, denom])
+    q_kept: exp.Expr = q.copy()
+    r_kept: exp.Expr = r.copy()
+    if keep is not None:
+        zero, none = exp.Literal.number(0), exp.Literal.number(-1)
+        q_kept = exp.Case(ifs=[exp.If(this=keep.copy(), true=q_kept)], default=zero)
+        r_kept = exp.Case(ifs=[exp.If(this=keep.copy(), true=r_kept)], default=none)
+    unit = exp.column("_dp_unit")
+    target = numeric(Fraction(math.floor(m.total)))
+    leftover = exp.Sub(
+        this=target, expression=exp.Window(this=exp.Sum(this=q_kept), partition_by=[unit.copy()])
+    )
+    rank = exp.Window(
+        this=exp.RowNumber(),
+        partition_by=[unit.copy()],
+        order=exp.Order(
+            expressions=[
+                exp.Ordered(this=r_kept, desc=True),
+                *[exp.Ordered(this=t.copy()) for t in tiebreak],
+            ]
+        ),
+    )
+    level1 = exp.alias_(_unit_total(partial, keep), total, copy=False)
+    level2 = [
+        exp.alias_(q, f"_dp_q{i}", copy=False),
+        exp.alias_(r, f"_dp_rm{i}", copy=False),
+        exp.alias_(leftover, f"_dp_lf{i}", copy=False),
+        exp.alias_(rank, f"_dp_ar{i}", copy=False),
+    ]
+    extra = exp.and_(
+        exp.LTE(this=exp.column(f"_dp_ar{i}"), expression=exp.column(f"_dp_lf{i}")),
+        exp.GT(this=exp.column(f"_dp_rm{i}"), expression=exp.Literal.number(0)),
+        copy=False,
+    )
+    one = exp.Case(
+        ifs=[exp.If(this=extra, true=exp.Literal.number(1))], default=exp.Literal.number(0)
+    )
+    share: exp.Expr = exp.Add(this=exp.column(f"_dp_q{i}"), expression=one)
+    if m.kind == "sum" and m.lo < 0:  # a partial may be negative: the share keeps its sign
+        negative = exp.LT(this=p.copy(), expression=exp.Literal.number(0))
+        share = exp.Case(
+            ifs=[exp.If(this=negative, true=exp.Neg(this=exp.Paren(this=share.copy())))],
+            default=share,
+        )
+    return level1, level2, share
 
 
 def bound_partials(
@@ -223,6 +323,18 @@ def bound_partials(
     kept: dict[int, str] = {}
     measures: list[exp.Expr] = []
     scaled: list[exp.Expr] = []  # capped measures' partials scaled into their L1 cap
+    shares: list[exp.Expr] = []  # integer capped measures' apportionment (_apportioned)
+    apportioned: list[exp.Expr] = []
+    # ties of remainders: the salted hash of (unit, keys) the groups are ranked by (_dp_gr),
+    # or, with no ranking, that hash and the keys
+    tiebreak: list[exp.Expr]
+    if rank:
+        tiebreak = [exp.column("_dp_gr")]
+    elif gcols:
+        hashed = group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type, a.hashed_key_types)
+        tiebreak = [hashed, *[g.copy() for g in gcols]]
+    else:
+        tiebreak = []
     for i, m in enumerate(a.measures):
         p = partial_sql(m, values[i], a.max_rows, counts[i] if counts else None)
         if p is None:
@@ -232,7 +344,13 @@ def bound_partials(
             if key not in parts:
                 parts[key] = exp.alias_(p, f"_dp_p{len(parts)}", copy=False)
             kept[i] = parts[key].alias
-            if capped(m):
+            if capped(m) and m.integral:
+                total, columns, share = _apportioned(m, parts[key].alias, i, keep, tiebreak)
+                scaled.append(total)
+                shares += columns
+                apportioned.append(exp.alias_(share, f"_dp_s{i}", copy=False))
+                kept[i] = f"_dp_s{i}"
+            elif capped(m):
                 scaled.append(
                     exp.alias_(_scaled(m, parts[key].alias, keep), f"_dp_s{i}", copy=False)
                 )
@@ -308,6 +426,12 @@ def bound_partials(
         scaling = exp.select(exp.Star(), *scaled).from_(table(src), copy=False)
         q = q.with_(cte_name("_dp_scaled"), as_=scaling, copy=False)
         src = "_dp_scaled"
+    if apportioned:
+        sharing = exp.select(exp.Star(), *shares).from_(table(src), copy=False)
+        q = q.with_(cte_name("_dp_shares"), as_=sharing, copy=False)
+        keeping = exp.select(exp.Star(), *apportioned).from_(table("_dp_shares"), copy=False)
+        q = q.with_(cte_name("_dp_apportioned"), as_=keeping, copy=False)
+        src = "_dp_apportioned"
     q = q.from_(table(src), copy=False)
     if targets or flags:
         # without ranking, declared keys leave <= G groups: each target splits its cap over
