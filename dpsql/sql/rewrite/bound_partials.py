@@ -65,7 +65,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
 from dpsql.sql.bias import bias_targets
-from dpsql.sql.nodes import cte_name, table
+from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.measure_dropped import (
@@ -204,7 +204,12 @@ def _unit_total(partial: str, keep: exp.Expr | None) -> exp.Expr:
 
 
 def _apportioned(
-    m: Measure, partial: str, i: int, keep: exp.Expr | None, tiebreak: list[exp.Expr]
+    m: Measure,
+    partial: str,
+    i: int,
+    keep: exp.Expr | None,
+    tiebreak: list[exp.Expr],
+    bigint: bool = False,
 ) -> tuple[exp.Expr, list[exp.Expr], exp.Expr]:
     """An integer measure's partials apportioned into its L1 cap L over the unit's groups, exactly.
 
@@ -238,14 +243,24 @@ def _apportioned(
     three SELECTs, since a window can't read another window's result.
     """
     assert m.total is not None
-    cap = numeric(m.total)
     total = f"_dp_tot{i}"
     p = exp.column(partial)
     size = exp.Abs(this=p.copy())
-    denom = exp.Greatest(this=exp.column(total), expressions=[cap.copy()])
-    product = exp.Mul(this=size, expression=cap.copy())
-    q = exp.Anonymous(this="div", expressions=[product.copy(), denom.copy()])
-    r = exp.Anonymous(this="mod", expressions=[product, denom])
+    q: exp.Expr
+    r: exp.Expr
+    product: exp.Expr
+    if bigint:  # counts: bigint arithmetic (exact; NUMERIC div/mod was most of the windows' time)
+        cap: exp.Expr = exp.Literal.number(int(m.total))
+        denom = exp.Greatest(this=exp.column(total), expressions=[cap.copy()])
+        product = exp.Paren(this=exp.Mul(this=size, expression=cap.copy()))
+        q = exp.Div(this=product.copy(), expression=denom.copy(), typed=True)
+        r = exp.Mod(this=product, expression=denom)
+    else:
+        cap = numeric(m.total)
+        denom = exp.Greatest(this=exp.column(total), expressions=[cap.copy()])
+        product = exp.Mul(this=size, expression=cap.copy())
+        q = exp.Anonymous(this="div", expressions=[product.copy(), denom.copy()])
+        r = exp.Anonymous(this="mod", expressions=[product, denom])
     q_kept: exp.Expr = q.copy()
     r_kept: exp.Expr = r.copy()
     if keep is not None:
@@ -253,10 +268,13 @@ def _apportioned(
         q_kept = exp.Case(ifs=[exp.If(this=keep.copy(), true=q_kept)], default=zero)
         r_kept = exp.Case(ifs=[exp.If(this=keep.copy(), true=r_kept)], default=none)
     unit = exp.column("_dp_unit")
-    target = numeric(Fraction(math.floor(m.total)))
-    leftover = exp.Sub(
-        this=target, expression=exp.Window(this=exp.Sum(this=q_kept), partition_by=[unit.copy()])
-    )
+    kept_sum: exp.Expr = exp.Window(this=exp.Sum(this=q_kept), partition_by=[unit.copy()])
+    if bigint:
+        target: exp.Expr = exp.Literal.number(int(m.total))
+        kept_sum = cast(kept_sum, "bigint")  # SUM(bigint) is NUMERIC
+    else:
+        target = numeric(Fraction(math.floor(m.total)))
+    leftover = exp.Sub(this=target, expression=kept_sum)
     rank = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit.copy()],
@@ -267,7 +285,8 @@ def _apportioned(
             ]
         ),
     )
-    level1 = exp.alias_(_unit_total(partial, keep), total, copy=False)
+    unit_total = _unit_total(partial, keep)
+    level1 = exp.alias_(cast(unit_total, "bigint") if bigint else unit_total, total, copy=False)
     level2 = [
         exp.alias_(q, f"_dp_q{i}", copy=False),
         exp.alias_(r, f"_dp_rm{i}", copy=False),
@@ -290,6 +309,21 @@ def _apportioned(
             default=share,
         )
     return level1, level2, share
+
+
+_BIGINT_ROOM = 2**62  # below bigint's 2^63 - 1
+
+
+def _bigint(a: Analysis, m: Measure) -> bool:
+    """Whether count measure ``m``'s apportionment can run in ``bigint``: an integer cap L, and
+    every number it computes within range: a partial is <= R (``LEAST(COUNT, R)``), T <= G·R
+    (at most G kept groups; without a ranking the declared keys leave at most G), |p|·L <= R·L."""
+    if m.kind not in ("count_rows", "count_values") or m.total is None:
+        return False
+    if m.total.denominator != 1:
+        return False
+    r, g, cap = a.max_rows, max(a.max_groups, 1), int(m.total)
+    return r * max(cap, g * r) < _BIGINT_ROOM
 
 
 def bound_partials(
@@ -345,7 +379,9 @@ def bound_partials(
                 parts[key] = exp.alias_(p, f"_dp_p{len(parts)}", copy=False)
             kept[i] = parts[key].alias
             if capped(m) and m.integral:
-                total, columns, share = _apportioned(m, parts[key].alias, i, keep, tiebreak)
+                total, columns, share = _apportioned(
+                    m, parts[key].alias, i, keep, tiebreak, _bigint(a, m)
+                )
                 scaled.append(total)
                 shares += columns
                 apportioned.append(exp.alias_(share, f"_dp_s{i}", copy=False))
