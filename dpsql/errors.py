@@ -351,6 +351,12 @@ class DuplicatePreparedStatement(SyntaxErrorOrAccessRuleViolation):
     sqlstate = "42P05"
 
 
+class DuplicateTable(SyntaxErrorOrAccessRuleViolation):
+    """A table that already exists (a release's ``--to-table`` without ``--replace``)."""
+
+    sqlstate = "42P07"
+
+
 class InvalidColumnReference(SyntaxErrorOrAccessRuleViolation):
     sqlstate = "42P10"
 

@@ -19,7 +19,7 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
-from dpsql.errors import DpsqlError, InvalidParameter, PrivacyViolation
+from dpsql.errors import DpsqlError, DuplicateTable, InvalidParameter, PrivacyViolation
 from dpsql.policy.model import Policy
 
 _PG_TYPES = {
@@ -273,10 +273,9 @@ def check_writable(dsn: str, name: str, *, replace: bool) -> None:
             [pgsql.Identifier(schema, table).as_string(conn)],
         ).fetchone()
         if exists and exists[0] and not replace:
-            raise DpsqlError(
+            raise DuplicateTable(
                 f"table {name} already exists: nothing was charged",
                 hint="pass --replace to replace it, or choose another --to-table name",
-                sqlstate="42P07",
             )
         try:
             _ddl(conn, schema, table, replace, pgsql.SQL("_dpsql_write_check integer"))

@@ -44,7 +44,7 @@ def test_each_class_is_under_its_family(cls: type[DpsqlError]) -> None:
 
 def test_lookup_falls_back_to_the_family_then_the_base() -> None:
     assert lookup("22008") is errors.DataException  # datetime_field_overflow: no class of its own
-    assert lookup("42P07") is errors.SyntaxErrorOrAccessRuleViolation
+    assert lookup("42P06") is errors.SyntaxErrorOrAccessRuleViolation  # duplicate_schema
     assert lookup("P0001") is DpsqlError
     e = lookup("25P01")("SAVEPOINT can only be used in transaction blocks")
     assert (e.sqlstate, e.fields()["C"]) == ("25P01", "25P01")
