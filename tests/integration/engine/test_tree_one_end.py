@@ -72,8 +72,27 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
 
 
 def _ask(engine: Engine, expr: str) -> tuple[Any, Any, list[str]]:
-    """(s_low, s_high, notices) of ``SELECT <expr> AS s`` over the two leaves."""
-    s = SessionContext("analyst", Fraction(1), show_intervals=True)
+    """(s_low, s_high, notices) of ``SELECT <expr> AS s`` over the two leaves, from a release
+    whose two leaf notices both disown their high end: the premise of SHAPES. A leaf whose
+    over-cap alarm stayed quiet keeps its high end (declared bounds, the assumption stated),
+    and then a - b and LEAST keep theirs too (rightly): seen in 2 of ~40 suite runs, never in a
+    module alone. Such a release is asked again at another epsilon (a new statement, not a free
+    repeat), at most 3 times; the shapes' checks then read the leaves the premise describes."""
+    from dpsql.execute.disowned import NULLED_WORDS
+
+    for k in range(3):
+        lo, hi, notes = _ask_at(engine, expr, Fraction(1000 + k, 1000))
+        if all(
+            any(n.startswith(f"derived table {t}:") and any(w in n for w in NULLED_WORDS)
+                for n in notes)
+            for t in "ab"
+        ):  # fmt: skip
+            break
+    return lo, hi, notes
+
+
+def _ask_at(engine: Engine, expr: str, epsilon: Fraction) -> tuple[Any, Any, list[str]]:
+    s = SessionContext("analyst", epsilon, show_intervals=True)
     r = engine.execute(engine.prepare(f"SELECT {expr} AS s {LEAVES}", "analyst"), s)
     names = [c.name for c in r.columns]
     assert names == ["s", "s_low", "s_high"], names
