@@ -205,13 +205,19 @@ def release(
     acc = accuracy_notes(
         a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
     )
-    capped = tuple(_cap_note(a, si) for si in sorted(clamped))
     derived, derived_halves = _derived(a, len(table), confidence, interval, acc.disowned)
     halves = [[None if iv is None else _half(iv) for iv in row] for row in intervals]
-    intervals = [  # an interval the notice says does not hold: NULL columns (issue 16)
-        [_capped(a, si, owned(acc.disowned, r, si, iv)) for si, iv in enumerate(row)]
+    owned_ivs = [  # an interval the notice says does not hold: NULL columns (issue 16)
+        [owned(acc.disowned, r, si, iv) for si, iv in enumerate(row)]
         for r, row in enumerate(intervals)
     ]
+    for row in owned_ivs:  # an end left open by the notice shows the cap: say it too
+        for si, iv in enumerate(row):
+            at_most = a.statistics[si].at_most
+            if at_most is not None and iv is not None and iv[1] > at_most:
+                clamped.add(si)
+    capped = tuple(_cap_note(a, si) for si in sorted(clamped))
+    intervals = [[_capped(a, si, iv) for si, iv in enumerate(row)] for row in owned_ivs]
     return Release(
         tuple(key_types),
         groups,
