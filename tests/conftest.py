@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import hypothesis
 import psycopg
@@ -47,6 +47,24 @@ def _has_synthetic_extra() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("mbi") is not None
+
+
+# A skip for a missing tool or PostgreSQL is a failure under CI: .ci/run installs them all, so
+# there such a skip means the install broke and the test silently stopped testing (the compat
+# tests' own check does the same: tests/compat/conftest.py).
+_MISSING = ("is not installed", "not installed", "no PostgreSQL binaries", "needs /proc")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if not (IN_CI and report.skipped and isinstance(report.longrepr, tuple)):
+        return
+    reason = str(report.longrepr[2])
+    if any(words in reason for words in _MISSING):
+        report.outcome = "failed"
+        report.longrepr = f"under CI a missing tool fails, not skips: {reason}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
