@@ -16,7 +16,9 @@ sleeps per row (a query's run time that the data decides), no noise in the outco
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -219,3 +221,64 @@ def test_a_statement_waiting_for_an_identical_one_goes_on_at_its_delivery_moment
     boundary = anchor + 2 * QUANTUM_MS / 1000  # the first's delivery moment
     early = {i: round(boundary - t, 3) for i, t in returned.items() if i and t < boundary}
     assert not early, early  # (seconds before the first statement's delivery moment)
+
+
+def test_a_waiter_on_another_worker_goes_on_at_the_holders_delivery_moment(
+    dsn: str, make_policy: PolicyMaker
+) -> None:
+    """The same with ``dpsql serve --workers 2`` (review23): the identical statement in flight
+    is on another worker process (execute.in_flight.SharedSlots), and a waiter there ended its
+    wait when the holder's work ended (it saw the shared entry free), not at the holder's
+    delivery moment: padded on its own grid, started when the analyst chose, it read that
+    moment finer than the quantum. Now the holder leaves its delivery moment in the shared entry
+    and the waiter goes on then. Wire level, real server: the holder's 1.2 s statement was sent
+    at ``sent`` (client clock, before it arrived), so it is delivered at ``sent + 2 s`` or later;
+    the waiter, sent at ``sent + 0.8 s`` on the other worker, must not answer before that (a
+    lower bound that load cannot break). Before: it answered at ``sent + 1.8 s``, 0.2 s early
+    (its own grid's first moment after the holder's work ended)."""
+    from tests.helpers import db_name, start_serve
+
+    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+    pf = make_policy(
+        "waiterworkers",
+        tables={"public.slowish": private_table("u", columns, rows=1, groups=1)},
+        public_tables=[],
+        timing={"quantum_ms": QUANTUM_MS},
+    )
+    proc, port = start_serve(["--policy", str(pf.path), "--upstream", dsn, "--workers", "2"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    sql = "SELECT SUM(x) FROM slowish WHERE x >= 1"
+    conns: list[psycopg.Connection[Any]] = []
+    returned: dict[int, float] = {}
+    try:
+        dsn_a = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
+        deadline = time.monotonic() + 60  # (a guard: the kernel picks the worker)
+        while time.monotonic() < deadline:
+            conns.append(psycopg.connect(dsn_a, autocommit=True))
+            if {c.info.backend_pid % 2 for c in conns} == {0, 1}:
+                break
+        pair = [next(c for c in conns if c.info.backend_pid % 2 == w) for w in (0, 1)]
+
+        def run(i: int) -> None:
+            pair[i].execute(sql).fetchall()
+            returned[i] = time.monotonic()
+
+        sent = time.monotonic()
+        threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+        threads[0].start()
+        _when_running(dsn)  # the holder reads its rows
+        time.sleep(max(0.0, sent + 0.8 - time.monotonic()))
+        threads[1].start()
+        for th in threads:
+            th.join(120)
+        rows = pair[0].execute("SELECT statement, state FROM dpsql.history").fetchall()
+        states = sorted(state for text, state in rows if text == sql)
+    finally:
+        for c in conns:
+            c.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert sorted(returned) == [0, 1], returned
+    assert states == ["committed", "repeat"], states  # (the waiter answered from the holder's)
+    boundary = sent + 2 * QUANTUM_MS / 1000  # the holder's delivery moment or before
+    assert returned[1] >= boundary, (round(returned[0] - sent, 3), round(returned[1] - sent, 3))
