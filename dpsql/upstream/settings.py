@@ -2,7 +2,7 @@
 PostgreSQL writes values as text on it (:data:`OUTPUT_SETTINGS`, the ledger's connections too).
 
 dpsql tells its clients that dates are ISO, times are in UTC, intervals in ``postgres`` style,
-bytea in ``hex`` and text in UTF-8 (:data:`dpsql.wire.state.DEFAULTS`), and passes PostgreSQL's
+bytea in ``hex`` and text in UTF-8 (:data:`dpsql.wire.setting_values.DEFAULTS`), and passes PostgreSQL's
 text bytes through to them as they are on the fast path; psycopg can read timestamps only in ISO
 style. A database's or role's own defaults (``ALTER DATABASE ... SET DateStyle = 'SQL, DMY'``,
 ``TimeZone = 'Europe/Berlin'``, ``bytea_output = 'escape'``, ``client_encoding = 'LATIN1'``) would

@@ -7,7 +7,8 @@ startup, TLS negotiation and authentication (:mod:`.startup`, :mod:`.startup_opt
 of its driver: :mod:`.requests`, where :func:`~.requests.route` decides where each statement runs)
 driven by the session (:mod:`.session`: simple and extended query, portals, errors until Sync),
 the statements a
-session answers itself (:mod:`.statements`, :mod:`.state`), encoding values (:mod:`.encode`), the
+session answers itself (:mod:`.statements`, :mod:`.state`; the settings and how SET reads
+their values: :mod:`.setting_values`), encoding values (:mod:`.encode`), the
 public fast path (:mod:`.fastpath`, :mod:`.upstream`), the asyncio listener (:mod:`.server`) and
 the structured statement log (:mod:`.log`). What it needs of the engine is a typed Protocol
 (:mod:`.engine_api`); the process around it (settings, workers, /metrics) is :mod:`dpsql.server`.

@@ -72,7 +72,8 @@ from dpsql.wire.requests import (
     route,
     uniform,
 )
-from dpsql.wire.state import TEXT_OID, Outcome, SessionState, notice_wanted
+from dpsql.wire.setting_values import notice_wanted
+from dpsql.wire.state import TEXT_OID, Outcome, SessionState
 from dpsql.wire.statements import SessionKind, SessionStatement
 
 _BATCH_CODES = frozenset(b"PBDECH")  # extended-protocol messages discarded after an error

@@ -75,7 +75,8 @@ from dpsql.wire.requests import (
     Steps,
     route,
 )
-from dpsql.wire.state import REPORTED, Outcome, SessionState, timeout_ms
+from dpsql.wire.setting_values import REPORTED, timeout_ms
+from dpsql.wire.state import Outcome, SessionState
 from dpsql.wire.statements import SessionStatement, parse_session_statement
 from dpsql.wire.timeouts import private_notice, within
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream

@@ -2,6 +2,8 @@
 
 Applying a :class:`~dpsql.wire.statements.SessionStatement` is pure: it changes this state and returns
 an :class:`Outcome` (command tag, rows for SHOW, notices, ParameterStatus updates). No I/O here.
+The settings themselves (their defaults, which are reported or read-only, how SET reads a value)
+are :mod:`dpsql.wire.setting_values`.
 
 Transactions: dpsql is read-only, so a transaction block only tracks status ('I' idle, 'T' in a block,
 'E' failed) and undoes SET on ROLLBACK / ROLLBACK TO as PostgreSQL does. A DP release is charged
@@ -10,7 +12,6 @@ when it happens; rolling back never refunds budget.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -26,65 +27,27 @@ from dpsql.errors import (
     NoActiveSqlTransaction,
     PrivacyViolation,
     UndefinedObject,
-    UnsupportedSql,
 )
-from dpsql.execute.privacy_params import MAX_DELTA, check_epsilon, starting_values
+from dpsql.execute.privacy_params import check_epsilon, starting_values
 from dpsql.policy.model import DPSQL_SETTINGS, Policy
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
+from dpsql.wire.setting_values import (
+    CANON,
+    DEFAULTS,
+    READ_ONLY,
+    REPORTED,
+    canon,
+    check_setting,
+    isolation_level,
+    read_bool,
+    read_delta,
+    read_fraction,
+)
 from dpsql.wire.statements import SessionStatement
 
 TEXT_OID = 25
-
-# Settings clients read; names are case-insensitive, reported with PostgreSQL's spelling.
-DEFAULTS: dict[str, str] = {
-    "server_version": "16.0",
-    "server_version_num": "160000",
-    "server_encoding": "UTF8",
-    "client_encoding": "UTF8",
-    "DateStyle": "ISO, MDY",
-    "IntervalStyle": "postgres",
-    "TimeZone": "UTC",
-    "integer_datetimes": "on",
-    "standard_conforming_strings": "on",
-    "application_name": "",
-    "is_superuser": "off",
-    "session_authorization": "",
-    "default_transaction_read_only": "on",
-    "transaction_read_only": "on",
-    "in_hot_standby": "off",
-    "search_path": '"$user", public',
-    "transaction_isolation": "read committed",
-    "default_transaction_isolation": "read committed",
-    "max_identifier_length": "63",
-    "extra_float_digits": "1",
-    "statement_timeout": "0",
-    "lock_timeout": "0",
-    "idle_in_transaction_session_timeout": "0",
-    "lc_messages": "C",
-    "lc_monetary": "C",
-    "lc_numeric": "C",
-    "lc_time": "C",
-    "bytea_output": "hex",
-    "client_min_messages": "notice",
-    "row_security": "on",
-    "scram_iterations": "4096",
-}
-REPORTED = (
-    "server_version", "server_encoding", "client_encoding", "DateStyle", "IntervalStyle",
-    "TimeZone", "integer_datetimes", "standard_conforming_strings", "application_name",
-    "is_superuser", "session_authorization", "default_transaction_read_only", "in_hot_standby",
-    "scram_iterations",
-)  # fmt: skip
-_CANON = {k.lower(): k for k in DEFAULTS}
-_READ_ONLY = frozenset(
-    {"server_version", "server_version_num", "server_encoding", "integer_datetimes",
-     "is_superuser", "session_authorization", "in_hot_standby", "max_identifier_length",
-     "transaction_read_only", "lc_collate", "lc_ctype", "scram_iterations"}
-)  # fmt: skip
 _PRIVACY = DPSQL_SETTINGS
-_TRUE = frozenset({"on", "true", "yes", "1", "t"})
-_FALSE = frozenset({"off", "false", "no", "0", "f"})
 
 
 @dataclass(frozen=True)
@@ -135,10 +98,10 @@ class SessionState:
         self.status = "I"
         self.settings: dict[str, str] = dict(DEFAULTS)
         for k, v in startup.items():
-            key = _canon(k)
+            key = canon(k)
             # a startup DateStyle (libpq's PGDATESTYLE) is checked as SET checks it: one
             # dpsql cannot honour refuses the connection instead of being dropped
-            self.settings[key] = _check(key, v) if key == "DateStyle" else v
+            self.settings[key] = check_setting(key, v) if key == "DateStyle" else v
         self.settings["session_authorization"] = ctx.analyst
         self._initial = (dict(self.settings), self._privacy())
         self._begin: tuple[dict[str, str], tuple[Any, ...]] | None = None
@@ -250,7 +213,7 @@ class SessionState:
                     _warning(ActiveSqlTransaction, "there is already a transaction in progress"),
                 ),
             )
-        level = None if st.value is None else _isolation("transaction_isolation", st.value)
+        level = None if st.value is None else isolation_level("transaction_isolation", st.value)
         self.status = "T"
         self._begin = self._snapshot()
         self._local, self._local_privacy = {}, {}
@@ -341,7 +304,7 @@ class SessionState:
     def _do_reset(self, st: SessionStatement) -> Outcome:
         if st.name is None:
             init_settings, init_priv = self._initial
-            keep = {k: self.settings[k] for k in _READ_ONLY if k in self.settings}
+            keep = {k: self.settings[k] for k in READ_ONLY if k in self.settings}
             changed = self._restore(({**init_settings, **keep}, init_priv))
             return Outcome("RESET", parameter_status=changed)
         return self._do_set(SessionStatement("set", st.name, None, st.local), tag="RESET")
@@ -366,21 +329,21 @@ class SessionState:
             elif i in self._local_privacy:  # a plain SET after SET LOCAL outlives the block
                 self._local_privacy[i] = self._privacy()[i]
             return Outcome(tag)
-        key = _canon(name)
+        key = canon(name)
         if key == "transaction_isolation":  # SET TRANSACTION ISOLATION LEVEL: this block only
-            level = _isolation(key, st.value or self.settings["default_transaction_isolation"])
+            level = isolation_level(key, st.value or self.settings["default_transaction_isolation"])
             if self.status == "I":
                 return Outcome(tag, notices=(_warning(NoActiveSqlTransaction,
                                "SET TRANSACTION can only be used in transaction blocks"),))  # fmt: skip
             self.isolation = level
             return Outcome(tag)
-        if key in _READ_ONLY:
+        if key in READ_ONLY:
             raise CantChangeRuntimeParam(f'parameter "{name}" cannot be changed',
                                          hint="it is fixed by the server")  # fmt: skip
         if key in ("role", "session_authorization"):
             raise PrivacyViolation("changing the role is not allowed through dpsql",
                                    hint="connect as the analyst you want to be")  # fmt: skip
-        value = self._initial[0].get(key, "") if st.value is None else _check(key, st.value)
+        value = self._initial[0].get(key, "") if st.value is None else check_setting(key, st.value)
         if st.local:
             if self.status == "I":
                 return Outcome(tag, notices=(_set_local_outside(),))
@@ -396,18 +359,18 @@ class SessionState:
     def _set_privacy(self, name: str, value: str | None) -> None:
         c = self.ctx
         if name == "dpsql.epsilon":
-            eps = None if value is None else _fraction(name, value, lo=None)
+            eps = None if value is None else read_fraction(name, value, lo=None)
             if eps is not None and self._policy is not None:  # one range, the policy's
                 check_epsilon(self._policy, c.analyst, eps, value or "")
             elif eps is not None and self._check_epsilon is not None:
                 self._check_epsilon(c.analyst, eps)
             elif eps is not None:
-                _fraction(name, value or "", lo=0, lo_open=True)
+                read_fraction(name, value or "", lo=0, lo_open=True)
             c.epsilon = eps
         elif name == "dpsql.delta":
             # checked now against the range every statement takes, as PostgreSQL checks its
             # settings at SET (was: accepted, then every private statement refused it)
-            c.delta = None if value is None else _delta(name, value)
+            c.delta = None if value is None else read_delta(name, value)
         elif name == "dpsql.mechanism":
             v = (value or "auto").lower()
             if v not in ("auto", "laplace", "gaussian"):
@@ -416,10 +379,12 @@ class SessionState:
             c.mechanism = v
         elif name == "dpsql.confidence":
             c.confidence = (
-                None if value is None else float(_fraction(name, value, lo=0, hi=1, lo_open=True))
+                None
+                if value is None
+                else float(read_fraction(name, value, lo=0, hi=1, lo_open=True))
             )
         elif name == "dpsql.show_intervals":
-            c.show_intervals = False if value is None else _bool(name, value)
+            c.show_intervals = False if value is None else read_bool(name, value)
         else:
             raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
                                   hint=_UNKNOWN_HINT)  # fmt: skip
@@ -436,14 +401,14 @@ class SessionState:
         if name.startswith("dpsql."):
             value = self.show_privacy(name)
         else:
-            key = _canon(name)
+            key = canon(name)
             if key not in self.settings:
                 raise UndefinedObject(f'unrecognized configuration parameter "{name}"',
                                       hint="SHOW ALL lists the parameters dpsql knows")  # fmt: skip
             value = self.settings[key]
             if key == "transaction_isolation":  # the block's level, else the default's
                 value = self.isolation or self.settings["default_transaction_isolation"]
-        col_name = _CANON.get(name.lower(), name).lower() if not name.startswith("dpsql.") else name
+        col_name = CANON.get(name.lower(), name).lower() if not name.startswith("dpsql.") else name
         return Outcome("SHOW", (ResultColumn(col_name, TEXT_OID),), [(value,)])
 
     def _starting_privacy(self, name: str) -> str | None:
@@ -480,185 +445,3 @@ _UNKNOWN_HINT = (
     "dpsql settings: " + ", ".join(_PRIVACY) + "; what is left of your budget: SHOW "
     "dpsql.budget; what you spent: SELECT * FROM dpsql.history"
 )
-
-
-# client_min_messages' levels, lowest first (PostgreSQL's order; LOG sits below NOTICE here)
-MESSAGE_LEVELS = ("debug5", "debug4", "debug3", "debug2", "debug1", "log", "notice", "warning",
-                  "error")  # fmt: skip
-_LEVEL = {name: i for i, name in enumerate(MESSAGE_LEVELS)} | {"debug": 3, "info": 6}
-
-
-def notice_wanted(severity: str, min_messages: str) -> bool:
-    """Whether a notice of ``severity`` reaches a client whose ``client_min_messages`` is
-    ``min_messages``, as PostgreSQL decides: INFO always, others from that level up.
-
-    >>> [notice_wanted(s, "warning") for s in ("NOTICE", "WARNING", "INFO")]
-    [False, True, True]
-    >>> notice_wanted("NOTICE", "notice"), notice_wanted("WARNING", "error")
-    (True, False)
-    """
-    sev = severity.lower()
-    if sev == "info":
-        return True
-    return _LEVEL.get(sev, _LEVEL["notice"]) >= _LEVEL.get(min_messages.lower(), _LEVEL["notice"])
-
-
-def _canon(name: str) -> str:
-    return _CANON.get(name.lower(), name.lower())
-
-
-def _check(key: str, value: str) -> str:
-    v = value.strip()
-    if key == "client_encoding":
-        if v.lower().replace("-", "").replace("_", "") not in ("utf8", "unicode"):
-            raise InvalidParameter(f"client_encoding {value!r} is not supported",
-                                   hint="dpsql speaks UTF8 only")  # fmt: skip
-        return "UTF8"
-    if key == "DateStyle":
-        parts = [p.strip().upper() for p in v.split(",")]
-        if "ISO" not in parts and not all(p in ("MDY", "DMY", "YMD") for p in parts):
-            raise UnsupportedSql(f"DateStyle {value!r} is not supported",
-                                 hint="use ISO (dpsql sends dates in ISO format)")  # fmt: skip
-        order = next((p for p in parts if p in ("MDY", "DMY", "YMD")), "MDY")
-        if order != "MDY":
-            # dpsql reads the statement's date constants itself (key domains, date bounds)
-            # and upstream in MDY: accepted, '01/12/2025' was 12 January, not 1 December
-            # (an 11x wrong count, silently: newcomer22 #33)
-            raise UnsupportedSql(
-                f"DateStyle {value!r} is not supported: dpsql reads dates like 01/12/2025 in "
-                "month/day/year order (January 12)",
-                hint="write dates as 'YYYY-MM-DD' (e.g. '2025-12-01'), which every DateStyle "
-                "reads alike; keep DateStyle ISO, MDY",
-            )
-        return f"ISO, {order}"
-    if key == "IntervalStyle" and v.lower() != "postgres":
-        raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
-    if key in _TIME_SETTINGS:
-        return _show_ms(_ms(key, v))
-    if key == "default_transaction_isolation":
-        return _isolation(key, v)
-    if key == "client_min_messages":
-        level = v.lower()
-        if level not in _LEVEL:
-            raise InvalidParameter(
-                f'invalid value for parameter "client_min_messages": "{value}"',
-                hint="Available values: " + ", ".join(MESSAGE_LEVELS) + ".",
-            )
-        return "debug2" if level == "debug" else level
-    return value
-
-
-_ISOLATIONS = ("serializable", "repeatable read", "read committed", "read uncommitted")
-
-
-def _isolation(key: str, value: str) -> str:
-    """An isolation level dpsql keeps: read committed (or read uncommitted, which PostgreSQL
-    runs as read committed). Each statement runs upstream in a snapshot of its own, on whichever
-    pooled connection is free, so a snapshot shared by a block's statements (repeatable read,
-    serializable) is refused, not silently given as read committed.
-
-    Raises:
-        InvalidParameter: 22023, a level PostgreSQL doesn't know.
-        UnsupportedSql: 0A000, repeatable read and serializable.
-    """
-    level = " ".join(value.lower().split())
-    if level not in _ISOLATIONS:
-        raise InvalidParameter(f'invalid value for parameter "{key}": "{value}"',
-                               hint="Available values: " + ", ".join(_ISOLATIONS) + ".")  # fmt: skip
-    if level in ("serializable", "repeatable read"):
-        raise UnsupportedSql(
-            f"transaction isolation level {level} is not supported by dpsql",
-            detail="dpsql runs each statement in a snapshot of its own (read committed): the "
-            "statements of a transaction block do not share one, and each private answer is a "
-            "release of its own",
-            hint="use BEGIN (read committed, the default); to see rows as of one moment, ask "
-            "for them in one statement",
-        )
-    return level
-
-
-_TIME_SETTINGS = frozenset(
-    {"statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout"}
-)
-_TIME = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*([a-z]*)\s*")
-_UNITS_MS = {"": 1.0, "us": 0.001, "ms": 1.0, "s": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
-             "d": 86_400_000.0}  # fmt: skip
-_INT_MAX = 2**31 - 1
-
-
-def _ms(key: str, value: str) -> int:
-    """A time setting's value in milliseconds, read as PostgreSQL reads it (``5s``, ``5000``,
-    ``1.5 min``; no unit: ms), with its words for a bad one (22023)."""
-    m = _TIME.fullmatch(value)
-    if m is None or m.group(2) not in _UNITS_MS:
-        raise InvalidParameter(
-            f'invalid value for parameter "{key}": "{value}"',
-            hint='Valid units for this parameter are "us", "ms", "s", "min", "h", and "d".'
-            if m is not None
-            else None,
-        )
-    ms = round(float(m.group(1)) * _UNITS_MS[m.group(2)])
-    if not 0 <= ms <= _INT_MAX:
-        raise InvalidParameter(
-            f'{ms} ms is outside the valid range for parameter "{key}" (0 .. {_INT_MAX})'
-        )
-    return ms
-
-
-def _show_ms(ms: int) -> str:
-    """As SHOW prints a time setting: in the largest unit that holds it exactly (``5s``,
-    ``1min``, ``1500ms``, ``0``)."""
-    if ms == 0:
-        return "0"
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
-
-def timeout_ms(settings: dict[str, str]) -> int:
-    """The session's ``statement_timeout`` in milliseconds (0: none), as SHOW prints it."""
-    return _ms("statement_timeout", settings.get("statement_timeout", "0"))
-
-
-def _bool(name: str, value: str) -> bool:
-    v = value.lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise InvalidParameter(f'parameter "{name}" requires a Boolean value', hint="use on or off")
-
-
-def _delta(name: str, value: str) -> Fraction:
-    """``dpsql.delta``'s value, in [0, MAX_DELTA] (:mod:`dpsql.execute.privacy_params`), with
-    PostgreSQL's words for a setting out of its range: ``0.5 is outside the valid range for
-    parameter "dpsql.delta" (0 .. 0.01)`` (22023)."""
-    try:
-        f = Fraction(value.strip())
-    except (ValueError, ZeroDivisionError):
-        f = _fraction(name, value, lo=0)  # raises PostgreSQL's "invalid value for parameter"
-    if not 0 <= f <= MAX_DELTA:
-        raise InvalidParameter(
-            f'{float(f):g} is outside the valid range for parameter "{name}" '
-            f"(0 .. {float(MAX_DELTA):g})",
-            hint="use a delta far below 1/(number of people), e.g. 1e-6",
-        )
-    return f
-
-
-def _fraction(
-    name: str, value: str, lo: int | None, hi: int | None = None, lo_open: bool = False
-) -> Fraction:
-    try:
-        f = Fraction(value.strip())
-    except (ValueError, ZeroDivisionError):
-        raise InvalidParameter(f'invalid value for parameter "{name}": "{value}"',
-                               hint="give a decimal number such as 0.5") from None  # fmt: skip
-    if lo is None:
-        return f
-    if f < lo or (lo_open and f == lo) or (hi is not None and f >= hi):
-        rng = f"{'>' if lo_open else '>='} {lo}" + (f" and < {hi}" if hi is not None else "")
-        raise InvalidParameter(f'{value} is outside the valid range for parameter "{name}"',
-                               hint=f"give a value {rng}")  # fmt: skip
-    return f

@@ -19,7 +19,7 @@ import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.upstream.settings import OUTPUT_SETTINGS
-from dpsql.wire.state import DEFAULTS
+from dpsql.wire.setting_values import DEFAULTS
 from tests.helpers import analyst_dsn, demo_db_with_defaults, served_engine
 
 ODD = {
