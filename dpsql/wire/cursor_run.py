@@ -16,13 +16,12 @@ from dpsql.errors import (
 )
 from dpsql.result import Result, ResultColumn
 from dpsql.wire.cursors import CursorStatement, move
-from dpsql.wire.encode import Encoder, command_complete
+from dpsql.wire.encode import command_complete
 from dpsql.wire.engine_api import Statement
 from dpsql.wire.portals import Portal, PreparedStatement
-from dpsql.wire.requests import Flush, Outbox, Run, Steps, route
+from dpsql.wire.requests import Outbox, Run, Steps, route
+from dpsql.wire.rows_out import encoders, send_rows
 from dpsql.wire.state import Outcome, SessionState
-
-_FLUSH = Flush()
 
 
 class Session(Protocol):
@@ -36,12 +35,6 @@ class Session(Protocol):
     def _row_description(
         self, cols: tuple[ResultColumn, ...], formats: tuple[int, ...]
     ) -> None: ...
-
-    def _encoders(
-        self, columns: Sequence[ResultColumn], formats: tuple[int, ...], res: Result | Outcome
-    ) -> list[Encoder] | None: ...
-
-    def _send_rows(self, rows: Sequence[Any], i: int, encs: list[Encoder] | None) -> int: ...
 
     def _notices(self, res: Result | Outcome) -> None: ...
 
@@ -101,12 +94,7 @@ def run_cursor(
     fmts = portal.formats if formats is None else formats
     if formats is None:
         p._row_description(cols, fmts)
-    encs = p._encoders(cols, fmts, res)
-    part = [rows[i] for i in picked]
-    i = p._send_rows(part, 0, encs)
-    while i < len(part):
-        yield _FLUSH
-        i = p._send_rows(part, i, encs)
+    yield from send_rows(p.out, [rows[i] for i in picked], encoders(cols, fmts, res))
     p.out.send(command_complete(f"FETCH {len(picked)}"))
 
 

@@ -1,5 +1,6 @@
 """The prepared statements and portals of a session (the query protocol's own state), and the
-checks on them that need no driver: parameter types at Parse, result formats at Bind.
+checks on them that need no driver: parameter types at Parse, parameter values and result
+formats at Bind.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 from dpsql.errors import ProtocolViolation
 from dpsql.result import Result, ResultColumn
 from dpsql.wire.cursors import CursorStatement
+from dpsql.wire.encode import decode_param
 from dpsql.wire.engine_api import Statement
 from dpsql.wire.params import infer_param_types
 from dpsql.wire.requests import Route
@@ -58,3 +60,30 @@ def check_formats(formats: Sequence[int], ncols: int) -> None:
         raise ProtocolViolation(
             f"bind message has {len(formats)} result formats but query has {ncols} columns"
         )
+
+
+def bind_params(
+    prep: PreparedStatement, statement: str, pf: tuple[int, ...], values: tuple[bytes | None, ...]
+) -> tuple[Any, ...]:
+    """A Bind's parameter values decoded by the statement's types (``pf``: their formats), the
+    statement's own only.
+
+    Raises:
+        DpsqlError: 08P01 for a count that does not match, 22P02/22P03 for a bad value.
+    """
+    n = len(prep.param_types)
+    if len(values) != n:
+        raise ProtocolViolation(
+            f"bind message supplies {len(values)} parameters, but prepared statement "
+            f'"{statement}" requires {n}'
+        )
+    if len(pf) not in (0, 1, n):
+        raise ProtocolViolation(f"bind message has {len(pf)} parameter formats but {n} parameters")
+    types = prep.param_types
+    params = tuple([
+        decode_param(v, types[i], pf[i] if len(pf) > 1 else (pf[0] if pf else 0), i + 1)
+        for i, v in enumerate(values)
+    ])  # fmt: skip
+    # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
+    # the extra values, so the engine gets only the statement's own.
+    return params[: prep.stmt.param_count]

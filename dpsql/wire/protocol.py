@@ -22,7 +22,8 @@ rows go out ``max_rows`` at a time with PortalSuspended in between, so a DP rele
 exactly once per portal. Where a statement runs is decided once, by
 :func:`~dpsql.wire.requests.route`: the session's own statements, the engine (private releases
 padded), or the upstream directly for public and catalog statements (the fast path). After an error every extended-protocol message is
-discarded until Sync, which answers ReadyForQuery.
+discarded until Sync, which answers ReadyForQuery. A Bind's values are decoded by
+:func:`~dpsql.wire.portals.bind_params`; rows go out through :mod:`dpsql.wire.rows_out`.
 """
 
 from __future__ import annotations
@@ -34,30 +35,19 @@ from dpsql.errors import (
     DpsqlError,
     DuplicateCursor,
     DuplicatePreparedStatement,
-    InternalError,
     InvalidCursorName,
     InvalidSqlStatementName,
-    ProtocolViolation,
     UnsupportedSql,
 )
 from dpsql.result import Result, ResultColumn
 from dpsql.sql.bind import check_param_types
 from dpsql.wire import messages as m
 from dpsql.wire.batch import DESCRIBE, BindParts
-from dpsql.wire.copy_out import COPY_DONE, CopyStatement, copy_data, copy_lines, copy_out_response
 from dpsql.wire.cursor_run import columns as cursor_columns
 from dpsql.wire.cursor_run import end_of_transaction, run_cursor
-from dpsql.wire.encode import (
-    Encoder,
-    command_complete,
-    decode_param,
-    encode_row,
-    row_description,
-    row_encoders,
-)
+from dpsql.wire.encode import command_complete, row_description
 from dpsql.wire.engine_api import Statement, as_dpsql_error
-from dpsql.wire.messages.backend import data_row, raw_data_row
-from dpsql.wire.portals import Portal, PreparedStatement, check_formats, param_oids
+from dpsql.wire.portals import Portal, PreparedStatement, bind_params, check_formats, param_oids
 from dpsql.wire.requests import (
     ROUTE_EMPTY,
     DescribeColumns,
@@ -70,8 +60,8 @@ from dpsql.wire.requests import (
     Split,
     Steps,
     route,
-    uniform,
 )
+from dpsql.wire.rows_out import copy_out, encoders, send_rows, shape
 from dpsql.wire.setting_values import notice_wanted
 from dpsql.wire.state import TEXT_OID, Outcome, SessionState
 from dpsql.wire.statements import SessionKind, SessionStatement
@@ -296,16 +286,12 @@ class Protocol:
                     continue
                 self._notices(res)
                 if stmt.copy is not None:  # COPY ... TO STDOUT: the rows as COPY writes them
-                    yield from self._copy_out(stmt.copy, res)
+                    yield from copy_out(self.out, stmt.copy, res)
                     continue
-                columns, rows, tag = _shape(res)
+                columns, rows, tag = shape(res)
                 if columns:
                     self.out.send(row_description(tuple(columns), ()))
-                    encs = self._encoders(columns, (), res)
-                    i = self._send_rows(rows, 0, encs)
-                    while i < len(rows):
-                        yield _FLUSH
-                        i = self._send_rows(rows, i, encs)
+                    yield from send_rows(self.out, rows, encoders(columns, (), res))
                 self.out.send(command_complete(tag))
             except Exception as e:
                 self.send_error(e)
@@ -360,25 +346,9 @@ class Protocol:
         if portal and portal in self.portals:
             raise DuplicateCursor(f'portal "{portal}" already exists',
                                   hint="Close it first or use another name")  # fmt: skip
-        n = len(prep.param_types)
-        if len(values) != n:
-            raise ProtocolViolation(
-                f"bind message supplies {len(values)} parameters, but prepared statement "
-                f'"{statement}" requires {n}'
-            )
-        if len(pf) not in (0, 1, n):
-            raise ProtocolViolation(
-                f"bind message has {len(pf)} parameter formats but {n} parameters"
-            )
-        types = prep.param_types
-        params = tuple([
-            decode_param(v, types[i], pf[i] if len(pf) > 1 else (pf[0] if pf else 0), i + 1)
-            for i, v in enumerate(values)
-        ])  # fmt: skip
-        # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
-        # the extra values, so the engine gets only the statement's own.
-        used = params[: prep.stmt.param_count]
-        self.portals[portal] = Portal(prep, used, result_formats)
+        self.portals[portal] = Portal(
+            prep, bind_params(prep, statement, pf, values), result_formats
+        )
         self.out.send(_BIND_COMPLETE)
 
     def _columns(
@@ -482,26 +452,21 @@ class Protocol:
             self._notices(portal.result)
         copy = portal.prepared.stmt.copy
         if copy is not None:
-            yield from self._copy_out(copy, portal.result)
+            yield from copy_out(self.out, copy, portal.result)
             return
         if portal.prepared.route is ROUTE_EMPTY:
             self.out.send(_EMPTY_QUERY)
             return
         res = portal.result
         assert res is not None
-        columns, rows, tag = _shape(res)
+        columns, rows, tag = shape(res)
         if not columns:
             self.out.send(command_complete(tag))
             return
         check_formats(portal.formats, len(columns))
         start = portal.pos
         end = len(rows) if msg.max_rows <= 0 else min(len(rows), start + msg.max_rows)
-        encs = self._encoders(columns, portal.formats, res)
-        part = rows[start:end]
-        i = self._send_rows(part, 0, encs)
-        while i < len(part):
-            yield _FLUSH
-            i = self._send_rows(part, i, encs)
+        yield from send_rows(self.out, rows[start:end], encoders(columns, portal.formats, res))
         portal.pos = end
         if end < len(rows):
             self.out.send(_SUSPENDED)
@@ -525,58 +490,6 @@ class Protocol:
         if isinstance(res, Result):
             for notice in res.notices:
                 self.send_notice("NOTICE", "00000", notice)
-
-    def _copy_out(self, copy: CopyStatement, res: Result | Outcome) -> Steps:
-        """The answer ``res`` of a ``COPY ... TO STDOUT`` as PostgreSQL sends a COPY's data:
-        CopyOutResponse, a CopyData per line (text or CSV, :mod:`dpsql.wire.copy_out`),
-        CopyDone, ``COPY n``."""
-        columns, rows, _ = _shape(res)
-        encs = self._encoders(columns, (), res)
-        texts = rows if encs is None else [encode_row(r, encs) for r in rows]
-        out = self.out
-        out.send(copy_out_response(len(columns)))
-        for line in copy_lines(copy, [c.name for c in columns], texts):
-            out.send(copy_data(line))
-            if out.should_flush:
-                yield _FLUSH
-        out.send(COPY_DONE)
-        out.send(command_complete(f"COPY {len(rows)}"))
-
-    def _encoders(
-        self, columns: Sequence[ResultColumn], formats: tuple[int, ...], res: Result | Outcome
-    ) -> list[Encoder] | None:
-        """How to encode a result's rows; None when they hold PostgreSQL's bytes already, in
-        the format the client asked for (the fast path's pass-through), sent as they are."""
-        raw = getattr(res, "raw_format", None)
-        if raw is None:
-            return row_encoders(columns, formats)
-        if uniform(formats) != raw:
-            raise InternalError("rows fetched in one format were asked for in another")
-        return None
-
-    def _send_rows(self, rows: Sequence[Any], i: int, encs: list[Encoder] | None) -> int:
-        """DataRows from ``rows[i]`` on, until the outbox should be flushed (a slow client only
-        slows its own session): the index of the next row to send."""
-        out, n = self.out, len(rows)
-        if encs is None:
-            while i < n:
-                out.send(raw_data_row(rows[i]))
-                i += 1
-                if out.should_flush:
-                    return i
-            return n
-        while i < n:
-            out.send(data_row(rows[i], encs))
-            i += 1
-            if out.should_flush:
-                return i
-        return n
-
-
-def _shape(res: Result | Outcome) -> tuple[Sequence[ResultColumn], Sequence[Any], str]:
-    if isinstance(res, Outcome):
-        return res.columns, res.rows, res.tag
-    return res.columns, res.rows, res.command_tag
 
 
 # The extended protocol's messages, discarded after an error until Sync: those that may ask the
