@@ -2,7 +2,7 @@
 
 The protocol (a sans-IO state machine) decides what to answer; this driver reads frames from the
 connection, decodes them, feeds them to it and performs what it asks for: parsing statements
-(in a worker thread, or the parse pool for large ones), describing and running them (the engine
+(:mod:`dpsql.wire.preparing`; in a worker thread, or the parse pool for large ones), describing and running them (the engine
 in a worker thread, or public and catalog statements on the event loop through
 :mod:`dpsql.wire.fastpath`), and flushing. It also owns what belongs to the running statement:
 its cancellation (CancelRequest, a client that went away, shutdown), the statement log, and the
@@ -22,26 +22,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from dpsql.budget.route import is_show_budget
 from dpsql.errors import (
     AdminShutdown,
     DpsqlError,
     InternalError,
-    PrivacyViolation,
     QueryCanceled,
-    UnsupportedSql,
 )
 from dpsql.execute.backend import CancelToken
-from dpsql.execute.prepared import (
-    CatalogQuery,
-    DeferredQuery,
-    LedgerQuery,
-    Prepared,
-    PrivateQuery,
-    PublicQuery,
-    SessionCommand,
-    TreeQuery,
-)
 from dpsql.execute.timing import padded, remaining_s, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -51,13 +38,17 @@ from dpsql.upstream.zone import is_utc
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
 from dpsql.wire.conn import Channel, ConnectionClosed
-from dpsql.wire.copy_out import CopyStatement, parse_copy, private_table_refusal
-from dpsql.wire.cursors import CursorStatement, parse_cursor_statement
 from dpsql.wire.engine_api import EngineAPI, Statement, UpstreamEngine, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
 from dpsql.wire.fastpath import run_fast
 from dpsql.wire.log import fingerprint, log_statement, statement_text
 from dpsql.wire.parsing import parse_pool
+from dpsql.wire.preparing import (
+    copy_statement,
+    engine_statement,
+    prepare_for_engine,
+    read_statement,
+)
 from dpsql.wire.protocol import Protocol
 from dpsql.wire.requests import (
     ROUTE_EMPTY,
@@ -75,13 +66,14 @@ from dpsql.wire.requests import (
     Steps,
     route,
 )
-from dpsql.wire.setting_values import REPORTED, timeout_ms
+from dpsql.wire.setting_values import REPORTED
 from dpsql.wire.state import Outcome, SessionState
-from dpsql.wire.statements import SessionStatement, parse_session_statement
-from dpsql.wire.timeouts import private_notice, within
+from dpsql.wire.statements import SessionStatement
+from dpsql.wire.timeouts import client_timeout_ms, policy_timeout_ms, private_notice, within
 from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
 if TYPE_CHECKING:
+    from dpsql.policy.model import Policy
     from dpsql.policy.settings import Timing
 
 log = logging.getLogger("dpsql.wire.session")
@@ -123,7 +115,7 @@ class Session:
         self._delivering: asyncio.Task[Any] | None = None  # waiting out a padded answer's moment
         self.closing = False  # the server is shutting down: run (and charge) nothing new
         self._large = False  # a large statement was parsed since the last ReadyForQuery
-        self._policy_ms = _policy_timeout_ms(engine)
+        self._policy_ms = policy_timeout_ms(engine)
         self._timeout_noted: str | None = None  # the client's timeout last said not to apply
         self._client_cancelled = False  # the client asked to cancel the running statement
         # a padded private statement in flight: its timing and arrival (monotonic_ns), so that
@@ -345,15 +337,6 @@ class Session:
         raise AssertionError(f"unknown request {req!r}")
 
     # ---- the client's statement_timeout (dpsql.wire.timeouts) ------------------------------
-    def _user_timeout_ms(self) -> int:
-        """The client's statement_timeout when it is shorter than the policy's, else 0."""
-        shown = self.state.settings.get("statement_timeout", "0")
-        if shown == "0":
-            return 0
-        ms = timeout_ms(self.state.settings)
-        policy = self._policy_ms
-        return ms if policy is None or ms < policy else 0
-
     def _note_private_timeout(self, ms: int) -> None:
         """Say once per value that a private query keeps the policy's timeout."""
         shown = self.state.settings.get("statement_timeout", "0")
@@ -398,19 +381,16 @@ class Session:
                 self._large = True
                 stmt: Statement = await parse_pool().run(None, self._prepare_now, text)
                 return stmt
-            st = parse_session_statement(text)
-            if st is not None and not is_show_budget(text):  # SHOW dpsql.budget: the engine's
-                return Statement(text, st, None, fingerprint(text))
-            cur = parse_cursor_statement(text)
-            if cur is not None and cur.kind != "declare":
-                return Statement(text, None, None, fingerprint(text), cur)
-            copy = parse_copy(text) if cur is None else None
+            todo = read_statement(text)
+            if isinstance(todo, Statement):
+                return todo
             self.state.check_not_failed()
-            if copy is not None:
-                return await self.call(self._copy_statement, text, copy)
-            query = cur.query if cur is not None else text  # a DECLARE's own query
-            prepared = await self.call(self.engine.prepare, query, self.ctx.analyst)
-            return _engine_statement(text, prepared, cur)
+            if todo.copy is not None:
+                return await self.call(
+                    copy_statement, self.engine, self.ctx.analyst, text, todo.copy, self._policy
+                )
+            prepared = await self.call(self.engine.prepare, todo.query, self.ctx.analyst)
+            return engine_statement(text, prepared, todo.cursor)
         except Exception as e:
             err = too_complex(e) if isinstance(e, RecursionError) else e
             log_statement(
@@ -427,45 +407,16 @@ class Session:
     def _prepare_now(self, text: str) -> Statement:
         """:meth:`prepare` of a large ``text``, all of it in a parse-pool thread."""
         prescan(text)  # before the session-statement scan and the fingerprint read it all
-        st = parse_session_statement(text)
-        if st is not None and not is_show_budget(text):
-            return Statement(text, st, None, fingerprint(text))
-        cur = parse_cursor_statement(text)
-        if cur is not None and cur.kind != "declare":
-            return Statement(text, None, None, fingerprint(text), cur)
-        copy = parse_copy(text) if cur is None else None
+        todo = read_statement(text)
+        if isinstance(todo, Statement):
+            return todo
         self.state.check_not_failed()
-        if copy is not None:
-            return self._copy_statement(text, copy)
-        query = cur.query if cur is not None else text
-        return _engine_statement(text, self.engine.prepare(query, self.ctx.analyst), cur)
+        return prepare_for_engine(self.engine, self.ctx.analyst, todo, self._policy)
 
-    def _key_column(self, table: str) -> str | None:
-        """A column of private ``table`` (as written) with declared keys, for a hint."""
-        if self.fast_engine is None:
-            return None
-        name = table.replace('"', "").lower()
-        for full, t in self.fast_engine.policy.tables.items():
-            if name in (full.lower(), full.split(".", 1)[-1].lower()):
-                for col, c in t.columns.items():
-                    if (c.keys is not None or c.keys_from is not None) and not c.identifier:
-                        return col
-        return None
-
-    def _copy_statement(self, text: str, copy: CopyStatement) -> Statement:
-        """``COPY ... TO STDOUT`` prepared as its query (refused as that query would be; a
-        private table's rows in COPY's own words)."""
-        try:
-            prepared = self.engine.prepare(copy.query, self.ctx.analyst)
-        except PrivacyViolation as e:
-            if copy.table is None:
-                raise
-            raise private_table_refusal(copy, e, self._key_column(copy.table)) from None
-        stmt = _engine_statement(text, prepared)
-        if not isinstance(prepared, _CURSOR_QUERIES):  # what a query answers, nothing else
-            raise UnsupportedSql("COPY takes a query: COPY (SELECT ...) TO STDOUT",
-                                 hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)")  # fmt: skip
-        return replace(stmt, copy=copy)
+    @property
+    def _policy(self) -> Policy | None:
+        """The policy, where the engine has one (a COPY refusal's hint reads it)."""
+        return self.fast_engine.policy if self.fast_engine is not None else None
 
     async def execute(
         self,
@@ -494,7 +445,7 @@ class Session:
             if where is ROUTE_EMPTY:
                 res = Result((), [], "")
                 return res
-            user_ms = self._user_timeout_ms()
+            user_ms = client_timeout_ms(self.state.settings, self._policy_ms)
             self._client_cancelled = False
             if where is ROUTE_PRIVATE:  # delivered at a data-independent moment (timing:)
                 if user_ms:
@@ -543,31 +494,5 @@ class Session:
                 statement=statement_text(stmt.sql),
             )
 
-
-def _policy_timeout_ms(engine: EngineAPI) -> int | None:
-    """The policy's statement timeout (the engine's backend's), if the engine has one."""
-    if isinstance(engine, UpstreamEngine):
-        return engine.backend.timeout_ms
-    return None
-
-
-def _engine_statement(
-    text: str, prepared: Prepared, cursor: CursorStatement | None = None
-) -> Statement:
-    if cursor is not None and not isinstance(prepared, _CURSOR_QUERIES):
-        raise UnsupportedSql(
-            "DECLARE CURSOR is supported for queries dpsql answers (SELECT, VALUES)",
-            hint="declare the cursor for a SELECT",
-        )
-    if isinstance(prepared, SessionCommand):
-        raise UnsupportedSql(
-            "this session statement is not supported by dpsql",
-            hint="dpsql handles SET, SHOW, RESET, BEGIN/COMMIT/ROLLBACK, SAVEPOINT, "
-            "DISCARD, DEALLOCATE",
-        )
-    return Statement(text, None, prepared, fingerprint(text), cursor)
-
-
-_CURSOR_QUERIES = (PublicQuery, CatalogQuery, PrivateQuery, TreeQuery, DeferredQuery, LedgerQuery)
 
 __all__ = ["ConnectionClosed", "EngineAPI", "Session", "Statement", "as_dpsql_error"]

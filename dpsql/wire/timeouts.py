@@ -23,8 +23,27 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from dpsql.errors import DpsqlError, QueryCanceled
+from dpsql.wire.engine_api import EngineAPI, UpstreamEngine
+from dpsql.wire.setting_values import timeout_ms
 
 T = TypeVar("T")
+
+
+def client_timeout_ms(settings: dict[str, str], policy_ms: int | None) -> int:
+    """The client's statement_timeout (the session's ``settings``) when it is shorter than the
+    policy's (``policy_ms``), else 0."""
+    shown = settings.get("statement_timeout", "0")
+    if shown == "0":
+        return 0
+    ms = timeout_ms(settings)
+    return ms if policy_ms is None or ms < policy_ms else 0
+
+
+def policy_timeout_ms(engine: EngineAPI) -> int | None:
+    """The policy's statement timeout (the engine's backend's), if the engine has one."""
+    if isinstance(engine, UpstreamEngine):
+        return engine.backend.timeout_ms
+    return None
 
 
 def private_notice(shown: str, policy_ms: int) -> str:
