@@ -267,7 +267,8 @@ def refundable(error: BaseException) -> bool:
     about the private rows: ``1/(salary - 50000)`` raising division_by_zero, or a statement
     timeout, depends on the data and must stay charged.
 
-    >>> from dpsql.errors import sanitized_upstream, QueryCanceled
+    >>> from dpsql.errors import QueryCanceled
+    >>> from dpsql.errors.upstream import sanitized_upstream
     >>> refundable(sanitized_upstream("08006")), refundable(sanitized_upstream("22012"))
     (True, False)
     >>> refundable(QueryCanceled("canceled")), refundable(ValueError("bug"))

@@ -22,13 +22,8 @@ from psycopg import sql
 from dpsql.budget import limits as policy_limits
 from dpsql.budget import schema as ledger_schema
 from dpsql.budget.records import Limit
-from dpsql.errors import (
-    ConnectionFailure,
-    DpsqlError,
-    ExternalSystemError,
-    InternalError,
-    first_line,
-)
+from dpsql.errors import ConnectionFailure, DpsqlError, ExternalSystemError, InternalError
+from dpsql.errors.upstream import first_line
 from dpsql.policy.model import Policy
 from dpsql.upstream.faults import (
     CONNECT_TIMEOUT_S,

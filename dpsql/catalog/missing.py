@@ -7,11 +7,11 @@ looks names up without an error (:func:`dpsql.catalog.build.as_object`), so that
 is not told apart from a missing one, and answered NULL for both: a value where PostgreSQL
 refuses. Here a name written as a literal that is missing *or hidden* fails with PostgreSQL's
 words for a missing one: the guard's CASE gets an ``ELSE`` that fails upstream, only when it is
-reached, with :data:`dpsql.errors.NO_SUCH_OBJECT` and the words (``CAST((SELECT CAST('dpsql: no
+reached, with :data:`dpsql.errors.upstream.NO_SUCH_OBJECT` and the words (``CAST((SELECT CAST('dpsql: no
 such object: 42P01 relation "x" does not exist' AS TEXT)) AS oid)``: a scalar subquery, which
 the planner neither folds nor evaluates to estimate a WHERE's selectivity, where a stable call
 such as ``concat`` was evaluated while planning ``WHERE c.oid = CASE ... END``), read back as
-that error when the failure comes back (:func:`dpsql.errors.no_such_object`). The words are computed from the literal
+that error when the failure comes back (:func:`dpsql.errors.upstream.no_such_object`). The words are computed from the literal
 alone, as PostgreSQL parses the name (:func:`parse_names`), never from what the catalog holds:
 a hidden object and a missing one give the same words.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from dpsql.errors import NO_SUCH_OBJECT
+from dpsql.errors.upstream import NO_SUCH_OBJECT
 
 # Failing words by the object-identifier type a name is read as: (SQLSTATE, object word)
 _WORDS = {

@@ -16,8 +16,8 @@ from dpsql.errors import (
     InvalidParameter,
     InvalidSchemaName,
     IoError,
-    first_line,
 )
+from dpsql.errors.upstream import first_line
 
 if TYPE_CHECKING:
     from dpsql.policy.init import TableInfo

@@ -28,7 +28,8 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
-from dpsql.errors import InvalidParameter, QueryCanceled, sanitized_upstream
+from dpsql.errors import InvalidParameter, QueryCanceled
+from dpsql.errors.upstream import sanitized_upstream
 from dpsql.release.spec import Source
 
 

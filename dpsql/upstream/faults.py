@@ -19,15 +19,8 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
-from dpsql.errors import (
-    ConnectionFailure,
-    DpsqlError,
-    InternalError,
-    QueryCanceled,
-    UpstreamError,
-    no_such_object,
-    sanitized_upstream,
-)
+from dpsql.errors import ConnectionFailure, DpsqlError, InternalError, QueryCanceled, UpstreamError
+from dpsql.errors.upstream import no_such_object, sanitized_upstream
 
 log = logging.getLogger("dpsql.upstream")
 

@@ -23,7 +23,8 @@ from typing import Protocol, runtime_checkable
 import psycopg
 
 from dpsql.budget.api import BudgetLedger
-from dpsql.errors import DpsqlError, InternalError, sanitized_upstream
+from dpsql.errors import DpsqlError, InternalError
+from dpsql.errors.upstream import sanitized_upstream
 from dpsql.execute.backend import Backend, CancelToken
 from dpsql.execute.context import Executes
 from dpsql.execute.prepared import Prepared

@@ -371,7 +371,8 @@ def test_analyst_named_like_a_scope_sees_only_own_answers(make_db: Callable[[str
 
 
 def test_refund_with_a_data_dependent_error_stays_charged(ledger: Ledger, dsn: str) -> None:
-    from dpsql.errors import QueryCanceled, UndefinedTable, sanitized_upstream
+    from dpsql.errors import QueryCanceled, UndefinedTable
+    from dpsql.errors.upstream import sanitized_upstream
 
     for err in (sanitized_upstream("22012"), QueryCanceled("statement timeout"), ValueError()):
         res = ledger.reserve("alice", Cost(epsilon=E(1, 10)), "q")

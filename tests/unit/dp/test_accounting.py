@@ -257,7 +257,8 @@ def test_doctests() -> None:
 
 def test_refundable_only_for_data_independent_failures() -> None:
     from dpsql.budget.ledger import refundable
-    from dpsql.errors import InternalError, QueryCanceled, UndefinedTable, sanitized_upstream
+    from dpsql.errors import InternalError, QueryCanceled, UndefinedTable
+    from dpsql.errors.upstream import sanitized_upstream
 
     assert refundable(UndefinedTable("relation x does not exist"))
     assert refundable(sanitized_upstream("08006"))  # connection lost
