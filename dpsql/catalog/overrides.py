@@ -21,7 +21,8 @@ from dpsql.catalog.build import cast_to, fill, template
 from dpsql.catalog.functions import ident_name
 from dpsql.catalog.roles import analyst_name
 
-_NOBODY = {"rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication", "rolbypassrls"}
+# a tuple, not a set: the rewritten SQL lists them in this order whatever PYTHONHASHSEED is
+_NOBODY = ("rolsuper", "rolcreaterole", "rolcreatedb", "rolreplication", "rolbypassrls")
 _NAME = "__analyst__"
 _ANALYST_UNLESS_PUBLIC = (
     "CASE WHEN CAST(t.{c} AS TEXT) = 'PUBLIC' THEN 'PUBLIC' ELSE __analyst__ END"

@@ -113,3 +113,31 @@ def test_keys_from_a_denied_table_is_dropped_from_the_view() -> None:
     assert bo.public_tables == ()
     assert bo.tables["public.people"].columns["city"].keys_from is None
     assert POLICY.tables["public.people"].columns["city"].keys_from == "cities.name"
+
+
+def test_the_roles_rewrite_is_the_same_in_every_process() -> None:
+    """pg_roles' rewritten SQL does not depend on the process's string hashing
+    (PYTHONHASHSEED): its overridden columns were a set (hash seeds 0 and 1 listed them in
+    different orders), so the same statement's SQL, and what caches keyed on it, changed from
+    one worker or restart to the next."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import sqlglot\n"
+        "from dpsql.catalog.overrides import overridden_relation\n"
+        "print(overridden_relation('pg_catalog', 'pg_roles', sqlglot.exp.true(), 'ann')"
+        ".sql('postgres'))"
+    )
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", probe],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1")
+    }
+    assert len(texts) == 1 and "rolsuper" in next(iter(texts))
