@@ -108,7 +108,7 @@ def quantile_disown(a: Analysis, q: float, s: Statistic | None = None) -> Disown
     hold the truth: None where it does, else the end that still holds.
 
     The interval holds the ``q``-quantile of the rows the contribution bounds keep
-    (:func:`dpsql.execute.noise.quantile_ends`). With each row its own unit or one row per unit
+    (:func:`dpsql.execute.selected_measures.quantile_ends`). With each row its own unit or one row per unit
     (:func:`dpsql.sql.bias.unranked`, or a per-unit derived table) the bounds keep every row,
     so that is the quantile of all the rows (a clamp moves no rank: a quantile inside the
     declared range is unchanged, the premise the notice states). Otherwise a unit's rows past

@@ -3,6 +3,9 @@
 Input: the upstream rows of the private query (group keys as text, then one column per measure,
 then, with partition selection, the count used to select). Output: a :class:`Release` — the group
 keys kept, each statistic's noisy value and interval — which is all that ever leaves this module.
+The selections (quantile, mode, COUNT(DISTINCT) over declared keys) are released by
+:mod:`dpsql.execute.selected_measures`, the columns shown besides the values (expressions'
+intervals, the COUNT(DISTINCT) cap) worked out by :mod:`dpsql.execute.release_columns`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
@@ -34,18 +36,29 @@ from dpsql.execute.bias import (
     release_removed,
     round_interval,
     round_nearest,
-    round_outwards,
     target_interval,
     target_of,
 )
 from dpsql.execute.disowned import Disowned, owned
 from dpsql.execute.key_texts import canonical_rows, check_declared, key_name
-from dpsql.sql.analysis import Analysis
-from dpsql.sql.intervals import derived_intervals, derived_outputs
-from dpsql.sql.plan import MeasurePlan, Plan
+from dpsql.execute.release_columns import (
+    cap_note,
+    capped,
+    derived_columns,
+    half,
+    one_end_notes,
+)
+from dpsql.execute.selected_measures import (
+    key_rows,
+    present_interval,
+    present_keys,
+    quantile_ends,
+    quantile_level,
+    select_values,
+    split_bucket_rows,
+)
+from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import derive
-from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket
-from dpsql.sql.wording import plain_sql
 
 
 @dataclass(frozen=True)
@@ -170,7 +183,7 @@ def release(
                     [present_keys(mp, row) for row in present[mp.key]], dtype=np.float64
                 )
                 continue
-            noisy[mp.key] = _select(mp, hists, cands, noise)
+            noisy[mp.key] = select_values(mp, hists, cands, noise)
             if mp.bounds is not None:
                 present[mp.key] = quantile_ends(mp, hists, noise)
             continue
@@ -188,11 +201,11 @@ def release(
         for i in range(len(table)):
             v, _ = derive(s, [noisy[m][i] for m in s.measures], [0.0] * len(s.measures))
             iv = interval(i, si, confidence)
-            iv = iv if iv is None else round_interval(s, iv, _half(iv))
+            iv = iv if iv is None else round_interval(s, iv, half(iv))
             # presentation: the digits below the step of its noise are dropped (a function of
             # the released value and interval only; stored so, a free repeat reads the same)
             selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
-            v = v if iv is None or selected else round_nearest(v, _half(iv))
+            v = v if iv is None or selected else round_nearest(v, half(iv))
             if s.at_most is not None:  # the declared domain's size (post-processing)
                 cap = s.at_most
                 if (v is not None and v > cap) or (iv is not None and iv[1] > cap):
@@ -205,8 +218,11 @@ def release(
     acc = accuracy_notes(
         a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
     )
-    derived, derived_halves = _derived(a, len(table), confidence, interval, acc.disowned)
-    halves = [[None if iv is None else _half(iv) for iv in row] for row in intervals]
+    held = _held(acc.disowned, interval)
+    derived, derived_halves = derived_columns(
+        a, len(table), confidence, interval, held, acc.disowned
+    )
+    halves = [[None if iv is None else half(iv) for iv in row] for row in intervals]
     owned_ivs = [  # an interval the notice says does not hold: NULL columns (issue 16)
         [owned(acc.disowned, r, si, iv) for si, iv in enumerate(row)]
         for r, row in enumerate(intervals)
@@ -216,8 +232,8 @@ def release(
             at_most = a.statistics[si].at_most
             if at_most is not None and iv is not None and iv[1] > at_most:
                 clamped.add(si)
-    capped = tuple(_cap_note(a, si) for si in sorted(clamped))
-    intervals = [[_capped(a, si, iv) for si, iv in enumerate(row)] for row in owned_ivs]
+    cap_notes = tuple(cap_note(a, si) for si in sorted(clamped))
+    intervals = [[capped(a, si, iv) for si, iv in enumerate(row)] for row in owned_ivs]
     return Release(
         tuple(key_types),
         groups,
@@ -225,116 +241,10 @@ def release(
         intervals,
         derived,
         confidence,
-        acc.notes + capped + _one_end_notes(a, derived),
+        acc.notes + cap_notes + one_end_notes(a, derived),
         halves,
         derived_halves,
     )
-
-
-def _one_end_notes(a: Analysis, derived: Ivs) -> tuple[str, ...]:
-    """Which expressions over a statistic whose notice keeps one end only kept that end (in
-    which rows): their other interval column is NULL, and the words say why."""
-    out = []
-    for k, (pos, _, sis) in enumerate(derived_outputs(a)):
-        ends = [iv for row in derived if k < len(row) and (iv := row[k]) is not None]
-        for gone, kept, side, end in (
-            ("_high", "_low", "at or above", 1),
-            ("_low", "_high", "at or below", 0),
-        ):
-            n = sum(1 for iv in ends if math.isinf(iv[end]))
-            if not n:
-                continue
-            where = f" in {n:,} of {len(derived):,} rows" if a.group_keys else ""
-            reads = ", ".join(dict.fromkeys(a.statistics[si].sql for si in sis))
-            name = a.outer.expressions[pos].alias_or_name
-            out.append(
-                f"interval columns: {name}{gone} is NULL{where}: {name} is computed from "
-                f"{reads}, whose accuracy notice (above) keeps one end only, so nothing bounds "
-                f"it on that side; {name}{kept} still holds at the stated level (the truth is "
-                f"{side} it)"
-            )
-    return tuple(out)
-
-
-Ivs = list[list[tuple[float, float] | None]]
-
-
-def _cap_note(a: Analysis, si: int) -> str:
-    """What clamping a COUNT(DISTINCT) to its declared domain's size assumes. Its keys: nothing
-    (only declared keys are counted). The whole numbers within an integer column's bounds: that
-    no value lies outside them, unless the database's CHECK constraint proves it
-    (``a.proven_bounds``); PostgreSQL's COUNT(DISTINCT) counts the values outside them too."""
-    s = a.statistics[si]
-    head = f"{s.sql}: value and interval clamped to at most {s.at_most}, the number of "
-    m = next((m for m in a.measures if m.key == s.measures[0]), None)
-    col = m.arg if m is not None and isinstance(m.arg, exp.Column) else None
-    if m is None or m.kind == "count_keys":
-        return (
-            head + "keys the policy declares for the column (only those are counted): that "
-            f"upper end holds whatever the bounds left out, so _high shows {s.at_most}, not NULL"
-        )
-    declared = a.column(col) if col is not None else None
-    where = (
-        f" {declared.bounds[0]} to {declared.bounds[1]}"
-        if declared is not None and declared.bounds is not None
-        else ""
-    )
-    unit = "days" if declared is not None and declared.family == "date" else "whole numbers"
-    head += f"{unit} within the declared range{where} of {plain_sql(col) if col else 'it'}"
-    if col is not None and not a.joins and col.name in a.proven_bounds:
-        return (
-            head + " (a CHECK constraint of the table enforces it): that upper end holds "
-            f"whatever the bounds left out, so _high shows {s.at_most}, not NULL"
-        )
-    return (
-        head + ". It assumes every value lies in that range: the database does not enforce "
-        "it, and COUNT(DISTINCT) counts the values outside it too, so the truth can exceed "
-        f"{s.at_most} if some do"
-    )
-
-
-def _capped(a: Analysis, si: int, iv: tuple[float, float] | None) -> tuple[float, float] | None:
-    """A COUNT(DISTINCT) interval's end within its declared domain's size, also the end a
-    disowned interval leaves open (the truth is at most that many values whatever the bounds
-    dropped)."""
-    cap = a.statistics[si].at_most
-    if iv is None or cap is None:
-        return iv
-    return (min(iv[0], float(cap)), min(iv[1], float(cap)))
-
-
-def _derived(
-    a: Analysis,
-    rows: int,
-    confidence: float,
-    interval: Callable[[int, int, float], tuple[float, float] | None],
-    disowned: Disowned,
-) -> tuple[Ivs, list[list[float | None]]]:
-    """The expressions' intervals (none over a statistic the notice disowns), rounded outwards
-    like a statistic's, and their half-widths over every statistic's interval (presentation
-    rounding: :attr:`Release.derived_half_widths`; empty when nothing is disowned)."""
-
-    def rounded(ivs: Ivs) -> Ivs:
-        return [[iv if iv is None else round_outwards(iv, _half(iv)) for iv in row] for row in ivs]
-
-    derived = rounded(derived_intervals(a, rows, confidence, _held(disowned, interval)))
-    if not disowned or not derived or not any(derived):
-        return derived, []
-    every = rounded(derived_intervals(a, rows, confidence, interval))
-    halves = [[None if iv is None else _half(iv) for iv in row] for row in every]
-    # a one-ended interval's end rounds outwards at the step of the interval it would have
-    derived = [
-        [_one_end_rounded(iv, hw) for iv, hw in zip(row, hrow, strict=True)]
-        for row, hrow in zip(derived, halves, strict=True)
-    ]
-    return derived, halves
-
-
-def _one_end_rounded(iv: tuple[float, float] | None, hw: float | None) -> Any:
-    if iv is None or hw is None or all(map(math.isfinite, iv)):
-        return iv
-    lo, hi = round_outwards((iv[0] if math.isfinite(iv[0]) else iv[1],) * 2, hw)
-    return (lo, iv[1]) if math.isfinite(iv[0]) else (iv[0], hi)
 
 
 def _held(
@@ -349,10 +259,6 @@ def _held(
         return owned(disowned, r, si, interval(r, si, level))
 
     return held
-
-
-def _half(iv: tuple[float, float]) -> float:
-    return (iv[1] - iv[0]) / 2
 
 
 def _stat_interval(
@@ -417,140 +323,3 @@ def _stat_interval(
         return got(r)
 
     return interval
-
-
-Hist = dict[tuple[int, tuple[str | None, ...]], dict[Any, int]]
-
-
-def split_bucket_rows(
-    plan: Plan, rows: list[tuple[Any, ...]]
-) -> tuple[list[tuple[Any, ...]], Hist]:
-    """Separate the per-group rows from the per-bucket rows of
-    :mod:`dpsql.sql.rewrite.bucket_values`.
-
-    Returns the per-group rows (without the bucket columns) and, per (measure index, group key),
-    the count of rows per bucket (quantile: bucket index; mode: candidate text).
-    """
-    a = plan.analysis
-    specs = bucket_specs(a)
-    if not specs:
-        return rows, {}
-    nk, nb = len(a.group_keys), len(specs)
-    width = len(rows[0]) - nb - 1 if rows else 0
-    spec_of = {j: specs.index(_spec_key(m)) for j, m in enumerate(a.measures) if m.selected}
-    full = 2**nb - 1
-    main: list[tuple[Any, ...]] = []
-    hist: Hist = {}
-    for r in rows:
-        gset = int(r[-1])
-        if gset == full:
-            main.append(tuple(r[:width]))
-            continue
-        b = nb - (full - gset).bit_length()  # GROUPING's bit for _dp_b<b> is 2^(nb-1-b)
-        bucket = r[width + b]
-        if bucket is None:
-            continue  # NULL values (or, for mode, values outside the public keys)
-        key = tuple(r[:nk])
-        for j, sj in spec_of.items():
-            if sj == b:
-                m = a.measures[j]
-                # a value outside a quantile's range has a code of its own (an outside count
-                # reads it): counted in the bucket its clamped value is in
-                cell = code_bucket(m, int(bucket)) if m.kind == "quantile" else bucket
-                h = hist.setdefault((j, key), {})
-                h[cell] = h.get(cell, 0) + int(r[nk + j])
-    return main, hist
-
-
-def _spec_key(m: Any) -> tuple[str, ...]:
-    from dpsql.sql.rewrite.buckets import spec
-
-    return spec(m)
-
-
-def _select(
-    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noise: NoiseSource
-) -> list[Any]:
-    """Release a quantile or mode per group from its bucket counts."""
-    mech = mp.mechanism
-    if not hists:
-        return []
-    if isinstance(mech, Quantile):
-        mat = np.zeros((len(hists), mech.buckets), dtype=np.int64)
-        for i, h in enumerate(hists):
-            for b, c in h.items():
-                mat[i, int(b)] = c
-        chosen = noise.pick(mech, mech.scaled_utilities(mat))
-        return [float(x) for x in mech.midpoints()[chosen]]
-    assert isinstance(mech, Mode)
-    cands = list(candidates)  # public: never derived from the data
-    if not cands:
-        return [None] * len(hists)
-    mat = np.array([[h.get(c, 0) for c in cands] for h in hists], dtype=np.int64)
-    chosen = noise.mode(mech, mat)
-    return [cands[int(c)] for c in chosen]
-
-
-def key_rows(
-    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noise: NoiseSource
-) -> np.ndarray:
-    """COUNT(DISTINCT x) over declared keys: the rows of each (group, public key), with Laplace
-    noise (a unit's kept rows in a group are <= R, spread over the keys: L1 <= G·R)."""
-    mat = np.array([[h.get(c, 0) for c in candidates] for h in hists], dtype=np.float64)
-    mat = mat.reshape(len(hists), len(candidates))
-    if not mat.size:
-        return mat
-    return np.asarray(noise.add(_additive(mp), mat), dtype=np.float64).reshape(mat.shape)
-
-
-def _additive(mp: MeasurePlan) -> Laplace | Gaussian:
-    """The measure's additive noise mechanism (a count of keys' rows is never a selection)."""
-    mech = mp.mechanism
-    if isinstance(mech, (Quantile, Mode)):
-        raise InternalError(f"{mp.key}: a selection mechanism where additive noise is expected")
-    return mech
-
-
-def present_keys(mp: MeasurePlan, row: np.ndarray) -> int:
-    """The keys counted present: noisy rows at least the noise's half-width at 1 - 1/(2n) for n
-    keys (an absent key passes with probability <= 1/(2n): on average half a key invented)."""
-    if not row.size:
-        return 0
-    tau = _additive(mp).half_width(1 - 1 / (2 * row.size))
-    return int((row >= tau).sum())
-
-
-def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[float, float]:
-    """An interval for the number of keys with a kept row: with every key's noise within w
-    (union bound over the n keys), a key is surely present when its noisy rows exceed w, and
-    possibly present when they reach 1 - w."""
-    if not row.size:
-        return 0.0, 0.0
-    w = _additive(mp).half_width(1 - (1 - level) / row.size)
-    return float((row - w > 0).sum()), float((row + w >= 1).sum())
-
-
-def quantile_ends(mp: MeasurePlan, hists: list[dict[Any, int]], noise: NoiseSource) -> np.ndarray:
-    """A quantile's interval per group, (groups, 2): the lowest value of the bucket chosen for
-    the target OFFSET rows below, the highest of the one chosen OFFSET rows above. Each end
-    is on the wrong side of the true quantile (of the kept rows) with probability at most
-    ``miss_probability(OFFSET)`` (dpsql.dp.quantiles.Quantile)."""
-    assert mp.bounds is not None
-    low_q, high_q = mp.bounds
-    mat = np.zeros((len(hists), low_q.buckets), dtype=np.int64)
-    for i, h in enumerate(hists):
-        for b, c in h.items():
-            mat[i, int(b)] = c
-    out = np.zeros((len(hists), 2), dtype=np.float64)
-    if not hists:
-        return out
-    out[:, 0] = low_q.end_values(noise.pick(low_q, low_q.end_utilities(mat)))
-    out[:, 1] = high_q.end_values(noise.pick(high_q, high_q.end_utilities(mat)))
-    return out
-
-
-def quantile_level(mp: MeasurePlan) -> float:
-    """The confidence of a quantile's interval: 1 - the two ends' miss probabilities."""
-    if mp.bounds is None:
-        return 0.0
-    return 1.0 - sum(q.miss_probability(abs(q.offset)) for q in mp.bounds)

@@ -15,7 +15,7 @@ from dpsql.execute.accuracy_text import level_text
 from dpsql.execute.bounds_text import fmt, rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
 from dpsql.execute.disowned import capped_quantile, nulled, quantile_disown
-from dpsql.execute.noise import quantile_level
+from dpsql.execute.selected_measures import quantile_level
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
@@ -104,7 +104,7 @@ def _target(q: float) -> str:
 
 
 def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
-    """What a quantile's interval means (dpsql.execute.noise.quantile_ends), in words."""
+    """What a quantile's interval means (dpsql.execute.selected_measures.quantile_ends), in words."""
     mp = plan.measure_plan(s.measures[0])
     level = quantile_level(mp)
     mech = mp.mechanism

@@ -420,8 +420,8 @@ def _domain_size(ctx: _Ctx, inner: exp.Expr) -> int | None:
 def _count_distinct(ctx: _Ctx, inner: exp.Expr) -> Measure:
     """COUNT(DISTINCT x): over a column with declared keys, or with bounds that allow at most
     :data:`~dpsql.sql.derived_keys.COUNT_KEYS_MAX` values (whole numbers, days), the keys whose
-    noisy row count passes a threshold (``count_keys``, see dpsql.execute.noise); else distinct
-    values counted."""
+    noisy row count passes a threshold (``count_keys``, see dpsql.execute.selected_measures);
+    else distinct values counted."""
     if isinstance(inner, exp.Column):
         col = ctx.column(inner)
         if col is not None and not col.identifier and (col.keys or col.keys_from):

@@ -172,7 +172,7 @@ def test_quantile_release_audit_flags_double_epsilon(engines: tuple[Engine, Engi
 def test_neighbours_move_bucket_counts_by_at_most_r(engines: tuple[Engine, Engine]) -> None:
     """The sensitivity argument on the real upstream rows: D and D' differ, per group, by at most
     R = 3 rows in the bucket counts the mechanism sees (L1), and only in group 'a'."""
-    from dpsql.execute.noise import split_bucket_rows
+    from dpsql.execute.selected_measures import split_bucket_rows
 
     hists = []
     for engine in engines:

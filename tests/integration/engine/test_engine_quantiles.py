@@ -20,7 +20,8 @@ import pytest
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.dp.quantiles import Quantile
 from dpsql.engine import Engine
-from dpsql.execute.noise import release, split_bucket_rows
+from dpsql.execute.noise import release
+from dpsql.execute.selected_measures import split_bucket_rows
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.postprocess import _to_resolution

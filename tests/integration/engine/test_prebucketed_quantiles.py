@@ -32,8 +32,8 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.execute.group_keys import unit_type
-from dpsql.execute.noise import split_bucket_rows
 from dpsql.execute.private_sql import SALT_MARKER
+from dpsql.execute.selected_measures import split_bucket_rows
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.rewrite.keyed_hash import HASHED_TYPES

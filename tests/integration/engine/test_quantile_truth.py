@@ -31,7 +31,8 @@ import pytest
 
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
-from dpsql.execute.noise import quantile_level, release
+from dpsql.execute.noise import release
+from dpsql.execute.selected_measures import quantile_level
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
