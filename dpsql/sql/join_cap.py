@@ -3,7 +3,7 @@
 A join of private tables (on their privacy units: :mod:`dpsql.sql.sources`) caps each table at
 some number of rows per unit *before* the join, so that one unit with many rows can't multiply
 the join's work (n(u)^k joined rows: whether the query times out would say whether such a unit
-exists; :func:`dpsql.sql.analyze_select.check_join_size`). With fixed bounds that number is R
+exists; :func:`dpsql.sql.select_from.check_join_size`). With fixed bounds that number is R
 itself (``max_rows_per_unit``), as it always was.
 
 With ``auto`` R (every joined private table leaves ``max_rows_per_unit`` to ``auto``) R is

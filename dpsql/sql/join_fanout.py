@@ -2,7 +2,7 @@
 
 Each private table of a join keeps at most R rows per unit before the join (P with ``auto`` R:
 :mod:`dpsql.sql.join_cap`), so k private tables give at most R^k (P^k) joined rows per unit
-(:func:`dpsql.sql.analyze_select.check_join_size`). Every
+(:func:`dpsql.sql.select_from.check_join_size`). Every
 *public* table of the join multiplies that again: a private row matches at most ``F(s)`` rows of
 public table ``s``, where
 

@@ -4,7 +4,7 @@ Found by the red team: with R = 25 rows per unit kept before the join, seven cop
 purchases joined on the unit turned the one row passing ``WHERE t0.amount > 1249990`` into
 25^6 = 2.4e8 joined rows, so the query timed out after 30 s if and only if that row existed
 (1.5 s without it). The analyzer now refuses R^k > MAX_JOINED_ROWS_PER_UNIT and more than
-MAX_JOINED_TABLES tables (dpsql.sql.analyze_select.check_join_size), before anything runs.
+MAX_JOINED_TABLES tables (dpsql.sql.select_from.check_join_size), before anything runs.
 
 A PUBLIC table's fan-out multiplies each private row too: one row of t joined three times to a
 public table of 3,000 rows sharing one key made 2.7e10 joined rows, a timeout iff the row existed.
@@ -22,7 +22,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, StatementTooComplex
 from dpsql.session import SessionContext
-from dpsql.sql.analyze_select import MAX_JOINED_ROWS_PER_UNIT, MAX_JOINED_TABLES
+from dpsql.sql.select_from import MAX_JOINED_ROWS_PER_UNIT, MAX_JOINED_TABLES
 from tests.policies import PolicyMaker, private_table
 
 R = 5

@@ -1,0 +1,337 @@
+"""The date and time expressions of a derived key (:mod:`dpsql.sql.derived_keys`):
+``date_trunc``, ``EXTRACT`` / ``date_part``, ``to_char`` with the date patterns, and the range of
+a date or timestamp column they start from (the policy's bounds or the statement's own range), in
+the session's time zone, as PostgreSQL computes and prints them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from datetime import date, datetime, timedelta, tzinfo
+from typing import Literal
+from zoneinfo import ZoneInfo
+
+from sqlglot import exp
+
+from dpsql.policy.tables import Column
+from dpsql.sql.constants import as_point
+from dpsql.sql.date_domain import MAX_KEYS, trunc, unit_end, where_bounds
+from dpsql.sql.key_values import (
+    Domain,
+    Got,
+    Kind,
+    Span,
+    TooMany,
+    as_datetime,
+    midnight,
+    sorted_values,
+)
+
+MAX_DAYS = 40_000  # about 110 years of days enumerated for EXTRACT / to_char
+
+# EXTRACT fields with whole-number values (PostgreSQL prints them without a fraction)
+_YEARLY = {"year", "isoyear", "decade", "century", "millennium"}
+_CYCLIC = {"month": range(1, 13), "quarter": range(1, 5), "day": range(1, 32),
+           "dow": range(0, 7), "isodow": range(1, 8), "doy": range(1, 367),
+           "week": range(1, 54)}  # fmt: skip
+
+_UNITS = {"second", "minute", "hour", "day", "week", "month", "quarter", "year", "decade",
+          "century", "millennium"}  # fmt: skip
+
+
+class TimeKeys:
+    """The date and time half of :class:`dpsql.sql.derived_keys._Deriver` (which sets these
+    attributes and derives the expressions' arguments)."""
+
+    column: Callable[[exp.Column], Column | None]
+    where: exp.Expr | None
+    zone: tzinfo | None  # None: a zone Python can't read
+
+    def derive(self, node: exp.Expr) -> Got:
+        raise NotImplementedError
+
+    def _span(self, node: exp.Column, col: Column) -> Span | None:
+        declared = col.bounds if col.bounds is not None else (None, None)
+        lo, hi = as_point(declared[0]), as_point(declared[1])
+        kind: Literal["date", "ts", "tstz"]
+        if col.family == "date":
+            kind = "date"
+        elif col.type == "timestamp":
+            kind = "ts"
+        else:  # timestamptz bounds are instants (naive: UTC): as this zone's wall clock
+            kind = "tstz"
+            utc = ZoneInfo("UTC")
+            if self.zone is None:
+                return None
+            if lo is not None:
+                lo = lo.replace(tzinfo=utc).astimezone(self.zone).replace(tzinfo=None)
+            if hi is not None:
+                hi = hi.replace(tzinfo=utc).astimezone(self.zone).replace(tzinfo=None)
+        wlo, whi = where_bounds(self.where, node.sql("postgres"))
+        if wlo is not None and lo is None:
+            lo = wlo[0]
+        if whi is not None and hi is None:
+            hi = whi[0]
+        if lo is None or hi is None:
+            return None
+        if kind == "date":  # whole days (a constant compared with a date may be cast to one)
+            lo, hi = midnight(lo), midnight(hi)
+            if wlo is not None:
+                w = midnight(wlo[0]) + (timedelta(days=1) if wlo[1] else timedelta())
+                lo = max(lo, w)
+            if whi is not None:
+                at_midnight = whi[0] == midnight(whi[0])
+                w = midnight(whi[0]) - (
+                    timedelta(days=1) if whi[1] and at_midnight else timedelta()
+                )
+                hi = min(hi, w)
+        else:
+            if wlo is not None:
+                lo = max(lo, wlo[0])
+            if whi is not None:
+                hi = min(hi, whi[0] - (timedelta(microseconds=1) if whi[1] else timedelta()))
+        return Span(kind, lo, hi, node.name)
+
+    def days(self, s: Span) -> Domain:
+        n = (s.hi - s.lo).days + 1
+        if n > MAX_KEYS:
+            raise TooMany(f"{s.name} spans {n:,} days, above the limit of {MAX_KEYS:,}")
+        return Domain("date", tuple((s.lo + timedelta(days=i)).date() for i in range(max(n, 0))))
+
+    def _trunc(self, node: exp.TimestampTrunc | exp.DateTrunc) -> Domain | None:
+        if node.args.get("zone"):
+            return None
+        unit_node = node.args.get("unit")
+        unit = str(unit_node.this).lower() if isinstance(unit_node, (exp.Var, exp.Literal)) else ""
+        if unit not in _UNITS:
+            return None
+        got = self.derive(node.this)
+        if isinstance(got, Span):
+            kind: Kind = "ts" if got.kind == "ts" else "tstz"
+            keys: list[datetime] = []
+            t = trunc(got.lo, unit)
+            while t <= got.hi:
+                if len(keys) >= MAX_KEYS:
+                    raise TooMany(
+                        f"the bounds of {got.name} hold more than {MAX_KEYS:,} {unit}s, the limit"
+                    )
+                keys.append(t)
+                t = unit_end(t, unit)
+            return Domain(kind, tuple(keys))
+        if isinstance(got, Domain) and got.kind in ("date", "ts", "tstz"):
+            out = sorted_values({trunc(as_datetime(v), unit) for v in got.values})
+            return Domain("ts" if got.kind == "ts" else "tstz", out, got.null)
+        return None
+
+    def _extract(self, node: exp.Extract) -> Domain | None:
+        field = str(node.this.this if isinstance(node.this, exp.Var) else node.this.name).lower()
+        got = self.derive(node.expression)
+        if isinstance(got, Domain) and got.kind in ("date", "ts", "tstz"):
+            if field not in _YEARLY and field not in _CYCLIC:
+                return None
+            return Domain(
+                "int", sorted_values({_field(as_datetime(v), field) for v in got.values}), got.null
+            )
+        if not isinstance(got, Span):
+            return None
+        if field in _YEARLY:
+            return Domain("int", tuple(range(_field(got.lo, field), _field(got.hi, field) + 1)))
+        if field in ("hour", "minute"):
+            if got.kind == "date":
+                return None  # PostgreSQL: unit not supported for type date
+            return self._clock(got, field)
+        if field not in _CYCLIC:
+            return None
+        ndays = (got.hi.date() - got.lo.date()).days + 1
+        if ndays > MAX_DAYS:  # every value of the cycle
+            return Domain("int", tuple(_CYCLIC[field]))
+        seen = {_field(datetime.combine(d, datetime.min.time()), field)
+                for d in _dates(got.lo.date(), ndays)}  # fmt: skip
+        return Domain("int", sorted_values(seen))
+
+    def _clock(self, s: Span, field: str) -> Domain:
+        whole = range(24) if field == "hour" else range(60)
+        step = timedelta(hours=1) if field == "hour" else timedelta(minutes=1)
+        if s.hi - s.lo >= timedelta(days=1) or (field == "minute" and s.hi - s.lo >= step * 60):
+            return Domain("int", tuple(whole))
+        seen: set[int] = set()
+        t = (
+            s.lo.replace(minute=0, second=0, microsecond=0)
+            if field == "hour"
+            else s.lo.replace(second=0, microsecond=0)
+        )
+        while t <= s.hi:
+            seen.add(t.hour if field == "hour" else t.minute)
+            t += step
+        return Domain("int", sorted_values(seen))
+
+    def _to_char(self, node: exp.TimeToStr) -> Domain | None:
+        fmt = _pg_format(node)
+        if fmt is None:
+            return None
+        pattern = _to_char_pattern(fmt)
+        if pattern is None:
+            return None
+        got = self.derive(node.this)
+        if isinstance(got, Span):
+            ndays = (got.hi.date() - got.lo.date()).days + 1
+            if ndays > MAX_DAYS:
+                raise TooMany(f"{got.name} spans {ndays:,} days, above the {MAX_DAYS:,} that "
+                              "to_char's keys are computed over")  # fmt: skip
+            days: Iterable[date] = _dates(got.lo.date(), ndays)
+            null = False
+        elif isinstance(got, Domain) and got.kind in ("date", "ts", "tstz"):
+            days = (as_datetime(v).date() for v in got.values)
+            null = got.null
+        else:
+            return None
+        out: dict[str, None] = {}
+        for d in days:
+            out[_render(pattern, d)] = None
+            if len(out) > MAX_KEYS:
+                raise TooMany(f"they are more than {MAX_KEYS:,}, the limit")
+        return Domain("text", tuple(out), null)
+
+
+def utc_offset(off: timedelta | None) -> str:
+    """A UTC offset as PostgreSQL prints it: +00, -05, +05:30, +00:19:32."""
+    secs = int((off or timedelta()).total_seconds())
+    sign = "-" if secs < 0 else "+"
+    h, rest = divmod(abs(secs), 3600)
+    m, s = divmod(rest, 60)
+    return f"{sign}{h:02d}" + (f":{m:02d}" if m or s else "") + (f":{s:02d}" if s else "")
+
+
+def _dates(first: date, n: int) -> Iterable[date]:
+    return (first + timedelta(days=i) for i in range(max(n, 0)))
+
+
+def _field(t: datetime, field: str) -> int:
+    """PostgreSQL's EXTRACT(field FROM t) for the whole-number fields (years >= 1)."""
+    iso = t.isocalendar()
+    return {
+        "year": lambda: t.year,
+        "isoyear": lambda: iso.year,
+        "decade": lambda: t.year // 10,
+        "century": lambda: (t.year + 99) // 100,
+        "millennium": lambda: (t.year + 999) // 1000,
+        "month": lambda: t.month,
+        "quarter": lambda: (t.month - 1) // 3 + 1,
+        "day": lambda: t.day,
+        "dow": lambda: iso.weekday % 7,
+        "isodow": lambda: iso.weekday,
+        "doy": lambda: t.timetuple().tm_yday,
+        "week": lambda: iso.week,
+    }[field]()
+
+
+def _pg_format(node: exp.TimeToStr) -> str | None:
+    """The format string of ``to_char`` as dpsql sends it upstream (sqlglot's PostgreSQL
+    rendering of the parsed format)."""
+    sql = node.sql("postgres")
+    m = re.fullmatch(r"TO_CHAR\(.*, '((?:[^']|'')*)'\)", sql, re.S)
+    return m.group(1).replace("''", "'") if m else None
+
+
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
+           "September", "October", "November", "December"]  # fmt: skip
+_DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+# to_char's date patterns, longest first (PostgreSQL matches the longest keyword)
+_PATTERNS = ["MONTH", "Month", "month", "IYYY", "YYYY", "yyyy", "iyyy", "DAY", "Day", "day",
+             "DDD", "ddd", "MON", "Mon", "mon", "YYY", "yyy", "DY", "Dy", "dy", "YY", "yy", "MM",
+             "mm", "DD", "dd", "IW", "iw", "WW", "ww", "ID", "id", "D", "d", "Q", "q"]  # fmt: skip
+_SEPARATORS = set(" -/.,:_")
+
+
+def _to_char_pattern(fmt: str) -> list[tuple[str, bool]] | None:
+    """``fmt`` as (pattern or literal text, fill mode) parts; None for a pattern outside the
+    date patterns above (a time of day, a suffix such as TH, an unknown letter)."""
+    out: list[tuple[str, bool]] = []
+    i = 0
+    fill = False
+    while i < len(fmt):
+        if fmt.startswith("FM", i) or fmt.startswith("fm", i):
+            fill = True
+            i += 2
+            continue
+        for p in _PATTERNS:
+            if fmt.startswith(p, i):
+                if fmt.startswith(("TH", "th"), i + len(p)):
+                    return None
+                out.append(("%" + p, fill))
+                i += len(p)
+                fill = False
+                break
+        else:
+            ch = fmt[i]
+            if ch == '"':
+                end = fmt.find('"', i + 1)
+                if end < 0 or "\\" in fmt[i:end]:
+                    return None
+                out.append((fmt[i + 1 : end], False))
+                i = end + 1
+            elif ch in _SEPARATORS:
+                out.append((ch, False))
+                i += 1
+            else:
+                return None
+            fill = False
+    return out
+
+
+def _name(text: str, pattern: str, fill: bool) -> str:
+    if pattern.isupper():
+        text = text.upper()
+    elif pattern.islower():
+        text = text.lower()
+    return text if fill else text.ljust(9)
+
+
+def _render(parts: list[tuple[str, bool]], d: date) -> str:
+    """PostgreSQL's to_char of date ``d`` (at midnight) for :func:`_to_char_pattern`'s parts."""
+    iso = d.isocalendar()
+    doy = d.timetuple().tm_yday
+    out: list[str] = []
+    for part, fill in parts:
+        if not part.startswith("%"):
+            out.append(part)
+            continue
+        p = part[1:]
+        up = p.upper()
+
+        def num(v: int, width: int, fill: bool = fill) -> str:
+            return str(v) if fill else str(v).zfill(width)
+
+        if up == "YYYY":
+            out.append(num(d.year, 4))
+        elif up == "IYYY":
+            out.append(num(iso.year, 4))
+        elif up == "YYY":
+            out.append(num(d.year % 1000, 3))
+        elif up == "YY":
+            out.append(num(d.year % 100, 2))
+        elif up == "MONTH":
+            out.append(_name(_MONTHS[d.month - 1], p, fill))
+        elif up == "MON":
+            out.append(_name(_MONTHS[d.month - 1][:3], p, True))
+        elif up == "MM":
+            out.append(num(d.month, 2))
+        elif up == "DAY":
+            out.append(_name(_DAYS[d.weekday()], p, fill))
+        elif up == "DY":
+            out.append(_name(_DAYS[d.weekday()][:3], p, True))
+        elif up == "DDD":
+            out.append(num(doy, 3))
+        elif up == "DD":
+            out.append(num(d.day, 2))
+        elif up == "D":
+            out.append(str(iso.weekday % 7 + 1))
+        elif up == "ID":
+            out.append(str(iso.weekday))
+        elif up == "IW":
+            out.append(num(iso.week, 2))
+        elif up == "WW":
+            out.append(num((doy - 1) // 7 + 1, 2))
+        elif up == "Q":
+            out.append(str((d.month - 1) // 3 + 1))
+    return "".join(out)
