@@ -37,20 +37,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsql.errors import InvalidParameter, PrivacyViolation, SqlSyntaxError, UnsupportedSql
+from dpsql.wire.sql_tokens import Tok, scan
 
 _I16 = struct.Struct("!h")
 _I32 = struct.Struct("!i")
 COPY_DONE = b"c" + _I32.pack(4)
-
-_TOKEN = re.compile(
-    r"""\s+ | --[^\n]* | /\*.*?\*/
-    | (?P<str>[Ee]'(?:[^'\\]|''|\\.)*'|'(?:[^']|'')*')
-    | (?P<qid>"(?:[^"]|"")+")
-    | (?P<num>[-+]?\d+(?:\.\d*)?)
-    | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
-    | (?P<punct>[(),.*;=])""",
-    re.VERBOSE | re.DOTALL,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,37 +59,11 @@ class CopyStatement:
     force_quote: tuple[str, ...] | None = ()  # None: FORCE_QUOTE *
 
 
-@dataclass
-class _Tok:
-    kind: str
-    text: str
-
-
-def _tokens(text: str) -> list[_Tok]:
-    out: list[_Tok] = []
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if m is None:
-            raise SqlSyntaxError(f'syntax error at or near "{text[pos : pos + 10]}"')
-        pos = m.end()
-        kind = m.lastgroup
-        if kind is None:
-            continue
-        t = m.group(kind)
-        if kind == "str":
-            body = t[2:-1] if t[0] in "Ee" else t[1:-1]
-            if t[0] in "Ee":
-                body = re.sub(r"\\(.)", r"\1", body)
-            t = body.replace("''", "'")
-        elif kind == "qid":
-            t = t[1:-1].replace('""', '"')
-        elif kind == "word":
-            t = t.lower()
-        out.append(_Tok(kind, t))
-    while out and out[-1].kind == "punct" and out[-1].text == ";":
-        out.pop()
-    return out
+def _tokens(text: str) -> list[Tok]:
+    toks, stop = scan(text)
+    if stop < len(text):
+        raise SqlSyntaxError(f'syntax error at or near "{text[stop : stop + 10]}"')
+    return toks
 
 
 def _skip_space(text: str, i: int) -> int:
@@ -225,7 +190,7 @@ def parse_copy(text: str) -> CopyStatement | None:
     return _options(query, table, rest[2:])
 
 
-def _options(query: str, table: str | None, toks: list[_Tok]) -> CopyStatement:
+def _options(query: str, table: str | None, toks: list[Tok]) -> CopyStatement:
     opts: dict[str, object] = {}
     j = 0
     if j < len(toks) and toks[j].text == "with" and toks[j].kind == "word":

@@ -14,23 +14,11 @@ True
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from dpsql.errors import PrivacyViolation, SqlSyntaxError
-
-_TOKEN = re.compile(
-    r"""
-    \s+ | --[^\n]* | /\*.*?\*/                      # space and comments (dropped)
-    | (?P<str>[Ee]?'(?:[^']|'')*')                   # string literal
-    | (?P<qid>"(?:[^"]|"")+")                        # quoted identifier
-    | (?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)
-    | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
-    | (?P<punct>[=,.;()*])
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+from dpsql.wire.sql_tokens import Tok, scan
 
 _FIRST_WORDS = frozenset(
     "set reset show begin start commit end rollback abort savepoint release discard deallocate "
@@ -59,40 +47,8 @@ class SessionStatement:
     local: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Tok:
-    kind: str
-    text: str
-
-
-def _tokens(sql: str) -> list[_Tok] | None:
-    out: list[_Tok] = []
-    pos = 0
-    while pos < len(sql):
-        m = _TOKEN.match(sql, pos)
-        if m is None:
-            return None
-        pos = m.end()
-        kind = m.lastgroup
-        if kind is None:
-            continue
-        text = m.group(kind)
-        if kind == "str":
-            if text[0] in "Ee":
-                return None  # escape strings: leave to the engine (and its syntax errors)
-            text = text[1:-1].replace("''", "'")
-        elif kind == "qid":
-            text = text[1:-1].replace('""', '"')
-        elif kind == "word":
-            text = text.lower()
-        out.append(_Tok(kind, text))
-    while out and out[-1].text == ";" and out[-1].kind == "punct":
-        out.pop()
-    return out
-
-
 class _P:
-    def __init__(self, toks: list[_Tok], sql: str) -> None:
+    def __init__(self, toks: list[Tok], sql: str) -> None:
         self.t = toks
         self.i = 0
         self.sql = sql
@@ -143,9 +99,11 @@ def parse_session_statement(sql: str) -> SessionStatement | None:
         SqlSyntaxError: a session statement with bad syntax.
         PrivacyViolation: SET ROLE / SET SESSION AUTHORIZATION.
     """
-    toks = _tokens(sql)
+    toks, stop = scan(sql)
     if not toks or toks[0].kind != "word" or toks[0].text not in _FIRST_WORDS:
         return None
+    if stop < len(sql) or any(t.escaped for t in toks):
+        return None  # not read to its end, or an escape string: the engine's (and its errors)
     if any(t.kind == "punct" and t.text == ";" for t in toks):
         raise SqlSyntaxError(
             "cannot insert multiple commands into a prepared statement",

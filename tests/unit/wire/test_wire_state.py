@@ -164,3 +164,20 @@ def test_discard_all(state: SessionState) -> None:
     with pytest.raises(DpsqlError) as e:
         run(state, "DISCARD ALL")
     assert e.value.sqlstate == "25001"
+
+
+def test_the_statement_readers_examples() -> None:
+    """The examples of the tokenizer shared by session statements and COPY, and of both."""
+    import doctest
+
+    from dpsql.wire import copy_out, sql_tokens, statements
+
+    for module in (sql_tokens, statements, copy_out):
+        assert doctest.testmod(module).failed == 0, module.__name__
+
+
+def test_an_escape_string_is_left_to_the_engine() -> None:
+    """A session statement with an E'...' string is not read by the wire (None: the engine
+    answers it, with its own errors)."""
+    assert parse_session_statement("SET application_name = E'a\\'b'") is None
+    assert parse_session_statement("SET application_name = 'a''b'") is not None
