@@ -79,31 +79,13 @@ class CancelRelay:
         os_pid = self._pids[owner]
         if not os_pid:
             return False
-        base = owner * SLOTS * 2
-        with self._lock:
-            for i in range(base, base + SLOTS * 2, 2):
-                if self._table[i] == 0:
-                    self._table[i], self._table[i + 1] = process_id, secret_key
-                    break
-            else:
-                log.warning("cancel relay full for worker %d; request dropped", owner)
-                return False
-        try:
-            os.kill(os_pid, SIGNAL)
-        except ProcessLookupError:
-            return False
-        return True
+        return self._queue(
+            "cancel", self._lock, self._table, owner, os_pid, (process_id, secret_key)
+        )
 
     def take(self) -> list[tuple[int, int]]:
         """This worker's forwarded requests (emptied)."""
-        base = self.worker * SLOTS * 2
-        out = []
-        with self._lock:
-            for i in range(base, base + SLOTS * 2, 2):
-                if self._table[i]:
-                    out.append((int(self._table[i]), int(self._table[i + 1])))
-                    self._table[i] = self._table[i + 1] = 0
-        return out
+        return [(r[0], r[1]) for r in self._take(self._lock, self._table, 2)]
 
     def reset_worker(self, worker: int) -> None:
         """A worker died: nothing may be forwarded to it until its successor is ready."""
@@ -171,17 +153,28 @@ class CancelRelay:
         os_pid = self._pids[owner]
         if not listed or not os_pid or owner == self.worker:
             return False
-        with self._sig_lock:
-            for i in range(owner * SLOTS * 3, (owner + 1) * SLOTS * 3, 3):
-                if self._sig[i] == 0:
-                    self._sig[i], self._sig[i + 1], self._sig[i + 2] = (
-                        process_id,
-                        key,
-                        int(terminate),
-                    )
+        return self._queue(
+            "signal", self._sig_lock, self._sig, owner, os_pid, (process_id, key, int(terminate))
+        )
+
+    def take_signals(self) -> list[tuple[int, int, bool]]:
+        """This worker's queued signals (emptied): (process id, analyst key, terminate)."""
+        return [(r[0], r[1], bool(r[2])) for r in self._take(self._sig_lock, self._sig, 3)]
+
+    # ---- the shared queues (SLOTS rows of one width per worker) ---------------------------
+    def _queue(
+        self, what: str, lock: Any, table: Any, owner: int, os_pid: int, row: tuple[int, ...]
+    ) -> bool:
+        """Put ``row`` in the first free row of ``owner``'s part of ``table`` and signal it;
+        False when its rows are all taken or it is gone."""
+        n = len(row)
+        with lock:
+            for i in range(owner * SLOTS * n, (owner + 1) * SLOTS * n, n):
+                if table[i] == 0:
+                    table[i : i + n] = row
                     break
             else:
-                log.warning("signal relay full for worker %d; request dropped", owner)
+                log.warning("%s relay full for worker %d; request dropped", what, owner)
                 return False
         try:
             os.kill(os_pid, SIGNAL)
@@ -189,13 +182,13 @@ class CancelRelay:
             return False
         return True
 
-    def take_signals(self) -> list[tuple[int, int, bool]]:
-        """This worker's queued signals (emptied): (process id, analyst key, terminate)."""
-        base = self.worker * SLOTS * 3
+    def _take(self, lock: Any, table: Any, n: int) -> list[tuple[int, ...]]:
+        """This worker's rows of ``table`` (``n`` values each), emptied."""
+        base = self.worker * SLOTS * n
         out = []
-        with self._sig_lock:
-            for i in range(base, base + SLOTS * 3, 3):
-                if self._sig[i]:
-                    out.append((int(self._sig[i]), int(self._sig[i + 1]), bool(self._sig[i + 2])))
-                    self._sig[i] = self._sig[i + 1] = self._sig[i + 2] = 0
+        with lock:
+            for i in range(base, base + SLOTS * n, n):
+                if table[i]:
+                    out.append(tuple(int(v) for v in table[i : i + n]))
+                    table[i : i + n] = (0,) * n
         return out
