@@ -185,6 +185,10 @@ class ExplainQuery(_Common):
 Explained = PrivateQuery | TreeQuery | PublicQuery | CatalogQuery | DeferredQuery
 """What EXPLAIN explains: a query."""
 
+Query = Explained | LedgerQuery
+"""What answers with rows, so what a cursor or a COPY may read: every kind but a session command,
+an empty statement and EXPLAIN."""
+
 PrivateStatement = PrivateQuery | TreeQuery | DeferredQuery
 """The statements over private tables (``kind`` "private"): ``isinstance(p, PrivateStatement)``."""
 

@@ -11,16 +11,7 @@ from dataclasses import dataclass, replace
 
 from dpsql.budget.route import is_show_budget
 from dpsql.errors import PrivacyViolation, UnsupportedSql
-from dpsql.execute.prepared import (
-    CatalogQuery,
-    DeferredQuery,
-    LedgerQuery,
-    Prepared,
-    PrivateQuery,
-    PublicQuery,
-    SessionCommand,
-    TreeQuery,
-)
+from dpsql.execute.prepared import Prepared, Query, SessionCommand
 from dpsql.policy.model import Policy
 from dpsql.wire.copy_out import CopyStatement, parse_copy, private_table_refusal
 from dpsql.wire.cursors import CursorStatement, parse_cursor_statement
@@ -89,7 +80,7 @@ def copy_statement(
             raise
         raise private_table_refusal(copy, e, _key_column(policy, copy.table)) from None
     stmt = engine_statement(text, prepared)
-    if not isinstance(prepared, _CURSOR_QUERIES):  # what a query answers, nothing else
+    if not isinstance(prepared, Query):  # what a query answers, nothing else
         raise UnsupportedSql("COPY takes a query: COPY (SELECT ...) TO STDOUT",
                              hint="COPY (SELECT ...) TO STDOUT WITH (FORMAT csv, HEADER)")  # fmt: skip
     return replace(stmt, copy=copy)
@@ -100,7 +91,7 @@ def engine_statement(
 ) -> Statement:
     """The session's statement for the engine's ``prepared`` (refused: a DECLARE of what is not
     a query, a session command dpsql does not answer)."""
-    if cursor is not None and not isinstance(prepared, _CURSOR_QUERIES):
+    if cursor is not None and not isinstance(prepared, Query):
         raise UnsupportedSql(
             "DECLARE CURSOR is supported for queries dpsql answers (SELECT, VALUES)",
             hint="declare the cursor for a SELECT",
@@ -112,6 +103,3 @@ def engine_statement(
             "DISCARD, DEALLOCATE",
         )
     return Statement(text, None, prepared, fingerprint(text), cursor)
-
-
-_CURSOR_QUERIES = (PublicQuery, CatalogQuery, PrivateQuery, TreeQuery, DeferredQuery, LedgerQuery)
