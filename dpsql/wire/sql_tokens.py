@@ -28,7 +28,23 @@ _TOKEN = re.compile(
     """,
     re.VERBOSE | re.DOTALL,
 )
-_ESCAPED = re.compile(r"\\(.)")
+# PostgreSQL's escapes in E'...' (its docs, 4.1.2.2): '' for ': \b \f \n \r \t, octal, hex, Unicode,
+# and any other character taken as itself (\\, \')
+_ESCAPED = re.compile(
+    r"''|\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.DOTALL
+)
+_SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(m: re.Match[str]) -> str:
+    octal, hexa, u4, u8, other = m.groups()
+    if m.group(0) == "''":
+        return "'"
+    if other is not None:
+        return _SIMPLE.get(other, other)
+    if octal is not None:
+        return chr(int(octal, 8))
+    return chr(int(hexa or u4 or u8, 16))
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +74,7 @@ def scan(sql: str) -> tuple[list[Tok], int]:
             out.append(Tok(kind, text[1:-1].replace("''", "'")))
             continue
         if kind == "estr":
-            out.append(Tok("str", _ESCAPED.sub(r"\1", text[2:-1]).replace("''", "'"), True))
+            out.append(Tok("str", _ESCAPED.sub(_unescape, text[2:-1]), True))
             continue
         if kind == "qid":
             text = text[1:-1].replace('""', '"')

@@ -78,6 +78,8 @@ OPTIONS = [
     "WITH (FORMAT text, HEADER true, DELIMITER '|', NULL '')",
     "CSV HEADER FORCE QUOTE code",
     "DELIMITER AS ','",
+    # escape strings read as PostgreSQL reads them: a tab, and '-' (was: 't' and 'x2D')
+    "WITH (FORMAT csv, DELIMITER E'\\t', NULL E'\\x2D')",
 ]
 PUBLIC = (
     "SELECT code, name, NULL::text AS nothing, '' AS empty, 'a,b;c|d' AS seps, "
