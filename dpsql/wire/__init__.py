@@ -11,7 +11,8 @@ what a statement's text is before it runs: :mod:`.preparing`; the client's state
 :mod:`.timeouts`),
 the statements a
 session answers itself (:mod:`.statements`, :mod:`.state`; the settings and how SET reads
-their values: :mod:`.setting_values`), encoding values (:mod:`.encode`), the
+their values: :mod:`.setting_values`) and ``COPY ... TO STDOUT`` (:mod:`.copy_out`), both read
+with the tokens of :mod:`.sql_tokens`, encoding values (:mod:`.encode`), the
 public fast path (:mod:`.fastpath`, :mod:`.upstream`), the asyncio listener (:mod:`.server`) and
 the structured statement log (:mod:`.log`). What it needs of the engine is a typed Protocol
 (:mod:`.engine_api`); the process around it (settings, workers, /metrics) is :mod:`dpsql.server`.
