@@ -36,21 +36,28 @@ def _dataset_spent(ledger: Ledger) -> Fraction:
     )
 
 
-def test_concurrent_identical_statements_are_charged_once(demo_dsn: str, demo_policy: Any) -> None:
-    ledger = Ledger.open(demo_dsn, demo_policy, schema=f"dpsql_cr{uuid.uuid4().hex[:8]}")
+def _at_once(
+    policy: Any, dsn: str, sessions: int, epsilon: str, sql: str
+) -> tuple[list[Any], Fraction, list[Any]]:
+    """``sql`` run at once (a barrier) in ``sessions`` wire sessions at ``SET dpsql.epsilon =
+    epsilon``, through a served engine with a ledger of its own: each session's answer (its rows
+    sorted), what the dataset was charged for them, and the statement's history rows."""
+    ledger = Ledger.open(dsn, policy, schema=f"dpsql_cr{uuid.uuid4().hex[:8]}")
     try:
-        with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
-            conns = [psycopg.connect(analyst_dsn(srv.port), autocommit=True) for _ in range(3)]
+        with served_engine(policy, dsn, ledger=ledger) as srv:
+            conns = [
+                psycopg.connect(analyst_dsn(srv.port), autocommit=True) for _ in range(sessions)
+            ]
             try:
                 for c in conns:
-                    c.execute("SET dpsql.epsilon = 0.3")
+                    c.execute(f"SET dpsql.epsilon = {epsilon}")
                 before = _dataset_spent(ledger)
                 barrier = threading.Barrier(len(conns))
                 answers: list[Any] = [None] * len(conns)
 
                 def run(i: int) -> None:
                     barrier.wait()
-                    answers[i] = conns[i].execute(SQL).fetchall()
+                    answers[i] = sorted(conns[i].execute(sql).fetchall())
 
                 threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
                 for t in threads:
@@ -62,12 +69,17 @@ def test_concurrent_identical_statements_are_charged_once(demo_dsn: str, demo_po
             finally:
                 for c in conns:
                     c.close()
-        states = sorted(h.state for h in ledger.history("analyst") if h.statement == SQL)
+        rows = [h for h in ledger.history("analyst") if h.statement == sql]
     finally:
         ledger.close()
+    return answers, spent, rows
+
+
+def test_concurrent_identical_statements_are_charged_once(demo_dsn: str, demo_policy: Any) -> None:
+    answers, spent, rows = _at_once(demo_policy, demo_dsn, 3, "0.3", SQL)
     assert answers[0] == answers[1] == answers[2]
     assert spent == Fraction(3, 10)  # one release, charged once
-    assert states == ["committed", "repeat", "repeat"], states
+    assert sorted(h.state for h in rows) == ["committed", "repeat", "repeat"], rows
 
 
 def test_another_analysts_identical_statement_does_not_wait(
@@ -135,34 +147,7 @@ def test_concurrent_statements_choosing_auto_bounds_are_charged_once(
     answer and were charged four times (4 x the bound choices + 4 x laplace = 0.6): the
     statement's bound choices and answer were reserved before the in-flight slot was taken.
     Now the first chooses and answers (0.15 in all), the three others are free repeats."""
-    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_cr{uuid.uuid4().hex[:8]}")
-    try:
-        with served_engine(demo_policy_auto, demo_dsn, ledger=ledger) as srv:
-            conns = [psycopg.connect(analyst_dsn(srv.port), autocommit=True) for _ in range(4)]
-            try:
-                for c in conns:
-                    c.execute("SET dpsql.epsilon = 0.15")
-                before = _dataset_spent(ledger)
-                barrier = threading.Barrier(len(conns))
-                answers: list[Any] = [None] * len(conns)
-
-                def run(i: int) -> None:
-                    barrier.wait()
-                    answers[i] = sorted(conns[i].execute(AUTO_SQL).fetchall())
-
-                threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(timeout=120)
-                assert all(a is not None for a in answers), answers
-                spent = _dataset_spent(ledger) - before
-            finally:
-                for c in conns:
-                    c.close()
-        rows = [h for h in ledger.history("analyst") if h.statement == AUTO_SQL]
-    finally:
-        ledger.close()
+    answers, spent, rows = _at_once(demo_policy_auto, demo_dsn, 4, "0.15", AUTO_SQL)
     assert all(a == answers[0] for a in answers)
     assert spent == Fraction(15, 100), spent  # one statement's epsilon, charged once
     assert sorted(h.state for h in rows if h.mechanism != "auto_bound") == [
@@ -183,32 +168,6 @@ def test_concurrent_statements_of_several_parts_are_charged_once(
     """The same for a statement of several parts (a virtual dataset re-aggregated: a tree
     statement, dpsql.execute.tree), which took no in-flight slot at all: three sessions at once
     were charged three times for one answer."""
-    ledger = Ledger.open(demo_dsn, demo_policy_auto, schema=f"dpsql_cr{uuid.uuid4().hex[:8]}")
-    try:
-        with served_engine(demo_policy_auto, demo_dsn, ledger=ledger) as srv:
-            conns = [psycopg.connect(analyst_dsn(srv.port), autocommit=True) for _ in range(3)]
-            try:
-                for c in conns:
-                    c.execute("SET dpsql.epsilon = 0.2")
-                before = _dataset_spent(ledger)
-                barrier = threading.Barrier(len(conns))
-                answers: list[Any] = [None] * len(conns)
-
-                def run(i: int) -> None:
-                    barrier.wait()
-                    answers[i] = sorted(conns[i].execute(TREE_SQL).fetchall())
-
-                threads = [threading.Thread(target=run, args=(i,)) for i in range(len(conns))]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(timeout=120)
-                assert all(a is not None for a in answers), answers
-                spent = _dataset_spent(ledger) - before
-            finally:
-                for c in conns:
-                    c.close()
-    finally:
-        ledger.close()
+    answers, spent, _ = _at_once(demo_policy_auto, demo_dsn, 3, "0.2", TREE_SQL)
     assert all(a == answers[0] for a in answers)
     assert spent == Fraction(1, 5), spent  # one statement's epsilon, charged once
