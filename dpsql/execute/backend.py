@@ -18,7 +18,13 @@ from psycopg_pool import ConnectionPool
 
 from dpsql.errors import InvalidParameter
 from dpsql.result import ResultColumn
-from dpsql.upstream.faults import CONNECT_TIMEOUT_S, connection_lost, lost, upstream_error
+from dpsql.upstream.faults import (
+    CONNECT_TIMEOUT_S,
+    connection_lost,
+    lost,
+    upstream_error,
+    user_cancel,
+)
 from dpsql.upstream.loaders import register_lossless
 from dpsql.upstream.settings import session_settings
 from dpsql.upstream.zone import UTC_NAME, wanted
@@ -40,12 +46,23 @@ def use_zone(conn: psycopg.Connection[Any], zone: str | None) -> bool:
 
 
 class CancelToken:
-    """Cancels the upstream query it is attached to, from any thread."""
+    """Cancels the statement it belongs to, from any thread: its upstream query while one is
+    attached, and any query it has not sent yet (:meth:`Backend.run` refuses to start one once
+    cancelled).
+
+    PostgreSQL drops a cancel request that reaches a backend between statements, so a cancel
+    that came before the statement's query was sent (the engine still planning, waiting for a
+    pooled connection, or between two of its queries) must not be sent then and forgotten:
+    :meth:`Backend.run` checks :attr:`cancelled` once the connection is attached, before the
+    query goes out (57014, nothing run). The caller repeats :meth:`cancel` until
+    :attr:`finished` (the few milliseconds between that check and the query's start upstream).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
         self.cancelled = False
+        self.finished = False  # the statement's engine call has returned (set by its caller)
         # a padded statement's arrival (monotonic_ns), from which its delivery moment counts
         # (dpsql.execute.in_flight: a statement waiting for it goes on at that moment)
         self.pad_start_ns: int | None = None
@@ -53,8 +70,6 @@ class CancelToken:
     def attach(self, conn: psycopg.Connection[Any] | None) -> None:
         with self._lock:
             self._conn = conn
-            if conn is not None and self.cancelled:
-                conn.cancel_safe()
 
     def cancel(self) -> None:
         with self._lock:
@@ -196,6 +211,8 @@ class Backend:
                     if cancel is not None:
                         cancel.attach(conn)
                     try:
+                        if cancel is not None and cancel.cancelled:
+                            raise user_cancel()  # before its query: sent now, it'd be dropped
                         prepare = None if use_zone(conn, zone) else False
                         with conn.cursor(binary=binary) as cur:
                             if then is None:

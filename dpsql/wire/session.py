@@ -12,12 +12,12 @@ data-independent delivery moment of private answers.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -89,7 +89,7 @@ class Session:
         self,
         ch: Channel,
         engine: EngineAPI,
-        executor: Executor | None,
+        executor: concurrent.futures.Executor,
         ctx: SessionContext,
         state: SessionState,
         process_id: int,
@@ -152,6 +152,7 @@ class Session:
         self.idle.clear()
         if self.ch.eof:  # the client went away before its statement started
             self._client_gone()
+        call: concurrent.futures.Future[Result] | None = None
         try:
             if stmt.prepared is None:
                 raise InternalError("a session statement reached the engine")
@@ -162,14 +163,34 @@ class Session:
                     self, self.fast_engine, stmt.prepared, params, self.upstream, formats,
                     fast_token,
                 )  # fmt: skip
-            return await self.call(
+            call = self.executor.submit(
                 self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=token
             )
+            return await asyncio.wrap_future(call)
         finally:
-            self._cancel = None
+            if call is None or call.done():
+                self._cancel = None
+            else:  # this task was cancelled (pg_terminate_backend, shutdown) while the engine
+                # call runs on in its thread: the token stays the session's, so a cancel sent
+                # (or due at its delivery moment) is repeated until the call has ended
+                # (:meth:`_cancel_again`), not dropped with the task
+                loop = asyncio.get_running_loop()
+                call.add_done_callback(functools.partial(self._call_ended, loop, token))
             if self._delivering is None:
                 self.busy = False
                 self.idle.set()
+
+    def _call_ended(
+        self, loop: asyncio.AbstractEventLoop, token: CancelToken | None, _: object
+    ) -> None:
+        """An engine call that outlived its task has ended (in its thread): forget its token."""
+
+        def forget() -> None:
+            if self._cancel is token:
+                self._cancel = None
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server has stopped
+            loop.call_soon_threadsafe(forget)
 
     @contextlib.contextmanager
     def _busy_until_delivered(self) -> Iterator[None]:

@@ -140,6 +140,31 @@ def test_cancel_backend_of_an_own_session_cancels_its_statement(port: int) -> No
         assert a.execute("SELECT 1").fetchone() == (1,)  # the session goes on
 
 
+def test_a_cancel_before_the_query_is_sent_takes_effect(dsn: str, policy_file: Any) -> None:
+    """A cancel that reaches a statement before its upstream query is sent (Stop while the engine
+    plans, waits for a pooled connection, or is between two queries: under load the test above
+    cancelled there 2 times in 6) ends it with 57014 and never runs the query (was: the cancel
+    went to the idle connection, PostgreSQL dropped it, and the statement ran, 1 s here, and
+    answered; a terminated session's statement ran on and was charged, holding its connection
+    and the in-flight slot of its identical statements). Engine level, a real PostgreSQL."""
+    from fractions import Fraction
+
+    from dpsql.engine import Engine
+    from dpsql.errors import QueryCanceled
+    from dpsql.execute.backend import CancelToken
+    from dpsql.session import SessionContext
+
+    engine = Engine(policy_file.policy, dsn, pool_size=1)
+    try:
+        token = CancelToken()
+        token.cancel()  # before any connection is attached
+        prepared = engine.prepare("SELECT SUM(x) FROM slow20", "analyst")
+        with pytest.raises(QueryCanceled, match="canceling statement due to user request"):
+            engine.execute(prepared, SessionContext("analyst", Fraction(1)), (), token)
+    finally:
+        engine.close()
+
+
 def test_another_analysts_sessions_are_not_listed_nor_signalled(port: int) -> None:
     """bob sees only his own session and can't stop the analyst's statement, which answers."""
     bob_dsn = analyst_dsn(port, "bob", "bob")
