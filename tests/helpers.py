@@ -58,6 +58,37 @@ def served_engine(
         engine.close()
 
 
+@contextmanager
+def served_with_ledger(policy: Any, upstream: str, ledger_dsn: str) -> Iterator[Any]:
+    """:func:`served_engine` charging a ledger of its own, opened in ``ledger_dsn`` (a fresh
+    database: each module's charges apart) and closed at exit."""
+    ledger = Ledger.open(ledger_dsn, policy)
+    try:
+        with served_engine(policy, upstream, ledger=ledger) as srv:
+            yield srv
+    finally:
+        ledger.close()
+
+
+def slow_db(make_db: Any, name: str) -> str:
+    """A fresh database whose private view ``slow`` (``u``, ``x`` in 0..6, 100 rows) takes 50 ms
+    a row to read (``slow20``: its first 20 rows): statements that run long enough to be
+    cancelled, stopped or timed out while they run."""
+    import psycopg
+
+    dsn: str = make_db(name)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer NOT NULL, x numeric)")
+        conn.execute("INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u")
+        conn.execute(  # volatile: run for each row read
+            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
+            "AS 'SELECT pg_sleep(0.05); SELECT v'"
+        )
+        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
+        conn.execute("CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20")
+    return dsn
+
+
 def demo_db_with_defaults(make_db: Any, prefix: str, settings: Mapping[str, str]) -> str:
     """A fresh demo database whose new connections default to ``settings`` (ALTER DATABASE ...
     SET, as a data owner may have configured it); checked in force on a new connection."""

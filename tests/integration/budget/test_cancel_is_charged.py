@@ -30,7 +30,7 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, served_engine, slow_db
 from tests.policies import PolicyMaker, private_table
 
 SQL = "SELECT SUM(x) FROM slow"
@@ -39,17 +39,7 @@ SPENT = "privacy budget"  # what the error's text must speak of
 
 @pytest.fixture(scope="module")
 def dsn(make_db: Callable[[str], str]) -> str:
-    dsn = make_db("cancel")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (u integer NOT NULL, x numeric)")
-        conn.execute("INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u")
-        conn.execute(  # volatile: run for each row read
-            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
-            "AS 'SELECT pg_sleep(0.05); SELECT v'"
-        )
-        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
-        conn.execute("CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20")
-    return dsn
+    return slow_db(make_db, "cancel")
 
 
 def _policy(make_policy: PolicyMaker, timeout_ms: int) -> Any:

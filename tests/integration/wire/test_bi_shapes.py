@@ -21,10 +21,9 @@ import psycopg
 import pytest
 from psycopg import errors as pe
 
-from dpsql.budget.ledger import Ledger
 from dpsql.server.run import ServerThread
 from tests.conftest import IN_CI
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, served_with_ledger
 
 
 def _need(module: str) -> ModuleType:
@@ -45,15 +44,10 @@ ZERO_ROWS = (
 
 
 @pytest.fixture(scope="module")
-def ledger(make_db: Callable[[str], str], demo_policy: Any) -> Iterator[Ledger]:
-    led = Ledger.open(make_db("shapes_ledger"), demo_policy)
-    yield led
-    led.close()
-
-
-@pytest.fixture(scope="module")
-def served(demo_dsn: str, demo_policy: Any, ledger: Ledger) -> Iterator[ServerThread]:
-    with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
+def served(
+    make_db: Callable[[str], str], demo_dsn: str, demo_policy: Any
+) -> Iterator[ServerThread]:
+    with served_with_ledger(demo_policy, demo_dsn, make_db("shapes_ledger")) as srv:
         yield srv
 
 

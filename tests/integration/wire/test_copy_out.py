@@ -24,21 +24,15 @@ import asyncpg
 import psycopg
 import pytest
 
-from dpsql.budget.ledger import Ledger
 from dpsql.server.run import ServerThread
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, served_with_ledger
 
 
 @pytest.fixture(scope="module")
-def ledger(make_db: Callable[[str], str], demo_policy: Any) -> Iterator[Ledger]:
-    led = Ledger.open(make_db("copy_ledger"), demo_policy)
-    yield led
-    led.close()
-
-
-@pytest.fixture(scope="module")
-def served(demo_dsn: str, demo_policy: Any, ledger: Ledger) -> Iterator[ServerThread]:
-    with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
+def served(
+    make_db: Callable[[str], str], demo_dsn: str, demo_policy: Any
+) -> Iterator[ServerThread]:
+    with served_with_ledger(demo_policy, demo_dsn, make_db("copy_ledger")) as srv:
         yield srv
 
 

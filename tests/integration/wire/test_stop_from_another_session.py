@@ -26,7 +26,7 @@ import psycopg
 import pytest
 
 from dpsql.wire.auth import make_verifier
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, served_engine, slow_db
 from tests.policies import PolicyMaker, demo_doc, private_table
 
 SLOW = "SELECT SUM(x) FROM slow"
@@ -34,17 +34,7 @@ SLOW = "SELECT SUM(x) FROM slow"
 
 @pytest.fixture(scope="module")
 def dsn(make_db: Callable[[str], str]) -> str:
-    dsn = make_db("stop")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (u integer NOT NULL, x numeric)")
-        conn.execute("INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u")
-        conn.execute(  # volatile: run for each row read
-            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
-            "AS 'SELECT pg_sleep(0.05); SELECT v'"
-        )
-        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
-        conn.execute("CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20")
-    return dsn
+    return slow_db(make_db, "stop")
 
 
 @pytest.fixture(scope="module")
