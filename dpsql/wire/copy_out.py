@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsql.errors import InvalidParameter, PrivacyViolation, SqlSyntaxError, UnsupportedSql
-from dpsql.wire.sql_tokens import Tok, scan
+from dpsql.wire.sql_tokens import Tok, scan, skip_space
 
 _I16 = struct.Struct("!h")
 _I32 = struct.Struct("!i")
@@ -64,21 +64,6 @@ def _tokens(text: str) -> list[Tok]:
     if stop < len(text):
         raise SqlSyntaxError(f'syntax error at or near "{text[stop : stop + 10]}"')
     return toks
-
-
-def _skip_space(text: str, i: int) -> int:
-    while i < len(text):
-        if text[i].isspace():
-            i += 1
-        elif text.startswith("--", i):
-            j = text.find("\n", i)
-            i = len(text) if j < 0 else j + 1
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            i = len(text) if j < 0 else j + 2
-        else:
-            break
-    return i
 
 
 def _matching_paren(text: str, i: int) -> int:
@@ -116,7 +101,7 @@ def _matching_paren(text: str, i: int) -> int:
                 i = end + len(m.group(0))
                 continue
         elif text.startswith("--", i) or text.startswith("/*", i):
-            i = _skip_space(text, i)
+            i = skip_space(text, i)
             continue
         i += 1
     return -1
@@ -131,10 +116,10 @@ def parse_copy(text: str) -> CopyStatement | None:
         UnsupportedSql: 0A000, ``FORMAT binary``.
         SqlSyntaxError / InvalidParameter: 42601 / 22023, options PostgreSQL refuses.
     """
-    i = _skip_space(text, 0)
+    i = skip_space(text, 0)
     if text[i : i + 4].lower() != "copy" or (i + 4 < len(text) and text[i + 4].isalnum()):
         return None
-    i = _skip_space(text, i + 4)
+    i = skip_space(text, i + 4)
     table: str | None = None
     if i < len(text) and text[i] == "(":
         end = _matching_paren(text, i)

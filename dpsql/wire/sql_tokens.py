@@ -33,6 +33,7 @@ _TOKEN = re.compile(
 _ESCAPED = re.compile(
     r"''|\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})|(.))", re.DOTALL
 )
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 _SIMPLE = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 
@@ -54,6 +55,13 @@ class Tok:
     kind: str
     text: str
     escaped: bool = False  # a string written E'...' (its backslash escapes read)
+
+
+def first_word(sql: str) -> str | None:
+    """The first token of ``sql`` when it is a word (lower-cased), else None; read without
+    reading the rest (every statement's first word is looked at, few are read further)."""
+    m = _WORD.match(sql, skip_space(sql, 0))
+    return m.group().lower() if m is not None else None
 
 
 def scan(sql: str) -> tuple[list[Tok], int]:
@@ -84,3 +92,19 @@ def scan(sql: str) -> tuple[list[Tok], int]:
     while out and out[-1].kind == "punct" and out[-1].text == ";":
         out.pop()
     return out, n
+
+
+def skip_space(text: str, i: int) -> int:
+    """The index of the first character from ``i`` on that is not space or in a comment."""
+    while i < len(text):
+        if text[i].isspace():
+            i += 1
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            i = len(text) if j < 0 else j + 1
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            i = len(text) if j < 0 else j + 2
+        else:
+            break
+    return i

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dpsql.errors import PrivacyViolation, SqlSyntaxError
-from dpsql.wire.sql_tokens import Tok, scan
+from dpsql.wire.sql_tokens import Tok, first_word, scan
 
 _FIRST_WORDS = frozenset(
     "set reset show begin start commit end rollback abort savepoint release discard deallocate "
@@ -99,9 +99,9 @@ def parse_session_statement(sql: str) -> SessionStatement | None:
         SqlSyntaxError: a session statement with bad syntax.
         PrivacyViolation: SET ROLE / SET SESSION AUTHORIZATION.
     """
+    if first_word(sql) not in _FIRST_WORDS:
+        return None  # the rest is not read: every statement's text passes here
     toks, stop = scan(sql)
-    if not toks or toks[0].kind != "word" or toks[0].text not in _FIRST_WORDS:
-        return None
     if stop < len(sql) or any(t.escaped for t in toks):
         return None  # not read to its end, or an escape string: the engine's (and its errors)
     if any(t.kind == "punct" and t.text == ";" for t in toks):
