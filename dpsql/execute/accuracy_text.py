@@ -21,57 +21,33 @@ from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
-from dpsql.execute.accuracy_few import (
-    open_rows,
-    open_text,
-    reach,
-    reach_text,
-    unseen,
-    unseen_text,
+from dpsql.execute.accuracy_avg import avg_line, avg_nulls
+from dpsql.execute.accuracy_few import open_rows, open_text, reach, reach_text, unseen, unseen_text
+from dpsql.execute.accuracy_words import (
+    ESTIMATE_SHARE,
+    alarmed,
+    assumption,
+    bounds_keep,
+    level_text,
+    percent,
+    total_removed,
+    unclear_text,
 )
 from dpsql.execute.bias import (
-    ALARM,
     Interval,
-    Mechanism,
     Removed,
-    TargetWidths,
     avg_targets,
-    avg_widths,
-    one_row,
     outside_alarm,
     parts,
     target_of,
     target_widths,
 )
-from dpsql.execute.bounds_text import (
-    LOWER_ONLY,
-    NOISE_ONLY,
-    clamp_text,
-    col_name,
-    fmt,
-    qty_text,
-    rows_kept,
-    rows_text,
-    unestimated,
-)
+from dpsql.execute.bounds_text import LOWER_ONLY, NOISE_ONLY, fmt, qty_text, rows_text, unestimated
 from dpsql.execute.declared_text import outside_warning, with_declared_premises
 from dpsql.execute.disowned import Disown, Disowned, Keep, disown, nulled, quantile_disown
 from dpsql.sql.analysis import Analysis, Statistic
-from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasPlan, BiasTarget
+from dpsql.sql.bias import BiasTarget
 from dpsql.sql.plan import Plan
-from dpsql.sql.wording import plural
-
-_SHARE = "a tenth" if BIAS_SHARE == Fraction(1, 10) else f"{BIAS_SHARE}"  # of the epsilon
-
-
-def level_text(confidence: float) -> str:
-    """A confidence level as a percentage, never rounded to a level it is not: '95%', '99.8%',
-    '99.99%' (was '{:.0%}': 0.998 printed as '100%', a claim of certainty)."""
-    for digits in range(4, 16):
-        text = f"{100 * confidence:.{digits}g}"
-        if float(text) < 100 or confidence >= 1:
-            break
-    return f"{text}%"
 
 
 @dataclass(frozen=True)
@@ -129,8 +105,8 @@ def accuracy_notes(
         avg = avg_targets(s, plan)
         if avg is not None:
             ivs = [row[si] for row in intervals] if intervals else []
-            out.append(_avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy))
-            if _alarm(removed[avg[0].target.key], rows):  # 'But it does NOT cover the truth'
+            out.append(avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy))
+            if alarmed(removed[avg[0].target.key], rows):  # 'But it does NOT cover the truth'
                 disown(disowned, si, Disown(None, "none"))  # (an average: either way)
             continue
         b = target_of(s, plan)
@@ -140,7 +116,7 @@ def accuracy_notes(
                 f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
             )
             why = unestimated(a, s)
-            out.append(f"{s.sql}: {conf} interval:{noise} {why}." + _avg_nulls(a, s, noisy))
+            out.append(f"{s.sql}: {conf} interval:{noise} {why}." + avg_nulls(a, s, noisy))
             if NOISE_ONLY in why:  # what the bounds changed is not in it
                 disown(disowned, si, Disown(None, "low" if LOWER_ONLY in why else "none"))
             continue
@@ -151,7 +127,7 @@ def accuracy_notes(
         tw = target_widths(mech, b, confidence)
         r = removed[b.target.key]
         t = b.target
-        total = _total_removed(r.dropped) if rows else 0.0
+        total = total_removed(r.dropped) if rows else 0.0
         answer = (
             float(np.abs(np.asarray(noisy[s.measures[0]], dtype=np.float64)).sum())
             if (noisy is not None and rows and s.measures[0] in noisy)
@@ -163,7 +139,7 @@ def accuracy_notes(
         grouped = bool(a.group_keys) and rows > 0
         spread = r.plan.dropped.half_width(confidence) * math.sqrt(rows) if grouped else tw.d_hi
         share = (
-            f"{_percent(total / answer)} of the answer"
+            f"{percent(total / answer)} of the answer"
             if answer > 0 and total > spread and total > 0
             else ""
         )  # a percentage only where the estimate is above its noise
@@ -181,17 +157,15 @@ def accuracy_notes(
         elif not grouped and sum_d < 0:  # _reach_text says where it came out
             said = "no clear estimate"
         else:
-            said = (
-                f"no clear estimate{where} ({_unclear(qty_text(a, t.measure, sum_d), sum_d, own)})"
-            )
+            said = f"no clear estimate{where} ({unclear_text(qty_text(a, t.measure, sum_d), sum_d, own)})"
         line = (
             f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
-            f"(they keep {_kept(a, t)}): {said}"
+            f"(they keep {bounds_keep(a, t)}): {said}"
             f"{_reach_text(a, t, r.dropped[:rows], tw.d_hi)} "
         )
-        line += _assumption(a, r, t, rows)
+        line += assumption(a, r, t, rows)
         found = []  # answers the releases cannot check: a few units may hold most of them
-        if rows and noisy is not None and s.measures[0] in noisy and not _alarm(r, rows):
+        if rows and noisy is not None and s.measures[0] in noisy and not alarmed(r, rows):
             answers = np.asarray(noisy[s.measures[0]])
             ks = reach(t, r, tw, confidence)
             # bounds chosen from the data: the upper end is an assumption wherever a unit
@@ -206,14 +180,14 @@ def accuracy_notes(
         # the bounds only pull the answer towards 0 on the side of its sign: the end on the
         # other side never rests on the assumption (docs/accuracy.md), so it stays
         held: Keep = "low" if t.sign > 0 else "high"
-        if _alarm(r, rows):  # 'But it does NOT cover the truth'
+        if alarmed(r, rows):  # 'But it does NOT cover the truth'
             disown(disowned, si, Disown(None, held))
         if found:  # 'the truth can lie far beyond the interval', in those rows
             disown(disowned, si, Disown(frozenset(f[0] for f in found), held))
         reaches = np.maximum(0.0, np.asarray(r.dropped[:rows], dtype=np.float64) + tw.d_hi)
-        if rows and reaches.max() > 4 * tw.b and not _alarm(r, rows) and not found:
+        if rows and reaches.max() > 4 * tw.b and not alarmed(r, rows) and not found:
             line += (
-                f" Most of the width is that estimate (it gets {_SHARE} of epsilon): raise "
+                f" Most of the width is that estimate (it gets {ESTIMATE_SHARE} of epsilon): raise "
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
@@ -319,31 +293,6 @@ def _outside_warnings(
     return out
 
 
-def _unclear(qty: str, est: float, noise: float) -> str:
-    """Why an estimate of what the bounds left out says nothing clear: it is within its noise
-    (or below 0 by more: noise too, as the bounds only ever leave out)."""
-    if est < -noise:
-        return (
-            f"its noisy estimate came out at {qty}, below 0 by more than its noise, ±{fmt(noise)}"
-        )
-    return f"its noisy estimate, {qty}, is within its noise, ±{fmt(noise)}"
-
-
-def _total_removed(dropped: np.ndarray) -> float:
-    """The removed mass over all groups: the sum of the groups' released estimates, at 0 if
-    below. Each group's estimate is the truth plus noise of mean 0, so their sum is too; each
-    clipped at 0 first (as before) added about half a noise scale per group where little was
-    removed (the demo's 11 months: 'about 6,436 rows' against about 1,400, at a scale of
-    1,067 a group)."""
-    return max(0.0, float(np.asarray(dropped, dtype=np.float64).sum()))
-
-
-def _percent(x: float) -> str:
-    """A ratio as a percentage with about two significant digits: 0.23%, 2.1%, 24%, 106%."""
-    p = 100 * x
-    return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
-
-
 def _derived_width(
     a: Analysis,
     si: int,
@@ -391,228 +340,3 @@ def _half_widths(s: Statistic, plan: Plan, confidence: float) -> list[float]:
     level = 1 - (1 - confidence) / parts(s, plan)
     mechs = [plan.measure_plan(m).mechanism for m in s.measures]
     return [m.half_width(level) for m in mechs if hasattr(m, "half_width")]
-
-
-def _kept(a: Analysis, t: BiasTarget) -> str:
-    """What the bounds keep of target ``t``, in the user's terms."""
-    m, unit = t.measure, a.private.privacy_unit
-    if m.kind == "count_units":
-        return f"each {unit} in at most {plural(a.max_groups, 'group')}"
-    if m.total is not None:
-        return f"at most {qty_text(a, m, float(m.total))} per {unit} over all groups"
-    parts_ = [] if one_row(a) else [rows_kept(a)]
-    if m.kind in ("sum", "sum_centered"):
-        c = clamp_text(m, float(t.raw_lo), float(t.raw_hi))
-        if c:
-            parts_.append(c)
-    return "; ".join(parts_) or f"one row per {unit}"
-
-
-def _lost(a: Analysis, t: BiasTarget) -> str:
-    """The assumption's cap: 'lost more than C' in the user's terms."""
-    if t.measure.kind == "count_units":
-        return f"was left out of more than {plural(t.cap_steps, 'group')}"
-    return f"lost more than {_cap(a, t)}"
-
-
-def _cap(a: Analysis, t: BiasTarget) -> str:
-    if t.split > 1:  # the cap is split evenly over the declared groups
-        return f"{qty_text(a, t.measure, float(t.group_cap_steps * t.grid))} in one group"
-    return qty_text(a, t.measure, float(t.cap))
-
-
-def _cap_source(a: Analysis, t: BiasTarget) -> str:
-    """Where the assumption's cap comes from, in words that agree with its figure: C is
-    CAP_FACTOR times what the bounds keep of one unit (dpsql.sql.bias.bias_targets), and with
-    the cap split over K declared groups, C / K in each group (at least one step)."""
-    m, unit = t.measure, a.private.privacy_unit
-    if m.kind == "count_units":
-        return f"{CAP_FACTOR}x the {plural(a.max_groups, 'group')} the bounds keep of one {unit}"
-    kept = qty_text(a, m, float(t.cap) / CAP_FACTOR)
-    scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
-    text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
-    if t.split > 1:
-        total = qty_text(a, m, float(t.cap))
-        text += f", {total}, shared over the {t.split} groups a {unit} can reach"
-        if t.group_cap_steps * t.split > t.cap_steps:
-            text += f", at least {qty_text(a, m, float(t.grid))} in each"
-    return text
-
-
-def _alarm(r: Removed, rows: int) -> bool:
-    """Some group's over-cap count is above 0 beyond its noise (at 1 - 1e-3 over all groups:
-    a false alarm at most once in a thousand answers)."""
-    if not rows or not r.over_cap.size:
-        return False
-    return float(r.over_cap.max()) - r.plan.over_cap.half_width(1 - ALARM / rows) > 0
-
-
-def _assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
-    unit, lost = a.private.privacy_unit, _lost(a, t)
-    if _alarm(r, rows):
-        n = max(0.0, float(r.over_cap.sum()))
-        auto = "auto" in (a.private.max_rows_per_unit, a.private.max_groups_per_unit)
-        what = (
-            "The bounds were chosen from the data (auto): raise dpsql.epsilon for a surer "
-            "choice, ask the data owner to set max_rows_per_unit / max_groups_per_unit to "
-            "numbers in the policy, or ask about fewer rows."
-            if auto
-            else "Raise max_rows_per_unit / max_groups_per_unit in the policy, or ask about "
-            "fewer rows."
-        )
-        return (
-            f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond "
-            f"what it allows for. {what}"
-        )
-    return f"It assumes no {unit} {lost} ({_cap_source(a, t)}){_pre_join(a)}."
-
-
-def _pre_join(a: Analysis) -> str:
-    """A join of private tables with ``auto`` R: each table keeps P rows per unit before the
-    join (dpsql.sql.join_cap), which the removed-mass estimate does not see: the assumption."""
-    if not a.pre_join_rows:
-        return ""
-    p, unit = a.pre_join_rows, a.private.privacy_unit
-    return (
-        f", and that none has more than {plural(p, 'row')} in one of the joined tables (each "
-        f"keeps at most {plural(p, 'row')} per {unit} before the join; what that leaves out is "
-        "not estimated)"
-    )
-
-
-def _avg_line(
-    a: Analysis,
-    plan: Plan,
-    s: Statistic,
-    avg: tuple[BiasPlan, BiasPlan | None],
-    removed: dict[str, Removed],
-    confidence: float,
-    rows: int,
-    ivs: Sequence[Interval | None],
-    noisy: Mapping[str, Any] | None,
-) -> str:
-    """AVG: the noise of its sum and count, and the rows and value mass the bounds left out;
-    when its interval spans most of the declared range, why and what to do."""
-    c, n = avg
-    m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
-    if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
-        return f"{s.sql}: an average released by a selection has no value interval"
-    aw = avg_widths((m0, m1), avg, confidence)
-    t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
-    mass = removed[t.key]
-    where = " in all groups together" if a.group_keys else ""
-    per = " in a group" if a.group_keys else ""
-    total = _total_removed(mass.dropped) if rows else 0.0
-    wm = fmt(aw.mass_up)
-    head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
-    if n is None:
-        est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
-        own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))
-        said = (
-            f"about {fmt(total)} of {col}{where}"
-            if est > own
-            else f"no clear estimate{where} ({_unclear(f'{fmt(est)} of {col}', est, own)})"
-        )
-        line = (
-            f"{head}, plus what clamping cut off (they keep {_kept(a, t)}): {said} (up to "
-            f"{wm} more{per} given that estimate's noise); one row per {unit}: no row is "
-            "dropped. "
-        )
-    else:
-        dropped = removed[n.target.key].dropped
-        g = math.sqrt(max(rows, 1))
-        est_rows = float(np.asarray(dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
-        est_mass = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
-        noise_rows = removed[n.target.key].plan.dropped.half_width(confidence) * g
-        noise_mass = mass.plan.dropped.half_width(confidence) * g
-        clear = [
-            f"about {rows_text(est_rows)}" if est_rows > noise_rows else "",
-            f"about {fmt(est_mass)} of {col}" if est_mass > noise_mass else "",
-        ]
-        unclear = [
-            _unclear(rows_text(est_rows), est_rows, noise_rows) if not clear[0] else "",
-            _unclear(f"{fmt(est_mass)} of {col}", est_mass, noise_mass) if not clear[1] else "",
-        ]
-        if all(clear):
-            said = f"{clear[0]} and {clear[1]}{where}"
-        elif any(clear):
-            said = (
-                f"{clear[0] or clear[1]}{where}, and no clear estimate of the "
-                f"{'value mass' if clear[0] else 'rows'} ({unclear[1] or unclear[0]})"
-            )
-        else:
-            said = f"no clear estimate{where} (of the rows: {unclear[0]}; of {col}: {unclear[1]})"
-        line = (
-            f"{head}, plus what the bounds left out (they keep {_kept(a, t)}): {said}; the "
-            f"interval allows for ±{fmt(aw.rows_up)} rows and up to {wm} more of {col}{per} "
-            "given those estimates' noise. "
-        )
-    line += _assumption(a, mass, t, rows)
-    if rows and not _alarm(mass, rows):  # how many units beyond the mass cap could hide
-        line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
-    declared = (float(t.raw_lo), float(t.raw_hi))
-    line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-    return line + _avg_nulls(a, s, noisy)
-
-
-_NULL_BELOW_ONE = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
-
-
-def _avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str:
-    """Groups whose AVG (VARIANCE, STDDEV) is NULL: their noisy row count, the statistic's last
-    measure, came out below 1 (:func:`dpsql.sql.postprocess.derive`: no value)."""
-    if noisy is None or len(s.measures) < 2 or s.func not in _NULL_BELOW_ONE:
-        return ""
-    if s.measures[-1] not in noisy:
-        return ""
-    counts = [float(v) for v in noisy[s.measures[-1]]]
-    k = sum(1 for v in counts if v < 1)
-    if not k:
-        return ""
-    where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
-    what = "average" if s.func == "avg" else "spread"
-    return (
-        f" It is NULL {where}".rstrip()
-        + f": the noisy count of rows there came out below 1, so no {what} is released "
-        "(too few rows for this epsilon)."
-    )
-
-
-def _avg_why_wide(
-    a: Analysis,
-    mechs: tuple[Mechanism, Mechanism],
-    s: Statistic,
-    levels: tuple[float, float],
-    ivs: Sequence[Interval | None],
-    noisy: Mapping[str, Any] | None,
-    declared: tuple[float, float],
-) -> str:
-    """When an AVG's interval spans half its declared range or more (honest, not useful): why
-    (the noise alone, or the estimate of what the bounds left out) and what to do."""
-    from dpsql.sql.postprocess import derive
-
-    lo, hi = declared
-    wide = [r for r, iv in enumerate(ivs) if iv is not None and iv[1] - iv[0] >= (hi - lo) / 2]
-    if not wide or noisy is None or hi <= lo:
-        return ""
-    widths = [mechs[0].half_width(levels[0]), mechs[1].half_width(levels[1])]
-    noise_wide, kept = 0, math.inf
-    for r in wide:
-        vals = [float(noisy[m][r]) for m in s.measures]
-        kept = min(kept, max(0.0, vals[1]))
-        iv = derive(s, vals, widths)[1]
-        noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
-    which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
-    smallest = "the smallest group" if len(wide) > 1 else "it"
-    why = (
-        f"too few rows for this epsilon ({smallest} has about {fmt(kept)}, a noisy count): the "
-        "noise alone is that wide"
-        if noise_wide == len(wide)
-        else f"the estimate of what the bounds left out (it gets {_SHARE} of epsilon) is that "
-        f"wide ({smallest} has about {fmt(kept)} rows, a noisy count)"
-    )
-    return (
-        f" {which} spans most of {col_name(a.measure(s.measures[0]))}'s declared range "
-        f"({fmt(lo)} to {fmt(hi)}): {why}. "
-        "Raise dpsql.epsilon, or group less finely."
-    )

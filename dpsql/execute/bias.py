@@ -82,7 +82,7 @@ def outside_alarm(mech: Laplace | None, total: float | None) -> float | None:
 def release_alarms(
     plan: Plan, columns: Sequence[Sequence[object]], noise: NoiseSource
 ) -> dict[str, float]:
-    """The VARIANCE alarms' outside counts (:class:`dpsql.sql.bias.AlarmPlan`), by measure key:
+    """The VARIANCE alarms' outside counts (:class:`dpsql.sql.alarms.AlarmPlan`), by measure key:
     each one total over the released rows' counts (``columns[j]``: the j-th alarm's), one noise
     draw; none without a released row."""
     out: dict[str, float] = {}

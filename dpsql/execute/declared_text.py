@@ -111,7 +111,7 @@ def outside_warning(a: Analysis, s: Statistic, units: float, split: int = 1) -> 
     # privacy_unit: row: each row is a unit (its values counted one by one)
     who = "rows" if a.private.row_privacy else a.private.privacy_unit
     if s.func == "quantile":
-        # counted by their first kept row (dpsql.sql.bias.quantile_alarms): a lower bound; the
+        # counted by their first kept row (dpsql.sql.alarms.quantile_alarms): a lower bound; the
         # clamp keeps the order, so a quantile inside the range is right, one beyond it is not.
         # Nothing ranked (each row its own unit, or one row per unit): every row outside is
         # counted, so the count is not a lower bound: no 'or more'

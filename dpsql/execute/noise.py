@@ -157,7 +157,7 @@ def release(
         assert plan.selection is not None
         keep = noise.keep(plan.selection, sel)
         table = [t for t, k in zip(table, keep, strict=True) if k]
-    # the bias targets' outside counts, the VARIANCE alarms' (dpsql.sql.bias.AlarmPlan), then
+    # the bias targets' outside counts, the VARIANCE alarms' (dpsql.sql.alarms.AlarmPlan), then
     # the targets' removed-mass columns follow the measures
     x0 = nm + nsel
     a0 = x0 + len(outside_plans(plan))

@@ -11,7 +11,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
-from dpsql.execute.accuracy_text import level_text
+from dpsql.execute.accuracy_words import level_text
 from dpsql.execute.bounds_text import fmt, rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
 from dpsql.execute.disowned import capped_quantile, nulled, quantile_disown

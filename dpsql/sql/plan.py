@@ -37,18 +37,9 @@ from dpsql.dp.partition import PartitionSelection
 from dpsql.dp.quantiles import _GAMMA_CLIP as GAMMA_CLIP  # the sampler's clip, checked here
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
+from dpsql.sql.alarms import ALARM_SHARE, AlarmPlan, alarm_measures, alarm_plans, quantile_alarms
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.bias import (
-    ALARM_SHARE,
-    BIAS_SHARE,
-    AlarmPlan,
-    BiasPlan,
-    alarm_measures,
-    alarm_plans,
-    bias_plans,
-    bias_targets,
-    quantile_alarms,
-)
+from dpsql.sql.bias import BIAS_SHARE, BiasPlan, bias_plans, bias_targets
 
 MechanismName = Literal["laplace", "gaussian"]
 

@@ -33,7 +33,7 @@ from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
-from dpsql.sql.bias import ALARM_SHARE
+from dpsql.sql.alarms import ALARM_SHARE
 from tests.dp_audit.auditing import (
     Verdict,
     broken_twins,

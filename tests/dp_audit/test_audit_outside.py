@@ -20,7 +20,7 @@ Laplace noise of L1 sensitivity 1 (K) at its epsilon (dpsql.sql.bias.bias_plans)
   for it; a twin released with a quarter of its sensitivity (4x the realized epsilon: 0.5 x 4 =
   2 against 0.5) must be flagged (its bound reads about 1.9).
 
-Both also for a VARIANCE's or STDDEV's alarm (dpsql.sql.bias.AlarmPlan: the same count with an
+Both also for a VARIANCE's or STDDEV's alarm (dpsql.sql.alarms.AlarmPlan: the same count with an
 epsilon of its own, 1/80 of the statement's): the last two SQLS, and the epsilon check on
 VARIANCE(v) at 40, whose alarm gets 0.5 as the SUM's count does.
 """
@@ -223,7 +223,7 @@ VAR_SQL = "SELECT VARIANCE(v) FROM t"  # its alarm: 40 / 80 = 0.5, as the SUM's 
 
 
 def _alarm_audit(engines: tuple[Engine, Engine], broken: bool) -> tuple[float, float]:
-    """(epsilon lower bound, epsilon charged) of a VARIANCE's alarm (dpsql.sql.bias.AlarmPlan):
+    """(epsilon lower bound, epsilon charged) of a VARIANCE's alarm (dpsql.sql.alarms.AlarmPlan):
     its column is the bounded SQL's last (no bias target), released as
     :func:`dpsql.execute.bias.release_alarms` does (one total, the alarm's mechanism)."""
     plans = [_plan(e, VAR_SQL, EPS) for e in engines]

@@ -1,5 +1,5 @@
 """Privacy audit of a quantile's count of units with a value outside its declared bounds
-(issue 16; dpsql.sql.bias.quantile_alarms).
+(issue 16; dpsql.sql.alarms.quantile_alarms).
 
 The bounded SQL of a MEDIAN, percentile, MIN or MAX codes each row's bucket -1 / B when its
 value lies below / above the declared range (dpsql.sql.rewrite.buckets.pre_bucket) and counts,
@@ -45,7 +45,7 @@ from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import salted
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.bias import ALARM_SHARE, alarm_plans
+from dpsql.sql.alarms import ALARM_SHARE, alarm_plans
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
@@ -256,7 +256,7 @@ SHAPES = {  # statement, the tables a unit's rows are removed from (tr: by row)
     "rollup": ("SELECT g, MIN(v) FROM t GROUP BY ROLLUP (g)", ("t",)),
     "private join": ("SELECT x.g, MEDIAN(x.v) FROM t AS x JOIN t2 AS y ON x.uid = y.uid GROUP BY x.g", ("t", "t2")),
     "public join": ("SELECT n.name, MAX(x.v) FROM t AS x JOIN names AS n ON x.g = n.g GROUP BY n.name", ("t",)),
-    # SUM / AVG / VARIANCE where no bias target counts (dpsql.sql.bias.alarm_measures)
+    # SUM / AVG / VARIANCE where no bias target counts (dpsql.sql.alarms.alarm_measures)
     "unique unit SUM": ("SELECT g, SUM(v), VARIANCE(v) FROM tu GROUP BY g", ("tu",)),
     "row privacy SUM": ("SELECT g, SUM(v) FROM tr GROUP BY g", ("tr",)),
     "private join SUM": ("SELECT x.g, SUM(x.v) FROM t AS x JOIN t2 AS y ON x.uid = y.uid GROUP BY x.g", ("t", "t2")),

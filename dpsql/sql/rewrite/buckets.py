@@ -143,7 +143,7 @@ def pre_bucket(
              WHEN outside > hi THEN B ELSE <bucket of outside> END
 
     so the row says whether its clamp changed it (a quantile's outside count reads that:
-    dpsql.sql.bias.quantile_alarms) at no more cost than the clamp (the same two tests); the
+    dpsql.sql.alarms.quantile_alarms) at no more cost than the clamp (the same two tests); the
     codes sort as the clamped values' buckets (0, the bucket of ``hi``) do among themselves and
     the other buckets, so rows ranked by them are ranked as before; :func:`code_bucket` maps a
     code back to the bucket its clamped value is in."""

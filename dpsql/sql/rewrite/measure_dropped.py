@@ -51,7 +51,7 @@ from dpsql.sql.rewrite.make_total import make_total
 
 def outside_sql(a: Analysis, m: Measure, declared: tuple[str, ...]) -> exp.Expr | None:
     """A row-level condition, true when one of measure ``m``'s ``declared`` columns (a bias
-    target's, or a VARIANCE's alarm's: :func:`dpsql.sql.bias.alarm_measures`) lies outside
+    target's, or a VARIANCE's alarm's: :func:`dpsql.sql.alarms.alarm_measures`) lies outside
     its declared bounds (``c > hi OR c < lo``, NULL for a NULL value); None without any;
     ``FALSE`` when the catalog proves every one of them within its bounds (``a.proven_bounds``:
     :mod:`dpsql.sql.check_bounds`), so no row is outside."""

@@ -231,10 +231,11 @@ def rank_rows(
 
 def unranked_alarms(a: Analysis, outside: dict[int, exp.Expr]) -> list[exp.Expr]:
     """Rows not ranked per unit (:func:`dpsql.sql.bias.unranked`): each SUM/AVG/VARIANCE alarm's
-    count (:func:`dpsql.sql.bias.alarm_measures`, in its order, before the quantiles'),
+    count (:func:`dpsql.sql.alarms.alarm_measures`, in its order, before the quantiles'),
     ``_dp_x<i>`` = ``COUNT(*) FILTER (WHERE <a declared column outside its bounds>)``: every row
     outside, each unit's one row in its one group (L1 sensitivity 1)."""
-    from dpsql.sql.bias import alarm_measures, unranked
+    from dpsql.sql.alarms import alarm_measures
+    from dpsql.sql.bias import unranked
     from dpsql.sql.rewrite.measure_dropped import outside_count
 
     if not unranked(a):

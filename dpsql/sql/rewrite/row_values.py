@@ -124,10 +124,11 @@ def outside_flags(
     a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr]
 ) -> dict[int, exp.Expr]:
     """For each bias target with ``declared`` columns, then each VARIANCE's or STDDEV's alarm
-    (:func:`dpsql.sql.bias.alarm_measures`), by measure index, a row-value column (added to
+    (:func:`dpsql.sql.alarms.alarm_measures`), by measure index, a row-value column (added to
     ``inner``) true when one of them lies outside its declared bounds (its clamp changes it);
     NULL values are not outside (the clamp keeps them NULL)."""
-    from dpsql.sql.bias import alarm_measures, bias_targets
+    from dpsql.sql.alarms import alarm_measures
+    from dpsql.sql.bias import bias_targets
     from dpsql.sql.rewrite.measure_dropped import never, outside_sql
 
     out: dict[int, exp.Expr] = {}
@@ -163,12 +164,12 @@ def hashed_values(
 def alarmed_values(
     a: Analysis, inner: list[exp.Expr], vcols: dict[str, exp.Expr], hashed: dict[int, exp.Expr]
 ) -> dict[int, exp.Expr]:
-    """For each quantile whose outside count is released (:func:`dpsql.sql.bias.quantile_alarms`:
+    """For each quantile whose outside count is released (:func:`dpsql.sql.alarms.quantile_alarms`:
     the first measure of its bucketing), by measure index, its value unclamped in the type it is
     bucketed in: the NUMERIC of ``hashed``, or for an :func:`integer_quantile` its argument (a
     row-value column added to ``inner``), which :func:`~dpsql.sql.rewrite.buckets.pre_bucket`
     tests against the range and buckets instead of the clamped value."""
-    from dpsql.sql.bias import quantile_alarms
+    from dpsql.sql.alarms import quantile_alarms
 
     out: dict[int, exp.Expr] = {}
     for i, _, _ in quantile_alarms(a):
@@ -189,7 +190,7 @@ def flagged_values(
     is released, by measure index, its value unclamped as NUMERIC (an
     :func:`integer_quantile`'s in its own integer type: no NUMERIC per row), a row-value column
     added to ``inner``, which the count tests against the range."""
-    from dpsql.sql.bias import quantile_alarms
+    from dpsql.sql.alarms import quantile_alarms
 
     out: dict[int, exp.Expr] = {}
     for i, _, _ in quantile_alarms(a):

@@ -9,7 +9,7 @@ a quantile statement carry their bucket through the ranking, coded -1 / B for a 
 above the range (``dpsql.sql.rewrite.buckets.pre_bucket``), and the plan releases, at
 ``ALARM_SHARE`` (1/80) of the statement's epsilon taken from the answer (the charge is
 unchanged), the count of units whose first kept row (in their first kept group) has such a
-code: each unit once (L1 sensitivity 1, ``dpsql.sql.bias.quantile_alarms``).
+code: each unit once (L1 sensitivity 1, ``dpsql.sql.alarms.quantile_alarms``).
 
 The same two tables as test_outside_bounds (20,000 units, 1-3 rows each, 4 declared groups,
 R = 3, G = 2: ranked), v declared [0, 100]: ``o`` with every 10th unit's values all at 150
@@ -43,7 +43,7 @@ from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import SALT_MARKER
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.bias import ALARM_SHARE
+from dpsql.sql.alarms import ALARM_SHARE
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
@@ -294,7 +294,7 @@ SHAPES = {  # (statement over {t} = o or c, what its count counts on o)
     "private join": ("SELECT MEDIAN(x.v) FROM {t} AS x JOIN o AS y ON x.uid = y.uid", None),
     "public join": ("SELECT n.name, MAX(x.v) FROM {t} AS x JOIN names AS n ON x.g = n.g GROUP BY n.name", None),
     # SUM, AVG, VARIANCE, STDDEV where no bias target counts (rows not ranked per unit, no
-    # clamp: auto): each its own count, every row outside (dpsql.sql.bias.alarm_measures)
+    # clamp: auto): each its own count, every row outside (dpsql.sql.alarms.alarm_measures)
     "unique unit SUM": ("SELECT g, SUM(v) FROM u{t} GROUP BY g", "SELECT count(*) FROM uo WHERE v > 100"),
     "unique unit AVG": ("SELECT AVG(v) FROM u{t}", "SELECT count(*) FROM uo WHERE v > 100"),
     "unique unit VARIANCE": ("SELECT g, VARIANCE(v) FROM u{t} GROUP BY g", "SELECT count(*) FROM uo WHERE v > 100"),

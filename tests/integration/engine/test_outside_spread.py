@@ -5,7 +5,7 @@ A VARIANCE's or STDDEV's interval covers its noise only (its bias is not estimat
 no bias share to take the count from: the plan takes ``ALARM_SHARE`` (1/80, what a SUM's
 outside count gets) of the statement's epsilon from the answer, one total over the groups (one
 noise draw; each unit once, in its first kept group holding such a value: L1 sensitivity 1;
-``dpsql.sql.bias.AlarmPlan``). The charge is the statement's epsilon, unchanged.
+``dpsql.sql.alarms.AlarmPlan``). The charge is the statement's epsilon, unchanged.
 
 The same two tables as test_outside_bounds (20,000 units, 1-3 rows each, 4 declared groups,
 R = 3, G = 2: ranked), v declared [0, 100]: ``o`` with every 10th unit at 150 (2,000 units,
@@ -33,7 +33,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.bias import ALARM_SHARE
+from dpsql.sql.alarms import ALARM_SHARE
 from dpsql.sql.plan import Plan
 from tests.helpers import ledgered_engine
 from tests.integration.engine.test_outside_bounds import POLICY, UNITS, WARNING

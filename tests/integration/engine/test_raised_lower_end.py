@@ -277,6 +277,6 @@ def test_clipping_each_group_first_is_caught(dsn: str, monkeypatch: pytest.Monke
     def clipped(dropped: object) -> float:
         return float(np.clip(np.asarray(dropped, dtype=np.float64), 0, None).sum())
 
-    monkeypatch.setattr(accuracy_text, "_total_removed", clipped)
+    monkeypatch.setattr(accuracy_text, "total_removed", clipped)
     c = _counts(dsn, 4, epsilon=10, draws=DRAWS)
     assert _total_check(c), "clipping each group's estimate at 0 first passed the check"

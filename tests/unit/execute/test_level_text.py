@@ -1,4 +1,4 @@
-"""The level an accuracy notice states (dpsql.execute.accuracy_text.level_text): never rounded
+"""The level an accuracy notice states (dpsql.execute.accuracy_words.level_text): never rounded
 to a level it is not. Deterministic. The old format ('{:.0%}') printed 0.998 as '100%', a claim
 of certainty; it is the broken twin the checks catch."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.execute.accuracy_text import level_text
+from dpsql.execute.accuracy_words import level_text
 
 CASES = [
     (0.95, "95%"),

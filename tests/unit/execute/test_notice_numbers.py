@@ -8,7 +8,7 @@ import pytest
 
 from dpsql.demo import POLICY
 from dpsql.errors import DpsqlError
-from dpsql.execute.accuracy_text import _avg_nulls
+from dpsql.execute.accuracy_avg import avg_nulls
 from dpsql.policy import load_policy
 from dpsql.sql.analyze import analyze
 from dpsql.sql.parse import parse_statement
@@ -26,10 +26,10 @@ def test_a_null_average_says_why() -> None:
     a = _analysis("SELECT educ, AVG(income) FROM pums GROUP BY educ")
     s = a.statistics[0]
     noisy = {s.measures[0]: np.array([10.0, 5.0, 7.0]), s.measures[1]: np.array([3.0, 0.4, -2])}
-    text = _avg_nulls(a, s, noisy)
+    text = avg_nulls(a, s, noisy)
     assert "NULL in 2 of 3 groups" in text and "below 1" in text
     noisy[s.measures[1]] = np.array([3.0, 1.0, 2.0])
-    assert _avg_nulls(a, s, noisy) == ""
+    assert avg_nulls(a, s, noisy) == ""
 
 
 @pytest.mark.parametrize("func", ["AVG", "SUM", "variance", "stddev"])

@@ -108,7 +108,7 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     mechs = [mp.mechanism for mp in plan.measures]
     assert isinstance(mechs[0], Quantile) and isinstance(mechs[1], Quantile)
     # the count of units outside x's declared range (one for MEDIAN(x) and MAX(x), the same
-    # bucketing: dpsql.sql.bias.quantile_alarms) takes 1/80 of the epsilon from the answer
+    # bucketing: dpsql.sql.alarms.quantile_alarms) takes 1/80 of the epsilon from the answer
     (alarm,) = plan.alarms
     assert alarm.outside.epsilon == Fraction(3, 80) and alarm.keys == tuple(
         m.key for m in a.measures[:2]

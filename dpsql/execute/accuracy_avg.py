@@ -1,0 +1,167 @@
+"""An AVG's accuracy line (issue 16): the noise of its sum and count, the rows and value mass
+the bounds left out, why its interval spans most of the declared range when it does, and the
+groups where it is NULL (:mod:`dpsql.execute.accuracy_text` builds the other lines)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.execute.accuracy_few import reach, reach_text
+from dpsql.execute.accuracy_words import (
+    ESTIMATE_SHARE,
+    alarmed,
+    assumption,
+    bounds_keep,
+    level_text,
+    total_removed,
+    unclear_text,
+)
+from dpsql.execute.bias import Interval, Mechanism, Removed, TargetWidths, avg_widths
+from dpsql.execute.bounds_text import col_name, fmt, rows_text
+from dpsql.sql.analysis import Analysis, Statistic
+from dpsql.sql.bias import BiasPlan
+from dpsql.sql.plan import Plan
+from dpsql.sql.wording import plural
+
+
+def avg_line(
+    a: Analysis,
+    plan: Plan,
+    s: Statistic,
+    avg: tuple[BiasPlan, BiasPlan | None],
+    removed: dict[str, Removed],
+    confidence: float,
+    rows: int,
+    ivs: Sequence[Interval | None],
+    noisy: Mapping[str, Any] | None,
+) -> str:
+    """AVG: the noise of its sum and count, and the rows and value mass the bounds left out;
+    when its interval spans most of the declared range, why and what to do."""
+    c, n = avg
+    m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
+    if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
+        return f"{s.sql}: an average released by a selection has no value interval"
+    aw = avg_widths((m0, m1), avg, confidence)
+    t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
+    mass = removed[t.key]
+    where = " in all groups together" if a.group_keys else ""
+    per = " in a group" if a.group_keys else ""
+    total = total_removed(mass.dropped) if rows else 0.0
+    wm = fmt(aw.mass_up)
+    head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
+    if n is None:
+        est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))
+        said = (
+            f"about {fmt(total)} of {col}{where}"
+            if est > own
+            else f"no clear estimate{where} ({unclear_text(f'{fmt(est)} of {col}', est, own)})"
+        )
+        line = (
+            f"{head}, plus what clamping cut off (they keep {bounds_keep(a, t)}): {said} (up to "
+            f"{wm} more{per} given that estimate's noise); one row per {unit}: no row is "
+            "dropped. "
+        )
+    else:
+        dropped = removed[n.target.key].dropped
+        g = math.sqrt(max(rows, 1))
+        est_rows = float(np.asarray(dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        est_mass = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
+        noise_rows = removed[n.target.key].plan.dropped.half_width(confidence) * g
+        noise_mass = mass.plan.dropped.half_width(confidence) * g
+        clear = [
+            f"about {rows_text(est_rows)}" if est_rows > noise_rows else "",
+            f"about {fmt(est_mass)} of {col}" if est_mass > noise_mass else "",
+        ]
+        unclear = [
+            unclear_text(rows_text(est_rows), est_rows, noise_rows) if not clear[0] else "",
+            unclear_text(f"{fmt(est_mass)} of {col}", est_mass, noise_mass) if not clear[1] else "",
+        ]
+        if all(clear):
+            said = f"{clear[0]} and {clear[1]}{where}"
+        elif any(clear):
+            said = (
+                f"{clear[0] or clear[1]}{where}, and no clear estimate of the "
+                f"{'value mass' if clear[0] else 'rows'} ({unclear[1] or unclear[0]})"
+            )
+        else:
+            said = f"no clear estimate{where} (of the rows: {unclear[0]}; of {col}: {unclear[1]})"
+        line = (
+            f"{head}, plus what the bounds left out (they keep {bounds_keep(a, t)}): {said}; the "
+            f"interval allows for ±{fmt(aw.rows_up)} rows and up to {wm} more of {col}{per} "
+            "given those estimates' noise. "
+        )
+    line += assumption(a, mass, t, rows)
+    if rows and not alarmed(mass, rows):  # how many units beyond the mass cap could hide
+        line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
+    declared = (float(t.raw_lo), float(t.raw_hi))
+    line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
+    return line + avg_nulls(a, s, noisy)
+
+
+_NULL_BELOW_ONE = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+
+
+def avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str:
+    """Groups whose AVG (VARIANCE, STDDEV) is NULL: their noisy row count, the statistic's last
+    measure, came out below 1 (:func:`dpsql.sql.postprocess.derive`: no value)."""
+    if noisy is None or len(s.measures) < 2 or s.func not in _NULL_BELOW_ONE:
+        return ""
+    if s.measures[-1] not in noisy:
+        return ""
+    counts = [float(v) for v in noisy[s.measures[-1]]]
+    k = sum(1 for v in counts if v < 1)
+    if not k:
+        return ""
+    where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
+    what = "average" if s.func == "avg" else "spread"
+    return (
+        f" It is NULL {where}".rstrip()
+        + f": the noisy count of rows there came out below 1, so no {what} is released "
+        "(too few rows for this epsilon)."
+    )
+
+
+def _avg_why_wide(
+    a: Analysis,
+    mechs: tuple[Mechanism, Mechanism],
+    s: Statistic,
+    levels: tuple[float, float],
+    ivs: Sequence[Interval | None],
+    noisy: Mapping[str, Any] | None,
+    declared: tuple[float, float],
+) -> str:
+    """When an AVG's interval spans half its declared range or more (honest, not useful): why
+    (the noise alone, or the estimate of what the bounds left out) and what to do."""
+    from dpsql.sql.postprocess import derive
+
+    lo, hi = declared
+    wide = [r for r, iv in enumerate(ivs) if iv is not None and iv[1] - iv[0] >= (hi - lo) / 2]
+    if not wide or noisy is None or hi <= lo:
+        return ""
+    widths = [mechs[0].half_width(levels[0]), mechs[1].half_width(levels[1])]
+    noise_wide, kept = 0, math.inf
+    for r in wide:
+        vals = [float(noisy[m][r]) for m in s.measures]
+        kept = min(kept, max(0.0, vals[1]))
+        iv = derive(s, vals, widths)[1]
+        noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
+    which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
+    smallest = "the smallest group" if len(wide) > 1 else "it"
+    why = (
+        f"too few rows for this epsilon ({smallest} has about {fmt(kept)}, a noisy count): the "
+        "noise alone is that wide"
+        if noise_wide == len(wide)
+        else f"the estimate of what the bounds left out (it gets {ESTIMATE_SHARE} of epsilon) is that "
+        f"wide ({smallest} has about {fmt(kept)} rows, a noisy count)"
+    )
+    return (
+        f" {which} spans most of {col_name(a.measure(s.measures[0]))}'s declared range "
+        f"({fmt(lo)} to {fmt(hi)}): {why}. "
+        "Raise dpsql.epsilon, or group less finely."
+    )

@@ -1,0 +1,140 @@
+"""The words an accuracy notice (:mod:`dpsql.execute.accuracy_text`) states about the
+contribution bounds: the level, what the bounds keep of one unit, the assumption an interval
+rests on (no unit lost more than the cap) or the over-cap alarm that retracts it, and an
+estimate within its noise said as no clear estimate (issue 16)."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from dpsql.execute.bias import ALARM, Removed, one_row
+from dpsql.execute.bounds_text import clamp_text, fmt, qty_text, rows_kept
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasTarget
+from dpsql.sql.wording import plural
+
+ESTIMATE_SHARE = "a tenth" if BIAS_SHARE == Fraction(1, 10) else f"{BIAS_SHARE}"  # of the epsilon
+
+
+def level_text(confidence: float) -> str:
+    """A confidence level as a percentage, never rounded to a level it is not: '95%', '99.8%',
+    '99.99%' (was '{:.0%}': 0.998 printed as '100%', a claim of certainty)."""
+    for digits in range(4, 16):
+        text = f"{100 * confidence:.{digits}g}"
+        if float(text) < 100 or confidence >= 1:
+            break
+    return f"{text}%"
+
+
+def unclear_text(qty: str, est: float, noise: float) -> str:
+    """Why an estimate of what the bounds left out says nothing clear: it is within its noise
+    (or below 0 by more: noise too, as the bounds only ever leave out)."""
+    if est < -noise:
+        return (
+            f"its noisy estimate came out at {qty}, below 0 by more than its noise, ±{fmt(noise)}"
+        )
+    return f"its noisy estimate, {qty}, is within its noise, ±{fmt(noise)}"
+
+
+def total_removed(dropped: np.ndarray) -> float:
+    """The removed mass over all groups: the sum of the groups' released estimates, at 0 if
+    below. Each group's estimate is the truth plus noise of mean 0, so their sum is too; each
+    clipped at 0 first (as before) added about half a noise scale per group where little was
+    removed (the demo's 11 months: 'about 6,436 rows' against about 1,400, at a scale of
+    1,067 a group)."""
+    return max(0.0, float(np.asarray(dropped, dtype=np.float64).sum()))
+
+
+def percent(x: float) -> str:
+    """A ratio as a percentage with about two significant digits: 0.23%, 2.1%, 24%, 106%."""
+    p = 100 * x
+    return f"{p:.0f}%" if p >= 10 else f"{p:.2g}%"
+
+
+def bounds_keep(a: Analysis, t: BiasTarget) -> str:
+    """What the bounds keep of target ``t``, in the user's terms."""
+    m, unit = t.measure, a.private.privacy_unit
+    if m.kind == "count_units":
+        return f"each {unit} in at most {plural(a.max_groups, 'group')}"
+    if m.total is not None:
+        return f"at most {qty_text(a, m, float(m.total))} per {unit} over all groups"
+    parts_ = [] if one_row(a) else [rows_kept(a)]
+    if m.kind in ("sum", "sum_centered"):
+        c = clamp_text(m, float(t.raw_lo), float(t.raw_hi))
+        if c:
+            parts_.append(c)
+    return "; ".join(parts_) or f"one row per {unit}"
+
+
+def _lost(a: Analysis, t: BiasTarget) -> str:
+    """The assumption's cap: 'lost more than C' in the user's terms."""
+    if t.measure.kind == "count_units":
+        return f"was left out of more than {plural(t.cap_steps, 'group')}"
+    return f"lost more than {_cap(a, t)}"
+
+
+def _cap(a: Analysis, t: BiasTarget) -> str:
+    if t.split > 1:  # the cap is split evenly over the declared groups
+        return f"{qty_text(a, t.measure, float(t.group_cap_steps * t.grid))} in one group"
+    return qty_text(a, t.measure, float(t.cap))
+
+
+def _cap_source(a: Analysis, t: BiasTarget) -> str:
+    """Where the assumption's cap comes from, in words that agree with its figure: C is
+    CAP_FACTOR times what the bounds keep of one unit (dpsql.sql.bias.bias_targets), and with
+    the cap split over K declared groups, C / K in each group (at least one step)."""
+    m, unit = t.measure, a.private.privacy_unit
+    if m.kind == "count_units":
+        return f"{CAP_FACTOR}x the {plural(a.max_groups, 'group')} the bounds keep of one {unit}"
+    kept = qty_text(a, m, float(t.cap) / CAP_FACTOR)
+    scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
+    text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
+    if t.split > 1:
+        total = qty_text(a, m, float(t.cap))
+        text += f", {total}, shared over the {t.split} groups a {unit} can reach"
+        if t.group_cap_steps * t.split > t.cap_steps:
+            text += f", at least {qty_text(a, m, float(t.grid))} in each"
+    return text
+
+
+def alarmed(r: Removed, rows: int) -> bool:
+    """Some group's over-cap count is above 0 beyond its noise (at 1 - 1e-3 over all groups:
+    a false alarm at most once in a thousand answers)."""
+    if not rows or not r.over_cap.size:
+        return False
+    return float(r.over_cap.max()) - r.plan.over_cap.half_width(1 - ALARM / rows) > 0
+
+
+def assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
+    unit, lost = a.private.privacy_unit, _lost(a, t)
+    if alarmed(r, rows):
+        n = max(0.0, float(r.over_cap.sum()))
+        auto = "auto" in (a.private.max_rows_per_unit, a.private.max_groups_per_unit)
+        what = (
+            "The bounds were chosen from the data (auto): raise dpsql.epsilon for a surer "
+            "choice, ask the data owner to set max_rows_per_unit / max_groups_per_unit to "
+            "numbers in the policy, or ask about fewer rows."
+            if auto
+            else "Raise max_rows_per_unit / max_groups_per_unit in the policy, or ask about "
+            "fewer rows."
+        )
+        return (
+            f"But it does NOT cover the truth: about {fmt(n)} {unit} {lost} (each), beyond "
+            f"what it allows for. {what}"
+        )
+    return f"It assumes no {unit} {lost} ({_cap_source(a, t)}){_pre_join(a)}."
+
+
+def _pre_join(a: Analysis) -> str:
+    """A join of private tables with ``auto`` R: each table keeps P rows per unit before the
+    join (dpsql.sql.join_cap), which the removed-mass estimate does not see: the assumption."""
+    if not a.pre_join_rows:
+        return ""
+    p, unit = a.pre_join_rows, a.private.privacy_unit
+    return (
+        f", and that none has more than {plural(p, 'row')} in one of the joined tables (each "
+        f"keeps at most {plural(p, 'row')} per {unit} before the join; what that leaves out is "
+        "not estimated)"
+    )
