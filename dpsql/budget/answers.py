@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from dpsql.budget.records import Stored
+from dpsql.budget.records import Reservation, Stored
 from dpsql.policy.model import Policy
 
 if TYPE_CHECKING:
@@ -30,24 +30,20 @@ def _key(ledger: LedgerStore, analyst: str, cache_key: str) -> list[str]:
 
 
 def store(
-    ledger: LedgerStore,
-    conn: psycopg.Connection,
-    analyst: str,
-    release_id: int,
-    cache_key: str,
-    payload: bytes,
+    ledger: LedgerStore, conn: psycopg.Connection, res: Reservation, cache_key: str, payload: bytes
 ) -> bytes | None:
-    """Store ``payload`` for the key (inside the commit's transaction).
+    """Store ``payload`` for the key as the answer of release ``res`` (inside the commit's
+    transaction).
 
     Returns None, or the payload a concurrent identical query stored first (to return instead).
     """
-    key = _key(ledger, analyst, cache_key)
+    key = _key(ledger, res.analyst, cache_key)
     stored = conn.execute(
         ledger.q(
             "INSERT INTO {s}.answer (dataset, scope, cache_key, payload, release_id)"
             " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING RETURNING release_id"
         ),
-        [*key, payload, release_id],
+        [*key, payload, res.id],
     ).fetchone()
     if stored is not None:
         return None
@@ -66,18 +62,13 @@ def _payload(ledger: LedgerStore, conn: psycopg.Connection, key: list[str]) -> b
 
 
 def settle_and_store(
-    ledger: LedgerStore,
-    conn: psycopg.Connection,
-    analyst: str,
-    release_id: int,
-    cache_key: str,
-    payload: bytes,
+    ledger: LedgerStore, conn: psycopg.Connection, res: Reservation, cache_key: str, payload: bytes
 ) -> tuple[bool, bytes | None]:
-    """Mark reservation ``release_id`` committed and store ``payload`` for the key in ONE
+    """Mark reservation ``res`` committed and store ``payload`` for the key in ONE
     statement (atomic on its own: no BEGIN and COMMIT round trips), the answer stored only when
     the reservation was open. Returns whether it was, and None or the payload a concurrent
     identical query stored first (read after, as :func:`store` reads it)."""
-    key = _key(ledger, analyst, cache_key)
+    key = _key(ledger, res.analyst, cache_key)
     row = conn.execute(
         ledger.q(
             "WITH settled AS (UPDATE {s}.release SET state = 'committed',"
@@ -86,7 +77,7 @@ def settle_and_store(
             " SELECT %s, %s, %s, %s, id FROM settled ON CONFLICT DO NOTHING RETURNING release_id)"
             " SELECT (SELECT count(*) FROM settled), (SELECT count(*) FROM stored)"
         ),
-        [release_id, *key, payload],
+        [res.id, *key, payload],
     ).fetchone()
     assert row is not None
     if not row[0]:

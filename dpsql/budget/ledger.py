@@ -129,7 +129,7 @@ class Ledger(LedgerStore, BudgetLedger):
                 if key is None or payload is None or self.policy.repeats == "off":
                     out.append(None)
                 else:
-                    out.append(answers.store(self, conn, res.analyst, res.id, key, payload))
+                    out.append(answers.store(self, conn, res, key, payload))
             return out
 
         return self.transact(run) if items else []
@@ -142,7 +142,7 @@ class Ledger(LedgerStore, BudgetLedger):
             self.transact(lambda conn: charging.settle(self, conn, res, "committed"), single=True)
             return None
         settled, earlier = self.transact(
-            lambda conn: answers.settle_and_store(self, conn, res.analyst, res.id, key, payload),
+            lambda conn: answers.settle_and_store(self, conn, res, key, payload),
             single=True,
         )
         if not settled:
@@ -156,7 +156,7 @@ class Ledger(LedgerStore, BudgetLedger):
             charging.settle(self, conn, res, "committed")
             if self.policy.repeats == "off":
                 return [None] * len(stored)
-            return [answers.store(self, conn, res.analyst, res.id, k, p) for k, p in stored]
+            return [answers.store(self, conn, res, k, p) for k, p in stored]
 
         return self.transact(run)
 
