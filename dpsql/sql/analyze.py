@@ -18,12 +18,13 @@ from dpsql.sql.analyze_select import analyze_select
 from dpsql.sql.any_lists import any_as_in
 from dpsql.sql.filters_to_case import filters_to_case
 from dpsql.sql.flatten import flatten
+from dpsql.sql.join_using import using_as_on
 
 
 def analyze(tree: exp.Expr, policy: Policy) -> Analysis:
     """Check a SELECT over one private table and describe it. Raises a DpsqlError if refused."""
     check_complexity(tree)
-    tree = any_as_in(filters_to_case(flatten(tree)))
+    tree = any_as_in(filters_to_case(flatten(using_as_on(tree, policy))))
     # again on the flat statement: a derived table's column is its expression there, copied
     # once per reference (a chain of ``a + a AS a`` doubles it per level)
     check_complexity(tree)

@@ -74,11 +74,22 @@ def check_mergeable(inner: exp.Select) -> None:
         )
 
 
-def is_row_level(q: exp.Select) -> bool:
+def is_row_level(q: exp.Select, joins: bool = False) -> bool:
+    """``q`` filters and computes columns of its FROM's rows (no aggregate, GROUP BY, DISTINCT,
+    LIMIT or window); ``joins``: its FROM may be a join of plain tables (INNER, LEFT, CROSS,
+    with ON), else a single table or derived table."""
     if any(q.args.get(k) for k in ("group", "having", "distinct", "limit", "offset", "windows")):
         return False
-    if q.args.get("joins") or q.args.get("with_"):
+    if q.args.get("with_"):
         return False
+    for j in q.args.get("joins") or []:
+        side = str(j.args.get("side") or "").upper()
+        kind = str(j.args.get("kind") or "").upper()
+        plain = isinstance(j.this, exp.Table) and not isinstance(j.this.this, exp.Func)
+        if not joins or not plain or j.args.get("using") or j.args.get("method"):
+            return False
+        if side not in ("", "LEFT") or kind not in ("", "INNER", "CROSS", "OUTER"):
+            return False
     return not any(fn.is_aggregate(n) or isinstance(n, exp.Window) for n in q.walk())
 
 

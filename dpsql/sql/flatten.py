@@ -4,7 +4,9 @@ Two shapes are merged, repeatedly, until the FROM clause holds tables only:
 
 * a *row-level* derived table (no aggregate, GROUP BY, DISTINCT, LIMIT or window) that filters
   and derives values: ``SELECT SUM(v) FROM (SELECT amount * quantity AS v FROM t WHERE c) s``
-  becomes ``SELECT SUM(amount * quantity) FROM t WHERE c``;
+  becomes ``SELECT SUM(amount * quantity) FROM t WHERE c``; also of a join (a BI tool's virtual
+  dataset ``SELECT v.cost, p.sex FROM visits v JOIN patients p ON ...``) read alone in FROM:
+  the join itself, which the analysis then checks as it checks a hand-written one;
 * a *wrapper* over an aggregate query (BI tools' ``SELECT ... FROM (SELECT ...) AS "t" LIMIT n``):
   the outer query only post-processes the inner one's output rows, so its select list, WHERE,
   ORDER BY and LIMIT move into the inner query (WHERE becomes HAVING).
@@ -167,7 +169,19 @@ def _merge_row_level(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
             keep = names if key != "where" else frozenset()
             out.set(key, _substitute(v, alias, proj, star, keep))
     out.set("from_", inner.args["from_"].copy())
+    if inner.args.get("joins"):  # a view of a join's rows: the join itself
+        out.set("joins", [j.copy() for j in inner.args["joins"]])
     return and_inner_where(out, inner)
+
+
+def _reads_only(outer: exp.Select, alias: str) -> bool:
+    """Every column reference of ``outer`` (outside its subqueries) is unqualified or names the
+    derived table ``alias``: once a join's tables are merged into ``outer``, their own names
+    (``v``, ``p``) must not capture a reference PostgreSQL would have refused."""
+    for col in outer.find_all(exp.Column):
+        if col.find_ancestor(exp.Select) is outer and col.table not in ("", alias):
+            return False
+    return True
 
 
 def _merge_wrapper(outer: exp.Select, sub: exp.Subquery) -> exp.Select:
@@ -259,7 +273,9 @@ def _flatten(tree: exp.Expr) -> exp.Expr:
             return q
         sub = exp.Subquery(this=inner, alias=sub.args.get("alias"))
         check_mergeable(inner)
-        if is_row_level(inner):
+        if is_row_level(inner) or (
+            is_row_level(inner, joins=True) and _reads_only(q, sub.alias_or_name)
+        ):
             q = _merge_row_level(q, sub)
         elif is_aggregate_query(inner) and _is_row_level_wrapper(q):
             q = _merge_wrapper(q, sub)

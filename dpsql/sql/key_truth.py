@@ -29,6 +29,7 @@ from dpsql.sql.constants import (
     constant,
     parse_timestamp,
 )
+from dpsql.sql.like_keys import like_match
 
 Truth = frozenset[str]  # subsets of {"t", "f", "n"}: the truth values a condition may take
 _T, _F, _N = frozenset("t"), frozenset("f"), frozenset("n")
@@ -297,6 +298,8 @@ def _leaf(node: exp.Expr, h: Hypothesis, fixed: Mapping[str, str] | None) -> Tru
         for side, other in ((node.this, node.expression), (node.expression, node.this)):
             if _sql(side) == h.key:
                 return _distinct(h.value, _constant(other), isinstance(node, exp.NullSafeEQ))
+    if isinstance(node, (exp.Like, exp.ILike)):
+        return like_truth(node, h.key, h.value)
     if isinstance(node, exp.Is) and isinstance(node.expression, exp.Null):
         sql = _sql(node.this)
         if sql == h.key:
@@ -304,3 +307,20 @@ def _leaf(node: exp.Expr, h: Hypothesis, fixed: Mapping[str, str] | None) -> Tru
         if sql == h.base:
             return _F  # date_trunc of NULL is NULL: a non-NULL key has a non-NULL base
     return _ANY
+
+
+def like_truth(node: exp.Like | exp.ILike, key: str, value: Value) -> Truth:
+    """``key [I]LIKE pattern`` (its ``negate`` flag applied by the caller) for a row whose key
+    prints as ``value``: decided where :func:`dpsql.sql.like_keys.like_match` decides it
+    exactly, else any truth value. (``ESCAPE`` is refused before: :mod:`dpsql.sql.functions`.)"""
+    if _sql(node.this) != key:
+        return _ANY
+    if isinstance(value, _Null):
+        return _N
+    pattern = _constant(node.expression)
+    if isinstance(pattern, _Null):
+        return _N
+    if not isinstance(value, str) or not isinstance(pattern, str):
+        return _ANY
+    got = like_match(value, pattern, fold=isinstance(node, exp.ILike))
+    return _ANY if got is None else _T if got else _F

@@ -14,7 +14,8 @@ Joins a private query may use, and why each keeps the sensitivity argument of
 
 Refused: private tables without a privacy unit column (``privacy_unit: row``) in a join (nothing
 to bound joined rows by), RIGHT/FULL joins (unmatched public rows would appear or vanish with a
-unit), NATURAL/USING joins, and private-private joins on anything but the units: there, one
+unit), NATURAL joins (``USING`` of an INNER or LEFT join arrives here as its ``ON`` join:
+:mod:`dpsql.sql.join_using`), and private-private joins on anything but the units: there, one
 person's rows could multiply another person's contribution without bound.
 """
 
@@ -75,8 +76,12 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
     src = inner.args.get("from_")
     table = plain_sql(src.this) if src is not None and isinstance(src.this, exp.Table) else ""
     where = inner.args.get("where")
-    example = (
-        f"FROM {table} AS {alias} JOIN ... ON ...{' WHERE ' + plain_sql(where.this) if where else ''}"
+    inner_joins = inner.args.get("joins") or []
+    joins = " ".join(plain_sql(j, qualified=True) for j in inner_joins)
+    cond = plain_sql(where.this, qualified=bool(inner_joins)) if where else ""
+    example = (  # the subquery's own FROM (its aliases: its columns are named by them)
+        f"FROM {table}{'' if src.this.alias else ' AS ' + alias} {joins or 'JOIN ... ON ...'}"
+        f"{' WHERE ' + cond if cond else ''}"
         if table
         else "FROM the_table AS t JOIN ... ON ... WHERE ..."
     )
@@ -111,9 +116,11 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
         f"the subquery or CTE {alias} can't be merged into this private query: dpsql reads one "
         "only as a view of a single table's rows (it filters and computes columns, without "
         "GROUP BY, DISTINCT, LIMIT or windows), in FROM or an inner JOIN (not on the side of "
-        "an outer JOIN that keeps unmatched rows, nor joined by USING or NATURAL)",
-        hint=f"join the table itself and move the subquery's filter into WHERE: {example}; "
-        "or aggregate inside the subquery (an aggregated CTE can be joined to public tables)",
+        "an outer JOIN that keeps unmatched rows, nor joined NATURAL), or as a view of a join's "
+        "rows when it is alone in FROM",
+        hint=f"join the {'tables themselves' if inner_joins else 'table itself'} and move the "
+        f"subquery's filter into WHERE: {example}; or aggregate inside the subquery (an "
+        "aggregated CTE can be joined to public tables)",
     )
 
 
@@ -235,7 +242,8 @@ def check_join(
         raise UnsupportedSql(
             "only INNER, LEFT and CROSS joins with an ON condition are supported in private "
             "queries",
-            hint="write JOIN t ON a.x = t.y (RIGHT/FULL/NATURAL/USING are not supported)",
+            hint="write JOIN t ON a.x = t.y or JOIN t USING (x) (RIGHT/FULL/NATURAL are not "
+            "supported)",
         )
     if kind not in ("", "INNER", "CROSS", "OUTER"):
         raise UnsupportedSql(f"{kind} JOIN is not supported in private queries")
