@@ -168,8 +168,8 @@ def capped_text(a: Analysis, s: Statistic) -> str:
 def exact_text(a: Analysis) -> str:
     """Over a per-unit derived table: its values the statement's conditions compare (WHERE, a
     CASE's WHEN, a comparison in a key) are each unit's exact values, not the capped ones
-    (dpsql.sql.per_unit.exact_filters); '' when it compares none."""
-    from dpsql.sql.per_unit import EXACT_PREFIX
+    (dpsql.sql.per_unit_filters.exact_filters); '' when it compares none."""
+    from dpsql.sql.per_unit_source import EXACT_PREFIX
 
     nodes: list[exp.Expr] = [a.where] if a.where is not None else []
     nodes += [g.expr for g in a.group_keys]

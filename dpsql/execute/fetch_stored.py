@@ -11,7 +11,7 @@ group keys and aggregates as written (a tree's leaf as it stands in the statemen
 statement's ``SELECT <keys>, <aggregates> FROM ... WHERE ... GROUP BY <keys>``), with the
 ``SET dpsql.epsilon`` it was measured at when that is not the session's.
 
-That statement's free-repeat key (:func:`dpsql.execute.private.repeat_key`, as a flat statement
+That statement's free-repeat key (:func:`dpsql.execute.repeat_keys.repeat_key`, as a flat statement
 computes it) is pointed at the stored release (:meth:`dpsql.budget.ledger.Ledger.alias_answer`)
 only when the statement measures exactly what was released (the same table, joins, filter,
 group keys and aggregates: :func:`_same_measurement`), so that asking it returns the very rows
@@ -111,7 +111,7 @@ def offer(
     ``epsilon``) and return how to ask it (``SET ...; SELECT ...``); None when ``text`` does
     not measure exactly that release or there is no ledger to keep it. ``key_of``: the flat
     private path's free-repeat key of a statement in a session
-    (:func:`dpsql.execute.private.flat_key`)."""
+    (:func:`dpsql.execute.repeat_keys.flat_key`)."""
     ledger = engine.ledger
     if ledger is None or text is None or engine.policy.repeats == "off":
         return None

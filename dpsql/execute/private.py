@@ -15,146 +15,32 @@ from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlglot import exp
-
 from dpsql.budget.records import before_the_data, say_spent
 from dpsql.dp.accounting import Cost
-from dpsql.errors import DpsqlError, UnsupportedSql
-from dpsql.execute import key_texts, planning, privacy_params
+from dpsql.errors import DpsqlError
+from dpsql.execute import planning
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish
-from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
 from dpsql.execute.grouping_sets import release_sets, run_sets, set_texts
 from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
-from dpsql.execute.prepared import PrivateQuery, TreeQuery
+from dpsql.execute.precheck import check_keys, precheck
+from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
+from dpsql.execute.repeat_keys import auto_cache_key, cache_key, flat_key, payload, slot
 from dpsql.execute.timing import timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import AutoBounds
-from dpsql.sql.bind import param_numbers
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
-from dpsql.sql.zone_identity import zone_matters
-from dpsql.upstream.zone import UTC_NAME, ZONE
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
     from dpsql.budget.records import Reservation
     from dpsql.execute import auto_bounds as auto_bounds_module
     from dpsql.execute.context import EngineContext
-
-
-def repeat_key(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    params: Sequence[object],
-    epsilon: Fraction,
-    delta: Fraction,
-    mechanism: str,
-) -> str:
-    """Same canonical query, parameters, epsilon, delta, mechanism, policy (as the analyst's
-    view changes answers) and time zone where it matters (:mod:`dpsql.sql.zone_identity`) =>
-    same answer. The canonical form of the statement's tree is
-    memoized (a function of the tree alone; the memo holds the tree, so its id can't be reused)."""
-    from dpsql.sql.canonical import cache_key as key
-    from dpsql.sql.canonical import canonical
-
-    tree = prepared.tree
-    assert tree is not None
-    hit = engine.caches.sql.get(("canonical", id(tree)))
-    if hit is None or hit[0] is not tree:
-        part = released_part(tree)
-        hit = (tree, canonical(part), frozenset(param_numbers(part)))
-        engine.caches.sql.remember(("canonical", id(tree)), hit)
-    extra = engine.repeat_digest(prepared.scope)
-    zone = ZONE.get()
-    if zone != UTC_NAME and zone_matters(hit[0], engine.policy):  # another zone, another answer
-        extra += f":TimeZone={zone}"
-    return key(hit[1], released_params(params, hit[2]), epsilon, delta, mechanism, extra=extra)
-
-
-def released_params(params: Sequence[object], used: frozenset[int]) -> list[object]:
-    """``params`` as the release sees them: a value only the page reads (``LIMIT $2 OFFSET
-    $3``, stripped by :func:`released_part`) is left out, so pages sent with bound parameters
-    share one release as literal pages do; a parameter of the private part (``WHERE amount >
-    $1``) stays, a different value a different release. Positions are kept (``$n``)."""
-    return [p if i + 1 in used else None for i, p in enumerate(params)]
-
-
-def released_part(tree: exp.Expr) -> exp.Expr:
-    """What a statement's release depends on: ``tree`` without the LIMIT and OFFSET of its
-    SELECT, nor an ORDER BY that reads no aggregate (keys, output names, ordinals). They only
-    shape the post-processing query over the released groups (dpsql.sql.analyze_select puts
-    them on the outer query alone), so pages of one grouped answer (``LIMIT 5 OFFSET 0``,
-    ``OFFSET 5``, no LIMIT) share one release: one charge, the same numbers on every page. An
-    ORDER BY with an aggregate stays: it can add a statistic to the release; so does one that
-    reads anything but the SELECT's own outputs (an ordinal, an output name, a selected
-    expression): ``ORDER BY s`` over a derived table's ``SUM(amount) AS s`` that the SELECT does
-    not list adds that sum, and reusing the release of the statement without it failed."""
-    from dpsql.sql import functions as fn
-
-    if not isinstance(tree, exp.Select):
-        return tree
-    order = tree.args.get("order")
-    strip = [k for k in ("limit", "offset") if tree.args.get(k) is not None]
-    if (
-        order is not None
-        and not any(fn.is_aggregate(n) for n in order.walk())
-        and all(_an_output(tree, o.this) for o in order.expressions)
-    ):
-        strip.append("order")
-    if not strip:
-        return tree
-    out = tree.copy()
-    for k in strip:
-        out.set(k, None)
-    return out
-
-
-def _an_output(tree: exp.Select, e: exp.Expr) -> bool:
-    """``e`` (an ORDER BY term of ``tree``) is one of its outputs: an ordinal, an output's name
-    (unqualified), or an expression ``tree`` selects."""
-    while isinstance(e, exp.Paren):
-        e = e.this
-    if isinstance(e, exp.Literal):
-        return e.is_int
-    if (
-        isinstance(e, exp.Column)
-        and not e.table
-        and e.name in {s.alias_or_name for s in tree.expressions}
-    ):
-        return True
-    return any(e == s.unalias() for s in tree.expressions)
-
-
-def cache_key(
-    engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, params: Sequence[object]
-) -> str:
-    """The repeat key of a statement at its plan's epsilon, delta and mechanism."""
-    return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, plan.mechanism)
-
-
-def check_join_fanout(engine: EngineContext, a: Analysis) -> None:
-    """Refuse (54001) a join one unit's rows could blow up (:mod:`dpsql.sql.join_fanout`); each
-    public table's fan-out is read from it (public data) at most every ``shadows.REFRESH_S``."""
-    import time
-
-    from dpsql.execute.shadows import REFRESH_S
-    from dpsql.sql.join_fanout import check_fanout, fanout_sql
-
-    def fanout(j: Any) -> int:
-        key = ("fanout", j.table, j.key)
-        hit = engine.caches.sql.get(key)
-        if hit is None or time.monotonic() - hit[0] > REFRESH_S:
-            rows = engine.backend.run(fanout_sql(j), private=False).rows
-            hit = (time.monotonic(), int(rows[0][0] or 0) if rows else 0)
-            engine.caches.sql.remember(key, hit)
-        return int(hit[1])
-
-    check_fanout(a, fanout)
 
 
 def delta_for_rho(plan: Plan | SetsPlan) -> Fraction | None:
@@ -164,36 +50,6 @@ def delta_for_rho(plan: Plan | SetsPlan) -> Fraction | None:
     if plan.mechanism != "gaussian":
         return None
     return plan.delta - (plan.selection.delta if plan.selection is not None else 0)
-
-
-def payload(rel: Release) -> bytes:
-    """The release as the ledger stores it for free repeats (compact JSON, read back by
-    :meth:`Release.from_json`): noisy values only, never a private row."""
-    return json.dumps(rel.as_json(), separators=(",", ":")).encode()
-
-
-def auto_cache_key(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    plan: Plan | SetsPlan,
-    params: Sequence[object],
-    mech: str,
-) -> str:
-    """The repeat key of a statement with ``auto`` bounds: its own epsilon (not what is left
-    after choosing bounds, which differs between the first run and later ones) and the
-    requested mechanism."""
-    return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}")
-
-
-def flat_key(engine: EngineContext, prepared: PrivateQuery, session: SessionContext) -> str:
-    """The free-repeat key :func:`run_private` computes for ``prepared`` (no parameters) in
-    ``session``."""
-    from dpsql.execute import auto_bounds
-
-    plan = planning.plan(engine, prepared, session, ())
-    if auto_bounds.pending(engine, prepared, session, plan.analysis).needed:
-        return auto_cache_key(engine, prepared, plan, (), session.mechanism)
-    return cache_key(engine, prepared, plan, ())
 
 
 def run_private(
@@ -222,14 +78,6 @@ def run_private(
             pend = auto_bounds.pending(engine, prepared, session, a)
             pend = auto_bounds.with_fallbacks(engine, prepared, session, pend, plan.epsilon)
         return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
-
-
-def slot(engine: EngineContext, session: SessionContext, key: str) -> str:
-    """The in-flight slot of a repeat key: an identical statement whose release this one may
-    read (the same analyst's, or any analyst's with ``repeats: global``) waits for it. Another
-    analyst's is never read, so waiting for it would only tell this one that it runs (and when
-    it ends)."""
-    return key if engine.policy.repeats == "global" else f"{session.analyst}\x1f{key}"
 
 
 def _run_auto(
@@ -311,97 +159,6 @@ def with_stored_bounds(
     return resolved
 
 
-def precheck(
-    engine: EngineContext, prepared: PrivateQuery, session: SessionContext, a: Analysis
-) -> float:
-    """What a private statement checks before any budget is reserved (no private row read):
-    key tables the analyst may read, the confidence, a join's fan-out (public tables), and its
-    keys' types and public values (:func:`check_leaf_keys`; before ``auto`` bounds are chosen
-    too). Returns the confidence."""
-    from dpsql.execute import shadows
-
-    key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
-    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
-    conf = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
-    check_join_fanout(engine, a)  # reads public tables only
-    check_leaf_keys(engine, prepared, a)  # types and the catalog only
-    check_having_constants(engine, prepared)
-    return conf
-
-
-def check_having_constants(engine: EngineContext, prepared: PrivateQuery | TreeQuery) -> None:
-    """A HAVING's constants checked by PostgreSQL before any budget is reserved
-    (:mod:`dpsql.execute.constant_probe`): ``HAVING COUNT(*) > 'abc'`` is PostgreSQL's 22P02
-    from the constant alone, not an error after the answer was charged. So are the constants
-    the planner folds anywhere in the statement (``COUNT(1/0)``, ``SUM(amount % 0)``,
-    ``COUNT(1e30::int)``: 22012, 22003), which made_total leaves as written: they would fail
-    the charged query. Once per statement."""
-    from dpsql.execute.constant_probe import folded_constants
-
-    if prepared.param_count:
-        return
-    key = ("having", prepared.scope, prepared.text)  # checked (or nothing to check): once
-    if engine.caches.key_types.get(key) is not None:
-        return
-    having = prepared.tree.find(exp.Having)
-    if (having is None or having.find(exp.Literal) is None) and not folded_constants(prepared.tree):
-        engine.caches.key_types.remember(key, ())
-        return
-    from dpsql.execute.constant_probe import constant_error
-
-    own = constant_error(engine, prepared.tree)
-    if own is not None:
-        raise own
-    engine.caches.key_types.remember(key, ())
-
-
-def check_leaf_keys(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> None:
-    """:func:`_check_keys` for a leaf of a statement of several (dpsql.execute.tree), before its
-    charge (a leaf with grouping sets: the collation check; release() checks its sets' keys)."""
-    key_types = engine.group_types(prepared, a)
-    if a.grouping_sets:
-        _check_keys(engine, a, key_types, [])
-        return
-    _check_keys(engine, a, key_types, engine.declared_keys(a))
-
-
-def _check_keys(
-    engine: EngineContext,
-    a: Analysis,
-    key_types: Sequence[str],
-    declared: list[tuple[str | None, ...]] | None,
-) -> None:
-    """The release's key checks (:mod:`dpsql.execute.key_texts`) before any budget is reserved:
-    no two public keys one value; no key selected from the data without a canonical text; no
-    text key over a table with a nondeterministic collation (``'a' = 'A'``: a group would print
-    as whichever of its texts PostgreSQL kept, and a public key's filter would let the others
-    in)."""
-    names = [key_texts.key_name(g.expr) for g in a.group_keys]
-    n = len(names)
-    uses = [
-        f"GROUP BY {name}"
-        for name, t in zip(names, key_types[:n], strict=True)
-        if t in TEXT_TYPES or t == "other"  # (citext, a domain over it: released as text)
-    ]
-    uses += [  # public candidates compared as text, counted per text
-        f"{'mode()' if m.kind == 'mode' else 'COUNT(DISTINCT)'} of {key_texts.key_name(m.arg)}"
-        for m in a.measures
-        if m.kind in ("mode", "count_keys") and m.arg is not None
-    ]
-    if uses and nondeterministic_text(engine, a):
-        raise UnsupportedSql(
-            f"{uses[0]}: texts are not released from a table with a column of a "
-            "nondeterministic (case- or accent-insensitive) collation (equal texts print "
-            "differently, and which one is printed depends on the rows)",
-            hint="give its text columns a deterministic collation "
-            '(ALTER TABLE ... ALTER COLUMN ... TYPE text COLLATE "default")',
-        )
-    if declared is not None:
-        key_texts.check_declared(declared, key_types[:n], names)
-    else:
-        key_texts.check_selectable(key_types[:n], names)
-
-
 def _within(cost: Cost, held: Cost) -> bool:
     return cost.epsilon <= held.epsilon and cost.delta <= held.delta and cost.rho <= held.rho
 
@@ -437,7 +194,7 @@ def _run_planned(
         if isinstance(plan, SetsPlan):
             declared: Any = [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
             for sp, public in zip(plan.sets, declared, strict=True):
-                _check_keys(engine, sp.plan.analysis, [key_types[i] for i in sp.keys], public)
+                check_keys(engine, sp.plan.analysis, [key_types[i] for i in sp.keys], public)
         else:  # (its keys were checked by precheck's check_leaf_keys, as here)
             declared = engine.declared_keys(a)
     except BaseException:
@@ -603,4 +360,4 @@ def release_measured(
     return release(plan, got.rows, key_types, declared, confidence, engine.noise, candidates=cands)
 
 
-__all__ = ["payload", "run_private", "type_name"]
+__all__ = ["run_private", "type_name"]

@@ -22,71 +22,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from decimal import Decimal
 from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlglot import exp
-
-from dpsql.budget.records import Stored, say_spent
+from dpsql.budget.records import say_spent
 from dpsql.dp.accounting import sequential
-from dpsql.errors import DpsqlError, InternalError, UpstreamError
+from dpsql.errors import DpsqlError
 from dpsql.execute import fetch_stored, privacy_params
 from dpsql.execute.auto_bounds import choose_reserved
-from dpsql.execute.auto_bounds_text import notice
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.finish import say_stored
 from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release
-from dpsql.execute.notices import interval_notices
-from dpsql.execute.prepared import PrivateQuery, TreeQuery
-from dpsql.execute.private import (
-    auto_cache_key,
-    cache_key,
-    check_having_constants,
-    check_join_fanout,
-    check_leaf_keys,
-    delta_for_rho,
-    flat_key,
-    measure,
-    payload,
-    release_measured,
-    settle_failed,
-    slot,
-)
+from dpsql.execute.precheck import check_having_constants, check_join_fanout, check_leaf_keys
+from dpsql.execute.prepared import TreeQuery
+from dpsql.execute.private import delta_for_rho, measure, release_measured, settle_failed
+from dpsql.execute.repeat_keys import flat_key, payload, slot
 from dpsql.execute.timing import timing_of
-from dpsql.execute.tree_budget import LeafBudget, LeafPlan, leaf_budget, resolved_plan
+from dpsql.execute.tree_budget import LeafBudget, leaf_budget
 from dpsql.execute.tree_intervals import (
-    Attached,
-    attach,
-    leaf_shape,
-    post_sql_iv,
     reported,
-    upstream_fallback,
 )
-from dpsql.execute.tree_levels import counted_reads, key_rows, leaf_levels, static_reads
-from dpsql.execute.tree_post import leaf_query, leaf_row_bound, run_post
+from dpsql.execute.tree_leaves import LeafRun, declared_of
+from dpsql.execute.tree_notices import leaf_notices
+from dpsql.execute.tree_output_intervals import iv_plan, noisy_outputs, post_iv
+from dpsql.execute.tree_post import run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
-from dpsql.result import IntervalFallback, Result
+from dpsql.result import Result
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds
-from dpsql.sql.bind import literal
-from dpsql.sql.grouping_sets import SetsPlan
-from dpsql.sql.interval_sql import Held
-from dpsql.sql.postprocess import outer_sql
 from dpsql.sql.tree import Split
-from dpsql.sql.tree_intervals import IvPlan, plan_intervals
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
-
-
-def _declared(engine: EngineContext, plan: LeafPlan) -> Any:
-    if isinstance(plan, SetsPlan):
-        return [engine.declared_keys(sp.plan.analysis) for sp in plan.sets]
-    return engine.declared_keys(plan.analysis)
 
 
 def run_tree(
@@ -152,8 +121,8 @@ def _run_tree(
     budgets = [
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)
     ]
-    run = _Run(engine, sp, list(probes), budgets, session, prepared.scope, prepared.text)
-    ivplan, levels, reads, fallbacks = _iv_plan(engine, sp, run, confidence, session.show_intervals)
+    run = LeafRun(engine, sp, list(probes), budgets, session, prepared.scope, prepared.text)
+    ivplan, levels, reads, fallbacks = iv_plan(engine, sp, run, confidence, session.show_intervals)
     ledger = engine.ledger
     for i in range(len(probes)):
         link = sp.link(i)
@@ -188,7 +157,7 @@ def _run_tree(
                 run.plans[i],
                 got,
                 engine.group_types(run.leaves[i], run.plans[i].analysis),
-                _declared(engine, run.plans[i]),
+                declared_of(engine, run.plans[i]),
                 levels[i],  # 1 - alpha/k when its values enter an output k at a time
             )
     except BaseException as error:
@@ -215,7 +184,7 @@ def _run_tree(
     notices = leaf_notices(sp, run, set(todo), stored, session, engine)
     try:
         if ivplan is not None:
-            got, failed = _post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
+            got, failed = post_iv(engine, sp, ivplan, run.plans, final, confidence, reads, cancel)
             columns, rows, intervals = got.columns, got.rows, got.intervals
             notices = (*notices, *(f"interval columns: {n}" for n in got.notes))
             fallbacks += (failed,) if failed is not None else ()
@@ -228,7 +197,7 @@ def _run_tree(
             fetch_stored.hint(e, _offers(engine, sp, run, prepared.scope))
         raise
     reported(fallbacks, prepared.fingerprint)
-    outputs = _noisy_outputs(engine, sp, run, ivplan)
+    outputs = noisy_outputs(engine, sp, run, ivplan)
     rows = round_rows([c.name for c in columns], rows, column_resolutions(outputs, final))
     return Result(
         columns,
@@ -243,7 +212,7 @@ def _run_tree(
     )
 
 
-def _offers(engine: EngineContext, sp: Split, run: _Run, scope: str) -> list[tuple[str, str]]:
+def _offers(engine: EngineContext, sp: Split, run: LeafRun, scope: str) -> list[tuple[str, str]]:
     """Each leaf's statement that returns its stored released rows free, by label
     (:mod:`dpsql.execute.fetch_stored`)."""
     out = []
@@ -261,109 +230,6 @@ def _offers(engine: EngineContext, sp: Split, run: _Run, scope: str) -> list[tup
             label = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
             out.append((label, got))
     return out
-
-
-def _noisy_outputs(
-    engine: EngineContext, sp: Split, run: _Run, plan: IvPlan | None
-) -> list[tuple[str, Held | None]]:
-    """The statement's noisy output columns and the leaves each reads (None: not known), from
-    the interval columns' plan (made here without ``dpsql.show_intervals``: the rewrite alone,
-    no SQL)."""
-    if plan is None:
-        n = len(run.plans)
-        labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
-        shapes = [
-            leaf_shape(p.analysis, labels[i], leaf_row_bound(engine, p.analysis))
-            for i, p in enumerate(run.plans)
-        ]
-        plan = plan_intervals(sp.post, shapes)
-    return [(o.name, o.info if isinstance(o.info, Held) else None) for o in plan.outputs]
-
-
-def _iv_plan(
-    engine: EngineContext, sp: Split, run: _Run, confidence: float, show: bool
-) -> tuple[IvPlan | None, list[float], dict[int, int | None], tuple[IntervalFallback, ...]]:
-    """With ``dpsql.show_intervals``: the interval columns' plan, each leaf's interval level,
-    the leaf intervals an output row reads at most, by output
-    (:mod:`dpsql.execute.tree_intervals`), and the fallbacks so far; else None and the
-    session's confidence."""
-    n = len(run.plans)
-    if not show:
-        return None, [confidence] * n, {}, ()
-    labels = [sp.labels[i] if i < len(sp.labels) else f"leaf {i}" for i in range(n)]
-    bounds = [leaf_row_bound(engine, p.analysis) for p in run.plans]
-    shapes = [leaf_shape(p.analysis, labels[i], bounds[i]) for i, p in enumerate(run.plans)]
-    plan = plan_intervals(sp.post, shapes)
-    static = static_reads(plan, bounds)
-    counted, failed = (
-        _counted(engine, plan, run, bounds) if _reads_many(plan, bounds) else ({}, None)
-    )
-    reads = {h: counted.get(h) or k for h, k in static.items()}
-    fallbacks = tuple(f for f in (plan.fallback, failed) if f is not None)
-    return plan, leaf_levels(plan, bounds, confidence, counted), reads, fallbacks
-
-
-def _reads_many(plan: IvPlan, bounds: Sequence[int | None]) -> bool:
-    """Whether an output aggregates over a leaf of several known rows (else the static count
-    is exact: one value per leaf a row reads)."""
-    return any(
-        every and (bounds[leaf] or 0) > 1
-        for o in plan.outputs
-        if isinstance(o.info, Held)
-        for leaf, every in o.info.events
-    )
-
-
-def _counted(
-    engine: EngineContext, plan: IvPlan, run: _Run, bounds: Sequence[int | None]
-) -> tuple[dict[int, int], IntervalFallback | None]:
-    """The leaf intervals each output's rows read, counted by the rewritten post-processing
-    over the leaves' public rows (:func:`~dpsql.execute.tree_levels.key_rows`), before any
-    release; only for outputs whose leaves' rows are all known (static count not None). If
-    PostgreSQL refuses that query: nothing counted (the static count holds) and why."""
-    analyses = [p.analysis for p in run.plans]
-    rels = [
-        key_rows(a, engine.group_types(leaf, a), _declared(engine, p))
-        for leaf, a, p in zip(run.leaves, analyses, run.plans, strict=True)
-    ]
-    plain = [leaf_query(a, rel, 0) for a, rel in zip(analyses, rels, strict=True)]
-    text, params = post_sql_iv(plan, plain, analyses, rels, [Decimal(1)] * len(rels))
-    try:
-        got = engine.backend.run(text, params, private=False)
-    except UpstreamError as e:  # the statement's own error, if any, is reported when it runs
-        return {}, upstream_fallback(e, "counting the leaf values an output row reads")
-    static = static_reads(plan, bounds)
-    counted = counted_reads(plan, got.columns, got.rows)
-    return {h: k for h, k in counted.items() if static.get(h) is not None}, None
-
-
-def _post_iv(
-    engine: EngineContext,
-    sp: Split,
-    plan: IvPlan,
-    plans: Sequence[LeafPlan],
-    releases: Sequence[Release],
-    confidence: float,
-    reads: dict[int, int | None],
-    cancel: CancelToken | None = None,
-) -> tuple[Attached, IntervalFallback | None]:
-    """The post-processing with the interval columns; if PostgreSQL refuses the rewritten
-    query, the statement's own (its error, if any, is the user's) with NULL intervals, and
-    why (:func:`~dpsql.execute.tree_intervals.upstream_fallback`)."""
-    analyses = [p.analysis for p in plans]
-    plain = [leaf_query(a, rel, 0) for a, rel in zip(analyses, releases, strict=True)]
-    text, params = post_sql_iv(plan, plain, analyses, releases)
-    labels = list(sp.labels) or [f"leaf {i}" for i in range(len(plans))]
-    try:
-        got = engine.backend.run(text, params, private=False, cancel=cancel)
-    except UpstreamError as e:
-        got = run_post(engine, sp, plans, releases, cancel)
-        failed = upstream_fallback(e, "the interval columns' query")
-        out = attach(
-            plan, got.columns, got.rows, releases, labels, confidence, failed.reason, reads
-        )
-        return out, failed
-    return attach(plan, got.columns, got.rows, releases, labels, confidence, reads=reads), None
 
 
 def _reserve(
@@ -397,159 +263,6 @@ def _reserve(
         session.analyst, [*bounds, part], prepared.fingerprint, statement=prepared.text
     )
     return got[-1], list(got[:-1])
-
-
-def leaf_notices(
-    sp: Split,
-    run: _Run,
-    measured: set[int],
-    stored: bool,
-    session: SessionContext,
-    engine: EngineContext,
-) -> tuple[str, ...]:
-    """Each leaf's notices in its own name (its ``auto`` bounds when chosen now, its accuracy
-    summary), and what they cover: the leaves' released values, not the statement's output
-    that PostgreSQL computes from them."""
-    conf = privacy_params.confidence(engine.policy, session)
-    out: list[str] = []
-    for i, rel in enumerate(run.releases):
-        name = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
-        b = run.budgets[i]
-        lines: list[str] = []
-        used = run.bounds[i]
-        if b.auto and i in measured and used is not None:
-            unit = run.plans[i].analysis.private.privacy_unit
-            whose = "this part's" if len(run.releases) > 1 else "this statement's"
-            text = notice(used, b.share.epsilon, stored, unit, whose)
-            lines += [text] if text else []
-        if rel is not None:
-            lines += list(rel.notes)
-        repeat = run.repeats[i]
-        if repeat is not None and i not in measured:
-            lines.append(repeat.notice())
-        plan = run.plans[i]
-        level = rel.confidence if rel is not None and rel.confidence is not None else conf
-        notes = rel.notes if rel is not None else ()
-        lines += list(interval_notices(plan.analysis, plan, level, notes))
-        out += [f"{name}: {line}" for line in lines]
-    if out and session.show_intervals:
-        out.append(
-            "these intervals are of each aggregate's released values per group, at the level "
-            "each states; the statement's own intervals are its <column>_low/_high columns "
-            "(below: what each holds, or why it is NULL)"
-        )
-    elif out:
-        out.append(
-            "these intervals are of each aggregate's released values per group (as that "
-            "aggregate alone would return them); the statement's output is computed from them "
-            "in PostgreSQL and carries no interval of its own: a SUM of k released values "
-            "lies within the SUM of their ends with probability at least 1 - k x "
-            f"{1 - conf:.2g} (union bound); SET dpsql.show_intervals = on returns the "
-            "statement's own intervals as columns where one can be computed"
-        )
-    return tuple(out)
-
-
-class _Run:
-    """The leaves of one execution: prepared, planned, their free-repeat keys and releases.
-
-    A series-limit leaf (``Split.link``) is prepared for real only once its source leaf is
-    released (:meth:`resolve`); until then its probe stands for it."""
-
-    def __init__(
-        self,
-        engine: EngineContext,
-        sp: Split,
-        leaves: list[PrivateQuery],
-        budgets: list[LeafBudget],
-        session: SessionContext,
-        scope: str,
-        text: str = "",
-    ) -> None:
-        self.engine, self.sp, self.session, self.scope = engine, sp, session, scope
-        self.text = text  # the statement the analyst ran (its repeats' history rows)
-        self.leaves, self.budgets = leaves, budgets
-        self.plans: list[LeafPlan] = [b.answer for b in budgets]
-        self.releases: list[Release | None] = [None] * len(leaves)
-        self.keys: list[str | None] = [None] * len(leaves)
-        self.bounds: list[AutoBounds | None] = [None] * len(leaves)  # the auto bounds used
-        self.repeats: list[Stored | None] = [None] * len(leaves)  # a free repeat's release
-
-    def resolve(self, i: int, lookup: bool = True) -> None:
-        """Leaf i's real SQL (a series limit's from its source's released keys), its
-        free-repeat key, and its stored answer if any (before the charge: the leaves whose
-        source is known then; ``lookup`` False after the charge)."""
-        engine, link = self.engine, self.sp.link(i)
-        if link is not None:
-            values = self._released_keys(link.source, link.column)
-            leaf = engine.prepare_in_scope(link.instantiate(values).sql("postgres"), self.scope)
-            if not isinstance(leaf, PrivateQuery):
-                raise InternalError("a series limit's leaf is not one private block")
-            self.leaves[i] = leaf
-        ledger = engine.ledger
-        if ledger is None:
-            self.keys[i] = ""
-            return
-        b = self.budgets[i]
-        if b.auto:  # as a flat statement's: its own epsilon, whatever the bounds cost
-            key = auto_cache_key(engine, self.leaves[i], b.share, (), self.session.mechanism)
-        else:
-            key = cache_key(engine, self.leaves[i], self._share_plan(i), ())
-        self.keys[i] = key
-        if lookup:
-            stored = ledger.lookup_stored(self.session.analyst, key, self.text or None)
-            if stored is not None:
-                self.releases[i] = Release.from_json(json.loads(stored.payload))
-                self.repeats[i] = stored
-                self.plans[i] = self._share_plan(i)
-
-    def _share_plan(self, i: int) -> LeafPlan:
-        """The leaf's real plan without ``auto`` bounds at its share (its free-repeat key)."""
-        b = self.budgets[i]
-        a = self.leaves[i].analysis
-        if a is b.share.analysis:
-            return b.share
-        return self.engine.plan_analysis(a, b.share.epsilon, b.share.delta, self.session.mechanism)
-
-    def plan(self, i: int, bounds: AutoBounds | None) -> None:
-        """Leaf i's plan for running, within what was reserved for its answer."""
-        plan, used = resolved_plan(
-            self.engine, self.leaves[i], self.budgets[i], bounds, self.session
-        )
-        if not _within(plan.cost, self.budgets[i].answer.cost):
-            raise InternalError("a leaf's plan costs more than was reserved for its answer")
-        self.plans[i], self.bounds[i] = plan, used
-
-    def _released_keys(self, source: int, column: str) -> list[exp.Expr]:
-        """The distinct non-null values of ``column`` in leaf ``source``'s released rows (after
-        its own HAVING/ORDER BY/LIMIT), as literals: public, post-processed data."""
-        rel = self.releases[source]
-        assert rel is not None
-        a = self.plans[source].analysis
-        q, arrays = leaf_query(a, rel, 0)
-        outer = (
-            exp.select(exp.column(column, "_dp_src", quoted=True))
-            .distinct()
-            .from_(q.subquery("_dp_src"))
-            .where(
-                exp.Not(
-                    this=exp.Is(
-                        this=exp.column(column, "_dp_src", quoted=True), expression=exp.Null()
-                    )
-                )
-            )
-        )
-        params = {f"_dpsql_arr{k}": arr for k, arr in enumerate(arrays)}
-        rows = self.engine.backend.run(outer_sql(outer), params, private=False).rows
-        return [literal(r[0]) for r in sorted(rows, key=lambda r: str(r[0]))]
-
-
-def _within(cost: Any, reserved: Any) -> bool:
-    return bool(
-        cost.epsilon <= reserved.epsilon
-        and cost.delta <= reserved.delta
-        and cost.rho <= reserved.rho
-    )
 
 
 __all__ = ["run_tree"]

@@ -23,7 +23,8 @@ from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count
 from dpsql.sql.parse import ParsedQuery, ParsedStatement
-from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, with_units
+from dpsql.sql.per_unit import with_units
+from dpsql.sql.per_unit_source import UNIT_PREFIX, UnitSource
 from dpsql.sql.public import check_public
 from dpsql.sql.tree import Split, fill, split, split_budget
 from dpsql.sql.wording import spelled_sql

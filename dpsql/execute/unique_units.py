@@ -265,7 +265,7 @@ def _recheck_sql(
 def keyed(a: Analysis) -> bool:
     """Whether what ``a`` releases depends on the catalog state its key checks read
     (:data:`CATALOG_TOKEN_SQL`): group keys, whose printed text and grouping follow the type
-    and collation of their columns (:func:`dpsql.execute.private.precheck`: no text key under a
+    and collation of their columns (:func:`dpsql.execute.precheck.precheck`: no text key under a
     nondeterministic collation; texts by key type), or public candidates compared as text."""
     return bool(a.group_keys) or any(m.kind in ("mode", "count_keys") for m in a.measures)
 

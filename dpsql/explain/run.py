@@ -40,7 +40,8 @@ from dpsql.execute.prepared import (
     TreeQuery,
     fingerprint,
 )
-from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
+from dpsql.execute.private import delta_for_rho
+from dpsql.execute.repeat_keys import auto_cache_key, cache_key
 from dpsql.explain.document import plan_document, plan_lines, plan_xml, would_spend
 from dpsql.explain.report import report
 from dpsql.explain.tree import explain_tree

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import sequential
 from dpsql.execute import auto_bounds
-from dpsql.execute.private import auto_cache_key, cache_key, delta_for_rho
+from dpsql.execute.private import delta_for_rho
+from dpsql.execute.repeat_keys import auto_cache_key, cache_key
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, explain_text, leaf_budget
 from dpsql.execute.tree_prepare import bound_split, leaf_plans
 from dpsql.explain.document import (

@@ -6,7 +6,8 @@ statement (:mod:`.analyze` and its ``analyze_*`` parts -> :class:`.analysis.Anal
 groups, contribution bounds, key domains), its DP plan (:mod:`.plan`, :mod:`.sensitivity`,
 :mod:`.grouping_sets`), CTEs and derived tables merged into one SELECT (:mod:`.flatten`,
 :mod:`.derived`, :mod:`.filters_to_case`), statements of several DP leaves (:mod:`.tree`,
-:mod:`.per_unit`), the rewrite passes into bounded SQL (:mod:`.rewrite`, one pass per module) and
+:mod:`.per_unit`, its synthetic tables :mod:`.per_unit_source` and exact filters
+:mod:`.per_unit_filters`), the rewrite passes into bounded SQL (:mod:`.rewrite`, one pass per module) and
 the post-processing SQL (:mod:`.postprocess`), whose nodes :mod:`.nodes` builds without parsing
 or copying. Reads the policy, never the network: nothing here opens a connection or imports the
 engine, the wire, the budget or the catalog emulation.

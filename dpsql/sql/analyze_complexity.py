@@ -28,7 +28,7 @@ MAX_ARITHMETIC_DEPTH = 64
 MAX_TIME_NESTING = 3
 """Date/time conversions of a row's value (``date_trunc``, ``to_char``, ``date_part``, casts to
 ``timestamp``/``timestamptz``) nested in one another. Each reads its argument through
-:func:`dpsql.sql.rewrite.make_total.within_timestamps`, which reads its value three times, so n
+:func:`dpsql.sql.rewrite.total_dates.within_timestamps`, which reads its value three times, so n
 nested ones are 3^n copies of the innermost: ``date_trunc`` nested 10 deep (160 characters) took
 178 s of proxy CPU holding the interpreter lock, and PostgreSQL evaluated the 59,049 copies for
 each row that reached them (a row made slow on purpose: a timing channel)."""

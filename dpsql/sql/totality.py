@@ -306,7 +306,7 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
         if temporal_type(src, column) is not None:
             # between date/timestamp types: a date or time a timestamp can't hold (a date column
             # past 294276 AD or near 4714 BC) is moved to +-infinity by the rewrite
-            # (make_total.within_timestamps), constants stay within years 1..9999 +- the bounded
+            # (total_dates.within_timestamps), constants stay within years 1..9999 +- the bounded
             # intervals
             return
         raise fails

@@ -41,7 +41,8 @@ from dpsql.sql.blocks import contains, is_aggregate_block, private_tables, selec
 from dpsql.sql.group_domain import unfiltered_keys_notice
 from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
-from dpsql.sql.per_unit import UNIT_PREFIX, UnitSource, lift_units, with_units
+from dpsql.sql.per_unit import lift_units, with_units
+from dpsql.sql.per_unit_source import UNIT_PREFIX, UnitSource
 from dpsql.sql.refusal_text import answer_in_expression
 from dpsql.sql.tables import cte_body, referenced_tables
 from dpsql.sql.wording import spelled_sql, user_sql

@@ -1,7 +1,7 @@
 """Whether a statement's answer can depend on the session's time zone (``SET TIME ZONE``).
 
 A free repeat returns a stored answer only to a statement that would get the same answer
-(:func:`dpsql.execute.private.repeat_key`): a month bucket of a date is a different instant in New
+(:func:`dpsql.execute.repeat_keys.repeat_key`): a month bucket of a date is a different instant in New
 York than in UTC, ``purchased_at >= '2025-06-01'`` on a timestamptz another row set, ``now()::date``
 another day. The zone joins a statement's identity when :func:`zone_matters`: it reads a date or
 timestamp column of the policy, a column the policy doesn't describe (a public table's), or calls

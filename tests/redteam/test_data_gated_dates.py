@@ -4,7 +4,7 @@ A date column reaches 5874897 AD and 4714-11-24 BC; a timestamp only 294276 AD, 
 timestamptz's earliest instant is 4714-11-24 BC at midnight UTC. PostgreSQL converts a date to a
 timestamp for ``CAST(d AS timestamp)``, ``CAST(d AS timestamptz)``, ``date_trunc`` and
 ``to_char`` (they take timestamps), and the conversion raised 22008 for such a date: before
-dpsql.sql.rewrite.make_total.within_timestamps, ``WHERE CAST(d AS timestamp) > ...`` was
+dpsql.sql.rewrite.total_dates.within_timestamps, ``WHERE CAST(d AS timestamp) > ...`` was
 answered on a database whose unit 1 has an ordinary date and failed (22000) on its neighbour
 where unit 1's date is 5874897-12-31 (or 4714-11-24 BC) -- a noiseless bit, and ``CASE WHEN x >
 50 THEN CAST(d AS timestamp) END`` gates it on any other column. Each probe runs on the three

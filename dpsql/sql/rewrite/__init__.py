@@ -2,7 +2,7 @@
 
 The pipeline (``private_query``) turns an :class:`~dpsql.sql.analysis.Analysis` into the SQL that
 PostgreSQL runs: the rows read (``source_rows``: tables and joins, joined private tables capped
-per unit), total row-level expressions, clamped values, bounded contributions, one row per group
+per unit), total row-level expressions (``make_total``; its dates and times ``total_dates``), clamped values, bounded contributions, one row per group
 (and, for quantiles and mode, one row per group and bucket: ``bucket_values``).
 """
 

@@ -39,7 +39,7 @@ allows total for every input value:
 * a date or time read where PostgreSQL converts it to a timestamp (a cast to ``timestamp`` or
   ``timestamptz``; ``date_trunc``, ``to_char`` and ``date_part``, which take a timestamp) is
   first moved into the range both types share, with a day's margin for the time zone
-  (:func:`within_timestamps`:
+  (:func:`~dpsql.sql.rewrite.total_dates.within_timestamps`:
   later than 294276-12-29 reads as ``'infinity'``, earlier than 4713-11-26 BC as
   ``'-infinity'``, which those functions take). A date column reaches 5874897 AD, a timestamp
   294276 AD: ``CAST(d AS timestamp)`` failed only when a row held such a date;
@@ -70,9 +70,15 @@ from dpsql.sql import functions as fn
 from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.float_safe import float_safe
 from dpsql.sql.rewrite.literals import clamp_strict, number
+from dpsql.sql.rewrite.total_dates import (
+    dates_within_timestamps,
+    is_date_part,
+    own_date_part,
+    timestamp_input,
+    within_timestamps,
+)
 from dpsql.sql.rewrite.total_float import float_operation, is_float8
 from dpsql.sql.sensitivity import Columns, lookup
-from dpsql.sql.temporal import temporal_type
 from dpsql.sql.temporal import value_kind as kind
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
@@ -277,144 +283,6 @@ def _cast_total(n: exp.Cast) -> exp.Expr:
     return n
 
 
-# The dates and times every date, timestamp and timestamptz conversion takes in any time zone
-# (a timestamp reaches 294276-12-31 and 4714-11-24 BC, a date 5874897 AD; a zone moves them by
-# under a day)
-_LATEST = "294276-12-29"
-_EARLIEST = "4713-11-26 BC"
-_TO_TIMESTAMP = (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ)
-
-
-def within_timestamps(x: exp.Expr) -> exp.Expr:
-    """``x`` (a date, timestamp or timestamptz read from a row) as a value every timestamp
-    conversion takes: ``CASE WHEN x > '294276-12-29' THEN 'infinity' WHEN x < '4713-11-26 BC'
-    THEN '-infinity' ELSE x END`` (the literals take ``x``'s type; infinities convert, and
-    ``date_trunc``/``to_char`` give infinity/NULL for them). Values in range are unchanged.
-
-    >>> import sqlglot
-    >>> within_timestamps(sqlglot.parse_one("d")).sql("postgres")
-    "CASE WHEN d > '294276-12-29' THEN 'infinity' WHEN d < '4713-11-26 BC' THEN '-infinity' ELSE d END"
-    """
-    return exp.Case(
-        ifs=[
-            exp.If(
-                this=exp.GT(this=x.copy(), expression=exp.Literal.string(_LATEST)),
-                true=exp.Literal.string("infinity"),
-            ),
-            exp.If(
-                this=exp.LT(this=x.copy(), expression=exp.Literal.string(_EARLIEST)),
-                true=exp.Literal.string("-infinity"),
-            ),
-        ],
-        default=x.copy(),
-    )
-
-
-_COMMON_TYPE = (exp.Coalesce, exp.Greatest, exp.Least, exp.Case)
-
-
-class _Untyped:
-    """What :func:`dpsql.sql.temporal.temporal_type` reads of a column the policy doesn't know."""
-
-    family = None
-    type = ""
-
-
-def _chosen_values(n: exp.Expr) -> list[exp.Expr]:
-    """The values ``n`` (CASE, COALESCE, GREATEST, LEAST) brings to one type."""
-    if isinstance(n, exp.Case):
-        out = [i.args["true"] for i in n.args.get("ifs") or []]
-        return out + ([n.args["default"]] if n.args.get("default") is not None else [])
-    return [n.this, *n.expressions]
-
-
-def _time_of(x: exp.Expr, columns: Columns | None) -> str | None:
-    """'date', 'timestamp' (or timestamptz), 'null' (NULL or a string literal: it takes the
-    others' type), or None (unknown or not a date/time) for a value of a common-type choice."""
-    while isinstance(x, exp.Paren):
-        x = x.this
-    if isinstance(x, exp.Null) or (isinstance(x, exp.Literal) and x.is_string):
-        return "null"
-    if isinstance(x, _COMMON_TYPE):
-        kinds = {_time_of(v, columns) for v in _chosen_values(x)}
-        return next((k for k in ("timestamp", None, "date") if k in kinds), "null")
-    if isinstance(x, exp.Nullif):
-        return _time_of(x.this, columns)
-
-    def column(c: exp.Column) -> object:
-        found = lookup(columns, c) if columns is not None else None
-        return found if found is not None else _Untyped()
-
-    t = temporal_type(x, column)  # type: ignore[arg-type]
-    return "timestamp" if t in ("timestamp", "timestamptz") else t
-
-
-def _dates_within_timestamps(n: exp.Expr, columns: Columns | None) -> exp.Expr:
-    """``n`` (in place): a date read from a row that CASE, COALESCE, GREATEST or LEAST may
-    convert to a timestamp (another value is one, or of a type not known here) is read through
-    :func:`within_timestamps`. ``COALESCE(d, ts)`` converted a date after 294276 AD to a
-    timestamp and failed for that row only. The dates are wrapped where they are read (a
-    column, a cast), once each: a choice among choices wraps nothing twice, so nested ones
-    don't multiply the SQL (within_timestamps reads its value three times)."""
-    if not isinstance(n, _COMMON_TYPE):
-        return n
-    values = _chosen_values(n)
-    kinds = [_time_of(v, columns) for v in values]
-    if "date" not in kinds or all(k in ("date", "null") for k in kinds):
-        return n
-    for v, k in zip(values, kinds, strict=True):
-        if k == "date":
-            for leaf in _date_leaves(v, columns):
-                wrapped = within_timestamps(leaf)
-                wrapped.meta["dpsql_within"] = True
-                leaf.replace(wrapped)
-    return n
-
-
-def _date_leaves(v: exp.Expr, columns: Columns | None) -> list[exp.Expr]:
-    """Where the dates of value ``v`` are read from a row: through parentheses and the values
-    (not the conditions) of CASE, COALESCE, GREATEST, LEAST and NULLIF, the date-typed parts
-    that read a column and are not wrapped already."""
-    out: list[exp.Expr] = []
-    todo = [v]
-    while todo:
-        x = todo.pop()
-        if x.meta.get("dpsql_within") or not x.find(exp.Column):
-            continue
-        if isinstance(x, exp.Paren):
-            todo.append(x.this)
-        elif isinstance(x, _COMMON_TYPE):
-            todo += _chosen_values(x)
-        elif isinstance(x, exp.Nullif):
-            todo.append(x.this)
-        elif _time_of(x, columns) == "date":
-            out.append(x)
-    return out
-
-
-def _timestamp_input(n: exp.Expr) -> bool:
-    """``n`` converts what it reads of a row to a timestamp: a cast to ``timestamp`` or
-    ``timestamptz``, ``date_trunc``, ``to_char``."""
-    if isinstance(n, exp.Cast):
-        return n.to.this in _TO_TIMESTAMP
-    return isinstance(n, (exp.DateTrunc, exp.TimestampTrunc, exp.TimeToStr))
-
-
-def _date_part(n: exp.Expr) -> bool:
-    """``n`` is ``date_part(field, x)`` as written (:mod:`dpsql.sql.faithful` marks the EXTRACT
-    node sqlglot reads it into, and writes it back as date_part)."""
-    return isinstance(n, exp.Extract) and n.meta.get("dpsql_called") == "date_part"
-
-
-def _own_date_part(n: exp.Expr) -> bool:
-    """``n`` is a ``date_part(field, x)`` call dpsql wrote (a function node of that name)."""
-    return (
-        isinstance(n, exp.Anonymous)
-        and str(n.name).lower() == "date_part"
-        and len(n.expressions) == 2
-    )
-
-
 def _largest_numeric(p: int, s: int) -> exp.Expr:
     """The largest value of ``numeric(p, s)``, 10^(p-s) - 10^-s, as an exact literal.
 
@@ -486,16 +354,16 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
         if isinstance(n, (exp.Neg, exp.Abs)) and not _plain_number(n.this) and not float_unary:
             n.set("this", _num(n.this))
             return n
-        if _timestamp_input(n) and isinstance(n.this, exp.Expr) and n.this.find(exp.Column):
+        if timestamp_input(n) and isinstance(n.this, exp.Expr) and n.this.find(exp.Column):
             n.set("this", within_timestamps(n.this))
             return n
         value = n.args.get("expression")
-        if _date_part(n) and isinstance(value, exp.Expr) and value.find(exp.Column):
+        if is_date_part(n) and isinstance(value, exp.Expr) and value.find(exp.Column):
             # date_part(text, date) is date_part(text, timestamp) of the date converted: a date
             # after 294276 AD failed for that row only (EXTRACT reads the date itself)
             n.set("expression", within_timestamps(value))
             return n
-        if _own_date_part(n) and n.expressions[1].find(exp.Column):
+        if own_date_part(n) and n.expressions[1].find(exp.Column):
             # dpsql's own (a date quantile's epoch: dpsql.sql.analyze_quantiles.epoch_value)
             n.set("expressions", [n.expressions[0], within_timestamps(n.expressions[1])])
             return n
@@ -545,7 +413,7 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if new is not child and key is not None:
                 n.set(key, new, index)
         out = float_safe(fix(n, both_int, floats, float_unary), columns)  # NUMERIC meets float
-        out = _dates_within_timestamps(out, columns)  # a date meets a timestamp
+        out = dates_within_timestamps(out, columns)  # a date meets a timestamp
         if whole_int and any(_is_clamp(x) for x in out.walk()):
             return _as_bigint(out)
         return out

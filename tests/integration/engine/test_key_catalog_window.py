@@ -1,7 +1,7 @@
 """A group key's checks hold for the query that runs, not only for the catalog read before it.
 
 Before a private statement is charged, its text keys are checked against the columns'
-collations (dpsql.execute.private.precheck: under a case-insensitive collation 'Secret' =
+collations (dpsql.execute.precheck.precheck: under a case-insensitive collation 'Secret' =
 'secret', and a group would print as whichever of its rows' texts PostgreSQL kept) and its keys'
 printed texts against their types. Those checks read the catalog once, when the statement is
 planned. A column switched to a nondeterministic collation between that read and the private

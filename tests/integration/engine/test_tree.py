@@ -534,7 +534,7 @@ def test_other_joins_to_an_aggregate_are_refused(tree_engine: Engine, sql: str) 
 PER_UNIT = "(SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) AS t"
 PER_UNIT_STATS = f"SELECT COUNT(*) AS users, SUM(n) AS total, AVG(n) AS mean FROM {PER_UNIT}"
 PER_UNIT_HISTOGRAM = f"SELECT n, COUNT(*) AS users FROM {PER_UNIT} GROUP BY n ORDER BY n"
-CAP = 100  # dpsql.sql.per_unit.AUTO_CAP: the demo's purchases choose R per query (auto)
+CAP = 100  # dpsql.sql.per_unit_source.AUTO_CAP: the demo's purchases choose R per query (auto)
 
 
 def test_per_unit_statistics(tree_engine: Engine, tree_dsn: str) -> None:

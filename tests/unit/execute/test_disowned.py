@@ -10,7 +10,7 @@ import math
 
 from dpsql.execute.disowned import Disown, owned
 from dpsql.execute.noise import Release
-from dpsql.execute.private import payload
+from dpsql.execute.repeat_keys import payload
 from dpsql.execute.tree_rounding import half_widths
 
 IV = (10.0, 30.0)
@@ -39,5 +39,5 @@ def test_rounding_reads_the_half_widths_the_notice_did_not_change() -> None:
     assert half_widths(rel) == [[10.0]]
     old = Release(("text",), [["a"]], [[20.0]], [[IV]])  # stored before half_widths existed
     assert half_widths(old) == [[10.0]]
-    # stored for free repeats as JSON (dpsql.execute.private.payload): the infinite end too
+    # stored for free repeats as JSON (dpsql.execute.repeat_keys.payload): the infinite end too
     assert Release.from_json(json.loads(payload(rel))) == rel

@@ -1,11 +1,11 @@
-"""The stored form of a release (dpsql.execute.private.payload), read back for free repeats."""
+"""The stored form of a release (dpsql.execute.repeat_keys.payload), read back for free repeats."""
 
 from __future__ import annotations
 
 import json
 
 from dpsql.execute.noise import Release
-from dpsql.execute.private import payload
+from dpsql.execute.repeat_keys import payload
 
 
 def test_payload_round_trips_through_the_ledger_form() -> None:

@@ -1,0 +1,159 @@
+"""Free-repeat keys of a private statement: what makes two statements one release.
+
+The key (:func:`repeat_key`) is the canonical statement's text without what only shapes its
+post-processing (:func:`released_part`: LIMIT/OFFSET, an ORDER BY of outputs), the parameters
+the release reads, the privacy settings, the analyst's view and the time zone where it matters;
+a statement with ``auto`` bounds keys on its own epsilon (:func:`auto_cache_key`). The in-flight
+slot (:func:`slot`) an identical statement waits on, and the stored form of a release
+(:func:`payload`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from sqlglot import exp
+
+from dpsql.execute import planning
+from dpsql.execute.noise import Release
+from dpsql.execute.prepared import PrivateQuery
+from dpsql.session import SessionContext
+from dpsql.sql.bind import param_numbers
+from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.plan import Plan
+from dpsql.sql.zone_identity import zone_matters
+from dpsql.upstream.zone import UTC_NAME, ZONE
+
+if TYPE_CHECKING:
+    from dpsql.execute.context import EngineContext
+
+
+def repeat_key(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    params: Sequence[object],
+    epsilon: Fraction,
+    delta: Fraction,
+    mechanism: str,
+) -> str:
+    """Same canonical query, parameters, epsilon, delta, mechanism, policy (as the analyst's
+    view changes answers) and time zone where it matters (:mod:`dpsql.sql.zone_identity`) =>
+    same answer. The canonical form of the statement's tree is
+    memoized (a function of the tree alone; the memo holds the tree, so its id can't be reused)."""
+    from dpsql.sql.canonical import cache_key as key
+    from dpsql.sql.canonical import canonical
+
+    tree = prepared.tree
+    assert tree is not None
+    hit = engine.caches.sql.get(("canonical", id(tree)))
+    if hit is None or hit[0] is not tree:
+        part = released_part(tree)
+        hit = (tree, canonical(part), frozenset(param_numbers(part)))
+        engine.caches.sql.remember(("canonical", id(tree)), hit)
+    extra = engine.repeat_digest(prepared.scope)
+    zone = ZONE.get()
+    if zone != UTC_NAME and zone_matters(hit[0], engine.policy):  # another zone, another answer
+        extra += f":TimeZone={zone}"
+    return key(hit[1], released_params(params, hit[2]), epsilon, delta, mechanism, extra=extra)
+
+
+def released_params(params: Sequence[object], used: frozenset[int]) -> list[object]:
+    """``params`` as the release sees them: a value only the page reads (``LIMIT $2 OFFSET
+    $3``, stripped by :func:`released_part`) is left out, so pages sent with bound parameters
+    share one release as literal pages do; a parameter of the private part (``WHERE amount >
+    $1``) stays, a different value a different release. Positions are kept (``$n``)."""
+    return [p if i + 1 in used else None for i, p in enumerate(params)]
+
+
+def released_part(tree: exp.Expr) -> exp.Expr:
+    """What a statement's release depends on: ``tree`` without the LIMIT and OFFSET of its
+    SELECT, nor an ORDER BY that reads no aggregate (keys, output names, ordinals). They only
+    shape the post-processing query over the released groups (dpsql.sql.analyze_select puts
+    them on the outer query alone), so pages of one grouped answer (``LIMIT 5 OFFSET 0``,
+    ``OFFSET 5``, no LIMIT) share one release: one charge, the same numbers on every page. An
+    ORDER BY with an aggregate stays: it can add a statistic to the release; so does one that
+    reads anything but the SELECT's own outputs (an ordinal, an output name, a selected
+    expression): ``ORDER BY s`` over a derived table's ``SUM(amount) AS s`` that the SELECT does
+    not list adds that sum, and reusing the release of the statement without it failed."""
+    from dpsql.sql import functions as fn
+
+    if not isinstance(tree, exp.Select):
+        return tree
+    order = tree.args.get("order")
+    strip = [k for k in ("limit", "offset") if tree.args.get(k) is not None]
+    if (
+        order is not None
+        and not any(fn.is_aggregate(n) for n in order.walk())
+        and all(_an_output(tree, o.this) for o in order.expressions)
+    ):
+        strip.append("order")
+    if not strip:
+        return tree
+    out = tree.copy()
+    for k in strip:
+        out.set(k, None)
+    return out
+
+
+def _an_output(tree: exp.Select, e: exp.Expr) -> bool:
+    """``e`` (an ORDER BY term of ``tree``) is one of its outputs: an ordinal, an output's name
+    (unqualified), or an expression ``tree`` selects."""
+    while isinstance(e, exp.Paren):
+        e = e.this
+    if isinstance(e, exp.Literal):
+        return e.is_int
+    if (
+        isinstance(e, exp.Column)
+        and not e.table
+        and e.name in {s.alias_or_name for s in tree.expressions}
+    ):
+        return True
+    return any(e == s.unalias() for s in tree.expressions)
+
+
+def cache_key(
+    engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, params: Sequence[object]
+) -> str:
+    """The repeat key of a statement at its plan's epsilon, delta and mechanism."""
+    return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, plan.mechanism)
+
+
+def payload(rel: Release) -> bytes:
+    """The release as the ledger stores it for free repeats (compact JSON, read back by
+    :meth:`Release.from_json`): noisy values only, never a private row."""
+    return json.dumps(rel.as_json(), separators=(",", ":")).encode()
+
+
+def auto_cache_key(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    plan: Plan | SetsPlan,
+    params: Sequence[object],
+    mech: str,
+) -> str:
+    """The repeat key of a statement with ``auto`` bounds: its own epsilon (not what is left
+    after choosing bounds, which differs between the first run and later ones) and the
+    requested mechanism."""
+    return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}")
+
+
+def flat_key(engine: EngineContext, prepared: PrivateQuery, session: SessionContext) -> str:
+    """The free-repeat key :func:`run_private` computes for ``prepared`` (no parameters) in
+    ``session``."""
+    from dpsql.execute import auto_bounds
+
+    plan = planning.plan(engine, prepared, session, ())
+    if auto_bounds.pending(engine, prepared, session, plan.analysis).needed:
+        return auto_cache_key(engine, prepared, plan, (), session.mechanism)
+    return cache_key(engine, prepared, plan, ())
+
+
+def slot(engine: EngineContext, session: SessionContext, key: str) -> str:
+    """The in-flight slot of a repeat key: an identical statement whose release this one may
+    read (the same analyst's, or any analyst's with ``repeats: global``) waits for it. Another
+    analyst's is never read, so waiting for it would only tell this one that it runs (and when
+    it ends)."""
+    return key if engine.policy.repeats == "global" else f"{session.analyst}\x1f{key}"
