@@ -48,7 +48,7 @@ from dpsql.execute.tree_leaves import LeafRun, declared_of
 from dpsql.execute.tree_notices import leaf_notices
 from dpsql.execute.tree_output_intervals import iv_plan, noisy_outputs, post_iv
 from dpsql.execute.tree_post import run_post
-from dpsql.execute.tree_prepare import bound_split, leaf_plans
+from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_proofs
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -108,6 +108,7 @@ def _run_tree(
     from dpsql.execute import shadows
 
     sp, probes = bound_split(engine, prepared, params)
+    probes = with_catalog_proofs(engine, probes)  # one row per unit, as a flat statement reads it
     shares = leaf_plans(engine, probes, session)  # what is reserved for each leaf
     key_tables = tuple(
         g.keys_from.rsplit(".", 1)[0]

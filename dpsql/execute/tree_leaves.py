@@ -18,6 +18,7 @@ from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.repeat_keys import auto_cache_key, cache_key
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, resolved_plan
 from dpsql.execute.tree_post import leaf_query
+from dpsql.execute.tree_prepare import with_catalog_proofs
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import AutoBounds
 from dpsql.sql.bind import literal
@@ -70,7 +71,7 @@ class LeafRun:
             leaf = engine.prepare_in_scope(link.instantiate(values).sql("postgres"), self.scope)
             if not isinstance(leaf, PrivateQuery):
                 raise InternalError("a series limit's leaf is not one private block")
-            self.leaves[i] = leaf
+            (self.leaves[i],) = with_catalog_proofs(engine, [leaf])  # as its probe's
         ledger = engine.ledger
         if ledger is None:
             self.keys[i] = ""

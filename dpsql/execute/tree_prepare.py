@@ -124,6 +124,38 @@ def bound_split(
     return _split(engine, bind(prepared.tree, params), prepared.scope, InternalError("no split"))
 
 
+def with_catalog_proofs(
+    engine: EngineContext, leaves: Sequence[PrivateQuery]
+) -> tuple[PrivateQuery, ...]:
+    """Each leaf with the catalog's proofs in force, as a flat statement's plan takes them
+    (:func:`dpsql.execute.planning.plan`): one row per unit (a PRIMARY KEY or NOT NULL UNIQUE
+    unit column: R = G = 1 free, nothing dropped by bounding) and the columns a CHECK constraint
+    proves within their bounds, read once per execution (one catalog round trip per leaf, which
+    also gives the catalog token its key checks use). The leaf's run checks them again just
+    before and after its private query (:meth:`~dpsql.execute.context.EngineContext.checked_sql`,
+    :func:`~dpsql.execute.unique_units.still_proven`), as a flat statement's does. A leaf over
+    per-unit derived tables has one row per unit by construction (nothing to read). Before, a
+    tree's leaves never read the catalog: a UNION of two COUNTs over a table keyed by its unit
+    spent epsilon on ``auto`` bounds, fell back to R = 1 for "too few" units and said rows were
+    left out of a table that has one row per unit (newcomer22 #1)."""
+    from dpsql.execute.unique_units import catalog_state, tables
+
+    out = []
+    for leaf in leaves:
+        a = leaf.analysis
+        if leaf.units or a.one_row_per_unit:
+            out.append(leaf)
+            continue
+        state = catalog_state(engine.backend, a)
+        engine.catalog_tokens()[tables(a)] = state.token
+        if not (state.unique or state.proven):
+            out.append(leaf)
+            continue
+        proven = leaf.catalog_analysis(state.unique_id, state.proven, state.proof_id)
+        out.append(dataclasses.replace(leaf, analysis=proven))
+    return tuple(out)
+
+
 def leaf_plans(
     engine: EngineContext, leaves: Sequence[PrivateQuery], session: SessionContext
 ) -> list[LeafPlan]:
@@ -148,4 +180,4 @@ def leaf_plans(
     ]
 
 
-__all__ = ["bound_split", "leaf_plans", "prepare_tree"]
+__all__ = ["bound_split", "leaf_plans", "prepare_tree", "with_catalog_proofs"]

@@ -13,7 +13,7 @@ from dpsql.execute import auto_bounds
 from dpsql.execute.private import delta_for_rho
 from dpsql.execute.repeat_keys import auto_cache_key, cache_key
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, explain_text, leaf_budget
-from dpsql.execute.tree_prepare import bound_split, leaf_plans
+from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_proofs
 from dpsql.explain.document import (
     budget_lines,
     plan_document,
@@ -45,6 +45,7 @@ def explain_tree(
 ) -> Result:
     """dpsql's plan of a tree statement, validated as its execution would be, without running."""
     sp, leaves = bound_split(engine, inner, params)
+    leaves = with_catalog_proofs(engine, leaves)
     shares = leaf_plans(engine, leaves, session)
     budgets = [
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(leaves, shares, strict=True)

@@ -217,3 +217,77 @@ def test_an_auto_clamped_sum_runs_within_its_reservation(
     assert r.epsilon_spent == pytest.approx(1.0)
     assert 1 - Fraction(1, 10**9) < _spent(ledger) <= 1  # (a Gaussian's as converted)
     assert any(n.startswith("SUM(v)") and "left out" in n for n in r.notices), r.notices
+
+
+# Statements of several DP leaves over the keyed table (newcomer22 #1): each leaf reads the
+# catalog's proof as a flat statement does. Before, no leaf read it: each chose ``auto`` R and G
+# from the data (an auto_bound charge per leaf, or the R = 1 fallback for "too few" units) and
+# its notice said rows were left out of a table with one row per unit.
+TREES = {
+    "union": "SELECT COUNT(*) FROM {t} WHERE g = 'a' UNION ALL SELECT COUNT(*) FROM {t} WHERE g = 'b'",
+    "window": "SELECT g, COUNT(*), SUM(COUNT(*)) OVER () AS total FROM {t} WHERE v > 10 GROUP BY g",
+    "derived": "SELECT AVG(n) FROM (SELECT g, COUNT(*) AS n FROM {t} WHERE v > 5 GROUP BY g) s",
+    "cte_join": (
+        "WITH a AS (SELECT g, COUNT(*) AS n FROM {t} GROUP BY g), "
+        "b AS (SELECT g, AVG(w) AS m FROM {t} GROUP BY g) "
+        "SELECT a.g, a.n, b.m FROM a JOIN b ON a.g = b.g"
+    ),
+    "intersect": (
+        "SELECT COUNT(*) FROM {t} WHERE w > 3 INTERSECT SELECT COUNT(*) FROM {t} WHERE w > 4"
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(TREES))
+def test_a_tree_statements_leaves_read_the_proof(
+    charged: tuple[Engine, Ledger], shape: str
+) -> None:
+    """Property (deterministic: the ledger and the notices, no noisy value): every leaf of a
+    statement of several over the keyed table plans with one row per unit (no ``auto`` bound
+    chosen, nothing charged but the statement's epsilon, the leaf's notice says so); the same
+    statement over the unkeyed twin table still chooses its bounds (a charge per leaf), so the
+    check tells the two apart."""
+    engine, ledger = charged
+    session = SessionContext("analyst", Fraction(1))
+    r = engine.execute(engine.prepare(TREES[shape].format(t="pk"), "analyst"), session)
+    history = [h.mechanism for h in ledger.history("analyst")]
+    assert history.count("auto_bound") == 0, history
+    assert _spent(ledger) == 1 and r.epsilon_spent == pytest.approx(1.0)
+    leaves = [n for n in r.notices if "contribution bounds" in n]
+    assert leaves and all("one row per uid" in n for n in leaves), r.notices
+    assert not any("left out" in n and "about" in n for n in r.notices), r.notices
+    engine.execute(engine.prepare(TREES[shape].format(t="plain"), "analyst"), session)
+    history = [h.mechanism for h in ledger.history("analyst")]
+    assert history.count("auto_bound") >= 1, history  # the twin: its R (and G) chosen
+
+
+def test_a_tree_leaf_refuses_when_the_key_goes_while_it_runs(
+    charged: tuple[Engine, Ledger], dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leaf that took the proof checks it again after its query, as a flat statement does:
+    the key dropped and unit 0 given a second row between the check and the query refuses the
+    statement (55000), nothing released."""
+    engine, _ = charged
+    checked = engine.checked_sql
+
+    def drop_after_check(prepared: PrivateQuery, a: Analysis) -> tuple[str, Analysis]:
+        got = checked(prepared, a)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE pk DROP CONSTRAINT IF EXISTS pk_pkey")
+            conn.execute("INSERT INTO pk VALUES (0, 'a', 1, 1)")
+        return got
+
+    monkeypatch.setattr(engine, "checked_sql", drop_after_check)
+    try:
+        with pytest.raises(ObjectNotInPrerequisiteState, match="while the statement ran"):
+            engine.execute(
+                engine.prepare(TREES["union"].format(t="pk"), "analyst"),
+                SessionContext("analyst", Fraction(1)),
+            )
+    finally:
+        monkeypatch.undo()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "DELETE FROM pk WHERE uid = 0 AND ctid <> (SELECT min(ctid) FROM pk WHERE uid = 0)"
+            )
+            conn.execute("ALTER TABLE pk ADD PRIMARY KEY (uid)")
