@@ -235,6 +235,66 @@ def range_findings(policy: Policy, dsn: str) -> list[Finding]:
     return out
 
 
+def unit_rows_findings(policy: Policy, dsn: str) -> list[Finding]:
+    """Per private table with a privacy unit: the most rows one unit has (one scan), against the
+    declared ``max_rows_per_unit_total`` (units above it lose their rows beyond it in every
+    per-group COUNT and SUM: a warning), or, where none is declared, what declaring it would
+    give. The data owner reading their own data, never a release."""
+    out: list[Finding] = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for name, t in policy.tables.items():
+            if t.row_privacy:
+                continue
+            n = t.max_rows_per_unit_total
+            q = sql.SQL(
+                "SELECT max(n), count(*) FILTER (WHERE n > %s) FROM "
+                "(SELECT count(*) AS n FROM {} GROUP BY {}) AS per_unit"
+            ).format(sql.Identifier(*name.split(".")), sql.Identifier(t.privacy_unit))
+            try:
+                row = conn.execute(q, [n or 0]).fetchone()
+            except psycopg.Error as e:
+                out.append(Finding(name, "", f"rows per unit not read: {e}".strip(), warning=True))
+                continue
+            most, over = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
+            unit = t.privacy_unit
+            if n is not None and over:
+                out.append(
+                    Finding(
+                        name,
+                        "",
+                        f"{plural(over, unit + ' value')} have more rows than "
+                        f"max_rows_per_unit_total ({n}; the most: {most:,}): per-group counts and "
+                        "sums keep only that many of each. Raise it to what one person can "
+                        "have (not from these rows: the policy is public)",
+                        warning=True,
+                    )
+                )
+            elif n is not None:
+                out.append(Finding(name, "", f"every {unit} has at most {n} rows in all"))
+            else:
+                r, g = t.max_rows_per_unit, t.max_groups_per_unit
+                both = isinstance(r, int) and isinstance(g, int)
+                shape = (
+                    f"with max_rows_per_unit {r} and max_groups_per_unit {g} declared, a "
+                    f"per-group COUNT moves by up to {r * g:,} rows of one {unit} "  # type: ignore[operator]
+                    "(R x G); "
+                    if both
+                    else ""
+                )
+                out.append(
+                    Finding(
+                        name,
+                        "",
+                        f"the most rows one {unit} has: {most:,}; {shape}max_rows_per_unit_total "
+                        "(what one person can have in all, declared from what the table can "
+                        "hold, not from these rows) caps what one adds over all groups instead, "
+                        "and auto spends nothing choosing it (docs/policy.md)",
+                        warning=True,
+                    )
+                )
+    return out
+
+
 def _outside(below: int, above: int, lo: object, hi: object) -> str:
     """What the owner reads for a column with rows outside its declared bounds."""
     where = []
@@ -302,6 +362,7 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         "privacy unit",
         "rows/unit",
         "groups/unit",
+        "rows/unit in all",
         "bounded",
         "keys",
         "identifiers",
@@ -313,6 +374,7 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
             pt.privacy_unit,
             str(pt.max_rows_per_unit),
             str(pt.max_groups_per_unit),
+            str(pt.max_rows_per_unit_total or ""),
             ", ".join(
                 f"{c}[{_bound(v.bounds[0])},{_bound(v.bounds[1])}]"
                 for c, v in pt.columns.items()
@@ -322,7 +384,7 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
             ", ".join(c for c, v in pt.columns.items() if v.identifier),
         )
     for name in policy.public_tables:
-        t.add_row(name, "(public)", "", "", "", "", "")
+        t.add_row(name, "(public)", "", "", "", "", "", "")
     console.print(t)
     console.print(f"analysts: {', '.join(policy.analysts) or '(none)'}")
     for name, analyst in policy.analysts.items():
@@ -350,6 +412,9 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
         console.print(f"[yellow]{where}: {f.problem}[/yellow]", highlight=False)
     if not ranges:
         console.print("[green]every bounded column's values lie in its declared bounds[/green]")
+    for f in unit_rows_findings(policy, upstream):
+        style = "yellow" if f.warning else "green"
+        console.print(f"[{style}]{f.table}: {f.problem}[/{style}]", highlight=False)
     for f in proof_findings(policy, upstream):
         style = "dim" if f.warning else "green"
         console.print(f"[{style}]{f.table}.{f.column}: {f.problem}[/{style}]", highlight=False)

@@ -52,6 +52,7 @@ import numpy as np
 from dpsql.execute.bias import Removed, TargetWidths
 from dpsql.execute.bounds_text import col_name, fmt, qty_text
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.auto_bounds import declared_total
 from dpsql.sql.bias import CAP_FACTOR, BiasTarget
 from dpsql.sql.wording import plural
 
@@ -107,6 +108,11 @@ def chosen(a: Analysis, t: BiasTarget) -> bool:
     one row per unit (nothing is bounded) or the rows are one per unit."""
     if a.unique_unit or a.one_row_per_unit:
         return False
+    if declared_total(a) is not None:  # R, G and the L1 cap from the policy's total (free,
+        # not in auto_bounded); a bound still chosen from the data (a ratio's R) is there
+        if t.measure.kind == "count_units":
+            return "groups" in a.auto_bounded
+        return bool(a.auto_bounded)
     # still ``auto`` in the policy table: not resolved (its default stands: 1), not declared
     tables = [p for _, _, p in a.sources if p is not None] or [a.private]
     groups = "groups" in a.auto_bounded or (a.grouped and any(p.auto_groups for p in tables))
@@ -169,9 +175,38 @@ def open_text(
     return (
         f" {where}{why}{seen}. No private count can tell a few {unit} from none, {held}, so "
         f"the truth can lie far beyond the interval {far} the answer: it gives no {end} end "
-        "there. To get one, ask the data owner to declare max_rows_per_unit "
-        f"(and max_groups_per_unit) in the policy as numbers, no fewer than the most one {unit} "
-        "has: the assumption is then the policy's."
+        f"there. To get one, {declare_advice(a)}: the assumption is then the policy's."
+    )
+
+
+def declare_advice(a: Analysis) -> str:
+    """What the data owner can declare so that an interval's far end rests on the policy (not
+    what it declares already): for per-group counts and sums under ``auto``, the per-unit
+    total (the shape ``auto`` uses, nothing spent choosing it); else R (and G) as numbers."""
+    unit = a.private.privacy_unit
+    tables = [p for _, _, p in a.sources if p is not None] or [a.private]
+    # (chosen bounds are numbers in ``a``'s tables once applied: auto_bounded says which)
+    if not a.pre_join_rows and declared_total(a) is None and "total" in a.auto_bounded:
+        return (
+            "ask the data owner to declare max_rows_per_unit_total in the policy (the most "
+            f"rows one {unit} has in all: its bounds keep this shape and spend nothing "
+            "choosing)"
+        )
+    rows = "rows" in a.auto_bounded or any(p.auto_rows for p in tables)
+    groups = "groups" in a.auto_bounded or any(p.auto_groups for p in tables)
+    auto = [
+        name
+        for name, left in (
+            ("max_rows_per_unit", rows),
+            ("max_groups_per_unit", a.grouped and groups),
+        )
+        if left
+    ]
+    if not auto:
+        return "raise dpsql.epsilon"
+    return (
+        f"ask the data owner to declare {' and '.join(auto)} in the policy as "
+        f"{'a number' if len(auto) == 1 else 'numbers'}, no fewer than the most one {unit} has"
     )
 
 
@@ -208,12 +243,41 @@ def unseen_text(
         if a.group_keys
         else "The released values cannot check it here: this answer"
     )
+    declared = _declared_names(a)
+    if declared:  # never advise declaring what is declared (newcomer22 #8)
+        fix = (
+            f"The policy declares {declared}: the bounds keep that much of each {unit}, and "
+            f"no release can tell whether some {unit} have more (a few {unit} can hide any "
+            f"amount). To rule that out, raise dpsql.epsilon (the count of {unit} beyond the "
+            "cap then speaks up), or ask about more of the data (a wider filter or fewer groups)."
+        )
+    else:
+        fix = (
+            "To rule that out, ask the data owner to declare max_rows_per_unit in the policy (no "
+            f"fewer than the most rows one {unit} has), or raise dpsql.epsilon (the count of "
+            f"{unit} beyond the cap then speaks up)."
+        )
     return (
         f" {where} could all come from {fmt(n)} {unit} (the bounds keep at most "
         f"{kept} of each), while up to {fmt(k)} {unit} could each have lost more than "
         f"{lost} without the estimate showing it. If a few {unit} hold most of the {what} "
-        "this query selects, the truth can lie far beyond the interval. To rule that out, ask "
-        "the data owner to declare max_rows_per_unit in the policy (no fewer than the most "
-        f"rows one {unit} has), or raise dpsql.epsilon (the count of {unit} beyond the cap "
-        "then speaks up)."
+        f"this query selects, the truth can lie far beyond the interval. {fix}"
     )
+
+
+def _declared_names(a: Analysis) -> str:
+    """The contribution bounds ``a``'s table declares as numbers, as the policy spells them
+    ('' when none): its per-unit total when it declares one (R and G are then at most it; an
+    ``auto`` one resolved reads as a number here), else R and G."""
+    p = a.private
+    if p.max_rows_per_unit_total is not None:
+        return f"max_rows_per_unit_total: {p.max_rows_per_unit_total}"
+    out = [
+        f"{name}: {value}"
+        for name, value in (
+            ("max_rows_per_unit", p.max_rows_per_unit),
+            ("max_groups_per_unit", p.max_groups_per_unit if a.grouped else "auto"),
+        )
+        if isinstance(value, int)
+    ]
+    return ", ".join(out)

@@ -112,8 +112,12 @@ def assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
     if alarmed(r, rows):
         n = max(0.0, float(r.over_cap.sum()))
         auto = "auto" in (a.private.max_rows_per_unit, a.private.max_groups_per_unit)
+        total = a.private.max_rows_per_unit_total
         what = (
-            "The bounds were chosen from the data (auto): raise dpsql.epsilon for a surer "
+            f"The policy's max_rows_per_unit_total ({total}) is below what some {unit} have: "
+            "ask the data owner to raise it, or ask about fewer rows."
+            if total is not None and not a.auto_bounded
+            else "The bounds were chosen from the data (auto): raise dpsql.epsilon for a surer "
             "choice, ask the data owner to set max_rows_per_unit / max_groups_per_unit to "
             "numbers in the policy, or ask about fewer rows."
             if auto

@@ -225,6 +225,13 @@ class PrivateTable(StrictModel):
         default="auto",
         description="groups one unit may touch; auto: chosen per query from the data",
     )
+    max_rows_per_unit_total: Annotated[int, Field(ge=1, le=MAX_ROWS_PER_UNIT)] | None = Field(
+        default=None,
+        description="rows of one unit kept in all (over all groups of a query): per-group COUNT"
+        " and SUM then move by at most this many rows of one unit over all its groups (an L1"
+        " cap, the shape auto chooses from the data), declared instead of chosen: nothing is"
+        " spent choosing it; auto R and G are then at most this, free",
+    )
     auto_max_rows_per_unit: Annotated[int, Field(ge=1, le=MAX_ROWS_PER_UNIT)] = Field(
         default=MAX_ROWS_PER_UNIT,
         description="the largest max_rows_per_unit auto may choose (the top of its public grid of"
@@ -265,10 +272,26 @@ class PrivateTable(StrictModel):
         return g if isinstance(g, int) else 1
 
     @model_validator(mode="after")
+    def _total_covers_the_rest(self) -> PrivateTable:
+        n = self.max_rows_per_unit_total
+        if n is None:
+            return self
+        r = self.max_rows_per_unit
+        if isinstance(r, int) and r > n:
+            raise ValueError(
+                f"max_rows_per_unit ({r}) is more than max_rows_per_unit_total ({n}): a unit "
+                "cannot have more rows in one group than in all; lower max_rows_per_unit to at "
+                f"most {n} (or leave it auto)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _unit_is_a_column(self) -> PrivateTable:
         if self.row_privacy:
             if self.max_rows_per_unit not in (1, "auto"):
                 raise ValueError("with privacy_unit: row, max_rows_per_unit must be 1")
+            if self.max_rows_per_unit_total not in (None, 1):
+                raise ValueError("with privacy_unit: row, max_rows_per_unit_total must be 1")
         elif self.privacy_unit not in self.columns:
             raise ValueError(
                 f"privacy_unit {self.privacy_unit!r} is not among the columns; declare it "

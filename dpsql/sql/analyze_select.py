@@ -20,6 +20,7 @@ from dpsql.policy.model import Policy
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis, GroupKey
 from dpsql.sql.analyze_aggregates import _Ctx, _refuse_identifiers, check_row_level
+from dpsql.sql.apply_bounds import with_declared_total
 from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left, uncrossed
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.nodes import table as table_node
@@ -242,22 +243,24 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                 )
             _check_count(key, val)
             q.set(key, node.copy())
-    return Analysis(
-        table=table,
-        alias=ctx.alias,
-        private=ctx.private,
-        sources=tuple((x.alias, x.table, x.private) for x in ctx.sources) if joins else (),
-        joins=tuple(joins),
-        pre_join_rows=pre_join_rows(
-            [x.private for x in ctx.sources if x.private is not None],
-            public=any(x.private is None for x in ctx.sources),
-        ),
-        where=where_expr,
-        group_keys=tuple(keys),
-        measures=tuple(outer.measures.values()),
-        statistics=tuple(outer.stats),
-        outer=q,
-        grouped=bool(keys),
-        grouping_sets=sets,
-        no_keys=no_keys,
+    return with_declared_total(
+        Analysis(
+            table=table,
+            alias=ctx.alias,
+            private=ctx.private,
+            sources=tuple((x.alias, x.table, x.private) for x in ctx.sources) if joins else (),
+            joins=tuple(joins),
+            pre_join_rows=pre_join_rows(
+                [x.private for x in ctx.sources if x.private is not None],
+                public=any(x.private is None for x in ctx.sources),
+            ),
+            where=where_expr,
+            group_keys=tuple(keys),
+            measures=tuple(outer.measures.values()),
+            statistics=tuple(outer.stats),
+            outer=q,
+            grouped=bool(keys),
+            grouping_sets=sets,
+            no_keys=no_keys,
+        )
     )

@@ -15,10 +15,12 @@ from dpsql.sql.analysis import Analysis, Measure, Statistic
 from dpsql.sql.auto_bounds import (
     CLAMPED_KINDS,
     DECLARED,
+    DECLARED_TOTAL,
     ONE_ROW,
     TOTAL_KINDS,
     AutoBounds,
     auto_column,
+    declared_choices,
     total_column,
 )
 
@@ -65,7 +67,9 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
         renamed[m.key] = new
         measures.append(new)
     stats = tuple(_restat(s, renamed) for s in a.statistics)
-    exact = (DECLARED, ONE_ROW)  # no unit can lose a row or a group to these
+    # no unit can lose a row or a group to these (a declared total: none whose rows are as
+    # the data owner declared them, as for declared max_rows_per_unit)
+    exact = (DECLARED, ONE_ROW, DECLARED_TOTAL)
     auto = {c.kind for c in bounds.chosen if c.kind in LOSSY and c.rule not in exact}
     return replace(
         a,
@@ -75,6 +79,14 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
         statistics=stats,
         auto_bounded=tuple(sorted(set(a.auto_bounded) | auto)),
     )
+
+
+def with_declared_total(a: Analysis) -> Analysis:
+    """``a`` with the L1 caps over groups of its table's declared per-unit total
+    (``max_rows_per_unit_total``: :func:`dpsql.sql.auto_bounds.declared_choices`) in place, for
+    declared and ``auto`` R and G alike; ``a`` itself when none applies."""
+    chosen = declared_choices(a)
+    return apply_bounds(a, AutoBounds(chosen)) if chosen else a
 
 
 def _restat(s: Statistic, renamed: dict[str, Measure]) -> Statistic:

@@ -148,7 +148,12 @@ class AutoBounds:
         """The chosen bounds in words (the notice and EXPLAIN)."""
         parts = []
         rows, groups = self.get("rows"), self.get("groups")
-        if rows is not None and rows.rule != TOTAL_ROWS:
+        totals = any(c.kind == "total" for c in self.chosen)
+        if (
+            rows is not None
+            and rows.rule != TOTAL_ROWS
+            and not (totals and rows.rule == DECLARED_TOTAL)
+        ):
             r = _num(rows.value)
             per = " per group" if groups else ""
             parts.append(f"{r} row{'' if r == '1' else 's'} per unit{per}")
@@ -251,11 +256,13 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
     if totals and total_mode(a):
         return _total_items(a, grouped_slice)
     one = one_row(a)  # R = G = 1, free (policy_choices)
+    total = declared_total(a) is not None  # R (but a ratio's) and G at most N, free
     if (
         rows_auto(a)
         and not one
         and any(m.kind != "count_units" for m in a.measures)
         and not ratio_rows(a)
+        and not (total and not all(s.func in _RATIOS for s in a.statistics))
     ):
         per_group = a.grouped and not a.grouping_sets
         grid = tuple(Fraction(v) for v in integer_grid(rows_ceiling(a)))
@@ -266,7 +273,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         # rows, is as large as the noise saved (docs/accuracy.md, "The two misses").
         ratios = all(s.func in _RATIOS for s in a.statistics)
         items.append(AutoItem("rows", grid, sl, per_group=per_group, median=ratios))
-    if groups_auto(a) and a.grouped and not one and declared_groups(a) is None:
+    if groups_auto(a) and a.grouped and not one and declared_groups(a) is None and not total:
         grid = tuple(Fraction(v) for v in integer_grid(groups_ceiling(a)))
         items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
@@ -317,15 +324,62 @@ def total_mode(a: Analysis) -> bool:
     Rows per group are then not bounded apart (R = the rows ceiling, ``auto_max_rows_per_unit``)
     and values keep their declared range (no clamp to choose): both only add bias under L.
     """
-    if not (rows_auto(a) and a.grouped and a.statistics):
-        return False
-    if (a.joins and not a.pre_join_rows) or not decomposable(a) or one_row(a):
+    if not rows_auto(a) or (a.joins and not a.pre_join_rows):
         # a public table's fan-out is bounded by R (join_fanout), which this sets to its
         # ceiling; a join of private tables with auto R keeps P before the join (join_cap)
+        return False
+    return total_shape(a)
+
+
+def total_shape(a: Analysis) -> bool:
+    """Per-group COUNT and SUM statistics only (COUNT(DISTINCT unit) beside them), on partials
+    (decomposable), rows not one per unit: the statements an L1 cap over a unit's groups
+    bounds (:func:`total_mode`, :func:`declared_total`)."""
+    if not (a.grouped and a.statistics) or not decomposable(a) or one_row(a):
         return False
     if not all(s.func in ("count", "sum", "count_distinct") for s in a.statistics):
         return False
     return any(m.kind in TOTAL_KINDS for m in a.measures)
+
+
+DECLARED_TOTAL = "from the policy's max_rows_per_unit_total"
+
+
+def declared_total(a: Analysis) -> int | None:
+    """N, the rows one unit has in all as the policy declares it (``max_rows_per_unit_total``),
+    for a statement over that one private table (no join: a join's rows per unit are not the
+    table's); None otherwise.
+
+    A per-unit total bounds what a unit adds over all its groups (the L1 cap ``auto`` chooses
+    from the data as L, :func:`total_mode`): a per-group COUNT's partials are scaled into N
+    rows and a SUM's into N times its per-row bound (:func:`declared_choices`), and ``auto`` R
+    and G are at most N, free (:func:`policy_choices`): a unit with N rows has at most N in a
+    group and touches at most N groups. The rewrite enforces all three, so privacy does not
+    rest on the number; that nothing is dropped does (the data owner's word, as for declared
+    max_rows_per_unit)."""
+    if a.joins or a.sources:
+        return None
+    return a.private.max_rows_per_unit_total
+
+
+def declared_choices(a: Analysis) -> tuple[ChosenBound, ...]:
+    """The L1 caps over groups a declared per-unit total N gives (:func:`declared_total`),
+    whatever R and G are (declared or ``auto``): L = N per-row bounds for each per-group
+    COUNT and SUM (rows: N; a SUM: N times its largest absolute value); none otherwise. Set
+    by the analyzer (:func:`dpsql.sql.apply_bounds.with_declared_total`), nothing spent."""
+    n = declared_total(a)
+    if n is None or not total_shape(a):
+        return ()
+    out: dict[str, ChosenBound] = {}
+    for m in a.measures:
+        if m.kind not in TOTAL_KINDS or m.total is not None or m.per_row() <= 0:
+            continue
+        value = n * m.per_row()
+        out.setdefault(
+            total_column(m),
+            ChosenBound("total", total_column(m), value, Fraction(0), 0, 0, rule=DECLARED_TOTAL),
+        )
+    return tuple(out.values())
 
 
 def total_column(m: Measure) -> str:
@@ -335,15 +389,15 @@ def total_column(m: Measure) -> str:
 
 def _total_items(a: Analysis, grouped_slice: str) -> tuple[AutoItem, ...]:
     items: list[AutoItem] = []
-    if groups_auto(a) and declared_groups(a) is None:
+    if groups_auto(a) and declared_groups(a) is None and declared_total(a) is None:
         grid = tuple(Fraction(v) for v in integer_grid(groups_ceiling(a)))
         items.append(AutoItem("groups", grid, grouped_slice))
     seen: set[str] = set()
     ceiling = rows_ceiling(a)
     for m in a.measures:
         name = total_column(m)
-        if m.kind not in TOTAL_KINDS or name in seen:
-            continue
+        if m.kind not in TOTAL_KINDS or name in seen or m.total is not None:
+            continue  # (a declared per-unit total: L is the policy's, nothing to choose)
         seen.add(name)
         if m.kind == "sum":
             top = m.per_row() * ceiling
@@ -408,6 +462,9 @@ def rows_ceiling(a: Analysis) -> int:
     of a join's), and in a join at most P^k, the joined rows one unit can have
     (:mod:`dpsql.sql.join_cap`)."""
     top = min(p.auto_max_rows_per_unit for p in _privates(a))
+    n = declared_total(a)
+    if n is not None:  # no unit has more rows in a group than in all
+        top = min(top, n)
     if a.pre_join_rows:
         top = min(top, a.pre_join_rows ** private_tables(a))
     return top
@@ -439,14 +496,33 @@ def policy_choices(a: Analysis) -> tuple[ChosenBound, ...]:
         if groups_auto(a) and a.grouped:
             out.append(ChosenBound("groups", "", Fraction(1), Fraction(0), 0, 0, rule=ONE_ROW))
         return tuple(out)
+    total = declared_total(a)
+    ratios = bool(a.statistics) and all(s.func in _RATIOS for s in a.statistics)
     if ratio_rows(a):
         out.append(ChosenBound("rows", "", Fraction(1), Fraction(0), 0, 0, rule=RATIO_ROWS))
-    if total_mode(a):
+    elif total_mode(a):
         ceiling = Fraction(rows_ceiling(a))
-        out.append(ChosenBound("rows", "", ceiling, Fraction(0), 0, 0, rule=TOTAL_ROWS))
+        rule = TOTAL_ROWS if total is None else DECLARED_TOTAL  # (R = N: a declared total's)
+        out.append(ChosenBound("rows", "", ceiling, Fraction(0), 0, 0, rule=rule))
+    elif total is not None and rows_auto(a) and not ratios:
+        r = Fraction(min(total, rows_ceiling(a)))
+        out.append(ChosenBound("rows", "", r, Fraction(0), 0, 0, rule=DECLARED_TOTAL))
     n = declared_groups(a) if groups_auto(a) else None
-    if n is not None:
+    if total is not None and groups_auto(a) and a.grouped:
+        g = min(total, groups_ceiling(a), n if n is not None else total)
+        out.append(ChosenBound("groups", "", Fraction(g), Fraction(0), 0, 0, rule=DECLARED_TOTAL))
+    elif n is not None:
         out.append(ChosenBound("groups", "", Fraction(n), Fraction(0), 0, 0, rule=DECLARED))
+    if total is not None and total_shape(a) and (rows_auto(a) or groups_auto(a)):
+        caps = {  # the analyzer's caps (declared_choices), named in the notice
+            total_column(m): m.total
+            for m in a.measures
+            if m.kind in TOTAL_KINDS and m.total is not None
+        }
+        out += [
+            ChosenBound("total", name, cap, Fraction(0), 0, 0, rule=DECLARED_TOTAL)
+            for name, cap in caps.items()
+        ]
     return tuple(out)
 
 

@@ -108,3 +108,35 @@ def test_check_says_which_columns_the_catalog_proves(
     assert found["tip"].warning
     status, out = _check(path, dsn)
     assert status == 0 and "public.pay.amount: the catalog proves it in [0, 500]" in out, out
+
+
+def test_check_reads_the_most_rows_one_unit_has(demo_dsn: str, tmp_path: Path) -> None:
+    """The per-unit total (newcomer22 #8): without one, check says the most rows one unit has
+    and what declaring max_rows_per_unit_total gives; one declared below it is a warning with
+    how many units it cuts; one that holds, a plain line (exact counts from PostgreSQL)."""
+    import psycopg
+
+    with psycopg.connect(demo_dsn) as conn:
+        row = conn.execute(
+            "SELECT max(n), count(*) FILTER (WHERE n > 100) FROM "
+            "(SELECT count(*) n FROM purchases GROUP BY user_id) s"
+        ).fetchone()
+    assert row is not None
+    most, over = int(row[0]), int(row[1])
+    assert over > 0  # the demo's whales
+    _, out = _check(POLICY, demo_dsn)
+    assert f"public.purchases: the most rows one user_id has: {most:,}" in out, out
+    assert "max_rows_per_unit_total" in out, out
+    declared = POLICY.read_text().replace(
+        "privacy_unit: user_id ", "privacy_unit: user_id\n    max_rows_per_unit_total: 100\n   ", 1
+    )
+    path = tmp_path / "total.yaml"
+    path.write_text(declared)
+    status, out = _check(path, demo_dsn)
+    assert status == 0, out
+    assert f"{over:,} user_id values have more rows than max_rows_per_unit_total (100" in out, out
+    path.write_text(
+        declared.replace("max_rows_per_unit_total: 100", f"max_rows_per_unit_total: {most}")
+    )
+    _, out = _check(path, demo_dsn)
+    assert f"public.purchases: every user_id has at most {most} rows in all" in out, out
