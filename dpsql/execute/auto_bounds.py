@@ -43,6 +43,8 @@ from dpsql.sql.auto_bounds import (
     auto_items,
     declared_groups,
     policy_choices,
+    whole_table_rows,
+    wider_value,
 )
 from dpsql.sql.join_cap import fallback_note
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
@@ -59,6 +61,10 @@ class Pending:
 
     known: AutoBounds
     missing: tuple[AutoItem, ...]
+    # the table's rows per unit over all its rows, stored by an earlier statement
+    # (dpsql.sql.auto_bounds.whole_table_rows): what a choice the guard refuses keeps instead
+    # of the defaults; None when none is stored
+    wider: Fraction | None = None
 
     @property
     def needed(self) -> bool:
@@ -76,6 +82,8 @@ def payload(c: ChosenBound) -> bytes:
     }
     if c.fallback:
         d["fallback"] = True
+    if c.wider:
+        d["wider"] = True
     return json.dumps(d, separators=(",", ":")).encode()
 
 
@@ -84,6 +92,7 @@ def from_payload(raw: bytes) -> ChosenBound:
     return ChosenBound(
         d["kind"], d["column"], Fraction(d["value"]), Fraction(d["epsilon"]),
         int(d["rank"]), int(d["buckets"]), reused=True, fallback=bool(d.get("fallback")),
+        wider=bool(d.get("wider")),
     )  # fmt: skip
 
 
@@ -118,7 +127,7 @@ def with_fallbacks(
     if not found:
         return p
     known = AutoBounds((*p.known.chosen, *found), fallback=p.known.fallback)
-    return Pending(known, tuple(missing))
+    return Pending(known, tuple(missing), p.wider)
 
 
 def pending(
@@ -158,7 +167,33 @@ def pending(
             missing.append(it)
         else:
             chosen.append(bound)
-    return Pending(AutoBounds(tuple(chosen), fallback=fallback_note(a)), tuple(missing))
+    wider = _whole_table_rows(engine, prepared, session, a) if missing else None
+    return Pending(AutoBounds(tuple(chosen), fallback=fallback_note(a)), tuple(missing), wider)
+
+
+def _whole_table_rows(
+    engine: EngineContext, prepared: PrivateQuery, session: SessionContext, a: Analysis
+) -> Fraction | None:
+    """The table's rows per unit over all its rows as stored by an earlier statement (its
+    ``SELECT COUNT(*) FROM t``: :func:`dpsql.sql.auto_bounds.whole_table_rows`), read from the
+    memo or the ledger (the analyst's own stored releases: nothing spent); None when none is."""
+    ledger = engine.ledger
+    if ledger is None:
+        return None
+    memo = engine.caches.sql
+    digest = engine.repeat_digest(prepared.scope)
+    for it in whole_table_rows(a):
+        key = it.key(digest)
+        bound: ChosenBound | None = memo.get(("auto_bound", session.analyst, key))
+        if bound is None:
+            raw = ledger.peek(session.analyst, key)
+            if raw is None:
+                continue
+            bound = from_payload(raw)
+            memo.remember(("auto_bound", session.analyst, key), bound)
+        if not bound.fallback:
+            return bound.value
+    return None
 
 
 def default_bound(it: AutoItem) -> ChosenBound:
@@ -168,6 +203,17 @@ def default_bound(it: AutoItem) -> ChosenBound:
     if it.kind == "total" and it.measure is not None:
         value = it.measure.per_row()
     return ChosenBound(it.kind, it.column, value, Fraction(0), 0, len(it.grid), fallback=True)
+
+
+def wider_bound(it: AutoItem, rows: Fraction | None) -> ChosenBound:
+    """The bound ``it`` keeps when too few units choose it: from the table's rows per unit over
+    all its rows when one is stored (``rows``: :func:`dpsql.sql.auto_bounds.wider_value`, a
+    released value: post-processing), else :func:`default_bound`."""
+    c = default_bound(it)
+    value = wider_value(it, rows) if rows is not None else None
+    if value is None or value <= c.value:
+        return c
+    return replace(c, value=value, wider=True)
 
 
 def with_defaults(p: Pending) -> AutoBounds:
@@ -279,7 +325,7 @@ def choose(
     def pick(i: int, it: AutoItem, m: Selection) -> None:
         idx = noise.bound(m, hist[i])
         if idx >= len(it.grid):  # the guard: too few units to choose reliably at this epsilon
-            c = replace(default_bound(it), epsilon=each, rank=m.rank)
+            c = replace(wider_bound(it, p.wider), epsilon=each, rank=m.rank)
         else:
             c = ChosenBound(it.kind, it.column, it.grid[idx], each, m.rank, len(it.grid))
         out[i] = (c, m)
@@ -382,12 +428,19 @@ def too_small(p: Pending, epsilon: Fraction) -> AutoBounds | None:
     defaults kept, nothing spent), else None."""
     if round_down(slice_epsilon(epsilon, p) / len(p.missing)) > 0:
         return None
+    wider = tuple(c for c in (wider_bound(it, p.wider) for it in p.missing) if c.wider)
+    kept = (
+        "the table's rows per unit over all its rows (chosen earlier, reused free) bound the "
+        "rows and groups of one unit"
+        if wider
+        else "1 row and 1 group per unit are kept"
+    )
     note = (
         f"epsilon {float(epsilon):.3g} is too small to choose contribution bounds from the "
-        "data: 1 row and 1 group per unit are kept and values clamped to the declared bounds"
+        f"data: {kept} and values clamped to the declared bounds"
     )
     return AutoBounds(
-        p.known.chosen, Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
+        (*p.known.chosen, *wider), Fraction(0), "; ".join(filter(None, [p.known.fallback, note]))
     )
 
 

@@ -57,14 +57,32 @@ def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> 
             how.append("some reused free from earlier statements" if fresh else "reused free")
         how += sorted({c.rule for c in bounds.chosen if c.rule})  # set without the data
         parts.append(f"contribution bounds: {text} ({'; '.join(how)})")
-    kept = [c for c in bounds.chosen if c.fallback]
-    if kept:
-        what = ", ".join(_label(c) for c in kept)
+    wider = [c for c in bounds.chosen if c.fallback and c.wider]
+    if wider:
+        what = ", ".join(_label(c) for c in wider)
         parts.append(
             f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
-            "decided), the fixed defaults are used: they may leave out more than the intervals "
-            "allow for (each assumes no unit lost more than 4x what they keep); raise "
-            "dpsql.epsilon or set the bounds in the policy"
+            "decided), so the table's own rows per unit over all its rows, chosen by an "
+            "earlier statement and reused free, bound them instead (no unit has more rows in "
+            "a part of the table than in all of it)"
+        )
+    kept = [c for c in bounds.chosen if c.fallback and not c.wider]
+    if kept:
+        what = ", ".join(_label(c) for c in kept)
+        low = [c for c in kept if c.kind in ("rows", "groups", "total")]
+        counts = (
+            ": this answer counts at most one row (and one group) per unit, so it can be well "
+            "below the truth (each unit's other rows are left out)"
+            if low
+            else ""
+        )
+        parts.append(
+            f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
+            f"decided), the fixed defaults are used{counts}; they may leave out more than the "
+            "intervals allow for (each assumes no unit lost more than 4x what they keep). For "
+            "a bound that fits: raise dpsql.epsilon, run the statement once without its filter "
+            "(SELECT COUNT(*) over the whole table: its rows per unit are then reused free "
+            "here), or ask the data owner to declare max_rows_per_unit_total"
         )
     if bounds.fallback:
         parts.append(bounds.fallback)

@@ -1,0 +1,92 @@
+"""A bound the guard refuses (too few units) falls back to the table's own rows per unit.
+
+newcomer22 #10: under ``auto``, an ordinary filtered COUNT whose slice has too few units to
+choose R at its epsilon kept R = 1 (the default): 15-70% low, explained only in the notice. A
+unit has no more rows in a slice of the table (nor in a group of one) than in all of it, and
+touches no more groups than it has rows: R chosen for the whole table (``SELECT COUNT(*) FROM
+t``, stored in the ledger when it ran: a released value, reused as post-processing) bounds
+them, so the fallback uses it when one is stored; else the default stays and the notice says
+the answer counts one row per unit and what would give a bound that fits.
+
+Data: ``t``, 3,000 units with 3 rows each, g in two declared keys. Deterministic (a zero-noise
+engine: the guard on the exact unit count, the answer without noise): a slice of 200 units is
+below the guard at epsilon 1 (about 107 / 0.2 units needed), the whole table is not.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from fractions import Fraction
+
+import psycopg
+import pytest
+
+from dpsql.budget.ledger import Ledger
+from dpsql.engine import Engine
+from dpsql.policy.model import Policy
+from dpsql.result import Result
+from dpsql.session import SessionContext
+from tests.helpers import EXACT
+
+POLICY = {
+    "version": 1,
+    "dataset": "wider",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
+    "tables": {
+        "public.t": {
+            "privacy_unit": "uid",
+            "columns": {
+                "uid": {"type": "integer", "identifier": True},
+                "g": {"type": "text", "keys": ["x", "y"]},
+                "n": {"type": "integer", "bounds": [0, 10000]},
+            },
+        }
+    },
+}
+SESSION = SessionContext(analyst="analyst", epsilon=Fraction(1), mechanism="laplace")
+
+
+@pytest.fixture(scope="module")
+def dsn(make_db: Callable[[str], str]) -> str:
+    dsn = make_db("wider")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE t AS SELECT u AS uid, (ARRAY['x','y'])[1 + r % 2] AS g, u AS n "
+            "FROM generate_series(1, 3000) u, generate_series(1, 3) r"
+        )
+    return dsn
+
+
+@pytest.fixture
+def engine(dsn: str) -> Iterator[Engine]:
+    p = Policy.model_validate(POLICY)
+    ledger = Ledger.open(dsn, p, schema=f"dpsql_wf{uuid.uuid4().hex[:8]}")
+    e = Engine(p, dsn, ledger, pool_size=1, noise=EXACT)
+    yield e
+    e.close()
+    ledger.close()
+
+
+def ask(engine: Engine, sql: str) -> Result:
+    return engine.execute(engine.prepare(sql, "analyst"), SESSION)
+
+
+def test_a_refused_choice_keeps_the_tables_own_rows_per_unit(engine: Engine) -> None:
+    """Property: after the whole table's R is stored, a filtered COUNT (and a grouped one) whose
+    own choice the guard refuses counts every row of its units (R >= 3: the exact answer), and
+    says where its bound came from; before it, the default R = 1 counts one row a unit and the
+    notice says so and how to get a bound that fits. The twin (defaults only) answers 200."""
+    first = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 200")
+    assert first.rows == [(200,)], first.rows  # R = 1: one row of each of 200 units
+    assert "this answer counts at most one row" in first.notices[0], first.notices
+    assert "without its filter" in first.notices[0], first.notices
+    whole = ask(engine, "SELECT COUNT(*) FROM t")
+    assert whole.rows == [(9000,)], whole.rows  # chosen: R >= 3
+    got = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 201")
+    assert got.rows == [(603,)], (got.rows, got.notices)
+    assert "the table's own rows per uid over all its rows" in got.notices[0], got.notices
+    grouped = ask(engine, "SELECT g, COUNT(*) FROM t WHERE n <= 202 GROUP BY g ORDER BY g")
+    # each unit: one row in x, two in y (r = 1, 3 -> y; r = 2 -> x)
+    assert grouped.rows == [("x", 202), ("y", 404)], (grouped.rows, grouped.notices)
