@@ -175,7 +175,9 @@ def open_text(
     return (
         f" {where}{why}{seen}. No private count can tell a few {unit} from none, {held}, so "
         f"the truth can lie far beyond the interval {far} the answer: it gives no {end} end "
-        f"there. To get one, {declare_advice(a)}: the assumption is then the policy's."
+        f"there. To get one, {declare_advice(a)}: the assumption is then the policy's, and "
+        f"the end is shown wherever no group's answer could all come from {unit} the releases "
+        "cannot see (at a larger dpsql.epsilon, or over larger groups)."
     )
 
 
@@ -202,8 +204,8 @@ def declare_advice(a: Analysis) -> str:
         )
         if left
     ]
-    if not auto:
-        return "raise dpsql.epsilon"
+    if not auto:  # (not reached: an end is disowned so only under a bound chosen from data)
+        auto = ["max_rows_per_unit"]
     return (
         f"ask the data owner to declare {' and '.join(auto)} in the policy as "
         f"{'a number' if len(auto) == 1 else 'numbers'}, no fewer than the most one {unit} has"
