@@ -122,8 +122,11 @@ def with_fallbacks(
         raw = ledger.peek(session.analyst, fallback_key(it.key(digest), each))
         if raw is None:
             missing.append(it)
-        else:
-            found.append(from_payload(raw))
+            continue
+        c = from_payload(raw)
+        if not c.wider and p.wider is not None:  # the table's R stored since: it fits better
+            c = replace(wider_bound(it, p.wider), epsilon=c.epsilon, rank=c.rank, reused=True)
+        found.append(c)
     if not found:
         return p
     known = AutoBounds((*p.known.chosen, *found), fallback=p.known.fallback)

@@ -87,6 +87,9 @@ def test_a_refused_choice_keeps_the_tables_own_rows_per_unit(engine: Engine) -> 
     got = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 201")
     assert got.rows == [(603,)], (got.rows, got.notices)
     assert "the table's own rows per uid over all its rows" in got.notices[0], got.notices
+    # the first slice's fallback (R = 1, stored for a retry at that epsilon) gives way to it too
+    again = ask(engine, "SELECT COUNT(n) FROM t WHERE n <= 200")
+    assert again.rows == [(600,)], (again.rows, again.notices)
     grouped = ask(engine, "SELECT g, COUNT(*) FROM t WHERE n <= 202 GROUP BY g ORDER BY g")
     # each unit: one row in x, two in y (r = 1, 3 -> y; r = 2 -> x)
     assert grouped.rows == [("x", 202), ("y", 404)], (grouped.rows, grouped.notices)
