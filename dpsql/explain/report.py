@@ -447,7 +447,11 @@ def _l1_caps(a: Analysis) -> str:
     if not capped:
         return ""
     caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
-    return f", and per unit over all its groups at most: {caps} (L1 cap)"
+    from dpsql.sql.auto_bounds import declared_total
+
+    n = declared_total(a)
+    source = f", from the policy's max_rows_per_unit_total {n}" if n is not None else ""
+    return f", and per unit over all its groups at most: {caps} (L1 cap{source})"
 
 
 def _half_width(mech: Laplace | Gaussian | Quantile | Mode, level: float) -> float:

@@ -149,6 +149,13 @@ def test_a_true_total_drops_nothing(
         assert same == exact, (bounds, got, truth)
 
 
+def test_explain_names_the_declared_total(engines: Callable[..., Engine]) -> None:
+    engine = engines(max_rows_per_unit=6, max_groups_per_unit=6, max_rows_per_unit_total=6)
+    r = engine.execute(engine.prepare(f"EXPLAIN {GROUPED}", "analyst"), SESSION)
+    text = "\n".join(str(row[0]) for row in r.rows)
+    assert "COUNT 6, SUM 600 (L1 cap, from the policy's max_rows_per_unit_total 6)" in text, text
+
+
 def test_a_total_below_a_declared_r_is_refused() -> None:
     with pytest.raises(ValidationError, match="is more than max_rows_per_unit_total"):
         policy(max_rows_per_unit=6, max_rows_per_unit_total=4)
