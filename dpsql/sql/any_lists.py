@@ -7,7 +7,8 @@ for a list written as ``ARRAY[...]`` of constants (a bound parameter becomes one
 :func:`dpsql.sql.bind.literal`), as a simple array literal (``'{books,travel}'``), or, while the
 statement is prepared and its values unknown, as a parameter (``x IN ($1)``: a condition the
 analysis cannot read, which never narrows anything; the bound statement is analyzed again with
-the list). Same three-valued logic: ``x = ANY(ARRAY['a', NULL])`` is ``x IN ('a', NULL)``; an
+the list; described before any value is bound, with NULL: ``x = ANY(NULL)``, NULL as ``x IN
+(NULL)``). Same three-valued logic: ``x = ANY(ARRAY['a', NULL])`` is ``x IN ('a', NULL)``; an
 empty list is false for ``= ANY`` and true for ``<> ALL`` (as in PostgreSQL, even for NULL x).
 """
 
@@ -28,25 +29,67 @@ def _items(arr: exp.Expr) -> list[exp.Expr] | None:
         arr = arr.this
     if isinstance(arr, (exp.Parameter, exp.Placeholder)):
         return [arr.copy()]
+    if isinstance(arr, exp.Null):  # x = ANY(NULL) is NULL whatever x, as x IN (NULL) is
+        return [exp.Null()]
     if isinstance(arr, exp.Array):
         items = list(arr.expressions)
         if all(all(isinstance(n, _CONSTANT) for n in i.walk()) for i in items):
             return [i.copy() for i in items]
         return None
     if isinstance(arr, exp.Literal) and arr.is_string:
-        text = str(arr.this).strip()
-        if not (text.startswith("{") and text.endswith("}")):
-            return None
-        body = text[1:-1]
-        if any(c in body for c in '"\\{}'):  # quoted or nested elements: not read here
-            return None
-        if not body.strip():
-            return []
-        parts = [p.strip() for p in body.split(",")]
-        if any(not p for p in parts):
-            return None
-        return [exp.Null() if p.upper() == "NULL" else exp.Literal.string(p) for p in parts]
+        return _array_text(str(arr.this))
     return None
+
+
+def _array_text(text: str) -> list[exp.Expr] | None:
+    """The elements of a one-dimensional array's text as PostgreSQL's ``array_in`` reads it
+    (``{books,travel}``; node-postgres sends a JS array quoted: ``{"books","travel"}``, with
+    ``\\`` escapes inside quotes; an unquoted NULL is NULL, a quoted one the text), None for
+    anything else (nested, an unquoted backslash, a stray quote or brace).
+
+    >>> [e.sql() for e in _array_text('{"a b", c ,NULL,"NULL","x,y"}')]
+    ["'a b'", "'c'", 'NULL', "'NULL'", "'x,y'"]
+    """
+    text = text.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    body = text[1:-1]
+    if not body.strip():
+        return []
+    out: list[exp.Expr] = []
+    i, n = 0, len(body)
+    while True:
+        while i < n and body[i].isspace():
+            i += 1
+        if i < n and body[i] == '"':
+            i += 1
+            buf: list[str] = []
+            while i < n and body[i] != '"':
+                if body[i] == "\\":
+                    i += 1
+                    if i == n:
+                        return None
+                buf.append(body[i])
+                i += 1
+            if i == n:
+                return None
+            i += 1
+            while i < n and body[i].isspace():
+                i += 1
+            out.append(exp.Literal.string("".join(buf)))
+        else:
+            end = body.find(",", i)
+            end = n if end < 0 else end
+            raw = body[i:end].strip()
+            if not raw or any(c in raw for c in '"\\{}'):
+                return None
+            out.append(exp.Null() if raw.upper() == "NULL" else exp.Literal.string(raw))
+            i = end
+        if i == n:
+            return out
+        if body[i] != ",":
+            return None
+        i += 1
 
 
 def any_as_in(tree: exp.Expr) -> exp.Expr:

@@ -99,6 +99,19 @@ def parse_timestamp(text: str) -> datetime | None:
         return None
 
 
+def pg_format(fmt: str) -> str:
+    """A PostgreSQL date/time pattern (``'YYYY-MM-DD'``) in the ``strftime`` terms sqlglot gives
+    a literal pattern when it parses ``to_date(x, 'YYYY-MM-DD')`` (``'%Y-%m-%d'``).
+
+    >>> pg_format("YYYY-MM-DD HH24:MI:SS")
+    '%Y-%m-%d %H:%M:%S'
+    """
+    from sqlglot.dialects.postgres import Postgres
+    from sqlglot.time import format_time
+
+    return format_time(fmt, Postgres.TIME_MAPPING, Postgres.TIME_TRIE) or fmt
+
+
 def strptime_strict(value: str, fmt: str) -> datetime | None:
     """``value`` parsed by ``fmt`` (one of the formats above), or None."""
     try:
@@ -232,9 +245,16 @@ def constant(node: exp.Expr | None) -> Const:
     if isinstance(node, (exp.Add, exp.Sub)):
         return _arith(node)
     if isinstance(node, (exp.StrToDate, exp.StrToTime)):
-        value, fmt = constant(node.this), constant(node.args.get("format"))
+        fmt_node = node.args.get("format")
+        value, fmt = constant(node.this), constant(fmt_node)
+        if isinstance(value, _Null) or isinstance(fmt, _Null):
+            return NULL  # to_date / to_timestamp are strict: NULL, never an error
         if not isinstance(value, str) or not isinstance(fmt, str):
             return UNKNOWN
+        if not isinstance(fmt_node, exp.Literal) or "%" not in fmt:
+            # PostgreSQL's pattern: ('YYYY-MM-DD')::varchar, or a bound $2 ('YYYY-MM-DD'); a
+            # literal pattern sqlglot parsed is in strftime terms already ('%Y-%m-%d')
+            fmt = pg_format(fmt)
         fmt = fmt.replace('"T"', "T")
         formats = DATE_FORMATS if isinstance(node, exp.StrToDate) else TIME_FORMATS
         t = strptime_strict(value, fmt) if fmt in formats else None

@@ -18,7 +18,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.tables import Column
-from dpsql.sql.constants import constant
+from dpsql.sql.constants import _Null, constant
 from dpsql.sql.wording import plain_sql
 
 ColumnOf = Callable[[exp.Column], Column]
@@ -146,8 +146,10 @@ def check_to_char(n: exp.TimeToStr, column: ColumnOf) -> None:
 def check_str_to_time(n: exp.StrToTime | exp.StrToDate) -> None:
     """to_timestamp / to_date of constants that parse (checked here, so the call can't fail
     when PostgreSQL evaluates it per row: to_date and to_timestamp are not folded in advance)."""
-    if isinstance(constant(n), datetime | date):
+    if isinstance(constant(n), datetime | date | _Null):  # NULL: strict, never an error
         return
+    if any(isinstance(x, (exp.Parameter, exp.Placeholder)) for x in n.walk()):
+        return  # checked again once its values are bound (SQLAlchemy binds both arguments)
     name = "to_date" if isinstance(n, exp.StrToDate) else "to_timestamp"
     example = (
         "to_date('2025-03-01', 'YYYY-MM-DD'), or DATE '2025-03-01'"

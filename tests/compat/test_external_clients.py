@@ -279,3 +279,24 @@ def test_node_pg_array_parameter(dpsql_server: Server) -> None:
     (types,) = _json_lines(res.stdout)
     assert types["ok"], types
     assert {t["typname"] for t in types["types"]} == {"int4", "text", "numeric"}
+
+
+def test_node_pg_array_in_a_private_filter(dpsql_server: Server) -> None:
+    """node-postgres sends a JS array as the text ``{books,travel}`` of unspecified type: ``=
+    ANY($1)`` over a keyed column is that IN list (newcomer22 #13: was 0A000 'ANY is not
+    supported in WHERE'), its groups narrowed to the two keys."""
+    require("node")
+    require(str(HERE / "node" / "node_modules" / "pg"))
+    sql = (
+        "SELECT category, count(*) FROM purchases WHERE category = ANY($1) GROUP BY category "
+        "ORDER BY category"
+    )
+    res = subprocess.run(
+        ["node", str(HERE / "node" / "client.js"), dpsql_server.url + "?sslmode=disable",
+         f'array:["books", "travel"]|{sql}'],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    (got,) = _json_lines(res.stdout)
+    assert got["ok"], got
+    assert [r[0] for r in got["rows"]] == ["books", "travel"], got

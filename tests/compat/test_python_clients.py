@@ -331,3 +331,47 @@ def test_pandas(dpsql_server: Server) -> None:
         assert keys["educ"].tolist() == list(range(1, 17))
     finally:
         engine.dispose()
+
+
+def test_asyncpg_array_parameter(dpsql_server: Server) -> None:
+    """asyncpg's documented IN list, ``= ANY($1::text[])`` with a Python list (binary array
+    parameter), is an IN list of its values (newcomer22 #13: was 0A000 'ANY is not supported in
+    WHERE'); the groups are the listed keys only."""
+    require("py:asyncpg")
+    import asyncpg
+
+    sql = (
+        "SELECT category, count(*) FROM purchases WHERE category = ANY($1::text[]) "
+        "GROUP BY category ORDER BY category"
+    )
+
+    async def run() -> list[Any]:
+        conn = await asyncpg.connect(dpsql_server.url, ssl=False)
+        try:
+            return list(await conn.fetch(sql, ["books", "travel"]))
+        finally:
+            await conn.close()
+
+    rows = asyncio.run(run())
+    assert [r[0] for r in rows] == ["books", "travel"], rows
+
+
+def test_sqlalchemy_to_date_parameters(dpsql_server: Server) -> None:
+    """SQLAlchemy binds both arguments of ``func.to_date('2025-06-01', 'YYYY-MM-DD')``
+    (``TO_DATE(%(to_date_1)s::VARCHAR, %(to_date_2)s::VARCHAR)``): public constants, answered
+    as the literal form is (newcomer22 #12: was 0A000 'TO_DATE(...) is not supported')."""
+    require("py:sqlalchemy")
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(dpsql_server.url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        purchases = sa.Table("purchases", sa.MetaData(), autoload_with=engine)
+        since = purchases.c.purchased_at >= sa.func.to_date("2025-06-01", "YYYY-MM-DD")
+        with engine.connect() as c:
+            n = c.execute(sa.select(sa.func.count()).select_from(purchases).where(since)).scalar()
+            assert n is not None and float(n) > 0, n
+            plain = sa.text("SELECT count(*) FROM purchases WHERE purchased_at >= TO_DATE(:d, :f)")
+            m = c.execute(plain, {"d": "2025-06-01", "f": "YYYY-MM-DD"}).scalar()
+            assert m is not None and float(m) > 0, m
+    finally:
+        engine.dispose()

@@ -2,6 +2,7 @@
 //   node client.js '<connection string>' STEP...
 // STEP is `sql:<text>` (extended protocol: parse/bind/execute), `param:<value>:<text>` (the same
 // with one parameter $1, sent as text of unknown type), `date:<ISO>|<text>` (one JS Date $1),
+// `array:<JSON array>|<text>` (one JS array $1, as node-postgres sends it: text `{a,b}`),
 // `simple:<text>` (simple query protocol),
 // `meta` (information_schema introspection as node ORMs do it) or `types` (a pg_type lookup with
 // an array parameter).
@@ -30,6 +31,12 @@ async function step(client, s) {
     if (s.startsWith("date:")) {  // `date:<ISO>|<text>`: a JS Date parameter
       const bar = s.indexOf("|");
       const values = [new Date(s.slice(5, bar))];
+      const res = await client.query({ text: s.slice(bar + 1), values, rowMode: "array" });
+      return { step: s, ok: true, columns: res.fields.map((f) => f.name), rows: res.rows };
+    }
+    if (s.startsWith("array:")) {  // `array:<JSON array>|<text>`: a JS array parameter
+      const bar = s.indexOf("|");
+      const values = [JSON.parse(s.slice(6, bar))];
       const res = await client.query({ text: s.slice(bar + 1), values, rowMode: "array" });
       return { step: s, ok: true, columns: res.fields.map((f) => f.name), rows: res.rows };
     }

@@ -243,3 +243,37 @@ def test_like_is_decided_as_postgresql_decides_it(clinic: tuple[str, Any]) -> No
             assert got == as_text == as_char, (text, pattern, fold, got, as_text, as_char)
     assert decided > 0.6 * len(rows), (decided, len(rows))
     assert like_match("f", "f\\") is None  # PostgreSQL: must not end with escape character
+
+
+# Drivers' bound parameters (#12, #13): public constants, answered as the literal forms are
+def run(engine: Engine, sql: str, params: list[object]) -> Any:
+    prepared = engine.prepare(sql, "analyst")
+    engine.describe(prepared, SESSION)  # as drivers do before binding (values NULL there)
+    return engine.execute(prepared, SESSION, params)
+
+
+def test_to_date_of_bound_parameters(clinic: tuple[str, Any], exact: Engine) -> None:
+    """SQLAlchemy's func.to_date binds both arguments, cast to varchar; psycopg sends $1, $2."""
+    want = truth(clinic, "SELECT COUNT(*) FROM visits WHERE visit_date >= DATE '2025-06-01'")
+    for sql in (
+        "SELECT COUNT(*) FROM visits WHERE visit_date >= TO_DATE(($1)::varchar, ($2)::varchar)",
+        "SELECT COUNT(*) FROM visits WHERE visit_date >= TO_DATE($1, $2)",
+    ):
+        assert sorted(run(exact, sql, ["2025-06-01", "YYYY-MM-DD"]).rows) == want, sql
+        with pytest.raises(DpsqlError) as info:  # a value to_date may refuse per row: not run
+            run(exact, sql, ["06/01/2025", "MM/DD/YYYY"])
+        assert info.value.sqlstate == "0A000", info.value
+
+
+@pytest.mark.parametrize(
+    "value", ['{"flu","asthma"}', "{flu, asthma}", ["flu", "asthma"], '{ "flu" ,asthma}']
+)
+def test_any_of_an_array_parameter_is_an_in_list(
+    clinic: tuple[str, Any], exact: Engine, value: object
+) -> None:
+    """node-postgres sends a JS array as ``{"flu","asthma"}`` (quoted), asyncpg a list; the
+    keys are the listed ones (was 0A000 'ANY is not supported in WHERE')."""
+    sql = "SELECT diagnosis, COUNT(*) FROM visits WHERE diagnosis = ANY($1) GROUP BY diagnosis"
+    want = truth(clinic, sql.replace("ANY($1)", "ANY(ARRAY['flu', 'asthma'])"))
+    assert sorted(run(exact, sql, [value]).rows) == want
+    assert [r[0] for r in want] == ["asthma", "flu"]
