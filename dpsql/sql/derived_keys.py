@@ -73,6 +73,13 @@ from dpsql.sql.key_values import (
     sorted_values,
     union,
 )
+from dpsql.sql.numeric_keys import (
+    bounded_range,
+    domain_arith,
+    num_type,
+    number_literal,
+    range_arith,
+)
 from dpsql.sql.time_keys import TimeKeys, utc_offset
 from dpsql.upstream.zone import key_texts, tzinfo_of
 
@@ -231,7 +238,7 @@ class _Deriver(TimeKeys):
             return self._to_char(node)
         if isinstance(node, (exp.Floor, exp.Ceil, exp.Round, exp.Trunc)):
             return self._rounding(node)
-        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
             return self._arith(node)
         if isinstance(node, (exp.Upper, exp.Lower)):
             return self._case_fold(node)
@@ -379,9 +386,13 @@ class _Deriver(TimeKeys):
         vals = {lo + i * step for i in range(max(count, 0))}
         return Domain("num" if n > 0 else "int", sorted_values(as_ints(vals, n)), scale=max(n, 0))
 
-    def _arith(self, node: exp.Add | exp.Sub | exp.Mul) -> Domain | None:
+    def _arith(self, node: exp.Add | exp.Sub | exp.Mul | exp.Div) -> Got:
         """A whole-number key plus, minus or times a whole-number literal (Metabase's day of
-        week: ``CAST(EXTRACT(dow FROM d) AS integer) + 1``)."""
+        week: ``CAST(EXTRACT(dow FROM d) AS integer) + 1``); numeric bins of a bounded column
+        (:mod:`dpsql.sql.numeric_keys`)."""
+        got_numeric = self._numeric(node)
+        if got_numeric is not None or isinstance(node, exp.Div):
+            return got_numeric
         c = int_literal(node.expression)
         on_left = c is not None
         if c is None:
@@ -397,6 +408,22 @@ class _Deriver(TimeKeys):
         else:
             out = {v - c for v in vals} if on_left else {c - v for v in vals}
         return Domain("int", sorted_values(out), got.null)
+
+    def _numeric(self, node: exp.Add | exp.Sub | exp.Mul | exp.Div) -> Domain | NumRange | None:
+        """``node`` of a ``numeric`` result: a bounded range, or a whole-number key's values."""
+        lit = number_literal(node.expression)
+        on_left = lit is not None
+        if lit is None and not isinstance(node, exp.Div):
+            lit = number_literal(node.this)
+        if lit is None or num_type(node, self.column) != "numeric":
+            return None  # an integer result: the whole-number keys above
+        other = node.this if on_left else node.expression
+        got = bounded_range(other, self.column) or self.derive(other)
+        if isinstance(got, NumRange) and not got.floating:
+            return range_arith(type(node), got, lit[0], on_left)
+        if isinstance(got, Domain) and (on_left or not isinstance(node, exp.Sub)):
+            return domain_arith(type(node), got, lit[0], lit[1])
+        return None
 
     def _case_fold(self, node: exp.Upper | exp.Lower) -> Domain | None:
         got = self.derive(node.this)

@@ -277,3 +277,30 @@ def test_any_of_an_array_parameter_is_an_in_list(
     want = truth(clinic, sql.replace("ANY($1)", "ANY(ARRAY['flu', 'asthma'])"))
     assert sorted(run(exact, sql, [value]).rows) == want
     assert [r[0] for r in want] == ["asthma", "flu"]
+
+
+# Metabase's numeric binning of a bounded column: the bins are public, from the bounds (#32)
+BIN = '((floor((("public"."visits"."cost" - 0.0) / 100.0)) * 100.0) + 0.0)'
+BINS = [
+    f'SELECT {BIN} AS "cost", count(*) AS "count" FROM "public"."visits" GROUP BY {BIN} '
+    f"ORDER BY {BIN} ASC",
+    "SELECT FLOOR(cost / 250.0) * 250 AS b, COUNT(*) FROM visits GROUP BY 1",
+    "SELECT floor((birth_year - 1920.0) / 10.0) * 10.0 + 1920.0 AS decade, COUNT(*) "
+    "FROM patients GROUP BY 1",
+]
+
+
+@pytest.mark.parametrize("sql", BINS)
+def test_numeric_bins_come_from_the_bounds(
+    clinic: tuple[str, Any], exact: Engine, sql: str
+) -> None:
+    """Every bin the bounds allow is released (no partition selection: was 'groups ... come
+    from the data', the sparse bins dropped), printed as PostgreSQL prints it ('100.0'); on the
+    zero-noise source each bin with rows has PostgreSQL's count, the others 0."""
+    r = exact.execute(exact.prepare(sql, "analyst"), SESSION)
+    got = {str(k): n for k, n in r.rows}
+    want = {str(k): n for k, n in truth(clinic, sql)}
+    assert not any("come from the data" in n for n in r.notices), r.notices
+    assert set(want) <= set(got), (want, got)
+    assert all(got[k] == want.get(k, 0) for k in got), (want, got)
+    assert len(got) > len(want)  # the empty top bins too: from the bounds, not the rows
