@@ -47,6 +47,7 @@ from dpsql.sql.bind import bind, param_count
 from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.parse import ParsedEmpty, ParsedQuery, ParsedStatement
 from dpsql.sql.public import check_public
+from dpsql.sql.unit_joins import merge_unit_joins
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -73,6 +74,7 @@ def prepare_parsed(
     qkind = classify(tree, view)
     analysis = None
     if qkind == "private":
+        tree = merge_unit_joins(tree, view)  # two per-person derived tables joined: one
         try:
             tree, analysis = _private_shape(tree, view, engine.column_order)
         except DpsqlError as error:  # not one flat block: a tree of DP leaves, or refused

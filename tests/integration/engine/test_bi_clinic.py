@@ -304,3 +304,29 @@ def test_numeric_bins_come_from_the_bounds(
     assert set(want) <= set(got), (want, got)
     assert all(got[k] == want.get(k, 0) for k in got), (want, got)
     assert len(got) > len(want)  # the empty top bins too: from the bounds, not the rows
+
+
+# Joins of two per-person derived tables on the person (#22): one per-person derived table
+PER_PERSON_JOINS = [
+    (  # returning patients
+        "SELECT COUNT(*) FROM (SELECT patient_id FROM visits WHERE visit_date < '2025-01-01' "
+        "GROUP BY patient_id) a JOIN (SELECT patient_id FROM visits WHERE visit_date >= "
+        "'2025-01-01' GROUP BY patient_id) b ON a.patient_id = b.patient_id"
+    ),
+    (
+        "SELECT AVG(b.n) FROM (SELECT v.patient_id FROM visits v WHERE v.department = "
+        "'oncology' GROUP BY v.patient_id) a JOIN (SELECT patient_id, COUNT(*) AS n FROM visits "
+        "GROUP BY patient_id) b ON b.patient_id = a.patient_id"
+    ),
+]
+
+
+@pytest.mark.parametrize("sql", PER_PERSON_JOINS)
+def test_a_join_of_per_person_tables_is_answered(
+    clinic: tuple[str, Any], exact: Engine, sql: str
+) -> None:
+    """Was 42501 'patient_id ... can't be used in GROUP BY' with a hint to do what the analyst
+    did; now the one-derived-table form (FILTER per side): PostgreSQL's answer, zero noise."""
+    (got,) = answer(exact, sql)
+    (want,) = truth(clinic, sql)
+    assert float(got[0]) == pytest.approx(float(want[0]), abs=1e-3), (got, want)
