@@ -48,27 +48,30 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
         if col.identifier:
             table = ctx.table.removeprefix("public.")
             hint = f"identifiers may only be counted: SELECT COUNT(DISTINCT {c.name}) FROM {table}"
+            message = (
+                f"column {c.name} of private table {table} is an identifier and can't {use} {where}"
+            )
             unit = ctx.private.privacy_unit
             if where == "GROUP BY" and c.name == unit:
-                hint = _per_unit_and_more(ctx, c, unit, table) or (
+                more = _per_unit_and_more(ctx, c, unit, table)
+                message, hint = more or (
+                    message,
                     f"count people with COUNT(DISTINCT {unit}); to group them by what each did, "
                     f"aggregate per {unit} in a derived table and filter or group outside it: "
                     f"SELECT n, COUNT(*) FROM (SELECT {unit}, COUNT(*) AS n FROM {table} GROUP "
-                    f"BY {unit}) t WHERE n > 5 GROUP BY n"
+                    f"BY {unit}) t WHERE n > 5 GROUP BY n",
                 )
-            raise PrivacyViolation(
-                f"column {c.name} of private table {table} is an identifier and can't {use} "
-                f"{where}",
-                hint=hint,
-            )
+            raise PrivacyViolation(message, hint=hint)
 
 
-def _per_unit_and_more(ctx: _Ctx, c: exp.Column, unit: str, table: str) -> str | None:
-    """The hint for a block grouped by the privacy unit AND other keys (``SELECT user_id,
-    region, SUM(amount) ... GROUP BY user_id, region``, as a derived table to aggregate again):
-    a row per person per region, which dpsql does not read as a per-person table; grouped by
-    the unit alone, with the other key split out by FILTER, it answers. None for any other
-    GROUP BY."""
+def _per_unit_and_more(ctx: _Ctx, c: exp.Column, unit: str, table: str) -> tuple[str, str] | None:
+    """The words and hint for a block grouped by the privacy unit AND other keys (``SELECT
+    user_id, region, SUM(amount) ... GROUP BY user_id, region``, as a derived table to aggregate
+    again): a row per person per region, which dpsql does not read as a per-person table;
+    grouped by the unit alone, with the other key split out by FILTER, it answers; a count's
+    average per person within each key is also its count over its distinct persons
+    (newcomer22 #22: the words said the unit can't be grouped by, the hint grouped by it). None
+    for any other GROUP BY."""
     block = c.find_ancestor(exp.Select)
     group = block.args.get("group") if block is not None else None
     if block is None or group is None:
@@ -96,11 +99,20 @@ def _per_unit_and_more(ctx: _Ctx, c: exp.Column, unit: str, table: str) -> str |
     agg = next((n for e in block.expressions for n in e.walk() if fn.is_aggregate(n)), None)
     call = plain_sql(agg) if agg is not None and not agg.args.get("filter") else "COUNT(*)"
     ks = ", ".join(plain_sql(g) for g in others)
-    return (
-        f"grouped by {unit} and {ks}, it has a row per {unit} for each {ks}; per person, dpsql "
-        f"answers a derived table grouped by {unit} alone (one row per person): split {ks} out "
-        f"with FILTER, e.g. SELECT AVG(v) FROM (SELECT {unit}, {call} FILTER (WHERE "
-        f"{plain_sql(key)} = {value}) AS v FROM {table} GROUP BY {unit}) t"
+    message = (
+        f"a derived table grouped by {unit} and {ks} has a row per {unit} for each {ks}, not "
+        f"one per person: dpsql reads a per-person table only grouped by {unit} alone"
+    )
+    per_key = (
+        f"the rows per {unit} within each {ks}, averaged, are SELECT {ks}, COUNT(*) * 1.0 / "
+        f"COUNT(DISTINCT {unit}) FROM {table} GROUP BY {ks}; "
+        if call == "COUNT(*)"
+        else ""
+    )
+    return message, (
+        f"{per_key}per person, dpsql answers a derived table grouped by {unit} alone (one row "
+        f"per person): split {ks} out with FILTER, e.g. SELECT AVG(v) FROM (SELECT {unit}, "
+        f"{call} FILTER (WHERE {plain_sql(key)} = {value}) AS v FROM {table} GROUP BY {unit}) t"
     )
 
 

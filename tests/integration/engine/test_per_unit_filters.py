@@ -227,8 +227,14 @@ def test_a_per_user_per_key_table_points_to_the_filter_that_answers(engine: Engi
     with pytest.raises(DpsqlError) as e:
         engine.prepare(sql, "analyst")
     assert e.value.sqlstate == "42501", e.value
+    # the words agree with the hint (newcomer22 #22: they said uid can't be grouped by at all)
+    assert "has a row per uid for each cat" in str(e.value), e.value
+    assert "can't be used in GROUP BY" not in str(e.value), e.value
     hint = e.value.hint or ""
     assert "split cat out with FILTER" in hint, hint
+    per_key = hint.split("averaged, are ", 1)[1].split("; ", 1)[0]
+    assert per_key == "SELECT cat, COUNT(*) * 1.0 / COUNT(DISTINCT uid) FROM p GROUP BY cat"
+    _ask(engine, per_key)  # it runs
     instead = hint.split("e.g. ", 1)[1]
     assert instead == (
         "SELECT AVG(v) FROM (SELECT uid, COUNT(*) FILTER (WHERE cat = 'a') AS v FROM p "
