@@ -37,13 +37,13 @@ An L1 cap over groups (``Measure.total`` = L, auto bounds for per-group COUNT an
 :func:`dpsql.sql.auto_bounds.total_mode`): the unit's kept partials of such a measure are scaled
 by DIV(L·10^18, GREATEST(T, L))·10^-18 (exactly rounded down), T the sum of their absolute values over the unit's kept groups
 (a window per unit, :func:`_scaled`); integer measures (COUNT, SUM of integers) are apportioned
-exactly instead: each share floored, and the FLOOR(L) - SUM(floors) left over added one by one to
-the unit's groups with the largest remainders, ties by the salted hash of (unit, keys)
-(:func:`_apportioned`), so a unit above the cap keeps exactly FLOOR(L) (truncating each share
-kept 0 of 2 + 1 rows under L = 1). Either way the kept partials add up to at most L in absolute
-value, and each is at most its unscaled self in magnitude, with its sign. The factor and the
-apportionment are functions of the unit's own partials and the salt: the argument below holds
-with min(G·R·c, L) in L1 (and L2).
+exactly instead: systematic rounding along the unit's group order (a running sum over the group
+rank's own sort) with an offset from the unit's salted hash (:func:`_apportioned`), so each share
+is the floor or the ceiling of its quota, its quota in expectation, and a unit above the cap
+keeps exactly FLOOR(L) (truncating each share kept 0 of 2 + 1 rows under L = 1). Either way the
+kept partials add up to at most L in absolute value, and each is at most its unscaled self in
+magnitude, with its sign. The factor and the apportionment are functions of the unit's own
+partials and the salt: the argument below holds with min(G·R·c, L) in L1 (and L2).
 
 Sensitivity (the plan's, unchanged): neighbouring databases differ by all rows of one unit. That
 unit has at most one partial row per group and keeps at most G = max_groups_per_unit of them (the
@@ -66,7 +66,7 @@ from sqlglot import exp
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
 from dpsql.sql.bias import bias_targets
 from dpsql.sql.nodes import cast, cte_name, table
-from dpsql.sql.rewrite.keyed_hash import group_hash
+from dpsql.sql.rewrite.keyed_hash import group_hash, unit_hash
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.measure_dropped import (
     kept_only,
@@ -208,122 +208,129 @@ def _apportioned(
     partial: str,
     i: int,
     keep: exp.Expr | None,
-    tiebreak: list[exp.Expr],
+    order: list[exp.Expr],
     bigint: bool = False,
-) -> tuple[exp.Expr, list[exp.Expr], exp.Expr]:
-    """An integer measure's partials apportioned into its L1 cap L over the unit's groups, exactly.
+) -> tuple[exp.Expr, exp.Expr, exp.Expr]:
+    """An integer measure's partials apportioned into its L1 cap over the unit's groups, exactly,
+    by systematic rounding along the unit's group order.
 
-    With ``p`` the unit's partial in a group (an integer), ``T`` = SUM(|p|) over the unit's kept
-    groups and ``D`` = GREATEST(T, L) (NUMERIC: exact)::
+    With ``p`` the unit's partial in a group (an integer), ``L`` = FLOOR of the cap, ``T`` =
+    SUM(|p|) over the unit's kept groups, ``D`` = GREATEST(T, L, 1), ``C`` the running SUM(|p|)
+    over the unit's groups in ``order`` (the group rank's: the salted hash of (unit, keys), then
+    the keys; every kept group comes before every dropped one) up to and including this one, and
+    ``o`` = MOD(the unit's salted hash (:func:`offset_column`: ``_dp_uh``), D), an offset in [0, D)::
 
-        q = DIV(|p| * L, D)         -- the floor of |p| · L / D
-        r = MOD(|p| * L, D)         -- its remainder (q · D + r = |p| · L)
-        leftover = FLOOR(L) - SUM(q) OVER (the unit's kept groups)
-        kept = sign(p) * (q + 1 if r > 0 and the group is among the unit's ``leftover``
-                                  kept groups with the largest r, else q)
+        kept = sign(p) * (DIV(L * C + o, D) - DIV(L * (C - |p|) + o, D))
 
-    the ``leftover`` ranked by ROW_NUMBER() OVER (PARTITION BY _dp_unit ORDER BY r DESC,
-    ``tiebreak``): the salted hash of (unit, keys) the groups are ranked by (``_dp_gr``, or the
-    hash itself where no group is dropped), then the keys. A unit within the cap (T <= L) has
-    q = |p|, r = 0: it keeps its partials exactly. Above it (T > L) its kept partials add up to
-    exactly FLOOR(L) (largest remainders: sum of r / D = L - sum of q >= leftover, each
-    r / D < 1, so at least ``leftover`` groups have r > 0), where truncating each share
-    (TRUNC(p · L / T)) lost up to one row per group (2 + 1 rows under L = 1 kept 0).
+    Each share is the floor or the ceiling of its quota |p| · L / D (a difference of floors of
+    two numbers |p| · L / D apart); a unit's kept shares telescope to DIV(L · T + o, D) -
+    DIV(o, D) = min(T, L) exactly (T <= L: D = L, DIV(L · T + o, L) = T; T > L: D = T,
+    DIV(L · T + o, T) = L, as o < D). A unit within the cap (T <= L) keeps its partials
+    (quota = |p|, an integer). Over the offset, uniform on [0, D) (up to D / 2^63: a 64-bit hash
+    reduced mod D), each share is its quota in expectation (Hermite's identity: the mean of
+    FLOOR((x + o) / D) over o = 0 .. D-1 is x / D for an integer x), whatever the order: no
+    group is favoured (largest remainders, before, gave a 2 + 1 unit's one row under L = 1 to
+    its 2 every time). The running sum is a window over the group rank's own sort (PARTITION
+    BY the unit, ORDER BY the same hash and keys): no second per-unit sort.
 
-    Privacy (the plan's bounds unchanged): ``q <= |p| · L / D <= |p|`` and a share gets 1 more
-    only where ``r > 0``, i.e. ``q < |p| · L / D <= |p|``, so ``q + 1 <= |p|``: each kept share is
-    at most the partial in magnitude, with its sign (the per-group bound R·c holds); the shares
-    add up to at most ``SUM(q) + leftover = FLOOR(L) <= L`` whatever the ranking (the L1 bound).
-    Every input (p, T, the keep rank, the hash of the unit's own keys and the statement's salt)
-    is a function of the unit's own rows and the salt: removing a unit changes no other unit's
-    shares, so the neighbouring argument of the module docstring holds as it did.
+    Privacy (the plan's bounds unchanged): T > L gives a quota |p| · L / T < |p|, so its
+    ceiling is <= |p| (an integer); T <= L keeps |p|: each kept share is at most its partial in
+    magnitude, with its sign (the per-group bound R·c holds); the kept shares add up to
+    min(T, L) <= L in magnitude (the L1 bound). Every input (p, T, C, the group rank and order,
+    the unit's and its keys' hashes with the statement's salt) is a function of the unit's own
+    rows and the salt: removing a unit changes no other unit's shares, so the neighbouring
+    argument of the module docstring holds as it did.
 
-    Returns the column of T, the columns of q, r, leftover and rank over it (the windows write
-    q and r again: a column of the same SELECT can't be read) and the kept share over those:
-    three SELECTs, since a window can't read another window's result.
+    Returns the column of C (for the SELECT of the group rank when there is one: it shares its
+    sort), the column of T and the kept share over both (a window can't read a window's result
+    of its own SELECT).
     """
     assert m.total is not None
-    total = f"_dp_tot{i}"
     p = exp.column(partial)
-    size = exp.Abs(this=p.copy())
-    q: exp.Expr
-    r: exp.Expr
-    product: exp.Expr
-    if bigint:  # counts: bigint arithmetic (exact; NUMERIC div/mod was most of the windows' time)
-        cap: exp.Expr = exp.Literal.number(int(m.total))
-        denom = exp.Greatest(this=exp.column(total), expressions=[cap.copy()])
-        product = exp.Paren(this=exp.Mul(this=size, expression=cap.copy()))
-        q = exp.Div(this=product.copy(), expression=denom.copy(), typed=True)
-        r = exp.Mod(this=product, expression=denom)
-    else:
-        cap = numeric(m.total)
-        denom = exp.Greatest(this=exp.column(total), expressions=[cap.copy()])
-        product = exp.Mul(this=size, expression=cap.copy())
-        q = exp.Anonymous(this="div", expressions=[product.copy(), denom.copy()])
-        r = exp.Anonymous(this="mod", expressions=[product, denom])
-    q_kept: exp.Expr = q.copy()
-    r_kept: exp.Expr = r.copy()
-    if keep is not None:
-        zero, none = exp.Literal.number(0), exp.Literal.number(-1)
-        q_kept = exp.Case(ifs=[exp.If(this=keep.copy(), true=q_kept)], default=zero)
-        r_kept = exp.Case(ifs=[exp.If(this=keep.copy(), true=r_kept)], default=none)
+    # a SUM's partial is a whole NUMERIC: in bigint (exact) where its range allows (_bigint)
+    size: exp.Expr = exp.Abs(this=cast(p.copy(), "bigint") if bigint and m.kind == "sum" else p)
     unit = exp.column("_dp_unit")
-    kept_sum: exp.Expr = exp.Window(this=exp.Sum(this=q_kept), partition_by=[unit.copy()])
-    if bigint:
-        target: exp.Expr = exp.Literal.number(int(m.total))
-        kept_sum = cast(kept_sum, "bigint")  # SUM(bigint) is NUMERIC
+    running: exp.Expr
+    if order:
+        frame = exp.WindowSpec(
+            kind="ROWS", start="UNBOUNDED", start_side="PRECEDING", end="CURRENT ROW"
+        )
+        running = exp.Window(
+            this=exp.Sum(this=size.copy()),
+            partition_by=[unit.copy()],
+            order=exp.Order(expressions=[exp.Ordered(this=t.copy()) for t in order]),
+            spec=frame,
+        )
+    else:  # one group per unit (no GROUP BY): its running sum is its total
+        running = exp.Window(this=exp.Sum(this=size.copy()), partition_by=[unit.copy()])
+    total = _unit_total(partial, keep)
+    floor_cap = math.floor(m.total)
+    cap: exp.Expr
+    if bigint:  # counts: bigint arithmetic (exact; NUMERIC div/mod was most of the windows' time)
+        running, total = cast(running, "bigint"), cast(total, "bigint")  # SUM(bigint): NUMERIC
+        cap = exp.Literal.number(floor_cap)
     else:
-        target = numeric(Fraction(math.floor(m.total)))
-    leftover = exp.Sub(this=target, expression=kept_sum)
-    rank = exp.Window(
-        this=exp.RowNumber(),
-        partition_by=[unit.copy()],
-        order=exp.Order(
-            expressions=[
-                exp.Ordered(this=r_kept, desc=True),
-                *[exp.Ordered(this=t.copy()) for t in tiebreak],
-            ]
-        ),
+        cap = numeric(Fraction(floor_cap))
+    c, t = exp.column(f"_dp_cs{i}"), exp.column(f"_dp_tot{i}")
+    # (never 0: a cap below 1 keeps nothing, and a unit whose partials are all 0 has T = 0)
+    floors = [cap.copy()] if floor_cap >= 1 else [cap.copy(), exp.Literal.number(1)]
+    denom = exp.Greatest(this=t, expressions=floors)
+    positive = exp.column("_dp_uh")  # the unit's hash, made non-negative (offset_column)
+    o: exp.Expr = (
+        exp.Paren(this=exp.Mod(this=positive, expression=denom.copy()))
+        if bigint
+        else exp.Anonymous(this="mod", expressions=[positive, denom.copy()])
     )
-    unit_total = _unit_total(partial, keep)
-    level1 = exp.alias_(cast(unit_total, "bigint") if bigint else unit_total, total, copy=False)
-    level2 = [
-        exp.alias_(q, f"_dp_q{i}", copy=False),
-        exp.alias_(r, f"_dp_rm{i}", copy=False),
-        exp.alias_(leftover, f"_dp_lf{i}", copy=False),
-        exp.alias_(rank, f"_dp_ar{i}", copy=False),
-    ]
-    extra = exp.and_(
-        exp.LTE(this=exp.column(f"_dp_ar{i}"), expression=exp.column(f"_dp_lf{i}")),
-        exp.GT(this=exp.column(f"_dp_rm{i}"), expression=exp.Literal.number(0)),
-        copy=False,
-    )
-    one = exp.Case(
-        ifs=[exp.If(this=extra, true=exp.Literal.number(1))], default=exp.Literal.number(0)
-    )
-    share: exp.Expr = exp.Add(this=exp.column(f"_dp_q{i}"), expression=one)
+    before = exp.Paren(this=exp.Sub(this=c.copy(), expression=size.copy()))
+
+    def floor_of(x: exp.Expr) -> exp.Expr:
+        top = exp.Add(this=exp.Mul(this=cap.copy(), expression=x), expression=o.copy())
+        if bigint:
+            return exp.Div(this=exp.Paren(this=top), expression=denom.copy(), typed=True)
+        return exp.Anonymous(this="div", expressions=[top, denom.copy()])
+
+    share: exp.Expr = exp.Sub(this=floor_of(c.copy()), expression=floor_of(before))
     if m.kind == "sum" and m.lo < 0:  # a partial may be negative: the share keeps its sign
         negative = exp.LT(this=p.copy(), expression=exp.Literal.number(0))
         share = exp.Case(
             ifs=[exp.If(this=negative, true=exp.Neg(this=exp.Paren(this=share.copy())))],
             default=share,
         )
-    return level1, level2, share
+    return (
+        exp.alias_(running, f"_dp_cs{i}", copy=False),
+        exp.alias_(total, f"_dp_tot{i}", copy=False),
+        share,
+    )
 
 
 _BIGINT_ROOM = 2**62  # below bigint's 2^63 - 1
 
 
+def offset_column(salt: str, unit_type: str) -> exp.Expr:
+    """``_dp_uh``: the unit's salted hash (:func:`~dpsql.sql.rewrite.keyed_hash.unit_hash`) made
+    non-negative, the offset of :func:`_apportioned`'s rounding before its reduction mod D;
+    computed once per partial row, beside the running sums."""
+    h = unit_hash(salt, exp.column("_dp_unit"), unit_type)
+    positive = exp.BitwiseAnd(this=exp.Paren(this=h), expression=exp.Literal.number(2**63 - 1))
+    return exp.alias_(positive, "_dp_uh", copy=False)
+
+
 def _bigint(a: Analysis, m: Measure) -> bool:
-    """Whether count measure ``m``'s apportionment can run in ``bigint``: an integer cap L, and
-    every number it computes within range: a partial is <= R (``LEAST(COUNT, R)``), T <= G·R
-    (at most G kept groups; without a ranking the declared keys leave at most G), |p|·L <= R·L."""
-    if m.kind not in ("count_rows", "count_values") or m.total is None:
+    """Whether integer measure ``m``'s apportionment can run in ``bigint``: an integer cap L, a
+    count or a SUM of integers (its partials are whole numbers: ``partial_sql`` rounds them)
+    whose per-row bound c is whole, and every number it computes within range: a partial is
+    at most R·c (``LEAST(COUNT, R)`` for a count, c = 1), C and T at most G·R·c (at most G kept
+    groups; without a ranking the declared keys leave at most G), L·C + o below that."""
+    if m.total is None or m.total.denominator != 1:
         return False
-    if m.total.denominator != 1:
+    if m.kind not in ("count_rows", "count_values") and not (m.kind == "sum" and m.integral):
         return False
-    r, g, cap = a.max_rows, max(a.max_groups, 1), int(m.total)
-    return r * max(cap, g * r) < _BIGINT_ROOM
+    c = m.per_row()
+    if c.denominator != 1:
+        return False
+    bound, g, cap = a.max_rows * int(c), max(a.max_groups, 1), int(m.total)
+    # L·C + o <= L·G·R·c + max(G·R·c, L)
+    return cap * g * bound + max(cap, g * bound) < _BIGINT_ROOM
 
 
 def bound_partials(
@@ -357,18 +364,14 @@ def bound_partials(
     kept: dict[int, str] = {}
     measures: list[exp.Expr] = []
     scaled: list[exp.Expr] = []  # capped measures' partials scaled into their L1 cap
-    shares: list[exp.Expr] = []  # integer capped measures' apportionment (_apportioned)
+    running: list[exp.Expr] = []  # integer capped measures' running sums (_apportioned)
     apportioned: list[exp.Expr] = []
-    # ties of remainders: the salted hash of (unit, keys) the groups are ranked by (_dp_gr),
-    # or, with no ranking, that hash and the keys
-    tiebreak: list[exp.Expr]
-    if rank:
-        tiebreak = [exp.column("_dp_gr")]
-    elif gcols:
+    # a unit's groups in the order of its group rank (the salted hash of (unit, keys), then the
+    # keys): the rank's window and the apportionment's running sums share its sort
+    order: list[exp.Expr] = []
+    if gcols:
         hashed = group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type, a.hashed_key_types)
-        tiebreak = [hashed, *[g.copy() for g in gcols]]
-    else:
-        tiebreak = []
+        order = [hashed, *[g.copy() for g in gcols]]
     for i, m in enumerate(a.measures):
         p = partial_sql(m, values[i], a.max_rows, counts[i] if counts else None)
         if p is None:
@@ -379,11 +382,11 @@ def bound_partials(
                 parts[key] = exp.alias_(p, f"_dp_p{len(parts)}", copy=False)
             kept[i] = parts[key].alias
             if capped(m) and m.integral:
-                total, columns, share = _apportioned(
-                    m, parts[key].alias, i, keep, tiebreak, _bigint(a, m)
-                )
+                run, total, share = _apportioned(m, parts[key].alias, i, keep, order, _bigint(a, m))
+                if not apportioned:  # the first: the unit offset once for all
+                    (running if rank else scaled).append(offset_column(salt, a.unit_type))
+                (running if rank else scaled).append(run)
                 scaled.append(total)
-                shares += columns
                 apportioned.append(exp.alias_(share, f"_dp_s{i}", copy=False))
                 kept[i] = f"_dp_s{i}"
             elif capped(m):
@@ -443,18 +446,9 @@ def bound_partials(
         ranking = exp.Window(
             this=exp.RowNumber(),
             partition_by=[unit.copy()],
-            order=exp.Order(
-                expressions=[
-                    exp.Ordered(
-                        this=group_hash(
-                            salt, unit, gcols, a.hashed_keys, a.unit_type, a.hashed_key_types
-                        )
-                    ),
-                    *[exp.Ordered(this=g.copy()) for g in gcols],
-                ]
-            ),
+            order=exp.Order(expressions=[exp.Ordered(this=t.copy()) for t in order]),
         )
-        bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr", copy=False))
+        bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr", copy=False), *running)
         bounded = bounded.from_(table(src), copy=False)
         q = q.with_(cte_name("_dp_bounded"), as_=bounded, copy=False)
         src = "_dp_bounded"
@@ -463,18 +457,16 @@ def bound_partials(
         q = q.with_(cte_name("_dp_scaled"), as_=scaling, copy=False)
         src = "_dp_scaled"
     if apportioned:
-        sharing = exp.select(exp.Star(), *shares).from_(table(src), copy=False)
-        q = q.with_(cte_name("_dp_shares"), as_=sharing, copy=False)
-        keeping = exp.select(exp.Star(), *apportioned).from_(table("_dp_shares"), copy=False)
+        keeping = exp.select(exp.Star(), *apportioned).from_(table(src), copy=False)
         q = q.with_(cte_name("_dp_apportioned"), as_=keeping, copy=False)
         src = "_dp_apportioned"
     q = q.from_(table(src), copy=False)
     if targets or flags:
         # without ranking, declared keys leave <= G groups: each target splits its cap over
         # them (no window)
-        order = [exp.column("_dp_gr")] if rank else None
+        by_rank = [exp.column("_dp_gr")] if rank else None
         selecting = rank and a.needs_selection
-        q = measure_dropped(q, src, targets, kept, keep, order, selecting, flags, steps_of)
+        q = measure_dropped(q, src, targets, kept, keep, by_rank, selecting, flags, steps_of)
     elif keep is not None:
         q = q.where(keep, copy=False)
     return q.group_by(*[g.copy() for g in gcols], copy=False) if gcols else q

@@ -124,6 +124,23 @@ def group_hash(
     )
 
 
+def unit_hash(salt: str, unit: exp.Expr, unit_type: str = "") -> exp.Expr:
+    """A salted 64-bit hash of the unit alone, in another domain than :func:`group_hash`'s (seed
+    1, not 0): the offset of a unit's systematic rounding under an L1 cap
+    (:func:`dpsql.sql.rewrite.bound_partials._apportioned`). The unit is hashed as a value when
+    its type is in :data:`HASHED_TYPES` (seeded with ``hashtextextended('<salt>', 1)``, a
+    constant PostgreSQL computes once), else as text with the salt."""
+    one = exp.Literal.number(1)
+    if unit_type in HASHED_TYPES:
+        seed = exp.Anonymous(this="hashtextextended", expressions=[exp.Literal.string(salt), one])
+        return value_hash(unit, unit_type, seed)
+    digest = exp.Anonymous(
+        this="concat_ws",
+        expressions=[exp.Literal.string("|"), exp.Literal.string(salt), cast(unit.copy(), "text")],
+    )
+    return exp.Anonymous(this="hashtextextended", expressions=[digest, one.copy()])
+
+
 def value_hash_order(seed: exp.Expr, values: Sequence[exp.Expr]) -> exp.Expr:
     """``hash_record_extended(ROW(CAST(values AS NUMERIC)), seed)``: the salted hash by which
     :func:`value_order` orders the rows of one (unit, group), for NUMERIC or integer values
