@@ -13,6 +13,7 @@ Fixtures:
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,63 @@ hypothesis.settings.load_profile("dpsql")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="run long statistical/load tests")
+    parser.addoption(
+        "--cpu-durations",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list the N tests that used the most CPU (setup, call and teardown: the test "
+        "process's threads and its ended child processes, not the PostgreSQL servers'); on "
+        "xdist workers sharing few cores --durations mostly measures the wait for a core",
+    )
+
+
+# --cpu-durations: each test's CPU seconds, measured in the process running it (an xdist
+# worker's are sent to the controller in the teardown report's user_properties)
+_CPU_KEY = pytest.StashKey[float]()
+_cpu_spent: list[tuple[float, str]] = []
+
+
+def _cpu_now() -> float:
+    t = os.times()
+    return time.process_time() + t.children_user + t.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    t0 = _cpu_now()
+    yield
+    item.stash[_CPU_KEY] = _cpu_now() - t0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    t0 = _cpu_now()
+    yield
+    item.stash[_CPU_KEY] = item.stash.get(_CPU_KEY, 0.0) + _cpu_now() - t0
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    t0 = _cpu_now()
+    yield
+    item.stash[_CPU_KEY] = item.stash.get(_CPU_KEY, 0.0) + _cpu_now() - t0
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    for name, value in report.user_properties:
+        if name == "cpu_s":
+            _cpu_spent.append((float(value), report.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    n = config.getoption("--cpu-durations")
+    if not n or not _cpu_spent:
+        return
+    total = sum(c for c, _ in _cpu_spent)
+    terminalreporter.write_sep("=", f"{n} most CPU-hungry tests (all: {total:.0f} CPU-s)")
+    for cpu, nodeid in sorted(_cpu_spent, reverse=True)[:n]:
+        terminalreporter.write_line(f"{cpu:7.2f}s cpu  {nodeid}")
 
 
 def _has_synthetic_extra() -> bool:
@@ -59,6 +117,8 @@ _MISSING = ("is not installed", "not installed", "no PostgreSQL binaries", "need
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report = outcome.get_result()
+    if call.when == "teardown" and item.config.getoption("--cpu-durations"):
+        report.user_properties.append(("cpu_s", item.stash.get(_CPU_KEY, 0.0)))
     if not (IN_CI and report.skipped and isinstance(report.longrepr, tuple)):
         return
     reason = str(report.longrepr[2])
