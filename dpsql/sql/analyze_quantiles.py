@@ -32,7 +32,13 @@ from dpsql.sql.names import function_name
 from dpsql.sql.sensitivity import literal_value
 from dpsql.sql.wording import user_sql
 
-MAX_BUCKETS = 1024  # grid resolution for quantiles (accuracy costs only ln(B) rows of rank)
+MAX_BUCKETS = 1024  # grid resolution for integer quantiles (accuracy costs ln(B) rows of rank)
+FINE_BUCKETS = 4096
+"""The buckets of a quantile over non-integer values: the answer is a bucket's midpoint, so
+half a bucket is an error no epsilon removes. At 1,024 buckets over the declared [0, 10,000],
+the benchmark's median amount, 39.98, was answered 43.9 (its bucket [39.06, 48.83)) in every
+release: 9.8% off; at 4,096 the bucket is [39.06, 41.50). The rank error grows with ln(B) only
+(about 13% more rows here); the proxy receives one row per non-empty bucket and group."""
 _HINT = (
     "use PERCENTILE_CONT(p) WITHIN GROUP (ORDER BY col) with a constant p in [0, 1], "
     "MEDIAN(col), MIN(col), MAX(col) or mode() WITHIN GROUP (ORDER BY col)"
@@ -61,8 +67,8 @@ def buckets_for(lo: Fraction, hi: Fraction, integral: bool) -> tuple[Fraction, i
     """(upper end of the grid, number of buckets) for values in [lo, hi].
 
     Integer values get integer-width buckets starting at lo (width 1 when the range has at most
-    1024 integers, so the answer is exact up to the mechanism's choice); other values get 1024
-    equal buckets over [lo, hi].
+    1024 integers, so the answer is exact up to the mechanism's choice); other values get
+    ``FINE_BUCKETS`` equal buckets over [lo, hi].
 
     >>> buckets_for(Fraction(0), Fraction(100), True)
     (Fraction(101, 1), 101)
@@ -74,7 +80,7 @@ def buckets_for(lo: Fraction, hi: Fraction, integral: bool) -> tuple[Fraction, i
         width = math.ceil(span / MAX_BUCKETS)
         count = math.ceil(span / width)
         return lo + count * width, count
-    return hi, MAX_BUCKETS
+    return hi, FINE_BUCKETS
 
 
 def _fraction(node: exp.Expr) -> Fraction | None:

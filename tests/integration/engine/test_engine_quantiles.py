@@ -117,7 +117,7 @@ def test_zero_noise_equals_exact(engines: tuple[Engine, Engine], neighbour: int)
             min(xs),
             max(xs),
             _nearest(xs, 0.9),
-            _mid(_nearest(vs, 0.25), 0, 10, 1024),
+            _mid(_nearest(vs, 0.25), 0, 10, 4096),
             max("abc", key=cs.count),
             len(xs),
         ]
@@ -221,7 +221,7 @@ def test_partition_selection_with_quantiles(engines: tuple[Engine, Engine]) -> N
     for x, vmax, mode in got:
         vs = [r[3] for r in data if r[2] == x]
         cs = [r[4] for r in data if r[2] == x]
-        assert float(vmax) == pytest.approx(_mid(float(max(vs)), 0, 10, 1024))
+        assert float(vmax) == pytest.approx(_mid(float(max(vs)), 0, 10, 4096))
         assert cs.count(mode) == max(cs.count(c) for c in "abc")
     plan = engine.plan(engine.prepare(sql), SessionContext())
     assert plan.selection is not None and plan.cost.delta > 0

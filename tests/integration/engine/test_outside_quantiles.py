@@ -192,10 +192,10 @@ def test_the_below_only_twin_is_caught(dsn: str, monkeypatch: pytest.MonkeyPatch
 # width B + 2 needs, so that the rows of a unit sort the same wherever their buckets differ:
 # then the kept rows hold the same buckets with or without the count. Checked in PostgreSQL on
 # pairs of rows whose hashes differ in one bit only, at every bit up to the width, for bucket
-# counts where B + 2 needs one more bit than B (6, 7, 14, 15, 1022, 1023) and where it doesn't.
+# counts where B + 2 needs one more bit than B (6, 7, 14, 15, 1022, 1023, 4094, 4095) and where it doesn't.
 # Deterministic. The broken twin (the key without codes masking B's own bit length, as before
 # session 20) orders the pair differently at bit k for B = 2^k - 2 and 2^k - 1.
-WIDTHS = (6, 7, 8, 14, 15, 126, 127, 1022, 1023, 1024)
+WIDTHS = (6, 7, 8, 14, 15, 126, 127, 1022, 1023, 1024, 4094, 4095, 4096)
 
 
 def _pairs(size: int) -> list[tuple[int, int | None, int | None]]:
@@ -252,7 +252,7 @@ def test_both_keys_mask_the_same_hash_bits(dsn: str, narrow: bool) -> None:
     wrong = {size: _disagreements(dsn, size, narrow) for size in WIDTHS}
     if narrow:  # the twin: caught exactly where B + 2 needs one more bit than B
         crossing = {s for s in WIDTHS if (s + 2).bit_length() > s.bit_length()}
-        assert crossing == {6, 7, 14, 15, 126, 127, 1022, 1023}
+        assert crossing == {6, 7, 14, 15, 126, 127, 1022, 1023, 4094, 4095}
         assert {s for s, n in wrong.items() if n} == crossing, wrong
     else:
         assert not any(wrong.values()), wrong

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -99,7 +100,7 @@ def test_buckets_for() -> None:
     assert buckets_for(Fraction(-5), Fraction(5), True) == (Fraction(6), 11)
     hi, b = buckets_for(Fraction(0), Fraction(10**6), True)
     assert b <= 1024 and (hi - 0) % b == 0 and hi > 10**6
-    assert buckets_for(Fraction(0), Fraction(1), False) == (Fraction(1), 1024)
+    assert buckets_for(Fraction(0), Fraction(1), False) == (Fraction(1), 4096)
 
 
 def test_plan_gives_each_selection_pure_epsilon() -> None:
@@ -148,3 +149,15 @@ def test_explain_states_every_output_before_spending() -> None:
     assert "no interval" in by["c"].half_width
     assert by["md"].mechanism == "report_noisy_max"
     assert any(line.mechanism == "exponential" for line in rep.measures)
+
+
+@pytest.mark.parametrize("v", [0.01, 3.3, 39.98, 41.49, 999.5, 9_999.99])
+def test_a_non_integer_answer_is_within_an_eighth_of_a_thousandth_of_the_range(v: float) -> None:
+    """The answer of a quantile over non-integer values is its bucket's midpoint: within
+    (hi - lo) / 8,192 of any value in the bucket (4,096 buckets). Before (1,024 buckets), the
+    accuracy benchmark's median amount, 39.98 over [0, 10,000], was answered 43.9: 9.8% off
+    in every release, whatever the epsilon."""
+    top, b = buckets_for(Fraction(0), Fraction(10_000), False)
+    width = float(top) / b
+    mid = (math.floor(v / width) + 0.5) * width
+    assert abs(mid - v) <= 10_000 / 8_192
