@@ -110,16 +110,48 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     mech = mp.mechanism
     what = _target(float(mech.quantile)) if isinstance(mech, Quantile) else "quantile"
     # the level in the words every accuracy line uses ('95% interval'), as its columns hold
+    unclear = _no_clear_estimate(mech, conf, what) if isinstance(mech, Quantile) else ""
     if conf > level:
         return (
             f"no {level_text(conf)} interval (its interval holds at {level_text(level)} only: "
             f"SET dpsql.confidence = {level:.4g} or less); {selection_accuracy(plan, s, conf)}"
+            + unclear
         )
     return (
         f"the interval holds the {what} of the rows the contribution bounds keep with "
         f"probability {level_text(conf)} or more (at {level_text(level)}: it comes from two more "
         f"selections aimed past it, with half of its budget); {selection_accuracy(plan, s, conf)}"
         + _why_wider(mp, what)
+        + unclear
+    )
+
+
+def _no_clear_estimate(mech: Quantile, conf: float, what: str) -> str:
+    """Where a quantile's answer says nothing clear, in words that hold whatever the data
+    (newcomer22 #11: medians by diagnosis at epsilon 0.3 answered 2,609.9 against a truth of
+    181.4, above the table's 99th percentile, in groups of about 2,850 rows with a rank error of
+    2,414, while the notice blamed its NULL columns on the bounds alone). The q quantile's
+    answer is informative only when its rank error t is smaller than the rows on its nearer
+    side, q n or (1 - q) n: a group of fewer than t / min(q, 1 - q) rows gets noise, anywhere in
+    the group's range. MIN and MAX: every value beyond the extreme ranks the same as it, so the
+    answer may land anywhere between it and the declared bound, at any epsilon. The group's size
+    is not released here: the threshold is stated, in rows, for the reader to compare."""
+    q = float(mech.quantile)
+    side = min(q, 1 - q)
+    if side <= 0:
+        far, beyond = ("largest", "above") if q == 1 else ("smallest", "below")
+        return (
+            f". Every value {beyond} the {far} one ranks as it does, so the answer may lie "
+            f"anywhere between the {far} value and the column's declared bound, at any epsilon: "
+            f"for a figure that says more, ask for PERCENTILE_CONT({'0.99' if q == 1 else '0.01'}) "
+            "WITHIN GROUP (ORDER BY ...)"
+        )
+    n = math.ceil(mech.rank_error(conf) / side)
+    return (
+        f". A group of fewer than {plural(n, 'row')} gets no clear estimate: that rank error "
+        f"reaches past the rows on one side of its {what}, so its answer is the noise of the "
+        f"selection, anywhere in the group's range, not the {what} of the data (raise "
+        "dpsql.epsilon, or group less finely)"
     )
 
 
