@@ -18,6 +18,7 @@ from dpsql.execute.accuracy_words import (
     assumption,
     bounds_keep,
     level_text,
+    nothing_left_out,
     total_removed,
     unclear_text,
 )
@@ -54,6 +55,11 @@ def avg_line(
     total = total_removed(mass.dropped) if rows else 0.0
     wm = fmt(aw.mass_up)
     head = f"{s.sql}: {level_text(confidence)} interval: the noise of its sum and count"
+    if n is None and t.nothing_removed:
+        declared = (float(t.raw_lo), float(t.raw_hi))
+        line = f"{head}; {nothing_left_out(a, t)}"
+        line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
+        return line + avg_nulls(a, s, noisy)
     if n is None:
         est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
         own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))

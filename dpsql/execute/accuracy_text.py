@@ -29,6 +29,7 @@ from dpsql.execute.accuracy_words import (
     assumption,
     bounds_keep,
     level_text,
+    nothing_left_out,
     percent,
     total_removed,
     unclear_text,
@@ -127,6 +128,9 @@ def accuracy_notes(
         tw = target_widths(mech, b, confidence)
         r = removed[b.target.key]
         t = b.target
+        if t.nothing_removed:
+            out.append(f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}; {nothing_left_out(a, t)}")
+            continue
         total = total_removed(r.dropped) if rows else 0.0
         answer = (
             float(np.abs(np.asarray(noisy[s.measures[0]], dtype=np.float64)).sum())

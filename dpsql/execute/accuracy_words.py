@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 
 from dpsql.execute.bias import ALARM, Removed, one_row
-from dpsql.execute.bounds_text import clamp_text, fmt, qty_text, rows_kept
+from dpsql.execute.bounds_text import clamp_text, col_name, fmt, qty_text, rows_kept
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasTarget
 from dpsql.sql.wording import plural
@@ -141,4 +141,15 @@ def _pre_join(a: Analysis) -> str:
         f", and that none has more than {plural(p, 'row')} in one of the joined tables (each "
         f"keeps at most {plural(p, 'row')} per {unit} before the join; what that leaves out is "
         "not estimated)"
+    )
+
+
+def nothing_left_out(a: Analysis, t: BiasTarget) -> str:
+    """The bounds left nothing out of target ``t`` (:attr:`BiasTarget.nothing_removed`): one
+    row per unit, and the clamp chosen from the data kept the declared range."""
+    m, unit = t.measure, a.private.privacy_unit
+    rng = f"{fmt(float(t.raw_lo))} to {fmt(float(t.raw_hi))}"
+    return (
+        f"the bounds left nothing out (one row per {unit}: none dropped; {col_name(m)} clamped "
+        f"to its declared range, {rng}: no value cut)."
     )

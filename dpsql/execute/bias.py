@@ -132,6 +132,8 @@ def release_removed(
             d, k = noise.add(b.dropped, d), noise.add(b.over_cap, k)
             if b.outside is not None and x is not None:
                 x = noise.add(b.outside, x)
+            if b.target.nothing_removed:  # known to be 0: drawn as planned, not used
+                d, k = np.zeros_like(d), np.zeros_like(k)
         elif x is not None:
             x = x[:0]
         out[b.target.key] = Removed(b, d, k, x)
@@ -180,6 +182,8 @@ def target_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
     nearly all of it.
     """
     alpha = 1 - level
+    if b.target.nothing_removed:  # nothing to reach for: all of alpha to the answer's noise
+        return TargetWidths(answer.half_width(level), 0.0, 0.0)
     ref = 1 - alpha / 2
     rb, rd = answer.half_width(ref), b.dropped.half_width(ref)
     lower_d = exact_steps(b.target)
@@ -299,6 +303,9 @@ def avg_widths(
     tails at about 1.2% each (docs/accuracy.md, "AVG: which tails")."""
     c, n = avg
     alpha = 1 - level
+    if c.target.nothing_removed and n is None:  # one row per unit, nothing clamped off:
+        # the sum's and the count's noise alone, alpha split over their four tails alike
+        return AvgWidths(1 - alpha / 2, 1 - alpha / 2, 0.0, math.inf, 0.0, 0.0)
     ref = 1 - alpha / (4 if n is not None else 3)
     m = c.target.measure
     half = float(m.hi - m.lo) / 2

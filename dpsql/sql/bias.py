@@ -90,6 +90,13 @@ class BiasTarget:
     # the columns of the measure's argument with declared numeric bounds: the units with a kept
     # value outside them are counted (``outside``); () when none (counts, capped columns)
     declared: tuple[str, ...] = ()
+    # one row per unit and the clamp at the declared range (a ``clamp: auto`` that kept it):
+    # bounding removes nothing, given the declared range the outside count checks. The
+    # estimate is still drawn and charged as planned (the plan is made before the clamp is
+    # chosen), but it is known to be 0: the interval and the words leave it out (newcomer22
+    # #2: AVG(birth_year) over one row per patient, clamped at its declared 2,025, was given
+    # [1975.9, 2025.0] and 'clamping cut off about 831,110 of birth_year', all of it noise)
+    nothing_removed: bool = False
 
     @property
     def group_cap_steps(self) -> int:
@@ -228,7 +235,11 @@ def targets_of(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTar
             out.append(BiasTarget(i, m, s, steps, grid, raw[0], raw[1]))
     if a.one_row_per_unit or a.unique_unit:
         # one row per unit: no row beyond R, no group beyond G; only clamping removes mass
-        out = [t for t in out if _clamps_narrower(t) or _auto_clamped(a, t)]
+        out = [
+            replace(t, nothing_removed=not _clamps_narrower(t))
+            for t in out
+            if _clamps_narrower(t) or _auto_clamped(a, t)
+        ]
         if not out:
             return ()
     out.sort(key=lambda t: t.index)
