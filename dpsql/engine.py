@@ -426,6 +426,11 @@ class Engine:
         constraint is gone since the plan is clamped again), which the caller checks once more
         after the query ran (:func:`~dpsql.execute.unique_units.still_proven`)."""
         a = recheck(self.backend, a, "while the statement was being planned")
+        return self.typed_sql(prepared, a), a
+
+    def typed_sql(self, prepared: PrivateQuery, a: Analysis) -> str:
+        """:meth:`checked_sql`'s text without reading the catalog's proofs again: the bounded
+        SQL of ``a`` with the types of its keys, values and unit (zero-row probes, memoized)."""
         types = self.group_types(prepared, a)
         ints = private_sql_module.integer_keys(a, types)
         values = private_sql_module.integer_values(group_keys.value_types(self, prepared, a))
@@ -440,7 +445,7 @@ class Engine:
             hashed_key_types=private_sql_module.hashed_key_types(a, types),
             unit_type=group_keys.unit_type(self, prepared, a),
         )
-        return text, a
+        return text
 
     def catalog_tokens(self) -> dict[tuple[str, ...], str]:
         """The catalog tokens (:meth:`catalog_token`) read during the statement this thread

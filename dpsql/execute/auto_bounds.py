@@ -29,6 +29,7 @@ from dpsql.budget.records import before_the_data
 from dpsql.dp.bounds import COUNT_SHARE, Selection, TailRank, TopRank, default_rank
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import round_down
+from dpsql.execute import own_sql
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.unique_units import still_unique
@@ -354,6 +355,7 @@ def histograms(
     a: Analysis,
     items: tuple[AutoItem, ...],
     cancel: CancelToken | None = None,
+    fingerprint: str = "",
 ) -> list[np.ndarray]:
     """Units per bucket of each item's grid, counted by PostgreSQL (private rows stay there).
 
@@ -366,7 +368,8 @@ def histograms(
     with before_the_data():  # nothing read yet: a refusal here is refunded (55000)
         sql = measure_bounds(replace(a, proven_bounds=()), items).sql("postgres")
         still_unique(engine.backend, a, "while contribution bounds were being planned")
-    rows = engine.backend.run(sql, private=True, cancel=cancel).rows
+    what = "choosing its contribution bounds"  # a Parse failure of it is dpsql's (own_sql)
+    rows = own_sql.run(engine.backend, sql, fingerprint, cancel=cancel, what=what).rows
     still_unique(engine.backend, a, "while contribution bounds were being chosen")
     hist = [np.zeros(len(it.grid), dtype=np.int64) for it in items]
     for item, bucket, count in rows:
@@ -462,7 +465,7 @@ def choose_reserved(
     refunds or confirms the reservations (:meth:`Ledger.refund`'s rule)."""
     ledger = engine.ledger
     try:
-        hist = histograms(engine, a, p.missing, cancel)
+        hist = histograms(engine, a, p.missing, cancel, prepared.fingerprint)
     except BaseException as error:
         if ledger is not None:
             for r in reservations:

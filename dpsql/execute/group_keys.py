@@ -142,8 +142,9 @@ def _probe(
     row, before any budget is reserved. A failure here says nothing of the private rows, so it
     is refused as such (nothing charged) instead of failing the charged query later. With
     parameters the WHERE is left out (their values are not known when this is memoized)."""
+    sql = _probe_sql(prepared, a, cols)
     try:
-        return engine.backend.run(_probe_sql(prepared, a, cols), private=True)
+        return engine.backend.run(sql, private=True)
     except UpstreamError as e:
         if not e.sqlstate.startswith(("22", "42")):
             raise
@@ -152,6 +153,9 @@ def _probe(
         own = constant_error(engine, prepared.tree)  # PostgreSQL's words, from constants alone
         if own is not None:
             raise own from None
+        parsed = _parse_error(engine, prepared, sql, e.sqlstate)  # the catalog's, not the rows'
+        if parsed is not None:
+            raise parsed from None
         raise UpstreamError(
             "PostgreSQL refused this statement while planning it, before reading any row: "
             "nothing was charged",
@@ -160,6 +164,37 @@ def _probe(
             "'abc', a date with 'notadate'), and the casts of constants",
             sqlstate=e.sqlstate,
         ) from None
+
+
+def _parse_error(
+    engine: EngineContext, prepared: PrivateQuery, sql: str, sqlstate: str
+) -> DpsqlError | None:
+    """The zero-row probe's failure (``sqlstate``'s class) told in PostgreSQL's words when
+    PostgreSQL refuses the probe while parsing it (:func:`dpsql.execute.own_sql.parse_failure`:
+    parse analysis reads the catalog, no row and no statistic): a type error such as
+    ``upper(department)`` on an enum column (42883 ``function upper(dept) does not exist``,
+    newcomer22 #19) is the catalog's, public to the analyst (``\\d visits`` shows the type).
+    The analyst's own text refused the same way is PostgreSQL's answer to it; a probe refused
+    while the analyst's text parses is dpsql's fault (XX000). None when the probe parses (it
+    failed while planning: the planner reads the table's statistics, so its words stay
+    withheld)."""
+    from dpsql.execute import own_sql
+
+    failure = own_sql.parse_failure(engine.backend, sql)
+    if failure is None or failure.sqlstate[:2] != sqlstate[:2]:
+        return None
+    theirs = None if prepared.param_count else own_sql.parse_failure(engine.backend, prepared.text)
+    if theirs is None and not prepared.param_count:
+        return own_sql.own_failure(failure, prepared.fingerprint, charged="Nothing was charged")
+    if theirs is not None and theirs.message == failure.message:
+        failure = theirs
+    return UpstreamError(
+        failure.message,
+        detail="PostgreSQL refused this statement while parsing it, before reading any row: "
+        "nothing was charged",
+        hint=failure.hint or None,
+        sqlstate=failure.sqlstate,
+    )
 
 
 # pg_type.typtype / typcategory of a type psycopg doesn't know -> the name key_texts refuses

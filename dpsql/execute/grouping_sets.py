@@ -73,10 +73,15 @@ def set_texts(engine: EngineContext, prepared: PrivateQuery, plan: SetsPlan) -> 
     return [set_sql(engine, prepared, plan.analysis, sp.keys) for sp in plan.sets]
 
 
-def run_sets(engine: EngineContext, texts: Sequence[str], cancel: CancelToken | None) -> list[Rows]:
+def run_sets(
+    engine: EngineContext, texts: Sequence[str], cancel: CancelToken | None, fingerprint: str
+) -> list[Rows]:
     """Every set's upstream rows (one row per group of that set, never a row of a table) from
-    its SQL (:func:`set_texts`), each with a fresh salt."""
-    return [engine.backend.run(salted(text), private=True, cancel=cancel) for text in texts]
+    its SQL (:func:`set_texts`), each with a fresh salt (a Parse failure of one is dpsql's
+    own: :mod:`dpsql.execute.own_sql`)."""
+    from dpsql.execute import own_sql
+
+    return [own_sql.run(engine.backend, salted(text), fingerprint, cancel=cancel) for text in texts]
 
 
 def release_sets(

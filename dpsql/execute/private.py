@@ -21,7 +21,7 @@ from dpsql.errors import DpsqlError
 from dpsql.execute import planning
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish
-from dpsql.execute.grouping_sets import release_sets, run_sets, set_texts
+from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
 from dpsql.execute.precheck import check_keys, precheck
@@ -91,7 +91,7 @@ def _run_auto(
     key: str,
 ) -> Result:
     """A statement with ``auto`` bounds, run holding its in-flight slot (when charged)."""
-    from dpsql.execute import auto_bounds
+    from dpsql.execute import auto_bounds, statement_sql
     from dpsql.sql.apply_bounds import apply_bounds
 
     a = plan.analysis
@@ -120,6 +120,12 @@ def _run_auto(
             spent=auto_bounds.slice_epsilon(statement_eps, pend),
         )
         precheck(engine, prepared, session, a)
+        # dpsql's SQL for the answer, with the default bounds, parsed before any charge
+        defaults = apply_bounds(a, auto_bounds.with_defaults(pend))
+        statement_sql.preflight(engine, prepared, planning.plan(
+            engine, prepared, session, params, analysis=defaults,
+            spent=auto_bounds.slice_epsilon(statement_eps, pend),
+        ))  # fmt: skip
         answer = (rest.cost, rest.mechanism, delta_for_rho(rest))
         bounds, held = auto_bounds.measure(
             engine, prepared, session, a, pend, statement_eps, cancel, answer
@@ -308,6 +314,7 @@ def measure(
     engine: EngineContext, prepared: PrivateQuery, plan: Plan | SetsPlan, cancel: CancelToken | None
 ) -> Measured:
     """Run a planned private statement's bounded SQL: one row per group, never a table row."""
+    from dpsql.execute import own_sql, statement_sql
     from dpsql.execute.unique_units import keyed, recheck_sql, still_proven
 
     # nothing below runs on the private rows until the query is sent: a refusal here (the
@@ -316,12 +323,9 @@ def measure(
         # the catalog state the key checks (precheck) were made under: read by the plan, in
         # the round trip of the proofs
         token = engine.catalog_token(plan.analysis) if keyed(plan.analysis) else ""
-        if isinstance(plan, SetsPlan):
-            texts = set_texts(engine, prepared, plan)
-        else:
-            text, a = engine.checked_sql(prepared, plan.analysis)
+        texts, a = statement_sql.statement_texts(engine, prepared, plan)  # (EXPLAIN VERBOSE's too)
     if isinstance(plan, SetsPlan):
-        sets = run_sets(engine, texts, cancel)
+        sets = run_sets(engine, texts, cancel, prepared.fingerprint)
         still_proven(engine.backend, plan.analysis, "while the statement ran", token)
         return sets
     # the catalog's proofs the SQL took (one row per unit, values within their bounds), read
@@ -329,7 +333,9 @@ def measure(
     # after it, in its round trip, before anything is released (nothing of ``got`` leaves on a
     # refusal)
     after = recheck_sql(a, token)
-    got = engine.backend.run(salted(text), private=True, cancel=cancel, then=after)  # fresh salt
+    got = own_sql.run(  # fresh salt; a Parse failure of it is dpsql's own (own_sql)
+        engine.backend, salted(texts[0]), prepared.fingerprint, cancel=cancel, then=after
+    )
     still_proven(engine.backend, a, "while the statement ran", token, got.then)
     return got
 

@@ -15,6 +15,7 @@ is refused.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from dpsql.errors import (
     SqlSyntaxError,
     UnsupportedSql,
 )
-from dpsql.execute import auto_bounds, auto_bounds_text, planning, privacy_params
+from dpsql.execute import auto_bounds, auto_bounds_text, planning, privacy_params, statement_sql
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.prepared import (
     CatalogQuery,
@@ -179,6 +180,9 @@ def _explain_private(
         plan = planning.plan(engine, inner, session, params, analysis=resolved, spent=spent)
     conf = privacy_params.confidence(engine.policy, session)
     rep = report(inner.text, plan, conf)
+    if opts.verbose:  # the SQL that runs, from the function the statement reads (statement_sql)
+        texts, _ = statement_sql.statement_texts(engine, inner, plan, recheck=False)
+        rep = dataclasses.replace(rep, rewritten=statement_sql.shown(texts))
     budget = budget_status(engine, session, plan, key, bounds)
     doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
     _statement_cost(doc, plan.cost, bounds, budget.get("Free Repeat") is True)
