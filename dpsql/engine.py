@@ -29,7 +29,7 @@ from dpsql.catalog.check import check_catalog_query
 from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.errors import InternalError, UnsupportedSql
-from dpsql.execute import group_keys, planning, prepare, public_sql, shadows
+from dpsql.execute import group_keys, no_rows, planning, prepare, public_sql, shadows
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
@@ -310,7 +310,11 @@ class Engine:
                 return Result(self.describe(prepared, session), [], "SELECT 0")
             case PrivateQuery() if (empty := self._no_keys_left(prepared, params)) is not None:
                 # the WHERE clause leaves a GROUP BY key no public value: no rows whatever
-                # the data (as PostgreSQL answers), said in a notice; nothing read or charged
+                # the data (as PostgreSQL answers), said in a notice; nothing read or charged;
+                # without GROUP BY, the one row of aggregates over no rows (execute.no_rows)
+                a = self.analysis(prepared, params)
+                if not a.group_keys:
+                    return no_rows.answer(self, prepared, a, session, empty)
                 return Result(self.describe(prepared, session), [], "SELECT 0", (empty,))
             case TreeQuery() | PrivateQuery():
                 run = run_tree if isinstance(prepared, TreeQuery) else run_private
@@ -351,7 +355,10 @@ class Engine:
         a = self.analysis(prepared, params)
         if a.grouping_sets:
             return None
-        note = empty_domain_notice(a.group_keys, a.no_keys)
+        if not a.group_keys:  # no GROUP BY: a WHERE clause no row can pass (no_row_left)
+            note = a.no_keys
+        else:
+            note = empty_domain_notice(a.group_keys, a.no_keys)
         if note is not None and group_keys.nondeterministic_text(self, a):
             # 'Flu' = 'flu' and 'F%' matches 'flu' there: keys compared as code points say
             # nothing; the release refuses its text keys instead (before any charge)

@@ -11,6 +11,7 @@ Decimal('0.666666666667')
 from __future__ import annotations
 
 import decimal
+import math
 from decimal import Decimal
 from fractions import Fraction
 
@@ -51,6 +52,17 @@ def _dec(x: Fraction | int, rounding: str) -> Decimal:
 def dec_up(x: Fraction | int) -> Decimal:
     """A numeric value with 12 decimal places, rounded up."""
     return _dec(x, decimal.ROUND_CEILING)
+
+
+def dec_up_converted(x: Fraction | int) -> Decimal:
+    """An epsilon converted from a Gaussian release's zCDP rho, rounded up at 9 decimal places:
+    the conversions' own rounding (parts in 10^12) is not shown as digits of the cost (an
+    epsilon-1 AIM release read 0.999999999997 in dpsql.history); never below the cost.
+
+    >>> str(dec_up_converted(Fraction(999999999997, 10**12))), str(dec_up_converted(Fraction(1, 3)))
+    ('1', '0.333333334')
+    """
+    return dec_up(Fraction(math.ceil(Fraction(x) * 10**9), 10**9))
 
 
 def dec_down(x: Fraction | int) -> Decimal:

@@ -22,7 +22,7 @@ from typing import get_args, get_type_hints
 
 from dpsql.budget.api import BudgetLedger
 from dpsql.budget.filter import Spent
-from dpsql.budget.format import dec_down, dec_up, fmt_down
+from dpsql.budget.format import dec_down, dec_up, dec_up_converted, fmt_down
 from dpsql.budget.periods import period_end, period_start
 from dpsql.budget.records import BudgetRow, BudgetStatus, HistoryEntry, Limit
 from dpsql.budget.store import LedgerStore
@@ -161,7 +161,7 @@ def history(ledger: LedgerStore, analyst: str, limit: int = 1000) -> list[Histor
                 released_at=at,
                 fingerprint=fp,
                 mechanism=mech,
-                epsilon=dec_up(e_eps),
+                epsilon=dec_up_converted(e_eps) if cost.rho else dec_up(e_eps),
                 delta=dec_up(e_delta),
                 rho=dec_up(cost.rho),
                 cached=state == "repeat",

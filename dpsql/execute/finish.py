@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from sqlglot import exp
+
 from dpsql.dp.accounting import Cost
 from dpsql.errors import ConnectionException, DpsqlError
 from dpsql.execute import privacy_params
@@ -37,8 +39,10 @@ from dpsql.sql.postprocess import (
     interval_time_type,
     outer_query,
     outer_sql,
+    repeated_names_notice,
     stat_outputs,
 )
+from dpsql.sql.wording import plain_sql
 
 if TYPE_CHECKING:
     from dpsql.budget.records import Stored
@@ -78,6 +82,11 @@ def finish(
             ivcols.append((pos, f"d{k}", ivs))
         ivcols.sort(key=lambda c: c[0])
     icols = [(label, interval_base(names, pos)) for pos, label, _ in ivcols]
+    same = repeated_names_notice(
+        names,
+        [(pos, base) for (pos, _, _), (_, base) in zip(ivcols, icols, strict=True)],
+        _output_texts(prepared, a, names),
+    )
     with_rid = not a.outer.args.get("distinct") and not describe_only
     text = _outer_sql(engine, prepared, a, rel, with_rid, icols)
     n = len(rel.groups)
@@ -135,6 +144,7 @@ def finish(
     )
     conf = privacy_params.confidence(engine.policy, session)
     notices = (*rel.notes, *interval_notices(a, plan, conf, rel.notes), *guard_notices(a, data))
+    notices = (*notices, same) if same else notices
     if plan is not None and not describe_only:
         notices = (*notices, *_selection_notices(a, plan, len(data)))
     if cached and repeat is not None:
@@ -164,6 +174,14 @@ def finish(
         intervals=intervals,
         notices=notices,
     )
+
+
+def _output_texts(prepared: PrivateQuery, a: Analysis, names: Sequence[str]) -> list[str]:
+    """Each output as the analyst wrote it (the statement's select list), for notices."""
+    tree = prepared.tree
+    if isinstance(tree, exp.Select) and len(tree.expressions) == len(names):
+        return [plain_sql(e.unalias()) for e in tree.expressions]
+    return list(names)
 
 
 def null_with_value(

@@ -54,6 +54,10 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
                 probe = probe[:-1]
             field = ".".join(str(p) for p in loc) or "(top level)"
             msg = err["msg"].removeprefix("Value error, ")
+            if not loc:  # a check of the whole policy names its field first: "tables.x.y: ..."
+                named, at = _named_field(msg, lines)
+                if named is not None:
+                    field, msg, line = named, msg[len(named) + 2 :], at
             if err["type"] == "extra_forbidden":
                 msg = "unknown field (check the spelling; see docs/policy.md for the fields)"
             msgs.append(f"{source}:{line or 1}: {field}: {msg}")
@@ -67,6 +71,30 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         for key in policy.server.model_fields_set:
             policy.server._where[key] = f"{source}:{lines.get(('server', key), 1)}"
     return policy
+
+
+def _named_field(
+    msg: str, lines: dict[tuple[Any, ...], int]
+) -> tuple[str, int] | tuple[None, None]:
+    """The field a whole-policy check's message starts with (``tables.public.purchases.columns.
+    region: keys_from ...``) and its line in the file, when the file has that field (table names
+    hold dots, so the path is matched whole against the file's own)."""
+    head, sep, _ = msg.partition(": ")
+    if not sep:
+        return None, None
+    for loc, line in lines.items():
+        if head in (".".join(str(p) for p in loc), ".".join(_qualified(loc))):
+            return head, line
+    return None, None
+
+
+def _qualified(loc: tuple[Any, ...]) -> list[str]:
+    """``loc`` with a table written without its schema (``tables.people``) qualified as the
+    policy names it (``tables.public.people``)."""
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] in ("tables", "public_tables") and "." not in parts[1]:
+        parts[1] = f"public.{parts[1]}"
+    return parts
 
 
 def _interpolate_server(

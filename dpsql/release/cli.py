@@ -150,7 +150,12 @@ def _common(p: argparse.ArgumentParser, columns: bool = True) -> None:
     p.add_argument("--out", type=Path, required=True, help="output directory")
     p.add_argument("--to-table", help="also write the release to this PostgreSQL table")
     p.add_argument("--replace", action="store_true", help="replace --to-table if it exists")
-    p.add_argument("--analyst", default=env.get("DPSQL_ANALYST", "analyst"))
+    p.add_argument(
+        "--analyst",
+        default=env.get("DPSQL_ANALYST"),
+        help="the analyst whose budget is charged (else DPSQL_ANALYST, else the policy's only "
+        "analyst)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -203,6 +208,43 @@ def preflight(out: Path, *, synthetic: bool = False) -> None:
         ) from None
 
 
+def analyst_of(policy: Any, name: str | None) -> str:
+    """The analyst a release is charged to: ``--analyst`` (or DPSQL_ANALYST), one of the
+    policy's, else its only one (newcomer22 #7: without it the release charged 'analyst' and refused with 53400,
+    "add analysts.analyst.budget to the policy", as if a budget were exhausted).
+
+    Raises:
+        InvalidParameter: 22023, no analyst given (the policy's analysts named).
+        UndefinedObject: 42704, a name the policy lacks (the closest one suggested).
+    """
+    import difflib
+
+    from dpsql.errors import InvalidParameter, UndefinedObject
+
+    names = sorted(policy.analysts)
+    listed = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+    if not name and len(names) == 1:
+        return str(names[0])  # the policy's only analyst (the charge line names it)
+    if not name:
+        raise InvalidParameter(
+            "dpsql release charges an analyst's budget: say whose with --analyst NAME (or "
+            "DPSQL_ANALYST): nothing was charged",
+            detail=f"the policy's analysts: {listed}" if names else "the policy has no analysts",
+            hint=f"e.g. --analyst {names[0]}" if names else "add an analyst to the policy",
+        )
+    if name not in policy.analysts:
+        near = difflib.get_close_matches(name, names, n=1)
+        raise UndefinedObject(
+            f"no analyst {name!r} in the policy: nothing was charged",
+            detail=f"the policy's analysts: {listed}" if names else "the policy has no analysts",
+            hint=f"did you mean --analyst {near[0]}?"
+            if near
+            else "pass --analyst NAME with "
+            "one of them (or add the analyst and its budget to the policy)",
+        )
+    return name
+
+
 @contextmanager
 def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
     """The release's common options as a :class:`~dpsql.release.jobs.Job` (``changes``
@@ -217,6 +259,7 @@ def _job(args: argparse.Namespace, **changes: Any) -> Iterator[Job]:
     preflight(args.out, synthetic=args.func is cmd_synthetic)  # before any budget is charged
     bins = parse_bins(args.bins)
     policy = load_policy(args.policy)
+    args.analyst = analyst_of(policy, args.analyst)  # before any charge
     upstream, where = upstream_and_ledger(
         {"upstream": args.upstream, "ledger": args.ledger},
         os.environ,

@@ -21,7 +21,7 @@ from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis, GroupKey
 from dpsql.sql.analyze_aggregates import _Ctx, _refuse_identifiers, check_row_level
 from dpsql.sql.apply_bounds import with_declared_total
-from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left, uncrossed
+from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left, no_row_left, uncrossed
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.nodes import table as table_node
 from dpsql.sql.refusal_text import row_list_refusal
@@ -177,12 +177,13 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         check_row_level(ctx, where.this, "WHERE")
         for c in outer_columns(where.this):
             if ctx.column(c).identifier and not isinstance(c.parent, exp.Is):
+                own = ctx.source(c).table.removeprefix("public.")  # the column's own table
                 raise PrivacyViolation(
-                    f"column {c.name} of private table {table.removeprefix('public.')} is an "
+                    f"column {c.name} of private table {own} is an "
                     "identifier and can't be filtered on: a filter on it would single out the "
                     "rows of one person or a few",
                     hint="identifiers may only be tested with IS [NOT] NULL (SELECT COUNT(*) "
-                    f"FROM {table.removeprefix('public.')} WHERE {c.name} IS NOT NULL) or counted "
+                    f"FROM {own} WHERE {c.name} IS NOT NULL) or counted "
                     f"(COUNT(DISTINCT {c.name})); filter on other columns",
                 )
         where_expr = ctx.qualify(where.this)
@@ -194,6 +195,8 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
     if not sets:  # (a grouping set without the key still has its rows)
         for before, after in zip(keys, narrowed, strict=True):
             no_keys = no_keys or no_key_left(before, after, where_expr)
+    if not keys and not sets:  # without GROUP BY: a WHERE no row can pass (free, a notice)
+        no_keys = no_row_left(ctx, where_expr)
     keys = narrowed
     outer = Outer(ctx, keys, sets)
     selects: list[exp.Expr] = []

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
 
+import sqlglot
 from sqlglot import exp
 
 from dpsql.dp.bounds import integer_grid, value_grid
@@ -48,6 +49,7 @@ from dpsql.policy.tables import Column
 from dpsql.sql.analysis import Analysis, Measure, decomposable
 from dpsql.sql.join_cap import private_tables
 from dpsql.sql.join_cap import privates as _privates
+from dpsql.sql.wording import plain_sql
 
 AUTO_SHARE = Fraction(1, 5)
 """The share of a statement's epsilon spent on the bounds it still needs (none when reused)."""
@@ -188,12 +190,42 @@ class AutoBounds:
 
 
 def total_label(column: str) -> str:
-    """The quantity an L1 cap bounds, in words: rows, values of x, or the sum of x."""
-    kind, _, arg = column.partition("(")
-    arg = _display(arg[:-1]) if arg.endswith(")") else arg
+    """The quantity an L1 cap bounds, in words: rows, values of x, or the sum of x; rows with
+    a condition for a conditional count (``COUNT(*) FILTER (WHERE cost > 500)``, ``SUM(CASE
+    WHEN d = 'chemo' THEN 1 ELSE 0 END)``: "rows with cost > 500", newcomer22 #18).
+
+    >>> total_label('count_values(CASE WHEN "v"."cost" > 500 THEN 1 END)')
+    'rows with cost > 500'
+    >>> total_label('sum(CASE WHEN "v"."d" > 3 THEN 1 ELSE 0 END)')
+    'rows with d > 3'
+    >>> total_label('sum("t"."amount")'), total_label('count_values("t"."email")')
+    ('amount summed', 'values of email')
+    """
+    kind, _, raw = column.partition("(")
+    raw = raw[:-1] if raw.endswith(")") else raw
+    arg = _display(raw)
     if kind.startswith("sum") and _one(arg):  # SUM(1), SUM(CAST(1 AS BIGINT)): rows
         return "rows"
+    cond = _counted_condition(raw) if kind.startswith(("sum", "count_values")) else None
+    if cond is not None:
+        return f"rows with {cond}"
     return {"count_rows": "rows", "count_values": f"values of {arg}"}.get(kind, f"{arg} summed")
+
+
+def _counted_condition(sql: str) -> str | None:
+    """The condition of ``CASE WHEN cond THEN 1 [ELSE 0 | ELSE NULL] END`` (a conditional count,
+    as FILTER and BI tools write one), in the user's terms; None for anything else."""
+    try:
+        node = sqlglot.parse_one(sql, read="postgres")
+    except sqlglot.errors.ParseError:
+        return None
+    if not isinstance(node, exp.Case) or node.this is not None or len(node.args["ifs"]) != 1:
+        return None
+    when = node.args["ifs"][0]
+    default = node.args.get("default")
+    one = _one(when.args["true"].sql("postgres"))
+    zero = default is None or isinstance(default, exp.Null) or default.sql("postgres") == "0"
+    return plain_sql(when.this) if one and zero else None
 
 
 _CAST = re.compile(r"^CAST\((.*) AS [A-Z0-9_ ]+\)$|^(.*)::[A-Z0-9_ ]+$", re.IGNORECASE)
@@ -217,8 +249,14 @@ def _one(arg: str) -> bool:
 
 
 def _display(column_sql: str) -> str:
-    """A column as the user wrote it: ``"t"."amount"`` -> amount."""
-    return column_sql.rsplit(".", 1)[-1].strip('"')
+    """A column as the user wrote it: ``"t"."amount"`` -> amount; an expression in the user's
+    terms (``CASE WHEN "v"."cost" > 500 ...`` -> ``CASE WHEN cost > 500 ...``: was cut at its
+    last dot, ``cost" > 500 THEN 1 END``, newcomer22 #18)."""
+    try:
+        node = sqlglot.parse_one(column_sql, read="postgres")
+    except sqlglot.errors.ParseError:
+        return column_sql
+    return node.name if isinstance(node, exp.Column) else plain_sql(node)
 
 
 def _num(v: Fraction) -> str:

@@ -11,9 +11,10 @@ from dataclasses import replace
 
 from sqlglot import exp
 
+from dpsql.errors import DpsqlError
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
-from dpsql.sql.constants import is_public_constant
+from dpsql.sql.constants import NULL, is_public_constant
 from dpsql.sql.derived_keys import TooMany, derived_domain
 from dpsql.sql.key_domain import KeyFilter, key_value
 from dpsql.sql.key_literals import case_domain, listed_domain
@@ -87,7 +88,9 @@ def narrow_by_where(
     return g
 
 
-def no_key_left(before: GroupKey, after: GroupKey, where: exp.Expr | None) -> str | None:
+def no_key_left(
+    before: GroupKey, after: GroupKey, where: exp.Expr | None, *, grouped: bool = True
+) -> str | None:
     """The notice for a GROUP BY key whose declared keys the WHERE clause rules out one and all
     (``WHERE category = 'Books'`` when the keys are lower-case), None when some key is left: the
     answer has no rows whatever the data, as PostgreSQL's would, and is given free (the engine:
@@ -108,10 +111,61 @@ def no_key_left(before: GroupKey, after: GroupKey, where: exp.Expr | None) -> st
         if near
         else f"filter on declared keys of {name}, e.g. WHERE {name} = '{before.keys[0]}'"
     )
+    result = (
+        "the answer has no rows whatever the data"
+        if grouped
+        else "no row can pass it whatever the data: the aggregates are those of no rows, as "
+        "PostgreSQL gives them (COUNT 0; SUM, AVG, MIN and the others NULL)"
+    )
     return (
         f"the WHERE clause leaves no declared key of {name} (the declared keys: {shown}), so "
-        f"the answer has no rows whatever the data (nothing was read or charged); {hint}"
+        f"{result} (nothing was read or charged); {hint}"
     )
+
+
+def no_row_left(ctx: Ctx, where: exp.Expr | None) -> str | None:
+    """For a statement without GROUP BY: :func:`no_key_left`'s notice when the (qualified) WHERE
+    clause leaves no declared key of a private column with ``keys:`` (the policy's list of the
+    values the column may take: its whole domain, docs/policy.md) and can't be true where that
+    column is NULL either (``diagnosis = 'Flu'`` when the keys are lower-case): no row can pass
+    it whatever the data, and the answer is that of no rows, free (newcomer22 #9; the GROUP BY
+    form's since 25de59e). A ``keys_from`` column is not one: its public table lists the keys
+    GROUP BY releases, not every value a row may hold. A function of the statement and the policy
+    only. None otherwise."""
+    if where is None:
+        return None
+    seen: set[str] = set()
+    for c in where.find_all(exp.Column):
+        if _in_subquery(c, where):
+            continue  # another scope's column
+        text = c.sql("postgres")
+        if text in seen:
+            continue
+        seen.add(text)
+        try:
+            source, col = ctx.source(c), ctx.column(c)
+        except DpsqlError:
+            continue
+        if source.private is None or col.keys is None or col is PUBLIC_COLUMN:
+            continue
+        before = group_key(ctx, c, c.name)
+        after = narrow_by_where(before, where, ctx.column)
+        if not before.keys or after.keys:
+            continue
+        if "t" in truth(where, Hypothesis(after.expr.sql("postgres"), NULL)):
+            continue  # a row whose value is NULL may pass
+        return no_key_left(before, after, where, grouped=False)
+    return None
+
+
+def _in_subquery(node: exp.Expr, top: exp.Expr) -> bool:
+    """Whether ``node`` sits in a subquery of ``top`` (another scope)."""
+    up = node.parent
+    while up is not None and node is not top:
+        if isinstance(up, (exp.Subquery, exp.Select, exp.Exists)):
+            return True
+        node, up = up, up.parent
+    return False
 
 
 def empty_domain_notice(keys: tuple[GroupKey, ...], note: str | None) -> str | None:

@@ -134,25 +134,44 @@ def stat_outputs(a: Analysis) -> list[tuple[int, int]]:
 
 def interval_base(names: Sequence[str], pos: int) -> str:
     """The name an output column's ``_low`` / ``_high`` columns start with: the column's own
-    name, or, when another output has the same name (``COUNT(email), COUNT(*)``) or an output
-    already has one of its interval columns' names (``COUNT(*), 1 AS count_low``), the name and
-    its 1-based position, so each interval says which column it belongs to and no two result
-    columns share a name because of dpsql.
+    name; for the k-th output of a name another output has too (``AVG(bmi), AVG(systolic)``,
+    both ``avg`` as PostgreSQL names them), the name and k from the second on (``avg``,
+    ``avg_2``), as BI tools tell such columns apart (Metabase's ``avg_2``; was the position:
+    ``avg_3_low`` for the 3rd column, newcomer22 #31); when that is an output's name already
+    (``COUNT(*), 1 AS count_low``), the name and its 1-based position, so no two result columns
+    share a name because of dpsql (:func:`repeated_names_notice` says which is which).
 
     >>> interval_base(["region", "count", "count"], 2), interval_base(["region", "n"], 1)
-    ('count_3', 'n')
-    >>> interval_base(["count", "count_low"], 0)
-    'count_1'
+    ('count_2', 'n')
+    >>> interval_base(["region", "count", "count"], 1), interval_base(["count", "count_low"], 0)
+    ('count', 'count_1')
     """
     name = names[pos]
     taken = set(names)
-    if names.count(name) == 1 and not {f"{name}_low", f"{name}_high"} & taken:
-        return name
+    k = list(names[:pos]).count(name) + 1
+    base = name if k == 1 else f"{name}_{k}"
+    if not {f"{base}_low", f"{base}_high"} & taken and (k == 1 or base not in taken):
+        return base
     base, n = f"{name}_{pos + 1}", 1
     while {f"{base}_low", f"{base}_high"} & taken:  # ``count_1_low`` was an output's name too
         n += 1
         base = f"{name}_{pos + 1}_{n}"
     return base
+
+
+def repeated_names_notice(
+    names: Sequence[str], bases: Sequence[tuple[int, str]], texts: Sequence[str]
+) -> str | None:
+    """The notice naming each interval's column where outputs share a name (``bases``: each
+    output position with intervals and its :func:`interval_base`; ``texts``: every output's SQL),
+    None where no name repeats."""
+    repeated = [(p, b) for p, b in bases if names.count(names[p]) > 1 or b != names[p]]
+    if not repeated:
+        return None
+    each = "; ".join(
+        f"{b}_low/{b}_high: column {p + 1} ({names[p]}: {texts[p]})" for p, b in repeated
+    )
+    return f"interval columns of outputs that share a name: {each}"
 
 
 def outer_query(

@@ -428,3 +428,17 @@ def test_order_is_fixed_for_a_period_across_policy_reloads(dsn: str) -> None:
         [st] = lg.remaining("alice")
         assert st.renyi_order == 50 and st.renyi_spent == 50 * rho
         assert st.delta_explicit_limit == E(25, 10**7)
+
+
+def test_a_gaussian_release_reads_its_own_epsilon_in_history(
+    make_db: Callable[[str], str],
+) -> None:
+    """An epsilon-1 Gaussian (AIM) release, stored as its zCDP rho, read 0.999999999997 in
+    dpsql.history (rho converted back, the conversions' rounding shown as digits: the last
+    closing note); now rounded up at 9 decimal places: 1 (never below the cost)."""
+    delta = E(1, 10**6)
+    with Ledger.open(make_db("ledger"), policy({"alice": {"epsilon": 10.0, "delta": 1e-3}})) as lg:
+        for eps in (E(1), E(3, 10)):
+            cost = Cost(rho=epsilon_to_rho(eps, delta))
+            lg.commit(lg.reserve("alice", cost, "fp", delta_for_rho=delta, mechanism="aim"))
+        assert [h.epsilon for h in lg.history("alice")] == [E(3, 10), 1]

@@ -38,7 +38,22 @@ REPEATED = [
     ),
     (
         "SELECT COUNT(*), COUNT(*) FROM purchases WHERE quantity = 3",
-        ["count", "count", "count_1_low", "count_1_high", "count_2_low", "count_2_high"],
+        ["count", "count", "count_low", "count_high", "count_2_low", "count_2_high"],
+    ),
+    (  # newcomer22 #31: the 2nd avg's, not the 4th column's (was avg_3_*, avg_4_*)
+        "SELECT category, COUNT(*), AVG(amount), AVG(quantity) FROM purchases GROUP BY category",
+        [
+            "category",
+            "count",
+            "avg",
+            "avg",
+            "count_low",
+            "count_high",
+            "avg_low",
+            "avg_high",
+            "avg_2_low",
+            "avg_2_high",
+        ],  # fmt: skip
     ),
     (
         "SELECT COUNT(*), 1 AS count_low FROM purchases",
@@ -57,6 +72,12 @@ def test_repeated_aggregate_with_intervals(engine: Engine, sql: str, names: list
             assert row[1] == row[2] and row[3:5] == row[5:7]
         if names[:2] == ["count", "count"]:
             assert row[0] == row[1] and row[2:4] == row[4:6]
+    if names.count("avg") == 2:  # which interval is which column, for a tool keyed by name
+        assert (
+            "interval columns of outputs that share a name: avg_low/avg_high: column 3 "
+            "(avg: AVG(amount)); avg_2_low/"
+            "avg_2_high: column 4 (avg: AVG(quantity))"
+        ) in got.notices, got.notices
 
 
 def _notes(got: Any) -> str:

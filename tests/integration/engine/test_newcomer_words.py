@@ -424,3 +424,31 @@ def test_an_estimate_within_its_noise_is_no_clear_estimate(demo_dsn: str, demo_p
         assert not re.search(r"about [\d,]+ of income", avg), avg
     finally:
         e.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "words"),
+    [
+        (
+            "SELECT category, COUNT(*) FILTER (WHERE amount > 100) AS big, COUNT(*) AS n "
+            "FROM purchases GROUP BY category",
+            " rows with amount > 100 per user_id over all groups",
+        ),
+        (
+            "SELECT category, SUM(CASE WHEN region = 'N' THEN 1 ELSE 0 END) AS n "
+            "FROM purchases GROUP BY category",
+            " rows with region = 'N' per user_id over all groups",
+        ),
+    ],
+    ids=["FILTER", "CASE sum"],
+)
+def test_conditional_count_bounds_read_as_rows_with_the_condition(
+    demo_dsn: str, demo_policy_auto: Any, sql: str, words: str
+) -> None:
+    """newcomer22 #18: the contribution bounds of a conditional count printed SQL cut at its last
+    dot ('at most 2 values of cost" > 500 THEN 1 END per patient_id'): now 'at most N rows with
+    cost > 500 per patient_id'."""
+    with ledgered_engine(demo_policy_auto, demo_dsn, "dpsql_cond") as e:
+        notes = notices_of(e, sql)
+    bounds = next(n for n in notes if n.startswith("contribution bounds"))
+    assert words in bounds and '"' not in bounds, bounds

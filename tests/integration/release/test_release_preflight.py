@@ -14,9 +14,11 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+import yaml
 
 from tests.helpers import ROOT
 
@@ -70,4 +72,46 @@ def test_an_unwritable_output_directory_is_refused_before_any_charge(
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     assert main(_argv(demo_dsn, ledger, blocker / "out")) == 1  # a file in the path
+    assert _releases(ledger) == 0
+
+
+@pytest.mark.parametrize(
+    ("analyst", "words"),
+    [
+        (None, "22023"),  # several analysts, none given
+        ("alise", "42704"),  # not one of the policy's
+    ],
+)
+def test_the_analyst_is_one_of_the_policy_before_any_charge(
+    demo_dsn: str,
+    make_db: Callable[[str], str],
+    make_policy: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    analyst: str | None,
+    words: str,
+) -> None:
+    """newcomer22 #7: without --analyst the release charged 'analyst' and, that name not in the
+    policy, refused with 53400 'add analysts.analyst.budget to the policy' (a budget error for a
+    missing option). Now a policy with several analysts wants --analyst (or DPSQL_ANALYST), a
+    name it lacks is 42704 with the closest one; both before any charge, naming the analysts."""
+    from dpsql.cli import main
+    from dpsql.demo import POLICY
+
+    monkeypatch.delenv("DPSQL_ANALYST", raising=False)
+    base = yaml.safe_load(Path(POLICY).read_text())
+    two = {n: base["analysts"]["analyst"] for n in ("alice", "bob")}
+    pf = make_policy("two_analysts", base=base, analysts=two)
+    ledger = make_db("release_analyst")
+    argv = _argv(demo_dsn, ledger, tmp_path / "out")
+    argv[argv.index("--policy") + 1] = str(pf.path)
+    if analyst is not None:
+        argv += ["--analyst", analyst]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert words in err and "alice, bob" in err, err
+    assert "53400" not in err and "nothing was charged" in err
+    if analyst is not None:
+        assert "did you mean --analyst alice?" in err, err
     assert _releases(ledger) == 0

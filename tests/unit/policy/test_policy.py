@@ -89,6 +89,8 @@ def test_keys_from_names_a_public_table(public: str, words: str) -> None:
     with pytest.raises(PolicyError) as e:
         parse_policy(doc, "p.yaml")
     assert words in e.value.message, e.value.message
+    # the file's line of the column (was line 1, "(top level)": the last closing note)
+    assert e.value.message.startswith("p.yaml:6: tables.public.people.columns.region: keys_from ")
     with pytest.raises(PolicyError) as e:
         parse_policy(doc.replace("public.region.code", "people.pid"), "p.yaml")
     assert "keys_from people.pid reads the private table public.people" in e.value.message

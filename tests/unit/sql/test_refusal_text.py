@@ -37,6 +37,11 @@ def answered(sql: str) -> None:
 
 
 RAW = [  # (statement, sqlstate, words of the message, the statement the hint suggests)
+    # newcomer22 #26: an identifier of the JOINed table is that table's (was the first table's,
+    # and a hint whose statement failed with 42703)
+    ("SELECT COUNT(*) FROM purchases p JOIN pums q ON q.pid = p.user_id WHERE q.pid > 7", "42501",
+     "column pid of private table pums is an identifier",
+     "SELECT COUNT(*) FROM pums WHERE pid IS NOT NULL"),
     ("SELECT email FROM purchases", "42501", "email of private table purchases is an identifier",
      "SELECT COUNT(DISTINCT email) FROM purchases"),
     ("SELECT user_id FROM purchases", "42501", "user_id of private table purchases is an identifier",
