@@ -259,7 +259,7 @@ def test_cli_on_the_demo(
     out = tmp_path / "demo"
     argv = ["release", "histogram", "--policy", str(POLICY), "--upstream", demo_dsn,
             "--ledger", ledger, "--table", "purchases", "--columns", "region,category",
-            "--rows-per-unit", "16", "--cells-per-unit", "5",
+            "--rows-per-unit", "16", "--cells-per-unit", "5", "--analyst", "analyst",
             "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0
     meta = json.loads((out / "histogram.json").read_text())
@@ -290,7 +290,7 @@ def test_auto_bounds_are_refused_with_words_asking_for_numbers(
     ledger = make_db("release_auto")
     out = tmp_path / "auto"
     argv = ["release", "histogram", "--policy", str(POLICY), "--upstream", demo_dsn,
-            "--ledger", ledger, "--table", "pums", "--columns", "sex,educ",
+            "--ledger", ledger, "--table", "pums", "--columns", "sex,educ", "--analyst", "analyst",
             "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 1
     said = " ".join(capsys.readouterr().err.split())
