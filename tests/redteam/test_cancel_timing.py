@@ -253,9 +253,13 @@ def test_a_waiter_on_another_worker_goes_on_at_the_holders_delivery_moment(
     try:
         dsn_a = analyst_dsn(port).replace("dbname=demo", f"dbname={db_name(dsn)}")
         deadline = time.monotonic() + 60  # (a guard: the kernel picks the worker)
-        while time.monotonic() < deadline:
-            conns.append(psycopg.connect(dsn_a, autocommit=True))
-            if {c.info.backend_pid % 2 for c in conns} == {0, 1}:
+        while time.monotonic() < deadline:  # one session per worker, the others closed
+            c = psycopg.connect(dsn_a, autocommit=True)
+            if c.info.backend_pid % 2 in {d.info.backend_pid % 2 for d in conns}:
+                c.close()  # (not held: sessions per analyst are limited across the workers)
+                continue
+            conns.append(c)
+            if len(conns) == 2:
                 break
         pair = [next(c for c in conns if c.info.backend_pid % 2 == w) for w in (0, 1)]
 
