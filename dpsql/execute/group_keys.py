@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from sqlglot import exp
 
-from dpsql.errors import DpsqlError, UpstreamError
+from dpsql.errors import DpsqlError, UnsupportedSql, UpstreamError
 from dpsql.execute.backend import Rows, key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
@@ -118,6 +118,7 @@ def first_probe(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> F
     before)."""
     if engine.caches.key_types.get(("probed", prepared.scope, prepared.text)) is not None:
         return None
+    _check_before_probe(engine, prepared, a)
     args = _value_args(a)
     cols = _key_cols(a) + _value_cols(a, args)
     if not cols:
@@ -133,6 +134,16 @@ def first_probe(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> F
     return FirstProbe(prepared, a, _probe_sql(prepared, a, cols), tuple(args))
 
 
+def _check_before_probe(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> None:
+    """The refusals a zero-row probe must not pre-empt, made before it is sent: a pattern match
+    over a table with a nondeterministic collation (:func:`check_collation_searches`).
+    PostgreSQL's planner evaluates ``name LIKE 'A%'`` on the column's most common values once
+    the table has statistics (ANALYZE, or autovacuum at a moment of its own), so the probe
+    failed upstream (0A000) or not by when autovacuum last ran: a Describe got an upstream
+    error or columns, and a run sent the probe before refusing (flaky23)."""
+    check_collation_searches(engine, prepared, a)
+
+
 def _probe(
     engine: EngineContext, prepared: PrivateQuery, a: Analysis, cols: list[exp.Expr]
 ) -> Rows:
@@ -142,6 +153,7 @@ def _probe(
     row, before any budget is reserved. A failure here says nothing of the private rows, so it
     is refused as such (nothing charged) instead of failing the charged query later. With
     parameters the WHERE is left out (their values are not known when this is memoized)."""
+    _check_before_probe(engine, prepared, a)
     sql = _probe_sql(prepared, a, cols)
     try:
         return engine.backend.run(sql, private=True)
@@ -413,3 +425,47 @@ def nondeterministic_text(engine: EngineContext, a: Analysis) -> bool:
     found = bool(rows and rows[0][0])
     engine.caches.key_types.remember(key, found)
     return found
+
+
+# PostgreSQL (before 18) refuses these over a nondeterministic collation (0A000 "nondeterministic
+# collations are not supported for LIKE / substring searches / regular expressions") when it
+# evaluates them on a row, not when it plans them
+_COLLATION_SEARCHES = tuple(
+    getattr(exp, name)
+    for name in (
+        "Like",
+        "ILike",
+        "SimilarTo",
+        "RegexpLike",
+        "RegexpILike",
+        "RegexpReplace",
+        "RegexpExtract",
+        "RegexpSplit",
+        "StrPosition",
+        "Replace",
+        "SplitPart",
+        "StartsWith",
+    )  # fmt: skip
+    if hasattr(exp, name)
+)
+
+
+def check_collation_searches(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> None:
+    """A pattern match or substring search (LIKE, ILIKE, SIMILAR TO, ~, strpos, position,
+    replace, split_part, starts_with) over a table with a column of a nondeterministic collation
+    is refused before any charge (review23): PostgreSQL raises 0A000 for it only when a row
+    reaches it, so ``WHERE amount > 900 AND name LIKE 'A%'`` answered on one database and failed
+    on its neighbour with one more person (amount 950): a noiseless bit about the rows, and the
+    failure (class 0A) was even refunded. Read from the catalog (memoized), only when the
+    statement has such an operator."""
+    node = next(prepared.tree.find_all(*_COLLATION_SEARCHES), None)
+    if node is None or not nondeterministic_text(engine, a):
+        return
+    raise UnsupportedSql(
+        f"{node.sql('postgres')}: pattern matching and substring searches are not supported over "
+        "a table with a column of a nondeterministic (case- or accent-insensitive) collation "
+        "(PostgreSQL refuses them row by row, so whether the statement fails would depend on "
+        "the rows)",
+        hint="compare with = or IN, or give the table's text columns a deterministic collation "
+        '(ALTER TABLE ... ALTER COLUMN ... TYPE text COLLATE "default")',
+    )

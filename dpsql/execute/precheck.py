@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import key_texts, privacy_params
-from dpsql.execute.group_keys import TEXT_TYPES, nondeterministic_text
+from dpsql.execute.group_keys import TEXT_TYPES, check_collation_searches, nondeterministic_text
 from dpsql.execute.prepared import PrivateQuery, TreeQuery
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -135,47 +135,3 @@ def check_keys(
         key_texts.check_declared(declared, key_types[:n], names)
     else:
         key_texts.check_selectable(key_types[:n], names)
-
-
-# PostgreSQL (before 18) refuses these over a nondeterministic collation (0A000 "nondeterministic
-# collations are not supported for LIKE / substring searches / regular expressions") when it
-# evaluates them on a row, not when it plans them
-_COLLATION_SEARCHES = tuple(
-    getattr(exp, name)
-    for name in (
-        "Like",
-        "ILike",
-        "SimilarTo",
-        "RegexpLike",
-        "RegexpILike",
-        "RegexpReplace",
-        "RegexpExtract",
-        "RegexpSplit",
-        "StrPosition",
-        "Replace",
-        "SplitPart",
-        "StartsWith",
-    )  # fmt: skip
-    if hasattr(exp, name)
-)
-
-
-def check_collation_searches(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> None:
-    """A pattern match or substring search (LIKE, ILIKE, SIMILAR TO, ~, strpos, position,
-    replace, split_part, starts_with) over a table with a column of a nondeterministic collation
-    is refused before any charge (review23): PostgreSQL raises 0A000 for it only when a row
-    reaches it, so ``WHERE amount > 900 AND name LIKE 'A%'`` answered on one database and failed
-    on its neighbour with one more person (amount 950): a noiseless bit about the rows, and the
-    failure (class 0A) was even refunded. Read from the catalog (memoized), only when the
-    statement has such an operator."""
-    node = next(prepared.tree.find_all(*_COLLATION_SEARCHES), None)
-    if node is None or not nondeterministic_text(engine, a):
-        return
-    raise UnsupportedSql(
-        f"{node.sql('postgres')}: pattern matching and substring searches are not supported over "
-        "a table with a column of a nondeterministic (case- or accent-insensitive) collation "
-        "(PostgreSQL refuses them row by row, so whether the statement fails would depend on "
-        "the rows)",
-        hint="compare with = or IN, or give the table's text columns a deterministic collation "
-        '(ALTER TABLE ... ALTER COLUMN ... TYPE text COLLATE "default")',
-    )
