@@ -49,6 +49,7 @@ POLICY = {
     },
     "analysts": {"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
 }
+LEVEL = 1 - 1e-6  # an interval a test asserts holds at this level: false failure <= 1e-6
 TOTALS = "(SELECT uid, SUM(amount) AS t FROM p GROUP BY uid) u"
 COUNTS = "(SELECT uid, COUNT(*) AS n FROM p GROUP BY uid) s"
 
@@ -75,8 +76,10 @@ def engine(db: str) -> Iterator[Engine]:
         yield e
 
 
-def _ask(engine: Engine, sql: str) -> tuple[list[str], list[tuple[Any, ...]], list[str]]:
-    s = SessionContext("analyst", Fraction(50), show_intervals=True)
+def _ask(
+    engine: Engine, sql: str, confidence: float | None = None
+) -> tuple[list[str], list[tuple[Any, ...]], list[str]]:
+    s = SessionContext("analyst", Fraction(50), show_intervals=True, confidence=confidence)
     r = engine.execute(engine.prepare(sql, "analyst"), s)
     return [c.name for c in r.columns], [tuple(x) for x in r.rows], list(r.notices)
 
@@ -173,10 +176,20 @@ def test_first_purchase_cohorts(engine: Engine, db: str) -> None:
 def test_distinct_count_per_user_averaged(engine: Engine, db: str) -> None:
     """COUNT(DISTINCT cat) per user (at most its 3 declared keys), averaged: 1 for 300 users,
     3 for 40: 1.235 (was 0A000); both interval ends hold (a count of declared keys is not
-    capped)."""
+    capped: capped at R = 2 the answer would be 1.118).
+
+    The interval is asked at 1 - 1e-6 (``LEVEL``), not the default 95%: at 95% it missed the
+    truth 2 times in 300 fresh releases (flaky23: [1.23536, 1.23746] against 1.23529 once in
+    CI), a test's false failure must be <= 1e-6. The AVG's interval is a union bound over its
+    sum's and count's Laplace tails (dpsql.execute.bias.avg_widths: one row per uid, nothing
+    removed, 1e-6 / 4 per tail), so it misses with probability <= 1e-6. Measured at epsilon 50
+    (300 fresh releases each): half-width 0.00105 at 95%, 0.00299 at 1 - 1e-6 (0 misses);
+    |answer - truth| median 1.2e-4, largest 0.0013: the 0.02 check is the interval's width
+    bound, far inside it (a Laplace-like error of median 1.2e-4 passes 0.02 with probability
+    about exp(-100))."""
     sql = "SELECT AVG(c) AS a FROM (SELECT uid, COUNT(DISTINCT cat) AS c FROM p GROUP BY uid) x"
     ((truth,),) = _truth(db, sql)
-    _, ((a, lo, hi),), notes = _ask(engine, sql)
+    _, ((a, lo, hi),), notes = _ask(engine, sql, LEVEL)
     assert abs(float(a) - float(truth)) < 0.02, (a, truth)
     assert lo is not None and hi is not None and lo <= truth <= hi, (a, lo, hi, notes)
 
