@@ -187,6 +187,23 @@ _UNCLEAR = re.compile(  # the estimate within its noise: no number stated as a f
     r"no clear estimate in all groups together \(its noisy estimate, (-?[\d,.]+) "
     r"(?:rows?|of [\w ()*]+?), is within its noise, ±([\d,.]+)\)"
 )
+_BELOW = re.compile(  # the estimate below 0 by more than its noise: noise too, no number stated
+    r"no clear estimate in all groups together \(its noisy estimate came out at (-[\d,.]+) "
+    r"(?:rows?|of [\w ()*]+?), below 0 by more than its noise, ±([\d,.]+)\)"
+)
+
+
+def test_the_unclear_estimate_words_are_the_products() -> None:
+    """Both forms of dpsql's 'no clear estimate' words (dpsql.execute.accuracy_words.
+    unclear_text) are the ones the test below reads: within its noise, and below 0 by more."""
+    from dpsql.execute.accuracy_words import unclear_text
+
+    within = f"no clear estimate in all groups together ({unclear_text('-3 rows', -3, 8)})"
+    below = (
+        f"no clear estimate in all groups together ({unclear_text('-10,771 rows', -10771, 8932)})"
+    )
+    assert _UNCLEAR.search(within) and not _BELOW.search(within), within
+    assert _BELOW.search(below) and not _UNCLEAR.search(below), below
 
 
 @pytest.mark.parametrize(
@@ -200,7 +217,11 @@ _UNCLEAR = re.compile(  # the estimate within its noise: no number stated as a f
 def test_removed_mass_is_stated_as_a_noisy_estimate(engine: Engine, sql: str) -> None:
     """What the bounds left out over all groups is 'a noisy estimate, ±E', and a share of the
     answer is stated only when the estimate is above its noise (was: 'about 53,220 rows in all
-    groups together (45% of the answer)' for a truth of 2,551). Deterministic: the words."""
+    groups together (45% of the answer)' for a truth of 2,551). Deterministic: the words, in
+    each of the three forms the noise picks (about N above its noise; no clear estimate within
+    it; or below 0 by more than it, a sum of 5 groups' noise past its sqrt(5)-scaled 95% reach:
+    about 1-2% of the lines when little is removed; 1 in 120 fresh releases measured, flaky23,
+    where the test failed on it before)."""
     notes = notices_of(engine, sql)
     lines = [n for n in notes if "in all groups together" in n and "95% interval" in n]
     for line in lines:
@@ -209,7 +230,12 @@ def test_removed_mass_is_stated_as_a_noisy_estimate(engine: Engine, sql: str) ->
         m = _ESTIMATE.search(line)
         if m is None:
             u = _UNCLEAR.search(line)
-            assert u, line
+            if u is None:  # below 0 by more than its noise (P about 1-2% per line, flaky23)
+                b = _BELOW.search(line)
+                assert b, line
+                est, spread = float(b[1].replace(",", "")), float(b[2].replace(",", ""))
+                assert est < -spread and "% of the answer" not in line, line
+                continue
             est, spread = float(u[1].replace(",", "")), float(u[2].replace(",", ""))
             assert abs(est) <= spread and "% of the answer" not in line, line
             continue
