@@ -134,7 +134,8 @@ def _no_clear_estimate(mech: Quantile, conf: float, what: str) -> str:
     answer is informative only when its rank error t is smaller than the rows on its nearer
     side, q n or (1 - q) n: a group of fewer than t / min(q, 1 - q) rows gets noise, anywhere in
     the group's range. MIN and MAX: every value beyond the extreme ranks the same as it, so the
-    answer may land anywhere between it and the declared bound, at any epsilon. The group's size
+    answer may land anywhere between it and the declared bound, or the nearer bound the WHERE
+    clause puts on the column (:mod:`dpsql.sql.quantile_range`), at any epsilon. The group's size
     is not released here: the threshold is stated, in rows, for the reader to compare."""
     q = float(mech.quantile)
     side = min(q, 1 - q)
@@ -142,7 +143,8 @@ def _no_clear_estimate(mech: Quantile, conf: float, what: str) -> str:
         far, beyond = ("largest", "above") if q == 1 else ("smallest", "below")
         return (
             f". Every value {beyond} the {far} one ranks as it does, so the answer may lie "
-            f"anywhere between the {far} value and the column's declared bound, at any epsilon: "
+            f"anywhere between the {far} value and the column's declared bound (or the WHERE "
+            "clause's bound on it, where nearer), at any epsilon: "
             f"for a figure that says more, ask for PERCENTILE_CONT({'0.99' if q == 1 else '0.01'}) "
             "WITHIN GROUP (ORDER BY ...)"
         )

@@ -29,8 +29,10 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.names import function_name
+from dpsql.sql.quantile_range import number_range, temporal_range
 from dpsql.sql.sensitivity import literal_value
 from dpsql.sql.wording import user_sql
+from dpsql.upstream.zone import ZONE
 
 MAX_BUCKETS = 1024  # grid resolution for integer quantiles (accuracy costs ln(B) rows of rank)
 FINE_BUCKETS = 4096
@@ -147,21 +149,24 @@ def selection_statistic(
             f"{sql}: the argument is a constant, so the aggregate needs no private data",
             hint="write the constant itself, or aggregate a column",
         )
-    hi, buckets = buckets_for(r.lo, r.hi, exact)
+    floaty = any(
+        ctx.column(c).type in ("real", "float", "float4", "float8", "double precision")
+        for c in arg.find_all(exp.Column)
+    )
+    # a float's x <= 0.1 admits the double nearest 0.1, just above it: not narrowed
+    where = None if floaty else ctx.where
+    lo, hi = number_range(where, ctx.qualify(arg), r.lo, r.hi, exact)
+    top, buckets = buckets_for(lo, hi, exact)
     m = Measure(
-        "quantile", ctx.qualify(arg), r.lo, r.hi, exact, quantile=q, buckets=buckets, grid_hi=hi
+        "quantile", ctx.qualify(arg), lo, hi, exact, quantile=q, buckets=buckets, grid_hi=top
     )
     if name == "percentile_cont":
         ptype = "float8"
     elif exact:
         ptype = "int8"
     else:
-        floaty = any(
-            ctx.column(c).type in ("real", "float", "float4", "float8", "double precision")
-            for c in arg.find_all(exp.Column)
-        )
         ptype = "float8" if floaty else "numeric"
-    return Statistic("quantile", (m.key,), r.lo, r.hi, ptype, sql), [m]
+    return Statistic("quantile", (m.key,), lo, hi, ptype, sql), [m]
 
 
 _FAMILY_TYPE = {"integer": "int8", "numeric": "numeric", "boolean": "bool", "text": "text"}
@@ -217,7 +222,7 @@ def _temporal(
             "could reveal a private date",
             hint=f"declare `bounds: [2020-01-01, 2025-12-31]` for {arg.name} in the policy",
         )
-    lo, hi = col.lo, col.hi
+    lo, hi = temporal_range(ctx.where, ctx.qualify(arg), col, ZONE.get())
     exact = lo.denominator == 1 and hi.denominator == 1
     top, buckets = buckets_for(lo, hi, exact)
     value = epoch_value(ctx.qualify(arg), col.family)

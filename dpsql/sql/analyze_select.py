@@ -187,6 +187,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
                     f"(COUNT(DISTINCT {c.name})); filter on other columns",
                 )
         where_expr = ctx.qualify(where.this)
+    ctx.where = where_expr
     keys, sets = _group_keys(tree, ctx)
     narrowed = uncrossed(
         keys, [narrow_by_where(k, where_expr, ctx.column, ZONE.get()) for k in keys]

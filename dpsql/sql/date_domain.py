@@ -16,10 +16,14 @@ add groups. The keys are printed as PostgreSQL prints the result in dpsql's upst
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from fractions import Fraction
+from typing import TypeVar
 
 from sqlglot import exp
 
 from dpsql.sql.constants import add_months, as_point, constant, parse_timestamp
+
+_P = TypeVar("_P", datetime, Fraction)
 
 MAX_KEYS = 5000  # a longer domain (days over decades, seconds) is left to partition selection
 
@@ -68,13 +72,11 @@ def trunc(t: datetime, unit: str) -> datetime:
     return day.replace(year=max(year, 1), month=1, day=1)
 
 
-def where_bounds(
-    where: exp.Expr | None, base: str
-) -> tuple[tuple[datetime, bool] | None, tuple[datetime, bool] | None]:
-    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions, each
-    with whether it is strict (``>``, ``<``); None for a side without one."""
-    lo: tuple[datetime, bool] | None = None
-    hi: tuple[datetime, bool] | None = None
+def range_parts(where: exp.Expr | None, base: str) -> list[tuple[str, exp.Expr, bool]]:
+    """The bounds the top-level ANDed conditions of ``where`` put on ``base`` (its SQL text):
+    ("lo" or "hi", the other side's expression, whether strict), from ``>``, ``>=``, ``<``,
+    ``<=``, ``=`` and ``BETWEEN`` with ``base`` on either side; nothing else is read."""
+    out: list[tuple[str, exp.Expr, bool]] = []
     node = where
     while isinstance(node, exp.Paren):
         node = node.this
@@ -99,14 +101,47 @@ def where_bounds(
                 bounds = (
                     [("lo", bounds[0][1], False), ("hi", bounds[0][1], False)] if bounds else []
                 )
-        for side, value, strict in bounds:
-            v = constant(value)
-            p = as_point(parse_timestamp(v) if isinstance(v, str) else v)
-            if p is None:
-                continue
-            if side == "lo":
-                if lo is None or p > lo[0] or (p == lo[0] and strict):
-                    lo = (p, strict)
-            elif hi is None or p < hi[0] or (p == hi[0] and strict):
-                hi = (p, strict)
+        out.extend(bounds)
+    return out
+
+
+def where_bounds(
+    where: exp.Expr | None, base: str
+) -> tuple[tuple[datetime, bool] | None, tuple[datetime, bool] | None]:
+    """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions, each
+    with whether it is strict (``>``, ``<``); None for a side without one."""
+    points: list[tuple[str, datetime, bool]] = []
+    for side, value, strict in range_parts(where, base):
+        v = constant(value)
+        p = as_point(parse_timestamp(v) if isinstance(v, str) else v)
+        if p is not None:
+            points.append((side, p, strict))
+    return tightest(points)
+
+
+def number_bounds(
+    where: exp.Expr | None, base: str
+) -> tuple[tuple[Fraction, bool] | None, tuple[Fraction, bool] | None]:
+    """:func:`where_bounds` for a number: the bounds whose other side is a number constant
+    (``amount < 100``, ``income BETWEEN 1e5 AND 2e5``); a string constant is not read."""
+    points: list[tuple[str, Fraction, bool]] = []
+    for side, value, strict in range_parts(where, base):
+        v = constant(value)
+        if isinstance(v, Fraction):
+            points.append((side, v, strict))
+    return tightest(points)
+
+
+def tightest(
+    points: list[tuple[str, _P, bool]],
+) -> tuple[tuple[_P, bool] | None, tuple[_P, bool] | None]:
+    """The largest lower and the smallest upper bound of ``points`` (a strict one wins a tie)."""
+    lo: tuple[_P, bool] | None = None
+    hi: tuple[_P, bool] | None = None
+    for side, p, strict in points:
+        if side == "lo":
+            if lo is None or p > lo[0] or (p == lo[0] and strict):
+                lo = (p, strict)
+        elif hi is None or p < hi[0] or (p == hi[0] and strict):
+            hi = (p, strict)
     return lo, hi

@@ -136,6 +136,9 @@ class Ctx:
         self.alias = primary.alias
         self.private: PrivateTable = primary.private
         self.cols = primary.private.columns
+        # the statement's (qualified) WHERE clause, where its analysis sets it: a quantile's
+        # grid spans the range it puts on the argument (dpsql.sql.quantile_range)
+        self.where: exp.Expr | None = None
         aliases = [s.alias for s in sources]
         if len(set(aliases)) != len(aliases):
             raise UnsupportedSql(
