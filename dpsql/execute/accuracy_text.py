@@ -162,8 +162,17 @@ def accuracy_notes(
             said = "no clear estimate"
         else:
             said = f"no clear estimate{where} ({unclear_text(qty_text(a, t.measure, sum_d), sum_d, own)})"
+        # tw.b is the answer's noise at its share of the interval's miss chance (most of it goes
+        # to the left-out estimate's tail), well above the noise's own half-width at the level:
+        # a reader comparing an answer with "noise ±X" needs the latter too (newcomer23 #17)
+        alone = mech.half_width(confidence)
+        level = (
+            f" (its share of the interval; the noise alone is within ±{fmt(alone)} at {conf})"
+            if tw.b > 1.25 * alone
+            else ""
+        )
         line = (
-            f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}, plus what the bounds left out "
+            f"{s.sql}: {conf} interval: noise ±{fmt(tw.b)}{level}, plus what the bounds left out "
             f"(they keep {bounds_keep(a, t)}): {said}"
             f"{_reach_text(a, t, r.dropped[:rows], tw.d_hi)} "
         )
