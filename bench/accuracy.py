@@ -88,14 +88,8 @@ from dpsql.execute.embedded import start_cluster
 from dpsql.execute.noise import release
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import (
-    TOTAL_ROWS,
-    AutoBounds,
-    ChosenBound,
-    auto_items,
-    policy_choices,
-    total_mode,
-)
+from dpsql.sql.auto_bound_types import TOTAL_ROWS, AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import auto_items, policy_choices, total_mode
 from dpsql.sql.plan import Plan
 
 EPSILON = Fraction(1)

@@ -45,7 +45,7 @@ from dpsql.execute.finish import finish
 from dpsql.execute.noise import release
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy
-from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.auto_bound_types import AutoBounds
 from tests.helpers import EXACT
 
 EPSILONS = (Fraction(1, 10), Fraction(1), Fraction(10))

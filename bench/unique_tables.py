@@ -26,7 +26,7 @@ from bench.accuracy import Query, auto_draws
 from dpsql.engine import Engine
 from dpsql.execute.embedded import start_cluster
 from dpsql.policy.model import Policy
-from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.auto_bound_types import AutoBounds
 
 POLICY: dict[str, Any] = {
     "version": 1,

@@ -36,11 +36,9 @@ from dpsql.execute.unique_units import still_unique
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.apply_bounds import apply_bounds
+from dpsql.sql.auto_bound_types import AutoBounds, AutoItem, ChosenBound
 from dpsql.sql.auto_bounds import (
     AUTO_SHARE,
-    AutoBounds,
-    AutoItem,
-    ChosenBound,
     auto_items,
     declared_groups,
     policy_choices,

@@ -9,7 +9,7 @@ import re
 from fractions import Fraction
 
 from dpsql.execute.auto_bounds import Pending, slice_epsilon
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_label
+from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound, total_label
 
 
 def in_terms(text: str, unit: str) -> str:

@@ -29,7 +29,7 @@ from dpsql.execute.projection import project, projection
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan

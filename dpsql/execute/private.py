@@ -32,7 +32,7 @@ from dpsql.execute.timing import timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 

@@ -26,7 +26,7 @@ from dpsql.execute.auto_bounds import Pending
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 

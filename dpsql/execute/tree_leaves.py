@@ -20,7 +20,7 @@ from dpsql.execute.tree_budget import LeafBudget, LeafPlan, resolved_plan
 from dpsql.execute.tree_post import leaf_query
 from dpsql.execute.tree_prepare import with_catalog_proofs
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoBounds
+from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.bind import literal
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.postprocess import outer_sql

@@ -26,11 +26,8 @@ from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import (
-    AutoBounds,
-    auto_items,
-    policy_choices,
-)
+from dpsql.sql.auto_bound_types import AutoBounds
+from dpsql.sql.auto_bounds import auto_items, policy_choices
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.join_cap import fallback_note

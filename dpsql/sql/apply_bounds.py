@@ -12,13 +12,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dpsql.sql.analysis import Analysis, Measure, Statistic
+from dpsql.sql.auto_bound_types import DECLARED, DECLARED_TOTAL, ONE_ROW, AutoBounds
 from dpsql.sql.auto_bounds import (
     CLAMPED_KINDS,
-    DECLARED,
-    DECLARED_TOTAL,
-    ONE_ROW,
     TOTAL_KINDS,
-    AutoBounds,
     auto_column,
     declared_choices,
     total_column,

@@ -307,7 +307,8 @@ def _capped(engine: Engine, sql: str, capped: bool = True) -> tuple[Analysis, An
     """(the analysis with every COUNT(*) / SUM capped at CAPS over a unit's groups, the one whose
     SQL runs: the same, or -- the broken twin -- without the caps)."""
     from dpsql.sql.apply_bounds import apply_bounds
-    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_column
+    from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+    from dpsql.sql.auto_bounds import total_column
 
     a = engine.prepare(sql).analysis
     assert a is not None

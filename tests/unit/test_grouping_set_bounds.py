@@ -21,7 +21,8 @@ from dpsql.policy import load_policy
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds, auto_items, policy_choices
+from dpsql.sql.auto_bound_types import AutoBounds
+from dpsql.sql.auto_bounds import auto_items, policy_choices
 from dpsql.sql.grouping_sets import make_sets_plan
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.plan import make_plan

@@ -35,7 +35,8 @@ from itertools import product
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bounds import AutoItem, one_row
+from dpsql.sql.auto_bound_types import AutoItem
+from dpsql.sql.auto_bounds import one_row
 from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.literals import number_text, numeric

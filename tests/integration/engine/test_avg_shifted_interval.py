@@ -56,7 +56,8 @@ from dpsql.execute.planning import plan as make_plan
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, policy_choices
+from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import policy_choices
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes, release_intervals

@@ -30,7 +30,7 @@ from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.auto_bounds import AutoItem
+from dpsql.sql.auto_bound_types import AutoItem
 
 POLICY: dict[str, Any] = {
     "version": 1,

@@ -29,7 +29,8 @@ from dpsql.engine import Engine
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, policy_choices
+from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import policy_choices
 from dpsql.sql.plan import Plan
 from tests.helpers import Coverage, Tally, release_coverage
 

@@ -21,7 +21,8 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.execute.private_sql import salted
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_column
+from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import total_column
 from tests.policies import PolicyMaker, private_table
 
 CAP = Fraction(100)

@@ -51,7 +51,8 @@ from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, total_column
+from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import total_column
 
 ALPHA = 1e-6
 UNITS = 10_000

@@ -124,7 +124,8 @@ def test_a_clamped_sum_estimates_the_clamp_only(charged: tuple[Engine, Ledger]) 
     """SUM(v) (clamp: auto) and COUNT(*): one estimate, of v's clamped mass; SUM(w) (clamp:
     bounds): none."""
     from dpsql.sql.apply_bounds import apply_bounds
-    from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
+    from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+    from dpsql.sql.auto_bounds import auto_items
 
     engine, _ = charged
     sql = "SELECT COUNT(*), SUM(v), SUM(w) FROM pk"

@@ -33,7 +33,8 @@ from dpsql.engine import Engine
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import AutoBounds, ChosenBound, auto_items
+from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import auto_items
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT, Coverage, Tally, interval_coverage
 

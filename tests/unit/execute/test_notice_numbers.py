@@ -47,7 +47,7 @@ def test_two_fallen_back_caps_say_which() -> None:
     from fractions import Fraction
 
     from dpsql.execute.auto_bounds_text import _label
-    from dpsql.sql.auto_bounds import ChosenBound
+    from dpsql.sql.auto_bound_types import ChosenBound
 
     rows = ChosenBound("total", "count_rows", Fraction(1), Fraction(0), 0, 0, fallback=True)
     amount = ChosenBound("total", 'sum("p"."amount")', Fraction(500), Fraction(0), 0, 0)

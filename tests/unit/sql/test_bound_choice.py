@@ -12,24 +12,18 @@ import pytest
 
 from dpsql.dp import bounds
 from dpsql.dp.bounds import TopRank, default_rank, integer_grid, value_grid
-from dpsql.sql import auto_bounds
+from dpsql.sql import auto_bound_types, auto_bounds
 from dpsql.sql.analyze import analyze
 from dpsql.sql.apply_bounds import apply_bounds
-from dpsql.sql.auto_bounds import (
-    DECLARED,
-    RATIO_ROWS,
-    AutoBounds,
-    ChosenBound,
-    auto_items,
-    policy_choices,
-)
+from dpsql.sql.auto_bound_types import DECLARED, RATIO_ROWS, AutoBounds, ChosenBound
+from dpsql.sql.auto_bounds import auto_items, policy_choices
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
 from tests.policies import fixed_demo_policy
 
 
 def test_doctests() -> None:
-    for mod in (bounds, auto_bounds):
+    for mod in (bounds, auto_bounds, auto_bound_types):
         assert doctest.testmod(mod).failed == 0, mod.__name__
 
 
@@ -155,7 +149,7 @@ def test_a_small_table_never_gets_a_bound_far_above_its_data() -> None:
     table before) is far in most draws."""
     from dpsql.execute.auto_bounds import _mechanism
     from dpsql.policy.tables import MAX_ROWS_PER_UNIT
-    from dpsql.sql.auto_bounds import AutoItem
+    from dpsql.sql.auto_bound_types import AutoItem
 
     grid = tuple(Fraction(v) for v in integer_grid(MAX_ROWS_PER_UNIT))
     m = _mechanism(AutoItem("rows", grid, "t"), Fraction(1, 20), 0)
