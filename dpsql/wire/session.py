@@ -2,11 +2,12 @@
 
 The protocol (a sans-IO state machine) decides what to answer; this driver reads frames from the
 connection, decodes them, feeds them to it and performs what it asks for: parsing statements
-(:mod:`dpsql.wire.preparing`; in a worker thread, or the parse pool for large ones), describing and running them (the engine
-in a worker thread, or public and catalog statements on the event loop through
-:mod:`dpsql.wire.fastpath`), and flushing. It also owns what belongs to the running statement:
-its cancellation (CancelRequest, a client that went away, shutdown), the statement log, and the
-data-independent delivery moment of private answers.
+(:mod:`dpsql.wire.preparing`; in a worker thread, or the parse pool for large ones), describing
+and running them (the engine in a worker thread, or public and catalog statements on the event
+loop through :mod:`dpsql.wire.fastpath`), and flushing. It also owns what belongs to the running
+statement: its cancellation (CancelRequest, a client that went away, shutdown:
+:mod:`dpsql.wire.cancelling`), the statement log, and the data-independent delivery moment of
+private answers.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from dpsql.errors import (
     InternalError,
     QueryCanceled,
 )
-from dpsql.execute.backend import CancelToken
-from dpsql.execute.timing import padded, remaining_s, timing_of
+from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import prescan, too_complex
@@ -37,6 +37,7 @@ from dpsql.upstream.faults import CANCEL_HINT, timed_out
 from dpsql.upstream.zone import is_utc
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
+from dpsql.wire.cancelling import Cancelling
 from dpsql.wire.conn import Channel, ConnectionClosed
 from dpsql.wire.engine_api import EngineAPI, Statement, UpstreamEngine, as_dpsql_error
 from dpsql.wire.engine_api import new_cancel_token as _new_cancel_token  # tests replace it here
@@ -74,7 +75,6 @@ from dpsql.wire.upstream import AsyncCancel, AsyncUpstream
 
 if TYPE_CHECKING:
     from dpsql.policy.model import Policy
-    from dpsql.policy.settings import Timing
 
 log = logging.getLogger("dpsql.wire.session")
 _READY = {s: m.ReadyForQuery(s).encode() for s in "ITE"}
@@ -107,8 +107,7 @@ class Session:
         self.fast_engine = engine if isinstance(engine, UpstreamEngine) else None
         self.upstream = upstream if self.fast_engine is not None else None
         self.protocol = Protocol(ch, state, fast_path=self.upstream is not None)
-        self._cancel: AsyncCancel | CancelToken | None = None
-        self._retry: asyncio.Task[None] | None = None
+        self.cancels = Cancelling(executor)  # the running statement's (dpsql.wire.cancelling)
         self.busy = False
         self.idle = asyncio.Event()
         self.idle.set()
@@ -117,10 +116,6 @@ class Session:
         self._large = False  # a large statement was parsed since the last ReadyForQuery
         self._policy_ms = policy_timeout_ms(engine)
         self._timeout_noted: str | None = None  # the client's timeout last said not to apply
-        self._client_cancelled = False  # the client asked to cancel the running statement
-        # a padded private statement in flight: its timing and arrival (monotonic_ns), so that
-        # the client's cancel takes effect at its delivery moment (:meth:`cancel`)
-        self._padding: tuple[Timing, int] | None = None
         self.started = datetime.now(UTC).isoformat()  # pg_stat_activity's backend_start
         self.task: asyncio.Task[None] | None = None  # the server's task serving it
         ch.on_eof = self._client_gone
@@ -145,9 +140,10 @@ class Session:
         cancellable; cancelled if the client disconnects while it runs (:meth:`_client_gone`)."""
         fast_token = AsyncCancel() if fast else None
         token = None if fast else _new_cancel_token()
-        if token is not None and self._padding is not None:
-            token.pad_start_ns = self._padding[1]  # (dpsql.execute.in_flight's waiters)
-        self._cancel = fast_token if fast_token is not None else token
+        cancels = self.cancels
+        if token is not None and cancels.padding is not None:
+            token.pad_start_ns = cancels.padding[1]  # (dpsql.execute.in_flight's waiters)
+        cancels.token = fast_token if fast_token is not None else token
         self.busy = True
         self.idle.clear()
         if self.ch.eof:  # the client went away before its statement started
@@ -169,28 +165,16 @@ class Session:
             return await asyncio.wrap_future(call)
         finally:
             if call is None or call.done():
-                self._cancel = None
+                cancels.token = None
             else:  # this task was cancelled (pg_terminate_backend, shutdown) while the engine
                 # call runs on in its thread: the token stays the session's, so a cancel sent
                 # (or due at its delivery moment) is repeated until the call has ended
-                # (:meth:`_cancel_again`), not dropped with the task
+                # (Cancelling._cancel_again), not dropped with the task
                 loop = asyncio.get_running_loop()
-                call.add_done_callback(functools.partial(self._call_ended, loop, token))
+                call.add_done_callback(functools.partial(cancels.call_ended, loop, token))
             if self._delivering is None:
                 self.busy = False
                 self.idle.set()
-
-    def _call_ended(
-        self, loop: asyncio.AbstractEventLoop, token: CancelToken | None, _: object
-    ) -> None:
-        """An engine call that outlived its task has ended (in its thread): forget its token."""
-
-        def forget() -> None:
-            if self._cancel is token:
-                self._cancel = None
-
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the server has stopped
-            loop.call_soon_threadsafe(forget)
 
     @contextlib.contextmanager
     def _busy_until_delivered(self) -> Iterator[None]:
@@ -208,74 +192,25 @@ class Session:
         """Shutdown past its grace: stop waiting to deliver a padded answer (the session ends).
         Not for CancelRequests: a wait that a cancel could cut short would show when the work
         ended."""
-        if self._delivering is not None and self._cancel is None:
+        if self._delivering is not None and self.cancels.token is None:
             self._delivering.cancel()
 
     def _client_gone(self) -> None:
         """The client's connection ended (EOF or reset, seen by the channel as it happens, also
         while a statement runs): cancel the running statement, if any (a padded private one at
         its delivery moment, as a CancelRequest: :meth:`cancel`)."""
-        if self._cancel is not None:
+        if self.cancels.token is not None:
             log.info("client went away mid-query; cancelling pid=%d", self.process_id)
             self.cancel(by_client=True)
 
     def cancel(self, by_client: bool = False) -> None:
-        """Cancel the running upstream query (from a CancelRequest or a client gone,
-        ``by_client``, or shutdown).
-
-        A client's request while a statement runs or waits for its delivery moment makes its
-        57014 say "canceling statement due to user request" whatever ended the query: whether
-        the policy's timeout fired first depends on how long the query ran (private rows), the
-        client's request does not.
-
-        With timing padding, a client's cancel of a private statement takes effect at the
-        statement's next delivery moment (the one its answer would have waited for), not when
-        it arrives: a cancel at a moment T the analyst picks cut the query short only if it
-        still ran at T, so 57014 or the answer (and the history's outcome, and whether a free
-        repeat is stored) told whether the run time exceeded T, which the padding hides
-        (review22, tests/redteam/test_cancel_timing.py). At a delivery moment that is what the
-        delivery already shows; with ``min_ms`` above the statement timeout, nothing."""
-        if by_client and self.busy:
-            self._client_cancelled = True
-        token = self._cancel
-        if token is None:
-            return
-        padding = self._padding
-        if by_client and padding is not None:
-            delay = remaining_s(*padding)
-            if delay > 0:
-                asyncio.get_running_loop().call_later(delay, self._cancel_now, token)
-                return
-        self._cancel_now(token)
-
-    def _cancel_now(self, token: AsyncCancel | CancelToken) -> None:
-        """Cancel ``token``'s statement, if it still runs (repeated until it has ended)."""
-        if self._cancel is not token:
-            return  # ended since (a deferred cancel: its answer was ready in time)
-        token.cancel()
-        if not isinstance(token, AsyncCancel) and self._retry is None:
-            self._retry = asyncio.ensure_future(self._cancel_again(token))
+        """Cancel the running statement (:meth:`dpsql.wire.cancelling.Cancelling.cancel`)."""
+        self.cancels.cancel(by_client, self.busy)
 
     @property
     def retry_task(self) -> asyncio.Task[None] | None:
         """The task repeating a worker-thread statement's cancel, while one runs."""
-        return self._retry
-
-    async def _cancel_again(self, token: AsyncCancel | CancelToken) -> None:
-        """Repeat a worker-thread statement's cancel every ``AsyncCancel.RETRY_S`` until it has
-        ended: PostgreSQL drops a cancel that arrives before the query (or between protocol
-        messages), e.g. one requested while the engine was still planning."""
-        loop = asyncio.get_running_loop()
-        try:
-            while True:
-                await asyncio.sleep(AsyncCancel.RETRY_S)
-                if self._cancel is not token:
-                    return
-                await loop.run_in_executor(self.executor, token.cancel)
-        except RuntimeError:  # the executor is shut down: the server is stopping
-            pass
-        finally:
-            self._retry = None
+        return self.cancels.retry_task
 
     # ---- lifecycle -------------------------------------------------------------------------
     def send_startup_info(self) -> None:
@@ -467,17 +402,17 @@ class Session:
                 res = Result((), [], "")
                 return res
             user_ms = client_timeout_ms(self.state.settings, self._policy_ms)
-            self._client_cancelled = False
+            self.cancels.by_client = False
             if where is ROUTE_PRIVATE:  # delivered at a data-independent moment (timing:)
                 if user_ms:
                     self._note_private_timeout(user_ms)
                 timing, started = timing_of(self.engine), time.monotonic_ns()
-                self._padding = None if timing is None else (timing, started)
+                self.cancels.padding = None if timing is None else (timing, started)
                 try:
                     with self._busy_until_delivered():  # a shutdown's grace covers the wait
                         res = await padded(self._run_engine(stmt, params), timing, started)
                 finally:
-                    self._padding = None
+                    self.cancels.padding = None
             elif user_ms:  # public or catalog: the shorter of the client's and the policy's
                 run = self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
                 res = await within(run, user_ms, self.cancel)
@@ -485,7 +420,7 @@ class Session:
                 res = await self._run_engine(stmt, params, formats, where is ROUTE_UPSTREAM)
             return res
         except BaseException as e:
-            if self._client_cancelled and isinstance(e, QueryCanceled):
+            if self.cancels.by_client and isinstance(e, QueryCanceled):
                 e.message, e.hint = "canceling statement due to user request", CANCEL_HINT
             elif where is ROUTE_PRIVATE and isinstance(e, QueryCanceled):
                 # not the client's: whether the policy's timeout or another cancel ended a
