@@ -7,7 +7,7 @@ One statement is one trip through the pipeline::
 The engine is synchronous and thread-safe; the wire server calls it from worker threads. Its
 parts live in ``dpsql/execute/``: :mod:`~dpsql.execute.prepare` (text to a prepared statement, :mod:`~dpsql.execute.prepared`),
 :mod:`~dpsql.execute.privacy_params` (a query's epsilon and delta),
-:mod:`~dpsql.execute.public_sql` (public / catalog SQL and its fast paths),
+:mod:`~dpsql.execute.public_sql` (public / catalog SQL, its fast paths, its Describe),
 :mod:`~dpsql.execute.private_sql` and :mod:`~dpsql.execute.group_keys` (the private query's SQL
 and keys), :mod:`~dpsql.execute.private` (the private path) and :mod:`~dpsql.explain.run`.
 """
@@ -21,18 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from fractions import Fraction
 
-from sqlglot import exp
-
 from dpsql.budget import overcharge, route
 from dpsql.budget.api import BudgetLedger
-from dpsql.catalog.check import check_catalog_query
-from dpsql.catalog.session_functions import SessionInfo
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
-from dpsql.errors import InternalError, UnsupportedSql
-from dpsql.execute import group_keys, no_rows, planning, prepare, public_sql, shadows
+from dpsql.errors import UnsupportedSql
+from dpsql.execute import group_keys, no_rows, planning, prepare, public_sql
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
-from dpsql.execute.backend import Backend, CancelToken, Rows, describe_statement
+from dpsql.execute.backend import Backend, CancelToken, Rows
 from dpsql.execute.caches import EngineCaches
 from dpsql.execute.classify import classify
 from dpsql.execute.finish import finish
@@ -234,37 +230,13 @@ class Engine:
                 rel = Release(self.group_types(prepared, a), [], [], [])
                 return finish(self, prepared, a, rel, session, describe_only=True).columns
             case PublicQuery() | CatalogQuery():
-                return self._describe_public(prepared, session, param_types)
+                return public_sql.describe_public(self, prepared, session, param_types)
             case LedgerQuery():
                 return route.describe(prepared.tree or prepared.text)
             case ExplainQuery():
                 return describe_explain(prepared)
             case EmptyQuery() | SessionCommand():
                 return ()
-
-    def _describe_public(
-        self,
-        prepared: PublicQuery | CatalogQuery,
-        session: SessionContext,
-        param_types: Sequence[int],
-    ) -> tuple[ResultColumn, ...]:
-        # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
-        shadows.check(self, prepared.text, prepared.tree, scope=self.scope(session.analyst))
-        if prepared.param_count == 0:
-            tree = public_sql.runnable_tree(self, prepared, (), session)
-            if not isinstance(tree, exp.Query):
-                raise InternalError("a public statement that is not a query was described")
-            q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
-            return self.backend.run(q.sql("postgres"), private=False).columns
-        # With parameters, checks that need their values run at Execute; PostgreSQL
-        # describes the statement without running it.
-        tree, fresh = prepared.tree, isinstance(prepared, CatalogQuery)
-        if isinstance(prepared, CatalogQuery):
-            info = SessionInfo.of(session)
-            tree = check_catalog_query(tree, self.view(session.analyst), session.analyst, info)
-        oids = _describe_oids(prepared.param_count, param_types)
-        # check_catalog_query's tree is new: rendered without the generator's copy of it
-        return describe_statement(self.backend, tree.sql("postgres", copy=not fresh), oids)
 
     def _require_ledger(self) -> BudgetLedger:
         if self.ledger is None:
@@ -481,14 +453,6 @@ class Engine:
 
 # the statements whose analysis depends on the time zone (generated date_trunc keys)
 _ZONED = (PrivateQuery, TreeQuery, ExplainQuery, DeferredQuery)
-
-
-def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:
-    """The parameter types to describe a statement upstream with: as Parse declared them
-    (``param_types``), 0 (PostgreSQL infers it) where Parse left one unspecified. A parameter
-    the statement does not use (``$1`` of ``SELECT $2``) has a declared type: Parse refuses it
-    otherwise (:func:`~dpsql.sql.bind.check_param_types`)."""
-    return (list(param_types) + [0] * count)[:count]
 
 
 def _result(rows: Rows) -> Result:

@@ -3,7 +3,8 @@
 A public statement's checks ran at prepare time on the tree with its placeholders; a catalog
 statement's checks read the parameter values, so they run again on the bound tree. The engine's
 SQL memo (``Engine.caches.sql``) keeps the texts, a public statement's
-:class:`~dpsql.sql.bind.Template` and its ``$n``-placeholder text.
+:class:`~dpsql.sql.bind.Template` and its ``$n``-placeholder text. Describing such a statement
+(:func:`describe_public`) asks PostgreSQL too.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from dpsql.catalog.session_functions import (
     session_key,
     signal_targets,
 )
-from dpsql.errors import UnsupportedSql
+from dpsql.errors import InternalError, UnsupportedSql
 from dpsql.execute import shadows
-from dpsql.execute.backend import CancelToken
+from dpsql.execute.backend import CancelToken, describe_statement
 from dpsql.execute.prepared import CatalogQuery, Prepared, PublicQuery
+from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.bind import Template, bind, check_params, param_numbers, template
 
@@ -216,3 +218,39 @@ def sql_key(
     if own is not None:
         values += (("session", repr(own)),)
     return ("sql", prepared.text, session.analyst, values)
+
+
+def describe_public(
+    engine: EngineContext,
+    prepared: PublicQuery | CatalogQuery,
+    session: SessionContext,
+    param_types: Sequence[int],
+) -> tuple[ResultColumn, ...]:
+    """A public or catalog statement's result columns, as PostgreSQL describes them
+    (:meth:`dpsql.engine.Engine.describe`): a zero-row run of the statement, or with parameters
+    a Describe of it upstream. ``param_types``: the types the statement was prepared with."""
+    # PostgreSQL's Describe resolves names and types (NULL::hidden would describe)
+    shadows.check(engine, prepared.text, prepared.tree, scope=engine.scope(session.analyst))
+    if prepared.param_count == 0:
+        tree = runnable_tree(engine, prepared, (), session)
+        if not isinstance(tree, exp.Query):
+            raise InternalError("a public statement that is not a query was described")
+        q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
+        return engine.backend.run(q.sql("postgres"), private=False).columns
+    # With parameters, checks that need their values run at Execute; PostgreSQL
+    # describes the statement without running it.
+    tree, fresh = prepared.tree, isinstance(prepared, CatalogQuery)
+    if isinstance(prepared, CatalogQuery):
+        info = SessionInfo.of(session)
+        tree = check_catalog_query(tree, engine.view(session.analyst), session.analyst, info)
+    oids = _describe_oids(prepared.param_count, param_types)
+    # check_catalog_query's tree is new: rendered without the generator's copy of it
+    return describe_statement(engine.backend, tree.sql("postgres", copy=not fresh), oids)
+
+
+def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:
+    """The parameter types to describe a statement upstream with: as Parse declared them
+    (``param_types``), 0 (PostgreSQL infers it) where Parse left one unspecified. A parameter
+    the statement does not use (``$1`` of ``SELECT $2``) has a declared type: Parse refuses it
+    otherwise (:func:`~dpsql.sql.bind.check_param_types`)."""
+    return (list(param_types) + [0] * count)[:count]
