@@ -1,11 +1,12 @@
 """The prepared statements and portals of a session (the query protocol's own state), and the
 checks on them that need no driver: parameter types at Parse, parameter values and result
-formats at Bind.
+formats at Bind; a statement's result columns (:func:`statement_columns`: asked of the driver
+once, then kept on the statement).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,7 +16,7 @@ from dpsql.wire.cursors import CursorStatement
 from dpsql.wire.encode import decode_param
 from dpsql.wire.engine_api import Statement
 from dpsql.wire.params import infer_param_types
-from dpsql.wire.requests import Route
+from dpsql.wire.requests import ROUTE_EMPTY, DescribeColumns, Request, Route
 from dpsql.wire.state import TEXT_OID, Outcome
 
 
@@ -87,3 +88,29 @@ def bind_params(
     # Parse may declare more types than the statement uses: PostgreSQL checks and ignores
     # the extra values, so the engine gets only the statement's own.
     return params[: prep.stmt.param_count]
+
+
+def statement_columns(
+    prep: PreparedStatement, show_intervals: bool
+) -> Generator[Request, Any, tuple[ResultColumn, ...]]:
+    """Result columns of a statement (cached; described without reading data): a session
+    statement's here, an engine statement's asked of the driver (:class:`DescribeColumns`)
+    once per ``show_intervals`` setting (the session's ``dpsql.show_intervals``: the interval
+    columns it adds)."""
+    stmt = prep.stmt
+    if stmt.session is not None:
+        st = stmt.session
+        if st.kind != "show":
+            return ()
+        if st.name == "all":
+            return tuple(ResultColumn(n, TEXT_OID) for n in ("name", "setting", "description"))
+        return (ResultColumn(st.name or "", TEXT_OID),)
+    if prep.route is ROUTE_EMPTY:
+        return ()
+    key = bool(show_intervals)
+    cols = prep.described.get(key)
+    if cols is None:
+        # the Parse's own types, not the wire's guesses for 0s: PostgreSQL infers those
+        cols = tuple((yield DescribeColumns(stmt, prep.declared)))
+        prep.described[key] = cols
+    return cols

@@ -28,7 +28,7 @@ discarded until Sync, which answers ReadyForQuery. A Bind's values are decoded b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dpsql.errors import (
@@ -47,15 +47,20 @@ from dpsql.wire.cursor_run import columns as cursor_columns
 from dpsql.wire.cursor_run import end_of_transaction, run_cursor
 from dpsql.wire.encode import command_complete, row_description
 from dpsql.wire.engine_api import Statement, as_dpsql_error
-from dpsql.wire.portals import Portal, PreparedStatement, bind_params, check_formats, param_oids
+from dpsql.wire.portals import (
+    Portal,
+    PreparedStatement,
+    bind_params,
+    check_formats,
+    param_oids,
+    statement_columns,
+)
 from dpsql.wire.requests import (
     ROUTE_EMPTY,
-    DescribeColumns,
     Flush,
     Malformed,
     Outbox,
     Prepare,
-    Request,
     Run,
     Split,
     Steps,
@@ -63,7 +68,7 @@ from dpsql.wire.requests import (
 )
 from dpsql.wire.rows_out import copy_out, encoders, send_rows, shape
 from dpsql.wire.setting_values import notice_wanted
-from dpsql.wire.state import TEXT_OID, Outcome, SessionState
+from dpsql.wire.state import Outcome, SessionState
 from dpsql.wire.statements import SessionKind, SessionStatement
 
 _BATCH_CODES = frozenset(b"PBDECH")  # extended-protocol messages discarded after an error
@@ -351,28 +356,6 @@ class Protocol:
         )
         self.out.send(_BIND_COMPLETE)
 
-    def _columns(
-        self, prep: PreparedStatement
-    ) -> Generator[Request, Any, tuple[ResultColumn, ...]]:
-        """Result columns of a statement (cached; described without reading data)."""
-        stmt = prep.stmt
-        if stmt.session is not None:
-            st = stmt.session
-            if st.kind != "show":
-                return ()
-            if st.name == "all":
-                return tuple(ResultColumn(n, TEXT_OID) for n in ("name", "setting", "description"))
-            return (ResultColumn(st.name or "", TEXT_OID),)
-        if prep.route is ROUTE_EMPTY:
-            return ()
-        key = bool(self.state.ctx.show_intervals)
-        cols = prep.described.get(key)
-        if cols is None:
-            # the Parse's own types, not the wire's guesses for 0s: PostgreSQL infers those
-            cols = tuple((yield DescribeColumns(stmt, prep.declared)))
-            prep.described[key] = cols
-        return cols
-
     def _describe(self, msg: m.Describe) -> Steps:
         """Describe a statement (a portal: :meth:`_describe_portal`)."""
         prep = self.statements.get(msg.name)
@@ -386,7 +369,7 @@ class Protocol:
             self.out.send(m.ParameterDescription(prep.param_types).encode())
             self.out.send(_NO_DATA)
             return
-        cols = yield from self._columns(prep)
+        cols = yield from statement_columns(prep, self.state.ctx.show_intervals)
         self.out.send(m.ParameterDescription(prep.param_types).encode())
         self._row_description(cols, ())
 
@@ -419,7 +402,7 @@ class Protocol:
                 self._notices(res)
                 cols = tuple(res.columns)
             else:
-                cols = yield from self._columns(portal.prepared)
+                cols = yield from statement_columns(portal.prepared, self.state.ctx.show_intervals)
             self._row_description(cols, portal.formats)
         except Exception as e:
             self.send_error(e)
