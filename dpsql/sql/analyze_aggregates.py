@@ -217,8 +217,16 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
                     for p in _parents(c, arg)
                 )
                 if not in_condition:
+                    gives = (
+                        "the sum is the total of each value times its count"
+                        if agg in ("SUM", "AVG")
+                        else "the counts give its distribution"
+                    )
+                    public = ctx.public_refusal(c, agg, gives)
+                    if public is not None:
+                        raise public
                     raise PrivacyViolation(
-                        f"column {ctx.table}.{c.name} has no declared bounds, so {agg} over it "
+                        f"column {ctx.column_name(c)} has no declared bounds, so {agg} over it "
                         "is unbounded",
                         hint=f"declare `bounds: [lo, hi]` for {c.name} in the policy",
                     )

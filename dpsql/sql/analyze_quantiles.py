@@ -182,15 +182,18 @@ def _mode(
             f"{sql}: mode() is supported over a column with declared keys only",
             hint="ORDER BY a column that has `keys:` or `keys_from:` in the policy",
         )
+    public = ctx.public_refusal(arg, "mode()", "the largest count names the mode")
+    if public is not None:
+        raise public
     col = ctx.column(arg)
     if col.identifier:
         raise PrivacyViolation(
-            f"column {ctx.table}.{arg.name} is an identifier and can't be aggregated with mode()",
+            f"column {ctx.column_name(arg)} is an identifier and can't be aggregated with mode()",
             hint=f"identifiers may only be counted, e.g. COUNT(DISTINCT {arg.name})",
         )
     if col.keys is None and col.keys_from is None:
         raise PrivacyViolation(
-            f"column {ctx.table}.{arg.name} has no declared keys, so mode() over it could "
+            f"column {ctx.column_name(arg)} has no declared keys, so mode() over it could "
             "reveal a private value",
             hint=f"declare `keys: [...]` (public values) for {arg.name} in the policy",
         )
@@ -218,7 +221,7 @@ def _temporal(
     col = ctx.column(arg)
     if col.bounds is None:
         raise PrivacyViolation(
-            f"column {ctx.table}.{arg.name} has no declared bounds, so {name.upper()} over it "
+            f"column {ctx.column_name(arg)} has no declared bounds, so {name.upper()} over it "
             "could reveal a private date",
             hint=f"declare `bounds: [2020-01-01, 2025-12-31]` for {arg.name} in the policy",
         )

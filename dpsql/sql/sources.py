@@ -167,6 +167,28 @@ class Ctx:
             hint=f"columns: {', '.join(sorted(self.cols))}",
         )
 
+    def column_name(self, node: exp.Column) -> str:
+        """``schema.table.column`` of a reference, named by the table it belongs to (a joined
+        table's, public or private, not the statement's first private table)."""
+        return f"{self.source(node).table}.{node.name}"
+
+    def public_refusal(self, node: exp.Column, what: str, answer: str) -> PrivacyViolation | None:
+        """The refusal of ``what`` over a joined public table's column (None for a private
+        table's): the policy bounds no public column, so the words name its own table and what
+        does answer: the private rows counted per value of it (``answer``: what those counts
+        give)."""
+        s = self.source(node)
+        if s.private is not None:
+            return None
+        ref = f"{s.alias}.{node.name}" if node.table else node.name
+        return PrivacyViolation(
+            f"{node.name} is a column of the public table {s.table}: the policy declares no "
+            f"bounds or keys for a public table's columns, so {what} over it, once for each "
+            "joined private row, could reveal a private value",
+            hint=f"count the private rows per value of it instead: SELECT {ref}, COUNT(*) ... "
+            f"GROUP BY {ref} ({answer}); or aggregate a column of the private table",
+        )
+
     def column(self, node: exp.Column) -> Column:
         s = self.source(node)
         if s.private is None:

@@ -33,6 +33,7 @@ from dpsql.errors import (
 )
 from dpsql.sql import functions as fn
 from dpsql.sql.names import cast_sql, type_sql
+from dpsql.sql.sources import PUBLIC_COLUMN
 from dpsql.sql.temporal import (
     MAX_INTERVALS,
     ColumnOf,
@@ -185,6 +186,14 @@ def _check_arithmetic(n: exp.Expr, column: ColumnOf) -> None:
         arg = n.args.get(key)
         while isinstance(arg, exp.Paren):
             arg = arg.this
+        if isinstance(arg, exp.Column) and column(arg) is PUBLIC_COLUMN:
+            raise UnsupportedSql(
+                f"arithmetic on {arg.name}, a column of a public table, is not supported "
+                "in private queries: the policy declares no type or bounds for a public table's "
+                "columns",
+                hint=f"group by it and count: SELECT {plain_sql(arg)}, COUNT(*) ... GROUP BY "
+                f"{plain_sql(arg)}, then compute with the counts",
+            )
         if isinstance(arg, exp.Column) and column(arg).family not in ("integer", "numeric"):
             raise UnsupportedSql(
                 f"arithmetic on the {column(arg).family} column {arg.name} is not supported in "
