@@ -33,7 +33,7 @@ from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.prescan import prescan, too_complex
-from dpsql.upstream.faults import CANCEL_HINT, timed_out
+from dpsql.upstream.faults import CANCEL_HINT
 from dpsql.upstream.zone import is_utc
 from dpsql.wire import messages as m
 from dpsql.wire.batch import batch as _batch
@@ -422,12 +422,6 @@ class Session:
         except BaseException as e:
             if self.cancels.by_client and isinstance(e, QueryCanceled):
                 e.message, e.hint = "canceling statement due to user request", CANCEL_HINT
-            elif where is ROUTE_PRIVATE and isinstance(e, QueryCanceled):
-                # not the client's: whether the policy's timeout or another cancel ended a
-                # private query first depends on its run time (private rows): one set of words
-                # (test_padding_wire saw "user request" for one database, "statement timeout"
-                # for the other, both past the timeout)
-                e.message, e.hint = timed_out().message, timed_out().hint
             outcome = getattr(e, "sqlstate", None) or (
                 "XX000" if isinstance(e, Exception) else "cancelled"
             )
