@@ -2,7 +2,7 @@
 
 Owns the statement value (:mod:`.prepared`, made by :mod:`.prepare`), which path it takes
 (:mod:`.classify`), the upstream PostgreSQL (:mod:`.backend`: psycopg pool, read-only
-transactions, timeouts, sanitized errors), the public and catalog SQL (:mod:`.public_sql`), the private path (:mod:`.private`:
+transactions, timeouts, sanitized errors), the public and catalog SQL and their Describe (:mod:`.public_sql`), the private path (:mod:`.private`:
 plan (:mod:`.planning`), check before any charge (:mod:`.precheck`), charge, run the bounded SQL
 of :mod:`.private_sql`, add noise in :mod:`.noise`, post-process; its free-repeat keys and
 in-flight slot :mod:`.repeat_keys`;

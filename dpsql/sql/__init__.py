@@ -3,7 +3,8 @@
 Owns parsing (:mod:`.parse`, :mod:`.prescan`, :mod:`.explain_options`, :mod:`.bind`), the tables
 a statement reads (:mod:`.tables`, :mod:`.names`, :mod:`.sources`), the analysis of a private
 statement (:mod:`.analyze` and its ``analyze_*`` parts -> :class:`.analysis.Analysis`: measures,
-groups, contribution bounds, key domains), its DP plan (:mod:`.plan`, :mod:`.sensitivity`,
+groups, contribution bounds, key domains; which ``auto`` bounds to choose: :mod:`.auto_bounds`,
+what such a bound is: :mod:`.auto_bound_types`), its DP plan (:mod:`.plan`, :mod:`.sensitivity`,
 :mod:`.grouping_sets`), CTEs and derived tables merged into one SELECT (:mod:`.flatten`,
 :mod:`.derived`, :mod:`.filters_to_case`), statements of several DP leaves (:mod:`.tree`,
 :mod:`.per_unit`, its synthetic tables :mod:`.per_unit_source` and exact filters
