@@ -21,6 +21,7 @@ from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.rewrite.make_total import make_total
 from dpsql.sql.rewrite.source_rows import source_select
+from dpsql.sql.sources import table_name
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -402,18 +403,28 @@ differently (``'a' = 'A'``)."""
 TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 
 
-def nondeterministic_text(engine: EngineContext, a: Analysis) -> bool:
+def nondeterministic_text(engine: EngineContext, a: Analysis, also: tuple[str, ...] = ()) -> bool:
     """Whether a table ``a`` reads has a column with a nondeterministic collation (read from the
-    catalog, memoized per catalog state of its tables)."""
-    from psycopg import sql as pgsql
-
+    catalog, memoized per catalog state of its tables), or one of the tables ``also`` names (the
+    public tables of its IN / EXISTS subqueries: read each time, their catalog state is not in
+    the key)."""
     from dpsql.execute.unique_units import tables
 
     names = tables(a)
     key = ("nondeterministic", names, engine.catalog_token(a))
     hit = engine.caches.key_types.get(key)
-    if hit is not None:
-        return bool(hit)
+    if hit is None:
+        hit = _nondeterministic(engine, names)
+        engine.caches.key_types.remember(key, hit)
+    if hit:
+        return True
+    more = tuple(t for t in also if t not in names)
+    return bool(more) and _nondeterministic(engine, more)
+
+
+def _nondeterministic(engine: EngineContext, names: tuple[str, ...]) -> bool:
+    from psycopg import sql as pgsql
+
     oids = pgsql.SQL(", ").join(
         pgsql.SQL("pg_catalog.to_regclass({})::pg_catalog.oid").format(
             pgsql.Literal(".".join('"' + p.replace('"', '""') + '"' for p in t.split(".", 1)))
@@ -422,9 +433,7 @@ def nondeterministic_text(engine: EngineContext, a: Analysis) -> bool:
     )
     q = pgsql.SQL(NONDETERMINISTIC_SQL).format(tables=oids).as_string(None)
     rows = engine.backend.run(q, private=False).rows
-    found = bool(rows and rows[0][0])
-    engine.caches.key_types.remember(key, found)
-    return found
+    return bool(rows and rows[0][0])
 
 
 # PostgreSQL (before 18) refuses these over a nondeterministic collation (0A000 "nondeterministic
@@ -457,9 +466,15 @@ def check_collation_searches(engine: EngineContext, prepared: PrivateQuery, a: A
     reaches it, so ``WHERE amount > 900 AND name LIKE 'A%'`` answered on one database and failed
     on its neighbour with one more person (amount 950): a noiseless bit about the rows, and the
     failure (class 0A) was even refunded. Read from the catalog (memoized), only when the
-    statement has such an operator."""
+    statement has such an operator. The tables are the statement's and its subqueries' (review24:
+    ``region IN (SELECT r.code FROM regions r WHERE r.name LIKE 'N%')`` over a public table
+    whose name is case-insensitive runs the subquery only when a private row reaches it: it
+    failed on the neighbour with one more person whose row passes the rest of the filter)."""
     node = next(prepared.tree.find_all(*_COLLATION_SEARCHES), None)
-    if node is None or not nondeterministic_text(engine, a):
+    if node is None:
+        return
+    also = tuple(sorted({table_name(t) for t in prepared.tree.find_all(exp.Table) if t.name}))
+    if not nondeterministic_text(engine, a, also):
         return
     raise UnsupportedSql(
         f"{node.sql('postgres')}: pattern matching and substring searches are not supported over "
