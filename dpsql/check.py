@@ -14,6 +14,7 @@ from rich.table import Table
 from dpsql.errors import PolicyError
 from dpsql.policy import load_policy
 from dpsql.policy.model import Policy, keys_from_table
+from dpsql.policy.tables import PrivateTable
 from dpsql.sql.wording import plural
 
 # policy type family -> PostgreSQL data_type values (information_schema.columns) that agree
@@ -246,10 +247,23 @@ def unit_rows_findings(policy: Policy, dsn: str) -> list[Finding]:
             if t.row_privacy:
                 continue
             n = t.max_rows_per_unit_total
+            keyed = [c for c, col in t.columns.items() if col.keys is not None or col.keys_from]
             q = sql.SQL(
-                "SELECT max(n), count(*) FILTER (WHERE n > %s) FROM "
-                "(SELECT count(*) AS n FROM {} GROUP BY {}) AS per_unit"
-            ).format(sql.Identifier(*name.split(".")), sql.Identifier(t.privacy_unit))
+                "SELECT max(n), count(*) FILTER (WHERE n > %s){} FROM "
+                "(SELECT count(*) AS n{} FROM {} GROUP BY {}) AS per_unit"
+            ).format(
+                sql.SQL("").join(
+                    sql.SQL(", max(k{})").format(sql.SQL(str(i))) for i in range(len(keyed))
+                ),
+                sql.SQL("").join(
+                    sql.SQL(", count(DISTINCT {}) AS k{}").format(
+                        sql.Identifier(c), sql.SQL(str(i))
+                    )
+                    for i, c in enumerate(keyed)
+                ),
+                sql.Identifier(*name.split(".")),
+                sql.Identifier(t.privacy_unit),
+            )
             try:
                 row = conn.execute(q, [n or 0]).fetchone()
             except psycopg.Error as e:
@@ -257,6 +271,8 @@ def unit_rows_findings(policy: Policy, dsn: str) -> list[Finding]:
                 continue
             most, over = (int(row[0] or 0), int(row[1] or 0)) if row else (0, 0)
             unit = t.privacy_unit
+            groups = {c: int(row[2 + i] or 0) for i, c in enumerate(keyed)} if row else {}
+            out += _keyed_groups_finding(name, t, groups)
             if n is not None and over:
                 out.append(
                     Finding(
@@ -293,6 +309,42 @@ def unit_rows_findings(policy: Policy, dsn: str) -> list[Finding]:
                     )
                 )
     return out
+
+
+def _keyed_groups_finding(name: str, t: PrivateTable, most: dict[str, int]) -> list[Finding]:
+    """Where ``auto`` G takes a GROUP BY of declared keys as every key (each unit could be in
+    all of them, as far as the public policy says: a per-group answer's noise sized for that)
+    while each unit has far fewer values of the column: the data owner's max_groups_per_unit
+    would size it for what one person can have (newcomer23 #5: pums by educ, 16 keys, each
+    pid in one: 16x the noise). The owner reading their own data, never a release."""
+    if not t.auto_groups:
+        return []
+    fewer: list[tuple[str, int, int]] = []
+    for c, k in most.items():
+        keys = t.columns[c].keys
+        if keys is not None and 0 < k < len(keys):
+            fewer.append((c, k, len(keys)))
+    if not fewer:
+        return []
+    unit = t.privacy_unit
+    worst = max(fewer, key=lambda f: f[2] / f[1])
+    listed = ", ".join(f"{c} {k} of its {n} keys" for c, k, n in fewer)
+    return [
+        Finding(
+            name,
+            "",
+            f"the most values of a keyed column one {unit} has: {listed}. Under "
+            "max_groups_per_unit auto a GROUP BY of declared keys sizes its noise for one "
+            f"{unit} in every key (GROUP BY {worst[0]}: {worst[2]} groups, {worst[2]}x the noise "
+            f"of one), since the public policy does not say a {unit} has fewer. Declaring "
+            "max_groups_per_unit as the most groups one person can have (from what a person "
+            f"can have, not from these rows; here {max(k for _, k, _ in fewer)} for a GROUP BY "
+            f"of one of these) sizes it for that, 1/{worst[2] // worst[1]} of it by "
+            f"{worst[0]}; a GROUP BY a person has more groups in then keeps only that many of "
+            "each person's (docs/policy.md)",
+            warning=True,
+        )
+    ]
 
 
 def _outside(below: int, above: int, lo: object, hi: object) -> str:

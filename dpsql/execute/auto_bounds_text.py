@@ -9,7 +9,8 @@ import re
 from fractions import Fraction
 
 from dpsql.execute.auto_bounds import Pending, slice_epsilon
-from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound, total_label
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.auto_bound_types import DECLARED, AutoBounds, ChosenBound, total_label
 
 
 def in_terms(text: str, unit: str) -> str:
@@ -27,12 +28,50 @@ def notice(
     stored: bool,
     unit: str = "unit",
     whose: str = "this statement's",
+    a: Analysis | None = None,
 ) -> str:
     """The notice a statement with ``auto`` bounds sends (which bounds, and what they cost);
     ``stored``: the ledger keeps choices for later statements; ``unit``: the privacy unit's
     column, the word the notice uses for one person; ``whose``: what ``epsilon`` is the budget
-    of (a part of a statement of several aggregates: "this part's")."""
-    return in_terms(_notice(bounds, epsilon, stored, whose), unit)
+    of (a part of a statement of several aggregates: "this part's"); ``a``: the statement's
+    analysis (G taken from its declared keys: why its noise is that large, :func:`keyed_groups`)."""
+    text = _notice(bounds, epsilon, stored, whose)
+    more = keyed_groups(bounds, a) if a is not None else ""
+    return in_terms(f"{text}; {more}" if text and more else text, unit)
+
+
+def keyed_groups(bounds: AutoBounds, a: Analysis) -> str:
+    """Why a GROUP BY of declared keys is noisy, and what fixes it: ``auto`` takes G, the groups
+    one unit may touch, as the number of key combinations (free, nothing dropped: every unit
+    could be in every group as far as the public policy says), so a per-group answer's noise
+    is sized for one unit in all of them: 16x one group's for GROUP BY educ of 16 keys, however
+    few a unit really has. Only the data owner can say a unit has fewer (the policy is public;
+    choosing G from the data would cost epsilon and drop the groups of units above it).
+    Nothing where G is 1, nor where no answer's noise depends on G (per-group COUNT and SUM
+    under an L1 cap over groups: :func:`dpsql.sql.auto_bounds.total_mode`)."""
+    g = bounds.get("groups")
+    if g is None or g.rule != DECLARED or g.value <= 1:
+        return ""
+    capped = any(c.kind == "total" for c in bounds.chosen)
+    if capped and all(s.func in ("count", "sum") for s in a.statistics):
+        return ""
+    n = int(g.value)
+    keys = [k.name for k in a.group_keys if k.declared and not k.constant]
+    what = " and ".join(keys) if keys else "the GROUP BY"
+    one = f"one {keys[0]} each" if len(keys) == 1 else "one value of each key"
+    has = (
+        f"{what} has {n} declared keys"
+        if len(keys) == 1
+        else f"{what} have {n} declared key combinations"
+    )
+    return (
+        f"each group's noise is sized for {n} groups per unit: {has} and, as far as the policy "
+        f"says, one unit may be in all of them ({n}x the noise of one group per unit). If a "
+        f"unit has fewer ({one}, say), ask the data owner to declare max_groups_per_unit in the "
+        f"policy as that number (1: 1/{n} of this noise; dpsql check --upstream shows the most "
+        "one unit has), or max_rows_per_unit_total (the most rows one unit has in all: no more "
+        "groups than that)"
+    )
 
 
 def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> str:

@@ -162,7 +162,7 @@ def finish(
         from dpsql.execute.auto_bounds_text import notice
 
         stored = engine.ledger is not None and engine.policy.repeats != "off"
-        text = notice(auto, plan.epsilon + chose, stored, a.private.privacy_unit)
+        text = notice(auto, plan.epsilon + chose, stored, a.private.privacy_unit, a=a)
         notices = (text, *notices) if text else notices
     return Result(
         typed,

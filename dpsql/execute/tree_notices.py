@@ -39,7 +39,7 @@ def leaf_notices(
         if b.auto and i in measured and used is not None:
             unit = run.plans[i].analysis.private.privacy_unit
             whose = "this part's" if len(run.releases) > 1 else "this statement's"
-            text = notice(used, b.share.epsilon, stored, unit, whose)
+            text = notice(used, b.share.epsilon, stored, unit, whose, run.plans[i].analysis)
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)

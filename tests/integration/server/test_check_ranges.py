@@ -140,3 +140,33 @@ def test_check_reads_the_most_rows_one_unit_has(demo_dsn: str, tmp_path: Path) -
     )
     _, out = _check(path, demo_dsn)
     assert f"public.purchases: every user_id has at most {most} rows in all" in out, out
+
+
+def test_check_reads_the_most_key_values_one_unit_has(demo_dsn: str, tmp_path: Path) -> None:
+    """A keyed GROUP BY under auto G is sized for one unit in every key (newcomer23 #5: pums by
+    educ, 16 keys, each pid in one): check reads the most values of each keyed column one unit
+    has (exact, from PostgreSQL) and says what a declared max_groups_per_unit gives; nothing
+    for a column whose people reach every key (purchases' categories) nor once G is declared."""
+    import psycopg
+
+    with psycopg.connect(demo_dsn) as conn:
+        row = conn.execute(
+            "SELECT max(e), max(c) FROM (SELECT count(DISTINCT educ) e, 0 c FROM pums GROUP BY pid"
+            " UNION ALL SELECT 0, count(DISTINCT category) FROM purchases GROUP BY user_id) s"
+        ).fetchone()
+    assert row == (1, 5)  # the demo's facts the words below rest on
+    _, out = _check(POLICY, demo_dsn)
+    line = next(ln for ln in out.splitlines() if "values of a keyed column" in ln)
+    assert line.startswith("public.pums: the most values of a keyed column one pid has:"), out
+    assert "educ 1 of its 16 keys" in line and "GROUP BY educ: 16 groups, 16x the noise" in line
+    assert "declaring max_groups_per_unit" in line.lower() and "category" not in line, out
+    assert "public.purchases: the most values of a keyed column" not in out, out
+    declared = POLICY.read_text().replace(
+        "privacy_unit: pid\n    max_rows_per_unit: auto\n    max_groups_per_unit: auto",
+        "privacy_unit: pid\n    max_rows_per_unit: auto\n    max_groups_per_unit: 1",
+    )
+    assert "max_groups_per_unit: 1" in declared
+    path = tmp_path / "groups.yaml"
+    path.write_text(declared)
+    status, out = _check(path, demo_dsn)
+    assert status == 0 and "values of a keyed column" not in out, out
