@@ -60,6 +60,7 @@ ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Round,
     exp.Floor,
     exp.Ceil,
+    exp.Trunc,  # TRUNC(x[, d]): toward zero; d an integer constant (dpsql.sql.totality)
     exp.Sign,
     exp.Lower,
     exp.Upper,

@@ -64,8 +64,8 @@ def literal_value(node: exp.Expr) -> Fraction | None:
 
 
 def _rounded(node: exp.Expr, columns: Columns) -> Interval | None:
-    """ROUND(x[, d]) lies in [floor(lo), ceil(hi)] at d's precision (monotone in x); FLOOR and
-    CEIL in [floor(lo), floor(hi)] and [ceil(lo), ceil(hi)]."""
+    """ROUND(x[, d]) and TRUNC(x[, d]) lie in [floor(lo), ceil(hi)] at d's precision (monotone
+    in x); FLOOR and CEIL in [floor(lo), floor(hi)] and [ceil(lo), ceil(hi)]."""
     r = value_range(node.this, columns)
     if r is None:
         return None
@@ -183,7 +183,7 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
             return None
         lo = Fraction(0) if r.lo <= 0 <= r.hi else min(abs(r.lo), abs(r.hi))
         return Interval(lo, r.magnitude)
-    if isinstance(node, (exp.Round, exp.Floor, exp.Ceil)):
+    if isinstance(node, (exp.Round, exp.Floor, exp.Ceil, exp.Trunc)):
         return _rounded(node, columns)
     if isinstance(node, (exp.Greatest, exp.Least)):
         half = _half_range(node, columns)

@@ -123,14 +123,15 @@ def _check_substring(n: exp.Substring) -> None:
             raise UnsupportedSql("negative substring length not allowed")
 
 
-def _check_round(n: exp.Round) -> None:
+def _check_round(n: exp.Round | exp.Trunc) -> None:
     d = n.args.get("decimals")
     if d is None or isinstance(d, _BOUND):
         return
     v = int_literal(d)
     if v is None or abs(v) > 1000:
+        name = "ROUND" if isinstance(n, exp.Round) else "TRUNC"
         raise UnsupportedSql(
-            "ROUND's number of decimals must be an integer constant in private queries"
+            f"{name}'s number of decimals must be an integer constant in private queries"
         )
 
 
@@ -268,7 +269,7 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
         check_trunc(n, column)
     elif isinstance(n, exp.Extract):
         check_extract(n, column)
-    elif isinstance(n, exp.Round):
+    elif isinstance(n, (exp.Round, exp.Trunc)):
         _check_round(n)
     elif isinstance(n, exp.Interval):
         check_interval(n)

@@ -46,7 +46,7 @@ _FLOAT_FUNCTIONS = {
 }
 _OPERATORS = (*COMPARISONS, exp.Between, exp.Nullif)
 _COMMON = (exp.Coalesce, exp.Greatest, exp.Least, exp.In, exp.Case)
-_ARITHMETIC = (exp.Abs, exp.Neg, exp.Round, exp.Ceil, exp.Floor, exp.Sign, exp.Add, exp.Sub,
+_ARITHMETIC = (exp.Abs, exp.Neg, exp.Round, exp.Ceil, exp.Floor, exp.Trunc, exp.Sign, exp.Add, exp.Sub,
                exp.Mul, exp.Div, exp.Mod)  # fmt: skip
 # as a cast to double precision / real is made total (dpsql.sql.rewrite.make_total.FLOAT_LIMITS):
 # |x| <= 10^e, rounded to d decimals (a NUMERIC below the float's smallest fails too: 1e-400)

@@ -56,6 +56,8 @@ SHAPES = [
     "to_char(d, 'FMMonth')",
     "to_char(d, 'YYYY-\"Q\"Q')",
     "CAST(d AS text)",
+    "CAST(TRUNC(EXTRACT(YEAR FROM d)) AS INTEGER)",  # Tableau's DATEPART (connector dialect)
+    "TRUNC(EXTRACT(MONTH FROM t))",
     "DATE_TRUNC('month', t)",
     "DATE_TRUNC('day', t)",
     "CAST(DATE_TRUNC('month', t) AS date)",
@@ -173,6 +175,9 @@ END_TO_END = [
     "SELECT date_part('month', d), COUNT(*) FROM visits WHERE d >= '2025-03-01' "
     "AND d < '2025-07-01' GROUP BY 1",
     "SELECT to_char(d, 'YYYY-MM') AS ym, COUNT(*) FROM visits GROUP BY 1",
+    "SELECT CAST(TRUNC(EXTRACT(YEAR FROM d)) AS INTEGER) AS y, "  # Tableau's DATEPART
+    "CAST(TRUNC(EXTRACT(MONTH FROM d)) AS INTEGER) AS m, COUNT(*) FROM visits GROUP BY 1, 2",
+    "SELECT TRUNC(x, -2) AS r, COUNT(*), SUM(TRUNC(x)) FROM visits WHERE TRUNC(n) > 0 GROUP BY 1",
     "SELECT x > 100 AS big, COUNT(*) FROM visits GROUP BY 1",
     "SELECT ROUND(x, -2) AS r, COUNT(*) FROM visits GROUP BY 1",
     "SELECT ((floor(((x - 0.0) / 50.0)) * 50.0) + 0.0) AS b, COUNT(*) FROM visits GROUP BY 1",

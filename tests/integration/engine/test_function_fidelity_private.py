@@ -38,6 +38,7 @@ CASE WHEN i > 2 THEN 'p' ELSE 'n' END | n::int | f::int | f::numeric(10, 1) | s:
 d::timestamp | ts::date | i::text | n::numeric(10, 1) | d + 1 | d - DATE '2024-01-01'
 f * 2 | f + 0.1 | n + 1 | n * 2 | n - i | (i + 1) * 2 | -(i + 1) | abs(i - 3) | i * 2 + n
 round(f, 1) | round(i, 1) | trunc(n, 1) | ts + INTERVAL '1 month' | i IS DISTINCT FROM 3
+trunc(f) | trunc(n) | trunc(i) | trunc(n, -1)
 f / 3 | f - n | f * i + 1 | -f * 2 | abs(f) / 7 | round(f * 1.1) | date_part('dow', ts) + 0.5
 s LIKE 'a%' | s ILIKE 'A%' | i BETWEEN 1 AND 4
 """
