@@ -53,9 +53,9 @@ configuration, which moves the bounded aggregate only among equally likely choic
 bounds the hand-tuned search finds best); ``--whales 0`` drops the whale units.
 
 ``--unrounded`` judges every released value before the presentation rounding (a value is
-printed to the nearest multiple of about 1/100 of its interval's half-width: 100 or 1,000 for
-an AVG of incomes near 48,000, as large as its error; a lucky rounding can make a bound look
-best).
+printed to the nearest multiple of about 1/100 of its noise's own half-width, never coarser than
+its interval's; before session 24 it was the interval's: 100 or 1,000 for an AVG of incomes near
+48,000, as large as its error, so a lucky rounding could make a bound look best).
 
 ``--tune-runs 0`` skips the hand-tuned search (its columns read nan) while iterating.
 ``--bias-share 1/5`` plans with another epsilon share for the removed-mass estimate (the
@@ -398,8 +398,8 @@ def main() -> None:
     ap.add_argument(
         "--unrounded",
         action="store_true",
-        help="judge the released values before the presentation rounding (to 1/100 of the "
-        "interval's half-width): an AVG's rounding step can be as large as its error",
+        help="judge the released values before the presentation rounding (to about 1/100 of "
+        "the noise's half-width)",
     )
     args = ap.parse_args()
     if args.unrounded:

@@ -198,14 +198,18 @@ def release(
     interval = _stat_interval(plan, noisy, removed, present)
     clamped: set[int] = set()  # statistics the declared domain's size clamped
     for si, s in enumerate(a.statistics):
+        selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
+        ws = None if selected else noise_widths(plan, s.measures, confidence)
         for i in range(len(table)):
-            v, _ = derive(s, [noisy[m][i] for m in s.measures], [0.0] * len(s.measures))
+            row_vals: list[Any] = [noisy[m][i] for m in s.measures]
+            v, _ = derive(s, row_vals, [0.0] * len(s.measures))
             iv = interval(i, si, confidence)
             iv = iv if iv is None else round_interval(s, iv, half(iv))
             # presentation: the digits below the step of its noise are dropped (a function of
-            # the released value and interval only; stored so, a free repeat reads the same)
-            selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
-            v = v if iv is None or selected else round_nearest(v, half(iv))
+            # the released values and interval only; stored so, a free repeat reads the same)
+            if iv is not None and not selected:
+                r = round_nearest(v, noise_resolution(s, row_vals, ws, half(iv)))
+                v = r if v is None or not iv[0] <= v <= iv[1] or iv[0] <= r <= iv[1] else v
             if s.at_most is not None:  # the declared domain's size (post-processing)
                 cap = s.at_most
                 if (v is not None and v > cap) or (iv is not None and iv[1] > cap):
@@ -245,6 +249,35 @@ def release(
         halves,
         derived_halves,
     )
+
+
+def noise_widths(plan: Plan, keys: Sequence[str], level: float) -> list[float] | None:
+    """The half-widths of measures ``keys``' noise at ``level`` jointly (Bonferroni over them):
+    what the noise alone moves a statistic by, without the removed-mass reach its interval adds;
+    None when one is not released by additive noise."""
+    lv = 1 - (1 - level) / max(1, len(keys))
+    out = []
+    for k in keys:
+        mech = plan.measure_plan(k).mechanism
+        if not isinstance(mech, (Laplace, Gaussian)):
+            return None
+        out.append(mech.half_width(lv))
+    return out
+
+
+def noise_resolution(s: Any, vals: Sequence[float], ws: Sequence[float] | None, hw: float) -> float:
+    """The half-width a released value is rounded at (:func:`dpsql.execute.bias.round_nearest`):
+    its noise's own at the stated level, not its interval's where that is wider (a removed-mass
+    reach: an AVG of incomes near 48,000 with noise of about +-200 rounded to the nearest 100 or
+    1,000 by its interval's +-18,000, as large as its error); never coarser than the interval's
+    (``hw``), whose ends round outwards at that step, so the value stays inside them."""
+    if ws is None:
+        return hw
+    _, niv = derive(s, vals, ws)
+    if niv is None or not all(map(math.isfinite, niv)) or niv[1] <= niv[0]:
+        return hw
+    own = (niv[1] - niv[0]) / 2
+    return own if not math.isfinite(hw) or own < hw else hw
 
 
 def _held(
