@@ -230,10 +230,11 @@ def histogram_meta(plan: HistogramPlan, hist: Histogram, release_id: int | None)
             "rho": float(cost.rho) if cost.rho else None,
             "mechanism": plan.mechanism,
             "privacy_unit": src.private.privacy_unit,
-            "contribution_bound": {
-                "rows_per_unit_per_cell": plan.bound.rows,
-                "cells_per_unit": plan.bound.cells,
-            },
+            "contribution_bound": (
+                {"rows_per_unit_per_cell": plan.bound.rows, "cells_per_unit": plan.bound.cells}
+                if plan.bound.mode == "per_cell"
+                else {"rows_per_unit": plan.bound.rows}  # a declared total (Bound._with_total)
+            ),
             "counts": counted(src, plan.bound),
             "ledger_release_id": release_id,
         },

@@ -12,7 +12,9 @@ Two ways to bound what one privacy unit adds to the vector x of cell counts:
 
 With ``privacy_unit: row`` no bounding is needed (R = G = 1). A policy's ``auto`` bound (chosen
 per query by the engine from the data) is refused here unless the release names a number
-(``--rows-per-unit`` / ``--cells-per-unit``, :class:`dpsql.release.jobs.Job`): a published count
+(``--rows-per-unit`` / ``--cells-per-unit``, :class:`dpsql.release.jobs.Job`) or the policy
+declares the rows of one unit in all (``max_rows_per_unit_total``: :meth:`Bound._with_total`, a
+histogram then counts at most that many rows of a unit over all its cells): a published count
 must say what it counts, and R = 1 (the engine's default before ``auto``) counts people, not
 rows (newcomer21 #29: the demo's sex x educ cells 88 "count" where the table has 216 rows). The
 SQL is composed with
@@ -54,11 +56,28 @@ class Bound:
         auto = ["max_rows_per_unit"] if p.max_rows_per_unit == "auto" else []
         if mode == "per_cell" and p.max_groups_per_unit == "auto":
             auto.append("max_groups_per_unit")
+        n = p.max_rows_per_unit_total
+        if auto and n is not None:
+            return cls._with_total(src, mode, n)
         if auto:
             raise _auto_refused(src, auto)
         if mode == "per_cell":
             return cls(mode, p.rows_bound, min(p.groups_bound, src.cells))
         return cls(mode, p.rows_bound, 1)
+
+    @classmethod
+    def _with_total(cls, src: Source, mode: str, n: int) -> Bound:
+        """The bounds of a table whose policy leaves R or G to ``auto`` and declares the rows
+        of one unit in all, N (``max_rows_per_unit_total``): a published number, nothing to
+        choose. A unit keeping at most N rows in all (``per_unit``) changes the cell vector by
+        at most N in L1 and in L2, less than any R rows in each of G cells with R or G at most
+        N (a unit with N rows has at most N in a cell and touches at most N cells) unless a
+        declared R times the cells is smaller; the smaller is used."""
+        p = src.private
+        if mode == "per_unit" or p.max_rows_per_unit == "auto":
+            return cls("per_unit", n, 1)
+        g = min(n, src.cells)  # R declared, G auto: at most N cells (and the table's)
+        return cls("per_unit", n, 1) if n <= p.rows_bound * g else cls(mode, p.rows_bound, g)
 
 
 def _auto_refused(src: Source, auto: list[str]) -> InvalidParameter:
@@ -76,7 +95,8 @@ def _auto_refused(src: Source, auto: list[str]) -> InvalidParameter:
         f"(R = 1 counts {unit} values, not rows)",
         hint=f"pass {' '.join(options[a] for a in auto)} (for instance the most rows one {unit} "
         "has in a cell, and the cells it spans; the noise grows with R x G), or declare the "
-        f"numbers for {src.table} in the policy",
+        f"numbers for {src.table} in the policy (max_rows_per_unit_total, the rows of one {unit} "
+        "in all, is enough: each then counts at most that many rows over all cells)",
     )
 
 

@@ -16,12 +16,14 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
+import yaml
 from scipy import stats
 
 from dpsql.budget.ledger import Ledger
 from dpsql.cli import main
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.errors import BudgetExhausted, InvalidParameter
+from dpsql.policy.model import Policy
 from dpsql.release.histogram import LevelPlan, measure, plan_histogram, postprocess
 from dpsql.release.jobs import Job, resolve, run_histogram
 from dpsql.release.source import Bound, bounded_counts
@@ -303,6 +305,43 @@ def test_auto_bounds_are_refused_with_words_asking_for_numbers(
     assert "max_groups_per_unit: auto" in capsys.readouterr().err
     assert not out.exists() or not any(out.iterdir())
     assert _one(ledger, "SELECT count(*) FROM dpsql.release")[0][0] == 0
+
+
+def test_a_declared_total_releases_auto_bounds_at_one_cap_per_unit(
+    demo_dsn: str, make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``max_rows_per_unit_total: 4`` declared for the demo's pums (each pid has 1-4 rows;
+    R and G left ``auto``) a histogram is released without numbers on the command line (it was
+    refused, 22023, as in the test above): each pid keeps at most 4 rows over all its cells, so
+    the cell vector moves by at most 4 (the noise's sensitivity; R = G = 4 would be 16), every
+    row is counted (the bounded counts are the table's, deterministic), and the JSON and CLI say
+    what a count counts."""
+    from dpsql.demo import POLICY
+
+    doc = yaml.safe_load(Path(POLICY).read_text())
+    doc["tables"]["public.pums"]["max_rows_per_unit_total"] = 4
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(yaml.safe_dump(doc))
+    ledger = make_db("release_total")
+    out = tmp_path / "total"
+    argv = ["release", "histogram", "--policy", str(policy), "--upstream", demo_dsn,
+            "--ledger", ledger, "--table", "pums", "--columns", "sex,educ", "--analyst", "analyst",
+            "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    meta = json.loads((out / "histogram.json").read_text())
+    assert meta["privacy"]["contribution_bound"] == {"rows_per_unit": 4}
+    assert meta["levels"][0]["sensitivity"] == "4"
+    counts = "rows of public.pums, at most 4 rows of each pid (the others left out)"
+    assert meta["privacy"]["counts"] == counts
+    assert f"count = {counts}" in " ".join(capsys.readouterr().out.split())
+    pol = Policy.model_validate(doc)
+    src = resolve(pol, demo_dsn, "pums", ["sex", "educ"], None)
+    bound = Bound.for_source(src, "per_cell")
+    assert (bound.mode, bound.rows, bound.cells) == ("per_unit", 4, 1)
+    truth = _one(demo_dsn, "SELECT count(*) FROM pums WHERE sex IS NOT NULL AND educ IS NOT NULL")
+    got = bounded_counts(demo_dsn, src, bound)
+    assert int(got.sum()) == truth[0][0]  # nothing left out: no pid has more than 4 rows
+    assert _one(ledger, "SELECT count(*) FROM dpsql.release WHERE state = 'committed'")[0][0] == 1
 
 
 def test_a_number_for_a_fixed_bound_is_refused(people: str, pol, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
