@@ -121,7 +121,8 @@ def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> 
             "intervals allow for (each assumes no unit lost more than 4x what they keep). For "
             "a bound that fits: raise dpsql.epsilon, run the statement once without its filter "
             "(SELECT COUNT(*) over the whole table: its rows per unit are then reused free "
-            "here), or ask the data owner to declare max_rows_per_unit_total"
+            "here, and this statement asked again is measured anew with them where they differ, "
+            "charged), or ask the data owner to declare max_rows_per_unit_total"
         )
     if bounds.fallback:
         parts.append(bounds.fallback)

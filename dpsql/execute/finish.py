@@ -22,7 +22,7 @@ from dpsql.execute import privacy_params
 from dpsql.execute.backend import Rows
 from dpsql.execute.flat_rounding import round_outputs
 from dpsql.execute.noise import Release
-from dpsql.execute.notices import guard_notices, interval_notices
+from dpsql.execute.notices import guard_notices, interval_notices, plan_words
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
 from dpsql.execute.projection import project, projection
@@ -143,10 +143,14 @@ def finish(
         for i, c in enumerate(cols)
     )
     conf = privacy_params.confidence(engine.policy, session)
-    notices = (*rel.notes, *interval_notices(a, plan, conf, rel.notes), *guard_notices(a, data))
+    # a free repeat says what its release was told (the bounds stored now may differ)
+    told = rel.words if cached else None
+    words = interval_notices(a, plan, conf, rel.notes, told)
+    notices = (*rel.notes, *words, *guard_notices(a, data))
     notices = (*notices, same) if same else notices
     if plan is not None and not describe_only:
-        notices = (*notices, *_selection_notices(a, plan, len(data)))
+        taus = rel.thresholds if cached and rel.thresholds is not None else thresholds(plan)
+        notices = (*notices, *_selection_notices(a, taus, len(data)))
     if cached and repeat is not None:
         notices = (*notices, repeat.notice())
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
@@ -231,12 +235,28 @@ def say_stored(e: DpsqlError, cached: bool) -> None:
     e.detail = f"{e.detail} {note}" if e.detail else note
 
 
-def _selection_notices(a: Analysis, plan: Plan | SetsPlan, shown: int) -> tuple[str, ...]:
+def released_words(
+    engine: EngineContext, a: Analysis, plan: Plan | SetsPlan, rel: Release, session: SessionContext
+) -> Release:
+    """``rel`` with the words its plan gives it now (:attr:`Release.words`, ``thresholds``),
+    stored with it for its free repeats."""
+    from dataclasses import replace
+
+    conf = privacy_params.confidence(engine.policy, session)
+    words = plan_words(a, plan, conf, rel.notes)
+    return replace(rel, words=words, thresholds=thresholds(plan))
+
+
+def thresholds(plan: Plan | SetsPlan) -> tuple[int, ...]:
+    """The partition selection thresholds of a plan (none: no group chosen from the data)."""
+    plans = [sp.plan for sp in plan.sets] if isinstance(plan, SetsPlan) else [plan]
+    return tuple(sorted({p.selection.threshold for p in plans if p.selection is not None}))
+
+
+def _selection_notices(a: Analysis, taus: Sequence[int], shown: int) -> tuple[str, ...]:
     """What partition selection leaves out, said once: groups chosen from the data appear only
     past a noisy threshold, so small groups are missing without a trace (a statement that
     answered 0 rows read as "no such groups")."""
-    plans = [sp.plan for sp in plan.sets] if isinstance(plan, SetsPlan) else [plan]
-    taus = sorted({p.selection.threshold for p in plans if p.selection is not None})
     if not taus:
         return ()
     from dpsql.sql.refusal_text import period_hint

@@ -79,6 +79,14 @@ class Release:
     # (a release stored before these existed has none: its intervals' are used)
     half_widths: list[list[float | None]] = field(default_factory=list)
     derived_half_widths: list[list[float | None]] = field(default_factory=list)  # (the same)
+    # the ``auto`` contribution bounds it was measured with (repeat_keys.applied_bounds): a
+    # repeat under other bounds stored since is measured again (None: none, or stored before)
+    bounds: str | None = None
+    # the words its plan gave it when released (execute.finish: the quantiles' and modes'
+    # notices, the partition selection's thresholds): a free repeat says them again, whatever
+    # the bounds it is planned with now (newcomer23 #4; None: stored before they were kept)
+    words: dict[int, str] | None = None  # by statistic index (notices.plan_words)
+    thresholds: tuple[int, ...] | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +99,13 @@ class Release:
             "notes": list(self.notes),
             "half_widths": self.half_widths,
             "derived_half_widths": self.derived_half_widths,
+            **({"bounds": self.bounds} if self.bounds is not None else {}),
+            **(
+                {"words": {str(k): v for k, v in self.words.items()}}
+                if self.words is not None
+                else {}
+            ),
+            **({"thresholds": list(self.thresholds)} if self.thresholds is not None else {}),
         }
 
     @classmethod
@@ -105,6 +120,9 @@ class Release:
             tuple(d.get("notes", ())),
             d.get("half_widths", []),
             d.get("derived_half_widths", []),
+            d.get("bounds"),
+            {int(k): v for k, v in d["words"].items()} if "words" in d else None,
+            tuple(d["thresholds"]) if "thresholds" in d else None,
         )
 
 

@@ -5,7 +5,7 @@ or a mode (also in EXPLAIN's plan, :mod:`dpsql.explain.report`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlglot import exp
@@ -25,11 +25,41 @@ from dpsql.sql.postprocess import stat_outputs
 from dpsql.sql.wording import plural
 
 
+def plan_words(
+    a: Analysis, plan: Plan | SetsPlan, confidence: float, notes: Sequence[str] = ()
+) -> dict[int, str]:
+    """Each quantile's and mode's words (by statistic index), after its head: what its plan
+    (bounds, rank error, grid) makes of it; stored with the release for its free repeats."""
+    out: dict[int, str] = {}
+    for si, s in enumerate(a.statistics):
+        if s.func == "quantile":
+            premise = "" if warned(s, notes) else declared_premise(a, s)
+            note = quantile_note(plan, s, confidence)
+            cover = quantile_cover(plan, s, confidence)
+            end = f". {premise}" if premise else ("." if cover else "")
+            out[si] = f"{note}{end}{cover}"
+        elif s.func == "mode":
+            out[si] = f"no value interval; {selection_accuracy(plan, s, confidence)}"
+    return out
+
+
 def interval_notices(
-    a: Analysis, plan: Plan | SetsPlan | None, confidence: float, notes: Sequence[str] = ()
+    a: Analysis,
+    plan: Plan | SetsPlan | None,
+    confidence: float,
+    notes: Sequence[str] = (),
+    told: Mapping[int, str] | None = None,
 ) -> tuple[str, ...]:
     """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead.
-    ``notes``: the release's (a quantile's outside warning there replaces its premise here)."""
+    ``notes``: the release's (a quantile's outside warning there replaces its premise here);
+    ``told``: the words its release was given (:func:`plan_words`: a free repeat's)."""
+    words = (
+        told
+        if told is not None
+        else plan_words(a, plan, confidence, notes)
+        if plan is not None
+        else {}
+    )
     direct = dict(stat_outputs(a))
     with_interval = {pos for pos, _, _ in derived_outputs(a)}
     names = [e.alias_or_name for e in a.outer.expressions]
@@ -40,15 +70,8 @@ def interval_notices(
         body = item.this if isinstance(item, exp.Alias) else item
         if pos in direct:
             s = a.statistics[direct[pos]]
-            head = _head(s.sql, item)
-            if s.func == "quantile" and plan is not None:
-                premise = "" if warned(s, notes) else declared_premise(a, s)
-                note = quantile_note(plan, s, confidence)
-                cover = quantile_cover(plan, s, confidence)
-                end = f". {premise}" if premise else ("." if cover else "")
-                out.append(f"{head}: {note}{end}{cover}")
-            elif s.func == "mode" and plan is not None:
-                out.append(f"{head}: no value interval; {selection_accuracy(plan, s, confidence)}")
+            if direct[pos] in words:
+                out.append(f"{_head(s.sql, item)}: {words[direct[pos]]}")
         elif (
             pos not in with_interval
             and _noisy(body)

@@ -8,6 +8,7 @@ transaction before it reads any data: one statement, one charge (:func:`run_priv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,14 +21,22 @@ from dpsql.dp.accounting import Cost
 from dpsql.errors import DpsqlError
 from dpsql.execute import planning
 from dpsql.execute.backend import CancelToken, type_name
-from dpsql.execute.finish import finish
+from dpsql.execute.finish import finish, released_words
 from dpsql.execute.grouping_sets import release_sets, run_sets
 from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
 from dpsql.execute.precheck import check_keys, precheck
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
-from dpsql.execute.repeat_keys import auto_cache_key, cache_key, flat_key, payload, slot
+from dpsql.execute.repeat_keys import (
+    applied_bounds,
+    auto_cache_key,
+    bounds_key,
+    cache_key,
+    flat_key,
+    payload,
+    slot,
+)
 from dpsql.execute.timing import timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -97,6 +106,7 @@ def _run_auto(
     a = plan.analysis
     statement_eps = plan.epsilon
     run = partial(_run_planned, engine, prepared, session, params, cancel, in_slot=True)
+    again = False  # measured again: the bounds stored since differ from the stored answer's
     if engine.ledger is not None and not pend.missing:
         plan = planning.plan(
             engine,
@@ -105,6 +115,8 @@ def _run_auto(
             params,
             analysis=with_stored_bounds(engine, prepared, a, pend),
         )
+        bounded = bounds_key(engine, session, key, pend.known)
+        again, key = bounded != key, bounded
     elif engine.ledger is not None and engine.ledger.has_answer(session.analyst, key):
         pass  # answered from the store below: nothing measured
     else:
@@ -141,7 +153,18 @@ def _run_auto(
             raise
         reserved = (held, rest.cost) if held is not None else None
         return run(plan, (bounds, key), reserved)
-    return run(plan, (pend.known, key))
+    got = run(plan, (pend.known, key))
+    if again and not got.cached:
+        got = dataclasses.replace(got, notices=(*got.notices, MEASURED_AGAIN))
+    return got
+
+
+MEASURED_AGAIN = (
+    "measured again: the contribution bounds this statement reuses were stored since its last "
+    "answer and differ from that answer's, so this is a new answer with them, charged as one; "
+    "the same statement asked again is a free repeat of it (the earlier answer stays in "
+    "dpsql.history)"
+)
 
 
 def with_stored_bounds(
@@ -273,6 +296,9 @@ def _release(
             ledger.commit(reservation)
             say_spent(error)
         raise
+    if auto is not None:  # stored with the bounds it was measured with (bounds_key)
+        rel = dataclasses.replace(rel, bounds=applied_bounds(auto[0]))
+    rel = released_words(engine, a, plan, rel, session)  # what its repeats say of it
     if ledger is not None and reservation is not None:
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first

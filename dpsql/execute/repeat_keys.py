@@ -21,6 +21,7 @@ from dpsql.execute import planning
 from dpsql.execute.noise import Release
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
+from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.bind import param_numbers
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
@@ -138,6 +139,31 @@ def auto_cache_key(
     after choosing bounds, which differs between the first run and later ones) and the
     requested mechanism."""
     return repeat_key(engine, prepared, params, plan.epsilon, plan.delta, f"auto-bounds:{mech}")
+
+
+def applied_bounds(bounds: AutoBounds) -> str:
+    """The ``auto`` contribution bounds a release was measured with, as stored beside it
+    (:attr:`Release.bounds`): each bound's kind, column and value (released values)."""
+    return ";".join(sorted(f"{c.kind}:{c.column}={c.value}" for c in bounds.chosen))
+
+
+def bounds_key(engine: EngineContext, session: SessionContext, key: str, known: AutoBounds) -> str:
+    """The repeat key of a statement with ``auto`` bounds about to run with the stored bounds
+    ``known``: ``key`` while the answer stored under it (if any) was measured with those bounds,
+    else ``key`` with them. The bounds a statement reuses change when an earlier choice was the
+    fixed defaults and the table's own rows per unit were stored since (newcomer23 #4: the
+    notice's advice, run SELECT COUNT(*) over the whole table, then gave back the answer at R = 1
+    described with the new R): the answer is then measured again with them, as a new release
+    (its repeats free under their own key); the stored one stays what it was. Read only."""
+    ledger = engine.ledger
+    raw = ledger.peek(session.analyst, key) if ledger is not None else None
+    if raw is None:
+        return key
+    stored = json.loads(raw).get("bounds")
+    applied = applied_bounds(known)
+    if stored is None or stored == applied:  # (None: stored before releases kept theirs)
+        return key
+    return f"{key}:bounds={applied}"
 
 
 def flat_key(engine: EngineContext, prepared: PrivateQuery, session: SessionContext) -> str:

@@ -42,7 +42,7 @@ from dpsql.execute.prepared import (
     fingerprint,
 )
 from dpsql.execute.private import delta_for_rho
-from dpsql.execute.repeat_keys import auto_cache_key, cache_key
+from dpsql.execute.repeat_keys import auto_cache_key, bounds_key, cache_key
 from dpsql.explain.document import plan_document, plan_lines, plan_xml, would_spend
 from dpsql.explain.report import report
 from dpsql.explain.tree import explain_tree
@@ -165,6 +165,8 @@ def _explain_private(
         pend = auto_bounds.with_fallbacks(engine, inner, session, pend, plan.epsilon)
     if pend.needed:  # planned as run_private runs it
         key = auto_cache_key(engine, inner, plan, params, session.mechanism)
+        if not pend.missing:  # measured again where the stored answer's bounds differ
+            key = bounds_key(engine, session, key, pend.known)
         small = auto_bounds.too_small(pend, plan.epsilon) if pend.missing else None
         spent = Fraction(0)
         if small is None:

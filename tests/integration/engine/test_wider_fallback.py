@@ -18,6 +18,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from fractions import Fraction
+from typing import Any
 
 import psycopg
 import pytest
@@ -73,6 +74,11 @@ def ask(engine: Engine, sql: str) -> Result:
     return engine.execute(engine.prepare(sql, "analyst"), SESSION)
 
 
+def explain(engine: Engine, sql: str) -> dict[str, Any]:
+    doc: dict[str, Any] = ask(engine, f"EXPLAIN (FORMAT JSON) {sql}").rows[0][0][0]
+    return doc
+
+
 def test_a_refused_choice_keeps_the_tables_own_rows_per_unit(engine: Engine) -> None:
     """Property: after the whole table's R is stored, a filtered COUNT (and a grouped one) whose
     own choice the guard refuses counts every row of its units (R >= 3: the exact answer), and
@@ -93,3 +99,29 @@ def test_a_refused_choice_keeps_the_tables_own_rows_per_unit(engine: Engine) -> 
     grouped = ask(engine, "SELECT g, COUNT(*) FROM t WHERE n <= 202 GROUP BY g ORDER BY g")
     # each unit: one row in x, two in y (r = 1, 3 -> y; r = 2 -> x)
     assert grouped.rows == [("x", 202), ("y", 404)], (grouped.rows, grouped.notices)
+
+
+def test_the_advice_gives_a_new_answer_to_the_same_statement(engine: Engine) -> None:
+    """newcomer23 #4: the fallback's advice (run SELECT COUNT(*) over the whole table: its rows
+    per unit are then reused) must work for the statement it was printed under. Property: asked
+    again after the table's R is stored, the same statement is measured again with it (charged,
+    the exact 603 rows, its MEDIAN's words from the bounds it was measured with: 3 rows per uid,
+    not the stored answer's 1) and says so; asked once more, that new answer is a free repeat.
+    A repeat with unchanged bounds stays free (the first two asks). Before: the third ask
+    returned the R = 1 answer (201) free, its MEDIAN notice recomputed with R = 3."""
+    sql = "SELECT COUNT(*), MEDIAN(n) FROM t WHERE n <= 201"
+    first = ask(engine, sql)
+    assert first.rows[0][0] == 201, first.rows  # R = 1: one row of each of 201 units
+    assert ask(engine, sql).cached  # the same bounds: a free repeat
+    ask(engine, "SELECT COUNT(*) FROM t")  # the advice: R >= 3 for the table, stored
+    assert explain(engine, sql)["Budget"]["Free Repeat"] is False  # EXPLAIN says it too
+    got = ask(engine, sql)
+    assert not got.cached and got.epsilon_spent > 0, got.notices
+    assert got.rows[0][0] == 603, (got.rows, got.notices)
+    assert any(n.startswith("measured again:") for n in got.notices), got.notices
+    median = next(n for n in got.notices if n.startswith("MEDIAN(n)"))
+    assert "keep at most 1 row" not in median, median
+    assert explain(engine, sql)["Budget"]["Free Repeat"] is True
+    repeat = ask(engine, sql)
+    assert repeat.cached and repeat.epsilon_spent == 0 and repeat.rows == got.rows
+    assert not any(n.startswith("measured again:") for n in repeat.notices), repeat.notices
