@@ -21,6 +21,7 @@ from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import Analysis, GroupKey
 from dpsql.sql.analyze_aggregates import _Ctx, _refuse_identifiers, check_row_level
 from dpsql.sql.apply_bounds import with_declared_total
+from dpsql.sql.date_range_empty import outside_declared
 from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left, no_row_left, uncrossed
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.nodes import table as table_node
@@ -197,7 +198,7 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
         for before, after in zip(keys, narrowed, strict=True):
             no_keys = no_keys or no_key_left(before, after, where_expr)
     if not keys and not sets:  # without GROUP BY: a WHERE no row can pass (free, a notice)
-        no_keys = no_row_left(ctx, where_expr)
+        no_keys = no_row_left(ctx, where_expr) or outside_declared(ctx, where_expr, ZONE.get())
     keys = narrowed
     outer = Outer(ctx, keys, sets)
     selects: list[exp.Expr] = []
