@@ -156,6 +156,7 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
             check_public_subquery(sub, ctx, policy, isinstance(n, exp.Exists), check_row_level)
             if isinstance(n, exp.In):
                 stack.append(n.this)
+                check_total(n, ctx.column)  # x IN (SELECT r.c ...): r.c converted to x's type
             continue
         stack.extend(n.iter_expressions())
         if isinstance(n, (exp.Select, exp.Subquery, exp.Exists)):

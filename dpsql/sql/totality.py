@@ -253,6 +253,8 @@ def _check_float_modulo(n: exp.Mod | exp.IntDiv, column: ColumnOf) -> None:
 
 def check_total(n: exp.Expr, column: ColumnOf) -> None:
     """Refuse ``n`` (one node of a row-level expression) when it could raise depending on data."""
+    if isinstance(n, (*fn.COMPARISONS, *_TYPE_CHOICES, exp.Between, exp.In, exp.Nullif)):
+        _check_public_conversion(n, column)
     if isinstance(n, _ARITHMETIC):
         if isinstance(n, (exp.Mod, exp.IntDiv)):
             _check_float_modulo(n, column)
@@ -278,6 +280,76 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
             check_str_to_time(n)
     elif isinstance(n, exp.TimeToStr):
         check_to_char(n, column)
+
+
+# where PostgreSQL gives values one common type (a date beside a timestamp becomes a timestamp)
+_TYPE_CHOICES = (exp.Case, exp.Coalesce, exp.Greatest, exp.Least)
+
+
+def _converted(n: exp.Expr) -> list[exp.Expr]:
+    """The operands of ``n`` PostgreSQL brings to one type (rows of values: position by
+    position, flattened)."""
+    if isinstance(n, exp.Between):
+        values = [n.this, n.args["low"], n.args["high"]]
+    elif isinstance(n, exp.In):
+        values = [n.this, *n.expressions]
+    elif isinstance(n, exp.Case):
+        values = [i.args["true"] for i in n.args.get("ifs") or []]
+        values += [n.args["default"]] if n.args.get("default") is not None else []
+        if isinstance(n.this, exp.Expr):  # CASE x WHEN v: x = v for each WHEN
+            values += [n.this, *(i.this for i in n.args.get("ifs") or [])]
+    elif isinstance(n, (exp.Coalesce, exp.Greatest, exp.Least)):
+        values = [n.this, *n.expressions]
+    else:
+        values = [x for x in (n.this, n.args.get("expression")) if isinstance(x, exp.Expr)]
+    out: list[exp.Expr] = []
+    for v in values:
+        while isinstance(v, exp.Paren):
+            v = v.this
+        out.extend(v.expressions if isinstance(v, exp.Tuple) else [v])
+    return out
+
+
+def _check_public_conversion(n: exp.Expr, column: ColumnOf) -> None:
+    """Refuse a public table's column that PostgreSQL would convert where the conversion can
+    fail on some of its values (review24): beside a float (``r.n = 1.5::float8``, a NUMERIC
+    beyond 1.8e308 fails: PostgreSQL has no NUMERIC-float comparison, it converts), or in a
+    common-type choice beside a date/time value (``COALESCE(r.d, now())``: a date past 294276
+    AD fails as a timestamp). The policy gives no type for a public table's columns, so dpsql
+    can't bound the value first as it does a private column's
+    (:mod:`dpsql.sql.rewrite.float_safe`, ``total_dates``). The public table's rows are
+    public, but PostgreSQL evaluates such a condition in a join or an IN / EXISTS subquery
+    only when a private row reaches it: whether the statement failed told whether some private
+    row passed the rest of the filter (answered on one database, 22003 on its neighbour with one
+    more person). ``x IN (SELECT r.c ...)`` of a float ``x`` converts the subquery's column the
+    same way."""
+    from dpsql.sql.rewrite.float_safe import maybe_float  # (the rewrite's reading of floats)
+
+    def public(v: exp.Expr) -> bool:
+        return isinstance(v, exp.Column) and column(v) is PUBLIC_COLUMN
+
+    values = _converted(n)
+    query = n.args.get("query") if isinstance(n, exp.In) else None
+    shown = next((v for v in values if public(v)), None)
+    others = [v for v in values if not public(v)]
+    if query is not None and maybe_float(n.this, column):
+        shown, others = n.this, [n.this]
+    if shown is None:
+        return
+    timely = isinstance(n, _TYPE_CHOICES) and any(
+        value_kind(v) == "time" or temporal_type(v, column) is not None for v in others
+    )
+    if not (timely or any(maybe_float(v, column) for v in others)):
+        return
+    what = "a date or time value" if timely else "a floating-point value"
+    raise UnsupportedSql(
+        f"{plain_sql(n)}: a public table's column beside {what} is not supported in private "
+        "queries: PostgreSQL converts it, which fails for some of its values, and evaluates "
+        "it only when a private row reaches it, so whether the statement failed would depend "
+        "on the private rows",
+        hint="compare the public column with a plain constant (r.n > 1.5, not 1.5::float8), "
+        "or filter the public table with constants alone",
+    )
 
 
 def _texty(node: exp.Expr) -> bool:
