@@ -79,6 +79,7 @@ from dpsql.sql.numeric_keys import (
     num_type,
     number_literal,
     range_arith,
+    whole_quotients,
 )
 from dpsql.sql.time_keys import TimeKeys, utc_offset
 from dpsql.upstream.zone import key_texts, tzinfo_of
@@ -365,6 +366,15 @@ class _Deriver(TimeKeys):
         n = 0 if dec is None else int_literal(dec)
         if n is None or not -15 <= n <= 15 or isinstance(node, (exp.Floor, exp.Ceil)) and dec:
             return None
+        inner = node.this
+        while isinstance(inner, exp.Paren):
+            inner = inner.this
+        if isinstance(inner, exp.Div) and isinstance(node, (exp.Floor, exp.Ceil)):
+            lit = number_literal(inner.expression)
+            keys = self.derive(inner.this) if lit is not None and lit[2] == "int" else None
+            if isinstance(keys, Domain) and num_type(inner, self.column) == "numeric":
+                assert lit is not None
+                return whole_quotients(node, keys, lit[0])
         got = self.derive(node.this)
         step = Fraction(10) ** -n
         if isinstance(got, Domain) and got.kind == "int":

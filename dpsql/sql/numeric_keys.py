@@ -75,6 +75,8 @@ def num_type(node: exp.Expr, column: Callable[[exp.Column], Column | None]) -> N
     if isinstance(node, (exp.Floor, exp.Ceil)) and not node.args.get("decimals"):
         # floor(numeric) is numeric; floor(integer) resolves to floor(double precision)
         return "numeric" if num_type(node.this, column) == "numeric" else None
+    if isinstance(node, exp.Extract) and node.meta.get("dpsql_called") != "date_part":
+        return "numeric"  # EXTRACT is numeric since PostgreSQL 14 (date_part double precision)
     if isinstance(node, exp.Cast) and not node.to.expressions:
         if node.to.this in _INTS:
             return "int"
@@ -126,6 +128,26 @@ def _exact(q: Fraction) -> bool:
         ctx.prec = 60
         value = Decimal(q.numerator) / Decimal(q.denominator)
     return len(value.normalize().as_tuple().digits) <= MAX_DIGITS
+
+
+MAX_DIVISOR = 10**8
+
+
+def whole_quotients(node: exp.Floor | exp.Ceil, d: Domain, divisor: Fraction) -> Domain | None:
+    """``floor(k / n)`` / ``ceil(k / n)`` of whole-number keys ``d`` over a whole-number literal
+    ``n`` (1 <= n <= :data:`MAX_DIVISOR`, ``numeric`` division: Grafana's
+    ``floor(extract(epoch from d)/86400)*86400``). PostgreSQL rounds the quotient to its
+    result scale (at least 8 decimals for a dividend under 10^12), and a quotient of two whole
+    numbers is at least 1/n away from the next whole number unless it is one, so the rounding
+    never moves it across one: ``floor`` of the rounded quotient is ``floor`` of the exact one."""
+    if d.kind != "int" or divisor.denominator != 1 or not 1 <= divisor <= MAX_DIVISOR:
+        return None
+    ks = [int(v) for v in d.values]  # type: ignore[call-overload]
+    if any(abs(k) >= 10**12 for k in ks):
+        return None
+    n = int(divisor)
+    up = isinstance(node, exp.Ceil)
+    return Domain("int", sorted_values({-(-k // n) if up else k // n for k in ks}), d.null)
 
 
 def domain_arith(op: type[exp.Expr], d: Domain, c: Fraction, scale: int) -> Domain | None:

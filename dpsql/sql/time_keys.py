@@ -126,6 +126,8 @@ class TimeKeys:
     def _extract(self, node: exp.Extract) -> Domain | None:
         field = str(node.this.this if isinstance(node.this, exp.Var) else node.this.name).lower()
         got = self.derive(node.expression)
+        if field == "epoch":
+            return self._epoch(got)
         if isinstance(got, Domain) and got.kind in ("date", "ts", "tstz"):
             if field not in _YEARLY and field not in _CYCLIC:
                 return None
@@ -148,6 +150,22 @@ class TimeKeys:
         seen = {_field(datetime.combine(d, datetime.min.time()), field)
                 for d in _dates(got.lo.date(), ndays)}  # fmt: skip
         return Domain("int", sorted_values(seen))
+
+    def _epoch(self, got: Got) -> Domain | None:
+        """``EXTRACT(epoch FROM d)`` of a date: its midnight's seconds since 1970-01-01 as a
+        whole number, whatever the time zone (PostgreSQL's epoch of a ``date`` is nominal, as of
+        a ``timestamp``; of a ``timestamptz`` it is not: not read). Grafana's
+        ``$__timeEpoch(d)`` and the inside of ``$__timeGroup(d, '1d')``."""
+        if isinstance(got, Span) and got.kind == "date":
+            n = (got.hi.date() - got.lo.date()).days + 1
+            if n > MAX_DAYS:
+                return None
+            got = Domain("date", tuple(_dates(got.lo.date(), n)))
+        if not isinstance(got, Domain) or got.kind != "date":
+            return None
+        epoch = date(1970, 1, 1)
+        secs = {(as_datetime(v).date() - epoch).days * 86400 for v in got.values}
+        return Domain("int", sorted_values(secs), got.null)
 
     def _clock(self, s: Span, field: str) -> Domain:
         whole = range(24) if field == "hour" else range(60)

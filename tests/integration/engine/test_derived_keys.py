@@ -58,6 +58,11 @@ SHAPES = [
     "CAST(d AS text)",
     "CAST(TRUNC(EXTRACT(YEAR FROM d)) AS INTEGER)",  # Tableau's DATEPART (connector dialect)
     "TRUNC(EXTRACT(MONTH FROM t))",
+    "floor(extract(epoch from d)/86400)*86400",  # Grafana's $__timeGroup(d, '1d')
+    "floor(extract(epoch from d)/604800)*604800",  # ... '7d' (weeks from 1970-01-01)
+    "floor(extract(epoch from d)/3600)*3600",  # ... '1h' (a date: one a day)
+    "ceil(extract(epoch from d)/90000)",
+    "extract(epoch from d)",  # Grafana's $__timeEpoch(d)
     "DATE_TRUNC('month', t)",
     "DATE_TRUNC('day', t)",
     "CAST(DATE_TRUNC('month', t) AS date)",
@@ -177,6 +182,9 @@ END_TO_END = [
     "SELECT to_char(d, 'YYYY-MM') AS ym, COUNT(*) FROM visits GROUP BY 1",
     "SELECT CAST(TRUNC(EXTRACT(YEAR FROM d)) AS INTEGER) AS y, "  # Tableau's DATEPART
     "CAST(TRUNC(EXTRACT(MONTH FROM d)) AS INTEGER) AS m, COUNT(*) FROM visits GROUP BY 1, 2",
+    'SELECT floor(extract(epoch from d)/604800)*604800 AS "time", kind AS metric, COUNT(*) '
+    "FROM visits WHERE d BETWEEN '2025-01-01T00:00:00Z' AND '2025-06-30T23:59:59Z' "
+    "GROUP BY 1, 2 ORDER BY 1",  # Grafana's $__timeGroupAlias(d, '7d'), $__timeFilter(d)
     "SELECT TRUNC(x, -2) AS r, COUNT(*), SUM(TRUNC(x)) FROM visits WHERE TRUNC(n) > 0 GROUP BY 1",
     "SELECT x > 100 AS big, COUNT(*) FROM visits GROUP BY 1",
     "SELECT ROUND(x, -2) AS r, COUNT(*) FROM visits GROUP BY 1",
