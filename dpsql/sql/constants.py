@@ -244,6 +244,14 @@ def constant(node: exp.Expr | None) -> Const:
         return _cast(node)
     if isinstance(node, (exp.Add, exp.Sub)):
         return _arith(node)
+    if isinstance(node, exp.UnixToTime) and len([v for v in node.args.values() if v]) == 1:
+        secs = constant(node.this)  # to_timestamp(seconds): an instant, naive UTC
+        if isinstance(secs, _Null):
+            return NULL
+        if not isinstance(secs, Fraction) or not -62135596800 <= secs <= 253402300799:
+            return UNKNOWN
+        micros = round(secs * 1_000_000)
+        return datetime(1970, 1, 1) + timedelta(microseconds=micros)
     if isinstance(node, (exp.StrToDate, exp.StrToTime)):
         fmt_node = node.args.get("format")
         value, fmt = constant(node.this), constant(fmt_node)

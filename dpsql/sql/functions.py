@@ -83,6 +83,7 @@ ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Localtimestamp,
     exp.StrToTime,  # to_timestamp('constant', 'format'), checked to parse
     exp.StrToDate,  # to_date('constant', 'format'), checked to parse
+    exp.UnixToTime,  # to_timestamp(epoch seconds): a constant number within years 1..9999
     exp.TimeToStr,  # to_char(date/timestamp, 'constant format')
 )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from datetime import date, datetime
+from fractions import Fraction
 
 from sqlglot import exp
 
@@ -69,7 +70,7 @@ def temporal_type(node: exp.Expr, column: ColumnOf) -> str | None:
     if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         inner = temporal_type(node.this, column)
         return "timestamptz" if inner == "date" else inner
-    if isinstance(node, (exp.CurrentTimestamp, exp.StrToTime)):
+    if isinstance(node, (exp.CurrentTimestamp, exp.StrToTime, exp.UnixToTime)):
         return "timestamptz"
     if isinstance(node, (exp.CurrentDate, exp.StrToDate)):
         return "date"
@@ -165,6 +166,33 @@ def check_str_to_time(n: exp.StrToTime | exp.StrToDate) -> None:
     )
 
 
+def check_unix_to_time(n: exp.UnixToTime) -> None:
+    """``to_timestamp(seconds)`` (Grafana's ``$__unixEpochFrom()`` / ``$__unixEpochTo()``
+    written inside it) of a number constant whose instant lies in years 1..9999 (as every date
+    constant here), or of a parameter (checked once bound, as a literal): PostgreSQL folds it
+    before any row is read, and it can't fail on these values. Anything else, even a constant
+    out of range (a data-independent error), is refused before anything runs or is charged."""
+    extra = [k for k, v in n.args.items() if k != "this" and v is not None]
+    arg = n.this
+    if not extra and isinstance(arg, (exp.Parameter, exp.Placeholder)):
+        return
+    value = constant(arg)
+    if not extra and isinstance(value, _Null):
+        return  # strict: NULL, never an error
+    if not extra and isinstance(value, Fraction) and UNIX_MIN <= value <= UNIX_MAX:
+        return
+    raise UnsupportedSql(
+        f"{plain_sql(n)} is not supported in private queries",
+        detail="to_timestamp(seconds) is supported with a number constant of seconds since "
+        "1970-01-01 00:00:00+00 whose instant lies in the years 1 to 9999",
+        hint="e.g. to_timestamp(1735689600), or TIMESTAMPTZ '2025-01-01 00:00:00+00'",
+    )
+
+
+UNIX_MIN = Fraction(-62135596800)  # 0001-01-01 00:00:00+00
+UNIX_MAX = Fraction(253402300799)  # 9999-12-31 23:59:59+00
+
+
 def check_trunc(n: exp.Expr, column: ColumnOf) -> None:
     unit = unit_text(n.args.get("unit"))
     if n.args.get("zone") is not None:
@@ -205,7 +233,7 @@ def check_extract(n: exp.Extract, column: ColumnOf) -> None:
 
 _TIME_NODES = (
     exp.Interval, exp.CurrentTimestamp, exp.CurrentDate, exp.Localtimestamp, exp.StrToTime,
-    exp.StrToDate, exp.TimestampTrunc, exp.DateTrunc,
+    exp.StrToDate, exp.UnixToTime, exp.TimestampTrunc, exp.DateTrunc,
 )  # fmt: skip
 _TIME_TYPES = frozenset(
     {

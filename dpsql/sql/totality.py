@@ -43,6 +43,7 @@ from dpsql.sql.temporal import (
     check_time_arithmetic,
     check_to_char,
     check_trunc,
+    check_unix_to_time,
     check_year,
     int_literal,
     temporal_type,
@@ -275,6 +276,8 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
         _check_round(n)
     elif isinstance(n, exp.Interval):
         check_interval(n)
+    elif isinstance(n, exp.UnixToTime):
+        check_unix_to_time(n)
     elif isinstance(n, (exp.StrToTime, exp.StrToDate)):
         if not isinstance(n.this, _BOUND):  # a parameter: checked once bound (a literal)
             check_str_to_time(n)

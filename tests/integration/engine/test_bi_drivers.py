@@ -31,7 +31,6 @@ STATEMENTS = [json.loads(x) for x in PATH.read_text().splitlines() if x.strip()]
 # fails here) once the shape is answered.
 XFAIL: dict[int, str] = {
     1: "Metabase's Sunday week: a date plus an interval can raise on an out-of-bounds date",
-    15: "Grafana's to_timestamp(epoch) constant in WHERE",
     25: "Tableau's week: a date minus EXTRACT(DOW) days can raise on an out-of-bounds date",
 }
 
