@@ -82,6 +82,7 @@ from dpsql.sql.numeric_keys import (
     whole_quotients,
 )
 from dpsql.sql.time_keys import TimeKeys, utc_offset
+from dpsql.sql.width_bucket import bucket_args, bucket_domain
 from dpsql.upstream.zone import key_texts, tzinfo_of
 
 __all__ = ["COUNT_KEYS_MAX", "Derived", "TooMany", "bounded_keys", "date_trunc_domain",
@@ -239,6 +240,12 @@ class _Deriver(TimeKeys):
             return self._to_char(node)
         if isinstance(node, (exp.Floor, exp.Ceil, exp.Round, exp.Trunc)):
             return self._rounding(node)
+        if isinstance(node, exp.WidthBucket):  # every bucket the bounds allow
+            b = bucket_args(node, self.column)
+            got = self.derive(node.this) if b is not None else None
+            if b is None or not isinstance(got, (Domain, NumRange)):
+                return None
+            return bucket_domain(b, got)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
             return self._arith(node)
         if isinstance(node, (exp.Upper, exp.Lower)):

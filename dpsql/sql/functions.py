@@ -61,6 +61,7 @@ ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Floor,
     exp.Ceil,
     exp.Trunc,  # TRUNC(x[, d]): toward zero; d an integer constant (dpsql.sql.totality)
+    exp.WidthBucket,  # constant bounds and count, a clamped operand (dpsql.sql.width_bucket)
     exp.Sign,
     exp.Lower,
     exp.Upper,

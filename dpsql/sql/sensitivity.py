@@ -185,6 +185,10 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
         return Interval(lo, r.magnitude)
     if isinstance(node, (exp.Round, exp.Floor, exp.Ceil, exp.Trunc)):
         return _rounded(node, columns)
+    if isinstance(node, exp.WidthBucket):  # a bucket number: 0 .. count + 1
+        n = node.args.get("num_buckets")
+        count = literal_value(n) if isinstance(n, exp.Expr) else None
+        return None if count is None else Interval(Fraction(0), count + 1)
     if isinstance(node, (exp.Greatest, exp.Least)):
         half = _half_range(node, columns)
         if half is None or half[0] is None or half[1] is None:

@@ -251,7 +251,7 @@ _NUMBER_TYPES = frozenset(
     }
 )  # fmt: skip
 _NUMBER_NODES = (
-    exp.Extract, exp.Length, exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.Sign, exp.Abs, exp.Mod,
+    exp.Extract, exp.Length, exp.Round, exp.Floor, exp.Ceil, exp.Trunc, exp.WidthBucket, exp.Sign, exp.Abs, exp.Mod,
     exp.IntDiv,
 )  # fmt: skip
 # dpsql's own total forms (dpsql.sql.rewrite.make_total): numbers

@@ -50,6 +50,7 @@ from dpsql.sql.temporal import (
     time_constants,
     value_kind,
 )
+from dpsql.sql.width_bucket import check_width_bucket
 from dpsql.sql.wording import plain_sql
 
 MAX_LITERAL_CHARS = 200
@@ -276,6 +277,8 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
         _check_round(n)
     elif isinstance(n, exp.Interval):
         check_interval(n)
+    elif isinstance(n, exp.WidthBucket):
+        check_width_bucket(n, column)
     elif isinstance(n, exp.UnixToTime):
         check_unix_to_time(n)
     elif isinstance(n, (exp.StrToTime, exp.StrToDate)):

@@ -18,7 +18,7 @@ from dpsql.policy.model import Policy
 
 # functions whose result never depends on the time zone given arguments that don't
 _PLAIN = (exp.AggFunc, exp.Coalesce, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Trunc,
-          exp.Greatest, exp.Least, exp.Lower, exp.Upper, exp.Length, exp.Nullif, exp.Case, exp.If,
+          exp.WidthBucket, exp.Greatest, exp.Least, exp.Lower, exp.Upper, exp.Length, exp.Nullif, exp.Case, exp.If,
           exp.Sqrt, exp.Ln, exp.Exp, exp.Pow)  # fmt: skip
 
 

@@ -345,6 +345,10 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if isinstance(n, exp.IntDiv):
                 return exp.Anonymous(this="div", expressions=[n.this, n.expression])
             return n
+        if isinstance(n, exp.WidthBucket) and not is_integer(n.this, columns):
+            # a NaN operand raises (dpsql.sql.width_bucket): clamped, it reads as 10^1000
+            n.set("this", _safe(n.this))
+            return n
         if floats is not None:  # PostgreSQL's float8 arithmetic (dpsql.sql.rewrite.total_float)
             if isinstance(n, exp.Div):
                 n.set("expression", checked_divisor(n.expression))

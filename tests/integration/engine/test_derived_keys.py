@@ -86,6 +86,12 @@ NUMBER_SHAPES = [
     "((floor(((x - 0.0) / 50.0)) * 50.0) + 0.0)",  # Metabase's bins (newcomer22 #32)
     "FLOOR(x / 25) * 25",
     "floor((n - 0.0) / 4.0) * 4.0 + 0.5",
+    "width_bucket(x, 0, 500, 10)",  # every bucket the bounds allow (x = 500: 11)
+    "width_bucket(x, 100, 200.5, 7)",
+    "width_bucket(x, 500, 0, 3)",
+    "width_bucket(n, 0, 10, 3)",  # an integer with integer bounds: the float8 overload
+    "width_bucket(n, -3.5, 12, 5)",
+    "width_bucket(x * 2, 0, 1000, 4)",
 ]
 OTHER_SHAPES = [  # over the declared keys (no enumeration: the keys themselves)
     "CAST(kind AS varchar)",
@@ -185,6 +191,8 @@ END_TO_END = [
     'SELECT floor(extract(epoch from d)/604800)*604800 AS "time", kind AS metric, COUNT(*) '
     "FROM visits WHERE d BETWEEN '2025-01-01T00:00:00Z' AND '2025-06-30T23:59:59Z' "
     "GROUP BY 1, 2 ORDER BY 1",  # Grafana's $__timeGroupAlias(d, '7d'), $__timeFilter(d)
+    "SELECT width_bucket(x, 0, 500, 10) AS b, COUNT(*) FROM visits GROUP BY 1",
+    "SELECT width_bucket(n, 0, 10, 3) AS b, SUM(x) FROM visits GROUP BY 1",
     "SELECT TRUNC(x, -2) AS r, COUNT(*), SUM(TRUNC(x)) FROM visits WHERE TRUNC(n) > 0 GROUP BY 1",
     "SELECT x > 100 AS big, COUNT(*) FROM visits GROUP BY 1",
     "SELECT ROUND(x, -2) AS r, COUNT(*) FROM visits GROUP BY 1",

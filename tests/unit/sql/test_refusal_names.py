@@ -45,6 +45,11 @@ REFUSED = [
     "SELECT COUNT(*), json_build_object('a', 1) FROM purchases",
     "SELECT COUNT(*) FROM purchases GROUP BY to_char(amount, '999')",
     "SELECT COUNT(*) FROM purchases WHERE left(category, 1) = 'b'",
+    "SELECT width_bucket(amount, 0, 500, 0), COUNT(*) FROM purchases GROUP BY 1",
+    "SELECT width_bucket(amount, 5, 5, 10), COUNT(*) FROM purchases GROUP BY 1",
+    "SELECT width_bucket(amount, quantity, 500, 10), COUNT(*) FROM purchases GROUP BY 1",
+    "SELECT width_bucket(amount, ARRAY[1, 2]), COUNT(*) FROM purchases GROUP BY 1",
+    "SELECT COUNT(*) FROM pums WHERE width_bucket(age::float8, 0, 100, 10) = 3",
     "SELECT COUNT(*) FROM purchases WHERE category IN (SELECT category FROM purchases)",
 ]
 
