@@ -13,12 +13,13 @@ and groups are chosen per unit on those (far fewer) rows::
     SELECT _dp_g*, COALESCE(SUM(_dp_p<i>), 0) AS _dp_m<i>
     FROM _dp_bounded WHERE _dp_gr <= max_groups_per_unit GROUP BY _dp_g*
 
-The rows are aggregated once into partials by a hashed aggregation (no sort of the rows, and
-parallel: nothing in it is volatile); only the partials, one per (unit, group), are ranked, by a
-keyed hash of (unit, keys) with the keys themselves breaking ties, so the choice is a function of
-the unit's own groups and the statement's salt (docs/mechanisms.md, "Choosing rows and groups").
-Without GROUP BY, or when the declared keys leave at most G groups, there is nothing to choose
-(``needs_group_rank``) and there is no window.
+The rows are aggregated once into partials (nothing in it is volatile: parallel safe); only the
+partials, one per (unit, group), are ranked, by a keyed hash of (unit, keys) with the keys
+themselves breaking ties, so the choice is a function of the unit's own groups and the
+statement's salt (docs/mechanisms.md, "Choosing rows and groups"). With a rank the rows are
+aggregated in (unit, keys) order (:func:`_rows_source`: the rank's sort is then one of each
+unit's few partials); without GROUP BY, or when the declared keys leave at most G groups, there
+is nothing to choose (``needs_group_rank``), no window, and the aggregation is hashed.
 
 Partials of one unit in one group, with R = max_rows_per_unit, n = COUNT(v) its non-NULL values
 (n = COUNT(*) for COUNT(*)), and each row's summand ``b`` in [a, c] (``v``, ``v - mid`` or
@@ -333,6 +334,28 @@ def _bigint(a: Analysis, m: Measure) -> bool:
     return cap * g * bound + max(cap, g * bound) < _BIGINT_ROOM
 
 
+def _rows_source(rank: bool, keys: list[exp.Column]) -> exp.Expr:
+    """What ``_dp_parts`` aggregates: ``_dp_rows``, or with a group rank ``(SELECT * FROM _dp_rows
+    ORDER BY _dp_unit, _dp_g*) AS _dp_sorted``, its rows sorted by the partials' own grouping
+    keys, so PostgreSQL aggregates them in order (a sorted GroupAggregate: its partials come out
+    ordered by unit, and the rank's sort by (unit, hash, keys) is an incremental sort of each
+    unit's few partials) instead of a hash table of every (unit, group) (about 120,000 entries
+    for the demo's GROUP BY purchased_at, spilled to disk past work_mem) followed by a full sort
+    of the partials. A plan choice, not a result: the GROUP BY, and so the partials, are the
+    same (PostgreSQL misestimates the number of groups of (unit, keys) by ~10x and so would
+    choose the hash table; it keeps a subquery's ORDER BY). Measured on the demo (backend CPU,
+    median of 11 interleaved runs): GROUP BY purchased_at 247 -> 211 ms, by date_trunc('month')
+    548 -> 486 ms, by category, region 438 -> 380 ms; a statement without a rank keeps the hash
+    table (no sort to share: AVG(amount) WHERE quantity > 2, one group per unit, is 7% faster
+    hashed)."""
+    rows = table("_dp_rows")
+    if not rank:
+        return rows
+    order = [exp.Ordered(this=k.copy()) for k in keys]
+    ordered = exp.select(exp.Star()).from_(rows, copy=False).order_by(*order, copy=False)
+    return ordered.subquery("_dp_sorted", copy=False)
+
+
 def bound_partials(
     a: Analysis,
     rows: exp.Select,
@@ -436,7 +459,7 @@ def bound_partials(
     q = q.with_(cte_name("_dp_rows"), as_=rows, copy=False)
     keys = [unit, *gcols]
     partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
-    partial = partial.from_(table("_dp_rows"), copy=False)
+    partial = partial.from_(_rows_source(rank, keys), copy=False)
     partial = partial.group_by(*[k.copy() for k in keys], copy=False)
     q = q.with_(cte_name("_dp_parts"), as_=partial, copy=False)
     src = "_dp_parts"

@@ -215,18 +215,23 @@ def test_row_path_sorts_once_and_matches(pengine: Engine, partials_dsn: str) -> 
 
 def test_partial_path_ranks_partials_not_rows(pengine: Engine, partials_dsn: str) -> None:
     """G-bounding needed (4 keys > G): the rows are aggregated into one partial per (unit, group)
-    by a hashed aggregation (no sort of the rows); only the partials are sorted, to rank each
-    unit's groups by their keyed hash."""
+    in (unit, keys) order (one sort of the rows by their plain columns, a sorted aggregation:
+    no hash table of every (unit, group)); the ranking by the groups' keyed hash then sorts only
+    each unit's few partials (an incremental sort, presorted by unit), not all of them."""
     text = _private_sql(pengine, "SELECT g, COUNT(*), SUM(x) FROM t GROUP BY g")
     assert "_dp_parts" in text and "_dp_gr" in text and "RANDOM" not in text.upper()
     with psycopg.connect(partials_dsn) as conn:
         plan = [r[0] for r in conn.execute("EXPLAIN " + text).fetchall()]
     shown = "\n".join(plan)
-    assert not [line for line in plan if "Sort Key: t.u" in line], shown  # rows never sorted
-    assert any("Group Key: t.u, t.g" in line for line in plan), shown  # partials by hash
+    rows = [line for line in plan if "Sort Key: t.u" in line]
+    assert [line.strip() for line in rows] == ["Sort Key: t.u, t.g"], shown  # rows sorted once
+    assert any("GroupAggregate" in line for line in plan), shown  # partials in that order
+    assert any("Group Key: t.u, t.g" in line for line in plan), shown
     key = "Sort Key: _dp_parts._dp_unit, (COALESCE(hashtextextended(_dp_parts."
-    sorts = [line for line in plan if key in line]
-    assert len(sorts) == 1, shown
+    at = [i for i, line in enumerate(plan) if key in line]
+    assert len(at) == 1, shown
+    assert "Incremental Sort" in plan[at[0] - 1], shown  # each unit's partials only
+    assert "Presorted Key: _dp_parts._dp_unit" in plan[at[0] + 1], shown
 
 
 def _private_sql(engine: Engine, sql: str) -> str:
