@@ -3,6 +3,7 @@
     python bench/engine.py [--repeat K] [--plan-repeat K] [--plan-only] [--policy FILE]
     python bench/engine.py --compare REV [--rounds N] [--repeat K] [--policy FILE] [--policy-now FILE]
     python bench/engine.py --fresh [--compare REV ...]   # new texts: prepare + execute, CPU
+    ... --only TEXT   # only the queries (or --fresh shapes) whose text (name) contains TEXT
 
 Starts its own PostgreSQL with the demo data (or uses DPSQL_BENCH_DSN), then for each query prints
 the median time of: the plain SQL on PostgreSQL, the rewritten (bounded) SQL on PostgreSQL, and the
@@ -189,7 +190,13 @@ def measure_json(dsn: str, policy: str, repeat: int) -> None:
 
 
 def compare(
-    rev: str, rounds: int, repeat: int, policy: str | None, now: str | None, fresh: bool = False
+    rev: str,
+    rounds: int,
+    repeat: int,
+    policy: str | None,
+    now: str | None,
+    fresh: bool = False,
+    only: list[str] | None = None,
 ) -> None:
     """``--compare``: see the module's docstring."""
     import json
@@ -220,6 +227,8 @@ def compare(
                     tree = base if key == "base" else ROOT
                     cmd = [sys.executable, __file__, "--measure-json", "--repeat", str(repeat),
                            "--policy", pols[key]]  # fmt: skip
+                    for t in only or ():
+                        cmd += ["--only", t]
                     if fresh:  # new texts in every process
                         cmd += ["--fresh", "--start", str(1000 * (2 * r + (key == "now")))]
                     env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
@@ -279,12 +288,19 @@ def main() -> None:
                     help="fresh private statements (a new text each, prepared and executed; "
                     "CPU per statement): alone, or with --compare")  # fmt: skip
     ap.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--only", action="append", metavar="TEXT",
+                    help="only the queries (--fresh: shapes) containing TEXT (repeatable); "
+                    "a loaded machine runs the whole list for many minutes")  # fmt: skip
     args = ap.parse_args()
+    if args.only:  # the --compare rounds' processes get the same option
+        QUERIES[:] = [q for q in QUERIES if any(t in q for t in args.only)]
+        for name in [n for n in FRESH if not any(t in n for t in args.only)]:
+            del FRESH[name]
     if args.compare:
         pol = args.policy if args.policy != str(POLICY) else None
         now = str(Path(args.policy_now).resolve()) if args.policy_now else None
         pol = pol and str(Path(pol).resolve())
-        compare(args.compare, args.rounds, args.repeat, pol, now, args.fresh)
+        compare(args.compare, args.rounds, args.repeat, pol, now, args.fresh, args.only)
         return
     dsn = os.environ.get("DPSQL_BENCH_DSN")
     if args.measure_json:

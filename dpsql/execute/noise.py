@@ -194,7 +194,7 @@ def release(
     for j, mp in enumerate(plan.measures):
         if mp.measure.selected:
             cands = mp.measure.candidates or (candidates or {}).get(mp.key, ())
-            hists = [hist.get((j, k), {}) for k, _ in table]
+            hists = [hist.get((j, k)) for k, _ in table]
             if mp.measure.kind == "count_keys":
                 present[mp.key] = key_rows(mp, hists, cands, noise)
                 noisy[mp.key] = np.array(

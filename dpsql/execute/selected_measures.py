@@ -16,9 +16,13 @@ from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
 from dpsql.sql.plan import MeasurePlan, Plan
-from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket
+from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket, outside_codes, spec
 
-Hist = dict[tuple[int, tuple[str | None, ...]], dict[Any, int]]
+Key = tuple[str | None, ...]
+# per (measure index, group key): a quantile's rows per bucket (int64, length B), a mode's or
+# COUNT(DISTINCT key)'s rows per candidate text
+Cells = np.ndarray | dict[Any, int]
+Hist = dict[tuple[int, Key], Cells]
 
 
 def split_bucket_rows(
@@ -28,74 +32,108 @@ def split_bucket_rows(
     :mod:`dpsql.sql.rewrite.bucket_values`.
 
     Returns the per-group rows (without the bucket columns) and, per (measure index, group key),
-    the count of rows per bucket (quantile: bucket index; mode: candidate text).
+    the count of rows per cell: a quantile's as an int64 array over its B buckets (a code
+    outside the grid counted in the bucket its clamped value is in), a mode's as a dict from
+    candidate text. A quantile's upstream rows (one per group and non-empty bucket: thousands
+    with 4,096 buckets) are read column-wise with numpy, not row by row.
     """
     a = plan.analysis
     specs = bucket_specs(a)
     if not specs:
         return rows, {}
+    if not rows:
+        return [], {}
     nk, nb = len(a.group_keys), len(specs)
-    width = len(rows[0]) - nb - 1 if rows else 0
-    spec_of = {j: specs.index(_spec_key(m)) for j, m in enumerate(a.measures) if m.selected}
+    width = len(rows[0]) - nb - 1
     full = 2**nb - 1
-    main: list[tuple[Any, ...]] = []
+    sets = np.array([r[-1] for r in rows], dtype=np.int64)
+    main = [tuple(rows[i][:width]) for i in np.flatnonzero(sets == full).tolist()]
     hist: Hist = {}
-    for r in rows:
-        gset = int(r[-1])
-        if gset == full:
-            main.append(tuple(r[:width]))
+    for b in range(nb):
+        # GROUPING's bit for _dp_b<b> is 2^(nb-1-b): the rows of bucketing b
+        mine = [rows[i] for i in np.flatnonzero(sets == full - 2 ** (nb - 1 - b)).tolist()]
+        if None in (cells := [r[width + b] for r in mine]):
+            # NULL values (or, for mode, values outside the public keys) are in no cell
+            mine = [r for r, c in zip(mine, cells, strict=True) if c is not None]
+            cells = [c for c in cells if c is not None]
+        if not mine:
             continue
-        b = nb - (full - gset).bit_length()  # GROUPING's bit for _dp_b<b> is 2^(nb-1-b)
-        bucket = r[width + b]
-        if bucket is None:
-            continue  # NULL values (or, for mode, values outside the public keys)
-        key = tuple(r[:nk])
-        for j, sj in spec_of.items():
-            if sj == b:
-                m = a.measures[j]
-                # a value outside a quantile's range has a code of its own (an outside count
-                # reads it): counted in the bucket its clamped value is in
-                cell = code_bucket(m, int(bucket)) if m.kind == "quantile" else bucket
-                h = hist.setdefault((j, key), {})
-                h[cell] = h.get(cell, 0) + int(r[nk + j])
+        # a group's index per row (one key column: the value itself, whose hash str caches)
+        keys: list[Any] = [r[0] for r in mine] if nk == 1 else [tuple(r[:nk]) for r in mine]
+        index: dict[Any, int] = dict.fromkeys(keys, 0)
+        for i, k in enumerate(index):
+            index[k] = i
+        group = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+        for j, m in enumerate(a.measures):
+            if not m.selected or specs.index(spec(m)) != b:
+                continue
+            counts = np.array([r[nk + j] for r in mine], dtype=np.int64)
+            if m.kind != "quantile":
+                for k, cell, c in zip(keys, cells, counts.tolist(), strict=True):
+                    h = hist.setdefault((j, (k,) if nk == 1 else k), {})
+                    assert isinstance(h, dict)
+                    h[cell] = h.get(cell, 0) + c
+                continue
+            codes = np.array(cells, dtype=np.int64)
+            below, above = outside_codes(m)
+            if codes.min() < below or codes.max() > above:
+                raise InternalError(f"{m.key}: a bucket code outside {below} .. {above}")
+            # a value outside a quantile's range has a code of its own (an outside count reads
+            # it): counted in the bucket its clamped value is in
+            codes[codes == below] = code_bucket(m, below)
+            codes[codes == above] = code_bucket(m, above)
+            mat = np.zeros((len(index), m.buckets), dtype=np.int64)
+            np.add.at(mat, (group, codes), counts)
+            for k, i in index.items():
+                hist[(j, (k,) if nk == 1 else k)] = mat[i]
     return main, hist
 
 
-def _spec_key(m: Any) -> tuple[str, ...]:
-    from dpsql.sql.rewrite.buckets import spec
+def bucket_matrix(hists: list[Cells | None], buckets: int) -> np.ndarray:
+    """The (groups, B) rows per bucket of a quantile's groups (a group without a row: zeros)."""
+    mat = np.zeros((len(hists), buckets), dtype=np.int64)
+    for i, h in enumerate(hists):
+        if h is None:
+            continue
+        if not isinstance(h, np.ndarray) or h.shape != (buckets,):
+            raise InternalError(f"a quantile's bucket counts where {buckets} were expected")
+        mat[i] = h
+    return mat
 
-    return spec(m)
+
+def _cells(h: Cells | None) -> dict[Any, int]:
+    """A mode's or key count's rows per candidate text (none: empty)."""
+    if isinstance(h, np.ndarray):
+        raise InternalError("bucket counts where a mode's candidates are expected")
+    return h or {}
 
 
 def select_values(
-    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noise: NoiseSource
+    mp: MeasurePlan, hists: list[Cells | None], candidates: tuple[str, ...], noise: NoiseSource
 ) -> list[Any]:
     """Release a quantile or mode per group from its bucket counts."""
     mech = mp.mechanism
     if not hists:
         return []
     if isinstance(mech, Quantile):
-        mat = np.zeros((len(hists), mech.buckets), dtype=np.int64)
-        for i, h in enumerate(hists):
-            for b, c in h.items():
-                mat[i, int(b)] = c
+        mat = bucket_matrix(hists, mech.buckets)
         chosen = noise.pick(mech, mech.scaled_utilities(mat))
         return [float(x) for x in mech.midpoints()[chosen]]
     assert isinstance(mech, Mode)
     cands = list(candidates)  # public: never derived from the data
     if not cands:
         return [None] * len(hists)
-    mat = np.array([[h.get(c, 0) for c in cands] for h in hists], dtype=np.int64)
+    mat = np.array([[_cells(h).get(c, 0) for c in cands] for h in hists], dtype=np.int64)
     chosen = noise.mode(mech, mat)
     return [cands[int(c)] for c in chosen]
 
 
 def key_rows(
-    mp: MeasurePlan, hists: list[dict[Any, int]], candidates: tuple[str, ...], noise: NoiseSource
+    mp: MeasurePlan, hists: list[Cells | None], candidates: tuple[str, ...], noise: NoiseSource
 ) -> np.ndarray:
     """COUNT(DISTINCT x) over declared keys: the rows of each (group, public key), with Laplace
     noise (a unit's kept rows in a group are <= R, spread over the keys: L1 <= G·R)."""
-    mat = np.array([[h.get(c, 0) for c in candidates] for h in hists], dtype=np.float64)
+    mat = np.array([[_cells(h).get(c, 0) for c in candidates] for h in hists], dtype=np.float64)
     mat = mat.reshape(len(hists), len(candidates))
     if not mat.size:
         return mat
@@ -129,17 +167,14 @@ def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[fl
     return float((row - w > 0).sum()), float((row + w >= 1).sum())
 
 
-def quantile_ends(mp: MeasurePlan, hists: list[dict[Any, int]], noise: NoiseSource) -> np.ndarray:
+def quantile_ends(mp: MeasurePlan, hists: list[Cells | None], noise: NoiseSource) -> np.ndarray:
     """A quantile's interval per group, (groups, 2): the lowest value of the bucket chosen for
     the target OFFSET rows below, the highest of the one chosen OFFSET rows above. Each end
     is on the wrong side of the true quantile (of the kept rows) with probability at most
     ``miss_probability(OFFSET)`` (dpsql.dp.quantiles.Quantile)."""
     assert mp.bounds is not None
     low_q, high_q = mp.bounds
-    mat = np.zeros((len(hists), low_q.buckets), dtype=np.int64)
-    for i, h in enumerate(hists):
-        for b, c in h.items():
-            mat[i, int(b)] = c
+    mat = bucket_matrix(hists, low_q.buckets)
     out = np.zeros((len(hists), 2), dtype=np.float64)
     if not hists:
         return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -20,11 +21,14 @@ import pytest
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.dp.quantiles import Quantile
 from dpsql.engine import Engine
+from dpsql.errors import InternalError
 from dpsql.execute.noise import release
 from dpsql.execute.selected_measures import split_bucket_rows
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import _to_resolution
+from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket, spec
 from tests.helpers import EXACT, binom_min_successes
 
 POLICY = {
@@ -165,6 +169,68 @@ def test_noisy_answers_on_demo_data(engine: Engine) -> None:
     )
 
 
+def _split_row_by_row(plan: Plan, rows: list[tuple[Any, ...]]) -> dict[Any, dict[Any, int]]:
+    """The bucket counts read one upstream row at a time (the reading split_bucket_rows
+    vectorises): per (measure, group), cell -> rows, a quantile's outside codes in the bucket
+    of the clamped value."""
+    a = plan.analysis
+    specs = bucket_specs(a)
+    nk, nb = len(a.group_keys), len(specs)
+    width, full = len(rows[0]) - nb - 1, 2**nb - 1
+    out: dict[Any, dict[Any, int]] = {}
+    for r in rows:
+        if r[-1] == full:
+            continue
+        b = nb - (full - r[-1]).bit_length()
+        if r[width + b] is None:
+            continue
+        for j, m in enumerate(a.measures):
+            if m.selected and specs.index(spec(m)) == b:
+                cell = code_bucket(m, int(r[width + b])) if m.kind == "quantile" else r[width + b]
+                h = out.setdefault((j, tuple(r[:nk])), {})
+                h[cell] = h.get(cell, 0) + int(r[nk + j])
+    return out
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT sex, MEDIAN(age), MAX(income), MODE() WITHIN GROUP (ORDER BY educ) FROM pums "
+        "GROUP BY sex",
+        "SELECT category, region, MEDIAN(amount), MIN(quantity) FROM purchases "
+        "WHERE amount > 20 GROUP BY category, region",
+        "SELECT PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY amount) FROM purchases",
+    ],
+)
+def test_bucket_counts_equal_the_rows_read_one_by_one(engine: Engine, sql: str) -> None:
+    """split_bucket_rows reads the per-bucket rows column-wise: the same counts per (measure,
+    group, cell) as the rows read one at a time, and a bucket code outside -1 .. B (never written
+    by the SQL) is refused, not counted in some other bucket."""
+    prepared = engine.prepare(sql)
+    plan = engine.plan(prepared, SessionContext(analyst="analyst"))
+    rows = list(engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows)
+    main, hist = split_bucket_rows(plan, rows)
+    want = _split_row_by_row(plan, rows)
+    assert len(main) == sum(r[-1] == 2 ** len(bucket_specs(plan.analysis)) - 1 for r in rows)
+    assert set(hist) == set(want)
+    for key, cells in hist.items():
+        if isinstance(cells, np.ndarray):
+            assert {b: n for b, n in enumerate(cells.tolist()) if n} == {
+                b: n for b, n in want[key].items() if n
+            }
+        else:
+            assert cells == want[key]
+    quantile = next(j for j, m in enumerate(plan.analysis.measures) if m.kind == "quantile")
+    b = bucket_specs(plan.analysis).index(spec(plan.analysis.measures[quantile]))
+    at = next(i for i, r in enumerate(rows) if r[-1] != 2 ** len(bucket_specs(plan.analysis)) - 1
+              and r[len(r) - len(bucket_specs(plan.analysis)) - 1 + b] is not None)  # fmt: skip
+    for bad in (-2, plan.analysis.measures[quantile].buckets + 1):
+        r = list(rows[at])
+        r[len(r) - len(bucket_specs(plan.analysis)) - 1 + b] = bad
+        with pytest.raises(InternalError, match="bucket code outside"):
+            split_bucket_rows(plan, [*rows[:at], tuple(r), *rows[at + 1 :]])
+
+
 def _rank_hits(engine: Engine, n: int, broken: bool = False) -> tuple[int, int]:
     """How often the released median's bucket holds a position within the stated rank error of
     the target, over n independent releases of the engine's plan on the real bucket counts."""
@@ -184,9 +250,8 @@ def _rank_hits(engine: Engine, n: int, broken: bool = False) -> tuple[int, int]:
     keyed = [(str(i), *r[1:]) for i in range(n) for r in mine]
     rel = release(plan, keyed, ("text",), None, 0.95, CSPRNG)
     _, hist = split_bucket_rows(plan, mine)
-    counts = np.zeros(stated.buckets, dtype=np.int64)
-    for b, c in hist[(0, ("1",))].items():
-        counts[int(b)] = c
+    counts = hist[(0, ("1",))]
+    assert isinstance(counts, np.ndarray) and counts.shape == (stated.buckets,)
     below = np.cumsum(counts) - counts
     t = 0.5 * (counts.sum() - 1)
     tol = stated.rank_error(0.95)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -180,7 +181,8 @@ def engine_cells(engine: Engine, sql: str) -> tuple[Analysis, dict[tuple[Any, ..
     _, hist = split_bucket_rows(plan, list(engine.backend.run(text, private=True).rows))
     out: dict[tuple[Any, ...], int] = {}
     for (i, key), counts in hist.items():
-        for bk, n in counts.items():
+        cells = enumerate(counts.tolist()) if isinstance(counts, np.ndarray) else counts.items()
+        for bk, n in cells:
             if n:
                 out[(_spec_of(a.measures[i]), key[0] if key else "", bk)] = int(n)
     return a, out, text
