@@ -49,6 +49,8 @@ def avg_line(
         return f"{s.sql}: an average released by a selection has no value interval"
     aw = avg_widths((m0, m1), avg, confidence)
     t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
+    if t.base and n is not None:  # the removed rows' mass above the declared low end
+        col = f"{col} above {fmt(float(t.base))}"
     mass = removed[t.key]
     where = " in all groups together" if a.group_keys else ""
     per = " in a group" if a.group_keys else ""

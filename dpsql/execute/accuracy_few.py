@@ -235,9 +235,9 @@ def unseen_text(
     unit = a.private.privacy_unit
     n = min(f[1] for f in found)
     k = max(f[2] for f in found)
-    kept = qty_text(a, t.measure, float(t.cap) / CAP_FACTOR)
+    kept = qty_text(a, t.measure, float(t.cap) / CAP_FACTOR, float(t.base))
     cap_g = t.group_cap_steps * t.grid if t.split > 1 else t.cap
-    lost = qty_text(a, t.measure, float(cap_g))
+    lost = qty_text(a, t.measure, float(cap_g), float(t.base))
     what = "rows" if t.measure.kind in ("count_rows", "count_values") else col_name(t.measure)
     where = (
         f"In {fmt(len(found))} of {plural(rows, 'group')} the released values cannot check it: a "

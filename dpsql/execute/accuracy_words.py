@@ -77,8 +77,8 @@ def _lost(a: Analysis, t: BiasTarget) -> str:
 
 def _cap(a: Analysis, t: BiasTarget) -> str:
     if t.split > 1:  # the cap is split evenly over the declared groups
-        return f"{qty_text(a, t.measure, float(t.group_cap_steps * t.grid))} in one group"
-    return qty_text(a, t.measure, float(t.cap))
+        return f"{qty_text(a, t.measure, float(t.group_cap_steps * t.grid), float(t.base))} in one group"
+    return qty_text(a, t.measure, float(t.cap), float(t.base))
 
 
 def _cap_source(a: Analysis, t: BiasTarget) -> str:
@@ -88,14 +88,14 @@ def _cap_source(a: Analysis, t: BiasTarget) -> str:
     m, unit = t.measure, a.private.privacy_unit
     if m.kind == "count_units":
         return f"{CAP_FACTOR}x the {plural(a.max_groups, 'group')} the bounds keep of one {unit}"
-    kept = qty_text(a, m, float(t.cap) / CAP_FACTOR)
+    kept = qty_text(a, m, float(t.cap) / CAP_FACTOR, float(t.base))
     scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
     text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
     if t.split > 1:
-        total = qty_text(a, m, float(t.cap))
+        total = qty_text(a, m, float(t.cap), float(t.base))
         text += f", {total}, shared over the {t.split} groups a {unit} can reach"
         if t.group_cap_steps * t.split > t.cap_steps:
-            text += f", at least {qty_text(a, m, float(t.grid))} in each"
+            text += f", at least {qty_text(a, m, float(t.grid), float(t.base))} in each"
     return text
 
 

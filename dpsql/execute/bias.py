@@ -309,7 +309,8 @@ def avg_widths(
     ref = 1 - alpha / (4 if n is not None else 3)
     m = c.target.measure
     half = float(m.hi - m.lo) / 2
-    top = float(max(abs(m.lo), abs(m.hi)))
+    base = c.target.base  # a removed row weighs its value less the base (BiasTarget.base)
+    top = float(max(abs(m.lo - base), abs(m.hi - base)))
     ws, wn = answer[0].half_width(ref), answer[1].half_width(ref) * half
     wd = c.dropped.half_width(ref)
     we = n.dropped.half_width(ref) * top if n is not None else 0.0
@@ -347,21 +348,22 @@ def avg_interval(
     w: AvgWidths,
 ) -> Interval | None:
     """AVG's interval including what bounding and clamping removed: the truth is
-    (kept plain sum + removed mass) / (kept rows + removed rows), kept plain sum = centred sum +
-    mid · rows. Each of the four parts within its interval (the sum and count at ``widths``,
+    (kept plain sum + base · removed rows + removed mass) / (kept rows + removed rows), kept
+    plain sum = centred sum + mid · rows, the removed mass that above the base
+    (:attr:`dpsql.sql.bias.BiasTarget.base`). Each of the four parts within its interval (the sum and count at ``widths``,
     the removed mass and rows at ``w``'s reaches: :func:`avg_widths`), the ratio's range over
     that box is at its corners (it is monotone in each part), clamped to the declared range."""
     import itertools
 
     c, n = removed
     t = c.plan.target
-    mid = float(t.measure.mid)
+    mid, base = float(t.measure.mid), float(t.base)
     (sc, nk), (ws, wn) = values, widths
     if nk < 1:
         return None
     ns = (max(1.0, nk - wn), nk + wn)
     corners = [
-        (a + mid * b + d) / (b + e)
+        (a + mid * b + base * e + d) / (b + e)
         for a, b, d, e in itertools.product(
             (sc - ws, sc + ws),
             ns,

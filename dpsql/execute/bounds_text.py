@@ -51,13 +51,15 @@ def sums_ones(m: Measure) -> bool:
         return False
 
 
-def qty_text(a: Analysis, m: Measure, x: float) -> str:
-    """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount'."""
+def qty_text(a: Analysis, m: Measure, x: float, base: float = 0.0) -> str:
+    """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount';
+    an AVG's mass above its base (:attr:`dpsql.sql.bias.BiasTarget.base`): '410 of birth_year
+    above 1,920'."""
     if m.kind in ("count_rows", "count_values") or sums_ones(m):
         return rows_text(x)
     if m.kind == "count_units":
         return f"{fmt(x)} {a.private.privacy_unit}"
-    return f"{fmt(x)} of {col_name(m)}"
+    return f"{fmt(x)} of {col_name(m)}" + (f" above {fmt(base)}" if base else "")
 
 
 def rows_kept(a: Analysis) -> str:

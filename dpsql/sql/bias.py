@@ -97,6 +97,11 @@ class BiasTarget:
     # #2: AVG(birth_year) over one row per patient, clamped at its declared 2,025, was given
     # [1975.9, 2025.0] and 'clamping cut off about 831,110 of birth_year', all of it noise)
     nothing_removed: bool = False
+    # AVG's value mass is measured from this base (its declared low end, >= 0): the removed
+    # mass of (value - base) over the rows left out, so a removed row's part is at most
+    # hi - base, not hi (AVG(birth_year) declared 1,920 to 2,025: 105 a row, not 2,025), and
+    # the truth is (kept plain sum + base x removed rows + removed mass) / (kept + removed rows)
+    base: Fraction = Fraction(0)
 
     @property
     def group_cap_steps(self) -> int:
@@ -315,8 +320,9 @@ def _key_combinations(a: Analysis) -> int:
 
 
 def _avg_targets(a: Analysis, factor: Fraction, wanted: set[str]) -> list[BiasTarget]:
-    """For AVG over values declared >= 0: its count (rows removed) and its centred sum (plain
-    value mass removed), so its interval can cover (kept sum + removed) / (kept + removed rows).
+    """For AVG over values declared >= 0: its count (rows removed) and its centred sum (the
+    removed rows' value mass above the declared low end ``lo``, and what clamping cut off), so
+    its interval can cover (kept sum + lo x removed rows + removed) / (kept + removed rows).
     Values of mixed sign: no estimate (the notice says so)."""
     out: list[BiasTarget] = []
     index = {m.key: i for i, m in enumerate(a.measures)}
@@ -331,9 +337,14 @@ def _avg_targets(a: Analysis, factor: Fraction, wanted: set[str]) -> list[BiasTa
             continue
         if any(t.index == ci for t in out):
             continue
-        cap = factor * r * max(abs(c.lo), abs(c.hi))  # the clamp range (chosen or declared)
+        # the clamp range (chosen or declared), from the declared low end: each removed row's
+        # part of the mass is its value less that base (centred on the range, not on 0); with
+        # rows one per unit none is removed, the mass is what clamping cut off: from 0
+        base = Fraction(0) if a.one_row_per_unit or a.unique_unit else lo
+        cap = factor * r * max(abs(c.lo - base), abs(c.hi - base))
         grid = _grid(cap)
-        out.append(BiasTarget(ci, c, 1, max(1, math.floor(cap / grid)), grid, lo, hi, ni))
+        steps = max(1, math.floor(cap / grid))
+        out.append(BiasTarget(ci, c, 1, steps, grid, lo, hi, ni, base=base))
         if n.key not in wanted and not any(t.index == ni for t in out):
             out.append(BiasTarget(ni, n, 1, max(1, math.floor(factor * r)), Fraction(1)))
     return out

@@ -105,7 +105,12 @@ def raw_partial_sql(t: BiasTarget, v: exp.Expr | None) -> exp.Expr:
     assert v is not None
     if kind == "count_values":
         return exp.Count(this=v.copy())
-    total = exp.Coalesce(this=exp.Sum(this=v.copy()), expressions=[exp.Literal.number(0)])
+    total: exp.Expr = exp.Coalesce(this=exp.Sum(this=v.copy()), expressions=[exp.Literal.number(0)])
+    if t.base:  # AVG: the values' mass above its base (BiasTarget.base), v >= base
+        total = exp.Sub(
+            this=total,
+            expression=exp.Mul(this=numeric(t.base), expression=exp.Count(this=v.copy())),
+        )
     return total if t.sign > 0 else exp.Neg(this=exp.Paren(this=total))
 
 
@@ -249,11 +254,12 @@ def measure_dropped(
 def kept_partial(t: BiasTarget, partial: Callable[[int], exp.Expr] | None) -> exp.Expr:
     """Target ``t``'s bounded partial in a kept group, made >= 0 by its sign like its raw
     partial: ``partial(i)`` is measure i's bounded partial (None: COUNT(DISTINCT unit), whose
-    partial is 1); AVG's plain sum is its centred sum + mid · its count."""
+    partial is 1); AVG's plain sum is its centred sum + mid · its count (less base · its count:
+    the mass above :attr:`BiasTarget.base`)."""
     p: exp.Expr = exp.Literal.number(1) if partial is None else partial(t.index)
     if t.count_index is not None:  # AVG: the kept plain sum = centred + mid · count
         assert partial is not None
-        mid = exp.Mul(this=numeric(t.measure.mid), expression=partial(t.count_index))
+        mid = exp.Mul(this=numeric(t.measure.mid - t.base), expression=partial(t.count_index))
         p = exp.Add(this=p, expression=mid)
     return exp.Neg(this=p) if t.sign < 0 else p
 
