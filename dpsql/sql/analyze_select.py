@@ -3,6 +3,7 @@ list, HAVING and ORDER BY (:mod:`dpsql.sql.select_outer`), LIMIT."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 from sqlglot import exp
@@ -22,7 +23,14 @@ from dpsql.sql.analysis import Analysis, GroupKey
 from dpsql.sql.analyze_aggregates import _Ctx, _refuse_identifiers, check_row_level
 from dpsql.sql.apply_bounds import with_declared_total
 from dpsql.sql.date_range_empty import outside_declared
-from dpsql.sql.group_domain import group_key, narrow_by_where, no_key_left, no_row_left, uncrossed
+from dpsql.sql.group_domain import (
+    empty_domain_notice,
+    group_key,
+    narrow_by_where,
+    no_key_left,
+    no_row_left,
+    uncrossed,
+)
 from dpsql.sql.join_cap import pre_join_rows
 from dpsql.sql.nodes import table as table_node
 from dpsql.sql.refusal_text import row_list_refusal
@@ -199,6 +207,14 @@ def analyze_select(tree: exp.Select, policy: Policy) -> Analysis:
             no_keys = no_keys or no_key_left(before, after, where_expr)
     if not keys and not sets:  # without GROUP BY: a WHERE no row can pass (free, a notice)
         no_keys = no_row_left(ctx, where_expr) or outside_declared(ctx, where_expr, ZONE.get())
+    elif (
+        not sets
+        and empty_domain_notice(tuple(narrowed), no_keys) is None  # (said already, as before)
+        and (beyond := outside_declared(ctx, where_expr, ZONE.get(), True))
+    ):
+        # GROUP BY over a date range that misses the declared one: no group (as PostgreSQL)
+        no_keys = no_keys or beyond
+        narrowed = [replace(k, keys=(), null_key=False, constant=False) for k in narrowed]
     keys = narrowed
     outer = Outer(ctx, keys, sets)
     selects: list[exp.Expr] = []

@@ -38,14 +38,14 @@ _MARGIN = timedelta(days=2)
 
 
 def outside_declared(
-    ctx: Ctx, where: exp.Expr | None, zone: str, now: datetime | None = None
+    ctx: Ctx, where: exp.Expr | None, zone: str, grouped: bool = False
 ) -> str | None:
     """The notice of a (qualified) WHERE clause whose range on a private date or timestamp
-    column with declared bounds leaves nothing of them; None otherwise. ``now``: dpsql's clock
-    (UTC; tests pass one)."""
+    column with declared bounds leaves nothing of them; None otherwise. ``grouped``: the
+    statement has GROUP BY (its answer: no rows)."""
     if where is None:
         return None
-    clock = now if now is not None else datetime.now(UTC).replace(tzinfo=None)
+    clock = datetime.now(UTC).replace(tzinfo=None)
     seen: set[str] = set()
     for c in where.find_all(exp.Column):
         text = c.sql("postgres")
@@ -64,7 +64,7 @@ def outside_declared(
         late = _span(where, c, col, zone, clock + _MARGIN)
         if early is None or late is None or early.lo <= late.hi:
             continue
-        return _notice(c.name, col, any(where.find_all(*_CLOCKS)))
+        return _notice(c.name, col, any(where.find_all(*_CLOCKS)), grouped)
     return None
 
 
@@ -98,15 +98,20 @@ def _clock_as(at: datetime) -> Callable[[exp.Expr], exp.Expr]:
     return fix
 
 
-def _notice(name: str, col: Column, clock: bool) -> str:
+def _notice(name: str, col: Column, clock: bool, grouped: bool) -> str:
     assert col.bounds is not None
     lo, hi = (str(b) for b in col.bounds)
     read = " (current_date and now() read as dpsql's clock, within two days)" if clock else ""
     return (
         f"the WHERE clause leaves nothing of {name}'s declared range, {lo} to {hi}{read}: the "
         f"policy's bounds of a date are the values it takes, so no row can pass it whatever the "
-        "data: the aggregates are those of no rows, as PostgreSQL gives them (COUNT 0; SUM, "
-        "AVG, MIN and the others NULL) (nothing was read or charged); ask about a period "
+        + (
+            "data: the answer has no rows, as PostgreSQL's "
+            if grouped
+            else "data: the aggregates are those of no rows, as PostgreSQL gives them (COUNT 0; "
+            "SUM, AVG, MIN and the others NULL) "
+        )
+        + "(nothing was read or charged); ask about a period "
         f"inside {lo} to {hi}, or ask the data owner to widen {name}'s declared bounds if the "
         "data goes further"
     )

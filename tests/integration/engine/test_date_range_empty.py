@@ -35,10 +35,17 @@ FREE = [
     "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount), COUNT(*) FROM purchases "
     "WHERE purchased_at < DATE '2025-01-01'",
 ]
+GROUPED = [
+    "SELECT category, COUNT(*) FROM purchases WHERE purchased_at >= '2026-01-01' GROUP BY category",
+    "SELECT date_trunc('month', purchased_at) AS m, SUM(amount) FROM purchases "
+    "WHERE purchased_at >= current_date - INTERVAL '30 days' GROUP BY 1",
+    "SELECT quantity, AVG(amount) FROM purchases WHERE purchased_at < '2024-06-01' GROUP BY quantity",
+]
 CHARGED = [
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= '2025-12-31'",
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= current_date - INTERVAL '40 years'",
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= '2026-01-01' OR amount > 499",
+    "SELECT category, COUNT(*) FROM purchases WHERE purchased_at >= '2025-12-01' GROUP BY category",
 ]
 
 
@@ -74,3 +81,18 @@ def test_a_range_meeting_the_declared_one_is_measured(engine: Engine, sql: str) 
     got = ask(engine, sql)
     assert got.epsilon_spent > 0, got.notices
     assert not any("leaves nothing of" in n for n in got.notices), got.notices
+
+
+@pytest.mark.parametrize("sql", GROUPED)
+def test_grouped_beyond_the_declared_range_answers_no_rows_free(
+    engine: Engine, demo_dsn: str, sql: str
+) -> None:
+    """With GROUP BY (declared keys, a date's periods read from current_date, groups from the
+    data): no rows, as PostgreSQL, nothing charged (before: each key's noisy count, charged)."""
+    got = ask(engine, sql)
+    with psycopg.connect(demo_dsn) as conn:
+        assert conn.execute(sql).fetchall() == []  # type: ignore[arg-type]
+    assert got.rows == [] and got.epsilon_spent == 0, (got.rows, got.notices)
+    assert isinstance(engine.ledger, Ledger) and engine.ledger.history("analyst") == []
+    assert any("leaves nothing of purchased_at's declared range" in n and "the answer has no "
+               "rows" in n for n in got.notices), got.notices  # fmt: skip
