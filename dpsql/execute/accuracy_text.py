@@ -177,8 +177,8 @@ def accuracy_notes(
             f"(they keep {bounds_keep(a, t)}): {said}"
             f"{_reach_text(a, t, r.dropped[:rows], tw.d_hi)} "
         )
-        if sum_d > own:  # a large part clearly left out: a line of its own leads the notices
-            leads += _low_lead(a, t, s.sql, total, answer, grouped)
+        if sum_d > LEAD_CLEAR * own:  # a large part clearly left out: a line of its own first
+            leads += _low_lead(a, t, s.sql, total, answer, grouped, own)
         line += assumption(a, r, t, rows)
         found = []  # answers the releases cannot check: a few units may hold most of them
         if rows and noisy is not None and s.measures[0] in noisy and not alarmed(r, rows):
@@ -234,26 +234,35 @@ def accuracy_notes(
     return Accuracy((*leads, *lines, *quantiles), disowned)
 
 
-LEAD_SHARE = 0.25  # the bounds' left-out estimate leads the line from a quarter of the answer
+LEAD_SHARE = 0.25  # the bounds' left-out estimate leads the notices from a quarter of the answer
+LEAD_CLEAR = 1.5  # ... where it is at least 1.5 times its own noise's reach
 
 
 def _low_lead(
-    a: Analysis, t: BiasTarget, sql: str, total: float, answer: float, grouped: bool
+    a: Analysis,
+    t: BiasTarget,
+    sql: str,
+    total: float,
+    answer: float,
+    grouped: bool,
+    noise: float,
 ) -> list[str]:
-    """The first notice where the bounds clearly left out a large part (a clear estimate of at
-    least :data:`LEAD_SHARE` of the answer): the answer is that much low, and about what the
-    truth is (newcomer23 #16: the R = 1 fallback's `551 [534, NULL]` for 1,097 rows said "about
-    561 rows (102% of the answer)" only in the middle of its notice, while BI tools show the
-    number alone). Post-processing of the released answer and estimate; [] otherwise."""
+    """The first notice where the bounds clearly left out a large part (an estimate of at least
+    :data:`LEAD_SHARE` of the answer and :data:`LEAD_CLEAR` times its noise's reach ``noise``):
+    the answer is that much low, and about what the truth is, give or take that reach
+    (newcomer23 #16: the R = 1 fallback's `551 [534, NULL]` for 1,097 rows said "about 561 rows
+    (102% of the answer)" only in the middle of its notice, while BI tools show the number
+    alone; a SUM whose estimate is barely above its noise, 156M give or take 156M, gets no such
+    line). Post-processing of the released answer and estimate; [] otherwise."""
     if t.sign <= 0 or answer <= 0 or total < LEAD_SHARE * answer:
         return []
     together = " in all groups together" if grouped else ""
     return [
         f"left out by the contribution bounds: {sql} is low{together}: they keep "
-        f"{bounds_keep(a, t)} and left out about {qty_text(a, t.measure, total)}, "
-        f"{percent(total / answer)} of the answer: with those the truth is about "
-        f"{qty_text(a, t.measure, answer + total)} (the answer plus that noisy estimate; its "
-        "line below says how far either can be off)"
+        f"{bounds_keep(a, t)} and left out about {qty_text(a, t.measure, total)} (give or take "
+        f"{qty_text(a, t.measure, noise)}), {percent(total / answer)} of the answer: with those "
+        f"the truth is about {qty_text(a, t.measure, answer + total)} (the answer plus that "
+        "noisy estimate; its line below says how far either can be off)"
     ]
 
 
