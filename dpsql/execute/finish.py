@@ -85,7 +85,7 @@ def finish(
     same = repeated_names_notice(
         names,
         [(pos, base) for (pos, _, _), (_, base) in zip(ivcols, icols, strict=True)],
-        _output_texts(prepared, a, names),
+        lambda: _output_texts(prepared, a, names),  # (a sqlglot generation per output)
     )
     with_rid = not a.outer.args.get("distinct") and not describe_only
     text = _outer_sql(engine, prepared, a, rel, with_rid, icols)

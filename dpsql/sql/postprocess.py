@@ -14,7 +14,7 @@ statistic uses), then the statistic's range over that box: conservative, never o
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -160,14 +160,15 @@ def interval_base(names: Sequence[str], pos: int) -> str:
 
 
 def repeated_names_notice(
-    names: Sequence[str], bases: Sequence[tuple[int, str]], texts: Sequence[str]
+    names: Sequence[str], bases: Sequence[tuple[int, str]], written: Callable[[], Sequence[str]]
 ) -> str | None:
     """The notice naming each interval's column where outputs share a name (``bases``: each
-    output position with intervals and its :func:`interval_base`; ``texts``: every output's SQL),
-    None where no name repeats."""
+    output position with intervals and its :func:`interval_base`; ``written()``: every output's
+    SQL, written only for the notice), None where no name repeats."""
     repeated = [(p, b) for p, b in bases if names.count(names[p]) > 1 or b != names[p]]
     if not repeated:
         return None
+    texts = written()
     each = "; ".join(
         f"{b}_low/{b}_high: column {p + 1} ({names[p]}: {texts[p]})" for p, b in repeated
     )
