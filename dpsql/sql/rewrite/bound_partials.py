@@ -65,7 +65,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
-from dpsql.sql.bias import bias_targets
+from dpsql.sql.bias import BiasTarget, bias_targets
 from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.keyed_hash import group_hash, unit_hash
 from dpsql.sql.rewrite.literals import numeric
@@ -156,6 +156,50 @@ def partial_sql(
     return exp.Least(
         this=exp.Greatest(this=part, expressions=[numeric(lo)]), expressions=[numeric(hi)]
     )
+
+
+def _count_of(m: Measure, v: exp.Expr | None, counted: exp.Expr | None) -> exp.Expr | None:
+    """The n of :func:`partial_sql`'s measure ``m``: ``COUNT(*)`` or ``COUNT(counted or v)``."""
+    if m.kind == "count_rows":
+        return exp.Count(this=exp.Star())
+    if m.kind not in ("count_values", "sum", "sum_centered") or v is None:
+        return None
+    return exp.Count(this=(v if counted is None else counted).copy())
+
+
+def kept_whole(
+    a: Analysis,
+    t: BiasTarget,
+    values: list[exp.Expr | None],
+    counts: list[exp.Expr | None] | None,
+    raw_values: dict[int, exp.Expr] | None,
+) -> exp.Expr | None:
+    """``n <= R``: a condition on a partial's aggregates under which bias target ``t``'s kept
+    partial in a kept group equals its raw partial exactly, so it lost nothing (its removed
+    steps are 0: :func:`~dpsql.sql.rewrite.measure_dropped.removed_steps`); None when that
+    can't be said of the SQL alone.
+
+    With n <= R values a count's partial ``LEAST(n, R)`` is n, its raw partial; a SUM's partial
+    is ``SUM(b)`` (the branch n <= R) clamped into [R·min(a, 0), R·max(c, 0)], and n summands in
+    [a, c] add up to a number in [n·a, n·c], inside that range: the clamp leaves it, and the
+    raw partial is that same ``SUM(v)`` (NUMERIC, exact; rounding only in the n > R branch);
+    AVG's (centred sum + mid · count, :func:`kept_partial`) is ``SUM(v) - mid·n + mid·n`` when
+    its count counts the same column. Only when the raw partial reads the measure's own value
+    column (not a wider declared clamp: ``raw_values``, ``clamp: auto``) and n counts what the
+    partial counts (a raw column of the same SQL: the chosen clamp is the declared range)."""
+    m, v = a.measures[t.index], values[t.index]
+    raw = (raw_values or {}).get(t.index)
+    if raw is not None and (v is None or raw.sql("postgres") != v.sql("postgres")):
+        return None  # clamped-off mass is removed too, whatever n
+    n = _count_of(m, v, counts[t.index] if counts else None)
+    if n is None:
+        return None
+    if t.count_index is not None:  # AVG: its count must count the same column
+        c = a.measures[t.count_index]
+        nc = _count_of(c, values[t.count_index], counts[t.count_index] if counts else None)
+        if nc is None or nc.sql("postgres") != n.sql("postgres"):
+            return None
+    return exp.LTE(this=n, expression=exp.Literal.number(a.max_rows))
 
 
 def capped(m: Measure) -> bool:
@@ -441,7 +485,8 @@ def bound_partials(
         cap = t.cap_steps if rank else t.group_cap_steps
         of_kept = None if t.index not in kept else lambda i: exprs[kept[i]]
         names = (f"_dp_ek{t.index}", f"_dp_ed{t.index}" if rank else None)
-        if_kept = removed_steps(t, raw, kept_partial(t, of_kept), cap)
+        whole = kept_whole(a, t, values, counts, raw_values)
+        if_kept = removed_steps(t, raw, kept_partial(t, of_kept), cap, whole)
         steps.append(exp.alias_(if_kept, names[0], copy=False))
         if names[1] is not None:
             steps.append(exp.alias_(removed_steps(t, raw, None, cap), names[1], copy=False))

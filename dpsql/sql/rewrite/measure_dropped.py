@@ -117,7 +117,13 @@ def raw_partial_sql(t: BiasTarget, v: exp.Expr | None) -> exp.Expr:
 INT4_MAX = 2**31 - 1
 
 
-def removed_steps(t: BiasTarget, raw: exp.Expr, kept: exp.Expr | None, cap: int) -> exp.Expr:
+def removed_steps(
+    t: BiasTarget,
+    raw: exp.Expr,
+    kept: exp.Expr | None,
+    cap: int,
+    whole: exp.Expr | None = None,
+) -> exp.Expr:
     """A unit's removed mass of target ``t`` in one group, in grid steps (>= 0), capped at
     ``cap`` + 1: ``LEAST(GREATEST(CEIL((raw - kept) / grid), 0), cap + 1)`` as an ``integer``
     (``bigint`` past its range); ``raw``: the unit's raw partial in the group (sign-adjusted:
@@ -130,6 +136,12 @@ def removed_steps(t: BiasTarget, raw: exp.Expr, kept: exp.Expr | None, cap: int)
     and to the same number then (every one of them is <= C); past C both give 0 and "not passing";
     and ``LEAST(e, x)``, ``e > x`` for any x <= C are the same for e and ``LEAST(e, C + 1)``. It
     keeps the running sums over a unit's groups in ``bigint`` (``SUM(integer)``), not NUMERIC.
+
+    ``whole``: a condition on the partial's aggregates under which ``kept`` equals ``raw``
+    exactly (:func:`~dpsql.sql.rewrite.bound_partials.kept_whole`: at most R values, the same
+    column), written ``CASE WHEN whole THEN 0 ELSE <steps> END``: the same number, 0, without
+    the NUMERIC subtraction, division and rounding of a partial that lost nothing (most of
+    them; PostgreSQL evaluates a CASE branch only when it is taken).
     """
     d: exp.Expr = raw.copy()
     if kept is not None:
@@ -138,7 +150,10 @@ def removed_steps(t: BiasTarget, raw: exp.Expr, kept: exp.Expr | None, cap: int)
         d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
     e = exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
     capped = exp.Least(this=e, expressions=[exp.Literal.number(cap + 1)])
-    return cast(capped, "int" if cap + 1 <= INT4_MAX else "bigint")
+    steps = cast(capped, "int" if cap + 1 <= INT4_MAX else "bigint")
+    if whole is None:
+        return steps
+    return exp.Case(ifs=[exp.If(this=whole.copy(), true=exp.Literal.number(0))], default=steps)
 
 
 def dropped_columns(

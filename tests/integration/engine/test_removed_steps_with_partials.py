@@ -7,7 +7,9 @@ C + 1, as integers), instead of from the raw and bounded partials after the grou
 column of the private SQL -- the bounded measures, ``dropped``, ``over_cap``, ``outside`` --
 is the same, on data where units pass the cap C (heavy units), lose groups to the ranking,
 hold NULLs and values outside the declared bounds, for the same salt. Deterministic: no noise
-is drawn (the SQL's own rows are compared).
+is drawn (the SQL's own rows are compared). A kept group's steps are 0 without computing them
+where the partial held at most R values (``bound_partials.kept_whole``): the comparison checks
+that too (a condition one value too wide is caught).
 """
 
 from __future__ import annotations
@@ -139,12 +141,37 @@ def test_the_comparison_catches_a_wrong_cap(
     monkeypatch.setattr(
         importlib.import_module("dpsql.sql.rewrite.bound_partials"),
         "removed_steps",
-        lambda t, raw, kept, cap: real(t, raw, kept, cap - 1),
+        lambda t, raw, kept, cap, whole=None: real(t, raw, kept, cap - 1, whole),
     )
     differ = 0
     with psycopg.connect(dsn) as conn:
         for query in QUERIES:
             new, old = _sql(query, "s1"), earlier(query, "s1")
+            got = sorted(conn.execute(new).fetchall(), key=repr)
+            differ += got != sorted(conn.execute(old).fetchall(), key=repr)
+    assert differ > 0
+
+
+def test_the_comparison_catches_a_wrong_whole(
+    dsn: str, earlier: Callable[[str, str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broken twin: a kept group's steps taken as 0 up to R + 1 values (``kept_whole`` one
+    value too wide: a partial of R + 1 rows did lose one) gives other ``dropped`` columns."""
+    mod = importlib.import_module("dpsql.sql.rewrite.bound_partials")
+    real = mod.kept_whole
+
+    def wide(*args, **kw):  # type: ignore[no-untyped-def]
+        got = real(*args, **kw)
+        if got is not None:
+            got.set("expression", sqlglot.exp.Literal.number(int(got.expression.this) + 1))
+        return got
+
+    monkeypatch.setattr(mod, "kept_whole", wide)
+    differ = 0
+    with psycopg.connect(dsn) as conn:
+        for query in QUERIES:
+            new, old = _sql(query, "s1"), earlier(query, "s1")
+            assert "THEN 0 ELSE" in new or "_dp_ek" not in new
             got = sorted(conn.execute(new).fetchall(), key=repr)
             differ += got != sorted(conn.execute(old).fetchall(), key=repr)
     assert differ > 0
