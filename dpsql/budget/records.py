@@ -208,11 +208,22 @@ def exhausted(
     end = period_end(lim.period, now)
     when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
     who = "you have" if lim.kind == "analyst" else f"the {lim.label} has"
+    # "analyst analyst (analyst asked)" read as a typo when the analyst is named "analyst"
+    whose = (
+        f"your budget ({lim.label})" if lim.kind == "analyst" else f"{lim.label} ({analyst} asked)"
+    )
     if need is None:
         needs = "the query adds Gaussian noise, which needs a budget with delta for it"
     else:
         needs = f"the query needs epsilon {fmt_up(need)} and delta {fmt_up(cost.delta)}"
     why = ""
+    if need is not None and cost.rho == 0 and need < cost.epsilon:
+        # a statement at epsilon 5 "needs 4.712" (newcomer23 #19): the filter's count, not a typo
+        needs += (
+            f" (its releases add up to epsilon {fmt_up(cost.epsilon)}; the budget counts them "
+            f"as {fmt_up(need)} of what is left, as its privacy filter composes many releases "
+            'for less than their sum: docs/budget.md, "The privacy filter")'
+        )
     if need is not None and cost.rho > 0 and row.spent.cost.rho == 0 and f.overhead is not None:
         why = (
             "; what the query needs includes the one-time conversion cost that the period's "
@@ -230,7 +241,7 @@ def exhausted(
     return BudgetExhausted(
         f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} left, and delta "
         f"{fmt_down(left_delta)} for partition selection{when}; {needs}",
-        detail=f"{lim.label} ({analyst} asked): epsilon {fmt_down(f.epsilon)} and delta "
+        detail=f"{whose}: epsilon {fmt_down(f.epsilon)} and delta "
         f"{fmt_down(f.delta)} {per} ({fmt_down(f.delta_explicit)} of that delta for "
         f"partition selection); spent so far: epsilon {fmt_up(spent)}, delta "
         f"{fmt_up(row.spent.cost.delta)} for partition selection{gauss}{why}",

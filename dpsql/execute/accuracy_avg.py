@@ -169,12 +169,14 @@ def _avg_why_wide(
     if not wide or noisy is None or hi <= lo:
         return ""
     widths = [mechs[0].half_width(levels[0]), mechs[1].half_width(levels[1])]
-    noise_wide, kept = 0, math.inf
+    noise_wide, kept, ends = 0, math.inf, 0
     for r in wide:
         vals = [float(noisy[m][r]) for m in s.measures]
         kept = min(kept, max(0.0, vals[1]))
         iv = derive(s, vals, widths)[1]
         noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
+        v = derive(s, vals, [0.0, 0.0])[0]
+        ends += v is not None and not lo < v < hi
     which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
     smallest = "the smallest group" if len(wide) > 1 else "it"
     why = (
@@ -184,8 +186,24 @@ def _avg_why_wide(
         else f"the estimate of what the bounds left out (it gets {ESTIMATE_SHARE} of epsilon) is that "
         f"wide ({smallest} has about {fmt(kept)} rows, a noisy count)"
     )
+    col = col_name(a.measure(s.measures[0]))
+    # an answer at the range's end is where the noisy average fell beyond it (newcomer23 #22:
+    # AVG(age) of 133 people "0 [0, 100]" read as data)
+    at_end = (
+        (
+            f" In {ends} of them the answer is an end of that range ({fmt(lo)} or {fmt(hi)}): "
+            "the noisy average fell beyond it and shows at its end, which says the group has "
+            f"too few rows, not what its {col} is."
+            if a.group_keys
+            else f" The answer is an end of that range ({fmt(lo)} or {fmt(hi)}): the noisy "
+            "average fell beyond it and shows at its end, which says there are too few rows, "
+            f"not what their {col} is."
+        )
+        if ends
+        else ""
+    )
+    fewer = "group less finely" if a.group_keys else "ask about more rows (a wider filter)"
     return (
-        f" {which} spans most of {col_name(a.measure(s.measures[0]))}'s declared range "
-        f"({fmt(lo)} to {fmt(hi)}): {why}. "
-        "Raise dpsql.epsilon, or group less finely."
+        f" {which} spans most of {col}'s declared range ({fmt(lo)} to {fmt(hi)}): {why}."
+        f"{at_end} Raise dpsql.epsilon, or {fewer}."
     )

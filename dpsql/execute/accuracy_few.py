@@ -194,6 +194,17 @@ def declare_advice(a: Analysis) -> str:
             f"rows one {unit} has in all: its bounds keep this shape and spend nothing "
             "choosing)"
         )
+    rows_left = "rows" in a.auto_bounded or a.private.auto_rows
+    if not (a.joins or a.sources) and declared_total(a) is None and rows_left:
+        # the same advice whatever the statement's neighbours (newcomer23 #3): declared R (and
+        # G) would size every per-group COUNT of the table for R x G rows, a total keeps auto's
+        # one cap over all groups where it applies and bounds R and G (free) elsewhere
+        return (
+            "ask the data owner to declare max_rows_per_unit_total in the policy (the most "
+            f"rows one {unit} has in all: rows and groups per {unit} are then at most that, "
+            "nothing spent choosing them; per-group COUNTs and SUMs asked without other "
+            "aggregates keep one cap over all groups)"
+        )
     rows = "rows" in a.auto_bounded or any(p.auto_rows for p in tables)
     groups = "groups" in a.auto_bounded or any(p.auto_groups for p in tables)
     auto = [
@@ -255,8 +266,7 @@ def unseen_text(
         )
     else:
         fix = (
-            "To rule that out, ask the data owner to declare max_rows_per_unit in the policy (no "
-            f"fewer than the most rows one {unit} has), or raise dpsql.epsilon (the count of "
+            f"To rule that out, {declare_advice(a)}, or raise dpsql.epsilon (the count of "
             f"{unit} beyond the cap then speaks up)."
         )
     return (

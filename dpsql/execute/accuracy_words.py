@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dpsql.execute.accuracy_few import declare_advice
 from dpsql.execute.bias import ALARM, Removed, one_row
 from dpsql.execute.bounds_text import clamp_text, col_name, fmt, qty_text, rows_kept
 from dpsql.sql.analysis import Analysis
@@ -118,8 +119,7 @@ def assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
             "ask the data owner to raise it, or ask about fewer rows."
             if total is not None and not a.auto_bounded
             else "The bounds were chosen from the data (auto): raise dpsql.epsilon for a surer "
-            "choice, ask the data owner to set max_rows_per_unit / max_groups_per_unit to "
-            "numbers in the policy, or ask about fewer rows."
+            f"choice, {declare_advice(a)}, or ask about fewer rows."
             if auto
             else "Raise max_rows_per_unit / max_groups_per_unit in the policy, or ask about "
             "fewer rows."

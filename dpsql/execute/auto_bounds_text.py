@@ -35,7 +35,10 @@ def notice(
     column, the word the notice uses for one person; ``whose``: what ``epsilon`` is the budget
     of (a part of a statement of several aggregates: "this part's"); ``a``: the statement's
     analysis (G taken from its declared keys: why its noise is that large, :func:`keyed_groups`)."""
-    text = _notice(bounds, epsilon, stored, whose)
+    # an average, spread or quantile alone aims its rows per unit at the median unit: a
+    # whole-table COUNT's stored rows per unit do not serve it (wider_value)
+    ratios = a is not None and all(s.func in MEDIAN_AIMED for s in a.statistics)
+    text = _notice(bounds, epsilon, stored, whose, ratios)
     more = keyed_groups(bounds, a) if a is not None else ""
     return in_terms(f"{text}; {more}" if text and more else text, unit)
 
@@ -74,7 +77,14 @@ def keyed_groups(bounds: AutoBounds, a: Analysis) -> str:
     )
 
 
-def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> str:
+MEDIAN_AIMED = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp", "quantile")
+"""Statistics whose auto rows per unit aim at the median unit when alone in a statement
+(:func:`dpsql.sql.auto_bounds.auto_items`)."""
+
+
+def _notice(
+    bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str, ratios: bool = False
+) -> str:
     parts = []
     text = bounds.describe()
     if text:
@@ -110,19 +120,31 @@ def _notice(bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str) -> 
         what = ", ".join(_label(c) for c in kept)
         low = [c for c in kept if c.kind in ("rows", "groups", "total")]
         counts = (
-            ": this answer counts at most one row (and one group) per unit, so it can be well "
-            "below the truth (each unit's other rows are left out)"
+            ": this answer uses at most one row (and one group) per unit (each unit's other "
+            "rows are left out: it weighs every unit alike)"
+            if low and ratios
+            else ": this answer counts at most one row (and one group) per unit, so it can be "
+            "well below the truth (each unit's other rows are left out)"
             if low
             else ""
+        )
+        # a whole-table COUNT(*) stores rows per unit, which a slice reuses (wider): not for
+        # a clamp, nor for an average's rows per unit (newcomer23 #6: advised right after that
+        # COUNT had run, for AVG(age) WHERE married = 1)
+        fits = (
+            "raise dpsql.epsilon, run the statement once without its filter (SELECT COUNT(*) "
+            "over the whole table: its rows per unit are then reused free here, and this "
+            "statement asked again is measured anew with them where they differ, charged), or "
+            "ask the data owner to declare max_rows_per_unit_total"
+            if low and not ratios
+            else "raise dpsql.epsilon, or ask about more units (a wider filter)"
+            + ("" if low else ": until then the clamp is the declared range")
         )
         parts.append(
             f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
             f"decided), the fixed defaults are used{counts}; they may leave out more than the "
             "intervals allow for (each assumes no unit lost more than 4x what they keep). For "
-            "a bound that fits: raise dpsql.epsilon, run the statement once without its filter "
-            "(SELECT COUNT(*) over the whole table: its rows per unit are then reused free "
-            "here, and this statement asked again is measured anew with them where they differ, "
-            "charged), or ask the data owner to declare max_rows_per_unit_total"
+            f"a bound that fits: {fits}"
         )
     if bounds.fallback:
         parts.append(bounds.fallback)
