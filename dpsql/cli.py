@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as dt
 import math
 import os
 import sys
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from dpsql.demo import EXAMPLES
 from dpsql.errors import DpsqlError, InvalidParameter
+from dpsql.policy.tables import EPOCH
 from dpsql.result import Result
 from dpsql.session import SessionContext
 
@@ -58,11 +60,22 @@ def _fmt(v: Any) -> str:
     return f"{x:.4g}"
 
 
-def _end(x: Any) -> str:
+def _end(x: Any, value: Any = None, low: bool = True) -> str:
     """An interval end: 'unknown' where the accuracy notice says that end does not hold (an
-    infinite end here, a NULL ``_low``/``_high`` column over the wire)."""
+    infinite end here, a NULL ``_low``/``_high`` column over the wire). A date's or timestamp's
+    ends are released as days or seconds since 1970-01-01 (UTC): shown as the value's type, as
+    the ``_low``/``_high`` columns are over the wire (``20,243`` read as a count: newcomer23
+    #20), a date's rounded outwards to whole days as those columns are."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "unknown"
+    if isinstance(value, dt.datetime):
+        at = dt.datetime.fromtimestamp(float(x), dt.UTC)
+        if value.tzinfo is None:
+            return at.replace(tzinfo=None).isoformat(sep=" ")
+        return at.astimezone(value.tzinfo).isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        days = math.floor(float(x)) if low else math.ceil(float(x))
+        return (EPOCH + dt.timedelta(days=days)).isoformat()
     return _fmt(x)
 
 
@@ -78,8 +91,9 @@ def print_result(r: Result, title: str | None = None) -> None:
             cell = _fmt(v)
             if iv is not None and v is not None:
                 # (escaped: '[unknown, 14.65]' would read as a rich markup tag and vanish)
-                cell += f"  [dim]{escape(f'[{_end(iv[0])}, {_end(iv[1])}]')}[/dim]"
-                unknown = unknown or "unknown" in (_end(iv[0]), _end(iv[1]))
+                ends = (_end(iv[0], v), _end(iv[1], v, low=False))
+                cell += f"  [dim]{escape(f'[{ends[0]}, {ends[1]}]')}[/dim]"
+                unknown = unknown or "unknown" in ends
             cells.append(cell)
         t.add_row(*cells)
     console.print(t)
