@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from typing import Any
 
 from sqlglot import exp
 
@@ -304,12 +305,12 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                 _half_width(plan.measure_plan(m).mechanism, 1 - (1 - conf) / k) for m in s.measures
             ]
             if s.func in ("count", "count_distinct", "sum"):
-                hw = f"±{hws[0]:.6g}"
+                hw = f"±{hws[0]:.6g}" + _noise_alone(plan, s)
             elif s.func == "avg":
                 hw = (
                     f"about ±{hws[0]:.4g}/N (N: the noisy count; per row: the ratio's range over "
                     f"sum ± {hws[0]:.4g} and count ± {hws[1]:.4g}, within the bounds)"
-                )
+                ) + _noise_alone(plan, s)
             else:
                 hw = "from the noisy count, sum and sum of squares (conservative box)"
             outs.append(OutputLine(names[pos], s.sql, plan.mechanism, hw))
@@ -436,6 +437,24 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
         tuple(outputs),
         tuple(sets),
     )
+
+
+NOISE_ALONE = (
+    " (the noise alone; the answer's interval also holds what the bounds leave out, "
+    "estimated when it runs, and gives this noise a share of the miss chance: its notice "
+    "states that interval, wider)"
+)
+
+
+def _noise_alone(plan: Plan, s: Any) -> str:
+    """What an additive statistic's EXPLAIN error is where the answer's interval will say more
+    (newcomer22 #15: EXPLAIN's ±38.5 beside the notice's 'noise ±98.5' for one release): the
+    noise alone at the level, while the interval adds the estimate of what the bounds left
+    out (dpsql.sql.bias) and gives the noise only its share of the miss chance."""
+    keys = set(s.measures)
+    if any(b.target.key in keys and not b.target.nothing_removed for b in plan.bias):
+        return NOISE_ALONE
+    return ""
 
 
 def _l1_caps(a: Analysis) -> str:

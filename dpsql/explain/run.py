@@ -16,6 +16,7 @@ is refused.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,8 @@ from dpsql.errors import (
 )
 from dpsql.execute import auto_bounds, auto_bounds_text, planning, privacy_params, statement_sql
 from dpsql.execute.backend import CancelToken
+from dpsql.execute.noise import Release
+from dpsql.execute.notices import interval_notices
 from dpsql.execute.prepared import (
     CatalogQuery,
     DeferredQuery,
@@ -188,6 +191,8 @@ def _explain_private(
     budget = budget_status(engine, session, plan, key, bounds)
     doc = plan_document(rep, plan, conf, budget, costs=opts.costs, verbose=opts.verbose)
     _statement_cost(doc, plan.cost, bounds, budget.get("Free Repeat") is True)
+    if budget.get("Free Repeat") is True and engine.ledger is not None and session.analyst:
+        _stored_errors(doc, engine.ledger.peek(session.analyst, key), plan, conf)
     if auto_text:
         doc["Plan"]["Auto Contribution Bounds"] = auto_text
     if pend.missing and bounds:  # the errors shown are those of the default bounds
@@ -195,6 +200,25 @@ def _explain_private(
             if str(o["Error Interval"]).startswith(("±", "about")):
                 o["Error Interval"] = f"{o['Error Interval']} {auto_bounds.UNTIL_CHOSEN}"
     return _render(doc, opts, plan_lines)
+
+
+def _stored_errors(
+    doc: dict[str, Any], raw: bytes | None, plan: Plan | SetsPlan, conf: float
+) -> None:
+    """A free repeat's outputs described as the answer's notices will describe them: the stored
+    release's own accuracy lines (newcomer22 #15: EXPLAIN gave ±38.5 for a stored answer whose
+    notice said 'noise ±98.5', released with part of its epsilon spent choosing bounds, and
+    with what the bounds left out in its interval). The stored answer is the analyst's to
+    read free: describing it reveals nothing running the statement would not."""
+    if raw is None:
+        return
+    rel = Release.from_json(json.loads(raw))
+    notes = (*rel.notes, *interval_notices(plan.analysis, plan, conf, rel.notes))
+    for o in doc["Outputs"]:
+        head = f"{o['From']}: "
+        line = next((n for n in notes if n.startswith(head)), None)
+        if line is not None:
+            o["Error Interval"] = f"the stored answer's, as its notice says: {line[len(head) :]}"
 
 
 def _statement_cost(doc: dict[str, Any], answer: Cost, bounds: Sequence[Cost], free: bool) -> None:

@@ -233,3 +233,23 @@ def test_tree_explain_states_its_one_charge(auto_engine: Engine) -> None:
         assert float(after[name] - before[name]) == pytest.approx(need, abs=1e-9), name
     again = explain(auto_engine, TREE)["Budget"]
     assert again["Free Repeat"] is True and "Would Spend Epsilon" not in again
+
+
+def test_explain_says_what_the_answers_notice_says(auto_engine: Engine) -> None:
+    """newcomer22 #15: three numbers for one answer's noise (EXPLAIN before it ran, its notice,
+    EXPLAIN after). Before: the plan's error is labelled the noise alone (the interval adds
+    what the bounds leave out, estimated when it runs); a free repeat's EXPLAIN gives the
+    stored answer's own words, those its notice repeats (released at 0.8 of 1: the bound
+    choice took 0.2, so its noise is not the full-epsilon plan's)."""
+    sql = "SELECT COUNT(*) FROM purchases WHERE quantity > 3"
+    [before] = [o for o in explain(auto_engine, sql)["Outputs"] if o["Column"] == "count"]
+    assert (
+        "(the noise alone; the answer's interval also holds what the bounds leave out"
+        in (before["Error Interval"])
+    ), before
+    notice = next(n for n in run(auto_engine, sql).notices if n.startswith("COUNT(*): "))
+    [after] = [o for o in explain(auto_engine, sql)["Outputs"] if o["Column"] == "count"]
+    said = "the stored answer's, as its notice says: "
+    assert after["Error Interval"] == said + notice[len("COUNT(*): ") :], (after, notice)
+    repeat = next(n for n in run(auto_engine, sql).notices if n.startswith("COUNT(*): "))
+    assert repeat == notice  # the free repeat says it again, as EXPLAIN said
