@@ -213,7 +213,8 @@ def _stored_errors(
     if raw is None:
         return
     rel = Release.from_json(json.loads(raw))
-    notes = (*rel.notes, *interval_notices(plan.analysis, plan, conf, rel.notes))
+    # as a free repeat's notices are built (finish): the words its release was told
+    notes = (*rel.notes, *interval_notices(plan.analysis, plan, conf, rel.notes, rel.words))
     for o in doc["Outputs"]:
         head = f"{o['From']}: "
         line = next((n for n in notes if n.startswith(head)), None)

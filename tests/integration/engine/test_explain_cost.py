@@ -253,3 +253,15 @@ def test_explain_says_what_the_answers_notice_says(auto_engine: Engine) -> None:
     assert after["Error Interval"] == said + notice[len("COUNT(*): ") :], (after, notice)
     repeat = next(n for n in run(auto_engine, sql).notices if n.startswith("COUNT(*): "))
     assert repeat == notice  # the free repeat says it again, as EXPLAIN said
+
+
+def test_a_repeated_quantiles_explain_says_its_notice(auto_engine: Engine) -> None:
+    """A quantile's words are the release's own (Release.words): a free repeat's EXPLAIN
+    gives them as its notice repeats them."""
+    sql = "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM purchases WHERE quantity > 5"
+    head = "percentile_cont(0.5) WITHIN GROUP (ORDER BY amount): "
+    notice = next(n for n in run(auto_engine, sql).notices if n.startswith(head))
+    [out] = explain(auto_engine, sql)["Outputs"]
+    assert (
+        out["Error Interval"] == "the stored answer's, as its notice says: " + notice[len(head) :]
+    )
