@@ -99,6 +99,7 @@ def check_public_subquery(
     inner_where, links = _correlations(where.this if where is not None else None, s, outer)
     for link in links:
         check_row_level(outer, link, "a subquery's correlation")
+        _check_float_link(link, outer)
         for c in link.find_all(exp.Column):  # as the outer WHERE's own columns are checked
             if outer.column(c).identifier:
                 raise PrivacyViolation(
@@ -127,6 +128,25 @@ def check_public_subquery(
     inner = _PublicCtx([s])
     if inner_where is not None:
         check_row_level(inner, inner_where, "a subquery's WHERE")
+
+
+def _check_float_link(link: exp.Expr, outer: Ctx) -> None:
+    """Refuse a correlation whose outer expression may be a float (``r.n = t.f`` of a ``double
+    precision`` column, ``r.n = CAST(p.x AS float8)``): PostgreSQL converts the public column to
+    it (a NUMERIC beyond 1.8e308 fails) and runs the subquery only when a private row reaches it,
+    so whether the statement failed would depend on the private rows (review24; the same rule as
+    :func:`dpsql.sql.totality.check_total`'s for a comparison written in the outer query)."""
+    from dpsql.sql.rewrite.float_safe import maybe_float
+
+    if maybe_float(link, outer.column):
+        raise UnsupportedSql(
+            f"a correlation of a public table's column with {link.sql('postgres')}, a "
+            "floating-point value, is not supported in private queries: PostgreSQL converts "
+            "the public column to it, which fails for some "
+            "of its values, and runs the subquery only when a private row reaches it, so whether "
+            "the statement failed would depend on the private rows",
+            hint="correlate on a text, integer or numeric expression (CAST(... AS numeric))",
+        )
 
 
 def _qualify_own_columns(q: exp.Select, s: Source, outer: Ctx) -> None:

@@ -1,17 +1,18 @@
 """A public table's column converted where the conversion can fail must not fail by the rows.
 
-PostgreSQL compares a NUMERIC with a float by converting it to ``double precision`` (there is
-no NUMERIC-float operator), and gives COALESCE / GREATEST / LEAST / CASE one common type (a date
+PostgreSQL compares a NUMERIC with a float by converting it to ``double precision`` (there is no
+NUMERIC-float operator), and gives COALESCE / GREATEST / LEAST / CASE one common type (a date
 beside ``now()`` becomes a timestamp with time zone): a NUMERIC beyond 1.8e308, or a date past
-294276 AD, then fails (22003, 22008). A private column's value is bounded first
-(dpsql.sql.rewrite.float_safe, total_dates), but the policy gives no type for a public table's
-columns. The public table's rows are public, yet PostgreSQL evaluates a condition on them in a
-join or an IN / EXISTS subquery only when a private row reaches it: ``WHERE x > 5 AND region IN
-(SELECT r.code FROM regions r WHERE r.n = 1.5::float8)`` was answered on a database where no
-row has x > 5 and failed on its neighbour with one more person whose x is 9 (review24; charged
-both times, but the outcome is a noiseless bit about that person). Now refused before any
-charge on both; comparisons PostgreSQL makes without converting (a date with now(), a NUMERIC
-with a plain number) stay answered. Neighbouring databases, deterministic (zero noise).
+294276 AD, then fails (22003, 22008), and so does a correlation ``r.n = t.f`` with a float. A
+private column's value is bounded first (dpsql.sql.rewrite.float_safe, total_dates), but the policy
+gives no type for a public table's columns. The public table's rows are public, yet PostgreSQL
+evaluates a condition on them in a join or an IN / EXISTS subquery only when a private row reaches
+it: ``WHERE x > 5 AND region IN (SELECT r.code FROM regions r WHERE r.n = 1.5::float8)`` was
+answered on a database where no row has x > 5 and failed on its neighbour with one more person
+whose x is 9 (review24; charged both times, but the outcome is a noiseless bit about that person).
+Now refused before any charge on both; comparisons PostgreSQL makes without converting (a date with
+now(), a NUMERIC with a plain number) stay answered. Neighbouring databases, deterministic (zero
+noise).
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ REFUSED = [
     "SELECT COUNT(*) FROM t WHERE x > 5 AND EXISTS "
     "(SELECT 1 FROM regions r WHERE r.code = t.region AND GREATEST(r.d, now()) > now())",
     "SELECT COUNT(*) FROM t WHERE x > 5 AND CAST(x AS float8) IN (SELECT r.n FROM regions r)",
+    # a correlation: the outer side a float
+    "SELECT COUNT(*) FROM t WHERE x > 5 AND EXISTS (SELECT 1 FROM regions r WHERE r.n = t.f)",
+    "SELECT COUNT(*) FROM t WHERE x > 5 AND EXISTS "
+    "(SELECT 1 FROM regions r WHERE CAST(t.x AS float8) = r.n)",
     JOIN.format("COUNT(*)", " AND r.n BETWEEN 1.5::float8 AND 2"),
     JOIN.format("SUM(CASE WHEN r.n = t.f THEN 1 ELSE 0 END)", ""),
 ]
@@ -46,6 +51,8 @@ ANSWERED = [
     IN.format("r.n = 1.5"),
     IN.format("r.d > now() AND r.d IN (current_date, now())"),
     IN.format("COALESCE(r.code, 'x') = 'N'"),
+    "SELECT COUNT(*) FROM t WHERE x > 5 AND EXISTS "
+    "(SELECT 1 FROM regions r WHERE r.code = t.region AND r.n = t.x)",
     JOIN.format("COUNT(*)", " AND r.n > 1 AND r.d < DATE '2030-01-01'"),
 ]
 
