@@ -26,10 +26,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlglot import exp
 
-from dpsql.errors import DpsqlError
 from dpsql.policy.tables import Column
+from dpsql.sql.group_domain import private_where_columns
 from dpsql.sql.key_values import Span
-from dpsql.sql.sources import PUBLIC_COLUMN, Ctx
+from dpsql.sql.sources import Ctx
 from dpsql.sql.time_keys import TimeKeys
 from dpsql.upstream.zone import tzinfo_of
 
@@ -46,19 +46,8 @@ def outside_declared(
     if where is None:
         return None
     clock = datetime.now(UTC).replace(tzinfo=None)
-    seen: set[str] = set()
-    for c in where.find_all(exp.Column):
-        text = c.sql("postgres")
-        if text in seen or _in_subquery(c, where):
-            continue
-        seen.add(text)
-        try:
-            source, col = ctx.source(c), ctx.column(c)
-        except DpsqlError:
-            continue
-        if source.private is None or col is PUBLIC_COLUMN or not col.temporal:
-            continue
-        if col.bounds is None:
+    for c, col in private_where_columns(ctx, where):
+        if not col.temporal or col.bounds is None:
             continue
         early = _span(where, c, col, zone, clock - _MARGIN)
         late = _span(where, c, col, zone, clock + _MARGIN)
@@ -66,16 +55,6 @@ def outside_declared(
             continue
         return _notice(c.name, col, any(where.find_all(*_CLOCKS)), grouped)
     return None
-
-
-def _in_subquery(node: exp.Expr, top: exp.Expr) -> bool:
-    """Whether ``node`` sits in a subquery of ``top`` (another scope)."""
-    up = node.parent
-    while up is not None and node is not top:
-        if isinstance(up, (exp.Subquery, exp.Select, exp.Exists)):
-            return True
-        node, up = up, up.parent
-    return False
 
 
 def _span(where: exp.Expr, c: exp.Column, col: Column, zone: str, at: datetime) -> Span | None:

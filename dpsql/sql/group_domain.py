@@ -6,7 +6,7 @@ is in :mod:`dpsql.sql.key_domain` and :mod:`dpsql.sql.date_domain`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from sqlglot import exp
@@ -135,19 +135,8 @@ def no_row_left(ctx: Ctx, where: exp.Expr | None) -> str | None:
     only. None otherwise."""
     if where is None:
         return None
-    seen: set[str] = set()
-    for c in where.find_all(exp.Column):
-        if _in_subquery(c, where):
-            continue  # another scope's column
-        text = c.sql("postgres")
-        if text in seen:
-            continue
-        seen.add(text)
-        try:
-            source, col = ctx.source(c), ctx.column(c)
-        except DpsqlError:
-            continue
-        if source.private is None or col.keys is None or col is PUBLIC_COLUMN:
+    for c, col in private_where_columns(ctx, where):
+        if col.keys is None:
             continue
         before = group_key(ctx, c, c.name)
         after = narrow_by_where(before, where, ctx.column)
@@ -159,7 +148,26 @@ def no_row_left(ctx: Ctx, where: exp.Expr | None) -> str | None:
     return None
 
 
-def _in_subquery(node: exp.Expr, top: exp.Expr) -> bool:
+def private_where_columns(ctx: Ctx, where: exp.Expr) -> Iterator[tuple[exp.Column, Column]]:
+    """Each column of a private table ``where`` names in its own scope (not in a subquery),
+    once per text, with the policy's column; columns it can't resolve are left out."""
+    seen: set[str] = set()
+    for c in where.find_all(exp.Column):
+        if in_subquery(c, where):
+            continue  # another scope's column
+        text = c.sql("postgres")
+        if text in seen:
+            continue
+        seen.add(text)
+        try:
+            source, col = ctx.source(c), ctx.column(c)
+        except DpsqlError:
+            continue
+        if source.private is not None and col is not PUBLIC_COLUMN:
+            yield c, col
+
+
+def in_subquery(node: exp.Expr, top: exp.Expr) -> bool:
     """Whether ``node`` sits in a subquery of ``top`` (another scope)."""
     up = node.parent
     while up is not None and node is not top:
