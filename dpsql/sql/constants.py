@@ -48,7 +48,9 @@ Const = Value | _Unknown
 
 # The to_date / to_timestamp formats understood exactly (sqlglot's translation to strftime):
 # values must match them strictly (PostgreSQL is more lenient; anything else is refused).
-DATE_FORMATS: Final = ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d")
+DATE_FORMATS: Final = ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d", *(DAY_FIRST := (
+    "%d/%m/%Y", "%m/%d/%Y", "%d.%m.%Y", "%d-%m-%Y"
+)))  # fmt: skip
 TIME_FORMATS: Final = (
     "%Y-%m-%d %H:%M:%S.%f",
     "%Y-%m-%d %H:%M:%S",
@@ -113,11 +115,14 @@ def pg_format(fmt: str) -> str:
 
 
 def strptime_strict(value: str, fmt: str) -> datetime | None:
-    """``value`` parsed by ``fmt`` (one of the formats above), or None."""
+    """``value`` parsed by ``fmt`` (one of the formats above), or None. A day-first or
+    month-first date must be written in full (``01/10/2025``, as ``fmt`` prints it back):
+    Python's ``strptime`` takes spellings PostgreSQL's ``to_date`` may read otherwise."""
     try:
-        return datetime.strptime(value, fmt)
+        t = datetime.strptime(value, fmt)
     except ValueError:
         return None
+    return t if fmt not in DAY_FIRST or t.strftime(fmt) == value else None
 
 
 def interval_delta(n: exp.Interval) -> tuple[int, timedelta] | None:

@@ -161,7 +161,9 @@ def check_str_to_time(n: exp.StrToTime | exp.StrToDate) -> None:
     raise UnsupportedSql(
         f"{plain_sql(n)} is not supported in private queries",
         detail=f"{name} is supported with a constant date in one of the formats YYYY-MM-DD, "
-        "YYYYMMDD, YYYY/MM/DD (with HH24:MI[:SS[.US]] for to_timestamp), and a valid date",
+        "YYYYMMDD, YYYY/MM/DD (with HH24:MI[:SS[.US]] for to_timestamp), and for to_date also "
+        "DD/MM/YYYY, MM/DD/YYYY, DD.MM.YYYY, DD-MM-YYYY written in full (01/10/2025), and a "
+        "valid date",
         hint=f"e.g. {example}",
     )
 

@@ -24,7 +24,8 @@ policy = load_policy(POLICY)
 
 REFUSED = [
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= TO_DATE('2025-02-30', 'YYYY-MM-DD')",
-    "SELECT COUNT(*) FROM purchases WHERE purchased_at >= to_date('01/02/2025', 'MM/DD/YYYY')",
+    "SELECT COUNT(*) FROM purchases WHERE purchased_at >= to_date('1/02/2025', 'MM/DD/YYYY')",
+    "SELECT COUNT(*) FROM purchases WHERE purchased_at >= to_date('02 Jan 2025', 'DD Mon YYYY')",
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= TO_TIMESTAMP('2025', 'YYYY')",
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= to_timestamp(99999999999999)",
     "SELECT COUNT(*) FROM purchases WHERE purchased_at >= to_timestamp(quantity)",
