@@ -187,7 +187,7 @@ _INTS = {exp.DataType.Type.INT, exp.DataType.Type.BIGINT, exp.DataType.Type.SMAL
 _FLOATS = {exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT}
 _TEXTS = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR}
 _FLOAT_TYPES = {"real", "float", "float4", "float8", "double", "double precision"}
-_BOOLEAN_NODES = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ, exp.Is, exp.Like, exp.ILike,
+_BOOLEAN_NODES = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ, exp.Is, exp.Like, exp.ILike, exp.Escape,
                   exp.Between, exp.Not, exp.And, exp.Or, exp.NullSafeEQ, exp.NullSafeNEQ)  # fmt: skip
 
 

@@ -47,6 +47,7 @@ ROW_LEVEL_NODES: tuple[type[exp.Expr], ...] = (
     exp.Between,
     exp.Like,
     exp.ILike,
+    exp.Escape,  # [I]LIKE ... ESCAPE 'c': a one-character constant (dpsql.sql.totality)
     exp.Case,
     exp.If,
     exp.Cast,

@@ -250,6 +250,11 @@ def truth(node: exp.Expr, h: Hypothesis, fixed: Mapping[str, str] | None = None)
         return frozenset(_NOT[t] for t in truth(node.this, h, fixed))
     if isinstance(node, exp.Boolean):
         return _T if node.this else _F
+    if isinstance(node, exp.Escape) and isinstance(node.this, (exp.Like, exp.ILike)):
+        esc = _constant(node.expression)  # [NOT] [I]LIKE ... ESCAPE 'c'
+        like = node.this
+        got = like_truth(like, h.key, h.value, esc) if isinstance(esc, str) else _ANY
+        return frozenset(_NOT[t] for t in got) if like.args.get("negate") else got
     got = _leaf(node, h, fixed)
     if node.args.get("negate"):  # x IS NOT NULL, x NOT LIKE ...: sqlglot's flag, not a Not node
         return frozenset(_NOT[t] for t in got)
@@ -309,10 +314,10 @@ def _leaf(node: exp.Expr, h: Hypothesis, fixed: Mapping[str, str] | None) -> Tru
     return _ANY
 
 
-def like_truth(node: exp.Like | exp.ILike, key: str, value: Value) -> Truth:
-    """``key [I]LIKE pattern`` (its ``negate`` flag applied by the caller) for a row whose key
-    prints as ``value``: decided where :func:`dpsql.sql.like_keys.like_match` decides it
-    exactly, else any truth value. (``ESCAPE`` is refused before: :mod:`dpsql.sql.functions`.)"""
+def like_truth(node: exp.Like | exp.ILike, key: str, value: Value, escape: str = "\\") -> Truth:
+    """``key [I]LIKE pattern [ESCAPE escape]`` (its ``negate`` flag applied by the caller) for
+    a row whose key prints as ``value``: decided where :func:`dpsql.sql.like_keys.like_match`
+    decides it exactly, else any truth value."""
     if _sql(node.this) != key:
         return _ANY
     if isinstance(value, _Null):
@@ -322,5 +327,5 @@ def like_truth(node: exp.Like | exp.ILike, key: str, value: Value) -> Truth:
         return _N
     if not isinstance(value, str) or not isinstance(pattern, str):
         return _ANY
-    got = like_match(value, pattern, fold=isinstance(node, exp.ILike))
+    got = like_match(value, pattern, escape, fold=isinstance(node, exp.ILike))
     return _ANY if got is None else _T if got else _F

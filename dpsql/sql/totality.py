@@ -94,6 +94,12 @@ def check_literal(n: exp.Literal) -> None:
 
 def _check_like(n: exp.Like | exp.ILike) -> None:
     pat = n.expression
+    escape = like_escape(n)
+    if escape is None:
+        raise UnsupportedSql(
+            "the ESCAPE of a LIKE in a private query must be a constant of at most one character",
+            hint="e.g. col LIKE 'a!_%' ESCAPE '!'",
+        )
     if isinstance(pat, _BOUND):
         return
     if not (isinstance(pat, exp.Literal) and pat.is_string):
@@ -102,12 +108,25 @@ def _check_like(n: exp.Like | exp.ILike) -> None:
             hint="write the pattern as a literal, e.g. col LIKE 'abc%'",
         )
     text = str(pat.this)
-    trailing = len(text) - len(text.rstrip("\\"))
-    if trailing % 2 == 1:
+    trailing = len(text) - len(text.rstrip(escape)) if escape else 0
+    if trailing % 2 == 1:  # PostgreSQL raises it only when a row reaches the LIKE
         raise UnsupportedSql(
             "LIKE pattern must not end with escape character",
-            hint="escape a final backslash as \\\\",
+            hint=f"escape a final {escape} as {escape * 2}",
         )
+
+
+def like_escape(n: exp.Like | exp.ILike) -> str | None:
+    """The escape character of ``n`` (a backslash unless its ``ESCAPE`` names another; ''
+    turns escaping off), None for an escape PostgreSQL would refuse (longer than one
+    character) or one that is not a string constant."""
+    parent = n.parent
+    if not (isinstance(parent, exp.Escape) and parent.this is n):
+        return "\\"
+    esc = parent.expression
+    if isinstance(esc, exp.Literal) and esc.is_string and len(str(esc.this)) <= 1:
+        return str(esc.this)
+    return None
 
 
 def _check_substring(n: exp.Substring) -> None:
@@ -267,6 +286,11 @@ def check_total(n: exp.Expr, column: ColumnOf) -> None:
         check_literal(n)
     elif isinstance(n, (exp.Like, exp.ILike)):
         _check_like(n)
+    elif isinstance(n, exp.Escape) and not isinstance(n.this, (exp.Like, exp.ILike)):
+        raise UnsupportedSql(
+            f"{plain_sql(n)}: ESCAPE goes with LIKE or ILIKE in private queries",
+            hint="e.g. col LIKE 'a!_%' ESCAPE '!'",
+        )
     elif isinstance(n, exp.Substring):
         _check_substring(n)
     elif isinstance(n, (exp.TimestampTrunc, exp.DateTrunc)):

@@ -119,6 +119,10 @@ SELECTION_FREE = [
     "AND day >= TO_TIMESTAMP('2025-03-01 00:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US') "
     "AND day < TO_TIMESTAMP('2025-07-01 00:00:00.000000', 'YYYY-MM-DD HH24:MI:SS.US') "
     "GROUP BY kind",
+    # LIKE ... ESCAPE narrows declared keys as LIKE does
+    "SELECT kind, COUNT(*) FROM visits WHERE kind LIKE 'a%' ESCAPE '!' "
+    "OR kind ILIKE 'B!%' ESCAPE '' OR kind NOT LIKE '%#_%' ESCAPE '#' AND kind IN ('d', 'e') "
+    "GROUP BY kind",
     # day-first and month-first to_date constants (newcomer23 #8)
     "SELECT kind, COUNT(*) FROM visits WHERE day >= TO_DATE('01/03/2025', 'DD/MM/YYYY') "
     "AND day < to_date('07/01/2025', 'MM/DD/YYYY') GROUP BY kind",
