@@ -4,12 +4,13 @@ and the one charge the statement would make. Reads no private data and charges n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from dpsql.dp.accounting import sequential
-from dpsql.execute import auto_bounds
+from dpsql.execute import auto_bounds, statement_sql
 from dpsql.execute.private import delta_for_rho
 from dpsql.execute.repeat_keys import auto_cache_key, cache_key
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, explain_text, leaf_budget
@@ -67,8 +68,12 @@ def explain_tree(
         )
         stored.append(free)
         note = "stored answer, free" if free else "charged with the statement"
+        rep = report(leaf.text, plan, conf)
+        if opts.verbose:  # the SQL the leaf runs, from the function it reads (statement_sql)
+            texts, _ = statement_sql.statement_texts(engine, leaf, plan, recheck=False)
+            rep = dataclasses.replace(rep, rewritten=statement_sql.shown(texts))
         doc = plan_document(
-            report(leaf.text, plan, conf),
+            rep,
             plan,
             conf,
             {"Ledger": False, "Note": note},
