@@ -130,18 +130,24 @@ def _json_lines(out: str) -> list[dict[str, Any]]:
 
 
 def test_jdbc(dpsql_server: Server) -> None:
+    """PgJDBC's metadata, statements, date parameters, and what Metabase, Tableau and DBeaver
+    send (:func:`driver_steps`), in one JVM."""
     require("java")
     require(JDBC_JAR)
     s = dpsql_server
+    drivers = driver_steps()
     res = subprocess.run(
         ["java", "-cp", JDBC_JAR, str(HERE / "clients" / "Client.java"), s.host, str(s.port),
          s.dbname, s.user, s.password, "meta", f"sql:{AGGREGATE}", f"stmt:{AGGREGATE}", f"sql:{RAW}",
          f"sql:{RAW} LIMIT 0", *(f"{kind}:{v}|{sql}" for sql in DATE_FILTERS
-                                 for kind, v in (("date", "2025-06-01"), ("ts", "2025-06-01 00:00:00")))],
-        capture_output=True, text=True, timeout=180,
+                                 for kind, v in (("date", "2025-06-01"), ("ts", "2025-06-01 00:00:00"))),
+         *(step for _, step in drivers)],
+        capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
     meta, prepared, plain, raw, zero, *dated = _json_lines(res.stdout)
+    drivers_answered(drivers, dated[len(dated) - len(drivers) :])
+    dated = dated[: len(dated) - len(drivers)]
     date_filters_answered(dated)  # setDate sends '2025-06-01 +00', setTimestamp '... 00:00:00+00'
     assert meta["ok"], meta
     assert meta["catalogs"] == [[s.dbname]]  # the database the client named (issue 17)
@@ -191,6 +197,48 @@ def _lines(step: dict[str, Any]) -> list[str]:
     assert step["ok"], step
     assert step["columns"] == ["QUERY PLAN"], step
     return [r[0] if isinstance(r, list) else r["QUERY PLAN"] for r in step["rows"]]
+
+
+DRIVERS = HERE.parent / "fixtures" / "bi" / "drivers.jsonl"
+# tests/integration/engine/test_bi_drivers.py's still-refused statements (0A000, with why there)
+DRIVERS_REFUSED = {1, 25}
+
+
+def _jdbc_step(item: dict[str, Any]) -> str | None:
+    """A Client.java step for a corpus statement as a JDBC tool sends it: a PreparedStatement,
+    its one parameter bound as the tool binds it (DBeaver's namespace oid with a number), None for
+    two parameters (the client binds one)."""
+    params = item.get("params") or []
+    if not params:
+        return f"sql:{item['sql']}"
+    if len(params) > 1:
+        return None
+    kind = "int" if params[0].isdigit() else "str"
+    return f"{kind}:{params[0]}:{item['sql'].replace('$1', '?')}"
+
+
+def driver_steps() -> list[tuple[dict[str, Any], str]]:
+    """What Metabase, Tableau and DBeaver (all on PgJDBC) send, from their source
+    (tests/fixtures/bi/drivers.jsonl), as Client.java steps (run by :func:`test_jdbc`)."""
+    items = [json.loads(x) for x in DRIVERS.read_text().splitlines() if x.strip()]
+    return [
+        (it, step)
+        for it in items
+        if it["tool"] in ("metabase", "tableau", "dbeaver") and it["n"] not in DRIVERS_REFUSED
+        for step in [_jdbc_step(it)]
+        if step is not None
+    ]
+
+
+def drivers_answered(chosen: list[tuple[dict[str, Any], str]], got: list[dict[str, Any]]) -> None:
+    """Answered where a user needs an answer (private aggregates with noise, catalog and session
+    statements), a raw-row read refused 42501."""
+    assert len(chosen) >= 25 and len(got) == len(chosen), (len(chosen), len(got))
+    for (item, _), step in zip(chosen, got, strict=True):
+        if item["expect"] == "answer":
+            assert step["ok"], (item["n"], item["sql"], step)
+        else:
+            assert not step["ok"] and step["sqlstate"] == REFUSED_SQLSTATE, (item["n"], step)
 
 
 def test_jdbc_explain(dpsql_server: Server) -> None:
