@@ -93,8 +93,10 @@ def _cap_source(a: Analysis, t: BiasTarget) -> str:
     scope = " over all groups" if m.total is not None else (" in a group" if a.group_keys else "")
     text = f"{CAP_FACTOR}x the {kept} the bounds keep of one {unit}{scope}"
     if t.split > 1:
+        # the total first, as a total: "(4x the 8 rows ... in a group, 32 rows, shared ...)"
+        # beside "6 rows in one group" read as 32 in each group (newcomer24 #11)
         total = qty_text(a, m, float(t.cap), float(t.base))
-        text += f", {total}, shared over the {t.split} groups a {unit} can reach"
+        text = f"its share of {total} in all, {text}, split over the {t.split} groups a {unit} can reach"
         if t.group_cap_steps * t.split > t.cap_steps:
             text += f", at least {qty_text(a, m, float(t.grid), float(t.base))} in each"
     return text

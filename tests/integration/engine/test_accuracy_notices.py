@@ -116,9 +116,9 @@ def test_a_statistic_is_named_as_written(engine: Engine, sql: str, heads: tuple[
 
 
 _SPLIT = re.compile(
-    r"lost more than ([\d,.]+) rows? in one group \(4x the ([\d,.]+) rows? the bounds keep of "
-    r"one user_id (?:over all groups|in a group), ([\d,.]+) rows?, shared over the (\d+) groups a "
-    r"user_id can reach(, at least 1 row in each)?\)"
+    r"lost more than ([\d,.]+) rows? in one group \(its share of ([\d,.]+) rows? in all, 4x the "
+    r"([\d,.]+) rows? the bounds keep of one user_id (?:over all groups|in a group), split over "
+    r"the (\d+) groups a user_id can reach(, at least 1 row in each)?\)"
 )
 _WHOLE = re.compile(
     r"lost more than ([\d,.]+) rows? \(4x the ([\d,.]+) rows? the bounds keep of one user_id\)"
@@ -139,14 +139,16 @@ def _num(x: str) -> float:
 def test_the_assumed_cap_agrees_with_its_words_per_group(engine: Engine, sql: str) -> None:
     """Split over K declared groups, the assumption's figure is 4x what the bounds keep of one
     user, shared over the K groups (at least one row in each): the figure and its words agree
-    (it said "(4x what the bounds keep)" beside 4x / K of it). Deterministic given the bounds
+    (it said "(4x what the bounds keep)" beside 4x / K of it; then "(4x the 8 rows ..., 32
+    rows, shared over the 5 groups ...)" beside 6, read as 32 in each group, newcomer24 #11: the
+    total now comes first, "its share of 32 rows in all"). Deterministic given the bounds
     chosen (whatever they are)."""
     (line,) = [n for n in notices_of(engine, sql) if n.startswith("COUNT(*): ")]
     if "does NOT cover" in line:  # the over-cap alarm (a noisy test): no assumption stated
         return
     m = _SPLIT.search(line)
     assert m, line
-    cap, kept, total, k = _num(m[1]), _num(m[2]), _num(m[3]), int(m[4])
+    cap, total, kept, k = _num(m[1]), _num(m[2]), _num(m[3]), int(m[4])
     assert total == 4 * kept, line
     assert cap == max(1, (4 * kept) // k), line
     assert (m[5] is not None) == (4 * kept < k), line
