@@ -367,7 +367,7 @@ def _derived_width(
         return ""
     down, up = max(below), max(above)
     grouped = bool(a.group_keys)
-    each = " a group" if grouped else ""
+    each = " in a group" if grouped else ""  # "above it a group" read as garbled (newcomer24 #15)
     if abs(down - up) <= 0.05 * max(down, up):
         return f" noise {'up to ' if grouped else ''}±{fmt(max(down, up))}{each};"
     most = "up to " if grouped else ""

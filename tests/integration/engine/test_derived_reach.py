@@ -24,7 +24,7 @@ from dpsql.session import SessionContext
 SQL = "SELECT sex, STDDEV(age) FROM pums GROUP BY sex"
 REACH = re.compile(
     r"noise(?:: it reaches up to ([\d,.]+) below the answer and up to ([\d,.]+) above it"
-    r"| up to ±([\d,.]+)) a group;"
+    r"| up to ±([\d,.]+)) in a group;"
 )
 
 
@@ -72,5 +72,5 @@ def test_half_the_width_is_caught(engine: Engine) -> None:
     rows = [(17.51, 0.0, 27.6)]
     new = _derived_width(a, 0, [[(0.0, 27.6)]], [[17.51]])
     assert _within(rows, *_reach(new)), new
-    old = f" noise up to ±{fmt(27.6 / 2)} a group;"
+    old = f" noise up to ±{fmt(27.6 / 2)} in a group;"
     assert not _within(rows, *_reach(old)), old
