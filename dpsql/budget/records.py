@@ -34,14 +34,24 @@ class Stored:
     released_at: datetime
     epsilon: Fraction
     own: bool
+    # the statement has contribution bounds chosen from the data, whose choice is charged as
+    # releases of their own: the release's epsilon is its answer's share ('at epsilon 0.4'
+    # read as wrong to a user who had set 0.5, newcomer24 #15)
+    auto: bool = False
 
     def notice(self) -> str:
         """The free repeat's notice: a repeat, free, and of which release."""
         whose = "" if self.own else " (another analyst's: repeats are shared on this dataset)"
+        share = (
+            " for the answer (choosing its contribution bounds from the data is charged apart, "
+            "as releases of their own)"
+            if self.auto
+            else ""
+        )
         return (
             f"free repeat of release {self.release_id}{whose}, answered "
-            f"{self.released_at:%Y-%m-%d %H:%M:%S} UTC at epsilon {fmt_up(self.epsilon)}: the "
-            "same answer again, no privacy budget spent (SELECT * FROM dpsql.history lists it)"
+            f"{self.released_at:%Y-%m-%d %H:%M:%S} UTC at epsilon {fmt_up(self.epsilon)}{share}: "
+            "the same answer again, no privacy budget spent (SELECT * FROM dpsql.history lists it)"
         )
 
 

@@ -260,6 +260,7 @@ def _release(
     if ledger is not None and key is not None and reserved is None:
         stored = ledger.lookup_stored(session.analyst, key, prepared.text)
         if stored is not None:
+            stored = dataclasses.replace(stored, auto=auto is not None)  # what its epsilon was
             rel = Release.from_json(json.loads(stored.payload))
             with _fetch_offered(engine, prepared, session, a, key):
                 return finish(

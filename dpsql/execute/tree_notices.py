@@ -5,6 +5,7 @@ bounds when chosen now, its accuracy summary, a free repeat's), and what their i
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from dpsql.execute import privacy_params
@@ -45,7 +46,7 @@ def leaf_notices(
             lines += list(rel.notes)
         repeat = run.repeats[i]
         if repeat is not None and i not in measured:
-            lines.append(repeat.notice())
+            lines.append(dataclasses.replace(repeat, auto=b.auto).notice())
         plan = run.plans[i]
         level = rel.confidence if rel is not None and rel.confidence is not None else conf
         notes = rel.notes if rel is not None else ()

@@ -12,6 +12,7 @@ release's, word for word (failed before: the MEDIAN line differed).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
@@ -43,3 +44,23 @@ def test_a_free_repeat_says_what_its_release_was_told(engine: Engine) -> None:
     told = [n for n in first.notices if not n.startswith("contribution bounds:")]
     said = [n for n in again.notices if not n.startswith("free repeat of release")]
     assert said == told, (said, told)
+
+
+def test_a_free_repeat_says_its_epsilon_was_the_answers_share(engine: Engine) -> None:
+    """At SET dpsql.epsilon = 1 with bounds chosen from the data, the repeated release was the
+    answer's, at 1 less the choice's slice: 'at epsilon 0.8' alone read as wrong to a user who
+    had set 1 (newcomer24 #15, at 0.5 and 0.4). The repeat says the stated epsilon is the
+    answer's and the bound choice was charged apart, and the two add up to the statement's."""
+    first = ask(engine, SQL)
+    (chose,) = [n for n in first.notices if n.startswith("contribution bounds:")]
+    m = re.search(r"chosen from the data with epsilon ([\d.]+) of this statement's 1\b", chose)
+    assert m, chose
+    again = ask(engine, SQL)
+    (line,) = [n for n in again.notices if n.startswith("free repeat of release")]
+    r = re.search(
+        r" at epsilon ([\d.]+) for the answer \(choosing its contribution bounds from the data "
+        r"is charged apart, as releases of their own\): ",
+        line,
+    )
+    assert r, line
+    assert Fraction(r[1]) + Fraction(m[1]) == 1, (line, chose)
