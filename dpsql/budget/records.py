@@ -255,8 +255,14 @@ def exhausted(
         f"{fmt_down(f.delta)} {per} ({fmt_down(f.delta_explicit)} of that delta for "
         f"partition selection); spent so far: epsilon {fmt_up(spent)}, delta "
         f"{fmt_up(row.spent.cost.delta)} for partition selection{gauss}{why}",
-        hint="lower SET dpsql.epsilon, repeat an earlier query (repeats are free), "
-        + ("use SET dpsql.mechanism = laplace, " if cost.rho > 0 else "")
+        hint=(
+            # at 0 left no smaller epsilon is answered (newcomer24 #19: it still said "lower")
+            "lower SET dpsql.epsilon, "
+            if left_eps > 0
+            else "nothing is left for a new answer at any epsilon: "
+        )
+        + "repeat an earlier query (repeats are free), "
+        + ("use SET dpsql.mechanism = laplace, " if cost.rho > 0 and left_eps > 0 else "")
         + (f"wait for the budget to renew at {end:%Y-%m-%d %H:%M} UTC, " if end else "")
         + "or ask the administrator for a grant (dpsql budget grant)",
     )

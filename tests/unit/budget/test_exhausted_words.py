@@ -53,3 +53,24 @@ def test_a_need_equal_to_it_says_nothing_more() -> None:
     assert "add up to" not in e.message, e.message
     d = exhausted("bob", Limit("dataset", "demo", F(4), F(0), "none"), row, STATEMENT[0], NOW)
     assert d.detail is not None and d.detail.startswith("dataset demo (bob asked): "), d.detail
+
+
+def test_at_nothing_left_the_hint_does_not_say_lower_the_epsilon() -> None:
+    """At exactly 0 left, 'lower SET dpsql.epsilon' cannot help (newcomer24 #19: SET
+    dpsql.epsilon = 0.01 was refused 53400 again): the hint says nothing is left and what can
+    help (a repeat, the renewal, a grant); with some left it still says lower it."""
+    lim = Limit("analyst", "analyst", F(1), F(0), "day")
+    f = BudgetRow(Spent(), F(0), F(0), 0, 0).filter(lim)
+    spent = f.add(Spent(), Cost(epsilon=F(1)))
+    row = BudgetRow(spent, F(0), F(0), 0, 1, f.order, f.delta_share, f.more)
+    assert f.epsilon_remaining(spent) == 0
+    e = exhausted("analyst", lim, row, Cost(epsilon=F(1, 100)), NOW)
+    assert "epsilon 0 left" in e.message, e.message
+    assert e.hint is not None and "lower SET dpsql.epsilon" not in e.hint, e.hint
+    assert e.hint.startswith("nothing is left for a new answer at any epsilon: repeat an earlier")
+    assert "wait for the budget to renew at 2026-01-02 00:00 UTC" in e.hint, e.hint
+    assert "dpsql budget grant" in e.hint, e.hint
+    half = f.add(Spent(), Cost(epsilon=F(1, 2)))
+    row = BudgetRow(half, F(0), F(0), 0, 1, f.order, f.delta_share, f.more)
+    e = exhausted("analyst", lim, row, Cost(epsilon=F(1)), NOW)
+    assert e.hint is not None and e.hint.startswith("lower SET dpsql.epsilon, "), e.hint
