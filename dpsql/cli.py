@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from dpsql.budget.ledger import Ledger
     from dpsql.engine import Engine
     from dpsql.execute.embedded import Cluster
+    from dpsql.execute.prepared import Prepared
     from dpsql.explain.report import ExplainReport
     from dpsql.policy.model import Policy
 
@@ -156,7 +157,9 @@ def _ledger(args: argparse.Namespace, policy: Policy) -> Ledger | None:
     return Ledger.open(getattr(args, "ledger", None) or args.upstream, policy)
 
 
-def _run_queries(engine: Engine, queries: Sequence[str], session: SessionContext) -> int:
+def _run_queries(
+    engine: Engine, queries: Sequence[str], session: SessionContext, command: str = "query"
+) -> int:
     from dpsql.execute.timing import execute_padded
 
     rc = 0
@@ -164,13 +167,33 @@ def _run_queries(engine: Engine, queries: Sequence[str], session: SessionContext
         console.print(f"[bold cyan]dpsql=>[/bold cyan] {q}")
         try:
             for stmt in engine.split(q):
-                r = execute_padded(engine, engine.prepare(stmt, session.analyst), session)
+                prepared = engine.prepare(stmt, session.analyst)
+                _no_session_command(prepared, command)
+                r = execute_padded(engine, prepared, session)
                 print_result(r)
         except DpsqlError as e:
             print_error(e)
             rc = 1
         console.print()
     return rc
+
+
+def _no_session_command(prepared: Prepared, command: str) -> None:
+    """SET / SHOW / BEGIN ... passed to ``dpsql demo`` or ``dpsql query``: the command's options
+    set what SET would (newcomer23/24: the engine's words, "connect through `dpsql serve`", did
+    not say ``dpsql demo --epsilon 2`` is the way)."""
+    from dpsql.errors import UnsupportedSql
+    from dpsql.execute.prepared import SessionCommand
+
+    if isinstance(prepared, SessionCommand):
+        serve = "dpsql demo --serve" if command == "demo" else "dpsql serve"
+        raise UnsupportedSql(
+            f"{prepared.first_word} is not run by `dpsql {command}`: each statement here is "
+            "answered with the settings of its options",
+            hint=f'set them as options: `dpsql {command} --epsilon 2 "SELECT ..."` (also '
+            f"--delta, --mechanism, --analyst); to SET and SHOW settings, connect psql to "
+            f"`{serve}`",
+        )
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -346,11 +369,11 @@ def _demo_queries(engine: Engine, args: argparse.Namespace) -> int:
     from dpsql.demo import EXAMPLES_ANALYST
 
     if args.sql:
-        return _run_queries(engine, args.sql, _session(args))
+        return _run_queries(engine, args.sql, _session(args), "demo")
     session = _session(args)
     session.analyst = EXAMPLES_ANALYST
     console.print(f"[dim]Example queries, as the demo's analyst '{EXAMPLES_ANALYST}':[/dim]\n")
-    return _run_queries(engine, EXAMPLES, session)
+    return _run_queries(engine, EXAMPLES, session, "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -66,3 +66,25 @@ def test_piped_tables_are_not_cut_to_80_columns() -> None:
     )  # fmt: skip
     assert "…" not in done.stdout, done.stdout
     assert "AVG(amount)" in done.stdout and "sensitivity" in done.stdout
+
+
+def test_set_points_to_the_command_options(
+    make_db: Callable[[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dpsql query "SET dpsql.epsilon = 2"` (and `dpsql demo ...`, the same code) said only "SET
+    is handled by the dpsql session, not the engine" with "connect through `dpsql serve`"
+    (newcomer24 #19): the refusal now names the option that does it here, and the session is
+    unharmed (the next statement still runs)."""
+    db = make_db("cli_set")
+    res = _dpsql(
+        capsys,
+        *("query", "--policy", str(POLICY), "--upstream", db, "--no-ledger"),
+        *("SET dpsql.epsilon = 2", "SHOW dpsql.epsilon", "SELECT 1 AS one"),
+    )
+    out = " ".join((res.stdout + res.stderr).split())
+    assert res.returncode == 1, out
+    assert out.count("ERROR 0A000:") == 2, out
+    assert "SET is not run by `dpsql query`" in out and "SHOW is not run by" in out, out
+    assert 'set them as options: `dpsql query --epsilon 2 "SELECT ..."`' in out, out
+    assert "connect psql to `dpsql serve`" in out, out
+    assert "│ 1 │" in out, out
