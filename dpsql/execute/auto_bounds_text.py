@@ -38,7 +38,12 @@ def notice(
     # an average, spread or quantile alone aims its rows per unit at the median unit: a
     # whole-table COUNT's stored rows per unit do not serve it (wider_value)
     ratios = a is not None and all(s.func in MEDIAN_AIMED for s in a.statistics)
-    text = _notice(bounds, epsilon, stored, whose, ratios)
+    # nor a join's, nor one whose R is the policy's (no whole-table R is read for them:
+    # whole_table_rows), nor when nothing is stored (repeats off, no ledger); a declared
+    # per-unit total serves one table only (declared_total)
+    one_table = a is None or not (a.joins or a.sources)
+    serves = stored and one_table and bounds.get("rows") is not None
+    text = _notice(bounds, epsilon, stored, whose, ratios, (serves, one_table))
     more = keyed_groups(bounds, a) if a is not None else ""
     return in_terms(f"{text}; {more}" if text and more else text, unit)
 
@@ -83,7 +88,12 @@ MEDIAN_AIMED = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp", "quan
 
 
 def _notice(
-    bounds: AutoBounds, epsilon: Fraction, stored: bool, whose: str, ratios: bool = False
+    bounds: AutoBounds,
+    epsilon: Fraction,
+    stored: bool,
+    whose: str,
+    ratios: bool = False,
+    serves: tuple[bool, bool] = (True, True),
 ) -> str:
     parts = []
     text = bounds.describe()
@@ -136,9 +146,14 @@ def _notice(
             "over the whole table: its rows per unit are then reused free here, and this "
             "statement asked again is measured anew with them where they differ, charged), or "
             "ask the data owner to declare max_rows_per_unit_total"
-            if low and not ratios
+            if low and not ratios and serves[0]
             else "raise dpsql.epsilon, or ask about more units (a wider filter)"
             + ("" if low else ": until then the clamp is the declared range")
+            + (
+                ", or ask the data owner to declare max_rows_per_unit_total"
+                if low and not ratios and serves[1]
+                else ""
+            )
         )
         parts.append(
             f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "

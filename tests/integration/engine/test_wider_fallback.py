@@ -146,3 +146,22 @@ def test_the_notice_leads_with_what_the_fallback_left_out(engine: Engine) -> Non
     r = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 301")
     assert r.rows == [(903,)], (r.rows, r.notices)
     assert not any(n.startswith("left out by") for n in r.notices), r.notices
+
+
+def test_the_advice_is_what_serves_a_join(engine: Engine) -> None:
+    """newcomer24 #4: the fallback's advice (SELECT COUNT(*) over the whole table: its rows per
+    unit reused) serves one table's COUNT or SUM, but nothing reads a whole-table R for a join
+    (whole_table_rows) nor where nothing is stored: there the notice advised it anyway, and the
+    COUNT(*) changed nothing. Property: a join's fallback advises a higher epsilon or a wider
+    filter, not that COUNT(*) nor a per-unit total (one table's); still R = 1 after it. Fails
+    before (the COUNT(*) advice)."""
+    sql = "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid WHERE a.n <= 150"
+    first = ask(engine, sql)
+    bounds = first.notices[0]
+    assert "too few uid values to choose reliably" in bounds, first.notices
+    assert "raise dpsql.epsilon, or ask about more uid values (a wider filter)" in bounds, bounds
+    assert "SELECT COUNT(*) over the whole table" not in bounds, bounds
+    assert "max_rows_per_unit_total" not in bounds, bounds
+    ask(engine, "SELECT COUNT(*) FROM t")  # stored: serves the table's own slices only
+    again = ask(engine, "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid WHERE a.n <= 151")
+    assert "SELECT COUNT(*) over the whole table" not in again.notices[0], again.notices
