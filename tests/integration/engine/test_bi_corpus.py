@@ -23,9 +23,8 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from dpsql.budget.ledger import Ledger
 from dpsql.server.run import ServerThread
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, served_with_ledger
 
 # A copy of the shared corpus (../shared/bi-corpus/statements.jsonl), so a clean checkout has it.
 PATH = Path(__file__).resolve().parents[2] / "fixtures" / "bi" / "corpus.jsonl"
@@ -53,12 +52,8 @@ STATEMENTS = _load()
 def served(
     demo_dsn: str, demo_policy: Any, make_db: Callable[[str], str]
 ) -> Iterator[ServerThread]:
-    ledger = Ledger.open(make_db("corpus_ledger"), demo_policy)
-    try:
-        with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
-            yield srv
-    finally:
-        ledger.close()
+    with served_with_ledger(demo_policy, demo_dsn, make_db("corpus_ledger")) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,9 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.server.run import ServerThread
-from tests.helpers import analyst_dsn, served_engine
+from tests.helpers import analyst_dsn, served_with_ledger
 
 PATH = Path(__file__).resolve().parents[2] / "fixtures" / "bi" / "drivers.jsonl"
 STATEMENTS = [json.loads(x) for x in PATH.read_text().splitlines() if x.strip()]
@@ -44,12 +43,8 @@ def _marks(item: dict[str, Any]) -> list[Any]:
 def served(
     demo_dsn: str, demo_policy: Any, make_db: Callable[[str], str]
 ) -> Iterator[ServerThread]:
-    ledger = Ledger.open(make_db("drivers_ledger"), demo_policy)
-    try:
-        with served_engine(demo_policy, demo_dsn, ledger=ledger) as srv:
-            yield srv
-    finally:
-        ledger.close()
+    with served_with_ledger(demo_policy, demo_dsn, make_db("drivers_ledger")) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
