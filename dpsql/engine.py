@@ -48,6 +48,7 @@ from dpsql.execute.prepared import (
 )
 from dpsql.execute.privacy_params import MAX_DELTA, to_fraction
 from dpsql.execute.private import run_private
+from dpsql.execute.statement_run import StatementRun
 from dpsql.execute.tree import run_tree
 from dpsql.execute.tree_post import describe_tree
 from dpsql.execute.unique_units import catalog_state, recheck, tables
@@ -289,9 +290,11 @@ class Engine:
                     return no_rows.answer(self, prepared, a, session, empty)
                 return Result(self.describe(prepared, session), [], "SELECT 0", (empty,))
             case TreeQuery() | PrivateQuery():
-                run = run_tree if isinstance(prepared, TreeQuery) else run_private
                 with overcharge.watching() as got:
-                    res = run(self, prepared, session, params, cancel)  # type: ignore[arg-type]
+                    if isinstance(prepared, TreeQuery):
+                        res = run_tree(StatementRun(self, prepared, session, params, cancel))
+                    else:
+                        res = run_private(StatementRun(self, prepared, session, params, cancel))
                 more = overcharge.notices(got, res.epsilon_spent) if got else ()
                 if isinstance(prepared, PrivateQuery) and not prepared.analysis.measures:
                     a = self.analysis(prepared, params)  # keys listed from their domain

@@ -16,14 +16,13 @@ from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dpsql.budget.records import before_the_data, say_spent
+from dpsql.budget.records import before_the_data
 from dpsql.dp.accounting import Cost
 from dpsql.errors import DpsqlError
 from dpsql.execute import planning
 from dpsql.execute.backend import CancelToken, type_name
 from dpsql.execute.finish import finish, released_words
 from dpsql.execute.grouping_sets import release_sets, run_sets
-from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release, release
 from dpsql.execute.precheck import check_keys, precheck
 from dpsql.execute.prepared import PrivateQuery
@@ -35,18 +34,15 @@ from dpsql.execute.repeat_keys import (
     cache_key,
     flat_key,
     payload,
-    slot,
 )
-from dpsql.execute.timing import timing_of
+from dpsql.execute.statement_run import StatementRun, settle
 from dpsql.result import Result
-from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 
 if TYPE_CHECKING:
-    from dpsql.budget.api import BudgetLedger
     from dpsql.budget.records import Reservation
     from dpsql.execute import auto_bounds as auto_bounds_module
     from dpsql.execute.context import EngineContext
@@ -61,40 +57,31 @@ def delta_for_rho(plan: Plan | SetsPlan) -> Fraction | None:
     return plan.delta - (plan.selection.delta if plan.selection is not None else 0)
 
 
-def run_private(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    session: SessionContext,
-    params: Sequence[object],
-    cancel: CancelToken | None,
-) -> Result:
+def run_private(stmt: StatementRun[PrivateQuery]) -> Result:
     from dpsql.execute import auto_bounds
 
-    plan = planning.plan(engine, prepared, session, params, probe=True)
+    engine, prepared, session = stmt.engine, stmt.prepared, stmt.session
+    plan = planning.plan(engine, prepared, session, stmt.params, probe=True)
     a = plan.analysis
     pend = auto_bounds.pending(engine, prepared, session, a)
     if not pend.needed:
-        return _run_planned(engine, prepared, session, params, cancel, plan, None)
-    key = auto_cache_key(engine, prepared, plan, params, session.mechanism)
+        return _run_planned(stmt, plan, None)
+    key = auto_cache_key(engine, prepared, plan, stmt.params, session.mechanism)
     if engine.ledger is None:
-        return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
+        return _run_auto(stmt, plan, pend, key)
     # the whole statement (its bound choices, answer and commit) holds the in-flight slot: an
     # identical statement run at once waits, then finds the choices and the answer stored (a
     # free repeat) instead of choosing and answering again (newcomer21 #28: 4 sessions, 4
     # charges for one answer)
-    with one_release(slot(engine, session, key), cancel, timing_of(engine)):
+    with stmt.one_release(key):
         if pend.missing:  # read again: the statement waited for may have stored them
             pend = auto_bounds.pending(engine, prepared, session, a)
             pend = auto_bounds.with_fallbacks(engine, prepared, session, pend, plan.epsilon)
-        return _run_auto(engine, prepared, session, params, cancel, plan, pend, key)
+        return _run_auto(stmt, plan, pend, key)
 
 
 def _run_auto(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    session: SessionContext,
-    params: Sequence[object],
-    cancel: CancelToken | None,
+    stmt: StatementRun[PrivateQuery],
     plan: Plan | SetsPlan,
     pend: auto_bounds_module.Pending,
     key: str,
@@ -103,9 +90,10 @@ def _run_auto(
     from dpsql.execute import auto_bounds, statement_sql
     from dpsql.sql.apply_bounds import apply_bounds
 
+    engine, prepared, session, params = stmt.engine, stmt.prepared, stmt.session, stmt.params
     a = plan.analysis
     statement_eps = plan.epsilon
-    run = partial(_run_planned, engine, prepared, session, params, cancel, in_slot=True)
+    answer_with = partial(_run_planned, stmt, in_slot=True)
     again = False  # measured again: the bounds stored since differ from the stored answer's
     if engine.ledger is not None and not pend.missing:
         plan = planning.plan(
@@ -140,7 +128,7 @@ def _run_auto(
         ))  # fmt: skip
         answer = (rest.cost, rest.mechanism, delta_for_rho(rest))
         bounds, held = auto_bounds.measure(
-            engine, prepared, session, a, pend, statement_eps, cancel, answer
+            engine, prepared, session, a, pend, statement_eps, stmt.cancel, answer
         )
         resolved = apply_bounds(a, bounds)
         try:
@@ -152,8 +140,8 @@ def _run_auto(
                 engine.ledger.refund(held)  # nothing of the answer was measured
             raise
         reserved = (held, rest.cost) if held is not None else None
-        return run(plan, (bounds, key), reserved)
-    got = run(plan, (pend.known, key))
+        return answer_with(plan, (bounds, key), reserved)
+    got = answer_with(plan, (pend.known, key))
     if again and not got.cached:
         got = dataclasses.replace(got, notices=(*got.notices, MEASURED_AGAIN))
     return got
@@ -193,11 +181,7 @@ def _within(cost: Cost, held: Cost) -> bool:
 
 
 def _run_planned(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    session: SessionContext,
-    params: Sequence[object],
-    cancel: CancelToken | None,
+    stmt: StatementRun[PrivateQuery],
     plan: Plan | SetsPlan,
     auto: tuple[AutoBounds, str] | None,
     reserved: tuple[Reservation, Cost] | None = None,
@@ -208,10 +192,11 @@ def _run_planned(
     were chosen (with the cost it holds): used instead of reserving, refunded when the answer
     is never measured, and the plan must not cost more than it holds. ``in_slot``: the caller
     holds the statement's in-flight slot (:func:`run_private`)."""
+    engine, prepared = stmt.engine, stmt.prepared
     a = plan.analysis
     ledger = engine.ledger
     try:
-        confidence = precheck(engine, prepared, session, a)
+        confidence = precheck(engine, prepared, stmt.session, a)
         if reserved is not None and not _within(plan.cost, reserved[1]):
             from dpsql.errors import InternalError
 
@@ -232,70 +217,54 @@ def _run_planned(
         raise
     key = None
     if ledger is not None:
-        key = auto[1] if auto is not None else cache_key(engine, prepared, plan, params)
+        key = auto[1] if auto is not None else cache_key(engine, prepared, plan, stmt.params)
     if ledger is None or key is None or in_slot:
-        return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
-                        confidence, key_types, declared)  # fmt: skip
-    with one_release(slot(engine, session, key), cancel, timing_of(engine)):
-        return _release(engine, prepared, session, cancel, plan, auto, reserved, key, a,
-                        confidence, key_types, declared)  # fmt: skip
+        return _release(stmt, plan, auto, reserved, key, confidence, key_types, declared)
+    with stmt.one_release(key):
+        return _release(stmt, plan, auto, reserved, key, confidence, key_types, declared)
 
 
 def _release(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    session: SessionContext,
-    cancel: CancelToken | None,
+    stmt: StatementRun[PrivateQuery],
     plan: Plan | SetsPlan,
     auto: tuple[AutoBounds, str] | None,
     reserved: tuple[Reservation, Cost] | None,
     key: str | None,
-    a: Analysis,
     confidence: float,
     key_types: Sequence[str],
     declared: Any,
 ) -> Result:
     """The repeat store's answer for ``key``, or reserve, measure, release and commit."""
+    engine, prepared, session = stmt.engine, stmt.prepared, stmt.session
+    a = plan.analysis
     ledger = engine.ledger
     if ledger is not None and key is not None and reserved is None:
         stored = ledger.lookup_stored(session.analyst, key, prepared.text)
         if stored is not None:
             stored = dataclasses.replace(stored, auto=auto is not None)  # what its epsilon was
             rel = Release.from_json(json.loads(stored.payload))
-            with _fetch_offered(engine, prepared, session, a, key):
+            with _fetch_offered(stmt, a, key):
                 return finish(
                     engine, prepared, a, rel, session, plan=plan, cached=True, repeat=stored
                 )
     reservation = (
         reserved[0]
         if reserved is not None
-        else ledger.reserve(
-            session.analyst,
-            plan.cost,
-            prepared.fingerprint,
-            delta_for_rho=delta_for_rho(plan),
-            mechanism=plan.mechanism,
-            statement=prepared.text,
-        )
+        else stmt.reserve(plan.cost, plan.mechanism, delta_for_rho(plan))
         if ledger
         else None
     )
     try:
-        got = measure(engine, prepared, plan, cancel)
+        got = measure(engine, prepared, plan, stmt.cancel)
     except BaseException as error:
         # A failure that may depend on the private rows (a data error, a timeout) stays charged:
         # otherwise failing queries would be free probes.
-        if ledger is not None and reservation is not None:
-            settle_failed(ledger, reservation, error)
+        settle(ledger, reservation, error, read=False)
         raise
     try:
         rel = release_measured(engine, plan, got, key_types, declared, confidence)
     except BaseException as error:
-        # the rows were read: spent, whatever failed after (left open, the reservation would
-        # look like a crash to `dpsql budget reconcile`, whose --refund would make it free)
-        if ledger is not None and reservation is not None:
-            ledger.commit(reservation)
-            say_spent(error)
+        settle(ledger, reservation, error, read=True)  # the rows were read: spent
         raise
     if auto is not None:  # stored with the bounds it was measured with (bounds_key)
         rel = dataclasses.replace(rel, bounds=applied_bounds(auto[0]))
@@ -304,23 +273,20 @@ def _release(
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
             rel = Release.from_json(json.loads(earlier))
-    with _fetch_offered(engine, prepared, session, a, key if reservation is not None else None):
+    with _fetch_offered(stmt, a, key if reservation is not None else None):
         return finish(engine, prepared, a, rel, session, plan=plan, auto=auto[0] if auto else None)
 
 
 @contextmanager
 def _fetch_offered(
-    engine: EngineContext,
-    prepared: PrivateQuery,
-    session: SessionContext,
-    a: Analysis,
-    key: str | None,
+    stmt: StatementRun[PrivateQuery], a: Analysis, key: str | None
 ) -> Iterator[None]:
     """On an error of the post-processing over a stored release (``key``): its hint names the
     statement returning the released rows themselves, free (:mod:`dpsql.execute.fetch_stored`)."""
     try:
         yield
     except DpsqlError as e:
+        engine, prepared, session = stmt.engine, stmt.prepared, stmt.session
         if key is not None and engine.ledger is not None:
             from dpsql.execute import fetch_stored
 
@@ -365,12 +331,6 @@ def measure(
     )
     still_proven(engine.backend, a, "while the statement ran", token, got.then)
     return got
-
-
-def settle_failed(ledger: BudgetLedger, reservation: Reservation, error: BaseException) -> None:
-    """A reservation whose measurement failed: refunded when the failure can't depend on the
-    private rows (:func:`dpsql.budget.ledger.refundable`), else confirmed as spent."""
-    ledger.refund(reservation, error)  # or confirmed as spent (history: committed), logged
 
 
 def release_measured(

@@ -26,20 +26,17 @@ from fractions import Fraction
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dpsql.budget.records import say_spent
 from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError
 from dpsql.execute import fetch_stored, privacy_params
 from dpsql.execute.auto_bounds import choose_reserved
-from dpsql.execute.backend import CancelToken
 from dpsql.execute.finish import say_stored
-from dpsql.execute.in_flight import one_release
 from dpsql.execute.noise import Release
 from dpsql.execute.precheck import check_having_constants, check_join_fanout, check_leaf_keys
 from dpsql.execute.prepared import TreeQuery
-from dpsql.execute.private import delta_for_rho, measure, release_measured, settle_failed
-from dpsql.execute.repeat_keys import flat_key, payload, slot
-from dpsql.execute.timing import timing_of
+from dpsql.execute.private import delta_for_rho, measure, release_measured
+from dpsql.execute.repeat_keys import flat_key, payload
+from dpsql.execute.statement_run import StatementRun, settle
 from dpsql.execute.tree_budget import LeafBudget, leaf_budget
 from dpsql.execute.tree_intervals import (
     reported,
@@ -51,63 +48,49 @@ from dpsql.execute.tree_post import run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_proofs
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
 from dpsql.result import Result
-from dpsql.session import SessionContext
 from dpsql.sql.tree import Split
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
 
 
-def run_tree(
-    engine: EngineContext,
-    prepared: TreeQuery,
-    session: SessionContext,
-    params: Sequence[object],
-    cancel: CancelToken | None,
-) -> Result:
+def run_tree(stmt: StatementRun[TreeQuery]) -> Result:
     """Charge once, release every leaf, post-process in PostgreSQL (module docstring).
 
     An identical statement in flight in another session (a dashboard's tiles) is waited for
     (:func:`dpsql.execute.in_flight.one_release`, the flat path's slot): its leaves' bounds
     and answers are then stored, and this one's are free repeats (newcomer21 #28: three
     sessions at once were charged three times for one answer)."""
-    if engine.ledger is None:
-        return _run_tree(engine, prepared, session, params, cancel)
-    key = slot(engine, session, _tree_key(engine, prepared, session, params))
-    with one_release(key, cancel, timing_of(engine)):
-        return _run_tree(engine, prepared, session, params, cancel)
+    if stmt.ledger is None:
+        return _run_tree(stmt)
+    with stmt.one_release(_tree_key(stmt)):
+        return _run_tree(stmt)
 
 
-def _tree_key(
-    engine: EngineContext, prepared: TreeQuery, session: SessionContext, params: Sequence[object]
-) -> str:
+def _tree_key(stmt: StatementRun[TreeQuery]) -> str:
     """What makes two tree statements the same release: the canonical statement, parameters,
     the session's privacy settings and the analyst's view (only a slot's name: two statements
     sharing it just run one after the other)."""
     from dpsql.sql.canonical import cache_key as canonical_key
     from dpsql.sql.canonical import canonical
 
+    engine, prepared, session = stmt.engine, stmt.prepared, stmt.session
     memo = ("tree-canonical", id(prepared.tree))
     hit = engine.caches.sql.get(memo)
     if hit is None or hit[0] is not prepared.tree:
         hit = (prepared.tree, canonical(prepared.tree))  # holds the tree: its id can't be reused
         engine.caches.sql.remember(memo, hit)
     return canonical_key(
-        hit[1], params, session.epsilon or 0, session.delta or 0, f"tree:{session.mechanism}",
+        hit[1], stmt.params, session.epsilon or 0, session.delta or 0, f"tree:{session.mechanism}",
         extra=engine.repeat_digest(prepared.scope),
     )  # fmt: skip
 
 
-def _run_tree(
-    engine: EngineContext,
-    prepared: TreeQuery,
-    session: SessionContext,
-    params: Sequence[object],
-    cancel: CancelToken | None,
-) -> Result:
+def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
     from dpsql.execute import shadows
 
-    sp, probes = bound_split(engine, prepared, params)
+    engine, prepared, session, cancel = stmt.engine, stmt.prepared, stmt.session, stmt.cancel
+    sp, probes = bound_split(engine, prepared, stmt.params)
     probes = with_catalog_proofs(engine, probes)  # one row per unit, as a flat statement reads it
     shares = leaf_plans(engine, probes, session)  # what is reserved for each leaf
     key_tables = tuple(
@@ -135,7 +118,7 @@ def _run_tree(
     for i in todo:
         check_join_fanout(engine, shares[i].analysis)  # public tables only, before the charge
         check_leaf_keys(engine, probes[i], shares[i].analysis)  # types and keys, no row read
-    reservation, held = _reserve(engine, prepared, session, [budgets[i] for i in todo])
+    reservation, held = _reserve(stmt, [budgets[i] for i in todo])
     done = 0
     try:
         chosen = {}
@@ -165,12 +148,7 @@ def _run_tree(
         for r in held:  # bound choices never made: nothing read for them
             if ledger is not None:
                 ledger.refund(r)
-        if ledger is not None and reservation is not None:
-            if done:  # a leaf read the private rows: spent, whatever failed after
-                ledger.commit(reservation)
-                say_spent(error)
-            else:
-                settle_failed(ledger, reservation, error)
+        settle(ledger, reservation, error, read=done > 0)  # a leaf read the private rows: spent
         raise
     if ledger is not None and reservation is not None:
         stored_first = ledger.commit_answers(
@@ -233,13 +211,11 @@ def _offers(engine: EngineContext, sp: Split, run: LeafRun, scope: str) -> list[
     return out
 
 
-def _reserve(
-    engine: EngineContext, prepared: TreeQuery, session: SessionContext, todo: Sequence[LeafBudget]
-) -> tuple[Any, list[Any]]:
+def _reserve(stmt: StatementRun[TreeQuery], todo: Sequence[LeafBudget]) -> tuple[Any, list[Any]]:
     """Reserve the leaves' bound choices and answers in one ledger transaction (nothing read
     yet): the answers' reservation (None without a ledger or leaves to run), and one
     reservation per bound choice, in leaf order."""
-    ledger = engine.ledger
+    ledger = stmt.ledger
     if ledger is None or not todo:
         return None, []
     answers = [b.answer for b in todo]
@@ -251,17 +227,10 @@ def _reserve(
     )
     bounds = [(c, "auto_bound", None) for b in todo for c in b.bound_costs()]
     if not bounds:
-        res = ledger.reserve(
-            session.analyst,
-            part[0],
-            prepared.fingerprint,
-            delta_for_rho=part[2],
-            mechanism=part[1],
-            statement=prepared.text,
-        )
-        return res, []
+        return stmt.reserve(*part), []
+    prepared = stmt.prepared
     got = ledger.reserve_together(
-        session.analyst, [*bounds, part], prepared.fingerprint, statement=prepared.text
+        stmt.session.analyst, [*bounds, part], prepared.fingerprint, statement=prepared.text
     )
     return got[-1], list(got[:-1])
 
