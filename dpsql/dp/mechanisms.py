@@ -357,3 +357,32 @@ def ratio_bounds(
         if lo > hi:
             lo, hi = clamp
     return lo, hi
+
+
+def sum_reach(mech: Mechanism, n: int, beta: float) -> float:
+    """t (value units) with P(S > t) <= ``beta`` for S the sum of ``n`` independent releases'
+    errors (each its noise plus its snapping to the grid, at most grid/2): a one-sided bound
+    for a total over groups. One release: the exact tail (the noise is symmetric, so its
+    one-sided ``beta`` is the two-sided half-width at 1 - 2 ``beta``). Several: a Chernoff
+    bound, P(S >= x) <= exp(-s x) M(s)^n for every s > 0 (M the noise's moment generating
+    function; any s gives a valid bound, the least over a grid of s is taken): the discrete
+    Laplace's M(s) = (1 - r)² / ((1 - r e^s)(1 - r e^-s)), r = exp(-1/scale), for s < 1/scale;
+    the discrete Gaussian is sigma²-subgaussian (Canonne-Kamath-Steinke 2020, Corollary 9):
+    x = sigma sqrt(2 n ln(1/beta))."""
+    if n <= 0:
+        return 0.0
+    if n == 1:
+        return mech.half_width(1 - 2 * beta)
+    g = float(mech.grid)
+    if mech.sensitivity == 0:
+        return n * g / 2
+    log_b = math.log(1 / beta)
+    if isinstance(mech, Gaussian):
+        steps = math.sqrt(2 * n * float(mech.noise_sigma2) * log_b)
+    else:
+        scale = float(mech.noise_scale)
+        r = math.exp(-1 / scale)
+        s = np.linspace(0.0, 1.0, 4001)[1:-1] / scale
+        log_m = 2 * math.log1p(-r) - np.log1p(-r * np.exp(s)) - np.log1p(-r * np.exp(-s))
+        steps = float(np.min((log_b + n * log_m) / s))
+    return (steps + n / 2) * g

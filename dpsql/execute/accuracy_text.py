@@ -23,6 +23,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
 from dpsql.execute.accuracy_avg import avg_line, avg_nulls
 from dpsql.execute.accuracy_few import open_rows, open_text, reach, reach_text, unseen, unseen_text
+from dpsql.execute.accuracy_lead import lead_bound, low_lead
 from dpsql.execute.accuracy_words import (
     ESTIMATE_SHARE,
     alarmed,
@@ -83,7 +84,7 @@ def accuracy_notes(
     (per row, per statistic: the released values) how far an interval of several noisy parts
     reaches below and above its answer."""
     out: list[str] = []
-    leads: list[str] = []  # _low_lead's lines, before all others
+    leads: list[str] = []  # low_lead's lines, before all others
     line_si: list[int] = []  # the statistic of each line of ``out``
     disowned: Disowned = {}
     conf = level_text(confidence)
@@ -177,8 +178,9 @@ def accuracy_notes(
             f"(they keep {bounds_keep(a, t)}): {said}"
             f"{_reach_text(a, t, r.dropped[:rows], tw.d_hi)} "
         )
-        if sum_d > LEAD_CLEAR * own:  # a large part clearly left out: a line of its own first
-            leads += _low_lead(a, t, s.sql, total, answer, grouped, own)
+        if rows and noisy is not None and s.measures[0] in noisy:  # clearly much left out:
+            answers = np.asarray(noisy[s.measures[0]], dtype=np.float64)[:rows]  # a line first
+            leads += low_lead(a, t, s.sql, lead_bound(t, mech, r, answers, confidence))
         line += assumption(a, r, t, rows)
         found = []  # answers the releases cannot check: a few units may hold most of them
         if rows and noisy is not None and s.measures[0] in noisy and not alarmed(r, rows):
@@ -232,38 +234,6 @@ def accuracy_notes(
         for line, si in zip(lines, line_si, strict=True)
     )
     return Accuracy((*leads, *lines, *quantiles), disowned)
-
-
-LEAD_SHARE = 0.25  # the bounds' left-out estimate leads the notices from a quarter of the answer
-LEAD_CLEAR = 2.0  # ... where it is at least twice its own noise's reach (1.5 let a heavy-tailed SUM estimate lead: newcomer24 #1)
-
-
-def _low_lead(
-    a: Analysis,
-    t: BiasTarget,
-    sql: str,
-    total: float,
-    answer: float,
-    grouped: bool,
-    noise: float,
-) -> list[str]:
-    """The first notice where the bounds clearly left out a large part (an estimate of at least
-    :data:`LEAD_SHARE` of the answer and :data:`LEAD_CLEAR` times its noise's reach ``noise``):
-    the answer is that much low, and about what the truth is, give or take that reach
-    (newcomer23 #16: the R = 1 fallback's `551 [534, NULL]` for 1,097 rows said "about 561 rows
-    (102% of the answer)" only in the middle of its notice, while BI tools show the number
-    alone; a SUM whose estimate is barely above its noise, 156M give or take 156M, gets no such
-    line). Post-processing of the released answer and estimate; [] otherwise."""
-    if t.sign <= 0 or answer <= 0 or total < LEAD_SHARE * answer:
-        return []
-    together = " in all groups together" if grouped else ""
-    return [
-        f"left out by the contribution bounds: {sql} is low{together}: they keep "
-        f"{bounds_keep(a, t)} and left out about {qty_text(a, t.measure, total)} (give or take "
-        f"{qty_text(a, t.measure, noise)}), {percent(total / answer)} of the answer: with those "
-        f"the truth is about {qty_text(a, t.measure, answer + total)} (the answer plus that "
-        "noisy estimate; its line below says how far either can be off)"
-    ]
 
 
 def _reach_text(a: Analysis, t: BiasTarget, dropped: np.ndarray, d_hi: float) -> str:
