@@ -55,7 +55,8 @@ def precheck(
     from dpsql.execute import shadows
 
     key_tables = tuple(g.keys_from.rsplit(".", 1)[0] for g in a.group_keys if g.keys_from)
-    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
+    scope = engine.scope(session.analyst)
+    shadows.check(engine, prepared.text, prepared.tree, key_tables, scope, private=True)
     conf = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
     check_join_fanout(engine, a)  # reads public tables only
     check_leaf_keys(engine, prepared, a)  # types and the catalog only

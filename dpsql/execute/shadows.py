@@ -47,20 +47,22 @@ def check(
     tree: exp.Expr | None,
     also_reads: tuple[str, ...] = (),
     scope: str = "",
+    private: bool = False,
 ) -> None:
     """Refuse ``tree`` (statement ``text``) if it calls a shadowed function or operator or reads
     a public view of protected data (``also_reads``: tables read through the policy, such as a
-    ``keys_from`` table); a statement that passes is remembered until the shadows are read
-    again."""
+    ``keys_from`` table), or, ``private``, a public table whose reading can fail on its own rows
+    (:mod:`dpsql.sql.public_views`); a statement that passes is remembered until the shadows
+    are read again."""
     if tree is None:
         return
     loaded_at, shadows = load(engine)
-    key = ("shadow-ok", text, scope, *also_reads)
+    key = ("shadow-ok-private" if private else "shadow-ok", text, scope, *also_reads)
     if engine.caches.sql.get(key) == loaded_at:
         return
     view = engine.view(scope or None)
     visible = frozenset(view.tables) | frozenset(view.public_tables)
-    check_shadowing(tree, shadows, also_reads, visible)
+    check_shadowing(tree, shadows, also_reads, visible, private)
     engine.caches.sql.remember(key, loaded_at)
 
 

@@ -100,7 +100,8 @@ def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
         for g in leaf.analysis.group_keys
         if g.keys_from
     )
-    shadows.check(engine, prepared.text, prepared.tree, key_tables, engine.scope(session.analyst))
+    scope = engine.scope(session.analyst)
+    shadows.check(engine, prepared.text, prepared.tree, key_tables, scope, private=True)
     confidence = privacy_params.confidence(engine.policy, session)  # before any budget is reserved
     budgets = [
         leaf_budget(engine, leaf, p, session) for leaf, p in zip(probes, shares, strict=True)

@@ -51,7 +51,21 @@ _VIEW_CTE = f"""WITH RECURSIVE pub AS (
   SELECT deps.name, d.refclassid, d.refobjid FROM deps
   JOIN pg_catalog.pg_rewrite r ON deps.refclassid = {_REL} AND r.ev_class = deps.refobjid
   JOIN pg_catalog.pg_depend d ON d.classid = {_RULE} AND d.objid = r.oid
+), runs AS (
+  SELECT pub.name, pub.oid FROM pub
+  UNION
+  SELECT runs.name, d.refobjid FROM runs
+  JOIN pg_catalog.pg_class c ON c.oid = runs.oid AND c.relkind = 'v'
+  JOIN pg_catalog.pg_rewrite r ON r.ev_class = runs.oid
+  JOIN pg_catalog.pg_depend d ON d.classid = {_RULE} AND d.objid = r.oid
+                             AND d.refclassid = {_REL}
 ) """
+# the plain views and foreign tables reading a public table runs (through views, not through a
+# materialized view's stored rows): dpsql.sql.public_views judges them
+_RUN_ROWS = """SELECT 'v', runs.name, c.relkind::text || n.nspname || '.' || c.relname || E'\\n'
+  || CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) ELSE '' END FROM runs
+JOIN pg_catalog.pg_class c ON c.oid = runs.oid AND c.relkind IN ('v', 'f')
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"""
 _VIEW_ROWS = f"""SELECT 't', deps.name, n.nspname || '.' || c.relname FROM deps
 JOIN pg_catalog.pg_class c ON deps.refclassid = {_REL} AND c.oid = deps.refobjid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE {_USER_SCHEMA}
@@ -72,7 +86,11 @@ SHADOW_SQL = (
     + _NOT_EXTENSION.format(cls="'pg_catalog.pg_operator'", oid="o.oid")
     + " UNION SELECT 'r', n.nspname || '.' || c.relname, NULL FROM pg_catalog.pg_class c "
     "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-    f"WHERE {_USER_SCHEMA} AND c.relkind IN ('r', 'v', 'm', 'f', 'p')" + " UNION " + _VIEW_ROWS
+    f"WHERE {_USER_SCHEMA} AND c.relkind IN ('r', 'v', 'm', 'f', 'p')"
+    + " UNION "
+    + _VIEW_ROWS
+    + " UNION "
+    + _RUN_ROWS
 )
 
 
@@ -85,6 +103,9 @@ class Shadows:
     operators: frozenset[str] = frozenset()
     tainted: tuple[tuple[str, str], ...] = ()
     relations: frozenset[str] = frozenset()  # schema.name of every user table and view
+    # public tables whose reading computes something that can fail (name, why): refused in
+    # private statements (dpsql.sql.public_views)
+    fallible: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_rows(cls, rows: list[tuple[str, str, str | None]], public: set[str]) -> Shadows:
@@ -94,11 +115,21 @@ class Shadows:
             for k, n, dep in rows
             if k == "t" and dep is not None and dep != n and dep not in public
         }
+        from dpsql.sql.public_views import fallible_reason
+
+        fallible: dict[str, str] = {}
+        runs = [(str(n), str(dep)) for k, n, dep in rows if k == "v" and dep is not None]
+        # the public table's own definition first, then the views it reads (by name)
+        for n, dep in sorted(runs, key=lambda r: (r[1][1:].partition("\n")[0] != r[0], r[1])):
+            why = None if n in fallible else fallible_reason(n, dep)
+            if why is not None:
+                fallible[n] = why
         return cls(
             frozenset(str(n) for k, n, _ in rows if k == "f"),
             frozenset(str(n) for k, n, _ in rows if k == "o"),
             tuple(sorted(tainted)),
             frozenset(str(n) for k, n, _ in rows if k == "r"),
+            tuple(sorted(fallible.items())),
         )
 
 
@@ -128,6 +159,7 @@ def check_shadowing(
     shadows: Shadows,
     also_reads: tuple[str, ...] = (),
     visible: frozenset[str] | None = None,
+    private: bool = False,
 ) -> None:
     """Refuse (42501) a statement that calls a function or uses an operator the upstream
     database defines outside its system schemas.
@@ -141,7 +173,7 @@ def check_shadowing(
         PrivacyViolation: such a call or operator is in ``tree``, or it reads a public table
             that is a view of data dpsql protects.
     """
-    _check_tables(tree, shadows, also_reads)
+    _check_tables(tree, shadows, also_reads, private)
     if visible is not None and shadows.relations:
         _check_row_types(tree, shadows.relations - visible)
     if not shadows.functions and not shadows.operators:
@@ -169,13 +201,20 @@ def check_shadowing(
             )
 
 
-def _check_tables(tree: exp.Expr, shadows: Shadows, also: tuple[str, ...]) -> None:
-    if not shadows.tainted:
+def _check_tables(
+    tree: exp.Expr, shadows: Shadows, also: tuple[str, ...], private: bool = False
+) -> None:
+    if not shadows.tainted and not (private and shadows.fallible):
         return
     from dpsql.sql.tables import referenced_tables
 
+    names = [n for n, _ in referenced_tables(tree)]
+    if private and shadows.fallible:
+        from dpsql.sql.public_views import check_fallible_views
+
+        check_fallible_views(names, shadows.fallible)  # not ``also``: dpsql reads those alone
     reads = dict(shadows.tainted)
-    for name in [n for n, _ in referenced_tables(tree)] + list(also):
+    for name in names + list(also):
         if name in reads:
             raise PrivacyViolation(
                 f"public table {name} is a view that reads {reads[name]}, which the policy does "
