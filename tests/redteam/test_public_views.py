@@ -61,6 +61,9 @@ REFUSED = [
     JOIN.format("rates"),
     JOIN.format("rates_cast"),
     "SELECT COUNT(*) FROM t WHERE x > 5 AND region IN (SELECT r.code FROM rates r WHERE r.k > 0)",
+    # a statement of several aggregates (the tree path)
+    "SELECT 'all', COUNT(*) FROM t UNION ALL "
+    + IN.format("rates_where").replace("SELECT COUNT(*)", "SELECT 'some', COUNT(*)"),
 ]
 ANSWERED = [IN.format("plain"), JOIN.format("plain"), IN.format("rates_stored")]
 
