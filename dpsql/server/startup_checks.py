@@ -70,7 +70,7 @@ def upstream_problems(policy: Policy, dsn: str) -> list[Problem]:
             if col not in cols:
                 out.append(Problem(f"column {table}.{col} named in the policy (the keys_from of "
                                    f"{user}) does not exist upstream{did_you_mean(col, cols)}"))  # fmt: skip
-        out += _fallible_public(conn, policy)
+        out += _fallible_tables(conn, policy)
         # on a Citus coordinator: tables placed so that per-unit work can't run on the workers
         out += [
             Problem(f"{f.table}: {f.problem}", fatal=False) for f in citus_findings(policy, conn)
@@ -78,20 +78,24 @@ def upstream_problems(policy: Policy, dsn: str) -> list[Problem]:
     return out
 
 
-def _fallible_public(conn: psycopg.Connection[tuple[object, ...]], policy: Policy) -> list[Problem]:
-    """Public tables whose reading computes something that can fail (dpsql.sql.public_views): a
-    warning, as private statements reading them are refused one by one."""
+def _fallible_tables(conn: psycopg.Connection[tuple[object, ...]], policy: Policy) -> list[Problem]:
+    """The policy's tables whose reading computes something that can fail on some of their rows
+    (:mod:`dpsql.sql.public_views`): warnings. A public one is refused in private statements,
+    one by one; a private one (a view of a per-person table) fails a statement on a person's
+    row, which stays charged but tells whether such a row was read."""
     from dpsql.sql.public_views import fallible_words
     from dpsql.sql.shadowing import SHADOW_SQL, Shadows
 
-    public = list(policy.public_tables)
-    if not public:
-        return []
-    rows = conn.execute(SHADOW_SQL, [public]).fetchall()
-    got = Shadows.from_rows(
-        [(str(k), str(n), None if d is None else str(d)) for k, n, d in rows], set(public)
-    )
-    return [Problem(fallible_words(name, why), fatal=False) for name, why in got.fallible]
+    out: list[Problem] = []
+    for private, names in ((False, list(policy.public_tables)), (True, list(policy.tables))):
+        if not names:
+            continue
+        rows = conn.execute(SHADOW_SQL, [names]).fetchall()
+        got = Shadows.from_rows(
+            [(str(k), str(n), None if d is None else str(d)) for k, n, d in rows], set(names)
+        )
+        out += [Problem(fallible_words(n, why, private), fatal=False) for n, why in got.fallible]
+    return out
 
 
 def _table_problems(

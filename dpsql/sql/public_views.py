@@ -120,8 +120,15 @@ def fallible_reason(public: str, row: str) -> str | None:
     return f"it is {what}" if name == public else f"it reads {name}, {what}"
 
 
-def fallible_words(name: str, why: str) -> str:
-    """The operator's line for a fallible public table (``dpsql serve``'s warning)."""
+def fallible_words(name: str, why: str, private: bool = False) -> str:
+    """The operator's line for a fallible table of the policy (``dpsql serve``'s warning)."""
+    if private:
+        return (
+            f"private table {name}: {why}, which can fail on some of its rows; a query that "
+            "reads such a row fails, charged, but whether it failed can tell whether that "
+            "person's row was read: make the view's computation total (NULLIF(n - 2, 0) for a "
+            "division, no failing cast) or store its rows as a table or a materialized view"
+        )
     return (
         f"public table {name}: {why}, which can fail on some of its rows; queries of private "
         "tables that read it are refused (0A000): store it as a table or a materialized view"
