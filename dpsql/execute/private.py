@@ -90,19 +90,14 @@ def _run_auto(
     from dpsql.execute import auto_bounds, statement_sql
     from dpsql.sql.apply_bounds import apply_bounds
 
-    engine, prepared, session, params = stmt.engine, stmt.prepared, stmt.session, stmt.params
+    engine, prepared, session = stmt.engine, stmt.prepared, stmt.session
     a = plan.analysis
     statement_eps = plan.epsilon
+    plan_with = partial(planning.plan, engine, prepared, session, stmt.params)
     answer_with = partial(_run_planned, stmt, in_slot=True)
     again = False  # measured again: the bounds stored since differ from the stored answer's
     if engine.ledger is not None and not pend.missing:
-        plan = planning.plan(
-            engine,
-            prepared,
-            session,
-            params,
-            analysis=with_stored_bounds(engine, prepared, a, pend),
-        )
+        plan = plan_with(analysis=with_stored_bounds(engine, prepared, a, pend))
         bounded = bounds_key(engine, session, key, pend.known)
         again, key = bounded != key, bounded
     elif engine.ledger is not None and engine.ledger.has_answer(session.analyst, key):
@@ -111,30 +106,19 @@ def _run_auto(
         # one statement, one charge: the answer's cost (the statement's epsilon less the slice;
         # it does not depend on the bounds chosen) is reserved with the bound choices, before
         # any data is read (auto_bounds.measure); the checks that need no budget come first
-        rest = planning.plan(
-            engine,
-            prepared,
-            session,
-            params,
-            analysis=a,
-            spent=auto_bounds.slice_epsilon(statement_eps, pend),
-        )
+        slice_eps = auto_bounds.slice_epsilon(statement_eps, pend)  # the bound choices' share
+        rest = plan_with(analysis=a, spent=slice_eps)
         precheck(engine, prepared, session, a)
         # dpsql's SQL for the answer, with the default bounds, parsed before any charge
         defaults = apply_bounds(a, auto_bounds.with_defaults(pend))
-        statement_sql.preflight(engine, prepared, planning.plan(
-            engine, prepared, session, params, analysis=defaults,
-            spent=auto_bounds.slice_epsilon(statement_eps, pend),
-        ))  # fmt: skip
+        statement_sql.preflight(engine, prepared, plan_with(analysis=defaults, spent=slice_eps))
         answer = (rest.cost, rest.mechanism, delta_for_rho(rest))
         bounds, held = auto_bounds.measure(
             engine, prepared, session, a, pend, statement_eps, stmt.cancel, answer
         )
         resolved = apply_bounds(a, bounds)
         try:
-            plan = planning.plan(
-                engine, prepared, session, params, analysis=resolved, spent=bounds.epsilon_spent
-            )
+            plan = plan_with(analysis=resolved, spent=bounds.epsilon_spent)
         except BaseException:
             if held is not None and engine.ledger is not None:
                 engine.ledger.refund(held)  # nothing of the answer was measured
@@ -319,7 +303,7 @@ def measure(
         texts, a = statement_sql.statement_texts(engine, prepared, plan)  # (EXPLAIN VERBOSE's too)
     if isinstance(plan, SetsPlan):
         sets = run_sets(engine, texts, cancel, prepared.fingerprint)
-        still_proven(engine.backend, plan.analysis, "while the statement ran", token)
+        still_proven(engine.backend, plan.analysis, token)
         return sets
     # the catalog's proofs the SQL took (one row per unit, values within their bounds), read
     # just before the query, and the catalog state of its key checks, are read again right
@@ -329,7 +313,7 @@ def measure(
     got = own_sql.run(  # fresh salt; a Parse failure of it is dpsql's own (own_sql)
         engine.backend, salted(texts[0]), prepared.fingerprint, cancel=cancel, then=after
     )
-    still_proven(engine.backend, a, "while the statement ran", token, got.then)
+    still_proven(engine.backend, a, token, got.then)
     return got
 
 

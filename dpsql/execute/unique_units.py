@@ -331,11 +331,7 @@ def _changed(a: Analysis, when: str) -> NoReturn:
 
 
 def still_proven(
-    backend: Backend,
-    a: Analysis,
-    when: str,
-    token: str = "",
-    rows: list[tuple[object, ...]] | None = None,
+    backend: Backend, a: Analysis, token: str = "", rows: list[tuple[object, ...]] | None = None
 ) -> None:
     """Refuse (55000) a statement whose private query ran with the catalog's proofs in ``a``
     (one row per unit; the values of ``a.proven_bounds`` within their bounds, unclamped) when
@@ -344,6 +340,7 @@ def still_proven(
     its tables' catalog state is another one: a column's collation or type changed between
     those checks and the query (a change made and undone leaves a new ``xmin``; one made while
     the query runs waits for it), in the same round trip. ``rows``: :func:`recheck`'s."""
+    when = "while the statement ran"
     now = recheck(backend, a, when, token, rows).proven_bounds
     if now != a.proven_bounds:
         from dpsql.errors import ObjectNotInPrerequisiteState

@@ -314,13 +314,11 @@ def test_dropped_while_the_query_runs_refuses(
         _drop_and_load(dsn)
         return got
 
-    def undo_then_check(
-        backend: Any, a: Analysis, when: str, token: str = "", rows: Any = None
-    ) -> None:
+    def undo_then_check(backend: Any, a: Analysis, token: str = "", rows: Any = None) -> None:
         # the product reads this check in the query's own round trip and transaction (no DDL
         # can come between the two); read again here, after the DDL: the wider window
         _restore(dsn)  # the row gone, the constraint back: the same text, a new oid
-        after(backend, a, when, token)
+        after(backend, a, token)
 
     monkeypatch.setattr(engine, "checked_sql", drop_after)
     if undone:
@@ -356,14 +354,12 @@ def test_a_child_added_and_dropped_while_the_query_runs_refuses(
             conn.execute("INSERT INTO noinh_child VALUES (100000, 0, 100000)")
         return got
 
-    def drop_then_check(
-        backend: Any, a: Analysis, when: str, token: str = "", rows: Any = None
-    ) -> None:
+    def drop_then_check(backend: Any, a: Analysis, token: str = "", rows: Any = None) -> None:
         # the product reads this check in the query's own round trip and transaction (no DDL
         # can come between the two); read again here, after the DDL: the wider window
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DROP TABLE noinh_child")
-        after(backend, a, when, token)
+        after(backend, a, token)
 
     monkeypatch.setattr(engine, "checked_sql", add_child)
     monkeypatch.setattr(unique_units, "still_proven", drop_then_check)

@@ -173,14 +173,12 @@ def test_made_again_while_the_query_runs_refuses(
         ran.append("changed")
         return got
 
-    def undo_then_check(
-        backend: Any, a: Analysis, when: str, token: str = "", rows: Any = None
-    ) -> None:
+    def undo_then_check(backend: Any, a: Analysis, token: str = "", rows: Any = None) -> None:
         # the product reads this check in the query's own round trip and transaction (no DDL
         # can come between the two); read again here, after the DDL: the wider window
         _run(dsn, undo)  # one row per unit again, shown by a key of another identity
         ran.append("undone")
-        after(backend, a, when, token)
+        after(backend, a, token)
 
     monkeypatch.setattr(engine, "checked_sql", change_after_check)
     monkeypatch.setattr(unique_units, "still_proven", undo_then_check)
@@ -265,13 +263,11 @@ def test_maintenance_in_the_windows_is_not_refused(
         seen.append(a)
         return checked(prepared, a)
 
-    def before_after(
-        backend: Any, a: Analysis, when: str, token: str = "", rows: Any = None
-    ) -> None:
+    def before_after(backend: Any, a: Analysis, token: str = "", rows: Any = None) -> None:
         # the product reads this check in the query's own round trip and transaction (no DDL
         # can come between the two); read again here, after the DDL: the wider window
         _run(dsn, after_query)
-        after(backend, a, when, token)
+        after(backend, a, token)
 
     monkeypatch.setattr(engine, "checked_sql", before_check)
     monkeypatch.setattr(unique_units, "still_proven", before_after)
