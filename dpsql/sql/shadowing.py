@@ -209,10 +209,6 @@ def _check_tables(
     from dpsql.sql.tables import referenced_tables
 
     names = [n for n, _ in referenced_tables(tree)]
-    if private and shadows.fallible:
-        from dpsql.sql.public_views import check_fallible_views
-
-        check_fallible_views(names, shadows.fallible)  # not ``also``: dpsql reads those alone
     reads = dict(shadows.tainted)
     for name in names + list(also):
         if name in reads:
@@ -223,6 +219,10 @@ def _check_tables(
                 hint="ask the data owner to declare it private (with a privacy unit) or to remove "
                 "it from public_tables",
             )
+    if private and shadows.fallible:  # after: a view of protected data is refused as such
+        from dpsql.sql.public_views import check_fallible_views
+
+        check_fallible_views(names, shadows.fallible)  # not ``also``: dpsql reads those alone
 
 
 def _type_name(t: exp.DataType) -> tuple[str, str] | None:

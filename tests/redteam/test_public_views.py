@@ -43,6 +43,8 @@ CREATE VIEW rates_nested AS SELECT code, k FROM rates WHERE code = 'N';
 CREATE VIEW rates_scalar AS
   SELECT code, (SELECT r2.n FROM regions_raw r2 WHERE r2.code <> r.code) AS m FROM regions_raw r;
 CREATE VIEW plain AS SELECT code, n AS k FROM regions_raw WHERE n > 0 AND code IN ('N', 'S');
+CREATE TABLE undeclared (code text, n numeric);
+CREATE VIEW rates_undeclared AS SELECT code FROM undeclared WHERE 100 / (n - 2) > 0;
 CREATE MATERIALIZED VIEW rates_stored AS
   SELECT code, 100 / NULLIF(n - 2, 0) AS k FROM regions_raw;
 """
@@ -76,7 +78,9 @@ def neighbours(
     pf = make_policy(
         "pubview",
         tables={"public.t": private_table("u", columns)},
-        public_tables=[f"public.{v}" for v in ["regions_raw", *VIEWS, "rates_stored"]],
+        public_tables=[
+            f"public.{v}" for v in ["regions_raw", *VIEWS, "rates_stored", "rates_undeclared"]
+        ],
     )
     made = []
     for extra in (False, True):  # neighbours: one more person, with x = 9
@@ -118,6 +122,14 @@ def test_the_refusal_says_what_to_do(neighbours: list[tuple[Engine, Ledger]]) ->
     with pytest.raises(DpsqlError) as e:
         engine.execute(engine.prepare(JOIN.format("rates"), "analyst"), SessionContext("analyst"))
     assert "public.rates" in e.value.message and "materialized view" in (e.value.hint or "")
+
+
+def test_a_view_of_undeclared_data_is_refused_as_such(
+    neighbours: list[tuple[Engine, Ledger]],
+) -> None:
+    """Reading a table the policy does not declare public comes first (42501, its own words)."""
+    sql = IN.format("rates_undeclared")
+    assert [_outcome(e, led, sql) for e, led in neighbours] == [("42501", 0), ("42501", 0)]
 
 
 @pytest.mark.parametrize("sql", ANSWERED)
