@@ -23,6 +23,7 @@ from fractions import Fraction
 
 from dpsql.budget import overcharge, route
 from dpsql.budget.api import BudgetLedger
+from dpsql.clock import SYSTEM_CLOCK, Clock, day, reading
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.errors import UnsupportedSql
 from dpsql.execute import group_keys, no_rows, planning, prepare, public_sql
@@ -90,6 +91,7 @@ class Engine:
         statement_timeout_ms: int | None = None,
         planner: Planner = make_plan,
         noise: NoiseSource = CSPRNG,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """An engine answering under ``policy`` on ``upstream_dsn``.
 
@@ -101,10 +103,13 @@ class Engine:
                 :data:`~dpsql.dp.noise_source.CSPRNG` (exact samplers on the operating system's
                 CSPRNG), except in tests that compare with an exact answer (a zero-noise source,
                 tests/helpers.py). Neither ``dpsql serve``, the CLI nor the policy sets it.
+            clock: dpsql's clock, what an analysis reads as the time (:mod:`dpsql.clock`):
+                the system's, except in tests that move it.
         """
         self.policy = policy
         self.planner = planner
         self.noise = noise
+        self.clock = clock
         self.ledger = ledger
         self.backend = Backend(
             upstream_dsn,
@@ -180,7 +185,9 @@ class Engine:
         key = (scope, text) if zone == UTC_NAME else (scope, text, zone)
         with self._lock:
             hit = self._cache.get(key)
-            if hit is not None:
+            if hit is not None and (
+                hit.clock_day is None or hit.clock_day == day(self.clock.now())
+            ):
                 self._cache.move_to_end(key)
                 return hit
         p = self.prepare_in_scope(text, scope)
@@ -195,14 +202,27 @@ class Engine:
     def prepare_in_scope(self, text: str, scope: str = "") -> Prepared:
         """Parse and classify ``text`` under ``scope``'s view (see :meth:`scope`), not cached;
         analyzed in the time zone of the statement this thread runs
-        (:data:`dpsql.upstream.zone.ZONE`)."""
-        match parse_statement(text):
-            case ParsedExplain():
-                p: Prepared = prepare_explain(self, text, scope)
-            case st:
-                p = prepare.prepare_parsed(self, st, text, scope)
+        (:data:`dpsql.upstream.zone.ZONE`), reading the engine's clock (the day it read, if any,
+        recorded: :meth:`current`)."""
+        with reading(self.clock) as r:
+            match parse_statement(text):
+                case ParsedExplain():
+                    p: Prepared = prepare_explain(self, text, scope)
+                case st:
+                    p = prepare.prepare_parsed(self, st, text, scope)
+        if r.at is not None:
+            p = replace(p, clock_day=day(r.at))
         zone = ZONE.get()
         return p if zone == UTC_NAME else replace(p, zone=zone)
+
+    def current(self, prepared: Prepared, analyst: str | None) -> Prepared:
+        """``prepared``, or the same text analyzed again if its analysis read dpsql's clock on
+        another UTC day than today's (a date-range verdict: :mod:`dpsql.sql.date_range_empty`):
+        a statement held over midnight (cached, a wire session's named statement or portal)
+        never answers from a verdict of a day that is over."""
+        if prepared.clock_day is None or prepared.clock_day == day(self.clock.now()):
+            return prepared
+        return self.prepare(prepared.text, analyst)
 
     def bound_limit(self, prepared: DeferredQuery, params: Sequence[object]) -> Prepared:
         """A ``LIMIT $n`` statement with ``params`` written inline, prepared as such
@@ -220,6 +240,7 @@ class Engine:
         """
         self.check_scope(prepared, session)
         self._catalog.tokens = {}  # read again for this statement
+        prepared = self.current(prepared, session.analyst)
         match prepared:
             case DeferredQuery():  # a zero-row shape: its columns whatever the LIMIT
                 zero = self.bound_limit(prepared, [0] * prepared.param_count)
@@ -259,10 +280,12 @@ class Engine:
         is analyzed again in it (its generated ``date_trunc`` keys are the zone's)."""
         zone = session_zone(session.settings)
         if zone == UTC_NAME and prepared.zone == UTC_NAME:
+            prepared = self.current(prepared, session.analyst)
             return self._execute(prepared, session, params, cancel)
         with statement_zone(zone):
             if prepared.zone != zone and isinstance(prepared, _ZONED):
                 prepared = self.prepare(prepared.text, session.analyst)
+            prepared = self.current(prepared, session.analyst)
             return self._execute(prepared, session, params, cancel)
 
     def _execute(
@@ -350,7 +373,8 @@ class Engine:
         """A private statement's analysis with ``params`` bound (the prepared one without)."""
         if not params:
             return prepared.analysis
-        a = analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
+        with reading(self.clock):
+            a = analyze(bind(prepared.tree, params), self.view(prepared.scope or None))
         return group_keys.inline_key_tables(self, a, prepared.text, prepared.tree, prepared.scope)
 
     def column_order(self, table: str) -> tuple[str, ...]:

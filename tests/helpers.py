@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from dpsql.budget.ledger import Ledger
+from dpsql.clock import SYSTEM_CLOCK, Clock
 from dpsql.dp.bounds import Selection
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import CSPRNG, NoiseSource
@@ -41,15 +42,16 @@ def served_engine(
     grace_s: float = 2,
     ledger: Any | None = None,
     noise: NoiseSource = CSPRNG,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Iterator[Any]:
-    """A real Engine on ``upstream`` (charging ``ledger`` if given, drawing from ``noise``)
-    behind an in-process wire server on a free port; yields the
+    """A real Engine on ``upstream`` (charging ``ledger`` if given, drawing from ``noise``,
+    reading ``clock`` as the time) behind an in-process wire server on a free port; yields the
     :class:`~dpsql.server.run.ServerThread` (its ``port``). Both are closed at exit (the ledger
     is the caller's)."""
     from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
-    engine = Engine(policy, upstream, ledger, pool_size=2, noise=noise)
+    engine = Engine(policy, upstream, ledger, pool_size=2, noise=noise, clock=clock)
     srv = ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=grace_s)).start()
     try:
         yield srv

@@ -14,6 +14,7 @@ from fractions import Fraction
 from typing import Protocol
 
 from dpsql.budget.api import BudgetLedger
+from dpsql.clock import Clock
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.execute.backend import Backend, CancelToken
 from dpsql.execute.caches import EngineCaches
@@ -50,6 +51,7 @@ class EngineContext(Executes, Protocol):
     caches: EngineCaches
     ledger: BudgetLedger | None
     noise: NoiseSource  # every random choice of a release (the product's: dp.noise_source.CSPRNG)
+    clock: Clock  # what an analysis and a repeat key read as the time (the product's: the system's)
 
     def view(self, analyst: str | None) -> Policy: ...
 

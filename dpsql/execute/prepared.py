@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
+from datetime import date
 from typing import ClassVar, Literal
 
 from sqlglot import exp
@@ -33,6 +34,9 @@ class _Common:
     scope: str = ""  # the analyst whose view of the policy classified it ("" = the whole policy)
     # the time zone it was analyzed in (dpsql.upstream.zone.ZONE: generated date_trunc keys)
     zone: str = "UTC"
+    # the UTC day of dpsql's clock its analysis read (dpsql.clock), None if it read none: a
+    # statement analyzed on another day is analyzed again (Engine.current)
+    clock_day: date | None = None
 
     @property
     def first_word(self) -> str:

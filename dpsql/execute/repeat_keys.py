@@ -2,7 +2,9 @@
 
 The key (:func:`repeat_key`) is the canonical statement's text without what only shapes its
 post-processing (:func:`released_part`: LIMIT/OFFSET, an ORDER BY of outputs), the parameters
-the release reads, the privacy settings, the analyst's view and the time zone where it matters;
+the release reads, the privacy settings, the analyst's view, the time zone where it matters and,
+for a statement that reads the clock (``current_date``, ``now()``), the day of dpsql's clock in
+the session's zone (the upstream's ``current_date``: yesterday's answer is not today's);
 a statement with ``auto`` bounds keys on its own epsilon (:func:`auto_cache_key`). The in-flight
 slot (:func:`slot`) an identical statement waits on, and the stored form of a release
 (:func:`payload`).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -23,10 +26,11 @@ from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.bind import param_numbers
+from dpsql.sql.date_range_empty import CLOCKS
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 from dpsql.sql.zone_identity import zone_matters
-from dpsql.upstream.zone import UTC_NAME, ZONE
+from dpsql.upstream.zone import UTC_NAME, ZONE, tzinfo_of
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -52,12 +56,15 @@ def repeat_key(
     hit = engine.caches.sql.get(("canonical", id(tree)))
     if hit is None or hit[0] is not tree:
         part = released_part(tree)
-        hit = (tree, canonical(part), frozenset(param_numbers(part)))
+        clocked = any(part.find_all(*CLOCKS, exp.CurrentTime))
+        hit = (tree, canonical(part), frozenset(param_numbers(part)), clocked)
         engine.caches.sql.remember(("canonical", id(tree)), hit)
     extra = engine.repeat_digest(prepared.scope)
     zone = ZONE.get()
     if zone != UTC_NAME and zone_matters(hit[0], engine.policy):  # another zone, another answer
         extra += f":TimeZone={zone}"
+    if hit[3]:  # current_date / now(): the upstream's clock, another day another answer
+        extra += f":day={engine.clock.now().astimezone(tzinfo_of(zone) or UTC).date()}"
     return key(hit[1], released_params(params, hit[2]), epsilon, delta, mechanism, extra=extra)
 
 

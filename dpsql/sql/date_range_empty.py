@@ -16,16 +16,19 @@ condition is false where the column is NULL.
 dpsql's: they are read as dpsql's clock moved two days to the side that makes the WHERE range
 widest (its lower bounds from two days earlier, its upper ones from two days later), so the
 verdict holds whenever the two clocks agree within a day, in any time zone. A function of the
-statement's text, the policy, the session's zone and the clock; nothing about the data.
+statement's text, the policy, the session's zone and dpsql's clock (:mod:`dpsql.clock`: read
+only where a clock is compared with a private date column with bounds; the engine analyzes the statement
+again once the clock has left the UTC day it read); nothing about the data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlglot import exp
 
+from dpsql import clock as dpsql_clock
 from dpsql.policy.tables import Column
 from dpsql.sql.group_domain import private_where_columns
 from dpsql.sql.key_values import Span
@@ -33,7 +36,8 @@ from dpsql.sql.sources import Ctx
 from dpsql.sql.time_keys import TimeKeys
 from dpsql.upstream.zone import tzinfo_of
 
-_CLOCKS = (exp.CurrentDate, exp.CurrentTimestamp, exp.Localtimestamp)
+# the clocks a statement may compare (the upstream transaction's start time)
+CLOCKS = (exp.CurrentDate, exp.CurrentTimestamp, exp.Localtimestamp)
 _MARGIN = timedelta(days=2)
 
 
@@ -45,15 +49,18 @@ def outside_declared(
     statement has GROUP BY (its answer: no rows)."""
     if where is None:
         return None
-    clock = datetime.now(UTC).replace(tzinfo=None)
-    for c, col in private_where_columns(ctx, where):
-        if not col.temporal or col.bounds is None:
-            continue
+    cols = [(c, col) for c, col in private_where_columns(ctx, where) if col.temporal and col.bounds]
+    if not cols:
+        return None
+    reads = any(where.find_all(*CLOCKS))
+    # dpsql's clock (dpsql.clock: the engine's), read only where a clock is compared: naive UTC
+    clock = dpsql_clock.now().replace(tzinfo=None) if reads else datetime(2000, 1, 1)
+    for c, col in cols:
         early = _span(where, c, col, zone, clock - _MARGIN)
         late = _span(where, c, col, zone, clock + _MARGIN)
         if early is None or late is None or early.lo <= late.hi:
             continue
-        return _notice(c.name, col, any(where.find_all(*_CLOCKS)), grouped)
+        return _notice(c.name, col, reads, grouped)
     return None
 
 
