@@ -37,13 +37,12 @@ from tests.helpers import analyst_dsn, served_engine
 from tests.policies import PolicyMaker, private_table
 
 MIN_MS = 4000  # every private answer is delivered 4 s after its statement arrived
-CANCEL_AT = 0.3  # s: the analyst's chosen moment, while the slow statement runs
 
 
 @pytest.fixture(scope="module")
 def dsn(make_db: Callable[[str], str]) -> str:
-    """quick: a plain table; slow: 10 rows of 30 ms each (0.3 s, well below MIN_MS); slowish: 40
-    (1.2 s, below it); slower: 200 rows (6 s, past MIN_MS)."""
+    """quick: a plain table; slowish: 40 rows of 30 ms each (1.2 s, below MIN_MS); slower: 200
+    rows (6 s, past MIN_MS)."""
     dsn = make_db("canceltiming")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE quick (u integer NOT NULL, x numeric)")
@@ -54,7 +53,6 @@ def dsn(make_db: Callable[[str], str]) -> str:
             "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
             "AS 'SELECT pg_sleep(0.03); SELECT v'"
         )
-        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM quick")
         conn.execute("CREATE VIEW slower AS SELECT u, slowly(x) AS x FROM t200")
         conn.execute("CREATE VIEW slowish AS SELECT u, slowly(x) AS x FROM t200 WHERE u <= 40")
     return dsn
@@ -66,7 +64,7 @@ def served(dsn: str, make_policy: PolicyMaker) -> Iterator[tuple[Any, Ledger, st
     table = private_table("u", columns, rows=1, groups=1)
     policy = make_policy(
         "canceltiming",
-        tables={f"public.{t}": table for t in ("quick", "slow", "slowish", "slower")},
+        tables={f"public.{t}": table for t in ("quick", "slowish", "slower")},
         public_tables=[],
         timing={"min_ms": MIN_MS},
     ).policy
@@ -79,7 +77,7 @@ def served(dsn: str, make_policy: PolicyMaker) -> Iterator[tuple[Any, Ledger, st
 
 
 def _cancelled_at(
-    port: int, sql: str, then: Callable[[psycopg.Connection[Any]], None], wait: float = CANCEL_AT
+    port: int, sql: str, then: Callable[[psycopg.Connection[Any]], None], wait: float
 ) -> str:
     """Run ``sql`` on a fresh connection and call ``then`` on it ``wait`` s later: the
     statement's outcome, 'answered' or its SQLSTATE."""
@@ -97,28 +95,67 @@ def _cancelled_at(
 
 
 def test_a_cancel_tells_nothing_the_padding_hides(served: tuple[Any, Ledger, str]) -> None:
-    """Both statements end before their delivery moment (4 s): the padding shows them alike,
-    and so does a cancel at 0.3 s, while the slow one still runs (before: 57014 for it,
-    the answer for the quick one). A statement still running at its delivery moment is
-    cancelled there (57014), not before it."""
-    srv, _, _ = served
+    """A cancel sent while a statement runs takes effect at its delivery moment, never before:
+    its outcome says only whether the work had ended by then, which the delivery moment shows
+    anyway. Three statements, each cancelled once the slowish one is seen reading its rows
+    (pg_sleep: before its work can have ended): quick (no sleep), slowish (1.2 s) and slower (6
+    s, past MIN_MS = 4 s). Read from the server's own record, the ledger (each release's
+    ``settled_at`` and SQLSTATE, PostgreSQL's clock, the client's too): every statement is
+    answered, or cancelled (57014) no earlier than MIN_MS after it was sent; the client's outcome
+    is the ledger's. slower, whose work cannot end before its moment, is cancelled there.
+    Before review22's defence, and in its broken twin (the cancel applied at once), slowish was
+    cancelled at once, 57014 well before its moment, while quick was answered. Only lower bounds
+    on time: load can make a statement miss its moment (then it is cancelled there, as its
+    delivery would have shown), never make a cancel come early."""
+    srv, led, dsn = served
+    tables = {"quick": "quick", "slowish": "slowish WHERE x > -1", "slower": "slower"}
+    texts = {t: f"SELECT SUM(x) FROM {src}" for t, src in tables.items()}
     outcome: dict[str, str] = {}
     took: dict[str, float] = {}
+    sent: dict[str, float] = {}
+    running = threading.Event()
+
+    def cancel_when_running(c: psycopg.Connection[Any]) -> None:
+        running.wait(60)
+        c.cancel_safe()
 
     def run(table: str) -> None:
-        t0 = time.monotonic()
-        sql = f"SELECT SUM(x) FROM {table}"
-        outcome[table] = _cancelled_at(srv.port, sql, lambda c: c.cancel_safe())
+        sent[table], t0 = time.time(), time.monotonic()
+        outcome[table] = _cancelled_at(srv.port, texts[table], cancel_when_running, 0)
         took[table] = time.monotonic() - t0
 
-    threads = [threading.Thread(target=run, args=(t,)) for t in ("quick", "slow", "slower")]
+    threads = [threading.Thread(target=run, args=(t,)) for t in texts]
     for th in threads:
         th.start()
+    try:
+        _when_running(dsn, "slowish")
+    finally:
+        running.set()
     for th in threads:
         th.join(120)
-    assert outcome["quick"] == outcome["slow"] == "answered", outcome
-    assert outcome["slower"] == "57014", outcome
-    assert took["slower"] >= MIN_MS / 1000, took  # cut at its delivery moment, never before
+    settled = _settled(led, texts)
+    for t in texts:
+        state, at = settled[t]
+        assert outcome[t] == state, (t, outcome, settled)  # the client got what was recorded
+        if state == "57014":  # cut at its delivery moment, never before (a lower bound)
+            assert at >= sent[t] + MIN_MS / 1000, (t, round(at - sent[t], 3), outcome)
+            assert took[t] >= MIN_MS / 1000, (t, took)
+    assert outcome["slower"] == "57014", outcome  # (6 s of pg_sleep: past its moment)
+
+
+def _settled(led: Ledger, texts: dict[str, str]) -> dict[str, tuple[str, float]]:
+    """Per statement, its release's outcome as the ledger settled it ('answered' or the
+    SQLSTATE) and when (epoch seconds, PostgreSQL's clock_timestamp)."""
+    with led.connection() as conn:
+        rows = conn.execute(
+            led.q(
+                "SELECT r.statement, f.sqlstate, extract(epoch FROM r.settled_at)::float8"
+                " FROM {s}.release AS r LEFT JOIN {s}.release_failure AS f"
+                " ON f.release_id = r.id WHERE r.state = 'committed'"
+            )
+        ).fetchall()
+    by_text = {text: (failed or "answered", float(at)) for text, failed, at in rows}
+    return {t: by_text[sql] for t, sql in texts.items()}
 
 
 def test_a_client_gone_mid_statement_leaves_no_trace_of_its_run_time(
@@ -149,14 +186,16 @@ def test_a_client_gone_mid_statement_leaves_no_trace_of_its_run_time(
     assert [h.outcome for h in done] == ["answered"], done
 
 
-def _when_running(dsn: str) -> None:
-    """Once the private query over a sleeping view reads its rows (pg_sleep in slowly())."""
+def _when_running(dsn: str, view: str = "") -> None:
+    """Once the private query over a sleeping view (``view``, or any) reads its rows (pg_sleep
+    in slowly())."""
     deadline = time.monotonic() + 60
     with psycopg.connect(dsn, autocommit=True) as conn:
         while time.monotonic() < deadline:
             if conn.execute(
                 "SELECT 1 FROM pg_stat_activity WHERE state = 'active' "
-                "AND application_name = 'dpsql' AND wait_event = 'PgSleep'"
+                "AND application_name = 'dpsql' AND wait_event = 'PgSleep' AND query LIKE %s",
+                (f"%{view}%",),
             ).fetchone():
                 return
             time.sleep(0.02)
