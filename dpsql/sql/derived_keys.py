@@ -82,6 +82,7 @@ from dpsql.sql.numeric_keys import (
     whole_quotients,
 )
 from dpsql.sql.time_keys import TimeKeys, utc_offset
+from dpsql.sql.time_shift import is_shift
 from dpsql.sql.width_bucket import bucket_args, bucket_domain
 from dpsql.upstream.zone import key_texts, tzinfo_of
 
@@ -116,7 +117,7 @@ def derived_domain(
     if isinstance(expr, exp.Column):
         return None  # a bare column keeps its declared keys or partition selection, as before
     d = _Deriver(column, where, zone)
-    got = d.derive(expr)
+    got = d.shifted(expr) if any(is_shift(n, column) for n in expr.walk()) else d.derive(expr)
     if isinstance(got, Span):
         got = d.days(got) if got.kind == "date" else None
     if not isinstance(got, Domain):
@@ -227,7 +228,7 @@ class _Deriver(TimeKeys):
         while isinstance(node, exp.Paren):
             node = node.this
         if isinstance(node, exp.Column):
-            return self._column(node)
+            return self.point or self._column(node)
         if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
             if node.args.get("format"):
                 return None
@@ -407,6 +408,8 @@ class _Deriver(TimeKeys):
         """A whole-number key plus, minus or times a whole-number literal (Metabase's day of
         week: ``CAST(EXTRACT(dow FROM d) AS integer) + 1``); numeric bins of a bounded column
         (:mod:`dpsql.sql.numeric_keys`)."""
+        if not isinstance(node, (exp.Mul, exp.Div)) and is_shift(node, self.column):
+            return self._shift(node)
         got_numeric = self._numeric(node)
         if got_numeric is not None or isinstance(node, exp.Div):
             return got_numeric

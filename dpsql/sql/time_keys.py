@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 from sqlglot import exp
 
 from dpsql.policy.tables import Column
-from dpsql.sql.constants import as_point
+from dpsql.sql.constants import add_months, as_point, interval_delta
 from dpsql.sql.date_domain import MAX_KEYS, trunc, unit_end, where_bounds
 from dpsql.sql.key_values import (
     Domain,
@@ -25,7 +25,9 @@ from dpsql.sql.key_values import (
     as_datetime,
     midnight,
     sorted_values,
+    union,
 )
+from dpsql.sql.temporal import int_literal
 
 MAX_DAYS = 40_000  # about 110 years of days enumerated for EXTRACT / to_char
 
@@ -46,6 +48,7 @@ class TimeKeys:
     column: Callable[[exp.Column], Column | None]
     where: exp.Expr | None
     zone: tzinfo | None  # None: a zone Python can't read
+    point: Domain | None = None  # the one date :meth:`shifted` derives a key for
 
     def derive(self, node: exp.Expr) -> Got:
         raise NotImplementedError
@@ -121,6 +124,108 @@ class TimeKeys:
         if isinstance(got, Domain) and got.kind in ("date", "ts", "tstz"):
             out = sorted_values({trunc(as_datetime(v), unit) for v in got.values})
             return Domain("ts" if got.kind == "ts" else "tstz", out, got.null)
+        return None
+
+    def shifted(self, expr: exp.Expr) -> Got:
+        """The domain of a key with a shift (:mod:`dpsql.sql.time_shift`: ``d + INTERVAL '1
+        day'``, Tableau's ``d - EXTRACT(dow FROM d) * INTERVAL '1 DAY'``), computed day by day
+        over the range of its one date column: its parts read the same row's date, so their
+        values pair up; the rows outside the bounds read NULL there (the rewrite's guard),
+        which is no key. None for a timestamp column (a time of day moves the key: its groups
+        come from the data), or without a range."""
+        cols = {c.sql("postgres"): c for c in expr.find_all(exp.Column)}
+        if len(cols) != 1:
+            return None
+        (node,) = cols.values()
+        col = self.column(node)
+        if col is None or col.family != "date" or col.keys is not None or col.identifier:
+            return None
+        span = self._span(node, col)
+        if span is None:
+            return None
+        out: Domain | None = None
+        for day in self.days(span).values:
+            self.point = Domain("date", (day,))
+            try:
+                got = self.derive(expr)
+            finally:
+                self.point = None
+            if not isinstance(got, Domain):
+                return None
+            out = got if out is None else union(out, got)
+            if out is None:
+                return None
+        if out is None:
+            return None
+        return Domain(out.kind, sorted_values(out.values), out.null, out.scale)
+
+    def _shift(self, node: exp.Add | exp.Sub) -> Domain | None:
+        """A date or time (one value: :meth:`shifted`) plus or minus its offsets, typed as
+        PostgreSQL types it: date +- integer is a date, date +- interval a timestamp."""
+        base, off = node.this, node.expression
+        got = self.derive(base)
+        if not isinstance(got, Domain) or got.kind not in ("date", "ts", "tstz"):
+            if isinstance(node, exp.Sub):
+                return None
+            base, off = off, base
+            got = self.derive(base)
+            if not isinstance(got, Domain) or got.kind not in ("date", "ts", "tstz"):
+                return None
+        steps = self._offsets(off, got.kind == "date")
+        if steps is None:
+            return None
+        sign = -1 if isinstance(node, exp.Sub) else 1
+        whole_days = all(isinstance(x, int) for x in steps)
+        kind: Kind = "date" if got.kind == "date" and whole_days else (
+            "tstz" if got.kind == "tstz" else "ts")  # fmt: skip
+        vals: set[datetime] = set()
+        for v in got.values:
+            t = as_datetime(v)
+            for x in steps:
+                months, rest = (0, timedelta(days=x)) if isinstance(x, int) else x
+                if kind == "tstz" and rest % timedelta(days=1):
+                    return None  # an hour across a clock change: not wall-clock arithmetic
+                try:
+                    vals.add(add_months(t, sign * months) + sign * rest)
+                except (ValueError, OverflowError):
+                    return None
+        if kind == "date":
+            return Domain("date", sorted_values({v.date() for v in vals}), got.null)
+        return Domain(kind, sorted_values(vals), got.null)
+
+    def _offsets(self, x: exp.Expr, dated: bool) -> list[int | tuple[int, timedelta]] | None:
+        """The values offset ``x`` takes: whole days (an integer added to a date) or (months,
+        the rest) of intervals; None for any other offset."""
+        while isinstance(x, exp.Paren):
+            x = x.this
+        if isinstance(x, exp.Neg):
+            inner = self._offsets(x.this, dated)
+            if inner is None:
+                return None
+            return [-v if isinstance(v, int) else (-v[0], -v[1]) for v in inner]
+        if isinstance(x, exp.Interval):
+            delta = interval_delta(x)
+            return None if delta is None else [delta]
+        days = int_literal(x)
+        if days is not None:
+            return [days] if dated else None
+        if isinstance(x, exp.Mul):
+            a, b = x.this, x.expression
+            while isinstance(a, exp.Paren):
+                a = a.this
+            iv, num = (a, b) if isinstance(a, exp.Interval) else (b, a)
+            while isinstance(iv, exp.Paren):
+                iv = iv.this
+            delta = interval_delta(iv) if isinstance(iv, exp.Interval) else None
+            sign = 1
+            while isinstance(num, (exp.Neg, exp.Paren)):
+                sign = -sign if isinstance(num, exp.Neg) else sign
+                num = num.this
+            got = self.derive(num)
+            if delta is None or not isinstance(got, Domain) or got.kind != "int":
+                return None
+            ks = [sign * int(k) for k in got.values]  # type: ignore[call-overload]
+            return [(delta[0] * k, delta[1] * k) for k in ks]
         return None
 
     def _extract(self, node: exp.Extract) -> Domain | None:

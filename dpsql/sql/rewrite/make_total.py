@@ -80,6 +80,7 @@ from dpsql.sql.rewrite.total_dates import (
 from dpsql.sql.rewrite.total_float import float_operation, is_float8
 from dpsql.sql.sensitivity import Columns, lookup
 from dpsql.sql.temporal import value_kind as kind
+from dpsql.sql.time_shift import guard, is_shift
 
 SAFE_EXP = 1000  # operands are clamped into [-10^SAFE_EXP, 10^SAFE_EXP]
 FLOAT_LIMITS = {
@@ -345,6 +346,10 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
             if isinstance(n, exp.IntDiv):
                 return exp.Anonymous(this="div", expressions=[n.this, n.expression])
             return n
+        if columns is not None and is_shift(n, lambda c: lookup(columns, c)):
+            # a bounded date moved by a constant (a GROUP BY key the analysis let through):
+            # evaluated only inside the declared bounds (dpsql.sql.time_shift)
+            return guard(n, lambda c: lookup(columns, c)) or n
         if isinstance(n, exp.WidthBucket) and not is_integer(n.this, columns):
             # a NaN operand raises (dpsql.sql.width_bucket): clamped, it reads as 10^1000
             n.set("this", _safe(n.this))

@@ -28,10 +28,7 @@ PATH = Path(__file__).resolve().parents[2] / "fixtures" / "bi" / "drivers.jsonl"
 STATEMENTS = [json.loads(x) for x in PATH.read_text().splitlines() if x.strip()]
 # n -> why it is refused still (0A000 with words and a hint; nothing charged): each flips (and
 # fails here) once the shape is answered.
-XFAIL: dict[int, str] = {
-    1: "Metabase's Sunday week: a date plus an interval can raise on an out-of-bounds date",
-    25: "Tableau's week: a date minus EXTRACT(DOW) days can raise on an out-of-bounds date",
-}
+XFAIL: dict[int, str] = {}
 
 
 def _marks(item: dict[str, Any]) -> list[Any]:
