@@ -19,7 +19,8 @@ missing) instead of being selected from the data:
   'travel') THEN category ELSE 'other' END``): the union of the results' domains, with NULL when
   there is no ``ELSE`` (or a ``NULL`` result).
 
-A bare column is left as before (its declared keys, or partition selection). A NULL of the
+A bare column is left as before (its declared keys, or partition selection), but for a date
+column with declared bounds: its days, as ``CAST(ts AS date)``'s (Metabase's day). A NULL of the
 column itself is not a key, as for a plain column with declared keys (its rows are
 left out upstream); NULL is a key only where the expression makes it (a CASE without ELSE).
 
@@ -114,7 +115,7 @@ def derived_domain(
     """
     while isinstance(expr, exp.Paren):
         expr = expr.this
-    if isinstance(expr, exp.Column):
+    if isinstance(expr, exp.Column) and not _bounded_date(column(expr)):
         return None  # a bare column keeps its declared keys or partition selection, as before
     d = _Deriver(column, where, zone)
     got = d.shifted(expr) if any(is_shift(n, column) for n in expr.walk()) else d.derive(expr)
@@ -135,6 +136,12 @@ def derived_domain(
     if len(set(texts)) > MAX_KEYS:
         raise TooMany(f"they are {len(set(texts)):,}, above the limit of {MAX_KEYS:,}")
     return Derived(tuple(dict.fromkeys(texts)), got.null, FAMILY[got.kind])
+
+
+def _bounded_date(col: Column | None) -> bool:  # (Metabase's CAST(d AS date) reads d)
+    if col is None or col.keys is not None or col.keys_from or col.identifier:
+        return False
+    return col.family == "date" and col.bounds is not None
 
 
 def date_trunc_domain(

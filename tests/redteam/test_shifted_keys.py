@@ -135,3 +135,23 @@ def test_shifts_past_the_limit_are_refused(neighbours: dict[str, Engine]) -> Non
         with pytest.raises(FeatureNotSupported) as got:
             e.prepare(sql)
         assert got.value.hint, sql
+
+
+@pytest.mark.parametrize(
+    "key", ["d", "CAST(d AS date)", "d::date", "CAST(ts AS date)", "ts::date", "CAST(tz AS date)"]
+)
+def test_a_days_keys_come_from_the_bounds(neighbours: dict[str, Engine], key: str) -> None:
+    """Metabase's day (``CAST(d AS date)``, for a date column the bare column) of a date or
+    timestamp column with declared bounds releases the 366 days of the bounds (2020 is a leap
+    year), none selected from the data, the same keys on every neighbour (unit 1's extreme
+    dates are in none of them)."""
+    session = SessionContext(analyst="analyst", epsilon=Fraction(1))
+    sql = f"SELECT {key} AS k, COUNT(*) FROM t GROUP BY 1"
+    keys = {}
+    for db, e in neighbours.items():
+        p = e.prepare(sql)
+        assert not p.analysis.needs_selection  # type: ignore[union-attr]
+        keys[db] = [str(r[0]) for r in e.execute(p, session).rows]
+    first = keys["ordinary"]
+    assert all(k == first for k in keys.values()), keys
+    assert first[0] == "2020-01-01" and first[-1] == "2020-12-31" and len(first) == 366

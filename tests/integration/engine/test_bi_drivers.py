@@ -92,9 +92,7 @@ def test_every_statement_names_its_source() -> None:
 
 
 # n -> why its groups still come from the data (partition selection) though the policy gives them
-SELECTED: dict[int, str] = {
-    0: "Metabase's day: CAST(d AS date) of a date column is read as the bare column",
-}
+SELECTED: dict[int, str] = {}
 POLICY_KEYED = [s for s in STATEMENTS if s.get("keys") == "policy" and s["n"] not in XFAIL]
 
 
