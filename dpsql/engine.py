@@ -439,7 +439,8 @@ class Engine:
         SQL of ``a`` with the types of its keys, values and unit (zero-row probes, memoized)."""
         types = self.group_types(prepared, a)
         ints = private_sql_module.integer_keys(a, types)
-        values = private_sql_module.integer_values(group_keys.value_types(self, prepared, a))
+        value_types = group_keys.value_types(self, prepared, a)
+        values = private_sql_module.integer_values(value_types)
         hashed = private_sql_module.hashed_keys(a, types)
         text = private_sql_module.private_sql(
             self.caches.sql,
@@ -450,6 +451,7 @@ class Engine:
             hashed_keys=hashed,
             hashed_key_types=private_sql_module.hashed_key_types(a, types),
             unit_type=group_keys.unit_type(self, prepared, a),
+            row_value_types=private_sql_module.row_value_types(value_types),
         )
         return text
 

@@ -72,6 +72,24 @@ def served_with_ledger(policy: Any, upstream: str, ledger_dsn: str) -> Iterator[
         ledger.close()
 
 
+def case_insensitive_collation(conn: Any) -> None:
+    """CREATE COLLATION ci, ICU's case-insensitive nondeterministic collation ('a' = 'A'), on
+    the psycopg connection ``conn``; the test is skipped on a PostgreSQL without ICU (failed
+    under CI, whose PostgreSQL has it)."""
+    import psycopg
+
+    try:
+        conn.execute(
+            "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', "
+            "deterministic = false)"
+        )
+    except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as error:
+        msg = f"PostgreSQL without ICU: nothing to test ({error})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
 def slow_db(make_db: Any, name: str) -> str:
     """A fresh database whose private view ``slow`` (``u``, ``x`` in 0..6, 100 rows) takes 50 ms
     a row to read (``slow20``: its first 20 rows): statements that run long enough to be

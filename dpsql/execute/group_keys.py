@@ -18,7 +18,7 @@ from sqlglot import exp
 from dpsql.errors import DpsqlError, UnsupportedSql, UpstreamError
 from dpsql.execute.backend import Rows, key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.sql.analysis import Analysis
+from dpsql.sql.analysis import ROW_VALUE_KINDS, Analysis, decomposable
 from dpsql.sql.rewrite.make_total import make_total
 from dpsql.sql.rewrite.source_rows import source_select
 from dpsql.sql.sources import table_name
@@ -71,10 +71,13 @@ def _key_cols(a: Analysis) -> list[exp.Expr]:
 
 
 def _value_args(a: Analysis) -> dict[str, exp.Expr]:
-    """The quantile arguments of ``a`` by their SQL text (:func:`value_types`)."""
+    """The quantile arguments of ``a`` by their SQL text (:func:`value_types`), and those of its
+    ROW_VALUE_KINDS measures when its rows are ranked per unit (not decomposable, not row
+    privacy: ``Analysis.row_value_types``)."""
+    ranked = not a.private.row_privacy and not decomposable(a)
     args: dict[str, exp.Expr] = {}
     for m in a.measures:
-        if m.kind == "quantile" and m.arg is not None:
+        if m.arg is not None and (m.kind == "quantile" or (ranked and m.kind in ROW_VALUE_KINDS)):
             args.setdefault(m.arg.sql("postgres"), m.arg)
     return args
 

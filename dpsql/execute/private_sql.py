@@ -23,7 +23,7 @@ from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite import private_query
-from dpsql.sql.rewrite.keyed_hash import HASHED_TYPES
+from dpsql.sql.rewrite.keyed_hash import HASHED_TYPES, ROW_ORDER_TYPES
 
 if TYPE_CHECKING:
     from dpsql.execute.caches import Memo
@@ -85,6 +85,12 @@ def hashed_key_types(a: Analysis, key_types: tuple[str, ...]) -> tuple[str, ...]
     return tuple(key_types[i] for i in hashed_keys(a, key_types))
 
 
+def row_value_types(value_types: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The probed arguments (SQL texts) with their type, of a type the rows kept per unit can be
+    ordered by (:data:`~dpsql.sql.rewrite.keyed_hash.ROW_ORDER_TYPES`)."""
+    return tuple(sorted((k, t) for k, t in value_types.items() if t in ROW_ORDER_TYPES))
+
+
 def integer_values(value_types: dict[str, str]) -> tuple[str, ...]:
     """The quantile arguments (SQL texts) whose PostgreSQL type is an integer type."""
     return tuple(sorted(text for text, t in value_types.items() if t in INTEGER_TYPES))
@@ -100,6 +106,7 @@ def private_sql(
     hashed_keys: tuple[int, ...] = (),
     hashed_key_types: tuple[str, ...] = (),
     unit_type: str = "",
+    row_value_types: tuple[tuple[str, str], ...] = (),
 ) -> str:
     """The bounded SQL of analysis ``a`` of ``prepared``, kept in ``memo`` when ``a`` is the
     prepared statement's own (not one with parameters bound) or one kept for reuse
@@ -108,8 +115,15 @@ def private_sql(
     bounding is skipped; ``integer_keys``, ``integer_values``, ``hashed_keys``,
     ``hashed_key_types``, ``unit_type``: :attr:`Analysis.integer_keys`,
     :attr:`Analysis.integer_values`, :attr:`Analysis.hashed_keys`, :attr:`Analysis.hashed_key_types`,
-    :attr:`Analysis.unit_type`."""
-    typed = integer_keys or integer_values or hashed_keys or hashed_key_types or unit_type
+    :attr:`Analysis.unit_type`, :attr:`Analysis.row_value_types`."""
+    typed = (
+        integer_keys
+        or integer_values
+        or hashed_keys
+        or hashed_key_types
+        or unit_type
+        or row_value_types
+    )
     return memoized(
         memo,
         prepared,
@@ -124,6 +138,7 @@ def private_sql(
             hashed_keys,
             hashed_key_types,
             unit_type,
+            row_value_types,
         ),
         lambda: bounded_sql(
             prepared,
@@ -136,6 +151,7 @@ def private_sql(
                     hashed_keys=hashed_keys,
                     hashed_key_types=hashed_key_types,
                     unit_type=unit_type,
+                    row_value_types=row_value_types,
                 ),
             )
             if typed

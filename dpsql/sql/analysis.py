@@ -255,6 +255,13 @@ class Analysis:
     # unit_type; "" before it is known): of a type in dpsql.sql.rewrite.keyed_hash.HASHED_TYPES,
     # the keyed hashes that choose a unit's rows and groups hash it as a value instead of as text.
     unit_type: str = ""
+    # The arguments (their SQL text) of the ROW_VALUE_KINDS measures of a statement whose rows
+    # are ranked (not decomposable), with their PostgreSQL types (the same zero-row probe,
+    # dpsql.execute.group_keys.value_types), set just before the private query runs: rows whose
+    # columns besides the unit and keys are such arguments of a type of
+    # dpsql.sql.rewrite.keyed_hash.ROW_ORDER_TYPES are ranked by a hash of those values, not of
+    # the row's text (dpsql.sql.rewrite.rank_rows.typed_values).
+    row_value_types: tuple[tuple[str, str], ...] = ()
     # Known when planning: the rows are one per unit (a per-unit derived table, dpsql.sql.per_unit,
     # whose leaf reads nothing else). Bounding then removes nothing (one row, one group per unit,
     # R >= 1, G >= 1), so the plan spends no epsilon estimating what it removed (dpsql.sql.bias).
@@ -313,6 +320,12 @@ class Analysis:
 DECOMPOSABLE = frozenset(
     {"count_rows", "count_values", "count_units", "sum", "sum_centered", "sum_sq_centered"}
 )
+
+
+ROW_VALUE_KINDS = frozenset({"count_keys", "count_distinct", "mode", "count_values"})
+"""Measure kinds that read their argument as it is (no clamp) on the rows kept per unit: the
+bounded SQL's type probe reads their arguments' types when the rows are ranked
+(:attr:`Analysis.row_value_types`)."""
 
 
 def decomposable(a: Analysis) -> bool:

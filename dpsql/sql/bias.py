@@ -178,7 +178,14 @@ def bias_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasT
 
 
 SQL_TYPING = frozenset(
-    {"integer_keys", "integer_values", "hashed_keys", "hashed_key_types", "unit_type"}
+    {
+        "integer_keys",
+        "integer_values",
+        "hashed_keys",
+        "hashed_key_types",
+        "unit_type",
+        "row_value_types",
+    }
 )
 """The fields of :class:`Analysis` that only say how the SQL is typed (from the zero-row
 probes): none of them is read by :func:`targets_of`."""

@@ -50,6 +50,7 @@ from dpsql.sql.rewrite.rank_rows import (
     pre_bucketed,
     pre_buckets,
     rank_rows,
+    typed_values,
     unranked_alarms,
 )
 from dpsql.sql.rewrite.row_values import (
@@ -115,7 +116,8 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
         out = exp.select(*gcols, *measures).from_(src, copy=False)
     else:
         order_values = list({c.name: c for c in hashed.values()}.values())
-        out = rank_rows(a, rows, gcols, measures, salt, buckets, order_values)
+        typed = typed_values(a, a.measures, values)
+        out = rank_rows(a, rows, gcols, measures, salt, buckets, order_values, typed)
     if a.unique_unit:
         out = _unique_dropped(a, out, values, raw_values, outside, alarm_counts)
     if gcols:

@@ -166,6 +166,45 @@ def value_order(order: exp.Expr, ties: Sequence[exp.Expr]) -> list[exp.Ordered]:
     return [exp.Ordered(this=order.copy()), *[exp.Ordered(this=t.copy()) for t in ties]]
 
 
+ROW_ORDER_TYPES = frozenset({"int2", "int4", "int8", "bool", "date", "uuid", "text", "varchar"})
+"""Types whose values :func:`typed_row_order` orders a unit's rows by: two values of one of
+them that the order cannot tell apart (equal, and equal ``COLLATE "C"`` for a text: byte for
+byte) are the same value, printed the same, so rows tied on the order are the same to every
+measure. Not ``numeric`` (``1.0`` = ``1.00``), floats (``-0`` = ``0``), ``bpchar`` (trailing
+spaces) or time types (a time zone's text)."""
+
+_COLLATED = frozenset({"text", "varchar"})
+
+
+def typed_row_order(seed: exp.Expr, values: Sequence[tuple[exp.Expr, str]]) -> exp.Expr:
+    """A salted hash of a row's values (each of a type in :data:`ROW_ORDER_TYPES`, with it),
+    :func:`value_hash` chained from ``seed`` (the group's :func:`group_hash`: a function of the
+    salt, the unit and its keys, so each unit and group draws its own order): the order of the
+    rows of one (unit, group) for measures that read nothing of a row but these values (COUNT of
+    declared keys, COUNT(DISTINCT x), the mode), ties broken by :func:`typed_row_ties`. It
+    replaces :func:`row_order`'s hash of the row's text with the salt (a text of the row and a
+    concatenation per row: 200 -> 134 ms of backend CPU on the demo's COUNT(DISTINCT region) by
+    category)."""
+    h = seed.copy()
+    for v, type_name in values:
+        h = value_hash(v, type_name, h)
+    return h
+
+
+def typed_row_ties(values: Sequence[tuple[exp.Expr, str]]) -> list[exp.Expr]:
+    """The values themselves, a text ``COLLATE "C"`` (byte order, whatever the column's
+    collation: a nondeterministic one's equal values may differ in bytes): rows of one (unit,
+    group) equal in :func:`typed_row_order` and in these are the same values."""
+    out: list[exp.Expr] = []
+    for v, type_name in values:
+        out.append(
+            exp.Collate(this=v.copy(), expression=exp.Identifier(this="C", quoted=True))
+            if type_name in _COLLATED
+            else v.copy()
+        )
+    return out
+
+
 def row_identity(columns: list[exp.Expr]) -> exp.Expr:
     """``CAST(ROW(columns...) AS TEXT)``: a row's values as unambiguous text."""
     return cast(exp.Anonymous(this="ROW", expressions=[c.copy() for c in columns]), "text")

@@ -10,13 +10,16 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from dpsql.sql.analysis import Analysis, decomposable, needs_group_rank
+from dpsql.sql.analysis import ROW_VALUE_KINDS, Analysis, Measure, decomposable, needs_group_rank
 from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.buckets import bucket_specs, outside_codes, pre_bucket, spec
 from dpsql.sql.rewrite.keyed_hash import (
+    ROW_ORDER_TYPES,
     group_hash,
     row_identity,
     row_order,
+    typed_row_order,
+    typed_row_ties,
     value_hash_order,
     value_order,
 )
@@ -154,12 +157,17 @@ def rank_rows(
     salt: str,
     buckets: Sequence[tuple[exp.Alias, int, bool]] = (),
     order_values: Sequence[exp.Expr] = (),
+    value_types: dict[str, str] | None = None,
 ) -> exp.Select:
+    """The ranked rows (see the module docstring); ``value_types``: the PostgreSQL types of the
+    rows' value columns (``_dp_v<k>``) of a type in
+    :data:`~dpsql.sql.rewrite.keyed_hash.ROW_ORDER_TYPES` (:func:`typed_values`)."""
     unit = exp.column("_dp_unit")
     h = exp.column("_dp_h")
     rank = needs_group_rank(a)
     names = [e.alias_or_name for e in rows.expressions]
     typed = all(m.kind in VALUE_ORDERED for m in a.measures)
+    own: list[tuple[exp.Expr, str]] = []
     ghash = group_hash(salt, unit, gcols, a.hashed_keys, a.unit_type, a.hashed_key_types)
     ided: list[exp.Expr] = [exp.Star()]
     unpacked: list[exp.Expr] = []
@@ -183,7 +191,14 @@ def rank_rows(
             ided.append(exp.alias_(hv, "_dp_o"))
             ided += [b.copy() for b, _, _ in buckets]
     else:
-        order = row_order(salt, exp.column("_dp_rt"))
+        own = _row_values(names, gcols, value_types or {})
+        if own:
+            # rows whose measures read only values of ROW_ORDER_TYPES: ordered by a hash of
+            # the values seeded with the group's hash, ties broken by the values' bytes
+            ided.append(exp.alias_(typed_row_order(ghash, own), "_dp_o"))
+            order = value_order(exp.column("_dp_o"), typed_row_ties(own))
+        else:
+            order = row_order(salt, exp.column("_dp_rt"))
     rn = exp.Window(
         this=exp.RowNumber(),
         partition_by=[unit, *([h] if rank else []), *gcols],
@@ -193,7 +208,7 @@ def rank_rows(
     conds: list[exp.Expr] = [
         exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(a.max_rows))
     ]
-    if not typed:
+    if not typed and not own:
         identity = row_identity([exp.column(n) for n in names])
         ided.append(exp.alias_(identity, "_dp_rt"))
     if rank:
@@ -227,6 +242,37 @@ def rank_rows(
     out = out.where(exp.and_(*conds, copy=False), copy=False)
     out = out.with_(cte_name("_dp_rows"), as_=rows, copy=False)
     return out.with_(cte_name("_dp_bounded"), as_=bounded, copy=False)
+
+
+def _row_values(
+    names: Sequence[str], gcols: Sequence[exp.Expr], value_types: dict[str, str]
+) -> list[tuple[exp.Expr, str]]:
+    """The rows' columns besides the unit and the keys with their types, when every one of them
+    is a value column of a known type of :data:`~dpsql.sql.rewrite.keyed_hash.ROW_ORDER_TYPES`
+    (:func:`typed_values`); else [] (the rows are ordered by their text)."""
+    keys = {"_dp_unit", *(g.alias_or_name for g in gcols)}
+    rest = [n for n in names if n not in keys]
+    if not rest or any(n not in value_types for n in rest):
+        return []
+    return [(exp.column(n), value_types[n]) for n in rest]
+
+
+def typed_values(
+    a: Analysis, measures: Sequence[Measure], values: Sequence[exp.Expr | None]
+) -> dict[str, str]:
+    """The value columns (``_dp_v<k>``, by name) of ``measures`` that read their argument as it
+    is (a COUNT of declared keys, COUNT(DISTINCT x), a mode, COUNT(x)) with its type, when the
+    type probe found it among :data:`~dpsql.sql.rewrite.keyed_hash.ROW_ORDER_TYPES`
+    (``Analysis.row_value_types``)."""
+    types = dict(a.row_value_types)
+    out: dict[str, str] = {}
+    for m, v in zip(measures, values, strict=True):
+        if m.kind not in ROW_VALUE_KINDS or m.arg is None or not isinstance(v, exp.Column):
+            continue
+        t = types.get(m.arg.sql("postgres"))
+        if t in ROW_ORDER_TYPES:
+            out[v.name] = t
+    return out
 
 
 def unranked_alarms(a: Analysis, outside: dict[int, exp.Expr]) -> list[exp.Expr]:

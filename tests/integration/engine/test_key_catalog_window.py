@@ -14,7 +14,6 @@ another one refuses the statement (55000, nothing released). Deterministic (nois
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +23,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.errors import ObjectNotInPrerequisiteState
 from dpsql.session import SessionContext
-from tests.helpers import EXACT
+from tests.helpers import EXACT, case_insensitive_collation
 from tests.policies import PolicyMaker, private_table
 
 SWITCH = "ALTER TABLE {t} ALTER COLUMN name TYPE text COLLATE ci"
@@ -46,16 +45,7 @@ def db(make_db: Callable[[str], str], make_policy: PolicyMaker) -> Iterator[tupl
     )
     dsn = make_db("keywin")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        try:
-            conn.execute(
-                "CREATE COLLATION ci (provider = icu, locale = 'und-u-ks-level2', "
-                "deterministic = false)"
-            )
-        except (psycopg.errors.FeatureNotSupported, psycopg.errors.UndefinedFile) as error:
-            msg = f"PostgreSQL without ICU: nothing to test ({error})"
-            if os.environ.get("CI") == "true":
-                pytest.fail(msg)
-            pytest.skip(msg)
+        case_insensitive_collation(conn)
     yield pf, dsn
 
 
