@@ -18,8 +18,10 @@ EXCEPT, DISTINCT, GROUP BY with COUNT / MIN / MAX, ORDER BY, LIMIT, IN / EXISTS 
 arithmetic, other function, cast of a column, pattern match or scalar subquery makes the view
 fallible (conservative: ``lower(name)`` can't fail, but is refused too); so does a definition
 sqlglot can't read. A materialized view stores its rows (its query runs at REFRESH only), so it is
-never fallible; a foreign table's server runs its query only when rows are asked, so it is. A
-private statement reading a fallible public table is refused before any charge (0A000).
+never fallible; a foreign table's server runs its query only when rows are asked, so it is; so is
+a table whose row-level security policy's condition (evaluated on each row read, for a role that
+does not bypass it) computes something that can fail. A private statement reading a fallible
+public table is refused before any charge (0A000).
 """
 
 from __future__ import annotations
@@ -117,6 +119,8 @@ def fallible_reason(public: str, row: str) -> str | None:
         if got is None:
             return None
         what = f"a view that computes {got}"
+        if kind == "s":  # its row-level security policies' conditions, as SELECT 1 WHERE ...
+            what = f"a table whose row-level security policy computes {got}"
     return f"it is {what}" if name == public else f"it reads {name}, {what}"
 
 

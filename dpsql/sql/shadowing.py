@@ -61,11 +61,20 @@ _VIEW_CTE = f"""WITH RECURSIVE pub AS (
                              AND d.refclassid = {_REL}
 ) """
 # the plain views and foreign tables reading a public table runs (through views, not through a
-# materialized view's stored rows): dpsql.sql.public_views judges them
+# materialized view's stored rows), and the row-level security policies of the tables it reads
+# (their conditions, read for every row): dpsql.sql.public_views judges them
 _RUN_ROWS = """SELECT 'v', runs.name, c.relkind::text || n.nspname || '.' || c.relname || E'\\n'
   || CASE WHEN c.relkind = 'v' THEN pg_catalog.pg_get_viewdef(c.oid) ELSE '' END FROM runs
 JOIN pg_catalog.pg_class c ON c.oid = runs.oid AND c.relkind IN ('v', 'f')
-JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"""
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+UNION
+SELECT 'v', runs.name, 's' || n.nspname || '.' || c.relname || E'\\nSELECT 1 WHERE '
+  || string_agg('(' || pg_catalog.pg_get_expr(p.polqual, p.polrelid) || ')', ' AND ') FROM runs
+JOIN pg_catalog.pg_class c ON c.oid = runs.oid AND c.relrowsecurity
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_catalog.pg_policy p ON p.polrelid = c.oid AND p.polcmd IN ('r', '*')
+                           AND p.polqual IS NOT NULL
+GROUP BY runs.name, n.nspname, c.relname"""
 _VIEW_ROWS = f"""SELECT 't', deps.name, n.nspname || '.' || c.relname FROM deps
 JOIN pg_catalog.pg_class c ON deps.refclassid = {_REL} AND c.oid = deps.refobjid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE {_USER_SCHEMA}

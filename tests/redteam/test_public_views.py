@@ -181,3 +181,64 @@ def test_dpsql_serve_warns_of_them(make_db: Callable[[str], str], make_policy: P
     private = [k for k in found if k.startswith("private table")]
     assert private == ["private table public.tv"] and not found[private[0]].fatal
     assert "NULLIF" in found[private[0]].text
+
+
+@pytest.fixture(scope="module")
+def rls_neighbours(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> Iterator[list[tuple[Engine, Ledger]]]:
+    """Neighbours read by a role that row-level security applies to (not a superuser, not the
+    owner), with a public table whose policy's condition divides by zero on one of its rows."""
+    columns = {"region": {"type": "text"}, "x": {"type": "numeric", "bounds": [0, 10]}}
+    pf = make_policy(
+        "pubrls",
+        tables={"public.t": private_table("u", columns)},
+        public_tables=["public.rls_raw"],
+    )
+    role = f"rls_{uuid.uuid4().hex[:8]}"
+    made, dsns = [], []
+    for extra in (False, True):
+        dsn = make_db("pubrls")
+        dsns.append(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if extra:
+                conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'rls-pw'")
+            conn.execute("CREATE TABLE rls_raw (code text, n numeric)")
+            conn.execute("INSERT INTO rls_raw VALUES ('N', 2), ('S', 3)")
+            conn.execute("ALTER TABLE rls_raw ENABLE ROW LEVEL SECURITY")
+            conn.execute("CREATE POLICY p ON rls_raw FOR SELECT USING (100 / (n - 2) > 0)")
+            conn.execute("CREATE TABLE t (u integer NOT NULL, region text, x numeric)")
+            conn.execute("INSERT INTO t SELECT u, 'N', 1 FROM generate_series(1, 50) u")
+            if extra:
+                conn.execute("INSERT INTO t VALUES (999, 'N', 9)")
+            conn.execute("ANALYZE")
+    for dsn in dsns:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"GRANT SELECT ON rls_raw, t TO {role}")
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+        info.update(user=role, password="rls-pw")
+        reader = psycopg.conninfo.make_conninfo(**info)  # type: ignore[arg-type]
+        led = Ledger.open(dsn, pf.policy, schema=f"dpsql_rl{uuid.uuid4().hex[:8]}")
+        made.append((Engine(pf.policy, reader, led, noise=EXACT, pool_size=1), led))
+    yield made
+    for engine, led in made:
+        engine.close()
+        led.close()
+    for dsn in dsns:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+    with psycopg.connect(dsns[0], autocommit=True) as conn:
+        conn.execute(f"DROP ROLE {role}")
+
+
+def test_a_row_level_security_condition_that_can_fail_is_refused(
+    rls_neighbours: list[tuple[Engine, Ledger]],
+) -> None:
+    """A plain table computes too where row-level security applies: its policy's condition runs
+    on each row read. Before: answered on one neighbour, 22000 (charged) on the other."""
+    sql = IN.format("rls_raw")
+    assert [_outcome(e, led, sql) for e, led in rls_neighbours] == [("0A000", 0), ("0A000", 0)]
+    engine, _ = rls_neighbours[0]
+    with pytest.raises(DpsqlError) as e:
+        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
+    assert "row-level security policy computes a division" in e.value.message
