@@ -109,7 +109,7 @@ def avg_line(
         line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
     declared = (float(t.raw_lo), float(t.raw_hi))
     line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-    return line + avg_nulls(a, s, noisy)
+    return line + at_clamp(a, s, noisy, declared) + avg_nulls(a, s, noisy)
 
 
 _NULL_BELOW_ONE = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
@@ -170,13 +170,15 @@ def _avg_why_wide(
         return ""
     widths = [mechs[0].half_width(levels[0]), mechs[1].half_width(levels[1])]
     noise_wide, kept, ends = 0, math.inf, 0
+    lo_c, hi_c = float(s.lo), float(s.hi)  # the range it is clamped into (a chosen clamp's)
     for r in wide:
         vals = [float(noisy[m][r]) for m in s.measures]
         kept = min(kept, max(0.0, vals[1]))
         iv = derive(s, vals, widths)[1]
         noise_wide += iv is None or iv[1] - iv[0] >= (hi - lo) / 2
         v = derive(s, vals, [0.0, 0.0])[0]
-        ends += v is not None and not lo < v < hi
+        # at a declared end (one a chosen clamp narrower than declared is: _at_clamp's)
+        ends += v is not None and ((v <= lo_c and lo_c <= lo) or (v >= hi_c and hi_c >= hi))
     which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
     smallest = "the smallest group" if len(wide) > 1 else "it"
     why = (
@@ -189,15 +191,17 @@ def _avg_why_wide(
     col = col_name(a.measure(s.measures[0]))
     # an answer at the range's end is where the noisy average fell beyond it (newcomer23 #22:
     # AVG(age) of 133 people "0 [0, 100]" read as data)
+    if lo_c <= lo and hi_c >= hi:
+        end = f"an end of that range ({fmt(lo)} or {fmt(hi)})"
+    else:  # one end is a chosen clamp's: only the declared one is meant here
+        end = f"{fmt(lo)}, that range's low end" if lo_c <= lo else f"{fmt(hi)}, its high end"
     at_end = (
         (
-            f" In {ends} of them the answer is an end of that range ({fmt(lo)} or {fmt(hi)}): "
-            "the noisy average fell beyond it and shows at its end, which says the group has "
-            f"too few rows, not what its {col} is."
+            f" In {ends} of them the answer is {end}: the noisy average fell beyond it and "
+            f"shows at its end, which says the group has too few rows, not what its {col} is."
             if a.group_keys
-            else f" The answer is an end of that range ({fmt(lo)} or {fmt(hi)}): the noisy "
-            "average fell beyond it and shows at its end, which says there are too few rows, "
-            f"not what their {col} is."
+            else f" The answer is {end}: the noisy average fell beyond it and shows at its end, "
+            f"which says there are too few rows, not what their {col} is."
         )
         if ends
         else ""
@@ -207,3 +211,63 @@ def _avg_why_wide(
         f" {which} spans most of {col}'s declared range ({fmt(lo)} to {fmt(hi)}): {why}."
         f"{at_end} Raise dpsql.epsilon, or {fewer}."
     )
+
+
+def at_clamp(
+    a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None, declared: tuple[float, float]
+) -> str:
+    """Answers at an end of a clamp chosen narrower than the declared range (``clamp: auto``):
+    an average of values clamped at 44,200 is at most 44,200, so every group whose values lie
+    above it reads at or near it, and an ORDER BY ... LIMIT over such groups orders noise
+    (newcomer24 #3: four educ groups tied at 44,200 as a top 5, while the notice spoke of the
+    declared range's ends, 0 or 500,000). What tells them apart, as the project offers it."""
+    from dpsql.sql.postprocess import derive
+
+    lo_c, hi_c = float(s.lo), float(s.hi)
+    if noisy is None or not all(m in noisy for m in s.measures):
+        return ""
+    n = len(noisy[s.measures[0]])
+    vals = [derive(s, [float(noisy[m][r]) for m in s.measures], [0.0, 0.0])[0] for r in range(n)]
+    high = sum(1 for v in vals if v is not None and v >= hi_c) if hi_c < declared[1] else 0
+    low = sum(1 for v in vals if v is not None and v <= lo_c) if lo_c > declared[0] else 0
+    if not (high or low):
+        return ""
+    col = col_name(a.measure(s.measures[0]))
+    ends = [
+        *([(high, fmt(hi_c), "above", "most")] if high else []),
+        *([(low, fmt(lo_c), "below", "least")] if low else []),
+    ]
+    out = []
+    for k, at, side, most in ends:
+        which = f"In {k} of {plural(n, 'group')} the answer is" if a.group_keys else "The answer is"
+        reads = (
+            f"every group whose {col} values lie {side} it reads at or near {at}, and among such "
+            "groups an ORDER BY ... LIMIT orders the noise, not the data"
+            if a.group_keys
+            else f"it says the average of {col} is about {at} or {side}, not what it is"
+        )
+        out.append(
+            f" {which} {at}, the clamp chosen for {col} (clamped to at {most} {at} here, inside "
+            f"its declared range {fmt(declared[0])} to {fmt(declared[1])}): an average of "
+            f"clamped values is never {side} it, so {reads}."
+        )
+    per = " a group" if a.group_keys else ""
+    alone = (
+        f" ask about those groups alone (a WHERE on {_keys(a)}: the clamp is then chosen from "
+        "their rows, or kept at the declared range when they are too few),"
+        if a.group_keys
+        else ""
+    )
+    return "".join(out) + (
+        f" {'To tell them apart' if a.group_keys else 'For its value'}: raise dpsql.epsilon (the clamp is chosen nearer the values' "
+        f"extremes),{alone} ask a percentile (percentile_cont(0.5) WITHIN GROUP (ORDER BY {col}) "
+        f"is clamped to the declared range only, but needs many rows{per}: its notice says how "
+        f"many), or ask the data owner to declare clamp: bounds for {col} in the policy (the "
+        "declared range: nothing clamped off, more noise)."
+    )
+
+
+def _keys(a: Analysis) -> str:
+    from dpsql.sql.wording import plain_sql
+
+    return " and ".join(plain_sql(g.expr) for g in a.group_keys)

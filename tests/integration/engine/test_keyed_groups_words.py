@@ -199,3 +199,49 @@ def test_one_advice_for_a_count_whatever_its_neighbours(auto_engine: Engine, oth
     assert "ask the data owner to declare max_rows_per_unit_total in the policy" in line, line
     assert "declare max_rows_per_unit in" not in line, line
     assert "max_rows_per_unit and max_groups_per_unit" not in line, line
+
+
+class _HighSums(ExactNoise):
+    """Zero noise, except a value of a noisy measure whose noise is wide (an AVG's sum of
+    income, not its count) comes out 3 noise deviations high: a group's average then passes
+    the clamp chosen for income and shows at it, as the real noise (and groups whose incomes
+    lie above the clamp) make it do (newcomer24 #3: four educ groups at 44,200 as a top 5)."""
+
+    def add(self, mech: Any, values: np.ndarray) -> np.ndarray:
+        v = np.asarray(values, dtype=np.float64)
+        return v + 3 * float(mech.std) if float(mech.std) > 1000 else v
+
+
+def test_an_average_at_a_chosen_clamp_names_it(demo_dsn: str, demo_policy_auto: Any) -> None:
+    """Property: where answers sit at the clamp chosen for the column (narrower than declared),
+    the notice names that clamp and its value, says the groups above it all read near it (a
+    top-N among them orders noise) and what the project offers to tell them apart; it does not
+    call them an end of the declared range (0 or 500,000). Fails before (the declared ends)."""
+    e = Engine(demo_policy_auto, demo_dsn, pool_size=1, noise=_HighSums())
+    s = SessionContext("analyst", Fraction(1))
+    try:
+        sql = "SELECT educ, AVG(income) AS inc FROM pums GROUP BY educ ORDER BY inc DESC LIMIT 5"
+        r = e.execute(e.prepare(sql), s)
+    finally:
+        e.close()
+    bounds = r.notices[0]
+    clamp = int(bounds.split("income clamped to at most ")[1].split(" ")[0].replace(",", ""))
+    assert clamp < 500_000, bounds  # chosen, narrower than declared
+    top = [row[1] for row in r.rows]
+    assert top.count(clamp) >= 2, (top, clamp)  # a top 5 tied at the clamp
+    line = next(n for n in r.notices if n.startswith("AVG(income):"))
+    assert "(0 or 500,000)" not in line, line
+    said = (
+        f"the answer is {clamp:,}, the clamp chosen for income (clamped to at most {clamp:,} "
+        "here, inside its declared range 0 to 500,000): an average of clamped values is never "
+        f"above it, so every group whose income values lie above it reads at or near {clamp:,}, "
+        "and among such groups an ORDER BY ... LIMIT orders the noise, not the data."
+    )
+    assert said in line, line
+    for what in (
+        "raise dpsql.epsilon",
+        "a WHERE on educ",
+        "percentile_cont(0.5) WITHIN GROUP (ORDER BY income)",
+        "declare clamp: bounds for income in the policy",
+    ):
+        assert what in line, (what, line)
