@@ -134,7 +134,9 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     mech = mp.mechanism
     what = _target(float(mech.quantile)) if isinstance(mech, Quantile) else "quantile"
     # the level in the words every accuracy line uses ('95% interval'), as its columns hold
-    unclear = _no_clear_estimate(mech, conf, what) if isinstance(mech, Quantile) else ""
+    unclear = (
+        _no_clear_estimate(plan.analysis, mech, conf, what) if isinstance(mech, Quantile) else ""
+    )
     if conf > level:
         return (
             f"no {level_text(conf)} interval (its interval holds at {level_text(level)} only: "
@@ -150,7 +152,7 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     )
 
 
-def _no_clear_estimate(mech: Quantile, conf: float, what: str) -> str:
+def _no_clear_estimate(a: Analysis, mech: Quantile, conf: float, what: str) -> str:
     """Where a quantile's answer says nothing clear, in words that hold whatever the data
     (newcomer22 #11: medians by diagnosis at epsilon 0.3 answered 2,609.9 against a truth of
     181.4, above the table's 99th percentile, in groups of about 2,850 rows with a rank error of
@@ -160,7 +162,11 @@ def _no_clear_estimate(mech: Quantile, conf: float, what: str) -> str:
     the group's range. MIN and MAX: every value beyond the extreme ranks the same as it, so the
     answer may land anywhere between it and the declared bound, or the nearer bound the WHERE
     clause puts on the column (:mod:`dpsql.sql.quantile_range`), at any epsilon. The group's size
-    is not released here: the threshold is stated, in rows, for the reader to compare."""
+    is not released here: the threshold is stated, in rows, for the reader to compare. Those are
+    the rows the contribution bounds keep (the rank error is in them), fewer than a group's
+    rows in the table where a unit has more than R there: the words say so, as the reader
+    compares with a COUNT(*) of the group (nullmed24: 5,000 rows in the table, 2,000 kept,
+    against a threshold of 3,668 reads as clear)."""
     q = float(mech.quantile)
     side = min(q, 1 - q)
     if side <= 0:
@@ -173,8 +179,16 @@ def _no_clear_estimate(mech: Quantile, conf: float, what: str) -> str:
             "WITHIN GROUP (ORDER BY ...)"
         )
     n = math.ceil(mech.rank_error(conf) / side)
+    unit = a.private.privacy_unit
+    kept = (
+        ""
+        if a.one_row_per_unit or a.unique_unit
+        else f" kept by the contribution bounds ({rows_kept(a)}; a COUNT(*) of the group counts "
+        f"all its rows, more where a {unit} has more, so it can pass this number while the kept "
+        "rows do not)"
+    )
     return (
-        f". A group of fewer than {plural(n, 'row')} gets no clear estimate: that rank error "
+        f". A group of fewer than {plural(n, 'row')}{kept} gets no clear estimate: that rank error "
         f"reaches past the rows on one side of its {what}, so its answer is the noise of the "
         f"selection, anywhere in the group's range, not the {what} of the data (raise "
         "dpsql.epsilon, or group less finely)"
