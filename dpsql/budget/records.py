@@ -218,9 +218,12 @@ def exhausted(
     end = period_end(lim.period, now)
     when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
     who = "you have" if lim.kind == "analyst" else f"the {lim.label} has"
-    # "analyst analyst (analyst asked)" read as a typo when the analyst is named "analyst"
+    # "analyst analyst (analyst asked)", then "your budget (analyst analyst)", read as a typo
+    # when the analyst is named "analyst" (newcomer24 #12): the name is quoted, as a name
     whose = (
-        f"your budget ({lim.label})" if lim.kind == "analyst" else f"{lim.label} ({analyst} asked)"
+        f'your budget (analyst "{lim.name}")'
+        if lim.kind == "analyst"
+        else f"{lim.label} ({analyst} asked)"
     )
     if need is None:
         needs = "the query adds Gaussian noise, which needs a budget with delta for it"

@@ -4,7 +4,8 @@ the answer) adds to the budget's Renyi privacy filter, which composes many relea
 than their sum once small ones have been spent: the need is that filter's increase (the number
 is right, :meth:`dpsql.budget.filter.Filter.need`); the words now say so. And "analyst analyst
 (analyst asked)" (an analyst named analyst) read as a typo: the analyst's own budget is "your
-budget"."""
+budget", its name quoted ('your budget (analyst "analyst")': "analyst analyst" read as a typo
+still, newcomer24 #12)."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def test_a_need_below_the_statements_epsilon_says_why() -> None:
     assert f"the query needs epsilon {float(need):.4g}" in e.message, e.message
     assert "(its releases add up to epsilon 5; the budget counts them as " in e.message
     assert 'docs/budget.md, "The privacy filter"' in e.message, e.message
-    assert e.detail is not None and e.detail.startswith("your budget (analyst analyst): "), e
+    assert e.detail is not None and e.detail.startswith('your budget (analyst "analyst"): '), e
+    assert "analyst analyst" not in e.detail, e.detail  # newcomer24 #12: read as a typo
 
 
 def test_a_need_equal_to_it_says_nothing_more() -> None:
