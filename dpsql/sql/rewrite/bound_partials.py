@@ -63,6 +63,7 @@ from dpsql.sql.rewrite import l1_cap
 from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.measure_dropped import (
+    constant_steps,
     kept_only,
     kept_partial,
     measure_dropped,
@@ -292,6 +293,7 @@ def bound_partials(
     # their raw partial ``_dp_r<i>`` after the ranking.
     exprs = {alias.alias: alias.this for alias in parts.values()}
     steps_of: dict[int, tuple[str, str | None]] = {}
+    fixed: set[int] = set()  # targets whose steps are constants: before without a window
     steps: list[exp.Expr] = []
     raws: list[exp.Expr] = []
     for t in targets:
@@ -308,7 +310,10 @@ def bound_partials(
         if_kept = removed_steps(t, raw, kept_partial(t, of_kept), cap, whole)
         steps.append(exp.alias_(if_kept, names[0], copy=False))
         if names[1] is not None:
-            steps.append(exp.alias_(removed_steps(t, raw, None, cap), names[1], copy=False))
+            if_dropped = removed_steps(t, raw, None, cap)
+            if constant_steps(if_kept, if_dropped):
+                fixed.add(t.index)
+            steps.append(exp.alias_(if_dropped, names[1], copy=False))
         steps_of[t.index] = names
     raws += steps
     # the outside flags: the bias targets', then the VARIANCE alarms' (dpsql.sql.bias), in the
@@ -353,7 +358,9 @@ def bound_partials(
         # them (no window)
         by_rank = [exp.column("_dp_gr")] if rank else None
         selecting = rank and a.needs_selection
-        q = measure_dropped(q, src, targets, kept, keep, by_rank, selecting, flags, steps_of)
+        q = measure_dropped(
+            q, src, targets, kept, keep, by_rank, selecting, flags, steps_of, frozenset(fixed)
+        )
     elif keep is not None:
         q = q.where(keep, copy=False)
     return q.group_by(*[g.copy() for g in gcols], copy=False) if gcols else q

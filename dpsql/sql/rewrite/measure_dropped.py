@@ -33,7 +33,9 @@ Where a target's bounded partial is a column of the partials themselves (not sca
 cap by a window over the unit's groups), ``e`` is computed with the partials, once per (unit,
 group), for a kept and for a dropped group (:func:`removed_steps`, capped at C + 1 as an
 ``integer``: the same columns, the running sums in ``bigint``); the ranking then only picks one of
-the two. Otherwise it is computed from ``_dp_r<t>`` after the ranking.
+the two. Otherwise it is computed from ``_dp_r<t>`` after the ranking. Where both are constants
+(COUNT(DISTINCT unit): 0 and 1 step), ``before`` follows from the rank alone
+(:func:`fixed_before`): no second window over the partials.
 """
 
 from __future__ import annotations
@@ -204,6 +206,7 @@ def measure_dropped(
     selecting: bool,
     outside: dict[int, str] | None = None,
     steps_of: dict[int, tuple[str, str | None]] | None = None,
+    fixed: frozenset[int] = frozenset(),
 ) -> exp.Select:
     """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
     ranked or plain partials, which holds ``_dp_r<i>``; ``kept[i]``: target i's bounded partial
@@ -211,7 +214,9 @@ def measure_dropped(
     order of a unit's groups (None: one group per unit). ``q``'s measures must already read
     kept partials only (:func:`kept_only`). ``steps_of[i]``: the partials' columns holding
     target i's :func:`removed_steps` if the group is kept and if it is dropped (None without
-    a group rank), computed with the partials; target i then needs no ``_dp_r<i>``."""
+    a group rank), computed with the partials; target i then needs no ``_dp_r<i>``. ``fixed``:
+    the targets among those whose two step columns are constants (:func:`constant_steps`):
+    their ``before`` is :func:`fixed_before`, no window."""
     cols: list[exp.Expr] = []
     steps: list[exp.Expr] = []
     befores: list[exp.Expr] = []
@@ -245,7 +250,11 @@ def measure_dropped(
             steps.append(exp.alias_(cast(_steps(t, kept, keep), "bigint"), ecol.name, copy=False))
         before = None
         if order is not None:
-            befores.append(exp.alias_(_before(ecol, order), f"_dp_c{t.index}", copy=False))
+            if t.index in fixed and precomputed is not None and keep is not None:
+                c = fixed_before(precomputed, keep)
+            else:
+                c = _before(ecol, order)
+            befores.append(exp.alias_(c, f"_dp_c{t.index}", copy=False))
             before = exp.column(f"_dp_c{t.index}")
         got = dropped_columns(t, ecol, before)
         cols += [
@@ -256,6 +265,10 @@ def measure_dropped(
     if befores:
         sub = removed.subquery("_dp_removed", copy=False)
         removed = exp.select(exp.Star(), *befores).from_(sub, copy=False)
+        if not any(b.find(exp.Window) for b in befores):
+            # no window keeps PostgreSQL from pulling this SELECT up into the aggregate, which
+            # would then compute e and before again for each aggregate reading them
+            removed = removed.offset(0, copy=False)
     q = q.with_(cte_name("_dp_dropped"), as_=removed, copy=False)
     q.set("from_", exp.From(this=table("_dp_dropped")))
     q.set("expressions", [*q.expressions, *xcols, *cols])
@@ -289,6 +302,36 @@ def _steps(t: BiasTarget, kept: dict[int, str], keep: exp.Expr | None) -> exp.Ex
     if t.grid != 1:
         d = exp.Div(this=exp.Paren(this=d), expression=numeric(t.grid), typed=True)
     return exp.Greatest(this=exp.Ceil(this=d), expressions=[exp.Literal.number(0)])
+
+
+_CONSTANT = (exp.Literal, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Neg, exp.Ceil,
+             exp.Greatest, exp.Least, exp.Cast, exp.DataType)  # fmt: skip
+
+
+def constant_steps(*steps: exp.Expr) -> bool:
+    """Every one of ``steps`` (:func:`removed_steps`) is a constant: arithmetic on literals
+    only, the same number on every (unit, group). COUNT(DISTINCT unit)'s are (raw 1, kept 1:
+    0 steps in a kept group, 1 in a dropped one)."""
+    return all(isinstance(n, _CONSTANT) for s in steps for n in s.walk())
+
+
+def fixed_before(steps: tuple[str, str | None], keep: exp.Expr) -> exp.Expr:
+    """What a unit's earlier groups removed (:func:`_before`) when its steps are the constants
+    k in a kept group and d in a dropped one (:func:`constant_steps`; ``steps``: their columns;
+    ``keep``: ``_dp_gr <= G``): the group ranked r has r - 1 earlier groups, min(r - 1, G) of
+    them kept, so ``before`` = k · LEAST(r - 1, G) + d · GREATEST(r - 1 - G, 0), the running sum
+    without its window (same number, same bigint type: integer steps times the bigint rank)."""
+    if_kept, if_dropped = steps
+    assert if_dropped is not None and isinstance(keep, exp.LTE)
+    g = keep.expression
+    earlier = exp.Sub(this=exp.column("_dp_gr"), expression=exp.Literal.number(1))
+    kept = exp.Least(this=earlier.copy(), expressions=[g.copy()])
+    past = exp.Greatest(this=exp.Sub(this=earlier, expression=g.copy()),
+                        expressions=[exp.Literal.number(0)])  # fmt: skip
+    return exp.Add(
+        this=exp.Mul(this=exp.column(if_kept), expression=kept),
+        expression=exp.Mul(this=exp.column(if_dropped), expression=past),
+    )
 
 
 def _before(col: exp.Expr, order: Sequence[exp.Expr]) -> exp.Expr:

@@ -26,7 +26,7 @@ from dpsql.policy.load import parse_policy
 from dpsql.sql.analyze import analyze
 from dpsql.sql.rewrite import private_query
 from dpsql.sql.rewrite.bound_partials import bound_partials
-from dpsql.sql.rewrite.measure_dropped import removed_steps
+from dpsql.sql.rewrite.measure_dropped import fixed_before, removed_steps
 
 POLICY = parse_policy(
     """
@@ -58,6 +58,12 @@ QUERIES = [
     # no ranking: no GROUP BY, and declared keys <= G (the cap split over the groups)
     "SELECT COUNT(*), SUM(x), AVG(y), SUM(z), COUNT(DISTINCT uid) FROM p",
     "SELECT g, COUNT(*), SUM(y) FROM p GROUP BY g",
+]
+# COUNT(DISTINCT unit) alone: constant steps (0 kept, 1 dropped), ``before`` from the rank, no
+# window; x and y have many groups, so heavy units drop more than C = 8 of them
+FIXED = [
+    "SELECT x, COUNT(DISTINCT uid) FROM p GROUP BY x",
+    "SELECT y, COUNT(DISTINCT uid) FROM p WHERE f <> 'f1' GROUP BY y",
 ]
 
 
@@ -113,7 +119,7 @@ def _sql(sql: str, salt: str) -> str:
     return private_query(a, salt).sql("postgres")
 
 
-@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize("query", QUERIES + FIXED)
 def test_same_columns_as_after_the_ranking(
     dsn: str, earlier: Callable[[str, str], str], query: str
 ) -> None:
@@ -175,3 +181,37 @@ def test_the_comparison_catches_a_wrong_whole(
             got = sorted(conn.execute(new).fetchall(), key=repr)
             differ += got != sorted(conn.execute(old).fetchall(), key=repr)
     assert differ > 0
+
+
+@pytest.mark.parametrize("query", FIXED)
+def test_constant_steps_need_no_window(query: str) -> None:
+    """COUNT(DISTINCT unit)'s steps are constants (0 kept, 1 dropped): its ``before`` is written
+    from the rank, so the statement ranks with one window (the comparison above shows the same
+    columns as the running sum's)."""
+    new = _sql(query, "s1")
+    assert new.count(" OVER ") == 1 and "_dp_gr - 1" in new and "OFFSET 0" in new
+
+
+def test_the_comparison_catches_a_wrong_fixed_before(
+    dsn: str, earlier: Callable[[str, str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broken twin: ``before`` counting the current group too (r instead of r - 1 earlier
+    groups) gives other ``dropped`` / ``over_cap`` columns."""
+    mod = importlib.import_module("dpsql.sql.rewrite.measure_dropped")
+
+    def wrong(steps, keep):  # type: ignore[no-untyped-def]
+        got = fixed_before(steps, keep)
+        for sub in got.find_all(sqlglot.exp.Sub):
+            if sub.this.name == "_dp_gr":
+                sub.set("expression", sqlglot.exp.Literal.number(0))
+        return got
+
+    monkeypatch.setattr(mod, "fixed_before", wrong)
+    differ = 0
+    with psycopg.connect(dsn) as conn:
+        for query in FIXED:
+            new, old = _sql(query, "s1"), earlier(query, "s1")
+            assert "_dp_gr - 0" in new
+            got = sorted(conn.execute(new).fetchall(), key=repr)
+            differ += got != sorted(conn.execute(old).fetchall(), key=repr)
+    assert differ == len(FIXED)
