@@ -99,6 +99,16 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.write_sep("=", f"{n} most CPU-hungry tests (all: {total:.0f} CPU-s)")
     for cpu, nodeid in sorted(_cpu_spent, reverse=True)[:n]:
         terminalreporter.write_line(f"{cpu:7.2f}s cpu  {nodeid}")
+    per_dir: dict[str, list[float]] = {}
+    for cpu, nodeid in _cpu_spent:  # tests/integration/engine/..., tests/unit/..., tests/redteam
+        parts = nodeid.split("::")[0].split("/")
+        where = "/".join(
+            parts[:3] if len(parts) > 3 and parts[1] in ("integration", "unit") else parts[:2]
+        )
+        per_dir.setdefault(where, []).append(cpu)
+    terminalreporter.write_sep("-", "CPU-s per directory (tests, CPU-s)")
+    for where, cpus in sorted(per_dir.items(), key=lambda kv: -sum(kv[1])):
+        terminalreporter.write_line(f"{sum(cpus):8.1f}s cpu  {len(cpus):5d} tests  {where}")
 
 
 def _has_synthetic_extra() -> bool:
