@@ -109,16 +109,13 @@ def slow_db(make_db: Any, name: str) -> str:
     return dsn
 
 
-def demo_db_with_defaults(make_db: Any, prefix: str, settings: Mapping[str, str]) -> str:
+def demo_db_with_defaults(make_demo_db: Any, prefix: str, settings: Mapping[str, str]) -> str:
     """A fresh demo database whose new connections default to ``settings`` (ALTER DATABASE ...
     SET, as a data owner may have configured it); checked in force on a new connection."""
     import psycopg
     from psycopg import sql
 
-    from dpsql.demo import load_demo
-
-    dsn = make_db(prefix)
-    load_demo(dsn)
+    dsn = make_demo_db(prefix)
     name = sql.Identifier(str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]))
     with psycopg.connect(dsn, autocommit=True) as conn:
         for k, v in settings.items():

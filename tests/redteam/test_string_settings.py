@@ -28,9 +28,9 @@ PRIVATE = r"SELECT COUNT(*) FROM purchases WHERE region = 'a\'' OR true --'"
 
 
 @pytest.fixture(scope="module")
-def off_dsn(make_db: Callable[[str], str]) -> str:
+def off_dsn(make_demo_db: Callable[[str], str]) -> str:
     """A demo database whose connections default to standard_conforming_strings = off."""
-    return demo_db_with_defaults(make_db, "rtscs", {"standard_conforming_strings": "off"})
+    return demo_db_with_defaults(make_demo_db, "rtscs", {"standard_conforming_strings": "off"})
 
 
 @pytest.fixture(scope="module")

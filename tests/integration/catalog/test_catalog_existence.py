@@ -36,11 +36,8 @@ SETUP = [
 
 
 @pytest.fixture(scope="module")
-def hidden_engine(make_db, demo_policy: Policy) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
-    from dpsql.demo import load_demo
-
-    dsn = make_db("existence")
-    load_demo(dsn)
+def hidden_engine(make_demo_db, demo_policy: Policy) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+    dsn = make_demo_db("existence")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for stmt in SETUP:
             conn.execute(stmt)  # type: ignore[arg-type]

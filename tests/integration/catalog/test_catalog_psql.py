@@ -67,12 +67,9 @@ COMMANDS = [f"\\{b}{v}" for b in BASE for v in ("", "+", "S", "S+")] + list(EXTR
 
 
 @pytest.fixture(scope="module")
-def servers(make_db, demo_policy: Policy) -> Iterator[tuple[str, list[str]]]:  # type: ignore[no-untyped-def]
+def servers(make_demo_db, demo_policy: Policy) -> Iterator[tuple[str, list[str]]]:  # type: ignore[no-untyped-def]
     """(upstream DSN, the psql connection arguments of the analyst through dpsql)."""
-    from dpsql.demo import load_demo
-
-    dsn = make_db("psqlcat")
-    load_demo(dsn)
+    dsn = make_demo_db("psqlcat")
     db = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(HIDDEN_EXTRA)  # type: ignore[arg-type]

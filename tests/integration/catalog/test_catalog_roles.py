@@ -28,11 +28,8 @@ MISSING = f"zq_nopes_{TAG}"  # same length as OTHER, exists nowhere
 
 
 @pytest.fixture(scope="module")
-def roles_engine(make_db, demo_policy: Policy) -> Iterator[tuple[Engine, list[str]]]:  # type: ignore[no-untyped-def]
-    from dpsql.demo import load_demo
-
-    dsn = make_db("roles")
-    load_demo(dsn)
+def roles_engine(make_demo_db, demo_policy: Policy) -> Iterator[tuple[Engine, list[str]]]:  # type: ignore[no-untyped-def]
+    dsn = make_demo_db("roles")
     with psycopg.connect(dsn, autocommit=True) as conn:
         for stmt in (
             "CREATE ROLE {g}",

@@ -93,13 +93,9 @@ def test_heavy_units_are_capped(exact_engine: Engine) -> None:
     assert float(avg) < 100 < raw_avg
 
 
-def test_sensitivity_holds_on_neighbouring_databases(make_db, demo_policy) -> None:  # type: ignore[no-untyped-def]
+def test_sensitivity_holds_on_neighbouring_databases(make_demo_db, demo_policy) -> None:  # type: ignore[no-untyped-def]
     """Removing one whale (all its rows) moves each bounded aggregate by at most its sensitivity."""
-    from dpsql.demo import load_demo
-
-    a_dsn, b_dsn = make_db("nb_a"), make_db("nb_b")
-    for dsn in (a_dsn, b_dsn):
-        load_demo(dsn)
+    a_dsn, b_dsn = make_demo_db("nb_a"), make_demo_db("nb_b")
     with psycopg.connect(b_dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM purchases WHERE user_id = 100001")
     # grouped by category, ordinary users never exceed the row bound, so the bounded answer is

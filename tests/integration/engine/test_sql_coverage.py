@@ -15,7 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 
-from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
@@ -43,9 +42,8 @@ def join_policy(make_policy: PolicyMaker) -> Policy:
 
 
 @pytest.fixture(scope="module")
-def join_dsn(make_db: Callable[[str], str]) -> str:
-    dsn = make_db("joins")
-    load_demo(dsn)
+def join_dsn(make_demo_db: Callable[[str], str]) -> str:
+    dsn = make_demo_db("joins")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(USERS)
     return dsn

@@ -30,7 +30,6 @@ import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
-from dpsql.demo import load_demo
 from dpsql.engine import Engine
 from dpsql.execute.tree_prepare import leaf_plans
 from dpsql.policy.model import Policy
@@ -113,7 +112,7 @@ def tree_policy() -> Policy:
 
 
 def load_tree_db(dsn: str) -> None:
-    load_demo(dsn)
+    """The tree tests' tables, added to a database with the demo's (make_demo_db)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "CREATE TABLE people AS SELECT DISTINCT ON (pid) pid, age, sex, educ, income "
@@ -126,8 +125,8 @@ def load_tree_db(dsn: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def tree_dsn(make_db: Callable[[str], str]) -> str:
-    dsn = make_db("tree")
+def tree_dsn(make_demo_db: Callable[[str], str]) -> str:
+    dsn = make_demo_db("tree")
     load_tree_db(dsn)
     return dsn
 

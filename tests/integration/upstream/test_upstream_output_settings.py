@@ -43,8 +43,8 @@ def test_pinned_values_are_what_the_wire_server_reports() -> None:
 
 
 @pytest.fixture(scope="module")
-def odd_dsn(make_db: Callable[[str], str]) -> str:
-    return demo_db_with_defaults(make_db, "odd", ODD)
+def odd_dsn(make_demo_db: Callable[[str], str]) -> str:
+    return demo_db_with_defaults(make_demo_db, "odd", ODD)
 
 
 def _texts(conn: psycopg.Connection[Any], prepare: bool) -> tuple[str, ...]:

@@ -35,8 +35,8 @@ INT8, FLOAT8 = 20, 701
 
 
 @pytest.fixture(scope="module")
-def port(make_db: Callable[[str], str]) -> Iterator[int]:
-    dsn = make_db("wire_tree_iv")
+def port(make_demo_db: Callable[[str], str]) -> Iterator[int]:
+    dsn = make_demo_db("wire_tree_iv")
     load_tree_db(dsn)
     with served_engine(tree_policy(), dsn) as srv:
         yield srv.port
