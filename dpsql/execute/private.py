@@ -32,7 +32,6 @@ from dpsql.execute.repeat_keys import (
     auto_cache_key,
     bounds_key,
     cache_key,
-    flat_key,
     payload,
 )
 from dpsql.execute.statement_run import StatementRun, settle
@@ -270,16 +269,13 @@ def _fetch_offered(
     try:
         yield
     except DpsqlError as e:
-        engine, prepared, session = stmt.engine, stmt.prepared, stmt.session
-        if key is not None and engine.ledger is not None:
+        if key is not None and stmt.ledger is not None:
             from dpsql.execute import fetch_stored
 
             text = fetch_stored.bare_sql(a)
-            if text is not None and text != prepared.text:
-                eps, _ = engine.privacy_params(session, a)
-                got = fetch_stored.offer(
-                    engine, session, prepared.scope, text, a, key, eps, partial(flat_key, engine)
-                )
+            if text is not None and text != stmt.prepared.text:
+                eps, _ = stmt.engine.privacy_params(stmt.session, a)
+                got = stmt.offer(text, a, key, eps)
                 fetch_stored.hint(e, [("", got)] if got else [])
         raise
 

@@ -1,8 +1,9 @@
 """One private statement's run as the flat path (:mod:`dpsql.execute.private`) and the tree path
 (:mod:`dpsql.execute.tree`) carry it: what the engine was asked (the prepared statement, the
 session, the bound parameters, the cancel token) and the engine it runs on, in one frozen object,
-with the stages both paths share for it: its in-flight slot, its charge, and the settling of that
-charge when the statement fails.
+with the stages both paths share for it: its in-flight slot, its charge, the settling of that
+charge when the statement fails, and the free statement offered for a stored release when the
+post-processing over it fails.
 """
 
 from __future__ import annotations
@@ -11,15 +12,18 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from dpsql.budget.records import say_spent
+from dpsql.execute import fetch_stored
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.in_flight import one_release
 from dpsql.execute.prepared import PrivateQuery, TreeQuery
-from dpsql.execute.repeat_keys import slot
+from dpsql.execute.repeat_keys import flat_key, slot
 from dpsql.execute.timing import timing_of
 from dpsql.session import SessionContext
+from dpsql.sql.analysis import Analysis
 
 if TYPE_CHECKING:
     from dpsql.budget.api import BudgetLedger
@@ -61,6 +65,18 @@ class StatementRun(Generic[Q]):
             delta_for_rho=delta_for_rho,
             mechanism=mechanism,
             statement=self.prepared.text,
+        )
+
+    def offer(
+        self, text: str | None, released: Analysis, key: str, epsilon: Fraction
+    ) -> str | None:
+        """The statement returning the release stored under ``key`` (measured at ``epsilon``)
+        free, when ``text`` measures exactly that release: what an error's hint names when the
+        post-processing over the release failed (:func:`dpsql.execute.fetch_stored.offer`)."""
+        key_of = partial(flat_key, self.engine)
+        scope = self.prepared.scope
+        return fetch_stored.offer(
+            self.engine, self.session, scope, text, released, key, epsilon, key_of
         )
 
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from fractions import Fraction
-from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dpsql.dp.accounting import sequential
 from dpsql.errors import DpsqlError
@@ -35,7 +34,7 @@ from dpsql.execute.noise import Release
 from dpsql.execute.precheck import check_having_constants, check_join_fanout, check_leaf_keys
 from dpsql.execute.prepared import TreeQuery
 from dpsql.execute.private import delta_for_rho, measure, release_measured
-from dpsql.execute.repeat_keys import flat_key, payload
+from dpsql.execute.repeat_keys import payload
 from dpsql.execute.statement_run import StatementRun, settle
 from dpsql.execute.tree_budget import LeafBudget, leaf_budget
 from dpsql.execute.tree_intervals import (
@@ -49,9 +48,6 @@ from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_pro
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
 from dpsql.result import Result
 from dpsql.sql.tree import Split
-
-if TYPE_CHECKING:
-    from dpsql.execute.context import EngineContext
 
 
 def run_tree(stmt: StatementRun[TreeQuery]) -> Result:
@@ -174,7 +170,7 @@ def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
     except DpsqlError as e:  # after the leaves' answers were charged and stored
         if engine.ledger is not None:
             say_stored(e, cached=not todo)
-            fetch_stored.hint(e, _offers(engine, sp, run, prepared.scope))
+            fetch_stored.hint(e, _offers(stmt, sp, run))
         raise
     reported(fallbacks, prepared.fingerprint)
     outputs = noisy_outputs(engine, sp, run, ivplan)
@@ -192,7 +188,7 @@ def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
     )
 
 
-def _offers(engine: EngineContext, sp: Split, run: LeafRun, scope: str) -> list[tuple[str, str]]:
+def _offers(stmt: StatementRun[TreeQuery], sp: Split, run: LeafRun) -> list[tuple[str, str]]:
     """Each leaf's statement that returns its stored released rows free, by label
     (:mod:`dpsql.execute.fetch_stored`)."""
     out = []
@@ -202,10 +198,7 @@ def _offers(engine: EngineContext, sp: Split, run: LeafRun, scope: str) -> list[
             continue  # a series limit's leaf reads keys this statement chose: not offered
         a = run.plans[i].analysis
         eps = run.budgets[i].share.epsilon
-        text = leaf.sql("postgres")
-        got = fetch_stored.offer(
-            engine, run.session, scope, text, a, key, eps, partial(flat_key, engine)
-        )
+        got = stmt.offer(leaf.sql("postgres"), a, key, eps)
         if got is not None:
             label = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
             out.append((label, got))
