@@ -63,6 +63,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from dpsql.dp.accounting import (
     ZERO,
@@ -154,12 +155,17 @@ class Filter:
         main = default_order(f.epsilon, f.delta_conversion * MAIN_SHARE)
         return cls(f.epsilon, f.delta, main, f.delta_share, extra_orders(main))
 
-    @property
+    # The derived values below are functions of the (frozen) fields alone, computed once per
+    # filter (cached_property writes the instance's __dict__: no field changes, equality and
+    # hashing read the fields only): epsilon_spent runs a few times per statement over the
+    # main order and each of ``more``, and each Fraction product, and each lookup of the
+    # memoized renyi_conversion (a Fraction's hash is a modular inverse), cost microseconds.
+    @cached_property
     def delta_explicit(self) -> Fraction:
         """The part of delta that releases may spend explicitly (sum of their deltas)."""
         return self.delta * self.delta_share
 
-    @property
+    @cached_property
     def delta_conversion(self) -> Fraction:
         """The part of delta that converts the Renyi bound to (epsilon, delta)-DP."""
         return self.delta - self.delta_explicit
@@ -174,7 +180,7 @@ class Filter:
             return self.delta_conversion * MAIN_SHARE
         return self.delta_conversion * (1 - MAIN_SHARE) / len(self.more)
 
-    @property
+    @cached_property
     def overhead(self) -> Fraction | None:
         """c(alpha, its conversion delta) of the main order, rounded up; None when no Renyi
         accounting is possible."""
@@ -209,11 +215,16 @@ class Filter:
         c, r = self.overhead, self.renyi(spent)
         if c is not None and r is not None:
             options.append(r + c)
-        if self.delta_conversion > 0:
-            for o in self.more:  # sum epsilon + o sum rho >= sum r_i(o): an upper bound
-                c_o = renyi_conversion(o, self.conversion_delta(o))
-                options.append(spent.cost.epsilon + o * spent.cost.rho + c_o)
+        for o, c_o in self._more_conversions:  # sum epsilon + o sum rho >= sum r_i(o): bound
+            options.append(spent.cost.epsilon + o * spent.cost.rho + c_o)
         return min(options) if options else None
+
+    @cached_property
+    def _more_conversions(self) -> tuple[tuple[Fraction, Fraction], ...]:
+        """(a_j, c(a_j, delta_j)) for each of ``more`` (none without a conversion delta)."""
+        if self.delta_conversion <= 0:
+            return ()
+        return tuple((o, renyi_conversion(o, self.conversion_delta(o))) for o in self.more)
 
     def admits(self, spent: Spent) -> bool:
         """Whether these totals (the history plus the candidate release) pass the filter."""
