@@ -32,6 +32,7 @@ from dpsql.execute.accuracy_words import (
     level_text,
     nothing_left_out,
     percent,
+    quantile_assumption,
     total_removed,
     unclear_text,
 )
@@ -209,12 +210,20 @@ def accuracy_notes(
                 "dpsql.epsilon to narrow it."
             )
         out.append(line)
+    left_out: list[str] = []  # a quantile's left-out rows beyond the count's cap
     for si, s in enumerate(a.statistics):
         qm = plan.measure_plan(s.measures[0]).mechanism if s.func == "quantile" else None
         if isinstance(qm, Quantile):  # (its notice says so: dpsql.execute.notices)
             d = quantile_disown(a, float(qm.quantile), s)
             if d is not None:
                 disown(disowned, si, d)
+            rq = removed.get(s.measures[0])  # its left-out rows (dpsql.sql.bias.quantile_targets)
+            if rq is not None and alarmed(rq, rows):  # 'But it does NOT cover the truth'
+                disown(disowned, si, Disown(None, "none"))
+                left_out.append(
+                    f"{s.sql}: {quantile_assumption(a, rq, rq.plan.target, rows)}"
+                    + nulled(a, Disown(None, "none"))
+                )
     warned = _outside_warnings(a, plan, removed, rows, alarms)
     for si, s in enumerate(a.statistics):
         if s.func not in ("quantile", "mode") and warned.get(s.sql):
@@ -227,7 +236,7 @@ def accuracy_notes(
         f"{s.sql}: {warned[s.sql]}"
         for s in a.statistics
         if s.func == "quantile" and warned.get(s.sql)
-    )
+    ) + tuple(left_out)
     lines = with_declared_premises(a, out, warned)
     lines = tuple(
         line + nulled(a, disowned[si]) if si in disowned else line

@@ -13,7 +13,7 @@ from dpsql.execute.accuracy_few import declare_advice
 from dpsql.execute.bias import ALARM, Removed, one_row
 from dpsql.execute.bounds_text import clamp_text, col_name, fmt, qty_text, rows_kept
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasTarget
+from dpsql.sql.bias import BIAS_SHARE, CAP_FACTOR, BiasTarget, end_rows
 from dpsql.sql.wording import plural
 
 ESTIMATE_SHARE = "a tenth" if BIAS_SHARE == Fraction(1, 10) else f"{BIAS_SHARE}"  # of the epsilon
@@ -131,6 +131,20 @@ def assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
             f"what it allows for. {what}"
         )
     return f"It assumes no {unit} {lost} ({_cap_source(a, t)}){_pre_join(a)}."
+
+
+def quantile_assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> str:
+    """A quantile of all the rows (dpsql.sql.bias.quantile_targets): its over-cap count says
+    some units have more rows than its interval allows for (E ranked, C counted past them):
+    the words of :func:`assumption`'s alarm in rows a unit has."""
+    unit = a.private.privacy_unit
+    most = end_rows(a, t.measure) + t.cap_steps
+    n = max(0.0, float(r.over_cap.sum()))
+    what = assumption(a, r, t, rows).split("beyond what it allows for. ", 1)[-1]
+    return (
+        f"But it does NOT cover the truth: about {fmt(n)} {unit} have more than "
+        f"{plural(most, 'row')} (each), beyond what it allows for. {what}"
+    )
 
 
 def _pre_join(a: Analysis) -> str:

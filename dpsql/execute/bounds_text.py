@@ -55,7 +55,7 @@ def qty_text(a: Analysis, m: Measure, x: float, base: float = 0.0) -> str:
     """An amount of the removed mass with its unit: '1 row', '18 rows', '1,528 of amount';
     an AVG's mass above its base (:attr:`dpsql.sql.bias.BiasTarget.base`): '410 of birth_year
     above 1,920'."""
-    if m.kind in ("count_rows", "count_values") or sums_ones(m):
+    if m.kind in ("count_rows", "count_values", "quantile") or sums_ones(m):
         return rows_text(x)
     if m.kind == "count_units":
         return f"{fmt(x)} {a.private.privacy_unit}"

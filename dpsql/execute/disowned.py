@@ -19,7 +19,7 @@ from sqlglot import exp
 
 from dpsql.execute.bias import Interval
 from dpsql.sql.analysis import Analysis, Statistic, needs_group_rank
-from dpsql.sql.bias import unranked
+from dpsql.sql.bias import bias_targets, unranked
 
 Keep = Literal["none", "low", "high"]
 """The end of a disowned interval that still holds: none, or the one on the side the bounds
@@ -103,6 +103,14 @@ def capped_quantile(a: Analysis, s: Statistic | None) -> str | None:
     return None
 
 
+def left_out_counted(a: Analysis, s: Statistic | None) -> bool:
+    """A quantile whose interval allows for the rows its bounds left out, counted
+    (:func:`dpsql.sql.bias.quantile_targets`: MEDIAN or a percentile of all the rows): it holds
+    the quantile of all of them, assuming no unit lost more than the count's cap (the release's
+    accuracy line says where that is plainly false, and disowns it there)."""
+    return s is not None and any(t.key == s.measures[0] for t in bias_targets(a))
+
+
 def quantile_disown(a: Analysis, q: float, s: Statistic | None = None) -> Disown | None:
     """Where a quantile's interval (MEDIAN, a percentile, MIN at ``q`` 0, MAX at 1) does NOT
     hold the truth: None where it does, else the end that still holds.
@@ -131,7 +139,7 @@ def quantile_disown(a: Analysis, q: float, s: Statistic | None = None) -> Disown
         # capped values is at most the true one (min(v, X) is monotone), and equal to it below
         # X, so _low holds; _high does not (the true quantile may lie above X by any amount)
         return Disown(None, "low")
-    if unranked(a) or a.one_row_per_unit:
+    if unranked(a) or a.one_row_per_unit or left_out_counted(a, s):
         return None
     several = sum(1 for _, _, p in a.sources if p is not None) > 1
     if q in (0, 1) and not several and not needs_group_rank(a):

@@ -50,6 +50,7 @@ from dpsql.execute.release_columns import (
 )
 from dpsql.execute.selected_measures import (
     key_rows,
+    more_key,
     present_interval,
     present_keys,
     quantile_ends,
@@ -203,7 +204,13 @@ def release(
                 continue
             noisy[mp.key] = select_values(mp, hists, cands, noise)
             if mp.bounds is not None:
-                present[mp.key] = quantile_ends(mp, hists, noise)
+                rm = removed.get(mp.key)  # its left-out rows (dpsql.sql.bias.quantile_targets)
+                if rm is None:
+                    present[mp.key] = quantile_ends(mp, hists, noise)
+                else:
+                    reach = rm.plan.dropped.half_width(1 - 2 * mp.left_out_alpha)
+                    more = [hist.get((more_key(j), k)) for k, _ in table]
+                    present[mp.key] = quantile_ends(mp, hists, noise, rm.dropped, reach, more)
             continue
         mech = mp.mechanism
         if isinstance(mech, (Quantile, Mode)):

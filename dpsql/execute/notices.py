@@ -12,12 +12,18 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.dp.quantiles import Mode, Quantile
-from dpsql.execute.accuracy_words import level_text
+from dpsql.execute.accuracy_words import ESTIMATE_SHARE, level_text
 from dpsql.execute.bounds_text import fmt, rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
-from dpsql.execute.disowned import capped_quantile, nulled, quantile_disown
+from dpsql.execute.disowned import (
+    capped_quantile,
+    left_out_counted,
+    nulled,
+    quantile_disown,
+)
 from dpsql.execute.selected_measures import quantile_level
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.bias import bias_targets, end_rows
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.plan import Plan
@@ -143,8 +149,13 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
             f"SET dpsql.confidence = {level:.4g} or less); {selection_accuracy(plan, s, conf)}"
             + unclear
         )
+    rows = (
+        "all the rows (as below)"
+        if isinstance(plan, Plan) and left_out_counted(plan.analysis, s)
+        else "the rows the contribution bounds keep"
+    )
     return (
-        f"the interval holds the {what} of the rows the contribution bounds keep with "
+        f"the interval holds the {what} of {rows} with "
         f"probability {level_text(conf)} or more (at {level_text(level)}: it comes from two more "
         f"selections aimed past it, with half of its budget); {selection_accuracy(plan, s, conf)}"
         + _why_wider(mp, what)
@@ -222,6 +233,8 @@ def quantile_cover(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     q = float(mech.quantile) if isinstance(mech, Quantile) else 0.5
     a = plan.analysis
     d = quantile_disown(a, q, s)
+    if conf <= quantile_level(mp) and left_out_counted(a, s):
+        return left_out_words(plan, s)
     if d is None or conf > quantile_level(mp):
         return ""
     what = _target(q) if isinstance(mech, Quantile) else "quantile"
@@ -243,6 +256,22 @@ def quantile_cover(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     return (
         f" The bounds may leave rows out (they keep {rows_kept(a)}), so it does NOT cover "
         f"the {what} of all the rows{way}." + nulled(a, d)
+    )
+
+
+def left_out_words(plan: Plan | SetsPlan, s: Any) -> str:
+    """How a quantile's interval allows for the rows its bounds leave out
+    (:func:`dpsql.execute.selected_measures.quantile_ends`), in words."""
+    a = plan.analysis
+    t = next(t for t in bias_targets(a) if t.key == s.measures[0])
+    unit = a.private.privacy_unit
+    what = _target(float(t.measure.quantile or 0))
+    e = end_rows(a, t.measure)
+    return (
+        f" The bounds may leave rows out (the answer ranks {rows_kept(a)}): its ends rank up "
+        f"to {plural(e, 'row')} per {unit} and are moved past the rows a noisy count says lie "
+        f"beyond that (it gets {ESTIMATE_SHARE} of epsilon), so it covers the {what} of all "
+        f"the rows, assuming no {unit} has more than {plural(e + t.cap_steps, 'row')}."
     )
 
 

@@ -7,6 +7,9 @@ the engine's :class:`~dpsql.dp.noise_source.NoiseSource`'s (called by
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -86,7 +89,34 @@ def split_bucket_rows(
             np.add.at(mat, (group, codes), counts)
             for k, i in index.items():
                 hist[(j, (k,) if nk == 1 else k)] = mat[i]
+            col = _more_column(plan, j)
+            if col is not None:  # the rows its interval ends rank besides (more_key)
+                more = np.zeros((len(index), m.buckets), dtype=np.int64)
+                extra = np.array([r[nk + col] for r in mine], dtype=np.int64)
+                np.add.at(more, (group, codes), extra)
+                for k, i in index.items():
+                    hist[(more_key(j), (k,) if nk == 1 else k)] = more[i]
     return main, hist
+
+
+def more_key(j: int) -> int:
+    """Where :func:`split_bucket_rows` keeps quantile measure j's ``_dp_le`` cells: the rows
+    past R (up to END_ROWS R) of each unit its interval ends rank besides the answer's
+    (:func:`dpsql.sql.rewrite.rank_rows.left_out_rows`), by bucket."""
+    return -(j + 1)
+
+
+def _more_column(plan: Plan, j: int) -> int | None:
+    """The column (after the group keys) of quantile measure j's ``_dp_le``: after the measures,
+    the selection count, the outside and alarm counts and two removed-mass columns per bias
+    target, one per quantile target in order (left_out_rows); None when it has none."""
+    a = plan.analysis
+    quantiles = [b.target.index for b in plan.bias if b.target.measure.kind == "quantile"]
+    if j not in quantiles:
+        return None
+    x = sum(1 for b in plan.bias if b.outside is not None)
+    first = len(a.measures) + (1 if a.needs_selection else 0) + x + len(plan.alarms)
+    return first + 2 * len(plan.bias) + quantiles.index(j)
 
 
 def bucket_matrix(hists: list[Cells | None], buckets: int) -> np.ndarray:
@@ -167,24 +197,59 @@ def present_interval(mp: MeasurePlan, row: np.ndarray, level: float) -> tuple[fl
     return float((row - w > 0).sum()), float((row + w >= 1).sum())
 
 
-def quantile_ends(mp: MeasurePlan, hists: list[Cells | None], noise: NoiseSource) -> np.ndarray:
+def quantile_ends(
+    mp: MeasurePlan,
+    hists: list[Cells | None],
+    noise: NoiseSource,
+    left_out: np.ndarray | None = None,
+    reach: float = 0.0,
+    more: list[Cells | None] | None = None,
+) -> np.ndarray:
     """A quantile's interval per group, (groups, 2): the lowest value of the bucket chosen for
     the target OFFSET rows below, the highest of the one chosen OFFSET rows above. Each end
     is on the wrong side of the true quantile (of the kept rows) with probability at most
-    ``miss_probability(OFFSET)`` (dpsql.dp.quantiles.Quantile)."""
+    ``miss_probability(OFFSET)`` (dpsql.dp.quantiles.Quantile).
+
+    A quantile of all the rows (dpsql.sql.bias.quantile_targets): the ends rank E = END_ROWS
+    R rows of a unit (``more``: per group, the bucket counts of each unit's rows past R up to
+    E, added to the kept rows'; the ends' contribution bound is E: dpsql.sql.plan), and
+    ``left_out`` (per group, released) with ``reach`` (its noise's one-sided reach at
+    ``mp.left_out_alpha``) moves them past the rows beyond E, D <= D' = max(0, left_out +
+    reach) but with that chance. With n rows K ranked (up to E a unit) of the N = n + D rows T,
+    the truth lies between T's positions floor(p) and ceil(p), p = q (N - 1) = q (n - 1) + q D. The high end aims k + ceil(q D') rows past q (n - 1): but
+    with its miss probability its value H has at least q (n - 1) + ceil(q D') + 5/2 kept rows
+    at or below it (Quantile.miss_probability, with k's slack), so T has as many, more than
+    ceil(p) + 1: H is at or above the truth. The low end aims k + ceil((1 - q) D') rows below:
+    fewer than q (n - 1) - (1 - q) D' - 3/2 kept rows lie below its value L, so fewer than that
+    plus D <= p - 3/2 rows of T: L is at or below the truth. The offsets are functions of a
+    release (post-processing); each end is the same selection, at the same epsilon, for any
+    public offset (its utility's sensitivity is R whatever the offset)."""
     assert mp.bounds is not None
     low_q, high_q = mp.bounds
     mat = bucket_matrix(hists, low_q.buckets)
+    if more is not None:  # the rows past R up to END_ROWS R (bias.end_rows) ranked too
+        mat = mat + bucket_matrix(more, low_q.buckets)
     out = np.zeros((len(hists), 2), dtype=np.float64)
     if not hists:
         return out
-    out[:, 0] = low_q.end_values(noise.pick(low_q, low_q.end_utilities(mat)))
-    out[:, 1] = high_q.end_values(noise.pick(high_q, high_q.end_utilities(mat)))
+    if left_out is None:
+        out[:, 0] = low_q.end_values(noise.pick(low_q, low_q.end_utilities(mat)))
+        out[:, 1] = high_q.end_values(noise.pick(high_q, high_q.end_utilities(mat)))
+        return out
+    q = high_q.target
+    for g in range(len(hists)):
+        d = Fraction(max(0.0, float(left_out[g]) + reach))
+        lo = replace(low_q, offset=low_q.offset - math.ceil((1 - q) * d))
+        hi = replace(high_q, offset=high_q.offset + math.ceil(q * d))
+        row = mat[g : g + 1]
+        out[g, 0] = lo.end_values(noise.pick(lo, lo.end_utilities(row)))[0]
+        out[g, 1] = hi.end_values(noise.pick(hi, hi.end_utilities(row)))[0]
     return out
 
 
 def quantile_level(mp: MeasurePlan) -> float:
-    """The confidence of a quantile's interval: 1 - the two ends' miss probabilities."""
+    """The confidence of a quantile's interval: 1 - the two ends' miss probabilities (and,
+    where its left-out rows are counted, that count's: ``left_out_alpha``)."""
     if mp.bounds is None:
         return 0.0
-    return 1.0 - sum(q.miss_probability(abs(q.offset)) for q in mp.bounds)
+    return 1.0 - sum(q.miss_probability(abs(q.offset)) for q in mp.bounds) - mp.left_out_alpha

@@ -222,8 +222,10 @@ def targets_of(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTar
     AVG's centred sum) clamped narrower than declared (``clamp: auto``) still loses mass there,
     and only those are measured (an AVG's rows then need no estimate: none is dropped).
     """
-    if a.private.row_privacy or not decomposable(a):
+    if a.private.row_privacy:
         return ()
+    if not decomposable(a):
+        return quantile_targets(a, stats)
     if sum(1 for _, _, p in a.sources if p is not None) > 1 and not a.pre_join_rows:
         return ()  # each table capped at R before the join: the raw partials would miss it
     factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
@@ -355,6 +357,49 @@ def _avg_targets(a: Analysis, factor: Fraction, wanted: set[str]) -> list[BiasTa
         if n.key not in wanted and not any(t.index == ni for t in out):
             out.append(BiasTarget(ni, n, 1, max(1, math.floor(factor * r)), Fraction(1)))
     return out
+
+
+def quantile_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[BiasTarget, ...]:
+    """MEDIAN / PERCENTILE of all the rows (no GROUP BY, one private table, rows bounded per
+    unit): its interval ends rank E = ``END_ROWS`` R rows of a unit (:func:`end_rows`; the
+    answer ranks R), and the rows past E are counted per unit up to C = ``CAP_FACTOR`` E, so
+    that the ends can be moved past them (:func:`dpsql.execute.selected_measures.quantile_ends`).
+
+    In the ranked rows (:func:`dpsql.sql.rewrite.rank_rows.rank_rows`, one window per unit: a
+    unit's rows numbered 1, 2, ...), ``dropped`` counts the non-NULL values numbered E + 1 ..
+    E + C: min(C, the unit's values past E) for a unit with at most E + C rows, between 0 and
+    C for any unit (L1 sensitivity C, grid 1); ``over_cap`` the rows numbered E + C + 1, one per
+    unit with more than E + C rows (sensitivity 1): the units whose rows the count may miss.
+    MIN and MAX (q 0 or 1) keep their one end without it (:mod:`dpsql.execute.disowned`)."""
+    if (
+        a.group_keys
+        or unranked(a)
+        or a.one_row_per_unit
+        or a.capped_columns
+        or sum(1 for _, _, p in a.sources if p is not None) > 1
+    ):
+        return ()
+    factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
+    steps = max(1, math.floor(Fraction(factor) * END_ROWS * a.max_rows))
+    return tuple(
+        BiasTarget(i, m, 1, steps, Fraction(1))
+        for i, m in enumerate(a.measures)
+        if m.kind == "quantile" and m.quantile is not None and 0 < m.quantile < 1
+    )
+
+
+END_ROWS = 4
+"""A quantile target's interval ends rank up to ``END_ROWS`` R rows of a unit (R for its
+answer): fewer rows left out for the count to move the ends past, for a utility of sensitivity
+4R (:func:`end_rows`)."""
+
+
+def end_rows(a: Analysis, m: Measure) -> int:
+    """The rows of a unit a quantile's interval ends rank: ``END_ROWS`` R for a quantile target
+    (:func:`quantile_targets`), else R (the rows its answer ranks)."""
+    if any(t.measure is m or t.key == m.key for t in bias_targets(a)):
+        return END_ROWS * a.max_rows
+    return a.max_rows
 
 
 def unranked(a: Analysis) -> bool:

@@ -39,7 +39,7 @@ from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
 from dpsql.sql.alarms import ALARM_SHARE, AlarmPlan, alarm_measures, alarm_plans, quantile_alarms
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.bias import BIAS_SHARE, BiasPlan, bias_plans, bias_targets
+from dpsql.sql.bias import BIAS_SHARE, BiasPlan, bias_plans, bias_targets, end_rows
 
 MechanismName = Literal["laplace", "gaussian"]
 
@@ -60,6 +60,9 @@ class MeasurePlan:
     sensitivity: Fraction  # before grid rounding slack (for selection: of the utility, per group)
     # a quantile's interval ends: the same selection aimed OFFSET rows below / above the target
     bounds: tuple[Quantile, Quantile] | None = None
+    # a quantile whose left-out rows are counted (dpsql.sql.bias.quantile_targets): the chance
+    # that count's upper reach falls short, which its interval's level also pays
+    left_out_alpha: float = 0.0
 
     @property
     def key(self) -> str:
@@ -141,16 +144,22 @@ def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
     if m.kind == "quantile":
         assert m.quantile is not None
 
-        def q(eps: Fraction, offset: int = 0) -> Quantile:
+        def q(eps: Fraction, offset: int = 0, rows: int = r) -> Quantile:
             return Quantile(
                 m.quantile, eps, m.lo, m.grid_hi or m.hi, m.buckets,  # type: ignore[arg-type]
-                contribution_bound=r, max_groups=a.max_groups, integer=m.integral, offset=offset,
+                contribution_bound=rows, max_groups=a.max_groups, integer=m.integral,
+                offset=offset,
             )  # fmt: skip
 
-        # half the share for the answer, a quarter for each interval end (dpsql.dp.quantiles)
-        end = q(epsilon * QUANTILE_END_SHARE)
+        # half the share for the answer, a quarter for each interval end (dpsql.dp.quantiles);
+        # the ends of a quantile of all the rows rank more of a unit's rows (bias.end_rows)
+        e = end_rows(a, m)
+        end = q(epsilon * QUANTILE_END_SHARE, rows=e)
         k = math.ceil(end.gap_bound(QUANTILE_END_ALPHA)) + 2 if end.group_epsilon > 0 else 2
-        ends = (q(epsilon * QUANTILE_END_SHARE, -k), q(epsilon * QUANTILE_END_SHARE, k))
+        ends = (
+            q(epsilon * QUANTILE_END_SHARE, -k, e),
+            q(epsilon * QUANTILE_END_SHARE, k, e),
+        )
         point = q(epsilon * (1 - 2 * QUANTILE_END_SHARE))
         return MeasurePlan(m, point, Fraction(r), ends)
     else:
@@ -254,6 +263,15 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
     # BIAS_SHARE of epsilon measures what bounding removed; the rest is planned as before
     share = BIAS_SHARE if targets else Fraction(0)
     main = _make_plan(a, epsilon * (1 - share) - alarm, delta, mechanism)
+    if any(t.measure.kind == "quantile" for t in targets):  # (dpsql.sql.bias.quantile_targets)
+        counted = {t.key for t in targets}
+        main = replace(
+            main,
+            measures=tuple(
+                replace(mp, left_out_alpha=QUANTILE_END_ALPHA) if mp.key in counted else mp
+                for mp in main.measures
+            ),
+        )
     plan = replace(
         main,
         epsilon=epsilon,

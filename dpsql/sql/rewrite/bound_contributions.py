@@ -46,6 +46,7 @@ from dpsql.sql.rewrite.buckets import outside_counts
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 from dpsql.sql.rewrite.rank_rows import (
+    left_out_rows,
     outside_conditions,
     pre_bucketed,
     pre_buckets,
@@ -117,7 +118,8 @@ def bound_contributions(a: Analysis, salt: str) -> exp.Select:
     else:
         order_values = list({c.name: c for c in hashed.values()}.values())
         typed = typed_values(a, a.measures, values)
-        out = rank_rows(a, rows, gcols, measures, salt, buckets, order_values, typed)
+        dropped = left_out_rows(a, counted)
+        out = rank_rows(a, rows, gcols, measures, salt, buckets, order_values, typed, dropped)
     if a.unique_unit:
         out = _unique_dropped(a, out, values, raw_values, outside, alarm_counts)
     if gcols:

@@ -50,6 +50,8 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
         j = specs.index(spec(m))
         if buckets[j] is None:
             count = items[f"_dp_m{i}"].this
+            if isinstance(count, exp.Filter):  # kept rows only (rank_rows.kept_only)
+                count = count.this
             assert isinstance(count, exp.Count)
             buckets[j] = cell_of(m, count.this, integer_quantile(a, m))
     exprs = [b for b in buckets if b is not None]

@@ -158,6 +158,7 @@ def rank_rows(
     buckets: Sequence[tuple[exp.Alias, int, bool]] = (),
     order_values: Sequence[exp.Expr] = (),
     value_types: dict[str, str] | None = None,
+    dropped: tuple[int, list[exp.Expr]] | None = None,
 ) -> exp.Select:
     """The ranked rows (see the module docstring); ``value_types``: the PostgreSQL types of the
     rows' value columns (``_dp_v<k>``) of a type in
@@ -228,6 +229,11 @@ def rank_rows(
         conds.append(
             exp.LTE(this=exp.column("_dp_gr"), expression=exp.Literal.number(a.max_groups))
         )
+    if dropped is not None:
+        # the rows a quantile's bounds leave out are counted too (left_out_rows): the rows
+        # numbered up to E + C + 1 are read, every other aggregate keeps its R
+        conds[0] = exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(dropped[0]))
+        measures = [kept_only(e, a.max_rows) for e in measures] + dropped[1]
     src = exp.select(*ided).from_(table("_dp_rows"), copy=False)
     hashed_rows = src.subquery("_dp_hashed", copy=False)
     bounded = exp.select(exp.Star(), *extra).from_(hashed_rows, copy=False)
@@ -287,3 +293,70 @@ def unranked_alarms(a: Analysis, outside: dict[int, exp.Expr]) -> list[exp.Expr]
     if not unranked(a):
         return []
     return [exp.alias_(outside_count(outside[i]), f"_dp_x{i}") for i, _ in alarm_measures(a)]
+
+
+def kept_only(e: exp.Expr, r: int) -> exp.Expr:
+    """An aggregate column over the rows the bounds keep only (``_dp_rn <= R``), where the
+    query reads rows past R too (:func:`left_out_rows`): each aggregate gets ``FILTER (WHERE
+    _dp_rn <= R)``, ANDed to its own filter (a count of units' first rows, an alarm's)."""
+    keep = exp.LTE(this=exp.column("_dp_rn"), expression=exp.Literal.number(r))
+
+    def fix(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Filter):
+            where = node.expression
+            cond = where.this if isinstance(where, exp.Where) else where
+            both = exp.and_(keep.copy(), exp.Paren(this=cond.copy()))
+            return exp.Filter(this=node.this.copy(), expression=exp.Where(this=both))
+        if isinstance(node, exp.AggFunc):
+            return exp.Filter(this=node.copy(), expression=exp.Where(this=keep.copy()))
+        return node
+
+    return e.transform(fix)
+
+
+def left_out_rows(
+    a: Analysis, counted: Sequence[exp.Expr | None]
+) -> tuple[int, list[exp.Expr]] | None:
+    """The row number the ranked rows are read up to and the columns of the quantile bias
+    targets (:func:`dpsql.sql.bias.quantile_targets`), None without any. Per target t (its
+    measure's counted value v; E = END_ROWS R the rows its interval ends rank, cap C)::
+
+        _dp_lb<t> = COUNT(v) FILTER (WHERE _dp_rn > E AND _dp_rn <= E + C)
+        _dp_lk<t> = COUNT(*) FILTER (WHERE _dp_rn = E + C + 1)
+
+    and, after every target's two, ``_dp_le<t> = COUNT(v) FILTER (WHERE _dp_rn > R AND _dp_rn
+    <= E)``: per bucket cell, the rows the ends rank besides the R the answer does. Read with
+    ``_dp_rn <= E + C_max + 1`` instead of ``<= R`` (the measures keep R by their own filter:
+    :func:`kept_only`). A unit's rows are numbered 1, 2, ... in one window (no GROUP BY), so it
+    adds min(C, its non-NULL values past E) <= C to ``_dp_lb`` (all of them when it has at most
+    E + C rows) and at most 1 to ``_dp_lk`` (``_dp_b<j>`` names a bucket here). All are counts
+    of rows: they add up over the bucket cells (:mod:`dpsql.sql.rewrite.bucket_values`)."""
+    from dpsql.sql.bias import bias_targets, end_rows
+
+    targets = [t for t in bias_targets(a) if t.measure.kind == "quantile"]
+    if not targets:
+        return None
+    r = a.max_rows
+    rn = exp.column("_dp_rn")
+
+    def between(lo: int, hi: int) -> exp.Expr:
+        return exp.and_(
+            exp.GT(this=rn.copy(), expression=exp.Literal.number(lo)),
+            exp.LTE(this=rn.copy(), expression=exp.Literal.number(hi)),
+        )
+
+    cols: list[exp.Expr] = []
+    more: list[exp.Expr] = []
+    last = r
+    for t in targets:
+        v = counted[t.index]
+        assert v is not None
+        e, c = end_rows(a, t.measure), t.cap_steps
+        over = exp.EQ(this=rn.copy(), expression=exp.Literal.number(e + c + 1))
+        b = exp.Filter(this=exp.Count(this=v.copy()), expression=exp.Where(this=between(e, e + c)))
+        k = exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=over))
+        cols += [exp.alias_(b, f"_dp_lb{t.index}"), exp.alias_(k, f"_dp_lk{t.index}")]
+        m = exp.Filter(this=exp.Count(this=v.copy()), expression=exp.Where(this=between(r, e)))
+        more.append(exp.alias_(m, f"_dp_le{t.index}"))
+        last = max(last, e + c + 1)
+    return last, cols + more

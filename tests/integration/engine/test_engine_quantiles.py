@@ -210,6 +210,8 @@ def test_bucket_counts_equal_the_rows_read_one_by_one(engine: Engine, sql: str) 
     plan = engine.plan(prepared, SessionContext(analyst="analyst"))
     rows = list(engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows)
     main, hist = split_bucket_rows(plan, rows)
+    # (a quantile of all the rows: its interval ends' extra rows too, selected_measures.more_key)
+    hist = {k: v for k, v in hist.items() if k[0] >= 0}
     want = _split_row_by_row(plan, rows)
     assert len(main) == sum(r[-1] == 2 ** len(bucket_specs(plan.analysis)) - 1 for r in rows)
     assert set(hist) == set(want)

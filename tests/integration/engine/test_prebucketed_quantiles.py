@@ -181,6 +181,8 @@ def engine_cells(engine: Engine, sql: str) -> tuple[Analysis, dict[tuple[Any, ..
     _, hist = split_bucket_rows(plan, list(engine.backend.run(text, private=True).rows))
     out: dict[tuple[Any, ...], int] = {}
     for (i, key), counts in hist.items():
+        if i < 0:  # a quantile's interval ends' extra rows (selected_measures.more_key)
+            continue
         cells = enumerate(counts.tolist()) if isinstance(counts, np.ndarray) else counts.items()
         for bk, n in cells:
             if n:
