@@ -47,6 +47,7 @@ from dpsql.catalog.functions import (
     reg_element,
 )
 from dpsql.catalog.literals import check_untyped_literals
+from dpsql.catalog.own_views import names_own_views, with_own_rows
 from dpsql.catalog.regrole import pg_label
 from dpsql.catalog.session_functions import (
     SessionInfo,
@@ -89,12 +90,13 @@ def check_catalog_query(
     _replace_tableoid(query)
     roles.replace_role_references(query, analyst)  # before dpsql's own SQL (it reads the real one)
     overridden = overrides.overridden_tables(query, tables)
+    own = names_own_views(query)  # psql's \d dpsql.history: dpsql's own views (own_views)
     used = False
     for table in tables:
         if session is not None and session.activity and _is_activity(table):
             _activity_relation(table, session)
             continue
-        used |= _rewrite_relation(table, policy, analyst, id(table) in overridden)
+        used |= _rewrite_relation(table, policy, analyst, id(table) in overridden, own)
     for node in reversed([f for f in funcs if f.root() is query]):
         roles.guard_roles(node, analyst)
         used |= node.root() is query and guard(node)
@@ -267,7 +269,9 @@ def _activity_relation(table: exp.Table, session: SessionInfo) -> None:
     table.replace(exp.Subquery(this=exp.select("r.*").from_(source), alias=alias))
 
 
-def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden: bool) -> bool:
+def _rewrite_relation(
+    table: exp.Table, policy: Policy, analyst: str, overridden: bool, own: bool = False
+) -> bool:
     """Replace a catalog relation by its filtered form; refuse other relations."""
     if isinstance(table.this, exp.Func):
         return False  # a set-returning function, checked with the functions
@@ -295,11 +299,13 @@ def _rewrite_relation(table: exp.Table, policy: Policy, analyst: str, overridden
         )
     schema, name = found
     alias = table.args.get("alias") or exp.TableAlias(this=exp.to_identifier(name))
-    sub = (
+    sub: exp.Expr = (
         overrides.overridden_relation(schema, name, relation_filter(schema, name), analyst)
         if overridden
         else filtered_relation(schema, name)
     )
+    if own and schema == "pg_catalog" and isinstance(sub, exp.Select):
+        sub = with_own_rows(name, sub)
     table.replace(exp.Subquery(this=sub, alias=alias))
     return True
 
