@@ -84,10 +84,30 @@ def _field(call: _Call) -> str:
     return "'" + first[0].text.replace("'", "''") + "'"
 
 
+_ESCAPE_READ = (TokenType.STRING, TokenType.HEREDOC_STRING, TokenType.NULL)
+
+
 def refuse_unreadable(tokens: list[Token]) -> None:
     """Called when sqlglot can't read a statement: 0A000 for a call PostgreSQL runs that sqlglot
     reads as another form (``json_object('{a,1}')``, its one-argument form: sqlglot expects the
-    SQL/JSON ``JSON_OBJECT(key: value)``), instead of a syntax error."""
+    SQL/JSON ``JSON_OBJECT(key: value)``), and for a ``LIKE ... ESCAPE`` whose escape is not a
+    string constant (``ESCAPE category``, ``ESCAPE E'!'``: PostgreSQL takes any expression, dpsql
+    reads a constant only), instead of a syntax error."""
+    for i, tok in enumerate(tokens[:-1]):
+        after = tokens[i + 1]
+        if tok.token_type == TokenType.ESCAPE and after.token_type not in _ESCAPE_READ:
+            written = (
+                f"E'{after.text}'" if after.token_type == TokenType.BYTE_STRING
+                else "(...)" if after.token_type == TokenType.L_PAREN
+                else after.text
+            )  # fmt: skip
+            raise FeatureNotSupported(
+                f"LIKE ... ESCAPE {written} is not supported by dpsql: the escape character of "
+                "LIKE / ILIKE must be a string constant of at most one character",
+                position=after.start + 1,
+                hint="write it as a plain string constant, e.g. col LIKE '%x!_%' ESCAPE '!' "
+                "(a column or an expression as the escape is not read)",
+            )
     for call in _calls(tokens, {"json_object"}):
         if not call.several:
             raise FeatureNotSupported(

@@ -1,0 +1,71 @@
+"""What BI tools and their users send that bi24's corpus left refused with the wrong words,
+replayed on the wire (psycopg, Simple Query) on one connection: each answered, or refused with a
+SQLSTATE and dpsql's own words that say what to write instead, nothing charged (the ledger's
+history is as it was) and the session unharmed (the next statement answered).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import pq
+
+from dpsql.server.run import ServerThread
+from tests.helpers import analyst_dsn, served_with_ledger
+
+
+@pytest.fixture(scope="module")
+def served(
+    demo_dsn: str, demo_policy: Any, make_db: Callable[[str], str]
+) -> Iterator[ServerThread]:
+    with served_with_ledger(demo_policy, demo_dsn, make_db("leftovers_ledger")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def conn(served: ServerThread) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(analyst_dsn(served.port), autocommit=True) as c:
+        yield c
+
+
+def _run(conn: psycopg.Connection[Any], sql: str) -> pq.abc.PGresult:
+    pgconn = conn.pgconn
+    res = pgconn.exec_(sql.encode())
+    while pgconn.get_result() is not None:
+        pass
+    return res
+
+
+def _field(res: pq.abc.PGresult, f: pq.DiagnosticField) -> str:
+    return (res.error_field(f) or b"").decode()
+
+
+def _releases(conn: psycopg.Connection[Any]) -> int:
+    return len(conn.execute("SELECT * FROM dpsql.history").fetchall())
+
+
+@pytest.mark.parametrize(
+    ("escape", "shown"),
+    [("category", "ESCAPE category"), ("(region)", "ESCAPE (...)"), ("E'!'", "ESCAPE E'!'")],
+)
+def test_a_like_escape_that_is_no_constant_gets_dpsqls_words(
+    conn: psycopg.Connection[Any], escape: str, shown: str
+) -> None:
+    """``LIKE '%x' ESCAPE category`` (PostgreSQL takes an expression as the escape; sqlglot
+    reads only a string) was 42601 'syntax error at end of input' with the hint 'write an
+    operand after "category"', which reads as if the statement were cut short. Now 0A000 that
+    names the escape and says what dpsql supports: a one-character string constant."""
+    before = _releases(conn)
+    sql = f"SELECT COUNT(*) FROM purchases WHERE category LIKE '%x' ESCAPE {escape}"
+    res = _run(conn, sql)
+    assert res.status == pq.ExecStatus.FATAL_ERROR
+    assert _field(res, pq.DiagnosticField.SQLSTATE) == "0A000"
+    message = _field(res, pq.DiagnosticField.MESSAGE_PRIMARY)
+    assert shown in message and "one character" in message, message
+    assert "ESCAPE '!'" in _field(res, pq.DiagnosticField.MESSAGE_HINT)
+    assert _releases(conn) == before  # nothing charged
+    ok = _run(conn, "SELECT COUNT(*) FROM purchases WHERE category LIKE '%x' ESCAPE '!'")
+    assert ok.status == pq.ExecStatus.TUPLES_OK  # the session goes on
