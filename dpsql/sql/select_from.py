@@ -52,12 +52,30 @@ def from_table(tree: exp.Select, policy: Policy) -> tuple[Ctx, list[exp.Join]]:
     for j, s in zip(joins, sources[1:], strict=True):
         left_private = any(x.private for x in sources[: sources.index(s)])
         if (j.args.get("side") or "").upper() == "LEFT" and s.private and not left_private:
-            raise UnsupportedSql(
-                "a private table can't be LEFT JOINed to public tables",
-                hint="put the private table first, or use an INNER JOIN",
-            )
+            raise _public_first(src.this, j)
         checked.append(check_join(ctx, j, s, check_row_level))
     return ctx, checked
+
+
+def _public_first(first: exp.Expr, j: exp.Join) -> UnsupportedSql:
+    """A public table LEFT JOINed to a private one (Metabase's join when a question starts from
+    the dimension table: ``FROM regions LEFT JOIN purchases ON ...``): its rows no private row
+    matches would be counted as rows too. The words give the statement's own tables and
+    condition the other way round, which dpsql answers: grouped by the public table's column,
+    each of its values is a key (one that no private row has comes back as a noisy 0)."""
+    on = j.args.get("on")
+    public, private = (plain_sql(t, qualified=True) for t in (first, j.this))
+    instead = f"FROM {private} JOIN {public}"
+    instead += f" ON {plain_sql(on, qualified=True)}" if isinstance(on, exp.Expr) else ""
+    name = first.name if isinstance(first, exp.Table) else public
+    rows = j.this.name if isinstance(j.this, exp.Table) else private
+    return UnsupportedSql(
+        f"{public} LEFT JOIN {private}: a private table can't be LEFT JOINed to a public one "
+        f"(the rows of {name} no row of {rows} matches would be counted too)",
+        hint=f"start from the private table with an inner join: {instead}; grouped by a "
+        f"column of {name}, each of its values is answered (one no row of {rows} has as a "
+        "noisy 0)",
+    )
 
 
 MAX_JOINED_TABLES = 6

@@ -69,3 +69,32 @@ def test_a_like_escape_that_is_no_constant_gets_dpsqls_words(
     assert _releases(conn) == before  # nothing charged
     ok = _run(conn, "SELECT COUNT(*) FROM purchases WHERE category LIKE '%x' ESCAPE '!'")
     assert ok.status == pq.ExecStatus.TUPLES_OK  # the session goes on
+
+
+def test_a_public_table_left_joined_to_a_private_one_gets_the_statement_to_write(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Metabase's join when a question starts from the dimension table (``FROM regions LEFT
+    JOIN purchases``) was 0A000 'a private table can't be LEFT JOINed to public tables' with the
+    hint 'put the private table first, or use an INNER JOIN'. Now the words say why (the
+    unmatched public rows would be counted too) and give the statement's own tables and
+    condition the other way round; that statement is answered, every region a key."""
+    before = _releases(conn)
+    res = _run(
+        conn,
+        'SELECT "public"."regions"."name" AS "name", COUNT(*) AS "count" FROM "public"."regions" '
+        'LEFT JOIN "public"."purchases" AS "Purchases" ON "public"."regions"."code" = '
+        '"Purchases"."region" GROUP BY "public"."regions"."name" ORDER BY "public"."regions"."name"',
+    )
+    assert _field(res, pq.DiagnosticField.SQLSTATE) == "0A000"
+    assert "would be counted too" in _field(res, pq.DiagnosticField.MESSAGE_PRIMARY)
+    hint = _field(res, pq.DiagnosticField.MESSAGE_HINT)
+    instead = (
+        'FROM public.purchases AS "Purchases" JOIN public.regions ON public.regions.code = '
+        '"Purchases".region'
+    )
+    assert instead in hint, hint
+    assert _releases(conn) == before  # nothing charged
+    ok = _run(conn, f"SELECT public.regions.name, COUNT(*) {instead} GROUP BY public.regions.name")
+    assert ok.status == pq.ExecStatus.TUPLES_OK
+    assert ok.ntuples == len(conn.execute("SELECT code FROM regions").fetchall())
