@@ -1,20 +1,37 @@
 """Golden check of the SQL dpsql sends upstream: every statement of a large corpus, its texts.
 
-    python bench/golden_sql.py --out FILE [--limit N] [--shrink N]
-    DPSQL_BENCH_TREE=OTHER_CHECKOUT python bench/golden_sql.py --out FILE  # another tree
-    diff BEFORE AFTER   # an optimisation of the rewrite must leave it byte-identical
+    python bench/golden_sql.py --compare REV_OR_DIR [--limit N] [--shrink N] [--keep DIR]
+    python bench/golden_sql.py --out FILE [--limit N] [--shrink N] [--statements FILE]
+    DPSQL_BENCH_TREE=OTHER_CHECKOUT python bench/golden_sql.py --out FILE  # another tree's dpsql
+
+``--compare`` runs the statements of THIS checkout through another tree's dpsql (a git revision,
+checked out in a temporary worktree, or a directory) and through this one's, one process each,
+against one PostgreSQL, and says how many statements differ (exit status 1 when any does): an
+optimisation of the rewrite must leave every text byte-identical. Both trees are asked the same
+statements by construction (they are written once, to a file both processes read:
+``--statements``); the first line of each output names the set (its source, size and sha256),
+so two files made from different sets differ at line 1. ``--out`` alone makes one file.
 
 Starts its own PostgreSQL with the demo data (or uses DPSQL_BENCH_DSN), then runs through
 ``Engine.prepare``/``execute`` (no ledger, as bench/engine.py) every statement of: the red-team
 corpus (tests/redteam/corpus.yaml), the BI corpus (../shared/bi-corpus/statements.jsonl), the
 queries of bench/engine.py, a grid of every measure kind by group shape, and the SQL string
-literals of tests/ that name a demo table; under two policies: the demo's (``auto`` bounds:
-chosen by DP queries at each execution) and bench/policy_5e50bd1.yaml (fixed bounds). Per
-statement it writes each text sent upstream (private or not) and the outcome (SQLSTATE of a
-refusal, or the number of rows). Randomness is fixed: :mod:`dpsql.dp.rng`'s CSPRNG (salts,
-noise, auto-bound choices) and the bind marker read a byte stream seeded per statement, so two
-runs of one tree write the same file, and two trees the same file when their SQL is the same.
-Not a test (it needs minutes): the rewrite's optimisations are checked with it by hand.
+literals of tests/ that name a demo table (all of the checkout this file is in, whichever tree's
+dpsql runs them); under two policies: the demo's (``auto`` bounds: chosen by DP queries at each
+execution) and bench/policy_5e50bd1.yaml (fixed bounds). Per statement it writes each text sent
+upstream (private or not) and the outcome (SQLSTATE of a refusal, or the number of rows).
+
+Deterministic, whatever the machine's load (so that two runs of one tree write the same file,
+and two trees the same file when their SQL is the same): randomness is fixed
+(:mod:`dpsql.dp.rng`'s CSPRNG: salts, noise, auto-bound choices; the bind marker: a byte stream
+seeded per statement); dpsql's clock (what ``current_date`` reads) stands still at FIXED_NOW; and
+the catalog reads an engine repeats on a timer (every ``dpsql.execute.shadows.REFRESH_S``
+seconds: the upstream's shadowing functions, a joined public table's fan-out) are made once per
+policy (the tool sets REFRESH_S to infinity in the tree it runs): on a timer, where they fall
+among the statements depends on how fast the machine runs them. What still depends on the load:
+a statement that runs into its statement timeout (its outcome says 57014).
+Not a test (it needs minutes): the rewrite's optimisations are checked with it by hand. SIGTERM
+or Ctrl-C: the PostgreSQL it started is stopped and its directory removed.
 """
 
 from __future__ import annotations
@@ -22,11 +39,18 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import inspect
 import json
+import math
 import os
 import random
+import signal
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,6 +59,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, os.environ.get("DPSQL_BENCH_TREE") or str(ROOT))
 sys.path.append(str(HERE))
+# SIGTERM unwinds as Ctrl-C does (its default ends the process before `finally:` stops the
+# PostgreSQL this tool started); set before anything starts, whichever tree's dpsql runs
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 import yaml  # noqa: E402
 
@@ -67,6 +94,27 @@ rng.secrets = SimpleNamespace(  # type: ignore[attr-defined]
     token_hex=_token_hex, randbelow=lambda n: _STREAM.randrange(n), randbits=_STREAM.getrandbits
 )
 bind.secrets = SimpleNamespace(token_hex=_token_hex)  # type: ignore[attr-defined]
+
+FIXED_NOW = datetime(2025, 7, 1, 12, tzinfo=UTC)  # inside the demo data's year
+
+
+def _steady() -> dict[str, Any]:
+    """The timer-refreshed catalog reads made once per engine; the engine's keyword arguments
+    that stop its clock (a tree without dpsql.clock, or without the timer, is left as it is)."""
+    try:
+        from dpsql.execute import shadows
+
+        shadows.REFRESH_S = math.inf  # execute/precheck's fan-out memo reads this one too
+    except ImportError:
+        pass
+    try:
+        from dpsql.clock import FixedClock
+    except ImportError:
+        return {}
+    return (
+        {"clock": FixedClock(FIXED_NOW)} if "clock" in inspect.signature(Engine).parameters else {}
+    )
+
 
 TABLES = ("purchases", "pums", "regions")
 MEASURES = (
@@ -147,7 +195,32 @@ def corpus() -> Iterator[tuple[str, str, dict[str, Any]]]:
         yield "tests", q, {}
 
 
-def run(engine: Engine, out: Any, label: str, limit: int | None) -> int:
+Statement = tuple[str, str, dict[str, Any]]
+
+
+def statements(path: str | None) -> tuple[list[Statement], str]:
+    """The statements to run (``--statements`` FILE, else this checkout's corpus) and a line
+    naming the set: where from, how many, its sha256."""
+    if path:
+        rows = [json.loads(line) for line in Path(path).read_text().splitlines()]
+        got = [(r["where"], r["sql"], r["item"]) for r in rows]
+        source = rows[0]["source"] if rows else path
+    else:
+        got = list(corpus())
+        source = f"{ROOT} at {_commit(ROOT)}"
+    digest = hashlib.sha256(json.dumps([g[:2] for g in got]).encode()).hexdigest()[:16]
+    return got, f"# statements: {len(got)} from {source}, sha256 {digest}"
+
+
+def _commit(tree: Path) -> str:
+    res = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)  # fmt: skip
+    dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--", "tests", "bench"],
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return (res.stdout.strip() or "?") + (" (with uncommitted changes)" if dirty else "")
+
+
+def run(engine: Engine, out: Any, label: str, todo: list[Statement], limit: int | None) -> int:
     calls: list[str] = []
     inner = engine.backend.run
 
@@ -159,7 +232,7 @@ def run(engine: Engine, out: Any, label: str, limit: int | None) -> int:
 
     engine.backend.run = record  # type: ignore[method-assign]
     n = 0
-    for where, sql, item in corpus():
+    for where, sql, item in todo:
         if limit is not None and n >= limit:
             break
         n += 1
@@ -186,9 +259,83 @@ def run(engine: Engine, out: Any, label: str, limit: int | None) -> int:
     return n
 
 
+def _shrink(dsn: str, n: int) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM purchases WHERE id % {n} <> 0")
+        conn.execute(f"DELETE FROM pums WHERE pid % {n} <> 0")
+        conn.execute("VACUUM ANALYZE purchases, pums")
+
+
+def write(args: argparse.Namespace, dsn: str) -> None:
+    """One tree (this process's dpsql): every statement under both policies, into ``--out``."""
+    todo, names = statements(args.statements)
+    print(names, flush=True)
+    steady = _steady()
+    with open(args.out, "w") as out:
+        out.write(names + "\n")
+        for label, pol in (("auto", str(POLICY)), ("fixed", str(HERE / "policy_5e50bd1.yaml"))):
+            engine = Engine(load_policy(pol), dsn, pool_size=2, **steady)
+            try:
+                n = run(engine, out, label, todo, args.limit)
+            finally:
+                engine.close()
+            print(f"{label}: {n} statements", flush=True)
+
+
+def _blocks(path: Path) -> dict[str, str]:
+    text = path.read_text()
+    return {b.split("\n", 1)[0] + f" #{k}": b for k, b in enumerate(text.split("\n=== "))}
+
+
+def compare(args: argparse.Namespace, dsn: str) -> int:
+    """``--compare``: the other tree's dpsql and this one's, on one statement file."""
+    from proxy_compare import checkout
+
+    keep = Path(args.keep or tempfile.mkdtemp(prefix="dpsql-golden-"))
+    keep.mkdir(parents=True, exist_ok=True)
+    todo, names = statements(None)
+    listing = keep / "statements.jsonl"
+    source = names.split(" from ", 1)[1].rsplit(", sha256", 1)[0]
+    listing.write_text("".join(json.dumps({"where": w, "sql": q, "item": i, "source": source})
+                               + "\n" for w, q, i in todo))  # fmt: skip
+    print(f"{names}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    with checkout(args.compare) as base:
+        outs = {}
+        for key, tree in (("base", base), ("this", ROOT)):
+            outs[key] = keep / f"{key}.txt"
+            cmd = [sys.executable, __file__, "--statements", str(listing), "--out", str(outs[key])]
+            if args.limit is not None:
+                cmd += ["--limit", str(args.limit)]
+            env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
+                   "PYTHONPATH": str(tree)}  # fmt: skip
+            t0, c0 = time.monotonic(), os.times()
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            c1 = os.times()
+            if res.returncode != 0:
+                raise SystemExit(f"{key} ({tree}) failed:\n{res.stderr[-3000:]}")
+            cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+            print(f"{key}: {tree} at {_commit(tree)}: {time.monotonic() - t0:.0f} s, "
+                  f"CPU {cpu:.0f} s ({res.stdout.strip().splitlines()[-1]}); {outs[key]}",
+                  flush=True)  # fmt: skip
+    a, b = _blocks(outs["base"]), _blocks(outs["this"])
+    differ = [k for k in a.keys() | b.keys() if a.get(k) != b.get(k)]
+    print(f"{len(a) - 1} statement runs; {len(differ)} differ"
+          + (f" (diff {outs['base']} {outs['this']}), the first: {sorted(differ)[0]}" if differ
+             else ": identical"))  # fmt: skip
+    return 1 if differ else 0
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", required=True)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    how = ap.add_mutually_exclusive_group(required=True)
+    how.add_argument("--out", help="write this tree's texts to OUT")
+    how.add_argument("--compare", metavar="REV_OR_DIR", help="compare another tree with this one")
+    ap.add_argument("--statements", help="run the statements of this file (what --compare writes)")
+    ap.add_argument("--keep", help="--compare: write the statements and both outputs here")
     ap.add_argument("--limit", type=int, help="at most N statements per policy")
     ap.add_argument(
         "--shrink",
@@ -199,29 +346,21 @@ def main() -> None:
     args = ap.parse_args()
     dsn = os.environ.get("DPSQL_BENCH_DSN")
     cluster = None
-    if not dsn:
-        cluster = start_cluster()
-        dsn = cluster.dsn()
-        load_demo(dsn)
-    if args.shrink > 1:
-        import psycopg
-
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DELETE FROM purchases WHERE id % {args.shrink} <> 0")
-            conn.execute(f"DELETE FROM pums WHERE pid % {args.shrink} <> 0")
-            conn.execute("VACUUM ANALYZE purchases, pums")
     try:
-        with open(args.out, "w") as out:
-            for label, pol in (("auto", str(POLICY)), ("fixed", str(HERE / "policy_5e50bd1.yaml"))):
-                engine = Engine(load_policy(pol), dsn, pool_size=2)
-                try:
-                    n = run(engine, out, label, args.limit)
-                finally:
-                    engine.close()
-                print(f"{label}: {n} statements", flush=True)
+        if not dsn:
+            cluster = start_cluster()
+            dsn = cluster.dsn()
+            print(f"PostgreSQL up, data in {cluster.datadir}", flush=True)
+            load_demo(dsn)
+        if args.shrink > 1:
+            _shrink(dsn, args.shrink)
+        rc = compare(args, dsn) if args.compare else 0
+        if args.out:
+            write(args, dsn)
     finally:
         if cluster:
             cluster.stop()
+    sys.exit(rc)
 
 
 if __name__ == "__main__":

@@ -180,8 +180,11 @@ def pg_admin_dsn() -> Iterator[str]:
         yield env
         return
     from dpsql.errors import InternalError
-    from dpsql.execute.embedded import start_cluster
+    from dpsql.execute.embedded import exit_on_sigterm, start_cluster
 
+    # a SIGTERM (CI's timeout, a kill) ends the session as Ctrl-C does: the teardown below runs
+    # and stops the cluster (by default SIGTERM ends the process there, leaving it running)
+    exit_on_sigterm(KeyboardInterrupt)
     try:
         cluster = start_cluster()
     except InternalError:

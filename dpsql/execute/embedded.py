@@ -8,6 +8,7 @@ The superuser gets a random password; the server listens on 127.0.0.1 only, with
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import os
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +84,7 @@ class Cluster:
     bindir: Path
     owner: tuple[int, int] | None
     _owns_dir: bool = field(default=False, repr=False)
+    _stopped: bool = field(default=False, repr=False)
 
     def dsn(self, dbname: str = "postgres") -> str:
         return (
@@ -117,6 +120,11 @@ class Cluster:
         return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
     def stop(self) -> None:
+        """Stop the server (and remove a temporary cluster's directory); once: again does nothing."""
+        atexit.unregister(self.stop)
+        if self._stopped:
+            return
+        self._stopped = True
         try:
             self._run(
                 [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]
@@ -126,17 +134,46 @@ class Cluster:
                 _remove(self.datadir.parent)
 
 
+def exit_on_sigterm(raising: type[BaseException] = SystemExit) -> None:
+    """Make SIGTERM unwind the main thread as Ctrl-C does, so that its ``finally:`` blocks run (a
+    temporary cluster's ``stop``: Python's default SIGTERM ends the process on the spot, leaving
+    the server running and its directory, with the superuser's password file, behind).
+
+    The first SIGTERM raises ``raising`` (``SystemExit(143)``; a pytest session wants
+    ``KeyboardInterrupt``, which ends it and runs its session fixtures' teardown); later ones are
+    ignored, so that a second signal cannot cut the clean-up short (SIGKILL still ends the
+    process). Nothing changes where SIGTERM already has a handler, or off the main thread.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_sigterm(*_: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise SystemExit(143) if raising is SystemExit else raising()
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 def start_cluster(datadir: Path | None = None, port: int | None = None) -> Cluster:
     """Create (if needed) and start a cluster; returns once it accepts connections.
 
     A temporary cluster (no ``datadir``) that fails or is interrupted (SIGTERM, Ctrl-C) while
-    starting is stopped and its directory removed: it holds the superuser's password file.
+    starting is stopped and its directory removed: it holds the superuser's password file. Once
+    started, it is stopped by its caller (``finally: cluster.stop()``) or, at the latest, as the
+    interpreter exits (:mod:`atexit`: a caller that loads data before its ``try:``); so that a
+    SIGTERM runs either, :func:`exit_on_sigterm` is installed first (where SIGTERM has no
+    handler yet).
     """
     if datadir is not None:
         return _start_cluster(datadir, port, owns=False)
+    exit_on_sigterm()
     tmp = Path(tempfile.mkdtemp(prefix="dpsql-pg-"))
     try:
-        return _start_cluster(tmp, port, owns=True)
+        cluster = _start_cluster(tmp, port, owns=True)
+        atexit.register(cluster.stop)
+        return cluster
     except BaseException:
         pid_file = tmp / "data" / "postmaster.pid"
         if (tmp / "server.log").exists():  # pg_ctl had launched the server (it opens the log
