@@ -218,11 +218,17 @@ def test_ranked_sensitivity_check_catches_a_cap_per_group(
     ranked_engines: tuple[Engine, Engine], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Broken twin: each group's removed steps capped on their own (no running sum over the
-    unit's earlier groups): the unit counts C in each of its groups, 2C in all."""
+    unit's earlier groups): the unit counts C in each of its groups, 2C in all. (With G = 1,
+    as here, the earlier groups' steps are the rank window's ``_dp_sc``: first_kept_window.)"""
     monkeypatch.setattr(
         importlib.import_module("dpsql.sql.rewrite.measure_dropped"),
         "_before",
         lambda col, order: exp.Literal.number(0),
+    )
+    monkeypatch.setattr(
+        importlib.import_module("dpsql.sql.rewrite.bound_partials"),
+        "first_kept_window",
+        lambda steps, order, i: exp.alias_(exp.Literal.number(0), f"_dp_sc{i}"),
     )
     moved, _, plan = _ranked_moves(ranked_engines)
     assert moved == 2 * plan.bias[0].target.cap_steps

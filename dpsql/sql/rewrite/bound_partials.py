@@ -64,6 +64,8 @@ from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.measure_dropped import (
     constant_steps,
+    earlier_rows,
+    first_kept_window,
     kept_only,
     kept_partial,
     measure_dropped,
@@ -332,15 +334,27 @@ def bound_partials(
     partial = partial.group_by(*[k.copy() for k in keys], copy=False)
     q = q.with_(cte_name("_dp_parts"), as_=partial, copy=False)
     src = "_dp_parts"
+    first_only: dict[int, exp.Expr] = {}
     if rank:
         # Groups are ranked per unit on the partials (one row per unit and group), not on the
         # rows: the hash is computed, and the window sorts, once per partial.
+        # With G = 1 the targets' before is computed in this window (first_kept_window): the
+        # rank takes its frame (ROW_NUMBER ignores it) so that PostgreSQL computes all in one
+        # WindowAgg
+        first_only = {
+            i: first_kept_window(names, order, i)
+            for i, names in steps_of.items()
+            if a.max_groups == 1 and i not in fixed
+        }
         ranking = exp.Window(
             this=exp.RowNumber(),
             partition_by=[unit.copy()],
             order=exp.Order(expressions=[exp.Ordered(this=t.copy()) for t in order]),
+            spec=earlier_rows() if first_only else None,
         )
-        bounded = exp.select(exp.Star(), exp.alias_(ranking, "_dp_gr", copy=False), *running)
+        bounded = exp.select(
+            exp.Star(), exp.alias_(ranking, "_dp_gr", copy=False), *running, *first_only.values()
+        )
         bounded = bounded.from_(table(src), copy=False)
         q = q.with_(cte_name("_dp_bounded"), as_=bounded, copy=False)
         src = "_dp_bounded"
@@ -359,8 +373,9 @@ def bound_partials(
         by_rank = [exp.column("_dp_gr")] if rank else None
         selecting = rank and a.needs_selection
         q = measure_dropped(
-            q, src, targets, kept, keep, by_rank, selecting, flags, steps_of, frozenset(fixed)
-        )
+            q, src, targets, kept, keep, by_rank, selecting, flags, steps_of, frozenset(fixed),
+            frozenset(first_only),
+        )  # fmt: skip
     elif keep is not None:
         q = q.where(keep, copy=False)
     return q.group_by(*[g.copy() for g in gcols], copy=False) if gcols else q

@@ -207,6 +207,7 @@ def measure_dropped(
     outside: dict[int, str] | None = None,
     steps_of: dict[int, tuple[str, str | None]] | None = None,
     fixed: frozenset[int] = frozenset(),
+    first_only: frozenset[int] = frozenset(),
 ) -> exp.Select:
     """Add the removed-mass columns to the final SELECT ``q`` reading ``source`` (the CTE of
     ranked or plain partials, which holds ``_dp_r<i>``; ``kept[i]``: target i's bounded partial
@@ -216,7 +217,9 @@ def measure_dropped(
     target i's :func:`removed_steps` if the group is kept and if it is dropped (None without
     a group rank), computed with the partials; target i then needs no ``_dp_r<i>``. ``fixed``:
     the targets among those whose two step columns are constants (:func:`constant_steps`):
-    their ``before`` is :func:`fixed_before`, no window."""
+    their ``before`` is :func:`fixed_before`, no window. ``first_only``: with G = 1, the targets
+    whose rank's window also wrote ``_dp_sc<i>`` (:func:`first_kept_window`): their ``before``
+    is 0 in the kept group, ``_dp_sc<i>`` after it."""
     cols: list[exp.Expr] = []
     steps: list[exp.Expr] = []
     befores: list[exp.Expr] = []
@@ -229,7 +232,8 @@ def measure_dropped(
                        default=exp.Literal.number(0))  # fmt: skip
         steps.append(exp.alias_(one, f"_dp_f{i}", copy=False))
         first: exp.Expr = exp.EQ(this=exp.column(f"_dp_f{i}"), expression=exp.Literal.number(1))
-        if order is not None:
+        if order is not None and not _one_group(keep):
+            # (with G = 1 a unit's only kept group is its first: no flag before it)
             fc = _before(exp.column(f"_dp_f{i}"), order)
             befores.append(exp.alias_(fc, f"_dp_fc{i}", copy=False))
             none = exp.EQ(this=exp.column(f"_dp_fc{i}"), expression=exp.Literal.number(0))
@@ -252,6 +256,10 @@ def measure_dropped(
         if order is not None:
             if t.index in fixed and precomputed is not None and keep is not None:
                 c = fixed_before(precomputed, keep)
+            elif t.index in first_only:
+                first = exp.EQ(this=exp.column("_dp_gr"), expression=exp.Literal.number(1))
+                c = exp.Case(ifs=[exp.If(this=first, true=exp.Literal.number(0))],
+                             default=exp.column(f"_dp_sc{t.index}"))  # fmt: skip
             else:
                 c = _before(ecol, order)
             befores.append(exp.alias_(c, f"_dp_c{t.index}", copy=False))
@@ -334,6 +342,44 @@ def fixed_before(steps: tuple[str, str | None], keep: exp.Expr) -> exp.Expr:
     )
 
 
+def _one_group(keep: exp.Expr | None) -> bool:
+    """``keep`` is ``_dp_gr <= 1``: a unit keeps one group, its first."""
+    return isinstance(keep, exp.LTE) and keep.expression == exp.Literal.number(1)
+
+
+def first_kept_window(
+    steps: tuple[str, str | None], order: Sequence[exp.Expr], index: int
+) -> exp.Expr:
+    """With G = 1, what a unit's groups before the r-th (r >= 2) removed, computed by the rank's
+    own window (``steps``: the kept and dropped step columns k, d; ``order``: the rank's)::
+
+        _dp_sc<i> = COALESCE(SUM(d) OVER w, 0) - FIRST_VALUE(d - k) OVER w
+        w = (PARTITION BY _dp_unit ORDER BY <order> ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+
+    The earlier groups of the r-th are the first (kept: k) and the 2nd to (r-1)-th (dropped: d),
+    so ``before`` = k_1 + d_2 + ... + d_(r-1) = (d_1 + ... + d_(r-1)) - (d_1 - k_1): the running
+    sum after the rank (:func:`_before`) with the same number and type (bigint), in the rank's
+    window, with no second window; the first group's ``before`` is 0 (measure_dropped's CASE)."""
+    if_kept, if_dropped = steps
+    assert if_dropped is not None
+    w = {
+        "partition_by": [exp.column("_dp_unit")],
+        "order": exp.Order(expressions=[exp.Ordered(this=o.copy()) for o in order]),
+    }
+    total = exp.Coalesce(this=exp.Window(this=exp.Sum(this=exp.column(if_dropped)),
+                                         spec=earlier_rows(), **w),
+                         expressions=[exp.Literal.number(0)])  # fmt: skip
+    lost = exp.Sub(this=exp.column(if_dropped), expression=exp.column(if_kept))
+    first = exp.Window(this=exp.FirstValue(this=lost), spec=earlier_rows(), **w)
+    return exp.alias_(exp.Sub(this=total, expression=first), f"_dp_sc{index}", copy=False)
+
+
+def earlier_rows() -> exp.WindowSpec:
+    """``ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING``: a unit's earlier groups."""
+    return exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
+                          end=exp.Literal.number(1), end_side="PRECEDING")  # fmt: skip
+
+
 def _before(col: exp.Expr, order: Sequence[exp.Expr]) -> exp.Expr:
     """``COALESCE(SUM(col) OVER (PARTITION BY _dp_unit ORDER BY <order> ROWS BETWEEN UNBOUNDED
     PRECEDING AND 1 PRECEDING), 0)``: ``col`` over the unit's earlier groups."""
@@ -341,7 +387,6 @@ def _before(col: exp.Expr, order: Sequence[exp.Expr]) -> exp.Expr:
         this=exp.Sum(this=col.copy()),
         partition_by=[exp.column("_dp_unit")],
         order=exp.Order(expressions=[exp.Ordered(this=o.copy()) for o in order]),
-        spec=exp.WindowSpec(kind="ROWS", start="UNBOUNDED", start_side="PRECEDING",
-                            end=exp.Literal.number(1), end_side="PRECEDING"),
-    )  # fmt: skip
+        spec=earlier_rows(),
+    )
     return exp.Coalesce(this=w, expressions=[exp.Literal.number(0)])

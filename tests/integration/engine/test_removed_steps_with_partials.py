@@ -23,13 +23,13 @@ import pytest
 import sqlglot
 
 from dpsql.policy.load import parse_policy
+from dpsql.policy.model import Policy
 from dpsql.sql.analyze import analyze
 from dpsql.sql.rewrite import private_query
 from dpsql.sql.rewrite.bound_partials import bound_partials
 from dpsql.sql.rewrite.measure_dropped import fixed_before, removed_steps
 
-POLICY = parse_policy(
-    """
+POLICY_TEXT = """
 version: 1
 tables:
   public.p:
@@ -45,7 +45,11 @@ tables:
       c: {type: text, keys: [a, b, c]}
       f: {type: text}
 """
-)
+POLICY = parse_policy(POLICY_TEXT)
+
+# G = 1: a unit keeps its first group; ``before`` comes from the rank's own window
+# (first_kept_window), the outside flags need no ``seen`` (no kept group before the first)
+ONE_GROUP = parse_policy(POLICY_TEXT.replace("max_groups_per_unit: 2", "max_groups_per_unit: 1"))
 
 QUERIES = [
     # ranked groups (3 declared keys > G = 2): counts, sums, AVG, COUNT(DISTINCT unit)
@@ -102,20 +106,20 @@ def dsn(make_db: Callable[[str], str]) -> str:
 def earlier(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], str]]:
     """The private SQL with every target's removed steps computed after the ranking."""
 
-    def make(sql: str, salt: str) -> str:
+    def make(sql: str, salt: str, policy: Policy = POLICY) -> str:
         with monkeypatch.context() as m:
             m.setattr(
                 importlib.import_module("dpsql.sql.rewrite.bound_contributions"),
                 "bound_partials",
                 lambda *a, **k: bound_partials(*a, **k, steps_with_partials=False),
             )
-            return _sql(sql, salt)
+            return _sql(sql, salt, policy)
 
     yield make
 
 
-def _sql(sql: str, salt: str) -> str:
-    a = analyze(sqlglot.parse_one(sql, read="postgres"), POLICY)
+def _sql(sql: str, salt: str, policy: Policy = POLICY) -> str:
+    a = analyze(sqlglot.parse_one(sql, read="postgres"), policy)
     return private_query(a, salt).sql("postgres")
 
 
@@ -215,3 +219,54 @@ def test_the_comparison_catches_a_wrong_fixed_before(
             got = sorted(conn.execute(new).fetchall(), key=repr)
             differ += got != sorted(conn.execute(old).fetchall(), key=repr)
     assert differ == len(FIXED)
+
+
+ONE_GROUP_QUERIES = [
+    "SELECT c, COUNT(*), SUM(x), AVG(y), COUNT(DISTINCT uid) FROM p GROUP BY c",
+    "SELECT g, c, COUNT(x), SUM(z) FROM p GROUP BY g, c",
+    "SELECT f, AVG(x), SUM(z) FROM p WHERE x > 2 OR x IS NULL GROUP BY f",
+    "SELECT x, COUNT(*), SUM(y) FROM p GROUP BY x",
+]
+
+
+@pytest.mark.parametrize("query", ONE_GROUP_QUERIES)
+def test_one_group_in_the_ranks_window(dsn: str, earlier: Callable[..., str], query: str) -> None:
+    """With G = 1 every column equals the running sums' after the ranking (3 salts, some unit
+    passing C), and the statement has no window but the rank's (its frame on every function)."""
+    over_cap = 0
+    with psycopg.connect(dsn) as conn:
+        for salt in ("s1", "s2", "s3"):
+            new, old = _sql(query, salt, ONE_GROUP), earlier(query, salt, ONE_GROUP)
+            assert "FIRST_VALUE" in new and "ORDER BY _dp_gr" not in new
+            got = conn.execute(new)
+            names = [d.name for d in got.description or ()]
+            got_rows = sorted(got.fetchall(), key=repr)
+            assert got_rows == sorted(conn.execute(old).fetchall(), key=repr)
+            ks = [i for i, n in enumerate(names) if n.startswith("_dp_k")]
+            over_cap += sum(int(r[i]) for r in got_rows for i in ks)
+    assert over_cap > 0
+
+
+def test_the_comparison_catches_a_wrong_first_group(
+    dsn: str, earlier: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broken twin: the first group's lost steps taken as all of it (d_1 - 0 instead of
+    d_1 - k_1: ``before`` too small after a kept group that lost rows) gives other columns."""
+    mod = importlib.import_module("dpsql.sql.rewrite.bound_partials")
+    real = mod.first_kept_window
+
+    def wrong(steps, order, index):  # type: ignore[no-untyped-def]
+        got = real(steps, order, index)
+        for sub in got.find_all(sqlglot.exp.Sub):
+            if sub.expression.name == steps[0]:
+                sub.set("expression", sqlglot.exp.Literal.number(0))
+        return got
+
+    monkeypatch.setattr(mod, "first_kept_window", wrong)
+    differ = 0
+    with psycopg.connect(dsn) as conn:
+        for query in ONE_GROUP_QUERIES:
+            new, old = _sql(query, "s1", ONE_GROUP), earlier(query, "s1", ONE_GROUP)
+            got = sorted(conn.execute(new).fetchall(), key=repr)
+            differ += got != sorted(conn.execute(old).fetchall(), key=repr)
+    assert differ > 0
