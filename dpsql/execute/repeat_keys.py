@@ -175,13 +175,20 @@ def bounds_key(engine: EngineContext, session: SessionContext, key: str, known: 
 
 def flat_key(engine: EngineContext, prepared: PrivateQuery, session: SessionContext) -> str:
     """The free-repeat key :func:`run_private` computes for ``prepared`` (no parameters) in
-    ``session``."""
+    ``session``: with ``auto`` bounds all known (stored, or a stored fallback), the key of an
+    answer measured with them (:func:`bounds_key`): where the answer stored under the plain key
+    was measured with other bounds, the statement is measured again under its bounds' key, and
+    a link made to the plain one (dpsql.execute.fetch_stored) would point at the older answer."""
     from dpsql.execute import auto_bounds
 
     plan = planning.plan(engine, prepared, session, ())
-    if auto_bounds.pending(engine, prepared, session, plan.analysis).needed:
-        return auto_cache_key(engine, prepared, plan, (), session.mechanism)
-    return cache_key(engine, prepared, plan, ())
+    pend = auto_bounds.pending(engine, prepared, session, plan.analysis)
+    if not pend.needed:
+        return cache_key(engine, prepared, plan, ())
+    key = auto_cache_key(engine, prepared, plan, (), session.mechanism)
+    if pend.missing:
+        pend = auto_bounds.with_fallbacks(engine, prepared, session, pend, plan.epsilon)
+    return key if pend.missing else bounds_key(engine, session, key, pend.known)
 
 
 def slot(engine: EngineContext, session: SessionContext, key: str) -> str:

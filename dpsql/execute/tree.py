@@ -133,14 +133,14 @@ def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
             run.plan(i, chosen.get(i))
             got = measure(engine, run.leaves[i], run.plans[i], cancel)
             done += 1
-            run.releases[i] = release_measured(
+            run.releases[i] = run.with_bounds(i, release_measured(
                 engine,
                 run.plans[i],
                 got,
                 engine.group_types(run.leaves[i], run.plans[i].analysis),
                 declared_of(engine, run.plans[i]),
                 levels[i],  # 1 - alpha/k when its values enter an output k at a time
-            )
+            ))  # fmt: skip
     except BaseException as error:
         for r in held:  # bound choices never made: nothing read for them
             if ledger is not None:

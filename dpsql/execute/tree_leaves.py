@@ -7,6 +7,7 @@ for real once its source leaf is released.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -15,7 +16,7 @@ from dpsql.budget.records import Stored
 from dpsql.errors import InternalError
 from dpsql.execute.noise import Release
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.execute.repeat_keys import auto_cache_key, cache_key
+from dpsql.execute.repeat_keys import applied_bounds, auto_cache_key, bounds_key, cache_key
 from dpsql.execute.tree_budget import LeafBudget, LeafPlan, resolved_plan
 from dpsql.execute.tree_post import leaf_query
 from dpsql.execute.tree_prepare import with_catalog_proofs
@@ -60,6 +61,8 @@ class LeafRun:
         self.keys: list[str | None] = [None] * len(leaves)
         self.bounds: list[AutoBounds | None] = [None] * len(leaves)  # the auto bounds used
         self.repeats: list[Stored | None] = [None] * len(leaves)  # a free repeat's release
+        # measured again: the bounds stored since differ from its stored answer's (resolve)
+        self.again: list[bool] = [False] * len(leaves)
 
     def resolve(self, i: int, lookup: bool = True) -> None:
         """Leaf i's real SQL (a series limit's from its source's released keys), its
@@ -79,6 +82,12 @@ class LeafRun:
         b = self.budgets[i]
         if b.auto:  # as a flat statement's: its own epsilon, whatever the bounds cost
             key = auto_cache_key(engine, self.leaves[i], b.share, (), self.session.mechanism)
+            if b.pend is not None and not b.pend.missing:
+                # and, with every bound known, of an answer measured with them: one stored
+                # under other bounds (the R = 1 fallback before the table's stored R) is
+                # measured again under this key, as a flat statement's (bounds_key)
+                bounded = bounds_key(engine, self.session, key, b.pend.known)
+                self.again[i], key = bounded != key, bounded
         else:
             key = cache_key(engine, self.leaves[i], self._share_plan(i), ())
         self.keys[i] = key
@@ -88,6 +97,12 @@ class LeafRun:
                 self.releases[i] = Release.from_json(json.loads(stored.payload))
                 self.repeats[i] = stored
                 self.plans[i] = self._share_plan(i)
+
+    def with_bounds(self, i: int, rel: Release) -> Release:
+        """Leaf i's release as stored: with the ``auto`` bounds it was measured with (a repeat
+        under other bounds stored since is measured again: :meth:`resolve`)."""
+        used = self.bounds[i]
+        return rel if used is None else replace(rel, bounds=applied_bounds(used))
 
     def _share_plan(self, i: int) -> LeafPlan:
         """The leaf's real plan without ``auto`` bounds at its share (its free-repeat key)."""

@@ -44,6 +44,10 @@ def leaf_notices(
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)
+        if run.again[i] and i in measured:  # (as a flat statement says it)
+            from dpsql.execute.private import MEASURED_AGAIN
+
+            lines.append(MEASURED_AGAIN)
         repeat = run.repeats[i]
         if repeat is not None and i not in measured:
             lines.append(dataclasses.replace(repeat, auto=b.auto).notice())

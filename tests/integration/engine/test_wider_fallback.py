@@ -166,3 +166,49 @@ def test_the_advice_is_what_serves_a_join(engine: Engine) -> None:
     ask(engine, "SELECT COUNT(*) FROM t")  # stored: serves the table's own slices only
     again = ask(engine, "SELECT COUNT(*) FROM t a JOIN t b ON a.uid = b.uid WHERE a.n <= 151")
     assert "SELECT COUNT(*) over the whole table" not in again.notices[0], again.notices
+
+
+def test_a_union_is_measured_again_with_the_tables_rows_per_unit(engine: Engine) -> None:
+    """The same for a statement of several parts (execute/tree_leaves.py): its leaves' repeat
+    key depended on their statement and epsilon only, so after the table's R was stored the
+    UNION's leaves still answered 201 and 200 (R = 1) free. Property: asked again after it,
+    the leaves are measured again with it (charged, the exact 603 and 600), and once more
+    free with those numbers; a repeat with unchanged bounds stays free (the first two asks)."""
+    sql = (
+        "SELECT COUNT(*) AS c FROM t WHERE n <= 201 "
+        "UNION ALL SELECT COUNT(*) AS c FROM t WHERE n > 2800"
+    )
+    first = ask(engine, sql)
+    assert sorted(first.rows) == [(200,), (201,)], first.rows  # R = 1 in each part
+    assert ask(engine, sql).epsilon_spent == 0  # the same bounds: free
+    ask(engine, "SELECT COUNT(*) FROM t")  # R >= 3 for the table, stored
+    got = ask(engine, sql)
+    assert got.epsilon_spent > 0, got.notices
+    assert sorted(got.rows) == [(600,), (603,)], (got.rows, got.notices)
+    again = [n for n in got.notices if "measured again:" in n]
+    assert len(again) == 2, got.notices  # one in each part's lines
+    repeat = ask(engine, sql)
+    assert repeat.epsilon_spent == 0 and sorted(repeat.rows) == sorted(got.rows)
+
+
+def test_the_flat_key_names_the_answer_measured_again(engine: Engine) -> None:
+    """fetch_stored links a statement's free-repeat key to a stored release by the flat path's
+    key (repeat_keys.flat_key). After a re-measure under the table's stored R, the statement's
+    answer is stored under its bounds' key: flat_key must name that one (603 rows), not the
+    plain key, whose older answer (201, R = 1) a link would have pointed at."""
+    import json
+
+    from dpsql.execute.noise import Release
+    from dpsql.execute.prepared import PrivateQuery
+    from dpsql.execute.repeat_keys import flat_key
+
+    sql = "SELECT COUNT(*) FROM t WHERE n <= 201"
+    assert ask(engine, sql).rows == [(201,)]
+    ask(engine, "SELECT COUNT(*) FROM t")  # R >= 3 for the table, stored
+    assert ask(engine, sql).rows == [(603,)]  # measured again with it
+    prepared = engine.prepare(sql, "analyst")
+    assert isinstance(prepared, PrivateQuery)
+    assert engine.ledger is not None
+    raw = engine.ledger.peek("analyst", flat_key(engine, prepared, SESSION))  # type: ignore[arg-type]
+    assert raw is not None
+    assert Release.from_json(json.loads(raw)).stats == [[603]]
