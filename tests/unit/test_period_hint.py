@@ -1,4 +1,4 @@
-"""GROUP BY a date or timestamp column without declared keys: the refusal at delta = 0 (and
+"""GROUP BY a timestamp column without declared keys: the refusal at delta = 0 (and
 partition selection's notice, tests/integration/engine/test_repeat_union_words.py's neighbour
 below) suggests its months, in the user's own column name, when the policy bounds the column:
 ``date_trunc('month', purchased_at)`` has public keys (every month between the bounds), so it
@@ -31,8 +31,10 @@ def _refusal(sql: str) -> DpsqlError:
 @pytest.mark.parametrize(
     ("sql", "name"),
     [
-        ("SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at", "purchased_at"),
-        ("SELECT p.purchased_at AS d, COUNT(*) FROM purchases p GROUP BY 1", "p.purchased_at"),
+        (
+            "SELECT CAST(p.purchased_at AS timestamp) AS d, COUNT(*) FROM purchases p GROUP BY 1",
+            "p.purchased_at",
+        ),
         (
             "SELECT CAST(purchased_at AS timestamp), COUNT(*) FROM purchases GROUP BY 1",
             "purchased_at",
@@ -45,6 +47,18 @@ def test_the_refusal_suggests_months_in_the_users_words(sql: str, name: str) -> 
     assert f"GROUP BY date_trunc('month', {name}) instead" in (e.hint or ""), e.hint
     assert "2025-01-01 to 2025-12-31" in (e.hint or "")
     assert "SET dpsql.delta" in (e.hint or "")  # the other ways stay
+
+
+def test_a_bare_bounded_date_needs_no_hint() -> None:
+    """A bare date column with bounds (and CAST(d AS date)) takes its days from the bounds
+    (981062e): it plans at delta = 0, one key per day of 2025, with no refusal to hint in."""
+    for sql in (
+        "SELECT purchased_at, COUNT(*) FROM purchases GROUP BY purchased_at",
+        "SELECT p.purchased_at AS d, COUNT(*) FROM purchases p GROUP BY 1",
+    ):
+        tree = parse_statement(sql).tree
+        assert tree is not None
+        make_plan(analyze(tree, load_policy(POLICY)), Fraction(1), Fraction(0))
 
 
 def test_a_key_without_bounds_gets_no_month_hint() -> None:
