@@ -310,13 +310,14 @@ def compare(args: argparse.Namespace, dsn: str) -> int:
                 cmd += ["--limit", str(args.limit)]
             env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
                    "PYTHONPATH": str(tree)}  # fmt: skip
+            at = _commit(tree)  # before it runs: a checkout such as /work/main may move
             t0, c0 = time.monotonic(), os.times()
             res = subprocess.run(cmd, env=env, capture_output=True, text=True)
             c1 = os.times()
             if res.returncode != 0:
                 raise SystemExit(f"{key} ({tree}) failed:\n{res.stderr[-3000:]}")
             cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
-            print(f"{key}: {tree} at {_commit(tree)}: {time.monotonic() - t0:.0f} s, "
+            print(f"{key}: {tree} at {at}: {time.monotonic() - t0:.0f} s, "
                   f"CPU {cpu:.0f} s ({res.stdout.strip().splitlines()[-1]}); {outs[key]}",
                   flush=True)  # fmt: skip
     a, b = _blocks(outs["base"]), _blocks(outs["this"])
