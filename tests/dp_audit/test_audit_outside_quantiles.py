@@ -105,12 +105,16 @@ def _largest_move(engine: Engine, dsn: str, sql: str) -> tuple[int, int]:
     plan = _plan(engine, sql)
     a = plan.analysis
     (alarm,) = plan.alarms
-    assert not plan.bias
     text = salted(engine.private_sql(engine.prepare(sql), a))
-    keys, x0 = len(a.group_keys), len(a.group_keys) + len(a.measures)
+    keys = len(a.group_keys)
 
     def columns(conn: psycopg.Connection[Any]) -> dict[Any, int]:
-        return _counts(list(conn.execute(text).fetchall()), keys, x0)
+        # The count by its name (_dp_x<i>): an all-rows quantile's left-out counts (22f898c,
+        # plan.bias) may sit among the columns after the measures.
+        cur = conn.execute(text)
+        names = [d.name for d in cur.description or ()]
+        (x0,) = [i for i, n in enumerate(names) if n.startswith("_dp_x")]
+        return _counts(list(cur.fetchall()), keys, x0)
 
     worst = 0
     with psycopg.connect(dsn) as conn:

@@ -132,8 +132,11 @@ def test_distinct_of_declared_keys_is_the_domain(
     assert got == [("books",), ("clothing",), ("electronics",), ("groceries",), ("travel",)]
     new = _history(conn)[len(before) :]
     assert new and all(eps == 0 and delta == 0 for _, eps, delta in new)
+    days = conn.execute("SELECT DISTINCT purchased_at FROM purchases").fetchall()
+    assert len(days) == 365  # a bounded date's domain is its days (981062e), free
+    assert all(eps == 0 and delta == 0 for _, eps, delta in _history(conn)[len(before) :])
     with pytest.raises(pe.InsufficientPrivilege):
-        conn.execute("SELECT DISTINCT purchased_at FROM purchases")  # no declared keys
+        conn.execute("SELECT DISTINCT amount FROM purchases")  # no declared keys
 
 
 def test_a_bound_limit_is_a_constant(
