@@ -113,12 +113,22 @@ def with_fallbacks(
     ledger = engine.ledger
     if not p.missing or ledger is None:
         return p
-    each = slice_epsilon(epsilon, p) / len(p.missing)
+    # the share each bound had when it was chosen: the slice split among the bounds missing
+    # then; an earlier run of this statement may have stored some of today's known ones since
+    # (a choice that succeeded beside a fallback), so it split among up to that many more.
+    # A fallback is reused only at the exact share it was released (and charged) at.
+    stored = sum(1 for c in p.known.chosen if c.reused)
+    whole = slice_epsilon(epsilon, p)
+    shares = [whole / k for k in range(len(p.missing), len(p.missing) + stored + 1)]
     digest = engine.repeat_digest(prepared.scope)
     found: list[ChosenBound] = []
     missing = []
     for it in p.missing:
-        raw = ledger.peek(session.analyst, fallback_key(it.key(digest), each))
+        raw = next(
+            (r for each in shares
+             if (r := ledger.peek(session.analyst, fallback_key(it.key(digest), each)))),
+            None,
+        )  # fmt: skip
         if raw is None:
             missing.append(it)
             continue
