@@ -208,8 +208,8 @@ def history_result(ledger: BudgetLedger, analyst: str, limit: int = 1000) -> Res
 def show_budget(ledger: BudgetLedger, analyst: str) -> str:
     """The one-line value of ``SHOW dpsql.budget``.
 
-    Example: ``analyst alice: epsilon 0.7 of 1 left, delta 0.0000005 of 0.0000005 left for
-    partition selection (renews 2026-11-23 00:00 UTC); dataset sales: epsilon 9.3 of 10 left``.
+    Example: ``analyst "alice": epsilon 0.7 of 1 left, delta 0.0000005 of 0.0000005 left for
+    partition selection (renews 2026-11-23 00:00 UTC); dataset "sales": epsilon 9.3 of 10 left``.
     """
     parts = []
     for s in ledger.remaining(analyst):
@@ -220,8 +220,10 @@ def show_budget(ledger: BudgetLedger, analyst: str) -> str:
             if s.delta_explicit_limit
             else ""
         )
+        # the name quoted, as the 53400 DETAIL does: "analyst analyst:" read as a typo
+        # (newcomer25 #12)
         parts.append(
-            f"{s.budget} {s.name}: epsilon {fmt_down(Fraction(s.epsilon_remaining))} of "
+            f'{s.budget} "{s.name}": epsilon {fmt_down(Fraction(s.epsilon_remaining))} of '
             f"{fmt_down(Fraction(s.epsilon_limit))} left{delta}{renew}"
         )
     return "; ".join(parts)

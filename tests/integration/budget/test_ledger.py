@@ -317,8 +317,8 @@ def test_views(ledger: Ledger) -> None:
     hist = views.history_result(ledger, "alice")
     assert hist.rows[0][2] == "q"
     text = views.show_budget(ledger, "alice")
-    assert text.startswith("analyst alice: epsilon 0.666666 of 1")
-    assert "dataset testdata: epsilon 2.66666 of 3" in text
+    assert text.startswith('analyst "alice": epsilon 0.666666 of 1')
+    assert 'dataset "testdata": epsilon 2.66666 of 3' in text
 
 
 def test_ledger_unavailable_is_a_dpsql_error(dsn: str) -> None:

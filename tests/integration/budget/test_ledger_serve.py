@@ -117,7 +117,7 @@ def test_show_and_select_budget_through_psql_protocol(
         conn.execute("SET dpsql.epsilon = 0.5")
         conn.execute(_query(1)).fetchone()
         (text,) = conn.execute("SHOW dpsql.budget").fetchone()  # type: ignore[misc]
-        assert text.startswith("analyst analyst: epsilon 99.5 of 100")
+        assert text.startswith('analyst "analyst": epsilon 99.5 of 100')
         cur = conn.execute("SELECT name, epsilon_spent FROM dpsql.budget ORDER BY name")
         assert cur.fetchall() == [("analyst", Fraction(1, 2)), ("demo", Fraction(1, 2))]
         [(cached, eps)] = conn.execute("SELECT cached, epsilon FROM dpsql.history").fetchall()

@@ -33,8 +33,8 @@ def test_show_budget(ledger: Ledger) -> None:
     r = route.answer(ledger, "alice", "SHOW dpsql.budget")
     assert [c.name for c in r.columns] == ["dpsql.budget"] and r.command_tag == "SHOW"
     [(text,)] = r.rows
-    assert text.startswith("analyst alice: epsilon 1.25 of 2")
-    assert "dataset testdata: epsilon 1.25 of 3" in text
+    assert text.startswith('analyst "alice": epsilon 1.25 of 2')
+    assert 'dataset "testdata": epsilon 1.25 of 3' in text
     tree = sqlglot.parse_one("SHOW dpsql.budget", read="postgres")
     assert route.answer(ledger, "alice", tree).rows == r.rows
 
@@ -125,7 +125,7 @@ def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], st
         assert Fraction(ds.epsilon_spent) - Fraction(1, 10**12) < ds_spent <= ds.epsilon_spent
         left = fmt_down(Fraction(me.epsilon_remaining))
         show = views.show_budget(lg, "alice")
-        assert show.startswith(f"analyst alice: epsilon {left} of 1 left, delta 2.5e-7 of 5e-7")
+        assert show.startswith(f'analyst "alice": epsilon {left} of 1 left, delta 2.5e-7 of 5e-7')
         table = admin.show(lg, "alice").splitlines()
         assert table[1].split()[:6] == [
             "analyst",

@@ -190,7 +190,7 @@ def test_refusal_says_what_show_says_and_the_whole_need(demo_dsn: str) -> None:
             if s["Budget"] == "analyst"
         )
         show = run(engine, "SHOW dpsql.budget").rows[0][0]
-        left = _number(r"analyst analyst: epsilon ([0-9.e+-]+) of", show)
+        left = _number(r'analyst "analyst": epsilon ([0-9.e+-]+) of', show)
         before = history(engine)
         with pytest.raises(BudgetExhausted) as refused:
             run(engine, other)
@@ -200,7 +200,7 @@ def test_refusal_says_what_show_says_and_the_whole_need(demo_dsn: str) -> None:
         assert need == pytest.approx(1.0) and left == pytest.approx(0.6)
         assert history(engine) == before  # nothing charged
         # the three say it in the same words: SHOW's left, the refusal's, EXPLAIN's
-        words = _word(r"analyst analyst: epsilon ([0-9.e+-]+) of", show)
+        words = _word(r'analyst "analyst": epsilon ([0-9.e+-]+) of', show)
         assert _word(r"you have epsilon ([0-9.e+-]+) left", msg) == words
         text = [r[0] for r in run(engine, f"EXPLAIN {other}").rows]
         [line] = [t for t in text if "Charged to: analyst" in t]
