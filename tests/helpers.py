@@ -29,6 +29,7 @@ from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.dp.partition import PartitionSelection
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.engine import Engine
+from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +71,18 @@ def served_with_ledger(policy: Any, upstream: str, ledger_dsn: str) -> Iterator[
             yield srv
     finally:
         ledger.close()
+
+
+def outcome_and_charges(engine: Engine, ledger: Ledger, sql: str) -> tuple[str, int]:
+    """How ``sql`` ended for the analyst "analyst" ('answered' or its SQLSTATE) and how many
+    releases it added to the ledger: the red-team pair a neighbour must not tell apart."""
+    before = len(ledger.history("analyst"))
+    try:
+        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+        got = "answered"
+    except DpsqlError as e:
+        got = e.sqlstate
+    return got, len(ledger.history("analyst")) - before
 
 
 def case_insensitive_collation(conn: Any) -> None:

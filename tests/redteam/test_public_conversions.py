@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from fractions import Fraction
 
 import psycopg
 import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.errors import DpsqlError
-from dpsql.session import SessionContext
-from tests.helpers import EXACT
+from tests.helpers import EXACT, outcome_and_charges
 from tests.policies import PolicyMaker, private_table
 
 IN = "SELECT COUNT(*) FROM t WHERE x > 5 AND region IN (SELECT r.code FROM regions r WHERE {})"
@@ -90,25 +87,21 @@ def neighbours(
         led.close()
 
 
-def _outcome(engine: Engine, ledger: Ledger, sql: str) -> tuple[str, int]:
-    before = len(ledger.history("analyst"))
-    try:
-        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
-        got = "answered"
-    except DpsqlError as e:
-        got = e.sqlstate
-    return got, len(ledger.history("analyst")) - before
-
-
 @pytest.mark.parametrize("sql", REFUSED)
 def test_a_conversion_that_can_fail_is_refused_before_the_data(
     neighbours: list[tuple[Engine, Ledger]], sql: str
 ) -> None:
-    assert [_outcome(e, led, sql) for e, led in neighbours] == [("0A000", 0), ("0A000", 0)]
+    assert [outcome_and_charges(e, led, sql) for e, led in neighbours] == [
+        ("0A000", 0),
+        ("0A000", 0),
+    ]
 
 
 @pytest.mark.parametrize("sql", ANSWERED)
 def test_comparisons_without_a_conversion_are_answered(
     neighbours: list[tuple[Engine, Ledger]], sql: str
 ) -> None:
-    assert [_outcome(e, led, sql) for e, led in neighbours] == [("answered", 1), ("answered", 1)]
+    assert [outcome_and_charges(e, led, sql) for e, led in neighbours] == [
+        ("answered", 1),
+        ("answered", 1),
+    ]

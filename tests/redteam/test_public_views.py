@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from fractions import Fraction
 
 import psycopg
 import pytest
@@ -30,7 +29,7 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import EXACT
+from tests.helpers import EXACT, outcome_and_charges
 from tests.policies import PolicyMaker, private_table
 
 SETUP = """
@@ -100,21 +99,14 @@ def neighbours(
         led.close()
 
 
-def _outcome(engine: Engine, ledger: Ledger, sql: str) -> tuple[str, int]:
-    before = len(ledger.history("analyst"))
-    try:
-        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
-        got = "answered"
-    except DpsqlError as e:
-        got = e.sqlstate
-    return got, len(ledger.history("analyst")) - before
-
-
 @pytest.mark.parametrize("sql", REFUSED)
 def test_a_view_that_can_fail_is_refused_before_the_data(
     neighbours: list[tuple[Engine, Ledger]], sql: str
 ) -> None:
-    assert [_outcome(e, led, sql) for e, led in neighbours] == [("0A000", 0), ("0A000", 0)]
+    assert [outcome_and_charges(e, led, sql) for e, led in neighbours] == [
+        ("0A000", 0),
+        ("0A000", 0),
+    ]
 
 
 def test_the_refusal_says_what_to_do(neighbours: list[tuple[Engine, Ledger]]) -> None:
@@ -129,14 +121,20 @@ def test_a_view_of_undeclared_data_is_refused_as_such(
 ) -> None:
     """Reading a table the policy does not declare public comes first (42501, its own words)."""
     sql = IN.format("rates_undeclared")
-    assert [_outcome(e, led, sql) for e, led in neighbours] == [("42501", 0), ("42501", 0)]
+    assert [outcome_and_charges(e, led, sql) for e, led in neighbours] == [
+        ("42501", 0),
+        ("42501", 0),
+    ]
 
 
 @pytest.mark.parametrize("sql", ANSWERED)
 def test_a_view_of_columns_and_a_materialized_view_are_answered(
     neighbours: list[tuple[Engine, Ledger]], sql: str
 ) -> None:
-    assert [_outcome(e, led, sql) for e, led in neighbours] == [("answered", 1), ("answered", 1)]
+    assert [outcome_and_charges(e, led, sql) for e, led in neighbours] == [
+        ("answered", 1),
+        ("answered", 1),
+    ]
 
 
 def test_a_public_statement_reads_the_view_as_it_is(
@@ -147,7 +145,7 @@ def test_a_public_statement_reads_the_view_as_it_is(
     sql = "SELECT code, k FROM rates WHERE code = 'S'"
     rows = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst")).rows
     assert [tuple(r) for r in rows] == [("S", 100)]
-    assert _outcome(engine, led, "SELECT k FROM rates") == ("22012", 0)
+    assert outcome_and_charges(engine, led, "SELECT k FROM rates") == ("22012", 0)
 
 
 def test_dpsql_serve_warns_of_them(make_db: Callable[[str], str], make_policy: PolicyMaker) -> None:
@@ -237,7 +235,10 @@ def test_a_row_level_security_condition_that_can_fail_is_refused(
     """A plain table computes too where row-level security applies: its policy's condition runs
     on each row read. Before: answered on one neighbour, 22000 (charged) on the other."""
     sql = IN.format("rls_raw")
-    assert [_outcome(e, led, sql) for e, led in rls_neighbours] == [("0A000", 0), ("0A000", 0)]
+    assert [outcome_and_charges(e, led, sql) for e, led in rls_neighbours] == [
+        ("0A000", 0),
+        ("0A000", 0),
+    ]
     engine, _ = rls_neighbours[0]
     with pytest.raises(DpsqlError) as e:
         engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
