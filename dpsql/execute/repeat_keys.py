@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import UTC
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -64,7 +63,10 @@ def repeat_key(
     if zone != UTC_NAME and zone_matters(hit[0], engine.policy):  # another zone, another answer
         extra += f":TimeZone={zone}"
     if hit[3]:  # current_date / now(): the upstream's clock, another day another answer
-        extra += f":day={engine.clock.now().astimezone(tzinfo_of(zone) or UTC).date()}"
+        now, tz = engine.clock.now(), tzinfo_of(zone)
+        # a zone Python can't read (a POSIX rule with daylight saving): its day is unknown
+        # here (not the UTC day: the two differ for hours), so no run repeats another
+        extra += f":day={now.astimezone(tz).date()}" if tz is not None else f":at={now}"
     return key(hit[1], released_params(params, hit[2]), epsilon, delta, mechanism, extra=extra)
 
 

@@ -126,3 +126,23 @@ def test_a_wire_prepared_statement_reused_across_the_change(
             assert res.error_message == b"", res.error_message
             assert charges(ledger) > 0, notices
             assert not any("leaves nothing of purchased_at" in n for n in notices), notices
+
+
+def test_a_zone_python_cannot_read_repeats_nothing_across_its_midnight(
+    engine: Engine, ledger: Ledger, clock: FixedClock
+) -> None:
+    """A session in a POSIX zone with daylight rules (PostgreSQL reads it, Python's zoneinfo
+    does not: dpsql.upstream.zone.tzinfo_of is None) keyed a clock-reading statement's repeat on
+    the UTC day. At 03:30 and 05:30 UTC of 27 November it is 22:30 on the 26th and 00:30 on the
+    27th in that zone: the upstream's current_date moved, the UTC day did not, and the second run
+    got the first's answer (the other day's rows), free. With the zone's day unknown, each run
+    is a release of its own."""
+    clock.at = datetime(2026, 11, 27, 3, 30, tzinfo=UTC)
+    zone = {"TimeZone": "EST5EDT4,M3.2.0,M11.1.0"}
+    meets = GROWS.replace("<=", ">=")
+    session = SessionContext("analyst", Fraction(1), settings=zone)
+    first = engine.execute(engine.prepare(meets, "analyst"), session)
+    assert first.epsilon_spent > 0, first.notices
+    clock.advance(seconds=2 * 3600)  # 00:30 of the 27th in the zone, still the 27th in UTC
+    after = engine.execute(engine.prepare(meets, "analyst"), session)
+    assert after.epsilon_spent > 0 and not after.cached, after.notices
