@@ -146,14 +146,23 @@ def test_discrete_gaussian_tails() -> None:
     assert not follows(twin, m, lambda k: gaussian_tail(DEMO_SIGMA2, k))
 
 
+# --run-slow: deeper, several CPU-minutes under load (pytest's 300 s wall limit is raised)
+
+
 @pytest.mark.slow
-def test_discrete_laplace_far_tails_large() -> None:
-    """5e7 batch draws (~15 s CPU, 1e6 at a time) and 2e6 scalar ones (~26 s), thresholds to
-    16 scales."""
+@pytest.mark.timeout(1800)
+def test_discrete_laplace_far_tails_in_batches_large() -> None:
+    """5e7 batch draws (~15 s CPU, 1e6 at a time), thresholds to 16 scales."""
     m = _laplace_thresholds(DEMO_SCALE, (2, 4, 6, 8, 10, 11, 12, 14, 16))
     n, counts = 50_000_000, np.zeros(len(m), dtype=np.int64)
     for _ in range(n // 1_000_000):
         counts += _counts(rng.discrete_laplace(DEMO_SCALE, 1_000_000), m)
     assert _agree(counts, n, m, lambda k: laplace_tail(DEMO_SCALE, k))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_discrete_laplace_far_tails_few_at_a_time_large() -> None:
+    """2e6 scalar draws (~26 s CPU), thresholds to 11 scales."""
     m = _laplace_thresholds(DEMO_SCALE, (2, 4, 6, 8, 10, 11))
     assert follows(_few_at_a_time(DEMO_SCALE, 2_000_000), m, lambda k: laplace_tail(DEMO_SCALE, k))
