@@ -181,12 +181,12 @@ def _avg_why_wide(
         ends += v is not None and ((v <= lo_c and lo_c <= lo) or (v >= hi_c and hi_c >= hi))
     which = f"In {len(wide)} of {plural(len(ivs), 'group')} it" if a.group_keys else "It"
     smallest = "the smallest group" if len(wide) > 1 else "it"
+    has = f"{smallest} has {few_rows(kept, widths[1])}"
     why = (
-        f"too few rows for this epsilon ({smallest} has about {fmt(kept)}, a noisy count): the "
-        "noise alone is that wide"
+        f"too few rows for this epsilon ({has}): the noise alone is that wide"
         if noise_wide == len(wide)
         else f"the estimate of what the bounds left out (it gets {ESTIMATE_SHARE} of epsilon) is that "
-        f"wide ({smallest} has about {fmt(kept)} rows, a noisy count)"
+        f"wide ({has})"
     )
     col = col_name(a.measure(s.measures[0]))
     # an answer at the range's end is where the noisy average fell beyond it (newcomer23 #22:
@@ -210,6 +210,18 @@ def _avg_why_wide(
     return (
         f" {which} spans most of {col}'s declared range ({fmt(lo)} to {fmt(hi)}): {why}."
         f"{at_end} Raise dpsql.epsilon, or {fewer}."
+    )
+
+
+def few_rows(kept: float, noise: float) -> str:
+    """A group's noisy row count in words: 'about 1,200 rows, a noisy count'; where it is within
+    its noise (newcomer25 #4: 'about 1 rows' of a count ±11), the bound the noise allows,
+    'at most 13 rows: its noisy count, 1, is within its noise, ±11'."""
+    if kept > noise:
+        return f"about {rows_text(kept)}, a noisy count"
+    return (
+        f"at most {plural(math.ceil(kept + noise), 'row')}: its noisy count, {fmt(kept)}, "
+        f"is within its noise, ±{fmt(noise)}"
     )
 
 

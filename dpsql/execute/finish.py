@@ -19,9 +19,10 @@ from sqlglot import exp
 from dpsql.dp.accounting import Cost
 from dpsql.errors import ConnectionException, DpsqlError
 from dpsql.execute import privacy_params
+from dpsql.execute.auto_bounds_text import keyed_groups
 from dpsql.execute.backend import Rows
 from dpsql.execute.flat_rounding import round_outputs
-from dpsql.execute.noise import Release
+from dpsql.execute.noise import Release, noise_widths
 from dpsql.execute.notices import guard_notices, interval_notices, plan_words
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
@@ -148,6 +149,9 @@ def finish(
     words = interval_notices(a, plan, conf, rel.notes, told)
     notices = (*rel.notes, *words, *guard_notices(a, data))
     notices = (*notices, same) if same else notices
+    if plan is not None and not describe_only and rids is not None:
+        keyed = auto is not None and bool(keyed_groups(auto, a))
+        notices = (*notices, *_picked(engine, prepared, a, rel, rids, plan, conf, keyed))
     if plan is not None and not describe_only:
         taus = rel.thresholds if cached and rel.thresholds is not None else thresholds(plan)
         notices = (*notices, *_selection_notices(a, taus, len(data)))
@@ -178,6 +182,54 @@ def finish(
         intervals=intervals,
         notices=notices,
     )
+
+
+def _picked(
+    engine: EngineContext,
+    prepared: PrivateQuery,
+    a: Analysis,
+    rel: Release,
+    shown: list[int],
+    plan: Plan | SetsPlan,
+    conf: float,
+    keyed: bool,
+) -> tuple[str, ...]:
+    """The words for rows an ORDER BY ... LIMIT or a HAVING threshold picked by noisy values
+    (:mod:`dpsql.execute.picked_words`). Where a LIMIT / OFFSET cut rows, the rows not shown
+    are read from the same released arrays by the statement's outer query without them."""
+    from dpsql.execute.picked_words import Picked, ordered_stat, picked_notices
+
+    if not isinstance(plan, Plan) or not rel.noise:
+        return ()  # (grouping sets' releases keep no noise intervals)
+    if ordered_stat(a) is None and a.outer.args.get("where") is None:
+        return ()
+    ranked = shown
+    # (every group shown and none dropped by a HAVING: the LIMIT cut nothing, no run needed)
+    cut = a.outer.args.get("where") is not None or len(shown) < len(rel.groups)
+    if ordered_stat(a) is not None and cut:
+
+        def make() -> str:
+            q, _ = outer_query(a, rel.key_types, with_rid=True)
+            q.set("limit", None)
+            q.set("offset", None)
+            return outer_sql(q, copy=False)
+
+        text = memoized(
+            engine.caches.sql, prepared, a, ("ranked", prepared.text, tuple(rel.key_types)), make
+        )
+        arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
+        arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
+        arrays.append(list(range(len(rel.groups))))
+        params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
+        try:
+            ranked = [r[-1] for r in engine.backend.run(text, params, private=False).rows]
+        except DpsqlError:  # (the words only: the answer stands)
+            return ()
+    widths: list[float | None] = []
+    for s in a.statistics:
+        w = noise_widths(plan, s.measures, conf) if len(s.measures) == 1 else None
+        widths.append(w[0] if w else None)
+    return picked_notices(a, rel, Picked(shown, ranked, conf, widths, keyed))
 
 
 def _output_texts(prepared: PrivateQuery, a: Analysis, names: Sequence[str]) -> list[str]:

@@ -88,6 +88,10 @@ class Release:
     # the bounds it is planned with now (newcomer23 #4; None: stored before they were kept)
     words: dict[int, str] | None = None  # by statistic index (notices.plan_words)
     thresholds: tuple[int, ...] | None = None
+    # per row, per statistic: the interval its measures' noise alone gives at the stated level
+    # (no removed-mass reach): what the words of rows picked by a noisy value read
+    # (dpsql.execute.picked_words; empty: stored before it was kept, or no additive noise)
+    noise: list[list[tuple[float, float] | None]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -107,6 +111,11 @@ class Release:
                 else {}
             ),
             **({"thresholds": list(self.thresholds)} if self.thresholds is not None else {}),
+            **(
+                {"noise": [[list(i) if i else None for i in r] for r in self.noise]}
+                if self.noise
+                else {}
+            ),
         }
 
     @classmethod
@@ -124,6 +133,7 @@ class Release:
             d.get("bounds"),
             {int(k): v for k, v in d["words"].items()} if "words" in d else None,
             tuple(d["thresholds"]) if "thresholds" in d else None,
+            [[tuple(i) if i else None for i in row] for row in d.get("noise", [])],
         )
 
 
@@ -220,6 +230,7 @@ def release(
         noisy[mp.key] = noise.add(mech, vals)
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
+    noise_ivs: list[list[tuple[float, float] | None]] = [[] for _ in table]
     interval = _stat_interval(plan, noisy, removed, present)
     clamped: set[int] = set()  # statistics the declared domain's size clamped
     for si, s in enumerate(a.statistics):
@@ -243,6 +254,8 @@ def release(
                 iv = iv if iv is None else (min(iv[0], float(cap)), min(iv[1], float(cap)))
             stats[i].append(v)
             intervals[i].append(iv)
+            niv = None if ws is None or v is None else derive(s, row_vals, ws)[1]
+            noise_ivs[i].append(None if niv is None else (float(niv[0]), float(niv[1])))
     groups = [list(k) for k, _ in table]
     acc = accuracy_notes(
         a, plan, removed, confidence, len(table), noisy, intervals, alarms, values=stats
@@ -273,6 +286,7 @@ def release(
         acc.notes + cap_notes + one_end_notes(a, derived),
         halves,
         derived_halves,
+        noise=noise_ivs,
     )
 
 

@@ -1,0 +1,149 @@
+"""Rows picked by a noisy value say so (newcomer25 #17, #2, #13): an ORDER BY of a released
+statistic with LIMIT / OFFSET, and a HAVING threshold on one, choose groups by their noisy
+answers; where the rows at the cut are within each other's noise (of the threshold), a notice
+says which, that the data may pick other groups, that the picked answers lean past the cut (the
+winner's curse, said once) and what sharpens the cut. Where the cut is clear of the noise,
+nothing is said. Decided from the released values and their noise alone: on the zero-noise
+source the released values are the data's (the demo's, below), the noise intervals the
+mechanism's, so the words are deterministic.
+
+Demo truths: purchases per category books 24,216, clothing 24,040, electronics 24,247,
+groceries 23,672, travel 23,950 (COUNT(*) noise ±416 at 95%); pums people aged 20-29 per educ
+42, 40, 28, 12, 11, ... (COUNT(DISTINCT pid) noise ±3.5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+from tests.helpers import EXACT
+
+
+@pytest.fixture(scope="module")
+def exact(demo_dsn: str, demo_policy: Any) -> Iterator[Engine]:
+    e = Engine(demo_policy, demo_dsn, pool_size=1, noise=EXACT)
+    yield e
+    e.close()
+
+
+def _run(e: Engine, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+    r = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    return list(r.rows), list(r.notices)
+
+
+def _picked(notices: list[str]) -> list[str]:
+    return [n for n in notices if " picks rows by a noisy value" in n or " picks groups" in n]
+
+
+CURSE = "(the winner's curse)"
+
+
+def test_a_top_n_inside_the_noise_says_so(exact: Engine) -> None:
+    """Property: ORDER BY COUNT(*) DESC LIMIT 2 over categories whose counts are within ±416 of
+    each other names the cut (the 2nd row and the row left out after it), says the rows shown may
+    be other groups, that they read high, and what to do. Fails before (no such notice)."""
+    rows, notices = _run(
+        exact, "SELECT category, COUNT(*) FROM purchases GROUP BY category ORDER BY 2 DESC LIMIT 2"
+    )
+    assert rows == [("electronics", 24247), ("books", 24216)]
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "ORDER BY COUNT(*) DESC LIMIT 2 picks rows by a noisy value: the 2nd row's, 24,216, is "
+        "within the noise of all 3 rows it left out after it (the next: 24,040; each ±416 "
+        "at 95%, so their noise intervals overlap): other groups may belong among the rows "
+        "shown. The order of the 2 rows shown is within the noise too. The rows it picks read "
+        "high"
+    ), line
+    assert CURSE in line and "raise dpsql.epsilon" in line, line
+
+
+def test_a_clear_cut_says_nothing(exact: Engine) -> None:
+    """Property: LIMIT 2 over 42, 40 | 28, 12, ... (±3.5): the cut is clear of the noise (the
+    order of the two shown is not: no words for that alone, as ORDER BY without LIMIT); LIMIT 3
+    is clear too (28 | 12). OFFSET 1 LIMIT 1: 40 is within the noise of 42, skipped before it."""
+    base = "SELECT educ, COUNT(DISTINCT pid) FROM pums WHERE age BETWEEN 20 AND 29 GROUP BY educ"
+    for limit in ("LIMIT 2", "LIMIT 3"):
+        rows, notices = _run(exact, f"{base} ORDER BY 2 DESC {limit}")
+        assert [r[1] for r in rows][:2] == [42, 40]
+        assert _picked(notices) == [], notices
+    rows, notices = _run(exact, f"{base} ORDER BY 2 DESC LIMIT 1 OFFSET 1")
+    assert rows == [(11, 40)]
+    (line,) = _picked(notices)
+    assert (
+        "the first row's, 40, is within the noise of the row its OFFSET skipped before it (the "
+        "last: 42; each ±3.5 at 95%, so their noise intervals overlap)"
+    ) in line, line
+
+
+def test_having_near_its_threshold_says_which_and_the_curse_once(exact: Engine) -> None:
+    """Property: HAVING COUNT(*) > 24000 over counts within ±416 of 24,000 names the groups kept
+    near it and how many were left out near it, says the kept ones read high once (not again in
+    the ORDER BY ... LIMIT words beside it); a threshold far from every answer says nothing."""
+    sql = (
+        "SELECT category, COUNT(*) FROM purchases GROUP BY category HAVING COUNT(*) > 24000 "
+        "ORDER BY 2 DESC LIMIT 2"
+    )
+    rows, notices = _run(exact, sql)
+    assert rows == [("electronics", 24247), ("books", 24216)]
+    having, top = _picked(notices)
+    assert having.startswith(
+        "HAVING COUNT(*) > 24,000 picks groups by a noisy value: 3 groups kept (books: 24,216; "
+        "clothing: 24,040; electronics: 24,247) and 2 groups left out lie within the noise of "
+        "24,000 (±416 at 95%): in the data each may be on the other side of it. The groups it "
+        "keeps read high"
+    ), having
+    assert CURSE in having and CURSE not in top, (having, top)
+    assert top.startswith("ORDER BY COUNT(*) DESC LIMIT 2 picks rows"), top
+    _, far = _run(
+        exact, "SELECT category, COUNT(*) FROM purchases GROUP BY category HAVING COUNT(*) > 10000"
+    )
+    assert _picked(far) == [], far
+    _, below = _run(
+        exact,
+        "SELECT category, COUNT(*) FROM purchases GROUP BY category HAVING 23900 > COUNT(*)",
+    )
+    (low,) = _picked(below)
+    assert low.startswith(
+        "HAVING COUNT(*) < 23,900 picks groups by a noisy value: 1 group kept (groceries: "
+        "23,672) and 4 groups left out lie within the noise of 23,900"
+    ), low
+    assert "The groups it keeps read low" in low, low
+
+
+def test_a_wide_average_says_its_small_group_honestly(exact: Engine) -> None:
+    """Property (newcomer25 #4): where an AVG's interval spans most of the declared range and
+    the smallest such group's noisy count is within its noise, the words give the bound the
+    noise allows, not 'about 1 rows'. educ 15 has one person aged 20-29 (exact: count 1)."""
+    _, notices = _run(
+        exact, "SELECT educ, AVG(income) FROM pums WHERE age BETWEEN 20 AND 29 GROUP BY educ"
+    )
+    line = next(n for n in notices if n.startswith("AVG(income):"))
+    assert "about 1 rows" not in line and "1 rows" not in line, line
+    assert (
+        "(the smallest group has at most 19 rows: its noisy count, 1, is within its noise, ±17.5)"
+    ) in line, line
+
+
+def test_an_average_top_n_reads_its_noise_intervals(exact: Engine) -> None:
+    """Property: an AVG's noise is no one number (its sum's and count's): the words say its
+    noise intervals overlap; NULL averages (a noisy count below 1) at the cut are not compared.
+    pums aged 20-22 by educ: 9 groups with an average, 7 NULL (PostgreSQL sorts them first for
+    DESC: LIMIT 3 shows three NULLs, nothing to compare)."""
+    base = "SELECT educ, AVG(income) AS a FROM pums WHERE age BETWEEN 20 AND 22 GROUP BY educ"
+    rows, notices = _run(exact, f"{base} ORDER BY a DESC NULLS LAST LIMIT 2")
+    assert [r[1] for r in rows] == [20000, 19000], rows
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "ORDER BY AVG(income) DESC LIMIT 2 picks rows by a noisy value: the 2nd row's, 19,000, "
+        "is within the noise of 7 of the 14 rows it left out after it (the next: 12,000; their "
+        "noise intervals at 95% overlap)"
+    ), line
+    rows, notices = _run(exact, f"{base} ORDER BY a DESC LIMIT 3")
+    assert [r[1] for r in rows] == [None, None, None], rows
+    assert _picked(notices) == [], notices
