@@ -22,7 +22,7 @@ from dpsql.errors import (
     UnsupportedSql,
 )
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
-from dpsql.sql.faithful import mark_calls, refuse_unreadable
+from dpsql.sql.faithful import mark_calls, quoted_strings, refuse_unreadable
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
@@ -397,7 +397,7 @@ def parse_statement(text: str) -> ParsedStatement:
         )
     check_empty_clauses(found[0], text, tokens)
     check_known_functions(found[0])
-    tree = fetch_as_limit(flatten_group_rows(fold_identifiers(found[0])))
+    tree = fetch_as_limit(flatten_group_rows(fold_identifiers(quoted_strings(found[0]))))
     tree = mark_calls(tree, text, tokens if text is spelled_from else None)
     return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 
