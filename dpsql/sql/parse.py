@@ -22,6 +22,7 @@ from dpsql.errors import (
     UnsupportedSql,
 )
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
+from dpsql.sql.dollar_quotes import check_dollar_quotes
 from dpsql.sql.faithful import mark_calls, quoted_strings, refuse_unreadable
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
@@ -197,10 +198,14 @@ def _decode_unicode(body: str, escape: str, at: int) -> str:
 
 
 def tokenize(text: str) -> list[Token]:
+    """sqlglot's tokens of ``text``, its dollar quotes checked against PostgreSQL's reading
+    (:func:`dpsql.sql.dollar_quotes.check_dollar_quotes`)."""
     try:
-        return list(DIALECT.tokenize(text))
+        tokens = list(DIALECT.tokenize(text))
     except TokenError as e:
         raise syntax_error(text, e) from e
+    check_dollar_quotes(text, tokens)
+    return tokens
 
 
 def split_statements(text: str) -> list[str]:
