@@ -300,6 +300,10 @@ class TailRank(_Guarded):
     def rank_error(self, buckets: int, confidence: float) -> float:
         return self.parts[0].rank_error(buckets, confidence)
 
+    def limit(self, buckets: int) -> int:
+        """The noisy unit count a choice needs to run at all (one selection's guard)."""
+        return self._limit(self.single, buckets)
+
     def _limit(self, m: TopRank, buckets: int) -> int:
         k = default_rank(m.select_epsilon, buckets)
         margin = math.ceil(math.log(1 / COUNT_BETA) / float(self.count_epsilon))

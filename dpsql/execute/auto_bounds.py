@@ -252,10 +252,10 @@ def mechanisms(p: Pending, epsilon: Fraction) -> list[Selection]:
     if not p.missing:
         return []
     each = slice_epsilon(epsilon, p) / len(p.missing)
-    return [_mechanism(it, each, 0) for it in p.missing]
+    return [item_mechanism(it, each, 0) for it in p.missing]
 
 
-def _mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1) -> Selection:
+def item_mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1) -> Selection:
     if it.median:
         return TopRank(each, 10**9, Fraction(1, 2))  # the median unit
     if (it.kind == "rows" and not it.per_group) or it.kind == "total":
@@ -350,11 +350,11 @@ def choose(
             if it.kind == kind:
                 rank = {"rows": row_rank, "total": total_rank}.get(kind)
                 at_least = rank(in_force(), rest) if rank is not None else 0
-                pick(i, it, _mechanism(it, each, at_least, at_least))
+                pick(i, it, item_mechanism(it, each, at_least, at_least))
     k = clamp_rank(in_force(), rest)
     for i, it in enumerate(p.missing):
         if i not in out:
-            pick(i, it, _mechanism(it, each, k, k))
+            pick(i, it, item_mechanism(it, each, k, k))
     return [out[i] for i in range(len(p.missing))]
 
 

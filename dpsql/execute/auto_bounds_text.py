@@ -5,12 +5,16 @@ where they say "unit"). The choosing is :mod:`dpsql.execute.auto_bounds`'s."""
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
-from dpsql.execute.auto_bounds import Pending, slice_epsilon
+from dpsql.dp.bounds import COUNT_SHARE, TailRank, integer_grid
+from dpsql.dp.quantiles import round_down
+from dpsql.execute.auto_bounds import Pending, item_mechanism, slice_epsilon
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bound_types import DECLARED, AutoBounds, ChosenBound, total_label
+from dpsql.sql.auto_bound_types import DECLARED, AutoBounds, AutoItem, ChosenBound, total_label
+from dpsql.sql.auto_bounds import AUTO_SHARE, rows_ceiling
 
 
 def in_terms(text: str, unit: str) -> str:
@@ -29,12 +33,15 @@ def notice(
     unit: str = "unit",
     whose: str = "this statement's",
     a: Analysis | None = None,
+    adds: tuple[str, ...] = (),
 ) -> str:
     """The notice a statement with ``auto`` bounds sends (which bounds, and what they cost);
     ``stored``: the ledger keeps choices for later statements; ``unit``: the privacy unit's
     column, the word the notice uses for one person; ``whose``: what ``epsilon`` is the budget
     of (a part of a statement of several aggregates: "this part's"); ``a``: the statement's
-    analysis (G taken from its declared keys: why its noise is that large, :func:`keyed_groups`)."""
+    analysis (G taken from its declared keys: why its noise is that large, :func:`keyed_groups`);
+    ``adds``: the statistics whose column adds what the fixed defaults left out (the plan's
+    ``BiasPlan.adds``)."""
     # an average, spread or quantile alone aims its rows per unit at the median unit: a
     # whole-table COUNT's stored rows per unit do not serve it (wider_value)
     ratios = a is not None and all(s.func in MEDIAN_AIMED for s in a.statistics)
@@ -43,9 +50,46 @@ def notice(
     # per-unit total serves one table only (declared_total)
     one_table = a is None or not (a.joins or a.sources)
     serves = stored and one_table and bounds.get("rows") is not None
-    text = _notice(bounds, epsilon, stored, whose, ratios, (serves, one_table))
+    advice = _whole_table(bounds, epsilon, a) if serves and a is not None else None
+    text = _notice(bounds, epsilon, stored, whose, ratios, (serves, one_table), adds, advice)
     more = keyed_groups(bounds, a) if a is not None else ""
     return in_terms(f"{text}; {more}" if text and more else text, unit)
+
+
+def _whole_table(bounds: AutoBounds, epsilon: Fraction, a: Analysis) -> tuple[bool, str]:
+    """(whether this statement is itself the whole table's count, at this epsilon: the
+    advice to run that count would point at itself; the words of how many units that count
+    needs to choose, at this epsilon and at twice it: its guard, from public numbers only,
+    :func:`dpsql.execute.auto_bounds.whole_table_units`)."""
+    rows = bounds.get("rows")
+    itself = (
+        a.where is None
+        and not a.group_keys
+        and rows is not None
+        and rows.fallback
+        and rows.epsilon == epsilon * AUTO_SHARE  # its one bound: the whole count's slice
+    )
+    now, twice = whole_table_units(a, epsilon), whole_table_units(a, 2 * epsilon)
+    if now is None or twice is None:
+        return itself, ""
+    return itself, (
+        f"at epsilon {float(epsilon):.4g} it chooses them only where its noisy count of units "
+        f"passes about {now:,}, at epsilon {float(2 * epsilon):.4g} about {twice:,}"
+    )
+
+
+def whole_table_units(a: Analysis, epsilon: Fraction) -> int | None:
+    """The noisy count of units ``SELECT COUNT(*)`` over ``a``'s whole table needs at
+    ``epsilon`` to choose its rows per unit (its guard's limit, :meth:`TailRank.limit`: public
+    numbers of the policy and epsilon, no data); None when its slice is too small to count."""
+    each = epsilon * AUTO_SHARE  # its one bound takes the whole slice
+    if round_down(each * COUNT_SHARE) <= 0:
+        return None
+    grid = tuple(Fraction(v) for v in integer_grid(rows_ceiling(a)))
+    it = AutoItem("rows", grid, "", per_group=False)
+    at_least = math.ceil(math.sqrt(2) / float(epsilon - each))  # row_rank: one COUNT, G = 1
+    m = item_mechanism(it, each, at_least, at_least)
+    return m.limit(len(grid)) if isinstance(m, TailRank) else None
 
 
 def keyed_groups(bounds: AutoBounds, a: Analysis) -> str:
@@ -94,6 +138,8 @@ def _notice(
     whose: str,
     ratios: bool = False,
     serves: tuple[bool, bool] = (True, True),
+    adds: tuple[str, ...] = (),
+    whole: tuple[bool, str] | None = None,
 ) -> str:
     parts = []
     text = bounds.describe()
@@ -129,10 +175,16 @@ def _notice(
     if kept:
         what = ", ".join(_label(c) for c in kept)
         low = [c for c in kept if c.kind in ("rows", "groups", "total")]
+        added = " and ".join(adds)
         counts = (
             ": this answer uses at most one row (and one group) per unit (each unit's other "
             "rows are left out: it weighs every unit alike)"
             if low and ratios
+            else f": they keep at most one row (and one group) per unit, and the column of "
+            f"{added} adds a noisy estimate of what they left out (half of epsilon went to "
+            "it): an estimate of the truth, not of the rows kept; the accuracy notice says how "
+            "far it may be off"
+            if low and adds
             else ": this answer counts at most one row (and one group) per unit, so it can be "
             "well below the truth (each unit's other rows are left out)"
             if low
@@ -140,12 +192,20 @@ def _notice(
         )
         # a whole-table COUNT(*) stores rows per unit, which a slice reuses (wider): not for
         # a clamp, nor for an average's rows per unit (newcomer23 #6: advised right after that
-        # COUNT had run, for AVG(age) WHERE married = 1)
+        # COUNT had run, for AVG(age) WHERE married = 1); never by that very count (newcomer25
+        # #14: at epsilon 0.5 it fell back too and gave the same advice), and with the units
+        # it needs to choose at this epsilon (its guard: public numbers)
+        itself, needs = whole if whole is not None else (False, "")
         fits = (
-            "raise dpsql.epsilon, run the statement once without its filter (SELECT COUNT(*) "
+            "raise dpsql.epsilon (this statement is the count over the whole table: "
+            f"{needs or 'a larger epsilon needs fewer units'}), or ask the data owner to "
+            "declare max_rows_per_unit_total"
+            if low and not ratios and serves[0] and itself
+            else "raise dpsql.epsilon, run the statement once without its filter (SELECT COUNT(*) "
             "over the whole table: its rows per unit are then reused free here, and this "
-            "statement asked again is measured anew with them where they differ, charged), or "
-            "ask the data owner to declare max_rows_per_unit_total"
+            "statement asked again is measured anew with them where they differ, charged"
+            + (f"; {needs}: with fewer, ask it at the higher epsilon" if needs else "")
+            + "), or ask the data owner to declare max_rows_per_unit_total"
             if low and not ratios and serves[0]
             else "raise dpsql.epsilon, or ask about more units (a wider filter)"
             + ("" if low else ": until then the clamp is the declared range")

@@ -187,6 +187,17 @@ def target_widths(answer: Mechanism, b: BiasPlan, level: float) -> TargetWidths:
     ref = 1 - alpha / 2
     rb, rd = answer.half_width(ref), b.dropped.half_width(ref)
     lower_d = exact_steps(b.target)
+    if b.adds and lower_d:
+        # the column adds the estimate (the fixed-default fallback): its interval is centred on
+        # it, both of the estimate's tails weighed by its noise as the answer's are (the lower
+        # end lifts with the column, not above it)
+        tails = 2 * rb + 2 * rd
+        if not (math.isfinite(tails) and rb > 0 and rd > 0):
+            ab = a_d = alpha / 4
+        else:
+            ab, a_d = alpha * rb / tails, alpha * rd / tails
+        w_d = b.dropped.half_width(1 - 2 * a_d)
+        return TargetWidths(answer.half_width(1 - 2 * ab), w_d, w_d)
     a_down = alpha * RAISE_SHARE if lower_d else 0.0
     rest = alpha - a_down
     tails = 2 * rb + rd
@@ -224,6 +235,30 @@ def target_interval(
     if s.func in ("count", "count_distinct"):
         lo, hi = max(0.0, lo), max(0.0, hi)
     return lo, hi
+
+
+def corrected(s: Statistic, value: float, r: Removed, row: int) -> float:
+    """The released value of a COUNT or one-signed SUM whose column adds its left-out estimate
+    (the fixed-default fallback: ``BiasPlan.adds``): the kept answer ``value`` plus the estimate
+    in the direction bounding pulled it from, the estimate taken at 0 where its noise put it
+    below (nothing is ever left out below 0: the projection onto what is possible is never
+    further from the truth, and keeps the value inside its interval,
+    :func:`target_interval`, at every level). Post-processing of two releases."""
+    d = max(0.0, float(r.dropped[row]))
+    return value + d if r.plan.target.sign > 0 else value - d
+
+
+def added_columns(plan: Any) -> tuple[str, ...]:
+    """The statistics (their SQL) whose column adds the left-out estimate (``BiasPlan.adds``:
+    the fixed-default fallback), of a plan or, for grouping sets, of any of its sets' plans."""
+    plans = [sp.plan for sp in plan.sets] if hasattr(plan, "sets") else [plan]
+    out: dict[str, None] = {}
+    for p in plans:
+        for s in p.analysis.statistics:
+            b = target_of(s, p)
+            if b is not None and b.adds:
+                out.setdefault(s.sql, None)
+    return tuple(out)
 
 
 def parts(s: Statistic, plan: Plan) -> int:

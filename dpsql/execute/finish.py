@@ -168,9 +168,11 @@ def finish(
     chose = auto.epsilon_spent if auto is not None else Fraction(0)
     if auto is not None and plan is not None and not describe_only:
         from dpsql.execute.auto_bounds_text import notice
+        from dpsql.execute.bias import added_columns
 
         stored = engine.ledger is not None and engine.policy.repeats != "off"
-        text = notice(auto, plan.epsilon + chose, stored, a.private.privacy_unit, a=a)
+        adds = added_columns(plan)
+        text = notice(auto, plan.epsilon + chose, stored, a.private.privacy_unit, a=a, adds=adds)
         notices = (text, *notices) if text else notices
     return Result(
         typed,

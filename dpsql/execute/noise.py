@@ -30,6 +30,7 @@ from dpsql.execute.bias import (
     avg_interval,
     avg_targets,
     avg_widths,
+    corrected,
     outside_plans,
     parts,
     release_alarms,
@@ -236,8 +237,12 @@ def release(
     for si, s in enumerate(a.statistics):
         selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
         ws = None if selected else noise_widths(plan, s.measures, confidence)
+        b = None if selected else target_of(s, plan)
+        adds = removed[b.target.key] if b is not None and b.adds else None
         for i in range(len(table)):
             row_vals: list[Any] = [noisy[m][i] for m in s.measures]
+            if adds is not None:  # the fallback: the kept answer plus what it left out
+                row_vals = [corrected(s, float(row_vals[0]), adds, i)]
             v, _ = derive(s, row_vals, [0.0] * len(s.measures))
             iv = interval(i, si, confidence)
             iv = iv if iv is None else round_interval(s, iv, half(iv))

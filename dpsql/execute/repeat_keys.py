@@ -152,8 +152,16 @@ def auto_cache_key(
 
 def applied_bounds(bounds: AutoBounds) -> str:
     """The ``auto`` contribution bounds a release was measured with, as stored beside it
-    (:attr:`Release.bounds`): each bound's kind, column and value (released values)."""
-    return ";".join(sorted(f"{c.kind}:{c.column}={c.value}" for c in bounds.chosen))
+    (:attr:`Release.bounds`): each bound's kind, column and value (released values); a bound
+    kept at its fixed default by the guard is marked (its plan adds the left-out estimate to the
+    column: Analysis.fell_back), so an answer measured with it is not a repeat of one measured
+    with the same number chosen."""
+    return ";".join(
+        sorted(
+            f"{c.kind}:{c.column}={c.value}{' fallback' if c.fallback and not c.wider else ''}"
+            for c in bounds.chosen
+        )
+    )
 
 
 def bounds_key(engine: EngineContext, session: SessionContext, key: str, known: AutoBounds) -> str:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from dpsql.execute import privacy_params
 from dpsql.execute.auto_bounds_text import notice
+from dpsql.execute.bias import added_columns
 from dpsql.execute.notices import interval_notices
 from dpsql.execute.tree_leaves import LeafRun
 from dpsql.session import SessionContext
@@ -40,7 +41,8 @@ def leaf_notices(
         if b.auto and i in measured and used is not None:
             unit = run.plans[i].analysis.private.privacy_unit
             whose = "this part's" if len(run.releases) > 1 else "this statement's"
-            text = notice(used, b.share.epsilon, stored, unit, whose, run.plans[i].analysis)
+            adds = added_columns(run.plans[i])
+            text = notice(used, b.share.epsilon, stored, unit, whose, run.plans[i].analysis, adds)
             lines += [text] if text else []
         if rel is not None:
             lines += list(rel.notes)

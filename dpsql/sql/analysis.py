@@ -202,6 +202,12 @@ class Analysis:
     # interval's far end then rests on no number the data owner declared
     # (dpsql.execute.accuracy_few.chosen).
     auto_bounded: tuple[str, ...] = ()
+    # Among those, the ones kept at their fixed default (1 row, 1 group, one row's worth over
+    # all groups) because too few units chose them at this epsilon (the guard of
+    # dpsql.dp.bounds; not the table's own rows per unit, ChosenBound.wider): the plan then
+    # spends FALLBACK_SHARE of epsilon on what they left out, and a COUNT's or one-signed
+    # SUM's column adds that estimate (dpsql.sql.bias). Set by dpsql.sql.apply_bounds only.
+    fell_back: tuple[str, ...] = ()
     # GROUP BY ROLLUP / CUBE / GROUPING SETS (dpsql.sql.grouping_sets): the sets in PostgreSQL's
     # order, each as indexes into group_keys (which then hold every key of any set). Empty for a
     # plain GROUP BY. The post-processing query reads the row's set number as _dp_g<len(keys)>.

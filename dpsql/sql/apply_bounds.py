@@ -68,6 +68,8 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
     # the data owner declared them, as for declared max_rows_per_unit)
     exact = (DECLARED, ONE_ROW, DECLARED_TOTAL)
     auto = {c.kind for c in bounds.chosen if c.kind in LOSSY and c.rule not in exact}
+    # kept at the fixed default by the guard (too few units at this epsilon): Analysis.fell_back
+    fell = {c.kind for c in bounds.chosen if c.kind in auto and c.fallback and not c.wider}
     return replace(
         a,
         private=private,
@@ -75,6 +77,7 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
         measures=tuple(measures),
         statistics=stats,
         auto_bounded=tuple(sorted(set(a.auto_bounded) | auto)),
+        fell_back=tuple(sorted(set(a.fell_back) | fell)),
     )
 
 

@@ -47,6 +47,9 @@ from dpsql.dp.mechanisms import Laplace, floor_log2
 from dpsql.sql.analysis import Analysis, Measure, decomposable, needs_group_rank
 
 BIAS_SHARE = Fraction(1, 10)
+# ... and at the fixed-default fallback (Analysis.fell_back), where a COUNT's or one-signed SUM's
+# column adds the estimate: half of epsilon (same total charge: the answer gets the other half)
+FALLBACK_SHARE = Fraction(1, 2)
 DROPPED_SHARE = Fraction(3, 4)  # of BIAS_SHARE; over_cap gets the rest
 OUTSIDE_SHARE = Fraction(1, 2)  # of over_cap's part, when the target's outside count is measured
 CAP_FACTOR = 4
@@ -425,6 +428,10 @@ class BiasPlan:
     dropped: Laplace  # sensitivity C (L1 over groups), on the target's grid
     over_cap: Laplace  # sensitivity 1 (split: K)
     outside: Laplace | None = None  # sensitivity 1 (split: K); None when not measured
+    # the fixed-default fallback (Analysis.fell_back): a COUNT's or one-signed SUM's released
+    # value of this target is its kept answer plus this estimate (dpsql.execute.bias.corrected),
+    # its interval centred on it (dpsql.execute.bias.target_widths)
+    adds: bool = False
 
     @property
     def cost(self) -> Cost:
@@ -436,8 +443,26 @@ class BiasPlan:
         return self.target.key
 
 
-def bias_plans(targets: tuple[BiasTarget, ...], epsilon: Fraction) -> tuple[BiasPlan, ...]:
-    """Split ``epsilon`` (the statement's share for bias) over the targets' two releases.
+def corrected_targets(a: Analysis, targets: tuple[BiasTarget, ...]) -> frozenset[str]:
+    """The keys of the targets whose statistic's column adds its estimate at the fixed-default
+    fallback (``a.fell_back``): a COUNT, a one-signed SUM or a COUNT(DISTINCT unit) of one
+    measure (:func:`statistic_target`); an AVG keeps the ratio of its kept parts, its interval
+    the estimates (docs/accuracy.md, "The fallback's column"). Empty without a fallback."""
+    if not a.fell_back:
+        return frozenset()
+    keys = set()
+    for s in a.statistics:
+        t = statistic_target(targets, s.measures, s.func)
+        if t is not None and t.sign and t.measure.kind != "quantile" and not t.nothing_removed:
+            keys.add(t.key)
+    return frozenset(keys)
+
+
+def bias_plans(
+    targets: tuple[BiasTarget, ...], epsilon: Fraction, adds: frozenset[str] = frozenset()
+) -> tuple[BiasPlan, ...]:
+    """Split ``epsilon`` (the statement's share for bias) over the targets' two releases;
+    ``adds``: the keys of the targets whose estimate the released value adds (the fallback).
 
     Every value released is an integer number of grid steps (the SQL counts in steps), so no
     rounding slack is added to the sensitivities.
@@ -456,6 +481,7 @@ def bias_plans(targets: tuple[BiasTarget, ...], epsilon: Fraction) -> tuple[Bias
                 Laplace(t.cap, each * DROPPED_SHARE, t.grid),
                 Laplace(k, alarms - outside, Fraction(1)),
                 Laplace(k, outside, Fraction(1)) if outside else None,
+                t.key in adds,
             )
         )
     return tuple(out)

@@ -39,7 +39,16 @@ from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InvalidParameter
 from dpsql.sql.alarms import ALARM_SHARE, AlarmPlan, alarm_measures, alarm_plans, quantile_alarms
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.bias import BIAS_SHARE, BiasPlan, bias_plans, bias_targets, end_rows
+from dpsql.sql.bias import (
+    BIAS_SHARE,
+    FALLBACK_SHARE,
+    BiasPlan,
+    BiasTarget,
+    bias_plans,
+    bias_targets,
+    corrected_targets,
+    end_rows,
+)
 
 MechanismName = Literal["laplace", "gaussian"]
 
@@ -260,8 +269,33 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
     alarm = epsilon * ALARM_SHARE if alarm_measures(a) or quantile_alarms(a) else Fraction(0)
     if not targets and not alarm:
         return check_noise(_make_plan(a, epsilon, delta, mechanism))
+    adds = corrected_targets(a, targets)
+    if adds:
+        # the fixed-default fallback: half of epsilon on what the bounds left out, which the
+        # column adds; only where that moves pure epsilon alone (Laplace answers: the same
+        # total cost, so the same charge as reserved before the bounds were chosen)
+        fallback = _with_bias(a, epsilon, delta, mechanism, targets, alarm, FALLBACK_SHARE, adds)
+        usual = _with_bias(a, epsilon, delta, mechanism, targets, alarm, BIAS_SHARE)
+        if fallback.mechanism == "laplace" and fallback.cost == usual.cost:
+            return check_noise(fallback)
+        return check_noise(usual)
     # BIAS_SHARE of epsilon measures what bounding removed; the rest is planned as before
     share = BIAS_SHARE if targets else Fraction(0)
+    return check_noise(_with_bias(a, epsilon, delta, mechanism, targets, alarm, share))
+
+
+def _with_bias(
+    a: Analysis,
+    epsilon: Fraction,
+    delta: Fraction,
+    mechanism: str,
+    targets: tuple[BiasTarget, ...],
+    alarm: Fraction,
+    share: Fraction,
+    adds: frozenset[str] = frozenset(),
+) -> Plan:
+    """The plan with ``share`` of ``epsilon`` on the bias ``targets`` (``adds``: those whose
+    estimate the column adds) and ``alarm`` on the outside counts; the rest planned as before."""
     main = _make_plan(a, epsilon * (1 - share) - alarm, delta, mechanism)
     if any(t.measure.kind == "quantile" for t in targets):  # (dpsql.sql.bias.quantile_targets)
         counted = {t.key for t in targets}
@@ -272,13 +306,12 @@ def make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str = 
                 for mp in main.measures
             ),
         )
-    plan = replace(
+    return replace(
         main,
         epsilon=epsilon,
-        bias=bias_plans(targets, epsilon * share),
+        bias=bias_plans(targets, epsilon * share, adds),
         alarms=alarm_plans(a, alarm) if alarm else (),
     )
-    return check_noise(plan)
 
 
 def _make_plan(a: Analysis, epsilon: Fraction, delta: Fraction, mechanism: str) -> Plan:

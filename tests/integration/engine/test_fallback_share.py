@@ -76,7 +76,7 @@ def test_a_fallback_stored_beside_a_choice_is_reused(engine: tuple[Engine, Ledge
     epsilon (its answer not stored: another statement's, as a cancelled one's retry) is
     charged nothing for its bounds (no new ``auto_bound`` in dpsql.history: its answer alone,
     the whole epsilon 1) and answers with the same stored bounds (R = 1, n at most 625, reused
-    free: the same exact sum). Fails before the change (the fallback was looked up at
+    free: the same exact sum, the fallback's column: the kept answer plus what it left out). Fails before the change (the fallback was looked up at
     slice / 1: R chosen again, 0.2 more charged)."""
     e, led = engine
     first = ask(e, "SELECT SUM(n) FROM t WHERE n <= 650")
@@ -90,7 +90,10 @@ def test_a_fallback_stored_beside_a_choice_is_reused(engine: tuple[Engine, Ledge
     again = ask(e, "SELECT SUM(n), COUNT(*) FROM t WHERE n <= 650")
     after = [(h.mechanism, h.epsilon) for h in led.history("analyst")]
     assert after == [("laplace", 1), *charged], after  # nothing chosen again
-    assert again.rows[0][0] == first.rows[0][0] == 211250, (again.rows, first.rows)
-    assert again.rows[0][1] == 650, again.rows  # R = 1: one row of each unit
+    # at the fixed-default fallback the columns add the estimate of what the bounds left out
+    # (fallback26): the exact truths at zero noise, 3 x (1 + ... + 650) (the mass the clamp cut
+    # off included: measured from the declared range) and 3 rows of each of 650 units
+    assert again.rows[0][0] == first.rows[0][0] == 634725, (again.rows, first.rows)
+    assert again.rows[0][1] == 1950, again.rows
     head = "contribution bounds: 1 row per uid, n clamped to at most 625 (reused free); rows per uid: too few"
     assert again.notices[0].startswith(head), again.notices

@@ -85,8 +85,11 @@ def test_a_refused_choice_keeps_the_tables_own_rows_per_unit(engine: Engine) -> 
     says where its bound came from; before it, the default R = 1 counts one row a unit and the
     notice says so and how to get a bound that fits. The twin (defaults only) answers 200."""
     first = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 200")
-    assert first.rows == [(200,)], first.rows  # R = 1: one row of each of 200 units
-    assert "this answer counts at most one row" in first.notices[0], first.notices
+    # R = 1: one row of each of 200 units kept, and the column adds the estimate of the other
+    # 400 (fallback26: exact at zero noise)
+    assert first.rows == [(600,)], first.rows
+    assert "they keep at most one row (and one group) per uid" in first.notices[0], first.notices
+    assert "adds a noisy estimate of what they left out" in first.notices[0], first.notices
     assert "without its filter" in first.notices[0], first.notices
     whole = ask(engine, "SELECT COUNT(*) FROM t")
     assert whole.rows == [(9000,)], whole.rows  # chosen: R >= 3
@@ -129,19 +132,22 @@ def test_the_advice_gives_a_new_answer_to_the_same_statement(engine: Engine) -> 
 
 def test_the_notice_leads_with_what_the_fallback_left_out(engine: Engine) -> None:
     """newcomer23 #16: the R = 1 fallback's COUNT (551 for 1,097 rows) said "about 561 rows
-    (102% of the answer)" only deep in its notice. Property (zero noise: the estimate is exact):
-    the first line after the bounds' says how low it is, at least how much was left out and at
-    least what the truth is (lower bounds at 99%: the 600 rows less their estimate's noise's
-    reach, 269 rows; newcomer24 #1: test_lead_bound.py); once the table's R keeps every row, no such line. Fails before (the COUNT's line
-    came first, with the interval)."""
+    (102% of the answer)" only deep in its notice; truth25 then led with a "left out at least"
+    line. fallback26 (option C): the column itself adds the estimate, so the first line after
+    the bounds' says what the value is (the rows kept plus about 600 left out: zero noise, the
+    estimate is exact) and no line calls it low; once the table's R keeps every row, no lead
+    line either. Fails before (the lead line, and 300)."""
     r = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 300")
-    assert r.rows == [(300,)], r.rows  # one row of each unit: a third of the truth
+    # fallback26: the fixed defaults' column adds the estimate of what they left out (exact
+    # at zero noise): it is not low, and no lead line says it is (the lead line itself:
+    # test_lead_bound.py, declared R = 1); its line says what it adds
+    assert r.rows == [(900,)], r.rows
+    assert not any(n.startswith("left out by") for n in r.notices), r.notices
     first = next(n for n in r.notices if not n.startswith("contribution bounds:"))
-    assert first == (
-        "left out by the contribution bounds: COUNT(*) is low: they keep at most 1 row per uid "
-        "and left out at least 331 rows (99% sure, its estimate's noise allowed for), 110% of "
-        "the answer: with those the truth is at least 621 rows (99% sure, the answer's noise "
-        "allowed for too; its line below says how far above that it can lie)"
+    assert first.startswith(
+        "COUNT(*): 95% interval: its value is what the bounds kept (at most 1 row per uid: the "
+        "fixed defaults, too few uid values to choose bounds at this epsilon) plus a noisy "
+        "estimate of what they left out (half of epsilon went to it): about 600 rows; "
     ), r.notices
     ask(engine, "SELECT COUNT(*) FROM t")  # R >= 3 stored: the same slice keeps every row
     r = ask(engine, "SELECT COUNT(*) FROM t WHERE n <= 301")
@@ -179,7 +185,8 @@ def test_a_union_is_measured_again_with_the_tables_rows_per_unit(engine: Engine)
         "UNION ALL SELECT COUNT(*) AS c FROM t WHERE n > 2800"
     )
     first = ask(engine, sql)
-    assert sorted(first.rows) == [(200,), (201,)], first.rows  # R = 1 in each part
+    # R = 1 in each part, the column adding what it left out (fallback26: exact at zero noise)
+    assert sorted(first.rows) == [(600,), (603,)], first.rows
     assert ask(engine, sql).epsilon_spent == 0  # the same bounds: free
     ask(engine, "SELECT COUNT(*) FROM t")  # R >= 3 for the table, stored
     got = ask(engine, sql)
@@ -195,7 +202,7 @@ def test_the_flat_key_names_the_answer_measured_again(engine: Engine) -> None:
     """fetch_stored links a statement's free-repeat key to a stored release by the flat path's
     key (repeat_keys.flat_key). After a re-measure under the table's stored R, the statement's
     answer is stored under its bounds' key: flat_key must name that one (603 rows), not the
-    plain key, whose older answer (201, R = 1) a link would have pointed at."""
+    plain key, whose older answer (R = 1, the fallback) a link would have pointed at."""
     import json
 
     from dpsql.execute.noise import Release
@@ -203,12 +210,17 @@ def test_the_flat_key_names_the_answer_measured_again(engine: Engine) -> None:
     from dpsql.execute.repeat_keys import flat_key
 
     sql = "SELECT COUNT(*) FROM t WHERE n <= 201"
-    assert ask(engine, sql).rows == [(201,)]
+    # (the fallback's column adds what R = 1 left out, fallback26: the same 603 at zero noise;
+    # the answers differ in the bounds stored with them)
+    assert ask(engine, sql).rows == [(603,)]
     ask(engine, "SELECT COUNT(*) FROM t")  # R >= 3 for the table, stored
-    assert ask(engine, sql).rows == [(603,)]  # measured again with it
+    got = ask(engine, sql)
+    assert got.rows == [(603,)] and got.epsilon_spent > 0  # measured again with it
     prepared = engine.prepare(sql, "analyst")
     assert isinstance(prepared, PrivateQuery)
     assert engine.ledger is not None
     raw = engine.ledger.peek("analyst", flat_key(engine, prepared, SESSION))  # type: ignore[arg-type]
     assert raw is not None
-    assert Release.from_json(json.loads(raw)).stats == [[603]]
+    stored = Release.from_json(json.loads(raw))
+    assert stored.stats == [[603]] and stored.bounds is not None
+    assert "fallback" not in stored.bounds and "rows:=1" not in stored.bounds, stored.bounds

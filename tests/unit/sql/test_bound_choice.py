@@ -147,12 +147,12 @@ def test_a_small_table_never_gets_a_bound_far_above_its_data() -> None:
     more than c far choices has probability <= C(N, c+1) p0^(c+1) <= 1e-6 (c chosen so).
     The broken twin (the selection without the guard: R came out as 91 .. 185,364 for this
     table before) is far in most draws."""
-    from dpsql.execute.auto_bounds import _mechanism
+    from dpsql.execute.auto_bounds import item_mechanism
     from dpsql.policy.tables import MAX_ROWS_PER_UNIT
     from dpsql.sql.auto_bound_types import AutoItem
 
     grid = tuple(Fraction(v) for v in integer_grid(MAX_ROWS_PER_UNIT))
-    m = _mechanism(AutoItem("rows", grid, "t"), Fraction(1, 20), 0)
+    m = item_mechanism(AutoItem("rows", grid, "t"), Fraction(1, 20), 0)
     counts = np.zeros(len(grid), dtype=np.int64)
     counts[next(j for j, v in enumerate(grid) if v >= 10)] = 300
     p0 = math.exp(-float(m.count_epsilon) * (m.limit(len(grid)) - 300))
