@@ -77,7 +77,7 @@ def reserve(
         filt = row.filter(lim)
         total = filt.add(row.spent, cost)
         if not filt.admits(total):
-            raise exhausted(analyst, lim, row, cost, now)
+            raise exhausted(analyst, lim, row, cost, now, (), _min_epsilon(ledger, analyst))
         before, after = filt.epsilon_spent(row.spent), filt.epsilon_spent(total)
         if after is not None:
             first = row.spent.cost.rho == 0 and total.cost.rho > 0 and before is not None
@@ -134,6 +134,11 @@ def _charge_sql(n: int) -> str:
     )
 
 
+def _min_epsilon(ledger: LedgerStore, analyst: str) -> Fraction:
+    """The smallest SET dpsql.epsilon the policy lets ``analyst`` use (a refusal's hint)."""
+    return Fraction(str(ledger.policy.epsilon_range(analyst)[0]))
+
+
 def _now(conn: psycopg.Connection, limits: Sequence[Limit]) -> datetime:
     """The transaction's ``now()``, read only when a budget renews (its period's start is
     ``now``'s): a budget of period ``none`` starts at the epoch whatever the time, and a
@@ -166,7 +171,9 @@ def check_together(
         for c in costs:
             total = filt.add(total, c)
         if not filt.admits(total):
-            raise exhausted(analyst, lim, row, costs[0], now, costs[1:])
+            raise exhausted(
+                analyst, lim, row, costs[0], now, costs[1:], _min_epsilon(ledger, analyst)
+            )
 
 
 def settle(ledger: LedgerStore, conn: psycopg.Connection, res: Reservation, state: str) -> None:

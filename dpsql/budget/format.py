@@ -1,7 +1,11 @@
-"""Showing exact budget amounts: what is spent or needed rounded up, what remains rounded down.
+"""Showing exact budget amounts: what is spent or needed rounded up, what remains rounded down,
+to 4 significant digits (newcomer25 #12: "epsilon 0.00489375 left" read as noise). A refusal
+never reads as a lie: the amount left shown is at most the true one, the amount needed at least.
 
 >>> fmt_up(Fraction(1, 3)), fmt_down(Fraction(1, 3)), fmt_up(Fraction(1, 10**6)), fmt_up(0)
-('0.333334', '0.333333', '0.000001', '0')
+('0.3334', '0.3333', '0.000001', '0')
+>>> fmt_down(Fraction(489375, 10**8)), fmt_up(Fraction(170952, 10**6)), fmt_down(100)
+('0.004893', '0.171', '100')
 >>> fmt_down(Fraction(1, 10**12))
 '1e-12'
 >>> dec_up(Fraction(2, 3))
@@ -23,7 +27,7 @@ def _fmt(x: Fraction | int, rounding: str) -> str:
     x = Fraction(x)
     if x == 0:
         return "0"
-    ctx = decimal.Context(prec=6, rounding=rounding)
+    ctx = decimal.Context(prec=4, rounding=rounding)
     d = ctx.divide(Decimal(x.numerator), Decimal(x.denominator)).normalize(ctx)
     if -7 < d.adjusted() < 7:
         return f"{d:f}"
@@ -31,12 +35,12 @@ def _fmt(x: Fraction | int, rounding: str) -> str:
 
 
 def fmt_up(x: Fraction | int) -> str:
-    """Six significant digits, rounded up (spent, needed)."""
+    """Four significant digits, rounded up (spent, needed)."""
     return _fmt(x, decimal.ROUND_CEILING)
 
 
 def fmt_down(x: Fraction | int) -> str:
-    """Six significant digits, rounded down (remaining, limits)."""
+    """Four significant digits, rounded down (remaining, limits)."""
     return _fmt(x, decimal.ROUND_FLOOR)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,16 +205,20 @@ def exhausted(
     cost: Cost,
     now: datetime,
     more: Sequence[Cost] = (),
+    min_epsilon: Fraction = Fraction(0),
 ) -> BudgetExhausted:
     """The 53400 refusal: what the budget has left (``row``: before the statement, as ``SHOW
     dpsql.budget`` says) and what the query needs, in its units: all of its releases (``cost``
-    and ``more``: its ``auto`` bound choices and its answer, reserved together)."""
+    and ``more``: its ``auto`` bound choices and its answer, reserved together); its hint, the
+    largest ``SET dpsql.epsilon`` the statement would pass this budget at now (``min_epsilon``:
+    the analyst's smallest allowed)."""
     f = row.filter(lim)
     spent = f.epsilon_spent(row.spent)
     spent = f.epsilon if spent is None else spent
     left_eps = f.epsilon_remaining(row.spent)
     left_delta = max(Fraction(0), f.delta_explicit - row.spent.cost.delta)
     need = f.need(row.spent, cost, *more)
+    releases = (cost, *more)
     cost = sum(more, cost)
     end = period_end(lim.period, now)
     when = f" until {end:%Y-%m-%d %H:%M} UTC" if end else ""
@@ -251,24 +256,74 @@ def exhausted(
             "counted against epsilon by a conversion fixed when the budget first paid for one: "
             'docs/budget.md, "The privacy filter")'
         )
+    # one story with SHOW dpsql.budget (newcomer25 #12): the budget's delta, the part for
+    # partition selection, and the rest, the privacy filter's
+    rest = f.delta - f.delta_explicit
+    other = f", the other {fmt_down(rest)} the privacy filter's" if rest > 0 else ""
+    lower = "lower SET dpsql.epsilon, "
+    if left_eps > 0 and need is not None and cost.rho == 0:
+        lower = _passing(f, row, releases, min_epsilon)
     return BudgetExhausted(
         f"privacy budget exhausted: {who} epsilon {fmt_down(left_eps)} left, and delta "
         f"{fmt_down(left_delta)} for partition selection{when}; {needs}",
         detail=f"{whose}: epsilon {fmt_down(f.epsilon)} and delta "
         f"{fmt_down(f.delta)} {per} ({fmt_down(f.delta_explicit)} of that delta for "
-        f"partition selection); spent so far: epsilon {fmt_up(spent)}, delta "
+        f"partition selection{other}); spent so far: epsilon {fmt_up(spent)}, delta "
         f"{fmt_up(row.spent.cost.delta)} for partition selection{gauss}{why}",
         hint=(
             # at 0 left no smaller epsilon is answered (newcomer24 #19: it still said "lower")
-            "lower SET dpsql.epsilon, "
-            if left_eps > 0
-            else "nothing is left for a new answer at any epsilon: "
+            lower if left_eps > 0 else "nothing is left for a new answer at any epsilon: "
         )
         + "repeat an earlier query (repeats are free), "
         + ("use SET dpsql.mechanism = laplace, " if cost.rho > 0 and left_eps > 0 else "")
         + (f"wait for the budget to renew at {end:%Y-%m-%d %H:%M} UTC, " if end else "")
         + "or ask the administrator for a grant (dpsql budget grant)",
     )
+
+
+def _passing(f: Filter, row: BudgetRow, costs: Sequence[Cost], min_epsilon: Fraction) -> str:
+    """The hint's first words: the largest ``SET dpsql.epsilon`` (3 significant digits, rounded
+    down, checked exactly) at which the refused statement would pass this budget's filter now
+    (newcomer25 #12: "needs epsilon 0.170952 ... counts them as ..." left the analyst to guess).
+    A statement's releases (its ``auto`` bound choices, its answer) each take a fixed share of
+    its epsilon, so asking at ``e`` scales each pure release's epsilon by ``e`` over their sum;
+    their deltas (partition selection) stay. Read from the ledger's totals, never the data."""
+    total = sum((c.epsilon for c in costs), Fraction(0))
+    if total <= 0 or any(c.rho for c in costs):
+        return "lower SET dpsql.epsilon, "
+
+    def fits(e: Fraction) -> bool:
+        spent = row.spent
+        for c in costs:
+            spent = f.add(spent, Cost(c.epsilon * e / total, c.delta, c.rho))
+        return f.admits(spent)
+
+    if fits(total):  # (it passes as asked: no number to offer)
+        return "lower SET dpsql.epsilon, "
+    if not fits(min_epsilon or Fraction(1, 10**9)):
+        return (
+            "no SET dpsql.epsilon this statement may use fits what is left (its smallest, "
+            f"{fmt_up(min_epsilon)}, does not): "
+        )
+    lo, hi = float(min_epsilon), float(total)
+    for _ in range(30):  # (fits is monotone in e: more epsilon, more of each release's cost)
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(Fraction(mid)) else (lo, mid)
+    e = _down3(Fraction(lo))
+    while e > min_epsilon and not fits(e):
+        e = _down3(e * Fraction(999, 1000))
+    if e < min_epsilon or not fits(e):
+        return "lower SET dpsql.epsilon, "
+    return f"SET dpsql.epsilon = {fmt_down(e)} or lower would pass now, "
+
+
+def _down3(x: Fraction) -> Fraction:
+    """``x`` rounded down to 3 significant digits (0.170952 -> 0.17, 0.0489 -> 0.0489)."""
+    if x <= 0:
+        return Fraction(0)
+    k = math.floor(math.log10(x)) - 2
+    step = Fraction(10) ** k
+    return (x // step) * step
 
 
 def frac_text(x: Fraction) -> str:

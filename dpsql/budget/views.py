@@ -209,14 +209,24 @@ def show_budget(ledger: BudgetLedger, analyst: str) -> str:
     """The one-line value of ``SHOW dpsql.budget``.
 
     Example: ``analyst "alice": epsilon 0.7 of 1 left, delta 0.0000005 of 0.0000005 left for
-    partition selection (renews 2026-11-23 00:00 UTC); dataset "sales": epsilon 9.3 of 10 left``.
+    partition selection (the other 0.0000005 of its delta 0.000001 is the privacy filter's)
+    (renews 2026-11-23 00:00 UTC); dataset "sales": epsilon 9.3 of 10 left``.
     """
     parts = []
     for s in ledger.remaining(analyst):
         renew = f" (renews {s.period_end:%Y-%m-%d %H:%M} UTC)" if s.period_end else ""
+        # one story with the 53400 DETAIL (newcomer25 #12: "delta 0.0001 in all" there, "0.00005
+        # of 0.00005" here): the part for partition selection, and whose the rest of it is
+        rest = Fraction(s.delta_limit) - Fraction(s.delta_explicit_limit)
+        of = (
+            f" (the other {fmt_down(rest)} of its delta {fmt_down(Fraction(s.delta_limit))} is "
+            "the privacy filter's)"
+            if rest > 0
+            else ""
+        )
         delta = (
             f", delta {fmt_down(Fraction(s.delta_remaining))} of "
-            f"{fmt_down(Fraction(s.delta_explicit_limit))} left for partition selection"
+            f"{fmt_down(Fraction(s.delta_explicit_limit))} left for partition selection{of}"
             if s.delta_explicit_limit
             else ""
         )

@@ -192,7 +192,7 @@ def test_gaussian_releases_compose_in_zcdp(dsn: str) -> None:
         # realized-total check allowed 47 in all, at the full delta)
         for _ in range(43):
             lg.commit(lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO))
-        with pytest.raises(BudgetExhausted, match="the query needs epsilon 0.07668") as info:
+        with pytest.raises(BudgetExhausted, match="the query needs epsilon 0.07669 ") as info:
             lg.reserve("alice", Cost(rho=rho), "g", delta_for_rho=MICRO)
         # the detail in the analyst's words: what the budget is and what was spent, Gaussian
         # noise named as such, the accounting's term (Renyi order) left to docs/budget.md
@@ -317,8 +317,14 @@ def test_views(ledger: Ledger) -> None:
     hist = views.history_result(ledger, "alice")
     assert hist.rows[0][2] == "q"
     text = views.show_budget(ledger, "alice")
-    assert text.startswith('analyst "alice": epsilon 0.666666 of 1')
-    assert 'dataset "testdata": epsilon 2.66666 of 3' in text
+    assert text.startswith('analyst "alice": epsilon 0.6666 of 1')
+    assert 'dataset "testdata": epsilon 2.666 of 3' in text
+    # the delta's story as the 53400 DETAIL tells it (newcomer25 #12): the part for partition
+    # selection left of its share, and whose the rest of the budget's delta is
+    assert (
+        "delta 5e-7 of 5e-7 left for partition selection (the other 5e-7 of its delta 0.000001 "
+        "is the privacy filter's)"
+    ) in text, text
 
 
 def test_ledger_unavailable_is_a_dpsql_error(dsn: str) -> None:

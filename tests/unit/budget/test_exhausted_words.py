@@ -75,4 +75,73 @@ def test_at_nothing_left_the_hint_does_not_say_lower_the_epsilon() -> None:
     half = f.add(Spent(), Cost(epsilon=F(1, 2)))
     row = BudgetRow(half, F(0), F(0), 0, 1, f.order, f.delta_share, f.more)
     e = exhausted("analyst", lim, row, Cost(epsilon=F(1)), NOW)
-    assert e.hint is not None and e.hint.startswith("lower SET dpsql.epsilon, "), e.hint
+    assert e.hint is not None and e.hint.startswith(
+        "SET dpsql.epsilon = 0.5 or lower would pass now, "
+    )
+
+
+TIGHT = Limit("analyst", "analyst", F(40), F(1, 10**4), "none")  # 35.67 of it spent by _row(480)
+
+
+def _scaled_fits(row: BudgetRow, e: F) -> bool:
+    f = row.filter(TIGHT)
+    spent = row.spent
+    for c in STATEMENT:
+        spent = f.add(spent, Cost(epsilon=c.epsilon * e / 5))
+    return f.admits(spent)
+
+
+def test_the_hint_names_the_epsilon_that_passes_now() -> None:
+    """Property (newcomer25 #12): after the privacy filter's conversion ("needs epsilon ...
+    counts them as ..."), the hint names the largest SET dpsql.epsilon (3 significant digits,
+    rounded down) the statement's releases, each at its share, would pass this budget at now:
+    at that epsilon they fit, one step (in its 3rd digit) above it they do not. Numbers read
+    from the ledger's totals; amounts to 4 significant digits, what is left rounded down and
+    what is needed up (never a refusal whose numbers read as if it fit)."""
+    row = _row(480)
+    f = row.filter(TIGHT)
+    need = f.need(row.spent, *STATEMENT)
+    left = f.epsilon_remaining(row.spent)
+    assert need is not None and left < need < 5  # refused, after the filter's conversion
+    e = exhausted("analyst", TIGHT, row, STATEMENT[0], NOW, STATEMENT[1:], F(1, 1000))
+    assert e.hint is not None and e.hint.startswith("SET dpsql.epsilon = "), e.hint
+    text = e.hint.split(" = ")[1].split(" ")[0]
+    assert e.hint.startswith(f"SET dpsql.epsilon = {text} or lower would pass now, "), e.hint
+    said = F(text)
+    digits = len(text.replace(".", "").lstrip("0"))
+    assert digits <= 3, text
+    step = F(10) ** (len(str(int(said))) - 3) if said >= 1 else F(1, 10 ** (len(text) - 2))
+    assert _scaled_fits(row, said), said
+    assert not _scaled_fits(row, said + step), (said, step)
+    shown = F(e.message.split("you have epsilon ")[1].split(" ")[0])
+    needed = F(e.message.split("the query needs epsilon ")[1].split(" ")[0])
+    assert shown <= left and needed >= need and shown < needed, (shown, left, needed, need)
+    assert len(str(float(shown)).replace(".", "").lstrip("0")) <= 4, shown
+
+
+def test_no_epsilon_the_policy_allows_fits() -> None:
+    """Where even the analyst's smallest epsilon does not fit, the hint says so, not 'lower'."""
+    lim = Limit("analyst", "analyst", F(1), F(0), "none")
+    f = BudgetRow(Spent(), F(0), F(0), 0, 0).filter(lim)
+    spent = f.add(Spent(), Cost(epsilon=F(9999, 10000)))
+    row = BudgetRow(spent, F(0), F(0), 0, 1, f.order, f.delta_share, f.more)
+    e = exhausted("analyst", lim, row, Cost(epsilon=F(1, 10)), NOW, (), F(1, 1000))
+    assert e.hint is not None and e.hint.startswith(
+        "no SET dpsql.epsilon this statement may use fits what is left (its smallest, 0.001, "
+        "does not): repeat an earlier query"
+    ), e.hint
+
+
+def test_the_delta_words_tell_one_story() -> None:
+    """Property (newcomer25 #12): the DETAIL's delta in all names its two parts, as SHOW
+    dpsql.budget does: the part for partition selection and the other, the privacy filter's
+    ('delta 0.0001 in all (0.00005 of that delta for partition selection, the other 0.00005
+    the privacy filter's)'; SHOW: 'delta 0.00005 of 0.00005 left for partition selection (the
+    other 0.00005 of its delta 0.0001 is the privacy filter's)')."""
+    row = _row(480)
+    e = exhausted("analyst", LIMIT, row, STATEMENT[0], NOW, STATEMENT[1:])
+    assert e.detail is not None
+    assert (
+        "epsilon 100 and delta 0.0001 in all (0.00005 of that delta for partition selection, "
+        "the other 0.00005 the privacy filter's); spent so far"
+    ) in e.detail, e.detail
