@@ -115,6 +115,8 @@ def check_setting(key: str, value: str) -> str:
                 "reads alike; keep DateStyle ISO, MDY",
             )
         return f"ISO, {order}"
+    if key == "search_path":
+        return search_path(value)
     if key == "IntervalStyle" and v.lower() != "postgres":
         raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
     if key in _TIME_SETTINGS:
@@ -129,6 +131,42 @@ def check_setting(key: str, value: str) -> str:
                 hint="Available values: " + ", ".join(MESSAGE_LEVELS) + ".",
             )
         return "debug2" if level == "debug" else level
+    return value
+
+
+def search_path(value: str) -> str:
+    """A ``search_path`` dpsql honours: one whose first schema, past ``"$user"`` and
+    ``pg_catalog``, is ``public`` (or that names none). dpsql reads a table named without its
+    schema as ``public.<name>`` (dpsql.sql.tables) and pins the upstream's search path to it; with
+    ``SET search_path = sales`` PostgreSQL would read ``SELECT COUNT(*) FROM t`` as ``sales.t``
+    while dpsql answered ``public.t``: another table's number, silently (DBeaver sets the schema a
+    user picks this way). ``value`` as :func:`dpsql.wire.statements` joins a SET's list (quoted
+    names unquoted, others lower case) or a startup parameter's text (``Public`` unquoted there:
+    refused, as ``"Public"`` is).
+
+    >>> search_path('"$user", public'), search_path("pg_catalog, public, sales")
+    ('"$user", public', 'pg_catalog, public, sales')
+    >>> search_path("sales, public")
+    Traceback (most recent call last):
+    ...
+    dpsql.errors.FeatureNotSupported: search_path "sales, public" is not supported: dpsql reads a table named without a schema in schema public
+    """
+    for name in value.split(","):
+        bare = name.strip()
+        if len(bare) > 1 and bare[0] == bare[-1] == '"':  # a startup parameter's quoted name
+            bare = bare[1:-1].replace('""', '"')
+        if bare in ("", "$user", "pg_catalog"):
+            continue
+        if bare == "public":
+            return value
+        raise UnsupportedSql(
+            f'search_path "{value.strip()}" is not supported: dpsql reads a table named without '
+            "a schema in schema public",
+            detail=f'PostgreSQL would look for such a table in schema "{bare}" first; dpsql '
+            "would answer from public, another table",
+            hint=f"write the schema in the statement (SELECT ... FROM {bare}.table_name), and "
+            'keep search_path = public (or "$user", public)',
+        )
     return value
 
 

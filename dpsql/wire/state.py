@@ -101,7 +101,9 @@ class SessionState:
             key = canon(k)
             # a startup DateStyle (libpq's PGDATESTYLE) is checked as SET checks it: one
             # dpsql cannot honour refuses the connection instead of being dropped
-            self.settings[key] = check_setting(key, v) if key == "DateStyle" else v
+            # (and a search_path: a connection for schema sales, PgJDBC's currentSchema, would
+            # read public's tables silently)
+            self.settings[key] = check_setting(key, v) if key in ("DateStyle", "search_path") else v
         self.settings["session_authorization"] = ctx.analyst
         self._initial = (dict(self.settings), self._privacy())
         self._begin: tuple[dict[str, str], tuple[Any, ...]] | None = None

@@ -111,17 +111,41 @@ def test_wire_fast_path_reads_the_public_table(shadow_dsn: str, demo_policy: Any
         rows = conn.execute("SELECT name FROM regions WHERE code = %s", ("X",)).fetchall()
         assert rows == []
         role = _upstream_role(shadow_dsn)
-        for script in (  # SET is answered by the session, never forwarded upstream
+        for script in (  # SET is answered by the session, never forwarded upstream; a path
+            # dpsql would not follow is refused (test_a_search_path_dpsql_would_not_follow...)
             f"SET search_path = {role}, public; SELECT * FROM regions",
             f"BEGIN; SET LOCAL search_path TO {role}; SELECT * FROM regions; COMMIT",
             f"SET schema '{role}'; SELECT * FROM regions",
         ):
-            cur = conn.execute(script)
-            rows = []
-            while True:
-                if cur.description is not None:
-                    rows += cur.fetchall()
-                if not cur.nextset():
-                    break
+            with pytest.raises(psycopg.errors.FeatureNotSupported):
+                conn.execute(script)
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.execute("ROLLBACK")
+            rows = conn.execute("SELECT * FROM regions").fetchall()
             assert rows and all(SECRET not in str(v) for r in rows for v in r), script
         conn.execute("RESET search_path")
+
+
+def test_a_search_path_dpsql_would_not_follow_is_refused(shadow_dsn: str, demo_policy: Any) -> None:
+    """``SET search_path = <schema>`` (DBeaver's active schema, PgJDBC's currentSchema) made
+    PostgreSQL's reading of ``SELECT COUNT(*) FROM purchases`` the schema's table while dpsql,
+    which reads an unqualified name as public's, answered public.purchases: SHOW search_path
+    said the schema, the number was another table's. Now such a path is refused (0A000, the
+    hint: write the schema in the statement), by SET and at startup; one whose first schema is
+    public (past "$user" and pg_catalog) is kept, and a refused SET leaves the session as it
+    was."""
+    role = _upstream_role(shadow_dsn)  # a schema that exists upstream (the shadowing one)
+    with (
+        served_engine(demo_policy, shadow_dsn) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        for kept in ('"$user", public', "public", "pg_catalog, public, " + role, '"public"'):
+            conn.execute(f"SET search_path = {kept}")
+        for refused in (role, f"{role}, public", f'"$user", {role}', '"Public"'):
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+                conn.execute(f"SET search_path = {refused}")
+            assert "write the schema in the statement" in (e.value.diag.message_hint or "")
+        assert conn.execute("SHOW search_path").fetchone() == ("public",)
+        assert conn.execute("SELECT COUNT(*) FROM regions").fetchone() == (5,)
+        with pytest.raises(psycopg.OperationalError, match="write the schema in the statement"):
+            psycopg.connect(analyst_dsn(srv.port), options=f"-c search_path={role}")
