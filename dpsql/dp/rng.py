@@ -20,8 +20,9 @@ Building blocks, each exact:
 Parameters whose numerators or denominators are too large for int64 arithmetic fall back to the
 scalar pure-Python versions of the same algorithms (exact, slow for many draws); the mechanisms
 round their parameters (conservatively) so that this does not happen in practice. A few discrete
-Laplace draws (``_SCALAR_MAX``) take the scalar algorithm too: below a handful of draws it is
-faster than a batch's numpy calls.
+Laplace draws (``_SCALAR_MAX``) take the scalar algorithm too: below a few dozen draws it is
+faster than a batch's numpy calls. The scalar versions take their uniform integers from a
+:class:`_Bits`, one ``os.urandom`` read per sampler call, each bit used once.
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ _LAPLACE_MAX = 2**47  # numerator and denominator bound of a fast discrete Lapla
 _GAUSS_NUM_MAX = 2**47
 _GAUSS_DEN_MAX = 2**24
 _GEO_TABLE = 45  # floor(exp(-45) 2**64) == 0
-# Up to this many discrete Laplace draws take the scalar algorithm (Python integers, ~13 us a
-# draw) rather than a numpy batch (~120-190 us of numpy calls up to a few dozen draws): one per
-# released statistic and noised bias measure of an ungrouped private statement, or per group of
-# a GROUP BY of a few declared keys (5 categories, 2 sexes). Measured crossover: 8-12 draws.
-_SCALAR_MAX = 8
+# Up to this many discrete Laplace draws take the scalar algorithm (Python integers, ~4 us a draw
+# on one os.urandom read per call) rather than a numpy batch (~115-140 us of numpy calls up to a
+# few dozen draws): one per released statistic and noised bias measure of an ungrouped private
+# statement, or per group of a GROUP BY of a few dozen declared keys (5 categories, 2 sexes, 12
+# months x 2). Measured crossover: ~30 draws (scales 1e3 and 1.4e8).
+_SCALAR_MAX = 24
 
 
 def token_hex(nbytes: int = 16) -> str:
@@ -310,7 +312,8 @@ def discrete_laplace(scale: Fraction, size: int) -> np.ndarray:
         raise ValueError("scale must be positive")
     p, q = s.numerator, s.denominator
     if size <= _SCALAR_MAX or p >= _LAPLACE_MAX or q >= _LAPLACE_MAX:
-        return np.array([_discrete_laplace_one(s) for _ in range(size)], dtype=np.int64)
+        bits = _Bits(_BITS_PER_DRAW * size)  # one read for the call's draws
+        return np.array([_discrete_laplace_one(s, bits) for _ in range(size)], dtype=np.int64)
     return _fill(lambda n: _laplace_batch(p, q, n), size, 0.6)
 
 
@@ -345,66 +348,117 @@ def discrete_gaussian(sigma2: Fraction, size: int) -> np.ndarray:
         raise ValueError("sigma2 must be positive")
     a, b = s.numerator, s.denominator
     if a >= _GAUSS_NUM_MAX or b >= _GAUSS_DEN_MAX or (a < b and 2 * a * b >= 2**48):
-        return np.array([_discrete_gaussian_one(s) for _ in range(size)], dtype=np.int64)
+        bits = _Bits(_BITS_PER_DRAW * size)
+        return np.array([_discrete_gaussian_one(s, bits) for _ in range(size)], dtype=np.int64)
     return _fill(lambda n: _gaussian_batch(a, b, n), size, 0.6)
 
 
 # Scalar exact versions (pure Python, any size of parameters): the fallback for huge parameters,
-# and the discrete Laplace for a few draws.
+# and the discrete Laplace for a few draws. They take their uniform integers from a _Bits: one
+# os.urandom read for a whole call (not one per step, as secrets.randbelow does: ~16 reads of a
+# few bytes per Laplace draw, most of the scalar path's time).
+
+# Bytes a call's _Bits reads at first: _BITS_PER_DRAW per draw (a discrete Laplace draw of a
+# statement's scale, 1e3 to 1e12, consumes ~50-200 bits on average), at most _BITS_READ_MAX (the
+# pool is shifted at every step: a pool of a whole large call's bytes would make each step
+# linear in the call's size); a short pool is topped up _BITS_REFILL bytes at a time.
+_BITS_PER_DRAW = 32
+_BITS_READ_MAX = 512
+_BITS_REFILL = 64
 
 
-def _bernoulli(p: Fraction) -> bool:
-    return secrets.randbelow(p.denominator) < p.numerator
+class _Bits:
+    """Uniform random bits from the OS CSPRNG, each consumed at most once, for ONE caller.
+
+    A pool (a Python integer) of bits read from ``os.urandom``; :meth:`below` takes the bits it
+    needs from the bottom and shifts them out, so no bit serves two draws; when the pool runs
+    short, fresh bytes are appended above the bits left (they stay uniform and independent).
+
+    An instance lives for one sampler call (a local variable, never module state): nothing is
+    shared between threads, and a forked worker cannot inherit bits its parent will also use (a
+    buffer shared by two processes would give both the same noise). The bits left over when the
+    call returns are dropped, never read by anything else.
+    """
+
+    __slots__ = ("_pool", "_bits")
+
+    def __init__(self, nbytes: int) -> None:
+        nbytes = min(nbytes, _BITS_READ_MAX)
+        self._pool = int.from_bytes(os.urandom(nbytes), "little")
+        self._bits = 8 * nbytes
+
+    def below(self, n: int) -> int:
+        """A uniform integer on {0, ..., n-1} (n >= 1): rejection sampling on the bit length of
+        n - 1, as ``secrets.randbelow`` (exact: no modulo bias; each try accepts with probability
+        > 1/2)."""
+        k = (n - 1).bit_length()
+        mask = (1 << k) - 1
+        while True:
+            if self._bits < k:
+                more = max(_BITS_REFILL, (k + 7) // 8)
+                self._pool |= int.from_bytes(os.urandom(more), "little") << self._bits
+                self._bits += 8 * more
+            r = self._pool & mask
+            self._pool >>= k
+            self._bits -= k
+            if r < n:
+                return r
 
 
-def _bernoulli_exp_le1_one(gamma: Fraction) -> bool:
+def _bernoulli(p: Fraction, bits: _Bits) -> bool:
+    return bits.below(p.denominator) < p.numerator
+
+
+def _bernoulli_exp_le1_one(gamma: Fraction, bits: _Bits) -> bool:
     k = 1
-    while _bernoulli(gamma / k):
+    while _bernoulli(gamma / k, bits):
         k += 1
     return k % 2 == 1
 
 
-def bernoulli_exp_scalar(gamma: Fraction) -> bool:
+def bernoulli_exp_scalar(gamma: Fraction, bits: _Bits | None = None) -> bool:
     """Scalar exact Bernoulli(exp(-gamma)) for rational gamma >= 0 (pure Python, any size)."""
+    if bits is None:
+        bits = _Bits(_BITS_PER_DRAW)
     while gamma > 1:
-        if not _bernoulli_exp_le1_one(Fraction(1)):
+        if not _bernoulli_exp_le1_one(Fraction(1), bits):
             return False
         gamma -= 1
-    return _bernoulli_exp_le1_one(gamma)
+    return _bernoulli_exp_le1_one(gamma, bits)
 
 
-def _bernoulli_exp_le1_int(num: int, den: int) -> bool:
+def _bernoulli_exp_le1_int(num: int, den: int, bits: _Bits) -> bool:
     """Bernoulli(exp(-num/den)) for integers 0 <= num <= den (CKS20 Algorithm 1, as
     :func:`_bernoulli_exp_le1_one`: A_k ~ Bernoulli(num / (den k)) until the first failure at K;
     K odd), in Python integers."""
     k = 1
-    while secrets.randbelow(den * k) < num:
+    while bits.below(den * k) < num:
         k += 1
     return k % 2 == 1
 
 
-def _discrete_laplace_one(scale: Fraction) -> int:
+def _discrete_laplace_one(scale: Fraction, bits: _Bits) -> int:
     """One draw of :func:`discrete_laplace` (CKS20 Algorithm 2, as :func:`_laplace_batch`), in
     Python integers: any size of parameters, and no numpy call per step (a few draws are
     several times faster than a batch)."""
     t, s = scale.numerator, scale.denominator
     while True:
-        u = secrets.randbelow(t)
-        if not _bernoulli_exp_le1_int(u, t):
+        u = bits.below(t)
+        if not _bernoulli_exp_le1_int(u, t, bits):
             continue
         v = 0  # P(V >= v) = exp(-v): count Bernoulli(exp(-1)) successes until the first failure
-        while _bernoulli_exp_le1_int(1, 1):
+        while _bernoulli_exp_le1_int(1, 1, bits):
             v += 1
         y = (u + t * v) // s
-        negative = secrets.randbelow(2) == 1
+        negative = bits.below(2) == 1
         if negative and y == 0:
             continue
         return -y if negative else y
 
 
-def _discrete_gaussian_one(sigma2: Fraction) -> int:
+def _discrete_gaussian_one(sigma2: Fraction, bits: _Bits) -> int:
     t = math.isqrt(math.floor(sigma2)) + 1
     while True:
-        y = _discrete_laplace_one(Fraction(t))
-        if bernoulli_exp_scalar((abs(y) - sigma2 / t) ** 2 / (2 * sigma2)):
+        y = _discrete_laplace_one(Fraction(t), bits)
+        if bernoulli_exp_scalar((abs(y) - sigma2 / t) ** 2 / (2 * sigma2), bits):
             return y
