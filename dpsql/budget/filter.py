@@ -210,18 +210,21 @@ class Filter:
         the conversion overhead (R); the smaller of the two when both apply.
         """
         options = []
-        if spent.cost.rho == 0:
+        pure = spent.cost.rho == 0
+        if pure:
             options.append(spent.cost.epsilon)
         c, r = self.overhead, self.renyi(spent)
         if c is not None and r is not None:
             options.append(r + c)
-        for o, c_o in self._more_conversions:  # sum epsilon + o sum rho >= sum r_i(o): bound
-            options.append(spent.cost.epsilon + o * spent.cost.rho + c_o)
+        if not pure:  # with no rho, each is sum epsilon + c(a_j) >= sum epsilon: never the least
+            for o, c_o in self._more_conversions:  # sum epsilon + o sum rho >= sum r_i(o): bound
+                options.append(spent.cost.epsilon + o * spent.cost.rho + c_o)
         return min(options) if options else None
 
     @cached_property
     def _more_conversions(self) -> tuple[tuple[Fraction, Fraction], ...]:
-        """(a_j, c(a_j, delta_j)) for each of ``more`` (none without a conversion delta)."""
+        """(a_j, c(a_j, delta_j)) for each of ``more`` (none without a conversion delta); each
+        c >= 0 (:func:`~dpsql.dp.accounting.renyi_conversion` never returns less)."""
         if self.delta_conversion <= 0:
             return ()
         return tuple((o, renyi_conversion(o, self.conversion_delta(o))) for o in self.more)

@@ -14,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpsql.budget.filter import Filter, Spent, charge, refund
-from dpsql.dp.accounting import Cost, epsilon_to_rho, renyi_divergence, rho_to_epsilon
+from dpsql.budget.records import BudgetRow, Limit
+from dpsql.dp.accounting import (
+    Cost,
+    epsilon_to_rho,
+    renyi_conversion,
+    renyi_divergence,
+    rho_to_epsilon,
+)
 
 mpmath.mp.dps = 60
 MICRO = F(1, 10**6)
@@ -337,3 +344,53 @@ def test_more_orders_at_the_whole_conversion_delta_fail_the_bound(
     monkeypatch.setattr(Filter, "conversion_delta", lambda self, order: self.delta_conversion)
     twin, _ = _run(replace(f), offered)  # a filter made under the patch: f computed its own once
     assert len(twin) > len(admitted) and not _within_bound(twin, f)
+
+
+def _every_bound(f: Filter, spent: Spent, with_more: bool = True) -> F | None:
+    """epsilon_spent by its definition, every option written out (the least of: the plain sum
+    when no rho, the main order's Renyi bound, each more order's sum epsilon + a sum rho + c)."""
+    options = [spent.cost.epsilon] if spent.cost.rho == 0 else []
+    r = f.renyi(spent)
+    if f.overhead is not None and r is not None:
+        options.append(r + f.overhead)
+    if f.delta_conversion > 0 and with_more:
+        for o in f.more:
+            c = renyi_conversion(o, f.conversion_delta(o))
+            options.append(spent.cost.epsilon + o * spent.cost.rho + c)
+    return min(options) if options else None
+
+
+@settings(max_examples=150, deadline=None)
+@given(f=budgets, offered=st.lists(costs, max_size=12))
+def test_epsilon_spent_is_the_least_of_every_bound(f: Filter, offered: list[Cost]) -> None:
+    """epsilon_spent skips the more orders' bounds of rho-free totals (each is the sum plus a
+    conversion >= 0): the same value as every bound written out, pure or not."""
+    spent = Spent()
+    for c in offered:
+        spent = f.add(spent, c)
+        assert f.epsilon_spent(spent) == _every_bound(f, spent)
+
+
+def test_every_bound_check_catches_dropping_the_more_orders() -> None:
+    """The demo's dataset budget after a Gaussian release: its order 32 gives the least bound,
+    so leaving the more orders out (for every total, not only rho-free ones) changes the value."""
+    f = Filter.configure(F(1000), F(1, 1000))
+    spent = f.add(Spent(), Cost(rho=epsilon_to_rho(F(1, 2), F(1, 10**7))))
+    assert f.epsilon_spent(spent) == _every_bound(f, spent)
+    # the broken twin: the more orders' bounds left out for every total, not only rho-free ones
+    assert _every_bound(f, spent, with_more=False) != f.epsilon_spent(spent)
+
+
+def test_a_budget_row_s_filter_is_built_once_per_setting() -> None:
+    """BudgetRow.filter hands back one Filter per (limits, grants, order, share): its constants
+    are computed once, not at every statement; equal to one built afresh."""
+    lim = Limit("analyst", "a", F(100), F(1, 10**4), "none")
+    first = BudgetRow(Spent(), F(0), F(0), 0, 0).filter(lim)
+    assert BudgetRow(Spent(), F(0), F(0), 0, 0).filter(lim) is first
+    assert first == Filter.configure(F(100), F(1, 10**4), None, lim.delta_share)
+    stored = BudgetRow(Spent(), F(0), F(0), 0, 1, first.order, first.delta_share, first.more)
+    assert stored.filter(lim) == first
+    granted = BudgetRow(Spent(), F(5), F(0), 0, 1, first.order, first.delta_share, first.more)
+    assert granted.filter(lim) == Filter(
+        F(105), F(1, 10**4), first.order, lim.delta_share, first.more
+    )
