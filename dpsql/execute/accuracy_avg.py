@@ -133,7 +133,7 @@ def avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str
     order = (
         " The statement's ORDER BY ... DESC lists such groups first, as PostgreSQL sorts NULL "
         "above every value (write DESC NULLS LAST for a top-N of the groups with an answer)."
-        if a.group_keys and _nulls_first_desc(a)
+        if a.group_keys and nulls_first_desc(a)
         else ""
     )
     return (
@@ -143,7 +143,7 @@ def avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str
     )
 
 
-def _nulls_first_desc(a: Analysis) -> bool:
+def nulls_first_desc(a: Analysis) -> bool:
     """The statement orders by some output DESC with NULLs first (PostgreSQL's default for
     DESC; not written NULLS LAST)."""
     order = a.outer.args.get("order")

@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
-from dpsql.execute.accuracy_avg import avg_line, avg_nulls
+from dpsql.execute.accuracy_avg import avg_line, avg_nulls, nulls_first_desc
 from dpsql.execute.accuracy_few import open_rows, open_text, reach, reach_text, unseen, unseen_text
 from dpsql.execute.accuracy_lead import lead_bound, low_lead
 from dpsql.execute.accuracy_words import (
@@ -49,9 +49,11 @@ from dpsql.execute.bias import (
 from dpsql.execute.bounds_text import LOWER_ONLY, NOISE_ONLY, fmt, qty_text, rows_text, unestimated
 from dpsql.execute.declared_text import outside_warning, with_declared_premises
 from dpsql.execute.disowned import Disown, Disowned, Keep, disown, nulled, quantile_disown
+from dpsql.execute.selected_measures import clear_rows
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BiasTarget
 from dpsql.sql.plan import Plan
+from dpsql.sql.wording import plural
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,9 @@ def accuracy_notes(
             d = quantile_disown(a, float(qm.quantile), s)
             if d is not None:
                 disown(disowned, si, d)
+            gone = _unclear_line(a, plan, s, qm, noisy, confidence)
+            if gone:
+                left_out.append(gone)
             rq = removed.get(s.measures[0])  # its left-out rows (dpsql.sql.bias.quantile_targets)
             if rq is not None and alarmed(rq, rows):  # 'But it does NOT cover the truth'
                 disown(disowned, si, Disown(None, "none"))
@@ -303,6 +308,40 @@ def _added_line(
         f"noisy estimate of what they left out (half of epsilon went to it): {said}{zero}; the "
         f"interval reaches at most ±{fmt(tw.b + tw.d_hi)} from it{per}: the kept answer's "
         f"noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)}. "
+    )
+
+
+def _unclear_line(
+    a: Analysis,
+    plan: Plan,
+    s: Statistic,
+    mech: Quantile,
+    noisy: Mapping[str, Any] | None,
+    confidence: float,
+) -> str:
+    """The groups whose quantile is NULL (:func:`dpsql.execute.selected_measures.unclear_groups`:
+    a noisy count of their ranked rows below :func:`clear_rows`), in words; '' where none is."""
+    need = clear_rows(mech, confidence)
+    vals = (noisy or {}).get(s.measures[0])
+    if need is None or vals is None:
+        return ""
+    k = sum(1 for v in vals if v is None)
+    if not k:
+        return ""
+    where = f" in {k} of {plural(len(vals), 'group')}" if a.group_keys else ""
+    what = "median" if mech.quantile == Fraction(1, 2) else f"{float(mech.quantile):g} quantile"
+    kept = "" if a.one_row_per_unit or a.unique_unit else " kept by the contribution bounds"
+    order = (
+        " The statement's ORDER BY ... DESC lists such groups first, as PostgreSQL sorts NULL "
+        "above every value (write DESC NULLS LAST for a top-N of the groups with an answer)."
+        if a.group_keys and nulls_first_desc(a)
+        else ""
+    )
+    return (
+        f"{s.sql} is NULL{where}, with its _low/_high interval columns: a noisy count of the rows "
+        f"it ranks{kept} (a tenth of its budget) came out below {need:,} there, too few for a "
+        f"clear {what} at this epsilon (its answer would be the noise of the selection, anywhere "
+        "in the range). Raise dpsql.epsilon, or group less finely." + order
     )
 
 

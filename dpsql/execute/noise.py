@@ -58,6 +58,7 @@ from dpsql.execute.selected_measures import (
     quantile_level,
     select_values,
     split_bucket_rows,
+    unclear_groups,
 )
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import derive
@@ -214,6 +215,11 @@ def release(
                 )
                 continue
             noisy[mp.key] = select_values(mp, hists, cands, noise)
+            if mp.rows is not None:  # no clear estimate: NULL (selected_measures.clear_rows)
+                unclear = unclear_groups(mp, hists, noise, confidence)
+                noisy[mp.key] = [
+                    None if u else v for v, u in zip(noisy[mp.key], unclear, strict=True)
+                ]
             if mp.bounds is not None:
                 rm = removed.get(mp.key)  # its left-out rows (dpsql.sql.bias.quantile_targets)
                 if rm is None:
@@ -367,7 +373,10 @@ def _stat_interval(
             ends = present[mp.key]
             if s.func == "quantile":
                 ok = level <= quantile_level(mp)
-                return lambda r: (float(ends[r][0]), float(ends[r][1])) if ok else None
+                vals = noisy[mp.key]  # a group with no clear estimate: NULL, its interval too
+                return lambda r: (
+                    (float(ends[r][0]), float(ends[r][1])) if ok and vals[r] is not None else None
+                )
             return lambda r: present_interval(mp, ends[r], level)
         b = target_of(s, plan)
         if b is not None:

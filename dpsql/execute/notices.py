@@ -21,7 +21,7 @@ from dpsql.execute.disowned import (
     nulled,
     quantile_disown,
 )
-from dpsql.execute.selected_measures import quantile_level
+from dpsql.execute.selected_measures import clear_rows, quantile_level
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.bias import bias_targets, end_rows
 from dpsql.sql.grouping_sets import SetsPlan
@@ -157,9 +157,8 @@ def quantile_note(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     return (
         f"the interval holds the {what} of {rows} with "
         f"probability {level_text(conf)} or more (at {level_text(level)}: it comes from two more "
-        f"selections aimed past it, with half of its budget); {selection_accuracy(plan, s, conf)}"
-        + _why_wider(mp, what)
-        + unclear
+        f"selections aimed past it, with {_ends_share(mp, 2)} of its budget); "
+        f"{selection_accuracy(plan, s, conf)}" + _why_wider(mp, what) + unclear
     )
 
 
@@ -189,7 +188,8 @@ def _no_clear_estimate(a: Analysis, mech: Quantile, conf: float, what: str) -> s
             f"for a figure that says more, ask for PERCENTILE_CONT({'0.99' if q == 1 else '0.01'}) "
             "WITHIN GROUP (ORDER BY ...)"
         )
-    n = math.ceil(mech.rank_error(conf) / side)
+    n = clear_rows(mech, conf)
+    assert n is not None
     unit = a.private.privacy_unit
     kept = (
         ""
@@ -200,10 +200,28 @@ def _no_clear_estimate(a: Analysis, mech: Quantile, conf: float, what: str) -> s
     )
     return (
         f". A group of fewer than {plural(n, 'row')}{kept} gets no clear estimate: that rank error "
-        f"reaches past the rows on one side of its {what}, so its answer is the noise of the "
-        f"selection, anywhere in the group's range, not the {what} of the data (raise "
-        "dpsql.epsilon, or group less finely)"
+        f"reaches past the rows on one side of its {what}, so its answer would be the noise of "
+        f"the selection, anywhere in the group's range, not the {what} of the data. Where a noisy "
+        "count of those rows (a tenth of its budget) comes out below that number, its answer "
+        "and its interval columns are NULL (raise dpsql.epsilon, or group less finely)"
     )
+
+
+_SHARES = {
+    Fraction(1, 2): "half",
+    Fraction(1, 4): "a quarter",
+    Fraction(1, 5): "a fifth",
+    Fraction(2, 5): "two fifths",
+}
+
+
+def _ends_share(mp: Any, ends: int) -> str:
+    """The share of a quantile's budget ``ends`` of its interval ends get, in words (a fifth
+    each beside the count of :func:`dpsql.execute.selected_measures.unclear_groups`, a quarter
+    each for MIN and MAX: dpsql.sql.plan)."""
+    total = sum(Fraction(c.epsilon) for c in mp.costs)
+    part = ends * Fraction(mp.bounds[0].epsilon) / total if total else Fraction(0)
+    return _SHARES.get(part, f"{float(part):.0%}")
 
 
 def _why_wider(mp: Any, what: str) -> str:
@@ -216,8 +234,8 @@ def _why_wider(mp: Any, what: str) -> str:
         return ""
     k = max(abs(b.offset) for b in mp.bounds)
     return (
-        f". Its interval is wider than that: each end is a selection of its own, with a quarter "
-        f"of the budget, aimed {plural(k, 'row')} past the {what} on its side (so that it lies "
+        f". Its interval is wider than that: each end is a selection of its own, with "
+        f"{_ends_share(mp, 1)} of the budget, aimed {plural(k, 'row')} past the {what} on its side (so that it lies "
         f"beyond it with probability 99.75%), and it may land further out; where fewer rows than "
         "that lie on a side, that end is the column's declared bound. More rows in the group or "
         "a larger dpsql.epsilon narrow it"

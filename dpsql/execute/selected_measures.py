@@ -253,3 +253,33 @@ def quantile_level(mp: MeasurePlan) -> float:
     if mp.bounds is None:
         return 0.0
     return 1.0 - sum(q.miss_probability(abs(q.offset)) for q in mp.bounds) - mp.left_out_alpha
+
+
+def clear_rows(mech: Quantile, confidence: float) -> int | None:
+    """The fewest ranked rows a group needs for its quantile's answer to say something (None:
+    MIN and MAX, whose answer may lie anywhere up to the bound at any size). The q quantile's
+    answer is within t = rank_error(confidence) positions of the target q (n - 1); once t
+    reaches past the rows on the target's nearer side, q n or (1 - q) n, the answer is the
+    selection's noise, anywhere in the group's range (newcomer25 #6: a median of 311,340 for a
+    true 38,500). Public: a function of the mechanism and the session's confidence only."""
+    q = float(mech.quantile)
+    side = min(q, 1 - q)
+    if side <= 0:
+        return None
+    return math.ceil(mech.rank_error(confidence) / side)
+
+
+def unclear_groups(
+    mp: MeasurePlan, hists: list[Cells | None], noise: NoiseSource, confidence: float
+) -> np.ndarray:
+    """Per group, whether its quantile gets no clear estimate: a noisy count of its ranked rows
+    (``mp.rows``: Laplace, a unit adds or removes at most R of them in each of its G groups,
+    L1 = G R, charged with the statement) below :func:`clear_rows`. The release puts NULL
+    there (value and interval columns), as an AVG whose noisy count is below 1 is: the
+    decision is a function of that release and public numbers only, never of a true count."""
+    need = clear_rows(mp.mechanism, confidence) if isinstance(mp.mechanism, Quantile) else None
+    if mp.rows is None or need is None or not hists:
+        return np.zeros(len(hists), dtype=bool)
+    assert isinstance(mp.mechanism, Quantile)
+    n = bucket_matrix(hists, mp.mechanism.buckets).sum(axis=1).astype(np.float64)
+    return np.asarray(noise.add(mp.rows, n), dtype=np.float64) < need

@@ -72,6 +72,9 @@ class MeasurePlan:
     # a quantile whose left-out rows are counted (dpsql.sql.bias.quantile_targets): the chance
     # that count's upper reach falls short, which its interval's level also pays
     left_out_alpha: float = 0.0
+    # a quantile strictly inside (0, 1): the noisy count of each group's ranked rows that says
+    # whether its answer is clear (QUANTILE_ROWS_SHARE; dpsql.execute.selected_measures.unclear)
+    rows: Laplace | None = None
 
     @property
     def key(self) -> str:
@@ -79,7 +82,8 @@ class MeasurePlan:
 
     @property
     def costs(self) -> list[Cost]:
-        return [self.mechanism.cost, *(b.cost for b in self.bounds or ())]
+        rows = [self.rows.cost] if self.rows is not None else []
+        return [self.mechanism.cost, *(b.cost for b in self.bounds or ()), *rows]
 
 
 @dataclass(frozen=True)
@@ -160,23 +164,31 @@ def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
                 offset=offset,
             )  # fmt: skip
 
-        # half the share for the answer, a quarter for each interval end (dpsql.dp.quantiles);
-        # the ends of a quantile of all the rows rank more of a unit's rows (bias.end_rows)
+        # half the share for the answer, a fifth for each interval end (dpsql.dp.quantiles) and
+        # a tenth for the count of ranked rows that says where the answer is clear (a quantile
+        # strictly inside (0, 1): MIN and MAX have no such threshold); the ends of a quantile
+        # of all the rows rank more of a unit's rows (bias.end_rows)
         e = end_rows(a, m)
-        end = q(epsilon * QUANTILE_END_SHARE, rows=e)
+        counted = 0 < m.quantile < 1
+        share = QUANTILE_ROWS_SHARE if counted else Fraction(0)
+        end_share = (1 - QUANTILE_POINT_SHARE - share) / 2
+        end = q(epsilon * end_share, rows=e)
         k = math.ceil(end.gap_bound(QUANTILE_END_ALPHA)) + 2 if end.group_epsilon > 0 else 2
         ends = (
-            q(epsilon * QUANTILE_END_SHARE, -k, e),
-            q(epsilon * QUANTILE_END_SHARE, k, e),
+            q(epsilon * end_share, -k, e),
+            q(epsilon * end_share, k, e),
         )
-        point = q(epsilon * (1 - 2 * QUANTILE_END_SHARE))
-        return MeasurePlan(m, point, Fraction(r), ends)
+        point = q(epsilon * QUANTILE_POINT_SHARE)
+        # a unit adds or removes at most R ranked rows in each of its G groups: L1 = G R
+        rows = Laplace(Fraction(a.max_groups * r), epsilon * share, Fraction(1)) if share else None
+        return MeasurePlan(m, point, Fraction(r), ends, rows=rows)
     else:
         mech = Mode(epsilon, contribution_bound=r, max_groups=a.max_groups)
     return MeasurePlan(m, mech, Fraction(r))
 
 
-QUANTILE_END_SHARE = Fraction(1, 4)
+QUANTILE_POINT_SHARE = Fraction(1, 2)
+QUANTILE_ROWS_SHARE = Fraction(1, 10)  # MIN and MAX: none, their ends get it
 QUANTILE_END_ALPHA = 0.0025  # each end misses with at most this probability: a 99.5% interval
 
 

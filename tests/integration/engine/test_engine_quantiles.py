@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterator
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,7 @@ from tests.helpers import EXACT, binom_min_successes
 POLICY = {
     "version": 1,
     "dataset": "quantiles",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
     "tables": {
         "public.q": {
             "privacy_unit": "uid",
@@ -108,7 +109,10 @@ SQL = (
 @pytest.mark.parametrize("neighbour", [0, 1])
 def test_zero_noise_equals_exact(engines: tuple[Engine, Engine], neighbour: int) -> None:
     engine = engines[neighbour]
-    got = engine.execute(engine.prepare(SQL), SessionContext(analyst="a")).rows
+    # epsilon 100: every group of ~270 rows is past its quantiles' no-clear-estimate threshold
+    # (at epsilon 1 a seventh of it leaves them below: NULL, selected_measures.clear_rows)
+    s = SessionContext(analyst="a", epsilon=Fraction(100))
+    got = engine.execute(engine.prepare(SQL), s).rows
     assert [r[0] for r in got] == [1, 2, 3]  # every declared key, also the empty group 3
     data = _rows(bool(neighbour))
     for row in got[:2]:
@@ -241,11 +245,14 @@ def _rank_hits(engine: Engine, n: int, broken: bool = False) -> tuple[int, int]:
     plan = engine.plan(prepared, SessionContext(analyst="analyst"))
     stated = plan.measures[0].mechanism
     assert isinstance(stated, Quantile)
+    # the selection's rank accuracy only: no NULL where the noisy row count is below the
+    # threshold (rows=None; that decision is test_quantile_unclear's), so every release counts
+    mp = dataclasses.replace(plan.measures[0], rows=None)
     if broken:
-        weak = dataclasses.replace(stated, epsilon=stated.epsilon / 20)
-        plan = dataclasses.replace(
-            plan, measures=(dataclasses.replace(plan.measures[0], mechanism=weak),)
+        mp = dataclasses.replace(
+            mp, mechanism=dataclasses.replace(stated, epsilon=stated.epsilon / 20)
         )
+    plan = dataclasses.replace(plan, measures=(mp,))
     a = plan.analysis
     rows = list(engine.backend.run(engine.private_sql(prepared, a), private=True).rows)
     mine = [r for r in rows if r[0] == "1"]

@@ -338,7 +338,8 @@ def test_quantiles_and_min_per_set(exact: Engine) -> None:
         "SELECT cat, percentile_cont(0.5) WITHIN GROUP (ORDER BY amt) AS med, MIN(qty) "
         "FROM sales GROUP BY ROLLUP (cat)"
     )
-    r = ask(exact, sql)
+    # epsilon 10: each set's 200 (600) rows are past the median's no-clear-estimate threshold
+    r = ask(exact, sql, epsilon=Fraction(10))
     assert sorted(row[0] or "" for row in r.rows) == ["", "a", "b", "c"]
     assert all(0 <= row[1] <= 100 and 0 <= row[2] <= 10 for row in r.rows)
 

@@ -114,10 +114,16 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     assert alarm.outside.epsilon == Fraction(3, 80) and alarm.keys == tuple(
         m.key for m in a.measures[:2]
     )
-    # each selection's share of the rest: half for the answer, a quarter for each end of its
-    # interval
+    # each selection's share of the rest: half for the answer, a fifth for each end of its
+    # interval and a tenth for the count of its rows that says where its answer is clear
+    # (selected_measures.clear_rows); MAX has no such count: a quarter for each end
     assert mechs[0].epsilon == Fraction(79, 160) and plan.measures[0].bounds is not None
-    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(79, 320)] * 2
+    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(79, 400)] * 2
+    rows = plan.measures[0].rows
+    assert rows is not None and rows.epsilon == Fraction(79, 800)
+    assert rows.sensitivity == 3 * 2  # R ranked rows in each of G groups (L1)
+    assert plan.measures[1].rows is None and plan.measures[1].bounds is not None
+    assert [b.epsilon for b in plan.measures[1].bounds] == [Fraction(79, 320)] * 2
     assert mechs[0].contribution_bound == 3 and mechs[0].max_groups == 2
     assert mechs[0].integer and mechs[0].buckets == 11
     assert plan.cost.epsilon == 3 and plan.cost.rho == 0
