@@ -112,6 +112,13 @@ class BiasTarget:
         return max(1, self.cap_steps // self.split)
 
     @property
+    def l1_cap(self) -> Fraction:
+        """What one unit moves ``dropped`` by in L1, in the measure's units: C, or K times the
+        per-group cap where that is more (C/K rounded up to one step: a cap of 4 rows over 5
+        groups is 1 row in each, 5 in all)."""
+        return max(self.cap_steps, self.group_cap_steps * self.split) * self.grid
+
+    @property
     def raw_clamp(self) -> bool:
         """True when the raw values need a column of their own: a SUM clamped narrower than
         declared, or AVG's centred sum (its raw partial is a plain sum)."""
@@ -478,7 +485,7 @@ def bias_plans(
         out.append(
             BiasPlan(
                 t,
-                Laplace(t.cap, each * DROPPED_SHARE, t.grid),
+                Laplace(t.l1_cap, each * DROPPED_SHARE, t.grid),
                 Laplace(k, alarms - outside, Fraction(1)),
                 Laplace(k, outside, Fraction(1)) if outside else None,
                 t.key in adds,
