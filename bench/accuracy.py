@@ -147,12 +147,19 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
         f"SELECT {MONTH} AS m, COUNT(DISTINCT uid) FROM events GROUP BY 1",
         f"SELECT {MONTH}::text AS m, COUNT(DISTINCT uid) FROM events GROUP BY 1",
     ),
-    # quantiles: the interval holds the kept rows' quantile; with rows left out the notice
-    # says it does not hold the truth (MEDIAN: both ends NULL; MAX: its low end kept)
+    # quantiles: MEDIAN's interval holds the quantile of all the rows (the rows left out are
+    # counted: no GROUP BY, or declared keys with at most G combinations); MAX's the kept rows'
+    # largest, with its low end kept (leaving rows out only lowers the largest value)
     (
         "MEDIAN(amount)",
         "SELECT MEDIAN(amount) FROM events",
         "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM events",
+    ),
+    (
+        "MEDIAN(amount) by category",
+        "SELECT category, MEDIAN(amount) FROM events GROUP BY category",
+        "SELECT category, percentile_cont(0.5) WITHIN GROUP (ORDER BY amount) FROM events "
+        "GROUP BY category",
     ),
     ("MAX(amount) by category", "SELECT category, MAX(amount) FROM events GROUP BY category", ""),
     ("people: COUNT(*)", "SELECT COUNT(*) FROM people", ""),

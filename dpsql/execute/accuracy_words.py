@@ -138,12 +138,13 @@ def quantile_assumption(a: Analysis, r: Removed, t: BiasTarget, rows: int) -> st
     some units have more rows than its interval allows for (E ranked, C counted past them):
     the words of :func:`assumption`'s alarm in rows a unit has."""
     unit = a.private.privacy_unit
-    most = end_rows(a, t.measure) + t.cap_steps
+    most = end_rows(a, t.measure) + t.group_cap_steps
     n = max(0.0, float(r.over_cap.sum()))
     what = assumption(a, r, t, rows).split("beyond what it allows for. ", 1)[-1]
     return (
         f"But it does NOT cover the truth: about {fmt(n)} {unit} have more than "
-        f"{plural(most, 'row')} (each), beyond what it allows for. {what}"
+        f"{plural(most, 'row')}{' in a group' if a.group_keys else ''} (each), beyond what it "
+        f"allows for. {what}"
     )
 
 

@@ -287,9 +287,11 @@ def left_out_words(plan: Plan | SetsPlan, s: Any) -> str:
     e = end_rows(a, t.measure)
     return (
         f" The bounds may leave rows out (the answer ranks {rows_kept(a)}): its ends rank up "
-        f"to {plural(e, 'row')} per {unit} and are moved past the rows a noisy count says lie "
+        f"to {plural(e, 'row')} per {unit}{' in a group' if a.group_keys else ''} and are moved "
+        "past the rows a noisy count says lie "
         f"beyond that (it gets {ESTIMATE_SHARE} of epsilon), so it covers the {what} of all "
-        f"the rows, assuming no {unit} has more than {plural(e + t.cap_steps, 'row')}."
+        f"the rows, assuming no {unit} has more than {plural(e + t.group_cap_steps, 'row')}"
+        f"{' in a group' if a.group_keys else ''}."
     )
 
 

@@ -382,7 +382,7 @@ def quantile_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[B
     unit with more than E + C rows (sensitivity 1): the units whose rows the count may miss.
     MIN and MAX (q 0 or 1) keep their one end without it (:mod:`dpsql.execute.disowned`)."""
     if (
-        a.group_keys
+        needs_group_rank(a)
         or unranked(a)
         or a.one_row_per_unit
         or a.capped_columns
@@ -391,8 +391,12 @@ def quantile_targets(a: Analysis, stats: BoundingStats | None = None) -> tuple[B
         return ()
     factor = (stats.removed_cap if stats and stats.removed_cap else None) or CAP_FACTOR
     steps = max(1, math.floor(Fraction(factor) * END_ROWS * a.max_rows))
+    # by group (declared keys, K <= G combinations: no group is ranked away, so a unit's rows
+    # are all in its groups): the cap is split over the K groups, C/K in each (the window
+    # numbers a unit's rows per group), so one unit still moves the counts by C and K in L1
+    k = _key_combinations(a)
     return tuple(
-        BiasTarget(i, m, 1, steps, Fraction(1))
+        BiasTarget(i, m, 1, steps, Fraction(1), split=k)
         for i, m in enumerate(a.measures)
         if m.kind == "quantile" and m.quantile is not None and 0 < m.quantile < 1
     )

@@ -41,7 +41,7 @@ POLICY = {
         }
     },
 }
-SQLS = ("SELECT g, COUNT(*) FROM t GROUP BY g",)
+SQLS = ("SELECT g, COUNT(*) FROM t GROUP BY g", "SELECT g, MEDIAN(v) FROM t GROUP BY g")
 
 
 @pytest.fixture(scope="module")

@@ -351,7 +351,7 @@ def left_out_rows(
     for t in targets:
         v = counted[t.index]
         assert v is not None
-        e, c = end_rows(a, t.measure), t.cap_steps
+        e, c = end_rows(a, t.measure), t.group_cap_steps  # (C/K per group: bias.quantile_targets)
         over = exp.EQ(this=rn.copy(), expression=exp.Literal.number(e + c + 1))
         b = exp.Filter(this=exp.Count(this=v.copy()), expression=exp.Where(this=between(e, e + c)))
         k = exp.Filter(this=exp.Count(this=exp.Star()), expression=exp.Where(this=over))

@@ -114,16 +114,21 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     assert alarm.outside.epsilon == Fraction(3, 80) and alarm.keys == tuple(
         m.key for m in a.measures[:2]
     )
-    # each selection's share of the rest: half for the answer, a fifth for each end of its
-    # interval and a tenth for the count of its rows that says where its answer is clear
-    # (selected_measures.clear_rows); MAX has no such count: a quarter for each end
-    assert mechs[0].epsilon == Fraction(79, 160) and plan.measures[0].bounds is not None
-    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(79, 400)] * 2
+    # g's declared keys (2) are no more than G = 2: the MEDIAN's left-out rows are counted per
+    # group (dpsql.sql.bias.quantile_targets), with a tenth of the epsilon
+    (bias,) = plan.bias
+    assert bias.target.key == a.measures[0].key and bias.cost.epsilon == Fraction(3, 10)
+    # each selection's share of the rest (3 - 3/10 - 3/80 over 3 measures: 71/80): half for the
+    # answer, a fifth for each end of its interval and a tenth for the count of its rows that
+    # says where its answer is clear (selected_measures.clear_rows); MAX has no such count: a
+    # quarter for each end
+    assert mechs[0].epsilon == Fraction(71, 160) and plan.measures[0].bounds is not None
+    assert [b.epsilon for b in plan.measures[0].bounds] == [Fraction(71, 400)] * 2
     rows = plan.measures[0].rows
-    assert rows is not None and rows.epsilon == Fraction(79, 800)
+    assert rows is not None and rows.epsilon == Fraction(71, 800)
     assert rows.sensitivity == 3 * 2  # R ranked rows in each of G groups (L1)
     assert plan.measures[1].rows is None and plan.measures[1].bounds is not None
-    assert [b.epsilon for b in plan.measures[1].bounds] == [Fraction(79, 320)] * 2
+    assert [b.epsilon for b in plan.measures[1].bounds] == [Fraction(71, 320)] * 2
     assert mechs[0].contribution_bound == 3 and mechs[0].max_groups == 2
     assert mechs[0].integer and mechs[0].buckets == 11
     assert plan.cost.epsilon == 3 and plan.cost.rho == 0
@@ -131,7 +136,8 @@ def test_plan_gives_each_selection_pure_epsilon() -> None:
     # gets the rest.
     g = make_plan(a, Fraction(3), Fraction(1, 10**6), "gaussian")
     assert g.mechanism == "gaussian"
-    assert g.cost.epsilon == 2 * Fraction(79, 80) + Fraction(3, 80) and g.cost.rho > 0
+    assert g.cost.epsilon == 2 * Fraction(71, 80) + Fraction(3, 80) + Fraction(3, 10)
+    assert g.cost.rho > 0
     only = make_plan(analysis("SELECT MODE() WITHIN GROUP (ORDER BY c) FROM t"), Fraction(1), 0)
     assert isinstance(only.measures[0].mechanism, Mode) and only.cost.epsilon == 1
 
