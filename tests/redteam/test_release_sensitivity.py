@@ -54,12 +54,12 @@ class Recorder(ExactNoise):
 
 SETUP = """
 CREATE TABLE t (u integer NOT NULL, region text, x numeric, y numeric, k integer);
-INSERT INTO t SELECT u % 60, CASE WHEN u % 2 = 0 THEN 'N' ELSE 'S' END, u % 7, (u % 5) - 2, u % 3
+INSERT INTO t SELECT u % 60, CASE WHEN u % 2 = 0 THEN 'N' ELSE 'S' END, u % 7, (u % 5) - 2, u % 5
   FROM generate_series(1, 180) u;
 """
 PERSON = (
     "INSERT INTO t SELECT 999, (ARRAY['N', 'S', 'E'])[1 + i % 3], 10, "
-    "CASE WHEN i % 2 = 0 THEN 10 ELSE -10 END, i % 3 FROM generate_series(1, 60) i"
+    "CASE WHEN i % 2 = 0 THEN 10 ELSE -10 END, i % 5 FROM generate_series(1, 60) i"
 )
 STATEMENTS = [
     "SELECT COUNT(*) FROM t",
@@ -92,7 +92,7 @@ def neighbours(
         "region": {"type": "text", "keys": ["N", "S", "E"]},
         "x": {"type": "numeric", "bounds": [0, 10]},
         "y": {"type": "numeric", "bounds": [-10, 10]},
-        "k": {"type": "integer", "keys": [0, 1, 2]},
+        "k": {"type": "integer", "keys": [0, 1, 2, 3, 4]},
     }
     pf = make_policy(
         "sensitivity", tables={"public.t": private_table("u", columns, rows=None, groups=None)}
