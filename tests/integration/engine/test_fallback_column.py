@@ -279,3 +279,14 @@ def test_a_gaussian_answer_keeps_the_kept_column(dsn: str) -> None:
         assert not any(b.adds for b in plan.bias), plan.bias
     finally:
         e.close()
+
+
+def test_a_sum_of_non_positive_values_adds_downwards(exact: Engine) -> None:
+    """A SUM of values <= 0 (declared range of -v: [-100, 0]) is only raised by the bounds: its
+    column subtracts what they left out. At zero noise and epsilon 0.5 (400 units fall back)
+    the column is the truth. Before: the SUM of one row a unit."""
+    half = SessionContext(analyst="a", epsilon=Fraction(1, 2), mechanism="laplace")
+    got = exact.execute(exact.prepare("SELECT SUM(-v), COUNT(*) FROM t", "a"), half)
+    assert "too few uid values" in got.notices[0], got.notices
+    total = sum(10 + u % 80 for u in range(UNITS) for _ in range(1 + u % 4))
+    assert got.rows == [(-total, 1000)], (got.rows, got.notices)
