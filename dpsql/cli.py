@@ -243,11 +243,29 @@ def _print_report(rep: ExplainReport) -> None:
     t = Table(title="Output columns", title_justify="left")
     for h in ("column", "from", "mechanism", "error interval"):
         t.add_column(h)
+    notes: list[str] = []
     for o in rep.outputs:
-        t.add_row(o.column, o.statistic, o.mechanism, o.half_width)
+        t.add_row(o.column, o.statistic, o.mechanism, _cell(o.column, o.half_width, notes))
     console.print(t)
+    for note in notes:  # the cells' sentences, below the table (newcomer25 #15)
+        console.print(note, markup=False, highlight=False)
     console.print("[bold]Rewritten SQL[/bold]")
     console.print(rep.rewritten, markup=False, highlight=False)
+
+
+SHORT_CELL = 40
+"""An error interval longer than this is a sentence: its table cell keeps its lead (``±16.5``,
+``about ±1.286e+04/N``) and a note number, the sentence follows the table (a ~450-character
+cell made the table a column of words)."""
+
+
+def _cell(column: str, text: str, notes: list[str]) -> str:
+    """The error interval's table cell; a long one's whole text is added to ``notes``."""
+    if len(text) <= SHORT_CELL:
+        return text
+    lead = text.split(" (", 1)[0].split("; ", 1)[0]
+    notes.append(f"[{len(notes) + 1}] {column}: {text}")
+    return f"{lead if len(lead) <= SHORT_CELL else 'see below'} [{len(notes)}]"
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -65,9 +65,14 @@ def test_psql_describes_dpsqls_own_view(port: int, view: str, columns: Any) -> N
 
 
 def test_a_listing_that_does_not_name_them_is_as_before(port: int) -> None:
-    """``\\dv`` and ``\\dn`` list the policy's tables and their schema only; ``\\dv dpsql.*``
-    names the schema and lists the two views."""
-    plain = _psql(port, "\\dv", "\\dn")
+    """``\\dv`` lists the policy's tables only (no view outside the search path, as
+    PostgreSQL's); ``\\dn`` lists the schema ``dpsql`` beside ``public`` (newcomer25 #15: the
+    schema whose views ``\\d dpsql.history`` describes was not listed; fails before);
+    ``\\dv dpsql.*`` names the schema and lists the two views."""
+    plain = _psql(port, "\\dv")
     assert "history" not in plain and "dpsql" not in plain, plain
+    schemas = _psql(port, "\\dn")
+    names = [line.split("|")[0].strip() for line in schemas.splitlines() if "|" in line]
+    assert names == ["Name", "dpsql", "public"], schemas
     named = _psql(port, "\\dv dpsql.*")
     assert "history" in named and "budget" in named, named

@@ -66,6 +66,12 @@ def test_piped_tables_are_not_cut_to_80_columns() -> None:
     )  # fmt: skip
     assert "…" not in done.stdout, done.stdout
     assert "AVG(amount)" in done.stdout and "sensitivity" in done.stdout
+    # the error interval's sentence is below the table, its cell the lead and a note number
+    # (newcomer25 #15: a ~450-character cell); fails before
+    row = next(line for line in done.stdout.splitlines() if line.startswith("│ avg "))
+    cell = row.rstrip("│ ").rsplit("│", 1)[1].strip()
+    assert cell.startswith("about ±") and cell.endswith("/N [1]") and len(cell) <= 40, row
+    assert "\n[1] avg: about ±" in done.stdout and "(N: the noisy count;" in done.stdout
 
 
 def test_set_points_to_the_command_options(
