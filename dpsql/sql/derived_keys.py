@@ -20,7 +20,8 @@ missing) instead of being selected from the data:
   there is no ``ELSE`` (or a ``NULL`` result).
 
 A bare column is left as before (its declared keys, or partition selection), but for a date
-column with declared bounds: its days, as ``CAST(ts AS date)``'s (Metabase's day). A NULL of the
+column with declared bounds: its days, as ``CAST(ts AS date)``'s (Metabase's day); and a bounded
+integer's whole numbers, at most :data:`~dpsql.sql.numeric_keys.BARE_INTEGERS_MAX`. A NULL of the
 column itself is not a key, as for a plain column with declared keys (its rows are
 left out upstream); NULL is a key only where the expression makes it (a CASE without ELSE).
 
@@ -75,6 +76,7 @@ from dpsql.sql.key_values import (
     union,
 )
 from dpsql.sql.numeric_keys import (
+    bare_integers,
     bounded_range,
     domain_arith,
     num_type,
@@ -115,7 +117,7 @@ def derived_domain(
     """
     while isinstance(expr, exp.Paren):
         expr = expr.this
-    if isinstance(expr, exp.Column) and not _bounded_date(column(expr)):
+    if isinstance(expr, exp.Column) and not _from_bounds(column(expr), expr.name):
         return None  # a bare column keeps its declared keys or partition selection, as before
     d = _Deriver(column, where, zone)
     got = d.shifted(expr) if any(is_shift(n, column) for n in expr.walk()) else d.derive(expr)
@@ -138,10 +140,10 @@ def derived_domain(
     return Derived(tuple(dict.fromkeys(texts)), got.null, FAMILY[got.kind])
 
 
-def _bounded_date(col: Column | None) -> bool:  # (Metabase's CAST(d AS date) reads d)
+def _from_bounds(col: Column | None, name: str) -> bool:  # (Metabase's CAST(d AS date) reads d)
     if col is None or col.keys is not None or col.keys_from or col.identifier:
         return False
-    return col.family == "date" and col.bounds is not None
+    return (col.family == "date" and col.bounds is not None) or bare_integers(col, name)
 
 
 def date_trunc_domain(

@@ -1,8 +1,9 @@
 """The public domains of GROUP BY keys (:func:`dpsql.sql.derived_keys.derived_domain`), memoized.
 
 A key's domain is a function of its expression, the range the statement's WHERE clause puts on
-each of its columns (:func:`~dpsql.sql.date_domain.where_bounds`: the only way
-:mod:`dpsql.sql.time_keys` reads the clause), the session's time zone and the policy's
+each of its columns and on its cast to date (:func:`~dpsql.sql.date_domain.where_bounds`: the
+only way :mod:`dpsql.sql.time_keys` reads the clause; ``CAST(d AS date)``, ``date(d)`` bound a
+date column too), the session's time zone and the policy's
 declarations of its columns. So it is keyed by the expression's full tree (``repr``: every
 literal as written, every flag), those ranges, the zone and the identity of each column's
 declaration object, which the entry holds (so no other object takes its id while the entry
@@ -47,7 +48,10 @@ def derived_domain(
     nodes = list(expr.find_all(exp.Column))
     try:
         decls = tuple(column(c) for c in nodes)
-        ranges = tuple(where_bounds(where, c.sql("postgres")) for c in nodes)
+        ranges = tuple(
+            (where_bounds(where, c.sql("postgres")), where_bounds(where, _as_date(c)))
+            for c in nodes
+        )
     except Exception:  # refused by the lookup or the range: computed as it was, its words
         return derived_keys.derived_domain(expr, column, where, zone)
     key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
@@ -71,3 +75,7 @@ def derived_domain(
     if isinstance(value, str):
         raise TooMany(value)
     return value
+
+
+def _as_date(c: exp.Column) -> str:
+    return exp.cast(c.copy(), "date").sql("postgres")

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column
 from dpsql.sql.key_literals import literal_text
-from dpsql.sql.key_values import Domain, NumRange, ceil_int, floor_int, sorted_values
+from dpsql.sql.key_values import Domain, NumRange, TooMany, ceil_int, floor_int, sorted_values
 
 MAX_DIGITS = 15
 NumType = Literal["int", "numeric"]
@@ -163,3 +163,30 @@ def domain_arith(op: type[exp.Expr], d: Domain, c: Fraction, scale: int) -> Doma
     else:
         out, s = {v * c for v in vals}, d.scale + scale
     return Domain("num", sorted_values(out), d.null, scale=s)
+
+
+BARE_INTEGERS_MAX = 1_000
+"""A bare bounded integer column in GROUP BY (``quantity``, bounds [1, 10]) releases every whole
+number of its bounds, each with noise, when they are at most this many (a BI tool's bar per
+quantity, none left out by partition selection); with more (``income``-like ranges) its groups
+are selected from the data, as before, and the notice says why."""
+
+
+def bare_integers(col: Column, name: str) -> bool:
+    """Whether GROUP BY ``name`` (a bare integer column, declared ``col``) takes its keys from
+    its bounds: an integer column with both bounds, no keys, not an identifier.
+
+    Raises:
+        TooMany: more than :data:`BARE_INTEGERS_MAX` whole numbers (the words say so).
+    """
+    if col.family != "integer" or col.bounds is None or col.keys is not None:
+        return False
+    if col.keys_from or col.identifier:
+        return False
+    n = floor_int(col.hi) - ceil_int(col.lo) + 1
+    if n > BARE_INTEGERS_MAX:
+        raise TooMany(
+            f"the bounds of {name} allow {n:,} whole numbers, above the limit of "
+            f"{BARE_INTEGERS_MAX:,} for a column grouped by as it is"
+        )
+    return True

@@ -23,7 +23,7 @@ from dpsql.errors import (
 )
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
 from dpsql.sql.dollar_quotes import check_dollar_quotes
-from dpsql.sql.faithful import mark_calls, quoted_strings, refuse_unreadable
+from dpsql.sql.faithful import date_calls, mark_calls, quoted_strings, refuse_unreadable
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
 from dpsql.sql.prescan import prescan
@@ -402,7 +402,8 @@ def parse_statement(text: str) -> ParsedStatement:
         )
     check_empty_clauses(found[0], text, tokens)
     check_known_functions(found[0])
-    tree = fetch_as_limit(flatten_group_rows(fold_identifiers(quoted_strings(found[0]))))
+    tree = fold_identifiers(date_calls(quoted_strings(found[0])))
+    tree = fetch_as_limit(flatten_group_rows(tree))
     tree = mark_calls(tree, text, tokens if text is spelled_from else None)
     return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 

@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column
 from dpsql.sql.constants import add_months, as_point, interval_delta
-from dpsql.sql.date_domain import MAX_KEYS, trunc, unit_end, where_bounds
+from dpsql.sql.date_domain import MAX_KEYS, tightest, trunc, unit_end, where_bounds
 from dpsql.sql.key_values import (
     Domain,
     Got,
@@ -28,6 +28,7 @@ from dpsql.sql.key_values import (
     union,
 )
 from dpsql.sql.temporal import int_literal
+from dpsql.sql.time_shift import by_whole_days
 
 MAX_DAYS = 40_000  # about 110 years of days enumerated for EXTRACT / to_char
 
@@ -71,6 +72,10 @@ class TimeKeys:
             if hi is not None:
                 hi = hi.replace(tzinfo=utc).astimezone(self.zone).replace(tzinfo=None)
         wlo, whi = where_bounds(self.where, node.sql("postgres"))
+        if kind == "date":  # d::date, date(d) of a date column: d itself
+            clo, chi = where_bounds(self.where, exp.cast(node.copy(), "date").sql("postgres"))
+            sides = (("lo", wlo), ("lo", clo), ("hi", whi), ("hi", chi))
+            wlo, whi = tightest([(side, *b) for side, b in sides if b is not None])
         if wlo is not None and lo is None:
             lo = wlo[0]
         if whi is not None and hi is None:
@@ -131,25 +136,36 @@ class TimeKeys:
         day'``, Tableau's ``d - EXTRACT(dow FROM d) * INTERVAL '1 DAY'``), computed day by day
         over the range of its one date column: its parts read the same row's date, so their
         values pair up; the rows outside the bounds read NULL there (the rewrite's guard),
-        which is no key. None for a timestamp column (a time of day moves the key: its groups
-        come from the data), or without a range."""
+        which is no key. A timestamp column's too, when the key moves it by whole days and
+        reads it through a day or longer (:func:`dpsql.sql.time_shift.by_whole_days`: Metabase's
+        week of a timestamp), and the key is the same at each day's first and last microsecond;
+        else None (a time of day moves the key: its groups come from the data), or without a
+        range."""
         cols = {c.sql("postgres"): c for c in expr.find_all(exp.Column)}
         if len(cols) != 1:
             return None
         (node,) = cols.values()
         col = self.column(node)
-        if col is None or col.family != "date" or col.keys is not None or col.identifier:
+        if col is None or col.keys is not None or col.identifier:
             return None
-        span = self._span(node, col)
+        if col.family == "timestamp" and not by_whole_days(expr):
+            return None
+        span = self._span(node, col) if col.family in ("date", "timestamp") else None
         if span is None:
             return None
         out: Domain | None = None
-        for day in self.days(span).values:
-            self.point = Domain("date", (day,))
-            try:
-                got = self.derive(expr)
-            finally:
-                self.point = None
+        day_span = Span("date", midnight(span.lo), midnight(span.hi), span.name)
+        for day in self.days(day_span).values:
+            if span.kind == "date":
+                got = self._at(expr, Domain("date", (day,)))
+            else:  # the day's first and last microsecond inside the span: the same key
+                first = max(midnight(as_datetime(day)), span.lo)
+                last = min(
+                    first.replace(hour=23, minute=59, second=59, microsecond=999999), span.hi
+                )
+                got = self._at(expr, Domain(span.kind, (first,)))
+                if got != self._at(expr, Domain(span.kind, (last,))):
+                    return None  # a time of day moves the key: its groups come from the data
             if not isinstance(got, Domain):
                 return None
             out = got if out is None else union(out, got)
@@ -158,6 +174,14 @@ class TimeKeys:
         if out is None:
             return None
         return Domain(out.kind, sorted_values(out.values), out.null, out.scale)
+
+    def _at(self, expr: exp.Expr, point: Domain) -> Got:
+        """``expr``'s value (a Domain of one value) where its column is ``point``."""
+        self.point = point
+        try:
+            return self.derive(expr)
+        finally:
+            self.point = None
 
     def _shift(self, node: exp.Add | exp.Sub) -> Domain | None:
         """A date or time (one value: :meth:`shifted`) plus or minus its offsets, typed as

@@ -22,13 +22,13 @@ the bounds (:mod:`dpsql.sql.shifted_keys`) and the key filter leaves such a row 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.tables import Column
-from dpsql.sql.constants import as_point
+from dpsql.sql.constants import as_point, interval_delta
 from dpsql.sql.sources import PUBLIC_COLUMN
 from dpsql.sql.temporal import check_interval, int_literal, temporal_type, value_kind
 from dpsql.sql.wording import plain_sql
@@ -219,3 +219,41 @@ def guard(n: exp.Expr, column: Callable[[exp.Column], Column | None]) -> exp.Exp
     assert isinstance(lo, date) and isinstance(hi, date)
     cond = exp.Between(this=c.copy(), low=_literal(lo, decl), high=_literal(hi, decl))
     return exp.Case(ifs=[exp.If(this=cond, true=n)])
+
+
+# the parts of a key that give the same value for every time of a day (dpsql.sql.time_keys:
+# a timestamp's shifted keys): fields and truncations of a day or longer, whole-day moves
+_DAY_FIELDS = {"year", "isoyear", "decade", "century", "millennium", "quarter", "month", "week",
+               "day", "dow", "isodow", "doy"}  # fmt: skip
+_DAY_UNITS = {"day", "week", "month", "quarter", "year", "decade", "century", "millennium"}
+_DAY_NODES = (exp.Column, exp.Identifier, exp.Paren, exp.Add, exp.Sub, exp.Mul, exp.Neg,
+              exp.Literal, exp.Var, exp.Interval, exp.Extract, exp.TimestampTrunc, exp.DateTrunc,
+              exp.Cast, exp.DataType)  # fmt: skip
+_DAY_TYPES = {exp.DataType.Type.DATE, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ}
+
+
+def by_whole_days(expr: exp.Expr) -> bool:
+    """Whether shifted key ``expr`` (of a timestamp column) moves it by whole days, months and
+    years only, and reads it otherwise only through fields and truncations of a day or longer
+    (Metabase's and Tableau's weeks of a timestamp), with no other function: then a row's key
+    is the same at every time of a day where it is the same at the day's first and last
+    microsecond (the moved time is increasing in the row's; the rest constant over a day)."""
+    for n in expr.walk():
+        if not isinstance(n, _DAY_NODES):
+            return False
+        if isinstance(n, exp.Interval):
+            delta = interval_delta(n)
+            if delta is None or delta[1] % timedelta(days=1):
+                return False
+        elif isinstance(n, exp.Extract):
+            field = n.this.this if isinstance(n.this, exp.Var) else n.this.name
+            if str(field).lower() not in _DAY_FIELDS:
+                return False
+        elif isinstance(n, (exp.TimestampTrunc, exp.DateTrunc)):
+            unit = n.args.get("unit")
+            text = str(unit.this).lower() if isinstance(unit, (exp.Var, exp.Literal)) else ""
+            if text not in _DAY_UNITS or n.args.get("zone"):
+                return False
+        elif isinstance(n, exp.Cast) and (n.to.this not in _DAY_TYPES or n.to.expressions):
+            return False
+    return True

@@ -103,11 +103,23 @@ def test_outcome_does_not_depend_on_one_date(neighbours: dict[str, Engine], name
     assert set(got.values()) == {"answered"}, got
 
 
-@pytest.mark.parametrize("name", ["metabase week of d", "tableau week of d"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "metabase week of d",
+        "tableau week of d",
+        "metabase week of ts",
+        "tableau week of ts",
+        "metabase week of tz",
+        "tableau week of tz",
+    ],  # fmt: skip
+)
 def test_a_weeks_keys_come_from_the_bounds(neighbours: dict[str, Engine], name: str) -> None:
     """The weeks of a bounded date are the bounds' (the 53 Sundays from 2019-12-29 to
     2020-12-27, each released with noise, none selected from the data), the same keys on every
-    neighbour: unit 1's date outside the bounds is in none of them."""
+    neighbour: unit 1's date outside the bounds is in none of them. Of a timestamp column too
+    (bi26: they came from the data, 39 of 53 weeks on these neighbours): the key moves it by
+    whole days and reads it through a day or longer, the same at every time of a day."""
     session = SessionContext(analyst="analyst", epsilon=Fraction(1))
     keys = {}
     for db, e in neighbours.items():
@@ -138,10 +150,22 @@ def test_shifts_past_the_limit_are_refused(neighbours: dict[str, Engine]) -> Non
 
 
 @pytest.mark.parametrize(
-    "key", ["d", "CAST(d AS date)", "d::date", "CAST(ts AS date)", "ts::date", "CAST(tz AS date)"]
+    "key",
+    [
+        "d",
+        "CAST(d AS date)",
+        "d::date",
+        "CAST(ts AS date)",
+        "ts::date",
+        "CAST(tz AS date)",
+        "date(d)",
+        "date(ts)",
+        "date(tz)",
+    ],  # fmt: skip
 )
 def test_a_days_keys_come_from_the_bounds(neighbours: dict[str, Engine], key: str) -> None:
-    """Metabase's day (``CAST(d AS date)``, for a date column the bare column) of a date or
+    """Metabase's day (``CAST(d AS date)``, for a date column the bare column; ``date(d)``, its
+    function form) of a date or
     timestamp column with declared bounds releases the 366 days of the bounds (2020 is a leap
     year), none selected from the data, the same keys on every neighbour (unit 1's extreme
     dates are in none of them)."""
@@ -155,3 +179,59 @@ def test_a_days_keys_come_from_the_bounds(neighbours: dict[str, Engine], key: st
     first = keys["ordinary"]
     assert all(k == first for k in keys.values()), keys
     assert first[0] == "2020-01-01" and first[-1] == "2020-12-31" and len(first) == 366
+
+
+# keys over a timestamp column: (key, PostgreSQL's own keys over every hour of the bounds)
+TIME_KEYS = [
+    "date_trunc('week', {c} + interval '1 day') - interval '1 day'",  # Metabase's week, no casts
+    "(DATE_TRUNC('DAY', {c}) + (-EXTRACT(DOW FROM {c}) * INTERVAL '1 DAY'))",
+    "CAST({c} + INTERVAL '1 month' AS date)",
+    "date_trunc('month', {c} - INTERVAL '1 year')",
+]
+
+
+@pytest.mark.parametrize("c", ["ts", "tz"])
+@pytest.mark.parametrize("key", TIME_KEYS)
+def test_a_timestamps_shifted_keys_are_postgresqls(
+    neighbours: dict[str, Engine], key: str, c: str
+) -> None:
+    """The keys of a shifted timestamp are the values PostgreSQL computes for the key over every
+    hour of the declared bounds (and the last microsecond of each day), none selected from the
+    data, the same on every neighbour (zero noise)."""
+    sql = f"SELECT {key.format(c=c)} AS k, COUNT(*) FROM t GROUP BY 1"
+    session = SessionContext(analyst="analyst", epsilon=Fraction(1))
+    keys = {}
+    for db, e in neighbours.items():
+        p = e.prepare(sql)
+        assert not p.analysis.needs_selection  # type: ignore[union-attr]
+        keys[db] = sorted(str(r[0]) for r in e.execute(p, session).rows)
+    first = keys["ordinary"]
+    assert all(k == first for k in keys.values()), keys
+    e = neighbours["ordinary"]
+    truth = e.backend.run_own(  # PostgreSQL's own keys (the bounds: 2020-01-01 to 2020-12-31 00:00)
+        f"SELECT DISTINCT {key.format(c=c)} FROM (SELECT g::{'timestamptz' if c == 'tz' else 'timestamp'} "
+        f"AS {c} FROM (SELECT generate_series(timestamp '2020-01-01', timestamp '2020-12-30', "
+        f"interval '1 hour') g UNION ALL SELECT timestamp '2020-12-31' UNION ALL "
+        f"SELECT generate_series(timestamp '2020-01-01 23:59:59.999999', "
+        f"timestamp '2020-12-30 23:59:59.999999', interval '1 day')) h) x"
+    )
+    assert first == sorted(str(r[0]) for r in truth.rows)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "{c} + interval '1 day'",
+        "date_trunc('hour', {c} + interval '1 day')",
+        "date_trunc('week', {c} + interval '1 hour')",
+    ],  # fmt: skip
+)
+def test_a_time_of_day_in_the_key_leaves_it_to_the_data(
+    neighbours: dict[str, Engine], key: str
+) -> None:
+    """A key that a time of day moves (an hour's shift, a truncation to the hour, the moved
+    timestamp itself) is not enumerated: its groups are selected from the data, as before."""
+    p = neighbours["ordinary"].prepare(
+        f"SELECT {key.format(c='ts')} AS k, COUNT(*) FROM t GROUP BY 1"
+    )
+    assert p.analysis.needs_selection  # type: ignore[union-attr]

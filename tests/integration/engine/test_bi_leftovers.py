@@ -117,3 +117,39 @@ def test_dollar_quoted_strings_are_string_constants(
     into a node of its own), also as the escape of a LIKE."""
     res = _run(conn, sql)
     assert res.status == pq.ExecStatus.TUPLES_OK, _field(res, pq.DiagnosticField.MESSAGE_PRIMARY)
+
+
+def test_date_of_a_column_is_its_cast_to_date(conn: psycopg.Connection[Any]) -> None:
+    """``date(d)``, PostgreSQL's function form of ``CAST(d AS date)``, was 0A000 "function date()
+    is not supported in GROUP BY of a private query" (and in WHERE). Now the cast: the 365 days
+    of purchased_at's declared bounds, each with noise (none selected from the data), narrowed by
+    ``WHERE date(d) >= ...`` (and ``CAST(d AS date) >= ...``: a date column's days were narrowed
+    by a range on the column only); the column is named "date", as PostgreSQL names it."""
+    cur = conn.execute("SELECT date(purchased_at), COUNT(*) FROM purchases GROUP BY 1 ORDER BY 1")
+    rows = cur.fetchall()
+    assert cur.description is not None and cur.description[0].name == "date"
+    assert len(rows) == 365 and str(rows[0][0]) == "2025-01-01" and str(rows[-1][0]) == "2025-12-31"
+    rows = conn.execute(
+        "SELECT date(purchased_at) AS day, COUNT(*) FROM purchases "
+        "WHERE date(purchased_at) >= '2025-12-01' GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert [str(r[0]) for r in rows] == [f"2025-12-{d:02d}" for d in range(1, 32)]
+    rows = conn.execute(  # another range, the same key: not the days remembered for the first
+        "SELECT date(purchased_at), COUNT(*) FROM purchases "
+        "WHERE CAST(purchased_at AS date) >= '2025-11-01' GROUP BY 1"
+    ).fetchall()
+    assert len(rows) == 61
+
+
+def test_a_bounded_integer_releases_every_value_of_its_bounds(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """``GROUP BY quantity`` (bounds [1, 10], no keys declared) selected its groups from the data
+    (newcomer25 #15: quantities 6-10 were left out by the threshold); now its 10 whole numbers,
+    each with noise, as declared keys are (also narrowed by WHERE)."""
+    rows = conn.execute("SELECT quantity, COUNT(*) FROM purchases GROUP BY quantity").fetchall()
+    assert sorted(r[0] for r in rows) == list(range(1, 11))
+    rows = conn.execute(
+        "SELECT quantity, AVG(amount) FROM purchases WHERE quantity > 6 GROUP BY 1"
+    ).fetchall()
+    assert sorted(r[0] for r in rows) == [7, 8, 9, 10]

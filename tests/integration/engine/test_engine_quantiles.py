@@ -284,9 +284,10 @@ def test_median_rank_accuracy_flags_broken_mechanism(engine: Engine) -> None:
     assert hits < binom_min_successes(n, 0.95)
 
 
-def test_partition_selection_with_quantiles(engines: tuple[Engine, Engine]) -> None:
-    """GROUP BY a column without declared keys: groups chosen by partition selection (zero
-    noise: every group with a unit), each with its own quantile and mode."""
+def test_bounded_integer_groups_with_quantiles(engines: tuple[Engine, Engine]) -> None:
+    """GROUP BY a bounded integer column without declared keys: its whole numbers are the groups
+    (bi26: 0 to 4 by the WHERE clause; they were chosen by partition selection), each with its
+    own quantile and mode, no selection and no delta."""
     engine = engines[0]
     sql = "SELECT x, MAX(v), MODE() WITHIN GROUP (ORDER BY c) FROM q WHERE x < 5 GROUP BY x"
     got = sorted(engine.execute(engine.prepare(sql), SessionContext()).rows)
@@ -297,8 +298,9 @@ def test_partition_selection_with_quantiles(engines: tuple[Engine, Engine]) -> N
         cs = [r[4] for r in data if r[2] == x]
         assert float(vmax) == pytest.approx(_mid(float(max(vs)), 0, 10, 4096))
         assert cs.count(mode) == max(cs.count(c) for c in "abc")
+    assert [r[0] for r in got] == [0, 1, 2, 3, 4]
     plan = engine.plan(engine.prepare(sql), SessionContext())
-    assert plan.selection is not None and plan.cost.delta > 0
+    assert plan.selection is None and plan.cost.delta == 0
 
 
 def test_confidence_out_of_range_is_refused_before_spending(engine: Engine) -> None:

@@ -166,8 +166,10 @@ def test_json_plan_has_postgres_shape(conn: Any) -> None:
     assert (scan["Relation Name"], scan["Schema"], scan["Parent Relationship"]) == (
         "pums", "public", "Outer")  # fmt: skip
     assert scan["Plan Rows"] == 0  # never reltuples
-    [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) SELECT count(*) FROM pums GROUP BY age")
+    [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) SELECT count(*) FROM pums GROUP BY income")
     assert doc[0]["Plan"]["Plan Rows"] == 0  # partition selection: unknown without data
+    [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON) SELECT count(*) FROM pums GROUP BY age")
+    assert doc[0]["Plan"]["Plan Rows"] == 101  # age's bounds [0, 100]: its keys (bi26)
     [(doc,)] = conn.execute("EXPLAIN (FORMAT JSON, COSTS OFF) " + grouped).fetchall()
     for node in _nodes(doc[0]["Plan"]):  # as PostgreSQL with COSTS OFF
         assert not {"Startup Cost", "Total Cost", "Plan Rows", "Plan Width"} & set(node)

@@ -49,7 +49,8 @@ def test_doctests() -> None:
         ("SELECT sex, count(*) FROM pums GROUP BY sex", 2),
         ("SELECT sex, married, count(*) FROM pums GROUP BY sex, married", 4),
         ("SELECT sex, married, count(*) FROM pums GROUP BY ROLLUP (sex, married)", 4 + 2 + 1),
-        ("SELECT age, count(*) FROM pums GROUP BY age", 0),  # partition selection
+        ("SELECT age, count(*) FROM pums GROUP BY age", 101),  # its bounds' whole numbers
+        ("SELECT income, count(*) FROM pums GROUP BY income", 0),  # partition selection
         ("SELECT region, count(*) FROM purchases GROUP BY region", 0),  # keys_from a table
     ],
 )

@@ -118,8 +118,11 @@ def test_sensitivity_from_policy() -> None:
     # the demo policy chooses R, G and the clamp per query (auto): 1 until chosen
     assert a.private.auto_rows and a.private.auto_groups and a.max_rows == a.max_groups == 1
     assert not a.needs_selection
-    assert run("SELECT quantity, COUNT(*) FROM purchases GROUP BY 1").needs_selection
-    # a bounded date's days are keys (Metabase's day: bi25)
+    assert run("SELECT amount, COUNT(*) FROM purchases GROUP BY 1").needs_selection
+    # a bounded integer's whole numbers (at most 1,000: bi26) and a bounded date's days are
+    # keys (Metabase's day: bi25)
+    q = run("SELECT quantity, COUNT(*) FROM purchases GROUP BY 1")
+    assert not q.needs_selection and q.group_keys[0].keys == tuple(str(i) for i in range(1, 11))
     assert not run("SELECT purchased_at, COUNT(*) FROM purchases GROUP BY 1").needs_selection
 
 

@@ -191,7 +191,7 @@ def test_the_grid_ceiling_is_a_policy_setting() -> None:
     assert rows.kind == "total" and rows.grid[-1] == 20 and len(rows.grid) == 9
     assert policy_choices(a)[0].value == 20  # type: ignore[arg-type]  # R = the ceiling, set
     grouped = _analysis(
-        "SELECT quantity, COUNT(*) FROM purchases GROUP BY quantity", Policy.model_validate(d)
+        "SELECT amount, COUNT(*) FROM purchases GROUP BY amount", Policy.model_validate(d)
     )
     groups = [i for i in auto_items(grouped) if i.kind == "groups"]  # type: ignore[arg-type]
     assert [float(v) for v in groups[0].grid] == [1, 2, 3]

@@ -113,9 +113,11 @@ def test_listed_values_are_a_domain_without_partition_selection() -> None:
     assert g.keys == ("2025-03-01", "2025-03-02")
     assert not a.needs_selection
     # a condition that lists nothing leaves the key to partition selection (a bounded date's
-    # own days are keys: quantity, a bare bounded integer, is not)
-    a = run("SELECT quantity, COUNT(*) FROM purchases WHERE amount > 3 GROUP BY 1")
+    # own days and a bounded integer's whole numbers are keys: amount, a bare numeric, is not)
+    a = run("SELECT amount, COUNT(*) FROM purchases WHERE quantity > 3 GROUP BY 1")
     assert a.needs_selection
+    a = run("SELECT quantity, COUNT(*) FROM purchases WHERE quantity IN (2, 3) GROUP BY 1")
+    assert a.group_keys[0].keys == ("2", "3") and not a.needs_selection
 
 
 def test_keys_from_is_narrowed_when_read() -> None:
