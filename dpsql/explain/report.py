@@ -22,6 +22,7 @@ from dpsql.execute.auto_bounds_text import explain_text
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_cover, quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
+from dpsql.execute.selected_measures import clear_rows
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -235,6 +236,20 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         m = mp.mechanism
         if isinstance(m, (Quantile, Mode)):
             lines.append(_selection_line(mp, conf))
+            if mp.rows is not None and isinstance(m, Quantile):  # (selected_measures.clear_rows)
+                r = mp.rows
+                lines.append(
+                    MeasureLine(
+                        f"rows ranked by {mp.measure.shown} (its answer NULL below "
+                        f"{clear_rows(m, conf):,} of them)",
+                        r.name,
+                        f"L1={_fmt(r.sensitivity)}",
+                        r.std,
+                        f"eps={_fmt(r.epsilon)}",
+                        _fmt(r.grid),
+                        r.half_width(conf),
+                    )
+                )
             continue
         budget = f"rho={_fmt(m.rho)}" if isinstance(m, Gaussian) else f"eps={_fmt(m.epsilon)}"
         lines.append(

@@ -161,6 +161,10 @@ def test_explain_states_every_output_before_spending() -> None:
     assert "no interval" in by["c"].half_width
     assert by["md"].mechanism == "report_noisy_max"
     assert any(line.mechanism == "exponential" for line in rep.measures)
+    # the count of its ranked rows that NULLs a group with no clear estimate, and its threshold
+    (rows,) = [line for line in rep.measures if line.measure.startswith("rows ranked by")]
+    assert rows.mechanism == "laplace" and rows.sensitivity.startswith("L1="), rows  # (G R)
+    assert "its answer NULL below" in rows.measure, rows
 
 
 @pytest.mark.parametrize("v", [0.01, 3.3, 39.98, 41.49, 999.5, 9_999.99])
