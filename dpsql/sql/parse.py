@@ -26,6 +26,7 @@ from dpsql.sql.dollar_quotes import check_dollar_quotes
 from dpsql.sql.faithful import date_calls, mark_calls, quoted_strings, refuse_unreadable
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
+from dpsql.sql.pg_reading import check_same_reading
 from dpsql.sql.prescan import prescan
 from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
 
@@ -401,6 +402,8 @@ def parse_statement(text: str) -> ParsedStatement:
             hint="send one statement at a time",
         )
     check_empty_clauses(found[0], text, tokens)
+    # PostgreSQL runs this text: its own parser must read what sqlglot read
+    check_same_reading(text, found[0])
     check_known_functions(found[0])
     tree = fold_identifiers(date_calls(quoted_strings(found[0])))
     tree = fetch_as_limit(flatten_group_rows(tree))

@@ -1,0 +1,239 @@
+"""PostgreSQL's own reading of a statement, and the check that dpsql reads it the same way.
+
+dpsql decides what a statement reads (public, catalog or private tables) from sqlglot's parse;
+PostgreSQL runs the text through its own lexer and grammar. Wherever the two read one text
+differently, a statement dpsql judged public can read a private table upstream (bi26's no-break
+space in a dollar-quote tag: sqlglot read a public statement on ``regions``, PostgreSQL ran a
+``UNION`` returning every e-mail of ``purchases``). :func:`pg_reading` is PostgreSQL's reading,
+from PostgreSQL's own parser (libpg_query through pglast): the number of statements, the kind of
+each, every relation named anywhere (``FROM``, ``JOIN``, subqueries, CTEs, set operations,
+``INSERT`` targets), and the constants. :func:`check_same_reading` compares it with sqlglot's
+tree and refuses where they differ.
+
+libpg_query 8.7 carries PostgreSQL 18's grammar; the upstream is PostgreSQL 15. Their lexers
+differ on numbers: PostgreSQL 16 reads ``0x1f``, ``0o17``, ``0b101`` and ``1_000`` as integers,
+PostgreSQL 15 refuses each ("trailing junk after numeric literal", 42601); PostgreSQL 16 takes a
+vertical tab for a space, 15 refuses it outside strings and comments: so does this check.
+Grammar PostgreSQL 16-18 added (``JSON_TABLE``, ``MERGE ... RETURNING``) is read here where
+PostgreSQL 15 refuses it: no leak, PostgreSQL 15 runs nothing of it.
+
+>>> sorted(pg_reading("SELECT a FROM s.t JOIN u ON true WHERE b = 'x'").relations)
+[('', '', 'u'), ('', 's', 't')]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pglast import parser as pg_parser
+from sqlglot import exp
+
+from dpsql.errors import FeatureNotSupported, SqlSyntaxError
+
+Relation = tuple[str, str, str]  # (catalog, schema, name), "" where not written
+
+
+@dataclass(frozen=True)
+class PgReading:
+    """What PostgreSQL's parser makes of a text: statements, kinds (``SelectStmt``, ...: every
+    statement node anywhere, a data-modifying CTE's too), relations, constants."""
+
+    statements: int
+    kinds: frozenset[str]
+    relations: frozenset[Relation]
+    strings: tuple[str, ...]  # sorted
+    numbers: tuple[str, ...]  # as written, sorted, no sign (PostgreSQL folds a minus into one)
+
+
+_STATEMENT_NODES = frozenset({"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"})
+# PostgreSQL 16+ number forms PostgreSQL 15 refuses (checked only where the text may hold one)
+_NEW_NUMBER_HINT = re.compile(r"[0-9]_|0[xXoObB]")
+_NEW_NUMBER = re.compile(r"0[xXoObB]|_")
+
+
+def pg_reading(text: str) -> PgReading:
+    """PostgreSQL's reading of ``text``. Raises SqlSyntaxError (42601) where PostgreSQL 15's
+    parser refuses it, with PostgreSQL's words and position."""
+    try:
+        tree = json.loads(pg_parser.parse_sql_json(text))
+    except pg_parser.ParseError as e:
+        at = e.args[1] if len(e.args) > 1 and isinstance(e.args[1], int) else None
+        raise SqlSyntaxError(
+            str(e.args[0]),
+            position=None if at is None else at + 1,
+            hint="PostgreSQL's own parser stops at the position shown: correct the statement there",
+        ) from e
+    if "\v" in text or _NEW_NUMBER_HINT.search(text):
+        _pg15_lexer(text)
+    stmts = tree.get("stmts", [])
+    kinds: set[str] = set()
+    relations: set[Relation] = set()
+    strings: list[str] = []
+    numbers: list[str] = []
+    stack: list[Any] = [s.get("stmt", {}) for s in stmts]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if "relname" in node and "relpersistence" in node:  # a RangeVar (wrapped or a field)
+            relations.add(
+                (node.get("catalogname", ""), node.get("schemaname", ""), node["relname"])
+            )
+        for key, val in node.items():
+            if key in _STATEMENT_NODES:
+                kinds.add(key)
+            elif key == "A_Const":
+                _constant(val, strings, numbers)
+                continue
+            elif key in ("TypeName", "typeName"):
+                continue  # type modifiers: numeric(10, 2), INTERVAL '1' DAY
+            elif key == "FuncCall" and _is_extract(val):  # EXTRACT(year ...): 'year'
+                stack.extend(val.get("args", [])[1:])
+                continue
+            if isinstance(val, (dict, list)):
+                stack.append(val)
+    return PgReading(
+        len(stmts),
+        frozenset(kinds),
+        frozenset(relations),
+        tuple(sorted(strings)),
+        tuple(sorted(numbers)),
+    )
+
+
+def _constant(val: dict[str, Any], strings: list[str], numbers: list[str]) -> None:
+    if "sval" in val:
+        strings.append(val["sval"].get("sval", ""))
+    elif "bsval" in val:
+        strings.append("\0bits")  # B'101' / X'1f': counted, not compared by value
+    elif "ival" in val:
+        numbers.append(str(val["ival"].get("ival", 0)).removeprefix("-"))
+    elif "fval" in val:
+        numbers.append(str(val["fval"].get("fval", "0")).removeprefix("-"))
+
+
+def _is_extract(val: dict[str, Any]) -> bool:
+    names = [n.get("String", {}).get("sval") for n in val.get("funcname", [])]
+    return val.get("funcformat") == "COERCE_SQL_SYNTAX" and names[-1:] == ["extract"]
+
+
+def _pg15_lexer(text: str) -> None:
+    """Refuse what PostgreSQL 15's lexer refuses and PostgreSQL 16+'s reads (libpg_query's
+    scanner is 18's): the new integer forms, and a vertical tab outside a string, quoted name
+    or comment (whitespace since 16). Scan offsets are characters, ends inclusive."""
+    covered: list[tuple[int, int]] = []
+    for tok in pg_parser.scan(text):
+        written = text[tok.start : tok.end + 1]
+        if tok.name in ("ICONST", "FCONST") and _NEW_NUMBER.search(written):
+            raise SqlSyntaxError(
+                f'trailing junk after numeric literal at or near "{written}"',
+                position=tok.start + 1,
+                hint="write the number in decimal digits without underscores "
+                "(PostgreSQL 15 reads no other form)",
+            )
+        covered.append((tok.start, tok.end))
+    for i, ch in enumerate(text):
+        if ch == "\v" and not any(a <= i <= b for a, b in covered):
+            raise SqlSyntaxError(
+                'syntax error at or near "\v"',
+                position=i + 1,
+                hint="PostgreSQL 15 takes no vertical tab for a space: write a space",
+            )
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _name(ident: exp.Expr | None) -> str:
+    if not isinstance(ident, exp.Identifier):
+        return ""
+    name = str(ident.this)
+    return name if ident.quoted else name.translate(_ASCII_LOWER)
+
+
+_DML_KINDS: dict[type[exp.Expr], str] = {
+    exp.Insert: "InsertStmt",
+    exp.Update: "UpdateStmt",
+    exp.Delete: "DeleteStmt",
+    exp.Merge: "MergeStmt",
+}
+
+
+def sqlglot_reading(tree: exp.Expr) -> tuple[frozenset[str], frozenset[Relation]]:
+    """The statement kinds (PostgreSQL's node names) and relations in sqlglot's tree, the
+    relations as PostgreSQL spells them (unquoted names folded to lower case); one walk."""
+    kinds = {"SelectStmt"} if isinstance(tree, (exp.Query, exp.Values)) else set()
+    out: set[Relation] = set()
+    for node in tree.find_all(exp.Table, *_DML_KINDS):
+        if not isinstance(node, exp.Table):
+            kinds.add(_DML_KINDS[type(node)])
+        elif isinstance(node.this, exp.Identifier):
+            out.add(
+                (
+                    _name(node.args.get("catalog")),
+                    _name(node.args.get("db")),
+                    _name(node.this),
+                )
+            )
+    return frozenset(kinds), frozenset(out)
+
+
+def sqlglot_relations(tree: exp.Expr) -> frozenset[Relation]:
+    """The relations named in sqlglot's tree (:func:`sqlglot_reading`)."""
+    return sqlglot_reading(tree)[1]
+
+
+# Texts whose readings agreed (a text's sqlglot tree is a function of the text): a client's
+# statements repeat, and a repeat then costs one lookup. Refusals are not remembered.
+_AGREED: dict[str, None] = {}
+_AGREED_MAX = 4096
+
+
+def _differs(what: str, construct: str) -> FeatureNotSupported:
+    return FeatureNotSupported(
+        f"dpsql and PostgreSQL read this statement differently ({what}); "
+        f"dpsql answers only what it reads as PostgreSQL does",
+        hint=f"write it without {construct}",
+    )
+
+
+def check_same_reading(text: str, tree: exp.Expr) -> None:
+    """Refuse ``text`` unless PostgreSQL's reading of it (:func:`pg_reading`) and sqlglot's
+    ``tree`` of it (one query, as parsed: before dpsql's own rewrites) agree on the number of
+    statements, the statement kinds and the relations read (with catalog and schema).
+
+    Raises:
+        SqlSyntaxError: PostgreSQL 15 refuses to parse ``text`` (42601, its words).
+        FeatureNotSupported: they read it differently (0A000).
+    """
+    if text in _AGREED:
+        return
+    pg = pg_reading(text)
+    if pg.statements != 1:
+        raise _differs(
+            f"PostgreSQL reads {pg.statements} statements where dpsql reads one",
+            "the quotes, comments or dollar quotes that hide a semicolon",
+        )
+    kinds, mine = sqlglot_reading(tree)
+    if not (kinds <= pg.kinds and (pg.kinds - {"SelectStmt"}) <= kinds):
+        raise _differs(
+            "PostgreSQL reads another kind of statement: "
+            + ", ".join(sorted(k.removesuffix("Stmt").upper() for k in pg.kinds)),
+            "the quotes, comments or unusual characters around its keywords",
+        )
+    if mine != pg.relations:
+        only_pg = sorted(".".join(p for p in r if p) for r in pg.relations - mine)
+        only_mine = sorted(".".join(p for p in r if p) for r in mine - pg.relations)
+        what = "tables PostgreSQL would read: " + (", ".join(only_pg) or "none more")
+        if only_mine:
+            what += "; tables dpsql read: " + ", ".join(only_mine)
+        raise _differs(what, "the unusual quotes, escapes or characters near those table names")
+    if len(_AGREED) >= _AGREED_MAX:
+        _AGREED.clear()
+    _AGREED[text] = None
