@@ -199,16 +199,17 @@ def _picked(
     """The words for rows an ORDER BY ... LIMIT or a HAVING threshold picked by noisy values
     (:mod:`dpsql.execute.picked_words`). Where a LIMIT / OFFSET cut rows, the rows not shown
     are read from the same released arrays by the statement's outer query without them."""
-    from dpsql.execute.picked_words import Picked, ordered_stat, picked_notices
+    from dpsql.execute.picked_words import Picked, cuts, ordered_stat, picked_notices
 
     if not isinstance(plan, Plan) or not rel.noise:
         return ()  # (grouping sets' releases keep no noise intervals)
-    if ordered_stat(a) is None and a.outer.args.get("where") is None:
+    having = a.outer.args.get("where") is not None
+    if ordered_stat(a) is None and not having:
         return ()
     ranked = shown
-    # (every group shown and none dropped by a HAVING: the LIMIT cut nothing, no run needed)
-    cut = a.outer.args.get("where") is not None or len(shown) < len(rel.groups)
-    if ordered_stat(a) is not None and cut:
+    # the rows a LIMIT / OFFSET cut (the ranked ones, or those a HAVING kept): none when every
+    # group is shown and no HAVING dropped one (no run needed)
+    if cuts(a) and (having or len(shown) < len(rel.groups)):
 
         def make() -> str:
             q, _ = outer_query(a, rel.key_types, with_rid=True)
@@ -227,9 +228,13 @@ def _picked(
             ranked = [r[-1] for r in engine.backend.run(text, params, private=False).rows]
         except DpsqlError:  # (the words only: the answer stands)
             return ()
+    from dpsql.execute.bias import target_of
+
     widths: list[float | None] = []
     for s in a.statistics:
-        w = noise_widths(plan, s.measures, conf) if len(s.measures) == 1 else None
+        b = target_of(s, plan)
+        one = len(s.measures) == 1 and not (b is not None and b.adds)  # (the fallback's: two)
+        w = noise_widths(plan, s.measures, conf) if one else None
         widths.append(w[0] if w else None)
     return picked_notices(a, rel, Picked(shown, ranked, conf, widths, keyed))
 

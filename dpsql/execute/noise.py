@@ -265,7 +265,15 @@ def release(
                 iv = iv if iv is None else (min(iv[0], float(cap)), min(iv[1], float(cap)))
             stats[i].append(v)
             intervals[i].append(iv)
-            niv = None if ws is None or v is None else derive(s, row_vals, ws)[1]
+            # its noise alone (at the fallback the column adds the left-out estimate: both
+            # parts' noise, its interval)
+            niv = (
+                iv
+                if adds is not None
+                else None
+                if ws is None or v is None
+                else derive(s, row_vals, ws)[1]
+            )
             noise_ivs[i].append(None if niv is None else (float(niv[0]), float(niv[1])))
     groups = [list(k) for k, _ in table]
     acc = accuracy_notes(

@@ -49,14 +49,15 @@ def ordered_stat(a: Analysis) -> tuple[int, bool] | None:
     """The statistic the statement's first ORDER BY term is (its index, descending), when a
     LIMIT or OFFSET then cuts by it; None otherwise (an order by a key, an expression)."""
     order = a.outer.args.get("order")
-    if order is None or not order.expressions or not _cuts(a):
+    if order is None or not order.expressions or not cuts(a):
         return None
     term = order.expressions[0]
     si = stat_of(a, term.this)
     return None if si is None else (si, bool(term.args.get("desc")))
 
 
-def _cuts(a: Analysis) -> bool:
+def cuts(a: Analysis) -> bool:
+    """Does the statement's LIMIT or OFFSET (not LIMIT ALL) cut its rows?"""
     limit = a.outer.args.get("limit")
     if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Var):
         limit = None  # LIMIT ALL
@@ -132,6 +133,9 @@ def _advice(a: Analysis, p: Picked) -> str:
         "every declared key, the contribution bounds notice says why), or ask the data owner "
         "to declare max_groups_per_unit"
         if p.keyed and keys
+        else f", or ask the data owner to declare the keys of {keys} (keys: in the policy: then "
+        "no share of epsilon goes to choosing which groups to show)"
+        if a.needs_selection and keys
         else ""
     )
     return f" For a sharper cut: raise dpsql.epsilon (the noise shrinks as it grows){fewer}."

@@ -147,3 +147,37 @@ def test_an_average_top_n_reads_its_noise_intervals(exact: Engine) -> None:
     rows, notices = _run(exact, f"{base} ORDER BY a DESC LIMIT 3")
     assert [r[1] for r in rows] == [None, None, None], rows
     assert _picked(notices) == [], notices
+
+
+def test_a_having_with_a_limit_counts_every_group_it_kept(exact: Engine) -> None:
+    """Property: HAVING ... LIMIT 1 without an ORDER BY of a statistic: the groups the HAVING kept
+    near its threshold are counted from every row it kept, not the one row the LIMIT shows
+    (books 24,216, clothing 24,040, electronics 24,247 within ±832 of 24,000; travel 23,950 and
+    groceries 23,672 left out near it: its whole HAVING is not one comparison, so those are
+    not counted)."""
+    _, notices = _run(
+        exact,
+        "SELECT category, COUNT(*) FROM purchases GROUP BY category "
+        "HAVING COUNT(*) > 24000 AND SUM(amount) > 0 LIMIT 1",
+    )
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "HAVING COUNT(*) > 24,000 picks groups by a noisy value: 3 groups kept (books: 24,216; "
+        "clothing: 24,040; electronics: 24,247) lie within the noise of 24,000 (±832 at 95%)"
+    ), line
+
+
+def test_groups_from_the_data_are_told_to_declare_keys(exact: Engine) -> None:
+    """Property: where partition selection chooses the groups (quantity has no declared keys), a
+    share of epsilon goes to choosing them: the advice names declaring the keys."""
+    _, notices = _run(
+        exact, "SELECT quantity, COUNT(*) FROM purchases GROUP BY quantity ORDER BY 2 LIMIT 1"
+    )
+    (line,) = _picked(notices)
+    assert line.startswith("ORDER BY COUNT(*) ASC LIMIT 1 picks rows by a noisy value"), line
+    assert "The rows it picks read low" in line, line
+    assert line.endswith(
+        "For a sharper cut: raise dpsql.epsilon (the noise shrinks as it grows), or ask the data "
+        "owner to declare the keys of quantity (keys: in the policy: then no share of epsilon "
+        "goes to choosing which groups to show)."
+    ), line
