@@ -160,17 +160,18 @@ def _top(a: Analysis, rel: Release, p: Picked, cursed: bool) -> str:
     place = {rid: i for i, rid in enumerate(p.ranked)}
     if any(r not in place for r in p.shown):
         return ""
-    # (tied values may come in another order in the ranked run: the cut is where the rows
-    # shown start and end in it)
-    start = min(place[r] for r in p.shown)
-    end = max(place[r] for r in p.shown) + 1
+    # tied values may come in another order in the ranked run (a full sort, not the LIMIT's
+    # top-N): the cut is at the OFFSET written, else where the rows shown start in it
+    off = _offset(a)
+    start = min(off, len(p.ranked)) if off is not None else min(place[r] for r in p.shown)
+    end = start + len(p.shown)
     shown = set(p.shown)
 
     def iv(rid: int) -> Noise:
         return rel.noise[rid][si]
 
     after = [r for r in p.ranked[start:] if r not in shown and _overlap(iv(p.shown[-1]), iv(r))]
-    before = [r for r in p.ranked[:start] if _overlap(iv(p.shown[0]), iv(r))]
+    before = [r for r in p.ranked[:start] if r not in shown and _overlap(iv(p.shown[0]), iv(r))]
     n_after = sum(1 for r in p.ranked[start:] if r not in shown)
     nxt = next((r for r in p.ranked[start:] if r not in shown), None)
     if not after and not before:
@@ -184,8 +185,8 @@ def _top(a: Analysis, rel: Release, p: Picked, cursed: bool) -> str:
 
     def some(k: int, n: int) -> str:
         if k == n:
-            return "the row" if n == 1 else f"all {n} rows"
-        return f"{k} of the {n} rows"
+            return "the row" if n == 1 else f"all {n:,} rows"
+        return f"{k:,} of the {n:,} rows"
 
     last = (
         f"the {_ordinal(end)} row's" if not start else f"the last row's ({_ordinal(end)} in order)"
@@ -215,6 +216,17 @@ def _top(a: Analysis, rel: Release, p: Picked, cursed: bool) -> str:
         + ("" if cursed else _curse(desc, "rows it picks"))
         + _advice(a, p)
     )
+
+
+def _offset(a: Analysis) -> int | None:
+    """The statement's OFFSET as a number (0 without one; None: not a constant)."""
+    off = a.outer.args.get("offset")
+    if off is None:
+        return 0
+    n = off.expression
+    if isinstance(n, exp.Literal) and not n.is_string and str(n.this).isdigit():
+        return int(n.this)
+    return None
 
 
 def _threshold(node: exp.Expr) -> float | None:
