@@ -27,6 +27,7 @@ removed afterwards) or the path of a checkout.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -122,6 +123,49 @@ def checkout(rev: str) -> Iterator[Path]:
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)])
         shutil.rmtree(where.parent, ignore_errors=True)
+
+
+def per_tree_json(
+    script: str,
+    specs: list[str],
+    policy: str | None,
+    child_args: Callable[[str], list[str]],
+    extra_env: Callable[[int], dict[str, str]] = lambda _i: {},
+) -> dict[str, dict[str, object]]:
+    """Run ``script`` once per tree (this one as "now", then each ``REV[=POLICY]`` of ``specs``)
+    on one demo cluster (``DPSQL_BENCH_DSN`` or an embedded one started here): the child gets
+    ``child_args(its policy's path)`` and prints its result as JSON on its last line."""
+    from contextlib import ExitStack
+
+    from dpsql.demo import load_demo
+    from dpsql.execute.embedded import start_cluster
+
+    dsn = os.environ.get("DPSQL_BENCH_DSN")
+    cluster = None
+    if not dsn:
+        cluster = start_cluster()
+        dsn = cluster.dsn()
+        load_demo(dsn)
+    results: dict[str, dict[str, object]] = {}
+    try:
+        with ExitStack() as stack:
+            trees: list[tuple[str, Path, str | None]] = [("now", ROOT, policy)]
+            for t in specs:
+                rev, _, pol = t.partition("=")
+                trees.append((rev, stack.enter_context(checkout(rev)), pol or None))
+            for i, (label, tree, pol) in enumerate(trees):
+                path = str(Path(pol or Path(tree) / "dpsql" / "demo" / "policy.yaml").resolve())
+                env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
+                       "PYTHONPATH": str(tree), **extra_env(i)}  # fmt: skip
+                cmd = [sys.executable, script, *child_args(path)]
+                res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if res.returncode != 0:
+                    raise SystemExit(f"{label} failed:\n{res.stderr[-3000:]}")
+                results[label] = json.loads(res.stdout.strip().splitlines()[-1])
+    finally:
+        if cluster:
+            cluster.stop()
+    return results
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -123,40 +122,16 @@ def main() -> None:
         parts_json(dsn, args.policy, args.repeat, args.warm)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from contextlib import ExitStack
+    from proxy_compare import per_tree_json
 
-    from proxy_compare import ROOT, checkout
+    def child(policy: str) -> list[str]:
+        cmd = ["--parts-json", "--repeat", str(args.repeat), "--warm", str(args.warm),
+               "--policy", policy]  # fmt: skip
+        for t in args.only or ():
+            cmd += ["--only", t]
+        return cmd
 
-    from dpsql.demo import load_demo
-    from dpsql.execute.embedded import start_cluster
-
-    cluster = None
-    if not dsn:
-        cluster = start_cluster()
-        dsn = cluster.dsn()
-        load_demo(dsn)
-    results: dict[str, dict[str, dict[str, object]]] = {}
-    try:
-        with ExitStack() as stack:
-            trees = [("now", ROOT, args.policy)]
-            for t in args.tree:
-                rev, _, pol = t.partition("=")
-                trees.append((rev, stack.enter_context(checkout(rev)), pol or None))
-            for label, tree, pol in trees:
-                policy = str(Path(pol or Path(tree) / "dpsql" / "demo" / "policy.yaml").resolve())
-                cmd = [sys.executable, __file__, "--parts-json", "--repeat", str(args.repeat),
-                       "--warm", str(args.warm), "--policy", policy]  # fmt: skip
-                for t in args.only or ():
-                    cmd += ["--only", t]
-                env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
-                       "PYTHONPATH": str(tree)}  # fmt: skip
-                res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                if res.returncode != 0:
-                    raise SystemExit(f"{label} failed:\n{res.stderr[-3000:]}")
-                results[label] = json.loads(res.stdout.strip().splitlines()[-1])
-    finally:
-        if cluster:
-            cluster.stop()
+    results = per_tree_json(__file__, args.tree, args.policy, child)
     print(f"load average: {os.getloadavg()[0]:.2f}; medians over {args.repeat} executions "
           "(backend CPU per round trip, the engine's Python CPU; ms)\n")  # fmt: skip
     print("| query | tree | round trips: what (backend CPU ms) | backend ms | Python ms |")

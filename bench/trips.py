@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -128,40 +127,18 @@ def main() -> None:
         count_json(dsn, args.policy, args.repeat, args.show)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from contextlib import ExitStack
+    from proxy_compare import per_tree_json
 
-    from proxy_compare import ROOT, checkout
-
-    from dpsql.demo import load_demo
-    from dpsql.execute.embedded import start_cluster
-
-    cluster = None
-    if not dsn:
-        cluster = start_cluster()
-        dsn = cluster.dsn()
-        load_demo(dsn)
-    results = {}
-    try:
-        with ExitStack() as stack:
-            trees = [("now", ROOT, args.policy)]
-            for t in args.tree:
-                rev, _, pol = t.partition("=")
-                trees.append((rev, stack.enter_context(checkout(rev)), pol or None))
-            for label, tree, pol in trees:
-                policy = pol or str(Path(tree) / "dpsql" / "demo" / "policy.yaml")
-                policy = str(Path(policy).resolve())
-                cmd = [sys.executable, __file__, "--count-json", "--repeat", str(args.repeat),
-                       "--policy", policy] + (["--show"] if args.show else [])  # fmt: skip
-                env = {**os.environ, "DPSQL_BENCH_TREE": str(tree), "DPSQL_BENCH_DSN": dsn,
-                       "PYTHONPATH": str(tree), "PSYCOPG_IMPL": "python",
-                       "DPSQL_TRIPS_SCHEMA": f"trips_{len(results)}"}  # fmt: skip
-                res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-                if res.returncode != 0:
-                    raise SystemExit(f"{label} failed:\n{res.stderr[-3000:]}")
-                results[label] = json.loads(res.stdout.strip().splitlines()[-1])
-    finally:
-        if cluster:
-            cluster.stop()
+    results = per_tree_json(
+        __file__,
+        args.tree,
+        args.policy,
+        lambda policy: (
+            ["--count-json", "--repeat", str(args.repeat), "--policy", policy]
+            + (["--show"] if args.show else [])
+        ),
+        lambda i: {"PSYCOPG_IMPL": "python", "DPSQL_TRIPS_SCHEMA": f"trips_{i}"},
+    )
     labels = list(results)
     print("| fresh shape | " + " | ".join(f"{x} engine | {x} +ledger" for x in labels) + " |")
     print("|---|" + "---|---|" * len(labels))
