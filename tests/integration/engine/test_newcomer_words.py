@@ -16,6 +16,7 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
+from dpsql.execute.accuracy_text import JUST_PAST
 from dpsql.session import SessionContext
 from tests.helpers import ledgered_engine, notices_of
 
@@ -187,6 +188,10 @@ _UNCLEAR = re.compile(  # the estimate within its noise: no number stated as a f
     r"no clear estimate in all groups together \(its noisy estimate, (-?[\d,.]+) "
     r"(?:rows?|of [\w ()*]+?), is within its noise, ±([\d,.]+)\)"
 )
+_UNSURE = re.compile(  # the estimate once to JUST_PAST times past its noise: a noisy number
+    r"an unsure estimate in all groups together \(its noisy estimate, ([\d,.]+) "
+    r"(?:rows?|of [\w ()*]+?), is just past its noise, ±([\d,.]+)\)"
+)
 _BELOW = re.compile(  # the estimate below 0 by more than its noise: noise too, no number stated
     r"no clear estimate in all groups together \(its noisy estimate came out at (-[\d,.]+) "
     r"(?:rows?|of [\w ()*]+?), below 0 by more than its noise, ±([\d,.]+)\)"
@@ -218,8 +223,8 @@ def test_removed_mass_is_stated_as_a_noisy_estimate(engine: Engine, sql: str) ->
     """What the bounds left out over all groups is 'a noisy estimate, ±E', and a share of the
     answer is stated only when the estimate is above its noise (was: 'about 53,220 rows in all
     groups together (45% of the answer)' for a truth of 2,551). Deterministic: the words, in
-    each of the three forms the noise picks (about N above its noise; no clear estimate within
-    it; or below 0 by more than it, a sum of 5 groups' noise past its sqrt(5)-scaled 95% reach:
+    each of the four forms the noise picks (about N well above its noise; an unsure estimate
+    just past it (6ffecd2, newcomer25 #16); no clear estimate within it; or below 0 by more than it, a sum of 5 groups' noise past its sqrt(5)-scaled 95% reach:
     about 1-2% of the lines when little is removed; 1 in 120 fresh releases measured, flaky23,
     where the test failed on it before)."""
     notes = notices_of(engine, sql)
@@ -228,6 +233,11 @@ def test_removed_mass_is_stated_as_a_noisy_estimate(engine: Engine, sql: str) ->
         if "rows and" in line:  # an AVG's line states its own noise
             continue
         m = _ESTIMATE.search(line)
+        if m is None and (j := _UNSURE.search(line)) is not None:
+            est, spread = float(j[1].replace(",", "")), float(j[2].replace(",", ""))
+            assert spread <= est <= JUST_PAST * spread * 1.001, line  # printed values rounded
+            assert "% of the answer" not in line, line
+            continue
         if m is None:
             u = _UNCLEAR.search(line)
             if u is None:  # below 0 by more than its noise (P about 1-2% per line, flaky23)
