@@ -13,7 +13,9 @@ refuse, or with another constant.
 their continuation across a newline, ``E''`` escapes, quoted names, nested ``/* */`` comments,
 words that take ``$`` as a letter, ``$n`` parameters, tags of ``[A-Za-z_]`` and non-ASCII
 followed by those and digits) and compares the dollar quotes it finds with sqlglot's, by place
-and body. The scan runs only when the text has a ``$``.
+and body. The scan runs only when the text has a ``$``. The same scan (:func:`lexemes`) finds
+where the query of ``COPY (query) TO STDOUT`` ends for the wire (:func:`matching_paren`): one
+reading of PostgreSQL's lexemes, not two.
 
 >>> from sqlglot.dialects.postgres import Postgres
 >>> def check(text): check_dollar_quotes(text, list(Postgres().tokenize(text)))
@@ -27,6 +29,7 @@ dpsql.errors.SqlSyntaxError: syntax error at or near "$"
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from sqlglot.tokenizer_core import Token, TokenType
 
@@ -90,6 +93,37 @@ def _string_end(text: str, i: int, body: re.Pattern[str]) -> int:
         i = more.end()
 
 
+def lexemes(text: str, i: int = 0) -> Iterator[tuple[str, int, int]]:
+    """PostgreSQL's lexemes of ``text`` from ``i`` on, as (kind, start, end): a string
+    (``str``, ``estr``: its continuation lines included), a quoted name (``qid``), a comment
+    (``line``, ``block``: nested ``/* */`` as one), a dollar-quoted string (``dolq``), a
+    parameter, a word, a number, space, or one ``other`` character (``(``, ``)``, ``;`` ...).
+
+    >>> [(k, t) for k, a, b in lexemes("f($a1$)$a1$, a$$b) -- )") if (t := "f($a1$)$a1$, a$$b) -- )"[a:b]).strip()]
+    [('word', 'f'), ('other', '('), ('dolq', '$a1$)$a1$'), ('other', ','), ('word', 'a$$b'), ('other', ')'), ('line', '-- )')]
+
+    Raises:
+        _Unterminated: the text ends inside a string, a quoted name, a comment or a dollar quote.
+    """
+    n = len(text)
+    while i < n:
+        m = _SCAN.match(text, i)
+        assert m is not None  # 'other' takes any character
+        kind, start, i = m.lastgroup or "other", m.start(), m.end()
+        if kind == "block":
+            i = _block_end(text, start)
+        elif kind in _BODY:
+            i = _string_end(text, i, _BODY[kind])
+        elif kind == "other" and m.group() == '"':
+            raise _Unterminated
+        elif kind == "dolq":
+            close = text.find(m.group(), i)
+            if close < 0:
+                raise _Unterminated
+            i = close + len(m.group())
+        yield kind, start, i
+
+
 def postgres_dollar_quotes(text: str) -> list[tuple[int, int, str]]:
     """Each dollar-quoted string PostgreSQL reads in ``text``: (index of its first ``$``, index
     of its last ``$``, body), in order.
@@ -101,26 +135,32 @@ def postgres_dollar_quotes(text: str) -> list[tuple[int, int, str]]:
         _Unterminated: the text ends inside a string, a quoted name, a comment or a dollar quote.
     """
     out: list[tuple[int, int, str]] = []
-    i, n = 0, len(text)
-    while i < n:
-        m = _SCAN.match(text, i)
-        assert m is not None  # 'other' takes any character
-        kind, i = m.lastgroup, m.end()
-        if kind == "block":
-            i = _block_end(text, m.start())
-        elif kind in _BODY:
-            i = _string_end(text, i, _BODY[kind])
-        elif kind == "qid" or (kind == "other" and m.group() == '"'):
-            if kind == "other":
-                raise _Unterminated
-        elif kind == "dolq":
-            tag = m.group()
-            close = text.find(tag, i)
-            if close < 0:
-                raise _Unterminated
-            out.append((m.start(), close + len(tag) - 1, text[i:close]))
-            i = close + len(tag)
+    for kind, start, end in lexemes(text):
+        if kind == "dolq":
+            tag = _SCAN.match(text, start)
+            assert tag is not None
+            out.append((start, end - 1, text[tag.end() : end - len(tag.group())]))
     return out
+
+
+def matching_paren(text: str, i: int) -> int:
+    r"""The index of the ``)`` closing the ``(`` at ``i`` as PostgreSQL's lexer reads ``text``
+    (strings, quoted names, dollar quotes and comments skipped); -1 when there is none or the
+    text ends inside one of those.
+
+    >>> matching_paren("COPY (SELECT $a1$)$a1$, ')', \"a)\" /* ) /* */ ) */) TO STDOUT", 5)
+    49
+    """
+    depth = 0
+    try:
+        for kind, start, _end in lexemes(text, i):
+            if kind == "other" and text[start] in "()":
+                depth += 1 if text[start] == "(" else -1
+                if depth == 0:
+                    return start
+    except _Unterminated:
+        return -1
+    return -1
 
 
 def check_dollar_quotes(text: str, tokens: list[Token]) -> None:

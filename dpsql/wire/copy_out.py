@@ -31,12 +31,12 @@ True
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpsql.errors import InvalidParameter, PrivacyViolation, SqlSyntaxError, UnsupportedSql
+from dpsql.sql.dollar_quotes import matching_paren
 from dpsql.wire.sql_tokens import Tok, scan, skip_space
 
 _I16 = struct.Struct("!h")
@@ -66,47 +66,6 @@ def _tokens(text: str) -> list[Tok]:
     return toks
 
 
-def _matching_paren(text: str, i: int) -> int:
-    """The index of the ``)`` closing the ``(`` at ``i`` (strings, quoted names, dollar quotes
-    and comments skipped); -1 when there is none."""
-    depth = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if c == "(":
-            depth += 1
-        elif c == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-        elif c == "'" or c == '"':
-            backslash = c == "'" and i > 0 and text[i - 1] in "Ee"
-            i += 1
-            while i < n:
-                if backslash and text[i] == "\\":
-                    i += 2
-                    continue
-                if text[i] == c:
-                    if i + 1 < n and text[i + 1] == c:
-                        i += 2
-                        continue
-                    break
-                i += 1
-        elif c == "$":
-            m = re.match(r"\$[A-Za-z_]*\$", text[i:])
-            if m is not None:
-                end = text.find(m.group(0), i + len(m.group(0)))
-                if end < 0:
-                    return -1
-                i = end + len(m.group(0))
-                continue
-        elif text.startswith("--", i) or text.startswith("/*", i):
-            i = skip_space(text, i)
-            continue
-        i += 1
-    return -1
-
-
 def parse_copy(text: str) -> CopyStatement | None:
     """``text`` as a ``COPY ... TO STDOUT``; None when it is not a COPY to the client (any
     other statement, or ``COPY ... FROM``: the engine refuses it in its own words).
@@ -122,7 +81,7 @@ def parse_copy(text: str) -> CopyStatement | None:
     i = skip_space(text, i + 4)
     table: str | None = None
     if i < len(text) and text[i] == "(":
-        end = _matching_paren(text, i)
+        end = matching_paren(text, i)
         if end < 0:
             return None  # the engine's syntax error
         query = text[i + 1 : end].strip()

@@ -91,6 +91,24 @@ def test_public_copy_is_postgresqls(
     assert _copy(conn, statement) == truth
 
 
+# a ")" inside a dollar quote whose tag has a digit or a non-ASCII letter, and inside a nested
+# comment: the query ends where PostgreSQL's lexer ends it (was cut there: 42601)
+DOLLARS = (
+    "SELECT code, $a1$)$a1$ AS d1, $é$ ) ( $é$ AS d2 /* ) /* ( */ ) */, $_9$'$_9$ AS d3 "
+    "FROM regions ORDER BY code"
+)
+
+
+def test_public_copy_with_dollar_quotes_is_postgresqls(
+    conn: psycopg.Connection[Any], demo_dsn: str
+) -> None:
+    statement = f"COPY ({DOLLARS}) TO STDOUT WITH (FORMAT csv, HEADER)"
+    with psycopg.connect(demo_dsn, autocommit=True) as pg:
+        truth = _copy(pg, statement)
+    assert truth.startswith(b"code,d1,d2,d3\n") and b") ( " in truth
+    assert _copy(conn, statement) == truth
+
+
 @pytest.mark.parametrize(
     ("statement", "sqlstate"),
     [
