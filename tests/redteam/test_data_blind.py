@@ -75,12 +75,19 @@ class Leaky(Blind):
 SETUP = """
 CREATE TABLE regions (code text, n numeric);
 INSERT INTO regions VALUES ('N', 2), ('S', 3), ('E', 0);
-CREATE TABLE t (u integer NOT NULL, region text, x numeric, y numeric, d date, k integer);
+CREATE TABLE t (u integer NOT NULL, region text, x numeric, y numeric, d date, k integer,
+  q integer, ts timestamp, tz timestamptz);
 INSERT INTO t SELECT u % 40, CASE WHEN u % 2 = 0 THEN 'N' ELSE 'S' END, u % 7, (u % 5) - 2,
-  DATE '2025-01-01' + (u % 30), u % 3 FROM generate_series(1, 120) u;
+  DATE '2025-01-01' + (u % 30), u % 3, 1 + u % 5, TIMESTAMP '2025-01-01 05:00' + (u % 30) * INTERVAL
+  '1 day', TIMESTAMPTZ '2025-01-01 05:00+00' + (u % 30) * INTERVAL '1 day'
+  FROM generate_series(1, 120) u;
 """
 # one more person: 50 rows, extreme values, in region E (empty in D), in June (empty in D)
-PERSON = "INSERT INTO t SELECT 999, 'E', 10, -10, DATE '2025-06-01', 1 FROM generate_series(1, 50)"
+# (keys from bounds: q at 10, none in D, past its bounds and NULL; times late in a day, in June, and
+# past the bounds)
+PERSON = """INSERT INTO t SELECT 999, 'E', 10, -10, DATE '2025-06-01', 1,
+  (ARRAY[10, 11, NULL])[1 + i % 3], TIMESTAMP '2025-06-01 23:59:59.999' + (i % 3) * INTERVAL '1 year',
+  TIMESTAMPTZ '2025-06-01 23:30+00' + (i % 3) * INTERVAL '1 year' FROM generate_series(1, 50) i"""
 STATEMENTS = [
     "SELECT COUNT(*) FROM t",
     "SELECT region, COUNT(*), SUM(y), AVG(x) FROM t GROUP BY region",
@@ -95,6 +102,15 @@ STATEMENTS = [
     "GROUP BY region",
     "SELECT 'all', COUNT(*) FROM t UNION ALL SELECT region, SUM(y) FROM t GROUP BY region",
     "SELECT (SELECT COUNT(*) FROM t WHERE k = 1) a, (SELECT AVG(x) FROM t WHERE region = 'E') b",
+    # keys from the declared bounds (bi26 f79d4bc): a bare bounded integer, date(d), the weeks and
+    # months of a timestamp and a timestamptz; a MEDIAN by them (acc26 ee01d54)
+    "SELECT q, COUNT(*), SUM(x) FROM t GROUP BY q",
+    "SELECT q, AVG(y) FROM t WHERE q > 6 GROUP BY q ORDER BY COUNT(*) DESC LIMIT 3",
+    "SELECT date(d), COUNT(*) FROM t WHERE date(d) BETWEEN '2025-05-28' AND '2025-06-03' GROUP BY 1",
+    "SELECT date_trunc('week', ts + interval '1 day') - interval '1 day' AS w, COUNT(*), SUM(y) "
+    "FROM t GROUP BY 1",
+    "SELECT CAST(tz + interval '1 month' AS date) AS m, COUNT(*) FROM t GROUP BY 1",
+    "SELECT q, percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM t WHERE q <= 3 GROUP BY q",
 ]
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC|release \d+")
 
@@ -110,6 +126,9 @@ def neighbours(
         "y": {"type": "numeric", "bounds": [-10, 10]},
         "d": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
         "k": {"type": "integer", "keys": [0, 1, 2]},
+        "q": {"type": "integer", "bounds": [1, 10]},
+        "ts": {"type": "timestamp", "bounds": ["2025-01-01 00:00:00", "2025-12-31 00:00:00"]},
+        "tz": {"type": "timestamptz", "bounds": ["2025-01-01 00:00:00", "2025-12-31 00:00:00"]},
     }
     pf = make_policy(  # rows and groups per unit: auto (chosen from the data, or the fallback)
         "blind",
@@ -134,11 +153,13 @@ def neighbours(
         led.close()
 
 
-def seen(engine: Engine, ledger: Ledger, sql: str) -> tuple[Any, ...]:
+def seen(engine: Engine, ledger: Ledger, sql: str, zone: str = "UTC") -> tuple[Any, ...]:
     """Everything the analyst sees of ``sql``: the rows, notices and charge, or the refusal's
     SQLSTATE and words; and the releases it recorded (release ids and times left out)."""
     before = len(ledger.history("analyst"))
-    session = SessionContext("analyst", Fraction(1), show_intervals=True)
+    session = SessionContext(
+        "analyst", Fraction(1), show_intervals=True, settings={"TimeZone": zone}
+    )
     try:
         res = engine.execute(engine.prepare(sql, "analyst"), session)
         got: tuple[Any, ...] = (
@@ -151,13 +172,20 @@ def seen(engine: Engine, ledger: Ledger, sql: str) -> tuple[Any, ...]:
     return (*got, len(ledger.history("analyst")) - before)
 
 
-def _pair(neighbours: list[tuple[str, Any, Engine, Ledger]], source: str, sql: str) -> list[Any]:
-    return [seen(e, led, sql) for name, _, e, led in neighbours if name == source]
+def _pair(
+    neighbours: list[tuple[str, Any, Engine, Ledger]], source: str, sql: str, zone: str = "UTC"
+) -> list[Any]:
+    return [seen(e, led, sql, zone) for name, _, e, led in neighbours if name == source]
 
 
 CASES = [("fallback", sql) for sql in STATEMENTS] + [
     ("bucket", STATEMENTS[i])
-    for i in (1, 4, 8, 10)  # a bound chosen: the flat and tree paths
+    for i in (1, 4, 8, 10, 12, 15, 17)  # a bound chosen: the flat and tree paths
+]
+ZONE = "America/New_York"  # the session's zone moves a timestamptz's days and months
+ZONED = [
+    STATEMENTS[16],
+    "SELECT date(tz) AS day, COUNT(*) FROM t WHERE tz < '2025-01-08' GROUP BY 1",
 ]
 
 
@@ -169,7 +197,16 @@ def test_neighbours_see_the_same_when_the_noise_ignores_the_data(
     assert d == d2
 
 
-@pytest.mark.parametrize("sql", [STATEMENTS[1], STATEMENTS[10]])
+@pytest.mark.parametrize("sql", ZONED)
+def test_neighbours_see_the_same_in_another_time_zone(
+    neighbours: list[tuple[str, Any, Engine, Ledger]], sql: str
+) -> None:
+    d, d2 = _pair(neighbours, "fallback", sql, ZONE)
+    assert d == d2
+    assert d[0] != _pair(neighbours, "fallback", sql)[0][0]  # the zone moved the keys
+
+
+@pytest.mark.parametrize("sql", [STATEMENTS[1], STATEMENTS[10], STATEMENTS[12]])
 def test_the_comparison_tells_a_leaky_source_apart(
     neighbours: list[tuple[str, Any, Engine, Ledger]], sql: str
 ) -> None:
