@@ -128,27 +128,27 @@ def avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str
         return ""
     where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
     what = "average" if s.func == "avg" else "spread"
-    # SQL sorts NULL above every value: ORDER BY AVG(x) DESC LIMIT 5 lists these groups first
-    # (PostgreSQL's default NULLS FIRST for DESC): expected SQL, not a top 5 (newcomer23 #5)
-    order = (
-        " The statement's ORDER BY ... DESC lists such groups first, as PostgreSQL sorts NULL "
-        "above every value (write DESC NULLS LAST for a top-N of the groups with an answer)."
-        if a.group_keys and nulls_first_desc(a)
-        else ""
-    )
     return (
         f" It is NULL {where}".rstrip()
         + f": the noisy count of rows there came out below 1, so no {what} is released "
-        "(too few rows for this epsilon)." + order
+        "(too few rows for this epsilon)." + nulls_first_note(a)
     )
 
 
-def nulls_first_desc(a: Analysis) -> bool:
-    """The statement orders by some output DESC with NULLs first (PostgreSQL's default for
-    DESC; not written NULLS LAST)."""
+def nulls_first_note(a: Analysis) -> str:
+    """Where some groups' value is NULL: the sentence saying that the statement's ORDER BY ...
+    DESC lists them first, when a grouped statement orders by some output DESC with NULLs first
+    (PostgreSQL's default for DESC; not written NULLS LAST); '' otherwise. SQL sorts NULL above
+    every value, so ORDER BY AVG(x) DESC LIMIT 5 lists such groups first: expected SQL, not a
+    top 5 (newcomer23 #5)."""
     order = a.outer.args.get("order")
     terms = order.expressions if order is not None else []
-    return any(t.args.get("desc") and t.args.get("nulls_first") for t in terms)
+    if not a.group_keys or not any(t.args.get("desc") and t.args.get("nulls_first") for t in terms):
+        return ""
+    return (
+        " The statement's ORDER BY ... DESC lists such groups first, as PostgreSQL sorts NULL "
+        "above every value (write DESC NULLS LAST for a top-N of the groups with an answer)."
+    )
 
 
 def _avg_why_wide(

@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
-from dpsql.execute.accuracy_avg import avg_line, avg_nulls, nulls_first_desc
+from dpsql.execute.accuracy_avg import avg_line, avg_nulls, nulls_first_note
 from dpsql.execute.accuracy_few import open_rows, open_text, reach, reach_text, unseen, unseen_text
 from dpsql.execute.accuracy_lead import lead_bound, low_lead
 from dpsql.execute.accuracy_words import (
@@ -331,17 +331,11 @@ def _unclear_line(
     where = f" in {k} of {plural(len(vals), 'group')}" if a.group_keys else ""
     what = "median" if mech.quantile == Fraction(1, 2) else f"{float(mech.quantile):g} quantile"
     kept = "" if a.one_row_per_unit or a.unique_unit else " kept by the contribution bounds"
-    order = (
-        " The statement's ORDER BY ... DESC lists such groups first, as PostgreSQL sorts NULL "
-        "above every value (write DESC NULLS LAST for a top-N of the groups with an answer)."
-        if a.group_keys and nulls_first_desc(a)
-        else ""
-    )
     return (
         f"{s.sql} is NULL{where}, with its _low/_high interval columns: a noisy count of the rows "
         f"it ranks{kept} (a tenth of its budget) came out below {need:,} there, too few for a "
         f"clear {what} at this epsilon (its answer would be the noise of the selection, anywhere "
-        "in the range). Raise dpsql.epsilon, or group less finely." + order
+        "in the range). Raise dpsql.epsilon, or group less finely." + nulls_first_note(a)
     )
 
 

@@ -245,3 +245,25 @@ def test_an_average_at_a_chosen_clamp_names_it(demo_dsn: str, demo_policy_auto: 
         "declare clamp: bounds for income in the policy",
     ):
         assert what in line, (what, line)
+
+
+def test_null_medians_say_how_order_by_desc_sorts_them(
+    demo_dsn: str, demo_policy: Any, exact_noise: Any
+) -> None:
+    """The quantile's NULL groups (a noisy count of ranked rows below the threshold: at zero
+    noise races 5-9, fewer than 63 rows) get the same ORDER BY ... DESC sentence as an AVG's,
+    from the same function; not where the statement writes NULLS LAST."""
+    e = Engine(demo_policy, demo_dsn, pool_size=1, noise=exact_noise)
+    try:
+        lines = []
+        for sql in (
+            "SELECT race, MEDIAN(age) AS m FROM pums GROUP BY race ORDER BY m DESC",
+            "SELECT race, MEDIAN(age) AS m FROM pums GROUP BY race ORDER BY m DESC NULLS LAST",
+        ):
+            r = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+            lines.append(next(n for n in r.notices if n.startswith("MEDIAN(age) is NULL")))
+    finally:
+        e.close()
+    said = "ORDER BY ... DESC lists such groups first"
+    assert said in lines[0] and "DESC NULLS LAST" in lines[0], lines[0]
+    assert said not in lines[1], lines[1]
