@@ -13,8 +13,16 @@ from dpsql.dp.bounds import COUNT_SHARE, TailRank, integer_grid
 from dpsql.dp.quantiles import round_down
 from dpsql.execute.auto_bounds import Pending, item_mechanism, slice_epsilon
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bound_types import DECLARED, AutoBounds, AutoItem, ChosenBound, total_label
-from dpsql.sql.auto_bounds import AUTO_SHARE, rows_ceiling
+from dpsql.sql.auto_bound_types import (
+    DECLARED,
+    RATIO_ROWS,
+    TOTAL_ROWS,
+    AutoBounds,
+    AutoItem,
+    ChosenBound,
+    total_label,
+)
+from dpsql.sql.auto_bounds import AUTO_SHARE, rows_ceiling, wider_value
 
 
 def in_terms(text: str, unit: str) -> str:
@@ -244,18 +252,75 @@ def explain_text(p: Pending, epsilon: Fraction, unit: str = "unit") -> str:
 
 
 def _explain_text(p: Pending, epsilon: Fraction) -> str:
+    """Each bound the statement will run with, and where it comes from, as the server takes it
+    (newcomer26 #14: "1 row per unit per group ... (stored or declared: free)" named a rule of
+    dpsql's as if the policy declared it or an earlier statement had stored it): set by a rule
+    without the data, stored by an earlier statement (reused free), or chosen from the data
+    when the statement runs (and what that costs)."""
     parts = []
-    known = p.known.describe()
-    if known:
-        parts.append(f"{known} (stored or declared: free)")
+    # R reads "per group" where the notice's would: a G is among the statement's bounds
+    per_group = p.known.get("groups") is not None or any(it.kind == "groups" for it in p.missing)
+    by_origin: dict[str, list[ChosenBound]] = {}
+    for c in p.known.chosen:
+        by_origin.setdefault(_origin(c), []).append(c)
+    for origin, cs in by_origin.items():
+        text = AutoBounds(tuple(cs)).describe(per_group=per_group)
+        if not text:  # R not bounded apart (an L1 cap over groups): the rule alone says why
+            parts.append(f"all of a unit's rows in a group ({origin})")
+        else:
+            parts.append(f"{text} ({origin})")
     if p.missing:
         what = ", ".join(it.label for it in p.missing)
+        wider = p.wider is not None and any(wider_value(it, p.wider) for it in p.missing)
+        instead = (
+            f"rows and groups keep the table's own {_rows_text(p.wider)} (stored by an earlier "
+            "SELECT COUNT(*) over the whole table), the others their default"
+            if wider
+            else "it keeps its default"
+        )
         parts.append(
             f"{what}: chosen from the data when the statement runs, with epsilon "
             f"{float(slice_epsilon(epsilon, p)):.4g} of its {float(epsilon):.4g} (the plan "
             "below gets the rest; until chosen it shows each at its default: 1 row, 1 group, "
-            "the declared range, one row's worth over all groups; so do its errors)"
+            "the declared range, one row's worth over all groups; so do its errors; where a "
+            f"noisy count finds too few units to choose one, {instead})"
         )
     if p.known.fallback:
         parts.append(p.known.fallback)
     return "; ".join(parts)
+
+
+RULE_WORDS = {
+    RATIO_ROWS: "dpsql's rule for per-group averages and spreads, which 1 row per unit in a "
+    "group gives the least noise",
+    TOTAL_ROWS: "dpsql's rule for per-group counts and sums: a cap on what a unit adds over all "
+    "its groups bounds them instead",
+}
+"""A rule's words where EXPLAIN names it (the notice's own words otherwise)."""
+
+
+def _origin(c: ChosenBound) -> str:
+    """Where a bound EXPLAIN shows comes from, in the user's terms (nothing here is spent)."""
+    if c.rule:
+        return f"{RULE_WORDS.get(c.rule, c.rule)}; set without the data, free"
+    if c.reused and c.wider:
+        return (
+            "the table's own rows per unit over all its rows, stored by an earlier statement "
+            "and reused free: an earlier count of units, at the epsilon this choice gets here, "
+            "found too few to choose them for these rows"
+        )
+    if c.reused and c.fallback:
+        return (
+            "the fixed defaults: an earlier statement's count of units, at the epsilon this "
+            "choice gets here, found too few to choose it; that count is reused free"
+        )
+    if c.reused:
+        return (
+            "chosen from the data by an earlier statement over the same rows: stored, reused free"
+        )
+    return "free"
+
+
+def _rows_text(v: Fraction | None) -> str:
+    r = "" if v is None else f"{float(v):,.4g}"
+    return f"{r} row{'' if r == '1' else 's'} per unit"

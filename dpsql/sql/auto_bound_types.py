@@ -125,8 +125,10 @@ class AutoBounds:
                 return c
         return None
 
-    def describe(self) -> str:
-        """The chosen bounds in words (the notice and EXPLAIN)."""
+    def describe(self, per_group: bool | None = None) -> str:
+        """The chosen bounds in words (the notice and EXPLAIN); ``per_group``: whether R is per
+        group (default: when a G is among them; EXPLAIN describes a part of a statement's
+        bounds, whose G may be in another part)."""
         parts = []
         rows, groups = self.get("rows"), self.get("groups")
         totals = any(c.kind == "total" for c in self.chosen)
@@ -136,7 +138,7 @@ class AutoBounds:
             and not (totals and rows.rule == DECLARED_TOTAL)
         ):
             r = _num(rows.value)
-            per = " per group" if groups else ""
+            per = " per group" if (groups is not None if per_group is None else per_group) else ""
             parts.append(f"{r} row{'' if r == '1' else 's'} per unit{per}")
         for c in self.chosen:
             if c.kind == "total":

@@ -251,7 +251,7 @@ def test_a_cancelled_statements_chosen_bounds_are_reused_by_its_retry(
             engine.prepare(f"EXPLAIN {sql}", "analyst"), SessionContext("analyst")
         )
         plan = "\n".join(str(r[0]) for r in explain.rows)
-        assert "(stored or declared: free)" in plan and "when the statement runs" not in plan, plan
+        assert "reused free" in plan and "when the statement runs" not in plan, plan
         retry = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
     finally:
         engine.close()

@@ -135,14 +135,23 @@ def test_explain_shows_the_choice_before_and_after(charged: tuple[Engine, Ledger
         return "\n".join(r[0] for r in ask(engine, f"EXPLAIN {sql}").rows)
 
     before = explain()
-    assert "Auto bounds: 5 groups per user_id (stored or declared: free)" in before  # 5 categories
+    # 5 categories: G set from the declared keys, named so (not as stored: nothing is yet)
+    assert "5 groups per user_id (from the declared keys; set without the data, free)" in before
+    assert "stored" not in before.split("Auto bounds: ")[1].split("\n")[0]
     # per-group SUM: one L1 cap over a unit's groups, not R and a clamp
     assert "amount summed per user_id over all its groups: chosen from the data when" in before
     assert bound_releases(ledger) == []  # EXPLAIN spends nothing
     notice = ask(engine, sql).notices[0]
     after = explain()
     chosen = notice.split("contribution bounds: ")[1].split(" (")[0]
-    assert f"Auto bounds: {chosen} (stored or declared: free)" in after, (notice, after)
+    line = after.split("Auto bounds: ")[1].split("\n")[0]
+    for bound in chosen.split(", "):  # each bound the statement ran with, in EXPLAIN now
+        assert bound in line, (notice, after)
+    assert (
+        "(chosen from the data by an earlier statement over the same rows: stored, reused free)"
+        in line
+    )
+    assert "when the statement runs" not in line, line
     assert "amount summed to at most" in chosen and "5 groups per user_id" in chosen
     assert "per unit over all its groups at most: SUM " in after, after  # the plan's L1 cap
     assert "per user_id over all groups" in chosen and "rows per user_id" not in chosen

@@ -27,7 +27,8 @@ def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
     rep = explain(load_policy(POLICY), BY_CATEGORY, SESSION)
     assert "<= 5 groups" in rep.contribution and "<= 1 row per group" in rep.contribution
     assert rep.auto is not None
-    assert "5 groups per user_id (stored or declared: free)" in rep.auto
+    assert "5 groups per user_id (from the declared keys; set without the data, free)" in rep.auto
+    assert "1 row per user_id per group (dpsql's rule for per-group averages" in rep.auto
     assert "upper clamp of amount: chosen from the data" in rep.auto
     assert "epsilon 0.2 of its 1" in rep.auto and "no ledger is read" in rep.auto
     # the cost is what running it charges: the answer at 0.8 and the bound choice at 0.2
