@@ -117,6 +117,8 @@ def check_setting(key: str, value: str) -> str:
         return f"ISO, {order}"
     if key == "search_path":
         return search_path(value)
+    if key == "standard_conforming_strings":
+        return standard_strings(value)
     if key == "IntervalStyle" and v.lower() != "postgres":
         raise UnsupportedSql(f"IntervalStyle {value!r} is not supported", hint="use postgres")
     if key in _TIME_SETTINGS:
@@ -168,6 +170,26 @@ def search_path(value: str) -> str:
             'keep search_path = public (or "$user", public)',
         )
     return value
+
+
+def standard_strings(value: str) -> str:
+    r"""``standard_conforming_strings``: on only. dpsql reads a backslash in ``'...'`` as an
+    ordinary character, and so does the upstream (pinned on: :mod:`dpsql.upstream.settings`);
+    a session told off would write ``'n\\s'`` for n\s (a client escaping literals for the
+    setting it was told) or mean ``ns`` by ``'n\s'``, and dpsql would compare with another
+    string, silently.
+
+    >>> standard_strings("1")
+    'on'
+    """
+    if read_bool("standard_conforming_strings", value.strip()):
+        return "on"
+    raise UnsupportedSql(
+        "standard_conforming_strings = off is not supported: dpsql reads a backslash in "
+        "'...' as an ordinary character",
+        hint="keep standard_conforming_strings on, and write backslash escapes as E'...' "
+        "(E'it\\'s' or 'it''s')",
+    )
 
 
 _ISOLATIONS = ("serializable", "repeatable read", "read committed", "read uncommitted")

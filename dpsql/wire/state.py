@@ -103,7 +103,8 @@ class SessionState:
             # dpsql cannot honour refuses the connection instead of being dropped
             # (and a search_path: a connection for schema sales, PgJDBC's currentSchema, would
             # read public's tables silently)
-            self.settings[key] = check_setting(key, v) if key in ("DateStyle", "search_path") else v
+            checked = key in ("DateStyle", "search_path", "standard_conforming_strings")
+            self.settings[key] = check_setting(key, v) if checked else v
         self.settings["session_authorization"] = ctx.analyst
         self._initial = (dict(self.settings), self._privacy())
         self._begin: tuple[dict[str, str], tuple[Any, ...]] | None = None

@@ -61,3 +61,36 @@ def test_wire_reads_the_literal_as_parsed(off_dsn: str, demo_policy: Any, prepar
             rows = conn.execute(INJECTION, prepare=prepare).fetchall()
             assert not any("@" in str(r[0]) for r in rows), rows[:3]
             assert rows == []
+
+
+# A client that is told standard_conforming_strings = off writes a backslash in a string as two
+# (libpq's PQescapeStringConn, psycopg's client-side literals): dpsql, which reads every string as
+# standard, would then compare with another value (WHERE region = 'n\\s' matches no row: a count
+# of 0 where PostgreSQL, at off, reads n\s). So the session never takes off.
+OFF = ["SET standard_conforming_strings = off", "SET standard_conforming_strings TO false"]
+
+
+@pytest.mark.parametrize("sql", OFF)
+def test_the_session_refuses_standard_conforming_strings_off(
+    demo_dsn: str, demo_policy: Any, sql: str
+) -> None:
+    with (
+        served_engine(demo_policy, demo_dsn) as srv,
+        psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
+    ):
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as e:
+            conn.execute(sql)
+        assert "backslash" in str(e.value) and e.value.diag.message_hint
+        assert conn.info.parameter_status("standard_conforming_strings") == "on"
+        assert conn.execute("SHOW standard_conforming_strings").fetchone() == ("on",)
+        literal = psycopg.sql.Literal("n\\s").as_string(conn)
+        assert literal in ("'n\\s'", " E'n\\\\s'")  # one backslash, as dpsql reads it
+        conn.execute("SET standard_conforming_strings = on")  # the session goes on
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_connection_asking_for_off_is_refused(demo_dsn: str, demo_policy: Any) -> None:
+    with served_engine(demo_policy, demo_dsn) as srv:
+        dsn = analyst_dsn(srv.port) + " options='-c standard_conforming_strings=off'"
+        with pytest.raises(psycopg.OperationalError, match="standard_conforming_strings"):
+            psycopg.connect(dsn)
