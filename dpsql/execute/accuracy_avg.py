@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.dp.mechanisms import Gaussian, Laplace, Mechanism
 from dpsql.execute.accuracy_few import reach, reach_text
 from dpsql.execute.accuracy_words import (
     ESTIMATE_SHARE,
@@ -22,7 +22,7 @@ from dpsql.execute.accuracy_words import (
     total_removed,
     unclear_text,
 )
-from dpsql.execute.bias import Interval, Mechanism, Removed, TargetWidths, avg_widths
+from dpsql.execute.bias import Interval, Removed, TargetWidths, avg_widths
 from dpsql.execute.bounds_text import col_name, fmt, rows_text
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.bias import BiasPlan

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from dpsql.dp.mechanisms import Gaussian, Laplace
+from dpsql.dp.mechanisms import Laplace, Mechanism
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.errors import InternalError
 from dpsql.sql.analysis import Analysis, Statistic
@@ -37,7 +37,6 @@ from dpsql.sql.bias import BiasPlan, BiasTarget
 from dpsql.sql.plan import Plan
 
 Interval = tuple[float, float]
-Mechanism = Laplace | Gaussian
 ALARM = 1e-3  # the over-cap alarm's false-alarm probability per answer
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
-from dpsql.errors import DpsqlError, DuplicateTable, InvalidParameter, PrivacyViolation
+from dpsql.errors import DuplicateTable, InvalidParameter, PrivacyViolation, UpstreamError
 from dpsql.policy.model import Policy
 
 _PG_TYPES = {
@@ -250,9 +250,9 @@ def _ddl(conn: psycopg.Connection[Any], schema: str, table: str, replace: bool, 
     conn.execute(pgsql.SQL("CREATE TABLE {} ({})").format(ident, defs))
 
 
-def _table_error(name: str, e: psycopg.Error, after: str) -> DpsqlError:
+def _table_error(name: str, e: psycopg.Error, after: str) -> UpstreamError:
     diag = e.diag
-    return DpsqlError(
+    return UpstreamError(
         f"the release table {name} can't be written: {diag.message_primary or e}{after}",
         detail=diag.message_detail,
         hint="pass --replace to replace a table, choose another --to-table name, or ask the "
@@ -292,7 +292,7 @@ def write_pg_table(
     :func:`write_table`), in one transaction: a failure leaves the upstream as it was.
 
     Raises:
-        DpsqlError: PostgreSQL refused the write (its SQLSTATE and words).
+        UpstreamError: PostgreSQL refused the write (its SQLSTATE and words).
     """
     schema, table = parse_table_name(name)
     ident = pgsql.Identifier(schema, table)

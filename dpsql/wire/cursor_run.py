@@ -6,7 +6,7 @@ FETCH and MOVE walk it; CLOSE and the transaction's end drop it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from dpsql.errors import (
     DuplicateCursor,
@@ -56,7 +56,7 @@ def columns(p: Session, cur: CursorStatement) -> tuple[ResultColumn, ...]:
 
 
 def run_cursor(
-    p: Session, stmt: Statement, params: Sequence[Any], formats: tuple[int, ...] | None
+    p: Session, stmt: Statement, params: Sequence[object], formats: tuple[int, ...] | None
 ) -> Steps:
     """Run a cursor statement: its messages go out (``formats`` None: the simple protocol, the
     FETCH's RowDescription too, in the cursor's own format)."""
@@ -106,7 +106,7 @@ def _behind(pos: int, n: int, cur: CursorStatement) -> bool:
     return (n + 1 + count if count < 0 else count) < pos
 
 
-def _declare(p: Session, stmt: Statement, params: Sequence[Any]) -> Steps:
+def _declare(p: Session, stmt: Statement, params: Sequence[object]) -> Steps:
     cur = stmt.cursor
     assert cur is not None and cur.name is not None
     if not cur.hold and p.state.status != "T":

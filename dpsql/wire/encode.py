@@ -314,7 +314,7 @@ def _load_date_text(data: bytes) -> Any:
     return load(m.group(1) if m else data)
 
 
-def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> Any:
+def decode_param(data: bytes | None, oid: int, fmt: int, index: int) -> object:
     """Decode parameter ``$index`` (1-based) sent by the client.
 
     Raises:

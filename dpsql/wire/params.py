@@ -93,7 +93,7 @@ def _integer_oid(v: int) -> int:
     return 23 if -(2**31) <= v < 2**31 else 20 if -(2**63) <= v < 2**63 else 1700
 
 
-def upstream_param(value: Any) -> tuple[int, bytes | None]:
+def upstream_param(value: object) -> tuple[int, bytes | None]:
     """The (type OID, text) that makes PostgreSQL read parameter ``value`` exactly as it reads the
     literal :func:`dpsql.sql.bind.literal` inlines for it: a string is untyped (OID 0, typed by its
     context like ``'text'``), an integer (or a number written without a point or exponent) is
@@ -131,7 +131,7 @@ def upstream_param(value: Any) -> tuple[int, bytes | None]:
     raise InvalidParameter(f"parameters of type {type(value).__name__} are not supported")
 
 
-def upstream_params(values: Sequence[Any]) -> tuple[tuple[bytes | None, ...], tuple[int, ...]]:
+def upstream_params(values: Sequence[object]) -> tuple[tuple[bytes | None, ...], tuple[int, ...]]:
     """:func:`upstream_param` of each value: (texts, type OIDs)."""
     got = [upstream_param(v) for v in values]
     return tuple(t for _, t in got), tuple(o for o, _ in got)

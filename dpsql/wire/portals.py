@@ -34,7 +34,7 @@ class PreparedStatement:
 @dataclass(slots=True)
 class Portal:
     prepared: PreparedStatement
-    params: tuple[Any, ...]
+    params: tuple[object, ...]
     formats: tuple[int, ...]
     result: Result | Outcome | None = None
     pos: int = 0  # the next row's index; a cursor's: PostgreSQL's position (dpsql.wire.cursors)
@@ -65,7 +65,7 @@ def check_formats(formats: Sequence[int], ncols: int) -> None:
 
 def bind_params(
     prep: PreparedStatement, statement: str, pf: tuple[int, ...], values: tuple[bytes | None, ...]
-) -> tuple[Any, ...]:
+) -> tuple[object, ...]:
     """A Bind's parameter values decoded by the statement's types (``pf``: their formats), the
     statement's own only.
 

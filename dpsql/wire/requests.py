@@ -108,7 +108,7 @@ class Run(NamedTuple):  # a tuple: made once per statement run, on the hot path
     """
 
     statement: Statement
-    params: tuple[Any, ...]
+    params: tuple[object, ...]
     formats: tuple[int, ...] | None
     route: Route
 

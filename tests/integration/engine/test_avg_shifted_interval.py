@@ -46,10 +46,11 @@ from fractions import Fraction
 import psycopg
 import pytest
 
+from dpsql.dp.mechanisms import Mechanism
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute import noise as noise_module
-from dpsql.execute.bias import AvgWidths, Mechanism, exact_steps
+from dpsql.execute.bias import AvgWidths, exact_steps
 from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan

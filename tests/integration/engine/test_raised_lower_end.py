@@ -58,10 +58,11 @@ import numpy as np
 import psycopg
 import pytest
 
+from dpsql.dp.mechanisms import Mechanism
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute import bias as bias_module
-from dpsql.execute.bias import Mechanism, TargetWidths
+from dpsql.execute.bias import TargetWidths
 from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
