@@ -126,7 +126,7 @@ class Session:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
-    def send(self, msg: Any) -> None:
+    def send(self, msg: m.BackendMessage) -> None:
         self.ch.send(msg.encode())
 
     async def _run_engine(
