@@ -209,26 +209,35 @@ class Quantile(_PerGroup):
         values = self.midpoints()[chosen]
         return float(values[0]) if single else values
 
-    def end_utilities(self, counts: np.ndarray) -> np.ndarray:
+    def end_utilities(self, counts: np.ndarray, offsets: np.ndarray | None = None) -> np.ndarray:
         """d · u over B + 1 candidates for an interval end (``offset`` k != 0), shape (groups,
         B + 1): the target position moves k rows (t = q (n - 1) + k), and a virtual bucket of
         |k| + 1 rows is added past the end it moves towards (above hi for k > 0, below lo for
         k < 0), so a target beyond the data lands in it (the end is then hi, or lo). Virtual rows
-        are constants: the sensitivity argument is unchanged (Δu = R)."""
+        are constants: the sensitivity argument is unchanged (Δu = R).
+
+        ``offsets``: one k per group (each of ``offset``'s sign; public, or functions of a
+        release), the rows of the utilities of ``replace(self, offset=k)`` for each group's row,
+        computed at once (:func:`dpsql.execute.selected_measures.quantile_ends`)."""
         mat, _ = _as_matrix(counts)
-        k = abs(self.offset)
-        pad = np.full((mat.shape[0], 1), k + 1, dtype=np.int64)
+        off = np.full((mat.shape[0], 1), self.offset, dtype=np.int64)
+        if offsets is not None:
+            off = np.asarray(offsets, dtype=np.int64).reshape(-1, 1)
+            if off.shape[0] != mat.shape[0] or (np.sign(off) != np.sign(self.offset)).any():
+                raise ValueError("one offset per group, each of the end's sign")
+        k = np.abs(off)
+        pad = k + 1
         q = self.target
         a, d = q.numerator, q.denominator
         n = mat.sum(axis=1, keepdims=True)
-        if (int(n.max(initial=0)) + k + 1) * d >= 2**55:
+        if (int(n.max(initial=0)) + int(k.max(initial=0)) + 1) * d >= 2**55:
             raise ValueError("too many rows for exact quantile utilities")
         if self.offset > 0:
-            full, shift = np.hstack([mat, pad]), 0
-        else:
-            full, shift = np.hstack([pad, mat]), k + 1  # real positions move up by k + 1
+            full, moved = np.hstack([mat, pad]), off
+        else:  # real positions move up by k + 1
+            full, moved = np.hstack([pad, mat]), off + k + 1
         below = np.cumsum(full, axis=1) - full
-        target = a * np.maximum(n - 1, 0) + d * (self.offset + shift)
+        target = a * np.maximum(n - 1, 0) + d * moved
         gap = np.maximum(d * below - target, target - d * (below + full - 1))
         return np.asarray(-np.maximum(gap, 0), dtype=np.int64)
 

@@ -8,7 +8,6 @@ the engine's :class:`~dpsql.dp.noise_source.NoiseSource`'s (called by
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -232,18 +231,14 @@ def quantile_ends(
     out = np.zeros((len(hists), 2), dtype=np.float64)
     if not hists:
         return out
-    if left_out is None:
-        out[:, 0] = low_q.end_values(noise.pick(low_q, low_q.end_utilities(mat)))
-        out[:, 1] = high_q.end_values(noise.pick(high_q, high_q.end_utilities(mat)))
-        return out
-    q = high_q.target
-    for g in range(len(hists)):
-        d = Fraction(max(0.0, float(left_out[g]) + reach))
-        lo = replace(low_q, offset=low_q.offset - math.ceil((1 - q) * d))
-        hi = replace(high_q, offset=high_q.offset + math.ceil(q * d))
-        row = mat[g : g + 1]
-        out[g, 0] = lo.end_values(noise.pick(lo, lo.end_utilities(row)))[0]
-        out[g, 1] = hi.end_values(noise.pick(hi, hi.end_utilities(row)))[0]
+    lows = highs = None
+    if left_out is not None:  # each group's own offsets: one selection over all groups' rows
+        q = high_q.target  # (a row's candidates and coins are its own: the same law per group)
+        d = [Fraction(max(0.0, float(x) + reach)) for x in left_out[: len(hists)]]
+        lows = np.array([low_q.offset - math.ceil((1 - q) * x) for x in d], dtype=np.int64)
+        highs = np.array([high_q.offset + math.ceil(q * x) for x in d], dtype=np.int64)
+    out[:, 0] = low_q.end_values(noise.pick(low_q, low_q.end_utilities(mat, lows)))
+    out[:, 1] = high_q.end_values(noise.pick(high_q, high_q.end_utilities(mat, highs)))
     return out
 
 

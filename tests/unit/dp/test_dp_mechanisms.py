@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -348,3 +349,31 @@ def test_sum_reach_bounds_the_exact_tail(scale: Fraction, n: int, beta: float) -
     assert total[ks > t - n / 2].sum() <= beta  # the noise alone; snapping adds <= n / 2
     exact = float(ks[np.flatnonzero(np.cumsum(total) >= 1 - beta)[0]])
     assert t <= 2 * exact + n + 2, (t, exact)
+
+
+def test_end_utilities_with_offsets_per_group_are_each_groups_own() -> None:
+    """Quantile.end_utilities(counts, offsets) (quantile_ends: one selection over every group's
+    row, each with its own offset) equals, row for row, each group's end_utilities at its own
+    offset: the candidates and their exact utilities are the same, and permute-and-flip over
+    a matrix flips each row's own coins and picks among each row's own heads (one uniform per
+    row: quantiles.choose_among_heads), so every group's end has the same law as before."""
+    g = np.random.default_rng(11)
+    for _ in range(150):
+        buckets, groups = int(g.integers(1, 30)), int(g.integers(1, 7))
+        counts = g.integers(0, 40, (groups, buckets)) * (g.random((groups, buckets)) < 0.6)
+        q = Fraction(int(g.integers(0, 101)), 100)
+        r = int(g.integers(1, 30))
+        for sign in (1, -1):
+            end = Quantile(q, Fraction(1, 2), Fraction(0), Fraction(90), buckets,
+                           contribution_bound=r, offset=sign * int(g.integers(1, 60)))  # fmt: skip
+            offsets = sign * g.integers(1, 500, groups)
+            rows = [
+                replace(end, offset=int(k)).end_utilities(counts[i : i + 1])
+                for i, k in enumerate(offsets)
+            ]
+            assert (end.end_utilities(counts, offsets) == np.vstack(rows)).all()
+            same = np.full(groups, end.offset)
+            assert (end.end_utilities(counts, same) == end.end_utilities(counts)).all()
+    end = Quantile(Fraction(1, 2), Fraction(1), Fraction(0), Fraction(4), 4, offset=3)
+    with pytest.raises(ValueError, match="sign"):
+        end.end_utilities(np.ones((2, 4), dtype=np.int64), np.array([3, -3]))

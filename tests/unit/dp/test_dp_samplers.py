@@ -296,3 +296,97 @@ def test_mixed_law_catches_a_broken_reorder(
     the shifted classes' frequencies move by > 0.03 on 15,000 draws: > 8 standard deviations)."""
     monkeypatch.setattr(rng, "_bernoulli_exp_parts", twin)
     assert _mixed_law_p(rng.bernoulli_exp) <= ALPHA
+
+
+# U < exp(-q) read one byte at a time (rng._below_exp_neg): the integer part of every selection's
+# coins. Two checks: (1) given the same U (the same 64 bits), the answer is V >= q of the
+# geometric V that rng._geometric_exp1 computes from those bits (the old integer part), on words
+# chosen next to each threshold so that every byte position decides some of them; (2) the law,
+# exact two-sided binomial tests per q (Bonferroni over the q: false failure <= 1e-6), which two
+# broken twins fail (their p-values underflow to 0 in 3 runs measured: at q = 6 the first twin
+# expects ~160 heads of 25,000 where 62 are right, > 12 standard deviations).
+_Q = [1, 2, 3, 4, 6, 9, 45, 60]
+_PER_Q = 25_000
+
+
+def _msb_bytes_of(words: np.ndarray, q: np.ndarray) -> Callable[[int], np.ndarray]:
+    """A stand-in for rng._bytes serving U's bytes (U's first 64 bits: ``words``) in the order
+    _below_exp_neg reads them: byte b (most significant first) of the elements still tied with
+    their threshold after b bytes."""
+    table = rng._exp_neg_bytes()
+    raw = np.array([list(int(w).to_bytes(8, "big")) for w in words], dtype=np.uint8)
+    row = np.minimum(q, rng._GEO_TABLE)
+    state = {"todo": np.arange(words.size), "b": 0}
+
+    def serve(count: int) -> np.ndarray:
+        todo, b = state["todo"], state["b"]
+        assert count == todo.size
+        out = raw[todo, b]
+        state["todo"], state["b"] = todo[out == table[row[todo], b]], b + 1
+        return out
+
+    return serve
+
+
+def test_below_exp_neg_is_the_geometric_event_on_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    words_table = rng._exp_neg_table()
+    q, words = [], []
+    g = np.random.default_rng(7)
+    for v in range(1, 50):
+        t = int(words_table[min(v, rng._GEO_TABLE) - 1])
+        near = [t + s * (1 << (8 * b)) for b in range(8) for s in (-1, 1)]
+        near += [int(x) for x in g.integers(0, 2**63, 20)]
+        for w in near:
+            if 0 <= w < 2**64 and w != t:  # a tie is finished by fresh bits (tested above)
+                q.append(v)
+                words.append(w)
+    qa, wa = np.array(q, dtype=np.int64), np.array(words, dtype=np.uint64)
+    monkeypatch.setattr(rng, "_words", lambda count, wide: wa[:count].copy())
+    old = rng._geometric_exp1(wa.size) >= qa
+    monkeypatch.setattr(rng, "_bytes", _msb_bytes_of(wa, qa))
+    new = rng._below_exp_neg(qa)
+    assert (new == old).all()
+    assert 0 < int(old.sum()) < old.size  # both outcomes occur
+
+
+def _below_law_p(draw: Callable[[np.ndarray], np.ndarray]) -> float:
+    """The smallest Bonferroni-corrected exact binomial p-value of P(heads) = exp(-q) over _Q."""
+    q = np.tile(np.array(_Q, dtype=np.int64), _PER_Q)
+    heads = draw(q).reshape(_PER_Q, len(_Q)).sum(axis=0)
+    worst = min(
+        stats.binomtest(int(h), _PER_Q, math.exp(-v)).pvalue for v, h in zip(_Q, heads, strict=True)
+    )
+    return min(1.0, len(_Q) * worst)
+
+
+def test_below_exp_neg_follows_its_law() -> None:
+    assert _below_law_p(rng._below_exp_neg) > ALPHA
+
+
+def _twin_tie_heads(q: np.ndarray) -> np.ndarray:
+    """Broken twin: a first byte equal to the threshold's counts as heads (u <= f)."""
+    f = rng._exp_neg_bytes()[np.minimum(q, rng._GEO_TABLE), 0]
+    return np.asarray(rng._bytes(q.size) <= f)
+
+
+def _twin_low_byte_first(q: np.ndarray) -> np.ndarray:
+    """Broken twin: the threshold's bytes compared least significant first."""
+    table = rng._exp_neg_bytes()[:, ::-1]
+    row = np.minimum(q, rng._GEO_TABLE)
+    out = np.zeros(q.size, dtype=bool)
+    todo = np.arange(q.size)
+    for b in range(8):
+        u = rng._bytes(todo.size)
+        f = table[row[todo], b]
+        out[todo] = u < f
+        todo = todo[u == f]
+    return out
+
+
+@pytest.mark.parametrize("twin", [_twin_tie_heads, _twin_low_byte_first], ids=lambda f: f.__name__)
+def test_below_exp_neg_law_catches_a_broken_twin(
+    twin: Callable[[np.ndarray], np.ndarray],
+) -> None:
+    assert _below_law_p(twin) <= ALPHA
