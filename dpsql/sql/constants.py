@@ -25,6 +25,8 @@ from typing import Final
 
 from sqlglot import exp
 
+from dpsql.sql.formats import written_format
+
 
 class _Unknown:
     """A value dpsql can't compute exactly from the query text."""
@@ -264,7 +266,12 @@ def constant(node: exp.Expr | None) -> Const:
             return NULL  # to_date / to_timestamp are strict: NULL, never an error
         if not isinstance(value, str) or not isinstance(fmt, str):
             return UNKNOWN
-        if not isinstance(fmt_node, exp.Literal) or "%" not in fmt:
+        written = written_format(node)
+        if written is not None:  # the format PostgreSQL reads (sent as written)
+            if "%" in written:
+                return UNKNOWN  # a literal % in PostgreSQL's terms, not strftime's
+            fmt = pg_format(written)
+        elif not isinstance(fmt_node, exp.Literal) or "%" not in fmt:
             # PostgreSQL's pattern: ('YYYY-MM-DD')::varchar, or a bound $2 ('YYYY-MM-DD'); a
             # literal pattern sqlglot parsed is in strftime terms already ('%Y-%m-%d')
             fmt = pg_format(fmt)

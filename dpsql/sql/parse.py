@@ -24,6 +24,7 @@ from dpsql.errors import (
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
 from dpsql.sql.dollar_quotes import check_dollar_quotes
 from dpsql.sql.faithful import date_calls, mark_calls, quoted_strings, refuse_unreadable
+from dpsql.sql.formats import mark_formats
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
 from dpsql.sql.pg_reading import check_same_reading
@@ -408,6 +409,7 @@ def parse_statement(text: str) -> ParsedStatement:
     tree = fold_identifiers(date_calls(quoted_strings(found[0])))
     tree = fetch_as_limit(flatten_group_rows(tree))
     tree = mark_calls(tree, text, tokens if text is spelled_from else None)
+    tree = mark_formats(tree, text, tokens if text is spelled_from else None)
     return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
 
 
