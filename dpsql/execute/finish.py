@@ -22,7 +22,7 @@ from dpsql.execute import privacy_params
 from dpsql.execute.auto_bounds_text import keyed_groups
 from dpsql.execute.backend import Rows
 from dpsql.execute.flat_rounding import round_outputs
-from dpsql.execute.noise import Release, noise_widths
+from dpsql.execute.noise import Release
 from dpsql.execute.notices import guard_notices, interval_notices, plan_words
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
@@ -197,46 +197,14 @@ def _picked(
     keyed: bool,
 ) -> tuple[str, ...]:
     """The words for rows an ORDER BY ... LIMIT or a HAVING threshold picked by noisy values
-    (:mod:`dpsql.execute.picked_words`). Where a LIMIT / OFFSET cut rows, the rows not shown
-    are read from the same released arrays by the statement's outer query without them."""
-    from dpsql.execute.picked_words import Picked, cuts, ordered_stat, picked_notices
+    (:mod:`dpsql.execute.picked_run`, the ranked run's SQL memoized with the statement's)."""
+    from dpsql.execute.picked_run import picked, ranked_sql
 
-    if not isinstance(plan, Plan) or not rel.noise:
-        return ()  # (grouping sets' releases keep no noise intervals)
-    having = a.outer.args.get("where") is not None
-    if ordered_stat(a) is None and not having:
-        return ()
-    ranked = shown
-    # the rows a LIMIT / OFFSET cut (the ranked ones, or those a HAVING kept): none when every
-    # group is shown and no HAVING dropped one (no run needed)
-    if cuts(a) and (having or len(shown) < len(rel.groups)):
+    def text() -> str:
+        key = ("ranked", prepared.text, tuple(rel.key_types))
+        return memoized(engine.caches.sql, prepared, a, key, lambda: ranked_sql(a, rel))
 
-        def make() -> str:
-            q, _ = outer_query(a, rel.key_types, with_rid=True)
-            q.set("limit", None)
-            q.set("offset", None)
-            return outer_sql(q, copy=False)
-
-        text = memoized(
-            engine.caches.sql, prepared, a, ("ranked", prepared.text, tuple(rel.key_types)), make
-        )
-        arrays: list[list[Any]] = [[g[i] for g in rel.groups] for i in range(len(rel.key_types))]
-        arrays += [[row[j] for row in rel.stats] for j in range(len(a.statistics))]
-        arrays.append(list(range(len(rel.groups))))
-        params = {f"_dpsql_arr{i}": arr for i, arr in enumerate(arrays)}
-        try:
-            ranked = [r[-1] for r in engine.backend.run(text, params, private=False).rows]
-        except DpsqlError:  # (the words only: the answer stands)
-            return ()
-    from dpsql.execute.bias import target_of
-
-    widths: list[float | None] = []
-    for s in a.statistics:
-        b = target_of(s, plan)
-        one = len(s.measures) == 1 and not (b is not None and b.adds)  # (the fallback's: two)
-        w = noise_widths(plan, s.measures, conf) if one else None
-        widths.append(w[0] if w else None)
-    return picked_notices(a, rel, Picked(shown, ranked, conf, widths, keyed))
+    return picked(engine, a, rel, shown, plan, conf, keyed, text)
 
 
 def _output_texts(prepared: PrivateQuery, a: Analysis, names: Sequence[str]) -> list[str]:

@@ -104,6 +104,7 @@ def release_sets(
     intervals: list[list[tuple[float, float] | None]] = []
     derived: list[list[tuple[float, float] | None]] = []
     halves: list[list[float | None]] = []  # (presentation rounding: Release.half_widths)
+    noise: list[list[tuple[float, float] | None]] = []  # (Release.noise: picked_words)
     by_position: dict[int, Release] = {}
     notes: dict[str, None] = {}  # the sets' accuracy summaries, each line once, in order
     for sp, got, public in zip(plan.sets, rows, declared, strict=True):
@@ -127,9 +128,18 @@ def release_sets(
             intervals.append(list(rel.intervals[r]))
             derived.append(list(rel.derived[r]) if rel.derived else [])
             halves.append(list(half_widths(rel)[r]))
+            noise.append(list(rel.noise[r]) if rel.noise else [None] * len(rel.stats[r]))
     _quantiles_as_noticed(plan, intervals)
     return Release(
-        tuple(key_types), groups, stats, intervals, derived, confidence, tuple(notes), halves
+        tuple(key_types),
+        groups,
+        stats,
+        intervals,
+        derived,
+        confidence,
+        tuple(notes),
+        halves,
+        noise=noise if any(any(row) for row in noise) else [],
     )
 
 

@@ -23,6 +23,7 @@ from sqlglot import exp
 from dpsql.execute.accuracy_words import level_text
 from dpsql.execute.bounds_text import fmt
 from dpsql.execute.noise import Release
+from dpsql.execute.picked_keys import Key, key_of, reads_stats
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.wording import plain_sql, plural
 
@@ -45,15 +46,15 @@ class Picked:
     keyed: bool  # the groups' noise is sized for every declared key (auto_bounds_text.keyed_groups)
 
 
-def ordered_stat(a: Analysis) -> tuple[int, bool] | None:
-    """The statistic the statement's first ORDER BY term is (its index, descending), when a
-    LIMIT or OFFSET then cuts by it; None otherwise (an order by a key, an expression)."""
+def ordered_term(a: Analysis) -> exp.Ordered | None:
+    """The statement's first ORDER BY term when it reads released statistics (one, or an
+    expression of them) and a LIMIT or OFFSET then cuts by it; None otherwise (an order by a
+    key, no cut)."""
     order = a.outer.args.get("order")
     if order is None or not order.expressions or not cuts(a):
         return None
     term = order.expressions[0]
-    si = stat_of(a, term.this)
-    return None if si is None else (si, bool(term.args.get("desc")))
+    return term if isinstance(term, exp.Ordered) and reads_stats(a, term.this) else None
 
 
 def cuts(a: Analysis) -> bool:
@@ -62,22 +63,6 @@ def cuts(a: Analysis) -> bool:
     if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Var):
         limit = None  # LIMIT ALL
     return limit is not None or a.outer.args.get("offset") is not None
-
-
-def stat_of(a: Analysis, node: exp.Expr) -> int | None:
-    """The statistic index ``node`` (an ORDER BY or HAVING operand of the outer query) reads
-    as a whole: ``_dp._dp_s0``, an output's alias, or its position; None for anything else."""
-    outs = a.outer.expressions
-    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
-        k = int(node.this)
-        node = outs[k - 1] if 1 <= k <= len(outs) else node
-    elif isinstance(node, exp.Column) and not node.table:
-        node = next((o for o in outs if o.alias_or_name == node.name), node)
-    body = node.this if isinstance(node, exp.Alias) else node
-    if isinstance(body, exp.Column) and body.name.startswith("_dp_s") and body.name[5:].isdigit():
-        si = int(body.name[5:])
-        return si if si < len(a.statistics) else None
-    return None
 
 
 def picked_notices(a: Analysis, rel: Release, p: Picked) -> tuple[str, ...]:
@@ -98,10 +83,10 @@ def _overlap(x: Noise, y: Noise) -> bool:
     return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
 
 
-def _noise_text(p: Picked, si: int, pairs: bool = True) -> str:
-    """A statistic's noise in words: 'each ±48.5 at 95%', or its intervals' level."""
-    w = p.widths[si] if si < len(p.widths) else None
-    level = level_text(p.confidence)
+def _noise_text(confidence: float, key: Key, pairs: bool = True) -> str:
+    """A cut's noise in words: 'each ±48.5 at 95%', or its intervals' level."""
+    w = key.width
+    level = level_text(confidence)
     if not pairs:
         return f"±{fmt(w)} at {level}" if w is not None else f"their noise intervals at {level}"
     if w is None:
@@ -153,41 +138,82 @@ def _curse(high: bool, what: str) -> str:
 def _top(a: Analysis, rel: Release, p: Picked, cursed: bool) -> str:
     """ORDER BY a noisy value with LIMIT / OFFSET: which rows at the cut the noise may have
     swapped with rows not shown."""
-    got = ordered_stat(a)
-    if got is None or not p.shown:
+    term = ordered_term(a)
+    if term is None or not p.shown:
         return ""
-    si, desc = got
+    desc = bool(term.args.get("desc"))
+    nulls_first = term.args.get("nulls_first")
+    null_high = desc if nulls_first is None else bool(nulls_first) == desc
+    key = key_of(a, rel, term.this, p.widths, null_high)
+    if key is None:
+        return ""
     place = {rid: i for i, rid in enumerate(p.ranked)}
     if any(r not in place for r in p.shown):
         return ""
     # tied values may come in another order in the ranked run (a full sort, not the LIMIT's
     # top-N): the cut is at the OFFSET written, else where the rows shown start in it
-    off = _offset(a)
+    off = offset_of(a.outer)
     start = min(off, len(p.ranked)) if off is not None else min(place[r] for r in p.shown)
-    end = start + len(p.shown)
-    shown = set(p.shown)
+    cut = [a.outer.args.get("limit"), a.outer.args.get("offset")]
+    return cut_words(key, p.shown, p.ranked, start, term, cut, p.confidence, cursed, _advice(a, p))
+
+
+def cut_words(
+    key: Key,
+    shown_rows: Sequence[int],
+    ranked: Sequence[int],
+    start: int,
+    term: exp.Ordered,
+    cut: Sequence[exp.Expr | None],
+    confidence: float,
+    cursed: bool,
+    advice: str,
+    lead: str | None = None,
+) -> str:
+    """The words for rows ``shown_rows`` (ids into ``key``) of ``ranked`` (every row in the
+    order's order, before LIMIT / OFFSET: ``cut``), shown from position ``start``; "" where the
+    cut is clear of the noise. ``lead``: what picks them (default ``ORDER BY ... LIMIT n``)."""
+    shown = set(shown_rows)
+    first, final = shown_rows[0], shown_rows[-1]
+    end = start + len(shown_rows)
+    desc = bool(term.args.get("desc"))
+    nulls_first = term.args.get("nulls_first")
 
     def iv(rid: int) -> Noise:
-        return rel.noise[rid][si]
+        return key.noise[rid]
 
-    after = [r for r in p.ranked[start:] if r not in shown and _overlap(iv(p.shown[-1]), iv(r))]
-    before = [r for r in p.ranked[:start] if r not in shown and _overlap(iv(p.shown[0]), iv(r))]
-    n_after = sum(1 for r in p.ranked[start:] if r not in shown)
-    nxt = next((r for r in p.ranked[start:] if r not in shown), None)
-    if not after and not before:
-        return ""
-    s = a.statistics[si]
-    cut = [a.outer.args.get("limit"), a.outer.args.get("offset")]
+    after = [r for r in ranked[start:] if r not in shown and _overlap(iv(final), iv(r))]
+    before = [r for r in ranked[:start] if r not in shown and _overlap(iv(first), iv(r))]
+    n_after = sum(1 for r in ranked[start:] if r not in shown)
+    nxt = next((r for r in ranked[start:] if r not in shown), None)
+    nulls = (
+        ""
+        if nulls_first is None or bool(nulls_first) == desc
+        else " NULLS " + ("FIRST" if nulls_first else "LAST")
+    )  # (as written where it is not PostgreSQL's default)
     clause = " ".join(["DESC" if desc else "ASC", *(c.sql("postgres") for c in cut if c)])
+    clause = clause.replace(" ", nulls + " ", 1) if nulls else clause
 
     def val(rid: int) -> str:
-        return _value(rel.stats[rid][si])
+        return _value(key.values[rid])
 
     def some(k: int, n: int) -> str:
         if k == n:
             return "the row" if n == 1 else f"all {n:,} rows"
         return f"{k:,} of the {n:,} rows"
 
+    edge = {first, final, nxt, ranked[start - 1] if start else None}
+    if not after and not before and edge & key.unbounded:
+        return (
+            f"{lead or f'ORDER BY {key.text} {clause}'} picks rows by noisy values through an "
+            "expression whose noise dpsql cannot bound, so it cannot tell whether the cut is "
+            "within the noise: other groups may belong among the rows shown (ORDER BY the statistic "
+            "itself, or an arithmetic expression of statistics, gets words on its cut)."
+            + ("" if cursed else _curse(desc, "rows it picks"))
+            + advice
+        )
+    if not after and not before:
+        return ""
     last = (
         f"the {_ordinal(end)} row's" if not start else f"the last row's ({_ordinal(end)} in order)"
     )
@@ -195,32 +221,31 @@ def _top(a: Analysis, rel: Release, p: Picked, cursed: bool) -> str:
     parts = []
     if after:
         parts.append(
-            f"{last}, {val(p.shown[-1])}, is within the noise of "
+            f"{last}, {val(final)}, is within the noise of "
             f"{some(len(after), n_after)} it left out after it (the next: "
             f"{val(nxt if nxt is not None else after[0])}"
         )
     if before:
         parts.append(
-            f"the first row's, {val(p.shown[0])}, is within the noise of "
+            f"the first row's, {val(first)}, is within the noise of "
             f"{some(len(before), start)} its OFFSET skipped before it (the last: "
-            f"{val(p.ranked[start - 1])}"
+            f"{val(ranked[start - 1])}"
         )
-    inside = any(_overlap(iv(p.shown[k]), iv(p.shown[k + 1])) for k in range(len(p.shown) - 1))
-    order = (
-        f" The order of the {len(p.shown)} rows shown is within the noise too." if inside else ""
-    )
+    n = len(shown_rows)
+    inside = any(_overlap(iv(shown_rows[k]), iv(shown_rows[k + 1])) for k in range(n - 1))
+    order = f" The order of the {n} rows shown is within the noise too." if inside else ""
     return (
-        f"ORDER BY {s.sql} {clause} picks rows by a noisy value: "
-        + "; and ".join(f"{x}; {_noise_text(p, si)})" for x in parts)
+        f"{lead or f'ORDER BY {key.text} {clause}'} picks rows by a noisy value: "
+        + "; and ".join(f"{x}; {_noise_text(confidence, key)})" for x in parts)
         + f": other groups may belong among the rows shown.{order}"
         + ("" if cursed else _curse(desc, "rows it picks"))
-        + _advice(a, p)
+        + advice
     )
 
 
-def _offset(a: Analysis) -> int | None:
-    """The statement's OFFSET as a number (0 without one; None: not a constant)."""
-    off = a.outer.args.get("offset")
+def offset_of(q: exp.Expr) -> int | None:
+    """A query's OFFSET as a number (0 without one; None: not a constant)."""
+    off = q.args.get("offset")
     if off is None:
         return 0
     n = off.expression
@@ -242,9 +267,9 @@ def _threshold(node: exp.Expr) -> float | None:
     return -v if neg else v
 
 
-def _comparisons(a: Analysis) -> list[tuple[int, str, float]]:
-    """The outer WHERE's (the statement's HAVING) comparisons of one statistic with a constant,
-    ANDed: (statistic, operator with the statistic on its left, constant)."""
+def _comparisons(a: Analysis) -> list[tuple[exp.Expr, str, float]]:
+    """The outer WHERE's (the statement's HAVING) comparisons of a statistic (or an expression
+    of statistics) with a constant, ANDed: (its side, operator with it on its left, constant)."""
     where = a.outer.args.get("where")
     if where is None:
         return []
@@ -253,11 +278,11 @@ def _comparisons(a: Analysis) -> list[tuple[int, str, float]]:
         op = _OPS.get(type(c))
         if op is None:
             continue
-        si, t = stat_of(a, c.this), _threshold(c.expression)
-        if si is None or t is None:
-            si, t, op = stat_of(a, c.expression), _threshold(c.this), _FLIP[op]
-        if si is not None and t is not None:
-            out.append((si, op, t))
+        side, t = c.this, _threshold(c.expression)
+        if not reads_stats(a, side) or t is None:
+            side, t, op = c.expression, _threshold(c.this), _FLIP[op]
+        if reads_stats(a, side) and t is not None:
+            out.append((side, op, t))
     return out
 
 
@@ -267,14 +292,20 @@ def _having(a: Analysis, rel: Release, p: Picked) -> list[tuple[str, str]]:
     comps = _comparisons(a)
     out = []
     kept = set(p.ranked)
-    for si, op, t in comps:
-        near = [r for r in range(len(rel.groups)) if _contains(rel.noise[r][si], t)]
+    for side, op, t in comps:
+        key = key_of(a, rel, side, p.widths)
+        if key is None:
+            continue
+        near = [r for r in range(len(rel.groups)) if _contains(key.noise[r], t)]
         if not near:
             continue
-        s = a.statistics[si]
         k = [r for r in near if r in kept]
         dropped = len(near) - len(k) if len(comps) == 1 and _single(a) else 0
-        sides = [f"{plural(len(k), 'group')} kept ({_named(rel, k, si)})" if k else ""]
+        sides = [
+            f"{plural(len(k), 'group')} kept ({_named(rel, k, key, len(a.group_keys))})"
+            if k
+            else ""
+        ]
         sides.append(f"{plural(dropped, 'group')} left out" if dropped else "")
         which = " and ".join(x for x in sides if x)
         if not which:
@@ -282,9 +313,9 @@ def _having(a: Analysis, rel: Release, p: Picked) -> list[tuple[str, str]]:
         one = len(k) + dropped == 1
         out.append(
             (
-                f"HAVING {s.sql} {op} {fmt(t)} picks groups by a noisy value: {which} "
+                f"HAVING {key.text} {op} {fmt(t)} picks groups by a noisy value: {which} "
                 f"{'lies' if one else 'lie'} within the noise of {fmt(t)} "
-                f"({_noise_text(p, si, False)}): in the data {'it' if one else 'each'} may be on "
+                f"({_noise_text(p.confidence, key, False)}): in the data {'it' if one else 'each'} may be on "
                 "the other side of it.",
                 _curse(op.startswith(">"), "groups it keeps"),
             )
@@ -301,13 +332,13 @@ def _contains(iv: Noise, t: float) -> bool:
     return iv is not None and iv[0] <= t <= iv[1]
 
 
-def _named(rel: Release, rids: Sequence[int], si: int) -> str:
-    """Up to three groups by their keys and answers: 'W: 1,800,860'."""
+def _named(rel: Release, rids: Sequence[int], key: Key, n: int) -> str:
+    """Up to three groups by their ``n`` keys and answers: 'W: 1,800,860'."""
 
-    def key(r: int) -> str:
-        ks = [str(k) for k in rel.groups[r]]
+    def group(r: int) -> str:  # (grouping sets: the keys without the set's number)
+        ks = ["NULL" if k is None else str(k) for k in rel.groups[r][:n]]
         return ", ".join(ks) if ks else "the one row"
 
-    shown = [f"{key(r)}: {_value(rel.stats[r][si])}" for r in rids[:3]]
+    shown = [f"{group(r)}: {_value(key.values[r])}" for r in rids[:3]]
     more = f" and {len(rids) - 3} more" if len(rids) > 3 else ""
     return "; ".join(shown) + more

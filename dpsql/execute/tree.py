@@ -43,6 +43,7 @@ from dpsql.execute.tree_intervals import (
 from dpsql.execute.tree_leaves import LeafRun, declared_of
 from dpsql.execute.tree_notices import leaf_notices
 from dpsql.execute.tree_output_intervals import iv_plan, noisy_outputs, post_iv
+from dpsql.execute.tree_picked import tree_picked
 from dpsql.execute.tree_post import run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_proofs
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
@@ -173,6 +174,7 @@ def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
             fetch_stored.hint(e, _offers(stmt, sp, run))
         raise
     reported(fallbacks, prepared.fingerprint)
+    notices = (*notices, *tree_picked(engine, sp, run.plans, final, len(rows), confidence))
     outputs = noisy_outputs(engine, sp, run, ivplan)
     rows = round_rows([c.name for c in columns], rows, column_resolutions(outputs, final))
     return Result(

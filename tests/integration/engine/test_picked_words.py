@@ -38,7 +38,7 @@ def _run(e: Engine, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
 
 
 def _picked(notices: list[str]) -> list[str]:
-    return [n for n in notices if " picks rows by a noisy value" in n or " picks groups" in n]
+    return [n for n in notices if " picks rows by " in n or " picks groups" in n]
 
 
 CURSE = "(the winner's curse)"
@@ -140,7 +140,8 @@ def test_an_average_top_n_reads_its_noise_intervals(exact: Engine) -> None:
     assert [r[1] for r in rows] == [20000, 19000], rows
     (line,) = _picked(notices)
     assert line.startswith(
-        "ORDER BY AVG(income) DESC LIMIT 2 picks rows by a noisy value: the 2nd row's, 19,000, "
+        "ORDER BY AVG(income) DESC NULLS LAST LIMIT 2 picks rows by a noisy value: the 2nd row's, "
+        "19,000, "
         "is within the noise of 7 of the 14 rows it left out after it (the next: 12,000; their "
         "noise intervals at 95% overlap)"
     ), line
@@ -186,3 +187,113 @@ def test_groups_from_the_data_are_told_to_declare_keys(exact: Engine) -> None:
         "owner to declare the keys of income / 100000 (keys: in the policy: then no share of "
         "epsilon goes to choosing which groups to show)."
     ), line
+
+
+def test_a_wrapper_or_cte_of_released_values_says_so_too(exact: Engine) -> None:
+    """Property: a top-N or a HAVING over a derived table or CTE of released values (a BI
+    tool's wrapper, `WITH c AS (...) SELECT ... FROM c ORDER BY n DESC LIMIT 2`) is the same cut
+    as the flat statement's and gets the same words; the flattened query orders by the
+    statistic in parentheses. Fails before (no notice: `ORDER BY (n)` was not read as the
+    statistic)."""
+    flat = "SELECT category, COUNT(*) FROM purchases GROUP BY category ORDER BY 2 DESC LIMIT 2"
+    inner = "SELECT category, COUNT(*) AS n FROM purchases GROUP BY category"
+    _, want = _run(exact, flat)
+    for sql in (
+        f"SELECT category, n FROM ({inner}) t ORDER BY n DESC LIMIT 2",
+        f"WITH c AS ({inner}) SELECT * FROM c ORDER BY n DESC LIMIT 2",
+    ):
+        rows, notices = _run(exact, sql)
+        assert rows == [("electronics", 24247), ("books", 24216)]
+        assert _picked(notices) == _picked(want), (sql, notices)
+    rows, notices = _run(exact, f"WITH c AS ({inner}) SELECT category, n FROM c WHERE n > 24000")
+    assert len(rows) == 3
+    (having,) = _picked(notices)
+    assert having.startswith(
+        "HAVING COUNT(*) > 24,000 picks groups by a noisy value: 3 groups kept (books: 24,216; "
+        "clothing: 24,040; electronics: 24,247) and 2 groups left out lie within the noise"
+    ), having
+    _, far = _run(exact, f"SELECT * FROM ({inner}) t WHERE n > 10000")
+    assert _picked(far) == [], far
+
+
+def test_an_expression_of_statistics_cuts_by_its_noise_range(exact: Engine) -> None:
+    """Property: ORDER BY / HAVING an expression of statistics (arithmetic, a CASE, ln, sqrt)
+    decides the cut on the expression's range over its statistics' noise intervals: within the
+    noise it says so, naming the expression as written; clear of it, nothing. Fails before
+    (ORDER BY an expression was never read: no words)."""
+    base = "SELECT category, COUNT(*) FROM purchases GROUP BY category ORDER BY"
+    for order, text, nxt in (
+        ("-COUNT(*) LIMIT 2", "-COUNT(*) ASC LIMIT 2", "-24,040"),
+        ("COUNT(*) * 2 + 1 DESC LIMIT 2", "COUNT(*) * 2 + 1 DESC LIMIT 2", "48,081"),
+        ("ln(COUNT(*)) DESC LIMIT 2", "LN(COUNT(*)) DESC LIMIT 2", "10.0875"),
+        (
+            "CASE WHEN COUNT(*) > 0 THEN COUNT(*) END DESC LIMIT 2",
+            "CASE WHEN COUNT(*) > 0 THEN COUNT(*) END DESC LIMIT 2",
+            "24,040",
+        ),
+        # clothing's 24,040 is NULL (sorted last), but its noise reaches past 24,100
+        (
+            "CASE WHEN COUNT(*) > 24100 THEN COUNT(*) END DESC NULLS LAST LIMIT 2",
+            "CASE WHEN COUNT(*) > 24100 THEN COUNT(*) END DESC NULLS LAST LIMIT 2",
+            "NULL",
+        ),
+    ):
+        rows, notices = _run(exact, f"{base} {order}")
+        assert rows == [("electronics", 24247), ("books", 24216)], order
+        (line,) = _picked(notices)
+        assert line.startswith(f"ORDER BY {text} picks rows by a noisy value: the 2nd row's, "), (
+            line
+        )
+        assert f"is within the noise of all 3 rows it left out after it (the next: {nxt}; " in line
+        assert "their noise intervals at 95% overlap" in line, line
+    pums = "SELECT educ, COUNT(DISTINCT pid) FROM pums WHERE age BETWEEN 20 AND 29 GROUP BY educ"
+    for order in ("-COUNT(DISTINCT pid) LIMIT 3", "sqrt(COUNT(DISTINCT pid)) DESC LIMIT 3"):
+        rows, notices = _run(exact, f"{pums} ORDER BY {order}")  # 42, 40, 28 | 12: clear
+        assert [r[1] for r in rows] == [42, 40, 28] and _picked(notices) == [], notices
+    _, notices = _run(exact, f"{pums} ORDER BY power(COUNT(DISTINCT pid), 2) DESC LIMIT 3")
+    (line,) = _picked(notices)  # a function whose noise range dpsql does not know
+    assert line.startswith(
+        "ORDER BY POWER(COUNT(DISTINCT pid), 2) DESC LIMIT 3 picks rows by noisy values through "
+        "an expression whose noise dpsql cannot bound"
+    ), line
+    rows, notices = _run(
+        exact,
+        "SELECT category, SUM(amount) / COUNT(*) FROM purchases GROUP BY category "
+        "HAVING SUM(amount) / COUNT(*) > 76",
+    )
+    assert [r[0] for r in rows] == ["travel"], rows
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "HAVING SUM(amount) / COUNT(*) > 76 picks groups by a noisy value: 1 group kept (travel: "
+    ), line
+    assert "and 4 groups left out lie within the noise of 76 (their noise intervals at 95%)" in line
+
+
+def test_grouping_sets_cut_by_noisy_values_say_so(exact: Engine) -> None:
+    """Property: a top-N or a HAVING over GROUPING SETS / ROLLUP reads each set's rows at their
+    own noise: the ROLLUP's total (120,125) is clear of the categories below it (LIMIT 1: no
+    words), the next two are not (OFFSET 1 LIMIT 2); a HAVING names the groups it kept near its
+    threshold by their keys as the rows show them. Fails before (grouping sets' releases kept no
+    noise intervals: no words)."""
+    base = "SELECT category, COUNT(*) FROM purchases GROUP BY ROLLUP (category) ORDER BY 2 DESC"
+    rows, notices = _run(exact, f"{base} LIMIT 1")
+    assert rows == [(None, 120125)] and _picked(notices) == [], notices
+    rows, notices = _run(exact, f"{base} LIMIT 2 OFFSET 1")
+    assert rows == [("electronics", 24247), ("books", 24216)]
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "ORDER BY COUNT(*) DESC LIMIT 2 OFFSET 1 picks rows by a noisy value: the last row's (3rd "
+        "in order), 24,216, is within the noise of all 3 rows it left out after it (the next: "
+        "24,040; their noise intervals at 95% overlap)"
+    ), line
+    rows, notices = _run(
+        exact,
+        "SELECT category, region, COUNT(*) FROM purchases "
+        "GROUP BY GROUPING SETS ((category), (region)) HAVING COUNT(*) > 24000",
+    )
+    (having,) = _picked(notices)
+    assert having.startswith(
+        "HAVING COUNT(*) > 24,000 picks groups by a noisy value: 5 groups kept (books, NULL: "
+        "24,216; clothing, NULL: 24,040; electronics, NULL: 24,247 and 2 more) and 5 groups left "
+        "out lie within the noise of 24,000"
+    ), having

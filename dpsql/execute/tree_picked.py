@@ -1,0 +1,302 @@
+"""Rows picked by noisy values in a statement of several DP leaves (:mod:`dpsql.execute.tree`):
+the words of :mod:`dpsql.execute.picked_words` for
+
+* a leaf's own cut: a series limit's source (Superset's ``... JOIN (SELECT category ... ORDER BY
+  SUM(x) DESC LIMIT 5)``), a UNION leaf's HAVING or LIMIT: the leaf's release, its ranked run
+  (:mod:`dpsql.execute.picked_run`), said with the leaf's label;
+* the statement's own ORDER BY ... LIMIT / OFFSET over a UNION of leaves (``... UNION ALL ...
+  ORDER BY n DESC LIMIT 3``, or a SELECT over it): the rows are ranked by the post-processing
+  query without its LIMIT / OFFSET, each row's noise interval is that of the leaf value it
+  passes through (read by value from the leaves' released values of that column: where several
+  released values are equal, the hull of their intervals; where none is, no interval).
+
+Post-processing of the released values and their stored noise intervals only: nothing here
+reads a private row or is charged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from dpsql.errors import DpsqlError
+from dpsql.execute import picked_run
+from dpsql.execute.noise import Release
+from dpsql.execute.picked_keys import Key, number, stat_of
+from dpsql.execute.picked_words import cut_words, offset_of
+from dpsql.execute.tree_budget import LeafPlan
+from dpsql.execute.tree_post import post_sql
+from dpsql.sql.tree import Split, leaf_number
+
+if TYPE_CHECKING:
+    from dpsql.execute.context import EngineContext
+
+ADVICE = " For a sharper cut: raise dpsql.epsilon (the noise shrinks as it grows)."
+
+
+def tree_picked(
+    engine: EngineContext,
+    sp: Split,
+    plans: Sequence[LeafPlan],
+    releases: Sequence[Release],
+    shown: int,
+    conf: float,
+) -> tuple[str, ...]:
+    """The words for every cut by noisy values in the statement (module docstring); ``shown``:
+    how many rows it answered."""
+    out: list[str] = []
+    for i, (lp, rel) in enumerate(zip(plans, releases, strict=True)):
+        a = lp.analysis
+        label = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
+        text = functools.partial(picked_run.ranked_sql, a, rel)
+        words = picked_run.picked(engine, a, rel, None, lp, conf, False, text)
+        out += [f"{label}: {w}" for w in words]
+    top = _top(engine, sp, plans, releases, shown, conf, cursed=bool(out))
+    top = top or _ranked_window(engine, sp, plans, releases, conf, cursed=bool(out))
+    return (*out, top) if top else tuple(out)
+
+
+def _top(
+    engine: EngineContext,
+    sp: Split,
+    plans: Sequence[LeafPlan],
+    releases: Sequence[Release],
+    shown: int,
+    conf: float,
+    cursed: bool,
+) -> str:
+    post = sp.post
+    order = post.args.get("order")
+    cut = [post.args.get("limit"), post.args.get("offset")]
+    if order is None or not order.expressions or not any(cut) or not shown:
+        return ""
+    term = order.expressions[0]
+    start = offset_of(post)
+    if not isinstance(term, exp.Ordered) or start is None:
+        return ""
+    if not isinstance(term.this, (exp.Column, exp.Literal)):
+        return ""  # an expression: not a released value passed through
+    # the ranked run: the statement without its LIMIT / OFFSET over the same released rows
+    ranked_sp = dataclasses.replace(sp, post=_uncut(post))
+    text, params = post_sql(ranked_sp, [p.analysis for p in plans], releases)
+    try:
+        got = engine.backend.run(text, params, private=False)
+    except DpsqlError:
+        return ""  # (the words only: the answer stands)
+    rows = got.rows
+    pos = _position(term.this, [c.name for c in got.columns])
+    feeding = _feeding(post, pos, plans) if pos is not None else []
+    if pos is None or not feeding:
+        return ""  # not a released statistic passed through (a key, an expression)
+    name = got.columns[pos].name  # (ORDER BY 2: the column it names)
+    key = _key(name, [r[pos] for r in rows], feeding, plans, releases, conf)
+    n = min(shown, len(rows) - min(start, len(rows)))
+    if n <= 0:
+        return ""
+    ids = list(range(len(rows)))
+    return cut_words(key, ids[start : start + n], ids, start, term, cut, conf, cursed, ADVICE)
+
+
+_RANKS: dict[type[exp.Expr], str] = {exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.RowNumber: "row_number"}  # fmt: skip
+
+
+def _ranked_window(
+    engine: EngineContext,
+    sp: Split,
+    plans: Sequence[LeafPlan],
+    releases: Sequence[Release],
+    conf: float,
+    cursed: bool,
+) -> str:
+    """A rank of released values kept up to k: ``SELECT * FROM (SELECT ..., rank() OVER (ORDER
+    BY n DESC) AS r FROM ...) t WHERE r <= 3``, or ``... ORDER BY r LIMIT 3`` (no PARTITION BY):
+    the rows are the window's input ranked by its ORDER BY (a released statistic passed
+    through), the cut where the ranks pass k."""
+    for w in sp.post.find_all(exp.Window):
+        func, order = w.this, w.args.get("order")
+        item = w.parent
+        sel = item.parent if isinstance(item, exp.Alias) else None
+        if type(func) not in _RANKS or w.args.get("partition_by") or order is None:
+            continue
+        if not isinstance(sel, exp.Select) or len(order.expressions) != 1:
+            continue
+        term = order.expressions[0]
+        k = _kept_ranks(sp.post, sel, item.alias_or_name)  # type: ignore[union-attr]
+        source = sel.args.get("from_") or sel.args.get("from")
+        if k is None or source is None or not isinstance(source.this, exp.Subquery):
+            continue
+        if not isinstance(term, exp.Ordered) or not isinstance(term.this, exp.Column):
+            continue
+        names = _names(source.this.this, plans)
+        col = term.this.name
+        if names is None or col not in names:
+            continue
+        feeding = _feeding(source.this, names.index(col), plans)
+        if not feeding:
+            continue
+        by = term.copy()
+        by.this.set("table", None)
+        ranking = exp.select(exp.column(col)).from_(source.this.copy()).order_by(by)
+        text, params = post_sql(
+            dataclasses.replace(sp, post=ranking), [p.analysis for p in plans], releases
+        )
+        try:
+            rows = engine.backend.run(text, params, private=False).rows
+        except DpsqlError:
+            return ""
+        sqls = {plans[i].analysis.statistics[si].sql for i, si in feeding}
+        stat = next(iter(sqls)) if len(sqls) == 1 else col
+        key = _key(stat, [r[0] for r in rows], feeding, plans, releases, conf)
+        m = _within(type(func), key.values, k)
+        if not 0 < m < len(rows):
+            return ""  # every row kept, or none: no cut
+        way = " DESC" if term.args.get("desc") else ""
+        lead = f"{_RANKS[type(func)]}() OVER (ORDER BY {stat}{way}) <= {k}"
+        ids = list(range(len(rows)))
+        return cut_words(key, ids[:m], ids, 0, term, [], conf, cursed, ADVICE, lead)
+    return ""
+
+
+def _kept_ranks(post: exp.Expr, sel: exp.Select, alias: str) -> int | None:
+    """k where the rows of ``sel`` are kept up to rank k: a SELECT over it WHERE alias <= k
+    (< k + 1), or ``sel`` itself the statement with ORDER BY alias LIMIT k."""
+    if sel is post:
+        order, limit = sel.args.get("order"), sel.args.get("limit")
+        if order is None or limit is None or sel.args.get("offset") is not None:
+            return None
+        first = order.expressions[0]
+        n = limit.expression
+        named = isinstance(first.this, exp.Column) and first.this.name == alias
+        if named and not first.args.get("desc") and _digits(n):
+            return int(str(n.this))
+        return None
+    sub = sel.parent
+    outer = sub.parent.parent if isinstance(sub, exp.Subquery) and sub.parent else None
+    where = outer.args.get("where") if isinstance(outer, exp.Select) else None
+    if where is None:
+        return None
+    c = where.this
+    ops = {exp.LTE: 0, exp.LT: -1, exp.GTE: 0, exp.GT: -1}
+    if type(c) not in ops:
+        return None
+    left, right = (
+        (c.this, c.expression) if isinstance(c, (exp.LTE, exp.LT)) else (c.expression, c.this)
+    )
+    if isinstance(left, exp.Column) and left.name == alias and _digits(right):
+        return int(str(right.this)) + ops[type(c)]
+    return None
+
+
+def _digits(n: object) -> bool:
+    return isinstance(n, exp.Literal) and not n.is_string and str(n.this).isdigit()
+
+
+def _within(func: type[exp.Expr], values: Sequence[float | None], k: int) -> int:
+    """How many of the ranked ``values`` have a rank <= k (rank: ties share the first one's
+    place; dense_rank: ties share one; row_number: each its own)."""
+    if func is exp.RowNumber:
+        return min(k, len(values))
+    kept, dense, first = 0, 0, 0
+    for i, v in enumerate(values):
+        if i == 0 or v != values[i - 1]:
+            dense, first = dense + 1, i + 1  # a new value: its place, its dense place
+        if (first if func is exp.Rank else dense) > k:
+            break
+        kept = i + 1
+    return kept
+
+
+def _uncut(post: exp.Expr) -> exp.Expr:
+    q = post.copy()
+    q.set("limit", None)
+    q.set("offset", None)
+    return q
+
+
+def _position(node: exp.Expr, names: Sequence[str]) -> int | None:
+    """The output column an ORDER BY term names (by position or name), None otherwise."""
+    if isinstance(node, exp.Literal) and not node.is_string and str(node.this).isdigit():
+        k = int(node.this)
+        return k - 1 if 1 <= k <= len(names) else None
+    if isinstance(node, exp.Column) and not node.table and node.name in names:
+        return list(names).index(node.name)
+    return None
+
+
+def _feeding(node: exp.Expr, pos: int, plans: Sequence[LeafPlan]) -> list[tuple[int, int]]:
+    """The (leaf, statistic) pairs whose released values column ``pos`` of ``node`` passes
+    through unchanged ([] where any of its rows may come from anything else)."""
+    if isinstance(node, exp.Subquery):
+        return _feeding(node.this, pos, plans)
+    if isinstance(node, exp.Union):
+        x, y = _feeding(node.this, pos, plans), _feeding(node.expression, pos, plans)
+        return x + y if x and y else []
+    if not isinstance(node, exp.Select):
+        return []
+    i = leaf_number(node)
+    if i is not None:
+        a = plans[i].analysis
+        outs = a.outer.expressions
+        si = stat_of(a, outs[pos]) if pos < len(outs) else None
+        return [(i, si)] if si is not None else []
+    if any(node.args.get(k) for k in ("group", "having", "distinct", "joins", "windows")):
+        return []
+    source = node.args.get("from_") or node.args.get("from")
+    if source is None or not isinstance(source.this, exp.Subquery):
+        return []
+    items = node.expressions
+    if len(items) == 1 and isinstance(items[0], exp.Star):
+        return _feeding(source.this, pos, plans)
+    if pos >= len(items):
+        return []
+    item = items[pos].unalias() if isinstance(items[pos], exp.Alias) else items[pos]
+    inner = _names(source.this.this, plans)
+    if isinstance(item, exp.Column) and inner is not None and item.name in inner:
+        return _feeding(source.this, inner.index(item.name), plans)
+    return []
+
+
+def _names(node: exp.Expr, plans: Sequence[LeafPlan]) -> list[str] | None:
+    """A query's output names where they are its first leaf's (a UNION of leaves)."""
+    if isinstance(node, exp.Union):
+        return _names(node.this, plans)
+    if isinstance(node, exp.Select):
+        i = leaf_number(node)
+        if i is not None:
+            return [e.alias_or_name for e in plans[i].analysis.outer.expressions]
+    return None
+
+
+def _key(
+    text: str,
+    values: Sequence[Any],
+    feeding: Sequence[tuple[int, int]],
+    plans: Sequence[LeafPlan],
+    releases: Sequence[Release],
+    conf: float,
+) -> Key:
+    """The ranked rows' values and noise intervals, read by value from the leaves' released
+    values of that column (module docstring)."""
+    by_value: dict[float, tuple[float, float] | None] = {}
+    ws: set[float | None] = set()
+    for i, si in feeding:
+        rel = releases[i]
+        ws.add(picked_run.widths(plans[i].analysis, plans[i], conf)[si])
+        for r, row in enumerate(rel.stats):
+            v = number(row[si])
+            if v is None:
+                continue
+            iv = rel.noise[r][si] if rel.noise else None
+            if v in by_value:
+                old = by_value[v]
+                iv = None if old is None or iv is None else (min(old[0], iv[0]), max(old[1], iv[1]))
+            by_value[v] = iv
+    vals = [number(v) for v in values]
+    noise = [by_value.get(v) if v is not None else None for v in vals]
+    unbounded = frozenset(r for r, v in enumerate(vals) if v is not None and noise[r] is None)
+    width = next(iter(ws)) if len(ws) == 1 else None
+    return Key(text, vals, noise, width, unbounded)

@@ -1,0 +1,138 @@
+"""Rows picked by noisy values in a statement of several DP leaves say so too (cut27; issue 16):
+a leaf's own cut (Superset's series limit `JOIN (SELECT category ... ORDER BY SUM(amount) DESC
+LIMIT 2)`, a UNION leaf's HAVING) and the statement's ORDER BY ... LIMIT over a UNION of leaves
+(or a SELECT over it) get the words of tests/integration/engine/test_picked_words.py, decided
+from the released values and their noise intervals alone; a clear cut says nothing.
+
+On the zero-noise source the released values are the demo's: purchases per category books
+24,216, clothing 24,040, electronics 24,247, groceries 23,672, travel 23,950; per region C
+24,353, E 24,200, N 23,894, S 23,760, W 23,918 (each COUNT(*) ±832 at 95% at half the epsilon of
+a two-leaf statement); all purchases 120,125.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+from tests.helpers import EXACT
+
+BY_CATEGORY = "SELECT category, COUNT(*) AS n FROM purchases GROUP BY category"
+BY_REGION = "SELECT region, COUNT(*) FROM purchases GROUP BY region"
+
+
+@pytest.fixture(scope="module")
+def exact(demo_dsn: str, demo_policy: Any) -> Iterator[Engine]:
+    e = Engine(demo_policy, demo_dsn, pool_size=1, noise=EXACT)
+    yield e
+    e.close()
+
+
+def _run(e: Engine, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+    r = e.execute(e.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
+    return list(r.rows), list(r.notices)
+
+
+def _picked(notices: list[str]) -> list[str]:
+    return [n for n in notices if " picks rows by " in n or " picks groups" in n]
+
+
+def test_a_top_n_over_a_union_of_leaves_reads_each_rows_noise(exact: Engine) -> None:
+    """Property: ORDER BY n DESC LIMIT 3 over a UNION ALL of two DP leaves (or a SELECT * over
+    it) names the cut (24,216 | 24,200, each ±832) and the order shown; ORDER BY n DESC LIMIT 1
+    over the total and the categories is clear (120,125 | 24,247): nothing. Fails before (no
+    words on a tree statement)."""
+    want = (
+        "ORDER BY n DESC LIMIT 3 picks rows by a noisy value: the 3rd row's, 24,216, is within "
+        "the noise of all 7 rows it left out after it (the next: 24,200; each ±832 at 95%, so "
+        "their noise intervals overlap): other groups may belong among the rows shown. The "
+        "order of the 3 rows shown is within the noise too. The rows it picks read high"
+    )
+    for sql in (
+        f"{BY_CATEGORY} UNION ALL {BY_REGION} ORDER BY n DESC LIMIT 3",
+        f"SELECT * FROM ({BY_CATEGORY} UNION ALL {BY_REGION}) u ORDER BY n DESC LIMIT 3",
+        f"SELECT category, n FROM ({BY_CATEGORY} UNION ALL {BY_REGION}) u ORDER BY 2 DESC LIMIT 3",
+    ):
+        rows, notices = _run(exact, sql)
+        assert rows == [("C", 24353), ("electronics", 24247), ("books", 24216)], sql
+        (line,) = _picked(notices)
+        assert line.startswith(want), (sql, line)
+    rows, notices = _run(
+        exact,
+        f"SELECT 'all' AS k, COUNT(*) AS n FROM purchases UNION ALL {BY_CATEGORY} "
+        "ORDER BY n DESC LIMIT 1",
+    )
+    assert rows == [("all", 120125)] and _picked(notices) == [], notices
+
+
+def test_a_leafs_own_cut_says_so_with_its_label(exact: Engine) -> None:
+    """Property: a series limit's source leaf (the categories with the 2 largest noisy SUMs,
+    within each other's noise) and a UNION leaf's HAVING near its threshold get the words, led
+    by the leaf's label. Fails before (no words)."""
+    rows, notices = _run(
+        exact,
+        "SELECT category, SUM(amount) FROM purchases p JOIN (SELECT category AS c FROM purchases "
+        "GROUP BY category ORDER BY SUM(amount) DESC LIMIT 2) s ON p.category = s.c "
+        "GROUP BY category",
+    )
+    assert sorted(r[0] for r in rows) == ["clothing", "travel"], rows
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "derived table s: ORDER BY SUM(amount) DESC LIMIT 2 picks rows by a noisy value: the 2nd "
+        "row's, "
+    ), line
+    assert "is within the noise of all 3 rows it left out after it" in line, line
+    rows, notices = _run(
+        exact, f"{BY_CATEGORY} HAVING COUNT(*) > 24000 UNION ALL {BY_REGION} HAVING COUNT(*) > 0"
+    )
+    assert len(rows) == 8, rows
+    (line,) = _picked(notices)  # the regions' HAVING is clear of its threshold
+    assert line.startswith(
+        "SELECT category, COUNT(*) AS n FROM purchases GROUP BY category HAVING COUNT("
+    ), line
+    assert (
+        ": HAVING COUNT(*) > 24,000 picks groups by a noisy value: 3 groups kept (books: 24,216; "
+        "clothing: 24,040; electronics: 24,247) and 2 groups left out lie within the noise of "
+        "24,000 (±832 at 95%)"
+    ) in line, line
+
+
+def test_a_window_rank_kept_up_to_k_says_so(exact: Engine) -> None:
+    """Property: rank() / row_number() OVER (ORDER BY a released statistic) kept up to k (a
+    WHERE on the rank over it, or ORDER BY the rank LIMIT k) is a top-k by a noisy value: the
+    cut within the noise says so (24,216 | 24,040, ±416); a clear cut (pums aged 20-29 by educ,
+    42, 40 | 28 with ±3.5; dense_rank < 4: 42, 40, 28 | 12) says nothing. Fails before (no
+    words)."""
+    want = (
+        "() OVER (ORDER BY COUNT(*) DESC) <= 2 picks rows by a noisy value: the 2nd row's, "
+        "24,216, is within the noise of all 3 rows it left out after it (the next: 24,040; each "
+        "±416 at 95%, so their noise intervals overlap)"
+    )
+    for func, sql in (
+        (
+            "rank",
+            "SELECT * FROM (SELECT category, COUNT(*) AS n, rank() OVER (ORDER BY COUNT(*) DESC) "
+            "AS r FROM purchases GROUP BY category) t WHERE r <= 2",
+        ),
+        (
+            "row_number",
+            "SELECT category, COUNT(*) AS n, row_number() OVER (ORDER BY COUNT(*) DESC) AS r "
+            "FROM purchases GROUP BY category ORDER BY r LIMIT 2",
+        ),
+    ):
+        rows, notices = _run(exact, sql)
+        assert rows == [("electronics", 24247, 1), ("books", 24216, 2)], rows
+        (line,) = _picked(notices)
+        assert line.startswith(func + want), line
+    pums = (
+        "SELECT * FROM (SELECT educ, COUNT(DISTINCT pid) AS n, dense_rank() OVER (ORDER BY "
+        "COUNT(DISTINCT pid) DESC) AS r FROM pums WHERE age BETWEEN 20 AND 29 GROUP BY educ) t"
+    )
+    for where, n in (("r <= 2", 2), ("r < 4", 3)):
+        rows, notices = _run(exact, f"{pums} WHERE {where}")
+        assert len(rows) == n and _picked(notices) == [], notices
