@@ -68,13 +68,11 @@ from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan
 from dpsql.sql.parse import ParsedExplain, parse_statement, split_statements
 from dpsql.sql.plan import Plan, make_plan
 from dpsql.sql.postprocess import outer_query, outer_sql
+from dpsql.sql.prescan import kept_text
 from dpsql.upstream.zone import UTC_NAME, ZONE, session_zone, statement_zone
 
 Planner = Callable[[Analysis, Fraction, Fraction, str], Plan]
 """Plans a private measurement: (analysis, epsilon, delta, mechanism) -> plan."""
-
-UNCACHED_TEXT = 64 * 1024
-"""Statements longer than this (characters) are prepared each time, not kept in the cache."""
 
 
 class Engine:
@@ -191,7 +189,7 @@ class Engine:
                 self._cache.move_to_end(key)
                 return hit
         p = self.prepare_in_scope(text, scope)
-        if len(text) > UNCACHED_TEXT:  # a tree of up to 50k tokens: not kept once answered
+        if not kept_text(text):  # a tree of up to 50k tokens: not kept once answered
             return p
         with self._lock:
             self._cache[key] = p

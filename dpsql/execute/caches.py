@@ -14,6 +14,8 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
+from dpsql.sql.prescan import kept_text
+
 
 class Memo:
     """A bounded, thread-safe memo: past ``limit`` entries the oldest is dropped first.
@@ -33,7 +35,12 @@ class Memo:
         self.get: Callable[[Hashable], Any | None] = self._items.get
 
     def remember(self, key: Hashable, value: Any) -> None:
-        """Keep ``value`` for ``key`` (None can't be told from a miss: remember False instead)."""
+        """Keep ``value`` for ``key`` (None can't be told from a miss: remember False instead),
+        unless the key holds a text over :data:`~dpsql.sql.prescan.MEMO_TEXT_MAX` (a statement's
+        text: worked out again each time)."""
+        parts = key if isinstance(key, tuple) else (key,)
+        if not all(kept_text(k) for k in parts if isinstance(k, str)):
+            return
         with self._lock:
             self._items[key] = value
             if len(self._items) > self._limit:

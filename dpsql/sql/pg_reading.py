@@ -32,6 +32,7 @@ from pglast import parser as pg_parser
 from sqlglot import exp
 
 from dpsql.errors import FeatureNotSupported, SqlSyntaxError
+from dpsql.sql.prescan import kept_text
 
 Relation = tuple[str, str, str]  # (catalog, schema, name), "" where not written
 
@@ -190,7 +191,8 @@ def sqlglot_relations(tree: exp.Expr) -> frozenset[Relation]:
 
 
 # Texts whose readings agreed (a text's sqlglot tree is a function of the text): a client's
-# statements repeat, and a repeat then costs one lookup. Refusals are not remembered.
+# statements repeat, and a repeat then costs one lookup. Refusals are not remembered, nor texts
+# over dpsql.sql.prescan.MEMO_TEXT_MAX.
 _AGREED: dict[str, None] = {}
 _AGREED_MAX = 4096
 
@@ -234,6 +236,8 @@ def check_same_reading(text: str, tree: exp.Expr) -> None:
         if only_mine:
             what += "; tables dpsql read: " + ", ".join(only_mine)
         raise _differs(what, "the unusual quotes, escapes or characters near those table names")
+    if not kept_text(text):
+        return
     if len(_AGREED) >= _AGREED_MAX:
         _AGREED.clear()
     _AGREED[text] = None

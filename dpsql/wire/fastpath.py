@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 from dpsql.errors import UpstreamError
 from dpsql.result import Result
 from dpsql.session import SessionContext
+from dpsql.sql.prescan import kept_text
 from dpsql.upstream.zone import session_zone
 from dpsql.wire.params import upstream_params
 from dpsql.wire.requests import uniform
@@ -68,7 +69,8 @@ async def run_fast(
                 # NULL`): the literal form is the reference, use it for these types from now on.
                 if len(upstream.literal_only) >= _LITERAL_ONLY_MAX:
                     upstream.literal_only.clear()
-                upstream.literal_only.add(key)
+                if kept_text(sql):
+                    upstream.literal_only.add(key)
     if rows is None:
         text = engine.cached_sql(prepared, session.ctx, params)
         if text is None:

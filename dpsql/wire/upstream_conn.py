@@ -23,6 +23,7 @@ from psycopg.pq.abc import PGresult
 
 from dpsql.execute.backend import Rows
 from dpsql.result import ResultColumn
+from dpsql.sql.prescan import kept_text
 
 PREPARED_MAX = 256  # statements remembered per connection
 # (text, parameter types, time zone): PostgreSQL reads a timestamptz constant in the zone the
@@ -187,9 +188,13 @@ class UpstreamConn:
         return res, cols
 
     def _name(self, key: _Key) -> bytes | None:
-        """The server-side name of ``key``'s prepared statement from its second run on."""
+        """The server-side name of ``key``'s prepared statement from its second run on (never
+        for a text over :data:`~dpsql.sql.prescan.MEMO_TEXT_MAX`: neither kept here nor held by
+        PostgreSQL)."""
         seen = self._seen
         if key not in seen:
+            if not kept_text(key[0]):
+                return None
             seen[key] = None
             if len(seen) > PREPARED_MAX:
                 _, old = seen.popitem(last=False)
