@@ -33,6 +33,10 @@ LEAK = (
     "SELECT email FROM purchases --' FROM regions"
 )
 
+# sqlglot writes a comment back as /* ... */ with its */ and /* broken up: else PostgreSQL would read
+# this one's comment text as a UNION over purchases in the SQL sent
+RENDERED = "SELECT 1 AS n -- x */ FROM purchases UNION SELECT 1 AS n /*\n FROM regions"
+
 PROBES = [
     LEAK,
     "SELECT U&'d\\0061t' AS s FROM regions",
@@ -67,6 +71,12 @@ PROBES = [
     'SELECT 1 AS n FROM "' + "p" * 70 + '"',
     "SELECT 1 AS n FROM regions; SELECT email FROM purchases",
     "SELECT $$a$$ AS s FROM regions WHERE region = $t$north$t$",
+    # comments and quotes sqlglot writes back in its own form (the SQL sent is its rendering)
+    "SELECT 1 AS n -- x */ FROM purchases /*\n FROM regions",
+    RENDERED,
+    "SELECT 1 AS n /* a /* b */ FROM purchases */ FROM regions",
+    "SELECT E'\\'' || $$'$$ AS s FROM regions -- '",
+    'SELECT \'x\' AS "a""b /* c" FROM regions -- " FROM purchases',
 ]
 
 
@@ -115,6 +125,29 @@ def test_each_probe_is_read_as_postgresql_reads_it_or_refused(demo_dsn: str, pro
         assert outcome != "syntax", part
         assert reads <= seen, (part, reads, seen)  # every relation PostgreSQL reads, dpsql read
         assert pg_reading(st.text).statements == 1
+        assert _sent_reads_no_other(demo_dsn, st.tree.sql("postgres"), seen)
+
+
+def _sent_reads_no_other(dsn: str, sent: str, seen: set[str]) -> bool:
+    """Whether the SQL sent upstream (sqlglot's rendering of the tree: public statements run it,
+    private ones are built around it) reads no relation beyond ``seen`` for PostgreSQL."""
+    outcome, reads = _postgres(dsn, sent)
+    return (
+        outcome != "syntax"
+        and reads <= seen
+        and {n for *_, n in pg_reading(sent).relations} <= seen
+    )
+
+
+def test_the_rendering_check_can_fail(demo_dsn: str) -> None:
+    """The twin: a rendering that wrote the comment back as it was read (its */ kept whole)."""
+    st = parse_statement(RENDERED)
+    assert isinstance(st, ParsedQuery)
+    seen = {name for _, _, name in sqlglot_relations(st.tree)}
+    sent = st.tree.sql("postgres")
+    assert _sent_reads_no_other(demo_dsn, sent, seen)
+    unbroken = sent.replace("* /", "*/").replace("/ *", "/*")
+    assert "purchases" in unbroken and not _sent_reads_no_other(demo_dsn, unbroken, seen)
 
 
 def test_the_discrepancies_found_are_refused() -> None:
