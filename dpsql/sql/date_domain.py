@@ -15,6 +15,7 @@ add groups. The keys are printed as PostgreSQL prints the result in dpsql's upst
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import TypeVar
@@ -106,14 +107,21 @@ def range_parts(where: exp.Expr | None, base: str) -> list[tuple[str, exp.Expr, 
 
 
 def where_bounds(
-    where: exp.Expr | None, base: str
+    where: exp.Expr | None,
+    base: str,
+    read: Callable[[str, exp.Expr], datetime | None] | None = None,
 ) -> tuple[tuple[datetime, bool] | None, tuple[datetime, bool] | None]:
     """The tightest lower and upper bounds on ``base`` of the top-level ANDed conditions, each
-    with whether it is strict (``>``, ``<``); None for a side without one."""
+    with whether it is strict (``>``, ``<``); None for a side without one. ``read`` gives a
+    bound's value from its side and the other side's expression (the session's zone:
+    :func:`dpsql.sql.zone_bounds.read_point`); without it, a constant as written."""
     points: list[tuple[str, datetime, bool]] = []
     for side, value, strict in range_parts(where, base):
-        v = constant(value)
-        p = as_point(parse_timestamp(v) if isinstance(v, str) else v)
+        if read is not None:
+            p = read(side, value)
+        else:
+            v = constant(value)
+            p = as_point(parse_timestamp(v) if isinstance(v, str) else v)
         if p is not None:
             points.append((side, p, strict))
     return tightest(points)

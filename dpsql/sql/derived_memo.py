@@ -23,7 +23,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column
 from dpsql.sql import derived_keys
-from dpsql.sql.date_domain import where_bounds
+from dpsql.sql.date_domain import range_parts
 from dpsql.sql.derived_keys import Derived, TooMany
 
 MEMO_SIZE = 512  # entries kept, the least recently used dropped first
@@ -49,8 +49,7 @@ def derived_domain(
     try:
         decls = tuple(column(c) for c in nodes)
         ranges = tuple(
-            (where_bounds(where, c.sql("postgres")), where_bounds(where, _as_date(c)))
-            for c in nodes
+            (_range(where, c.sql("postgres")), _range(where, _as_date(c))) for c in nodes
         )
     except Exception:  # refused by the lookup or the range: computed as it was, its words
         return derived_keys.derived_domain(expr, column, where, zone)
@@ -79,3 +78,11 @@ def derived_domain(
 
 def _as_date(c: exp.Column) -> str:
     return exp.cast(c.copy(), "date").sql("postgres")
+
+
+def _range(where: exp.Expr | None, base: str) -> tuple[tuple[str, str, bool], ...]:
+    """The bounds the WHERE clause puts on ``base`` as written (their SQL text): what
+    :func:`~dpsql.sql.date_domain.where_bounds` reads, whatever the zone makes of them (a
+    ``to_timestamp(n)`` or an offset is an instant: its clock time depends on the zone, also
+    in the key)."""
+    return tuple((side, v.sql("postgres"), strict) for side, v, strict in range_parts(where, base))

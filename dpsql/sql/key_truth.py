@@ -30,6 +30,7 @@ from dpsql.sql.constants import (
     parse_timestamp,
 )
 from dpsql.sql.like_keys import like_match
+from dpsql.upstream.zone import ZONE, is_utc
 
 Truth = frozenset[str]  # subsets of {"t", "f", "n"}: the truth values a condition may take
 _T, _F, _N = frozenset("t"), frozenset("f"), frozenset("n")
@@ -172,12 +173,22 @@ def _sql(node: exp.Expr) -> str:
 def _constant(node: exp.Expr) -> Const:
     memo = _MEMO.get()
     if memo is None:
-        return constant(node)
+        return _zoned_constant(node)
     key = ("c", id(node))
     if key not in memo:
-        memo[key] = constant(node)
+        memo[key] = _zoned_constant(node)
     value: Const = memo[key]
     return value
+
+
+def _zoned_constant(node: exp.Expr) -> Const:
+    """:func:`constant`, except an instant (``to_timestamp(seconds)``, naive UTC) in a session
+    of another zone: UNKNOWN (a key's value is the zone's wall clock there; compared as UTC,
+    Grafana's ``$__timeFilter`` in Kolkata ruled out the range's last day, rows and all:
+    :mod:`dpsql.sql.zone_bounds` reads it for the key's domain)."""
+    if not is_utc(ZONE.get()) and node.find(exp.UnixToTime) is not None:
+        return UNKNOWN
+    return constant(node)
 
 
 def _plain_sql(node: exp.Expr) -> str:

@@ -29,6 +29,7 @@ from dpsql.sql.key_values import (
 )
 from dpsql.sql.temporal import int_literal
 from dpsql.sql.time_shift import by_whole_days
+from dpsql.sql.zone_bounds import read_point
 
 MAX_DAYS = 40_000  # about 110 years of days enumerated for EXTRACT / to_char
 
@@ -71,9 +72,14 @@ class TimeKeys:
                 lo = lo.replace(tzinfo=utc).astimezone(self.zone).replace(tzinfo=None)
             if hi is not None:
                 hi = hi.replace(tzinfo=utc).astimezone(self.zone).replace(tzinfo=None)
-        wlo, whi = where_bounds(self.where, node.sql("postgres"))
+
+        def read(side: str, value: exp.Expr) -> datetime | None:
+            return read_point(value, side, kind, self.zone)
+
+        wlo, whi = where_bounds(self.where, node.sql("postgres"), read)
         if kind == "date":  # d::date, date(d) of a date column: d itself
-            clo, chi = where_bounds(self.where, exp.cast(node.copy(), "date").sql("postgres"))
+            as_date = exp.cast(node.copy(), "date").sql("postgres")
+            clo, chi = where_bounds(self.where, as_date, read)
             sides = (("lo", wlo), ("lo", clo), ("hi", whi), ("hi", chi))
             wlo, whi = tightest([(side, *b) for side, b in sides if b is not None])
         if wlo is not None and lo is None:

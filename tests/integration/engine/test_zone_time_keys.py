@@ -1,0 +1,142 @@
+"""Keys of a timestamp from its declared bounds, in a session's time zone, filtered as BI tools
+filter them: exactly the groups PostgreSQL forms in that zone (bi27).
+
+bi26 (f79d4bc) released Metabase's / Tableau's weeks of a timestamp, ``date(d)`` and
+``date_trunc`` keys from the declared bounds, checked in UTC. Here, in New York (a clock change
+inside the bounds, 2020-03-08 and 2020-11-01), Kolkata (+05:30), Chatham (+13:45 / +12:45, a
+clock change on 2020-04-05 and 2020-09-27) and Lord Howe (a half-hour clock change), over one row
+per unit every 317 minutes across the declared year (and a few days either side), zero noise:
+
+* every key PostgreSQL forms (over every quarter-hour of the bounds and the microsecond before
+  each, under the same filter, in the same zone) is released, no other key is, and each count is
+  PostgreSQL's own ``GROUP BY`` count (a Metabase week reads only rows inside the bounds: its
+  shift is guarded, dpsql.sql.time_shift);
+* filters with an instant: Grafana's ``$__timeFilter`` (``BETWEEN to_timestamp(n) AND
+  to_timestamp(m)``), a string with a UTC offset (PgJDBC's ``setTimestamp``), ``TIMESTAMPTZ
+  '...'`` and a driver's timestamptz parameter (psycopg over the wire, bound as ``CAST('...' AS
+  timestamptz)``). Before: Grafana's range was read as the zone's wall clock, so its first day in
+  New York (2020-02-29, from 19:00) and its last in Kolkata, Chatham and Lord Howe (2020-04-01)
+  were no key while PostgreSQL had rows in them (those rows missing from the answer); the offsets
+  narrowed nothing (a March filter released all 366 days, 335 of them noise over no rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from fractions import Fraction
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+
+from dpsql.engine import Engine
+from dpsql.session import SessionContext
+from tests.helpers import EXACT, analyst_dsn, served_engine
+from tests.policies import PolicyMaker, private_table
+
+LO, HI = "2020-01-01 00:00:00", "2020-12-31 00:00:00"
+ZONES = ["America/New_York", "Asia/Kolkata", "Pacific/Chatham", "Australia/Lord_Howe"]
+KEYS = {
+    "day": "date_trunc('day', {c})",
+    "date": "date({c})",
+    "metabase week": "CAST((CAST(DATE_TRUNC('week', CAST(({c} + INTERVAL '1 day') AS date)) "
+    "AS date) + INTERVAL '-1 day') AS date)",
+}
+FILTERS = {
+    "none": "",
+    # 2020-03-01 00:00:00 to 2020-03-31 23:59:59 UTC
+    "grafana": "WHERE {c} BETWEEN to_timestamp(1583020800) AND to_timestamp(1585699199)",
+    "jdbc": "WHERE {c} >= '2020-03-01 00:00:00+05:30' AND {c} <= '2020-03-31 02:00:00+05:30'",
+    "timestamptz": "WHERE {c} BETWEEN TIMESTAMPTZ '2020-03-08 01:00:00-05' "
+    "AND TIMESTAMPTZ '2020-04-05 03:30:00+13'",
+}
+CASES = [(k, f, "tz") for k in KEYS for f in FILTERS if f != "none" or k == "day"]
+CASES += [("day", "grafana", "ts"), ("date", "jdbc", "ts")]
+
+
+@pytest.fixture(scope="module")
+def db(make_db: Callable[[str], str], make_policy: PolicyMaker) -> Iterator[tuple[Any, str]]:
+    columns = {
+        "ts": {"type": "timestamp", "bounds": [LO, HI]},
+        "tz": {"type": "timestamptz", "bounds": [LO, HI]},
+    }
+    pf = make_policy("zonekeys", tables={"public.t": private_table("u", columns)}, public_tables=[])
+    dsn = make_db("zonekeys")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (u integer NOT NULL, ts timestamp, tz timestamptz)")
+        conn.execute(
+            "INSERT INTO t SELECT row_number() OVER (), g AT TIME ZONE 'UTC', g FROM ("
+            "SELECT generate_series(TIMESTAMPTZ '2019-12-29 00:00+00', "
+            "TIMESTAMPTZ '2021-01-03 00:00+00', INTERVAL '317 minutes') g UNION ALL "
+            "SELECT unnest(ARRAY[TIMESTAMPTZ '2020-01-01 00:00+00', "
+            "'2019-12-31 23:59:59.999999+00', '2020-12-31 00:00+00', "
+            "'2020-12-31 00:00:00.000001+00'])) s"
+        )
+    yield pf.policy, dsn
+
+
+@pytest.fixture(scope="module")
+def engine(db: tuple[Any, str]) -> Iterator[Engine]:
+    e = Engine(db[0], db[1], pool_size=1, noise=EXACT)
+    yield e
+    e.close()
+
+
+def _pg(dsn: str, sql: str, zone: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT set_config('TimeZone', %s, false)", (zone,))
+        return conn.execute(sql, params).fetchall()
+
+
+def _truth(dsn: str, key: str, where: str, c: str, zone: str) -> dict[str, int]:
+    """PostgreSQL's groups in ``zone``: its keys over every quarter-hour of the declared bounds
+    and the microsecond before each (every zone's offset is a whole quarter-hour), under the
+    filter; each with PostgreSQL's own count (a Metabase week: of the rows inside the bounds)."""
+    instants = (
+        "SELECT g FROM generate_series(TIMESTAMPTZ '2020-01-01 00:00+00', "
+        "TIMESTAMPTZ '2020-12-31 00:00+00', INTERVAL '15 minutes') g UNION ALL "
+        "SELECT g - INTERVAL '1 microsecond' FROM generate_series(TIMESTAMPTZ "
+        "'2020-01-01 00:15+00', TIMESTAMPTZ '2020-12-31 00:00+00', INTERVAL '15 minutes') g"
+    )
+    col = "g" if c == "tz" else "(g AT TIME ZONE 'UTC')"
+    keys = _pg(dsn, f"SELECT DISTINCT {key} FROM (SELECT {col} AS {c} FROM ({instants}) i) x "
+               f"{where}", zone)  # fmt: skip
+    inside = ""
+    if "INTERVAL" in key:  # a guarded shift: the rows inside the bounds
+        lo, hi = (f"TIMESTAMP{'TZ' if c == 'tz' else ''} '{v}{'+00' if c == 'tz' else ''}'"
+                  for v in (LO, HI))  # fmt: skip
+        inside = f"{'AND' if where else 'WHERE'} {c} BETWEEN {lo} AND {hi}"
+    counts = dict(_pg(dsn, f"SELECT {key}, COUNT(*) FROM t {where} {inside} GROUP BY 1", zone))
+    return {str(k): int(counts.get(k, 0)) for (k,) in keys}
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_keys_are_postgresqls_groups(engine: Engine, db: tuple[Any, str], zone: str) -> None:
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1), settings={"TimeZone": zone})
+    for name, filt, c in CASES:
+        key, where = KEYS[name].format(c=c), FILTERS[filt].format(c=c)
+        p = engine.prepare(f"SELECT {key} AS k, COUNT(*) FROM t {where} GROUP BY 1")
+        assert not p.analysis.needs_selection  # type: ignore[union-attr]
+        got = {str(k): int(n) for k, n in engine.execute(p, s).rows}
+        truth = _truth(db[1], key, where, c, zone)
+        assert len(truth) > 1 and got == truth, (name, filt, c, zone, got.keys() ^ truth.keys())
+
+
+def test_driver_timestamptz_parameters(db: tuple[Any, str]) -> None:
+    """Over the wire: psycopg binds an aware datetime as a timestamptz parameter, a string as an
+    untyped one (PgJDBC's ``setTimestamp`` sends its text with the JVM's offset): in Kolkata the
+    keys are the range's 31 days, each with PostgreSQL's count (0 where it has no rows)."""
+    zone = "Asia/Kolkata"
+    kolkata = ZoneInfo(zone)
+    first, last = datetime(2020, 3, 1, tzinfo=kolkata), datetime(2020, 3, 31, 2, tzinfo=kolkata)
+    sql = "SELECT date(tz) AS k, COUNT(*) FROM t WHERE tz >= %s AND tz <= %s GROUP BY 1"
+    with served_engine(db[0], db[1], noise=EXACT) as srv:
+        with psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn:
+            conn.execute(f"SET TIME ZONE '{zone}'")
+            for params in ((first, last), (first.isoformat(" "), "2020-03-31 02:00:00+05:30")):
+                got = {str(k): int(n) for k, n in conn.execute(sql, params).fetchall()}
+                truth = {str(k): int(n) for k, n in _pg(db[1], sql, zone, params)}
+                assert sorted(got) == [f"2020-03-{d:02d}" for d in range(1, 32)], params
+                assert {k: n for k, n in got.items() if n or k in truth} == truth, params
