@@ -25,6 +25,7 @@ from dpsql.policy.tables import Column
 from dpsql.sql import derived_keys
 from dpsql.sql.date_domain import range_parts
 from dpsql.sql.derived_keys import Derived, TooMany
+from dpsql.sql.prescan import kept_text
 
 MEMO_SIZE = 512  # entries kept, the least recently used dropped first
 
@@ -54,6 +55,8 @@ def derived_domain(
     except Exception:  # refused by the lookup or the range: computed as it was, its words
         return derived_keys.derived_domain(expr, column, where, zone)
     key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
+    if not kept_text(key[0]):  # a key of thousands of literals: not held (dpsql.sql.prescan)
+        return derived_keys.derived_domain(expr, column, where, zone)
     with _lock:
         hit = _memo.get(key)
         if hit is not None:

@@ -15,7 +15,11 @@ import gc
 import tracemalloc
 from collections import OrderedDict
 
+import sqlglot
+
 from dpsql.execute.caches import Memo
+from dpsql.policy.tables import Column
+from dpsql.sql.derived_memo import derived_domain
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.prescan import MEMO_TEXT_MAX
 from dpsql.wire.upstream_conn import UpstreamConn
@@ -63,3 +67,17 @@ def test_upstream_prepares_no_long_text() -> None:
     assert conn._name(short) is not None  # a short text is prepared from its second run
     assert [conn._name(long) for _ in range(3)] == [None, None, None]
     assert long not in conn._seen
+
+
+def test_a_long_group_key_is_not_kept_by_the_domain_memo() -> None:
+    """A GROUP BY key of thousands of literals (a 109 kB statement, CASE WHEN q IN (0, ...,
+    19999)) was memoized under its tree's repr, 949 kB, up to 512 of them."""
+    col = Column.model_construct(
+        type="integer", bounds=(0, 100), keys=None, keys_from=None, identifier=False, nullable=True
+    )
+    lits = ", ".join(str(i) for i in range(20000))
+    long = sqlglot.parse_one(f"CASE WHEN q IN ({lits}) THEN 'a' ELSE 'b' END", read="postgres")
+    short = sqlglot.parse_one("CASE WHEN q IN (1, 2) THEN 'a' ELSE 'b' END", read="postgres")
+    got = [derived_domain(e, lambda _: col, None, "UTC") for e in (long, long, short, short)]
+    assert all(d is not None and d.keys == ("a", "b") for d in got)
+    assert got[1] is not got[0] and got[3] is got[2]  # the long key worked out again
