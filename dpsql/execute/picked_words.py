@@ -83,7 +83,7 @@ def _overlap(x: Noise, y: Noise) -> bool:
     return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
 
 
-def _noise_text(confidence: float, key: Key, pairs: bool = True) -> str:
+def noise_text(confidence: float, key: Key, pairs: bool = True) -> str:
     """A cut's noise in words: 'each ±48.5 at 95%', or its intervals' level."""
     w = key.width
     level = level_text(confidence)
@@ -94,7 +94,7 @@ def _noise_text(confidence: float, key: Key, pairs: bool = True) -> str:
     return f"each ±{fmt(w)} at {level}, so their noise intervals overlap"
 
 
-def _value(v: object) -> str:
+def value_text(v: object) -> str:
     """A released value as its row shows it (not fmt's 3 digits: 75.05 and 75.22 read apart);
     NULL where there is none (an AVG whose noisy count came out below 1)."""
     if v is None:
@@ -126,7 +126,7 @@ def _advice(a: Analysis, p: Picked) -> str:
     return f" For a sharper cut: raise dpsql.epsilon (the noise shrinks as it grows){fewer}."
 
 
-def _curse(high: bool, what: str) -> str:
+def curse(high: bool, what: str) -> str:
     way, up = ("high", "up") if high else ("low", "down")
     return (
         f" The {what} read {way}: a group whose noise pushed it {up} past the cut is "
@@ -195,7 +195,7 @@ def cut_words(
     clause = clause.replace(" ", nulls + " ", 1) if nulls else clause
 
     def val(rid: int) -> str:
-        return _value(key.values[rid])
+        return value_text(key.values[rid])
 
     def some(k: int, n: int) -> str:
         if k == n:
@@ -209,7 +209,7 @@ def cut_words(
             "expression whose noise dpsql cannot bound, so it cannot tell whether the cut is "
             "within the noise: other groups may belong among the rows shown (ORDER BY the statistic "
             "itself, or an arithmetic expression of statistics, gets words on its cut)."
-            + ("" if cursed else _curse(desc, "rows it picks"))
+            + ("" if cursed else curse(desc, "rows it picks"))
             + advice
         )
     if not after and not before:
@@ -236,9 +236,9 @@ def cut_words(
     order = f" The order of the {n} rows shown is within the noise too." if inside else ""
     return (
         f"{lead or f'ORDER BY {key.text} {clause}'} picks rows by a noisy value: "
-        + "; and ".join(f"{x}; {_noise_text(confidence, key)})" for x in parts)
+        + "; and ".join(f"{x}; {noise_text(confidence, key)})" for x in parts)
         + f": other groups may belong among the rows shown.{order}"
-        + ("" if cursed else _curse(desc, "rows it picks"))
+        + ("" if cursed else curse(desc, "rows it picks"))
         + advice
     )
 
@@ -315,9 +315,9 @@ def _having(a: Analysis, rel: Release, p: Picked) -> list[tuple[str, str]]:
             (
                 f"HAVING {key.text} {op} {fmt(t)} picks groups by a noisy value: {which} "
                 f"{'lies' if one else 'lie'} within the noise of {fmt(t)} "
-                f"({_noise_text(p.confidence, key, False)}): in the data {'it' if one else 'each'} may be on "
+                f"({noise_text(p.confidence, key, False)}): in the data {'it' if one else 'each'} may be on "
                 "the other side of it.",
-                _curse(op.startswith(">"), "groups it keeps"),
+                curse(op.startswith(">"), "groups it keeps"),
             )
         )
     return out
@@ -339,6 +339,6 @@ def _named(rel: Release, rids: Sequence[int], key: Key, n: int) -> str:
         ks = ["NULL" if k is None else str(k) for k in rel.groups[r][:n]]
         return ", ".join(ks) if ks else "the one row"
 
-    shown = [f"{group(r)}: {_value(key.values[r])}" for r in rids[:3]]
+    shown = [f"{group(r)}: {value_text(key.values[r])}" for r in rids[:3]]
     more = f" and {len(rids) - 3} more" if len(rids) > 3 else ""
     return "; ".join(shown) + more

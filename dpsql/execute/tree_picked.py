@@ -27,7 +27,7 @@ from dpsql.errors import DpsqlError
 from dpsql.execute import picked_run
 from dpsql.execute.noise import Release
 from dpsql.execute.picked_keys import Key, number, stat_of
-from dpsql.execute.picked_words import cut_words, offset_of
+from dpsql.execute.picked_words import curse, cut_words, noise_text, offset_of, value_text
 from dpsql.execute.tree_budget import LeafPlan
 from dpsql.execute.tree_post import post_sql
 from dpsql.sql.tree import Split, leaf_number
@@ -120,7 +120,8 @@ def _ranked_window(
         func, order = w.this, w.args.get("order")
         item = w.parent
         sel = item.parent if isinstance(item, exp.Alias) else None
-        if type(func) not in _RANKS or w.args.get("partition_by") or order is None:
+        parts = w.args.get("partition_by") or []
+        if type(func) not in _RANKS or order is None:
             continue
         if not isinstance(sel, exp.Select) or len(order.expressions) != 1:
             continue
@@ -136,11 +137,18 @@ def _ranked_window(
         if names is None or col not in names:
             continue
         feeding = _feeding(source.this, names.index(col), plans)
-        if not feeding:
+        cols = [p.name for p in parts if isinstance(p, exp.Column)]
+        if not feeding or len(cols) < len(parts) or not set(cols) <= set(names):
             continue
+        if parts and sel is sp.post:
+            continue  # ORDER BY a partitioned rank LIMIT k: not k per partition
         by = term.copy()
         by.this.set("table", None)
-        ranking = exp.select(exp.column(col)).from_(source.this.copy()).order_by(by)
+        ranking = (
+            exp.select(*(exp.column(c) for c in [*cols, col]))
+            .from_(source.this.copy())
+            .order_by(*(exp.column(c) for c in cols), by)
+        )
         text, params = post_sql(
             dataclasses.replace(sp, post=ranking), [p.analysis for p in plans], releases
         )
@@ -150,15 +158,73 @@ def _ranked_window(
             return ""
         sqls = {plans[i].analysis.statistics[si].sql for i, si in feeding}
         stat = next(iter(sqls)) if len(sqls) == 1 else col
-        key = _key(stat, [r[0] for r in rows], feeding, plans, releases, conf)
+        key = _key(stat, [r[-1] for r in rows], feeding, plans, releases, conf)
+        way = " DESC" if term.args.get("desc") else ""
+        if parts:
+            shown = {
+                e.this.name: e.alias
+                for e in sel.expressions
+                if isinstance(e, exp.Alias) and isinstance(e.this, exp.Column)
+            }  # (the lifted window's keys, _dp_k0, by the names the statement gives them)
+            by_names = ", ".join(shown.get(c, c) for c in cols)
+            over = f"PARTITION BY {by_names} ORDER BY {stat}{way}"
+            lead = f"{_RANKS[type(func)]}() OVER ({over}) <= {k}"
+            return _partitions(
+                key, [r[: len(cols)] for r in rows], type(func), k, lead, term, conf, cursed
+            )
         m = _within(type(func), key.values, k)
         if not 0 < m < len(rows):
             return ""  # every row kept, or none: no cut
-        way = " DESC" if term.args.get("desc") else ""
         lead = f"{_RANKS[type(func)]}() OVER (ORDER BY {stat}{way}) <= {k}"
         ids = list(range(len(rows)))
         return cut_words(key, ids[:m], ids, 0, term, [], conf, cursed, ADVICE, lead)
     return ""
+
+
+def _partitions(
+    key: Key,
+    parts: Sequence[Sequence[Any]],
+    func: type[exp.Expr],
+    k: int,
+    lead: str,
+    term: exp.Ordered,
+    conf: float,
+    cursed: bool,
+) -> str:
+    """A rank kept up to k in each partition (``parts``: each ranked row's partition, rows of a
+    partition together in rank order): the partitions whose last row kept is within the noise
+    of a row left out after it."""
+    near: list[tuple[str, int, int]] = []  # (partition, its last row kept, the next row)
+    total = 0
+    i = 0
+    while i < len(parts):
+        j = i
+        while j < len(parts) and parts[j] == parts[i]:
+            j += 1
+        total += 1
+        m = _within(func, key.values[i:j], k)
+        last = i + m - 1
+        if 0 < m < j - i and any(_overlap(key.noise[last], key.noise[r]) for r in range(i + m, j)):
+            near.append((", ".join("NULL" if v is None else str(v) for v in parts[i]), last, i + m))
+        i = j
+    if not near:
+        return ""
+    named = ", ".join(name for name, _, _ in near[:3]) + (
+        f" and {len(near) - 3:,} more" if len(near) > 3 else ""
+    )
+    name, last, nxt = near[0]
+    return (
+        f"{lead} picks rows by a noisy value in each partition: in {len(near):,} of {total:,} "
+        f"({named}) the last row kept is within the noise of a row it left out after it "
+        f"({name}: {value_text(key.values[last])}, the next: {value_text(key.values[nxt])}; "
+        f"{noise_text(conf, key)}): other groups may belong among the rows shown."
+        + ("" if cursed else curse(bool(term.args.get("desc")), "rows it picks"))
+        + ADVICE
+    )
+
+
+def _overlap(x: tuple[float, float] | None, y: tuple[float, float] | None) -> bool:
+    return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
 
 
 def _kept_ranks(post: exp.Expr, sel: exp.Select, alias: str) -> int | None:

@@ -126,6 +126,8 @@ STATEMENTS = [
     "ORDER BY SUM(y) DESC LIMIT 1) s ON t.region = s.r GROUP BY region",
     "SELECT * FROM (SELECT region, SUM(y) AS s, rank() OVER (ORDER BY SUM(y) DESC) AS r FROM t "
     "GROUP BY region) w WHERE r <= 1",
+    "SELECT * FROM (SELECT region, k, COUNT(*) AS n, row_number() OVER (PARTITION BY region "
+    "ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY region, k) w WHERE r <= 1",
 ]
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC|release \d+")
 
@@ -232,8 +234,8 @@ def test_the_comparison_tells_a_leaky_source_apart(
 def test_the_cut_statements_are_answered(
     neighbours: list[tuple[str, Any, Engine, Ledger]],
 ) -> None:
-    """The cuts' statements (the last six) are answered, not refused: a refusal would compare
+    """The cuts' statements (the last seven) are answered, not refused: a refusal would compare
     equal on the neighbours and test nothing."""
-    for sql in STATEMENTS[-6:]:
+    for sql in STATEMENTS[-7:]:
         got = _pair(neighbours, "fallback", sql)[0]
         assert isinstance(got[0], list), (sql, got)

@@ -136,3 +136,25 @@ def test_a_window_rank_kept_up_to_k_says_so(exact: Engine) -> None:
     for where, n in (("r <= 2", 2), ("r < 4", 3)):
         rows, notices = _run(exact, f"{pums} WHERE {where}")
         assert len(rows) == n and _picked(notices) == [], notices
+
+
+def test_a_rank_per_partition_says_which_partitions_cut_within_the_noise(exact: Engine) -> None:
+    """Property: rank() OVER (PARTITION BY sex ORDER BY COUNT(DISTINCT pid) DESC) <= 4 (the top 4
+    educ of each sex, pums aged 20-29: 23, 20, 14, 9 | 8 and 22, 17, 14, 7 | ...) is a cut by
+    noisy values in each partition: the words say in how many the last row kept is within the
+    noise of the next (±3.5: both), naming the partitions and the statement's key. (pums has
+    one row per pid: no group is sampled away, the zero-noise values are the data's.) Fails
+    before (no words)."""
+    rows, notices = _run(
+        exact,
+        "SELECT * FROM (SELECT sex, educ, COUNT(DISTINCT pid) AS n, rank() OVER (PARTITION BY "
+        "sex ORDER BY COUNT(DISTINCT pid) DESC) AS r FROM pums WHERE age BETWEEN 20 AND 29 "
+        "GROUP BY sex, educ) t WHERE r <= 4",
+    )
+    assert [r[2] for r in rows] == [23, 20, 14, 9, 22, 17, 14, 7], rows
+    (line,) = _picked(notices)
+    assert line.startswith(
+        "rank() OVER (PARTITION BY sex ORDER BY COUNT(DISTINCT pid) DESC) <= 4 picks rows by a "
+        "noisy value in each partition: in 2 of 2 (0, 1) the last row kept is within the noise "
+        "of a row it left out after it (0: 9, the next: 8; each ±3.5 at 95%"
+    ), line
