@@ -12,6 +12,7 @@ from sqlglot import exp
 
 from dpsql.catalog import function_rules, rules, visibility
 from dpsql.policy.model import Policy
+from dpsql.sql.nodes import POSTGRES
 
 
 def cast_target(node: exp.Cast) -> str:
@@ -24,7 +25,7 @@ def cast_target(node: exp.Cast) -> str:
             return str(kind.expression.name).lower()
         if kind is not None:
             return kind.name.lower() if isinstance(kind, exp.Identifier) else str(kind).lower()
-    return to.sql("postgres").lower()
+    return to.sql(POSTGRES).lower()
 
 
 def qualified_call(node: exp.Func) -> exp.Expr:

@@ -23,6 +23,7 @@ from dpsql.catalog.build import (
 from dpsql.catalog.objects import OBJECT_FILTERS, describe_guard
 from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql
 from dpsql.sql.names import function_name
+from dpsql.sql.nodes import POSTGRES
 
 SYSTEM_SCHEMAS = ("pg_catalog", "information_schema")
 
@@ -61,7 +62,7 @@ def _qualifier(node: exp.Expr) -> str | None:
     parent = node.parent
     if isinstance(parent, exp.Dot) and parent.expression is node:
         return (
-            parent.this.sql("postgres").lower()
+            parent.this.sql(POSTGRES).lower()
             if not isinstance(parent.this, exp.Identifier)
             else parent.this.name.lower()
         )

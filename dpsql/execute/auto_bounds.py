@@ -46,6 +46,7 @@ from dpsql.sql.auto_bounds import (
     wider_value,
 )
 from dpsql.sql.join_cap import fallback_note
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
 
 if TYPE_CHECKING:
@@ -374,7 +375,7 @@ def histograms(
     # clamped whatever the catalog proves of the values (proven_bounds): that proof is read
     # again only for the answer's own SQL (dpsql.engine.Engine.checked_sql)
     with before_the_data():  # nothing read yet: a refusal here is refunded (55000)
-        sql = measure_bounds(replace(a, proven_bounds=()), items).sql("postgres")
+        sql = measure_bounds(replace(a, proven_bounds=()), items).sql(POSTGRES)
         still_unique(engine.backend, a, "while contribution bounds were being planned")
     what = "choosing its contribution bounds"  # a Parse failure of it is dpsql's (own_sql)
     rows = own_sql.run(engine.backend, sql, fingerprint, cancel=cancel, what=what).rows

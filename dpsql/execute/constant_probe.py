@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from sqlglot import exp
 
 from dpsql.errors import ConstantRejected, DpsqlError, UpstreamError
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.public import check_public
 from dpsql.sql.rewrite.make_total import checked_divisor, folded
 
@@ -101,7 +102,7 @@ def probe_sql(tree: exp.Expr, types_of: TypesOf) -> str | None:
             items += [c.copy() for c in _constant_parts(item) if _public(c)]
     if not items:
         return None
-    return exp.select(*items).sql("postgres")
+    return exp.select(*items).sql(POSTGRES)
 
 
 _VALUES = (exp.Func, exp.Binary, exp.Unary)
@@ -233,7 +234,7 @@ def _column_type(col: exp.Column, block: exp.Select, types: TypesOf) -> str | No
     while node is not None:
         if isinstance(node, exp.Select):
             found = [
-                types(exp.Table(this=t.this.copy(), db=t.args.get("db")).sql("postgres"))
+                types(exp.Table(this=t.this.copy(), db=t.args.get("db")).sql(POSTGRES))
                 for t in _tables(node)
                 if not col.table or col.table == t.alias_or_name
             ]

@@ -33,6 +33,7 @@ from dpsql.errors import ConnectionException, DpsqlError
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.nodes import POSTGRES
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -54,7 +55,7 @@ def bare_sql(a: Analysis) -> str | None:
             q = q.where(a.where.copy())
         if a.group_keys:
             q = q.group_by(*[g.expr.copy() for g in a.group_keys])
-        return q.sql("postgres")
+        return q.sql(POSTGRES)
     except Exception:  # a shape this rebuild does not know: no offer, the error stands
         return None
 
@@ -66,9 +67,9 @@ def _same_measurement(a: Analysis, b: Analysis) -> bool:
         return (
             x.table,
             x.private.privacy_unit,
-            None if x.where is None else x.where.sql("postgres"),
-            tuple(j.sql("postgres") for j in x.joins),
-            tuple(g.expr.sql("postgres") for g in x.group_keys),
+            None if x.where is None else x.where.sql(POSTGRES),
+            tuple(j.sql(POSTGRES) for j in x.joins),
+            tuple(g.expr.sql(POSTGRES) for g in x.group_keys),
             tuple((g.keys, g.keys_from, g.null_key) for g in x.group_keys),
             tuple((s.func, s.measures, s.lo, s.hi, s.pg_type) for s in x.statistics),
             x.measures,

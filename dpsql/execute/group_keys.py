@@ -19,6 +19,7 @@ from dpsql.errors import DpsqlError, UnsupportedSql, UpstreamError
 from dpsql.execute.backend import Rows, key_type_name, type_name
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import ROW_VALUE_KINDS, Analysis, decomposable
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.rewrite.make_total import make_total
 from dpsql.sql.rewrite.source_rows import source_select
 from dpsql.sql.sources import table_name
@@ -63,7 +64,7 @@ def _probe_sql(prepared: PrivateQuery, a: Analysis, cols: list[exp.Expr]) -> str
         from dpsql.sql.per_unit import substitute
 
         q = substitute(q, prepared.units)  # type: ignore[assignment]
-    return q.sql("postgres")
+    return q.sql(POSTGRES)
 
 
 def _key_cols(a: Analysis) -> list[exp.Expr]:
@@ -78,7 +79,7 @@ def _value_args(a: Analysis) -> dict[str, exp.Expr]:
     args: dict[str, exp.Expr] = {}
     for m in a.measures:
         if m.arg is not None and (m.kind == "quantile" or (ranked and m.kind in ROW_VALUE_KINDS)):
-            args.setdefault(m.arg.sql("postgres"), m.arg)
+            args.setdefault(m.arg.sql(POSTGRES), m.arg)
     return args
 
 
@@ -284,7 +285,7 @@ def unit_type(engine: EngineContext, prepared: PrivateQuery, a: Analysis) -> str
         from dpsql.sql.per_unit import substitute
 
         q = substitute(q, prepared.units)  # type: ignore[assignment]
-    text = q.sql("postgres")
+    text = q.sql(POSTGRES)
     probe_key = ("unit-probe", prepared.scope, text, token)
     cached = engine.caches.key_types.get(probe_key)
     if cached is None:
@@ -318,7 +319,7 @@ def constant_key(engine: EngineContext, expr: exp.Expr) -> tuple[str | None]:
     """The text of a constant key as the private query prints it (``CAST(key AS text)``): read
     from PostgreSQL with no FROM clause (the expression reads no table, no parameter, no clock:
     :func:`dpsql.sql.constants.is_public_constant`), memoized with the ``keys_from`` values."""
-    sql = exp.select(exp.cast(expr.copy(), "text")).sql("postgres")
+    sql = exp.select(exp.cast(expr.copy(), "text")).sql(POSTGRES)
     hit = engine.caches.keys_from.get(("constant", sql))
     if hit is not None:
         return (hit[0],)
@@ -342,7 +343,7 @@ def resolve_keys_from(engine: EngineContext, ref: str) -> tuple[str, ...]:
         .from_(exp.to_table(table))
         .where(exp.column(col, quoted=True).is_(exp.null()).not_())
     )
-    rows = engine.backend.run(q.sql("postgres"), private=False)
+    rows = engine.backend.run(q.sql(POSTGRES), private=False)
     keys = tuple(sorted(str(r[0]) for r in rows.rows))
     engine.caches.keys_from.remember(ref, keys)
     return keys

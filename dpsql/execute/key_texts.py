@@ -27,6 +27,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
+from dpsql.sql.nodes import POSTGRES
 
 NUMERIC = frozenset({"numeric"})
 FLOATS = frozenset({"float4", "float8"})
@@ -57,7 +58,7 @@ def key_name(expr: exp.Expr) -> str:
     hit = _NAMES.get(id(expr))
     if hit is not None and hit[0] is expr:
         return hit[1]
-    text = expr.sql("postgres")
+    text = expr.sql(POSTGRES)
     name = text if len(text) <= 60 else text[:57] + "..."
     if len(_NAMES) >= _NAMES_SIZE:
         _NAMES.clear()

@@ -25,6 +25,7 @@ from dpsql.execute.bounds_text import fmt
 from dpsql.execute.noise import Release
 from dpsql.execute.picked_keys import Key, key_of, reads_stats
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.wording import plain_sql, plural
 
 Noise = tuple[float, float] | None
@@ -191,7 +192,7 @@ def cut_words(
         if nulls_first is None or bool(nulls_first) == desc
         else " NULLS " + ("FIRST" if nulls_first else "LAST")
     )  # (as written where it is not PostgreSQL's default)
-    clause = " ".join(["DESC" if desc else "ASC", *(c.sql("postgres") for c in cut if c)])
+    clause = " ".join(["DESC" if desc else "ASC", *(c.sql(POSTGRES) for c in cut if c)])
     clause = clause.replace(" ", nulls + " ", 1) if nulls else clause
 
     def val(rid: int) -> str:

@@ -45,6 +45,7 @@ from dpsql.sql.bi_shapes import (
 )
 from dpsql.sql.bind import bind, param_count
 from dpsql.sql.labels import keep_call_labels
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.parse import ParsedEmpty, ParsedQuery, ParsedStatement
 from dpsql.sql.public import check_public
 from dpsql.sql.unit_joins import merge_unit_joins
@@ -154,7 +155,7 @@ def bound_limit(
             got = int(got.strip())
         if isinstance(got, int) and not isinstance(got, bool):
             value.replace(exp.Literal.number(got))
-    bound = engine.prepare_in_scope(bind(tree, params).sql("postgres"), prepared.scope)
+    bound = engine.prepare_in_scope(bind(tree, params).sql(POSTGRES), prepared.scope)
     if isinstance(bound, DeferredQuery) or bound.param_count:  # never: values inline
         raise prepared.deferred
     return bound

@@ -18,6 +18,7 @@ from sqlglot import exp
 from dpsql.errors import DpsqlError
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.explain_options import ExplainOptions
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.parse import ParsedStatement
 from dpsql.sql.tree import Split
 
@@ -214,5 +215,5 @@ immutable and cacheable; :meth:`dpsql.engine.Engine.prepare` returns it, every l
 
 def fingerprint(tree: exp.Expr | None, text: str) -> str:
     """A short stable id of a statement's shape (literals kept; used in logs and the ledger)."""
-    body = tree.sql("postgres") if tree is not None else text
+    body = tree.sql(POSTGRES) if tree is not None else text
     return hashlib.sha256(body.encode()).hexdigest()[:16]

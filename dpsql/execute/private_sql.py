@@ -21,7 +21,7 @@ from sqlglot import exp
 from dpsql.dp import rng
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.nodes import cast
+from dpsql.sql.nodes import POSTGRES, cast
 from dpsql.sql.rewrite import private_query
 from dpsql.sql.rewrite.keyed_hash import HASHED_TYPES, ROW_ORDER_TYPES
 
@@ -226,4 +226,4 @@ def bounded_sql(prepared: PrivateQuery, a: Analysis) -> str:
             for i, e in enumerate(q.expressions)
         ],
     )
-    return q.sql("postgres", copy=False)  # q is this function's own: generated in place
+    return q.sql(POSTGRES, copy=False)  # q is this function's own: generated in place

@@ -28,6 +28,7 @@ from dpsql.execute.prepared import CatalogQuery, Prepared, PublicQuery
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.bind import Template, bind, check_params, param_numbers, template
+from dpsql.sql.nodes import POSTGRES
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -56,7 +57,7 @@ def runnable_sql(
         tree = runnable_tree(engine, prepared, params, session)
         # a catalog statement's tree is check_catalog_query's new one: rendered without the
         # generator's copy of it (most of the rendering's CPU; a public one may be prepared's)
-        text = tree.sql("postgres", copy=not isinstance(prepared, CatalogQuery))
+        text = tree.sql(POSTGRES, copy=not isinstance(prepared, CatalogQuery))
         key = sql_key(prepared, session, params)
         if key is not None:
             engine.caches.sql.remember(key, text)
@@ -115,7 +116,7 @@ def parameterized_sql(
             and all(map(value_position, tree.find_all(exp.Parameter)))
             and param_numbers(tree) == set(range(1, prepared.param_count + 1))
         )
-        hit = tree.sql("postgres") if plain else False
+        hit = tree.sql(POSTGRES) if plain else False
         engine.caches.sql.remember(key, hit)
     return str(hit) if hit else None
 
@@ -149,7 +150,7 @@ def signalling_sql(
     if got is not None:
         probe, terminate = got
         view = engine.view(session.analyst)
-        sql = check_catalog_query(probe, view, session.analyst, info).sql("postgres")
+        sql = check_catalog_query(probe, view, session.analyst, info).sql(POSTGRES)
         others = {a.pid for a in info.activity} - {session.backend_pid}
         for row in engine.backend.run(sql, private=False, cancel=cancel).rows:
             for pid, end in zip(row, terminate, strict=True):
@@ -157,7 +158,7 @@ def signalling_sql(
                     signalled.add(pid)
     info = info.with_signalled(frozenset(signalled))
     view = engine.view(session.analyst)
-    return check_catalog_query(tree, view, session.analyst, info).sql("postgres")
+    return check_catalog_query(tree, view, session.analyst, info).sql(POSTGRES)
 
 
 def runnable_tree(
@@ -236,7 +237,7 @@ def describe_public(
         if not isinstance(tree, exp.Query):
             raise InternalError("a public statement that is not a query was described")
         q = exp.select("*").from_(tree.subquery("_dp_describe")).limit(0)
-        return engine.backend.run(q.sql("postgres"), private=False).columns
+        return engine.backend.run(q.sql(POSTGRES), private=False).columns
     # With parameters, checks that need their values run at Execute; PostgreSQL
     # describes the statement without running it.
     tree, fresh = prepared.tree, isinstance(prepared, CatalogQuery)
@@ -245,7 +246,7 @@ def describe_public(
         tree = check_catalog_query(tree, engine.view(session.analyst), session.analyst, info)
     oids = _describe_oids(prepared.param_count, param_types)
     # check_catalog_query's tree is new: rendered without the generator's copy of it
-    return describe_statement(engine.backend, tree.sql("postgres", copy=not fresh), oids)
+    return describe_statement(engine.backend, tree.sql(POSTGRES, copy=not fresh), oids)
 
 
 def _describe_oids(count: int, param_types: Sequence[int]) -> list[int]:

@@ -48,6 +48,7 @@ from dpsql.execute.tree_post import run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_proofs
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
 from dpsql.result import Result
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.tree import Split
 
 
@@ -200,7 +201,7 @@ def _offers(stmt: StatementRun[TreeQuery], sp: Split, run: LeafRun) -> list[tupl
             continue  # a series limit's leaf reads keys this statement chose: not offered
         a = run.plans[i].analysis
         eps = run.budgets[i].share.epsilon
-        got = stmt.offer(leaf.sql("postgres"), a, key, eps)
+        got = stmt.offer(leaf.sql(POSTGRES), a, key, eps)
         if got is not None:
             label = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
             out.append((label, got))

@@ -24,6 +24,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.bind import literal
 from dpsql.sql.grouping_sets import SetsPlan
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.postprocess import outer_sql
 from dpsql.sql.tree import Split
 
@@ -71,7 +72,7 @@ class LeafRun:
         engine, link = self.engine, self.sp.link(i)
         if link is not None:
             values = self._released_keys(link.source, link.column)
-            leaf = engine.prepare_in_scope(link.instantiate(values).sql("postgres"), self.scope)
+            leaf = engine.prepare_in_scope(link.instantiate(values).sql(POSTGRES), self.scope)
             if not isinstance(leaf, PrivateQuery):
                 raise InternalError("a series limit's leaf is not one private block")
             (self.leaves[i],) = with_catalog_proofs(engine, [leaf])  # as its probe's

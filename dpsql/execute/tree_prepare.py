@@ -22,6 +22,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.bind import bind, param_count
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.parse import ParsedQuery, ParsedStatement
 from dpsql.sql.per_unit import with_units
 from dpsql.sql.per_unit_source import UNIT_PREFIX, UnitSource
@@ -102,7 +103,7 @@ def _prepare_unit_leaf(
     a = dataclasses.replace(
         analyze(leaf, view), unique_unit=True, one_row_per_unit=True, capped_columns=capped
     )
-    text = leaf.sql("postgres")
+    text = leaf.sql(POSTGRES)
     return PrivateQuery(
         text=text,
         statement=ParsedQuery(text, "SELECT", leaf),

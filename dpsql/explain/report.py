@@ -33,6 +33,7 @@ from dpsql.sql.auto_bounds import DECLARED_GROUPS_MAX, auto_items, groups_auto, 
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.join_cap import fallback_note
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.parse import ParsedQuery, parse_statement
 from dpsql.sql.per_unit import substitute, with_units
 from dpsql.sql.plan import MeasurePlan, Plan, make_plan
@@ -142,12 +143,12 @@ def explain_leaves(
             analyst=session.analyst, epsilon=e, delta=d, mechanism=session.mechanism,
             confidence=session.confidence,
         )  # fmt: skip
-        sql = leaf.sql("postgres")
+        sql = leaf.sql(POSTGRES)
         rep = _plan_report(policy, sql, a, s)
         if sp.units:  # the synthetic per-unit tables as the SELECTs they stand for
             units = tuple((u.name, u.select) for u in sp.units)
             bounded = substitute(private_query(a, "<salt>"), units)
-            rep = replace(rep, rewritten=bounded.sql("postgres", pretty=True))
+            rep = replace(rep, rewritten=bounded.sql(POSTGRES, pretty=True))
         out.append((sql, rep))
     return out
 
@@ -224,7 +225,7 @@ def report(text: str, plan: Plan | SetsPlan, conf: float) -> ExplainReport:
     """
     if isinstance(plan, SetsPlan):
         return _sets_report(text, plan, conf)
-    sql = private_query(plan.analysis, "<salt>").sql("postgres", pretty=True)
+    sql = private_query(plan.analysis, "<salt>").sql(POSTGRES, pretty=True)
     return _report(text, plan, sql, conf)
 
 
@@ -322,7 +323,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     derived = {pos: len(sis) for pos, _, sis in derived_outputs(a)}
     for pos, item in enumerate(a.outer.expressions):
         body = item.this if hasattr(item, "this") else item
-        sql = body.sql("postgres")
+        sql = body.sql(POSTGRES)
         if isinstance(body, exp.Column) and body.name.startswith("_dp_s"):
             s = a.statistics[int(sql[len("_dp._dp_s") :])]
             if s.func in ("quantile", "mode"):
@@ -425,7 +426,7 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
     selections: list[str] = []
     for sp in plan.sets:
         label = set_label(plan.analysis, sp.keys)
-        sql = private_query(sp.plan.analysis, "<salt>").sql("postgres", pretty=True)
+        sql = private_query(sp.plan.analysis, "<salt>").sql(POSTGRES, pretty=True)
         r = _report(text, sp.plan, sql, conf)
         measures += [replace(m, measure=f"{label} {m.measure}") for m in r.measures]
         for item, o in zip(plan.analysis.outer.expressions, r.outputs, strict=True):

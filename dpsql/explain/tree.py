@@ -27,6 +27,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.explain_options import ExplainOptions
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.wording import plain_sql
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ def explain_tree(
         "with partition selection (to every leaf when none has it, or with Gaussian noise); a "
         "leaf that chooses auto contribution bounds spends 1/5 of its epsilon on them (one "
         "release per bound) and measures its answer with the rest",
-        "Post-Processing": sp.post.sql("postgres"),
+        "Post-Processing": sp.post.sql(POSTGRES),
         "Confidence": conf,
         "Reads Data": False,
         "Plans": nodes,

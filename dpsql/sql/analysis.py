@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column, PrivateTable, TypeFamily
 from dpsql.sql.key_domain import KeyFilter
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.wording import plain_sql
 
 MeasureKind = Literal[
@@ -68,7 +69,7 @@ class Measure:
     def key(self) -> str:
         """The measure's identity (computed once: a frozen measure's argument is never edited
         in place, :func:`dataclasses.replace` makes a new measure)."""
-        return self._text(self.arg.sql("postgres") if self.arg is not None else "")
+        return self._text(self.arg.sql(POSTGRES) if self.arg is not None else "")
 
     @property
     def shown(self) -> str:

@@ -32,6 +32,7 @@ from dpsql.sql.group_domain import (
     uncrossed,
 )
 from dpsql.sql.join_cap import pre_join_rows
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.nodes import table as table_node
 from dpsql.sql.refusal_text import row_list_refusal
 from dpsql.sql.select_from import from_table, strip_identity_casts
@@ -73,7 +74,7 @@ def _grouping_sets(
         members = set()
         for g in raw:
             key = _group_key(tree, ctx, g)
-            sql = key.expr.sql("postgres")
+            sql = key.expr.sql(POSTGRES)
             if sql not in index:
                 index[sql] = len(keys)
                 keys.append(key)

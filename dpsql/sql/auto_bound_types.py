@@ -20,6 +20,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.sql.analysis import Measure
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.wording import plain_sql
 
 ItemKind = Literal["rows", "groups", "value_hi", "value_lo", "total"]
@@ -201,8 +202,8 @@ def _counted_condition(sql: str) -> str | None:
         return None
     when = node.args["ifs"][0]
     default = node.args.get("default")
-    one = _one(when.args["true"].sql("postgres"))
-    zero = default is None or isinstance(default, exp.Null) or default.sql("postgres") == "0"
+    one = _one(when.args["true"].sql(POSTGRES))
+    zero = default is None or isinstance(default, exp.Null) or default.sql(POSTGRES) == "0"
     return plain_sql(when.this) if one and zero else None
 
 

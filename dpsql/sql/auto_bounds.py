@@ -53,6 +53,7 @@ from dpsql.sql.auto_bound_types import (
 )
 from dpsql.sql.join_cap import private_tables
 from dpsql.sql.join_cap import privates as _privates
+from dpsql.sql.nodes import POSTGRES
 
 AUTO_SHARE = Fraction(1, 5)
 """The share of a statement's epsilon spent on the bounds it still needs (none when reused)."""
@@ -65,10 +66,10 @@ def _slice(a: Analysis, groups: bool) -> str:
     """The rows a choice is measured on, as text: tables, joins, filter (and grouping)."""
     parts = [a.table, a.alias]
     parts += [f"{al}={t}" for al, t, _ in a.sources]
-    parts += [j.sql("postgres") for j in a.joins]
-    parts.append(a.where.sql("postgres") if a.where is not None else "")
+    parts += [j.sql(POSTGRES) for j in a.joins]
+    parts.append(a.where.sql(POSTGRES) if a.where is not None else "")
     if groups:
-        parts += [g.expr.sql("postgres") + f"{g.keys}" for g in a.group_keys]
+        parts += [g.expr.sql(POSTGRES) + f"{g.keys}" for g in a.group_keys]
         parts.append(str(a.grouping_sets))
     return "\x1f".join(parts)
 
@@ -153,7 +154,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         col = auto_column(a, m)
         if col is None or m.arg is None:
             continue
-        text = m.arg.sql("postgres")
+        text = m.arg.sql(POSTGRES)
         if text in seen:
             continue
         seen.add(text)

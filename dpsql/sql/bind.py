@@ -12,7 +12,6 @@ from decimal import Decimal
 from typing import Any
 
 from sqlglot import exp
-from sqlglot.dialects.dialect import Dialect
 
 from dpsql.errors import (
     IndeterminateDatatype,
@@ -20,6 +19,7 @@ from dpsql.errors import (
     ProtocolViolation,
     UndefinedParameter,
 )
+from dpsql.sql.nodes import POSTGRES
 
 PARAMS_HINT = (
     "bind one value per $n placeholder (the extended protocol: a driver's parameters, JDBC "
@@ -157,7 +157,7 @@ def bind(tree: exp.Expr, params: Sequence[object]) -> exp.Expr:
 @dataclass(frozen=True)
 class Template:
     """A statement's SQL text with a slot per ``$n``, so executing it with new values does not
-    copy and re-render the tree: ``render(params) == bind(tree, params).sql("postgres")``.
+    copy and re-render the tree: ``render(params) == bind(tree, params).sql(POSTGRES)``.
 
     ``parts`` has one more element than ``slots``; ``slots[k]`` is the 0-based parameter index
     whose literal goes between ``parts[k]`` and ``parts[k + 1]``.
@@ -190,10 +190,7 @@ class Template:
 def _literal_sql(value: Any) -> str:
     lit = literal(value)
     node = exp.Paren(this=lit) if isinstance(lit, exp.Neg) else lit
-    return _POSTGRES.generate(node, copy=False)  # a fresh node: nothing to protect
-
-
-_POSTGRES = Dialect.get_or_raise("postgres")
+    return POSTGRES.generate(node, copy=False)  # a fresh node: nothing to protect
 
 
 def template(tree: exp.Expr) -> Template | None:
@@ -214,7 +211,7 @@ def template(tree: exp.Expr) -> Template | None:
             return exp.Var(this=name)
         return n
 
-    text = tree.copy().transform(mark, copy=False).sql("postgres")
+    text = tree.copy().transform(mark, copy=False).sql(POSTGRES)
     pieces = re.split(f"(dpsql_slot_{token}_[0-9]+)", text)
     names = pieces[1::2]
     if bad or sorted(names) != sorted(marks) or any(marks[n] < 0 for n in names):

@@ -23,6 +23,7 @@ from typing import TypeVar
 from sqlglot import exp
 
 from dpsql.sql.constants import add_months, as_point, constant, parse_timestamp
+from dpsql.sql.nodes import POSTGRES
 
 _P = TypeVar("_P", datetime, Fraction)
 
@@ -89,14 +90,14 @@ def range_parts(where: exp.Expr | None, base: str) -> list[tuple[str, exp.Expr, 
             continue
         bounds: list[tuple[str, exp.Expr, bool]] = []
         if isinstance(c, exp.Between) and not c.args.get("symmetric"):
-            if c.this.sql("postgres") == base:
+            if c.this.sql(POSTGRES) == base:
                 bounds = [("lo", c.args["low"], False), ("hi", c.args["high"], False)]
         elif isinstance(c, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ)):
             low = isinstance(c, (exp.GT, exp.GTE))
             strict = isinstance(c, (exp.GT, exp.LT))
-            if c.this.sql("postgres") == base:
+            if c.this.sql(POSTGRES) == base:
                 bounds = [("lo" if low else "hi", c.expression, strict)]
-            elif c.expression.sql("postgres") == base:
+            elif c.expression.sql(POSTGRES) == base:
                 bounds = [("hi" if low else "lo", c.this, strict)]
             if isinstance(c, exp.EQ):
                 bounds = (

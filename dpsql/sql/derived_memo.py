@@ -25,6 +25,7 @@ from dpsql.policy.tables import Column
 from dpsql.sql import derived_keys
 from dpsql.sql.date_domain import range_parts
 from dpsql.sql.derived_keys import Derived, TooMany
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.prescan import kept_text
 
 MEMO_SIZE = 512  # entries kept, the least recently used dropped first
@@ -49,9 +50,7 @@ def derived_domain(
     nodes = list(expr.find_all(exp.Column))
     try:
         decls = tuple(column(c) for c in nodes)
-        ranges = tuple(
-            (_range(where, c.sql("postgres")), _range(where, _as_date(c))) for c in nodes
-        )
+        ranges = tuple((_range(where, c.sql(POSTGRES)), _range(where, _as_date(c))) for c in nodes)
     except Exception:  # refused by the lookup or the range: computed as it was, its words
         return derived_keys.derived_domain(expr, column, where, zone)
     key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
@@ -80,7 +79,7 @@ def derived_domain(
 
 
 def _as_date(c: exp.Column) -> str:
-    return exp.cast(c.copy(), "date").sql("postgres")
+    return exp.cast(c.copy(), "date").sql(POSTGRES)
 
 
 def _range(where: exp.Expr | None, base: str) -> tuple[tuple[str, str, bool], ...]:
@@ -88,4 +87,4 @@ def _range(where: exp.Expr | None, base: str) -> tuple[tuple[str, str, bool], ..
     :func:`~dpsql.sql.date_domain.where_bounds` reads, whatever the zone makes of them (a
     ``to_timestamp(n)`` or an offset is an instant: its clock time depends on the zone, also
     in the key)."""
-    return tuple((side, v.sql("postgres"), strict) for side, v, strict in range_parts(where, base))
+    return tuple((side, v.sql(POSTGRES), strict) for side, v, strict in range_parts(where, base))

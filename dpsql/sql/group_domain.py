@@ -20,6 +20,7 @@ from dpsql.sql.derived_memo import derived_domain
 from dpsql.sql.key_domain import KeyFilter, key_value
 from dpsql.sql.key_literals import case_domain, listed_domain
 from dpsql.sql.key_truth import Hypothesis, truth
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.sources import PUBLIC_COLUMN, Ctx
 from dpsql.sql.wording import plain_sql
 
@@ -142,7 +143,7 @@ def no_row_left(ctx: Ctx, where: exp.Expr | None) -> str | None:
         after = narrow_by_where(before, where, ctx.column)
         if not before.keys or after.keys:
             continue
-        if "t" in truth(where, Hypothesis(after.expr.sql("postgres"), NULL)):
+        if "t" in truth(where, Hypothesis(after.expr.sql(POSTGRES), NULL)):
             continue  # a row whose value is NULL may pass
         return no_key_left(before, after, where, grouped=False)
     return None
@@ -155,7 +156,7 @@ def private_where_columns(ctx: Ctx, where: exp.Expr) -> Iterator[tuple[exp.Colum
     for c in where.find_all(exp.Column):
         if in_subquery(c, where):
             continue  # another scope's column
-        text = c.sql("postgres")
+        text = c.sql(POSTGRES)
         if text in seen:
             continue
         seen.add(text)
@@ -207,8 +208,8 @@ def unfiltered_keys_notice(keys: tuple[GroupKey, ...], where: exp.Expr | None) -
         return None
     g = keys[0]
     if len(keys) == 1 and g.keys is not None and g.family is not None:
-        key_sql, family = g.expr.sql("postgres"), g.family
-        cols = {c.sql("postgres") for c in where.find_all(exp.Column)}
+        key_sql, family = g.expr.sql(POSTGRES), g.family
+        cols = {c.sql(POSTGRES) for c in where.find_all(exp.Column)}
         values = [key_value(k, family) for k in g.keys]
         if cols <= {key_sql} and all(
             v is not None and truth(where, Hypothesis(key_sql, v)) == frozenset("t") for v in values
@@ -233,7 +234,7 @@ def _uncast(expr: exp.Expr) -> str:
             bare = c.this
         else:
             c.replace(c.this)
-    return bare.sql("postgres")
+    return bare.sql(POSTGRES)
 
 
 def uncrossed(before: list[GroupKey], after: list[GroupKey]) -> list[GroupKey]:

@@ -31,6 +31,7 @@ from sqlglot import exp
 from dpsql.errors import StatementTooComplex
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.join_cap import precap
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.wording import plural
 
 
@@ -102,7 +103,7 @@ def fanout_sql(j: PublicJoin) -> str:
         q = exp.select(
             exp.Coalesce(this=exp.Max(this=exp.column("n")), expressions=[exp.Literal.number(0)])
         ).from_(inner.subquery("_dp_keys"))
-    return q.sql("postgres")
+    return q.sql(POSTGRES)
 
 
 MAX_JOINED_ROWS_PER_UNIT = 2**16

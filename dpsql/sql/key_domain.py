@@ -42,6 +42,7 @@ from dpsql.sql.case_keys import case_admits
 from dpsql.sql.constants import NULL, Value, parse_date, parse_timestamp
 from dpsql.sql.date_domain import unit_end
 from dpsql.sql.key_truth import Hypothesis, memoized, truth
+from dpsql.sql.nodes import POSTGRES
 
 
 def key_value(text: str | None, family: TypeFamily) -> Value | None:
@@ -79,11 +80,11 @@ class KeyFilter:
 
     @cached_property
     def _key_sql(self) -> str:
-        return self.key.sql("postgres")
+        return self.key.sql(POSTGRES)
 
     @cached_property
     def _base_sql(self) -> str | None:
-        return self.base.sql("postgres") if self.base is not None else None
+        return self.base.sql(POSTGRES) if self.base is not None else None
 
     def admits(self, text: str | None) -> bool:
         """False only when no row whose key prints as ``text`` can pass the WHERE clause."""

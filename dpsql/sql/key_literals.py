@@ -18,6 +18,7 @@ from sqlglot import exp
 from dpsql.policy.tables import TypeFamily
 from dpsql.sql.constants import NULL, Const, _Null, constant, parse_date
 from dpsql.sql.key_truth import coerce, strip_parens
+from dpsql.sql.nodes import POSTGRES
 
 
 def _text_of(c: Const, family: TypeFamily) -> str | None:
@@ -56,16 +57,16 @@ def _listed(node: exp.Expr, key: str, family: TypeFamily) -> set[str] | None:
         return a & b
     consts: list[exp.Expr] = []
     if isinstance(node, exp.EQ):
-        if strip_parens(node.this).sql("postgres") == key:
+        if strip_parens(node.this).sql(POSTGRES) == key:
             consts = [node.expression]
-        elif strip_parens(node.expression).sql("postgres") == key:
+        elif strip_parens(node.expression).sql(POSTGRES) == key:
             consts = [node.this]
     elif (
         isinstance(node, exp.In)
         and not node.args.get("query")
         and not node.args.get("unnest")
         and not node.args.get("field")
-        and strip_parens(node.this).sql("postgres") == key
+        and strip_parens(node.this).sql(POSTGRES) == key
     ):
         consts = list(node.expressions)
     if not consts:
@@ -84,7 +85,7 @@ def _listed(node: exp.Expr, key: str, family: TypeFamily) -> set[str] | None:
 
 def listed_domain(where: exp.Expr, key: exp.Expr, family: TypeFamily) -> tuple[str, ...] | None:
     """The key values the WHERE clause lists (``k = c``, ``k IN (...)``), sorted; or None."""
-    got = _listed(where, key.sql("postgres"), family)
+    got = _listed(where, key.sql(POSTGRES), family)
     return None if got is None else tuple(sorted(got))
 
 

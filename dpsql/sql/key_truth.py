@@ -30,6 +30,7 @@ from dpsql.sql.constants import (
     parse_timestamp,
 )
 from dpsql.sql.like_keys import like_match
+from dpsql.sql.nodes import POSTGRES
 from dpsql.upstream.zone import ZONE, is_utc
 
 Truth = frozenset[str]  # subsets of {"t", "f", "n"}: the truth values a condition may take
@@ -163,10 +164,10 @@ _MEMO: ContextVar[dict[tuple[str, int], Any] | None] = ContextVar("key_domain_me
 def _sql(node: exp.Expr) -> str:
     memo = _MEMO.get()
     if memo is None:
-        return strip_parens(node).sql("postgres")
+        return strip_parens(node).sql(POSTGRES)
     key = ("s", id(node))
     if key not in memo:
-        memo[key] = strip_parens(node).sql("postgres")
+        memo[key] = strip_parens(node).sql(POSTGRES)
     return str(memo[key])
 
 
@@ -199,7 +200,7 @@ def _plain_sql(node: exp.Expr) -> str:
         return str(memo[key])
     plain = node.copy()
     plain.set("negate", None)
-    text = plain.sql("postgres")
+    text = plain.sql(POSTGRES)
     if memo is not None:
         memo[key] = text
     return text

@@ -19,6 +19,7 @@ import re
 from sqlglot import exp
 
 from dpsql.sql.names import SPELLED
+from dpsql.sql.nodes import POSTGRES
 
 _LEADING = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
@@ -30,7 +31,7 @@ def keep_call_labels(tree: exp.Expr) -> exp.Expr:
             spelled = item.meta.get(SPELLED) if isinstance(item, exp.Func) else None
             if not isinstance(spelled, str):
                 continue
-            m = _LEADING.match(item.sql("postgres"))
+            m = _LEADING.match(item.sql(POSTGRES))
             if m is not None and m.group(0).lower() == spelled.lower():
                 continue
             alias = exp.Alias(this=item.copy(), alias=exp.to_identifier(spelled.lower()))

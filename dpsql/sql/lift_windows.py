@@ -16,6 +16,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql import grouping_sets as gs
 from dpsql.sql.blocks import is_aggregate_block, own_nodes, private_tables, selects_below
 from dpsql.sql.names import SPELLED
+from dpsql.sql.nodes import POSTGRES
 
 WINDOW_ALIAS = "_dp_w"
 
@@ -59,13 +60,13 @@ def _lift(s: exp.Select) -> exp.Select:
         elif isinstance(g, exp.Column) and not g.table and g.name in aliases:
             g = aliases[g.name]
         keys.append(g)
-    keys = list({k.sql("postgres"): k for k in keys}.values())  # each key once, in order
-    key_sql = {k.sql("postgres"): i for i, k in enumerate(keys)}
+    keys = list({k.sql(POSTGRES): k for k in keys}.values())  # each key once, in order
+    key_sql = {k.sql(POSTGRES): i for i, k in enumerate(keys)}
     aggs: dict[str, int] = {}
     agg_nodes: list[exp.Expr] = []
 
     def fix(n: exp.Expr) -> exp.Expr:
-        sql = n.sql("postgres")
+        sql = n.sql(POSTGRES)
         if sql in key_sql and not isinstance(n, exp.Literal):
             return exp.column(f"_dp_k{key_sql[sql]}", WINDOW_ALIAS)
         lifted = fn.is_aggregate(n) or isinstance(n, exp.Grouping)

@@ -21,6 +21,8 @@ import sqlglot
 import sqlglot.errors
 from sqlglot import exp
 
+from dpsql.sql.nodes import POSTGRES
+
 SPELLED = "dpsql_spelled"
 WRITTEN = "dpsql_written"  # an aggregate call's text as written (whitespace collapsed)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
@@ -175,7 +177,7 @@ def function_name(node: exp.Func) -> str:
         return spelled.lower()
     if isinstance(node, exp.Anonymous):
         return str(node.name).lower()
-    rendered = node.sql("postgres")
+    rendered = node.sql(POSTGRES)
     m = _NAME.match(rendered)
     return m.group(0).lower() if m else node.sql_name().lower()
 
@@ -190,7 +192,7 @@ def type_sql(to: exp.Expr) -> str:
     >>> type_sql(sqlglot.parse_one("SELECT x::numeric(10, 2)[]", read="postgres").selects[0].to)
     'numeric(10, 2)[]'
     """
-    return _DECIMAL.sub("numeric", to.sql("postgres").lower())
+    return _DECIMAL.sub("numeric", to.sql(POSTGRES).lower())
 
 
 def cast_sql(node: exp.Cast) -> str:
@@ -199,7 +201,7 @@ def cast_sql(node: exp.Cast) -> str:
     if "format" in node.args:  # sqlglot's CAST(...) parse sets format/safe/action; `::` doesn't
         return f"CAST({node.this.sql('postgres')} AS {to})"
     inner = node.this
-    left = inner.sql("postgres")
+    left = inner.sql(POSTGRES)
     if not isinstance(inner, (exp.Column, exp.Literal, exp.Paren, exp.Func)):
         left = f"({left})"
     return f"{left}::{to}"
@@ -219,8 +221,8 @@ def describe(node: exp.Expr) -> str:
         return f"the cast {cast_sql(node)}"
     if isinstance(node, exp.Func):
         name = function_name(node)
-        if SPELLED not in node.meta and "(" not in node.sql("postgres"):
+        if SPELLED not in node.meta and "(" not in node.sql(POSTGRES):
             return name.upper()  # CURRENT_DATE, LOCALTIMESTAMP: keywords, not calls
         return f"function {name}()"
-    text = node.sql("postgres")
+    text = node.sql(POSTGRES)
     return f"the expression {text if len(text) <= 60 else text[:57] + '...'}"

@@ -21,6 +21,7 @@ from dpsql.policy.model import Policy
 from dpsql.policy.tables import Column, PrivateTable
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Analysis, Statistic
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.postprocess import stat_outputs
 from dpsql.sql.rewrite.make_total import make_total
 from dpsql.sql.wording import plain_sql
@@ -231,7 +232,7 @@ def _source(
     )
     import hashlib
 
-    digest = hashlib.sha256(select.sql("postgres").encode()).hexdigest()[:16]
+    digest = hashlib.sha256(select.sql(POSTGRES).encode()).hexdigest()[:16]
     return UnitSource(
         f"public.{UNIT_PREFIX}{digest}",
         table,

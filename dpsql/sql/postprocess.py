@@ -22,6 +22,7 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Statistic
+from dpsql.sql.nodes import POSTGRES
 
 Interval = tuple[float, float]
 
@@ -334,7 +335,7 @@ def outer_sql(q: exp.Select, *, copy: bool = True) -> str:
     ``copy=False``: ``q`` is the caller's own, generated in place (the generator may change it)."""
     import re
 
-    text = q.sql("postgres", copy=copy).replace("%", "%%")
+    text = q.sql(POSTGRES, copy=copy).replace("%", "%%")
     return re.sub(r"%%\((_dpsql_arr\d+)\)s", r"%(\1)s", text)
 
 

@@ -32,6 +32,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpsql.errors import UnsupportedSql
+from dpsql.sql.nodes import POSTGRES
 
 # nodes that compute nothing that can fail (their children are checked too)
 _SAFE: tuple[type[exp.Expr], ...] = (
@@ -83,7 +84,7 @@ def _node_failure(n: exp.Expr) -> str | None:
     if type(n) in _WORDS:
         return _WORDS[type(n)]
     if isinstance(n, (exp.Func, exp.Dot)):  # a Dot: a schema-qualified call
-        head = _HEAD.match(n.sql("postgres"))
+        head = _HEAD.match(n.sql(POSTGRES))
         name = head.group(1) if head else n.sql_name() if isinstance(n, exp.Func) else n.name
         return f"function {name.lower()}()"
     return f"{type(n).__name__.lower()}"

@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from dpsql.policy.tables import Column
 from dpsql.sql.date_domain import number_bounds
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.time_keys import TimeKeys
 from dpsql.upstream.zone import tzinfo_of
 
@@ -35,7 +36,7 @@ def number_range(
     an integer column's strict bound is the next integer in."""
     if where is None or not isinstance(arg, exp.Column):
         return lo, hi
-    wlo, whi = number_bounds(where, arg.sql("postgres"))
+    wlo, whi = number_bounds(where, arg.sql(POSTGRES))
     new_lo, new_hi = lo, hi
     if wlo is not None:
         v, strict = wlo

@@ -12,6 +12,7 @@ from dpsql.sql import grouping_sets as gs
 from dpsql.sql.analysis import GroupKey, Measure, Statistic
 from dpsql.sql.analyze_aggregates import _Ctx, statistic_for
 from dpsql.sql.names import SPELLED, describe, function_name
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.post_guards import check_constant_divisors, guard
 from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
 from dpsql.sql.wording import plain_sql
@@ -54,7 +55,7 @@ class Outer:
         self.ctx = ctx
         self.keys = keys
         self.sets = sets
-        self.key_sql = {k.expr.sql("postgres"): i for i, k in enumerate(keys)}
+        self.key_sql = {k.expr.sql(POSTGRES): i for i, k in enumerate(keys)}
         self.stats: list[Statistic] = []
         self.measures: dict[str, Measure] = {}
 
@@ -143,7 +144,7 @@ class Outer:
 
     def _key_ref(self, n: exp.Expr) -> exp.Column | None:
         try:
-            sql = self.ctx.qualify(n).sql("postgres")
+            sql = self.ctx.qualify(n).sql(POSTGRES)
         except Exception:
             return None
         i = self.key_sql.get(sql)

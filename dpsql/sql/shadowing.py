@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation
+from dpsql.sql.nodes import POSTGRES
 
 _USER_SCHEMA = (
     "n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%%'"
@@ -157,7 +158,7 @@ def _names(node: exp.Func) -> set[str]:
     """The names PostgreSQL resolves for a call: as written, and as sqlglot writes it back."""
     names = {str(node.name).lower()} if isinstance(node, exp.Anonymous) else set()
     names.add(node.sql_name().lower())
-    m = _HEAD.match(node.sql("postgres"))
+    m = _HEAD.match(node.sql(POSTGRES))
     if m:
         names.add(m.group(1).lower())
     return names

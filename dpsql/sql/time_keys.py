@@ -27,6 +27,7 @@ from dpsql.sql.key_values import (
     sorted_values,
     union,
 )
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.temporal import int_literal
 from dpsql.sql.time_shift import by_whole_days
 from dpsql.sql.zone_bounds import read_point
@@ -76,9 +77,9 @@ class TimeKeys:
         def read(side: str, value: exp.Expr) -> datetime | None:
             return read_point(value, side, kind, self.zone)
 
-        wlo, whi = where_bounds(self.where, node.sql("postgres"), read)
+        wlo, whi = where_bounds(self.where, node.sql(POSTGRES), read)
         if kind == "date":  # d::date, date(d) of a date column: d itself
-            as_date = exp.cast(node.copy(), "date").sql("postgres")
+            as_date = exp.cast(node.copy(), "date").sql(POSTGRES)
             clo, chi = where_bounds(self.where, as_date, read)
             sides = (("lo", wlo), ("lo", clo), ("hi", whi), ("hi", chi))
             wlo, whi = tightest([(side, *b) for side, b in sides if b is not None])
@@ -147,7 +148,7 @@ class TimeKeys:
         week of a timestamp), and the key is the same at each day's first and last microsecond;
         else None (a time of day moves the key: its groups come from the data), or without a
         range."""
-        cols = {c.sql("postgres"): c for c in expr.find_all(exp.Column)}
+        cols = {c.sql(POSTGRES): c for c in expr.find_all(exp.Column)}
         if len(cols) != 1:
             return None
         (node,) = cols.values()
@@ -381,7 +382,7 @@ def _field(t: datetime, field: str) -> int:
 def _pg_format(node: exp.TimeToStr) -> str | None:
     """The format string of ``to_char`` as dpsql sends it upstream (sqlglot's PostgreSQL
     rendering of the parsed format)."""
-    sql = node.sql("postgres")
+    sql = node.sql(POSTGRES)
     m = re.fullmatch(r"TO_CHAR\(.*, '((?:[^']|'')*)'\)", sql, re.S)
     return m.group(1).replace("''", "'") if m else None
 

@@ -29,6 +29,7 @@ from sqlglot import exp
 from dpsql.errors import UnsupportedSql
 from dpsql.policy.tables import Column
 from dpsql.sql.constants import as_point, interval_delta
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.sources import PUBLIC_COLUMN
 from dpsql.sql.temporal import check_interval, int_literal, temporal_type, value_kind
 from dpsql.sql.wording import plain_sql
@@ -95,7 +96,7 @@ def _factor(x: exp.Expr, col_sql: str) -> int | None:
     if isinstance(x, exp.Extract) and isinstance(x.expression, exp.Expr):
         field = str(x.this.this if isinstance(x.this, exp.Var) else x.this.name).lower()
         inner = _bare(x.expression)
-        inner_cols = {c.sql("postgres") for c in inner.find_all(exp.Column)}
+        inner_cols = {c.sql(POSTGRES) for c in inner.find_all(exp.Column)}
         if field in _FACTOR_FIELDS and inner_cols <= {col_sql}:
             return _FACTOR_FIELDS[field]
     return None
@@ -155,7 +156,7 @@ def shifted_stand_in(
         if at is None or kinds[at] is None:
             raise _refused(n)
         base, offset = sides[at], sides[1 - at]
-        cols = {c.sql("postgres"): c for c in n.find_all(exp.Column)}
+        cols = {c.sql(POSTGRES): c for c in n.find_all(exp.Column)}
         if len(cols) != 1:
             raise _refused(n)
         ((col_sql, c),) = cols.items()

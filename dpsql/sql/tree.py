@@ -41,6 +41,7 @@ from dpsql.sql.blocks import contains, is_aggregate_block, private_tables, selec
 from dpsql.sql.group_domain import unfiltered_keys_notice
 from dpsql.sql.labels import keep_call_labels
 from dpsql.sql.lift_windows import WINDOW_ALIAS, lift_windows
+from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.per_unit import lift_units, with_units
 from dpsql.sql.per_unit_source import UNIT_PREFIX, UnitSource
 from dpsql.sql.refusal_text import answer_in_expression
@@ -324,7 +325,7 @@ def _leaf_key_column(leaf: exp.Select) -> str | None:
         return str(items[i].alias_or_name) if 0 <= i < len(items) else None
     for e in items:
         body = e.this if isinstance(e, exp.Alias) else e
-        if body.sql("postgres") == g.sql("postgres") or (
+        if body.sql(POSTGRES) == g.sql(POSTGRES) or (
             isinstance(g, exp.Column) and not g.table and e.alias_or_name == g.name
         ):
             return str(e.alias_or_name)

@@ -25,6 +25,7 @@ import re
 from sqlglot import exp
 
 from dpsql.sql.names import SPELLED, WRITTEN, cast_sql
+from dpsql.sql.nodes import POSTGRES
 
 _PLAIN_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 _DECIMAL = re.compile(r"\bDECIMAL\b")
@@ -77,7 +78,7 @@ def plain_sql(node: exp.Expr, *, qualified: bool = False) -> str:
             c = shown
         else:
             cast.replace(shown)
-    return _DECIMAL.sub("numeric", _respelled(c).sql("postgres"))
+    return _DECIMAL.sub("numeric", _respelled(c).sql(POSTGRES))
 
 
 def spelled_sql(node: exp.Expr) -> str:
@@ -90,7 +91,7 @@ def spelled_sql(node: exp.Expr) -> str:
     >>> spelled_sql(parse_statement("SELECT MEDIAN(x), variance(y) FROM t").tree)
     'SELECT MEDIAN(x), VARIANCE(y) FROM t'
     """
-    return _respelled(node.copy()).sql("postgres")
+    return _respelled(node.copy()).sql(POSTGRES)
 
 
 def _respelled(c: exp.Expr) -> exp.Expr:

@@ -20,6 +20,7 @@ from sqlglot import exp
 
 from dpsql.errors import InvalidParameter
 from dpsql.execute.prepared import ExplainQuery, Prepared, PrivateQuery
+from dpsql.sql.nodes import POSTGRES
 
 TEXT = 25
 _FAMILY = {"integer": 20, "numeric": 1700, "boolean": 16, "text": 25, "date": 1082,
@@ -37,7 +38,7 @@ def cast_oid(to: exp.DataType) -> int:
         return info.array_oid if info is not None else 0
     name = to.copy()
     name.set("expressions", [])
-    text = name.sql("postgres").lower().split("(")[0].strip()
+    text = name.sql(POSTGRES).lower().split("(")[0].strip()
     info = pg_types.get(_ALIASES.get(text, text))
     return info.oid if info is not None else 0
 

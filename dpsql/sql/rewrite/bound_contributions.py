@@ -40,7 +40,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, decomposable
-from dpsql.sql.nodes import cast
+from dpsql.sql.nodes import POSTGRES, cast
 from dpsql.sql.rewrite.bound_partials import bound_partials, sum_total
 from dpsql.sql.rewrite.buckets import outside_counts
 from dpsql.sql.rewrite.literals import numeric
@@ -160,7 +160,7 @@ def _unique_dropped(
         kept, raw = values[t.index], raw_values.get(t.index)
         # counts, sums clamped to their declared range, and a chosen clamp equal to it (the
         # same value column: raw - kept is 0 on every row)
-        if kept is None or raw is None or raw.sql("postgres") == kept.sql("postgres"):
+        if kept is None or raw is None or raw.sql(POSTGRES) == kept.sql(POSTGRES):
             cols += [exp.alias_(zero.copy(), f"_dp_{c}{t.index}") for c in ("b", "k")]
             continue
         d: exp.Expr = exp.Sub(this=raw.copy(), expression=kept.copy())

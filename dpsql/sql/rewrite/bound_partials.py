@@ -58,7 +58,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
 from dpsql.sql.bias import BiasTarget, bias_targets
-from dpsql.sql.nodes import cte_name, table
+from dpsql.sql.nodes import POSTGRES, cte_name, table
 from dpsql.sql.rewrite import l1_cap
 from dpsql.sql.rewrite.keyed_hash import group_hash
 from dpsql.sql.rewrite.literals import numeric
@@ -185,7 +185,7 @@ def kept_whole(
     partial counts (a raw column of the same SQL: the chosen clamp is the declared range)."""
     m, v = a.measures[t.index], values[t.index]
     raw = (raw_values or {}).get(t.index)
-    if raw is not None and (v is None or raw.sql("postgres") != v.sql("postgres")):
+    if raw is not None and (v is None or raw.sql(POSTGRES) != v.sql(POSTGRES)):
         return None  # clamped-off mass is removed too, whatever n
     n = _count_of(m, v, counts[t.index] if counts else None)
     if n is None:
@@ -193,7 +193,7 @@ def kept_whole(
     if t.count_index is not None:  # AVG: its count must count the same column
         c = a.measures[t.count_index]
         nc = _count_of(c, values[t.count_index], counts[t.count_index] if counts else None)
-        if nc is None or nc.sql("postgres") != n.sql("postgres"):
+        if nc is None or nc.sql(POSTGRES) != n.sql(POSTGRES):
             return None
     return exp.LTE(this=n, expression=exp.Literal.number(a.max_rows))
 
@@ -264,7 +264,7 @@ def bound_partials(
         if p is None:
             out: exp.Expr = exp.Count(this=exp.Star())
         else:
-            key = p.sql("postgres", copy=False)  # p is fresh: generated in place
+            key = p.sql(POSTGRES, copy=False)  # p is fresh: generated in place
             if key not in parts:
                 parts[key] = exp.alias_(p, f"_dp_p{len(parts)}", copy=False)
             kept[i] = parts[key].alias

@@ -46,7 +46,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.bias import BiasTarget
-from dpsql.sql.nodes import cast, cte_name, table
+from dpsql.sql.nodes import POSTGRES, cast, cte_name, table
 from dpsql.sql.rewrite.literals import numeric
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -71,7 +71,7 @@ def outside_sql(a: Analysis, m: Measure, declared: tuple[str, ...]) -> exp.Expr 
             proven = True
             continue
         v = make_total(c, a.column)
-        text = v.sql("postgres", copy=False)  # v is fresh: generated in place
+        text = v.sql(POSTGRES, copy=False)  # v is fresh: generated in place
         if text in seen:
             continue
         seen.add(text)

@@ -11,7 +11,7 @@ from dataclasses import replace
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure
-from dpsql.sql.nodes import cast
+from dpsql.sql.nodes import POSTGRES, cast
 from dpsql.sql.rewrite.clamp_values import clamp_values
 from dpsql.sql.rewrite.make_total import make_total
 
@@ -50,7 +50,7 @@ def integer_quantile(a: Analysis, m: Measure) -> bool:
     return (
         m.kind == "quantile"
         and m.arg is not None
-        and m.arg.sql("postgres") in a.integer_values
+        and m.arg.sql(POSTGRES) in a.integer_values
         and m.lo.denominator == 1
         and m.hi.denominator == 1
     )
@@ -72,7 +72,7 @@ def integer_clamp(arg: exp.Expr, m: Measure) -> exp.Expr:
 
 def value_column(v: exp.Expr, inner: list[exp.Expr], vcols: dict[str, exp.Expr]) -> exp.Expr:
     """The row-value column ``_dp_v<k>`` computing ``v`` (added to ``inner`` the first time)."""
-    key = v.sql("postgres", copy=False)  # v is fresh: generated in place
+    key = v.sql(POSTGRES, copy=False)  # v is fresh: generated in place
     if key not in vcols:
         vcols[key] = exp.column(f"_dp_v{len(vcols)}")
         inner.append(exp.alias_(v, f"_dp_v{len(vcols) - 1}", copy=False))
