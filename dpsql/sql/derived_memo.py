@@ -54,7 +54,8 @@ def derived_domain(
     except Exception:  # refused by the lookup or the range: computed as it was, its words
         return derived_keys.derived_domain(expr, column, where, zone)
     key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
-    if not kept_text(key[0]):  # a key of thousands of literals: not held (dpsql.sql.prescan)
+    if not kept_text(key[0]) or not kept_text(repr(ranges)):  # thousands of literals in the key
+        # or its range (``d >= <a long constant>``): not held (dpsql.sql.prescan)
         return derived_keys.derived_domain(expr, column, where, zone)
     with _lock:
         hit = _memo.get(key)

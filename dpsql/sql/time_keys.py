@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from datetime import date, datetime, timedelta, tzinfo
+from fractions import Fraction
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -31,7 +32,9 @@ from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.temporal import int_literal
 from dpsql.sql.time_shift import by_whole_days
 from dpsql.sql.zone_bounds import read_point
+from dpsql.upstream.zone import instants
 
+_EPOCH = datetime(1970, 1, 1)
 MAX_DAYS = 40_000  # about 110 years of days enumerated for EXTRACT / to_char
 
 # EXTRACT fields with whole-number values (PostgreSQL prints them without a fraction)
@@ -288,10 +291,18 @@ class TimeKeys:
         return Domain("int", sorted_values(seen))
 
     def _epoch(self, got: Got) -> Domain | None:
-        """``EXTRACT(epoch FROM d)`` of a date: its midnight's seconds since 1970-01-01 as a
-        whole number, whatever the time zone (PostgreSQL's epoch of a ``date`` is nominal, as of
-        a ``timestamp``; of a ``timestamptz`` it is not: not read). Grafana's
-        ``$__timeEpoch(d)`` and the inside of ``$__timeGroup(d, '1d')``."""
+        """``EXTRACT(epoch FROM d)`` of a date: its midnight's seconds since 1970-01-01, a whole
+        number in any zone (Grafana's ``$__timeEpoch(d)``, inside ``$__timeGroup(d, '1d')``);
+        of a timestamp(tz) key (``date_trunc('day', d)``) its seconds to the microsecond, a
+        timestamptz's of each instant its wall clock is (:func:`dpsql.upstream.zone.instants`)."""
+        if isinstance(got, Domain) and got.kind in ("ts", "tstz"):
+            walls = [as_datetime(v) for v in got.values]
+            if got.kind == "tstz":
+                if self.zone is None:
+                    return None
+                walls = [t for v in walls for t in instants(v, self.zone)]
+            us = {Fraction((t - _EPOCH) // timedelta(microseconds=1), 10**6) for t in walls}
+            return Domain("num", sorted_values(us), got.null, 6)
         if isinstance(got, Span) and got.kind == "date":
             n = (got.hi.date() - got.lo.date()).days + 1
             if n > MAX_DAYS:
@@ -299,8 +310,7 @@ class TimeKeys:
             got = Domain("date", tuple(_dates(got.lo.date(), n)))
         if not isinstance(got, Domain) or got.kind != "date":
             return None
-        epoch = date(1970, 1, 1)
-        secs = {(as_datetime(v).date() - epoch).days * 86400 for v in got.values}
+        secs = {(as_datetime(v) - _EPOCH).days * 86400 for v in got.values}
         return Domain("int", sorted_values(secs), got.null)
 
     def _clock(self, s: Span, field: str) -> Domain:

@@ -132,6 +132,22 @@ def key_texts(wall: datetime, zone: str) -> tuple[str, ...] | None:
     return (_text(first), _text(second))
 
 
+def instants(wall: datetime, tz: tzinfo) -> tuple[datetime, ...]:
+    """The instants (naive UTC) a ``date_trunc`` result at wall-clock time ``wall`` is in
+    ``tz``: both of a time that occurs twice (:func:`key_texts`' two texts), the one after the
+    gap of a time the clock skips.
+
+    >>> ny = ZoneInfo("America/New_York")
+    >>> instants(datetime(2025, 11, 2, 1), ny)
+    (datetime.datetime(2025, 11, 2, 5, 0), datetime.datetime(2025, 11, 2, 6, 0))
+    """
+    out = {wall.replace(tzinfo=tz, fold=f).astimezone(UTC).replace(tzinfo=None) for f in (0, 1)}
+    first = wall.replace(tzinfo=tz, fold=0)
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) != wall:  # skipped
+        out = {first.astimezone(UTC).replace(tzinfo=None)}
+    return tuple(sorted(out))
+
+
 def _text(t: datetime) -> str:
     off = t.utcoffset()
     assert off is not None
