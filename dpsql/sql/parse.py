@@ -27,7 +27,7 @@ from dpsql.sql.faithful import date_calls, mark_calls, quoted_strings, refuse_un
 from dpsql.sql.formats import mark_formats
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
-from dpsql.sql.pg_reading import check_same_reading
+from dpsql.sql.pg_reading import check_same_constants, check_same_reading
 from dpsql.sql.prescan import prescan
 from dpsql.sql.syntax_errors import check_empty_clauses, syntax_error
 
@@ -404,13 +404,15 @@ def parse_statement(text: str) -> ParsedStatement:
         )
     check_empty_clauses(found[0], text, tokens)
     # PostgreSQL runs this text: its own parser must read what sqlglot read
-    check_same_reading(text, found[0])
+    pg = check_same_reading(text, found[0])
     check_known_functions(found[0])
     tree = fold_identifiers(date_calls(quoted_strings(found[0])))
     tree = fetch_as_limit(flatten_group_rows(tree))
     tree = mark_calls(tree, text, tokens if text is spelled_from else None)
     tree = mark_formats(tree, text, tokens if text is spelled_from else None)
-    return ParsedQuery(text, word, faithful_calls(spell_functions(tree, text)))
+    tree = faithful_calls(spell_functions(tree, text))
+    check_same_constants(text, pg, tree)  # (pg None: this text passed both checks before)
+    return ParsedQuery(text, word, tree)
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

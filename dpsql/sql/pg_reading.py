@@ -7,8 +7,10 @@ space in a dollar-quote tag: sqlglot read a public statement on ``regions``, Pos
 ``UNION`` returning every e-mail of ``purchases``). :func:`pg_reading` is PostgreSQL's reading,
 from PostgreSQL's own parser (libpg_query through pglast): the number of statements, the kind of
 each, every relation named anywhere (``FROM``, ``JOIN``, subqueries, CTEs, set operations,
-``INSERT`` targets), and the constants. :func:`check_same_reading` compares it with sqlglot's
-tree and refuses where they differ.
+``INSERT`` targets), and its parse tree, whose constants dpsql.sql.pg_constants reads.
+:func:`check_same_reading` compares it with sqlglot's tree and refuses where they differ;
+:func:`check_same_constants` compares its constants with those of the SQL dpsql writes from its
+final parse of the text (the SQL every answer is built from) and refuses where they differ.
 
 libpg_query 8.7 carries PostgreSQL 18's grammar; the upstream is PostgreSQL 15. Their lexers
 differ on numbers: PostgreSQL 16 reads ``0x1f``, ``0o17``, ``0b101`` and ``1_000`` as integers,
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +35,8 @@ from pglast import parser as pg_parser
 from sqlglot import exp
 
 from dpsql.errors import FeatureNotSupported, SqlSyntaxError
+from dpsql.sql.nodes import POSTGRES
+from dpsql.sql.pg_constants import Fact, constants, differing, hint_for, written
 from dpsql.sql.prescan import kept_text
 
 Relation = tuple[str, str, str]  # (catalog, schema, name), "" where not written
@@ -45,8 +50,11 @@ class PgReading:
     statements: int
     kinds: frozenset[str]
     relations: frozenset[Relation]
-    strings: tuple[str, ...]  # sorted
-    numbers: tuple[str, ...]  # as written, sorted, no sign (PostgreSQL folds a minus into one)
+    stmts: tuple[Any, ...]  # PostgreSQL's parse tree (pglast's JSON), read by constants()
+
+    def constants(self) -> Counter[Fact]:
+        """The constants PostgreSQL reads, with their contexts (dpsql.sql.pg_constants)."""
+        return constants(list(self.stmts))
 
 
 _STATEMENT_NODES = frozenset({"SelectStmt", "InsertStmt", "UpdateStmt", "DeleteStmt", "MergeStmt"})
@@ -72,8 +80,6 @@ def pg_reading(text: str) -> PgReading:
     stmts = tree.get("stmts", [])
     kinds: set[str] = set()
     relations: set[Relation] = set()
-    strings: list[str] = []
-    numbers: list[str] = []
     stack: list[Any] = [s.get("stmt", {}) for s in stmts]
     while stack:
         node = stack.pop()
@@ -89,39 +95,11 @@ def pg_reading(text: str) -> PgReading:
         for key, val in node.items():
             if key in _STATEMENT_NODES:
                 kinds.add(key)
-            elif key == "A_Const":
-                _constant(val, strings, numbers)
-                continue
-            elif key in ("TypeName", "typeName"):
-                continue  # type modifiers: numeric(10, 2), INTERVAL '1' DAY
-            elif key == "FuncCall" and _is_extract(val):  # EXTRACT(year ...): 'year'
-                stack.extend(val.get("args", [])[1:])
-                continue
+            elif key in ("A_Const", "TypeName", "typeName"):
+                continue  # constants() reads them
             if isinstance(val, (dict, list)):
                 stack.append(val)
-    return PgReading(
-        len(stmts),
-        frozenset(kinds),
-        frozenset(relations),
-        tuple(sorted(strings)),
-        tuple(sorted(numbers)),
-    )
-
-
-def _constant(val: dict[str, Any], strings: list[str], numbers: list[str]) -> None:
-    if "sval" in val:
-        strings.append(val["sval"].get("sval", ""))
-    elif "bsval" in val:
-        strings.append("\0bits")  # B'101' / X'1f': counted, not compared by value
-    elif "ival" in val:
-        numbers.append(str(val["ival"].get("ival", 0)).removeprefix("-"))
-    elif "fval" in val:
-        numbers.append(str(val["fval"].get("fval", "0")).removeprefix("-"))
-
-
-def _is_extract(val: dict[str, Any]) -> bool:
-    names = [n.get("String", {}).get("sval") for n in val.get("funcname", [])]
-    return val.get("funcformat") == "COERCE_SQL_SYNTAX" and names[-1:] == ["extract"]
+    return PgReading(len(stmts), frozenset(kinds), frozenset(relations), tuple(stmts))
 
 
 def _pg15_lexer(text: str) -> None:
@@ -205,17 +183,20 @@ def _differs(what: str, construct: str) -> FeatureNotSupported:
     )
 
 
-def check_same_reading(text: str, tree: exp.Expr) -> None:
+def check_same_reading(text: str, tree: exp.Expr) -> PgReading | None:
     """Refuse ``text`` unless PostgreSQL's reading of it (:func:`pg_reading`) and sqlglot's
     ``tree`` of it (one query, as parsed: before dpsql's own rewrites) agree on the number of
     statements, the statement kinds and the relations read (with catalog and schema).
+
+    Returns PostgreSQL's reading for :func:`check_same_constants`, or None where ``text``
+    passed both checks before (remembered: a repeat costs one lookup).
 
     Raises:
         SqlSyntaxError: PostgreSQL 15 refuses to parse ``text`` (42601, its words).
         FeatureNotSupported: they read it differently (0A000).
     """
     if text in _AGREED:
-        return
+        return None
     pg = pg_reading(text)
     if pg.statements != 1:
         raise _differs(
@@ -236,6 +217,42 @@ def check_same_reading(text: str, tree: exp.Expr) -> None:
         if only_mine:
             what += "; tables dpsql read: " + ", ".join(only_mine)
         raise _differs(what, "the unusual quotes, escapes or characters near those table names")
+    return pg
+
+
+def _listed(facts: list[Fact]) -> str:
+    shown = ", ".join(written(f) for f in facts[:3])
+    return shown + (f" and {len(facts) - 3} more" if len(facts) > 3 else "") if facts else "none"
+
+
+def check_same_constants(text: str, pg: PgReading | None, tree: exp.Expr) -> None:
+    """Refuse ``text`` unless the SQL dpsql writes from ``tree`` (its final parse of the text:
+    every statement dpsql sends is built from it) holds every constant PostgreSQL reads in
+    ``text`` (``pg``), as dpsql.sql.pg_constants compares them; then remember ``text`` as
+    agreed (with :func:`check_same_reading`'s checks). Nothing to do where ``pg`` is None (the
+    text agreed before).
+
+    Raises:
+        FeatureNotSupported: a constant would reach PostgreSQL otherwise than written (0A000).
+    """
+    if pg is None:
+        return
+    sent = tree.sql(POSTGRES)
+    try:
+        theirs = constants(json.loads(pg_parser.parse_sql_json(sent)).get("stmts", []))
+    except pg_parser.ParseError:
+        raise _differs(
+            "dpsql would write it in a form PostgreSQL does not read",
+            "the unusual constructs in it (write it more plainly)",
+        ) from None
+    only_mine, only_sent = differing(pg.constants(), theirs)
+    if only_mine:  # (a constant only dpsql's SQL has: see dpsql.sql.pg_constants)
+        raise FeatureNotSupported(
+            "dpsql and PostgreSQL read a constant of this statement differently: dpsql would "
+            f"send {_listed(only_sent)} where the statement has {_listed(only_mine)}; dpsql "
+            "answers only what it reads as PostgreSQL does",
+            hint=hint_for(only_mine + only_sent),
+        )
     if not kept_text(text):
         return
     if len(_AGREED) >= _AGREED_MAX:
