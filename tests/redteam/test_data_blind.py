@@ -111,6 +111,10 @@ STATEMENTS = [
     "FROM t GROUP BY 1",
     "SELECT CAST(tz + interval '1 month' AS date) AS m, COUNT(*) FROM t GROUP BY 1",
     "SELECT q, percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM t WHERE q <= 3 GROUP BY q",
+    # Grafana's time column (bi27 728f086): the epoch of each day / week of the bounds
+    "SELECT extract(epoch from date_trunc('day', tz)) AS time, COUNT(*) FROM t "
+    "WHERE tz >= '2025-05-30' AND tz < '2025-06-03' GROUP BY 1 ORDER BY 1",
+    "SELECT extract(epoch from date_trunc('week', ts)) AS time, SUM(x) FROM t GROUP BY 1",
     # cuts by noisy values (cut27's words on them): over a wrapper / CTE, by an expression, over
     # grouping sets, over a UNION of leaves, a series limit's leaf (appended: the indices above
     # are the bucket and leaky cases')
