@@ -22,6 +22,7 @@ from dpsql.execute.accuracy_words import (
     total_removed,
     unclear_text,
 )
+from dpsql.execute.avg_unclear import clear_count, unclear
 from dpsql.execute.bias import Interval, Removed, TargetWidths, avg_widths
 from dpsql.execute.bounds_text import col_name, fmt, rows_text
 from dpsql.sql.analysis import Analysis, Statistic
@@ -61,7 +62,7 @@ def avg_line(
         declared = (float(t.raw_lo), float(t.raw_hi))
         line = f"{head}; {nothing_left_out(a, t)}"
         line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-        return line + avg_nulls(a, s, noisy)
+        return line + avg_nulls(a, s, noisy, plan, confidence)
     if n is None:
         est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
         own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))
@@ -109,29 +110,54 @@ def avg_line(
         line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
     declared = (float(t.raw_lo), float(t.raw_hi))
     line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-    return line + at_clamp(a, s, noisy, declared) + avg_nulls(a, s, noisy)
+    answered = _clear_rows(plan, s, noisy, confidence)
+    return (
+        line + at_clamp(a, s, noisy, declared, answered) + avg_nulls(a, s, noisy, plan, confidence)
+    )
 
 
 _NULL_BELOW_ONE = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
 
 
-def avg_nulls(a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None) -> str:
+def avg_nulls(
+    a: Analysis,
+    s: Statistic,
+    noisy: Mapping[str, Any] | None,
+    plan: Plan | None = None,
+    confidence: float = 0.95,
+) -> str:
     """Groups whose AVG (VARIANCE, STDDEV) is NULL: their noisy row count, the statistic's last
-    measure, came out below 1 (:func:`dpsql.sql.postprocess.derive`: no value)."""
+    measure, came out below 1 (:func:`dpsql.sql.postprocess.derive`: no value), or, for an AVG,
+    below its clear count (:func:`dpsql.execute.avg_unclear.clear_count`: the noise alone would
+    leave it anywhere in its range), the number the words state."""
     if noisy is None or len(s.measures) < 2 or s.func not in _NULL_BELOW_ONE:
         return ""
     if s.measures[-1] not in noisy:
         return ""
     counts = [float(v) for v in noisy[s.measures[-1]]]
-    k = sum(1 for v in counts if v < 1)
+    need = clear_count(plan, s, confidence) if plan is not None else None
+    k = sum(1 for v in counts if v < (need or 1))
     if not k:
         return ""
     where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
     what = "average" if s.func == "avg" else "spread"
+    if need is None:
+        return (
+            f" It is NULL {where}".rstrip()
+            + f": the noisy count of rows there came out below 1, so no {what} is released "
+            "(too few rows for this epsilon)." + nulls_first_note(a)
+        )
+    col = col_name(a.measure(s.measures[0]))
+    there = " there" if a.group_keys else ""
+    fewer = "group less finely" if a.group_keys else "ask about more rows (a wider filter)"
     return (
         f" It is NULL {where}".rstrip()
-        + f": the noisy count of rows there came out below 1, so no {what} is released "
-        "(too few rows for this epsilon)." + nulls_first_note(a)
+        + f", with its _low/_high interval columns: its noisy count of rows came out below "
+        f"{need:,}{there}, and with fewer rows than that the noise alone leaves an average "
+        f"anywhere in {col}'s range {fmt(float(s.lo))} to {fmt(float(s.hi))} at this epsilon: "
+        f"too few rows for an answer. Raise dpsql.epsilon (the rows it needs fall about as "
+        f"1/epsilon: about {math.ceil(need / 2):,} at twice this epsilon, "
+        f"{math.ceil(need / 4):,} at four times it), or {fewer}." + nulls_first_note(a)
     )
 
 
@@ -225,8 +251,21 @@ def few_rows(kept: float, noise: float) -> str:
     )
 
 
+def _clear_rows(
+    plan: Plan, s: Statistic, noisy: Mapping[str, Any] | None, confidence: float
+) -> list[bool] | None:
+    """Per group, whether the AVG has an answer (not NULL for no clear estimate)."""
+    if noisy is None or s.measures[-1] not in noisy:
+        return None
+    return [not u for u in unclear(plan, s, noisy[s.measures[-1]], confidence)]
+
+
 def at_clamp(
-    a: Analysis, s: Statistic, noisy: Mapping[str, Any] | None, declared: tuple[float, float]
+    a: Analysis,
+    s: Statistic,
+    noisy: Mapping[str, Any] | None,
+    declared: tuple[float, float],
+    clear: Sequence[bool] | None = None,
 ) -> str:
     """Answers at an end of a clamp chosen narrower than the declared range (``clamp: auto``):
     an average of values clamped at 44,200 is at most 44,200, so every group whose values lie
@@ -239,7 +278,12 @@ def at_clamp(
     if noisy is None or not all(m in noisy for m in s.measures):
         return ""
     n = len(noisy[s.measures[0]])
-    vals = [derive(s, [float(noisy[m][r]) for m in s.measures], [0.0, 0.0])[0] for r in range(n)]
+    vals = [
+        derive(s, [float(noisy[m][r]) for m in s.measures], [0.0, 0.0])[0]
+        if clear is None or clear[r]
+        else None  # NULL: no clear estimate (avg_unclear)
+        for r in range(n)
+    ]
     high = sum(1 for v in vals if v is not None and v >= hi_c) if hi_c < declared[1] else 0
     low = sum(1 for v in vals if v is not None and v <= lo_c) if lo_c > declared[0] else 0
     if not (high or low):

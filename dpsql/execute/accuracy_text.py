@@ -41,12 +41,21 @@ from dpsql.execute.bias import (
     Removed,
     TargetWidths,
     avg_targets,
+    exact_steps,
     outside_alarm,
     parts,
     target_of,
     target_widths,
 )
-from dpsql.execute.bounds_text import LOWER_ONLY, NOISE_ONLY, fmt, qty_text, rows_text, unestimated
+from dpsql.execute.bounds_text import (
+    LOWER_ONLY,
+    NOISE_ONLY,
+    col_name,
+    fmt,
+    qty_text,
+    rows_text,
+    unestimated,
+)
 from dpsql.execute.declared_text import outside_warning, with_declared_premises
 from dpsql.execute.disowned import Disown, Disowned, Keep, disown, nulled, quantile_disown
 from dpsql.execute.selected_measures import clear_rows
@@ -123,7 +132,8 @@ def accuracy_notes(
                 f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
             )
             why = unestimated(a, s)
-            out.append(f"{s.sql}: {conf} interval:{noise} {why}." + avg_nulls(a, s, noisy))
+            nulls = avg_nulls(a, s, noisy, plan, confidence)
+            out.append(f"{s.sql}: {conf} interval:{noise} {why}." + nulls)
             if NOISE_ONLY in why:  # what the bounds changed is not in it
                 disown(disowned, si, Disown(None, "low" if LOWER_ONLY in why else "none"))
             continue
@@ -302,12 +312,26 @@ def _added_line(
         else ""
     )
     per = " in each group" if a.group_keys else ""
+    # newcomer26 #4: a sum's left-out estimate counts each unit's left-out value rounded up
+    # (an upper bound only: dpsql.execute.bias.exact_steps), so it lifts the interval's upper
+    # end and never its lower one, which stays the kept answer's (the safe side): the words
+    # said "at most ±22,842,378 from it" where _low lay 43M below the answer
+    reach = (
+        f"the interval reaches at most ±{fmt(tw.b + tw.d_hi)} from it{per}: the kept answer's "
+        f"noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)}"
+        if exact_steps(t)
+        else f"the interval reaches at most {fmt(tw.b + tw.d_hi)} above it{per} (the kept "
+        f"answer's noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)}); below, it stops at "
+        f"the kept answer less its noise ({fmt(tw.b)}), the estimate not added there: it "
+        f"counts each {unit}'s left-out {col_name(t.measure)} rounded up, so it raises the "
+        "upper end only (the lower end stays on the safe side, further below the answer "
+        "than the upper end is above it wherever the estimate is added)"
+    )
     return (
         f"{s.sql}: {conf} interval: its value is what the bounds kept ({bounds_keep(a, t)}: "
         f"the fixed defaults, too few {unit} values to choose bounds at this epsilon) plus a "
-        f"noisy estimate of what they left out (half of epsilon went to it): {said}{zero}; the "
-        f"interval reaches at most ±{fmt(tw.b + tw.d_hi)} from it{per}: the kept answer's "
-        f"noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)}. "
+        f"noisy estimate of what they left out (half of epsilon went to it): {said}{zero}; "
+        f"{reach}. "
     )
 
 

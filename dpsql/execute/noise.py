@@ -23,6 +23,7 @@ from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.noise_source import NoiseSource
 from dpsql.dp.quantiles import Mode, Quantile
 from dpsql.errors import InternalError
+from dpsql.execute import avg_unclear
 from dpsql.execute import bias as bias_module
 from dpsql.execute.accuracy_text import accuracy_notes
 from dpsql.execute.bias import (
@@ -238,7 +239,14 @@ def release(
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
     noise_ivs: list[list[tuple[float, float] | None]] = [[] for _ in table]
-    interval = _stat_interval(plan, noisy, removed, present)
+    # an AVG whose own noisy count is below its clear count: NULL, value and interval
+    # (dpsql.execute.avg_unclear; the released count and public numbers only)
+    nulls = {
+        si: avg_unclear.unclear(plan, s, noisy[s.measures[-1]], confidence)
+        for si, s in enumerate(a.statistics)
+        if s.func == "avg" and len(s.measures) == 2
+    }
+    interval = _stat_interval(plan, noisy, removed, present, nulls)
     clamped: set[int] = set()  # statistics the declared domain's size clamped
     for si, s in enumerate(a.statistics):
         selected = s.func in ("quantile", "mode")  # (rounded by derive, to its buckets)
@@ -250,6 +258,8 @@ def release(
             if adds is not None:  # the fallback: the kept answer plus what it left out
                 row_vals = [corrected(s, float(row_vals[0]), adds, i)]
             v, _ = derive(s, row_vals, [0.0] * len(s.measures))
+            if si in nulls and nulls[si][i]:
+                v = None  # no clear estimate (its interval too: _stat_interval)
             iv = interval(i, si, confidence)
             iv = iv if iv is None else round_interval(s, iv, half(iv))
             # presentation: the digits below the step of its noise are dropped (a function of
@@ -357,6 +367,7 @@ def _stat_interval(
     noisy: dict[str, Any],
     removed: dict[str, Removed],
     present: dict[str, np.ndarray] | None = None,
+    nulls: dict[int, list[bool]] | None = None,
 ) -> Callable[[int, int, float], tuple[float, float] | None]:
     """Statistic si's interval in row r at a given confidence (Bonferroni over its measures and,
     for a COUNT or SUM whose removed mass is estimated, that estimate: dpsql.execute.bias)."""
@@ -411,6 +422,8 @@ def _stat_interval(
         return lambda r: derive(s, [c[r] for c in cols], ws)[1]
 
     def interval(r: int, si: int, level: float) -> tuple[float, float] | None:
+        if nulls and si in nulls and nulls[si][r]:
+            return None  # an AVG with no clear estimate: NULL at every level
         got = rules.get((si, level))
         if got is None:
             got = rules[si, level] = rule(si, level)

@@ -10,6 +10,7 @@ Deterministic: the words, set without the data (G from the keys), whatever the n
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.policy import load_policy
 from dpsql.session import SessionContext
-from tests.helpers import EXACT, ExactNoise
+from tests.helpers import EXACT, ExactNoise, unrounded
 
 WHY = "each group's noise is sized for "
 
@@ -102,28 +103,47 @@ def test_null_averages_say_how_order_by_desc_sorts_them(
                 assert [row[1] for row in r.rows] == [None, None, None], r.rows
     finally:
         e.close()
-    assert all("It is NULL in 3 of 9 groups" in line for line in lines), lines
+    # races 7-9 have no row: NULL; since session 27 so are races whose (exact) count is below
+    # the AVG's clear count (dpsql.execute.avg_unclear): at least those three
+    counts = [re.search(r"It is NULL in (\d+) of 9 groups", line) for line in lines]
+    assert all(m is not None and int(m.group(1)) >= 3 for m in counts), lines
     said = "ORDER BY ... DESC lists such groups first"
     assert said in lines[0] and "DESC NULLS LAST" in lines[0], lines[0]
     assert said not in lines[1] and said not in lines[2], lines
 
 
 class _LowSums(ExactNoise):
-    """Zero noise, except a value of a noisy measure whose noise is wide (an AVG's sum of age,
-    not its count) comes out 3 noise deviations low: a small group's average then falls below
-    0 and shows as 0, as the real noise does now and then (newcomer23 #22: race 2 '0 [0, 100]')."""
+    """Zero noise, except the AVG's sum (its centred sum of age: ``sums``, not its count nor the
+    estimates of what the bounds left out) comes out 40 noise deviations low: a small group's
+    average then falls below 0 and shows as 0 (newcomer23 #22: race 2 '0 [0, 100]'). Since
+    session 27 a group below the AVG's clear count is NULL (dpsql.execute.avg_unclear: races
+    5-9 here), so an average that is released reaches an end only where its sum's noise lands
+    far out (3 deviations, this test's before, leave race 2 at 38 of 42 years)."""
+
+    def __init__(self, sums: set[Any]) -> None:
+        self.sums = sums
 
     def add(self, mech: Any, values: np.ndarray) -> np.ndarray:
         v = np.asarray(values, dtype=np.float64)
-        return v - 3 * float(mech.std) if float(mech.std) > 100 else v
+        return v - 40 * float(mech.std) if mech in self.sums else v
 
 
 def test_an_average_at_its_ranges_end_says_it_is_no_value(demo_dsn: str, demo_policy: Any) -> None:
-    e = Engine(demo_policy, demo_dsn, pool_size=1, noise=_LowSums())
     s = SessionContext("analyst", Fraction(1))
+    sums = set()
+    probe = Engine(demo_policy, demo_dsn, pool_size=1, noise=EXACT)
+    for sql in (
+        "SELECT race, AVG(age) FROM pums GROUP BY race",
+        "SELECT AVG(age) FROM pums WHERE race = 2",
+    ):
+        plan = probe.plan(probe.prepare(sql), s)
+        stat = plan.analysis.statistics[0]  # type: ignore[union-attr]
+        sums.add(plan.measure_plan(stat.measures[0]).mechanism)  # type: ignore[union-attr]
+    probe.close()
+    e = Engine(demo_policy, demo_dsn, pool_size=1, noise=_LowSums(sums))
     try:
         grouped = e.execute(e.prepare("SELECT race, AVG(age) FROM pums GROUP BY race"), s)
-        alone = e.execute(e.prepare("SELECT AVG(age) FROM pums WHERE race = 6"), s)
+        alone = e.execute(e.prepare("SELECT AVG(age) FROM pums WHERE race = 2"), s)
     finally:
         e.close()
     zeros = sum(1 for row in grouped.rows if row[1] == 0)
@@ -203,24 +223,34 @@ def test_one_advice_for_a_count_whatever_its_neighbours(auto_engine: Engine, oth
 
 class _HighSums(ExactNoise):
     """Zero noise, except a value of a noisy measure whose noise is wide (an AVG's sum of
-    income, not its count) comes out 3 noise deviations high: a group's average then passes
+    income, not its count) comes out 30 noise deviations high (3 before session 27, at epsilon
+    1; the statement now runs at 5, for educ's groups to pass the AVG's clear count, where a
+    deviation is 5x smaller): a group's average then passes
     the clamp chosen for income and shows at it, as the real noise (and groups whose incomes
     lie above the clamp) make it do (newcomer24 #3: four educ groups at 44,200 as a top 5)."""
 
     def add(self, mech: Any, values: np.ndarray) -> np.ndarray:
         v = np.asarray(values, dtype=np.float64)
-        return v + 3 * float(mech.std) if float(mech.std) > 1000 else v
+        return v + 30 * float(mech.std) if float(mech.std) > 200 else v
 
 
-def test_an_average_at_a_chosen_clamp_names_it(demo_dsn: str, demo_policy_auto: Any) -> None:
+def test_an_average_at_a_chosen_clamp_names_it(
+    demo_dsn: str, demo_policy_auto: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Property: where answers sit at the clamp chosen for the column (narrower than declared),
     the notice names that clamp and its value, says the groups above it all read near it (a
     top-N among them orders noise) and what the project offers to tell them apart; it does not
     call them an end of the declared range (0 or 500,000). Fails before (the declared ends)."""
+    unrounded(monkeypatch)  # (the answer at the clamp exactly, not rounded to its noise's step)
     e = Engine(demo_policy_auto, demo_dsn, pool_size=1, noise=_HighSums())
-    s = SessionContext("analyst", Fraction(1))
+    # epsilon 5: educ's groups (16 keys, so 16 groups per pid) pass the AVG's clear count (below
+    # it an AVG is NULL since session 27: dpsql.execute.avg_unclear; at epsilon 1 all 16 are)
+    s = SessionContext("analyst", Fraction(5))
     try:
-        sql = "SELECT educ, AVG(income) AS inc FROM pums GROUP BY educ ORDER BY inc DESC LIMIT 5"
+        sql = (  # (NULLS LAST: groups below the AVG's clear count are NULL: avg_unclear)
+            "SELECT educ, AVG(income) AS inc FROM pums GROUP BY educ "
+            "ORDER BY inc DESC NULLS LAST LIMIT 5"
+        )
         r = e.execute(e.prepare(sql), s)
     finally:
         e.close()
