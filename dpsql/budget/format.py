@@ -6,8 +6,11 @@ never reads as a lie: the amount left shown is at most the true one, the amount 
 ('0.3334', '0.3333', '0.000001', '0')
 >>> fmt_down(Fraction(489375, 10**8)), fmt_up(Fraction(170952, 10**6)), fmt_down(100)
 ('0.004893', '0.171', '100')
->>> fmt_down(Fraction(1, 10**12))
-'1e-12'
+>>> fmt_down(Fraction(1, 10**12)), fmt_down(Fraction(7258, 10**10)), fmt_down(Fraction(1, 10**13))
+('0.000000000001', '0.0000007258', '1e-13')
+
+Fixed decimals down to 1e-12 (newcomer26 #8: SHOW printed "0.000067" beside "7.258e-7"; the
+ledger keeps 12 decimal places, so below that a number is e-notation, never a run of zeros).
 >>> dec_up(Fraction(2, 3))
 Decimal('0.666666666667')
 """
@@ -29,7 +32,7 @@ def _fmt(x: Fraction | int, rounding: str) -> str:
         return "0"
     ctx = decimal.Context(prec=4, rounding=rounding)
     d = ctx.divide(Decimal(x.numerator), Decimal(x.denominator)).normalize(ctx)
-    if -7 < d.adjusted() < 7:
+    if -13 < d.adjusted() < 7:
         return f"{d:f}"
     return f"{d:e}".replace("e-0", "e-").replace("e+0", "e+")
 
@@ -51,6 +54,30 @@ def _dec(x: Fraction | int, rounding: str) -> Decimal:
     d = d.quantize(_PLACES, rounding=rounding, context=ctx).normalize(ctx)
     # normalize() writes 1000 as 1E+3: a whole number keeps its digits, as PostgreSQL prints it
     return d.quantize(_ONE, context=ctx) if d == d.to_integral_value() else d
+
+
+def fmt_up_beside(x: Fraction | int, other: str) -> str:
+    """``x`` rounded up (:func:`fmt_up`), with at least as many decimal places as ``other``, an
+    amount shown beside it (newcomer26 #8: "spent so far: epsilon 100" beside "epsilon 7.258e-7
+    left" of a limit of 100: spent rounded up to 4 digits hid what was left). Never below x.
+
+    >>> fmt_up_beside(Fraction(999999992742, 10**10), "0.0000007258")
+    '99.9999992742'
+    >>> fmt_up_beside(Fraction(990403, 10**4), "0.9597"), fmt_up_beside(Fraction(1, 3), "7")
+    ('99.0403', '0.3334')
+    """
+    base = fmt_up(x)
+    if "e" in other or "e" in base:
+        return base
+    places = len(other.partition(".")[2])
+    if places <= len(base.partition(".")[2]):
+        return base
+    ctx = decimal.Context(prec=60, rounding=decimal.ROUND_CEILING)
+    x = Fraction(x)
+    d = ctx.divide(Decimal(x.numerator), Decimal(x.denominator))
+    d = d.quantize(Decimal(1).scaleb(-places), rounding=decimal.ROUND_CEILING, context=ctx)
+    text = f"{d:f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def dec_up(x: Fraction | int) -> Decimal:

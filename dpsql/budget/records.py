@@ -13,7 +13,7 @@ from fractions import Fraction
 from typing import Any
 
 from dpsql.budget.filter import DEFAULT_DELTA_SHARE, Filter, Spent
-from dpsql.budget.format import fmt_down, fmt_up
+from dpsql.budget.format import fmt_down, fmt_up, fmt_up_beside
 from dpsql.budget.periods import period_end
 from dpsql.dp.accounting import Cost
 from dpsql.errors import (
@@ -285,7 +285,8 @@ def exhausted(
         f"{fmt_down(left_delta)} for partition selection{when}; {needs}",
         detail=f"{whose}: epsilon {fmt_down(f.epsilon)} and delta "
         f"{fmt_down(f.delta)} {per} ({fmt_down(f.delta_explicit)} of that delta for "
-        f"partition selection{other}); spent so far: epsilon {fmt_up(spent)}, delta "
+        f"partition selection{other}); spent so far: epsilon "
+        f"{fmt_up_beside(spent, fmt_down(left_eps))}, delta "
         f"{fmt_up(row.spent.cost.delta)} for partition selection{gauss}{why}",
         hint=(
             # at 0 left no smaller epsilon is answered (newcomer24 #19: it still said "lower")

@@ -161,6 +161,14 @@ def _notice(
                 f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
                 f"{float(epsilon):.4g}" + (", stored for later statements" if stored else "")
             )
+        elif fresh and all(c.wider for c in bounds.chosen if c.fallback and not c.reused):
+            # newcomer26 #3: "spent on a count ... too small" read as a waste beside the stored
+            # bound reused free: the count is what tried to choose them for these rows
+            how.append(
+                f"epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
+                f"{float(epsilon):.4g} spent trying to choose them for these rows (a count of "
+                "units, too small to choose from), so a bound stored earlier serves instead"
+            )
         elif fresh:  # every bound measured now fell back to its default (not stored)
             how.append(
                 f"epsilon {float(bounds.epsilon_spent):.4g} of {whose} "

@@ -429,7 +429,14 @@ def attach(
                 + "; and ".join(reasons)
             )
         else:
-            notes.append(f"{base}: {what_of(o.info, labels, releases, ks, confidence)}")
+            # newcomer26 #16: "avg: the interval of ... unchanged" read beside "avg_low, avg_high
+            # are NULL" (every row's, disowned by the part's notice): no interval is promised
+            # where none is shown, and where some rows' are NULL the line speaks of the others
+            told = nulled_text(base, nulled[slot], len(rows), releases) if nulled[slot] else ""
+            if not (told and nulled[slot] >= len(rows)):
+                what = what_of(o.info, labels, releases, ks, confidence)
+                rest = f" (the other {len(rows) - nulled[slot]} rows)" if told else ""
+                notes.append(f"{base}: {what}{rest}")
         if nulled[slot] and not why:
             notes += [t] if (t := nulled_text(base, nulled[slot], len(rows), releases)) else []
         for end, n in halved[slot].items():

@@ -64,7 +64,7 @@ def test_reserve_commit_and_exhaustion_message(ledger: Ledger, dsn: str) -> None
     err = info.value
     assert err.sqlstate == "53400"
     # pure releases only: plain summation; half of delta 1e-6 is for explicit deltas
-    assert "epsilon 0.1 left, and delta 5e-7 for partition selection" in err.message
+    assert "epsilon 0.1 left, and delta 0.0000005 for partition selection" in err.message
     assert "the query needs epsilon 0.2 and delta 0" in err.message
     assert err.hint and "grant" in err.hint
     assert err.detail and "spent so far: epsilon 0.9" in err.detail
@@ -322,7 +322,8 @@ def test_views(ledger: Ledger) -> None:
     # the delta's story as the 53400 DETAIL tells it (newcomer25 #12): the part for partition
     # selection left of its share, and whose the rest of the budget's delta is
     assert (
-        "delta 5e-7 of 5e-7 left for partition selection (the other 5e-7 of its delta 0.000001 "
+        "delta 0.0000005 of 0.0000005 left for partition selection (the other 0.0000005 of its "
+        "delta 0.000001 "
         "is the privacy filter's)"
     ) in text, text
 

@@ -125,7 +125,9 @@ def test_units_agree_across_views_refusals_and_admin(make_db: Callable[[str], st
         assert Fraction(ds.epsilon_spent) - Fraction(1, 10**12) < ds_spent <= ds.epsilon_spent
         left = fmt_down(Fraction(me.epsilon_remaining))
         show = views.show_budget(lg, "alice")
-        assert show.startswith(f'analyst "alice": epsilon {left} of 1 left, delta 2.5e-7 of 5e-7')
+        assert show.startswith(
+            f'analyst "alice": epsilon {left} of 1 left, delta 0.00000025 of 0.0000005'
+        )
         table = admin.show(lg, "alice").splitlines()
         assert table[1].split()[:6] == [
             "analyst",

@@ -9,7 +9,9 @@ still, newcomer24 #12)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
+from decimal import Decimal
 from fractions import Fraction as F
 
 from dpsql.budget.filter import Spent
@@ -145,3 +147,29 @@ def test_the_delta_words_tell_one_story() -> None:
         "epsilon 100 and delta 0.0001 in all (0.00005 of that delta for partition selection, "
         "the other 0.00005 the privacy filter's); spent so far"
     ) in e.detail, e.detail
+
+
+def test_spent_and_left_add_up_to_the_limit_as_shown() -> None:
+    """Property (newcomer26 #8): the DETAIL's "spent so far" is shown to the decimal places of
+    the epsilon left beside it, so the two read as the limit: spent rounded up, left rounded
+    down, their sum at or above the limit by at most two units of the last place shown (was
+    "spent so far: epsilon 99.05" beside "0.9597 left", 100.0097; "epsilon 100" beside
+    "7.258e-7 left"). And a small amount left is written in decimals, as the others are."""
+    rows = [_row(n) for n in (1, 100, 480)]
+    for costs in ([F(990403, 10**4)], [F(999999992742, 10**10)], [F(50), F(49), F(9, 10)]):
+        f = BudgetRow(Spent(), F(0), F(0), 0, 0).filter(LIMIT)
+        s = Spent()
+        for c in costs:  # one release each: the filter counts a lone one as its epsilon
+            s = f.add(s, Cost(epsilon=c))
+        rows.append(BudgetRow(s, F(0), F(0), 0, len(costs), f.order, f.delta_share, f.more))
+    for row in rows:
+        e = exhausted("analyst", LIMIT, row, STATEMENT[0], NOW, STATEMENT[1:])
+        left = re.search(r"epsilon ([\d.e-]+) left", e.message)
+        spent = re.search(r"spent so far: epsilon ([\d.e-]+)", e.detail or "")
+        if left is None or float(left.group(1)) == 0:
+            continue  # nothing left: no amount to read beside it
+        assert spent is not None, e.detail
+        assert "e" not in left.group(1), e.message
+        places = len(left.group(1).partition(".")[2])
+        total = Decimal(spent.group(1)) + Decimal(left.group(1))
+        assert 0 <= total - 100 <= 2 * Decimal(10) ** -places, (e.message, e.detail)
