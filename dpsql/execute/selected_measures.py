@@ -270,7 +270,7 @@ def unclear_groups(
     """Per group, whether its quantile gets no clear estimate: a noisy count of its ranked rows
     (``mp.rows``: Laplace, a unit adds or removes at most R of them in each of its G groups,
     L1 = G R, charged with the statement) below :func:`clear_rows`. The release puts NULL
-    there (value and interval columns), as an AVG whose noisy count is below 1 is: the
+    there (value and interval columns), as an AVG below its clear count is (avg_unclear): the
     decision is a function of that release and public numbers only, never of a true count."""
     need = clear_rows(mp.mechanism, confidence) if isinstance(mp.mechanism, Quantile) else None
     if mp.rows is None or need is None or not hists:

@@ -173,7 +173,8 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
             raise UnsupportedSql(
                 f"{describe(n)} is not supported in {where} of a private query",
                 hint="use comparisons, AND/OR/NOT, IN lists, BETWEEN, LIKE, CASE, arithmetic, "
-                "COALESCE, numeric casts",
+                "COALESCE, numeric casts, and for dates and times x::date (or CAST(x AS date), "
+                "date(x)), date_trunc('month', x), EXTRACT(MONTH FROM x)",
             )
         if isinstance(n, exp.Cast):
             check_cast(n, ctx.column)

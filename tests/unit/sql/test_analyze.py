@@ -202,3 +202,16 @@ def test_a_numeric_quantile_keeps_the_digits_its_buckets_resolve() -> None:
     assert _to_resolution(370.849609375, 500.0) == 370.85
     assert _to_resolution(22216.796875, 500000.0) == 22220.0
     assert abs(_to_resolution(0.123456789, 1.0) - 0.12346) < 1e-12
+
+
+def test_an_unsupported_function_names_the_date_forms_that_work() -> None:
+    """newcomer26 #9: date(purchased_at) is answered now (read as purchased_at::date); a date
+    function dpsql does not read (age(x)) is refused 0A000 with a hint naming the date and time
+    forms that are answered, not only numeric casts."""
+    with pytest.raises(DpsqlError) as e:
+        run("SELECT COUNT(*) FROM purchases WHERE age(purchased_at) > INTERVAL '1 day'")
+    assert e.value.sqlstate == "0A000"
+    hint = e.value.hint or ""
+    for form in ("x::date", "date(x)", "date_trunc('month', x)", "EXTRACT(MONTH FROM x)"):
+        assert form in hint, hint
+    run("SELECT COUNT(*) FROM purchases WHERE date(purchased_at) = '2025-01-02'")  # answered
