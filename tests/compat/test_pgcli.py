@@ -65,10 +65,13 @@ def test_pgcli_completion_in_a_pty(dpsql_server: Server, tmp_path: Path) -> None
         child.expect(r"income|married|educ")
         seen.append(child.before + str(child.after))
         child.send("\x03")
-        child.sendline("\\df concat_ws")
-        until(r"concat_ws")
-        child.sendline("\\dT")
-        until(r"\(\d+ rows?\)|SELECT \d+")
+        # each command's own result line, then the prompt, before the next is typed: "concat_ws"
+        # alone matched the echo of the typed command, so \dT was sent while \df still ran
+        # (under load pgcli then answered neither within the minute)
+        for command in ("\\df concat_ws", "\\dT"):
+            child.sendline(command)
+            until(r"\(\d+ rows?\)|SELECT \d+")
+            until(rf"{re.escape(dpsql_server.dbname)}>")
         child.sendline("\\q")
         child.expect(pexpect.EOF)
         seen.append(child.before)
