@@ -8,24 +8,16 @@ never from the data. An expression whose range can't be bounded returns None.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from sqlglot import exp
 
-from dpsql.policy.tables import Column
 from dpsql.sql.functions import INTEGER_TYPES as _INTEGER_TYPES
-
-Columns = Mapping[str, Column] | Callable[[exp.Column], Column | None]
-
-
-def lookup(columns: Columns, node: exp.Column) -> Column | None:
-    """The policy column of a reference: by name in a mapping, or through a resolver (joins)."""
-    if callable(columns):
-        return columns(node)
-    return columns.get(node.name)
+from dpsql.sql.pg_types import Columns as Columns
+from dpsql.sql.pg_types import is_integer, untyped_number
+from dpsql.sql.pg_types import lookup as lookup
 
 
 @dataclass(frozen=True)
@@ -122,12 +114,46 @@ def _half_range(node: exp.Expr, columns: Columns) -> Half | None:
     return None
 
 
-def _whole(node: exp.Expr, columns: Columns) -> bool:
-    """``node`` is a column of the integer family (its values are whole numbers)."""
-    while isinstance(node, exp.Paren):
-        node = node.this
-    col = lookup(columns, node) if isinstance(node, exp.Column) else None
-    return col is not None and col.family == "integer"
+def _divisor(node: exp.Expr) -> Fraction | None:
+    """A constant divisor: a number, or a quoted one PostgreSQL types as the dividend."""
+    v = literal_value(node)
+    return v if v is not None else untyped_number(node)
+
+
+def _quotient(node: exp.Div | exp.IntDiv, columns: Columns) -> Interval | None:
+    """The range of ``a / b``: the real quotient's, and for PostgreSQL's integer division (both
+    operands integers: :func:`~dpsql.sql.pg_types.is_integer`, or ``div(a, b)``) the integers it
+    truncates to toward zero, ``trunc(lo) .. trunc(hi)`` (trunc is monotone): ``quantity / 3``
+    over [1, 10] is [0, 3], whose 0 the aggregate's clamp must keep."""
+    a = value_range(node.this, columns)
+    if a is None:
+        return None
+    d = _divisor(node.expression)
+    if d is None:  # by an expression: bounded when its range excludes 0
+        b = value_range(node.expression, columns)
+        if b is None or b.lo <= 0 <= b.hi:
+            return None  # near zero the quotient is unbounded; the rewrite guards zero
+        q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
+    elif d == 0:
+        return None
+    else:
+        q = [a.lo / d, a.hi / d]
+    if isinstance(node, exp.IntDiv) or is_integer(node, columns):
+        return Interval(Fraction(math.trunc(min(q))), Fraction(math.trunc(max(q))))
+    return Interval(min(q), max(q))
+
+
+def _remainder(node: exp.Mod, columns: Columns) -> Interval | None:
+    """The range of ``a % d`` for a constant ``d``: the sign of ``a``, below ``|d|`` in size (at
+    most ``|d| - 1`` between integers) and never larger than ``a`` itself."""
+    a = value_range(node.this, columns)
+    d = _divisor(node.expression)
+    if a is None or d is None or d == 0:
+        return None
+    top = abs(d) - 1 if is_integer(node, columns) and d.denominator == 1 else abs(d)
+    lo = Fraction(0) if a.lo >= 0 else max(-top, a.lo)
+    hi = Fraction(0) if a.hi <= 0 else min(top, a.hi)
+    return Interval(lo, hi)
 
 
 def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
@@ -164,19 +190,9 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
         prods = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi]
         return Interval(min(prods), max(prods))
     if isinstance(node, (exp.Div, exp.IntDiv)):
-        a = value_range(node.this, columns)
-        d = literal_value(node.expression)
-        if a is not None and d is None:  # by an expression: bounded when its range excludes 0
-            b = value_range(node.expression, columns)
-            if b is None or b.lo <= 0 <= b.hi:
-                return None  # near zero the quotient is unbounded; the rewrite guards zero
-            q = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
-            return Interval(min(q) - (1 if isinstance(node, exp.IntDiv) else 0), max(q))
-        if a is None or d is None or d == 0:
-            return None
-        q = [a.lo / d, a.hi / d]
-        # integer division truncates toward zero: still inside [min(q), max(q)] widened to ints
-        return Interval(min(q) - (1 if isinstance(node, exp.IntDiv) else 0), max(q))
+        return _quotient(node, columns)
+    if isinstance(node, exp.Mod):
+        return _remainder(node, columns)
     if isinstance(node, exp.Abs):
         r = value_range(node.this, columns)
         if r is None:
@@ -207,7 +223,7 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
     if isinstance(node, exp.Nullif):
         r = value_range(node.this, columns)
         v = literal_value(node.expression)
-        if r is not None and v is not None and _whole(node.this, columns):
+        if r is not None and v is not None and is_integer(node.this, columns):
             # NULLIF(quantity, 0) over whole numbers in [0, 10]: never 0, so [1, 10]
             if v == r.lo and r.lo < r.hi:
                 return Interval(r.lo + 1, r.hi)

@@ -104,6 +104,8 @@ STATEMENTS = [
     "FROM t WHERE ts < '2025-02-15' GROUP BY 1",
     "SELECT q, percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM t WHERE q <= 3 GROUP BY q",
     "SELECT region, k, MEDIAN(y) FROM t GROUP BY region, k",
+    # integer quotients and remainders clamped into the integers PostgreSQL computes (intdiv27)
+    "SELECT region, SUM(COALESCE(q, 0) / 3), SUM(q % 3), AVG((q - 6) / 4) FROM t GROUP BY region",
 ]
 CASES = (
     [(sql, True, "laplace") for sql in STATEMENTS]

@@ -68,6 +68,7 @@ from sqlglot import exp
 
 from dpsql.sql import functions as fn
 from dpsql.sql.nodes import cast
+from dpsql.sql.pg_types import is_integer
 from dpsql.sql.rewrite.float_safe import float_safe
 from dpsql.sql.rewrite.literals import clamp_strict, number
 from dpsql.sql.rewrite.total_dates import (
@@ -217,24 +218,16 @@ def _plain_number(node: exp.Expr) -> bool:
     return isinstance(node, exp.Literal) and not node.is_string
 
 
-def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
-    """True when PostgreSQL types ``node`` as an integer (so ``/`` truncates)."""
-    if isinstance(node, exp.Paren):
-        return is_integer(node.this, columns)
-    if isinstance(node, exp.Literal):
-        return not node.is_string and str(node.this).isdigit() and int(node.this) < 2**63
-    if isinstance(node, exp.Column):
-        col = lookup(columns, node) if columns is not None else None
-        return col is not None and col.family == "integer"
-    if isinstance(node, exp.Cast):
-        return node.to.this in fn.INTEGER_TYPES
-    if isinstance(node, (exp.Neg, exp.Abs)):
-        return is_integer(node.this, columns)
-    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
-        return is_integer(node.this, columns) and is_integer(node.expression, columns)
-    if isinstance(node, exp.Anonymous):  # our own DIV(a, b) of integers (TRUNC: older forms)
-        return str(node.name).lower() in ("trunc", "div")
-    return isinstance(node, exp.Length)
+_BOOLEAN = (exp.Predicate, exp.Not, exp.And, exp.Or, exp.Boolean, exp.Is, exp.In, exp.Between)
+
+
+def _boolean(n: exp.Expr, columns: Columns | None) -> bool:
+    """``n`` is a boolean: a condition, ``true``/``false`` or a boolean column."""
+    n = n.unnest()
+    if isinstance(n, exp.Column):
+        col = lookup(columns, n) if columns is not None else None
+        return col is not None and col.family == "boolean"
+    return isinstance(n, _BOOLEAN)
 
 
 def _outermost_integer(n: exp.Expr, columns: Columns | None) -> bool:
@@ -381,6 +374,10 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
                 # a constant cast ('1e400'::float8, 1e30::int) is folded while the statement is
                 # planned: it fails (PostgreSQL's 22003) or not whatever the data
                 return n
+            if _boolean(n.this, columns):
+                # (amount > 100)::int is 1, 0 or NULL: PostgreSQL's own cast never raises (and
+                # a boolean has no cast to NUMERIC to clamp through: 42846)
+                return n
             return _cast_total(n)
         return n
 
@@ -407,11 +404,8 @@ def make_total(node: exp.Expr, columns: Columns | None = None) -> exp.Expr:
     def visit(n: exp.Expr) -> exp.Expr:  # bottom-up: children are made total first
         # PostgreSQL's type of a division, read before its operands are rewritten (a rewritten
         # operand is NUMERIC: (quantity - 5) would no longer look like an integer)
-        both_int = (
-            isinstance(n, exp.Div)
-            and is_integer(n.this, columns)
-            and is_integer(n.expression, columns)
-        )
+        # (``q / '2'``: the quoted constant is typed as q, an integer: dpsql.sql.pg_types)
+        both_int = isinstance(n, exp.Div) and is_integer(n, columns)
         whole_int = _outermost_integer(n, columns)
         floats = _float_flags(n, columns)
         # -x and abs(x) of a double precision never raise: kept in float8

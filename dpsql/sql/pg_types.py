@@ -1,0 +1,117 @@
+"""PostgreSQL's integer typing of the row-level expressions dpsql rewrites.
+
+``/`` between two integers truncates toward zero in PostgreSQL (``7 / 2`` is 3), between
+anything else it divides exactly (``7.0 / 2`` is 3.5). dpsql computes every operation over a row
+in NUMERIC (:mod:`dpsql.sql.rewrite.make_total`) and clamps integer columns as NUMERIC
+(:mod:`dpsql.sql.rewrite.clamp_values`), so the rewritten SQL keeps PostgreSQL's quotient only
+if it is told which operands PostgreSQL types as integers: :func:`is_integer` reads the user's
+expression, before any rewrite, with PostgreSQL's own rules (its type resolution for
+``UNION``, ``CASE``, ``COALESCE``, ``GREATEST``, ``LEAST``, ``NULLIF`` and for operators):
+
+* an integer column, a number literal without a point or exponent (below 2^63), a cast to an
+  integer type, ``width_bucket(...)`` and ``length(...)`` are integers;
+* ``-x``, ``abs(x)`` and ``x + - * / % y`` are integers when their operands are;
+* ``COALESCE``, ``GREATEST``, ``LEAST``, ``NULLIF`` and ``CASE`` are integers when every argument
+  (every result of a CASE) is an integer, a NULL or an untyped quoted constant such as ``'2'``
+  (PostgreSQL types it as the other arguments: ``quantity / '2'`` truncates), and one is an
+  integer; one numeric or float argument makes the whole numeric or float.
+
+The same reading gives the value range of the aggregates' arguments
+(:func:`dpsql.sql.sensitivity.value_range`): the range of an integer quotient is the range of
+the integers PostgreSQL computes (``quantity / 3`` over [1, 10] is [0, 3], not [1/3, 10/3]).
+
+>>> import sqlglot
+>>> from dpsql.policy.tables import Column
+>>> cols = {"q": Column(type="integer", bounds=[1, 10]), "x": Column(type="numeric")}
+>>> [is_integer(sqlglot.parse_one(s, read="postgres"), cols) for s in
+...  ("COALESCE(q, 0) / 2", "LEAST(q, 3)", "CASE WHEN x > 1 THEN q ELSE 0 END", "q / '2'",
+...   "COALESCE(q, 0.5)", "NULLIF(q, x)", "width_bucket(x, 0, 5, 5)", "q::numeric / 2")]
+[True, True, True, True, False, False, True, False]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+
+from sqlglot import exp
+
+from dpsql.policy.tables import Column
+from dpsql.sql.functions import INTEGER_TYPES
+
+Columns = Mapping[str, Column] | Callable[[exp.Column], Column | None]
+
+
+def lookup(columns: Columns, node: exp.Column) -> Column | None:
+    """The policy column of a reference: by name in a mapping, or through a resolver (joins)."""
+    if callable(columns):
+        return columns(node)
+    return columns.get(node.name)
+
+
+def untyped_number(node: exp.Expr) -> Fraction | None:
+    """The value of a quoted constant that PostgreSQL reads as a number beside one (``'2'`` in
+    ``quantity / '2'``: its type is unknown until the other operand gives it one), else None."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not (isinstance(node, exp.Literal) and node.is_string):
+        return None
+    try:
+        return Fraction(Decimal(str(node.this).strip()))
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def _untyped_integer(node: exp.Expr) -> bool:
+    v = untyped_number(node)
+    return v is not None and v.denominator == 1 and "." not in str(node.this)
+
+
+def _untyped(node: exp.Expr) -> bool:
+    """A NULL or a quoted constant: typed by the other arguments in PostgreSQL."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return isinstance(node, exp.Null) or (isinstance(node, exp.Literal) and node.is_string)
+
+
+def _all_integer(parts: list[exp.Expr], columns: Columns | None) -> bool:
+    """PostgreSQL's common type of ``parts`` (CASE, COALESCE, an operator's two sides) is an
+    integer type: every typed part is an integer, every quoted one reads as an integer."""
+    typed = [p for p in parts if not _untyped(p)]
+    if not typed or not all(is_integer(p, columns) for p in typed):
+        return False
+    quoted = [p for p in parts if _untyped(p) and not isinstance(p.unnest(), exp.Null)]
+    return all(_untyped_integer(p) for p in quoted)
+
+
+def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
+    """True when PostgreSQL types ``node`` as an integer (so ``/`` truncates): see the module
+    docstring. An expression read otherwise (a function it does not list) is not an integer."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Literal):
+        return not node.is_string and str(node.this).isdigit() and int(node.this) < 2**63
+    if isinstance(node, exp.Column):
+        col = lookup(columns, node) if columns is not None else None
+        return col is not None and col.family == "integer"
+    if isinstance(node, exp.Cast):
+        return node.to.this in INTEGER_TYPES
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return is_integer(node.this, columns)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
+        return _all_integer([node.this, node.expression], columns)
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        return _all_integer([node.this, *node.expressions], columns)
+    if isinstance(node, exp.Nullif):  # NULLIF(1, 2.2) is numeric: the = operator's common type
+        return _all_integer([node.this, node.expression], columns)
+    if isinstance(node, exp.Case):
+        results = [i.args["true"] for i in node.args.get("ifs") or []]
+        default = node.args.get("default")
+        return _all_integer([*results, *([default] if default is not None else [])], columns)
+    if isinstance(node, exp.If):
+        false = node.args.get("false")
+        return _all_integer([node.args["true"], *([false] if false is not None else [])], columns)
+    if isinstance(node, exp.Anonymous):  # our own DIV(a, b) of integers (TRUNC: older forms)
+        return str(node.name).lower() in ("trunc", "div")
+    return isinstance(node, (exp.Length, exp.WidthBucket))
