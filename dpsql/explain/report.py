@@ -18,18 +18,19 @@ from dpsql.execute.auto_bounds import (
     too_small,
     with_defaults,
 )
-from dpsql.execute.auto_bounds_text import explain_text, in_terms
+from dpsql.execute.auto_bounds_text import explain_text
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_cover, quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
 from dpsql.execute.selected_measures import clear_rows
+from dpsql.explain.offline import offline_note
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds
-from dpsql.sql.auto_bounds import DECLARED_GROUPS_MAX, auto_items, groups_auto, policy_choices
+from dpsql.sql.auto_bounds import auto_items, policy_choices
 from dpsql.sql.grouping_sets import SetsPlan, make_sets_plan, set_label
 from dpsql.sql.intervals import derived_outputs
 from dpsql.sql.join_cap import fallback_note
@@ -153,30 +154,6 @@ def explain_leaves(
     return out
 
 
-OFFLINE = (
-    "without an upstream no ledger is read: bounds stored by earlier statements are not shown "
-    "(EXPLAIN through dpsql serve shows them)"
-)
-
-
-def _unread_keys(a: Analysis) -> str:
-    """What a ``keys_from`` GROUP BY key changes that no offline plan can know: the server reads
-    the key table's values when the statement runs (dpsql.execute.group_keys.inline_key_tables)
-    and, with few of them, takes G as their number, free (and R = 1 for per-group averages over
-    4 or more), where this plan, without them, has G and R to choose."""
-    unread = [g for g in a.group_keys if g.keys is None and g.keys_from is not None]
-    if not unread or a.needs_selection or not groups_auto(a):
-        return ""
-    names = " and ".join(f"{g.name} (from {g.keys_from})" for g in unread)
-    text = (
-        f". The keys of {names} are read from their table when the statement runs: with at most "
-        f"{DECLARED_GROUPS_MAX} key combinations, groups per unit is their number, set without "
-        "the data (free), and an average or spread by 4 or more keeps 1 row per unit in a "
-        "group, so the bounds it chooses and their cost's split may differ from this plan's"
-    )
-    return in_terms(text, a.private.privacy_unit)
-
-
 def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext) -> ExplainReport:
     """The report as the statement would be planned with no stored choices: the ``auto`` bounds
     fixed without data (G from a few declared keys, R = 1 for per-group ratios) in place, the
@@ -188,7 +165,7 @@ def _plan_report(policy: Policy, text: str, a: Analysis, session: SessionContext
     note, spent, bounds = None, Fraction(0), Fraction(0)
     if pend.needed:
         small = too_small(pend, eps) if pend.missing else None
-        offline = f"{OFFLINE}{_unread_keys(a)}"
+        offline = offline_note(a)
         if small is None:
             note = f"{explain_text(pend, eps, a.private.privacy_unit)}; {offline}"
             spent = bounds = slice_epsilon(eps, pend)  # their releases' epsilons add up to it
