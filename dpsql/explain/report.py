@@ -19,6 +19,7 @@ from dpsql.execute.auto_bounds import (
     with_defaults,
 )
 from dpsql.execute.auto_bounds_text import explain_text
+from dpsql.execute.avg_unclear import clear_count
 from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_cover, quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
@@ -319,9 +320,12 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
             if s.func in ("count", "count_distinct", "sum"):
                 hw = f"±{hws[0]:.6g}" + _noise_alone(plan, s)
             elif s.func == "avg":
+                need = clear_count(plan, s, conf)  # below it: NULL, value and interval
                 hw = (
                     f"about ±{hws[0]:.4g}/N (N: the noisy count; per row: the ratio's range over "
-                    f"sum ± {hws[0]:.4g} and count ± {hws[1]:.4g}, within the bounds)"
+                    f"sum ± {hws[0]:.4g} and count ± {hws[1]:.4g}, within the bounds"
+                    + (f"; NULL where N is below {need:,}" if need is not None else "")
+                    + ")"
                 ) + _noise_alone(plan, s)
             else:
                 hw = "from the noisy count, sum and sum of squares (conservative box)"

@@ -112,6 +112,9 @@ def test_a_group_below_the_clear_count_is_null_over_the_wire(
         cur = conn.execute(SQL + " ORDER BY g")
         names = [d.name for d in cur.description or ()]
         got = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+        plan_text = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + SQL).fetchall())
+    # EXPLAIN states the same number the release decides with
+    assert f"NULL where N is below {need:,})" in plan_text, plan_text
     assert list(got) == ["big", "none", "small"]
     for g in ("none", "small"):
         assert (got[g]["avg"], got[g]["avg_low"], got[g]["avg_high"]) == (None, None, None), got

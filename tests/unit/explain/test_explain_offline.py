@@ -11,6 +11,7 @@ declared keys) and a 95% half-width 5 times smaller than the one the statement r
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 from dpsql.demo import POLICY
@@ -37,6 +38,8 @@ def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
     # until chosen, the clamp is at its default (the declared range): its error says so
     [out] = [o for o in rep.outputs if o.column == "avg"]
     assert "at the default bounds shown" in out.half_width
+    # a group whose noisy count is below the AVG's clear count is NULL (avg_unclear): said
+    assert re.search(r"NULL where N is below [\d,]+\)", out.half_width), out.half_width
     # the sum's sensitivity is G = 5 times one group's (the centered clamp [0, 500] and its grid)
     total = next(m for m in rep.measures if m.measure.startswith("sum_centered"))
     assert total.sensitivity == "L1=1255"
