@@ -1,7 +1,8 @@
 """Reading the rows a cut by noisy values left out, for :mod:`dpsql.execute.picked_words`: the
 statement's (or a tree leaf's) own post-processing query over the same released arrays without
 its LIMIT / OFFSET, one more round trip over released values only (nothing here reads a private
-row), and each statistic's noise half-width where one number says it.
+row), and each statistic's noise half-width where one number says it (from the released
+noise intervals).
 
 A flat statement's rows shown come from its answer (:mod:`dpsql.execute.finish`); a leaf of a
 tree statement (:mod:`dpsql.execute.tree`: a series limit's ``ORDER BY SUM(x) DESC LIMIT 5``, a
@@ -11,13 +12,14 @@ same ranked run at its OFFSET and LIMIT.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
 from dpsql.errors import DpsqlError
-from dpsql.execute.noise import Release, noise_widths
+from dpsql.execute.noise import Release
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
@@ -48,18 +50,27 @@ def ranked_rows(engine: EngineContext, a: Analysis, rel: Release, text: str) -> 
         return None
 
 
-def widths(a: Analysis, plan: Plan | SetsPlan, conf: float) -> list[float | None]:
-    """Each statistic's noise half-width at ``conf`` where one number says it (a COUNT's or a
-    SUM's; None: an AVG's, the fallback's two parts, grouping sets' (each set's own))."""
-    from dpsql.execute.bias import target_of
-
+def widths(a: Analysis, rel: Release, plan: Plan | SetsPlan) -> list[float | None]:
+    """Each statistic's noise half-width, where one number says it: the widest of the noise
+    intervals the cut compares (:attr:`Release.noise`, the column as released: at the fallback
+    both the kept answer's and the estimate's noise, a chosen-bounds or a Gaussian column's own;
+    a row's is narrower only where its end is clamped, a count's at 0, or rounded). None: an
+    AVG's (not symmetric), grouping sets' (each set's own), none stored. Read from the release,
+    never from the plan: a free repeat's plan is not the one the release was made with
+    (newcomer27 #19: a fallback COUNT said ±25.5 from its plan where its released noise was
+    ±345)."""
     out: list[float | None] = [None] * len(a.statistics)
-    for i, s in enumerate(a.statistics):
-        if isinstance(plan, Plan):
-            b = target_of(s, plan)
-            one = len(s.measures) == 1 and not (b is not None and b.adds)  # (the fallback: two)
-            w = noise_widths(plan, s.measures, conf) if one else None
-            out[i] = w[0] if w else None
+    if not isinstance(plan, Plan):
+        return out
+    for si, s in enumerate(a.statistics):
+        halves = [
+            (iv[1] - iv[0]) / 2
+            for row in rel.noise
+            if si < len(row) and (iv := row[si]) is not None
+        ]
+        w = max(halves, default=None)
+        if len(s.measures) == 1 and w is not None and math.isfinite(w):
+            out[si] = w
     return out
 
 
@@ -96,7 +107,7 @@ def picked(
         shown = _cut(a, ranked)
         if shown is None:
             return ()
-    return picked_notices(a, rel, Picked(shown, ranked, conf, widths(a, plan, conf), keyed))
+    return picked_notices(a, rel, Picked(shown, ranked, conf, widths(a, rel, plan), keyed))
 
 
 def _cut(a: Analysis, ranked: Sequence[int]) -> list[int] | None:

@@ -53,8 +53,12 @@ def tree_picked(
         a = lp.analysis
         label = sp.labels[i] if i < len(sp.labels) else f"leaf {i}"
         text = functools.partial(picked_run.ranked_sql, a, rel)
-        words = picked_run.picked(engine, a, rel, None, lp, conf, False, text)
+        # (the level its stored noise intervals are at: a leaf's share of the statement's)
+        words = picked_run.picked(engine, a, rel, None, lp, rel.confidence or conf, False, text)
         out += [f"{label}: {w}" for w in words]
+    # the rows compared are the leaves' own, each noise interval at its leaf's level (a share of
+    # the statement's, 98.33% for 3 leaves at 95%): stated at the lowest, where each holds
+    conf = min((rel.confidence or conf for rel in releases), default=conf)
     top = _top(engine, sp, plans, releases, shown, conf, cursed=bool(out))
     top = top or _ranked_window(engine, sp, plans, releases, conf, cursed=bool(out))
     return (*out, top) if top else tuple(out)
@@ -351,7 +355,7 @@ def _key(
     ws: set[float | None] = set()
     for i, si in feeding:
         rel = releases[i]
-        ws.add(picked_run.widths(plans[i].analysis, plans[i], conf)[si])
+        ws.add(picked_run.widths(plans[i].analysis, rel, plans[i])[si])
         for r, row in enumerate(rel.stats):
             v = number(row[si])
             if v is None:
@@ -364,5 +368,6 @@ def _key(
     vals = [number(v) for v in values]
     noise = [by_value.get(v) if v is not None else None for v in vals]
     unbounded = frozenset(r for r, v in enumerate(vals) if v is not None and noise[r] is None)
-    width = next(iter(ws)) if len(ws) == 1 else None
+    # (the widest leaf's: the leaves' columns differ by their rounding, a fallback's estimate)
+    width = None if None in ws or not ws else max(w for w in ws if w is not None)
     return Key(text, vals, noise, width, unbounded)

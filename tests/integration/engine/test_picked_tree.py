@@ -158,3 +158,57 @@ def test_a_rank_per_partition_says_which_partitions_cut_within_the_noise(exact: 
         "noisy value in each partition: in 2 of 2 (0, 1) the last row kept is within the noise "
         "of a row it left out after it (0: 9, the next: 8; each ±3.5 at 95%"
     ), line
+
+
+UNION3 = " UNION ALL ".join(
+    f"SELECT '{r}'{' AS r' if r == 'N' else ''}, COUNT(*){' AS n' if r == 'N' else ''} FROM "
+    f"purchases WHERE region = '{r}' AND purchased_at < '2025-01-15'"
+    for r in ("N", "S", "E")
+)
+
+
+def test_the_stated_noise_is_the_released_columns_own_at_its_level(
+    demo_dsn: str, demo_policy: Any
+) -> None:
+    """Property (newcomer27 #19): the ± and level the words state are those of the noise
+    intervals the cut compares, the leaves' released columns (each leaf's at its share of the
+    statement's level: 98.33% for 3 leaves), on the first run and on a free repeat alike: each of
+    the 3 released COUNTs here is 926 / 908 / ... with noise ±854 at 98.33% (its stored noise
+    interval). Fails before (it said the plan's ±624 at 95%; at the fallback a free repeat's plan
+    said ±25.5 where the released column's noise is wider). Asked with its interval columns,
+    as the newcomer's client did."""
+    e = Engine(demo_policy, demo_dsn, pool_size=1, noise=EXACT)
+    try:
+        for _ in range(2):  # (the second: a free repeat)
+            r = e.execute(
+                e.prepare(f"SELECT * FROM ({UNION3}) t ORDER BY n DESC LIMIT 1", "analyst"),
+                SessionContext("analyst", Fraction(2, 5), show_intervals=True),
+            )
+            (line,) = _picked(list(r.notices))
+            assert "(the next: 908; each ±854 at 98.33%, so their noise intervals overlap)" in line
+    finally:
+        e.close()
+
+
+def test_a_fallback_columns_cut_states_no_plans_width(demo_dsn: str, demo_policy_auto: Any) -> None:
+    """Property: at 0.4 the shipped policy's 3 leaves fall back to the fixed defaults (the column
+    adds a noisy estimate of what they left out): the words state the released intervals' level,
+    never the chosen-bounds plan's ±21.5 / ±25.5 (a free repeat read it from the plan): ±270,
+    the widest of the leaves' released noise intervals (268.5 to 270.5, both parts' noise, as
+    rounded). Fails before (the first run stated no width, the repeat "each ±21.5 at 95%")."""
+    e = Engine(demo_policy_auto, demo_dsn, pool_size=1, noise=EXACT)
+    try:
+        lines = []
+        for _ in range(2):
+            r = e.execute(
+                e.prepare(f"SELECT * FROM ({UNION3}) t ORDER BY n DESC LIMIT 1", "analyst"),
+                SessionContext("analyst", Fraction(2, 5)),
+            )
+            notes = list(r.notices)
+            assert any("plus a noisy estimate of what they left out" in n for n in notes), notes
+            (line,) = _picked(notes)
+            lines.append(line)
+        assert lines[0] == lines[1], lines
+        assert "(the next: 908; each ±270 at 95%, so their noise intervals overlap)" in lines[0]
+    finally:
+        e.close()
