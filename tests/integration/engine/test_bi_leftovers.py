@@ -107,6 +107,11 @@ def test_a_public_table_left_joined_to_a_private_one_gets_the_statement_to_write
         "SELECT category, COUNT(*) FROM purchases WHERE category LIKE $$b%$$ ESCAPE $$!$$ "
         "GROUP BY category",
         "SELECT COUNT(*) FROM purchases WHERE category IN ($t$books$t$, 'travel')",
+        # escape strings (newcomer27 #4: 0A000 "the expression e'books' is not supported")
+        "SELECT COUNT(*) FROM purchases WHERE category = E'b\\x6foks'",
+        "SELECT COUNT(*) FROM purchases WHERE category IN (E'books', 'travel') AND category "
+        "LIKE E'b%' AND category <> E'it\\'s'",
+        "SELECT E'total' AS label, COUNT(*) FROM purchases",
     ],
 )
 def test_dollar_quoted_strings_are_string_constants(
