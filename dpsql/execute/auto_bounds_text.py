@@ -299,8 +299,8 @@ def _explain_text(p: Pending, epsilon: Fraction) -> str:
 
 
 RULE_WORDS = {
-    RATIO_ROWS: "dpsql's rule for per-group averages and spreads, which 1 row per unit in a "
-    "group gives the least noise",
+    RATIO_ROWS: "dpsql's rule for per-group averages, spreads and quantiles, which 1 row per "
+    "unit in a group gives the least noise",
     TOTAL_ROWS: "dpsql's rule for per-group counts and sums: a cap on what a unit adds over all "
     "its groups bounds them instead",
 }

@@ -32,7 +32,9 @@ ONE_ROW = (
     "one row per unit (a unique key on the privacy unit, read from the catalog, or a per-unit "
     "table): 1 row and 1 group per unit keep every row"
 )
-RATIO_ROWS = "for per-group averages and spreads: 1 row per unit per group gives the least noise"
+RATIO_ROWS = (
+    "for per-group averages, spreads and quantiles: 1 row per unit per group gives the least noise"
+)
 TOTAL_ROWS = "per-group counts and sums: what a unit adds over all its groups is capped instead"
 
 

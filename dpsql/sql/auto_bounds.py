@@ -304,8 +304,14 @@ def declared_groups(a: Analysis) -> int | None:
 
 
 def ratio_rows(a: Analysis) -> bool:
-    """True when auto R is 1 without a choice: every statistic is a ratio (AVG, VAR, STDDEV)
-    computed per group (GROUP BY, no grouping sets).
+    """True when auto R is 1 without a choice: every statistic is a ratio (AVG, VAR, STDDEV) or
+    a quantile (MEDIAN, percentiles, MIN, MAX) computed per group (GROUP BY, no grouping sets).
+
+    A quantile per group likewise: the rows a cap leaves out only reweight units in the ranking
+    while R rows per unit is its utility's sensitivity (session 27, the accuracy benchmark at
+    epsilon 1, 200 runs: MEDIAN(amount) by category 0.0536 median relative error at the R chosen
+    at the median unit, 6, against 0.00901 at R = 1, the best hand-tuned bound, covering 1.000;
+    MAX(amount) by category 0.554 -> 0.526).
 
     A ratio's noise over its value is about G R c / (epsilon N_g(R)), where N_g(R), the rows a
     group keeps, grows more slowly than R (units with fewer than R rows in the group add fewer),
@@ -321,7 +327,7 @@ def ratio_rows(a: Analysis) -> bool:
     """
     if not (rows_auto(a) and a.grouped and not a.grouping_sets and a.statistics):
         return False
-    if not all(s.func in _RATIOS for s in a.statistics):
+    if not all(s.func in (*_RATIOS, "quantile") for s in a.statistics):
         return False
     g = declared_groups(a) if groups_auto(a) else min(p.groups_bound for p in _privates(a))
     return g is not None and g >= RATIO_ROWS_GROUPS
