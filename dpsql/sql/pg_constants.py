@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -160,18 +161,24 @@ def _called(val: dict[str, Any]) -> str:
     return str(names[-1].get("String", {}).get("sval", "")) if names else ""
 
 
+def tree_nodes(stack: list[Any]) -> Iterator[dict[str, Any]]:
+    """The nodes (dicts) of pglast's JSON parse tree, depth first: pops ``stack`` (nodes and lists
+    of nodes) until it is empty; the caller pushes onto it the children it reads on. The one walk
+    of PostgreSQL's tree: :func:`constants` here, :func:`dpsql.sql.pg_reading.pg_reading`."""
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            yield node
+
+
 def constants(stmts: list[Any]) -> Counter[Fact]:
     """Every constant of PostgreSQL's parse tree ``stmts`` (pglast's JSON ``stmts``) as a fact
     (its kind, value as PostgreSQL reads it, context: see the module's docstring)."""
     out: Counter[Fact] = Counter()
     stack: list[Any] = [s.get("stmt", {}) for s in stmts]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in tree_nodes(stack):
         for key, val in node.items():
             if not isinstance(val, (dict, list)):
                 continue

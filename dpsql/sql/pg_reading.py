@@ -36,7 +36,7 @@ from sqlglot import exp
 
 from dpsql.errors import FeatureNotSupported, SqlSyntaxError
 from dpsql.sql.nodes import POSTGRES
-from dpsql.sql.pg_constants import Fact, constants, differing, hint_for, written
+from dpsql.sql.pg_constants import Fact, constants, differing, hint_for, tree_nodes, written
 from dpsql.sql.prescan import kept_text
 
 Relation = tuple[str, str, str]  # (catalog, schema, name), "" where not written
@@ -81,13 +81,7 @@ def pg_reading(text: str) -> PgReading:
     kinds: set[str] = set()
     relations: set[Relation] = set()
     stack: list[Any] = [s.get("stmt", {}) for s in stmts]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in tree_nodes(stack):
         if "relname" in node and "relpersistence" in node:  # a RangeVar (wrapped or a field)
             relations.add(
                 (node.get("catalogname", ""), node.get("schemaname", ""), node["relname"])
