@@ -200,6 +200,14 @@ _FLOAT_TYPES = {"real", "float", "float4", "float8", "double", "double precision
 _BOOLEAN_NODES = (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.EQ, exp.NEQ, exp.Is, exp.Like, exp.ILike, exp.Escape,
                   exp.Between, exp.Not, exp.And, exp.Or, exp.NullSafeEQ, exp.NullSafeNEQ)  # fmt: skip
 
+# the expressions _Deriver.derive reads with a method of its own (the first kind that matches)
+_READERS: tuple[tuple[type[exp.Expr] | tuple[type[exp.Expr], ...], str], ...] = (
+    ((exp.TimestampTrunc, exp.DateTrunc), "_trunc"), (exp.Extract, "_extract"),
+    (exp.TimeToStr, "_to_char"), ((exp.Floor, exp.Ceil, exp.Round, exp.Trunc), "_rounding"),
+    (exp.WidthBucket, "_bucket"), ((exp.Add, exp.Sub, exp.Mul, exp.Div), "_arith"),
+    ((exp.Upper, exp.Lower), "_case_fold"), (exp.Coalesce, "_coalesce"), (exp.Case, "_case"),
+)  # fmt: skip
+
 
 class _Deriver(TimeKeys):
     def __init__(
@@ -242,28 +250,10 @@ class _Deriver(TimeKeys):
             if node.args.get("format"):
                 return None
             return self._cast(self.derive(node.this), node.to)
-        if isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
-            return self._trunc(node)
-        if isinstance(node, exp.Extract):
-            return self._extract(node)
-        if isinstance(node, exp.TimeToStr):
-            return self._to_char(node)
-        if isinstance(node, (exp.Floor, exp.Ceil, exp.Round, exp.Trunc)):
-            return self._rounding(node)
-        if isinstance(node, exp.WidthBucket):  # every bucket the bounds allow
-            b = bucket_args(node, self.column)
-            got = self.derive(node.this) if b is not None else None
-            if b is None or not isinstance(got, (Domain, NumRange)):
-                return None
-            return bucket_domain(b, got)
-        if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
-            return self._arith(node)
-        if isinstance(node, (exp.Upper, exp.Lower)):
-            return self._case_fold(node)
-        if isinstance(node, exp.Coalesce):
-            return self._coalesce(node)
-        if isinstance(node, exp.Case):
-            return self._case(node)
+        for kinds, name in _READERS:
+            if isinstance(node, kinds):
+                read: Callable[[exp.Expr], Got] = getattr(self, name)
+                return read(node)
         if isinstance(node, _BOOLEAN_NODES) or (
             isinstance(node, exp.In) and not node.args.get("query")
         ):
@@ -275,6 +265,13 @@ class _Deriver(TimeKeys):
                 return Domain("bool", (False, True))
             return None
         return self._literal(node)
+
+    def _bucket(self, node: exp.WidthBucket) -> Got:  # every bucket the bounds allow
+        b = bucket_args(node, self.column)
+        got = self.derive(node.this) if b is not None else None
+        if b is None or not isinstance(got, (Domain, NumRange)):
+            return None
+        return bucket_domain(b, got)
 
     def _literal(self, node: exp.Expr) -> Domain | None:
         got = literal_text(node)
