@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from dpsql.errors import DpsqlError
 from dpsql.execute import picked_run
+from dpsql.execute.backend import Rows
 from dpsql.execute.noise import Release
 from dpsql.execute.picked_keys import Key, number, stat_of
 from dpsql.execute.picked_words import curse, cut_words, noise_text, offset_of, value_text
@@ -59,21 +60,36 @@ def tree_picked(
     # the rows compared are the leaves' own, each noise interval at its leaf's level (a share of
     # the statement's, 98.33% for 3 leaves at 95%): stated at the lowest, where each holds
     conf = min((rel.confidence or conf for rel in releases), default=conf)
-    top = _top(engine, sp, plans, releases, shown, conf, cursed=bool(out))
-    top = top or _ranked_window(engine, sp, plans, releases, conf, cursed=bool(out))
+    leaves = _Leaves(engine, sp, plans, releases, conf)
+    top = _top(leaves, shown, cursed=bool(out)) or _ranked_window(leaves, cursed=bool(out))
     return (*out, top) if top else tuple(out)
 
 
-def _top(
-    engine: EngineContext,
-    sp: Split,
-    plans: Sequence[LeafPlan],
-    releases: Sequence[Release],
-    shown: int,
-    conf: float,
-    cursed: bool,
-) -> str:
-    post = sp.post
+@dataclasses.dataclass(frozen=True)
+class _Leaves:
+    """A statement's leaves as its own cuts read them: their plans and releases, and the level
+    their noise intervals are stated at (the lowest leaf's)."""
+
+    engine: EngineContext
+    sp: Split
+    plans: Sequence[LeafPlan]
+    releases: Sequence[Release]
+    conf: float
+
+    def run(self, post: exp.Expr) -> Rows | None:
+        """The rows of ``post`` (a query over the statement's leaves in place of its own) over
+        the released rows; None where PostgreSQL refuses it (the words only: the answer
+        stands)."""
+        analyses = [p.analysis for p in self.plans]
+        text, params = post_sql(dataclasses.replace(self.sp, post=post), analyses, self.releases)
+        try:
+            return self.engine.backend.run(text, params, private=False)
+        except DpsqlError:
+            return None
+
+
+def _top(leaves: _Leaves, shown: int, cursed: bool) -> str:
+    post = leaves.sp.post
     order = post.args.get("order")
     cut = [post.args.get("limit"), post.args.get("offset")]
     if order is None or not order.expressions or not any(cut) or not shown:
@@ -85,42 +101,34 @@ def _top(
     if not isinstance(term.this, (exp.Column, exp.Literal)):
         return ""  # an expression: not a released value passed through
     # the ranked run: the statement without its LIMIT / OFFSET over the same released rows
-    ranked_sp = dataclasses.replace(sp, post=_uncut(post))
-    text, params = post_sql(ranked_sp, [p.analysis for p in plans], releases)
-    try:
-        got = engine.backend.run(text, params, private=False)
-    except DpsqlError:
+    got = leaves.run(_uncut(post))
+    if got is None:
         return ""  # (the words only: the answer stands)
     rows = got.rows
     pos = _position(term.this, [c.name for c in got.columns])
-    feeding = _feeding(post, pos, plans) if pos is not None else []
+    feeding = _feeding(post, pos, leaves.plans) if pos is not None else []
     if pos is None or not feeding:
         return ""  # not a released statistic passed through (a key, an expression)
     name = got.columns[pos].name  # (ORDER BY 2: the column it names)
-    key = _key(name, [r[pos] for r in rows], feeding, plans, releases, conf)
+    key = _key(name, [r[pos] for r in rows], feeding, leaves)
     n = min(shown, len(rows) - min(start, len(rows)))
     if n <= 0:
         return ""
     ids = list(range(len(rows)))
-    return cut_words(key, ids[start : start + n], ids, start, term, cut, conf, cursed, ADVICE)
+    return cut_words(
+        key, ids[start : start + n], ids, start, term, cut, leaves.conf, cursed, ADVICE
+    )
 
 
 _RANKS: dict[type[exp.Expr], str] = {exp.Rank: "rank", exp.DenseRank: "dense_rank", exp.RowNumber: "row_number"}  # fmt: skip
 
 
-def _ranked_window(
-    engine: EngineContext,
-    sp: Split,
-    plans: Sequence[LeafPlan],
-    releases: Sequence[Release],
-    conf: float,
-    cursed: bool,
-) -> str:
+def _ranked_window(leaves: _Leaves, cursed: bool) -> str:
     """A rank of released values kept up to k: ``SELECT * FROM (SELECT ..., rank() OVER (ORDER
     BY n DESC) AS r FROM ...) t WHERE r <= 3``, or ``... ORDER BY r LIMIT 3`` (no PARTITION BY):
     the rows are the window's input ranked by its ORDER BY (a released statistic passed
     through), the cut where the ranks pass k."""
-    for w in sp.post.find_all(exp.Window):
+    for w in leaves.sp.post.find_all(exp.Window):
         func, order = w.this, w.args.get("order")
         item = w.parent
         sel = item.parent if isinstance(item, exp.Alias) else None
@@ -130,21 +138,21 @@ def _ranked_window(
         if not isinstance(sel, exp.Select) or len(order.expressions) != 1:
             continue
         term = order.expressions[0]
-        k = _kept_ranks(sp.post, sel, item.alias_or_name)  # type: ignore[union-attr]
+        k = _kept_ranks(leaves.sp.post, sel, item.alias_or_name)  # type: ignore[union-attr]
         source = sel.args.get("from_") or sel.args.get("from")
         if k is None or source is None or not isinstance(source.this, exp.Subquery):
             continue
         if not isinstance(term, exp.Ordered) or not isinstance(term.this, exp.Column):
             continue
-        names = _names(source.this.this, plans)
+        names = _names(source.this.this, leaves.plans)
         col = term.this.name
         if names is None or col not in names:
             continue
-        feeding = _feeding(source.this, names.index(col), plans)
+        feeding = _feeding(source.this, names.index(col), leaves.plans)
         cols = [p.name for p in parts if isinstance(p, exp.Column)]
         if not feeding or len(cols) < len(parts) or not set(cols) <= set(names):
             continue
-        if parts and sel is sp.post:
+        if parts and sel is leaves.sp.post:
             continue  # ORDER BY a partitioned rank LIMIT k: not k per partition
         by = term.copy()
         by.this.set("table", None)
@@ -153,16 +161,13 @@ def _ranked_window(
             .from_(source.this.copy())
             .order_by(*(exp.column(c) for c in cols), by)
         )
-        text, params = post_sql(
-            dataclasses.replace(sp, post=ranking), [p.analysis for p in plans], releases
-        )
-        try:
-            rows = engine.backend.run(text, params, private=False).rows
-        except DpsqlError:
+        got = leaves.run(ranking)
+        if got is None:
             return ""
-        sqls = {plans[i].analysis.statistics[si].sql for i, si in feeding}
+        rows = got.rows
+        sqls = {leaves.plans[i].analysis.statistics[si].sql for i, si in feeding}
         stat = next(iter(sqls)) if len(sqls) == 1 else col
-        key = _key(stat, [r[-1] for r in rows], feeding, plans, releases, conf)
+        key = _key(stat, [r[-1] for r in rows], feeding, leaves)
         way = " DESC" if term.args.get("desc") else ""
         if parts:
             shown = {
@@ -174,14 +179,14 @@ def _ranked_window(
             over = f"PARTITION BY {by_names} ORDER BY {stat}{way}"
             lead = f"{_RANKS[type(func)]}() OVER ({over}) <= {k}"
             return _partitions(
-                key, [r[: len(cols)] for r in rows], type(func), k, lead, term, conf, cursed
+                key, [r[: len(cols)] for r in rows], type(func), k, lead, term, leaves.conf, cursed
             )
         m = _within(type(func), key.values, k)
         if not 0 < m < len(rows):
             return ""  # every row kept, or none: no cut
         lead = f"{_RANKS[type(func)]}() OVER (ORDER BY {stat}{way}) <= {k}"
         ids = list(range(len(rows)))
-        return cut_words(key, ids[:m], ids, 0, term, [], conf, cursed, ADVICE, lead)
+        return cut_words(key, ids[:m], ids, 0, term, [], leaves.conf, cursed, ADVICE, lead)
     return ""
 
 
@@ -342,15 +347,11 @@ def _names(node: exp.Expr, plans: Sequence[LeafPlan]) -> list[str] | None:
 
 
 def _key(
-    text: str,
-    values: Sequence[Any],
-    feeding: Sequence[tuple[int, int]],
-    plans: Sequence[LeafPlan],
-    releases: Sequence[Release],
-    conf: float,
+    text: str, values: Sequence[Any], feeding: Sequence[tuple[int, int]], leaves: _Leaves
 ) -> Key:
     """The ranked rows' values and noise intervals, read by value from the leaves' released
     values of that column (module docstring)."""
+    plans, releases = leaves.plans, leaves.releases
     by_value: dict[float, tuple[float, float] | None] = {}
     ws: set[float | None] = set()
     for i, si in feeding:
