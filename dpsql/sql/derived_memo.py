@@ -15,13 +15,15 @@ ms, ``to_char(purchased_at, 'YYYY-MM')`` 3.2 -> 1.9-2.2 ms.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import ParamSpec
 
 from sqlglot import exp
 
-from dpsql.policy.tables import Column
 from dpsql.sql import derived_keys
 from dpsql.sql.date_domain import range_parts
 from dpsql.sql.derived_keys import Derived, TooMany
@@ -34,49 +36,59 @@ _memo: OrderedDict[tuple[object, ...], tuple[Derived | None | str, tuple[object,
     OrderedDict()
 )
 _lock = threading.Lock()
+_P = ParamSpec("_P")
 
 
-def derived_domain(
-    expr: exp.Expr,
-    column: Callable[[exp.Column], Column | None],
-    where: exp.Expr | None,
-    zone: str = "UTC",
-) -> Derived | None:
-    """:func:`dpsql.sql.derived_keys.derived_domain`, memoized (the module's docstring).
+def memoized(fn: Callable[_P, Derived | None]) -> Callable[_P, Derived | None]:
+    """``fn`` (a key's domain from ``expr, column, where, zone``, as
+    :func:`dpsql.sql.derived_keys.derived_domain`), memoized (the module's docstring); a
+    :class:`TooMany` is remembered too, and raised again with its words."""
+    signature = inspect.signature(fn)
 
-    Raises:
-        TooMany: the domain exists but is longer than the limit (its words say why).
-    """
-    nodes = list(expr.find_all(exp.Column))
-    try:
-        decls = tuple(column(c) for c in nodes)
-        ranges = tuple((_range(where, c.sql(POSTGRES)), _range(where, _as_date(c))) for c in nodes)
-    except Exception:  # refused by the lookup or the range: computed as it was, its words
-        return derived_keys.derived_domain(expr, column, where, zone)
-    key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
-    if not kept_text(key[0]) or not kept_text(repr(ranges)):  # thousands of literals in the key
-        # or its range (``d >= <a long constant>``): not held (dpsql.sql.prescan)
-        return derived_keys.derived_domain(expr, column, where, zone)
-    with _lock:
-        hit = _memo.get(key)
+    @functools.wraps(fn)
+    def memo(*args: _P.args, **kwargs: _P.kwargs) -> Derived | None:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        expr, column, where, zone = bound.args
+        nodes = list(expr.find_all(exp.Column))
+        try:
+            decls = tuple(column(c) for c in nodes)
+            ranges = tuple(
+                (_range(where, c.sql(POSTGRES)), _range(where, _as_date(c))) for c in nodes
+            )
+        except Exception:  # refused by the lookup or the range: computed as it was, its words
+            return fn(*args, **kwargs)
+        key = (repr(expr), ranges, zone, tuple(id(d) for d in decls))
+        if not kept_text(key[0]) or not kept_text(repr(ranges)):  # thousands of literals in the
+            # key or its range (``d >= <a long constant>``): not held (dpsql.sql.prescan)
+            return fn(*args, **kwargs)
+        with _lock:
+            hit = _memo.get(key)
+            if hit is not None:
+                _memo.move_to_end(key)
         if hit is not None:
-            _memo.move_to_end(key)
-    if hit is not None:
-        if isinstance(hit[0], str):
-            raise TooMany(hit[0])
-        return hit[0]
-    value: Derived | None | str
-    try:
-        value = derived_keys.derived_domain(expr, column, where, zone)
-    except TooMany as e:
-        value = e.why
-    with _lock:
-        _memo[key] = (value, decls)  # (the declarations kept alive: their ids stay theirs)
-        while len(_memo) > MEMO_SIZE:
-            _memo.popitem(last=False)
-    if isinstance(value, str):
-        raise TooMany(value)
-    return value
+            if isinstance(hit[0], str):
+                raise TooMany(hit[0])
+            return hit[0]
+        value: Derived | None | str
+        try:
+            value = fn(*args, **kwargs)
+        except TooMany as e:
+            value = e.why
+        with _lock:
+            _memo[key] = (value, decls)  # (the declarations kept alive: their ids stay theirs)
+            while len(_memo) > MEMO_SIZE:
+                _memo.popitem(last=False)
+        if isinstance(value, str):
+            raise TooMany(value)
+        return value
+
+    return memo
+
+
+# :func:`dpsql.sql.derived_keys.derived_domain`, memoized. Raises TooMany: the domain exists but
+# is longer than the limit (its words say why).
+derived_domain = memoized(derived_keys.derived_domain)
 
 
 def _as_date(c: exp.Column) -> str:
