@@ -2,8 +2,8 @@
 
 :data:`Prepared` is what :meth:`dpsql.engine.Engine.prepare` returns and caches: a closed union
 of one frozen class per kind of statement (``match`` on the class); every later step (describe,
-execute, EXPLAIN) reads it and never changes it. ``kind`` (a class constant) names the kind in
-logs and on the wire.
+execute, EXPLAIN) reads it and never changes it. ``kind`` (its class's, from :data:`KINDS`)
+names the kind in logs and on the wire.
 """
 
 from __future__ import annotations
@@ -43,6 +43,11 @@ class _Common:
     def first_word(self) -> str:
         return self.statement.first_word
 
+    @property
+    def kind(self) -> Kind:
+        """The kind of statement (:data:`KINDS`), as logs and the wire name it."""
+        return KINDS[type(self)]
+
 
 @dataclass(frozen=True, kw_only=True)
 class _Parsed(_Common):
@@ -67,7 +72,6 @@ _VARIANTS = 16  # catalog variants kept per statement (catalog_analysis)
 class PrivateQuery(_Parsed):
     """One flat aggregate block over private tables, analyzed: answered with DP noise."""
 
-    kind: ClassVar[Literal["private"]] = "private"
     analysis: Analysis
     # a leaf over per-unit derived tables (dpsql.sql.per_unit): each synthetic table's name and
     # the per-unit SELECT that stands for it in the bounded SQL
@@ -117,7 +121,6 @@ class TreeQuery(_Parsed):
     """A private statement of several DP leaves (dpsql.sql.tree): the split statement and each
     leaf prepared as a private query of its own; the rest runs over their noisy rows."""
 
-    kind: ClassVar[Literal["private"]] = "private"
     split: Split
     leaves: tuple[PrivateQuery, ...]
 
@@ -125,8 +128,6 @@ class TreeQuery(_Parsed):
 @dataclass(frozen=True, kw_only=True)
 class PublicQuery(_Parsed):
     """A statement over public tables only (and zero-row shapes of private ones): run as is."""
-
-    kind: ClassVar[Literal["public"]] = "public"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +137,6 @@ class DeferredQuery(_Parsed):
     with them written inline (:meth:`dpsql.engine.Engine.bound_limit`); ``deferred`` is the
     refusal of any value but 0."""
 
-    kind: ClassVar[Literal["private"]] = "private"
     deferred: DpsqlError
 
 
@@ -144,14 +144,11 @@ class DeferredQuery(_Parsed):
 class CatalogQuery(_Parsed):
     """A statement over the system catalogs: rewritten to what the analyst may see."""
 
-    kind: ClassVar[Literal["catalog"]] = "catalog"
-
 
 @dataclass(frozen=True, kw_only=True)
 class LedgerQuery(_Common):
     """``SHOW dpsql.budget`` / ``dpsql.budget`` / ``dpsql.history``: the analyst's own ledger."""
 
-    kind: ClassVar[Literal["dpsql"]] = "dpsql"
     tree: exp.Expr | None = None  # None for SHOW dpsql.budget
     param_count: int = 0
 
@@ -160,21 +157,16 @@ class LedgerQuery(_Common):
 class SessionCommand(_Treeless):
     """A session statement the engine does not answer (the wire session handles its own)."""
 
-    kind: ClassVar[Literal["session"]] = "session"
-
 
 @dataclass(frozen=True, kw_only=True)
 class EmptyQuery(_Treeless):
     """A statement of nothing but whitespace and comments."""
-
-    kind: ClassVar[Literal["empty"]] = "empty"
 
 
 @dataclass(frozen=True, kw_only=True)
 class ExplainQuery(_Common):
     """``EXPLAIN <statement>``: the explained statement, prepared as itself, and the options."""
 
-    kind: ClassVar[Literal["explain"]] = "explain"
     inner: Explained
     explain: ExplainOptions
 
@@ -189,6 +181,14 @@ class ExplainQuery(_Common):
 
 Explained = PrivateQuery | TreeQuery | PublicQuery | CatalogQuery | DeferredQuery
 """What EXPLAIN explains: a query."""
+
+KINDS: dict[type[_Common], Kind] = {
+    PrivateQuery: "private", TreeQuery: "private", DeferredQuery: "private", PublicQuery: "public",
+    CatalogQuery: "catalog", LedgerQuery: "dpsql", SessionCommand: "session", EmptyQuery: "empty",
+    ExplainQuery: "explain",
+}  # fmt: skip
+"""The kind of each class of prepared statement (``kind``): "private" for every statement over
+private tables."""
 
 Query = Explained | LedgerQuery
 """What answers with rows, so what a cursor or a COPY may read: every kind but a session command,
