@@ -1,10 +1,10 @@
 """One declaration per message: its type byte, its fields, and the wire type of each field.
 
-A message class is a frozen dataclass under :class:`Message` that names its type byte in
-``code`` and, in ``layout``, the :class:`Codec` of each of its fields in order (the body is the
-fields, one after the other); :class:`Message` writes ``encode`` and ``decode`` once for all
-(e.g. :class:`dpsql.wire.messages.frontend.Execute`: ``code = b"E"``, ``layout = (STRING,
-ROW_LIMIT)`` for its fields ``portal: str`` and ``max_rows: int``).
+A message class is a frozen dataclass under :class:`Message` that names, as class arguments,
+its type byte (``code``) and the :class:`Codec` of each of its fields in order (``layout``: the
+body is the fields, one after the other); :class:`Message` makes it a dataclass and writes
+``encode`` and ``decode`` once for all (e.g. ``class Execute(Message, code=b"E",
+layout=(STRING, ROW_LIMIT))`` for its fields ``portal: str`` and ``max_rows: int``).
 
 ``head`` is an Int32 constant before the fields (an authentication request's subtype, a startup
 packet's request code). A startup packet has no type byte: its ``code`` is empty.
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import call
-from typing import Any, ClassVar, Generic, Self, TypeVar
+from typing import Any, ClassVar, Generic, Self, TypeVar, dataclass_transform
 
 from dpsql.errors import ProtocolViolation
 from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr, frame
@@ -102,11 +102,16 @@ def _get_strings(r: Reader) -> tuple[str, ...]:
 STRINGS: Codec[tuple[str, ...]] = Codec(_put_strings, _get_strings)  # ended by an empty String
 
 
+@dataclass_transform(frozen_default=True)
 @dataclass(frozen=True, slots=True)
 class Message:
     """A protocol message: ``encode()`` gives the whole message (type byte and length
     included), ``decode(body)`` reads the body after the length word, so
-    ``decode(encode()[5:])`` round-trips; a malformed body is a :class:`ProtocolViolation`."""
+    ``decode(encode()[5:])`` round-trips; a malformed body is a :class:`ProtocolViolation`.
+
+    A message class declares its type byte, ``head`` and layout as class arguments
+    (``class Execute(Message, code=b"E", layout=(STRING, ROW_LIMIT))``) and its fields as
+    annotations: it is made a frozen dataclass here, once for all."""
 
     code: ClassVar[bytes] = b"?"
     head: ClassVar[int | None] = None
@@ -116,8 +121,21 @@ class Message:
     _puts: ClassVar[tuple[Callable[[Any], bytes], ...]] = ()
     _gets: ClassVar[tuple[Callable[[Reader], Any], ...]] = ()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super(Message, cls).__init_subclass__(**kwargs)  # (slots=True replaced the class)
+    def __init_subclass__(
+        cls,
+        code: bytes | None = None,
+        head: int | None = None,
+        layout: tuple[Codec[Any], ...] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super(Message, cls).__init_subclass__(**kwargs)  # (slots=True replaced Message)
+        if code is not None:
+            cls.code = code
+        if head is not None:
+            cls.head = head
+        if layout is not None:
+            cls.layout = layout
+        dataclass(frozen=True)(cls)
         cls._head = b"" if cls.head is None else UINT32.pack(cls.head)
         cls._puts = tuple(c.put for c in cls.layout)
         cls._gets = tuple(c.get for c in cls.layout)
@@ -136,19 +154,15 @@ class Message:
         return cls(*values)
 
 
-@dataclass(frozen=True, slots=True)
-class Opaque(Message):
+class Opaque(Message, layout=(REST,)):
     """A message whose body dpsql keeps as bytes (CopyData, a SASL response, ...)."""
 
-    layout = (REST,)
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class KeyData(Message):
+class KeyData(Message, layout=(I32, I32)):
     """A session's cancel key: the process id and secret key dpsql sends in BackendKeyData and a
     client sends back in a CancelRequest."""
 
-    layout = (I32, I32)
     process_id: int
     secret_key: int

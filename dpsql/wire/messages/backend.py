@@ -29,69 +29,42 @@ from dpsql.wire.messages._base import (
 from dpsql.wire.messages._buffer import INT16, INT32, UINT32, Reader, cstr
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticationOk(Message):
-    code = b"R"
-    head = 0
+class AuthenticationOk(Message, code=b"R", head=0): ...
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticationCleartextPassword(AuthenticationOk):
-    head = 3
+class AuthenticationCleartextPassword(AuthenticationOk, head=3): ...
 
 
 def _salt(r: Reader) -> bytes:
     return r.raw(4)
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticationMD5Password(Message):
-    code = b"R"
-    head = 5
-    layout = (Codec(bytes, _salt),)
+class AuthenticationMD5Password(Message, code=b"R", head=5, layout=(Codec(bytes, _salt),)):
     salt: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticationSASL(Message):
-    code = b"R"
-    head = 10
-    layout = (STRINGS,)
+class AuthenticationSASL(Message, code=b"R", head=10, layout=(STRINGS,)):
     mechanisms: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticationSASLContinue(Message):
-    code = b"R"
-    head = 11
-    layout = (REST,)
+class AuthenticationSASLContinue(Message, code=b"R", head=11, layout=(REST,)):
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class AuthenticationSASLFinal(AuthenticationSASLContinue):
-    head = 12
+class AuthenticationSASLFinal(AuthenticationSASLContinue, head=12): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ParameterStatus(Message):
-    code = b"S"
-    layout = (STRING, STRING)
+class ParameterStatus(Message, code=b"S", layout=(STRING, STRING)):
     name: str
     value: str
 
 
-@dataclass(frozen=True, slots=True)
-class BackendKeyData(KeyData):
-    code = b"K"
+class BackendKeyData(KeyData, code=b"K"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ReadyForQuery(Message):
+class ReadyForQuery(Message, code=b"Z", layout=(CHAR,)):
     """Transaction status: 'I' idle, 'T' in a transaction block, 'E' in a failed block."""
 
-    code = b"Z"
-    layout = (CHAR,)
     status: str = "I"
 
 
@@ -125,19 +98,15 @@ def _get_field(r: Reader) -> FieldDescription:
     return FieldDescription(name, oid, mod, size, fmt, table, col)
 
 
-@dataclass(frozen=True, slots=True)
-class RowDescription(Message):
-    code = b"T"
-    layout = (array(Codec(_put_field, _get_field), "field"),)
+class RowDescription(Message, code=b"T", layout=(array(Codec(_put_field, _get_field), "field"),)):
     fields: tuple[FieldDescription, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DataRow(Message):
+class DataRow(
+    Message, code=b"D", layout=(array(nullable("invalid DataRow value length {}"), "column"),)
+):
     """One row: each value already encoded, or None for NULL."""
 
-    code = b"D"
-    layout = (array(nullable("invalid DataRow value length {}"), "column"),)
     values: tuple[bytes | None, ...]
 
 
@@ -177,10 +146,7 @@ def data_row(row: Sequence[Any], encoders: Sequence[Callable[[Any], bytes]]) -> 
     return b"D" + UINT32.pack(len(body) + 4) + body
 
 
-@dataclass(frozen=True, slots=True)
-class CommandComplete(Message):
-    code = b"C"
-    layout = (STRING,)
+class CommandComplete(Message, code=b"C", layout=(STRING,)):
     tag: str
 
 
@@ -195,24 +161,16 @@ def _get_fields(r: Reader) -> dict[str, str]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorResponse(Message):
+class ErrorResponse(Message, code=b"E", layout=(Codec(_put_fields, _get_fields),)):
     """Fields by PostgreSQL field code: S severity, C SQLSTATE, M message, D detail, H hint, ..."""
 
-    code = b"E"
-    layout = (Codec(_put_fields, _get_fields),)
     fields: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class NoticeResponse(ErrorResponse):
-    code = b"N"
+class NoticeResponse(ErrorResponse, code=b"N"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ParameterDescription(Message):
-    code = b"t"
-    layout = (array(U32, "parameter"),)
+class ParameterDescription(Message, code=b"t", layout=(array(U32, "parameter"),)):
     type_oids: tuple[int, ...]
 
 
@@ -224,44 +182,30 @@ def _get_options(r: Reader) -> tuple[str, ...]:
     return tuple([r.cstring() for _ in range(r.int32())])
 
 
-@dataclass(frozen=True, slots=True)
-class NegotiateProtocolVersion(Message):
+# layout: Int32 count, then Strings
+class NegotiateProtocolVersion(Message, code=b"v", layout=(I32, Codec(_put_options, _get_options))):
     """The newest minor version we support and the protocol options (_pq_.*) we don't."""
 
-    code = b"v"
-    layout = (I32, Codec(_put_options, _get_options))  # Int32 count, then Strings
     newest_minor: int
     unsupported: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class EmptyQueryResponse(Message):
-    code = b"I"
+class EmptyQueryResponse(Message, code=b"I"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class ParseComplete(Message):
-    code = b"1"
+class ParseComplete(Message, code=b"1"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class BindComplete(Message):
-    code = b"2"
+class BindComplete(Message, code=b"2"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class CloseComplete(Message):
-    code = b"3"
+class CloseComplete(Message, code=b"3"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class NoData(Message):
-    code = b"n"
+class NoData(Message, code=b"n"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class PortalSuspended(Message):
-    code = b"s"
+class PortalSuspended(Message, code=b"s"): ...
 
 
 BackendMessage = (

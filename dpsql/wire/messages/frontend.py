@@ -10,7 +10,7 @@ request code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Self, get_args
 
 from dpsql.errors import ProtocolViolation
@@ -68,34 +68,21 @@ TARGET_KIND: Codec[str] = Codec(lambda v: v.encode("ascii"), _target_kind)  # 'S
 ROW_LIMIT: Codec[int] = Codec(INT32.pack, _row_limit)  # a negative one is read as 0 (all rows)
 
 
-@dataclass(frozen=True, slots=True)
-class StartupMessage(Message):
+class StartupMessage(Message, code=b"", layout=(U32, PARAMETERS)):
     """The first packet of a session: protocol version and parameters (user, database, ...)."""
 
-    code = b""
-    layout = (U32, PARAMETERS)
     protocol: int = PROTOCOL_3_0
     parameters: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class SSLRequest(Message):
-    code = b""
-    head = SSL_REQUEST_CODE
+class SSLRequest(Message, code=b"", head=SSL_REQUEST_CODE): ...
 
 
-@dataclass(frozen=True, slots=True)
-class GSSENCRequest(Message):
-    code = b""
-    head = GSSENC_REQUEST_CODE
+class GSSENCRequest(Message, code=b"", head=GSSENC_REQUEST_CODE): ...
 
 
-@dataclass(frozen=True, slots=True)
-class CancelRequest(KeyData):
+class CancelRequest(KeyData, code=b"", head=CANCEL_REQUEST_CODE):
     """Sent on a fresh connection: cancel the query running in session (process_id, secret_key)."""
-
-    code = b""
-    head = CANCEL_REQUEST_CODE
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
@@ -123,34 +110,29 @@ def decode_startup(body: bytes) -> StartupPacket:
     return StartupMessage.decode(body)
 
 
-@dataclass(frozen=True, slots=True)
-class Query(Message):
-    code = b"Q"
-    layout = (STRING,)
+class Query(Message, code=b"Q", layout=(STRING,)):
     sql: str
 
 
-@dataclass(frozen=True, slots=True)
-class Parse(Message):
-    code = b"P"
-    layout = (STRING, STRING, array(U32, "parameter type"))
+class Parse(Message, code=b"P", layout=(STRING, STRING, array(U32, "parameter type"))):
     statement: str
     sql: str
     param_types: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class Bind(Message):
-    """Bind a statement's parameters into a portal. Formats: 0 text, 1 binary."""
-
-    code = b"B"
-    layout = (
+class Bind(
+    Message,
+    code=b"B",
+    layout=(
         STRING,
         STRING,
         array(FORMAT, "parameter format"),
         array(nullable("invalid message format: parameter length {}"), "parameter"),
         array(FORMAT, "result format"),
-    )
+    ),
+):
+    """Bind a statement's parameters into a portal. Formats: 0 text, 1 binary."""
+
     portal: str
     statement: str
     param_formats: tuple[int, ...] = ()
@@ -158,100 +140,67 @@ class Bind(Message):
     result_formats: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class _Target(Message):
+class _Target(Message, layout=(TARGET_KIND, STRING)):
     """A message naming a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    layout = (TARGET_KIND, STRING)
     kind: str
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class Describe(_Target):
+class Describe(_Target, code=b"D"):
     """Describe a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    code = b"D"
 
-
-@dataclass(frozen=True, slots=True)
-class Execute(Message):
+class Execute(Message, code=b"E", layout=(STRING, ROW_LIMIT)):
     """Run a portal; ``max_rows`` 0 means all rows."""
 
-    code = b"E"
-    layout = (STRING, ROW_LIMIT)
     portal: str
     max_rows: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Close(_Target):
+class Close(_Target, code=b"C"):
     """Close a prepared statement (kind 'S') or a portal (kind 'P')."""
 
-    code = b"C"
+
+class Sync(Message, code=b"S"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class Sync(Message):
-    code = b"S"
+class Flush(Message, code=b"H"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class Flush(Message):
-    code = b"H"
+class Terminate(Message, code=b"X"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class Terminate(Message):
-    code = b"X"
+class CopyDone(Message, code=b"c"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class CopyDone(Message):
-    code = b"c"
-
-
-@dataclass(frozen=True, slots=True)
-class PasswordMessage(Message):
+class PasswordMessage(Message, code=b"p", layout=(STRING,)):
     """A cleartext (or md5) password response."""
 
-    code = b"p"
-    layout = (STRING,)
     password: str
 
 
-@dataclass(frozen=True, slots=True)
-class SASLInitialResponse(Message):
+class SASLInitialResponse(
+    Message, code=b"p", layout=(STRING, nullable("invalid SASL initial response length {}"))
+):
     """The client's first SASL message: the chosen mechanism and its initial data."""
 
-    code = b"p"
-    layout = (STRING, nullable("invalid SASL initial response length {}"))
     mechanism: str
     data: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class SASLResponse(Opaque):
-    code = b"p"
+class SASLResponse(Opaque, code=b"p"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class CopyData(Opaque):
-    code = b"d"
+class CopyData(Opaque, code=b"d"): ...
 
 
-@dataclass(frozen=True, slots=True)
-class CopyFail(Message):
-    code = b"f"
-    layout = (STRING,)
+class CopyFail(Message, code=b"f", layout=(STRING,)):
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class FunctionCall(Opaque):
+class FunctionCall(Opaque, code=b"F"):
     """The legacy fast-path function call; dpsql refuses it (the body is kept opaque)."""
-
-    code = b"F"
 
 
 FrontendMessage = (
