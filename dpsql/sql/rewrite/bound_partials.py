@@ -198,26 +198,55 @@ def kept_whole(
     return exp.LTE(this=n, expression=exp.Literal.number(a.max_rows))
 
 
-def _rows_source(rank: bool, keys: list[exp.Column]) -> exp.Expr:
-    """What ``_dp_parts`` aggregates: ``_dp_rows``, or with a group rank ``(SELECT * FROM _dp_rows
-    ORDER BY _dp_unit, _dp_g*) AS _dp_sorted``, its rows sorted by the partials' own grouping
-    keys, so PostgreSQL aggregates them in order (a sorted GroupAggregate: its partials come out
-    ordered by unit, and the rank's sort by (unit, hash, keys) is an incremental sort of each
-    unit's few partials) instead of a hash table of every (unit, group) (about 120,000 entries
-    for the demo's GROUP BY purchased_at, spilled to disk past work_mem) followed by a full sort
-    of the partials. A plan choice, not a result: the GROUP BY, and so the partials, are the
-    same (PostgreSQL misestimates the number of groups of (unit, keys) by ~10x and so would
-    choose the hash table; it keeps a subquery's ORDER BY). Measured on the demo (backend CPU,
-    median of 11 interleaved runs): GROUP BY purchased_at 247 -> 211 ms, by date_trunc('month')
-    548 -> 486 ms, by category, region 438 -> 380 ms; a statement without a rank keeps the hash
-    table (no sort to share: AVG(amount) WHERE quantity > 2, one group per unit, is 7% faster
-    hashed)."""
+_COUNTS = ("count_rows", "count_values", "count_units")
+
+
+def sorted_rows(a: Analysis, rank: bool) -> bool:
+    """The partials are aggregated from rows sorted by (unit, keys) (:func:`_rows_source`): with
+    a group rank, or with GROUP BY keys and a measure that sums values (SUM, AVG, VARIANCE,
+    STDDEV: a NUMERIC sum's transition state in every (unit, group) of a hash table). Without
+    a rank there is no later sort to share; the sorted aggregation still wins where each
+    (unit, group) holds a NUMERIC sum, and loses where it holds counts only (small states: the
+    hash table is cheaper than the sort) or where the WHERE clause leaves one key of a GROUP BY
+    column (``category = 'books' ... GROUP BY category, region``: PostgreSQL reads the key as
+    a constant and, on the fewer rows left, aggregates the sorted rows in a hash table anyway).
+    Measured on the demo (backend CPU, medians of 11-15 interleaved runs,
+    bench/policy_5e50bd1.yaml, no parallel workers, load 14-20): category, COUNT(*),
+    SUM(amount) 139.9 -> 126.2 ms (0.90); category, AVG(amount), STDDEV(quantity) 303.1 -> 224.1
+    (0.74); region, AVG(quantity) 163.6 -> 142.3 (0.87); category, SUM(quantity) WHERE amount >
+    100 63.5 -> 56.3 (0.89); region, SUM(amount) WHERE category = 'books' 41.7 -> 35.9 (0.86);
+    category, COUNT(DISTINCT user_id), SUM(amount) 136.9 -> 124.8 (0.91); and with work_mem at
+    64MB (no spill to disk) 0.76 and 0.88 for the first two. Left hashed: region, COUNT(*)
+    (sorted 1.16 to 1.25), category, region, SUM(amount) WHERE category = 'books' (sorted 1.18),
+    and without GROUP BY (one group per unit: AVG(amount) WHERE quantity > 2 is 7% faster
+    hashed, 2ca07d6)."""
+    if rank:
+        return True
+    keys = a.group_keys
+    if not keys or any(k.domain_size == 1 for k in keys):
+        return False
+    return any(m.kind not in _COUNTS for m in a.measures)
+
+
+def _rows_source(ordered: bool, keys: list[exp.Column]) -> exp.Expr:
+    """What ``_dp_parts`` aggregates: ``_dp_rows``, or when ``ordered`` (:func:`sorted_rows`)
+    ``(SELECT * FROM _dp_rows ORDER BY _dp_unit, _dp_g*) AS _dp_sorted``, its rows sorted by the
+    partials' own grouping keys, so PostgreSQL aggregates them in order (a sorted
+    GroupAggregate: its partials come out ordered by unit, and a group rank's sort by (unit,
+    hash, keys) is an incremental sort of each unit's few partials) instead of a hash table of
+    every (unit, group) (about 120,000 entries for the demo's GROUP BY purchased_at, spilled to
+    disk past work_mem) followed by a full sort of the partials. A plan choice, not a result:
+    the GROUP BY, and so the partials, are the same (PostgreSQL misestimates the number of
+    groups of (unit, keys) by ~10x and so would choose the hash table; it keeps a subquery's
+    ORDER BY). Measured on the demo with a rank (backend CPU, median of 11 interleaved runs):
+    GROUP BY purchased_at 247 -> 211 ms, by date_trunc('month') 548 -> 486 ms, by category,
+    region 438 -> 380 ms."""
     rows = table("_dp_rows")
-    if not rank:
+    if not ordered:
         return rows
     order = [exp.Ordered(this=k.copy()) for k in keys]
-    ordered = exp.select(exp.Star()).from_(rows, copy=False).order_by(*order, copy=False)
-    return ordered.subquery("_dp_sorted", copy=False)
+    ordered_rows = exp.select(exp.Star()).from_(rows, copy=False).order_by(*order, copy=False)
+    return ordered_rows.subquery("_dp_sorted", copy=False)
 
 
 def bound_partials(
@@ -330,7 +359,7 @@ def bound_partials(
     q = q.with_(cte_name("_dp_rows"), as_=rows, copy=False)
     keys = [unit, *gcols]
     partial = exp.select(*[k.copy() for k in keys], *parts.values(), *raws)
-    partial = partial.from_(_rows_source(rank, keys), copy=False)
+    partial = partial.from_(_rows_source(sorted_rows(a, rank), keys), copy=False)
     partial = partial.group_by(*[k.copy() for k in keys], copy=False)
     q = q.with_(cte_name("_dp_parts"), as_=partial, copy=False)
     src = "_dp_parts"

@@ -67,3 +67,22 @@ def test_path_choice(sql: str, partials: bool, rank: bool) -> None:
     assert ("HASH_NUMERIC_EXTENDED(CAST(_dp_v1 AS DECIMAL)" in text) is (not partials and quantiles)
     assert ("ORDER BY _dp_o) AS _dp_rn" in text) is (not partials and quantiles)
     assert ("NULLIF(CAST((_dp_o & " in text) is (not partials and quantiles)
+
+
+@pytest.mark.parametrize(
+    ("sql", "ordered"),
+    [
+        ("SELECT g, AVG(y) FROM p GROUP BY g", True),  # a NUMERIC sum per (unit, group)
+        ("SELECT g, COUNT(*), SUM(x) FROM p GROUP BY g", True),
+        ("SELECT c, SUM(x) FROM p GROUP BY c", True),  # ranked: always
+        ("SELECT c, COUNT(*) FROM p GROUP BY c", True),
+        ("SELECT g, COUNT(*), COUNT(y) FROM p GROUP BY g", False),  # counts only: hashed
+        ("SELECT g, SUM(x) FROM p WHERE g = 1 GROUP BY g", False),  # one key left: hashed
+        ("SELECT SUM(x), AVG(y) FROM p", False),  # one group per unit: hashed
+    ],
+)
+def test_sorted_rows_choice(sql: str, ordered: bool) -> None:
+    """The partials aggregate sorted rows (bound_partials.sorted_rows) with a group rank, or
+    with GROUP BY keys and a summed measure; the same partials either way (a plan choice)."""
+    text = private_query(analysis(sql), "salt").sql("postgres")
+    assert ("FROM (SELECT * FROM _dp_rows ORDER BY _dp_unit" in text) is ordered
