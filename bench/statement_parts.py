@@ -11,7 +11,10 @@ so the rows explain its table. A round trip is one psycopg ``Cursor.execute`` (e
 the engine sends: ``Backend.run``; each waits for its results); its backend's CPU is read from
 ``/proc/<pid>/schedstat`` (the PostgreSQL this tool starts, or ``DPSQL_BENCH_DSN`` on this
 machine) before and after it. Unlike wall time it hardly moves with the machine's load; a
-parallel worker's CPU is not counted (its leader's is). Medians over ``--repeat`` executions
+parallel worker's CPU is not counted (its leader's is): ``--serial`` runs every tree's statements
+without parallel workers (``max_parallel_workers_per_gather = 0``), so that a statement's backend
+CPU is all its CPU (5e50bd1's GROUP BY purchased_at sorted its rows in a parallel worker: 104.6 ms
+of its leader's CPU, 141.7 ms serial; session 28). Medians over ``--repeat`` executions
 after ``--warm`` more (psycopg prepares a text after 5 executions on a connection: the catalog
 read is then a prepared statement, as in a long-running proxy; dpsql's private query, with a fresh
 salt each time, never is).
@@ -109,8 +112,14 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=8, help="executions before the measured ones")
     ap.add_argument("--only", action="append", metavar="TEXT",
                     help="only the queries containing TEXT (repeatable)")  # fmt: skip
+    ap.add_argument("--serial", action="store_true",
+                    help="no parallel workers: a statement's backend CPU is all its CPU")  # fmt: skip
     ap.add_argument("--parts-json", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serial:  # libpq reads it for every connection, the children's too
+        os.environ["PGOPTIONS"] = (
+            os.environ.get("PGOPTIONS", "") + " -c max_parallel_workers_per_gather=0"
+        ).strip()
     dsn = os.environ.get("DPSQL_BENCH_DSN")
     if args.parts_json:
         assert dsn and args.policy
@@ -132,8 +141,10 @@ def main() -> None:
         return cmd
 
     results = per_tree_json(__file__, args.tree, args.policy, child)
+    workers = ("no parallel workers" if args.serial
+               else "parallel workers allowed, their CPU not counted: --serial counts it")  # fmt: skip
     print(f"load average: {os.getloadavg()[0]:.2f}; medians over {args.repeat} executions "
-          "(backend CPU per round trip, the engine's Python CPU; ms)\n")  # fmt: skip
+          f"(backend CPU per round trip, the engine's Python CPU; ms; {workers})\n")  # fmt: skip
     print("| query | tree | round trips: what (backend CPU ms) | backend ms | Python ms |")
     print("|---|---|---|---|---|")
     for q in results["now"]:
