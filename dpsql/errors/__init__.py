@@ -20,13 +20,18 @@ which :mod:`dpsql.errors.upstream` turns into dpsql's words.
 from __future__ import annotations
 
 _BY_SQLSTATE: dict[str, type[DpsqlError]] = {}
+# the classes whose errors end the session, as PostgreSQL's do (severity FATAL, and so their
+# subclasses'): authentication refused, a database that does not exist
+_FATAL = frozenset({"28000", "3D000"})
 
 
 class DpsqlError(Exception):
     """Base class. ``sqlstate`` is the PostgreSQL error code sent to clients.
 
-    A subclass that sets ``sqlstate`` is registered for it (the first one to claim a code);
-    a family class sets the family's ``NN000`` code.
+    A subclass names its code as a class argument, as psycopg's do (``class
+    QueryCanceled(OperatorIntervention, sqlstate="57014")``): it is registered for it (the
+    first one to claim a code); a family class names the family's ``NN000`` code. A class of
+    :data:`_FATAL`'s codes, and so its subclasses, sends severity FATAL.
     """
 
     sqlstate: str = "XX000"  # a class's own; an instance's when PostgreSQL sent the code
@@ -36,11 +41,13 @@ class DpsqlError(Exception):
     # so the reservation is refunded (dpsql.budget.records.before_the_data, refundable)
     before_data: bool = False
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
+    def __init_subclass__(cls, sqlstate: str | None = None, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        code = cls.__dict__.get("sqlstate")
-        if isinstance(code, str):
-            _BY_SQLSTATE.setdefault(code, cls)
+        if sqlstate is not None:
+            cls.sqlstate = sqlstate
+            _BY_SQLSTATE.setdefault(sqlstate, cls)
+            if sqlstate in _FATAL:
+                cls.severity = "FATAL"
 
     def __init__(
         self,
@@ -75,121 +82,82 @@ class DpsqlError(Exception):
 
 
 # ---- families (the SQLSTATE class: the code's first two characters) ------------------------
-class ConnectionException(DpsqlError):
+class ConnectionException(DpsqlError, sqlstate="08000"):
     """Class 08: the connection (lost, or the protocol broken)."""
 
-    sqlstate = "08000"
 
-
-class FeatureNotSupported(DpsqlError):
+class FeatureNotSupported(DpsqlError, sqlstate="0A000"):
     """Class 0A: SQL or a protocol feature dpsql does not (yet) answer (0A000)."""
 
-    sqlstate = "0A000"
 
-
-class DataException(DpsqlError):
+class DataException(DpsqlError, sqlstate="22000"):
     """Class 22: a value that is not valid for its use."""
 
-    sqlstate = "22000"
 
-
-class InvalidTransactionState(DpsqlError):
+class InvalidTransactionState(DpsqlError, sqlstate="25000"):
     """Class 25: a statement the transaction's state does not allow."""
 
-    sqlstate = "25000"
 
-
-class InvalidSqlStatementName(DpsqlError):
+class InvalidSqlStatementName(DpsqlError, sqlstate="26000"):
     """Class 26: a prepared statement that does not exist (26000)."""
 
-    sqlstate = "26000"
 
-
-class InvalidAuthorizationSpecification(DpsqlError):
+class InvalidAuthorizationSpecification(DpsqlError, sqlstate="28000"):
     """Class 28: authentication refused (28000)."""
 
-    sqlstate = "28000"
-    severity = "FATAL"
 
-
-class InvalidCursorName(DpsqlError):
+class InvalidCursorName(DpsqlError, sqlstate="34000"):
     """Class 34: a portal that does not exist (34000)."""
 
-    sqlstate = "34000"
 
-
-class SavepointException(DpsqlError):
+class SavepointException(DpsqlError, sqlstate="3B000"):
     """Class 3B: a savepoint misuse."""
 
-    sqlstate = "3B000"
 
-
-class InvalidCatalogName(DpsqlError):
+class InvalidCatalogName(DpsqlError, sqlstate="3D000"):
     """Class 3D: a database that does not exist (the server serves one)."""
 
-    sqlstate = "3D000"
-    severity = "FATAL"
 
-
-class SyntaxErrorOrAccessRuleViolation(DpsqlError):
+class SyntaxErrorOrAccessRuleViolation(DpsqlError, sqlstate="42000"):
     """Class 42: syntax, names and privileges."""
 
-    sqlstate = "42000"
 
-
-class InsufficientResources(DpsqlError):
+class InsufficientResources(DpsqlError, sqlstate="53000"):
     """Class 53: a limit on resources (budgets, connections)."""
 
-    sqlstate = "53000"
 
-
-class ProgramLimitExceeded(DpsqlError):
+class ProgramLimitExceeded(DpsqlError, sqlstate="54000"):
     """Class 54: a statement over one of dpsql's size limits, e.g. too many grouping sets."""
 
-    sqlstate = "54000"
 
-
-class ObjectNotInPrerequisiteState(DpsqlError):
+class ObjectNotInPrerequisiteState(DpsqlError, sqlstate="55000"):
     """Class 55: an object that cannot be used or changed in its state."""
 
-    sqlstate = "55000"
 
-
-class OperatorIntervention(DpsqlError):
+class OperatorIntervention(DpsqlError, sqlstate="57000"):
     """Class 57: cancelled, or the server shutting down or starting."""
 
-    sqlstate = "57000"
 
-
-class ExternalSystemError(DpsqlError):
+class ExternalSystemError(DpsqlError, sqlstate="58000"):
     """Class 58: a failure outside dpsql and its statement, e.g. the privacy ledger's database
     unavailable (58000 system_error)."""
 
-    sqlstate = "58000"
 
-
-class ConfigFileError(DpsqlError):
+class ConfigFileError(DpsqlError, sqlstate="F0000"):
     """Class F0: the policy file is invalid (F0000)."""
 
-    sqlstate = "F0000"
 
-
-class InternalError(DpsqlError):
+class InternalError(DpsqlError, sqlstate="XX000"):
     """Class XX: a bug in dpsql (XX000)."""
-
-    sqlstate = "XX000"
 
 
 # ---- class 08 ----------------------------------------------------------------------------
-class ProtocolViolation(ConnectionException):
-    sqlstate = "08P01"
+class ProtocolViolation(ConnectionException, sqlstate="08P01"): ...
 
 
-class ConnectionFailure(ConnectionException):
+class ConnectionFailure(ConnectionException, sqlstate="08006"):
     """The database connection was lost or could not be made (08006; 57P01-57P03 when the
     database said it is shutting down or starting). Safe to retry."""
-
-    sqlstate = "08006"
 
 
 # ---- class 0A ----------------------------------------------------------------------------
@@ -197,230 +165,164 @@ UnsupportedSql = FeatureNotSupported  # the name most of dpsql raises
 
 
 # ---- class 22 ----------------------------------------------------------------------------
-class InvalidParameter(DataException):
+class InvalidParameter(DataException, sqlstate="22023"):
     """A bad parameter value such as epsilon <= 0 (22023 invalid_parameter_value)."""
 
-    sqlstate = "22023"
 
-
-class CharacterNotInRepertoire(DataException, ProtocolViolation):
+class CharacterNotInRepertoire(DataException, ProtocolViolation, sqlstate="22021"):
     """Bytes that are not valid UTF-8 (22021). Also a :class:`ProtocolViolation`: the message
     decoder raises it, and every failure of the decoder is one."""
 
-    sqlstate = "22021"
 
-
-class DivisionByZero(DataException):
+class DivisionByZero(DataException, sqlstate="22012"):
     """A division by a literal zero, refused before anything is charged (22012)."""
 
-    sqlstate = "22012"
 
-
-class NumericValueOutOfRange(DataException):
+class NumericValueOutOfRange(DataException, sqlstate="22003"):
     """A number outside its type's range, e.g. a numeric literal PostgreSQL cannot hold (22003)."""
 
-    sqlstate = "22003"
 
-
-class InvalidRowCountInLimitClause(DataException):
+class InvalidRowCountInLimitClause(DataException, sqlstate="2201W"):
     """A negative constant LIMIT, refused before anything is charged (2201W)."""
 
-    sqlstate = "2201W"
 
-
-class InvalidRowCountInResultOffsetClause(DataException):
+class InvalidRowCountInResultOffsetClause(DataException, sqlstate="2201X"):
     """A negative constant OFFSET, refused before anything is charged (2201X)."""
 
-    sqlstate = "2201X"
 
-
-class InvalidTextRepresentation(DataException):
+class InvalidTextRepresentation(DataException, sqlstate="22P02"):
     """A parameter value that does not parse as its type (22P02)."""
 
-    sqlstate = "22P02"
 
-
-class InvalidBinaryRepresentation(DataException):
+class InvalidBinaryRepresentation(DataException, sqlstate="22P03"):
     """A binary parameter value that is not its type's binary format (22P03)."""
-
-    sqlstate = "22P03"
 
 
 # ---- class 25 ----------------------------------------------------------------------------
-class ActiveSqlTransaction(InvalidTransactionState):
+class ActiveSqlTransaction(InvalidTransactionState, sqlstate="25001"):
     """A statement that cannot run inside a transaction block (25001)."""
 
-    sqlstate = "25001"
+
+class ReadOnlyTransaction(InvalidTransactionState, sqlstate="25006"): ...
 
 
-class ReadOnlyTransaction(InvalidTransactionState):
-    sqlstate = "25006"
-
-
-class NoActiveSqlTransaction(InvalidTransactionState):
+class NoActiveSqlTransaction(InvalidTransactionState, sqlstate="25P01"):
     """A statement that can only run inside a transaction block (25P01)."""
 
-    sqlstate = "25P01"
 
-
-class InFailedTransaction(InvalidTransactionState):
-    sqlstate = "25P02"
+class InFailedTransaction(InvalidTransactionState, sqlstate="25P02"): ...
 
 
 # ---- class 28 ----------------------------------------------------------------------------
 InvalidAuthorization = InvalidAuthorizationSpecification
 
 
-class AuthenticationFailed(InvalidAuthorizationSpecification):
-    sqlstate = "28P01"
+class AuthenticationFailed(InvalidAuthorizationSpecification, sqlstate="28P01"): ...
 
 
 # ---- class 3B ----------------------------------------------------------------------------
-class InvalidSavepointSpecification(SavepointException):
-    sqlstate = "3B001"
+class InvalidSavepointSpecification(SavepointException, sqlstate="3B001"): ...
 
 
 # ---- class 3F ----------------------------------------------------------------------------
-class InvalidSchemaName(DpsqlError):
+class InvalidSchemaName(DpsqlError, sqlstate="3F000"):
     """Class 3F: a schema that does not exist, or holds nothing to read (3F000
     invalid_schema_name)."""
 
-    sqlstate = "3F000"
-
 
 # ---- class 42 ----------------------------------------------------------------------------
-class PrivacyViolation(SyntaxErrorOrAccessRuleViolation):
+class PrivacyViolation(SyntaxErrorOrAccessRuleViolation, sqlstate="42501"):
     """Raw-row access, identifier use, an unbounded column (42501 insufficient_privilege)."""
 
-    sqlstate = "42501"
 
-
-class SqlSyntaxError(SyntaxErrorOrAccessRuleViolation):
+class SqlSyntaxError(SyntaxErrorOrAccessRuleViolation, sqlstate="42601"):
     """The statement does not parse (42601)."""
 
-    sqlstate = "42601"
+
+class AmbiguousColumn(SyntaxErrorOrAccessRuleViolation, sqlstate="42702"): ...
 
 
-class AmbiguousColumn(SyntaxErrorOrAccessRuleViolation):
-    sqlstate = "42702"
+class UndefinedColumn(SyntaxErrorOrAccessRuleViolation, sqlstate="42703"): ...
 
 
-class UndefinedColumn(SyntaxErrorOrAccessRuleViolation):
-    sqlstate = "42703"
+class UndefinedObject(SyntaxErrorOrAccessRuleViolation, sqlstate="42704"): ...
 
 
-class UndefinedObject(SyntaxErrorOrAccessRuleViolation):
-    sqlstate = "42704"
-
-
-class UndefinedFunction(SyntaxErrorOrAccessRuleViolation):
+class UndefinedFunction(SyntaxErrorOrAccessRuleViolation, sqlstate="42883"):
     """A function PostgreSQL doesn't have for these argument types, e.g. avg(date) (42883)."""
 
-    sqlstate = "42883"
 
-
-class GroupingError(SyntaxErrorOrAccessRuleViolation):
+class GroupingError(SyntaxErrorOrAccessRuleViolation, sqlstate="42803"):
     """A GROUP BY / GROUPING() misuse PostgreSQL would reject as well (42803)."""
 
-    sqlstate = "42803"
 
-
-class WrongObjectType(SyntaxErrorOrAccessRuleViolation):
+class WrongObjectType(SyntaxErrorOrAccessRuleViolation, sqlstate="42809"):
     """An object used as what it is not, e.g. an ordered-set aggregate without WITHIN GROUP
     (42809)."""
 
-    sqlstate = "42809"
+
+class UndefinedTable(SyntaxErrorOrAccessRuleViolation, sqlstate="42P01"): ...
 
 
-class UndefinedTable(SyntaxErrorOrAccessRuleViolation):
-    sqlstate = "42P01"
-
-
-class UndefinedParameter(SyntaxErrorOrAccessRuleViolation):
+class UndefinedParameter(SyntaxErrorOrAccessRuleViolation, sqlstate="42P02"):
     """A ``$n`` placeholder without a value (``SELECT $1`` in a simple query)."""
 
-    sqlstate = "42P02"
 
-
-class DuplicateCursor(SyntaxErrorOrAccessRuleViolation):
+class DuplicateCursor(SyntaxErrorOrAccessRuleViolation, sqlstate="42P03"):
     """A portal name already in use (42P03)."""
 
-    sqlstate = "42P03"
+
+class DuplicatePreparedStatement(SyntaxErrorOrAccessRuleViolation, sqlstate="42P05"): ...
 
 
-class DuplicatePreparedStatement(SyntaxErrorOrAccessRuleViolation):
-    sqlstate = "42P05"
-
-
-class DuplicateTable(SyntaxErrorOrAccessRuleViolation):
+class DuplicateTable(SyntaxErrorOrAccessRuleViolation, sqlstate="42P07"):
     """A table that already exists (a release's ``--to-table`` without ``--replace``)."""
 
-    sqlstate = "42P07"
+
+class InvalidColumnReference(SyntaxErrorOrAccessRuleViolation, sqlstate="42P10"): ...
 
 
-class InvalidColumnReference(SyntaxErrorOrAccessRuleViolation):
-    sqlstate = "42P10"
-
-
-class IndeterminateDatatype(SyntaxErrorOrAccessRuleViolation):
+class IndeterminateDatatype(SyntaxErrorOrAccessRuleViolation, sqlstate="42P18"):
     """A Parse parameter neither typed nor used (``SELECT $2`` without a type for ``$1``)."""
-
-    sqlstate = "42P18"
 
 
 # ---- class 53 ----------------------------------------------------------------------------
-class TooManyConnections(InsufficientResources):
-    sqlstate = "53300"
+class TooManyConnections(InsufficientResources, sqlstate="53300"): ...
 
 
-class BudgetExhausted(InsufficientResources):
+class BudgetExhausted(InsufficientResources, sqlstate="53400"):
     """The release would exceed a privacy budget (53400 configuration_limit_exceeded)."""
-
-    sqlstate = "53400"
 
 
 # ---- class 54 ----------------------------------------------------------------------------
-class StatementTooComplex(ProgramLimitExceeded):
+class StatementTooComplex(ProgramLimitExceeded, sqlstate="54001"):
     """A statement too large or too deeply nested for dpsql to rewrite (54001)."""
-
-    sqlstate = "54001"
 
 
 # ---- class 55 ----------------------------------------------------------------------------
-class CantChangeRuntimeParam(ObjectNotInPrerequisiteState):
+class CantChangeRuntimeParam(ObjectNotInPrerequisiteState, sqlstate="55P02"):
     """A setting that cannot be changed now (55P02)."""
-
-    sqlstate = "55P02"
 
 
 # ---- class 57 ----------------------------------------------------------------------------
-class QueryCanceled(OperatorIntervention):
-    sqlstate = "57014"
+class QueryCanceled(OperatorIntervention, sqlstate="57014"): ...
 
 
-class AdminShutdown(OperatorIntervention):
+class AdminShutdown(OperatorIntervention, sqlstate="57P01"):
     """The server is shutting down (57P01): the session ends."""
 
-    sqlstate = "57P01"
 
-
-class CannotConnectNow(OperatorIntervention):
+class CannotConnectNow(OperatorIntervention, sqlstate="57P03"):
     """The server is starting or stopping and takes no new connection (57P03)."""
-
-    sqlstate = "57P03"
 
 
 # ---- class 58 ----------------------------------------------------------------------------
-class IoError(ExternalSystemError):
+class IoError(ExternalSystemError, sqlstate="58030"):
     """A file could not be written or read (58030 io_error)."""
 
-    sqlstate = "58030"
 
-
-class DuplicateFile(ExternalSystemError):
+class DuplicateFile(ExternalSystemError, sqlstate="58P02"):
     """A file to write exists already (58P02 duplicate_file)."""
-
-    sqlstate = "58P02"
 
 
 # ---- class F0 ----------------------------------------------------------------------------
