@@ -14,6 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -140,13 +141,31 @@ class Release:
         )
 
 
-def _exact(v: Any) -> Fraction:
-    return Fraction(v) if v is not None else Fraction(0)
-
-
-def _snapped(values: Sequence[Fraction], grid: Fraction) -> np.ndarray:
-    """Values rounded to the grid in exact arithmetic, as floats (exact: multiples of 2^k)."""
-    return np.array([float(round(v / grid) * grid) for v in values], dtype=np.float64)
+def _snapped(values: Sequence[Any], grid: Fraction) -> np.ndarray:
+    """Upstream values (int, Decimal or float; NULL is 0) rounded to the grid in exact
+    arithmetic, as floats (exact: multiples of 2^k): ``float(round(Fraction(v) / grid) * grid)``
+    in Python integers, without a Fraction per value. v = n/d (``as_integer_ratio``, as
+    ``Fraction(v)`` reads a Decimal or float), grid = gn/gd: v / grid = n gd / (d gn), rounded
+    half to even as ``Fraction.__round__`` does (the rounding of a rational does not depend on
+    its terms), times the grid is q gn / gd, and int / int is the correctly rounded float, as
+    ``float(Fraction)`` (which divides its reduced terms) is."""
+    gn, gd = grid.numerator, grid.denominator
+    out = np.empty(len(values), dtype=np.float64)
+    for i, v in enumerate(values):
+        if v is None:
+            n, d = 0, 1
+        elif isinstance(v, int):
+            n, d = v, 1
+        elif isinstance(v, (Decimal, float)):
+            n, d = v.as_integer_ratio()
+        else:
+            n, d = Fraction(v).as_integer_ratio()
+        x, y = n * gd, d * gn
+        q, r = divmod(x, y)
+        if 2 * r > y or (2 * r == y and q % 2):
+            q += 1
+        out[i] = q * gn / gd
+    return out
 
 
 def release(
@@ -233,8 +252,7 @@ def release(
         mech = mp.mechanism
         if isinstance(mech, (Quantile, Mode)):
             raise InternalError(f"{mp.key}: a selection mechanism on an additive measure")
-        col = [_exact(v[j]) for _, v in table]
-        vals = _snapped(col, mech.grid)
+        vals = _snapped([v[j] for _, v in table], mech.grid)
         noisy[mp.key] = noise.add(mech, vals)
     stats: list[list[Any]] = [[] for _ in table]
     intervals: list[list[tuple[float, float] | None]] = [[] for _ in table]
@@ -263,10 +281,19 @@ def release(
             iv = interval(i, si, confidence)
             iv = iv if iv is None else round_interval(s, iv, half(iv))
             # presentation: the digits below the step of its noise are dropped (a function of
-            # the released values and interval only; stored so, a free repeat reads the same)
-            if iv is not None and not selected:
-                r = round_nearest(v, noise_resolution(s, row_vals, ws, half(iv)))
-                v = r if v is None or not iv[0] <= v <= iv[1] or iv[0] <= r <= iv[1] else v
+            # the released values and interval only; stored so, a free repeat reads the same;
+            # round_nearest keeps any value but a float or numeric: a count's int as it is)
+            rounds = iv is not None and not selected and isinstance(v, (float, Decimal))
+            # its interval from its noise alone (over the noise's widths; worked out once)
+            own = (
+                derive(s, row_vals, ws)[1]
+                if ws is not None and (rounds or (adds is None and v is not None))
+                else None
+            )
+            if rounds:
+                assert iv is not None and v is not None
+                r = round_nearest(v, noise_resolution(own, half(iv)))
+                v = r if not iv[0] <= v <= iv[1] or iv[0] <= r <= iv[1] else v
             if s.at_most is not None:  # the declared domain's size (post-processing)
                 cap = s.at_most
                 if (v is not None and v > cap) or (iv is not None and iv[1] > cap):
@@ -277,13 +304,7 @@ def release(
             intervals[i].append(iv)
             # its noise alone (at the fallback the column adds the left-out estimate: both
             # parts' noise, its interval)
-            niv = (
-                iv
-                if adds is not None
-                else None
-                if ws is None or v is None
-                else derive(s, row_vals, ws)[1]
-            )
+            niv = iv if adds is not None else None if ws is None or v is None else own
             noise_ivs[i].append(None if niv is None else (float(niv[0]), float(niv[1])))
     groups = [list(k) for k, _ in table]
     acc = accuracy_notes(
@@ -333,19 +354,18 @@ def noise_widths(plan: Plan, keys: Sequence[str], level: float) -> list[float] |
     return out
 
 
-def noise_resolution(s: Any, vals: Sequence[float], ws: Sequence[float] | None, hw: float) -> float:
+def noise_resolution(own: tuple[float, float] | None, hw: float) -> float:
     """The half-width a released value is rounded at (:func:`dpsql.execute.bias.round_nearest`):
     its noise's own at the stated level, not its interval's where that is wider (a removed-mass
     reach: an AVG of incomes near 48,000 with noise of about +-200 rounded to the nearest 100 or
     1,000 by its interval's +-18,000, as large as its error); never coarser than the interval's
-    (``hw``), whose ends round outwards at that step, so the value stays inside them."""
-    if ws is None:
+    (``hw``), whose ends round outwards at that step, so the value stays inside them. ``own``:
+    the statistic's interval over its measures' noise widths alone (``derive(s, values,
+    noise_widths)``; None when it has none)."""
+    if own is None or not all(map(math.isfinite, own)) or own[1] <= own[0]:
         return hw
-    _, niv = derive(s, vals, ws)
-    if niv is None or not all(map(math.isfinite, niv)) or niv[1] <= niv[0]:
-        return hw
-    own = (niv[1] - niv[0]) / 2
-    return own if not math.isfinite(hw) or own < hw else hw
+    h = (own[1] - own[0]) / 2
+    return h if not math.isfinite(hw) or h < hw else hw
 
 
 def _held(

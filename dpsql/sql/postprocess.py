@@ -65,13 +65,13 @@ def derive(
         elif f == "quantile" and stat.pg_type in ("numeric", "float8") and v is not None:
             v = _to_resolution(v, float(stat.hi - stat.lo))
         return v, None
-    lo, hi = float(stat.lo), float(stat.hi)
     if f in ("count", "count_distinct"):
         # the truth t >= 0: if |v - t| <= w, t lies in [max(0, v - w), max(0, v) + w] (for v < 0:
         # t <= v + w < w). Clipping the upper end at 0 instead ([0, 0] for v < -w) claimed a
         # certainty the noise does not give
         v, w = values[0], widths[0]
         return max(0, round(v)), (max(0.0, v - w), max(0.0, v) + w)
+    lo, hi = float(stat.lo), float(stat.hi)  # (a count needs neither: per row, 2 conversions)
     if f == "sum":
         v, w = values[0], widths[0]
         a, b = v - w, v + w

@@ -145,6 +145,6 @@ def test_a_value_is_rounded_at_its_noise_not_at_the_reach_of_what_bounding_remov
     got = checked(release(*args, EXACT))
     assert len(got) == 5 and all(d <= step / 2 * (1 + 1e-9) for d, step in got), got
     with monkeypatch.context() as m:  # the twin: rounded at the interval's half-width
-        m.setattr(noise, "noise_resolution", lambda s, vals, ws, hw: hw)
+        m.setattr(noise, "noise_resolution", lambda own, hw: hw)
         twin = checked(release(*args, EXACT))
     assert any(d > step / 2 * (1 + 1e-9) for d, step in twin), twin
