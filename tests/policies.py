@@ -21,7 +21,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pytest
 import yaml
@@ -44,6 +44,31 @@ def demo_doc() -> Doc:
     return doc
 
 
+class TableKeys(TypedDict, total=False):
+    """A private table's keys besides its unit and columns (the policy's names)."""
+
+    max_rows_per_unit: int | str
+    max_groups_per_unit: int | str
+    max_rows_per_unit_total: int
+    auto_max_rows_per_unit: int
+    auto_max_groups_per_unit: int
+
+
+def demo_table(
+    name: str, columns: Mapping[str, Mapping[str, Any]] | None = None, **keys: Unpack[TableKeys]
+) -> Doc:
+    """The demo policy's table ``name`` (``public.purchases``, ``public.pums``) with ``keys`` set
+    and the ``columns`` given replacing its own (the others kept, in order)::
+
+        make_policy("total", add_tables={"public.pums": demo_table("public.pums",
+                    max_rows_per_unit_total=4, columns={"age": {"type": "integer"}})})
+    """
+    table: Doc = demo_doc()["tables"][name]
+    table.update(copy.deepcopy(dict(keys)))
+    table["columns"] = {**table["columns"], **copy.deepcopy(dict(columns or {}))}
+    return table
+
+
 def private_table(
     unit: str,
     columns: Mapping[str, Mapping[str, Any]],
@@ -51,49 +76,79 @@ def private_table(
     rows: int | str | None = 1,
     groups: int | str | None = 1,
     unit_type: str = "integer",
+    rows_total: int | None = None,
+    auto_max_rows: int | None = None,
+    auto_max_groups: int | None = None,
 ) -> Doc:
     """A private table's entry: its privacy unit ``unit`` (an identifier column of ``unit_type``,
-    listed first), then ``columns``; at most ``rows`` rows and ``groups`` groups per unit
-    (``None``: the key is left out, the policy's default applies: ``auto``)."""
-    bounds = {"max_rows_per_unit": rows, "max_groups_per_unit": groups}
+    listed first; ``"row"``: each row is its own unit, no column), then ``columns``; at most
+    ``rows`` rows and ``groups`` groups per unit (``None``: the key is left out, the policy's
+    default applies: ``auto``); ``rows_total``: ``max_rows_per_unit_total`` (rows over all its
+    groups), ``auto_max_rows`` / ``auto_max_groups``: the top of ``auto``'s grids (left out:
+    the defaults)."""
+    bounds = {
+        "max_rows_per_unit": rows,
+        "max_groups_per_unit": groups,
+        "max_rows_per_unit_total": rows_total,
+        "auto_max_rows_per_unit": auto_max_rows,
+        "auto_max_groups_per_unit": auto_max_groups,
+    }
+    unit_column = {} if unit == "row" else {unit: {"type": unit_type, "identifier": True}}
     return {
         "privacy_unit": unit,
         **{k: v for k, v in bounds.items() if v is not None},
-        "columns": {unit: {"type": unit_type, "identifier": True}, **copy.deepcopy(dict(columns))},
+        "columns": {**unit_column, **copy.deepcopy(dict(columns))},
     }
 
 
-def policy_doc(
-    *,
-    base: Mapping[str, Any] | None = None,
-    tables: Mapping[str, Mapping[str, Any]] | None = None,
-    add_tables: Mapping[str, Mapping[str, Any]] | None = None,
-    public_tables: Sequence[str] | None = None,
-    add_public_tables: Sequence[str] = (),
-    analysts: Mapping[str, Mapping[str, Any]] | None = None,
-    fixed_bounds: bool = False,
-    **top: Any,
-) -> Doc:
-    """A policy document: ``base`` (default: the demo policy) with its private tables replaced by
-    ``tables`` and/or extended by ``add_tables``, its public tables replaced by ``public_tables``
-    and/or extended by ``add_public_tables``, its analysts replaced by ``analysts``, and any other
-    top-level key set from ``top`` (``dataset=``, ``defaults=``, ``server=``, ``timing=``, ...)."""
+class DocArgs(TypedDict, total=False):
+    """What a test says about its policy (:func:`policy_doc`'s arguments, typed)."""
+
+    base: Mapping[str, Any]  # the document to start from; default the demo policy; {}: nothing
+    tables: Mapping[str, Mapping[str, Any]]  # the private tables (replacing base's)
+    add_tables: Mapping[str, Mapping[str, Any]]  # private tables added to base's
+    public_tables: Sequence[str]  # the public tables (replacing base's)
+    add_public_tables: Sequence[str]  # public tables added to base's
+    analysts: Mapping[str, Mapping[str, Any]]  # the analysts (replacing base's)
+    fixed_bounds: bool  # fix every ``auto`` contribution bound (:func:`fixed_bounds_doc`)
+    # top-level keys, set as given (Policy's fields)
+    version: int
+    dataset: str
+    defaults: Mapping[str, Any]  # epsilon, max_epsilon, delta, confidence, ...
+    budget: Mapping[str, Any]  # the dataset's global budget
+    repeats: str
+    timing: Mapping[str, Any]
+    server: Mapping[str, Any]
+
+
+_TOP = ("version", "dataset", "defaults", "budget", "repeats", "timing", "server")
+
+
+def policy_doc(**kw: Unpack[DocArgs]) -> Doc:
+    """A policy document: ``base`` (default: the demo policy; ``base={}`` for none) with its
+    private tables replaced by ``tables`` and/or extended by ``add_tables``, its public tables
+    replaced by ``public_tables`` and/or extended by ``add_public_tables``, its analysts replaced
+    by ``analysts``, and the top-level keys given (``dataset=``, ``defaults=``, ``budget=``,
+    ``timing=``, ...) set."""
+    unknown = set(kw) - set(DocArgs.__annotations__)
+    assert not unknown, f"policy_doc: unknown arguments {sorted(unknown)}"
+    base = kw.get("base")
     doc: Doc = copy.deepcopy(dict(base)) if base is not None else demo_doc()
-    if tables is not None:
+    if (tables := kw.get("tables")) is not None:
         doc["tables"] = copy.deepcopy(dict(tables))
-    if add_tables:
+    if add_tables := kw.get("add_tables"):
         doc["tables"] = {**(doc.get("tables") or {}), **copy.deepcopy(dict(add_tables))}
-    if public_tables is not None:
+    if (public_tables := kw.get("public_tables")) is not None:
         doc["public_tables"] = list(public_tables)
-    if add_public_tables:
-        doc["public_tables"] = [*(doc.get("public_tables") or []), *add_public_tables]
-    if analysts is not None:
+    if add_public := kw.get("add_public_tables"):
+        doc["public_tables"] = [*(doc.get("public_tables") or []), *add_public]
+    if (analysts := kw.get("analysts")) is not None:
         doc["analysts"] = copy.deepcopy(dict(analysts))
-    doc.update(copy.deepcopy(top))
-    return fixed_bounds_doc(doc) if fixed_bounds else doc
+    doc.update(copy.deepcopy({k: kw[k] for k in _TOP if k in kw}))  # type: ignore[literal-required]
+    return fixed_bounds_doc(doc) if kw.get("fixed_bounds") else doc
 
 
-def build_policy(**kw: Any) -> Policy:
+def build_policy(**kw: Unpack[DocArgs]) -> Policy:
     """:func:`policy_doc` (same arguments) parsed as a policy file's text is, without a file."""
     return parse_policy(yaml.safe_dump(policy_doc(**kw), sort_keys=False), "<test policy>")
 
@@ -141,24 +196,8 @@ class PolicyMaker:
 
     tmp: pytest.TempPathFactory
 
-    def __call__(
-        self,
-        name: str = "policy",
-        *,
-        base: Mapping[str, Any] | None = None,
-        tables: Mapping[str, Mapping[str, Any]] | None = None,
-        add_tables: Mapping[str, Mapping[str, Any]] | None = None,
-        public_tables: Sequence[str] | None = None,
-        add_public_tables: Sequence[str] = (),
-        analysts: Mapping[str, Mapping[str, Any]] | None = None,
-        fixed_bounds: bool = False,
-        **top: Any,
-    ) -> PolicyFile:
-        doc = policy_doc(
-            base=base, tables=tables, add_tables=add_tables, public_tables=public_tables,
-            add_public_tables=add_public_tables, analysts=analysts, fixed_bounds=fixed_bounds,
-            **top,
-        )  # fmt: skip
+    def __call__(self, name: str = "policy", **kw: Unpack[DocArgs]) -> PolicyFile:
+        doc = policy_doc(**kw)
         path = self.tmp.mktemp("policy") / f"{name}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         return PolicyFile(path, doc, load_policy(path))

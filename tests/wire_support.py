@@ -27,7 +27,6 @@ from dpsql.execute.prepared import (
     PublicQuery,
     TreeQuery,
 )
-from dpsql.policy.model import Analyst, Budget, Policy
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.explain_options import ExplainOptions
@@ -35,14 +34,16 @@ from dpsql.sql.parse import ParsedEmpty, ParsedQuery
 from dpsql.wire import messages as m
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.framing import FrameDecoder
+from tests.policies import build_policy
 
 PASSWORD = "correct horse"
-POLICY = Policy(
+POLICY = build_policy(
+    base={},
     analysts={
-        "ana": Analyst(credential=make_verifier(PASSWORD), budget=Budget(epsilon=10)),
-        "bob": Analyst(credential=make_verifier("bobpw"), budget=Budget(epsilon=10)),
-        "nocred": Analyst(budget=Budget(epsilon=1)),
-    }
+        "ana": {"credential": make_verifier(PASSWORD), "budget": {"epsilon": 10}},
+        "bob": {"credential": make_verifier("bobpw"), "budget": {"epsilon": 10}},
+        "nocred": {"budget": {"epsilon": 1}},
+    },
 )
 
 TYPES_ROW = (

@@ -39,7 +39,7 @@ from dpsql.upstream.loaders import PgText, register_lossless
 from dpsql.upstream.settings import output_statements
 from tests.compat.conftest import require
 from tests.helpers import analyst_dsn, served_engine
-from tests.policies import PolicyMaker, private_table
+from tests.policies import build_policy, private_table
 
 COLUMNS = {
     "d": {"type": "date"},
@@ -106,16 +106,12 @@ def dsn(make_db: Callable[[str], str]) -> str:
     return dsn
 
 
-@pytest.fixture(scope="module")
-def policy(make_policy: PolicyMaker) -> Any:
-    return make_policy(
-        "unholdable", tables={"public.t": private_table("u", COLUMNS)}, public_tables=[]
-    ).policy
+POLICY = build_policy(tables={"public.t": private_table("u", COLUMNS)}, public_tables=[])
 
 
 @pytest.fixture(scope="module")
-def ledger(dsn: str, policy: Any) -> Iterator[Ledger]:
-    led = Ledger.open(dsn, policy, schema="dpsql_unholdable")
+def ledger(dsn: str) -> Iterator[Ledger]:
+    led = Ledger.open(dsn, POLICY, schema="dpsql_unholdable")
     yield led
     led.close()
 
@@ -147,14 +143,14 @@ def _spent(engine: Engine, s: SessionContext) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.parametrize("name", list(KEYS))
-def test_engine_answers_and_repeats(dsn: str, policy: Any, ledger: Ledger, name: str) -> None:
+def test_engine_answers_and_repeats(dsn: str, ledger: Ledger, name: str) -> None:
     s = SessionContext("analyst", Fraction(1))
     with psycopg.connect(dsn, autocommit=True) as conn:
         for st in output_statements():
             conn.execute(st)
         register_lossless(conn)
         want = _keys(conn.execute(direct(name)).fetchall())  # type: ignore[arg-type]
-    engine = Engine(policy, dsn, ledger, pool_size=2)
+    engine = Engine(POLICY, dsn, ledger, pool_size=2)
     try:
         first = engine.execute(engine.prepare(query(name), "analyst"), s)
         assert _keys(first.rows) == want and not first.cached
@@ -170,8 +166,8 @@ def test_engine_answers_and_repeats(dsn: str, policy: Any, ledger: Ledger, name:
 
 
 @pytest.fixture(scope="module")
-def server(dsn: str, policy: Any) -> Iterator[int]:
-    with served_engine(policy, dsn) as srv:
+def server(dsn: str) -> Iterator[int]:
+    with served_engine(POLICY, dsn) as srv:
         yield srv.port
 
 
@@ -262,13 +258,13 @@ def test_asyncpg_reads_as_from_postgresql(dsn: str, server: int, name: str) -> N
     ids=["flat", "tree"],
 )
 def test_post_processing_refused_over_released_values_says_what_was_spent(
-    dsn: str, policy: Any, ledger: Ledger, sql: str
+    dsn: str, ledger: Ledger, sql: str
 ) -> None:
     """An expression PostgreSQL refuses over a released key (``ts - TIMESTAMP`` over
     ``-infinity``: 22008) fails after the release was charged and stored; the error says so,
     and that asking the same again is free but fails the same way (it does: no new charge)."""
     s = SessionContext("analyst", Fraction(1))
-    engine = Engine(policy, dsn, ledger, pool_size=2)
+    engine = Engine(POLICY, dsn, ledger, pool_size=2)
     try:
         errors = []
         spent = []
@@ -314,17 +310,15 @@ def _offered(hint: str | None) -> list[tuple[Fraction | None, str]]:
 
 
 @pytest.mark.parametrize("shape", list(REFUSED))
-def test_post_processing_refused_offers_the_released_rows_free(
-    dsn: str, policy: Any, shape: str
-) -> None:
+def test_post_processing_refused_offers_the_released_rows_free(dsn: str, shape: str) -> None:
     """PostgreSQL refuses the statement's expression over a released ``-infinity`` (22008,
     its words) after the charge: charged once (epsilon 1), the repeat free and the same error;
     the hint names the statement(s) returning the released rows themselves, and each is a free
     repeat of what was paid (cached, epsilon 0, the budget unchanged), the keys as released.
     Before: the hint named nothing, and the leaf alone was charged again (epsilon 1)."""
-    led = Ledger.open(dsn, policy, schema=f"dpsql_refused_{shape}")
+    led = Ledger.open(dsn, POLICY, schema=f"dpsql_refused_{shape}")
     s = SessionContext("analyst", Fraction(1))
-    engine = Engine(policy, dsn, led, pool_size=2)
+    engine = Engine(POLICY, dsn, led, pool_size=2)
     try:
         before = _spent(engine, s)
         errors = []
@@ -356,14 +350,14 @@ def test_post_processing_refused_offers_the_released_rows_free(
     assert final == after
 
 
-def test_post_processing_refused_offer_through_psycopg(dsn: str, policy: Any) -> None:
+def test_post_processing_refused_offer_through_psycopg(dsn: str) -> None:
     """Through the wire: psycopg reads 22008 with PostgreSQL's message and the hint; the
     hinted ``SET`` and statements return the released rows free (the budget view unchanged:
     charged once, epsilon 1)."""
-    led = Ledger.open(dsn, policy, schema="dpsql_refused_wire")
+    led = Ledger.open(dsn, POLICY, schema="dpsql_refused_wire")
     try:
         with (
-            served_engine(policy, dsn, ledger=led) as srv,
+            served_engine(POLICY, dsn, ledger=led) as srv,
             _raw(psycopg.connect(analyst_dsn(srv.port), autocommit=True)) as conn,
         ):  # raw loaders: psycopg's own can't hold -infinity (as from PostgreSQL directly)
             budget = "SELECT epsilon_spent FROM dpsql.budget ORDER BY budget"

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from dpsql.policy.model import Policy
+
 ALPHA = 1e-6
 SELECT_ALPHA = 1e-3  # choose_event's confidence bounds on the selection sample's rates
 
@@ -201,21 +203,19 @@ def permute_and_flip_probabilities(coins: np.ndarray) -> np.ndarray:
     return out / out.sum()
 
 
-def neighbouring_engines(make_db, policy: dict, load, prefix: str, noise=None):  # type: ignore[no-untyped-def]
+def neighbouring_engines(make_db, policy: Policy, load, prefix: str, noise=None):  # type: ignore[no-untyped-def]
     """Engines on two neighbouring databases: ``load(dsn, with_extreme)`` fills each; the second
     has one extra privacy unit. Yields (engine on D, engine on D'), closes both afterwards.
     ``noise``: the engines' noise source (default the product's; tests.helpers.EXACT for the
     exact answers)."""
     from dpsql.dp.noise_source import CSPRNG
     from dpsql.engine import Engine
-    from dpsql.policy.model import Policy
 
-    pol = Policy.model_validate(policy)
     dsn_d, dsn_d2 = make_db(f"{prefix}_d"), make_db(f"{prefix}_d2")
     load(dsn_d, False)
     load(dsn_d2, True)
     src = CSPRNG if noise is None else noise
-    d, d2 = (Engine(pol, dsn, pool_size=2, noise=src) for dsn in (dsn_d, dsn_d2))
+    d, d2 = (Engine(policy, dsn, pool_size=2, noise=src) for dsn in (dsn_d, dsn_d2))
     try:
         yield d, d2
     finally:

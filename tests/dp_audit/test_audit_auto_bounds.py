@@ -44,39 +44,32 @@ from dpsql.execute import auto_bounds
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from tests.dp_audit.auditing import ALPHA, epsilon_lower_bound, neighbouring_engines
+from tests.policies import build_policy, private_table
 
 N = 40_000  # draws per database and batch
 EPSILON = Fraction(10)  # the statement's: 1/5 of it is the bounds' slice (1 per bound here)
-POLICY: dict[str, Any] = {
-    "version": 1,
-    "dataset": "auto_audit",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "u",
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="auto_audit",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "u",
+            {
                 "g": {"type": "integer", "keys": list(range(40))},
                 "x": {"type": "numeric", "bounds": [0, 100]},
             },
-        },
-        "public.v": {  # the clamp's own neighbours: R and G fixed, the clamp is the only choice
-            "privacy_unit": "u",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "x": {"type": "numeric", "bounds": [0, 100]},
-            },
-        },
-        "public.w": {  # R over all of a unit's rows (TailRank): its own neighbours
-            "privacy_unit": "u",
-            "auto_max_rows_per_unit": 4096,
-            "columns": {"u": {"type": "integer", "identifier": True}},
-        },
+            rows=None,
+            groups=None,
+        ),
+        # the clamp's own neighbours: R and G fixed, the clamp is the only choice
+        "public.v": private_table("u", {"x": {"type": "numeric", "bounds": [0, 100]}}),
+        # R over all of a unit's rows (TailRank): its own neighbours
+        "public.w": private_table("u", {}, rows=None, groups=None, auto_max_rows=4096),
     },
-    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 1e-3}}},
-}
+    analysts={"analyst": {"budget": {"epsilon": 1000, "delta": 1e-3}}},
+)
 CLAMP = "SELECT SUM(x) FROM v"
 TAIL = "SELECT COUNT(*) FROM w"
 TAIL_EPSILON = Fraction(20)  # the rows bound's share 4: each of its two selections 2
@@ -352,7 +345,7 @@ def test_ledger_charges_what_the_mechanisms_spend(
 
 def _charged_as_audited(
     dsn: str,
-    policy_dict: dict[str, Any],
+    policy: Policy,
     statements: Sequence[str],
     items: Callable[[Engine, str], tuple[Any, Sequence[Any], Any]],
     epsilon: Fraction,
@@ -360,7 +353,6 @@ def _charged_as_audited(
     """Run each statement on a ledgered engine: it spends ``epsilon`` and records one
     ``auto_bound`` release per bound at exactly its audited mechanism's epsilon (``items``).
     Returns the ledger's total."""
-    policy = Policy.model_validate(policy_dict)
     ledger = Ledger.open(dsn, policy, schema=f"dpsql_a{uuid.uuid4().hex[:8]}")
     e = Engine(policy, dsn, ledger, pool_size=2)
     try:

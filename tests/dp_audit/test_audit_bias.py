@@ -32,23 +32,15 @@ from dpsql.execute.private_sql import bounded_sql
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
+from tests.policies import build_policy, private_table
 
-POLICY = {
+BASE = {
     "version": 1,
     "dataset": "audit_bias",
     "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 3,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "g": {"type": "text", "keys": ["a", "b"]},
-            },
-        }
-    },
 }
+COLUMNS = {"g": {"type": "text", "keys": ["a", "b"]}}
+POLICY = build_policy(base=BASE, tables={"public.t": private_table("uid", COLUMNS, rows=3)})
 SQL = "SELECT COUNT(*) FROM t"
 DRAWS = 30_000
 
@@ -134,12 +126,9 @@ def test_removed_mass_audit_flags_a_quarter_of_the_noise(engines: tuple[Engine, 
 
 
 # -- grouped over declared keys (K = 2 <= G = 2: the cap is split over the groups, no window) ----
-SPLIT_POLICY = {
-    **POLICY,
-    "tables": {
-        "public.t": {**POLICY["tables"]["public.t"], "max_groups_per_unit": 2}  # type: ignore[index]
-    },
-}
+SPLIT_POLICY = build_policy(
+    base=BASE, tables={"public.t": private_table("uid", COLUMNS, rows=3, groups=2)}
+)
 GROUPED = "SELECT g, COUNT(*) FROM t GROUP BY g"
 
 

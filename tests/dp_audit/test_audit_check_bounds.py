@@ -31,20 +31,21 @@ from dpsql.engine import Engine
 from dpsql.execute import checked_bounds, unique_units
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import salted
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql import check_bounds
 from dpsql.sql.plan import Plan
+from tests.policies import build_policy
 
 COLUMNS = {
     "uid": {"type": "integer", "identifier": True},
     "amount": {"type": "numeric", "bounds": [0, 500], "clamp": "bounds"},
 }
-POLICY = {
-    "version": 1,
-    "dataset": "audit_checks",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="audit_checks",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
         f"public.{t}": {
             "privacy_unit": "uid",
             "max_rows_per_unit": 1,
@@ -53,7 +54,7 @@ POLICY = {
         }
         for t in ("acc", "clean")
     },
-}
+)
 UNITS = 40
 WHALES = {0: 100_000, 13: 5_000}
 BOTH = "CHECK (amount >= 0 AND amount <= 500)"
@@ -105,7 +106,7 @@ def twin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def _max_change(dsn: str, table: str) -> tuple[Fraction, Fraction, tuple[str, ...]]:
     """The largest change of the released SUM's measure over removing one unit, the plan's L1
     sensitivity of it, and the columns the plan read unclamped."""
-    engine = Engine(Policy.model_validate(POLICY), dsn, pool_size=1)
+    engine = Engine(POLICY, dsn, pool_size=1)
     try:
         prepared = engine.prepare(f"SELECT SUM(amount) FROM {table}")
         assert isinstance(prepared, PrivateQuery)

@@ -39,24 +39,15 @@ from tests.dp_audit.auditing import (
     neighbouring_engines,
 )
 from tests.helpers import EXACT
+from tests.policies import build_policy, private_table
 
-POLICY = {
+BASE = {
     "version": 1,
     "dataset": "audit",
     "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 3,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "g": {"type": "text", "keys": ["a", "b"]},
-                "v": {"type": "numeric", "bounds": [0, 100]},
-            },
-        }
-    },
 }
+COLUMNS = {"g": {"type": "text", "keys": ["a", "b"]}, "v": {"type": "numeric", "bounds": [0, 100]}}
+POLICY = build_policy(base=BASE, tables={"public.t": private_table("uid", COLUMNS, rows=3)})
 EXTREME_ROWS, EXTREME_VALUE = 3, 100
 QUERIES = {
     "count": "SELECT COUNT(*) FROM t",

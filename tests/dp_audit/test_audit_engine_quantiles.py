@@ -41,24 +41,21 @@ from tests.dp_audit.auditing import (
     epsilon_lower_bound,
     neighbouring_engines,
 )
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "audit_q",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 3,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "g": {"type": "text", "keys": ["a", "b"]},
-                "x": {"type": "integer", "bounds": [0, 3]},
-            },
-        }
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="audit_q",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {"g": {"type": "text", "keys": ["a", "b"]}, "x": {"type": "integer", "bounds": [0, 3]}},
+            rows=3,
+        )
     },
-}
+)
 SQL = "SELECT g, MAX(x) FROM t GROUP BY g"
 EVENT_MAX = 2  # the event: released MAX of group 'a' <= D's true maximum
 SESSION = SessionContext(analyst="auditor", epsilon=Fraction(1))

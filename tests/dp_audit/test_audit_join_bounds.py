@@ -41,31 +41,30 @@ from tests.dp_audit.test_audit_auto_bounds import (
     _audit_pair_and_output,
     _charged_as_audited,
 )
+from tests.policies import build_policy, private_table
 
 EPSILON = Fraction(10)
-POLICY: dict[str, Any] = {
-    "version": 1,
-    "dataset": "join_audit",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.a": {
-            "privacy_unit": "u",
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="join_audit",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.a": private_table(
+            "u",
+            {
                 "g": {"type": "integer", "keys": list(range(40))},
                 "x": {"type": "numeric", "bounds": [0, 100]},
             },
-        },
-        "public.b": {
-            "privacy_unit": "u",
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "h": {"type": "integer", "keys": [0, 1, 2]},
-            },
-        },
+            rows=None,
+            groups=None,
+        ),
+        "public.b": private_table(
+            "u", {"h": {"type": "integer", "keys": [0, 1, 2]}}, rows=None, groups=None
+        ),
     },
-    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 1e-3}}},
-}
+    analysts={"analyst": {"budget": {"epsilon": 1000, "delta": 1e-3}}},
+)
 JOIN = "a JOIN b ON a.u = b.u"
 STATEMENTS = (
     f"SELECT COUNT(*), SUM(a.x) FROM {JOIN}",  # R over all joined rows (TailRank), x's clamp

@@ -41,31 +41,24 @@ from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.bias import outside_plans, release_removed
 from dpsql.execute.private_sql import salted
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import measure_dropped
 from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
+from tests.policies import build_policy, private_table
 
-
-def _policy(groups: int) -> dict[str, Any]:
-    return {
-        "version": 1,
-        "dataset": "audit_outside",
-        "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
-        "tables": {
-            "public.t": {
-                "privacy_unit": "uid",
-                "max_rows_per_unit": 2,
-                "max_groups_per_unit": groups,
-                "columns": {
-                    "uid": {"type": "integer", "identifier": True},
-                    "g": {"type": "text", "keys": ["a", "b", "c", "d"]},
-                    "v": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
-                },
-            }
-        },
-    }
+BASE = {
+    "version": 1,
+    "dataset": "audit_outside",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+}
+COLUMNS = {
+    "g": {"type": "text", "keys": ["a", "b", "c", "d"]},
+    "v": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
+}
+POLICY = build_policy(
+    base=BASE, tables={"public.t": private_table("uid", COLUMNS, rows=2, groups=2)}
+)
 
 
 UNITS = 30
@@ -93,7 +86,14 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["ranked", "split"])
 def engine(request: pytest.FixtureRequest, dsn: str) -> Iterator[Engine]:
-    e = Engine(Policy.model_validate(_policy(request.param)), dsn, pool_size=1)
+    e = Engine(
+        build_policy(
+            base=BASE,
+            tables={"public.t": private_table("uid", COLUMNS, rows=2, groups=request.param)},
+        ),
+        dsn,
+        pool_size=1,
+    )
     yield e
     e.close()
 
@@ -151,7 +151,7 @@ def test_the_every_group_twin_is_caught(dsn: str, monkeypatch: pytest.MonkeyPatc
         return real(flag.this if isinstance(flag, exp.And) else flag)  # no "first group" test
 
     monkeypatch.setattr(measure_dropped, "outside_count", every_group)
-    e = Engine(Policy.model_validate(_policy(2)), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     try:
         moved, sensitivity = _largest_move(e, dsn, SQLS[1])
     finally:
@@ -177,7 +177,7 @@ def _load(dsn: str, with_extreme: bool) -> None:
 
 @pytest.fixture(scope="module")
 def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
-    yield from neighbouring_engines(make_db, _policy(2), _load, "audit_outside")
+    yield from neighbouring_engines(make_db, POLICY, _load, "audit_outside")
 
 
 def _columns(engine: Engine, plan: Plan) -> tuple[int, int, int]:

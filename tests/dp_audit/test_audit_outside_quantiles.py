@@ -43,7 +43,6 @@ from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import salted
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.alarms import ALARM_SHARE, alarm_plans
 from dpsql.sql.grouping_sets import SetsPlan
@@ -51,8 +50,9 @@ from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
 from dpsql.sql.rewrite.bound_contributions import bound_contributions
 from tests.dp_audit.auditing import epsilon_lower_bound
-from tests.dp_audit.test_audit_outside import DRAWS, _policy
+from tests.dp_audit.test_audit_outside import BASE, COLUMNS, DRAWS
 from tests.dp_audit.test_audit_outside import engines as engines  # D and D'
+from tests.policies import build_policy, private_table
 
 UNITS = 40
 OUTSIDE = (0, 7, 15, 23, 31)  # all their values; unit 3: its first row only
@@ -81,7 +81,14 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["ranked", "split"])
 def engine(request: pytest.FixtureRequest, dsn: str) -> Iterator[Engine]:
-    e = Engine(Policy.model_validate(_policy(request.param)), dsn, pool_size=1)
+    e = Engine(
+        build_policy(
+            base=BASE,
+            tables={"public.t": private_table("uid", COLUMNS, rows=2, groups=request.param)},
+        ),
+        dsn,
+        pool_size=1,
+    )
     yield e
     e.close()
 
@@ -172,7 +179,13 @@ def test_the_broken_twins_are_caught(
     dsn: str, monkeypatch: pytest.MonkeyPatch, groups: int, drop: str, sql: str
 ) -> None:
     _twin(monkeypatch, drop)
-    e = Engine(Policy.model_validate(_policy(groups)), dsn, pool_size=1)
+    e = Engine(
+        build_policy(
+            base=BASE, tables={"public.t": private_table("uid", COLUMNS, rows=2, groups=groups)}
+        ),
+        dsn,
+        pool_size=1,
+    )
     try:
         moved, sensitivity = _largest_move(e, dsn, sql)
     finally:
@@ -227,17 +240,17 @@ def test_the_audit_flags_a_quarter_of_the_noise(engines: tuple[Engine, Engine]) 
 # a row, removed by its ctid) must stay within each measurement's sensitivity and reach it
 # (exactly: no noise). Twins caught: the join's count without the row-number test (every kept
 # joined row of a unit outside) and the ROLLUP's without the group-rank test.
-def _shape_policy() -> dict[str, Any]:
-    pol = _policy(2)
-    t = pol["tables"]["public.t"]
-    pol["tables"]["public.tu"] = t
-    pol["tables"]["public.t2"] = t
-    pol["tables"]["public.tr"] = {
-        "privacy_unit": "row",
-        "columns": {k: v for k, v in t["columns"].items() if k != "uid"},
-    }
-    pol["public_tables"] = ["public.names"]
-    return pol
+SHAPE_POLICY = build_policy(
+    base=BASE,
+    tables={
+        **{
+            f"public.{t}": private_table("uid", COLUMNS, rows=2, groups=2)
+            for t in ("t", "tu", "t2")
+        },
+        "public.tr": private_table("row", COLUMNS, rows=None, groups=None),
+    },
+    public_tables=["public.names"],
+)
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +262,7 @@ def shapes(dsn: str) -> Iterator[Engine]:
         conn.execute("CREATE TABLE tr AS SELECT * FROM t")
         conn.execute("CREATE TABLE names (g text, name text)")
         conn.execute("INSERT INTO names VALUES ('a', 'A'), ('b', 'B'), ('c', 'C'), ('d', 'D')")
-    e = Engine(Policy.model_validate(_shape_policy()), dsn, pool_size=1)
+    e = Engine(SHAPE_POLICY, dsn, pool_size=1)
     yield e
     e.close()
 
@@ -348,7 +361,7 @@ def test_the_shapes_twins_are_caught(
     shapes: Engine, dsn: str, monkeypatch: pytest.MonkeyPatch, shape: str, drop: str
 ) -> None:
     _twin(monkeypatch, drop)
-    e = Engine(Policy.model_validate(_shape_policy()), dsn, pool_size=1)  # SQL written anew
+    e = Engine(SHAPE_POLICY, dsn, pool_size=1)  # SQL written anew
     try:
         moves = _shape_moves(e, dsn, shape)
     finally:

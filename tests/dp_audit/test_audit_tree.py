@@ -45,8 +45,9 @@ from tests.dp_audit.auditing import (
     epsilon_lower_bound,
     neighbouring_engines,
 )
-from tests.dp_audit.test_audit_engine import POLICY, _load, half_noise
+from tests.dp_audit.test_audit_engine import BASE, COLUMNS, POLICY, _load, half_noise
 from tests.helpers import EXACT
+from tests.policies import build_policy, private_table
 
 SESSION = SessionContext(analyst="auditor", epsilon=Fraction(1), mechanism="laplace")
 
@@ -252,16 +253,9 @@ def test_tree_execute_audit_flags_a_broken_leaf(engines: tuple[Engine, Engine]) 
 # the statement's epsilon once. (The guard keeps a bound's default when 3,000 + DLap(1 / 0.01)
 # falls below its limit of ~1,070: probability <= e^-19 each, so the notice check below fails
 # falsely with probability < 1e-8.)
-AUTO_POLICY = {
-    **POLICY,
-    "tables": {
-        "public.t": {
-            **POLICY["tables"]["public.t"],  # type: ignore[index]
-            "max_rows_per_unit": "auto",
-            "max_groups_per_unit": "auto",
-        }
-    },
-}
+AUTO_POLICY = build_policy(
+    base=BASE, tables={"public.t": private_table("uid", COLUMNS, rows="auto", groups="auto")}
+)
 AUTO_SHAPES = {
     "reaggregate_auto": (
         "SELECT MAX(x) AS top FROM (SELECT g, SUM(v) AS x FROM t GROUP BY g) q",

@@ -29,31 +29,29 @@ from sqlglot import exp
 
 from dpsql.engine import Engine
 from dpsql.execute.private_sql import salted
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
 from dpsql.sql.auto_bounds import auto_items
 from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import measure_dropped
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "audit_uclamp",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.u": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="audit_uclamp",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.u": private_table(
+            "uid",
+            {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "v": {"type": "numeric", "bounds": [0, 10000]},
             },
-        }
+        )
     },
-}
+)
 UNITS = 40
 WHALES = (0, 13, 26)
 
@@ -77,7 +75,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     yield e
     e.close()
 

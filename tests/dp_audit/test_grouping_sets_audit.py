@@ -32,26 +32,27 @@ from dpsql.sql import plan as plan_module
 from dpsql.sql.grouping_sets import SetsPlan, grouping_value, set_analysis
 from tests.dp_audit.auditing import epsilon_lower_bound, neighbouring_engines
 from tests.helpers import EXACT, unrounded
+from tests.policies import build_policy, private_table
 
 R, G, V = 2, 2, 10
-POLICY: dict[str, Any] = {
-    "version": 1,
-    "dataset": "grouping_audit",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": R,
-            "max_groups_per_unit": G,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="grouping_audit",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {
                 "g1": {"type": "text", "keys": ["a", "b", "c"]},
                 "g2": {"type": "text", "keys": ["x", "y"]},
                 "v": {"type": "numeric", "bounds": [0, V], "clamp": "bounds"},
             },
-        }
+            rows=R,
+            groups=G,
+        )
     },
-}
+)
 SQL = (
     "SELECT g1, g2, GROUPING(g1, g2) AS s, COUNT(*), SUM(v), COUNT(DISTINCT uid) "
     "FROM t GROUP BY ROLLUP (g1, g2)"

@@ -20,27 +20,26 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.execute.bias import outside_plans
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "split_cap",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 5,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="split_cap",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {
                 "g": {"type": "integer", "keys": [1, 2, 3, 4, 5]},
                 "v": {"type": "integer", "bounds": [0, 100]},
             },
-        }
+            groups=5,
+        )
     },
-}
+)
 SQLS = ("SELECT g, COUNT(*) FROM t GROUP BY g", "SELECT g, MEDIAN(v) FROM t GROUP BY g")
 
 
@@ -53,7 +52,7 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
             "INSERT INTO t SELECT u, g, (u * g) % 100 FROM generate_series(1, 200) u, "
             "generate_series(1, 5) g"
         )
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     yield e
     e.close()
 

@@ -11,34 +11,34 @@ exist; with the denied table's rows never in its results.
 
 from __future__ import annotations
 
-from typing import Any
-
 import psycopg
 import pytest
 
 from dpsql.wire.auth import make_verifier
 from tests.helpers import analyst_dsn, served_engine
-from tests.policies import PolicyMaker
+from tests.policies import build_policy
 
 SQL = "SELECT name FROM regions WHERE code = %s"
 
 
-@pytest.fixture(scope="module")
-def policy(make_policy: PolicyMaker) -> Any:
-    budget = {"epsilon": 10, "delta": 1.0e-6}
-    analysts = {
-        "open": {"credential": make_verifier("open"), "budget": budget},
-        "closed": {"credential": make_verifier("closed"), "budget": budget,
-                   "deny": ["public.regions"]},
-    }  # fmt: skip
-    return make_policy("cross", analysts=analysts).policy
+BUDGET = {"epsilon": 10, "delta": 1.0e-6}
+POLICY = build_policy(
+    analysts={
+        "open": {"credential": make_verifier("open"), "budget": BUDGET},
+        "closed": {
+            "credential": make_verifier("closed"),
+            "budget": BUDGET,
+            "deny": ["public.regions"],
+        },
+    }
+)
 
 
 @pytest.mark.parametrize("prepare", [True, False])
 def test_denied_analyst_cannot_use_a_statement_prepared_upstream(
-    demo_dsn: str, policy: Any, prepare: bool
+    demo_dsn: str, prepare: bool
 ) -> None:
-    with served_engine(policy, demo_dsn) as srv:
+    with served_engine(POLICY, demo_dsn) as srv:
         with psycopg.connect(analyst_dsn(srv.port, "open", "open"), autocommit=True) as a:
             for _ in range(4):
                 assert a.execute(SQL, ("N",), prepare=prepare).fetchall() == [("North",)]

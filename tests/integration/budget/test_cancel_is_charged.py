@@ -42,15 +42,8 @@ def dsn(make_db: Callable[[str], str]) -> str:
     return slow_db(make_db, "cancel")
 
 
-def _policy(make_policy: PolicyMaker, timeout_ms: int) -> Any:
-    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
-    return make_policy(
-        f"cancel{timeout_ms}",
-        tables={"public.slow": private_table("u", columns, rows=1, groups=1)},
-        public_tables=[],
-        defaults={"epsilon": 1.0, "max_epsilon": 5.0, "delta": 1e-6,
-                  "statement_timeout_ms": timeout_ms},
-    ).policy  # fmt: skip
+X = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
+DEFAULTS = {"epsilon": 1.0, "max_epsilon": 5.0, "delta": 1e-6}
 
 
 def _history(ledger: Ledger) -> list[tuple[str, Fraction]]:
@@ -78,7 +71,12 @@ def ledger(dsn: str, make_policy: PolicyMaker) -> Iterator[Callable[[Any], Ledge
 def test_statement_timeout_is_charged_and_said(
     dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
 ) -> None:
-    policy = _policy(make_policy, 1000)
+    policy = make_policy(
+        "cancel",
+        tables={"public.slow": private_table("u", X)},
+        public_tables=[],
+        defaults={**DEFAULTS, "statement_timeout_ms": 1000},
+    ).policy
     led = ledger(policy)
     engine = Engine(policy, dsn, led, pool_size=2)
     try:
@@ -112,7 +110,12 @@ def _when_running(dsn: str) -> int:
 def test_admin_cancel_is_charged_and_said(
     dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
 ) -> None:
-    policy = _policy(make_policy, 60_000)
+    policy = make_policy(
+        "cancel",
+        tables={"public.slow": private_table("u", X)},
+        public_tables=[],
+        defaults={**DEFAULTS, "statement_timeout_ms": 60_000},
+    ).policy
     led = ledger(policy)
     engine = Engine(policy, dsn, led, pool_size=2)
     got: list[BaseException] = []
@@ -143,7 +146,12 @@ def test_admin_cancel_is_charged_and_said(
 def test_client_cancel_is_charged_and_said(
     dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
 ) -> None:
-    policy = _policy(make_policy, 60_000)
+    policy = make_policy(
+        "cancel",
+        tables={"public.slow": private_table("u", X)},
+        public_tables=[],
+        defaults={**DEFAULTS, "statement_timeout_ms": 60_000},
+    ).policy
     led = ledger(policy)
     with (
         served_engine(policy, dsn, ledger=led) as srv,
@@ -182,7 +190,12 @@ def test_history_tells_a_failed_release_from_an_answered_one(
     """``dpsql.history``'s ``outcome``: a release charged for a query that then timed out is
     ``canceled or timed out (SQLSTATE 57014): charged``, an answered one ``answered`` (both
     were ``committed`` with nothing else to tell them apart: newcomer20)."""
-    policy = _policy(make_policy, 1000)
+    policy = make_policy(
+        "cancel",
+        tables={"public.slow": private_table("u", X)},
+        public_tables=[],
+        defaults={**DEFAULTS, "statement_timeout_ms": 1000},
+    ).policy
     led = ledger(policy)
     engine = Engine(policy, dsn, led, pool_size=2)
     s = SessionContext("analyst")
@@ -212,14 +225,12 @@ def test_a_cancelled_statements_chosen_bounds_are_reused_by_its_retry(
     (20 units) the choice falls back to the default (the guard's noisy count said too few),
     which was not stored at all; it is now, for a statement at the same epsilon. The cancel
     itself stays charged (the whole statement's epsilon), and says so."""
-    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
     policy = make_policy(
         "cancelauto",
-        tables={"public.slow20": private_table("u", columns, rows="auto", groups=1)},
+        tables={"public.slow20": private_table("u", X, rows="auto")},
         public_tables=[],
-        defaults={"epsilon": 1.0, "max_epsilon": 5.0, "delta": 1e-6,
-                  "statement_timeout_ms": 60_000},
-    ).policy  # fmt: skip
+        defaults={**DEFAULTS, "statement_timeout_ms": 60_000},
+    ).policy
     led = ledger(policy)
     engine = Engine(policy, dsn, led, pool_size=2)
     sql = "SELECT SUM(x) FROM slow20"

@@ -18,6 +18,7 @@ from dpsql.dp.accounting import Cost, default_order
 from dpsql.errors import BudgetExhausted, InvalidParameter, UndefinedObject
 from dpsql.sql.canonical import cache_key, canonical
 from tests.integration.budget.ledger_support import policy, totals
+from tests.policies import PolicyMaker
 
 E = Fraction
 
@@ -78,24 +79,26 @@ def test_dataset_grant_and_errors(make_db: Callable[[str], str]) -> None:
         admin.reset(lg, "root", None)
 
 
-def _cli(tmp_path: Path, dsn: str, *argv: str) -> int:
-    pol = tmp_path / "policy.yaml"
-    pol.write_text(
-        "dataset: testdata\n"
-        "analysts:\n  alice:\n    budget: {epsilon: 1.0, delta: 1.0e-6}\n"
-        "  bob:\n    budget: {epsilon: 2.0}\n"
-        "budget: {epsilon: 2.5}\n"
-    )
+def _cli(pol: Path, dsn: str, *argv: str) -> int:
     from dpsql.cli import main
 
     return main(["budget", "--policy", str(pol), "--ledger", dsn, *argv])
 
 
 def test_cli_show_grant_reset(
-    make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    make_db: Callable[[str], str], make_policy: PolicyMaker, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dsn = make_db("admin")
-    assert _cli(tmp_path, dsn, "show") == 0
+    pol = make_policy(
+        "admin",
+        base={"dataset": "testdata"},
+        analysts={
+            "alice": {"budget": {"epsilon": 1.0, "delta": 1.0e-6}},
+            "bob": {"budget": {"epsilon": 2.0}},
+        },
+        budget={"epsilon": 2.5},
+    ).path
+    assert _cli(pol, dsn, "show") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["budget", "name", "period"]
     assert [line.split()[:2] for line in out[1:]] == [
@@ -105,7 +108,7 @@ def test_cli_show_grant_reset(
     ]
     assert (
         _cli(
-            tmp_path,
+            pol,
             dsn,
             "grant",
             "--analyst",
@@ -120,12 +123,12 @@ def test_cli_show_grant_reset(
         == 0
     )
     assert "2.5" in capsys.readouterr().out
-    assert _cli(tmp_path, dsn, "reset", "--dataset", "--actor", "ops") == 0
+    assert _cli(pol, dsn, "reset", "--dataset", "--actor", "ops") == 0
     assert [(a, b, c) for a, b, c, _ in _audit(dsn)] == [
         ("ops", "grant", "bob"),
         ("ops", "reset", "testdata"),
     ]
-    assert _cli(tmp_path, dsn, "grant", "--analyst", "bob", "--epsilon", "lots") == 1
+    assert _cli(pol, dsn, "grant", "--analyst", "bob", "--epsilon", "lots") == 1
     assert "not a number" in capsys.readouterr().err
 
 

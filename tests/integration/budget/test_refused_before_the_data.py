@@ -28,32 +28,29 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import ObjectNotInPrerequisiteState
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from tests.policies import build_policy, private_table
 
-COLUMNS = {
-    "uid": {"type": "integer", "identifier": True},
-    "g": {"type": "text", "keys": ["a", "b"]},
-    "v": {"type": "numeric", "bounds": [0, 10000]},
+BASE = {
+    "version": 1,
+    "dataset": "before",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
 }
-
-
-def _policy(bounds: str) -> Policy:
-    rows: Any = "auto" if bounds == "auto" else 1
-    table = {"privacy_unit": "uid", "columns": COLUMNS}
-    table |= {"max_rows_per_unit": rows, "max_groups_per_unit": rows}
-    if bounds == "fixed":
-        table["columns"] = {**COLUMNS, "v": {**COLUMNS["v"], "clamp": "bounds"}}
-    return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "before",
-            "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "tables": {"public.pk": table},
-            "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
-        }
-    )
+G = {"type": "text", "keys": ["a", "b"]}
+V = {"type": "numeric", "bounds": [0, 10000]}
+# the table pk with fixed bounds (1 row, 1 group, v clamped to its bounds) or auto ones
+POLICIES = {
+    "fixed": build_policy(
+        base=BASE,
+        tables={"public.pk": private_table("uid", {"g": G, "v": {**V, "clamp": "bounds"}})},
+    ),
+    "auto": build_policy(
+        base=BASE,
+        tables={"public.pk": private_table("uid", {"g": G, "v": V}, rows="auto", groups="auto")},
+    ),
+}
 
 
 SESSION = SessionContext("analyst", Fraction(1))
@@ -75,7 +72,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @contextmanager
 def _engine(dsn: str, bounds: str) -> Iterator[tuple[Engine, Ledger]]:
-    policy = _policy(bounds)
+    policy = POLICIES[bounds]
     ledger = Ledger.open(dsn, policy, schema=f"dpsql_bd{uuid.uuid4().hex[:8]}")
     engine = Engine(policy, dsn, ledger, pool_size=2)
     try:

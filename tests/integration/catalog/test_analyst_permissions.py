@@ -20,9 +20,8 @@ from psycopg import errors as pe
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError, PolicyError
 from dpsql.policy.load import parse_policy
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from tests.policies import PolicyMaker, demo_doc, policy_doc
+from tests.policies import PolicyMaker, build_policy, demo_doc, policy_doc
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,14 +36,12 @@ ANALYSTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def policy(make_policy: PolicyMaker) -> Policy:
-    return make_policy("permissions", analysts=ANALYSTS, fixed_bounds=True).policy
+POLICY = build_policy(analysts=ANALYSTS, fixed_bounds=True)
 
 
 @pytest.fixture(scope="module")
-def eng(demo_dsn: str, policy: Policy) -> Iterator[Engine]:
-    e = Engine(policy, demo_dsn, pool_size=2)
+def eng(demo_dsn: str) -> Iterator[Engine]:
+    e = Engine(POLICY, demo_dsn, pool_size=2)
     yield e
     e.close()
 
@@ -118,14 +115,14 @@ def test_denied_public_table(eng: Engine) -> None:
     assert hidden == missing and hidden[0] == "42P01"
 
 
-def test_keys_from_a_denied_table_are_not_used(eng: Engine, policy: Policy) -> None:
+def test_keys_from_a_denied_table_are_not_used(eng: Engine) -> None:
     """purchases.region takes its keys from regions.code, denied to carol: releasing every code
     as a group key would read regions for her. For her the column has no public key source, so
     GROUP BY region goes through partition selection (only groups with enough people appear)."""
     assert (
-        policy.for_analyst("carol").tables["public.purchases"].columns["region"].keys_from is None
+        POLICY.for_analyst("carol").tables["public.purchases"].columns["region"].keys_from is None
     )
-    assert policy.for_analyst("bob").tables["public.purchases"].columns["region"].keys_from
+    assert POLICY.for_analyst("bob").tables["public.purchases"].columns["region"].keys_from
     sql = "SELECT region, COUNT(*) AS n FROM purchases GROUP BY region"
     assert eng.prepare(sql, "analyst").analysis.group_keys[0].keys_from == "public.regions.code"
     carol = eng.prepare(sql, "carol").analysis
@@ -198,13 +195,13 @@ def test_policy_rejects_unknown_tables() -> None:
         assert f"analysts.bob.{field}" in e.value.message and "matches no table" in e.value.message
 
 
-def test_deny_wins_and_default_is_everything(policy: Policy) -> None:
-    assert policy.for_analyst("analyst") is policy
-    assert policy.for_analyst("somebody-else") is policy  # not declared: the CLI's default
-    assert set(policy.for_analyst("bob").tables) == {"public.purchases"}
-    assert policy.for_analyst("carol").public_tables == ()
-    assert not policy.may_use("carol", "public.regions")
-    assert policy.may_use("carol", "public.pums") and not policy.may_use("carol", "public.x")
+def test_deny_wins_and_default_is_everything() -> None:
+    assert POLICY.for_analyst("analyst") is POLICY
+    assert POLICY.for_analyst("somebody-else") is POLICY  # not declared: the CLI's default
+    assert set(POLICY.for_analyst("bob").tables) == {"public.purchases"}
+    assert POLICY.for_analyst("carol").public_tables == ()
+    assert not POLICY.may_use("carol", "public.regions")
+    assert POLICY.may_use("carol", "public.pums") and not POLICY.may_use("carol", "public.x")
 
 
 def test_cli_query_honours_analyst(demo_dsn: str, make_policy: PolicyMaker) -> None:
@@ -218,12 +215,12 @@ def test_cli_query_honours_analyst(demo_dsn: str, make_policy: PolicyMaker) -> N
     assert ok.returncode == 0, ok.stderr
 
 
-def test_release_honours_analyst(demo_dsn: str, policy: Policy, tmp_path: Path) -> None:
+def test_release_honours_analyst(demo_dsn: str, tmp_path: Path) -> None:
     from dpsql.release.jobs import Job, run_histogram
 
     def refused(table: str) -> tuple[str, str, str | None]:
         with pytest.raises(DpsqlError) as e:
-            job = Job(policy, demo_dsn, table=table, epsilon=1.0, out_dir=tmp_path, analyst="bob",
+            job = Job(POLICY, demo_dsn, table=table, epsilon=1.0, out_dir=tmp_path, analyst="bob",
                       progress=False)  # fmt: skip
             run_histogram(job, ["sex"])
         return e.value.sqlstate, e.value.message.replace(table, "{t}"), e.value.hint
@@ -233,12 +230,12 @@ def test_release_honours_analyst(demo_dsn: str, policy: Policy, tmp_path: Path) 
 
 
 @pytest.fixture(scope="module")
-def server(demo_dsn: str, policy: Policy) -> Iterator[Any]:
+def server(demo_dsn: str) -> Iterator[Any]:
     from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
-    engine = Engine(policy, demo_dsn, pool_size=2)
-    with ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
+    engine = Engine(POLICY, demo_dsn, pool_size=2)
+    with ServerThread(engine, POLICY, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
         yield srv
     engine.close()
 

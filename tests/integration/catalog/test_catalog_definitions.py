@@ -16,8 +16,8 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
+from tests.policies import build_policy
 
 SETUP = """
 CREATE SCHEMA hr;
@@ -63,7 +63,7 @@ def eng(make_db) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SETUP)  # type: ignore[arg-type]
     public = ["shop", "v_ok", "v_bad", "mv_bad", "v_bad_coll"]
-    policy = Policy.model_validate({"public_tables": public})
+    policy = build_policy(base={}, public_tables=public)
     e = Engine(policy, dsn, pool_size=2)
     yield e
     e.close()

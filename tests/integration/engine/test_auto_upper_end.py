@@ -38,7 +38,6 @@ from dpsql.engine import Engine
 from dpsql.execute import accuracy_text
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import (
@@ -48,6 +47,7 @@ from tests.helpers import (
     line_of,
     with_intervals,
 )
+from tests.policies import build_policy
 
 
 def _table(rows: int | str, groups: int | str) -> dict[str, Any]:
@@ -63,14 +63,15 @@ def _table(rows: int | str, groups: int | str) -> dict[str, Any]:
     }
 
 
-POLICY = {
-    "version": 1,
-    "dataset": "upper",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10000.0, "delta": 1e-6},
-    "tables": {"public.p": _table("auto", "auto"), "public.o": _table("auto", "auto")}
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="upper",
+    defaults={"epsilon": 1.0, "max_epsilon": 10000.0, "delta": 1e-6},
+    tables={"public.p": _table("auto", "auto"), "public.o": _table("auto", "auto")}
     | {"public.od": _table(3, 3)},
-    "analysts": {"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
-}
+    analysts={"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
+)
 ORDINARY = (
     "SELECT u, (ARRAY['a', 'b', 't'])[1 + (u + r) % 3], (u * 7 + r * 13) % 300 "
     "FROM generate_series(6, 3005) u, generate_series(0, u % 3) r"
@@ -94,7 +95,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_upper") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_upper") as e:
         yield e
 
 

@@ -40,11 +40,11 @@ from dpsql.engine import Engine
 from dpsql.execute import bias as bias_module
 from dpsql.execute import noise as noise_module
 from dpsql.execute.planning import plan as make_plan
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql import bias as sql_bias
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT, binom_min_successes, kept
+from tests.policies import build_policy, private_table
 
 SQL = "SELECT AVG(y) FROM t"
 TRUTH = 1974.5
@@ -64,23 +64,16 @@ def dsn(make_db: Callable[[str], str]) -> str:
     return dsn
 
 
-POLICY = Policy.model_validate(
-    {
-        "version": 1,
-        "dataset": "centred",
-        "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-        "tables": {
-            "public.t": {
-                "privacy_unit": "uid",
-                "max_rows_per_unit": 2,
-                "max_groups_per_unit": 1,
-                "columns": {
-                    "uid": {"type": "integer", "identifier": True},
-                    "y": {"type": "numeric", "bounds": [1920, 2025], "clamp": "bounds"},
-                },
-            }
-        },
-    }
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="centred",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid", {"y": {"type": "numeric", "bounds": [1920, 2025], "clamp": "bounds"}}, rows=2
+        )
+    },
 )
 
 

@@ -54,7 +54,6 @@ from dpsql.execute.bias import AvgWidths, exact_steps
 from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
@@ -62,6 +61,7 @@ from dpsql.sql.auto_bounds import policy_choices
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes, release_intervals
+from tests.policies import build_policy, private_table
 
 DRAWS = 400
 LIGHT = 47  # light groups
@@ -70,26 +70,23 @@ CLAMP = 400_000
 SQL = "SELECT g, AVG(v) FROM t GROUP BY g"
 
 
-def _policy() -> Policy:
-    return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "avg_shifted",
-            "defaults": {"epsilon": 4.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "tables": {
-                "public.t": {
-                    "privacy_unit": "uid",
-                    "max_rows_per_unit": "auto",
-                    "max_groups_per_unit": 4,
-                    "columns": {
-                        "uid": {"type": "integer", "identifier": True},
-                        "g": {"type": "text", "keys": KEYS},
-                        "v": {"type": "integer", "bounds": [0, CLAMP]},
-                    },
-                }
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="avg_shifted",
+    defaults={"epsilon": 4.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {
+                "g": {"type": "text", "keys": KEYS},
+                "v": {"type": "integer", "bounds": [0, CLAMP]},
             },
-        }
-    )
+            rows="auto",
+            groups=4,
+        )
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +123,7 @@ _free = (Fraction(0), 0, 0)  # a ChosenBound's epsilon, rank, buckets: fixed her
 
 
 def _counts(dsn: str) -> Counts:
-    e = Engine(_policy(), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     try:
         prepared = e.prepare(SQL)
         session = SessionContext(analyst="a", epsilon=Fraction(4))

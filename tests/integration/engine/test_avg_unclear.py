@@ -39,7 +39,6 @@ from dpsql.engine import Engine
 from dpsql.execute import avg_unclear
 from dpsql.execute.avg_unclear import clear_count
 from dpsql.execute.noise import release
-from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
@@ -54,15 +53,14 @@ COLUMNS = {
 SQL = "SELECT g, AVG(v) FROM t GROUP BY g"
 
 
-def _policy() -> Policy:
-    return build_policy(
-        base={"version": 1},
-        dataset="avgunclear",
-        defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-        tables={"public.t": private_table("uid", COLUMNS, rows=None, groups=None)},
-        analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-        fixed_bounds=True,
-    )
+POLICY = build_policy(
+    base={"version": 1},
+    dataset="avgunclear",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={"public.t": private_table("uid", COLUMNS, rows=None, groups=None)},
+    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
+    fixed_bounds=True,
+)
 
 
 def _table(dsn: str, small: int, big: int) -> None:
@@ -87,7 +85,7 @@ def _plan(e: Engine) -> Plan:
 def server(make_db: Callable[[str], str]) -> Iterator[tuple[ServerThread, Plan]]:
     dsn = make_db("avg_unclear_w")
     _table(dsn, 5, 3000)
-    policy = _policy()
+    policy = POLICY
     engine = Engine(policy, dsn, pool_size=2, noise=EXACT)
     with ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
         yield srv, _plan(engine)
@@ -136,7 +134,7 @@ def test_a_group_below_the_clear_count_is_null_over_the_wire(
 def test_a_large_group_keeps_its_answer_under_real_noise(make_db: Callable[[str], str]) -> None:
     dsn = make_db("avg_unclear_n")
     _table(dsn, 5, 3000)
-    e = Engine(_policy(), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     try:
         got = _released(e, e.noise)
     finally:
@@ -159,7 +157,7 @@ class FixedCount(ExactNoise):
 @pytest.fixture(scope="module")
 def neighbours(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine, int, Any]]:
     """D: group small one row short of the AVG's clear count; D': one unit more."""
-    policy = _policy()
+    policy = POLICY
     dsns = make_db("avg_unclear_d"), make_db("avg_unclear_d2")
     _table(dsns[0], 0, 0)
     probe = Engine(policy, dsns[0], pool_size=1, noise=EXACT)

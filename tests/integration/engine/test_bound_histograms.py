@@ -20,7 +20,6 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 import psycopg
@@ -28,28 +27,25 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.execute import auto_bounds
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bound_types import AutoItem
+from tests.policies import build_policy, private_table
 
-POLICY: dict[str, Any] = {
+TABLE = private_table(
+    "u",
+    {
+        "g": {"type": "integer", "keys": [0, 1, 2, 3]},  # 4 is in the data, not declared
+        "h": {"type": "text"},
+        "x": {"type": "numeric", "bounds": [0, 100]},
+        "k": {"type": "integer", "keys": [0, 1]},  # 2 is in the data, not declared
+    },
+    rows="auto",
+    groups="auto",
+)
+BASE = {
     "version": 1,
     "dataset": "hist",
     "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "u",
-            "max_rows_per_unit": "auto",
-            "max_groups_per_unit": "auto",
-            "columns": {
-                "u": {"type": "integer", "identifier": True},
-                "g": {"type": "integer", "keys": [0, 1, 2, 3]},  # 4 is in the data, not declared
-                "h": {"type": "text"},
-                "x": {"type": "numeric", "bounds": [0, 100]},
-                "k": {"type": "integer", "keys": [0, 1]},  # 2 is in the data, not declared
-            },
-        }
-    },
     "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-4}}},
 }
 
@@ -76,7 +72,7 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
         with conn.cursor().copy("COPY t (u, g, h, x, k) FROM STDIN") as cp:
             for r in _rows():
                 cp.write_row(r)
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(build_policy(base=BASE, tables={"public.t": TABLE}), dsn, pool_size=2)
     try:
         yield e
     finally:
@@ -219,8 +215,8 @@ def unique_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
             "CREATE TABLE p AS SELECT DISTINCT ON (u) * FROM t ORDER BY u, g, h, x, k; "
             "ALTER TABLE p ADD PRIMARY KEY (u)"
         )
-    doc = {**POLICY, "tables": {**POLICY["tables"], "public.p": POLICY["tables"]["public.t"]}}
-    e = Engine(Policy.model_validate(doc), dsn, pool_size=2)
+    policy = build_policy(base=BASE, tables={"public.t": TABLE, "public.p": TABLE})
+    e = Engine(policy, dsn, pool_size=2)
     try:
         yield e
     finally:

@@ -33,7 +33,6 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.errors import ObjectNotInPrerequisiteState
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.apply_bounds import apply_bounds
@@ -41,6 +40,7 @@ from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
 from dpsql.sql.auto_bounds import auto_items
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT
+from tests.policies import build_policy
 
 BOTH = "CHECK (amount >= 0 AND amount <= 500)"
 TABLES = {
@@ -83,13 +83,14 @@ def _table(name: str, rows: int = 1) -> dict[str, object]:
 
 
 NAMES = [*TABLES, *NOT_UNIQUE, "parent", "parent2", "parted", "noinh", "noinhp"]
-POLICY = {
-    "version": 1,
-    "dataset": "checks",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {f"public.{t}": _table(t, 2 if t == "events" else 1) for t in NAMES},
-    "analysts": {"a": {"budget": {"epsilon": 100000, "delta": 0.5}}},
-}
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="checks",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={f"public.{t}": _table(t, 2 if t == "events" else 1) for t in NAMES},
+    analysts={"a": {"budget": {"epsilon": 100000, "delta": 0.5}}},
+)
 SESSION = SessionContext(analyst="a", epsilon=Fraction(1))
 UNITS = 200
 
@@ -146,7 +147,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2, noise=EXACT)
+    e = Engine(POLICY, dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 

@@ -26,14 +26,14 @@ from typing import Any
 
 import psycopg
 import pytest
-from pydantic import ValidationError
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
+from dpsql.errors import PolicyError
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT
+from tests.policies import build_policy, private_table
 
 UNITS = 3000
 DEPARTMENTS = ["a", "b", "c", "d", "e"]
@@ -41,26 +41,16 @@ GROUPED = "SELECT department, COUNT(*), SUM(cost) FROM visits GROUP BY departmen
 SESSION = SessionContext(analyst="analyst", epsilon=Fraction(1), mechanism="laplace")
 
 
-def policy(**bounds: Any) -> Policy:
-    return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "visits",
-            "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
-            "tables": {
-                "public.visits": {
-                    "privacy_unit": "uid",
-                    **bounds,
-                    "columns": {
-                        "uid": {"type": "integer", "identifier": True},
-                        "department": {"type": "text", "keys": DEPARTMENTS},
-                        "cost": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
-                    },
-                }
-            },
-        }
-    )
+BASE = {
+    "version": 1,
+    "dataset": "visits",
+    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
+}
+COLUMNS = {
+    "department": {"type": "text", "keys": DEPARTMENTS},
+    "cost": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +80,11 @@ def engines(dsn: str) -> Iterator[Callable[..., Engine]]:
     made: list[Engine] = []
 
     def make(**bounds: Any) -> Engine:
-        e = Engine(policy(**bounds), dsn, pool_size=1, noise=EXACT)
+        """An engine whose table has ``bounds`` (private_table's: rows=, groups=, rows_total=)."""
+        visits = private_table("uid", COLUMNS, **{"rows": None, "groups": None, **bounds})
+        e = Engine(
+            build_policy(base=BASE, tables={"public.visits": visits}), dsn, pool_size=1, noise=EXACT
+        )
         made.append(e)
         return e
 
@@ -102,15 +96,16 @@ def engines(dsn: str) -> Iterator[Callable[..., Engine]]:
 def test_declared_numbers_with_a_total_have_auto_s_shape(
     engines: Callable[..., Engine],
 ) -> None:
-    declared = {"max_rows_per_unit": 6, "max_groups_per_unit": 6}
-    with_total = _plan(engines(**declared, max_rows_per_unit_total=6))
+    declared = {"rows": 6, "groups": 6}
+    with_total = _plan(engines(**declared, rows_total=6))
     twin = _plan(engines(**declared))
     assert _sens(with_total, "count_rows") == 6 and _sens(twin, "count_rows") == 30
     assert _sens(with_total, "sum") == 600 and _sens(twin, "sum") == 3000  # 6 x 100 vs 5 x 6 x 100
 
 
 def test_auto_with_a_total_spends_nothing_choosing(dsn: str) -> None:
-    p = policy(max_rows_per_unit_total=6)
+    visits = private_table("uid", COLUMNS, rows=None, groups=None, rows_total=6)
+    p = build_policy(base=BASE, tables={"public.visits": visits})
     ledger = Ledger.open(dsn, p, schema=f"dpsql_dt{uuid.uuid4().hex[:8]}")
     engine = Engine(p, dsn, ledger, pool_size=1, noise=EXACT)
     try:
@@ -138,10 +133,10 @@ def test_a_true_total_drops_nothing(
     most rows one unit has) drops rows, so the check tells them apart."""
     with psycopg.connect(dsn) as conn:
         truth = conn.execute(GROUPED).fetchall()
-    for bounds in ({}, {"max_rows_per_unit": 6, "max_groups_per_unit": 6}):
-        if total < bounds.get("max_rows_per_unit", 0):
+    for bounds in ({}, {"rows": 6, "groups": 6}):
+        if total < bounds.get("rows", 0):
             continue
-        engine = engines(**bounds, max_rows_per_unit_total=total)
+        engine = engines(**bounds, rows_total=total)
         got = engine.execute(engine.prepare(GROUPED, "analyst"), SESSION).rows
         same = [(k, int(n), float(s)) for k, n, s in got] == [
             (k, int(n), float(s)) for k, n, s in truth
@@ -150,15 +145,16 @@ def test_a_true_total_drops_nothing(
 
 
 def test_explain_names_the_declared_total(engines: Callable[..., Engine]) -> None:
-    engine = engines(max_rows_per_unit=6, max_groups_per_unit=6, max_rows_per_unit_total=6)
+    engine = engines(rows=6, groups=6, rows_total=6)
     r = engine.execute(engine.prepare(f"EXPLAIN {GROUPED}", "analyst"), SESSION)
     text = "\n".join(str(row[0]) for row in r.rows)
     assert "COUNT 6, SUM 600 (L1 cap, from the policy's max_rows_per_unit_total 6)" in text, text
 
 
 def test_a_total_below_a_declared_r_is_refused() -> None:
-    with pytest.raises(ValidationError, match="is more than max_rows_per_unit_total"):
-        policy(max_rows_per_unit=6, max_rows_per_unit_total=4)
+    visits = private_table("uid", COLUMNS, rows=6, groups=None, rows_total=4)
+    with pytest.raises(PolicyError, match="is more than max_rows_per_unit_total"):
+        build_policy(base=BASE, tables={"public.visits": visits})
 
 
 @pytest.mark.parametrize("total", [None, 6])
@@ -168,8 +164,7 @@ def test_notices_never_ask_for_what_is_declared(
     """With R and G declared (and with a total too) no notice asks the data owner to declare
     them: what it says instead names the policy's numbers and what would give the missing end.
     Under ``auto`` the advice names the per-unit total (the shape auto uses)."""
-    extra = {} if total is None else {"max_rows_per_unit_total": total}
-    engine = engines(max_rows_per_unit=6, max_groups_per_unit=6, **extra)
+    engine = engines(rows=6, groups=6, rows_total=total)
     r = engine.execute(engine.prepare(GROUPED, "analyst"), SESSION)
     assert not any("declare max_rows_per_unit" in n for n in r.notices), r.notices
     assert not any("declare max_groups_per_unit" in n for n in r.notices), r.notices

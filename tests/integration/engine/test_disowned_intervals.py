@@ -53,7 +53,6 @@ from dpsql.execute.bias import Interval
 from dpsql.execute.disowned import Disowned, owned
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
-from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
@@ -64,6 +63,7 @@ from tests.helpers import (
     line_of,
     with_intervals,
 )
+from tests.policies import build_policy
 
 
 def _table(rows: int, clamp: str = "auto") -> dict[str, Any]:
@@ -78,19 +78,20 @@ def _table(rows: int, clamp: str = "auto") -> dict[str, Any]:
     }
 
 
-POLICY = {
-    "version": 1,
-    "dataset": "disowned",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
-    "tables": {
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="disowned",
+    defaults={"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+    tables={
         "public.w": _table(1),
         "public.h": _table(1),
         "public.o": _table(1),
         "public.c": _table(3),
         "public.x": _table(1, "bounds"),
     },
-    "analysts": {"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
-}
+    analysts={"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
+)
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +126,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_disowned") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_disowned") as e:
         yield e
 
 

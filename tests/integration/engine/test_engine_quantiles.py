@@ -25,32 +25,31 @@ from dpsql.engine import Engine
 from dpsql.errors import InternalError
 from dpsql.execute.noise import release
 from dpsql.execute.selected_measures import split_bucket_rows
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from dpsql.sql.postprocess import _to_resolution
 from dpsql.sql.rewrite.buckets import bucket_specs, code_bucket, spec
 from tests.helpers import EXACT, binom_min_successes
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "quantiles",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
-    "tables": {
-        "public.q": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 2,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="quantiles",
+    defaults={"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+    tables={
+        "public.q": private_table(
+            "uid",
+            {
                 "g": {"type": "integer", "keys": [1, 2, 3]},
                 "x": {"type": "integer", "bounds": [0, 100]},
                 "v": {"type": "numeric", "bounds": [0, 10]},
                 "c": {"type": "text", "keys": ["a", "b", "c"]},
             },
-        }
+            rows=2,
+        )
     },
-}
+)
 UNITS = 300
 
 
@@ -74,7 +73,7 @@ def _load(dsn: str, extra: bool) -> None:
 
 @pytest.fixture(scope="module")
 def engines(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine]]:
-    policy = Policy.model_validate(POLICY)
+    policy = POLICY
     dsns = make_db("quant_d"), make_db("quant_d2")
     _load(dsns[0], False)
     _load(dsns[1], True)

@@ -27,31 +27,31 @@ import pytest
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import DISOWNING, Coverage, Tally, release_coverage
+from tests.policies import build_policy, private_table
 
 DRAWS = 400
 UNITS = 3000
-POLICY = {
+BASE = {
     "version": 1,
     "dataset": "bars",
     "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+}
+POLICY = build_policy(
+    base=BASE,
+    tables={
+        "public.t": private_table(
+            "uid",
+            {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "v": {"type": "numeric", "bounds": [0, 50]},
                 "w": {"type": "integer", "bounds": [-5, 5]},
             },
-        }
+        )
     },
-}
+)
 QUERIES = {
     "count": "SELECT COUNT(*) FROM t",
     "sum": "SELECT SUM(v) FROM t",
@@ -78,7 +78,7 @@ def _load(dsn: str, rows_of: Callable[[int], int] = lambda u: 1 + u % 4) -> None
 def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     dsn = make_db("bars")
     _load(dsn)
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 
@@ -204,7 +204,7 @@ def test_plainly_says_when_the_interval_does_not_cover(make_db: Callable[[str], 
     over-cap count, 3,000 units, is far beyond its noise)."""
     dsn = make_db("bars_over")
     _load(dsn, rows_of=lambda u: 40 if u < 1000 else 0)
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     try:
         r = e.execute(e.prepare("SELECT COUNT(*) FROM t"), SessionContext(analyst="a"))
         assert any("does NOT cover the truth" in n for n in r.notices), r.notices
@@ -221,20 +221,14 @@ def test_plainly_says_when_the_interval_does_not_cover(make_db: Callable[[str], 
 # The mechanism counts a key when its noisy row count passes the noise level, so d is usually
 # missed (answer 3); the interval [surely present, possibly present] must still hold 4 in >= 95%
 # of releases. Broken twin: the answer as its own interval (no allowance for missed keys).
-KEYS_POLICY = {
-    **POLICY,
-    "tables": {
-        "public.k": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 2,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "c": {"type": "text", "keys": ["a", "b", "c", "d", "e"]},
-            },
-        }
+KEYS_POLICY = build_policy(
+    base=BASE,
+    tables={
+        "public.k": private_table(
+            "uid", {"c": {"type": "text", "keys": ["a", "b", "c", "d", "e"]}}, rows=2
+        )
     },
-}
+)
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +239,7 @@ def keys_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
         rows = [(u, "abc"[u % 3]) for u in range(900) for _ in range(2)] + [(5000, "d")]
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO k VALUES (%s, %s)", rows)
-    e = Engine(Policy.model_validate(KEYS_POLICY), dsn, pool_size=2)
+    e = Engine(KEYS_POLICY, dsn, pool_size=2)
     yield e
     e.close()
 
@@ -297,20 +291,10 @@ def test_count_distinct_over_keys_answers_the_keys_present(keys_engine: Engine) 
 # its interval (no allowance for the selection's error). uid is the primary key: the catalog
 # proves one row per unit, so the bounds keep every row and the interval is of the truth (with
 # rows left out it is not, and its columns say so: test_quantile_truth.py).
-Q_POLICY = {
-    **POLICY,
-    "tables": {
-        "public.q": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "v": {"type": "integer", "bounds": [0, 100]},
-            },
-        }
-    },
-}
+Q_POLICY = build_policy(
+    base=BASE,
+    tables={"public.q": private_table("uid", {"v": {"type": "integer", "bounds": [0, 100]}})},
+)
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +304,7 @@ def q_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
         conn.execute("CREATE TABLE q (uid integer PRIMARY KEY, v integer)")
         conn.execute("INSERT INTO q SELECT u, u % 60 FROM generate_series(1, 300) u")
         conn.execute("INSERT INTO q VALUES (1000, 95)")
-    e = Engine(Policy.model_validate(Q_POLICY), dsn, pool_size=2)
+    e = Engine(Q_POLICY, dsn, pool_size=2)
     yield e
     e.close()
 

@@ -49,12 +49,12 @@ from dpsql.execute.auto_bounds_text import whole_table_units
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.plan import Plan
 from tests.integration.engine.test_lead_bound import binom_max_failures
+from tests.policies import build_policy, private_table
 
 DRAWS = 150
 UNITS = 400
@@ -62,25 +62,21 @@ KEYS = ["a", "b", "c", "d"]
 SESSION = SessionContext(analyst="a", epsilon=Fraction(1), mechanism="laplace")
 
 
-def _policy() -> Policy:
-    return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "fallback",
-            "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "analysts": {"a": {"budget": {"epsilon": 100, "delta": 1e-3}}},
-            "tables": {
-                "public.t": {
-                    "privacy_unit": "uid",
-                    "columns": {
-                        "uid": {"type": "integer", "identifier": True},
-                        "v": {"type": "integer", "bounds": [0, 100]},
-                        "g": {"type": "text", "keys": KEYS},
-                    },
-                }
-            },
-        }
-    )
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="fallback",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    analysts={"a": {"budget": {"epsilon": 100, "delta": 1e-3}}},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {"v": {"type": "integer", "bounds": [0, 100]}, "g": {"type": "text", "keys": KEYS}},
+            rows=None,
+            groups=None,
+        )
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +119,7 @@ STATEMENTS = {
 def _releases(dsn: str, sql: str) -> tuple[int, int, int, list[float]]:
     """(truths outside their interval, ends checked, values outside their interval, relative
     errors) over DRAWS releases of ``sql``'s fallback plan."""
-    e = Engine(_policy(), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     try:
         prepared, plan = fallback_plan(e, sql)
         raw = pytest.MonkeyPatch()  # the interval as computed: no end disowned (docstring)
@@ -200,7 +196,7 @@ def exact(dsn: str) -> Any:
     from dpsql.budget.ledger import Ledger
     from tests.helpers import EXACT
 
-    p = _policy()
+    p = POLICY
     ledger = Ledger.open(dsn, p, schema=f"dpsql_fc{uuid.uuid4().hex[:8]}")
     e = Engine(p, dsn, ledger, pool_size=1, noise=EXACT)
     yield e
@@ -272,7 +268,7 @@ def test_a_gaussian_answer_keeps_the_kept_column(dsn: str) -> None:
     would trade rho for epsilon, and the charge reserved before the bounds were chosen would
     not hold it. So a Gaussian plan keeps the usual tenth and its kept column (nothing adds)."""
     gauss = SessionContext(analyst="a", epsilon=Fraction(1), mechanism="gaussian")
-    e = Engine(_policy(), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     try:
         _, plan = fallback_plan(e, STATEMENTS["count_and_sum"], gauss)
         assert plan.mechanism == "gaussian" and plan.bias

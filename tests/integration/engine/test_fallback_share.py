@@ -22,26 +22,23 @@ import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "fbshare",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "n": {"type": "integer", "bounds": [0, 10000]},
-            },
-        }
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="fbshare",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    analysts={"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
+    tables={
+        "public.t": private_table(
+            "uid", {"n": {"type": "integer", "bounds": [0, 10000]}}, rows=None, groups=None
+        )
     },
-}
+)
 SESSION = SessionContext(analyst="analyst", epsilon=Fraction(1), mechanism="laplace")
 
 
@@ -58,7 +55,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture
 def engine(dsn: str) -> Iterator[tuple[Engine, Ledger]]:
-    p = Policy.model_validate(POLICY)
+    p = POLICY
     ledger = Ledger.open(dsn, p, schema=f"dpsql_fs{uuid.uuid4().hex[:8]}")
     e = Engine(p, dsn, ledger, pool_size=1, noise=EXACT)
     yield e, ledger

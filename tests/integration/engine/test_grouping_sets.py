@@ -22,22 +22,19 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.execute.disowned import NULLED_WORDS
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.grouping_sets import SetsPlan
 from tests.helpers import EXACT, unrounded
+from tests.policies import build_policy, private_table
 
-POLICY: dict[str, Any] = {
+BASE = {
     "version": 1,
     "dataset": "grouping",
     "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
     "tables": {
-        "public.sales": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+        "public.sales": private_table(
+            "uid",
+            {
                 "cat": {"type": "text", "keys": ["a", "b", "c"]},
                 "reg": {"type": "text", "keys": ["n", "s"]},
                 "shop": {"type": "text"},  # no declared keys: partition selection
@@ -45,11 +42,12 @@ POLICY: dict[str, Any] = {
                 "amt": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
                 "qty": {"type": "integer", "bounds": [0, 10], "clamp": "bounds"},
             },
-        }
+        )
     },
     "public_tables": ["public.shops"],
-    "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-3}}},
 }
+ANALYST = {"budget": {"epsilon": 100, "delta": 1e-3}}
+POLICY = build_policy(base=BASE, analysts={"analyst": ANALYST})
 
 LOAD = """
 CREATE TABLE sales (uid integer, cat text, reg text, shop text, day date, amt numeric, qty integer);
@@ -71,13 +69,8 @@ def sales_dsn(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def policy() -> Policy:
-    return Policy.model_validate(POLICY)
-
-
-@pytest.fixture(scope="module")
-def exact(policy: Policy, sales_dsn: str) -> Iterator[Engine]:
-    e = Engine(policy, sales_dsn, pool_size=2, noise=EXACT)
+def exact(sales_dsn: str) -> Iterator[Engine]:
+    e = Engine(POLICY, sales_dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 
@@ -170,9 +163,9 @@ def test_shape_is_postgresql(
 
 
 @pytest.fixture
-def charged(policy: Policy, sales_dsn: str) -> Iterator[Engine]:
-    ledger = Ledger.open(sales_dsn, policy, schema=f"dpsql_g{uuid.uuid4().hex[:8]}")
-    e = Engine(policy, sales_dsn, ledger=ledger, pool_size=2)
+def charged(sales_dsn: str) -> Iterator[Engine]:
+    ledger = Ledger.open(sales_dsn, POLICY, schema=f"dpsql_g{uuid.uuid4().hex[:8]}")
+    e = Engine(POLICY, sales_dsn, ledger=ledger, pool_size=2)
     yield e
     e.close()
     ledger.close()
@@ -227,8 +220,8 @@ def test_ledger_charges_the_statement_total_once_and_repeats_are_free(charged: E
     assert mine.epsilon_spent == 2
 
 
-def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str) -> None:
-    e = Engine(policy, sales_dsn, pool_size=1)
+def test_intervals_per_row_follow_each_sets_noise(sales_dsn: str) -> None:
+    e = Engine(POLICY, sales_dsn, pool_size=1)
     try:
         sql = "SELECT cat, COUNT(*), SUM(amt) / COUNT(*) AS mean FROM sales GROUP BY ROLLUP (cat)"
         # a small group's answer may all come from units beyond the cap (9362b34): its mean's
@@ -269,11 +262,11 @@ def test_intervals_per_row_follow_each_sets_noise(policy: Policy, sales_dsn: str
 # -- EXPLAIN and refusals ------------------------------------------------------------------------
 
 
-def test_explain_shows_each_set_and_its_share(policy: Policy) -> None:
+def test_explain_shows_each_set_and_its_share() -> None:
     from dpsql.explain.report import explain
 
     sql = "SELECT cat, shop, COUNT(*), GROUPING(cat, shop) FROM sales GROUP BY ROLLUP (cat, shop)"
-    rep = explain(policy, sql, session())
+    rep = explain(POLICY, sql, session())
     assert len(rep.sets) == 3
     assert "epsilon=0.333333 (1/3 of 1)" in rep.sets[0] and "partition selection" in rep.sets[0]
     assert "public keys" in rep.sets[1]
@@ -344,12 +337,11 @@ def test_quantiles_and_min_per_set(exact: Engine) -> None:
     assert all(0 <= row[1] <= 100 and 0 <= row[2] <= 10 for row in r.rows)
 
 
-def test_through_the_wire(policy: Policy, sales_dsn: str, make_db: Callable[[str], str]) -> None:
+def test_through_the_wire(sales_dsn: str, make_db: Callable[[str], str]) -> None:
     from dpsql.server.run import ServerThread
     from dpsql.wire.server import ServerConfig
 
-    doc = {**POLICY, "analysts": {"analyst": {**POLICY["analysts"]["analyst"], "credential": CRED}}}
-    pol = Policy.model_validate(doc)
+    pol = build_policy(base=BASE, analysts={"analyst": {**ANALYST, "credential": CRED}})
     ledger = Ledger.open(make_db("gs_ledger"), pol)
     engine = Engine(pol, sales_dsn, ledger=ledger, pool_size=2)
     try:

@@ -26,39 +26,37 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
 from dpsql.sql.auto_bounds import policy_choices
 from dpsql.sql.plan import Plan
 from tests.helpers import Coverage, Tally, release_coverage
+from tests.policies import build_policy, private_table
 
 DRAWS = 400
 UNITS = 3000
 PLANTED_R = 4
-POLICY = {
-    "version": 1,
-    "dataset": "join_bars",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.s": {
-            "privacy_unit": "uid",
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="join_bars",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.s": private_table(
+            "uid",
+            {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "v": {"type": "numeric", "bounds": [0, 50], "clamp": "bounds"},
             },
-        },
-        "public.t": {
-            "privacy_unit": "uid",
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "h": {"type": "integer", "keys": [0, 1, 2, 3]},
-            },
-        },
+            rows=None,
+            groups=None,
+        ),
+        "public.t": private_table(
+            "uid", {"h": {"type": "integer", "keys": [0, 1, 2, 3]}}, rows=None, groups=None
+        ),
     },
-}
+)
 JOIN = "s JOIN t ON s.uid = t.uid"
 QUERIES = {
     "count": f"SELECT COUNT(*) FROM {JOIN}",
@@ -86,7 +84,7 @@ def _load(dsn: str) -> None:
 def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
     dsn = make_db("join_bars")
     _load(dsn)
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 

@@ -23,7 +23,7 @@ from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
 from tests.helpers import DISOWNING, EXACT, analyst_dsn, served_engine, unrounded
-from tests.policies import PolicyMaker, private_table
+from tests.policies import build_policy, private_table
 
 VISITS = """
 CREATE TABLE zones (code text PRIMARY KEY);
@@ -44,23 +44,20 @@ WHALE = 900001  # 30 purchases in each of the 5 categories
 CONFIDENCE = 1 - 1e-8
 
 
-@pytest.fixture(scope="module")
-def visits_policy(make_policy: PolicyMaker) -> Any:
-    columns = {
-        "kind": {"type": "text", "keys": ["a", "b", "c", "d", "e"]},
-        "plan": {"type": "text"},
-        "tier": {"type": "integer", "keys": [1, 2, 3, 4]},
-        "score": {"type": "integer", "bounds": [0, 100]},
-        "zone": {"type": "text", "keys_from": "public.zones.code"},
-        "day": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
-        "spend": {"type": "numeric"},  # no bounds: only an analyst's own clamp bounds it
-    }
-    return make_policy(
-        "visits",
-        add_tables={"public.visits": private_table("user_id", columns)},
-        add_public_tables=["public.zones"],
-        fixed_bounds=True,  # purchases: R = 25, G = 5
-    ).policy
+VISIT_COLUMNS = {
+    "kind": {"type": "text", "keys": ["a", "b", "c", "d", "e"]},
+    "plan": {"type": "text"},
+    "tier": {"type": "integer", "keys": [1, 2, 3, 4]},
+    "score": {"type": "integer", "bounds": [0, 100]},
+    "zone": {"type": "text", "keys_from": "public.zones.code"},
+    "day": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
+    "spend": {"type": "numeric"},  # no bounds: only an analyst's own clamp bounds it
+}
+VISITS_POLICY = build_policy(
+    add_tables={"public.visits": private_table("user_id", VISIT_COLUMNS)},
+    add_public_tables=["public.zones"],
+    fixed_bounds=True,  # purchases: R = 25, G = 5
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +70,9 @@ def visits_dsn(make_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def engines(visits_policy: Any, visits_dsn: str) -> Iterator[tuple[Engine, Engine]]:
-    noisy = Engine(visits_policy, visits_dsn, pool_size=2)
-    exact = Engine(visits_policy, visits_dsn, pool_size=2, noise=EXACT)
+def engines(visits_dsn: str) -> Iterator[tuple[Engine, Engine]]:
+    noisy = Engine(VISITS_POLICY, visits_dsn, pool_size=2)
+    exact = Engine(VISITS_POLICY, visits_dsn, pool_size=2, noise=EXACT)
     yield noisy, exact
     noisy.close()
     exact.close()
@@ -284,7 +281,7 @@ def test_parameters_narrow_once_bound(engines: tuple[Engine, Engine]) -> None:
     assert [row[0] for row in r.rows] == ["c"]
 
 
-def test_through_the_wire(visits_policy: Any, visits_dsn: str) -> None:
+def test_through_the_wire(visits_dsn: str) -> None:
     """psycopg, simple and extended protocol: the Superset time-range statement."""
     sql = (
         "SELECT kind AS kind, COUNT(*) AS count FROM public.visits "
@@ -293,7 +290,7 @@ def test_through_the_wire(visits_policy: Any, visits_dsn: str) -> None:
         "LIMIT 10000"
     )
     with (
-        served_engine(visits_policy, visits_dsn) as srv,
+        served_engine(VISITS_POLICY, visits_dsn) as srv,
         psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
     ):
         for prepare in (False, True):
@@ -340,7 +337,7 @@ def _covers(
         assert float(r["count_low"]) <= t <= top, (sql, r, t)
 
 
-def test_shapes_through_psycopg_and_psql(visits_policy: Any, visits_dsn: str) -> None:
+def test_shapes_through_psycopg_and_psql(visits_dsn: str) -> None:
     """The key-domain shapes through the wire, against PostgreSQL's answer: psycopg (simple and
     extended protocol) and psql, each count within its own interval at 1 - 1e-8 (at most 6 x 4
     values x 3 clients = 72: false failure <= 1e-6)."""
@@ -356,7 +353,7 @@ def test_shapes_through_psycopg_and_psql(visits_policy: Any, visits_dsn: str) ->
         "SET TimeZone = 'UTC'",
     ]
     with (
-        served_engine(visits_policy, visits_dsn) as srv,
+        served_engine(VISITS_POLICY, visits_dsn) as srv,
         psycopg.connect(analyst_dsn(srv.port), autocommit=True) as conn,
     ):
         for line in setup:

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.policy import load_policy
 from dpsql.session import SessionContext
 from tests.helpers import EXACT, ExactNoise, unrounded
+from tests.policies import build_policy, demo_doc
 
 WHY = "each group's noise is sized for "
 
@@ -64,16 +64,9 @@ def test_no_such_words_where_g_sizes_no_noise(auto_engine: Engine, sql: str) -> 
     assert not any(WHY in n for n in _notices(auto_engine, sql))
 
 
-def test_no_such_words_once_the_policy_declares_g(demo_dsn: str, tmp_path: Any) -> None:
-    from dpsql.demo import POLICY
-
-    text = POLICY.read_text().replace(
-        "privacy_unit: pid\n    max_rows_per_unit: auto\n    max_groups_per_unit: auto",
-        "privacy_unit: pid\n    max_rows_per_unit: auto\n    max_groups_per_unit: 1",
-    )
-    path = tmp_path / "g1.yaml"
-    path.write_text(text)
-    e = Engine(load_policy(path), demo_dsn, pool_size=1)
+def test_no_such_words_once_the_policy_declares_g(demo_dsn: str) -> None:
+    pums = {**demo_doc()["tables"]["public.pums"], "max_groups_per_unit": 1}
+    e = Engine(build_policy(add_tables={"public.pums": pums}), demo_dsn, pool_size=1)
     try:
         ns = _notices(e, "SELECT educ, COUNT(DISTINCT pid) FROM pums GROUP BY educ")
     finally:
@@ -161,16 +154,12 @@ def test_an_average_at_its_ranges_end_says_it_is_no_value(demo_dsn: str, demo_po
 SLICE = "SELECT AVG(age) FROM pums WHERE married = 1 AND sex = 1"  # about 270 people
 
 
-def test_a_fallback_advises_what_serves_the_statement(
-    demo_dsn: str, demo_policy_auto: Any, tmp_path: Any
-) -> None:
+def test_a_fallback_advises_what_serves_the_statement(demo_dsn: str, demo_policy_auto: Any) -> None:
     """Too few people to choose a bound (the guard on the exact count, zero noise): the notice
     advised a whole-table COUNT(*), whose stored rows per person serve a COUNT's or SUM's slice
     but neither an average's rows per person (aimed at the median person) nor a clamp
     (newcomer23 #6: given right after that COUNT had run). An average at one row per person
     weighs people alike: not 'well below the truth', as a count would be."""
-    from dpsql.demo import POLICY
-
     e = Engine(demo_policy_auto, demo_dsn, pool_size=1, noise=EXACT)
     try:
         avg = _notices(e, SLICE)[0]
@@ -180,13 +169,8 @@ def test_a_fallback_advises_what_serves_the_statement(
     assert "it weighs every pid alike" in avg and "well below the truth" not in avg, avg
     assert "raise dpsql.epsilon, or ask about more pid values (a wider filter)" in avg, avg
     assert "SELECT COUNT(*) over the whole table" not in avg, avg
-    text = POLICY.read_text().replace(
-        "privacy_unit: pid\n    max_rows_per_unit: auto",
-        "privacy_unit: pid\n    max_rows_per_unit: 4",
-    )
-    path = tmp_path / "r4.yaml"
-    path.write_text(text)
-    e = Engine(load_policy(path), demo_dsn, pool_size=1, noise=EXACT)
+    pums = {**demo_doc()["tables"]["public.pums"], "max_rows_per_unit": 4}
+    e = Engine(build_policy(add_tables={"public.pums": pums}), demo_dsn, pool_size=1, noise=EXACT)
     try:
         clamp = _notices(e, SLICE)[0]
     finally:

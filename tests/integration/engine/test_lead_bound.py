@@ -49,10 +49,10 @@ from dpsql.execute.bias import Removed, target_widths
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.bias import BiasTarget
 from dpsql.sql.plan import Plan
+from tests.policies import build_policy, private_table
 
 DRAWS = 200
 UNITS, ROWS = 300, 4
@@ -63,26 +63,18 @@ LEAD = re.compile(
 )
 
 
-def _policy() -> Policy:
-    return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "lead",
-            "defaults": {"epsilon": 2.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "tables": {
-                "public.t": {
-                    "privacy_unit": "uid",
-                    "max_rows_per_unit": 1,
-                    "max_groups_per_unit": 1,
-                    "columns": {
-                        "uid": {"type": "integer", "identifier": True},
-                        "v": {"type": "integer", "bounds": [0, 100]},
-                        "g": {"type": "text", "keys": KEYS},
-                    },
-                }
-            },
-        }
-    )
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="lead",
+    defaults={"epsilon": 2.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {"v": {"type": "integer", "bounds": [0, 100]}, "g": {"type": "text", "keys": KEYS}},
+        )
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +93,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 def _false_lines(dsn: str, sql: str) -> tuple[int, int]:
     """(lead lines stating a number above its truth, lead lines) over DRAWS releases of
     ``sql``'s bounded rows."""
-    e = Engine(_policy(), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     try:
         prepared = e.prepare(sql)
         assert isinstance(prepared, PrivateQuery)

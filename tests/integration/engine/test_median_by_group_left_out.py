@@ -36,31 +36,30 @@ from dpsql.engine import Engine
 from dpsql.execute import noise as noise_module
 from dpsql.execute.noise import release
 from dpsql.execute.selected_measures import quantile_level
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes, line_of
+from tests.policies import build_policy, private_table
 
 DRAWS = 200
 TRUTH = {"1": 20.0, "2": 80.0}
 SQL = "SELECT g, MEDIAN(v) FROM m GROUP BY g"
-POLICY = {
-    "version": 1,
-    "dataset": "median_by_group",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.m": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 2,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="median_by_group",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.m": private_table(
+            "uid",
+            {
                 "g": {"type": "integer", "keys": [1, 2]},
                 "v": {"type": "integer", "bounds": [0, 100]},
             },
-        }
+            groups=2,
+        )
     },
-}
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +73,7 @@ def g_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
             "INSERT INTO m SELECT u, g, CASE g WHEN 1 THEN 20 ELSE 80 END "
             "FROM generate_series(20001, 22000) u, generate_series(1, 2) g, generate_series(1, 10)"
         )
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 

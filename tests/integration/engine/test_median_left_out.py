@@ -31,18 +31,19 @@ from dpsql.engine import Engine
 from dpsql.execute import noise as noise_module
 from dpsql.execute.noise import release
 from dpsql.execute.selected_measures import quantile_level
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes, interval_columns, line_of
+from tests.policies import build_policy
 
 DRAWS = 200
 TRUTH = 24.5
-POLICY = {
-    "version": 1,
-    "dataset": "median_left_out",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="median_left_out",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
         f"public.{t}": {
             "privacy_unit": "uid",
             "max_rows_per_unit": 1,
@@ -54,7 +55,7 @@ POLICY = {
         }
         for t in ("m", "w")
     },
-}
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def m_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
             "INSERT INTO w SELECT u, (u * i) % 100 FROM generate_series(1, 2000) u, "
             "generate_series(1, 25) i"
         )
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 

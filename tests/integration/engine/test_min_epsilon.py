@@ -15,9 +15,10 @@ from pydantic import ValidationError
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.errors import InvalidParameter
+from dpsql.errors import InvalidParameter, PolicyError
 from dpsql.policy.model import Defaults
 from dpsql.session import SessionContext
+from tests.policies import build_policy, demo_doc
 
 SQL = "SELECT COUNT(*) AS n FROM purchases"
 
@@ -80,15 +81,11 @@ def test_policy_default_epsilon_must_respect_the_minimum() -> None:
     assert Defaults(epsilon=0.0001, min_epsilon=0.0001).epsilon == 0.0001
 
 
-def test_analyst_min_epsilon_above_its_default_or_maximum_is_a_policy_error(
-    demo_policy: Any,
-) -> None:
-    from dpsql.policy.model import Policy
-
-    data = demo_policy.model_dump()
-    data["analysts"]["analyst"]["min_epsilon"] = 2.0  # above the default epsilon (1.0)
-    with pytest.raises(ValidationError, match="default_epsilon 1 is below the minimum"):
-        Policy.model_validate(data)
-    data["analysts"]["analyst"].update(min_epsilon=2.0, default_epsilon=2.0, max_epsilon=1.5)
-    with pytest.raises(ValidationError, match="max_epsilon 1.5 is below the minimum"):
-        Policy.model_validate(data)
+def test_analyst_min_epsilon_above_its_default_or_maximum_is_a_policy_error() -> None:
+    analysts = demo_doc()["analysts"]
+    analyst = {**analysts["analyst"], "min_epsilon": 2.0}  # above the default epsilon (1.0)
+    with pytest.raises(PolicyError, match="default_epsilon 1 is below the minimum"):
+        build_policy(fixed_bounds=True, analysts={**analysts, "analyst": analyst})
+    analyst.update(min_epsilon=2.0, default_epsilon=2.0, max_epsilon=1.5)
+    with pytest.raises(PolicyError, match="max_epsilon 1.5 is below the minimum"):
+        build_policy(fixed_bounds=True, analysts={**analysts, "analyst": analyst})

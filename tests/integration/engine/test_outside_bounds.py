@@ -27,43 +27,38 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from fractions import Fraction
-from typing import Any
 
 import psycopg
 import pytest
 
 from dpsql.engine import Engine
 from dpsql.execute.bias import outside_plans
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.bias import BIAS_SHARE, DROPPED_SHARE
 from dpsql.sql.plan import Plan
 from tests.helpers import ledgered_engine
+from tests.policies import build_policy, private_table
 
 UNITS = 20_000
 EPS = Fraction(10)
 
 
-def _table(name: str) -> dict[str, Any]:
-    return {
-        "privacy_unit": "uid",
-        "max_rows_per_unit": 3,
-        "max_groups_per_unit": 2,
-        "columns": {
-            "uid": {"type": "integer", "identifier": True},
-            "g": {"type": "text", "keys": ["a", "b", "c", "d"]},
-            "v": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
-        },
-    }
-
-
-POLICY = {
+TABLE = private_table(
+    "uid",
+    {
+        "g": {"type": "text", "keys": ["a", "b", "c", "d"]},
+        "v": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
+    },
+    rows=3,
+    groups=2,
+)
+BASE = {
     "version": 1,
     "dataset": "outside",
     "defaults": {"epsilon": 1.0, "max_epsilon": 1000.0, "delta": 1e-6},
-    "tables": {"public.o": _table("o"), "public.c": _table("c")},
     "analysts": {"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
 }
+POLICY = build_policy(base=BASE, tables={"public.o": TABLE, "public.c": TABLE})
 SQLS = [
     "SELECT SUM(v) FROM {t}",
     "SELECT g, SUM(v) FROM {t} GROUP BY g",
@@ -89,7 +84,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_out") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_out") as e:
         yield e
 
 

@@ -41,7 +41,6 @@ from dpsql.engine import Engine
 from dpsql.execute.bias import outside_plans
 from dpsql.execute.grouping_sets import private_sqls
 from dpsql.execute.private_sql import SALT_MARKER
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.alarms import ALARM_SHARE
 from dpsql.sql.grouping_sets import SetsPlan
@@ -49,8 +48,9 @@ from dpsql.sql.plan import Plan
 from dpsql.sql.rewrite import buckets
 from dpsql.sql.rewrite.rank_rows import packed_order
 from tests.helpers import EXACT, ledgered_engine
-from tests.integration.engine.test_outside_bounds import POLICY, UNITS, WARNING
+from tests.integration.engine.test_outside_bounds import BASE, POLICY, TABLE, UNITS, WARNING
 from tests.integration.engine.test_outside_bounds import dsn as dsn  # the same tables
+from tests.policies import build_policy, private_table
 
 EPS = Fraction(2)
 SQLS = [
@@ -73,7 +73,7 @@ HEADS = (*QUANTILES, "AVG(v): ")
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_outq") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_outq") as e:
         yield e
 
 
@@ -182,7 +182,7 @@ def _below_only(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("sql", [SQLS[1], SQLS[3]], ids=["pre-bucketed", "row path"])
 def test_the_below_only_twin_is_caught(dsn: str, monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
     _below_only(monkeypatch)
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_outq_twin") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_outq_twin") as e:
         sql = sql.format(t="o")
         assert _alarm_total(e, sql) == 0  # != 2,000: the SQL count test fails
         lines = _lines(e, sql)
@@ -273,24 +273,27 @@ def test_both_keys_mask_the_same_hash_bits(dsn: str, narrow: bool) -> None:
 # exact number on o and 0 on c, and the answer on the zero-noise source (tests.helpers.EXACT:
 # the count released as it is) warns on o and states the premise on c, never both (the
 # threshold's false-warning rate is the statistical tests' above).
-SHAPE_POLICY = {
-    **POLICY,
-    "tables": {
-        **POLICY["tables"],  # type: ignore[dict-item]
-        **{f"public.u{t}": POLICY["tables"]["public.o"] for t in "oc"},  # type: ignore[index]
+SHAPE_POLICY = build_policy(
+    base=BASE,
+    tables={
+        "public.o": TABLE,
+        "public.c": TABLE,
+        **{f"public.u{t}": TABLE for t in "oc"},
         **{
-            f"public.r{t}": {
-                "privacy_unit": "row",
-                "columns": {
+            f"public.r{t}": private_table(
+                "row",
+                {
                     "g": {"type": "text", "keys": ["a", "b", "c", "d"]},
                     "v": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
                 },
-            }
+                rows=None,
+                groups=None,
+            )
             for t in "oc"
         },
     },
-    "public_tables": ["public.names"],
-}
+    public_tables=["public.names"],
+)
 SHAPES = {  # (statement over {t} = o or c, what its count counts on o)
     "unique unit": ("SELECT g, MAX(v) FROM u{t} GROUP BY g", "SELECT count(*) FROM uo WHERE v > 100"),
     "row privacy": ("SELECT MEDIAN(v), AVG(v) FROM r{t}", "SELECT count(*) FROM ro WHERE v > 100"),
@@ -321,7 +324,7 @@ def shapes(dsn: str) -> Iterator[Engine]:
             conn.execute(f"CREATE TABLE r{t} AS SELECT * FROM {t}")
         conn.execute("CREATE TABLE names (g text, name text)")
         conn.execute("INSERT INTO names VALUES ('a', 'A'), ('b', 'B'), ('c', 'C'), ('d', 'D')")
-    e = Engine(Policy.model_validate(SHAPE_POLICY), dsn, pool_size=2, noise=EXACT)
+    e = Engine(SHAPE_POLICY, dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 

@@ -31,7 +31,6 @@ from fractions import Fraction
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.alarms import ALARM_SHARE
 from dpsql.sql.plan import Plan
@@ -48,7 +47,7 @@ SQLS = [
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_spread") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_spread") as e:
         yield e
 
 

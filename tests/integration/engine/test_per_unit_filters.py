@@ -26,29 +26,28 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from tests.helpers import ledgered_engine
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "per_unit_filters",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
-    "tables": {
-        "public.p": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 2,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="per_unit_filters",
+    defaults={"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+    tables={
+        "public.p": private_table(
+            "uid",
+            {
                 "amount": {"type": "numeric", "bounds": [0, 500], "clamp": "bounds"},
                 "cat": {"type": "text", "keys": ["a", "b", "c"]},
                 "d": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
             },
-        }
+            rows=2,
+        )
     },
-    "analysts": {"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
-}
+    analysts={"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
+)
 LEVEL = 1 - 1e-6  # an interval a test asserts holds at this level: false failure <= 1e-6
 TOTALS = "(SELECT uid, SUM(amount) AS t FROM p GROUP BY uid) u"
 COUNTS = "(SELECT uid, COUNT(*) AS n FROM p GROUP BY uid) s"
@@ -72,7 +71,7 @@ def db(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(db: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), db, "dpsql_per_unit") as e:
+    with ledgered_engine(POLICY, db, "dpsql_per_unit") as e:
         yield e
 
 

@@ -35,7 +35,7 @@ from dpsql.execute.private import with_stored_bounds
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
-from tests.policies import PolicyMaker, private_table
+from tests.policies import DocArgs, PolicyMaker, private_table
 
 T = TypeVar("T")
 UNITS = 1200
@@ -60,24 +60,24 @@ def dsn(make_db: Callable[[str], str]) -> str:
     return dsn
 
 
-def _policy(make_policy: PolicyMaker, rows: int | None, **top: Any) -> Policy:
-    cols = {
-        "g": {"type": "text"},
-        "h": {"type": "text", "keys_from": "public.zones.code"},
-        "v": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"},
-    }
-    name = f"planmemo{rows}{uuid.uuid4().hex[:6]}"
-    return make_policy(
-        name,
-        base={"version": 1},
-        tables={f"public.{t}": private_table("uid", cols, rows=rows, groups=2) for t in "mk"},
-        public_tables=["public.zones"],
-        analysts={
-            "open": {"budget": BUDGET},
-            "closed": {"budget": BUDGET, "deny": ["public.zones"]},
-        },
-        **top,
-    ).policy
+COLUMNS = {
+    "g": {"type": "text"},
+    "h": {"type": "text", "keys_from": "public.zones.code"},
+    "v": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"},
+}
+# the tables m and k at R = 2 rows per unit, or auto (None)
+TABLES = {
+    r: {f"public.{t}": private_table("uid", COLUMNS, rows=r, groups=2) for t in "mk"}
+    for r in (2, None)
+}
+PLAN_MEMO: DocArgs = {
+    "base": {"version": 1},
+    "public_tables": ["public.zones"],
+    "analysts": {
+        "open": {"budget": BUDGET},
+        "closed": {"budget": BUDGET, "deny": ["public.zones"]},
+    },
+}
 
 
 @pytest.fixture
@@ -250,7 +250,7 @@ def check_fresh_each_time(engine: Engine, ledger: Ledger) -> list[str]:
 def test_plans_follow_set_epsilon_delta_mechanism(
     engines: Callable[..., tuple[Engine, Ledger]], make_policy: PolicyMaker, monkeypatch: Any
 ) -> None:
-    policy = _policy(make_policy, 2)
+    policy = make_policy("planmemo", tables=TABLES[2], **PLAN_MEMO).policy
     assert check_settings(engines(policy)[0]) == []
     monkeypatch.setattr(private_sql, "memoized", _without_settings)
     assert check_settings(engines(policy)[0]) != []
@@ -262,7 +262,7 @@ def test_plans_follow_alter_table(
     dsn: str,
     monkeypatch: Any,
 ) -> None:
-    policy = _policy(make_policy, 2)
+    policy = make_policy("planmemo", tables=TABLES[2], **PLAN_MEMO).policy
     assert check_alter_table(engines(policy)[0], dsn) == []
     monkeypatch.setattr(private_sql, "memoized", _by_text)
     assert check_alter_table(engines(policy)[0], dsn) != []
@@ -271,7 +271,7 @@ def test_plans_follow_alter_table(
 def test_plans_follow_each_analysts_view(
     engines: Callable[..., tuple[Engine, Ledger]], make_policy: PolicyMaker, monkeypatch: Any
 ) -> None:
-    policy = _policy(make_policy, 2)
+    policy = make_policy("planmemo", tables=TABLES[2], **PLAN_MEMO).policy
     assert check_views(engines(policy)[0]) == []
     monkeypatch.setattr(private_sql, "memoized", _by_text)
     assert check_views(engines(policy)[0]) != []
@@ -280,7 +280,7 @@ def test_plans_follow_each_analysts_view(
 def test_plans_follow_bounds_stored_by_another_session(
     engines: Callable[..., tuple[Engine, Ledger]], make_policy: PolicyMaker, monkeypatch: Any
 ) -> None:
-    policy = _policy(make_policy, None)  # auto R
+    policy = make_policy("planmemo", tables=TABLES[None], **PLAN_MEMO).policy  # auto R
     schema = f"dpsql_pm{uuid.uuid4().hex[:8]}"
     assert check_stored_bounds(engines(policy, schema)[0], engines(policy, schema)[0]) == []
     monkeypatch.setattr(private_sql, "memoized", _by_text)
@@ -293,7 +293,7 @@ def test_each_execution_draws_noise_and_is_charged(
 ) -> None:
     from dpsql.dp.noise_source import CSPRNG
 
-    policy = _policy(make_policy, 2, repeats="off")
+    policy = make_policy("planmemo", tables=TABLES[2], repeats="off", **PLAN_MEMO).policy
     assert check_fresh_each_time(*engines(policy, noise=CSPRNG)) == []
     engine, ledger = engines(policy, noise=CSPRNG)
     answers: dict[int, Any] = {}

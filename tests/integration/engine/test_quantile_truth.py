@@ -34,10 +34,10 @@ from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.execute.selected_measures import quantile_level
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes, interval_columns, kept, line_of
+from tests.policies import build_policy
 
 DRAWS = 200
 COLUMNS = {
@@ -45,11 +45,12 @@ COLUMNS = {
     "g": {"type": "integer", "keys": [1, 2]},
     "v": {"type": "integer", "bounds": [0, 100]},
 }
-POLICY = {
-    "version": 1,
-    "dataset": "quantile_truth",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="quantile_truth",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
         f"public.{t}": {
             "privacy_unit": "uid",
             "max_rows_per_unit": 1,
@@ -58,7 +59,7 @@ POLICY = {
         }
         for t in ("b", "u")
     },
-}
+)
 STATS = {"median": "MEDIAN(v)", "min": "MIN(v)", "max": "MAX(v)"}
 TRUTH = {"MEDIAN(v)": 10.0, "MIN(v)": 10.0, "MAX(v)": 90.0}
 
@@ -76,7 +77,7 @@ def q_engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
         conn.execute("CREATE TABLE u (uid integer PRIMARY KEY, g integer, v integer)")
         conn.execute("INSERT INTO u SELECT u, 1, CASE WHEN u <= 300 THEN 10 ELSE 90 END "
                      "FROM generate_series(1, 1300) u")  # fmt: skip
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 

@@ -37,7 +37,6 @@ from dpsql.execute import noise as noise_module
 from dpsql.execute import selected_measures
 from dpsql.execute.noise import release
 from dpsql.execute.selected_measures import clear_rows
-from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
@@ -51,15 +50,14 @@ COLUMNS = {
 }
 
 
-def _policy() -> Policy:
-    return build_policy(
-        base={"version": 1},
-        dataset="unclear",
-        defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-        tables={"public.t": private_table("uid", COLUMNS, rows=None, groups=None)},
-        analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-        fixed_bounds=True,
-    )
+POLICY = build_policy(
+    base={"version": 1},
+    dataset="unclear",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={"public.t": private_table("uid", COLUMNS, rows=None, groups=None)},
+    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
+    fixed_bounds=True,
+)
 
 
 def _table(dsn: str, small: int, big: int) -> None:
@@ -77,7 +75,7 @@ def _table(dsn: str, small: int, big: int) -> None:
 def server(make_db: Callable[[str], str]) -> Iterator[ServerThread]:
     dsn = make_db("unclear_w")
     _table(dsn, 5, 3000)
-    policy = _policy()
+    policy = POLICY
     engine = Engine(policy, dsn, pool_size=2)
     with ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
         yield srv
@@ -127,7 +125,7 @@ SQL = "SELECT g, MEDIAN(v) FROM t GROUP BY g"
 @pytest.fixture(scope="module")
 def neighbours(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Engine, int, Laplace]]:
     """D: group small one row short of the median's threshold; D': one unit more."""
-    policy = _policy()
+    policy = POLICY
     dsns = make_db("unclear_d"), make_db("unclear_d2")
     _table(dsns[0], 0, 0)
     probe = Engine(policy, dsns[0], pool_size=1, noise=EXACT)

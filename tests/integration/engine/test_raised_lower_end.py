@@ -66,7 +66,6 @@ from dpsql.execute.bias import TargetWidths
 from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
@@ -74,6 +73,7 @@ from dpsql.sql.auto_bounds import policy_choices, total_column
 from dpsql.sql.bias import BiasPlan
 from dpsql.sql.plan import Plan
 from tests.helpers import binom_min_successes, release_intervals
+from tests.policies import build_policy, private_table
 
 DRAWS = 400  # the notice's total (two tests at epsilon 10)
 COVERAGE_DRAWS = 800  # the raised rows' coverage and its twin: the twin's miss probability
@@ -86,25 +86,12 @@ TOTAL = re.compile(  # clear, or within its noise ('no clear estimate ...')
 )
 
 
-def _policy(groups: int) -> Policy:
-    return Policy.model_validate(
-        {
-            "version": 1,
-            "dataset": "raised",
-            "defaults": {"epsilon": 4.0, "max_epsilon": 10.0, "delta": 1e-6},
-            "tables": {
-                "public.t": {
-                    "privacy_unit": "uid",
-                    "max_rows_per_unit": "auto",
-                    "max_groups_per_unit": groups,
-                    "columns": {
-                        "uid": {"type": "integer", "identifier": True},
-                        "g": {"type": "text", "keys": KEYS},
-                    },
-                }
-            },
-        }
-    )
+BASE = {
+    "version": 1,
+    "dataset": "raised",
+    "defaults": {"epsilon": 4.0, "max_epsilon": 10.0, "delta": 1e-6},
+}
+COLUMNS = {"g": {"type": "text", "keys": KEYS}}
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +123,8 @@ class Counts:
 
 
 def _counts(dsn: str, groups: int, epsilon: int = 4, draws: int = COVERAGE_DRAWS) -> Counts:
-    e = Engine(_policy(groups), dsn, pool_size=2)
+    table = private_table("uid", COLUMNS, rows="auto", groups=groups)
+    e = Engine(build_policy(base=BASE, tables={"public.t": table}), dsn, pool_size=2)
     try:
         prepared = e.prepare(SQL)
         session = SessionContext(analyst="a", epsilon=Fraction(epsilon))

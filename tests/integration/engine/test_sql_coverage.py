@@ -17,10 +17,9 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
-from tests.policies import PolicyMaker, private_table
+from tests.policies import build_policy, private_table
 
 WHALE = 100001
 USERS = """
@@ -30,15 +29,15 @@ FROM (SELECT DISTINCT user_id AS u FROM purchases) s;
 """
 
 
-@pytest.fixture(scope="module")
-def join_policy(make_policy: PolicyMaker) -> Policy:
-    columns = {
-        "age": {"type": "integer", "bounds": [0, 120]},
-        "country": {"type": "text", "keys": ["fr", "de", "us"]},
-    }
-    users = private_table("user_id", columns, rows=1, groups=3)
-    # fixed bounds: exact sensitivities
-    return make_policy("joins", add_tables={"public.users": users}, fixed_bounds=True).policy
+USER_COLUMNS = {
+    "age": {"type": "integer", "bounds": [0, 120]},
+    "country": {"type": "text", "keys": ["fr", "de", "us"]},
+}
+# fixed bounds: exact sensitivities
+JOIN_POLICY = build_policy(
+    add_tables={"public.users": private_table("user_id", USER_COLUMNS, rows=1, groups=3)},
+    fixed_bounds=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +49,8 @@ def join_dsn(make_demo_db: Callable[[str], str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def jengine(join_policy: Policy, join_dsn: str) -> Iterator[Engine]:
-    e = Engine(join_policy, join_dsn, pool_size=2, noise=EXACT)
+def jengine(join_dsn: str) -> Iterator[Engine]:
+    e = Engine(JOIN_POLICY, join_dsn, pool_size=2, noise=EXACT)
     yield e
     e.close()
 

@@ -32,7 +32,6 @@ import pytest
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.execute.tree_prepare import leaf_plans
-from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql import plan as plan_module
@@ -107,8 +106,7 @@ HAVING_TOP = (
 )
 
 
-def tree_policy() -> Policy:
-    return build_policy(add_tables=ONE_ROW_TABLES)
+TREE_POLICY = build_policy(add_tables=ONE_ROW_TABLES)
 
 
 def load_tree_db(dsn: str) -> None:
@@ -133,7 +131,7 @@ def tree_dsn(make_demo_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def tree_engine(tree_dsn: str) -> Iterator[Engine]:
-    e = Engine(tree_policy(), tree_dsn, pool_size=2)
+    e = Engine(TREE_POLICY, tree_dsn, pool_size=2)
     yield e
     e.close()
 
@@ -335,7 +333,7 @@ def test_shapes_through_the_wire(
 def test_one_charge_and_free_repeats_per_leaf(tree_dsn: str) -> None:
     """The whole tree is charged once (the sum of its leaves); a repeat is free; a new
     statement sharing a leaf (same SQL, same share of epsilon) pays only for its other leaf."""
-    policy = tree_policy()
+    policy = TREE_POLICY
     ledger = Ledger.open(tree_dsn, policy, schema=f"dpsql_t{uuid.uuid4().hex[:8]}")
     e = Engine(policy, tree_dsn, ledger=ledger, pool_size=2)
     try:
@@ -433,8 +431,8 @@ def test_the_bounds_catch_a_noisier_engine(tree_dsn: str) -> None:
     bounds (computed from the honest plan). Here w is about 16 counts and the broken Laplace
     scale 40, so a cell stays within w with probability 1 - e^-0.4 = 0.33: all 15 cells of
     three runs stay within with probability 0.33^15 < 1e-7."""
-    honest = Engine(tree_policy(), tree_dsn, pool_size=1)
-    broken = Engine(tree_policy(), tree_dsn, pool_size=1, planner=forty_times_the_noise)
+    honest = Engine(TREE_POLICY, tree_dsn, pool_size=1)
+    broken = Engine(TREE_POLICY, tree_dsn, pool_size=1, planner=forty_times_the_noise)
     try:
         truth, _ = direct(tree_dsn, WINDOWS)
         w = cell_bound(honest, WINDOWS, 5)
@@ -482,7 +480,7 @@ def _series_limit(rows: list[Any], dsn: str, engine: Engine) -> None:
 
 
 def test_series_limit_without_noise_is_postgresql(tree_dsn: str) -> None:
-    quiet = Engine(tree_policy(), tree_dsn, pool_size=1, noise=EXACT)
+    quiet = Engine(TREE_POLICY, tree_dsn, pool_size=1, noise=EXACT)
     try:
         assert run(quiet, SERIES_LIMIT).rows == direct(tree_dsn, SERIES_LIMIT)[0]
     finally:
@@ -492,7 +490,7 @@ def test_series_limit_without_noise_is_postgresql(tree_dsn: str) -> None:
 def test_series_limit_repeat_is_free(tree_dsn: str) -> None:
     """A refreshed series-limit chart pays nothing: both leaves are stored (the second under
     the key list the first released)."""
-    policy = tree_policy()
+    policy = TREE_POLICY
     ledger = Ledger.open(tree_dsn, policy, schema=f"dpsql_t{uuid.uuid4().hex[:8]}")
     e = Engine(policy, tree_dsn, ledger=ledger, pool_size=2)
     try:

@@ -47,12 +47,12 @@ from dpsql.engine import Engine
 from dpsql.execute import tree_budget
 from dpsql.execute.auto_bounds import pending
 from dpsql.execute.tree_prepare import leaf_plans
-from dpsql.policy.model import Policy
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
 from dpsql.sql.auto_bounds import total_column
+from tests.policies import build_policy, private_table
 
 ALPHA = 1e-6
 UNITS = 10_000
@@ -62,26 +62,26 @@ REAGGREGATE = (
     "SELECT category, SUM(revenue) AS revenue FROM (SELECT category, region, SUM(v) AS revenue "
     "FROM visits GROUP BY 1, 2) AS t GROUP BY category ORDER BY category"
 )
-POLICY = {
-    "version": 1,
-    "dataset": "visits",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "budget": {"epsilon": 10000, "delta": 1e-3},
-    "analysts": {"analyst": {"budget": {"epsilon": 100, "delta": 1e-4}, "max_epsilon": 10.0}},
-    "tables": {
-        "public.visits": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": "auto",
-            "max_groups_per_unit": "auto",
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="visits",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    budget={"epsilon": 10000, "delta": 1e-3},
+    analysts={"analyst": {"budget": {"epsilon": 100, "delta": 1e-4}, "max_epsilon": 10.0}},
+    tables={
+        "public.visits": private_table(
+            "uid",
+            {
                 "category": {"type": "text", "keys": CATEGORIES},
                 "region": {"type": "text", "keys": ["x", "y"]},
                 "v": {"type": "numeric", "bounds": [0, 500]},
             },
-        }
+            rows="auto",
+            groups="auto",
+        )
     },
-}
+)
 SESSION = SessionContext(analyst="analyst", epsilon=EPSILON, mechanism="laplace")
 
 
@@ -100,7 +100,7 @@ def visits_dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture
 def charged(visits_dsn: str) -> Iterator[tuple[Engine, Ledger]]:
-    policy = Policy.model_validate(POLICY)
+    policy = POLICY
     ledger = Ledger.open(visits_dsn, policy, schema=f"dpsql_tab{uuid.uuid4().hex[:8]}")
     engine = Engine(policy, visits_dsn, ledger, pool_size=2)
     yield engine, ledger

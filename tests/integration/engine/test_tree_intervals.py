@@ -36,41 +36,42 @@ from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.noise import Release
 from dpsql.execute.tree_intervals import attach
 from dpsql.execute.tree_levels import leaf_levels
-from dpsql.policy.model import Policy
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.interval_sql import Held, No
 from dpsql.sql.tree_intervals import IvPlan, OutCol
 from tests.helpers import Coverage, Tally, kept
+from tests.policies import build_policy, private_table
 
 DRAWS = 200
 UNITS = 3000
 ALPHA = 2.5e-7  # per checked row: TOTAL, RATIO and REAGG's two groups, 1e-6 in all
-POLICY = {
-    "version": 1,
-    "dataset": "treeiv",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.t": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="treeiv",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.t": private_table(
+            "uid",
+            {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "h": {"type": "text", "keys": ["x", "y", "z"]},
                 "v": {"type": "numeric", "bounds": [0, 50], "clamp": "bounds"},
             },
-        },
-        "public.td": {  # each row its own unit: a MIN's interval is of all the rows (whole)
-            "privacy_unit": "row",
-            "columns": {
+        ),
+        # each row its own unit: a MIN's interval is of all the rows (whole)
+        "public.td": private_table(
+            "row",
+            {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "d": {"type": "date", "bounds": ["2025-01-01", "2025-12-31"]},
             },
-        },
+            rows=None,
+            groups=None,
+        ),
     },
-}
+)
 # a re-aggregation SUM over the leaf's two declared groups (k = 2)
 TOTAL = "SELECT SUM(n) AS total FROM (SELECT g, COUNT(*) AS n FROM t GROUP BY g) AS v"
 TOTAL_TRUTH = "SELECT COUNT(*) FROM t"
@@ -117,7 +118,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 

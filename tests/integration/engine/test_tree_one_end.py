@@ -22,27 +22,18 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from tests.helpers import ledgered_engine
+from tests.policies import build_policy, private_table
 
-POLICY = {
-    "version": 1,
-    "dataset": "tree_one_end",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
-    "tables": {
-        "public.h": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
-                "q": {"type": "integer", "bounds": [0, 10]},
-            },
-        }
-    },
-    "analysts": {"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
-}
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="tree_one_end",
+    defaults={"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+    tables={"public.h": private_table("uid", {"q": {"type": "integer", "bounds": [0, 10]}})},
+    analysts={"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
+)
 LEAVES = (
     "FROM (SELECT COUNT(*) AS n FROM h WHERE q < 3) AS a, "
     "(SELECT COUNT(*) AS n FROM h WHERE q >= 3) AS b"
@@ -68,7 +59,7 @@ def engine(make_db: Callable[[str], str]) -> Iterator[Engine]:
         )
         n = conn.execute("SELECT COUNT(*) FILTER (WHERE q < 3), COUNT(*) FROM h").fetchone()
         assert n == (A, A + B), n
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_one_end") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_one_end") as e:
         yield e
 
 

@@ -32,6 +32,7 @@ from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.plan import Plan
+from tests.policies import build_policy
 
 COLUMNS = {
     "uid": {"type": "integer", "identifier": True},
@@ -39,13 +40,14 @@ COLUMNS = {
     "v": {"type": "numeric", "bounds": [0, 10000]},  # clamp: auto (the default)
     "w": {"type": "numeric", "bounds": [0, 100], "clamp": "bounds"},
 }
-POLICY = {
-    "version": 1,
-    "dataset": "ubudget",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {f"public.{t}": {"privacy_unit": "uid", "columns": COLUMNS} for t in ("pk", "plain")},
-    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
-}
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="ubudget",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={f"public.{t}": {"privacy_unit": "uid", "columns": COLUMNS} for t in ("pk", "plain")},
+    analysts={"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+)
 UNITS = 2000
 
 
@@ -66,7 +68,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def policy() -> Policy:
-    return Policy.model_validate(POLICY)
+    return POLICY
 
 
 @pytest.fixture

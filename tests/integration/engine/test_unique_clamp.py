@@ -30,35 +30,33 @@ import psycopg
 import pytest
 
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds, ChosenBound
 from dpsql.sql.auto_bounds import auto_items
 from dpsql.sql.plan import Plan
 from tests.helpers import EXACT, Coverage, Tally, interval_coverage
+from tests.policies import build_policy, private_table
 
 DRAWS = 400
 UNITS = 3000
 CLAMP = Fraction(100)
-POLICY = {
-    "version": 1,
-    "dataset": "uclamp",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {
-        "public.u": {
-            "privacy_unit": "uid",
-            "max_rows_per_unit": 1,
-            "max_groups_per_unit": 1,
-            "columns": {
-                "uid": {"type": "integer", "identifier": True},
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="uclamp",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={
+        "public.u": private_table(
+            "uid",
+            {
                 "g": {"type": "text", "keys": ["a", "b"]},
                 "v": {"type": "numeric", "bounds": [0, 10000]},  # clamp: auto (the default)
             },
-        }
+        )
     },
-    "analysts": {"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
-}
+    analysts={"a": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+)
 QUERIES = {
     "sum": "SELECT SUM(v) FROM u",
     "sum_by_g": "SELECT g, SUM(v) FROM u GROUP BY g",
@@ -86,7 +84,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=2)
+    e = Engine(POLICY, dsn, pool_size=2)
     yield e
     e.close()
 
@@ -132,7 +130,7 @@ def test_nothing_removed_twin_fails_the_same_check(engine: Engine, name: str) ->
 def test_the_removed_mass_is_exactly_what_the_clamp_cut(dsn: str) -> None:
     """Zero-noise source: the released removed mass of SUM(v) is the clamped-off mass (deterministic),
     over-cap 0 (each whale loses 250 < C = 400)."""
-    e = Engine(Policy.model_validate(POLICY), dsn, pool_size=1, noise=EXACT)
+    e = Engine(POLICY, dsn, pool_size=1, noise=EXACT)
     try:
         prepared, plan = _clamped(e, QUERIES["sum"])
         row = e.backend.run(e.private_sql(prepared, plan.analysis), private=True).rows[0]

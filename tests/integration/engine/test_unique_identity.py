@@ -37,22 +37,23 @@ from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
 from dpsql.errors import ObjectNotInPrerequisiteState
 from dpsql.execute.prepared import PrivateQuery
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from tests.policies import build_policy
 
 COLUMNS = {
     "uid": {"type": "integer", "identifier": True},
     "g": {"type": "text", "keys": ["a", "b"]},
     "v": {"type": "numeric", "bounds": [0, 10000]},  # clamp: auto (the default)
 }
-POLICY = {
-    "version": 1,
-    "dataset": "uident",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    "tables": {f"public.{t}": {"privacy_unit": "uid", "columns": COLUMNS} for t in ("pk", "uq")},
-    "analysts": {"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
-}
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="uident",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={f"public.{t}": {"privacy_unit": "uid", "columns": COLUMNS} for t in ("pk", "uq")},
+    analysts={"analyst": {"budget": {"epsilon": 1000, "delta": 0.1}}},
+)
 UNITS = 500
 SESSION = SessionContext("analyst", Fraction(1))
 
@@ -117,7 +118,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture
 def charged(dsn: str) -> Iterator[tuple[Engine, Ledger]]:
-    policy = Policy.model_validate(POLICY)
+    policy = POLICY
     ledger = Ledger.open(dsn, policy, schema=f"dpsql_ui{uuid.uuid4().hex[:8]}")
     engine = Engine(policy, dsn, ledger, pool_size=2)
     yield engine, ledger

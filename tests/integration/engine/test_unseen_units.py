@@ -39,10 +39,10 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.execute import accuracy_few, accuracy_text
 from dpsql.execute.bias import target_widths
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from tests.helpers import ledgered_engine
+from tests.policies import build_policy
 
 SAYS = "The released values cannot check it here"
 ALARM = "does NOT cover the truth"
@@ -63,13 +63,14 @@ def _table(rows: int) -> dict[str, Any]:
     }
 
 
-POLICY = {
-    "version": 1,
-    "dataset": "unseen",
-    "defaults": {"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
-    "tables": {"public.w": _table(1), "public.c": _table(3)},
-    "analysts": {"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
-}
+POLICY = build_policy(
+    base={},
+    version=1,
+    dataset="unseen",
+    defaults={"epsilon": 1.0, "max_epsilon": 100.0, "delta": 1e-6},
+    tables={"public.w": _table(1), "public.c": _table(3)},
+    analysts={"analyst": {"budget": {"epsilon": 10000, "delta": 0.1}}},
+)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +96,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    with ledgered_engine(Policy.model_validate(POLICY), dsn, "dpsql_unseen") as e:
+    with ledgered_engine(POLICY, dsn, "dpsql_unseen") as e:
         yield e
 
 

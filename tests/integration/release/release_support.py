@@ -8,13 +8,11 @@ marginals carry information an independent-marginals baseline misses.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
-import yaml
 
-from dpsql.policy import parse_policy
 from dpsql.policy.model import Policy
+from tests.policies import build_policy, policy_doc
 
 ROWS = 1_000_000
 
@@ -44,29 +42,35 @@ FROM generate_series(1, 5) w, generate_series(1, 2000) i;
 ANALYZE people;
 """
 
-POLICY = """
-dataset: release_test
-budget: {epsilon: 1000, delta: 1.0e-2}
-tables:
-  public.people:
-    privacy_unit: pid
-    max_rows_per_unit: 2
-    max_groups_per_unit: 3
-    columns:
-      id: {type: bigint, identifier: true}
-      pid: {type: integer, identifier: true}
-      age: {type: integer, bounds: [0, 99]}
-      sex: {type: text, keys: [F, M]}
-      educ: {type: integer, keys: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]}
-      income: {type: numeric, bounds: [0, 200000]}
-      region: {type: text, keys_from: public.regions.code}
-      employed: {type: boolean}
-      note: {type: text}
-public_tables: [public.regions]
-analysts:
-  owner: {budget: {epsilon: 500, delta: 1.0e-3}, max_epsilon: 20}
-  poor: {budget: {epsilon: 0.5}}
-"""
+PEOPLE = {  # two identifiers: id, then the unit pid
+    "id": {"type": "bigint", "identifier": True},
+    "pid": {"type": "integer", "identifier": True},
+    "age": {"type": "integer", "bounds": [0, 99]},
+    "sex": {"type": "text", "keys": ["F", "M"]},
+    "educ": {"type": "integer", "keys": list(range(1, 17))},
+    "income": {"type": "numeric", "bounds": [0, 200000]},
+    "region": {"type": "text", "keys_from": "public.regions.code"},
+    "employed": {"type": "boolean"},
+    "note": {"type": "text"},
+}
+# the release tests' policy document: make_policy("release", base=POLICY_DOC), or policy()
+POLICY_DOC = policy_doc(
+    base={"dataset": "release_test"},
+    budget={"epsilon": 1000, "delta": 1.0e-2},
+    tables={
+        "public.people": {
+            "privacy_unit": "pid",
+            "max_rows_per_unit": 2,
+            "max_groups_per_unit": 3,
+            "columns": PEOPLE,
+        }
+    },
+    public_tables=["public.regions"],
+    analysts={
+        "owner": {"budget": {"epsilon": 500, "delta": 1.0e-3}, "max_epsilon": 20},
+        "poor": {"budget": {"epsilon": 0.5}},
+    },
+)
 
 _CREATED: dict[str, str] = {}
 
@@ -82,8 +86,5 @@ def people_dsn(make_db: Callable[[str], str]) -> str:
     return _CREATED[key]
 
 
-POLICY_DOC: dict[str, Any] = yaml.safe_load(POLICY)  # for make_policy(base=...)
-
-
 def policy() -> Policy:
-    return parse_policy(POLICY)
+    return build_policy(base=POLICY_DOC)

@@ -16,19 +16,17 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pytest
-import yaml
 from scipy import stats
 
 from dpsql.budget.ledger import Ledger
 from dpsql.cli import main
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.errors import BudgetExhausted, InvalidParameter
-from dpsql.policy.model import Policy
 from dpsql.release.histogram import LevelPlan, measure, plan_histogram, postprocess
 from dpsql.release.jobs import Job, resolve, run_histogram
 from dpsql.release.source import Bound, bounded_counts
 from tests.integration.release import release_support
-from tests.policies import PolicyMaker
+from tests.policies import PolicyMaker, build_policy, demo_doc
 
 ALPHA = 1e-7  # each statistical assertion's false-failure probability (a few: < 1e-6 in all)
 
@@ -81,10 +79,8 @@ def test_bounded_counts_equal_the_bounded_aggregate(people: str, pol) -> None:  
 def test_heavy_units_touch_at_most_g_cells_with_r_rows(people: str, pol) -> None:  # type: ignore[no-untyped-def]
     with psycopg.connect(people, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS heavy AS SELECT * FROM people WHERE pid < 0")
-    text = release_support.POLICY.replace("public.people:", "public.heavy:")
-    from dpsql.policy import parse_policy
-
-    hp = parse_policy(text)
+    table = release_support.POLICY_DOC["tables"]["public.people"]
+    hp = build_policy(base=release_support.POLICY_DOC, tables={"public.heavy": table})
     src = resolve(hp, people, "heavy", ["educ"], None)
     counts = bounded_counts(people, src, Bound.for_source(src, "per_cell"))
     # 5 units with 125 rows in each of 16 cells: each keeps 3 cells x 2 rows.
@@ -308,7 +304,11 @@ def test_auto_bounds_are_refused_with_words_asking_for_numbers(
 
 
 def test_a_declared_total_releases_auto_bounds_at_one_cap_per_unit(
-    demo_dsn: str, make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    demo_dsn: str,
+    make_db: Callable[[str], str],
+    make_policy: PolicyMaker,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """With ``max_rows_per_unit_total: 4`` declared for the demo's pums (each pid has 1-4 rows;
     R and G left ``auto``) a histogram is released without numbers on the command line (it was
@@ -316,15 +316,11 @@ def test_a_declared_total_releases_auto_bounds_at_one_cap_per_unit(
     the cell vector moves by at most 4 (the noise's sensitivity; R = G = 4 would be 16), every
     row is counted (the bounded counts are the table's, deterministic), and the JSON and CLI say
     what a count counts."""
-    from dpsql.demo import POLICY
-
-    doc = yaml.safe_load(Path(POLICY).read_text())
-    doc["tables"]["public.pums"]["max_rows_per_unit_total"] = 4
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump(doc))
+    pums = {**demo_doc()["tables"]["public.pums"], "max_rows_per_unit_total": 4}
+    pf = make_policy("total", add_tables={"public.pums": pums})
     ledger = make_db("release_total")
     out = tmp_path / "total"
-    argv = ["release", "histogram", "--policy", str(policy), "--upstream", demo_dsn,
+    argv = ["release", "histogram", "--policy", str(pf.path), "--upstream", demo_dsn,
             "--ledger", ledger, "--table", "pums", "--columns", "sex,educ", "--analyst", "analyst",
             "--epsilon", "1", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(argv) == 0, capsys.readouterr().err
@@ -334,8 +330,7 @@ def test_a_declared_total_releases_auto_bounds_at_one_cap_per_unit(
     counts = "rows of public.pums, at most 4 rows of each pid (the others left out)"
     assert meta["privacy"]["counts"] == counts
     assert f"count = {counts}" in " ".join(capsys.readouterr().out.split())
-    pol = Policy.model_validate(doc)
-    src = resolve(pol, demo_dsn, "pums", ["sex", "educ"], None)
+    src = resolve(pf.policy, demo_dsn, "pums", ["sex", "educ"], None)
     bound = Bound.for_source(src, "per_cell")
     assert (bound.mode, bound.rows, bound.cells) == ("per_unit", 4, 1)
     truth = _one(demo_dsn, "SELECT count(*) FROM pums WHERE sex IS NOT NULL AND educ IS NOT NULL")

@@ -14,20 +14,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-POLICY = """
-dataset: release_ledger
-budget: {epsilon: 10}
-tables:
-  public.visits:
-    privacy_unit: pid
-    max_rows_per_unit: 2
-    max_groups_per_unit: 1
-    columns:
-      pid: {type: integer, identifier: true}
-      dept: {type: text, keys: [a, b]}
-analysts:
-  bob: {budget: {epsilon: 2}}
-"""
+from tests.policies import DocArgs, PolicyMaker, private_table
+
+VISITS = private_table("pid", {"dept": {"type": "text", "keys": ["a", "b"]}}, rows=2)
+RELEASE: DocArgs = {"base": {"dataset": "release_ledger"}, "tables": {"public.visits": VISITS}}
 
 
 def _releases(dsn: str) -> int:
@@ -43,6 +33,7 @@ def _releases(dsn: str) -> int:
 def test_a_release_charges_the_servers_ledger(
     make_db: Callable[[str], str],
     tmp_path: Path,
+    make_policy: PolicyMaker,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     how: str,
@@ -56,14 +47,15 @@ def test_a_release_charges_the_servers_ledger(
             "INSERT INTO visits SELECT g % 50, (ARRAY['a','b'])[1 + g % 2]"
             " FROM generate_series(1, 200) g"
         )
-    policy = tmp_path / "policy.yaml"
-    text = POLICY
+    budgets: DocArgs = {"budget": {"epsilon": 10}, "analysts": {"bob": {"budget": {"epsilon": 2}}}}
     if how == "file":
-        text += 'server:\n  ledger: "${REL_LEDGER}"\n'
         monkeypatch.setenv("REL_LEDGER", ledger)
+        policy = make_policy(
+            "release", **RELEASE, **budgets, server={"ledger": "${REL_LEDGER}"}
+        ).path
     else:
         monkeypatch.setenv("DPSQL_LEDGER", ledger)
-    policy.write_text(text)
+        policy = make_policy("release", **RELEASE, **budgets).path
     monkeypatch.setenv("DPSQL_UPSTREAM", upstream)
     argv = ["release", "histogram", "--policy", str(policy), "--table", "visits",
             "--columns", "dept", "--epsilon", "1", "--analyst", "bob",
@@ -79,7 +71,10 @@ def test_a_release_charges_the_servers_ledger(
 
 
 def test_a_release_says_what_it_charged_and_history_names_it(
-    make_db: Callable[[str], str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    make_db: Callable[[str], str],
+    make_policy: PolicyMaker,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The CLI prints what the release used of each budget, the one-time conversion of a
     budget's first Gaussian release to Renyi accounting included, and the ledger records a
@@ -94,12 +89,13 @@ def test_a_release_says_what_it_charged_and_history_names_it(
             "INSERT INTO visits SELECT g % 50, (ARRAY['a','b'])[1 + g % 2]"
             " FROM generate_series(1, 200) g"
         )
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        POLICY.replace("budget: {epsilon: 10}", "budget: {epsilon: 100, delta: 1.0e-3, "
-                       "renyi_order: 2}")  # one low order: the conversion costs ~7 epsilon
-        .replace("bob: {budget: {epsilon: 2}}", "bob: {budget: {epsilon: 50, delta: 1.0e-4}}")
-    )  # fmt: skip
+    policy = make_policy(
+        "release",
+        **RELEASE,
+        # one low order: the conversion costs ~7 epsilon
+        budget={"epsilon": 100, "delta": 1.0e-3, "renyi_order": 2},
+        analysts={"bob": {"budget": {"epsilon": 50, "delta": 1.0e-4}}},
+    ).path
     argv = ["release", "histogram", "--policy", str(policy), "--upstream", upstream,
             "--table", "visits", "--columns", "dept", "--analyst", "bob",
             "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip

@@ -19,13 +19,12 @@ from dpsql.budget.ledger import Ledger
 from dpsql.cli import main
 from dpsql.engine import Engine
 from dpsql.errors import InvalidParameter
-from dpsql.policy import parse_policy
 from dpsql.release.hierarchy import leaf_operator, plan_tree
 from dpsql.release.jobs import Job
 from dpsql.release.ranges import run_ranges
 from dpsql.session import SessionContext
 from tests.integration.release import release_support
-from tests.policies import PolicyMaker
+from tests.policies import PolicyMaker, build_policy
 
 ALPHA = 1e-6  # Chebyshev on the noise: a tighter alpha would make the twin's margin thin
 
@@ -88,11 +87,10 @@ def test_range_query_through_dpsql_is_free_and_accurate(released, people: str) -
     noise of the range estimate has variance node variance x ||L^T 1_range||² (the estimator is
     linear): Chebyshev gives t_noise at ALPHA/2. Twin: the unbounded count must be outside.
     """
-    yaml = release_support.POLICY.replace(
-        "public_tables: [public.regions]",
-        "public_tables: [public.regions, released.people_age_ranges]",
+    ranges = build_policy(
+        base=release_support.POLICY_DOC, add_public_tables=["released.people_age_ranges"]
     )
-    engine = Engine(parse_policy(yaml), people, pool_size=2)
+    engine = Engine(ranges, people, pool_size=2)
     try:
         q = "SELECT sum(count) FROM released.people_age_ranges WHERE bin BETWEEN 20 AND 40"
         prepared = engine.prepare(q, "owner")

@@ -15,6 +15,7 @@ from dpsql.check import check_policy
 from dpsql.check.data import proof_findings, range_findings
 from dpsql.demo import POLICY
 from dpsql.policy import load_policy
+from tests.policies import PolicyMaker, demo_table, private_table
 
 WHALES = "public.purchases.amount: 2,000 rows above the declared 500 (they count as 500)"
 
@@ -39,18 +40,21 @@ def test_check_counts_the_rows_outside_the_declared_bounds(demo_dsn: str) -> Non
     }, found
 
 
-def test_bounds_that_hold_the_data_draw_no_warning(demo_dsn: str, tmp_path: Path) -> None:
-    text = POLICY.read_text().replace("bounds: [0, 500]}", "bounds: [0, 2000000]}")
-    text = text.replace("bounds: [0, 500000]}", "bounds: [0, 100000000]}")
-    path = tmp_path / "wide.yaml"
-    path.write_text(text)
+def test_bounds_that_hold_the_data_draw_no_warning(demo_dsn: str, make_policy: PolicyMaker) -> None:
+    amount = {"type": "numeric", "bounds": [0, 2000000]}
+    income = {"type": "numeric", "bounds": [0, 100000000]}
+    wide = {
+        "public.purchases": demo_table("public.purchases", {"amount": amount}),
+        "public.pums": demo_table("public.pums", {"income": income}),
+    }
+    path = make_policy("wide", tables=wide).path
     status, out = _check(path, demo_dsn)
     assert status == 0, out
     assert "rows above the declared" not in out, out
     assert "every bounded column's values lie in its declared bounds" in out, out
 
 
-def test_a_below_range_value_is_counted(demo_dsn: str, tmp_path: Path) -> None:
+def test_a_below_range_value_is_counted(demo_dsn: str, make_policy: PolicyMaker) -> None:
     """The lower end too: quantity is 1 to 10 in the data; declared [2, 10], the rows with 1
     lie below (their exact number from PostgreSQL)."""
     import psycopg
@@ -58,8 +62,9 @@ def test_a_below_range_value_is_counted(demo_dsn: str, tmp_path: Path) -> None:
     with psycopg.connect(demo_dsn) as conn:
         row = conn.execute("SELECT count(*) FROM purchases WHERE quantity < 2").fetchone()
     assert row is not None and row[0] > 0
-    path = tmp_path / "q.yaml"
-    path.write_text(POLICY.read_text().replace("bounds: [1, 10]}", "bounds: [2, 10]}"))
+    quantity = {"type": "integer", "bounds": [2, 10]}
+    purchases = demo_table("public.purchases", {"quantity": quantity})
+    path = make_policy("q", add_tables={"public.purchases": purchases}).path
     _, out = _check(path, demo_dsn)
     assert (
         f"public.purchases.quantity: {row[0]:,} rows below the declared 2 (they count as 2)" in out
@@ -81,7 +86,7 @@ def test_no_analyst_path_runs_the_range_check() -> None:
 
 
 def test_check_says_which_columns_the_catalog_proves(
-    make_db: Callable[[str], str], tmp_path: Path
+    make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> None:
     """``amount`` has a validated CHECK within its declared bounds: proven (read unclamped);
     ``fee`` has a NOT VALID one and ``tip`` none: a note says what would make them cheaper."""
@@ -94,14 +99,16 @@ def test_check_says_which_columns_the_catalog_proves(
             "CHECK (amount BETWEEN 0 AND 500), fee numeric, tip numeric)"
         )
         conn.execute("ALTER TABLE pay ADD CHECK (fee >= 0 AND fee <= 10) NOT VALID")
-    path = tmp_path / "pay.yaml"
-    path.write_text(
-        "version: 1\ndataset: pay\ntables:\n  public.pay:\n    privacy_unit: uid\n"
-        "    columns:\n      uid: {type: integer, identifier: true}\n"
-        "      amount: {type: numeric, bounds: [0, 500]}\n"
-        "      fee: {type: numeric, bounds: [0, 10]}\n"
-        "      tip: {type: numeric, bounds: [0, 100]}\n"
-    )
+    pay = {
+        "amount": {"type": "numeric", "bounds": [0, 500]},
+        "fee": {"type": "numeric", "bounds": [0, 10]},
+        "tip": {"type": "numeric", "bounds": [0, 100]},
+    }
+    path = make_policy(
+        "pay",
+        base={"version": 1, "dataset": "pay"},
+        tables={"public.pay": private_table("uid", pay, rows=None, groups=None)},
+    ).path
     found = {f.column: f for f in proof_findings(load_policy(path), dsn)}
     assert (
         not found["amount"].warning
@@ -113,7 +120,7 @@ def test_check_says_which_columns_the_catalog_proves(
     assert status == 0 and "public.pay.amount: the catalog proves it in [0, 500]" in out, out
 
 
-def test_check_reads_the_most_rows_one_unit_has(demo_dsn: str, tmp_path: Path) -> None:
+def test_check_reads_the_most_rows_one_unit_has(demo_dsn: str, make_policy: PolicyMaker) -> None:
     """The per-unit total (newcomer22 #8): without one, check says the most rows one unit has
     and what declaring max_rows_per_unit_total gives; one declared below it is a warning with
     how many units it cuts; one that holds, a plain line (exact counts from PostgreSQL)."""
@@ -130,22 +137,20 @@ def test_check_reads_the_most_rows_one_unit_has(demo_dsn: str, tmp_path: Path) -
     _, out = _check(POLICY, demo_dsn)
     assert f"public.purchases: the most rows one user_id has: {most:,}" in out, out
     assert "max_rows_per_unit_total" in out, out
-    declared = POLICY.read_text().replace(
-        "privacy_unit: user_id ", "privacy_unit: user_id\n    max_rows_per_unit_total: 100\n   ", 1
+    total = demo_table("public.purchases", max_rows_per_unit_total=100)
+    status, out = _check(
+        make_policy("total", add_tables={"public.purchases": total}).path, demo_dsn
     )
-    path = tmp_path / "total.yaml"
-    path.write_text(declared)
-    status, out = _check(path, demo_dsn)
     assert status == 0, out
     assert f"{over:,} user_id values have more rows than max_rows_per_unit_total (100" in out, out
-    path.write_text(
-        declared.replace("max_rows_per_unit_total: 100", f"max_rows_per_unit_total: {most}")
-    )
-    _, out = _check(path, demo_dsn)
+    total = demo_table("public.purchases", max_rows_per_unit_total=most)
+    _, out = _check(make_policy("total", add_tables={"public.purchases": total}).path, demo_dsn)
     assert f"public.purchases: every user_id has at most {most} rows in all" in out, out
 
 
-def test_check_reads_the_most_key_values_one_unit_has(demo_dsn: str, tmp_path: Path) -> None:
+def test_check_reads_the_most_key_values_one_unit_has(
+    demo_dsn: str, make_policy: PolicyMaker
+) -> None:
     """A keyed GROUP BY under auto G is sized for one unit in every key (newcomer23 #5: pums by
     educ, 16 keys, each pid in one): check reads the most values of each keyed column one unit
     has (exact, from PostgreSQL) and says what a declared max_groups_per_unit gives; nothing
@@ -164,12 +169,7 @@ def test_check_reads_the_most_key_values_one_unit_has(demo_dsn: str, tmp_path: P
     assert "educ 1 of its 16 keys" in line and "GROUP BY educ: 16 groups, 16x the noise" in line
     assert "declaring max_groups_per_unit" in line.lower() and "category" not in line, out
     assert "public.purchases: the most values of a keyed column" not in out, out
-    declared = POLICY.read_text().replace(
-        "privacy_unit: pid\n    max_rows_per_unit: auto\n    max_groups_per_unit: auto",
-        "privacy_unit: pid\n    max_rows_per_unit: auto\n    max_groups_per_unit: 1",
-    )
-    assert "max_groups_per_unit: 1" in declared
-    path = tmp_path / "groups.yaml"
-    path.write_text(declared)
+    pums = demo_table("public.pums", max_groups_per_unit=1)
+    path = make_policy("groups", add_tables={"public.pums": pums}).path
     status, out = _check(path, demo_dsn)
     assert status == 0 and "values of a keyed column" not in out, out

@@ -6,37 +6,38 @@ wrote). Real PostgreSQL (the demo data), the real CLI in process; deterministic 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from dpsql.cli import main
-from dpsql.demo import POLICY
 from dpsql.policy import load_policy
 from dpsql.server.startup_checks import startup_problems
+from tests.policies import PolicyMaker, demo_table
 
 
 @pytest.mark.parametrize(
-    ("old", "new", "words"),
+    ("public_table", "keys_from", "words"),
     [
-        ("keys_from: public.regions.code", "keys_from: public.regions.cod",
+        ("public.regions", "public.regions.cod",
          "column public.regions.cod named in the policy (the keys_from of public.purchases.region)"
          " does not exist upstream (did you mean code?)"),
-        ("public.regions", "public.region",
+        ("public.region", "public.region.code",
          "table public.region named in the policy does not exist upstream (did you mean "
          "public.regions?)"),
     ],
 )  # fmt: skip
 def test_a_missing_keys_table_or_column_stops_check_and_serve(
     demo_dsn: str,
-    tmp_path: Path,
+    make_policy: PolicyMaker,
     capsys: pytest.CaptureFixture[str],
-    old: str,
-    new: str,
+    public_table: str,
+    keys_from: str,
     words: str,
 ) -> None:
-    path = tmp_path / "policy.yaml"
-    path.write_text(POLICY.read_text().replace(old, new))
+    region = {"type": "text", "keys_from": keys_from}
+    purchases = demo_table("public.purchases", {"region": region})
+    path = make_policy(
+        "keys", add_tables={"public.purchases": purchases}, public_tables=[public_table]
+    ).path
     fatal = [p.text for p in startup_problems(load_policy(path), demo_dsn, None) if p.fatal]
     assert fatal == [words]
     assert main(["check", str(path), "--upstream", demo_dsn]) == 1

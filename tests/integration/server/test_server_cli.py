@@ -19,6 +19,7 @@ import pytest
 from dpsql.cli import main
 from tests.conftest import IN_CI
 from tests.helpers import db_name, start_serve
+from tests.policies import PolicyMaker, private_table
 
 
 def test_verifier_command(
@@ -33,7 +34,9 @@ def test_verifier_command(
     assert out.startswith("analysts:\n  zoe:") and check_password(verifier, "pw1")
 
 
-def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
+def test_serve_process(
+    make_db: Callable[[str], str], make_policy: PolicyMaker, tmp_path: Path
+) -> None:
     psql = shutil.which("psql")
     if psql is None:
         if IN_CI:
@@ -45,19 +48,17 @@ def test_serve_process(make_db: Callable[[str], str], tmp_path: Path) -> None:
     with psycopg.connect(upstream, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (uid int, v int); INSERT INTO t SELECT g, g % 7 FROM "
                      "generate_series(1, 500) g")  # fmt: skip
-    policy = tmp_path / "policy.yaml"
     # Fixed contribution bounds (R = G = 1, one row per unit): with `auto` the row bound is a
     # noisy choice that lands among the empty buckets far above the data now and then (the
     # small-table guard lets the choice run with p ~ 1e-2, then ~2% of choices go high: R up to
     # 10^6 and the count's noise with it), so the range check below failed with p ~ 3e-4. Fixed:
     # true count 285, Laplace scale <= 1 / 0.9, P(|noise| >= 185) < e^-160.
-    policy.write_text(
-        "version: 1\ntables:\n  t:\n    privacy_unit: uid\n"
-        "    max_rows_per_unit: 1\n    max_groups_per_unit: 1\n"
-        "    columns: {uid: {type: integer, identifier: true}, "
-        "v: {type: integer, bounds: [0, 10]}}\n"
-        f'analysts:\n  zoe:\n    credential: "{make_verifier("pw")}"\n    budget: {{epsilon: 50}}\n'
-    )
+    policy = make_policy(
+        "serve",
+        base={"version": 1},
+        tables={"t": private_table("uid", {"v": {"type": "integer", "bounds": [0, 10]}})},
+        analysts={"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": 50}}},
+    ).path
     port_file = tmp_path / "port"
     proc, port = start_serve(
         ["--policy", str(policy), "--upstream", upstream], port_file=port_file,

@@ -19,7 +19,6 @@ from typing import Any
 
 import psycopg
 import pytest
-import yaml
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
@@ -30,7 +29,7 @@ from dpsql.server.run import ServerThread
 from dpsql.session import SessionContext
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig
-from tests.policies import build_policy, private_table
+from tests.policies import DocArgs, build_policy, private_table
 
 Q = 500  # ms: generous, so that both queries end well inside the first quantum (big: ~0.15 s)
 TOLERANCE_MS = 250  # client-side overhead after the boundary (prepare, rows, scheduling)
@@ -39,14 +38,12 @@ ROUNDS = 4  # a check that load can only break (work or delivery late): retried,
 _TABLE = private_table("uid", {"v": {"type": "integer", "bounds": [0, 10]}}, rows=4, groups=None)
 
 
-def policy(timing: str = f"{{quantum_ms: {Q}}}") -> Policy:
-    """Tables small and big; ``timing`` is the policy's ``timing:`` value (YAML)."""
-    return build_policy(
-        base={},
-        tables={"small": _TABLE, "big": _TABLE},
-        analysts={"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": 10000}}},
-        timing=yaml.safe_load(timing),
-    )
+# tables small and big; each test sets the policy's ``timing:``
+PADDED: DocArgs = {
+    "base": {},
+    "tables": {"small": _TABLE, "big": _TABLE},
+    "analysts": {"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": 10000}}},
+}
 
 
 def fill(dsn: str, big_rows: int, heavy: bool = False) -> None:
@@ -122,7 +119,10 @@ def hides_cost(small: float, big: float, raw_gap: float, q_ms: int) -> bool:
 
 def padded_pair(data: str, q_ms: int) -> tuple[float, float]:
     """Best-of-attempts elapsed times of a cheap and an expensive fresh query, quantum ``q_ms``."""
-    with server(data, policy(f"{{quantum_ms: {q_ms}}}")) as dsn, psycopg.connect(dsn) as conn:
+    with (
+        server(data, build_policy(**PADDED, timing={"quantum_ms": q_ms})) as dsn,
+        psycopg.connect(dsn) as conn,
+    ):
         timed(conn, fresh("small"))  # warm up the pool and caches
         return best(conn, "small"), best(conn, "big")
 
@@ -136,7 +136,10 @@ def test_queries_of_very_different_cost_end_at_the_same_boundary(
 
     Unpadded, and with a broken padding that waits a quantum after the work instead of up to the
     boundary (the cost shows through), the same check fails."""
-    with server(data, policy("{quantum_ms: 0}")) as dsn, psycopg.connect(dsn) as conn:
+    with (
+        server(data, build_policy(**PADDED, timing={"quantum_ms": 0})) as dsn,
+        psycopg.connect(dsn) as conn,
+    ):
         timed(conn, fresh("small"))
         raw_small, raw_big = best(conn, "small"), best(conn, "big")
     raw_gap = raw_big - raw_small
@@ -157,7 +160,10 @@ def test_queries_of_very_different_cost_end_at_the_same_boundary(
     # the cost the broken padding lets through, against the unpadded gap measured next to it
     # too (load changes between the phases: a gap measured earlier under more load could make
     # the twin's look small), the smaller of the two
-    with server(data, policy("{quantum_ms: 0}")) as dsn, psycopg.connect(dsn) as conn:
+    with (
+        server(data, build_policy(**PADDED, timing={"quantum_ms": 0})) as dsn,
+        psycopg.connect(dsn) as conn,
+    ):
         timed(conn, fresh("small"))
         gap_now = best(conn, "big") - best(conn, "small")
     assert gap_now > 0.05, gap_now  # the cost shows unpadded now too: the twin has teeth
@@ -170,7 +176,8 @@ def test_the_wait_holds_no_worker_thread(data: str) -> None:
 
     A held worker delays the other session by >= Q - 150 ms every time; a free one answers in
     milliseconds, so up to ATTEMPTS tries only absorb a scheduling stall on a loaded machine."""
-    with server(data, policy(), threads=1) as dsn, psycopg.connect(dsn) as a, \
+    pol = build_policy(**PADDED, timing={"quantum_ms": Q})
+    with server(data, pol, threads=1) as dsn, psycopg.connect(dsn) as a, \
             psycopg.connect(dsn) as b:  # fmt: skip
         timed(a, fresh("small"))
         b.execute("SELECT 1").fetchall()
@@ -191,7 +198,10 @@ def test_the_wait_holds_no_worker_thread(data: str) -> None:
 
 
 def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: str) -> None:
-    with server(data, policy()) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+    with (
+        server(data, build_policy(**PADDED, timing={"quantum_ms": Q})) as dsn,
+        psycopg.connect(dsn, autocommit=True) as conn,
+    ):
         timed(conn, fresh("small"))
         # a constant PostgreSQL refuses while planning: refused in execute (its zero-row probe;
         # SET dpsql.delta = 0.5 did this before SET checked its range)
@@ -215,9 +225,9 @@ def test_refusals_after_execution_starts_are_padded_those_before_are_not(data: s
 def test_free_repeats_are_padded_unless_configured_otherwise(
     data: str, make_db: Callable[[str], str]
 ) -> None:
-    for timing, padded_repeat in ((f"{{quantum_ms: {Q}}}", True),
-                                  (f"{{quantum_ms: {Q}, pad_repeats: false}}", False)):  # fmt: skip
-        pol = policy(timing)
+    for timing, padded_repeat in (({"quantum_ms": Q}, True),
+                                  ({"quantum_ms": Q, "pad_repeats": False}, False)):  # fmt: skip
+        pol = build_policy(**PADDED, timing=timing)
         ledger = Ledger.open(make_db("timing_ledger"), pol)
         try:
             with server(data, pol, ledger) as dsn, psycopg.connect(dsn, autocommit=True) as conn:
@@ -246,7 +256,12 @@ def test_timeout_error_is_the_same_whatever_the_data(
     fill(other, 20_000, heavy=True)
     seen = []
     for dsn_ in (data, other):
-        with server(dsn_, policy(), statement_timeout_ms=1) as dsn, psycopg.connect(dsn) as conn:
+        with (
+            server(
+                dsn_, build_policy(**PADDED, timing={"quantum_ms": Q}), statement_timeout_ms=1
+            ) as dsn,
+            psycopg.connect(dsn) as conn,
+        ):
             t0 = time.perf_counter()
             with pytest.raises(psycopg.errors.QueryCanceled) as e:
                 conn.execute("SELECT COUNT(*), SUM(v) FROM big")
@@ -262,7 +277,7 @@ def test_dpsql_query_path_pads(data: str) -> None:
     """``dpsql query``'s path (execute_padded) delivers a private answer on the first boundary and
     a public one at once; the private statement's unpadded time (engine.execute) would not be."""
     session = SessionContext(analyst="zoe")
-    engine = Engine(policy("{quantum_ms: 0}"), data, pool_size=2)
+    engine = Engine(build_policy(**PADDED, timing={"quantum_ms": 0}), data, pool_size=2)
     try:
         raw = []
         for _ in range(ATTEMPTS):
@@ -273,7 +288,7 @@ def test_dpsql_query_path_pads(data: str) -> None:
         engine.close()
     q = quantum_for(min(raw))
     assert not on_first_boundary(min(raw), q), (raw, q)  # no padding fails the check
-    engine = Engine(policy(f"{{quantum_ms: {q}}}"), data, pool_size=2)
+    engine = Engine(build_policy(**PADDED, timing={"quantum_ms": q}), data, pool_size=2)
     try:
         public = engine.prepare("SELECT 1", "zoe")
         unpadded: list[float] = []

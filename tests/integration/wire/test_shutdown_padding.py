@@ -15,24 +15,14 @@ import pytest
 
 from dpsql.budget.ledger import Ledger
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.wire.auth import make_verifier
 from dpsql.wire.server import ServerConfig
 from tests.integration.budget.ledger_support import states
 from tests.policies import build_policy, private_table
 
-
-def _policy(quantum_ms: int) -> Policy:
-    table = private_table(
-        "uid", {"v": {"type": "integer", "bounds": [0, 10]}}, rows=None, groups=None
-    )
-    return build_policy(
-        base={},
-        tables={"t": table},
-        analysts={"zoe": {"credential": make_verifier("pw"), "budget": {"epsilon": 100}}},
-        timing={"quantum_ms": quantum_ms},
-    )
+TABLE = private_table("uid", {"v": {"type": "integer", "bounds": [0, 10]}}, rows=None, groups=None)
+ZOE = {"credential": make_verifier("pw"), "budget": {"epsilon": 100}}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +38,8 @@ def data(make_db: Callable[[str], str]) -> str:
 def _server(
     dsn: str, quantum_ms: int, grace_s: float, ledger: str | None = None
 ) -> Iterator[ServerThread]:
-    pol = _policy(quantum_ms)
+    timing = {"quantum_ms": quantum_ms}
+    pol = build_policy(base={}, tables={"t": TABLE}, analysts={"zoe": ZOE}, timing=timing)
     engine = Engine(pol, dsn, pool_size=2, ledger=Ledger.open(ledger, pol) if ledger else None)
     srv = ServerThread(engine, pol, ServerConfig(port=0, shutdown_grace_s=grace_s)).start()
     try:

@@ -27,7 +27,7 @@ import pytest
 
 from dpsql.wire.auth import make_verifier
 from tests.helpers import analyst_dsn, served_engine, slow_db
-from tests.policies import PolicyMaker, demo_doc, private_table
+from tests.policies import DocArgs, PolicyMaker, build_policy, demo_doc, private_table
 
 SLOW = "SELECT SUM(x) FROM slow"
 
@@ -37,27 +37,20 @@ def dsn(make_db: Callable[[str], str]) -> str:
     return slow_db(make_db, "stop")
 
 
-@pytest.fixture(scope="module")
-def policy_file(make_policy: PolicyMaker) -> Any:
-    columns = {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}}
-    analysts = {
+SLOW_TABLE = private_table("u", {"x": {"type": "numeric", "bounds": [0, 10], "clamp": "bounds"}})
+STOP: DocArgs = {
+    "tables": {"public.slow": SLOW_TABLE, "public.slow20": SLOW_TABLE},
+    "public_tables": [],
+    "analysts": {
         "analyst": demo_doc()["analysts"]["analyst"],
         "bob": {"credential": make_verifier("bob"), "budget": {"epsilon": 100}},
-    }
-    return make_policy(
-        "stop",
-        tables={
-            "public.slow": private_table("u", columns, rows=1, groups=1),
-            "public.slow20": private_table("u", columns, rows=1, groups=1),
-        },
-        public_tables=[],
-        analysts=analysts,
-    )
+    },
+}
 
 
 @pytest.fixture(scope="module")
-def port(dsn: str, policy_file: Any) -> Iterator[int]:
-    with served_engine(policy_file.policy, dsn) as srv:
+def port(dsn: str) -> Iterator[int]:
+    with served_engine(build_policy(**STOP), dsn) as srv:
         yield srv.port
 
 
@@ -130,7 +123,7 @@ def test_cancel_backend_of_an_own_session_cancels_its_statement(port: int) -> No
         assert a.execute("SELECT 1").fetchone() == (1,)  # the session goes on
 
 
-def test_a_cancel_before_the_query_is_sent_takes_effect(dsn: str, policy_file: Any) -> None:
+def test_a_cancel_before_the_query_is_sent_takes_effect(dsn: str) -> None:
     """A cancel that reaches a statement before its upstream query is sent (Stop while the engine
     plans, waits for a pooled connection, or is between two queries: under load the test above
     cancelled there 2 times in 6) ends it with 57014 and never runs the query (was: the cancel
@@ -144,7 +137,7 @@ def test_a_cancel_before_the_query_is_sent_takes_effect(dsn: str, policy_file: A
     from dpsql.execute.backend import CancelToken
     from dpsql.session import SessionContext
 
-    engine = Engine(policy_file.policy, dsn, pool_size=1)
+    engine = Engine(build_policy(**STOP), dsn, pool_size=1)
     try:
         token = CancelToken()
         token.cancel()  # before any connection is attached
@@ -183,11 +176,11 @@ def test_another_analysts_sessions_are_not_listed_nor_signalled(port: int) -> No
 
 
 @pytest.fixture(scope="module")
-def workers(dsn: str, policy_file: Any) -> Iterator[str]:
+def workers(dsn: str, make_policy: PolicyMaker) -> Iterator[str]:
     """``dpsql serve --workers 2`` on the module's database: the analyst's DSN."""
     from tests.helpers import db_name, start_serve
 
-    proc, port = start_serve(["--policy", str(policy_file.path), "--upstream", dsn,
+    proc, port = start_serve(["--policy", str(make_policy("stop", **STOP).path), "--upstream", dsn,
                               "--workers", "2"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
     try:

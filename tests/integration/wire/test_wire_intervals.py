@@ -22,7 +22,6 @@ import pytest
 
 from dpsql.dp import mechanisms
 from dpsql.engine import Engine
-from dpsql.policy.model import Policy
 from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
 from tests.helpers import binom_min_successes
@@ -42,19 +41,15 @@ CONFIDENCE = 0.9
 RUNS = 150
 
 
-def _policy() -> Policy:
-    columns = {
-        "g": {"type": "text", "keys": ["a", "b"]},
-        "v": {"type": "numeric", "bounds": [0, 10]},
-    }
-    return build_policy(
-        base={"version": 1},
-        dataset="wi",
-        defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-        tables={"public.w": private_table("uid", columns, rows=None, groups=None)},
-        analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-        fixed_bounds=True,  # auto -> R = G = 1, clamp: bounds
-    )
+COLUMNS = {"g": {"type": "text", "keys": ["a", "b"]}, "v": {"type": "numeric", "bounds": [0, 10]}}
+POLICY = build_policy(
+    base={"version": 1},
+    dataset="wi",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={"public.w": private_table("uid", COLUMNS, rows=None, groups=None)},
+    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
+    fixed_bounds=True,  # auto -> R = G = 1, clamp: bounds
+)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +68,7 @@ def upstream(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def server(upstream: str) -> Iterator[ServerThread]:
-    policy = _policy()
+    policy = POLICY
     engine = Engine(policy, upstream, pool_size=2)
     with ServerThread(engine, policy, ServerConfig(port=0, shutdown_grace_s=2)) as srv:
         yield srv

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from tests.helpers import analyst_dsn, served_engine
-from tests.integration.engine.test_tree import load_tree_db, tree_policy
+from tests.integration.engine.test_tree import TREE_POLICY, load_tree_db
 
 REAGGREGATE = (
     "SELECT category, SUM(revenue) AS revenue, SUM(n) AS n FROM (SELECT category, region, "
@@ -38,7 +38,7 @@ INT8, FLOAT8 = 20, 701
 def port(make_demo_db: Callable[[str], str]) -> Iterator[int]:
     dsn = make_demo_db("wire_tree_iv")
     load_tree_db(dsn)
-    with served_engine(tree_policy(), dsn) as srv:
+    with served_engine(TREE_POLICY, dsn) as srv:
         yield srv.port
 
 

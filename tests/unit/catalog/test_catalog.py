@@ -13,21 +13,20 @@ from dpsql.errors import DpsqlError
 from dpsql.policy.model import Policy
 from dpsql.sql.parse import parse_statement
 from tests.fixtures.catalog.fixtures import CatalogQuery, all_catalog_queries
+from tests.policies import build_policy, private_table
 
-POLICY = Policy.model_validate(
-    {
-        "tables": {
-            "people": {
-                "privacy_unit": "id",
-                "columns": {
-                    "id": {"type": "int", "identifier": True},
-                    "age": {"type": "int", "bounds": [0, 120]},
-                    "city": {"type": "text"},
-                },
-            }
-        },
-        "public_tables": ["cities"],
-    }
+POLICY = build_policy(
+    base={},
+    tables={
+        "people": private_table(
+            "id",
+            {"age": {"type": "int", "bounds": [0, 120]}, "city": {"type": "text"}},
+            rows=None,
+            groups=None,
+            unit_type="int",
+        )
+    },
+    public_tables=["cities"],
 )
 
 # sqlglot 30.30 can't parse these (reported to the parse owner); they fail before this module.

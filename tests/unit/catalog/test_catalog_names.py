@@ -8,7 +8,8 @@ import sqlglot
 
 from dpsql.catalog.build import as_object
 from dpsql.execute.classify import classify
-from dpsql.policy.model import Analyst, Budget, Policy
+from dpsql.policy.model import Analyst, Budget
+from tests.policies import build_policy, private_table
 
 
 def _sql(text: str, type_name: str = "REGCLASS") -> str:
@@ -41,11 +42,10 @@ def test_already_safe_values_are_kept() -> None:
     assert as_object(once, "REGCLASS") is once
 
 
-POLICY = Policy.model_validate(
-    {
-        "tables": {"people": {"privacy_unit": "row", "columns": {"age": {"type": "integer"}}}},
-        "public_tables": ["cities"],
-    }
+POLICY = build_policy(
+    base={},
+    tables={"people": private_table("row", {"age": {"type": "integer"}}, rows=None, groups=None)},
+    public_tables=["cities"],
 )
 
 

@@ -10,25 +10,23 @@ import sqlglot
 from dpsql.catalog.check import check_catalog_query
 from dpsql.errors import DpsqlError
 from dpsql.execute.classify import classify
-from dpsql.policy.model import Policy
+from tests.policies import build_policy, private_table
 
-POLICY = Policy.model_validate(
-    {
-        "tables": {
-            "people": {
-                "privacy_unit": "row",
-                "columns": {
-                    "age": {"type": "integer"},
-                    "city": {"type": "text", "keys_from": "cities.name"},
-                },
-            }
-        },
-        "public_tables": ["cities"],
-        "analysts": {
-            "ann": {"budget": {"epsilon": 1}},
-            "bo": {"budget": {"epsilon": 1}, "deny": ["cities"]},
-        },
-    }
+POLICY = build_policy(
+    base={},
+    tables={
+        "people": private_table(
+            "row",
+            {"age": {"type": "integer"}, "city": {"type": "text", "keys_from": "cities.name"}},
+            rows=None,
+            groups=None,
+        )
+    },
+    public_tables=["cities"],
+    analysts={
+        "ann": {"budget": {"epsilon": 1}},
+        "bo": {"budget": {"epsilon": 1}, "deny": ["cities"]},
+    },
 )
 
 

@@ -19,7 +19,7 @@ from dpsql.sql.auto_bound_types import DECLARED, RATIO_ROWS, AutoBounds, ChosenB
 from dpsql.sql.auto_bounds import auto_items, policy_choices
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
-from tests.policies import fixed_demo_policy
+from tests.policies import build_policy, demo_doc, fixed_demo_policy
 
 
 def test_doctests() -> None:
@@ -171,34 +171,31 @@ def test_a_small_table_never_gets_a_bound_far_above_its_data() -> None:
 def test_the_grid_ceiling_is_a_policy_setting() -> None:
     """``auto_max_rows_per_unit`` / ``auto_max_groups_per_unit``: the top of auto R's and G's
     public grids (default 1,000,000 and 100,000); outside 1..those, the policy is refused."""
-    from pydantic import ValidationError
-
-    from dpsql.demo import POLICY
-    from dpsql.policy import load_policy
-    from dpsql.policy.model import Policy
+    from dpsql.errors import PolicyError
     from dpsql.policy.tables import MAX_ROWS_PER_UNIT
 
-    base = load_policy(POLICY)
+    base = build_policy()
     sql = "SELECT category, COUNT(*) FROM purchases GROUP BY category"
     a = _analysis(sql, base)
     assert auto_items(a)[0].grid[-1] == MAX_ROWS_PER_UNIT  # type: ignore[arg-type]
-    d = base.model_dump()
-    d["tables"]["public.purchases"]["auto_max_rows_per_unit"] = 20
-    d["tables"]["public.purchases"]["auto_max_groups_per_unit"] = 3
-    a = _analysis(sql, Policy.model_validate(d))
+    purchases = demo_doc()["tables"]["public.purchases"]
+    ceilings = {"auto_max_rows_per_unit": 20, "auto_max_groups_per_unit": 3}
+    set_ceilings = build_policy(add_tables={"public.purchases": {**purchases, **ceilings}})
+    a = _analysis(sql, set_ceilings)
     rows = auto_items(a)[0]  # type: ignore[arg-type]
     # COUNT(*) per group: the L1 cap over groups, on the rows grid
     assert rows.kind == "total" and rows.grid[-1] == 20 and len(rows.grid) == 9
     assert policy_choices(a)[0].value == 20  # type: ignore[arg-type]  # R = the ceiling, set
-    grouped = _analysis(
-        "SELECT amount, COUNT(*) FROM purchases GROUP BY amount", Policy.model_validate(d)
-    )
+    grouped = _analysis("SELECT amount, COUNT(*) FROM purchases GROUP BY amount", set_ceilings)
     groups = [i for i in auto_items(grouped) if i.kind == "groups"]  # type: ignore[arg-type]
     assert [float(v) for v in groups[0].grid] == [1, 2, 3]
     for bad in (0, MAX_ROWS_PER_UNIT + 1):
-        d["tables"]["public.purchases"]["auto_max_rows_per_unit"] = bad
-        with pytest.raises(ValidationError):
-            Policy.model_validate(d)
+        with pytest.raises(PolicyError, match="auto_max_rows_per_unit"):
+            build_policy(
+                add_tables={
+                    "public.purchases": {**purchases, **ceilings, "auto_max_rows_per_unit": bad}
+                }
+            )
 
 
 def test_tail_rank_follows_the_tail_and_stays_put_without_one() -> None:
