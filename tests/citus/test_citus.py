@@ -37,7 +37,6 @@ from dpsql.errors import UpstreamError
 from dpsql.execute.backend import Backend, Rows
 from dpsql.execute.private_sql import salt_of, salted
 from dpsql.policy import load_policy
-from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
 from dpsql.sql.auto_bounds import auto_items
 from dpsql.sql.rewrite.measure_bounds import measure_bounds
@@ -140,18 +139,18 @@ LOCAL_PUBLIC = "DROP TABLE IF EXISTS regions_local; CREATE TABLE regions_local A
 """``regions_local``: a public table left local to the coordinator (not a reference table)."""
 
 
-def policies() -> dict[str, Policy]:
-    """The demo policy as shipped (``auto``) and with fixed bounds, both with ``members``."""
-    auto = build_policy(
+# the demo policy as shipped (``auto``) and with fixed bounds, both with ``members``
+POLICIES = {
+    "auto": build_policy(
         add_tables={"public.members": private_table("uid", MEMBERS, rows=None, groups=None)},
         add_public_tables=["public.regions_local"],
-    )
-    fixed = build_policy(
+    ),
+    "fixed": build_policy(
         fixed_bounds=True,
         add_tables={"public.members": private_table("uid", MEMBERS, rows=1, groups=1)},
         add_public_tables=["public.regions_local"],
-    )
-    return {"auto": auto, "fixed": fixed}
+    ),
+}
 
 
 def load_members(dsn: str) -> None:
@@ -189,7 +188,7 @@ def coordinator(citus_dsn: str) -> str:
 
 @pytest.fixture(scope="module")
 def engines(citus_dsn: str) -> Iterator[dict[str, Engine]]:
-    es = {k: Engine(p, citus_dsn, pool_size=2) for k, p in policies().items()}
+    es = {k: Engine(p, citus_dsn, pool_size=2) for k, p in POLICIES.items()}
     yield es
     for e in es.values():
         e.close()
@@ -390,7 +389,7 @@ def test_a_correlated_subquery_over_a_local_table_is_refused_and_refunded(
         "SELECT COUNT(*) FROM purchases p "
         "WHERE EXISTS (SELECT 1 FROM regions_local l WHERE l.code = p.region)"
     )
-    with ledgered_engine(policies()[bounds], citus_dsn, "dpsql_citus") as engine:
+    with ledgered_engine(POLICIES[bounds], citus_dsn, "dpsql_citus") as engine:
         with pytest.raises(UpstreamError) as err:
             engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst", Fraction(1)))
         assert err.value.sqlstate == "0A000" and "reference table" in (err.value.hint or "")
