@@ -82,12 +82,12 @@ from dpsql.sql.numeric_keys import (
     num_type,
     number_literal,
     range_arith,
-    whole_quotients,
 )
-from dpsql.sql.time_keys import TimeKeys, utc_offset
+from dpsql.sql.quotient_keys import quotients
+from dpsql.sql.time_keys import TimeKeys
 from dpsql.sql.time_shift import is_shift
 from dpsql.sql.width_bucket import bucket_args, bucket_domain
-from dpsql.upstream.zone import key_texts, tzinfo_of
+from dpsql.upstream.zone import key_texts, offset_text, tzinfo_of
 
 __all__ = ["COUNT_KEYS_MAX", "Derived", "TooMany", "bounded_keys", "date_trunc_domain",
            "derived_domain"]  # fmt: skip
@@ -233,7 +233,7 @@ class _Deriver(TimeKeys):
             return v.isoformat(sep=" ")
         if d.kind == "tstz":  # (derived_domain prints these: dpsql.upstream.zone.key_texts)
             assert isinstance(v, datetime)
-            return v.isoformat(sep=" ") + utc_offset(v.replace(tzinfo=self.zone).utcoffset())
+            return v.isoformat(sep=" ") + offset_text(v.replace(tzinfo=self.zone).utcoffset())
         if d.kind == "num":
             assert isinstance(v, Fraction)
             q = Decimal(v.numerator) / Decimal(v.denominator)
@@ -385,10 +385,10 @@ class _Deriver(TimeKeys):
             inner = inner.this
         if isinstance(inner, exp.Div) and isinstance(node, (exp.Floor, exp.Ceil)):
             lit = number_literal(inner.expression)
-            keys = self.derive(inner.this) if lit is not None and lit[2] == "int" else None
-            if isinstance(keys, Domain) and num_type(inner, self.column) == "numeric":
-                assert lit is not None
-                return whole_quotients(node, keys, lit[0])
+            if lit is not None and num_type(inner, self.column) == "numeric":
+                got_q = quotients(node, self.derive(inner.this), lit[0], lit[1])
+                if got_q is not None:
+                    return got_q
         got = self.derive(node.this)
         step = Fraction(10) ** -n
         if isinstance(got, Domain) and got.kind == "int":

@@ -51,12 +51,15 @@ class Span:
 
 @dataclass(frozen=True)
 class NumRange:
-    """A bounded numeric column's range (``floating``: it may be a double precision column)."""
+    """A bounded numeric column's range (``floating``: it may be a double precision column);
+    ``scale``: every value has at most that many decimals (a timestamp's epoch seconds: 6,
+    :func:`dpsql.sql.zone_bounds.epoch_range`, the one range that sets it), None: not known."""
 
     lo: Fraction
     hi: Fraction
     floating: bool
     name: str
+    scale: int | None = None
 
 
 Got = Domain | Span | NumRange | None

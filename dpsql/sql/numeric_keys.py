@@ -24,6 +24,7 @@ bins and are left out upstream, as for ``ROUND(cost, -3)`` (the key domain's fil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -45,11 +46,37 @@ def number_literal(node: exp.Expr) -> tuple[Fraction, int, NumType] | None:
     """A number literal's value, scale (digits after the point) and type (``1``: int,
     ``500.0``: numeric of scale 1); None for anything else."""
     got = literal_text(node)
-    if got is None or got[0] != "number" or got[1] is None:
+    if got is None:
+        return _exponent_literal(node)
+    if got[0] != "number" or got[1] is None:
         return None
     text = got[1]
     scale = len(text.split(".")[1]) if "." in text else 0
     return Fraction(Decimal(text)), scale, "numeric" if "." in text else "int"
+
+
+_EXPONENT = re.compile(r"(\d+(?:\.(\d*))?|\.(\d+))[eE]([+-]?\d{1,3})")
+
+
+def _exponent_literal(node: exp.Expr) -> tuple[Fraction, int, NumType] | None:
+    """A literal with an exponent (Grafana prints an interval of 30 days as ``2.592e+06``):
+    ``numeric``, of PostgreSQL's scale (the mantissa's decimals less the exponent, at least 0).
+
+    >>> _exponent_literal(exp.Literal.number("2.592e+06"))
+    (Fraction(2592000, 1), 0, 'numeric')
+    >>> _exponent_literal(exp.Neg(this=exp.Literal.number("1.5e-3")))
+    (Fraction(-3, 2000), 4, 'numeric')
+    """
+    neg = isinstance(node, exp.Neg)
+    lit = node.this if neg else node
+    if not isinstance(lit, exp.Literal) or lit.is_string:
+        return None
+    m = _EXPONENT.fullmatch(str(lit.this))
+    if m is None:
+        return None
+    decimals = len(m.group(2) or m.group(3) or "")
+    value = Fraction(Decimal(str(lit.this)))
+    return (-value if neg else value), max(0, decimals - int(m.group(4))), "numeric"
 
 
 def num_type(node: exp.Expr, column: Callable[[exp.Column], Column | None]) -> NumType | None:
@@ -128,26 +155,6 @@ def _exact(q: Fraction) -> bool:
         ctx.prec = 60
         value = Decimal(q.numerator) / Decimal(q.denominator)
     return len(value.normalize().as_tuple().digits) <= MAX_DIGITS
-
-
-MAX_DIVISOR = 10**8
-
-
-def whole_quotients(node: exp.Floor | exp.Ceil, d: Domain, divisor: Fraction) -> Domain | None:
-    """``floor(k / n)`` / ``ceil(k / n)`` of whole-number keys ``d`` over a whole-number literal
-    ``n`` (1 <= n <= :data:`MAX_DIVISOR`, ``numeric`` division: Grafana's
-    ``floor(extract(epoch from d)/86400)*86400``). PostgreSQL rounds the quotient to its
-    result scale (at least 8 decimals for a dividend under 10^12), and a quotient of two whole
-    numbers is at least 1/n away from the next whole number unless it is one, so the rounding
-    never moves it across one: ``floor`` of the rounded quotient is ``floor`` of the exact one."""
-    if d.kind != "int" or divisor.denominator != 1 or not 1 <= divisor <= MAX_DIVISOR:
-        return None
-    ks = [int(v) for v in d.values]  # type: ignore[call-overload]
-    if any(abs(k) >= 10**12 for k in ks):
-        return None
-    n = int(divisor)
-    up = isinstance(node, exp.Ceil)
-    return Domain("int", sorted_values({-(-k // n) if up else k // n for k in ks}), d.null)
 
 
 def domain_arith(op: type[exp.Expr], d: Domain, c: Fraction, scale: int) -> Domain | None:

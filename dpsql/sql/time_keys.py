@@ -20,6 +20,7 @@ from dpsql.sql.key_values import (
     Domain,
     Got,
     Kind,
+    NumRange,
     Span,
     TooMany,
     as_datetime,
@@ -31,7 +32,7 @@ from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.temporal import int_literal
 from dpsql.sql.time_shift import by_whole_days
 from dpsql.sql.to_char import pg_format, render, to_char_pattern
-from dpsql.sql.zone_bounds import read_point
+from dpsql.sql.zone_bounds import epoch_range, read_point
 from dpsql.upstream.zone import instants
 
 _EPOCH = datetime(1970, 1, 1)
@@ -262,7 +263,7 @@ class TimeKeys:
             return [(delta[0] * k, delta[1] * k) for k in ks]
         return None
 
-    def _extract(self, node: exp.Extract) -> Domain | None:
+    def _extract(self, node: exp.Extract) -> Domain | NumRange | None:
         field = str(node.this.this if isinstance(node.this, exp.Var) else node.this.name).lower()
         got = self.derive(node.expression)
         if field == "epoch":
@@ -290,11 +291,13 @@ class TimeKeys:
                 for d in _dates(got.lo.date(), ndays)}  # fmt: skip
         return Domain("int", sorted_values(seen))
 
-    def _epoch(self, got: Got) -> Domain | None:
+    def _epoch(self, got: Got) -> Domain | NumRange | None:
         """``EXTRACT(epoch FROM d)`` of a date: its midnight's seconds since 1970-01-01, a whole
         number in any zone (Grafana's ``$__timeEpoch(d)``, inside ``$__timeGroup(d, '1d')``);
         of a timestamp(tz) key (``date_trunc('day', d)``) its seconds to the microsecond, a
-        timestamptz's of each instant its wall clock is (:func:`dpsql.upstream.zone.instants`)."""
+        timestamptz's of each instant its wall clock is (:func:`dpsql.upstream.zone.instants`);
+        of a timestamp(tz) column its range (:func:`~dpsql.sql.zone_bounds.epoch_range`: Grafana's
+        ``$__timeGroup(ts, '5m')``, :mod:`dpsql.sql.quotient_keys`)."""
         if isinstance(got, Domain) and got.kind in ("ts", "tstz"):
             walls = [as_datetime(v) for v in got.values]
             if got.kind == "tstz":
@@ -303,7 +306,9 @@ class TimeKeys:
                 walls = [t for v in walls for t in instants(v, self.zone)]
             us = {Fraction((t - _EPOCH) // timedelta(microseconds=1), 10**6) for t in walls}
             return Domain("num", sorted_values(us), got.null, 6)
-        if isinstance(got, Span) and got.kind == "date":
+        if isinstance(got, Span) and got.kind != "date":  # its range, to the microsecond
+            return epoch_range(got, self.zone)
+        if isinstance(got, Span):
             n = (got.hi.date() - got.lo.date()).days + 1
             if n > MAX_DAYS:
                 return None
@@ -355,15 +360,6 @@ class TimeKeys:
             if len(out) > MAX_KEYS:
                 raise TooMany(f"they are more than {MAX_KEYS:,}, the limit")
         return Domain("text", tuple(out), null)
-
-
-def utc_offset(off: timedelta | None) -> str:
-    """A UTC offset as PostgreSQL prints it: +00, -05, +05:30, +00:19:32."""
-    secs = int((off or timedelta()).total_seconds())
-    sign = "-" if secs < 0 else "+"
-    h, rest = divmod(abs(secs), 3600)
-    m, s = divmod(rest, 60)
-    return f"{sign}{h:02d}" + (f":{m:02d}" if m or s else "") + (f":{s:02d}" if s else "")
 
 
 def _dates(first: date, n: int) -> Iterable[date]:

@@ -42,15 +42,18 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from fractions import Fraction
 
 from sqlglot import exp
 
 from dpsql.sql.constants import as_point, constant, parse_timestamp
+from dpsql.sql.key_values import NumRange, Span
 
 # a timestamp with a UTC offset: its date and time as parse_timestamp reads them, then Z or
 # +-HH[[:]MM[[:]SS]]
 _OFFSET = re.compile(r"(.*\d)\s*(?:([zZ])|([+-])(\d{1,2})(?::?(\d{2}))?(?::?(\d{2}))?)\s*$")
 _DAY = timedelta(days=1)
+_EPOCH = datetime(1970, 1, 1)
 
 
 def parse_instant(text: str) -> datetime | None:
@@ -124,3 +127,37 @@ def _string(value: exp.Expr) -> tuple[str, str | None] | None:
     if isinstance(value, exp.Literal) and value.is_string:
         return str(value.this), cast
     return None
+
+
+def epoch_range(span: Span, zone: tzinfo | None) -> NumRange | None:
+    """``extract(epoch from x)`` over a ``timestamp`` or ``timestamptz`` span: the seconds since
+    1970-01-01 of its ends, to the microsecond (``numeric`` of scale 6). A timestamp's wall clock
+    is read in no zone (PostgreSQL's epoch of a timestamp is nominal); a timestamptz's ends are
+    the instants they are in ``zone``, outward: the earlier reading of the low end and the later
+    of the high end where the clock turns back over them, either side of a gap it skips. None
+    for a zone Python can't read.
+
+    >>> from zoneinfo import ZoneInfo
+    >>> s = Span("tstz", datetime(2020, 3, 8, 2, 30), datetime(2020, 11, 1, 1, 30), "tz")
+    >>> r = epoch_range(s, ZoneInfo("America/New_York"))
+    >>> datetime.fromtimestamp(float(r.lo), UTC), datetime.fromtimestamp(float(r.hi), UTC)
+    (datetime.datetime(2020, 3, 8, 6, 30, tzinfo=datetime.timezone.utc), \
+datetime.datetime(2020, 11, 1, 6, 30, tzinfo=datetime.timezone.utc))
+    >>> epoch_range(Span("ts", datetime(2020, 3, 1), datetime(2020, 3, 1, 6), "ts"), None).lo
+    Fraction(1583020800, 1)
+    """
+    lo, hi = span.lo, span.hi
+    if span.kind == "tstz":
+        if zone is None:
+            return None
+        lo = min(_instant(lo, zone, fold) for fold in (0, 1))
+        hi = max(_instant(hi, zone, fold) for fold in (0, 1))
+
+    def seconds(t: datetime) -> Fraction:
+        return Fraction((t - _EPOCH) // timedelta(microseconds=1), 10**6)
+
+    return NumRange(seconds(lo), seconds(hi), False, span.name, scale=6)
+
+
+def _instant(wall: datetime, zone: tzinfo, fold: int) -> datetime:
+    return wall.replace(tzinfo=zone, fold=fold).astimezone(UTC).replace(tzinfo=None)

@@ -91,13 +91,13 @@ def tzinfo_of(zone: str) -> tzinfo | None:
     return timezone(west if sign == "-" else -west)  # POSIX offsets count west of UTC
 
 
-def offset_text(off: timedelta) -> str:
+def offset_text(off: timedelta | None) -> str:
     """A UTC offset as PostgreSQL prints it after a timestamptz: ``+00``, ``-05``, ``+05:30``.
 
     >>> [offset_text(timedelta(hours=h)) for h in (0, -5, 5.5)]
     ['+00', '-05', '+05:30']
     """
-    secs = int(off.total_seconds())
+    secs = int((off or timedelta()).total_seconds())
     sign = "-" if secs < 0 else "+"
     h, rest = divmod(abs(secs), 3600)
     m, s = divmod(rest, 60)

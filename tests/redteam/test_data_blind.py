@@ -132,6 +132,11 @@ STATEMENTS = [
     "GROUP BY region) w WHERE r <= 1",
     "SELECT * FROM (SELECT region, k, COUNT(*) AS n, row_number() OVER (PARTITION BY region "
     "ORDER BY COUNT(*) DESC) AS r FROM t GROUP BY region, k) w WHERE r <= 1",
+    # Grafana's $__timeGroupAlias(c, '1h') under $__timeFilter and (ts, '1d') over the bounds
+    # (bi28): buckets of the range, the added person's late-evening hour among them
+    'SELECT floor(extract(epoch from tz)/3600)*3600 AS "time", count(*) AS "value" FROM t WHERE '
+    "tz BETWEEN '2025-06-01T20:00:00Z' AND '2025-06-02T03:59:59.999Z' GROUP BY 1 ORDER BY 1",
+    'SELECT floor(extract(epoch from ts)/86400)*86400 AS "time", SUM(x) FROM t GROUP BY 1',
 ]
 _STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC|release \d+")
 
