@@ -35,8 +35,12 @@ def qualified_call(node: exp.Func) -> exp.Expr:
 
 
 def replace_call(node: exp.Func, new: exp.Expr) -> None:
-    """Replace a function call, with its ``pg_catalog.`` qualifier if it has one."""
-    qualified_call(node).replace(new)
+    """Replace a function call, with its ``pg_catalog.`` qualifier if it has one (in FROM, the
+    qualifier is the source's schema: ``pg_catalog.CAST(...)`` would not parse)."""
+    call = qualified_call(node)
+    if isinstance(call.parent, exp.Table):
+        call.parent.set("db", None)
+    call.replace(new)
 
 
 @lru_cache(maxsize=16)

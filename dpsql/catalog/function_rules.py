@@ -82,6 +82,27 @@ BLANKED_FUNCTIONS: dict[str, str] = {
     "pg_tablespace_location": "TEXT",
 }
 BLANKED_PREFIXES = ("pg_stat_get_",)
+# Their result types where not BIGINT (PostgreSQL 15's pg_proc), so a NULL is typed as theirs
+_STAT_TYPES = {
+    "DOUBLE PRECISION": "checkpoint_sync_time checkpoint_write_time db_active_time "
+    "db_blk_read_time db_blk_write_time db_idle_in_transaction_time db_session_time "
+    "function_self_time function_total_time xact_function_self_time xact_function_total_time",
+    "INET": "backend_client_addr",
+    "INTEGER": "backend_client_port backend_pid db_numbackends",
+    "OID": "backend_dbid backend_userid",
+    "TEXT": "backend_activity backend_wait_event backend_wait_event_type",
+    "TIMESTAMPTZ": "backend_activity_start backend_start backend_xact_start "
+    "bgwriter_stat_reset_time db_checksum_last_failure db_stat_reset_time last_analyze_time "
+    "last_autoanalyze_time last_autovacuum_time last_vacuum_time snapshot_timestamp",
+}
+BLANKED_TYPES = {f"pg_stat_get_{n}": t for t, names in _STAT_TYPES.items() for n in names.split()}
+# pg_stat_get_* functions that return records or sets of them (rows of the server's activity
+# and statistics): no NULL stands for their rows and columns, so they are refused
+STAT_RECORDS = frozenset(
+    f"pg_stat_get_{n}"
+    for n in "activity archiver backend_idset progress_info recovery_prefetch replication_slot "
+    "slru subscription subscription_stats wal wal_receiver wal_senders".split()
+)
 
 # Refused with a specific hint: server file locations, and object descriptions by class and id
 # (read the filtered catalogs instead).

@@ -123,10 +123,24 @@ def check_function(node: exp.Func) -> None:
             )
         return
     name = node.name.lower()
-    if name in function_rules.BLANKED_FUNCTIONS or name.startswith(function_rules.BLANKED_PREFIXES):
-        replace_call(
-            node, cast_to(exp.null(), function_rules.BLANKED_FUNCTIONS.get(name, "BIGINT"))
+    if name in function_rules.STAT_RECORDS:
+        hint = "the pg_stat_* views read as empty and pg_stat_get_* counters as NULL"
+        if name == "pg_stat_get_activity":
+            hint = f"SELECT * FROM pg_stat_activity lists your own sessions on this server; {hint}"
+        raise UnsupportedSql(
+            f"function {name}() is not available through dpsql: it returns rows of the "
+            "server's activity and statistics, which dpsql does not show",
+            hint=hint,
         )
+    if name in function_rules.BLANKED_FUNCTIONS or name.startswith(function_rules.BLANKED_PREFIXES):
+        t = function_rules.BLANKED_FUNCTIONS.get(name) or function_rules.BLANKED_TYPES.get(name)
+        null: exp.Expr = cast_to(exp.null(), t or "BIGINT")
+        call = qualified_call(node)  # PostgreSQL names its column after the function
+        if isinstance(call.parent, exp.Select) and call.arg_key == "expressions":
+            null = exp.alias_(null, name, quoted=True)
+        elif isinstance(call.parent, exp.Table) and not call.parent.args.get("alias"):
+            call.parent.set("alias", exp.TableAlias(this=exp.to_identifier(name, quoted=True)))
+        replace_call(node, null)
     elif name == "set_config":
         _emulate_set_config(node)
     elif name == "current_setting":

@@ -35,7 +35,7 @@ from dpsql.errors import (
 )
 from dpsql.policy.model import Policy, qualify_name
 from dpsql.policy.tables import Column, PrivateTable
-from dpsql.sql.wording import plain_sql
+from dpsql.sql.wording import plain_sql, spelled_sql
 
 PUBLIC_COLUMN = Column(type="text")  # a column of a public table: no bounds, not an identifier
 
@@ -57,7 +57,12 @@ def table_name(t: exp.Table) -> str:
 def source_of(t: exp.Expr, policy: Policy) -> Source:
     if isinstance(t, exp.Subquery) and isinstance(t.this, exp.Select):
         raise _unmerged(t)
-    if not isinstance(t, exp.Table) or t.args.get("sample") or isinstance(t.this, exp.Func):
+    if (
+        not isinstance(t, exp.Table)
+        or t.args.get("sample")
+        or t.args.get("rows_from")  # ROWS FROM (f(...), ...): no name of its own
+        or isinstance(t.this, exp.Func)
+    ):
         raise UnsupportedSql(
             "only plain tables (and subqueries that filter them) are supported in FROM of a "
             "private query",
@@ -124,6 +129,47 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
     )
 
 
+def _no_entry(node: exp.Column) -> Exception:
+    """``t.c`` of no table of this query: PostgreSQL's 42P01 (a correlated private subquery is
+    refused before, with its own words: :func:`refuse_correlated`)."""
+    return UndefinedTable(f'missing FROM-clause entry for table "{node.table}"')
+
+
+def refuse_correlated(s: exp.Select, policy: Policy) -> None:
+    """Refuse a private block ``s`` that reads a column of a query around it (``SELECT r.code,
+    (SELECT COUNT(*) FROM purchases p WHERE p.region = r.code) FROM regions r``, or such a
+    subquery inside a LATERAL function's arguments): dpsql computes each private aggregate once
+    for the statement, never once per outer row (its leaf would name a table it does not read:
+    was 42703 'missing FROM-clause entry').
+
+    Raises:
+        UnsupportedSql: 0A000, with the grouped join to write instead.
+    """
+    own = {t.alias_or_name for t in s.find_all(exp.Table)}
+    own |= {q.alias for q in s.find_all(exp.Subquery) if q.alias}
+    around: set[str] = set()
+    outer = s.find_ancestor(exp.Select)
+    while outer is not None:
+        refs = [outer.args.get("from_"), *(outer.args.get("joins") or [])]
+        around |= {  # (a private outer query's correlation has its own words: analyze)
+            r.this.alias_or_name
+            for r in refs
+            if r is not None
+            and not (isinstance(r.this, exp.Table) and policy.private_table(table_name(r.this)))
+        }
+        outer = outer.find_ancestor(exp.Select)
+    for c in s.find_all(exp.Column):
+        if c.table and c.table not in own and c.table in around:
+            raise UnsupportedSql(
+                f"the subquery {spelled_sql(s)} reads {c.table}.{c.name} of the query around it "
+                "(a correlated subquery): dpsql computes a private aggregate once for the "
+                "statement, not once for each of the outer query's rows",
+                hint="group the private table by that column and join the result, e.g. SELECT "
+                "r.code, c.n FROM regions r LEFT JOIN (SELECT region, COUNT(*) AS n FROM "
+                "purchases GROUP BY region) c ON c.region = r.code",
+            )
+
+
 class Ctx:
     """Resolves and qualifies the column references of a (possibly joined) private query."""
 
@@ -150,7 +196,7 @@ class Ctx:
             for s in self.sources:
                 if node.table in (s.alias, s.table.split(".")[1]):
                     return s
-            raise UndefinedColumn(f'missing FROM-clause entry for table "{node.table}"')
+            raise _no_entry(node)
         owners = [s for s in self.sources if s.private and node.name in s.private.columns]
         public = [s for s in self.sources if s.private is None]
         if len(owners) == 1:

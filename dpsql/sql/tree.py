@@ -45,6 +45,7 @@ from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.per_unit import lift_units, with_units
 from dpsql.sql.per_unit_source import UNIT_PREFIX, UnitSource
 from dpsql.sql.refusal_text import answer_in_expression
+from dpsql.sql.sources import refuse_correlated
 from dpsql.sql.tables import cte_body, referenced_tables
 from dpsql.sql.wording import spelled_sql, user_sql
 
@@ -126,6 +127,7 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
         if not leaves and not units and any(s is post for s in found):
             return None  # the statement is one flat block: the flat analysis's refusal stands
         for s in found:
+            refuse_correlated(s, policy)
             _refuse_listed_keys_in_set_operation(s, policy, analyze)
             link = series_limit(s, leaves, policy) if _reads_leaf(s) else None
             links.append(link)

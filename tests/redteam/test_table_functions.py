@@ -79,6 +79,14 @@ PRIVATE = [
     ("SELECT * FROM ROWS FROM (leak()) AS r(e)", "42883"),
     ("SELECT * FROM generate_series(1, 2), LATERAL public.leak() l", "42501"),
     ("SELECT leak_n(3) FROM regions", "42883"),
+    # bi28 (const27's findings): ROWS FROM beside a private table was 42P01 'relation "" does
+    # not exist'; a private aggregate correlated with a LATERAL function's outer row 42703
+    ("SELECT 1 FROM purchases CROSS JOIN ROWS FROM (generate_series(1, 2)) r", "0A000"),
+    (
+        "SELECT r.code, g FROM regions r CROSS JOIN LATERAL generate_series(1, "
+        "(SELECT COUNT(*) FROM purchases p WHERE p.region = r.code)) g",
+        "0A000",
+    ),  # fmt: skip
 ]
 
 
@@ -151,3 +159,72 @@ def test_a_table_function_reading_private_rows_is_refused(
         engine.backend.run = run  # type: ignore[method-assign]
     assert e.value.sqlstate == state, e.value
     assert not any("purchases" in q and "pg_catalog" not in q for q in ran), ran
+
+
+# bi28: refusals (and answers) in PostgreSQL's terms where the words were wrong (const27's findings)
+WORDS = [
+    # a set-returning statistics function: was the catalog rewrite's NULL::bigint in FROM (one
+    # row, one column; 42601 with pg_catalog.), PostgreSQL returns the server's activity
+    (
+        "SELECT * FROM pg_stat_get_activity(NULL) a",
+        "0A000",
+        "function pg_stat_get_activity() is not available through dpsql",
+        "SELECT * FROM pg_stat_activity lists your own sessions",
+    ),
+    (
+        "SELECT * FROM pg_catalog.pg_stat_get_wal_senders()",
+        "0A000",
+        "rows of the server's activity and statistics",
+        "pg_stat_* views read as empty",
+    ),
+    (
+        "SELECT r.code, (SELECT COUNT(*) FROM purchases p WHERE p.region = r.code) FROM regions r",
+        "0A000",
+        "reads r.code of the query around it (a correlated subquery)",
+        "LEFT JOIN (SELECT region, COUNT(*) AS n FROM purchases GROUP BY region) c",
+    ),
+    (
+        "SELECT 1 FROM purchases CROSS JOIN ROWS FROM (generate_series(1, 2)) r",
+        "0A000",
+        "only plain tables (and subqueries that filter them) are supported in FROM",
+        "query the private table directly",
+    ),
+    (
+        "SELECT COUNT(*) FROM purchases p WHERE x.region = 'N'",
+        "42P01",
+        'missing FROM-clause entry for table "x"',
+        "",
+    ),  # fmt: skip
+]
+
+
+@pytest.mark.parametrize(("sql", "state", "words", "hint"), WORDS)
+def test_refusals_say_what_postgresql_and_the_user_need(
+    engine: Engine, sql: str, state: str, words: str, hint: str
+) -> None:
+    with pytest.raises(DpsqlError) as e:
+        engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
+    assert e.value.sqlstate == state and words in str(e.value), e.value
+    assert hint in (e.value.hint or ""), e.value.hint
+
+
+def test_a_blanked_statistics_function_in_from_is_postgresqls_shape(engine: Engine) -> None:
+    """A scalar size or counter function blanked to NULL keeps PostgreSQL's column name and type
+    in FROM and in the select list (pg_catalog.f(...) in FROM was 42601: the rewrite wrote
+    pg_catalog.CAST(NULL AS BIGINT))."""
+    for sql, names in [
+        ("SELECT x.* FROM pg_catalog.pg_relation_size('regions') x", ["x"]),
+        ("SELECT * FROM pg_catalog.pg_stat_get_backend_pid(1)", ["pg_stat_get_backend_pid"]),
+        ("SELECT pg_stat_get_backend_activity(1), pg_catalog.pg_table_size('regions')",
+         ["pg_stat_get_backend_activity", "pg_table_size"]),
+    ]:  # fmt: skip
+        prepared = engine.prepare(sql, "analyst")
+        r = engine.execute(prepared, SessionContext("analyst"))
+        assert [c.name for c in r.columns] == names and [tuple(x) for x in r.rows] == [
+            (None,) * len(names)
+        ], sql
+    r = engine.execute(
+        engine.prepare("SELECT pg_stat_get_backend_activity(1) AS a", "analyst"),
+        SessionContext("analyst"),
+    )
+    assert r.columns[0].type_oid == 25  # text, PostgreSQL's type (was bigint)
