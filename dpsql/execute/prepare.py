@@ -95,8 +95,11 @@ def prepare_parsed(
         if analysis is not None:
             # a key table's values are public: read now, they narrow G (group_keys.py)
             analysis = inline_key_tables(engine, analysis, text, tree, scope)
+            # (the parse's rendering of this very tree, where it is the parse's: not written
+            # again)
+            written = st.written if tree is st.tree else None
             return PrivateQuery(
-                text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope,
+                text=text, statement=st, fingerprint=fingerprint(tree, text, written), scope=scope,
                 tree=tree, analysis=analysis, param_count=param_count(tree),
             )  # fmt: skip
         qkind = "public"

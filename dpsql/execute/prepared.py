@@ -213,7 +213,9 @@ immutable and cacheable; :meth:`dpsql.engine.Engine.prepare` returns it, every l
 (describe, execute, EXPLAIN) reads it and dispatches on its class."""
 
 
-def fingerprint(tree: exp.Expr | None, text: str) -> str:
-    """A short stable id of a statement's shape (literals kept; used in logs and the ledger)."""
-    body = tree.sql(POSTGRES) if tree is not None else text
+def fingerprint(tree: exp.Expr | None, text: str, written: str | None = None) -> str:
+    """A short stable id of a statement's shape (literals kept; used in logs and the ledger):
+    of ``tree`` as dpsql writes it (``written`` where the caller has it already: the parse's
+    :attr:`~dpsql.sql.parse.ParsedQuery.written` of this very tree), else of ``text``."""
+    body = written if written is not None else tree.sql(POSTGRES) if tree is not None else text
     return hashlib.sha256(body.encode()).hexdigest()[:16]

@@ -270,11 +270,15 @@ def _token_start(text: str, tok: Token) -> int:
 @dataclass(frozen=True)
 class ParsedQuery:
     """A query (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``): its text (array types and
-    ``U&""`` identifiers spelled out), first word and sqlglot tree."""
+    ``U&""`` identifiers spelled out), first word and sqlglot tree; ``written``: that tree as
+    dpsql writes it (``tree.sql(POSTGRES)``), where the constants check rendered it (a text
+    not agreed before), else None. A prepared statement's fingerprint reuses it rather than
+    rendering the same tree again (:func:`dpsql.execute.prepared.fingerprint`)."""
 
     text: str
     first_word: str
     tree: exp.Expr
+    written: str | None = None
 
 
 @dataclass(frozen=True)
@@ -411,8 +415,8 @@ def parse_statement(text: str) -> ParsedStatement:
     tree = mark_calls(tree, text, tokens if text is spelled_from else None)
     tree = mark_formats(tree, text, tokens if text is spelled_from else None)
     tree = faithful_calls(spell_functions(tree, text))
-    check_same_constants(text, pg, tree)  # (pg None: this text passed both checks before)
-    return ParsedQuery(text, word, tree)
+    written = check_same_constants(text, pg, tree)  # (None: this text passed both before)
+    return ParsedQuery(text, word, tree, written)
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

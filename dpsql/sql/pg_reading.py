@@ -219,18 +219,19 @@ def _listed(facts: list[Fact]) -> str:
     return shown + (f" and {len(facts) - 3} more" if len(facts) > 3 else "") if facts else "none"
 
 
-def check_same_constants(text: str, pg: PgReading | None, tree: exp.Expr) -> None:
+def check_same_constants(text: str, pg: PgReading | None, tree: exp.Expr) -> str | None:
     """Refuse ``text`` unless the SQL dpsql writes from ``tree`` (its final parse of the text:
     every statement dpsql sends is built from it) holds every constant PostgreSQL reads in
     ``text`` (``pg``), as dpsql.sql.pg_constants compares them; then remember ``text`` as
-    agreed (with :func:`check_same_reading`'s checks). Nothing to do where ``pg`` is None (the
-    text agreed before).
+    agreed (with :func:`check_same_reading`'s checks). Returns that SQL (``tree`` as dpsql
+    writes it: :attr:`dpsql.sql.parse.ParsedQuery.written`); nothing to do, None, where ``pg``
+    is None (the text agreed before).
 
     Raises:
         FeatureNotSupported: a constant would reach PostgreSQL otherwise than written (0A000).
     """
     if pg is None:
-        return
+        return None
     sent = tree.sql(POSTGRES)
     try:
         theirs = constants(json.loads(pg_parser.parse_sql_json(sent)).get("stmts", []))
@@ -248,7 +249,8 @@ def check_same_constants(text: str, pg: PgReading | None, tree: exp.Expr) -> Non
             hint=hint_for(only_mine + only_sent),
         )
     if not kept_text(text):
-        return
+        return sent
     if len(_AGREED) >= _AGREED_MAX:
         _AGREED.clear()
     _AGREED[text] = None
+    return sent

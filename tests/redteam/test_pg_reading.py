@@ -196,3 +196,28 @@ def test_the_leak_is_refused_by_the_engine_without_the_dollar_quote_check(
     with pytest.raises(DpsqlError) as e:
         engine.prepare(LEAK)
     assert e.value.sqlstate == "0A000" and e.value.hint
+
+
+def test_a_private_statements_fingerprint_is_of_its_tree_as_written(engine: Engine) -> None:
+    """The constants check renders the parse tree (ParsedQuery.written) and a private statement's
+    fingerprint reuses that text instead of rendering the same tree again: it must be the
+    rendering of the prepared tree itself, as before; a text agreed before renders nothing at
+    parse (written None) and its fingerprint is rendered from the tree, the same."""
+    import hashlib
+
+    from dpsql.execute.prepared import PrivateQuery
+    from dpsql.sql.nodes import POSTGRES
+
+    for text in (
+        "SELECT category, COUNT(*), AVG(amount) FROM purchases WHERE amount < 97531 "
+        "GROUP BY category",
+        "SELECT COUNT(*) FROM purchases WHERE category = E'books' AND quantity > 2",
+    ):
+        st = parse_statement(text)
+        assert isinstance(st, ParsedQuery) and st.written == st.tree.sql(POSTGRES)
+        first = engine.prepare(text)
+        again = parse_statement(text)  # agreed before: nothing rendered
+        assert isinstance(again, ParsedQuery) and again.written is None
+        assert isinstance(first, PrivateQuery)
+        body = first.tree.sql(POSTGRES)
+        assert first.fingerprint == hashlib.sha256(body.encode()).hexdigest()[:16]
