@@ -79,7 +79,7 @@ def _value_args(a: Analysis) -> dict[str, exp.Expr]:
     args: dict[str, exp.Expr] = {}
     for m in a.measures:
         if m.arg is not None and (m.kind == "quantile" or (ranked and m.kind in ROW_VALUE_KINDS)):
-            args.setdefault(m.arg.sql(POSTGRES), m.arg)
+            args.setdefault(m.arg_sql, m.arg)
     return args
 
 

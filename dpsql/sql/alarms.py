@@ -24,7 +24,6 @@ from dpsql.sql.bias import (
     declared_columns,
     unranked,
 )
-from dpsql.sql.nodes import POSTGRES
 
 ALARM_SHARE = BIAS_SHARE * (1 - DROPPED_SHARE) * OUTSIDE_SHARE  # 1/80: a SUM's outside count's
 
@@ -129,7 +128,7 @@ def quantile_alarms(a: Analysis) -> tuple[tuple[int, tuple[str, ...], tuple[str,
     for i, m in enumerate(a.measures):
         if m.kind != "quantile" or m.arg is None:
             continue
-        shape = (m.arg.sql(POSTGRES), str(m.lo), str(m.hi), str(m.grid_hi), str(m.buckets))
+        shape = (m.arg_sql, str(m.lo), str(m.hi), str(m.grid_hi), str(m.buckets))
         if shape in out:
             j, cols, also = out[shape]
             out[shape] = (j, cols, (*also, m.key))
@@ -153,7 +152,7 @@ def _same_values(a: Analysis, j: int) -> tuple[str, ...]:
         for m in a.measures
         if m.kind in ("sum", "sum_centered", "sum_sq_centered")
         and m.arg is not None
-        and m.arg.sql(POSTGRES) == q.arg.sql(POSTGRES)
+        and m.arg_sql == q.arg_sql
         and (m.lo, m.hi) == (q.lo, q.hi)
     )
 

@@ -66,10 +66,16 @@ class Measure:
     total: Fraction | None = None
 
     @cached_property
+    def arg_sql(self) -> str:
+        """The argument as dpsql writes it (``arg.sql(POSTGRES)``; "" for none), written once: a
+        frozen measure's argument is never edited in place (:func:`dataclasses.replace` makes
+        a new measure), and a statement's steps ask for it at every execution."""
+        return self.arg.sql(POSTGRES) if self.arg is not None else ""
+
+    @cached_property
     def key(self) -> str:
-        """The measure's identity (computed once: a frozen measure's argument is never edited
-        in place, :func:`dataclasses.replace` makes a new measure)."""
-        return self._text(self.arg.sql(POSTGRES) if self.arg is not None else "")
+        """The measure's identity (computed once, as :attr:`arg_sql`)."""
+        return self._text(self.arg_sql)
 
     @property
     def shown(self) -> str:

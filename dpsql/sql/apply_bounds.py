@@ -20,7 +20,6 @@ from dpsql.sql.auto_bounds import (
     declared_choices,
     total_column,
 )
-from dpsql.sql.nodes import POSTGRES
 
 LOSSY = ("rows", "groups", "total")
 """The bounds that can leave a unit's rows or groups out (Analysis.auto_bounded)."""
@@ -52,7 +51,7 @@ def apply_bounds(a: Analysis, bounds: AutoBounds) -> Analysis:
     for m in a.measures:
         new = m
         if auto_column(a, m) is not None and m.arg is not None:
-            text = m.arg.sql(POSTGRES)
+            text = m.arg_sql
             lo, hi = bounds.get("value_lo", text), bounds.get("value_hi", text)
             new = replace(
                 m,

@@ -154,7 +154,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         col = auto_column(a, m)
         if col is None or m.arg is None:
             continue
-        text = m.arg.sql(POSTGRES)
+        text = m.arg_sql
         if text in seen:
             continue
         seen.add(text)

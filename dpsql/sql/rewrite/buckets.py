@@ -16,7 +16,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Measure, needs_group_rank
-from dpsql.sql.nodes import POSTGRES, cast
+from dpsql.sql.nodes import cast
 from dpsql.sql.rewrite.literals import numeric
 
 
@@ -30,7 +30,7 @@ def bucket_specs(a: Analysis) -> list[tuple[str, ...]]:
 
 
 def spec(m: Measure) -> tuple[str, ...]:
-    arg = m.arg.sql(POSTGRES) if m.arg is not None else ""
+    arg = m.arg_sql
     if m.kind == "quantile":
         return ("quantile", arg, str(m.lo), str(grid_hi(m)), str(m.buckets))
     return ("mode", arg, repr(m.candidates), str(m.candidates_from))  # count_keys: the same

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from sqlglot import exp
 
 from dpsql.sql.analysis import ROW_VALUE_KINDS, Analysis, Measure, decomposable, needs_group_rank
-from dpsql.sql.nodes import POSTGRES, cast, cte_name, table
+from dpsql.sql.nodes import cast, cte_name, table
 from dpsql.sql.rewrite.buckets import bucket_specs, outside_codes, pre_bucket, spec
 from dpsql.sql.rewrite.keyed_hash import (
     ROW_ORDER_TYPES,
@@ -275,7 +275,7 @@ def typed_values(
     for m, v in zip(measures, values, strict=True):
         if m.kind not in ROW_VALUE_KINDS or m.arg is None or not isinstance(v, exp.Column):
             continue
-        t = types.get(m.arg.sql(POSTGRES))
+        t = types.get(m.arg_sql)
         if t in ROW_ORDER_TYPES:
             out[v.name] = t
     return out

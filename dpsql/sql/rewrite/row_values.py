@@ -50,7 +50,7 @@ def integer_quantile(a: Analysis, m: Measure) -> bool:
     return (
         m.kind == "quantile"
         and m.arg is not None
-        and m.arg.sql(POSTGRES) in a.integer_values
+        and m.arg_sql in a.integer_values
         and m.lo.denominator == 1
         and m.hi.denominator == 1
     )
