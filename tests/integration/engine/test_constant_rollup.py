@@ -16,7 +16,6 @@ from tests.integration.engine.test_grouping_sets import (  # noqa: F401 (fixture
     _norm,
     ask,
     exact,
-    policy,
     postgres,
     sales_dsn,
     same_rows,
