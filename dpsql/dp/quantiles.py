@@ -47,8 +47,12 @@ def choose_among_heads(heads: np.ndarray) -> np.ndarray:
     if (per_row < 1).any():
         raise RuntimeError("permute-and-flip: a row without heads (the best candidate's coin is 1)")
     pick = rng.uniform_below(per_row)
-    rank = np.cumsum(heads, axis=1) - 1
-    return np.asarray(np.argmax(heads & (rank == pick[:, None]), axis=1), dtype=np.int64)
+    # the pick-th heads of each row: the heads' flat indices are row-major, a row's in column
+    # order, its first after the heads of the rows above (not a running count over the whole
+    # matrix and a search of it: the same column, a pass over the heads only)
+    flat = np.flatnonzero(heads)
+    first = np.cumsum(per_row) - per_row
+    return np.asarray(flat[first + pick] % heads.shape[1], dtype=np.int64)
 
 
 def _as_matrix(counts: np.ndarray) -> tuple[np.ndarray, bool]:

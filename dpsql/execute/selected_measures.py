@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -37,7 +38,8 @@ def split_bucket_rows(
     the count of rows per cell: a quantile's as an int64 array over its B buckets (a code
     outside the grid counted in the bucket its clamped value is in), a mode's as a dict from
     candidate text. A quantile's upstream rows (one per group and non-empty bucket: thousands
-    with 4,096 buckets) are read column-wise with numpy, not row by row.
+    with 4,096 buckets) are read column-wise with numpy, not row by row (each column through
+    ``map(itemgetter)``: no Python frame per row).
     """
     a = plan.analysis
     specs = bucket_specs(a)
@@ -48,20 +50,24 @@ def split_bucket_rows(
     nk, nb = len(a.group_keys), len(specs)
     width = len(rows[0]) - nb - 1
     full = 2**nb - 1
-    sets = np.array([r[-1] for r in rows], dtype=np.int64)
+    sets = np.fromiter(map(itemgetter(-1), rows), dtype=np.int64, count=len(rows))
     main = [tuple(rows[i][:width]) for i in np.flatnonzero(sets == full).tolist()]
     hist: Hist = {}
     for b in range(nb):
         # GROUPING's bit for _dp_b<b> is 2^(nb-1-b): the rows of bucketing b
-        mine = [rows[i] for i in np.flatnonzero(sets == full - 2 ** (nb - 1 - b)).tolist()]
-        if None in (cells := [r[width + b] for r in mine]):
+        mine = list(
+            map(rows.__getitem__, np.flatnonzero(sets == full - 2 ** (nb - 1 - b)).tolist())
+        )
+        if None in (cells := list(map(itemgetter(width + b), mine))):
             # NULL values (or, for mode, values outside the public keys) are in no cell
             mine = [r for r, c in zip(mine, cells, strict=True) if c is not None]
             cells = [c for c in cells if c is not None]
         if not mine:
             continue
         # a group's index per row (one key column: the value itself, whose hash str caches)
-        keys: list[Any] = [r[0] for r in mine] if nk == 1 else [tuple(r[:nk]) for r in mine]
+        keys: list[Any] = (
+            list(map(itemgetter(0), mine)) if nk == 1 else [tuple(r[:nk]) for r in mine]
+        )
         index: dict[Any, int] = dict.fromkeys(keys, 0)
         for i, k in enumerate(index):
             index[k] = i
@@ -69,7 +75,7 @@ def split_bucket_rows(
         for j, m in enumerate(a.measures):
             if not m.selected or specs.index(spec(m)) != b:
                 continue
-            counts = np.array([r[nk + j] for r in mine], dtype=np.int64)
+            counts = np.fromiter(map(itemgetter(nk + j), mine), dtype=np.int64, count=len(mine))
             if m.kind != "quantile":
                 for k, cell, c in zip(keys, cells, counts.tolist(), strict=True):
                     h = hist.setdefault((j, (k,) if nk == 1 else k), {})
@@ -91,7 +97,7 @@ def split_bucket_rows(
             col = _more_column(plan, j)
             if col is not None:  # the rows its interval ends rank besides (more_key)
                 more = np.zeros((len(index), m.buckets), dtype=np.int64)
-                extra = np.array([r[nk + col] for r in mine], dtype=np.int64)
+                extra = np.fromiter(map(itemgetter(nk + col), mine), np.int64, len(mine))
                 np.add.at(more, (group, codes), extra)
                 for k, i in index.items():
                     hist[(more_key(j), (k,) if nk == 1 else k)] = more[i]
