@@ -515,3 +515,16 @@ def kept(monkeypatch: pytest.MonkeyPatch) -> None:
         return dataclasses.replace(honest(*args, **kwargs), disowned={})
 
     monkeypatch.setattr(noise, "accuracy_notes", keep_all)
+
+
+def answered_averages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every AVG answered, value and interval, whatever its count or interval: the NULL rules of
+    :mod:`dpsql.execute.avg_unclear` off (its clear count, and an interval spanning its whole
+    range), for a test of something else that reads an average's value and interval (its
+    interval's coverage, its rounding, a broken twin's width)."""
+    from dpsql.execute import avg_unclear
+
+    monkeypatch.setattr(
+        avg_unclear, "unclear", lambda plan, s, counts, confidence: [False for _ in counts]
+    )
+    monkeypatch.setattr(avg_unclear, "spans", lambda plan, s, iv: False)

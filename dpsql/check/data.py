@@ -100,7 +100,7 @@ def unit_rows_findings(policy: Policy, dsn: str) -> list[Finding]:
                     )
                 )
             elif n is not None:
-                out.append(Finding(name, "", f"every {unit} has at most {n} rows in all"))
+                out.append(Finding(name, "", f"every {unit} has at most {plural(n, 'row')} in all"))
             else:
                 r, g = t.max_rows_per_unit, t.max_groups_per_unit
                 both = isinstance(r, int) and isinstance(g, int)

@@ -22,7 +22,7 @@ from dpsql.execute.accuracy_words import (
     total_removed,
     unclear_text,
 )
-from dpsql.execute.avg_unclear import clear_count, unclear
+from dpsql.execute.avg_unclear import clear_count, cut_range, left_out, unclear
 from dpsql.execute.bias import Interval, Removed, TargetWidths, avg_widths
 from dpsql.execute.bounds_text import col_name, fmt, rows_text
 from dpsql.sql.analysis import Analysis, Statistic
@@ -62,7 +62,7 @@ def avg_line(
         declared = (float(t.raw_lo), float(t.raw_hi))
         line = f"{head}; {nothing_left_out(a, t)}"
         line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-        return line + avg_nulls(a, s, noisy, plan, confidence)
+        return line + avg_nulls(a, s, noisy, plan, confidence, ivs)
     if n is None:
         est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
         own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))
@@ -110,9 +110,11 @@ def avg_line(
         line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
     declared = (float(t.raw_lo), float(t.raw_hi))
     line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-    answered = _clear_rows(plan, s, noisy, confidence)
+    answered = _clear_rows(plan, s, noisy, confidence, ivs)
     return (
-        line + at_clamp(a, s, noisy, declared, answered) + avg_nulls(a, s, noisy, plan, confidence)
+        line
+        + at_clamp(a, s, noisy, declared, answered)
+        + avg_nulls(a, s, noisy, plan, confidence, ivs)
     )
 
 
@@ -125,23 +127,32 @@ def avg_nulls(
     noisy: Mapping[str, Any] | None,
     plan: Plan | None = None,
     confidence: float = 0.95,
+    ivs: Sequence[Interval | None] = (),
 ) -> str:
     """Groups whose AVG (VARIANCE, STDDEV) is NULL: their noisy row count, the statistic's last
     measure, came out below 1 (:func:`dpsql.sql.postprocess.derive`: no value), or, for an AVG,
-    below its clear count (:func:`dpsql.execute.avg_unclear.clear_count`: the noise alone would
-    leave it anywhere in its range), the number the words state."""
+    below its clear count (:func:`dpsql.execute.avg_unclear.clear_count`: its interval would
+    leave an average in the middle anywhere in its range), the number the words state, or its
+    interval came out spanning all of its range (:func:`dpsql.execute.avg_unclear.spans`: in
+    ``ivs``, the released intervals, such a group's is None although its count passed)."""
     if noisy is None or len(s.measures) < 2 or s.func not in _NULL_BELOW_ONE:
         return ""
     if s.measures[-1] not in noisy:
         return ""
     counts = [float(v) for v in noisy[s.measures[-1]]]
     need = clear_count(plan, s, confidence) if plan is not None else None
-    k = sum(1 for v in counts if v < (need or 1))
+    low = sum(1 for v in counts if v < (need or 1))
+    wide = (  # NULL with a count past the clear count: its interval spanned the range
+        sum(1 for v, iv in zip(counts, ivs, strict=True) if iv is None and v >= need)
+        if need is not None and len(ivs) == len(counts)
+        else 0
+    )
+    k = low + wide
     if not k:
         return ""
     where = f"in {k} of {plural(len(counts), 'group')}" if a.group_keys else ""
     what = "average" if s.func == "avg" else "spread"
-    if need is None:
+    if need is None or plan is None:
         return (
             f" It is NULL {where}".rstrip()
             + f": the noisy count of rows there came out below 1, so no {what} is released "
@@ -150,14 +161,45 @@ def avg_nulls(
     col = col_name(a.measure(s.measures[0]))
     there = " there" if a.group_keys else ""
     fewer = "group less finely" if a.group_keys else "ask about more rows (a wider filter)"
+    rng = f"{col}'s range {fmt(float(s.lo))} to {fmt(float(s.hi))}"
+    why = (  # what its interval holds (dpsql.execute.avg_unclear: all of it)
+        f"its interval (the noise of its sum and count, and the estimate of what the bounds "
+        f"left out, which takes a share of the {level_text(confidence)}) spans all of {rng} "
+        "for an average in its middle"
+        if left_out(plan, s)
+        else f"the noise alone leaves an average anywhere in {rng}"
+    )
+    both = low and wide
+    parts = [
+        *(
+            [
+                f"{f'in {low} of them ' if both else ''}its noisy count of rows came out below "
+                f"{need:,}{'' if both else there}, and with fewer rows than that {why} at this "
+                "epsilon"
+            ]
+            if low
+            else []
+        ),
+        *(
+            [
+                f"{f'in {wide} of them ' if both else ''}its interval came out spanning all of "
+                f"{col}'s range {fmt(cut_range(plan, s)[0])} to {fmt(cut_range(plan, s)[1])}"
+                f"{'' if both else there} though its noisy count of rows passed {need:,}"
+            ]
+            if wide
+            else []
+        ),
+    ]
+    falls = (  # the clear count's numbers, where some group fell below it
+        f" (the rows it needs fall about as 1/epsilon: about {math.ceil(need / 2):,} at twice "
+        f"this epsilon, {math.ceil(need / 4):,} at four times it)"
+        if low
+        else ""
+    )
     return (
         f" It is NULL {where}".rstrip()
-        + f", with its _low/_high interval columns: its noisy count of rows came out below "
-        f"{need:,}{there}, and with fewer rows than that the noise alone leaves an average "
-        f"anywhere in {col}'s range {fmt(float(s.lo))} to {fmt(float(s.hi))} at this epsilon: "
-        f"too few rows for an answer. Raise dpsql.epsilon (the rows it needs fall about as "
-        f"1/epsilon: about {math.ceil(need / 2):,} at twice this epsilon, "
-        f"{math.ceil(need / 4):,} at four times it), or {fewer}." + nulls_first_note(a)
+        + f", with its _low/_high interval columns: {'; '.join(parts)}: too few rows for an "
+        f"answer. Raise dpsql.epsilon{falls}, or {fewer}." + nulls_first_note(a)
     )
 
 
@@ -252,12 +294,20 @@ def few_rows(kept: float, noise: float) -> str:
 
 
 def _clear_rows(
-    plan: Plan, s: Statistic, noisy: Mapping[str, Any] | None, confidence: float
+    plan: Plan,
+    s: Statistic,
+    noisy: Mapping[str, Any] | None,
+    confidence: float,
+    ivs: Sequence[Interval | None],
 ) -> list[bool] | None:
-    """Per group, whether the AVG has an answer (not NULL for no clear estimate)."""
+    """Per group, whether the AVG has an answer (not NULL for no clear estimate: its count
+    below the clear count, or its released interval None, spanning the range)."""
     if noisy is None or s.measures[-1] not in noisy:
         return None
-    return [not u for u in unclear(plan, s, noisy[s.measures[-1]], confidence)]
+    got = [not u for u in unclear(plan, s, noisy[s.measures[-1]], confidence)]
+    if len(ivs) != len(got):
+        return got
+    return [g and iv is not None for g, iv in zip(got, ivs, strict=True)]
 
 
 def at_clamp(

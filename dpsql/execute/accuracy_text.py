@@ -132,7 +132,8 @@ def accuracy_notes(
                 f" noise ±{fmt(w[0])};" if len(w) == 1 else _derived_width(a, si, intervals, values)
             )
             why = unestimated(a, s)
-            nulls = avg_nulls(a, s, noisy, plan, confidence)
+            ivs = [row[si] for row in intervals] if intervals else []
+            nulls = avg_nulls(a, s, noisy, plan, confidence, ivs)
             out.append(f"{s.sql}: {conf} interval:{noise} {why}." + nulls)
             if NOISE_ONLY in why:  # what the bounds changed is not in it
                 disown(disowned, si, Disown(None, "low" if LOWER_ONLY in why else "none"))
@@ -318,7 +319,9 @@ def _added_line(
     # said "at most ±22,842,378 from it" where _low lay 43M below the answer
     reach = (
         f"the interval reaches at most ±{fmt(tw.b + tw.d_hi)} from it{per}: the kept answer's "
-        f"noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)}"
+        f"noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)} added together; below it, the "
+        "kept answer's noise and no more of the estimate's than it added, so a row's own "
+        "interval (its _low/_high) is narrower there where the estimate came out small"
         if exact_steps(t)
         else f"the interval reaches at most {fmt(tw.b + tw.d_hi)} above it{per} (the kept "
         f"answer's noise ±{fmt(tw.b)} and the estimate's ±{fmt(tw.d_hi)}); below, it stops at "

@@ -155,12 +155,20 @@ def _notice(
         fresh = bounds.epsilon_spent > 0
         reused = any(c.reused for c in bounds.chosen)
         how = []
-        chose = any(not c.reused and not c.fallback and not c.rule for c in bounds.chosen)
-        if fresh and chose:
+        chosen = [c for c in bounds.chosen if not c.reused and not c.fallback and not c.rule]
+        # newcomer27: "income clamped to at most 500,000 (chosen from the data ...)" where only
+        # the rows were chosen and the clamp kept its declared range ("upper clamp of income:
+        # too few ... not chosen" next): with some measured bound not chosen, name which were
+        not_chosen = [c for c in bounds.chosen if c.fallback and not c.wider and not c.reused]
+        if fresh and chosen:
+            which = f"{', '.join(_label(c) for c in chosen)} " if not_chosen else ""
             how.append(
-                f"chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of {whose} "
-                f"{float(epsilon):.4g}" + (", stored for later statements" if stored else "")
+                f"{which}chosen from the data with epsilon {float(bounds.epsilon_spent):.4g} of "
+                f"{whose} {float(epsilon):.4g}"
+                + (", stored for later statements" if stored else "")
             )
+            if not_chosen:
+                how.append(f"{', '.join(_label(c) for c in not_chosen)} not chosen: see below")
         elif fresh and all(c.wider for c in bounds.chosen if c.fallback and not c.reused):
             # newcomer26 #3: "spent on a count ... too small" read as a waste beside the stored
             # bound reused free: the count is what tried to choose them for these rows
@@ -224,18 +232,28 @@ def _notice(
             + "), or ask the data owner to declare max_rows_per_unit_total"
             if low and not ratios and serves[0]
             else "raise dpsql.epsilon, or ask about more units (a wider filter)"
-            + ("" if low else ": until then the clamp is the declared range")
             + (
                 ", or ask the data owner to declare max_rows_per_unit_total"
                 if low and not ratios and serves[1]
                 else ""
             )
         )
+        # a clamp's default is its declared range: nothing is clamped off inside it
+        used = (
+            "the fixed defaults are used"
+            + (" (the declared range for a clamp)" if len(low) < len(kept) else "")
+            if low
+            else "the declared range is used"
+        )
+        leaves = (
+            "; they may leave out more than the intervals allow for (each assumes no unit lost "
+            "more than 4x what they keep)"
+            if low
+            else ""
+        )
         parts.append(
             f"{what}: too few units to choose reliably at this epsilon (a noisy count of units "
-            f"decided), the fixed defaults are used{counts}; they may leave out more than the "
-            "intervals allow for (each assumes no unit lost more than 4x what they keep). For "
-            f"a bound that fits: {fits}"
+            f"decided), {used}{counts}{leaves}. For a bound that fits: {fits}"
         )
     if bounds.fallback:
         parts.append(bounds.fallback)

@@ -117,14 +117,14 @@ def outside_warning(a: Analysis, s: Statistic, units: float, split: int = 1) -> 
         # counted, so the count is not a lower bound: no 'or more'
         more = "" if unranked(a) else " or more"
         return (
-            f"{OUTSIDE_LEAD}{units:,.0f}{more} {who}{each} have values of "
+            f"{OUTSIDE_LEAD}{units:,.0f}{more} {_one(who, units, more)}{each} {_have(units, more)} values of "
             f"{', or of '.join(ranges)}: the answer and its interval count them so, and do NOT "
             "cover a value beyond that range (where the true value lies among them, it is "
             "outside the interval). See them with `dpsql check POLICY --upstream DSN`, and "
             "declare bounds that hold the data (or filter to them)."
         )
     return (
-        f"{OUTSIDE_LEAD}{units:,.0f} {who}{each} have values of "
+        f"{OUTSIDE_LEAD}{units:,.0f} {_one(who, units, '')}{each} {_have(units, '')} values of "
         f"{', or of '.join(ranges)}: the interval does NOT cover what that clamp changed (a "
         "value beyond its declared range is unbounded, so no interval can). See them with "
         "`dpsql check POLICY --upstream DSN`, and declare bounds that hold the data (or filter "
@@ -165,3 +165,14 @@ def with_declared_premises(
             premise = (outside or {})[s.sql]
         out.append(f"{line.rstrip()} {premise}" if premise else line)
     return tuple(out)
+
+
+def _have(units: float, more: str) -> str:
+    """The verb after "about N <unit>": "has" for exactly one (not "1 pid have")."""
+    return "has" if f"{units:,.0f}" == "1" and not more else "have"
+
+
+def _one(who: str, units: float, more: str) -> str:
+    """``who`` after "about N": "row" for exactly one of them ("rows" otherwise; a unit's name,
+    as the policy spells it, unchanged)."""
+    return "row" if who == "rows" and _have(units, more) == "has" else who

@@ -86,7 +86,8 @@ def nulled(a: Analysis, d: Disown) -> str:
     return (
         f" So its {gone} interval column is NULL{where} (dpsql.show_intervals), and its {kept} "
         f"column still holds at the stated level: the bounds can only {way} this answer, so "
-        f"the truth is {side} {kept} (that end holds however much they changed it)."
+        f"the truth is {side} {kept} (that end holds however much they changed it; like any "
+        "interval's end it can still miss by chance, at most as often as the level allows)."
     )
 
 

@@ -23,7 +23,7 @@ from dpsql.execute.auto_bounds_text import keyed_groups
 from dpsql.execute.backend import Rows
 from dpsql.execute.flat_rounding import round_outputs
 from dpsql.execute.noise import Release
-from dpsql.execute.notices import guard_notices, interval_notices, plan_words
+from dpsql.execute.notices import guard_notices, interval_notices, null_everywhere, plan_words
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
 from dpsql.execute.projection import project, projection
@@ -146,7 +146,7 @@ def finish(
     conf = privacy_params.confidence(engine.policy, session)
     # a free repeat says what its release was told (the bounds stored now may differ)
     told = rel.words if cached else None
-    words = interval_notices(a, plan, conf, rel.notes, told)
+    words = interval_notices(a, plan, conf, rel.notes, told, null_everywhere(a, rel.stats))
     notices = (*rel.notes, *words, *guard_notices(a, data))
     notices = (*notices, same) if same else notices
     if plan is not None and not describe_only and rids is not None:

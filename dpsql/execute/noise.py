@@ -264,6 +264,15 @@ def release(
         for si, s in enumerate(a.statistics)
         if s.func == "avg" and len(s.measures) == 2
     }
+    if nulls:  # and one whose interval came out spanning all of its range, as it is shown
+        whole = _stat_interval(plan, noisy, removed, present)
+        for si, u in nulls.items():
+            s = a.statistics[si]
+            ivs = [None if x else whole(i, si, confidence) for i, x in enumerate(u)]
+            shown = [iv if iv is None else round_interval(s, iv, half(iv)) for iv in ivs]
+            nulls[si] = [
+                x or avg_unclear.spans(plan, s, iv) for x, iv in zip(u, shown, strict=True)
+            ]
     interval = _stat_interval(plan, noisy, removed, present, nulls)
     clamped: set[int] = set()  # statistics the declared domain's size clamped
     for si, s in enumerate(a.statistics):

@@ -5,7 +5,7 @@ or a mode (also in EXPLAIN's plan, :mod:`dpsql.explain.report`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -56,10 +56,16 @@ def interval_notices(
     confidence: float,
     notes: Sequence[str] = (),
     told: Mapping[int, str] | None = None,
+    none: Collection[int] = (),
 ) -> tuple[str, ...]:
     """Which output columns carry no ``_low``/``_high`` interval, and what they carry instead.
     ``notes``: the release's (a quantile's outside warning there replaces its premise here);
-    ``told``: the words its release was given (:func:`plan_words`: a free repeat's)."""
+    ``told``: the words its release was given (:func:`plan_words`: a free repeat's); ``none``:
+    the statistics NULL in every row (their notice says why): their words say first that no row
+    has the interval they describe (newcomer27 #12: "MEDIAN(income) (column med): the interval
+    holds the median ..." after "MEDIAN(income) is NULL in 2 of 2 groups, with its _low/_high
+    interval columns"; what they say of its rank error and share still tells what would answer).
+    """
     words = (
         told
         if told is not None
@@ -78,7 +84,13 @@ def interval_notices(
         if pos in direct:
             s = a.statistics[direct[pos]]
             if direct[pos] in words:
-                out.append(f"{_head(s.sql, item)}: {words[direct[pos]]}")
+                what = words[direct[pos]]
+                if direct[pos] in none and s.func == "quantile":
+                    what = (
+                        "NULL in every row (as said above), so no row has the interval this "
+                        f"describes; where answered, {what}"
+                    )
+                out.append(f"{_head(s.sql, item)}: {what}")
         elif (
             pos not in with_interval
             and _noisy(body)
@@ -91,6 +103,11 @@ def interval_notices(
             "bound, no interval is reported (ask for the statistics themselves to get theirs)"
         )
     return tuple(out)
+
+
+def null_everywhere(a: Analysis, stats: Sequence[Sequence[object]]) -> set[int]:
+    """The statistics whose value is NULL in every row of a release (none without a row)."""
+    return {si for si in range(len(a.statistics)) if stats and all(r[si] is None for r in stats)}
 
 
 def guard_notices(a: Analysis, rows: Sequence[Sequence[object]]) -> tuple[str, ...]:

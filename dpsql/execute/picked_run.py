@@ -55,7 +55,8 @@ def widths(a: Analysis, rel: Release, plan: Plan | SetsPlan) -> list[float | Non
     intervals the cut compares (:attr:`Release.noise`, the column as released: at the fallback
     both the kept answer's and the estimate's noise, a chosen-bounds or a Gaussian column's own;
     a row's is narrower only where its end is clamped, a count's at 0, or rounded). None: an
-    AVG's (not symmetric), grouping sets' (each set's own), none stored. Read from the release,
+    AVG's (not symmetric), grouping sets' (each set's own), none stored, or a row's value not in
+    the middle of its interval (:func:`_centred`: the words then state the intervals). Read from the release,
     never from the plan: a free repeat's plan is not the one the release was made with
     (newcomer27 #19: a fallback COUNT said ±25.5 from its plan where its released noise was
     ±345)."""
@@ -63,15 +64,27 @@ def widths(a: Analysis, rel: Release, plan: Plan | SetsPlan) -> list[float | Non
     if not isinstance(plan, Plan):
         return out
     for si, s in enumerate(a.statistics):
-        halves = [
-            (iv[1] - iv[0]) / 2
-            for row in rel.noise
+        pairs = [
+            (iv, stats[si])
+            for row, stats in zip(rel.noise, rel.stats, strict=False)
             if si < len(row) and (iv := row[si]) is not None
         ]
-        w = max(halves, default=None)
+        w = max(((iv[1] - iv[0]) / 2 for iv, _ in pairs), default=None)
         if len(s.measures) == 1 and w is not None and math.isfinite(w):
-            out[si] = w
+            out[si] = w if all(_centred(iv, v) for iv, v in pairs) else None
     return out
+
+
+def _centred(iv: tuple[float, float], value: object) -> bool:
+    """Whether a released value lies in the middle of its noise interval, up to the rounding of
+    both (to about 1/100 of the half-width): "±w" says it. Not at the fallback where the
+    estimate of what the bounds left out came out small (the interval stops lower on the value's
+    low side: "each ±269" beside its notice's "at most ±409", newcomer27 / closing-note27). A
+    count's cut at 0 passes: its upper end is its noise's."""
+    if value is None or iv[0] <= 0:  # (a count's cut at 0: its upper end is the noise's)
+        return True
+    half = (iv[1] - iv[0]) / 2
+    return abs((iv[0] + iv[1]) / 2 - float(value)) <= half / 50 + 1e-9  # type: ignore[arg-type]
 
 
 def picked(

@@ -84,13 +84,22 @@ def _overlap(x: Noise, y: Noise) -> bool:
     return x is not None and y is not None and x[0] <= y[1] and y[0] <= x[1]
 
 
-def noise_text(confidence: float, key: Key, pairs: bool = True) -> str:
-    """A cut's noise in words: 'each ±48.5 at 95%', or its intervals' level."""
+def noise_text(
+    confidence: float, key: Key, pairs: bool = True, ivs: tuple[Noise, Noise] | None = None
+) -> str:
+    """A cut's noise in words: 'each ±48.5 at 95%', or, where no one number says it (an AVG's,
+    a fallback column's: :func:`dpsql.execute.picked_run.widths`), the two noise intervals
+    compared, ``ivs``, as they are: 'their noise intervals at 95%, [785, 1,320] and [783,
+    1,318], overlap'; or its intervals' level."""
     w = key.width
     level = level_text(confidence)
     if not pairs:
         return f"±{fmt(w)} at {level}" if w is not None else f"their noise intervals at {level}"
     if w is None:
+        shown = [iv for iv in ivs or () if iv is not None and all(map(math.isfinite, iv))]
+        if len(shown) == 2:  # (one that reaches a NULL, as a CASE's can, is not shown)
+            a, b = (f"[{value_text(iv[0])}, {value_text(iv[1])}]" for iv in shown)
+            return f"their noise intervals at {level}, {a} and {b}, overlap"
         return f"their noise intervals at {level} overlap"
     return f"each ±{fmt(w)} at {level}, so their noise intervals overlap"
 
@@ -200,7 +209,7 @@ def cut_words(
 
     def some(k: int, n: int) -> str:
         if k == n:
-            return "the row" if n == 1 else f"all {n:,} rows"
+            return {1: "the row", 2: "both rows"}.get(n, f"all {n:,} rows")  # not "all 2 rows"
         return f"{k:,} of the {n:,} rows"
 
     edge = {first, final, nxt, ranked[start - 1] if start else None}
@@ -219,25 +228,31 @@ def cut_words(
         f"the {_ordinal(end)} row's" if not start else f"the last row's ({_ordinal(end)} in order)"
     )
 
-    parts = []
+    parts: list[tuple[str, tuple[Noise, Noise]]] = []
     if after:
+        other = nxt if nxt is not None else after[0]
         parts.append(
-            f"{last}, {val(final)}, is within the noise of "
-            f"{some(len(after), n_after)} it left out after it (the next: "
-            f"{val(nxt if nxt is not None else after[0])}"
+            (
+                f"{last}, {val(final)}, is within the noise of "
+                f"{some(len(after), n_after)} it left out after it (the next: {val(other)}",
+                (iv(final), iv(other if other in after else after[0])),
+            )
         )
     if before:
         parts.append(
-            f"the first row's, {val(first)}, is within the noise of "
-            f"{some(len(before), start)} its OFFSET skipped before it (the last: "
-            f"{val(ranked[start - 1])}"
+            (
+                f"the first row's, {val(first)}, is within the noise of "
+                f"{some(len(before), start)} its OFFSET skipped before it (the last: "
+                f"{val(ranked[start - 1])}",
+                (iv(first), iv(ranked[start - 1] if ranked[start - 1] in before else before[-1])),
+            )
         )
     n = len(shown_rows)
     inside = any(_overlap(iv(shown_rows[k]), iv(shown_rows[k + 1])) for k in range(n - 1))
     order = f" The order of the {n} rows shown is within the noise too." if inside else ""
     return (
         f"{lead or f'ORDER BY {key.text} {clause}'} picks rows by a noisy value: "
-        + "; and ".join(f"{x}; {noise_text(confidence, key)})" for x in parts)
+        + "; and ".join(f"{x}; {noise_text(confidence, key, ivs=pair)})" for x, pair in parts)
         + f": other groups may belong among the rows shown.{order}"
         + ("" if cursed else curse(desc, "rows it picks"))
         + advice

@@ -58,6 +58,7 @@ from dpsql.sql.postprocess import (
     stat_outputs,
 )
 from dpsql.sql.tree_intervals import IvPlan, LeafCol, LeafShape, OutCol
+from dpsql.sql.wording import plural
 
 log = logging.getLogger("dpsql.execute.intervals")
 INT8, FLOAT8 = 20, 701
@@ -435,7 +436,7 @@ def attach(
             told = nulled_text(base, nulled[slot], len(rows), releases) if nulled[slot] else ""
             if not (told and nulled[slot] >= len(rows)):
                 what = what_of(o.info, labels, releases, ks, confidence)
-                rest = f" (the other {len(rows) - nulled[slot]} rows)" if told else ""
+                rest = f" (the other {plural(len(rows) - nulled[slot], 'row')})" if told else ""
                 notes.append(f"{base}: {what}{rest}")
         if nulled[slot] and not why:
             notes += [t] if (t := nulled_text(base, nulled[slot], len(rows), releases)) else []

@@ -226,7 +226,8 @@ def _partitions(
         f"{lead} picks rows by a noisy value in each partition: in {len(near):,} of {total:,} "
         f"({named}) the last row kept is within the noise of a row it left out after it "
         f"({name}: {value_text(key.values[last])}, the next: {value_text(key.values[nxt])}; "
-        f"{noise_text(conf, key)}): other groups may belong among the rows shown."
+        f"{noise_text(conf, key, ivs=(key.noise[last], key.noise[nxt]))}): other groups may "
+        "belong among the rows shown."
         + ("" if cursed else curse(bool(term.args.get("desc")), "rows it picks"))
         + ADVICE
     )

@@ -324,7 +324,11 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
                 hw = (
                     f"about ±{hws[0]:.4g}/N (N: the noisy count; per row: the ratio's range over "
                     f"sum ± {hws[0]:.4g} and count ± {hws[1]:.4g}, within the bounds"
-                    + (f"; NULL where N is below {need:,}" if need is not None else "")
+                    + (
+                        f"; NULL where N is below {need:,} or the interval spans the whole range"
+                        if need is not None
+                        else ""
+                    )
                     + ")"
                 ) + _noise_alone(plan, s)
             else:

@@ -31,7 +31,7 @@ from dpsql.errors import (
 from dpsql.execute import auto_bounds, auto_bounds_text, planning, privacy_params, statement_sql
 from dpsql.execute.backend import CancelToken
 from dpsql.execute.noise import Release
-from dpsql.execute.notices import interval_notices
+from dpsql.execute.notices import interval_notices, null_everywhere
 from dpsql.execute.prepared import (
     CatalogQuery,
     DeferredQuery,
@@ -214,7 +214,8 @@ def _stored_errors(
         return
     rel = Release.from_json(json.loads(raw))
     # as a free repeat's notices are built (finish): the words its release was told
-    notes = (*rel.notes, *interval_notices(plan.analysis, plan, conf, rel.notes, rel.words))
+    nulls = null_everywhere(plan.analysis, rel.stats)
+    notes = (*rel.notes, *interval_notices(plan.analysis, plan, conf, rel.notes, rel.words, nulls))
     for o in doc["Outputs"]:
         head = f"{o['From']}: "
         line = next((n for n in notes if n.startswith(head)), None)

@@ -445,10 +445,16 @@ def check_cast(n: exp.Cast, column: ColumnOf) -> None:
             raise fails
         _check_typmod(n)
         return
+    # newcomer27 #5: '1 mon'::interval; the form that is answered is the typed constant
+    interval = (
+        ", and for an interval the constant INTERVAL '1 month' (not '1 month'::interval)"
+        if to == exp.DataType.Type.INTERVAL
+        else ""
+    )
     raise UnsupportedSql(
         f"casts to {type_sql(n.to)} are not allowed in private queries",
         hint="casts to numeric, integer, double precision, boolean, text, date and timestamp are "
-        "allowed",
+        f"allowed{interval}",
     )
 
 

@@ -112,7 +112,7 @@ def test_a_group_below_the_clear_count_is_null_over_the_wire(
         got = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
         plan_text = "\n".join(str(r[0]) for r in conn.execute("EXPLAIN " + SQL).fetchall())
     # EXPLAIN states the same number the release decides with
-    assert f"NULL where N is below {need:,})" in plan_text, plan_text
+    assert f"NULL where N is below {need:,} or the interval spans" in plan_text, plan_text
     assert list(got) == ["big", "none", "small"]
     for g in ("none", "small"):
         assert (got[g]["avg"], got[g]["avg_low"], got[g]["avg_high"]) == (None, None, None), got
@@ -219,3 +219,117 @@ def test_a_decision_on_the_true_count_is_caught(
         true_counts["now"] = [1000, 0, small]  # big, none, small: the rows each holds
         got.append(_released(e, FixedCount(count, need)))
     assert (got[0]["small"][0] is None) != (got[1]["small"][0] is None), got  # told apart
+
+
+# -- the whole released interval (newcomer27: "52 [0.5, 100]" in every release of its statement
+# at epsilon 1, the fixed defaults' estimate of what the bounds left out beside the AVG) -----
+#
+# With at most one row per unit kept and the unit not proven unique, the AVG's interval holds
+# the estimates of the rows and value mass the bounds left out: they take a share of the 5%,
+# so its sum's and count's noise are wider in it than at 97.5% each, and the mass estimate
+# lifts its upper end. At zero noise (every estimate released at its truth, 0 here: one row
+# per unit) and the plan's own widths:
+# * group mid (values near the middle) has a count past the former clear count (the noise at
+#   97.5%) and below the new one: NULL now (its interval ran from near 0 to 100);
+# * group low (every value 0) has a count past the new clear count, but the mass estimate's
+#   reach lifts its upper end to 100 (its interval [0, 100]): NULL by its released interval;
+# * group big (3,000 rows) keeps its answer, its interval narrower than the range.
+# The notice states the clear count (the plan's) and says 1 group was NULL by its interval;
+# EXPLAIN states the same number. The former rule (its test twin) answers mid and low.
+
+LEFT_COLUMNS = {
+    "g": {"type": "text", "keys": ["big", "low", "mid"]},
+    "v": {"type": "integer", "bounds": [0, 100]},
+}
+
+
+LEFT_POLICY = build_policy(
+    base={"version": 1},
+    dataset="avgleft",
+    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+    tables={"public.t": private_table("uid", LEFT_COLUMNS, rows=1, groups=1)},
+    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
+    fixed_bounds=True,
+)
+
+
+def _former_count(plan: Plan, s: Any) -> int:
+    """The clear count of 3f550c5: the sum's and count's noise at 97.5% each."""
+    m0, m1 = (plan.measure_plan(k).mechanism for k in s.measures)
+    return math.ceil(m1.half_width(0.975) + m0.half_width(0.975) / (float(s.hi - s.lo) / 2))
+
+
+@pytest.fixture(scope="module")
+def left_out(make_db: Callable[[str], str]) -> Iterator[tuple[Engine, Plan, dict[str, int]]]:
+    from dpsql.execute.avg_unclear import interval_widths
+    from dpsql.execute.bias import avg_targets, avg_widths
+
+    dsn = make_db("avg_unclear_left")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # no key: the bounds may drop rows
+        conn.execute("CREATE TABLE t (uid int NOT NULL, g text NOT NULL, v int)")
+    engine = Engine(LEFT_POLICY, dsn, pool_size=1, noise=EXACT)
+    plan = _plan(engine)
+    [s] = plan.analysis.statistics
+    avg = avg_targets(s, plan)
+    need, former = clear_count(plan, s, 0.95), _former_count(plan, s)
+    widths = interval_widths(plan, s, 0.95)
+    assert avg is not None and avg[1] is not None and need is not None and widths is not None
+    ws, wn = widths
+    m0, m1 = (plan.measure_plan(k).mechanism for k in s.measures)
+    up = avg_widths((m0, m1), avg, 0.95).mass_up
+    sizes = {"mid": (former + need) // 2, "low": need + 2, "big": 3000}
+    # the cases hold for this plan: mid between the two counts, low past the new one with
+    # mid + (ws + up - h n) / (n - wn) >= hi (its upper end at 100), big far past
+    assert former + 2 <= sizes["mid"] < need - 2, (former, need)
+    n = sizes["low"]
+    assert 50 + (ws + up - 50 * n) / (n - wn) >= 100 + 1, (ws, wn, up, n)
+    assert need < 500, need
+    rows = [(u, "mid", 45 + u % 11) for u in range(sizes["mid"])]
+    rows += [(1_000 + u, "low", 0) for u in range(sizes["low"])]
+    rows += [(10_000 + u, "big", (u * 37) % 101) for u in range(sizes["big"])]
+    with psycopg.connect(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        cur.executemany("INSERT INTO t VALUES (%s, %s, %s)", rows)
+    yield engine, plan, {"need": need, "former": former}
+    engine.close()
+
+
+def _answer(e: Engine) -> tuple[dict[str, tuple[Any, ...]], list[str]]:
+    r = e.execute(e.prepare(SQL, "analyst"), SessionContext("analyst", show_intervals=True))
+    return {row[0]: tuple(row[1:]) for row in r.rows}, list(r.notices)
+
+
+def test_the_clear_count_counts_the_whole_released_interval(
+    left_out: tuple[Engine, Plan, dict[str, int]],
+) -> None:
+    e, plan, n = left_out
+    got, notices = _answer(e)
+    assert got["mid"] == (None, None, None), got  # past the former count: NULL now
+    assert got["low"] == (None, None, None), got  # past the new one, interval [0, 100]
+    value, low, high = got["big"]
+    assert None not in (value, low, high) and high - low < 100, got
+    (line,) = [x for x in notices if x.startswith("AVG(v): ")]
+    need = n["need"]
+    assert (
+        "It is NULL in 2 of 3 groups, with its _low/_high interval columns: in 1 of them its "
+        f"noisy count of rows came out below {need:,}, and with fewer rows than that its "
+        "interval (the noise of its sum and count, and the estimate of what the bounds left "
+        "out, which takes a share of the 95%) spans all of v's range 0 to 100 for an average in "
+        "its middle at this epsilon; in 1 of them its interval came out spanning all of v's "
+        f"range 0 to 100 though its noisy count of rows passed {need:,}: too few rows"
+    ) in line, line
+    text = "\n".join(str(r[0]) for r in e.execute(e.prepare("EXPLAIN " + SQL, "analyst"),
+                                                   SessionContext("analyst")).rows)  # fmt: skip
+    assert f"NULL where N is below {need:,} or the interval spans the whole range" in text, text
+
+
+def test_the_former_rule_answers_both_groups(
+    left_out: tuple[Engine, Plan, dict[str, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Broken twin: the clear count of 3f550c5 (the noise at 97.5%, no interval rule)."""
+    e, plan, n = left_out
+    former = n["former"]
+    monkeypatch.setattr(avg_unclear, "clear_count", lambda plan, s, c: former)
+    monkeypatch.setattr(avg_unclear, "spans", lambda plan, s, iv: False)
+    got, _ = _answer(e)
+    assert got["mid"][0] is not None and got["low"][0] is not None, got
+    assert (got["low"][1], got["low"][2]) == (0.0, 100.0), got  # what newcomer27 saw

@@ -186,13 +186,18 @@ def _coverage(engine: Engine, sql: str, runs: int, broken: bool = False) -> list
         rel = release(plan, rows, types, keys, 0.95, CSPRNG)
         for si, st in enumerate(a.statistics):  # NULL exactly where the notice says so
             release_intervals(rel, si, st.sql)
-        for t_row, iv_row in zip(truth, rel.intervals, strict=True):
-            for i, (t, iv) in enumerate(zip(t_row, iv_row, strict=True)):
+        for t_row, iv_row, v_row in zip(truth, rel.intervals, rel.stats, strict=True):
+            for i, (t, iv, v) in enumerate(zip(t_row, iv_row, v_row, strict=True)):
+                if v is None and t is not None:  # an AVG with no clear answer (avg_unclear)
+                    NULLED[i] = NULLED.get(i, 0) + 1
                 if iv is None or t is None:
                     continue
                 total[i] += 1
                 hits[i] += iv[0] - 1e-9 <= float(t) <= iv[1] + 1e-9
     return list(zip(hits, total, strict=True))
+
+
+NULLED: dict[int, int] = {}  # per column: rows released NULL, value and interval (_coverage)
 
 
 BROKEN_NOISE = 20
@@ -230,11 +235,14 @@ def test_intervals_cover_at_the_stated_rate(engine: Engine) -> None:
     from the same draws as COUNT's and SUM's, so the columns are tested apart, not pooled.) Each
     column fails below its (1e-6 / 3)-quantile: a false failure has probability < 1e-6.
     """
+    NULLED.clear()
     got = _coverage(engine, COVERAGE_SQL, runs=200)
     # every interval is checked, but those a (false, <= 1e-3 a release) over-cap alarm
     # disowned (NULL columns: the notice says they do NOT hold; the alarm's own noise draw is
-    # independent of the answer's): more than 20 of the 200 releases with one, < 1e-40
-    assert all(900 <= t <= 200 * 5 for _, t in got), got
+    # independent of the answer's): more than 20 of the 200 releases with one, < 1e-40; and an
+    # AVG released NULL (its interval spanned its range: about 1 in 7 here, words28), no value
+    # and no interval shown, so nothing to hold: accounted for, not checked
+    assert all(900 <= t + NULLED.get(i, 0) <= 200 * 5 for i, (_, t) in enumerate(got)), got
     for hits, total in got:
         assert hits >= binom_min_successes(total, 0.95, alpha=1e-6 / 3), got
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from typing import Any
 
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
@@ -77,3 +78,33 @@ def test_every_null_average_or_spread_says_why(exact_engine: Engine) -> None:
     ), line
     (line,) = [n for n in r.notices if n.startswith("AVG(income): ")]
     assert "It is NULL in 2 of 2 groups" in line, line
+
+
+def test_a_median_null_in_every_group_describes_no_interval(
+    demo_dsn: str, demo_policy_auto: Any
+) -> None:
+    """newcomer27 #12: MEDIAN(income) by married at epsilon 1 is NULL in both groups (about 500
+    people each, below the 2,041 kept rows a clear median needs: deterministic at zero noise),
+    and its notice says so; the next notice then described its interval ("MEDIAN(income)
+    (column med): the interval holds the median of all the rows ... with probability 95%"),
+    which no row has. Now that line says first that no row has it. Fails before."""
+    from dpsql.engine import Engine
+    from tests.helpers import EXACT
+
+    sql = (
+        "SELECT married, MEDIAN(income) AS med, COUNT(DISTINCT pid) AS people FROM pums "
+        "GROUP BY married"
+    )
+    e = Engine(demo_policy_auto, demo_dsn, pool_size=1, noise=EXACT)
+    try:
+        s = SessionContext(analyst="analyst", epsilon=Fraction(1), show_intervals=True)
+        r = e.execute(e.prepare(sql, "analyst"), s)
+    finally:
+        e.close()
+    assert [row[1] for row in r.rows] == [None, None], r.rows
+    assert any(n.startswith("MEDIAN(income) is NULL in 2 of 2 groups") for n in r.notices)
+    (line,) = [n for n in r.notices if n.startswith("MEDIAN(income) (column med):")]
+    assert line.startswith(
+        "MEDIAN(income) (column med): NULL in every row (as said above), so no row has the "
+        "interval this describes; where answered, the interval holds the median"
+    ), line

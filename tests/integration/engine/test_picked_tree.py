@@ -12,6 +12,7 @@ a two-leaf statement); all purchases 120,125.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
@@ -193,9 +194,11 @@ def test_the_stated_noise_is_the_released_columns_own_at_its_level(
 def test_a_fallback_columns_cut_states_no_plans_width(demo_dsn: str, demo_policy_auto: Any) -> None:
     """Property: at 0.4 the shipped policy's 3 leaves fall back to the fixed defaults (the column
     adds a noisy estimate of what they left out): the words state the released intervals' level,
-    never the chosen-bounds plan's ±21.5 / ±25.5 (a free repeat read it from the plan): ±270,
-    the widest of the leaves' released noise intervals (268.5 to 270.5, both parts' noise, as
-    rounded). Fails before (the first run stated no width, the repeat "each ±21.5 at 95%")."""
+    never the chosen-bounds plan's ±21.5 / ±25.5 (a free repeat read it from the plan), and,
+    since these intervals are not centred on their values, the two intervals compared as they
+    are ([794, 1,335] and [780, 1,317]), not a half-width (±270 beside the notice's "at most
+    ±409", words28). Fails before (the first run stated no width, the repeat "each ±21.5 at
+    95%"; then "each ±270")."""
     e = Engine(demo_policy_auto, demo_dsn, pool_size=1, noise=EXACT)
     try:
         lines = []
@@ -209,6 +212,22 @@ def test_a_fallback_columns_cut_states_no_plans_width(demo_dsn: str, demo_policy
             (line,) = _picked(notes)
             lines.append(line)
         assert lines[0] == lines[1], lines
-        assert "(the next: 908; each ±270 at 95%, so their noise intervals overlap)" in lines[0]
+        # no one ± says a fallback column's interval (its low side stops at the kept answer less
+        # its noise and what the estimate added: words27 read "each ±269" beside the notice's
+        # "at most ±409"): the words state the two intervals compared, each within the notice's
+        # reach of its value, shorter below than above (the estimate came out small)
+        m = re.search(r"\(the next: 908; their noise intervals at 95%, \[([\d,]+), ([\d,]+)\] "
+                      r"and \[([\d,]+), ([\d,]+)\], overlap\)", lines[0])  # fmt: skip
+        assert m is not None, lines[0]
+        ends = [float(x.replace(",", "")) for x in m.groups()]
+        reach = {
+            float(x.group(1).replace(",", ""))
+            for n in notes
+            if (x := re.search(r"the interval reaches at most ±([\d,.]+) from it: the kept", n))
+        }
+        assert len(reach) == 1, notes
+        (most,) = reach
+        for (lo, hi), v in zip((ends[:2], ends[2:]), (926, 908), strict=True):
+            assert lo <= v <= hi and hi - v <= most + 1 and v - lo < hi - v, (ends, most)
     finally:
         e.close()

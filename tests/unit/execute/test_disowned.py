@@ -41,3 +41,20 @@ def test_rounding_reads_the_half_widths_the_notice_did_not_change() -> None:
     assert half_widths(old) == [[10.0]]
     # stored for free repeats as JSON (dpsql.execute.repeat_keys.payload): the infinite end too
     assert Release.from_json(json.loads(payload(rel))) == rel
+
+
+def test_the_end_that_stays_is_said_to_hold_at_its_level_not_always() -> None:
+    """newcomer27 #11: "the truth is at or above _low (that end holds however much they changed
+    it)" read as a guarantee beside a _low above the truth (a 0.5% noise tail): the words say
+    the end holds at the stated level, and can miss by chance as any interval end can."""
+    from dpsql.demo import POLICY
+    from dpsql.execute.disowned import nulled
+    from dpsql.policy import load_policy
+    from dpsql.sql.analyze import analyze
+    from dpsql.sql.parse import parse_statement
+
+    tree = parse_statement("SELECT COUNT(*) FROM purchases").tree
+    assert tree is not None
+    text = nulled(analyze(tree, load_policy(POLICY)), Disown(None, "low"))
+    assert "its _low column still holds at the stated level" in text, text
+    assert "it can still miss by chance, at most as often as the level allows" in text, text

@@ -53,3 +53,16 @@ def test_two_fallen_back_caps_say_which() -> None:
     amount = ChosenBound("total", 'sum("p"."amount")', Fraction(500), Fraction(0), 0, 0)
     assert _label(rows) == "cap of rows per unit over all its groups"
     assert _label(amount) == "cap of amount summed per unit over all its groups"
+
+
+def test_one_unit_outside_its_range_has_a_value() -> None:
+    """Number agreement (words28): the premise-false warning reads "about 1 pid has values",
+    "about 3 pid have" (was "about 1 pid have"); with "or more" the plural stays."""
+    from dpsql.execute.declared_text import outside_warning
+
+    a = _analysis("SELECT SUM(income) FROM pums")
+    s = a.statistics[0]
+    assert "But about 1 pid has values of income outside" in outside_warning(a, s, 1.0)
+    assert "But about 3 pid have values of income outside" in outside_warning(a, s, 3.0)
+    q = _analysis("SELECT MEDIAN(income) FROM pums")
+    assert "But about 1 or more pid have values of" in outside_warning(q, q.statistics[0], 1.0)

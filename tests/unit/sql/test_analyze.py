@@ -215,3 +215,17 @@ def test_an_unsupported_function_names_the_date_forms_that_work() -> None:
     for form in ("x::date", "date(x)", "date_trunc('month', x)", "EXTRACT(MONTH FROM x)"):
         assert form in hint, hint
     run("SELECT COUNT(*) FROM purchases WHERE date(purchased_at) = '2025-01-02'")  # answered
+
+
+def test_an_interval_cast_names_the_interval_constant() -> None:
+    """newcomer27 #5: '1 mon'::interval in a private WHERE is refused 0A000; the hint named the
+    allowed casts only, now also the form that is answered, INTERVAL '1 month'."""
+    sql = (
+        "SELECT COUNT(*) FROM purchases WHERE purchased_at >= "
+        "date_trunc('month', DATE '2025-05-20') + '1 mon'::interval"
+    )
+    with pytest.raises(DpsqlError) as e:
+        run(sql)
+    assert e.value.sqlstate == "0A000"
+    assert "INTERVAL '1 month' (not '1 month'::interval)" in (e.value.hint or ""), e.value.hint
+    run(sql.replace("'1 mon'::interval", "INTERVAL '1 month'"))  # answered
