@@ -18,6 +18,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.derived_keys import bounded_keys
 from dpsql.sql.names import describe
+from dpsql.sql.pg_types import integer_bits, is_integer
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.refusal_text import window_over_rows
 from dpsql.sql.sensitivity import Interval, value_range
@@ -258,24 +259,18 @@ def _parents(node: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
 
 
 def _integral(ctx: _Ctx, arg: exp.Expr, r: Interval) -> bool:
+    """Whether PostgreSQL computes ``arg`` as an integer (:func:`dpsql.sql.pg_types.is_integer`:
+    quantity / 3, COALESCE(quantity, 0) / 2, width_bucket(...), a CASE of integer results,
+    amount::int) over a range of integers: its SUM is a whole number, its quantiles too."""
     if r.lo.denominator != 1 or r.hi.denominator != 1:
         return False
-    stack = [arg]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, exp.Cast) and n.to.is_type(*exp.DataType.INTEGER_TYPES):
-            continue  # quantity::bigint, amount::int: whole numbers whatever is inside
-        if isinstance(n, exp.Column) and ctx.column(n).family != "integer":
-            return False
-        if isinstance(n, exp.Literal) and not n.is_string and not n.this.lstrip("-").isdigit():
-            return False
-        if isinstance(n, (exp.Div, exp.Round, exp.Cast)):
-            return False
-        stack.extend(n.iter_expressions())
-    return True
+    return is_integer(arg, ctx.column)
 
 
 def _result_type(ctx: _Ctx, arg: exp.Expr, func: str, integral: bool) -> str:
+    """The PostgreSQL type of the aggregate's result: SUM of a smallint or integer expression
+    is bigint, of a bigint numeric (words28: SUM(quantity / 3) was numeric, SUM(quantity::int8)
+    bigint); AVG of integers numeric; of a float, double precision."""
     if func in ("count", "count_distinct"):
         return "int8"
     floaty = any(
@@ -285,7 +280,8 @@ def _result_type(ctx: _Ctx, arg: exp.Expr, func: str, integral: bool) -> str:
     if floaty:
         return "float8"
     if func == "sum" and integral:
-        return "int8"
+        bits = integer_bits(arg, ctx.column)
+        return "int8" if bits is not None and bits <= 32 else "numeric"
     return "numeric"
 
 

@@ -115,3 +115,62 @@ def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
     if isinstance(node, exp.Anonymous):  # our own DIV(a, b) of integers (TRUNC: older forms)
         return str(node.name).lower() in ("trunc", "div")
     return isinstance(node, (exp.Length, exp.WidthBucket))
+
+
+_BITS = {"smallint": 16, "int2": 16, "int": 32, "integer": 32, "int4": 32, "bigint": 64, "int8": 64}
+_CAST_BITS = {
+    exp.DataType.Type.TINYINT: 16,
+    exp.DataType.Type.SMALLINT: 16,
+    exp.DataType.Type.INT: 32,
+    exp.DataType.Type.BIGINT: 64,
+}
+
+
+def integer_bits(node: exp.Expr, columns: Columns | None) -> int | None:
+    """The width of the integer type PostgreSQL gives ``node`` (16, 32 or 64: smallint,
+    integer, bigint), None when it is no integer (:func:`is_integer`): what SUM, MIN and MAX
+    of it return (SUM of a smallint or integer is bigint, of a bigint numeric). A column's width
+    is its declared type's; a number literal is an integer below 2^31, else a bigint; an
+    operator, COALESCE, GREATEST, LEAST, NULLIF and CASE take their typed parts' widest (their
+    common type); width_bucket and length are integers.
+
+    >>> import sqlglot
+    >>> from dpsql.policy.tables import Column
+    >>> cols = {"q": Column(type="integer", bounds=[1, 10]), "b": Column(type="bigint")}
+    >>> [integer_bits(sqlglot.parse_one(s, read="postgres"), cols) for s in
+    ...  ("q / 3", "q::int8 / 2", "COALESCE(q, b)", "q::smallint", "q / 2.0", "3000000000 * q")]
+    [32, 64, 64, 16, None, 64]
+    """
+    if not is_integer(node, columns):
+        return None
+    return _bits(node, columns)
+
+
+def _bits(node: exp.Expr, columns: Columns | None) -> int:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Literal):
+        return 32 if not node.is_string and int(node.this) < 2**31 else 64
+    if isinstance(node, exp.Column):
+        col = lookup(columns, node) if columns is not None else None
+        return _BITS.get(col.type.lower(), 32) if col is not None else 32
+    if isinstance(node, exp.Cast):
+        return _CAST_BITS.get(node.to.this, 64)
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return _bits(node.this, columns)
+    parts: list[exp.Expr] = []
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.Nullif)):
+        parts = [node.this, node.expression]
+    elif isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        parts = [node.this, *node.expressions]
+    elif isinstance(node, exp.Case):
+        parts = [i.args["true"] for i in node.args.get("ifs") or []]
+        parts += [node.args["default"]] if node.args.get("default") is not None else []
+    elif isinstance(node, exp.If):
+        parts = [node.args["true"], *([node.args["false"]] if node.args.get("false") else [])]
+    elif isinstance(node, (exp.Length, exp.WidthBucket)):
+        return 32
+    else:  # our own DIV / TRUNC forms
+        return 64
+    typed = [_bits(p, columns) for p in parts if not _untyped(p)]
+    return max(typed, default=32)

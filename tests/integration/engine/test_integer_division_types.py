@@ -162,3 +162,38 @@ def test_quantiles_as_postgresql(
         if isinstance(got, str) or abs(float(got) - float(want)) > 0.01:
             bad.append((e, want, got))
     assert not bad, "\n".join(map(str, bad))
+
+
+TYPED = _split(SUMS) + [
+    "q",
+    "q::int8",
+    "q::smallint / 2",
+    "q::bigint / 3",
+    "CASE WHEN x > 4 THEN 1 ELSE 0 END",
+]
+
+
+def test_sum_and_avg_columns_have_postgresqls_types(
+    private: tuple[Engine, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The type a client reads in RowDescription (psycopg's type_code, the OID) is PostgreSQL's
+    for the same text, and so is the Python type of the value psycopg gives: SUM of a smallint
+    or integer expression is bigint (20), of a bigint numeric (1700), AVG numeric. Before,
+    SUM(q / 3) (an integer quotient) was numeric with a fractional value, SUM(CASE WHEN x > 4
+    THEN 1 ELSE 0 END) numeric, SUM(q::int8) bigint (words28, newcomer27 #13). MIN and MAX of
+    an integer are bigint in dpsql where PostgreSQL keeps the argument's type (integer): not
+    checked here (left, see the words28 report)."""
+    unrounded(monkeypatch)
+    engine, conn = private
+    bad = []
+    for e in TYPED:
+        for agg in (f"SUM({e})", f"AVG({e})"):
+            sql = f"SELECT {agg} FROM priv"
+            cur = conn.execute(sql)
+            value = cur.fetchone()[0]
+            want = (cur.description[0].type_code, type(value).__name__)
+            r = engine.execute(engine.prepare(sql), SessionContext(analyst="analyst"))
+            got = (r.columns[0].type_oid, type(r.rows[0][0]).__name__)
+            if got != want:
+                bad.append((agg, want, got))
+    assert not bad, "\n".join(map(str, bad))

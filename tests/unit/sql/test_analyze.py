@@ -182,12 +182,15 @@ def test_output_columns_are_named_as_postgresql_names_them() -> None:
     ("sql", "pg_type"),
     [
         ("SELECT SUM(quantity) FROM purchases", "int8"),
-        # a cast to an integer type is whole whatever it casts (was numeric: 360617.25 answered)
-        ("SELECT SUM(quantity::bigint) FROM purchases", "int8"),
+        # a cast to an integer type is whole whatever it casts (was numeric: 360617.25 answered);
+        # PostgreSQL's SUM of a bigint is numeric (words28: was bigint here)
+        ("SELECT SUM(quantity::bigint) FROM purchases", "numeric"),
         ("SELECT SUM(CAST(amount AS int)) FROM purchases", "int8"),
         ("SELECT SUM(quantity::numeric) FROM purchases", "numeric"),
         ("SELECT SUM(amount) FROM purchases", "numeric"),
-        ("SELECT SUM(quantity / 2) FROM purchases", "numeric"),
+        # an integer quotient truncates: its SUM is PostgreSQL's bigint (words28: was numeric)
+        ("SELECT SUM(quantity / 2) FROM purchases", "int8"),
+        ("SELECT SUM(quantity / 2.0) FROM purchases", "numeric"),
     ],
 )
 def test_sum_of_whole_numbers_is_a_whole_number(sql: str, pg_type: str) -> None:
