@@ -38,6 +38,7 @@ from sqlglot import exp
 
 from dpsql.result import ResultColumn
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.postprocess import released_key_types
 
 # PostgreSQL's built-in type oids of the casts computed here (pg_type.oid)
 _OIDS = {"text": 25, "int2": 21, "int4": 23, "int8": 20, "float8": 701, "numeric": 1700,
@@ -59,7 +60,7 @@ _ZERO = decimal.Decimal(0)
 class Projection:
     """Which released value each output column is, and its type: ``("g", i, kind)`` the i-th
     group key (``kind``: one of :data:`_KEY_TYPES`), ``("s", i, kind)`` the i-th statistic
-    (``kind``: int8, float8 or numeric)."""
+    (``kind``: its column type: int2, int4, int8, float8 or numeric)."""
 
     columns: tuple[ResultColumn, ...]  # with the row id's last (as the query's)
     picks: tuple[tuple[str, int, str], ...]
@@ -75,6 +76,7 @@ def projection(a: Analysis, key_types: Sequence[str]) -> Projection | None:
         return None  # WHERE, HAVING, ORDER BY, LIMIT, DISTINCT, GROUP BY, WITH, windows...
     columns: list[ResultColumn] = []
     picks: list[tuple[str, int, str]] = []
+    key_types = released_key_types(a, key_types)
     for item in outer.expressions:
         body = item.this if isinstance(item, exp.Alias) else item
         if not isinstance(body, exp.Column) or body.table != "_dp":
@@ -98,8 +100,8 @@ def projection(a: Analysis, key_types: Sequence[str]) -> Projection | None:
             if i >= len(a.statistics):
                 return None
             s = a.statistics[i]
-            kind = s.pg_type
-            if s.func == "mode" or kind not in ("int8", "float8", "numeric"):
+            kind = s.column_type
+            if s.func == "mode" or kind not in ("int2", "int4", "int8", "float8", "numeric"):
                 return None
             pick = ("s", i, kind)
         else:
@@ -157,7 +159,7 @@ def _cast(v: Any, kind: str) -> Any:
     if v is None:
         return None
     t = type(v)
-    if kind == "int8":
+    if kind in _RANGES:
         return v if t is int and _RANGES[kind][0] <= v <= _RANGES[kind][1] else _NOT_HERE
     if t is not float or not math.isfinite(v):
         return _NOT_HERE

@@ -134,6 +134,15 @@ class Statistic:
     # of an integer column's bounds), at most that many distinct values: value and interval
     # are clamped to it (post-processing)
     at_most: int | None = None
+    # the type the column is released as when PostgreSQL's is narrower than ``pg_type`` (the
+    # kind the value is computed and rounded as): int2 / int4 for MIN, MAX and percentile_disc
+    # of a smallint / integer, float4 for SUM, MIN, MAX of a real; "" when ``pg_type`` is it
+    out_type: str = ""
+
+    @property
+    def column_type(self) -> str:
+        """The PostgreSQL type of the released column (RowDescription's)."""
+        return self.out_type or self.pg_type
 
 
 @dataclass(frozen=True)

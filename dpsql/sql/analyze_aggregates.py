@@ -18,7 +18,7 @@ from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.derived_keys import bounded_keys
 from dpsql.sql.names import describe
-from dpsql.sql.pg_types import integer_bits, is_integer
+from dpsql.sql.pg_types import float_bits, integer_bits, is_integer
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.refusal_text import window_over_rows
 from dpsql.sql.sensitivity import Interval, value_range
@@ -267,22 +267,24 @@ def _integral(ctx: _Ctx, arg: exp.Expr, r: Interval) -> bool:
     return is_integer(arg, ctx.column)
 
 
-def _result_type(ctx: _Ctx, arg: exp.Expr, func: str, integral: bool) -> str:
-    """The PostgreSQL type of the aggregate's result: SUM of a smallint or integer expression
-    is bigint, of a bigint numeric (words28: SUM(quantity / 3) was numeric, SUM(quantity::int8)
-    bigint); AVG of integers numeric; of a float, double precision."""
+def _result_type(ctx: _Ctx, arg: exp.Expr, func: str, integral: bool) -> tuple[str, str]:
+    """The PostgreSQL type of the aggregate's result, and the narrower type it is released as
+    ("" if none: :attr:`Statistic.out_type`): SUM of a smallint or integer expression is
+    bigint, of a bigint numeric (words28: SUM(quantity / 3) was numeric, SUM(quantity::int8)
+    bigint); AVG of integers numeric; of a double (a cast to one too: SUM(age::float8) was
+    numeric), double precision; SUM of a real is real, its AVG and spreads double precision."""
     if func in ("count", "count_distinct"):
-        return "int8"
-    floaty = any(
-        ctx.column(c).type in ("real", "float", "float4", "float8", "double", "double precision")
-        for c in arg.find_all(exp.Column)
-    )
-    if floaty:
-        return "float8"
+        return "int8", ""
     if func == "sum" and integral:
         bits = integer_bits(arg, ctx.column)
-        return "int8" if bits is not None and bits <= 32 else "numeric"
-    return "numeric"
+        return ("int8" if bits is not None and bits <= 32 else "numeric"), ""
+    width = float_bits(arg, ctx.column)
+    if width is None and not is_integer(arg, ctx.column):  # a float column in a form not read
+        floats = ("real", "float", "float4", "float8", "double", "double precision")
+        width = 64 if any(ctx.column(c).type in floats for c in arg.find_all(exp.Column)) else None
+    if width is not None:
+        return "float8", ("float4" if width == 32 and func == "sum" else "")
+    return "numeric", ""
 
 
 def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
@@ -337,10 +339,10 @@ def statistic_for(ctx: _Ctx, node: exp.Expr) -> tuple[Statistic, list[Measure]]:
     r = _arg_interval(ctx, arg, name.upper())
     q = ctx.qualify(arg)
     integral = _integral(ctx, arg, r)
-    ptype = _result_type(ctx, arg, "sum" if name == "sum" else "avg", integral)
+    ptype, out = _result_type(ctx, arg, "sum" if name == "sum" else "avg", integral)
     if name == "sum":
         m = Measure("sum", q, r.lo, r.hi, integral)
-        return Statistic("sum", (m.key,), r.lo, r.hi, ptype, sql), [m]
+        return Statistic("sum", (m.key,), r.lo, r.hi, ptype, sql, out_type=out), [m]
     cnt = Measure("count_values", q)
     s1 = Measure("sum_centered", q, r.lo, r.hi, False)
     if name == "avg":

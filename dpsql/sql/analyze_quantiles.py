@@ -29,6 +29,7 @@ from sqlglot import exp
 from dpsql.errors import PrivacyViolation, UnsupportedSql
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.names import function_name
+from dpsql.sql.pg_types import float_bits, integer_bits
 from dpsql.sql.quantile_range import number_range, temporal_range
 from dpsql.sql.sensitivity import literal_value
 from dpsql.sql.wording import user_sql
@@ -149,7 +150,7 @@ def selection_statistic(
             f"{sql}: the argument is a constant, so the aggregate needs no private data",
             hint="write the constant itself, or aggregate a column",
         )
-    floaty = any(
+    floaty = float_bits(arg, ctx.column) is not None or any(  # age::float8 too
         ctx.column(c).type in ("real", "float", "float4", "float8", "double precision")
         for c in arg.find_all(exp.Column)
     )
@@ -166,7 +167,22 @@ def selection_statistic(
         ptype = "int8"
     else:
         ptype = "float8" if floaty else "numeric"
-    return Statistic("quantile", (m.key,), lo, hi, ptype, sql), [m]
+    return Statistic(
+        "quantile", (m.key,), lo, hi, ptype, sql, out_type=_narrow(ctx, arg, name, exact, lo, top)
+    ), [m]
+
+
+def _narrow(ctx: Any, arg: exp.Expr, name: str, exact: bool, lo: Fraction, top: Fraction) -> str:
+    """The argument's own type when PostgreSQL's MIN, MAX or percentile_disc of it is narrower
+    than the kind dpsql computes (:attr:`Statistic.out_type`): int2 / int4 for a smallint /
+    integer whose declared range fits the type (every released value is within the range: a
+    range past it keeps bigint, no value past the type can be cast), float4 for a real."""
+    if name == "percentile_cont":
+        return ""
+    bits = integer_bits(arg, ctx.column) if exact else None
+    if bits in (16, 32) and -(2 ** (bits - 1)) <= lo and top < 2 ** (bits - 1):
+        return "int2" if bits == 16 else "int4"
+    return "float4" if not exact and float_bits(arg, ctx.column) == 32 else ""
 
 
 _FAMILY_TYPE = {"integer": "int8", "numeric": "numeric", "boolean": "bool", "text": "text"}

@@ -174,3 +174,48 @@ def _bits(node: exp.Expr, columns: Columns | None) -> int:
         return 64
     typed = [_bits(p, columns) for p in parts if not _untyped(p)]
     return max(typed, default=32)
+
+
+_FLOAT_COLUMNS = {"real": 32, "float4": 32, "float": 64, "float8": 64, "double": 64}
+_FLOAT_CASTS = {exp.DataType.Type.FLOAT: 32, exp.DataType.Type.DOUBLE: 64}
+
+
+def float_bits(node: exp.Expr, columns: Columns | None) -> int | None:
+    """The width of the floating-point type PostgreSQL gives ``node`` (32: real, 64: double
+    precision), None when it is no float or not read here: a real or double column, a cast to
+    one, -x and abs(x) of one, an operator with a float part (real with real stays real, real
+    with anything else is double precision, as real * integer is), COALESCE / GREATEST / LEAST /
+    NULLIF / CASE (their common type: double precision if one part is, else real if one is). SUM, MIN and MAX of a real are real; of a
+    double, double precision (PostgreSQL 15's pg_typeof).
+
+    >>> import sqlglot
+    >>> from dpsql.policy.tables import Column
+    >>> cols = {"r": Column(type="real", bounds=[0, 1]), "q": Column(type="integer")}
+    >>> [float_bits(sqlglot.parse_one(s, read="postgres"), cols) for s in
+    ...  ("r", "q::float8", "q::real", "r * 2", "r + r", "-r", "q / 2", "COALESCE(r, 0)")]
+    [32, 64, 32, 64, 32, 32, None, 32]
+    """
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.Column):
+        col = lookup(columns, node) if columns is not None else None
+        return _FLOAT_COLUMNS.get(col.type.lower().split(" ")[0]) if col is not None else None
+    if isinstance(node, exp.Cast):
+        return _FLOAT_CASTS.get(node.to.this)
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        return float_bits(node.this, columns)
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
+        sides = [float_bits(p, columns) for p in (node.this, node.expression)]
+        if not any(sides):
+            return None
+        return 32 if all(b == 32 for b in sides) else 64
+    parts: list[exp.Expr] = []
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        parts = [node.this, *node.expressions]
+    elif isinstance(node, exp.Nullif):
+        parts = [node.this]
+    elif isinstance(node, exp.Case):
+        parts = [i.args["true"] for i in node.args.get("ifs") or []]
+        parts += [node.args["default"]] if node.args.get("default") is not None else []
+    # the common type: double precision is the numbers' preferred type, real the next
+    return max((b for p in parts if (b := float_bits(p, columns))), default=None)

@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.nodes import POSTGRES
+from dpsql.sql.pg_types import integer_bits
 
 Interval = tuple[float, float]
 
@@ -199,7 +200,7 @@ def outer_query(
         ph = exp.Placeholder(this=f"_dpsql_arr{len(arrays)}")
         return exp.cast(ph, _type(t + "[]"), copy=False)
 
-    for i, t in enumerate(key_types):
+    for i, t in enumerate(released_key_types(a, key_types)):
         names.append(f"g{i}")
         arrays.append(array("text"))
         casts.append(
@@ -214,7 +215,7 @@ def outer_query(
         names.append(f"s{i}")
         arr = "text" if s.func == "mode" else "int8" if s.pg_type in ("int8", "date") else "float8"
         arrays.append(array(arr))
-        cast = from_epoch(exp.column(f"s{i}", "u"), s.pg_type)
+        cast = from_epoch(exp.column(f"s{i}", "u"), s.column_type)
         casts.append(exp.alias_(cast, f"_dp_s{i}", copy=False))
         types.append(arr)
     extra: list[exp.Expr] = []
@@ -295,6 +296,22 @@ def from_epoch(value: exp.Expr, pg_type: str) -> exp.Expr:
             ts = exp.AtTimeZone(this=ts, zone=exp.Literal.string("UTC"))
         return exp.cast(ts, _type(pg_type))
     return exp.cast(value, _type(pg_type), copy=False)  # (the caller's own node, in place)
+
+
+def released_key_types(a: Analysis, key_types: Sequence[str]) -> tuple[str, ...]:
+    """The types the group keys are released as: each key's own (``key_types``, PostgreSQL's
+    type of the key as dpsql computes it), but integer for a derived key PostgreSQL computes as
+    an integer type that dpsql computes as a wider one (bigint or numeric: ``quantity / 2``, ``-s``, ``COALESCE(age,
+    0) / 10 * 10``: never raising, :func:`dpsql.sql.rewrite.make_total.make_total`), as
+    PostgreSQL's RowDescription types it. A released key past the narrower type's range is one
+    only a row PostgreSQL refuses (22003 integer out of range) computes: casting it raises
+    PostgreSQL's 22003 from the released keys alone (post-processing, nothing more learnt)."""
+    out = list(key_types)
+    for i, g in enumerate(a.group_keys[: len(out)]):
+        if out[i] in ("int8", "numeric") and not isinstance(g.expr, exp.Column):
+            bits = integer_bits(g.expr, a.column)  # -s: numeric in dpsql's total form
+            out[i] = {16: "int2", 32: "int4", 64: "int8"}.get(bits or 0, out[i])
+    return tuple(out)
 
 
 def _released_type(key_type: str) -> str:
