@@ -32,7 +32,7 @@ from dpsql.engine import Engine
 from dpsql.execute.planning import plan as make_plan
 from dpsql.execute.private_sql import salted
 from dpsql.sql.plan import Plan
-from tests.integration.engine.test_fallback_column import SESSION, _policy, fallback_plan
+from tests.integration.engine.test_fallback_column import POLICY, SESSION, fallback_plan
 
 UNITS = 42
 
@@ -58,7 +58,7 @@ def dsn(make_db: Callable[[str], str]) -> str:
 
 @pytest.fixture(scope="module")
 def engine(dsn: str) -> Iterator[Engine]:
-    e = Engine(_policy(), dsn, pool_size=1)
+    e = Engine(POLICY, dsn, pool_size=1)
     yield e
     e.close()
 
