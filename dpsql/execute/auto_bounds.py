@@ -258,7 +258,7 @@ def mechanisms(p: Pending, epsilon: Fraction) -> list[Selection]:
 
 def item_mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1) -> Selection:
     if it.median:
-        return TopRank(each, 10**9, Fraction(1, 2))  # the median unit
+        return TopRank(each, 10**9, Fraction(1, 2), step_nats=it.prior)  # the median unit
     if (it.kind == "rows" and not it.per_group) or it.kind == "total":
         # R over all of a unit's rows, or an L1 cap over its groups: its best rank
         # (``balance``) lies far below what one selection resolves; the tail's slope between
@@ -266,7 +266,7 @@ def item_mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1
         s = round_down(each * (1 - COUNT_SHARE))
         k2 = default_rank(round_down(s / 2), len(it.grid))  # each of two selections'
         k1 = default_rank(s, len(it.grid))  # one selection's, when too few units for two
-        return TailRank(each, max(k2, at_least), balance, max(k1, at_least))
+        return TailRank(each, max(k2, at_least), balance, max(k1, at_least), step_nats=it.prior)
     k = default_rank(round_down(each * (1 - COUNT_SHARE)), len(it.grid))  # the selection's
     if it.kind.startswith("value") and 0 < balance < k:
         # a clamp whose balance lies below what one selection resolves (AVG, or SUM without
@@ -274,7 +274,7 @@ def item_mechanism(it: AutoItem, each: Fraction, at_least: int, balance: int = 1
         s = round_down(each * (1 - COUNT_SHARE))
         k2 = default_rank(round_down(s / 2), len(it.grid))
         return TailRank(each, max(k2, balance), balance, k, slope_min=1)
-    return TopRank(each, max(k, at_least))
+    return TopRank(each, max(k, at_least), step_nats=it.prior)
 
 
 def _balance(a: Analysis, epsilon: Fraction, per_row: int) -> int:

@@ -19,6 +19,7 @@ from typing import Literal
 import sqlglot
 from sqlglot import exp
 
+from dpsql.dp.bounds import CEILING_PRIOR
 from dpsql.sql.analysis import Measure
 from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.wording import plain_sql
@@ -70,6 +71,13 @@ class AutoItem:
         grid[j-1] <= d < grid[j] (a value exactly on a candidate goes one bucket up)."""
         step = 1 if self.integer else 0
         return tuple(abs(v - self.anchor) + step for v in self.grid[:-1])
+
+    @property
+    def prior(self) -> int:
+        """The selection's public prior (``TopRank.step_nats``): R, G and an L1 cap have grids up
+        to a policy ceiling far above most data, where a rare miss would land anywhere
+        (:mod:`dpsql.dp.bounds`, "Far above the data"); a clamp's grid ends at the declared bound."""
+        return 0 if self.kind.startswith("value") else CEILING_PRIOR
 
     @property
     def label(self) -> str:
