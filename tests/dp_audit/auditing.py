@@ -20,15 +20,19 @@ Clopper-Pearson guarantee holds whatever S was chosen.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
 
+from dpsql.dp.mechanisms import Mechanism
+from dpsql.dp.noise_source import CsprngNoise
 from dpsql.policy.model import Policy
 
 ALPHA = 1e-6
@@ -236,3 +240,17 @@ def broken_twins(engines, planner):  # type: ignore[no-untyped-def]
     finally:
         for t in twins:
             t.close()
+
+
+class WrongScale(CsprngNoise):
+    """A broken twin of the product's noise source: ``target``'s noise drawn at ``factor`` times
+    its scale (an interval stating a width its noise does not have), the rest as the product
+    draws it (the coverage audits' twin)."""
+
+    def __init__(self, target: Mechanism, factor: int) -> None:
+        self.target, self.factor = target, factor
+
+    def add(self, mech: Any, values: np.ndarray) -> np.ndarray:
+        if mech == self.target:
+            mech = dataclasses.replace(mech, epsilon=mech.epsilon / self.factor)
+        return super().add(mech, values)

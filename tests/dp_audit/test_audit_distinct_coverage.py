@@ -32,18 +32,17 @@ ungrouped alone.
 
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 from typing import Any
 
-import numpy as np
 import pytest
 
 from dpsql.dp.mechanisms import Mechanism
-from dpsql.dp.noise_source import CSPRNG, CsprngNoise, NoiseSource
+from dpsql.dp.noise_source import CSPRNG, NoiseSource
 from dpsql.engine import Engine
 from dpsql.execute.noise import release
 from dpsql.session import SessionContext
+from tests.dp_audit.auditing import WrongScale
 from tests.helpers import Coverage
 
 _BY = "SELECT region, COUNT(DISTINCT user_id) AS c{more} FROM purchases{where} GROUP BY region"
@@ -68,19 +67,6 @@ def _sql(shape: str, where: str = WHERE) -> tuple[str, str]:
     return text.format(more=more, where=where), text.format(more="", where=where)
 
 
-class _WrongScale(CsprngNoise):
-    """A broken twin: ``target``'s noise drawn at ``factor`` times its scale, the rest as the
-    product draws it."""
-
-    def __init__(self, target: Mechanism, factor: int) -> None:
-        self.target, self.factor = target, factor
-
-    def add(self, mech: Any, values: np.ndarray) -> np.ndarray:
-        if mech == self.target:
-            mech = dataclasses.replace(mech, epsilon=mech.epsilon / self.factor)
-        return super().add(mech, values)
-
-
 def _distinct_mech(plan: Any) -> Mechanism:
     key = plan.analysis.statistics[0].measures[0]
     (m,) = [m for m in plan.measures if m.key == key]
@@ -96,7 +82,7 @@ def _covered(engine: Engine, shape: str, broken: int = 0) -> int:
     assert plan.analysis.statistics[0].func == "count_distinct"
     rows = list(engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows)
     types = engine.group_types(prepared, plan.analysis)
-    noise: NoiseSource = _WrongScale(_distinct_mech(plan), broken) if broken else CSPRNG
+    noise: NoiseSource = WrongScale(_distinct_mech(plan), broken) if broken else CSPRNG
     if plan.analysis.group_keys:  # one release of DRAWS groups, each a region's bounded row
         picked = [rows[i % len(rows)] for i in range(DRAWS)]
         keyed = [(str(i), *row[1:]) for i, row in enumerate(picked)]
