@@ -144,6 +144,10 @@ def catalog_findings(policy: Policy, dsn: str) -> list[Finding]:
                 out.append(Finding(name, cname, "column does not exist upstream"))
             elif ty not in _AGREE[col.family]:
                 out.append(Finding(name, cname, f"policy says {col.type}, database has {ty}"))
+            elif words := col.width_mismatch(ty):
+                out.append(
+                    Finding(name, cname, f"policy says {col.type}, database has {ty}: {words}")
+                )
             elif ty in ("real", "double precision") and col.type not in _FLOAT_NAMES:
                 out.append(
                     Finding(

@@ -27,6 +27,11 @@ Auto = Literal["auto"]
 
 _TYPE_FAMILIES: dict[str, TypeFamily] = {
     **dict.fromkeys(["int", "integer", "int4", "int2", "int8", "smallint", "bigint"], "integer"),
+    # the DDL shorthands for an integer column with a sequence default (PostgreSQL's column is
+    # smallint / integer / bigint): a policy copied from a CREATE TABLE may say them
+    **dict.fromkeys(
+        ["smallserial", "serial2", "serial", "serial4", "bigserial", "serial8"], "integer"
+    ),
     **dict.fromkeys(
         ["numeric", "decimal", "real", "float", "float4", "float8", "double", "double precision"],
         "numeric",
@@ -37,6 +42,13 @@ _TYPE_FAMILIES: dict[str, TypeFamily] = {
     **dict.fromkeys(["timestamp", "timestamptz", "timestamp with time zone"], "timestamp"),
 }
 
+INTEGER_BITS: dict[str, int] = {
+    **dict.fromkeys(("smallint", "int2", "smallserial", "serial2"), 16),
+    **dict.fromkeys(("int", "integer", "int4", "serial", "serial4"), 32),
+    **dict.fromkeys(("bigint", "int8", "bigserial", "serial8"), 64),
+}
+"""An integer type name's width: a serial's is its column's (bigserial is a bigint)."""
+_PG_INTEGER_NAMES = {16: "smallint", 32: "integer", 64: "bigint"}
 
 MAX_ROWS_PER_UNIT = 1_000_000
 MAX_GROUPS_PER_UNIT = 100_000
@@ -175,6 +187,29 @@ class Column(StrictModel):
     @property
     def family(self) -> TypeFamily:
         return _TYPE_FAMILIES[self.type]
+
+    @property
+    def integer_bits(self) -> int | None:
+        """The width of an integer column's type (16, 32, 64), None for other families."""
+        return INTEGER_BITS[self.type] if self.family == "integer" else None
+
+    def width_mismatch(self, upstream: str) -> str | None:
+        """Words for an integer column declared with another width than the database's
+        (``format_type`` / information_schema name: smallint, integer, bigint), else None.
+        Result types and the int4 overflow check follow the declared width: a bigserial id
+        declared ``integer`` would get SUM(id) as bigint where PostgreSQL's is numeric.
+
+        >>> Column(type="integer").width_mismatch("bigint")
+        'write type: bigint (the declared type says integer: result types and integer overflow follow it)'
+        >>> Column(type="bigserial").width_mismatch("bigint") is None
+        True
+        """
+        bits = self.integer_bits
+        pg = {v: k for k, v in _PG_INTEGER_NAMES.items()}.get(upstream)
+        if bits is None or pg is None or pg == bits:
+            return None
+        return (f"write type: {upstream} (the declared type says {_PG_INTEGER_NAMES[bits]}: "
+                "result types and integer overflow follow it)")  # fmt: skip
 
     @property
     def key_texts(self) -> tuple[str, ...] | None:

@@ -139,6 +139,9 @@ def _table_problems(
         elif got[0] not in AGREE[col.family]:
             out.append(Problem(f"column {name}.{cname}: the policy says {col.type}, the "
                                f"database has {got[0]}"))  # fmt: skip
+        elif words := col.width_mismatch(got[0]):
+            out.append(Problem(f"column {name}.{cname}: the policy says {col.type}, the "
+                               f"database has {got[0]}: {words}"))  # fmt: skip
         elif got[0] in ("real", "double precision") and col.type not in FLOAT_NAMES:
             # the rewrite keeps a NUMERIC that meets a float within the float's range only
             # where it knows the column is one (dpsql.sql.rewrite.float_safe): declared

@@ -117,7 +117,6 @@ def is_integer(node: exp.Expr, columns: Columns | None) -> bool:
     return isinstance(node, (exp.Length, exp.WidthBucket))
 
 
-_BITS = {"smallint": 16, "int2": 16, "int": 32, "integer": 32, "int4": 32, "bigint": 64, "int8": 64}
 _CAST_BITS = {
     exp.DataType.Type.TINYINT: 16,
     exp.DataType.Type.SMALLINT: 16,
@@ -153,7 +152,7 @@ def _bits(node: exp.Expr, columns: Columns | None) -> int:
         return 32 if not node.is_string and int(node.this) < 2**31 else 64
     if isinstance(node, exp.Column):
         col = lookup(columns, node) if columns is not None else None
-        return _BITS.get(col.type.lower(), 32) if col is not None else 32
+        return (col.integer_bits or 32) if col is not None else 32
     if isinstance(node, exp.Cast):
         return _CAST_BITS.get(node.to.this, 64)
     if isinstance(node, (exp.Neg, exp.Abs)):
