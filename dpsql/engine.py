@@ -32,6 +32,7 @@ from dpsql.execute import private_sql as private_sql_module
 from dpsql.execute.backend import Backend, CancelToken, Rows
 from dpsql.execute.caches import EngineCaches
 from dpsql.execute.classify import classify
+from dpsql.execute.context import Execution
 from dpsql.execute.finish import finish
 from dpsql.execute.noise import Release, release
 from dpsql.execute.prepared import (
@@ -273,32 +274,33 @@ class Engine:
         params: Sequence[object] = (),
         cancel: CancelToken | None = None,
     ) -> Result:
-        """Run ``prepared`` for ``session``, in the session's time zone (``SET TIME ZONE``):
-        every upstream statement runs in it, and a private statement analyzed in another zone
-        is analyzed again in it (its generated ``date_trunc`` keys are the zone's)."""
-        zone = session_zone(session.settings)
+        """:meth:`run` of ``prepared`` with ``params`` for ``session`` (``dpsql query``, scripts)."""
+        return self.run(Execution(prepared, session, tuple(params), cancel))
+
+    def run(self, execution: Execution) -> Result:
+        """Run ``execution`` in its session's time zone (``SET TIME ZONE``): every upstream
+        statement runs in it, and a private statement analyzed in another zone is analyzed
+        again in it (its generated ``date_trunc`` keys are the zone's)."""
+        prepared, analyst = execution.prepared, execution.session.analyst
+        zone = session_zone(execution.session.settings)
         if zone == UTC_NAME and prepared.zone == UTC_NAME:
-            prepared = self.current(prepared, session.analyst)
-            return self._execute(prepared, session, params, cancel)
+            return self._execute(replace(execution, prepared=self.current(prepared, analyst)))
         with statement_zone(zone):
             if prepared.zone != zone and isinstance(prepared, _ZONED):
-                prepared = self.prepare(prepared.text, session.analyst)
-            prepared = self.current(prepared, session.analyst)
-            return self._execute(prepared, session, params, cancel)
+                prepared = self.prepare(prepared.text, analyst)
+            return self._execute(replace(execution, prepared=self.current(prepared, analyst)))
 
-    def _execute(
-        self,
-        prepared: Prepared,
-        session: SessionContext,
-        params: Sequence[object],
-        cancel: CancelToken | None,
-    ) -> Result:
+    def _execute(self, execution: Execution) -> Result:
+        prepared, session = execution.prepared, execution.session
+        params, cancel = execution.params, execution.cancel
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
         self._catalog.tokens = {}  # read again for this statement
         match prepared:
             case DeferredQuery():  # LIMIT $1: as the statement with its values inline
-                return self._execute(self.bound_limit(prepared, params), session, (), cancel)
+                return self._execute(
+                    Execution(self.bound_limit(prepared, params), session, (), cancel)
+                )
             case TreeQuery() | PrivateQuery() if returns_no_rows(prepared.tree, params):
                 # LIMIT 0: no rows whatever the data: the columns only, nothing read or charged
                 return Result(self.describe(prepared, session), [], "SELECT 0")

@@ -18,6 +18,7 @@ from scramp import ScramClient
 from sqlglot import exp
 
 from dpsql.errors import PrivacyViolation, QueryCanceled, SqlSyntaxError
+from dpsql.execute.context import Execution
 from dpsql.execute.prepared import (
     CatalogQuery,
     EmptyQuery,
@@ -134,13 +135,9 @@ class FakeEngine:
         self.describes[prepared.text] += 1
         return self._columns(prepared)
 
-    def execute(
-        self,
-        prepared: Prepared,
-        session: SessionContext,
-        params: Sequence[Any] = (),
-        cancel: Any = None,
-    ) -> Result:
+    def run(self, execution: Execution) -> Result:
+        prepared, session = execution.prepared, execution.session
+        params, cancel = execution.params, execution.cancel
         self.executed.append((prepared.text, session, tuple(params)))
         self.last_epsilon = session.epsilon
         low = prepared.text.lower()

@@ -10,6 +10,7 @@ statement (a tree's leaf, an EXPLAIN's inner statement): scope, prepare, analyze
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
@@ -27,19 +28,25 @@ from dpsql.sql.grouping_sets import SetsPlan
 from dpsql.sql.plan import Plan
 
 
+@dataclass(frozen=True)
+class Execution:
+    """One run of a prepared statement: ``prepared`` with ``params`` bound, for ``session``,
+    stopped (QueryCanceled) when ``cancel`` is set. What the wire server hands a worker thread,
+    what :meth:`dpsql.engine.Engine.execute` builds from its arguments."""
+
+    prepared: Prepared
+    session: SessionContext
+    params: tuple[object, ...] = ()
+    cancel: CancelToken | None = None
+
+
 class Executes(Protocol):
     """What runs a prepared statement: the engine as a stage, the wire server
     (:class:`dpsql.wire.engine_api.EngineAPI`) and the timing padding
     (:func:`dpsql.execute.timing.execute_padded`) call it."""
 
-    def execute(
-        self,
-        prepared: Prepared,
-        session: SessionContext,
-        params: Sequence[object] = (),
-        cancel: CancelToken | None = None,
-    ) -> Result:
-        """Run ``prepared`` with ``params`` bound (a private one is charged, then answered)."""
+    def run(self, execution: Execution) -> Result:
+        """Run ``execution`` (a private statement is charged, then answered)."""
         ...
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from dpsql.execute.context import Execution
 from dpsql.execute.prepared import PrivateStatement
 from dpsql.policy.settings import Timing
 
@@ -112,10 +113,10 @@ def run_padded(work: Callable[[], T], timing: Timing | None) -> T:
 
 
 def execute_padded(engine: Executes, prepared: Prepared, session: SessionContext) -> Result:
-    """``engine.execute(prepared, session)`` (a statement without parameters, as ``dpsql query``
+    """``prepared`` run for ``session`` (a statement without parameters, as ``dpsql query``
     runs them), padded when it reads a private table and padding is on."""
     timing = timing_of(engine) if isinstance(prepared, PrivateStatement) else None
-    return run_padded(lambda: engine.execute(prepared, session), timing)
+    return run_padded(lambda: engine.run(Execution(prepared, session)), timing)
 
 
 __all__ = [

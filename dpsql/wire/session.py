@@ -29,6 +29,7 @@ from dpsql.errors import (
     InternalError,
     QueryCanceled,
 )
+from dpsql.execute.context import Execution
 from dpsql.execute.timing import padded, timing_of
 from dpsql.result import Result
 from dpsql.session import SessionContext
@@ -136,7 +137,7 @@ class Session:
         formats: Sequence[int] | None = None,
         fast: bool = False,
     ) -> Result:
-        """engine.execute in a worker thread (``fast``: on the upstream from the event loop),
+        """engine.run in a worker thread (``fast``: on the upstream from the event loop),
         cancellable; cancelled if the client disconnects while it runs (:meth:`_client_gone`)."""
         fast_token = AsyncCancel() if fast else None
         token = None if fast else _new_cancel_token()
@@ -159,9 +160,8 @@ class Session:
                     self, self.fast_engine, stmt.prepared, params, self.upstream, formats,
                     fast_token,
                 )  # fmt: skip
-            call = self.executor.submit(
-                self.engine.execute, stmt.prepared, self.ctx, tuple(params), cancel=token
-            )
+            run = Execution(stmt.prepared, self.ctx, tuple(params), token)
+            call = self.executor.submit(self.engine.run, run)
             return await asyncio.wrap_future(call)
         finally:
             if call is None or call.done():

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from dpsql.execute.context import Execution
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.wire import messages as m
@@ -64,7 +65,7 @@ class Driver:
             if req.route is Route.EMPTY:
                 return Result((), [], "")
             self.state.check_not_failed()
-            return self.engine.execute(req.statement.prepared, self.state.ctx, req.params)
+            return self.engine.run(Execution(req.statement.prepared, self.state.ctx, req.params))
         if isinstance(req, Flush):
             self._drain()
             self._received.append(FLUSH)
