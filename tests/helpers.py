@@ -107,19 +107,19 @@ def slow_db(make_db: Any, name: str) -> str:
     """A fresh database whose private view ``slow`` (``u``, ``x`` in 0..6, 100 rows) takes 50 ms
     a row to read (``slow20``: its first 20 rows): statements that run long enough to be
     cancelled, stopped or timed out while they run."""
-    import psycopg
+    from tests.owner import owner_db  # (it imports this module)
 
-    dsn: str = make_db(name)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (u integer NOT NULL, x numeric)")
-        conn.execute("INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u")
-        conn.execute(  # volatile: run for each row read
-            "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
-            "AS 'SELECT pg_sleep(0.05); SELECT v'"
-        )
-        conn.execute("CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t")
-        conn.execute("CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20")
-    return dsn
+    return owner_db(
+        make_db,
+        name,
+        "CREATE TABLE t (u integer NOT NULL, x numeric)",
+        "INSERT INTO t SELECT u, u % 7 FROM generate_series(1, 100) u",
+        # volatile: run for each row read
+        "CREATE FUNCTION slowly(v numeric) RETURNS numeric VOLATILE LANGUAGE sql "
+        "AS 'SELECT pg_sleep(0.05); SELECT v'",
+        "CREATE VIEW slow AS SELECT u, slowly(x) AS x FROM t",
+        "CREATE VIEW slow20 AS SELECT u, slowly(x) AS x FROM t WHERE u <= 20",
+    )
 
 
 def demo_db_with_defaults(make_demo_db: Any, prefix: str, settings: Mapping[str, str]) -> str:

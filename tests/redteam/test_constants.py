@@ -31,10 +31,10 @@ import pytest
 import dpsql.sql.pg_reading as pg_reading_module
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.session import SessionContext
 from dpsql.sql.parse import parse_statement
 from dpsql.sql.pg_reading import pg_reading
 from tests.helpers import EXACT
+from tests.owner import dpsql_rows, owner_rows
 
 DAY = "date '2025-03-04'"
 TS = "timestamp '2025-03-04 13:05:06.5'"
@@ -65,17 +65,6 @@ def engine(demo_dsn: str, demo_policy: Any) -> Iterator[Engine]:
     e.close()
 
 
-def _dpsql(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
-    result = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
-    return [tuple(r) for r in result.rows]
-
-
-def _postgres(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
-    """PostgreSQL's answer to ``sql`` as written, run by the owner on the engine's upstream
-    connection (values read as dpsql reads a public statement's)."""
-    return [tuple(r) for r in engine.backend.run(sql, private=False).rows]
-
-
 def _distinct(dsn: str, sql: str) -> set[Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         return {r[0] for r in conn.execute(sql).fetchall()}
@@ -84,7 +73,7 @@ def _distinct(dsn: str, sql: str) -> set[Any]:
 @pytest.mark.parametrize("call", FORMATS)
 def test_a_format_reaches_postgresql_as_written(engine: Engine, call: str) -> None:
     sql = f"SELECT {call} AS v FROM regions"
-    assert _dpsql(engine, sql) == _postgres(engine, sql)
+    assert dpsql_rows(engine, sql) == owner_rows(engine, sql)
 
 
 @pytest.mark.parametrize("fmt", ["fmmonth", '"dd"MM', "YYYY-MM", "Dy"])
@@ -92,7 +81,9 @@ def test_a_private_key_of_to_char_has_postgresql_labels(
     engine: Engine, demo_dsn: str, fmt: str
 ) -> None:
     key = f"to_char(purchased_at, '{fmt}')"
-    got = {r[0] for r in _dpsql(engine, f"SELECT {key} AS k, COUNT(*) FROM purchases GROUP BY 1")}
+    got = {
+        r[0] for r in dpsql_rows(engine, f"SELECT {key} AS k, COUNT(*) FROM purchases GROUP BY 1")
+    }
     truth = _distinct(demo_dsn, f"SELECT DISTINCT {key} FROM purchases")
     assert got == truth
 
@@ -202,7 +193,7 @@ def _sent(
 
     engine.backend.run = record  # type: ignore[method-assign]
     try:
-        rows = _dpsql(engine, sql)
+        rows = dpsql_rows(engine, sql)
     finally:
         engine.backend.run = run  # type: ignore[method-assign]
     return rows, sent
@@ -213,7 +204,7 @@ def test_a_public_answer_is_postgresqls(engine: Engine, sql: str) -> None:
     """PostgreSQL's answer; and the statement dpsql sent holds every constant PostgreSQL reads in
     the user's text, as pg_constants reads them (its argued rewrites alone)."""
     rows, sent = _sent(engine, sql, private=False)
-    assert rows == _postgres(engine, sql)
+    assert rows == owner_rows(engine, sql)
     written = pg_reading(sql).constants()
     assert any(not written - pg_reading(s).constants() for s in sent if "regions" in s), sent
 
@@ -232,7 +223,7 @@ def test_a_constant_sqlglot_rewrites_is_refused(engine: Engine, sql: str, was: s
 @pytest.mark.parametrize(("sql", "plain"), PRIVATE)
 def test_a_private_statement_sends_its_constants(engine: Engine, sql: str, plain: str) -> None:
     rows, sent = _sent(engine, sql)
-    assert rows == _dpsql(engine, plain)
+    assert rows == dpsql_rows(engine, plain)
     written = pg_reading(sql).constants()
     seen = [pg_reading(s.replace("%%", "%")).constants() for s in sent]
     for fact in written:

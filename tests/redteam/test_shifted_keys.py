@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
-import psycopg
 import pytest
 
 from dpsql.engine import Engine
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
+from tests.owner import owner_db
 from tests.policies import PolicyMaker, private_table
 from tests.redteam.test_data_gated_errors import outcome
 
@@ -75,22 +75,16 @@ def neighbours(
     )
     engines = {}
     for name, (d, ts, tz) in UNIT_1.items():
-        dsn = make_db("shiftkeys")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(
-                "CREATE TABLE t (u integer NOT NULL, x numeric, d date, ts timestamp, "
-                "tz timestamptz)"
-            )
-            conn.execute(
-                "INSERT INTO t SELECT u, 5, DATE '2020-01-01' + u * 7, "
-                "TIMESTAMP '2020-01-01 10:00' + u * INTERVAL '7 days', "
-                "TIMESTAMPTZ '2020-01-01 10:00+00' + u * INTERVAL '7 days' "
-                "FROM generate_series(2, 40) u"
-            )
-            conn.execute(
-                "INSERT INTO t VALUES (1, 90, %s::date, %s::timestamp, %s::timestamptz)",
-                (d, ts, tz),
-            )
+        dsn = owner_db(
+            make_db,
+            "shiftkeys",
+            "CREATE TABLE t (u integer NOT NULL, x numeric, d date, ts timestamp, tz timestamptz)",
+            "INSERT INTO t SELECT u, 5, DATE '2020-01-01' + u * 7, "
+            "TIMESTAMP '2020-01-01 10:00' + u * INTERVAL '7 days', "
+            "TIMESTAMPTZ '2020-01-01 10:00+00' + u * INTERVAL '7 days' "
+            "FROM generate_series(2, 40) u",
+            ("INSERT INTO t VALUES (1, 90, %s::date, %s::timestamp, %s::timestamptz)", (d, ts, tz)),
+        )
         engines[name] = Engine(pf.policy, dsn, pool_size=1, noise=EXACT)
     yield engines
     for e in engines.values():

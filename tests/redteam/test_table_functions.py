@@ -24,6 +24,7 @@ from dpsql.errors import DpsqlError
 from dpsql.execute.prepared import PublicQuery
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
+from tests.owner import as_owner, dpsql_rows, owner_rows
 
 # over no table or public ones: PostgreSQL's answer, no private relation in the plan
 PUBLIC = [
@@ -93,17 +94,13 @@ PRIVATE = [
 @pytest.fixture(scope="module")
 def dsn(make_demo_db: Callable[[str], str]) -> str:
     """The demo database with two functions of the database's own that read purchases."""
-    dsn = make_demo_db("tablefn")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE FUNCTION public.leak() RETURNS SETOF text LANGUAGE sql "
-            "AS $$SELECT email FROM purchases$$"
-        )
-        conn.execute(
-            "CREATE FUNCTION public.leak_n(int) RETURNS int LANGUAGE sql "
-            "AS $$SELECT count(*)::int FROM purchases WHERE quantity = $1$$"
-        )
-    return dsn
+    return as_owner(
+        make_demo_db("tablefn"),
+        "CREATE FUNCTION public.leak() RETURNS SETOF text LANGUAGE sql "
+        "AS $$SELECT email FROM purchases$$",
+        "CREATE FUNCTION public.leak_n(int) RETURNS int LANGUAGE sql "
+        "AS $$SELECT count(*)::int FROM purchases WHERE quantity = $1$$",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +132,7 @@ def test_a_table_function_over_public_rows_is_postgresqls(
 ) -> None:
     prepared = engine.prepare(sql, "analyst")
     assert isinstance(prepared, PublicQuery)
-    got = [tuple(r) for r in engine.execute(prepared, SessionContext("analyst")).rows]
-    assert got == [tuple(r) for r in engine.backend.run(sql, private=False).rows]
+    assert dpsql_rows(engine, sql) == owner_rows(engine, sql)
     assert _plan_reads(dsn, sql) <= {"regions"}
 
 

@@ -54,6 +54,13 @@ def _said(e: Any) -> str:
     return " ".join(str(x) for x in (getattr(e, "message", e), e.detail, e.hint) if x)
 
 
+def _policy(make_policy: PolicyMaker, timeout_ms: int) -> Any:
+    """The view ``slow`` private (fixed bounds), statements stopped after ``timeout_ms``."""
+    tables = {"public.slow": private_table("u", X)}
+    defaults = {**DEFAULTS, "statement_timeout_ms": timeout_ms}
+    return make_policy("cancel", tables=tables, public_tables=[], defaults=defaults).policy
+
+
 @pytest.fixture
 def ledger(dsn: str, make_policy: PolicyMaker) -> Iterator[Callable[[Any], Ledger]]:
     opened: list[Ledger] = []
@@ -68,22 +75,29 @@ def ledger(dsn: str, make_policy: PolicyMaker) -> Iterator[Callable[[Any], Ledge
         led.close()
 
 
+@pytest.fixture
+def engine_of(
+    dsn: str, ledger: Callable[[Any], Ledger]
+) -> Iterator[Callable[[Any], tuple[Engine, Ledger]]]:
+    """An engine over ``dsn`` under a policy, with a ledger of its own; closed at the end."""
+    engines: list[Engine] = []
+
+    def make(policy: Any) -> tuple[Engine, Ledger]:
+        led = ledger(policy)
+        engines.append(Engine(policy, dsn, led, pool_size=2))
+        return engines[-1], led
+
+    yield make
+    for e in engines:
+        e.close()
+
+
 def test_statement_timeout_is_charged_and_said(
-    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+    make_policy: PolicyMaker, engine_of: Callable[[Any], tuple[Engine, Ledger]]
 ) -> None:
-    policy = make_policy(
-        "cancel",
-        tables={"public.slow": private_table("u", X)},
-        public_tables=[],
-        defaults={**DEFAULTS, "statement_timeout_ms": 1000},
-    ).policy
-    led = ledger(policy)
-    engine = Engine(policy, dsn, led, pool_size=2)
-    try:
-        with pytest.raises(DpsqlError) as e:
-            engine.execute(engine.prepare(SQL, "analyst"), SessionContext("analyst"))
-    finally:
-        engine.close()
+    engine, led = engine_of(_policy(make_policy, 1000))
+    with pytest.raises(DpsqlError) as e:
+        engine.execute(engine.prepare(SQL, "analyst"), SessionContext("analyst"))
     assert e.value.sqlstate == "57014"
     assert e.value.message == "canceling statement due to statement timeout"  # PostgreSQL's
     assert e.value.hint is not None and "statement_timeout_ms" in e.value.hint
@@ -107,51 +121,49 @@ def _when_running(dsn: str) -> int:
     raise AssertionError("the private query never ran")
 
 
-def test_admin_cancel_is_charged_and_said(
-    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
-) -> None:
-    policy = make_policy(
-        "cancel",
-        tables={"public.slow": private_table("u", X)},
-        public_tables=[],
-        defaults={**DEFAULTS, "statement_timeout_ms": 60_000},
-    ).policy
-    led = ledger(policy)
-    engine = Engine(policy, dsn, led, pool_size=2)
+def _cancelled_by_admin(
+    engine: Engine, sql: str, dsn: str, first: Callable[[], bool] = lambda: True
+) -> DpsqlError:
+    """Run ``sql`` as the analyst in a thread; once ``first()`` holds and its upstream query
+    reads rows, cancel that query as an administrator (``pg_cancel_backend``). The statement
+    fails with 57014 and its words say the budget was spent: that error."""
     got: list[BaseException] = []
 
     def run() -> None:
         try:
-            engine.execute(engine.prepare(SQL, "analyst"), SessionContext("analyst"))
+            engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
         except BaseException as e:
             got.append(e)
 
     t = threading.Thread(target=run)
     t.start()
-    try:
-        pid = _when_running(dsn)
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
-        t.join(60)
-    finally:
-        engine.close()
+    deadline = time.monotonic() + 60  # (a guard, not a measurement)
+    while time.monotonic() < deadline and not first():
+        time.sleep(0.05)
+    pid = _when_running(dsn)
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
+    t.join(60)
     assert not t.is_alive()
     assert len(got) == 1 and isinstance(got[0], DpsqlError), got
     assert got[0].sqlstate == "57014"
-    assert got[0].message == "canceling statement due to user request"  # as PostgreSQL says
-    assert _history(led) == [("committed", Fraction(1))]
     assert SPENT in _said(got[0]), _said(got[0])
+    return got[0]
+
+
+def test_admin_cancel_is_charged_and_said(
+    dsn: str, make_policy: PolicyMaker, engine_of: Callable[[Any], tuple[Engine, Ledger]]
+) -> None:
+    engine, led = engine_of(_policy(make_policy, 60_000))
+    err = _cancelled_by_admin(engine, SQL, dsn)
+    assert err.message == "canceling statement due to user request"  # as PostgreSQL says
+    assert _history(led) == [("committed", Fraction(1))]
 
 
 def test_client_cancel_is_charged_and_said(
     dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
 ) -> None:
-    policy = make_policy(
-        "cancel",
-        tables={"public.slow": private_table("u", X)},
-        public_tables=[],
-        defaults={**DEFAULTS, "statement_timeout_ms": 60_000},
-    ).policy
+    policy = _policy(make_policy, 60_000)
     led = ledger(policy)
     with (
         served_engine(policy, dsn, ledger=led) as srv,
@@ -185,27 +197,17 @@ def test_client_cancel_is_charged_and_said(
 
 
 def test_history_tells_a_failed_release_from_an_answered_one(
-    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+    make_policy: PolicyMaker, engine_of: Callable[[Any], tuple[Engine, Ledger]]
 ) -> None:
     """``dpsql.history``'s ``outcome``: a release charged for a query that then timed out is
     ``canceled or timed out (SQLSTATE 57014): charged``, an answered one ``answered`` (both
     were ``committed`` with nothing else to tell them apart: newcomer20)."""
-    policy = make_policy(
-        "cancel",
-        tables={"public.slow": private_table("u", X)},
-        public_tables=[],
-        defaults={**DEFAULTS, "statement_timeout_ms": 1000},
-    ).policy
-    led = ledger(policy)
-    engine = Engine(policy, dsn, led, pool_size=2)
+    engine, _ = engine_of(_policy(make_policy, 1000))
     s = SessionContext("analyst")
-    try:
-        with pytest.raises(DpsqlError):
-            engine.execute(engine.prepare(SQL, "analyst"), s)
-        engine.execute(engine.prepare("SELECT COUNT(*) FROM slow WHERE false", "analyst"), s)
-        view = engine.execute(engine.prepare("SELECT state, outcome FROM dpsql.history"), s)
-    finally:
-        engine.close()
+    with pytest.raises(DpsqlError):
+        engine.execute(engine.prepare(SQL, "analyst"), s)
+    engine.execute(engine.prepare("SELECT COUNT(*) FROM slow WHERE false", "analyst"), s)
+    view = engine.execute(engine.prepare("SELECT state, outcome FROM dpsql.history"), s)
     assert view.rows == [
         ("committed", "answered"),
         ("committed", "canceled or timed out (SQLSTATE 57014): charged"),
@@ -217,7 +219,7 @@ def _history_rows(ledger: Ledger) -> list[tuple[str, str, str | None]]:
 
 
 def test_a_cancelled_statements_chosen_bounds_are_reused_by_its_retry(
-    dsn: str, make_policy: PolicyMaker, ledger: Callable[[Any], Ledger]
+    dsn: str, make_policy: PolicyMaker, engine_of: Callable[[Any], tuple[Engine, Ledger]]
 ) -> None:
     """newcomer21 #8: a statement with ``auto`` bounds cancelled while its answer runs has
     already chosen its bounds (a release, charged, in dpsql.history): its retry reuses them
@@ -231,42 +233,18 @@ def test_a_cancelled_statements_chosen_bounds_are_reused_by_its_retry(
         public_tables=[],
         defaults={**DEFAULTS, "statement_timeout_ms": 60_000},
     ).policy
-    led = ledger(policy)
-    engine = Engine(policy, dsn, led, pool_size=2)
+    engine, led = engine_of(policy)
     sql = "SELECT SUM(x) FROM slow20"
-    got: list[BaseException] = []
 
-    def run() -> None:
-        try:
-            engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
-        except BaseException as e:
-            got.append(e)
+    def bounds_chosen() -> bool:  # then the answer's query is the one that reads rows
+        return any(m == "auto_bound" and s == "committed" for m, s, _ in _history_rows(led))
 
-    t = threading.Thread(target=run)
-    t.start()
-    try:
-        deadline = time.monotonic() + 60  # (a guard, not a measurement)
-        while time.monotonic() < deadline and not any(
-            m == "auto_bound" and s == "committed" for m, s, _ in _history_rows(led)
-        ):
-            time.sleep(0.05)
-        pid = _when_running(dsn)  # the answer's query, once it reads rows
-        with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_cancel_backend(%s)", (pid,))
-        t.join(60)
-        assert len(got) == 1 and isinstance(got[0], DpsqlError), got
-        assert got[0].sqlstate == "57014"
-        assert SPENT in _said(got[0]), _said(got[0])
-        cancelled = _history_rows(led)
-        explain = engine.execute(
-            engine.prepare(f"EXPLAIN {sql}", "analyst"), SessionContext("analyst")
-        )
-        plan = "\n".join(str(r[0]) for r in explain.rows)
-        assert "reused free" in plan and "when the statement runs" not in plan, plan
-        retry = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
-    finally:
-        engine.close()
-    assert not t.is_alive()
+    _cancelled_by_admin(engine, sql, dsn, first=bounds_chosen)
+    cancelled = _history_rows(led)
+    explain = engine.execute(engine.prepare(f"EXPLAIN {sql}", "analyst"), SessionContext("analyst"))
+    plan = "\n".join(str(r[0]) for r in explain.rows)
+    assert "reused free" in plan and "when the statement runs" not in plan, plan
+    retry = engine.execute(engine.prepare(sql, "analyst"), SessionContext("analyst"))
     bounds = [r for r in cancelled if r[0] == "auto_bound"]
     assert bounds and all(s == "committed" for _, s, _ in bounds), cancelled
     answers = [r for r in cancelled if r[0] != "auto_bound"]

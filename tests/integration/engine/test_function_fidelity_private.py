@@ -21,9 +21,9 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
-from dpsql.session import SessionContext
-from tests.helpers import EXACT, unrounded
-from tests.policies import PolicyMaker, private_table
+from tests.helpers import unrounded
+from tests.owner import dpsql_rows, exact_private
+from tests.policies import PolicyMaker
 
 EXPRESSIONS = """
 round(n, 1) | round(n) | round(f) | round(n, -1) | floor(f) | ceil(n) | ceiling(n) | abs(n)
@@ -54,18 +54,6 @@ s LIKE 'a%' | s ILIKE 'A%' | i BETWEEN 1 AND 4
 def private(
     make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> Iterator[tuple[Engine, Any]]:
-    dsn = make_db("fidelity_private")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE priv (u int, i int, n numeric, f float8, s text, d date, ts timestamp)"
-        )
-        conn.execute(
-            "INSERT INTO priv SELECT u, CASE WHEN u % 7 = 0 THEN NULL ELSE u % 6 - 1 END,"
-            " round((u % 9 - 4) * 1.37, 2), (u % 5 - 2) * 2.55,"
-            " CASE WHEN u % 8 = 0 THEN NULL ELSE substr('abcab, ca', 1 + u % 5, 1 + u % 4) END,"
-            " DATE '2024-01-28' + u * 3, TIMESTAMP '2023-12-30 22:15:00' + u * INTERVAL '17 hours'"
-            " FROM generate_series(1, 60) u"
-        )
     columns = {
         "i": {"type": "integer", "bounds": [-1, 4]},
         "n": {"type": "numeric", "bounds": [-6, 6]},
@@ -74,12 +62,19 @@ def private(
         "d": {"type": "date", "bounds": ["2024-01-01", "2024-12-31"]},
         "ts": {"type": "timestamp", "bounds": ["2023-12-01 00:00:00", "2024-03-01 00:00:00"]},
     }
-    table = private_table("u", columns, rows=1, groups=1)
-    pf = make_policy("fidelity_private", tables={"public.priv": table}, public_tables=[])
-    engine = Engine(pf.policy, dsn, pool_size=2, noise=EXACT)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        yield engine, conn
-    engine.close()
+    with exact_private(
+        make_db,
+        make_policy,
+        "fidelity_private",
+        columns,
+        "CREATE TABLE priv (u int, i int, n numeric, f float8, s text, d date, ts timestamp)",
+        "INSERT INTO priv SELECT u, CASE WHEN u % 7 = 0 THEN NULL ELSE u % 6 - 1 END,"
+        " round((u % 9 - 4) * 1.37, 2), (u % 5 - 2) * 2.55,"
+        " CASE WHEN u % 8 = 0 THEN NULL ELSE substr('abcab, ca', 1 + u % 5, 1 + u % 4) END,"
+        " DATE '2024-01-28' + u * 3, TIMESTAMP '2023-12-30 22:15:00' + u * INTERVAL '17 hours'"
+        " FROM generate_series(1, 60) u",
+    ) as got:
+        yield got
 
 
 def _count(conn: Any, where: str) -> int | str:
@@ -92,8 +87,7 @@ def _count(conn: Any, where: str) -> int | str:
 
 def _dpsql(engine: Engine, where: str) -> int | str:
     try:
-        p = engine.prepare(f"SELECT COUNT(*) FROM priv WHERE {where}")
-        rows = list(engine.execute(p, SessionContext(analyst="analyst")).rows)
+        rows = dpsql_rows(engine, f"SELECT COUNT(*) FROM priv WHERE {where}")
     except DpsqlError as e:
         return "refused " + e.sqlstate
     return int(rows[0][0])

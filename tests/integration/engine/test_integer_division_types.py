@@ -17,14 +17,14 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
-import psycopg
 import pytest
 
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import EXACT, unrounded
-from tests.policies import PolicyMaker, private_table
+from tests.helpers import unrounded
+from tests.owner import dpsql_rows, exact_private
+from tests.policies import PolicyMaker
 
 WHERE = """
 COALESCE(q, 0) / 2 > 1 | COALESCE(q, 0) / 2 = 1 | LEAST(q, 3) / 2 = 1 | GREATEST(q, 2) / 2 = 1
@@ -51,18 +51,6 @@ def _split(text: str) -> list[str]:
 def private(
     make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> Iterator[tuple[Engine, Any]]:
-    dsn = make_db("integer_division_types")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE priv (u int, q int, age int, x numeric, s smallint, b bigint,"
-            " f float8, r real, w int)"
-        )
-        conn.execute(
-            "INSERT INTO priv SELECT u, CASE WHEN u % 11 = 0 THEN NULL ELSE 1 + u % 10 END,"
-            " CASE WHEN u % 13 = 0 THEN NULL ELSE (u * 7) % 90 END, round((u % 21) * 0.47, 2),"
-            " u % 7, u % 9, (u % 17) * 0.5, (u % 5) * 0.25, u * 1000000"
-            " FROM generate_series(1, 400) u"
-        )
     columns = {
         "q": {"type": "integer", "bounds": [1, 10]},
         "age": {"type": "integer", "bounds": [0, 100]},
@@ -73,17 +61,19 @@ def private(
         "r": {"type": "real", "bounds": [0, 2]},
         "w": {"type": "integer", "bounds": [0, 3_000_000_000]},  # past integer's range
     }
-    table = private_table("u", columns, rows=1, groups=1)
-    pf = make_policy("integer_division_types", tables={"public.priv": table}, public_tables=[])
-    engine = Engine(pf.policy, dsn, pool_size=2, noise=EXACT)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        yield engine, conn
-    engine.close()
-
-
-def _dpsql(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
-    p = engine.prepare(sql)
-    return [tuple(r) for r in engine.execute(p, SessionContext(analyst="analyst")).rows]
+    with exact_private(
+        make_db,
+        make_policy,
+        "integer_division_types",
+        columns,
+        "CREATE TABLE priv (u int, q int, age int, x numeric, s smallint, b bigint,"
+        " f float8, r real, w int)",
+        "INSERT INTO priv SELECT u, CASE WHEN u % 11 = 0 THEN NULL ELSE 1 + u % 10 END,"
+        " CASE WHEN u % 13 = 0 THEN NULL ELSE (u * 7) % 90 END, round((u % 21) * 0.47, 2),"
+        " u % 7, u % 9, (u % 17) * 0.5, (u % 5) * 0.25, u * 1000000"
+        " FROM generate_series(1, 400) u",
+    ) as got:
+        yield got
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -101,7 +91,7 @@ def test_where_filters_as_postgresql(
     for e in _split(WHERE):
         sql = f"SELECT COUNT(*), SUM(q) FROM priv WHERE {e}"
         want = tuple(conn.execute(sql).fetchone())
-        got = _dpsql(engine, sql)[0][:2]
+        got = dpsql_rows(engine, sql)[0][:2]
         if not all(_same(g, w) for g, w in zip(got, want, strict=True)):
             bad.append((e, want, got))
     assert not bad, "\n".join(map(str, bad))
@@ -118,7 +108,7 @@ def test_sums_averages_and_quantiles_as_postgresql(
             sql = f"SELECT {agg} FROM priv"
             want = conn.execute(sql).fetchone()[0]
             try:
-                got = _dpsql(engine, sql)[0][0]
+                got = dpsql_rows(engine, sql)[0][0]
             except DpsqlError as err:  # answered by PostgreSQL: dpsql must answer it too
                 got = f"refused {err.sqlstate}"
             if not _same(got, want):
@@ -135,7 +125,7 @@ def test_group_keys_as_postgresql(
     for e in _split(KEYS):
         sql = f"SELECT {e} AS k, COUNT(*) FROM priv GROUP BY 1 ORDER BY 1"
         want = [tuple(r) for r in conn.execute(sql).fetchall()]
-        got = [r[:2] for r in _dpsql(engine, sql)]
+        got = [r[:2] for r in dpsql_rows(engine, sql)]
         same = len(got) == len(want) and all(
             _same(g[0], w[0]) and g[1] == w[1] for g, w in zip(got, want, strict=True)
         )
@@ -165,7 +155,7 @@ def test_quantiles_as_postgresql(
             pg = f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {e[len('MEDIAN(') : -1]})"
         want = conn.execute(f"SELECT {pg} FROM priv").fetchone()[0]
         try:
-            got = _dpsql(engine, f"SELECT {e} FROM priv")[0][0]
+            got = dpsql_rows(engine, f"SELECT {e} FROM priv")[0][0]
         except DpsqlError as err:
             got = f"refused {err.sqlstate}"
         if isinstance(got, str) or abs(float(got) - float(want)) > 0.01:
