@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpsql.dp.quantiles import Quantile
 from dpsql.execute import group_keys
@@ -98,13 +98,6 @@ def release_sets(
     ``key_types``: the types of all keys, then the set number's; ``declared``: per set, its
     public key values (Engine.declared_keys of the set's analysis).
     """
-    n = len(plan.analysis.group_keys)
-    groups: list[list[str | None]] = []
-    stats: list[list[Any]] = []
-    intervals: list[list[tuple[float, float] | None]] = []
-    derived: list[list[tuple[float, float] | None]] = []
-    halves: list[list[float | None]] = []  # (presentation rounding: Release.half_widths)
-    noise: list[list[tuple[float, float] | None]] = []  # (Release.noise: picked_words)
     by_position: dict[int, Release] = {}
     notes: dict[str, None] = {}  # the sets' accuracy summaries, each line once, in order
     for sp, got, public in zip(plan.sets, rows, declared, strict=True):
@@ -116,30 +109,46 @@ def release_sets(
         notes.update(dict.fromkeys(f"grouping set {label}: {note}" for note in rel.notes))
         for pos in sp.positions:
             by_position[pos] = rel
-    for pos in sorted(by_position):
-        rel = by_position[pos]
-        keys = plan.sets[_set_of(plan, pos)].keys
-        for r, g in enumerate(rel.groups):
-            full: list[str | None] = [None] * n
-            for i, v in zip(keys, g, strict=True):
-                full[i] = v
-            groups.append([*full, str(pos)])
-            stats.append(list(rel.stats[r]))
-            intervals.append(list(rel.intervals[r]))
-            derived.append(list(rel.derived[r]) if rel.derived else [])
-            halves.append(list(half_widths(rel)[r]))
-            noise.append(list(rel.noise[r]) if rel.noise else [None] * len(rel.stats[r]))
+    n = len(plan.analysis.group_keys)
+    parts = [
+        _widened(by_position[pos], plan.sets[_set_of(plan, pos)].keys, n, pos)
+        for pos in sorted(by_position)
+    ]
+    intervals = [list(row) for p in parts for row in p.intervals]
     _quantiles_as_noticed(plan, intervals)
+    noise = [row for p in parts for row in p.noise]
     return Release(
         tuple(key_types),
-        groups,
-        stats,
+        [g for p in parts for g in p.groups],
+        [list(row) for p in parts for row in p.stats],
         intervals,
-        derived,
+        [row for p in parts for row in p.derived],
         confidence,
         tuple(notes),
-        halves,
-        noise=noise if any(any(row) for row in noise) else [],
+        [row for p in parts for row in p.half_widths],
+        noise=noise if any(any(row) for row in noise) else [],  # (Release.noise: picked_words)
+    )
+
+
+def _widened(rel: Release, keys: tuple[int, ...], n: int, pos: int) -> Release:
+    """One set's release as rows of the whole statement: all ``n`` keys (None where the set
+    rolled one up, its ``keys`` where it groups by them), then the set number ``pos``; every
+    row with its derived intervals, half-widths (presentation rounding: Release.half_widths)
+    and noise-alone intervals, empty or None where the set's release has none."""
+    groups: list[list[str | None]] = []
+    for g in rel.groups:
+        full: list[str | None] = [None] * n
+        for i, v in zip(keys, g, strict=True):
+            full[i] = v
+        groups.append([*full, str(pos)])
+    return replace(
+        rel,
+        groups=groups,
+        derived=[list(row) for row in rel.derived] if rel.derived else [[] for _ in rel.groups],
+        half_widths=[list(row) for row in half_widths(rel)],
+        noise=[list(row) for row in rel.noise]
+        if rel.noise
+        else [[None] * len(s) for s in rel.stats],
     )
 
 
