@@ -18,6 +18,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import replace
 from fractions import Fraction
 
@@ -283,16 +284,14 @@ class Engine:
         again in it (its generated ``date_trunc`` keys are the zone's)."""
         prepared, analyst = execution.prepared, execution.session.analyst
         zone = session_zone(execution.session.settings)
-        if zone == UTC_NAME and prepared.zone == UTC_NAME:
-            return self._execute(replace(execution, prepared=self.current(prepared, analyst)))
-        with statement_zone(zone):
+        utc = zone == UTC_NAME and prepared.zone == UTC_NAME  # (no zone to set)
+        with nullcontext() if utc else statement_zone(zone):
             if prepared.zone != zone and isinstance(prepared, _ZONED):
                 prepared = self.prepare(prepared.text, analyst)
             return self._execute(replace(execution, prepared=self.current(prepared, analyst)))
 
-    def _execute(self, execution: Execution) -> Result:
-        prepared, session = execution.prepared, execution.session
-        params, cancel = execution.params, execution.cancel
+    def _execute(self, ex: Execution) -> Result:
+        prepared, session, params, cancel = ex.prepared, ex.session, ex.params, ex.cancel
         check_params(prepared.tree, prepared.param_count, len(params))
         self.check_scope(prepared, session)
         self._catalog.tokens = {}  # read again for this statement
