@@ -36,6 +36,20 @@ group), for a kept and for a dropped group (:func:`removed_steps`, capped at C +
 the two. Otherwise it is computed from ``_dp_r<t>`` after the ranking. Where both are constants
 (COUNT(DISTINCT unit): 0 and 1 step), ``before`` follows from the rank alone
 (:func:`fixed_before`): no second window over the partials.
+
+Otherwise, with G > 1, ``before`` takes a second window (its own WindowAgg) after the rank's:
+``e`` switches from the kept to the dropped steps at rank G, so the groups ranked past G + 1
+need the unit's sums over its first G groups, which no frame of the rank's window gives (a frame
+is anchored at the partition's ends, a FILTER sees only the row it aggregates, frame offsets are
+constants). Measured on the demo's ``GROUP BY purchased_at`` (backend CPU, serial, medians of 15
+interleaved runs, load 0.2-1.0; bench/policy_5e50bd1.yaml): 194.7 ms as written; the exact
+one-window forms cost more, ``SUM(d)`` less G ``NTH_VALUE(d - k, i)`` 211.1 (G = 5) and the
+second window over the units whose dropped steps pass C only (a ``UNION ALL``: the partials are
+materialized) 204.3; one sort for both windows (the hash a column, both ordered by it) 191.1 to
+196.4, within the noise. The second window costs about 50 ms, the removed-mass columns and the
+final aggregation over every partial (not only the kept ones) about 35: without them the SQL is
+107 ms (5e50bd1's: 127 ms serial; it ran its sort in a parallel worker, which the planner chose
+by 0.2% of its cost).
 """
 
 from __future__ import annotations
