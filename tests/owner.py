@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 
 from dpsql.engine import Engine
+from dpsql.policy.model import Policy
+from dpsql.server.startup_checks import Problem, upstream_problems
 from dpsql.session import SessionContext
 from tests.helpers import EXACT
 from tests.policies import PolicyMaker, private_table
@@ -62,6 +64,23 @@ def exact_private(
             yield engine, conn
     finally:
         engine.close()
+
+
+def declared_problems(
+    make_db: Callable[[str], str],
+    make_policy: PolicyMaker,
+    name: str,
+    create: str,
+    columns: Mapping[str, Any],
+) -> tuple[Policy, str, list[Problem]]:
+    """A fresh database ``name`` made by ``create`` (its table ``t``, privacy unit ``u``), a
+    policy declaring ``public.t`` private with ``columns`` (no public table), and what
+    ``dpsql serve`` says of ``public.t``'s columns before listening (its upstream problems, in
+    the order of their text)."""
+    dsn = owner_db(make_db, name, create)
+    pf = make_policy(name, tables={"public.t": private_table("u", columns)}, public_tables=[])
+    problems = [p for p in upstream_problems(pf.policy, dsn) if "public.t." in p.text]
+    return pf.policy, dsn, sorted(problems, key=lambda p: p.text)
 
 
 def dpsql_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:

@@ -153,6 +153,28 @@ def build_policy(**kw: Unpack[DocArgs]) -> Policy:
     return parse_policy(yaml.safe_dump(policy_doc(**kw), sort_keys=False), "<test policy>")
 
 
+def one_table_policy(
+    dataset: str,
+    table: str,
+    columns: Mapping[str, Mapping[str, Any]],
+    *,
+    rows: int | None = None,
+    groups: int | None = None,
+) -> Policy:
+    """A policy of one private table ``table`` (privacy unit ``uid``, then ``columns``; ``rows``
+    and ``groups`` per unit, None: ``auto``) and no public one, read by the demo's ``analyst``:
+    epsilon 1 a statement (10 at most), delta 1e-6, every ``auto`` bound fixed (R = G = 1) and
+    every bounded column clamped (:func:`fixed_bounds_doc`)."""
+    return build_policy(
+        base={"version": 1},
+        dataset=dataset,
+        defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
+        tables={table: private_table("uid", columns, rows=rows, groups=groups)},
+        analysts={"analyst": demo_doc()["analysts"]["analyst"]},
+        fixed_bounds=True,
+    )
+
+
 def fixed_bounds_doc(doc: dict[str, Any]) -> dict[str, Any]:
     """A policy document (YAML as dicts) with every ``auto`` contribution bound fixed: the demo
     tables' former numbers (others: 1) and ``clamp: bounds`` on every bounded column."""

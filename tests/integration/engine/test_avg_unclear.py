@@ -44,7 +44,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from dpsql.wire.server import ServerConfig
 from tests.helpers import EXACT, ExactNoise
-from tests.policies import build_policy, demo_doc, private_table
+from tests.policies import one_table_policy
 
 COLUMNS = {
     "g": {"type": "text", "keys": ["big", "none", "small"]},
@@ -53,14 +53,7 @@ COLUMNS = {
 SQL = "SELECT g, AVG(v) FROM t GROUP BY g"
 
 
-POLICY = build_policy(
-    base={"version": 1},
-    dataset="avgunclear",
-    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    tables={"public.t": private_table("uid", COLUMNS, rows=None, groups=None)},
-    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-    fixed_bounds=True,
-)
+POLICY = one_table_policy("avgunclear", "public.t", COLUMNS)
 
 
 def _table(dsn: str, small: int, big: int) -> None:
@@ -243,14 +236,7 @@ LEFT_COLUMNS = {
 }
 
 
-LEFT_POLICY = build_policy(
-    base={"version": 1},
-    dataset="avgleft",
-    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    tables={"public.t": private_table("uid", LEFT_COLUMNS, rows=1, groups=1)},
-    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-    fixed_bounds=True,
-)
+LEFT_POLICY = one_table_policy("avgleft", "public.t", LEFT_COLUMNS, rows=1, groups=1)
 
 
 def _former_count(plan: Plan, s: Any) -> int:

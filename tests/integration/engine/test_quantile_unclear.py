@@ -42,7 +42,7 @@ from dpsql.session import SessionContext
 from dpsql.sql.plan import Plan
 from dpsql.wire.server import ServerConfig
 from tests.helpers import EXACT, ExactNoise
-from tests.policies import build_policy, demo_doc, private_table
+from tests.policies import one_table_policy
 
 COLUMNS = {
     "g": {"type": "text", "keys": ["big", "none", "small"]},
@@ -50,14 +50,7 @@ COLUMNS = {
 }
 
 
-POLICY = build_policy(
-    base={"version": 1},
-    dataset="unclear",
-    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    tables={"public.t": private_table("uid", COLUMNS, rows=None, groups=None)},
-    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-    fixed_bounds=True,
-)
+POLICY = one_table_policy("unclear", "public.t", COLUMNS)
 
 
 def _table(dsn: str, small: int, big: int) -> None:

@@ -10,19 +10,17 @@ from collections.abc import Callable
 
 import psycopg
 
-from dpsql.server.startup_checks import upstream_problems
+from tests.owner import declared_problems
 from tests.policies import PolicyMaker, private_table
 
 
 def test_a_float_column_must_be_declared_as_a_float(
     make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> None:
-    dsn = make_db("floatdecl")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE t (u integer, a numeric, f double precision, r real, "
-            "g double precision, h real)"
-        )
+    create = (
+        "CREATE TABLE t (u integer, a numeric, f double precision, r real, "
+        "g double precision, h real)"
+    )
     columns = {
         "a": {"type": "numeric"},
         "f": {"type": "numeric"},  # a double declared numeric
@@ -30,14 +28,8 @@ def test_a_float_column_must_be_declared_as_a_float(
         "g": {"type": "double precision"},
         "h": {"type": "float4"},
     }
-    pf = make_policy(
-        "floatdecl", tables={"public.t": private_table("u", columns)}, public_tables=[]
-    )
-    problems = [p for p in upstream_problems(pf.policy, dsn) if "public.t." in p.text]
-    assert sorted(p.text.split(":")[0] for p in problems) == [
-        "column public.t.f",
-        "column public.t.r",
-    ]
+    _, _, problems = declared_problems(make_db, make_policy, "floatdecl", create, columns)
+    assert [p.text.split(":")[0] for p in problems] == ["column public.t.f", "column public.t.r"]
     assert all(p.fatal for p in problems), problems
     assert "write type: double precision" in next(p.text for p in problems if ".f:" in p.text)
 

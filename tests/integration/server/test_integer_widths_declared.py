@@ -15,9 +15,9 @@ import pytest
 
 from dpsql.engine import Engine
 from dpsql.policy.tables import _TYPE_FAMILIES, INTEGER_BITS, Column
-from dpsql.server.startup_checks import upstream_problems
 from dpsql.session import SessionContext
 from tests.helpers import EXACT, unrounded
+from tests.owner import declared_problems
 from tests.policies import PolicyMaker, private_table
 
 
@@ -32,11 +32,7 @@ def test_every_integer_name_has_a_width() -> None:
 def test_a_bigint_declared_integer_stops_serve(
     make_db: Callable[[str], str], make_policy: PolicyMaker
 ) -> None:
-    dsn = make_db("intwidths")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "CREATE TABLE t (u integer, id bigserial, j bigserial, n serial, s smallint, b bigint)"
-        )
+    create = "CREATE TABLE t (u integer, id bigserial, j bigserial, n serial, s smallint, b bigint)"
     columns = {
         "id": {"type": "bigserial", "bounds": [0, 10]},
         "j": {"type": "integer", "bounds": [0, 10]},  # a bigserial declared integer
@@ -44,20 +40,14 @@ def test_a_bigint_declared_integer_stops_serve(
         "s": {"type": "bigint", "bounds": [0, 10]},  # a smallint declared bigint
         "b": {"type": "int8", "bounds": [0, 10]},
     }
-    pf = make_policy(
-        "intwidths", tables={"public.t": private_table("u", columns)}, public_tables=[]
-    )
-    problems = [p for p in upstream_problems(pf.policy, dsn) if "public.t." in p.text]
-    assert sorted(p.text.split(":")[0] for p in problems) == [
-        "column public.t.j",
-        "column public.t.s",
-    ]
+    policy, dsn, problems = declared_problems(make_db, make_policy, "intwidths", create, columns)
+    assert [p.text.split(":")[0] for p in problems] == ["column public.t.j", "column public.t.s"]
     assert all(p.fatal for p in problems), problems
     assert "write type: bigint" in next(p.text for p in problems if ".j:" in p.text)
 
     from dpsql.check import catalog_findings
 
-    found = [f for f in catalog_findings(pf.policy, dsn) if f.table == "public.t"]
+    found = [f for f in catalog_findings(policy, dsn) if f.table == "public.t"]
     assert sorted(f.column for f in found) == ["j", "s"], found
 
 

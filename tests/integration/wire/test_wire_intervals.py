@@ -25,7 +25,7 @@ from dpsql.engine import Engine
 from dpsql.server.run import ServerThread
 from dpsql.wire.server import ServerConfig
 from tests.helpers import binom_min_successes
-from tests.policies import build_policy, demo_doc, private_table
+from tests.policies import one_table_policy
 
 STATS = ("n", "s", "a", "vp", "sd", "ratio", "n2")
 SQL = (
@@ -42,14 +42,7 @@ RUNS = 150
 
 
 COLUMNS = {"g": {"type": "text", "keys": ["a", "b"]}, "v": {"type": "numeric", "bounds": [0, 10]}}
-POLICY = build_policy(
-    base={"version": 1},
-    dataset="wi",
-    defaults={"epsilon": 1.0, "max_epsilon": 10.0, "delta": 1e-6},
-    tables={"public.w": private_table("uid", COLUMNS, rows=None, groups=None)},
-    analysts={"analyst": demo_doc()["analysts"]["analyst"]},
-    fixed_bounds=True,  # auto -> R = G = 1, clamp: bounds
-)
+POLICY = one_table_policy("wi", "public.w", COLUMNS)  # auto -> R = G = 1, clamp: bounds
 
 
 @pytest.fixture(scope="module")
