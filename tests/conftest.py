@@ -13,6 +13,7 @@ Fixtures:
 from __future__ import annotations
 
 import os
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import hypothesis
 import psycopg
+import psycopg_pool.base
 import pytest
 from psycopg import sql
 
@@ -38,6 +40,15 @@ hypothesis.settings.register_profile(
     suppress_health_check=[hypothesis.HealthCheck.too_slow],
 )
 hypothesis.settings.load_profile("dpsql")
+
+# psycopg_pool's worker threads draw a connection's expiry jitter from the global `random`
+# (psycopg_pool.base: `from random import random`) as they connect. An engine's pool that grows
+# or reconnects while a @given test draws its next example (tests/redteam/test_fuzz.py) changes
+# the global random state mid-draw, which Hypothesis reports as the strategy using `random`
+# (HypothesisDeprecationWarning, and a source of non-reproducible examples). The pool gets a
+# generator of its own (the jitter's law is unchanged); tests/integration/test_cluster.py checks
+# that connecting leaves the global state as it was.
+psycopg_pool.base.random = random.Random().random  # type: ignore[attr-defined]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
