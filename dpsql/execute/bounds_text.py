@@ -13,6 +13,7 @@ from sqlglot import exp
 from dpsql.execute.bias import one_row
 from dpsql.sql.analysis import Analysis, Measure, Statistic, needs_group_rank
 from dpsql.sql.names import WRITTEN
+from dpsql.sql.per_unit_filters import capped_values
 from dpsql.sql.wording import plain_sql, plural
 
 
@@ -129,32 +130,37 @@ def capped_text(a: Analysis, s: Statistic) -> str:
     """Over a per-unit derived table: what capping each unit's value of a column ``s``
     aggregates (a COUNT at R rows, a SUM at R rows' worth, dpsql.sql.per_unit) can change, not
     estimated; '' when ``s`` reads no capped column."""
-    unit, out, lowered, premise = a.private.privacy_unit, [], False, ""
+    unit, out, either, premise = a.private.privacy_unit, [], False, ""
     for key in s.measures:
         m = a.measure(key)
-        if not (isinstance(m.arg, exp.Column) and m.arg.name in a.capped_columns):
-            continue
-        col = a.column(m.arg)
-        if col is None or col.bounds is None:
-            continue
-        lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
-        name = m.arg.name
-        if col.type != "bigint":  # a per-unit SUM: its rows' values were clamped too
-            premise = (
-                f" (if every value summed into each {unit}'s {name} lies in its declared range: "
-                "one below it counts as its low end)"
-            )
-        if lo < 0:
-            lowered = True
-            out.append(f"each {unit}'s {name} is kept within {fmt(lo)} to {fmt(hi)}")
-        else:
-            out.append(
-                f"each {unit}'s {name} is capped at {fmt(hi)} (a {unit} with more counts as "
-                f"{fmt(hi)})"
-            )
+        arg = m.arg
+        while isinstance(arg, (exp.Paren, exp.Cast)):  # (a cast keeps the order of values)
+            arg = arg.this
+        # an expression of a capped column (n * 2, -n, a CASE's THEN): the cap moves its value
+        # too, and not always down (-n), so the answer can move either way
+        names = capped_values(a, m.arg)
+        either = either or bool(names) and not isinstance(arg, exp.Column)
+        for name in names:
+            col = a.private.columns.get(name)
+            if col is None or col.bounds is None:
+                continue
+            lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
+            if col.type != "bigint":  # a per-unit SUM: its rows' values were clamped too
+                premise = (
+                    f" (if every value summed into each {unit}'s {name} lies in its declared "
+                    "range: one below it counts as its low end)"
+                )
+            if lo < 0:
+                either = True
+                out.append(f"each {unit}'s {name} is kept within {fmt(lo)} to {fmt(hi)}")
+            else:
+                out.append(
+                    f"each {unit}'s {name} is capped at {fmt(hi)} (a {unit} with more counts "
+                    f"as {fmt(hi)})"
+                )
     if not out:
         return ""
-    if s.func in ("sum", "count") and not lowered:  # a cap at or above 0 only lowers a unit's
+    if s.func in ("sum", "count") and not either:  # a cap at or above 0 only lowers a unit's
         return (  # value, and each unit adds its value (never less than 0) to this answer
             f"one row per {unit}, but {'; '.join(dict.fromkeys(out))} before this aggregate: "
             f"it {NOISE_ONLY}, NOT what that cap changed (not estimated): {LOWER_ONLY}{premise}, "

@@ -20,6 +20,7 @@ from sqlglot import exp
 from dpsql.execute.bias import Interval
 from dpsql.sql.analysis import Analysis, Statistic, needs_group_rank
 from dpsql.sql.bias import bias_targets, unranked
+from dpsql.sql.per_unit_filters import capped_values
 
 Keep = Literal["none", "low", "high"]
 """The end of a disowned interval that still holds: none, or the one on the side the bounds
@@ -93,7 +94,8 @@ def nulled(a: Analysis, d: Disown) -> str:
 
 def capped_quantile(a: Analysis, s: Statistic | None) -> str | None:
     """The capped per-unit column a quantile statistic ``s`` ranks (``MAX(n)`` over
-    ``(SELECT user_id, COUNT(*) AS n ... GROUP BY user_id)``), None when it ranks none."""
+    ``(SELECT user_id, COUNT(*) AS n ... GROUP BY user_id)``), None when it ranks none (or an
+    expression of it: :func:`capped_expression`)."""
     if s is None or not a.one_row_per_unit or not a.capped_columns:
         return None
     arg = a.measure(s.measures[0]).arg
@@ -102,6 +104,16 @@ def capped_quantile(a: Analysis, s: Statistic | None) -> str | None:
     if isinstance(arg, exp.Column) and arg.name in a.capped_columns:
         return arg.name
     return None
+
+
+def capped_expression(a: Analysis, s: Statistic | None) -> str | None:
+    """The capped per-unit column a quantile statistic ``s`` ranks an expression of
+    (``MAX(n * 2)``, ``MEDIAN(LEAST(n, 5) - 1)``), None when its argument reads none or is the
+    column itself (:func:`capped_quantile`)."""
+    if s is None or capped_quantile(a, s) is not None:
+        return None
+    names = capped_values(a, a.measure(s.measures[0]).arg)
+    return names[0] if names else None
 
 
 def left_out_counted(a: Analysis, s: Statistic | None) -> bool:
@@ -140,6 +152,10 @@ def quantile_disown(a: Analysis, q: float, s: Statistic | None = None) -> Disown
         # capped values is at most the true one (min(v, X) is monotone), and equal to it below
         # X, so _low holds; _high does not (the true quantile may lie above X by any amount)
         return Disown(None, "low")
+    if capped_expression(a, s) is not None:
+        # an expression of the capped values (its argument's interval is that of the capped
+        # ones): it can move the quantile either way (n * -1, a CASE), so neither end holds
+        return Disown(None, "none")
     if unranked(a) or a.one_row_per_unit or left_out_counted(a, s):
         return None
     several = sum(1 for _, _, p in a.sources if p is not None) > 1

@@ -16,6 +16,7 @@ from dpsql.execute.accuracy_words import ESTIMATE_SHARE, level_text
 from dpsql.execute.bounds_text import fmt, rows_kept
 from dpsql.execute.declared_text import declared_premise, warned
 from dpsql.execute.disowned import (
+    capped_expression,
     capped_quantile,
     left_out_counted,
     nulled,
@@ -273,15 +274,25 @@ def quantile_cover(plan: Plan | SetsPlan, s: Any, conf: float) -> str:
     if d is None or conf > quantile_level(mp):
         return ""
     what = _target(q) if isinstance(mech, Quantile) else "quantile"
-    capped = capped_quantile(a, s)
-    if capped is not None:
-        col = a.private.columns.get(capped)
+    capped, ranked = capped_quantile(a, s), capped_expression(a, s)
+    if capped is not None or ranked is not None:
+        name = capped or ranked or ""
+        col = a.private.columns.get(name)
         cap = fmt(float(col.bounds[1])) if col is not None and col.bounds else "its cap"  # type: ignore[arg-type]
         unit = a.private.privacy_unit
+        before = (
+            f" But each {unit}'s {name} is capped at {cap} before it (a {unit} with more "
+            f"counts as {cap})"
+        )
+        if capped is None:  # an expression of it: the cap can move that either way
+            return (
+                f"{before}, and it ranks a value computed from the capped one: the cap can "
+                f"move that {what} either way, so it does NOT cover the {what} of the true "
+                "values." + nulled(a, d)
+            )
         return (
-            f" But each {unit}'s {capped} is capped at {cap} before it (a {unit} with more "
-            f"counts as {cap}): the {what} of the capped values is at most the true one, and "
-            f"the same below {cap}, so it does NOT cover a {what} above {cap}." + nulled(a, d)
+            f"{before}: the {what} of the capped values is at most the true one, and the same "
+            f"below {cap}, so it does NOT cover a {what} above {cap}." + nulled(a, d)
         )
     way = ""
     if d.keep != "none":

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from dpsql.sql import functions as fn
+from dpsql.sql.analysis import Analysis
 from dpsql.sql.per_unit_source import UnitSource
 
 
@@ -74,6 +75,22 @@ def exact_filters(s: exp.Select, alias: str, unit: UnitSource, view: bool = Fals
                 continue
             new = exp.column(exact[c.name], c.table or None, quoted=True)
             c.replace(new)
+
+
+def capped_values(a: Analysis, node: exp.Expr | None) -> tuple[str, ...]:
+    """The capped columns of a per-unit table (:attr:`Analysis.capped_columns`) whose value
+    ``node`` (an aggregate's argument) takes, once each: the cap moves what is computed from
+    them. A condition there (a CASE's WHEN) reads a capped column only where
+    :func:`exact_filters` found that the same units pass as on the exact value, so it is not
+    one of them."""
+    if node is None or not a.capped_columns:
+        return ()
+    names = (
+        c.name
+        for c in node.find_all(exp.Column)
+        if c.name in a.capped_columns and _predicate(c, node, filtering=False) is None
+    )
+    return tuple(dict.fromkeys(names))
 
 
 def _in_aggregate(c: exp.Expr, root: exp.Expr) -> bool:
