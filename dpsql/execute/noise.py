@@ -78,7 +78,7 @@ class Release:
     # (dpsql.sql.intervals.derived_outputs order)
     derived: list[list[tuple[float, float] | None]] = field(default_factory=list)
     confidence: float | None = None  # the level of the stored intervals
-    notes: tuple[str, ...] = ()  # the accuracy summary (dpsql.execute.bias.accuracy_notes)
+    notes: tuple[str, ...] = ()  # the accuracy summary (dpsql.execute.accuracy_text.accuracy_notes)
     # per row, per statistic: its interval's half-width before the accuracy notice disowned
     # it (dpsql.execute.disowned): the noise's resolution, for presentation rounding only
     # (a release stored before these existed has none: its intervals' are used)
