@@ -208,3 +208,44 @@ def test_the_kept_low_end_holds_and_todays_rule_is_caught(
     assert _held(engine) >= need
     monkeypatch.setattr(accuracy_text, "open_rows", lambda *a, **k: [])
     assert _held(engine) < need
+
+
+def _avg_shown_and_held(engine: Engine, truth: float) -> tuple[int, int]:
+    """Of DRAWS releases of t's AVG(amount) (fresh noise each, the bounded SQL run once): how many
+    show an interval (its columns not NULL) and how many of those hold ``truth``."""
+    prepared = engine.prepare(
+        "SELECT AVG(amount) FROM p WHERE cat = 't' AND amount >= 0", "analyst"
+    )
+    session = SessionContext("analyst", Fraction(1), show_intervals=True)
+    plan = make_plan(engine, prepared, session)
+    assert isinstance(plan, Plan)
+    rows = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows
+    shown = held = 0
+    for _ in range(DRAWS):
+        rel = release(plan, [tuple(r) for r in rows], [], None, 0.95, CSPRNG)
+        (iv,) = [row[0] for row in rel.intervals]
+        if iv is not None:
+            shown += 1
+            held += iv[0] <= truth <= iv[1]
+    return shown, held
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="newcomer30 F1 (session 30): an AVG under auto bounds keeps both interval ends where "
+    "the COUNT of the same rows loses _high (accuracy_text runs open_rows/unseen for COUNT and "
+    "SUM lines only); the whales' rows, inside the declared range, put the truth far above _high",
+)
+def test_an_avg_over_the_whales_rows_shows_no_interval_that_misses(
+    engine: Engine, dsn: str
+) -> None:
+    """Property: where an AVG's interval is shown, it holds the truth (every amount lies inside its
+    declared range here: the whales' 400) in at least binom_min_successes(shown, 0.95, 1e-6) of
+    the releases that show one (false failure <= 1e-6); NULL columns (a retracted interval) are
+    no miss. Today every release shows one and it misses (about [100, 200] against 275)."""
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT avg(amount) FROM p WHERE cat = 't'").fetchone()
+    assert row is not None
+    truth = float(row[0])
+    shown, held = _avg_shown_and_held(engine, truth)
+    assert shown == 0 or held >= binom_min_successes(shown, 0.95, 1e-6), (shown, held, truth)
