@@ -48,6 +48,7 @@ from dpsql.result import IntervalFallback, ResultColumn
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.interval_sql import ENDS, HIDDEN, IV_LEAF, Held
 from dpsql.sql.intervals import derived_outputs
+from dpsql.sql.order_ties import order_ties
 from dpsql.sql.postprocess import (
     interval_base,
     interval_is_integer,
@@ -219,7 +220,7 @@ def post_sql_iv(
     ``misses[i]``: leaf i's interval miss (default: from its release's level)."""
     miss = list(misses) if misses is not None else [miss_of(r) for r in releases]
     params: dict[str, list[Any]] = {}
-    out = plan.post.copy()
+    out = order_ties(plan.post.copy())
 
     def add(q: exp.Expr, arrays: list[list[Any]], renumbered: bool) -> exp.Expr:
         base = len(params)

@@ -28,6 +28,7 @@ from dpsql.execute.tree_prepare import bound_split
 from dpsql.result import ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
+from dpsql.sql.order_ties import order_ties
 from dpsql.sql.postprocess import outer_query, outer_sql, shift_arrays
 from dpsql.sql.tree import Split, fill
 from dpsql.sql.tree_intervals import plan_intervals
@@ -66,7 +67,7 @@ def post_sql(
         for arr in arrays:
             params[f"_dpsql_arr{len(params)}"] = arr
         queries.append(q)
-    return outer_sql(fill(sp.post, queries)), params  # type: ignore[arg-type]
+    return outer_sql(fill(order_ties(sp.post.copy()), queries)), params  # type: ignore[arg-type]
 
 
 def run_post(

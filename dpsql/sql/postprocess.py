@@ -23,6 +23,7 @@ from sqlglot import exp
 
 from dpsql.sql.analysis import Analysis, Statistic
 from dpsql.sql.nodes import POSTGRES
+from dpsql.sql.order_ties import order_ties
 from dpsql.sql.pg_types import integer_bits
 
 Interval = tuple[float, float]
@@ -253,6 +254,7 @@ def outer_query(
     inner = exp.select(*(casts or [exp.Literal.number(1)]), copy=False).from_(unnest, copy=False)
     q = a.outer.copy()
     q.set("from_", exp.From(this=inner.subquery("_dp", copy=False)))
+    order_ties(q, [exp.column(f"_dp_g{i}", "_dp") for i in range(len(key_types))])
     if extra:
         q.set("expressions", [*q.expressions, *extra])
     return q, types
