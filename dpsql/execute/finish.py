@@ -19,6 +19,7 @@ from sqlglot import exp
 from dpsql.dp.accounting import Cost
 from dpsql.errors import ConnectionException, DpsqlError
 from dpsql.execute import privacy_params
+from dpsql.execute.accuracy_words import level_text
 from dpsql.execute.auto_bounds_text import keyed_groups
 from dpsql.execute.backend import Rows
 from dpsql.execute.flat_rounding import round_outputs
@@ -154,7 +155,8 @@ def finish(
         notices = (*notices, *_picked(engine, prepared, a, rel, rids, plan, conf, keyed))
     if plan is not None and not describe_only:
         taus = rel.thresholds if cached and rel.thresholds is not None else thresholds(plan)
-        notices = (*notices, *_selection_notices(a, taus, len(data)))
+        cut = _selection_noise(plan, conf) if tuple(taus) == thresholds(plan) else None
+        notices = (*notices, *_selection_notices(a, taus, len(data), cut, conf))
     if cached and repeat is not None:
         notices = (*notices, repeat.notice())
     if cached and rel.confidence is not None and abs(rel.confidence - conf) > 1e-12:
@@ -280,10 +282,21 @@ def thresholds(plan: Plan | SetsPlan) -> tuple[int, ...]:
     return tuple(sorted({p.selection.threshold for p in plans if p.selection is not None}))
 
 
-def _selection_notices(a: Analysis, taus: Sequence[int], shown: int) -> tuple[str, ...]:
+def _selection_noise(plan: Plan | SetsPlan, conf: float) -> int | None:
+    """The half-width at ``conf`` of the noise on the count partition selection compares with
+    its threshold (the widest of the grouping sets'), in units; None without a selection."""
+    plans = [sp.plan for sp in plan.sets] if isinstance(plan, SetsPlan) else [plan]
+    found = [int(p.selection.mechanism.half_width(conf)) for p in plans if p.selection]
+    return max(found, default=None)
+
+
+def _selection_notices(
+    a: Analysis, taus: Sequence[int], shown: int, noise: int | None = None, conf: float = 0.95
+) -> tuple[str, ...]:
     """What partition selection leaves out, said once: groups chosen from the data appear only
     past a noisy threshold, so small groups are missing without a trace (a statement that
-    answered 0 rows read as "no such groups")."""
+    answered 0 rows read as "no such groups"); and the cut is noisy itself (``noise``: its
+    count's half-width at the statement's level, when it is the one the release used)."""
     if not taus:
         return ()
     from dpsql.sql.refusal_text import period_hint
@@ -305,10 +318,27 @@ def _selection_notices(a: Analysis, taus: Sequence[int], shown: int) -> tuple[st
     return (
         f"groups of {keys} come from the data (no declared keys): a group is shown only when "
         f"its noisy count of {unit} passes a threshold of {tau:,}{none}, so groups of fewer "
-        f"than about {tau:,} {unit} are left out, and no row says so.{why} "
+        f"than about {tau:,} {unit} are left out, and no row says so.{_noisy_cut(tau, noise, unit, conf)}"
+        f"{why} "
         + (f"{period[0].upper()}{period[1:]}; or declare" if period else "Declare")
         + " the keys (keys: or keys_from: in the policy) to get every group, counted with noise "
         "even when it is small or empty",
+    )
+
+
+def _noisy_cut(tau: int, noise: int | None, unit: str, conf: float) -> str:
+    """The selection's cut in words: its count has noise of its own, so the cut is noisy."""
+    if noise is None:
+        return (
+            " The cut is noisy itself: the count it compares is drawn apart from the values "
+            "shown, with noise of its own, so a group somewhat above the threshold can be left "
+            "out and one below it shown."
+        )
+    return (
+        f" The cut is noisy itself: the count it compares is drawn apart from the values shown, "
+        f"with noise of its own (±{noise:,} {unit} at {level_text(conf)}), so a group of up to about "
+        f"{tau + noise:,} {unit} can be left out and one of as few as {max(1, tau - noise):,} "
+        "shown."
     )
 
 

@@ -1,9 +1,11 @@
 """Groups chosen from the data (partition selection) appear only past a noisy threshold: the
 answer says so, and says when no group passed (``SELECT amount::text, COUNT(*) ... GROUP BY 1``
-answered 0 rows with no word, read as "no such groups"). Declared keys get no such notice."""
+answered 0 rows with no word, read as "no such groups"), and that the cut itself is noisy (the
+count it compares has noise of its own). Declared keys get no such notice."""
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import psycopg
@@ -37,6 +39,17 @@ def test_groups_from_the_data_say_what_is_left_out(engine: Engine, demo_dsn: str
     said = [t for t in notes if "come from the data" in t]
     assert n == 0 and len(said) == 1
     assert "(none did here)" in said[0] and "keys_from" in said[0] and "user_id" in said[0]
+    # the cut is noisy itself (words30 (c)): its count's own noise, and the groups it may
+    # leave out or show, from the threshold and that noise (the statement's level, 95%)
+    got = re.search(
+        r"threshold of ([\d,]+).*The cut is noisy itself: the count it compares is drawn apart "
+        r"from the values shown, with noise of its own \(±([\d,]+) user_id at 95%\), so a group "
+        r"of up to about ([\d,]+) user_id can be left out and one of as few as ([\d,]+) shown",
+        said[0],
+    )
+    assert got is not None, said[0]
+    tau, noise, above, below = (int(g.replace(",", "")) for g in got.groups())
+    assert noise > 0 and above == tau + noise and below == max(1, tau - noise)
 
 
 def test_declared_keys_have_no_such_notice(engine: Engine) -> None:
