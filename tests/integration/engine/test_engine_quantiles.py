@@ -139,13 +139,23 @@ def test_neighbour_moves_the_max_only_in_its_group(engines: tuple[Engine, Engine
 
 
 def test_noisy_answers_on_demo_data(engine: Engine) -> None:
-    s = SessionContext(analyst="analyst", show_intervals=True, confidence=0.9)
+    """Each column's mechanism, value range and interval columns on the demo's pums by sex.
+
+    At epsilon 3, not the default 1: a MEDIAN whose noisy count of ranked rows comes out below
+    its clear count (dpsql.execute.selected_measures.clear_rows) is NULL, and at epsilon 1 that
+    happened in about 1% of runs (the count gets 79/4000 of epsilon, Laplace scale 50.6; the
+    groups keep 486 and 514 rows, the clear count is 282: P = 0.5 exp(-204 / 50.6) + 0.5
+    exp(-232 / 50.6) = 0.014; 3 of 400 runs measured, 2 of 100 runs of this test, the
+    session-30 flake, a TypeError at 0 <= None). At epsilon 3 the count gets 237/4000 (scale
+    16.9) and the clear count is 95: P = 0.5 exp(-391 / 16.9) + 0.5 exp(-419 / 16.9) < 1e-10
+    (0 of 400 runs)."""
+    s = SessionContext(analyst="analyst", epsilon=Fraction(3), show_intervals=True, confidence=0.9)
     sql = (
         "SELECT sex, MEDIAN(age) AS m, MIN(age), MAX(income), "
         "MODE() WITHIN GROUP (ORDER BY educ) AS e, COUNT(*) AS n FROM pums GROUP BY sex"
     )
     r = engine.execute(engine.prepare(sql), s)
-    assert r.epsilon_spent == pytest.approx(1.0)
+    assert r.epsilon_spent == pytest.approx(3.0)
     names = [c.name for c in r.columns]
     assert names[:6] == ["sex", "m", "min", "max", "e", "n"]
     assert "m_low" in names and "n_low" in names
