@@ -157,8 +157,9 @@ class PureEpsilon:
 
     epsilon: Fraction
 
-    @property
+    @functools.cached_property
     def cost(self) -> Cost:
+        """(Made once per mechanism: they are frozen, and a release's notices ask it again.)"""
         return Cost(epsilon=Fraction(self.epsilon))
 
 

@@ -10,7 +10,7 @@ a free repeat at another confidence) added. Nothing here reads a private row.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -63,12 +63,15 @@ def finish(
     cached: bool = False,
     auto: AutoBounds | None = None,
     repeat: Stored | None = None,
+    told: Mapping[int, str] | None = None,
 ) -> Result:
     """Run the post-processing query over the released values and type the result.
 
     ``a`` is the analysis of ``prepared`` the values were released for (with parameters bound,
     a new one each execution: its post-processing SQL is then not memoized); ``repeat``: the
-    stored release a free repeat answers from (its notice says so, and which one).
+    stored release a free repeat answers from (its notice says so, and which one); ``told``:
+    the words :func:`released_words` gave ``rel`` in this execution (the same plan, confidence
+    and notes), said as they are instead of made again.
     """
     outputs = stat_outputs(a)
     names = [e.alias_or_name for e in a.outer.expressions]
@@ -146,7 +149,7 @@ def finish(
     )
     conf = privacy_params.confidence(engine.policy, session)
     # a free repeat says what its release was told (the bounds stored now may differ)
-    told = rel.words if cached else None
+    told = rel.words if cached else told
     words = interval_notices(a, plan, conf, rel.notes, told, null_everywhere(a, rel.stats))
     notices = (*rel.notes, *words, *guard_notices(a, data))
     notices = (*notices, same) if same else notices

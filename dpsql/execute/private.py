@@ -252,12 +252,14 @@ def _release(
     if auto is not None:  # stored with the bounds it was measured with (bounds_key)
         rel = dataclasses.replace(rel, bounds=applied_bounds(auto[0]))
     rel = released_words(engine, a, plan, rel, session)  # what its repeats say of it
+    told = rel.words  # (finish says the same words: not made twice)
     if ledger is not None and reservation is not None:
         earlier = ledger.commit(reservation, key, payload(rel))
         if earlier is not None:  # a concurrent identical query stored its answer first
-            rel = Release.from_json(json.loads(earlier))
+            rel, told = Release.from_json(json.loads(earlier)), None
     with _fetch_offered(stmt, a, key if reservation is not None else None):
-        return finish(engine, prepared, a, rel, session, plan=plan, auto=auto[0] if auto else None)
+        auto_bounds = auto[0] if auto else None
+        return finish(engine, prepared, a, rel, session, plan=plan, auto=auto_bounds, told=told)
 
 
 @contextmanager
