@@ -61,15 +61,39 @@ def bucket_values(q: exp.Select, a: Analysis) -> exp.Select:
         for e in q.expressions
         if isinstance(e, exp.Alias)
     ):
-        return _summed_cells(q, gcols, exprs)  # reads q, changes a copy
+        return _summed_cells(q, gcols, exprs, _cell_columns(a))  # reads q, changes a copy
     q = q.copy()
     sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in exprs]
     extra = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
     grouping = exp.Grouping(expressions=[b.copy() for b in exprs])
+    cells = _cell_columns(a)
+    for e in q.expressions:
+        if isinstance(e, exp.Alias) and not e.alias.startswith("_dp_g") and e.alias not in cells:
+            e.set("this", _groups_only(e.this, grouping, len(exprs)))
     q.set("expressions", [*q.expressions, *extra, exp.alias_(grouping, "_dp_set")])
     q.set("group", exp.Group(expressions=[exp.GroupingSets(expressions=sets)]))
     return q
+
+
+def _cell_columns(a: Analysis) -> frozenset[str]:
+    """The columns a row of a bucketing's set is read for
+    (:func:`dpsql.execute.selected_measures.split_bucket_rows`): each selected measure's count
+    (``_dp_m<i>``) and each quantile's rows past R its interval ends rank (``_dp_le<i>``).
+    Every other column (the other measures, the selection count, the outside, alarm and
+    removed-mass counts) is read in the groups' rows only."""
+    counts = {f"_dp_m{i}" for i, m in enumerate(a.measures) if m.selected}
+    return frozenset(
+        counts | {f"_dp_le{i}" for i, m in enumerate(a.measures) if m.kind == "quantile"}
+    )
+
+
+def _groups_only(e: exp.Expr, grouping: exp.Expr, n: int) -> exp.Expr:
+    """``CASE WHEN GROUPING(<b_0>, ...) = 2^n - 1 THEN e END``: ``e`` in the groups' rows, NULL
+    in the rows per bucket, which never read it (thousands of rows per quantile: a NULL is
+    neither sent as digits nor converted by the proxy)."""
+    full = exp.EQ(this=grouping.copy(), expression=exp.Literal.number(2**n - 1))
+    return exp.Case(ifs=[exp.If(this=full, true=e)])
 
 
 def _summable(e: exp.Expr) -> bool:
@@ -91,7 +115,10 @@ def _distinct_of(e: exp.Expr) -> exp.Expr | None:
 
 
 def _summed_cells(
-    q: exp.Select, gcols: Sequence[exp.Expr], exprs: Sequence[exp.Expr]
+    q: exp.Select,
+    gcols: Sequence[exp.Expr],
+    exprs: Sequence[exp.Expr],
+    needed: frozenset[str] = frozenset(),
 ) -> exp.Select:
     """The grouping sets over the cells of one plain GROUP BY (keys, buckets)::
 
@@ -107,6 +134,7 @@ def _summed_cells(
     cells: ``x`` becomes one more key of the cells (``x AS _dp_m<i>``) and the grouping sets
     count its distinct values, ``COUNT(DISTINCT _dp_m<i>)``: the same distinct values, NULL
     left out as before, in a set's cells as in its rows (more cells, never a unit's row).
+    A column not in ``needed`` (:func:`_cell_columns`) is NULL in the rows per bucket.
     """
     cells = [exp.alias_(b.copy(), f"_dp_b{j}") for j, b in enumerate(exprs)]
     inner = q.copy()
@@ -124,6 +152,8 @@ def _summed_cells(
     keys = [g.copy() for g in gcols] + [exp.column(c) for c in distinct]
     keys += [exp.column(c.alias) for c in cells]
     inner.set("group", exp.Group(expressions=keys))
+    bcols = [exp.column(c.alias) for c in cells]
+    grouping = exp.Grouping(expressions=[b.copy() for b in bcols])
     outer_cols: list[exp.Expr] = [g.copy() for g in gcols]
     for e in q.expressions:
         if not isinstance(e, exp.Alias) or e.alias.startswith("_dp_g"):
@@ -133,10 +163,11 @@ def _summed_cells(
             total = exp.Count(this=exp.Distinct(expressions=[exp.column(e.alias)]))
         elif isinstance(e.this, (exp.Count, exp.Filter)):  # a count, or a count of units
             total = cast(exp.Coalesce(this=total, expressions=[exp.Literal.number(0)]), "bigint")
+        if e.alias not in needed:
+            total = _groups_only(total, grouping, len(bcols))
         outer_cols.append(exp.alias_(total, e.alias, copy=False))
-    bcols = [exp.column(c.alias) for c in cells]
     outer_cols += [exp.alias_(b.copy(), b.name) for b in bcols]
-    outer_cols.append(exp.alias_(exp.Grouping(expressions=[b.copy() for b in bcols]), "_dp_set"))
+    outer_cols.append(exp.alias_(grouping, "_dp_set"))
     sets: list[exp.Expr] = [exp.Tuple(expressions=[g.copy() for g in gcols])]
     sets += [exp.Tuple(expressions=[*[g.copy() for g in gcols], b.copy()]) for b in bcols]
     out = exp.select(*outer_cols).from_(inner.subquery("_dp_cells", copy=False), copy=False)
