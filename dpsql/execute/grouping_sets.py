@@ -117,6 +117,7 @@ def release_sets(
     intervals = [list(row) for p in parts for row in p.intervals]
     _quantiles_as_noticed(plan, intervals)
     noise = [row for p in parts for row in p.noise]
+    derived_halves = [row for p in parts for row in p.derived_half_widths]
     return Release(
         tuple(key_types),
         [g for p in parts for g in p.groups],
@@ -126,6 +127,9 @@ def release_sets(
         confidence,
         tuple(notes),
         [row for p in parts for row in p.half_widths],
+        derived_half_widths=derived_halves
+        if any(h is not None for row in derived_halves for h in row)
+        else [],
         noise=noise if any(any(row) for row in noise) else [],  # (Release.noise: picked_words)
     )
 
@@ -133,19 +137,24 @@ def release_sets(
 def _widened(rel: Release, keys: tuple[int, ...], n: int, pos: int) -> Release:
     """One set's release as rows of the whole statement: all ``n`` keys (None where the set
     rolled one up, its ``keys`` where it groups by them), then the set number ``pos``; every
-    row with its derived intervals, half-widths (presentation rounding: Release.half_widths)
-    and noise-alone intervals, empty or None where the set's release has none."""
+    row with its derived intervals, half-widths (presentation rounding: Release.half_widths,
+    Release.derived_half_widths) and noise-alone intervals, empty or None where the set's
+    release has none."""
     groups: list[list[str | None]] = []
     for g in rel.groups:
         full: list[str | None] = [None] * n
         for i, v in zip(keys, g, strict=True):
             full[i] = v
         groups.append([*full, str(pos)])
+    derived = [list(row) for row in rel.derived] if rel.derived else [[] for _ in rel.groups]
     return replace(
         rel,
         groups=groups,
-        derived=[list(row) for row in rel.derived] if rel.derived else [[] for _ in rel.groups],
+        derived=derived,
         half_widths=[list(row) for row in half_widths(rel)],
+        derived_half_widths=[list(row) for row in rel.derived_half_widths]
+        if rel.derived_half_widths
+        else [[None] * len(row) for row in derived],
         noise=[list(row) for row in rel.noise]
         if rel.noise
         else [[None] * len(s) for s in rel.stats],

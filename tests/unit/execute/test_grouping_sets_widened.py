@@ -1,13 +1,14 @@
 """A grouping set's release as rows of the whole statement (dpsql.execute.grouping_sets._widened,
 f1e3a4d): its keys in their places (None where the set rolls a key up), the set number last, and
 every per-row list carried row for row: half-widths (presentation rounding where the accuracy
-notice disowned an interval: Release.half_widths), derived intervals, noise-alone intervals, each
-padded where the set's release has none. The integration tests of GROUPING SETS did not read the
+notice disowned an interval: Release.half_widths, derived_half_widths), derived intervals,
+noise-alone intervals, each padded where the set's release has none. The integration tests of GROUPING SETS did not read the
 half-widths: a twin that dropped them (all None) passed all 169 of them."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from dpsql.execute.grouping_sets import _widened
 from dpsql.execute.noise import Release
@@ -49,9 +50,12 @@ def test_half_widths_are_carried_or_read_from_the_intervals() -> None:
 
 def test_a_set_without_derived_or_noise_rows_is_padded_row_for_row() -> None:
     w = _widened(_rel(), (0,), 1, 2)
-    assert w.derived == [[], []]
+    assert w.derived == [[], []] and w.derived_half_widths == [[], []]
     assert w.noise == [[None, None], [None, None]]
     noisy: list[list[tuple[float, float] | None]] = [[(0.5, 1.5), None], [(1.0, math.inf), None]]
     d: list[list[tuple[float, float] | None]] = [[(1.0, 3.0)], [None]]
     carried = _widened(_rel(derived=d, noise=noisy), (0,), 1, 2)
     assert carried.derived == d and carried.noise == noisy
+    assert carried.derived_half_widths == [[None], [None]]  # none disowned: padded
+    disowned = replace(_rel(derived=d), derived_half_widths=[[1.0], [2.0]])
+    assert _widened(disowned, (0,), 1, 2).derived_half_widths == [[1.0], [2.0]]
