@@ -150,6 +150,24 @@ _NOT_NAMES = frozenset(
         TokenType.NEXT,
     }
 )
+# Keywords that are both an infix operator and a function's name (like(s, p), overlaps(a, b, c,
+# d)): after an operand they are the operator, and their bracket opens an operand, not a call.
+_INFIX = frozenset({TokenType.LIKE, TokenType.OVERLAPS})
+_OPERAND_ENDS = frozenset(
+    {
+        TokenType.STRING,
+        TokenType.NUMBER,
+        TokenType.VAR,
+        TokenType.IDENTIFIER,
+        TokenType.R_PAREN,
+        TokenType.R_BRACKET,
+        TokenType.NULL,
+        TokenType.TRUE,
+        TokenType.FALSE,
+        TokenType.PARAMETER,
+        TokenType.PLACEHOLDER,
+    }
+)
 _OPEN = (TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE)
 _CLOSE = (TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE)
 
@@ -277,6 +295,8 @@ def _called(tokens: list[Token], i: int) -> str:
     name = before.text.lower()
     if before.token_type in _NOT_NAMES:
         return ""  # a AND (b), CASE (x) WHEN, FETCH FIRST (5) ROWS: keywords, not calls
+    if before.token_type in _INFIX and _after_operand(tokens, i - 1):
+        return ""  # s LIKE ('a%'), s NOT LIKE (p), (a, b) OVERLAPS (c, d): operators, not calls
     if name not in ARITY and name not in NOT_POSTGRES and name not in _NO_CALL:
         return ""
     prev = tokens[i - 2] if i >= 2 else None
@@ -296,6 +316,15 @@ def _called(tokens: list[Token], i: int) -> str:
             hint=f"PostgreSQL's functions are named in lowercase: write {name}(...)",
         )
     return name
+
+
+def _after_operand(tokens: list[Token], k: int) -> bool:
+    """Whether ``tokens[k]`` follows an operand (skipping a ``NOT``): ``s LIKE``, ``s NOT LIKE``
+    and ``) OVERLAPS`` are operators; ``like(`` opening an expression is a call."""
+    k -= 1
+    if k >= 0 and tokens[k].token_type == TokenType.NOT:
+        k -= 1
+    return k >= 0 and tokens[k].token_type in _OPERAND_ENDS
 
 
 def _check(

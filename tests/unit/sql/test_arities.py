@@ -121,3 +121,35 @@ def test_a_call_left_open_is_refused() -> None:
 )
 def test_grammar_forms_still_pass(sql: str) -> None:
     parse_statement(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t WHERE s LIKE ('a%')",
+        "SELECT COUNT(*) FROM t WHERE s NOT LIKE ('a' || '%')",
+        "SELECT 'abc' LIKE ('a%')",
+        "SELECT COUNT(*) FROM t WHERE (d, e) OVERLAPS (f, g)",
+        "SELECT (DATE '2025-01-01', DATE '2025-02-01') OVERLAPS (DATE '2025-01-15', DATE '2025-03-01')",
+        "SELECT like('abc', 'a%'), NOT like('abc', 'b%') FROM t",
+    ],
+)
+def test_an_infix_keyword_before_a_bracket_is_no_call(sql: str) -> None:
+    """``s LIKE ('a%')`` and ``(a, b) OVERLAPS (c, d)`` were refused as calls of like with 1
+    argument and overlaps with 2 (42883, sqlglot's words; redteam30): after an operand the
+    keyword is PostgreSQL's operator, and only ``like(`` opening an expression is a call."""
+    parse_statement(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT like('abc') FROM t", "function like with 1 argument"),
+        ("SELECT COUNT(*) FROM t WHERE NOT like('a')", "function like with 1 argument"),
+        ("SELECT overlaps(d, e) FROM t", "function overlaps with 2 arguments"),
+    ],
+)
+def test_the_calls_of_those_keywords_are_still_counted(sql: str, message: str) -> None:
+    with pytest.raises(UndefinedFunction) as e:
+        parse_statement(sql)
+    assert str(e.value).startswith(message)
