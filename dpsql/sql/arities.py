@@ -376,6 +376,14 @@ def _check(
     low, high = ARITY[name]
     if args < low or (high is not None and args > high):
         raise _count_error(name, args, low, high, position)
+    if name == "like":
+        # sqlglot reads like(s, p) as SQLite's like(pattern, string): it ran as p LIKE s
+        s, p = _arguments(tokens, at, end, text)
+        raise FeatureNotSupported(
+            "the function form like(string, pattern) is not supported by dpsql",
+            position=position,
+            hint=f"write the operator: {s} LIKE {p}",
+        )
 
 
 def _check_flags(flags: list[Token], name: Token) -> None:

@@ -59,8 +59,10 @@ CATALOG = {
 VOLATILE = {"random", "clock_timestamp", "timeofday", "gen_random_uuid", "statement_timestamp"}
 # Calls dpsql refuses though PostgreSQL runs them (sqlglot cannot parse them, or sends them
 # in a form PostgreSQL 15 does not run): refused or an upstream error, never another value.
-# json_object: its one-argument form (0A000; the two-argument form runs as written).
-NOT_RUN = {"overlaps", "convert", "json_object"}
+# json_object: its one-argument form (0A000; the two-argument form runs as written). like: its
+# function form (0A000; sqlglot reads like(s, p) as SQLite's like(pattern, string) and sent p LIKE
+# s, another value whenever the two differ: this sweep's like('abc', 'abc') could not see it).
+NOT_RUN = {"overlaps", "convert", "json_object", "like"}
 
 # The grammar's special forms and the renames to check (over the table pt, see _database).
 FORMS = """

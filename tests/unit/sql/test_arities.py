@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import sqlglot
 
-from dpsql.errors import SqlSyntaxError, UndefinedFunction
+from dpsql.errors import FeatureNotSupported, SqlSyntaxError, UndefinedFunction
 from dpsql.sql.arities import ARITY
 from dpsql.sql.parse import parse_statement
 
@@ -131,7 +131,6 @@ def test_grammar_forms_still_pass(sql: str) -> None:
         "SELECT 'abc' LIKE ('a%')",
         "SELECT COUNT(*) FROM t WHERE (d, e) OVERLAPS (f, g)",
         "SELECT (DATE '2025-01-01', DATE '2025-02-01') OVERLAPS (DATE '2025-01-15', DATE '2025-03-01')",
-        "SELECT like('abc', 'a%'), NOT like('abc', 'b%') FROM t",
     ],
 )
 def test_an_infix_keyword_before_a_bracket_is_no_call(sql: str) -> None:
@@ -153,3 +152,20 @@ def test_the_calls_of_those_keywords_are_still_counted(sql: str, message: str) -
     with pytest.raises(UndefinedFunction) as e:
         parse_statement(sql)
     assert str(e.value).startswith(message)
+
+
+def test_the_function_form_of_like_is_refused() -> None:
+    """``like('abc', 'a%')`` is true in PostgreSQL (like(string, pattern)); sqlglot reads it as
+    SQLite's like(pattern, string) and dpsql sent ``'a%' LIKE 'abc'``: false, and over a private
+    column ``like('b%', category)`` (true for no row: 'b%' is no category) ran as
+    ``category LIKE 'b%'`` and counted the books (redteam30). Refused, with the operator form."""
+    twin = sqlglot.parse_one("SELECT like('abc', 'a%')", read="postgres").sql("postgres")
+    assert twin == "SELECT 'a%' LIKE 'abc'"  # the twin: sqlglot still swaps them
+    for sql, hint in [
+        ("SELECT like('abc', 'a%')", "write the operator: 'abc' LIKE 'a%'"),
+        ("SELECT COUNT(*) FROM t WHERE like('b%', s)", "write the operator: 'b%' LIKE s"),
+        ("SELECT COUNT(*) FROM t WHERE NOT like(s, 'b%')", "write the operator: s LIKE 'b%'"),
+    ]:
+        with pytest.raises(FeatureNotSupported) as e:
+            parse_statement(sql)
+        assert (e.value.sqlstate, e.value.hint) == ("0A000", hint)
