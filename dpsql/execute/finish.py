@@ -28,6 +28,7 @@ from dpsql.execute.notices import guard_notices, interval_notices, null_everywhe
 from dpsql.execute.prepared import PrivateQuery
 from dpsql.execute.private_sql import memoized
 from dpsql.execute.projection import project, projection
+from dpsql.execute.withheld_words import reads_withheld, withheld_notices
 from dpsql.result import Result, ResultColumn
 from dpsql.session import SessionContext
 from dpsql.sql.analysis import Analysis
@@ -151,7 +152,9 @@ def finish(
     # a free repeat says what its release was told (the bounds stored now may differ)
     told = rel.words if cached else told
     words = interval_notices(a, plan, conf, rel.notes, told, null_everywhere(a, rel.stats))
-    notices = (*rel.notes, *words, *guard_notices(a, data))
+    undefined = guard_notices(a, data, reads_withheld(a, rel.stats, rids))
+    notices = (*rel.notes, *words, *undefined)
+    notices = (*notices, *withheld_notices(a, prepared.tree, rel.stats, rel.groups, data, rids))
     notices = (*notices, same) if same else notices
     if plan is not None and not describe_only and rids is not None:
         keyed = auto is not None and bool(keyed_groups(auto, a))

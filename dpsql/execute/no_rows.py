@@ -8,13 +8,17 @@ charged: the answer is a function of the statement and the policy (newcomer22 #9
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
+
+from sqlglot import exp
 
 from dpsql.execute.finish import finish
 from dpsql.execute.noise import Release
 from dpsql.result import Result
 from dpsql.session import SessionContext
 from dpsql.sql.intervals import derived_outputs
+from dpsql.sql.withheld import unheld
 
 if TYPE_CHECKING:
     from dpsql.execute.context import EngineContext
@@ -33,6 +37,10 @@ def answer(
 ) -> Result:
     """One row: every aggregate of ``a`` over no rows, exactly (no noise: nothing measured)."""
     zero = [s.func in _ZERO for s in a.statistics]
+    # these NULLs are SQL's "no rows", not withheld values: COALESCE reads them as PostgreSQL does
+    outer = unheld(a.outer.copy())
+    assert isinstance(outer, exp.Select)  # (its root is the SELECT: never a wrapper)
+    a = dataclasses.replace(a, outer=outer)
     rel = Release(
         (),
         [[]],

@@ -5,7 +5,7 @@ or a mode (also in EXPLAIN's plan, :mod:`dpsql.explain.report`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -111,15 +111,26 @@ def null_everywhere(a: Analysis, stats: Sequence[Sequence[object]]) -> set[int]:
     return {si for si in range(len(a.statistics)) if stats and all(r[si] is None for r in stats)}
 
 
-def guard_notices(a: Analysis, rows: Sequence[Sequence[object]]) -> tuple[str, ...]:
+def guard_notices(
+    a: Analysis,
+    rows: Sequence[Sequence[object]],
+    withheld: Callable[[int, int], bool] | None = None,
+) -> tuple[str, ...]:
     """Why an output is NULL in some row: a guarded operation over a noisy value
-    (:mod:`dpsql.sql.post_guards`) met a value where it is undefined."""
+    (:mod:`dpsql.sql.post_guards`) met a value where it is undefined. ``withheld(row, pos)``:
+    whether that NULL is a withheld statistic's instead (its own words say so:
+    :mod:`dpsql.execute.withheld_words`)."""
     guarded = [pos for pos, item in enumerate(a.outer.expressions) if has_guard(item)]
-    null_rows = [r for r in rows if any(p < len(r) and r[p] is None for p in guarded)]
+
+    def undefined(r: int, p: int) -> bool:
+        row = rows[r]
+        return p < len(row) and row[p] is None and not (withheld is not None and withheld(r, p))
+
+    null_rows = [r for r in range(len(rows)) if any(undefined(r, p) for p in guarded)]
     names = [
         a.outer.expressions[p].alias_or_name
         for p in guarded
-        if any(p < len(r) and r[p] is None for r in null_rows)
+        if any(undefined(r, p) for r in null_rows)
     ]
     return (guard_note(names, len(null_rows), len(rows)),) if names else ()
 

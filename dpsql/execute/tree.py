@@ -47,6 +47,7 @@ from dpsql.execute.tree_picked import tree_picked
 from dpsql.execute.tree_post import run_post
 from dpsql.execute.tree_prepare import bound_split, leaf_plans, with_catalog_proofs
 from dpsql.execute.tree_rounding import column_resolutions, round_rows
+from dpsql.execute.withheld_words import tree_withheld
 from dpsql.result import Result
 from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.tree import Split
@@ -176,6 +177,7 @@ def _run_tree(stmt: StatementRun[TreeQuery]) -> Result:
         raise
     reported(fallbacks, prepared.fingerprint)
     notices = (*notices, *tree_picked(engine, sp, run.plans, final, len(rows), confidence))
+    notices = (*notices, *tree_withheld(prepared.tree, sp.post, sp.labels, final, rows))
     outputs = noisy_outputs(engine, sp, run, ivplan)
     rows = round_rows([c.name for c in columns], rows, column_resolutions(outputs, final))
     return Result(

@@ -31,6 +31,7 @@ from dpsql.execute.picked_keys import Key, number, stat_of
 from dpsql.execute.picked_words import curse, cut_words, noise_text, offset_of, value_text
 from dpsql.execute.tree_budget import LeafPlan
 from dpsql.execute.tree_post import post_sql
+from dpsql.sql.post_guards import HELD
 from dpsql.sql.tree import Split, leaf_number
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ def _ranked_window(leaves: _Leaves, cursed: bool) -> str:
     for w in leaves.sp.post.find_all(exp.Window):
         func, order = w.this, w.args.get("order")
         item = w.parent
+        while isinstance(item, exp.If) or (item is not None and item.meta.get(HELD)):
+            item = item.parent  # (NULL where an input is withheld: dpsql.sql.withheld_post)
         sel = item.parent if isinstance(item, exp.Alias) else None
         parts = w.args.get("partition_by") or []
         if type(func) not in _RANKS or order is None:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from sqlglot import exp
 
 from dpsql.sql.names import function_name, type_sql
+from dpsql.sql.post_guards import HELD
 from dpsql.sql.tree import LEAF_PREFIX
 
 # operators sqlglot names by its own node keys, as the user writes them (reasons a NULL interval)
@@ -175,6 +176,10 @@ class Exprs:
         return False
 
     def _ev(self, n: exp.Expr, inside_agg: bool) -> Ev:
+        if n.meta.get(HELD) and isinstance(n, exp.Case):  # NULL where an input is withheld
+            cond, value = n.args["ifs"][0].this, n.args["ifs"][0].args["true"]  # (withheld_post)
+            held = self.ev(value, inside_agg)
+            return _map(held, lambda x: exp.Case(ifs=[exp.If(this=cond.copy(), true=x)]))
         if isinstance(n, exp.Column):
             if isinstance(n.this, exp.Star):
                 return None

@@ -26,6 +26,7 @@ from dpsql.errors import DivisionByZero
 from dpsql.sql.wording import plain_sql
 
 GUARD = "dpsql_guard"  # meta on a guard node: its value where defined is its guarded child
+HELD = "dpsql_withheld"  # meta on a guard of a withheld value (dpsql.sql.withheld)
 _INT_RANGE = {
     exp.DataType.Type.SMALLINT: (-32768, 32767),
     exp.DataType.Type.INT: (-2147483648, 2147483647),
@@ -167,7 +168,9 @@ def guarded_value(n: exp.Expr) -> exp.Expr | None:
 
 
 def has_guard(node: exp.Expr) -> bool:
-    return any(n.meta.get(GUARD) for n in node.walk())
+    """Whether ``node`` holds a guard of an undefined value (not only a withheld one's:
+    :mod:`dpsql.sql.withheld`'s wrappers, marked :data:`HELD`, have their own notice)."""
+    return any(n.meta.get(GUARD) and not n.meta.get(HELD) for n in node.walk())
 
 
 def guard_note(names: list[str], nulls: int, rows: int) -> str:

@@ -15,6 +15,7 @@ from dpsql.sql.names import SPELLED, describe, function_name
 from dpsql.sql.nodes import POSTGRES
 from dpsql.sql.post_guards import check_constant_divisors, guard
 from dpsql.sql.refusal_text import raw_column, star_refusal, window_over_rows
+from dpsql.sql.withheld import hold_withheld
 from dpsql.sql.wording import plain_sql
 
 DP_TABLE = "_dp"
@@ -113,7 +114,9 @@ class Outer:
                     f"{describe(n)} is not supported in {where} of a private query",
                     hint="use aggregates, arithmetic, ROUND, CASE, COALESCE and casts",
                 )
-        return guard(out)  # the rest gives NULL, never an error after the charge
+        # the rest gives NULL, never an error after the charge; and what reads a withheld
+        # (NULL) statistic is withheld, never a default in its place (dpsql.sql.withheld)
+        return hold_withheld(guard(out))
 
     def grouping(self, n: exp.Grouping) -> exp.Expr:
         """GROUPING(args): a constant per grouping set, read from the row's set number."""

@@ -47,6 +47,7 @@ from dpsql.sql.per_unit_source import UNIT_PREFIX, UnitSource
 from dpsql.sql.refusal_text import answer_in_expression
 from dpsql.sql.sources import refuse_correlated
 from dpsql.sql.tables import cte_body, referenced_tables
+from dpsql.sql.withheld_post import hold_post, withholdable
 from dpsql.sql.wording import spelled_sql, user_sql
 
 MAX_LEAVES = 16  # per statement: each leaf is one more measurement sharing the epsilon
@@ -158,6 +159,8 @@ def split(tree: exp.Expr, policy: Policy, analyze: Callable[..., Analysis]) -> S
         return None
     post = keep_call_labels(prune_ctes(post))  # variance(n) over a leaf is "variance"
     _refuse_private_rest(post, policy, analyze)
+    # a value computed from a withheld one is withheld (dpsql.sql.withheld_post)
+    post = hold_post(post, [withholdable(s) for s in leaves], leaf_number)
     return Split(post, tuple(leaves), tuple(links), units, tuple(labels))
 
 

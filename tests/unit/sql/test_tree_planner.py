@@ -52,7 +52,8 @@ def _split(sql: str) -> Split | None:
             "m AS (SELECT category, SUM(amount) AS rev FROM p GROUP BY 1) "
             "SELECT category, rev - LAG(rev) OVER (ORDER BY category) FROM m",
             "WITH m AS (SELECT * FROM _dpsql_leaf_0) "
-            "SELECT category, rev - LAG(rev) OVER (ORDER BY category) FROM m",
+            "SELECT category, rev - CASE WHEN COUNT(*) FILTER(WHERE rev IS NULL) OVER () = 0 "
+            "THEN LAG(rev) OVER (ORDER BY category) END FROM m",  # held (dpsql.sql.withheld_post)
             [
                 "WITH p AS (SELECT * FROM purchases WHERE amount > 10) "
                 "SELECT category, SUM(amount) AS rev FROM p GROUP BY 1"
@@ -61,8 +62,9 @@ def _split(sql: str) -> Split | None:
         (
             "SELECT category, COUNT(*) * 100.0 / SUM(COUNT(*)) OVER () AS share "
             "FROM purchases GROUP BY category HAVING COUNT(*) > 0 ORDER BY 2 DESC LIMIT 3",
-            'SELECT _dp_w._dp_k0 AS "category", _dp_w._dp_a0 * 100.0 / SUM(_dp_w._dp_a0) '
-            'OVER () AS "share" FROM (SELECT * FROM _dpsql_leaf_0) AS _dp_w '
+            'SELECT _dp_w._dp_k0 AS "category", _dp_w._dp_a0 * 100.0 / CASE WHEN COUNT(*) FILTER(WHERE _dp_w._dp_a0 IS NULL) '
+            "OVER () = 0 THEN SUM(_dp_w._dp_a0) "
+            'OVER () END AS "share" FROM (SELECT * FROM _dpsql_leaf_0) AS _dp_w '
             "ORDER BY 2 DESC LIMIT 3",
             [
                 "SELECT category AS _dp_k0, COUNT(*) AS _dp_a0 FROM purchases "

@@ -1,0 +1,241 @@
+"""What the notices say where the post-processing reads a withheld statistic (null30).
+
+A statistic dpsql withholds (NULL: no clear answer at this epsilon, its own notice says why) is
+unknown, not missing. :mod:`dpsql.sql.withheld` keeps every value computed from it NULL; these
+words say so in the analyst's terms, and say what a NULL does to a HAVING or an ORDER BY:
+
+* an output: ``COALESCE(AVG(income), 0): withheld (NULL) in 3 of 3 rows (educ 1, educ 2,
+  educ 9): it reads AVG(income), withheld there ...``;
+* HAVING: a condition on an unknown value is not true, so SQL leaves the group out: the groups
+  left out where the condition reads a withheld value are named (in the data each may pass);
+* ORDER BY: the rows whose sort value is withheld sort where PostgreSQL puts NULLs (last
+  ascending, first descending), not by their data; with LIMIT/OFFSET, which rows are shown
+  rests on them.
+
+The rows are kept, not refused: whether a value is withheld is known only once the release is
+paid for, so a refusal would spend the budget for no answer (and its free repeat would refuse
+again), while the rows that do not rest on a withheld value are answers like any other; SQL's
+own NULL semantics decide the rest, and these words name every row they touch.
+(Post-processing: the released values only, nothing read from the data, nothing charged.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlglot import exp
+
+from dpsql.execute.noise import Release
+from dpsql.sql.analysis import Analysis
+from dpsql.sql.post_guards import HELD
+from dpsql.sql.withheld import held_statistics, statistic_columns
+from dpsql.sql.wording import plain_sql, plural
+
+_SHOWN = 4  # rows named in a notice; the rest counted
+_DO = (
+    "To get a value: raise dpsql.epsilon, or ask about larger groups (fewer, wider keys, or a "
+    "wider WHERE)"
+)
+
+
+def withheld_notices(
+    a: Analysis,
+    tree: exp.Expr,
+    stats: Sequence[Sequence[object]],
+    groups: Sequence[Sequence[str | None]],
+    data: Sequence[Sequence[object]],
+    rids: Sequence[int] | None,
+) -> tuple[str, ...]:
+    """The notices for the outputs, HAVING and ORDER BY of a flat private statement that read a
+    withheld statistic. ``tree``: the statement as written (for its words); ``stats``/``groups``:
+    the release's rows; ``data``/``rids``: the post-processing's rows and the release row each
+    came from (None under DISTINCT: no row-by-row words)."""
+    if rids is None or not any(v is None for row in stats for v in row):
+        return ()
+    out: list[str] = []
+    texts = _select_texts(tree, len(a.outer.expressions))
+    labels = _Labels(a, groups)
+    said: dict[tuple[tuple[int, ...], str], list[str]] = {}  # outputs by (rows, what they read)
+    for pos, item in enumerate(a.outer.expressions):
+        held = held_statistics(item)
+        rows = tuple(
+            rid
+            for r, rid in zip(data, rids, strict=True)
+            if pos < len(r) and r[pos] is None and any(stats[rid][si] is None for si in held)
+        )
+        if rows:  # what it reads that is withheld there
+            gone = [si for si in held if any(stats[rid][si] is None for rid in rows)]
+            said.setdefault((rows, _stat_texts(a, gone)), []).append(texts[pos])
+    for (rows, reads), outputs in said.items():
+        out.append(
+            f"{'; '.join(outputs)}: withheld (NULL) in {len(rows)} of "
+            f"{plural(len(data), 'row')} ({labels(rows)}): "
+            f"{'it reads' if len(outputs) == 1 else 'each reads'} {reads}, withheld there (NULL: "
+            "no clear answer at this epsilon, its notice says why). A value computed from a "
+            "withheld one is withheld too: COALESCE, CASE, IS NULL, NULLIF, GREATEST/LEAST and "
+            "CONCAT do not put a value in its place (it is unknown, not missing). "
+            f"{_DO}; drop the COALESCE (or CASE) to see {reads} itself NULL there."
+        )
+    out += _having(a, tree, stats, rids, labels)
+    out += _order(a, tree, stats, rids, labels)
+    return tuple(out)
+
+
+def reads_withheld(
+    a: Analysis, stats: Sequence[Sequence[object]], rids: Sequence[int] | None
+) -> Callable[[int, int], bool]:
+    """Whether output ``pos`` of post-processing row ``r`` reads a statistic withheld there."""
+    reads = [[int(c[5:]) for c in statistic_columns(e)] for e in a.outer.expressions]
+
+    def withheld(r: int, pos: int) -> bool:
+        if rids is None or pos >= len(reads):
+            return False
+        return any(stats[rids[r]][si] is None for si in reads[pos])
+
+    return withheld
+
+
+def _having(
+    a: Analysis,
+    tree: exp.Expr,
+    stats: Sequence[Sequence[object]],
+    rids: Sequence[int],
+    labels: _Labels,
+) -> list[str]:
+    where = a.outer.args.get("where")
+    having = tree.args.get("having") if isinstance(tree, exp.Select) else None
+    if where is None or having is None:
+        return []
+    read = [int(c[5:]) for c in statistic_columns(where)]
+    shown = set(rids)
+    left = [
+        rid
+        for rid in range(len(stats))
+        if rid not in shown and any(stats[rid][si] is None for si in read)
+    ]
+    if not left:
+        return []
+    limited = a.outer.args.get("limit") or a.outer.args.get("offset")
+    return [
+        f"HAVING {plain_sql(having.this)}: {plural(len(left), 'group')} left out "
+        f"({labels(left)}) where it reads a withheld {_stat_texts(a, read)} (NULL: no clear "
+        "answer at this epsilon): a condition on an unknown value is not true, so SQL leaves "
+        "the group out; in the data each may pass it"
+        + (" (or the LIMIT left it out)" if limited else "")
+        + f". {_DO}."
+    ]
+
+
+def _order(
+    a: Analysis,
+    tree: exp.Expr,
+    stats: Sequence[Sequence[object]],
+    rids: Sequence[int],
+    labels: _Labels,
+) -> list[str]:
+    order = a.outer.args.get("order")
+    written = tree.args.get("order") if isinstance(tree, exp.Select) else None
+    if order is None or written is None:
+        return []
+    read = [int(c[5:]) for c in statistic_columns(order)]
+    if not read:
+        return []
+    shown = [rid for rid in rids if any(stats[rid][si] is None for si in read)]
+    limited = bool(a.outer.args.get("limit") or a.outer.args.get("offset"))
+    seen = set(rids)
+    where = a.outer.args.get("where")  # a row a HAVING on a withheld value left out: said there
+    cut = [int(c[5:]) for c in statistic_columns(where)] if where is not None else []
+    hidden = [
+        rid
+        for rid in range(len(stats))
+        if rid not in seen
+        and any(stats[rid][si] is None for si in read)
+        and not any(stats[rid][si] is None for si in cut)
+    ]
+    if not shown and not (limited and hidden):
+        return []
+    text = plain_sql(written).removeprefix("ORDER BY ")
+    parts = []
+    if shown:
+        parts.append(
+            f"{plural(len(shown), 'row')} shown ({labels(shown)}) sort by a withheld "
+            f"{_stat_texts(a, read)} (NULL: no clear answer at this epsilon): they stand where "
+            "PostgreSQL puts NULLs (last ascending, first descending, unless NULLS FIRST/LAST "
+            "says otherwise), not where their data would"
+        )
+    if limited and hidden:
+        parts.append(
+            f"{plural(len(hidden), 'row')} not shown ({labels(hidden)}) have it withheld too: "
+            "which rows the LIMIT keeps rests on withheld values"
+        )
+    return [f"ORDER BY {text}: " + "; ".join(parts) + f". {_DO}."]
+
+
+def _stat_texts(a: Analysis, stats: Sequence[int]) -> str:
+    return " or ".join(dict.fromkeys(a.statistics[si].sql for si in stats))
+
+
+def _select_texts(tree: exp.Expr, n: int) -> list[str]:
+    """Each output as the analyst wrote it (the select list), else its position."""
+    items = tree.expressions if isinstance(tree, exp.Select) else []
+    if len(items) == n:
+        return [plain_sql(e.unalias()) for e in items]
+    return [f"column {k + 1}" for k in range(n)]
+
+
+class _Labels:
+    """A few release rows named by their group keys (``educ 1, educ 2 and 3 more``)."""
+
+    def __init__(self, a: Analysis, groups: Sequence[Sequence[str | None]]) -> None:
+        self.names = [plain_sql(g.expr) for g in a.group_keys]
+        self.groups = groups
+
+    def __call__(self, rows: Sequence[int]) -> str:
+        if not self.names:
+            return "the one row"
+        named = [
+            ", ".join(
+                f"{n} {'NULL' if v is None else v}"
+                for n, v in zip(self.names, self.groups[r], strict=False)
+            )
+            for r in rows[:_SHOWN]
+        ]
+        more = len(rows) - len(named)
+        return "; ".join(named) + (f" and {more} more" if more > 0 else "")
+
+
+def tree_withheld(
+    tree: exp.Expr,
+    post: exp.Expr,
+    labels: Sequence[str],
+    releases: Sequence[Release],
+    data: Sequence[Sequence[object]],
+) -> tuple[str, ...]:
+    """The notice for a statement of several DP leaves whose output reads a leaf's withheld
+    value (:mod:`dpsql.sql.withheld_post` holds it NULL): which outputs, in how many rows, and
+    which leaves withheld values. Column-level: an output held there is NULL where what it reads
+    is withheld (or NULL by SQL's own rules: an outer join, a NULLIF)."""
+    gone = [
+        labels[i] if i < len(labels) else f"leaf {i}"
+        for i, rel in enumerate(releases)
+        if any(v is None for row in rel.stats for v in row)
+    ]
+    if not gone or not isinstance(post, exp.Select):
+        return ()
+    texts = _select_texts(tree, len(post.expressions))
+    said = []
+    for pos, item in enumerate(post.expressions):
+        if any(n.meta.get(HELD) for n in item.walk()):
+            nulls = sum(1 for r in data if pos < len(r) and r[pos] is None)
+            if nulls:
+                said.append(f"{texts[pos]} (NULL in {nulls} of {plural(len(data), 'row')})")
+    if not said:
+        return ()
+    return (
+        f"{'; '.join(said)}: where what it reads is withheld ({', '.join(gone)} withheld "
+        "values: NULL, no clear answer at this epsilon, its notice says why), it is withheld "
+        "too: COALESCE, CASE, IS NULL, NULLIF, GREATEST/LEAST, CONCAT, an aggregate (COUNT(x), "
+        "SUM(x), MAX(x)) or a window over it do not put a value in its place (it is unknown, "
+        "not missing; a row an outer join did not find keeps SQL's NULL). "
+        f"{_DO}; drop the COALESCE (or CASE) to see which values are withheld.",
+    )
