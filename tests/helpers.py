@@ -520,9 +520,14 @@ def kept(monkeypatch: pytest.MonkeyPatch) -> None:
 def answered_averages(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every AVG answered, value and interval, whatever its count or interval: the NULL rules of
     :mod:`dpsql.execute.avg_unclear` off (its clear count, and an interval spanning its whole
-    range), for a test of something else that reads an average's value and interval (its
-    interval's coverage, its rounding, a broken twin's width)."""
-    from dpsql.execute import avg_unclear
+    range), and the rule that gives no end where units the releases cannot see could pull it
+    anywhere in its range (:func:`dpsql.execute.accuracy_few.avg_open_text`; checked in
+    tests/integration/engine/test_auto_upper_end.py), for a test of something else that reads an
+    average's value and interval (its interval's coverage given the stated assumption, its
+    rounding, a broken twin's width)."""
+    from dpsql.execute import accuracy_avg, avg_unclear
+
+    monkeypatch.setattr(accuracy_avg, "open_rows", lambda *a, **k: [])
 
     monkeypatch.setattr(
         avg_unclear, "unclear", lambda plan, s, counts, confidence: [False for _ in counts]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from dpsql.dp.mechanisms import Gaussian, Laplace, Mechanism
-from dpsql.execute.accuracy_few import reach, reach_text
+from dpsql.execute.accuracy_few import avg_open_text, open_rows, reach, reach_text
 from dpsql.execute.accuracy_words import (
     ESTIMATE_SHARE,
     alarmed,
@@ -41,13 +41,16 @@ def avg_line(
     rows: int,
     ivs: Sequence[Interval | None],
     noisy: Mapping[str, Any] | None,
-) -> str:
+) -> tuple[str, frozenset[int]]:
     """AVG: the noise of its sum and count, and the rows and value mass the bounds left out;
-    when its interval spans most of the declared range, why and what to do."""
+    when its interval spans most of the declared range, why and what to do. With the output
+    rows whose interval holds neither end (:func:`dpsql.execute.accuracy_few.open_rows`: under
+    bounds chosen from the data, units the releases cannot see can pull the average anywhere in
+    its declared range; the caller disowns them)."""
     c, n = avg
     m0, m1 = (plan.measure_plan(m).mechanism for m in s.measures)
     if not isinstance(m0, (Laplace, Gaussian)) or not isinstance(m1, (Laplace, Gaussian)):
-        return f"{s.sql}: an average released by a selection has no value interval"
+        return f"{s.sql}: an average released by a selection has no value interval", frozenset()
     aw = avg_widths((m0, m1), avg, confidence)
     t, unit, col = c.target, a.private.privacy_unit, col_name(c.target.measure)
     if t.base and n is not None:  # the removed rows' mass above the declared low end
@@ -62,7 +65,7 @@ def avg_line(
         declared = (float(t.raw_lo), float(t.raw_hi))
         line = f"{head}; {nothing_left_out(a, t)}"
         line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
-        return line + avg_nulls(a, s, noisy, plan, confidence, ivs)
+        return line + avg_nulls(a, s, noisy, plan, confidence, ivs), frozenset()
     if n is None:
         est = float(np.asarray(mass.dropped[:rows], dtype=np.float64).sum()) if rows else 0.0
         own = mass.plan.dropped.half_width(confidence) * math.sqrt(max(rows, 1))
@@ -106,16 +109,20 @@ def avg_line(
             "given those estimates' noise. "
         )
     line += assumption(a, mass, t, rows)
+    found: list[tuple[int, float, float]] = []
     if rows and not alarmed(mass, rows):  # how many units beyond the mass cap could hide
-        line += reach_text(a, reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence))
+        ks = reach(t, mass, TargetWidths(0.0, 0.0, aw.mass_up), confidence)
+        if noisy is not None and s.measures[0] in noisy:  # bounds chosen from the data: the
+            # units the releases cannot see can pull the average anywhere in its range
+            found = open_rows(a, t, ks, np.asarray(noisy[s.measures[0]])[:rows])
+        line += avg_open_text(a, t, found, rows) or reach_text(a, ks)
     declared = (float(t.raw_lo), float(t.raw_hi))
     line += _avg_why_wide(a, (m0, m1), s, (aw.sum_level, aw.count_level), ivs, noisy, declared)
     answered = _clear_rows(plan, s, noisy, confidence, ivs)
-    return (
-        line
-        + at_clamp(a, s, noisy, declared, answered)
-        + avg_nulls(a, s, noisy, plan, confidence, ivs)
+    line += at_clamp(a, s, noisy, declared, answered) + avg_nulls(
+        a, s, noisy, plan, confidence, ivs
     )
+    return line, frozenset(f[0] for f in found)
 
 
 _NULL_BELOW_ONE = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")

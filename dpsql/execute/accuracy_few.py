@@ -145,19 +145,62 @@ def open_text(
     if not found:
         return ""
     unit = a.private.privacy_unit
+    far = "above" if t.sign > 0 else "below"
+    end = "upper" if t.sign > 0 else "lower"
+    if t.measure.kind in ("count_rows", "count_values"):
+        held = "however many rows they hold"
+    elif t.measure.kind == "count_units":
+        held = "however many groups they are in"
+    else:
+        held = f"however much {col_name(t.measure)} they hold"
+    return (
+        f"{_unchecked(a, t, found, rows)} No private count can tell a few {unit} from none, "
+        f"{held}, so the truth can lie far beyond the interval {far} the answer: it gives no "
+        f"{end} end there. To get one, {declare_advice(a)}: the assumption is then the "
+        f"policy's, and the end is shown wherever no group's answer could all come from {unit} "
+        "the releases cannot see (at a larger dpsql.epsilon, or over larger groups)."
+    )
+
+
+def avg_open_text(
+    a: Analysis, t: BiasTarget, found: list[tuple[int, float, float]], rows: int
+) -> str:
+    """An average's sentence for :func:`open_rows`' rows ('' when none; ``t`` its value mass's
+    target). The units beyond the cap that the releases cannot see may have lost any number of
+    rows, each anywhere in the declared range: their rows can pull the average to any point of
+    it, up or down (newcomer30 F1: whales' in-range amounts, the truth 2.3-2.6x above a shown
+    ``_high``), so neither end holds there."""
+    if not found:
+        return ""
+    unit = a.private.privacy_unit
+    declared = (
+        f"{col_name(t.measure)}'s declared range {fmt(float(t.raw_lo))} to {fmt(float(t.raw_hi))}"
+    )
+    return (
+        f"{_unchecked(a, t, found, rows, 'any number of rows')} No private count can tell a few "
+        f"{unit} from none, however many rows they hold, and their rows can pull the average "
+        f"anywhere in {declared}, so the truth can lie far beyond the interval, above or below "
+        f"the answer: it gives neither end there. To get them, {declare_advice(a)}: the "
+        "assumption is then the policy's, stated as one."
+    )
+
+
+def _unchecked(
+    a: Analysis, t: BiasTarget, found: list[tuple[int, float, float]], rows: int, by: str = ""
+) -> str:
+    """The first sentence of :func:`open_text` and :func:`avg_open_text`: which rows the
+    released values cannot check, why, and how many units could hide beyond the cap (each by
+    ``by``: by default what ``t`` counts or adds)."""
+    unit = a.private.privacy_unit
     where = (
         f"In {fmt(len(found))} of {plural(rows, 'group')} the released values cannot check it"
         if a.group_keys
         else "The released values cannot check it here"
     )
-    far = "above" if t.sign > 0 else "below"
-    end = "upper" if t.sign > 0 else "lower"
-    if t.measure.kind in ("count_rows", "count_values"):
-        by, held = "any number of rows", "however many rows they hold"
-    elif t.measure.kind == "count_units":
-        by, held = "any number of groups", "however many groups they are in"
-    else:
-        by, held = "any amount", f"however much {col_name(t.measure)} they hold"
+    if not by:  # what t counts or adds
+        kinds = {"count_units": "groups", "count_rows": "rows", "count_values": "rows"}
+        kind = kinds.get(t.measure.kind)
+        by = f"any number of {kind}" if kind else "any amount"
     k = math.floor(max((f[2] for f in found), default=0.0))
     per = " in a group" if a.group_keys else ""
     why = (
@@ -172,13 +215,7 @@ def open_text(
         if k >= 1
         else ""
     )
-    return (
-        f" {where}{why}{seen}. No private count can tell a few {unit} from none, {held}, so "
-        f"the truth can lie far beyond the interval {far} the answer: it gives no {end} end "
-        f"there. To get one, {declare_advice(a)}: the assumption is then the policy's, and "
-        f"the end is shown wherever no group's answer could all come from {unit} the releases "
-        "cannot see (at a larger dpsql.epsilon, or over larger groups)."
-    )
+    return f" {where}{why}{seen}."
 
 
 def declare_advice(a: Analysis) -> str:

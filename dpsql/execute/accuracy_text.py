@@ -121,9 +121,12 @@ def accuracy_notes(
         avg = avg_targets(s, plan)
         if avg is not None:
             ivs = [row[si] for row in intervals] if intervals else []
-            out.append(avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy))
+            line, opened = avg_line(a, plan, s, avg, removed, confidence, rows, ivs, noisy)
+            out.append(line)
             if alarmed(removed[avg[0].target.key], rows):  # 'But it does NOT cover the truth'
                 disown(disowned, si, Disown(None, "none"))  # (an average: either way)
+            elif opened:  # 'can pull the average anywhere in its declared range'
+                disown(disowned, si, Disown(opened, "none"))
             continue
         b = target_of(s, plan)
         if b is None:

@@ -35,7 +35,7 @@ import pytest
 
 from dpsql.dp.noise_source import CSPRNG
 from dpsql.engine import Engine
-from dpsql.execute import accuracy_text
+from dpsql.execute import accuracy_avg, accuracy_text
 from dpsql.execute.noise import release
 from dpsql.execute.planning import plan as make_plan
 from dpsql.session import SessionContext
@@ -210,42 +210,68 @@ def test_the_kept_low_end_holds_and_todays_rule_is_caught(
     assert _held(engine) < need
 
 
-def _avg_shown_and_held(engine: Engine, truth: float) -> tuple[int, int]:
-    """Of DRAWS releases of t's AVG(amount) (fresh noise each, the bounded SQL run once): how many
-    show an interval (its columns not NULL) and how many of those hold ``truth``."""
-    prepared = engine.prepare(
-        "SELECT AVG(amount) FROM p WHERE cat = 't' AND amount >= 0", "analyst"
-    )
+# An average (newcomer30 F1): the units the releases cannot see may have lost any number of
+# rows, each anywhere in the declared range, so they can pull the average anywhere in it, up or
+# down: where the COUNT rule opens, neither end of AVG's interval holds (before: p's t average,
+# about 150 [140, 160] against a truth of about 275, the whales' 400s left out).
+AVG_SHAPES = [
+    "SELECT AVG(amount) AS m FROM p WHERE cat = 't'",
+    "SELECT cat, AVG(amount) AS m FROM p GROUP BY cat",
+]
+
+
+@pytest.mark.parametrize("sql", AVG_SHAPES, ids=range(len(AVG_SHAPES)))
+def test_an_average_over_unseen_units_gives_neither_end(engine: Engine, sql: str) -> None:
+    r = _run(engine, sql)
+    got = interval_columns(r, {"m": "AVG(amount)"})
+    line = line_of(r.notices, "AVG(amount)")
+    assert r.rows and any(w in line for w in SAYS), line
+    assert all(g == (True, True) for g in got["m"]), (got, line)
+    if "cannot check it" in line:
+        assert "the bounds were chosen from the data (auto), not declared" in line, line
+        assert (
+            "pull the average anywhere in amount's declared range 0 to 500, so the truth" in line
+        ), line
+        assert "declare max_rows_per_unit" in line, line
+
+
+def test_declared_bounds_keep_an_averages_ends(engine: Engine) -> None:
+    r = _run(engine, "SELECT cat, AVG(amount) AS m FROM od GROUP BY cat")
+    got = interval_columns(r, {"m": "AVG(amount)"})
+    line = line_of(r.notices, "AVG(amount)")
+    if SAYS[1] not in line:  # (the over-cap alarm's false firing: at most 1e-3)
+        assert got["m"] == [(False, False)] * 3, line
+        assert "It assumes no uid lost more than" in line and "cannot check" not in line, line
+
+
+def _avg_held(engine: Engine, truth: float) -> int:
+    """In how many of DRAWS releases of t's AVG(amount) the interval its columns show holds
+    the truth (an interval not shown holds nothing false)."""
+    prepared = engine.prepare("SELECT AVG(amount) FROM p WHERE cat = 't'", "analyst")
     session = SessionContext("analyst", Fraction(1), show_intervals=True)
     plan = make_plan(engine, prepared, session)
     assert isinstance(plan, Plan)
     rows = engine.backend.run(engine.private_sql(prepared, plan.analysis), private=True).rows
-    shown = held = 0
+    held = 0
     for _ in range(DRAWS):
         rel = release(plan, [tuple(r) for r in rows], [], None, 0.95, CSPRNG)
         (iv,) = [row[0] for row in rel.intervals]
-        if iv is not None:
-            shown += 1
-            held += iv[0] <= truth <= iv[1]
-    return shown, held
+        held += iv is None or iv[0] <= truth <= iv[1]
+    return held
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="newcomer30 F1 (session 30): an AVG under auto bounds keeps both interval ends where "
-    "the COUNT of the same rows loses _high (accuracy_text runs open_rows/unseen for COUNT and "
-    "SUM lines only); the whales' rows, inside the declared range, put the truth far above _high",
-)
-def test_an_avg_over_the_whales_rows_shows_no_interval_that_misses(
-    engine: Engine, dsn: str
+def test_an_averages_shown_interval_holds_and_the_old_rule_is_caught(
+    engine: Engine, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Property: where an AVG's interval is shown, it holds the truth (every amount lies inside its
-    declared range here: the whales' 400) in at least binom_min_successes(shown, 0.95, 1e-6) of
-    the releases that show one (false failure <= 1e-6); NULL columns (a retracted interval) are
-    no miss. Today every release shows one and it misses (about [100, 200] against 275)."""
+    """Property: the AVG interval the columns show holds the truth in at least
+    binom_min_successes(60, 0.95, 1e-6) of 60 releases (false failure <= 1e-6). Broken twin:
+    the rule before newcomer30 F1 (no row opened for an average) shows about [140, 160]
+    against about 275, holding it in none."""
     with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT avg(amount) FROM p WHERE cat = 't'").fetchone()
+        row = conn.execute("SELECT avg(amount)::float8 FROM p WHERE cat = 't'").fetchone()
     assert row is not None
     truth = float(row[0])
-    shown, held = _avg_shown_and_held(engine, truth)
-    assert shown == 0 or held >= binom_min_successes(shown, 0.95, 1e-6), (shown, held, truth)
+    need = binom_min_successes(DRAWS, 0.95, 1e-6)
+    assert _avg_held(engine, truth) >= need
+    monkeypatch.setattr(accuracy_avg, "open_rows", lambda *a, **k: [])
+    assert _avg_held(engine, truth) < need
