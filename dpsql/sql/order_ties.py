@@ -37,7 +37,7 @@ def order_ties(q: exp.Expr, keys: Sequence[exp.Expr] = ()) -> exp.Expr:
         if node is q and keys and _reads_rows(node):
             extra = [k.copy() for k in keys]
         else:
-            extra = [exp.Literal.number(i) for i in range(1, _width(node) + 1)]
+            extra = [exp.Literal.number(i) for i in _positions(node)]
         order.set("expressions", [*order.expressions, *(exp.Ordered(this=e) for e in extra)])
     return q
 
@@ -52,18 +52,42 @@ def _reads_rows(q: exp.Expr) -> bool:
     )
 
 
-def _width(q: exp.Expr) -> int:
-    """How many columns ``q`` outputs; 0 when a ``*`` hides it."""
+def _positions(q: exp.Expr) -> list[int]:
+    """The positions (from 1) of ``q``'s output columns a tie-break may order by: none when a
+    ``*`` hides how many there are; not one whose type may have no ordering operator (json,
+    xml, the geometric types: PostgreSQL refuses ``ORDER BY`` on them, 42883, where the
+    statement as written ran). Leaving a column out only leaves its ties to the others."""
     while isinstance(q, exp.SetOperation):
         q = q.this
     if not isinstance(q, exp.Select):
-        return 0
+        return []
     outputs = q.expressions
     if any(isinstance(o, exp.Star) or isinstance(o.unalias(), exp.Star) for o in outputs):
-        return 0
+        return []
     if any(isinstance(o, exp.Column) and isinstance(o.this, exp.Star) for o in outputs):
-        return 0
-    return len(outputs)
+        return []
+    return [i for i, o in enumerate(outputs, 1) if _orderable(o.unalias())]
+
+
+_UNORDERED = ("json", "to_json", "row_to_json", "array_to_json", "xml", "query_to_xml")
+_UNORDERED += ("point", "box", "circle", "polygon", "path", "lseg", "line")
+"""Names (prefixes) of functions and types whose values may have no ordering operator."""
+
+
+def _orderable(e: exp.Expr) -> bool:
+    """False where ``e`` may be of a type without an ordering operator (by the names of the
+    functions and casts in it, not its type, which is not known here: a miss only keeps a tie)."""
+    for node in e.walk():
+        name = ""
+        if isinstance(node, exp.Anonymous):
+            name = str(node.name)
+        elif isinstance(node, exp.DataType):
+            name = node.sql("postgres")
+        elif isinstance(node, exp.Func):
+            name = type(node).__name__
+        if name.lower().startswith(_UNORDERED):
+            return False
+    return True
 
 
 __all__ = ["order_ties"]

@@ -98,3 +98,22 @@ def test_without_the_tie_break_pages_disagree(
     monkeypatch.setattr(engine, "caches", EngineCaches.sized(64))  # no SQL memoized before
     seen = _paged(engine, sql)
     assert len(seen) < GROUPS or max(seen.values()) > 1, seen
+
+
+JSON_OUT = (
+    "SELECT t.k, t.n, json_build_object('n', t.n) AS j FROM "
+    "(SELECT k, COUNT(*) AS n FROM priv GROUP BY k) t ORDER BY t.n DESC LIMIT {n} OFFSET {k}"
+)
+
+
+def test_an_output_without_an_ordering_operator_is_left_out_of_the_tie_break(
+    private: tuple[Engine, Any],
+) -> None:
+    """A json output has no ordering operator: ordering by its position failed the statement
+    (42883, review30 of d6aff24) where the statement as written ran. It is left out of the
+    tie-break; the other outputs still make the pages agree."""
+    engine, _ = private
+    rows = dpsql_rows(engine, JSON_OUT.format(n="ALL", k=0))
+    assert len(rows) == GROUPS and all(r[2] is not None for r in rows)
+    seen = _paged(engine, JSON_OUT)
+    assert set(seen) == set(range(GROUPS)) and set(seen.values()) == {1}, seen
