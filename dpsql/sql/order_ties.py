@@ -69,8 +69,8 @@ def _positions(q: exp.Expr) -> list[int]:
     return [i for i, o in enumerate(outputs, 1) if _orderable(o.unalias())]
 
 
-_UNORDERED = ("json", "to_json", "row_to_json", "array_to_json", "xml", "query_to_xml")
-_UNORDERED += ("point", "box", "circle", "polygon", "path", "lseg", "line")
+_UNORDERED: tuple[str, ...] = ("json", "to_json", "row_to_json", "array_to_json", "xml")
+_UNORDERED += ("query_to_xml", "point", "box", "circle", "polygon", "path", "lseg", "line")
 """Names (prefixes) of functions and types whose values may have no ordering operator."""
 
 
