@@ -38,6 +38,7 @@ from fractions import Fraction
 from sqlglot import exp
 
 from dpsql.policy.tables import Column
+from dpsql.sql.faithful import CALLED
 from dpsql.sql.functions import INTEGER_TYPES
 
 Columns = Mapping[str, Column] | Callable[[exp.Column], Column | None]
@@ -203,6 +204,8 @@ def float_bits(node: exp.Expr, columns: Columns | None) -> int | None:
         return _FLOAT_CASTS.get(node.to.this)
     if isinstance(node, (exp.Neg, exp.Abs)):
         return float_bits(node.this, columns)
+    if isinstance(node, exp.Extract):  # date_part is double precision, EXTRACT numeric
+        return 64 if node.meta.get(CALLED) == "date_part" else None
     if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div)):
         sides = [float_bits(p, columns) for p in (node.this, node.expression)]
         if not any(sides):

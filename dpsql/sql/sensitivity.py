@@ -14,10 +14,12 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from dpsql.policy.tables import Column
 from dpsql.sql.functions import INTEGER_TYPES as _INTEGER_TYPES
 from dpsql.sql.pg_types import Columns as Columns
 from dpsql.sql.pg_types import is_integer, untyped_number
 from dpsql.sql.pg_types import lookup as lookup
+from dpsql.sql.temporal import temporal_type, unit_text
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,31 @@ def _remainder(node: exp.Mod, columns: Columns) -> Interval | None:
     return Interval(lo, hi)
 
 
+# EXTRACT / date_part fields of a date or timestamp whose range is the calendar's, whatever the
+# value (PostgreSQL 15: an infinite date or timestamp gives NULL for these, not a number):
+# seconds below 60 (a leap second's 23:59:60 is read as the next minute's 00), a week of the ISO
+# year 1..53, a day of the year 1..366
+FIELD_RANGES = {
+    "month": (1, 12), "day": (1, 31), "dow": (0, 6), "isodow": (1, 7), "doy": (1, 366),
+    "quarter": (1, 4), "week": (1, 53), "hour": (0, 23), "minute": (0, 59), "second": (0, 60),
+    "milliseconds": (0, 60_000), "microseconds": (0, 60_000_000),
+}  # fmt: skip
+
+
+def _field(node: exp.Extract, columns: Columns) -> Interval | None:
+    """``EXTRACT(field FROM d)`` / ``date_part('field', d)`` of a date or timestamp: the field's
+    calendar range (:data:`FIELD_RANGES`); None for a field the data decide (year, epoch) or an
+    argument of another type (an interval's day is any number)."""
+    field = unit_text(node.this)
+    known = FIELD_RANGES.get(field or "")
+    if known is None:
+        return None
+    text = Column(type="text")
+    if temporal_type(node.expression, lambda c: lookup(columns, c) or text) is None:
+        return None
+    return Interval(Fraction(known[0]), Fraction(known[1]))
+
+
 def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
     """The range of ``node`` over all rows, given the (clamped) columns' declared bounds."""
     v = literal_value(node)
@@ -201,6 +228,8 @@ def value_range(node: exp.Expr, columns: Columns) -> Interval | None:
         return Interval(lo, r.magnitude)
     if isinstance(node, (exp.Round, exp.Floor, exp.Ceil, exp.Trunc)):
         return _rounded(node, columns)
+    if isinstance(node, exp.Extract):
+        return _field(node, columns)
     if isinstance(node, exp.WidthBucket):  # a bucket number: 0 .. count + 1
         n = node.args.get("num_buckets")
         count = literal_value(n) if isinstance(n, exp.Expr) else None
