@@ -17,6 +17,7 @@ from dpsql.errors import PrivacyViolation, UndefinedFunction, UnsupportedSql, Wr
 from dpsql.sql import functions as fn
 from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.derived_keys import bounded_keys
+from dpsql.sql.int_overflow import refuse_int_overflow
 from dpsql.sql.names import describe
 from dpsql.sql.pg_types import float_bits, integer_bits, is_integer
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
@@ -237,6 +238,7 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
             f"the range of {plain_sql(arg)} can't be bounded from the declared bounds",
             hint="use +, -, *, division by a constant, CASE and COALESCE over bounded columns",
         )
+    refuse_int_overflow(arg, ctx.column, agg)
     reach = r.magnitude
     if agg.startswith(("VAR", "STDDEV")):
         reach = max(reach, r.half_width * r.half_width)  # sums of squared deviations
