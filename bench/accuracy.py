@@ -137,6 +137,18 @@ QUERIES: tuple[tuple[str, str, str], ...] = (
         "SELECT category, COUNT(DISTINCT uid) FROM events GROUP BY category",
         "",
     ),
+    # an AVG beside a count of units (COUNT(DISTINCT uid): R does not move it): the row
+    # reports the AVG, whose R follows the ratio rule as if it were alone
+    (
+        "AVG(amount) beside COUNT(DISTINCT uid)",
+        "SELECT AVG(amount), COUNT(DISTINCT uid) FROM events",
+        "",
+    ),
+    (
+        "AVG(amount) beside COUNT(DISTINCT uid) by category",
+        "SELECT category, AVG(amount), COUNT(DISTINCT uid) FROM events GROUP BY category",
+        "",
+    ),
     (
         "COUNT(*) by month",
         f"SELECT {MONTH} AS m, COUNT(*) FROM events GROUP BY 1",

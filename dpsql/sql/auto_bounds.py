@@ -41,7 +41,7 @@ from sqlglot import exp
 
 from dpsql.dp.bounds import integer_grid, value_grid
 from dpsql.policy.tables import Column
-from dpsql.sql.analysis import Analysis, Measure, decomposable
+from dpsql.sql.analysis import Analysis, Measure, Statistic, decomposable
 from dpsql.sql.auto_bound_types import (
     DECLARED,
     DECLARED_TOTAL,
@@ -60,6 +60,22 @@ AUTO_SHARE = Fraction(1, 5)
 
 CLAMPED_KINDS = ("sum", "sum_centered", "sum_sq_centered")
 _RATIOS = ("avg", "var_pop", "var_samp", "stddev_pop", "stddev_samp")
+
+
+def _rated(a: Analysis) -> list[Statistic]:
+    """The statistics R is chosen for: all but COUNT(DISTINCT <privacy unit>), a count of
+    units, which R does not move. A unit in a group keeps at least one of its rows there at any
+    R >= 1 and counts once, so the count's value, its sensitivity (G: one per group, never R,
+    :func:`dpsql.sql.plan._make_plan`) and what the bounds leave out of it (units past G only)
+    are the same at every R (docs/mechanisms.md, "COUNT(DISTINCT unit) and the choice of R")."""
+    return [
+        s
+        for s in a.statistics
+        if not (
+            s.func == "count_distinct"
+            and all(a.measure(k).kind == "count_units" for k in s.measures)
+        )
+    ]
 
 
 def _slice(a: Analysis, groups: bool) -> str:
@@ -132,7 +148,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         and not one
         and any(m.kind != "count_units" for m in a.measures)
         and not ratio_rows(a)
-        and not (total and not all(s.func in _RATIOS for s in a.statistics))
+        and not (total and not all(s.func in _RATIOS for s in _rated(a)))
     ):
         per_group = a.grouped and not a.grouping_sets
         grid = tuple(Fraction(v) for v in integer_grid(rows_ceiling(a)))
@@ -144,7 +160,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         # (MEDIAN, percentiles, MIN, MAX) likewise: the rows a cap leaves out only reweight
         # units in the ranking, while its rank error grows with R (R rows per unit is its
         # utility's sensitivity): R = 363 put the benchmark's median 18,247 rows from its rank
-        ratios = all(s.func in (*_RATIOS, "quantile") for s in a.statistics)
+        ratios = all(s.func in (*_RATIOS, "quantile") for s in _rated(a))
         items.append(AutoItem("rows", grid, sl, per_group=per_group, median=ratios))
     if groups_auto(a) and a.grouped and not one and declared_groups(a) is None and not total:
         grid = tuple(Fraction(v) for v in integer_grid(groups_ceiling(a)))
@@ -162,7 +178,7 @@ def auto_items(a: Analysis, totals: bool = True) -> tuple[AutoItem, ...]:
         integer = col.family == "integer"
         # AVG per group at R = 1: partials are per-group means (not VAR / STDDEV, where a lower
         # clamp cuts the spread itself)
-        means = ratio_rows(a) and all(s.func == "avg" for s in a.statistics)
+        means = ratio_rows(a) and all(s.func == "avg" for s in _rated(a))
         sl = grouped_slice if means else _slice(a, False)
         for kind, far in (("value_hi", m.hi), ("value_lo", m.lo)):
             if far != anchor:
@@ -327,7 +343,8 @@ def ratio_rows(a: Analysis) -> bool:
     """
     if not (rows_auto(a) and a.grouped and not a.grouping_sets and a.statistics):
         return False
-    if not all(s.func in (*_RATIOS, "quantile") for s in a.statistics):
+    rated = _rated(a)  # (beside a COUNT(DISTINCT unit), which no R moves)
+    if not rated or not all(s.func in (*_RATIOS, "quantile") for s in rated):
         return False
     g = declared_groups(a) if groups_auto(a) else min(p.groups_bound for p in _privates(a))
     return g is not None and g >= RATIO_ROWS_GROUPS
@@ -366,7 +383,8 @@ def policy_choices(a: Analysis) -> tuple[ChosenBound, ...]:
             out.append(ChosenBound("groups", "", Fraction(1), Fraction(0), 0, 0, rule=ONE_ROW))
         return tuple(out)
     total = declared_total(a)
-    ratios = bool(a.statistics) and all(s.func in _RATIOS for s in a.statistics)
+    rated = _rated(a)
+    ratios = bool(rated) and all(s.func in _RATIOS for s in rated)
     if ratio_rows(a):
         out.append(ChosenBound("rows", "", Fraction(1), Fraction(0), 0, 0, rule=RATIO_ROWS))
     elif total_mode(a):

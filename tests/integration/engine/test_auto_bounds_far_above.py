@@ -11,6 +11,11 @@ for a table whose largest user_id has 400 rows in a region (5 such users, the re
 The fix: a public prior over the grid (each step further e^-1 as likely: dpsql.dp.bounds, "Far
 above the data"), so a miss lands a step or two above the data.
 
+Since session 30 that statement chooses no R: COUNT(DISTINCT user_id) is a count of units, which
+R does not move, so the AVG beside it keeps R = 1 by the per-group ratio rule (set, not chosen:
+dpsql.sql.auto_bounds._rated). The same selection of R is tested with COUNT(*) beside the AVG
+(the same rows, slice and histogram), which R does move.
+
 Property: the engine's choice of R for that statement (its own items, its histogram counted by
 PostgreSQL, its own mechanism as :func:`dpsql.execute.auto_bounds.choose` builds it) is more
 than 4x the largest rows one user_id has in one region (the event from the data: the owner's
@@ -40,7 +45,7 @@ from dpsql.sql.auto_bound_types import AutoBounds
 from dpsql.sql.auto_bounds import auto_items, policy_choices
 
 SQL = (
-    "SELECT region, COUNT(DISTINCT user_id), AVG(amount) FROM purchases "
+    "SELECT region, COUNT(*), AVG(amount) FROM purchases "
     "WHERE quantity >= 1 AND amount >= 1 GROUP BY region"
 )
 TRUTH = (  # the largest rows one user_id has in one region, as the owner counts it
