@@ -156,10 +156,11 @@ def _selection_plan(a: Analysis, m: Measure, epsilon: Fraction) -> MeasurePlan:
     r = a.max_rows
     if m.kind == "quantile":
         assert m.quantile is not None
+        top = m.hi if m.grid_hi is None else m.grid_hi  # (a grid may end at 0: MIN(-n), n 1..3)
 
         def q(eps: Fraction, offset: int = 0, rows: int = r) -> Quantile:
             return Quantile(
-                m.quantile, eps, m.lo, m.grid_hi or m.hi, m.buckets,  # type: ignore[arg-type]
+                m.quantile, eps, m.lo, top, m.buckets,  # type: ignore[arg-type]
                 contribution_bound=rows, max_groups=a.max_groups, integer=m.integral,
                 offset=offset,
             )  # fmt: skip

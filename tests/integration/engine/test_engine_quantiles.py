@@ -132,6 +132,20 @@ def test_zero_noise_equals_exact(engines: tuple[Engine, Engine], neighbour: int)
     assert got[2][-1] == 0
 
 
+def test_an_integer_grid_ending_at_zero(engines: tuple[Engine, Engine]) -> None:
+    """``-x - 1`` over x in [0, 100] lies in [-101, -1]: its integer grid of width-1 buckets
+    ends at 0 (-101 + 101), which the plan read as 'no grid' (``grid_hi or hi``) and failed
+    with an internal ValueError ('integer quantiles need integer bounds and bucket width'). Zero
+    noise: PostgreSQL's own MIN, MAX and the nearest-rank median."""
+    s = SessionContext(analyst="a", epsilon=Fraction(100))
+    sql = "SELECT g, MIN(-x - 1), MAX(-x - 1), MEDIAN(-x - 1) FROM q GROUP BY g ORDER BY g"
+    got = engines[0].execute(engines[0].prepare(sql), s).rows
+    data = _rows(False)
+    for row in got[:2]:
+        ys = [float(-r[2] - 1) for r in data if r[1] == row[0]]
+        assert list(row[1:]) == pytest.approx([min(ys), max(ys), _nearest(ys, 0.5)]), row
+
+
 def test_neighbour_moves_the_max_only_in_its_group(engines: tuple[Engine, Engine]) -> None:
     sql = "SELECT g, MAX(x) FROM q GROUP BY g ORDER BY g"
     d, d2 = (e.execute(e.prepare(sql), SessionContext()).rows for e in engines)
