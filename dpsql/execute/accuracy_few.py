@@ -51,9 +51,10 @@ import numpy as np
 
 from dpsql.execute.bias import Removed, TargetWidths
 from dpsql.execute.bounds_text import col_name, fmt, qty_text
+from dpsql.execute.disowned import Disown
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.auto_bounds import declared_total
-from dpsql.sql.bias import CAP_FACTOR, BiasTarget
+from dpsql.sql.bias import CAP_FACTOR, BiasTarget, declared_range
 from dpsql.sql.wording import plural
 
 SHARE = 1.0  # the share of the answer the unseen units must be able to make up: all of it
@@ -163,26 +164,51 @@ def open_text(
 
 
 def avg_open_text(
-    a: Analysis, t: BiasTarget, found: list[tuple[int, float, float]], rows: int
+    a: Analysis,
+    t: BiasTarget,
+    found: list[tuple[int, float, float]],
+    rows: int,
+    what: str = "the average",
+    declared: tuple[float, float] | None = None,
 ) -> str:
-    """An average's sentence for :func:`open_rows`' rows ('' when none; ``t`` its value mass's
-    target). The units beyond the cap that the releases cannot see may have lost any number of
-    rows, each anywhere in the declared range: their rows can pull the average to any point of
-    it, up or down (newcomer30 F1: whales' in-range amounts, the truth 2.3-2.6x above a shown
-    ``_high``), so neither end holds there."""
+    """An average's (or a quantile's: ``what``) sentence for :func:`open_rows`' rows ('' when
+    none; ``t`` its value mass's or left-out rows' target, ``declared`` the column's declared
+    range, by default ``t``'s). The units beyond the cap that the releases cannot see may have
+    lost any number of rows, each anywhere in the declared range: their rows can pull the
+    statistic to any point of it, up or down (newcomer30 F1: whales' in-range amounts, the truth
+    2.3-2.6x above a shown ``_high``), so neither end holds there."""
     if not found:
         return ""
     unit = a.private.privacy_unit
-    declared = (
-        f"{col_name(t.measure)}'s declared range {fmt(float(t.raw_lo))} to {fmt(float(t.raw_hi))}"
-    )
+    lo, hi = declared if declared is not None else (float(t.raw_lo), float(t.raw_hi))
+    rng = f"{col_name(t.measure)}'s declared range {fmt(lo)} to {fmt(hi)}"
     return (
         f"{_unchecked(a, t, found, rows, 'any number of rows')} No private count can tell a few "
-        f"{unit} from none, however many rows they hold, and their rows can pull the average "
-        f"anywhere in {declared}, so the truth can lie far beyond the interval, above or below "
+        f"{unit} from none, however many rows they hold, and their rows can pull {what} "
+        f"anywhere in {rng}, so the truth can lie far beyond the interval, above or below "
         f"the answer: it gives neither end there. To get them, {declare_advice(a)}: the "
         "assumption is then the policy's, stated as one."
     )
+
+
+def quantile_open(
+    a: Analysis, sql: str, r: Removed, rows: int, confidence: float
+) -> tuple[Disown, str] | None:
+    """A quantile of all the rows whose left-out rows are counted up to a cap per unit
+    (dpsql.sql.bias.quantile_targets): the rows where units the releases cannot see, beyond
+    that cap, could pull it anywhere in its declared range (:func:`open_rows`, newcomer30 F1b),
+    as a :class:`~dpsql.execute.disowned.Disown` of neither end and its notice line; None
+    where there are none."""
+    t = r.plan.target
+    ks = reach(t, r, TargetWidths(0.0, 0.0, r.plan.dropped.half_width(confidence)), confidence)
+    found = open_rows(a, t, ks, np.zeros(rows))
+    if not found:
+        return None
+    lo, hi = declared_range(a, t.measure)
+    unit = a.private.privacy_unit
+    text = avg_open_text(a, t, found, rows, sql, (float(lo), float(hi)))
+    head = f"{sql}: its interval assumes no {unit} has more rows than it counts past its ends."
+    return Disown(frozenset(f[0] for f in found), "none"), head + text
 
 
 def _unchecked(

@@ -22,13 +22,23 @@ from sqlglot import exp
 from dpsql.dp.mechanisms import Gaussian, Laplace
 from dpsql.dp.quantiles import Quantile
 from dpsql.execute.accuracy_avg import avg_line, avg_nulls, nulls_first_note
-from dpsql.execute.accuracy_few import open_rows, open_text, reach, reach_text, unseen, unseen_text
+from dpsql.execute.accuracy_few import (
+    open_rows,
+    open_text,
+    quantile_open,
+    reach,
+    reach_text,
+    unseen,
+    unseen_text,
+)
 from dpsql.execute.accuracy_lead import lead_bound, low_lead
 from dpsql.execute.accuracy_words import (
     ESTIMATE_SHARE,
+    JUST_PAST,
     alarmed,
     assumption,
     bounds_keep,
+    just_past,
     level_text,
     nothing_left_out,
     percent,
@@ -250,6 +260,11 @@ def accuracy_notes(
                     f"{s.sql}: {quantile_assumption(a, rq, rq.plan.target, rows)}"
                     + nulled(a, Disown(None, "none"))
                 )
+            elif rq is not None and rows:  # units unseen beyond the count's cap (F1b)
+                q_open = quantile_open(a, s.sql, rq, rows, confidence)
+                if q_open is not None:
+                    disown(disowned, si, q_open[0])
+                    left_out.append(q_open[1] + nulled(a, q_open[0]))
     warned = _outside_warnings(a, plan, removed, rows, alarms)
     for si, s in enumerate(a.statistics):
         if s.func not in ("quantile", "mode") and warned.get(s.sql):
@@ -269,19 +284,6 @@ def accuracy_notes(
         for line, si in zip(lines, line_si, strict=True)
     )
     return Accuracy((*leads, *lines, *quantiles), disowned)
-
-
-JUST_PAST = 2
-"""An estimate of what the bounds left out is stated as "about N" only past this many times its
-noise's half-width at the level (where nothing was left out, once in about 800 releases at
-95%); between once and this, as a noisy number just past its noise (newcomer25 #16: "about
-1,370 rows" where none was left out, its 95% reach 1,250)."""
-
-
-def just_past(qty: str, noise: float) -> str:
-    """An estimate once to :data:`JUST_PAST` times past its noise, in words that do not state
-    it as a fact (newcomer25 #16), as :func:`unclear_text` words one within it."""
-    return f"its noisy estimate, {qty}, is just past its noise, ±{fmt(noise)}"
 
 
 def _added_line(

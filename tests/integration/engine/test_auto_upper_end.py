@@ -275,3 +275,16 @@ def test_an_averages_shown_interval_holds_and_the_old_rule_is_caught(
     assert _avg_held(engine, truth) >= need
     monkeypatch.setattr(accuracy_avg, "open_rows", lambda *a, **k: [])
     assert _avg_held(engine, truth) < need
+
+
+def test_a_quantile_over_unseen_units_gives_neither_end(engine: Engine, dsn: str) -> None:
+    """As an average (newcomer30 F1b): the whales' rows, left out beyond the count's cap, can
+    pull a median anywhere in the declared range. Truth: t's median is above 300 (half its rows
+    are the whales' 400); before, the interval sat near the ordinary rows' median."""
+    r = _run(engine, "SELECT MEDIAN(amount) AS m FROM p WHERE cat = 't'")
+    got = interval_columns(r, {"m": "MEDIAN(amount)"})
+    assert got["m"] == [(True, True)], r.notices
+    line = " ".join(n for n in r.notices if n.startswith("MEDIAN(amount):"))
+    assert any(w in line for w in SAYS), r.notices
+    if "cannot check it" in line:
+        assert "pull MEDIAN(amount) anywhere in amount's declared range 0 to 500" in line, line
