@@ -533,3 +533,8 @@ def answered_averages(monkeypatch: pytest.MonkeyPatch) -> None:
         avg_unclear, "unclear", lambda plan, s, counts, confidence: [False for _ in counts]
     )
     monkeypatch.setattr(avg_unclear, "spans", lambda plan, s, iv: False)
+
+
+def cells(text: str) -> list[str]:
+    """The SQL expressions of a table written as lines of ``a | b | c`` cells, in order."""
+    return [e.strip() for line in text.strip().splitlines() for e in line.split(" | ")]

@@ -22,7 +22,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import unrounded
+from tests.helpers import cells, unrounded
 from tests.owner import exact_private
 from tests.policies import PolicyMaker
 
@@ -32,10 +32,6 @@ EXTRACT(hour FROM tz) | EXTRACT(second FROM t) | date_part('doy', t) | EXTRACT(w
 EXTRACT(quarter FROM tz) | EXTRACT(month FROM t) * 2 | EXTRACT(minute FROM t::date)
 """
 OIDS = {"numeric": 1700, "double precision": 701, "bigint": 20, "integer": 23}
-
-
-def _split(text: str) -> list[str]:
-    return [e.strip() for line in text.strip().splitlines() for e in line.split(" | ")]
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +59,7 @@ def test_sums_of_fields_as_postgresql(
     unrounded(monkeypatch)
     engine, conn = private
     bad = []
-    for e in _split(FIELDS):
+    for e in cells(FIELDS):
         if "minute FROM t::date" in e:
             continue  # (a date has no minute: refused below, as PostgreSQL refuses it)
         for agg in (f"SUM({e})", f"AVG({e})"):

@@ -22,7 +22,7 @@ import pytest
 from dpsql.engine import Engine
 from dpsql.errors import DpsqlError
 from dpsql.session import SessionContext
-from tests.helpers import unrounded
+from tests.helpers import cells, unrounded
 from tests.owner import dpsql_rows, exact_private
 from tests.policies import PolicyMaker
 
@@ -41,10 +41,6 @@ COALESCE(age, 0) / 10 * 10 | age / 7 | (x > 4)::int | CAST(q > 2 AS integer) * 3
 KEYS = """
 COALESCE(q, 0) / 2 | COALESCE(age, 0) / 10 * 10 | LEAST(q, 7) / 3 | width_bucket(x, 0, 10, 5) / 2
 """
-
-
-def _split(text: str) -> list[str]:
-    return [e.strip() for line in text.strip().splitlines() for e in line.split(" | ")]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +84,7 @@ def test_where_filters_as_postgresql(
     unrounded(monkeypatch)
     engine, conn = private
     bad = []
-    for e in _split(WHERE):
+    for e in cells(WHERE):
         sql = f"SELECT COUNT(*), SUM(q) FROM priv WHERE {e}"
         want = tuple(conn.execute(sql).fetchone())
         got = dpsql_rows(engine, sql)[0][:2]
@@ -103,7 +99,7 @@ def test_sums_averages_and_quantiles_as_postgresql(
     unrounded(monkeypatch)
     engine, conn = private
     bad = []
-    for e in _split(SUMS):
+    for e in cells(SUMS):
         for agg in (f"SUM({e})", f"AVG({e})"):
             sql = f"SELECT {agg} FROM priv"
             want = conn.execute(sql).fetchone()[0]
@@ -122,7 +118,7 @@ def test_group_keys_as_postgresql(
     unrounded(monkeypatch)
     engine, conn = private
     bad = []
-    for e in _split(KEYS):
+    for e in cells(KEYS):
         sql = f"SELECT {e} AS k, COUNT(*) FROM priv GROUP BY 1 ORDER BY 1"
         want = [tuple(r) for r in conn.execute(sql).fetchall()]
         got = [r[:2] for r in dpsql_rows(engine, sql)]
@@ -149,7 +145,7 @@ def test_quantiles_as_postgresql(
     unrounded(monkeypatch)
     engine, conn = private
     bad = []
-    for e in _split(QUANTILES):
+    for e in cells(QUANTILES):
         pg = e
         if e.startswith("MEDIAN("):
             pg = f"percentile_cont(0.5) WITHIN GROUP (ORDER BY {e[len('MEDIAN(') : -1]})"
@@ -163,7 +159,7 @@ def test_quantiles_as_postgresql(
     assert not bad, "\n".join(map(str, bad))
 
 
-TYPED = _split(SUMS) + [
+TYPED = cells(SUMS) + [
     "q",
     "q::int8",
     "q::smallint / 2",
@@ -223,8 +219,8 @@ def test_aggregate_columns_have_postgresqls_types(
     engine, conn = private
     session = SessionContext(analyst="analyst")
     bad = []
-    for arg in _split(ARGUMENTS):
-        for agg in _split(AGGREGATES):
+    for arg in cells(ARGUMENTS):
+        for agg in cells(AGGREGATES):
             call = f"{agg}({arg})"
             if agg.startswith("percentile"):
                 call = f"{agg}(0.5) WITHIN GROUP (ORDER BY {arg})"
@@ -274,9 +270,9 @@ def test_keys_and_post_processing_have_postgresqls_types(
     engine, conn = private
     session = SessionContext(analyst="analyst")
     statements = [
-        f"SELECT {k} AS k, COUNT(*), MIN(q) FROM priv GROUP BY 1" for k in _split(TYPED_KEYS)
+        f"SELECT {k} AS k, COUNT(*), MIN(q) FROM priv GROUP BY 1" for k in cells(TYPED_KEYS)
     ]
-    statements += [f"SELECT s, {e} AS v FROM priv GROUP BY s" for e in _split(POST)]
+    statements += [f"SELECT s, {e} AS v FROM priv GROUP BY s" for e in cells(POST)]
     bad = []
     for sql in statements:
         cur = conn.execute(sql)
