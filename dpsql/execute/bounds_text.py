@@ -145,7 +145,9 @@ def capped_text(a: Analysis, s: Statistic) -> str:
             if col is None or col.bounds is None:
                 continue
             lo, hi = (float(b) for b in col.bounds)  # type: ignore[arg-type]
-            if col.type != "bigint":  # a per-unit SUM: its rows' values were clamped too
+            # a capped column is a per-unit COUNT (typed bigint) or SUM (numeric, its rows'
+            # values clamped too): per_unit_source._value
+            if col.type != "bigint":
                 premise = (
                     f" (if every value summed into each {unit}'s {name} lies in its declared "
                     "range: one below it counts as its low end)"

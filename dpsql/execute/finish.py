@@ -290,9 +290,10 @@ def thresholds(plan: Plan | SetsPlan) -> tuple[int, ...]:
 
 def _selection_noise(plan: Plan | SetsPlan, conf: float) -> int | None:
     """The half-width at ``conf`` of the noise on the count partition selection compares with
-    its threshold (the widest of the grouping sets'), in units; None without a selection."""
+    its threshold (the widest of the grouping sets'), in units rounded up (the words never
+    understate it); None without a selection."""
     plans = [sp.plan for sp in plan.sets] if isinstance(plan, SetsPlan) else [plan]
-    found = [int(p.selection.mechanism.half_width(conf)) for p in plans if p.selection]
+    found = [math.ceil(p.selection.mechanism.half_width(conf)) for p in plans if p.selection]
     return max(found, default=None)
 
 
