@@ -31,7 +31,7 @@ ANSWERED = (
     "STDDEV", "VARIANCE", "VAR_POP", "VAR_SAMP", "STDDEV_POP", "STDDEV_SAMP",
 )  # fmt: skip
 _ALSO = frozenset({"current_catalog", "current_role", "user", "coalesce", "greatest", "least",
-                   "nullif", "trim", "all", "any", "some"})  # fmt: skip
+                   "nullif", "trim", "all", "any", "some", "row"})  # fmt: skip
 
 
 def check_known_functions(tree: exp.Expr) -> None:

@@ -26,7 +26,7 @@ SAFE_FUNCTIONS = frozenset(
     asin acos atan atan2 cot mod power exp ln log log10 cbrt sqrt sign trunc round floor ceil ceiling abs
     jsonb_build_object json_build_object jsonb_build_array json_build_array to_json to_jsonb
     row_number rank dense_rank lag lead first_value last_value ntile percent_rank cume_dist
-    concat concat_ws quote_ident quote_literal quote_nullable format pg_typeof
+    concat concat_ws quote_ident quote_literal quote_nullable format pg_typeof row
     """.split()
 )
 
