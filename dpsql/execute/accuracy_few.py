@@ -46,6 +46,7 @@ Everything here is a released value, a public bound or the policy, so it costs n
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -53,7 +54,8 @@ from dpsql.execute.bias import Removed, TargetWidths
 from dpsql.execute.bounds_text import col_name, fmt, qty_text
 from dpsql.execute.disowned import Disown
 from dpsql.sql.analysis import Analysis
-from dpsql.sql.auto_bounds import declared_total
+from dpsql.sql.auto_bound_types import DECLARED_TOTAL
+from dpsql.sql.auto_bounds import declared_total, policy_choices
 from dpsql.sql.bias import CAP_FACTOR, BiasTarget, declared_range
 from dpsql.sql.wording import plural
 
@@ -258,7 +260,7 @@ def declare_advice(a: Analysis) -> str:
             "choosing)"
         )
     rows_left = "rows" in a.auto_bounded or a.private.auto_rows
-    if not (a.joins or a.sources) and declared_total(a) is None and rows_left:
+    if not (a.joins or a.sources) and declared_total(a) is None and rows_left and _total_fixes(a):
         # the same advice whatever the statement's neighbours (newcomer23 #3): declared R (and
         # G) would size every per-group COUNT of the table for R x G rows, a total keeps auto's
         # one cap over all groups where it applies and bounds R and G (free) elsewhere
@@ -284,6 +286,21 @@ def declare_advice(a: Analysis) -> str:
         f"ask the data owner to declare {' and '.join(auto)} in the policy as "
         f"{'a number' if len(auto) == 1 else 'numbers'}, no fewer than the most one {unit} has"
     )
+
+
+def _total_fixes(a: Analysis) -> bool:
+    """Whether a declared max_rows_per_unit_total would make ``a``'s R the policy's
+    (:func:`dpsql.sql.auto_bounds.policy_choices` with one in place gives R by its rule). Not
+    for a statement of averages, variances or standard deviations only (R stays chosen for their
+    noise, at the median unit), nor for per-group ratios and quantiles over many groups (R = 1
+    by :func:`dpsql.sql.auto_bounds.ratio_rows`): a declared total leaves their interval ends
+    NULL, and the advice there is R (and G) as numbers (quant31: an AVG's notice asked for the
+    total, and with it declared asked for max_rows_per_unit)."""
+    auto: dict[str, object] = {"max_rows_per_unit_total": 1, "max_rows_per_unit": "auto"}
+    if "groups" in a.auto_bounded:  # (chosen numbers are in ``a``'s table once applied)
+        auto["max_groups_per_unit"] = "auto"
+    probe = replace(a, private=a.private.model_copy(update=auto))
+    return any(c.kind == "rows" and c.rule == DECLARED_TOTAL for c in policy_choices(probe))
 
 
 def reach_text(a: Analysis, ks: list[float]) -> str:

@@ -53,11 +53,12 @@ from tests.helpers import (
 from tests.policies import build_policy
 
 
-def _table(rows: int | str, groups: int | str) -> dict[str, Any]:
+def _table(rows: int | str, groups: int | str, total: int | None = None) -> dict[str, Any]:
     return {
         "privacy_unit": "uid",
         "max_rows_per_unit": rows,
         "max_groups_per_unit": groups,
+        "max_rows_per_unit_total": total,
         "columns": {
             "uid": {"type": "integer", "identifier": True},
             "cat": {"type": "text", "keys": ["a", "b", "t"]},
@@ -72,7 +73,7 @@ POLICY = build_policy(
     dataset="upper",
     defaults={"epsilon": 1.0, "max_epsilon": 10000.0, "delta": 1e-6},
     tables={"public.p": _table("auto", "auto"), "public.o": _table("auto", "auto")}
-    | {"public.od": _table(3, 3)},
+    | {"public.od": _table(3, 3), "public.ot": _table("auto", "auto", 3)},
     analysts={"analyst": {"budget": {"epsilon": 100000, "delta": 0.1}}},
 )
 ORDINARY = (
@@ -87,7 +88,7 @@ SAYS = ("cannot check it", "does NOT cover the truth")
 def dsn(make_db: Callable[[str], str]) -> str:
     dsn = make_db("upper")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for t in ("p", "o", "od"):
+        for t in ("p", "o", "od", "ot"):
             conn.execute(f"CREATE TABLE {t} (uid integer NOT NULL, cat text, amount numeric)")
             conn.execute(f"INSERT INTO {t} {ORDINARY}")
         conn.execute(
@@ -235,7 +236,9 @@ def test_an_average_over_unseen_units_gives_neither_end(engine: Engine, sql: str
         assert (
             "pull the average anywhere in amount's declared range 0 to 500, so the truth" in line
         ), line
-        assert "declare max_rows_per_unit" in line, line
+        # what gives them back: R as a number (a declared total leaves an average's R chosen
+        # for its noise: test_a_declared_total_gives_a_quantile_its_ends_not_an_average)
+        assert "declare max_rows_per_unit in the policy as a number" in line, line
 
 
 def test_declared_bounds_keep_an_averages_ends(engine: Engine) -> None:
@@ -291,6 +294,26 @@ def test_a_quantile_over_unseen_units_gives_neither_end(engine: Engine, dsn: str
     assert any(w in line for w in SAYS), r.notices
     if "cannot check it" in line:
         assert "pull MEDIAN(amount) anywhere in amount's declared range 0 to 500" in line, line
+        assert "declare max_rows_per_unit_total in the policy" in line, line
+
+
+def test_a_declared_total_gives_a_quantile_its_ends_not_an_average(engine: Engine) -> None:
+    """What each notice advises gives the ends back (quant31: an AVG's advised the per-unit
+    total, and with it declared advised max_rows_per_unit). Table ``ot``: ``o`` (at most 3 rows
+    a uid) with max_rows_per_unit_total 3 and ``auto`` R and G. A MEDIAN's R is then the
+    total's (the policy's assumption): both ends shown. An AVG's R is still chosen for its
+    noise (at the median unit), so its ends stay NULL and it advises R as a number, which keeps
+    them on ``od`` (test_declared_bounds_keep_an_averages_ends)."""
+    r = _run(engine, "SELECT MEDIAN(amount) AS m FROM ot")
+    got = interval_columns(r, {"m": "MEDIAN(amount)"})
+    if not any(SAYS[1] in n for n in r.notices):  # (the over-cap alarm's false firing)
+        assert got["m"] == [(False, False)], r.notices
+    r = _run(engine, "SELECT AVG(amount) AS m FROM ot")
+    got = interval_columns(r, {"m": "AVG(amount)"})
+    line = line_of(r.notices, "AVG(amount)")
+    if SAYS[1] not in line:  # (the over-cap alarm's false firing: at most 1e-3)
+        assert got["m"] == [(True, True)], line
+        assert "declare max_rows_per_unit in the policy as a number" in line, line
 
 
 # A quantile's coverage (newcomer30 F1b): most of t's rows at or above 100 are the whales' 400s
