@@ -29,6 +29,7 @@ from dpsql.execute.noise import Release
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.post_guards import HELD
 from dpsql.sql.withheld import held_statistics, statistic_columns
+from dpsql.sql.withheld_post import GUESSED
 from dpsql.sql.wording import plain_sql, plural
 
 _SHOWN = 4  # rows named in a notice; the rest counted
@@ -223,19 +224,29 @@ def tree_withheld(
     if not gone or not isinstance(post, exp.Select):
         return ()
     texts = _select_texts(tree, len(post.expressions))
-    said = []
+    said, guessed = [], []
     for pos, item in enumerate(post.expressions):
         if any(n.meta.get(HELD) for n in item.walk()):
             nulls = sum(1 for r in data if pos < len(r) and r[pos] is None)
             if nulls:
                 said.append(f"{texts[pos]} (NULL in {nulls} of {plural(len(data), 'row')})")
+                if any(n.meta.get(GUESSED) for n in item.walk()):
+                    guessed.append(texts[pos])
     if not said:
         return ()
+    caveat = (
+        f" In {'; '.join(guessed)}, a NULL an outer join made (no row found) is read as "
+        "withheld too: dpsql can't tell the two apart there (a FULL JOIN, a LATERAL join or an "
+        "ON without an equality on the joined side's columns); a LEFT JOIN ... ON s.key = "
+        "... keeps SQL's NULL (and COALESCE's default) for the rows it does not find."
+        if guessed
+        else ""
+    )
     return (
         f"{'; '.join(said)}: where what it reads is withheld ({', '.join(gone)} withheld "
         "values: NULL, no clear answer at this epsilon, its notice says why), it is withheld "
         "too: COALESCE, CASE, IS NULL, NULLIF, GREATEST/LEAST, CONCAT, an aggregate (COUNT(x), "
-        "SUM(x), MAX(x)) or a window over it do not put a value in its place (it is unknown, "
-        "not missing; a row an outer join did not find keeps SQL's NULL). "
-        f"{_DO}; drop the COALESCE (or CASE) to see which values are withheld.",
+        "SUM(x), MAX(x)), a window, an array or JSON value built over it do not put a value in "
+        "its place (it is unknown, not missing; a row an outer join did not find keeps SQL's "
+        f"NULL).{caveat} {_DO}; drop the COALESCE (or CASE) to see which values are withheld.",
     )

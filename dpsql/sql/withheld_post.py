@@ -18,19 +18,32 @@ NULL wherever one of their inputs is withheld:
 Which inputs may be withheld is traced by column, block by block from the leaves up (a CTE over a
 CTE, a subquery, UNION branches): a block's output that reads one may be withheld in turn.
 
-"No rows" stays SQL's: on the nullable side of a LEFT JOIN (``regions r LEFT JOIN (...) s ON
-s.region = r.region``) a NULL is withheld only where the row is there, told by a column of ``s``
-the ON clause equates (NULL only for a row the join did not find), so
-``COALESCE(s.total, 0)`` is 0 for a region with no released row, as SQL says. Where no such
-column is there (a RIGHT or FULL join, an ON without an equality on it), every NULL of a
-withholdable column is read as withheld: more NULLs, never a default for an unknown value.
-Pure function of the post-processing tree and the leaves' output names.
+"No rows" stays SQL's: on the nullable side of an outer join (``regions r LEFT JOIN (...) s ON
+s.region = r.region``, the left side of a RIGHT JOIN) a NULL is withheld only where the row is
+there, told by a column of ``s`` the ON clause (or USING) equates: NULL only for a row the join
+did not find, so ``COALESCE(s.total, 0)`` is 0 for a region with no released row, as SQL says.
+Where no such column tells it (a FULL JOIN, whose unmatched rows keep their NULL keys; an ON
+without an equality on that side; a grouped block whose GROUP BY does not hold that column),
+every NULL of a withholdable column is read as withheld: more NULLs, never a default for an
+unknown value, and the test is marked :data:`GUESSED` so the notice says so.
+
+A query nested in an expression (a scalar subquery, ``IN (SELECT ...)``, ``ARRAY(SELECT ...)``)
+whose value column may be withheld is withheld where one of its rows has it NULL
+(``EXISTS (SELECT 1 FROM (<it>) q(w) WHERE w IS NULL)``): no row found is SQL's NULL, so
+``COALESCE((SELECT a FROM s WHERE s.g = k.g), 0)`` is 0 only where there is no such row. A
+LATERAL subquery is a source like any other; a function source (``unnest(ARRAY[s.a, 1]) u(x)``)
+reading a withholdable column has each of its columns withholdable (NULL where it is).
+An array or JSON value built from a withheld one (``ARRAY[a, 1]``, ``json_build_object('a',
+a)``, ``ARRAY_AGG(a)``) is withheld whole (:data:`BUILDERS`): its elements are not traced, and
+``array_to_string`` or ``jsonb_strip_nulls`` would drop a NULL element silently; ``format`` and
+``quote_nullable`` turn NULL into text. Pure function of the post-processing tree and the
+leaves' output names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlglot import exp
 
@@ -43,16 +56,64 @@ from dpsql.sql.withheld import NON_STRICT
 _COND = (
     "dpsql_withheld_cond"  # meta on a held aggregate or window: its condition (no input withheld)
 )
+_NAMES = "dpsql_withheld_names"  # meta on a block done: its outputs that may be withheld
+GUESSED = "dpsql_withheld_guessed"  # meta on a wrapper whose test can't tell "no row" apart
+_Q, _W = "_dpsql_q", "_dpsql_w"  # a nested query's rows in its withheld-test
 
+# built values that keep or drop a NULL inside (held whole: module doc)
+BUILDERS: tuple[type[exp.Expr], ...] = (exp.Array, exp.Format)
+_BUILDER_NAMES = frozenset(
+    "json_build_object jsonb_build_object json_build_array jsonb_build_array quote_nullable".split()
+)
 
 _Outputs = Callable[[exp.Expr], frozenset[str]]
-_Test = Callable[[exp.Column], exp.Expr | None]  # a column's "withheld here" test, or None
 
 
 @dataclass(frozen=True)
 class _Source:
     names: frozenset[str]  # its columns that may be withheld
     present: exp.Expr | None  # TRUE where its row is there (None: always, as far as known)
+    guessed: bool = False  # nullable by an outer join, "no row" not told apart (module doc)
+
+
+@dataclass
+class _Reads:
+    """The withheld-tests of one block's columns and nested queries."""
+
+    block: exp.Select
+    outputs: _Outputs
+    sources: dict[str, _Source] = field(default_factory=dict)
+
+    def column(self, c: exp.Column, grouped_here: bool = False) -> exp.Expr | None:
+        """``c``'s "withheld here" test, or None. ``grouped_here``: read outside an aggregate
+        of a grouped block (a presence column must be grouped there)."""
+        s = self.sources.get(c.table.lower()) if c.table else None
+        if s is None and not c.table:
+            s = next((x for x in self.sources.values() if c.name.lower() in x.names), None)
+        if s is None or c.name.lower() not in s.names:
+            return None
+        null: exp.Expr = exp.Is(this=c.copy(), expression=exp.Null())
+        present, guessed = s.present, s.guessed
+        if present is not None and grouped_here and not _grouped(self.block, present):
+            present, guessed = None, True
+        out = null if present is None else exp.paren(exp.and_(null, present.copy()))
+        if guessed:
+            out.meta[GUESSED] = True
+        return out
+
+    def query(self, q: exp.Expr) -> exp.Expr | None:
+        """A nested query's test: one of its rows has its value column withheld (NULL)."""
+        names = self.outputs(q)
+        first = _names(q)[:1]  # (a leaf's placeholder, SELECT *: its names are the leaf's)
+        star = isinstance(q, exp.Select) and any(isinstance(e, exp.Star) for e in q.expressions)
+        if not names or (first and not star and first[0] not in names):
+            return None
+        rows = exp.Subquery(
+            this=q.copy(),
+            alias=exp.TableAlias(this=exp.to_identifier(_Q), columns=[exp.to_identifier(_W)]),
+        )
+        null = exp.Is(this=exp.column(_W, _Q), expression=exp.Null())
+        return exp.Exists(this=exp.select("1").from_(rows).where(null))
 
 
 def hold_post(
@@ -61,14 +122,17 @@ def hold_post(
     """``post`` (modified in place) with every block's reads of withheld values held (module
     doc). ``leaves[i]``: leaf ``i``'s outputs that read an aggregate; ``leaf_of(select)``: the
     leaf number a placeholder SELECT stands for, or None."""
-    memo: dict[int, frozenset[str]] = {}
+    busy: set[int] = set()
 
     def outputs(q: exp.Expr) -> frozenset[str]:
         if isinstance(q, exp.Subquery):
             q = q.this
-        if id(q) in memo:
-            return memo[id(q)]
-        memo[id(q)] = frozenset()  # (a recursive CTE reading itself: nothing known yet)
+        done = q.meta.get(_NAMES)
+        if isinstance(done, frozenset):  # (a copy of a block done keeps its meta)
+            return done
+        if id(q) in busy:
+            return frozenset()  # (a recursive CTE reading itself: nothing known yet)
+        busy.add(id(q))
         got: frozenset[str] = frozenset()
         if isinstance(q, exp.Select):
             n = leaf_of(q)
@@ -79,11 +143,11 @@ def hold_post(
             got = frozenset(
                 n for i, n in enumerate(ln) if n in left or (i < len(rn) and rn[i] in right)
             )
-        memo[id(q)] = got
+        q.meta[_NAMES] = got
         return got
 
     outputs(post)
-    for s in list(post.find_all(exp.Select)):  # scalar and IN subqueries, CTEs not read
+    for s in list(post.find_all(exp.Select)):  # IN subqueries of a WHERE, CTEs not read
         outputs(s)
     return post
 
@@ -105,84 +169,124 @@ def _names(q: exp.Expr) -> list[str]:
     return []
 
 
+def _grouped(b: exp.Select, e: exp.Expr) -> bool:
+    """Whether ``e`` (a presence test) reads only columns ``b``'s GROUP BY holds."""
+    group = b.args.get("group")
+    keys = {k.sql() for k in group.expressions} if group is not None else set()
+    return all(c.sql() in keys for c in e.find_all(exp.Column))
+
+
+def _is_grouped(b: exp.Select) -> bool:
+    if b.args.get("group") is not None or b.args.get("having") is not None:
+        return True
+    return any(
+        isinstance(n, exp.AggFunc) and _own(n, b) and not isinstance(n.parent, exp.Window)
+        for e in b.expressions
+        for n in e.find_all(exp.AggFunc)
+    )
+
+
 def _block(b: exp.Select, outputs: _Outputs) -> frozenset[str]:
-    sources: dict[str, _Source] = {}
+    reads = _Reads(b, outputs)
     src = b.args.get("from_")
-    if src is not None:
-        _add(sources, src.this, None, outputs)
-    for j in b.args.get("joins") or []:
-        present: exp.Expr | None = None
-        alias = j.this.alias_or_name.lower()
-        if j.args.get("side", "").upper() == "LEFT":
-            present = _presence(j, alias)
-        _add(sources, j.this, present, outputs)
-    if not any(s.names for s in sources.values()):
+    joins = list(b.args.get("joins") or [])
+    nodes = ([src.this] if src is not None else []) + [j.this for j in joins]
+    for node in nodes:
+        reads.sources[node.alias_or_name.lower()] = _Source(_source_names(node, reads), None)
+    for alias, by in _nullable(nodes, joins).items():
+        s = reads.sources[alias]
+        if s.names:
+            present = _presence(by, alias)
+            reads.sources[alias] = _Source(s.names, present, guessed=present is None)
+    if not any(s.names for s in reads.sources.values()) and not _nested(b):
         return frozenset()
-
-    def withheld(c: exp.Column) -> exp.Expr | None:
-        s = sources.get(c.table.lower()) if c.table else None
-        if s is None and not c.table:
-            s = next((x for x in sources.values() if c.name.lower() in x.names), None)
-        if s is None or c.name.lower() not in s.names:
-            return None
-        null: exp.Expr = exp.Is(this=c.copy(), expression=exp.Null())
-        return null if s.present is None else exp.paren(exp.and_(null, s.present.copy()))
-
-    names = [item_name(e.this if isinstance(e, exp.Window) else e) for e in b.expressions]
+    grouped = _is_grouped(b)
     items = []
-    for i, name in enumerate(names):  # PostgreSQL's name for each, kept
-        _hold_aggregates(b.expressions[i], b, withheld)
+    for i, name in enumerate(
+        [item_name(e.this if isinstance(e, exp.Window) else e) for e in b.expressions]
+    ):  # PostgreSQL's name for each, kept
+        _hold_aggregates(b.expressions[i], reads)
         e = b.expressions[i]  # (replaced where it was an aggregate held itself)
-        new = e.transform(lambda x: _hold_construct(x, b, withheld), copy=False)
+        new = e.transform(lambda x: _hold_construct(x, reads, grouped), copy=False)
         items.append(_alias(new, name) if new.meta.get(HELD) else new)
     b.set("expressions", items)
     for k in ("where", "having", "order", "qualify"):  # (roots are clauses: held inside)
         n = b.args.get(k)
         if isinstance(n, exp.Expr):
-            _hold_aggregates(n, b, withheld)
-            n.transform(lambda x: _hold_construct(x, b, withheld), copy=False)
+            _hold_aggregates(n, reads)
+            g = grouped and k != "where"
+            n.transform(lambda x, g=g: _hold_construct(x, reads, g), copy=False)
     star = any(isinstance(e, exp.Star) for e in b.expressions)
-    out = {n for s in sources.values() for n in s.names} if star else set()
+    out = {n for s in reads.sources.values() for n in s.names} if star else set()
     for e in b.expressions:
-        if _reads(e, b, withheld):
+        if _reads(e, reads):
             out.add(item_name(e).lower())
     return frozenset(out)
+
+
+def _nested(b: exp.Select) -> bool:
+    """Whether ``b`` has a query nested in an expression (its value may be withheld)."""
+    return any(
+        True for k in ("expressions", "where", "having", "order", "qualify")
+        for v in ([b.args[k]] if isinstance(b.args.get(k), exp.Expr) else b.args.get(k) or [])
+        for _ in v.find_all(exp.Select)
+    )  # fmt: skip
 
 
 def _alias(e: exp.Expr, name: str) -> exp.Expr:
     return exp.alias_(e, name, quoted=True, copy=False)
 
 
-def _add(
-    sources: dict[str, _Source], node: exp.Expr, present: exp.Expr | None, outputs: _Outputs
-) -> None:
-    alias = node.alias_or_name.lower()
-    names: frozenset[str] = frozenset()
-    if isinstance(node, exp.Subquery):
-        names = outputs(node.this)
-    elif isinstance(node, exp.Table):
+def _source_names(node: exp.Expr, reads: _Reads) -> frozenset[str]:
+    """A FROM or JOIN source's columns that may be withheld (a subquery's, a CTE's, a LATERAL
+    subquery's; every column of a function source reading a withholdable column)."""
+    inner = node.this if isinstance(node, exp.Lateral) else node
+    if isinstance(inner, exp.Subquery):
+        return reads.outputs(inner.this)
+    if isinstance(node, exp.Table) and not isinstance(node.this, exp.Func):
         body = cte_body(node)
-        names = outputs(body) if body is not None else frozenset()
-    sources[alias] = _Source(names, present)
+        return reads.outputs(body) if body is not None else frozenset()
+    if not _bare(inner, reads, node):
+        return frozenset()
+    alias = node.args.get("alias")
+    cols = [c.name.lower() for c in alias.columns] if isinstance(alias, exp.TableAlias) else []
+    return frozenset(cols or [node.alias_or_name.lower()])
 
 
-def _presence(j: exp.Join, alias: str) -> exp.Expr | None:
-    """A column of the joined source the ON clause equates (non-NULL where its row is there)."""
-    using = j.args.get("using")
-    if using:
-        name = using[0].name if isinstance(using[0], exp.Expr) else str(using[0])
-        return exp.Not(this=exp.Is(this=exp.column(name, alias), expression=exp.Null()))
-    on = j.args.get("on")
-    conj = list(on.flatten()) if isinstance(on, exp.And) else [on]
-    for c in conj:
-        if isinstance(c, exp.EQ):
-            for side in (c.this, c.expression):
-                if isinstance(side, exp.Column) and side.table.lower() == alias:
-                    return exp.Not(this=exp.Is(this=side.copy(), expression=exp.Null()))
+def _nullable(nodes: list[exp.Expr], joins: list[exp.Join]) -> dict[str, list[exp.Join]]:
+    """Each source an outer join may leave without a row, with the joins that may."""
+    out: dict[str, list[exp.Join]] = {}
+    for i, j in enumerate(joins):
+        side = str(j.args.get("side") or "").upper()
+        if side in ("LEFT", "FULL"):
+            out.setdefault(j.this.alias_or_name.lower(), []).append(j)
+        if side in ("RIGHT", "FULL"):
+            for n in nodes[: i + 1]:
+                out.setdefault(n.alias_or_name.lower(), []).append(j)
+    return out
+
+
+def _presence(by: list[exp.Join], alias: str) -> exp.Expr | None:
+    """A column of the source the ON clauses (or USING) equate: non-NULL where its row is there
+    (None under a FULL JOIN: its unmatched rows keep their NULL keys)."""
+    if any(str(j.args.get("side") or "").upper() == "FULL" for j in by):
+        return None
+    for j in by:
+        using = j.args.get("using")
+        if using:
+            name = using[0].name if isinstance(using[0], exp.Expr) else str(using[0])
+            return exp.Not(this=exp.Is(this=exp.column(name, alias), expression=exp.Null()))
+        on = j.args.get("on")
+        conj = list(on.flatten()) if isinstance(on, exp.And) else [on]
+        for c in conj:
+            if isinstance(c, exp.EQ):
+                for side in (c.this, c.expression):
+                    if isinstance(side, exp.Column) and side.table.lower() == alias:
+                        return exp.Not(this=exp.Is(this=side.copy(), expression=exp.Null()))
     return None
 
 
-def _own(n: exp.Expr, b: exp.Select) -> bool:
+def _own(n: exp.Expr, b: exp.Expr) -> bool:
     """Whether ``n`` belongs to block ``b``'s own scope (not a subquery's inside it)."""
     p = n.parent
     while p is not None and p is not b:
@@ -192,16 +296,40 @@ def _own(n: exp.Expr, b: exp.Select) -> bool:
     return p is b
 
 
-def _bare(n: exp.Expr, b: exp.Select, withheld: _Test) -> list[exp.Expr]:
-    """The withheld-tests of the columns ``n`` reads outside a held aggregate or window."""
+def _queries(n: exp.Expr, scope: exp.Expr) -> list[exp.Expr]:
+    """The queries nested in expression ``n`` of ``scope`` (outermost; not an EXISTS's)."""
+    out: list[exp.Expr] = []
+    for q in n.find_all(exp.Select, exp.SetOperation):
+        if q is n or isinstance(q.parent, exp.SetOperation):
+            continue  # (a branch: its set operation is the query)
+        if _own(q, scope) and not any(isinstance(p, exp.Exists) for p in _up_to(q, scope)):
+            out.append(q)
+    return out
+
+
+def _bare(n: exp.Expr, reads: _Reads, scope: exp.Expr | None = None, grouped: bool = False
+          ) -> list[exp.Expr]:  # fmt: skip
+    """The withheld-tests of the columns and nested queries ``n`` reads outside a held
+    aggregate or window. ``grouped``: ``n`` is read outside an aggregate of a grouped block."""
+    scope = scope if scope is not None else reads.block
     out: list[exp.Expr] = []
     for c in n.find_all(exp.Column):
-        if not _own(c, b) or any(a.meta.get(_COND) is not None for a in _up_to(c, n)):
+        if not _own(c, scope) or any(a.meta.get(_COND) is not None for a in _up_to(c, n)):
             continue
-        w = withheld(c)
+        w = reads.column(c, grouped and not _in_aggregate(c, n))
+        if w is not None:
+            out.append(w)
+    for q in _queries(n, scope):
+        if any(a.meta.get(_COND) is not None for a in _up_to(q, n)):
+            continue
+        w = reads.query(q)
         if w is not None:
             out.append(w)
     return out
+
+
+def _in_aggregate(c: exp.Expr, top: exp.Expr) -> bool:
+    return any(isinstance(p, (exp.AggFunc, exp.Window)) for p in _up_to(c, top))
 
 
 def _up_to(c: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
@@ -218,8 +346,8 @@ def _held_inside(n: exp.Expr) -> list[exp.Expr]:
     return [x for x in n.walk() if x is not n and x.meta.get(_COND) is not None]
 
 
-def _reads(n: exp.Expr, b: exp.Select, withheld: _Test) -> bool:
-    return bool(_bare(n, b, withheld) or _held_inside(n) or n.meta.get(_COND) is not None)
+def _reads(n: exp.Expr, reads: _Reads) -> bool:
+    return bool(_bare(n, reads) or _held_inside(n) or n.meta.get(_COND) is not None)
 
 
 def _none_withheld(tests: list[exp.Expr]) -> exp.Expr:
@@ -232,8 +360,9 @@ def _none_withheld(tests: list[exp.Expr]) -> exp.Expr:
     )
 
 
-def _hold_aggregates(node: exp.Expr, b: exp.Select, withheld: _Test) -> None:
-    """Each aggregate and window of ``b`` in ``node`` reading a withholdable column, held."""
+def _hold_aggregates(node: exp.Expr, reads: _Reads) -> None:
+    """Each aggregate and window of the block in ``node`` reading a withholdable column, held."""
+    b = reads.block
     found = [
         n
         for n in node.find_all(exp.Window, exp.AggFunc)
@@ -242,7 +371,7 @@ def _hold_aggregates(node: exp.Expr, b: exp.Select, withheld: _Test) -> None:
                  and isinstance(n.parent.parent, exp.Window))
     ]  # fmt: skip
     for n in sorted(found, key=_depth, reverse=True):  # innermost first
-        tests = _bare(n, b, withheld)
+        tests = _bare(n, reads)
         if not tests:
             continue
         cond = _none_withheld(tests)
@@ -253,10 +382,17 @@ def _hold_aggregates(node: exp.Expr, b: exp.Select, withheld: _Test) -> None:
                 expression=exp.Literal.number(0),
             )
         target = n.parent if isinstance(n.parent, exp.Filter) else n
-        case = exp.Case(ifs=[exp.If(this=cond, true=target.copy())])
-        case.meta[GUARD] = case.meta[HELD] = True
+        case = _held(cond, target.copy(), tests)
         case.meta[_COND] = cond
         target.replace(case)
+
+
+def _held(cond: exp.Expr, value: exp.Expr, tests: list[exp.Expr]) -> exp.Case:
+    case = exp.Case(ifs=[exp.If(this=cond, true=value)])
+    case.meta[GUARD] = case.meta[HELD] = True
+    if any(t.meta.get(GUESSED) for t in tests):
+        case.meta[GUESSED] = True
+    return case
 
 
 def _depth(n: exp.Expr) -> int:
@@ -266,15 +402,22 @@ def _depth(n: exp.Expr) -> int:
     return d
 
 
-def _hold_construct(x: exp.Expr, b: exp.Select, withheld: _Test) -> exp.Expr:
-    if not isinstance(x, NON_STRICT) or x.meta.get(GUARD) or not _own(x, b):
+def _holds_whole(x: exp.Expr) -> bool:
+    """A construct that reads NULL as "no value", or builds a value around it (module doc)."""
+    if isinstance(x, (*NON_STRICT, *BUILDERS)):
+        return True
+    return isinstance(x, exp.Anonymous) and str(x.this).lower() in _BUILDER_NAMES
+
+
+def _hold_construct(x: exp.Expr, reads: _Reads, grouped: bool) -> exp.Expr:
+    b = reads.block
+    if not _holds_whole(x) or x.meta.get(GUARD) or not _own(x, b):
         return x
     if any(p.meta.get(HELD) for p in _up_to(x, b)):
         return x  # inside a held aggregate or construct: held with it
-    conds = [exp.Not(this=t) for t in _bare(x, b, withheld)]
+    tests = _bare(x, reads, grouped=grouped)
+    conds = [exp.Not(this=t) for t in tests]
     conds += [h.meta[_COND].copy() for h in _held_inside(x)]
     if not conds:
         return x
-    case = exp.Case(ifs=[exp.If(this=exp.and_(*conds), true=x)])
-    case.meta[GUARD] = case.meta[HELD] = True
-    return case
+    return _held(exp.and_(*conds), x, tests)

@@ -220,3 +220,106 @@ def test_no_row_from_an_outer_join_keeps_sqls_null(engine: Engine) -> None:
     )
     assert got["small"] == (None, 5), got  # found, its AVG withheld; its count released
     assert got["big"] == (0, 0) and got["none"] == (0, 0), got  # not found: no rows
+
+
+# -- outer joins, nested queries, LATERAL and function sources, built values (null31) ----------
+
+SMALL = "WITH s AS (SELECT g, AVG(v) AS a, COUNT(*) AS n FROM t WHERE g <> 'big' GROUP BY g) "
+
+
+def _postgresql(dsn: str, sql: str) -> dict[Any, tuple[Any, ...]]:
+    """PostgreSQL's own answer on the same rows (no dpsql, no noise): group ``none`` has no row
+    there, so it has no AVG either."""
+    with psycopg.connect(dsn) as conn:
+        return {row[0]: tuple(row[1:]) for row in conn.execute(sql)}
+
+
+def test_a_row_an_outer_join_does_not_find_keeps_sqls_null(engine: Engine, dsn: str) -> None:
+    """RIGHT JOIN (ON, USING): ``big`` is not in ``s``, so COALESCE(s.a, 0) is 0 as in
+    PostgreSQL; ``small`` is found with its AVG withheld: NULL (PostgreSQL's own 92 is unknown
+    to dpsql at this epsilon). Was NULL for ``big`` too (every NULL read as withheld)."""
+    k = "(SELECT g, COUNT(*) AS c FROM t GROUP BY g) k"
+    for join in (f"RIGHT JOIN {k} ON s.g = k.g", f"RIGHT JOIN {k} USING (g)"):
+        sql = SMALL + f"SELECT k.g, COALESCE(s.a, 0), COALESCE(s.n, 0) FROM s {join}"
+        got, notices = _run(engine, sql)
+        truth = _postgresql(dsn, sql)
+        assert got["big"] == truth["big"] == (0, 0), (got, truth)
+        assert got["small"] == (None, 5) and truth["small"][0] == 92, (got, truth)
+        assert got["none"] == (None, 0), got  # found (a declared key), its AVG withheld
+        (line,) = [n for n in notices if "it is withheld too" in n]
+        assert "COALESCE(a, 0) (NULL in 2 of 3 rows)" in line, line
+        assert "can't tell the two apart" not in line, line
+
+
+def test_a_full_join_holds_every_null_and_says_so(engine: Engine) -> None:
+    got, notices = _run(
+        engine,
+        SMALL + "SELECT k.g, COALESCE(s.a, 0) FROM s FULL JOIN "
+        "(SELECT g, COUNT(*) AS c FROM t GROUP BY g) k ON s.g = k.g",
+    )
+    assert got == {"big": (None,), "none": (None,), "small": (None,)}, got
+    (line,) = [n for n in notices if "it is withheld too" in n]
+    assert "In COALESCE(a, 0), a NULL an outer join made (no row found) is read as" in line, line
+    assert "can't tell the two apart there (a FULL JOIN" in line, line
+
+
+def test_a_nested_querys_withheld_value_is_withheld(engine: Engine, dsn: str) -> None:
+    """A scalar subquery reading a withheld value was not traced: COALESCE(..., 0) answered 0
+    for ``small`` and ``none``. Its "no row" (``big`` here) keeps SQL's NULL, and 0."""
+    sql = (
+        SMALL + "SELECT k.g, COALESCE((SELECT a FROM s WHERE s.g = k.g), 0), "
+        "(SELECT a FROM s WHERE s.g = k.g) IS NULL FROM (SELECT g FROM t GROUP BY g) k"
+    )
+    got, notices = _run(engine, sql)
+    truth = _postgresql(dsn, sql)
+    assert got["big"] == truth["big"] == (0, True), (got, truth)
+    assert got["small"] == got["none"] == (None, None), got
+    assert any("(NULL in 2 of 3 rows)" in n for n in notices), notices
+    # a scalar leaf in an expression; ARRAY(SELECT ...) and IN (SELECT ...) too
+    got, _ = _run(
+        engine,
+        "SELECT 1, COALESCE((SELECT AVG(v) FROM t WHERE g = 'small'), 0), "
+        "COALESCE((SELECT AVG(v) FROM t WHERE g = 'big'), 0)",
+    )
+    assert got[1][0] is None and got[1][1] is not None, got
+    got, _ = _run(
+        engine,
+        CTE + "SELECT g, ARRAY(SELECT a FROM s s2 WHERE s2.g = s.g), "
+        "COALESCE(0 IN (SELECT a FROM s s2 WHERE s2.g = s.g), FALSE) FROM s",
+    )
+    assert got["small"] == got["none"] == (None, None), got
+    assert got["big"][0] is not None and got["big"][1] is False, got
+
+
+def test_lateral_and_function_sources_are_traced(engine: Engine) -> None:
+    """Were not traced: COALESCE(x.a, 0) over a LATERAL subquery, COALESCE(x, 0) over
+    unnest(ARRAY[s.a, 1]) answered 0 for a withheld AVG."""
+    got, _ = _run(
+        engine,
+        CTE + "SELECT k.g, COALESCE(x.a, 0) FROM (SELECT g FROM t GROUP BY g) k "
+        "CROSS JOIN LATERAL (SELECT a FROM s WHERE s.g = k.g) x",
+    )
+    assert got["small"] == got["none"] == (None,) and got["big"][0] is not None, got
+    r = engine.execute(
+        engine.prepare(
+            CTE + "SELECT g, COALESCE(x, 0) FROM s, unnest(ARRAY[s.a, 1]) AS u(x)", "analyst"
+        ),
+        SessionContext(analyst="analyst"),
+        (),
+    )
+    rows = sorted(r.rows, key=repr)
+    assert [x for g, x in rows if g == "small"] in ([1, None], [None, 1]), rows
+    assert sum(1 for _, x in rows if x is None) == 2, rows  # the 1s are not withheld
+
+
+def test_arrays_and_json_built_over_a_withheld_value_are_withheld_whole(engine: Engine) -> None:
+    """array_to_string(ARRAY[a, 1], ',') answered '1' for a withheld a (a NULL element is
+    dropped), format('%s', a) '' and quote_nullable(a) 'NULL'."""
+    got, notices = _run(
+        engine,
+        CTE + "SELECT g, ARRAY[a, 1], array_to_string(ARRAY[a, 1], ','), "
+        "json_build_object('a', a), format('%s', a), quote_nullable(a) FROM s",
+    )
+    assert got["small"] == got["none"] == (None,) * 5, got
+    assert None not in got["big"], got
+    assert any("an array or JSON value built over it" in n for n in notices), notices
