@@ -13,7 +13,9 @@ NULL wherever one of their inputs is withheld:
   <it> END``;
 * an aggregate: ``CASE WHEN COUNT(*) FILTER (WHERE <an input withheld>) = 0 THEN <it> END``
   (NULL for a group with a withheld input; an empty group keeps its SQL answer);
-* a window: the same count over the window's partition.
+* a window: the same count over the rows its frame reads (``OVER`` the same window), the one
+  row a LAG/LEAD reads (``LAG(<withheld>, k) OVER`` it), and over the whole partition where it
+  partitions or orders by a withheld value (every row's place rests on it).
 
 Which inputs may be withheld is traced by column, block by block from the leaves up (a CTE over a
 CTE, a subquery, UNION branches): a block's output that reads one may be withheld in turn.
@@ -374,17 +376,51 @@ def _hold_aggregates(node: exp.Expr, reads: _Reads) -> None:
         tests = _bare(n, reads)
         if not tests:
             continue
-        cond = _none_withheld(tests)
-        if isinstance(n, exp.Window):
-            part = [p.copy() for p in n.args.get("partition_by") or []]
-            cond = exp.EQ(
-                this=exp.Window(this=cond.this, partition_by=part or None),
-                expression=exp.Literal.number(0),
-            )
+        cond = _window_cond(n, reads) if isinstance(n, exp.Window) else _none_withheld(tests)
         target = n.parent if isinstance(n.parent, exp.Filter) else n
         case = _held(cond, target.copy(), tests)
         case.meta[_COND] = cond
         target.replace(case)
+
+
+def _window_cond(w: exp.Window, reads: _Reads) -> exp.Expr:
+    """A window's "no input withheld" condition, row by row. Its value reads the rows of its
+    frame: ``COUNT(*) FILTER (WHERE <withheld>) OVER <the same window> = 0``; LAG/LEAD reads one
+    row: ``NOT COALESCE(LAG(<withheld>, k) OVER <it>, FALSE)`` (and its offset and default not
+    withheld). Where it partitions or orders by a withheld value, every row of that partition
+    rests on it: the same count over the partition, of the key columns' tests."""
+    spec = _named(w, reads.block)
+    parts = [*(spec.args.get("partition_by") or []), *(w.args.get("partition_by") or [])]
+    part = [p.copy() for p in parts]
+    keys = [*parts, spec.args.get("order"), w.args.get("order")]
+    conds: list[exp.Expr] = []
+    by = [t for k in keys if isinstance(k, exp.Expr) for t in _bare(k, reads)]
+    if by:
+        each = exp.Window(this=_none_withheld(by).this, partition_by=part or None)
+        conds.append(exp.EQ(this=each, expression=exp.Literal.number(0)))
+    f = w.this
+    read = _bare(f.this, reads) if isinstance(f, (exp.Lag, exp.Lead)) else []
+    rest = [t for a in ("offset", "default") if isinstance(f.args.get(a), exp.Expr)
+            for t in _bare(f.args[a], reads)]  # fmt: skip
+    same = w.copy()
+    if read:  # LAG/LEAD: the row it reads
+        k = f.args.get("offset")
+        same.set("this", type(f)(this=exp.or_(*read), offset=k.copy() if k else None))
+        conds.append(exp.Not(this=exp.Coalesce(this=same, expressions=[exp.false()])))
+        conds += [exp.Not(this=t) for t in rest]
+    elif tests := _bare(f, reads):  # its frame's rows
+        same.set("this", _none_withheld(tests).this)
+        conds.append(exp.EQ(this=same, expression=exp.Literal.number(0)))
+    return exp.and_(*conds) if conds else exp.true()
+
+
+def _named(w: exp.Window, b: exp.Select) -> exp.Expr:
+    """The WINDOW clause's definition ``w`` refers to (``OVER w``), or an empty one."""
+    name = w.args.get("alias")
+    for d in b.args.get("windows") or []:
+        if isinstance(d, exp.Window) and name is not None and d.this.name == str(name):
+            return d
+    return exp.Window()
 
 
 def _held(cond: exp.Expr, value: exp.Expr, tests: list[exp.Expr]) -> exp.Case:

@@ -21,6 +21,7 @@ reverted in select_outer.py, test_every_shape fails on COALESCE's 0).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -323,3 +324,31 @@ def test_arrays_and_json_built_over_a_withheld_value_are_withheld_whole(engine: 
     assert got["small"] == got["none"] == (None,) * 5, got
     assert None not in got["big"], got
     assert any("an array or JSON value built over it" in n for n in notices), notices
+
+
+def test_a_window_is_withheld_only_where_it_reads_a_withheld_value(
+    engine: Engine, dsn: str
+) -> None:
+    """LAG/LEAD read one row, a running SUM its frame: only the rows that read ``small``'s
+    withheld AVG are NULL (were NULL over the whole partition); the others are PostgreSQL's own
+    answer on the same rows (``big``'s AVG is released: zero noise; a LAG of no row keeps its
+    NULL and COALESCE's 0). Ordering by a withheld value moves every row: held over it."""
+    cte = "WITH s AS (SELECT g, AVG(v) AS a, COUNT(*) AS n FROM t WHERE g <> 'none' GROUP BY g) "
+    sql = cte + (
+        "SELECT g, COALESCE(LAG(a) OVER (ORDER BY g), 0), COALESCE(LEAD(a) OVER (ORDER BY g), 0), "
+        "SUM(a) OVER (ORDER BY g), LAG(n, 1, 0) OVER w, LEAD(n) OVER w FROM s WINDOW w AS "
+        "(ORDER BY g)"
+    )
+    got, _ = _run(engine, sql)
+    truth = _postgresql(dsn, sql)
+    assert got["big"][0] == truth["big"][0] == 0, (got, truth)  # no row before big
+    assert got["big"][1] is None and truth["big"][1] == 92, (got, truth)  # reads small's
+    assert round(got["small"][0], 2) == round(truth["small"][0], 2) == Decimal("50.01"), (got, truth)
+    assert got["small"][1] == truth["small"][1] == 0, (got, truth)  # no row after small
+    assert round(got["big"][2], 2) == Decimal("50.01") and got["small"][2] is None, got
+    assert got["big"][3:] == truth["big"][3:] == (0, 5), (got, truth)  # released counts
+    assert got["small"][3:] == truth["small"][3:] == (3000, None), (got, truth)
+    got, _ = _run(
+        engine, cte + "SELECT g, RANK() OVER (ORDER BY a), SUM(n) OVER (ORDER BY a) FROM s"
+    )
+    assert got == {"big": (None, None), "small": (None, None)}, got

@@ -52,8 +52,9 @@ def _split(sql: str) -> Split | None:
             "m AS (SELECT category, SUM(amount) AS rev FROM p GROUP BY 1) "
             "SELECT category, rev - LAG(rev) OVER (ORDER BY category) FROM m",
             "WITH m AS (SELECT * FROM _dpsql_leaf_0) "
-            "SELECT category, rev - CASE WHEN COUNT(*) FILTER(WHERE rev IS NULL) OVER () = 0 "
-            "THEN LAG(rev) OVER (ORDER BY category) END FROM m",  # held (dpsql.sql.withheld_post)
+            "SELECT category, rev - CASE WHEN NOT COALESCE(LAG(rev IS NULL) OVER (ORDER BY "
+            "category), FALSE) THEN LAG(rev) OVER (ORDER BY category) END FROM m",  # held where
+            # the row it reads has it withheld (dpsql.sql.withheld_post)
             [
                 "WITH p AS (SELECT * FROM purchases WHERE amount > 10) "
                 "SELECT category, SUM(amount) AS rev FROM p GROUP BY 1"
