@@ -22,6 +22,7 @@ own NULL semantics decide the rest, and these words name every row they touch.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -77,8 +78,8 @@ def withheld_notices(
             "CONCAT do not put a value in its place (it is unknown, not missing). "
             f"{_DO}; drop the COALESCE (or CASE) to see {reads} itself NULL there."
         )
-    out += _having(a, tree, stats, rids, labels)
-    out += _order(a, tree, stats, rids, labels)
+    flat = _Flat(a, tree, stats, rids, labels)
+    out += _having(flat) + _order(flat)
     return tuple(out)
 
 
@@ -96,77 +97,87 @@ def reads_withheld(
     return withheld
 
 
-def _having(
-    a: Analysis,
-    tree: exp.Expr,
-    stats: Sequence[Sequence[object]],
-    rids: Sequence[int],
-    labels: _Labels,
-) -> list[str]:
-    where = a.outer.args.get("where")
-    having = tree.args.get("having") if isinstance(tree, exp.Select) else None
+@dataclass(frozen=True)
+class _Flat:
+    """A flat statement's release rows and the post-processing rows shown (for the HAVING and
+    ORDER BY words)."""
+
+    a: Analysis
+    tree: exp.Expr
+    stats: Sequence[Sequence[object]]
+    rids: Sequence[int]  # the release row each shown row came from
+    labels: _Labels
+
+    def clauses(self, key: str) -> tuple[exp.Expr | None, exp.Expr | None]:
+        """The post-processing's clause ``key`` and the analyst's own."""
+        written = self.tree.args.get(key) if isinstance(self.tree, exp.Select) else None
+        return self.a.outer.args.get(key), written
+
+    def withheld(self, rid: int, read: Sequence[int]) -> bool:
+        return any(self.stats[rid][si] is None for si in read)
+
+    def not_shown(self, read: Sequence[int], unless: Sequence[int] = ()) -> list[int]:
+        """The release rows not shown that have a statistic of ``read`` withheld (and none of
+        ``unless``: said elsewhere)."""
+        seen = set(self.rids)
+        return [
+            rid
+            for rid in range(len(self.stats))
+            if rid not in seen and self.withheld(rid, read) and not self.withheld(rid, unless)
+        ]
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.a.outer.args.get("limit") or self.a.outer.args.get("offset"))
+
+
+def _read(node: exp.Expr | None) -> list[int]:
+    return [int(c[5:]) for c in statistic_columns(node)] if node is not None else []
+
+
+def _having(f: _Flat) -> list[str]:
+    where, _ = f.clauses("where")
+    _, having = f.clauses("having")
     if where is None or having is None:
         return []
-    read = [int(c[5:]) for c in statistic_columns(where)]
-    shown = set(rids)
-    left = [
-        rid
-        for rid in range(len(stats))
-        if rid not in shown and any(stats[rid][si] is None for si in read)
-    ]
+    read = _read(where)
+    left = f.not_shown(read)
     if not left:
         return []
-    limited = a.outer.args.get("limit") or a.outer.args.get("offset")
     return [
         f"HAVING {plain_sql(having.this)}: {plural(len(left), 'group')} left out "
-        f"({labels(left)}) where it reads a withheld {_stat_texts(a, read)} (NULL: no clear "
+        f"({f.labels(left)}) where it reads a withheld {_stat_texts(f.a, read)} (NULL: no clear "
         "answer at this epsilon): a condition on an unknown value is not true, so SQL leaves "
         "the group out; in the data each may pass it"
-        + (" (or the LIMIT left it out)" if limited else "")
+        + (" (or the LIMIT left it out)" if f.limited else "")
         + f". {_DO}."
     ]
 
 
-def _order(
-    a: Analysis,
-    tree: exp.Expr,
-    stats: Sequence[Sequence[object]],
-    rids: Sequence[int],
-    labels: _Labels,
-) -> list[str]:
-    order = a.outer.args.get("order")
-    written = tree.args.get("order") if isinstance(tree, exp.Select) else None
+def _order(f: _Flat) -> list[str]:
+    order, written = f.clauses("order")
     if order is None or written is None:
         return []
-    read = [int(c[5:]) for c in statistic_columns(order)]
+    read = _read(order)
     if not read:
         return []
-    shown = [rid for rid in rids if any(stats[rid][si] is None for si in read)]
-    limited = bool(a.outer.args.get("limit") or a.outer.args.get("offset"))
-    seen = set(rids)
-    where = a.outer.args.get("where")  # a row a HAVING on a withheld value left out: said there
-    cut = [int(c[5:]) for c in statistic_columns(where)] if where is not None else []
-    hidden = [
-        rid
-        for rid in range(len(stats))
-        if rid not in seen
-        and any(stats[rid][si] is None for si in read)
-        and not any(stats[rid][si] is None for si in cut)
-    ]
-    if not shown and not (limited and hidden):
+    shown = [rid for rid in f.rids if f.withheld(rid, read)]
+    # (a row a HAVING on a withheld value left out: said there)
+    hidden = f.not_shown(read, unless=_read(f.a.outer.args.get("where")))
+    if not shown and not (f.limited and hidden):
         return []
     text = plain_sql(written).removeprefix("ORDER BY ")
     parts = []
     if shown:
         parts.append(
-            f"{plural(len(shown), 'row')} shown ({labels(shown)}) sort by a withheld "
-            f"{_stat_texts(a, read)} (NULL: no clear answer at this epsilon): they stand where "
+            f"{plural(len(shown), 'row')} shown ({f.labels(shown)}) sort by a withheld "
+            f"{_stat_texts(f.a, read)} (NULL: no clear answer at this epsilon): they stand where "
             "PostgreSQL puts NULLs (last ascending, first descending, unless NULLS FIRST/LAST "
             "says otherwise), not where their data would"
         )
-    if limited and hidden:
+    if f.limited and hidden:
         parts.append(
-            f"{plural(len(hidden), 'row')} not shown ({labels(hidden)}) have it withheld too: "
+            f"{plural(len(hidden), 'row')} not shown ({f.labels(hidden)}) have it withheld too: "
             "which rows the LIMIT keeps rests on withheld values"
         )
     return [f"ORDER BY {text}: " + "; ".join(parts) + f". {_DO}."]
