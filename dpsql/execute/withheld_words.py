@@ -29,8 +29,9 @@ from sqlglot import exp
 from dpsql.execute.noise import Release
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.post_guards import HELD
+from dpsql.sql.select_outer import item_name
 from dpsql.sql.withheld import held_statistics, statistic_columns
-from dpsql.sql.withheld_post import GUESSED
+from dpsql.sql.withheld_post import CLAUSES, GUESSED, withheld_names
 from dpsql.sql.wording import plain_sql, plural
 
 _SHOWN = 4  # rows named in a notice; the rest counted
@@ -223,10 +224,11 @@ def tree_withheld(
     releases: Sequence[Release],
     data: Sequence[Sequence[object]],
 ) -> tuple[str, ...]:
-    """The notice for a statement of several DP leaves whose output reads a leaf's withheld
-    value (:mod:`dpsql.sql.withheld_post` holds it NULL): which outputs, in how many rows, and
-    which leaves withheld values. Column-level: an output held there is NULL where what it reads
-    is withheld (or NULL by SQL's own rules: an outer join, a NULLIF)."""
+    """The notices for a statement of several DP leaves whose output, HAVING or ORDER BY reads
+    a leaf's withheld value (:mod:`dpsql.sql.withheld_post` holds it NULL): which outputs, in
+    which rows (named by the outputs no withheld value reaches, as the flat words name groups),
+    and which leaves withheld values. An output held there is NULL where what it reads is
+    withheld (or NULL by SQL's own rules: a row an outer join did not find, a NULLIF)."""
     gone = [
         labels[i] if i < len(labels) else f"leaf {i}"
         for i, rel in enumerate(releases)
@@ -235,29 +237,87 @@ def tree_withheld(
     if not gone or not isinstance(post, exp.Select):
         return ()
     texts = _select_texts(tree, len(post.expressions))
+    held = [any(n.meta.get(HELD) for n in item.walk()) for item in post.expressions]
+    may = withheld_names(post)
+    keys = [
+        k
+        for k, item in enumerate(post.expressions)
+        if not held[k] and item_name(item).lower() not in may
+    ][:2]  # the columns that name a row
+
+    def named(rows: Sequence[int]) -> str:
+        if not keys or len(data) < 2:
+            return ""
+        shown = [
+            ", ".join(f"{texts[k]} {'NULL' if data[r][k] is None else data[r][k]}" for k in keys)
+            for r in rows[:_SHOWN]
+        ]
+        more = len(rows) - len(shown)
+        return ": " + "; ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+    where = f"{', '.join(gone)} withheld values: NULL, no clear answer at this epsilon"
+    out = []
     said, guessed = [], []
     for pos, item in enumerate(post.expressions):
-        if any(n.meta.get(HELD) for n in item.walk()):
-            nulls = sum(1 for r in data if pos < len(r) and r[pos] is None)
-            if nulls:
-                said.append(f"{texts[pos]} (NULL in {nulls} of {plural(len(data), 'row')})")
-                if any(n.meta.get(GUESSED) for n in item.walk()):
-                    guessed.append(texts[pos])
-    if not said:
-        return ()
-    caveat = (
-        f" In {'; '.join(guessed)}, a NULL an outer join made (no row found) is read as "
-        "withheld too: dpsql can't tell the two apart there (a FULL JOIN, a LATERAL join or an "
-        "ON without an equality on the joined side's columns); a LEFT JOIN ... ON s.key = "
-        "... keeps SQL's NULL (and COALESCE's default) for the rows it does not find."
-        if guessed
-        else ""
-    )
-    return (
-        f"{'; '.join(said)}: where what it reads is withheld ({', '.join(gone)} withheld "
-        "values: NULL, no clear answer at this epsilon, its notice says why), it is withheld "
-        "too: COALESCE, CASE, IS NULL, NULLIF, GREATEST/LEAST, CONCAT, an aggregate (COUNT(x), "
-        "SUM(x), MAX(x)), a window, an array or JSON value built over it do not put a value in "
-        "its place (it is unknown, not missing; a row an outer join did not find keeps SQL's "
-        f"NULL).{caveat} {_DO}; drop the COALESCE (or CASE) to see which values are withheld.",
-    )
+        nulls = [r for r, row in enumerate(data) if pos < len(row) and row[pos] is None]
+        if held[pos] and nulls:
+            said.append(f"{texts[pos]} (NULL in {len(nulls)} of {plural(len(data), 'row')}"
+                        f"{named(nulls)})")  # fmt: skip
+            if any(n.meta.get(GUESSED) for n in item.walk()):
+                guessed.append(texts[pos])
+    if said:
+        caveat = (
+            f" In {'; '.join(guessed)}, a NULL an outer join made (no row found) is read as "
+            "withheld too: dpsql can't tell the two apart there (a FULL JOIN, a LATERAL join "
+            "or an ON without an equality on the joined side's columns); a LEFT JOIN ... ON "
+            "s.key = ... keeps SQL's NULL (and COALESCE's default) for the rows it does not "
+            "find."
+            if guessed
+            else ""
+        )
+        out.append(
+            f"{'; '.join(said)}: where what it reads is withheld ({where}, its notice says "
+            "why), it is withheld too: COALESCE, CASE, IS NULL, NULLIF, GREATEST/LEAST, "
+            "CONCAT, an aggregate (COUNT(x), SUM(x), MAX(x)), a window, an array or JSON value "
+            "built over it do not put a value in its place (it is unknown, not missing; a NULL "
+            "named there may also be SQL's own: a row an outer join did not find, a LAG or "
+            f"LEAD past its partition's end).{caveat} {_DO}; drop the COALESCE "
+            "(or CASE) to see which values are withheld."
+        )
+    return (*out, *_tree_clauses(tree, post, texts, data, named, where))
+
+
+def _tree_clauses(
+    tree: exp.Expr,
+    post: exp.Select,
+    texts: Sequence[str],
+    data: Sequence[Sequence[object]],
+    named: Callable[[Sequence[int]], str],
+    where: str,
+) -> list[str]:
+    """The words for the outermost block's WHERE/HAVING and ORDER BY reading a withheld value."""
+    reads = post.meta.get(CLAUSES) or frozenset()
+    out = []
+    for k in ("where", "having"):
+        written = tree.args.get(k) if isinstance(tree, exp.Select) else None
+        if k in reads and written is not None:
+            out.append(
+                f"{k.upper()} {plain_sql(written.this)}: it reads values withheld in some rows "
+                f"({where}): a condition on an unknown value is not true, so SQL leaves those "
+                f"rows out; in the data each may pass it. {_DO}."
+            )
+    order = tree.args.get("order") if isinstance(tree, exp.Select) else None
+    if "order" in reads and order is not None:
+        by = {plain_sql(o.this) for o in order.expressions}
+        cols = [p for p, t in enumerate(texts) if t in by or item_name(post.expressions[p]) in by]
+        rows = [r for r, row in enumerate(data) if any(row[p] is None for p in cols)]
+        shown = f" ({plural(len(rows), 'row')} shown{named(rows)})" if rows else ""
+        limited = post.args.get("limit") or post.args.get("offset")
+        out.append(
+            f"ORDER BY {plain_sql(order).removeprefix('ORDER BY ')}: the rows whose sort value "
+            f"is withheld{shown} stand where PostgreSQL puts NULLs (last ascending, first "
+            "descending, unless NULLS FIRST/LAST says otherwise), not where their data would"
+            + ("; which rows the LIMIT keeps rests on withheld values" if limited else "")
+            + f" ({where}). {_DO}."
+        )
+    return out

@@ -59,6 +59,7 @@ _COND = (
     "dpsql_withheld_cond"  # meta on a held aggregate or window: its condition (no input withheld)
 )
 _NAMES = "dpsql_withheld_names"  # meta on a block done: its outputs that may be withheld
+CLAUSES = "dpsql_withheld_clauses"  # meta on a block done: its clauses reading such a value
 GUESSED = "dpsql_withheld_guessed"  # meta on a wrapper whose test can't tell "no row" apart
 _Q, _W = "_dpsql_q", "_dpsql_w"  # a nested query's rows in its withheld-test
 
@@ -154,6 +155,12 @@ def hold_post(
     return post
 
 
+def withheld_names(block: exp.Expr) -> frozenset[str]:
+    """A post-processing block's outputs that may be withheld (after :func:`hold_post`)."""
+    got = block.meta.get(_NAMES)
+    return got if isinstance(got, frozenset) else frozenset()
+
+
 def withholdable(leaf: exp.Select) -> frozenset[str]:
     """A leaf's outputs that read an aggregate (NULL where it is withheld)."""
     return frozenset(
@@ -223,6 +230,15 @@ def _block(b: exp.Select, outputs: _Outputs) -> frozenset[str]:
     for e in b.expressions:
         if _reads(e, reads):
             out.add(item_name(e).lower())
+    order = b.args.get("order")  # (by an output's name too: ORDER BY p)
+    by_name = order is not None and any(
+        not c.table and c.name.lower() in out and _own(c, b) for c in order.find_all(exp.Column)
+    )
+    b.meta[CLAUSES] = frozenset(
+        k
+        for k in ("where", "having", "order")
+        if b.args.get(k) and (_reads(b.args[k], reads) or (k == "order" and by_name))
+    )
     return frozenset(out)
 
 

@@ -248,7 +248,7 @@ def test_a_row_an_outer_join_does_not_find_keeps_sqls_null(engine: Engine, dsn: 
         assert got["small"] == (None, 5) and truth["small"][0] == 92, (got, truth)
         assert got["none"] == (None, 0), got  # found (a declared key), its AVG withheld
         (line,) = [n for n in notices if "it is withheld too" in n]
-        assert "COALESCE(a, 0) (NULL in 2 of 3 rows)" in line, line
+        assert "COALESCE(a, 0) (NULL in 2 of 3 rows: g none; g small)" in line, line
         assert "can't tell the two apart" not in line, line
 
 
@@ -275,7 +275,7 @@ def test_a_nested_querys_withheld_value_is_withheld(engine: Engine, dsn: str) ->
     truth = _postgresql(dsn, sql)
     assert got["big"] == truth["big"] == (0, True), (got, truth)
     assert got["small"] == got["none"] == (None, None), got
-    assert any("(NULL in 2 of 3 rows)" in n for n in notices), notices
+    assert any("(NULL in 2 of 3 rows: g none; g small)" in n for n in notices), notices
     # a scalar leaf in an expression; ARRAY(SELECT ...) and IN (SELECT ...) too
     got, _ = _run(
         engine,
@@ -343,7 +343,10 @@ def test_a_window_is_withheld_only_where_it_reads_a_withheld_value(
     truth = _postgresql(dsn, sql)
     assert got["big"][0] == truth["big"][0] == 0, (got, truth)  # no row before big
     assert got["big"][1] is None and truth["big"][1] == 92, (got, truth)  # reads small's
-    assert round(got["small"][0], 2) == round(truth["small"][0], 2) == Decimal("50.01"), (got, truth)
+    assert round(got["small"][0], 2) == round(truth["small"][0], 2) == Decimal("50.01"), (
+        got,
+        truth,
+    )
     assert got["small"][1] == truth["small"][1] == 0, (got, truth)  # no row after small
     assert round(got["big"][2], 2) == Decimal("50.01") and got["small"][2] is None, got
     assert got["big"][3:] == truth["big"][3:] == (0, 5), (got, truth)  # released counts
@@ -352,3 +355,33 @@ def test_a_window_is_withheld_only_where_it_reads_a_withheld_value(
         engine, cte + "SELECT g, RANK() OVER (ORDER BY a), SUM(n) OVER (ORDER BY a) FROM s"
     )
     assert got == {"big": (None, None), "small": (None, None)}, got
+
+
+def test_a_trees_words_name_the_rows_and_its_where_having_order_by(engine: Engine) -> None:
+    """A statement of several leaves names the rows an output is NULL in by its columns no
+    withheld value reaches (``g none``), as the flat words name groups (was a NULL count only),
+    and says what a withheld value does to its outermost WHERE, HAVING and ORDER BY (was
+    nothing)."""
+    got, notices = _run(
+        engine, CTE + "SELECT g, SUM(a) OVER (ORDER BY g), n FROM s ORDER BY g DESC LIMIT 2"
+    )
+    assert got["small"] == (None, 5) and got["none"] == (None, 0), got
+    (line,) = [n for n in notices if "it is withheld too" in n]
+    assert line.startswith("SUM(a) OVER (ORDER BY g) (NULL in 2 of 2 rows: g small; g none)")
+    assert "may also be SQL's own" in line, line
+    _, notices = _run(engine, CTE + "SELECT g, LAG(a) OVER (ORDER BY g) AS p FROM s ORDER BY p")
+    (line,) = [n for n in notices if n.startswith("ORDER BY p: ")]
+    assert "(2 rows shown: g big; g small) stand where PostgreSQL puts NULLs" in line, line
+    assert "CTE s withheld values" in line, line
+    for clause in ("WHERE a >= 0 OR g = 'x'", "WHERE COALESCE(a, 0) >= 0"):
+        got, notices = _run(engine, CTE + f"SELECT g, SUM(n) OVER () FROM s {clause}")
+        assert set(got) == {"big"}, got
+        (line,) = [n for n in notices if n.startswith(f"{clause}: it reads values withheld")]
+        assert "SQL leaves those rows out; in the data each may pass it" in line, line
+    got, notices = _run(
+        engine,
+        CTE + "SELECT g, MAX(COALESCE(a, 0)) FROM (SELECT g, a, SUM(n) OVER () AS z FROM s) x "
+        "GROUP BY g HAVING MAX(COALESCE(a, 0)) >= 0",
+    )
+    assert set(got) == {"big"}, got
+    assert any(n.startswith("HAVING MAX(COALESCE(a, 0)) >= 0: it reads values") for n in notices)
