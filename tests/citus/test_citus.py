@@ -120,6 +120,17 @@ STATEMENTS = [
     "WHERE amount BETWEEN 10 AND 200",
     "SELECT category, COUNT(DISTINCT quantity), percentile_cont(0.5) WITHIN GROUP "
     "(ORDER BY amount) FROM purchases GROUP BY category",
+    # post-processing over values that may be withheld (dpsql/sql/withheld_post.py): held
+    # constructs, frame and LAG conditions over the same window, a nested query's EXISTS test,
+    # a RIGHT JOIN's presence column, built values
+    "WITH s AS (SELECT category, AVG(amount) AS a, COUNT(*) AS n FROM purchases "
+    "GROUP BY category) SELECT category, COALESCE(a, 0), SUM(a) OVER (ORDER BY category), "
+    "LAG(a) OVER (ORDER BY category), COALESCE((SELECT MAX(a) FROM s s2 "
+    "WHERE s2.category = s.category), 0), ARRAY[a, n] FROM s ORDER BY COALESCE(a, 0) DESC",
+    "WITH s AS (SELECT region, AVG(amount) AS a FROM purchases WHERE amount > 100 "
+    "GROUP BY region) SELECT k.region, COALESCE(s.a, 0), COUNT(s.a) OVER () FROM s "
+    "RIGHT JOIN (SELECT region, COUNT(*) AS c FROM purchases GROUP BY region) k "
+    "ON s.region = k.region",
 ]
 MEMBERS = {
     "age": {"type": "integer", "bounds": [0, 100]},
