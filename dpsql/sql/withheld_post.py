@@ -30,9 +30,10 @@ every NULL of a withholdable column is read as withheld: more NULLs, never a def
 unknown value, and the test is marked :data:`GUESSED` so the notice says so.
 
 A query nested in an expression (a scalar subquery, ``IN (SELECT ...)``, ``ARRAY(SELECT ...)``)
-whose value column may be withheld is withheld where one of its rows has it NULL
-(``EXISTS (SELECT 1 FROM (<it>) q(w) WHERE w IS NULL)``): no row found is SQL's NULL, so
-``COALESCE((SELECT a FROM s WHERE s.g = k.g), 0)`` is 0 only where there is no such row. A
+whose value column may be withheld is withheld where one of its rows has it withheld
+(``EXISTS (SELECT 1 FROM (<it, with its value's own test beside it>) q(v, w) WHERE w)``): no
+row found, or a ``MAX`` over none, is SQL's NULL, so ``COALESCE((SELECT a FROM s WHERE s.g =
+k.g), 0)`` is 0 where there is no such row. A
 LATERAL subquery is a source like any other; a function source (``unnest(ARRAY[s.a, 1]) u(x)``)
 reading a withholdable column has each of its columns withholdable (NULL where it is).
 An array or JSON value built from a withheld one (``ARRAY[a, 1]``, ``json_build_object('a',
@@ -61,7 +62,8 @@ _COND = (
 _NAMES = "dpsql_withheld_names"  # meta on a block done: its outputs that may be withheld
 CLAUSES = "dpsql_withheld_clauses"  # meta on a block done: its clauses reading such a value
 GUESSED = "dpsql_withheld_guessed"  # meta on a wrapper whose test can't tell "no row" apart
-_Q, _W = "_dpsql_q", "_dpsql_w"  # a nested query's rows in its withheld-test
+_Q, _V, _W = "_dpsql_q", "_dpsql_v", "_dpsql_w"  # a nested query's rows in its withheld-test
+_TEST = "dpsql_withheld_test"  # meta on a block done: where its first output is withheld
 
 # built values that keep or drop a NULL inside (held whole: module doc)
 BUILDERS: tuple[type[exp.Expr], ...] = (exp.Array, exp.Format)
@@ -105,18 +107,27 @@ class _Reads:
         return out
 
     def query(self, q: exp.Expr) -> exp.Expr | None:
-        """A nested query's test: one of its rows has its value column withheld (NULL)."""
+        """A nested query's test: one of its rows has its value column withheld. A block done
+        knows its first output's own test (:data:`_TEST`: a MAX over no row stays SQL's NULL);
+        else (a leaf's rows, a set operation) a NULL value is read as withheld."""
         names = self.outputs(q)
         first = _names(q)[:1]  # (a leaf's placeholder, SELECT *: its names are the leaf's)
         star = isinstance(q, exp.Select) and any(isinstance(e, exp.Star) for e in q.expressions)
         if not names or (first and not star and first[0] not in names):
             return None
+        inner = q.copy()
+        test = q.meta.get(_TEST)
+        cols = [exp.to_identifier(_W)]
+        if isinstance(test, exp.Expr) and isinstance(inner, exp.Select):
+            inner.set("expressions", [inner.expressions[0], exp.alias_(test.copy(), _W)])
+            cols = [exp.to_identifier(_V), *cols]
+            where: exp.Expr = exp.column(_W, _Q)
+        else:
+            where = exp.Is(this=exp.column(_W, _Q), expression=exp.Null())
         rows = exp.Subquery(
-            this=q.copy(),
-            alias=exp.TableAlias(this=exp.to_identifier(_Q), columns=[exp.to_identifier(_W)]),
+            this=inner, alias=exp.TableAlias(this=exp.to_identifier(_Q), columns=cols)
         )
-        null = exp.Is(this=exp.column(_W, _Q), expression=exp.Null())
-        return exp.Exists(this=exp.select("1").from_(rows).where(null))
+        return exp.Exists(this=exp.select("1").from_(rows).where(where))
 
 
 def hold_post(
@@ -225,6 +236,12 @@ def _block(b: exp.Select, outputs: _Outputs) -> frozenset[str]:
             _hold_aggregates(n, reads)
             g = grouped and k != "where"
             n.transform(lambda x, g=g: _hold_construct(x, reads, g), copy=False)
+    if b.expressions and not isinstance(b.expressions[0], exp.Star):  # (for a nested query)
+        first = b.expressions[0].unalias()
+        tests = _bare(first, reads, grouped=grouped)
+        tests += [exp.Not(this=h.meta[_COND].copy()) for h in first.walk()
+                  if h.meta.get(_COND) is not None and _own(h, b)]  # fmt: skip
+        b.meta[_TEST] = exp.or_(*tests) if tests else None
     star = any(isinstance(e, exp.Star) for e in b.expressions)
     out = {n for s in reads.sources.values() for n in s.names} if star else set()
     for e in b.expressions:
@@ -360,12 +377,14 @@ def _up_to(c: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
     return out
 
 
-def _held_inside(n: exp.Expr) -> list[exp.Expr]:
-    return [x for x in n.walk() if x is not n and x.meta.get(_COND) is not None]
+def _held_inside(n: exp.Expr, b: exp.Select) -> list[exp.Expr]:
+    """The held aggregates and windows of block ``b`` inside ``n`` (a nested query's own are
+    its test's business: their conditions read its columns)."""
+    return [x for x in n.walk() if x is not n and x.meta.get(_COND) is not None and _own(x, b)]
 
 
 def _reads(n: exp.Expr, reads: _Reads) -> bool:
-    return bool(_bare(n, reads) or _held_inside(n) or n.meta.get(_COND) is not None)
+    return bool(_bare(n, reads) or _held_inside(n, reads.block) or n.meta.get(_COND) is not None)
 
 
 def _none_withheld(tests: list[exp.Expr]) -> exp.Expr:
@@ -469,7 +488,7 @@ def _hold_construct(x: exp.Expr, reads: _Reads, grouped: bool) -> exp.Expr:
         return x  # inside a held aggregate or construct: held with it
     tests = _bare(x, reads, grouped=grouped)
     conds = [exp.Not(this=t) for t in tests]
-    conds += [h.meta[_COND].copy() for h in _held_inside(x)]
+    conds += [h.meta[_COND].copy() for h in _held_inside(x, b)]
     if not conds:
         return x
     return _held(exp.and_(*conds), x, tests)

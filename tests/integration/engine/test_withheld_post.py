@@ -269,12 +269,13 @@ def test_a_nested_querys_withheld_value_is_withheld(engine: Engine, dsn: str) ->
     for ``small`` and ``none``. Its "no row" (``big`` here) keeps SQL's NULL, and 0."""
     sql = (
         SMALL + "SELECT k.g, COALESCE((SELECT a FROM s WHERE s.g = k.g), 0), "
-        "(SELECT a FROM s WHERE s.g = k.g) IS NULL FROM (SELECT g FROM t GROUP BY g) k"
-    )
+        "(SELECT a FROM s WHERE s.g = k.g) IS NULL, "
+        "COALESCE((SELECT MAX(a) FROM s WHERE s.g = k.g), 0) FROM (SELECT g FROM t GROUP BY g) k"
+    )  # (a nested query's own held MAX stays inside it: the Citus tier found it copied out)
     got, notices = _run(engine, sql)
     truth = _postgresql(dsn, sql)
-    assert got["big"] == truth["big"] == (0, True), (got, truth)
-    assert got["small"] == got["none"] == (None, None), got
+    assert got["big"] == truth["big"] == (0, True, 0), (got, truth)
+    assert got["small"] == got["none"] == (None, None, None), got
     assert any("(NULL in 2 of 3 rows: g none; g small)" in n for n in notices), notices
     # a scalar leaf in an expression; ARRAY(SELECT ...) and IN (SELECT ...) too
     got, _ = _run(
