@@ -421,9 +421,10 @@ def _hold_aggregates(node: exp.Expr, reads: _Reads) -> None:
 def _window_cond(w: exp.Window, reads: _Reads) -> exp.Expr:
     """A window's "no input withheld" condition, row by row. Its value reads the rows of its
     frame: ``COUNT(*) FILTER (WHERE <withheld>) OVER <the same window> = 0``; LAG/LEAD reads one
-    row: ``NOT COALESCE(LAG(<withheld>, k) OVER <it>, FALSE)`` (and its offset and default not
-    withheld). Where it partitions or orders by a withheld value, every row of that partition
-    rests on it: the same count over the partition, of the key columns' tests."""
+    row, or its default where there is none: ``NOT COALESCE(LAG(<withheld>, k) OVER <it>,
+    <its default withheld>)`` (and its offset not withheld). Where it partitions or orders by a
+    withheld value, every row of that partition rests on it: the same count over the partition,
+    of the key columns' tests."""
     spec = _named(w, reads.block)
     parts = [*(spec.args.get("partition_by") or []), *(w.args.get("partition_by") or [])]
     part = [p.copy() for p in parts]
@@ -434,15 +435,17 @@ def _window_cond(w: exp.Window, reads: _Reads) -> exp.Expr:
         each = exp.Window(this=_none_withheld(by).this, partition_by=part or None)
         conds.append(exp.EQ(this=each, expression=exp.Literal.number(0)))
     f = w.this
-    read = _bare(f.this, reads) if isinstance(f, (exp.Lag, exp.Lead)) else []
-    rest = [t for a in ("offset", "default") if isinstance(f.args.get(a), exp.Expr)
-            for t in _bare(f.args[a], reads)]  # fmt: skip
     same = w.copy()
-    if read:  # LAG/LEAD: the row it reads
-        k = f.args.get("offset")
-        same.set("this", type(f)(this=exp.or_(*read), offset=k.copy() if k else None))
-        conds.append(exp.Not(this=exp.Coalesce(this=same, expressions=[exp.false()])))
-        conds += [exp.Not(this=t) for t in rest]
+    if isinstance(f, (exp.Lag, exp.Lead)):  # the row it reads, else its default
+        k, d = f.args.get("offset"), f.args.get("default")
+        read = _bare(f.this, reads)
+        instead = _bare(d, reads) if isinstance(d, exp.Expr) else []
+        if read or instead:
+            there = exp.or_(*read) if read else exp.false()
+            same.set("this", type(f)(this=there, offset=k.copy() if k else None))
+            none = exp.or_(*instead) if instead else exp.false()
+            conds.append(exp.Not(this=exp.Coalesce(this=same, expressions=[none])))
+        conds += [exp.Not(this=t) for t in (_bare(k, reads) if isinstance(k, exp.Expr) else [])]
     elif tests := _bare(f, reads):  # its frame's rows
         same.set("this", _none_withheld(tests).this)
         conds.append(exp.EQ(this=same, expression=exp.Literal.number(0)))

@@ -352,6 +352,15 @@ def test_a_window_is_withheld_only_where_it_reads_a_withheld_value(
     assert round(got["big"][2], 2) == Decimal("50.01") and got["small"][2] is None, got
     assert got["big"][3:] == truth["big"][3:] == (0, 5), (got, truth)  # released counts
     assert got["small"][3:] == truth["small"][3:] == (3000, None), (got, truth)
+    # a default is read only where no row is: LAG(n, 1, a) reads big's count in small's row;
+    # LEAD(n, 1, a) falls back to small's own withheld AVG (PostgreSQL: 92)
+    sql = (
+        cte + "SELECT g, LAG(n, 1, a) OVER w, LEAD(n, 1, a) OVER w FROM s WINDOW w AS (ORDER BY g)"
+    )
+    got, _ = _run(engine, sql)
+    truth = _postgresql(dsn, sql)
+    assert round(got["big"][0], 2) == round(truth["big"][0], 2) and got["big"][1] == 5, got
+    assert got["small"] == (3000, None) and truth["small"] == (3000, 92), (got, truth)
     got, _ = _run(
         engine, cte + "SELECT g, RANK() OVER (ORDER BY a), SUM(n) OVER (ORDER BY a) FROM s"
     )
