@@ -51,9 +51,8 @@ def lift_units(
         ref = src.this
         body = ref.this if isinstance(ref, exp.Subquery) else None
         if isinstance(ref, exp.Table):
-            cte = cte_body(ref)
-            body = cte if isinstance(cte, exp.Select) else None
-        if body is None:
+            body = cte_body(ref)
+        if not isinstance(body, exp.Select):  # a UNION/INTERSECT/EXCEPT is no per-unit table
             continue
         unit = unit_source(body, policy, analyze, len(units))
         if unit is None:

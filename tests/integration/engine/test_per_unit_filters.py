@@ -374,3 +374,19 @@ def test_the_bare_column_rule_is_caught(db: str, monkeypatch: pytest.MonkeyPatch
             _shown_ends_hold(engine, db)
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("op", ["UNION ALL", "UNION", "INTERSECT"])
+def test_a_set_operation_of_per_user_tables_is_refused_in_words(engine: Engine, op: str) -> None:
+    """A derived table that is a set operation of per-user tables is not a per-user table: it
+    is refused with a SQLSTATE and a hint, nothing charged (it was XX000 'internal error in
+    dpsql': the per-user reader took the UNION's boolean DISTINCT flag for a DISTINCT clause,
+    newcomer31)."""
+    sql = (
+        f"SELECT COUNT(*) FROM (SELECT uid FROM p GROUP BY uid {op} "
+        "SELECT uid FROM p GROUP BY uid) t"
+    )
+    with pytest.raises(DpsqlError) as e:
+        engine.prepare(sql, "analyst")
+    assert e.value.sqlstate in ("0A000", "42501"), (op, e.value.sqlstate, e.value)
+    assert e.value.hint, (op, e.value)
