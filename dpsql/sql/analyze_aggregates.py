@@ -19,6 +19,7 @@ from dpsql.sql.analysis import Measure, Statistic
 from dpsql.sql.derived_keys import bounded_keys
 from dpsql.sql.int_overflow import refuse_int_overflow
 from dpsql.sql.names import describe
+from dpsql.sql.per_unit_refusal import per_unit_alone, per_unit_and_more
 from dpsql.sql.pg_types import float_bits, integer_bits, is_integer
 from dpsql.sql.public_subquery import check_public_subquery, subquery_of
 from dpsql.sql.refusal_text import window_over_rows
@@ -55,7 +56,7 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
             )
             unit = ctx.private.privacy_unit
             if where == "GROUP BY" and c.name == unit:
-                more = _per_unit_and_more(ctx, c, unit, table)
+                more = per_unit_and_more(ctx, c, unit, table) or per_unit_alone(c, unit, table)
                 message, hint = more or (
                     message,
                     f"count people with COUNT(DISTINCT {unit}); to group them by what each did, "
@@ -64,58 +65,6 @@ def _refuse_identifiers(ctx: _Ctx, node: exp.Expr, where: str, use: str = "be us
                     f"BY {unit}) t WHERE n > 5 GROUP BY n",
                 )
             raise PrivacyViolation(message, hint=hint)
-
-
-def _per_unit_and_more(ctx: _Ctx, c: exp.Column, unit: str, table: str) -> tuple[str, str] | None:
-    """The words and hint for a block grouped by the privacy unit AND other keys (``SELECT
-    user_id, region, SUM(amount) ... GROUP BY user_id, region``, as a derived table to aggregate
-    again): a row per person per region, which dpsql does not read as a per-person table;
-    grouped by the unit alone, with the other key split out by FILTER, it answers; a count's
-    average per person within each key is also its count over its distinct persons
-    (newcomer22 #22: the words said the unit can't be grouped by, the hint grouped by it). None
-    for any other GROUP BY."""
-    block = c.find_ancestor(exp.Select)
-    group = block.args.get("group") if block is not None else None
-    if block is None or group is None:
-        return None
-    keys_written = []
-    for g in group.expressions:  # GROUP BY 1, 2: the select list's items
-        if isinstance(g, exp.Literal) and not g.is_string and str(g.this).isdigit():
-            i = int(g.this) - 1
-            if 0 <= i < len(block.expressions):
-                item = block.expressions[i]
-                g = item.this if isinstance(item, exp.Alias) else item
-        keys_written.append(g)
-    others = [g for g in keys_written if not (isinstance(g, exp.Column) and g.name == unit)]
-    if not others or len(others) == len(keys_written):
-        return None
-    key = others[0]
-    value = "<a value>"
-    if isinstance(key, exp.Column):
-        try:
-            keys = ctx.column(key).keys
-        except Exception:  # not a column of this table: the generic words
-            keys = None
-        if keys:
-            value = f"'{keys[0]}'" if isinstance(keys[0], str) else str(keys[0])
-    agg = next((n for e in block.expressions for n in e.walk() if fn.is_aggregate(n)), None)
-    call = plain_sql(agg) if agg is not None and not agg.args.get("filter") else "COUNT(*)"
-    ks = ", ".join(plain_sql(g) for g in others)
-    message = (
-        f"a derived table grouped by {unit} and {ks} has a row per {unit} for each {ks}, not "
-        f"one per person: dpsql reads a per-person table only grouped by {unit} alone"
-    )
-    per_key = (
-        f"the rows per {unit} within each {ks}, averaged, are SELECT {ks}, COUNT(*) * 1.0 / "
-        f"COUNT(DISTINCT {unit}) FROM {table} GROUP BY {ks}; "
-        if call == "COUNT(*)"
-        else ""
-    )
-    return message, (
-        f"{per_key}per person, dpsql answers a derived table grouped by {unit} alone (one row "
-        f"per person): split {ks} out with FILTER, e.g. SELECT AVG(v) FROM (SELECT {unit}, "
-        f"{call} FILTER (WHERE {plain_sql(key)} = {value}) AS v FROM {table} GROUP BY {unit}) t"
-    )
 
 
 def _as_value(c: exp.Expr, top: exp.Expr) -> bool:

@@ -390,3 +390,30 @@ def test_a_set_operation_of_per_user_tables_is_refused_in_words(engine: Engine, 
         engine.prepare(sql, "analyst")
     assert e.value.sqlstate in ("0A000", "42501"), (op, e.value.sqlstate, e.value)
     assert e.value.hint, (op, e.value)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT uid, COUNT(*) AS n FROM p GROUP BY uid ORDER BY n DESC LIMIT 10",
+        "SELECT * FROM (SELECT uid, COUNT(*) AS n FROM p GROUP BY uid) t",
+        "SELECT AVG(n) FROM (SELECT uid, COUNT(*) AS n FROM p GROUP BY uid ORDER BY n LIMIT 5) t",
+        "SELECT COUNT(*) FROM (SELECT uid FROM p GROUP BY uid UNION ALL "
+        "SELECT uid FROM p GROUP BY uid) t",
+        "SELECT COUNT(*) FROM (SELECT uid FROM p GROUP BY uid) t "
+        "CROSS JOIN (SELECT 1 AS x UNION ALL SELECT 2) y",
+    ],
+)
+def test_a_per_user_table_not_read_says_what_it_is(engine: Engine, sql: str) -> None:
+    """A table grouped by the user alone that dpsql does not read as a per-user table (the
+    statement's own rows, ordered and limited, joined, in a UNION, returned as rows) is refused
+    42501 in words that fit what was written: it said 'uid ... can't be used in GROUP BY' with
+    a hint to GROUP BY uid in a derived table, which each of these does (newcomer31)."""
+    with pytest.raises(DpsqlError) as e:
+        engine.prepare(sql, "analyst")
+    assert e.value.sqlstate == "42501", e.value
+    assert "can't be used in GROUP BY" not in str(e.value), e.value
+    assert "one row per uid" in str(e.value), e.value
+    assert "aggregate" in (e.value.hint or ""), e.value.hint
+    if "LIMIT" in sql:
+        assert "ORDER BY" in str(e.value), e.value

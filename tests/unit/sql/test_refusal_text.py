@@ -152,7 +152,8 @@ MORE = [  # (statement, sqlstate, words of the message, words of the hint)
      "column email of private table purchases is an identifier and can't be aggregated with MEDIAN",
      "SELECT COUNT(DISTINCT email) FROM purchases"),
     ("SELECT user_id, COUNT(*) FROM purchases GROUP BY user_id", "42501",
-     "column user_id of private table purchases is an identifier and can't be used in GROUP BY",
+     "a table grouped by user_id alone has one row per user_id, that user_id's own values: dpsql "
+     "answers it only as a derived table or CTE that an aggregate outside it reads",
      "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t"),
     ("SELECT COUNT(DISTINCT category, region) FROM purchases", "0A000",
      "COUNT(DISTINCT category, region): COUNT(DISTINCT ...) of several columns is not supported",
@@ -189,6 +190,8 @@ def test_other_first_refusals_say_why_and_what_to_write(
     [
         "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t WHERE n > 5 GROUP BY n",
         "SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t WHERE n > 5",
+        "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t GROUP BY n",
+        "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY n) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t",
         "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM purchases GROUP BY category",
     ],
 )
