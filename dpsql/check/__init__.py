@@ -303,7 +303,8 @@ def check_policy(path: str, upstream: str | None, console: Console) -> int:
     for f in unit_rows_findings(policy, upstream):
         style = "yellow" if f.warning else "green"
         console.print(f"[{style}]{f.table}: {f.problem}[/{style}]", highlight=False)
-    for f in proof_findings(policy, upstream):
+    outside = frozenset((f.table, f.column) for f in ranges if f.column)
+    for f in proof_findings(policy, upstream, outside):
         style = "dim" if f.warning else "green"
         console.print(f"[{style}]{f.table}.{f.column}: {f.problem}[/{style}]", highlight=False)
     return 0

@@ -179,10 +179,14 @@ def _outside(below: int, above: int, lo: object, hi: object) -> str:
     )
 
 
-def proof_findings(policy: Policy, dsn: str) -> list[Finding]:
+def proof_findings(
+    policy: Policy, dsn: str, outside: frozenset[tuple[str, str]] = frozenset()
+) -> list[Finding]:
     """Per private table, its bounded columns whose values validated CHECK constraints prove
     inside the declared bounds (read unclamped: :mod:`dpsql.sql.check_bounds`), and those they
-    don't (a note: such a constraint would make queries cheaper). Reads the catalog only."""
+    don't (a note: such a constraint would make queries cheaper, unless the column is in
+    ``outside``, the (table, column) pairs :func:`range_findings` found rows outside the bounds
+    of: that CHECK would not validate). Reads the catalog only."""
     from dpsql.execute.checked_bounds import checks_sql, proven_columns
 
     out: list[Finding] = []
@@ -201,6 +205,12 @@ def proof_findings(policy: Policy, dsn: str) -> list[Finding]:
                 lo, hi = bound_text(col.bounds[0]), bound_text(col.bounds[1])
                 if c in proven:
                     what = f"the catalog proves it in [{lo}, {hi}] (a CHECK constraint): read unclamped"
+                elif (name, c) in outside:
+                    what = (
+                        f"clamped into [{lo}, {hi}] in every query; rows lie outside these bounds "
+                        f"(above), so a CHECK ({c} >= {lo} AND {c} <= {hi}), which would make its "
+                        "queries cheaper, would not validate (docs/policy.md)"
+                    )
                 else:
                     what = (
                         f"clamped into [{lo}, {hi}] in every query; a validated CHECK ({c} >= {lo} "

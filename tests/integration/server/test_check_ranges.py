@@ -173,3 +173,18 @@ def test_check_reads_the_most_key_values_one_unit_has(
     path = make_policy("groups", add_tables={"public.pums": pums}).path
     status, out = _check(path, demo_dsn)
     assert status == 0 and "values of a keyed column" not in out, out
+
+
+def test_no_check_is_suggested_that_the_data_breaks(demo_dsn: str) -> None:
+    """The demo's amount has 2,000 rows above its declared 500: ``dpsql check`` said so, then
+    suggested 'a validated CHECK (amount >= 0 AND amount <= 500) would make its queries
+    cheaper', a constraint those rows make fail (newcomer30 W5, still there for newcomer31).
+    The note now says why no such CHECK can be added yet; quantity, whose rows hold its bounds,
+    keeps the suggestion."""
+    status, out = _check(POLICY, demo_dsn)
+    assert status == 0, out
+    (amount,) = [x for x in out.splitlines() if x.startswith("public.purchases.amount: clamped")]
+    assert "a validated CHECK" not in amount and "would not validate" in amount, amount
+    assert "rows lie outside these bounds (above)" in amount, amount
+    (quantity,) = [x for x in out.splitlines() if x.startswith("public.purchases.quantity: ")]
+    assert "CHECK (quantity >= 1 AND quantity <= 10) would make its queries cheaper" in quantity
