@@ -56,7 +56,7 @@ def table_name(t: exp.Table) -> str:
 
 def source_of(t: exp.Expr, policy: Policy) -> Source:
     if isinstance(t, exp.Subquery) and isinstance(t.this, exp.Select):
-        raise _unmerged(t)
+        raise _unmerged(t, policy)
     if (
         not isinstance(t, exp.Table)
         or t.args.get("sample")
@@ -75,7 +75,7 @@ def source_of(t: exp.Expr, policy: Policy) -> Source:
     return Source(t.alias_or_name, name, private)
 
 
-def _unmerged(t: exp.Subquery) -> UnsupportedSql:
+def _unmerged(t: exp.Subquery, policy: Policy) -> UnsupportedSql:
     """A derived table (or CTE) left in a private query's FROM by :mod:`dpsql.sql.flatten`."""
     alias, inner = t.alias_or_name, t.this
     src = inner.args.get("from_")
@@ -109,9 +109,21 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
             hint=f"count them directly: SELECT COUNT(DISTINCT {plain_sql(col)}) FROM {table}"
             + (f" WHERE {plain_sql(where.this)}" if where else ""),
         )
+    if (
+        distinct is not None
+        and not distinct.args.get("on")
+        and not any(inner.args.get(k) for k in ("group", "having", "limit", "offset"))
+        and isinstance(outer, exp.Select)
+        and not outer.args.get("joins")
+        and table
+        and all(isinstance(e, exp.Column) for e in inner.expressions)
+    ):  # SELECT COUNT(*) FROM (SELECT DISTINCT user_id, category FROM purchases) x
+        return _distinct_combinations(inner, alias, table, where, policy)
     if any(inner.args.get(k) for k in ("group", "having", "distinct", "limit", "offset")):
+        joined = isinstance(outer, exp.Select) and bool(outer.args.get("joins"))
         return UnsupportedSql(
-            f"the subquery or CTE {alias} can't be joined here: it has GROUP BY, DISTINCT or "
+            f"the subquery or CTE {alias} can't be {'joined' if joined else 'read'} here: it "
+            "has GROUP BY, DISTINCT or "
             "LIMIT, so its rows are not rows of the private table, and it is not an aggregate "
             "dpsql answers on its own",
             hint="aggregate inside it (SELECT key, COUNT(*) ... GROUP BY key: an aggregated CTE "
@@ -126,6 +138,37 @@ def _unmerged(t: exp.Subquery) -> UnsupportedSql:
         hint=f"join the {'tables themselves' if inner_joins else 'table itself'} and move the "
         f"subquery's filter into WHERE: {example}; or aggregate inside the subquery (an "
         "aggregated CTE can be joined to public tables)",
+    )
+
+
+def _distinct_combinations(
+    inner: exp.Select, alias: str, table: str, where: exp.Expr | None, policy: Policy
+) -> UnsupportedSql:
+    """``SELECT COUNT(*) FROM (SELECT DISTINCT a, b FROM t) x``: the distinct combinations of
+    several columns, counted as the rows of a grouping (or, with the privacy unit among them,
+    as the distinct units per combination of the others; newcomer31: it said 'x can't be joined
+    here' with no join written)."""
+    cols = [e.name for e in inner.expressions]
+    src = inner.args["from_"].this
+    private = policy.private_table(table_name(src)) if isinstance(src, exp.Table) else None
+    unit = private.privacy_unit if private is not None and not private.row_privacy else None
+    cond = f" WHERE {plain_sql(where.this)}" if where else ""
+    others = ", ".join(c for c in cols if c != unit)
+    if unit in cols and others:
+        instead = (
+            f"count the {unit} values of each combination of the others: SELECT {others}, "
+            f"COUNT(DISTINCT {unit}) FROM {table}{cond} GROUP BY {others} (the combinations "
+            "are their sum)"
+        )
+    else:
+        instead = (
+            f"group by them: SELECT {others}, COUNT(*) FROM {table}{cond} GROUP BY {others} "
+            "(a row per combination shown)"
+        )
+    return UnsupportedSql(
+        f"the subquery or CTE {alias} lists the DISTINCT combinations of {', '.join(cols)} in "
+        "private rows: dpsql does not read such a list as a table",
+        hint=instead,
     )
 
 

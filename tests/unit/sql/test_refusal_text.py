@@ -116,6 +116,15 @@ SUBQUERY = [  # (statement, the message's start, the hint's words)
     ("SELECT COUNT(*) FROM (SELECT DISTINCT category FROM purchases WHERE amount > 10) x",
      "the subquery or CTE x lists the DISTINCT values of category in private rows",
      "count them directly: SELECT COUNT(DISTINCT category) FROM purchases WHERE amount > 10"),
+    # newcomer31: DISTINCT of several columns, and a LIMIT, said 'can't be joined here' too
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT user_id, category FROM purchases) t",
+     "the subquery or CTE t lists the DISTINCT combinations of user_id, category in private rows",
+     "SELECT category, COUNT(DISTINCT user_id) FROM purchases GROUP BY category"),
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT category, region FROM purchases WHERE amount > 10) t",
+     "the subquery or CTE t lists the DISTINCT combinations of category, region in private rows",
+     "SELECT category, region, COUNT(*) FROM purchases WHERE amount > 10 GROUP BY category, region"),
+    ("SELECT COUNT(*) FROM (SELECT category FROM purchases LIMIT 5) t",
+     "the subquery or CTE t can't be read here", "aggregate inside it"),
     ("SELECT COUNT(*), (SELECT AVG(amount) FROM purchases) FROM purchases WHERE amount > 3",
      "a subquery in the select list, (SELECT AVG(amount) FROM purchases), is not supported",
      "WITH a AS (SELECT COUNT(*) FROM purchases WHERE amount > 3), b AS (SELECT AVG(amount) AS v "
@@ -192,6 +201,8 @@ def test_other_first_refusals_say_why_and_what_to_write(
         "SELECT COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t WHERE n > 5",
         "SELECT n, COUNT(*) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t GROUP BY n",
         "SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY n) FROM (SELECT user_id, COUNT(*) AS n FROM purchases GROUP BY user_id) t",
+        "SELECT category, COUNT(DISTINCT user_id) FROM purchases GROUP BY category",
+        "SELECT category, region, COUNT(*) FROM purchases WHERE amount > 10 GROUP BY category, region",
         "SELECT category, SUM(amount), SUM(SUM(amount)) OVER () FROM purchases GROUP BY category",
     ],
 )
