@@ -18,6 +18,7 @@ Nothing is implied: bounds stay what the caller wrote (``fixed_bounds=True`` fix
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,13 @@ DEMO_FIXED_BOUNDS = {"public.purchases": (25, 5), "public.pums": (1, 1)}
 
 def demo_doc() -> Doc:
     """The demo policy as shipped (``dpsql/demo/policy.yaml``), as a fresh document."""
+    return copy.deepcopy(_demo_doc())
+
+
+@functools.cache
+def _demo_doc() -> Doc:
+    """The demo policy's file parsed once per test process (callers get deep copies: ~0.1 CPU-s
+    a parse, called at import by a score of test modules)."""
     from dpsql.demo import POLICY
 
     doc: Doc = yaml.safe_load(Path(POLICY).read_text())

@@ -27,13 +27,16 @@ def _lines(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], in
 
 def parse_policy(text: str, source: str = "<policy>") -> Policy:
     """Parse and validate policy YAML text."""
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+    loader = yaml.SafeLoader(text)
+    try:  # parsed once: the nodes (their lines, for errors) and the data built from them
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
         raise PolicyError(f"{where}: not valid YAML: {getattr(e, 'problem', e)}") from e
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise PolicyError(f"{source}: a policy is a mapping with `tables:`, `analysts:` ...")
     lines: dict[tuple[Any, ...], int] = {}
