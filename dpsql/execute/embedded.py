@@ -119,19 +119,31 @@ class Cluster:
             raise
         return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
-    def stop(self) -> None:
-        """Stop the server (and remove a temporary cluster's directory); once: again does nothing."""
+    def stop(self, *, remove_later: bool = False) -> None:
+        """Stop the server (and remove a temporary cluster's directory); once: again does nothing.
+
+        ``remove_later``: once the server has stopped, the directory's password file is deleted
+        and the directory renamed out of its ``dpsql-pg-*`` name at once; the rest (data) is
+        removed by a detached process (:func:`_remove_later`). A test session's cluster: its
+        thousands of files took 8-40 s to remove on a disk mounted with online discard, at the
+        end of each pytest worker. Otherwise, or when the stop failed, removed here.
+        """
         atexit.unregister(self.stop)
         if self._stopped:
             return
         self._stopped = True
+        stopped = False
         try:
-            self._run(
+            res = self._run(
                 [str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"]
             )
+            stopped = res.returncode == 0
         finally:  # even when interrupted: the directory holds the superuser's password file
             if self._owns_dir:  # the temporary directory: data, socket, log and password file
-                _remove(self.datadir.parent)
+                if remove_later and stopped:
+                    _remove_later(self.datadir.parent)
+                else:
+                    _remove(self.datadir.parent)
 
 
 def exit_on_sigterm(raising: type[BaseException] = SystemExit) -> None:
@@ -196,6 +208,24 @@ def _remove(path: Path, patience: float = 10.0) -> None:
         if not path.exists() or time.monotonic() > deadline:
             return
         time.sleep(0.1)
+
+
+def _remove_later(path: Path) -> None:
+    """Delete a stopped cluster's password file, rename its directory to a hidden name beside it
+    (the same file system: atomic), and leave the removal of the rest to ``rm -rf`` in a detached
+    process (re-parented once ``sh`` exits: nothing of this process waits for it)."""
+    (path / "dpsql_superuser_password").unlink(missing_ok=True)
+    trash = path.with_name(f".{path.name}-removing")
+    try:
+        path.rename(trash)
+    except OSError:
+        _remove(path)
+        return
+    subprocess.run(
+        ["sh", "-c", 'rm -rf -- "$1" </dev/null >/dev/null 2>&1 &', "sh", str(trash)],
+        check=False,
+        start_new_session=True,
+    )
 
 
 def _start_cluster(datadir: Path, port: int | None, *, owns: bool) -> Cluster:

@@ -69,11 +69,15 @@ def _sigterm_once_up(cmd: list[str], env: dict[str, str]) -> None:
             proc.kill()
             proc.wait()
     left, servers = list(tmp.glob("dpsql-pg-*")), _servers_of(datadir)
+    # a test session's directory is renamed and removed by a detached process (Cluster.stop's
+    # remove_later): its password file goes at once
+    passwords = list(tmp.glob("*/dpsql_superuser_password"))
     for pid in servers:  # this test's own server: never left running, whatever the outcome
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(tmp, ignore_errors=True)
     assert not servers
     assert not left
+    assert not passwords
     assert proc.returncode != 0  # interrupted, not finished
 
 
