@@ -141,9 +141,25 @@ def test_the_notice_says_it_cannot_check_the_whales(engine: Engine) -> None:
             assert "max_rows_per_unit" in line and "raise dpsql.epsilon" in line
 
 
+def _unalarmed(engine: Engine, sql: str, tag: int, head: str = "COUNT(*): ") -> str:
+    """The first of up to 3 fresh releases of ``sql`` (``WHERE q <> -N``: statements of their
+    own) whose line has no over-cap alarm. On ``c`` (nothing beyond the cap) the alarm fires
+    falsely with probability 5.0e-4 a release (the over-cap count: discrete Laplace, scale 40,
+    past its half-width 276.5 at 1 - 1e-3; dpsql.execute.accuracy_words.alarmed; an AVG's at
+    most 1e-3), and then the line says neither the assumption's reach nor the rule: asserting
+    on one release failed that often. All 3 alarmed: below 1e-9."""
+    for i in range(3):
+        q = f"{sql} WHERE q <> -{tag + i}"
+        r = engine.execute(engine.prepare(q, "analyst"), SessionContext("analyst", Fraction(1)))
+        (line,) = [n for n in r.notices if n.startswith(head)]
+        if ALARM not in line:
+            return line
+    raise AssertionError(f"3 releases of {sql} raised the over-cap alarm: {line}")
+
+
 def test_no_notice_on_a_clean_table(engine: Engine) -> None:
-    line = _line(engine, CLEAN)
-    assert SAYS not in line and ALARM not in line, line
+    line = _unalarmed(engine, CLEAN, 100)
+    assert SAYS not in line, line
     assert "It assumes no uid lost more than 12 rows" in line
     # how many units beyond the cap the releases could miss: at least min(the over-cap count's
     # reach, the estimate's reach / 12) >= 1 whatever the noise (deterministic), so always said
@@ -159,7 +175,7 @@ def test_broken_twin_without_the_rule(engine: Engine, monkeypatch: pytest.Monkey
 
 def test_broken_twin_that_always_speaks(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(accuracy_few, "SHARE", 0.0)
-    assert SAYS in _line(engine, f"{CLEAN} WHERE q <> -1")
+    assert SAYS in _unalarmed(engine, CLEAN, 200)
 
 
 def test_broken_twin_without_the_reach(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,8 +186,5 @@ def test_broken_twin_without_the_reach(engine: Engine, monkeypatch: pytest.Monke
 def test_an_average_says_its_reach_too(engine: Engine) -> None:
     """AVG's line: how many units beyond the value-mass cap could hide (k >= 1 whatever the
     noise, as for the count: deterministic)."""
-    r = engine.execute(
-        engine.prepare("SELECT AVG(q) FROM c", "analyst"), SessionContext("analyst", Fraction(1))
-    )
-    (line,) = [n for n in r.notices if n.startswith("AVG(q): ")]
+    line = _unalarmed(engine, "SELECT AVG(q) FROM c", 300, "AVG(q): ")
     assert re.search(r"Up to [\d,]+ uid could have lost more than that without the", line), line
