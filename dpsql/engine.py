@@ -240,11 +240,11 @@ class Engine:
         """
         self.check_scope(prepared, session)
         self._catalog.tokens = {}  # read again for this statement
-        prepared = self.current(prepared, session.analyst)
+        prepared = _typed_like(prepared, self.current(prepared, session.analyst))
         match prepared:
-            case DeferredQuery():  # a zero-row shape: its columns whatever the LIMIT
-                zero = self.bound_limit(prepared, [0] * prepared.param_count)
-                return self.describe(zero, session)
+            case DeferredQuery():  # LIMIT 0's columns; SUM(q / $1)'s with 1 of $1's type
+                shape = prepare.described_shape(self, prepared, param_types)
+                return self.describe(shape, session, param_types if shape.param_count else ())
             case TreeQuery():
                 return describe_tree(self, prepared, session)
             case PrivateQuery():
@@ -286,9 +286,11 @@ class Engine:
         zone = session_zone(execution.session.settings)
         utc = zone == UTC_NAME and prepared.zone == UTC_NAME  # (no zone to set)
         with nullcontext() if utc else statement_zone(zone):
+            fresh = prepared
             if prepared.zone != zone and isinstance(prepared, _ZONED):
-                prepared = self.prepare(prepared.text, analyst)
-            return self._execute(replace(execution, prepared=self.current(prepared, analyst)))
+                fresh = self.prepare(prepared.text, analyst)
+            fresh = _typed_like(prepared, self.current(fresh, analyst))
+            return self._execute(replace(execution, prepared=fresh))
 
     def _execute(self, ex: Execution) -> Result:
         prepared, session, params, cancel = ex.prepared, ex.session, ex.params, ex.cancel
@@ -481,6 +483,14 @@ class Engine:
 
 # the statements whose analysis depends on the time zone (generated date_trunc keys)
 _ZONED = (PrivateQuery, TreeQuery, ExplainQuery, DeferredQuery)
+
+
+def _typed_like(old: Prepared, new: Prepared) -> Prepared:
+    """``new`` (``old``'s text analyzed again: another zone or day) with the parameter types
+    ``old`` was given (a Parse's: :attr:`DeferredQuery.param_oids`)."""
+    if isinstance(old, DeferredQuery) and isinstance(new, DeferredQuery) and new is not old:
+        return replace(new, param_oids=old.param_oids)
+    return new
 
 
 def _result(rows: Rows) -> Result:

@@ -34,6 +34,7 @@ from dpsql.execute.prepared import (
 )
 from dpsql.execute.tree_prepare import prepare_tree
 from dpsql.policy.model import Policy
+from dpsql.sql.aggregate_params import aggregate_params, operand_oids, typed_values, with_values
 from dpsql.sql.analysis import Analysis
 from dpsql.sql.analyze import analyze
 from dpsql.sql.analyze_complexity import check_query_blocks
@@ -82,6 +83,9 @@ def prepare_parsed(
             try:
                 return prepare_tree(engine, st, tree, scope, error)
             except DpsqlError as refused:
+                later = _aggregate_params_deferred(engine, st, text, tree, scope, refused)
+                if later is not None:  # SUM(quantity / $1): analyzed with its value
+                    return later
                 zeroed = limit_params_zeroed(tree)
                 if zeroed is None or zero_row_query(zeroed, view, engine.column_order) is None:
                     own = _constant_error(engine, tree, refused)
@@ -136,15 +140,80 @@ def _constant_error(
     return constant_error(engine, tree, operators=refused.sqlstate == "42883")
 
 
+def _aggregate_params_deferred(
+    engine: EngineContext,
+    st: ParsedQuery,
+    text: str,
+    tree: exp.Expr,
+    scope: str,
+    refused: DpsqlError,
+) -> DeferredQuery | None:
+    """A private statement refused as written (42501) that has a ``$n`` in an aggregate's
+    argument (``SUM(quantity / $1)``: its range depends on the value) as a
+    :class:`DeferredQuery` analyzed with its values (:func:`bound_limit`), when it is accepted
+    with 1 for them; else None (refused whatever the value: the refusal stands at Parse)."""
+    numbers = aggregate_params(tree)
+    if refused.sqlstate != "42501" or not numbers:
+        return None
+    try:
+        shape = engine.prepare_in_scope(
+            typed_values(tree, dict.fromkeys(numbers, 1), {}).sql(POSTGRES), scope
+        )
+    except DpsqlError:
+        return None
+    count = param_count(tree)
+    column = shape.analysis.column if isinstance(shape, PrivateQuery) else _no_column
+    return DeferredQuery(
+        text=text, statement=st, fingerprint=fingerprint(tree, text), scope=scope, tree=tree,
+        param_count=count, deferred=refused, param_oids=operand_oids(tree, numbers, column, count),
+    )  # fmt: skip
+
+
+def _no_column(node: exp.Column) -> None:
+    return None
+
+
+def described_shape(
+    engine: EngineContext, prepared: DeferredQuery, param_types: Sequence[int] = ()
+) -> Prepared:
+    """What describes a :class:`DeferredQuery` before its values are bound: with ``LIMIT 0``
+    (the zero-row shape) and 1 of each aggregate parameter's type (``param_types``, a Parse's
+    OIDs, 0 where unspecified; else :attr:`DeferredQuery.param_oids`) written inline."""
+    numbers = aggregate_params(prepared.tree)
+    if not numbers:
+        return bound_limit(engine, prepared, [0] * prepared.param_count)
+    tree = prepared.tree.copy()
+    for key in ("limit", "offset"):
+        value = limit_param(tree, key)
+        if value is not None:
+            value.replace(exp.Literal.number(0))
+    oids = _param_oids(prepared, param_types)
+    shape = typed_values(tree, dict.fromkeys(numbers, 1), oids).sql(POSTGRES)
+    return engine.prepare_in_scope(shape, prepared.scope)
+
+
+def _param_oids(prepared: DeferredQuery, declared: Sequence[int]) -> dict[int, int]:
+    """The type of each ``$n`` (numbered from 1): ``declared``'s, else the inferred one."""
+    known = prepared.param_oids
+    return {
+        n: (declared[n - 1] if n <= len(declared) and declared[n - 1] else 0)
+        or (known[n - 1] if n <= len(known) else 0)
+        for n in range(1, prepared.param_count + 1)
+    }
+
+
 def bound_limit(
     engine: EngineContext, prepared: DeferredQuery, params: Sequence[object]
 ) -> Prepared:
-    """A statement prepared with ``LIMIT $n`` (:class:`DeferredQuery`) with ``params``
-    written inline, prepared as such: ``LIMIT 0`` is the zero-row shape it was prepared
-    for; any other value gets the refusal the statement gets with that value inline.
+    """A :class:`DeferredQuery` with ``params`` written inline, prepared as such. ``LIMIT 0``
+    is the zero-row shape it was prepared for; an aggregate's parameter is written as a
+    literal of its type (:attr:`DeferredQuery.param_oids`: ``quantity / CAST(2.5 AS DOUBLE
+    PRECISION)``) and the statement analyzed in full with it, as if so written; any other
+    value gets the refusal the statement gets with that value inline, said with the values.
 
     Raises:
-        DpsqlError: that refusal (42501 for raw rows of a private table).
+        DpsqlError: that refusal (42501 for raw rows of a private table, or an aggregate's
+            argument that the value leaves unbounded: ``quantity / 0``).
     """
     tree = prepared.tree.copy()
     for key in ("limit", "offset"):  # the count as a literal (sent as text or cast too)
@@ -158,7 +227,15 @@ def bound_limit(
             got = int(got.strip())
         if isinstance(got, int) and not isinstance(got, bool):
             value.replace(exp.Literal.number(got))
-    bound = engine.prepare_in_scope(bind(tree, params).sql(POSTGRES), prepared.scope)
+    values = {n: params[n - 1] for n in aggregate_params(tree) if n <= len(params)}
+    oids = _param_oids(prepared, ())
+    try:
+        typed = typed_values(tree, values, oids) if values else tree
+        bound = engine.prepare_in_scope(bind(typed, params).sql(POSTGRES), prepared.scope)
+    except DpsqlError as refused:
+        if values:
+            raise with_values(refused, values, oids) from None
+        raise
     if isinstance(bound, DeferredQuery) or bound.param_count:  # never: values inline
         raise prepared.deferred
     return bound

@@ -132,12 +132,18 @@ class PublicQuery(_Parsed):
 
 @dataclass(frozen=True, kw_only=True)
 class DeferredQuery(_Parsed):
-    """A zero-row shape of a private table whose LIMIT is a parameter (``SELECT * FROM t LIMIT
-    $1``, as SQLAlchemy sends it): classified when its values are bound, as the same statement
-    with them written inline (:meth:`dpsql.engine.Engine.bound_limit`); ``deferred`` is the
-    refusal of any value but 0."""
+    """A private statement classified when its values are bound, as the same statement with
+    them written inline (:meth:`dpsql.engine.Engine.bound_limit`): a zero-row shape whose LIMIT
+    is a parameter (``SELECT * FROM t LIMIT $1``, as SQLAlchemy sends it; ``deferred`` is the
+    refusal of any value but 0), or an aggregate over a parameter (``SUM(quantity / $1)``:
+    :mod:`dpsql.sql.aggregate_params`; ``deferred`` is the refusal of the statement as written).
+
+    ``param_oids``: the type of each ``$n`` written into an aggregate's argument, 0 where none
+    is known: PostgreSQL's inference at prepare (the other operand's type), the Parse's
+    declared types once a wire session has them (:func:`dpsql.wire.params.typed_deferred`)."""
 
     deferred: DpsqlError
+    param_oids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -19,7 +20,7 @@ from psycopg.postgres import types as pg_types
 from sqlglot import exp
 
 from dpsql.errors import InvalidParameter
-from dpsql.execute.prepared import ExplainQuery, Prepared, PrivateQuery
+from dpsql.execute.prepared import DeferredQuery, ExplainQuery, Prepared, PrivateQuery
 from dpsql.sql.nodes import POSTGRES
 
 TEXT = 25
@@ -76,6 +77,8 @@ def infer_param_types(prepared: Prepared) -> tuple[int, ...]:
     if tree is None or n == 0:
         return tuple(TEXT for _ in out)
     inner = prepared.inner if isinstance(prepared, ExplainQuery) else prepared
+    if isinstance(inner, DeferredQuery):  # SUM(quantity / $1): the types inferred at prepare
+        out[: len(inner.param_oids)] = inner.param_oids[:n]
     private = inner.analysis.private if isinstance(inner, PrivateQuery) else None
     columns: dict[str, Any] = dict(private.columns) if private is not None else {}
     for p in tree.find_all(exp.Parameter):
@@ -85,6 +88,15 @@ def infer_param_types(prepared: Prepared) -> tuple[int, ...]:
         if 0 <= i < n and out[i] == 0:
             out[i] = _infer_one(p, columns)
     return tuple(t or TEXT for t in out)
+
+
+def typed_deferred(prepared: Prepared, oids: Sequence[int]) -> Prepared:
+    """``prepared`` with the parameter types of a Parse (``oids``: declared, else inferred):
+    a :class:`DeferredQuery` writes its aggregates' values as literals of them, as PostgreSQL
+    types ``quantity / $1`` by ``$1``'s type; any other statement as it is."""
+    if isinstance(prepared, DeferredQuery) and prepared.param_oids:
+        return replace(prepared, param_oids=tuple(oids))
+    return prepared
 
 
 # ---- parameters passed to the upstream as values (the fast path) -------------------------------

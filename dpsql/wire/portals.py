@@ -7,7 +7,7 @@ once, then kept on the statement).
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dpsql.errors import ProtocolViolation
@@ -15,7 +15,7 @@ from dpsql.result import Result, ResultColumn
 from dpsql.wire.cursors import CursorStatement
 from dpsql.wire.encode import decode_param
 from dpsql.wire.engine_api import Statement
-from dpsql.wire.params import infer_param_types
+from dpsql.wire.params import infer_param_types, typed_deferred
 from dpsql.wire.requests import ROUTE_EMPTY, DescribeColumns, Request, Route
 from dpsql.wire.state import TEXT_OID, Outcome
 
@@ -54,6 +54,15 @@ def param_oids(stmt: Statement, declared: tuple[int, ...]) -> tuple[int, ...]:
             t = int(inferred[i])
         out.append(t or TEXT_OID)
     return tuple(out)
+
+
+def typed_statement(stmt: Statement, oids: tuple[int, ...]) -> Statement:
+    """``stmt`` with its Parse's parameter types (``oids``: :func:`param_oids`) where the
+    engine binds by them (:func:`dpsql.wire.params.typed_deferred`)."""
+    if stmt.prepared is None:
+        return stmt
+    typed = typed_deferred(stmt.prepared, oids)
+    return stmt if typed is stmt.prepared else replace(stmt, prepared=typed)
 
 
 def check_formats(formats: Sequence[int], ncols: int) -> None:

@@ -54,6 +54,7 @@ from dpsql.wire.portals import (
     check_formats,
     param_oids,
     statement_columns,
+    typed_statement,
 )
 from dpsql.wire.requests import (
     ROUTE_EMPTY,
@@ -333,6 +334,7 @@ class Protocol:
         n = max(stmt.param_count, len(msg.param_types))
         declared = tuple(msg.param_types) + (0,) * (n - len(msg.param_types))
         oids = param_oids(stmt, declared)
+        stmt = typed_statement(stmt, oids)  # SUM(quantity / $1): bound as $1's type
         self.statements[msg.statement] = PreparedStatement(stmt, oids, where, declared=declared)
         self.out.send(_PARSE_COMPLETE)
 
