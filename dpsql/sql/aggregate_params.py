@@ -77,6 +77,11 @@ def _operand_oid(node: exp.Expr, column: Callable[[exp.Column], Column | None]) 
         return 1700 if col is not None and col.family == "numeric" else 0
     if isinstance(node, exp.Cast) and node.to.is_type(exp.DataType.Type.DECIMAL):
         return 1700
+    if isinstance(node, exp.Neg | exp.Abs):
+        return _operand_oid(node.this, column)
+    if isinstance(node, _ARITHMETIC):  # no float, not all integers: numeric if a part is
+        parts = (node.this, node.expression)
+        return 1700 if any(_operand_oid(p, column) == 1700 for p in parts) else 0
     return 0
 
 
