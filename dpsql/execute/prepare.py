@@ -4,8 +4,10 @@ Parse, check the query's size, classify it under the analyst's view (:mod:`dpsql
 and, for a private statement, analyze it: one flat block is a
 :class:`~dpsql.execute.prepared.PrivateQuery`, several DP leaves a
 :class:`~dpsql.execute.prepared.TreeQuery` (:mod:`dpsql.execute.tree`), a zero-row shape a public
-statement and ``LIMIT $1`` over a private table a :class:`~dpsql.execute.prepared.DeferredQuery`
-that :func:`bound_limit` prepares again with its values. :class:`dpsql.engine.Engine` parses (and
+statement and ``LIMIT $1`` over a private table, or an aggregate over a parameter
+(``SUM(quantity / $1)``: :mod:`dpsql.sql.aggregate_params`), a
+:class:`~dpsql.execute.prepared.DeferredQuery` that :func:`bound_limit` prepares again with its
+values. :class:`dpsql.engine.Engine` parses (and
 sends an EXPLAIN to :mod:`dpsql.explain`), calls :func:`prepare_parsed` and caches what it returns;
 nothing here reads data or spends budget.
 """

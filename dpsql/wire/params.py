@@ -2,9 +2,11 @@
 
 PostgreSQL infers them; drivers such as asyncpg then encode arguments by those types (an ``int``
 for a parameter described as ``text`` is refused). dpsql infers from the statement's tree: an explicit
-cast (``$1::int``), ``LIMIT``/``OFFSET``, or a comparison, ``BETWEEN`` or ``IN`` against a column of the
-private table whose declared type family is known. Anything else stays ``text``, which every client
-can send and which PostgreSQL coerces like an untyped literal.
+cast (``$1::int``), ``LIMIT``/``OFFSET``, a comparison, ``BETWEEN`` or ``IN`` against a column of the
+private table whose declared type family is known, or an operand of an arithmetic operator in an
+aggregate's argument (``SUM(quantity / $1)``: the other operand's type, inferred at prepare:
+:mod:`dpsql.sql.aggregate_params`). Anything else stays ``text``, which every client can send and
+which PostgreSQL coerces like an untyped literal.
 """
 
 from __future__ import annotations
