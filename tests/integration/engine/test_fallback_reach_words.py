@@ -66,10 +66,18 @@ def test_a_fallback_counts_words_keep_their_reach_both_ways(engine: Engine) -> N
     assert value - low <= _num(m.group(1)) + 1, (r.rows, line)
 
 
-def test_a_fallback_to_the_tables_rows_says_why_it_spent(engine: Engine) -> None:
+def test_a_fallback_to_the_tables_rows_says_why_it_spent(
+    demo_dsn: str, demo_policy_auto: Any
+) -> None:
     """The whole-table count at epsilon 2 chooses pums' rows per pid (1,000 pid against the
     ~270 its guard needs there); the filtered count at 0.25 cannot choose its own (549 pid
-    against ~2,100), so it keeps the stored one."""
+    against ~2,100), so it keeps the stored one. A ledger of its own: in the module's, the
+    stored R turned the other tests' fixed-default fallbacks into this one when it ran first."""
+    with ledgered_engine(demo_policy_auto, demo_dsn, "dpsql_fbw_r") as engine:
+        _says_why_it_spent(engine)
+
+
+def _says_why_it_spent(engine: Engine) -> None:
     whole = engine.execute(
         engine.prepare("SELECT COUNT(*) FROM pums", "analyst"),
         SessionContext("analyst", Fraction(2)),
