@@ -446,7 +446,9 @@ def attach(
                 notes.append(one_end_text(base, end, n, len(rows)))
         slot += 1
     cols = tuple(columns[j] for j in visible) + tuple(extra_cols)
-    if plan.chosen and any(isinstance(o.info, Held) for o in at.values()):
+    # (a LIMIT that cut nothing chose no row: the flat path's picked_words says nothing there)
+    cut = plan.limit is None or len(rows) >= plan.limit
+    if plan.chosen and cut and any(isinstance(o.info, Held) for o in at.values()):
         notes.append(
             f"the rows shown are chosen by noisy values ({plan.chosen}): each row's interval "
             "is about its own group, but which groups appear is itself noisy (the truly largest "

@@ -99,6 +99,8 @@ class IvPlan:
     leaf_ivs: tuple[tuple[tuple[str, int], ...], ...]
     chosen: str = ""  # the output's rows are chosen by noisy values: why (each row's own
     # interval still holds its group's truth; which groups are shown is the noisy part)
+    limit: int | None = None  # ``chosen`` only by the statement's own ORDER BY ... LIMIT n (no
+    # OFFSET): fewer than n rows shown are every row there was, so none was chosen (newcomer30 W3)
     fallback: IntervalFallback | None = None  # the rewrite fell back to the plain plan: why
 
 
@@ -123,7 +125,7 @@ def plan_intervals(post: exp.Expr, leaves: Sequence[LeafShape]) -> IvPlan:
         out = _Rewriter(leaves, hidden=False, why=fallback.reason).plan(post.copy())
     except Exception as e:  # not even which outputs are noisy: no columns
         return IvPlan(post, (), none, fallback=_unexpected(e))
-    return IvPlan(post, out.outputs, none, out.chosen, fallback)
+    return IvPlan(post, out.outputs, none, out.chosen, out.limit, fallback)
 
 
 def _unexpected(e: Exception) -> IntervalFallback:
@@ -140,15 +142,21 @@ class _Rewriter:
         self.next = 0
         self.ctes: dict[int, Rel] = {}
         self.leaf_hids: list[dict[str, int]] = [{} for _ in leaves]
+        self.top: exp.Expr | None = None  # the statement's outermost query
+        self.top_limit: int | None = None  # its LIMIT n, where only that chose its rows
 
     def plan(self, post: exp.Expr) -> IvPlan:
+        self.top = post
+        while isinstance(self.top, exp.Subquery):
+            self.top = self.top.this
         rel = self.rel(post, self.hidden)
         outputs = tuple(OutCol(n, i) for n, i in rel.cols if i is not None)
         ivs = tuple(
             tuple((c.label, h[c.name]) for c in leaf.columns if c.label is not None and c.name in h)
             for leaf, h in zip(self.leaves, self.leaf_hids, strict=True)
         )
-        return IvPlan(post, outputs, ivs, rel.flags.get("chosen", ""))
+        limit = self.top_limit if "chosen" in rel.flags else None
+        return IvPlan(post, outputs, ivs, rel.flags.get("chosen", ""), limit)
 
     def hid(self) -> int:
         self.next += 1
@@ -405,8 +413,20 @@ class _Rewriter:
             else:
                 hit = No("") if ctx is not None and ctx.noisy(e) else None
             if hit is not None:
+                if node is self.top and "chosen" not in rel.flags:
+                    self.top_limit = _literal_limit(node)
                 rel.flags["chosen"] = "ORDER BY ... LIMIT keeps rows by their noisy values"
                 return
+
+
+def _literal_limit(node: exp.Expr) -> int | None:
+    """``node``'s LIMIT n as a number, where it has no OFFSET (an OFFSET leaves rows out
+    whatever the LIMIT)."""
+    limit = node.args.get("limit")
+    n = limit.expression if isinstance(limit, exp.Limit) else None
+    if node.args.get("offset") is not None or not isinstance(n, exp.Literal) or not n.is_int:
+        return None
+    return int(n.this)
 
 
 def _noisy_after(ctx: Scope, cond: exp.Expr, cols: list[tuple[str, Info]]) -> bool:

@@ -452,3 +452,23 @@ def test_an_expression_over_a_disowned_leaf_has_null_columns(
     monkeypatch.setattr(noise_module, "owned", lambda d, row, si, iv: iv)
     _, ends = ask()
     assert ends[0][0] is not None and ends[0][1] is not None, ends
+
+
+def test_a_limit_that_cut_nothing_says_no_row_was_chosen(engine: Engine) -> None:
+    """newcomer30 W3: a re-aggregation ending ORDER BY metric DESC LIMIT 10000 (Superset's
+    virtual dataset) said "the rows shown are chosen by noisy values ... (the truly largest may
+    be missing)" where its 2 rows were all there were: no row was left out, so none was chosen.
+    A LIMIT below the rows there are still says it."""
+    reagg = (
+        "SELECT g, SUM(n) AS total FROM (SELECT g, h, COUNT(*) AS n FROM t GROUP BY g, h) AS v "
+        "GROUP BY g ORDER BY total DESC LIMIT {}"
+    )
+    r = engine.execute(engine.prepare(reagg.format(10000)), ON)
+    assert len(r.rows) == 2, r.rows
+    assert not any("chosen by noisy values" in n for n in r.notices), r.notices
+    r = engine.execute(engine.prepare(reagg.format(1)), ON)
+    assert len(r.rows) == 1, r.rows
+    assert any("the rows shown are chosen by noisy values" in n for n in r.notices), r.notices
+    # an OFFSET leaves rows out whatever the LIMIT
+    r = engine.execute(engine.prepare(reagg.format("10000 OFFSET 1")), ON)
+    assert any("the rows shown are chosen by noisy values" in n for n in r.notices), r.notices
