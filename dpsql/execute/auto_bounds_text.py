@@ -116,7 +116,7 @@ def keyed_groups(bounds: AutoBounds, a: Analysis) -> str:
     if capped and all(s.func in ("count", "sum") for s in a.statistics):
         return ""
     n = int(g.value)
-    keys = [k.name for k in a.group_keys if k.declared and not k.constant]
+    keys = [a.key_text(i) for i, k in enumerate(a.group_keys) if k.declared and not k.constant]
     what = " and ".join(keys) if keys else "the GROUP BY"
     one = f"one {keys[0]} each" if len(keys) == 1 else "one value of each key"
     has = (

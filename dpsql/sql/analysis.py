@@ -332,6 +332,23 @@ class Analysis:
         """R: rows one unit keeps per group (the smallest bound of the joined private tables)."""
         return min(p.rows_bound for p in self._privates)
 
+    def key_text(self, i: int) -> str:
+        """GROUP BY key ``i`` as the statement names it, for notices: a column by its name; an
+        expression by the alias the select list gives it (``DATE_TRUNC('MONTH', t) AS month``
+        is ``month``), else by its SQL text, never by the function name PostgreSQL gives its
+        output column (newcomer30 W1: "date_trunc has 12 declared keys", "(one case each)")."""
+        k = self.group_keys[i]
+        if not isinstance(k.expr, exp.Column):
+            for item in self.outer.expressions:
+                body = item.this if isinstance(item, exp.Alias) else None
+                if (
+                    isinstance(body, exp.Column)
+                    and body.name == f"_dp_g{i}"
+                    and item.alias != k.name
+                ):
+                    return str(item.alias)
+        return plain_sql(k.expr)
+
     def measure(self, key: str) -> Measure:
         for m in self.measures:
             if m.key == key:

@@ -51,6 +51,34 @@ def test_keyed_group_by_says_why_its_noise_is_large(auto_engine: Engine) -> None
     assert WHY + "32 groups per pid: sex and educ have 32 declared key combinations" in two
 
 
+def test_a_grouped_expression_is_named_as_the_statement_names_it(auto_engine: Engine) -> None:
+    """newcomer30 W1: Superset's DATE_TRUNC('MONTH', purchased_at) AS purchased_at was "date_trunc
+    has 12 declared keys ... (one date_trunc each, say)", a CASE's "case has 2 declared keys":
+    the function name PostgreSQL gives an unnamed output, which the user never wrote. Its alias
+    names it; without one, its SQL text."""
+    month = "DATE_TRUNC('MONTH', purchased_at)"
+    by_alias = _notices(
+        auto_engine,
+        f"SELECT {month} AS purchased_at, COUNT(DISTINCT user_id) FROM purchases GROUP BY {month}",
+    )[0]
+    assert WHY + "12 groups per user_id: purchased_at has 12 declared keys" in by_alias, by_alias
+    assert "(one purchased_at each, say)" in by_alias, by_alias
+    size = "CASE WHEN amount >= 250 THEN 'big' ELSE 'small' END"
+    case = _notices(
+        auto_engine, f"SELECT {size} AS size, COUNT(DISTINCT user_id) FROM purchases GROUP BY 1"
+    )[0]
+    assert "size has 2 declared keys" in case and "(one size each, say)" in case, case
+    unnamed = _notices(
+        auto_engine,
+        f"SELECT region, COUNT(DISTINCT user_id) FROM purchases GROUP BY region, {size}",
+    )[0]
+    assert f"region and {size} have 10 declared key combinations" in unnamed, unnamed
+    assert not any(
+        re.search(r"\b(date_trunc|case) ha(s|ve)\b|one (date_trunc|case) each", n)
+        for n in by_alias + case + unnamed
+    )
+
+
 @pytest.mark.parametrize(
     "sql",
     [
