@@ -311,6 +311,19 @@ def _selection_notices(
 
     unit = a.private.privacy_unit
     keys = ", ".join(plain_sql(g.expr, qualified=True) for g in a.group_keys)
+    # newcomer30 W2: "(no declared keys)" was said of GROUP BY category, region, amount where
+    # category and region have them: which keys come from the data, and which are declared
+    named: dict[bool, list[str]] = {True: [], False: []}
+    for g in a.group_keys:
+        named[g.declared].append(plain_sql(g.expr, qualified=True))
+    undeclared, declared = _and(named[False]), named[True]
+    whose = (
+        f": {undeclared} {'has' if len(named[False]) == 1 else 'have'} no declared keys ("
+        f"{_and(declared)} {'does' if len(declared) == 1 else 'do'}, but a group is a "
+        "combination of all of them, so the data decide which appear). A"
+        if declared
+        else " (no declared keys): a"
+    )
     tau = taus[-1]
     none = " (none did here)" if shown == 0 else ""
     period = period_hint(a)
@@ -323,14 +336,19 @@ def _selection_notices(
     ]
     why = "".join(whys)
     return (
-        f"groups of {keys} come from the data (no declared keys): a group is shown only when "
+        f"groups of {keys} come from the data{whose} group is shown only when "
         f"its noisy count of {unit} passes a threshold of {tau:,}{none}, so groups of fewer "
         f"than about {tau:,} {unit} are left out, and no row says so.{_noisy_cut(tau, noise, unit, conf)}"
         f"{why} "
         + (f"{period[0].upper()}{period[1:]}; or declare" if period else "Declare")
-        + " the keys (keys: or keys_from: in the policy) to get every group, counted with noise "
-        "even when it is small or empty",
+        + f" the keys of {undeclared} (keys: or keys_from: in the policy) to get every group, "
+        "counted with noise even when it is small or empty",
     )
+
+
+def _and(names: Sequence[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
 def _noisy_cut(tau: int, noise: int | None, unit: str, conf: float) -> str:

@@ -55,3 +55,27 @@ def test_groups_from_the_data_say_what_is_left_out(engine: Engine, demo_dsn: str
 def test_declared_keys_have_no_such_notice(engine: Engine) -> None:
     _, notes = _notices(engine, "SELECT category, COUNT(*) FROM purchases GROUP BY category")
     assert not [t for t in notes if "come from the data" in t]
+
+
+def test_a_mix_of_keys_says_which_come_from_the_data(engine: Engine) -> None:
+    """newcomer30 W2: GROUP BY category, region, amount, purchased_at said "(no declared keys)"
+    though category and region have them: the words name the keys without declared ones, and
+    those that have them."""
+    _, notes = _notices(
+        engine,
+        "SELECT category, region, amount, COUNT(*) FROM purchases "
+        "WHERE amount BETWEEN 100 AND 100.05 GROUP BY category, region, amount",
+    )
+    (said,) = [t for t in notes if "come from the data" in t]
+    assert "(no declared keys)" not in said, said
+    assert (
+        "groups of purchases.category, purchases.region, purchases.amount come from the data: "
+        "purchases.amount has no declared keys (purchases.category and purchases.region do, "
+        "but a group is a combination of all of them, so the data decide which appear). A "
+        "group is shown only when its noisy count of user_id passes a threshold"
+    ) in said, said
+    assert "declare the keys of purchases.amount (keys:" in said.lower(), said
+    _, notes = _notices(engine, "SELECT amount, COUNT(*) FROM purchases GROUP BY amount")
+    (said,) = [t for t in notes if "come from the data" in t]
+    assert "come from the data (no declared keys): a group is shown only when" in said, said
+    assert "Declare the keys of purchases.amount (keys:" in said, said
