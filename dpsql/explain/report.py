@@ -24,10 +24,11 @@ from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_cover, quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
 from dpsql.execute.selected_measures import clear_rows
+from dpsql.explain.measure_words import measure_words
 from dpsql.explain.offline import offline_note
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
-from dpsql.sql.analysis import Analysis
+from dpsql.sql.analysis import Analysis, Measure
 from dpsql.sql.analyze import analyze
 from dpsql.sql.apply_bounds import apply_bounds
 from dpsql.sql.auto_bound_types import AutoBounds
@@ -207,7 +208,7 @@ def report(text: str, plan: Plan | SetsPlan, conf: float) -> ExplainReport:
     return _report(text, plan, sql, conf)
 
 
-def _selection_line(mp: MeasurePlan, conf: float) -> MeasureLine:
+def _selection_line(mp: MeasurePlan, conf: float, said: str) -> MeasureLine:
     """A quantile's or mode's line: utility sensitivity, epsilon, bucket width, rank/count error."""
     m = mp.mechanism
     assert isinstance(m, (Quantile, Mode))
@@ -217,7 +218,7 @@ def _selection_line(mp: MeasurePlan, conf: float) -> MeasureLine:
         n = len(mp.measure.candidates or ()) or 1
         grid, err = "candidates", m.count_error(conf, n)
     return MeasureLine(
-        mp.measure.shown,
+        said,
         m.name,
         f"utility={_fmt(mp.sensitivity)} per group",
         float("nan"),
@@ -229,16 +230,21 @@ def _selection_line(mp: MeasurePlan, conf: float) -> MeasureLine:
 
 def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport:
     a = plan.analysis
+    words, parts = measure_words(a), measure_words(a, bounds=False)
+
+    def said(m: Measure, whole: bool = True) -> str:
+        return (words if whole else parts).get(m.key, m.shown)
+
     lines = []
     for mp in plan.measures:
         m = mp.mechanism
         if isinstance(m, (Quantile, Mode)):
-            lines.append(_selection_line(mp, conf))
+            lines.append(_selection_line(mp, conf, said(mp.measure)))
             if mp.rows is not None and isinstance(m, Quantile):  # (selected_measures.clear_rows)
                 r = mp.rows
                 lines.append(
                     MeasureLine(
-                        f"rows ranked by {mp.measure.shown} (its answer NULL below "
+                        f"rows ranked by {said(mp.measure)} (its answer NULL below "
                         f"{clear_rows(m, conf):,} of them)",
                         r.name,
                         f"L1={_fmt(r.sensitivity)}",
@@ -252,7 +258,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         budget = f"rho={_fmt(m.rho)}" if isinstance(m, Gaussian) else f"eps={_fmt(m.epsilon)}"
         lines.append(
             MeasureLine(
-                mp.measure.shown,
+                said(mp.measure),
                 m.name,
                 f"{'L2' if isinstance(m, Gaussian) else 'L1'}={_fmt(m.sensitivity)}",
                 m.std,
@@ -264,12 +270,12 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
     for b in plan.bias:  # what bounding removed: dpsql.sql.bias (the interval's far side)
         cap = f"(cap {_fmt(b.target.cap)} per unit)"
         alarms = [
-            (f"removed by bounds of {b.target.measure.shown} {cap}", b.dropped),
-            (f"over cap by bounds of {b.target.measure.shown} {cap}", b.over_cap),
+            (f"removed by bounds from {said(b.target.measure, False)} {cap}", b.dropped),
+            (f"over cap by bounds in {said(b.target.measure, False)} {cap}", b.over_cap),
         ]
         if b.outside is not None:  # units with a value outside the declared range
             alarms.append(
-                (f"outside declared range by bounds of {b.target.measure.shown}", b.outside)
+                (f"outside declared range by bounds in {said(b.target.measure)}", b.outside)
             )
         for what, mech in alarms:
             lines.append(
@@ -287,7 +293,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         m = x.outside
         lines.append(
             MeasureLine(
-                f"outside declared range of {x.measure.shown}",
+                f"outside declared range of {said(x.measure)}",
                 m.name,
                 f"L1={_fmt(m.sensitivity)}",
                 m.std,

@@ -13,6 +13,7 @@ refused with a hint that was not SQL (``FROM visits AS v AS virtual_table``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -111,7 +112,11 @@ def test_join_using_has_the_plan_of_the_on_join(
 ) -> None:
     a, b = explain(clinic[1], user, SESSION), explain(clinic[1], flat, SESSION)
     assert a.rewritten == b.rewritten
-    assert a.measures == b.measures and a.contribution == b.contribution
+    # the same measures, each named as its statement writes it (explain.measure_words)
+    assert [replace(m, measure="") for m in a.measures] == [
+        replace(m, measure="") for m in b.measures
+    ]
+    assert a.contribution == b.contribution
     assert (a.epsilon, a.delta, a.cost) == (b.epsilon, b.delta, b.cost)
 
 
@@ -165,7 +170,11 @@ def test_a_virtual_dataset_of_the_join_has_the_plan_of_the_join(
 ) -> None:
     a, b = explain(clinic[1], user, SESSION), explain(clinic[1], flat, SESSION)
     assert a.rewritten == b.rewritten
-    assert a.measures == b.measures and a.contribution == b.contribution
+    # the same measures, each named as its statement writes it (explain.measure_words)
+    assert [replace(m, measure="") for m in a.measures] == [
+        replace(m, measure="") for m in b.measures
+    ]
+    assert a.contribution == b.contribution
     assert (a.epsilon, a.delta, a.cost) == (b.epsilon, b.delta, b.cost)
 
 

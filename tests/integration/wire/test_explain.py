@@ -81,7 +81,7 @@ def test_private_text_plan_charges_nothing(conn: Any, served: Any) -> None:
     text = "\n".join(lines)
     assert lines[0].startswith("DP Aggregate")
     for want in ("Privacy cost: epsilon=1", "Contribution bound: pid", "Measure count",
-                 "sum_centered(income)[0,500000]", "Output n", "Output mean_income", "Free repeat: no",
+                 "the sum part of avg(income) (income clamped to [0, 500000])", "Output n", "Output mean_income", "Free repeat: no",
                  "Charged to: analyst 'analyst'", "95% error"):  # fmt: skip
         assert want in text, (want, text)
     assert "Rewritten SQL" not in text
@@ -198,7 +198,7 @@ def test_xml_plan_has_postgres_shape(conn: Any) -> None:
     kids = plan.findall("e:Plans/e:Plan", ns)
     children = [p.findtext("e:Node-Type", namespaces=ns) for p in kids]
     measured = [p.findtext("e:Measure", namespaces=ns) or "" for p in kids[1:]]
-    answers = [m for m in measured if " by bounds of " not in m]
+    answers = [m for m in measured if " by bounds " not in m]
     assert children == ["DP Bounded Scan"] + ["DP Measure"] * len(measured)
     assert len(answers) == 3  # count(*); avg: count, sum (then the error bars' releases)
     assert root.findtext("e:Query/e:Budget/e:Free-Repeat", namespaces=ns) in ("true", "false")
@@ -240,7 +240,7 @@ def test_gaussian_plan_states_rho(conn: Any) -> None:
     plan = doc[0]["Plan"]
     assert plan["Mechanism"] == "gaussian" and plan["Privacy Cost Rho"] > 0
     measures = [p for p in plan["Plans"] if p["Node Type"] == "DP Measure"]
-    answers = [m for m in measures if " by bounds of " not in m["Measure"]]
+    answers = [m for m in measures if " by bounds " not in m["Measure"]]
     assert answers and all(m["Sensitivity"].startswith("L2=") for m in answers)
     # the error bars' removed-mass releases stay discrete Laplace (pure epsilon, L1)
     assert all(m["Sensitivity"].startswith("L1=") for m in measures if m not in answers)

@@ -43,7 +43,7 @@ def test_offline_plan_has_the_declared_groups_and_the_auto_share() -> None:
         r"NULL where N is below [\d,]+ or the interval spans the whole range\)", out.half_width
     ), out.half_width
     # the sum's sensitivity is G = 5 times one group's (the centered clamp [0, 500] and its grid)
-    total = next(m for m in rep.measures if m.measure.startswith("sum_centered"))
+    total = next(m for m in rep.measures if m.measure.startswith("the sum part of AVG(amount)"))
     assert total.sensitivity == "L1=1255"
 
 
@@ -60,3 +60,29 @@ def test_each_leaf_of_a_tree_gets_its_auto_line() -> None:
     leaves = explain_leaves(load_policy(POLICY), sql, SESSION)
     assert len(leaves) == 1 and leaves[0][1].auto is not None
     assert "chosen from the data when the statement runs" in leaves[0][1].auto
+
+
+def test_measures_are_named_by_the_statements_aggregates() -> None:
+    """newcomer30 W4: the measure table said sum_centered(amount)[0,500], count_values(amount)[0,0]
+    (an AVG's count shown with bounds [0,0]) and "removed by bounds of sum_centered(...)": dpsql's
+    internal names. Each measure is named by the aggregates it serves, as written, and its part;
+    a count shared by AVG(amount) and COUNT(amount) names both."""
+    rep = explain(load_policy(POLICY), BY_CATEGORY, SESSION)
+    said = [m.measure for m in rep.measures]
+    assert said == [
+        "the sum part of AVG(amount) (amount clamped to [0, 500])",
+        "the count part of AVG(amount)",
+        "removed by bounds from the sum part of AVG(amount) (cap 2000 per unit)",
+        "over cap by bounds in the sum part of AVG(amount) (cap 2000 per unit)",
+        "outside declared range by bounds in the sum part of AVG(amount) (amount clamped to "
+        "[0, 500])",
+        "removed by bounds from the count part of AVG(amount) (cap 4 per unit)",
+        "over cap by bounds in the count part of AVG(amount) (cap 4 per unit)",
+    ], said
+    sql = "SELECT COUNT(amount), AVG(amount), VARIANCE(amount), MEDIAN(amount) FROM purchases"
+    said = [m.measure for m in explain(load_policy(POLICY), sql, SESSION).measures]
+    assert "COUNT(amount) and the count part of AVG(amount) and VARIANCE(amount)" in said, said
+    assert "the sum of squares part of VARIANCE(amount) (amount clamped to [0, 500])" in said
+    assert "MEDIAN(amount) (amount in [0, 500])" in said, said
+    internal = re.compile(r"sum_centered|sum_sq|count_values|count_rows|quantile\(|\[0,0\]")
+    assert not [m for m in said if internal.search(m)], said
