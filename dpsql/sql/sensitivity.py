@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -171,16 +172,50 @@ FIELD_RANGES = {
 
 def _field(node: exp.Extract, columns: Columns) -> Interval | None:
     """``EXTRACT(field FROM d)`` / ``date_part('field', d)`` of a date or timestamp: the field's
-    calendar range (:data:`FIELD_RANGES`); None for a field the data decide (year, epoch) or an
-    argument of another type (an interval's day is any number)."""
+    calendar range (:data:`FIELD_RANGES`); a year or epoch from the column's declared bounds
+    (:func:`_at_bounds`); None for another field or an argument of another type (an interval's
+    day is any number)."""
     field = unit_text(node.this)
     known = FIELD_RANGES.get(field or "")
     if known is None:
-        return None
+        return _at_bounds(field or "", node.expression, columns)
     text = Column(type="text")
     if temporal_type(node.expression, lambda c: lookup(columns, c) or text) is None:
         return None
     return Interval(Fraction(known[0]), Fraction(known[1]))
+
+
+def _at_bounds(field: str, arg: exp.Expr, columns: Columns) -> Interval | None:
+    """``EXTRACT(year | isoyear | epoch FROM c)`` of a date or timestamp column ``c`` with
+    declared bounds: the field at the two bounds (each field only grows with time, so over
+    [lo, hi] it lies between its values there). A timestamptz's year is read in the session's
+    time zone: a day either side covers every zone. As for a numeric column, the bounds are
+    the policy's, not the data's: the aggregate's argument is clamped into this range
+    (:func:`dpsql.sql.rewrite.clamp_values.clamp_values`), so a value outside the declared
+    bounds counts as the nearest bound's field. None for another field or argument.
+
+    >>> cols = {"d": Column(type="date", bounds=["2024-12-30", "2031-01-01"])}
+    >>> [_at_bounds(f, exp.column("d"), cols) for f in ("year", "isoyear", "epoch")]
+    [Interval(lo=Fraction(2024, 1), hi=Fraction(2031, 1)), Interval(lo=Fraction(2025, 1), hi=Fraction(2031, 1)), Interval(lo=Fraction(1735516800, 1), hi=Fraction(1924992000, 1))]
+    """
+    while isinstance(arg, exp.Paren):
+        arg = arg.this
+    col = lookup(columns, arg) if isinstance(arg, exp.Column) else None
+    if col is None or col.bounds is None or not col.temporal:
+        return None
+    kind = temporal_type(arg, lambda _: col)
+    if field == "epoch":  # a date's at its midnight (PostgreSQL 15), a timestamp's as read
+        scale = 86400 if kind == "date" else 1
+        return Interval(col.lo * scale, col.hi * scale)
+    if field not in ("year", "isoyear"):
+        return None
+    lo, hi = col.bounds
+    assert isinstance(lo, date) and isinstance(hi, date)  # (a temporal column's)
+    if kind == "timestamptz" or any(isinstance(v, datetime) and v.tzinfo for v in (lo, hi)):
+        lo, hi = lo - timedelta(days=1), hi + timedelta(days=1)
+    if field == "isoyear":
+        return Interval(Fraction(lo.isocalendar()[0]), Fraction(hi.isocalendar()[0]))
+    return Interval(Fraction(lo.year), Fraction(hi.year))
 
 
 def value_range(node: exp.Expr, columns: Columns) -> Interval | None:

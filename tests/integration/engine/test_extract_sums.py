@@ -7,8 +7,9 @@ Before, ``SELECT SUM(EXTRACT(month FROM purchased_at)) FROM purchases`` was refu
 "column ... has no declared bounds, so SUM over it is unbounded": a timestamp has no numeric
 bounds), and date_part's SUM would have been numeric. A private table of one row per person
 (R = 1, zero noise, every value inside its field's range): dpsql's answer is PostgreSQL's to the
-same text, and so is its column type (RowDescription's OID, beside ``pg_typeof``). A field the
-data decide (year, epoch) stays refused. Deterministic.
+same text, and so is its column type (RowDescription's OID, beside ``pg_typeof``). A year,
+isoyear or epoch is bounded by the column's declared bounds (words31), refused without them.
+Deterministic.
 """
 
 from __future__ import annotations
@@ -85,6 +86,72 @@ def test_sums_of_fields_as_postgresql(
     "e", ["EXTRACT(year FROM t)", "EXTRACT(epoch FROM tz)", "EXTRACT(minute FROM t::date)"]
 )
 def test_fields_the_data_decide_stay_refused(private: tuple[Engine, Any], e: str) -> None:
+    """Without declared bounds a year or epoch is refused, and the hint (declare the column's
+    bounds) now answers it: test_a_year_or_epoch_of_a_bounded_column_as_postgresql."""
     engine, _ = private
-    with pytest.raises(DpsqlError):
+    with pytest.raises(DpsqlError) as refused:
         engine.execute(engine.prepare(f"SELECT SUM({e}) FROM priv"), SessionContext("analyst"))
+    if "minute" not in e:
+        column = e.split("FROM ")[1].rstrip(")")
+        assert f"declare `bounds: [lo, hi]` for {column}" in (refused.value.hint or "")
+
+
+YEARS = """
+EXTRACT(year FROM t) | date_part('year', tz) | EXTRACT(isoyear FROM d) | EXTRACT(year FROM d)
+EXTRACT(epoch FROM t) | EXTRACT(epoch FROM tz) | date_part('epoch', d) | EXTRACT(year FROM t) - 2000
+"""
+
+
+@pytest.fixture(scope="module")
+def bounded(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> Iterator[tuple[Engine, Any]]:
+    columns = {
+        "t": {"type": "timestamp", "bounds": ["2023-06-01T00:00:00", "2031-01-01T00:00:00"]},
+        "tz": {"type": "timestamptz", "bounds": ["2023-12-31T00:00:00", "2031-01-01T00:00:00"]},
+        "d": {"type": "date", "bounds": ["2024-01-01", "2030-12-31"]},
+    }
+    with exact_private(
+        make_db,
+        make_policy,
+        "extract_years",
+        columns,
+        "CREATE TABLE priv (u int, t timestamp, tz timestamptz, d date)",
+        "INSERT INTO priv SELECT u,"
+        " timestamp '2024-01-01' + u * interval '5 days 3 hours 7.25 seconds',"
+        " timestamptz '2024-01-01 00:00:00+00' + u * interval '5 days 7 hours',"
+        " date '2024-01-01' + u * 5 FROM generate_series(1, 400) u",
+    ) as got:
+        yield got
+
+
+def test_a_year_or_epoch_of_a_bounded_column_as_postgresql(
+    bounded: tuple[Engine, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """words31: EXTRACT(year / isoyear / epoch FROM c) of a date or timestamp column with
+    declared bounds is bounded by the field at those bounds (dpsql.sql.sensitivity._at_bounds);
+    every value here lies inside them, so dpsql's SUM and AVG (zero noise, R = 1) are
+    PostgreSQL's, value and type. Before: refused 42501, 'can't be bounded'."""
+    unrounded(monkeypatch)
+    engine, conn = bounded
+    conn.execute("SET TimeZone = 'UTC'")  # (dpsql's session zone: a timestamptz's year)
+    bad = []
+    for e in cells(YEARS):
+        for agg in (f"SUM({e})", f"AVG({e})"):
+            cur = conn.execute(f"SELECT {agg}, pg_typeof({agg})::text FROM priv")
+            value, pg_type = cur.fetchone()
+            try:
+                r = engine.execute(
+                    engine.prepare(f"SELECT {agg} FROM priv"), SessionContext(analyst="analyst")
+                )
+                got: Any = (r.columns[0].type_oid, r.rows[0][0])
+            except DpsqlError as err:
+                got = f"refused {err.sqlstate}: {err}"
+            if (
+                not isinstance(got, tuple)
+                or got[0] != OIDS[pg_type]
+                or abs(Decimal(str(got[1])) - Decimal(str(value)))
+                > Decimal("1e-6") * max(1, abs(Decimal(str(value))))
+            ):
+                bad.append((agg, OIDS[pg_type], value, got))
+    assert not bad, "\n".join(map(str, bad))
