@@ -477,9 +477,22 @@ def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
     b = None if hi is None else math.nextafter(float(hi), math.inf)
     if not all(math.isfinite(x) for x in (a, b) if x is not None):
         return None, None
-    if a is None or b is None:
-        return a, b  # (no width to round to: the end as it came, one ulp outwards)
+    if a is None or b is None:  # no width to round to: the end as it came, as a float not
+        # inside it (a kept lower end 1730000 went out as 1729999.9999999998, one ulp below)
+        return _as_float(lo, down=True), _as_float(hi, down=False)
     return round_outwards((a, b), (b - a) / 2)
+
+
+def _as_float(v: Any, down: bool) -> float | None:
+    """``v`` as the float nearest it on its outer side (itself where exact; None stays None)."""
+    if v is None:
+        return None
+    f = float(v)
+    if down and Decimal(f) > Decimal(v):
+        return math.nextafter(f, -math.inf)
+    if not down and Decimal(f) < Decimal(v):
+        return math.nextafter(f, math.inf)
+    return f
 
 
 __all__ = [

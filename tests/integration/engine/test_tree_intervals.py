@@ -393,6 +393,20 @@ def test_types_follow_the_flat_path(engine: Engine) -> None:
     assert len(repr(lo)) <= 12 and len(repr(hi)) <= 12, (lo, hi)
 
 
+def test_a_kept_end_beside_a_null_one_is_the_number_it_is() -> None:
+    """A tree interval keeping one end only (the other NULL: no width to round to) showed a
+    lower end of 1,730,000 as 1729999.9999999998 (one float step below, always): the end is the
+    float itself where exact, else the nearest float on its outer side."""
+    from dpsql.execute.tree_intervals import _ends
+
+    assert _ends(Decimal("1730000"), None, "float") == (1730000.0, None)
+    assert _ends(None, 1730000.0, "float") == (None, 1730000.0)
+    lo, _ = _ends(Decimal("0.1"), None, "float")
+    _, hi = _ends(None, Decimal("0.1"), "float")
+    assert lo is not None and hi is not None
+    assert Decimal(lo) <= Decimal("0.1") <= Decimal(hi) and lo < hi  # never inside
+
+
 def test_without_show_intervals_no_extra_columns(engine: Engine) -> None:
     off = dataclasses.replace(ON, show_intervals=False)
     r = engine.execute(engine.prepare(TOTAL), off)
