@@ -7,6 +7,7 @@ Part of the analysis (:func:`dpsql.sql.analyze.analyze`, :mod:`dpsql.sql.analyze
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import date
 from fractions import Fraction
 from typing import NoReturn
@@ -136,6 +137,20 @@ def check_row_level(ctx: _Ctx, node: exp.Expr, where: str) -> None:
             "expression",
             hint="write each offset as one constant, e.g. INTERVAL '2 years 3 months'",
         )
+    past_bigint = where != "GROUP BY"  # a key's values are of its type
+    refuse_int_overflow(
+        node, ctx.column, where, past_bigint=past_bigint, written=_clause_words(where)
+    )
+
+
+def _clause_words(where: str) -> Callable[[str], str]:
+    """An expression's text as written where ``where`` says it is: ``WHERE x``, ``COUNT(x)``,
+    ``x in a subquery's WHERE``."""
+    if where in ("WHERE", "GROUP BY", "JOIN ... ON"):
+        return lambda sql: f"{where} {sql}"
+    if "..." in where:
+        return lambda sql: where.replace("...", sql)
+    return lambda sql: f"{sql} in {where}"
 
 
 def _refuse_temporal_arithmetic(ctx: _Ctx, arg: exp.Expr, written: str) -> None:

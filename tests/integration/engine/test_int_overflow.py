@@ -73,3 +73,64 @@ def test_within_range_answers_as_postgresql(
     sql = f"SELECT SUM({e}) FROM priv"
     want = conn.execute(sql).fetchone()[0]
     assert dpsql_rows(engine, sql)[0][0] == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "written", "wider"),
+    [
+        # a key's values are of its type: PostgreSQL fails on a row with q >= 22; dpsql read the
+        # rows, charged, then failed converting the key 2200000000 to integer (redteam31)
+        (
+            "SELECT q * 100000000 AS k, COUNT(*) FROM priv GROUP BY 1",
+            "GROUP BY q * 100000000",
+            "bigint",
+        ),
+        (
+            "SELECT COUNT(*) FROM priv GROUP BY q::bigint * 100000000000000000",
+            "GROUP BY q::bigint * 100000000000000000",
+            "numeric",
+        ),
+        # row level, past bigint: computed clamped to bigint's range, the condition was false on
+        # every row (COUNT 0) where q >= 93 passes it in exact arithmetic and PostgreSQL fails
+        (
+            "SELECT COUNT(*) FROM priv WHERE q::bigint * 100000000000000000 > 9223372036854775807",
+            "WHERE q::bigint * 100000000000000000 > 9223372036854775807",
+            "numeric",
+        ),
+        (
+            "SELECT COUNT(q * 1000000000 * 1000000000) FROM priv",
+            "COUNT(q * 1000000000 * 1000000000)",
+            "numeric",
+        ),
+        (
+            "SELECT SUM(CASE WHEN q::bigint * 100000000000000000 > 0 THEN 1 ELSE 0 END) FROM priv",
+            "SUM(CASE WHEN q::bigint * 100000000000000000 > 0 THEN 1 ELSE 0 END)",
+            "numeric",
+        ),
+    ],
+)
+def test_keys_and_conditions_past_the_range_are_refused(
+    private: tuple[Engine, Any], sql: str, written: str, wider: str
+) -> None:
+    """A GROUP BY key past its type's range, and a row-level part past bigint's, are refused
+    before running with the user's words; PostgreSQL fails on the same text over these rows."""
+    engine, conn = private
+    with pytest.raises(psycopg.errors.NumericValueOutOfRange):
+        conn.execute(sql)
+    with pytest.raises(NumericValueOutOfRange) as got:
+        dpsql_rows(engine, sql)
+    err = got.value
+    assert err.sqlstate == "22003" and str(err).startswith(f"{written}: "), str(err)
+    assert f"cast to {wider} before the arithmetic" in (err.hint or ""), err.hint
+
+
+def test_a_condition_within_bigint_answers_exactly(
+    private: tuple[Engine, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row-level integer part past integer's range but within bigint's is computed exactly
+    (dpsql.sql.rewrite.make_total), as the bigint form PostgreSQL runs."""
+    unrounded(monkeypatch)
+    engine, conn = private
+    want = conn.execute("SELECT COUNT(*) FROM priv WHERE q::bigint * 100000000 > 5000000000")
+    got = dpsql_rows(engine, "SELECT COUNT(*) FROM priv WHERE q * 100000000 > 5000000000")
+    assert got[0][0] == want.fetchone()[0]

@@ -22,10 +22,10 @@ from dpsql.sql.analyze_complexity import (
 from dpsql.sql.rewrite import private_query
 
 
-def _balanced(n: int, op: str) -> str:
+def _balanced(n: int, op: str, column: str = "quantity") -> str:
     if n == 1:
-        return "quantity"
-    return f"({_balanced(n // 2, op)} {op} {_balanced(n - n // 2, op)})"
+        return column
+    return f"({_balanced(n // 2, op, column)} {op} {_balanced(n - n // 2, op, column)})"
 
 
 def _private_sql(sql: str, policy: Any) -> str:
@@ -71,7 +71,8 @@ def test_large_expressions_at_the_limits_generate_linearly(demo_policy: Any) -> 
     nested subtree: quadratic, a 64-term chain took ~3 s; operands keep their own scale now)."""
     chain = " + ".join(["quantity"] * MAX_ARITHMETIC_DEPTH)
     half = " + ".join(["quantity"] * (MAX_ARITHMETIC_DEPTH // 2))
-    wide = _balanced(MAX_ARITHMETIC_NODES // 2, "*")
+    # numeric: an integer's product of 128 factors passes bigint's range (refused, int_overflow)
+    wide = _balanced(MAX_ARITHMETIC_NODES // 2, "*", "amount")
     for sql in (
         f"SELECT SUM({chain}) FROM purchases",
         f"SELECT COUNT(*) FROM purchases WHERE {wide} > 0 AND {chain} > 0",
