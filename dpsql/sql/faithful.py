@@ -26,6 +26,7 @@ from sqlglot.generator import Generator
 from sqlglot.tokenizer_core import Token, TokenType
 
 from dpsql.errors import FeatureNotSupported
+from dpsql.sql.names import SPELLED
 
 CALLED = "dpsql_called"  # the function written, on a node sqlglot shares between two forms
 FIELD = "dpsql_field"  # date_part's first argument, as a string literal
@@ -254,6 +255,29 @@ def _json_object_sql(self: Generator, e: exp.Expr) -> str:
     return _JSON_OBJECT(self, e)
 
 
+_SUBSTRING: _Transform = _TRANSFORMS[exp.Substring]
+
+
+def _substring_sql(self: Generator, e: exp.Expr) -> str:
+    """``substr(s, start[, count])`` as written where a position is not a number constant:
+    PostgreSQL's substr takes integers only (``substr(s, '2')`` is ``substr(s, 2)``), while
+    ``SUBSTRING(s FROM '2')``, sqlglot's form, is the regular-expression substring (redteam31:
+    ``substr('a2bc', '2')`` answered '2' where PostgreSQL gives '2bc')."""
+    spelled = e.meta.get(SPELLED)
+    parts = [e.args.get("start"), e.args.get("length")]
+    if isinstance(spelled, str) and spelled.lower() == "substr":
+        if not all(p is None or _whole_number(p) for p in parts):
+            return self.func("SUBSTR", e.this, *parts)
+    return _SUBSTRING(self, e)
+
+
+def _whole_number(node: exp.Expr) -> bool:
+    while isinstance(node, (exp.Neg, exp.Paren)):
+        node = node.this
+    return isinstance(node, exp.Literal) and not node.is_string
+
+
 _TRANSFORMS[exp.Extract] = _extract_sql
+_TRANSFORMS[exp.Substring] = _substring_sql
 _TRANSFORMS[exp.Log] = _log_sql
 _TRANSFORMS[exp.JSONObject] = _json_object_sql

@@ -126,6 +126,8 @@ json_object(ARRAY['a', s], ARRAY['1', s]) | json_object(ARRAY['k'], ARRAY[s])::t
 "ROUND"(n, 1) | "round"(n, 1) | U&"r\\006Fund"(n, 1, 2) | U&"\\0069fnull"(s, 'z') | string_agg(s
 percentile_cont(0.5, i IN (1)) WITHIN GROUP (ORDER BY n) | substr(s FROM 2) | upper(s FOR 2)
 position('b', s IN ('x')) | extract(year, d IN (d)) | position('b' IN s, 1)
+substr(s, '2') | substr(s, '2', '1') | substr(s, '1', 2) | substr(s, 'b') | SUBSTR(s, '2')
+substring(s, '2') | substring(s, 'b', '#') | substr(s, 2, '1') | substr('a2bc', '2')
 """
 FORM_REFUSED = {  # PostgreSQL runs these; dpsql's public allowlist does not name them (42501)
     # PostgreSQL's other flags ('x': expanded syntax): sqlglot writes the call as ~ and drops them
