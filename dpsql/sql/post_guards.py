@@ -94,11 +94,22 @@ def guard(node: exp.Expr) -> exp.Expr:
         if isinstance(n, exp.Pow) and noisy(n):
             return _power(n)
         if isinstance(n, exp.Cast) and noisy(n.this) and n.to.this in _INT_RANGE:
+            if _boolean(n.this):
+                return n  # true / false is 1 / 0: in every integer type's range
             lo, hi = _INT_RANGE[n.to.this]
-            return _when(exp.Between(this=n.this.copy(), low=_num(lo), high=_num(hi)), n)
+            low, high = exp.Literal.number(lo), exp.Literal.number(hi)
+            return _when(exp.Between(this=exp.paren(n.this.copy()), low=low, high=high), n)
         return n
 
     return node.transform(fix, copy=False)
+
+
+def _boolean(n: exp.Expr) -> bool:
+    """Whether ``n`` is a condition (a comparison, IS, IN, BETWEEN, LIKE, AND / OR / NOT, a
+    boolean constant): its value is true, false or NULL, never out of an integer's range."""
+    while isinstance(n, exp.Paren):
+        n = n.this
+    return isinstance(n, (exp.Predicate, exp.Connector, exp.Not, exp.Boolean))
 
 
 def _power(n: exp.Pow) -> exp.Expr:

@@ -108,3 +108,17 @@ def test_a_median_null_in_every_group_describes_no_interval(
         "MEDIAN(income) (column med): NULL in every row (as said above), so no row has the "
         "interval this describes; where answered, the interval holds the median"
     ), line
+
+
+def test_a_cast_of_a_condition_over_released_values_answers(exact_engine: Engine) -> None:
+    """``(COUNT(*) > 5)::int``: a boolean's cast to integer cannot fail, so it is not guarded
+    (the guard compared the boolean with the integer range: 42883 'operator does not exist:
+    boolean >= integer' after the charge; ``CAST(COUNT(*) > 5 AS integer)`` lost its brackets:
+    'bigint > boolean'; redteam31, over the wire). PostgreSQL's values: 1 (true) and 0."""
+    sql = (
+        "SELECT sex, (COUNT(*) > 5)::int AS a, CAST(COUNT(*) > 100000 AS integer) AS b, "
+        "CAST(COUNT(*) + 1 AS integer) - COUNT(*) AS c FROM pums GROUP BY sex"
+    )
+    s = SessionContext(analyst="analyst", epsilon=Fraction(1))
+    r = exact_engine.execute(exact_engine.prepare(sql, "analyst"), s)
+    assert [tuple(row[1:]) for row in r.rows] == [(1, 0, 1), (1, 0, 1)], r.rows
