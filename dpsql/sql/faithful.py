@@ -25,7 +25,7 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.generator import Generator
 from sqlglot.tokenizer_core import Token, TokenType
 
-from dpsql.errors import FeatureNotSupported
+from dpsql.errors import FeatureNotSupported, InvalidParameter
 from dpsql.sql.names import SPELLED
 
 CALLED = "dpsql_called"  # the function written, on a node sqlglot shares between two forms
@@ -161,6 +161,19 @@ def refuse_unreadable(tokens: list[Token]) -> None:
                 position=call.at,
                 hint="write json_object(keys, values) with two text arrays, or "
                 "json_build_object('a', 1, 'b', 2)",
+            )
+
+
+def refuse_empty_field(tokens: list[Token]) -> None:
+    """``date_part('', d)``: PostgreSQL's 22023 (sqlglot cannot read an empty field: it raised
+    a ValueError, an internal error; redteam31's sweep). Called when sqlglot's reading fails so."""
+    for call in _calls(tokens, {"date_part"}):
+        first = call.first
+        if len(first) == 1 and first[0].token_type == TokenType.STRING and not first[0].text:
+            raise InvalidParameter(
+                'unit "" not recognized',
+                position=call.at,
+                hint="date_part's first argument names a field: e.g. date_part('year', d)",
             )
 
 

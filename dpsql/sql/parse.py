@@ -23,7 +23,13 @@ from dpsql.errors import (
 )
 from dpsql.sql.arities import check_calls, faithful_calls, unclosed
 from dpsql.sql.dollar_quotes import check_dollar_quotes
-from dpsql.sql.faithful import date_calls, mark_calls, quoted_strings, refuse_unreadable
+from dpsql.sql.faithful import (
+    date_calls,
+    mark_calls,
+    quoted_strings,
+    refuse_empty_field,
+    refuse_unreadable,
+)
 from dpsql.sql.formats import mark_formats
 from dpsql.sql.known_functions import check_known_functions
 from dpsql.sql.names import spell_functions
@@ -398,6 +404,9 @@ def parse_statement(text: str) -> ParsedStatement:
     except ParseError as e:
         refuse_unreadable(tokens if text is spelled_from else tokenize(text))
         raise syntax_error(text, e) from e
+    except ValueError:  # sqlglot's own check of what it builds (an empty date_part field)
+        refuse_empty_field(tokens if text is spelled_from else tokenize(text))
+        raise
     if left_open:  # sqlglot closed a call PostgreSQL leaves open
         raise unclosed(tokenize(text))
     found = [t for t in trees if t is not None]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpsql.errors import FeatureNotSupported
+from dpsql.errors import FeatureNotSupported, InvalidParameter
 from dpsql.sql.parse import parse_statement
 
 
@@ -50,3 +50,18 @@ def test_forms_dpsql_cannot_send_are_refused(sql: str, words: str) -> None:
     with pytest.raises(FeatureNotSupported) as e:
         parse_statement(sql)
     assert words in e.value.message and e.value.hint
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT date_part('', DATE '2024-03-15')",
+        "SELECT COUNT(*) FROM purchases WHERE date_part('', purchased_at) = 1",
+    ],
+)
+def test_an_empty_date_part_field_is_postgresqls_22023(sql: str) -> None:
+    """date_part('', d): PostgreSQL's 22023 'unit "" not recognized' (was an internal error,
+    XX000: sqlglot raised a ValueError building the field; redteam31's sweep)."""
+    with pytest.raises(InvalidParameter) as e:
+        parse_statement(sql)
+    assert (e.value.sqlstate, str(e.value)) == ("22023", 'unit "" not recognized')
