@@ -116,7 +116,9 @@ def _unmerged(t: exp.Subquery, policy: Policy) -> UnsupportedSql:
         and isinstance(outer, exp.Select)
         and not outer.args.get("joins")
         and table
+        and not inner_joins  # the hint reads one table: a join's words are the generic ones
         and all(isinstance(e, exp.Column) for e in inner.expressions)
+        and len({e.name for e in inner.expressions}) == len(inner.expressions) > 1
     ):  # SELECT COUNT(*) FROM (SELECT DISTINCT user_id, category FROM purchases) x
         return _distinct_combinations(inner, alias, table, where, policy)
     if any(inner.args.get(k) for k in ("group", "having", "distinct", "limit", "offset")):

@@ -125,6 +125,13 @@ SUBQUERY = [  # (statement, the message's start, the hint's words)
      "SELECT category, region, COUNT(*) FROM purchases WHERE amount > 10 GROUP BY category, region"),
     ("SELECT COUNT(*) FROM (SELECT category FROM purchases LIMIT 5) t",
      "the subquery or CTE t can't be read here", "aggregate inside it"),
+    # review31: a join inside, or a column listed twice, keeps the generic words (the
+    # combinations' hint read one table and dropped the JOIN; 'SELECT , COUNT(*)' for the twice)
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT p.user_id, r.region FROM purchases p "
+     "JOIN regions r ON p.region = r.region) t",
+     "the subquery or CTE t can't be read here", "aggregate inside it"),
+    ("SELECT COUNT(*) FROM (SELECT DISTINCT user_id, user_id FROM purchases) t",
+     "the subquery or CTE t can't be read here", "aggregate inside it"),
     ("SELECT COUNT(*), (SELECT AVG(amount) FROM purchases) FROM purchases WHERE amount > 3",
      "a subquery in the select list, (SELECT AVG(amount) FROM purchases), is not supported",
      "WITH a AS (SELECT COUNT(*) FROM purchases WHERE amount > 3), b AS (SELECT AVG(amount) AS v "
