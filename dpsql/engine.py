@@ -30,7 +30,7 @@ from dpsql.errors import UnsupportedSql
 from dpsql.execute import group_keys, no_rows, planning, prepare, public_sql
 from dpsql.execute import privacy_params as privacy_params_module
 from dpsql.execute import private_sql as private_sql_module
-from dpsql.execute.backend import Backend, CancelToken, Rows
+from dpsql.execute.backend import Backend, CancelToken
 from dpsql.execute.caches import EngineCaches
 from dpsql.execute.classify import classify
 from dpsql.execute.context import Execution
@@ -240,7 +240,7 @@ class Engine:
         """
         self.check_scope(prepared, session)
         self._catalog.tokens = {}  # read again for this statement
-        prepared = _typed_like(prepared, self.current(prepared, session.analyst))
+        prepared = prepare.typed_like(prepared, self.current(prepared, session.analyst))
         match prepared:
             case DeferredQuery():  # LIMIT 0's columns; SUM(q / $1)'s with 1 of $1's type
                 shape = prepare.described_shape(self, prepared, param_types)
@@ -289,7 +289,7 @@ class Engine:
             fresh = prepared
             if prepared.zone != zone and isinstance(prepared, _ZONED):
                 fresh = self.prepare(prepared.text, analyst)
-            fresh = _typed_like(prepared, self.current(fresh, analyst))
+            fresh = prepare.typed_like(prepared, self.current(fresh, analyst))
             return self._execute(replace(execution, prepared=fresh))
 
     def _execute(self, ex: Execution) -> Result:
@@ -332,7 +332,7 @@ class Engine:
                 if text is None:
                     text = self.runnable_sql(prepared, session, params)
                 rows = self.backend.run(text, private=False, cancel=cancel)
-                return _result(rows)
+                return Result(rows.columns, rows.rows, rows.status)
             case ExplainQuery():  # the plan only: no private data read, no budget spent
                 return run_explain(self, prepared, session, params, cancel)
             case EmptyQuery():
@@ -483,18 +483,6 @@ class Engine:
 
 # the statements whose analysis depends on the time zone (generated date_trunc keys)
 _ZONED = (PrivateQuery, TreeQuery, ExplainQuery, DeferredQuery)
-
-
-def _typed_like(old: Prepared, new: Prepared) -> Prepared:
-    """``new`` (``old``'s text analyzed again: another zone or day) with the parameter types
-    ``old`` was given (a Parse's: :attr:`DeferredQuery.param_oids`)."""
-    if isinstance(old, DeferredQuery) and isinstance(new, DeferredQuery) and new is not old:
-        return replace(new, param_oids=old.param_oids)
-    return new
-
-
-def _result(rows: Rows) -> Result:
-    return Result(rows.columns, rows.rows, rows.status)
 
 
 __all__ = [

@@ -15,6 +15,7 @@ nothing here reads data or spends budget.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sqlglot import exp
@@ -261,3 +262,11 @@ def _private_shape(
         if a is not None and not a.needs_selection:  # the declared keys: free, no selection
             return grouped, a
     return tree, analyze(tree, view)
+
+
+def typed_like(old: Prepared, new: Prepared) -> Prepared:
+    """``new`` (``old``'s text analyzed again: another zone or day) with the parameter types
+    ``old`` was given (a Parse's: :attr:`DeferredQuery.param_oids`)."""
+    if isinstance(old, DeferredQuery) and isinstance(new, DeferredQuery) and new is not old:
+        return replace(new, param_oids=old.param_oids)
+    return new

@@ -38,9 +38,9 @@ from typing import Any
 from sqlglot import exp
 
 from dpsql.errors import UpstreamError
-from dpsql.execute.bias import round_outwards
 from dpsql.execute.disowned import NULLED_WORDS
 from dpsql.execute.finish import interval_arrays
+from dpsql.execute.interval_ends import column_ends
 from dpsql.execute.noise import Release
 from dpsql.execute.tree_interval_text import short_of, what_of, why_not
 from dpsql.execute.tree_levels import static_reads
@@ -383,7 +383,7 @@ def attach(
             if g is not None:
                 miss = Decimal(1) if r[g[2]] is None else Decimal(r[g[2]])
                 if miss <= alpha + _SLACK:  # the union bound over what this row read
-                    pair = _ends(r[g[0]], r[g[1]], kind)
+                    pair = column_ends(r[g[0]], r[g[1]], kind)
                     if pair == (None, None) and r[visible[p]] is not None:
                         nulled[slot] += 1  # a leaf interval disowned, or a divisor's holds 0
                     elif (pair[0] is None) != (pair[1] is None) and r[visible[p]] is not None:
@@ -458,41 +458,6 @@ def attach(
 
 
 _SLACK = Decimal("1e-12")  # a level's float rounding, summed over the intervals a row reads
-
-
-def _ends(lo: Any, hi: Any, kind: str) -> tuple[Any, Any]:
-    """One interval's ends as its column's type: rounded outwards, never inwards. A NULL end
-    is no bound on that side (the other end still holds)."""
-    if (lo is None and hi is None) or kind == "keep":
-        return lo, hi
-    if not all(isinstance(x, (int, float, Decimal)) for x in (lo, hi) if x is not None):
-        return None, None  # never: dates keep their own type (interval_sql.TIME_ENDS)
-    if kind == "int":
-        return (
-            None if lo is None else math.floor(Decimal(lo)),
-            None if hi is None else math.ceil(Decimal(hi)),
-        )
-    # a numeric's nearest float may lie inside
-    a = None if lo is None else math.nextafter(float(lo), -math.inf)
-    b = None if hi is None else math.nextafter(float(hi), math.inf)
-    if not all(math.isfinite(x) for x in (a, b) if x is not None):
-        return None, None
-    if a is None or b is None:  # no width to round to: the end as it came, as a float not
-        # inside it (a kept lower end 1730000 went out as 1729999.9999999998, one ulp below)
-        return _as_float(lo, down=True), _as_float(hi, down=False)
-    return round_outwards((a, b), (b - a) / 2)
-
-
-def _as_float(v: Any, down: bool) -> float | None:
-    """``v`` as the float nearest it on its outer side (itself where exact; None stays None)."""
-    if v is None:
-        return None
-    f = float(v)
-    if down and Decimal(f) > Decimal(v):
-        return math.nextafter(f, -math.inf)
-    if not down and Decimal(f) < Decimal(v):
-        return math.nextafter(f, math.inf)
-    return f
 
 
 __all__ = [

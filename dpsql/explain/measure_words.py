@@ -83,3 +83,16 @@ def _num(x: Fraction) -> str:
 
 def _and(texts: list[str]) -> str:
     return " and ".join([", ".join(texts[:-1]), texts[-1]] if len(texts) > 1 else texts)
+
+
+def l1_caps(a: Analysis) -> str:
+    """The L1 caps over a unit's groups (auto bounds for per-group COUNT and SUM), as text."""
+    capped = [(m.kind.split("_")[0].upper(), m.total) for m in a.measures if m.total is not None]
+    if not capped:
+        return ""
+    caps = ", ".join(f"{kind} {float(total):.6g}" for kind, total in capped)
+    from dpsql.sql.auto_bounds import declared_total
+
+    n = declared_total(a)
+    source = f", from the policy's max_rows_per_unit_total {n}" if n is not None else ""
+    return f", and per unit over all its groups at most: {caps} (L1 cap{source})"

@@ -24,7 +24,7 @@ from dpsql.execute.classify import classify
 from dpsql.execute.notices import quantile_cover, quantile_note, selection_accuracy
 from dpsql.execute.privacy_params import resolve_params
 from dpsql.execute.selected_measures import clear_rows
-from dpsql.explain.measure_words import measure_words
+from dpsql.explain.measure_words import l1_caps, measure_words
 from dpsql.explain.offline import offline_note
 from dpsql.policy.model import Policy
 from dpsql.session import SessionContext
@@ -369,7 +369,7 @@ def _report(text: str, plan: Plan, rewritten: str, conf: float) -> ExplainReport
         f"<= {plural(a.max_groups, 'group')}"
     )
     if not a.private.row_privacy:
-        contribution += _l1_caps(a)
+        contribution += l1_caps(a)
     if a.pre_join_rows and not a.private.row_privacy:
         contribution += (
             f", each joined table first keeps <= {plural(a.pre_join_rows, 'row')} per unit"
@@ -447,7 +447,7 @@ def _sets_report(text: str, plan: SetsPlan, conf: float) -> ExplainReport:
         "row-level privacy (each row is a different person)"
         if a.private.row_privacy
         else f"{a.private.privacy_unit}: <= {plural(a.max_rows, 'row')} per group, "
-        f"<= {plural(a.max_groups, 'group')}{_l1_caps(a)}, in each grouping set (the sets "
+        f"<= {plural(a.max_groups, 'group')}{l1_caps(a)}, in each grouping set (the sets "
         "compose sequentially)"
     )
     return ExplainReport(
@@ -481,19 +481,6 @@ def _noise_alone(plan: Plan, s: Any) -> str:
     if any(b.target.key in keys and not b.target.nothing_removed for b in plan.bias):
         return NOISE_ALONE
     return ""
-
-
-def _l1_caps(a: Analysis) -> str:
-    """The L1 caps over a unit's groups (auto bounds for per-group COUNT and SUM), as text."""
-    capped = [(m.kind.split("_")[0].upper(), m.total) for m in a.measures if m.total is not None]
-    if not capped:
-        return ""
-    caps = ", ".join(f"{kind} {_fmt(total)}" for kind, total in capped)
-    from dpsql.sql.auto_bounds import declared_total
-
-    n = declared_total(a)
-    source = f", from the policy's max_rows_per_unit_total {n}" if n is not None else ""
-    return f", and per unit over all its groups at most: {caps} (L1 cap{source})"
 
 
 def _half_width(mech: Laplace | Gaussian | Quantile | Mode, level: float) -> float:

@@ -226,3 +226,25 @@ def describe(node: exp.Expr) -> str:
         return f"function {name}()"
     text = node.sql(POSTGRES)
     return f"the expression {text if len(text) <= 60 else text[:57] + '...'}"
+
+
+def output_name(item: exp.Expr) -> str:
+    """The column name PostgreSQL gives a select item."""
+    if isinstance(item, exp.Alias):
+        return str(item.alias)
+    if isinstance(item, exp.Column):
+        return str(item.name)
+    if isinstance(item, exp.Window):
+        return output_name(item.this)
+    if isinstance(item, exp.Cast):
+        return output_name(item.this) if isinstance(item.this, exp.Column) else "?column?"
+    if isinstance(item, exp.Func):
+        spelled = item.meta.get(SPELLED)  # variance(x) is "variance", as PostgreSQL names it
+        if isinstance(spelled, str):
+            return spelled.lower()
+        return (
+            str(item.sql_name()).lower()
+            if not isinstance(item, exp.Anonymous)
+            else str(item.name).lower()
+        )
+    return "?column?"

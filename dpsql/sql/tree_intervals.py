@@ -49,7 +49,7 @@ from dpsql.sql.interval_sql import (
     Rel,
     Scope,
 )
-from dpsql.sql.names import SPELLED
+from dpsql.sql.names import output_name
 from dpsql.sql.tables import cte_body
 from dpsql.sql.tree import LEAF_PREFIX, leaf_number
 
@@ -487,28 +487,6 @@ def is_agg(e: exp.Expr) -> bool:
         if not isinstance(n.parent, exp.Window) and n.find_ancestor(exp.Window) is None:
             return True
     return False
-
-
-def output_name(item: exp.Expr) -> str:
-    """The column name PostgreSQL gives a select item."""
-    if isinstance(item, exp.Alias):
-        return str(item.alias)
-    if isinstance(item, exp.Column):
-        return str(item.name)
-    if isinstance(item, exp.Window):
-        return output_name(item.this)
-    if isinstance(item, exp.Cast):
-        return output_name(item.this) if isinstance(item.this, exp.Column) else "?column?"
-    if isinstance(item, exp.Func):
-        spelled = item.meta.get(SPELLED)  # variance(x) is "variance", as PostgreSQL names it
-        if isinstance(spelled, str):
-            return spelled.lower()
-        return (
-            str(item.sql_name()).lower()
-            if not isinstance(item, exp.Anonymous)
-            else str(item.name).lower()
-        )
-    return "?column?"
 
 
 __all__ = ["IvPlan", "LeafCol", "LeafShape", "OutCol", "plan_intervals"]

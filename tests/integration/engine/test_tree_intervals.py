@@ -397,7 +397,7 @@ def test_a_kept_end_beside_a_null_one_is_the_number_it_is() -> None:
     """A tree interval keeping one end only (the other NULL: no width to round to) showed a
     lower end of 1,730,000 as 1729999.9999999998 (one float step below, always): the end is the
     float itself where exact, else the nearest float on its outer side."""
-    from dpsql.execute.tree_intervals import _ends
+    from dpsql.execute.interval_ends import column_ends as _ends
 
     assert _ends(Decimal("1730000"), None, "float") == (1730000.0, None)
     assert _ends(None, 1730000.0, "float") == (None, 1730000.0)
