@@ -42,9 +42,6 @@ _CLAUSES_REFUSED = {
 
 
 MAX_MAGNITUDE = 10**15  # largest |value| one row may add to a SUM/AVG/VAR
-# smallest nonzero reach of one row: below it the noise's scale and the answer's grid leave the
-# range where floats keep their precision (SUM(quantity * 5e-324) answered 0 with "noise ±0")
-MIN_MAGNITUDE = Fraction(1, 10**15)
 _Ctx = Ctx  # the column resolver of dpsql.sql.sources (one or more joined tables)
 
 
@@ -214,13 +211,6 @@ def _arg_interval(ctx: _Ctx, arg: exp.Expr, agg: str) -> Interval:
             f"one row could move {agg}({plain_sql(arg)}) by more than {MAX_MAGNITUDE:.0e}, "
             "far too much to hide with noise",
             hint="aggregate smaller values (scale them down, or clamp with LEAST/GREATEST)",
-        )
-    if 0 < reach < MIN_MAGNITUDE:
-        raise PrivacyViolation(
-            f"one row moves {agg}({plain_sql(arg)}) by at most {float(reach):.3g}, below "
-            f"{float(MIN_MAGNITUDE):.0e}: too small for the noise's arithmetic",
-            hint="aggregate the values in larger units and scale the answer: SUM(x) * 1e-20, "
-            "not SUM(x * 1e-20)",
         )
     return r
 
