@@ -35,23 +35,34 @@ EXTRACT(quarter FROM tz) | EXTRACT(month FROM t) * 2 | EXTRACT(minute FROM t::da
 OIDS = {"numeric": 1700, "double precision": 701, "bigint": 20, "integer": 23}
 
 
-@pytest.fixture(scope="module")
-def private(
-    make_db: Callable[[str], str], make_policy: PolicyMaker
+def _priv(
+    make_db: Callable[[str], str],
+    make_policy: PolicyMaker,
+    name: str,
+    columns: dict[str, Any],
+    day_step: int,
 ) -> Iterator[tuple[Engine, Any]]:
-    columns = {"t": {"type": "timestamp"}, "tz": {"type": "timestamptz"}, "d": {"type": "date"}}
+    """One private table priv(u, t, tz, d) of 400 people, the dates ``day_step`` days apart."""
     with exact_private(
         make_db,
         make_policy,
-        "extract_sums",
+        name,
         columns,
         "CREATE TABLE priv (u int, t timestamp, tz timestamptz, d date)",
         "INSERT INTO priv SELECT u,"
         " timestamp '2024-01-01' + u * interval '5 days 3 hours 7.25 seconds',"
         " timestamptz '2024-01-01 00:00:00+00' + u * interval '5 days 7 hours',"
-        " date '2024-01-01' + u * 3 FROM generate_series(1, 400) u",
+        f" date '2024-01-01' + u * {day_step} FROM generate_series(1, 400) u",
     ) as got:
         yield got
+
+
+@pytest.fixture(scope="module")
+def private(
+    make_db: Callable[[str], str], make_policy: PolicyMaker
+) -> Iterator[tuple[Engine, Any]]:
+    columns = {"t": {"type": "timestamp"}, "tz": {"type": "timestamptz"}, "d": {"type": "date"}}
+    yield from _priv(make_db, make_policy, "extract_sums", columns, day_step=3)
 
 
 def test_sums_of_fields_as_postgresql(
@@ -111,18 +122,7 @@ def bounded(
         "tz": {"type": "timestamptz", "bounds": ["2023-12-31T00:00:00", "2031-01-01T00:00:00"]},
         "d": {"type": "date", "bounds": ["2024-01-01", "2030-12-31"]},
     }
-    with exact_private(
-        make_db,
-        make_policy,
-        "extract_years",
-        columns,
-        "CREATE TABLE priv (u int, t timestamp, tz timestamptz, d date)",
-        "INSERT INTO priv SELECT u,"
-        " timestamp '2024-01-01' + u * interval '5 days 3 hours 7.25 seconds',"
-        " timestamptz '2024-01-01 00:00:00+00' + u * interval '5 days 7 hours',"
-        " date '2024-01-01' + u * 5 FROM generate_series(1, 400) u",
-    ) as got:
-        yield got
+    yield from _priv(make_db, make_policy, "extract_years", columns, day_step=5)
 
 
 def test_a_year_or_epoch_of_a_bounded_column_as_postgresql(
